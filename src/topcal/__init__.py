@@ -1,0 +1,37 @@
+"""topcal: post-hoc top-label confidence calibration.
+
+Fit, per predicted class, a function turning a classifier's score into the
+probability that the prediction is right; check it by eye; save it as JSON;
+apply it to new predictions. Implements Salamon et al., "Estimating
+Classification Confidence Using Kernel Densities".
+
+>>> import topcal
+>>> data = topcal.datasets.load_phanns()
+>>> cal = topcal.calibrator("hist").fit(data)
+>>> conf = cal.predict(data)
+"""
+
+__version__ = "0.1.0"
+
+from . import datasets, metrics  # noqa: E402
+from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator  # noqa: E402
+from .data import TopLabelData  # noqa: E402
+from .errors import TopcalError  # noqa: E402
+from .io import read_data  # noqa: E402
+from .persist import load, save  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "TopLabelData",
+    "TopcalError",
+    "Calibrator",
+    "ScoreCalibrator",
+    "Curve",
+    "calibrator",
+    "available_methods",
+    "load",
+    "save",
+    "read_data",
+    "datasets",
+    "metrics",
+]

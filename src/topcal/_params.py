@@ -1,0 +1,94 @@
+"""Declarative parameter checks (scikit-learn's ``_parameter_constraints`` idea).
+
+Each calibrator declares, once, what each of its parameters may be; the check
+runs in ``fit`` and its message names the parameter, what is allowed and what
+was received.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ParameterError
+
+__all__ = ["Interval", "Options", "Boolean", "NoneOr", "validate_params"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A real (or integer, ``integer=True``) number in an interval."""
+
+    lo: float | None = None
+    hi: float | None = None
+    closed: str = "both"  # "both", "left", "right", "neither"
+    integer: bool = False
+
+    def ok(self, v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            return False
+        if self.integer and not float(v).is_integer():
+            return False
+        if v != v:  # NaN
+            return False
+        if self.lo is not None:
+            if v < self.lo or (v == self.lo and self.closed in ("right", "neither")):
+                return False
+        if self.hi is not None:
+            if v > self.hi or (v == self.hi and self.closed in ("left", "neither")):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        lb = "[" if self.closed in ("both", "left") else "("
+        rb = "]" if self.closed in ("both", "right") else ")"
+        lo = "-inf" if self.lo is None else f"{self.lo:g}"
+        hi = "inf" if self.hi is None else f"{self.hi:g}"
+        return f"{kind} in {lb}{lo}, {hi}{rb}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of values."""
+
+    values: tuple
+
+    def ok(self, v: Any) -> bool:
+        return any(v == o and type(v) is type(o) for o in self.values)
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(repr(o) for o in self.values)
+
+
+@dataclass(frozen=True)
+class Boolean:
+    """True or False."""
+
+    def ok(self, v: Any) -> bool:
+        return isinstance(v, bool)
+
+    def __str__(self) -> str:
+        return "True or False"
+
+
+@dataclass(frozen=True)
+class NoneOr:
+    """None, or whatever ``inner`` allows."""
+
+    inner: Any
+
+    def ok(self, v: Any) -> bool:
+        return v is None or self.inner.ok(v)
+
+    def __str__(self) -> str:
+        return f"None or {self.inner}"
+
+
+def validate_params(owner: str, constraints: dict, params: dict) -> None:
+    """Raise ParameterError for the first parameter that breaks its constraint."""
+    for name, rule in constraints.items():
+        v = params[name]
+        if not rule.ok(v):
+            raise ParameterError(f"{owner}: parameter {name!r} must be {rule}, got {v!r}")

@@ -1,0 +1,64 @@
+"""Reference calibrators: the rescaled raw score and the per-class accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..data import ClassView
+from .base import ScoreCalibrator, finite_array
+from .registry import register
+
+__all__ = ["Uncalibrated", "Conf1"]
+
+
+@register
+class Uncalibrated(ScoreCalibrator):
+    """The top score rescaled to [0, 1] by the declared range: (S - lo) / (hi - lo).
+
+    S / 10 for PhANNs scores, S itself for probabilities. Fits nothing; it is
+    the baseline every method must beat (the paper's "uncalibrated").
+    """
+
+    name = "uncalibrated"
+    summary = "top score rescaled to [0, 1] by the declared score range (no fit)"
+
+    def __init__(self):
+        pass
+
+    def _fit_class(self, view: ClassView, k: int) -> dict:
+        return {}
+
+    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
+        return self._uncalibrated(score)
+
+
+@register
+class Conf1(ScoreCalibrator):
+    """Conf1 (paper eq. 1): P(correct | predicted class k) = |TP_k| / |P_k|.
+
+    One constant per class, ignoring the score: the diagonal of the reverse
+    confusion matrix.
+    """
+
+    name = "conf1"
+    summary = "per-class accuracy |TP_k| / |P_k|, ignoring the score (paper eq. 1)"
+
+    def __init__(self):
+        pass
+
+    @property
+    def n_params_(self) -> int:
+        return sum(s is not None for s in self.class_state_)
+
+    def _fit_class(self, view: ClassView, k: int) -> dict:
+        tp = view.tp.sum()
+        return {"conf1": float(tp / (tp + view.fp.sum()))}
+
+    def _load_class_state(self, state: dict) -> dict:
+        (c,) = finite_array([state["conf1"]], "conf1")
+        if not 0.0 <= c <= 1.0:
+            raise ValueError("conf1 must be in [0, 1]")
+        return {"conf1": float(c)}
+
+    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
+        return np.full(score.shape, state["conf1"])

@@ -1,0 +1,152 @@
+"""Cumulative confidence and its cut-off variants (paper section 7, eqs. 13-15).
+
+Conf_Cum(S) = Hist_k([S, inf)): the fraction of true positives among the
+class's positives scoring S *or better* (PhANNs' original rule). It answers
+"how often is a prediction with this score or a higher one right", not the
+probability at S, so it overestimates confidence at low scores.
+
+Conf_Cum+(S) = Conf_Cum(S) for S >= theta, and Hist_k([lo, theta]) (one big
+bin) below theta. ``cum-median`` takes theta = the weighted median positive
+score of the class; ``cum-opt`` (the paper's CwOC, Conf_Cum*) the theta among
+the class's observed scores that minimises the class's top-label NLL on the
+fitting data (first minimiser, i.e. the lowest such theta, on ties).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..data import ClassView
+from ..metrics import PROB_CLIP
+from .base import ScoreCalibrator, finite_array
+from .registry import register
+
+__all__ = ["Cumulative", "CumulativeMedian", "CumulativeOptimal"]
+
+
+def _binary_nll(tp, fp, conf):
+    """Summed binary NLL of weights tp (label 1) and fp (label 0) at confidence conf."""
+    c = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
+    return -(tp * np.log(c) + fp * np.log1p(-c))
+
+
+class _CumulativeBase(ScoreCalibrator):
+    """Shared machinery: suffix sums over the class's distinct scores."""
+
+    def __init__(self):
+        pass
+
+    def _theta_index(self, u, tp, fp, cum) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def n_params_(self) -> int:
+        return 0
+
+    def _fit_class(self, view: ClassView, k: int) -> dict:
+        w = view.tp + view.fp
+        keep = w > 0
+        u, inv = np.unique(view.score[keep], return_inverse=True)
+        tp = np.bincount(inv, weights=view.tp[keep], minlength=u.size)
+        fp = np.bincount(inv, weights=view.fp[keep], minlength=u.size)
+        # suffix sums: samples with score >= u[i]
+        stp = np.cumsum(tp[::-1])[::-1]
+        sp = np.cumsum((tp + fp)[::-1])[::-1]
+        cum = stp / sp
+        j = self._theta_index(u, tp, fp, cum)
+        ptp = np.cumsum(tp)
+        pp = np.cumsum(tp + fp)
+        below = float(ptp[j] / pp[j])  # Hist_k([lo, theta]): scores <= theta
+        return {"scores": u, "values": cum, "theta": float(u[j]), "below": below}
+
+    def _load_class_state(self, state: dict) -> dict:
+        u = finite_array(state["scores"], "scores")
+        v = finite_array(state["values"], "values", u.size)
+        (theta, below) = finite_array([state["theta"], state["below"]], "theta/below")
+        if u.size == 0 or np.any(np.diff(u) <= 0) or np.any((v < 0) | (v > 1)) or not 0 <= below <= 1:
+            raise ValueError("cumulative state is inconsistent")
+        return {"scores": u, "values": v, "theta": float(theta), "below": float(below)}
+
+    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
+        u = state["scores"]
+        i = np.minimum(np.searchsorted(u, score, side="left"), u.size - 1)
+        cum = state["values"][i]
+        return np.where(score >= state["theta"], cum, state["below"])
+
+    def _describe_classes(self) -> list[dict]:
+        out = []
+        for st, sup in zip(self.class_state_, self.support_):
+            if st is None:
+                out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
+                continue
+            out.append({
+                "theta": st["theta"],
+                "below_theta": st["below"],
+                "n_distinct_scores": int(st["scores"].size),
+                "conf_at_min_score": float(st["values"][0]),
+                "conf_at_max_score": float(st["values"][-1]),
+                "support": list(sup),
+            })
+        return out
+
+
+@register
+class Cumulative(_CumulativeBase):
+    """Conf_Cum(S) = Hist_k([S, inf)) (paper eq. 13): accuracy of scores >= S.
+
+    Above the highest observed score the value at that score is held; below
+    the lowest, it is the class's Conf1. Fitted state per class: the distinct
+    scores and Conf_Cum at each (theta is the lowest score: no cut-off).
+    """
+
+    name = "cum"
+    summary = "cumulative confidence Hist_k([S, inf)) (PhANNs' original rule, paper eq. 13)"
+
+    def _theta_index(self, u, tp, fp, cum) -> int:
+        return 0
+
+
+@register
+class CumulativeMedian(_CumulativeBase):
+    """Conf_Cum+ with theta = weighted median positive score of the class (paper eq. 14).
+
+    theta is the lowest observed score at which the cumulative weight of the
+    class's positives reaches half of their total.
+    """
+
+    name = "cum-median"
+    summary = "Conf_Cum above the class's median score, one bin below it (paper eq. 14)"
+
+    def _theta_index(self, u, tp, fp, cum) -> int:
+        cw = np.cumsum(tp + fp)
+        return int(np.searchsorted(cw, 0.5 * cw[-1], side="left"))
+
+
+@register
+class CumulativeOptimal(_CumulativeBase):
+    """CwOC, Conf_Cum* (paper eq. 15): theta minimising the class's top-label NLL.
+
+    Candidates are the class's distinct observed scores (theta = lowest score
+    is plain Conf_Cum). For theta = u_j the loss is the NLL of Conf_Cum on
+    the samples with S >= u_j plus that of the constant Hist_k([lo, u_j]) on
+    those with S < u_j; all candidates cost one pass (prefix/suffix sums).
+    Confidences are clipped to [1e-12, 1 - 1e-12] in the loss, as in
+    :func:`topcal.metrics.nll`.
+    """
+
+    name = "cum-opt"
+    summary = "cumulative confidence with the NLL-optimal cut-off theta (CwOC, paper eq. 15)"
+
+    @property
+    def n_params_(self) -> int:
+        return sum(s is not None for s in self.class_state_)
+
+    def _theta_index(self, u, tp, fp, cum) -> int:
+        above = np.cumsum(_binary_nll(tp, fp, cum)[::-1])[::-1]  # loss of rows with index >= j
+        ptp = np.cumsum(tp)
+        pp = np.cumsum(tp + fp)
+        below_val = ptp / pp  # Hist over scores <= u_j
+        tp_lt = np.concatenate([[0.0], ptp[:-1]])  # weight strictly below u_j
+        fp_lt = np.concatenate([[0.0], (pp - ptp)[:-1]])
+        loss = above + _binary_nll(tp_lt, fp_lt, below_val)
+        return int(np.argmin(loss))

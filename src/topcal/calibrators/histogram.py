@@ -1,0 +1,140 @@
+"""Histogram calibration, Conf_Hist (paper section 4, eqs. 5-7).
+
+For predicted class k and a partition b_0 < b_1 < ... < b_n of the score
+range, Conf_Hist,k(S) = |TP ∩ (b_i, b_{i+1}]| / |P ∩ (b_i, b_{i+1}]| for S in
+(b_i, b_{i+1}]. Bins are half-open on the left, as in the paper; the lowest
+bin also takes S = b_0 so the union covers the closed score range.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._params import Interval, Options
+from ..data import ClassView
+from .base import ScoreCalibrator, finite_array
+from .registry import register
+
+__all__ = ["Histogram", "bin_index", "fill_empty_bins", "weighted_quantile_edges"]
+
+
+def bin_index(edges: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Index i of the bin (edges[i], edges[i+1]] holding each score.
+
+    Scores at or below edges[0] go to bin 0, above edges[-1] to the last bin.
+    """
+    return np.clip(np.searchsorted(edges, score, side="left") - 1, 0, len(edges) - 2)
+
+
+def fill_empty_bins(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Give each empty bin the value of the nearest non-empty bin (by bin index).
+
+    When two non-empty bins are equally near, the empty bin takes their
+    average. This holds the boundary value outside the data (no
+    extrapolation) and bridges gaps inside it. Needs at least one non-empty bin.
+    """
+    full = np.flatnonzero(counts > 0)
+    out = values.copy()
+    empty = np.flatnonzero(counts <= 0)
+    if empty.size == 0:
+        return out
+    pos = np.searchsorted(full, empty)
+    left = full[np.clip(pos - 1, 0, full.size - 1)]
+    right = full[np.clip(pos, 0, full.size - 1)]
+    dl = np.where(pos > 0, empty - left, np.inf)
+    dr = np.where(pos < full.size, right - empty, np.inf)
+    out[empty] = np.where(
+        dl < dr, values[left], np.where(dr < dl, values[right], 0.5 * (values[left] + values[right]))
+    )
+    return out
+
+
+def weighted_quantile_edges(score: np.ndarray, weight: np.ndarray, n_bins: int, lo: float, hi: float) -> np.ndarray:
+    """Edges of ``n_bins`` bins holding (as near as ties allow) equal weight.
+
+    Interior edges are the weighted quantiles j / n_bins of the scores; equal
+    edges (heavy ties) are merged, so fewer bins may result. The outer edges
+    are the declared score range.
+    """
+    order = np.argsort(score, kind="stable")
+    s, w = score[order], weight[order]
+    keep = w > 0
+    s, w = s[keep], w[keep]
+    cw = np.cumsum(w)
+    targets = cw[-1] * np.arange(1, n_bins) / n_bins
+    inner = s[np.minimum(np.searchsorted(cw, targets, side="left"), s.size - 1)]
+    edges = np.unique(np.concatenate([[lo], inner, [hi]]))
+    return edges[(edges >= lo) & (edges <= hi)]
+
+
+@register
+class Histogram(ScoreCalibrator):
+    """Per-class histogram calibration (paper eq. 7).
+
+    Parameters
+    ----------
+    n_bins : int, default 10
+        Number of bins (the paper uses 10 equal-width bins).
+    strategy : {"uniform", "quantile"}, default "uniform"
+        "uniform": equal-width bins over the declared score range.
+        "quantile": equal-mass bins (weighted quantiles of the class's
+        positive scores), merged where ties make edges coincide.
+
+    Notes
+    -----
+    An empty bin (no positives of the class) takes the value of the nearest
+    non-empty bin, the average of the two when both neighbours are equally
+    near (:func:`fill_empty_bins`). Fitted state per class: ``edges``,
+    ``values``, and the bin counts ``tp`` and ``fp``.
+    """
+
+    name = "hist"
+    summary = "per-class histogram, 10 equal-width bins (b_i, b_i+1] (paper eq. 7)"
+    _parameter_constraints = {
+        "n_bins": Interval(1, None, integer=True),
+        "strategy": Options(("uniform", "quantile")),
+    }
+
+    def __init__(self, *, n_bins: int = 10, strategy: str = "uniform"):
+        self.n_bins = n_bins
+        self.strategy = strategy
+
+    @property
+    def n_params_(self) -> int:
+        return sum(len(s["values"]) for s in self.class_state_ if s is not None)
+
+    def _edges(self, view: ClassView) -> np.ndarray:
+        lo, hi = self.score_range_
+        n = int(self.n_bins)
+        if self.strategy == "uniform":
+            return np.linspace(lo, hi, n + 1)
+        return weighted_quantile_edges(view.score, view.tp + view.fp, n, lo, hi)
+
+    def _fit_class(self, view: ClassView, k: int) -> dict:
+        edges = self._edges(view)
+        nb = len(edges) - 1
+        idx = bin_index(edges, view.score)
+        tp = np.bincount(idx, weights=view.tp, minlength=nb)
+        fp = np.bincount(idx, weights=view.fp, minlength=nb)
+        n = tp + fp
+        with np.errstate(invalid="ignore", divide="ignore"):
+            raw = np.where(n > 0, tp / np.where(n > 0, n, 1.0), 0.0)
+        return {"edges": edges, "values": fill_empty_bins(raw, n), "tp": tp, "fp": fp}
+
+    def _load_class_state(self, state: dict) -> dict:
+        edges = finite_array(state["edges"], "edges")
+        nb = edges.size - 1
+        if nb < 1 or np.any(np.diff(edges) <= 0):
+            raise ValueError("edges must be increasing with at least two entries")
+        values = finite_array(state["values"], "values", nb)
+        if np.any((values < 0) | (values > 1)):
+            raise ValueError("histogram values must be in [0, 1]")
+        return {
+            "edges": edges,
+            "values": values,
+            "tp": finite_array(state["tp"], "tp", nb),
+            "fp": finite_array(state["fp"], "fp", nb),
+        }
+
+    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
+        return state["values"][bin_index(state["edges"], score)]

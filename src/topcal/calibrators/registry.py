@@ -1,0 +1,57 @@
+"""One registry maps method names to calibrator classes.
+
+The same names feed :func:`topcal.calibrator`, the CLI's ``--method``
+choices, error messages, the docs and the ``method`` field of saved models.
+"""
+
+from __future__ import annotations
+
+from ..errors import ParameterError
+
+__all__ = ["register", "get_class", "available_methods", "calibrator"]
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: add ``cls`` to the registry under ``cls.name``."""
+    if not cls.name or cls.name in _REGISTRY:
+        raise RuntimeError(f"calibrator name {cls.name!r} is empty or already registered")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_methods() -> list[str]:
+    """Registered method names, in registration order."""
+    return list(_REGISTRY)
+
+
+def get_class(name: str) -> type:
+    """The calibrator class registered as ``name``."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ParameterError(
+            f"unknown method {name!r}. Options are: {', '.join(_REGISTRY)}"
+        ) from None
+
+
+def calibrator(name: str, **params):
+    """An unfitted calibrator of method ``name`` with ``params``.
+
+    Unknown parameter names are rejected (never silently swallowed).
+
+    Examples
+    --------
+    >>> import topcal
+    >>> cal = topcal.calibrator("hist", n_bins=10)
+    """
+    cls = get_class(name)
+    allowed = cls._param_names()
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        opts = ", ".join(allowed) if allowed else "none"
+        raise ParameterError(
+            f"method {name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its parameters are: {opts}"
+        )
+    return cls(**params)

@@ -1,0 +1,292 @@
+"""The ``topcal`` command line: a thin layer over the library.
+
+It parses arguments, reads files into TopLabelData, calls the library and
+writes files. Any user mistake ends with exit code 2 and one line
+``error: ...`` on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import TopcalError
+
+__all__ = ["main", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _add_data_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data columns")
+    g.add_argument("--label-column", default="label", help="column with the true class name (default: label)")
+    g.add_argument("--logits", action="store_true", help="read p_<class> columns as logits, not probabilities")
+    g.add_argument("--renormalize", action="store_true", help="divide probability rows by their sum instead of rejecting rows that do not sum to 1")
+    g.add_argument("--score-range", nargs=2, type=float, metavar=("LO", "HI"), help="scale of the 'score' column (default 0 1; PhANNs: 0 10)")
+    g.add_argument("--prob-prefix", default="p_", help="prefix of probability columns (default: p_)")
+    g.add_argument("--pred-column", default="pred", help="predicted-class column for top-score data (default: pred)")
+    g.add_argument("--score-column", default="score", help="top-score column (default: score)")
+
+
+def _read_options(args) -> dict:
+    return dict(
+        label_column=args.label_column,
+        logits=args.logits,
+        renormalize=args.renormalize,
+        score_range=None if args.score_range is None else tuple(args.score_range),
+        prob_prefix=args.prob_prefix,
+        pred_column=args.pred_column,
+        score_column=args.score_column,
+    )
+
+
+def _parse_param(text: str):
+    if "=" not in text:
+        raise TopcalError(f"--param {text!r} must look like NAME=VALUE, e.g. --param n_bins=20")
+    key, raw = text.split("=", 1)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw  # plain strings need no quotes: --param strategy=quantile
+    return key.strip(), value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .calibrators import available_methods
+
+    methods = ", ".join(available_methods())
+    parser = _Parser(prog="topcal", description="Post-hoc top-label confidence calibration.")
+    parser.add_argument("--version", action="version", version=f"topcal {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("fit", help="fit a calibrator and save it as JSON")
+    p.add_argument("data", help="labelled data: CSV, Parquet or .npz")
+    p.add_argument("--method", default="hist", help=f"calibration method (default: hist). Options: {methods}")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter, repeatable (e.g. --param n_bins=20)")
+    p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
+    _add_data_options(p)
+
+    p = sub.add_parser("apply", help="add calibrated confidence to new predictions")
+    p.add_argument("model", help="model file from 'topcal fit'")
+    p.add_argument("data", help="data to calibrate (no label column needed)")
+    p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + confidence")
+    _add_data_options(p)
+
+    p = sub.add_parser("describe", help="show a model's method and fitted parameters per class")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    p = sub.add_parser("metrics", help="per-class and overall NLL, Brier, ECE1, ECE2, Conf1")
+    p.add_argument("data", help="labelled data")
+    p.add_argument("--model", help="model to evaluate (default: the uncalibrated score)")
+    p.add_argument("--bins", type=int, default=10, help="bins for ECE (default 10)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_data_options(p)
+
+    sub.add_parser("methods", help="list the calibration methods")
+
+    p = sub.add_parser("demo", help="fit every method on the embedded PhANNs data and print a per-class table")
+    return parser
+
+
+# ----------------------------------------------------------------- commands
+def _cmd_fit(args) -> int:
+    from . import calibrator, read_data
+
+    params = dict(_parse_param(t) for t in args.param)
+    cal = calibrator(args.method, **params)
+    data = read_data(args.data, **_read_options(args))
+    cal.fit(data)
+    cal.save(args.output)
+    print(f"fitted {args.method} on {data.n_samples:g} samples, {data.n_classes} classes -> {args.output}")
+    return 0
+
+
+def _write_frame(frame, path: str) -> None:
+    out = Path(path)
+    try:
+        if out.suffix.lower() in (".parquet", ".pq"):
+            frame.to_parquet(out, index=False)
+        elif out.suffix.lower() in (".csv", ".txt", ""):
+            frame.to_csv(out, index=False)
+        else:
+            raise TopcalError(f"cannot write {out.suffix!r} files; name the output .csv or .parquet")
+    except OSError as exc:
+        raise TopcalError(f"cannot write {path!r}: {exc.strerror or exc}; check the path") from None
+
+
+def _cmd_apply(args) -> int:
+    from .io import read_frame, read_table
+    from .persist import load
+
+    model = load(args.model)
+    if Path(args.output).resolve() == Path(args.data).resolve():
+        raise TopcalError("the output file is the input file; write to another path so no data is lost")
+    frame = read_table(args.data)
+    for col in ("confidence",):
+        if col in frame.columns:
+            raise TopcalError(f"the input already has a {col!r} column; rename it so it is not overwritten")
+    opts = _read_options(args)
+    opts["label_column"] = args.label_column
+    data = read_frame(frame, **opts)
+    conf = model.predict(data)
+    pred_names = np.asarray(model.classes_, dtype=object)[data.pred]
+    out = frame.copy()
+    if "pred" in out.columns and not np.array_equal(out["pred"].astype(str).to_numpy(), pred_names.astype(str)):
+        raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
+    out["pred"] = pred_names
+    out["confidence"] = conf
+    _write_frame(out, args.output)
+    print(f"calibrated {data.n_rows} rows with {model.name} -> {args.output}")
+    return 0
+
+
+def _fmt(v, width=9, digits=4) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "-".rjust(width)
+    if isinstance(v, (int, np.integer)) or (isinstance(v, float) and float(v).is_integer() and abs(v) >= 1):
+        return f"{v:>{width}.0f}"
+    return f"{v:>{width}.{digits}f}"
+
+
+def format_table(header: list[str], rows: list[list], first_width: int | None = None) -> str:
+    """A plain fixed-width text table."""
+    w0 = first_width or max(len(str(r[0])) for r in rows + [header])
+    widths = [max(9, len(h)) for h in header[1:]]
+    lines = [str(header[0]).ljust(w0) + "".join(" " + h.rjust(w) for h, w in zip(header[1:], widths))]
+    lines.append("-" * len(lines[0]))
+    for r in rows:
+        lines.append(str(r[0]).ljust(w0) + "".join(" " + _fmt(v, w) for v, w in zip(r[1:], widths)))
+    return "\n".join(lines)
+
+
+def _cmd_describe(args) -> int:
+    from .persist import load
+
+    model = load(args.model)
+    d = model.describe()
+    if args.json:
+        print(json.dumps(d, indent=1))
+        return 0
+    print(f"method: {d['method']}")
+    print(f"params: {json.dumps(d['params'])}")
+    print(f"score range: {d['score_range']}")
+    for name, info in d["classes"].items():
+        print(f"\n[{name}]  TP={info['tp']:g}  FP={info['fp']:g}")
+        for key, val in info.items():
+            if key in ("tp", "fp"):
+                continue
+            if isinstance(val, list) and len(val) > 12:
+                shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val[:12])
+                val = f"[{shown}, ...] ({len(val)} values)"
+            elif isinstance(val, list):
+                val = "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val) + "]"
+            elif isinstance(val, float):
+                val = f"{val:.6g}"
+            print(f"  {key}: {val}")
+    return 0
+
+
+def _cmd_metrics(args) -> int:
+    from . import calibrator, read_data
+    from .metrics import summary
+    from .persist import load
+
+    data = read_data(args.data, **_read_options(args))
+    model = load(args.model) if args.model else calibrator("uncalibrated").fit(data)
+    s = summary(data, model.predict(data), n_bins=args.bins)
+    s["method"] = model.name
+    if args.json:
+        print(json.dumps(s, indent=1))
+        return 0
+    cols = ["tp", "fp", "conf1", "nll", "brier", "ece1", "ece2"]
+    rows = [[name] + [r[c] for c in cols] for name, r in s["classes"].items()]
+    rows.append(["overall"] + [s["overall"][c] for c in cols])
+    print(f"method: {model.name}")
+    print(format_table(["class"] + cols, rows))
+    return 0
+
+
+def _cmd_methods(args) -> int:
+    from .calibrators import available_methods, get_class
+
+    for name in available_methods():
+        cls = get_class(name)
+        params = ", ".join(cls._param_names()) or "-"
+        print(f"{name:14s} {cls.summary}  [params: {params}]")
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .evaluate import compare_methods
+    from .datasets import load_phanns
+
+    data = load_phanns()
+    print(f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores 0-10")
+    table = compare_methods(data)
+    skipped = table["skipped"]
+    methods = list(table["methods"])
+    for metric in ("nll", "ece1"):
+        print(f"\nper-class {metric.upper()} (fit and evaluated on the same data, as in the paper)")
+        rows = []
+        for i, c in enumerate(data.classes):
+            rows.append([c] + [table["methods"][m][metric]["per_class"][c] for m in methods])
+        rows.append(["overall"] + [table["methods"][m][metric]["overall"] for m in methods])
+        print(format_table(["class"] + methods, rows, first_width=14))
+    if skipped:
+        print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(skipped))
+    return 0
+
+
+_COMMANDS = {
+    "fit": _cmd_fit,
+    "apply": _cmd_apply,
+    "describe": _cmd_describe,
+    "metrics": _cmd_metrics,
+    "methods": _cmd_methods,
+    "demo": _cmd_demo,
+}
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``topcal`` command; returns the exit code."""
+    parser = build_parser()
+    old = warnings.showwarning
+    warnings.showwarning = _one_line_warning
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return _COMMANDS[args.command](args)
+    except (_UsageError, TopcalError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        warnings.showwarning = old
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,592 @@
+"""The one data object every method reads: :class:`TopLabelData`.
+
+Top-label calibration needs, for every sample X, the predicted class k(X), the
+top score S(X) and whether the prediction was right. :class:`TopLabelData`
+holds exactly that, validated once when it is built, in one of two forms that
+flow through the same code:
+
+* **per sample** (``from_probs``, ``from_logits``, ``from_scores``): one row a
+  sample, with its true class when known, and optionally the full score vector
+  Y(X) (probabilities or logits) that temperature scaling needs;
+* **binned** (``from_binned``): one row a (predicted class, score bin) pair,
+  with the bin's true-positive and false-positive *counts*. A bin's score is
+  its midpoint; the bin edges travel with the data.
+
+In both forms a row carries a true-positive weight ``tp`` and a
+false-positive weight ``fp`` (a labelled sample has ``tp, fp = 1, 0`` or
+``0, 1``), so the per-class sufficient statistics of every score-based method
+are weighted sums, and counts from chunks or machines simply add up.
+
+Scores live on a declared scale ``score_range = (lo, hi)``: (0, 1) for
+probabilities, (0, 10) for PhANNs (a sum of ten softmax outputs). Scores
+outside the declared range are an error, never silently clipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, NamedTuple, Sequence
+
+import numpy as np
+
+from .errors import DataError
+
+__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR"]
+
+#: Floor used when logs of probabilities are needed (temperature scaling) and a
+#: probability is exactly 0: log(1e-300) keeps the entry finite and far below
+#: any real score, without overflowing when divided by a temperature >= 1e-3.
+LOG_PROB_FLOOR = 1e-300
+
+#: Default tolerance on |sum of a probability row - 1|. float32 softmax outputs
+#: of 1000 classes sum to 1 within ~1e-5; 1e-4 accepts them and still catches
+#: a missing column or unnormalised scores.
+SUM_TOLERANCE = 1e-4
+
+
+class ClassView(NamedTuple):
+    """The positives of one predicted class k: rows with k(X) = k.
+
+    ``score`` are their scores (declared scale), ``tp`` and ``fp`` their
+    true-positive and false-positive weights, ``index`` their row numbers in
+    the data. ``tp.sum()`` is |TP_k| and ``fp.sum()`` is |FP_k|.
+    """
+
+    score: np.ndarray
+    tp: np.ndarray
+    fp: np.ndarray
+    index: np.ndarray
+
+
+def _fail(msg: str) -> DataError:
+    return DataError(msg)
+
+
+def _as_float_array(x, name: str, ndim: int) -> np.ndarray:
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise _fail(f"{name} must be numeric: {exc}; convert the column to numbers") from None
+    if arr.ndim != ndim:
+        shape = "a 1-d array (one value per row)" if ndim == 1 else "a 2-d array (rows x classes)"
+        raise _fail(f"{name} must be {shape}, got shape {arr.shape}")
+    if arr.size == 0:
+        raise _fail(f"{name} is empty; topcal needs at least one row")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        where = np.argwhere(bad)[0]
+        if ndim == 1:
+            loc = f"row {where[0]}"
+        else:
+            loc = f"row {where[0]}, column {where[1]}"
+        raise _fail(
+            f"{name} has a non-finite value ({arr[tuple(where)]}) at {loc}; "
+            "remove or impute NaN/inf before calibrating"
+        )
+    return arr
+
+
+def _check_classes(classes: Sequence) -> tuple[str, ...]:
+    names = tuple(str(c) for c in classes)
+    if len(names) == 0:
+        raise _fail("classes is empty; give at least one class name")
+    seen: dict[str, int] = {}
+    for i, c in enumerate(names):
+        if c in seen:
+            raise _fail(
+                f"duplicate class name {c!r} (positions {seen[c]} and {i}); class names must be unique"
+            )
+        seen[c] = i
+    return names
+
+
+def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | None = None):
+    """Map class labels (names or integer indices) to integer indices.
+
+    Integer-typed input is read as indices into ``classes``; anything else as
+    class names. Returns (codes, classes).
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise _fail(f"{name} must be 1-d (one label per row), got shape {arr.shape}")
+    if arr.size == 0:
+        raise _fail(f"{name} is empty; topcal needs at least one row")
+    if arr.dtype.kind in "iu":
+        if classes is None:
+            k = int(arr.max()) + 1 if n_hint is None else n_hint
+            classes = tuple(str(i) for i in range(k))
+        bad = (arr < 0) | (arr >= len(classes))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(
+                f"{name} has index {arr[i]} at row {i}, outside 0..{len(classes) - 1}; "
+                "labels given as integers must index the class list"
+            )
+        return arr.astype(np.int64), classes
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)):
+            i = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise _fail(f"{name} has a missing value at row {i}; every row needs a class")
+        if np.all(arr == np.round(arr)):
+            return _encode(arr.astype(np.int64), classes, name, n_hint)
+    if arr.dtype == object:
+        missing = [i for i, v in enumerate(arr) if v is None or (isinstance(v, float) and v != v)]
+        if missing:
+            raise _fail(f"{name} has a missing value at row {missing[0]}; every row needs a class")
+    strs = arr.astype(str)
+    if classes is None:
+        classes = tuple(np.unique(strs).tolist())
+        if n_hint is not None and len(classes) != n_hint:
+            raise _fail(
+                f"{name} holds {len(classes)} distinct classes but the score vectors have "
+                f"{n_hint} columns; pass classes=[...] naming all {n_hint} columns in order"
+            )
+    lookup = {c: i for i, c in enumerate(classes)}
+    codes = np.fromiter((lookup.get(s, -1) for s in strs), dtype=np.int64, count=strs.size)
+    bad = codes < 0
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _fail(
+            f"{name} has {strs[i]!r} at row {i}, which is not one of the classes "
+            f"{list(classes)}; fix the label or add the class to the class list"
+        )
+    return codes, classes
+
+
+def _check_range(score_range) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in score_range)
+    except (TypeError, ValueError):
+        raise _fail(f"score_range must be two numbers (lo, hi), got {score_range!r}") from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise _fail(f"score_range must be finite with lo < hi, got ({lo}, {hi})")
+    return lo, hi
+
+
+def _check_scores_in_range(score: np.ndarray, lo: float, hi: float, name: str = "score") -> None:
+    # A relative slack of 1e-9 of the range absorbs round-off (e.g. a sum of
+    # ten softmax outputs that comes to 10.000000000000002).
+    slack = 1e-9 * (hi - lo)
+    bad = (score < lo - slack) | (score > hi + slack)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _fail(
+            f"{name} {score[i]!r} at row {i} is outside the declared score range [{lo}, {hi}]; "
+            "declare a score_range (--score-range LO HI) that covers every score"
+        )
+
+
+def _stable_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TopLabelData:
+    """Validated top-label data: predicted class, top score and correctness per row.
+
+    Build it with one of the constructors (:meth:`from_probs`,
+    :meth:`from_logits`, :meth:`from_scores`, :meth:`from_binned`) or with
+    :func:`topcal.io.read_data`; the fields are then trusted by every method.
+
+    Attributes
+    ----------
+    classes : tuple of str, length K
+        Class names; index i of every integer code refers to ``classes[i]``.
+    pred : ndarray of int64, shape (n,)
+        Predicted class k(X) of each row.
+    score : ndarray of float64, shape (n,)
+        Top score S(X) on the declared scale (bin midpoint for binned rows).
+    score_range : (float, float)
+        The declared scale of the scores.
+    tp, fp : ndarray of float64, shape (n,), or None
+        True-positive and false-positive weight of each row (counts for
+        binned rows); None when the data carries no labels (``apply``).
+    labels : ndarray of int64, shape (n,), or None
+        True class of each sample (per-sample labelled data only).
+    full : ndarray of float64, shape (n, K), or None
+        The full score vector Y(X), as given.
+    full_kind : {"probs", "logits"} or None
+        What ``full`` holds.
+    bin_edges : ndarray of float64, shape (n, 2), or None
+        For binned data, each row's bin (lo, hi].
+    """
+
+    classes: tuple[str, ...]
+    pred: np.ndarray
+    score: np.ndarray
+    score_range: tuple[float, float]
+    tp: np.ndarray | None = None
+    fp: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    full: np.ndarray | None = None
+    full_kind: str | None = None
+    bin_edges: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_probs(
+        cls,
+        probs,
+        labels=None,
+        classes: Sequence | None = None,
+        *,
+        renormalize: bool = False,
+        atol: float = SUM_TOLERANCE,
+    ) -> "TopLabelData":
+        """Build from class probabilities Y(X), shape (n, K).
+
+        The predicted class is the argmax (the first one on ties) and the top
+        score its probability, so ``score_range`` is (0, 1).
+
+        Parameters
+        ----------
+        probs : array-like of shape (n, K)
+            Non-negative rows summing to 1 (within ``atol``).
+        labels : array-like of shape (n,), optional
+            True classes, as names in ``classes`` or integer indices. Omit
+            for data to be calibrated only (``predict``/``apply``).
+        classes : sequence of str, optional
+            Names of the K columns. Default: the sorted distinct string
+            labels, or "0".."K-1".
+        renormalize : bool, default False
+            Divide each row by its sum instead of rejecting rows that do not
+            sum to 1.
+        atol : float, default 1e-4
+            Tolerance on |row sum - 1|.
+        """
+        p = _as_float_array(probs, "probs", 2)
+        neg = p < 0
+        if neg.any():
+            r, c = np.argwhere(neg)[0]
+            raise _fail(
+                f"probs has a negative value ({p[r, c]}) at row {r}, column {c}; "
+                "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
+            )
+        sums = p.sum(axis=1)
+        if renormalize:
+            zero = sums <= 0
+            if zero.any():
+                raise _fail(f"probs row {int(np.flatnonzero(zero)[0])} sums to 0 and cannot be renormalised")
+            p = p / sums[:, None]
+        else:
+            off = np.abs(sums - 1.0) > atol
+            if off.any():
+                i = int(np.flatnonzero(off)[0])
+                raise _fail(
+                    f"probs row {i} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
+                    "pass renormalize=True (--renormalize) to divide each row by its sum, "
+                    "or from_logits (--logits) if these are logits"
+                )
+        pred = np.argmax(p, axis=1).astype(np.int64)
+        score = p[np.arange(p.shape[0]), pred]
+        return cls._build_full(p, "probs", pred, np.clip(score, 0.0, 1.0), labels, classes)
+
+    @classmethod
+    def from_logits(cls, logits, labels=None, classes: Sequence | None = None) -> "TopLabelData":
+        """Build from logits (unnormalised log-probabilities), shape (n, K).
+
+        The predicted class is the argmax of the logits, the top score its
+        softmax probability (``score_range`` (0, 1)). The logits are kept as
+        the full vector so temperature scaling works on them directly.
+        """
+        z = _as_float_array(logits, "logits", 2)
+        pred = np.argmax(z, axis=1).astype(np.int64)
+        score = _stable_softmax(z)[np.arange(z.shape[0]), pred]
+        return cls._build_full(z, "logits", pred, score, labels, classes)
+
+    @classmethod
+    def _build_full(cls, full, kind, pred, score, labels, classes) -> "TopLabelData":
+        n, k = full.shape
+        if classes is not None:
+            classes = _check_classes(classes)
+            if len(classes) != k:
+                raise _fail(
+                    f"{kind} has {k} columns but {len(classes)} class names were given; "
+                    "give one name per column, in column order"
+                )
+        if labels is None:
+            classes = classes or tuple(str(i) for i in range(k))
+            return cls(classes, pred, score, (0.0, 1.0), full=full, full_kind=kind)
+        lab_arr = np.asarray(labels)
+        if lab_arr.ndim == 1 and lab_arr.shape[0] != n:
+            raise _fail(f"labels has {lab_arr.shape[0]} rows but {kind} has {n}; they must match row for row")
+        codes, classes = _encode(lab_arr, classes, "labels", n_hint=k)
+        return cls._labelled(classes, pred, score, (0.0, 1.0), codes, full=full, full_kind=kind)
+
+    @classmethod
+    def from_scores(
+        cls,
+        pred,
+        score,
+        labels=None,
+        classes: Sequence | None = None,
+        *,
+        score_range: tuple[float, float] = (0.0, 1.0),
+    ) -> "TopLabelData":
+        """Build from a predicted class and a top score per sample.
+
+        Use this when only the top score is known, or when it is on another
+        scale (``score_range=(0, 10)`` for PhANNs' sum of ten softmax outputs;
+        a random forest's vote fraction is on (0, 1)).
+
+        Parameters
+        ----------
+        pred : array-like of shape (n,)
+            Predicted class, as names or integer indices.
+        score : array-like of shape (n,)
+            Top score of each sample, inside ``score_range``.
+        labels : array-like of shape (n,), optional
+            True classes (names or indices, like ``pred``).
+        classes : sequence of str, optional
+            All class names. Default: sorted distinct names in pred and labels.
+        score_range : (lo, hi), default (0, 1)
+            The scale of the scores; travels with the data and the models.
+        """
+        lo, hi = _check_range(score_range)
+        s = _as_float_array(score, "score", 1)
+        p_arr = np.asarray(pred)
+        if p_arr.ndim != 1 or p_arr.shape[0] != s.shape[0]:
+            raise _fail(f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must match row for row")
+        if classes is not None:
+            classes = _check_classes(classes)
+        elif p_arr.dtype.kind not in "iuf":
+            both = p_arr.astype(str)
+            if labels is not None:
+                both = np.concatenate([both, np.asarray(labels).astype(str)])
+            classes = tuple(np.unique(both).tolist())
+        pred_codes, classes = _encode(p_arr, classes, "pred")
+        if labels is not None:
+            lab_arr = np.asarray(labels)
+            if lab_arr.ndim == 1 and lab_arr.shape[0] != s.shape[0]:
+                raise _fail(f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they must match row for row")
+            codes, classes2 = _encode(lab_arr, classes, "labels")
+            if len(classes2) > len(classes):  # integer labels widened the class list
+                classes = classes2
+                pred_codes, _ = _encode(p_arr, classes, "pred")
+        _check_scores_in_range(s, lo, hi)
+        s = np.clip(s, lo, hi)
+        if labels is None:
+            return cls(classes, pred_codes, s, (lo, hi))
+        return cls._labelled(classes, pred_codes, s, (lo, hi), codes)
+
+    @classmethod
+    def _labelled(cls, classes, pred, score, score_range, codes, **kw) -> "TopLabelData":
+        correct = (codes == pred).astype(np.float64)
+        return cls(classes, pred, score, score_range, tp=correct, fp=1.0 - correct, labels=codes, **kw)
+
+    @classmethod
+    def from_binned(
+        cls,
+        predicted_class,
+        bin_lo,
+        bin_hi,
+        tp,
+        fp,
+        classes: Sequence | None = None,
+        *,
+        score_range: tuple[float, float] | None = None,
+    ) -> "TopLabelData":
+        """Build from per-class, per-bin true/false-positive counts.
+
+        Each row is one score bin (bin_lo, bin_hi] of one predicted class,
+        with ``tp`` samples predicted as that class and right, ``fp`` predicted
+        as it and wrong (the form of ``topcal.datasets.load_phanns()``). The
+        row's score is the bin midpoint; counts act as weights, so every
+        method fits binned data with the same code as per-sample data.
+
+        Parameters
+        ----------
+        predicted_class : array-like of shape (n,)
+            Class name (or index) of each row.
+        bin_lo, bin_hi : array-like of shape (n,)
+            Bin edges, ``bin_lo < bin_hi``.
+        tp, fp : array-like of shape (n,)
+            Non-negative counts (or weights).
+        classes : sequence of str, optional
+            All class names, default the distinct names in order of appearance.
+        score_range : (lo, hi), optional
+            Default: (min bin_lo, max bin_hi).
+        """
+        lo_e = _as_float_array(bin_lo, "bin_lo", 1)
+        hi_e = _as_float_array(bin_hi, "bin_hi", 1)
+        tp_w = _as_float_array(tp, "tp", 1)
+        fp_w = _as_float_array(fp, "fp", 1)
+        pc = np.asarray(predicted_class)
+        n = pc.shape[0] if pc.ndim == 1 else -1
+        for name, arr in (("bin_lo", lo_e), ("bin_hi", hi_e), ("tp", tp_w), ("fp", fp_w)):
+            if arr.shape[0] != n:
+                raise _fail(
+                    f"{name} has {arr.shape[0]} rows but predicted_class has {pc.shape}; "
+                    "every column of binned data must have one value per row"
+                )
+        for name, arr in (("tp", tp_w), ("fp", fp_w)):
+            if (arr < 0).any():
+                i = int(np.flatnonzero(arr < 0)[0])
+                raise _fail(f"{name} count {arr[i]} at row {i} is negative; counts must be >= 0")
+        bad = lo_e >= hi_e
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(f"bin at row {i} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with lo < hi")
+        if tp_w.sum() + fp_w.sum() <= 0:
+            raise _fail("binned data holds no samples (all tp and fp counts are 0)")
+        if classes is None and pc.dtype.kind not in "iu":
+            _, first = np.unique(pc.astype(str), return_index=True)
+            classes = tuple(pc.astype(str)[np.sort(first)].tolist())
+        elif classes is not None:
+            classes = _check_classes(classes)
+        codes, classes = _encode(pc, classes, "predicted_class")
+        if score_range is None:
+            score_range = (float(lo_e.min()), float(hi_e.max()))
+        lo, hi = _check_range(score_range)
+        _check_scores_in_range(lo_e, lo, hi, "bin_lo")
+        _check_scores_in_range(hi_e, lo, hi, "bin_hi")
+        mid = np.clip(0.5 * (lo_e + hi_e), lo, hi)
+        return cls(
+            classes, codes, mid, (lo, hi), tp=tp_w, fp=fp_w,
+            bin_edges=np.column_stack([lo_e, hi_e]),
+        )
+
+    @classmethod
+    def concat(cls, parts: Iterable["TopLabelData"]) -> "TopLabelData":
+        """Stack datasets with the same classes, scale and form (e.g. add new samples)."""
+        parts = list(parts)
+        if not parts:
+            raise _fail("concat needs at least one dataset")
+        first = parts[0]
+        for i, p in enumerate(parts[1:], 1):
+            if p.classes != first.classes:
+                raise _fail(f"dataset {i} has classes {list(p.classes)}, dataset 0 has {list(first.classes)}; they must match")
+            if p.score_range != first.score_range:
+                raise _fail(f"dataset {i} has score range {p.score_range}, dataset 0 has {first.score_range}; they must match")
+            for attr in ("tp", "labels", "full", "bin_edges"):
+                if (getattr(p, attr) is None) != (getattr(first, attr) is None):
+                    raise _fail(f"dataset {i} and dataset 0 differ in whether they have {attr}; concatenate like with like")
+            if p.full_kind != first.full_kind:
+                raise _fail(f"dataset {i} holds {p.full_kind}, dataset 0 holds {first.full_kind}; they must match")
+
+        def cat(attr):
+            if getattr(first, attr) is None:
+                return None
+            return np.concatenate([getattr(p, attr) for p in parts])
+
+        return cls(
+            first.classes, cat("pred"), cat("score"), first.score_range, tp=cat("tp"), fp=cat("fp"),
+            labels=cat("labels"), full=cat("full"), full_kind=first.full_kind, bin_edges=cat("bin_edges"),
+        )
+
+    # -------------------------------------------------------------- queries
+    @property
+    def n_classes(self) -> int:
+        """Number of classes K."""
+        return len(self.classes)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows (samples, or bins for binned data)."""
+        return int(self.pred.shape[0])
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    @property
+    def is_binned(self) -> bool:
+        """True for data built from per-bin counts."""
+        return self.bin_edges is not None
+
+    @property
+    def has_labels(self) -> bool:
+        """True when each row says how many of its samples were right (tp/fp)."""
+        return self.tp is not None
+
+    @property
+    def has_full(self) -> bool:
+        """True when the full score vector Y(X) is known (temperature scaling needs it)."""
+        return self.full is not None
+
+    @property
+    def n_samples(self) -> float:
+        """Total sample weight (number of samples; sum of counts for binned data)."""
+        if self.tp is None:
+            return float(self.n_rows)
+        return float(self.tp.sum() + self.fp.sum())
+
+    def normalized_score(self) -> np.ndarray:
+        """Scores rescaled to [0, 1] by the declared range: (S - lo) / (hi - lo)."""
+        lo, hi = self.score_range
+        return (self.score - lo) / (hi - lo)
+
+    def require_labels(self, what: str) -> None:
+        """Raise a DataError naming ``what`` if the data has no labels."""
+        if not self.has_labels:
+            raise DataError(
+                f"{what} needs labelled data (true classes, or tp/fp counts); "
+                "add a label column (--label-column) or use binned tp/fp counts"
+            )
+
+    def require_full(self, what: str) -> None:
+        """Raise a DataError naming ``what`` if the full score vector is unknown."""
+        if not self.has_full:
+            raise DataError(
+                f"{what} needs the full score vector Y(X) (probabilities or logits), "
+                "but this data has only top scores; use a score-based method (hist, cum, kde-mon2, ...) "
+                "or the binary temperature variant"
+            )
+
+    def class_view(self, k: int) -> ClassView:
+        """The positives of predicted class ``k`` (rows with pred == k)."""
+        self.require_labels("splitting into TP/FP")
+        idx = np.flatnonzero(self.pred == k)
+        return ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
+
+    def class_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(|TP_k|, |FP_k|) for every class k, as float arrays of length K."""
+        self.require_labels("counting true and false positives")
+        k = self.n_classes
+        return (
+            np.bincount(self.pred, weights=self.tp, minlength=k),
+            np.bincount(self.pred, weights=self.fp, minlength=k),
+        )
+
+    def log_probs(self) -> np.ndarray:
+        """log Y(X), shape (n, K): log-softmax of logits, or log of probabilities
+        with exact zeros floored at :data:`LOG_PROB_FLOOR`."""
+        self.require_full("log-probabilities")
+        if self.full_kind == "logits":
+            z = self.full - self.full.max(axis=1, keepdims=True)
+            return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        return np.log(np.maximum(self.full, LOG_PROB_FLOOR))
+
+    def subset(self, index) -> "TopLabelData":
+        """Rows ``index`` (integer indices or a boolean mask) as a new dataset."""
+        idx = np.asarray(index)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        if idx.size == 0:
+            raise DataError("subset is empty; select at least one row")
+
+        def take(a):
+            return None if a is None else a[idx]
+
+        return TopLabelData(
+            self.classes, self.pred[idx], self.score[idx], self.score_range, tp=take(self.tp),
+            fp=take(self.fp), labels=take(self.labels), full=take(self.full), full_kind=self.full_kind,
+            bin_edges=take(self.bin_edges),
+        )
+
+    def without_labels(self) -> "TopLabelData":
+        """The same rows with labels dropped (what ``apply`` sees)."""
+        return TopLabelData(
+            self.classes, self.pred, self.score, self.score_range, full=self.full,
+            full_kind=self.full_kind, bin_edges=self.bin_edges,
+        )
+
+    def __repr__(self) -> str:
+        form = "binned" if self.is_binned else "per-sample"
+        extra = f", full={self.full_kind}" if self.has_full else ""
+        lab = f", samples={self.n_samples:g}" if self.has_labels else ", unlabelled"
+        return (
+            f"TopLabelData({form}, rows={self.n_rows}, classes={self.n_classes}{lab}, "
+            f"score_range={self.score_range}{extra})"
+        )

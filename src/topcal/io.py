@@ -1,0 +1,167 @@
+"""Reading data files (CSV, Parquet, .npz) into :class:`TopLabelData`.
+
+Column conventions (each name can be overridden):
+
+* ``label``: the true class name (optional: data to be calibrated with
+  ``apply`` needs none).
+* Full score vectors: one column per class, ``p_<class>`` for probabilities
+  (read as logits with ``logits=True`` / ``--logits``) or ``logit_<class>``
+  for logits; class names come from the column names, in column order.
+* Top score only: ``pred`` (predicted class name) and ``score``, on the scale
+  ``score_range`` (default (0, 1); ``--score-range 0 10`` for PhANNs).
+* Binned counts: ``predicted_class, bin_lo, bin_hi, tp, fp`` (detected by
+  its columns; bins are (bin_lo, bin_hi]).
+
+A ``.npz`` file holds the same columns as 1-d arrays, or a 2-d ``probs`` or
+``logits`` array with optional ``classes`` and ``labels``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .data import TopLabelData
+from .errors import DataError
+
+__all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS"]
+
+BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
+
+
+def read_table(path):
+    """Read a CSV, Parquet or .npz file into a pandas DataFrame (no validation)."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"data file {str(p)!r} does not exist; check the path")
+    if p.is_dir():
+        raise DataError(f"{str(p)!r} is a directory; give a CSV, Parquet or .npz file")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".csv", ".txt", ".tsv"):
+            frame = pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",")
+        elif suffix in (".parquet", ".pq"):
+            frame = pd.read_parquet(p)
+        elif suffix == ".npz":
+            frame = _npz_frame(p)
+        else:
+            raise DataError(
+                f"cannot tell the format of {str(p)!r} from its extension {suffix!r}; "
+                "use .csv, .tsv, .parquet or .npz"
+            )
+    except DataError:
+        raise
+    except Exception as exc:  # pandas/pyarrow raise many types for bad files
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"cannot read {str(p)!r}: {msg}") from None
+    if len(frame) == 0:
+        raise DataError(f"{str(p)!r} has no rows; topcal needs at least one")
+    return frame
+
+
+def _npz_frame(p: Path):
+    import pandas as pd
+
+    with np.load(p, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    cols = {}
+    classes = [str(c) for c in arrays.pop("classes")] if "classes" in arrays else None
+    for key, prefix in (("probs", "p_"), ("logits", "logit_")):
+        if key in arrays:
+            m = arrays.pop(key)
+            if m.ndim != 2:
+                raise DataError(f"{key} in {str(p)!r} must be 2-d (samples x classes), got shape {m.shape}")
+            names = classes or [str(i) for i in range(m.shape[1])]
+            if len(names) != m.shape[1]:
+                raise DataError(f"{str(p)!r} has {len(names)} classes but {key} has {m.shape[1]} columns")
+            for j, c in enumerate(names):
+                cols[prefix + c] = m[:, j]
+    for key, arr in arrays.items():
+        if arr.ndim != 1:
+            raise DataError(f"array {key!r} in {str(p)!r} must be 1-d, got shape {arr.shape}")
+        cols[key] = arr
+    try:
+        return pd.DataFrame(cols)
+    except ValueError as exc:
+        raise DataError(f"arrays in {str(p)!r} have different lengths ({exc}); give one value per sample") from None
+
+
+def read_frame(
+    frame,
+    *,
+    label_column: str = "label",
+    logits: bool = False,
+    prob_prefix: str = "p_",
+    logit_prefix: str = "logit_",
+    pred_column: str = "pred",
+    score_column: str = "score",
+    score_range=None,
+    renormalize: bool = False,
+    classes=None,
+) -> TopLabelData:
+    """Build :class:`TopLabelData` from a DataFrame by the column conventions above."""
+    cols = [str(c) for c in frame.columns]
+    labels = None
+    if label_column in cols:
+        labels = frame[label_column].to_numpy()
+    if all(c in cols for c in BINNED_COLUMNS):
+        return TopLabelData.from_binned(
+            frame["predicted_class"].to_numpy(), frame["bin_lo"].to_numpy(), frame["bin_hi"].to_numpy(),
+            frame["tp"].to_numpy(), frame["fp"].to_numpy(), classes=classes, score_range=score_range,
+        )
+    logit_cols = [c for c in cols if c.startswith(logit_prefix)]
+    prob_cols = [c for c in cols if c.startswith(prob_prefix)]
+    if logit_cols and prob_cols:
+        raise DataError(
+            f"data has both {prob_prefix}* and {logit_prefix}* columns; keep one set of score columns"
+        )
+    vec_cols, prefix = (logit_cols, logit_prefix) if logit_cols else (prob_cols, prob_prefix)
+    if vec_cols:
+        names = [c[len(prefix):] for c in vec_cols]
+        if classes is not None and [str(c) for c in classes] != names:
+            raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
+        matrix = _numeric(frame, vec_cols)
+        if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
+            raise DataError("--score-range applies to pred/score columns; probability columns are on (0, 1)")
+        if logit_cols or logits:
+            return TopLabelData.from_logits(matrix, labels, classes=names)
+        return TopLabelData.from_probs(matrix, labels, classes=names, renormalize=renormalize)
+    if pred_column in cols and score_column in cols:
+        return TopLabelData.from_scores(
+            frame[pred_column].to_numpy(), _numeric(frame, [score_column])[:, 0], labels,
+            classes=classes, score_range=(0.0, 1.0) if score_range is None else score_range,
+        )
+    raise DataError(
+        f"cannot find score columns in {cols[:8]}{'...' if len(cols) > 8 else ''}: expected "
+        f"{prob_prefix}<class> probability columns, {logit_prefix}<class> logits, "
+        f"'{pred_column}' + '{score_column}', or binned {','.join(BINNED_COLUMNS)}"
+    )
+
+
+def _numeric(frame, columns) -> np.ndarray:
+    import pandas as pd
+
+    out = np.empty((len(frame), len(columns)), dtype=np.float64)
+    for j, c in enumerate(columns):
+        col = pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.isnan(col) & ~pd.isna(frame[c]).to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i}; fix or remove it")
+        if np.isnan(col).any():
+            i = int(np.flatnonzero(np.isnan(col))[0])
+            raise DataError(f"column {c!r} is empty (NaN) at row {i}; remove or impute missing scores")
+        out[:, j] = col
+    return out
+
+
+def read_data(path, **options) -> TopLabelData:
+    """Read a data file into :class:`TopLabelData`; ``options`` as in :func:`read_frame`."""
+    frame = read_table(path)
+    try:
+        return read_frame(frame, **options)
+    except DataError as exc:
+        raise DataError(f"{Path(path).name}: {exc}") from None

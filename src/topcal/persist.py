@@ -1,0 +1,114 @@
+"""Fitted models as versioned JSON (never pickle).
+
+A model file is one JSON object::
+
+    {"format": "topcal-model", "format_version": 1, "topcal_version": "...",
+     "model": {method, params, classes, score_range, n_tp, n_fp, state},
+     "sha256": "<hash of the canonical JSON of 'model'>"}
+
+Floats are written with Python's shortest round-trip repr, so a loaded model
+predicts bit for bit what the saved one did. Loading only parses JSON and
+numbers, so a file can never run code. A file that is not JSON, is
+truncated, has another format version, names an unknown method, or whose
+content no longer matches its checksum (edited by hand or corrupted) raises
+:class:`~topcal.errors.ModelFileError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .errors import ModelFileError, TopcalError
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load"]
+
+FORMAT = "topcal-model"
+FORMAT_VERSION = 1
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def dumps(model) -> str:
+    """The JSON text of a fitted calibrator."""
+    from . import __version__
+
+    payload = model.to_dict()
+    try:
+        digest = hashlib.sha256(_canonical(payload).encode()).hexdigest()
+    except ValueError as exc:  # NaN/inf in state: a bug, not a user error
+        raise TopcalError(f"model state is not finite and cannot be saved: {exc}") from None
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "topcal_version": __version__,
+        "model": payload,
+        "sha256": digest,
+    }
+    return json.dumps(doc, indent=1, allow_nan=False)
+
+
+def _reject_constant(name):
+    raise ValueError(f"non-finite number {name}")
+
+
+def loads(text: str, *, source: str = "model"):
+    """Rebuild a fitted calibrator from :func:`dumps` text."""
+    from .calibrators.registry import available_methods, get_class
+
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ModelFileError(
+            f"{source} is not a valid topcal model file (JSON error: {str(exc).splitlines()[0]}); "
+            "it may be truncated: save the model again"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ModelFileError(f"{source} is not a topcal model file (no \"format\": \"{FORMAT}\" field)")
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ModelFileError(
+            f"{source} has model format version {version!r}; this topcal reads version {FORMAT_VERSION}: "
+            "refit the model with this version of topcal"
+        )
+    payload = doc.get("model")
+    if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
+        raise ModelFileError(f"{source} is missing its 'model' or 'sha256' field; save the model again")
+    if hashlib.sha256(_canonical(payload).encode()).hexdigest() != doc["sha256"]:
+        raise ModelFileError(
+            f"{source} was modified after it was saved (checksum mismatch); refit and save it again "
+            "instead of editing the file"
+        )
+    method = payload.get("method")
+    if method not in available_methods():
+        raise ModelFileError(
+            f"{source} uses method {method!r}, unknown to this topcal. Options are: {', '.join(available_methods())}"
+        )
+    return get_class(method).from_dict(payload)
+
+
+def save(model, path) -> None:
+    """Write ``model`` (fitted) to ``path`` as JSON, atomically (temp file + rename)."""
+    text = dumps(model)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise TopcalError(f"cannot write model to {str(path)!r}: {exc.strerror}; check the path") from None
+
+
+def load(path):
+    """Read a model saved with :func:`save` (or ``topcal fit -o``)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ModelFileError(f"model file {str(path)!r} does not exist; check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"cannot read model file {str(path)!r}: {exc}") from None
+    return loads(text, source=f"model file {str(path)!r}")

@@ -4,22 +4,44 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --quiet --disable-pip-version-check
 STAMP  := $(VENV)/.topcal-installed
+FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install system-deps bench clean
 
+# torch is installed first and pinned: an unpinned torch would pull several GB.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e ".[test,experiments]"
 	@touch $(STAMP)
 
 install: $(STAMP)
 
+# Debian packages the tests use: headless Chromium (the report test) and
+# Fashion-MNIST (the ensemble experiment). Installed when missing and possible.
+system-deps:
+	@if ! command -v chromium >/dev/null 2>&1 || [ ! -d $(FASHION_MNIST) ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages chromium and dataset-fashion-mnist"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium dataset-fashion-mnist) >/dev/null \
+	      || echo "warning: could not install chromium / dataset-fashion-mnist; tests needing them will skip (fail under CI=true)"; \
+	  else \
+	    echo "warning: chromium or Fashion-MNIST missing and apt-get unavailable; tests needing them will skip (fail under CI=true)"; \
+	  fi; \
+	fi
+
 demo: $(STAMP)
 	$(VENV)/bin/topcal demo
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PIP) install -e ".[bench]"
+	$(PIP) install netcal --no-deps
+	@echo "run e.g.: $(PY) benchmarks/bench_kde.py"
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

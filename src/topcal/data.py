@@ -147,7 +147,7 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _fail(
-            f"{name} has {strs[i]!r} at row {i}, which is not one of the classes "
+            f"{name} has {str(strs[i])!r} at row {i}, which is not one of the classes "
             f"{list(classes)}; fix the label or add the class to the class list"
         )
     return codes, classes
@@ -351,6 +351,9 @@ class TopLabelData:
             raise _fail(f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must match row for row")
         if classes is not None:
             classes = _check_classes(classes)
+        elif p_arr.dtype.kind in "iu" and labels is not None and np.asarray(labels).dtype.kind in "iu":
+            both = np.concatenate([p_arr.ravel(), np.asarray(labels).ravel()])
+            classes = tuple(str(i) for i in range(int(both.max()) + 1 if both.size else 1))
         elif p_arr.dtype.kind not in "iuf":
             both = p_arr.astype(str)
             if labels is not None:

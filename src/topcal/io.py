@@ -42,7 +42,9 @@ def read_table(path):
     suffix = p.suffix.lower()
     try:
         if suffix in (".csv", ".txt", ".tsv"):
-            frame = pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",")
+            sep = "\t" if suffix == ".tsv" else ","
+            _check_header(p, sep)
+            frame = pd.read_csv(p, sep=sep)
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(p)
         elif suffix == ".npz":
@@ -60,6 +62,21 @@ def read_table(path):
     if len(frame) == 0:
         raise DataError(f"{str(p)!r} has no rows; topcal needs at least one")
     return frame
+
+
+def _check_header(p: Path, sep: str) -> None:
+    """Reject duplicate column names (pandas would silently rename them 'x.1')."""
+    import csv
+
+    with open(p, newline="", encoding="utf-8", errors="replace") as fh:
+        header = next(csv.reader(fh, delimiter=sep), None)
+    if not header:
+        raise DataError(f"{str(p)!r} is empty; it needs a header line and at least one row")
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise DataError(f"{str(p)!r} has the column {name!r} twice; column (and class) names must be unique")
+        seen.add(name)
 
 
 def _npz_frame(p: Path):

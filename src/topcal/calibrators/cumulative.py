@@ -9,7 +9,9 @@ Conf_Cum+(S) = Conf_Cum(S) for S >= theta, and Hist_k([lo, theta]) (one big
 bin) below theta. ``cum-median`` takes theta = the weighted median positive
 score of the class; ``cum-opt`` (the paper's CwOC, Conf_Cum*) the theta among
 the class's observed scores that minimises the class's top-label NLL on the
-fitting data (first minimiser, i.e. the lowest such theta, on ties).
+fitting data (first minimiser, i.e. the lowest such theta, on ties). A
+cut-off at the class's lowest observed score is no cut-off (plain Conf_Cum);
+``theta`` is then reported as the lower end of the score range.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ class _CumulativeBase(ScoreCalibrator):
         sp = np.cumsum((tp + fp)[::-1])[::-1]
         cum = stp / sp
         j = self._theta_index(u, tp, fp, cum)
+        if j == 0:
+            # A cut-off at the lowest observed score changes nothing on the data;
+            # we read it as "no cut-off" so scores below the data get Conf_Cum
+            # there, i.e. the class's Conf1, rather than the lowest bin alone.
+            return {"scores": u, "values": cum, "theta": float(self.score_range_[0]), "below": float(cum[0])}
         ptp = np.cumsum(tp)
         pp = np.cumsum(tp + fp)
         below = float(ptp[j] / pp[j])  # Hist_k([lo, theta]): scores <= theta

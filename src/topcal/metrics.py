@@ -43,8 +43,8 @@ __all__ = [
 
 #: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a
 #: confident mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf.
-#: (scikit-learn's log_loss clips at the dtype's eps, ~2.2e-16; 1e-12 keeps
-#: 1 - c exactly representable while costing little.)
+#: (scikit-learn's log_loss clips at the dtype's eps, ~2.2e-16; at 1e-12 the
+#: upper clip 1 - 1e-12 is still resolved by float64, to ~1e-4 relative.)
 PROB_CLIP = 1e-12
 
 

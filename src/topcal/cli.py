@@ -151,7 +151,7 @@ def _cmd_apply(args) -> int:
         if col in frame.columns:
             raise TopcalError(f"the input already has a {col!r} column; rename it so it is not overwritten")
     opts = _read_options(args)
-    opts["label_column"] = args.label_column
+    opts["label_column"] = None  # apply ignores labels, so a label column can hold anything
     data = read_frame(frame, **opts)
     conf = model.predict(data)
     pred_names = np.asarray(model.classes_, dtype=object)[data.pred]
@@ -196,9 +196,9 @@ def _cmd_describe(args) -> int:
     print(f"params: {json.dumps(d['params'])}")
     print(f"score range: {d['score_range']}")
     for name, info in d["classes"].items():
-        print(f"\n[{name}]  TP={info['tp']:g}  FP={info['fp']:g}")
+        print(f"\n[{name}]  TP={info['n_tp']:g}  FP={info['n_fp']:g}")
         for key, val in info.items():
-            if key in ("tp", "fp"):
+            if key in ("n_tp", "n_fp"):
                 continue
             if isinstance(val, list) and len(val) > 12:
                 shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val[:12])

@@ -13,7 +13,7 @@ Column conventions (each name can be overridden):
   its columns; bins are (bin_lo, bin_hi]).
 
 A ``.npz`` file holds the same columns as 1-d arrays, or a 2-d ``probs`` or
-``logits`` array with optional ``classes`` and ``labels``.
+``logits`` array with optional ``classes`` and ``labels`` (or ``label``).
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ def _npz_frame(p: Path):
                 raise DataError(f"{str(p)!r} has {len(names)} classes but {key} has {m.shape[1]} columns")
             for j, c in enumerate(names):
                 cols[prefix + c] = m[:, j]
+    if "labels" in arrays and "label" not in arrays:
+        arrays["label"] = arrays.pop("labels")
     for key, arr in arrays.items():
         if arr.ndim != 1:
             raise DataError(f"array {key!r} in {str(p)!r} must be 1-d, got shape {arr.shape}")

@@ -171,7 +171,7 @@ class Calibrator:
             "params": self.get_params(),
             "score_range": list(self.score_range_),
             "classes": {
-                c: {"tp": float(self.n_tp_[i]), "fp": float(self.n_fp_[i]), **per_class[i]}
+                c: {"n_tp": float(self.n_tp_[i]), "n_fp": float(self.n_fp_[i]), **per_class[i]}
                 for i, c in enumerate(self.classes_)
             },
         }

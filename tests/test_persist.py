@@ -1,0 +1,122 @@
+"""Versioned JSON models: exact round trips, and clear errors for bad files."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import topcal
+from topcal import TopLabelData, persist
+from topcal.errors import ModelFileError
+
+CORE = ["uncalibrated", "conf1", "hist", "cum", "cum-median", "cum-opt"]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    n = 2000
+    probs = rng.dirichlet([0.5, 0.5, 0.5], n)
+    labels = np.where(rng.uniform(size=n) < probs.max(1) ** 0.7, probs.argmax(1), rng.integers(0, 3, n))
+    return TopLabelData.from_probs(probs, labels, classes=["x", "y", "z"])
+
+
+def registered_methods_for(data):
+    return [m for m in topcal.available_methods() if not (topcal.calibrators.get_class(m).needs_full and not data.has_full)]
+
+
+@pytest.mark.parametrize("method", CORE)
+def test_round_trip_is_bit_for_bit(method, data, tmp_path):
+    model = topcal.calibrator(method).fit(data)
+    path = tmp_path / "m.json"
+    model.save(path)
+    loaded = topcal.load(path)
+    assert type(loaded) is type(model) and loaded.get_params() == model.get_params()
+    a, b = model.predict(data), loaded.predict(data)
+    assert a.tobytes() == b.tobytes()
+    grid = np.linspace(0, 1, 1001)
+    assert model.curve("y", grid).confidence.tobytes() == loaded.curve("y", grid).confidence.tobytes()
+    # saving the loaded model gives the same file
+    assert persist.dumps(loaded) == persist.dumps(model)
+
+
+def test_every_registered_method_round_trips(data):
+    for method in registered_methods_for(data):
+        model = topcal.calibrator(method).fit(data)
+        loaded = persist.loads(persist.dumps(model))
+        assert model.predict(data).tobytes() == loaded.predict(data).tobytes(), method
+
+
+def test_phanns_binned_round_trip(tmp_path):
+    d = topcal.datasets.load_phanns()
+    m = topcal.calibrator("hist", n_bins=20).fit(d)
+    m.save(tmp_path / "p.json")
+    assert topcal.load(tmp_path / "p.json").predict(d).tobytes() == m.predict(d).tobytes()
+
+
+def _doc(data):
+    return json.loads(persist.dumps(topcal.calibrator("hist").fit(data)))
+
+
+def test_not_json_truncated_and_pickle_files(data, tmp_path):
+    text = persist.dumps(topcal.calibrator("hist").fit(data))
+    (tmp_path / "t.json").write_text(text[: len(text) // 2])
+    with pytest.raises(ModelFileError, match="not a valid topcal model file.*truncated"):
+        topcal.load(tmp_path / "t.json")
+    (tmp_path / "p.json").write_bytes(pickle.dumps({"a": 1}))
+    with pytest.raises(ModelFileError):
+        topcal.load(tmp_path / "p.json")
+    (tmp_path / "e.json").write_text("")
+    with pytest.raises(ModelFileError, match="not a valid"):
+        topcal.load(tmp_path / "e.json")
+    with pytest.raises(ModelFileError, match="does not exist"):
+        topcal.load(tmp_path / "missing.json")
+
+
+def test_wrong_format_and_version(data):
+    doc = _doc(data)
+    doc["format_version"] = 99
+    with pytest.raises(ModelFileError, match="version 99.*refit"):
+        persist.loads(json.dumps(doc))
+    with pytest.raises(ModelFileError, match="not a topcal model file"):
+        persist.loads(json.dumps({"hello": 1}))
+    with pytest.raises(ModelFileError, match="not a topcal model file"):
+        persist.loads("[1, 2]")
+
+
+def test_tampered_file_is_detected(data):
+    doc = _doc(data)
+    doc["model"]["state"]["class_state"][0]["values"][3] = 0.123
+    with pytest.raises(ModelFileError, match="modified after it was saved"):
+        persist.loads(json.dumps(doc))
+
+
+def _rehash(doc):
+    doc["sha256"] = persist.hashlib.sha256(persist._canonical(doc["model"]).encode()).hexdigest()
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda m: m["state"]["class_state"][0].__setitem__("values", [2.0] * 10), "in \\[0, 1\\]"),
+        (lambda m: m["state"]["class_state"][0].__setitem__("edges", [0, 1]), "values must have 1 entries"),
+        (lambda m: m.__setitem__("classes", ["x"]), "inconsistent"),
+        (lambda m: m["params"].__setitem__("n_bins", -3), "n_bins"),
+        (lambda m: m["params"].__setitem__("evil", "os.system"), "unexpected keyword|malformed"),
+        (lambda m: m.__setitem__("method", "__import__"), "unknown to this topcal"),
+        (lambda m: m.pop("state"), "malformed"),
+    ],
+)
+def test_consistent_checksum_but_invalid_content(data, edit, match):
+    doc = _doc(data)
+    edit(doc["model"])
+    with pytest.raises(ModelFileError, match=match):
+        persist.loads(_rehash(doc))
+
+
+def test_nan_in_file_is_rejected(data):
+    text = persist.dumps(topcal.calibrator("hist").fit(data)).replace('"n_tp": [', '"n_tp": [NaN, ', 1)
+    with pytest.raises(ModelFileError):
+        persist.loads(text)

@@ -1,7 +1,7 @@
 """Top-label metrics: plain functions of (data, confidence).
 
 Every loss here is the *binary* loss of the top-label problem (Gupta and
-Ramdas 2022; paper eqs. 16-17): for class k only the positives P_k (rows
+Ramdas 2022; paper eqs. 14-15): for class k only the positives P_k (rows
 predicted as k) count; a true positive has label 1, a false positive label 0,
 and ``confidence`` is the predicted probability of label 1. Rows are weighted
 by their TP/FP counts, so binned and per-sample data give the same numbers.
@@ -103,7 +103,7 @@ def _per_class_mean(data: TopLabelData, loss_rows: np.ndarray, name: str) -> Cla
 
 
 def nll(data: TopLabelData, confidence) -> ClassMetric:
-    """Top-label binary negative log-likelihood (paper eq. 16), mean per sample.
+    """Top-label binary negative log-likelihood (paper eq. 14), mean per sample.
 
     -[tp log c + fp log(1 - c)] per row, with c clipped to
     [PROB_CLIP, 1 - PROB_CLIP].
@@ -114,7 +114,7 @@ def nll(data: TopLabelData, confidence) -> ClassMetric:
 
 
 def brier(data: TopLabelData, confidence) -> ClassMetric:
-    """Top-label Brier score (paper eq. 17), mean per sample: tp (1 - c)^2 + fp c^2."""
+    """Top-label Brier score (paper eq. 15), mean per sample: tp (1 - c)^2 + fp c^2."""
     c = _check(data, confidence)
     rows = data.tp * (1.0 - c) ** 2 + data.fp * c**2
     return _per_class_mean(data, rows, "brier")

@@ -1,4 +1,4 @@
-"""Cumulative confidence and its cut-off variants (paper section 7, eqs. 13-15).
+"""Cumulative confidence and its cut-off variants (paper section 7, eqs. 11-13).
 
 Conf_Cum(S) = Hist_k([S, inf)): the fraction of true positives among the
 class's positives scoring S *or better* (PhANNs' original rule). It answers
@@ -99,7 +99,7 @@ class _CumulativeBase(ScoreCalibrator):
 
 @register
 class Cumulative(_CumulativeBase):
-    """Conf_Cum(S) = Hist_k([S, inf)) (paper eq. 13): accuracy of scores >= S.
+    """Conf_Cum(S) = Hist_k([S, inf)) (paper eq. 11): accuracy of scores >= S.
 
     Above the highest observed score the value at that score is held; below
     the lowest, it is the class's Conf1. Fitted state per class: the distinct
@@ -107,7 +107,7 @@ class Cumulative(_CumulativeBase):
     """
 
     name = "cum"
-    summary = "cumulative confidence Hist_k([S, inf)) (PhANNs' original rule, paper eq. 13)"
+    summary = "cumulative confidence Hist_k([S, inf)) (PhANNs' original rule, paper eq. 11)"
 
     def _theta_index(self, u, tp, fp, cum) -> int:
         return 0
@@ -115,14 +115,14 @@ class Cumulative(_CumulativeBase):
 
 @register
 class CumulativeMedian(_CumulativeBase):
-    """Conf_Cum+ with theta = weighted median positive score of the class (paper eq. 14).
+    """Conf_Cum+ with theta = weighted median positive score of the class (paper eq. 12).
 
     theta is the lowest observed score at which the cumulative weight of the
     class's positives reaches half of their total.
     """
 
     name = "cum-median"
-    summary = "Conf_Cum above the class's median score, one bin below it (paper eq. 14)"
+    summary = "Conf_Cum above the class's median score, one bin below it (paper eq. 12)"
 
     def _theta_index(self, u, tp, fp, cum) -> int:
         cw = np.cumsum(tp + fp)
@@ -131,7 +131,7 @@ class CumulativeMedian(_CumulativeBase):
 
 @register
 class CumulativeOptimal(_CumulativeBase):
-    """CwOC, Conf_Cum* (paper eq. 15): theta minimising the class's top-label NLL.
+    """CwOC, Conf_Cum* (paper eq. 13): theta minimising the class's top-label NLL.
 
     Candidates are the class's distinct observed scores (theta = lowest score
     is plain Conf_Cum). For theta = u_j the loss is the NLL of Conf_Cum on
@@ -142,7 +142,7 @@ class CumulativeOptimal(_CumulativeBase):
     """
 
     name = "cum-opt"
-    summary = "cumulative confidence with the NLL-optimal cut-off theta (CwOC, paper eq. 15)"
+    summary = "cumulative confidence with the NLL-optimal cut-off theta (CwOC, paper eq. 13)"
 
     @property
     def n_params_(self) -> int:

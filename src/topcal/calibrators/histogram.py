@@ -1,4 +1,4 @@
-"""Histogram calibration, Conf_Hist (paper section 4, eqs. 5-7).
+"""Histogram calibration, Conf_Hist (paper section 4, eqs. 5-6).
 
 For predicted class k and a partition b_0 < b_1 < ... < b_n of the score
 range, Conf_Hist,k(S) = |TP ∩ (b_i, b_{i+1}]| / |P ∩ (b_i, b_{i+1}]| for S in
@@ -69,7 +69,7 @@ def weighted_quantile_edges(score: np.ndarray, weight: np.ndarray, n_bins: int, 
 
 @register
 class Histogram(ScoreCalibrator):
-    """Per-class histogram calibration (paper eq. 7).
+    """Per-class histogram calibration (paper eq. 6).
 
     Parameters
     ----------
@@ -89,7 +89,7 @@ class Histogram(ScoreCalibrator):
     """
 
     name = "hist"
-    summary = "per-class histogram, 10 equal-width bins (b_i, b_i+1] (paper eq. 7)"
+    summary = "per-class histogram, 10 equal-width bins (b_i, b_i+1] (paper eq. 6)"
     _parameter_constraints = {
         "n_bins": Interval(1, None, integer=True),
         "strategy": Options(("uniform", "quantile")),

@@ -265,7 +265,7 @@ def _cmd_demo(args) -> int:
 #: Modules that add subcommands: "module:function", the function takes the
 #: argparse subparsers object and adds parsers with ``set_defaults(func=...)``;
 #: ``func(args)`` returns the exit code. Keeps each feature's CLI beside its code.
-_EXTENSIONS: tuple[str, ...] = ()
+_EXTENSIONS: tuple[str, ...] = ("topcal.experiments.cli:add_commands",)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):

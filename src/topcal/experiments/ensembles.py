@@ -1,0 +1,727 @@
+"""The paper's ensemble experiment (appendix "MNIST Training Details").
+
+1. Split the official training images into a training set and test set 1
+   (seeded); the official test images are test set 2.
+2. Train M networks (:mod:`topcal.experiments.mlp`) and cache each network's
+   log-softmax outputs on both test sets (:class:`NetworkCache`), so an
+   interrupted run resumes and later analyses reuse them.
+3. Draw E ensembles of ``ensemble_size`` distinct networks; an ensemble's
+   output is the softmax of its members' summed log-softmax outputs
+   (:func:`combine_log_probs`).
+4. For each ensemble, fit every method on test set 1 (each method tunes its
+   own bandwidths, temperatures, awards or cut-offs there), evaluate NLL,
+   ECE1 and ECE2 on test set 1 and test set 2.
+5. Report medians and quartiles over ensembles per class and method
+   (:func:`summarize`, :func:`write_outputs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import DataError, DegenerateClassWarning, ParameterError, TopcalError
+from .idx import MnistData, load_mnist, split_train_test1
+from .mlp import TrainConfig
+
+__all__ = [
+    "REGIMES",
+    "METRICS",
+    "ExperimentConfig",
+    "NetworkCache",
+    "NetworkOutputs",
+    "EnsembleResults",
+    "combine_log_probs",
+    "draw_ensembles",
+    "network_outputs",
+    "evaluate_ensembles",
+    "summarize",
+    "class_counts",
+    "write_outputs",
+    "run_experiment",
+]
+
+#: The paper's two training regimes and this project's defaults for them.
+#: ``steps`` are the paper's; ``n_networks``/``n_ensembles`` are sized for a
+#: 2-core machine (the paper: 1,000 networks, 1,000 ensembles).
+REGIMES = {
+    "under": {"steps": 400, "n_networks": 40, "n_ensembles": 200},
+    "over": {"steps": 10_000, "n_networks": 12, "n_ensembles": 50},
+}
+
+#: Metrics reported for every method, in the order of the result arrays.
+METRICS = ("nll", "ece1", "ece2")
+
+#: A true positive with a top score below this counts as "low-score" in the
+#: fully-trained check (the paper: "only four TP scores less than 0.99").
+LOW_SCORE = 0.99
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Everything that defines one run of the ensemble experiment.
+
+    Attributes
+    ----------
+    data_dir : str
+        Directory with the four MNIST-format IDX files.
+    regime : {"under", "over"}
+        Label of the run; sets the defaults of ``steps``, ``n_networks`` and
+        ``n_ensembles`` in :meth:`for_regime`.
+    n_networks : int
+        M, the number of trained networks.
+    n_ensembles : int
+        E, the number of ensembles drawn.
+    ensemble_size : int, default 10
+    train : TrainConfig
+    n_test1 : int, default 10000
+        Size of test set 1, split off the official training images.
+    train_size : int or None
+        Use only this many of the training-set images (None: all of them).
+    seed : int, default 0
+        Seeds the split, every network and the ensemble draw.
+    methods : tuple of str or None
+        Registered method names; None = every registered method at run time.
+    n_bins : int, default 10
+        Bins of ECE1 / ECE2.
+    """
+
+    data_dir: str
+    regime: str = "under"
+    n_networks: int = 40
+    n_ensembles: int = 200
+    ensemble_size: int = 10
+    train: TrainConfig = field(default_factory=TrainConfig)
+    n_test1: int = 10_000
+    train_size: int | None = None
+    seed: int = 0
+    methods: tuple[str, ...] | None = None
+    n_bins: int = 10
+
+    @classmethod
+    def for_regime(cls, data_dir: str, regime: str = "under", **overrides) -> "ExperimentConfig":
+        """Config with the regime's defaults; ``overrides`` that are None are ignored.
+
+        ``steps``, ``batch_size``, ``lr`` and ``hidden`` go to the TrainConfig.
+        """
+        if regime not in REGIMES:
+            raise ParameterError(f"regime must be one of {list(REGIMES)}, got {regime!r}")
+        d = dict(REGIMES[regime])
+        train_keys = {"steps", "batch_size", "lr", "hidden"}
+        train_kw = {"steps": d.pop("steps")}
+        for k, v in overrides.items():
+            if v is None:
+                continue
+            if k in train_keys:
+                train_kw[k] = v
+            else:
+                d[k] = v
+        return cls(data_dir=str(data_dir), regime=regime, train=TrainConfig(**train_kw), **d)
+
+    def __post_init__(self):
+        for name in ("n_networks", "n_ensembles", "ensemble_size", "n_test1", "n_bins"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.ensemble_size > self.n_networks:
+            raise ParameterError(
+                f"ensemble_size ({self.ensemble_size}) is larger than the number of networks "
+                f"({self.n_networks}); train more networks (--networks) or use smaller ensembles"
+            )
+        n_comb = math.comb(self.n_networks, self.ensemble_size)
+        if self.n_ensembles > n_comb:
+            raise ParameterError(
+                f"only {n_comb} distinct ensembles of {self.ensemble_size} exist among {self.n_networks} "
+                f"networks, but {self.n_ensembles} were asked for; lower --ensembles or train more networks"
+            )
+        if self.train_size is not None and self.train_size < 1:
+            raise ParameterError(f"train_size must be >= 1 or None, got {self.train_size!r}")
+        if self.regime not in REGIMES:
+            raise ParameterError(f"regime must be one of {list(REGIMES)}, got {self.regime!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        d = asdict(self)
+        d["train"] = self.train.to_dict()
+        d["methods"] = None if self.methods is None else list(self.methods)
+        return d
+
+    def network_key(self, fingerprint: str) -> dict:
+        """What determines the trained networks (and nothing else): the cache key."""
+        return {
+            "data": fingerprint,
+            "n_test1": self.n_test1,
+            "train_size": self.train_size,
+            "seed": self.seed,
+            "train": self.train.to_dict(),
+            "format": 1,
+        }
+
+
+# --------------------------------------------------------------- ensembling
+def combine_log_probs(member_log_probs) -> np.ndarray:
+    """Ensemble log-probabilities: log softmax(sum_i log p_i).
+
+    The paper's "softmax of their summed log outputs":
+    softmax(sum_i log p_i)_k = prod_i p_ik / sum_j prod_i p_ij, the
+    members' probabilities multiplied and renormalised (a product of
+    experts). Note that this is *not* the normalised geometric mean
+    softmax(mean_i log p_i): it is that mean's logits times n, i.e. the
+    geometric mean at temperature 1/n, so ten agreeing members give a much
+    sharper (more over-confident) top score than any one of them.
+
+    Parameters
+    ----------
+    member_log_probs : array-like of shape (n_members, n_samples, K)
+
+    Returns
+    -------
+    ndarray of float64, shape (n_samples, K)
+        Normalised log-probabilities (valid logits for
+        :meth:`TopLabelData.from_logits`).
+    """
+    z = np.asarray(member_log_probs, dtype=np.float64)
+    if z.ndim != 3:
+        raise DataError(f"member log-probabilities must have shape (members, samples, classes), got {z.shape}")
+    s = z.sum(axis=0)
+    mx = s.max(axis=1, keepdims=True)
+    return s - (mx + np.log(np.exp(s - mx).sum(axis=1, keepdims=True)))
+
+
+def draw_ensembles(n_networks: int, n_ensembles: int, size: int, seed) -> np.ndarray:
+    """E distinct ensembles, each ``size`` distinct networks out of ``n_networks``.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_ensembles, size)
+        Each row sorted; no two rows equal.
+    """
+    total = math.comb(n_networks, size)
+    if size > n_networks or n_ensembles > total:
+        raise ParameterError(
+            f"cannot draw {n_ensembles} distinct ensembles of {size} from {n_networks} networks ({total} exist)"
+        )
+    rng = np.random.default_rng(seed)
+    if total <= 100_000:
+        from itertools import combinations
+
+        allc = np.array(list(combinations(range(n_networks), size)), dtype=np.int64)
+        return allc[np.sort(rng.choice(total, size=n_ensembles, replace=False))][rng.permutation(n_ensembles)]
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    while len(out) < n_ensembles:
+        row = tuple(sorted(rng.choice(n_networks, size=size, replace=False).tolist()))
+        if row not in seen:
+            seen.add(row)
+            out.append(row)
+    return np.array(out, dtype=np.int64)
+
+
+# -------------------------------------------------------------------- cache
+class NetworkCache:
+    """Per-network log-softmax outputs on both test sets, on disk.
+
+    One directory per network configuration (named by a hash of
+    :meth:`ExperimentConfig.network_key`), holding ``key.json`` and one
+    ``net_NNNNN.npz`` per network with ``test1`` and ``test2`` (float32,
+    shape (n, K)). Files are written atomically, so a killed run leaves only
+    complete files; the next run trains just the missing networks.
+    """
+
+    def __init__(self, root, key: dict):
+        self.key = key
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        self.dir = Path(root) / digest
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            kf = self.dir / "key.json"
+            if not kf.exists():
+                kf.write_text(json.dumps(key, indent=1, sort_keys=True))
+        except OSError as exc:
+            raise TopcalError(f"cannot use cache directory {str(self.dir)!r}: {exc.strerror or exc}") from None
+
+    def path(self, i: int) -> Path:
+        """File of network ``i``."""
+        return self.dir / f"net_{i:05d}.npz"
+
+    def checkpoint_path(self, indices: Sequence[int]) -> Path:
+        """Training checkpoint of the batch of networks ``indices``."""
+        tag = hashlib.sha256(",".join(map(str, indices)).encode()).hexdigest()[:12]
+        return self.dir / f"train_{tag}.pt"
+
+    def has(self, i: int) -> bool:
+        """Whether network ``i`` is cached."""
+        return self.path(i).is_file()
+
+    def save(self, i: int, test1: np.ndarray, test2: np.ndarray) -> None:
+        """Store network ``i``'s outputs (atomic: temp file, then rename)."""
+        tmp = self.dir / f".net_{i:05d}.tmp.npz"
+        np.savez(tmp, test1=test1.astype(np.float32), test2=test2.astype(np.float32))
+        os.replace(tmp, self.path(i))
+
+    def load(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Network ``i``'s (test1, test2) log-softmax outputs."""
+        p = self.path(i)
+        try:
+            with np.load(p) as f:
+                return f["test1"], f["test2"]
+        except (OSError, KeyError, ValueError) as exc:
+            raise DataError(
+                f"cached network file {str(p)!r} is unreadable ({exc}); delete it and the run retrains that network"
+            ) from None
+
+
+@dataclass(frozen=True, eq=False)
+class NetworkOutputs:
+    """The M networks' outputs on both test sets.
+
+    Attributes
+    ----------
+    log_probs : (ndarray, ndarray)
+        float32 arrays of shape (M, n1, K) and (M, n2, K).
+    labels : (ndarray, ndarray)
+        int64 true classes of test set 1 and test set 2.
+    classes : tuple of str
+    trained : tuple of int
+        Networks trained in this call (the others came from the cache).
+    train_seconds : float
+        Wall time spent training in this call.
+    cache_dir : str
+    """
+
+    log_probs: tuple[np.ndarray, np.ndarray]
+    labels: tuple[np.ndarray, np.ndarray]
+    classes: tuple[str, ...]
+    trained: tuple[int, ...]
+    train_seconds: float
+    cache_dir: str
+
+    @property
+    def n_networks(self) -> int:
+        """M."""
+        return int(self.log_probs[0].shape[0])
+
+    def accuracy(self) -> np.ndarray:
+        """Accuracy of each network on each test set, shape (M, 2)."""
+        return np.stack([(lp.argmax(axis=2) == y[None, :]).mean(axis=1)
+                         for lp, y in zip(self.log_probs, self.labels)], axis=1)
+
+
+def _prepare(data: MnistData, cfg: ExperimentConfig):
+    n_total = data.train_images.shape[0]
+    split_seed = np.random.SeedSequence([cfg.seed, 1])  # stream 1: the split
+    train_idx, test1_idx = split_train_test1(n_total, cfg.n_test1, split_seed)
+    if cfg.train_size is not None:
+        if cfg.train_size > train_idx.size:
+            raise ParameterError(
+                f"train_size {cfg.train_size} exceeds the {train_idx.size} training images left after test set 1"
+            )
+        rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 2]))
+        train_idx = np.sort(rng.choice(train_idx, size=cfg.train_size, replace=False))
+    return train_idx, test1_idx
+
+
+def _flat(images: np.ndarray) -> np.ndarray:
+    return images.reshape(images.shape[0], -1)
+
+
+def network_outputs(
+    cfg: ExperimentConfig,
+    data: MnistData | None = None,
+    *,
+    cache_root,
+    device: str = "auto",
+    threads: int | None = None,
+    chunk: int = 20,
+    checkpoint_seconds: float = 120.0,
+    progress: bool = True,
+) -> NetworkOutputs:
+    """Outputs of networks 0..M-1 on both test sets, training those not cached.
+
+    Parameters
+    ----------
+    cfg : ExperimentConfig
+    data : MnistData, optional
+        Default: read from ``cfg.data_dir``.
+    cache_root : path
+        Root of the network cache (a subdirectory per configuration).
+    device : str, default "auto"
+        "auto" (CUDA when present), "cpu" or "cuda[:N]".
+    threads : int, optional
+        ``torch.set_num_threads``; default: the CPUs this process may use.
+    chunk : int, default 20
+        Networks trained together in one batch (and cached together).
+    checkpoint_seconds : float, default 120
+        Save the training state of the running batch this often.
+    progress : bool, default True
+    """
+    from . import mlp
+
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}")
+    if data is None:
+        data = load_mnist(cfg.data_dir)
+    n_classes = data.n_classes
+    classes = tuple(str(i) for i in range(n_classes))
+    train_idx, test1_idx = _prepare(data, cfg)
+    y1 = data.train_labels[test1_idx].astype(np.int64)
+    y2 = data.test_labels.astype(np.int64)
+    cache = NetworkCache(cache_root, cfg.network_key(data.fingerprint()))
+    missing = [i for i in range(cfg.n_networks) if not cache.has(i)]
+    t0 = time.monotonic()
+    if missing:
+        torch = mlp.require_torch()
+        dev = mlp.pick_device(device)
+        old_threads = torch.get_num_threads()
+        if dev.type == "cpu":
+            torch.set_num_threads(int(threads) if threads else max(1, len(os.sched_getaffinity(0))))
+        try:
+            scale = np.float32(1.0 / 255.0)
+            xt = torch.from_numpy(_flat(data.train_images[train_idx]).astype(np.float32) * scale).to(dev)
+            yt = torch.from_numpy(data.train_labels[train_idx].astype(np.int64)).to(dev)
+            x1 = torch.from_numpy(_flat(data.train_images[test1_idx]).astype(np.float32) * scale).to(dev)
+            x2 = torch.from_numpy(_flat(data.test_images).astype(np.float32) * scale).to(dev)
+            batches = [missing[i:i + chunk] for i in range(0, len(missing), chunk)]
+            for b, idx in enumerate(batches):
+                label = f"nets {idx[0]}-{idx[-1]} ({b + 1}/{len(batches)})" if progress else False
+                params = mlp.train_networks(
+                    xt, yt, mlp.network_seeds(cfg.seed, idx), cfg.train, n_classes=n_classes, device=dev,
+                    checkpoint=cache.checkpoint_path(idx), checkpoint_seconds=checkpoint_seconds,
+                    progress=label,
+                )
+                o1 = mlp.predict_log_softmax(params, x1)
+                o2 = mlp.predict_log_softmax(params, x2)
+                for j, i in enumerate(idx):
+                    cache.save(i, o1[j], o2[j])
+        finally:
+            torch.set_num_threads(old_threads)
+    train_seconds = time.monotonic() - t0
+    lp1 = np.empty((cfg.n_networks, y1.size, n_classes), dtype=np.float32)
+    lp2 = np.empty((cfg.n_networks, y2.size, n_classes), dtype=np.float32)
+    for i in range(cfg.n_networks):
+        a, b = cache.load(i)
+        if a.shape != lp1.shape[1:] or b.shape != lp2.shape[1:]:
+            raise DataError(
+                f"cached network file {str(cache.path(i))!r} has shapes {a.shape}/{b.shape}, expected "
+                f"{lp1.shape[1:]}/{lp2.shape[1:]}; delete it and the run retrains that network"
+            )
+        lp1[i], lp2[i] = a, b
+    return NetworkOutputs((lp1, lp2), (y1, y2), classes, tuple(missing), train_seconds, str(cache.dir))
+
+
+# --------------------------------------------------------------- evaluation
+@dataclass(frozen=True, eq=False)
+class EnsembleResults:
+    """Per-ensemble metrics of every method on both test sets.
+
+    Attributes
+    ----------
+    values : ndarray of shape (E, n_methods, 2, 3, K + 1)
+        ``values[e, j, s, q, k]``: ensemble e, method j, test set s (0 =
+        set 1, 1 = set 2), metric q (:data:`METRICS`), class k (index K =
+        overall). NaN where a method failed on an ensemble.
+    methods : tuple of str
+    classes : tuple of str
+    ensembles : ndarray of int64, shape (E, size)
+    accuracy : ndarray of shape (E, 2)
+        Each ensemble's accuracy on test set 1 and 2.
+    counts : ndarray of shape (E, 2, 3, K)
+        Per ensemble, test set and class: TP, FP and low-score TP counts
+        (TP with top score < :data:`LOW_SCORE`).
+    failures : dict
+        Method name -> number of ensembles on which it raised a TopcalError
+        (with the first message).
+    seconds : float
+        Wall time of the evaluation.
+    """
+
+    values: np.ndarray
+    methods: tuple[str, ...]
+    classes: tuple[str, ...]
+    ensembles: np.ndarray
+    accuracy: np.ndarray
+    counts: np.ndarray
+    failures: dict
+    seconds: float
+
+
+def _ensemble_data(outputs: NetworkOutputs, members: np.ndarray):
+    from ..data import TopLabelData
+
+    return tuple(
+        TopLabelData.from_logits(combine_log_probs(lp[members]), y, outputs.classes)
+        for lp, y in zip(outputs.log_probs, outputs.labels)
+    )
+
+
+def class_counts(data) -> np.ndarray:
+    """TP, FP and low-score TP (score < 0.99) counts per predicted class, shape (3, K)."""
+    k = data.n_classes
+    tp = np.bincount(data.pred, weights=data.tp, minlength=k)
+    fp = np.bincount(data.pred, weights=data.fp, minlength=k)
+    low = np.bincount(data.pred, weights=data.tp * (data.score < LOW_SCORE), minlength=k)
+    return np.stack([tp, fp, low])
+
+
+def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures):
+    from ..calibrators import calibrator
+    from ..metrics import ece1, ece2, nll
+
+    sets = _ensemble_data(outputs, members)
+    k = len(outputs.classes)
+    vals = np.full((len(methods), 2, len(METRICS), k + 1), np.nan)
+    for j, name in enumerate(methods):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DegenerateClassWarning)
+                model = calibrator(name).fit(sets[0])
+                for s, d in enumerate(sets):
+                    conf = model.predict(d)
+                    for q, m in enumerate((nll(d, conf), ece1(d, conf, n_bins=n_bins), ece2(d, conf, n_bins=n_bins))):
+                        vals[j, s, q, :k] = m.per_class
+                        vals[j, s, q, k] = m.overall
+        except TopcalError as exc:
+            n, first = failures.get(name, (0, str(exc)))
+            failures[name] = (n + 1, first)
+            vals[j] = np.nan
+    acc = np.array([float(np.mean(d.pred == d.labels)) for d in sets])
+    counts = np.stack([class_counts(d) for d in sets])
+    return vals, acc, counts
+
+
+def evaluate_ensembles(
+    outputs: NetworkOutputs,
+    ensembles: np.ndarray,
+    methods: Sequence[str],
+    *,
+    n_bins: int = 10,
+    progress: bool = True,
+) -> EnsembleResults:
+    """Fit every method on each ensemble's test set 1; score it on test sets 1 and 2.
+
+    Parameters
+    ----------
+    outputs : NetworkOutputs
+    ensembles : ndarray of int, shape (E, size)
+        Member indices (from :func:`draw_ensembles`).
+    methods : sequence of str
+        Registered method names.
+    n_bins : int, default 10
+        ECE bins.
+    progress : bool, default True
+    """
+    from ..calibrators import get_class
+
+    methods = tuple(methods)
+    for name in methods:
+        get_class(name)  # unknown names fail here, with the list of options
+    ens = np.asarray(ensembles, dtype=np.int64)
+    if ens.ndim != 2 or ens.size == 0 or ens.min() < 0 or ens.max() >= outputs.n_networks:
+        raise ParameterError(f"ensembles must be a (E, size) array of network indices below {outputs.n_networks}")
+    it = range(ens.shape[0])
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc="ensembles", unit="ens", leave=False)
+    t0 = time.monotonic()
+    failures: dict = {}
+    vals, accs, counts = [], [], []
+    for e in it:
+        v, a, c = _evaluate_one(outputs, ens[e], methods, n_bins, failures)
+        vals.append(v)
+        accs.append(a)
+        counts.append(c)
+    return EnsembleResults(
+        np.stack(vals), methods, outputs.classes, ens, np.stack(accs), np.stack(counts),
+        {k: {"ensembles": n, "first_error": msg} for k, (n, msg) in failures.items()},
+        time.monotonic() - t0,
+    )
+
+
+# ------------------------------------------------------------------ summary
+def summarize(results: EnsembleResults) -> dict:
+    """Medians and quartiles over ensembles, plus the paper's two checks.
+
+    Returns
+    -------
+    dict
+        ``"metrics"``: {metric: {method: {"test1"|"test2": {class|"overall":
+        {"median", "q25", "q75"}}}}};
+        ``"set2_vs_set1"``: per metric, how many (method, class) cells have
+        a larger median on test set 2 than on test set 1 ("worse"), a
+        smaller one ("better") or an equal one, and the share of
+        (ensemble, method, class) pairs with set 2 worse;
+        ``"ranking"``: per metric and test set, methods ordered by their
+        overall median, with the mean rank over classes of the per-class
+        medians;
+        ``"class_counts"``: per test set and class, the median TP, FP and
+        low-score TP counts over ensembles;
+        ``"accuracy"``: ensemble accuracy quartiles per test set.
+    """
+    v = results.values
+    names = list(results.classes) + ["overall"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices of failed methods
+        q25, med, q75 = np.nanpercentile(v, [25, 50, 75], axis=0)
+    out: dict = {"metrics": {}, "set2_vs_set1": {}, "ranking": {}}
+    for qi, metric in enumerate(METRICS):
+        out["metrics"][metric] = {
+            m: {
+                f"test{s + 1}": {
+                    c: {"median": _f(med[j, s, qi, ci]), "q25": _f(q25[j, s, qi, ci]), "q75": _f(q75[j, s, qi, ci])}
+                    for ci, c in enumerate(names)
+                }
+                for s in range(2)
+            }
+            for j, m in enumerate(results.methods)
+        }
+        diff = med[:, 1, qi, :-1] - med[:, 0, qi, :-1]  # methods x classes
+        paired = v[:, :, 1, qi, :-1] - v[:, :, 0, qi, :-1]
+        ok = np.isfinite(paired)
+        out["set2_vs_set1"][metric] = {
+            "worse": int(np.sum(diff > 0)),
+            "better": int(np.sum(diff < 0)),
+            "equal": int(np.sum(diff == 0)),
+            "share_of_ensembles_worse": _f(np.mean(paired[ok] > 0)) if ok.any() else None,
+            "per_method_worse": {m: int(np.sum(diff[j] > 0)) for j, m in enumerate(results.methods)},
+        }
+        out["ranking"][metric] = {}
+        for s in range(2):
+            per_class = med[:, s, qi, :-1]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ranks = np.argsort(np.argsort(np.where(np.isnan(per_class), np.inf, per_class), axis=0), axis=0) + 1
+            order = np.argsort(np.where(np.isnan(med[:, s, qi, -1]), np.inf, med[:, s, qi, -1]))
+            out["ranking"][metric][f"test{s + 1}"] = [
+                {"method": results.methods[j], "overall_median": _f(med[j, s, qi, -1]),
+                 "mean_class_rank": float(ranks[j].mean())}
+                for j in order
+            ]
+    cmed = np.median(results.counts, axis=0)  # (2, 3, K)
+    out["class_counts"] = {
+        f"test{s + 1}": {
+            c: {"tp": float(cmed[s, 0, ci]), "fp": float(cmed[s, 1, ci]), "tp_below_0.99": float(cmed[s, 2, ci])}
+            for ci, c in enumerate(results.classes)
+        }
+        for s in range(2)
+    }
+    aq = np.percentile(results.accuracy, [25, 50, 75], axis=0)
+    out["accuracy"] = {f"test{s + 1}": {"q25": float(aq[0, s]), "median": float(aq[1, s]), "q75": float(aq[2, s])}
+                       for s in range(2)}
+    out["failures"] = results.failures
+    return out
+
+
+def _f(x) -> float | None:
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def _summary_rows(summary: dict):
+    for metric, by_method in summary["metrics"].items():
+        for method, by_set in by_method.items():
+            for test_set, by_class in by_set.items():
+                for cls, st in by_class.items():
+                    yield [metric, method, test_set, cls, st["median"], st["q25"], st["q75"]]
+
+
+def write_outputs(out_dir, cfg: ExperimentConfig, outputs: NetworkOutputs, results: EnsembleResults,
+                  summary: dict, *, figures: bool = True) -> dict:
+    """Write the run's files to ``out_dir``; return {kind: path}.
+
+    * ``summary.json``: config, timings, network accuracies, :func:`summarize`;
+    * ``medians.csv``: one row per metric, method, test set and class
+      (median, q25, q75);
+    * ``results.npz``: the per-ensemble arrays (for later analyses);
+    * ``nll_*.png`` paired-bar figures (paper Figures 18-19) and
+      ``curves.png`` (paper Figure 16) when ``figures``.
+    """
+    import csv
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TopcalError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+    paths = {}
+    acc = outputs.accuracy()
+    net_acc = {
+        f"test{s + 1}": {"q25": float(np.percentile(acc[:, s], 25)), "median": float(np.median(acc[:, s])),
+                         "q75": float(np.percentile(acc[:, s], 75)), "min": float(acc[:, s].min()),
+                         "max": float(acc[:, s].max())}
+        for s in range(2)
+    }
+    doc = {
+        "config": cfg.to_dict(),
+        "n_networks_trained_now": len(outputs.trained),
+        "train_seconds": outputs.train_seconds,
+        "evaluate_seconds": results.seconds,
+        "cache_dir": outputs.cache_dir,
+        "network_accuracy": net_acc,
+        **summary,
+    }
+    paths["summary"] = out / "summary.json"
+    paths["summary"].write_text(json.dumps(doc, indent=1))
+    paths["medians"] = out / "medians.csv"
+    with open(paths["medians"], "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["metric", "method", "test_set", "class", "median", "q25", "q75"])
+        for row in _summary_rows(summary):
+            w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
+    paths["results"] = out / "results.npz"
+    np.savez_compressed(
+        paths["results"], values=results.values, methods=np.array(results.methods),
+        classes=np.array(results.classes), metrics=np.array(METRICS), ensembles=results.ensembles,
+        accuracy=results.accuracy, counts=results.counts, network_accuracy=acc,
+    )
+    if figures:
+        from . import plots
+
+        paths.update(plots.write_figures(out, results, summary, outputs, cfg))
+    return paths
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out_dir,
+    *,
+    cache_root=None,
+    device: str = "auto",
+    threads: int | None = None,
+    chunk: int = 20,
+    figures: bool = True,
+    progress: bool = True,
+) -> dict:
+    """The whole experiment: networks (cached), ensembles, evaluation, files.
+
+    Returns
+    -------
+    dict
+        ``{"summary": dict, "paths": {kind: Path}, "outputs": NetworkOutputs,
+        "results": EnsembleResults}``.
+    """
+    from ..calibrators import available_methods
+
+    methods = tuple(available_methods()) if cfg.methods is None else tuple(cfg.methods)
+    if not methods:
+        raise ParameterError("no methods to evaluate; pass --methods a,b,c")
+    cfg = replace(cfg, methods=methods)
+    data = load_mnist(cfg.data_dir)
+    cache_root = Path(out_dir) / "cache" if cache_root is None else Path(cache_root)
+    outputs = network_outputs(cfg, data, cache_root=cache_root, device=device, threads=threads, chunk=chunk,
+                              progress=progress)
+    ens = draw_ensembles(cfg.n_networks, cfg.n_ensembles, cfg.ensemble_size,
+                         np.random.SeedSequence([cfg.seed, 3]))  # stream 3: the ensemble draw
+    results = evaluate_ensembles(outputs, ens, methods, n_bins=cfg.n_bins, progress=progress)
+    summary = summarize(results)
+    paths = write_outputs(out_dir, cfg, outputs, results, summary, figures=figures)
+    return {"summary": summary, "paths": paths, "outputs": outputs, "results": results}

@@ -1,0 +1,104 @@
+"""Text and Markdown renderings of an ensemble experiment's summary."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["median_table", "format_report", "markdown_report"]
+
+
+def _cell(v, digits: int = 4) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def median_table(summary: dict, metric: str, *, markdown: bool = False, methods=None, digits: int = 4) -> str:
+    """Median ``metric`` per method (rows) and class (columns), test set 1 / test set 2 in each cell.
+
+    Parameters
+    ----------
+    summary : dict
+        From :func:`topcal.experiments.ensembles.summarize` (or summary.json).
+    metric : {"nll", "ece1", "ece2"}
+    markdown : bool, default False
+        A Markdown table instead of fixed-width text.
+    methods : sequence of str, optional
+        Rows to show, in order (default: all).
+    digits : int, default 4
+    """
+    table = summary["metrics"][metric]
+    methods = list(table) if methods is None else [m for m in methods if m in table]
+    cols = list(table[methods[0]]["test1"])
+    rows = []
+    for m in methods:
+        rows.append([m] + [f"{_cell(table[m]['test1'][c]['median'], digits)}/{_cell(table[m]['test2'][c]['median'], digits)}"
+                           for c in cols])
+    header = [f"{metric.upper()} set1/set2"] + cols
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    w0 = max(len(h) for h in [header[0]] + methods)
+    w = max(len(x) for r in rows for x in r[1:])
+    lines = [header[0].ljust(w0) + "".join(" " + c.rjust(w) for c in cols)]
+    lines.append("-" * len(lines[0]))
+    lines += [r[0].ljust(w0) + "".join(" " + x.rjust(w) for x in r[1:]) for r in rows]
+    return "\n".join(lines)
+
+
+def _checks(summary: dict) -> list[str]:
+    out = []
+    for metric, d in summary["set2_vs_set1"].items():
+        n = d["worse"] + d["better"] + d["equal"]
+        share = d["share_of_ensembles_worse"]
+        out.append(
+            f"{metric.upper()}: median on test set 2 worse than on test set 1 in {d['worse']} of {n} "
+            f"(method, class) cells, better in {d['better']}"
+            + ("" if share is None else f"; per ensemble, set 2 worse in {100 * share:.1f}% of pairs")
+        )
+    return out
+
+
+def _ranking(summary: dict, metric: str = "nll", test_set: str = "test2") -> str:
+    return ", ".join(
+        f"{r['method']} ({_cell(r['overall_median'])}, rank {r['mean_class_rank']:.1f})"
+        for r in summary["ranking"][metric][test_set]
+    )
+
+
+def format_report(res: dict) -> str:
+    """Terminal report of :func:`topcal.experiments.ensembles.run_experiment`'s result."""
+    s = res["summary"]
+    outputs, results = res["outputs"], res["results"]
+    acc = outputs.accuracy()
+    lines = [
+        f"networks: {outputs.n_networks} ({len(outputs.trained)} trained now in {outputs.train_seconds:.0f} s, "
+        f"the rest from {outputs.cache_dir})",
+        f"network accuracy, median over networks: test set 1 {float(np.median(acc[:, 0])):.4f}, "
+        f"test set 2 {float(np.median(acc[:, 1])):.4f}",
+        f"ensemble accuracy, median: test set 1 {s['accuracy']['test1']['median']:.4f}, "
+        f"test set 2 {s['accuracy']['test2']['median']:.4f}",
+        f"ensembles: {results.values.shape[0]} of {results.ensembles.shape[1]} networks each; methods: {', '.join(results.methods)} "
+        f"(evaluated in {results.seconds:.0f} s)",
+    ]
+    for metric in ("nll", "ece1", "ece2"):
+        lines += ["", f"median {metric.upper()} over ensembles (test set 1 / test set 2)", median_table(s, metric)]
+    lines += ["", "set 2 vs set 1 (bias from tuning on set 1 would make set 2 uniformly worse):"]
+    lines += ["  " + x for x in _checks(s)]
+    lines += ["", "ranking by overall median NLL on test set 2 (mean rank over classes):", "  " + _ranking(s)]
+    if s.get("failures"):
+        for m, f in s["failures"].items():
+            lines.append(f"warning: {m} failed on {f['ensembles']} ensemble(s): {f['first_error']}")
+    lines += ["", "files: " + ", ".join(str(p) for p in res["paths"].values())]
+    return "\n".join(lines)
+
+
+def markdown_report(doc: dict, *, methods=None) -> str:
+    """Markdown tables and checks from a ``summary.json`` document (for the docs)."""
+    lines = []
+    for metric in ("nll", "ece1", "ece2"):
+        lines += [f"**Median {metric.upper()}** (test set 1 / test set 2):", "",
+                  median_table(doc, metric, markdown=True, methods=methods, digits=3), ""]
+    lines += ["**Test set 2 vs test set 1:**", ""] + ["- " + x for x in _checks(doc)] + [""]
+    lines += ["**Ranking by overall median NLL on test set 2** (mean rank over classes in brackets):", "",
+              _ranking(doc), ""]
+    return "\n".join(lines)

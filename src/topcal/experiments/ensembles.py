@@ -709,11 +709,13 @@ def run_experiment(
         ``{"summary": dict, "paths": {kind: Path}, "outputs": NetworkOutputs,
         "results": EnsembleResults}``.
     """
-    from ..calibrators import available_methods
+    from ..calibrators import available_methods, get_class
 
     methods = tuple(available_methods()) if cfg.methods is None else tuple(cfg.methods)
     if not methods:
         raise ParameterError("no methods to evaluate; pass --methods a,b,c")
+    for name in methods:
+        get_class(name)  # an unknown name fails now, not after an hour of training
     cfg = replace(cfg, methods=methods)
     data = load_mnist(cfg.data_dir)
     cache_root = Path(out_dir) / "cache" if cache_root is None else Path(cache_root)

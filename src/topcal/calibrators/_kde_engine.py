@@ -1,0 +1,409 @@
+"""Numerical engines behind the kernel-density-ratio calibrators.
+
+Conf_KDE(S) = sum_TP t_i phi_b(S - s_i) / sum_P (t_i + f_i) phi_b(S - s_i) is a
+Nadaraya-Watson regression of correctness on the score. Two engines evaluate
+it, both for many bandwidths at once:
+
+* :class:`ExactEngine` sums every kernel (after merging equal scores), with
+  a per-point shift in the exponent so the ratio is defined even where both
+  sums underflow (log-sum-exp: the shift is the squared distance to the
+  nearest kernel centre, so the largest term is exactly 1).
+* :class:`BinnedEngine` spreads TP and FP weights onto a fine grid once
+  (linear binning, as relplot and KDEpy do) and convolves the two grid
+  sequences with the sampled Gaussian by FFT, one transform per bandwidth,
+  all bandwidths of a scan in one batched call.
+
+Both evaluate on the same grids (a fine grid of ``FINE_CELLS + 1`` points
+over the class's support; the scan grid is every ``SCAN_STRIDE``-th of them),
+so their results can be compared point by point.
+
+This is a private module: the public API is :mod:`topcal.calibrators.kde`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..metrics import PROB_CLIP
+
+#: Fine grid of the binned engine: FINE_CELLS cells (FINE_CELLS + 1 points)
+#: over the class's support. 4096 cells keep linear-binning error below
+#: ~1e-4 at the smallest scanned bandwidth (16 cells; the error of linear
+#: binning is O((delta/b)^2), Wand & Jones 1995, "Kernel Smoothing", ch. D).
+FINE_CELLS = 4096
+#: The sign-change scan grid is every 8th fine point: 513 points.
+SCAN_STRIDE = 8
+SCAN_POINTS = FINE_CELLS // SCAN_STRIDE + 1
+#: A grid point counts in the scan only where the positive density is at
+#: least this fraction of its maximum over the grid: below it the binned
+#: engine's FFT round-off (~1e-16 of the total weight) is no longer small
+#: against the density, and the curve there is a tail effect in a gap of the
+#: data, not a feature of it.
+RESOLVED_FRACTION = 1e-6
+#: Differences of Conf between neighbouring scan points up to this size count
+#: as flat (no sign): they are below what either engine resolves in the
+#: flat parts of a curve (exact: ~1e-15; binned: < 1e-8 where resolved).
+SLOPE_TOL = 1e-7
+#: Largest chunk of the (points x kernels) matrix the exact engine builds
+#: at once, in elements (32 MB of float64).
+_CHUNK = 4_000_000
+
+
+def count_sign_changes(conf: np.ndarray, resolved: np.ndarray | None = None) -> int:
+    """Number of sign changes of the slope of ``conf`` along a grid.
+
+    Differences with absolute value <= :data:`SLOPE_TOL` are flat and are
+    skipped; so are grid points not ``resolved``.
+    """
+    c = conf if resolved is None else conf[resolved]
+    d = np.diff(c)
+    s = np.sign(d)[np.abs(d) > SLOPE_TOL]
+    return int(np.count_nonzero(s[1:] != s[:-1]))
+
+
+def _reflect_points(points, tp, fp, bounds):
+    """Kernel centres with mirror images at both hard limits (reflection)."""
+    if bounds is None:
+        return points, tp, fp
+    lo, hi = bounds
+    return (
+        np.concatenate([points, 2.0 * lo - points, 2.0 * hi - points]),
+        np.tile(tp, 3),
+        np.tile(fp, 3),
+    )
+
+
+def exact_sums(x, points, tp, fp, b, bounds=None):
+    """Shifted kernel sums at ``x``: returns (num, den, shift).
+
+    num = sum_TP t_i exp(-((x - s_i)^2 - shift) / 2b^2), den the same over all
+    positives, and shift = the smallest squared distance from x to a centre
+    with weight. So sum_TP t_i exp(-(x - s_i)^2 / 2b^2) = num * exp(-shift / 2b^2),
+    num / den is the confidence, and den >= (weight of the nearest centre) > 0.
+    """
+    p, t, f = _reflect_points(points, tp, fp, bounds)
+    w = t + f
+    p, t, w = p[w > 0], t[w > 0], w[w > 0]
+    x = np.asarray(x, dtype=np.float64)
+    num = np.empty(x.shape[0])
+    den = np.empty(x.shape[0])
+    shift = np.empty(x.shape[0])
+    step = max(1, _CHUNK // max(p.size, 1))
+    inv = 0.5 / (b * b)
+    for a in range(0, x.shape[0], step):
+        d2 = (x[a : a + step, None] - p[None, :]) ** 2
+        m = d2.min(axis=1)
+        e = np.exp(-(d2 - m[:, None]) * inv)
+        num[a : a + step] = e @ t
+        den[a : a + step] = e @ w
+        shift[a : a + step] = m
+    return num, den, shift
+
+
+def exact_confidence(x, points, tp, fp, b, bounds=None) -> np.ndarray:
+    """Conf_KDE at ``x`` by direct summation in the shifted (log) domain."""
+    num, den, _ = exact_sums(x, points, tp, fp, b, bounds)
+    return np.clip(num / den, 0.0, 1.0)
+
+
+def _loss(c_tp, c_fp_wrong, tp, fp):
+    """Weighted binary NLL with the confidences clipped as in topcal.metrics."""
+    a = np.clip(c_tp[tp > 0], PROB_CLIP, 1.0 - PROB_CLIP)
+    z = np.clip(c_fp_wrong[fp > 0], PROB_CLIP, 1.0 - PROB_CLIP)
+    return float(-(tp[tp > 0] * np.log(a)).sum() - (fp[fp > 0] * np.log(z)).sum())
+
+
+class ExactEngine:
+    """Direct summation over the class's distinct scores (small classes).
+
+    Parameters
+    ----------
+    points, tp, fp : ndarray
+        Distinct scores (sorted) and their summed TP/FP weights.
+    lo, hi : float
+        The class's support (the grids span it).
+    bounds : (float, float) or None
+        Hard score limits for reflection, or None.
+    """
+
+    name = "exact"
+
+    def __init__(self, points, tp, fp, lo, hi, bounds=None):
+        self.points, self.tp, self.fp = points, tp, fp
+        self.lo, self.hi, self.bounds = lo, hi, bounds
+        self.scan_x = np.linspace(lo, hi, SCAN_POINTS)
+        self._scan_d2 = None
+
+    def scan(self, bandwidths):
+        """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
+        confs, res = [], []
+        for b in np.atleast_1d(bandwidths):
+            num, den, shift = exact_sums(self.scan_x, self.points, self.tp, self.fp, b, self.bounds)
+            log_kp = np.log(den) - shift * (0.5 / (b * b))
+            confs.append(np.clip(num / den, 0.0, 1.0))
+            res.append(log_kp >= log_kp.max() + np.log(RESOLVED_FRACTION))
+        return np.array(confs), np.array(res)
+
+    def confidence(self, x, b):
+        return exact_confidence(x, self.points, self.tp, self.fp, b, self.bounds)
+
+    def loo_nll(self, bandwidths) -> np.ndarray:
+        """Leave-one-out top-label NLL (summed over the class) per bandwidth.
+
+        Each sample's own kernel (and its mirror images) is removed from its
+        own group's sum: one unit of weight, or the whole weight when it is
+        below 1.
+        """
+        p, t, f = self.points, self.tp, self.fp
+        n = p.size
+        pa, ta, fa = _reflect_points(p, t, f, self.bounds)
+        copies = 1 if self.bounds is None else 3
+        d2 = (p[:, None] - pa[None, :]) ** 2
+        self_cols = np.zeros(d2.shape, dtype=bool)
+        for c in range(copies):
+            self_cols[np.arange(n), c * n + np.arange(n)] = True
+        d2_other = np.where(self_cols, np.inf, d2)
+        m = d2_other.min(axis=1)  # finite: a class here has >= 2 distinct scores
+        u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
+        out = []
+        for b in np.atleast_1d(bandwidths):
+            inv = 0.5 / (b * b)
+            e = np.exp(-(d2_other - m[:, None]) * inv)  # self columns -> exp(-inf) = 0
+            with np.errstate(divide="ignore"):
+                log_ot = np.log(e @ ta) - m * inv  # other centres only, true scale
+                log_of = np.log(e @ fa) - m * inv
+            log_op = np.log(e @ (ta + fa)) - m * inv
+            # the own centre (with mirrors) at distance 0 (and 2(s - limit))
+            selfk = np.ones(n)
+            if self.bounds is not None:
+                selfk = selfk + np.exp(-4.0 * (p - self.bounds[0]) ** 2 * inv) + np.exp(
+                    -4.0 * (p - self.bounds[1]) ** 2 * inv
+                )
+            with np.errstate(divide="ignore"):
+                ls = np.log(selfk)
+                # a TP sample left out: TP keeps t - u_t at its own place
+                num_t = np.logaddexp(log_ot, np.log(t - u_t) + ls)
+                den_t = np.logaddexp(log_op, np.log(t + f - u_t) + ls)
+                # an FP sample left out: probability it is wrong = FP / P
+                num_f = np.logaddexp(log_of, np.log(f - u_f) + ls)
+                den_f = np.logaddexp(log_op, np.log(t + f - u_f) + ls)
+            c_t = np.exp(num_t - den_t)
+            z_f = np.exp(num_f - den_f)
+            out.append(_loss(c_t, z_f, t, f))
+        return np.array(out)
+
+    def kernel_points(self):
+        return self.points, self.tp, self.fp
+
+
+def linear_bin(group, score, tp, fp, lo, hi, n_groups):
+    """Linear binning of TP and FP weights onto each group's fine grid, in one pass.
+
+    Row r lies on the grid of ``group[r]``: FINE_CELLS + 1 points from
+    ``lo[group]`` to ``hi[group]``; its weight is split between the two
+    neighbouring points in proportion to proximity. Returns T, F of shape
+    (n_groups, FINE_CELLS + 1). Weights add up, so counts from several chunks
+    (or machines) can be binned separately and summed.
+    """
+    m = FINE_CELLS + 1
+    width = hi - lo
+    inv = np.where(width > 0, FINE_CELLS / np.where(width > 0, width, 1.0), 0.0)
+    pos = score - lo[group]
+    pos *= inv[group]
+    i = np.minimum(pos.astype(np.int64), FINE_CELLS - 1)  # pos >= 0: truncation is floor
+    fr = pos - i
+    np.clip(fr, 0.0, 1.0, out=fr)
+    i += group * m
+    size = n_groups * m
+    wt = tp * fr
+    wf = fp * fr
+    # i never reaches a group's last point, so the right-hand shares shift by one within the group
+    T = np.bincount(i, tp - wt, minlength=size)
+    T[1:] += np.bincount(i, wt, minlength=size)[:-1]
+    F = np.bincount(i, fp - wf, minlength=size)
+    F[1:] += np.bincount(i, wf, minlength=size)[:-1]
+    return T.reshape(n_groups, m), F.reshape(n_groups, m)
+
+
+class BinnedEngine:
+    """Linear binning onto a fine grid, then FFT convolution per bandwidth.
+
+    The grid has FINE_CELLS + 1 points x_g = lo + g * delta over the
+    support. Each weight is split between its two neighbouring grid points
+    in proportion to proximity (linear binning), once. For a bandwidth b the
+    kernel is sampled at every offset the grid needs (|j| <= cells, no
+    truncation) and convolved with both weight sequences by FFT; the kernel
+    is symmetric, so an FFT of 2 * cells points is exact (offsets +-cells
+    share one slot and one value). Reflection adds a correlation with the
+    kernel at 2 (x_g - limit) + offset, evaluated in the same inverse
+    transform.
+
+    Coarser levels: linear binning is hierarchical on dyadic grids (moving
+    the weight of every odd point half to each even neighbour gives exactly
+    the linear binning onto the grid of spacing 2 delta), so the grids of
+    spacing 2^L delta, L = 0..3, cost nothing extra. A bandwidth b is
+    convolved on the coarsest level with b >= 16 * 2^L delta, which keeps
+    the linear-binning error bound of the finest level at b = 16 delta while
+    a large b costs an FFT of 1/8 the size.
+    """
+
+    name = "binned"
+    #: Coarsest level: spacing 8 delta, which is the scan grid itself.
+    MAX_LEVEL = 3
+    #: A bandwidth uses a level only if it spans at least this many of its cells.
+    CELLS_PER_B = 16
+
+    def __init__(self, T, F, lo, hi, bounds=None):
+        self.lo, self.hi, self.bounds = lo, hi, bounds
+        self.delta = (hi - lo) / FINE_CELLS
+        self.x = lo + self.delta * np.arange(FINE_CELLS + 1)
+        self.T, self.F = T, F
+        self.scan_x = self.x[::SCAN_STRIDE]
+        self._levels = []
+        t, f = self.T, self.F
+        for level in range(self.MAX_LEVEL + 1):
+            if level:
+                t, f = self._coarsen(t), self._coarsen(f)
+            cells = FINE_CELLS >> level
+            # 2 * cells suffices without reflection (see class docstring); with
+            # it the correlation reaches offset 2 * cells, so 4 * cells.
+            nfft = 2 * cells if bounds is None else 4 * cells
+            step = self.delta * (1 << level)
+            self._levels.append({
+                "T": t, "F": f, "cells": cells, "nfft": nfft, "step": step,
+                "x": lo + step * np.arange(cells + 1),
+                "ft_t": np.fft.rfft(t, nfft), "ft_p": np.fft.rfft(t + f, nfft),
+            })
+
+    @staticmethod
+    def _coarsen(w):
+        c = w[0::2].copy()
+        c[:-1] += 0.5 * w[1::2]
+        c[1:] += 0.5 * w[1::2]
+        return c
+
+    def level_of(self, b) -> int:
+        """The level a bandwidth is convolved on."""
+        r = b / (self.CELLS_PER_B * self.delta)
+        return int(np.clip(np.floor(np.log2(r)) if r > 0 else 0, 0, self.MAX_LEVEL))
+
+    def _sums_level(self, level, bandwidths):
+        """Unshifted kernel sums on the level's grid: (KT, KP), each (nb, cells + 1)."""
+        lv = self._levels[level]
+        b = np.asarray(bandwidths, dtype=np.float64)[:, None]
+        m, nfft, step = lv["cells"] + 1, lv["nfft"], lv["step"]
+        k = np.zeros((b.shape[0], nfft))
+        half = np.exp(-0.5 * ((step * np.arange(m))[None, :] / b) ** 2)
+        k[:, :m] = half
+        k[:, nfft - m + 1 :] = half[:, :0:-1]
+        ft = np.fft.rfft(k, axis=1)
+        spec_t = lv["ft_t"][None, :] * ft
+        spec_p = lv["ft_p"][None, :] * ft
+        if self.bounds is not None:
+            # correlation kernel at index q = g + h: phi(2(lo - L) + q step) + phi(2(lo - H) + q step)
+            q = step * np.arange(2 * m - 1)
+            kr = np.zeros((b.shape[0], nfft))
+            kr[:, : 2 * m - 1] = np.exp(-0.5 * ((2.0 * (self.lo - self.bounds[0]) + q)[None, :] / b) ** 2) + np.exp(
+                -0.5 * ((2.0 * (self.lo - self.bounds[1]) + q)[None, :] / b) ** 2
+            )
+            ftr = np.fft.rfft(kr, axis=1)
+            spec_t = spec_t + np.conj(lv["ft_t"])[None, :] * ftr
+            spec_p = spec_p + np.conj(lv["ft_p"])[None, :] * ftr
+        kt = np.fft.irfft(spec_t, nfft, axis=1)[:, :m]
+        kp = np.fft.irfft(spec_p, nfft, axis=1)[:, :m]
+        return kt, kp
+
+    def _by_level(self, bandwidths):
+        bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
+        levels = np.array([self.level_of(b) for b in bs])
+        for level in np.unique(levels):
+            idx = np.flatnonzero(levels == level)
+            yield int(level), idx, bs[idx]
+
+    @staticmethod
+    def _conf(kt, kp):
+        resolved = kp >= RESOLVED_FRACTION * kp.max(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            conf = np.where(resolved, np.clip(kt / np.where(resolved, kp, 1.0), 0.0, 1.0), np.nan)
+        return conf, resolved
+
+    def scan(self, bandwidths):
+        """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
+        nb = np.atleast_1d(bandwidths).shape[0]
+        conf = np.empty((nb, SCAN_POINTS))
+        res = np.empty((nb, SCAN_POINTS), dtype=bool)
+        for level, idx, bs in self._by_level(bandwidths):
+            kt, kp = self._sums_level(level, bs)
+            stride = SCAN_STRIDE >> level
+            conf[idx], res[idx] = self._conf(kt[:, ::stride], kp[:, ::stride])
+        return conf, res
+
+    def confidence_on_fine(self, b, stride: int) -> np.ndarray:
+        """Conf at every ``stride``-th fine grid point; unresolved points exactly."""
+        level = self.level_of(b)
+        kt, kp = self._sums_level(level, [b])
+        st = max(stride >> level, 1)
+        conf, resolved = self._conf(kt[:, ::st], kp[:, ::st])
+        conf, resolved = conf[0], resolved[0]
+        if not resolved.all():
+            pts, t, f = self.kernel_points()
+            x = self._levels[level]["x"][::st]
+            conf[~resolved] = exact_confidence(x[~resolved], pts, t, f, b, self.bounds)
+        return conf
+
+    def confidence(self, x, b):
+        pts, t, f = self.kernel_points()
+        return exact_confidence(x, pts, t, f, b, self.bounds)
+
+    def loo_nll(self, bandwidths) -> np.ndarray:
+        """Leave-one-out NLL with samples placed at grid points (linear binning).
+
+        A sample at grid point x_g loses one unit of weight (its own kernel,
+        value 1 at distance 0, plus its mirror images) from its group. Where
+        what is left of the positive density is below RESOLVED_FRACTION of
+        its maximum (an isolated sample: FFT round-off dominates there) the
+        sample is charged the largest loss, -log(PROB_CLIP).
+        """
+        out = np.empty(np.atleast_1d(bandwidths).shape[0])
+        for level, idx, bs in self._by_level(bandwidths):
+            lv = self._levels[level]
+            kt, kp = self._sums_level(level, bs)
+            b = bs[:, None]
+            selfk = np.ones_like(kt)
+            if self.bounds is not None:
+                selfk = selfk + np.exp(-2.0 * ((lv["x"] - self.bounds[0])[None, :] / b) ** 2) + np.exp(
+                    -2.0 * ((lv["x"] - self.bounds[1])[None, :] / b) ** 2
+                )
+            floor = RESOLVED_FRACTION * kp.max(axis=1, keepdims=True)
+            den = kp - selfk
+            ok = den > floor
+            safe = np.where(ok, den, 1.0)
+            c_t = np.where(ok, (kt - selfk) / safe, 0.0)  # TP left out
+            z_f = np.where(ok, (kp - kt - selfk) / safe, 0.0)  # FP left out: P(wrong)
+            a = np.log(np.clip(c_t, PROB_CLIP, 1.0 - PROB_CLIP))
+            z = np.log(np.clip(z_f, PROB_CLIP, 1.0 - PROB_CLIP))
+            out[idx] = -(lv["T"][None, :] * a).sum(axis=1) - (lv["F"][None, :] * z).sum(axis=1)
+        return out
+
+    def kernel_points(self):
+        keep = (self.T + self.F) > 0
+        return self.x[keep], self.T[keep], self.F[keep]
+
+    def resolution(self) -> float:
+        """Score resolution seen on the grid: the spacing of discrete scores, else delta.
+
+        Runs of adjacent occupied grid points are one distinct score when no
+        run is longer than 2 points (a score between two grid points fills
+        both); the resolution is then the smallest distance between the
+        weighted centres of neighbouring runs.
+        """
+        occ = np.flatnonzero((self.T + self.F) > 0)
+        if occ.size < 2:
+            return self.delta
+        breaks = np.flatnonzero(np.diff(occ) > 1) + 1
+        runs = np.split(occ, breaks)
+        if len(runs) < 2 or max(r.size for r in runs) > 2:
+            return self.delta
+        w = self.T + self.F
+        centres = np.array([np.average(self.x[r], weights=w[r]) for r in runs])
+        return float(np.diff(centres).min())

@@ -1,0 +1,798 @@
+"""Kernel-density-ratio calibration, Conf_KDE (paper sections 5, 6 and 12).
+
+For predicted class k with positives split into true positives (TP) and
+false positives (FP), with weights t_i and f_i (1/0 per sample, counts for
+binned data),
+
+    Conf_KDE(S) = sum_TP t_i phi_b(S - s_i) / (sum_TP t_i phi_b(S - s_i) + sum_FP f_j phi_b(S - s_j)),
+
+phi_b the Gaussian kernel with **one bandwidth b for TP and FP** (the
+paper's eq. 8 sums over TP in K_FP: a typo). With one b this is the
+Nadaraya-Watson regression of correctness on the score; it is computed with
+a shift in the exponent (log-sum-exp), so it is defined where both sums
+underflow.
+
+Bandwidth rules, each chosen per class (see :doc:`docs/kde.md` for the full
+description):
+
+``kde``       a fixed ``bandwidth`` (or Silverman's / Scott's rule of thumb).
+``kde-mon``   b_mon: smallest b whose curve is monotone on the class's support.
+``kde-mon2``  b_mon2: smallest b whose slope changes sign at most twice
+              (the paper's recommendation).
+``kde-mon4``  b_mon4: at most four sign changes.
+``kde-opt``   b_opt: minimises the leave-one-out top-label NLL of the class.
+
+The bandwidth scan
+------------------
+*Support* [lo, hi]: the lowest and highest score of the class's positives
+(bin edges for binned data). R = hi - lo.
+
+*Candidates*: b_lo * 2^(i/4), i = 0, 1, ..., up to b_hi = 4 R (the last
+candidate is b_hi itself), where b_lo = max(R / 256, rho / 2) and rho is the
+score resolution: the smallest gap between distinct scores when the scores
+are discrete (bin midpoints, a random forest's vote fractions), else the fine
+grid spacing R / 4096. R / 256 is two steps of the scan grid, the smallest b
+whose wiggles the grid can see; below rho / 2 the curve between two adjacent
+discrete scores is a sharp monotone step and no new extremum can appear.
+
+*Sign changes* are counted on the scan grid of 513 points evenly spaced over
+the support; a difference between neighbours of at most 1e-7 counts as flat,
+and points where the positive density is below 1e-6 of its maximum (gaps
+in the data) are skipped.
+
+*Smallest admissible b*: all candidates are evaluated; with j the first
+(smallest) admissible one, b is refined by 8 bisection steps in log b
+between candidate j - 1 (not admissible) and j (admissible), keeping the
+upper end admissible, so the result is always a verified admissible b, to
+0.07 % relative precision. The count need not be monotone in b, so an
+admissible b below candidate j - 1 between two candidates could be missed;
+none on a candidate is. If candidate 0 is admissible, b = b_lo. If none is,
+b = b_hi (the smoothest curve, closest to Conf1) with a
+:class:`BandwidthWarning`. Because mon, mon2 and mon4 use the same candidates
+and the same bisection path until they part, b_mon4 <= b_mon2 <= b_mon
+always.
+
+*b_opt*: the candidate with the smallest leave-one-out NLL, then refined
+by 12 golden-section steps in log b between its neighbours.
+
+Outside the support
+-------------------
+The curve is held at its value at the nearest end of the support (the
+tails of the kernels "make the kernel density's imagination go wild" there,
+paper section 13). ``curve(k).support`` gives where the data ends, so plots
+can mark it.
+
+Degenerate classes
+------------------
+A class with only TP (only FP) has Conf = 1 (0) for every b; a class whose
+positives all share one score has Conf = |TP| / |P| for every b. These get
+the constant curve, ``bandwidth_`` NaN for the selection rules (no bandwidth
+was chosen; the fixed ``kde`` keeps its b) and a DegenerateClassWarning.
+Classes with no positives fall back to the uncalibrated score, as in every
+score calibrator, with ``bandwidth_`` NaN.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._params import Interval, NoneOr, Options
+from ..data import ClassView, TopLabelData
+from ..errors import DataError, DegenerateClassWarning, ParameterError
+from . import _kde_engine as eng
+from .base import ScoreCalibrator, finite_array, to_jsonable
+from .registry import register
+
+__all__ = [
+    "KDE",
+    "KDEMon",
+    "KDEMon2",
+    "KDEMon4",
+    "KDEOpt",
+    "BandwidthWarning",
+    "kde_confidence",
+    "count_sign_changes",
+]
+
+count_sign_changes = eng.count_sign_changes
+
+#: Classes with at most this many positive rows use the exact engine under
+#: ``engine="auto"``: its cost per bandwidth is 513 x rows kernel terms,
+#: ~0.3 M at this size (about the cost of one FFT pass of the binned engine).
+EXACT_MAX_ROWS = 512
+#: Smallest candidate: two scan-grid steps (R / 256 = 16 fine cells).
+B_LO_CELLS = 16
+#: Largest candidate, in units of the support width R: at 4 R every kernel
+#: covers the whole support and the curve is close to logistic (monotone
+#: unless the TP and FP means coincide).
+B_HI_SPAN = 4.0
+#: Candidate spacing: 2^(1/4), four per doubling.
+CANDIDATE_RATIO = 2.0 ** 0.25
+#: Candidates evaluated per batched FFT call while scanning upwards.
+SCAN_BATCH = 8
+#: Refinement between the last inadmissible and the first admissible
+#: candidate: 3 rounds of 7 points (one batched call each) shrink the
+#: interval 8^3 = 512-fold: 2^(1/4)^(1/512) - 1 ~ 0.03 % relative precision.
+REFINE_ROUNDS = 3
+REFINE_POINTS = 7
+#: Refinement rounds for b_opt (each shrinks the bracket 4-fold): the
+#: bracket of two candidate steps, 2^(1/2), ends at 2^(1/2 / 4^3) ~ 0.5 %.
+OPT_ROUNDS = 3
+#: The prediction table's spacing is at most b / TABLE_CELLS_PER_B (a power
+#: of 2 fraction of the fine grid, 257 to 4097 points). Linear interpolation
+#: error is at most h^2 / 8 * max|Conf''|, and a Gaussian-smoothed step of
+#: height 1 has max|Conf''| ~ 0.24 / b^2, so at h = b / 8 the error is below
+#: 5e-4 (tests check 1e-3 against the exact formula).
+TABLE_CELLS_PER_B = 8
+MAX_TABLE_STRIDE = 16
+
+_SQRT_2PI = float(np.sqrt(2.0 * np.pi))
+
+
+class BandwidthWarning(DegenerateClassWarning):
+    """No candidate bandwidth met a rule; the documented fallback was used."""
+
+
+# ----------------------------------------------------------------- public
+
+
+def kde_confidence(eval_scores, scores, tp_weight, fp_weight, bandwidth, *, boundary=None) -> np.ndarray:
+    """Conf_KDE at ``eval_scores`` from scores with TP/FP weights, by direct summation.
+
+    Computed with a per-point shift in the exponent (log-sum-exp), so it is
+    defined everywhere, also far from the data where both kernel sums
+    underflow (there it tends to the ratio at the nearest kernel centre).
+    No clamping to the data's support (the calibrators add that).
+
+    Parameters
+    ----------
+    eval_scores : array-like, shape (m,)
+        Where to evaluate.
+    scores : array-like, shape (n,)
+        Kernel centres (the class's positive scores, or bin midpoints).
+    tp_weight, fp_weight : array-like, shape (n,)
+        Non-negative weights: 1/0 per sample, or counts. Pass the negatives'
+        scores as extra FP weight to get the paper's "diluted" curve (Fig. 6).
+    bandwidth : float
+        Kernel standard deviation b > 0, in score units.
+    boundary : (float, float) or None, default None
+        Hard score limits (lo, hi) at which kernels are reflected.
+
+    Returns
+    -------
+    ndarray, shape (m,)
+        Values in [0, 1].
+    """
+    x = np.atleast_1d(np.asarray(eval_scores, dtype=np.float64))
+    s = np.atleast_1d(np.asarray(scores, dtype=np.float64))
+    t = np.atleast_1d(np.asarray(tp_weight, dtype=np.float64))
+    f = np.atleast_1d(np.asarray(fp_weight, dtype=np.float64))
+    if x.ndim != 1 or s.ndim != 1 or t.shape != s.shape or f.shape != s.shape:
+        raise DataError(
+            "kde_confidence: scores, tp_weight and fp_weight must be 1-d of one length, "
+            f"got {s.shape}, {t.shape}, {f.shape}; pass one weight per score"
+        )
+    for name, a in (("eval_scores", x), ("scores", s), ("tp_weight", t), ("fp_weight", f)):
+        if not np.all(np.isfinite(a)):
+            raise DataError(f"kde_confidence: {name} has non-finite values; remove NaN/inf first")
+    if (t < 0).any() or (f < 0).any() or (t + f).sum() <= 0:
+        raise DataError(
+            "kde_confidence: tp_weight and fp_weight must be >= 0 with a positive total; "
+            "pass at least one sample with weight"
+        )
+    if isinstance(bandwidth, bool) or not np.isscalar(bandwidth) or not (float(bandwidth) > 0) or not np.isfinite(bandwidth):
+        raise ParameterError(
+            f"kde_confidence: parameter 'bandwidth' must be a finite number > 0, got {bandwidth!r}; "
+            "pass the kernel standard deviation in score units"
+        )
+    bounds = _check_boundary(boundary)
+    return eng.exact_confidence(x, s, t, f, float(bandwidth), bounds)
+
+
+def _check_boundary(boundary):
+    if boundary is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in boundary)
+    except (TypeError, ValueError):
+        raise ParameterError(
+            f"kde_confidence: parameter 'boundary' must be None or (lo, hi), got {boundary!r}"
+        ) from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise ParameterError(f"kde_confidence: parameter 'boundary' must have lo < hi, got {boundary!r}")
+    return (lo, hi)
+
+
+# ------------------------------------------------------------ estimators
+
+
+class _KDEBase(ScoreCalibrator):
+    """Shared fitting, prediction table and persistence of the KDE rules."""
+
+    #: "fixed", "mon" (with _max_changes) or "opt".
+    _rule: str = ""
+    _max_changes: int = 0
+
+    _parameter_constraints = {
+        "engine": Options(("auto", "exact", "binned")),
+        "boundary": NoneOr(Options(("reflect",))),
+    }
+
+    def __init__(self, *, engine: str = "auto", boundary: str | None = None):
+        self.engine = engine
+        self.boundary = boundary
+
+    # ----------------------------------------------------------------- fit
+    def _fit(self, data: TopLabelData) -> None:
+        """Fit every class; the same result as ScoreCalibrator._fit, in fewer passes.
+
+        One pass finds each class's support and size; the classes for the
+        binned engine are linearly binned together in one more pass (no
+        per-class row selection), the others are selected row by row.
+        """
+        K = data.n_classes
+        keep = (data.tp + data.fp) > 0
+        if keep.all():  # per-sample data: every row has weight; skip the copies
+            pred, score, tp, fp = data.pred, data.score, data.tp, data.fp
+        else:
+            pred, score, tp, fp = data.pred[keep], data.score[keep], data.tp[keep], data.fp[keep]
+        smin = np.full(K, np.inf)
+        smax = np.full(K, -np.inf)
+        np.minimum.at(smin, pred, score)
+        np.maximum.at(smax, pred, score)
+        if data.is_binned:  # support = outer bin edges, as in ScoreCalibrator._fit
+            edges = data.bin_edges[keep]
+            lo = np.full(K, np.inf)
+            hi = np.full(K, -np.inf)
+            np.minimum.at(lo, pred, edges[:, 0])
+            np.maximum.at(hi, pred, edges[:, 1])
+        else:
+            lo, hi = smin, smax
+        rows = np.bincount(pred, minlength=K)
+        kinds = []
+        for k in range(K):
+            if self.engine == "auto":
+                kinds.append("exact" if rows[k] <= EXACT_MAX_ROWS else "binned")
+            else:
+                kinds.append(self.engine)
+        grids = {}
+        binned = [k for k in range(K) if kinds[k] == "binned" and rows[k] > 0 and hi[k] > lo[k]]
+        if binned:
+            code = np.full(K, -1, dtype=np.int64)
+            code[binned] = np.arange(len(binned))
+            if len(binned) == K:
+                T, F = eng.linear_bin(pred, score, tp, fp, lo, hi, K)
+            else:
+                sel = code[pred] >= 0
+                T, F = eng.linear_bin(code[pred[sel]], score[sel], tp[sel], fp[sel], lo[binned], hi[binned],
+                                      len(binned))
+            grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
+        states, support = [], []
+        for k in range(K):
+            if rows[k] == 0:
+                states.append(None)
+                support.append(None)
+                continue
+            support.append((float(lo[k]), float(hi[k])))
+            T_k, F_k = float(self.n_tp_[k]), float(self.n_fp_[k])
+            if k in grids:
+                engine_args = ("binned", grids[k])
+            else:
+                idx = pred == k
+                engine_args = ("exact", (score[idx], tp[idx], fp[idx]))
+            states.append(self._fit_one(k, engine_args, float(lo[k]), float(hi[k]), T_k, F_k,
+                                        smin[k] == smax[k]))
+        self.class_state_ = states
+        self.support_ = support
+        self._build_tables()
+
+    def _fit_class(self, view: ClassView, k: int) -> dict:
+        """Fit one class from its view (the ScoreCalibrator hook; ``_fit`` batches this)."""
+        keep = (view.tp + view.fp) > 0
+        s, t, f = view.score[keep], view.tp[keep], view.fp[keep]
+        lo, hi = float(s.min()), float(s.max())
+        if self.engine == "binned" or (self.engine == "auto" and s.size > EXACT_MAX_ROWS):
+            if hi > lo:
+                T, F = eng.linear_bin(np.zeros(s.size, dtype=np.int64), s, t, f, np.array([lo]), np.array([hi]), 1)
+                return self._fit_one(k, ("binned", (T[0], F[0])), lo, hi, float(t.sum()), float(f.sum()), False)
+        return self._fit_one(k, ("exact", (s, t, f)), lo, hi, float(t.sum()), float(f.sum()), s.min() == s.max())
+
+    def _make_engine(self, engine_args, lo, hi):
+        bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
+        kind, arrays = engine_args
+        if kind == "exact":
+            score, tp, fp = arrays
+            u, inv = np.unique(score, return_inverse=True)
+            t = np.bincount(inv, tp, minlength=u.size)
+            f = np.bincount(inv, fp, minlength=u.size)
+            e = eng.ExactEngine(u, t, f, lo, hi, bounds)
+            rho = float(np.diff(u).min()) if u.size > 1 else (hi - lo) / eng.FINE_CELLS
+            return e, rho
+        e = eng.BinnedEngine(arrays[0], arrays[1], lo, hi, bounds)
+        return e, e.resolution()
+
+    def _fit_one(self, k, engine_args, lo, hi, T, F, one_score) -> dict:
+        name = self.classes_[k]
+        degenerate = None
+        if F == 0:
+            degenerate = "only true positives: Conf = 1"
+        elif T == 0:
+            degenerate = "only false positives: Conf = 0"
+        elif one_score:
+            degenerate = "all positives share one score: Conf = |TP| / |P|"
+        if degenerate is not None:
+            b = None
+            if self._rule == "fixed":
+                b = float(self.bandwidth) if not isinstance(self.bandwidth, str) else (hi - lo if hi > lo else 1.0)
+            else:
+                warnings.warn(
+                    f"{self.name}: class {name!r} has {degenerate} for every bandwidth; "
+                    "its curve is constant and its bandwidth NaN",
+                    DegenerateClassWarning,
+                    stacklevel=5,
+                )
+            return self._state(
+                bandwidth=b, engine=None, degenerate=degenerate, points=[0.5 * (lo + hi)], tp=[T], fp=[F],
+                lo=lo, hi=hi, table=[T / (T + F)] * 2, sign_changes=0, b_range=None, admissible=True,
+            )
+        engine, rho = self._make_engine(engine_args, lo, hi)
+        width = hi - lo
+        b_lo = max(width * B_LO_CELLS / eng.FINE_CELLS, 0.5 * rho)
+        b_hi = B_HI_SPAN * width
+        admissible = True
+        if self._rule == "fixed":
+            # rules of thumb from the kernel centres: the distinct scores, or
+            # the fine grid (quantiles then within R / 4096 of the exact ones)
+            pts, t, f = engine.kernel_points()
+            b = self._fixed_bandwidth(pts, t + f, lo, hi)
+            b_range = None
+        else:
+            n_cand = int(np.floor(np.log(b_hi / b_lo) / np.log(CANDIDATE_RATIO))) + 1
+            cand = b_lo * CANDIDATE_RATIO ** np.arange(n_cand)
+            if cand[-1] < b_hi * (1 - 1e-12):
+                cand = np.append(cand, b_hi)
+            b_range = [float(cand[0]), float(cand[-1])]
+            if self._rule == "mon":
+                b, admissible = self._scan_mon(engine, cand)
+                if not admissible:
+                    warnings.warn(
+                        f"{self.name}: class {name!r}: no bandwidth in [{cand[0]:.4g}, {cand[-1]:.4g}] gives "
+                        f"<= {self._max_changes} slope sign changes; using the largest, {cand[-1]:.4g} "
+                        "(smoothest curve); inspect the curve or use kde-mon4 / kde-opt",
+                        BandwidthWarning,
+                        stacklevel=5,
+                    )
+            else:
+                b = self._scan_opt(engine, cand)
+        conf, resolved = engine.scan([b])
+        changes = eng.count_sign_changes(conf[0], resolved[0])
+        cells_per_b = b / (TABLE_CELLS_PER_B * width / eng.FINE_CELLS)
+        stride = int(np.clip(2 ** np.floor(np.log2(max(cells_per_b, 1.0))), 1, MAX_TABLE_STRIDE))
+        table = self._table(engine, b, stride)
+        pts, t, f = engine.kernel_points()
+        return self._state(
+            bandwidth=float(b), engine=engine.name, degenerate=None, points=pts, tp=t, fp=f, lo=lo, hi=hi,
+            table=table, sign_changes=changes, b_range=b_range, admissible=admissible,
+        )
+
+    @staticmethod
+    def _state(**kw) -> dict:
+        return {
+            "bandwidth": kw["bandwidth"],
+            "engine": kw["engine"],
+            "degenerate": kw["degenerate"],
+            "sign_changes": int(kw["sign_changes"]),
+            "admissible": bool(kw["admissible"]),
+            "b_range": kw["b_range"],
+            "points": np.asarray(kw["points"], dtype=np.float64),
+            "tp": np.asarray(kw["tp"], dtype=np.float64),
+            "fp": np.asarray(kw["fp"], dtype=np.float64),
+            "table_lo": float(kw["lo"]),
+            "table_hi": float(kw["hi"]),
+            "table": np.asarray(kw["table"], dtype=np.float64),
+        }
+
+    def _table(self, engine, b, stride) -> np.ndarray:
+        if isinstance(engine, eng.BinnedEngine):
+            return engine.confidence_on_fine(b, stride)
+        x = engine.lo + (engine.hi - engine.lo) / eng.FINE_CELLS * np.arange(0, eng.FINE_CELLS + 1, stride)
+        return engine.confidence(x, b)
+
+    def _fixed_bandwidth(self, score, w, lo, hi) -> float:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _scan_mon(self, engine, cand):
+        """Smallest admissible bandwidth: (b, admissible).
+
+        Candidates are evaluated from the smallest up, SCAN_BATCH at a time
+        (one batched FFT), stopping at the first batch holding an admissible
+        one; then REFINE_ROUNDS rounds each place REFINE_POINTS points evenly
+        in log b between the last inadmissible and the first admissible b
+        and keep the first admissible of them (a multisection: the result is
+        always an evaluated admissible b).
+        """
+        n = self._max_changes
+
+        def admissible(bs):
+            conf, res = engine.scan(bs)
+            return np.array([eng.count_sign_changes(c, r) <= n for c, r in zip(conf, res)])
+
+        j = -1
+        for start in range(0, cand.size, SCAN_BATCH):
+            good = admissible(cand[start : start + SCAN_BATCH])
+            if good.any():
+                j = start + int(np.argmax(good))
+                break
+        if j < 0:
+            return float(cand[-1]), False
+        if j == 0:
+            return float(cand[0]), True
+        lo, hi = np.log(cand[j - 1]), np.log(cand[j])
+        best = float(cand[j])
+        for _ in range(REFINE_ROUNDS):
+            pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
+            good = admissible(np.exp(pts))
+            if good.any():
+                i = int(np.argmax(good))
+                hi = pts[i]
+                best = float(np.exp(pts[i]))
+                lo = pts[i - 1] if i > 0 else lo
+            else:
+                lo = pts[-1]
+        return best, True
+
+    def _scan_opt(self, engine, cand):
+        """Bandwidth with the smallest leave-one-out NLL.
+
+        All candidates are evaluated (one batched call); then OPT_ROUNDS
+        rounds each evaluate REFINE_POINTS points evenly in log b between the
+        neighbours of the best point so far and keep the best.
+        """
+        loss = engine.loo_nll(cand)
+        j = int(np.argmin(loss))
+        best_b, best = float(cand[j]), float(loss[j])
+        lo = np.log(cand[max(j - 1, 0)])
+        hi = np.log(cand[min(j + 1, cand.size - 1)])
+        for _ in range(OPT_ROUNDS):
+            pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
+            f = engine.loo_nll(np.exp(pts))
+            i = int(np.argmin(f))
+            if f[i] < best:
+                best, best_b = float(f[i]), float(np.exp(pts[i]))
+            c = np.log(best_b)
+            step = (hi - lo) / (REFINE_POINTS + 1)
+            lo, hi = max(c - step, lo), min(c + step, hi)
+        return best_b
+
+    # ------------------------------------------------------------- predict
+    def _build_tables(self) -> None:
+        """Flatten every class's table for vectorised prediction; set bandwidth_."""
+        K = len(self.classes_)
+        offs, tables = [], []
+        lo = np.zeros(K)
+        hi = np.zeros(K)
+        inv = np.zeros(K)
+        nm1 = np.ones(K, dtype=np.int64)
+        bw = np.full(K, np.nan)
+        pos = 0
+        for k, st in enumerate(self.class_state_):
+            if st is None:
+                tab = np.array([0.0, 0.0])  # rows of these classes are overwritten
+                a, z = 0.0, 1.0
+            else:
+                tab, a, z = st["table"], st["table_lo"], st["table_hi"]
+                if st["bandwidth"] is not None:
+                    bw[k] = st["bandwidth"]
+            offs.append(pos)
+            tables.append(tab)
+            lo[k], hi[k] = a, z
+            nm1[k] = tab.size - 1
+            inv[k] = (tab.size - 1) / (z - a) if z > a else 0.0
+            pos += tab.size
+        self._tab = np.concatenate(tables)
+        self._tab_off = np.array(offs, dtype=np.int64)
+        self._tab_lo, self._tab_hi, self._tab_inv, self._tab_nm1 = lo, hi, inv, nm1
+        self.bandwidth_ = bw
+
+    def _interp(self, k, score):
+        """Linear interpolation in the class tables; ``k``, ``score`` arrays of one shape.
+
+        Written with in-place operations: this is the whole cost of
+        ``predict`` (a few passes over the rows, no Python loop).
+        """
+        lo = self._tab_lo[k]
+        x = np.maximum(score, lo)
+        np.minimum(x, self._tab_hi[k], out=x)
+        x -= lo
+        x *= self._tab_inv[k]
+        i = x.astype(np.int64)
+        np.minimum(i, self._tab_nm1[k] - 1, out=i)
+        x -= i
+        np.minimum(x, 1.0, out=x)
+        i += self._tab_off[k]
+        t0 = self._tab[i]
+        t1 = self._tab[i + 1]
+        t1 -= t0
+        t1 *= x
+        t1 += t0
+        return t1
+
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        out = self._interp(data.pred, data.score)
+        for k, st in enumerate(self.class_state_):
+            if st is None:
+                rows = data.pred == k
+                if rows.any():
+                    out[rows] = self._uncalibrated(data.score[rows])
+        return out
+
+    def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
+        if self.class_state_[k] is None:
+            return self._uncalibrated(score)
+        s = np.asarray(score, dtype=np.float64)
+        return self._interp(np.full(s.shape, k, dtype=np.int64), s)
+
+    def _predict_class(self, state, score):  # pragma: no cover - _predict_scores is used
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- extras
+    def densities(self, k, score) -> tuple[np.ndarray, np.ndarray]:
+        """The smoothed weighted sums of class ``k`` at ``score`` (paper Fig. 5).
+
+        Returns ``(sum_TP t_i phi_b(S - s_i), sum_FP f_j phi_b(S - s_j))`` with
+        phi_b the normalised Gaussian density of standard deviation b, i.e.
+        |TP| K_TP(S) and |FP| K_FP(S) in the paper's notation (each integrates
+        to the group's weight, less what falls outside a hard limit unless
+        ``boundary="reflect"``). Not held constant outside the support. For
+        the binned engine the kernel centres are the fine grid points with
+        their linearly binned weights.
+
+        Raises
+        ------
+        TopcalError
+            For an unknown class, or a class without a bandwidth (no
+            positives, or a degenerate class under a selection rule).
+        """
+        self._check_fitted()
+        i = self._class_index(k)
+        st = self.class_state_[i]
+        if st is None or st["bandwidth"] is None:
+            raise ParameterError(
+                f"{self.name}: class {self.classes_[i]!r} has no fitted bandwidth "
+                "(no positives, or a degenerate class); its densities are not defined"
+            )
+        b = st["bandwidth"]
+        x = np.atleast_1d(np.asarray(score, dtype=np.float64))
+        bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
+        pts, t, f = st["points"], st["tp"], st["fp"]
+        zt = t > 0
+        zf = f > 0
+        out = []
+        for mask, w in ((zt, t), (zf, f)):
+            if not mask.any():
+                out.append(np.zeros_like(x))
+                continue
+            num, _, shift = eng.exact_sums(x, pts[mask], w[mask], np.zeros(mask.sum()), b, bounds)
+            out.append(num * np.exp(-shift * (0.5 / (b * b))) / (_SQRT_2PI * b))
+        return out[0], out[1]
+
+    @property
+    def n_params_(self) -> int:
+        """One bandwidth per class that has one."""
+        return int(np.count_nonzero(np.isfinite(self.bandwidth_)))
+
+    # --------------------------------------------------------- persistence
+    def _set_state(self, state: dict) -> None:
+        super()._set_state(state)
+        self._build_tables()
+
+    def _load_class_state(self, state: dict) -> dict:
+        b = state["bandwidth"]
+        if b is not None:
+            b = float(b)
+            if not (np.isfinite(b) and b > 0):
+                raise ValueError("bandwidth must be a positive number or null")
+        pts = finite_array(state["points"], "points")
+        tp = finite_array(state["tp"], "tp", pts.size)
+        fp = finite_array(state["fp"], "fp", pts.size)
+        table = finite_array(state["table"], "table")
+        if table.size < 2 or np.any((table < 0) | (table > 1)):
+            raise ValueError("table must hold at least 2 confidences in [0, 1]")
+        lo, hi = float(state["table_lo"]), float(state["table_hi"])
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+            raise ValueError("table_lo and table_hi must be finite with table_lo <= table_hi")
+        if state["engine"] not in (None, "exact", "binned"):
+            raise ValueError(f"unknown engine {state['engine']!r}")
+        br = state["b_range"]
+        return {
+            "bandwidth": b,
+            "engine": state["engine"],
+            "degenerate": None if state["degenerate"] is None else str(state["degenerate"]),
+            "sign_changes": int(state["sign_changes"]),
+            "admissible": bool(state["admissible"]),
+            "b_range": None if br is None else [float(v) for v in finite_array(br, "b_range", 2)],
+            "points": pts,
+            "tp": tp,
+            "fp": fp,
+            "table_lo": lo,
+            "table_hi": hi,
+            "table": table,
+        }
+
+    def _describe_classes(self) -> list[dict]:
+        out = []
+        for st, sup in zip(self.class_state_, self.support_):
+            if st is None:
+                out.append({"fallback": "uncalibrated (class never predicted in fitting data)", "bandwidth": None})
+                continue
+            d = {
+                "bandwidth": st["bandwidth"],
+                "engine": st["engine"],
+                "slope_sign_changes": st["sign_changes"],
+                "support": list(sup),
+                "kernel_centres": int(st["points"].size),
+                "table_points": int(st["table"].size),
+            }
+            if st["b_range"] is not None:
+                d["candidate_range"] = st["b_range"]
+            if not st["admissible"]:
+                d["note"] = "no candidate met the rule; largest candidate used"
+            if st["degenerate"] is not None:
+                d["degenerate"] = st["degenerate"]
+            out.append(to_jsonable(d))
+        return out
+
+
+def _weighted_spread(score, w):
+    """Weighted standard deviation and interquartile range."""
+    order = np.argsort(score, kind="stable")
+    s, ww = score[order], w[order]
+    mean = np.average(s, weights=ww)
+    sd = float(np.sqrt(np.average((s - mean) ** 2, weights=ww)))
+    cw = np.cumsum(ww) / ww.sum()
+    q1, q3 = np.interp([0.25, 0.75], cw, s)
+    return sd, float(q3 - q1)
+
+
+class _BandwidthConstraint:
+    """A positive finite number, or one of the rule-of-thumb names."""
+
+    rules = ("silverman", "scott")
+
+    def ok(self, v) -> bool:
+        if isinstance(v, str):
+            return v in self.rules
+        return Interval(0, None, closed="neither").ok(v) and np.isfinite(v)
+
+    def __str__(self) -> str:
+        return "a number > 0 (score units) or one of 'silverman', 'scott'"
+
+
+@register
+class KDE(_KDEBase):
+    """Conf_KDE with a fixed bandwidth per class (paper eq. 9).
+
+    Parameters
+    ----------
+    bandwidth : float or {"silverman", "scott"}, default "silverman"
+        Kernel standard deviation b in score units, the same for every
+        class; or a rule of thumb applied to each class's positive scores
+        (weighted, n = |P|): Silverman's 0.9 min(sd, IQR / 1.34) n^(-1/5)
+        (Silverman 1986, eq. 3.31) or Scott's 1.06 sd n^(-1/5). These
+        target the density, not the ratio, and tend to be too small for
+        calibration; prefer ``kde-mon2``.
+    engine : {"auto", "exact", "binned"}, default "auto"
+        "exact" sums every kernel; "binned" linear-bins onto a 4097-point
+        grid over the class's support and convolves by FFT; "auto" takes
+        "exact" for classes with at most 512 positive rows.
+    boundary : {None, "reflect"}, default None
+        "reflect" mirrors every kernel at both ends of the declared score
+        range (e.g. 0 and 1, or 0 and 10), so no weight falls outside it.
+        Off by default, as in the paper (section 13: "at any reasonable
+        bandwidth the effect is minimal").
+
+    Attributes
+    ----------
+    bandwidth_ : ndarray, shape (K,)
+        Bandwidth used per class; NaN for classes with no positives.
+    support_ : list of (float, float) or None
+        Where each class's data lies; the curve is constant outside.
+    """
+
+    name = "kde"
+    summary = "kernel density ratio TP / (TP + FP), fixed bandwidth (paper eq. 9)"
+    _rule = "fixed"
+    _parameter_constraints = {
+        **_KDEBase._parameter_constraints,
+        "bandwidth": _BandwidthConstraint(),
+    }
+
+    def __init__(self, *, bandwidth="silverman", engine: str = "auto", boundary: str | None = None):
+        self.bandwidth = bandwidth
+        self.engine = engine
+        self.boundary = boundary
+
+    def _fixed_bandwidth(self, score, w, lo, hi) -> float:
+        if not isinstance(self.bandwidth, str):
+            return float(self.bandwidth)
+        sd, iqr = _weighted_spread(score, w)
+        n = float(w.sum())
+        if self.bandwidth == "scott":
+            b = 1.06 * sd * n ** -0.2
+        else:
+            spread = min(sd, iqr / 1.34) if iqr > 0 else sd
+            b = 0.9 * spread * n ** -0.2
+        if not b > 0:  # one distinct score: any b gives the same (constant) curve
+            b = (hi - lo) if hi > lo else 1.0
+        return float(b)
+
+
+
+
+class _KDEMonBase(_KDEBase):
+    _rule = "mon"
+
+
+@register
+class KDEMon(_KDEMonBase):
+    """Conf_KDE with b_mon: the smallest b giving a monotone curve (paper eq. 16).
+
+    Parameters
+    ----------
+    engine : {"auto", "exact", "binned"}, default "auto"
+        See :class:`KDE`.
+    boundary : {None, "reflect"}, default None
+        See :class:`KDE`.
+
+    Attributes
+    ----------
+    bandwidth_ : ndarray, shape (K,)
+        b_mon per class; NaN for classes with no positives or a degenerate
+        class (only TP, only FP, one distinct score).
+    """
+
+    name = "kde-mon"
+    summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 16)"
+    _max_changes = 0
+
+
+@register
+class KDEMon2(_KDEMonBase):
+    """Conf_KDE with b_mon2: slope changes sign at most twice (paper eq. 17; recommended).
+
+    Parameters and attributes as :class:`KDEMon`.
+    """
+
+    name = "kde-mon2"
+    summary = "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's choice)"
+    _max_changes = 2
+
+
+@register
+class KDEMon4(_KDEMonBase):
+    """Conf_KDE with b_mon4: slope changes sign at most four times (paper section 12).
+
+    Parameters and attributes as :class:`KDEMon`.
+    """
+
+    name = "kde-mon4"
+    summary = "kernel density ratio, smallest bandwidth with <= 4 slope sign changes"
+    _max_changes = 4
+
+
+@register
+class KDEOpt(_KDEBase):
+    """Conf_KDE with b_opt: minimal leave-one-out top-label NLL of the class.
+
+    Each sample's own kernel is removed from its own group's sum (for binned
+    data, one unit of the bin's weight). The paper finds these curves too
+    wiggly on PhANNs (Fig. 13); offered for comparison.
+
+    Parameters and attributes as :class:`KDEMon`.
+    """
+
+    name = "kde-opt"
+    summary = "kernel density ratio, bandwidth minimising leave-one-out NLL (paper section 12)"
+    _rule = "opt"

@@ -1,0 +1,405 @@
+"""Numerical core of top-label temperature scaling: loss, analytic derivatives, bounded Newton.
+
+Every temperature method in :mod:`topcal.calibrators.temperature` reduces to
+one per-sample quantity, the log-odds of the recalibrated top entry.
+With z the log scores of a sample, k = k(X) its predicted class,
+``d = z_k - max_{j != k} z_j`` (the margin of the top entry over the best
+other one, >= 0) and ``O_j = z_j - max_{j != k} z_j <= 0`` for the K - 1
+other entries,
+
+    yhat_k = softmax((z + A e_k) / T)_k = sigmoid(m),
+    m = (d + A) * beta - log sum_{j != k} exp(beta * O_j),   beta = 1 / T.
+
+Shifting the others by their maximum keeps every exp() in (0, 1] (no
+overflow at any temperature) and the sum >= 1 (no log of 0). The binary
+variant on a top score s alone is the same formula with one "other" entry
+log(1 - s), i.e. ``d = logit(s)`` and the log-sum term 0.
+
+Derivatives in beta follow from the log-sum-exp L(beta): L' = E_w[O] and
+L'' = Var_w[O] under the weights w = softmax(beta * O); so one exp() pass
+over the (K - 1, n) matrix gives the loss, and two multiply-add passes
+give the exact gradient and Hessian. The optimiser works in
+theta = log T (``beta = exp(-theta)``), which makes the bounds on T
+symmetric and the problem better scaled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit
+
+from ..errors import ConvergenceError
+
+__all__ = [
+    "T_MIN",
+    "T_MAX",
+    "AWARD_MAX",
+    "BINARY_SCORE_FLOOR",
+    "split_top",
+    "top_label_margin",
+    "TopLabelObjective",
+    "MultinomialObjective",
+    "NewtonResult",
+    "bounded_newton",
+]
+
+#: Temperatures are confined to [1e-3, 1e3]. The lower end matches
+#: :data:`topcal.data.LOG_PROB_FLOOR` (log(1e-300) / 1e-3 stays finite);
+#: outside the range a fit is degenerate anyway (confidences pinned at 0/1 or 1/K).
+T_MIN = 1e-3
+T_MAX = 1e3
+#: Awards are confined to [-1e3, 1e3] (nats of log score). Realistic awards
+#: are a few nats; 1e3 exceeds the whole range of floored log-probabilities
+#: (|log 1e-300| ~ 691), so an award at the bound already makes yhat_k 0 or 1.
+AWARD_MAX = 1e3
+#: The binary variant clips the normalised top score s to [1e-12, 1 - 1e-12]
+#: before taking logit(s) (the same clip as :data:`topcal.metrics.PROB_CLIP`):
+#: s = 1 exactly would otherwise have an infinite logit.
+BINARY_SCORE_FLOOR = 1e-12
+
+#: Newton stops when half the Newton decrement (the model's predicted loss
+#: reduction) falls below this fraction of the loss: parameters are then
+#: correct to about sqrt(1e-12) ~ 1e-6 relative *before* the last step, and
+#: to ~1e-12 after it (quadratic convergence).
+_RTOL = 1e-12
+#: Armijo sufficient-decrease constant (Nocedal and Wright, Numerical
+#: Optimization, 2nd ed., section 3.1 recommend c1 = 1e-4).
+_ARMIJO = 1e-4
+
+
+#: Rows per block in :func:`split_top`: a (65536, K) block of float64 stays
+#: in cache while its K - 1 columns are gathered (columns of a C-ordered
+#: (n, K) array are strided, so gathering them from the whole array would
+#: stream it from memory K - 1 times).
+_CHUNK = 65536
+
+
+def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Split log scores into the top margin d (n,) and shifted others O (K-1, n).
+
+    Parameters
+    ----------
+    z : ndarray of shape (n, K)
+        Log scores (log-probabilities or logits; any per-row shift is fine),
+        or probabilities when ``log_floor`` is given.
+    pred : ndarray of int, shape (n,)
+        Predicted class k(X) of each row (kept even if it is not the argmax).
+    log_floor : float, optional
+        If given, ``z`` holds probabilities and log(max(z, log_floor)) is
+        used: the logs are taken while gathering, so no (n, K) matrix of
+        log-probabilities is ever allocated.
+
+    Returns
+    -------
+    d : ndarray of shape (n,)
+        z_k - max_{j != k} z_j.
+    O : ndarray of shape (K - 1, n), C-contiguous
+        z_j - max_{j != k} z_j for the other entries, in column order.
+        Stored transposed so that sums over classes run over contiguous rows.
+    """
+    n, k = z.shape
+    top = z[np.arange(n), pred]
+    if log_floor is not None:
+        top = np.log(np.maximum(top, log_floor))
+    others = np.empty((k - 1, n), dtype=np.float64)
+    for a in range(0, n, _CHUNK):
+        b = min(a + _CHUNK, n)
+        zc, pc = z[a:b], pred[a:b]
+        for r in range(k - 1):
+            out = others[r, a:b]
+            # other entry r is column r left of the predicted class, r + 1 right of it
+            np.copyto(out, np.where(pc > r, zc[:, r], zc[:, r + 1]))
+            if log_floor is not None:
+                np.maximum(out, log_floor, out=out)
+                np.log(out, out=out)
+    omax = others.max(axis=0)
+    others -= omax
+    return top - omax, others
+
+
+def top_label_margin(d, others, beta, award) -> np.ndarray:
+    """m = (d + award) * beta - log sum_j exp(beta * O_j), the log-odds of yhat_k.
+
+    ``beta`` and ``award`` are scalars or per-sample arrays; ``others`` may
+    be None (binary variant: the log-sum term is 0).
+    """
+    m = (d + award) * beta
+    if others is not None:
+        e = np.multiply(others, beta)
+        np.exp(e, out=e)
+        m -= np.log(e.sum(axis=0))
+    return m
+
+
+def _loss_terms(m, tp, fp, loss):
+    """Summed loss at log-odds m, and its first and second derivatives in m per sample."""
+    w = tp + fp
+    if loss == "nll":
+        # softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): one exp for both terms,
+        # exact for large |m| (a confident right answer costs ~exp(-|m|), not 0)
+        c = np.log1p(np.exp(-np.abs(m)))
+        return float(np.sum(w * c + tp * np.maximum(-m, 0.0) + fp * np.maximum(m, 0.0)))
+
+    p = expit(m)
+    return float(np.sum(tp * (1.0 - p) ** 2 + fp * p**2))
+
+
+def _loss_derivs(m, tp, fp, loss):
+    w = tp + fp
+    p = expit(m)
+    if loss == "nll":
+        return w * p - tp, w * p * (1.0 - p)
+    q = p * (1.0 - p)
+    r = w * p - tp
+    return 2.0 * r * q, 2.0 * w * q * q + 2.0 * r * q * (1.0 - 2.0 * p)
+
+
+class TopLabelObjective:
+    """Summed top-label loss as a function of x = (log T, A_0, ..., A_{G-1}).
+
+    Parameters
+    ----------
+    d : ndarray (n,)
+        Top margins (see :func:`split_top`), or logit(s) for the binary variant.
+    others : ndarray (K - 1, n) or None
+        Shifted other entries; None for the binary variant.
+    tp, fp : ndarray (n,)
+        True- and false-positive weights.
+    loss : {"nll", "brier"}
+    n_awards : int
+        0 (no award), or the number G of award groups.
+    groups : ndarray of int (n,), optional
+        Award group of each sample (default: all in group 0).
+
+    Notes
+    -----
+    :meth:`value` caches the exp() pass; :meth:`grad_hess` at the same x
+    reuses it, so an accepted Newton step costs one exp() over the data.
+    """
+
+    def __init__(self, d, others, tp, fp, *, loss="nll", n_awards=0, groups=None):
+        self.d = d
+        self.others = others
+        self.tp = tp
+        self.fp = fp
+        self.loss = loss
+        self.n_awards = int(n_awards)
+        self.groups = groups
+        self.dim = 1 + self.n_awards
+        # one preallocated (K - 1, n) buffer: no big temporaries per iteration
+        self._buf = None if others is None else np.empty_like(others)
+        self._at = None
+
+    def _award(self, x):
+        if self.n_awards == 0:
+            return 0.0
+        if self.groups is None:
+            return x[1]
+        return x[1:][self.groups]
+
+    def margin(self, x) -> np.ndarray:
+        """Per-sample log-odds m at parameters x (one exp() pass, reusing the buffer)."""
+        x = np.asarray(x, dtype=np.float64)
+        if self._at is None or not np.array_equal(self._at[0], x):
+            self.value(x)
+        return self._at[3]
+
+    def value(self, x) -> float:
+        """Summed loss at x."""
+        x = np.asarray(x, dtype=np.float64)
+        beta = float(np.exp(-x[0]))
+        if self.others is None:
+            s0 = None
+            m = (self.d + self._award(x)) * beta
+        else:
+            np.multiply(self.others, beta, out=self._buf)
+            np.exp(self._buf, out=self._buf)
+            s0 = self._buf.sum(axis=0)
+            m = (self.d + self._award(x)) * beta - np.log(s0)
+        self._at = (x.copy(), beta, s0, m)
+        return _loss_terms(m, self.tp, self.fp, self.loss)
+
+    def grad_hess(self, x):
+        """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x."""
+        x = np.asarray(x, dtype=np.float64)
+        if self._at is None or not np.array_equal(self._at[0], x):
+            self.value(x)
+        _, beta, s0, m = self._at
+        self._at = None  # the buffer is overwritten below
+        if self.others is None:
+            e1 = 0.0
+            var = 0.0
+        else:
+            buf = self._buf
+            buf *= self.others  # e * O
+            e1 = buf.sum(axis=0) / s0
+            buf *= self.others  # e * O^2
+            var = np.maximum(buf.sum(axis=0) / s0 - e1 * e1, 0.0)
+        dm_db = self.d + self._award(x) - e1
+        dm_dt = -beta * dm_db  # d beta / d theta = -beta
+        d2m_dt2 = beta * beta * (-var) + beta * dm_db
+        l1, l2 = _loss_derivs(m, self.tp, self.fp, self.loss)
+        g = np.zeros(self.dim)
+        h = np.zeros((self.dim, self.dim))
+        g[0] = np.sum(l1 * dm_dt)
+        h[0, 0] = np.sum(l2 * dm_dt * dm_dt + l1 * d2m_dt2)
+        if self.n_awards:
+            # dm/dA = beta, d2m/dA dtheta = -beta, d2m/dA2 = 0
+            ga = l1 * beta
+            gta = l2 * dm_dt * beta - l1 * beta
+            haa = l2 * (beta * beta)
+            if self.groups is None:
+                sums = [np.array([np.sum(v)]) for v in (ga, gta, haa)]
+            else:
+                sums = [np.bincount(self.groups, weights=v, minlength=self.n_awards) for v in (ga, gta, haa)]
+            g[1:] = sums[0]
+            h[0, 1:] = h[1:, 0] = sums[1]
+            h[1:, 1:] = np.diag(sums[2])
+        return g, h
+
+
+class MultinomialObjective:
+    """Classic (Guo et al. 2017) temperature scaling loss: full multinomial NLL.
+
+    sum_i w_i [log sum_j exp(beta z_ij) - beta z_{i,y_i}] with z shifted so
+    the row maximum is 0; x = (log T,). Convex in beta.
+
+    Parameters
+    ----------
+    z : ndarray (n, K)
+        Log scores.
+    labels : ndarray of int (n,)
+        True classes.
+    w : ndarray (n,)
+        Sample weights.
+    """
+
+    dim = 1
+
+    def __init__(self, z, labels, w):
+        n = z.shape[0]
+        zt = np.ascontiguousarray(z.T)
+        zt -= zt.max(axis=0)
+        self.zt = zt
+        self.zy = zt[labels, np.arange(n)]
+        self.w = w
+        self._buf = np.empty_like(zt)
+        self._at = None
+
+    def value(self, x) -> float:
+        x = np.asarray(x, dtype=np.float64)
+        beta = float(np.exp(-x[0]))
+        np.multiply(self.zt, beta, out=self._buf)
+        np.exp(self._buf, out=self._buf)
+        s0 = self._buf.sum(axis=0)
+        self._at = (x.copy(), beta, s0)
+        return float(np.sum(self.w * (np.log(s0) - beta * self.zy)))
+
+    def grad_hess(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        if self._at is None or not np.array_equal(self._at[0], x):
+            self.value(x)
+        _, beta, s0 = self._at
+        self._at = None
+        buf = self._buf
+        buf *= self.zt
+        e1 = buf.sum(axis=0) / s0
+        buf *= self.zt
+        var = np.maximum(buf.sum(axis=0) / s0 - e1 * e1, 0.0)
+        dl_db = e1 - self.zy  # per-sample d loss / d beta
+        g = np.array([np.sum(self.w * (-beta * dl_db))])
+        h = np.array([[np.sum(self.w * (beta * beta * var + beta * dl_db))]])
+        return g, h
+
+
+@dataclass(frozen=True)
+class NewtonResult:
+    """Outcome of :func:`bounded_newton`."""
+
+    x: np.ndarray
+    fun: float
+    n_iter: int
+
+
+def bounded_newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit") -> NewtonResult:
+    """Minimise ``obj`` over the box [lo, hi] by projected Newton with backtracking.
+
+    Coordinates at a bound whose gradient points outwards are held there
+    (active set); the Newton system on the free ones uses |eigenvalues| of
+    the Hessian (floored), so a non-convex region still gives a descent
+    direction. The step is projected onto the box and halved until the
+    Armijo condition holds.
+
+    Parameters
+    ----------
+    obj : object with ``value(x)`` and ``grad_hess(x)``
+    x0, lo, hi : array-like (dim,)
+    fixed : bool array (dim,), optional
+        Coordinates never moved (held at their clipped x0).
+    max_iter : int
+    what : str
+        Names the fit in a :class:`~topcal.errors.ConvergenceError`.
+
+    Raises
+    ------
+    ConvergenceError
+        If the loss or its derivatives become non-finite, the line search
+        cannot decrease the loss away from a stationary point, or
+        ``max_iter`` Newton steps do not converge.
+    """
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    x = np.clip(np.asarray(x0, dtype=np.float64), lo, hi)
+    fixed = np.zeros(x.shape, bool) if fixed is None else np.asarray(fixed, bool)
+    f = obj.value(x)
+    dec = np.inf
+    for it in range(max_iter + 1):
+        g, h = obj.grad_hess(x)
+        if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(h))):
+            raise ConvergenceError(
+                f"{what}: the loss became non-finite at log T = {x[0]:.6g}; check the scores for "
+                "extreme values (|logit| > 1e6) or refit with max_iter larger"
+            )
+        active = fixed | ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
+        free = np.flatnonzero(~active)
+        if free.size == 0:
+            return NewtonResult(x, f, it)
+        gf = g[free]
+        ev, vec = np.linalg.eigh(h[np.ix_(free, free)])
+        scale = max(float(np.max(np.abs(ev))), np.finfo(float).tiny)
+        ev = np.maximum(np.abs(ev), 1e-12 * scale)
+        step = -(vec @ ((vec.T @ gf) / ev))
+        dec = float(-gf @ step)
+        if dec <= 2.0 * _RTOL * (abs(f) + 1.0):
+            return NewtonResult(x, f, it)
+        if it == max_iter:
+            break
+        dx = np.zeros_like(x)
+        dx[free] = step
+        t = 1.0
+        while True:
+            xn = np.clip(x + t * dx, lo, hi)
+            fn = obj.value(xn)
+            if np.isfinite(fn) and fn <= f + _ARMIJO * float(g @ (xn - x)):
+                break
+            t *= 0.5
+            if t < 1e-12:
+                # No decrease is representable: x is stationary to float precision
+                # when the predicted decrease is below the rounding of f.
+                obj.value(x)
+                if dec <= 1e-9 * (abs(f) + 1.0):
+                    return NewtonResult(x, f, it)
+                raise ConvergenceError(
+                    f"{what}: the line search failed at log T = {x[0]:.6g} (loss {f:.10g}, predicted "
+                    f"decrease {dec:.3g}); the loss surface is flat or noisy there: try loss='nll'"
+                )
+        moved = float(np.max(np.abs(xn - x)))
+        x, f = xn, fn
+        if moved <= 1e-14 * (1.0 + float(np.max(np.abs(x)))):
+            return NewtonResult(x, f, it + 1)
+    raise ConvergenceError(
+        f"{what}: Newton did not converge in max_iter={max_iter} iterations (loss {f:.10g}, "
+        f"predicted decrease {dec:.3g}); raise max_iter"
+    )

@@ -1,0 +1,519 @@
+"""Top-label temperature scaling: STS, CSTS, TSwA, CSTSwA and binary variants (paper sections 8-11, appendix).
+
+All methods recalibrate the entry of the *predicted* class k = k(X) (always
+the class predicted by the original scores, even where an award moves the
+argmax: the paper's remark after the TSwA equation) and are fitted by
+minimising the top-label binary loss over the positives (paper eq. 16;
+eq. 17, Brier, with ``loss="brier"``)::
+
+    Loss_NLL = - sum_TP log yhat_k - sum_FP log(1 - yhat_k)
+
+Full-vector methods (need Y(X), probabilities or logits)::
+
+    sts     yhat = softmax(log y / T)                       1 parameter
+    csts    yhat = softmax(log y / T_k)                     K parameters, one fit per class
+    tswa    yhat = softmax((log y + A_k e_k) / T)           K + 1 parameters, one joint fit
+    cstswa  yhat = softmax((log y + A_k e_k) / T_k)         2K parameters, one fit per class
+
+Binary variants (top score only, e.g. the PhANNs counts), on the normalised
+score s = (S - lo) / (hi - lo)::
+
+    bts     yhat = s^(1/T_k) / (s^(1/T_k) + (1 - s)^(1/T_k))      = sigmoid(logit(s) / T_k)
+    btswa   yhat = sigmoid((logit(s) + A_k) / T_k)
+
+Logits are used directly (softmax is shift invariant, so logits and their
+log-softmax give the same fit); probabilities are logged with exact zeros
+floored at :data:`topcal.data.LOG_PROB_FLOOR`. The optimiser is a bounded
+projected Newton method in (log T, A) with analytic gradient and Hessian
+(:mod:`topcal.calibrators._ts_core`); T is confined to [1e-3, 1e3] and A to
+[-1e3, 1e3].
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import ClassVar
+
+import numpy as np
+from scipy.special import expit
+
+from .._params import Interval, Options
+from ..data import LOG_PROB_FLOOR, TopLabelData
+from ..errors import DataError, DegenerateClassWarning, ParameterError
+from ._ts_core import (
+    AWARD_MAX,
+    BINARY_SCORE_FLOOR,
+    T_MAX,
+    T_MIN,
+    MultinomialObjective,
+    NewtonResult,
+    TopLabelObjective,
+    bounded_newton,
+    split_top,
+    top_label_margin,
+)
+from .base import Calibrator, finite_array, to_jsonable
+from .registry import register
+
+__all__ = [
+    "SharedTemperatureScaling",
+    "ClassTemperatureScaling",
+    "TemperatureScalingWithAwards",
+    "ClassTemperatureScalingWithAwards",
+    "BinaryTemperatureScaling",
+    "BinaryTemperatureScalingWithAwards",
+]
+
+_LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
+
+
+def _split(data: TopLabelData, idx=None):
+    """Top margins d and shifted other entries O (see :func:`split_top`) of rows ``idx``.
+
+    Logits are used as given (softmax is shift invariant, so they fit exactly
+    like their log-softmax); probabilities are logged on the fly with exact
+    zeros floored at :data:`~topcal.data.LOG_PROB_FLOOR`.
+    """
+    full = data.full if idx is None else data.full[idx]
+    pred = data.pred if idx is None else data.pred[idx]
+    if data.full_kind == "logits":
+        return split_top(full, pred)
+    return split_top(full, pred, log_floor=LOG_PROB_FLOOR)
+
+
+def _binary_logit(data: TopLabelData) -> np.ndarray:
+    """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first."""
+    s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
+    return np.log(s) - np.log1p(-s)
+
+
+def _softplus(m):
+    return np.maximum(m, 0.0) + np.log1p(np.exp(-np.abs(m)))
+
+
+class _TemperatureBase(Calibrator):
+    """Shared machinery of the temperature methods.
+
+    Fitted attributes
+    -----------------
+    temperature_ : ndarray (K,)
+        Temperature used for each predicted class (all equal for sts and tswa).
+    awards_ : ndarray (K,)
+        Award of each predicted class (zeros for methods without awards).
+    fitted_classes_ : ndarray of bool (K,)
+        Classes predicted in the fitting data. The others fall back to the
+        uncalibrated score (T = 1, A = 0 gives yhat_k = y_k, or s).
+    loss_ : float
+        Minimised objective, summed over samples (top-label NLL or Brier, or
+        the multinomial NLL for ``sts`` with ``objective="multinomial"``).
+    nll_ : float
+        Top-label NLL summed over samples at the fitted parameters (equal to
+        ``loss_`` for the default loss).
+    class_nll_ : ndarray (K,)
+        Its share per predicted class.
+    n_iter_ : int
+        Newton iterations, summed over the per-class fits.
+    n_params_ : int
+        Fitted parameters (temperatures and awards of fitted classes).
+    aic_ : float
+        Akaike information criterion 2 n_params_ + 2 nll_ (Akaike 1974): the
+        paper's argument for csts/tswa over the 2K-parameter cstswa.
+    """
+
+    _shared: ClassVar[bool] = False
+    _has_award: ClassVar[bool] = False
+    _binary: ClassVar[bool] = False
+    #: the binary method to suggest for data without full score vectors
+    _binary_alternative: ClassVar[str] = "bts"
+
+    _parameter_constraints = {
+        "loss": Options(("nll", "brier")),
+        "max_iter": Interval(1, None, integer=True),
+    }
+
+    def __init__(self, *, loss: str = "nll", max_iter: int = 100):
+        self.loss = loss
+        self.max_iter = max_iter
+
+    # ---------------------------------------------------------- data checks
+    def _require_full(self, data) -> None:
+        if self.needs_full and isinstance(data, TopLabelData) and not data.has_full:
+            raise DataError(
+                f"method {self.name!r} needs the full score vector Y(X) (probabilities or logits), but this "
+                f"data has only top scores; use the binary variant {self._binary_alternative!r} "
+                "(temperature on the normalised top score) or a score-based method (hist, ...)"
+            )
+        if self.needs_full and isinstance(data, TopLabelData) and data.n_classes < 2:
+            raise DataError(
+                f"method {self.name!r} needs at least 2 classes in the score vector, got "
+                f"{data.n_classes}; use {self._binary_alternative!r} on the top score instead"
+            )
+
+    def fit(self, data: TopLabelData) -> "_TemperatureBase":
+        """Fit on labelled ``data`` (see the class docstring); returns self."""
+        self._require_full(data)
+        return super().fit(data)
+
+    def predict(self, data: TopLabelData) -> np.ndarray:
+        """Recalibrated top-label confidence yhat_{k(X)} of each row, shape (n_rows,).
+
+        k(X) is each row's predicted class from its own original scores.
+        """
+        self._check_fitted()
+        self._require_full(data)
+        return super().predict(data)
+
+    # ------------------------------------------------------------------ fit
+    def _objective_kind(self) -> str:
+        return "top-label"
+
+    @staticmethod
+    def _log_scores(data: TopLabelData) -> np.ndarray:
+        """Log scores (n, K): the logits as given, or floored log-probabilities (new array)."""
+        if data.full_kind == "logits":
+            return data.full
+        z = np.maximum(data.full, LOG_PROB_FLOOR)
+        return np.log(z, out=z)
+
+    def _fit(self, data: TopLabelData) -> None:
+        k = data.n_classes
+        tpc, fpc = self.n_tp_, self.n_fp_
+        fitted = (tpc + fpc) > 0
+        only_tp = fitted & (fpc == 0)
+        only_fp = fitted & (tpc == 0)
+        if not self._shared or self._has_award:
+            bad = [c for c, a, b in zip(data.classes, only_tp, only_fp) if a or b]
+            if bad:
+                what = "temperature and award" if self._has_award else "temperature"
+                warnings.warn(
+                    f"{self.name}: class(es) {bad} have only true positives or only false positives; "
+                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A| <= {AWARD_MAX:g}), "
+                    "so their confidence is pinned near 1 (only TP) or as low as the method allows (only FP)",
+                    DegenerateClassWarning,
+                    stacklevel=3,
+                )
+        temps = np.ones(k)
+        awards = np.zeros(k)
+        tp = data.tp
+        fp = data.fp
+        if self._objective_kind() == "multinomial":
+            obj = MultinomialObjective(self._log_scores(data), data.labels, tp + fp)
+            res = bounded_newton(obj, [0.0], [_LOG_T[0]], [_LOG_T[1]], max_iter=self.max_iter, what=self.name)
+            temps[fitted] = np.exp(res.x[0])
+            loss, n_iter, m = res.fun, res.n_iter, None
+        elif self._shared:
+            temps, awards, loss, n_iter, m = self._fit_shared(data, fitted, only_tp, only_fp)
+        else:
+            temps, awards, loss, n_iter, m = self._fit_per_class(data, fitted, only_tp, only_fp)
+        self.temperature_ = temps
+        self.awards_ = awards
+        self.fitted_classes_ = fitted
+        self.loss_ = float(loss)
+        self.n_iter_ = int(n_iter)
+        if m is None:
+            m = self._margin(data)
+        rows = tp * _softplus(-m) + fp * _softplus(m)
+        self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
+        self.nll_ = float(self.class_nll_.sum())
+
+    def _fit_shared(self, data, fitted, only_tp, only_fp):
+        k = data.n_classes
+        d, others = _split(data)
+        n_aw = k if self._has_award else 0
+        obj = TopLabelObjective(
+            d, others, data.tp, data.fp, loss=self.loss, n_awards=n_aw, groups=data.pred if n_aw else None
+        )
+        x0 = np.zeros(1 + n_aw)
+        lo = np.array([_LOG_T[0]] + [-AWARD_MAX] * n_aw)
+        hi = np.array([_LOG_T[1]] + [AWARD_MAX] * n_aw)
+        fixed = np.zeros(1 + n_aw, bool)
+        if n_aw:
+            # Awards of classes never predicted have no data (held at 0); a
+            # class with only TP (FP) would push its award to +inf (-inf): it
+            # is held at the bound so the joint Newton system stays regular.
+            fixed[1:] = ~fitted | only_tp | only_fp
+            x0[1:][only_tp] = AWARD_MAX
+            x0[1:][only_fp] = -AWARD_MAX
+        res = bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=self.name)
+        temps = np.where(fitted, np.exp(res.x[0]), 1.0)
+        awards = np.where(fitted, res.x[1:], 0.0) if n_aw else np.zeros(k)
+        return temps, awards, res.fun, res.n_iter, obj.margin(res.x)
+
+    def _fit_per_class(self, data, fitted, only_tp, only_fp):
+        k = data.n_classes
+        temps = np.ones(k)
+        awards = np.zeros(k)
+        loss = 0.0
+        n_iter = 0
+        m = np.zeros(data.n_rows)
+        z = _binary_logit(data) if self._binary else None
+        n_aw = 1 if self._has_award else 0
+        lo = np.array([_LOG_T[0]] + [-AWARD_MAX] * n_aw)
+        hi = np.array([_LOG_T[1]] + [AWARD_MAX] * n_aw)
+        for c in np.flatnonzero(fitted):
+            idx = np.flatnonzero(data.pred == c)
+            d, others = (z[idx], None) if self._binary else _split(data, idx)
+            obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw)
+            res = None
+            if only_tp[c] or only_fp[c]:
+                res = self._degenerate_corner(obj, bool(only_tp[c]), lo, hi)
+            if res is None:
+                res = bounded_newton(
+                    obj, np.zeros(1 + n_aw), lo, hi, max_iter=self.max_iter,
+                    what=f"{self.name} (class {data.classes[c]!r})",
+                )
+            temps[c] = np.exp(res.x[0])
+            if n_aw:
+                awards[c] = res.x[1]
+            loss += res.fun
+            n_iter += res.n_iter
+            m[idx] = obj.margin(res.x)
+        return temps, awards, loss, n_iter, m
+
+    def _degenerate_corner(self, obj, tp_only: bool, lo, hi):
+        """The bound a one-sided class runs to, if the loss is minimal there (KKT), else None.
+
+        Only TP: T -> T_MIN (and A -> +AWARD_MAX): yhat_k -> 1 for a strict top.
+        Only FP: with an award, A -> -AWARD_MAX and T -> T_MIN (yhat_k -> 0);
+        without one, T -> T_MAX (yhat_k -> about 1/K, the lowest reachable).
+        For the full-vector methods the loss is monotone towards that corner
+        (dm/dbeta = d + A - E[O] >= 0), so the check always passes; for the
+        binary variant a class with scores on both sides of s = 1/2 may have
+        an interior optimum, which Newton then finds.
+        """
+        if len(lo) == 1:
+            x = lo.copy() if tp_only else hi.copy()
+        else:
+            x = np.array([lo[0], hi[1] if tp_only else lo[1]])
+        f = obj.value(x)
+        g, _ = obj.grad_hess(x)
+        kkt = ((x <= lo) & (g >= 0)) | ((x >= hi) & (g <= 0))
+        if np.all(kkt) and np.isfinite(f):
+            return NewtonResult(x, f, 0)
+        return None
+
+    # -------------------------------------------------------------- predict
+    def _margin(self, data: TopLabelData) -> np.ndarray:
+        """Per-row log-odds m of yhat_{k(X)} under the fitted parameters."""
+        pred = data.pred
+        temps = self.temperature_[pred]
+        beta = 1.0 / temps
+        award = self.awards_[pred]
+        if self._binary:
+            return (_binary_logit(data) + award) * beta
+        d, others = _split(data)
+        if np.all(temps == temps[0]):
+            beta = float(beta[0])  # one scalar multiply: no (K - 1, n) broadcast of beta
+        return top_label_margin(d, others, beta, award)
+
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        return expit(self._margin(data))
+
+    # ------------------------------------------------------------- describe
+    @property
+    def n_params_(self) -> int:
+        n_fit = int(np.sum(self.fitted_classes_))
+        if self._shared:
+            return 1 + (n_fit if self._has_award else 0)
+        return n_fit * (2 if self._has_award else 1)
+
+    @property
+    def aic_(self) -> float:
+        """2 n_params_ + 2 nll_ (Akaike 1974), NLL summed over samples."""
+        return 2.0 * self.n_params_ + 2.0 * self.nll_
+
+    def describe(self) -> dict:
+        """Fitted parameters per class plus ``fit``: loss, NLL, n_params, AIC, iterations."""
+        d = super().describe()
+        d["fit"] = {
+            "objective": self._objective_kind(),
+            "loss": self.loss,
+            "loss_value": self.loss_,
+            "nll": self.nll_,
+            "n_params": self.n_params_,
+            "aic": self.aic_,
+            "n_iter": self.n_iter_,
+        }
+        if self._shared:
+            d["fit"]["temperature"] = float(self.temperature_[np.argmax(self.fitted_classes_)])
+        return d
+
+    def _describe_classes(self) -> list[dict]:
+        out = []
+        for i in range(len(self.classes_)):
+            if not self.fitted_classes_[i]:
+                out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
+                continue
+            row = {"temperature": float(self.temperature_[i])}
+            if self._has_award:
+                row["award"] = float(self.awards_[i])
+            row["nll"] = float(self.class_nll_[i])
+            if self.n_tp_[i] == 0 or self.n_fp_[i] == 0:
+                row["degenerate"] = "only false positives" if self.n_tp_[i] == 0 else "only true positives"
+            out.append(row)
+        return out
+
+    # ---------------------------------------------------------- persistence
+    def _get_state(self) -> dict:
+        return to_jsonable({
+            "temperature": self.temperature_,
+            "awards": self.awards_,
+            "fitted": [bool(v) for v in self.fitted_classes_],
+            "loss": self.loss_,
+            "nll": self.nll_,
+            "class_nll": self.class_nll_,
+            "n_iter": self.n_iter_,
+        })
+
+    def _set_state(self, state: dict) -> None:
+        k = len(self.classes_)
+        temps = finite_array(state["temperature"], "temperature", k)
+        if np.any(temps <= 0):
+            raise ValueError("temperatures must be > 0")
+        awards = finite_array(state["awards"], "awards", k)
+        fitted = state["fitted"]
+        if not isinstance(fitted, list) or len(fitted) != k or not all(isinstance(v, bool) for v in fitted):
+            raise ValueError(f"fitted must be a list of {k} booleans")
+        self.temperature_ = temps
+        self.awards_ = awards
+        self.fitted_classes_ = np.array(fitted, dtype=bool)
+        (self.loss_, self.nll_) = (float(v) for v in finite_array([state["loss"], state["nll"]], "loss"))
+        self.class_nll_ = finite_array(state["class_nll"], "class_nll", k)
+        self.n_iter_ = int(state["n_iter"])
+
+
+@register
+class SharedTemperatureScaling(_TemperatureBase):
+    """STS: one temperature for all samples, yhat = softmax(log y / T) (paper section 9; Guo et al. 2017).
+
+    Parameters
+    ----------
+    loss : {"nll", "brier"}, default "nll"
+        Top-label binary loss minimised (paper eqs. 16, 17).
+    objective : {"top-label", "multinomial"}, default "top-label"
+        "top-label": the loss on yhat_{k(X)} only (the paper's choice).
+        "multinomial": Guo et al.'s full multinomial NLL
+        -sum log yhat_{y(X)} over all samples, as scikit-learn and netcal fit
+        it (for comparison; needs ``loss="nll"``).
+    max_iter : int, default 100
+        Newton iterations allowed before :class:`~topcal.errors.ConvergenceError`.
+    """
+
+    name = "sts"
+    summary = "shared temperature scaling, softmax(log y / T), 1 parameter (paper section 9)"
+    needs_full = True
+    _shared = True
+    _parameter_constraints = {
+        **_TemperatureBase._parameter_constraints,
+        "objective": Options(("top-label", "multinomial")),
+    }
+
+    def __init__(self, *, loss: str = "nll", objective: str = "top-label", max_iter: int = 100):
+        self.loss = loss
+        self.objective = objective
+        self.max_iter = max_iter
+
+    def _objective_kind(self) -> str:
+        return self.objective
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if self.objective == "multinomial" and self.loss != "nll":
+            raise ParameterError(
+                f"sts: objective='multinomial' is the multinomial NLL and needs loss='nll', got loss={self.loss!r}; "
+                "use objective='top-label' for the Brier loss"
+            )
+
+
+@register
+class ClassTemperatureScaling(_TemperatureBase):
+    """CSTS: a temperature T_k per predicted class, fitted on that class's positives (paper section 10).
+
+    Parameters
+    ----------
+    loss : {"nll", "brier"}, default "nll"
+    max_iter : int, default 100
+        Newton iterations allowed per class.
+    """
+
+    name = "csts"
+    summary = "class-specific temperature scaling, softmax(log y / T_k), K parameters (paper section 10)"
+    needs_full = True
+
+
+@register
+class TemperatureScalingWithAwards(_TemperatureBase):
+    """TSwA: softmax((log y + A_k e_k) / T), K awards and one shared T, one joint fit (paper section 11).
+
+    The only method here that does not decompose into per-class fits. A
+    class with only TP (only FP) has its award held at +1000 (-1000).
+
+    Parameters
+    ----------
+    loss : {"nll", "brier"}, default "nll"
+    max_iter : int, default 100
+    """
+
+    name = "tswa"
+    summary = "temperature scaling with awards, softmax((log y + A_k e_k) / T), K + 1 parameters (section 11)"
+    needs_full = True
+    _shared = True
+    _has_award = True
+    _binary_alternative = "btswa"
+
+
+@register
+class ClassTemperatureScalingWithAwards(_TemperatureBase):
+    """CSTSwA: a temperature T_k and an award A_k per predicted class, 2K parameters (paper appendix).
+
+    Parameters
+    ----------
+    loss : {"nll", "brier"}, default "nll"
+    max_iter : int, default 100
+    """
+
+    name = "cstswa"
+    summary = "class-specific temperature scaling with awards, 2K parameters (paper appendix)"
+    needs_full = True
+    _has_award = True
+    _binary_alternative = "btswa"
+
+
+@register
+class BinaryTemperatureScaling(_TemperatureBase):
+    """Binary temperature scaling of the top score alone, per class: sigmoid(logit(s) / T_k).
+
+    yhat = s^(1/T_k) / (s^(1/T_k) + (1 - s)^(1/T_k)) on the normalised top
+    score s = (S - lo) / (hi - lo), clipped to [1e-12, 1 - 1e-12]. Works on
+    any data, including binned counts. Equals ``csts`` when K = 2 (the one
+    other entry is then 1 - s); for K > 2 it differs because it cannot see
+    how the remaining 1 - s is split among the other classes.
+
+    Parameters
+    ----------
+    loss : {"nll", "brier"}, default "nll"
+    max_iter : int, default 100
+    """
+
+    name = "bts"
+    summary = "binary temperature scaling of the top score, sigmoid(logit(s) / T_k), K parameters"
+    _binary = True
+
+
+@register
+class BinaryTemperatureScalingWithAwards(_TemperatureBase):
+    """Binary temperature scaling with awards, per class: sigmoid((logit(s) + A_k) / T_k).
+
+    The top-score analogue of ``cstswa``; equivalent to per-class Platt
+    scaling (Platt 1999) of logit(s), with slope 1/T_k and intercept A_k/T_k.
+
+    Parameters
+    ----------
+    loss : {"nll", "brier"}, default "nll"
+    max_iter : int, default 100
+    """
+
+    name = "btswa"
+    summary = "binary temperature scaling with awards, sigmoid((logit(s) + A_k) / T_k), 2K parameters"
+    _binary = True
+    _has_award = True

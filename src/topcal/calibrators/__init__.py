@@ -1,6 +1,6 @@
 """Calibration methods. Importing this package registers every method."""
 
-from . import baseline, cumulative, histogram, kde  # noqa: F401  (registration)
+from . import baseline, cumulative, histogram, kde, temperature  # noqa: F401  (registration)
 from .base import Calibrator, Curve, ScoreCalibrator
 from .registry import available_methods, calibrator, get_class, register
 

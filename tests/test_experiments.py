@@ -168,6 +168,19 @@ def test_combination_is_the_normalised_product_of_member_probabilities():
         combine_log_probs(lp[0])
 
 
+def test_geometric_rule_is_the_normalised_geometric_mean():
+    rng = np.random.default_rng(5)
+    lp = _log_softmax(rng.normal(0, 2, (10, 40, 3)))
+    geo = np.exp(lp).prod(axis=0) ** (1 / 10)
+    out = combine_log_probs(lp, "geometric")
+    np.testing.assert_allclose(np.exp(out), geo / geo.sum(axis=1, keepdims=True), rtol=1e-10)
+    prod = combine_log_probs(lp, "product")
+    np.testing.assert_array_equal(out.argmax(axis=1), prod.argmax(axis=1))  # same predicted class
+    assert np.all(prod.max(axis=1) >= out.max(axis=1) - 1e-12)  # the product is sharper
+    with pytest.raises(ParameterError, match="product"):
+        combine_log_probs(lp, "mean")
+
+
 def test_combination_survives_extreme_log_probs():
     lp = np.array([[[-1e4, 0.0, -800.0]]] * 10)
     out = combine_log_probs(lp)

@@ -7,6 +7,7 @@ does not import torch; training does.
 """
 
 from .ensembles import (
+    COMBINE_RULES,
     METRICS,
     REGIMES,
     EnsembleResults,
@@ -26,6 +27,7 @@ from .idx import MnistData, load_mnist, read_idx, split_train_test1, write_idx
 from .mlp import TrainConfig
 
 __all__ = [
+    "COMBINE_RULES",
     "METRICS",
     "REGIMES",
     "EnsembleResults",

@@ -61,6 +61,9 @@ def add_commands(sub) -> None:
     e.add_argument("--seed", type=int, default=0, help="seeds the split, the networks and the ensemble draw (default: 0)")
     e.add_argument("--methods", help="comma-separated methods (default: every registered method; see 'topcal methods')")
     e.add_argument("--bins", type=int, default=10, help="bins of ECE1/ECE2 (default: 10)")
+    e.add_argument("--combine", choices=["product", "geometric"], default="product",
+                   help="ensemble rule: 'product' = softmax of the summed log outputs (the paper's), "
+                        "'geometric' = softmax of their mean (normalised geometric mean) (default: product)")
     e.add_argument("-o", "--out", help="output directory (default: ./topcal-experiment-<regime>)")
     e.add_argument("--cache-dir", help=f"network output cache (default: {default_cache_dir()})")
     e.add_argument("--device", default="auto", help="auto (GPU when present), cpu or cuda[:N] (default: auto)")
@@ -84,6 +87,7 @@ def _cmd_ensembles(args: argparse.Namespace) -> int:
         args.data_dir, args.regime, n_networks=args.networks, n_ensembles=args.ensembles,
         ensemble_size=args.ensemble_size, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
         n_test1=args.test1_size, train_size=args.train_size, seed=args.seed, methods=methods, n_bins=args.bins,
+        combine=args.combine,
     )
     out = Path(args.out or f"topcal-experiment-{args.regime}")
     res = run_experiment(

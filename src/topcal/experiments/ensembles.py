@@ -36,6 +36,7 @@ from .mlp import TrainConfig
 __all__ = [
     "REGIMES",
     "METRICS",
+    "COMBINE_RULES",
     "ExperimentConfig",
     "NetworkCache",
     "NetworkOutputs",
@@ -93,6 +94,8 @@ class ExperimentConfig:
         Registered method names; None = every registered method at run time.
     n_bins : int, default 10
         Bins of ECE1 / ECE2.
+    combine : {"product", "geometric"}, default "product"
+        Ensemble rule (:func:`combine_log_probs`); the paper's is "product".
     """
 
     data_dir: str
@@ -106,6 +109,7 @@ class ExperimentConfig:
     seed: int = 0
     methods: tuple[str, ...] | None = None
     n_bins: int = 10
+    combine: str = "product"
 
     @classmethod
     def for_regime(cls, data_dir: str, regime: str = "under", **overrides) -> "ExperimentConfig":
@@ -147,6 +151,8 @@ class ExperimentConfig:
             raise ParameterError(f"train_size must be >= 1 or None, got {self.train_size!r}")
         if self.regime not in REGIMES:
             raise ParameterError(f"regime must be one of {list(REGIMES)}, got {self.regime!r}")
+        if self.combine not in COMBINE_RULES:
+            raise ParameterError(f"combine must be one of {list(COMBINE_RULES)}, got {self.combine!r}")
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
@@ -168,8 +174,12 @@ class ExperimentConfig:
 
 
 # --------------------------------------------------------------- ensembling
-def combine_log_probs(member_log_probs) -> np.ndarray:
-    """Ensemble log-probabilities: log softmax(sum_i log p_i).
+#: Ensemble combination rules (see :func:`combine_log_probs`).
+COMBINE_RULES = ("product", "geometric")
+
+
+def combine_log_probs(member_log_probs, rule: str = "product") -> np.ndarray:
+    """Ensemble log-probabilities: log softmax(sum_i log p_i) (or of the mean).
 
     The paper's "softmax of their summed log outputs":
     softmax(sum_i log p_i)_k = prod_i p_ik / sum_j prod_i p_ij, the
@@ -178,10 +188,16 @@ def combine_log_probs(member_log_probs) -> np.ndarray:
     softmax(mean_i log p_i): it is that mean's logits times n, i.e. the
     geometric mean at temperature 1/n, so ten agreeing members give a much
     sharper (more over-confident) top score than any one of them.
+    ``rule="geometric"`` gives the normalised geometric mean
+    softmax(mean_i log p_i) instead, whose top scores stay on the members'
+    scale. Both rules predict the same class.
 
     Parameters
     ----------
     member_log_probs : array-like of shape (n_members, n_samples, K)
+    rule : {"product", "geometric"}, default "product"
+        "product": the paper's softmax of the summed log outputs;
+        "geometric": softmax of their mean.
 
     Returns
     -------
@@ -189,10 +205,12 @@ def combine_log_probs(member_log_probs) -> np.ndarray:
         Normalised log-probabilities (valid logits for
         :meth:`TopLabelData.from_logits`).
     """
+    if rule not in COMBINE_RULES:
+        raise ParameterError(f"combination rule must be one of {list(COMBINE_RULES)}, got {rule!r}")
     z = np.asarray(member_log_probs, dtype=np.float64)
     if z.ndim != 3:
         raise DataError(f"member log-probabilities must have shape (members, samples, classes), got {z.shape}")
-    s = z.sum(axis=0)
+    s = z.sum(axis=0) if rule == "product" else z.mean(axis=0)
     mx = s.max(axis=1, keepdims=True)
     return s - (mx + np.log(np.exp(s - mx).sum(axis=1, keepdims=True)))
 
@@ -454,11 +472,11 @@ class EnsembleResults:
     seconds: float
 
 
-def _ensemble_data(outputs: NetworkOutputs, members: np.ndarray):
+def _ensemble_data(outputs: NetworkOutputs, members: np.ndarray, rule: str = "product"):
     from ..data import TopLabelData
 
     return tuple(
-        TopLabelData.from_logits(combine_log_probs(lp[members]), y, outputs.classes)
+        TopLabelData.from_logits(combine_log_probs(lp[members], rule), y, outputs.classes)
         for lp, y in zip(outputs.log_probs, outputs.labels)
     )
 
@@ -472,11 +490,11 @@ def class_counts(data) -> np.ndarray:
     return np.stack([tp, fp, low])
 
 
-def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures):
+def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures, rule):
     from ..calibrators import calibrator
     from ..metrics import ece1, ece2, nll
 
-    sets = _ensemble_data(outputs, members)
+    sets = _ensemble_data(outputs, members, rule)
     k = len(outputs.classes)
     vals = np.full((len(methods), 2, len(METRICS), k + 1), np.nan)
     for j, name in enumerate(methods):
@@ -504,6 +522,7 @@ def evaluate_ensembles(
     methods: Sequence[str],
     *,
     n_bins: int = 10,
+    combine: str = "product",
     progress: bool = True,
 ) -> EnsembleResults:
     """Fit every method on each ensemble's test set 1; score it on test sets 1 and 2.
@@ -517,10 +536,14 @@ def evaluate_ensembles(
         Registered method names.
     n_bins : int, default 10
         ECE bins.
+    combine : {"product", "geometric"}, default "product"
+        Ensemble rule (:func:`combine_log_probs`).
     progress : bool, default True
     """
     from ..calibrators import get_class
 
+    if combine not in COMBINE_RULES:
+        raise ParameterError(f"combine must be one of {list(COMBINE_RULES)}, got {combine!r}")
     methods = tuple(methods)
     for name in methods:
         get_class(name)  # unknown names fail here, with the list of options
@@ -536,7 +559,7 @@ def evaluate_ensembles(
     failures: dict = {}
     vals, accs, counts = [], [], []
     for e in it:
-        v, a, c = _evaluate_one(outputs, ens[e], methods, n_bins, failures)
+        v, a, c = _evaluate_one(outputs, ens[e], methods, n_bins, failures, combine)
         vals.append(v)
         accs.append(a)
         counts.append(c)
@@ -707,7 +730,8 @@ def run_experiment(
     -------
     dict
         ``{"summary": dict, "paths": {kind: Path}, "outputs": NetworkOutputs,
-        "results": EnsembleResults}``.
+        "results": EnsembleResults, "config": ExperimentConfig}`` (the
+        config with its method list filled in).
     """
     from ..calibrators import available_methods, get_class
 
@@ -723,7 +747,7 @@ def run_experiment(
                               progress=progress)
     ens = draw_ensembles(cfg.n_networks, cfg.n_ensembles, cfg.ensemble_size,
                          np.random.SeedSequence([cfg.seed, 3]))  # stream 3: the ensemble draw
-    results = evaluate_ensembles(outputs, ens, methods, n_bins=cfg.n_bins, progress=progress)
+    results = evaluate_ensembles(outputs, ens, methods, n_bins=cfg.n_bins, combine=cfg.combine, progress=progress)
     summary = summarize(results)
     paths = write_outputs(out_dir, cfg, outputs, results, summary, figures=figures)
-    return {"summary": summary, "paths": paths, "outputs": outputs, "results": results}
+    return {"summary": summary, "paths": paths, "outputs": outputs, "results": results, "config": cfg}

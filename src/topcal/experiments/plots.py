@@ -159,7 +159,7 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
 
     Figure, _ = _mpl()
     paths = {}
-    regime = f"{cfg.regime}-trained, M={cfg.n_networks}, E={cfg.n_ensembles}"
+    regime = f"{cfg.regime}-trained, M={cfg.n_networks}, E={cfg.n_ensembles}, {cfg.combine} rule"
     for group, members in METHOD_GROUPS.items():
         present = [m for m in members if m in results.methods]
         if not present:
@@ -174,7 +174,7 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     axes[0].set_title(f"all methods, overall medians ({regime})", fontsize="medium")
     paths["overall"] = out / "overall.png"
     fig.savefig(paths["overall"], dpi=90)
-    sets = _ensemble_data(outputs, results.ensembles[0])
+    sets = _ensemble_data(outputs, results.ensembles[0], cfg.combine)
     models = {}
     for name in ("kde-mon", "kde-mon2", "hist"):
         if name in results.methods and issubclass(get_class(name), ScoreCalibrator):

@@ -77,7 +77,8 @@ def format_report(res: dict) -> str:
         f"test set 2 {float(np.median(acc[:, 1])):.4f}",
         f"ensemble accuracy, median: test set 1 {s['accuracy']['test1']['median']:.4f}, "
         f"test set 2 {s['accuracy']['test2']['median']:.4f}",
-        f"ensembles: {results.values.shape[0]} of {results.ensembles.shape[1]} networks each; methods: {', '.join(results.methods)} "
+        f"ensembles: {results.values.shape[0]} of {results.ensembles.shape[1]} networks each, {res['config'].combine} rule; "
+        f"methods: {', '.join(results.methods)} "
         f"(evaluated in {results.seconds:.0f} s)",
     ]
     for metric in ("nll", "ece1", "ece2"):

@@ -1,0 +1,600 @@
+"""The visual check as one HTML page: figures, metric tables, fitted parameters, warnings.
+
+"We would not recommend using any calibration without a visual check"
+(Salamon et al., section 12). :func:`build_report` fits the chosen methods on
+the user's data and writes ``DIR/index.html``: one self-contained file (every
+image is embedded as a PNG data URI, no script, no network), with the PNGs
+also saved under ``DIR/figures/`` for reuse.
+
+The page holds, in order: the data summary and warnings; the metric table
+(overall and per class NLL, Brier, ECE1, ECE2 per method); the joint
+distribution (paper Fig. 1); the calibration curves per class over the
+10-bin histogram (Figs. 3, 5, 7, 9), the KDE bandwidth rules side by side
+(Fig. 14); the TP/FP kernel densities with the diluted curve (Figs. 5, 6);
+the temperature-scaling clouds (Figs. 10-12); per-class NLL bars (Fig. 17);
+with a second test set, both sets' histograms (Fig. 4) and the paired bars
+(Figs. 18-19); with extra samples, the old vs new curves (Fig. 15); and the
+fitted parameters of every method.
+
+The warnings (:func:`diagnose`) are what a careful analyst checks first:
+classes with few positives or without TP or FP, curves with many wiggles,
+large extrapolated score ranges, and classes whose raw score is already
+close to calibrated.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from . import plots
+from .calibrators import available_methods, get_class
+from .data import TopLabelData
+from .errors import DegenerateClassWarning, TopcalError
+from .evaluate import METRICS, evaluate, fit_methods
+
+__all__ = [
+    "build_report",
+    "diagnose",
+    "ReportResult",
+    "Finding",
+    "default_methods",
+    "figure_png",
+    "MIN_POSITIVES",
+    "MAX_SIGN_CHANGES",
+    "MAX_EXTRAPOLATED",
+    "CLOSE_ECE1",
+    "count_wiggles",
+    "WIGGLE_AMPLITUDE",
+]
+
+#: A class with fewer positives than this gets a warning: its curve rests on
+#: a handful of samples (the paper's MNIST runs had ~100 per class).
+MIN_POSITIVES = 30
+#: More slope sign changes than this inside the observed scores is "wiggly"
+#: (kde-mon4 allows 4; more is usually noise, paper Fig. 13).
+MAX_SIGN_CHANGES = 4
+#: Warn when more than this share of the attainable score range lies outside
+#: the class's observed scores (the curve there is extrapolated).
+MAX_EXTRAPOLATED = 0.3
+#: A class whose uncalibrated ECE1 is below this, with NLL within 10 % of the
+#: best method, is "already close to calibrated" (paper Fig. 7).
+CLOSE_ECE1 = 0.06
+CLOSE_NLL_RATIO = 1.10
+#: Step-function methods: their jumps are not wiggles.
+_STEP_METHODS = {"hist", "cum", "cum-median", "cum-opt", "conf1", "uncalibrated"}
+#: Methods drawn in the main curves figure when the user names none (paper Fig. 9).
+_MAIN_CURVES = ("kde-mon2", "cum-opt")
+_KDE_RULES = ("kde-mon", "kde-mon2", "kde-mon4", "kde-opt")
+_DENSITY_PREFERENCE = ("kde-mon2", "kde-mon", "kde-mon4", "kde", "kde-opt")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One warning of the report.
+
+    Attributes
+    ----------
+    kind : str
+        "few-positives", "no-tp", "no-fp", "wiggles", "extrapolated",
+        "already-calibrated", "overfit" or "skipped".
+    text : str
+        One line for the reader.
+    class_name : str or None
+    method : str or None
+    """
+
+    kind: str
+    text: str
+    class_name: str | None = None
+    method: str | None = None
+
+
+@dataclass
+class ReportResult:
+    """What :func:`build_report` wrote and found.
+
+    Attributes
+    ----------
+    path : Path
+        The ``index.html`` written.
+    comparison : dict
+        Metrics fitted and evaluated on the data (``compare_methods`` form).
+    holdout : dict or None
+        Metrics of the same fits on the second test set.
+    findings : list of Finding
+    figures : list of (str, Path)
+        Title and PNG path of each figure.
+    skipped : list of str
+        Methods not run (they need full score vectors).
+    """
+
+    path: Path
+    comparison: dict
+    holdout: dict | None
+    findings: list
+    figures: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+
+
+def default_methods(data: TopLabelData) -> list[str]:
+    """Every registered method that can run on ``data``."""
+    return [m for m in available_methods() if data.has_full or not get_class(m).needs_full]
+
+
+def figure_png(fig, *, dpi: int = 90) -> bytes:
+    """A matplotlib Figure as PNG bytes (Agg, no global state)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------ checks
+#: A change of direction counts as a wiggle only once the curve has moved
+#: back by this much (confidence units): invisible ripples are not wiggles.
+WIGGLE_AMPLITUDE = 0.01
+
+
+def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
+    """Changes of direction of ``y`` that reverse by at least ``amplitude`` (a zigzag count).
+
+    A curve that rises, dips by 0.05 and rises again has 2; a monotone curve
+    with ripples smaller than ``amplitude`` has 0.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.size < 2:
+        return 0
+    count, direction, hi, lo, ext = 0, 0, y[0], y[0], y[0]
+    for v in y[1:]:
+        if direction == 0:
+            hi, lo = max(hi, v), min(lo, v)
+            if v - lo >= amplitude:
+                direction, ext = 1, v
+            elif hi - v >= amplitude:
+                direction, ext = -1, v
+        elif direction == 1:
+            if v > ext:
+                ext = v
+            elif ext - v >= amplitude:
+                direction, ext, count = -1, v, count + 1
+        else:
+            if v < ext:
+                ext = v
+            elif v - ext >= amplitude:
+                direction, ext, count = 1, v, count + 1
+    return count
+
+
+def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict | None = None, *,
+             min_positives: float = MIN_POSITIVES, max_sign_changes: int = MAX_SIGN_CHANGES,
+             max_extrapolated: float = MAX_EXTRAPOLATED, close_ece1: float = CLOSE_ECE1) -> list[Finding]:
+    """The warnings of the report.
+
+    Parameters
+    ----------
+    data : TopLabelData
+        The fitting data.
+    models : dict of str -> fitted Calibrator
+    comparison : dict
+        Metrics of ``models`` on ``data`` (:func:`topcal.evaluate.compare_methods` form).
+    holdout : dict, optional
+        Metrics of the same fits on a second test set.
+    min_positives, max_sign_changes, max_extrapolated, close_ece1
+        Thresholds (defaults: module constants).
+
+    Returns
+    -------
+    list of Finding
+        In the order: per-class data problems, wiggles, extrapolation,
+        already-calibrated classes, overfitting seen on the second set.
+
+    Notes
+    -----
+    The *attainable* score range of a class starts at lo + (hi - lo) / K:
+    a top score (a maximum over K probabilities, or PhANNs' sum of ten) is
+    never below that, so the empty region beneath it is not counted as
+    extrapolation.
+    """
+    out: list[Finding] = []
+    tp, fp = data.class_counts()
+    lo, hi = data.score_range
+    for k, c in enumerate(data.classes):
+        n = tp[k] + fp[k]
+        if n == 0:
+            out.append(Finding("few-positives", f"{c}: never predicted; every method falls back to the raw score.", c))
+            continue
+        if n < min_positives:
+            out.append(Finding("few-positives", f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its curve "
+                               "rests on a handful of samples, treat it as a rough guess.", c))
+        if tp[k] == 0:
+            out.append(Finding("no-tp", f"{c}: no true positives; every calibrated confidence is 0 for this class.", c))
+        elif fp[k] == 0:
+            out.append(Finding("no-fp", f"{c}: no false positives; every calibrated confidence is 1 for this class "
+                               "(the test set cannot show any error rate).", c))
+    for name, m in models.items():
+        if name in _STEP_METHODS or not plots._is_curve(m):
+            continue
+        for k, c in enumerate(data.classes):
+            sup = plots._support(data, k)
+            if sup is None or sup[1] <= sup[0]:
+                continue
+            y = plots.model_curve(m, k, np.linspace(sup[0], sup[1], 513))
+            n_ch = count_wiggles(y)
+            if n_ch > max_sign_changes:
+                out.append(Finding("wiggles", f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
+                                   f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
+                                   "(compare kde-mon2).", c, name))
+    att_lo = lo + (hi - lo) / max(data.n_classes, 1)
+    span = hi - att_lo
+    for k, c in enumerate(data.classes):
+        sup = plots._support(data, k)
+        if sup is None or span <= 0:
+            continue
+        outside = max(0.0, sup[0] - att_lo) + max(0.0, hi - sup[1])
+        share = outside / span
+        if share > max_extrapolated:
+            out.append(Finding("extrapolated", f"{c}: scores observed only in [{sup[0]:.3g}, {sup[1]:.3g}]; "
+                               f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is extrapolated "
+                               "(shaded in the figures).", c))
+    res = comparison["methods"]
+    if "uncalibrated" in res:
+        uncal_nll = res["uncalibrated"]["nll"]["per_class"]
+        uncal_ece = res["uncalibrated"]["ece1"]["per_class"]
+        others = [m for m in res if m != "uncalibrated"]
+        for c in data.classes:
+            e, u = uncal_ece[c], uncal_nll[c]
+            if e is None or u is None or not others:
+                continue
+            best = min(others, key=lambda m: np.inf if res[m]["nll"]["per_class"][c] is None
+                       else res[m]["nll"]["per_class"][c])
+            b = res[best]["nll"]["per_class"][c]
+            if b is not None and e <= close_ece1 and u <= CLOSE_NLL_RATIO * b:
+                out.append(Finding("already-calibrated", f"{c}: the uncalibrated score is already close to calibrated "
+                                   f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains little.",
+                                   c, "uncalibrated"))
+    if holdout is not None:
+        for name, r in holdout["methods"].items():
+            a = res.get(name, {}).get("nll", {}).get("overall")
+            b = r["nll"]["overall"]
+            if a is not None and a > 0 and b > 1.2 * a and name != "uncalibrated":
+                out.append(Finding("overfit", f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the second set "
+                                   f"(+{b / a - 1:.0%}); part of its fit is noise.", None, name))
+    return out
+
+
+# ----------------------------------------------------------------- figures
+def _pick(preferred, fitted) -> list[str]:
+    return [m for m in preferred if m in fitted]
+
+
+def _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log):
+    """Yield (key, title, caption, Figure) for every figure that applies."""
+    score_models = {n: m for n, m in models.items() if plots._is_curve(m)}
+    other_models = {n: m for n, m in models.items() if not plots._is_curve(m)}
+
+    log("figure: joint distribution")
+    jd = plots.joint_distribution(data)
+    cap = ("Joint distribution of true and predicted class; the reverse confusion matrix (columns normalised) has "
+           "Conf1 on its diagonal." if jd.counts is not None else
+           "Binned data records no true class for false positives, so only the positives per predicted class and "
+           "Conf1 = |TP| / |P| are shown.")
+    yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
+
+    if methods_given:
+        main = [n for n in models if n not in ("uncalibrated",)]
+        main_score = {n: m for n, m in score_models.items() if n in main}
+    else:
+        main_score = {n: score_models[n] for n in _pick(_MAIN_CURVES, score_models)}
+        if not main_score:
+            main_score = {n: m for n, m in score_models.items() if n not in ("uncalibrated", "conf1")}
+    log("figure: calibration curves")
+    grid = plots.calibration_curves(data, main_score)
+    yield ("curves", "Calibration curves per class (paper Figs. 3, 7, 9)",
+           "Bars: Conf_Hist with 10 equal-width bins (hatched, dashed: fewer than 10 positives, or the lowest bin). "
+           "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, where every "
+           "curve is extrapolated.",
+           plots.plot_calibration_curves(grid))
+    rules = _pick(_KDE_RULES, score_models)
+    if len(rules) >= 2 and set(rules) != set(main_score):
+        log("figure: KDE bandwidth rules")
+        grid = plots.calibration_curves(data, {n: score_models[n] for n in rules})
+        yield ("kde-rules", "KDE bandwidth rules (paper Figs. 13, 14)",
+               "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 and the "
+               "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too.",
+               plots.plot_calibration_curves(grid))
+    binary = _pick(("btswa", "bts"), score_models)
+    if binary and not methods_given:
+        log("figure: binary temperature scaling")
+        grid = plots.calibration_curves(data, {n: score_models[n] for n in binary})
+        yield ("binary-ts", "Binary temperature scaling of the top score",
+               "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at most: a smooth "
+               "S-shape that cannot follow a non-monotone histogram.", plots.plot_calibration_curves(grid))
+    dens = _pick(_DENSITY_PREFERENCE, score_models)
+    if dens:
+        name = dens[0]
+        log(f"figure: kernel densities ({name})")
+        panels = plots.kde_densities(data, score_models[name])
+        if any(p is not None for p in panels):
+            extra_cap = (" Black dotted: the k-th score of every sample not predicting k; red: the 'diluted' confidence "
+                         "that counts them as negatives (paper Fig. 6)." if data.has_full and data.labels is not None
+                         else "")
+            yield ("densities", f"Kernel densities behind {name} (paper Figs. 5, 6)",
+                   "Left of each pair: the TP (green) and FP (orange) weighted kernel sums; right: their ratio "
+                   f"Conf_KDE over the histogram.{extra_cap}", plots.plot_kde_densities(panels))
+    for name, m in other_models.items():
+        log(f"figure: clouds ({name})")
+        panels = plots.ts_clouds(data, m)
+        what = ("score vs recalibrated ŷ_k of every positive: a temperature sends one score to different values "
+                "depending on how the rest of the probability is split (paper Figs. 10-12).")
+        yield (f"clouds-{name}", f"{name}: recalibrated confidence per class", f"{what} Bars: Conf_Hist for reference.",
+               plots.plot_ts_clouds(panels, method=name))
+    log("figure: NLL bars")
+    yield ("nll", "NLL per class and method (paper Fig. 17)",
+           "Mean top-label negative log-likelihood per positive, fitted and evaluated on the same data (lower is "
+           "better).", plots.plot_method_bars(plots.method_scores(comparison, "nll")))
+    if eval_data is not None and holdout is not None:
+        log("figure: second test set")
+        yield ("overlay", "Histograms of the two test sets (paper Fig. 4)",
+               "Conf_Hist per class on the fitting set (black) and the second set (red, dashed); their differences "
+               "are noise the calibration cannot know about.",
+               plots.plot_histogram_overlay(plots.histogram_overlay(data, eval_data,
+                                                                    labels=("fitting set", "second set"))))
+        yield ("paired", "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
+               "Overall NLL per method on the fitting set (left) and the second set (right). A method far worse on "
+               "the second set has fitted noise.",
+               plots.plot_paired_bars(plots.paired_scores(comparison, holdout, "nll",
+                                                          labels=("fitting set", "second set"))))
+    if extra is not None:
+        method = next(iter(_pick(("kde-mon2", "kde-mon", "kde", "hist"), score_models)), None)
+        method = method or next(iter(score_models), None) or "hist"
+        log(f"figure: added samples ({method})")
+        used, panels = plots.added_samples_effect(data, extra, method)
+        if panels:
+            yield ("added", f"Effect of the added samples on {used} (paper Fig. 15)",
+                   "Each class the extra file predicts: the curve fitted on the original data (black) and on the data "
+                   "plus the extra samples (red). Adding only true positives can only raise the curve.",
+                   plots.plot_added_samples(used, panels))
+
+
+# -------------------------------------------------------------------- html
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1180px;padding:1.2em 1.6em;
+color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.8em}
+table{border-collapse:collapse;font-size:.86em;margin:.6em 0} th,td{padding:.2em .55em;border-bottom:1px solid #e4e4e4;
+text-align:right} th:first-child,td:first-child{text-align:left} thead th{background:#f3f3f3}
+td.best{font-weight:700;color:#0a5} figure{margin:1.2em 0} figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.88em;color:#555;margin-top:.3em} .warn li{margin:.15em 0} .muted{color:#777;font-size:.9em}
+details{margin:.5em 0} summary{cursor:pointer;font-weight:600} code{background:#f4f4f4;padding:0 .2em}
+.scroll{overflow-x:auto}
+"""
+
+
+def _fmt(v, digits=4) -> str:
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return "–"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, float):
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.3g}"
+        return f"{v:.{digits}g}" if abs(v) >= 1 else f"{v:.{digits}f}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt(x, 3) for x in v) + "]"
+    return html.escape(str(v))
+
+
+def _metric_table(comparison: dict, classes, metric: str | None = None) -> str:
+    methods = list(comparison["methods"])
+    if metric is None:  # overall: methods as rows, metrics as columns
+        vals = {m: [comparison["methods"][m][x]["overall"] for x in METRICS] for m in methods}
+        best = [min(vals[m][j] for m in methods) for j in range(len(METRICS))]
+        rows = "".join(
+            f"<tr><td>{html.escape(m)}</td>" + "".join(
+                f"<td class='{'best' if np.isclose(v, best[j], rtol=1e-9, atol=1e-12) else ''}'>{_fmt(v)}</td>"
+                for j, v in enumerate(vals[m])) + "</tr>" for m in methods)
+        head = "<tr><th>method</th>" + "".join(f"<th>{x.upper()}</th>" for x in METRICS) + "</tr>"
+        return f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>"
+    head = "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
+    body = []
+    for c in list(classes) + ["overall"]:
+        vals = [comparison["methods"][m][metric]["overall"] if c == "overall"
+                else comparison["methods"][m][metric]["per_class"][c] for m in methods]
+        finite = [v for v in vals if v is not None]
+        b = min(finite) if finite else None
+        cells = "".join(
+            f"<td class='{'best' if v is not None and b is not None and np.isclose(v, b, rtol=1e-9, atol=1e-12) else ''}'>"
+            f"{_fmt(v)}</td>" for v in vals)
+        name = f"<b>{html.escape(c)}</b>" if c == "overall" else html.escape(c)
+        body.append(f"<tr><td>{name}</td>{cells}</tr>")
+    return f"<div class='scroll'><table><thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>"
+
+
+_PARAM_SKIP = {"tp", "fp", "n_tp", "n_fp", "edges", "engine", "kernel_centres", "table_points", "candidate_range",
+               "n_distinct_scores"}
+
+
+def _params_html(name: str, model) -> str:
+    try:
+        d = model.describe()
+    except Exception as exc:  # describe is informative only; never lose the report over it
+        return f"<p class='muted'>{html.escape(name)}: parameters unavailable ({html.escape(str(exc))})</p>"
+    top = []
+    if d.get("params"):
+        top.append(f"parameters <code>{html.escape(json.dumps(d['params']))}</code>")
+    fit = d.get("fit")
+    if isinstance(fit, dict):
+        top.append("fit: " + ", ".join(f"{html.escape(str(k))} {_fmt(v)}" for k, v in fit.items()))
+    classes = d.get("classes", {})
+    cols: list[str] = []
+    for info in classes.values():
+        for key, val in info.items():
+            if key in _PARAM_SKIP or key in cols:
+                continue
+            if isinstance(val, (list, tuple)) and len(val) > 12:
+                continue
+            cols.append(key)
+    head = "<tr><th>class</th><th>TP</th><th>FP</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
+    rows = "".join(
+        f"<tr><td>{html.escape(c)}</td><td>{_fmt(info.get('tp'))}</td><td>{_fmt(info.get('fp'))}</td>"
+        + "".join(f"<td>{_fmt(info.get(col))}</td>" for col in cols) + "</tr>" for c, info in classes.items())
+    table = f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>" if cols else ""
+    summary = html.escape(getattr(type(model), "summary", ""))
+    return (f"<details><summary>{html.escape(name)}</summary><p class='muted'>{summary}</p>"
+            f"<p>{'<br>'.join(top)}</p>{table}</details>")
+
+
+def _data_summary(data: TopLabelData, label: str) -> str:
+    form = "binned counts" if data.is_binned else "per-sample"
+    full = f", full score vectors ({data.full_kind})" if data.has_full else ", top scores only"
+    tp, fp = data.class_counts()
+    return (f"<p><b>{html.escape(label)}</b>: {data.n_samples:,.0f} samples ({form}{full}), {data.n_classes} classes, "
+            f"score range {data.score_range[0]:g}–{data.score_range[1]:g}; {tp.sum():,.0f} correct "
+            f"(accuracy {tp.sum() / max(tp.sum() + fp.sum(), 1):.3f}).</p>")
+
+
+# -------------------------------------------------------------------- main
+def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None = None, methods=None,
+                 extra: TopLabelData | None = None, title: str = "topcal calibration report",
+                 data_label: str = "data", dpi: int = 90, progress=None) -> ReportResult:
+    """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+        The data to calibrate on (the paper's "test set").
+    out_dir : str or Path
+        Folder to write (created if missing; ``index.html`` and ``figures/``
+        inside are overwritten).
+    eval_data : TopLabelData, optional
+        A second labelled test set: methods fitted on ``data`` are also
+        evaluated on it, and Figs. 4, 18-19 are added.
+    methods : sequence of str, optional
+        Methods to fit (default: every registered method that can run on
+        ``data``; those needing full score vectors are skipped when absent).
+    extra : TopLabelData, optional
+        Extra labelled samples to append (paper Fig. 15): curves fitted with
+        and without them are compared.
+    title : str
+    data_label : str
+        Name of the data shown on the page (e.g. the file name).
+    dpi : int, default 90
+        Resolution of the PNGs.
+    progress : callable(str), optional
+        Called with a short message at each step (the CLI prints them).
+
+    Returns
+    -------
+    ReportResult
+    """
+    t0 = time.perf_counter()
+
+    def log(msg):
+        if progress is not None:
+            progress(msg)
+
+    data.require_labels("a calibration report")
+    for other, what in ((eval_data, "the second test set (--eval)"), (extra, "the extra samples (--add)")):
+        if other is None:
+            continue
+        other.require_labels(what)
+        if other.classes != data.classes or other.score_range != data.score_range:
+            raise TopcalError(f"{what} must have the same classes and score range as the data: classes "
+                              f"{list(other.classes)} vs {list(data.classes)}, range {other.score_range} vs "
+                              f"{data.score_range}")
+    if extra is not None and (extra.is_binned != data.is_binned or extra.has_full != data.has_full
+                              or extra.full_kind != data.full_kind):
+        raise TopcalError("the extra samples (--add) must be in the same form as the data (binned or per-sample, "
+                          "with or without full score vectors)")
+    methods_given = methods is not None
+    names = default_methods(data) if methods is None else list(methods)
+    if "uncalibrated" not in names:
+        names = ["uncalibrated"] + names  # the baseline every table and warning compares against
+    models, skipped = fit_methods(data, names, progress=log)
+    if eval_data is not None:
+        need = [n for n, m in models.items() if getattr(m, "needs_full", False) and not eval_data.has_full]
+        for n in need:
+            models.pop(n)
+            skipped.append(n)
+    log("evaluating")
+    comparison = {"protocol": "same", "folds": None, "skipped": skipped,
+                  "methods": {n: evaluate(data, m.predict(data)) for n, m in models.items()}}
+    holdout = None
+    if eval_data is not None:
+        holdout = {"protocol": "holdout", "folds": None, "skipped": skipped,
+                   "methods": {n: evaluate(eval_data, m.predict(eval_data)) for n, m in models.items()}}
+    findings = diagnose(data, models, comparison, holdout)
+    if skipped:
+        findings.append(Finding("skipped", "not run (they need full score vectors, which this data lacks): "
+                                + ", ".join(skipped) + "."))
+
+    out = Path(out_dir)
+    try:
+        (out / "figures").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TopcalError(f"cannot create the report folder {str(out)!r}: {exc.strerror or exc}") from None
+    fig_html, fig_list = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        for i, (key, ftitle, caption, fig) in enumerate(
+                _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log), 1):
+            png = figure_png(fig, dpi=dpi)
+            path = out / "figures" / f"{i:02d}-{key}.png"
+            path.write_bytes(png)
+            fig_list.append((ftitle, path))
+            uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            fig_html.append(
+                f"<figure id='fig-{key}'><h3>{i}. {html.escape(ftitle)}</h3>"
+                f"<img src='{uri}' alt='{html.escape(ftitle)}'>"
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+    log("writing HTML")
+    warn_html = ("<ul class='warn'>" + "".join(f"<li>{html.escape(f.text)}</li>" for f in findings) + "</ul>"
+                 if findings else "<p>No warnings.</p>")
+    per_class = "".join(
+        f"<details{' open' if m == 'nll' else ''}><summary>{m.upper()} per class</summary>"
+        f"{_metric_table(comparison, data.classes, m)}</details>" for m in METRICS)
+    hold_html = ""
+    if holdout is not None:
+        hold_html = (f"<h3>Evaluated on the second test set</h3>{_data_summary(eval_data, 'second test set')}"
+                     f"{_metric_table(holdout, data.classes)}"
+                     + "".join(f"<details><summary>{m.upper()} per class (second set)</summary>"
+                               f"{_metric_table(holdout, data.classes, m)}</details>" for m in METRICS))
+    params = "".join(_params_html(n, m) for n, m in models.items() if n != "uncalibrated")
+    extra_html = _data_summary(extra, "extra samples (--add)") if extra is not None else ""
+    body = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="muted">topcal {__version__} · {time.strftime('%Y-%m-%d %H:%M')} · methods: {html.escape(', '.join(models))}</p>
+{_data_summary(data, data_label)}{extra_html}
+<p>Calibration should be sanity-checked visually: look at every panel before trusting a method
+(Salamon et al., section 12).</p>
+<h2>Warnings</h2>{warn_html}
+<h2>Metrics</h2>
+<p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins; fitted and evaluated on the same data
+(the paper's practice; use <code>topcal compare --folds K</code> or <code>--eval</code> for out-of-sample numbers).
+Best per column in bold green.</p>
+{_metric_table(comparison, data.classes)}{per_class}{hold_html}
+<h2>Figures</h2>{''.join(fig_html)}
+<h2>Fitted parameters</h2>{params}
+<p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
+</body></html>
+"""
+    path = out / "index.html"
+    try:
+        path.write_text(body, encoding="utf-8")
+    except OSError as exc:
+        raise TopcalError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    return ReportResult(path, comparison, holdout, findings, fig_list, skipped)

@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("methods", help="list the calibration methods")
 
-    p = sub.add_parser("demo", help="fit every method on the embedded PhANNs data and print a per-class table")
+    p = sub.add_parser("demo", help="the visual-check report for the embedded PhANNs data, plus a short table")
+    p.add_argument("-o", "--output", default="topcal-demo-report", metavar="DIR",
+                   help="folder for index.html and figures/ (default: ./topcal-demo-report)")
     p.set_defaults(func=_cmd_demo)
 
     for name, func in (("fit", _cmd_fit), ("apply", _cmd_apply), ("describe", _cmd_describe),
@@ -242,30 +244,32 @@ def _cmd_methods(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .evaluate import compare_methods
     from .datasets import load_phanns
+    from .report import build_report
+    from .report_cli import _progress, overall_table, per_class_table
 
     data = load_phanns()
     print(f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores 0-10")
-    table = compare_methods(data)
-    skipped = table["skipped"]
-    methods = list(table["methods"])
-    for metric in ("nll", "ece1"):
-        print(f"\nper-class {metric.upper()} (fit and evaluated on the same data, as in the paper)")
-        rows = []
-        for i, c in enumerate(data.classes):
-            rows.append([c] + [table["methods"][m][metric]["per_class"][c] for m in methods])
-        rows.append(["overall"] + [table["methods"][m][metric]["overall"] for m in methods])
-        print(format_table(["class"] + methods, rows, first_width=14))
-    if skipped:
-        print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(skipped))
+    res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
+                       progress=_progress())
+    print("\nper-class NLL (fitted and evaluated on the same data, as in the paper)")
+    print(per_class_table(res.comparison, "nll"))
+    print("\noverall")
+    print(overall_table(res.comparison))
+    if res.skipped:
+        print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(res.skipped))
+    if res.findings:
+        print(f"\nwarnings ({len(res.findings)}):")
+        for f in res.findings:
+            print(f"  - {f.text}")
+    print(f"\nreport (look at every figure before trusting a method): {res.path.resolve()}")
     return 0
 
 
 #: Modules that add subcommands: "module:function", the function takes the
 #: argparse subparsers object and adds parsers with ``set_defaults(func=...)``;
 #: ``func(args)`` returns the exit code. Keeps each feature's CLI beside its code.
-_EXTENSIONS: tuple[str, ...] = ("topcal.experiments.cli:add_commands",)
+_EXTENSIONS: tuple[str, ...] = ("topcal.experiments.cli:add_commands", "topcal.report_cli:add_commands")
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):

@@ -608,14 +608,17 @@ class AddedSamplesPanel:
 
 
 def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = "hist", *,
-                         n_points: int = 401) -> tuple[str, list[AddedSamplesPanel]]:
+                         params: dict | None = None, n_points: int = 401) -> tuple[str, list[AddedSamplesPanel]]:
     """Refit ``method`` on ``data`` + ``extra`` and compare curves for the classes ``extra`` touches.
 
     Parameters
     ----------
     data, extra : TopLabelData (labelled, same classes, scale and form)
     method : str, default "hist"
-        A score-based method (with ``curve``), e.g. "kde-mon2".
+        A method whose confidence is a function of the score, e.g. "kde-mon2".
+    params : dict, optional
+        Its parameters (e.g. ``{"bandwidth": 0.3}`` for "kde", so that both
+        fits share one bandwidth, as in the paper's Fig. 15).
     n_points : int, default 401
 
     Returns
@@ -624,10 +627,10 @@ def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = 
         The method used and one panel per class predicted in ``extra``.
     """
     both = TopLabelData.concat([data, extra])
-    old = _quiet_fit(method, data)
+    old = _quiet_fit(method, data, **(params or {}))
     if not _is_curve(old):
         raise TopcalError(f"the added-samples figure needs a score-based method (hist, kde-mon2, ...), not {method!r}")
-    new = _quiet_fit(method, both)
+    new = _quiet_fit(method, both, **(params or {}))
     lo, hi = data.score_range
     grid = np.linspace(lo, hi, n_points)
     etp, efp = extra.class_counts()

@@ -1,0 +1,199 @@
+"""compare_methods under its three protocols, on data where the answer is known."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from topcal import TopLabelData
+from topcal.cli import main
+from topcal.datasets import load_phanns
+from topcal.errors import DataError, ParameterError
+from topcal.evaluate import compare_methods, kfold_split
+
+CLASSES = ["ant", "bee", "cow", "dog", "eel"]
+
+
+def simulate(n, seed, *, sharpen=None):
+    """Probabilities p and labels drawn from p itself: a perfectly calibrated classifier.
+
+    With ``sharpen`` (one factor per class) the *reported* probabilities are
+    softmax(z * sharpen) while labels still follow softmax(z): over- and
+    under-confident classes.
+    """
+    rng = np.random.default_rng(seed)
+    k = len(CLASSES)
+    z = rng.normal(0.0, 1.0, size=(n, k))
+    z[np.arange(n), rng.integers(k, size=n)] += rng.gamma(2.0, 1.2, size=n)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    labels = (p.cumsum(1) > rng.random(n)[:, None]).argmax(1)  # one draw from each row's p
+    if sharpen is not None:
+        zr = z * np.asarray(sharpen)[None, :]
+        p = np.exp(zr - zr.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+    return TopLabelData.from_probs(p, labels, classes=CLASSES)
+
+
+CALIBRATED_METHODS = ["uncalibrated", "conf1", "hist", "kde-mon2", "csts", "tswa", "btswa"]
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    return simulate(12_000, 1), simulate(12_000, 2)
+
+
+def _overall(res, metric):
+    return {m: v[metric]["overall"] for m, v in res["methods"].items()}
+
+
+def test_same_data_protocol_flatters_flexible_methods(calibrated):
+    data, _ = calibrated
+    res = compare_methods(data, ["uncalibrated", "hist"])
+    assert res["protocol"] == "same" and res["folds"] is None
+    ece = _overall(res, "ece1")
+    # in-sample, the histogram reproduces its own bins' accuracies: ECE ~ 0, below the truth's noise
+    assert ece["hist"] < 0.005 < ece["uncalibrated"]
+    cv = compare_methods(data, ["hist"], folds=4)
+    assert _overall(cv, "ece1")["hist"] > 2 * ece["hist"]
+    assert _overall(cv, "nll")["hist"] > _overall(res, "nll")["hist"]
+
+
+@pytest.mark.parametrize("protocol", ["holdout", "kfold"])
+def test_out_of_sample_perfectly_calibrated(calibrated, protocol):
+    data, second = calibrated
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if protocol == "holdout":
+            res = compare_methods(data, CALIBRATED_METHODS, eval_data=second)
+        else:
+            res = compare_methods(data, CALIBRATED_METHODS, folds=4, seed=3)
+    assert res["protocol"] == protocol
+    ece = _overall(res, "ece1")
+    nll = _overall(res, "nll")
+    for m in CALIBRATED_METHODS:
+        if m != "conf1":  # conf1 is calibrated on average but blind to the score
+            assert ece[m] < 0.03, (m, ece[m])
+    # the truth is best, or tied within sampling noise (0.3 % of the NLL)
+    best_other = min(v for m, v in nll.items() if m != "uncalibrated")
+    assert nll["uncalibrated"] <= best_other * 1.003, nll
+    # and a score-blind method is clearly worse
+    assert nll["conf1"] > nll["uncalibrated"] * 1.05
+
+
+def test_kfold_finds_miscalibration():
+    data = simulate(8_000, 5, sharpen=[0.5, 0.7, 1.0, 1.6, 2.2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = compare_methods(data, ["uncalibrated", "hist", "kde-mon2", "csts"], folds=5)
+    nll, ece = _overall(res, "nll"), _overall(res, "ece1")
+    for m in ("hist", "kde-mon2", "csts"):
+        assert nll[m] < nll["uncalibrated"] and ece[m] < ece["uncalibrated"] / 2, (m, nll, ece)
+
+
+def test_kfold_split_per_sample_is_stratified_disjoint_and_seeded(calibrated):
+    data, _ = calibrated
+    folds = kfold_split(data, 4, seed=7)
+    assert sum(f.n_rows for f in folds) == data.n_rows
+    # every row in exactly one fold: compare sorted (score, pred, label) triples
+    key = lambda d: np.sort(d.score * 10 + d.pred + 0.001 * d.labels)  # noqa: E731
+    np.testing.assert_array_equal(key(TopLabelData.concat(folds)), key(data))
+    counts = np.array([np.bincount(f.pred, minlength=data.n_classes) for f in folds])
+    assert np.all(counts.max(0) - counts.min(0) <= 1)  # stratified by predicted class
+    again = kfold_split(data, 4, seed=7)
+    np.testing.assert_array_equal(folds[2].score, again[2].score)
+    other = kfold_split(data, 4, seed=8)
+    assert not np.array_equal(folds[2].score, other[2].score)
+
+
+def test_kfold_split_binned_deals_integer_counts():
+    data = load_phanns()
+    folds = kfold_split(data, 3, seed=0)
+    tp = np.stack([f.tp for f in folds])
+    fp = np.stack([f.fp for f in folds])
+    np.testing.assert_array_equal(tp.sum(0), data.tp)
+    np.testing.assert_array_equal(fp.sum(0), data.fp)
+    assert np.all(tp == np.round(tp)) and np.all(fp == np.round(fp))
+    assert all(f.is_binned and np.array_equal(f.bin_edges, data.bin_edges) for f in folds)
+    # each fold holds about a third of each class
+    share = np.array([f.class_counts()[0] for f in folds]) / data.class_counts()[0]
+    assert np.all(np.abs(share - 1 / 3) < 0.08)
+
+
+def test_kfold_on_binned_is_more_pessimistic_than_same_data():
+    data = load_phanns()
+    same = _overall(compare_methods(data, ["hist", "kde-mon2"]), "nll")
+    cv = _overall(compare_methods(data, ["hist", "kde-mon2"], folds=5), "nll")
+    for m in same:
+        assert cv[m] > same[m]
+
+
+def test_protocol_errors(calibrated):
+    data, second = calibrated
+    with pytest.raises(ParameterError, match="not both"):
+        compare_methods(data, ["hist"], eval_data=second, folds=3)
+    with pytest.raises(ParameterError, match="folds"):
+        kfold_split(data, 1)
+    frac = TopLabelData.from_binned(["a", "a"], [0, 0.5], [0.5, 1], [1.5, 2], [1, 0.25])
+    with pytest.raises(DataError, match="integer"):
+        kfold_split(frac, 2)
+    with pytest.raises(ParameterError, match="unknown method"):
+        compare_methods(data, ["nope"])
+
+
+def test_full_vector_methods_skipped_on_binned():
+    res = compare_methods(load_phanns(), ["hist", "tswa"], folds=2)
+    assert res["skipped"] == ["tswa"] and list(res["methods"]) == ["hist"]
+
+
+# ---------------------------------------------------------------- CLI
+@pytest.fixture(scope="module")
+def npz_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cmp")
+    out = []
+    for seed in (11, 12):
+        data = simulate(3_000, seed)
+        path = d / f"s{seed}.npz"
+        np.savez(path, probs=data.full, labels=np.asarray(CLASSES)[data.labels], classes=np.asarray(CLASSES))
+        out.append(str(path))
+    return out
+
+
+def test_cli_compare_json_holdout(npz_files, capsys):
+    a, b = npz_files
+    assert main(["compare", a, "--eval", b, "--methods", "uncalibrated,hist", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["protocol"] == "holdout" and set(res["methods"]) == {"uncalibrated", "hist"}
+    assert set(res["methods"]["hist"]) == {"nll", "brier", "ece1", "ece2"}
+
+
+def test_cli_compare_csv_kfold_matches_library(npz_files, capsys):
+    from topcal import read_data
+
+    a, _ = npz_files
+    assert main(["compare", a, "--folds", "3", "--seed", "4", "--methods", "hist,kde-mon2", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {r["method"] for r in rows} == {"hist", "kde-mon2"}
+    got = {(r["method"], r["metric"], r["class"]): r["value"] for r in rows}
+    lib = compare_methods(read_data(a), ["hist", "kde-mon2"], folds=3, seed=4)
+    assert float(got[("kde-mon2", "nll", "overall")]) == pytest.approx(lib["methods"]["kde-mon2"]["nll"]["overall"],
+                                                                        rel=1e-12)
+    assert float(got[("hist", "ece2", "bee")]) == pytest.approx(lib["methods"]["hist"]["ece2"]["per_class"]["bee"],
+                                                                rel=1e-12)
+
+
+def test_cli_compare_text_and_errors(npz_files, capsys):
+    a, b = npz_files
+    assert main(["compare", a, "--methods", "uncalibrated,hist"]) == 0
+    out = capsys.readouterr().out
+    assert "same data" in out and "per-class NLL" in out and "uncalibrated" in out
+    assert main(["compare", a, "--eval", b, "--folds", "3"]) == 2
+    assert "not allowed with" in capsys.readouterr().err
+    assert main(["compare", a, "--methods", "hist,bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown method 'bogus'") and len(err.strip().splitlines()) == 1

@@ -39,6 +39,7 @@ __all__ = [
     "BINARY_SCORE_FLOOR",
     "split_top",
     "top_label_margin",
+    "lse_moments",
     "TopLabelObjective",
     "MultinomialObjective",
     "NewtonResult",
@@ -69,11 +70,11 @@ _RTOL = 1e-12
 _ARMIJO = 1e-4
 
 
-#: Rows per block in :func:`split_top`: a (65536, K) block of float64 stays
+#: Rows per block in :func:`split_top`: a (8192, K) block of float64 stays
 #: in cache while its K - 1 columns are gathered (columns of a C-ordered
 #: (n, K) array are strided, so gathering them from the whole array would
 #: stream it from memory K - 1 times).
-_CHUNK = 65536
+_CHUNK = 8192
 
 
 def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -100,23 +101,84 @@ def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None
         Stored transposed so that sums over classes run over contiguous rows.
     """
     n, k = z.shape
-    top = z[np.arange(n), pred]
-    if log_floor is not None:
-        top = np.log(np.maximum(top, log_floor))
+    d = np.empty(n)
     others = np.empty((k - 1, n), dtype=np.float64)
     for a in range(0, n, _CHUNK):
         b = min(a + _CHUNK, n)
         zc, pc = z[a:b], pred[a:b]
+        if log_floor is not None:
+            zc = np.maximum(zc, log_floor)
+            np.log(zc, out=zc)
+        oc = others[:, a:b]
         for r in range(k - 1):
-            out = others[r, a:b]
             # other entry r is column r left of the predicted class, r + 1 right of it
-            np.copyto(out, np.where(pc > r, zc[:, r], zc[:, r + 1]))
-            if log_floor is not None:
-                np.maximum(out, log_floor, out=out)
-                np.log(out, out=out)
-    omax = others.max(axis=0)
-    others -= omax
-    return top - omax, others
+            np.copyto(oc[r], zc[:, r + 1])
+            np.copyto(oc[r], zc[:, r], where=pc > r)
+        omax = oc.max(axis=0)
+        oc -= omax
+        np.subtract(zc[np.arange(b - a), pc], omax, out=d[a:b])
+    return d, others
+
+
+#: Samples per block. Every evaluation runs block by block: a (K - 1, 8192)
+#: float64 block (0.6 MB for K = 10), its scratch copy and the per-sample
+#: temporaries stay in cache and are reused, so main memory is read once per
+#: evaluation and no large temporary is allocated (fresh large arrays cost
+#: page faults on every call, which dominated an unblocked version).
+_BLOCK = 8192
+
+
+def _block_moments(oc, beta, ec, eoc, moments=True):
+    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc."""
+    np.multiply(oc, beta, out=ec)
+    np.exp(ec, out=ec)
+    s0 = ec.sum(axis=0)
+    lse = np.log(s0)
+    if not moments:
+        return lse, None, None
+    np.multiply(ec, oc, out=eoc)
+    mean = eoc.sum(axis=0) / s0
+    eoc *= oc
+    var = eoc.sum(axis=0) / s0 - mean * mean
+    return lse, mean, np.maximum(var, 0.0)  # rounding can make a zero variance slightly negative
+
+
+def _scratch(others):
+    r, n = others.shape
+    e = np.empty((r, min(n, _BLOCK)))
+    return e, np.empty_like(e)
+
+
+def lse_moments(others: np.ndarray, beta, *, moments: bool = True):
+    """Log-sum-exp of beta * O over the rows of ``others``, and the mean and variance of O.
+
+    Parameters
+    ----------
+    others : ndarray (r, n)
+        Entries <= 0 with a 0 in every column (see :func:`split_top`), so
+        every exp() is in (0, 1] and the sum is >= 1.
+    beta : float or ndarray (n,)
+        Inverse temperature (per sample if an array).
+    moments : bool
+        Also return E_w[O] and Var_w[O] under w = softmax(beta * O), the
+        first and second derivatives of the log-sum-exp in beta.
+
+    Returns
+    -------
+    lse : ndarray (n,)
+    mean, var : ndarray (n,), only when ``moments``
+    """
+    n = others.shape[1]
+    out = [np.empty(n) for _ in range(3 if moments else 1)]
+    e, eo = _scratch(others)
+    per_sample = np.ndim(beta) > 0
+    for a in range(0, n, _BLOCK):
+        b = min(a + _BLOCK, n)
+        res = _block_moments(others[:, a:b], beta[a:b] if per_sample else beta, e[:, : b - a], eo[:, : b - a],
+                             moments)
+        for o, v in zip(out, res):
+            o[a:b] = v
+    return tuple(out) if moments else out[0]
 
 
 def top_label_margin(d, others, beta, award) -> np.ndarray:
@@ -127,33 +189,32 @@ def top_label_margin(d, others, beta, award) -> np.ndarray:
     """
     m = (d + award) * beta
     if others is not None:
-        e = np.multiply(others, beta)
-        np.exp(e, out=e)
-        m -= np.log(e.sum(axis=0))
+        m -= lse_moments(others, beta, moments=False)
     return m
 
 
 def _loss_terms(m, tp, fp, loss):
-    """Summed loss at log-odds m, and its first and second derivatives in m per sample."""
-    w = tp + fp
+    """Summed loss at log-odds m."""
     if loss == "nll":
         # softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): one exp for both terms,
-        # exact for large |m| (a confident right answer costs ~exp(-|m|), not 0)
+        # exact for large |m| (a confident right answer costs ~exp(-|m|), not 0);
+        # tp * max(-m, 0) = tp * (max(m, 0) - m)
         c = np.log1p(np.exp(-np.abs(m)))
-        return float(np.sum(w * c + tp * np.maximum(-m, 0.0) + fp * np.maximum(m, 0.0)))
-
+        c += np.maximum(m, 0.0)
+        return float((tp + fp) @ c - tp @ m)
     p = expit(m)
-    return float(np.sum(tp * (1.0 - p) ** 2 + fp * p**2))
+    return float(tp @ (1.0 - p) ** 2 + fp @ (p * p))
 
 
 def _loss_derivs(m, tp, fp, loss):
+    """First and second derivatives of the per-sample loss in m."""
     w = tp + fp
     p = expit(m)
     if loss == "nll":
         return w * p - tp, w * p * (1.0 - p)
     q = p * (1.0 - p)
     r = w * p - tp
-    return 2.0 * r * q, 2.0 * w * q * q + 2.0 * r * q * (1.0 - 2.0 * p)
+    return 2.0 * r * q, 2.0 * q * (w * q + r * (1.0 - 2.0 * p))
 
 
 class TopLabelObjective:
@@ -175,8 +236,10 @@ class TopLabelObjective:
 
     Notes
     -----
-    :meth:`value` caches the exp() pass; :meth:`grad_hess` at the same x
-    reuses it, so an accepted Newton step costs one exp() over the data.
+    One fused, blocked pass over the data gives the loss, the gradient and
+    the Hessian at x (derivatives cost a few O(n) products more than the
+    loss, the exp() over (K - 1, n) dominates either way); :meth:`value`,
+    :meth:`grad_hess` and :meth:`margin` at the same x share it.
     """
 
     def __init__(self, d, others, tp, fp, *, loss="nll", n_awards=0, groups=None):
@@ -188,76 +251,84 @@ class TopLabelObjective:
         self.n_awards = int(n_awards)
         self.groups = groups
         self.dim = 1 + self.n_awards
-        # one preallocated (K - 1, n) buffer: no big temporaries per iteration
-        self._buf = None if others is None else np.empty_like(others)
+        self._m = np.empty(d.shape[0])
+        self._scratch = None if others is None else _scratch(others)
         self._at = None
 
-    def _award(self, x):
-        if self.n_awards == 0:
-            return 0.0
-        if self.groups is None:
-            return x[1]
-        return x[1:][self.groups]
+    def _eval(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        if self._at is not None and np.array_equal(self._at[0], x):
+            return self._at
+        beta = float(np.exp(-x[0]))
+        n = self.d.shape[0]
+        g_aw = self.n_awards > 0
+        nG = max(self.n_awards, 1)
+        loss = 0.0
+        g0 = h00 = 0.0
+        s_l1 = np.zeros(nG)
+        s_ta = np.zeros(nG)
+        s_l2 = np.zeros(nG)
+        awards = x[1:]
+        for a in range(0, n, _BLOCK):
+            b = min(a + _BLOCK, n)
+            tp, fp = self.tp[a:b], self.fp[a:b]
+            grp = None if self.groups is None else self.groups[a:b]
+            shifted = self.d[a:b]
+            if g_aw:
+                shifted = shifted + (awards[0] if grp is None else awards[grp])
+            if self.others is None:
+                m = shifted * beta
+                dm_db = shifted
+                var = 0.0
+            else:
+                e, eo = self._scratch
+                lse, mean, var = _block_moments(self.others[:, a:b], beta, e[:, : b - a], eo[:, : b - a])
+                m = shifted * beta - lse
+                dm_db = shifted - mean
+            self._m[a:b] = m
+            loss += _loss_terms(m, tp, fp, self.loss)
+            # m = (d + A) beta - L(beta): dm/dbeta = d + A - E[O], d2m/dbeta2 = -Var[O];
+            # theta = log T, d beta / d theta = -beta
+            l1, l2 = _loss_derivs(m, tp, fp, self.loss)
+            dm_dt = -beta * dm_db
+            d2m_dt2 = beta * dm_db - (beta * beta) * var
+            l2_dmdt = l2 * dm_dt
+            g0 += l1 @ dm_dt
+            h00 += l2_dmdt @ dm_dt + l1 @ d2m_dt2
+            if g_aw:
+                # dm/dA = beta, d2m/dA dtheta = -beta, d2m/dA2 = 0
+                per = (l1, l2_dmdt - l1, l2)
+                if grp is None:
+                    sums = [v.sum() for v in per]
+                else:
+                    sums = [np.bincount(grp, weights=v, minlength=nG) for v in per]
+                s_l1 += sums[0]
+                s_ta += sums[1]
+                s_l2 += sums[2]
+        g = np.zeros(self.dim)
+        h = np.zeros((self.dim, self.dim))
+        g[0] = g0
+        h[0, 0] = h00
+        if g_aw:
+            g[1:] = beta * s_l1
+            h[0, 1:] = h[1:, 0] = beta * s_ta
+            h[1:, 1:] = np.diag((beta * beta) * s_l2)
+        self._at = (x.copy(), loss, g, h)
+        return self._at
 
     def margin(self, x) -> np.ndarray:
-        """Per-sample log-odds m at parameters x (one exp() pass, reusing the buffer)."""
-        x = np.asarray(x, dtype=np.float64)
-        if self._at is None or not np.array_equal(self._at[0], x):
-            self.value(x)
-        return self._at[3]
+        """Per-sample log-odds m at parameters x (a copy)."""
+        self._eval(x)
+        return self._m.copy()
 
     def value(self, x) -> float:
         """Summed loss at x."""
-        x = np.asarray(x, dtype=np.float64)
-        beta = float(np.exp(-x[0]))
-        if self.others is None:
-            s0 = None
-            m = (self.d + self._award(x)) * beta
-        else:
-            np.multiply(self.others, beta, out=self._buf)
-            np.exp(self._buf, out=self._buf)
-            s0 = self._buf.sum(axis=0)
-            m = (self.d + self._award(x)) * beta - np.log(s0)
-        self._at = (x.copy(), beta, s0, m)
-        return _loss_terms(m, self.tp, self.fp, self.loss)
+        return self._eval(x)[1]
 
     def grad_hess(self, x):
         """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x."""
-        x = np.asarray(x, dtype=np.float64)
-        if self._at is None or not np.array_equal(self._at[0], x):
-            self.value(x)
-        _, beta, s0, m = self._at
-        self._at = None  # the buffer is overwritten below
-        if self.others is None:
-            e1 = 0.0
-            var = 0.0
-        else:
-            buf = self._buf
-            buf *= self.others  # e * O
-            e1 = buf.sum(axis=0) / s0
-            buf *= self.others  # e * O^2
-            var = np.maximum(buf.sum(axis=0) / s0 - e1 * e1, 0.0)
-        dm_db = self.d + self._award(x) - e1
-        dm_dt = -beta * dm_db  # d beta / d theta = -beta
-        d2m_dt2 = beta * beta * (-var) + beta * dm_db
-        l1, l2 = _loss_derivs(m, self.tp, self.fp, self.loss)
-        g = np.zeros(self.dim)
-        h = np.zeros((self.dim, self.dim))
-        g[0] = np.sum(l1 * dm_dt)
-        h[0, 0] = np.sum(l2 * dm_dt * dm_dt + l1 * d2m_dt2)
-        if self.n_awards:
-            # dm/dA = beta, d2m/dA dtheta = -beta, d2m/dA2 = 0
-            ga = l1 * beta
-            gta = l2 * dm_dt * beta - l1 * beta
-            haa = l2 * (beta * beta)
-            if self.groups is None:
-                sums = [np.array([np.sum(v)]) for v in (ga, gta, haa)]
-            else:
-                sums = [np.bincount(self.groups, weights=v, minlength=self.n_awards) for v in (ga, gta, haa)]
-            g[1:] = sums[0]
-            h[0, 1:] = h[1:, 0] = sums[1]
-            h[1:, 1:] = np.diag(sums[2])
-        return g, h
+        _, _, g, h = self._eval(x)
+        return g.copy(), h.copy()
 
 
 class MultinomialObjective:
@@ -285,33 +356,32 @@ class MultinomialObjective:
         self.zt = zt
         self.zy = zt[labels, np.arange(n)]
         self.w = w
-        self._buf = np.empty_like(zt)
         self._at = None
 
-    def value(self, x) -> float:
-        x = np.asarray(x, dtype=np.float64)
-        beta = float(np.exp(-x[0]))
-        np.multiply(self.zt, beta, out=self._buf)
-        np.exp(self._buf, out=self._buf)
-        s0 = self._buf.sum(axis=0)
-        self._at = (x.copy(), beta, s0)
-        return float(np.sum(self.w * (np.log(s0) - beta * self.zy)))
-
-    def grad_hess(self, x):
+    def _eval(self, x):
         x = np.asarray(x, dtype=np.float64)
         if self._at is None or not np.array_equal(self._at[0], x):
-            self.value(x)
-        _, beta, s0 = self._at
-        self._at = None
-        buf = self._buf
-        buf *= self.zt
-        e1 = buf.sum(axis=0) / s0
-        buf *= self.zt
-        var = np.maximum(buf.sum(axis=0) / s0 - e1 * e1, 0.0)
-        dl_db = e1 - self.zy  # per-sample d loss / d beta
-        g = np.array([np.sum(self.w * (-beta * dl_db))])
-        h = np.array([[np.sum(self.w * (beta * beta * var + beta * dl_db))]])
-        return g, h
+            beta = float(np.exp(-x[0]))
+            n = self.zt.shape[1]
+            e, eo = _scratch(self.zt)
+            f = g = h = 0.0
+            for a in range(0, n, _BLOCK):
+                b = min(a + _BLOCK, n)
+                lse, mean, var = _block_moments(self.zt[:, a:b], beta, e[:, : b - a], eo[:, : b - a])
+                w, zy = self.w[a:b], self.zy[a:b]
+                dl_db = mean - zy  # per-sample d loss / d beta; d2 loss / d beta2 = var
+                f += w @ (lse - beta * zy)
+                g += w @ dl_db
+                h += w @ (beta * beta * var + beta * dl_db)
+            self._at = (x.copy(), float(f), np.array([-beta * g]), np.array([[h]]))
+        return self._at
+
+    def value(self, x) -> float:
+        return self._eval(x)[1]
+
+    def grad_hess(self, x):
+        _, _, g, h = self._eval(x)
+        return g.copy(), h.copy()
 
 
 @dataclass(frozen=True)

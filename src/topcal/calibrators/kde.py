@@ -348,7 +348,7 @@ class _KDEBase(ScoreCalibrator):
                     f"{self.name}: class {name!r} has {degenerate} for every bandwidth; "
                     "its curve is constant and its bandwidth NaN",
                     DegenerateClassWarning,
-                    stacklevel=5,
+                    stacklevel=4,
                 )
             return self._state(
                 bandwidth=b, engine=None, degenerate=degenerate, points=[0.5 * (lo + hi)], tp=[T], fp=[F],
@@ -379,7 +379,7 @@ class _KDEBase(ScoreCalibrator):
                         f"<= {self._max_changes} slope sign changes; using the largest, {cand[-1]:.4g} "
                         "(smoothest curve); inspect the curve or use kde-mon4 / kde-opt",
                         BandwidthWarning,
-                        stacklevel=5,
+                        stacklevel=4,
                     )
             else:
                 b = self._scan_opt(engine, cand)

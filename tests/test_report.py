@@ -294,3 +294,17 @@ def test_report_renders_in_headless_chromium(which, full_report, demo_report, tm
     assert shot.exists(), r.stderr[-2000:]
     data = shot.read_bytes()
     assert _png_size(data) == (1280, 2400) and len(data) > 20_000
+
+
+def test_chromium_check_catches_broken_images(tmp_path):
+    """Negative control: the same check reports a missing file and an undecodable image."""
+    exe = _chromium()
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><head><title>t</title></head><body>"
+                    "<img src='missing.png'><img src='data:image/png;base64,iVBORw0KGgoAAAA='></body></html>")
+    check = tmp_path / "check.html"
+    check.write_text(page.read_text().replace("<head>", "<head>" + _CHECK, 1))
+    r = _run_chromium(exe, ["--dump-dom", check.as_uri()], tmp_path)
+    result = json.loads(htmlmod.unescape(re.search(r'<pre id="topcal-check">(.*?)</pre>', r.stdout, re.S).group(1)))
+    assert any("missing.png" in e for e in result["errors"])
+    assert [img["w"] for img in result["images"]] == [0, 0]

@@ -387,6 +387,8 @@ def _fmt(v, digits=4) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, float):
+        if abs(v) < 1e-12:  # round-off of an exact zero (in-sample ECE of hist, conf1)
+            v = 0.0
         if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
             return f"{v:.3g}"
         return f"{v:.{digits}g}" if abs(v) >= 1 else f"{v:.{digits}f}"

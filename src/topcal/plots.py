@@ -727,8 +727,9 @@ def _fig_legend(fig, axes, ncol=None):
                 handles[lab] = h
                 labels.append(lab)
     if labels:
+        fit = max(2, int(fig.get_figwidth() / 2.1))  # entries per row that fit the figure's width
         fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
-                   ncol=ncol or min(len(labels), 6), fontsize=8, frameon=False)
+                   ncol=ncol or min(len(labels), fit), fontsize=8, frameon=False)
 
 
 def plot_joint_distribution(jd: JointDistribution, *, fig=None):
@@ -1048,7 +1049,7 @@ def plot_paired_bars(scores: PairedScores, *, ax=None):
     """
     m = len(scores.methods)
     if ax is None:
-        fig = _new_figure((max(5.5, 0.75 * m + 2), 3.8))
+        fig = _new_figure((max(5.5, min(12.5, 0.6 * m + 2)), 3.8))
         ax = fig.add_subplot()
     else:
         fig = ax.figure
@@ -1058,7 +1059,15 @@ def plot_paired_bars(scores: PairedScores, *, ax=None):
     _gid_bars(b1, "paired:1")
     _gid_bars(b2, "paired:2")
     ax.set_xticks(x, scores.methods, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel(f"{scores.metric.upper()} per sample")
+    vals = np.concatenate([scores.first, scores.second])
+    vals = vals[np.isfinite(vals)]
+    if vals.size and vals.min() > 0:
+        # differences between the sets are small next to the values: crop the axis (and say so)
+        span = vals.max() - vals.min()
+        ax.set_ylim(max(0.0, vals.min() - 0.6 * span - 1e-9), vals.max() + 0.25 * span + 1e-9)
+        ax.set_ylabel(f"{scores.metric.upper()} per sample (axis cropped)")
+    else:
+        ax.set_ylabel(f"{scores.metric.upper()} per sample")
     ax.set_title(f"fitted on the {scores.labels[0]}, evaluated on both", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, frameon=False)

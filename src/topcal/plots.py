@@ -729,7 +729,7 @@ def _fig_legend(fig, axes, ncol=None):
     if labels:
         fit = max(2, int(fig.get_figwidth() / 2.1))  # entries per row that fit the figure's width
         fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
-                   ncol=ncol or min(len(labels), fit), fontsize=8, frameon=False)
+                   ncol=ncol or min(len(labels), fit), fontsize=8, frameon=False, markerscale=3)
 
 
 def plot_joint_distribution(jd: JointDistribution, *, fig=None):

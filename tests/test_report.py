@@ -308,3 +308,27 @@ def test_chromium_check_catches_broken_images(tmp_path):
     result = json.loads(htmlmod.unescape(re.search(r'<pre id="topcal-check">(.*?)</pre>', r.stdout, re.S).group(1)))
     assert any("missing.png" in e for e in result["errors"])
     assert [img["w"] for img in result["images"]] == [0, 0]
+
+
+def test_report_survives_degenerate_classes(tmp_path):
+    """A class never predicted and a class that is always right: warnings, no crash, densities skip them."""
+    rng = np.random.default_rng(0)
+    n = 1_500
+    z = rng.normal(0, 1, (n, 4))
+    z[:, 2] -= 6
+    z[np.arange(n), rng.integers(2, size=n)] += 2
+    z[:, 3] += np.where(rng.random(n) < 0.1, 6, 0)
+    p = np.exp(z)
+    p /= p.sum(1, keepdims=True)
+    pred = p.argmax(1)
+    lab = np.where(rng.random(n) < p.max(1), pred, (pred + 1) % 4)
+    lab[pred == 1] = 1
+    data = TopLabelData.from_probs(p, lab, classes=list("abcd"))
+    assert data.class_counts()[0][2] == 0 and data.class_counts()[1][1] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = build_report(data, tmp_path / "r", methods=["hist", "kde-mon2", "tswa"], dpi=40)
+    kinds = {(f.kind, f.class_name) for f in res.findings}
+    assert ("never-predicted", "c") in kinds and ("no-fp", "b") in kinds
+    titles = [t for t, _ in res.figures]
+    assert any("Kernel densities" in t for t in titles) and any("tswa" in t for t in titles)

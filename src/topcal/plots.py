@@ -380,6 +380,22 @@ def _gauss_sum(x: np.ndarray, s: np.ndarray, w: np.ndarray, b: float) -> np.ndar
     return out / (b * math.sqrt(2 * math.pi))
 
 
+#: Above this many samples the k-th scores behind the diluted curve are
+#: histogrammed onto COMPRESS_BINS bins (weights at the bin centres) before
+#: the kernel sums: the shift of at most half a bin, (hi - lo) / 8192, is
+#: far below any bandwidth a rule picks, and the cost stops growing with n.
+COMPRESS_ABOVE = 20_000
+COMPRESS_BINS = 4096
+
+
+def _compress(s: np.ndarray, weights, lo: float, hi: float):
+    if s.size <= COMPRESS_ABOVE:
+        return s, weights
+    edges = np.linspace(lo, hi, COMPRESS_BINS + 1)
+    centres = 0.5 * (edges[:-1] + edges[1:])
+    return centres, tuple(np.histogram(s, bins=edges, weights=w)[0] for w in weights)
+
+
 def _class_probs(data: TopLabelData) -> np.ndarray:
     return np.exp(data.log_probs())
 
@@ -400,7 +416,8 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
     Returns
     -------
     list of DensityPanel or None
-        None for classes never predicted. When ``data`` has full score
+        None for classes never predicted, and for degenerate classes (only
+        TP or only FP: no bandwidth was chosen). When ``data`` has full score
         vectors, each panel also has the negatives' density and the diluted
         confidence, computed with ``topcal.calibrators.kde.kde_confidence``
         from the k-th score of *every* sample, with only the true positives
@@ -426,6 +443,9 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
             out.append(None)
             continue
         b = float(np.asarray(model.bandwidth_)[k])
+        if not (np.isfinite(b) and b > 0):  # degenerate class (only TP or only FP): no densities to show
+            out.append(None)
+            continue
         tpd, fpd = (np.asarray(a, float) for a in model.densities(k, grid))
         conf = model.curve(k, grid).confidence
         neg = dil = None
@@ -433,8 +453,9 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
             yk = probs[:, k]
             is_tp = ((data.pred == k) & (data.labels == k)).astype(float)
             negw = (data.pred != k).astype(float)
-            neg = _gauss_sum(grid, yk, negw, b)
-            dil = np.asarray(kde_confidence(grid, yk, is_tp, 1.0 - is_tp, b), float)
+            centres, (is_tp, negw, rest) = _compress(yk, (is_tp, negw, 1.0 - is_tp), lo, hi)
+            neg = _gauss_sum(grid, centres, negw, b)
+            dil = np.asarray(kde_confidence(grid, centres, is_tp, rest, b), float)
         out.append(DensityPanel(cname, grid, tpd, fpd, np.asarray(conf, float), b, neg, dil, hists[k], sup))
     return out
 
@@ -841,6 +862,9 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
             (ln,) = ax.plot(s, c, color=_color(name, methods), lw=1.6, label=name, zorder=4)
             ln.set_gid(f"curve:{name}")
         ax.set_title(f"{p.class_name}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
+        if p.support is None:
+            ax.text(0.5, 0.55, "never predicted:\nraw score used", transform=ax.transAxes, ha="center",
+                    fontsize=8, color="0.3")
         ax.set_xlim(*grid.score_range)
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)

@@ -85,7 +85,7 @@ class Finding:
     Attributes
     ----------
     kind : str
-        "few-positives", "no-tp", "no-fp", "wiggles", "extrapolated",
+        "never-predicted", "few-positives", "no-tp", "no-fp", "wiggles", "extrapolated",
         "already-calibrated", "overfit" or "skipped".
     text : str
         One line for the reader.
@@ -210,7 +210,7 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
     for k, c in enumerate(data.classes):
         n = tp[k] + fp[k]
         if n == 0:
-            out.append(Finding("few-positives", f"{c}: never predicted; every method falls back to the raw score.", c))
+            out.append(Finding("never-predicted", f"{c}: never predicted; every method falls back to the raw score.", c))
             continue
         if n < min_positives:
             out.append(Finding("few-positives", f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its curve "

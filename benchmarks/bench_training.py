@@ -2,7 +2,8 @@
 
 Trains 784-300-100-10 MLPs (minibatch 1000, Adam) on MNIST-format data for a
 few steps and reports network-steps per second, for M networks trained
-together with stacked weights (torch.baddbmm) and for one network at a time.
+together with stacked weights (torch.baddbmm) and for one network at a time,
+in float32 and with bfloat16 autocast.
 
     .venv/bin/python benchmarks/bench_training.py                 # Fashion-MNIST from Debian
     .venv/bin/python benchmarks/bench_training.py --sizes 1 10 40 --steps 30 --threads 2
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="best of this many timings")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all CPUs available)")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--precision", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"],
+                    help="training precisions to measure (default: both)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
 
@@ -44,9 +47,8 @@ def main(argv=None) -> int:
     d = load_mnist(args.data_dir)
     x = torch.from_numpy(d.train_images.reshape(len(d.train_images), -1).astype(np.float32) / 255).to(dev)
     y = torch.from_numpy(d.train_labels.astype(np.int64)).to(dev)
-    cfg = TrainConfig(steps=args.steps)
 
-    def timed(m: int) -> float:
+    def timed(m: int, cfg) -> float:
         best = float("inf")
         for r in range(args.repeats):
             t0 = time.perf_counter()
@@ -56,16 +58,18 @@ def main(argv=None) -> int:
             best = min(best, time.perf_counter() - t0)
         return best
 
-    timed(1)  # warm-up: allocator, kernels, thread pool
-    one = args.steps / timed(1)
     rows = []
     print(f"device {dev}, torch {torch.__version__}, {threads} threads, {platform.processor() or platform.machine()}")
-    print(f"{'M':>4} {'batched net-steps/s':>20} {'one-at-a-time':>14} {'speed-up':>9}")
-    for m in args.sizes:
-        rate = m * args.steps / timed(m)
-        rows.append({"networks": m, "batched_net_steps_per_s": rate, "one_at_a_time_net_steps_per_s": one,
-                     "speedup": rate / one})
-        print(f"{m:>4} {rate:>20.1f} {one:>14.1f} {rate / one:>8.2f}x")
+    print(f"{'precision':>9} {'M':>4} {'batched net-steps/s':>20} {'one-at-a-time':>14} {'speed-up':>9}")
+    for prec in args.precision:
+        cfg = TrainConfig(steps=args.steps, precision=prec)
+        timed(1, cfg)  # warm-up: allocator, kernels, thread pool
+        one = args.steps / timed(1, cfg)
+        for m in args.sizes:
+            rate = m * args.steps / timed(m, cfg)
+            rows.append({"precision": prec, "networks": m, "batched_net_steps_per_s": rate,
+                         "one_at_a_time_net_steps_per_s": one, "speedup": rate / one})
+            print(f"{prec:>9} {m:>4} {rate:>20.1f} {one:>14.1f} {rate / one:>8.2f}x")
     load = os.getloadavg()
     print(f"load average during the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json:

@@ -218,7 +218,11 @@ def test_config_validation_messages():
     with pytest.raises(ParameterError, match="regime"):
         ExperimentConfig.for_regime("x", "medium")
     c = ExperimentConfig.for_regime("x", "over")
-    assert c.train.steps == 10_000 and c.n_networks == 12
+    assert c.train.steps == 10_000 and c.n_networks == 20 and c.train.precision == "bfloat16"
+    c = ExperimentConfig.for_regime("x", "under", steps=50, precision=None)
+    assert c.train.steps == 50 and c.train.precision == "float32" and c.n_networks == 40
+    with pytest.raises(ParameterError, match="precision"):
+        ExperimentConfig.for_regime("x", "under", precision="float16")
 
 
 def test_missing_torch_is_a_topcal_error(monkeypatch):
@@ -255,6 +259,25 @@ def test_batched_training_equals_one_at_a_time_and_learns(tmp_path):
     acc = (together.argmax(axis=2) == yt[None]).mean(axis=1)
     assert np.all(acc > 0.5), acc  # chance is 0.1
     np.testing.assert_allclose(np.exp(together).sum(axis=2), 1.0, atol=1e-5)
+
+
+def test_bfloat16_training_learns_and_keeps_float32_weights(tmp_path):
+    _need_torch()
+    import torch
+
+    from topcal.experiments import mlp
+
+    x, y, xt, yt = _tensors(make_synthetic_mnist(tmp_path / "d", n_train=400, n_test=200))
+    seeds = mlp.network_seeds(1, range(2))
+    outs = {}
+    for prec in ("float32", "bfloat16"):
+        cfg = mlp.TrainConfig(hidden=(32,), steps=30, batch_size=64, precision=prec)
+        params = mlp.train_networks(x, y, seeds, cfg, n_classes=10, progress=False)
+        assert all(p.dtype == torch.float32 for p in params)
+        outs[prec] = mlp.predict_log_softmax(params, xt)
+    assert outs["bfloat16"].dtype == np.float32
+    assert np.all((outs["bfloat16"].argmax(axis=2) == yt[None]).mean(axis=1) > 0.5)
+    assert 0 < np.abs(outs["bfloat16"] - outs["float32"]).max()  # really a different computation
 
 
 def test_interrupted_training_resumes_from_checkpoint(tmp_path):

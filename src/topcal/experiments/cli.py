@@ -38,8 +38,9 @@ def add_commands(sub) -> None:
         description=(
             "The paper's appendix experiment: train M 784-300-100-10 MLPs, draw E ensembles of 10, fit every "
             "method on test set 1 of each ensemble and report median NLL/ECE1/ECE2 on test sets 1 and 2. "
-            f"Defaults: --regime under = {u['steps']} steps, M={u['n_networks']}, E={u['n_ensembles']}; "
-            f"--regime over = {o['steps']} steps, M={o['n_networks']}, E={o['n_ensembles']}. "
+            f"Defaults: --regime under = {u['steps']} steps in {u['precision']}, M={u['n_networks']}, "
+            f"E={u['n_ensembles']}; --regime over = {o['steps']} steps in {o['precision']}, M={o['n_networks']}, "
+            f"E={o['n_ensembles']}. "
             "The paper's scale: --networks 1000 --ensembles 1000."
         ),
     )
@@ -54,6 +55,10 @@ def add_commands(sub) -> None:
     e.add_argument("--steps", type=int, help="Adam steps per network (default: by regime)")
     e.add_argument("--batch-size", type=int, help="minibatch size, drawn with replacement (default: 1000)")
     e.add_argument("--lr", type=float, help="Adam learning rate (default: 1e-3)")
+    e.add_argument("--precision", choices=["float32", "bfloat16"],
+                   help="training matmuls in float32 or bfloat16 autocast (several times faster on CPUs with AMX, "
+                        "slower on CPUs without bfloat16 units; weights, Adam and test-set outputs stay float32) "
+                        "(default: by regime: under float32, over bfloat16)")
     e.add_argument("--test1-size", type=int, default=10_000,
                    help="test set 1 split off the training images (default: 10000)")
     e.add_argument("--train-size", type=int,
@@ -86,6 +91,7 @@ def _cmd_ensembles(args: argparse.Namespace) -> int:
     cfg = ExperimentConfig.for_regime(
         args.data_dir, args.regime, n_networks=args.networks, n_ensembles=args.ensembles,
         ensemble_size=args.ensemble_size, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        precision=args.precision,
         n_test1=args.test1_size, train_size=args.train_size, seed=args.seed, methods=methods, n_bins=args.bins,
         combine=args.combine,
     )

@@ -84,12 +84,19 @@ class TrainConfig:
         Minibatch size; indices drawn with replacement.
     lr : float, default 1e-3
         Adam learning rate (betas 0.9, 0.999, eps 1e-8, as Keras and PyTorch).
+    precision : {"float32", "bfloat16"}, default "float32"
+        "bfloat16" runs the training matrix products in bfloat16 under
+        ``torch.autocast`` (weights, Adam and the loss stay float32): about
+        5x faster on CPUs with AMX (Sapphire Rapids and later), slower on
+        CPUs without bfloat16 units. Test-set outputs are always computed in
+        float32.
     """
 
     hidden: tuple[int, ...] = (300, 100)
     steps: int = 400
     batch_size: int = 1000
     lr: float = 1e-3
+    precision: str = "float32"
 
     def __post_init__(self):
         if not self.hidden or any(int(h) < 1 for h in self.hidden):
@@ -100,6 +107,8 @@ class TrainConfig:
             raise ParameterError(f"batch_size must be >= 1, got {self.batch_size!r}")
         if not (float(self.lr) > 0 and np.isfinite(self.lr)):
             raise ParameterError(f"lr must be a positive number, got {self.lr!r}")
+        if self.precision not in ("float32", "bfloat16"):
+            raise ParameterError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
 
     def to_dict(self) -> dict:
         """JSON-ready dict (part of the cache key)."""
@@ -257,13 +266,16 @@ def train_networks(
         bar = tqdm(total=config.steps, initial=start, desc=desc, unit="step", leave=False)
     last = time.monotonic()
     bs = config.batch_size
+    dev_type = torch.device(device).type if device is not None else "cpu"
+    low = config.precision == "bfloat16"
     for step in range(start, config.steps):
         idx = torch.stack([torch.randint(n, (bs,), generator=g) for g in gens]).to(device)
         xb = x_train[idx]  # (m, bs, n_in)
         yb = y_train[idx]
-        logits = forward(params, xb)
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=low):
+            logits = forward(params, xb)
         # sum over networks of each network's mean loss: network i's gradient is its own
-        loss = torch.nn.functional.cross_entropy(logits.reshape(m * bs, -1), yb.reshape(-1)) * m
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(m * bs, -1), yb.reshape(-1)) * m
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -101,6 +101,10 @@ def test_full_report_has_every_figure_table_and_parameter(full_report):
     for word in ("temperature", "award", "bandwidth", "theta"):
         assert word in page, word
     assert "extra samples (--add)" in page
+    from topcal import read_data
+
+    tp, fp = read_data(str(full_report.parent / "a.npz")).class_counts()
+    assert page.count(f"<tr><td>ant</td><td>{tp[0]:.0f}</td><td>{fp[0]:.0f}</td>") >= 10  # one per method
 
 
 def test_full_report_metrics_match_the_library(full_report):

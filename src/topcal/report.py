@@ -389,6 +389,8 @@ def _fmt(v, digits=4) -> str:
     if isinstance(v, float):
         if abs(v) < 1e-12:  # round-off of an exact zero (in-sample ECE of hist, conf1)
             v = 0.0
+        if v.is_integer() and 1 <= abs(v) < 1e15:  # counts
+            return str(int(v))
         if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
             return f"{v:.3g}"
         return f"{v:.{digits}g}" if abs(v) >= 1 else f"{v:.{digits}f}"
@@ -427,6 +429,12 @@ _PARAM_SKIP = {"tp", "fp", "n_tp", "n_fp", "edges", "engine", "kernel_centres", 
                "n_distinct_scores"}
 
 
+def _count(info: dict, which: str):
+    """|TP_k| or |FP_k| from a describe() class entry (keys n_tp/n_fp; older models: tp/fp scalars)."""
+    v = info.get(f"n_{which}", info.get(which))
+    return v if isinstance(v, (int, float)) else None
+
+
 def _params_html(name: str, model) -> str:
     try:
         d = model.describe()
@@ -449,7 +457,7 @@ def _params_html(name: str, model) -> str:
             cols.append(key)
     head = "<tr><th>class</th><th>TP</th><th>FP</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
     rows = "".join(
-        f"<tr><td>{html.escape(c)}</td><td>{_fmt(info.get('tp'))}</td><td>{_fmt(info.get('fp'))}</td>"
+        f"<tr><td>{html.escape(c)}</td><td>{_fmt(_count(info, 'tp'))}</td><td>{_fmt(_count(info, 'fp'))}</td>"
         + "".join(f"<td>{_fmt(info.get(col))}</td>" for col in cols) + "</tr>" for c, info in classes.items())
     table = f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>" if cols else ""
     summary = html.escape(getattr(type(model), "summary", ""))

@@ -18,6 +18,7 @@ import topcal
 from topcal import TopLabelData
 from topcal.calibrators._ts_core import (
     AWARD_MAX,
+    OFFSET_MAX,
     T_MAX,
     T_MIN,
     MultinomialObjective,
@@ -379,11 +380,13 @@ def test_one_sided_classes_warn_and_run_to_the_bounds():
     np.testing.assert_allclose(c[data.pred == 1], 1 / 3, atol=0.01)  # only FP, no award: ~1/K
     with pytest.warns(DegenerateClassWarning):
         cstswa = topcal.calibrator("cstswa").fit(data)
-    assert list(cstswa.awards_[:2]) == [AWARD_MAX, -AWARD_MAX]
+    np.testing.assert_allclose(cstswa.awards_[:2], [AWARD_MAX, -AWARD_MAX])
     assert np.all(cstswa.predict(data)[data.pred == 1] < 1e-9)  # with an award: confidence 0
     with pytest.warns(DegenerateClassWarning):
         tswa = topcal.calibrator("tswa").fit(data)
-    assert list(tswa.awards_[:2]) == [AWARD_MAX, -AWARD_MAX] and T_MIN < tswa.temperature_[0] < T_MAX
+    # tswa holds the one-sided classes' offsets A_k / T at the bound
+    np.testing.assert_allclose(tswa.awards_[:2] / tswa.temperature_[:2], [OFFSET_MAX, -OFFSET_MAX])
+    assert T_MIN < tswa.temperature_[0] < T_MAX
     assert tswa.describe()["classes"]["b"]["degenerate"] == "only false positives"
 
 

@@ -20,7 +20,16 @@ L'' = Var_w[O] under the weights w = softmax(beta * O); so one exp() pass
 over the (K - 1, n) matrix gives the loss, and two multiply-add passes
 give the exact gradient and Hessian. The optimiser works in
 theta = log T (``beta = exp(-theta)``), which makes the bounds on T
-symmetric and the problem better scaled.
+symmetric and the problem better scaled, and in the award's offset
+b = A / T rather than A:
+
+    m = d * beta + b - log sum_{j != k} exp(beta * O_j)
+
+is linear in b, so the (theta, b) problem has no curved valley where T and
+A trade off (with top scores clustered at one value, as when many scores are
+exactly 1, only (d + A) / T is determined; in (theta, A) Newton then crawls
+along a banana-shaped ridge, in (theta, b) it does not). For the binary
+variant, (1 / T, b) are exactly Platt's slope and intercept on logit(s).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ __all__ = [
     "T_MIN",
     "T_MAX",
     "AWARD_MAX",
+    "OFFSET_MAX",
     "BINARY_SCORE_FLOOR",
     "split_top",
     "top_label_margin",
@@ -51,20 +61,30 @@ __all__ = [
 #: outside the range a fit is degenerate anyway (confidences pinned at 0/1 or 1/K).
 T_MIN = 1e-3
 T_MAX = 1e3
-#: Awards are confined to [-1e3, 1e3] (nats of log score). Realistic awards
+#: The award's offset b = A / T is confined to [-1e6, 1e6] = +-AWARD_MAX / T_MIN:
+#: at T = T_MIN that is an award of +-1e3 nats of log score. Realistic awards
 #: are a few nats; 1e3 exceeds the whole range of floored log-probabilities
-#: (|log 1e-300| ~ 691), so an award at the bound already makes yhat_k 0 or 1.
+#: (|log 1e-300| ~ 691), so an offset at the bound makes yhat_k 0 or 1.
 AWARD_MAX = 1e3
+OFFSET_MAX = AWARD_MAX / T_MIN
 #: The binary variant clips the normalised top score s to [1e-12, 1 - 1e-12]
 #: before taking logit(s) (the same clip as :data:`topcal.metrics.PROB_CLIP`):
 #: s = 1 exactly would otherwise have an infinite logit.
 BINARY_SCORE_FLOOR = 1e-12
 
 #: Newton stops when half the Newton decrement (the model's predicted loss
-#: reduction) falls below this fraction of the loss: parameters are then
-#: correct to about sqrt(1e-12) ~ 1e-6 relative *before* the last step, and
-#: to ~1e-12 after it (quadratic convergence).
-_RTOL = 1e-12
+#: reduction) falls below this fraction of the loss, after taking that last
+#: step when it does not raise the loss: parameters are then correct to about
+#: 1e-10 relative (quadratic convergence squares the ~1e-5 error before it).
+#: A looser test would stop early; a tighter one is below the rounding of a
+#: loss summed over 1e6 samples, and where the parameters are not identified
+#: (a ridge, e.g. every top score clipped to the same value) the decrement
+#: shrinks only linearly and would take hundreds of steps to get there.
+_RTOL = 1e-10
+#: Stall test: stop when _STALL successive Newton steps lowered the loss by
+#: less than _STALL_RTOL of it in total (see :func:`bounded_newton`).
+_STALL = 10
+_STALL_RTOL = 1e-9
 #: Armijo sufficient-decrease constant (Nocedal and Wright, Numerical
 #: Optimization, 2nd ed., section 3.1 recommend c1 = 1e-4).
 _ARMIJO = 1e-4
@@ -207,18 +227,23 @@ def _loss_terms(m, tp, fp, loss):
 
 
 def _loss_derivs(m, tp, fp, loss):
-    """First and second derivatives of the per-sample loss in m."""
-    w = tp + fp
+    """First and second derivatives of the per-sample loss in m.
+
+    Written with p = sigmoid(m) and q = sigmoid(-m) = 1 - p, each computed
+    directly: 1 - p would lose every digit of q once p rounds to 1 (m > 37),
+    and the gradient of confident right answers would vanish before their loss.
+    """
     p = expit(m)
+    q = expit(-m)
+    r = fp * p - tp * q  # w p - tp
     if loss == "nll":
-        return w * p - tp, w * p * (1.0 - p)
-    q = p * (1.0 - p)
-    r = w * p - tp
-    return 2.0 * r * q, 2.0 * q * (w * q + r * (1.0 - 2.0 * p))
+        return r, (tp + fp) * p * q
+    pq = p * q
+    return 2.0 * r * pq, 2.0 * pq * ((tp + fp) * pq + r * (q - p))
 
 
 class TopLabelObjective:
-    """Summed top-label loss as a function of x = (log T, A_0, ..., A_{G-1}).
+    """Summed top-label loss as a function of x = (log T, b_0, ..., b_{G-1}), b_g = A_g / T.
 
     Parameters
     ----------
@@ -230,7 +255,7 @@ class TopLabelObjective:
         True- and false-positive weights.
     loss : {"nll", "brier"}
     n_awards : int
-        0 (no award), or the number G of award groups.
+        0 (no award), or the number G of award groups (offsets b_g = A_g / T).
     groups : ndarray of int (n,), optional
         Award group of each sample (default: all in group 0).
 
@@ -268,26 +293,26 @@ class TopLabelObjective:
         s_l1 = np.zeros(nG)
         s_ta = np.zeros(nG)
         s_l2 = np.zeros(nG)
-        awards = x[1:]
+        offsets = x[1:]
         for a in range(0, n, _BLOCK):
             b = min(a + _BLOCK, n)
             tp, fp = self.tp[a:b], self.fp[a:b]
             grp = None if self.groups is None else self.groups[a:b]
-            shifted = self.d[a:b]
-            if g_aw:
-                shifted = shifted + (awards[0] if grp is None else awards[grp])
+            d = self.d[a:b]
             if self.others is None:
-                m = shifted * beta
-                dm_db = shifted
+                m = d * beta
+                dm_db = d
                 var = 0.0
             else:
                 e, eo = self._scratch
                 lse, mean, var = _block_moments(self.others[:, a:b], beta, e[:, : b - a], eo[:, : b - a])
-                m = shifted * beta - lse
-                dm_db = shifted - mean
+                m = d * beta - lse
+                dm_db = d - mean
+            if g_aw:
+                m += offsets[0] if grp is None else offsets[grp]
             self._m[a:b] = m
             loss += _loss_terms(m, tp, fp, self.loss)
-            # m = (d + A) beta - L(beta): dm/dbeta = d + A - E[O], d2m/dbeta2 = -Var[O];
+            # m = d beta + b - L(beta): dm/dbeta = d - E[O], d2m/dbeta2 = -Var[O];
             # theta = log T, d beta / d theta = -beta
             l1, l2 = _loss_derivs(m, tp, fp, self.loss)
             dm_dt = -beta * dm_db
@@ -296,8 +321,8 @@ class TopLabelObjective:
             g0 += l1 @ dm_dt
             h00 += l2_dmdt @ dm_dt + l1 @ d2m_dt2
             if g_aw:
-                # dm/dA = beta, d2m/dA dtheta = -beta, d2m/dA2 = 0
-                per = (l1, l2_dmdt - l1, l2)
+                # dm/db = 1, d2m/db dtheta = 0, d2m/db2 = 0
+                per = (l1, l2_dmdt, l2)
                 if grp is None:
                     sums = [v.sum() for v in per]
                 else:
@@ -310,9 +335,9 @@ class TopLabelObjective:
         g[0] = g0
         h[0, 0] = h00
         if g_aw:
-            g[1:] = beta * s_l1
-            h[0, 1:] = h[1:, 0] = beta * s_ta
-            h[1:, 1:] = np.diag((beta * beta) * s_l2)
+            g[1:] = s_l1
+            h[0, 1:] = h[1:, 0] = s_ta
+            h[1:, 1:] = np.diag(s_l2)
         self._at = (x.copy(), loss, g, h)
         return self._at
 
@@ -425,6 +450,7 @@ def bounded_newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: st
     fixed = np.zeros(x.shape, bool) if fixed is None else np.asarray(fixed, bool)
     f = obj.value(x)
     dec = np.inf
+    history = [f]
     for it in range(max_iter + 1):
         g, h = obj.grad_hess(x)
         if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(h))):
@@ -434,7 +460,9 @@ def bounded_newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: st
             )
         active = fixed | ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
         free = np.flatnonzero(~active)
-        if free.size == 0:
+        if free.size == 0 or f <= 0.0:
+            # all losses here are >= 0: a loss of 0 (every term below the
+            # smallest float, perfectly separated data) is the global minimum
             return NewtonResult(x, f, it)
         gf = g[free]
         ev, vec = np.linalg.eigh(h[np.ix_(free, free)])
@@ -442,12 +470,18 @@ def bounded_newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: st
         ev = np.maximum(np.abs(ev), 1e-12 * scale)
         step = -(vec @ ((vec.T @ gf) / ev))
         dec = float(-gf @ step)
+        dx = np.zeros_like(x)
+        dx[free] = step
         if dec <= 2.0 * _RTOL * (abs(f) + 1.0):
+            xn = np.clip(x + dx, lo, hi)
+            fn = obj.value(xn)
+            # the step is tiny: accept it unless the loss rises beyond its rounding
+            if np.isfinite(fn) and fn <= f + 1e-13 * (abs(f) + 1.0):
+                return NewtonResult(xn, fn, it + 1)
+            obj.value(x)
             return NewtonResult(x, f, it)
         if it == max_iter:
             break
-        dx = np.zeros_like(x)
-        dx[free] = step
         t = 1.0
         while True:
             xn = np.clip(x + t * dx, lo, hi)
@@ -467,7 +501,13 @@ def bounded_newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: st
                 )
         moved = float(np.max(np.abs(xn - x)))
         x, f = xn, fn
+        history.append(f)
         if moved <= 1e-14 * (1.0 + float(np.max(np.abs(x)))):
+            return NewtonResult(x, f, it + 1)
+        if len(history) > _STALL and history[-1 - _STALL] - f <= _STALL_RTOL * (abs(f) + 1.0):
+            # The loss is flat to 1e-9 over the last steps although the quadratic
+            # model still predicts a decrease: the parameters are (nearly) not
+            # identified, a ridge along which any point is as good.
             return NewtonResult(x, f, it + 1)
     raise ConvergenceError(
         f"{what}: Newton did not converge in max_iter={max_iter} iterations (loss {f:.10g}, "

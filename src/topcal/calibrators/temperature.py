@@ -41,7 +41,7 @@ from .._params import Interval, Options
 from ..data import LOG_PROB_FLOOR, TopLabelData
 from ..errors import DataError, DegenerateClassWarning, ParameterError
 from ._ts_core import (
-    AWARD_MAX,
+    OFFSET_MAX,
     BINARY_SCORE_FLOOR,
     T_MAX,
     T_MIN,
@@ -187,7 +187,7 @@ class _TemperatureBase(Calibrator):
                 what = "temperature and award" if self._has_award else "temperature"
                 warnings.warn(
                     f"{self.name}: class(es) {bad} have only true positives or only false positives; "
-                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A| <= {AWARD_MAX:g}), "
+                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= {OFFSET_MAX:g}), "
                     "so their confidence is pinned near 1 (only TP) or as low as the method allows (only FP)",
                     DegenerateClassWarning,
                     stacklevel=3,
@@ -220,23 +220,26 @@ class _TemperatureBase(Calibrator):
         k = data.n_classes
         d, others = _split(data)
         n_aw = k if self._has_award else 0
-        obj = TopLabelObjective(
-            d, others, data.tp, data.fp, loss=self.loss, n_awards=n_aw, groups=data.pred if n_aw else None
-        )
+
+        def make(loss):
+            return TopLabelObjective(d, others, data.tp, data.fp, loss=loss, n_awards=n_aw,
+                                     groups=data.pred if n_aw else None)
+
         x0 = np.zeros(1 + n_aw)
-        lo = np.array([_LOG_T[0]] + [-AWARD_MAX] * n_aw)
-        hi = np.array([_LOG_T[1]] + [AWARD_MAX] * n_aw)
+        lo = np.array([_LOG_T[0]] + [-OFFSET_MAX] * n_aw)
+        hi = np.array([_LOG_T[1]] + [OFFSET_MAX] * n_aw)
         fixed = np.zeros(1 + n_aw, bool)
         if n_aw:
             # Awards of classes never predicted have no data (held at 0); a
-            # class with only TP (FP) would push its award to +inf (-inf): it
-            # is held at the bound so the joint Newton system stays regular.
+            # class with only TP (FP) would push its award to +inf (-inf): its
+            # offset A / T is held at the bound so the joint Newton system
+            # stays regular.
             fixed[1:] = ~fitted | only_tp | only_fp
-            x0[1:][only_tp] = AWARD_MAX
-            x0[1:][only_fp] = -AWARD_MAX
-        res = bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=self.name)
+            x0[1:][only_tp] = OFFSET_MAX
+            x0[1:][only_fp] = -OFFSET_MAX
+        res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
         temps = np.where(fitted, np.exp(res.x[0]), 1.0)
-        awards = np.where(fitted, res.x[1:], 0.0) if n_aw else np.zeros(k)
+        awards = np.where(fitted, res.x[1:] * np.exp(res.x[0]), 0.0) if n_aw else np.zeros(k)
         return temps, awards, res.fun, res.n_iter, obj.margin(res.x)
 
     def _fit_per_class(self, data, fitted, only_tp, only_fp):
@@ -248,36 +251,56 @@ class _TemperatureBase(Calibrator):
         m = np.zeros(data.n_rows)
         z = _binary_logit(data) if self._binary else None
         n_aw = 1 if self._has_award else 0
-        lo = np.array([_LOG_T[0]] + [-AWARD_MAX] * n_aw)
-        hi = np.array([_LOG_T[1]] + [AWARD_MAX] * n_aw)
+        lo = np.array([_LOG_T[0]] + [-OFFSET_MAX] * n_aw)
+        hi = np.array([_LOG_T[1]] + [OFFSET_MAX] * n_aw)
         for c in np.flatnonzero(fitted):
             idx = np.flatnonzero(data.pred == c)
             d, others = (z[idx], None) if self._binary else _split(data, idx)
-            obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw)
+
+            def make(loss, d=d, others=others, idx=idx):
+                return TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw)
+
             res = None
             if only_tp[c] or only_fp[c]:
+                obj = make(self.loss)
                 res = self._degenerate_corner(obj, bool(only_tp[c]), lo, hi)
             if res is None:
-                res = bounded_newton(
-                    obj, np.zeros(1 + n_aw), lo, hi, max_iter=self.max_iter,
-                    what=f"{self.name} (class {data.classes[c]!r})",
-                )
+                res, obj = self._solve(make, np.zeros(1 + n_aw), lo, hi, None,
+                                       f"{self.name} (class {data.classes[c]!r})")
             temps[c] = np.exp(res.x[0])
             if n_aw:
-                awards[c] = res.x[1]
+                awards[c] = res.x[1] * temps[c]  # the optimiser's coordinate is b = A / T
             loss += res.fun
             n_iter += res.n_iter
             m[idx] = obj.margin(res.x)
         return temps, awards, loss, n_iter, m
 
+    def _solve(self, make, x0, lo, hi, fixed, what):
+        """Newton on the chosen loss; a Brier fit starts from the NLL optimum.
+
+        The Brier loss is flat where confidences saturate (its gradient in m
+        carries a factor p(1 - p)), so from T = 1 on sharp scores Newton can
+        stall at once; the NLL optimum is a start inside its basin.
+        """
+        n_iter = 0
+        if self.loss == "brier":
+            warm = bounded_newton(make("nll"), x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+            x0, n_iter = warm.x, warm.n_iter
+        obj = make(self.loss)
+        res = bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+        return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj
+
     def _degenerate_corner(self, obj, tp_only: bool, lo, hi):
         """The bound a one-sided class runs to, if the loss is minimal there (KKT), else None.
 
-        Only TP: T -> T_MIN (and A -> +AWARD_MAX): yhat_k -> 1 for a strict top.
-        Only FP: with an award, A -> -AWARD_MAX and T -> T_MIN (yhat_k -> 0);
+        Only TP: T -> T_MIN (and A / T -> +OFFSET_MAX, i.e. A = +1e3): yhat_k -> 1
+        for a strict top.
+        Only FP: with an award, A / T -> -OFFSET_MAX and T -> T_MIN (A = -1e3, yhat_k -> 0);
         without one, T -> T_MAX (yhat_k -> about 1/K, the lowest reachable).
         For the full-vector methods the loss is monotone towards that corner
-        (dm/dbeta = d + A - E[O] >= 0), so the check always passes; for the
+        (dm/dbeta = d - E[O] >= 0 and dm/db = 1; at the FP corner with an
+        award, m ~ -1e6 and the loss is flat to float precision), so the
+        check passes; for the
         binary variant a class with scores on both sides of s = 1/2 may have
         an interior optimum, which Newton then finds.
         """

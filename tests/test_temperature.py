@@ -403,6 +403,41 @@ def test_class_never_predicted_falls_back_to_the_raw_score():
     assert "fallback" in m.describe()["classes"]["c"]
 
 
+def test_clustered_top_scores_converge_to_the_group_accuracy():
+    """70% of the scores are exactly 1 (a vote fraction): only (logit s + A) / T is identified there.
+
+    In (log T, A) coordinates this is a curved ridge on which Newton crawls; the
+    optimiser works in (log T, A / T), where it is straight.
+    """
+    rng = np.random.default_rng(9)
+    n = 5_000
+    s = np.where(rng.random(n) < 0.7, 1.0, rng.uniform(0.3, 0.99, n))
+    right = rng.random(n) < np.where(s == 1.0, 0.6, s * 0.8)
+    data = TopLabelData.from_scores(np.zeros(n, int), s, np.where(right, 0, 1), classes=["a", "b"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)  # class b is never predicted
+        m = topcal.calibrator("btswa").fit(data)
+    c = m.predict(data)
+    # btswa is logistic regression on logit(s): at the MLE the residuals are
+    # orthogonal to 1 and to logit(s) (its score equations)
+    ls = np.log(np.clip(s, 1e-12, 1 - 1e-12) / np.clip(1 - s, 1e-12, None))
+    assert abs(np.sum(right - c)) < 1e-6 * n
+    assert abs(np.sum((right - c) * ls)) < 1e-6 * n
+    assert m.n_iter_ < 60
+
+
+def test_brier_fit_on_saturated_scores_moves_the_temperature():
+    """From T = 1 on very sharp scores the Brier loss is flat; the fit starts at the NLL optimum."""
+    rng = np.random.default_rng(10)
+    z = rng.normal(0, 40.0, size=(4_000, 3))
+    labels = np.argmax(z / 20.0 + rng.gumbel(size=z.shape), axis=1)  # true temperature 20
+    data = TopLabelData.from_logits(z, labels)
+    m = fit("sts", data, loss="brier")
+    assert 12.0 < m.temperature_[0] < 30.0
+    brier = topcal.metrics.brier
+    assert brier(data, m.predict(data)).overall < 0.8 * brier(data, data.score).overall
+
+
 # ------------------------------------------------------- parameter errors
 def test_parameter_and_convergence_errors(mixed):
     with pytest.raises(ParameterError, match="'loss' must be one of 'nll', 'brier', got 'log'"):

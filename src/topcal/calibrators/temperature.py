@@ -24,9 +24,9 @@ score s = (S - lo) / (hi - lo)::
 Logits are used directly (softmax is shift invariant, so logits and their
 log-softmax give the same fit); probabilities are logged with exact zeros
 floored at :data:`topcal.data.LOG_PROB_FLOOR`. The optimiser is a bounded
-projected Newton method in (log T, A) with analytic gradient and Hessian
-(:mod:`topcal.calibrators._ts_core`); T is confined to [1e-3, 1e3] and A to
-[-1e3, 1e3].
+projected Newton method in (log T, A / T) with analytic gradient and Hessian
+(:mod:`topcal.calibrators._ts_core`); T is confined to [1e-3, 1e3] and A / T
+to [-1e6, 1e6].
 """
 
 from __future__ import annotations
@@ -469,7 +469,8 @@ class TemperatureScalingWithAwards(_TemperatureBase):
     """TSwA: softmax((log y + A_k e_k) / T), K awards and one shared T, one joint fit (paper section 11).
 
     The only method here that does not decompose into per-class fits. A
-    class with only TP (only FP) has its award held at +1000 (-1000).
+    class with only TP (only FP) has its offset A_k / T held at +1e6 (-1e6),
+    i.e. confidence 1 (0).
 
     Parameters
     ----------

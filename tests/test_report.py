@@ -163,6 +163,10 @@ def test_report_methods_option_limits_the_fits(tmp_path):
     assert list(res.comparison["methods"]) == ["uncalibrated", "hist", "tswa"]
     titles = [t for t, _ in res.figures]
     assert any("tswa" in t for t in titles) and not any("Kernel" in t for t in titles)
+    # a second run into the same folder with fewer figures leaves no stale PNG behind
+    res2 = build_report(data, tmp_path / "r", methods=["hist"], dpi=40)
+    assert sorted((tmp_path / "r" / "figures").glob("*.png")) == sorted(p for _, p in res2.figures)
+    assert len(res2.figures) < len(res.figures)
 
 
 # ------------------------------------------------------------- warnings

@@ -69,6 +69,8 @@ __all__ = [
     "plot_paired_bars",
     "plot_added_samples",
     "METHOD_COLORS",
+    "SPARSE_MIN",
+    "MAX_CLOUD_POINTS",
 ]
 
 #: Colour of each method's curve (paper colours where the paper fixes one:

@@ -554,7 +554,9 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         (out / "figures").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TopcalError(f"cannot create the report folder {str(out)!r}: {exc.strerror or exc}") from None
-    fig_html, fig_list = [], []
+    for old in (out / "figures").glob("[0-9][0-9]-*.png"):  # figures of an earlier run of this report
+        old.unlink()
+    fig_html, fig_list, toc = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
@@ -563,6 +565,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             path = out / "figures" / f"{i:02d}-{key}.png"
             path.write_bytes(png)
             fig_list.append((ftitle, path))
+            toc.append(f"<li><a href='#fig-{key}'>{html.escape(ftitle)}</a></li>")
             uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
             fig_html.append(
                 f"<figure id='fig-{key}'><h3>{i}. {html.escape(ftitle)}</h3>"
@@ -597,7 +600,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
 (the paper's practice; use <code>topcal compare --folds K</code> or <code>--eval</code> for out-of-sample numbers).
 Best per column in bold green.</p>
 {_metric_table(comparison, data.classes)}{per_class}{hold_html}
-<h2>Figures</h2>{''.join(fig_html)}
+<h2>Figures</h2><ol class="muted">{''.join(toc)}</ol>{''.join(fig_html)}
 <h2>Fitted parameters</h2>{params}
 <p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
 </body></html>

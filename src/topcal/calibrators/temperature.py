@@ -184,7 +184,8 @@ class _TemperatureBase(Calibrator):
         if not self._shared or self._has_award:
             bad = [c for c, a, b in zip(data.classes, only_tp, only_fp) if a or b]
             if bad:
-                what = "temperature and award" if self._has_award else "temperature"
+                what = "award offset" if self._shared else (
+                    "temperature and award" if self._has_award else "temperature")
                 warnings.warn(
                     f"{self.name}: class(es) {bad} have only true positives or only false positives; "
                     f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= {OFFSET_MAX:g}), "

@@ -340,3 +340,27 @@ def test_report_survives_degenerate_classes(tmp_path):
     assert ("never-predicted", "c") in kinds and ("no-fp", "b") in kinds
     titles = [t for t, _ in res.figures]
     assert any("Kernel densities" in t for t in titles) and any("tswa" in t for t in titles)
+
+
+def test_report_cli_binned_extra_file_naming_one_class(tmp_path, capsys):
+    """A file of extra samples usually names only the classes it adds: it is aligned to the data's classes."""
+    from topcal.datasets import load_phanns
+
+    d = load_phanns()
+    data_csv = tmp_path / "phanns.csv"
+    rows = ["predicted_class,bin_lo,bin_hi,tp,fp"] + [
+        f"{d.classes[p]},{float(lo)!r},{float(hi)!r},{tp:.0f},{fp:.0f}"
+        for p, (lo, hi), tp, fp in zip(d.pred, d.bin_edges, d.tp, d.fp)]
+    data_csv.write_text("\n".join(rows) + "\n")
+    extra = tmp_path / "extra.csv"
+    extra.write_text("predicted_class,bin_lo,bin_hi,tp,fp\nHTJ,7.0,7.1,40,0\nHTJ,9.0,9.1,120,0\n")
+    out = tmp_path / "r"
+    args = ["report", str(data_csv), "--score-range", "0", "10", "--methods", "hist", "--dpi", "40", "-o", str(out)]
+    assert main(args + ["--add", str(extra)]) == 0
+    page = (out / "index.html").read_text()
+    assert "id='fig-added'" in page and "HTJ: +160 TP, +0 FP" not in page  # the title is in the PNG, not the HTML
+    assert "extra samples (--add)</b>: 160 samples" in page
+    extra.write_text("predicted_class,bin_lo,bin_hi,tp,fp\nNope,7.0,7.1,40,0\n")
+    capsys.readouterr()
+    assert main(args + ["--add", str(extra)]) == 2
+    assert "classes ['Nope'] are not in the data" in capsys.readouterr().err

@@ -750,7 +750,7 @@ def _fig_legend(fig, axes, ncol=None):
                 handles[lab] = h
                 labels.append(lab)
     if labels:
-        fit = max(2, int(fig.get_figwidth() / 2.1))  # entries per row that fit the figure's width
+        fit = max(1, int(fig.get_figwidth() / 2.3))  # entries per row that fit the figure's width
         fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
                    ncol=ncol or min(len(labels), fit), fontsize=8, frameon=False, markerscale=3)
 
@@ -1112,6 +1112,8 @@ def plot_added_samples(method: str, panels: list, *, fig=None, ncols: int | None
     n = len(panels)
     ncols = ncols or _default_ncols(n)
     nrows = math.ceil(n / ncols)
+    if n == 1:
+        panel_size = max(panel_size, 4.2)  # room for the legend under a single panel
     fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 0.9))
     axes, axes2d = _grid_axes(fig, n, ncols)
     lo, hi = float(panels[0].score[0]), float(panels[0].score[-1])

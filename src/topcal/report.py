@@ -48,6 +48,7 @@ __all__ = [
     "ReportResult",
     "Finding",
     "default_methods",
+    "align_classes",
     "figure_png",
     "MIN_POSITIVES",
     "MAX_SIGN_CHANGES",
@@ -271,6 +272,34 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
     return out
 
 
+def align_classes(other: TopLabelData, data: TopLabelData, what: str = "the other data") -> TopLabelData:
+    """``other`` re-expressed on ``data``'s class list (a file of extra samples may name only some classes).
+
+    Top-score and binned data whose classes are a subset of ``data``'s are
+    re-indexed; full score vectors must have exactly ``data``'s columns.
+
+    Raises
+    ------
+    TopcalError
+        When the labels are missing, the score ranges differ, or the classes
+        cannot be matched.
+    """
+    other.require_labels(what)
+    if other.score_range != data.score_range:
+        raise TopcalError(f"{what} has score range {other.score_range} but the data has {data.score_range}; "
+                          "declare the same --score-range for both")
+    if other.classes == data.classes:
+        return other
+    unknown = [c for c in other.classes if c not in data.classes]
+    if unknown or other.has_full:
+        why = (f"classes {unknown} are not in the data" if unknown else
+               "its score vectors have other columns than the data's")
+        raise TopcalError(f"{what} must have the same classes as the data: {why} (data classes: {list(data.classes)})")
+    index = np.array([data.classes.index(c) for c in other.classes], dtype=np.int64)
+    return TopLabelData(data.classes, index[other.pred], other.score, other.score_range, tp=other.tp, fp=other.fp,
+                        labels=None if other.labels is None else index[other.labels], bin_edges=other.bin_edges)
+
+
 # ----------------------------------------------------------------- figures
 def _pick(preferred, fitted) -> list[str]:
     return [m for m in preferred if m in fitted]
@@ -361,7 +390,8 @@ def _figures(data, models, comparison, eval_data, holdout, extra, methods_given,
         if panels:
             yield ("added", f"Effect of the added samples on {used} (paper Fig. 15)",
                    "Each class the extra file predicts: the curve fitted on the original data (black) and on the data "
-                   "plus the extra samples (red). Adding only true positives can only raise the curve.",
+                   "plus the extra samples (red). With one fixed bandwidth, adding only true positives can only raise "
+                   "Conf_KDE (paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
                    plots.plot_added_samples(used, panels))
 
 
@@ -515,14 +545,10 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             progress(msg)
 
     data.require_labels("a calibration report")
-    for other, what in ((eval_data, "the second test set (--eval)"), (extra, "the extra samples (--add)")):
-        if other is None:
-            continue
-        other.require_labels(what)
-        if other.classes != data.classes or other.score_range != data.score_range:
-            raise TopcalError(f"{what} must have the same classes and score range as the data: classes "
-                              f"{list(other.classes)} vs {list(data.classes)}, range {other.score_range} vs "
-                              f"{data.score_range}")
+    if eval_data is not None:
+        eval_data = align_classes(eval_data, data, "the second test set (--eval)")
+    if extra is not None:
+        extra = align_classes(extra, data, "the extra samples (--add)")
     if extra is not None and (extra.is_binned != data.is_binned or extra.has_full != data.has_full
                               or extra.full_kind != data.full_kind):
         raise TopcalError("the extra samples (--add) must be in the same form as the data (binned or per-sample, "

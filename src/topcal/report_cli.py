@@ -147,6 +147,10 @@ def _cmd_compare(args) -> int:
         raise TopcalError(f"--bins must be >= 1, got {args.bins}")
     data = _read(args.data, args)
     eval_data = _read(args.eval, args) if args.eval else None
+    if eval_data is not None:
+        from .report import align_classes
+
+        eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     quiet = args.json or args.csv
     res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=args.folds, seed=args.seed,
                           n_bins=args.bins, progress=None if quiet else _progress())

@@ -197,6 +197,9 @@ def _cmd_describe(args) -> int:
     print(f"method: {d['method']}")
     print(f"params: {json.dumps(d['params'])}")
     print(f"score range: {d['score_range']}")
+    for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
+        if isinstance(val, dict) and key not in ("params", "classes"):
+            print(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in val.items()))
     for name, info in d["classes"].items():
         print(f"\n[{name}]  TP={info['n_tp']:g}  FP={info['n_fp']:g}")
         for key, val in info.items():
@@ -293,6 +296,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # output piped into e.g. `head`, which closed early: not an error of ours;
+        # point stdout at devnull so the interpreter's final flush stays quiet
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     finally:
         warnings.showwarning = old
 

@@ -218,7 +218,7 @@ def test_config_validation_messages():
     with pytest.raises(ParameterError, match="regime"):
         ExperimentConfig.for_regime("x", "medium")
     c = ExperimentConfig.for_regime("x", "over")
-    assert c.train.steps == 10_000 and c.n_networks == 20 and c.train.precision == "bfloat16"
+    assert c.train.steps == 10_000 and c.n_networks == 12 and c.train.precision == "bfloat16"
     c = ExperimentConfig.for_regime("x", "under", steps=50, precision=None)
     assert c.train.steps == 50 and c.train.precision == "float32" and c.n_networks == 40
     with pytest.raises(ParameterError, match="precision"):

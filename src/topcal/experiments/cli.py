@@ -72,7 +72,9 @@ def add_commands(sub) -> None:
     e.add_argument("-o", "--out", help="output directory (default: ./topcal-experiment-<regime>)")
     e.add_argument("--cache-dir", help=f"network output cache (default: {default_cache_dir()})")
     e.add_argument("--device", default="auto", help="auto (GPU when present), cpu or cuda[:N] (default: auto)")
-    e.add_argument("--threads", type=int, help="CPU threads for training (default: all CPUs available)")
+    e.add_argument("--threads", type=int,
+                   help="CPU threads for training (default: all CPUs available; on a machine busy with other "
+                        "work, 1 thread is often faster: idle-spinning threads wait on descheduled peers)")
     e.add_argument("--chunk", type=int, default=20, help="networks trained together in one batch (default: 20)")
     e.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     e.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -58,7 +58,7 @@ __all__ = [
 #: more steps would otherwise take hours on two cores (see TrainConfig).
 REGIMES = {
     "under": {"steps": 400, "precision": "float32", "n_networks": 40, "n_ensembles": 200},
-    "over": {"steps": 10_000, "precision": "bfloat16", "n_networks": 20, "n_ensembles": 100},
+    "over": {"steps": 10_000, "precision": "bfloat16", "n_networks": 12, "n_ensembles": 50},
 }
 
 #: Metrics reported for every method, in the order of the result arrays.

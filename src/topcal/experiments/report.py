@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["median_table", "format_report", "markdown_report"]
+__all__ = ["median_table", "overall_table", "counts_table", "format_report", "markdown_report"]
 
 
 def _cell(v, digits: int = 4) -> str:
@@ -42,6 +42,29 @@ def median_table(summary: dict, metric: str, *, markdown: bool = False, methods=
     lines = [header[0].ljust(w0) + "".join(" " + c.rjust(w) for c in cols)]
     lines.append("-" * len(lines[0]))
     lines += [r[0].ljust(w0) + "".join(" " + x.rjust(w) for x in r[1:]) for r in rows]
+    return "\n".join(lines)
+
+
+def overall_table(summary: dict, *, methods=None, digits: int = 4) -> str:
+    """Markdown table: overall median NLL, ECE1, ECE2 per method on test sets 1 and 2."""
+    m0 = summary["metrics"]["nll"]
+    methods = list(m0) if methods is None else [m for m in methods if m in m0]
+    header = ["method"] + [f"{m.upper()} set {s}" for m in ("nll", "ece1", "ece2") for s in (1, 2)]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for meth in methods:
+        cells = [_cell(summary["metrics"][m][meth][f"test{s}"]["overall"]["median"], digits)
+                 for m in ("nll", "ece1", "ece2") for s in (1, 2)]
+        lines.append(f"| {meth} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def counts_table(summary: dict, test_set: str = "test1") -> str:
+    """Markdown table: median TP, FP and low-score TP (score < 0.99) per predicted class."""
+    cc = summary["class_counts"][test_set]
+    classes = list(cc)
+    lines = ["| | " + " | ".join(classes) + " |", "|---|" + "---:|" * len(classes)]
+    for key, label in (("tp", "TP"), ("fp", "FP"), ("tp_below_0.99", "TP with score < 0.99")):
+        lines.append(f"| {label} | " + " | ".join(f"{cc[c][key]:g}" for c in classes) + " |")
     return "\n".join(lines)
 
 

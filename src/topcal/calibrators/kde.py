@@ -305,7 +305,12 @@ class _KDEBase(ScoreCalibrator):
         self._build_tables()
 
     def _fit_class(self, view: ClassView, k: int) -> dict:
-        """Fit one class from its view (the ScoreCalibrator hook; ``_fit`` batches this)."""
+        """Fit one class from its view (the ScoreCalibrator hook; ``_fit`` batches this).
+
+        The support is taken from the view's scores, which for binned data are
+        bin midpoints (``_fit`` uses the bin edges); for per-sample data the
+        result equals ``_fit``'s.
+        """
         keep = (view.tp + view.fp) > 0
         s, t, f = view.score[keep], view.tp[keep], view.fp[keep]
         lo, hi = float(s.min()), float(s.max())

@@ -364,6 +364,8 @@ def test_tiny_end_to_end_run_through_the_cli(tmp_path, capsys):
     j = 0  # hist
     med = np.median(res["values"][:, j, 1, 0, 10])
     assert doc["metrics"]["nll"]["hist"]["test2"]["overall"]["median"] == pytest.approx(med)
+    gap = np.median(res["values"][:, j, 1, 0, 10] - res["values"][:, j, 0, 0, 10])
+    assert doc["set2_vs_set1"]["nll"]["median_gap"]["hist"] == pytest.approx(gap)
     # calibrating beats the raw score on test set 1 for NLL (hist is fit there)
     assert np.all(res["values"][:, 0, 0, 0, 10] <= res["values"][:, 2, 0, 0, 10] + 1e-9)
     assert doc["network_accuracy"]["test2"]["median"] > 0.3

@@ -584,8 +584,11 @@ def summarize(results: EnsembleResults) -> dict:
         {"median", "q25", "q75"}}}}};
         ``"set2_vs_set1"``: per metric, how many (method, class) cells have
         a larger median on test set 2 than on test set 1 ("worse"), a
-        smaller one ("better") or an equal one, and the share of
-        (ensemble, method, class) pairs with set 2 worse;
+        smaller one ("better") or an equal one, the share of
+        (ensemble, method, class) pairs with set 2 worse, and per method
+        the median over ensembles of the overall set 2 - set 1 difference
+        ("median_gap"; compare with the untuned "uncalibrated" score's gap,
+        which measures how much the two sets differ without any tuning);
         ``"ranking"``: per metric and test set, methods ordered by their
         overall median, with the mean rank over classes of the per-class
         medians;
@@ -619,6 +622,10 @@ def summarize(results: EnsembleResults) -> dict:
             "equal": int(np.sum(diff == 0)),
             "share_of_ensembles_worse": _f(np.mean(paired[ok] > 0)) if ok.any() else None,
             "per_method_worse": {m: int(np.sum(diff[j] > 0)) for j, m in enumerate(results.methods)},
+            # median over ensembles of (overall on set 2 - overall on set 1): the generalisation gap
+            "median_gap": {m: _f(np.nanmedian(v[:, j, 1, qi, -1] - v[:, j, 0, qi, -1]))
+                           if np.isfinite(v[:, j, :, qi, -1]).any() else None
+                           for j, m in enumerate(results.methods)},
         }
         out["ranking"][metric] = {}
         for s in range(2):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["median_table", "overall_table", "counts_table", "format_report", "markdown_report"]
+__all__ = ["median_table", "overall_table", "counts_table", "gap_table", "format_report", "markdown_report"]
 
 
 def _cell(v, digits: int = 4) -> str:
@@ -81,6 +81,30 @@ def _checks(summary: dict) -> list[str]:
     return out
 
 
+def gap_table(summary: dict, *, baseline: str = "uncalibrated", digits: int = 4) -> str:
+    """Markdown table: per method the median (set 2 - set 1) gap of each metric, and its excess over ``baseline``.
+
+    The untuned baseline's gap measures how much harder test set 2 is
+    without any tuning; a method's excess over it estimates the bias from
+    tuning on test set 1.
+    """
+    metrics = list(summary["set2_vs_set1"])
+    gaps = {m: summary["set2_vs_set1"][m].get("median_gap", {}) for m in metrics}
+    methods = list(gaps[metrics[0]])
+    has_base = all(baseline in gaps[m] and gaps[m][baseline] is not None for m in metrics)
+    header = ["method"] + [f"{m.upper()} gap" for m in metrics]
+    if has_base:
+        header += [f"{m.upper()} excess over {baseline}" for m in metrics]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for meth in methods:
+        cells = [_cell(gaps[m][meth], digits) for m in metrics]
+        if has_base:
+            cells += [_cell(None if gaps[m][meth] is None else gaps[m][meth] - gaps[m][baseline], digits)
+                      for m in metrics]
+        lines.append(f"| {meth} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _ranking(summary: dict, metric: str = "nll", test_set: str = "test2") -> str:
     return ", ".join(
         f"{r['method']} ({_cell(r['overall_median'])}, rank {r['mean_class_rank']:.1f})"
@@ -123,6 +147,8 @@ def markdown_report(doc: dict, *, methods=None) -> str:
         lines += [f"**Median {metric.upper()}** (test set 1 / test set 2):", "",
                   median_table(doc, metric, markdown=True, methods=methods, digits=3), ""]
     lines += ["**Test set 2 vs test set 1:**", ""] + ["- " + x for x in _checks(doc)] + [""]
+    lines += ["**Median gap (set 2 - set 1) per method**, and its excess over the untuned score's gap:", "",
+              gap_table(doc), ""]
     lines += ["**Ranking by overall median NLL on test set 2** (mean rank over classes in brackets):", "",
               _ranking(doc), ""]
     return "\n".join(lines)

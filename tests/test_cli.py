@@ -182,9 +182,10 @@ def test_tampered_model_via_cli(prob_csv, tmp_path, capsys):
     assert code == 2 and "modified after it was saved" in err
 
 
-def test_demo_prints_per_class_table(capsys):
-    code, out, err = run(["demo"], capsys)
+def test_demo_prints_per_class_table(capsys, tmp_path):
+    code, out, err = run(["demo", "-o", tmp_path / "report"], capsys)
     assert code == 0
+    assert (tmp_path / "report" / "index.html").stat().st_size > 0
     assert "Minor capsid" in out and "hist" in out and "cum-opt" in out
     assert "NLL" in out and "ECE1" in out
 

@@ -120,7 +120,7 @@ def _quiet_fit(name: str, data: TopLabelData, **params):
 # ----------------------------------------------------------------- compute
 @dataclass(frozen=True)
 class HistogramBars:
-    """One class's 10-bin (by default) histogram confidence, Conf_Hist (paper eq. 7).
+    """One class's 10-bin (by default) histogram confidence, Conf_Hist (paper eq. 6).
 
     Attributes
     ----------

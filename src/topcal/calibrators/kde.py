@@ -759,7 +759,7 @@ class _KDEMonBase(_KDEBase):
 
 @register
 class KDEMon(_KDEMonBase):
-    """Conf_KDE with b_mon: the smallest b giving a monotone curve (paper eq. 16).
+    """Conf_KDE with b_mon: the smallest b giving a monotone curve (paper eq. 19).
 
     Parameters
     ----------
@@ -776,13 +776,13 @@ class KDEMon(_KDEMonBase):
     """
 
     name = "kde-mon"
-    summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 16)"
+    summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 19)"
     _max_changes = 0
 
 
 @register
 class KDEMon2(_KDEMonBase):
-    """Conf_KDE with b_mon2: slope changes sign at most twice (paper eq. 17; recommended).
+    """Conf_KDE with b_mon2: slope changes sign at most twice (paper eq. 20; recommended).
 
     Parameters and attributes as :class:`KDEMon`.
     """

@@ -3,8 +3,8 @@
 All methods recalibrate the entry of the *predicted* class k = k(X) (always
 the class predicted by the original scores, even where an award moves the
 argmax: the paper's remark after the TSwA equation) and are fitted by
-minimising the top-label binary loss over the positives (paper eq. 16;
-eq. 17, Brier, with ``loss="brier"``)::
+minimising the top-label binary loss over the positives (paper eq. 14;
+eq. 15, Brier, with ``loss="brier"``)::
 
     Loss_NLL = - sum_TP log yhat_k - sum_FP log(1 - yhat_k)
 
@@ -413,7 +413,7 @@ class SharedTemperatureScaling(_TemperatureBase):
     Parameters
     ----------
     loss : {"nll", "brier"}, default "nll"
-        Top-label binary loss minimised (paper eqs. 16, 17).
+        Top-label binary loss minimised (paper eqs. 14, 15).
     objective : {"top-label", "multinomial"}, default "top-label"
         "top-label": the loss on yhat_{k(X)} only (the paper's choice).
         "multinomial": Guo et al.'s full multinomial NLL

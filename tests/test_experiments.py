@@ -369,8 +369,9 @@ def test_tiny_end_to_end_run_through_the_cli(tmp_path, capsys):
     # calibrating beats the raw score on test set 1 for NLL (hist is fit there)
     assert np.all(res["values"][:, 0, 0, 0, 10] <= res["values"][:, 2, 0, 0, 10] + 1e-9)
     assert doc["network_accuracy"]["test2"]["median"] > 0.3
-    counts = res["counts"]  # (E, 2, 3, K): TP + FP per set = the set's size
+    counts = res["counts"]  # (E, 2, 4, K): TP + FP per set = the set's size
     np.testing.assert_allclose(counts[:, 0, :2].sum(axis=(1, 2)), 300)
+    assert np.all(counts[:, :, 2] <= counts[:, :, 0]) and np.all(counts[:, :, 3] <= counts[:, :, 1])
     rows = (out / "medians.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 3 * 3 * 2 * 11
     for png in ("overall.png", "curves.png"):
@@ -399,3 +400,13 @@ def test_cli_rejects_unknown_method_before_training(tmp_path, capsys):
     code = main(["experiment", "ensembles", "--data-dir", str(tmp_path), "--methods", "hist,nope", "--quiet",
                  "-o", str(tmp_path / "o")])
     assert code == 2 and "unknown method 'nope'" in capsys.readouterr().err
+
+
+def test_class_counts_split_low_scores():
+    from topcal import TopLabelData
+    from topcal.experiments import class_counts
+
+    probs = np.array([[0.995, 0.005], [0.6, 0.4], [0.999, 0.001], [0.3, 0.7], [0.2, 0.8]])
+    d = TopLabelData.from_probs(probs, [0, 0, 1, 1, 0])
+    # class 0: TP 0.995, TP 0.6, FP 0.999; class 1: TP 0.7, FP 0.8
+    np.testing.assert_array_equal(class_counts(d), [[2, 1], [1, 1], [1, 1], [0, 1]])

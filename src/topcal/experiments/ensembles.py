@@ -455,9 +455,9 @@ class EnsembleResults:
     ensembles : ndarray of int64, shape (E, size)
     accuracy : ndarray of shape (E, 2)
         Each ensemble's accuracy on test set 1 and 2.
-    counts : ndarray of shape (E, 2, 3, K)
-        Per ensemble, test set and class: TP, FP and low-score TP counts
-        (TP with top score < :data:`LOW_SCORE`).
+    counts : ndarray of shape (E, 2, 4, K)
+        Per ensemble, test set and class: TP, FP, low-score TP and
+        low-score FP counts (top score < :data:`LOW_SCORE`).
     failures : dict
         Method name -> number of ensembles on which it raised a TopcalError
         (with the first message).
@@ -485,12 +485,15 @@ def _ensemble_data(outputs: NetworkOutputs, members: np.ndarray, rule: str = "pr
 
 
 def class_counts(data) -> np.ndarray:
-    """TP, FP and low-score TP (score < 0.99) counts per predicted class, shape (3, K)."""
+    """Per predicted class: TP, FP, TP with score < 0.99 and FP with score < 0.99; shape (4, K)."""
     k = data.n_classes
-    tp = np.bincount(data.pred, weights=data.tp, minlength=k)
-    fp = np.bincount(data.pred, weights=data.fp, minlength=k)
-    low = np.bincount(data.pred, weights=data.tp * (data.score < LOW_SCORE), minlength=k)
-    return np.stack([tp, fp, low])
+    low = data.score < LOW_SCORE
+    return np.stack([
+        np.bincount(data.pred, weights=data.tp, minlength=k),
+        np.bincount(data.pred, weights=data.fp, minlength=k),
+        np.bincount(data.pred, weights=data.tp * low, minlength=k),
+        np.bincount(data.pred, weights=data.fp * low, minlength=k),
+    ])
 
 
 def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures, rule):
@@ -592,8 +595,8 @@ def summarize(results: EnsembleResults) -> dict:
         ``"ranking"``: per metric and test set, methods ordered by their
         overall median, with the mean rank over classes of the per-class
         medians;
-        ``"class_counts"``: per test set and class, the median TP, FP and
-        low-score TP counts over ensembles;
+        ``"class_counts"``: per test set and class, the median TP, FP,
+        low-score TP and low-score FP counts over ensembles;
         ``"accuracy"``: ensemble accuracy quartiles per test set.
     """
     v = results.values
@@ -639,10 +642,11 @@ def summarize(results: EnsembleResults) -> dict:
                  "mean_class_rank": float(ranks[j].mean())}
                 for j in order
             ]
-    cmed = np.median(results.counts, axis=0)  # (2, 3, K)
+    cmed = np.median(results.counts, axis=0)  # (2, 4, K)
     out["class_counts"] = {
         f"test{s + 1}": {
-            c: {"tp": float(cmed[s, 0, ci]), "fp": float(cmed[s, 1, ci]), "tp_below_0.99": float(cmed[s, 2, ci])}
+            c: {"tp": float(cmed[s, 0, ci]), "fp": float(cmed[s, 1, ci]), "tp_below_0.99": float(cmed[s, 2, ci]),
+                "fp_below_0.99": float(cmed[s, 3, ci])}
             for ci, c in enumerate(results.classes)
         }
         for s in range(2)

@@ -59,12 +59,14 @@ def overall_table(summary: dict, *, methods=None, digits: int = 4) -> str:
 
 
 def counts_table(summary: dict, test_set: str = "test1") -> str:
-    """Markdown table: median TP, FP and low-score TP (score < 0.99) per predicted class."""
+    """Markdown table: median TP, FP and low-score (score < 0.99) TP and FP per predicted class."""
     cc = summary["class_counts"][test_set]
     classes = list(cc)
     lines = ["| | " + " | ".join(classes) + " |", "|---|" + "---:|" * len(classes)]
-    for key, label in (("tp", "TP"), ("fp", "FP"), ("tp_below_0.99", "TP with score < 0.99")):
-        lines.append(f"| {label} | " + " | ".join(f"{cc[c][key]:g}" for c in classes) + " |")
+    for key, label in (("tp", "TP"), ("fp", "FP"), ("tp_below_0.99", "TP with score < 0.99"),
+                       ("fp_below_0.99", "FP with score < 0.99")):
+        if key in cc[classes[0]]:
+            lines.append(f"| {label} | " + " | ".join(f"{cc[c][key]:g}" for c in classes) + " |")
     return "\n".join(lines)
 
 

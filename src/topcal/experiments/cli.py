@@ -75,7 +75,8 @@ def add_commands(sub) -> None:
     e.add_argument("--threads", type=int,
                    help="CPU threads for training (default: all CPUs available; on a machine busy with other "
                         "work, 1 thread is often faster: idle-spinning threads wait on descheduled peers)")
-    e.add_argument("--chunk", type=int, default=20, help="networks trained together in one batch (default: 20)")
+    e.add_argument("--chunk", type=int,
+                   help="networks trained together in one batch (default: 10 on CPU, 100 on a GPU)")
     e.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.set_defaults(func=_cmd_ensembles)

@@ -362,7 +362,7 @@ def network_outputs(
     cache_root,
     device: str = "auto",
     threads: int | None = None,
-    chunk: int = 20,
+    chunk: int | None = None,
     checkpoint_seconds: float = 120.0,
     progress: bool = True,
 ) -> NetworkOutputs:
@@ -379,15 +379,18 @@ def network_outputs(
         "auto" (CUDA when present), "cpu" or "cuda[:N]".
     threads : int, optional
         ``torch.set_num_threads``; default: the CPUs this process may use.
-    chunk : int, default 20
-        Networks trained together in one batch (and cached together).
+    chunk : int, optional
+        Networks trained together in one batch. Default: 10 on CPU (with
+        minibatches of 1,000 one network already keeps two cores busy, and
+        larger batches measured slower: ``benchmarks/bench_training.py``),
+        100 on a GPU. Networks do not depend on it beyond float round-off.
     checkpoint_seconds : float, default 120
         Save the training state of the running batch this often.
     progress : bool, default True
     """
     from . import mlp
 
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
         raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}")
     if data is None:
         data = load_mnist(cfg.data_dir)
@@ -402,6 +405,8 @@ def network_outputs(
     if missing:
         torch = mlp.require_torch()
         dev = mlp.pick_device(device)
+        if chunk is None:
+            chunk = 10 if dev.type == "cpu" else 100
         old_threads = torch.get_num_threads()
         if dev.type == "cpu":
             torch.set_num_threads(int(threads) if threads else max(1, len(os.sched_getaffinity(0))))
@@ -734,7 +739,7 @@ def run_experiment(
     cache_root=None,
     device: str = "auto",
     threads: int | None = None,
-    chunk: int = 20,
+    chunk: int | None = None,
     figures: bool = True,
     progress: bool = True,
 ) -> dict:

@@ -6,7 +6,10 @@ and Adam (learning rate 1e-3) on minibatches of 1,000 images drawn with
 replacement. Training M of them one after another wastes a small machine:
 each step is three modest matrix products. Here the weights of M networks
 are stacked (layer 1: shape (M, 784, 300)) and one ``torch.baddbmm`` runs
-layer 1 of all M networks, each on its own minibatch.
+layer 1 of all M networks, each on its own minibatch. That pays on a GPU;
+on a 2-core CPU one network's minibatch of 1,000 already fills both cores
+and batching measured no faster (``benchmarks/bench_training.py``), so
+there the batch size (``chunk``) mostly sets the granularity of the cache.
 
 Independence is kept exactly where it matters:
 

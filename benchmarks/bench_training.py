@@ -39,10 +39,10 @@ def main(argv=None) -> int:
     import torch
 
     from topcal.experiments.idx import load_mnist
-    from topcal.experiments.mlp import TrainConfig, network_seeds, pick_device, train_networks
+    from topcal.experiments.mlp import TrainConfig, available_cpus, network_seeds, pick_device, train_networks
 
     dev = pick_device(args.device)
-    threads = args.threads or len(os.sched_getaffinity(0))
+    threads = args.threads or available_cpus()
     torch.set_num_threads(threads)
     d = load_mnist(args.data_dir)
     x = torch.from_numpy(d.train_images.reshape(len(d.train_images), -1).astype(np.float32) / 255).to(dev)

@@ -409,7 +409,7 @@ def network_outputs(
             chunk = 10 if dev.type == "cpu" else 100
         old_threads = torch.get_num_threads()
         if dev.type == "cpu":
-            torch.set_num_threads(int(threads) if threads else max(1, len(os.sched_getaffinity(0))))
+            torch.set_num_threads(int(threads) if threads else mlp.available_cpus())
         try:
             scale = np.float32(1.0 / 255.0)
             xt = torch.from_numpy(_flat(data.train_images[train_idx]).astype(np.float32) * scale).to(dev)
@@ -563,9 +563,9 @@ def evaluate_ensembles(
         raise ParameterError(f"ensembles must be a (E, size) array of network indices below {outputs.n_networks}")
     it = range(ens.shape[0])
     if progress:
-        from tqdm.auto import tqdm
+        from .mlp import progress_bar
 
-        it = tqdm(it, desc="ensembles", unit="ens", leave=False)
+        it = progress_bar(iterable=it, desc="ensembles", unit="ens", leave=False)
     t0 = time.monotonic()
     failures: dict = {}
     vals, accs, counts = [], [], []

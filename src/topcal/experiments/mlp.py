@@ -61,6 +61,25 @@ def require_torch():
     return torch
 
 
+def progress_bar(**kwargs):
+    """A tqdm progress bar, or a TopcalError saying how to install tqdm."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        raise TopcalError(
+            "progress bars need tqdm: run 'pip install tqdm' (or 'make install'), or pass --quiet"
+        ) from None
+    return tqdm(**kwargs)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (``os.sched_getaffinity`` where it exists)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
 def pick_device(device: str = "auto"):
     """The torch device: ``"auto"`` is CUDA when available, else CPU."""
     torch = require_torch()
@@ -263,10 +282,8 @@ def train_networks(
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         desc = progress if isinstance(progress, str) else f"training {m} nets"
-        bar = tqdm(total=config.steps, initial=start, desc=desc, unit="step", leave=False)
+        bar = progress_bar(total=config.steps, initial=start, desc=desc, unit="step", leave=False)
     last = time.monotonic()
     bs = config.batch_size
     dev_type = torch.device(device).type if device is not None else "cpu"

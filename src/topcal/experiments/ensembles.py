@@ -702,8 +702,16 @@ def write_outputs(out_dir, cfg: ExperimentConfig, outputs: NetworkOutputs, resul
                          "max": float(acc[:, s].max())}
         for s in range(2)
     }
+    import sys
+
+    from .. import __version__
+
+    versions = {"topcal": __version__, "numpy": np.__version__, "python": sys.version.split()[0]}
+    if "torch" in sys.modules:
+        versions["torch"] = sys.modules["torch"].__version__
     doc = {
         "config": cfg.to_dict(),
+        "versions": versions,
         "n_networks_trained_now": len(outputs.trained),
         "train_seconds": outputs.train_seconds,
         "evaluate_seconds": results.seconds,

@@ -16,27 +16,14 @@ from topcal.datasets import load_phanns
 from topcal.errors import DataError, ParameterError
 from topcal.evaluate import compare_methods, kfold_split
 
+from _sim import simulate_probs
+
 CLASSES = ["ant", "bee", "cow", "dog", "eel"]
 
 
 def simulate(n, seed, *, sharpen=None):
-    """Probabilities p and labels drawn from p itself: a perfectly calibrated classifier.
-
-    With ``sharpen`` (one factor per class) the *reported* probabilities are
-    softmax(z * sharpen) while labels still follow softmax(z): over- and
-    under-confident classes.
-    """
-    rng = np.random.default_rng(seed)
-    k = len(CLASSES)
-    z = rng.normal(0.0, 1.0, size=(n, k))
-    z[np.arange(n), rng.integers(k, size=n)] += rng.gamma(2.0, 1.2, size=n)
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    labels = (p.cumsum(1) > rng.random(n)[:, None]).argmax(1)  # one draw from each row's p
-    if sharpen is not None:
-        zr = z * np.asarray(sharpen)[None, :]
-        p = np.exp(zr - zr.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
+    """A perfectly calibrated classifier (or, with ``sharpen``, per-class miscalibrated): see _sim."""
+    p, labels = simulate_probs(n, seed, len(CLASSES), sharpen=sharpen)
     return TopLabelData.from_probs(p, labels, classes=CLASSES)
 
 

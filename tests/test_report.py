@@ -16,6 +16,8 @@ import pytest
 
 from topcal import TopLabelData, calibrator
 from topcal.cli import main
+
+from _sim import simulate_probs
 from topcal.evaluate import evaluate
 from topcal.report import build_report, count_wiggles, diagnose
 
@@ -24,17 +26,7 @@ CLASSES = np.array(["ant", "bee", "cow", "dog", "eel"])
 
 def simulate(n, seed, *, sharpen=(0.6, 0.8, 1.0, 1.5, 2.0)):
     """Labels drawn from softmax(z); reported probabilities softmax(z * sharpen) (per-class miscalibration)."""
-    rng = np.random.default_rng(seed)
-    k = len(CLASSES)
-    z = rng.normal(0.0, 1.0, size=(n, k))
-    z[np.arange(n), rng.integers(k, size=n)] += rng.gamma(2.0, 1.2, size=n)
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    labels = (p.cumsum(1) > rng.random(n)[:, None]).argmax(1)
-    zr = z * np.asarray(sharpen)[None, :]
-    q = np.exp(zr - zr.max(1, keepdims=True))
-    q /= q.sum(1, keepdims=True)
-    return q, labels
+    return simulate_probs(n, seed, len(CLASSES), sharpen=sharpen)
 
 
 def _npz(path, probs, labels):

@@ -187,7 +187,8 @@ def test_demo_prints_per_class_table(capsys, tmp_path):
     assert code == 0
     assert (tmp_path / "report" / "index.html").stat().st_size > 0
     assert "Minor capsid" in out and "hist" in out and "cum-opt" in out
-    assert "NLL" in out and "ECE1" in out
+    assert "per-class NLL" in out and "per-class ECE1" in out
+    assert "not run (need the full score vector" in out and "tswa" in out
 
 
 def test_console_script_has_no_traceback(tmp_path):

@@ -255,12 +255,16 @@ def _cmd_demo(args) -> int:
     print(f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores 0-10")
     res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
                        progress=_progress())
-    print("\nper-class NLL (fitted and evaluated on the same data, as in the paper)")
-    print(per_class_table(res.comparison, "nll"))
+    for metric in ("nll", "ece1"):
+        print(f"\nper-class {metric.upper()} (fitted and evaluated on the same data, as in the paper)")
+        print(per_class_table(res.comparison, metric))
     print("\noverall")
     print(overall_table(res.comparison))
-    if res.skipped:
-        print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(res.skipped))
+    from .calibrators import available_methods, get_class
+
+    left_out = [m for m in available_methods() if get_class(m).needs_full and not data.has_full]
+    if left_out:
+        print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(left_out))
     if res.findings:
         print(f"\nwarnings ({len(res.findings)}):")
         for f in res.findings:

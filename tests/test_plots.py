@@ -13,17 +13,15 @@ from topcal.datasets import load_phanns
 from topcal.evaluate import compare_methods
 from topcal.metrics import conf1, confusion_matrix
 
+from _sim import simulate_probs
+
 CLASSES = ["ant", "bee", "cow", "dog"]
 
 
 def simulate(n, seed, k=4):
-    rng = np.random.default_rng(seed)
-    z = rng.normal(0.0, 1.0, size=(n, k))
-    z[np.arange(n), rng.integers(k, size=n)] += rng.gamma(2.0, 1.2, size=n)
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    labels = (p.cumsum(1) > rng.random(n)[:, None]).argmax(1)
-    return TopLabelData.from_probs(p ** 1.5 / (p ** 1.5).sum(1, keepdims=True), labels, classes=CLASSES[:k])
+    """An over-confident simulated classifier (reported probabilities softmax(1.5 z)), see _sim."""
+    p, labels = simulate_probs(n, seed, k, sharpen=[1.5] * k)
+    return TopLabelData.from_probs(p, labels, classes=CLASSES[:k])
 
 
 def fit(name, data, **params):

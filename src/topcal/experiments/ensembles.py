@@ -293,7 +293,7 @@ class NetworkCache:
         """Network ``i``'s (test1, test2) log-softmax outputs."""
         p = self.path(i)
         try:
-            with np.load(p) as f:
+            with np.load(p, allow_pickle=False) as f:
                 return f["test1"], f["test2"]
         except (OSError, KeyError, ValueError) as exc:
             raise DataError(

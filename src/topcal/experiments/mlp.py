@@ -260,7 +260,8 @@ def train_networks(
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and ckpt.is_file():
         try:
-            state = torch.load(ckpt, map_location=device, weights_only=False)
+            # weights_only: tensors and plain containers only, never arbitrary pickled objects
+            state = torch.load(ckpt, map_location=device, weights_only=True)
             ok = state.get("key") == key
         except Exception:  # a torn or foreign file: start over, it is only a cache
             ok = False

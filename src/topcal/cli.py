@@ -260,9 +260,10 @@ def _cmd_demo(args) -> int:
         print(per_class_table(res.comparison, metric))
     print("\noverall")
     print(overall_table(res.comparison))
-    from .calibrators import available_methods, get_class
+    from .calibrators import available_methods
+    from .report import default_methods
 
-    left_out = [m for m in available_methods() if get_class(m).needs_full and not data.has_full]
+    left_out = [m for m in available_methods() if m not in default_methods(data)]
     if left_out:
         print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(left_out))
     if res.findings:

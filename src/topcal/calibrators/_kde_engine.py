@@ -338,18 +338,25 @@ class BinnedEngine:
             conf[idx], res[idx] = self._conf(kt[:, ::stride], kp[:, ::stride])
         return conf, res
 
-    def confidence_on_fine(self, b, stride: int) -> np.ndarray:
-        """Conf at every ``stride``-th fine grid point; unresolved points exactly."""
+    def confidence_on_fine(self, b, stride: int, with_count: bool = False):
+        """Conf at every ``stride``-th fine grid point; unresolved points exactly.
+
+        With ``with_count`` also the kernel-weighted positive count there
+        (sum of w_i exp(-(x - s_i)^2 / 2b^2); exact where unresolved).
+        """
         level = self.level_of(b)
         kt, kp = self._sums_level(level, [b])
         st = max(stride >> level, 1)
         conf, resolved = self._conf(kt[:, ::st], kp[:, ::st])
         conf, resolved = conf[0], resolved[0]
+        count = np.maximum(kp[0, ::st], 0.0)
         if not resolved.all():
             pts, t, f = self.kernel_points()
             x = self._levels[level]["x"][::st]
-            conf[~resolved] = exact_confidence(x[~resolved], pts, t, f, b, self.bounds)
-        return conf
+            num, den, shift = exact_sums(x[~resolved], pts, t, f, b, self.bounds)
+            conf[~resolved] = np.clip(num / den, 0.0, 1.0)
+            count[~resolved] = den * np.exp(-shift * (0.5 / (b * b)))
+        return (conf, count) if with_count else conf
 
     def confidence(self, x, b):
         pts, t, f = self.kernel_points()

@@ -29,6 +29,7 @@ import numpy as np
 from .._params import validate_params
 from ..data import ClassView, TopLabelData
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, TopcalError
+from . import shrinkage as shr
 
 __all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array"]
 
@@ -201,6 +202,9 @@ class Calibrator:
         """
         try:
             params = dict(d["params"])
+            if "shrinkage" in cls._param_names():
+                # files written before shrinkage existed hold the paper's estimators (m = 0)
+                params.setdefault("shrinkage", 0)
             obj = cls(**params)
             obj._validate_params()
             classes = tuple(str(c) for c in d["classes"])
@@ -273,7 +277,22 @@ class ScoreCalibrator(Calibrator):
     score (S - lo) / (hi - lo) as their confidence (a warning is raised at fit).
     """
 
+    #: Whether the method takes the ``shrinkage`` parameter: it estimates
+    #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
+    shrinkable: ClassVar[bool] = False
+
+    def _shrunk(self) -> bool:
+        return self.shrinkable and not (
+            not isinstance(self.shrinkage, str) and float(self.shrinkage) == 0.0
+        )
+
     def _fit(self, data: TopLabelData) -> None:
+        self._fit_classes(data)
+        if self._shrunk():
+            self._fit_shrinkage(data)
+
+    def _fit_classes(self, data: TopLabelData) -> None:
+        """Fit every class with the paper's estimator (sets class_state_, support_)."""
         states = []
         support = []
         for k in range(data.n_classes):
@@ -305,9 +324,66 @@ class ScoreCalibrator(Calibrator):
 
     def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
         state = self.class_state_[k]
+        if self._shrunk():
+            return self._shrunk_scores(k, score)
         if state is None:
             return self._uncalibrated(score)
         return self._predict_class(state, score)
+
+    # ------------------------------------------------------------ shrinkage
+    def _local_counts(self, k: int, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Local TP and positive counts (t, n) behind Conf_k at ``score`` (paper estimator).
+
+        Conf_k = t / n where n > 0. Implemented by shrinkable methods.
+        """
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _fit_shrinkage(self, data: TopLabelData) -> None:
+        """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
+        ref = type(self)(**{**self.get_params(), "shrinkage": 0})
+        pooled = TopLabelData(
+            ("all classes",), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
+            tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            ref.fit(pooled)
+        keep = (data.tp + data.fp) > 0
+        s, tp, fp = data.score[keep], data.tp[keep], data.fp[keep]
+        self.reference_ = ref
+        self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
+        t0, n0 = ref._local_counts(0, s)
+        self.reference_m_ = shr.choose_m(shr.loo_nll_grid(t0, n0, tp, fp, self.reference_rate_))
+        r = self._reference(s)
+        pred = data.pred[keep]
+        K = len(self.classes_)
+        losses = np.zeros((K, shr.M_GRID.size))
+        for k in range(K):
+            if self.class_state_[k] is None:
+                continue
+            rows = pred == k
+            t, n = self._local_counts(k, s[rows])
+            losses[k] = shr.loo_nll_grid(t, n, tp[rows], fp[rows], r[rows])
+        if self.shrinkage == "auto":
+            m = np.full(K, shr.choose_m(losses.sum(axis=0)))
+        elif self.shrinkage == "class":
+            m = np.array([shr.choose_m(losses[k]) for k in range(K)])
+        else:
+            m = np.full(K, float(self.shrinkage))
+        self.shrinkage_ = m
+        self.shrinkage_loss_ = losses
+
+    def _reference(self, score: np.ndarray) -> np.ndarray:
+        """The reference curve r(S): the pooled curve shrunk toward the overall rate."""
+        t0, n0 = self.reference_._local_counts(0, score)
+        return shr.shrink(t0, n0, self.reference_rate_, self.reference_m_)
+
+    def _shrunk_scores(self, k: int, score: np.ndarray) -> np.ndarray:
+        r = self._reference(score)
+        if self.class_state_[k] is None:
+            return r  # no data of its own: the reference curve
+        t, n = self._local_counts(k, score)
+        return shr.shrink(t, n, r, self.shrinkage_[k])
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         out = np.empty(data.n_rows, dtype=np.float64)
@@ -345,10 +421,18 @@ class ScoreCalibrator(Calibrator):
 
     # per-class state persistence: shared by every score calibrator
     def _get_state(self) -> dict:
-        return {
+        out = {
             "class_state": [to_jsonable(s) for s in self.class_state_],
             "support": [None if s is None else list(s) for s in self.support_],
         }
+        if self._shrunk():
+            out["shrinkage"] = {
+                "m": [float(v) for v in self.shrinkage_],
+                "reference": self.reference_.to_dict(),
+                "reference_m": float(self.reference_m_),
+                "reference_rate": float(self.reference_rate_),
+            }
+        return out
 
     def _set_state(self, state: dict) -> None:
         cs = state["class_state"]
@@ -357,6 +441,16 @@ class ScoreCalibrator(Calibrator):
             raise ValueError("per-class state has the wrong number of classes")
         self.class_state_ = [None if s is None else self._load_class_state(s) for s in cs]
         self.support_ = [None if s is None else tuple(float(v) for v in s) for s in sup]
+        if self._shrunk():
+            sh = state["shrinkage"]
+            m = finite_array(sh["m"], "shrinkage m", len(self.classes_))
+            (m0, r0) = finite_array([sh["reference_m"], sh["reference_rate"]], "reference m/rate")
+            if np.any(m <= 0) or not m0 > 0 or not 0 < r0 < 1:
+                raise ValueError("shrinkage needs pseudo-counts > 0 and a reference rate in (0, 1)")
+            ref = type(self).from_dict(sh["reference"])
+            if ref._shrunk() or len(ref.classes_) != 1:
+                raise ValueError("the shrinkage reference must be one unshrunk pooled curve")
+            self.shrinkage_, self.reference_m_, self.reference_rate_, self.reference_ = m, float(m0), float(r0), ref
 
     def _load_class_state(self, state: dict) -> dict:
         """Validate one class's saved state (raise ValueError if malformed)."""
@@ -370,3 +464,17 @@ class ScoreCalibrator(Calibrator):
             else:
                 out.append({**to_jsonable(st), "support": list(sup)})
         return out
+
+    def describe(self) -> dict[str, Any]:
+        """Fitted parameters; with shrinkage also the pseudo-counts and the reference."""
+        d = super().describe()
+        if self._shrunk():
+            d["shrinkage"] = {
+                "rule": self.shrinkage if isinstance(self.shrinkage, str) else "fixed",
+                "reference": "same method on all classes pooled, shrunk toward the overall rate",
+                "reference_rate": self.reference_rate_,
+                "reference_pseudo_count": self.reference_m_,
+            }
+            for i, c in enumerate(self.classes_):
+                d["classes"][c]["pseudo_count"] = float(self.shrinkage_[i])
+        return d

@@ -22,6 +22,7 @@ from ..data import ClassView
 from ..metrics import PROB_CLIP
 from .base import ScoreCalibrator, finite_array
 from .registry import register
+from .shrinkage import ShrinkageConstraint
 
 __all__ = ["Cumulative", "CumulativeMedian", "CumulativeOptimal"]
 
@@ -33,10 +34,19 @@ def _binary_nll(tp, fp, conf):
 
 
 class _CumulativeBase(ScoreCalibrator):
-    """Shared machinery: suffix sums over the class's distinct scores."""
+    """Shared machinery: suffix sums over the class's distinct scores.
 
-    def __init__(self):
-        pass
+    ``shrinkage`` ("auto", "class" or a number >= 0, default "auto") adds
+    pseudo-counts of the pooled reference curve to the counts behind each
+    value (the positives scoring >= S, or those <= theta below theta); 0 is
+    the paper's estimator exactly. See :mod:`topcal.calibrators.shrinkage`.
+    """
+
+    _parameter_constraints = {"shrinkage": ShrinkageConstraint()}
+    shrinkable = True
+
+    def __init__(self, *, shrinkage="auto"):
+        self.shrinkage = shrinkage
 
     def _theta_index(self, u, tp, fp, cum) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -60,11 +70,13 @@ class _CumulativeBase(ScoreCalibrator):
             # A cut-off at the lowest observed score changes nothing on the data;
             # we read it as "no cut-off" so scores below the data get Conf_Cum
             # there, i.e. the class's Conf1, rather than the lowest bin alone.
-            return {"scores": u, "values": cum, "theta": float(self.score_range_[0]), "below": float(cum[0])}
+            return {"scores": u, "values": cum, "theta": float(self.score_range_[0]), "below": float(cum[0]),
+                    "n_above": sp, "n_below": float(sp[0])}
         ptp = np.cumsum(tp)
         pp = np.cumsum(tp + fp)
         below = float(ptp[j] / pp[j])  # Hist_k([lo, theta]): scores <= theta
-        return {"scores": u, "values": cum, "theta": float(u[j]), "below": below}
+        return {"scores": u, "values": cum, "theta": float(u[j]), "below": below, "n_above": sp,
+                "n_below": float(pp[j])}
 
     def _load_class_state(self, state: dict) -> dict:
         u = finite_array(state["scores"], "scores")
@@ -72,13 +84,26 @@ class _CumulativeBase(ScoreCalibrator):
         (theta, below) = finite_array([state["theta"], state["below"]], "theta/below")
         if u.size == 0 or np.any(np.diff(u) <= 0) or np.any((v < 0) | (v > 1)) or not 0 <= below <= 1:
             raise ValueError("cumulative state is inconsistent")
-        return {"scores": u, "values": v, "theta": float(theta), "below": float(below)}
+        out = {"scores": u, "values": v, "theta": float(theta), "below": float(below)}
+        if "n_above" in state:  # the counts behind the values (files since shrinkage)
+            out["n_above"] = finite_array(state["n_above"], "n_above", u.size)
+            (out["n_below"],) = finite_array([state["n_below"]], "n_below")
+        return out
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         u = state["scores"]
         i = np.minimum(np.searchsorted(u, score, side="left"), u.size - 1)
         cum = state["values"][i]
         return np.where(score >= state["theta"], cum, state["below"])
+
+    def _local_counts(self, k: int, score: np.ndarray):
+        st = self.class_state_[k]
+        u = st["scores"]
+        i = np.minimum(np.searchsorted(u, score, side="left"), u.size - 1)
+        above = score >= st["theta"]
+        n = np.where(above, st["n_above"][i], st["n_below"])
+        c = np.where(above, st["values"][i], st["below"])
+        return c * n, n
 
     def _describe_classes(self) -> list[dict]:
         out = []

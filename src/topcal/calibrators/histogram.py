@@ -14,6 +14,7 @@ from .._params import Interval, Options
 from ..data import ClassView
 from .base import ScoreCalibrator, finite_array
 from .registry import register
+from .shrinkage import ShrinkageConstraint
 
 __all__ = ["Histogram", "bin_index", "fill_empty_bins", "weighted_quantile_edges"]
 
@@ -93,11 +94,14 @@ class Histogram(ScoreCalibrator):
     _parameter_constraints = {
         "n_bins": Interval(1, None, integer=True),
         "strategy": Options(("uniform", "quantile")),
+        "shrinkage": ShrinkageConstraint(),
     }
+    shrinkable = True
 
-    def __init__(self, *, n_bins: int = 10, strategy: str = "uniform"):
+    def __init__(self, *, n_bins: int = 10, strategy: str = "uniform", shrinkage="auto"):
         self.n_bins = n_bins
         self.strategy = strategy
+        self.shrinkage = shrinkage
 
     @property
     def n_params_(self) -> int:
@@ -138,3 +142,8 @@ class Histogram(ScoreCalibrator):
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         return state["values"][bin_index(state["edges"], score)]
+
+    def _local_counts(self, k: int, score: np.ndarray):
+        st = self.class_state_[k]
+        i = bin_index(st["edges"], score)
+        return st["tp"][i], st["tp"][i] + st["fp"][i]

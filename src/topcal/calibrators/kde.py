@@ -101,6 +101,7 @@ from ..errors import DataError, DegenerateClassWarning, ParameterError
 from . import _kde_engine as eng
 from .base import ScoreCalibrator, finite_array, to_jsonable
 from .registry import register
+from .shrinkage import ShrinkageConstraint
 
 __all__ = [
     "KDE",
@@ -234,14 +235,17 @@ class _KDEBase(ScoreCalibrator):
     _parameter_constraints = {
         "engine": Options(("auto", "exact", "binned")),
         "boundary": NoneOr(Options(("reflect",))),
+        "shrinkage": ShrinkageConstraint(),
     }
+    shrinkable = True
 
-    def __init__(self, *, engine: str = "auto", boundary: str | None = None):
+    def __init__(self, *, engine: str = "auto", boundary: str | None = None, shrinkage="auto"):
         self.engine = engine
         self.boundary = boundary
+        self.shrinkage = shrinkage
 
     # ----------------------------------------------------------------- fit
-    def _fit(self, data: TopLabelData) -> None:
+    def _fit_classes(self, data: TopLabelData) -> None:
         """Fit every class; the same result as ScoreCalibrator._fit, in fewer passes.
 
         One pass finds each class's support and size; the classes for the
@@ -357,7 +361,8 @@ class _KDEBase(ScoreCalibrator):
                 )
             return self._state(
                 bandwidth=b, engine=None, degenerate=degenerate, points=[0.5 * (lo + hi)], tp=[T], fp=[F],
-                lo=lo, hi=hi, table=[T / (T + F)] * 2, sign_changes=0, b_range=None, admissible=True,
+                lo=lo, hi=hi, table=[T / (T + F)] * 2, table_n=[T + F] * 2, sign_changes=0, b_range=None,
+                admissible=True,
             )
         engine, rho = self._make_engine(engine_args, lo, hi)
         width = hi - lo
@@ -392,11 +397,11 @@ class _KDEBase(ScoreCalibrator):
         changes = eng.count_sign_changes(conf[0], resolved[0])
         cells_per_b = b / (TABLE_CELLS_PER_B * width / eng.FINE_CELLS)
         stride = int(np.clip(2 ** np.floor(np.log2(max(cells_per_b, 1.0))), 1, MAX_TABLE_STRIDE))
-        table = self._table(engine, b, stride)
+        table, table_n = self._table(engine, b, stride)
         pts, t, f = engine.kernel_points()
         return self._state(
             bandwidth=float(b), engine=engine.name, degenerate=None, points=pts, tp=t, fp=f, lo=lo, hi=hi,
-            table=table, sign_changes=changes, b_range=b_range, admissible=admissible,
+            table=table, table_n=table_n, sign_changes=changes, b_range=b_range, admissible=admissible,
         )
 
     @staticmethod
@@ -414,13 +419,16 @@ class _KDEBase(ScoreCalibrator):
             "table_lo": float(kw["lo"]),
             "table_hi": float(kw["hi"]),
             "table": np.asarray(kw["table"], dtype=np.float64),
+            "table_n": np.asarray(kw["table_n"], dtype=np.float64),
         }
 
-    def _table(self, engine, b, stride) -> np.ndarray:
+    def _table(self, engine, b, stride):
+        """Conf and the kernel-weighted positive count (kernel value 1 at distance 0) on the table grid."""
         if isinstance(engine, eng.BinnedEngine):
-            return engine.confidence_on_fine(b, stride)
+            return engine.confidence_on_fine(b, stride, with_count=True)
         x = engine.lo + (engine.hi - engine.lo) / eng.FINE_CELLS * np.arange(0, eng.FINE_CELLS + 1, stride)
-        return engine.confidence(x, b)
+        num, den, shift = eng.exact_sums(x, engine.points, engine.tp, engine.fp, b, engine.bounds)
+        return np.clip(num / den, 0.0, 1.0), den * np.exp(-shift * (0.5 / (b * b)))
 
     def _fixed_bandwidth(self, score, w, lo, hi) -> float:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -492,7 +500,7 @@ class _KDEBase(ScoreCalibrator):
     def _build_tables(self) -> None:
         """Flatten every class's table for vectorised prediction; set bandwidth_."""
         K = len(self.classes_)
-        offs, tables = [], []
+        offs, tables, counts = [], [], []
         lo = np.zeros(K)
         hi = np.zeros(K)
         inv = np.zeros(K)
@@ -503,8 +511,10 @@ class _KDEBase(ScoreCalibrator):
             if st is None:
                 tab = np.array([0.0, 0.0])  # rows of these classes are overwritten
                 a, z = 0.0, 1.0
+                counts.append(np.zeros(2))
             else:
                 tab, a, z = st["table"], st["table_lo"], st["table_hi"]
+                counts.append(st.get("table_n", np.full(tab.size, np.nan)))
                 if st["bandwidth"] is not None:
                     bw[k] = st["bandwidth"]
             offs.append(pos)
@@ -514,15 +524,17 @@ class _KDEBase(ScoreCalibrator):
             inv[k] = (tab.size - 1) / (z - a) if z > a else 0.0
             pos += tab.size
         self._tab = np.concatenate(tables)
+        self._tab_n = np.concatenate(counts)
         self._tab_off = np.array(offs, dtype=np.int64)
         self._tab_lo, self._tab_hi, self._tab_inv, self._tab_nm1 = lo, hi, inv, nm1
         self.bandwidth_ = bw
 
-    def _interp(self, k, score):
+    def _interp(self, k, score, with_count: bool = False):
         """Linear interpolation in the class tables; ``k``, ``score`` arrays of one shape.
 
         Written with in-place operations: this is the whole cost of
-        ``predict`` (a few passes over the rows, no Python loop).
+        ``predict`` (a few passes over the rows, no Python loop). With
+        ``with_count`` also the interpolated kernel-weighted count.
         """
         lo = self._tab_lo[k]
         x = np.maximum(score, lo)
@@ -539,9 +551,33 @@ class _KDEBase(ScoreCalibrator):
         t1 -= t0
         t1 *= x
         t1 += t0
-        return t1
+        if not with_count:
+            return t1
+        n0 = self._tab_n[i]
+        n1 = self._tab_n[i + 1]
+        n1 -= n0
+        n1 *= x
+        n1 += n0
+        return t1, n1
+
+    def _local_counts(self, k: int, score: np.ndarray):
+        s = np.asarray(score, dtype=np.float64)
+        c, n = self._interp(np.full(s.shape, k, dtype=np.int64), s, with_count=True)
+        return c * n, n
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
+        if self._shrunk():
+            c, n = self._interp(data.pred, data.score, with_count=True)
+            r = self._reference(data.score)
+            m = self.shrinkage_[data.pred]
+            # (c n + m r) / (n + m); classes without data: n = 0, so r
+            np.maximum(n, 0.0, out=n)
+            c *= n
+            r *= m
+            c += r
+            n += m
+            c /= n
+            return np.clip(c, 0.0, 1.0, out=c)
         out = self._interp(data.pred, data.score)
         for k, st in enumerate(self.class_state_):
             if st is None:
@@ -551,6 +587,8 @@ class _KDEBase(ScoreCalibrator):
         return out
 
     def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
+        if self._shrunk():
+            return self._shrunk_scores(k, score)
         if self.class_state_[k] is None:
             return self._uncalibrated(score)
         s = np.asarray(score, dtype=np.float64)
@@ -628,7 +666,11 @@ class _KDEBase(ScoreCalibrator):
         if state["engine"] not in (None, "exact", "binned"):
             raise ValueError(f"unknown engine {state['engine']!r}")
         br = state["b_range"]
+        extra = {}
+        if "table_n" in state:  # the counts behind the table (files since shrinkage)
+            extra["table_n"] = finite_array(state["table_n"], "table_n", table.size)
         return {
+            **extra,
             "bandwidth": b,
             "engine": state["engine"],
             "degenerate": None if state["degenerate"] is None else str(state["degenerate"]),
@@ -731,10 +773,12 @@ class KDE(_KDEBase):
         "bandwidth": _BandwidthConstraint(),
     }
 
-    def __init__(self, *, bandwidth="silverman", engine: str = "auto", boundary: str | None = None):
+    def __init__(self, *, bandwidth="silverman", engine: str = "auto", boundary: str | None = None,
+                 shrinkage="auto"):
         self.bandwidth = bandwidth
         self.engine = engine
         self.boundary = boundary
+        self.shrinkage = shrinkage
 
     def _fixed_bandwidth(self, score, w, lo, hi) -> float:
         if not isinstance(self.bandwidth, str):

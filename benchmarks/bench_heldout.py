@@ -1,0 +1,269 @@
+"""Held-out comparison of every topcal method with simple peers on real networks' outputs.
+
+Data: every file of ``shared/data/bench`` (five CIFAR-10/100 networks with full
+probability vectors, two ImageNet models with the top score only) and the
+PhANNs test set (binned counts). Protocol: seeded K-fold cross-fitting
+(``topcal.evaluate.kfold_split``: stratified by predicted class; binned counts
+dealt to folds by a multinomial draw), K = 2 and K = 5; every row's
+confidence comes from a model fitted on the other folds. Metrics: overall
+top-label NLL, Brier and ECE1 (10 equal-width bins), as ``topcal.metrics``
+computes them.
+
+Peers (written here from their descriptions, fitted on the same folds):
+
+* ``isotonic/class``, ``isotonic/pooled``: scikit-learn ``IsotonicRegression``
+  (increasing, clip out of bounds) of correctness on the top score, per
+  predicted class or pooled over classes.
+* ``platt/class``, ``platt/pooled``: logistic regression of correctness on
+  logit(s) (scores clipped to [1e-12, 1 - 1e-12]), scikit-learn
+  ``LogisticRegression`` with C = 1e4 (practically unpenalised). A class whose
+  training part holds only one outcome uses the pooled fit.
+* ``gupta-ramdas``: top-label histogram binning (Gupta & Ramdas, ICLR 2022):
+  per predicted class, equal-mass bins of 50 points, bin value = mean
+  correctness; classes with fewer than 50 points keep the raw score (identity).
+* ``ts/multinomial``: classic temperature scaling (Guo et al. 2017): one T
+  minimising the multinomial NLL of softmax(log p / T), scipy's bounded
+  scalar minimiser on log T; full vectors only.
+
+Run: ``.venv/bin/python benchmarks/bench_heldout.py [--folds 2 5] [--data NAME ...] [--csv out.csv]``
+(``make bench-heldout`` installs scikit-learn first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import topcal
+from topcal.data import TopLabelData
+from topcal.datasets import load_phanns
+from topcal.evaluate import kfold_split
+from topcal.metrics import brier, ece1, nll
+
+HERE = Path(__file__).resolve().parent
+BENCH = HERE.parent.parent / "shared" / "data" / "bench"
+if not BENCH.is_dir():
+    BENCH = Path("/work/shared/data/bench")
+
+TOPCAL_METHODS = [
+    "uncalibrated",
+    "hist@0", "hist",
+    "cum-opt@0", "cum-opt",
+    "kde-mon2@0", "kde-mon2",
+    "sts", "tswa", "bts", "btswa",
+    "auto",
+]
+PEERS = ["isotonic/class", "isotonic/pooled", "platt/class", "platt/pooled", "gupta-ramdas", "ts/multinomial"]
+CLIP = 1e-12
+
+
+# --------------------------------------------------------------------- data
+def load(name: str) -> TopLabelData:
+    if name == "phanns":
+        return load_phanns()
+    path = BENCH / name
+    if path.suffix == ".npz":
+        z = np.load(path)
+        p = z["predictions"].astype(np.float64)
+        return TopLabelData.from_probs(p, z["ground_truth"], renormalize=True)
+    df = pd.read_csv(path)
+    k = int(max(df["true_label"].max(), df["pred_label"].max())) + 1
+    return TopLabelData.from_scores(df["pred_label"].to_numpy(), df["confidence"].to_numpy(),
+                                    labels=df["true_label"].to_numpy(), classes=[str(i) for i in range(k)])
+
+
+def datasets() -> list[str]:
+    return sorted(p.name for p in BENCH.iterdir() if p.suffix in (".npz", ".csv")) + ["phanns"]
+
+
+# -------------------------------------------------------------------- peers
+def _xy(data: TopLabelData):
+    """Rows as (normalised score, outcome, weight, predicted class), TP and FP parts separately."""
+    s = data.normalized_score()
+    keep_t, keep_f = data.tp > 0, data.fp > 0
+    x = np.concatenate([s[keep_t], s[keep_f]])
+    y = np.concatenate([np.ones(keep_t.sum()), np.zeros(keep_f.sum())])
+    w = np.concatenate([data.tp[keep_t], data.fp[keep_f]])
+    k = np.concatenate([data.pred[keep_t], data.pred[keep_f]])
+    return x, y, w, k
+
+
+def _logit(s):
+    s = np.clip(s, CLIP, 1 - CLIP)
+    return np.log(s) - np.log1p(-s)
+
+
+def _platt(x, y, w):
+    from sklearn.linear_model import LogisticRegression
+
+    lr = LogisticRegression(C=1e4, max_iter=1000)
+    lr.fit(_logit(x)[:, None], y, sample_weight=w)
+    return lambda s: lr.predict_proba(_logit(s)[:, None])[:, 1]
+
+
+def _isotonic(x, y, w):
+    from sklearn.isotonic import IsotonicRegression
+
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
+    iso.fit(x, y, sample_weight=w)
+    return iso.predict
+
+
+def _gupta_ramdas(x, y, w, points_per_bin=50):
+    n = w.sum()
+    if n < points_per_bin:
+        return lambda s: s
+    nb = int(n // points_per_bin)
+    order = np.argsort(x, kind="stable")
+    xs, ys, ws = x[order], y[order], w[order]
+    cw = np.cumsum(ws)
+    inner = xs[np.minimum(np.searchsorted(cw, cw[-1] * np.arange(1, nb) / nb), xs.size - 1)]
+    edges = np.unique(inner)
+    idx = np.searchsorted(edges, xs, side="left")
+    m = edges.size + 1
+    num = np.bincount(idx, ys * ws, minlength=m)
+    den = np.bincount(idx, ws, minlength=m)
+    val = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+    val = pd.Series(val).ffill().bfill().to_numpy()
+    return lambda s: val[np.searchsorted(edges, s, side="left")]
+
+
+def _per_class(fit, train, test, pooled_fallback):
+    x, y, w, k = _xy(train)
+    s_test = test.normalized_score()
+    out = np.empty(test.n_rows)
+    pooled = pooled_fallback(x, y, w) if pooled_fallback is not None else None
+    for c in np.unique(test.pred):
+        rows = test.pred == c
+        sel = k == c
+        if sel.any() and (pooled is None or np.unique(y[sel]).size == 2):
+            f = fit(x[sel], y[sel], w[sel])
+        elif pooled is not None:
+            f = pooled
+        else:
+            f = lambda s: s  # noqa: E731 - no training data for this class: identity
+        out[rows] = f(s_test[rows])
+    return out
+
+
+def _ts_multinomial(train, test):
+    from scipy.optimize import minimize_scalar
+
+    z = train.log_probs()
+    lab = train.labels
+
+    def loss(t):
+        a = z / np.exp(t)
+        a = a - a.max(axis=1, keepdims=True)
+        return float(-(a[np.arange(a.shape[0]), lab] - np.log(np.exp(a).sum(axis=1))).mean())
+
+    t = minimize_scalar(loss, bounds=(np.log(1e-2), np.log(1e2)), method="bounded").x
+    a = test.log_probs() / np.exp(t)
+    a = a - a.max(axis=1, keepdims=True)
+    p = np.exp(a) / np.exp(a).sum(axis=1, keepdims=True)
+    return p[np.arange(p.shape[0]), test.pred]
+
+
+def peer_predict(name, train, test):
+    if name == "isotonic/class":
+        return _per_class(_isotonic, train, test, None)
+    if name == "isotonic/pooled":
+        x, y, w, _ = _xy(train)
+        return _isotonic(x, y, w)(test.normalized_score())
+    if name == "platt/class":
+        return _per_class(_platt, train, test, _platt)
+    if name == "platt/pooled":
+        x, y, w, _ = _xy(train)
+        return _platt(x, y, w)(test.normalized_score())
+    if name == "gupta-ramdas":
+        return _per_class(_gupta_ramdas, train, test, None)
+    if name == "ts/multinomial":
+        return _ts_multinomial(train, test)
+    raise KeyError(name)
+
+
+def topcal_predict(spec, train, test):
+    name, _, shrink = spec.partition("@")
+    params = {"shrinkage": float(shrink)} if shrink else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return topcal.calibrator(name, **params).fit(train).predict(test)
+
+
+# -------------------------------------------------------------------- main
+def run(data_name, n_folds, methods, seed=0, log=print):
+    data = load(data_name)
+    folds = kfold_split(data, n_folds, seed=seed)
+    target = TopLabelData.concat(folds)
+    rows = []
+    for spec in methods:
+        if spec == "ts/multinomial" and not data.has_full:
+            continue
+        if spec.split("@")[0] in ("sts", "tswa", "csts", "cstswa") and not data.has_full:
+            continue
+        t0 = time.perf_counter()
+        parts = []
+        try:
+            for f in range(n_folds):
+                train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
+                test = folds[f]
+                parts.append(peer_predict(spec, train, test) if spec in PEERS else topcal_predict(spec, train, test))
+        except Exception as exc:  # a method failing is a finding, not the end of the run
+            log(f"  {spec}: FAILED {type(exc).__name__}: {exc}")
+            rows.append({"data": data_name, "folds": n_folds, "method": spec, "nll": np.nan, "brier": np.nan,
+                         "ece1": np.nan, "seconds": time.perf_counter() - t0, "error": str(exc)})
+            continue
+        conf = np.concatenate(parts)
+        row = {"data": data_name, "folds": n_folds, "method": spec,
+               "nll": nll(target, conf).overall, "brier": brier(target, conf).overall,
+               "ece1": ece1(target, conf).overall, "seconds": time.perf_counter() - t0, "error": ""}
+        rows.append(row)
+        log(f"  {spec:16s} nll {row['nll']:.4f}  brier {row['brier']:.4f}  ece1 {row['ece1']:.4f}  "
+            f"({row['seconds']:.1f} s)")
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--folds", type=int, nargs="+", default=[2, 5])
+    ap.add_argument("--data", nargs="+", default=None, help="file names in shared/data/bench, or phanns")
+    ap.add_argument("--methods", nargs="+", default=None, help="topcal methods (name or name@m) and peers")
+    ap.add_argument("--csv", help="write every row to this CSV")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    names = args.data or datasets()
+    methods = args.methods or (TOPCAL_METHODS + PEERS)
+    rows = []
+    for name in names:
+        for k in args.folds:
+            print(f"{name}, {k}-fold", flush=True)
+            rows += run(name, k, methods, seed=args.seed)
+    df = pd.DataFrame(rows)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    ok = df[df.error == ""]
+    print()
+    print("held-out NLL (rows: data/folds; auto vs the uncalibrated score and the best peer)")
+    for (name, k), g in ok.groupby(["data", "folds"], sort=False):
+        v = dict(zip(g.method, g.nll))
+        peers = {p: v[p] for p in PEERS if p in v}
+        best_peer = min(peers, key=peers.get) if peers else None
+        line = f"{name:32s} K={k}  uncal {v.get('uncalibrated', np.nan):.4f}"
+        if "auto" in v:
+            line += f"  auto {v['auto']:.4f}"
+        if best_peer:
+            line += f"  best peer {best_peer} {peers[best_peer]:.4f}"
+            if "auto" in v:
+                line += f"  auto/peer {v['auto'] / peers[best_peer]:.4f}"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

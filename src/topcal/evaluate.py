@@ -8,14 +8,8 @@
   comes from a model fitted on the other K - 1 folds (the paper's third
   approach to parameter fitting).
 
-Fold rule (:func:`kfold_split`). Per-sample data is stratified by predicted
-class: within each class the rows are shuffled (seeded) and dealt round-robin
-to the folds, so every fold holds about 1/K of every class. Binned data has
-no individual samples to shuffle, so each bin's integer TP and FP counts are
-split across the K folds by a seeded multinomial draw with equal
-probabilities (a random deal of the bin's samples); each fold is again a
-binned dataset on the same bins. Non-integer counts (weights) cannot be
-dealt and are rejected.
+Folds come from :func:`topcal.data.kfold_split` (stratified by predicted class;
+binned counts dealt by a seeded multinomial draw).
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ import warnings
 import numpy as np
 
 from .calibrators import available_methods, calibrator, get_class
-from .data import TopLabelData
+from .data import TopLabelData, kfold_split
 from .errors import DataError, DegenerateClassWarning, ParameterError
 from .metrics import brier, ece1, ece2, nll
 
@@ -95,52 +89,6 @@ def fit_methods(data: TopLabelData, methods=None, *, progress=None) -> tuple[dic
             progress(f"fitting {name}")
         fitted[name] = _fit_quiet(name, data)
     return fitted, skipped
-
-
-def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopLabelData]:
-    """Split labelled ``data`` into ``n_folds`` disjoint folds (see the module docstring).
-
-    Parameters
-    ----------
-    data : TopLabelData (labelled)
-    n_folds : int >= 2
-    seed : int, default 0
-        Seed of the shuffle (per-sample) or of the multinomial deal (binned).
-
-    Returns
-    -------
-    list of TopLabelData
-        The folds; together they hold every sample exactly once. For binned
-        data every fold has all the bins (some with zero counts).
-    """
-    if isinstance(n_folds, bool) or not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
-        raise ParameterError(f"folds must be an integer >= 2, got {n_folds!r}")
-    data.require_labels("K-fold cross-fitting")
-    rng = np.random.default_rng(seed)
-    if data.is_binned:
-        for name, arr in (("tp", data.tp), ("fp", data.fp)):
-            if not np.all(arr == np.round(arr)):
-                raise DataError(
-                    f"K-fold on binned data deals each bin's {name} count across folds and needs integer "
-                    "counts, but some are fractional; use --eval with a second test set instead"
-                )
-        p = np.full(n_folds, 1.0 / n_folds)
-        tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
-        fp = rng.multinomial(data.fp.astype(np.int64), p).astype(np.float64)
-        return [
-            TopLabelData(data.classes, data.pred, data.score, data.score_range, tp=tp[:, f], fp=fp[:, f],
-                         bin_edges=data.bin_edges)
-            for f in range(n_folds)
-        ]
-    if data.n_rows < n_folds:
-        raise DataError(f"{data.n_rows} rows cannot be split into {n_folds} folds; use fewer folds")
-    fold_of = np.empty(data.n_rows, dtype=np.int64)
-    for k in range(data.n_classes):
-        idx = np.flatnonzero(data.pred == k)
-        idx = idx[rng.permutation(idx.size)]
-        # start each class at a random fold so small classes do not all land in fold 0
-        fold_of[idx] = (np.arange(idx.size) + rng.integers(n_folds)) % n_folds
-    return [data.subset(fold_of == f) for f in range(n_folds)]
 
 
 def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progress=None):

@@ -39,7 +39,7 @@ from scipy.special import expit
 
 from .._params import Interval, Options
 from ..data import LOG_PROB_FLOOR, TopLabelData
-from ..errors import DataError, DegenerateClassWarning, ParameterError
+from ..errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._ts_core import (
     OFFSET_MAX,
     BINARY_SCORE_FLOOR,
@@ -199,7 +199,11 @@ class _TemperatureBase(Calibrator):
         fp = data.fp
         if self._objective_kind() == "multinomial":
             obj = MultinomialObjective(self._log_scores(data), data.labels, tp + fp)
-            res = bounded_newton(obj, [0.0], [_LOG_T[0]], [_LOG_T[1]], max_iter=self.max_iter, what=self.name)
+            try:
+                res = bounded_newton(obj, [0.0], [_LOG_T[0]], [_LOG_T[1]], max_iter=self.max_iter, what=self.name)
+            except ConvergenceError as exc:
+                res = self._fallback(obj, np.zeros(1), np.array([_LOG_T[0]]), np.array([_LOG_T[1]]), None,
+                                     self.name, exc)
             temps[fitted] = np.exp(res.x[0])
             loss, n_iter, m = res.fun, res.n_iter, None
         elif self._shared:
@@ -285,11 +289,62 @@ class _TemperatureBase(Calibrator):
         """
         n_iter = 0
         if self.loss == "brier":
-            warm = bounded_newton(make("nll"), x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
-            x0, n_iter = warm.x, warm.n_iter
+            try:
+                warm = bounded_newton(make("nll"), x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+                x0, n_iter = warm.x, warm.n_iter
+            except ConvergenceError:
+                pass  # start the Brier fit from x0 instead
         obj = make(self.loss)
-        res = bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+        try:
+            res = bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+        except ConvergenceError as exc:
+            res = self._fallback(obj, x0, lo, hi, fixed, what, exc)
         return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj
+
+    def _fallback(self, obj, x0, lo, hi, fixed, what, exc):
+        """When Newton fails: L-BFGS-B in the same box; if that fails too, the starting point.
+
+        Newton fails on valid data where the loss has no interior minimum in
+        reach (a quasi-separated class whose loss keeps falling along a ray
+        toward a bound) or is flat to rounding. L-BFGS-B (Byrd et al. 1995,
+        scipy) needs only gradients and stops at a bound or on a flat stretch;
+        either way the result is the best point it saw, never worse than the
+        start. A warning says which fit needed it.
+        """
+        from scipy.optimize import minimize
+
+        lo = np.asarray(lo, dtype=np.float64)
+        hi = np.asarray(hi, dtype=np.float64)
+        x0 = np.clip(np.asarray(x0, dtype=np.float64), lo, hi)
+        fixed = np.zeros(x0.shape, bool) if fixed is None else np.asarray(fixed, bool)
+        free = ~fixed
+
+        def fun(v):
+            x = x0.copy()
+            x[free] = v
+            f = obj.value(x)
+            g, _ = obj.grad_hess(x)
+            return f, g[free]
+
+        f0 = obj.value(x0)
+        x = x0
+        note = "kept the starting point (T = 1, no award)"
+        try:
+            r = minimize(fun, x0[free], jac=True, method="L-BFGS-B", bounds=list(zip(lo[free], hi[free])),
+                         options={"maxiter": 1000})
+            if np.isfinite(r.fun) and r.fun <= f0:
+                x = x0.copy()
+                x[free] = r.x
+                note = "used L-BFGS-B instead"
+        except (ValueError, FloatingPointError, ArithmeticError):
+            pass
+        warnings.warn(
+            f"{what}: Newton's method failed ({str(exc).split(';')[0]}); {note}. "
+            "The fit is usable; inspect its curve",
+            DegenerateClassWarning,
+            stacklevel=5,
+        )
+        return NewtonResult(x, obj.value(x), 0)
 
     def _degenerate_corner(self, obj, tp_only: bool, lo, hi):
         """The bound a one-sided class runs to, if the loss is minimal there (KKT), else None.

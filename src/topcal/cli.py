@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fit", help="fit a calibrator and save it as JSON")
     p.add_argument("data", help="labelled data: CSV, Parquet or .npz")
-    p.add_argument("--method", default="hist", help=f"calibration method (default: hist). Options: {methods}")
+    p.add_argument("--method", default="auto", help="calibration method (default: auto, the candidate with the "
+                   f"smallest 5-fold cross-validated NLL). Options: {methods}")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter, repeatable (e.g. --param n_bins=20)")
     p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
     _add_data_options(p)
@@ -124,7 +125,8 @@ def _cmd_fit(args) -> int:
     data = read_data(args.data, **_read_options(args))
     cal.fit(data)
     cal.save(args.output)
-    print(f"fitted {args.method} on {data.n_samples:g} samples, {data.n_classes} classes -> {args.output}")
+    chosen = f" (chose {cal.method_} by {cal.folds}-fold cross-validated NLL)" if args.method == "auto" else ""
+    print(f"fitted {args.method}{chosen} on {data.n_samples:g} samples, {data.n_classes} classes -> {args.output}")
     return 0
 
 
@@ -256,9 +258,10 @@ def _cmd_demo(args) -> int:
     res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
                        progress=_progress())
     for metric in ("nll", "ece1"):
-        print(f"\nper-class {metric.upper()} (fitted and evaluated on the same data, as in the paper)")
+        print(f"\nper-class {metric.upper()} ({res.comparison['folds']}-fold cross-fitted: every sample scored by a "
+              "model fitted without it)")
         print(per_class_table(res.comparison, metric))
-    print("\noverall")
+    print("\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself numbers)")
     print(overall_table(res.comparison))
     from .calibrators import available_methods
     from .report import default_methods

@@ -40,7 +40,7 @@ from . import plots
 from .calibrators import available_methods, get_class
 from .data import TopLabelData
 from .errors import DegenerateClassWarning, TopcalError
-from .evaluate import METRICS, evaluate, fit_methods
+from .evaluate import METRICS, compare_methods, curve_findings, evaluate, fit_methods
 
 __all__ = [
     "build_report",
@@ -504,10 +504,19 @@ def _data_summary(data: TopLabelData, label: str) -> str:
             f"(accuracy {tp.sum() / max(tp.sum() + fp.sum(), 1):.3f}).</p>")
 
 
+def _protocol_html(comparison: dict) -> str:
+    if comparison["protocol"] == "kfold":
+        return (f"<b>out of sample</b>: {comparison['folds']}-fold cross-fitting (every sample scored by a model "
+                "fitted without it). The figures show the fits on all the data.")
+    return ("<b>fitted and evaluated on the same data</b> (the paper's practice, <code>--in-sample</code>): "
+            "optimistic for flexible methods; rank methods out of sample instead (the default).")
+
+
 # -------------------------------------------------------------------- main
 def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None = None, methods=None,
                  extra: TopLabelData | None = None, title: str = "topcal calibration report",
-                 data_label: str = "data", dpi: int = 90, progress=None) -> ReportResult:
+                 data_label: str = "data", dpi: int = 90, progress=None, folds: int | None = 5,
+                 seed: int = 0, params: dict | None = None) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
     Parameters
@@ -533,6 +542,14 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         Resolution of the PNGs.
     progress : callable(str), optional
         Called with a short message at each step (the CLI prints them).
+    folds : int or None, default 5
+        Rank methods by K-fold cross-fitting within ``data`` (out of sample:
+        every sample is scored by a model fitted without it). None: fit and
+        evaluate on the same data (the paper's practice), labelled as such.
+    seed : int, default 0
+        Seed of the fold split.
+    params : dict, optional
+        ``{method: {parameter: value}}``.
 
     Returns
     -------
@@ -557,20 +574,39 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     names = default_methods(data) if methods is None else list(methods)
     if "uncalibrated" not in names:
         names = ["uncalibrated"] + names  # the baseline every table and warning compares against
-    models, skipped = fit_methods(data, names, progress=log)
+    diag: dict = {}
+    models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
     if eval_data is not None:
         need = [n for n, m in models.items() if getattr(m, "needs_full", False) and not eval_data.has_full]
         for n in need:
             models.pop(n)
             skipped.append(n)
-    log("evaluating")
-    comparison = {"protocol": "same", "folds": None, "skipped": skipped,
-                  "methods": {n: evaluate(data, m.predict(data)) for n, m in models.items()}}
+    if folds is None:
+        log("evaluating on the fitting data")
+        comparison = {"protocol": "same", "folds": None, "skipped": skipped,
+                      "methods": {n: evaluate(data, m.predict(data)) for n, m in models.items()}}
+    else:
+        comparison = compare_methods(data, list(models), folds=folds, seed=seed, params=params,
+                                     progress=lambda msg: log(f"cross-fitting: {msg}"))
+        for n, msg in comparison["failed"].items():
+            diag["failed"][n] = msg
+        comparison["skipped"] = skipped
     holdout = None
     if eval_data is not None:
         holdout = {"protocol": "holdout", "folds": None, "skipped": skipped,
                    "methods": {n: evaluate(eval_data, m.predict(eval_data)) for n, m in models.items()}}
     findings = diagnose(data, models, comparison, holdout)
+    for n, msg in diag["failed"].items():
+        findings.append(Finding("failed", f"{n} failed and is left out: {msg}", None, n))
+    for n, m in models.items():
+        for msg in curve_findings(n, m, data):
+            findings.append(Finding("certainty", msg, None, n))
+    seen = set()
+    for n, msgs in list(diag["warnings"].items()) + list(comparison.get("warnings", {}).items()):
+        for msg in msgs:
+            if msg not in seen and "reaches confidence 0 or 1" not in msg and "smallest candidate" not in msg:
+                seen.add(msg)
+                findings.append(Finding("fit-warning", msg, None, None if n == "data" else n))
     if skipped:
         findings.append(Finding("skipped", "not run (they need full score vectors, which this data lacks): "
                                 + ", ".join(skipped) + "."))
@@ -622,8 +658,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
 (Salamon et al., section 12).</p>
 <h2>Warnings</h2>{warn_html}
 <h2>Metrics</h2>
-<p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins; fitted and evaluated on the same data
-(the paper's practice; use <code>topcal compare --folds K</code> or <code>--eval</code> for out-of-sample numbers).
+<p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins; {_protocol_html(comparison)}
 Best per column in bold green.</p>
 {_metric_table(comparison, data.classes)}{per_class}{hold_html}
 <h2>Figures</h2><ol class="muted">{''.join(toc)}</ol>{''.join(fig_html)}

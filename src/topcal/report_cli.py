@@ -40,6 +40,30 @@ def _methods(text: str | None):
     return names
 
 
+def method_params(texts) -> dict:
+    """``--param METHOD:NAME=VALUE`` options as ``{method: {name: value}}``."""
+    from .cli import _parse_param
+
+    out: dict = {}
+    for text in texts or []:
+        method, sep, rest = text.partition(":")
+        if not sep or not method.strip() or "=" not in rest:
+            raise TopcalError(f"--param {text!r} must look like METHOD:NAME=VALUE, e.g. --param btswa:max_iter=500")
+        key, value = _parse_param(rest)
+        out.setdefault(method.strip(), {})[key] = value
+    return out
+
+
+def _protocol_options(p, what: str) -> None:
+    p.add_argument("--folds", type=int, default=5, metavar="K",
+                   help=f"{what} by K-fold cross-fitting within DATA, out of sample (default 5)")
+    p.add_argument("--in-sample", action="store_true",
+                   help="instead fit and evaluate on the same data (the paper's practice; optimistic for flexible methods)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fold split (default 0)")
+    p.add_argument("--param", action="append", default=[], metavar="METHOD:NAME=VALUE",
+                   help="method parameter, repeatable (e.g. --param btswa:max_iter=500, --param hist:shrinkage=0)")
+
+
 def add_commands(sub) -> None:
     """Add ``report`` and ``compare`` to the ``topcal`` subparsers."""
     from .cli import _add_data_options
@@ -51,15 +75,14 @@ def add_commands(sub) -> None:
     p.add_argument("--add", metavar="EXTRA", help="extra labelled samples: show the curves before and after adding them")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write index.html and figures/ into")
     p.add_argument("--dpi", type=int, default=90, help="resolution of the figures (default 90)")
+    _protocol_options(p, "rank methods")
     _add_data_options(p)
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("compare", help="compare methods: fit/evaluate on the same data, on --eval DATA2, or by --folds K")
+    p = sub.add_parser("compare", help="compare methods out of sample: K-fold cross-fitting (default 5), or --eval DATA2")
     p.add_argument("data", help="labelled data to fit on")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--eval", metavar="DATA2", help="evaluate on this second labelled test set")
-    g.add_argument("--folds", type=int, metavar="K", help="K-fold cross-fitting within DATA (stratified by predicted class)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the fold split (default 0)")
+    p.add_argument("--eval", metavar="DATA2", help="evaluate on this second labelled test set instead of K folds")
+    _protocol_options(p, "evaluate")
     p.add_argument("--methods", metavar="M1,M2,...", help="methods to compare (default: all that can run)")
     p.add_argument("--bins", type=int, default=10, help="bins for ECE (default 10)")
     fmt = p.add_mutually_exclusive_group()
@@ -87,7 +110,8 @@ def _cmd_report(args) -> int:
     eval_data = _read(args.eval, args) if args.eval else None
     extra = _read(args.add, args) if args.add else None
     res = build_report(data, args.output, eval_data=eval_data, methods=_methods(args.methods), extra=extra,
-                       data_label=Path(args.data).name, dpi=args.dpi, progress=_progress())
+                       data_label=Path(args.data).name, dpi=args.dpi, progress=_progress(),
+                       folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param))
     print(f"report: {res.path}")
     for f in res.findings:
         print(f"  warning: {f.text}", file=sys.stderr)
@@ -152,8 +176,17 @@ def _cmd_compare(args) -> int:
 
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     quiet = args.json or args.csv
-    res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=args.folds, seed=args.seed,
-                          n_bins=args.bins, progress=None if quiet else _progress())
+    folds = None if (args.in_sample or eval_data is not None) else args.folds
+    if args.in_sample and eval_data is not None:
+        raise TopcalError("--in-sample and --eval exclude each other: --eval already evaluates on a second test set")
+    res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=folds, seed=args.seed,
+                          n_bins=args.bins, params=method_params(args.param), progress=None if quiet else _progress())
+    for name, msg in res["failed"].items():
+        print(f"warning: {name} failed and is left out: {msg}", file=sys.stderr)
+    if quiet:
+        for name, msgs in res["warnings"].items():
+            for msg in msgs:
+                print(f"warning: {msg}", file=sys.stderr)
     if not res["methods"]:
         raise TopcalError("none of the methods can run on this data (they need full score vectors); "
                           "choose score-based methods such as hist, kde-mon2")
@@ -172,4 +205,11 @@ def _cmd_compare(args) -> int:
     print(per_class_table(res, "nll"))
     if res["skipped"]:
         print("\nnot run (need full score vectors): " + ", ".join(res["skipped"]))
+    if res["failed"]:
+        print("\nfailed (left out): " + "; ".join(f"{n}: {m}" for n, m in res["failed"].items()))
+    notes = [m for msgs in res["warnings"].values() for m in msgs]
+    if notes:
+        print(f"\nwarnings ({len(notes)}):")
+        for m in notes:
+            print(f"  - {m}")
     return 0

@@ -155,7 +155,7 @@ def class_histograms(data: TopLabelData, *, n_bins: int = 10, sparse_min: float 
     model : fitted ``hist`` calibrator, optional
         Use its bins and counts instead of fitting one on ``data``.
     """
-    hist = model if model is not None else _quiet_fit("hist", data, n_bins=n_bins)
+    hist = model if model is not None else _quiet_fit("hist", data, n_bins=n_bins, shrinkage=0)
     out: list[HistogramBars | None] = []
     for st in hist.class_state_:
         if st is None:

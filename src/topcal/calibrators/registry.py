@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import ParameterError
 
-__all__ = ["register", "get_class", "available_methods", "calibrator"]
+__all__ = ["register", "get_class", "available_methods", "calibrator", "paper_calibrator"]
 
 _REGISTRY: dict[str, type] = {}
 
@@ -55,3 +55,14 @@ def calibrator(name: str, **params):
             f"method {name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its parameters are: {opts}"
         )
     return cls(**params)
+
+
+def paper_calibrator(name: str, **params):
+    """Like :func:`calibrator`, with the paper's unshrunk estimator (``shrinkage=0``) where the method has one.
+
+    For reproducing the paper's figures and tables; the default
+    ``shrinkage="auto"`` is safer on data the fit did not see.
+    """
+    if "shrinkage" in get_class(name)._param_names():
+        params = {"shrinkage": 0, **params}
+    return calibrator(name, **params)

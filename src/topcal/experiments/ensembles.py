@@ -502,7 +502,7 @@ def class_counts(data) -> np.ndarray:
 
 
 def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures, rule):
-    from ..calibrators import calibrator
+    from ..calibrators import paper_calibrator
     from ..metrics import ece1, ece2, nll
 
     sets = _ensemble_data(outputs, members, rule)
@@ -512,7 +512,7 @@ def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures, r
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateClassWarning)
-                model = calibrator(name).fit(sets[0])
+                model = paper_calibrator(name).fit(sets[0])
                 for s, d in enumerate(sets):
                     conf = model.predict(d)
                     for q, m in enumerate((nll(d, conf), ece1(d, conf, n_bins=n_bins), ece2(d, conf, n_bins=n_bins))):
@@ -762,7 +762,9 @@ def run_experiment(
     """
     from ..calibrators import available_methods, get_class
 
-    methods = tuple(available_methods()) if cfg.methods is None else tuple(cfg.methods)
+    # the paper's methods; auto (a cross-validated choice among them) is left out: it would
+    # refit every candidate K times per ensemble
+    methods = tuple(m for m in available_methods() if m != "auto") if cfg.methods is None else tuple(cfg.methods)
     if not methods:
         raise ParameterError("no methods to evaluate; pass --methods a,b,c")
     for name in methods:

@@ -152,7 +152,7 @@ def curves_figure(test1, models: dict, *, title: str | None = None):
 
 def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     """Write the experiment's PNGs into ``out``; return {kind: path}."""
-    from ..calibrators import calibrator, get_class
+    from ..calibrators import get_class, paper_calibrator
     from ..calibrators.base import ScoreCalibrator
     from ..errors import DegenerateClassWarning, TopcalError
     from .ensembles import _ensemble_data
@@ -181,7 +181,7 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", DegenerateClassWarning)
-                    models[name] = calibrator(name).fit(sets[0])
+                    models[name] = paper_calibrator(name).fit(sets[0])
             except TopcalError:
                 continue
     if models:

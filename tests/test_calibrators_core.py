@@ -42,13 +42,13 @@ def test_conf1_is_tp_over_positives(toy):
 
 
 def test_hist_two_bins_by_hand(toy):
-    m = topcal.calibrator("hist", n_bins=2).fit(toy)
+    m = topcal.paper_calibrator("hist", n_bins=2).fit(toy)
     # (0, 0.5]: 0.15T 0.25F 0.35T -> 2/3 ; (0.5, 1]: 0.55F 0.65T 0.85T 0.95T 0.95F -> 3/5
     np.testing.assert_allclose(conf_a(m, [0.0, 0.2, 0.5, 0.500001, 1.0]), [2 / 3, 2 / 3, 2 / 3, 3 / 5, 3 / 5])
 
 
 def test_hist_ten_bins_with_empty_bin_rule(toy):
-    m = topcal.calibrator("hist").fit(toy)
+    m = topcal.paper_calibrator("hist").fit(toy)
     st = m.class_state_[0]
     # filled bins: (.1,.2]=1 (.2,.3]=0 (.3,.4]=1 (.5,.6]=0 (.6,.7]=1 (.8,.9]=1 (.9,1]=1/2
     # empty: (0,.1] -> nearest (.1,.2] = 1; (.4,.5] -> tie between 1 and 0 = 0.5;
@@ -61,7 +61,7 @@ def test_hist_ten_bins_with_empty_bin_rule(toy):
 
 
 def test_hist_quantile_bins_hold_equal_mass(toy):
-    m = topcal.calibrator("hist", n_bins=2, strategy="quantile").fit(toy)
+    m = topcal.paper_calibrator("hist", n_bins=2, strategy="quantile").fit(toy)
     st = m.class_state_[0]
     # weighted median of the 8 scores is 0.55: bins [0, .55] (4 samples), (.55, 1] (4)
     np.testing.assert_allclose(st["edges"], [0.0, 0.55, 1.0])
@@ -69,7 +69,7 @@ def test_hist_quantile_bins_hold_equal_mass(toy):
 
 
 def test_cum_by_hand(toy):
-    m = topcal.calibrator("cum").fit(toy)
+    m = topcal.paper_calibrator("cum").fit(toy)
     # Conf_Cum(S) = TP(score >= S) / P(score >= S)
     s = [0.0, 0.15, 0.2, 0.5, 0.6, 0.9, 0.95, 1.0]
     expected = [5 / 8, 5 / 8, 4 / 7, 3 / 5, 3 / 4, 1 / 2, 1 / 2, 1 / 2]  # above max: hold 0.95's value
@@ -77,7 +77,7 @@ def test_cum_by_hand(toy):
 
 
 def test_cum_median_by_hand(toy):
-    m = topcal.calibrator("cum-median").fit(toy)
+    m = topcal.paper_calibrator("cum-median").fit(toy)
     st = m.class_state_[0]
     # 8 equal weights: the 4th smallest score, 0.55, is where half the weight is reached
     assert st["theta"] == 0.55
@@ -87,10 +87,10 @@ def test_cum_median_by_hand(toy):
 
 
 def test_cum_opt_minimises_class_nll_over_all_cutoffs(toy):
-    m = topcal.calibrator("cum-opt").fit(toy)
+    m = topcal.paper_calibrator("cum-opt").fit(toy)
     theta = m.class_state_[0]["theta"]
     view = toy.class_view(0)
-    cum = topcal.calibrator("cum").fit(toy)
+    cum = topcal.paper_calibrator("cum").fit(toy)
 
     def loss(th):  # independent brute force: build the curve for cutoff th, score with metrics.nll
         below = view.tp[view.score <= th].sum() / (view.score <= th).sum()
@@ -119,15 +119,15 @@ def test_cum_opt_finds_a_cutoff_when_low_scores_are_flat():
     label = np.concatenate([np.tile([0, 1], 20), np.zeros(40, int)])
     d = TopLabelData.from_scores(np.zeros(80, int), score, label, classes=["0", "1"])
     d = TopLabelData.concat([d, TopLabelData.from_scores([1], [0.9], [1], classes=["0", "1"])])
-    m = topcal.calibrator("cum-opt").fit(d)
+    m = topcal.paper_calibrator("cum-opt").fit(d)
     st = m.class_state_[0]
     assert 0.4 <= st["theta"] <= 0.6
-    cum = topcal.calibrator("cum").fit(d)
+    cum = topcal.paper_calibrator("cum").fit(d)
     assert nll(d, m.predict(d)).overall < nll(d, cum.predict(d)).overall
 
 
 def test_curve_reports_support_and_class_names(toy):
-    m = topcal.calibrator("hist").fit(toy)
+    m = topcal.paper_calibrator("hist").fit(toy)
     c = m.curve("A")
     assert c.class_name == "A" and c.support == (0.15, 0.95)
     assert c.score.shape == c.confidence.shape == (401,)
@@ -172,7 +172,7 @@ def test_binned_input_fits_like_per_sample_input(method):
 def test_class_never_predicted_falls_back_to_uncalibrated_with_warning():
     d = TopLabelData.from_scores(["a", "a"], [0.3, 0.9], ["a", "b"], classes=["a", "b", "c"])
     with pytest.warns(DegenerateClassWarning, match=r"\['b', 'c'\] are never predicted"):
-        m = topcal.calibrator("hist").fit(d)
+        m = topcal.paper_calibrator("hist").fit(d)
     np.testing.assert_allclose(m.curve("c", [0.2, 0.8]).confidence, [0.2, 0.8])
     assert m.curve("c").support is None
     assert "fallback" in m.describe()["classes"]["c"]
@@ -185,7 +185,7 @@ def test_only_tp_only_fp_single_positive_and_constant_scores(method):
     score = [0.6, 0.9, 0.4, 0.7, 0.5, 0.8, 0.8, 0.8]
     label = ["a", "a", "a", "a", "c", "d", "a", "d"]
     d = TopLabelData.from_scores(pred, score, label)
-    m = topcal.calibrator(method).fit(d)
+    m = topcal.paper_calibrator(method).fit(d)
     grid = np.linspace(0, 1, 11)
     np.testing.assert_allclose(m.curve("a", grid).confidence, 1.0)
     np.testing.assert_allclose(m.curve("b", grid).confidence, 0.0)
@@ -221,10 +221,10 @@ def test_predict_before_fit_and_on_mismatched_data():
 
 def test_params_are_stored_untouched_and_fit_returns_self():
     cal = topcal.calibrator("hist", n_bins=7, strategy="quantile")
-    assert cal.get_params() == {"n_bins": 7, "strategy": "quantile"}
+    assert cal.get_params() == {"n_bins": 7, "strategy": "quantile", "shrinkage": "auto"}
     d = TopLabelData.from_scores([0, 0], [0.2, 0.8], [0, 0])
     assert cal.fit(d) is cal
-    assert cal.get_params() == {"n_bins": 7, "strategy": "quantile"}
+    assert cal.get_params() == {"n_bins": 7, "strategy": "quantile", "shrinkage": "auto"}
 
 
 def test_phanns_fits_every_core_method_without_warnings():

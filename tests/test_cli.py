@@ -39,7 +39,7 @@ def test_fit_apply_describe_metrics_workflow(prob_csv, tmp_path, capsys):
     model = tmp_path / "m.json"
     code, out, err = run(["fit", prob_csv, "--method", "hist", "--param", "n_bins=5", "-o", model], capsys)
     assert code == 0, err
-    assert json.loads(model.read_text())["model"]["params"] == {"n_bins": 5, "strategy": "uniform"}
+    assert json.loads(model.read_text())["model"]["params"] == {"n_bins": 5, "strategy": "uniform", "shrinkage": "auto"}
 
     # apply needs no label column; output = input columns + pred + confidence
     new = pd.read_csv(prob_csv).drop(columns=["label"])
@@ -176,7 +176,7 @@ def test_apply_protects_data(prob_csv, tmp_path, capsys):
 
 def test_tampered_model_via_cli(prob_csv, tmp_path, capsys):
     model = tmp_path / "m.json"
-    run(["fit", prob_csv, "-o", model], capsys)
+    run(["fit", prob_csv, "--method", "hist", "-o", model], capsys)
     model.write_text(model.read_text().replace('"strategy": "uniform"', '"strategy": "quantile"'))
     code, out, err = run(["apply", model, prob_csv, "-o", tmp_path / "o.csv"], capsys)
     assert code == 2 and "modified after it was saved" in err

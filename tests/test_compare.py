@@ -41,12 +41,12 @@ def _overall(res, metric):
 
 def test_same_data_protocol_flatters_flexible_methods(calibrated):
     data, _ = calibrated
-    res = compare_methods(data, ["uncalibrated", "hist"])
+    res = compare_methods(data, ["uncalibrated", "hist"], params={"hist": {"shrinkage": 0}})
     assert res["protocol"] == "same" and res["folds"] is None
     ece = _overall(res, "ece1")
     # in-sample, the histogram reproduces its own bins' accuracies: ECE ~ 0, below the truth's noise
     assert ece["hist"] < 0.005 < ece["uncalibrated"]
-    cv = compare_methods(data, ["hist"], folds=4)
+    cv = compare_methods(data, ["hist"], folds=4, params={"hist": {"shrinkage": 0}})
     assert _overall(cv, "ece1")["hist"] > 2 * ece["hist"]
     assert _overall(cv, "nll")["hist"] > _overall(res, "nll")["hist"]
 
@@ -178,9 +178,11 @@ def test_cli_compare_text_and_errors(npz_files, capsys):
     a, b = npz_files
     assert main(["compare", a, "--methods", "uncalibrated,hist"]) == 0
     out = capsys.readouterr().out
-    assert "same data" in out and "per-class NLL" in out and "uncalibrated" in out
-    assert main(["compare", a, "--eval", b, "--folds", "3"]) == 2
-    assert "not allowed with" in capsys.readouterr().err
+    assert "5-fold cross-fitting" in out and "per-class NLL" in out and "uncalibrated" in out
+    assert main(["compare", a, "--methods", "uncalibrated,hist", "--in-sample"]) == 0
+    assert "same data" in capsys.readouterr().out
+    assert main(["compare", a, "--eval", b, "--in-sample"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
     assert main(["compare", a, "--methods", "hist,bogus"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown method 'bogus'") and len(err.strip().splitlines()) == 1

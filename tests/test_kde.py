@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import topcal
-from topcal.calibrators import available_methods, calibrator
+from topcal.calibrators import available_methods
+from topcal.calibrators import paper_calibrator as calibrator  # the paper's estimators (shrinkage=0)
 from topcal.calibrators.kde import (
     KDE,
     BandwidthWarning,
@@ -192,8 +193,8 @@ def test_bad_parameters_are_named():
 def test_exact_and_binned_engines_agree(b, boundary):
     """b spans >= 16 fine-grid cells here (support < 1, 4096 cells)."""
     data = _two_class_data(seed=2)
-    ex = KDE(bandwidth=b, engine="exact", boundary=boundary).fit(data)
-    bi = KDE(bandwidth=b, engine="binned", boundary=boundary).fit(data)
+    ex = KDE(shrinkage=0, bandwidth=b, engine="exact", boundary=boundary).fit(data)
+    bi = KDE(shrinkage=0, bandwidth=b, engine="binned", boundary=boundary).fit(data)
     assert ex.class_state_[0]["engine"] == "exact" and bi.class_state_[0]["engine"] == "binned"
     for k in range(2):
         _, ce = _class_curve_on_support(ex, k)
@@ -290,8 +291,8 @@ def test_reflection_keeps_the_mass_inside_the_score_range():
     b = 0.05
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)  # class b is never predicted
-        plain = KDE(bandwidth=b).fit(data)
-        refl = KDE(bandwidth=b, boundary="reflect").fit(data)
+        plain = KDE(shrinkage=0, bandwidth=b).fit(data)
+        refl = KDE(shrinkage=0, bandwidth=b, boundary="reflect").fit(data)
     x = np.linspace(0, 1, 20001)
     dx = x[1] - x[0]
     t_plain, f_plain = plain.densities(0, x)

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from topcal.calibrators import calibrator
+from topcal.calibrators import paper_calibrator as calibrator  # the paper's estimators (shrinkage=0)
 from topcal.calibrators.kde import kde_confidence
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning

@@ -157,7 +157,7 @@ def _gauss(x, s, w, b):
 
 
 def test_kde_densities_diluted_curve_full_vectors(sim):
-    model = fit("kde-mon2", sim)
+    model = fit("kde-mon2", sim, shrinkage=0)  # the paper's estimator, as in its Fig. 6
     dens = plots.kde_densities(sim, model, n_points=101)
     fig = plots.plot_kde_densities(dens)
     axes = panels(fig)

@@ -14,7 +14,7 @@ Classification Confidence Using Kernel Densities".
 __version__ = "0.1.0"
 
 from . import datasets, metrics  # noqa: E402
-from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator  # noqa: E402
+from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator  # noqa: E402
 from .data import TopLabelData  # noqa: E402
 from .errors import TopcalError  # noqa: E402
 from .io import read_data  # noqa: E402
@@ -28,6 +28,7 @@ __all__ = [
     "ScoreCalibrator",
     "Curve",
     "calibrator",
+    "paper_calibrator",
     "available_methods",
     "load",
     "save",

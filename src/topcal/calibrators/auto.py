@@ -26,7 +26,7 @@ import numpy as np
 
 from .._params import Interval, NoneOr
 from ..data import TopLabelData, kfold_split
-from ..errors import DataError, ParameterError, TopcalError
+from ..errors import DegenerateClassWarning, ParameterError, TopcalError
 from ..metrics import nll
 from .base import Calibrator, ScoreCalibrator, to_jsonable
 from .registry import available_methods, calibrator, get_class, register
@@ -106,11 +106,17 @@ class Auto(Calibrator):
     def _fit(self, data: TopLabelData) -> None:
         names = self._names(data)
         n_folds = int(self.folds)
-        if not data.is_binned and data.n_rows < 2 * n_folds:
-            raise DataError(
-                f"auto: {data.n_rows} rows are too few for {n_folds}-fold cross-validation; "
-                f"give at least {2 * n_folds} rows or choose a method yourself"
+        if data.n_samples < 2 * n_folds or (not data.is_binned and data.n_rows < 2 * n_folds):
+            # nothing can be judged out of sample: doing nothing is the only safe choice
+            warnings.warn(
+                f"auto: {data.n_samples:g} samples are too few for {n_folds}-fold cross-validation "
+                f"(at least {2 * n_folds} needed); keeping the uncalibrated score",
+                DegenerateClassWarning,
+                stacklevel=3,
             )
+            self.method_, self.cv_ = "uncalibrated", {}
+            self.model_ = calibrator("uncalibrated").fit(data)
+            return
         folds = kfold_split(data, n_folds, seed=int(self.seed or 0))
         target = TopLabelData.concat(folds)
         conf = {n: [] for n in names}
@@ -197,6 +203,6 @@ class Auto(Calibrator):
         if model.name != method or tuple(model.classes_) != tuple(self.classes_):
             raise ValueError("the chosen model does not match the auto model's method and classes")
         cv = state["cv"]
-        if not isinstance(cv, dict) or method not in cv:
+        if not isinstance(cv, dict) or (cv and method not in cv):
             raise ValueError("the cross-validation table is missing the chosen method")
         self.method_, self.model_, self.cv_ = method, model, cv

@@ -199,6 +199,16 @@ def _cmd_describe(args) -> int:
     print(f"method: {d['method']}")
     print(f"params: {json.dumps(d['params'])}")
     print(f"score range: {d['score_range']}")
+    if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
+        cv = d["cross_validation"]
+        print(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']})")
+        ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
+        if ranked:
+            print("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
+        for k, msg in cv["errors"].items():
+            print(f"  {k} failed in cross-validation: {msg}")
+        d = d["model"]
+        print(f"\nchosen model: {d['method']}, params {json.dumps(d['params'])}")
     for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
         if isinstance(val, dict) and key not in ("params", "classes"):
             print(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in val.items()))

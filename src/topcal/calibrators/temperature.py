@@ -176,6 +176,13 @@ class _TemperatureBase(Calibrator):
         return np.log(z, out=z)
 
     def _fit(self, data: TopLabelData) -> None:
+        # A canonical row order (by predicted class, top score, outcome): sums over
+        # rows are then added in the same order whatever order the rows came in,
+        # so where the loss is flat (a ridge, a quasi-separated class) the optimiser
+        # stops at the same point and the fit does not depend on row order.
+        order = np.lexsort((data.fp, data.tp, data.score, data.pred))
+        if np.any(order[1:] != order[:-1] + 1):
+            data = data.subset(order)
         k = data.n_classes
         tpc, fpc = self.n_tp_, self.n_fp_
         fitted = (tpc + fpc) > 0

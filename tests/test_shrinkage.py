@@ -1,0 +1,294 @@
+"""Shrinkage toward the pooled curve, the auto method, and held-out safety (issue: safe out of sample)."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import topcal
+from topcal.calibrators import shrinkage as shr
+from topcal.data import TopLabelData, kfold_split
+from topcal.errors import DegenerateClassWarning, ParameterError
+from topcal.metrics import nll
+
+from _sim import simulate_probs
+
+SHRINKABLE = ["hist", "cum", "cum-median", "cum-opt", "kde", "kde-mon", "kde-mon2", "kde-mon4", "kde-opt"]
+
+
+def _quiet(fn, *a, **k):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **k)
+
+
+def logistic_classes(sizes, dev, seed):
+    """Top-score data: class k's accuracy at score s is sigmoid(4 (s - 0.6) + dev * z_k)."""
+    rng = np.random.default_rng(seed)
+    pred, score, ok = [], [], []
+    for k, n in enumerate(sizes):
+        s = rng.uniform(0.3, 1.0, n)
+        p = 1 / (1 + np.exp(-(4 * (s - 0.6) + dev * rng.normal())))
+        pred += [k] * n
+        score += list(s)
+        ok += list(rng.uniform(size=n) < p)
+    pred, ok = np.array(pred), np.array(ok)
+    labels = np.where(ok, pred, (pred + 1) % len(sizes))
+    return TopLabelData.from_scores(pred, np.array(score), labels=labels, classes=[str(i) for i in range(len(sizes))])
+
+
+def heldout_nll(method, data, folds=2, seed=0, **params):
+    parts = kfold_split(data, folds, seed=seed)
+    conf = []
+    for f in range(folds):
+        train = TopLabelData.concat([parts[g] for g in range(folds) if g != f])
+        conf.append(_quiet(lambda: topcal.calibrator(method, **params).fit(train).predict(parts[f])))
+    return nll(TopLabelData.concat(parts), np.concatenate(conf)).overall
+
+
+# ------------------------------------------------------------- the formula
+def test_loo_grid_matches_a_direct_leave_one_out():
+    rng = np.random.default_rng(1)
+    s = rng.uniform(size=40)
+    y = rng.uniform(size=40) < s
+    edges = np.linspace(0, 1, 5)
+    b = np.clip(np.searchsorted(edges, s) - 1, 0, 3)
+    t = np.bincount(b, y, 4)[b]
+    n = np.bincount(b, minlength=4)[b].astype(float)
+    r = 0.3 + 0.4 * s
+    grid = np.array([1.0, 3.0, 50.0])
+    got = shr.loo_nll_grid(t, n, y.astype(float), (~y).astype(float), r, grid)
+    for j, m in enumerate(grid):
+        loss = 0.0
+        for i in range(40):
+            keep = (b == b[i]) & (np.arange(40) != i)
+            c = (y[keep].sum() + m * r[i]) / (keep.sum() + m)
+            loss -= np.log(c if y[i] else 1 - c)
+        assert got[j] == pytest.approx(loss, rel=1e-12)
+
+
+@pytest.mark.parametrize("method", SHRINKABLE)
+def test_shrinkage_zero_is_the_paper_and_small_m_tends_to_it(method):
+    p, lab = simulate_probs(3000, 3, 4, sharpen=[1.6, 0.7, 1.0, 1.3])
+    data = TopLabelData.from_probs(p, lab)
+    paper = _quiet(lambda: topcal.paper_calibrator(method).fit(data))
+    zero = _quiet(lambda: topcal.calibrator(method, shrinkage=0).fit(data))
+    np.testing.assert_array_equal(zero.predict(data), paper.predict(data))  # the very same estimator
+    assert "shrinkage" not in zero.to_dict()["state"]
+    tiny = _quiet(lambda: topcal.calibrator(method, shrinkage=1e-9).fit(data))
+    np.testing.assert_allclose(tiny.predict(data), paper.predict(data), atol=1e-6)
+
+
+def test_hist_with_fixed_m_is_the_pseudo_count_formula_by_hand():
+    # class a: bins (0, .5] holds 1 TP + 1 FP, (.5, 1] holds 3 TP; class b: 1 TP, 1 FP at 0.9
+    d = TopLabelData.from_scores(["a"] * 5 + ["b"] * 2, [0.2, 0.3, 0.6, 0.7, 0.9, 0.9, 0.9],
+                                 ["a", "b", "a", "a", "a", "b", "a"])
+    m = topcal.calibrator("hist", n_bins=2, shrinkage=2.0).fit(d)
+    ref = m.reference_  # pooled: (0, .5] 1/2, (.5, 1] 4/5; shrunk toward (5 + 1/2) / (7 + 1)
+    r0 = 5.5 / 8
+    assert m.reference_rate_ == pytest.approx(r0)
+    r_hi = (4 + m.reference_m_ * r0) / (5 + m.reference_m_)
+    assert ref.class_state_[0]["tp"].tolist() == [1, 4]
+    assert m.predict(d)[2] == pytest.approx((3 + 2 * r_hi) / (3 + 2))
+    assert m.predict(d)[5] == pytest.approx((1 + 2 * r_hi) / (2 + 2))
+
+
+# ---------------------------------------------------- no certainty, m's size
+@pytest.mark.parametrize("method", SHRINKABLE)
+def test_no_curve_reaches_zero_or_one_from_finite_counts(method):
+    pred = ["a", "a", "b", "b", "c", "d", "d", "d"] * 3
+    score = [0.6, 0.9, 0.4, 0.7, 0.5, 0.8, 0.8, 0.8] * 3
+    label = ["a", "a", "a", "a", "c", "d", "a", "d"] * 3
+    d = TopLabelData.from_scores(pred, score, label)
+    m = _quiet(lambda: topcal.calibrator(method).fit(d))
+    for k in "abcd":
+        c = m.curve(k).confidence
+        assert np.all((c > 0) & (c < 1)), (k, c.min(), c.max())
+    assert np.all(m.shrinkage_ >= shr.M_MIN)
+
+
+def test_pseudo_count_grows_when_classes_agree_and_as_classes_shrink():
+    # every class on one curve: the pooled curve is the truth, m runs to the top of the grid
+    same = logistic_classes([300] * 6, 0.0, 0)
+    assert topcal.calibrator("hist").fit(same).shrinkage_[0] >= 1e5
+    # classes that differ: big classes keep their own curve, small ones borrow (per-class rule)
+    mixed = logistic_classes([30] * 10 + [3000] * 10, 0.5, 0)
+    for method in ("hist", "kde-mon2"):
+        m = _quiet(lambda: topcal.calibrator(method, shrinkage="class").fit(mixed)).shrinkage_
+        assert np.median(m[:10]) > 10 * np.median(m[10:]), method
+    # strongly different classes: little shrinkage
+    far = logistic_classes([300] * 10, 3.0, 1)
+    assert topcal.calibrator("hist").fit(far).shrinkage_[0] < 50
+
+
+def test_weight_of_the_reference_is_larger_for_small_classes():
+    d = logistic_classes([20, 2000], 0.5, 2)
+    m = topcal.calibrator("kde-mon2").fit(d)
+    s = np.array([0.5, 0.7, 0.9])
+    w = [m.shrinkage_[k] / (m._local_counts(k, s)[1] + m.shrinkage_[k]) for k in range(2)]
+    assert np.all(w[0] > w[1])
+
+
+def test_shrunk_methods_beat_doing_nothing_held_out_on_small_classes():
+    # 60 classes of ~40 positives, over-confident scores: the regime where the paper's estimators fail
+    p, lab = simulate_probs(5000, 5, 60, sharpen=[1.5] * 60)
+    data = TopLabelData.from_probs(p, lab)
+    base = heldout_nll("uncalibrated", data)
+    for method in ("hist", "cum-opt", "kde-mon2"):
+        paper = heldout_nll(method, data, shrinkage=0)
+        shrunk = heldout_nll(method, data)
+        assert shrunk < base and shrunk < paper, (method, shrunk, base, paper)
+
+
+def test_phanns_shrunk_kde_mon2_within_one_percent_of_the_paper_held_out():
+    data = topcal.datasets.load_phanns()
+    paper = heldout_nll("kde-mon2", data, folds=5, shrinkage=0)
+    shrunk = heldout_nll("kde-mon2", data, folds=5)
+    assert shrunk <= 1.01 * paper
+
+
+def test_shrinkage_parameter_is_checked():
+    d = logistic_classes([50, 50], 0.0, 0)
+    for bad in (-1, "yes", True, float("nan")):
+        with pytest.raises(ParameterError, match="'shrinkage' must be"):
+            topcal.calibrator("hist", shrinkage=bad).fit(d)
+
+
+# --------------------------------------------------------------- persistence
+@pytest.mark.parametrize("method", ["hist", "cum-opt", "kde-mon2", "kde-opt"])
+def test_shrunk_models_round_trip_bit_for_bit(method, tmp_path):
+    p, lab = simulate_probs(2000, 7, 5, sharpen=[1.5, 0.8, 1, 1.2, 1])
+    data = TopLabelData.from_probs(p, lab)
+    m = _quiet(lambda: topcal.calibrator(method).fit(data))
+    m.save(tmp_path / "m.json")
+    back = topcal.load(tmp_path / "m.json")
+    np.testing.assert_array_equal(back.predict(data), m.predict(data))
+    np.testing.assert_array_equal(back.shrinkage_, m.shrinkage_)
+    assert back.describe()["classes"]["0"]["pseudo_count"] == m.shrinkage_[0]
+
+
+def test_model_files_from_before_shrinkage_load_as_the_paper_estimator(tmp_path):
+    p, lab = simulate_probs(1000, 8, 3)
+    data = TopLabelData.from_probs(p, lab)
+    m = topcal.calibrator("hist", shrinkage=0).fit(data)
+    d = m.to_dict()
+    del d["params"]["shrinkage"]  # what version 0.1.0 wrote
+    old = type(m).from_dict(d)  # what topcal.load does with the file's model part
+    assert old.shrinkage == 0
+    np.testing.assert_array_equal(old.predict(data), m.predict(data))
+
+
+# ------------------------------------------------------------------- auto
+def test_auto_picks_temperature_scaling_when_the_truth_is_a_temperature():
+    p, lab = simulate_probs(4000, 11, 10, sharpen=[1.8] * 10)  # one global over-confidence
+    m = _quiet(lambda: topcal.calibrator("auto", folds=3).fit(TopLabelData.from_probs(p, lab)))
+    assert m.method_ in ("sts", "csts", "tswa"), m.cv_
+    assert m.cv_[m.method_]["nll"] == min(v["nll"] for v in m.cv_.values() if v["nll"] is not None)
+
+
+def test_auto_picks_a_score_method_when_the_curve_is_not_a_sigmoid():
+    # accuracy 0.9 below score 0.5 and 0.4 above: no monotone rescaling can express it
+    rng = np.random.default_rng(3)
+    n = 6000
+    s = rng.uniform(0.2, 1.0, n)
+    pred = rng.integers(3, size=n)
+    ok = rng.uniform(size=n) < np.where(s < 0.5, 0.9, 0.4)
+    lab = np.where(ok, pred, (pred + 1) % 3)
+    d = TopLabelData.from_scores(pred, s, labels=lab, classes=["0", "1", "2"])
+    m = _quiet(lambda: topcal.calibrator("auto", folds=3).fit(d))
+    assert m.method_ in ("kde-mon2", "hist", "cum-opt"), m.cv_
+    assert "sts" not in m.cv_  # full-vector candidates cannot run on top scores
+
+
+def test_auto_keeps_the_raw_score_when_it_is_calibrated_and_data_are_few():
+    p, lab = simulate_probs(300, 12, 30)  # calibrated by construction, ~10 per class
+    m = _quiet(lambda: topcal.calibrator("auto", candidates=["uncalibrated", "hist", "cum-opt"]).fit(
+        TopLabelData.from_probs(p, lab)))
+    assert m.method_ == "uncalibrated", m.cv_
+    with pytest.warns(DegenerateClassWarning, match="too few"):
+        tiny = topcal.calibrator("auto").fit(TopLabelData.from_probs(p[:6], lab[:6]))
+    assert tiny.method_ == "uncalibrated"
+
+
+def test_auto_records_its_choice_and_round_trips(tmp_path):
+    p, lab = simulate_probs(2000, 13, 4, sharpen=[1.5, 1.5, 0.7, 1.0])
+    data = TopLabelData.from_probs(p, lab)
+    m = _quiet(lambda: topcal.calibrator("auto", folds=3, seed=5).fit(data))
+    m.save(tmp_path / "a.json")
+    back = topcal.load(tmp_path / "a.json")
+    np.testing.assert_array_equal(back.predict(data), m.predict(data))
+    d = back.describe()
+    assert d["chosen"] == m.method_ and set(d["cross_validation"]["nll"]) == set(m.cv_)
+    saved = json.loads((tmp_path / "a.json").read_text())["model"]["state"]
+    assert saved["method"] == m.method_ and saved["model"]["method"] == m.method_
+    with pytest.raises(ParameterError, match="candidates"):
+        topcal.calibrator("auto", candidates=["auto"]).fit(data)
+
+
+def test_auto_survives_a_failing_candidate():
+    p, lab = simulate_probs(1500, 14, 3)
+    data = TopLabelData.from_probs(p, lab)
+    m = _quiet(lambda: topcal.calibrator("auto", folds=3, candidates=["uncalibrated", "csts", "hist"]).fit(
+        data.subset(np.flatnonzero(data.pred != 2))))  # class 2 never predicted: csts still fits
+    assert m.method_ in ("uncalibrated", "csts", "hist")
+
+
+# ------------------------------------------------------- temperature family
+def _forest_like(seed=0, n=1500, k=5):
+    """Probabilities with exact zeros, as a random forest outputs (vote fractions of 10 trees)."""
+    rng = np.random.default_rng(seed)
+    lab = rng.integers(k, size=n)
+    votes = np.zeros((n, k))
+    for i in range(n):
+        good = rng.binomial(10, 0.75)
+        votes[i, lab[i]] += good
+        np.add.at(votes[i], rng.integers(k, size=10 - good), 1)
+    return votes / 10, lab
+
+
+def test_exact_zero_competitors_do_not_set_the_temperature():
+    p, lab = _forest_like()
+    data = TopLabelData.from_probs(p, lab)
+    parts = kfold_split(data, 2, seed=0)
+    for method in ("sts", "tswa", "cstswa"):
+        m = _quiet(lambda: topcal.calibrator(method).fit(parts[0]))
+        assert np.all(m.temperature_ < 20), (method, m.temperature_)  # was ~100 with 1e-300 floors
+        held = nll(parts[1], m.predict(parts[1])).overall
+        assert np.isfinite(held) and held < 1.0
+
+
+def test_quasi_separated_class_fits_without_raising():
+    # class a: every TP scores above every FP (Platt's slope runs off); the fit must finish
+    s = np.r_[np.linspace(0.3, 0.5, 20), np.linspace(0.6, 0.99, 60), np.linspace(0.3, 0.99, 80)]
+    pred = np.r_[np.zeros(80, int), np.ones(80, int)]
+    ok = np.r_[np.zeros(20, bool), np.ones(60, bool), np.arange(80) % 3 > 0]
+    lab = np.where(ok, pred, 1 - pred)
+    d = TopLabelData.from_scores(pred, s, labels=lab, classes=["a", "b"])
+    for method in ("bts", "btswa"):
+        m = _quiet(lambda: topcal.calibrator(method).fit(d))
+        c = m.predict(d)
+        assert np.all(np.isfinite(c)) and np.all((c >= 0) & (c <= 1))
+
+
+@pytest.mark.parametrize("method", ["sts", "csts", "tswa", "cstswa", "btswa", "kde-mon2", "hist", "auto"])
+def test_row_order_does_not_change_the_fit(method):
+    p, lab = _forest_like(seed=2, n=900, k=4)
+    data = TopLabelData.from_probs(p, lab)
+    perm = np.random.default_rng(9).permutation(data.n_rows)
+    a = _quiet(lambda: topcal.calibrator(method).fit(data))
+    b = _quiet(lambda: topcal.calibrator(method).fit(data.subset(perm)))
+    np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=1e-7, atol=1e-9)
+
+
+# ------------------------------------------------------------ compare, report
+def test_compare_reports_failures_and_warnings_instead_of_aborting():
+    from topcal.evaluate import compare_methods
+
+    data = topcal.datasets.load_phanns()
+    res = compare_methods(data, ["uncalibrated", "hist", "btswa"], folds=2,
+                          params={"hist": {"shrinkage": 0}, "btswa": {"max_iter": 500}})
+    assert set(res["methods"]) == {"uncalibrated", "hist", "btswa"} and not res["failed"]
+    assert any("reaches confidence 0 or 1" in m for m in res["warnings"]["hist"])
+    with pytest.raises(ParameterError, match="no parameter"):
+        compare_methods(data, ["hist"], params={"hist": {"bins": 3}})

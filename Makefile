@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --quiet --disable-pip-version-check
 STAMP  := $(VENV)/.topcal-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test install system-deps bench clean
+.PHONY: demo test install system-deps bench bench-heldout clean
 
 # torch is installed first and pinned: an unpinned torch would pull several GB.
 $(STAMP): pyproject.toml
@@ -44,6 +44,11 @@ bench: $(STAMP)
 	$(PIP) install -e ".[bench]"
 	$(PIP) install --no-deps netcal==1.4.0 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1 pyro-ppl==1.9.2 opt_einsum==3.4.0
 	@echo "run: $(PY) benchmarks/bench_kde.py | bench_temperature.py | bench_training.py"
+
+# Held-out comparison with simple peers on shared/data/bench and PhANNs (long: ~1 h on 2 cores).
+bench-heldout: $(STAMP)
+	$(PIP) install -e ".[bench]"
+	$(PY) benchmarks/bench_heldout.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

@@ -292,3 +292,32 @@ def test_compare_reports_failures_and_warnings_instead_of_aborting():
     assert any("reaches confidence 0 or 1" in m for m in res["warnings"]["hist"])
     with pytest.raises(ParameterError, match="no parameter"):
         compare_methods(data, ["hist"], params={"hist": {"bins": 3}})
+
+
+def test_cli_fit_tswa_on_forest_outputs_and_compare_top_score_csv(tmp_path, capsys):
+    from topcal.cli import main
+
+    p, lab = _forest_like(seed=4, n=800, k=4)
+    np.savez(tmp_path / "rf.npz", probs=p, labels=lab, classes=np.array(["a", "b", "c", "d"]))
+    assert main(["fit", str(tmp_path / "rf.npz"), "--method", "tswa", "-o", str(tmp_path / "m.json")]) == 0
+    assert np.all(topcal.load(tmp_path / "m.json").temperature_ < 20)
+    # the true_label,pred_label,confidence layout of published ImageNet outputs, many small classes
+    rng = np.random.default_rng(0)
+    n, k = 600, 30
+    pred = rng.integers(k, size=n)
+    conf = rng.uniform(0.2, 1.0, n)
+    true = np.where(rng.uniform(size=n) < conf ** 2, pred, (pred + 1) % k)
+    import pandas as pd
+
+    pd.DataFrame({"true_label": true, "pred_label": pred, "confidence": conf}).to_csv(tmp_path / "t.csv", index=False)
+    capsys.readouterr()
+    code = main(["compare", str(tmp_path / "t.csv"), "--label-column", "true_label", "--pred-column", "pred_label",
+                 "--score-column", "confidence", "--folds", "2", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    res = json.loads(out.out)
+    assert res["protocol"] == "kfold" and not res["failed"]
+    assert "auto" in res["methods"] and "hist" in res["methods"] and "sts" in res["skipped"]
+    auto = res["methods"]["auto"]["nll"]["overall"]
+    assert auto <= res["methods"]["uncalibrated"]["nll"]["overall"] * 1.02
+    assert any("fewer than 30 positives" in m for m in res["warnings"]["data"])

@@ -79,7 +79,7 @@ def test_top_score_and_binned_and_parquet_and_npz_inputs(tmp_path, capsys):
     assert topcal.load(tmp_path / "m.json").score_range_ == (0.0, 10.0)
 
     phanns = Path(topcal.__file__).parent / "_data" / "phanns_test_binned.csv"
-    code, out, err = run(["fit", phanns, "--method", "cum-opt", "-o", tmp_path / "p.json"], capsys)
+    code, out, err = run(["fit", phanns, "--method", "cum-opt", "--score-range", 0, 10, "-o", tmp_path / "p.json"], capsys)
     assert code == 0, err
     code, out, err = run(["describe", tmp_path / "p.json"], capsys)
     assert "theta" in out and "[HTJ]" in out

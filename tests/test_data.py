@@ -55,7 +55,7 @@ def test_from_scores_any_scale_and_class_split():
 
 
 def test_from_binned_midpoints_and_counts():
-    d = TopLabelData.from_binned(["a", "a", "b"], [0, 5, 0], [5, 10, 10], [3, 1, 0], [1, 0, 2])
+    d = TopLabelData.from_binned(["a", "a", "b"], [0, 5, 0], [5, 10, 10], [3, 1, 0], [1, 0, 2], score_range=(0, 10))
     assert d.is_binned and d.score_range == (0.0, 10.0)
     np.testing.assert_allclose(d.score, [2.5, 7.5, 5.0])
     assert d.n_samples == 7

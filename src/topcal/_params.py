@@ -13,7 +13,14 @@ from typing import Any
 
 from .errors import ParameterError
 
-__all__ = ["Interval", "Options", "Boolean", "NoneOr", "validate_params"]
+__all__ = ["Interval", "Options", "Boolean", "NoneOr", "validate_params", "MAX_BINS", "MAX_ITER"]
+
+#: Upper bound of every bin-count parameter (histogram bins, ECE bins): more
+#: bins than this hold almost no samples each, and the tables would need
+#: memory in proportion (a request for 10^12 bins used to end in MemoryError).
+MAX_BINS = 100_000
+#: Upper bound of iteration-count parameters (optimiser steps).
+MAX_ITER = 1_000_000
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .errors import DataError, ParameterError
 
-__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split"]
+__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "preview"]
 
 #: Floor used when logs of probabilities are needed (temperature scaling) and a
 #: probability is exactly 0: log(1e-300) keeps the entry finite and far below
@@ -42,6 +42,11 @@ LOG_PROB_FLOOR = 1e-300
 #: of 1000 classes sum to 1 within ~1e-5; 1e-4 accepts them and still catches
 #: a missing column or unnormalised scores.
 SUM_TOLERANCE = 1e-4
+
+#: Narrowest accepted score range, relative to max(1, |lo|, |hi|): below it
+#: the rescaled scores (S - lo) / (hi - lo) lose their precision, and
+#: (0, 1e-300) made widths like (hi - lo) / 4096 underflow to 0.
+MIN_RANGE_WIDTH = 1e-9
 
 
 class ClassView(NamedTuple):
@@ -86,12 +91,40 @@ def _as_float_array(x, name: str, ndim: int) -> np.ndarray:
     return arr
 
 
+def preview(names, limit: int = 5) -> str:
+    """A short text for a possibly long list of names: count and the first few."""
+    names = [str(n) for n in names]
+    if len(names) <= limit:
+        return repr(names)
+    return f"{len(names)} ({', '.join(repr(n) for n in names[:limit])}, ...)"
+
+
+def _is_int_name(name: str) -> bool:
+    try:
+        return str(int(name)) == name
+    except ValueError:
+        return False
+
+
+def sorted_names(names) -> tuple[str, ...]:
+    """Distinct class names in order: numerically when every name is an integer ("2" before "10")."""
+    uniq = set(str(n) for n in names)
+    if uniq and all(_is_int_name(n) for n in uniq):
+        return tuple(sorted(uniq, key=int))
+    return tuple(sorted(uniq))
+
+
 def _check_classes(classes: Sequence) -> tuple[str, ...]:
     names = tuple(str(c) for c in classes)
     if len(names) == 0:
         raise _fail("classes is empty; give at least one class name")
     seen: dict[str, int] = {}
     for i, c in enumerate(names):
+        if not c.strip():
+            raise _fail(
+                f"class name at position {i} is empty ({c!r}); every class needs a name "
+                "(a bare 'p_' column has none)"
+            )
         if c in seen:
             raise _fail(
                 f"duplicate class name {c!r} (positions {seen[c]} and {i}); class names must be unique"
@@ -103,14 +136,20 @@ def _check_classes(classes: Sequence) -> tuple[str, ...]:
 def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | None = None):
     """Map class labels (names or integer indices) to integer indices.
 
-    Integer-typed input is read as indices into ``classes``; anything else as
-    class names. Returns (codes, classes).
+    Labels are class *names*. Integer-typed labels are read as names too when
+    every class name is an integer ("0", "7", ...); otherwise, and when there
+    are no names at all (score columns without names: classes "0".."K-1"),
+    as indices into ``classes``. Returns (codes, classes).
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise _fail(f"{name} must be 1-d (one label per row), got shape {arr.shape}")
     if arr.size == 0:
         raise _fail(f"{name} is empty; topcal needs at least one row")
+    if arr.dtype.kind in "c":
+        raise _fail(f"{name} holds complex numbers; class labels are names or integer indices")
+    if arr.dtype.kind in "iu" and classes is not None and all(_is_int_name(c) for c in classes):
+        return _encode(arr.astype(str), classes, name, n_hint)  # integer names: match by name, not position
     if arr.dtype.kind in "iu":
         if classes is None:
             k = int(arr.max()) + 1 if n_hint is None else n_hint
@@ -133,13 +172,18 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
         missing = [i for i, v in enumerate(arr) if v is None or (isinstance(v, float) and v != v)]
         if missing:
             raise _fail(f"{name} has a missing value at row {missing[0]}; every row needs a class")
+        nested = [i for i, v in enumerate(arr) if isinstance(v, (list, tuple, dict, set, np.ndarray))]
+        if nested:
+            raise _fail(
+                f"{name} holds a {type(arr[nested[0]]).__name__} at row {nested[0]}; each row needs one class name"
+            )
     import pandas as pd  # factorize hashes the labels once: ~10x faster than a Python loop
 
     strs = arr.astype(str)
     first_codes, uniq = pd.factorize(strs)
     uniq = [str(u) for u in uniq]
     if classes is None:
-        classes = tuple(sorted(uniq))
+        classes = sorted_names(uniq)
         if n_hint is not None and len(classes) != n_hint:
             raise _fail(
                 f"{name} holds {len(classes)} distinct classes but the score vectors have "
@@ -157,13 +201,57 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
     return codes, classes
 
 
+def label_names(values, name: str = "labels") -> np.ndarray:
+    """Class labels as names (an object array of str): integers and integral floats as "3", text as is.
+
+    Raises DataError for missing values, complex numbers and cells holding
+    lists or other containers.
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise _fail(f"{name} must be 1-d (one label per row), got shape {arr.shape}")
+    kind = arr.dtype.kind
+    if kind == "c":
+        raise _fail(f"{name} holds complex numbers; class labels are names or integer indices")
+    if kind in "iub":
+        return arr.astype(str).astype(object)
+    if kind == "f":
+        if not np.all(np.isfinite(arr)):
+            i = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise _fail(f"{name} has a missing value at row {i}; every row needs a class")
+        if np.all(arr == np.round(arr)) and np.all(np.abs(arr) < 2**53):
+            return arr.astype(np.int64).astype(str).astype(object)
+        return arr.astype(str).astype(object)
+    if kind in "US":
+        return arr.astype(str).astype(object)
+    out = np.empty(arr.shape[0], dtype=object)
+    for i, v in enumerate(arr):
+        if v is None or (isinstance(v, float) and v != v):
+            raise _fail(f"{name} has a missing value at row {i}; every row needs a class")
+        if isinstance(v, (list, tuple, dict, set, np.ndarray)):
+            raise _fail(f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name")
+        if isinstance(v, (complex, np.complexfloating)):
+            raise _fail(f"{name} holds a complex number at row {i}; class labels are names or integer indices")
+        if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 2**53:
+            v = int(v)
+        elif isinstance(v, bytes):
+            v = v.decode("utf-8", errors="replace")
+        out[i] = str(v)
+    return out
+
+
 def _check_range(score_range) -> tuple[float, float]:
     try:
         lo, hi = (float(v) for v in score_range)
     except (TypeError, ValueError):
         raise _fail(f"score_range must be two numbers (lo, hi), got {score_range!r}") from None
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-        raise _fail(f"score_range must be finite with lo < hi, got ({lo}, {hi})")
+        raise _fail(f"score_range must be finite with lo < hi, got ({lo:g}, {hi:g})")
+    if hi - lo < MIN_RANGE_WIDTH * max(1.0, abs(lo), abs(hi)):
+        raise _fail(
+            f"score_range ({lo:g}, {hi:g}) is too narrow: its width must be at least {MIN_RANGE_WIDTH:g} "
+            "of its largest bound (or of 1); rescale the scores"
+        )
     return lo, hi
 
 
@@ -175,7 +263,7 @@ def _check_scores_in_range(score: np.ndarray, lo: float, hi: float, name: str = 
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _fail(
-            f"{name} {score[i]!r} at row {i} is outside the declared score range [{lo}, {hi}]; "
+            f"{name} {float(score[i]):g} at row {i} is outside the declared score range [{lo:g}, {hi:g}]; "
             "declare a score_range (--score-range LO HI) that covers every score"
         )
 
@@ -344,7 +432,10 @@ class TopLabelData:
         labels : array-like of shape (n,), optional
             True classes (names or indices, like ``pred``).
         classes : sequence of str, optional
-            All class names. Default: sorted distinct names in pred and labels.
+            All class names. Default: the distinct values of pred and labels
+            (sorted; numerically when all are integers). With names given,
+            integer pred/labels are indices into them unless the names are
+            themselves integers (then they are matched as names).
         score_range : (lo, hi), default (0, 1)
             The scale of the scores; travels with the data and the models.
         """
@@ -355,14 +446,11 @@ class TopLabelData:
             raise _fail(f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must match row for row")
         if classes is not None:
             classes = _check_classes(classes)
-        elif p_arr.dtype.kind in "iu" and labels is not None and np.asarray(labels).dtype.kind in "iu":
-            both = np.concatenate([p_arr.ravel(), np.asarray(labels).ravel()])
-            classes = tuple(str(i) for i in range(int(both.max()) + 1 if both.size else 1))
-        elif p_arr.dtype.kind not in "iuf":
-            both = p_arr.astype(str)
+        else:  # no names given: the distinct values of pred (and labels) are the classes, none added
+            parts = [label_names(p_arr, "pred")]
             if labels is not None:
-                both = np.concatenate([both, np.asarray(labels).astype(str)])
-            classes = tuple(np.unique(both).tolist())
+                parts.append(label_names(np.asarray(labels), "labels"))
+            classes = sorted_names(np.concatenate(parts))
         pred_codes, classes = _encode(p_arr, classes, "pred")
         if labels is not None:
             lab_arr = np.asarray(labels)
@@ -414,7 +502,9 @@ class TopLabelData:
         classes : sequence of str, optional
             All class names, default the distinct names in order of appearance.
         score_range : (lo, hi), optional
-            Default: (min bin_lo, max bin_hi).
+            The scale of the scores, default (0, 1) (as for per-sample data;
+            never guessed from the bins, which would change the
+            uncalibrated baseline). Every bin must lie inside it.
         """
         lo_e = _as_float_array(bin_lo, "bin_lo", 1)
         hi_e = _as_float_array(bin_hi, "bin_hi", 1)
@@ -438,17 +528,29 @@ class TopLabelData:
             raise _fail(f"bin at row {i} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with lo < hi")
         if tp_w.sum() + fp_w.sum() <= 0:
             raise _fail("binned data holds no samples (all tp and fp counts are 0)")
-        if classes is None and pc.dtype.kind not in "iu":
-            _, first = np.unique(pc.astype(str), return_index=True)
-            classes = tuple(pc.astype(str)[np.sort(first)].tolist())
-        elif classes is not None:
+        if classes is None:  # the names, in order of first appearance; none added
+            names = label_names(pc, "predicted_class")
+            _, first = np.unique(names.astype(str), return_index=True)
+            classes = tuple(names[np.sort(first)].tolist())
+        else:
             classes = _check_classes(classes)
         codes, classes = _encode(pc, classes, "predicted_class")
         if score_range is None:
-            score_range = (float(lo_e.min()), float(hi_e.max()))
+            score_range = (0.0, 1.0)
         lo, hi = _check_range(score_range)
         _check_scores_in_range(lo_e, lo, hi, "bin_lo")
         _check_scores_in_range(hi_e, lo, hi, "bin_hi")
+        order = np.lexsort((hi_e, lo_e, codes))
+        same = codes[order][1:] == codes[order][:-1]
+        # shared edges that differ by round-off (0.2 + 0.1 vs 0.3) are no overlap
+        overlap = same & (lo_e[order][1:] < hi_e[order][:-1] - 1e-9 * (hi - lo))
+        if overlap.any():
+            j = int(np.flatnonzero(overlap)[0])
+            a, b = int(order[j]), int(order[j + 1])
+            raise _fail(
+                f"bins at rows {a} ({lo_e[a]:g}, {hi_e[a]:g}] and {b} ({lo_e[b]:g}, {hi_e[b]:g}] of class "
+                f"{classes[codes[a]]!r} overlap; give each class disjoint bins (add up the counts of repeated bins)"
+            )
         mid = np.clip(0.5 * (lo_e + hi_e), lo, hi)
         return cls(
             classes, codes, mid, (lo, hi), tp=tp_w, fp=fp_w,

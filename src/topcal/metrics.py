@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._params import MAX_BINS
 from .data import TopLabelData
 from .errors import DataError, ParameterError
 
@@ -147,8 +148,8 @@ def ece(data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, stra
     """
     if norm not in (1, 2):
         raise ParameterError(f"ece: parameter 'norm' must be 1 or 2, got {norm!r}")
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise ParameterError(f"ece: parameter 'n_bins' must be an integer >= 1, got {n_bins!r}")
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or not 1 <= n_bins <= MAX_BINS:
+        raise ParameterError(f"ece: parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}")
     if strategy not in ("uniform", "quantile"):
         raise ParameterError(f"ece: parameter 'strategy' must be 'uniform' or 'quantile', got {strategy!r}")
     c = _check(data, confidence)
@@ -158,11 +159,16 @@ def ece(data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, stra
     cnt = np.bincount(data.pred, weights=w, minlength=k)
     if strategy == "uniform":
         b = _ece_bins(c, w, n_bins, strategy)
-        key = data.pred * n_bins + b
-        wb = np.bincount(key, weights=w, minlength=k * n_bins).reshape(k, n_bins)
-        tb = np.bincount(key, weights=data.tp, minlength=k * n_bins).reshape(k, n_bins)
-        cb = np.bincount(key, weights=w * c, minlength=k * n_bins).reshape(k, n_bins)
-        gaps = [(wb[i], tb[i], cb[i]) for i in range(k)]
+        # only the (class, bin) cells that hold rows: memory O(rows), not O(classes x bins)
+        cells, inv = np.unique(data.pred.astype(np.int64) * n_bins + b, return_inverse=True)
+        inv = inv.ravel()
+        wb = np.bincount(inv, weights=w, minlength=cells.size)
+        tb = np.bincount(inv, weights=data.tp, minlength=cells.size)
+        cb = np.bincount(inv, weights=w * c, minlength=cells.size)
+        cls = cells // n_bins
+        start = np.searchsorted(cls, np.arange(k), side="left")
+        stop = np.searchsorted(cls, np.arange(k), side="right")
+        gaps = [(wb[a:z], tb[a:z], cb[a:z]) for a, z in zip(start, stop)]
     else:
         gaps = []
         for i in range(k):

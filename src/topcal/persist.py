@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from .errors import ModelFileError, TopcalError
@@ -56,12 +55,21 @@ def _reject_constant(name):
     raise ValueError(f"non-finite number {name}")
 
 
+def _finite_float(text):
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} is out of the range of finite floats")
+    return value
+
+
 def loads(text: str, *, source: str = "model"):
     """Rebuild a fitted calibrator from :func:`dumps` text."""
     from .calibrators.registry import available_methods, get_class
 
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ModelFileError(f"{source} is not a valid topcal model file (nested too deeply); save the model again") from None
     except (json.JSONDecodeError, ValueError) as exc:
         raise ModelFileError(
             f"{source} is not a valid topcal model file (JSON error: {str(exc).splitlines()[0]}); "
@@ -70,7 +78,7 @@ def loads(text: str, *, source: str = "model"):
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFileError(f"{source} is not a topcal model file (no \"format\": \"{FORMAT}\" field)")
     version = doc.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python, but is no version
         raise ModelFileError(
             f"{source} has model format version {version!r}; this topcal reads version {FORMAT_VERSION}: "
             "refit the model with this version of topcal"
@@ -78,7 +86,12 @@ def loads(text: str, *, source: str = "model"):
     payload = doc.get("model")
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
         raise ModelFileError(f"{source} is missing its 'model' or 'sha256' field; save the model again")
-    if hashlib.sha256(_canonical(payload).encode()).hexdigest() != doc["sha256"]:
+    try:
+        canonical = _canonical(payload)
+    except (RecursionError, ValueError, OverflowError) as exc:
+        raise ModelFileError(f"{source} holds a model that cannot be read ({type(exc).__name__}); "
+                             "refit and save it again") from None
+    if hashlib.sha256(canonical.encode()).hexdigest() != doc["sha256"]:
         raise ModelFileError(
             f"{source} was modified after it was saved (checksum mismatch); refit and save it again "
             "instead of editing the file"
@@ -88,19 +101,22 @@ def loads(text: str, *, source: str = "model"):
         raise ModelFileError(
             f"{source} uses method {method!r}, unknown to this topcal. Options are: {', '.join(available_methods())}"
         )
-    return get_class(method).from_dict(payload)
+    try:
+        return get_class(method).from_dict(payload)
+    except ModelFileError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the file is untrusted input: anything odd in it is a bad file
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise ModelFileError(
+            f"{source} holds a malformed {method!r} model ({type(exc).__name__}: {msg[:200]}); refit and save it again"
+        ) from None
 
 
 def save(model, path) -> None:
     """Write ``model`` (fitted) to ``path`` as JSON, atomically (temp file + rename)."""
-    text = dumps(model)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise TopcalError(f"cannot write model to {str(path)!r}: {exc.strerror}; check the path") from None
+    from ._fileio import write_text
+
+    write_text(path, dumps(model))
 
 
 def load(path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._params import Interval, Options
+from .._params import MAX_BINS, Interval, Options
 from ..data import ClassView
 from .base import ScoreCalibrator, finite_array
 from .registry import register
@@ -92,7 +92,7 @@ class Histogram(ScoreCalibrator):
     name = "hist"
     summary = "per-class histogram, 10 equal-width bins (b_i, b_i+1] (paper eq. 6)"
     _parameter_constraints = {
-        "n_bins": Interval(1, None, integer=True),
+        "n_bins": Interval(1, MAX_BINS, integer=True),
         "strategy": Options(("uniform", "quantile")),
         "shrinkage": ShrinkageConstraint(),
     }

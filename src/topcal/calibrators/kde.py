@@ -126,6 +126,10 @@ B_LO_CELLS = 16
 #: covers the whole support and the curve is close to logistic (monotone
 #: unless the TP and FP means coincide).
 B_HI_SPAN = 4.0
+#: Smallest fixed bandwidth accepted, as a share of the score range width: a
+#: kernel far narrower than any gap between scores only reproduces the data
+#: points, and below ~1e-154 its b * b underflows to 0.
+MIN_BANDWIDTH_SHARE = 1e-9
 #: Candidate spacing: 2^(1/4), four per doubling.
 CANDIDATE_RATIO = 2.0 ** 0.25
 #: Candidates evaluated per batched FFT call while scanning upwards.
@@ -782,7 +786,13 @@ class KDE(_KDEBase):
 
     def _fixed_bandwidth(self, score, w, lo, hi) -> float:
         if not isinstance(self.bandwidth, str):
-            return float(self.bandwidth)
+            b = float(self.bandwidth)
+            if b < MIN_BANDWIDTH_SHARE * (hi - lo):  # b * b would underflow; such a kernel sees no neighbours
+                raise ParameterError(
+                    f"{self.name}: bandwidth {b:g} is below {MIN_BANDWIDTH_SHARE:g} of the score range width "
+                    f"{hi - lo:g}; give a bandwidth in score units, e.g. 0.05 * (hi - lo)"
+                )
+            return b
         sd, iqr = _weighted_spread(score, w)
         n = float(w.sum())
         if self.bandwidth == "scott":

@@ -37,7 +37,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._params import Interval, Options
+from .._params import MAX_ITER, Interval, Options
 from ..data import LOG_PROB_FLOOR, TopLabelData
 from ..errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._ts_core import (
@@ -128,7 +128,7 @@ class _TemperatureBase(Calibrator):
 
     _parameter_constraints = {
         "loss": Options(("nll", "brier")),
-        "max_iter": Interval(1, None, integer=True),
+        "max_iter": Interval(1, MAX_ITER, integer=True),
     }
 
     def __init__(self, *, loss: str = "nll", max_iter: int = 100):

@@ -50,7 +50,8 @@ def check_output(output, inputs, what: str = "output file") -> None:
     for inp in inputs:
         if inp is not None and _same(out, Path(inp)):
             raise TopcalError(
-                f"the {what} {str(out)!r} is the input file {str(inp)!r}; write to another path so no data is lost"
+                f"the {what} is the input file {str(inp)!r} (same file as {str(out)!r}); "
+                "write to another path so no data is lost"
             )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from ._fileio import atomic_write, check_output
 from .errors import TopcalError
 
 __all__ = ["main", "build_parser"]
@@ -104,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the visual-check report for the embedded PhANNs data, plus a short table")
     p.add_argument("-o", "--output", default="topcal-demo-report", metavar="DIR",
-                   help="folder for index.html and figures/ (default: ./topcal-demo-report)")
+                   help="folder for index.html and figures/ (default: ./topcal-demo-report); it must be new, "
+                        "empty or made by topcal")
+    p.add_argument("--force", action="store_true",
+                   help="write into DIR even if it holds other files (they are kept; index.html and figures/ are replaced)")
     p.set_defaults(func=_cmd_demo)
 
     for name, func in (("fit", _cmd_fit), ("apply", _cmd_apply), ("describe", _cmd_describe),
@@ -122,6 +126,7 @@ def _cmd_fit(args) -> int:
 
     params = dict(_parse_param(t) for t in args.param)
     cal = calibrator(args.method, **params)
+    check_output(args.output, [args.data], "model file")
     data = read_data(args.data, **_read_options(args))
     cal.fit(data)
     cal.save(args.output)
@@ -131,16 +136,25 @@ def _cmd_fit(args) -> int:
 
 
 def _write_frame(frame, path: str) -> None:
+    """Write ``frame`` to ``path`` (CSV or Parquet) atomically: a failed write leaves no partial file."""
     out = Path(path)
-    try:
-        if out.suffix.lower() in (".parquet", ".pq"):
-            frame.to_parquet(out, index=False)
-        elif out.suffix.lower() in (".csv", ".txt", ""):
-            frame.to_csv(out, index=False)
-        else:
-            raise TopcalError(f"cannot write {out.suffix!r} files; name the output .csv or .parquet")
-    except OSError as exc:
-        raise TopcalError(f"cannot write {path!r}: {exc.strerror or exc}; check the path") from None
+    suffix = out.suffix.lower()
+    if suffix not in (".parquet", ".pq", ".csv", ".txt", ""):
+        raise TopcalError(f"cannot write {out.suffix!r} files; name the output .csv or .parquet")
+    with atomic_write(out) as tmp:
+        try:
+            if suffix in (".parquet", ".pq"):
+                frame.to_parquet(tmp, index=False)
+            else:
+                frame.to_csv(tmp, index=False)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - pyarrow refuses e.g. a column mixing numbers and text
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TopcalError(
+                f"cannot write {path!r} as {'Parquet' if suffix in ('.parquet', '.pq') else 'CSV'}: {msg[:300]}; "
+                "write a .csv instead, or make each column hold one type"
+            ) from None
 
 
 def _cmd_apply(args) -> int:
@@ -148,17 +162,25 @@ def _cmd_apply(args) -> int:
     from .persist import load
 
     model = load(args.model)
-    if Path(args.output).resolve() == Path(args.data).resolve():
-        raise TopcalError("the output file is the input file; write to another path so no data is lost")
+    check_output(args.output, [args.data, args.model])
     frame = read_table(args.data)
     for col in ("confidence",):
         if col in frame.columns:
             raise TopcalError(f"the input already has a {col!r} column; rename it so it is not overwritten")
     opts = _read_options(args)
     opts["label_column"] = None  # apply ignores labels, so a label column can hold anything
-    data = read_frame(frame, **opts)
+    lo, hi = model.score_range_
+    from_model = opts["score_range"] is None and (lo, hi) != (0.0, 1.0)
+    if from_model:  # the scale the model was fitted on (e.g. PhANNs' 0-10) need not be declared again
+        opts["score_range"] = (lo, hi)
+    try:
+        data = read_frame(frame, **opts)
+    except TopcalError as exc:
+        if not from_model:
+            raise
+        raise TopcalError(f"{exc} (the score range {lo:g} {hi:g} is the model's)") from None
     conf = model.predict(data)
-    pred_names = np.asarray(model.classes_, dtype=object)[data.pred]
+    pred_names = np.asarray(data.classes, dtype=object)[data.pred]
     out = frame.copy()
     if "pred" in out.columns and not np.array_equal(out["pred"].astype(str).to_numpy(), pred_names.astype(str)):
         raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
@@ -230,9 +252,12 @@ def _cmd_describe(args) -> int:
 
 def _cmd_metrics(args) -> int:
     from . import calibrator, read_data
+    from ._params import MAX_BINS
     from .metrics import summary
     from .persist import load
 
+    if not 1 <= args.bins <= MAX_BINS:
+        raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
     data = read_data(args.data, **_read_options(args))
     model = load(args.model) if args.model else calibrator("uncalibrated").fit(data)
     s = summary(data, model.predict(data), n_bins=args.bins)
@@ -266,7 +291,7 @@ def _cmd_demo(args) -> int:
     data = load_phanns()
     print(f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores 0-10")
     res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
-                       progress=_progress())
+                       progress=_progress(), force=args.force)
     for metric in ("nll", "ece1"):
         print(f"\nper-class {metric.upper()} ({res.comparison['folds']}-fold cross-fitted: every sample scored by a "
               "model fitted without it)")
@@ -297,6 +322,10 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split("\n")).strip() or type(exc).__name__
+
+
 def main(argv=None) -> int:
     """Entry point of the ``topcal`` command; returns the exit code."""
     parser = build_parser()
@@ -305,11 +334,20 @@ def main(argv=None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            parser.print_help()
+            parser.print_help(sys.stderr)
+            print("error: no command given; choose one of the commands above, e.g. 'topcal fit --help'",
+                  file=sys.stderr)
             return 2
         return args.func(args)
     except (_UsageError, TopcalError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory; the input or a size parameter (bins, classes) is too large for this machine",
+              file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("error: the input is nested too deeply to read", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -96,7 +96,7 @@ def preview(names, limit: int = 5) -> str:
     names = [str(n) for n in names]
     if len(names) <= limit:
         return repr(names)
-    return f"{len(names)} ({', '.join(repr(n) for n in names[:limit])}, ...)"
+    return "[" + ", ".join(repr(n) for n in names[:limit]) + f", ... ({len(names)} in all)]"
 
 
 def _is_int_name(name: str) -> bool:
@@ -196,7 +196,7 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
         i = int(np.flatnonzero(bad)[0])
         raise _fail(
             f"{name} has {str(strs[i])!r} at row {i}, which is not one of the classes "
-            f"{list(classes)}; fix the label or add the class to the class list"
+            f"{preview(classes, 8)}; fix the label or add the class to the class list"
         )
     return codes, classes
 
@@ -566,7 +566,7 @@ class TopLabelData:
         first = parts[0]
         for i, p in enumerate(parts[1:], 1):
             if p.classes != first.classes:
-                raise _fail(f"dataset {i} has classes {list(p.classes)}, dataset 0 has {list(first.classes)}; they must match")
+                raise _fail(f"dataset {i} has classes {preview(p.classes)}, dataset 0 has {preview(first.classes)}; they must match")
             if p.score_range != first.score_range:
                 raise _fail(f"dataset {i} has score range {p.score_range}, dataset 0 has {first.score_range}; they must match")
             for attr in ("tp", "labels", "full", "bin_edges"):
@@ -682,6 +682,42 @@ class TopLabelData:
             self.classes, self.pred[idx], self.score[idx], self.score_range, tp=take(self.tp),
             fp=take(self.fp), labels=take(self.labels), full=take(self.full), full_kind=self.full_kind,
             bin_edges=take(self.bin_edges),
+        )
+
+    def with_classes(self, classes: Sequence, what: str = "the data") -> "TopLabelData":
+        """The same rows re-expressed on the class list ``classes`` (e.g. a model's).
+
+        ``self.classes`` may be any subset of ``classes``, in any order (a
+        batch of new predictions names only the classes it predicts). Full
+        score vectors are kept when their columns are exactly ``classes``
+        (reordered as needed) and dropped otherwise: only the top score then
+        remains known.
+
+        Raises
+        ------
+        DataError
+            When ``self`` names a class that is not in ``classes``.
+        """
+        classes = _check_classes(classes)
+        if tuple(self.classes) == classes:
+            return self
+        known = {c: i for i, c in enumerate(classes)}
+        unknown = [c for c in self.classes if c not in known]
+        if unknown:
+            raise DataError(
+                f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} that the "
+                f"model does not know (its classes: {preview(classes, 8)}); fit the model on data with "
+                "these classes, or drop their rows"
+            )
+        index = np.array([known[c] for c in self.classes], dtype=np.int64)
+        full = None
+        if self.full is not None and len(self.classes) == len(classes):
+            order = np.argsort(index)  # column j of the new matrix is old column order[j]
+            full = self.full[:, order]
+        return TopLabelData(
+            classes, index[self.pred], self.score, self.score_range, tp=self.tp, fp=self.fp,
+            labels=None if self.labels is None else index[self.labels], full=full,
+            full_kind=None if full is None else self.full_kind, bin_edges=self.bin_edges,
         )
 
     def without_labels(self) -> "TopLabelData":

@@ -3,7 +3,10 @@
 Column conventions (each name can be overridden):
 
 * ``label``: the true class name (optional: data to be calibrated with
-  ``apply`` needs none).
+  ``apply`` needs none). Labels are always matched to class *names* (``3``
+  is the class of column ``p_3``, never the fourth column); only a ``.npz``
+  ``probs``/``logits`` array without a ``classes`` array has unnamed
+  columns, which are then named ``0``..``K-1`` (so its labels are indices).
 * Full score vectors: one column per class, ``p_<class>`` for probabilities
   (read as logits with ``logits=True`` / ``--logits``) or ``logit_<class>``
   for logits; class names come from the column names, in column order.
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import TopLabelData
+from .data import TopLabelData, label_names
 from .errors import DataError
 
 __all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS"]
@@ -84,6 +87,12 @@ def _npz_frame(p: Path):
 
     with np.load(p, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
+    for key, arr in arrays.items():
+        if arr.dtype.kind == "c":
+            raise DataError(f"array {key!r} in {str(p)!r} holds complex numbers; topcal reads real numbers and names")
+        if arr.dtype.kind not in "biufUS":
+            raise DataError(f"array {key!r} in {str(p)!r} has the unsupported type {arr.dtype}; "
+                            "use numbers or strings")
     cols = {}
     classes = [str(c) for c in arrays.pop("classes")] if "classes" in arrays else None
     for key, prefix in (("probs", "p_"), ("logits", "logit_")):
@@ -122,14 +131,23 @@ def read_frame(
     classes=None,
 ) -> TopLabelData:
     """Build :class:`TopLabelData` from a DataFrame by the column conventions above."""
+    try:
+        return _read_frame(frame, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
+                           score_range, renormalize, classes)
+    except (TypeError, OverflowError) as exc:  # cells pandas/numpy cannot turn into numbers or names
+        raise DataError(f"a column holds values topcal cannot read ({exc}); give numbers and class names") from None
+
+
+def _read_frame(frame, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column, score_range,
+                renormalize, classes):
     cols = [str(c) for c in frame.columns]
     labels = None
     if label_column in cols:
-        labels = frame[label_column].to_numpy()
+        labels = label_names(frame[label_column].to_numpy(), f"label column {label_column!r}")
     if all(c in cols for c in BINNED_COLUMNS):
         return TopLabelData.from_binned(
-            frame["predicted_class"].to_numpy(), frame["bin_lo"].to_numpy(), frame["bin_hi"].to_numpy(),
-            frame["tp"].to_numpy(), frame["fp"].to_numpy(), classes=classes, score_range=score_range,
+            label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
+            *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]), classes=classes, score_range=score_range,
         )
     logit_cols = [c for c in cols if c.startswith(logit_prefix)]
     prob_cols = [c for c in cols if c.startswith(prob_prefix)]
@@ -145,12 +163,26 @@ def read_frame(
         matrix = _numeric(frame, vec_cols)
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
             raise DataError("--score-range applies to pred/score columns; probability columns are on (0, 1)")
-        if logit_cols or logits:
-            return TopLabelData.from_logits(matrix, labels, classes=names)
-        return TopLabelData.from_probs(matrix, labels, classes=names, renormalize=renormalize)
+        try:
+            if logit_cols or logits:
+                return TopLabelData.from_logits(matrix, labels, classes=names)
+            return TopLabelData.from_probs(matrix, labels, classes=names, renormalize=renormalize)
+        except DataError as exc:
+            if labels is None or "labels" not in str(exc):
+                raise
+            raise DataError(f"{exc} (labels are matched to the class names in the {prefix}<class> column "
+                            "names, not to column positions)") from None
     if pred_column in cols and score_column in cols:
+        pred = label_names(frame[pred_column].to_numpy(), f"column {pred_column!r}")
+        if labels is not None and classes is None and not set(labels).intersection(pred):
+            raise DataError(
+                f"no label in {label_column!r} names a predicted class in {pred_column!r} (labels like "
+                f"{sorted(set(labels))[:3]}, predictions like {sorted(set(pred))[:3]}); both columns must use "
+                "the same class names"
+            )
         return TopLabelData.from_scores(
-            frame[pred_column].to_numpy(), _numeric(frame, [score_column])[:, 0], labels,
+            pred,
+            _numeric(frame, [score_column])[:, 0], labels,
             classes=classes, score_range=(0.0, 1.0) if score_range is None else score_range,
         )
     raise DataError(

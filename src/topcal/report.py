@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._fileio import check_report_dir, report_dir
 from . import __version__
 from . import plots
 from .calibrators import available_methods, get_class
@@ -295,9 +296,7 @@ def align_classes(other: TopLabelData, data: TopLabelData, what: str = "the othe
         why = (f"classes {unknown} are not in the data" if unknown else
                "its score vectors have other columns than the data's")
         raise TopcalError(f"{what} must have the same classes as the data: {why} (data classes: {list(data.classes)})")
-    index = np.array([data.classes.index(c) for c in other.classes], dtype=np.int64)
-    return TopLabelData(data.classes, index[other.pred], other.score, other.score_range, tp=other.tp, fp=other.fp,
-                        labels=None if other.labels is None else index[other.labels], bin_edges=other.bin_edges)
+    return other.with_classes(data.classes, what)
 
 
 # ----------------------------------------------------------------- figures
@@ -516,7 +515,8 @@ def _protocol_html(comparison: dict) -> str:
 def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None = None, methods=None,
                  extra: TopLabelData | None = None, title: str = "topcal calibration report",
                  data_label: str = "data", dpi: int = 90, progress=None, folds: int | None = 5,
-                 seed: int = 0, params: dict | None = None) -> ReportResult:
+                 seed: int = 0, params: dict | None = None,
+                 force: bool = False) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
     Parameters
@@ -524,8 +524,10 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     data : TopLabelData (labelled)
         The data to calibrate on (the paper's "test set").
     out_dir : str or Path
-        Folder to write (created if missing; ``index.html`` and ``figures/``
-        inside are overwritten).
+        Folder to write: new, empty, or made by an earlier topcal report (it
+        holds the marker file ``.topcal-report``), which is then replaced as a
+        whole. The report is built beside it and swapped in at the end, so an
+        interrupted run leaves the old folder unchanged.
     eval_data : TopLabelData, optional
         A second labelled test set: methods fitted on ``data`` are also
         evaluated on it, and Figs. 4, 18-19 are added.
@@ -550,6 +552,9 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         Seed of the fold split.
     params : dict, optional
         ``{method: {parameter: value}}``.
+    force : bool, default False
+        Also write into a folder holding other files: ``index.html`` and
+        ``figures/`` are replaced, files topcal did not write are kept.
 
     Returns
     -------
@@ -562,6 +567,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             progress(msg)
 
     data.require_labels("a calibration report")
+    check_report_dir(out_dir, force)  # refuse early, before minutes of fitting
     if eval_data is not None:
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     if extra is not None:
@@ -611,22 +617,27 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         findings.append(Finding("skipped", "not run (they need full score vectors, which this data lacks): "
                                 + ", ".join(skipped) + "."))
 
-    out = Path(out_dir)
-    try:
-        (out / "figures").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TopcalError(f"cannot create the report folder {str(out)!r}: {exc.strerror or exc}") from None
-    for old in (out / "figures").glob("[0-9][0-9]-*.png"):  # figures of an earlier run of this report
-        old.unlink()
+    with report_dir(out_dir, force) as stage:
+        (stage / "figures").mkdir()
+        fig_html, fig_list, toc, body = _write_pages(
+            stage, Path(out_dir), data, models, comparison, eval_data, holdout, extra, methods_given, findings,
+            skipped, title, data_label, dpi, t0, log)
+    path = Path(out_dir) / "index.html"
+    return ReportResult(path, comparison, holdout, findings, fig_list, skipped)
+
+
+def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra, methods_given, findings, skipped,
+                 title, data_label, dpi, t0, log):
+    """Write figures/ and index.html into ``stage``; figure paths are given as they will be under ``out``."""
     fig_html, fig_list, toc = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
                 _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log), 1):
             png = figure_png(fig, dpi=dpi)
-            path = out / "figures" / f"{i:02d}-{key}.png"
-            path.write_bytes(png)
-            fig_list.append((ftitle, path))
+            name = f"figures/{i:02d}-{key}.png"
+            (stage / name).write_bytes(png)
+            fig_list.append((ftitle, out / name))
             toc.append(f"<li><a href='#fig-{key}'>{html.escape(ftitle)}</a></li>")
             uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
             fig_html.append(
@@ -666,9 +677,5 @@ Best per column in bold green.</p>
 <p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
 </body></html>
 """
-    path = out / "index.html"
-    try:
-        path.write_text(body, encoding="utf-8")
-    except OSError as exc:
-        raise TopcalError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    return ReportResult(path, comparison, holdout, findings, fig_list, skipped)
+    (stage / "index.html").write_text(body, encoding="utf-8")
+    return fig_html, fig_list, toc, body

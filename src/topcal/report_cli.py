@@ -73,7 +73,10 @@ def add_commands(sub) -> None:
     p.add_argument("--eval", metavar="DATA2", help="a second labelled test set to evaluate the fits on")
     p.add_argument("--methods", metavar="M1,M2,...", help="methods to fit (default: all that can run on the data)")
     p.add_argument("--add", metavar="EXTRA", help="extra labelled samples: show the curves before and after adding them")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write index.html and figures/ into")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="folder to write index.html and figures/ into: new, empty or made by topcal (it is replaced)")
+    p.add_argument("--force", action="store_true",
+                   help="write into DIR even if it holds other files (they are kept; index.html and figures/ are replaced)")
     p.add_argument("--dpi", type=int, default=90, help="resolution of the figures (default 90)")
     _protocol_options(p, "rank methods")
     _add_data_options(p)
@@ -106,12 +109,17 @@ def _cmd_report(args) -> int:
 
     if args.dpi < 30 or args.dpi > 600:
         raise TopcalError(f"--dpi must be between 30 and 600, got {args.dpi}")
+    from ._fileio import check_output
+
+    for path in (args.data, args.eval, args.add):
+        check_output(args.output, [path], "report folder")
     data = _read(args.data, args)
     eval_data = _read(args.eval, args) if args.eval else None
     extra = _read(args.add, args) if args.add else None
     res = build_report(data, args.output, eval_data=eval_data, methods=_methods(args.methods), extra=extra,
                        data_label=Path(args.data).name, dpi=args.dpi, progress=_progress(),
-                       folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param))
+                       folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param),
+                       force=args.force)
     print(f"report: {res.path}")
     for f in res.findings:
         print(f"  warning: {f.text}", file=sys.stderr)
@@ -167,8 +175,12 @@ _PROTOCOL_TEXT = {
 def _cmd_compare(args) -> int:
     from .evaluate import compare_methods
 
-    if args.bins < 1:
-        raise TopcalError(f"--bins must be >= 1, got {args.bins}")
+    from ._params import MAX_BINS
+
+    if not 1 <= args.bins <= MAX_BINS:
+        raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
+    if args.seed < 0:
+        raise TopcalError(f"--seed must be >= 0, got {args.seed}")
     data = _read(args.data, args)
     eval_data = _read(args.eval, args) if args.eval else None
     if eval_data is not None:

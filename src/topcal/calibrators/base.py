@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._params import validate_params
-from ..data import ClassView, TopLabelData
+from ..data import ClassView, TopLabelData, preview
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, TopcalError
 from . import shrinkage as shr
 
@@ -112,7 +112,8 @@ class Calibrator:
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
             warnings.warn(
-                f"{self.name}: class(es) {empty} are never predicted in the fitting data; "
+                f"{self.name}: {'class' if len(empty) == 1 else 'classes'} {preview(empty)} "
+                f"{'is' if len(empty) == 1 else 'are'} never predicted in the fitting data; "
                 "their confidence falls back to the uncalibrated score",
                 DegenerateClassWarning,
                 stacklevel=2,
@@ -128,21 +129,26 @@ class Calibrator:
         if not hasattr(self, "classes_"):
             raise NotFittedError(f"this {self.name!r} calibrator is not fitted yet; call fit(data) first")
 
-    def _check_compatible(self, data: TopLabelData) -> None:
+    def _check_compatible(self, data: TopLabelData) -> TopLabelData:
+        """``data`` on the model's class list (any subset of the model's classes may occur)."""
         if not isinstance(data, TopLabelData):
             raise DataError(f"predict expects a TopLabelData, got {type(data).__name__}")
-        if tuple(data.classes) != tuple(self.classes_):
-            raise DataError(
-                f"the data's classes {list(data.classes)} differ from the model's {list(self.classes_)}; "
-                "pass classes=[...] (or the same probability columns, in the same order) as when fitting"
-            )
         if tuple(data.score_range) != tuple(self.score_range_):
+            lo, hi = self.score_range_
             raise DataError(
-                f"the data's score range {tuple(data.score_range)} differs from the model's "
-                f"{tuple(self.score_range_)}; declare the same score range as when fitting"
+                f"the data's score range ({data.score_range[0]:g}, {data.score_range[1]:g}) differs from the "
+                f"model's ({lo:g}, {hi:g}); build the data with score_range=({lo:g}, {hi:g}) "
+                f"(--score-range {lo:g} {hi:g})"
             )
+        if self.needs_full and data.has_full and set(data.classes) != set(self.classes_):
+            raise DataError(
+                f"method {self.name!r} needs score vectors over the model's {len(self.classes_)} classes, but the "
+                f"data has {data.n_classes} columns ({preview(data.classes)}); give one column per model class"
+            )
+        data = data.with_classes(self.classes_, "the data")
         if self.needs_full:
             data.require_full(f"method {self.name!r}")
+        return data
 
     def predict(self, data: TopLabelData) -> np.ndarray:
         """Calibrated confidence of each row, shape (n_rows,), values in [0, 1].
@@ -150,7 +156,7 @@ class Calibrator:
         For binned data, one value per bin (at the bin's midpoint score).
         """
         self._check_fitted()
-        self._check_compatible(data)
+        data = self._check_compatible(data)
         out = np.asarray(self._predict(data), dtype=np.float64)
         return out
 

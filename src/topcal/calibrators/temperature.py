@@ -38,7 +38,7 @@ import numpy as np
 from scipy.special import expit
 
 from .._params import MAX_ITER, Interval, Options
-from ..data import LOG_PROB_FLOOR, TopLabelData
+from ..data import LOG_PROB_FLOOR, TopLabelData, preview
 from ..errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._ts_core import (
     OFFSET_MAX,
@@ -194,7 +194,7 @@ class _TemperatureBase(Calibrator):
                 what = "award offset" if self._shared else (
                     "temperature and award" if self._has_award else "temperature")
                 warnings.warn(
-                    f"{self.name}: class(es) {bad} have only true positives or only false positives; "
+                    f"{self.name}: class(es) {preview(bad)} have only true positives or only false positives; "
                     f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= {OFFSET_MAX:g}), "
                     "so their confidence is pinned near 1 (only TP) or as low as the method allows (only FP)",
                     DegenerateClassWarning,

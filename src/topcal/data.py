@@ -43,6 +43,9 @@ LOG_PROB_FLOOR = 1e-300
 #: a missing column or unnormalised scores.
 SUM_TOLERANCE = 1e-4
 
+#: Largest bin count K-fold deals across folds (numpy's multinomial draws int64 counts).
+MAX_DEAL_COUNT = 2.0**53
+
 #: Narrowest accepted score range, relative to max(1, |lo|, |hi|): below it
 #: the rescaled scores (S - lo) / (hi - lo) lose their precision, and
 #: (0, 1e-300) made widths like (hi - lo) / 4096 underflow to 0.
@@ -764,6 +767,8 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
     """
     if isinstance(n_folds, bool) or not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
         raise ParameterError(f"folds must be an integer >= 2, got {n_folds!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
     data.require_labels("K-fold cross-fitting")
     rng = np.random.default_rng(seed)
     if data.is_binned:
@@ -773,6 +778,15 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
                     f"K-fold on binned data deals each bin's {name} count across folds and needs integer "
                     "counts, but some are fractional; use --eval with a second test set instead"
                 )
+            if arr.max() > MAX_DEAL_COUNT:
+                raise DataError(
+                    f"K-fold on binned data deals each bin's {name} count across folds, but a count is "
+                    f"{arr.max():g} (more than {MAX_DEAL_COUNT:g} samples in one bin cannot be dealt); "
+                    "use --eval with a second test set instead"
+                )
+        total = data.tp.sum() + data.fp.sum()
+        if n_folds > total:
+            raise DataError(f"{n_folds} folds exceed the {total:g} samples in the data; use at most {total:g} folds")
         p = np.full(n_folds, 1.0 / n_folds)
         tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
         fp = rng.multinomial(data.fp.astype(np.int64), p).astype(np.float64)
@@ -782,11 +796,14 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
             for f in range(n_folds)
         ]
     if data.n_rows < n_folds:
-        raise DataError(f"{data.n_rows} rows cannot be split into {n_folds} folds; use fewer folds")
+        raise DataError(f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most {data.n_rows} folds")
     fold_of = np.empty(data.n_rows, dtype=np.int64)
+    start = int(rng.integers(n_folds))
     for k in range(data.n_classes):
         idx = np.flatnonzero(data.pred == k)
         idx = idx[rng.permutation(idx.size)]
-        # start each class at a random fold so small classes do not all land in fold 0
-        fold_of[idx] = (np.arange(idx.size) + rng.integers(n_folds)) % n_folds
+        # each class continues the deal where the previous one stopped (the first starts at a random
+        # fold): every fold gets floor(n / K) or more rows, and small classes do not all land in fold 0
+        fold_of[idx] = (np.arange(idx.size) + start) % n_folds
+        start = (start + idx.size) % n_folds
     return [data.subset(fold_of == f) for f in range(n_folds)]

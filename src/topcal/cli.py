@@ -322,6 +322,21 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _terminate_cleanly():
+    """On SIGTERM (e.g. `kill`, a scheduler's time limit) unwind like Ctrl-C, so half-written outputs are
+    removed; returns a function that restores the previous handler."""
+    import signal
+    import threading
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 def _one_line(exc) -> str:
     return " ".join(str(exc).split("\n")).strip() or type(exc).__name__
 
@@ -329,6 +344,7 @@ def _one_line(exc) -> str:
 def main(argv=None) -> int:
     """Entry point of the ``topcal`` command; returns the exit code."""
     parser = build_parser()
+    restore_sigterm = _terminate_cleanly()
     old = warnings.showwarning
     warnings.showwarning = _one_line_warning
     try:
@@ -361,6 +377,7 @@ def main(argv=None) -> int:
         return 1
     finally:
         warnings.showwarning = old
+        restore_sigterm()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -47,7 +47,7 @@ def read_table(path):
         if suffix in (".csv", ".txt", ".tsv"):
             sep = "\t" if suffix == ".tsv" else ","
             _check_header(p, sep)
-            frame = pd.read_csv(p, sep=sep)
+            frame = pd.read_csv(p, sep=sep, low_memory=False)  # one type per column, not one per chunk
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(p)
         elif suffix == ".npz":

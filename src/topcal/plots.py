@@ -289,8 +289,16 @@ def model_curve(model, k: int, score: np.ndarray) -> np.ndarray:
     return model.predict(grid)
 
 
+def _class_items(data: TopLabelData, only) -> list[tuple[int, str]]:
+    """(index, name) of every class, or of the class indices ``only`` (figures of many classes show a few)."""
+    if only is None:
+        return list(enumerate(data.classes))
+    return [(int(k), data.classes[int(k)]) for k in only]
+
+
 def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_points: int = 401,
-                       sparse_min: float = SPARSE_MIN, max_cloud_points: int = MAX_CLOUD_POINTS) -> CurveGrid:
+                       sparse_min: float = SPARSE_MIN, max_cloud_points: int = MAX_CLOUD_POINTS,
+                       only=None) -> CurveGrid:
     """Per class: Conf_Hist bars plus each fitted model's curve (or cloud).
 
     Parameters
@@ -319,7 +327,7 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
             preds[name] = m.predict(data)
     panels = []
     subsampled = False
-    for k, cname in enumerate(data.classes):
+    for k, cname in _class_items(data, only):
         curves = {}
         for name, m in models.items():
             if name == "uncalibrated" or not _is_curve(m):
@@ -402,7 +410,8 @@ def _class_probs(data: TopLabelData) -> np.ndarray:
     return np.exp(data.log_probs())
 
 
-def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int = 10) -> list[DensityPanel | None]:
+def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int = 10,
+                  only=None) -> list[DensityPanel | None]:
     """Per class, the TP and FP densities of a fitted kernel-density model.
 
     Parameters
@@ -439,7 +448,7 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
 
         probs = _class_probs(data)
     out: list[DensityPanel | None] = []
-    for k, cname in enumerate(data.classes):
+    for k, cname in _class_items(data, only):
         sup = _support(data, k)
         if sup is None:
             out.append(None)
@@ -488,7 +497,7 @@ class CloudPanel:
 
 
 def ts_clouds(data: TopLabelData, model: Calibrator, *, n_bins: int = 10,
-              max_points: int = MAX_CLOUD_POINTS) -> list[CloudPanel | None]:
+              max_points: int = MAX_CLOUD_POINTS, only=None) -> list[CloudPanel | None]:
     """Score vs recalibrated confidence per class for one fitted model (any method).
 
     Parameters
@@ -503,7 +512,7 @@ def ts_clouds(data: TopLabelData, model: Calibrator, *, n_bins: int = 10,
     conf = model.predict(data)
     hists = class_histograms(data, n_bins=n_bins)
     out: list[CloudPanel | None] = []
-    for k, cname in enumerate(data.classes):
+    for k, cname in _class_items(data, only):
         idx = np.flatnonzero((data.pred == k) & (data.tp + data.fp > 0))
         if idx.size == 0:
             out.append(None)
@@ -559,12 +568,14 @@ class HistogramOverlay:
 
 
 def histogram_overlay(data1: TopLabelData, data2: TopLabelData, *, n_bins: int = 10,
-                      labels: tuple[str, str] = ("test set 1", "test set 2")) -> HistogramOverlay:
-    """Conf_Hist of each class on two test sets with the same classes and scale."""
+                      labels: tuple[str, str] = ("test set 1", "test set 2"), only=None) -> HistogramOverlay:
+    """Conf_Hist of each class (or of the class indices ``only``) on two test sets with the same classes and scale."""
     if data1.classes != data2.classes or data1.score_range != data2.score_range:
         raise TopcalError("the two test sets must have the same classes and score range to be compared")
-    return HistogramOverlay(data1.classes, data1.score_range, tuple(class_histograms(data1, n_bins=n_bins)),
-                            tuple(class_histograms(data2, n_bins=n_bins)), tuple(labels))
+    items = _class_items(data1, only)
+    h1, h2 = class_histograms(data1, n_bins=n_bins), class_histograms(data2, n_bins=n_bins)
+    return HistogramOverlay(tuple(c for _, c in items), data1.score_range, tuple(h1[k] for k, _ in items),
+                            tuple(h2[k] for k, _ in items), tuple(labels))
 
 
 @dataclass(frozen=True)
@@ -631,7 +642,8 @@ class AddedSamplesPanel:
 
 
 def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = "hist", *,
-                         params: dict | None = None, n_points: int = 401) -> tuple[str, list[AddedSamplesPanel]]:
+                         params: dict | None = None, n_points: int = 401,
+                         only=None) -> tuple[str, list[AddedSamplesPanel]]:
     """Refit ``method`` on ``data`` + ``extra`` and compare curves for the classes ``extra`` touches.
 
     Parameters
@@ -659,7 +671,7 @@ def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = 
     etp, efp = extra.class_counts()
     otp, ofp = data.class_counts()
     panels = []
-    for k, cname in enumerate(data.classes):
+    for k, cname in _class_items(data, only):
         if etp[k] + efp[k] <= 0:
             continue
         panels.append(AddedSamplesPanel(

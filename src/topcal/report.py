@@ -304,17 +304,64 @@ def _pick(preferred, fitted) -> list[str]:
     return [m for m in preferred if m in fitted]
 
 
+#: Per-class figures show at most this many classes, those with the most positives: a figure of
+#: thousands of panels (or a 10,000 x 10,000 confusion matrix) takes minutes and gigabytes and shows nothing.
+MAX_FIGURE_CLASSES = 24
+
+
+def figure_classes(data: TopLabelData) -> np.ndarray | None:
+    """Indices of the classes the per-class figures show (None: all of them), in class order."""
+    if data.n_classes <= MAX_FIGURE_CLASSES:
+        return None
+    tp, fp = data.class_counts()
+    return np.sort(np.argsort(-(tp + fp), kind="stable")[:MAX_FIGURE_CLASSES])
+
+
+def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
+    """Rows predicted as a kept class; true classes outside them pooled into one '(other classes)' class."""
+    mapping = np.full(data.n_classes, keep.size, dtype=np.int64)
+    mapping[keep] = np.arange(keep.size)
+    sub = data.subset(np.isin(data.pred, keep))
+    labels = None if sub.labels is None else mapping[sub.labels]
+    names = tuple(data.classes[k] for k in keep)
+    if labels is not None and np.any(labels == keep.size):
+        other = "(other classes)"
+        while other in data.classes:
+            other += "*"
+        names += (other,)
+    return TopLabelData(names, mapping[sub.pred], sub.score, sub.score_range, tp=sub.tp, fp=sub.fp, labels=labels,
+                        bin_edges=sub.bin_edges)
+
+
+def _comparison_view(comparison: dict, names) -> dict:
+    """``comparison`` with per-class values of the classes ``names`` only."""
+    methods = {m: {x: {"overall": v["overall"], "per_class": {c: v["per_class"][c] for c in names}}
+                   for x, v in metrics.items()} for m, metrics in comparison["methods"].items()}
+    return {**comparison, "methods": methods}
+
+
 def _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log):
     """Yield (key, title, caption, Figure) for every figure that applies."""
     score_models = {n: m for n, m in models.items() if plots._is_curve(m)}
     other_models = {n: m for n, m in models.items() if not plots._is_curve(m)}
+    only = figure_classes(data)
+    few = ""
+    if only is not None:
+        few = (f" Only the {only.size} largest classes (most positives) of {data.n_classes} are shown; the tables "
+               "list every class.")
+        names = [data.classes[k] for k in only]
+        comparison = _comparison_view(comparison, names)
+        holdout = None if holdout is None else _comparison_view(holdout, names)
 
     log("figure: joint distribution")
-    jd = plots.joint_distribution(data)
+    jd = plots.joint_distribution(data if only is None else _joint_view(data, only))
     cap = ("Joint distribution of true and predicted class; the reverse confusion matrix (columns normalised) has "
            "Conf1 on its diagonal." if jd.counts is not None else
            "Binned data records no true class for false positives, so only the positives per predicted class and "
            "Conf1 = |TP| / |P| are shown.")
+    if only is not None:
+        cap += (f" Only rows predicted as the {only.size} largest classes of {data.n_classes}; every other true "
+                "class is pooled.")
     yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
 
     if methods_given:
@@ -325,57 +372,59 @@ def _figures(data, models, comparison, eval_data, holdout, extra, methods_given,
         if not main_score:
             main_score = {n: m for n, m in score_models.items() if n not in ("uncalibrated", "conf1")}
     log("figure: calibration curves")
-    grid = plots.calibration_curves(data, main_score)
+    grid = plots.calibration_curves(data, main_score, only=only)
     yield ("curves", "Calibration curves per class (paper Figs. 3, 7, 9)",
            "Bars: Conf_Hist with 10 equal-width bins (hatched, dashed: fewer than 10 positives, or the lowest bin). "
            "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, where every "
-           "curve is extrapolated.",
+           "curve is extrapolated." + few,
            plots.plot_calibration_curves(grid))
     rules = _pick(_KDE_RULES, score_models)
     if len(rules) >= 2 and set(rules) != set(main_score):
         log("figure: KDE bandwidth rules")
-        grid = plots.calibration_curves(data, {n: score_models[n] for n in rules})
+        grid = plots.calibration_curves(data, {n: score_models[n] for n in rules}, only=only)
         yield ("kde-rules", "KDE bandwidth rules (paper Figs. 13, 14)",
                "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 and the "
-               "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too.",
+               "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too." + few,
                plots.plot_calibration_curves(grid))
     binary = _pick(("btswa", "bts"), score_models)
     if binary and not methods_given:
         log("figure: binary temperature scaling")
-        grid = plots.calibration_curves(data, {n: score_models[n] for n in binary})
+        grid = plots.calibration_curves(data, {n: score_models[n] for n in binary}, only=only)
         yield ("binary-ts", "Binary temperature scaling of the top score",
                "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at most: a smooth "
-               "S-shape that cannot follow a non-monotone histogram.", plots.plot_calibration_curves(grid))
+               "S-shape that cannot follow a non-monotone histogram." + few, plots.plot_calibration_curves(grid))
     dens = _pick(_DENSITY_PREFERENCE, score_models)
     if dens:
         name = dens[0]
         log(f"figure: kernel densities ({name})")
-        panels = plots.kde_densities(data, score_models[name])
+        panels = plots.kde_densities(data, score_models[name], only=only)
         if any(p is not None for p in panels):
             extra_cap = (" Black dotted: the k-th score of every sample not predicting k; red: the 'diluted' confidence "
                          "that counts them as negatives (paper Fig. 6)." if data.has_full and data.labels is not None
                          else "")
             yield ("densities", f"Kernel densities behind {name} (paper Figs. 5, 6)",
                    "Left of each pair: the TP (green) and FP (orange) weighted kernel sums; right: their ratio "
-                   f"Conf_KDE over the histogram.{extra_cap}", plots.plot_kde_densities(panels))
+                   f"Conf_KDE over the histogram.{extra_cap}{few}", plots.plot_kde_densities(panels))
     for name, m in other_models.items():
         log(f"figure: clouds ({name})")
-        panels = plots.ts_clouds(data, m)
+        panels = plots.ts_clouds(data, m, only=only)
         what = ("score vs recalibrated ŷ_k of every positive: a temperature sends one score to different values "
                 "depending on how the rest of the probability is split (paper Figs. 10-12).")
-        yield (f"clouds-{name}", f"{name}: recalibrated confidence per class", f"{what} Bars: Conf_Hist for reference.",
+        yield (f"clouds-{name}", f"{name}: recalibrated confidence per class",
+               f"{what} Bars: Conf_Hist for reference.{few}",
                plots.plot_ts_clouds(panels, method=name))
     log("figure: NLL bars")
     yield ("nll", "NLL per class and method (paper Fig. 17)",
            "Mean top-label negative log-likelihood per positive, fitted and evaluated on the same data (lower is "
-           "better).", plots.plot_method_bars(plots.method_scores(comparison, "nll")))
+           "better)." + few, plots.plot_method_bars(plots.method_scores(comparison, "nll")))
     if eval_data is not None and holdout is not None:
         log("figure: second test set")
         yield ("overlay", "Histograms of the two test sets (paper Fig. 4)",
                "Conf_Hist per class on the fitting set (black) and the second set (red, dashed); their differences "
                "are noise the calibration cannot know about.",
                plots.plot_histogram_overlay(plots.histogram_overlay(data, eval_data,
-                                                                    labels=("fitting set", "second set"))))
+                                                                    labels=("fitting set", "second set"),
+                                                                    only=only)))
         yield ("paired", "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
                "Overall NLL per method on the fitting set (left) and the second set (right). A method far worse on "
                "the second set has fitted noise.",
@@ -385,7 +434,7 @@ def _figures(data, models, comparison, eval_data, holdout, extra, methods_given,
         method = next(iter(_pick(("kde-mon2", "kde-mon", "kde", "hist"), score_models)), None)
         method = method or next(iter(score_models), None) or "hist"
         log(f"figure: added samples ({method})")
-        used, panels = plots.added_samples_effect(data, extra, method)
+        used, panels = plots.added_samples_effect(data, extra, method, only=only)
         if panels:
             yield ("added", f"Effect of the added samples on {used} (paper Fig. 15)",
                    "Each class the extra file predicts: the curve fitted on the original data (black) and on the data "

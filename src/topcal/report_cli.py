@@ -18,6 +18,11 @@ from .errors import TopcalError
 __all__ = ["add_commands", "overall_table", "per_class_table", "comparison_rows"]
 
 
+#: The report's warnings printed on stderr (all of them are on the page): thousands of classes
+#: give thousands of per-class findings.
+MAX_PRINTED_FINDINGS = 30
+
+
 def _progress():
     t0 = time.perf_counter()
 
@@ -121,8 +126,11 @@ def _cmd_report(args) -> int:
                        folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param),
                        force=args.force)
     print(f"report: {res.path}")
-    for f in res.findings:
+    for f in res.findings[:MAX_PRINTED_FINDINGS]:
         print(f"  warning: {f.text}", file=sys.stderr)
+    if len(res.findings) > MAX_PRINTED_FINDINGS:
+        print(f"  ... and {len(res.findings) - MAX_PRINTED_FINDINGS} more warnings: see the report's Warnings section",
+              file=sys.stderr)
     return 0
 
 

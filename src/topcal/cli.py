@@ -39,7 +39,7 @@ def _add_data_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label-column", default="label", help="column with the true class name (default: label)")
     g.add_argument("--logits", action="store_true", help="read p_<class> columns as logits, not probabilities")
     g.add_argument("--renormalize", action="store_true", help="divide probability rows by their sum instead of rejecting rows that do not sum to 1")
-    g.add_argument("--score-range", nargs=2, type=float, metavar=("LO", "HI"), help="scale of the 'score' column (default 0 1; PhANNs: 0 10)")
+    g.add_argument("--score-range", nargs=2, type=float, metavar=("LO", "HI"), help="scale of the 'score' column or of binned data's bins (default 0 1; PhANNs: 0 10); apply takes the model's")
     g.add_argument("--prob-prefix", default="p_", help="prefix of probability columns (default: p_)")
     g.add_argument("--pred-column", default="pred", help="predicted-class column for top-score data (default: pred)")
     g.add_argument("--score-column", default="score", help="top-score column (default: score)")

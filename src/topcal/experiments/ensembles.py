@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .._fileio import atomic_write, write_text
 from ..errors import DataError, DegenerateClassWarning, ParameterError, TopcalError
 from .idx import MnistData, load_mnist, split_train_test1
 from .mlp import TrainConfig
@@ -720,19 +721,20 @@ def write_outputs(out_dir, cfg: ExperimentConfig, outputs: NetworkOutputs, resul
         **summary,
     }
     paths["summary"] = out / "summary.json"
-    paths["summary"].write_text(json.dumps(doc, indent=1))
+    write_text(paths["summary"], json.dumps(doc, indent=1))  # each file atomically: temp file + rename
     paths["medians"] = out / "medians.csv"
-    with open(paths["medians"], "w", newline="") as fh:
+    with atomic_write(paths["medians"]) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["metric", "method", "test_set", "class", "median", "q25", "q75"])
         for row in _summary_rows(summary):
             w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
     paths["results"] = out / "results.npz"
-    np.savez_compressed(
-        paths["results"], values=results.values, methods=np.array(results.methods),
-        classes=np.array(results.classes), metrics=np.array(METRICS), ensembles=results.ensembles,
-        accuracy=results.accuracy, counts=results.counts, network_accuracy=acc,
-    )
+    with atomic_write(paths["results"]) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(
+            fh, values=results.values, methods=np.array(results.methods),
+            classes=np.array(results.classes), metrics=np.array(METRICS), ensembles=results.ensembles,
+            accuracy=results.accuracy, counts=results.counts, network_accuracy=acc,
+        )
     if figures:
         from . import plots
 

@@ -18,6 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .._fileio import atomic_write
+
 __all__ = ["METHOD_GROUPS", "paired_bars", "curves_figure", "write_figures"]
 
 #: The paper's two comparisons: Figure 18 (temperature scaling family) and
@@ -166,14 +168,14 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
             continue
         fig = paired_bars(summary, present, metric="nll", title=f"{group} methods, median NLL ({regime})")
         paths[f"nll_{group}"] = out / f"nll_{group}.png"
-        fig.savefig(paths[f"nll_{group}"], dpi=90)
+        _save(fig, paths[f"nll_{group}"])
     fig = Figure(figsize=(max(7.0, 0.42 * len(results.methods) + 2), 7.5), layout="constrained")
     axes = fig.subplots(3, 1)
     for ax, metric in zip(axes, ("nll", "ece1", "ece2")):
         _overall_bars(summary, results.methods, metric, ax)
     axes[0].set_title(f"all methods, overall medians ({regime})", fontsize="medium")
     paths["overall"] = out / "overall.png"
-    fig.savefig(paths["overall"], dpi=90)
+    _save(fig, paths["overall"])
     sets = _ensemble_data(outputs, results.ensembles[0], cfg.combine)
     models = {}
     for name in ("kde-mon", "kde-mon2", "hist"):
@@ -187,8 +189,14 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     if models:
         fig = curves_figure(sets[0], models, title=f"ensemble 0 of the {regime} run")
         paths["curves"] = out / "curves.png"
-        fig.savefig(paths["curves"], dpi=90)
+        _save(fig, paths["curves"])
     return paths
+
+
+def _save(fig, path) -> None:
+    """A figure as PNG, atomically (temp file + rename)."""
+    with atomic_write(path) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
 
 
 def _overall_bars(summary: dict, methods, metric: str, ax) -> None:

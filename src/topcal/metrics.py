@@ -89,7 +89,7 @@ def _check(data: TopLabelData, confidence) -> np.ndarray:
     bad = ~np.isfinite(c) | (c < 0) | (c > 1)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise DataError(f"confidence {c[i]!r} at row {i} is not a probability in [0, 1]; rescale the scores first")
+        raise DataError(f"confidence {float(c[i]):g} at row {i} is not a probability in [0, 1]; rescale the scores first")
     return c
 
 

@@ -119,6 +119,12 @@ def test_npz_without_classes_reads_labels_as_indices_and_with_classes_as_names(t
     np.savez(tmp_path / "named.npz", probs=probs, labels=np.array(["y", "x", "x"]), classes=np.array(["y", "x"]))
     s = metrics_json(tmp_path / "named.npz")
     assert s["overall"]["tp"] == 2
+    # integer labels beside non-numeric names (scikit-learn's y and classes_) index the classes
+    np.savez(tmp_path / "sk.npz", probs=probs, labels=np.array([0, 1, 1]), classes=np.array(["y", "x"]))
+    assert metrics_json(tmp_path / "sk.npz")["overall"]["tp"] == 2
+    # beside numeric names they are names: label 1 is class "1", whatever its position
+    np.savez(tmp_path / "num.npz", probs=probs, labels=np.array([1, 0, 0]), classes=np.array(["1", "0"]))
+    assert metrics_json(tmp_path / "num.npz")["overall"]["tp"] == 2
 
 
 def test_integer_pred_codes_add_no_unused_class(tmp_path):

@@ -6,7 +6,9 @@ Column conventions (each name can be overridden):
   ``apply`` needs none). Labels are always matched to class *names* (``3``
   is the class of column ``p_3``, never the fourth column); only a ``.npz``
   ``probs``/``logits`` array without a ``classes`` array has unnamed
-  columns, which are then named ``0``..``K-1`` (so its labels are indices).
+  columns, which are then named ``0``..``K-1`` (so its labels are indices),
+  and integer labels beside a ``classes`` array of non-numeric names (as
+  scikit-learn's ``y`` and ``classes_``) are indices into ``classes``.
 * Full score vectors: one column per class, ``p_<class>`` for probabilities
   (read as logits with ``logits=True`` / ``--logits``) or ``logit_<class>``
   for logits; class names come from the column names, in column order.
@@ -107,6 +109,16 @@ def _npz_frame(p: Path):
                 cols[prefix + c] = m[:, j]
     if "labels" in arrays and "label" not in arrays:
         arrays["label"] = arrays.pop("labels")
+    lab = arrays.get("label")
+    if classes and lab is not None and lab.dtype.kind in "iu" and not any(_is_integer_name(c) for c in classes):
+        # integer labels beside non-numeric class names (scikit-learn's y and classes_): indices into
+        # 'classes', the one reading that can match; with numeric names they are matched as names
+        if lab.ndim == 1 and lab.size and (lab.min() < 0 or lab.max() >= len(classes)):
+            i = int(np.flatnonzero((lab < 0) | (lab >= len(classes)))[0])
+            raise DataError(f"labels in {str(p)!r} has index {int(lab[i])} at row {i}, outside 0..{len(classes) - 1}; "
+                            "integer labels beside class names are indices into 'classes'")
+        if lab.ndim == 1:
+            arrays["label"] = np.asarray(classes, dtype=object)[lab]
     for key, arr in arrays.items():
         if arr.ndim != 1:
             raise DataError(f"array {key!r} in {str(p)!r} must be 1-d, got shape {arr.shape}")
@@ -115,6 +127,13 @@ def _npz_frame(p: Path):
         return pd.DataFrame(cols)
     except ValueError as exc:
         raise DataError(f"arrays in {str(p)!r} have different lengths ({exc}); give one value per sample") from None
+
+
+def _is_integer_name(name: str) -> bool:
+    try:
+        return str(int(name)) == name
+    except ValueError:
+        return False
 
 
 def read_frame(

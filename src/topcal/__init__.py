@@ -19,6 +19,7 @@ from .data import TopLabelData  # noqa: E402
 from .errors import TopcalError  # noqa: E402
 from .io import read_data  # noqa: E402
 from .persist import load, save  # noqa: E402
+from . import report as _report_module  # noqa: E402,F401  (the module first: the function below then keeps the name)
 from .api import compare, report  # noqa: E402
 
 

@@ -83,8 +83,13 @@ def test_compare_is_a_tidy_frame_of_compare_methods(sim):
     held = topcal.compare(data.subset(np.arange(1000)), methods=["hist"],
                           eval_data=(p[1000:], y[1000:]))
     assert set(held["protocol"]) == {"holdout"}
-    phanns = topcal.compare(topcal.datasets.load_phanns(), methods=["hist", "sts"])
+    phanns = topcal.compare(topcal.datasets.load_phanns(), methods=["hist", "sts"], in_sample=True)
     assert phanns.attrs["skipped"] == ["sts"] and set(phanns["method"]) == {"hist"}
+    assert set(phanns["protocol"]) == {"same"}
+    default = topcal.compare(p, y, methods=["hist"])  # as `topcal compare`: 5-fold out of sample
+    assert set(default["protocol"]) == {"kfold"} and default.attrs["folds"] == 5
+    with pytest.raises(topcal.TopcalError, match="exclude each other"):
+        topcal.compare(p, y, methods=["hist"], eval_data=(p, y), in_sample=True)
 
 
 def test_report_writes_html_and_returns_its_path(sim, tmp_path):

@@ -179,7 +179,8 @@ def test_method_params_are_estimator_params():
     assert {k: v for k, v in twin.get_params(deep=False).items() if k != "estimator"} == {
         "method": "hist", "cv": 3, "n_bins": 4}
     twin.set_params(n_bins=7, strategy="quantile")
-    assert twin.fit(X, y).calibrator_.get_params() == {"n_bins": 7, "strategy": "quantile"}
+    got = twin.fit(X, y).calibrator_.get_params()
+    assert (got["n_bins"], got["strategy"]) == (7, "quantile")
     grid = GridSearchCV(est, {"n_bins": [3, 12]}, cv=2).fit(X, y)
     assert grid.best_estimator_.calibrator_.n_bins in (3, 12)
     with pytest.raises(ParameterError, match="no parameter"):
@@ -276,4 +277,6 @@ def test_default_method_is_auto():
     assert est.get_params()["method"] == "auto"
     est.fit(X, y)
     assert est.calibrator_.name == "auto"
+    # the auto calibrator itself takes the classifier's probabilities as an array too
+    np.testing.assert_allclose(est.calibrator_.predict(est.estimator_.predict_proba(X)), est.predict_confidence(X))
     assert np.all((est.predict_confidence(X) >= 0) & (est.predict_confidence(X) <= 1))

@@ -42,7 +42,8 @@ def _other(value, data, what: str, *, kind: str):
     return align_classes(other, data, what)
 
 
-def compare(data, y=None, methods=None, *, eval_data=None, classes=None, kind: str = "auto", **options):
+def compare(data, y=None, methods=None, *, eval_data=None, folds: int = 5, in_sample: bool = False, classes=None,
+            kind: str = "auto", **options):
     """Fit methods and evaluate them; one row per (method, class, metric).
 
     Parameters
@@ -56,26 +57,33 @@ def compare(data, y=None, methods=None, *, eval_data=None, classes=None, kind: s
         score vectors are skipped on top-score data).
     eval_data : optional
         A second labelled test set (same forms as ``data``; a score matrix
-        as a ``(scores, y)`` tuple).
+        as a ``(scores, y)`` tuple): fit on ``data``, evaluate on it.
+    folds : int, default 5
+        Without ``eval_data``: K-fold cross-fitting within ``data`` (every
+        row scored by a model fitted without it), as ``topcal compare``.
+    in_sample : bool, default False
+        Fit and evaluate on the same data instead (the paper's practice;
+        optimistic for flexible methods), as ``topcal compare --in-sample``.
     classes : sequence of str, optional
         Names of the score columns.
     kind : {"auto", "probs", "logits"}
     **options
-        Passed to :func:`topcal.evaluate.compare_methods` (``folds``,
-        ``seed``, ``n_bins``, ...).
+        Passed to :func:`topcal.evaluate.compare_methods` (``seed``,
+        ``n_bins``, ``params``, ...).
 
     Returns
     -------
     pandas.DataFrame
         Columns ``method, class, metric, value, protocol``; ``class`` is
         "overall" for the overall value, ``value`` NaN where a class has no
-        positives. ``df.attrs`` holds ``protocol``, ``folds`` and ``skipped``
-        (methods not run for lack of full score vectors).
+        positives. ``df.attrs`` holds ``protocol``, ``folds``, ``skipped``
+        (methods not run for lack of full score vectors) and, as
+        ``compare_methods`` reports them, ``failed`` and ``warnings``.
 
     Examples
     --------
     >>> import topcal
-    >>> df = topcal.compare(topcal.datasets.load_phanns(), methods=["hist", "kde-mon2"])
+    >>> df = topcal.compare(topcal.datasets.load_phanns(), methods=["hist", "kde-mon2"], folds=3)
     >>> sorted(df["method"].unique())
     ['hist', 'kde-mon2']
     """
@@ -84,14 +92,21 @@ def compare(data, y=None, methods=None, *, eval_data=None, classes=None, kind: s
     from .evaluate import compare_methods
     from .report_cli import comparison_rows
 
+    from .errors import ParameterError
+
     d = as_data(data, y, classes=classes, kind=kind)
     if eval_data is not None:
+        if in_sample:
+            raise ParameterError("in_sample and eval_data exclude each other: eval_data is already a second test set")
         options["eval_data"] = _other(eval_data, d, "eval_data", kind=kind)
+    elif not in_sample:
+        options["folds"] = folds
     res = compare_methods(d, methods, **options)
     rows = [(m, c, metric, v, res["protocol"]) for m, metric, c, v in comparison_rows(res)]
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     frame["value"] = frame["value"].astype("float64")
-    frame.attrs.update(protocol=res["protocol"], folds=res["folds"], skipped=list(res["skipped"]))
+    frame.attrs.update(protocol=res["protocol"], folds=res["folds"], skipped=list(res["skipped"]),
+                       failed=dict(res.get("failed", {})), warnings=dict(res.get("warnings", {})))
     return frame
 
 

@@ -109,3 +109,6 @@ def test_fitted_calibrators_show_their_curves_in_jupyter(sim):
     assert "<img src='data:image/png;base64," in html and "kde-mon2" in html and "5 classes" in html
     table = topcal.calibrator("csts").fit(p, y)._repr_html_()
     assert "no per-class curve" in table and table.count("<tr>") == 6
+    auto = topcal.calibrator("auto", candidates=["hist", "sts"]).fit(p, y)
+    shown = auto._repr_html_()
+    assert f"chose <code>{auto.method_}</code>" in shown and ("<img" in shown or "no per-class curve" in shown)

@@ -94,7 +94,7 @@ def test_compare_is_a_tidy_frame_of_compare_methods(sim):
 
 def test_report_writes_html_and_returns_its_path(sim, tmp_path):
     p, y = sim
-    path = topcal.report(p, y, output=tmp_path / "rep", methods=["hist", "kde-mon2"], dpi=40)
+    path = topcal.report(p, y, output=tmp_path / "rep", methods=["hist", "kde-mon2"], dpi=40, folds=2)
     assert path == tmp_path / "rep" / "index.html" and path.is_file()
     assert "kde-mon2" in path.read_text(encoding="utf-8")
     with pytest.raises(DataError, match="does not exist"):

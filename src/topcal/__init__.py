@@ -19,6 +19,17 @@ from .data import TopLabelData  # noqa: E402
 from .errors import TopcalError  # noqa: E402
 from .io import read_data  # noqa: E402
 from .persist import load, save  # noqa: E402
+from . import report as _report_module  # noqa: E402,F401  (the module first: the function below then keeps the name)
+from .api import compare, report  # noqa: E402
+
+
+def __getattr__(name):
+    # the scikit-learn meta-estimator needs scikit-learn (topcal[sklearn]); import it on first use
+    if name == "TopLabelCalibratedClassifier":
+        from .estimator import TopLabelCalibratedClassifier
+
+        return TopLabelCalibratedClassifier
+    raise AttributeError(f"module 'topcal' has no attribute {name!r}")
 
 __all__ = [
     "__version__",
@@ -33,6 +44,9 @@ __all__ = [
     "load",
     "save",
     "read_data",
+    "compare",
+    "report",
+    "TopLabelCalibratedClassifier",
     "datasets",
     "metrics",
 ]

@@ -43,6 +43,9 @@ def _add_data_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prob-prefix", default="p_", help="prefix of probability columns (default: p_)")
     g.add_argument("--pred-column", default="pred", help="predicted-class column for top-score data (default: pred)")
     g.add_argument("--score-column", default="score", help="top-score column (default: score)")
+    g.add_argument("--column", action="append", default=[], metavar="ROLE=NAME",
+                   help="read column NAME as ROLE (label, pred, score, predicted_class, bin_lo, bin_hi, tp, fp); "
+                        "repeatable")
 
 
 def _read_options(args) -> dict:
@@ -54,7 +57,18 @@ def _read_options(args) -> dict:
         prob_prefix=args.prob_prefix,
         pred_column=args.pred_column,
         score_column=args.score_column,
+        columns=_column_map(args.column),
     )
+
+
+def _column_map(items) -> dict | None:
+    out = {}
+    for text in items:
+        role, sep, name = text.partition("=")
+        if not sep or not role.strip() or not name:
+            raise TopcalError(f"--column {text!r} must look like ROLE=NAME, e.g. --column label=true_class")
+        out[role.strip()] = name
+    return out or None
 
 
 def _parse_param(text: str):

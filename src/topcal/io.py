@@ -19,6 +19,17 @@ Column conventions (each name can be overridden):
 
 A ``.npz`` file holds the same columns as 1-d arrays, or a 2-d ``probs`` or
 ``logits`` array with optional ``classes`` and ``labels`` (or ``label``).
+
+Published layouts recognised without any option (:data:`KNOWN_LAYOUTS`):
+
+* netcal's ``.npz`` records: a 2-d ``predictions`` array (probabilities) and
+  ``ground_truth`` (true class indices);
+* ``true_label,pred_label,confidence`` tables (one row a sample: true class,
+  predicted class, top score), as published for ImageNet networks.
+
+Anything else: map each role to a column with ``columns={"label": "y",
+"score": "conf", ...}`` (``--column ROLE=NAME`` on the command line); roles
+are :data:`COLUMN_ROLES`.
 """
 
 from __future__ import annotations
@@ -30,9 +41,20 @@ import numpy as np
 from .data import TopLabelData, label_names
 from .errors import DataError
 
-__all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS"]
+__all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "COLUMN_ROLES", "KNOWN_LAYOUTS",
+           "column_roles"]
 
 BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
+
+#: Roles a column can be given with ``columns`` / ``--column ROLE=NAME``.
+COLUMN_ROLES = ("label", "pred", "score") + BINNED_COLUMNS
+
+#: Published layouts read as they are: name -> {role: column} (tables) or
+#: {standard npz key: their key} (npz).
+KNOWN_LAYOUTS = {
+    "true_label,pred_label,confidence": {"label": "true_label", "pred": "pred_label", "score": "confidence"},
+    "netcal npz": {"probs": "predictions", "labels": "ground_truth"},
+}
 
 
 def read_table(path):
@@ -95,6 +117,7 @@ def _npz_frame(p: Path):
         if arr.dtype.kind not in "biufUS":
             raise DataError(f"array {key!r} in {str(p)!r} has the unsupported type {arr.dtype}; "
                             "use numbers or strings")
+    arrays = _netcal_arrays(arrays)
     cols = {}
     classes = [str(c) for c in arrays.pop("classes")] if "classes" in arrays else None
     for key, prefix in (("probs", "p_"), ("logits", "logit_")):
@@ -136,9 +159,45 @@ def _is_integer_name(name: str) -> bool:
         return False
 
 
+def _netcal_arrays(arrays: dict) -> dict:
+    """netcal's records (``predictions``, ``ground_truth``) under the standard keys ``probs``, ``labels``."""
+    layout = KNOWN_LAYOUTS["netcal npz"]
+    if layout["probs"] in arrays and not {"probs", "logits"} & set(arrays):
+        arrays = dict(arrays)
+        for ours, theirs in layout.items():
+            if theirs in arrays and ours not in arrays and "label" not in arrays:
+                arrays[ours] = arrays.pop(theirs)
+    return arrays
+
+
+def column_roles(cols, columns=None, *, label_column="label", pred_column="pred", score_column="score") -> dict:
+    """Which column plays which role: ``{role: column}`` for the roles in :data:`COLUMN_ROLES`.
+
+    ``columns`` (role -> column name) wins; then the named ``*_column``
+    options; when none of those names is a column and the columns are a known
+    published layout (:data:`KNOWN_LAYOUTS`), that layout's names.
+    """
+    cols = [str(c) for c in cols]
+    roles = {"label": label_column, "pred": pred_column, "score": score_column}
+    roles.update({c: c for c in BINNED_COLUMNS})
+    layout = KNOWN_LAYOUTS["true_label,pred_label,confidence"]
+    if (pred_column not in cols and score_column not in cols and label_column not in cols
+            and all(layout[r] in cols for r in ("pred", "score"))):
+        roles.update(layout)
+    for role, name in (columns or {}).items():
+        if role not in COLUMN_ROLES:
+            raise DataError(f"unknown column role {role!r}; roles are: {', '.join(COLUMN_ROLES)}")
+        if str(name) not in cols:
+            shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
+            raise DataError(f"column {name!r} (given for the role {role!r}) is not in the data; its columns are: {shown}")
+        roles[role] = str(name)
+    return roles
+
+
 def read_frame(
     frame,
     *,
+    columns: dict | None = None,
     label_column: str = "label",
     logits: bool = False,
     prob_prefix: str = "p_",
@@ -149,17 +208,27 @@ def read_frame(
     renormalize: bool = False,
     classes=None,
 ) -> TopLabelData:
-    """Build :class:`TopLabelData` from a DataFrame by the column conventions above."""
+    """Build :class:`TopLabelData` from a DataFrame by the column conventions above.
+
+    ``columns`` maps roles (:data:`COLUMN_ROLES`) to column names.
+    """
     try:
-        return _read_frame(frame, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
-                           score_range, renormalize, classes)
+        return _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column,
+                           score_column, score_range, renormalize, classes)
     except (TypeError, OverflowError) as exc:  # cells pandas/numpy cannot turn into numbers or names
         raise DataError(f"a column holds values topcal cannot read ({exc}); give numbers and class names") from None
 
 
-def _read_frame(frame, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column, score_range,
-                renormalize, classes):
+def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
+                score_range, renormalize, classes):
     cols = [str(c) for c in frame.columns]
+    roles = column_roles(cols, columns, label_column=label_column, pred_column=pred_column,
+                         score_column=score_column)
+    label_column, pred_column, score_column = roles["label"], roles["pred"], roles["score"]
+    binned = {roles[c]: c for c in BINNED_COLUMNS if roles[c] != c}
+    if binned:
+        frame = frame.rename(columns=binned)
+        cols = [str(c) for c in frame.columns]
     labels = None
     if label_column in cols:
         labels = label_names(frame[label_column].to_numpy(), f"label column {label_column!r}")

@@ -151,10 +151,8 @@ class Auto(Calibrator):
         self.cv_ = cv
         self.model_ = calibrator(best).fit(data)
 
-    def predict(self, data: TopLabelData) -> np.ndarray:
-        """Calibrated confidence of each row from the chosen method."""
-        self._check_fitted()
-        self._check_compatible(data)
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        # Calibrator.predict checks the data (any form it accepts) first
         return self.model_.predict(data)
 
     def curve(self, k, score=None, *, n_points: int = 401):

@@ -5,6 +5,12 @@
 * ``fit(data)`` returns ``self`` and sets attributes ending in ``_``.
 * ``predict(data)`` returns the calibrated confidence of each row: the
   probability that the row's predicted class is right.
+* ``data`` is a :class:`TopLabelData` or anything :func:`topcal.inputs.as_data`
+  reads: ``fit(scores, y)`` / ``predict(scores)`` with a 2-d array of
+  probabilities or logits (NumPy, torch on the CPU, ...), a DataFrame with
+  ``p_<class>`` columns, or a data file.
+* ``get_params(deep=True)`` / ``set_params(**params)`` follow scikit-learn,
+  so ``sklearn.base.clone`` copies an unfitted calibrator.
 * ``describe()`` returns the fitted parameters per class (JSON-ready);
   ``to_dict()`` / ``from_dict()`` (and :mod:`topcal.persist`) save and load.
 
@@ -28,10 +34,22 @@ import numpy as np
 
 from .._params import validate_params
 from ..data import ClassView, TopLabelData, preview
-from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, TopcalError
+from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
+from ..inputs import as_data
 from . import shrinkage as shr
 
-__all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array"]
+__all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer"]
+
+#: Draws a fitted calibrator as HTML for Jupyter (``Calibrator._repr_html_``).
+#: The plotting layer sits above this one, so it registers itself here
+#: (:func:`set_html_renderer`, called by :mod:`topcal.api`).
+_html_renderer = None
+
+
+def set_html_renderer(func) -> None:
+    """Register ``func(calibrator) -> str``, the HTML Jupyter shows for a fitted calibrator."""
+    global _html_renderer
+    _html_renderer = func
 
 
 @dataclass(frozen=True)
@@ -76,32 +94,70 @@ class Calibrator:
         sig = inspect.signature(cls.__init__)
         return [p.name for p in sig.parameters.values() if p.name != "self"]
 
-    def get_params(self) -> dict[str, Any]:
-        """The constructor parameters, as given."""
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters, as given (``deep`` is accepted for
+        scikit-learn; calibrators hold no nested estimators)."""
         return {k: getattr(self, k) for k in self._param_names()}
+
+    def set_params(self, **params) -> "Calibrator":
+        """Set constructor parameters (checked at the next ``fit``); returns self."""
+        allowed = self._param_names()
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            opts = ", ".join(allowed) if allowed else "none"
+            raise ParameterError(
+                f"method {self.name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its parameters are: {opts}"
+            )
+        for k, v in params.items():
+            setattr(self, k, v)
+        return self
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
+    def __sklearn_tags__(self):
+        """scikit-learn's estimator tags (asked only by scikit-learn, e.g. a
+        Pipeline whose last step is a calibrator): fit needs labels."""
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=True))
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's rich display: the per-class curves of a fitted calibrator
+        (None, i.e. the plain repr, while unfitted)."""
+        if not hasattr(self, "classes_") or _html_renderer is None:
+            return None
+        return _html_renderer(self)
+
     def _validate_params(self) -> None:
         validate_params(self.name, self._parameter_constraints, self.get_params())
 
     # ---------------------------------------------------------------- fit
-    def fit(self, data: TopLabelData) -> "Calibrator":
+    def fit(self, data, y=None, *, classes=None, kind: str = "auto") -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
+
+        Parameters
+        ----------
+        data : TopLabelData, array-like of shape (n, K), DataFrame or path
+            The labelled data, or a classifier's scores (probabilities or
+            logits; NumPy, torch on the CPU, anything with ``__array__``).
+        y : array-like of shape (n,), optional
+            True classes (names or column indices) when ``data`` is scores.
+        classes : sequence of str, optional
+            Names of the K score columns (default "0".."K-1", or the sorted
+            distinct names in ``y``).
+        kind : {"auto", "probs", "logits"}, default "auto"
+            What the score matrix holds (see :mod:`topcal.inputs`).
 
         Returns
         -------
         self
         """
         self._validate_params()
-        if not isinstance(data, TopLabelData):
-            raise DataError(
-                f"{self.name}.fit expects a TopLabelData, got {type(data).__name__}; "
-                "build one with TopLabelData.from_probs / from_scores / from_binned"
-            )
+        data = as_data(data, y, classes=classes, kind=kind)
         data.require_labels(f"fitting {self.name!r}")
+        self._check_data(data)
         if self.needs_full:
             data.require_full(f"method {self.name!r}")
         self.classes_ = data.classes
@@ -123,6 +179,9 @@ class Calibrator:
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _check_data(self, data: TopLabelData) -> None:
+        """Method-specific checks of the data, run by ``fit`` and ``predict``."""
 
     # ------------------------------------------------------------ predict
     def _check_fitted(self) -> None:
@@ -150,12 +209,18 @@ class Calibrator:
             data.require_full(f"method {self.name!r}")
         return data
 
-    def predict(self, data: TopLabelData) -> np.ndarray:
+    def predict(self, data, *, classes=None, kind: str = "auto") -> np.ndarray:
         """Calibrated confidence of each row, shape (n_rows,), values in [0, 1].
 
-        For binned data, one value per bin (at the bin's midpoint score).
+        ``data`` as in :meth:`fit` (labels, if any, are ignored); a score
+        matrix's columns are the fitted classes, in order, unless ``classes``
+        names them. For binned data, one value per bin (at the bin's
+        midpoint score).
         """
         self._check_fitted()
+        if not isinstance(data, TopLabelData):
+            data = as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+        self._check_data(data)
         data = self._check_compatible(data)
         out = np.asarray(self._predict(data), dtype=np.float64)
         return out

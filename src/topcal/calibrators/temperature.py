@@ -149,19 +149,10 @@ class _TemperatureBase(Calibrator):
                 f"{data.n_classes}; use {self._binary_alternative!r} on the top score instead"
             )
 
-    def fit(self, data: TopLabelData) -> "_TemperatureBase":
-        """Fit on labelled ``data`` (see the class docstring); returns self."""
+    def _check_data(self, data: TopLabelData) -> None:
+        # fit and predict: the recalibrated confidence yhat_{k(X)} of each row,
+        # k(X) being the row's predicted class from its own original scores
         self._require_full(data)
-        return super().fit(data)
-
-    def predict(self, data: TopLabelData) -> np.ndarray:
-        """Recalibrated top-label confidence yhat_{k(X)} of each row, shape (n_rows,).
-
-        k(X) is each row's predicted class from its own original scores.
-        """
-        self._check_fitted()
-        self._require_full(data)
-        return super().predict(data)
 
     # ------------------------------------------------------------------ fit
     def _objective_kind(self) -> str:

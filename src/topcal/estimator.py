@@ -1,0 +1,323 @@
+"""A scikit-learn meta-estimator: any classifier, top-label calibrated.
+
+:class:`TopLabelCalibratedClassifier` wraps a scikit-learn classifier the way
+``sklearn.calibration.CalibratedClassifierCV`` does, but calibrates the
+*top-label* confidence with any topcal method, per predicted class::
+
+    clf = HistGradientBoostingClassifier().fit(X_train, y_train)
+    cal = topcal.TopLabelCalibratedClassifier(clf, method="kde-mon2").fit(X_cal, y_cal)
+    cal.predict_confidence(X_test)      # P(prediction is right), calibrated
+
+Needs scikit-learn (``pip install topcal[sklearn]``).
+
+Scores. The wrapped classifier's ``predict_proba`` is used when it has one
+(probabilities), else its ``decision_function`` (read as logits; a binary
+classifier's single margin d becomes the logits (0, d)).
+
+Fitting. ``cv=None`` (default): the classifier is already fitted and is not
+refitted; ``fit(X, y)`` fits only the calibrator, on the classifier's scores
+for (X, y), which must be data the classifier was not trained on.
+``cv=K`` (an integer, or any scikit-learn CV splitter): like
+``CalibratedClassifierCV(ensemble=False)``: the classifier is fitted on K - 1
+folds and scores the held-out fold, K times (stratified folds for an
+integer), one calibrator is fitted on those out-of-fold scores, and the
+classifier is then refitted on all of (X, y) for prediction.
+
+``predict_proba``: the top entry of each row (the class ``predict`` returns
+when the classifier's ``predict`` is the argmax of its scores, as for
+scikit-learn's classifiers) is the calibrated confidence c; the remaining
+mass 1 - c is shared among the other classes in proportion to the
+classifier's own probabilities for them (softmax of its logits), each capped
+at c so the predicted class stays the most probable (the excess going to the
+uncapped classes). When c < 1/K no such split exists; the other classes then
+get 1 - c in plain proportion, and the top entry is no longer the largest.
+Rows whose other classes all have probability 0 share 1 - c equally.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.model_selection import check_cv
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from .calibrators import calibrator, get_class
+from .data import TopLabelData
+from .errors import DataError, NotFittedError, ParameterError
+
+__all__ = ["TopLabelCalibratedClassifier", "distribute_rest"]
+
+#: The parameters of the meta-estimator itself; every other keyword is a
+#: parameter of the calibration method.
+_OWN_PARAMS = ("estimator", "method", "cv")
+
+
+def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.ndarray:
+    """Full probability rows whose entry ``top`` is ``conf`` (see the module docstring).
+
+    Parameters
+    ----------
+    base : ndarray (n, K)
+        The classifier's probabilities (rows summing to 1).
+    top : ndarray of int (n,)
+        Column of each row's predicted class.
+    conf : ndarray (n,)
+        Calibrated confidence of each row, in [0, 1].
+
+    Returns
+    -------
+    ndarray (n, K), rows summing to 1.
+    """
+    n, k = base.shape
+    rows = np.arange(n)
+    out = np.zeros((n, k))
+    out[rows, top] = conf
+    if k == 1:
+        return out
+    rest = base.astype(np.float64, copy=True)
+    rest[rows, top] = 0.0
+    rest = np.clip(rest, 0.0, None)
+    total = rest.sum(axis=1)
+    empty = total <= 0
+    rest[empty] = 1.0
+    rest[empty, top[empty]] = 0.0
+    mass = 1.0 - conf
+    feasible = conf * (k - 1) >= mass - 1e-12
+    # others sorted from the largest down: the first j take the cap c, the
+    # rest share what is left in proportion; j is the first count for which
+    # the next-largest share no longer exceeds c
+    keyed = rest.copy()
+    keyed[rows, top] = -1.0  # the predicted class sorts last and is left out
+    order = np.argsort(-keyed, axis=1, kind="stable")[:, : k - 1]
+    r = np.take_along_axis(rest, order, axis=1)
+    suffix = np.cumsum(r[:, ::-1], axis=1)[:, ::-1]  # suffix[:, j] = sum of r[:, j:]
+    alloc = np.zeros_like(r)
+    done = ~feasible
+    alloc[done] = mass[done, None] * r[done] / suffix[done, :1]
+    for j in range(k - 1):
+        left = mass - j * conf
+        share = np.where(suffix[:, j] > 0, left / np.where(suffix[:, j] > 0, suffix[:, j], 1.0), 0.0)
+        stop = ~done & (share * r[:, j] <= conf + 1e-15)
+        if stop.any():
+            alloc[stop, :j] = conf[stop, None]
+            alloc[stop, j:] = share[stop, None] * r[stop, j:]
+            done |= stop
+    if not done.all():  # every other class capped: only when c == 1/K exactly
+        alloc[~done] = conf[~done, None]
+    np.put_along_axis(out, order, alloc, axis=1)
+    return out
+
+
+class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
+    """A classifier whose top-label confidence is calibrated per predicted class.
+
+    Parameters
+    ----------
+    estimator : scikit-learn classifier
+        Fitted (``cv=None``) or to be fitted here (``cv=K``). Needs
+        ``predict_proba`` or ``decision_function``.
+    method : str, default "auto"
+        A topcal method name (``topcal.available_methods()``).
+    cv : None, int or CV splitter, default None
+        None: ``estimator`` is already fitted and is not refitted. An
+        integer K or a splitter: cross-fit (see the module docstring).
+    **params
+        Parameters of the method, e.g. ``n_bins=20`` for "hist"; they are
+        parameters of this estimator too (``get_params``, ``set_params``,
+        grid search).
+
+    Attributes
+    ----------
+    estimator_ : classifier
+        The fitted classifier used for prediction (``estimator`` itself when
+        ``cv=None``).
+    calibrator_ : topcal Calibrator
+        The fitted calibrator (save it with ``topcal.save``).
+    classes_ : ndarray
+        The classifier's classes.
+    score_kind_ : {"probs", "logits"}
+        Which scores were calibrated.
+    n_features_in_ : int
+    """
+
+    def __init__(self, estimator, *, method: str = "auto", cv=None, **params):
+        self.estimator = estimator
+        self.method = method
+        self.cv = cv
+        for key, value in params.items():
+            setattr(self, key, value)
+        self._method_params = tuple(params)
+
+    # ---------------------------------------------------------- parameters
+    def get_params(self, deep: bool = True) -> dict:
+        out = super().get_params(deep=deep)
+        for key in self._method_params:
+            out[key] = getattr(self, key)
+        return out
+
+    def set_params(self, **params) -> "TopLabelCalibratedClassifier":
+        new = {k: v for k, v in params.items() if "__" not in k and k not in _OWN_PARAMS
+               and k not in self._method_params}
+        for key, value in new.items():
+            if key.startswith("_") or hasattr(type(self), key):
+                raise ParameterError(f"{key!r} cannot be a method parameter of TopLabelCalibratedClassifier")
+            setattr(self, key, value)
+        self._method_params = self._method_params + tuple(new)
+        rest = {k: v for k, v in params.items() if k not in new}
+        if rest:
+            super().set_params(**rest)
+        return self
+
+    def _method_kwargs(self) -> dict:
+        return {k: getattr(self, k) for k in self._method_params}
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import get_tags
+
+        tags = super().__sklearn_tags__()
+        inner = get_tags(self.estimator)
+        tags.input_tags.sparse = inner.input_tags.sparse
+        tags.input_tags.allow_nan = inner.input_tags.allow_nan
+        return tags
+
+    # ---------------------------------------------------------------- fit
+    def fit(self, X, y):
+        """Calibrate on (X, y); with ``cv=K`` also fit the classifier (see the class docstring).
+
+        Returns
+        -------
+        self
+        """
+        get_class(self.method)  # unknown method names fail before any fitting
+        cal = calibrator(self.method, **self._method_kwargs())
+        y = column_or_1d(y, warn=True)
+        check_classification_targets(y)
+        if self.cv is None:
+            est = self.estimator
+            try:
+                check_is_fitted(est)
+            except Exception:  # sklearn's NotFittedError, or a non-estimator
+                raise NotFittedError(
+                    f"{type(est).__name__} is not fitted: with cv=None the classifier must be fitted "
+                    "already (on other data); fit it first, or pass cv=5 to cross-fit it here"
+                ) from None
+            classes = np.asarray(est.classes_)
+            scores, kind = self._scores(est, X, classes)
+        else:
+            splitter = check_cv(self.cv, y, classifier=True)
+            classes = np.unique(y)
+            scores, kind = None, None
+            for train, test in splitter.split(X, y):
+                est = clone(self.estimator).fit(_index(X, train), y[train])
+                s, kind = self._scores(est, _index(X, test), classes)
+                if scores is None:
+                    scores = np.empty((len(y), s.shape[1]))
+                scores[test] = s
+            est = clone(self.estimator).fit(X, y)
+        codes = np.searchsorted(classes, y)
+        codes = np.clip(codes, 0, len(classes) - 1)
+        unknown = classes[codes] != y
+        if unknown.any():
+            raise DataError(
+                f"y holds the class {y[np.flatnonzero(unknown)[0]]!r}, which the classifier does not know "
+                f"(its classes are {list(classes)}); calibrate on data of the classifier's classes"
+            )
+        data = self._data(scores, kind, classes, codes)
+        self.calibrator_ = cal.fit(data)
+        self.estimator_ = est
+        self.classes_ = classes
+        self.score_kind_ = kind
+        for attr in ("n_features_in_", "feature_names_in_"):
+            if hasattr(est, attr):
+                setattr(self, attr, getattr(est, attr))
+        return self
+
+    @staticmethod
+    def _data(scores, kind, classes, codes=None) -> TopLabelData:
+        names = [str(c) for c in classes]
+        if kind == "logits":
+            return TopLabelData.from_logits(scores, codes, classes=names)
+        return TopLabelData.from_probs(scores, codes, classes=names)
+
+    @staticmethod
+    def _scores(est, X, classes) -> tuple[np.ndarray, str]:
+        """The classifier's scores for X as (n, len(classes)) columns in ``classes`` order."""
+        if hasattr(est, "predict_proba"):
+            s, kind = np.asarray(est.predict_proba(X), dtype=np.float64), "probs"
+        elif hasattr(est, "decision_function"):
+            s, kind = np.asarray(est.decision_function(X), dtype=np.float64), "logits"
+            if s.ndim == 1:
+                s = np.column_stack([np.zeros_like(s), s])
+        else:
+            raise ParameterError(
+                f"{type(est).__name__} has neither predict_proba nor decision_function; "
+                "topcal needs the classifier's scores for every class"
+            )
+        own = np.asarray(est.classes_)
+        if len(own) == len(classes) and np.array_equal(own, classes):
+            return s, kind
+        if kind == "logits":  # a fold without some class: its logits cannot be filled in
+            raise DataError(
+                f"a cross-fitting fold's training part lacks class(es) "
+                f"{sorted(set(classes.tolist()) - set(own.tolist()))}; use fewer folds"
+            )
+        full = np.zeros((s.shape[0], len(classes)))
+        full[:, np.searchsorted(classes, own)] = s
+        return full, kind
+
+    # ------------------------------------------------------------ predict
+    def _check(self):
+        check_is_fitted(self, "calibrator_")
+
+    def _unlabelled(self, X) -> TopLabelData:
+        self._check()
+        s, kind = self._scores(self.estimator_, X, self.classes_)
+        return self._data(s, kind, self.classes_)
+
+    def predict(self, X) -> np.ndarray:
+        """The classifier's own predictions."""
+        self._check()
+        return self.estimator_.predict(X)
+
+    def predict_confidence(self, X) -> np.ndarray:
+        """Calibrated top-label confidence of each row: the probability that the
+        predicted class (the argmax of the classifier's scores) is right."""
+        return self.calibrator_.predict(self._unlabelled(X))
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Probabilities (n, n_classes) with the calibrated confidence as the top
+        entry; how the rest is shared: see the module docstring."""
+        data = self._unlabelled(X)
+        conf = self.calibrator_.predict(data)
+        base = np.exp(data.log_probs())
+        return distribute_rest(base, data.pred, conf)
+
+    def top_label_data(self, X, y=None) -> TopLabelData:
+        """The classifier's scores for X (and labels y) as :class:`TopLabelData`,
+        e.g. for :func:`topcal.report` or :func:`topcal.compare`."""
+        if y is None:
+            return self._unlabelled(X)
+        self._check()
+        y = column_or_1d(y)
+        s, kind = self._scores(self.estimator_, X, self.classes_)
+        codes = np.searchsorted(self.classes_, y)
+        codes = np.clip(codes, 0, len(self.classes_) - 1)
+        if (self.classes_[codes] != y).any():
+            raise DataError(f"y holds classes outside the classifier's {list(self.classes_)}")
+        return self._data(s, kind, self.classes_, codes)
+
+
+def _index(X, idx):
+    """Rows ``idx`` of a NumPy array, sparse matrix, DataFrame or list."""
+    from scipy.sparse import issparse
+
+    if hasattr(X, "iloc"):
+        return X.iloc[idx]
+    if issparse(X):
+        return X.tocsr()[idx]
+    if isinstance(X, np.ndarray):
+        return X[idx]
+    return np.asarray(X)[idx]

@@ -368,3 +368,35 @@ def test_cli_adapt_errors(files, capsys):
     (t / "Q.csv").write_text("class,prior\nant,0.5\nant,0.5\n")
     code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json", "--priors", t / "Q.csv"], capsys)
     assert code == 2 and "twice" in err
+
+
+# ------------------------------------------------------------------- report
+def test_label_shift_view_and_plot(hist):
+    from topcal.labelshift_plots import label_shift_view, plot_label_shift
+
+    use = shifted(3000, TARGET, 40, labels=False)[0]
+    ad = adapt(hist, use, n_bootstrap=10)
+    view = label_shift_view(ad, max_curves=3)
+    np.testing.assert_allclose(view.priors, ad.estimate_.priors)
+    assert len(view.curves) == 3 and view.lower is not None
+    name, s, before, after = view.curves[0]
+    assert np.mean(np.abs(after - before)) > 0.01  # the most-moved curve really moved
+    fig = plot_label_shift(view)
+    gids = {a.get_gid() for ax in fig.axes for a in ax.get_children()}
+    assert {"priors:source", "priors:use", f"curve-after:{name}"} <= gids
+    with pytest.raises(TopcalError, match="adapted"):
+        label_shift_view(hist)
+
+
+def test_report_with_adapted_panel(files, capsys):
+    t = files
+    run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)
+    run(["adapt", t / "m.json", t / "use.csv", "-o", t / "a.json", "--bootstrap", "5"], capsys)
+    code, out, err = run(["report", t / "test.csv", "--methods", "hist", "--adapted", t / "a.json",
+                          "-o", t / "rep"], capsys)
+    assert code == 0, err
+    assert "Label shift: hist adapted" in (t / "rep" / "index.html").read_text()
+    assert any("label-shift" in p.name for p in (t / "rep" / "figures").iterdir())
+    code, out, err = run(["report", t / "test.csv", "--methods", "hist", "--adapted", t / "m.json",
+                          "-o", t / "rep2"], capsys)
+    assert code == 2 and "topcal adapt" in err

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 import io
 import json
 import time
@@ -512,11 +513,24 @@ def _protocol_html(comparison: dict) -> str:
             "optimistic for flexible methods; rank methods out of sample instead (the default).")
 
 
+def _label_shift_figures(adapted):
+    """Yield the label-shift figure of an adapted model (none without one)."""
+    if adapted is None:
+        return
+    from .labelshift_plots import label_shift_view, plot_label_shift
+
+    caption = ("Top: class priors of the test set and of the use set (with the bootstrap interval when estimated). "
+               "Below: confidence curves of the classes that moved most, before (test-set priors) and after "
+               "adaptation (use-set priors), assuming p(x | y) is unchanged (docs/label_shift.md).")
+    yield ("label-shift", f"Label shift: {adapted.base_.name} adapted to the use set's priors", caption,
+           plot_label_shift(label_shift_view(adapted)))
+
+
 # -------------------------------------------------------------------- main
 def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None = None, methods=None,
                  extra: TopLabelData | None = None, title: str = "topcal calibration report",
                  data_label: str = "data", dpi: int = 90, progress=None, folds: int | None = 5,
-                 seed: int = 0, params: dict | None = None) -> ReportResult:
+                 seed: int = 0, params: dict | None = None, adapted=None) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
     Parameters
@@ -550,6 +564,9 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         Seed of the fold split.
     params : dict, optional
         ``{method: {parameter: value}}``.
+    adapted : AdaptedCalibrator, optional
+        A model adapted to a use set's priors (``topcal adapt``): adds the
+        label-shift panel (source vs use priors, curves before and after).
 
     Returns
     -------
@@ -562,6 +579,9 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             progress(msg)
 
     data.require_labels("a calibration report")
+    if adapted is not None and tuple(getattr(adapted, "classes_", ())) != tuple(data.classes):
+        raise TopcalError(f"the adapted model's classes {list(getattr(adapted, 'classes_', ()))} differ from the "
+                          f"data's {list(data.classes)}; adapt a model fitted on this data")
     if eval_data is not None:
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     if extra is not None:
@@ -622,7 +642,8 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
-                _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log), 1):
+                itertools.chain(_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log),
+                                _label_shift_figures(adapted)), 1):
             png = figure_png(fig, dpi=dpi)
             path = out / "figures" / f"{i:02d}-{key}.png"
             path.write_bytes(png)

@@ -400,3 +400,14 @@ def test_report_with_adapted_panel(files, capsys):
     code, out, err = run(["report", t / "test.csv", "--methods", "hist", "--adapted", t / "m.json",
                           "-o", t / "rep2"], capsys)
     assert code == 2 and "topcal adapt" in err
+
+
+def test_region_edges_same_by_partition_and_by_weighted_sort():
+    from topcal.confusion import fp_region_edges as edges
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        m = int(rng.integers(1, 200))
+        s = np.round(rng.random(m), 2)  # many ties
+        n = int(rng.integers(1, 6))
+        np.testing.assert_array_equal(edges(s, np.ones(m), n), edges(s, np.full(m, 2.0), n))

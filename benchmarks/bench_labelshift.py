@@ -79,6 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--method", default="kde-mon2")
     ap.add_argument("--top-method", help="method for the top-score-only path (default: --method, or kde-mon2 "
                     "when --method needs full vectors)")
+    ap.add_argument("--prior-strength", type=float, default=None, help="topcal's pseudo-samples per class (default: topcal's)")
     ap.add_argument("--fp-pseudocount", type=float, default=None, help="topcal's FP-mix shrinkage (default: topcal's)")
     ap.add_argument("--data-dir", default=str(DATA))
     ap.add_argument("--json", help="write every run's numbers to this file")
@@ -152,6 +153,8 @@ def main(argv=None) -> int:
 
                     t0 = time.perf_counter()
                     kw = {} if args.fp_pseudocount is None else {"fp_pseudocount": args.fp_pseudocount}
+                    if args.prior_strength is not None:
+                        kw["prior_strength"] = args.prior_strength
                     for est in ("em", "bbse"):
                         ad = adapt(cal, use.without_labels(), estimator=est, n_bootstrap=0, **kw)
                         record(f"topcal-{est}", ad.weights_, cal.predict(use), ad.predict(use), ad.redecide(use)[0])

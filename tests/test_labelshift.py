@@ -411,3 +411,22 @@ def test_region_edges_same_by_partition_and_by_weighted_sort():
         s = np.round(rng.random(m), 2)  # many ties
         n = int(rng.integers(1, 6))
         np.testing.assert_array_equal(edges(s, np.ones(m), n), edges(s, np.full(m, 2.0), n))
+
+
+def test_em_reaches_the_fixed_point_of_plain_em():
+    rng = np.random.default_rng(6)
+    k = 12
+    P = rng.dirichlet(np.full(k, 0.3), 1500)
+    P = P[rng.random(1500) < P @ rng.dirichlet(np.full(k, 0.2)) * k / 2]  # a shifted use set
+    ps = np.full(k, 1 / k)
+    for strength in (0.0, 0.1):
+        pi = ps.copy()
+        pseudo = strength * k * ps
+        for _ in range(20000):  # textbook EM (Saerens et al. 2002), run to convergence
+            r = P / ps * pi
+            new = (r / r.sum(1, keepdims=True)).sum(0) + pseudo
+            new /= new.sum()
+            if np.abs(new - pi).max() < 1e-12:
+                break
+            pi = new
+        np.testing.assert_allclose(em_priors(P, ps, prior_strength=strength), new, atol=1e-6)

@@ -430,3 +430,15 @@ def test_em_reaches_the_fixed_point_of_plain_em():
                 break
             pi = new
         np.testing.assert_allclose(em_priors(P, ps, prior_strength=strength), new, atol=1e-6)
+
+
+def test_auto_model_adapts_and_uses_its_choice(source):
+    small = source.subset(np.arange(3000))
+    auto = topcal.calibrator("auto", candidates=["hist", "sts"], folds=2).fit(small)
+    use = shifted(3000, TARGET, 18, labels=False)[0]
+    ad = auto.adapt(use, n_bootstrap=0)
+    assert np.abs(ad.estimate_.priors - TARGET).max() < 0.05
+    P = source_posteriors(auto, use)
+    np.testing.assert_allclose(P[np.arange(use.n_rows), use.pred], auto.predict(use), atol=1e-12)
+    expected = "temperature-scaled full vectors" if auto.method_ == "sts" else "top-label posterior"
+    assert ad.estimate_.basis == expected

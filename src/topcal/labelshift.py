@@ -378,16 +378,25 @@ def _check_use(model, data) -> None:
         )
 
 
-def _uses_vectors(model, data) -> bool:
+def _vector_model(model):
+    """The temperature-family model behind ``model`` (itself, auto's choice, an adapted model's source), or None."""
     base = model.base_ if isinstance(model, AdaptedCalibrator) else model
-    return bool(base.needs_full and data.has_full and hasattr(base, "temperature_") and hasattr(base, "awards_"))
+    inner = getattr(base, "model_", None)  # auto: the chosen method, fitted on all the data
+    base = inner if isinstance(inner, Calibrator) else base
+    if base.needs_full and hasattr(base, "temperature_") and hasattr(base, "awards_"):
+        return base
+    return None
+
+
+def _uses_vectors(model, data) -> bool:
+    return data.has_full and _vector_model(model) is not None
 
 
 def source_posteriors(model: Calibrator, data: TopLabelData, *, fp_pseudocount: float = FP_PSEUDOCOUNT) -> np.ndarray:
     """P_s(y | x) of each row, shape (n, K), under the test set's class frequencies.
 
-    For the temperature family on data with full score vectors: the method's
-    calibrated vector, softmax((log y + A_k e_k) / T_k) with k the predicted
+    For the temperature family (also when ``auto`` chose it) on data with full
+    score vectors: the method's calibrated vector, softmax((log y + A_k e_k) / T_k) with k the predicted
     class (sts, csts, tswa, cstswa). For every other model: the top-label
     posterior P(Y | k, S): the calibrated confidence c for the predicted class
     k and (1 - c) shared among the other classes as the true classes behind
@@ -397,10 +406,11 @@ def source_posteriors(model: Calibrator, data: TopLabelData, *, fp_pseudocount: 
     _check_use(model, data)
     base = model.base_ if isinstance(model, AdaptedCalibrator) else model
     if _uses_vectors(base, data):
+        vec = _vector_model(base)
         z = data.log_probs().copy()
         rows = np.arange(data.n_rows)
-        z[rows, data.pred] += base.awards_[data.pred]
-        z /= base.temperature_[data.pred][:, None]
+        z[rows, data.pred] += vec.awards_[data.pred]
+        z /= vec.temperature_[data.pred][:, None]
         z -= z.max(axis=1, keepdims=True)
         p = np.exp(z)
         return p / p.sum(axis=1, keepdims=True)

@@ -442,3 +442,22 @@ def test_auto_model_adapts_and_uses_its_choice(source):
     np.testing.assert_allclose(P[np.arange(use.n_rows), use.pred], auto.predict(use), atol=1e-12)
     expected = "temperature-scaled full vectors" if auto.method_ == "sts" else "top-label posterior"
     assert ad.estimate_.basis == expected
+
+
+def test_estimates_from_an_adapted_model_and_class_order(hist):
+    use, _ = shifted(2000, TARGET, 19, labels=False)
+    ad = adapt(hist, priors=TARGET)
+    a = estimate_priors(ad, use, n_bootstrap=0)
+    b = estimate_priors(hist, use, n_bootstrap=0)
+    np.testing.assert_array_equal(a.priors, b.priors)
+    p = use.full[:, [1, 0, 2, 3]]
+    swapped = TopLabelData.from_probs(p, classes=["bee", "ant", "cow", "dog"])
+    with pytest.raises(DataError, match="differ"):
+        estimate_priors(hist, swapped)
+
+
+def test_source_data_must_be_the_fitting_set(hist):
+    other = shifted(2000, TARGET, 20)[0]
+    use = shifted(500, TARGET, 21, labels=False)[0]
+    with pytest.raises(DataError, match="fitted on"):
+        estimate_priors(hist, use, source_data=other)

@@ -16,9 +16,11 @@ and score region (:class:`topcal.confusion.ConfusionStats`).
 This module
 
 * estimates pi_u from the *unlabelled* use set (:func:`estimate_priors`):
-  ``"em"``, the maximum-likelihood EM of Saerens et al. (2002, "MLLS"), run on
-  the temperature family's calibrated full vectors where the model has them
-  and otherwise on the model's top-label posterior P(Y | k, S); and
+  ``"em"``, the EM of Saerens et al. (2002, "MLLS"; by default the MAP
+  variant with a weak Dirichlet prior at pi_s), run on BCTS-calibrated full
+  vectors when the labelled test set is given (EM+BCTS, Alexandari et al.
+  2020), else on the temperature family's calibrated full vectors where the
+  model has them, else on the model's top-label posterior P(Y | k, S); and
   ``"bbse"``, black-box shift estimation (Lipton et al. 2018) with the
   discrete predictor (predicted class, score region), solved by non-negative
   least squares. Bootstrap percentile intervals over the use set's rows.
@@ -26,13 +28,15 @@ This module
   (:func:`adapt`), giving an :class:`AdaptedCalibrator`: a calibrator like any
   other (``predict``, ``curve``, ``describe``, saved as JSON, ``topcal apply``).
 
-The meta-estimator of :mod:`topcal` (``TopLabelCalibratedClassifier``) adapts
-through the same :func:`adapt` on its fitted calibrator.
+A meta-estimator wrapping a classifier and a calibrator (issue 11's
+``TopLabelCalibratedClassifier``) adapts by calling :func:`adapt` on its
+fitted calibrator with the use set's predictions as a TopLabelData.
 """
 
 from __future__ import annotations
 
 import csv
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +46,7 @@ from .calibrators.base import Calibrator, Curve
 from .calibrators.registry import get_class
 from .confusion import ConfusionStats
 from .data import TopLabelData
-from .errors import DataError, ModelFileError, NotFittedError, ParameterError, TopcalError
+from .errors import DataError, ModelFileError, NotFittedError, ParameterError, TopcalError, TopcalWarning
 
 __all__ = [
     "ADAPTED_METHOD",
@@ -73,9 +77,10 @@ EM_MAX_ITER = 2000
 #: to exactly 1 (a CSV written with 6 decimals for 1000 classes is off by <5e-4).
 PRIOR_SUM_TOL = 1e-3
 #: Weight, in false positives, of the test set's overall FP mix in each
-#: class's FP mix (see ``_fp_mix``). On the CIFAR-100 benchmark (~12 FPs per
-#: class) 0 made adapted NLL worse than none; 10 keeps classes with >= 40 FPs
-#: per region mostly their own mix.
+#: class's FP mix (see ``_fp_mix``): a guard for classes with a handful of
+#: false positives (CIFAR-100 has ~12 per class; there 0, 10 and 30 gave
+#: adapted NLLs within 0.02 of each other). 10 leaves a region with >= 40
+#: false positives mostly its own mix.
 FP_PSEUDOCOUNT = 10.0
 #: Default pseudo-samples per class at the source priors, per estimator. Plain
 #: ML/least-squares priors drive classes with few use rows to exactly 0, and a
@@ -271,6 +276,9 @@ def fit_bcts(data: TopLabelData) -> tuple[float, np.ndarray]:
     lo, hi = np.log(1e-3), np.log(1e3)  # the temperature bounds of topcal's temperature methods
     res = minimize(fun, np.zeros(K + 1), jac=True, method="L-BFGS-B",
                    bounds=[(lo, hi)] + [(None, None)] * K, options={"maxiter": 1000})
+    if not res.success:
+        warnings.warn(f"bias-corrected temperature scaling stopped before converging ({res.message}); "
+                      "EM's prior estimate on its vectors may be off", TopcalWarning, stacklevel=3)
     return float(np.exp(res.x[0])), res.x[1:].copy()
 
 
@@ -357,11 +365,13 @@ def _stats(model) -> ConfusionStats:
         raise TopcalError(f"label-shift adaptation needs a fitted topcal calibrator, got {type(model).__name__}")
     if not hasattr(model, "classes_"):
         raise NotFittedError(f"this {model.name!r} calibrator is not fitted yet; call fit(data) first")
+    if isinstance(model, AdaptedCalibrator):
+        model = model.base_
     stats = getattr(model, "confusion_", None)
     if stats is None:
         raise DataError(
             f"this {model.name!r} model does not know the true classes behind its predictions (it was fitted on "
-            "binned TP/FP counts, or saved by a topcal before 0.1.0 label-shift support); label-shift adaptation "
+            "binned TP/FP counts, or saved before topcal stored them); label-shift adaptation "
             "needs per-sample test data with true classes: refit on such data"
         )
     return stats
@@ -375,6 +385,11 @@ def _check_use(model, data) -> None:
         raise DataError(
             f"the use set has class(es) {unseen} the model never saw (its classes: {list(model.classes_)}); "
             "label shift only changes the frequencies of known classes: refit on test data that includes them"
+        )
+    if tuple(data.classes) != tuple(model.classes_):
+        raise DataError(
+            f"the use set's classes {list(data.classes)} differ from the model's {list(model.classes_)}; "
+            "pass classes=[...] (or the same probability columns, in the same order) as when fitting"
         )
 
 
@@ -559,6 +574,10 @@ def _bcts_posteriors(model, source_data, data) -> np.ndarray:
                         f"{list(model.classes_)}; give the labelled test set the model was fitted on")
     if source_data.labels is None:
         raise DataError("source_data needs per-sample true classes (the labelled test set)")
+    freq = np.bincount(source_data.labels, weights=source_data.tp + source_data.fp, minlength=len(model.classes_))
+    if not np.allclose(freq / freq.sum(), _stats(model).source_priors(), rtol=0, atol=1e-9):
+        raise DataError("source_data's class frequencies differ from those of the test set the model was fitted "
+                        "on; give that same labelled test set")
     source_data.require_full("EM on BCTS-calibrated vectors (source_data)")
     data.require_full("EM on BCTS-calibrated vectors (the use set)")
     T, b = fit_bcts(source_data)

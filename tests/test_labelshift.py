@@ -461,3 +461,12 @@ def test_source_data_must_be_the_fitting_set(hist):
     use = shifted(500, TARGET, 21, labels=False)[0]
     with pytest.raises(DataError, match="fitted on"):
         estimate_priors(hist, use, source_data=other)
+
+
+def test_label_shift_view_of_a_method_without_curves(source):
+    from topcal.labelshift_plots import label_shift_view, plot_label_shift
+
+    sts = topcal.calibrator("sts").fit(source)
+    view = label_shift_view(adapt(sts, priors=TARGET))
+    assert view.curves == [] and view.lower is None
+    assert len(plot_label_shift(view).axes) == 1

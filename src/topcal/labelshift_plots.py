@@ -55,15 +55,17 @@ def label_shift_view(adapted: AdaptedCalibrator, *, max_curves: int = 9, n_point
     e = adapted.estimate_
     label = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} use rows ({e.basis})"
     curves = []
-    if hasattr(adapted.base_, "curve"):
-        moved = []
+    moved = []
+    try:
         for i, c in enumerate(adapted.classes_):
+            after = adapted.curve(i, n_points=n_points)  # raises for methods without score curves
             before = adapted.base_.curve(i, n_points=n_points)
-            after = adapted.curve(i, n_points=n_points)
             moved.append((float(np.mean(np.abs(after.confidence - before.confidence))), c, before.score,
                           before.confidence, after.confidence))
-        moved.sort(key=lambda t: -t[0])
-        curves = [(c, s, b, a) for _, c, s, b, a in moved[:max_curves]]
+    except TopcalError:  # a method without per-class score curves (temperature family)
+        moved = []
+    moved.sort(key=lambda t: -t[0])
+    curves = [(c, s, b, a) for _, c, s, b, a in moved[:max_curves]]
     return LabelShiftView(tuple(adapted.classes_), e.source.copy(), e.priors.copy(),
                           None if e.lower is None else e.lower.copy(), None if e.upper is None else e.upper.copy(),
                           label, curves, tuple(adapted.score_range_))

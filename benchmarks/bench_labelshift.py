@@ -73,6 +73,7 @@ def draw_use(pool_idx, labels, K, alpha, n_use, rng):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--seed-start", type=int, default=0, help="first seed (run a grid in chunks, merge with --from-json)")
     ap.add_argument("--files", default=",".join(FILES))
     ap.add_argument("--alphas", default="0.1,1,10")
     ap.add_argument("--n-use", default="500,2000,8000")
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fp-pseudocount", type=float, default=None, help="topcal's FP-mix shrinkage (default: topcal's)")
     ap.add_argument("--data-dir", default=str(DATA))
     ap.add_argument("--json", help="write every run's numbers to this file")
-    ap.add_argument("--from-json", metavar="PATH", help="only print the tables of runs saved with --json")
+    ap.add_argument("--from-json", metavar="PATH[,PATH...]", help="only print the tables of runs saved with --json")
     args = ap.parse_args(argv)
 
     import topcal
@@ -105,9 +106,12 @@ def main(argv=None) -> int:
     files = [f for f in args.files.split(",") if f]
     print(f"topcal {topcal.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
           f"{platform.machine()}, method {args.method}, top-score method {args.top_method}")
-    print(f"grid: files {files}; alpha {alphas}; n_use {n_uses}; seeds {args.seeds}")
+    if args.from_json:
+        print(f"runs from {args.from_json}: seeds {sorted({r['seed'] for r in runs})}")
+    else:
+        print(f"grid: files {files}; alpha {alphas}; n_use {n_uses}; seeds {args.seed_start}..{args.seed_start + args.seeds - 1}")
     warnings.simplefilter("ignore")  # degenerate-class notes of tiny CIFAR-100 classes
-    runs = json.loads(Path(args.from_json).read_text()) if args.from_json else []
+    runs = [r for p in args.from_json.split(",") for r in json.loads(Path(p).read_text())] if args.from_json else []
     if args.from_json:
         files = [f for f in files if any(r["file"] == f for r in runs)]
     t_start = time.perf_counter()
@@ -119,7 +123,7 @@ def main(argv=None) -> int:
         y = z["ground_truth"].astype(np.int64)
         K = P.shape[1]
         names = [str(i) for i in range(K)]
-        for seed in range(args.seeds):
+        for seed in range(args.seed_start, args.seed_start + args.seeds):
             rng = np.random.default_rng(1000 * seed + 7)
             perm = rng.permutation(len(y))
             lab, pool = perm[: len(y) // 2], perm[len(y) // 2:]

@@ -106,14 +106,13 @@ def main(argv=None) -> int:
     files = [f for f in args.files.split(",") if f]
     print(f"topcal {topcal.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
           f"{platform.machine()}, method {args.method}, top-score method {args.top_method}")
-    if args.from_json:
-        print(f"runs from {args.from_json}: seeds {sorted({r['seed'] for r in runs})}")
-    else:
+    if not args.from_json:
         print(f"grid: files {files}; alpha {alphas}; n_use {n_uses}; seeds {args.seed_start}..{args.seed_start + args.seeds - 1}")
     warnings.simplefilter("ignore")  # degenerate-class notes of tiny CIFAR-100 classes
     runs = [r for p in args.from_json.split(",") for r in json.loads(Path(p).read_text())] if args.from_json else []
     if args.from_json:
         files = [f for f in files if any(r["file"] == f for r in runs)]
+        print(f"runs from {args.from_json}: seeds {sorted({r['seed'] for r in runs})}")
     t_start = time.perf_counter()
     timing = {"topcal": 0.0, "EM+BCTS": 0.0, "BBSE": 0.0}
     for fname in [] if args.from_json else files:

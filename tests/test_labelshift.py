@@ -276,9 +276,24 @@ def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
 
 def test_malformed_confusion_is_a_model_file_error(hist):
     d = json.loads(json.dumps(hist.to_dict()))
-    d["confusion"]["counts"][0] = [[1.0, 2.0]]
+    n_regions = len(hist.confusion_.edges[0]) + 1
+    for pair in ([99, 1.0], [0, -1.0], [0.5, 1.0], [1, float("nan")]):
+        d["confusion"]["counts"][0] = [[pair]] + [[]] * (n_regions - 1)
+        with pytest.raises(ModelFileError):
+            type(hist).from_dict(d)
+    d["confusion"]["counts"][0] = [[]] * (n_regions + 1)  # one region too many
     with pytest.raises(ModelFileError):
         type(hist).from_dict(d)
+
+
+def test_confusion_stats_sparse_round_trip(source):
+    stats = ConfusionStats.from_data(source)
+    d = json.loads(json.dumps(stats.to_dict()))
+    back = ConfusionStats.from_dict(d, stats.classes)
+    for a, b in zip(stats.counts, back.counts):
+        np.testing.assert_array_equal(a, b)
+    n_pairs = sum(len(p) for c in d["counts"] for p in c)
+    assert n_pairs == sum(int((c > 0).sum()) for c in stats.counts)
 
 
 def test_confusion_stats_regions(source):

@@ -111,9 +111,13 @@ class ConfusionStats:
 
     # ----------------------------------------------------------- persistence
     def to_dict(self) -> dict:
+        """JSON-ready and sparse: per class and region, the [true class, count] pairs with count > 0.
+
+        (Dense counts would be K x K numbers, mostly zeros: 10^6 for 1,000 classes.)
+        """
         return {
             "edges": [e.tolist() for e in self.edges],
-            "counts": [c.tolist() for c in self.counts],
+            "counts": [[[[int(j), float(row[j])] for j in np.flatnonzero(row)] for row in c] for c in self.counts],
         }
 
     @classmethod
@@ -123,13 +127,19 @@ class ConfusionStats:
         if len(d["edges"]) != K or len(d["counts"]) != K:
             raise ValueError("confusion statistics have the wrong number of classes")
         edges, counts = [], []
-        for e, c in zip(d["edges"], d["counts"]):
+        for e, regions in zip(d["edges"], d["counts"]):
             e = np.asarray(e, dtype=np.float64).reshape(-1)
-            c = np.asarray(c, dtype=np.float64)
-            if c.ndim != 2 or c.shape != (e.size + 1, K):
-                raise ValueError("confusion counts must be (regions, classes) per predicted class")
-            if not (np.all(np.isfinite(e)) and np.all(np.isfinite(c))) or np.any(c < 0) or np.any(np.diff(e) <= 0):
-                raise ValueError("confusion counts must be finite and >= 0 with increasing region edges")
+            if not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0) or len(regions) != e.size + 1:
+                raise ValueError("confusion counts need one region more than there are increasing finite edges")
+            c = np.zeros((e.size + 1, K))
+            for r, pairs in enumerate(regions):
+                for j, v in pairs:
+                    if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < K:
+                        raise ValueError(f"confusion counts name class index {j!r}, outside 0..{K - 1}")
+                    v = float(v)
+                    if not (np.isfinite(v) and v >= 0):
+                        raise ValueError("confusion counts must be finite and >= 0")
+                    c[r, j] = v
             edges.append(e)
             counts.append(c)
         return cls(tuple(classes), tuple(edges), tuple(counts))

@@ -380,6 +380,8 @@ def test_cli_adapt_errors(files, capsys):
     assert code == 2 and "'emu'" in err and "Traceback" not in err
     code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json"], capsys)
     assert code == 2 and "--priors" in err
+    code, _, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--bootstrap", "-1"], capsys)
+    assert code == 2 and "--bootstrap" in err
     (t / "Q.csv").write_text("class,prior\nant,0.5\nant,0.5\n")
     code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json", "--priors", t / "Q.csv"], capsys)
     assert code == 2 and "twice" in err

@@ -265,6 +265,8 @@ def _cmd_adapt(args) -> int:
     from .labelshift import adapt, read_priors
     from .persist import load
 
+    if args.bootstrap < 0:
+        raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
     model = load(args.model)
     if args.data is None and args.priors is None:
         raise TopcalError("give the use set (DATA) to estimate its class priors, or --priors P.csv")

@@ -43,7 +43,7 @@ test: $(STAMP) system-deps
 bench: $(STAMP)
 	$(PIP) install -e ".[bench]"
 	$(PIP) install --no-deps netcal==1.4.0 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1 pyro-ppl==1.9.2 opt_einsum==3.4.0
-	@echo "run: $(PY) benchmarks/bench_kde.py | bench_temperature.py | bench_training.py"
+	@echo "run: $(PY) benchmarks/bench_kde.py | bench_temperature.py | bench_training.py | bench_labelshift.py"
 
 # Held-out comparison with simple peers on shared/data/bench and PhANNs (long: ~1 h on 2 cores).
 bench-heldout: $(STAMP)

@@ -117,6 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("methods", help="list the calibration methods")
 
+    p = sub.add_parser("adapt", help="adapt a model to a use set's class frequencies (label shift)")
+    p.add_argument("model", help="model file from 'topcal fit' (fitted on per-sample labelled data)")
+    p.add_argument("data", nargs="?", help="the unlabelled use set (optional with --priors: then only checked)")
+    p.add_argument("-o", "--output", required=True, help="adapted model file to write (.json)")
+    p.add_argument("--priors", metavar="P.csv", help="use-set priors, CSV 'class,prior' (instead of estimating them)")
+    p.add_argument("--estimator", choices=("em", "bbse"), default="em", help="prior estimator (default: em)")
+    p.add_argument("--test", metavar="DATA", help="the labelled test set the model was fitted on, with full score "
+                   "vectors: em then runs on its bias-corrected temperature scaling (EM+BCTS)")
+    p.add_argument("--bootstrap", type=int, default=100, metavar="B", help="bootstrap resamples for the intervals (default 100; 0: none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    _add_data_options(p)
+
     p = sub.add_parser("demo", help="the visual-check report for the embedded PhANNs data, plus a short table")
     p.add_argument("-o", "--output", default="topcal-demo-report", metavar="DIR",
                    help="folder for index.html and figures/ (default: ./topcal-demo-report); it must be new, "
@@ -126,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     for name, func in (("fit", _cmd_fit), ("apply", _cmd_apply), ("describe", _cmd_describe),
-                       ("metrics", _cmd_metrics), ("methods", _cmd_methods)):
+                       ("metrics", _cmd_metrics), ("methods", _cmd_methods), ("adapt", _cmd_adapt)):
         sub.choices[name].set_defaults(func=func)
     for spec in _EXTENSIONS:
         module, attr = spec.split(":")
@@ -284,6 +296,44 @@ def _cmd_metrics(args) -> int:
     rows.append(["overall"] + [s["overall"][c] for c in cols])
     print(f"method: {model.name}")
     print(format_table(["class"] + cols, rows))
+    return 0
+
+
+def _cmd_adapt(args) -> int:
+    from . import read_data
+    from .labelshift import adapt, read_priors
+    from .persist import load
+
+    if args.bootstrap < 0:
+        raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
+    model = load(args.model)
+    if args.data is None and args.priors is None:
+        raise TopcalError("give the use set (DATA) to estimate its class priors, or --priors P.csv")
+    use = None
+    if args.data is not None:
+        opts = _read_options(args)
+        opts["label_column"] = None  # the use set is unlabelled; a label column is ignored
+        use = read_data(args.data, **opts)
+    test = read_data(args.test, **_read_options(args)) if args.test else None
+    if args.priors is not None:
+        if test is not None:
+            raise TopcalError("--test is used to estimate priors; with --priors there is nothing to estimate")
+        if use is not None:
+            model.predict(use)  # only checks the use set fits the model (classes, score range)
+        adapted = adapt(model, priors=read_priors(args.priors))
+    else:
+        adapted = adapt(model, use, estimator=args.estimator, source_data=test, n_bootstrap=args.bootstrap,
+                        seed=args.seed)
+    adapted.save(args.output)
+    e = adapted.estimate_
+    how = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
+    print(f"adapted {adapted.base_.name} to {how} -> {args.output}")
+    rows = [[c, e.source[i], e.priors[i]] + ([e.lower[i], e.upper[i]] if e.lower is not None else [])
+            + [adapted.weights_[i]] for i, c in enumerate(adapted.classes_)]
+    header = ["class", "source", "use"] + (["lower", "upper"] if e.lower is not None else []) + ["ratio"]
+    print(format_table(header, rows[:30]))
+    if len(rows) > 30:
+        print(f"... {len(rows) - 30} more classes: topcal describe {args.output}")
     return 0
 
 

@@ -97,6 +97,10 @@ def loads(text: str, *, source: str = "model"):
             "instead of editing the file"
         )
     method = payload.get("method")
+    from .labelshift import ADAPTED_METHOD, AdaptedCalibrator
+
+    if method == ADAPTED_METHOD:  # a calibrator adapted to new class priors (topcal adapt)
+        return AdaptedCalibrator.from_dict(payload)
     if method not in available_methods():
         raise ModelFileError(
             f"{source} uses method {method!r}, unknown to this topcal. Options are: {', '.join(available_methods())}"

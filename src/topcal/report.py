@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 import io
 import json
 import time
@@ -560,12 +561,25 @@ def _protocol_html(comparison: dict) -> str:
             "optimistic for flexible methods; rank methods out of sample instead (the default).")
 
 
+def _label_shift_figures(adapted):
+    """Yield the label-shift figure of an adapted model (none without one)."""
+    if adapted is None:
+        return
+    from .labelshift_plots import label_shift_view, plot_label_shift
+
+    caption = ("Top: class priors of the test set and of the use set (with the bootstrap interval when estimated). "
+               "Below: confidence curves of the classes that moved most, before (test-set priors) and after "
+               "adaptation (use-set priors), assuming p(x | y) is unchanged (docs/label_shift.md).")
+    yield ("label-shift", f"Label shift: {adapted.base_.name} adapted to the use set's priors", caption,
+           plot_label_shift(label_shift_view(adapted)))
+
+
 # -------------------------------------------------------------------- main
 def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None = None, methods=None,
                  extra: TopLabelData | None = None, title: str = "topcal calibration report",
                  data_label: str = "data", dpi: int = 90, progress=None, folds: int | None = 5,
                  seed: int = 0, params: dict | None = None,
-                 force: bool = False) -> ReportResult:
+                 force: bool = False, adapted=None) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
     Parameters
@@ -604,6 +618,9 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     force : bool, default False
         Also write into a folder holding other files: ``index.html`` and
         ``figures/`` are replaced, files topcal did not write are kept.
+    adapted : AdaptedCalibrator, optional
+        A model adapted to a use set's priors (``topcal adapt``): adds the
+        label-shift panel (source vs use priors, curves before and after).
 
     Returns
     -------
@@ -616,6 +633,9 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             progress(msg)
 
     data.require_labels("a calibration report")
+    if adapted is not None and tuple(getattr(adapted, "classes_", ())) != tuple(data.classes):
+        raise TopcalError(f"the adapted model's classes {list(getattr(adapted, 'classes_', ()))} differ from the "
+                          f"data's {list(data.classes)}; adapt a model fitted on this data")
     check_report_dir(out_dir, force)  # refuse early, before minutes of fitting
     if eval_data is not None:
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
@@ -682,7 +702,8 @@ def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
-                _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log), 1):
+                itertools.chain(_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log),
+                                _label_shift_figures(adapted)), 1):
             png = figure_png(fig, dpi=dpi)
             name = f"figures/{i:02d}-{key}.png"
             (stage / name).write_bytes(png)

@@ -84,6 +84,7 @@ def add_commands(sub) -> None:
                    help="write into DIR even if it holds other files (they are kept; index.html and figures/ are replaced)")
     p.add_argument("--dpi", type=int, default=90, help="resolution of the figures (default 90)")
     _protocol_options(p, "rank methods")
+    p.add_argument("--adapted", metavar="MODEL", help="a model from 'topcal adapt': add the label-shift panel")
     _add_data_options(p)
     p.set_defaults(func=_cmd_report)
 
@@ -121,10 +122,18 @@ def _cmd_report(args) -> int:
     data = _read(args.data, args)
     eval_data = _read(args.eval, args) if args.eval else None
     extra = _read(args.add, args) if args.add else None
+    adapted = None
+    if args.adapted:
+        from .labelshift import AdaptedCalibrator
+        from .persist import load
+
+        adapted = load(args.adapted)
+        if not isinstance(adapted, AdaptedCalibrator):
+            raise TopcalError(f"--adapted {args.adapted!r} is a plain {adapted.name!r} model; make one with 'topcal adapt'")
     res = build_report(data, args.output, eval_data=eval_data, methods=_methods(args.methods), extra=extra,
                        data_label=Path(args.data).name, dpi=args.dpi, progress=_progress(),
                        folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param),
-                       force=args.force)
+                       force=args.force, adapted=adapted)
     print(f"report: {res.path}")
     for f in res.findings[:MAX_PRINTED_FINDINGS]:
         print(f"  warning: {f.text}", file=sys.stderr)

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._params import validate_params
+from ..confusion import ConfusionStats
 from ..data import ClassView, TopLabelData, preview
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
@@ -165,6 +166,9 @@ class Calibrator:
         tp, fp = data.class_counts()
         self.n_tp_ = tp
         self.n_fp_ = fp
+        # per predicted class and score region, the true classes behind its
+        # rows: what label-shift adaptation needs (None for binned data)
+        self.confusion_ = ConfusionStats.from_data(data)
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
             warnings.warn(
@@ -255,7 +259,7 @@ class Calibrator:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: method, params, classes, score range and fitted state."""
         self._check_fitted()
-        return {
+        d = {
             "method": self.name,
             "params": self.get_params(),
             "classes": list(self.classes_),
@@ -264,6 +268,9 @@ class Calibrator:
             "n_fp": [float(v) for v in self.n_fp_],
             "state": self._get_state(),
         }
+        if getattr(self, "confusion_", None) is not None:  # optional: files without it still load
+            d["confusion"] = self.confusion_.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Calibrator":
@@ -288,6 +295,8 @@ class Calibrator:
             obj.score_range_ = (lo, hi)
             obj.n_tp_ = n_tp
             obj.n_fp_ = n_fp
+            conf = d.get("confusion")
+            obj.confusion_ = None if conf is None else ConfusionStats.from_dict(conf, classes)
             obj._set_state(d["state"])
         except ModelFileError:
             raise
@@ -309,6 +318,21 @@ class Calibrator:
         from ..persist import save
 
         save(self, path)
+
+    def adapt(self, data: TopLabelData | None = None, *, priors=None, estimator: str = "em",
+              source_data: TopLabelData | None = None, n_bootstrap: int = 100, seed: int = 0) -> "Calibrator":
+        """A copy of this model adapted to a use set's class priors (label shift).
+
+        Give the unlabelled use set ``data`` (priors estimated by ``estimator``,
+        "em" or "bbse"; ``source_data``, the labelled test set with full
+        vectors, makes "em" run on BCTS vectors) or ``priors=`` (dict class ->
+        prior, or one value per class). :func:`topcal.labelshift.adapt` takes
+        further options. This model is unchanged.
+        """
+        from ..labelshift import adapt
+
+        return adapt(self, data, priors=priors, estimator=estimator, source_data=source_data,
+                     n_bootstrap=n_bootstrap, seed=seed)
 
 
 def to_jsonable(obj):

@@ -1,0 +1,489 @@
+"""Label shift (issue 12): prior estimation, adaptation, persistence, CLI."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import topcal
+from topcal import metrics
+from topcal.cli import main
+from topcal.confusion import ConfusionStats
+from topcal.data import TopLabelData
+from topcal.errors import DataError, ModelFileError, ParameterError, TopcalError
+from topcal.labelshift import (
+    AdaptedCalibrator,
+    PriorEstimate,
+    adapt,
+    adapt_confidence,
+    bbse_priors,
+    bcts_probs,
+    em_priors,
+    estimate_priors,
+    fit_bcts,
+    source_posteriors,
+)
+
+K = 4
+NAMES = ["ant", "bee", "cow", "dog"]
+SOURCE = np.full(K, 0.25)
+
+
+def shifted(n, priors, seed, *, sep=1.6, labels=True):
+    """A classifier that is exactly calibrated for uniform priors, on data with class priors ``priors``.
+
+    x | y ~ N(sep e_y, I) in K dimensions (p(x | y) never changes); the
+    probabilities are the Bayes posterior under uniform priors.
+    """
+    rng = np.random.default_rng(seed)
+    y = rng.choice(K, size=n, p=priors)
+    x = rng.normal(size=(n, K))
+    x[np.arange(n), y] += sep
+    logits = sep * x  # x . mu_y - |mu_y|^2 / 2, the last term the same for every class
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    return TopLabelData.from_probs(p, y if labels else None, NAMES), y
+
+
+@pytest.fixture(scope="module")
+def source():
+    return shifted(20000, SOURCE, 0)[0]
+
+
+@pytest.fixture(scope="module")
+def hist(source):
+    return topcal.calibrator("hist").fit(source)
+
+
+TARGET = np.array([0.55, 0.25, 0.15, 0.05])
+
+
+# ------------------------------------------------------------ estimators
+def test_em_and_bbse_recover_priors_from_exact_inputs():
+    rng = np.random.default_rng(1)
+    C = rng.uniform(0.1, 1.0, size=(K, K)) + 3 * np.eye(K)  # (prediction, true class) counts
+    mu = (C / C.sum(0)) @ TARGET
+    np.testing.assert_allclose(bbse_priors(C, mu * 1000, SOURCE), TARGET, atol=1e-10)
+    # EM on exact posteriors of a discrete feature with known likelihoods lik[y, v] = p(v | y):
+    # the use set holds each feature value v with its exact frequency under TARGET
+    lik = np.array([[0.8, 0.1, 0.05, 0.05], [0.1, 0.7, 0.1, 0.1], [0.05, 0.1, 0.8, 0.05], [0.05, 0.1, 0.05, 0.8]])
+    freq = TARGET @ lik
+    counts = np.round(20000 * freq).astype(int)
+    post = (lik * SOURCE[:, None]).T
+    post /= post.sum(1, keepdims=True)  # post[v, y] = P_s(y | v)
+    est = em_priors(post[np.repeat(np.arange(K), counts)], SOURCE)
+    assert np.abs(est - TARGET).max() < 2e-3
+    # MAP with a Dirichlet pull towards the source lands between the two
+    pulled = em_priors(post[np.repeat(np.arange(K), counts)], SOURCE, prior_strength=2000)
+    assert np.abs(pulled - SOURCE).sum() < 0.7 * np.abs(est - SOURCE).sum()
+    assert np.all(np.sign(pulled - SOURCE)[[0, 2, 3]] == np.sign(TARGET - SOURCE)[[0, 2, 3]])
+
+
+def test_estimates_converge_as_n_grows(hist):
+    for estimator in ("em", "bbse"):
+        errs = {}
+        for n in (300, 30000):
+            e = [np.abs(estimate_priors(hist, shifted(n, TARGET, s, labels=False)[0], estimator=estimator,
+                                        n_bootstrap=0, prior_strength=0).priors - TARGET).max()
+                 for s in (11, 12, 13)]
+            errs[n] = np.mean(e)
+        assert errs[30000] < errs[300] / 3, (estimator, errs)
+        assert errs[30000] < 0.02, (estimator, errs)
+
+
+def test_bootstrap_interval_brackets_estimate_and_truth(hist):
+    use = shifted(4000, TARGET, 21, labels=False)[0]
+    est = estimate_priors(hist, use, n_bootstrap=30, seed=3)
+    assert est.lower is not None and np.all(est.lower <= est.priors + 1e-12) and np.all(est.priors <= est.upper + 1e-12)
+    assert np.all(est.lower < TARGET + 0.01) and np.all(TARGET - 0.01 < est.upper)
+    assert np.all(est.upper - est.lower > 0)
+    again = estimate_priors(hist, use, n_bootstrap=30, seed=3)
+    np.testing.assert_array_equal(again.lower, est.lower)  # seeded
+
+
+def test_no_shift_means_no_change(hist, source):
+    use = shifted(30000, SOURCE, 5)[0]
+    est = estimate_priors(hist, use.without_labels(), n_bootstrap=0)
+    assert np.abs(est.priors - SOURCE).max() < 0.02  # 10-bin histograms are not exactly calibrated
+    same = adapt(hist, priors=hist.confusion_.source_priors())
+    np.testing.assert_allclose(same.predict(use), hist.predict(use), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(same.weights_, np.ones(K))
+
+
+def test_user_priors_reproduce_the_closed_form():
+    data = shifted(400, SOURCE, 2)[0]  # few false positives per class: one score region each
+    model = topcal.calibrator("hist", n_bins=5).fit(data)
+    assert all(e.size == 0 for e in model.confusion_.edges)
+    pri = {"ant": 0.4, "bee": 0.3, "cow": 0.2, "dog": 0.1}
+    ad = adapt(model, priors=pri, fp_pseudocount=0)
+    cm = np.zeros((K, K))
+    np.add.at(cm, (data.pred, data.labels), 1.0)  # predicted x true, counted here independently
+    ps = cm.sum(0) / cm.sum()
+    w = np.array(list(pri.values())) / ps
+    c = model.predict(data)
+    fp = cm.copy()
+    np.fill_diagonal(fp, 0.0)
+    wbar = (fp @ w) / fp.sum(1)
+    k = data.pred
+    expected = w[k] * c / (w[k] * c + wbar[k] * (1 - c))
+    np.testing.assert_allclose(ad.predict(data), expected, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(ad.weights_, w, rtol=1e-13)
+
+
+def test_adapted_confidence_lowers_nll_under_shift(hist):
+    use = shifted(6000, TARGET, 8)[0]
+    ad = adapt(hist, use.without_labels(), n_bootstrap=0)
+    before = metrics.nll(use, hist.predict(use)).overall
+    after = metrics.nll(use, ad.predict(use)).overall
+    oracle = metrics.nll(use, adapt(hist, priors=TARGET).predict(use)).overall
+    assert after < before - 0.01 and oracle < before - 0.01
+    new, prob = ad.redecide(use)
+    assert np.mean(new == use.labels) >= np.mean(use.pred == use.labels)
+    assert np.all((prob >= 0) & (prob <= 1))
+    post = ad.posterior(use)
+    np.testing.assert_allclose(post.sum(1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(post[np.arange(use.n_rows), use.pred], ad.predict(use), atol=1e-15)
+
+
+def test_adapt_confidence_edges():
+    np.testing.assert_allclose(adapt_confidence([0.0, 1.0, 0.5, 0.5], [2.0, 2.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]),
+                               [0.0, 1.0, 0.0, 0.5])
+
+
+def test_bcts_recovers_temperature_and_em_on_vectors():
+    rng = np.random.default_rng(4)
+    n = 20000
+    z = rng.normal(0, 2.0, size=(n, K))
+    b0 = np.array([0.3, -0.2, 0.0, -0.1])
+    true_p = np.exp(z / 2.0 + b0)
+    true_p /= true_p.sum(1, keepdims=True)
+    y = (true_p.cumsum(1) > rng.random(n)[:, None]).argmax(1)
+    data = TopLabelData.from_logits(z, y, NAMES)
+    T, b = fit_bcts(data)
+    assert abs(T - 2.0) < 0.1
+    assert np.abs((b - b.mean()) - (b0 - b0.mean())).max() < 0.08
+    np.testing.assert_allclose(bcts_probs(data, T, b).mean(0), np.bincount(y) / n, atol=1e-4)
+
+
+def test_em_with_source_data_runs_on_bcts_vectors(hist, source):
+    use = shifted(8000, TARGET, 9, labels=False)[0]
+    est = estimate_priors(hist, use, source_data=source, n_bootstrap=0, prior_strength=0)
+    assert est.basis == "BCTS full vectors"
+    assert np.abs(est.priors - TARGET).max() < 0.02
+    with pytest.raises(ParameterError, match="em"):
+        estimate_priors(hist, use, estimator="bbse", source_data=source)
+
+
+def test_temperature_model_uses_its_full_vectors(source):
+    sts = topcal.calibrator("sts").fit(source)
+    use = shifted(3000, TARGET, 10, labels=False)[0]
+    P = source_posteriors(sts, use)
+    np.testing.assert_allclose(P[np.arange(use.n_rows), use.pred], sts.predict(use), atol=1e-12)
+    assert estimate_priors(sts, use, n_bootstrap=0).basis == "temperature-scaled full vectors"
+
+
+def test_top_score_only_model_adapts(source):
+    top = TopLabelData.from_scores(source.pred, source.score, source.labels, NAMES)
+    model = topcal.calibrator("hist").fit(top)
+    use_full = shifted(8000, TARGET, 14)[0]
+    use = TopLabelData.from_scores(use_full.pred, use_full.score, use_full.labels, NAMES)
+    for estimator in ("em", "bbse"):
+        ad = adapt(model, use.without_labels(), estimator=estimator, n_bootstrap=0)
+        assert np.abs(ad.estimate_.priors - TARGET).max() < 0.05
+        assert metrics.nll(use, ad.predict(use)).overall < metrics.nll(use, model.predict(use)).overall
+
+
+def test_calibrator_adapt_method_leaves_model_unchanged(hist):
+    use = shifted(2000, TARGET, 15, labels=False)[0]
+    before = hist.to_dict()
+    ad = hist.adapt(use, n_bootstrap=0)
+    assert isinstance(ad, AdaptedCalibrator) and ad.base_ is hist
+    assert hist.to_dict() == before
+    again = adapt(ad, priors=SOURCE)  # re-adapting starts from the source model
+    assert again.base_ is hist
+
+
+# ---------------------------------------------------------------- errors
+def test_use_set_with_unseen_class_is_an_error_naming_it(hist):
+    p = np.full((5, K + 1), 0.1)
+    p[:, 0] = 0.6
+    use = TopLabelData.from_probs(p, classes=NAMES + ["emu"])
+    with pytest.raises(DataError, match="'emu'"):
+        adapt(hist, use)
+    with pytest.raises(DataError, match="'emu'"):
+        adapt(hist, priors={"ant": 0.5, "emu": 0.5})
+
+
+def test_prior_errors(hist):
+    with pytest.raises(DataError, match="miss"):
+        adapt(hist, priors={"ant": 1.0})
+    with pytest.raises(DataError, match="sum to"):
+        adapt(hist, priors=[0.5, 0.5, 0.5, 0.5])
+    with pytest.raises(DataError, match="'bee'"):
+        adapt(hist, priors=[0.5, -0.1, 0.3, 0.3])
+    with pytest.raises(ParameterError, match="exactly one"):
+        adapt(hist)
+    with pytest.raises(ParameterError, match="estimator"):
+        adapt(hist, shifted(50, SOURCE, 1, labels=False)[0], estimator="rlls")
+    never = shifted(300, [0.5, 0.5, 0.0, 0.0], 3)[0]
+    m = topcal.calibrator("hist").fit(never)
+    with pytest.raises(DataError, match=r"\['cow'\]"):
+        adapt(m, priors=[0.4, 0.4, 0.2, 0.0])
+
+
+def test_binned_model_cannot_adapt():
+    model = topcal.calibrator("hist").fit(topcal.datasets.load_phanns())
+    assert model.confusion_ is None
+    with pytest.raises(DataError, match="binned"):
+        adapt(model, priors=np.full(11, 1 / 11))
+
+
+def test_adapted_model_refuses_fit(hist, source):
+    with pytest.raises(TopcalError, match="not refitted"):
+        adapt(hist, priors=TARGET).fit(source)
+
+
+# ------------------------------------------------------------ persistence
+def test_adapted_model_round_trips(hist, tmp_path):
+    use = shifted(2000, TARGET, 16)[0]
+    ad = adapt(hist, use.without_labels(), n_bootstrap=20)
+    path = tmp_path / "a.json"
+    ad.save(path)
+    back = topcal.load(path)
+    assert isinstance(back, AdaptedCalibrator)
+    np.testing.assert_array_equal(back.predict(use), ad.predict(use))
+    np.testing.assert_array_equal(back.estimate_.lower, ad.estimate_.lower)
+    d = back.describe()
+    assert d["method"] == "hist" and d["label_shift"]["estimator"] == "em"
+    info = d["classes"]["ant"]
+    assert info["source_prior"] == pytest.approx(hist.confusion_.source_priors()[0])
+    assert len(info["use_prior_interval"]) == 2
+    curve = back.curve("ant")
+    assert curve.confidence.shape == curve.score.shape
+
+
+def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
+    d = hist.to_dict()
+    assert "confusion" in d
+    del d["confusion"]
+    old = type(hist).from_dict(d)
+    np.testing.assert_array_equal(old.predict(shifted(100, SOURCE, 1)[0]), hist.predict(shifted(100, SOURCE, 1)[0]))
+    assert old.confusion_ is None
+    with pytest.raises(DataError, match="true classes"):
+        adapt(old, priors=TARGET)
+
+
+def test_malformed_confusion_is_a_model_file_error(hist):
+    d = json.loads(json.dumps(hist.to_dict()))
+    n_regions = len(hist.confusion_.edges[0]) + 1
+    for pair in ([99, 1.0], [0, -1.0], [0.5, 1.0], [1, float("nan")]):
+        d["confusion"]["counts"][0] = [[pair]] + [[]] * (n_regions - 1)
+        with pytest.raises(ModelFileError):
+            type(hist).from_dict(d)
+    d["confusion"]["counts"][0] = [[]] * (n_regions + 1)  # one region too many
+    with pytest.raises(ModelFileError):
+        type(hist).from_dict(d)
+
+
+def test_confusion_stats_sparse_round_trip(source):
+    stats = ConfusionStats.from_data(source)
+    d = json.loads(json.dumps(stats.to_dict()))
+    back = ConfusionStats.from_dict(d, stats.classes)
+    for a, b in zip(stats.counts, back.counts):
+        np.testing.assert_array_equal(a, b)
+    n_pairs = sum(len(p) for c in d["counts"] for p in c)
+    assert n_pairs == sum(int((c > 0).sum()) for c in stats.counts)
+
+
+def test_confusion_stats_regions(source):
+    stats = ConfusionStats.from_data(source, min_fp_per_region=100, max_regions=3)
+    conf = stats.confusion()
+    cm = np.zeros((K, K))
+    np.add.at(cm, (source.pred, source.labels), 1.0)
+    np.testing.assert_array_equal(conf, cm)
+    assert any(e.size == 2 for e in stats.edges)  # enough FPs for three regions somewhere
+    for k in range(K):
+        fp = stats.counts[k].sum(1) - stats.counts[k][:, k]
+        assert np.all(fp > 0)
+
+
+def test_prior_estimate_reuse_across_models(hist, source):
+    kde = topcal.calibrator("cum").fit(source)
+    use = shifted(2000, TARGET, 17, labels=False)[0]
+    est = estimate_priors(hist, use, n_bootstrap=10)
+    ad = adapt(kde, priors=est)
+    assert ad.estimate_ is est
+    other = topcal.calibrator("hist").fit(shifted(500, SOURCE, 99)[0])
+    with pytest.raises(DataError, match="other test data"):
+        adapt(other, priors=est)
+    assert isinstance(est, PriorEstimate)
+
+
+# ---------------------------------------------------------------------- CLI
+def run(args, capsys):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def files(tmp_path):
+    src, _ = shifted(3000, SOURCE, 30)
+    use, _ = shifted(1500, TARGET, 31)
+    names = np.array(NAMES)
+
+    def frame(d, labels):
+        f = pd.DataFrame({f"p_{c}": d.full[:, i] for i, c in enumerate(NAMES)})
+        if labels:
+            f["label"] = names[d.labels]
+        return f
+
+    frame(src, True).to_csv(tmp_path / "test.csv", index=False)
+    frame(use, False).to_csv(tmp_path / "use.csv", index=False)
+    pd.DataFrame({"class": NAMES, "prior": TARGET}).to_csv(tmp_path / "P.csv", index=False)
+    return tmp_path
+
+
+def test_cli_adapt_describe_apply(files, capsys):
+    t = files
+    assert run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)[0] == 0
+    code, out, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "a.json", "--bootstrap", "20"], capsys)
+    assert code == 0, err
+    assert "em on 1500 rows" in out and "lower" in out
+    code, out, _ = run(["describe", t / "a.json"], capsys)
+    assert code == 0 and "label_shift:" in out and "use_prior_interval" in out
+    code, out, err = run(["apply", t / "a.json", t / "use.csv", "-o", t / "out.csv"], capsys)
+    assert code == 0, err
+    conf = pd.read_csv(t / "out.csv")["confidence"].to_numpy()
+    model = topcal.load(t / "a.json")
+    use = topcal.read_data(t / "use.csv", label_column=None)
+    np.testing.assert_allclose(conf, model.predict(use), rtol=1e-12)
+    code, out, err = run(["adapt", t / "m.json", "-o", t / "g.json", "--priors", t / "P.csv"], capsys)
+    assert code == 0, err
+    np.testing.assert_allclose(topcal.load(t / "g.json").estimate_.priors, TARGET)
+    code, out, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "b.json", "--estimator", "bbse",
+                          "--test", t / "test.csv"], capsys)
+    assert code == 2 and err.startswith("error:") and "em" in err
+    code, out, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "c.json", "--test", t / "test.csv",
+                          "--bootstrap", "0"], capsys)
+    assert code == 0 and "BCTS" in out
+
+
+def test_cli_adapt_errors(files, capsys):
+    t = files
+    run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)
+    f = pd.read_csv(t / "use.csv")
+    f["p_emu"] = 0.0
+    f.to_csv(t / "bad.csv", index=False)
+    code, _, err = run(["adapt", t / "m.json", t / "bad.csv", "-o", t / "x.json"], capsys)
+    assert code == 2 and "'emu'" in err and "Traceback" not in err
+    code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json"], capsys)
+    assert code == 2 and "--priors" in err
+    code, _, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--bootstrap", "-1"], capsys)
+    assert code == 2 and "--bootstrap" in err
+    (t / "Q.csv").write_text("class,prior\nant,0.5\nant,0.5\n")
+    code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json", "--priors", t / "Q.csv"], capsys)
+    assert code == 2 and "twice" in err
+
+
+# ------------------------------------------------------------------- report
+def test_label_shift_view_and_plot(hist):
+    from topcal.labelshift_plots import label_shift_view, plot_label_shift
+
+    use = shifted(3000, TARGET, 40, labels=False)[0]
+    ad = adapt(hist, use, n_bootstrap=10)
+    view = label_shift_view(ad, max_curves=3)
+    np.testing.assert_allclose(view.priors, ad.estimate_.priors)
+    assert len(view.curves) == 3 and view.lower is not None
+    name, s, before, after = view.curves[0]
+    assert np.mean(np.abs(after - before)) > 0.01  # the most-moved curve really moved
+    fig = plot_label_shift(view)
+    gids = {a.get_gid() for ax in fig.axes for a in ax.get_children()}
+    assert {"priors:source", "priors:use", f"curve-after:{name}"} <= gids
+    with pytest.raises(TopcalError, match="adapted"):
+        label_shift_view(hist)
+
+
+def test_report_with_adapted_panel(files, capsys):
+    t = files
+    run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)
+    run(["adapt", t / "m.json", t / "use.csv", "-o", t / "a.json", "--bootstrap", "5"], capsys)
+    code, out, err = run(["report", t / "test.csv", "--methods", "hist", "--adapted", t / "a.json",
+                          "-o", t / "rep"], capsys)
+    assert code == 0, err
+    assert "Label shift: hist adapted" in (t / "rep" / "index.html").read_text()
+    assert any("label-shift" in p.name for p in (t / "rep" / "figures").iterdir())
+    code, out, err = run(["report", t / "test.csv", "--methods", "hist", "--adapted", t / "m.json",
+                          "-o", t / "rep2"], capsys)
+    assert code == 2 and "topcal adapt" in err
+
+
+def test_region_edges_same_by_partition_and_by_weighted_sort():
+    from topcal.confusion import fp_region_edges as edges
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        m = int(rng.integers(1, 200))
+        s = np.round(rng.random(m), 2)  # many ties
+        n = int(rng.integers(1, 6))
+        np.testing.assert_array_equal(edges(s, np.ones(m), n), edges(s, np.full(m, 2.0), n))
+
+
+def test_em_reaches_the_fixed_point_of_plain_em():
+    rng = np.random.default_rng(6)
+    k = 12
+    P = rng.dirichlet(np.full(k, 0.3), 1500)
+    P = P[rng.random(1500) < P @ rng.dirichlet(np.full(k, 0.2)) * k / 2]  # a shifted use set
+    ps = np.full(k, 1 / k)
+    for strength in (0.0, 0.1):
+        pi = ps.copy()
+        pseudo = strength * k * ps
+        for _ in range(20000):  # textbook EM (Saerens et al. 2002), run to convergence
+            r = P / ps * pi
+            new = (r / r.sum(1, keepdims=True)).sum(0) + pseudo
+            new /= new.sum()
+            if np.abs(new - pi).max() < 1e-12:
+                break
+            pi = new
+        np.testing.assert_allclose(em_priors(P, ps, prior_strength=strength), new, atol=1e-6)
+
+
+def test_auto_model_adapts_and_uses_its_choice(source):
+    small = source.subset(np.arange(3000))
+    auto = topcal.calibrator("auto", candidates=["hist", "sts"], folds=2).fit(small)
+    use = shifted(3000, TARGET, 18, labels=False)[0]
+    ad = auto.adapt(use, n_bootstrap=0)
+    assert np.abs(ad.estimate_.priors - TARGET).max() < 0.05
+    P = source_posteriors(auto, use)
+    np.testing.assert_allclose(P[np.arange(use.n_rows), use.pred], auto.predict(use), atol=1e-12)
+    expected = "temperature-scaled full vectors" if auto.method_ == "sts" else "top-label posterior"
+    assert ad.estimate_.basis == expected
+
+
+def test_estimates_from_an_adapted_model_and_class_order(hist):
+    use, _ = shifted(2000, TARGET, 19, labels=False)
+    ad = adapt(hist, priors=TARGET)
+    a = estimate_priors(ad, use, n_bootstrap=0)
+    b = estimate_priors(hist, use, n_bootstrap=0)
+    np.testing.assert_array_equal(a.priors, b.priors)
+    p = use.full[:, [1, 0, 2, 3]]
+    swapped = TopLabelData.from_probs(p, classes=["bee", "ant", "cow", "dog"])
+    with pytest.raises(DataError, match="differ"):
+        estimate_priors(hist, swapped)
+
+
+def test_source_data_must_be_the_fitting_set(hist):
+    other = shifted(2000, TARGET, 20)[0]
+    use = shifted(500, TARGET, 21, labels=False)[0]
+    with pytest.raises(DataError, match="fitted on"):
+        estimate_priors(hist, use, source_data=other)
+
+
+def test_label_shift_view_of_a_method_without_curves(source):
+    from topcal.labelshift_plots import label_shift_view, plot_label_shift
+
+    sts = topcal.calibrator("sts").fit(source)
+    view = label_shift_view(adapt(sts, priors=TARGET))
+    assert view.curves == [] and view.lower is None
+    assert len(plot_label_shift(view).axes) == 1

@@ -100,3 +100,47 @@ def test_lockstep_scan_respects_the_rule_on_every_class():
         if st["engine"] == "exact":
             conf, res = e.scan([st["bandwidth"]])
             assert eng.count_sign_changes(conf[0], res[0]) == st["sign_changes"]
+
+
+def test_grouped_shrinkage_loss_equals_the_per_group_loss():
+    from topcal.calibrators import shrinkage as shr
+
+    rng = np.random.default_rng(2)
+    rows = 200_000  # more than one block of rows
+    group = rng.integers(0, 300, rows)
+    group[group == 7] = 8  # a group without rows
+    n = rng.gamma(2.0, 20.0, rows) + 1.0
+    t = n * rng.random(rows)
+    tp = (rng.random(rows) < t / n).astype(float)
+    fp = 1.0 - tp
+    tp[::50] = 3.0  # binned rows: TP and FP weight on one row
+    fp[::50] = 2.0
+    r = rng.random(rows) * 0.98 + 0.01
+    got = shr.loo_nll_by_group(t, n, tp, fp, r, group, 301)
+    assert got.shape == (301, shr.M_GRID.size)
+    np.testing.assert_array_equal(got[7], 0.0)
+    np.testing.assert_array_equal(got[300], 0.0)
+    for k in (0, 8, 150, 299):
+        sel = group == k
+        want = shr.loo_nll_grid(t[sel], n[sel], tp[sel], fp[sel], r[sel])
+        np.testing.assert_allclose(got[k], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["hist", "cum-opt", "kde-mon2"])
+def test_shrunk_fit_and_predict_follow_the_per_class_definition(method):
+    """The grouped fit/predict paths equal the per-class definitions (curve(k) per row, loss per class)."""
+    from topcal.calibrators import calibrator, shrinkage as shr
+
+    data = _many_small_classes(seed=9, k=30, n=3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        cal = calibrator(method, shrinkage="class").fit(data)
+    got = cal.predict(data)
+    for k in range(0, 30, 7):
+        rows = data.pred == k
+        np.testing.assert_allclose(got[rows], cal.curve(k, data.score[rows]).confidence, rtol=0, atol=1e-15)
+        if cal.class_state_[k] is None:
+            continue
+        t, n = cal._local_counts(k, data.score[rows])
+        want = shr.loo_nll_grid(t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows]))
+        np.testing.assert_allclose(cal.shrinkage_loss_[k], want, rtol=1e-10)

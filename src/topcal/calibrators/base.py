@@ -240,6 +240,22 @@ class Calibrator:
         save(self, path)
 
 
+def _rows_by_class(pred: np.ndarray, n_classes: int):
+    """(k, row indices of class k in row order) for every class with rows, from one stable sort.
+
+    O(n log n) once instead of a ``pred == k`` pass per class (O(n K)).
+    """
+    counts = np.bincount(pred, minlength=n_classes)
+    if counts.size and counts.max() == pred.shape[0]:  # one class: no sort
+        k = int(np.argmax(counts))
+        yield k, np.arange(pred.shape[0])
+        return
+    order = np.argsort(pred, kind="stable")
+    ends = np.cumsum(counts)
+    for k in np.flatnonzero(counts):
+        yield int(k), order[ends[k] - counts[k] : ends[k]]
+
+
 def to_jsonable(obj):
     """Turn ndarrays and numpy scalars inside dicts/lists into plain JSON types.
 
@@ -338,6 +354,19 @@ class ScoreCalibrator(Calibrator):
         """
         raise NotImplementedError  # pragma: no cover - abstract
 
+    def _local_counts_rows(self, pred: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_local_counts` of every row's own class (rows of classes without state: 0, 0).
+
+        One pass per class present, over rows grouped once; methods with
+        flat per-class tables override it with a single gather.
+        """
+        t = np.zeros(score.shape[0])
+        n = np.zeros(score.shape[0])
+        for k, idx in _rows_by_class(pred, len(self.classes_)):
+            if self.class_state_[k] is not None:
+                t[idx], n[idx] = self._local_counts(k, score[idx])
+        return t, n
+
     def _fit_shrinkage(self, data: TopLabelData) -> None:
         """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
         ref = type(self)(**{**self.get_params(), "shrinkage": 0})
@@ -357,13 +386,8 @@ class ScoreCalibrator(Calibrator):
         r = self._reference(s)
         pred = data.pred[keep]
         K = len(self.classes_)
-        losses = np.zeros((K, shr.M_GRID.size))
-        for k in range(K):
-            if self.class_state_[k] is None:
-                continue
-            rows = pred == k
-            t, n = self._local_counts(k, s[rows])
-            losses[k] = shr.loo_nll_grid(t, n, tp[rows], fp[rows], r[rows])
+        t, n = self._local_counts_rows(pred, s)
+        losses = shr.loo_nll_by_group(t, n, tp, fp, r, pred, K)
         if self.shrinkage == "auto":
             m = np.full(K, shr.choose_m(losses.sum(axis=0)))
         elif self.shrinkage == "class":
@@ -387,10 +411,8 @@ class ScoreCalibrator(Calibrator):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         out = np.empty(data.n_rows, dtype=np.float64)
-        for k in range(len(self.classes_)):
-            idx = np.flatnonzero(data.pred == k)
-            if idx.size:
-                out[idx] = self._predict_scores(k, data.score[idx])
+        for k, idx in _rows_by_class(data.pred, len(self.classes_)):
+            out[idx] = self._predict_scores(k, data.score[idx])
         return out
 
     def _class_index(self, k) -> int:

@@ -709,6 +709,15 @@ class _KDEBase(ScoreCalibrator):
         c, n = self._interp(np.full(s.shape, k, dtype=np.int64), s, with_count=True)
         return c * n, n
 
+    def _local_counts_rows(self, pred, score):
+        s = np.asarray(score, dtype=np.float64)
+        c, n = self._interp(pred, s, with_count=True)
+        none = [k for k, st in enumerate(self.class_state_) if st is None]
+        if none:  # no state: no counts (their rows are not scored by _fit_shrinkage)
+            empty = np.isin(pred, none)
+            c[empty], n[empty] = 0.0, 0.0
+        return c * n, n
+
     def _predict(self, data: TopLabelData) -> np.ndarray:
         if self._shrunk():
             c, n = self._interp(data.pred, data.score, with_count=True)
@@ -723,11 +732,11 @@ class _KDEBase(ScoreCalibrator):
             c /= n
             return np.clip(c, 0.0, 1.0, out=c)
         out = self._interp(data.pred, data.score)
-        for k, st in enumerate(self.class_state_):
-            if st is None:
-                rows = data.pred == k
-                if rows.any():
-                    out[rows] = self._uncalibrated(data.score[rows])
+        none = [k for k, st in enumerate(self.class_state_) if st is None]
+        if none:
+            rows = np.isin(data.pred, none)
+            if rows.any():
+                out[rows] = self._uncalibrated(data.score[rows])
         return out
 
     def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:

@@ -144,3 +144,43 @@ def test_shrunk_fit_and_predict_follow_the_per_class_definition(method):
         t, n = cal._local_counts(k, data.score[rows])
         want = shr.loo_nll_grid(t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows]))
         np.testing.assert_allclose(cal.shrinkage_loss_[k], want, rtol=1e-10)
+
+
+def test_blockwise_construction_equals_the_full_matrix_definition():
+    rng = np.random.default_rng(4)
+    n, k = 3000, 200  # several blocks of rows
+    z = rng.normal(0.0, 3.0, (n, k))
+    labels = rng.integers(0, k, n)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    probs = e / e.sum(axis=1, keepdims=True)
+    d = TopLabelData.from_logits(z, labels)
+    np.testing.assert_array_equal(d.pred, np.argmax(z, axis=1))
+    np.testing.assert_array_equal(d.score, probs[np.arange(n), d.pred])  # bit for bit
+    assert d.full is z or np.shares_memory(d.full, z)  # kept as given, no copy
+    d = TopLabelData.from_probs(probs, labels)
+    np.testing.assert_array_equal(d.score, probs[np.arange(n), np.argmax(probs, axis=1)])
+    assert np.shares_memory(d.full, probs)
+    np.testing.assert_array_equal(d.tp, (labels == d.pred).astype(float))
+
+
+@pytest.mark.parametrize("kind", ["probs", "logits"])
+def test_blockwise_validation_names_the_first_bad_entry(kind):
+    from topcal.errors import DataError
+
+    rng = np.random.default_rng(5)
+    x = rng.dirichlet(np.ones(300), 4000)
+    x[2500, 17] = np.nan
+    x[3100, 5] = np.inf
+    build = TopLabelData.from_probs if kind == "probs" else TopLabelData.from_logits
+    with pytest.raises(DataError, match=rf"{kind} has a non-finite value \(nan\) at row 2500, column 17"):
+        build(x)
+    x[2500, 17] = 0.0
+    with pytest.raises(DataError, match=r"non-finite value \(inf\) at row 3100, column 5"):
+        build(x)
+    if kind == "probs":
+        x[3100, 5] = 0.0
+        x[3999, 299] = -1e-9
+        with pytest.raises(DataError, match=r"negative value \(-1e-09\) at row 3999, column 299"):
+            build(x, renormalize=True)
+    huge = np.full((3, 4), 1e308)  # finite values whose row sums overflow are accepted
+    assert TopLabelData.from_logits(huge).score[0] == 0.25

@@ -86,6 +86,43 @@ def _as_float_array(x, name: str, ndim: int) -> np.ndarray:
     return arr
 
 
+#: Elements per block in the one-pass validation of an (n, K) matrix (2 MB:
+#: the block's temporaries stay in cache and no n x K temporary is made).
+_BLOCK_ELEMENTS = 1 << 18
+
+
+def _as_matrix(x, name: str) -> np.ndarray:
+    """An (n, K) float64 array, without copying one that already is; finiteness is checked by the caller."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise _fail(f"{name} must be numeric: {exc}; convert the column to numbers") from None
+    if arr.ndim != 2:
+        raise _fail(f"{name} must be a 2-d array (rows x classes), got shape {arr.shape}")
+    if arr.size == 0:
+        raise _fail(f"{name} is empty; topcal needs at least one row")
+    return arr
+
+
+def _row_blocks(n: int, k: int):
+    step = max(1, _BLOCK_ELEMENTS // max(k, 1))
+    for a in range(0, n, step):
+        yield a, min(a + step, n)
+
+
+def _check_finite_rows(block: np.ndarray, row_sums: np.ndarray, name: str, first_row: int) -> None:
+    """Raise for the first non-finite value of ``block``; ``row_sums`` finite proves there is none."""
+    if np.isfinite(row_sums).all():  # NaN or +-inf anywhere in a row makes its sum non-finite
+        return
+    bad = ~np.isfinite(block)
+    if bad.any():  # else the sum overflowed from finite values
+        r, c = np.argwhere(bad)[0]
+        raise _fail(
+            f"{name} has a non-finite value ({block[r, c]}) at row {first_row + r}, column {c}; "
+            "remove or impute NaN/inf before calibrating"
+        )
+
+
 def _check_classes(classes: Sequence) -> tuple[str, ...]:
     names = tuple(str(c) for c in classes)
     if len(names) == 0:
@@ -180,12 +217,6 @@ def _check_scores_in_range(score: np.ndarray, lo: float, hi: float, name: str = 
         )
 
 
-def _stable_softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class TopLabelData:
     """Validated top-label data: predicted class, top score and correctness per row.
@@ -260,15 +291,19 @@ class TopLabelData:
         atol : float, default 1e-4
             Tolerance on |row sum - 1|.
         """
-        p = _as_float_array(probs, "probs", 2)
-        neg = p < 0
-        if neg.any():
-            r, c = np.argwhere(neg)[0]
-            raise _fail(
-                f"probs has a negative value ({p[r, c]}) at row {r}, column {c}; "
-                "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
-            )
-        sums = p.sum(axis=1)
+        p = _as_matrix(probs, "probs")
+        # one pass over the matrix, block by block: finite, non-negative, row sums
+        sums = np.empty(p.shape[0])
+        for a, b in _row_blocks(*p.shape):
+            blk = p[a:b]
+            sums[a:b] = blk.sum(axis=1)
+            _check_finite_rows(blk, sums[a:b], "probs", a)
+            if blk.min() < 0:
+                r, c = np.argwhere(blk < 0)[0]
+                raise _fail(
+                    f"probs has a negative value ({blk[r, c]}) at row {a + r}, column {c}; "
+                    "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
+                )
         if renormalize:
             zero = sums <= 0
             if zero.any():
@@ -295,9 +330,15 @@ class TopLabelData:
         softmax probability (``score_range`` (0, 1)). The logits are kept as
         the full vector so temperature scaling works on them directly.
         """
-        z = _as_float_array(logits, "logits", 2)
+        z = _as_matrix(logits, "logits")
         pred = np.argmax(z, axis=1).astype(np.int64)
-        score = _stable_softmax(z)[np.arange(z.shape[0]), pred]
+        # the top entry of the softmax, 1 / sum_j exp(z_j - max z), block by block (no n x K softmax)
+        score = np.empty(z.shape[0])
+        for a, b in _row_blocks(*z.shape):
+            blk = z[a:b]
+            _check_finite_rows(blk, blk.sum(axis=1), "logits", a)
+            e = np.exp(blk - blk.max(axis=1, keepdims=True))
+            score[a:b] = 1.0 / e.sum(axis=1)
         return cls._build_full(z, "logits", pred, score, labels, classes)
 
     @classmethod

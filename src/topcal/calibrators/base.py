@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._params import validate_params
-from ..data import ClassView, TopLabelData
+from ..data import ClassView, TopLabelData, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, TopcalError
 from . import shrinkage as shr
 
@@ -240,22 +240,6 @@ class Calibrator:
         save(self, path)
 
 
-def _rows_by_class(pred: np.ndarray, n_classes: int):
-    """(k, row indices of class k in row order) for every class with rows, from one stable sort.
-
-    O(n log n) once instead of a ``pred == k`` pass per class (O(n K)).
-    """
-    counts = np.bincount(pred, minlength=n_classes)
-    if counts.size and counts.max() == pred.shape[0]:  # one class: no sort
-        k = int(np.argmax(counts))
-        yield k, np.arange(pred.shape[0])
-        return
-    order = np.argsort(pred, kind="stable")
-    ends = np.cumsum(counts)
-    for k in np.flatnonzero(counts):
-        yield int(k), order[ends[k] - counts[k] : ends[k]]
-
-
 def to_jsonable(obj):
     """Turn ndarrays and numpy scalars inside dicts/lists into plain JSON types.
 
@@ -311,8 +295,7 @@ class ScoreCalibrator(Calibrator):
         """Fit every class with the paper's estimator (sets class_state_, support_)."""
         states = []
         support = []
-        for k in range(data.n_classes):
-            view = data.class_view(k)
+        for k, view in enumerate(data.class_views()):
             w = view.tp + view.fp
             if w.sum() <= 0:
                 states.append(None)
@@ -362,7 +345,7 @@ class ScoreCalibrator(Calibrator):
         """
         t = np.zeros(score.shape[0])
         n = np.zeros(score.shape[0])
-        for k, idx in _rows_by_class(pred, len(self.classes_)):
+        for k, idx in rows_by_class(pred, len(self.classes_)):
             if self.class_state_[k] is not None:
                 t[idx], n[idx] = self._local_counts(k, score[idx])
         return t, n
@@ -411,7 +394,7 @@ class ScoreCalibrator(Calibrator):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         out = np.empty(data.n_rows, dtype=np.float64)
-        for k, idx in _rows_by_class(data.pred, len(self.classes_)):
+        for k, idx in rows_by_class(data.pred, len(self.classes_)):
             out[idx] = self._predict_scores(k, data.score[idx])
         return out
 

@@ -96,7 +96,7 @@ import warnings
 import numpy as np
 
 from .._params import Interval, NoneOr, Options
-from ..data import ClassView, TopLabelData
+from ..data import ClassView, TopLabelData, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ParameterError
 from . import _kde_engine as eng
 from .base import ScoreCalibrator, finite_array, to_jsonable
@@ -384,16 +384,11 @@ class _KDEBase(ScoreCalibrator):
                                       len(binned))
             grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
         # rows of each class in row order, from one stable sort (not a pred == k pass per class)
-        order = np.argsort(pred, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(rows)])
         args = {}
-        for k in range(K):
-            if rows[k] == 0:
-                continue
+        for k, idx in rows_by_class(pred, K):
             if k in grids:
                 args[k] = ("binned", grids[k])
             else:
-                idx = order[starts[k] : starts[k + 1]]
                 args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
         prepared = self._prepare_exact_scans(args, lo, hi, smin, smax)
         states, support = [], []

@@ -184,3 +184,31 @@ def test_blockwise_validation_names_the_first_bad_entry(kind):
             build(x, renormalize=True)
     huge = np.full((3, 4), 1e308)  # finite values whose row sums overflow are accepted
     assert TopLabelData.from_logits(huge).score[0] == 0.25
+
+
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
+def test_loo_over_all_bandwidths_at_once_equals_one_at_a_time(bounds):
+    """The exact engine's LOO NLL, vectorised over bandwidths, against a direct per-sample reference."""
+    rng = np.random.default_rng(6)
+    p = np.sort(rng.random(40))
+    t = rng.integers(0, 3, 40).astype(float)
+    f = rng.integers(0, 3, 40).astype(float)
+    t[t + f == 0] = 1.0
+    t[3] = 0.4  # a weight below 1 is left out whole
+    e = eng.ExactEngine(p, t, f, p[0], p[-1], bounds)
+    bs = np.geomspace(0.003, 2.0, 30)
+    got = e.loo_nll(bs)
+    np.testing.assert_allclose(got, [e.loo_nll([b])[0] for b in bs], rtol=1e-13)
+    # direct definition: leave one unit of one group out, sum every remaining kernel (with mirrors)
+    pa = p if bounds is None else np.concatenate([p, -p, 2.0 - p])
+    for j in (15, 22, 29):  # the direct sums do not underflow here
+        b = bs[j]
+        k = np.exp(-0.5 * ((p[:, None] - pa[None, :]) / b) ** 2)
+        kt = k @ np.tile(t, pa.size // p.size)
+        kf = k @ np.tile(f, pa.size // p.size)
+        selfk = k[np.arange(40)[:, None], np.arange(40)[:, None] + 40 * np.arange(pa.size // 40)[None, :]].sum(1)
+        ut, uf = np.minimum(t, 1.0), np.minimum(f, 1.0)
+        ct = np.clip((kt - ut * selfk) / (kt + kf - ut * selfk), 1e-12, 1 - 1e-12)
+        zf = np.clip((kf - uf * selfk) / (kt + kf - uf * selfk), 1e-12, 1 - 1e-12)
+        want = -(t[t > 0] * np.log(ct[t > 0])).sum() - (f[f > 0] * np.log(zf[f > 0])).sum()
+        assert got[j] == pytest.approx(want, rel=1e-9)

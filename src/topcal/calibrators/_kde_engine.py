@@ -158,6 +158,14 @@ def _loss(c_tp, c_fp_wrong, tp, fp):
     return float(-(tp[tp > 0] * np.log(a)).sum() - (fp[fp > 0] * np.log(z)).sum())
 
 
+def _loss_rows(c_tp, c_fp_wrong, tp, fp):
+    """:func:`_loss` of every row of (nb, n) confidence arrays (one value per bandwidth)."""
+    a, z = tp > 0, fp > 0
+    la = np.log(np.clip(c_tp[:, a], PROB_CLIP, 1.0 - PROB_CLIP))
+    lz = np.log(np.clip(c_fp_wrong[:, z], PROB_CLIP, 1.0 - PROB_CLIP))
+    return -(la @ tp[a]) - (lz @ fp[z])
+
+
 class ExactEngine:
     """Direct summation over the class's distinct scores (small classes).
 
@@ -236,7 +244,11 @@ class ExactEngine:
 
         Each sample's own kernel (and its mirror images) is removed from its
         own group's sum: one unit of weight, or the whole weight when it is
-        below 1.
+        below 1. All bandwidths are evaluated together, as (bandwidth x
+        sample x centre) arrays in chunks of bandwidths that stay below the
+        engine's memory chunk (the same arithmetic per bandwidth as one at a
+        time; small classes are many cheap evaluations, so the number of
+        calls, not the arithmetic, was their cost).
         """
         p, t, f = self.points, self.tp, self.fp
         n = p.size
@@ -248,33 +260,42 @@ class ExactEngine:
             self_cols[np.arange(n), c * n + np.arange(n)] = True
         d2_other = np.where(self_cols, np.inf, d2)
         m = d2_other.min(axis=1)  # finite: a class here has >= 2 distinct scores
+        dd = d2_other - m[:, None]
         u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
-        out = []
-        for b in np.atleast_1d(bandwidths):
+        weights = np.stack([ta, fa, ta + fa], axis=1)  # (centres, 3)
+        with np.errstate(divide="ignore"):
+            log_t_rest = np.log(t - u_t)  # TP left out: TP keeps t - u_t at its own place
+            log_p_rest_t = np.log(t + f - u_t)
+            log_f_rest = np.log(f - u_f)  # FP left out: probability it is wrong = FP / P
+            log_p_rest_f = np.log(t + f - u_f)
+        bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
+        out = np.empty(bs.size)
+        step = max(1, _CHUNK // max(dd.size, 1))
+        for a in range(0, bs.size, step):
+            b = bs[a : a + step]
             inv = 0.5 / (b * b)
-            e = np.exp(-(d2_other - m[:, None]) * inv)  # self columns -> exp(-inf) = 0
+            e = -dd[None, :, :] * inv[:, None, None]
+            np.maximum(e, EXP_FLOOR, out=e)
+            np.exp(e, out=e)
+            e[:, self_cols] = 0.0  # the sample's own kernel (and mirrors) left out
+            sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
             with np.errstate(divide="ignore"):
-                log_ot = np.log(e @ ta) - m * inv  # other centres only, true scale
-                log_of = np.log(e @ fa) - m * inv
-            log_op = np.log(e @ (ta + fa)) - m * inv
+                logs = np.log(sums) - (m[None, :] * inv[:, None])[:, :, None]
+            log_ot, log_of, log_op = logs[..., 0], logs[..., 1], logs[..., 2]
             # the own centre (with mirrors) at distance 0 (and 2(s - limit))
-            selfk = np.ones(n)
+            selfk = np.ones((b.size, n))
             if self.bounds is not None:
-                selfk = selfk + np.exp(-4.0 * (p - self.bounds[0]) ** 2 * inv) + np.exp(
-                    -4.0 * (p - self.bounds[1]) ** 2 * inv
+                selfk = selfk + np.exp(-4.0 * ((p - self.bounds[0]) ** 2)[None, :] * inv[:, None]) + np.exp(
+                    -4.0 * ((p - self.bounds[1]) ** 2)[None, :] * inv[:, None]
                 )
             with np.errstate(divide="ignore"):
                 ls = np.log(selfk)
-                # a TP sample left out: TP keeps t - u_t at its own place
-                num_t = np.logaddexp(log_ot, np.log(t - u_t) + ls)
-                den_t = np.logaddexp(log_op, np.log(t + f - u_t) + ls)
-                # an FP sample left out: probability it is wrong = FP / P
-                num_f = np.logaddexp(log_of, np.log(f - u_f) + ls)
-                den_f = np.logaddexp(log_op, np.log(t + f - u_f) + ls)
-            c_t = np.exp(num_t - den_t)
-            z_f = np.exp(num_f - den_f)
-            out.append(_loss(c_t, z_f, t, f))
-        return np.array(out)
+                num_t = np.logaddexp(log_ot, log_t_rest + ls)
+                den_t = np.logaddexp(log_op, log_p_rest_t + ls)
+                num_f = np.logaddexp(log_of, log_f_rest + ls)
+                den_f = np.logaddexp(log_op, log_p_rest_f + ls)
+            out[a : a + b.size] = _loss_rows(np.exp(num_t - den_t), np.exp(num_f - den_f), t, f)
+        return out
 
     def kernel_points(self):
         return self.points, self.tp, self.fp

@@ -365,7 +365,8 @@ class ScoreCalibrator(Calibrator):
         self.reference_ = ref
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         t0, n0 = ref._local_counts(0, s)
-        self.reference_m_ = shr.choose_m(shr.loo_nll_grid(t0, n0, tp, fp, self.reference_rate_))
+        one = np.zeros(s.shape[0], dtype=np.int64)
+        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(t0, n0, tp, fp, self.reference_rate_, one, 1)[0])
         r = self._reference(s)
         pred = data.pred[keep]
         K = len(self.classes_)

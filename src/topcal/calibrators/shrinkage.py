@@ -100,8 +100,14 @@ def loo_nll_grid(t, n, tp, fp, r, grid=M_GRID) -> np.ndarray:
     return out
 
 
-#: Rows per block in :func:`loo_nll_by_group` (block x grid matrix of ~25 MB).
-_BLOCK_ROWS = 65_536
+#: Rows per block in :func:`loo_nll_by_group` (a block x grid matrix of ~6 MB).
+_BLOCK_ROWS = 16_384
+
+
+def _log1m(c, out):
+    """log(1 - c), in place."""
+    np.negative(c, out=out)
+    return np.log1p(out, out=out)
 
 
 def loo_nll_by_group(t, n, tp, fp, r, group, n_groups, grid=M_GRID) -> np.ndarray:
@@ -125,19 +131,22 @@ def loo_nll_by_group(t, n, tp, fp, r, group, n_groups, grid=M_GRID) -> np.ndarra
     for a in range(0, order.size, _BLOCK_ROWS):
         rows = order[a : a + _BLOCK_ROWS]
         g = group[rows]
-        tt, nn, rr = t[rows][:, None], n[rows][:, None], r[rows][:, None]
-        wt, wf = tp[rows], fp[rows]
-        den = np.maximum(nn - 1.0, 0.0) + m
+        tt, nn, rr = t[rows], n[rows], r[rows]
+        nm1 = np.maximum(nn - 1.0, 0.0)
         loss = np.zeros((rows.size, m.shape[1]))
-        a_ = wt > 0
-        if a_.any():
-            c = np.clip((np.maximum(tt[a_] - 1.0, 0.0) + m * rr[a_]) / den[a_], PROB_CLIP, 1.0 - PROB_CLIP)
-            loss[a_] -= wt[a_][:, None] * np.log(c)
-        z = wf > 0
-        if z.any():
-            c = np.clip((np.minimum(tt[z], np.maximum(nn[z] - 1.0, 0.0)) + m * rr[z]) / den[z],
-                        PROB_CLIP, 1.0 - PROB_CLIP)
-            loss[z] -= wf[z][:, None] * np.log1p(-c)
+        # TP left out: (max(t - 1, 0) + m r) / (n - 1 + m); FP left out: (min(t, n - 1) + m r) / (n - 1 + m)
+        for w, head, log_of in ((tp[rows], np.maximum(tt - 1.0, 0.0), np.log),
+                                (fp[rows], np.minimum(tt, nm1), _log1m)):
+            sel = np.flatnonzero(w > 0)
+            if not sel.size:
+                continue
+            c = m * rr[sel, None]  # (rows, G), built once and transformed in place
+            c += head[sel, None]
+            c /= nm1[sel, None] + m
+            np.clip(c, PROB_CLIP, 1.0 - PROB_CLIP, out=c)
+            log_of(c, out=c)
+            c *= w[sel, None]
+            loss[sel] -= c
         starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
         out[g[starts]] += np.add.reduceat(loss, starts, axis=0)
     return out

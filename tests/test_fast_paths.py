@@ -212,3 +212,31 @@ def test_loo_over_all_bandwidths_at_once_equals_one_at_a_time(bounds):
         zf = np.clip((kf - uf * selfk) / (kt + kf - uf * selfk), 1e-12, 1 - 1e-12)
         want = -(t[t > 0] * np.log(ct[t > 0])).sum() - (f[f > 0] * np.log(zf[f > 0])).sum()
         assert got[j] == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["probs", "logits"])
+def test_temperature_margin_from_the_score_matrix_equals_the_split_path(kind):
+    from topcal.calibrators._ts_core import split_top, top_label_margin, top_label_margin_rows
+    from topcal.data import LOG_PROB_FLOOR
+
+    rng = np.random.default_rng(8)
+    n, k = 5000, 300  # several blocks
+    z = rng.normal(0.0, 3.0, (n, k))
+    if kind == "probs":
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        z /= z.sum(axis=1, keepdims=True)
+        z[::7, 3] = 0.0  # exact zeros are floored in the logs
+    floor = LOG_PROB_FLOOR if kind == "probs" else None
+    pred = np.argmax(z, axis=1)
+    pred[::11] = 5  # a predicted class need not be the argmax
+    d, others = split_top(z.copy(), pred, log_floor=floor)
+    for beta, award in ((0.7, 0.0), (rng.uniform(0.2, 3.0, n), rng.normal(0.0, 1.0, n))):
+        want = top_label_margin(d, others, beta, award)
+        got = top_label_margin_rows(z, pred, beta, award, log_floor=floor)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # the split itself: the others are the row without its predicted entry, shifted by their maximum
+    zl = np.log(np.maximum(z, LOG_PROB_FLOOR)) if floor else z
+    i = 11
+    rest = np.delete(zl[i], pred[i])
+    np.testing.assert_array_equal(others[:, i], rest - rest.max())
+    assert d[i] == zl[i, pred[i]] - rest.max()

@@ -315,7 +315,8 @@ class TopLabelData:
         sums = np.empty(p.shape[0])
         for a, b in _row_blocks(*p.shape):
             blk = p[a:b]
-            sums[a:b] = blk.sum(axis=1)
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+                sums[a:b] = blk.sum(axis=1)
             _check_finite_rows(blk, sums[a:b], "probs", a)
             if blk.min() < 0:
                 r, c = np.argwhere(blk < 0)[0]
@@ -355,7 +356,9 @@ class TopLabelData:
         score = np.empty(z.shape[0])
         for a, b in _row_blocks(*z.shape):
             blk = z[a:b]
-            _check_finite_rows(blk, blk.sum(axis=1), "logits", a)
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+                row_sums = blk.sum(axis=1)
+            _check_finite_rows(blk, row_sums, "logits", a)
             e = np.exp(blk - blk.max(axis=1, keepdims=True))
             score[a:b] = 1.0 / e.sum(axis=1)
         return cls._build_full(z, "logits", pred, score, labels, classes)

@@ -242,3 +242,21 @@ def test_temperature_margin_from_the_score_matrix_equals_the_split_path(kind):
     rest = np.delete(zl[i], pred[i])
     np.testing.assert_array_equal(others[:, i], rest - rest.max())
     assert d[i] == zl[i, pred[i]] - rest.max()
+
+
+def test_merged_rows_give_the_loss_of_the_rows():
+    from topcal.calibrators import shrinkage as shr
+
+    rng = np.random.default_rng(10)
+    rows = 50_000
+    group = rng.integers(0, 40, rows)
+    n = rng.integers(1, 6, rows).astype(float)  # few distinct values: many equal rows
+    t = np.floor(n * rng.random(rows))
+    r = rng.choice([0.2, 0.5, 0.9], rows)
+    tp = (rng.random(rows) < 0.7).astype(float)
+    fp = 1.0 - tp
+    merged = shr.merge_equal_rows(t, n, tp, fp, r, group)
+    assert merged[0].size < rows / 5
+    np.testing.assert_allclose(shr.loo_nll_by_group(*merged, 40), shr.loo_nll_by_group(t, n, tp, fp, r, group, 40),
+                               rtol=1e-12)
+    assert merged[2].sum() == tp.sum() and merged[3].sum() == fp.sum()

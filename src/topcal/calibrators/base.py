@@ -280,6 +280,9 @@ class ScoreCalibrator(Calibrator):
     #: Whether the method takes the ``shrinkage`` parameter: it estimates
     #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
     shrinkable: ClassVar[bool] = False
+    #: Whether the local counts (and the reference) are piecewise constant in the score (a
+    #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
+    piecewise_counts: ClassVar[bool] = False
 
     def _shrunk(self) -> bool:
         return self.shrinkable and not (
@@ -366,12 +369,18 @@ class ScoreCalibrator(Calibrator):
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         t0, n0 = ref._local_counts(0, s)
         one = np.zeros(s.shape[0], dtype=np.int64)
-        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(t0, n0, tp, fp, self.reference_rate_, one, 1)[0])
+        rows = (t0, n0, tp, fp, self.reference_rate_, one)
+        if self.piecewise_counts:
+            rows = shr.merge_equal_rows(*rows)
+        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
         r = self._reference(s)
         pred = data.pred[keep]
         K = len(self.classes_)
         t, n = self._local_counts_rows(pred, s)
-        losses = shr.loo_nll_by_group(t, n, tp, fp, r, pred, K)
+        rows = (t, n, tp, fp, r, pred)
+        if self.piecewise_counts:
+            rows = shr.merge_equal_rows(*rows)
+        losses = shr.loo_nll_by_group(*rows, K)
         if self.shrinkage == "auto":
             m = np.full(K, shr.choose_m(losses.sum(axis=0)))
         elif self.shrinkage == "class":

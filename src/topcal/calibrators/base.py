@@ -403,6 +403,16 @@ class ScoreCalibrator(Calibrator):
         return shr.shrink(t, n, r, self.shrinkage_[k])
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
+        if self._shrunk():
+            # the reference once for all rows, the class counts in one grouped pass
+            r = self._reference(data.score)
+            t, n = self._local_counts_rows(data.pred, data.score)
+            out = shr.shrink(t, n, r, self.shrinkage_[data.pred])
+            none = [k for k, st in enumerate(self.class_state_) if st is None]
+            if none:  # no data of their own: the reference curve
+                rows = np.isin(data.pred, none)
+                out[rows] = r[rows]
+            return out
         out = np.empty(data.n_rows, dtype=np.float64)
         for k, idx in rows_by_class(data.pred, len(self.classes_)):
             out[idx] = self._predict_scores(k, data.score[idx])

@@ -111,6 +111,15 @@ class Counter:
                     return _orig(obj, bs, *a, **kw)
 
                 setattr(cls, meth, wrapped)
+        # the exact engine's classes are scanned together, one bandwidth per class and call
+        orig = eng.ExactScanBatch.sign_changes
+        self._saved[(eng.ExactScanBatch, "sign_changes")] = orig
+
+        def batched(obj, rows, bs, _orig=orig):
+            self.n_scan += np.atleast_1d(bs).shape[0]
+            return _orig(obj, rows, bs)
+
+        eng.ExactScanBatch.sign_changes = batched
         return self
 
     def __exit__(self, *exc):

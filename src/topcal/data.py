@@ -31,7 +31,8 @@ import numpy as np
 
 from .errors import DataError, ParameterError
 
-__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "preview"]
+__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "preview",
+           "rows_by_class"]
 
 #: Floor used when logs of probabilities are needed (temperature scaling) and a
 #: probability is exactly 0: log(1e-300) keeps the entry finite and far below
@@ -64,6 +65,25 @@ class ClassView(NamedTuple):
     tp: np.ndarray
     fp: np.ndarray
     index: np.ndarray
+
+
+def rows_by_class(pred: np.ndarray, n_classes: int, *, skip_empty: bool = True):
+    """Yield (k, row indices with pred == k, ascending) per class, from one stable sort.
+
+    O(n log n) once instead of a ``pred == k`` pass per class (O(n K)).
+    With ``skip_empty`` classes without rows are left out.
+    """
+    pred = np.asarray(pred)
+    counts = np.bincount(pred, minlength=n_classes)
+    if pred.size and counts.max() == pred.size:  # one class holds every row: no sort
+        order = np.arange(pred.size)
+        ends = np.where(np.arange(counts.size) >= int(pred[0]), pred.size, 0)
+    else:
+        order = np.argsort(pred, kind="stable")
+        ends = np.cumsum(counts)
+    for k in range(n_classes):
+        if counts[k] or not skip_empty:
+            yield k, order[ends[k] - counts[k] : ends[k]]
 
 
 def _fail(msg: str) -> DataError:
@@ -115,6 +135,43 @@ def sorted_names(names) -> tuple[str, ...]:
     if uniq and all(_is_int_name(n) for n in uniq):
         return tuple(sorted(uniq, key=int))
     return tuple(sorted(uniq))
+
+
+#: Elements per block in the one-pass validation of an (n, K) matrix (2 MB:
+#: the block's temporaries stay in cache and no n x K temporary is made).
+_BLOCK_ELEMENTS = 1 << 18
+
+
+def _as_matrix(x, name: str) -> np.ndarray:
+    """An (n, K) float64 array, without copying one that already is; finiteness is checked by the caller."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise _fail(f"{name} must be numeric: {exc}; convert the column to numbers") from None
+    if arr.ndim != 2:
+        raise _fail(f"{name} must be a 2-d array (rows x classes), got shape {arr.shape}")
+    if arr.size == 0:
+        raise _fail(f"{name} is empty; topcal needs at least one row")
+    return arr
+
+
+def _row_blocks(n: int, k: int):
+    step = max(1, _BLOCK_ELEMENTS // max(k, 1))
+    for a in range(0, n, step):
+        yield a, min(a + step, n)
+
+
+def _check_finite_rows(block: np.ndarray, row_sums: np.ndarray, name: str, first_row: int) -> None:
+    """Raise for the first non-finite value of ``block``; ``row_sums`` finite proves there is none."""
+    if np.isfinite(row_sums).all():  # NaN or +-inf anywhere in a row makes its sum non-finite
+        return
+    bad = ~np.isfinite(block)
+    if bad.any():  # else the sum overflowed from finite values
+        r, c = np.argwhere(bad)[0]
+        raise _fail(
+            f"{name} has a non-finite value ({block[r, c]}) at row {first_row + r}, column {c}; "
+            "remove or impute NaN/inf before calibrating"
+        )
 
 
 def _check_classes(classes: Sequence) -> tuple[str, ...]:
@@ -271,12 +328,6 @@ def _check_scores_in_range(score: np.ndarray, lo: float, hi: float, name: str = 
         )
 
 
-def _stable_softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class TopLabelData:
     """Validated top-label data: predicted class, top score and correctness per row.
@@ -351,15 +402,20 @@ class TopLabelData:
         atol : float, default 1e-4
             Tolerance on |row sum - 1|.
         """
-        p = _as_float_array(probs, "probs", 2)
-        neg = p < 0
-        if neg.any():
-            r, c = np.argwhere(neg)[0]
-            raise _fail(
-                f"probs has a negative value ({p[r, c]}) at row {r}, column {c}; "
-                "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
-            )
-        sums = p.sum(axis=1)
+        p = _as_matrix(probs, "probs")
+        # one pass over the matrix, block by block: finite, non-negative, row sums
+        sums = np.empty(p.shape[0])
+        for a, b in _row_blocks(*p.shape):
+            blk = p[a:b]
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+                sums[a:b] = blk.sum(axis=1)
+            _check_finite_rows(blk, sums[a:b], "probs", a)
+            if blk.min() < 0:
+                r, c = np.argwhere(blk < 0)[0]
+                raise _fail(
+                    f"probs has a negative value ({blk[r, c]}) at row {a + r}, column {c}; "
+                    "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
+                )
         if renormalize:
             zero = sums <= 0
             if zero.any():
@@ -386,9 +442,17 @@ class TopLabelData:
         softmax probability (``score_range`` (0, 1)). The logits are kept as
         the full vector so temperature scaling works on them directly.
         """
-        z = _as_float_array(logits, "logits", 2)
+        z = _as_matrix(logits, "logits")
         pred = np.argmax(z, axis=1).astype(np.int64)
-        score = _stable_softmax(z)[np.arange(z.shape[0]), pred]
+        # the top entry of the softmax, 1 / sum_j exp(z_j - max z), block by block (no n x K softmax)
+        score = np.empty(z.shape[0])
+        for a, b in _row_blocks(*z.shape):
+            blk = z[a:b]
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+                row_sums = blk.sum(axis=1)
+            _check_finite_rows(blk, row_sums, "logits", a)
+            e = np.exp(blk - blk.max(axis=1, keepdims=True))
+            score[a:b] = 1.0 / e.sum(axis=1)
         return cls._build_full(z, "logits", pred, score, labels, classes)
 
     @classmethod
@@ -651,6 +715,12 @@ class TopLabelData:
         self.require_labels("splitting into TP/FP")
         idx = np.flatnonzero(self.pred == k)
         return ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
+
+    def class_views(self):
+        """:meth:`class_view` of every class k = 0..K-1 in order, from one sort of the rows."""
+        self.require_labels("splitting into TP/FP")
+        for _, idx in rows_by_class(self.pred, self.n_classes, skip_empty=False):
+            yield ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
 
     def class_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(|TP_k|, |FP_k|) for every class k, as float arrays of length K."""

@@ -44,6 +44,16 @@ RESOLVED_FRACTION = 1e-6
 #: as flat (no sign): they are below what either engine resolves in the
 #: flat parts of a curve (exact: ~1e-15; binned: < 1e-8 where resolved).
 SLOPE_TOL = 1e-7
+#: Exponents below this are raised to it before ``exp``. Below ~-708 ``exp``
+#: returns subnormal numbers or 0, and numpy's vectorised ``exp`` takes a slow
+#: path for every such lane (measured 5-15x slower when many lanes
+#: underflow, as they do for small bandwidths). A term of exp(-700) ~ 1e-304
+#: instead of 0 (or a subnormal) changes no sum that matters: the shifted
+#: kernel sums have their largest term equal to 1, so the change is ~1e-304
+#: relative to them.
+EXP_FLOOR = -700.0
+#: Elements of the batched scan's work array per pass (1 MB: stays in cache).
+_CACHE_ELEMENTS = 131_072
 #: Largest chunk of the (points x kernels) matrix the exact engine builds
 #: at once, in elements (32 MB of float64).
 _CHUNK = 4_000_000
@@ -59,6 +69,39 @@ def count_sign_changes(conf: np.ndarray, resolved: np.ndarray | None = None) -> 
     d = np.diff(c)
     s = np.sign(d)[np.abs(d) > SLOPE_TOL]
     return int(np.count_nonzero(s[1:] != s[:-1]))
+
+
+def count_sign_changes_rows(conf: np.ndarray, resolved: np.ndarray) -> np.ndarray:
+    """:func:`count_sign_changes` of every row of (m, G) arrays, without a Python loop.
+
+    The same counts: unresolved points are replaced by the last resolved
+    value before them (the first one at the start), so their differences are
+    exactly 0 (flat) and the difference at a resolved point is the one to the
+    previous resolved point, as in the compressed row.
+    """
+    conf = np.asarray(conf, dtype=np.float64)
+    m, g = conf.shape
+    if g < 2:
+        return np.zeros(m, dtype=np.int64)
+    cols = np.arange(g)
+    if resolved.all():
+        d = np.diff(conf, axis=1)
+    else:
+        idx = np.where(resolved, cols, -1)
+        np.maximum.accumulate(idx, axis=1, out=idx)
+        first = np.argmax(resolved, axis=1)
+        idx = np.where(idx >= 0, idx, first[:, None])
+        d = np.diff(np.take_along_axis(conf, idx, axis=1), axis=1)
+    s = np.sign(d)
+    s[np.abs(d) <= SLOPE_TOL] = 0.0
+    nz = s != 0
+    last = np.where(nz, cols[:-1], -1)
+    np.maximum.accumulate(last, axis=1, out=last)
+    prev = np.empty_like(last)
+    prev[:, 0] = -1
+    prev[:, 1:] = last[:, :-1]  # index of the previous non-flat difference
+    prev_s = np.take_along_axis(s, np.maximum(prev, 0), axis=1)
+    return np.count_nonzero(nz & (prev >= 0) & (prev_s != s), axis=1)
 
 
 def _reflect_points(points, tp, fp, bounds):
@@ -93,7 +136,9 @@ def exact_sums(x, points, tp, fp, b, bounds=None):
     for a in range(0, x.shape[0], step):
         d2 = (x[a : a + step, None] - p[None, :]) ** 2
         m = d2.min(axis=1)
-        e = np.exp(-(d2 - m[:, None]) * inv)
+        e = -(d2 - m[:, None]) * inv
+        np.maximum(e, EXP_FLOOR, out=e)
+        np.exp(e, out=e)
         num[a : a + step] = e @ t
         den[a : a + step] = e @ w
         shift[a : a + step] = m
@@ -111,6 +156,14 @@ def _loss(c_tp, c_fp_wrong, tp, fp):
     a = np.clip(c_tp[tp > 0], PROB_CLIP, 1.0 - PROB_CLIP)
     z = np.clip(c_fp_wrong[fp > 0], PROB_CLIP, 1.0 - PROB_CLIP)
     return float(-(tp[tp > 0] * np.log(a)).sum() - (fp[fp > 0] * np.log(z)).sum())
+
+
+def _loss_rows(c_tp, c_fp_wrong, tp, fp):
+    """:func:`_loss` of every row of (nb, n) confidence arrays (one value per bandwidth)."""
+    a, z = tp > 0, fp > 0
+    la = np.log(np.clip(c_tp[:, a], PROB_CLIP, 1.0 - PROB_CLIP))
+    lz = np.log(np.clip(c_fp_wrong[:, z], PROB_CLIP, 1.0 - PROB_CLIP))
+    return -(la @ tp[a]) - (lz @ fp[z])
 
 
 class ExactEngine:
@@ -141,18 +194,26 @@ class ExactEngine:
         bandwidths, and for small classes these passes were most of the cost.
         """
         if self._scan_d2 is None:
-            p, t, f = _reflect_points(self.points, self.tp, self.fp, self.bounds)
-            w = t + f
-            p, t, w = p[w > 0], t[w > 0], w[w > 0]
-            d2 = (self.scan_x[:, None] - p[None, :]) ** 2
-            m = d2.min(axis=1)
-            self._scan_d2 = (d2 - m[:, None], m, t, w)
+            self._scan_d2 = self.scan_terms()
         return self._scan_d2
+
+    def scan_terms(self):
+        """(shifted squared distances scan point x centre, shifts, TP weights, weights), not cached."""
+        p, t, f = _reflect_points(self.points, self.tp, self.fp, self.bounds)
+        w = t + f
+        p, t, w = p[w > 0], t[w > 0], w[w > 0]
+        d2 = (self.scan_x[:, None] - p[None, :]) ** 2
+        m = d2.min(axis=1)
+        return d2 - m[:, None], m, t, w
+
+    def cacheable(self) -> bool:
+        """Whether the scan keeps the distance matrix (else it goes one bandwidth at a time)."""
+        return self.points.size * SCAN_POINTS <= _CHUNK
 
     def scan(self, bandwidths):
         """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
-        if self.points.size * SCAN_POINTS > _CHUNK:  # too big to cache: one bandwidth at a time
+        if not self.cacheable():  # too big to cache: one bandwidth at a time
             confs, res = [], []
             for b in bs:
                 num, den, shift = exact_sums(self.scan_x, self.points, self.tp, self.fp, b, self.bounds)
@@ -165,7 +226,9 @@ class ExactEngine:
         conf = np.empty((bs.size, SCAN_POINTS))
         res = np.empty((bs.size, SCAN_POINTS), dtype=bool)
         for i in range(bs.size):
-            e = np.exp(dd * -inv[i])
+            e = dd * -inv[i]
+            np.maximum(e, EXP_FLOOR, out=e)
+            np.exp(e, out=e)
             num = e @ t
             den = e @ w
             log_kp = np.log(den) - shift * inv[i]
@@ -181,7 +244,11 @@ class ExactEngine:
 
         Each sample's own kernel (and its mirror images) is removed from its
         own group's sum: one unit of weight, or the whole weight when it is
-        below 1.
+        below 1. All bandwidths are evaluated together, as (bandwidth x
+        sample x centre) arrays in chunks of bandwidths that stay below the
+        engine's memory chunk (the same arithmetic per bandwidth as one at a
+        time; small classes are many cheap evaluations, so the number of
+        calls, not the arithmetic, was their cost).
         """
         p, t, f = self.points, self.tp, self.fp
         n = p.size
@@ -193,36 +260,101 @@ class ExactEngine:
             self_cols[np.arange(n), c * n + np.arange(n)] = True
         d2_other = np.where(self_cols, np.inf, d2)
         m = d2_other.min(axis=1)  # finite: a class here has >= 2 distinct scores
+        dd = d2_other - m[:, None]
         u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
-        out = []
-        for b in np.atleast_1d(bandwidths):
+        weights = np.stack([ta, fa, ta + fa], axis=1)  # (centres, 3)
+        with np.errstate(divide="ignore"):
+            log_t_rest = np.log(t - u_t)  # TP left out: TP keeps t - u_t at its own place
+            log_p_rest_t = np.log(t + f - u_t)
+            log_f_rest = np.log(f - u_f)  # FP left out: probability it is wrong = FP / P
+            log_p_rest_f = np.log(t + f - u_f)
+        bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
+        out = np.empty(bs.size)
+        step = max(1, _CHUNK // max(dd.size, 1))
+        for a in range(0, bs.size, step):
+            b = bs[a : a + step]
             inv = 0.5 / (b * b)
-            e = np.exp(-(d2_other - m[:, None]) * inv)  # self columns -> exp(-inf) = 0
+            e = -dd[None, :, :] * inv[:, None, None]
+            np.maximum(e, EXP_FLOOR, out=e)
+            np.exp(e, out=e)
+            e[:, self_cols] = 0.0  # the sample's own kernel (and mirrors) left out
+            sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
             with np.errstate(divide="ignore"):
-                log_ot = np.log(e @ ta) - m * inv  # other centres only, true scale
-                log_of = np.log(e @ fa) - m * inv
-            log_op = np.log(e @ (ta + fa)) - m * inv
+                logs = np.log(sums) - (m[None, :] * inv[:, None])[:, :, None]
+            log_ot, log_of, log_op = logs[..., 0], logs[..., 1], logs[..., 2]
             # the own centre (with mirrors) at distance 0 (and 2(s - limit))
-            selfk = np.ones(n)
+            selfk = np.ones((b.size, n))
             if self.bounds is not None:
-                selfk = selfk + np.exp(-4.0 * (p - self.bounds[0]) ** 2 * inv) + np.exp(
-                    -4.0 * (p - self.bounds[1]) ** 2 * inv
+                selfk = selfk + np.exp(-4.0 * ((p - self.bounds[0]) ** 2)[None, :] * inv[:, None]) + np.exp(
+                    -4.0 * ((p - self.bounds[1]) ** 2)[None, :] * inv[:, None]
                 )
             with np.errstate(divide="ignore"):
                 ls = np.log(selfk)
-                # a TP sample left out: TP keeps t - u_t at its own place
-                num_t = np.logaddexp(log_ot, np.log(t - u_t) + ls)
-                den_t = np.logaddexp(log_op, np.log(t + f - u_t) + ls)
-                # an FP sample left out: probability it is wrong = FP / P
-                num_f = np.logaddexp(log_of, np.log(f - u_f) + ls)
-                den_f = np.logaddexp(log_op, np.log(t + f - u_f) + ls)
-            c_t = np.exp(num_t - den_t)
-            z_f = np.exp(num_f - den_f)
-            out.append(_loss(c_t, z_f, t, f))
-        return np.array(out)
+                num_t = np.logaddexp(log_ot, log_t_rest + ls)
+                den_t = np.logaddexp(log_op, log_p_rest_t + ls)
+                num_f = np.logaddexp(log_of, log_f_rest + ls)
+                den_f = np.logaddexp(log_op, log_p_rest_f + ls)
+            out[a : a + b.size] = _loss_rows(np.exp(num_t - den_t), np.exp(num_f - den_f), t, f)
+        return out
 
     def kernel_points(self):
         return self.points, self.tp, self.fp
+
+
+class ExactScanBatch:
+    """The exact engine's scan for many classes at once: one array program per step.
+
+    Small classes make the scan a long series of small evaluations whose cost
+    was mostly Python overhead. Here the bandwidth-free terms of every class
+    (shifted squared distances from the 513 scan points to its kernel
+    centres, as :meth:`ExactEngine.scan` caches them) are padded to one
+    width and stacked, so one call evaluates one bandwidth for each of any
+    subset of the classes. The arithmetic per (class, bandwidth) is that of
+    :meth:`ExactEngine.scan` (the padded centres have weight 0 and kernel
+    value exactly 0); only the order of the two weighted sums may differ
+    (a batched matrix product), by round-off (~1e-16 relative).
+    """
+
+    def __init__(self, engines):
+        terms = [e.scan_terms() for e in engines]
+        width = max(t[0].shape[1] for t in terms)
+        c = len(terms)
+        self.dd = np.full((c, SCAN_POINTS, width), np.inf)
+        self.shift = np.empty((c, SCAN_POINTS))
+        self.tw = np.zeros((c, width, 2))
+        for i, (dd, m, t, w) in enumerate(terms):
+            p = dd.shape[1]
+            self.dd[i, :, :p] = dd
+            self.shift[i] = m
+            self.tw[i, :p, 0] = t
+            self.tw[i, :p, 1] = w
+
+    @staticmethod
+    def size_of(engine) -> int:
+        """Elements of the stacked distance matrix one class takes (before padding)."""
+        copies = 1 if engine.bounds is None else 3
+        return SCAN_POINTS * copies * engine.points.size
+
+    def sign_changes(self, rows, bandwidths) -> np.ndarray:
+        """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        b = np.asarray(bandwidths, dtype=np.float64)
+        inv = 0.5 / (b * b)
+        kk = np.empty((rows.size, SCAN_POINTS, 2))
+        # a few classes at a time, so the passes over the terms stay in cache
+        step = max(1, _CACHE_ELEMENTS // (SCAN_POINTS * self.dd.shape[2]))
+        for a in range(0, rows.size, step):
+            r = rows[a : a + step]
+            e = self.dd[r]
+            e *= -inv[a : a + step, None, None]
+            np.maximum(e, EXP_FLOOR, out=e)
+            np.exp(e, out=e)
+            np.matmul(e, self.tw[r], out=kk[a : a + step])
+        num, den = kk[..., 0], kk[..., 1]
+        log_kp = np.log(den) - self.shift[rows] * inv[:, None]
+        resolved = log_kp >= log_kp.max(axis=1, keepdims=True) + np.log(RESOLVED_FRACTION)
+        conf = np.clip(num / den, 0.0, 1.0)
+        return count_sign_changes_rows(conf, resolved)
 
 
 def linear_bin(group, score, tp, fp, lo, hi, n_groups):

@@ -131,14 +131,49 @@ def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None
             zc = np.maximum(zc, log_floor)
             np.log(zc, out=zc)
         oc = others[:, a:b]
-        for r in range(k - 1):
-            # other entry r is column r left of the predicted class, r + 1 right of it
-            np.copyto(oc[r], zc[:, r + 1])
-            np.copyto(oc[r], zc[:, r], where=pc > r)
+        # other entry r is column r left of the predicted class, r + 1 right of it: one gather
+        cols = np.arange(k - 1)[None, :]
+        cols = cols + (cols >= pc[:, None])
+        oc[...] = np.take_along_axis(zc, cols, axis=1).T
         omax = oc.max(axis=0)
         oc -= omax
         np.subtract(zc[np.arange(b - a), pc], omax, out=d[a:b])
     return d, others
+
+
+def top_label_margin_rows(z: np.ndarray, pred: np.ndarray, beta, award, *, log_floor: float | None = None):
+    """The log-odds m of yhat_k (:func:`top_label_margin`) straight from the (n, K) scores.
+
+    For prediction: block by block over rows, m = beta (z_k + award) - log sum_{j != k} exp(beta z_j)
+    (a log-sum-exp shifted by its largest term), without building the others matrix of
+    :func:`split_top` or any softmax. ``beta``, ``award``: scalars or per-row arrays. Equal to
+    the split path up to round-off (~1e-15).
+    """
+    n, k = z.shape
+    out = np.empty(n)
+    beta = np.asarray(beta, dtype=np.float64)
+    award = np.asarray(award, dtype=np.float64)
+    step = max(1, (1 << 17) // max(k, 1))
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        y = z[a:b]
+        y = np.maximum(y, log_floor) if log_floor is not None else y.copy()
+        if log_floor is not None:
+            np.log(y, out=y)
+        rows = np.arange(b - a)
+        pc = pred[a:b]
+        top = y[rows, pc]
+        bb = beta[a:b, None] if beta.ndim else beta
+        y *= bb
+        y[rows, pc] = -np.inf  # the others only
+        mx = y.max(axis=1)
+        y -= mx[:, None]
+        np.exp(y, out=y)
+        lse = mx + np.log(y.sum(axis=1))
+        bt = beta[a:b] if beta.ndim else beta
+        aw = award[a:b] if award.ndim else award
+        out[a:b] = (top + aw) * bt - lse
+    return out
 
 
 #: Samples per block. Every evaluation runs block by block: a (K - 1, 8192)

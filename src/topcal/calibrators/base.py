@@ -34,7 +34,7 @@ import numpy as np
 
 from .._params import validate_params
 from ..confusion import ConfusionStats
-from ..data import ClassView, TopLabelData, preview
+from ..data import ClassView, TopLabelData, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
 from . import shrinkage as shr
@@ -375,6 +375,9 @@ class ScoreCalibrator(Calibrator):
     #: Whether the method takes the ``shrinkage`` parameter: it estimates
     #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
     shrinkable: ClassVar[bool] = False
+    #: Whether the local counts (and the reference) are piecewise constant in the score (a
+    #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
+    piecewise_counts: ClassVar[bool] = False
 
     def _shrunk(self) -> bool:
         return self.shrinkable and not (
@@ -390,8 +393,7 @@ class ScoreCalibrator(Calibrator):
         """Fit every class with the paper's estimator (sets class_state_, support_)."""
         states = []
         support = []
-        for k in range(data.n_classes):
-            view = data.class_view(k)
+        for k, view in enumerate(data.class_views()):
             w = view.tp + view.fp
             if w.sum() <= 0:
                 states.append(None)
@@ -433,6 +435,19 @@ class ScoreCalibrator(Calibrator):
         """
         raise NotImplementedError  # pragma: no cover - abstract
 
+    def _local_counts_rows(self, pred: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_local_counts` of every row's own class (rows of classes without state: 0, 0).
+
+        One pass per class present, over rows grouped once; methods with
+        flat per-class tables override it with a single gather.
+        """
+        t = np.zeros(score.shape[0])
+        n = np.zeros(score.shape[0])
+        for k, idx in rows_by_class(pred, len(self.classes_)):
+            if self.class_state_[k] is not None:
+                t[idx], n[idx] = self._local_counts(k, score[idx])
+        return t, n
+
     def _fit_shrinkage(self, data: TopLabelData) -> None:
         """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
         ref = type(self)(**{**self.get_params(), "shrinkage": 0})
@@ -448,17 +463,19 @@ class ScoreCalibrator(Calibrator):
         self.reference_ = ref
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         t0, n0 = ref._local_counts(0, s)
-        self.reference_m_ = shr.choose_m(shr.loo_nll_grid(t0, n0, tp, fp, self.reference_rate_))
+        one = np.zeros(s.shape[0], dtype=np.int64)
+        rows = (t0, n0, tp, fp, self.reference_rate_, one)
+        if self.piecewise_counts:
+            rows = shr.merge_equal_rows(*rows)
+        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
         r = self._reference(s)
         pred = data.pred[keep]
         K = len(self.classes_)
-        losses = np.zeros((K, shr.M_GRID.size))
-        for k in range(K):
-            if self.class_state_[k] is None:
-                continue
-            rows = pred == k
-            t, n = self._local_counts(k, s[rows])
-            losses[k] = shr.loo_nll_grid(t, n, tp[rows], fp[rows], r[rows])
+        t, n = self._local_counts_rows(pred, s)
+        rows = (t, n, tp, fp, r, pred)
+        if self.piecewise_counts:
+            rows = shr.merge_equal_rows(*rows)
+        losses = shr.loo_nll_by_group(*rows, K)
         if self.shrinkage == "auto":
             m = np.full(K, shr.choose_m(losses.sum(axis=0)))
         elif self.shrinkage == "class":
@@ -481,11 +498,19 @@ class ScoreCalibrator(Calibrator):
         return shr.shrink(t, n, r, self.shrinkage_[k])
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
+        if self._shrunk():
+            # the reference once for all rows, the class counts in one grouped pass
+            r = self._reference(data.score)
+            t, n = self._local_counts_rows(data.pred, data.score)
+            out = shr.shrink(t, n, r, self.shrinkage_[data.pred])
+            none = [k for k, st in enumerate(self.class_state_) if st is None]
+            if none:  # no data of their own: the reference curve
+                rows = np.isin(data.pred, none)
+                out[rows] = r[rows]
+            return out
         out = np.empty(data.n_rows, dtype=np.float64)
-        for k in range(len(self.classes_)):
-            idx = np.flatnonzero(data.pred == k)
-            if idx.size:
-                out[idx] = self._predict_scores(k, data.score[idx])
+        for k, idx in rows_by_class(data.pred, len(self.classes_)):
+            out[idx] = self._predict_scores(k, data.score[idx])
         return out
 
     def _class_index(self, k) -> int:

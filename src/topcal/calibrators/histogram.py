@@ -97,6 +97,7 @@ class Histogram(ScoreCalibrator):
         "shrinkage": ShrinkageConstraint(),
     }
     shrinkable = True
+    piecewise_counts = True  # one (t, n) per bin: rows of a bin are merged when choosing m
 
     def __init__(self, *, n_bins: int = 10, strategy: str = "uniform", shrinkage="auto"):
         self.n_bins = n_bins

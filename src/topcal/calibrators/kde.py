@@ -96,7 +96,7 @@ import warnings
 import numpy as np
 
 from .._params import Interval, NoneOr, Options
-from ..data import ClassView, TopLabelData
+from ..data import ClassView, TopLabelData, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ParameterError
 from . import _kde_engine as eng
 from .base import ScoreCalibrator, finite_array, to_jsonable
@@ -150,6 +150,96 @@ TABLE_CELLS_PER_B = 16
 MAX_TABLE_STRIDE = 16
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
+
+
+#: Memory budget of one lockstep group of exact-engine classes (elements of
+#: the stacked scan-point x kernel-centre matrix, 64 MB of float64).
+BATCH_ELEMENTS = 8_000_000
+
+
+def _candidates(lo: float, hi: float, rho: float) -> np.ndarray:
+    """The candidate bandwidths b_lo * 2^(i/4), up to and including b_hi = 4 R."""
+    width = hi - lo
+    b_lo = max(width * B_LO_CELLS / eng.FINE_CELLS, 0.5 * rho)
+    b_hi = B_HI_SPAN * width
+    n_cand = int(np.floor(np.log(b_hi / b_lo) / np.log(CANDIDATE_RATIO))) + 1
+    cand = b_lo * CANDIDATE_RATIO ** np.arange(n_cand)
+    if cand[-1] < b_hi * (1 - 1e-12):
+        cand = np.append(cand, b_hi)
+    return cand
+
+
+def _scan_mon_lockstep(batch, cands, max_changes) -> list:
+    """The smallest-admissible-bandwidth search of ``_KDEBase._scan_mon`` for many classes at once.
+
+    Each class runs the same search (first admissible candidate from the
+    smallest up, then REFINE_ROUNDS multisection rounds keeping the first
+    admissible of REFINE_POINTS points), but evaluates one bandwidth per step
+    and stops as soon as the answer is known: the candidates after the first
+    admissible one, and the refinement points after the first admissible one
+    of a round, cannot change the result, so they are not evaluated. Every
+    step evaluates one bandwidth for every class still searching, in one
+    call of ``batch.sign_changes``. Returns (b, admissible, sign changes at
+    b) per class.
+    """
+    n = len(cands)
+    # per class: phase 0 = scanning candidates, 1 = refining, 2 = done
+    phase = [0] * n
+    pos = [0] * n  # candidate index, or point index within the round
+    rnd = [0] * n
+    bracket = [None] * n  # (lo, hi) in log b while refining
+    pts = [None] * n
+    bs_round = [None] * n
+    result = [None] * n
+    best = [None] * n
+
+    def start_round(i):
+        lo, hi = bracket[i]
+        pts[i] = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
+        bs_round[i] = np.exp(pts[i])
+        pos[i] = 0
+
+    def next_round(i):
+        rnd[i] += 1
+        if rnd[i] == REFINE_ROUNDS:
+            phase[i] = 2
+            result[i] = best[i]
+        else:
+            start_round(i)
+
+    active = list(range(n))
+    while active:
+        bw = np.array([cands[i][pos[i]] if phase[i] == 0 else bs_round[i][pos[i]] for i in active])
+        changes = batch.sign_changes(active, bw)
+        for i, b, c in zip(active, bw, changes):
+            good = c <= max_changes
+            if phase[i] == 0:
+                j = pos[i]
+                if good and j == 0:
+                    phase[i], result[i] = 2, (float(b), True, int(c))
+                elif good:
+                    phase[i] = 1
+                    bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
+                    best[i] = (float(b), True, int(c))
+                    start_round(i)
+                elif j + 1 == cands[i].size:
+                    phase[i], result[i] = 2, (float(b), False, int(c))
+                else:
+                    pos[i] = j + 1
+            else:
+                p = pos[i]
+                lo, hi = bracket[i]
+                if good:
+                    best[i] = (float(b), True, int(c))
+                    bracket[i] = (pts[i][p - 1] if p > 0 else lo, pts[i][p])
+                    next_round(i)
+                elif p + 1 == REFINE_POINTS:
+                    bracket[i] = (pts[i][-1], hi)
+                    next_round(i)
+                else:
+                    pos[i] = p + 1
+        active = [i for i in active if phase[i] != 2]
+    return result
 
 
 class BandwidthWarning(DegenerateClassWarning):
@@ -242,6 +332,10 @@ class _KDEBase(ScoreCalibrator):
         "shrinkage": ShrinkageConstraint(),
     }
     shrinkable = True
+    #: Scan the exact-engine classes of kde-mon* together, in lockstep (see
+    #: _scan_mon_lockstep); False scans them one by one (the same result up to
+    #: round-off; for tests and benchmarks).
+    batch_classes = True
 
     def __init__(self, *, engine: str = "auto", boundary: str | None = None, shrinkage="auto"):
         self.engine = engine
@@ -293,6 +387,14 @@ class _KDEBase(ScoreCalibrator):
                 T, F = eng.linear_bin(code[pred[sel]], score[sel], tp[sel], fp[sel], lo[binned], hi[binned],
                                       len(binned))
             grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
+        # rows of each class in row order, from one stable sort (not a pred == k pass per class)
+        args = {}
+        for k, idx in rows_by_class(pred, K):
+            if k in grids:
+                args[k] = ("binned", grids[k])
+            else:
+                args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
+        prepared = self._prepare_exact_scans(args, lo, hi, smin, smax)
         states, support = [], []
         for k in range(K):
             if rows[k] == 0:
@@ -301,13 +403,8 @@ class _KDEBase(ScoreCalibrator):
                 continue
             support.append((float(lo[k]), float(hi[k])))
             T_k, F_k = float(self.n_tp_[k]), float(self.n_fp_[k])
-            if k in grids:
-                engine_args = ("binned", grids[k])
-            else:
-                idx = pred == k
-                engine_args = ("exact", (score[idx], tp[idx], fp[idx]))
-            states.append(self._fit_one(k, engine_args, float(lo[k]), float(hi[k]), T_k, F_k,
-                                        smin[k] == smax[k]))
+            states.append(self._fit_one(k, args[k], float(lo[k]), float(hi[k]), T_k, F_k,
+                                        smin[k] == smax[k], prepared=prepared.get(k)))
         self.class_state_ = states
         self.support_ = support
         self._build_tables()
@@ -342,7 +439,45 @@ class _KDEBase(ScoreCalibrator):
         e = eng.BinnedEngine(arrays[0], arrays[1], lo, hi, bounds)
         return e, e.resolution()
 
-    def _fit_one(self, k, engine_args, lo, hi, T, F, one_score) -> dict:
+    def _prepare_exact_scans(self, args, lo, hi, smin, smax) -> dict:
+        """Bandwidth scans of the exact-engine classes, all classes in lockstep (kde-mon*).
+
+        Returns {k: (engine, rho, (b, admissible, sign_changes))} for the
+        classes it scanned; the others are scanned one by one in _fit_one.
+        The result per class is the one :meth:`_scan_mon` gives (same
+        candidates, same order of evaluation, same decisions).
+        """
+        if self._rule != "mon" or not self.batch_classes:
+            return {}
+        items = []
+        for k, (kind, arrays) in args.items():
+            if kind != "exact" or smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
+                continue
+            engine, rho = self._make_engine((kind, arrays), float(lo[k]), float(hi[k]))
+            if not engine.cacheable():
+                continue
+            items.append((k, engine, rho, _candidates(float(lo[k]), float(hi[k]), rho)))
+        out = {}
+        # groups of similar size (padding to the group's widest class) within a memory budget
+        items.sort(key=lambda it: eng.ExactScanBatch.size_of(it[1]))
+        group = []
+        for it in items + [None]:
+            if it is not None:
+                size = eng.ExactScanBatch.size_of(it[1])
+                first = eng.ExactScanBatch.size_of(group[0][1]) if group else size
+                if not group or (size * (len(group) + 1) <= BATCH_ELEMENTS and size <= 1.25 * first + 4 * eng.SCAN_POINTS):
+                    group.append(it)
+                    continue
+            if group:
+                engines = [g[1] for g in group]
+                results = _scan_mon_lockstep(eng.ExactScanBatch(engines), [g[3] for g in group],
+                                             self._max_changes)
+                for (k, engine, rho, _), res in zip(group, results):
+                    out[k] = (engine, rho, res)
+            group = [it] if it is not None else []
+        return out
+
+    def _fit_one(self, k, engine_args, lo, hi, T, F, one_score, prepared=None) -> dict:
         name = self.classes_[k]
         degenerate = None
         if F == 0:
@@ -368,11 +503,14 @@ class _KDEBase(ScoreCalibrator):
                 lo=lo, hi=hi, table=[T / (T + F)] * 2, table_n=[T + F] * 2, sign_changes=0, b_range=None,
                 admissible=True,
             )
-        engine, rho = self._make_engine(engine_args, lo, hi)
+        if prepared is None:
+            engine, rho = self._make_engine(engine_args, lo, hi)
+            scanned = None
+        else:
+            engine, rho, scanned = prepared
         width = hi - lo
-        b_lo = max(width * B_LO_CELLS / eng.FINE_CELLS, 0.5 * rho)
-        b_hi = B_HI_SPAN * width
         admissible = True
+        changes = None
         if self._rule == "fixed":
             # rules of thumb from the kernel centres: the distinct scores, or
             # the fine grid (quantiles then within R / 4096 of the exact ones)
@@ -380,13 +518,13 @@ class _KDEBase(ScoreCalibrator):
             b = self._fixed_bandwidth(pts, t + f, lo, hi)
             b_range = None
         else:
-            n_cand = int(np.floor(np.log(b_hi / b_lo) / np.log(CANDIDATE_RATIO))) + 1
-            cand = b_lo * CANDIDATE_RATIO ** np.arange(n_cand)
-            if cand[-1] < b_hi * (1 - 1e-12):
-                cand = np.append(cand, b_hi)
+            cand = _candidates(lo, hi, rho)
             b_range = [float(cand[0]), float(cand[-1])]
             if self._rule == "mon":
-                b, admissible = self._scan_mon(engine, cand)
+                if scanned is None:
+                    b, admissible = self._scan_mon(engine, cand)
+                else:
+                    b, admissible, changes = scanned
                 if not admissible:
                     warnings.warn(
                         f"{self.name}: class {name!r}: no bandwidth in [{cand[0]:.4g}, {cand[-1]:.4g}] gives "
@@ -397,8 +535,9 @@ class _KDEBase(ScoreCalibrator):
                     )
             else:
                 b = self._scan_opt(engine, cand)
-        conf, resolved = engine.scan([b])
-        changes = eng.count_sign_changes(conf[0], resolved[0])
+        if changes is None:
+            conf, resolved = engine.scan([b])
+            changes = eng.count_sign_changes(conf[0], resolved[0])
         cells_per_b = b / (TABLE_CELLS_PER_B * width / eng.FINE_CELLS)
         stride = int(np.clip(2 ** np.floor(np.log2(max(cells_per_b, 1.0))), 1, MAX_TABLE_STRIDE))
         table, table_n = self._table(engine, b, stride)
@@ -569,6 +708,15 @@ class _KDEBase(ScoreCalibrator):
         c, n = self._interp(np.full(s.shape, k, dtype=np.int64), s, with_count=True)
         return c * n, n
 
+    def _local_counts_rows(self, pred, score):
+        s = np.asarray(score, dtype=np.float64)
+        c, n = self._interp(pred, s, with_count=True)
+        none = [k for k, st in enumerate(self.class_state_) if st is None]
+        if none:  # no state: no counts (their rows are not scored by _fit_shrinkage)
+            empty = np.isin(pred, none)
+            c[empty], n[empty] = 0.0, 0.0
+        return c * n, n
+
     def _predict(self, data: TopLabelData) -> np.ndarray:
         if self._shrunk():
             c, n = self._interp(data.pred, data.score, with_count=True)
@@ -583,11 +731,11 @@ class _KDEBase(ScoreCalibrator):
             c /= n
             return np.clip(c, 0.0, 1.0, out=c)
         out = self._interp(data.pred, data.score)
-        for k, st in enumerate(self.class_state_):
-            if st is None:
-                rows = data.pred == k
-                if rows.any():
-                    out[rows] = self._uncalibrated(data.score[rows])
+        none = [k for k, st in enumerate(self.class_state_) if st is None]
+        if none:
+            rows = np.isin(data.pred, none)
+            if rows.any():
+                out[rows] = self._uncalibrated(data.score[rows])
         return out
 
     def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:

@@ -51,6 +51,7 @@ from ._ts_core import (
     bounded_newton,
     split_top,
     top_label_margin,
+    top_label_margin_rows,
 )
 from .base import Calibrator, finite_array, to_jsonable
 from .registry import register
@@ -378,10 +379,14 @@ class _TemperatureBase(Calibrator):
         award = self.awards_[pred]
         if self._binary:
             return (_binary_logit(data) + award) * beta
-        d, others = _split(data)
         if np.all(temps == temps[0]):
             beta = float(beta[0])  # one scalar multiply: no (K - 1, n) broadcast of beta
-        return top_label_margin(d, others, beta, award)
+        if data.full.shape[1] < 2:
+            d, others = _split(data)
+            return top_label_margin(d, others, beta, award)
+        # straight from the score matrix, block by block: no others matrix, no softmax
+        floor = None if data.full_kind == "logits" else LOG_PROB_FLOOR
+        return top_label_margin_rows(data.full, pred, beta, award, log_floor=floor)
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(self._margin(data))

@@ -1,0 +1,262 @@
+"""Batched and vectorised paths give the per-class results (issue 15)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from topcal.calibrators import _kde_engine as eng
+from topcal.calibrators import paper_calibrator
+from topcal.data import TopLabelData
+from topcal.errors import DegenerateClassWarning
+
+from _sim import simulate_probs
+
+
+def _many_small_classes(seed=0, k=50, n=4000, discrete=False):
+    """Per-sample data with k classes of ~5 to ~400 positives, class-dependent miscalibration."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.dirichlet(np.full(k, 0.7)) * n
+    pred = np.repeat(np.arange(k), np.maximum(sizes.astype(int), 1))
+    rng.shuffle(pred)
+    score = np.clip(rng.beta(4, 2, pred.size), 1e-6, 1.0)
+    if discrete:
+        score = np.round(score * 100) / 100  # vote fractions of 100 trees
+    power = 0.5 + 2.5 * rng.random(k)
+    right = rng.random(pred.size) < score ** power[pred]
+    labels = np.where(right, pred, (pred + 1 + rng.integers(0, k - 1, pred.size)) % k)
+    return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(k)],
+                                    score_range=(0.0, 1.0))
+
+
+def test_vectorised_sign_count_equals_the_per_row_count():
+    rng = np.random.default_rng(1)
+    rows = []
+    for _ in range(300):
+        g = int(rng.integers(2, 40))
+        kind = rng.integers(3)
+        if kind == 0:
+            c = rng.random(g)
+        elif kind == 1:  # steps near the flat tolerance
+            c = np.cumsum(rng.choice([-1.0, 0.0, 1.0], g) * rng.choice([0.5e-7, 1e-7, 2e-7, 1e-3], g))
+        else:
+            c = np.round(rng.random(g) * 3) / 3
+        rows.append(c)
+    g = 40
+    conf = np.zeros((len(rows), g))
+    res = np.zeros((len(rows), g), dtype=bool)
+    for i, c in enumerate(rows):
+        conf[i, : c.size] = c
+        conf[i, c.size :] = np.nan  # unresolved points may hold anything
+        res[i, : c.size] = rng.random(c.size) < 0.8
+        res[i, int(rng.integers(c.size))] = True  # at least one resolved point, as in every scan
+    got = eng.count_sign_changes_rows(conf, res)
+    want = [eng.count_sign_changes(conf[i], res[i]) for i in range(len(rows))]
+    np.testing.assert_array_equal(got, want)
+    all_res = np.isfinite(conf[:, :2]).all(axis=1)
+    two = conf[all_res][:, :2]
+    np.testing.assert_array_equal(eng.count_sign_changes_rows(two, np.ones_like(two, dtype=bool)), 0)
+
+
+@pytest.mark.parametrize(
+    "method, boundary, discrete",
+    [("kde-mon2", None, False), ("kde-mon", "reflect", False), ("kde-mon4", None, True), ("kde-mon2", "reflect", True)],
+)
+def test_lockstep_scan_gives_the_per_class_curves(method, boundary, discrete):
+    data = _many_small_classes(seed=3, discrete=discrete)
+    fits = {}
+    for batched in (True, False):
+        cal = paper_calibrator(method, boundary=boundary)
+        cal.batch_classes = batched
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            fits[batched] = cal.fit(data)
+    a, b = fits[True], fits[False]
+    exact = [st for st in a.class_state_ if st is not None and st["engine"] == "exact"]
+    assert len(exact) > 35  # the lockstep path was exercised
+    np.testing.assert_allclose(np.nan_to_num(a.bandwidth_), np.nan_to_num(b.bandwidth_), rtol=1e-12, atol=0)
+    for sa, sb in zip(a.class_state_, b.class_state_):
+        if sa is None:
+            assert sb is None
+            continue
+        assert sa["sign_changes"] == sb["sign_changes"]
+        assert sa["admissible"] == sb["admissible"]
+        np.testing.assert_allclose(sa["table"], sb["table"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=0, atol=1e-12)
+
+
+def test_lockstep_scan_respects_the_rule_on_every_class():
+    data = _many_small_classes(seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        cal = paper_calibrator("kde-mon2").fit(data)
+    for st in cal.class_state_:
+        if st is None or st["degenerate"] is not None:
+            continue
+        if st["admissible"]:
+            assert st["sign_changes"] <= 2
+        # the recorded count is the count of the chosen bandwidth's own curve
+        e = eng.ExactEngine(st["points"], st["tp"], st["fp"], st["table_lo"], st["table_hi"])
+        if st["engine"] == "exact":
+            conf, res = e.scan([st["bandwidth"]])
+            assert eng.count_sign_changes(conf[0], res[0]) == st["sign_changes"]
+
+
+def test_grouped_shrinkage_loss_equals_the_per_group_loss():
+    from topcal.calibrators import shrinkage as shr
+
+    rng = np.random.default_rng(2)
+    rows = 200_000  # more than one block of rows
+    group = rng.integers(0, 300, rows)
+    group[group == 7] = 8  # a group without rows
+    n = rng.gamma(2.0, 20.0, rows) + 1.0
+    t = n * rng.random(rows)
+    tp = (rng.random(rows) < t / n).astype(float)
+    fp = 1.0 - tp
+    tp[::50] = 3.0  # binned rows: TP and FP weight on one row
+    fp[::50] = 2.0
+    r = rng.random(rows) * 0.98 + 0.01
+    got = shr.loo_nll_by_group(t, n, tp, fp, r, group, 301)
+    assert got.shape == (301, shr.M_GRID.size)
+    np.testing.assert_array_equal(got[7], 0.0)
+    np.testing.assert_array_equal(got[300], 0.0)
+    for k in (0, 8, 150, 299):
+        sel = group == k
+        want = shr.loo_nll_grid(t[sel], n[sel], tp[sel], fp[sel], r[sel])
+        np.testing.assert_allclose(got[k], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["hist", "cum-opt", "kde-mon2"])
+def test_shrunk_fit_and_predict_follow_the_per_class_definition(method):
+    """The grouped fit/predict paths equal the per-class definitions (curve(k) per row, loss per class)."""
+    from topcal.calibrators import calibrator, shrinkage as shr
+
+    data = _many_small_classes(seed=9, k=30, n=3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        cal = calibrator(method, shrinkage="class").fit(data)
+    got = cal.predict(data)
+    for k in range(0, 30, 7):
+        rows = data.pred == k
+        np.testing.assert_allclose(got[rows], cal.curve(k, data.score[rows]).confidence, rtol=0, atol=1e-15)
+        if cal.class_state_[k] is None:
+            continue
+        t, n = cal._local_counts(k, data.score[rows])
+        want = shr.loo_nll_grid(t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows]))
+        np.testing.assert_allclose(cal.shrinkage_loss_[k], want, rtol=1e-10)
+
+
+def test_blockwise_construction_equals_the_full_matrix_definition():
+    rng = np.random.default_rng(4)
+    n, k = 3000, 200  # several blocks of rows
+    z = rng.normal(0.0, 3.0, (n, k))
+    labels = rng.integers(0, k, n)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    probs = e / e.sum(axis=1, keepdims=True)
+    d = TopLabelData.from_logits(z, labels)
+    np.testing.assert_array_equal(d.pred, np.argmax(z, axis=1))
+    np.testing.assert_array_equal(d.score, probs[np.arange(n), d.pred])  # bit for bit
+    assert d.full is z or np.shares_memory(d.full, z)  # kept as given, no copy
+    d = TopLabelData.from_probs(probs, labels)
+    np.testing.assert_array_equal(d.score, probs[np.arange(n), np.argmax(probs, axis=1)])
+    assert np.shares_memory(d.full, probs)
+    np.testing.assert_array_equal(d.tp, (labels == d.pred).astype(float))
+
+
+@pytest.mark.parametrize("kind", ["probs", "logits"])
+def test_blockwise_validation_names_the_first_bad_entry(kind):
+    from topcal.errors import DataError
+
+    rng = np.random.default_rng(5)
+    x = rng.dirichlet(np.ones(300), 4000)
+    x[2500, 17] = np.nan
+    x[3100, 5] = np.inf
+    build = TopLabelData.from_probs if kind == "probs" else TopLabelData.from_logits
+    with pytest.raises(DataError, match=rf"{kind} has a non-finite value \(nan\) at row 2500, column 17"):
+        build(x)
+    x[2500, 17] = 0.0
+    with pytest.raises(DataError, match=r"non-finite value \(inf\) at row 3100, column 5"):
+        build(x)
+    if kind == "probs":
+        x[3100, 5] = 0.0
+        x[3999, 299] = -1e-9
+        with pytest.raises(DataError, match=r"negative value \(-1e-09\) at row 3999, column 299"):
+            build(x, renormalize=True)
+    huge = np.full((3, 4), 1e308)  # finite values whose row sums overflow are accepted, silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert TopLabelData.from_logits(huge).score[0] == 0.25
+
+
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
+def test_loo_over_all_bandwidths_at_once_equals_one_at_a_time(bounds):
+    """The exact engine's LOO NLL, vectorised over bandwidths, against a direct per-sample reference."""
+    rng = np.random.default_rng(6)
+    p = np.sort(rng.random(40))
+    t = rng.integers(0, 3, 40).astype(float)
+    f = rng.integers(0, 3, 40).astype(float)
+    t[t + f == 0] = 1.0
+    t[3] = 0.4  # a weight below 1 is left out whole
+    e = eng.ExactEngine(p, t, f, p[0], p[-1], bounds)
+    bs = np.geomspace(0.003, 2.0, 30)
+    got = e.loo_nll(bs)
+    np.testing.assert_allclose(got, [e.loo_nll([b])[0] for b in bs], rtol=1e-13)
+    # direct definition: leave one unit of one group out, sum every remaining kernel (with mirrors)
+    pa = p if bounds is None else np.concatenate([p, -p, 2.0 - p])
+    for j in (15, 22, 29):  # the direct sums do not underflow here
+        b = bs[j]
+        k = np.exp(-0.5 * ((p[:, None] - pa[None, :]) / b) ** 2)
+        kt = k @ np.tile(t, pa.size // p.size)
+        kf = k @ np.tile(f, pa.size // p.size)
+        selfk = k[np.arange(40)[:, None], np.arange(40)[:, None] + 40 * np.arange(pa.size // 40)[None, :]].sum(1)
+        ut, uf = np.minimum(t, 1.0), np.minimum(f, 1.0)
+        ct = np.clip((kt - ut * selfk) / (kt + kf - ut * selfk), 1e-12, 1 - 1e-12)
+        zf = np.clip((kf - uf * selfk) / (kt + kf - uf * selfk), 1e-12, 1 - 1e-12)
+        want = -(t[t > 0] * np.log(ct[t > 0])).sum() - (f[f > 0] * np.log(zf[f > 0])).sum()
+        assert got[j] == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["probs", "logits"])
+def test_temperature_margin_from_the_score_matrix_equals_the_split_path(kind):
+    from topcal.calibrators._ts_core import split_top, top_label_margin, top_label_margin_rows
+    from topcal.data import LOG_PROB_FLOOR
+
+    rng = np.random.default_rng(8)
+    n, k = 5000, 300  # several blocks
+    z = rng.normal(0.0, 3.0, (n, k))
+    if kind == "probs":
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        z /= z.sum(axis=1, keepdims=True)
+        z[::7, 3] = 0.0  # exact zeros are floored in the logs
+    floor = LOG_PROB_FLOOR if kind == "probs" else None
+    pred = np.argmax(z, axis=1)
+    pred[::11] = 5  # a predicted class need not be the argmax
+    d, others = split_top(z.copy(), pred, log_floor=floor)
+    for beta, award in ((0.7, 0.0), (rng.uniform(0.2, 3.0, n), rng.normal(0.0, 1.0, n))):
+        want = top_label_margin(d, others, beta, award)
+        got = top_label_margin_rows(z, pred, beta, award, log_floor=floor)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # the split itself: the others are the row without its predicted entry, shifted by their maximum
+    zl = np.log(np.maximum(z, LOG_PROB_FLOOR)) if floor else z
+    i = 11
+    rest = np.delete(zl[i], pred[i])
+    np.testing.assert_array_equal(others[:, i], rest - rest.max())
+    assert d[i] == zl[i, pred[i]] - rest.max()
+
+
+def test_merged_rows_give_the_loss_of_the_rows():
+    from topcal.calibrators import shrinkage as shr
+
+    rng = np.random.default_rng(10)
+    rows = 50_000
+    group = rng.integers(0, 40, rows)
+    n = rng.integers(1, 6, rows).astype(float)  # few distinct values: many equal rows
+    t = np.floor(n * rng.random(rows))
+    r = rng.choice([0.2, 0.5, 0.9], rows)
+    tp = (rng.random(rows) < 0.7).astype(float)
+    fp = 1.0 - tp
+    merged = shr.merge_equal_rows(t, n, tp, fp, r, group)
+    assert merged[0].size < rows / 5
+    np.testing.assert_allclose(shr.loo_nll_by_group(*merged, 40), shr.loo_nll_by_group(t, n, tp, fp, r, group, 40),
+                               rtol=1e-12)
+    assert merged[2].sum() == tp.sum() and merged[3].sum() == fp.sum()

@@ -28,7 +28,8 @@ import numpy as np
 
 from .._params import validate_params
 from ..data import ClassView, TopLabelData
-from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, TopcalError
+from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
+from ..stats import ScoreStats
 from . import shrinkage as shr
 
 __all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array"]
@@ -118,10 +119,59 @@ class Calibrator:
                 stacklevel=2,
             )
         self._fit(data)
+        # the mergeable statistics that let update() refit on old + new data
+        self.stats_ = None if self.needs_full else ScoreStats.from_data(data)
         return self
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    # ------------------------------------------------------------- update
+    def _require_stats(self) -> ScoreStats:
+        self._check_fitted()
+        if self.needs_full:
+            raise ParameterError(
+                f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
+                "statistics; refit it on all the data (old and new) instead of updating"
+            )
+        if getattr(self, "stats_", None) is None:
+            raise ParameterError(
+                f"this {self.name!r} model holds no statistics (it was saved by a topcal before "
+                "model format 2); refit it on all the data once, then update it"
+            )
+        return self.stats_
+
+    def update(self, data) -> "Calibrator":
+        """Add labelled data (a TopLabelData or :class:`~topcal.stats.ScoreStats`) and refit.
+
+        The model's stored statistics and those of ``data`` are merged and the
+        method is refitted from them, with the same parameters: the result is
+        the model ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all
+        the parts, whatever the split and the order of updates (see
+        :mod:`topcal.stats` for how this relates to a fit on raw scores).
+
+        Returns
+        -------
+        self
+        """
+        old = self._require_stats()
+        if isinstance(data, TopLabelData):
+            self._check_compatible(data)
+            new = ScoreStats.from_data(data, n_cells=old.n_cells)
+        elif isinstance(data, ScoreStats):
+            new = data
+        else:
+            raise DataError(
+                f"{self.name}.update expects a TopLabelData or ScoreStats, got {type(data).__name__}"
+            )
+        merged = old.merge(new)
+        self._refit(merged)
+        return self
+
+    def _refit(self, stats: ScoreStats) -> None:
+        """Refit from merged statistics (Auto overrides this to keep its choice)."""
+        self.fit(stats.to_data())
+        self.stats_ = stats
 
     # ------------------------------------------------------------ predict
     def _check_fitted(self) -> None:
@@ -181,10 +231,11 @@ class Calibrator:
         return [{} for _ in self.classes_]
 
     # -------------------------------------------------------- persistence
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: method, params, classes, score range and fitted state."""
+    def to_dict(self, *, stats: bool = True) -> dict[str, Any]:
+        """JSON-ready dict: method, params, classes, score range, fitted state and,
+        with ``stats`` (and where the model has them), the mergeable statistics."""
         self._check_fitted()
-        return {
+        out = {
             "method": self.name,
             "params": self.get_params(),
             "classes": list(self.classes_),
@@ -193,6 +244,9 @@ class Calibrator:
             "n_fp": [float(v) for v in self.n_fp_],
             "state": self._get_state(),
         }
+        if stats and getattr(self, "stats_", None) is not None:
+            out["stats"] = self.stats_.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Calibrator":
@@ -218,6 +272,7 @@ class Calibrator:
             obj.n_tp_ = n_tp
             obj.n_fp_ = n_fp
             obj._set_state(d["state"])
+            obj.stats_ = ScoreStats.from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -428,7 +483,7 @@ class ScoreCalibrator(Calibrator):
         if self._shrunk():
             out["shrinkage"] = {
                 "m": [float(v) for v in self.shrinkage_],
-                "reference": self.reference_.to_dict(),
+                "reference": self.reference_.to_dict(stats=False),
                 "reference_m": float(self.reference_m_),
                 "reference_rate": float(self.reference_rate_),
             }

@@ -56,6 +56,84 @@ def _read_options(args) -> dict:
     )
 
 
+def _add_scale_options(p: argparse.ArgumentParser, *, streams_by_default: bool) -> None:
+    g = p.add_argument_group("large data")
+    if streams_by_default:
+        g.add_argument("--chunk-rows", type=int, default=None, metavar="N",
+                       help="rows read (and written) per chunk: memory depends on N, not on the file "
+                            "(default 1000000; .npz files are read whole)")
+    else:
+        g.add_argument("--chunk-rows", type=int, default=None, metavar="N",
+                       help="read CSV/Parquet in chunks of N rows and fit from the merged counts (bounded memory; "
+                            "scores on a grid of 4096 cells; not for full-vector methods)")
+    g.add_argument("--engine", choices=("local", "dask"), default="local",
+                   help="local (default) or dask: DATA is a Parquet file, directory or glob, processed by a "
+                        "Dask cluster (pip install 'topcal[dask]')")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="Dask scheduler address (default: start a LocalCluster on this machine)")
+
+
+def _check_scale_args(args) -> None:
+    if args.chunk_rows is not None and args.chunk_rows < 1:
+        raise TopcalError(f"--chunk-rows must be >= 1, got {args.chunk_rows}")
+    if args.scheduler and args.engine != "dask":
+        raise TopcalError("--scheduler needs --engine dask")
+    if args.engine == "dask" and args.chunk_rows is not None:
+        raise TopcalError("--chunk-rows is for --engine local; with dask the partitions are the chunks")
+
+
+class _RowProgress:
+    """A one-line progress display on stderr (only on a terminal)."""
+
+    def __init__(self, what: str, total: int | None):
+        import time
+
+        self.what, self.total, self.t0 = what, total, time.perf_counter()
+        self.on = sys.stderr.isatty()
+
+    def __call__(self, rows: int) -> None:
+        if not self.on:
+            return
+        import time
+
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        pct = f" ({100 * rows / self.total:5.1f}%)" if self.total else ""
+        print(f"\r{self.what}: {rows:,} rows{pct}, {rows / dt:,.0f} rows/s", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.on:
+            print(file=sys.stderr)
+
+
+class _DaskSession:
+    """A Dask client: at ``--scheduler`` or on a LocalCluster started (and closed) here."""
+
+    def __init__(self, address: str | None):
+        self.address = address
+
+    def __enter__(self):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise TopcalError("--engine dask needs dask; install it with: pip install 'topcal[dask]'") from None
+        self.cluster = None
+        try:
+            if self.address:
+                self.client = Client(self.address, timeout="20s")
+            else:
+                self.cluster = LocalCluster(dashboard_address=None)
+                self.client = Client(self.cluster)
+        except (OSError, TimeoutError) as exc:
+            raise TopcalError(f"cannot connect to the Dask scheduler {self.address!r}: {exc}") from None
+        return self.client
+
+    def __exit__(self, *exc):
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+        return False
+
+
 def _parse_param(text: str):
     if "=" not in text:
         raise TopcalError(f"--param {text!r} must look like NAME=VALUE, e.g. --param n_bins=20")
@@ -82,12 +160,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter, repeatable (e.g. --param n_bins=20)")
     p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
     _add_data_options(p)
+    _add_scale_options(p, streams_by_default=False)
+
+    p = sub.add_parser("update", help="add labelled data to a model: refit from its stored counts plus the new ones")
+    p.add_argument("model", help="model file from 'topcal fit' (format 2)")
+    p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
+    p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")
+    _add_data_options(p)
+    _add_scale_options(p, streams_by_default=True)
 
     p = sub.add_parser("apply", help="add calibrated confidence to new predictions")
     p.add_argument("model", help="model file from 'topcal fit'")
     p.add_argument("data", help="data to calibrate (no label column needed)")
-    p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + confidence")
+    p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + "
+                   "confidence; with --engine dask a .csv file or a directory of Parquet files")
     _add_data_options(p)
+    _add_scale_options(p, streams_by_default=True)
 
     p = sub.add_parser("describe", help="show a model's method and fitted parameters per class")
     p.add_argument("model")
@@ -107,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for index.html and figures/ (default: ./topcal-demo-report)")
     p.set_defaults(func=_cmd_demo)
 
-    for name, func in (("fit", _cmd_fit), ("apply", _cmd_apply), ("describe", _cmd_describe),
+    for name, func in (("fit", _cmd_fit), ("update", _cmd_update), ("apply", _cmd_apply), ("describe", _cmd_describe),
                        ("metrics", _cmd_metrics), ("methods", _cmd_methods)):
         sub.choices[name].set_defaults(func=func)
     for spec in _EXTENSIONS:
@@ -117,55 +205,184 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------- commands
+def _stats_of(args, *, classes=None, score_range=None):
+    """Mergeable statistics of ``args.data``: streamed in chunks, or by a Dask cluster."""
+    from .io import count_rows, read_stats
+
+    opts = _read_options(args)
+    if score_range is not None:
+        opts = _model_defaults(opts, score_range, args.data, dask=args.engine == "dask")
+    if args.engine == "dask":
+        from . import dask as tdask
+
+        with _DaskSession(args.scheduler):
+            ddf = tdask.read_parquet(args.data)
+            return tdask.stats(ddf, classes=classes, **opts)
+    from .io import DEFAULT_CHUNK_ROWS
+
+    progress = _RowProgress("reading", count_rows(args.data))
+    try:
+        return read_stats(args.data, args.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress, classes=classes,
+                          **opts)
+    finally:
+        progress.done()
+
+
+def _model_defaults(opts: dict, score_range, path, *, dask: bool = False) -> dict:
+    """Read options for new data of a model: its score range unless given (top-score and binned layouts)."""
+    from .io import file_columns, layout_columns
+
+    if opts["score_range"] is not None:
+        return opts
+    if dask:
+        from . import dask as tdask
+
+        columns = list(tdask.read_parquet(path).columns)
+    elif Path(path).suffix.lower() == ".npz":
+        return opts
+    else:
+        columns = file_columns(path)
+    if not layout_columns(columns, **opts)[3]:  # not probability/logit columns: those are on (0, 1)
+        opts = {**opts, "score_range": tuple(score_range)}
+    return opts
+
+
 def _cmd_fit(args) -> int:
     from . import calibrator, read_data
+    from .calibrators import get_class
 
+    _check_scale_args(args)
     params = dict(_parse_param(t) for t in args.param)
     cal = calibrator(args.method, **params)
-    data = read_data(args.data, **_read_options(args))
+    streamed = args.chunk_rows is not None or args.engine == "dask"
+    if streamed:
+        if get_class(args.method).needs_full:
+            raise TopcalError(
+                f"method {args.method!r} recalibrates the full score vector, which cannot be fitted from "
+                "counts; drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
+            )
+        stats = _stats_of(args)
+        data = stats.to_data()
+    else:
+        data = read_data(args.data, **_read_options(args))
     cal.fit(data)
     cal.save(args.output)
     chosen = f" (chose {cal.method_} by {cal.folds}-fold cross-validated NLL)" if args.method == "auto" else ""
-    print(f"fitted {args.method}{chosen} on {data.n_samples:g} samples, {data.n_classes} classes -> {args.output}")
+    how = f" from counts on {data.n_rows} (class, score cell) rows" if streamed else ""
+    print(f"fitted {args.method}{chosen} on {data.n_samples:g} samples, {data.n_classes} classes{how} -> {args.output}")
+    return 0
+
+
+def _cmd_update(args) -> int:
+    from .io import file_columns, layout_columns, read_data
+    from .persist import load
+
+    _check_scale_args(args)
+    model = load(args.model)
+    old = model.require_stats()
+    lo_hi = tuple(model.score_range_)
+    if args.chunk_rows is not None or args.engine == "dask":
+        new = _stats_of(args, classes=list(model.classes_), score_range=lo_hi)
+    else:
+        opts = _model_defaults(_read_options(args), lo_hi, args.data)
+        if Path(args.data).suffix.lower() != ".npz" and not layout_columns(file_columns(args.data), **opts)[3]:
+            opts["classes"] = list(model.classes_)
+        new = read_data(args.data, **opts)
+    before = old.n_samples
+    model.update(new)
+    model.save(args.output)
+    kept = f" (kept its choice {model.method_}; cross-validation from the first fit)" if model.name == "auto" else ""
+    print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
     return 0
 
 
 def _write_frame(frame, path: str) -> None:
-    out = Path(path)
-    try:
-        if out.suffix.lower() in (".parquet", ".pq"):
-            frame.to_parquet(out, index=False)
-        elif out.suffix.lower() in (".csv", ".txt", ""):
-            frame.to_csv(out, index=False)
-        else:
-            raise TopcalError(f"cannot write {out.suffix!r} files; name the output .csv or .parquet")
-    except OSError as exc:
-        raise TopcalError(f"cannot write {path!r}: {exc.strerror or exc}; check the path") from None
+    from .io import FrameWriter
+
+    with FrameWriter(path) as w:
+        w.write(frame)
 
 
-def _cmd_apply(args) -> int:
-    from .io import read_frame, read_table
-    from .persist import load
-
-    model = load(args.model)
+def _check_output(args) -> None:
     if Path(args.output).resolve() == Path(args.data).resolve():
         raise TopcalError("the output file is the input file; write to another path so no data is lost")
-    frame = read_table(args.data)
-    for col in ("confidence",):
-        if col in frame.columns:
-            raise TopcalError(f"the input already has a {col!r} column; rename it so it is not overwritten")
-    opts = _read_options(args)
-    opts["label_column"] = None  # apply ignores labels, so a label column can hold anything
-    data = read_frame(frame, **opts)
-    conf = model.predict(data)
+
+
+def _labelled_frame(frame, data, model, conf):
     pred_names = np.asarray(model.classes_, dtype=object)[data.pred]
     out = frame.copy()
     if "pred" in out.columns and not np.array_equal(out["pred"].astype(str).to_numpy(), pred_names.astype(str)):
         raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
     out["pred"] = pred_names
     out["confidence"] = conf
-    _write_frame(out, args.output)
-    print(f"calibrated {data.n_rows} rows with {model.name} -> {args.output}")
+    return out
+
+
+def _cmd_apply(args) -> int:
+    from .io import DEFAULT_CHUNK_ROWS, FrameWriter, count_rows, iter_data, read_frame, read_table, scan_layout
+    from .persist import load
+
+    _check_scale_args(args)
+    model = load(args.model)
+    _check_output(args)
+    opts = _read_options(args)
+    opts["label_column"] = None  # apply ignores labels, so a label column can hold anything
+    if args.engine == "dask":
+        return _apply_dask(args, model, _model_defaults(opts, model.score_range_, args.data, dask=True))
+    if Path(args.data).suffix.lower() == ".npz":  # no chunked reader for .npz: read it whole
+        frame = read_table(args.data)
+        if "confidence" in frame.columns:
+            raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+        data = read_frame(frame, **opts)
+        _write_frame(_labelled_frame(frame, data, model, model.predict(data)), args.output)
+        print(f"calibrated {data.n_rows} rows with {model.name} -> {args.output}")
+        return 0
+    chunk = args.chunk_rows or DEFAULT_CHUNK_ROWS
+    opts = _model_defaults(opts, model.score_range_, args.data)
+    layout = scan_layout(args.data, chunk, classes=list(model.classes_), **opts)
+    progress = _RowProgress("calibrating", count_rows(args.data) or layout.n_rows)
+    try:
+        with FrameWriter(args.output) as w:
+            for frame, data in iter_data(args.data, chunk, layout=layout):
+                if "confidence" in frame.columns:
+                    raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+                w.write(_labelled_frame(frame, data, model, model.predict(data)))
+                progress(w.rows)
+    finally:
+        progress.done()
+    print(f"calibrated {w.rows} rows with {model.name} -> {args.output}")
+    return 0
+
+
+def _apply_dask(args, model, opts) -> int:
+    import shutil
+
+    from . import dask as tdask
+
+    out = Path(args.output)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with _DaskSession(args.scheduler):
+        ddf = tdask.read_parquet(args.data)
+        result = tdask.apply(model, ddf, **opts)
+        try:
+            if out.suffix.lower() == ".csv":
+                result.to_csv(str(tmp), single_file=True, index=False)
+            else:
+                result.to_parquet(str(tmp), write_index=False)
+            if out.is_dir():
+                shutil.rmtree(out)
+            tmp.replace(out)
+        except TopcalError:
+            raise
+        except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TopcalError(f"cannot calibrate {args.data!r} with dask: {msg}") from None
+        finally:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
+                tmp.unlink()
+    print(f"calibrated {args.data} with {model.name} on dask -> {args.output}")
     return 0
 
 

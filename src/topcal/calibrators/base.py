@@ -127,7 +127,8 @@ class Calibrator:
         raise NotImplementedError
 
     # ------------------------------------------------------------- update
-    def _require_stats(self) -> ScoreStats:
+    def require_stats(self) -> ScoreStats:
+        """The model's mergeable statistics; a clear error where it has none."""
         self._check_fitted()
         if self.needs_full:
             raise ParameterError(
@@ -154,7 +155,7 @@ class Calibrator:
         -------
         self
         """
-        old = self._require_stats()
+        old = self.require_stats()
         if isinstance(data, TopLabelData):
             self._check_compatible(data)
             new = ScoreStats.from_data(data, n_cells=old.n_cells)

@@ -1,0 +1,328 @@
+"""Beyond memory and beyond one machine (issue 13): streaming CLI, update, Dask on a real LocalCluster."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import topcal
+from topcal import persist
+from topcal.cli import main
+from topcal.datasets import load_phanns
+from topcal.errors import DataError
+from topcal.io import iter_tables, read_data, read_stats
+from topcal.stats import ScoreStats
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _probs_frame(n=4000, K=4, seed=0):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(K, 0.7), size=n)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1).clip(0, K - 1)
+    frame = pd.DataFrame({f"p_c{j}": p[:, j] for j in range(K)})
+    frame["label"] = [f"c{v}" for v in y]
+    return frame
+
+
+def _scores_frame(n=3000, seed=1, int_classes=False):
+    rng = np.random.default_rng(seed)
+    names = np.array(["zeta", "alpha", "mid", "beta"])
+    pred = rng.integers(0, 4, n)
+    lab = np.where(rng.random(n) < 0.7, pred, rng.integers(0, 4, n))
+    if int_classes:
+        return pd.DataFrame({"pred": pred, "score": rng.random(n), "label": lab})
+    return pd.DataFrame({"pred": names[pred], "score": rng.random(n), "label": names[lab]})
+
+
+def _model_payload(path):
+    return json.loads(open(path).read())["model"]
+
+
+# ------------------------------------------------------------ streaming reads
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("layout", ["probs", "names", "ints"])
+def test_streamed_statistics_equal_whole_file(tmp_path, fmt, layout):
+    frame = {"probs": _probs_frame, "names": _scores_frame,
+             "ints": lambda: _scores_frame(int_classes=True)}[layout]()
+    path = tmp_path / f"d.{fmt}"
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, row_group_size=700)
+    whole = ScoreStats.from_data(read_data(path))
+    for chunk in (333, 1000, 10**6):
+        s = read_stats(path, chunk)
+        assert s.equals(whole), (chunk, s, whole)
+
+
+def test_streamed_binned_counts_keep_class_order_and_range(tmp_path):
+    phanns = load_phanns()
+    frame = pd.DataFrame({
+        "predicted_class": np.asarray(phanns.classes)[phanns.pred], "bin_lo": phanns.bin_edges[:, 0],
+        "bin_hi": phanns.bin_edges[:, 1], "tp": phanns.tp, "fp": phanns.fp})
+    frame.to_csv(tmp_path / "b.csv", index=False)
+    whole = ScoreStats.from_data(read_data(tmp_path / "b.csv"))
+    s = read_stats(tmp_path / "b.csv", 37)
+    assert s.equals(whole) and s.classes == phanns.classes and s.score_range == phanns.score_range
+
+
+def test_csv_class_column_that_changes_type_between_chunks(tmp_path):
+    # the first chunk's labels look like integers, a later one's do not: read as names throughout
+    frame = pd.DataFrame({"pred": ["1"] * 50 + ["x"] * 50, "score": np.linspace(0.1, 0.9, 100),
+                          "label": ["1"] * 40 + ["x"] * 60})
+    frame.to_csv(tmp_path / "m.csv", index=False)
+    s = read_stats(tmp_path / "m.csv", 50)
+    assert s.classes == ("1", "x")
+    assert s.equals(ScoreStats.from_data(read_data(tmp_path / "m.csv")))
+
+
+def test_chunked_reader_bounds_and_errors(tmp_path):
+    _probs_frame(1000).to_parquet(tmp_path / "d.parquet", row_group_size=1000)
+    sizes = [len(f) for f in iter_tables(tmp_path / "d.parquet", 300)]
+    assert max(sizes) <= 300 and sum(sizes) == 1000
+    with pytest.raises(DataError, match="chunk_rows"):
+        next(iter_tables(tmp_path / "d.parquet", 0))
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(DataError, match="cannot be read in chunks"):
+        read_stats(tmp_path / "x.json")
+    bad = _probs_frame(200)
+    bad["p_c0"] = bad["p_c0"].astype(object)
+    bad.loc[150, "p_c0"] = "oops"
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(DataError, match=r"rows 100-199.*non-numeric"):
+        read_stats(tmp_path / "bad.csv", 100)
+
+
+# ------------------------------------------------------------------ CLI update
+@pytest.mark.parametrize("method", ["kde-mon2", "hist", "cum-opt", "auto"])
+def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
+    frame = _probs_frame(3000)
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    frame.iloc[:1000].to_parquet(tmp_path / "a.parquet")
+    frame.iloc[1000:2200].to_csv(tmp_path / "b.csv", index=False)
+    frame.iloc[2200:].to_csv(tmp_path / "c.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run(["fit", tmp_path / "all.csv", "--method", method, "--chunk-rows", 500, "-o", tmp_path / "all.json"],
+                   capsys)[0] == 0
+        assert run(["fit", tmp_path / "a.parquet", "--method", method, "--chunk-rows", 300, "-o", tmp_path / "a.json"],
+                   capsys)[0] == 0
+        code, out, err = run(["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys)
+        assert code == 0 and "1000 + 1200 samples" in out
+        code, out, err = run(["update", tmp_path / "ab.json", tmp_path / "c.csv", "--chunk-rows", 77,
+                              "-o", tmp_path / "abc.json"], capsys)
+        assert code == 0
+    whole, upd = _model_payload(tmp_path / "all.json"), _model_payload(tmp_path / "abc.json")
+    assert upd["stats"] == whole["stats"] and upd["n_tp"] == whole["n_tp"]
+    if method == "auto":  # keeps its first choice; the chosen method equals a fit of it on all the counts
+        assert "kept its choice" in out
+        chosen = upd["state"]["method"]
+        ref = topcal.calibrator(chosen).fit(ScoreStats.from_dict(whole["stats"], whole["classes"], (0, 1)).to_data())
+        got = persist.load(tmp_path / "abc.json")
+        data = read_data(tmp_path / "all.csv")
+        np.testing.assert_allclose(got.predict(data), ref.predict(data), rtol=0, atol=1e-12)
+    else:
+        assert upd == whole  # the whole model, bit for bit
+
+
+def test_cli_update_errors(tmp_path, capsys):
+    frame = _probs_frame(600)
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(["fit", tmp_path / "d.csv", "--method", "tswa", "-o", tmp_path / "t.json"], capsys)
+    code, out, err = run(["update", tmp_path / "t.json", tmp_path / "d.csv", "-o", tmp_path / "u.json"], capsys)
+    assert code == 2 and "full score vector" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run(["fit", tmp_path / "d.csv", "--method", "sts", "--chunk-rows", 100, "-o", tmp_path / "s.json"],
+                         capsys)
+    assert code == 2 and "cannot be fitted from counts" in err
+    run(["fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "h.json"], capsys)
+    other = frame.rename(columns={"p_c3": "p_c9"})
+    other.to_csv(tmp_path / "o.csv", index=False)
+    code, out, err = run(["update", tmp_path / "h.json", tmp_path / "o.csv", "-o", tmp_path / "u.json"], capsys)
+    assert code == 2 and "classes" in err
+    code, out, err = run(["fit", tmp_path / "d.csv", "--chunk-rows", 0, "-o", tmp_path / "z.json"], capsys)
+    assert code == 2 and "--chunk-rows must be >= 1" in err
+    code, out, err = run(["fit", tmp_path / "d.csv", "--scheduler", "tcp://x:1", "-o", tmp_path / "z.json"], capsys)
+    assert code == 2 and "--scheduler needs --engine dask" in err
+
+
+def test_cli_update_top_score_model_uses_its_score_range(tmp_path, capsys):
+    frame = _scores_frame(2000)
+    frame["score"] *= 10
+    frame.iloc[:900].to_csv(tmp_path / "a.csv", index=False)
+    frame.iloc[900:].to_csv(tmp_path / "b.csv", index=False)
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    fit = ["--method", "hist", "--score-range", 0, 10]
+    run(["fit", tmp_path / "a.csv", *fit, "--chunk-rows", 400, "-o", tmp_path / "a.json"], capsys)
+    run(["fit", tmp_path / "all.csv", *fit, "--chunk-rows", 400, "-o", tmp_path / "all.json"], capsys)
+    code, out, err = run(["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys)
+    assert code == 0, err
+    assert _model_payload(tmp_path / "ab.json") == _model_payload(tmp_path / "all.json")
+
+
+# ------------------------------------------------------------------ CLI apply
+@pytest.mark.parametrize("out_name", ["o.parquet", "o.csv"])
+def test_streamed_apply_equals_in_memory_predict(tmp_path, capsys, out_name):
+    frame = _probs_frame(5000)
+    frame.to_parquet(tmp_path / "d.parquet", row_group_size=1500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(["fit", tmp_path / "d.parquet", "--method", "kde-mon2", "-o", tmp_path / "m.json"], capsys)
+    model = persist.load(tmp_path / "m.json")
+    expected = model.predict(read_data(tmp_path / "d.parquet"))
+    code, out, err = run(["apply", tmp_path / "m.json", tmp_path / "d.parquet", "--chunk-rows", 777,
+                          "-o", tmp_path / out_name], capsys)
+    assert code == 0 and "calibrated 5000 rows" in out
+    got = pd.read_parquet(tmp_path / out_name) if out_name.endswith("parquet") else pd.read_csv(tmp_path / out_name)
+    assert list(got.columns) == list(frame.columns) + ["pred", "confidence"]
+    np.testing.assert_allclose(got["confidence"].to_numpy(), expected, rtol=0, atol=0 if "parquet" in out_name else 1e-15)
+    pd.testing.assert_frame_equal(got[frame.columns.tolist()], frame, check_dtype=False)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_streamed_apply_leaves_no_partial_output(tmp_path, capsys):
+    frame = _probs_frame(1000)
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    run(["fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "m.json"], capsys)
+    bad = frame.copy()
+    bad.loc[900, "p_c1"] = np.nan
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    code, out, err = run(["apply", tmp_path / "m.json", tmp_path / "bad.csv", "--chunk-rows", 200,
+                          "-o", tmp_path / "o.csv"], capsys)
+    assert code == 2 and "rows 800-999" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o.csv").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_apply_of_a_top_score_model_takes_its_classes_and_range(tmp_path, capsys):
+    frame = _scores_frame(1500)
+    frame["score"] *= 10
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    run(["fit", tmp_path / "d.csv", "--method", "hist", "--score-range", 0, 10, "-o", tmp_path / "m.json"], capsys)
+    only_two = frame[frame["pred"].isin(["zeta", "alpha"])].drop(columns=["label"])
+    only_two.to_csv(tmp_path / "new.csv", index=False)
+    code, out, err = run(["apply", tmp_path / "m.json", tmp_path / "new.csv", "--chunk-rows", 100,
+                          "-o", tmp_path / "o.csv"], capsys)
+    assert code == 0, err
+    got = pd.read_csv(tmp_path / "o.csv")
+    model = persist.load(tmp_path / "m.json")
+    exp = model.predict(topcal.TopLabelData.from_scores(only_two["pred"], only_two["score"], classes=model.classes_,
+                                                        score_range=(0, 10)))
+    np.testing.assert_allclose(got["confidence"], exp, rtol=0, atol=1e-15)
+
+
+def test_progress_line_on_a_terminal(monkeypatch, capsys):
+    from topcal import cli
+
+    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True, raising=False)
+    p = cli._RowProgress("reading", 200)
+    p(100)
+    p.done()
+    err = capsys.readouterr().err
+    assert "reading: 100 rows" in err and "50.0%" in err and "rows/s" in err
+
+
+# ------------------------------------------------------------------------ Dask
+dask_mod = pytest.importorskip("dask", reason="the dask extra (make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from distributed import Client, LocalCluster
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(lc)
+    yield client
+    client.close()
+    lc.close()
+
+
+def _write_parts(tmp_path, frame, n_parts):
+    d = tmp_path / "parts"
+    d.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(len(frame)), n_parts)):
+        frame.iloc[part].to_parquet(d / f"part{i:02d}.parquet")
+    return d
+
+
+def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
+    import dask.dataframe as dd
+
+    from topcal import dask as tdask
+
+    assert cluster.status == "running" and len(cluster.scheduler_info()["workers"]) == 2
+    frame = _probs_frame(6000)
+    d = _write_parts(tmp_path, frame, 11)
+    ddf = dd.read_parquet(str(d))
+    assert ddf.npartitions == 11
+    from distributed import get_task_stream
+
+    with get_task_stream(cluster) as ts:
+        stats = tdask.stats(ddf, split_every=3)  # a tree: 11 -> 4 -> 2 -> 1
+    # the statistics were computed on the cluster's workers (11 partitions, 4 + 2 + 1 merges)
+    keys = [t["key"] for t in ts.data]
+    assert sum("_partition_stats" in str(k) for k in keys) == 11 and sum("_merge" in str(k) for k in keys) == 7
+    assert {t["worker"] for t in ts.data} <= set(cluster.scheduler_info()["workers"])
+    data = read_data_frame(frame)
+    assert stats.equals(ScoreStats.from_data(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = tdask.fit(ddf, "kde-mon2")
+        ref = topcal.calibrator("kde-mon2").fit(ScoreStats.from_data(data).to_data())
+    assert persist.dumps(cal).split('"sha256"')[0] == persist.dumps(ref).split('"sha256"')[0]
+    out = tdask.apply(cal, ddf).compute()
+    np.testing.assert_array_equal(out["confidence"].to_numpy(), ref.predict(data))
+    assert list(out["pred"].astype(str)) == list(np.asarray(data.classes)[data.pred])
+
+
+def read_data_frame(frame):
+    from topcal.io import read_frame
+
+    return read_frame(frame)
+
+
+def test_dask_top_score_layout_infers_classes_like_a_whole_read(tmp_path, cluster):
+    import dask.dataframe as dd
+
+    from topcal import dask as tdask
+
+    frame = _scores_frame(3000)
+    d = _write_parts(tmp_path, frame, 5)
+    stats = tdask.stats(dd.read_parquet(str(d)))
+    assert stats.equals(ScoreStats.from_data(read_data_frame(frame)))
+    with pytest.raises(topcal.errors.ParameterError, match="full score vector"):
+        tdask.fit(dd.read_parquet(str(d)), "tswa")
+
+
+def test_cli_engine_dask_with_scheduler_address(tmp_path, capsys, cluster):
+    frame = _probs_frame(4000)
+    d = _write_parts(tmp_path, frame, 4)
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    addr = cluster.scheduler.address
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, out, err = run(["fit", d, "--engine", "dask", "--scheduler", addr, "--method", "hist",
+                              "-o", tmp_path / "dk.json"], capsys)
+        assert code == 0, err
+        run(["fit", tmp_path / "all.csv", "--chunk-rows", 1000, "--method", "hist", "-o", tmp_path / "st.json"], capsys)
+    assert _model_payload(tmp_path / "dk.json") == _model_payload(tmp_path / "st.json")
+    code, out, err = run(["apply", tmp_path / "dk.json", d, "--engine", "dask", "--scheduler", addr,
+                          "-o", tmp_path / "out"], capsys)
+    assert code == 0, err
+    got = pd.read_parquet(tmp_path / "out")
+    model = persist.load(tmp_path / "dk.json")
+    np.testing.assert_array_equal(got["confidence"].to_numpy(), model.predict(read_data_frame(frame)))
+    code, out, err = run(["fit", tmp_path / "nothing-*.parquet", "--engine", "dask", "--scheduler", addr,
+                          "-o", tmp_path / "x.json"], capsys)
+    assert code == 2 and "no Parquet data" in err

@@ -75,6 +75,17 @@ def test_streamed_binned_counts_keep_class_order_and_range(tmp_path):
     assert s.equals(whole) and s.classes == phanns.classes and s.score_range == phanns.score_range
 
 
+def test_directory_of_parquet_files_streams_in_name_order(tmp_path):
+    frame = _scores_frame(2000)
+    d = _write_parts(tmp_path, frame, 3)
+    frame.to_parquet(tmp_path / "one.parquet")
+    assert read_stats(d, 300).equals(read_stats(tmp_path / "one.parquet", 300))
+    assert [len(f) for f in iter_tables(d, 10**6)] == [667, 667, 666]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds no .parquet files"):
+        read_stats(tmp_path / "empty")
+
+
 def test_csv_class_column_that_changes_type_between_chunks(tmp_path):
     # the first chunk's labels look like integers, a later one's do not: read as names throughout
     frame = pd.DataFrame({"pred": ["1"] * 50 + ["x"] * 50, "score": np.linspace(0.1, 0.9, 100),

@@ -17,7 +17,9 @@ to the workers as its JSON text (never pickled), parsed once per worker.
 
 Only methods that fit from score statistics run here (everything except the
 full-vector temperature methods ``sts``, ``csts``, ``tswa``, ``cstswa``);
-``apply`` works with every method.
+``apply`` works with every method. Categorical input columns (dictionary
+columns in Parquet, whose categories differ by partition) come back as text
+columns with the same values, so every output partition has one schema.
 """
 
 from __future__ import annotations
@@ -155,6 +157,9 @@ def _apply_partition(frame, text: str, options: dict, pred_dtype):
 
     model = _model(text)
     out = frame.drop(columns=["pred"], errors="ignore")
+    for c in out.columns:  # categories differ by partition: text is one schema for all
+        if isinstance(out[c].dtype, pd.CategoricalDtype):
+            out[c] = out[c].astype(pred_dtype)
     if len(frame) == 0:
         out["pred"] = pd.array([], dtype=pred_dtype)
         out["confidence"] = np.zeros(0)
@@ -185,6 +190,9 @@ def apply(model, ddf, **options):
     lay = layout(ddf, classes=list(model.classes_), **options)
     pred_dtype = pd.StringDtype("pyarrow")
     meta = ddf._meta.drop(columns=[c for c in ("pred",) if c in ddf.columns])
+    for c in meta.columns:
+        if isinstance(meta[c].dtype, pd.CategoricalDtype):
+            meta[c] = meta[c].astype(pred_dtype)
     meta["pred"] = pd.Series(dtype=pred_dtype)
     meta["confidence"] = pd.Series(dtype=np.float64)
     import copy

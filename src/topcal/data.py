@@ -129,14 +129,18 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
             raise _fail(f"{name} has a missing value at row {i}; every row needs a class")
         if np.all(arr == np.round(arr)):
             return _encode(arr.astype(np.int64), classes, name, n_hint)
-    if arr.dtype == object:
-        missing = [i for i, v in enumerate(arr) if v is None or (isinstance(v, float) and v != v)]
-        if missing:
-            raise _fail(f"{name} has a missing value at row {missing[0]}; every row needs a class")
     import pandas as pd  # factorize hashes the labels once: ~10x faster than a Python loop
 
-    strs = arr.astype(str)
-    first_codes, uniq = pd.factorize(strs)
+    if arr.dtype == object:
+        missing = pd.isna(arr)  # None or NaN, one vectorised pass
+        if missing.any():
+            raise _fail(f"{name} has a missing value at row {int(np.flatnonzero(missing)[0])}; every row needs a class")
+        # hash the objects first and turn only the distinct values into text
+        obj_codes, obj_uniq = pd.factorize(arr)
+        first_codes, uniq = pd.factorize(np.asarray([str(u) for u in obj_uniq], dtype=object))
+        first_codes = first_codes[obj_codes]
+    else:
+        first_codes, uniq = pd.factorize(arr.astype(str))
     uniq = [str(u) for u in uniq]
     if classes is None:
         classes = tuple(sorted(uniq))
@@ -151,7 +155,7 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _fail(
-            f"{name} has {str(strs[i])!r} at row {i}, which is not one of the classes "
+            f"{name} has {str(arr[i])!r} at row {i}, which is not one of the classes "
             f"{list(classes)}; fix the label or add the class to the class list"
         )
     return codes, classes

@@ -35,7 +35,7 @@ from .errors import DataError
 from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "iter_tables", "scan_layout", "iter_data",
-           "read_stats", "Layout", "layout_columns", "build_layout", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns",
+           "read_stats", "Layout", "layout_columns", "build_layout", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns", "parquet_files",
            "count_rows"]
 
 #: Rows per chunk when streaming (about 100 MB for ten probability columns).
@@ -52,7 +52,8 @@ def read_table(path):
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
-        raise DataError(f"{str(p)!r} is a directory; give a CSV, Parquet or .npz file")
+        raise DataError(f"{str(p)!r} is a directory; give a CSV, Parquet or .npz file "
+                        "(a directory of Parquet files is read in chunks: --chunk-rows, or --engine dask)")
     suffix = p.suffix.lower()
     try:
         if suffix in (".csv", ".txt", ".tsv"):
@@ -209,11 +210,25 @@ def _stream_path(path) -> Path:
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
-        raise DataError(f"{str(p)!r} is a directory; give a CSV or Parquet file (a directory of Parquet "
-                        "files needs --engine dask)")
+        if not parquet_files(p):
+            raise DataError(f"directory {str(p)!r} holds no .parquet files; give a CSV or Parquet file")
+        return p
     if p.suffix.lower() not in _STREAM_SUFFIXES:
         raise DataError(f"{str(p)!r} cannot be read in chunks; streaming reads .csv, .tsv or .parquet files")
     return p
+
+
+def parquet_files(directory) -> list[Path]:
+    """The .parquet/.pq files of a directory (a partitioned data set), in name order."""
+    d = Path(directory)
+    return sorted(f for f in d.iterdir() if f.is_file() and f.suffix.lower() in (".parquet", ".pq"))
+
+
+def _parquet_parts(p: Path) -> list[Path] | None:
+    """The Parquet files behind ``p`` (a file or a directory of them); None for CSV."""
+    if p.is_dir():
+        return parquet_files(p)
+    return [p] if p.suffix.lower() in (".parquet", ".pq") else None
 
 
 def file_columns(path) -> list[str]:
@@ -221,10 +236,11 @@ def file_columns(path) -> list[str]:
     p = _stream_path(path)
     suffix = p.suffix.lower()
     try:
-        if suffix in (".parquet", ".pq"):
+        parts = _parquet_parts(p)
+        if parts is not None:
             import pyarrow.parquet as pq
 
-            return [str(c) for c in pq.read_schema(p).names if not str(c).startswith("__index_level_")]
+            return [str(c) for c in pq.read_schema(parts[0]).names if not str(c).startswith("__index_level_")]
         _check_header(p, "\t" if suffix == ".tsv" else ",")
         import csv
 
@@ -251,14 +267,16 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
     suffix = p.suffix.lower()
     n = 0
     try:
-        if suffix in (".parquet", ".pq"):
+        parts = _parquet_parts(p)
+        if parts is not None:
             import pyarrow.parquet as pq
 
-            pf = pq.ParquetFile(p)
-            for batch in pf.iter_batches(batch_size=int(chunk_rows), columns=columns):
-                frame = batch.to_pandas()
-                n += len(frame)
-                yield frame
+            for part in parts:
+                pf = pq.ParquetFile(part)
+                for batch in pf.iter_batches(batch_size=int(chunk_rows), columns=columns):
+                    frame = batch.to_pandas()
+                    n += len(frame)
+                    yield frame
         else:
             _check_header(p, "\t" if suffix == ".tsv" else ",")
             dtype = {c: str for c in str_columns}
@@ -360,7 +378,7 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
     p = _stream_path(path)
     cols = file_columns(p)
     class_cols, extra, binned, _ = layout_columns(cols, **options)
-    is_csv = p.suffix.lower() not in (".parquet", ".pq")
+    is_csv = _parquet_parts(p) is None
     uniques = {c: [] for c in class_cols}
     numeric = {c: True for c in class_cols}
     lo_hi = [np.inf, -np.inf]
@@ -505,11 +523,12 @@ class FrameWriter:
 def count_rows(path) -> int | None:
     """Rows of a Parquet file from its metadata (None for other formats: unknown without reading)."""
     p = Path(path)
-    if p.suffix.lower() in (".parquet", ".pq"):
-        try:
+    try:
+        parts = _parquet_parts(p) if p.exists() else None
+        if parts:
             import pyarrow.parquet as pq
 
-            return int(pq.ParquetFile(p).metadata.num_rows)
-        except Exception:  # noqa: BLE001 - only a progress hint; reading reports real errors
-            return None
+            return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in parts)
+    except Exception:  # noqa: BLE001 - only a progress hint; reading reports real errors
+        return None
     return None

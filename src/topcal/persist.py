@@ -57,7 +57,23 @@ def dumps(model) -> str:
         "model": payload,
         "sha256": digest,
     }
-    return json.dumps(doc, indent=1, allow_nan=False)
+    return _pretty(doc) + "\n"
+
+
+def _pretty(obj, level: int = 0) -> str:
+    """JSON with one key per line and every list of numbers on one line.
+
+    ``json.dumps(indent=...)`` puts each number of a long list on its own
+    line and runs the pure-Python encoder (seconds for a model with large
+    statistics); lists of scalars here go through the C encoder.
+    """
+    pad = " " * (level + 1)
+    if isinstance(obj, dict) and obj:
+        items = [f"{pad}{json.dumps(str(k))}: {_pretty(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
+        return "[\n" + ",\n".join(pad + _pretty(v, level + 1) for v in obj) + "\n" + " " * level + "]"
+    return json.dumps(obj, allow_nan=False, separators=(", ", ": "))
 
 
 def _reject_constant(name):

@@ -96,14 +96,19 @@ class ScoreStats:
             raise DataError(f"ScoreStats.from_data expects a TopLabelData, got {type(data).__name__}")
         data.require_labels("counting statistics")
         n_cells = _check_cells(n_cells)
-        keep = (data.tp + data.fp) > 0
-        pred, tp, fp = data.pred[keep], data.tp[keep], data.fp[keep]
         if data.is_binned:
+            keep = (data.tp + data.fp) > 0
             lo, hi = data.bin_edges[keep, 0], data.bin_edges[keep, 1]
-        else:
-            j = cell_index(data.score[keep], data.score_range, n_cells)
-            lo, hi = cell_edges(j, data.score_range, n_cells)
-        return cls(data.classes, data.score_range, n_cells, pred, lo, hi, tp, fp)
+            return cls(data.classes, data.score_range, n_cells, data.pred[keep], lo, hi, data.tp[keep], data.fp[keep])
+        # per-sample rows: one counting pass over (class, cell) keys, already in canonical order
+        K = data.n_classes
+        key = data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)
+        tp = np.bincount(key, weights=data.tp, minlength=K * n_cells)
+        fp = np.bincount(key, weights=data.fp, minlength=K * n_cells)
+        nz = np.flatnonzero((tp + fp) > 0)
+        c, j = np.divmod(nz, n_cells)
+        lo, hi = cell_edges(j, data.score_range, n_cells)
+        return cls(data.classes, data.score_range, n_cells, c, lo, hi, tp[nz], fp[nz], canonical=True)
 
     @classmethod
     def empty(cls, classes, score_range, n_cells: int = DEFAULT_CELLS) -> "ScoreStats":
@@ -187,31 +192,57 @@ class ScoreStats:
 
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
-        """JSON-ready dict (classes and score range are the model's)."""
+        """JSON-ready dict (classes and score range are the model's).
+
+        Rows on the grid are stored by cell index (``cell``); other rows
+        (bins of binned input) have ``cell`` -1 and their edges in ``lo``
+        and ``hi``, in order. Integral counts are written as integers.
+        """
+        j = cell_index(0.5 * (self.lo + self.hi), self.score_range, self.n_cells)
+        a, b = cell_edges(j, self.score_range, self.n_cells)
+        on_grid = (a == self.lo) & (b == self.hi)
         return {
             "n_cells": self.n_cells,
             "class": self.cls.tolist(),
-            "lo": self.lo.tolist(),
-            "hi": self.hi.tolist(),
-            "tp": self.tp.tolist(),
-            "fp": self.fp.tolist(),
+            "cell": np.where(on_grid, j, -1).tolist(),
+            "lo": self.lo[~on_grid].tolist(),
+            "hi": self.hi[~on_grid].tolist(),
+            "tp": _counts_json(self.tp),
+            "fp": _counts_json(self.fp),
         }
 
     @classmethod
     def from_dict(cls, d: dict, classes, score_range) -> "ScoreStats":
         """Rebuild from :meth:`to_dict` output (raises ValueError when malformed)."""
+        n_cells = _check_cells(d["n_cells"]) if isinstance(d["n_cells"], int) else _check_cells(-1)
         c = np.asarray(d["class"], dtype=np.int64)
-        arrays = [np.asarray(d[k], dtype=np.float64) for k in ("lo", "hi", "tp", "fp")]
+        j = np.asarray(d["cell"], dtype=np.int64)
+        tp, fp = (np.asarray(d[k], dtype=np.float64) for k in ("tp", "fp"))
+        lo_x, hi_x = (np.asarray(d[k], dtype=np.float64) for k in ("lo", "hi"))
         m = c.shape[0] if c.ndim == 1 else -1
-        if any(a.ndim != 1 or a.shape[0] != m for a in arrays) or not all(np.isfinite(a).all() for a in arrays):
+        if any(a.ndim != 1 or a.shape[0] != m for a in (j, tp, fp)) or not (np.isfinite(tp).all() and np.isfinite(fp).all()):
             raise ValueError("statistics columns must be finite lists of one length")
-        lo, hi, tp, fp = arrays
-        if m and (c.min() < 0 or c.max() >= len(classes) or np.any(lo >= hi) or np.any(tp < 0) or np.any(fp < 0)):
-            raise ValueError("statistics rows are inconsistent (class index, bin or counts)")
-        out = cls(classes, score_range, int(d["n_cells"]), c, lo, hi, tp, fp)
+        off = j < 0
+        if lo_x.ndim != 1 or lo_x.shape != hi_x.shape or lo_x.shape[0] != int(off.sum()) \
+                or not (np.isfinite(lo_x).all() and np.isfinite(hi_x).all()):
+            raise ValueError("statistics bins (lo, hi) do not match the rows off the grid")
+        if m and (c.min() < 0 or c.max() >= len(classes) or j.max() >= n_cells or np.any(tp < 0) or np.any(fp < 0)):
+            raise ValueError("statistics rows are inconsistent (class index, cell or counts)")
+        lo, hi = cell_edges(np.maximum(j, 0), score_range, n_cells)
+        lo[off], hi[off] = lo_x, hi_x
+        if np.any(lo >= hi):
+            raise ValueError("statistics bins must have lo < hi")
+        out = cls(classes, score_range, n_cells, c, lo, hi, tp, fp)
         if out.n_rows != m:
             raise ValueError("statistics rows are not unique (class, bin) pairs")
         return out
+
+
+def _counts_json(v: np.ndarray) -> list:
+    """Counts as JSON numbers: integers where every count is integral (shorter files)."""
+    if v.size and np.all(v == np.round(v)) and v.max() < 2.0**53:
+        return v.astype(np.int64).tolist()
+    return v.tolist()
 
 
 def cell_index(score: np.ndarray, score_range, n_cells: int) -> np.ndarray:

@@ -308,18 +308,27 @@ def _check_output(args) -> None:
         raise TopcalError("the output file is the input file; write to another path so no data is lost")
 
 
-def _labelled_frame(frame, data, model, conf):
-    pred_names = np.asarray(model.classes_, dtype=object)[data.pred]
+def _labelled_frame(frame, data, model, conf, pred_column: str | None = None):
+    """``frame`` + ``pred`` (the class names, categorical) + ``confidence``.
+
+    An input column ``pred`` that is not the column the predicted classes
+    were read from must agree with them (else it would be overwritten).
+    """
+    import pandas as pd
+
+    pred = pd.Categorical.from_codes(data.pred, categories=list(model.classes_))
     out = frame.copy()
-    if "pred" in out.columns and not np.array_equal(out["pred"].astype(str).to_numpy(), pred_names.astype(str)):
-        raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
-    out["pred"] = pred_names
+    if "pred" in out.columns and pred_column != "pred":
+        if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
+            raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
+    out["pred"] = pred
     out["confidence"] = conf
     return out
 
 
 def _cmd_apply(args) -> int:
-    from .io import DEFAULT_CHUNK_ROWS, FrameWriter, count_rows, iter_data, read_frame, read_table, scan_layout
+    from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, count_rows, file_columns, iter_data, layout_columns,
+                     read_frame, read_table, scan_layout)
     from .persist import load
 
     _check_scale_args(args)
@@ -340,13 +349,16 @@ def _cmd_apply(args) -> int:
     chunk = args.chunk_rows or DEFAULT_CHUNK_ROWS
     opts = _model_defaults(opts, model.score_range_, args.data)
     layout = scan_layout(args.data, chunk, classes=list(model.classes_), **opts)
+    # the classes come from the pred column itself in the top-score layout: no need to check it
+    vector = layout_columns(file_columns(args.data), **opts)[3]
+    pred_col = None if vector else opts["pred_column"]
     progress = _RowProgress("calibrating", count_rows(args.data) or layout.n_rows)
     try:
         with FrameWriter(args.output) as w:
             for frame, data in iter_data(args.data, chunk, layout=layout):
                 if "confidence" in frame.columns:
                     raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
-                w.write(_labelled_frame(frame, data, model, model.predict(data)))
+                w.write(_labelled_frame(frame, data, model, model.predict(data), pred_col))
                 progress(w.rows)
     finally:
         progress.done()

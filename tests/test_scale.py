@@ -141,6 +141,8 @@ def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
         got = persist.load(tmp_path / "abc.json")
         data = read_data(tmp_path / "all.csv")
         np.testing.assert_allclose(got.predict(data), ref.predict(data), rtol=0, atol=1e-12)
+        code, out, err = run(["describe", tmp_path / "abc.json"], capsys)
+        assert code == 0 and "on 1000 samples" in out and "fitted on 3000 samples; fit auto again" in out
     else:
         assert upd == whole  # the whole model, bit for bit
 
@@ -229,6 +231,16 @@ def test_apply_of_a_top_score_model_takes_its_classes_and_range(tmp_path, capsys
     exp = model.predict(topcal.TopLabelData.from_scores(only_two["pred"], only_two["score"], classes=model.classes_,
                                                         score_range=(0, 10)))
     np.testing.assert_allclose(got["confidence"], exp, rtol=0, atol=1e-15)
+
+
+def test_apply_checks_a_pred_column_beside_probabilities(tmp_path, capsys):
+    frame = _probs_frame(500)
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    run(["fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "m.json"], capsys)
+    frame["pred"] = "c0"  # not the argmax everywhere: it would be overwritten
+    frame.drop(columns=["label"]).to_parquet(tmp_path / "p.parquet")
+    code, out, err = run(["apply", tmp_path / "m.json", tmp_path / "p.parquet", "-o", tmp_path / "o.csv"], capsys)
+    assert code == 2 and "'pred' column disagrees" in err and not (tmp_path / "o.csv").exists()
 
 
 def test_progress_line_on_a_terminal(monkeypatch, capsys):

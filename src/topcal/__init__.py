@@ -17,8 +17,9 @@ from . import datasets, metrics  # noqa: E402
 from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator  # noqa: E402
 from .data import TopLabelData  # noqa: E402
 from .errors import TopcalError  # noqa: E402
-from .io import read_data  # noqa: E402
+from .io import read_data, read_stats  # noqa: E402
 from .persist import load, save  # noqa: E402
+from .stats import ScoreStats  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -33,6 +34,8 @@ __all__ = [
     "load",
     "save",
     "read_data",
+    "read_stats",
+    "ScoreStats",
     "datasets",
     "metrics",
 ]

@@ -430,7 +430,11 @@ def _cmd_describe(args) -> int:
     print(f"score range: {d['score_range']}")
     if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
         cv = d["cross_validation"]
-        print(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']})")
+        print(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
+              f"on {cv['samples']:g} samples)")
+        fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
+        if fitted > cv["samples"]:
+            print(f"updated since: the chosen method is fitted on {fitted:g} samples; fit auto again to re-choose")
         ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
         if ranked:
             print("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))

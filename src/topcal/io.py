@@ -140,7 +140,7 @@ def read_frame(
     cols = [str(c) for c in frame.columns]
     labels = None
     if label_column in cols:
-        labels = frame[label_column].to_numpy()
+        labels = _class_values(frame[label_column], classes)
     if all(c in cols for c in BINNED_COLUMNS):
         return TopLabelData.from_binned(
             frame["predicted_class"].to_numpy(), frame["bin_lo"].to_numpy(), frame["bin_hi"].to_numpy(),
@@ -158,6 +158,8 @@ def read_frame(
         if classes is not None and [str(c) for c in classes] != names:
             raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
         matrix = _numeric(frame, vec_cols)
+        if label_column in cols:
+            labels = _class_values(frame[label_column], names)
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
             raise DataError("--score-range applies to pred/score columns; probability columns are on (0, 1)")
         if logit_cols or logits:
@@ -165,7 +167,7 @@ def read_frame(
         return TopLabelData.from_probs(matrix, labels, classes=names, renormalize=renormalize)
     if pred_column in cols and score_column in cols:
         return TopLabelData.from_scores(
-            frame[pred_column].to_numpy(), _numeric(frame, [score_column])[:, 0], labels,
+            _class_values(frame[pred_column], classes), _numeric(frame, [score_column])[:, 0], labels,
             classes=classes, score_range=(0.0, 1.0) if score_range is None else score_range,
         )
     raise DataError(
@@ -173,6 +175,26 @@ def read_frame(
         f"{prob_prefix}<class> probability columns, {logit_prefix}<class> logits, "
         f"'{pred_column}' + '{score_column}', or binned {','.join(BINNED_COLUMNS)}"
     )
+
+
+def _class_values(column, classes):
+    """A class column as an array; a categorical of names with a known class list as indices.
+
+    The fast path (one lookup per category instead of per row; Parquet
+    dictionary columns arrive as categoricals) gives the indices that
+    name-matching would give; anything else (missing or unknown names,
+    numeric categories) takes the general path and its messages.
+    """
+    import pandas as pd
+
+    if classes is not None and isinstance(column.dtype, pd.CategoricalDtype) \
+            and column.cat.categories.dtype.kind not in "iufb":
+        lookup = {str(c): i for i, c in enumerate(classes)}
+        index = np.array([lookup.get(str(c), -1) for c in column.cat.categories] + [-1], dtype=np.int64)
+        codes = index[column.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing -1
+        if codes.size and codes.min() >= 0:
+            return codes
+    return column.to_numpy()
 
 
 def _numeric(frame, columns) -> np.ndarray:

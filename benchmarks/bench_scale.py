@@ -120,7 +120,10 @@ def child(mode: str, task: str, path: str, model: str, out: str) -> dict:
             t0 = time.perf_counter()  # the cluster's start-up (~5 s) is not the method's cost
             ddf = tdask.read_parquet(str(Path(path).with_suffix("")))
             if task == "fit":
-                tdask.fit(ddf, "kde-mon2").save(out)
+                cal = tdask.fit(ddf, "kde-mon2")
+                cal.save(out)
+                if Path(model).exists():  # the streamed fit of the same rows (same statistics expected)
+                    extra["stats_equal_streamed"] = bool(cal.stats_.equals(load(model).stats_))
             else:
                 tdask.apply(load(model), ddf).to_parquet(out, write_index=False)
             extra["worker_peak_mb"] = max(client.run(_peak_mb).values())
@@ -183,8 +186,10 @@ def main() -> None:
                             floor = rate
                         ratio = f"{rate / floor:8.2f}" if floor else f"{'-':>8}"
                         wk = f"{r['worker_peak_mb']:9.0f}" if "worker_peak_mb" in r else f"{'-':>9}"
+                        same = f"  statistics equal to the streamed fit's: {r['stats_equal_streamed']}" \
+                            if "stats_equal_streamed" in r else ""
                         print(f"{n:>11,} {K:>4} {task:5} {m:9} {r['seconds']:8.2f} {rate:8.2f} {ratio} "
-                              f"{r['peak_mb']:8.0f} {wk}", flush=True)
+                              f"{r['peak_mb']:8.0f} {wk}{same}", flush=True)
 
 
 def _cleanup(p: Path) -> None:

@@ -103,12 +103,20 @@ class ScoreStats:
         # per-sample rows: one counting pass over (class, cell) keys, already in canonical order
         K = data.n_classes
         key = data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)
-        tp = np.bincount(key, weights=data.tp, minlength=K * n_cells)
-        fp = np.bincount(key, weights=data.fp, minlength=K * n_cells)
-        nz = np.flatnonzero((tp + fp) > 0)
+        if K * n_cells <= 4 * key.size:  # dense counting: one pass, no sort
+            tp = np.bincount(key, weights=data.tp, minlength=K * n_cells)
+            fp = np.bincount(key, weights=data.fp, minlength=K * n_cells)
+            nz = np.flatnonzero((tp + fp) > 0)
+            tp, fp = tp[nz], fp[nz]
+        else:  # many classes, few rows: count over the keys present only
+            nz, inv = np.unique(key, return_inverse=True)
+            tp = np.bincount(inv, weights=data.tp, minlength=nz.size)
+            fp = np.bincount(inv, weights=data.fp, minlength=nz.size)
+            keep = (tp + fp) > 0
+            nz, tp, fp = nz[keep], tp[keep], fp[keep]
         c, j = np.divmod(nz, n_cells)
         lo, hi = cell_edges(j, data.score_range, n_cells)
-        return cls(data.classes, data.score_range, n_cells, c, lo, hi, tp[nz], fp[nz], canonical=True)
+        return cls(data.classes, data.score_range, n_cells, c, lo, hi, tp, fp, canonical=True)
 
     @classmethod
     def empty(cls, classes, score_range, n_cells: int = DEFAULT_CELLS) -> "ScoreStats":

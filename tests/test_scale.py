@@ -1,4 +1,4 @@
-"""Beyond memory and beyond one machine (issue 13): streaming CLI, update, Dask on a real LocalCluster."""
+"""Beyond memory (issue 13): streamed statistics and apply, `topcal update` (Dask: test_dask.py)."""
 
 from __future__ import annotations
 
@@ -11,48 +11,20 @@ import pytest
 
 import topcal
 from topcal import persist
-from topcal.cli import main
 from topcal.datasets import load_phanns
 from topcal.errors import DataError
 from topcal.io import iter_tables, read_data, read_stats
 from topcal.stats import ScoreStats
 
-
-def run(argv, capsys):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _probs_frame(n=4000, K=4, seed=0):
-    rng = np.random.default_rng(seed)
-    p = rng.dirichlet(np.full(K, 0.7), size=n)
-    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1).clip(0, K - 1)
-    frame = pd.DataFrame({f"p_c{j}": p[:, j] for j in range(K)})
-    frame["label"] = [f"c{v}" for v in y]
-    return frame
-
-
-def _scores_frame(n=3000, seed=1, int_classes=False):
-    rng = np.random.default_rng(seed)
-    names = np.array(["zeta", "alpha", "mid", "beta"])
-    pred = rng.integers(0, 4, n)
-    lab = np.where(rng.random(n) < 0.7, pred, rng.integers(0, 4, n))
-    if int_classes:
-        return pd.DataFrame({"pred": pred, "score": rng.random(n), "label": lab})
-    return pd.DataFrame({"pred": names[pred], "score": rng.random(n), "label": names[lab]})
-
-
-def _model_payload(path):
-    return json.loads(open(path).read())["model"]
+from _frames import model_payload, probs_frame, run, scores_frame, write_parts
 
 
 # ------------------------------------------------------------ streaming reads
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 @pytest.mark.parametrize("layout", ["probs", "names", "ints"])
 def test_streamed_statistics_equal_whole_file(tmp_path, fmt, layout):
-    frame = {"probs": _probs_frame, "names": _scores_frame,
-             "ints": lambda: _scores_frame(int_classes=True)}[layout]()
+    frame = {"probs": probs_frame, "names": scores_frame,
+             "ints": lambda: scores_frame(int_classes=True)}[layout]()
     path = tmp_path / f"d.{fmt}"
     if fmt == "csv":
         frame.to_csv(path, index=False)
@@ -76,8 +48,8 @@ def test_streamed_binned_counts_keep_class_order_and_range(tmp_path):
 
 
 def test_directory_of_parquet_files_streams_in_name_order(tmp_path):
-    frame = _scores_frame(2000)
-    d = _write_parts(tmp_path, frame, 3)
+    frame = scores_frame(2000)
+    d = write_parts(tmp_path, frame, 3)
     frame.to_parquet(tmp_path / "one.parquet")
     assert read_stats(d, 300).equals(read_stats(tmp_path / "one.parquet", 300))
     assert [len(f) for f in iter_tables(d, 10**6)] == [667, 667, 666]
@@ -97,7 +69,7 @@ def test_csv_class_column_that_changes_type_between_chunks(tmp_path):
 
 
 def test_chunked_reader_bounds_and_errors(tmp_path):
-    _probs_frame(1000).to_parquet(tmp_path / "d.parquet", row_group_size=1000)
+    probs_frame(1000).to_parquet(tmp_path / "d.parquet", row_group_size=1000)
     sizes = [len(f) for f in iter_tables(tmp_path / "d.parquet", 300)]
     assert max(sizes) <= 300 and sum(sizes) == 1000
     with pytest.raises(DataError, match="chunk_rows"):
@@ -105,7 +77,7 @@ def test_chunked_reader_bounds_and_errors(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(DataError, match="cannot be read in chunks"):
         read_stats(tmp_path / "x.json")
-    bad = _probs_frame(200)
+    bad = probs_frame(200)
     bad["p_c0"] = bad["p_c0"].astype(object)
     bad.loc[150, "p_c0"] = "oops"
     bad.to_csv(tmp_path / "bad.csv", index=False)
@@ -116,7 +88,7 @@ def test_chunked_reader_bounds_and_errors(tmp_path):
 # ------------------------------------------------------------------ CLI update
 @pytest.mark.parametrize("method", ["kde-mon2", "hist", "cum-opt", "auto"])
 def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
-    frame = _probs_frame(3000)
+    frame = probs_frame(3000)
     frame.to_csv(tmp_path / "all.csv", index=False)
     frame.iloc[:1000].to_parquet(tmp_path / "a.parquet")
     frame.iloc[1000:2200].to_csv(tmp_path / "b.csv", index=False)
@@ -132,7 +104,7 @@ def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
         code, out, err = run(["update", tmp_path / "ab.json", tmp_path / "c.csv", "--chunk-rows", 77,
                               "-o", tmp_path / "abc.json"], capsys)
         assert code == 0
-    whole, upd = _model_payload(tmp_path / "all.json"), _model_payload(tmp_path / "abc.json")
+    whole, upd = model_payload(tmp_path / "all.json"), model_payload(tmp_path / "abc.json")
     assert upd["stats"] == whole["stats"] and upd["n_tp"] == whole["n_tp"]
     if method == "auto":  # keeps its first choice; the chosen method equals a fit of it on all the counts
         assert "kept its choice" in out
@@ -148,7 +120,7 @@ def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
 
 
 def test_cli_update_errors(tmp_path, capsys):
-    frame = _probs_frame(600)
+    frame = probs_frame(600)
     frame.to_csv(tmp_path / "d.csv", index=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -170,7 +142,7 @@ def test_cli_update_errors(tmp_path, capsys):
 
 
 def test_cli_update_top_score_model_uses_its_score_range(tmp_path, capsys):
-    frame = _scores_frame(2000)
+    frame = scores_frame(2000)
     frame["score"] *= 10
     frame.iloc[:900].to_csv(tmp_path / "a.csv", index=False)
     frame.iloc[900:].to_csv(tmp_path / "b.csv", index=False)
@@ -180,13 +152,13 @@ def test_cli_update_top_score_model_uses_its_score_range(tmp_path, capsys):
     run(["fit", tmp_path / "all.csv", *fit, "--chunk-rows", 400, "-o", tmp_path / "all.json"], capsys)
     code, out, err = run(["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys)
     assert code == 0, err
-    assert _model_payload(tmp_path / "ab.json") == _model_payload(tmp_path / "all.json")
+    assert model_payload(tmp_path / "ab.json") == model_payload(tmp_path / "all.json")
 
 
 # ------------------------------------------------------------------ CLI apply
 @pytest.mark.parametrize("out_name", ["o.parquet", "o.csv"])
 def test_streamed_apply_equals_in_memory_predict(tmp_path, capsys, out_name):
-    frame = _probs_frame(5000)
+    frame = probs_frame(5000)
     frame.to_parquet(tmp_path / "d.parquet", row_group_size=1500)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -204,7 +176,7 @@ def test_streamed_apply_equals_in_memory_predict(tmp_path, capsys, out_name):
 
 
 def test_streamed_apply_leaves_no_partial_output(tmp_path, capsys):
-    frame = _probs_frame(1000)
+    frame = probs_frame(1000)
     frame.to_csv(tmp_path / "d.csv", index=False)
     run(["fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "m.json"], capsys)
     bad = frame.copy()
@@ -217,7 +189,7 @@ def test_streamed_apply_leaves_no_partial_output(tmp_path, capsys):
 
 
 def test_apply_of_a_top_score_model_takes_its_classes_and_range(tmp_path, capsys):
-    frame = _scores_frame(1500)
+    frame = scores_frame(1500)
     frame["score"] *= 10
     frame.to_csv(tmp_path / "d.csv", index=False)
     run(["fit", tmp_path / "d.csv", "--method", "hist", "--score-range", 0, 10, "-o", tmp_path / "m.json"], capsys)
@@ -234,7 +206,7 @@ def test_apply_of_a_top_score_model_takes_its_classes_and_range(tmp_path, capsys
 
 
 def test_apply_checks_a_pred_column_beside_probabilities(tmp_path, capsys):
-    frame = _probs_frame(500)
+    frame = probs_frame(500)
     frame.to_csv(tmp_path / "d.csv", index=False)
     run(["fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "m.json"], capsys)
     frame["pred"] = "c0"  # not the argmax everywhere: it would be overwritten
@@ -252,100 +224,3 @@ def test_progress_line_on_a_terminal(monkeypatch, capsys):
     p.done()
     err = capsys.readouterr().err
     assert "reading: 100 rows" in err and "50.0%" in err and "rows/s" in err
-
-
-# ------------------------------------------------------------------------ Dask
-dask_mod = pytest.importorskip("dask", reason="the dask extra (make test installs it)")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    from distributed import Client, LocalCluster
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(lc)
-    yield client
-    client.close()
-    lc.close()
-
-
-def _write_parts(tmp_path, frame, n_parts):
-    d = tmp_path / "parts"
-    d.mkdir()
-    for i, part in enumerate(np.array_split(np.arange(len(frame)), n_parts)):
-        frame.iloc[part].to_parquet(d / f"part{i:02d}.parquet")
-    return d
-
-
-def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
-    import dask.dataframe as dd
-
-    from topcal import dask as tdask
-
-    assert cluster.status == "running" and len(cluster.scheduler_info()["workers"]) == 2
-    frame = _probs_frame(6000)
-    d = _write_parts(tmp_path, frame, 11)
-    ddf = dd.read_parquet(str(d))
-    assert ddf.npartitions == 11
-    from distributed import get_task_stream
-
-    with get_task_stream(cluster) as ts:
-        stats = tdask.stats(ddf, split_every=3)  # a tree: 11 -> 4 -> 2 -> 1
-    # the statistics were computed on the cluster's workers (11 partitions, 4 + 2 + 1 merges)
-    keys = [t["key"] for t in ts.data]
-    assert sum("_partition_stats" in str(k) for k in keys) == 11 and sum("_merge" in str(k) for k in keys) == 7
-    assert {t["worker"] for t in ts.data} <= set(cluster.scheduler_info()["workers"])
-    data = read_data_frame(frame)
-    assert stats.equals(ScoreStats.from_data(data))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cal = tdask.fit(ddf, "kde-mon2")
-        ref = topcal.calibrator("kde-mon2").fit(ScoreStats.from_data(data).to_data())
-    assert persist.dumps(cal).split('"sha256"')[0] == persist.dumps(ref).split('"sha256"')[0]
-    out = tdask.apply(cal, ddf).compute()
-    np.testing.assert_array_equal(out["confidence"].to_numpy(), ref.predict(data))
-    assert list(out["pred"].astype(str)) == list(np.asarray(data.classes)[data.pred])
-
-
-def read_data_frame(frame):
-    from topcal.io import read_frame
-
-    return read_frame(frame)
-
-
-def test_dask_top_score_layout_infers_classes_like_a_whole_read(tmp_path, cluster):
-    import dask.dataframe as dd
-
-    from topcal import dask as tdask
-
-    frame = _scores_frame(3000)
-    d = _write_parts(tmp_path, frame, 5)
-    stats = tdask.stats(dd.read_parquet(str(d)))
-    assert stats.equals(ScoreStats.from_data(read_data_frame(frame)))
-    with pytest.raises(topcal.errors.ParameterError, match="full score vector"):
-        tdask.fit(dd.read_parquet(str(d)), "tswa")
-
-
-def test_cli_engine_dask_with_scheduler_address(tmp_path, capsys, cluster):
-    frame = _probs_frame(4000)
-    d = _write_parts(tmp_path, frame, 4)
-    frame.to_csv(tmp_path / "all.csv", index=False)
-    addr = cluster.scheduler.address
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        code, out, err = run(["fit", d, "--engine", "dask", "--scheduler", addr, "--method", "hist",
-                              "-o", tmp_path / "dk.json"], capsys)
-        assert code == 0, err
-        run(["fit", tmp_path / "all.csv", "--chunk-rows", 1000, "--method", "hist", "-o", tmp_path / "st.json"], capsys)
-    assert _model_payload(tmp_path / "dk.json") == _model_payload(tmp_path / "st.json")
-    code, out, err = run(["apply", tmp_path / "dk.json", d, "--engine", "dask", "--scheduler", addr,
-                          "-o", tmp_path / "out"], capsys)
-    assert code == 0, err
-    got = pd.read_parquet(tmp_path / "out")
-    model = persist.load(tmp_path / "dk.json")
-    np.testing.assert_array_equal(got["confidence"].to_numpy(), model.predict(read_data_frame(frame)))
-    code, out, err = run(["fit", tmp_path / "nothing-*.parquet", "--engine", "dask", "--scheduler", addr,
-                          "-o", tmp_path / "x.json"], capsys)
-    assert code == 2 and "no Parquet data" in err

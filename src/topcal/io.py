@@ -16,8 +16,9 @@ A ``.npz`` file holds the same columns as 1-d arrays, or a 2-d ``probs`` or
 ``logits`` array with optional ``classes`` and ``labels`` (or ``label``).
 
 Bounded memory: :func:`iter_data` reads CSV in chunks of ``chunk_rows`` rows
-and Parquet by record batches of at most ``chunk_rows`` rows, so memory
-depends on the chunk, not the file; :func:`read_stats` folds the chunks into
+and Parquet one row group at a time, sliced into chunks of at most
+``chunk_rows`` rows, so memory depends on the chunk and the row group, not
+the file; :func:`read_stats` folds the chunks into
 mergeable statistics (:class:`topcal.stats.ScoreStats`). The class list and
 the score range, which a whole-file read infers from all rows, are found
 first by a pass over the class columns only (:func:`scan_layout`), so every
@@ -295,10 +296,14 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
 
             for part in parts:
                 pf = pq.ParquetFile(part)
-                for batch in pf.iter_batches(batch_size=int(chunk_rows), columns=columns):
-                    frame = batch.to_pandas()
-                    n += len(frame)
-                    yield frame
+                # one row group at a time (iter_batches buffers ahead: its memory grew with the file)
+                for g in range(pf.num_row_groups):
+                    table = pf.read_row_group(g, columns=columns)
+                    for start in range(0, table.num_rows, int(chunk_rows)):
+                        frame = table.slice(start, int(chunk_rows)).to_pandas()
+                        n += len(frame)
+                        yield frame
+                    del table
         else:
             _check_header(p, "\t" if suffix == ".tsv" else ",")
             dtype = {c: str for c in str_columns}

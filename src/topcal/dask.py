@@ -68,9 +68,9 @@ def layout(ddf, *, classes=None, **options):
 
     _require_dask()
     cols = [str(c) for c in ddf.columns]
-    class_cols, extra, binned, _ = layout_columns(cols, **options)
+    class_cols, extra, binned, vector = layout_columns(cols, **options)
     uniques, numeric, lo_hi = {}, {}, [np.inf, -np.inf]
-    need = bool(class_cols) and classes is None
+    need = bool(class_cols) and classes is None and not vector  # a vector layout's classes are its columns
     if need:
         import dask
 

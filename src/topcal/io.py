@@ -404,13 +404,15 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
 
     p = _stream_path(path)
     cols = file_columns(p)
-    class_cols, extra, binned, _ = layout_columns(cols, **options)
+    class_cols, extra, binned, vector = layout_columns(cols, **options)
     is_csv = _parquet_parts(p) is None
     uniques = {c: [] for c in class_cols}
     numeric = {c: True for c in class_cols}
     lo_hi = [np.inf, -np.inf]
     n = 0
-    need_scan = bool(class_cols) and (is_csv or classes is None) or (binned and options.get("score_range") is None)
+    # Parquet columns have one type throughout: a scan is needed only to infer classes or the range
+    need_scan = bool(class_cols) and (is_csv or (classes is None and not vector)) \
+        or (binned and options.get("score_range") is None)
     if need_scan:
         for frame in iter_tables(p, chunk_rows, columns=class_cols + extra):
             n += len(frame)

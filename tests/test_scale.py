@@ -224,3 +224,28 @@ def test_progress_line_on_a_terminal(monkeypatch, capsys):
     p.done()
     err = capsys.readouterr().err
     assert "reading: 100 rows" in err and "50.0%" in err and "rows/s" in err
+
+
+def test_streaming_memory_does_not_grow_with_rows(tmp_path, capsys):
+    """Peak traced memory of a streamed fit and apply: 10x the rows, about the same peak."""
+    import tracemalloc
+
+    peaks = {}
+    for n in (40_000, 400_000):
+        frame = scores_frame(n, seed=n)
+        frame.to_parquet(tmp_path / f"d{n}.parquet", row_group_size=5_000)
+        tracemalloc.start()
+        read_stats(tmp_path / f"d{n}.parquet", 5_000)
+        fit_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        run(["fit", tmp_path / f"d{n}.parquet", "--method", "hist", "--chunk-rows", 5_000,
+             "-o", tmp_path / f"m{n}.json"], capsys)
+        tracemalloc.start()
+        assert run(["apply", tmp_path / f"m{n}.json", tmp_path / f"d{n}.parquet", "--chunk-rows", 5_000,
+                    "-o", tmp_path / f"o{n}.parquet"], capsys)[0] == 0
+        apply_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        peaks[n] = (fit_peak, apply_peak)
+    # a whole-file read would need ~10x; allow 1.5x for the statistics (more occupied cells)
+    assert peaks[400_000][0] < 1.5 * peaks[40_000][0], peaks
+    assert peaks[400_000][1] < 1.5 * peaks[40_000][1], peaks

@@ -94,7 +94,7 @@ def child(mode: str, task: str, path: str, model: str, out: str) -> dict:
             writer.close()
     elif mode == "memory":
         import topcal
-        from topcal.io import read_data, read_table
+        from topcal.io import read_data
 
         if task == "fit":
             cal = topcal.calibrator("kde-mon2").fit(read_data(path))

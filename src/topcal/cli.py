@@ -205,46 +205,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------- commands
-def _stats_of(args, *, classes=None, score_range=None):
-    """Mergeable statistics of ``args.data``: streamed in chunks, or by a Dask cluster."""
-    from .io import count_rows, read_stats
+def _stats_of(args, *, classes=None, model=None):
+    """Mergeable statistics of ``args.data``: streamed in chunks, or by a Dask cluster.
+
+    With ``model``, new data are read with its score range unless given.
+    """
+    from .io import DEFAULT_CHUNK_ROWS, read_stats
+    from .stream import model_read_options
 
     opts = _read_options(args)
-    if score_range is not None:
-        opts = _model_defaults(opts, score_range, args.data, dask=args.engine == "dask")
     if args.engine == "dask":
         from . import dask as tdask
 
         with _DaskSession(args.scheduler):
             ddf = tdask.read_parquet(args.data)
+            if model is not None:
+                opts = model_read_options(model, args.data, opts, columns=list(ddf.columns))
             return tdask.stats(ddf, classes=classes, **opts)
-    from .io import DEFAULT_CHUNK_ROWS
-
-    progress = _RowProgress("reading", count_rows(args.data))
+    if model is not None:
+        opts = model_read_options(model, args.data, opts)
+    progress = _RowProgress("reading", _rows_hint(args.data))
     try:
         return read_stats(args.data, args.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress, classes=classes,
                           **opts)
     finally:
         progress.done()
-
-
-def _model_defaults(opts: dict, score_range, path, *, dask: bool = False) -> dict:
-    """Read options for new data of a model: its score range unless given (top-score and binned layouts)."""
-    from .io import file_columns, layout_columns
-
-    if opts["score_range"] is not None:
-        return opts
-    if dask:
-        from . import dask as tdask
-
-        columns = list(tdask.read_parquet(path).columns)
-    elif Path(path).suffix.lower() == ".npz":
-        return opts
-    else:
-        columns = file_columns(path)
-    if not layout_columns(columns, **opts)[3]:  # not probability/logit columns: those are on (0, 1)
-        opts = {**opts, "score_range": tuple(score_range)}
-    return opts
 
 
 def _cmd_fit(args) -> int:
@@ -274,95 +259,56 @@ def _cmd_fit(args) -> int:
 
 
 def _cmd_update(args) -> int:
-    from .io import file_columns, layout_columns, read_data
     from .persist import load
+    from .stream import update_file
 
     _check_scale_args(args)
     model = load(args.model)
-    old = model.require_stats()
-    lo_hi = tuple(model.score_range_)
-    if args.chunk_rows is not None or args.engine == "dask":
-        new = _stats_of(args, classes=list(model.classes_), score_range=lo_hi)
+    before = model.require_stats().n_samples
+    if args.engine == "dask":
+        model.update(_stats_of(args, classes=list(model.classes_), model=model))
     else:
-        opts = _model_defaults(_read_options(args), lo_hi, args.data)
-        if Path(args.data).suffix.lower() != ".npz" and not layout_columns(file_columns(args.data), **opts)[3]:
-            opts["classes"] = list(model.classes_)
-        new = read_data(args.data, **opts)
-    before = old.n_samples
-    model.update(new)
+        progress = _RowProgress("reading", _rows_hint(args.data)) if args.chunk_rows else None
+        try:
+            update_file(model, args.data, chunk_rows=args.chunk_rows, progress=progress, **_read_options(args))
+        finally:
+            if progress is not None:
+                progress.done()
     model.save(args.output)
     kept = f" (kept its choice {model.method_}; cross-validation from the first fit)" if model.name == "auto" else ""
     print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
     return 0
 
 
-def _write_frame(frame, path: str) -> None:
-    from .io import FrameWriter
+def _rows_hint(path):
+    from .io import count_rows
 
-    with FrameWriter(path) as w:
-        w.write(frame)
-
-
-def _check_output(args) -> None:
-    if Path(args.output).resolve() == Path(args.data).resolve():
-        raise TopcalError("the output file is the input file; write to another path so no data is lost")
-
-
-def _labelled_frame(frame, data, model, conf, pred_column: str | None = None):
-    """``frame`` + ``pred`` (the class names, categorical) + ``confidence``.
-
-    An input column ``pred`` that is not the column the predicted classes
-    were read from must agree with them (else it would be overwritten).
-    """
-    import pandas as pd
-
-    pred = pd.Categorical.from_codes(data.pred, categories=list(model.classes_))
-    out = frame.copy()
-    if "pred" in out.columns and pred_column != "pred":
-        if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
-            raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
-    out["pred"] = pred
-    out["confidence"] = conf
-    return out
+    return count_rows(path)
 
 
 def _cmd_apply(args) -> int:
-    from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, count_rows, file_columns, iter_data, layout_columns,
-                     read_frame, read_table, scan_layout)
+    from .io import DEFAULT_CHUNK_ROWS
     from .persist import load
+    from .stream import apply_file, model_read_options
 
     _check_scale_args(args)
     model = load(args.model)
-    _check_output(args)
+    if Path(args.output).resolve() == Path(args.data).resolve():
+        raise TopcalError("the output file is the input file; write to another path so no data is lost")
     opts = _read_options(args)
-    opts["label_column"] = None  # apply ignores labels, so a label column can hold anything
     if args.engine == "dask":
-        return _apply_dask(args, model, _model_defaults(opts, model.score_range_, args.data, dask=True))
-    if Path(args.data).suffix.lower() == ".npz":  # no chunked reader for .npz: read it whole
-        frame = read_table(args.data)
-        if "confidence" in frame.columns:
-            raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
-        data = read_frame(frame, **opts)
-        _write_frame(_labelled_frame(frame, data, model, model.predict(data)), args.output)
-        print(f"calibrated {data.n_rows} rows with {model.name} -> {args.output}")
-        return 0
-    chunk = args.chunk_rows or DEFAULT_CHUNK_ROWS
-    opts = _model_defaults(opts, model.score_range_, args.data)
-    layout = scan_layout(args.data, chunk, classes=list(model.classes_), **opts)
-    # the classes come from the pred column itself in the top-score layout: no need to check it
-    vector = layout_columns(file_columns(args.data), **opts)[3]
-    pred_col = None if vector else opts["pred_column"]
-    progress = _RowProgress("calibrating", count_rows(args.data) or layout.n_rows)
+        from . import dask as tdask
+
+        columns = list(tdask.read_parquet(args.data).columns)
+        opts = model_read_options(model, args.data, {**opts, "label_column": None}, columns=columns)
+        return _apply_dask(args, model, opts)
+    progress = _RowProgress("calibrating", _rows_hint(args.data))
     try:
-        with FrameWriter(args.output) as w:
-            for frame, data in iter_data(args.data, chunk, layout=layout):
-                if "confidence" in frame.columns:
-                    raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
-                w.write(_labelled_frame(frame, data, model, model.predict(data), pred_col))
-                progress(w.rows)
+        rows = apply_file(model, args.data, args.output, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
+                          progress=progress, **opts)
     finally:
         progress.done()
-    print(f"calibrated {w.rows} rows with {model.name} -> {args.output}")
+    print(f"calibrated {rows} rows with {model.name} -> {args.output}")
     return 0
 
 

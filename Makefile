@@ -14,7 +14,7 @@ FASHION_MNIST := /usr/share/datasets/fashion-mnist
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e ".[test,experiments]"
+	$(PIP) install -e ".[test,experiments,dask]"
 	@touch $(STAMP)
 
 install: $(STAMP)

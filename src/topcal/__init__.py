@@ -17,8 +17,9 @@ from . import datasets, metrics  # noqa: E402
 from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator  # noqa: E402
 from .data import TopLabelData  # noqa: E402
 from .errors import TopcalError  # noqa: E402
-from .io import read_data  # noqa: E402
+from .io import read_data, read_stats  # noqa: E402
 from .persist import load, save  # noqa: E402
+from .stats import ScoreStats  # noqa: E402
 from . import report as _report_module  # noqa: E402,F401  (the module first: the function below then keeps the name)
 from .api import compare, report  # noqa: E402
 
@@ -30,6 +31,7 @@ def __getattr__(name):
 
         return TopLabelCalibratedClassifier
     raise AttributeError(f"module 'topcal' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",
@@ -47,6 +49,8 @@ __all__ = [
     "compare",
     "report",
     "TopLabelCalibratedClassifier",
+    "read_stats",
+    "ScoreStats",
     "datasets",
     "metrics",
 ]

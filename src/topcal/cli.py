@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from ._fileio import atomic_write, check_output
+from ._fileio import check_output
 from .errors import TopcalError
 
 __all__ = ["main", "build_parser"]
@@ -71,6 +71,84 @@ def _column_map(items) -> dict | None:
     return out or None
 
 
+def _add_scale_options(p: argparse.ArgumentParser, *, streams_by_default: bool) -> None:
+    g = p.add_argument_group("large data")
+    if streams_by_default:
+        g.add_argument("--chunk-rows", type=int, default=None, metavar="N",
+                       help="rows read (and written) per chunk: memory depends on N, not on the file "
+                            "(default 1000000; .npz files are read whole)")
+    else:
+        g.add_argument("--chunk-rows", type=int, default=None, metavar="N",
+                       help="read CSV/Parquet in chunks of N rows and fit from the merged counts (bounded memory; "
+                            "scores on a grid of 4096 cells; not for full-vector methods)")
+    g.add_argument("--engine", choices=("local", "dask"), default="local",
+                   help="local (default) or dask: DATA is a Parquet file, directory or glob, processed by a "
+                        "Dask cluster (pip install 'topcal[dask]')")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="Dask scheduler address (default: start a LocalCluster on this machine)")
+
+
+def _check_scale_args(args) -> None:
+    if args.chunk_rows is not None and args.chunk_rows < 1:
+        raise TopcalError(f"--chunk-rows must be >= 1, got {args.chunk_rows}")
+    if args.scheduler and args.engine != "dask":
+        raise TopcalError("--scheduler needs --engine dask")
+    if args.engine == "dask" and args.chunk_rows is not None:
+        raise TopcalError("--chunk-rows is for --engine local; with dask the partitions are the chunks")
+
+
+class _RowProgress:
+    """A one-line progress display on stderr (only on a terminal)."""
+
+    def __init__(self, what: str, total: int | None):
+        import time
+
+        self.what, self.total, self.t0 = what, total, time.perf_counter()
+        self.on = sys.stderr.isatty()
+
+    def __call__(self, rows: int) -> None:
+        if not self.on:
+            return
+        import time
+
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        pct = f" ({100 * rows / self.total:5.1f}%)" if self.total else ""
+        print(f"\r{self.what}: {rows:,} rows{pct}, {rows / dt:,.0f} rows/s", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.on:
+            print(file=sys.stderr)
+
+
+class _DaskSession:
+    """A Dask client: at ``--scheduler`` or on a LocalCluster started (and closed) here."""
+
+    def __init__(self, address: str | None):
+        self.address = address
+
+    def __enter__(self):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise TopcalError("--engine dask needs dask; install it with: pip install 'topcal[dask]'") from None
+        self.cluster = None
+        try:
+            if self.address:
+                self.client = Client(self.address, timeout="20s")
+            else:
+                self.cluster = LocalCluster(dashboard_address=None)
+                self.client = Client(self.cluster)
+        except (OSError, TimeoutError) as exc:
+            raise TopcalError(f"cannot connect to the Dask scheduler {self.address!r}: {exc}") from None
+        return self.client
+
+    def __exit__(self, *exc):
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+        return False
+
+
 def _parse_param(text: str):
     if "=" not in text:
         raise TopcalError(f"--param {text!r} must look like NAME=VALUE, e.g. --param n_bins=20")
@@ -97,12 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter, repeatable (e.g. --param n_bins=20)")
     p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
     _add_data_options(p)
+    _add_scale_options(p, streams_by_default=False)
+
+    p = sub.add_parser("update", help="add labelled data to a model: refit from its stored counts plus the new ones")
+    p.add_argument("model", help="model file from 'topcal fit' (format 2)")
+    p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
+    p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")
+    _add_data_options(p)
+    _add_scale_options(p, streams_by_default=True)
 
     p = sub.add_parser("apply", help="add calibrated confidence to new predictions")
     p.add_argument("model", help="model file from 'topcal fit'")
     p.add_argument("data", help="data to calibrate (no label column needed)")
-    p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + confidence")
+    p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + "
+                   "confidence; with --engine dask a .csv file or a directory of Parquet files")
     _add_data_options(p)
+    _add_scale_options(p, streams_by_default=True)
 
     p = sub.add_parser("describe", help="show a model's method and fitted parameters per class")
     p.add_argument("model")
@@ -137,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write into DIR even if it holds other files (they are kept; index.html and figures/ are replaced)")
     p.set_defaults(func=_cmd_demo)
 
-    for name, func in (("fit", _cmd_fit), ("apply", _cmd_apply), ("describe", _cmd_describe),
+    for name, func in (("fit", _cmd_fit), ("update", _cmd_update), ("apply", _cmd_apply), ("describe", _cmd_describe),
                        ("metrics", _cmd_metrics), ("methods", _cmd_methods), ("adapt", _cmd_adapt)):
         sub.choices[name].set_defaults(func=func)
     for spec in _EXTENSIONS:
@@ -147,73 +235,143 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------- commands
+def _stats_of(args, *, classes=None, model=None):
+    """Mergeable statistics of ``args.data``: streamed in chunks, or by a Dask cluster.
+
+    With ``model``, new data are read with its score range unless given.
+    """
+    from .io import DEFAULT_CHUNK_ROWS, read_stats
+    from .stream import model_read_options
+
+    opts = _read_options(args)
+    if args.engine == "dask":
+        from . import dask as tdask
+
+        with _DaskSession(args.scheduler):
+            ddf = tdask.read_parquet(args.data)
+            if model is not None:
+                opts = model_read_options(model, args.data, opts, columns=list(ddf.columns))
+            return tdask.stats(ddf, classes=classes, **opts)
+    if model is not None:
+        opts = model_read_options(model, args.data, opts)
+    progress = _RowProgress("reading", _rows_hint(args.data))
+    try:
+        return read_stats(args.data, args.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress, classes=classes,
+                          **opts)
+    finally:
+        progress.done()
+
+
 def _cmd_fit(args) -> int:
     from . import calibrator, read_data
+    from .calibrators import get_class
 
+    _check_scale_args(args)
     params = dict(_parse_param(t) for t in args.param)
     cal = calibrator(args.method, **params)
     check_output(args.output, [args.data], "model file")
-    data = read_data(args.data, **_read_options(args))
+    streamed = args.chunk_rows is not None or args.engine == "dask"
+    if streamed:
+        if get_class(args.method).needs_full:
+            raise TopcalError(
+                f"method {args.method!r} recalibrates the full score vector, which cannot be fitted from "
+                "counts; drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
+            )
+        stats = _stats_of(args)
+        data = stats.to_data()
+    else:
+        data = read_data(args.data, **_read_options(args))
     cal.fit(data)
     cal.save(args.output)
     chosen = f" (chose {cal.method_} by {cal.folds}-fold cross-validated NLL)" if args.method == "auto" else ""
-    print(f"fitted {args.method}{chosen} on {data.n_samples:g} samples, {data.n_classes} classes -> {args.output}")
+    how = f" from counts on {data.n_rows} (class, score cell) rows" if streamed else ""
+    print(f"fitted {args.method}{chosen} on {data.n_samples:g} samples, {data.n_classes} classes{how} -> {args.output}")
     return 0
 
 
-def _write_frame(frame, path: str) -> None:
-    """Write ``frame`` to ``path`` (CSV or Parquet) atomically: a failed write leaves no partial file."""
-    out = Path(path)
-    suffix = out.suffix.lower()
-    if suffix not in (".parquet", ".pq", ".csv", ".txt", ""):
-        raise TopcalError(f"cannot write {out.suffix!r} files; name the output .csv or .parquet")
-    with atomic_write(out) as tmp:
+def _cmd_update(args) -> int:
+    from .persist import load
+    from .stream import update_file
+
+    _check_scale_args(args)
+    check_output(args.output, [args.data], "model file")
+    model = load(args.model)
+    before = model.require_stats().n_samples
+    if args.engine == "dask":
+        model.update(_stats_of(args, classes=list(model.classes_), model=model))
+    else:
+        progress = _RowProgress("reading", _rows_hint(args.data)) if args.chunk_rows else None
         try:
-            if suffix in (".parquet", ".pq"):
-                frame.to_parquet(tmp, index=False)
-            else:
-                frame.to_csv(tmp, index=False)
-        except OSError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - pyarrow refuses e.g. a column mixing numbers and text
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise TopcalError(
-                f"cannot write {path!r} as {'Parquet' if suffix in ('.parquet', '.pq') else 'CSV'}: {msg[:300]}; "
-                "write a .csv instead, or make each column hold one type"
-            ) from None
+            update_file(model, args.data, chunk_rows=args.chunk_rows, progress=progress, **_read_options(args))
+        finally:
+            if progress is not None:
+                progress.done()
+    model.save(args.output)
+    kept = f" (kept its choice {model.method_}; cross-validation from the first fit)" if model.name == "auto" else ""
+    print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
+    return 0
+
+
+def _rows_hint(path):
+    from .io import count_rows
+
+    return count_rows(path)
 
 
 def _cmd_apply(args) -> int:
-    from .io import read_frame, read_table
+    from .io import DEFAULT_CHUNK_ROWS
     from .persist import load
+    from .stream import apply_file, model_read_options
 
+    _check_scale_args(args)
     model = load(args.model)
     check_output(args.output, [args.data, args.model])
-    frame = read_table(args.data)
-    for col in ("confidence",):
-        if col in frame.columns:
-            raise TopcalError(f"the input already has a {col!r} column; rename it so it is not overwritten")
     opts = _read_options(args)
-    opts["label_column"] = None  # apply ignores labels, so a label column can hold anything
-    lo, hi = model.score_range_
-    from_model = opts["score_range"] is None and (lo, hi) != (0.0, 1.0)
-    if from_model:  # the scale the model was fitted on (e.g. PhANNs' 0-10) need not be declared again
-        opts["score_range"] = (lo, hi)
+    if args.engine == "dask":
+        from . import dask as tdask
+
+        columns = list(tdask.read_parquet(args.data).columns)
+        opts = model_read_options(model, args.data, {**opts, "label_column": None}, columns=columns)
+        return _apply_dask(args, model, opts)
+    progress = _RowProgress("calibrating", _rows_hint(args.data))
     try:
-        data = read_frame(frame, **opts)
-    except TopcalError as exc:
-        if not from_model:
+        rows = apply_file(model, args.data, args.output, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
+                          progress=progress, **opts)
+    finally:
+        progress.done()
+    print(f"calibrated {rows} rows with {model.name} -> {args.output}")
+    return 0
+
+
+def _apply_dask(args, model, opts) -> int:
+    import shutil
+
+    from . import dask as tdask
+
+    out = Path(args.output)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with _DaskSession(args.scheduler):
+        ddf = tdask.read_parquet(args.data)
+        result = tdask.apply(model, ddf, **opts)
+        try:
+            if out.suffix.lower() == ".csv":
+                result.to_csv(str(tmp), single_file=True, index=False)
+            else:
+                result.to_parquet(str(tmp), write_index=False)
+            if out.is_dir():
+                shutil.rmtree(out)
+            tmp.replace(out)
+        except TopcalError:
             raise
-        raise TopcalError(f"{exc} (the score range {lo:g} {hi:g} is the model's)") from None
-    conf = model.predict(data)
-    pred_names = np.asarray(data.classes, dtype=object)[data.pred]
-    out = frame.copy()
-    if "pred" in out.columns and not np.array_equal(out["pred"].astype(str).to_numpy(), pred_names.astype(str)):
-        raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
-    out["pred"] = pred_names
-    out["confidence"] = conf
-    _write_frame(out, args.output)
-    print(f"calibrated {data.n_rows} rows with {model.name} -> {args.output}")
+        except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TopcalError(f"cannot calibrate {args.data!r} with dask: {msg}") from None
+        finally:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
+                tmp.unlink()
+    print(f"calibrated {args.data} with {model.name} on dask -> {args.output}")
     return 0
 
 
@@ -249,7 +407,11 @@ def _cmd_describe(args) -> int:
     print(f"score range: {d['score_range']}")
     if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
         cv = d["cross_validation"]
-        print(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']})")
+        print(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
+              f"on {cv['samples']:g} samples)")
+        fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
+        if fitted > cv["samples"]:
+            print(f"updated since: the chosen method is fitted on {fitted:g} samples; fit auto again to re-choose")
         ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
         if ranked:
             print("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))

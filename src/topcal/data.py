@@ -193,6 +193,9 @@ def _check_classes(classes: Sequence) -> tuple[str, ...]:
     return names
 
 
+_CONTAINERS = (list, tuple, dict, set, np.ndarray)
+
+
 def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | None = None):
     """Map class labels (names or integer indices) to integer indices.
 
@@ -228,19 +231,27 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
             raise _fail(f"{name} has a missing value at row {i}; every row needs a class")
         if np.all(arr == np.round(arr)):
             return _encode(arr.astype(np.int64), classes, name, n_hint)
-    if arr.dtype == object:
-        missing = [i for i, v in enumerate(arr) if v is None or (isinstance(v, float) and v != v)]
-        if missing:
-            raise _fail(f"{name} has a missing value at row {missing[0]}; every row needs a class")
-        nested = [i for i, v in enumerate(arr) if isinstance(v, (list, tuple, dict, set, np.ndarray))]
-        if nested:
-            raise _fail(
-                f"{name} holds a {type(arr[nested[0]]).__name__} at row {nested[0]}; each row needs one class name"
-            )
     import pandas as pd  # factorize hashes the labels once: ~10x faster than a Python loop
 
-    strs = arr.astype(str)
-    first_codes, uniq = pd.factorize(strs)
+    if arr.dtype == object:
+        missing = pd.isna(arr)  # None or NaN, one vectorised pass
+        if missing.any():
+            raise _fail(f"{name} has a missing value at row {int(np.flatnonzero(missing)[0])}; every row needs a class")
+        # hash the objects first and turn only the distinct values into text
+        try:
+            obj_codes, obj_uniq = pd.factorize(arr)
+        except TypeError:  # an unhashable cell (list, dict, set, array)
+            obj_codes, obj_uniq = None, [v for v in arr if isinstance(v, _CONTAINERS)][:1]
+        nested = [j for j, v in enumerate(obj_uniq) if isinstance(v, _CONTAINERS)]
+        if nested:
+            v = obj_uniq[nested[0]]
+            i = int(np.flatnonzero(obj_codes == nested[0])[0]) if obj_codes is not None else next(
+                j for j, u in enumerate(arr) if u is v)
+            raise _fail(f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name")
+        first_codes, uniq = pd.factorize(np.asarray([str(u) for u in obj_uniq], dtype=object))
+        first_codes = first_codes[obj_codes]
+    else:
+        first_codes, uniq = pd.factorize(arr.astype(str))
     uniq = [str(u) for u in uniq]
     if classes is None:
         classes = sorted_names(uniq)
@@ -255,7 +266,7 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _fail(
-            f"{name} has {str(strs[i])!r} at row {i}, which is not one of the classes "
+            f"{name} has {str(arr[i])!r} at row {i}, which is not one of the classes "
             f"{preview(classes, 8)}; fix the label or add the class to the class list"
         )
     return codes, classes

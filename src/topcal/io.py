@@ -30,6 +30,15 @@ Published layouts recognised without any option (:data:`KNOWN_LAYOUTS`):
 Anything else: map each role to a column with ``columns={"label": "y",
 "score": "conf", ...}`` (``--column ROLE=NAME`` on the command line); roles
 are :data:`COLUMN_ROLES`.
+
+Bounded memory: :func:`iter_data` reads CSV in chunks of ``chunk_rows`` rows
+and Parquet one row group at a time, sliced into chunks of at most
+``chunk_rows`` rows, so memory depends on the chunk and the row group, not
+the file; :func:`read_stats` folds the chunks into
+mergeable statistics (:class:`topcal.stats.ScoreStats`). The class list and
+the score range, which a whole-file read infers from all rows, are found
+first by a pass over the class columns only (:func:`scan_layout`), so every
+chunk is read with the same classes as one whole-file read would be.
 """
 
 from __future__ import annotations
@@ -40,9 +49,14 @@ import numpy as np
 
 from .data import TopLabelData, label_names
 from .errors import DataError
+from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "COLUMN_ROLES", "KNOWN_LAYOUTS",
-           "column_roles"]
+           "column_roles", "iter_tables", "scan_layout", "iter_data", "read_stats", "Layout", "layout_columns",
+           "build_layout", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns", "parquet_files", "count_rows"]
+
+#: Rows per chunk when streaming (about 100 MB for ten probability columns).
+DEFAULT_CHUNK_ROWS = 1_000_000
 
 BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
 
@@ -65,7 +79,8 @@ def read_table(path):
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
-        raise DataError(f"{str(p)!r} is a directory; give a CSV, Parquet or .npz file")
+        raise DataError(f"{str(p)!r} is a directory; give a CSV, Parquet or .npz file "
+                        "(a directory of Parquet files is read in chunks: --chunk-rows, or --engine dask)")
     suffix = p.suffix.lower()
     try:
         if suffix in (".csv", ".txt", ".tsv"):
@@ -231,7 +246,7 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
         cols = [str(c) for c in frame.columns]
     labels = None
     if label_column in cols:
-        labels = label_names(frame[label_column].to_numpy(), f"label column {label_column!r}")
+        labels = _class_values(frame[label_column], classes, f"label column {label_column!r}")
     if all(c in cols for c in BINNED_COLUMNS):
         return TopLabelData.from_binned(
             label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
@@ -249,6 +264,8 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
         if classes is not None and [str(c) for c in classes] != names:
             raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
         matrix = _numeric(frame, vec_cols)
+        if label_column in cols:
+            labels = _class_values(frame[label_column], names, f"label column {label_column!r}")
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
             raise DataError("--score-range applies to pred/score columns; probability columns are on (0, 1)")
         try:
@@ -261,7 +278,7 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
             raise DataError(f"{exc} (labels are matched to the class names in the {prefix}<class> column "
                             "names, not to column positions)") from None
     if pred_column in cols and score_column in cols:
-        pred = label_names(frame[pred_column].to_numpy(), f"column {pred_column!r}")
+        pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
         if labels is not None and classes is None and not set(labels).intersection(pred):
             raise DataError(
                 f"no label in {label_column!r} names a predicted class in {pred_column!r} (labels like "
@@ -269,8 +286,7 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
                 "the same class names"
             )
         return TopLabelData.from_scores(
-            pred,
-            _numeric(frame, [score_column])[:, 0], labels,
+            pred, _numeric(frame, [score_column])[:, 0], labels,
             classes=classes, score_range=(0.0, 1.0) if score_range is None else score_range,
         )
     raise DataError(
@@ -278,6 +294,27 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
         f"{prob_prefix}<class> probability columns, {logit_prefix}<class> logits, "
         f"'{pred_column}' + '{score_column}', or binned {','.join(BINNED_COLUMNS)}"
     )
+
+
+def _class_values(column, classes, name: str):
+    """A class column as an array; a categorical of names with a known class list as indices.
+
+    The fast path (one lookup per category instead of per row; Parquet
+    dictionary columns arrive as categoricals) gives the indices that
+    name-matching would give; anything else (missing or unknown names,
+    numeric categories) takes the general path (:func:`topcal.data.label_names`)
+    and its messages.
+    """
+    import pandas as pd
+
+    if classes is not None and isinstance(column.dtype, pd.CategoricalDtype) \
+            and column.cat.categories.dtype.kind not in "iufb":
+        lookup = {str(c): i for i, c in enumerate(classes)}
+        index = np.array([lookup.get(str(c), -1) for c in column.cat.categories] + [-1], dtype=np.int64)
+        codes = index[column.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing -1
+        if codes.size and codes.min() >= 0:
+            return codes
+    return label_names(column.to_numpy(), name)
 
 
 def _numeric(frame, columns) -> np.ndarray:
@@ -304,3 +341,352 @@ def read_data(path, **options) -> TopLabelData:
         return read_frame(frame, **options)
     except DataError as exc:
         raise DataError(f"{Path(path).name}: {exc}") from None
+
+
+# ------------------------------------------------------------------ streaming
+_STREAM_SUFFIXES = (".csv", ".txt", ".tsv", ".parquet", ".pq")
+
+
+def _stream_path(path) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"data file {str(p)!r} does not exist; check the path")
+    if p.is_dir():
+        if not parquet_files(p):
+            raise DataError(f"directory {str(p)!r} holds no .parquet files; give a CSV or Parquet file")
+        return p
+    if p.suffix.lower() not in _STREAM_SUFFIXES:
+        raise DataError(f"{str(p)!r} cannot be read in chunks; streaming reads .csv, .tsv or .parquet files")
+    return p
+
+
+def parquet_files(directory) -> list[Path]:
+    """The .parquet/.pq files of a directory (a partitioned data set), in name order."""
+    d = Path(directory)
+    return sorted(f for f in d.iterdir() if f.is_file() and f.suffix.lower() in (".parquet", ".pq"))
+
+
+def _parquet_parts(p: Path) -> list[Path] | None:
+    """The Parquet files behind ``p`` (a file or a directory of them); None for CSV."""
+    if p.is_dir():
+        return parquet_files(p)
+    return [p] if p.suffix.lower() in (".parquet", ".pq") else None
+
+
+def file_columns(path) -> list[str]:
+    """Column names of a CSV or Parquet file, read from its header or schema only."""
+    p = _stream_path(path)
+    suffix = p.suffix.lower()
+    try:
+        parts = _parquet_parts(p)
+        if parts is not None:
+            import pyarrow.parquet as pq
+
+            return [str(c) for c in pq.read_schema(parts[0]).names if not str(c).startswith("__index_level_")]
+        _check_header(p, "\t" if suffix == ".tsv" else ",")
+        import csv
+
+        with open(p, newline="", encoding="utf-8", errors="replace") as fh:
+            return next(csv.reader(fh, delimiter="\t" if suffix == ".tsv" else ","))
+    except DataError:
+        raise
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"cannot read {str(p)!r}: {msg}") from None
+
+
+def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str_columns=()):
+    """Yield the rows of a CSV or Parquet file as DataFrames of at most ``chunk_rows`` rows.
+
+    ``columns`` limits the columns read; ``str_columns`` are read as text
+    (CSV), so their type does not change from chunk to chunk.
+    """
+    import pandas as pd
+
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1:
+        raise DataError(f"chunk_rows must be an integer >= 1, got {chunk_rows!r}")
+    p = _stream_path(path)
+    suffix = p.suffix.lower()
+    n = 0
+    try:
+        parts = _parquet_parts(p)
+        if parts is not None:
+            import pyarrow.parquet as pq
+
+            for part in parts:
+                pf = pq.ParquetFile(part)
+                # one row group at a time (iter_batches buffers ahead: its memory grew with the file)
+                for g in range(pf.num_row_groups):
+                    table = pf.read_row_group(g, columns=columns)
+                    for start in range(0, table.num_rows, int(chunk_rows)):
+                        frame = table.slice(start, int(chunk_rows)).to_pandas()
+                        n += len(frame)
+                        yield frame
+                    del table
+        else:
+            _check_header(p, "\t" if suffix == ".tsv" else ",")
+            dtype = {c: str for c in str_columns}
+            with pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",", chunksize=int(chunk_rows),
+                             usecols=columns, dtype=dtype or None) as reader:
+                for frame in reader:
+                    n += len(frame)
+                    yield frame
+    except DataError:
+        raise
+    except GeneratorExit:
+        raise
+    except Exception as exc:  # pandas/pyarrow raise many types for bad files
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"cannot read {str(p)!r} after row {n}: {msg}") from None
+    if n == 0:
+        raise DataError(f"{str(p)!r} has no rows; topcal needs at least one")
+
+
+class Layout:
+    """What a streamed file holds: its read options, fixed for every chunk.
+
+    Attributes: ``options`` (for :func:`read_frame`, with ``classes`` and
+    ``score_range`` filled in where a whole-file read would infer them),
+    ``str_columns`` (class columns read as text) and ``n_rows``.
+    """
+
+    def __init__(self, options: dict, str_columns: tuple, n_rows: int | None):
+        self.options = options
+        self.str_columns = str_columns
+        self.n_rows = n_rows
+
+
+def _roles(cols, options) -> dict:
+    """:func:`column_roles` from read options (``columns`` and the ``*_column`` names)."""
+    return column_roles(cols, options.get("columns"), label_column=options.get("label_column", "label"),
+                        pred_column=options.get("pred_column", "pred"),
+                        score_column=options.get("score_column", "score"))
+
+
+def layout_columns(columns, **options) -> tuple[list[str], list[str], bool, bool]:
+    """(class columns, extra columns, binned?, vector?) of a file with ``columns``.
+
+    The class columns are those whose distinct values decide the class list
+    (and, with the extra columns, the binned score range) of a whole-file read.
+    """
+    cols = [str(c) for c in columns]
+    roles = _roles(cols, options)
+    label = roles["label"] if options.get("label_column", "label") is not None else None
+    pred = roles["pred"]
+    binned = all(roles[c] in cols for c in BINNED_COLUMNS)
+    prob_prefix, logit_prefix = options.get("prob_prefix", "p_"), options.get("logit_prefix", "logit_")
+    vector = not binned and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols)
+    if binned:
+        class_cols = [roles["predicted_class"]]
+    elif vector:
+        class_cols = []
+    else:
+        class_cols = [pred] if pred in cols else []
+    if label and label in cols and not binned:
+        class_cols.append(label)
+    return class_cols, ([roles["bin_lo"], roles["bin_hi"]] if binned else []), binned, vector
+
+
+def build_layout(columns, uniques: dict, numeric: dict, lo_hi, *, str_columns=(), n_rows=None, classes=None,
+                 **options) -> "Layout":
+    """The :class:`Layout` a whole-file read would use, from each class column's distinct values.
+
+    ``uniques`` maps each class column to its distinct values in order of
+    first appearance, ``numeric`` to whether it is numeric throughout;
+    ``lo_hi`` is the lowest bin_lo and highest bin_hi (binned data).
+    """
+    import pandas as pd
+
+    class_cols, _, binned, vector = layout_columns(columns, **options)
+    opts = dict(options)
+    if binned and opts.get("score_range") is None and np.isfinite(lo_hi).all():
+        opts["score_range"] = (float(lo_hi[0]), float(lo_hi[1]))
+    if classes is not None and not vector:  # a vector layout's classes are its columns
+        opts["classes"] = list(classes)
+    elif classes is None and class_cols and not vector:
+        # a small frame with every distinct class value, read like the whole file would be
+        sk = {}
+        for c in class_cols:
+            vals = list(uniques[c])
+            sk[c] = np.asarray([str(v) for v in vals], dtype=object) if not numeric[c] else np.asarray(vals)
+        m = max(len(v) for v in sk.values())
+        frame = pd.DataFrame({c: np.resize(v, m) for c, v in sk.items()})
+        roles = _roles(columns, options)
+        if binned:
+            frame[roles["bin_lo"]], frame[roles["bin_hi"]] = float(lo_hi[0]), float(lo_hi[1])
+            frame[roles["tp"]], frame[roles["fp"]] = 1.0, 0.0
+        else:
+            lo = 0.0 if opts.get("score_range") is None else float(opts["score_range"][0])
+            frame[roles["score"]] = lo
+        mapped = {r: n for r, n in (opts.get("columns") or {}).items() if str(n) in frame.columns}
+        opts["classes"] = list(read_frame(frame, **{**opts, "columns": mapped or None}).classes)
+    return Layout(opts, tuple(str_columns), n_rows)
+
+
+def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **options) -> Layout:
+    """Find the classes and score range a whole-file read would infer, reading only the class columns.
+
+    With ``classes`` given (e.g. a model's, for ``apply``) no class is
+    inferred, but the class columns' types are still checked for CSV.
+    """
+    import pandas as pd
+
+    p = _stream_path(path)
+    cols = file_columns(p)
+    class_cols, extra, binned, vector = layout_columns(cols, **options)
+    is_csv = _parquet_parts(p) is None
+    uniques = {c: [] for c in class_cols}
+    numeric = {c: True for c in class_cols}
+    lo_hi = [np.inf, -np.inf]
+    n = 0
+    # Parquet columns have one type throughout: a scan is needed only to infer classes or the range
+    need_scan = bool(class_cols) and (is_csv or (classes is None and not vector)) \
+        or (binned and options.get("score_range") is None)
+    if need_scan:
+        for frame in iter_tables(p, chunk_rows, columns=class_cols + extra):
+            n += len(frame)
+            for c in class_cols:
+                uniques[c].append(pd.unique(frame[c]))
+                numeric[c] &= frame[c].dtype.kind in "iuf"
+            if binned:
+                lo_hi[0] = min(lo_hi[0], float(pd.to_numeric(frame[extra[0]], errors="coerce").min()))
+                lo_hi[1] = max(lo_hi[1], float(pd.to_numeric(frame[extra[1]], errors="coerce").max()))
+    for c in class_cols:
+        parts = [np.asarray(u) if numeric[c] else np.asarray(u, dtype=object) for u in uniques[c]]
+        uniques[c] = pd.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=object)
+    str_columns = tuple(c for c in class_cols if is_csv and not numeric[c])
+    try:
+        return build_layout(cols, uniques, numeric, lo_hi, str_columns=str_columns, n_rows=n if need_scan else None,
+                            classes=classes, **options)
+    except DataError as exc:
+        raise DataError(f"{p.name}: {exc}") from None
+
+
+def iter_data(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | None = None, **options):
+    """Yield ``(frame, TopLabelData)`` per chunk of a CSV or Parquet file, all with one class list."""
+    layout = layout or scan_layout(path, chunk_rows, **options)
+    start = 0
+    for frame in iter_tables(path, chunk_rows, str_columns=layout.str_columns):
+        try:
+            data = read_frame(frame, **layout.options)
+        except DataError as exc:
+            raise DataError(f"{Path(path).name}, rows {start}-{start + len(frame) - 1}: {exc}") from None
+        start += len(frame)
+        yield frame, data
+
+
+def read_stats(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, n_cells: int = DEFAULT_CELLS, progress=None,
+               **options) -> ScoreStats:
+    """The mergeable statistics of a labelled CSV or Parquet file, read in chunks (bounded memory).
+
+    ``progress``, if given, is called with the number of rows read so far
+    after each chunk.
+    """
+    layout = scan_layout(path, chunk_rows, **options)
+    stats = None
+    rows = 0
+    for frame, data in iter_data(path, chunk_rows, layout=layout):
+        part = ScoreStats.from_data(data, n_cells=n_cells)
+        stats = part if stats is None else stats.merge(part)
+        rows += len(frame)
+        if progress is not None:
+            progress(rows)
+    return stats
+
+
+class FrameWriter:
+    """Write DataFrames chunk by chunk to one CSV or Parquet file, atomically.
+
+    Chunks go to a temporary file beside ``path``, renamed onto ``path`` by
+    :meth:`close`; :meth:`abort` (or an exception inside a ``with`` block)
+    removes it, so a failed run never leaves a partial output. Parquet
+    chunks keep the first chunk's schema (one row group per chunk).
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        suffix = self.path.suffix.lower()
+        if suffix in (".parquet", ".pq"):
+            self.kind = "parquet"
+        elif suffix in (".csv", ".txt", ""):
+            self.kind = "csv"
+        else:
+            raise DataError(f"cannot write {suffix!r} files; name the output .csv or .parquet")
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp")
+        self._writer = None
+        self._schema = None
+        self._fh = None
+        self.rows = 0
+
+    def write(self, frame) -> None:
+        try:
+            if self.kind == "parquet":
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                if self._writer is None:
+                    table = pa.Table.from_pandas(frame, preserve_index=False)
+                    self._schema = table.schema
+                    self._writer = pq.ParquetWriter(self.tmp, self._schema)
+                else:
+                    table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
+                self._writer.write_table(table)
+            else:
+                if self._fh is None:
+                    self._fh = open(self.tmp, "w", newline="", encoding="utf-8")
+                frame.to_csv(self._fh, index=False, header=self.rows == 0)
+        except OSError as exc:
+            self.abort()
+            raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
+        except (ValueError, TypeError) as exc:  # pyarrow: a column changed type between chunks
+            self.abort()
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DataError(f"cannot write rows {self.rows}+ of {str(self.path)!r}: {msg}") from None
+        self.rows += len(frame)
+
+    def close(self) -> None:
+        import os
+
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if self._fh is not None:
+                self._fh.close()
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
+
+    def abort(self) -> None:
+        for h in (self._writer, self._fh):
+            try:
+                if h is not None:
+                    h.close()
+            except Exception:  # noqa: BLE001 - cleaning up after an error already raised
+                pass
+        self._writer = self._fh = None
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+def count_rows(path) -> int | None:
+    """Rows of a Parquet file from its metadata (None for other formats: unknown without reading)."""
+    p = Path(path)
+    try:
+        parts = _parquet_parts(p) if p.exists() else None
+        if parts:
+            import pyarrow.parquet as pq
+
+            return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in parts)
+    except Exception:  # noqa: BLE001 - only a progress hint; reading reports real errors
+        return None
+    return None

@@ -2,9 +2,15 @@
 
 A model file is one JSON object::
 
-    {"format": "topcal-model", "format_version": 1, "topcal_version": "...",
-     "model": {method, params, classes, score_range, n_tp, n_fp, state},
+    {"format": "topcal-model", "format_version": 2, "topcal_version": "...",
+     "model": {method, params, classes, score_range, n_tp, n_fp, state, stats},
      "sha256": "<hash of the canonical JSON of 'model'>"}
+
+Version 2 added ``stats``: the model's mergeable statistics
+(:class:`topcal.stats.ScoreStats`: per class, per non-empty score cell, the
+TP and FP counts) that ``update`` refits from; absent for methods that
+recalibrate the full score vector. Version 1 files still load and predict
+as before; they hold no statistics, so ``update`` asks to refit them once.
 
 Floats are written with Python's shortest round-trip repr, so a loaded model
 predicts bit for bit what the saved one did. Loading only parses JSON and
@@ -25,7 +31,9 @@ from .errors import ModelFileError, TopcalError
 __all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load"]
 
 FORMAT = "topcal-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions this topcal reads (1: before statistics were stored).
+READABLE_VERSIONS = (1, 2)
 
 
 def _canonical(obj) -> str:
@@ -48,7 +56,23 @@ def dumps(model) -> str:
         "model": payload,
         "sha256": digest,
     }
-    return json.dumps(doc, indent=1, allow_nan=False)
+    return _pretty(doc) + "\n"
+
+
+def _pretty(obj, level: int = 0) -> str:
+    """JSON with one key per line and every list of numbers on one line.
+
+    ``json.dumps(indent=...)`` puts each number of a long list on its own
+    line and runs the pure-Python encoder (seconds for a model with large
+    statistics); lists of scalars here go through the C encoder.
+    """
+    pad = " " * (level + 1)
+    if isinstance(obj, dict) and obj:
+        items = [f"{pad}{json.dumps(str(k))}: {_pretty(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
+        return "[\n" + ",\n".join(pad + _pretty(v, level + 1) for v in obj) + "\n" + " " * level + "]"
+    return json.dumps(obj, allow_nan=False, separators=(", ", ": "))
 
 
 def _reject_constant(name):
@@ -78,10 +102,10 @@ def loads(text: str, *, source: str = "model"):
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFileError(f"{source} is not a topcal model file (no \"format\": \"{FORMAT}\" field)")
     version = doc.get("format_version")
-    if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python, but is no version
+    if type(version) is not int or version not in READABLE_VERSIONS:  # true == 1 in Python, but is no version
         raise ModelFileError(
-            f"{source} has model format version {version!r}; this topcal reads version {FORMAT_VERSION}: "
-            "refit the model with this version of topcal"
+            f"{source} has model format version {version!r}; this topcal reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}: refit the model with this version of topcal"
         )
     payload = doc.get("model")
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):

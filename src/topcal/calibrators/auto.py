@@ -115,6 +115,7 @@ class Auto(Calibrator):
                 stacklevel=3,
             )
             self.method_, self.cv_ = "uncalibrated", {}
+            self.cv_samples_ = float(data.n_samples)
             self.model_ = calibrator("uncalibrated").fit(data)
             return
         folds = kfold_split(data, n_folds, seed=int(self.seed or 0))
@@ -149,7 +150,32 @@ class Auto(Calibrator):
         best = min(ok, key=lambda n: cv[n]["nll"])  # first of the minimisers: the simplest on ties
         self.method_ = best
         self.cv_ = cv
+        self.cv_samples_ = float(data.n_samples)
         self.model_ = calibrator(best).fit(data)
+
+    def _refit(self, stats) -> None:
+        """``update``: refit the chosen method from the merged statistics; keep the choice.
+
+        Re-choosing would need the cross-validation to run again on all the
+        data: fit ``auto`` again (from statistics: ``fit(stats.to_data())``,
+        e.g. ``topcal fit --chunk-rows``; with full score vectors: in memory).
+        The cross-validation table stays that of the original fit, and
+        ``cv_samples_`` says how many samples it was run on.
+        """
+        cls = get_class(self.method_)
+        if cls.needs_full:
+            raise ParameterError(
+                f"auto chose {self.method_!r}, which recalibrates the full score vector and has no "
+                "mergeable statistics; refit auto on all the data (old and new) instead of updating"
+            )
+        data = stats.to_data()
+        model = cls(**self.model_.get_params())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            model.fit(data)
+        self.model_ = model
+        self.n_tp_, self.n_fp_ = data.class_counts()
+        self.stats_ = stats
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         # Calibrator.predict checks the data (any form it accepts) first
@@ -174,7 +200,7 @@ class Auto(Calibrator):
         d["chosen"] = self.method_
         d["model"] = self.model_.describe()
         d["cross_validation"] = {
-            "folds": int(self.folds), "seed": int(self.seed or 0),
+            "folds": int(self.folds), "seed": int(self.seed or 0), "samples": self.cv_samples_,
             "nll": {n: v["nll"] for n, v in self.cv_.items()},
             "errors": {n: v["error"] for n, v in self.cv_.items() if v["error"]},
         }
@@ -191,7 +217,8 @@ class Auto(Calibrator):
         return out
 
     def _get_state(self) -> dict:
-        return {"method": self.method_, "model": self.model_.to_dict(), "cv": to_jsonable(self.cv_)}
+        return {"method": self.method_, "model": self.model_.to_dict(stats=False), "cv": to_jsonable(self.cv_),
+                "cv_samples": self.cv_samples_}
 
     def _set_state(self, state: dict) -> None:
         method = str(state["method"])
@@ -204,3 +231,5 @@ class Auto(Calibrator):
         if not isinstance(cv, dict) or (cv and method not in cv):
             raise ValueError("the cross-validation table is missing the chosen method")
         self.method_, self.model_, self.cv_ = method, model, cv
+        # files before format 2: the cross-validation ran on all the model's data
+        self.cv_samples_ = float(state.get("cv_samples", float(self.n_tp_.sum() + self.n_fp_.sum())))

@@ -37,6 +37,7 @@ from ..confusion import ConfusionStats
 from ..data import ClassView, TopLabelData, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
+from ..stats import ScoreStats
 from . import shrinkage as shr
 
 __all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer"]
@@ -179,6 +180,8 @@ class Calibrator:
                 stacklevel=2,
             )
         self._fit(data)
+        # the mergeable statistics that let update() refit on old + new data
+        self.stats_ = None if self.needs_full else ScoreStats.from_data(data)
         return self
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
@@ -186,6 +189,54 @@ class Calibrator:
 
     def _check_data(self, data: TopLabelData) -> None:
         """Method-specific checks of the data, run by ``fit`` and ``predict``."""
+
+    # ------------------------------------------------------------- update
+    def require_stats(self) -> ScoreStats:
+        """The model's mergeable statistics; a clear error where it has none."""
+        self._check_fitted()
+        if self.needs_full:
+            raise ParameterError(
+                f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
+                "statistics; refit it on all the data (old and new) instead of updating"
+            )
+        if getattr(self, "stats_", None) is None:
+            raise ParameterError(
+                f"this {self.name!r} model holds no statistics (it was saved by a topcal before "
+                "model format 2); refit it on all the data once, then update it"
+            )
+        return self.stats_
+
+    def update(self, data) -> "Calibrator":
+        """Add labelled data (a TopLabelData or :class:`~topcal.stats.ScoreStats`) and refit.
+
+        The model's stored statistics and those of ``data`` are merged and the
+        method is refitted from them, with the same parameters: the result is
+        the model ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all
+        the parts, whatever the split and the order of updates (see
+        :mod:`topcal.stats` for how this relates to a fit on raw scores).
+
+        Returns
+        -------
+        self
+        """
+        old = self.require_stats()
+        if isinstance(data, TopLabelData):
+            self._check_compatible(data)
+            new = ScoreStats.from_data(data, n_cells=old.n_cells)
+        elif isinstance(data, ScoreStats):
+            new = data
+        else:
+            raise DataError(
+                f"{self.name}.update expects a TopLabelData or ScoreStats, got {type(data).__name__}"
+            )
+        merged = old.merge(new)
+        self._refit(merged)
+        return self
+
+    def _refit(self, stats: ScoreStats) -> None:
+        """Refit from merged statistics (Auto overrides this to keep its choice)."""
+        self.fit(stats.to_data())
+        self.stats_ = stats
 
     # ------------------------------------------------------------ predict
     def _check_fitted(self) -> None:
@@ -256,8 +307,9 @@ class Calibrator:
         return [{} for _ in self.classes_]
 
     # -------------------------------------------------------- persistence
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: method, params, classes, score range and fitted state."""
+    def to_dict(self, *, stats: bool = True) -> dict[str, Any]:
+        """JSON-ready dict: method, params, classes, score range, fitted state and,
+        with ``stats`` (and where the model has them), the mergeable statistics."""
         self._check_fitted()
         d = {
             "method": self.name,
@@ -270,6 +322,8 @@ class Calibrator:
         }
         if getattr(self, "confusion_", None) is not None:  # optional: files without it still load
             d["confusion"] = self.confusion_.to_dict()
+        if stats and getattr(self, "stats_", None) is not None:
+            d["stats"] = self.stats_.to_dict()
         return d
 
     @classmethod
@@ -298,6 +352,7 @@ class Calibrator:
             conf = d.get("confusion")
             obj.confusion_ = None if conf is None else ConfusionStats.from_dict(conf, classes)
             obj._set_state(d["state"])
+            obj.stats_ = ScoreStats.from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -548,7 +603,7 @@ class ScoreCalibrator(Calibrator):
         if self._shrunk():
             out["shrinkage"] = {
                 "m": [float(v) for v in self.shrinkage_],
-                "reference": self.reference_.to_dict(),
+                "reference": self.reference_.to_dict(stats=False),
                 "reference_m": float(self.reference_m_),
                 "reference_rate": float(self.reference_rate_),
             }

@@ -1,0 +1,209 @@
+"""Fit and apply on Dask DataFrames (optional: ``pip install topcal[dask]``).
+
+* :func:`stats` computes :class:`~topcal.stats.ScoreStats` per partition and
+  merges them in a tree (``split_every`` at a time), so the driver only ever
+  holds a few statistics objects, each bounded by K x n_cells rows.
+* :func:`fit` fits a method on the merged statistics on the driver: the same
+  model as ``calibrator.fit(stats.to_data())`` on the statistics of all the
+  rows in one process (statistics bit for bit; tested on a LocalCluster).
+* :func:`apply` is a ``map_partitions``: every partition is read like a file
+  chunk and calibrated; the result is a lazy Dask DataFrame (input columns +
+  ``pred`` + ``confidence``).
+
+Partitions use the column conventions of :mod:`topcal.io`; the class list is
+found first from the distinct values of the class columns (as a whole-file
+read would infer it), so every partition is encoded alike. The model travels
+to the workers as its JSON text (never pickled), parsed once per worker.
+
+Only methods that fit from score statistics run here (everything except the
+full-vector temperature methods ``sts``, ``csts``, ``tswa``, ``cstswa``);
+``apply`` works with every method. Categorical input columns (dictionary
+columns in Parquet, whose categories differ by partition) come back as text
+columns with the same values, so every output partition has one schema.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .errors import ParameterError, TopcalError
+from .io import build_layout, layout_columns, read_frame
+from .stats import DEFAULT_CELLS, ScoreStats
+
+__all__ = ["stats", "fit", "apply", "read_parquet", "layout"]
+
+
+def _require_dask():
+    try:
+        import dask  # noqa: F401
+        import dask.dataframe as dd
+    except ImportError:  # pragma: no cover - the extra is installed by `make test`
+        raise TopcalError(
+            "the Dask engine needs the optional dependency dask; install it with: pip install 'topcal[dask]'"
+        ) from None
+    return dd
+
+
+def read_parquet(path):
+    """A Dask DataFrame over a Parquet file, a directory of Parquet files or a glob."""
+    dd = _require_dask()
+    import glob
+    from pathlib import Path
+
+    p = str(path)
+    if not (Path(p).exists() or glob.glob(p)):
+        raise TopcalError(f"no Parquet data at {p!r}; give a .parquet file, a directory of them, or a glob")
+    try:
+        return dd.read_parquet(p)
+    except Exception as exc:  # dask/pyarrow raise many types for bad files
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TopcalError(f"cannot read Parquet data at {p!r}: {msg}") from None
+
+
+def layout(ddf, *, classes=None, **options):
+    """The read layout (classes, score range) of a Dask DataFrame: distinct class values, in partition order."""
+    import pandas as pd
+
+    _require_dask()
+    cols = [str(c) for c in ddf.columns]
+    class_cols, extra, binned, vector = layout_columns(cols, **options)
+    uniques, numeric, lo_hi = {}, {}, [np.inf, -np.inf]
+    need = bool(class_cols) and classes is None and not vector  # a vector layout's classes are its columns
+    if need:
+        import dask
+
+        per_part = [ddf[c].map_partitions(lambda s: pd.Series(pd.unique(s)), meta=ddf[c]._meta) for c in class_cols]
+        found = dask.compute(*per_part)
+        for c, vals in zip(class_cols, found):
+            uniques[c] = pd.unique(np.asarray(vals))
+            numeric[c] = ddf[c].dtype.kind in "iuf"
+    if binned and options.get("score_range") is None:
+        import dask
+
+        lo, hi = dask.compute(ddf["bin_lo"].min(), ddf["bin_hi"].max())
+        lo_hi = [float(lo), float(hi)]
+    return build_layout(cols, uniques, numeric, lo_hi, classes=classes, **options)
+
+
+def _partition_stats(frame, options: dict, n_cells: int):
+    if len(frame) == 0:
+        return None
+    return ScoreStats.from_data(read_frame(frame, **options), n_cells=n_cells)
+
+
+def _merge(*parts):
+    parts = [p for p in parts if p is not None]
+    return ScoreStats.merge_all(parts) if parts else None
+
+
+def stats(ddf, *, n_cells: int = DEFAULT_CELLS, split_every: int = 8, classes=None, **options) -> ScoreStats:
+    """Mergeable statistics of a labelled Dask DataFrame, merged by a tree reduction.
+
+    Parameters
+    ----------
+    ddf : dask.dataframe.DataFrame
+        Columns as for :func:`topcal.io.read_frame`.
+    n_cells : int, default 4096
+        Grid cells over the score range.
+    split_every : int >= 2, default 8
+        Statistics merged per node of the reduction tree.
+    classes : list of str, optional
+        The class list; default: inferred as a whole-file read would.
+    **options
+        Column options of :func:`topcal.io.read_frame`.
+    """
+    _require_dask()
+    import dask
+    from dask import delayed
+
+    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
+        raise ParameterError(f"split_every must be an integer >= 2, got {split_every!r}")
+    lay = layout(ddf, classes=classes, **options)
+    nodes = [delayed(_partition_stats)(part, lay.options, n_cells) for part in ddf.to_delayed()]
+    while len(nodes) > 1:
+        nodes = [delayed(_merge)(*nodes[i:i + split_every]) for i in range(0, len(nodes), split_every)]
+    (result,) = dask.compute(nodes[0])
+    if result is None:
+        raise TopcalError("the Dask DataFrame has no rows; topcal needs at least one")
+    return result
+
+
+def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int = DEFAULT_CELLS,
+        split_every: int = 8, classes=None, **options):
+    """Fit ``method`` on a labelled Dask DataFrame from merged statistics; returns the fitted calibrator."""
+    from .calibrators import calibrator, get_class
+
+    if get_class(method).needs_full:
+        raise ParameterError(
+            f"method {method!r} recalibrates the full score vector, which has no mergeable statistics; "
+            "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, bts, btswa, auto)"
+        )
+    cal = calibrator(method, **(params or {}))
+    s = stats(ddf, n_cells=n_cells, split_every=split_every, classes=classes, **options)
+    return cal.fit(s.to_data())
+
+
+@functools.lru_cache(maxsize=4)
+def _model(text: str):
+    from .persist import loads
+
+    return loads(text)
+
+
+def _apply_partition(frame, text: str, options: dict, pred_dtype):
+    import pandas as pd
+
+    model = _model(text)
+    out = frame.drop(columns=["pred"], errors="ignore")
+    for c in out.columns:  # categories differ by partition: text is one schema for all
+        if isinstance(out[c].dtype, pd.CategoricalDtype):
+            out[c] = out[c].astype(pred_dtype)
+    if len(frame) == 0:
+        out["pred"] = pd.array([], dtype=pred_dtype)
+        out["confidence"] = np.zeros(0)
+        return out
+    data = read_frame(frame, **options)
+    conf = model.predict(data)
+    out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[data.pred], dtype=pred_dtype)
+    out["confidence"] = conf
+    return out
+
+
+def apply(model, ddf, **options):
+    """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and ``confidence`` added.
+
+    ``options`` are the column options of :func:`topcal.io.read_frame`
+    (labels are ignored).
+    """
+    import pandas as pd
+
+    _require_dask()
+    from .persist import dumps
+
+    if "confidence" in ddf.columns:
+        raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+    options = {**options, "label_column": None}
+    if options.get("score_range") is None:
+        options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
+    lay = layout(ddf, classes=list(model.classes_), **options)
+    pred_dtype = pd.StringDtype("pyarrow")
+    meta = ddf._meta.drop(columns=[c for c in ("pred",) if c in ddf.columns])
+    for c in meta.columns:
+        if isinstance(meta[c].dtype, pd.CategoricalDtype):
+            meta[c] = meta[c].astype(pred_dtype)
+    meta["pred"] = pd.Series(dtype=pred_dtype)
+    meta["confidence"] = pd.Series(dtype=np.float64)
+    import copy
+
+    from dask import delayed
+
+    light = copy.copy(model)
+    light.stats_ = None  # prediction needs no statistics: keep the task graph small
+    text = delayed(dumps(light), pure=True)  # one graph key shared by every partition
+    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, meta=meta)
+
+
+def _is_vector(ddf, options) -> bool:
+    return layout_columns([str(c) for c in ddf.columns], **options)[3]

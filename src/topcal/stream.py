@@ -1,0 +1,106 @@
+"""Files larger than memory, with a fitted model: streamed ``apply`` and ``update``.
+
+The library side of ``topcal apply`` and ``topcal update`` (the CLI only
+parses arguments and prints): :func:`apply_file` reads a CSV/Parquet file
+(or a directory of Parquet files) chunk by chunk, calibrates each chunk
+and writes it out (:class:`topcal.io.FrameWriter`: atomic, no partial
+output); :func:`update_file` adds a file's statistics to a model. New data
+for a model are read with the model's class list and, for top-score and
+binned layouts, its score range unless given (:func:`model_read_options`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ._fileio import check_output
+from .errors import TopcalError
+from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, iter_data, layout_columns, read_data, read_frame,
+                 read_stats, read_table, scan_layout)
+
+__all__ = ["apply_file", "update_file", "model_read_options", "with_confidence"]
+
+
+def model_read_options(model, path, options: dict, *, columns=None) -> dict:
+    """Read options for new data of ``model``: its score range unless given (not for probability columns)."""
+    opts = dict(options)
+    if opts.get("score_range") is not None:
+        return opts
+    if columns is None:
+        if Path(path).suffix.lower() == ".npz":
+            return opts
+        columns = file_columns(path)
+    if not layout_columns(columns, **opts)[3]:  # probability/logit columns are on (0, 1) anyway
+        opts["score_range"] = tuple(model.score_range_)
+    return opts
+
+
+def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
+    """``frame`` + ``pred`` (class names, categorical) + ``confidence``.
+
+    An input column ``pred`` that is not the column the predicted classes
+    were read from must agree with them (else it would be overwritten).
+    """
+    import pandas as pd
+
+    if "confidence" in frame.columns:
+        raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+    pred = pd.Categorical.from_codes(data.pred, categories=list(classes))
+    out = frame.copy()
+    if "pred" in out.columns and pred_column != "pred":
+        if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
+            raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
+    out["pred"] = pred
+    out["confidence"] = conf
+    return out
+
+
+def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, **options) -> int:
+    """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns the rows.
+
+    CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does
+    not grow with the file); ``.npz`` is read whole. ``options`` are the
+    column options of :func:`topcal.io.read_frame` (labels are ignored).
+    ``progress``, if given, is called with the rows written so far.
+    """
+    check_output(output, [path])
+    opts = {**options, "label_column": None}  # a label column may hold anything
+    if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
+        frame = read_table(path)
+        data = read_frame(frame, **opts)
+        out = with_confidence(frame, data, model.classes_, model.predict(data))
+        with FrameWriter(output) as w:
+            w.write(out)
+        return w.rows
+    opts = model_read_options(model, path, opts)
+    layout = scan_layout(path, chunk_rows, classes=list(model.classes_), **opts)
+    # in the top-score layout the classes are read from the pred column itself: nothing to check
+    cols = file_columns(path)
+    pred_col = None if layout_columns(cols, **opts)[3] else column_roles(
+        cols, opts.get("columns"), label_column=opts.get("label_column") or "label",
+        pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
+    with FrameWriter(output) as w:
+        for frame, data in iter_data(path, chunk_rows, layout=layout):
+            w.write(with_confidence(frame, data, model.classes_, model.predict(data), pred_col))
+            if progress is not None:
+                progress(w.rows)
+    return w.rows
+
+
+def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **options):
+    """Add the labelled rows of ``path`` to ``model`` (:meth:`Calibrator.update`); returns the model.
+
+    With ``chunk_rows`` the file is counted in chunks (bounded memory),
+    else read whole; either way the same statistics.
+    """
+    old = model.require_stats()
+    opts = model_read_options(model, path, options)
+    if Path(path).suffix.lower() != ".npz" and not layout_columns(file_columns(path), **opts)[3]:
+        opts["classes"] = list(model.classes_)
+    if chunk_rows is not None:
+        new = read_stats(path, chunk_rows, n_cells=old.n_cells, progress=progress, **opts)
+    else:
+        new = read_data(path, **opts)
+    return model.update(new)

@@ -1,0 +1,47 @@
+"""Data frames and CLI runner shared by the large-data tests (test_scale, test_dask)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from topcal.cli import main
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def probs_frame(n=4000, K=4, seed=0):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(K, 0.7), size=n)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1).clip(0, K - 1)
+    frame = pd.DataFrame({f"p_c{j}": p[:, j] for j in range(K)})
+    frame["label"] = [f"c{v}" for v in y]
+    return frame
+
+
+def scores_frame(n=3000, seed=1, int_classes=False):
+    rng = np.random.default_rng(seed)
+    names = np.array(["zeta", "alpha", "mid", "beta"])
+    pred = rng.integers(0, 4, n)
+    lab = np.where(rng.random(n) < 0.7, pred, rng.integers(0, 4, n))
+    if int_classes:
+        return pd.DataFrame({"pred": pred, "score": rng.random(n), "label": lab})
+    return pd.DataFrame({"pred": names[pred], "score": rng.random(n), "label": names[lab]})
+
+
+def write_parts(tmp_path, frame, n_parts):
+    d = tmp_path / "parts"
+    d.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(len(frame)), n_parts)):
+        frame.iloc[part].to_parquet(d / f"part{i:02d}.parquet")
+    return d
+
+
+def model_payload(path):
+    return json.loads(open(path).read())["model"]

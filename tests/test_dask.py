@@ -1,0 +1,110 @@
+"""topcal.dask and --engine dask on a real LocalCluster (2 worker processes x 1 thread), issue 13."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import topcal
+from topcal import persist
+from topcal.stats import ScoreStats
+
+from _frames import model_payload, probs_frame, run, scores_frame, write_parts
+
+try:
+    import dask  # noqa: F401
+    import distributed  # noqa: F401
+except ImportError:  # pragma: no cover - make test installs the extra
+    if os.environ.get("CI") == "true":
+        pytest.fail("dask is missing under CI=true; run 'make install' (it installs topcal[dask])",
+                    pytrace=False)
+    pytest.skip("the dask extra is not installed (pip install 'topcal[dask]')", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from distributed import Client, LocalCluster
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(lc)
+    yield client
+    client.close()
+    lc.close()
+
+
+def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
+    import dask.dataframe as dd
+
+    from topcal import dask as tdask
+
+    assert cluster.status == "running" and len(cluster.scheduler_info()["workers"]) == 2
+    frame = probs_frame(6000)
+    d = write_parts(tmp_path, frame, 11)
+    ddf = dd.read_parquet(str(d))
+    assert ddf.npartitions == 11
+    from distributed import get_task_stream
+
+    with get_task_stream(cluster) as ts:
+        stats = tdask.stats(ddf, split_every=3)  # a tree: 11 -> 4 -> 2 -> 1
+    # the statistics were computed on the cluster's workers (11 partitions, 4 + 2 + 1 merges)
+    keys = [t["key"] for t in ts.data]
+    assert sum("_partition_stats" in str(k) for k in keys) == 11 and sum("_merge" in str(k) for k in keys) == 7
+    assert {t["worker"] for t in ts.data} <= set(cluster.scheduler_info()["workers"])
+    data = read_data_frame(frame)
+    assert stats.equals(ScoreStats.from_data(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = tdask.fit(ddf, "kde-mon2")
+        ref = topcal.calibrator("kde-mon2").fit(ScoreStats.from_data(data).to_data())
+    assert persist.dumps(cal).split('"sha256"')[0] == persist.dumps(ref).split('"sha256"')[0]
+    out = tdask.apply(cal, ddf).compute()
+    np.testing.assert_array_equal(out["confidence"].to_numpy(), ref.predict(data))
+    assert list(out["pred"].astype(str)) == list(np.asarray(data.classes)[data.pred])
+
+
+def read_data_frame(frame):
+    from topcal.io import read_frame
+
+    return read_frame(frame)
+
+
+def test_dask_top_score_layout_infers_classes_like_a_whole_read(tmp_path, cluster):
+    import dask.dataframe as dd
+
+    from topcal import dask as tdask
+
+    frame = scores_frame(3000)
+    d = write_parts(tmp_path, frame, 5)
+    stats = tdask.stats(dd.read_parquet(str(d)))
+    assert stats.equals(ScoreStats.from_data(read_data_frame(frame)))
+    with pytest.raises(topcal.errors.ParameterError, match="full score vector"):
+        tdask.fit(dd.read_parquet(str(d)), "tswa")
+
+
+def test_cli_engine_dask_with_scheduler_address(tmp_path, capsys, cluster):
+    frame = probs_frame(4000)
+    d = write_parts(tmp_path, frame, 4)
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    addr = cluster.scheduler.address
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, out, err = run(["fit", d, "--engine", "dask", "--scheduler", addr, "--method", "hist",
+                              "-o", tmp_path / "dk.json"], capsys)
+        assert code == 0, err
+        run(["fit", tmp_path / "all.csv", "--chunk-rows", 1000, "--method", "hist", "-o", tmp_path / "st.json"], capsys)
+    assert model_payload(tmp_path / "dk.json") == model_payload(tmp_path / "st.json")
+    code, out, err = run(["apply", tmp_path / "dk.json", d, "--engine", "dask", "--scheduler", addr,
+                          "-o", tmp_path / "out"], capsys)
+    assert code == 0, err
+    got = pd.read_parquet(tmp_path / "out")
+    model = persist.load(tmp_path / "dk.json")
+    np.testing.assert_array_equal(got["confidence"].to_numpy(), model.predict(read_data_frame(frame)))
+    code, out, err = run(["fit", tmp_path / "nothing-*.parquet", "--engine", "dask", "--scheduler", addr,
+                          "-o", tmp_path / "x.json"], capsys)
+    assert code == 2 and "no Parquet data" in err

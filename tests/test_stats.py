@@ -1,0 +1,210 @@
+"""Mergeable statistics and incremental updates (issue 13).
+
+``update`` over any split of a data set equals one fit from the statistics
+of all of it: counts bit for bit, curves within 1e-12.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import topcal
+from topcal import persist
+from topcal.calibrators.base import ScoreCalibrator
+from topcal.data import TopLabelData
+from topcal.datasets import load_phanns
+from topcal.errors import DataError, ModelFileError, ParameterError
+from topcal.stats import DEFAULT_CELLS, ScoreStats, cell_index
+
+# every method that can be fitted from score statistics (all but the full-vector temperature methods)
+COUNT_METHODS = ["uncalibrated", "conf1", "hist", "cum", "cum-median", "cum-opt", "kde", "kde-mon",
+                 "kde-mon2", "kde-mon4", "kde-opt"]
+TEMPERATURE_SCORE_METHODS = ["bts", "btswa"]
+
+
+def _sim(n=900, K=4, seed=0):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(K, 0.6), size=n)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+    return TopLabelData.from_probs(p, np.minimum(y, K - 1))
+
+
+def _quiet_fit(cal, data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cal.fit(data)
+
+
+def _updated(name, data, n_parts, seed):
+    rng = np.random.default_rng(seed)
+    # unequal random parts, every part non-empty
+    cuts = np.sort(rng.choice(np.arange(1, data.n_rows), n_parts - 1, replace=False))
+    parts = np.split(rng.permutation(data.n_rows), cuts)
+    cal = _quiet_fit(topcal.calibrator(name), data.subset(parts[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for idx in parts[1:]:
+            cal.update(data.subset(idx))
+    return cal
+
+
+def _whole(name, data):
+    return _quiet_fit(topcal.calibrator(name), ScoreStats.from_data(data).to_data())
+
+
+@pytest.mark.parametrize("name", COUNT_METHODS + TEMPERATURE_SCORE_METHODS)
+@pytest.mark.parametrize("n_parts", [2, 10])
+def test_update_over_any_split_equals_one_fit(name, n_parts):
+    data = _sim()
+    a = _updated(name, data, n_parts, seed=n_parts)
+    b = _whole(name, data)
+    assert a.stats_.equals(b.stats_)
+    np.testing.assert_array_equal(a.n_tp_, b.n_tp_)
+    np.testing.assert_array_equal(a.n_fp_, b.n_fp_)
+    if isinstance(a, ScoreCalibrator):
+        for sa, sb in zip(a.class_state_, b.class_state_):
+            assert (sa is None) == (sb is None)
+            for key in ("tp", "fp", "n_above", "n_below"):  # the counts behind the curves: bit for bit
+                if sa is not None and key in sa:
+                    np.testing.assert_array_equal(sa[key], sb[key])
+        for k in range(len(a.classes_)):
+            np.testing.assert_allclose(a.curve(k).confidence, b.curve(k).confidence, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_parts", [3, 7])
+def test_update_split_sizes_in_between(n_parts):
+    data = _sim(seed=n_parts)
+    for name in ("hist", "kde-mon2", "cum-opt"):
+        a = _updated(name, data, n_parts, seed=1)
+        b = _whole(name, data)
+        np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=0, atol=1e-12)
+
+
+def test_merge_is_order_free_and_bit_exact():
+    data = _sim(n=2000)
+    rng = np.random.default_rng(3)
+    parts = np.array_split(rng.permutation(data.n_rows), 6)
+    stats = [ScoreStats.from_data(data.subset(p)) for p in parts]
+    whole = ScoreStats.from_data(data)
+    assert ScoreStats.merge_all(stats).equals(whole)
+    assert ScoreStats.merge_all(stats[::-1]).equals(whole)
+    assert (stats[0] + stats[1]).merge(*stats[2:]).equals(whole)
+    tp, fp = whole.class_counts()
+    np.testing.assert_array_equal(tp, data.class_counts()[0])
+    np.testing.assert_array_equal(fp, data.class_counts()[1])
+    assert whole.n_rows <= len(data.classes) * DEFAULT_CELLS
+
+
+def test_cells_are_left_open_and_cover_the_range():
+    j = cell_index(np.array([0.0, 1e-9, 0.25, 0.2500001, 1.0]), (0.0, 1.0), 4)
+    np.testing.assert_array_equal(j, [0, 0, 0, 1, 3])
+
+
+def test_binned_input_keeps_its_bins_and_fits_as_before():
+    data = load_phanns()
+    stats = ScoreStats.from_data(data)
+    assert stats.n_samples == data.n_samples
+    for name in ("hist", "kde-mon2", "cum-opt"):
+        raw = _quiet_fit(topcal.calibrator(name), data)
+        via = _quiet_fit(topcal.calibrator(name), stats.to_data())
+        for k in range(data.n_classes):
+            np.testing.assert_allclose(raw.curve(k).confidence, via.curve(k).confidence, rtol=0, atol=1e-12)
+
+
+def test_stats_fit_is_close_to_raw_fit():
+    # per-sample scores move by at most half a cell: the curves barely change
+    data = _sim(n=3000)
+    for name in ("hist", "kde-mon2"):
+        raw = _quiet_fit(topcal.calibrator(name), data)
+        via = _whole(name, data)
+        assert np.abs(raw.predict(data) - via.predict(data)).max() < 0.02
+
+
+def test_update_survives_save_and_load(tmp_path):
+    data = _sim()
+    half = data.n_rows // 2
+    cal = _quiet_fit(topcal.calibrator("kde-mon2"), data.subset(np.arange(half)))
+    cal.save(tmp_path / "m.json")
+    loaded = persist.load(tmp_path / "m.json")
+    assert loaded.stats_.equals(cal.stats_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded.update(data.subset(np.arange(half, data.n_rows)))
+    np.testing.assert_allclose(loaded.predict(data), _whole("kde-mon2", data).predict(data), rtol=0, atol=1e-12)
+
+
+def test_update_with_statistics_directly():
+    data = _sim()
+    a = _quiet_fit(topcal.calibrator("hist"), data.subset(np.arange(300)))
+    a.update(ScoreStats.from_data(data.subset(np.arange(300, data.n_rows))))
+    np.testing.assert_array_equal(a.predict(data), _whole("hist", data).predict(data))
+
+
+def test_format_1_files_load_and_update_asks_for_a_refit(tmp_path):
+    data = _sim()
+    cal = _quiet_fit(topcal.calibrator("hist"), data)
+    doc = json.loads(persist.dumps(cal))
+    del doc["model"]["stats"]
+    doc["format_version"] = 1
+    doc["sha256"] = persist.hashlib.sha256(persist._canonical(doc["model"]).encode()).hexdigest()
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = persist.load(tmp_path / "old.json")
+    np.testing.assert_array_equal(old.predict(data), cal.predict(data))
+    with pytest.raises(ParameterError, match="holds no statistics"):
+        old.update(data)
+
+
+def test_corrupt_stats_give_a_model_file_error(tmp_path):
+    cal = _quiet_fit(topcal.calibrator("hist"), _sim())
+    doc = json.loads(persist.dumps(cal))
+    doc["model"]["stats"]["tp"] = doc["model"]["stats"]["tp"][:-1]
+    doc["sha256"] = persist.hashlib.sha256(persist._canonical(doc["model"]).encode()).hexdigest()
+    with pytest.raises(ModelFileError, match="malformed"):
+        persist.loads(json.dumps(doc))
+
+
+def test_full_vector_methods_cannot_update():
+    data = _sim()
+    cal = _quiet_fit(topcal.calibrator("sts"), data)
+    assert cal.stats_ is None
+    with pytest.raises(ParameterError, match="full score vector"):
+        cal.update(data)
+
+
+def test_auto_update_keeps_its_choice_and_refits_the_chosen_method():
+    data = _sim(n=1500)
+    cal = _quiet_fit(topcal.calibrator("auto", candidates=["uncalibrated", "hist", "kde-mon2"]),
+                     data.subset(np.arange(700)))
+    chosen, cv, cv_n = cal.method_, dict(cal.cv_), cal.cv_samples_
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal.update(data.subset(np.arange(700, data.n_rows)))
+    assert cal.method_ == chosen and cal.cv_ == cv and cal.cv_samples_ == cv_n == 700
+    np.testing.assert_allclose(cal.predict(data), _whole(chosen, data).predict(data), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(cal.n_tp_ + cal.n_fp_, np.bincount(data.pred, minlength=data.n_classes))
+    # the file keeps statistics once, at the top
+    doc = cal.to_dict()
+    assert "stats" in doc and "stats" not in doc["state"]["model"]
+    again = persist.loads(persist.dumps(cal))
+    assert again.method_ == chosen and again.cv_samples_ == 700
+    np.testing.assert_array_equal(again.predict(data), cal.predict(data))
+
+
+def test_merge_mismatches_are_clear_errors():
+    a = ScoreStats.from_data(_sim(K=4))
+    with pytest.raises(DataError, match="classes"):
+        a.merge(ScoreStats.from_data(_sim(K=3)))
+    with pytest.raises(DataError, match="cells"):
+        a.merge(ScoreStats.from_data(_sim(K=4), n_cells=64))
+    with pytest.raises(DataError, match="n_cells"):
+        ScoreStats.from_data(_sim(), n_cells=0)
+    cal = _quiet_fit(topcal.calibrator("hist"), _sim(K=4))
+    with pytest.raises(DataError, match="classes"):
+        cal.update(_sim(K=3))
+    with pytest.raises(DataError, match="TopLabelData or ScoreStats"):
+        cal.update([1, 2, 3])

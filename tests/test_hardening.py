@@ -146,7 +146,8 @@ def test_apply_accepts_a_batch_naming_some_classes_and_names_an_unknown_one(top_
     np.testing.assert_allclose(out["confidence"], ref)
     assert list(out["pred"]) == ["coat", "shirt", "coat"]
     pd.DataFrame({"pred": ["coat", "jacket"], "score": [0.4, 0.5]}).to_csv(tmp_path / "u.csv", index=False)
-    assert_error(cli("apply", model, tmp_path / "u.csv", "-o", tmp_path / "u_out.csv"), "'jacket'", "does not know")
+    assert_error(cli("apply", model, tmp_path / "u.csv", "-o", tmp_path / "u_out.csv"), "'jacket'",
+                 "not one of the classes")
     assert not (tmp_path / "u_out.csv").exists()
 
     # the Python API: data built without classes=
@@ -274,7 +275,7 @@ def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path):
 
 # ------------------------------------------------------------ 7. tracebacks that are now errors
 def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
-    from topcal.persist import _canonical  # noqa: PLC2701 - the test re-signs edited files
+    from topcal.persist import FORMAT_VERSION, _canonical  # noqa: PLC2701 - the test re-signs edited files
 
     assert_ok(cli("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
     text = (tmp_path / "m.json").read_text()
@@ -282,7 +283,7 @@ def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
     bad = {
         "inf.json": text.replace('"sha256"', '"x": 1e999, "sha256"'),
         "deep.json": text.replace('"sha256"', '"x": ' + "[" * 1000 + "]" * 1000 + ', "sha256"'),
-        "version.json": text.replace('"format_version": 1', '"format_version": true'),
+        "version.json": text.replace(f'"format_version": {FORMAT_VERSION}', '"format_version": true'),
     }
     signed = json.loads(text)
     signed["model"]["state"] = "[" * 2000
@@ -293,7 +294,7 @@ def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
     for name, body in bad.items():
         (tmp_path / name).write_text(body)
         assert_error(cli("describe", tmp_path / name), "model")
-    assert doc["format_version"] == 1
+    assert doc["format_version"] == FORMAT_VERSION
 
 
 def test_argument_and_data_defects_are_one_line_errors(top_csv, tmp_path):
@@ -328,12 +329,13 @@ def test_parquet_output_of_a_mixed_type_column(tmp_path):
 
 
 def test_parquet_writer_failure_is_an_error_and_leaves_no_file(tmp_path):
-    from topcal.cli import _write_frame
     from topcal.errors import TopcalError
+    from topcal.io import FrameWriter
 
     (tmp_path / "o.parquet").write_bytes(b"old")
-    with pytest.raises(TopcalError, match="cannot write .* as Parquet"):
-        _write_frame(pd.DataFrame({"x": [1, "a"]}), str(tmp_path / "o.parquet"))
+    with pytest.raises(TopcalError, match="cannot write rows 0.*one type"):
+        with FrameWriter(tmp_path / "o.parquet") as w:
+            w.write(pd.DataFrame({"x": [1, "a"]}))
     assert [p.name for p in tmp_path.iterdir()] == ["o.parquet"]
     assert (tmp_path / "o.parquet").read_bytes() == b"old"
 

@@ -61,7 +61,10 @@ def test_shuffling_samples_changes_nothing(sample, rnd, engine):
     b = _fit("kde-mon2", _data(score[perm], correct[perm]), engine=engine)
     np.testing.assert_allclose(b.bandwidth_, a.bandwidth_, rtol=1e-12, equal_nan=True)
     s = np.linspace(0, 1, 101)
-    np.testing.assert_allclose(b.curve(0, s).confidence, a.curve(0, s).confidence, rtol=0, atol=1e-12)
+    # the binned engine adds weights in row order (np.bincount): a shuffle moves its sums by rounding
+    # only, which the confidence ratio can amplify to ~1e-11 where both densities are tiny
+    atol = 1e-12 if engine == "exact" else 1e-9
+    np.testing.assert_allclose(b.curve(0, s).confidence, a.curve(0, s).confidence, rtol=0, atol=atol)
 
 
 @SETTINGS

@@ -41,9 +41,11 @@ def test_streamed_binned_counts_keep_class_order_and_range(tmp_path):
         "predicted_class": np.asarray(phanns.classes)[phanns.pred], "bin_lo": phanns.bin_edges[:, 0],
         "bin_hi": phanns.bin_edges[:, 1], "tp": phanns.tp, "fp": phanns.fp})
     frame.to_csv(tmp_path / "b.csv", index=False)
-    whole = ScoreStats.from_data(read_data(tmp_path / "b.csv"))
-    s = read_stats(tmp_path / "b.csv", 37)
+    whole = ScoreStats.from_data(read_data(tmp_path / "b.csv", score_range=(0, 10)))
+    s = read_stats(tmp_path / "b.csv", 37, score_range=(0, 10))
     assert s.equals(whole) and s.classes == phanns.classes and s.score_range == phanns.score_range
+    with pytest.raises(DataError, match="outside the default score range"):  # never guessed from the bins
+        read_stats(tmp_path / "b.csv", 37)
 
 
 def test_directory_of_parquet_files_streams_in_name_order(tmp_path):

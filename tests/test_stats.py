@@ -204,7 +204,10 @@ def test_merge_mismatches_are_clear_errors():
     with pytest.raises(DataError, match="n_cells"):
         ScoreStats.from_data(_sim(), n_cells=0)
     cal = _quiet_fit(topcal.calibrator("hist"), _sim(K=4))
-    with pytest.raises(DataError, match="classes"):
-        cal.update(_sim(K=3))
+    with pytest.raises(DataError, match="classes"):  # a class the model does not know
+        cal.update(_sim(K=5))
+    before = cal.stats_.n_samples
+    cal.update(_sim(K=3))  # data naming some of the model's classes is fine
+    assert cal.stats_.n_samples > before and cal.classes_ == _sim(K=4).classes
     with pytest.raises(DataError, match="TopLabelData or ScoreStats"):
         cal.update([1, 2, 3])

@@ -238,9 +238,11 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     @staticmethod
     def _data(scores, kind, classes, codes=None) -> TopLabelData:
         names = [str(c) for c in classes]
+        # labels by name: integers would be read as names when the class names are integers
+        labels = None if codes is None else np.asarray(names, dtype=object)[codes]
         if kind == "logits":
-            return TopLabelData.from_logits(scores, codes, classes=names)
-        return TopLabelData.from_probs(scores, codes, classes=names)
+            return TopLabelData.from_logits(scores, labels, classes=names)
+        return TopLabelData.from_probs(scores, labels, classes=names)
 
     @staticmethod
     def _scores(est, X, classes) -> tuple[np.ndarray, str]:

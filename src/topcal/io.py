@@ -427,7 +427,7 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
             _check_header(p, "\t" if suffix == ".tsv" else ",")
             dtype = {c: str for c in str_columns}
             with pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",", chunksize=int(chunk_rows),
-                             usecols=columns, dtype=dtype or None) as reader:
+                             usecols=columns, dtype=dtype or None, low_memory=False) as reader:
                 for frame in reader:
                     n += len(frame)
                     yield frame
@@ -463,7 +463,7 @@ def _roles(cols, options) -> dict:
                         score_column=options.get("score_column", "score"))
 
 
-def layout_columns(columns, **options) -> tuple[list[str], list[str], bool, bool]:
+def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, bool]:
     """(class columns, extra columns, binned?, vector?) of a file with ``columns``.
 
     The class columns are those whose distinct values decide the class list
@@ -487,7 +487,7 @@ def layout_columns(columns, **options) -> tuple[list[str], list[str], bool, bool
     return class_cols, ([roles["bin_lo"], roles["bin_hi"]] if binned else []), binned, vector
 
 
-def build_layout(columns, uniques: dict, numeric: dict, lo_hi, *, str_columns=(), n_rows=None, classes=None,
+def build_layout(columns, uniques: dict, numeric: dict, lo_hi, /, *, str_columns=(), n_rows=None, classes=None,
                  **options) -> "Layout":
     """The :class:`Layout` a whole-file read would use, from each class column's distinct values.
 
@@ -499,8 +499,10 @@ def build_layout(columns, uniques: dict, numeric: dict, lo_hi, *, str_columns=()
 
     class_cols, _, binned, vector = layout_columns(columns, **options)
     opts = dict(options)
-    if binned and opts.get("score_range") is None and np.isfinite(lo_hi).all():
-        opts["score_range"] = (float(lo_hi[0]), float(lo_hi[1]))
+    if binned and opts.get("score_range") is None and np.isfinite(lo_hi).all() and (lo_hi[0] < 0 or lo_hi[1] > 1):
+        # as a whole-file read: the range of binned counts is declared, never guessed from the bins
+        raise DataError(f"the bins reach from {lo_hi[0]:g} to {lo_hi[1]:g}, outside the default score range "
+                        "[0, 1]; declare a score_range (--score-range LO HI) that covers every bin")
     if classes is not None and not vector:  # a vector layout's classes are its columns
         opts["classes"] = list(classes)
     elif classes is None and class_cols and not vector:
@@ -641,7 +643,9 @@ class FrameWriter:
         except (ValueError, TypeError) as exc:  # pyarrow: a column changed type between chunks
             self.abort()
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DataError(f"cannot write rows {self.rows}+ of {str(self.path)!r}: {msg}") from None
+            raise DataError(f"cannot write rows {self.rows}+ of {str(self.path)!r}: {msg[:300]}; write a .csv "
+                            "instead, or make each column hold one type (a larger --chunk-rows reads more rows "
+                            "per type guess)") from None
         self.rows += len(frame)
 
     def close(self) -> None:

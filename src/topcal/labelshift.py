@@ -726,9 +726,9 @@ class AdaptedCalibrator(Calibrator):
     def n_params_(self) -> int:
         return self.base_.n_params_ + len(self.classes_)
 
-    def _check_compatible(self, data) -> None:
+    def _check_compatible(self, data) -> TopLabelData:
         _check_use(self, data)
-        super()._check_compatible(data)
+        return super()._check_compatible(data)
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         c = self.base_.predict(data)
@@ -739,7 +739,7 @@ class AdaptedCalibrator(Calibrator):
     def posterior(self, data: TopLabelData) -> np.ndarray:
         """Adapted P(Y = j | k, S) of each row, shape (n, K) (rows sum to 1)."""
         self._check_fitted()
-        self._check_compatible(data)
+        data = self._check_compatible(data)
         return _top_label_posterior(self.base_.confusion_, data, self.base_.predict(data), self.weights_,
                                     self.fp_pseudocount_)
 

@@ -690,13 +690,13 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         (stage / "figures").mkdir()
         fig_html, fig_list, toc, body = _write_pages(
             stage, Path(out_dir), data, models, comparison, eval_data, holdout, extra, methods_given, findings,
-            skipped, title, data_label, dpi, t0, log)
+            skipped, title, data_label, dpi, t0, log, adapted)
     path = Path(out_dir) / "index.html"
     return ReportResult(path, comparison, holdout, findings, fig_list, skipped)
 
 
 def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra, methods_given, findings, skipped,
-                 title, data_label, dpi, t0, log):
+                 title, data_label, dpi, t0, log, adapted):
     """Write figures/ and index.html into ``stage``; figure paths are given as they will be under ``out``."""
     fig_html, fig_list, toc = [], [], []
     with warnings.catch_warnings():

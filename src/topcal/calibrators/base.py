@@ -221,7 +221,7 @@ class Calibrator:
         """
         old = self.require_stats()
         if isinstance(data, TopLabelData):
-            self._check_compatible(data)
+            data = self._check_compatible(data)
             new = ScoreStats.from_data(data, n_cells=old.n_cells)
         elif isinstance(data, ScoreStats):
             new = data

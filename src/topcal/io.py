@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._fileio import atomic_write
 from .data import TopLabelData, label_names
 from .errors import DataError
 from .stats import DEFAULT_CELLS, ScoreStats
@@ -599,10 +600,11 @@ def read_stats(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, n_cells: int = DEF
 class FrameWriter:
     """Write DataFrames chunk by chunk to one CSV or Parquet file, atomically.
 
-    Chunks go to a temporary file beside ``path``, renamed onto ``path`` by
-    :meth:`close`; :meth:`abort` (or an exception inside a ``with`` block)
-    removes it, so a failed run never leaves a partial output. Parquet
-    chunks keep the first chunk's schema (one row group per chunk).
+    Chunks go to a temporary file beside ``path`` (:func:`topcal._fileio.atomic_write`,
+    as every other writer), renamed onto ``path`` by :meth:`close`; :meth:`abort`
+    (or an exception inside a ``with`` block) removes it, so a failed run never
+    leaves a partial output. Parquet chunks keep the first chunk's schema (one
+    row group per chunk).
     """
 
     def __init__(self, path):
@@ -614,7 +616,9 @@ class FrameWriter:
             self.kind = "csv"
         else:
             raise DataError(f"cannot write {suffix!r} files; name the output .csv or .parquet")
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp")
+        self._target = atomic_write(self.path)
+        self.tmp = self._target.__enter__()  # left by close() (replace) or abort() (remove)
+        self._done = False
         self._writer = None
         self._schema = None
         self._fh = None
@@ -649,17 +653,18 @@ class FrameWriter:
         self.rows += len(frame)
 
     def close(self) -> None:
-        import os
-
         try:
             if self._writer is not None:
                 self._writer.close()
             if self._fh is not None:
                 self._fh.close()
-            os.replace(self.tmp, self.path)
         except OSError as exc:
             self.abort()
             raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
+        self._writer = self._fh = None
+        if not self._done:
+            self._done = True
+            self._target.__exit__(None, None, None)  # the temporary file replaces the target
 
     def abort(self) -> None:
         for h in (self._writer, self._fh):
@@ -669,7 +674,10 @@ class FrameWriter:
             except Exception:  # noqa: BLE001 - cleaning up after an error already raised
                 pass
         self._writer = self._fh = None
-        self.tmp.unlink(missing_ok=True)
+        if not self._done:
+            self._done = True
+            stop = DataError("write aborted")
+            self._target.__exit__(DataError, stop, None)  # removes the temporary file
 
     def __enter__(self):
         return self

@@ -36,11 +36,11 @@ import argparse
 import os
 import platform
 import resource
-import time
-import tracemalloc
 import warnings
 
 import numpy as np
+
+from _measure import best_time, peak_mb
 
 RULES = ["kde", "kde-mon", "kde-mon2", "kde-mon4", "kde-opt"]
 
@@ -63,25 +63,8 @@ def make_data(n: int, k: int, seed: int):
     return probs, labels
 
 
-def best_time(fn, repeat):
-    """Smallest wall time of ``repeat`` calls (the machine is shared), and the last result."""
-    best, out = np.inf, None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
-def peak_mb(fn):
-    """tracemalloc peak of one call, in MB."""
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1] / 1e6
-    finally:
-        tracemalloc.stop()
 
 
 class Counter:

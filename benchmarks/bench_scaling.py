@@ -42,10 +42,11 @@ import os
 import platform
 import sys
 import time
-import tracemalloc
 import warnings
 
 import numpy as np
+
+from _measure import loadavg, peak_mb
 
 
 def make_data(n: int, k: int, seed: int):
@@ -61,21 +62,8 @@ def make_data(n: int, k: int, seed: int):
     return z, labels
 
 
-def loadavg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:  # pragma: no cover - not on Linux
-        return "n/a"
 
 
-def peak_mb(fn) -> float:
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1] / 1e6
-    finally:
-        tracemalloc.stop()
 
 
 # ------------------------------------------------------------------ contestants

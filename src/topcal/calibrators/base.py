@@ -101,15 +101,20 @@ class Calibrator:
         scikit-learn; calibrators hold no nested estimators)."""
         return {k: getattr(self, k) for k in self._param_names()}
 
-    def set_params(self, **params) -> "Calibrator":
-        """Set constructor parameters (checked at the next ``fit``); returns self."""
-        allowed = self._param_names()
+    @classmethod
+    def check_param_names(cls, params) -> None:
+        """Raise ParameterError naming any key of ``params`` that is not a constructor parameter."""
+        allowed = cls._param_names()
         unknown = sorted(set(params) - set(allowed))
         if unknown:
             opts = ", ".join(allowed) if allowed else "none"
             raise ParameterError(
-                f"method {self.name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its parameters are: {opts}"
+                f"method {cls.name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its parameters are: {opts}"
             )
+
+    def set_params(self, **params) -> "Calibrator":
+        """Set constructor parameters (values checked at the next ``fit``); returns self."""
+        self.check_param_names(params)
         for k, v in params.items():
             setattr(self, k, v)
         return self

@@ -47,13 +47,7 @@ def calibrator(name: str, **params):
     >>> cal = topcal.calibrator("hist", n_bins=10)
     """
     cls = get_class(name)
-    allowed = cls._param_names()
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        opts = ", ".join(allowed) if allowed else "none"
-        raise ParameterError(
-            f"method {name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its parameters are: {opts}"
-        )
+    cls.check_param_names(params)
     return cls(**params)
 
 

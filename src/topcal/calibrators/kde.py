@@ -96,7 +96,7 @@ import warnings
 import numpy as np
 
 from .._params import Interval, NoneOr, Options
-from ..data import ClassView, TopLabelData, rows_by_class
+from ..data import ClassView, TopLabelData, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ParameterError
 from . import _kde_engine as eng
 from .base import ScoreCalibrator, finite_array, to_jsonable
@@ -404,7 +404,8 @@ class _KDEBase(ScoreCalibrator):
             support.append((float(lo[k]), float(hi[k])))
             T_k, F_k = float(self.n_tp_[k]), float(self.n_fp_[k])
             states.append(self._fit_one(k, args[k], float(lo[k]), float(hi[k]), T_k, F_k,
-                                        smin[k] == smax[k], prepared=prepared.get(k)))
+                                        smin[k] == smax[k], prepared=prepared.get(k), warn=False))
+        self._warn_degenerate(states)
         self.class_state_ = states
         self.support_ = support
         self._build_tables()
@@ -477,7 +478,27 @@ class _KDEBase(ScoreCalibrator):
             group = [it] if it is not None else []
         return out
 
-    def _fit_one(self, k, engine_args, lo, hi, T, F, one_score, prepared=None) -> dict:
+    def _warn_degenerate(self, states) -> None:
+        """One warning per kind of degenerate class (a thousand small classes give four lines, not 270)."""
+        if self._rule == "fixed":
+            return
+        kinds: dict[str, list] = {}
+        for k, st in enumerate(states):
+            if st is not None and st.get("degenerate"):
+                kinds.setdefault(st["degenerate"], []).append(self.classes_[k])
+        for kind, names in kinds.items():
+            what, _, conf = kind.partition(": ")
+            shrunk = self.shrinkage != 0
+            warnings.warn(
+                f"{self.name}: {len(names)} class{'es' if len(names) > 1 else ''} {preview(names)} "
+                f"{'have' if len(names) > 1 else 'has'} {what}: no bandwidth to choose (NaN); "
+                + ("the class's own curve is constant and shrinkage pulls it toward the pooled curve"
+                   if shrunk else f"the curve is constant ({conf})"),
+                DegenerateClassWarning,
+                stacklevel=5,
+            )
+
+    def _fit_one(self, k, engine_args, lo, hi, T, F, one_score, prepared=None, warn=True) -> dict:
         name = self.classes_[k]
         degenerate = None
         if F == 0:
@@ -491,7 +512,7 @@ class _KDEBase(ScoreCalibrator):
             if self._rule == "fixed":
                 # a number given by the user is kept; a rule of thumb has nothing to measure
                 b = None if isinstance(self.bandwidth, str) else float(self.bandwidth)
-            else:
+            elif warn:
                 warnings.warn(
                     f"{self.name}: class {name!r} has {degenerate} for every bandwidth; "
                     "its curve is constant and its bandwidth NaN",

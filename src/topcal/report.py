@@ -216,13 +216,16 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
             out.append(Finding("never-predicted", f"{c}: never predicted; every method falls back to the raw score.", c))
             continue
         if n < min_positives:
-            out.append(Finding("few-positives", f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its curve "
-                               "rests on a handful of samples, treat it as a rough guess.", c))
+            out.append(Finding("few-positives", f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its own "
+                               "curve rests on a handful of samples (the shrunk defaults lean on the pooled curve "
+                               "instead), treat it as a rough guess.", c))
         if tp[k] == 0:
-            out.append(Finding("no-tp", f"{c}: no true positives; every calibrated confidence is 0 for this class.", c))
+            out.append(Finding("no-tp", f"{c}: no true positives; the paper's unshrunk estimators give every prediction "
+                               "of this class confidence 0, the shrunk defaults borrow from the other classes.", c))
         elif fp[k] == 0:
-            out.append(Finding("no-fp", f"{c}: no false positives; every calibrated confidence is 1 for this class "
-                               "(the test set cannot show any error rate).", c))
+            out.append(Finding("no-fp", f"{c}: no false positives (the test set cannot show its error rate); the "
+                               "paper's unshrunk estimators give every prediction of this class confidence 1, the "
+                               "shrunk defaults borrow from the other classes.", c))
     for name, m in models.items():
         if name in _STEP_METHODS or not plots._is_curve(m):
             continue

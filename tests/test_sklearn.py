@@ -280,3 +280,24 @@ def test_default_method_is_auto():
     # the auto calibrator itself takes the classifier's probabilities as an array too
     np.testing.assert_allclose(est.calibrator_.predict(est.estimator_.predict_proba(X)), est.predict_confidence(X))
     assert np.all((est.predict_confidence(X) >= 0) & (est.predict_confidence(X) <= 1))
+
+
+def test_meta_estimator_adapts_to_a_use_set_with_other_class_frequencies():
+    from topcal import metrics
+
+    X, y = _blobs(9000, k=3)
+    clf = LogisticRegression().fit(X[:3000], y[:3000])
+    cal = TopLabelCalibratedClassifier(clf, method="hist").fit(X[3000:6000], y[3000:6000])
+    rest = np.arange(6000, 9000)
+    use = np.concatenate([rest[y[rest] == 0], rest[y[rest] == 1][:150], rest[y[rest] == 2][:150]])
+    true = np.bincount(y[use], minlength=3) / use.size
+    for ad in (cal.adapt(X[use], n_bootstrap=0), cal.adapt(priors={0: true[0], 1: true[1], 2: true[2]})):
+        assert ad is not cal and ad.estimator_ is clf and cal.calibrator_.name == "hist"  # the original is unchanged
+        np.testing.assert_array_equal(ad.predict(X[use]), clf.predict(X[use]))
+        data = ad.top_label_data(X[use], y[use])
+        before = metrics.nll(data, cal.predict_confidence(X[use])).overall
+        after = metrics.nll(data, ad.predict_confidence(X[use])).overall
+        assert after < before
+        np.testing.assert_allclose(ad.predict_proba(X[use]).sum(1), 1.0)
+    est = cal.adapt(X[use], n_bootstrap=0).calibrator_.estimate_.priors
+    assert abs(est[0] - true[0]) < 0.1  # class 0 is three times as frequent as in the test set

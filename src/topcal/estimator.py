@@ -36,6 +36,7 @@ Rows whose other classes all have probability 0 share 1 - c equally.
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -296,6 +297,28 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         conf = self.calibrator_.predict(data)
         base = np.exp(data.log_probs())
         return distribute_rest(base, data.pred, conf)
+
+    def adapt(self, X_use=None, *, priors=None, estimator: str = "em", n_bootstrap: int = 100,
+              seed: int = 0) -> "TopLabelCalibratedClassifier":
+        """A copy whose confidences are adapted to a use set's class priors (label shift).
+
+        Give the unlabelled use set ``X_use`` (priors estimated by
+        ``estimator``, "em" or "bbse") or ``priors=`` (dict class -> prior,
+        or one value per class in ``classes_`` order); see
+        :func:`topcal.labelshift.adapt`. The classifier is shared, not
+        refitted; this object is unchanged. ``predict`` stays the
+        classifier's; ``predict_confidence`` and ``predict_proba`` use the
+        adapted calibrator (``calibrator_.estimate_`` holds the priors).
+        """
+        self._check()
+        data = None if X_use is None else self._unlabelled(X_use)
+        if isinstance(priors, dict):
+            priors = {str(k): v for k, v in priors.items()}
+        adapted = self.calibrator_.adapt(data, priors=priors, estimator=estimator, n_bootstrap=n_bootstrap,
+                                         seed=seed)
+        new = copy.copy(self)
+        new.calibrator_ = adapted
+        return new
 
     def top_label_data(self, X, y=None) -> TopLabelData:
         """The classifier's scores for X (and labels y) as :class:`TopLabelData`,

@@ -275,7 +275,7 @@ def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path):
 
 # ------------------------------------------------------------ 7. tracebacks that are now errors
 def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
-    from topcal.persist import FORMAT_VERSION, _canonical  # noqa: PLC2701 - the test re-signs edited files
+    from topcal.persist import FORMAT_VERSION, canonical_json
 
     assert_ok(cli("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
     text = (tmp_path / "m.json").read_text()
@@ -289,7 +289,7 @@ def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
     signed["model"]["state"] = "[" * 2000
     import hashlib
 
-    signed["sha256"] = hashlib.sha256(_canonical(signed["model"]).encode()).hexdigest()
+    signed["sha256"] = hashlib.sha256(canonical_json(signed["model"]).encode()).hexdigest()
     bad["state.json"] = json.dumps(signed)
     for name, body in bad.items():
         (tmp_path / name).write_text(body)

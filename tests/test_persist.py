@@ -93,7 +93,7 @@ def test_tampered_file_is_detected(data):
 
 
 def _rehash(doc):
-    doc["sha256"] = persist.hashlib.sha256(persist._canonical(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
     return json.dumps(doc)
 
 

@@ -217,10 +217,10 @@ def test_apply_checks_a_pred_column_beside_probabilities(tmp_path, capsys):
 
 
 def test_progress_line_on_a_terminal(monkeypatch, capsys):
-    from topcal import cli
+    from topcal.cli import common
 
-    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True, raising=False)
-    p = cli._RowProgress("reading", 200)
+    monkeypatch.setattr(common.sys.stderr, "isatty", lambda: True, raising=False)
+    p = common.RowProgress("reading", 200)
     p(100)
     p.done()
     err = capsys.readouterr().err

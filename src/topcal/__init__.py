@@ -11,17 +11,16 @@ Classification Confidence Using Kernel Densities".
 >>> conf = cal.predict(data)
 """
 
-__version__ = "0.1.0"
-
-from . import datasets, metrics  # noqa: E402
-from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator  # noqa: E402
-from .data import TopLabelData  # noqa: E402
-from .errors import TopcalError  # noqa: E402
-from .io import read_data, read_stats  # noqa: E402
-from .persist import load, save  # noqa: E402
-from .stats import ScoreStats  # noqa: E402
-from . import report as _report_module  # noqa: E402,F401  (the module first: the function below then keeps the name)
-from .api import compare, report  # noqa: E402
+from . import datasets, metrics
+from ._version import __version__
+from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator
+from .data import TopLabelData
+from .errors import TopcalError
+from .io import read_data, read_stats
+from .persist import load, save
+from .stats import ScoreStats
+from . import report as _report_module  # noqa: F401  (the module first: the function below then keeps the name)
+from .api import compare, report
 
 
 def __getattr__(name):

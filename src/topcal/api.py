@@ -89,8 +89,7 @@ def compare(data, y=None, methods=None, *, eval_data=None, folds: int = 5, in_sa
     """
     import pandas as pd
 
-    from .evaluate import compare_methods
-    from .report_cli import comparison_rows
+    from .evaluate import compare_methods, comparison_rows
 
     from .errors import ParameterError
 

@@ -727,6 +727,22 @@ class TopLabelData:
         idx = np.flatnonzero(self.pred == k)
         return ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
 
+    def class_support(self, k: int, view: ClassView | None = None) -> tuple[float, float] | None:
+        """Where class ``k``'s positives lie: (lowest, highest) score with weight, or None if it has none.
+
+        For binned data the range spans the bins' edges. ``view`` (this data's
+        :meth:`class_view` of ``k``) saves splitting again.
+        """
+        v = self.class_view(k) if view is None else view
+        has = (v.tp + v.fp) > 0
+        if not np.any(has):
+            return None
+        if self.is_binned:
+            e = self.bin_edges[v.index[has]]
+            return float(e[:, 0].min()), float(e[:, 1].max())
+        s = v.score[has]
+        return float(s.min()), float(s.max())
+
     def class_views(self):
         """:meth:`class_view` of every class k = 0..K-1 in order, from one sort of the rows."""
         self.require_labels("splitting into TP/FP")

@@ -24,7 +24,7 @@ from .errors import DataError, ParameterError, TopcalError, TopcalWarning
 from .metrics import brier, ece1, ece2, nll
 
 __all__ = ["compare_methods", "evaluate", "kfold_split", "fit_methods", "check_params", "curve_findings",
-           "few_positives", "METRICS", "PROTOCOLS"]
+           "few_positives", "comparison_rows", "METRICS", "PROTOCOLS"]
 
 #: Metric names in the order tables show them.
 METRICS = ("nll", "brier", "ece1", "ece2")
@@ -282,3 +282,15 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
             out["methods"][name] = evaluate(target, conf, n_bins=n_bins)
     out["warnings"] = {k: v for k, v in notes.items() if v}
     return out
+
+
+def comparison_rows(result: dict) -> list[tuple[str, str, str, float | None]]:
+    """Long-format rows (method, metric, class, value) of a :func:`compare_methods` result; class "overall" for
+    the overall value."""
+    rows = []
+    for m, metrics in result["methods"].items():
+        for metric, v in metrics.items():
+            rows.append((m, metric, "overall", v["overall"]))
+            for c, x in v["per_class"].items():
+                rows.append((m, metric, c, x))
+    return rows

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibrators.base import Calibrator, Curve
+from .calibrators.base import Calibrator, Curve, register_hook
 from .calibrators.registry import get_class
 from .confusion import ConfusionStats
 from .data import TopLabelData
@@ -829,3 +829,6 @@ def read_priors(path) -> dict[str, float]:
         except ValueError:
             raise DataError(f"priors file {str(p)!r} line {i}: prior {r[1]!r} is not a number") from None
     return out
+
+
+register_hook("adapt", adapt)  # Calibrator.adapt (calibrators sit below this layer)

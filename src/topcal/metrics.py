@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._numeric import PROB_CLIP, bin_index, binary_nll, weighted_quantile_edges
 from ._params import MAX_BINS
 from .data import TopLabelData
 from .errors import DataError, ParameterError
@@ -42,11 +43,7 @@ __all__ = [
     "summary",
 ]
 
-#: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a
-#: confident mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf.
-#: (scikit-learn's log_loss clips at the dtype's eps, ~2.2e-16; at 1e-12 the
-#: upper clip 1 - 1e-12 is still resolved by float64, to ~1e-4 relative.)
-PROB_CLIP = 1e-12
+# PROB_CLIP (the NLL's clip of confidences) is defined in topcal._numeric, re-exported here.
 
 
 @dataclass(frozen=True)
@@ -109,8 +106,7 @@ def nll(data: TopLabelData, confidence) -> ClassMetric:
     -[tp log c + fp log(1 - c)] per row, with c clipped to
     [PROB_CLIP, 1 - PROB_CLIP].
     """
-    c = np.clip(_check(data, confidence), PROB_CLIP, 1.0 - PROB_CLIP)
-    rows = -(data.tp * np.log(c) + data.fp * np.log1p(-c))
+    rows = binary_nll(data.tp, data.fp, _check(data, confidence))
     return _per_class_mean(data, rows, "nll")
 
 
@@ -125,12 +121,10 @@ def _ece_bins(conf: np.ndarray, w: np.ndarray, n_bins: int, strategy: str) -> np
     if strategy == "uniform":
         edges = np.linspace(0.0, 1.0, n_bins + 1)
     else:
-        from .calibrators.histogram import weighted_quantile_edges
-
         edges = weighted_quantile_edges(conf, w, n_bins, 0.0, 1.0)
     # bins (a, b], the first one closed: same convention as the histogram
     # calibrator and scikit-learn's calibration_curve
-    return np.clip(np.searchsorted(edges, conf, side="left") - 1, 0, len(edges) - 2)
+    return bin_index(edges, conf)
 
 
 def ece(data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, strategy: str = "uniform") -> ClassMetric:

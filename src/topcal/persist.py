@@ -26,9 +26,14 @@ import hashlib
 import json
 from pathlib import Path
 
+from ._version import __version__
+from ._fileio import write_text
+from .calibrators.base import register_hook
+from .calibrators.registry import available_methods, get_class
 from .errors import ModelFileError, TopcalError
+from .labelshift import ADAPTED_METHOD, AdaptedCalibrator
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load", "canonical_json"]
 
 FORMAT = "topcal-model"
 FORMAT_VERSION = 2
@@ -36,17 +41,16 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 
-def _canonical(obj) -> str:
+def canonical_json(obj) -> str:
+    """The canonical JSON text of ``obj`` whose SHA-256 a model file stores (sorted keys, no spaces)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def dumps(model) -> str:
     """The JSON text of a fitted calibrator."""
-    from . import __version__
-
     payload = model.to_dict()
     try:
-        digest = hashlib.sha256(_canonical(payload).encode()).hexdigest()
+        digest = hashlib.sha256(canonical_json(payload).encode()).hexdigest()
     except ValueError as exc:  # NaN/inf in state: a bug, not a user error
         raise TopcalError(f"model state is not finite and cannot be saved: {exc}") from None
     doc = {
@@ -88,8 +92,6 @@ def _finite_float(text):
 
 def loads(text: str, *, source: str = "model"):
     """Rebuild a fitted calibrator from :func:`dumps` text."""
-    from .calibrators.registry import available_methods, get_class
-
     try:
         doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
@@ -111,7 +113,7 @@ def loads(text: str, *, source: str = "model"):
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
         raise ModelFileError(f"{source} is missing its 'model' or 'sha256' field; save the model again")
     try:
-        canonical = _canonical(payload)
+        canonical = canonical_json(payload)
     except (RecursionError, ValueError, OverflowError) as exc:
         raise ModelFileError(f"{source} holds a model that cannot be read ({type(exc).__name__}); "
                              "refit and save it again") from None
@@ -121,8 +123,6 @@ def loads(text: str, *, source: str = "model"):
             "instead of editing the file"
         )
     method = payload.get("method")
-    from .labelshift import ADAPTED_METHOD, AdaptedCalibrator
-
     if method == ADAPTED_METHOD:  # a calibrator adapted to new class priors (topcal adapt)
         return AdaptedCalibrator.from_dict(payload)
     if method not in available_methods():
@@ -142,8 +142,6 @@ def loads(text: str, *, source: str = "model"):
 
 def save(model, path) -> None:
     """Write ``model`` (fitted) to ``path`` as JSON, atomically (temp file + rename)."""
-    from ._fileio import write_text
-
     write_text(path, dumps(model))
 
 
@@ -156,3 +154,6 @@ def load(path):
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelFileError(f"cannot read model file {str(path)!r}: {exc}") from None
     return loads(text, source=f"model file {str(path)!r}")
+
+
+register_hook("save", save)  # Calibrator.save (calibrators sit below this layer)

@@ -40,6 +40,7 @@ from .metrics import conf1 as _conf1
 from .metrics import confusion_matrix
 
 __all__ = [
+    "is_score_curve",
     "HistogramBars",
     "JointDistribution",
     "CurvePanel",
@@ -252,18 +253,6 @@ class CurveGrid:
     subsampled: bool = False
 
 
-def _support(data: TopLabelData, k: int):
-    v = data.class_view(k)
-    w = v.tp + v.fp
-    if not np.any(w > 0):
-        return None
-    if data.is_binned:
-        e = data.bin_edges[v.index[w > 0]]
-        return float(e[:, 0].min()), float(e[:, 1].max())
-    s = v.score[w > 0]
-    return float(s.min()), float(s.max())
-
-
 def _subsample(idx: np.ndarray, max_points: int, seed: int = 0) -> np.ndarray:
     if idx.size <= max_points:
         return idx
@@ -271,7 +260,7 @@ def _subsample(idx: np.ndarray, max_points: int, seed: int = 0) -> np.ndarray:
     return np.sort(rng.choice(idx, max_points, replace=False))
 
 
-def _is_curve(model) -> bool:
+def is_score_curve(model) -> bool:
     """Whether the model's confidence is a function of (class, score) alone."""
     return isinstance(model, ScoreCalibrator) or not getattr(model, "needs_full", False)
 
@@ -323,14 +312,14 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
     grid = np.linspace(lo, hi, n_points)
     preds = {}
     for name, m in models.items():
-        if name != "uncalibrated" and not _is_curve(m):
+        if name != "uncalibrated" and not is_score_curve(m):
             preds[name] = m.predict(data)
     panels = []
     subsampled = False
     for k, cname in _class_items(data, only):
         curves = {}
         for name, m in models.items():
-            if name == "uncalibrated" or not _is_curve(m):
+            if name == "uncalibrated" or not is_score_curve(m):
                 continue
             curves[name] = (grid, model_curve(m, k, grid))
         clouds = {}
@@ -340,7 +329,7 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
         idx = _subsample(idx, max_cloud_points)
         for name, p in preds.items():
             clouds[name] = (data.score[idx], p[idx])
-        panels.append(CurvePanel(cname, hists[k], curves, clouds, _support(data, k), float(tp[k]), float(fp[k])))
+        panels.append(CurvePanel(cname, hists[k], curves, clouds, data.class_support(k), float(tp[k]), float(fp[k])))
     return CurveGrid(data.score_range, tuple(m for m in models if m != "uncalibrated"), tuple(panels), subsampled)
 
 
@@ -449,7 +438,7 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
         probs = _class_probs(data)
     out: list[DensityPanel | None] = []
     for k, cname in _class_items(data, only):
-        sup = _support(data, k)
+        sup = data.class_support(k)
         if sup is None:
             out.append(None)
             continue
@@ -663,7 +652,7 @@ def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = 
     """
     both = TopLabelData.concat([data, extra])
     old = _quiet_fit(method, data, **(params or {}))
-    if not _is_curve(old):
+    if not is_score_curve(old):
         raise TopcalError(f"the added-samples figure needs a score-based method (hist, kde-mon2, ...), not {method!r}")
     new = _quiet_fit(method, both, **(params or {}))
     lo, hi = data.score_range
@@ -676,7 +665,7 @@ def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = 
             continue
         panels.append(AddedSamplesPanel(
             cname, grid, model_curve(old, k, grid), model_curve(new, k, grid),
-            _support(data, k), _support(both, k), float(etp[k]), float(efp[k]),
+            data.class_support(k), both.class_support(k), float(etp[k]), float(efp[k]),
             (float(otp[k]), float(ofp[k])), (float(otp[k] + etp[k]), float(ofp[k] + efp[k])),
         ))
     return method, panels

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ._fileio import check_report_dir, report_dir
-from . import __version__
+from ._version import __version__
 from . import plots
 from .calibrators import available_methods, get_class
 from .data import TopLabelData
@@ -227,10 +227,10 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
                                "paper's unshrunk estimators give every prediction of this class confidence 1, the "
                                "shrunk defaults borrow from the other classes.", c))
     for name, m in models.items():
-        if name in _STEP_METHODS or not plots._is_curve(m):
+        if name in _STEP_METHODS or not plots.is_score_curve(m):
             continue
         for k, c in enumerate(data.classes):
-            sup = plots._support(data, k)
+            sup = data.class_support(k)
             if sup is None or sup[1] <= sup[0]:
                 continue
             y = plots.model_curve(m, k, np.linspace(sup[0], sup[1], 513))
@@ -242,7 +242,7 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
     att_lo = lo + (hi - lo) / max(data.n_classes, 1)
     span = hi - att_lo
     for k, c in enumerate(data.classes):
-        sup = plots._support(data, k)
+        sup = data.class_support(k)
         if sup is None or span <= 0:
             continue
         outside = max(0.0, sup[0] - att_lo) + max(0.0, hi - sup[1])
@@ -346,8 +346,8 @@ def _comparison_view(comparison: dict, names) -> dict:
 
 def _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log):
     """Yield (key, title, caption, Figure) for every figure that applies."""
-    score_models = {n: m for n, m in models.items() if plots._is_curve(m)}
-    other_models = {n: m for n, m in models.items() if not plots._is_curve(m)}
+    score_models = {n: m for n, m in models.items() if plots.is_score_curve(m)}
+    other_models = {n: m for n, m in models.items() if not plots.is_score_curve(m)}
     only = figure_classes(data)
     few = ""
     if only is not None:

@@ -40,7 +40,7 @@ import numpy as np
 from scipy.special import expit
 
 from ..errors import ConvergenceError
-from ..metrics import PROB_CLIP
+from .._numeric import PROB_CLIP
 
 __all__ = [
     "T_MIN",

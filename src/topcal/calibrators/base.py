@@ -40,18 +40,33 @@ from ..inputs import as_data
 from ..stats import ScoreStats
 from . import shrinkage as shr
 
-__all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer"]
+__all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer", "register_hook"]
 
-#: Draws a fitted calibrator as HTML for Jupyter (``Calibrator._repr_html_``).
-#: The plotting layer sits above this one, so it registers itself here
-#: (:func:`set_html_renderer`, called by :mod:`topcal.api`).
-_html_renderer = None
+#: Conveniences on a fitted calibrator whose code lives in higher layers
+#: (docs/architecture.md): "save" (topcal.persist), "adapt"
+#: (topcal.labelshift) and "html" (the Jupyter view, topcal.api). Each of
+#: those modules registers its function here when imported; ``import topcal``
+#: imports all three, so calibrators never import upward.
+_HOOKS: dict = {"save": None, "adapt": None, "html": None}
+
+
+def register_hook(name: str, func) -> None:
+    """Register ``func`` for the calibrator convenience ``name`` ("save", "adapt" or "html")."""
+    if name not in _HOOKS:
+        raise ParameterError(f"unknown calibrator hook {name!r}; options are {', '.join(_HOOKS)}")
+    _HOOKS[name] = func
+
+
+def _hook(name: str):
+    func = _HOOKS[name]
+    if func is None:  # only when a module was imported without the topcal package around it
+        raise TopcalError(f"Calibrator.{name} needs 'import topcal' first")
+    return func
 
 
 def set_html_renderer(func) -> None:
     """Register ``func(calibrator) -> str``, the HTML Jupyter shows for a fitted calibrator."""
-    global _html_renderer
-    _html_renderer = func
+    register_hook("html", func)
 
 
 @dataclass(frozen=True)
@@ -133,9 +148,9 @@ class Calibrator:
     def _repr_html_(self) -> str | None:
         """Jupyter's rich display: the per-class curves of a fitted calibrator
         (None, i.e. the plain repr, while unfitted)."""
-        if not hasattr(self, "classes_") or _html_renderer is None:
+        if not hasattr(self, "classes_") or _HOOKS["html"] is None:
             return None
-        return _html_renderer(self)
+        return _HOOKS["html"](self)
 
     def _validate_params(self) -> None:
         validate_params(self.name, self._parameter_constraints, self.get_params())
@@ -375,9 +390,7 @@ class Calibrator:
 
     def save(self, path) -> None:
         """Write the fitted model as versioned JSON (see :func:`topcal.persist.save`)."""
-        from ..persist import save
-
-        save(self, path)
+        _hook("save")(self, path)
 
     def adapt(self, data: TopLabelData | None = None, *, priors=None, estimator: str = "em",
               source_data: TopLabelData | None = None, n_bootstrap: int = 100, seed: int = 0) -> "Calibrator":
@@ -389,9 +402,7 @@ class Calibrator:
         prior, or one value per class). :func:`topcal.labelshift.adapt` takes
         further options. This model is unchanged.
         """
-        from ..labelshift import adapt
-
-        return adapt(self, data, priors=priors, estimator=estimator, source_data=source_data,
+        return _hook("adapt")(self, data, priors=priors, estimator=estimator, source_data=source_data,
                      n_bootstrap=n_bootstrap, seed=seed)
 
 
@@ -454,18 +465,8 @@ class ScoreCalibrator(Calibrator):
         states = []
         support = []
         for k, view in enumerate(data.class_views()):
-            w = view.tp + view.fp
-            if w.sum() <= 0:
-                states.append(None)
-                support.append(None)
-                continue
-            s = view.score[w > 0]
-            if data.is_binned:
-                edges = data.bin_edges[view.index[w > 0]]
-                support.append((float(edges[:, 0].min()), float(edges[:, 1].max())))
-            else:
-                support.append((float(s.min()), float(s.max())))
-            states.append(self._fit_class(view, k))
+            support.append(data.class_support(k, view))
+            states.append(None if support[-1] is None else self._fit_class(view, k))
         self.class_state_ = states
         self.support_ = support
 

@@ -19,18 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..data import ClassView
-from ..metrics import PROB_CLIP
+from .._numeric import binary_nll
 from .base import ScoreCalibrator, finite_array
 from .registry import register
 from .shrinkage import ShrinkageConstraint
 
 __all__ = ["Cumulative", "CumulativeMedian", "CumulativeOptimal"]
-
-
-def _binary_nll(tp, fp, conf):
-    """Summed binary NLL of weights tp (label 1) and fp (label 0) at confidence conf."""
-    c = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
-    return -(tp * np.log(c) + fp * np.log1p(-c))
 
 
 class _CumulativeBase(ScoreCalibrator):
@@ -189,11 +183,11 @@ class CumulativeOptimal(_CumulativeBase):
         return sum(s is not None for s in self.class_state_)
 
     def _theta_index(self, u, tp, fp, cum) -> int:
-        above = np.cumsum(_binary_nll(tp, fp, cum)[::-1])[::-1]  # loss of rows with index >= j
+        above = np.cumsum(binary_nll(tp, fp, cum)[::-1])[::-1]  # loss of rows with index >= j
         ptp = np.cumsum(tp)
         pp = np.cumsum(tp + fp)
         below_val = ptp / pp  # Hist over scores <= u_j
         tp_lt = np.concatenate([[0.0], ptp[:-1]])  # weight strictly below u_j
         fp_lt = np.concatenate([[0.0], (pp - ptp)[:-1]])
-        loss = above + _binary_nll(tp_lt, fp_lt, below_val)
+        loss = above + binary_nll(tp_lt, fp_lt, below_val)
         return int(np.argmin(loss))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._numeric import bin_index, weighted_quantile_edges
 from .._params import MAX_BINS, Interval, Options
 from ..data import ClassView
 from .base import ScoreCalibrator, finite_array
@@ -17,14 +18,6 @@ from .registry import register
 from .shrinkage import ShrinkageConstraint
 
 __all__ = ["Histogram", "bin_index", "fill_empty_bins", "weighted_quantile_edges"]
-
-
-def bin_index(edges: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """Index i of the bin (edges[i], edges[i+1]] holding each score.
-
-    Scores at or below edges[0] go to bin 0, above edges[-1] to the last bin.
-    """
-    return np.clip(np.searchsorted(edges, score, side="left") - 1, 0, len(edges) - 2)
 
 
 def fill_empty_bins(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -48,24 +41,6 @@ def fill_empty_bins(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
         dl < dr, values[left], np.where(dr < dl, values[right], 0.5 * (values[left] + values[right]))
     )
     return out
-
-
-def weighted_quantile_edges(score: np.ndarray, weight: np.ndarray, n_bins: int, lo: float, hi: float) -> np.ndarray:
-    """Edges of ``n_bins`` bins holding (as near as ties allow) equal weight.
-
-    Interior edges are the weighted quantiles j / n_bins of the scores; equal
-    edges (heavy ties) are merged, so fewer bins may result. The outer edges
-    are the declared score range.
-    """
-    order = np.argsort(score, kind="stable")
-    s, w = score[order], weight[order]
-    keep = w > 0
-    s, w = s[keep], w[keep]
-    cw = np.cumsum(w)
-    targets = cw[-1] * np.arange(1, n_bins) / n_bins
-    inner = s[np.minimum(np.searchsorted(cw, targets, side="left"), s.size - 1)]
-    edges = np.unique(np.concatenate([[lo], inner, [hi]]))
-    return edges[(edges >= lo) & (edges <= hi)]
 
 
 @register

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..metrics import PROB_CLIP
+from .._numeric import PROB_CLIP
 
 __all__ = ["M_MIN", "M_GRID", "jeffreys_rate", "shrink", "loo_nll_grid", "loo_nll_by_group", "merge_equal_rows", "choose_m",
            "ShrinkageConstraint"]

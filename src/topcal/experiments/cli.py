@@ -1,6 +1,6 @@
 """``topcal experiment ...``: the paper's experiments from the command line.
 
-Registered through ``topcal.cli._EXTENSIONS``; torch is imported only when an
+One of the command groups in ``topcal.cli.COMMAND_GROUPS``; torch is imported only when an
 experiment actually runs.
 """
 

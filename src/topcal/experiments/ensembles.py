@@ -332,6 +332,15 @@ class NetworkOutputs:
         """M."""
         return int(self.log_probs[0].shape[0])
 
+    def ensemble_data(self, members: np.ndarray, rule: str = "product"):
+        """The ensemble of networks ``members`` on (test set 1, test set 2), as two TopLabelData."""
+        from ..data import TopLabelData
+
+        return tuple(
+            TopLabelData.from_logits(combine_log_probs(lp[members], rule), y, self.classes)
+            for lp, y in zip(self.log_probs, self.labels)
+        )
+
     def accuracy(self) -> np.ndarray:
         """Accuracy of each network on each test set, shape (M, 2)."""
         return np.stack([(lp.argmax(axis=2) == y[None, :]).mean(axis=1)
@@ -481,15 +490,6 @@ class EnsembleResults:
     seconds: float
 
 
-def _ensemble_data(outputs: NetworkOutputs, members: np.ndarray, rule: str = "product"):
-    from ..data import TopLabelData
-
-    return tuple(
-        TopLabelData.from_logits(combine_log_probs(lp[members], rule), y, outputs.classes)
-        for lp, y in zip(outputs.log_probs, outputs.labels)
-    )
-
-
 def class_counts(data) -> np.ndarray:
     """Per predicted class: TP, FP, TP with score < 0.99 and FP with score < 0.99; shape (4, K)."""
     k = data.n_classes
@@ -506,7 +506,7 @@ def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures, r
     from ..calibrators import paper_calibrator
     from ..metrics import ece1, ece2, nll
 
-    sets = _ensemble_data(outputs, members, rule)
+    sets = outputs.ensemble_data(members, rule)
     k = len(outputs.classes)
     vals = np.full((len(methods), 2, len(METRICS), k + 1), np.nan)
     for j, name in enumerate(methods):
@@ -705,7 +705,7 @@ def write_outputs(out_dir, cfg: ExperimentConfig, outputs: NetworkOutputs, resul
     }
     import sys
 
-    from .. import __version__
+    from .._version import __version__
 
     versions = {"topcal": __version__, "numpy": np.__version__, "python": sys.version.split()[0]}
     if "torch" in sys.modules:

@@ -157,7 +157,6 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     from ..calibrators import get_class, paper_calibrator
     from ..calibrators.base import ScoreCalibrator
     from ..errors import DegenerateClassWarning, TopcalError
-    from .ensembles import _ensemble_data
 
     Figure, _ = _mpl()
     paths = {}
@@ -176,7 +175,7 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     axes[0].set_title(f"all methods, overall medians ({regime})", fontsize="medium")
     paths["overall"] = out / "overall.png"
     _save(fig, paths["overall"])
-    sets = _ensemble_data(outputs, results.ensembles[0], cfg.combine)
+    sets = outputs.ensemble_data(results.ensembles[0], cfg.combine)
     models = {}
     for name in ("kde-mon", "kde-mon2", "hist"):
         if name in results.methods and issubclass(get_class(name), ScoreCalibrator):

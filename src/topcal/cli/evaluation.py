@@ -1,7 +1,7 @@
-"""The ``topcal report`` and ``topcal compare`` commands (thin: parse, read, call, write).
+"""Commands that score methods on labelled data: ``metrics``, ``compare``, ``report``, ``demo``.
 
-Registered through ``topcal.cli._EXTENSIONS``. Progress lines go to stderr,
-results to stdout.
+Thin: parse, read, call the library (:mod:`topcal.evaluate`, :mod:`topcal.report`),
+print. Progress lines go to stderr, results to stdout.
 """
 
 from __future__ import annotations
@@ -9,27 +9,17 @@ from __future__ import annotations
 import csv
 import json
 import sys
-import time
 
-import numpy as np
+from ..errors import TopcalError
+from .common import (add_data_options, format_table, overall_table, parse_param, per_class_table, progress,
+                     read)
 
-from .errors import TopcalError
-
-__all__ = ["add_commands", "overall_table", "per_class_table", "comparison_rows"]
+__all__ = ["add_commands", "method_params"]
 
 
 #: The report's warnings printed on stderr (all of them are on the page): thousands of classes
 #: give thousands of per-class findings.
 MAX_PRINTED_FINDINGS = 30
-
-
-def _progress():
-    t0 = time.perf_counter()
-
-    def emit(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    return emit
 
 
 def _methods(text: str | None):
@@ -38,7 +28,7 @@ def _methods(text: str | None):
     names = [m.strip() for m in text.split(",") if m.strip()]
     if not names:
         raise TopcalError("--methods is empty; give method names separated by commas, e.g. --methods hist,kde-mon2")
-    from .calibrators import get_class
+    from ..calibrators import get_class
 
     for n in names:
         get_class(n)  # unknown names fail here, with the list of options
@@ -47,14 +37,12 @@ def _methods(text: str | None):
 
 def method_params(texts) -> dict:
     """``--param METHOD:NAME=VALUE`` options as ``{method: {name: value}}``."""
-    from .cli import _parse_param
-
     out: dict = {}
     for text in texts or []:
         method, sep, rest = text.partition(":")
         if not sep or not method.strip() or "=" not in rest:
             raise TopcalError(f"--param {text!r} must look like METHOD:NAME=VALUE, e.g. --param btswa:max_iter=500")
-        key, value = _parse_param(rest)
+        key, value = parse_param(rest)
         out.setdefault(method.strip(), {})[key] = value
     return out
 
@@ -68,10 +56,15 @@ def _protocol_options(p, what: str) -> None:
     p.add_argument("--param", action="append", default=[], metavar="METHOD:NAME=VALUE",
                    help="method parameter, repeatable (e.g. --param btswa:max_iter=500, --param hist:shrinkage=0)")
 
-
 def add_commands(sub) -> None:
-    """Add ``report`` and ``compare`` to the ``topcal`` subparsers."""
-    from .cli import _add_data_options
+    """Add ``metrics``, ``report``, ``compare`` and ``demo`` to the ``topcal`` subparsers."""
+    p = sub.add_parser("metrics", help="per-class and overall NLL, Brier, ECE1, ECE2, Conf1")
+    p.add_argument("data", help="labelled data")
+    p.add_argument("--model", help="model to evaluate (default: the uncalibrated score)")
+    p.add_argument("--bins", type=int, default=10, help="bins for ECE (default 10)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_data_options(p)
+    p.set_defaults(func=_cmd_metrics)
 
     p = sub.add_parser("report", help="write the visual check (figures, metrics, warnings) as DIR/index.html")
     p.add_argument("data", help="labelled data: CSV, Parquet or .npz")
@@ -85,7 +78,7 @@ def add_commands(sub) -> None:
     p.add_argument("--dpi", type=int, default=90, help="resolution of the figures (default 90)")
     _protocol_options(p, "rank methods")
     p.add_argument("--adapted", metavar="MODEL", help="a model from 'topcal adapt': add the label-shift panel")
-    _add_data_options(p)
+    add_data_options(p)
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("compare", help="compare methods out of sample: K-fold cross-fitting (default 5), or --eval DATA2")
@@ -97,41 +90,64 @@ def add_commands(sub) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the full result as JSON")
     fmt.add_argument("--csv", action="store_true", help="print long-format CSV: method,metric,class,value")
-    _add_data_options(p)
+    add_data_options(p)
     p.set_defaults(func=_cmd_compare)
 
+    p = sub.add_parser("demo", help="the visual-check report for the embedded PhANNs data, plus a short table")
+    p.add_argument("-o", "--output", default="topcal-demo-report", metavar="DIR",
+                   help="folder for index.html and figures/ (default: ./topcal-demo-report); it must be new, "
+                        "empty or made by topcal")
+    p.add_argument("--force", action="store_true",
+                   help="write into DIR even if it holds other files (they are kept; index.html and figures/ are replaced)")
+    p.set_defaults(func=_cmd_demo)
 
-def _read(path, args):
-    from . import read_data
-    from .cli import _read_options
+def _cmd_metrics(args) -> int:
+    from .._params import MAX_BINS
+    from ..calibrators import calibrator
+    from ..metrics import summary
+    from ..persist import load
 
-    return read_data(path, **_read_options(args))
+    if not 1 <= args.bins <= MAX_BINS:
+        raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
+    data = read(args.data, args)
+    model = load(args.model) if args.model else calibrator("uncalibrated").fit(data)
+    s = summary(data, model.predict(data), n_bins=args.bins)
+    s["method"] = model.name
+    if args.json:
+        print(json.dumps(s, indent=1))
+        return 0
+    cols = ["tp", "fp", "conf1", "nll", "brier", "ece1", "ece2"]
+    rows = [[name] + [r[c] for c in cols] for name, r in s["classes"].items()]
+    rows.append(["overall"] + [s["overall"][c] for c in cols])
+    print(f"method: {model.name}")
+    print(format_table(["class"] + cols, rows))
+    return 0
 
 
 def _cmd_report(args) -> int:
     from pathlib import Path
 
-    from .report import build_report
+    from ..report import build_report
 
     if args.dpi < 30 or args.dpi > 600:
         raise TopcalError(f"--dpi must be between 30 and 600, got {args.dpi}")
-    from ._fileio import check_output
+    from .._fileio import check_output
 
     for path in (args.data, args.eval, args.add):
         check_output(args.output, [path], "report folder")
-    data = _read(args.data, args)
-    eval_data = _read(args.eval, args) if args.eval else None
-    extra = _read(args.add, args) if args.add else None
+    data = read(args.data, args)
+    eval_data = read(args.eval, args) if args.eval else None
+    extra = read(args.add, args) if args.add else None
     adapted = None
     if args.adapted:
-        from .labelshift import AdaptedCalibrator
-        from .persist import load
+        from ..labelshift import AdaptedCalibrator
+        from ..persist import load
 
         adapted = load(args.adapted)
         if not isinstance(adapted, AdaptedCalibrator):
             raise TopcalError(f"--adapted {args.adapted!r} is a plain {adapted.name!r} model; make one with 'topcal adapt'")
     res = build_report(data, args.output, eval_data=eval_data, methods=_methods(args.methods), extra=extra,
-                       data_label=Path(args.data).name, dpi=args.dpi, progress=_progress(),
+                       data_label=Path(args.data).name, dpi=args.dpi, progress=progress(),
                        folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param),
                        force=args.force, adapted=adapted)
     print(f"report: {res.path}")
@@ -143,45 +159,6 @@ def _cmd_report(args) -> int:
     return 0
 
 
-def comparison_rows(result: dict) -> list[tuple[str, str, str, float | None]]:
-    """Long-format rows (method, metric, class, value); class "overall" for the overall value."""
-    rows = []
-    for m, metrics in result["methods"].items():
-        for metric, v in metrics.items():
-            rows.append((m, metric, "overall", v["overall"]))
-            for c, x in v["per_class"].items():
-                rows.append((m, metric, c, x))
-    return rows
-
-
-def overall_table(result: dict) -> str:
-    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *)."""
-    from .cli import format_table
-    from .evaluate import METRICS
-
-    methods = list(result["methods"])
-    best = {x: min(result["methods"][m][x]["overall"] for m in methods) for x in METRICS}
-    rows = [[m] + [result["methods"][m][x]["overall"] for x in METRICS] for m in methods]
-    text = format_table(["method"] + [x.upper() for x in METRICS], rows)
-    lines = text.splitlines()
-    for i, m in enumerate(methods):
-        marks = [x.upper() for x in METRICS if np.isclose(result["methods"][m][x]["overall"], best[x], rtol=1e-9)]
-        if marks:
-            lines[i + 2] += "   best " + ",".join(marks)
-    return "\n".join(lines)
-
-
-def per_class_table(result: dict, metric: str = "nll") -> str:
-    """Classes as rows, methods as columns."""
-    from .cli import format_table
-
-    methods = list(result["methods"])
-    classes = list(result["methods"][methods[0]][metric]["per_class"])
-    rows = [[c] + [result["methods"][m][metric]["per_class"][c] for m in methods] for c in classes]
-    rows.append(["overall"] + [result["methods"][m][metric]["overall"] for m in methods])
-    return format_table(["class"] + methods, rows)
-
-
 _PROTOCOL_TEXT = {
     "same": "fitted and evaluated on the same data (the paper's practice; optimistic for flexible methods)",
     "holdout": "fitted on DATA, evaluated on the second test set",
@@ -190,18 +167,18 @@ _PROTOCOL_TEXT = {
 
 
 def _cmd_compare(args) -> int:
-    from .evaluate import compare_methods
+    from ..evaluate import compare_methods, comparison_rows
 
-    from ._params import MAX_BINS
+    from .._params import MAX_BINS
 
     if not 1 <= args.bins <= MAX_BINS:
         raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
     if args.seed < 0:
         raise TopcalError(f"--seed must be >= 0, got {args.seed}")
-    data = _read(args.data, args)
-    eval_data = _read(args.eval, args) if args.eval else None
+    data = read(args.data, args)
+    eval_data = read(args.eval, args) if args.eval else None
     if eval_data is not None:
-        from .report import align_classes
+        from ..report import align_classes
 
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     quiet = args.json or args.csv
@@ -209,7 +186,7 @@ def _cmd_compare(args) -> int:
     if args.in_sample and eval_data is not None:
         raise TopcalError("--in-sample and --eval exclude each other: --eval already evaluates on a second test set")
     res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=folds, seed=args.seed,
-                          n_bins=args.bins, params=method_params(args.param), progress=None if quiet else _progress())
+                          n_bins=args.bins, params=method_params(args.param), progress=None if quiet else progress())
     for name, msg in res["failed"].items():
         print(f"warning: {name} failed and is left out: {msg}", file=sys.stderr)
     if quiet:
@@ -241,4 +218,32 @@ def _cmd_compare(args) -> int:
         print(f"\nwarnings ({len(notes)}):")
         for m in notes:
             print(f"  - {m}")
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from ..datasets import load_phanns
+    from ..report import build_report
+
+    data = load_phanns()
+    print(f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores 0-10")
+    res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
+                       progress=progress(), force=args.force)
+    for metric in ("nll", "ece1"):
+        print(f"\nper-class {metric.upper()} ({res.comparison['folds']}-fold cross-fitted: every sample scored by a "
+              "model fitted without it)")
+        print(per_class_table(res.comparison, metric))
+    print("\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself numbers)")
+    print(overall_table(res.comparison))
+    from ..calibrators import available_methods
+    from ..report import default_methods
+
+    left_out = [m for m in available_methods() if m not in default_methods(data)]
+    if left_out:
+        print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(left_out))
+    if res.findings:
+        print(f"\nwarnings ({len(res.findings)}):")
+        for f in res.findings:
+            print(f"  - {f.text}")
+    print(f"\nreport (look at every figure before trusting a method): {res.path.resolve()}")
     return 0

@@ -1,0 +1,95 @@
+"""The ``topcal`` command line: a thin layer over the library.
+
+It parses arguments, reads files into TopLabelData, calls the library and
+writes files. Any user mistake ends with exit code 2 and one line
+``error: ...`` on stderr, never a traceback.
+
+One module per command group, each with an ``add_commands(sub)`` that adds
+its subcommands (``set_defaults(func=...)``; ``func(args)`` returns the exit
+code); :data:`COMMAND_GROUPS` lists them, in help order. Shared options,
+progress lines and tables live in :mod:`topcal.cli.common`. A new command goes
+into the group it belongs to, or a new module added to :data:`COMMAND_GROUPS`.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+from .._version import __version__
+from ..errors import TopcalError
+from ..experiments import cli as experiment_commands
+from . import evaluation, models
+from .common import Parser, UsageError, one_line
+
+__all__ = ["main", "build_parser", "COMMAND_GROUPS"]
+
+#: The command groups, in the order of ``topcal --help``.
+COMMAND_GROUPS = (models.add_commands, evaluation.add_commands, experiment_commands.add_commands)
+
+
+def build_parser():
+    parser = Parser(prog="topcal", description="Post-hoc top-label confidence calibration.")
+    parser.add_argument("--version", action="version", version=f"topcal {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for add_commands in COMMAND_GROUPS:
+        add_commands(sub)
+    return parser
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _terminate_cleanly():
+    """On SIGTERM (e.g. `kill`, a scheduler's time limit) unwind like Ctrl-C, so half-written outputs are
+    removed; returns a function that restores the previous handler."""
+    import signal
+    import threading
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``topcal`` command; returns the exit code."""
+    parser = build_parser()
+    restore_sigterm = _terminate_cleanly()
+    old = warnings.showwarning
+    warnings.showwarning = _one_line_warning
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            print("error: no command given; choose one of the commands above, e.g. 'topcal fit --help'",
+                  file=sys.stderr)
+            return 2
+        return args.func(args)
+    except (UsageError, TopcalError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory; the input or a size parameter (bins, classes) is too large for this machine",
+              file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("error: the input is nested too deeply to read", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # output piped into e.g. `head`, which closed early: not an error of ours;
+        # point stdout at devnull so the interpreter's final flush stays quiet
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    finally:
+        warnings.showwarning = old
+        restore_sigterm()

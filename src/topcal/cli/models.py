@@ -1,0 +1,292 @@
+"""Commands on model files: ``fit``, ``update``, ``apply``, ``describe``, ``adapt``, ``methods``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .._fileio import check_output
+from ..errors import TopcalError
+from .common import (DaskSession, RowProgress, add_data_options, add_scale_options, check_scale_args, format_table,
+                     parse_param, read_options, rows_hint)
+
+__all__ = ["add_commands"]
+
+
+def add_commands(sub) -> None:
+    """Add ``fit``, ``update``, ``apply``, ``describe``, ``methods`` and ``adapt`` to the ``topcal`` subparsers."""
+    from ..calibrators import available_methods
+
+    methods = ", ".join(available_methods())
+    p = sub.add_parser("fit", help="fit a calibrator and save it as JSON")
+    p.add_argument("data", help="labelled data: CSV, Parquet or .npz")
+    p.add_argument("--method", default="auto", help="calibration method (default: auto, the candidate with the "
+                   f"smallest 5-fold cross-validated NLL). Options: {methods}")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter, repeatable (e.g. --param n_bins=20)")
+    p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
+    add_data_options(p)
+    add_scale_options(p, streams_by_default=False)
+    p.set_defaults(func=_cmd_fit)
+
+    p = sub.add_parser("update", help="add labelled data to a model: refit from its stored counts plus the new ones")
+    p.add_argument("model", help="model file from 'topcal fit' (format 2)")
+    p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
+    p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")
+    add_data_options(p)
+    add_scale_options(p, streams_by_default=True)
+    p.set_defaults(func=_cmd_update)
+
+    p = sub.add_parser("apply", help="add calibrated confidence to new predictions")
+    p.add_argument("model", help="model file from 'topcal fit'")
+    p.add_argument("data", help="data to calibrate (no label column needed)")
+    p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + "
+                   "confidence; with --engine dask a .csv file or a directory of Parquet files")
+    add_data_options(p)
+    add_scale_options(p, streams_by_default=True)
+    p.set_defaults(func=_cmd_apply)
+
+    p = sub.add_parser("describe", help="show a model's method and fitted parameters per class")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=_cmd_describe)
+
+    sub.add_parser("methods", help="list the calibration methods").set_defaults(func=_cmd_methods)
+
+    p = sub.add_parser("adapt", help="adapt a model to a use set's class frequencies (label shift)")
+    p.add_argument("model", help="model file from 'topcal fit' (fitted on per-sample labelled data)")
+    p.add_argument("data", nargs="?", help="the unlabelled use set (optional with --priors: then only checked)")
+    p.add_argument("-o", "--output", required=True, help="adapted model file to write (.json)")
+    p.add_argument("--priors", metavar="P.csv", help="use-set priors, CSV 'class,prior' (instead of estimating them)")
+    p.add_argument("--estimator", choices=("em", "bbse"), default="em", help="prior estimator (default: em)")
+    p.add_argument("--test", metavar="DATA", help="the labelled test set the model was fitted on, with full score "
+                   "vectors: em then runs on its bias-corrected temperature scaling (EM+BCTS)")
+    p.add_argument("--bootstrap", type=int, default=100, metavar="B", help="bootstrap resamples for the intervals (default 100; 0: none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_data_options(p)
+    p.set_defaults(func=_cmd_adapt)
+
+# ----------------------------------------------------------------- commands
+def _stats_of(args, *, classes=None, model=None):
+    """Mergeable statistics of ``args.data``: streamed in chunks, or by a Dask cluster.
+
+    With ``model``, new data are read with its score range unless given.
+    """
+    from ..io import DEFAULT_CHUNK_ROWS, read_stats
+    from ..stream import model_read_options
+
+    opts = read_options(args)
+    if args.engine == "dask":
+        from .. import dask as tdask
+
+        with DaskSession(args.scheduler):
+            ddf = tdask.read_parquet(args.data)
+            if model is not None:
+                opts = model_read_options(model, args.data, opts, columns=list(ddf.columns))
+            return tdask.stats(ddf, classes=classes, **opts)
+    if model is not None:
+        opts = model_read_options(model, args.data, opts)
+    progress = RowProgress("reading", rows_hint(args.data))
+    try:
+        return read_stats(args.data, args.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress, classes=classes,
+                          **opts)
+    finally:
+        progress.done()
+
+
+def _cmd_fit(args) -> int:
+    from ..calibrators import calibrator, get_class
+    from ..io import read_data
+
+    check_scale_args(args)
+    params = dict(parse_param(t) for t in args.param)
+    cal = calibrator(args.method, **params)
+    check_output(args.output, [args.data], "model file")
+    streamed = args.chunk_rows is not None or args.engine == "dask"
+    if streamed:
+        if get_class(args.method).needs_full:
+            raise TopcalError(
+                f"method {args.method!r} recalibrates the full score vector, which cannot be fitted from "
+                "counts; drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
+            )
+        stats = _stats_of(args)
+        data = stats.to_data()
+    else:
+        data = read_data(args.data, **read_options(args))
+    cal.fit(data)
+    cal.save(args.output)
+    chosen = f" (chose {cal.method_} by {cal.folds}-fold cross-validated NLL)" if args.method == "auto" else ""
+    how = f" from counts on {data.n_rows} (class, score cell) rows" if streamed else ""
+    print(f"fitted {args.method}{chosen} on {data.n_samples:g} samples, {data.n_classes} classes{how} -> {args.output}")
+    return 0
+
+
+def _cmd_update(args) -> int:
+    from ..persist import load
+    from ..stream import update_file
+
+    check_scale_args(args)
+    check_output(args.output, [args.data], "model file")
+    model = load(args.model)
+    before = model.require_stats().n_samples
+    if args.engine == "dask":
+        model.update(_stats_of(args, classes=list(model.classes_), model=model))
+    else:
+        progress = RowProgress("reading", rows_hint(args.data)) if args.chunk_rows else None
+        try:
+            update_file(model, args.data, chunk_rows=args.chunk_rows, progress=progress, **read_options(args))
+        finally:
+            if progress is not None:
+                progress.done()
+    model.save(args.output)
+    kept = f" (kept its choice {model.method_}; cross-validation from the first fit)" if model.name == "auto" else ""
+    print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
+    return 0
+
+
+def _cmd_apply(args) -> int:
+    from ..io import DEFAULT_CHUNK_ROWS
+    from ..persist import load
+    from ..stream import apply_file, model_read_options
+
+    check_scale_args(args)
+    model = load(args.model)
+    check_output(args.output, [args.data, args.model])
+    opts = read_options(args)
+    if args.engine == "dask":
+        from .. import dask as tdask
+
+        columns = list(tdask.read_parquet(args.data).columns)
+        opts = model_read_options(model, args.data, {**opts, "label_column": None}, columns=columns)
+        return _apply_dask(args, model, opts)
+    progress = RowProgress("calibrating", rows_hint(args.data))
+    try:
+        rows = apply_file(model, args.data, args.output, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
+                          progress=progress, **opts)
+    finally:
+        progress.done()
+    print(f"calibrated {rows} rows with {model.name} -> {args.output}")
+    return 0
+
+
+def _apply_dask(args, model, opts) -> int:
+    import shutil
+
+    from .. import dask as tdask
+
+    out = Path(args.output)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with DaskSession(args.scheduler):
+        ddf = tdask.read_parquet(args.data)
+        result = tdask.apply(model, ddf, **opts)
+        try:
+            if out.suffix.lower() == ".csv":
+                result.to_csv(str(tmp), single_file=True, index=False)
+            else:
+                result.to_parquet(str(tmp), write_index=False)
+            if out.is_dir():
+                shutil.rmtree(out)
+            tmp.replace(out)
+        except TopcalError:
+            raise
+        except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TopcalError(f"cannot calibrate {args.data!r} with dask: {msg}") from None
+        finally:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
+                tmp.unlink()
+    print(f"calibrated {args.data} with {model.name} on dask -> {args.output}")
+    return 0
+
+
+def _cmd_describe(args) -> int:
+    from ..persist import load
+
+    model = load(args.model)
+    d = model.describe()
+    if args.json:
+        print(json.dumps(d, indent=1))
+        return 0
+    print(f"method: {d['method']}")
+    print(f"params: {json.dumps(d['params'])}")
+    print(f"score range: {d['score_range']}")
+    if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
+        cv = d["cross_validation"]
+        print(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
+              f"on {cv['samples']:g} samples)")
+        fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
+        if fitted > cv["samples"]:
+            print(f"updated since: the chosen method is fitted on {fitted:g} samples; fit auto again to re-choose")
+        ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
+        if ranked:
+            print("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
+        for k, msg in cv["errors"].items():
+            print(f"  {k} failed in cross-validation: {msg}")
+        d = d["model"]
+        print(f"\nchosen model: {d['method']}, params {json.dumps(d['params'])}")
+    for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
+        if isinstance(val, dict) and key not in ("params", "classes"):
+            print(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in val.items()))
+    for name, info in d["classes"].items():
+        print(f"\n[{name}]  TP={info['n_tp']:g}  FP={info['n_fp']:g}")
+        for key, val in info.items():
+            if key in ("n_tp", "n_fp"):
+                continue
+            if isinstance(val, list) and len(val) > 12:
+                shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val[:12])
+                val = f"[{shown}, ...] ({len(val)} values)"
+            elif isinstance(val, list):
+                val = "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val) + "]"
+            elif isinstance(val, float):
+                val = f"{val:.6g}"
+            print(f"  {key}: {val}")
+    return 0
+
+
+def _cmd_adapt(args) -> int:
+    from ..io import read_data
+    from ..labelshift import adapt, read_priors
+    from ..persist import load
+
+    if args.bootstrap < 0:
+        raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
+    model = load(args.model)
+    if args.data is None and args.priors is None:
+        raise TopcalError("give the use set (DATA) to estimate its class priors, or --priors P.csv")
+    use = None
+    if args.data is not None:
+        opts = read_options(args)
+        opts["label_column"] = None  # the use set is unlabelled; a label column is ignored
+        use = read_data(args.data, **opts)
+    test = read_data(args.test, **read_options(args)) if args.test else None
+    if args.priors is not None:
+        if test is not None:
+            raise TopcalError("--test is used to estimate priors; with --priors there is nothing to estimate")
+        if use is not None:
+            model.predict(use)  # only checks the use set fits the model (classes, score range)
+        adapted = adapt(model, priors=read_priors(args.priors))
+    else:
+        adapted = adapt(model, use, estimator=args.estimator, source_data=test, n_bootstrap=args.bootstrap,
+                        seed=args.seed)
+    adapted.save(args.output)
+    e = adapted.estimate_
+    how = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
+    print(f"adapted {adapted.base_.name} to {how} -> {args.output}")
+    rows = [[c, e.source[i], e.priors[i]] + ([e.lower[i], e.upper[i]] if e.lower is not None else [])
+            + [adapted.weights_[i]] for i, c in enumerate(adapted.classes_)]
+    header = ["class", "source", "use"] + (["lower", "upper"] if e.lower is not None else []) + ["ratio"]
+    print(format_table(header, rows[:30]))
+    if len(rows) > 30:
+        print(f"... {len(rows) - 30} more classes: topcal describe {args.output}")
+    return 0
+
+
+def _cmd_methods(args) -> int:
+    from ..calibrators import available_methods, get_class
+
+    for name in available_methods():
+        cls = get_class(name)
+        params = ", ".join(cls._param_names()) or "-"
+        print(f"{name:14s} {cls.summary}  [params: {params}]")
+    return 0

@@ -1,0 +1,237 @@
+"""The imports follow the layers of docs/architecture.md: one way, no circles, no private names.
+
+Every ``import`` in ``src/topcal`` is read with :mod:`ast` (lazy imports inside
+functions included) and checked against the layer table, which is declared
+once, in docs/architecture.md.
+"""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+PKG = SRC / "topcal"
+
+#: Private modules that tests may import: the numeric cores of the KDE and
+#: the temperature scalings (bandwidth scan, kernel sums, Newton solver and
+#: objectives) are tested directly against brute force and finite
+#: differences, below the calibrator API that wraps them. Nothing else in the
+#: tests reaches private names.
+TEST_PRIVATE_MODULES = {"topcal.calibrators._kde_engine", "topcal.calibrators._ts_core"}
+
+
+def read_layers() -> dict[str, int]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = re.search(r"```layers\n(.*?)```", text, re.S)
+    assert block, "docs/architecture.md has no ```layers block"
+    layers = {}
+    for line in block.group(1).splitlines():
+        if line.strip():
+            level, *names = line.split()
+            for name in names:
+                assert name not in layers, f"{name} is listed twice in the layer table"
+                layers[name] = int(level)
+    return layers
+
+
+LAYERS = read_layers()
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def is_package(mod: str) -> bool:
+    return MODULES.get(mod, Path()).name == "__init__.py"
+
+
+def layer_of(mod: str) -> int:
+    """The layer of a module: its own entry, else its package's (``calibrators`` covers ``calibrators.kde``)."""
+    if mod == "topcal":
+        return LAYERS["topcal"]
+    parts = mod.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in LAYERS:
+            return LAYERS[name]
+    raise KeyError(mod)
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def imports_of(mod: str, path: Path):
+    """(lineno, imported module, imported private name or None) for every topcal import in ``path``.
+
+    ``from pkg import sub`` counts as importing the module ``pkg.sub`` when it
+    is one; the parent packages Python imports on the way are not edges.
+    Attribute access ``alias._name`` on a name bound to an imported topcal
+    module is reported as a private name too.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = mod if is_package(mod) else mod.rpartition(".")[0]
+    aliases = {}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "topcal":
+                    found.append((node.lineno, alias.name, None))
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "topcal":
+                continue
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                if sub in MODULES:
+                    found.append((node.lineno, sub, None))
+                    aliases[alias.asname or alias.name] = sub
+                else:
+                    found.append((node.lineno, source, alias.name if is_private(alias.name) else None))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and is_private(node.attr)
+                and f"{aliases[node.value.id]}.{node.attr}" not in MODULES):
+            found.append((node.lineno, aliases[node.value.id], node.attr))
+    return found
+
+
+def private_module_violation(importer: str, target: str, allowed=frozenset()) -> bool:
+    """A private module (``pkg._name``) belongs to its package: only modules inside ``pkg`` import it."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if is_private(part):
+            owner = ".".join(parts[:i])
+            if target in allowed:
+                return False
+            return not (importer == owner or importer.startswith(owner + "."))
+    return False
+
+
+EDGES = {mod: imports_of(mod, path) for mod, path in MODULES.items()}
+
+
+def test_layer_table_lists_every_module_and_nothing_else():
+    unplaced = []
+    for mod in MODULES:
+        try:
+            layer_of(mod)
+        except KeyError:
+            unplaced.append(mod)
+    assert not unplaced, f"modules missing from the layer table in docs/architecture.md: {unplaced}"
+    known = {m.split(".", 1)[1] if "." in m else m for m in MODULES}
+    stale = [name for name in LAYERS if not any(k == name or k.startswith(name + ".") for k in known)]
+    assert not stale, f"the layer table names modules that do not exist: {stale}"
+
+
+def test_no_upward_imports():
+    upward = [
+        f"{mod}:{line} imports {target} (layer {layer_of(target)} > {layer_of(mod)})"
+        for mod, found in EDGES.items()
+        for line, target, _ in found
+        if target in MODULES and layer_of(target) > layer_of(mod)
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles():
+    graph = {mod: sorted({t for _, t, _ in found if t in MODULES and t != mod}) for mod, found in EDGES.items()}
+    # Tarjan's strongly connected components
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for mod in graph:
+        if mod not in index:
+            visit(mod)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_src_imports_no_private_names():
+    bad = [
+        f"{mod}:{line} uses {target}.{name}" if name else f"{mod}:{line} imports private module {target}"
+        for mod, found in EDGES.items()
+        for line, target, name in found
+        if (name and target != mod) or private_module_violation(mod, target)
+    ]
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+def test_tests_import_no_private_names_but_the_listed_ones():
+    bad = set()
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for line, target, name in imports_of("tests." + path.stem, path):
+            if name or private_module_violation("tests", target, TEST_PRIVATE_MODULES):
+                bad.add(f"{path.name}:{line} uses {target}{'.' + name if name else ''}")
+    assert not bad, "tests reaching private names:\n" + "\n".join(sorted(bad))
+
+
+def test_checker_catches_what_it_is_meant_to(tmp_path):
+    # the analysis itself: a private name, a private module and a module alias attribute are all seen
+    src = tmp_path / "probe.py"
+    src.write_text(
+        "from topcal.persist import _pretty\n"
+        "from topcal.calibrators import _ts_core\n"
+        "from topcal import plots\n"
+        "def f():\n    return plots._hidden\n"
+    )
+    found = imports_of("tests.probe", src)
+    assert (1, "topcal.persist", "_pretty") in found
+    assert (2, "topcal.calibrators._ts_core", None) in found
+    assert (5, "topcal.plots", "_hidden") in found
+    assert private_module_violation("topcal.metrics", "topcal.calibrators._ts_core")
+    assert not private_module_violation("topcal.calibrators.temperature", "topcal.calibrators._ts_core")
+    assert layer_of("topcal.calibrators.kde") == LAYERS["calibrators"] < layer_of("topcal.report")
+
+
+@pytest.mark.parametrize("heavy", ["matplotlib", "torch", "pandas.plotting", "sklearn"])
+def test_import_topcal_stays_light(heavy):
+    code = (
+        "import sys, topcal\n"
+        f"loaded = [m for m in sys.modules if m == {heavy!r} or m.startswith({heavy + '.'!r})]\n"
+        "print(loaded)\n"
+        "sys.exit(1 if loaded else 0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, f"import topcal loads {heavy}: {proc.stdout.strip()}"
+    # -X importtime really ran: the log names topcal itself and not the heavy module
+    assert re.search(r"\|\s+topcal$", proc.stderr, re.M)
+    assert not re.search(rf"\|\s+{re.escape(heavy)}$", proc.stderr, re.M)

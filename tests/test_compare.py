@@ -186,3 +186,64 @@ def test_cli_compare_text_and_errors(npz_files, capsys):
     assert main(["compare", a, "--methods", "hist,bogus"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown method 'bogus'") and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------ the fit-and-score service
+def _with_empty_class():
+    """Class "b" is never predicted: fitting warns DegenerateClassWarning."""
+    rng = np.random.default_rng(5)
+    s = rng.uniform(0, 1, 400)
+    ok = rng.random(400) < s
+    return TopLabelData(("a", "b"), np.zeros(400, dtype=np.int64), s, (0.0, 1.0),
+                        tp=ok.astype(float), fp=(~ok).astype(float))
+
+
+def test_fit_quietly_collects_warnings_instead_of_printing_them():
+    from topcal.calibrators import calibrator
+    from topcal.errors import DegenerateClassWarning
+    from topcal.evaluate import fit_quietly
+
+    data = _with_empty_class()
+    with pytest.warns(DegenerateClassWarning):  # the plain fit warns ...
+        plain = calibrator("hist").fit(data)
+    notes: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ... the quiet one prints nothing
+        model = fit_quietly("hist", data, notes=notes)
+        again = fit_quietly("hist", data, notes=notes)
+    assert len(notes["hist"]) == 1 and "b" in notes["hist"][0]  # collected once, not lost
+    np.testing.assert_array_equal(model.predict(data), plain.predict(data))
+    np.testing.assert_array_equal(again.predict(data), plain.predict(data))
+    # an unfitted calibrator is fitted as given; params reach the method
+    assert fit_quietly(calibrator("hist", n_bins=3), data, notes={}).n_bins == 3
+    assert fit_quietly("hist", data, params={"n_bins": 4}, notes={}).n_bins == 4
+
+
+def test_fit_quietly_passes_other_warnings_through():
+    from topcal.errors import DegenerateClassWarning, TopcalWarning
+    from topcal.evaluate import fit_quietly
+
+    data = _with_empty_class()
+    with pytest.warns(DegenerateClassWarning):  # collecting only another category lets this one through
+        fit_quietly("hist", data, notes={}, collect=type("Other", (TopcalWarning,), {}))
+    with pytest.raises(ParameterError):
+        fit_quietly("hist", data, params={"n_bins": -1})
+
+
+def test_fit_and_score_is_fit_then_the_metric_bundle(calibrated):
+    from topcal.evaluate import METRICS, evaluate, fit_and_score, score_models
+    from topcal.metrics import brier, bundle, ece1, nll, summary
+
+    data, second = calibrated
+    model, (s1, s2) = fit_and_score("hist", data, [data, second], notes={})
+    assert list(s1) == list(METRICS) == ["nll", "brier", "ece1", "ece2"]
+    assert s1 == evaluate(data, model.predict(data)) and s2 == evaluate(second, model.predict(second))
+    assert score_models({"hist": model}, second) == {"hist": s2}
+    conf = model.predict(second)
+    assert s2["nll"] == nll(second, conf).to_dict() and s2["brier"] == brier(second, conf).to_dict()
+    assert s2["ece1"]["overall"] == ece1(second, conf).overall
+    # the bundle is the one place: summary shows the same numbers, and a subset keeps its order
+    assert summary(second, conf)["overall"]["nll"] == s2["nll"]["overall"]
+    assert [m.name for m in bundle(second, conf, names=("ece2", "nll"))] == ["ece2", "nll"]
+    with pytest.raises(ParameterError, match="unknown metric 'auc'"):
+        bundle(second, conf, names=("auc",))

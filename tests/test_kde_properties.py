@@ -1,6 +1,5 @@
 """Property tests of Conf_KDE and the kde calibrators (hypothesis)."""
 
-import warnings
 
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
@@ -10,6 +9,7 @@ from topcal.calibrators import paper_calibrator as calibrator  # the paper's est
 from topcal.calibrators.kde import kde_confidence
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
+from topcal.evaluate import fit_quietly
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -35,9 +35,8 @@ def _data(score, correct, weights=None, scale=1.0):
 
 
 def _fit(method, data, **params):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateClassWarning)  # class b is never predicted
-        return calibrator(method, **params).fit(data)
+    # class b is never predicted: its warning is collected and dropped
+    return fit_quietly(calibrator(method, **params), data, collect=DegenerateClassWarning)
 
 
 @SETTINGS

@@ -14,11 +14,11 @@ import warnings
 import numpy as np
 import pytest
 
-from topcal import TopLabelData, calibrator
+from topcal import TopLabelData
 from topcal.cli import main
 
 from _sim import simulate_probs
-from topcal.evaluate import evaluate
+from topcal.evaluate import evaluate, fit_quietly, score_models
 from topcal.report import build_report, count_wiggles, diagnose
 
 CLASSES = np.array(["ant", "bee", "cow", "dog", "eel"])
@@ -166,11 +166,8 @@ def test_report_methods_option_limits_the_fits(tmp_path):
 
 # ------------------------------------------------------------- warnings
 def _fit_all(data, specs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        models = {name: calibrator(m, **kw).fit(data) for name, (m, kw) in specs.items()}
-    comp = {"methods": {n: evaluate(data, m.predict(data)) for n, m in models.items()}}
-    return models, comp
+    models = {name: fit_quietly(m, data, params=kw, collect=Warning) for name, (m, kw) in specs.items()}
+    return models, {"methods": score_models(models, data)}
 
 
 def test_diagnose_flags_small_one_sided_narrow_and_wiggly_classes():

@@ -10,6 +10,12 @@
 
 Folds come from :func:`topcal.data.kfold_split` (stratified by predicted class;
 binned counts dealt by a seeded multinomial draw).
+
+This module is topcal's one fit-and-score service: :func:`fit_quietly` is
+how the report, ``compare``, the figures and the experiments fit a method on
+the user's behalf (warnings collected for the caller to show, not printed
+mid-table), :func:`evaluate` the one metric bundle they all show (built on
+:func:`topcal.metrics.bundle`), :func:`fit_and_score` the two together.
 """
 
 from __future__ import annotations
@@ -21,47 +27,71 @@ import numpy as np
 from .calibrators import available_methods, calibrator, get_class
 from .data import TopLabelData, kfold_split
 from .errors import DataError, ParameterError, TopcalError, TopcalWarning
-from .metrics import brier, ece1, ece2, nll
+from .metrics import BUNDLE, bundle
 
-__all__ = ["compare_methods", "evaluate", "kfold_split", "fit_methods", "check_params", "curve_findings",
+__all__ = ["compare_methods", "evaluate", "fit_quietly", "fit_and_score", "score_models", "kfold_split", "fit_methods", "check_params", "curve_findings",
            "few_positives", "comparison_rows", "METRICS", "PROTOCOLS"]
 
 #: Metric names in the order tables show them.
-METRICS = ("nll", "brier", "ece1", "ece2")
+METRICS = BUNDLE
 #: Comparison protocols (see the module docstring).
 PROTOCOLS = ("same", "holdout", "kfold")
 
 
-def evaluate(data: TopLabelData, confidence, *, n_bins: int = 10) -> dict:
-    """NLL, Brier, ECE1, ECE2 of ``confidence`` on ``data`` as ClassMetric dicts.
+def evaluate(data: TopLabelData, confidence, *, n_bins: int = 10, metrics=METRICS) -> dict:
+    """NLL, Brier, ECE1, ECE2 (or ``metrics``) of ``confidence`` on ``data``, JSON-ready.
 
     Returns
     -------
     dict
         ``{metric: {"overall": float, "per_class": {class: float or None}}}``.
     """
-    return {
-        m.name: m.to_dict()
-        for m in (nll(data, confidence), brier(data, confidence), ece1(data, confidence, n_bins=n_bins),
-                  ece2(data, confidence, n_bins=n_bins))
-    }
+    return {m.name: m.to_dict() for m in bundle(data, confidence, n_bins=n_bins, names=metrics)}
 
 
-def _fit_collect(name: str, data: TopLabelData, params: dict | None = None, notes: dict | None = None):
-    """Fit ``name`` (with ``params[name]``), recording its warnings in ``notes[name]`` instead of printing them."""
+def fit_quietly(method, data: TopLabelData, *, params: dict | None = None, notes: dict | None = None,
+                collect=TopcalWarning):
+    """Fit ``method`` on ``data`` without printing its warnings; return the fitted calibrator.
+
+    ``method`` is a registered name (built with ``params``) or an unfitted
+    calibrator (e.g. :func:`topcal.calibrators.paper_calibrator`'s).
+
+    Warnings of category ``collect`` (default: every topcal warning) raised
+    while fitting are collected, deduplicated and in order, into
+    ``notes[method]`` for the caller to show (``compare``'s "warnings", the
+    report's findings); other warnings pass through unchanged. Without
+    ``notes`` the collected messages are dropped: only for side fits (a
+    figure's reference histogram, one of many ensembles) whose data the
+    caller's own fits already report on. Errors propagate.
+    """
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", TopcalWarning)
-        model = calibrator(name, **((params or {}).get(name, {}))).fit(data)
-    if notes is not None:
-        seen = notes.setdefault(name, [])
-        for w in caught:
-            if issubclass(w.category, TopcalWarning):
-                msg = str(w.message)
-                if msg not in seen:
-                    seen.append(msg)
-            else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        warnings.simplefilter("always", collect)
+        model = (calibrator(method, **(params or {})) if isinstance(method, str) else method).fit(data)
+    seen = notes.setdefault(model.name, []) if notes is not None else []
+    for w in caught:
+        if issubclass(w.category, collect):
+            msg = str(w.message)
+            if msg not in seen:
+                seen.append(msg)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return model
+
+
+def fit_and_score(method: str, data: TopLabelData, score_on=None, *, params: dict | None = None,
+                  notes: dict | None = None, n_bins: int = 10, metrics=METRICS, collect=TopcalWarning):
+    """Fit ``method`` on ``data`` (:func:`fit_quietly`) and score it on each set of ``score_on`` (default ``data``).
+
+    Returns ``(model, [metric dict per set])``, the dicts as :func:`evaluate` gives them.
+    """
+    model = fit_quietly(method, data, params=params, notes=notes, collect=collect)
+    sets = [data] if score_on is None else list(score_on)
+    return model, [evaluate(d, model.predict(d), n_bins=n_bins, metrics=metrics) for d in sets]
+
+
+def score_models(models: dict, data: TopLabelData, *, n_bins: int = 10, metrics=METRICS) -> dict:
+    """``{name: metric dict}`` of already fitted ``models`` on ``data`` (:func:`evaluate` of each)."""
+    return {name: evaluate(data, model.predict(data), n_bins=n_bins, metrics=metrics) for name, model in models.items()}
 
 
 def check_params(params: dict | None, names) -> dict:
@@ -169,7 +199,7 @@ def fit_methods(data: TopLabelData, methods=None, *, params=None, progress=None,
         if progress is not None:
             progress(f"fitting {name}")
         try:
-            fitted[name] = _fit_collect(name, data, params, notes)
+            fitted[name] = fit_quietly(name, data, params=params.get(name), notes=notes)
         except TopcalError as exc:
             failed[name] = f"{type(exc).__name__}: {exc}"
     if diagnostics is not None:
@@ -193,7 +223,7 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
             if progress is not None:
                 progress(f"fold {f + 1}/{n_folds}: fitting {name}")
             try:
-                model = _fit_collect(name, train, params, notes)
+                model = fit_quietly(name, train, params=(params or {}).get(name), notes=notes)
                 conf[name].append(model.predict(folds[f]))
             except TopcalError as exc:
                 failed[name] = f"fold {f + 1}: {type(exc).__name__}: {exc}"
@@ -271,15 +301,15 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
             if progress is not None:
                 progress(f"fitting {name}")
             try:
-                model = _fit_collect(name, data, params, notes)
-                conf = model.predict(target)
+                model, (scores,) = fit_and_score(name, data, [target], params=params.get(name), notes=notes,
+                                                 n_bins=n_bins)
             except TopcalError as exc:
                 failed[name] = f"{type(exc).__name__}: {exc}"
                 continue
             for msg in curve_findings(name, model, data):
                 if msg not in notes.setdefault(name, []):
                     notes[name].append(msg)
-            out["methods"][name] = evaluate(target, conf, n_bins=n_bins)
+            out["methods"][name] = scores
     out["warnings"] = {k: v for k, v in notes.items() if v}
     return out
 

@@ -41,6 +41,8 @@ __all__ = [
     "ece1",
     "ece2",
     "summary",
+    "bundle",
+    "BUNDLE",
 ]
 
 # PROB_CLIP (the NLL's clip of confidences) is defined in topcal._numeric, re-exported here.
@@ -238,11 +240,35 @@ def reverse_confusion_matrix(data: TopLabelData) -> np.ndarray:
         return np.where(col > 0, cm / np.where(col > 0, col, 1.0), np.nan)
 
 
+#: The metric bundle every comparison table shows, in table order.
+BUNDLE = ("nll", "brier", "ece1", "ece2")
+
+_BUNDLE_METRICS = {
+    "nll": lambda d, c, n_bins: nll(d, c),
+    "brier": lambda d, c, n_bins: brier(d, c),
+    "ece1": lambda d, c, n_bins: ece1(d, c, n_bins=n_bins),
+    "ece2": lambda d, c, n_bins: ece2(d, c, n_bins=n_bins),
+}
+
+
+def bundle(data: TopLabelData, confidence, *, n_bins: int = 10, names=BUNDLE) -> list[ClassMetric]:
+    """The metrics ``names`` (default NLL, Brier, ECE1, ECE2) of ``confidence`` on ``data``, in that order.
+
+    The one place topcal computes a set of metrics: :func:`summary`,
+    :func:`topcal.evaluate.evaluate` (compare, report) and the ensemble
+    experiment all call it.
+    """
+    unknown = [n for n in names if n not in _BUNDLE_METRICS]
+    if unknown:
+        raise ParameterError(f"unknown metric {unknown[0]!r}; options are {', '.join(_BUNDLE_METRICS)}")
+    c = _check(data, confidence)
+    return [_BUNDLE_METRICS[n](data, c, n_bins) for n in names]
+
+
 def summary(data: TopLabelData, confidence, *, n_bins: int = 10) -> dict:
     """Per-class and overall NLL, Brier, ECE1, ECE2, Conf1 and counts, JSON-ready."""
-    c = _check(data, confidence)
+    metrics = bundle(data, confidence, n_bins=n_bins)
     tp, fp = data.class_counts()
-    metrics = [nll(data, c), brier(data, c), ece1(data, c, n_bins=n_bins), ece2(data, c, n_bins=n_bins)]
     c1 = conf1(data)
     out = {"classes": {}, "overall": {}}
     for i, name in enumerate(data.classes):

@@ -28,14 +28,14 @@ Drawn artists carry a ``gid`` ("curve:<method>", "hist", "uncalibrated",
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from .calibrators import Calibrator, ScoreCalibrator, calibrator
+from .calibrators import Calibrator, ScoreCalibrator
 from .data import TopLabelData
 from .errors import DegenerateClassWarning, TopcalError
+from .evaluate import fit_quietly
 from .metrics import conf1 as _conf1
 from .metrics import confusion_matrix
 
@@ -112,12 +112,6 @@ def _color(name: str, order: list[str]) -> str:
     return _FALLBACK_COLORS[extra.index(name) % len(_FALLBACK_COLORS)] if name in extra else "tab:brown"
 
 
-def _quiet_fit(name: str, data: TopLabelData, **params):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateClassWarning)
-        return calibrator(name, **params).fit(data)
-
-
 # ----------------------------------------------------------------- compute
 @dataclass(frozen=True)
 class HistogramBars:
@@ -156,7 +150,9 @@ def class_histograms(data: TopLabelData, *, n_bins: int = 10, sparse_min: float 
     model : fitted ``hist`` calibrator, optional
         Use its bins and counts instead of fitting one on ``data``.
     """
-    hist = model if model is not None else _quiet_fit("hist", data, n_bins=n_bins, shrinkage=0)
+    if model is None:  # a side fit for the figure: its class warnings are the user's own fit's
+        model = fit_quietly("hist", data, params={"n_bins": n_bins, "shrinkage": 0}, collect=DegenerateClassWarning)
+    hist = model
     out: list[HistogramBars | None] = []
     for st in hist.class_state_:
         if st is None:
@@ -651,10 +647,10 @@ def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = 
         The method used and one panel per class predicted in ``extra``.
     """
     both = TopLabelData.concat([data, extra])
-    old = _quiet_fit(method, data, **(params or {}))
+    old = fit_quietly(method, data, params=params, collect=DegenerateClassWarning)
     if not is_score_curve(old):
         raise TopcalError(f"the added-samples figure needs a score-based method (hist, kde-mon2, ...), not {method!r}")
-    new = _quiet_fit(method, both, **(params or {}))
+    new = fit_quietly(method, both, params=params, collect=DegenerateClassWarning)
     lo, hi = data.score_range
     grid = np.linspace(lo, hi, n_points)
     etp, efp = extra.class_counts()

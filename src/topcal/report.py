@@ -42,7 +42,7 @@ from . import plots
 from .calibrators import available_methods, get_class
 from .data import TopLabelData
 from .errors import DegenerateClassWarning, TopcalError
-from .evaluate import METRICS, compare_methods, curve_findings, evaluate, fit_methods
+from .evaluate import METRICS, compare_methods, curve_findings, fit_methods, score_models
 
 __all__ = [
     "build_report",
@@ -346,7 +346,7 @@ def _comparison_view(comparison: dict, names) -> dict:
 
 def _figures(data, models, comparison, eval_data, holdout, extra, methods_given, log):
     """Yield (key, title, caption, Figure) for every figure that applies."""
-    score_models = {n: m for n, m in models.items() if plots.is_score_curve(m)}
+    curve_models = {n: m for n, m in models.items() if plots.is_score_curve(m)}
     other_models = {n: m for n, m in models.items() if not plots.is_score_curve(m)}
     only = figure_classes(data)
     few = ""
@@ -370,11 +370,11 @@ def _figures(data, models, comparison, eval_data, holdout, extra, methods_given,
 
     if methods_given:
         main = [n for n in models if n not in ("uncalibrated",)]
-        main_score = {n: m for n, m in score_models.items() if n in main}
+        main_score = {n: m for n, m in curve_models.items() if n in main}
     else:
-        main_score = {n: score_models[n] for n in _pick(_MAIN_CURVES, score_models)}
+        main_score = {n: curve_models[n] for n in _pick(_MAIN_CURVES, curve_models)}
         if not main_score:
-            main_score = {n: m for n, m in score_models.items() if n not in ("uncalibrated", "conf1")}
+            main_score = {n: m for n, m in curve_models.items() if n not in ("uncalibrated", "conf1")}
     log("figure: calibration curves")
     grid = plots.calibration_curves(data, main_score, only=only)
     yield ("curves", "Calibration curves per class (paper Figs. 3, 7, 9)",
@@ -382,26 +382,26 @@ def _figures(data, models, comparison, eval_data, holdout, extra, methods_given,
            "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, where every "
            "curve is extrapolated." + few,
            plots.plot_calibration_curves(grid))
-    rules = _pick(_KDE_RULES, score_models)
+    rules = _pick(_KDE_RULES, curve_models)
     if len(rules) >= 2 and set(rules) != set(main_score):
         log("figure: KDE bandwidth rules")
-        grid = plots.calibration_curves(data, {n: score_models[n] for n in rules}, only=only)
+        grid = plots.calibration_curves(data, {n: curve_models[n] for n in rules}, only=only)
         yield ("kde-rules", "KDE bandwidth rules (paper Figs. 13, 14)",
                "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 and the "
                "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too." + few,
                plots.plot_calibration_curves(grid))
-    binary = _pick(("btswa", "bts"), score_models)
+    binary = _pick(("btswa", "bts"), curve_models)
     if binary and not methods_given:
         log("figure: binary temperature scaling")
-        grid = plots.calibration_curves(data, {n: score_models[n] for n in binary}, only=only)
+        grid = plots.calibration_curves(data, {n: curve_models[n] for n in binary}, only=only)
         yield ("binary-ts", "Binary temperature scaling of the top score",
                "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at most: a smooth "
                "S-shape that cannot follow a non-monotone histogram." + few, plots.plot_calibration_curves(grid))
-    dens = _pick(_DENSITY_PREFERENCE, score_models)
+    dens = _pick(_DENSITY_PREFERENCE, curve_models)
     if dens:
         name = dens[0]
         log(f"figure: kernel densities ({name})")
-        panels = plots.kde_densities(data, score_models[name], only=only)
+        panels = plots.kde_densities(data, curve_models[name], only=only)
         if any(p is not None for p in panels):
             extra_cap = (" Black dotted: the k-th score of every sample not predicting k; red: the 'diluted' confidence "
                          "that counts them as negatives (paper Fig. 6)." if data.has_full and data.labels is not None
@@ -435,8 +435,8 @@ def _figures(data, models, comparison, eval_data, holdout, extra, methods_given,
                plots.plot_paired_bars(plots.paired_scores(comparison, holdout, "nll",
                                                           labels=("fitting set", "second set"))))
     if extra is not None:
-        method = next(iter(_pick(("kde-mon2", "kde-mon", "kde", "hist"), score_models)), None)
-        method = method or next(iter(score_models), None) or "hist"
+        method = next(iter(_pick(("kde-mon2", "kde-mon", "kde", "hist"), curve_models)), None)
+        method = method or next(iter(curve_models), None) or "hist"
         log(f"figure: added samples ({method})")
         used, panels = plots.added_samples_effect(data, extra, method, only=only)
         if panels:
@@ -662,7 +662,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     if folds is None:
         log("evaluating on the fitting data")
         comparison = {"protocol": "same", "folds": None, "skipped": skipped,
-                      "methods": {n: evaluate(data, m.predict(data)) for n, m in models.items()}}
+                      "methods": score_models(models, data)}
     else:
         comparison = compare_methods(data, list(models), folds=folds, seed=seed, params=params,
                                      progress=lambda msg: log(f"cross-fitting: {msg}"))
@@ -672,7 +672,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     holdout = None
     if eval_data is not None:
         holdout = {"protocol": "holdout", "folds": None, "skipped": skipped,
-                   "methods": {n: evaluate(eval_data, m.predict(eval_data)) for n, m in models.items()}}
+                   "methods": score_models(models, eval_data)}
     findings = diagnose(data, models, comparison, holdout)
     for n, msg in diag["failed"].items():
         findings.append(Finding("failed", f"{n} failed and is left out: {msg}", None, n))

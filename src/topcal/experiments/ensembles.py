@@ -504,21 +504,20 @@ def class_counts(data) -> np.ndarray:
 
 def _evaluate_one(outputs: NetworkOutputs, members, methods, n_bins, failures, rule):
     from ..calibrators import paper_calibrator
-    from ..metrics import ece1, ece2, nll
+    from ..evaluate import fit_quietly
+    from ..metrics import bundle
 
     sets = outputs.ensemble_data(members, rule)
     k = len(outputs.classes)
     vals = np.full((len(methods), 2, len(METRICS), k + 1), np.nan)
     for j, name in enumerate(methods):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DegenerateClassWarning)
-                model = paper_calibrator(name).fit(sets[0])
-                for s, d in enumerate(sets):
-                    conf = model.predict(d)
-                    for q, m in enumerate((nll(d, conf), ece1(d, conf, n_bins=n_bins), ece2(d, conf, n_bins=n_bins))):
-                        vals[j, s, q, :k] = m.per_class
-                        vals[j, s, q, k] = m.overall
+            # tiny classes of one ensemble among hundreds: their warnings are dropped (the class counts are reported)
+            model = fit_quietly(paper_calibrator(name), sets[0], collect=DegenerateClassWarning)
+            for s, d in enumerate(sets):
+                for q, m in enumerate(bundle(d, model.predict(d), n_bins=n_bins, names=METRICS)):
+                    vals[j, s, q, :k] = m.per_class
+                    vals[j, s, q, k] = m.overall
         except TopcalError as exc:
             n, first = failures.get(name, (0, str(exc)))
             failures[name] = (n + 1, first)

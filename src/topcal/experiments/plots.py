@@ -12,7 +12,6 @@ figure; they never change global matplotlib settings.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -157,6 +156,7 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     from ..calibrators import get_class, paper_calibrator
     from ..calibrators.base import ScoreCalibrator
     from ..errors import DegenerateClassWarning, TopcalError
+    from ..evaluate import fit_quietly
 
     Figure, _ = _mpl()
     paths = {}
@@ -180,9 +180,7 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     for name in ("kde-mon", "kde-mon2", "hist"):
         if name in results.methods and issubclass(get_class(name), ScoreCalibrator):
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DegenerateClassWarning)
-                    models[name] = paper_calibrator(name).fit(sets[0])
+                models[name] = fit_quietly(paper_calibrator(name), sets[0], collect=DegenerateClassWarning)
             except TopcalError:
                 continue
     if models:

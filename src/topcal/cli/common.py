@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from .._tables import format_table, format_value
 from ..errors import TopcalError
 
 __all__ = ["Parser", "UsageError", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
@@ -178,25 +179,6 @@ def read(path, args):
     from ..io import read_data
 
     return read_data(path, **read_options(args))
-
-
-def format_value(v, width=9, digits=4) -> str:
-    if v is None or (isinstance(v, float) and np.isnan(v)):
-        return "-".rjust(width)
-    if isinstance(v, (int, np.integer)) or (isinstance(v, float) and float(v).is_integer() and abs(v) >= 1):
-        return f"{v:>{width}.0f}"
-    return f"{v:>{width}.{digits}f}"
-
-
-def format_table(header: list[str], rows: list[list], first_width: int | None = None) -> str:
-    """A plain fixed-width text table."""
-    w0 = first_width or max(len(str(r[0])) for r in rows + [header])
-    widths = [max(9, len(h)) for h in header[1:]]
-    lines = [str(header[0]).ljust(w0) + "".join(" " + h.rjust(w) for h, w in zip(header[1:], widths))]
-    lines.append("-" * len(lines[0]))
-    for r in rows:
-        lines.append(str(r[0]).ljust(w0) + "".join(" " + format_value(v, w) for v, w in zip(r[1:], widths)))
-    return "\n".join(lines)
 
 
 def overall_table(result: dict) -> str:

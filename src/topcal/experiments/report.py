@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._tables import markdown_table, text_table
+
 __all__ = ["median_table", "overall_table", "counts_table", "gap_table", "format_report", "markdown_report"]
 
 
@@ -34,15 +36,9 @@ def median_table(summary: dict, metric: str, *, markdown: bool = False, methods=
                            for c in cols])
     header = [f"{metric.upper()} set1/set2"] + cols
     if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines)
-    w0 = max(len(h) for h in [header[0]] + methods)
+        return markdown_table(header, rows, numeric=False)
     w = max(len(x) for r in rows for x in r[1:])
-    lines = [header[0].ljust(w0) + "".join(" " + c.rjust(w) for c in cols)]
-    lines.append("-" * len(lines[0]))
-    lines += [r[0].ljust(w0) + "".join(" " + x.rjust(w) for x in r[1:]) for r in rows]
-    return "\n".join(lines)
+    return text_table(header, rows, max(len(h) for h in [header[0]] + methods), [w] * len(cols))
 
 
 def overall_table(summary: dict, *, methods=None, digits: int = 4) -> str:
@@ -50,24 +46,20 @@ def overall_table(summary: dict, *, methods=None, digits: int = 4) -> str:
     m0 = summary["metrics"]["nll"]
     methods = list(m0) if methods is None else [m for m in methods if m in m0]
     header = ["method"] + [f"{m.upper()} set {s}" for m in ("nll", "ece1", "ece2") for s in (1, 2)]
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    for meth in methods:
-        cells = [_cell(summary["metrics"][m][meth][f"test{s}"]["overall"]["median"], digits)
-                 for m in ("nll", "ece1", "ece2") for s in (1, 2)]
-        lines.append(f"| {meth} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[meth] + [_cell(summary["metrics"][m][meth][f"test{s}"]["overall"]["median"], digits)
+                      for m in ("nll", "ece1", "ece2") for s in (1, 2)] for meth in methods]
+    return markdown_table(header, rows)
 
 
 def counts_table(summary: dict, test_set: str = "test1") -> str:
     """Markdown table: median TP, FP and low-score (score < 0.99) TP and FP per predicted class."""
     cc = summary["class_counts"][test_set]
     classes = list(cc)
-    lines = ["| | " + " | ".join(classes) + " |", "|---|" + "---:|" * len(classes)]
-    for key, label in (("tp", "TP"), ("fp", "FP"), ("tp_below_0.99", "TP with score < 0.99"),
-                       ("fp_below_0.99", "FP with score < 0.99")):
-        if key in cc[classes[0]]:
-            lines.append(f"| {label} | " + " | ".join(f"{cc[c][key]:g}" for c in classes) + " |")
-    return "\n".join(lines)
+    rows = [[label] + [f"{cc[c][key]:g}" for c in classes]
+            for key, label in (("tp", "TP"), ("fp", "FP"), ("tp_below_0.99", "TP with score < 0.99"),
+                               ("fp_below_0.99", "FP with score < 0.99"))
+            if key in cc[classes[0]]]
+    return markdown_table([""] + classes, rows)
 
 
 def _checks(summary: dict) -> list[str]:
@@ -97,14 +89,14 @@ def gap_table(summary: dict, *, baseline: str = "uncalibrated", digits: int = 4)
     header = ["method"] + [f"{m.upper()} gap" for m in metrics]
     if has_base:
         header += [f"{m.upper()} excess over {baseline}" for m in metrics]
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    rows = []
     for meth in methods:
         cells = [_cell(gaps[m][meth], digits) for m in metrics]
         if has_base:
             cells += [_cell(None if gaps[m][meth] is None else gaps[m][meth] - gaps[m][baseline], digits)
                       for m in metrics]
-        lines.append(f"| {meth} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([meth] + cells)
+    return markdown_table(header, rows)
 
 
 def _ranking(summary: dict, metric: str = "nll", test_set: str = "test2") -> str:

@@ -1,3 +1,3 @@
-"""The version of topcal (one place; pyproject.toml holds the same string)."""
+"""The version of topcal: the one place it is written (pyproject.toml reads it from here)."""
 
 __version__ = "0.1.0"

@@ -143,6 +143,12 @@ def test_layer_table_lists_every_module_and_nothing_else():
     assert not stale, f"the layer table names modules that do not exist: {stale}"
 
 
+def test_every_topcal_import_names_an_existing_module():
+    missing = [f"{mod}:{line} imports {target}" for mod, found in EDGES.items() for line, target, _ in found
+               if target not in MODULES]
+    assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
+
+
 def test_no_upward_imports():
     upward = [
         f"{mod}:{line} imports {target} (layer {layer_of(target)} > {layer_of(mod)})"

@@ -1,0 +1,608 @@
+"""The figures' data: pure functions of data and fitted models returning small frozen dataclasses.
+
+No matplotlib here; :mod:`topcal.plots.draw` turns each dataclass into a Figure. Long because it holds
+eight figures' data, each a dataclass and its compute function (see the table in :mod:`topcal.plots`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..calibrators import Calibrator, ScoreCalibrator
+from ..data import TopLabelData
+from ..errors import DegenerateClassWarning, TopcalError
+from ..evaluate import fit_quietly
+from ..metrics import conf1 as _conf1
+from ..metrics import confusion_matrix
+
+__all__ = [
+    "is_score_curve",
+    "HistogramBars",
+    "JointDistribution",
+    "CurvePanel",
+    "CurveGrid",
+    "DensityPanel",
+    "CloudPanel",
+    "MethodScores",
+    "HistogramOverlay",
+    "PairedScores",
+    "AddedSamplesPanel",
+    "class_histograms",
+    "joint_distribution",
+    "calibration_curves",
+    "kde_densities",
+    "ts_clouds",
+    "method_scores",
+    "histogram_overlay",
+    "paired_scores",
+    "added_samples_effect",
+    "model_curve",
+    "SPARSE_MIN",
+    "MAX_CLOUD_POINTS",
+]
+
+#: A histogram bin with fewer positives than this is drawn hatched and dashed
+#: ("sparse"): its height is a ratio of a handful of counts.
+SPARSE_MIN = 10
+
+#: Largest number of points drawn per class in a cloud (a seeded subsample
+#: beyond it keeps PNGs small; the report says when it subsampled).
+MAX_CLOUD_POINTS = 2500
+
+
+# ----------------------------------------------------------------- compute
+@dataclass(frozen=True)
+class HistogramBars:
+    """One class's 10-bin (by default) histogram confidence, Conf_Hist (paper eq. 6).
+
+    Attributes
+    ----------
+    edges : ndarray, shape (m + 1,)
+    values : ndarray, shape (m,)
+        TP / (TP + FP) per bin; NaN for empty bins (not drawn).
+    tp, fp : ndarray, shape (m,)
+        Weighted counts per bin.
+    sparse : ndarray of bool, shape (m,)
+        Non-empty bins with fewer than ``sparse_min`` positives, and the
+        lowest non-empty bin (the paper draws it dashed in every figure).
+    """
+
+    edges: np.ndarray
+    values: np.ndarray
+    tp: np.ndarray
+    fp: np.ndarray
+    sparse: np.ndarray
+
+
+def class_histograms(data: TopLabelData, *, n_bins: int = 10, sparse_min: float = SPARSE_MIN,
+                     model=None) -> list[HistogramBars | None]:
+    """Per class, the histogram bars of Conf_Hist (None for classes never predicted).
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+    n_bins : int, default 10
+        Equal-width bins over the score range (the paper's 10).
+    sparse_min : float, default 10
+        Bins with fewer positives are marked sparse.
+    model : fitted ``hist`` calibrator, optional
+        Use its bins and counts instead of fitting one on ``data``.
+    """
+    if model is None:  # a side fit for the figure: its class warnings are the user's own fit's
+        model = fit_quietly("hist", data, params={"n_bins": n_bins, "shrinkage": 0}, collect=DegenerateClassWarning)
+    hist = model
+    out: list[HistogramBars | None] = []
+    for st in hist.class_state_:
+        if st is None:
+            out.append(None)
+            continue
+        tp, fp = np.asarray(st["tp"], float), np.asarray(st["fp"], float)
+        n = tp + fp
+        values = np.where(n > 0, np.asarray(st["values"], float), np.nan)
+        sparse = (n > 0) & (n < sparse_min)
+        nz = np.flatnonzero(n > 0)
+        if nz.size:
+            sparse[nz[0]] = True
+        out.append(HistogramBars(np.asarray(st["edges"], float), values, tp, fp, sparse))
+    return out
+
+
+@dataclass(frozen=True)
+class JointDistribution:
+    """Joint distribution of true and predicted class (paper Figure 1).
+
+    Attributes
+    ----------
+    classes : tuple of str
+    counts : ndarray (K, K) or None
+        counts[i, j]: samples of true class i predicted as j. None for binned
+        data (which does not record the true class of false positives).
+    confusion : ndarray (K, K) or None
+        counts normalised by row: P(predicted j | true i).
+    reverse : ndarray (K, K) or None
+        counts normalised by column: P(true i | predicted j); diagonal = Conf1.
+    conf1 : ndarray (K,)
+        |TP_k| / |P_k| (NaN for classes never predicted).
+    n_tp, n_fp : ndarray (K,)
+    """
+
+    classes: tuple[str, ...]
+    counts: np.ndarray | None
+    confusion: np.ndarray | None
+    reverse: np.ndarray | None
+    conf1: np.ndarray
+    n_tp: np.ndarray
+    n_fp: np.ndarray
+
+
+def joint_distribution(data: TopLabelData) -> JointDistribution:
+    """Counts, confusion and reverse confusion matrices, and Conf1 per class."""
+    tp, fp = data.class_counts()
+    c1 = _conf1(data)
+    if data.labels is None:
+        return JointDistribution(data.classes, None, None, None, c1, tp, fp)
+    cm = confusion_matrix(data)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        row = cm.sum(axis=1, keepdims=True)
+        col = cm.sum(axis=0, keepdims=True)
+        conf = np.where(row > 0, cm / np.where(row > 0, row, 1), np.nan)
+        rev = np.where(col > 0, cm / np.where(col > 0, col, 1), np.nan)
+    return JointDistribution(data.classes, cm, conf, rev, c1, tp, fp)
+
+
+@dataclass(frozen=True)
+class CurvePanel:
+    """What one class's calibration panel shows.
+
+    Attributes
+    ----------
+    class_name : str
+    hist : HistogramBars or None
+    curves : dict
+        method -> (score, confidence) arrays of score-based methods.
+    clouds : dict
+        method -> (score, confidence) of the class's positives for methods
+        whose confidence is not a function of the score (temperature scaling).
+    support : (float, float) or None
+        Lowest and highest observed score of the class's positives.
+    n_tp, n_fp : float
+    """
+
+    class_name: str
+    hist: HistogramBars | None
+    curves: dict
+    clouds: dict
+    support: tuple[float, float] | None
+    n_tp: float
+    n_fp: float
+
+
+@dataclass(frozen=True)
+class CurveGrid:
+    """Calibration curves of several methods for every class (paper Figs. 3, 5, 7, 9, 14)."""
+
+    score_range: tuple[float, float]
+    methods: tuple[str, ...]
+    panels: tuple[CurvePanel, ...]
+    subsampled: bool = False
+
+
+def _subsample(idx: np.ndarray, max_points: int, seed: int = 0) -> np.ndarray:
+    if idx.size <= max_points:
+        return idx
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(idx, max_points, replace=False))
+
+
+def is_score_curve(model) -> bool:
+    """Whether the model's confidence is a function of (class, score) alone."""
+    return isinstance(model, ScoreCalibrator) or not getattr(model, "needs_full", False)
+
+
+def model_curve(model, k: int, score: np.ndarray) -> np.ndarray:
+    """Conf_k(score) of a fitted model whose confidence depends on the score only.
+
+    Uses ``curve`` when the model has one, else predicts on unlabelled rows
+    (class k, the given scores), which covers the binary temperature scalings.
+    """
+    if isinstance(model, ScoreCalibrator):
+        return model.curve(k, score).confidence
+    grid = TopLabelData(tuple(model.classes_), np.full(score.shape, k, dtype=np.int64),
+                        np.asarray(score, dtype=np.float64), tuple(model.score_range_))
+    return model.predict(grid)
+
+
+def _class_items(data: TopLabelData, only) -> list[tuple[int, str]]:
+    """(index, name) of every class, or of the class indices ``only`` (figures of many classes show a few)."""
+    if only is None:
+        return list(enumerate(data.classes))
+    return [(int(k), data.classes[int(k)]) for k in only]
+
+
+def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_points: int = 401,
+                       sparse_min: float = SPARSE_MIN, max_cloud_points: int = MAX_CLOUD_POINTS,
+                       only=None) -> CurveGrid:
+    """Per class: Conf_Hist bars plus each fitted model's curve (or cloud).
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+        The data the bars are computed from (usually the fitting data).
+    models : dict of str -> fitted Calibrator
+        Score-based models (with ``curve``) give curves; the others (the
+        temperature-scaling family) give clouds: score vs ``predict`` for
+        each positive of the class. ``uncalibrated`` is skipped (the plot
+        always draws the dashed diagonal).
+    n_bins : int, default 10
+    n_points : int, default 401
+        Grid size of each curve.
+    sparse_min : float, default 10
+    max_cloud_points : int, default 2500
+        Clouds larger than this are subsampled (seeded).
+    """
+    hists = class_histograms(data, n_bins=n_bins, sparse_min=sparse_min)
+    tp, fp = data.class_counts()
+    lo, hi = data.score_range
+    grid = np.linspace(lo, hi, n_points)
+    preds = {}
+    for name, m in models.items():
+        if name != "uncalibrated" and not is_score_curve(m):
+            preds[name] = m.predict(data)
+    panels = []
+    subsampled = False
+    for k, cname in _class_items(data, only):
+        curves = {}
+        for name, m in models.items():
+            if name == "uncalibrated" or not is_score_curve(m):
+                continue
+            curves[name] = (grid, model_curve(m, k, grid))
+        clouds = {}
+        idx = np.flatnonzero(data.pred == k)
+        if idx.size > max_cloud_points:
+            subsampled = subsampled or bool(preds)
+        idx = _subsample(idx, max_cloud_points)
+        for name, p in preds.items():
+            clouds[name] = (data.score[idx], p[idx])
+        panels.append(CurvePanel(cname, hists[k], curves, clouds, data.class_support(k), float(tp[k]), float(fp[k])))
+    return CurveGrid(data.score_range, tuple(m for m in models if m != "uncalibrated"), tuple(panels), subsampled)
+
+
+@dataclass(frozen=True)
+class DensityPanel:
+    """The kernel densities behind one class's Conf_KDE (paper Figs. 5, 6).
+
+    Attributes
+    ----------
+    class_name : str
+    score : ndarray (m,)
+    tp_density, fp_density : ndarray (m,)
+        Weighted kernel sums over the class's true and false positives.
+    confidence : ndarray (m,)
+        Conf_KDE on ``score`` (the model's curve).
+    bandwidth : float
+    neg_density : ndarray (m,) or None
+        Gaussian kernel sum over the k-th score of every sample *not*
+        predicting k (full score vectors only).
+    diluted : ndarray (m,) or None
+        Confidence when those negatives join the false positives in the
+        denominator (paper Fig. 6, red): the diluted signal.
+    hist : HistogramBars or None
+    support : (float, float) or None
+    """
+
+    class_name: str
+    score: np.ndarray
+    tp_density: np.ndarray
+    fp_density: np.ndarray
+    confidence: np.ndarray
+    bandwidth: float
+    neg_density: np.ndarray | None
+    diluted: np.ndarray | None
+    hist: HistogramBars | None
+    support: tuple[float, float] | None
+
+
+def _gauss_sum(x: np.ndarray, s: np.ndarray, w: np.ndarray, b: float) -> np.ndarray:
+    """sum_i w_i phi_b(x - s_i), phi_b the normal density with sd b (chunked)."""
+    out = np.zeros_like(x)
+    keep = w > 0
+    s, w = s[keep], w[keep]
+    for start in range(0, s.size, 4096):
+        d = (x[:, None] - s[None, start:start + 4096]) / b
+        out += (np.exp(-0.5 * d * d) * w[None, start:start + 4096]).sum(axis=1)
+    return out / (b * math.sqrt(2 * math.pi))
+
+
+#: Above this many samples the k-th scores behind the diluted curve are
+#: histogrammed onto COMPRESS_BINS bins (weights at the bin centres) before
+#: the kernel sums: the shift of at most half a bin, (hi - lo) / 8192, is
+#: far below any bandwidth a rule picks, and the cost stops growing with n.
+COMPRESS_ABOVE = 20_000
+COMPRESS_BINS = 4096
+
+
+def _compress(s: np.ndarray, weights, lo: float, hi: float):
+    if s.size <= COMPRESS_ABOVE:
+        return s, weights
+    edges = np.linspace(lo, hi, COMPRESS_BINS + 1)
+    centres = 0.5 * (edges[:-1] + edges[1:])
+    return centres, tuple(np.histogram(s, bins=edges, weights=w)[0] for w in weights)
+
+
+def _class_probs(data: TopLabelData) -> np.ndarray:
+    return np.exp(data.log_probs())
+
+
+def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int = 10,
+                  only=None) -> list[DensityPanel | None]:
+    """Per class, the TP and FP densities of a fitted kernel-density model.
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+        The data ``model`` was fitted on.
+    model : fitted kde-family calibrator
+        Needs ``bandwidth_``, ``densities(k, score)`` and ``curve(k, score)``.
+    n_points : int, default 401
+    n_bins : int, default 10
+        Bins of the histogram drawn for reference.
+
+    Returns
+    -------
+    list of DensityPanel or None
+        None for classes never predicted, and for degenerate classes (only
+        TP or only FP: no bandwidth was chosen). When ``data`` has full score
+        vectors, each panel also has the negatives' density and the diluted
+        confidence, computed with ``topcal.calibrators.kde.kde_confidence``
+        from the k-th score of *every* sample, with only the true positives
+        as its positives (paper Fig. 6).
+    """
+    if not (hasattr(model, "densities") and hasattr(model, "bandwidth_")):
+        raise TopcalError(
+            f"kde_densities needs a fitted kernel-density model (kde, kde-mon2, ...), got {getattr(model, 'name', model)!r}"
+        )
+    lo, hi = data.score_range
+    grid = np.linspace(lo, hi, n_points)
+    hists = class_histograms(data, n_bins=n_bins)
+    probs = None
+    kde_confidence = None
+    if data.has_full and data.labels is not None:
+        from ..calibrators.kde import kde_confidence  # noqa: F811
+
+        probs = _class_probs(data)
+    out: list[DensityPanel | None] = []
+    for k, cname in _class_items(data, only):
+        sup = data.class_support(k)
+        if sup is None:
+            out.append(None)
+            continue
+        b = float(np.asarray(model.bandwidth_)[k])
+        if not (np.isfinite(b) and b > 0):  # degenerate class (only TP or only FP): no densities to show
+            out.append(None)
+            continue
+        tpd, fpd = (np.asarray(a, float) for a in model.densities(k, grid))
+        conf = model.curve(k, grid).confidence
+        neg = dil = None
+        if probs is not None:
+            yk = probs[:, k]
+            is_tp = ((data.pred == k) & (data.labels == k)).astype(float)
+            negw = (data.pred != k).astype(float)
+            centres, (is_tp, negw, rest) = _compress(yk, (is_tp, negw, 1.0 - is_tp), lo, hi)
+            neg = _gauss_sum(grid, centres, negw, b)
+            dil = np.asarray(kde_confidence(grid, centres, is_tp, rest, b), float)
+        out.append(DensityPanel(cname, grid, tpd, fpd, np.asarray(conf, float), b, neg, dil, hists[k], sup))
+    return out
+
+
+@dataclass(frozen=True)
+class CloudPanel:
+    """One class's temperature-scaling cloud (paper Figs. 10-12).
+
+    Attributes
+    ----------
+    class_name : str
+    score : ndarray
+        Top scores of the class's positives (subsampled beyond 2,500).
+    confidence : ndarray
+        The method's recalibrated yhat_k(X) for the same samples.
+    correct : ndarray of bool
+        Whether each sample was a true positive.
+    hist : HistogramBars or None
+    score_range : (float, float)
+    """
+
+    class_name: str
+    score: np.ndarray
+    confidence: np.ndarray
+    correct: np.ndarray
+    hist: HistogramBars | None
+    score_range: tuple[float, float] = (0.0, 1.0)
+
+
+def ts_clouds(data: TopLabelData, model: Calibrator, *, n_bins: int = 10,
+              max_points: int = MAX_CLOUD_POINTS, only=None) -> list[CloudPanel | None]:
+    """Score vs recalibrated confidence per class for one fitted model (any method).
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+    model : fitted Calibrator
+        Typically sts, csts, tswa or cstswa; for score-based methods the
+        cloud collapses onto the curve.
+    n_bins : int, default 10
+    max_points : int, default 2500
+    """
+    conf = model.predict(data)
+    hists = class_histograms(data, n_bins=n_bins)
+    out: list[CloudPanel | None] = []
+    for k, cname in _class_items(data, only):
+        idx = np.flatnonzero((data.pred == k) & (data.tp + data.fp > 0))
+        if idx.size == 0:
+            out.append(None)
+            continue
+        idx = _subsample(idx, max_points, seed=k)
+        out.append(CloudPanel(cname, data.score[idx], conf[idx], data.tp[idx] > 0, hists[k], data.score_range))
+    return out
+
+
+@dataclass(frozen=True)
+class MethodScores:
+    """A metric per class and overall for several methods (paper Fig. 17).
+
+    Attributes
+    ----------
+    metric : str
+    classes : tuple of str
+    methods : tuple of str
+    per_class : ndarray (K, M)
+        NaN where a class has no positives.
+    overall : ndarray (M,)
+    """
+
+    metric: str
+    classes: tuple[str, ...]
+    methods: tuple[str, ...]
+    per_class: np.ndarray
+    overall: np.ndarray
+
+
+def method_scores(comparison: dict, metric: str = "nll") -> MethodScores:
+    """Pick one metric out of :func:`topcal.evaluate.compare_methods` output."""
+    methods = tuple(comparison["methods"])
+    if not methods:
+        raise TopcalError("the comparison holds no methods; give at least one method that can run on this data")
+    classes = tuple(comparison["methods"][methods[0]][metric]["per_class"])
+    per = np.array([[np.nan if comparison["methods"][m][metric]["per_class"][c] is None
+                     else comparison["methods"][m][metric]["per_class"][c] for m in methods] for c in classes],
+                   dtype=float)
+    overall = np.array([comparison["methods"][m][metric]["overall"] for m in methods], dtype=float)
+    return MethodScores(metric, classes, methods, per, overall)
+
+
+@dataclass(frozen=True)
+class HistogramOverlay:
+    """Two test sets' histogram confidences per class (paper Fig. 4)."""
+
+    classes: tuple[str, ...]
+    score_range: tuple[float, float]
+    first: tuple
+    second: tuple
+    labels: tuple[str, str]
+
+
+def histogram_overlay(data1: TopLabelData, data2: TopLabelData, *, n_bins: int = 10,
+                      labels: tuple[str, str] = ("test set 1", "test set 2"), only=None) -> HistogramOverlay:
+    """Conf_Hist of each class (or of the class indices ``only``) on two test sets with the same classes and scale."""
+    if data1.classes != data2.classes or data1.score_range != data2.score_range:
+        raise TopcalError("the two test sets must have the same classes and score range to be compared")
+    items = _class_items(data1, only)
+    h1, h2 = class_histograms(data1, n_bins=n_bins), class_histograms(data2, n_bins=n_bins)
+    return HistogramOverlay(tuple(c for _, c in items), data1.score_range, tuple(h1[k] for k, _ in items),
+                            tuple(h2[k] for k, _ in items), tuple(labels))
+
+
+@dataclass(frozen=True)
+class PairedScores:
+    """A metric per method on two test sets, methods fitted on the first (paper Figs. 18-19).
+
+    Attributes
+    ----------
+    metric : str
+    methods : tuple of str
+    first, second : ndarray (M,)
+        Overall metric evaluated on the fitting set and on the second set.
+    first_per_class, second_per_class : ndarray (K, M)
+    labels : (str, str)
+    """
+
+    metric: str
+    methods: tuple[str, ...]
+    first: np.ndarray
+    second: np.ndarray
+    first_per_class: np.ndarray
+    second_per_class: np.ndarray
+    labels: tuple[str, str]
+
+
+def paired_scores(same: dict, holdout: dict, metric: str = "nll",
+                  labels: tuple[str, str] = ("fit set", "second set")) -> PairedScores:
+    """Combine a "same" and a "holdout" comparison (same fitting data) into paired bars."""
+    a, b = method_scores(same, metric), method_scores(holdout, metric)
+    methods = tuple(m for m in a.methods if m in b.methods)
+    ia = [a.methods.index(m) for m in methods]
+    ib = [b.methods.index(m) for m in methods]
+    return PairedScores(metric, methods, a.overall[ia], b.overall[ib], a.per_class[:, ia], b.per_class[:, ib],
+                        tuple(labels))
+
+
+@dataclass(frozen=True)
+class AddedSamplesPanel:
+    """One class's curve before and after adding new labelled samples (paper Fig. 15).
+
+    Attributes
+    ----------
+    class_name : str
+    score : ndarray (m,)
+    old, new : ndarray (m,)
+        The method's curve fitted on the original data and on data + extra.
+    old_support, new_support : (float, float) or None
+    added_tp, added_fp : float
+        Positives of this class in the extra data.
+    old_counts, new_counts : (float, float)
+        (|TP_k|, |FP_k|) before and after.
+    """
+
+    class_name: str
+    score: np.ndarray
+    old: np.ndarray
+    new: np.ndarray
+    old_support: tuple[float, float] | None
+    new_support: tuple[float, float] | None
+    added_tp: float
+    added_fp: float
+    old_counts: tuple[float, float]
+    new_counts: tuple[float, float]
+
+
+def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = "hist", *,
+                         params: dict | None = None, n_points: int = 401,
+                         only=None) -> tuple[str, list[AddedSamplesPanel]]:
+    """Refit ``method`` on ``data`` + ``extra`` and compare curves for the classes ``extra`` touches.
+
+    Parameters
+    ----------
+    data, extra : TopLabelData (labelled, same classes, scale and form)
+    method : str, default "hist"
+        A method whose confidence is a function of the score, e.g. "kde-mon2".
+    params : dict, optional
+        Its parameters (e.g. ``{"bandwidth": 0.3}`` for "kde", so that both
+        fits share one bandwidth, as in the paper's Fig. 15).
+    n_points : int, default 401
+
+    Returns
+    -------
+    (str, list of AddedSamplesPanel)
+        The method used and one panel per class predicted in ``extra``.
+    """
+    both = TopLabelData.concat([data, extra])
+    old = fit_quietly(method, data, params=params, collect=DegenerateClassWarning)
+    if not is_score_curve(old):
+        raise TopcalError(f"the added-samples figure needs a score-based method (hist, kde-mon2, ...), not {method!r}")
+    new = fit_quietly(method, both, params=params, collect=DegenerateClassWarning)
+    lo, hi = data.score_range
+    grid = np.linspace(lo, hi, n_points)
+    etp, efp = extra.class_counts()
+    otp, ofp = data.class_counts()
+    panels = []
+    for k, cname in _class_items(data, only):
+        if etp[k] + efp[k] <= 0:
+            continue
+        panels.append(AddedSamplesPanel(
+            cname, grid, model_curve(old, k, grid), model_curve(new, k, grid),
+            data.class_support(k), both.class_support(k), float(etp[k]), float(efp[k]),
+            (float(otp[k]), float(ofp[k])), (float(otp[k] + etp[k]), float(ofp[k] + efp[k])),
+        ))
+    return method, panels

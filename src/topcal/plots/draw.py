@@ -1,0 +1,521 @@
+"""Drawing the figures' data (:mod:`topcal.plots.compute`) as matplotlib Figures.
+
+matplotlib is imported inside the functions, so importing this module stays light. Long because it
+draws eight figures plus their shared panel-grid helpers (see the table in :mod:`topcal.plots`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import TopcalError
+from .compute import (CurveGrid, HistogramBars, HistogramOverlay, JointDistribution, MethodScores, PairedScores, SPARSE_MIN)
+
+__all__ = [
+    "plot_joint_distribution",
+    "plot_calibration_curves",
+    "plot_kde_densities",
+    "plot_ts_clouds",
+    "plot_method_bars",
+    "plot_histogram_overlay",
+    "plot_paired_bars",
+    "plot_added_samples",
+    "METHOD_COLORS",
+]
+
+#: Colour of each method's curve (paper colours where the paper fixes one:
+#: Conf_KDE blue, b_mon2 magenta, b_opt maroon, Conf_Cum* green, Conf_Hist black).
+METHOD_COLORS = {
+    "hist": "black",
+    "kde": "slateblue",
+    "kde-mon": "tab:cyan",
+    "kde-mon2": "tab:blue",
+    "kde-mon4": "magenta",
+    "kde-opt": "maroon",
+    "cum": "tab:red",
+    "cum-median": "tab:olive",
+    "cum-opt": "tab:green",
+    "conf1": "0.45",
+    "sts": "tab:red",
+    "csts": "tab:orange",
+    "tswa": "tab:green",
+    "cstswa": "tab:purple",
+    "bts": "tab:pink",
+    "btswa": "darkgoldenrod",
+}
+_FALLBACK_COLORS = ["tab:brown", "tab:pink", "darkgoldenrod", "teal", "navy", "crimson"]
+
+def _color(name: str, order: list[str]) -> str:
+    if name in METHOD_COLORS:
+        return METHOD_COLORS[name]
+    extra = [m for m in order if m not in METHOD_COLORS]
+    return _FALLBACK_COLORS[extra.index(name) % len(_FALLBACK_COLORS)] if name in extra else "tab:brown"
+
+
+# -------------------------------------------------------------------- draw
+def _new_figure(figsize):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize, layout="constrained")
+
+
+def _grid_axes(fig, n: int, ncols: int, *, sharex=True, sharey=True):
+    nrows = max(1, math.ceil(n / ncols))
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=sharex, sharey=sharey, squeeze=False)).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return list(axes[:n]), axes.reshape(nrows, ncols)
+
+
+def _label_outer(axes2d, n: int, xlabel: str, ylabel: str):
+    nrows, ncols = axes2d.shape
+    for i, ax in enumerate(axes2d.ravel()[:n]):
+        r, c = divmod(i, ncols)
+        below_empty = (r + 1) * ncols + c >= n
+        if below_empty:
+            ax.set_xlabel(xlabel)
+            ax.tick_params(labelbottom=True)
+        if c == 0:
+            ax.set_ylabel(ylabel)
+
+
+def _default_ncols(n: int) -> int:
+    return 1 if n == 1 else 2 if n <= 4 else 3 if n <= 9 else 4
+
+
+def _gid_bars(bars, gid: str) -> None:
+    for patch in bars.patches:
+        patch.set_gid(gid)
+
+
+def _draw_hist(ax, h: HistogramBars, *, color="0.85", edge="black", label="_nolegend_", gid="hist"):
+    ok = ~np.isnan(h.values)
+    left = h.edges[:-1][ok]
+    width = np.diff(h.edges)[ok]
+    heights = h.values[ok]
+    sparse = h.sparse[ok]
+    bars = ax.bar(left, heights, width=width, align="edge", color=color, edgecolor=edge, linewidth=0.7,
+                  label=label, zorder=1)
+    _gid_bars(bars, gid)
+    for patch, sp in zip(bars.patches, sparse):
+        patch.set_gid(gid)
+        if sp:
+            patch.set_linestyle((0, (3, 2)))
+            patch.set_hatch("///")
+            patch.set_facecolor("white")
+            patch.set_edgecolor("0.35")
+    return bars
+
+
+def _shade_outside(ax, support, score_range):
+    lo, hi = score_range
+    if support is None:
+        ax.axvspan(lo, hi, color="0.6", alpha=0.18, lw=0, zorder=0)
+        return
+    if support[0] > lo:
+        ax.axvspan(lo, support[0], color="0.6", alpha=0.18, lw=0, zorder=0, gid="extrapolated")
+    if support[1] < hi:
+        ax.axvspan(support[1], hi, color="0.6", alpha=0.18, lw=0, zorder=0, gid="extrapolated")
+
+
+def _diagonal(ax, score_range, label="uncalibrated score"):
+    lo, hi = score_range
+    (ln,) = ax.plot([lo, hi], [0, 1], ls="--", color="0.3", lw=1, label=label, zorder=2)
+    ln.set_gid("uncalibrated")
+
+
+def _fig_legend(fig, axes, ncol=None):
+    handles, labels = {}, []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in handles and not lab.startswith("_"):
+                handles[lab] = h
+                labels.append(lab)
+    if labels:
+        fit = max(1, int(fig.get_figwidth() / 2.3))  # entries per row that fit the figure's width
+        fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
+                   ncol=ncol or min(len(labels), fit), fontsize=8, frameon=False, markerscale=3)
+
+
+def plot_joint_distribution(jd: JointDistribution, *, fig=None):
+    """Paper Figure 1: counts, confusion matrix and reverse confusion matrix (Conf1 on its diagonal).
+
+    For binned data (no true class of false positives) a bar chart of Conf1
+    and the TP/FP counts per class is drawn instead.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    k = len(jd.classes)
+    if jd.counts is None:
+        fig = fig or _new_figure((max(6.0, 0.55 * k + 2), 4.2))
+        ax1, ax2 = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1, 1]))
+        x = np.arange(k)
+        b1 = ax1.bar(x, jd.n_tp, color="tab:green", label="TP")
+        b2 = ax1.bar(x, jd.n_fp, bottom=jd.n_tp, color="tab:orange", label="FP")
+        _gid_bars(b1, "counts:tp")
+        _gid_bars(b2, "counts:fp")
+        tot = np.maximum(jd.n_tp + jd.n_fp, 1)
+        if tot.max() > 50 * tot.min():
+            ax1.set_yscale("log")  # stacked bars on log: FP segments of big classes stay visible
+        ax1.set_title("positives per predicted class", fontsize=10)
+        ax1.legend(fontsize=8)
+        b3 = ax2.bar(x, np.nan_to_num(jd.conf1), color="tab:blue")
+        _gid_bars(b3, "conf1")
+        for xi, v in zip(x, jd.conf1):
+            if not np.isnan(v):
+                ax2.text(xi, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
+        ax2.set_ylim(0, 1.1)
+        ax2.set_title("Conf1 = |TP| / |P| per predicted class", fontsize=10)
+        for ax in (ax1, ax2):
+            ax.set_xticks(x, jd.classes, rotation=60, ha="right", fontsize=8)
+            ax.set_xlabel("predicted class")
+        return fig
+    size = max(3.6, 0.4 * k + 1.6)
+    fig = fig or _new_figure((size * 3, size + 0.5))
+    ax1, ax2, ax3 = fig.subplots(1, 3)
+    panels = [
+        (ax1, jd.counts, "joint counts (true x predicted)", "counts", "{:.0f}"),
+        (ax2, jd.confusion, "confusion matrix P(pred | true)\n(rows sum to 1)", "confusion", "{:.2f}"),
+        (ax3, jd.reverse, "reverse confusion P(true | pred)\n(columns sum to 1; diagonal = Conf1)", "reverse",
+         "{:.2f}"),
+    ]
+    from matplotlib.colors import LogNorm
+
+    for ax, mat, title, gid, fmt in panels:
+        if gid == "counts":
+            shown = np.where(mat > 0, mat, np.nan)
+            norm = LogNorm(vmin=1, vmax=max(2.0, float(np.nanmax(mat))))
+        else:
+            shown = mat
+            norm = None
+        im = ax.imshow(shown, cmap="Blues", norm=norm, vmin=None if norm else 0, vmax=None if norm else 1,
+                       aspect="equal")
+        im.set_gid(gid)
+        ax.set_title(title if gid != "counts" else title + "\n ", fontsize=9)
+        fs = 7 if k <= 12 else 5 if k <= 20 else 0
+        if fs:
+            for i in range(k):
+                for j in range(k):
+                    v = mat[i, j]
+                    if np.isnan(v) or (gid == "counts" and v == 0):
+                        continue
+                    strong = float(im.norm(v)) > 0.6
+                    ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fs,
+                            color="white" if strong else "black", fontweight="bold" if i == j else "normal")
+        ticks = np.arange(k)
+        ax.set_xticks(ticks, jd.classes, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(ticks, jd.classes, fontsize=7)
+        ax.set_xlabel("predicted class", fontsize=8)
+        ax.set_ylabel("true class", fontsize=8)
+    return fig
+
+
+def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = None, title: str | None = None,
+                            panel_size: float = 2.6):
+    """Small multiples, one panel per class: histogram bars, method curves, dashed diagonal.
+
+    Sparse bins (fewer than 10 positives, and the lowest non-empty bin) are
+    hatched with a dashed outline; scores outside the class's observed ones
+    are shaded grey (the curve there is extrapolation). Clouds of
+    non-score methods are drawn as dots. Axes are shared.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    n = len(grid.panels)
+    ncols = ncols or _default_ncols(n)
+    nrows = math.ceil(n / ncols)
+    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 0.9))
+    axes, axes2d = _grid_axes(fig, n, ncols)
+    methods = list(grid.methods)
+    for ax, p in zip(axes, grid.panels):
+        _shade_outside(ax, p.support, grid.score_range)
+        if p.hist is not None:
+            _draw_hist(ax, p.hist)
+        _diagonal(ax, grid.score_range)
+        for name, (s, c) in p.clouds.items():
+            sc = ax.scatter(s, c, s=3, alpha=0.35, color=_color(name, methods), lw=0, label=f"{name} (cloud)",
+                            zorder=3, rasterized=True)
+            sc.set_gid(f"cloud:{name}")
+        for name, (s, c) in p.curves.items():
+            if name == "hist" and p.hist is not None and len(p.hist.values) == 10:
+                continue  # the bars are this curve
+            (ln,) = ax.plot(s, c, color=_color(name, methods), lw=1.6, label=name, zorder=4)
+            ln.set_gid(f"curve:{name}")
+        ax.set_title(f"{p.class_name}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
+        if p.support is None:
+            ax.text(0.5, 0.55, "never predicted:\nraw score used", transform=ax.transAxes, ha="center",
+                    fontsize=8, color="0.3")
+        ax.set_xlim(*grid.score_range)
+        ax.set_ylim(0, 1.02)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.25, lw=0.5)
+    _label_outer(axes2d, n, "score", "confidence")
+    from matplotlib.patches import Patch
+
+    extra = [Patch(fc="0.85", ec="black", label="Conf$_{Hist}$ (10 bins)"),
+             Patch(fc="white", ec="0.35", hatch="///", ls="--", label=f"sparse bin (<{SPARSE_MIN:g} or lowest)"),
+             Patch(fc="0.6", alpha=0.3, label="outside observed scores")]
+    _fig_legend(fig, axes + [_LegendProxy(extra)])
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
+
+
+class _LegendProxy:
+    """Feeds extra legend entries to :func:`_fig_legend`."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def get_legend_handles_labels(self):
+        return self.handles, [h.get_label() for h in self.handles]
+
+
+def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: float = 2.4):
+    """Per class two panels: TP (green) and FP (orange) kernel densities, and Conf_KDE.
+
+    Left of each pair: the weighted kernel sums over the true and false
+    positives (and, with full score vectors, over every other sample's k-th
+    score, black dotted: usually far off the scale, which is the point of
+    the paper's Fig. 6). Right: Conf_KDE (blue) over the histogram, and the
+    diluted confidence (red) when available.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    shown = [p for p in panels if p is not None]
+    if not shown:
+        raise TopcalError("no class has positives; nothing to plot")
+    n = len(shown)
+    ncols = min(ncols, n)
+    nrows = math.ceil(n / ncols)
+    fig = fig or _new_figure((2 * panel_size * ncols + 0.3, panel_size * 0.95 * nrows + 0.9))
+    axes = np.atleast_2d(fig.subplots(nrows, 2 * ncols, squeeze=False))
+    lo = min(p.score[0] for p in shown)
+    hi = max(p.score[-1] for p in shown)
+    for i in range(nrows * ncols):
+        r, c = divmod(i, ncols)
+        ad, ac = axes[r, 2 * c], axes[r, 2 * c + 1]
+        if i >= n:
+            ad.set_visible(False)
+            ac.set_visible(False)
+            continue
+        p = shown[i]
+        (l1,) = ad.plot(p.score, p.tp_density, color="tab:green", lw=1.4, label="TP density")
+        (l2,) = ad.plot(p.score, p.fp_density, color="tab:orange", lw=1.4, label="FP density")
+        l1.set_gid("density:tp")
+        l2.set_gid("density:fp")
+        top = max(float(np.max(p.tp_density)), float(np.max(p.fp_density)), 1e-300) * 1.15
+        if p.neg_density is not None:
+            (l3,) = ad.plot(p.score, p.neg_density, color="black", ls=":", lw=1.2,
+                            label="k-th score of other samples")
+            l3.set_gid("density:neg")
+            peak = float(np.max(p.neg_density))
+            if peak > top:
+                ad.text(0.97, 0.97, f"others peak {peak:.3g}\n(off scale)", transform=ad.transAxes, ha="right",
+                        va="top", fontsize=6)
+        ad.set_ylim(0, top)
+        ad.set_xlim(lo, hi)
+        ad.set_title(f"{p.class_name}  b={p.bandwidth:.3g}", fontsize=8)
+        _shade_outside(ac, p.support, (lo, hi))
+        if p.hist is not None:
+            _draw_hist(ac, p.hist)
+        (l4,) = ac.plot(p.score, p.confidence, color="tab:blue", lw=1.5, label="Conf$_{KDE}$")
+        l4.set_gid("confidence")
+        if p.diluted is not None:
+            (l5,) = ac.plot(p.score, p.diluted, color="tab:red", lw=1.3, label="diluted (all samples' k-th score)")
+            l5.set_gid("diluted")
+        ac.set_ylim(0, 1.02)
+        ac.set_xlim(lo, hi)
+        ac.set_title("confidence", fontsize=8)
+        for ax in (ad, ac):
+            ax.tick_params(labelsize=6)
+            ax.grid(alpha=0.25, lw=0.5)
+        if r == nrows - 1 or i + ncols >= n:
+            ad.set_xlabel("score", fontsize=7)
+            ac.set_xlabel("score", fontsize=7)
+    _fig_legend(fig, [ax for ax in axes.ravel() if ax.get_visible()])
+    return fig
+
+
+def plot_ts_clouds(panels: list, *, method: str = "", fig=None, ncols: int | None = None,
+                   panel_size: float = 2.5):
+    """Paper Figs. 10-12: per class, score vs recalibrated yhat_k (TP green, FP orange).
+
+    The class's Conf_Hist bars and the dashed diagonal are drawn for
+    reference: a good fit puts the cloud through the bar tops.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    shown = [p for p in panels if p is not None]
+    if not shown:
+        raise TopcalError("no class has positives; nothing to plot")
+    n = len(shown)
+    ncols = ncols or _default_ncols(n)
+    nrows = math.ceil(n / ncols)
+    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 1.0))
+    axes, axes2d = _grid_axes(fig, n, ncols)
+    lo, hi = shown[0].score_range
+    for ax, p in zip(axes, shown):
+        if p.hist is not None:
+            _draw_hist(ax, p.hist, color="0.92", edge="0.5")
+        _diagonal(ax, (lo, hi))
+        for mask, color, lab in ((p.correct, "tab:green", "TP"), (~p.correct, "tab:orange", "FP")):
+            sc = ax.scatter(p.score[mask], p.confidence[mask], s=3, color=color, alpha=0.45, lw=0,
+                            label=f"{method} yhat$_k$ ({lab})", rasterized=True, zorder=3)
+            sc.set_gid(f"cloud:{lab.lower()}")
+        ax.set_title(p.class_name, fontsize=9)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(0, 1.02)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.25, lw=0.5)
+    _label_outer(axes2d, n, "score y$_k$", "recalibrated ŷ$_k$")
+    _fig_legend(fig, axes)
+    if method:
+        fig.suptitle(f"{method}: score vs recalibrated confidence", fontsize=11)
+    return fig
+
+
+def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = True):
+    """Paper Fig. 17: grouped bars of a metric per class, one bar per method.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    k, m = scores.per_class.shape
+    if ax is None:
+        fig = _new_figure((max(7.0, min(12.5, 0.065 * (k + 1) * m + 3)), 4.2))
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    groups = list(scores.classes) + (["overall"] if include_overall else [])
+    vals = np.vstack([scores.per_class, scores.overall[None, :]]) if include_overall else scores.per_class
+    x = np.arange(len(groups))
+    width = 0.85 / m
+    methods = list(scores.methods)
+    for j, name in enumerate(methods):
+        color = "0.8" if name == "uncalibrated" else _color(name, methods)
+        bars = ax.bar(x - 0.425 + (j + 0.5) * width, np.nan_to_num(vals[:, j]), width=width, color=color,
+                      label=name, edgecolor="white", linewidth=0.3)
+        _gid_bars(bars, f"bars:{name}")
+    ax.set_xticks(x, groups, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel(f"{scores.metric.upper()} per sample")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=min(m, 8), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    if include_overall:
+        ax.axvline(len(groups) - 1.5, color="0.6", lw=0.8, ls=":")
+    return fig
+
+
+def plot_histogram_overlay(overlay: HistogramOverlay, *, fig=None, ncols: int | None = None,
+                           panel_size: float = 2.5):
+    """Paper Fig. 4: per class, two test sets' Conf_Hist (solid black vs dashed red).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    n = len(overlay.classes)
+    ncols = ncols or _default_ncols(n)
+    nrows = math.ceil(n / ncols)
+    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 0.9))
+    axes, axes2d = _grid_axes(fig, n, ncols)
+    styles = (dict(color="black", ls="-"), dict(color="tab:red", ls="--"))
+    for ax, cname, h1, h2 in zip(axes, overlay.classes, overlay.first, overlay.second):
+        _diagonal(ax, overlay.score_range)
+        for h, st, lab, gid in ((h1, styles[0], overlay.labels[0], "hist:1"), (h2, styles[1], overlay.labels[1],
+                                                                               "hist:2")):
+            if h is None:
+                continue
+            y = np.concatenate([h.values, h.values[-1:]])
+            (ln,) = ax.step(h.edges, y, where="post", lw=1.5, label=lab, **st)
+            ln.set_gid(gid)
+        ax.set_title(cname, fontsize=9)
+        ax.set_xlim(*overlay.score_range)
+        ax.set_ylim(0, 1.02)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.25, lw=0.5)
+    _label_outer(axes2d, n, "score", "Conf$_{Hist}$")
+    _fig_legend(fig, axes)
+    return fig
+
+
+def plot_paired_bars(scores: PairedScores, *, ax=None):
+    """Paper Figs. 18-19: per method, the metric on the fitting set (left) and the second set (right).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    m = len(scores.methods)
+    if ax is None:
+        fig = _new_figure((max(5.5, min(12.5, 0.6 * m + 2)), 3.8))
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    x = np.arange(m)
+    b1 = ax.bar(x - 0.2, scores.first, width=0.38, color="tab:blue", label=scores.labels[0])
+    b2 = ax.bar(x + 0.2, scores.second, width=0.38, color="tab:orange", label=scores.labels[1])
+    _gid_bars(b1, "paired:1")
+    _gid_bars(b2, "paired:2")
+    ax.set_xticks(x, scores.methods, rotation=45, ha="right", fontsize=8)
+    vals = np.concatenate([scores.first, scores.second])
+    vals = vals[np.isfinite(vals)]
+    if vals.size and vals.min() > 0:
+        # differences between the sets are small next to the values: crop the axis (and say so)
+        span = vals.max() - vals.min()
+        ax.set_ylim(max(0.0, vals.min() - 0.6 * span - 1e-9), vals.max() + 0.25 * span + 1e-9)
+        ax.set_ylabel(f"{scores.metric.upper()} per sample (axis cropped)")
+    else:
+        ax.set_ylabel(f"{scores.metric.upper()} per sample")
+    ax.set_title(f"fitted on the {scores.labels[0]}, evaluated on both", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def plot_added_samples(method: str, panels: list, *, fig=None, ncols: int | None = None, panel_size: float = 2.8):
+    """Paper Fig. 15: a class's curve before (black) and after (red) adding new samples.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if not panels:
+        raise TopcalError("the extra data predicts none of the classes; nothing to compare")
+    n = len(panels)
+    ncols = ncols or _default_ncols(n)
+    nrows = math.ceil(n / ncols)
+    if n == 1:
+        panel_size = max(panel_size, 4.2)  # room for the legend under a single panel
+    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 0.9))
+    axes, axes2d = _grid_axes(fig, n, ncols)
+    lo, hi = float(panels[0].score[0]), float(panels[0].score[-1])
+    for ax, p in zip(axes, panels):
+        _shade_outside(ax, p.new_support, (lo, hi))
+        _diagonal(ax, (lo, hi))
+        (l1,) = ax.plot(p.score, p.old, color="black", lw=1.5,
+                        label=f"{method}, original data")
+        (l2,) = ax.plot(p.score, p.new, color="tab:red", lw=1.5, label=f"{method}, with added samples")
+        l1.set_gid("old")
+        l2.set_gid("new")
+        ax.set_title(f"{p.class_name}: +{p.added_tp:.0f} TP, +{p.added_fp:.0f} FP", fontsize=9)
+        ax.text(0.03, 0.97, f"TP/FP {p.old_counts[0]:.0f}/{p.old_counts[1]:.0f} → "
+                f"{p.new_counts[0]:.0f}/{p.new_counts[1]:.0f}", transform=ax.transAxes, va="top", fontsize=7)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(0, 1.02)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.25, lw=0.5)
+    _label_outer(axes2d, n, "score", "confidence")
+    _fig_legend(fig, axes)
+    return fig

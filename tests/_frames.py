@@ -1,4 +1,4 @@
-"""Data frames and CLI runner shared by the large-data tests (test_scale, test_dask)."""
+"""Data frames shared by the large-data tests (test_scale, test_dask) and the CLI runner shared by every CLI test."""
 
 from __future__ import annotations
 

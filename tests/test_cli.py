@@ -11,13 +11,8 @@ import pandas as pd
 import pytest
 
 import topcal
-from topcal.cli import main
 
-
-def run(args, capsys):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from _frames import run
 
 
 @pytest.fixture

@@ -27,11 +27,6 @@ RULES = ["kde-mon", "kde-mon2", "kde-mon4", "kde-opt"]
 
 
 @pytest.fixture(scope="module")
-def phanns():
-    return load_phanns()
-
-
-@pytest.fixture(scope="module")
 def phanns_fits(phanns):
     return {m: calibrator(m).fit(phanns) for m in ["kde"] + RULES}
 

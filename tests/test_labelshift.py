@@ -8,7 +8,6 @@ import pytest
 
 import topcal
 from topcal import metrics
-from topcal.cli import main
 from topcal.confusion import ConfusionStats
 from topcal.data import TopLabelData
 from topcal.errors import DataError, ModelFileError, ParameterError, TopcalError
@@ -24,6 +23,8 @@ from topcal.labelshift import (
     fit_bcts,
     source_posteriors,
 )
+
+from _frames import run
 
 K = 4
 NAMES = ["ant", "bee", "cow", "dog"]
@@ -321,12 +322,6 @@ def test_prior_estimate_reuse_across_models(hist, source):
 
 
 # ---------------------------------------------------------------------- CLI
-def run(args, capsys):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture
 def files(tmp_path):
     src, _ = shifted(3000, SOURCE, 30)

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from topcal import TopLabelData, calibrator, plots
-from topcal.datasets import load_phanns
 from topcal.evaluate import compare_methods
 from topcal.metrics import conf1, confusion_matrix
 
@@ -36,11 +35,6 @@ def panels(fig):
 
 def by_gid(items, gid):
     return [a for a in items if a.get_gid() == gid]
-
-
-@pytest.fixture(scope="module")
-def phanns():
-    return load_phanns()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,48 @@
+"""The visual check as one HTML page: figures, metric tables, fitted parameters, warnings.
+
+"We would not recommend using any calibration without a visual check"
+(Salamon et al., section 12). :func:`build_report` fits the chosen methods on
+the user's data and writes ``DIR/index.html``: one self-contained file (every
+image is embedded as a PNG data URI, no script, no network), with the PNGs
+also saved under ``DIR/figures/`` for reuse.
+
+The page holds, in order: the data summary and warnings; the metric table
+(overall and per class NLL, Brier, ECE1, ECE2 per method); the joint
+distribution (paper Fig. 1); the calibration curves per class over the
+10-bin histogram (Figs. 3, 5, 7, 9), the KDE bandwidth rules side by side
+(Fig. 14); the TP/FP kernel densities with the diluted curve (Figs. 5, 6);
+the temperature-scaling clouds (Figs. 10-12); per-class NLL bars (Fig. 17);
+with a second test set, both sets' histograms (Fig. 4) and the paired bars
+(Figs. 18-19); with extra samples, the old vs new curves (Fig. 15); and the
+fitted parameters of every method.
+
+The warnings (:func:`diagnose`) are what a careful analyst checks first:
+classes with few positives or without TP or FP, curves with many wiggles,
+large extrapolated score ranges, and classes whose raw score is already
+close to calibrated.
+
+The package: :mod:`~topcal.report.checks` (the warnings), :mod:`~topcal.report.figures`
+(which figures, for which classes), :mod:`~topcal.report.page` (the page's pieces) and
+:mod:`~topcal.report.build` (:func:`build_report`, which ties them together).
+"""
+
+from .build import ReportResult, build_report, default_methods
+from .checks import (CLOSE_ECE1, MAX_EXTRAPOLATED, MAX_SIGN_CHANGES, MIN_POSITIVES, WIGGLE_AMPLITUDE, Finding,
+                     align_classes, count_wiggles, diagnose)
+from .figures import figure_png
+
+__all__ = [
+    "build_report",
+    "diagnose",
+    "ReportResult",
+    "Finding",
+    "default_methods",
+    "align_classes",
+    "figure_png",
+    "MIN_POSITIVES",
+    "MAX_SIGN_CHANGES",
+    "MAX_EXTRAPOLATED",
+    "CLOSE_ECE1",
+    "count_wiggles",
+    "WIGGLE_AMPLITUDE",
+]

@@ -1,0 +1,235 @@
+"""Building the report: fit, score, check, draw and write ``DIR/index.html`` (:func:`build_report`)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import itertools
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .._fileio import check_report_dir, report_dir
+from .._version import __version__
+from ..calibrators import available_methods, get_class
+from ..data import TopLabelData
+from ..errors import DegenerateClassWarning, TopcalError
+from ..evaluate import METRICS, compare_methods, curve_findings, fit_methods, score_models
+from .checks import Finding, align_classes, diagnose
+from .figures import figure_png, label_shift_figures, report_figures
+from .page import CSS, data_summary, metric_table, params_html, protocol_html
+
+__all__ = [
+    "build_report",
+    "ReportResult",
+    "default_methods",
+]
+
+
+@dataclass
+class ReportResult:
+    """What :func:`build_report` wrote and found.
+
+    Attributes
+    ----------
+    path : Path
+        The ``index.html`` written.
+    comparison : dict
+        Metrics fitted and evaluated on the data (``compare_methods`` form).
+    holdout : dict or None
+        Metrics of the same fits on the second test set.
+    findings : list of Finding
+    figures : list of (str, Path)
+        Title and PNG path of each figure.
+    skipped : list of str
+        Methods not run (they need full score vectors).
+    """
+
+    path: Path
+    comparison: dict
+    holdout: dict | None
+    findings: list
+    figures: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+
+
+def default_methods(data: TopLabelData) -> list[str]:
+    """Every registered method that can run on ``data``."""
+    return [m for m in available_methods() if data.has_full or not get_class(m).needs_full]
+
+
+def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None = None, methods=None,
+                 extra: TopLabelData | None = None, title: str = "topcal calibration report",
+                 data_label: str = "data", dpi: int = 90, progress=None, folds: int | None = 5,
+                 seed: int = 0, params: dict | None = None,
+                 force: bool = False, adapted=None) -> ReportResult:
+    """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+        The data to calibrate on (the paper's "test set").
+    out_dir : str or Path
+        Folder to write: new, empty, or made by an earlier topcal report (it
+        holds the marker file ``.topcal-report``), which is then replaced as a
+        whole. The report is built beside it and swapped in at the end, so an
+        interrupted run leaves the old folder unchanged.
+    eval_data : TopLabelData, optional
+        A second labelled test set: methods fitted on ``data`` are also
+        evaluated on it, and Figs. 4, 18-19 are added.
+    methods : sequence of str, optional
+        Methods to fit (default: every registered method that can run on
+        ``data``; those needing full score vectors are skipped when absent).
+    extra : TopLabelData, optional
+        Extra labelled samples to append (paper Fig. 15): curves fitted with
+        and without them are compared.
+    title : str
+    data_label : str
+        Name of the data shown on the page (e.g. the file name).
+    dpi : int, default 90
+        Resolution of the PNGs.
+    progress : callable(str), optional
+        Called with a short message at each step (the CLI prints them).
+    folds : int or None, default 5
+        Rank methods by K-fold cross-fitting within ``data`` (out of sample:
+        every sample is scored by a model fitted without it). None: fit and
+        evaluate on the same data (the paper's practice), labelled as such.
+    seed : int, default 0
+        Seed of the fold split.
+    params : dict, optional
+        ``{method: {parameter: value}}``.
+    force : bool, default False
+        Also write into a folder holding other files: ``index.html`` and
+        ``figures/`` are replaced, files topcal did not write are kept.
+    adapted : AdaptedCalibrator, optional
+        A model adapted to a use set's priors (``topcal adapt``): adds the
+        label-shift panel (source vs use priors, curves before and after).
+
+    Returns
+    -------
+    ReportResult
+    """
+    t0 = time.perf_counter()
+
+    def log(msg):
+        if progress is not None:
+            progress(msg)
+
+    data.require_labels("a calibration report")
+    if adapted is not None and tuple(getattr(adapted, "classes_", ())) != tuple(data.classes):
+        raise TopcalError(f"the adapted model's classes {list(getattr(adapted, 'classes_', ()))} differ from the "
+                          f"data's {list(data.classes)}; adapt a model fitted on this data")
+    check_report_dir(out_dir, force)  # refuse early, before minutes of fitting
+    if eval_data is not None:
+        eval_data = align_classes(eval_data, data, "the second test set (--eval)")
+    if extra is not None:
+        extra = align_classes(extra, data, "the extra samples (--add)")
+    if extra is not None and (extra.is_binned != data.is_binned or extra.has_full != data.has_full
+                              or extra.full_kind != data.full_kind):
+        raise TopcalError("the extra samples (--add) must be in the same form as the data (binned or per-sample, "
+                          "with or without full score vectors)")
+    methods_given = methods is not None
+    names = default_methods(data) if methods is None else list(methods)
+    if "uncalibrated" not in names:
+        names = ["uncalibrated"] + names  # the baseline every table and warning compares against
+    diag: dict = {}
+    models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
+    if eval_data is not None:
+        need = [n for n, m in models.items() if getattr(m, "needs_full", False) and not eval_data.has_full]
+        for n in need:
+            models.pop(n)
+            skipped.append(n)
+    if folds is None:
+        log("evaluating on the fitting data")
+        comparison = {"protocol": "same", "folds": None, "skipped": skipped,
+                      "methods": score_models(models, data)}
+    else:
+        comparison = compare_methods(data, list(models), folds=folds, seed=seed, params=params,
+                                     progress=lambda msg: log(f"cross-fitting: {msg}"))
+        for n, msg in comparison["failed"].items():
+            diag["failed"][n] = msg
+        comparison["skipped"] = skipped
+    holdout = None
+    if eval_data is not None:
+        holdout = {"protocol": "holdout", "folds": None, "skipped": skipped,
+                   "methods": score_models(models, eval_data)}
+    findings = diagnose(data, models, comparison, holdout)
+    for n, msg in diag["failed"].items():
+        findings.append(Finding("failed", f"{n} failed and is left out: {msg}", None, n))
+    for n, m in models.items():
+        for msg in curve_findings(n, m, data):
+            findings.append(Finding("certainty", msg, None, n))
+    seen = set()
+    for n, msgs in list(diag["warnings"].items()) + list(comparison.get("warnings", {}).items()):
+        for msg in msgs:
+            if msg not in seen and "reaches confidence 0 or 1" not in msg and "smallest candidate" not in msg:
+                seen.add(msg)
+                findings.append(Finding("fit-warning", msg, None, None if n == "data" else n))
+    if skipped:
+        findings.append(Finding("skipped", "not run (they need full score vectors, which this data lacks): "
+                                + ", ".join(skipped) + "."))
+
+    with report_dir(out_dir, force) as stage:
+        (stage / "figures").mkdir()
+        fig_html, fig_list, toc, body = _write_pages(
+            stage, Path(out_dir), data, models, comparison, eval_data, holdout, extra, methods_given, findings,
+            skipped, title, data_label, dpi, t0, log, adapted)
+    path = Path(out_dir) / "index.html"
+    return ReportResult(path, comparison, holdout, findings, fig_list, skipped)
+
+
+def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra, methods_given, findings, skipped,
+                 title, data_label, dpi, t0, log, adapted):
+    """Write figures/ and index.html into ``stage``; figure paths are given as they will be under ``out``."""
+    fig_html, fig_list, toc = [], [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        for i, (key, ftitle, caption, fig) in enumerate(
+                itertools.chain(report_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log),
+                                label_shift_figures(adapted)), 1):
+            png = figure_png(fig, dpi=dpi)
+            name = f"figures/{i:02d}-{key}.png"
+            (stage / name).write_bytes(png)
+            fig_list.append((ftitle, out / name))
+            toc.append(f"<li><a href='#fig-{key}'>{html.escape(ftitle)}</a></li>")
+            uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            fig_html.append(
+                f"<figure id='fig-{key}'><h3>{i}. {html.escape(ftitle)}</h3>"
+                f"<img src='{uri}' alt='{html.escape(ftitle)}'>"
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+    log("writing HTML")
+    warn_html = ("<ul class='warn'>" + "".join(f"<li>{html.escape(f.text)}</li>" for f in findings) + "</ul>"
+                 if findings else "<p>No warnings.</p>")
+    per_class = "".join(
+        f"<details{' open' if m == 'nll' else ''}><summary>{m.upper()} per class</summary>"
+        f"{metric_table(comparison, data.classes, m)}</details>" for m in METRICS)
+    hold_html = ""
+    if holdout is not None:
+        hold_html = (f"<h3>Evaluated on the second test set</h3>{data_summary(eval_data, 'second test set')}"
+                     f"{metric_table(holdout, data.classes)}"
+                     + "".join(f"<details><summary>{m.upper()} per class (second set)</summary>"
+                               f"{metric_table(holdout, data.classes, m)}</details>" for m in METRICS))
+    params = "".join(params_html(n, m) for n, m in models.items() if n != "uncalibrated")
+    extra_html = data_summary(extra, "extra samples (--add)") if extra is not None else ""
+    body = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{html.escape(title)}</title><style>{CSS}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="muted">topcal {__version__} · {time.strftime('%Y-%m-%d %H:%M')} · methods: {html.escape(', '.join(models))}</p>
+{data_summary(data, data_label)}{extra_html}
+<p>Calibration should be sanity-checked visually: look at every panel before trusting a method
+(Salamon et al., section 12).</p>
+<h2>Warnings</h2>{warn_html}
+<h2>Metrics</h2>
+<p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins; {protocol_html(comparison)}
+Best per column in bold green.</p>
+{metric_table(comparison, data.classes)}{per_class}{hold_html}
+<h2>Figures</h2><ol class="muted">{''.join(toc)}</ol>{''.join(fig_html)}
+<h2>Fitted parameters</h2>{params}
+<p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
+</body></html>
+"""
+    (stage / "index.html").write_text(body, encoding="utf-8")
+    return fig_html, fig_list, toc, body

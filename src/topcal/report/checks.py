@@ -1,0 +1,223 @@
+"""The report's warnings: what a careful analyst checks first (:func:`diagnose`), and aligning a second data set's classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import plots
+from ..data import TopLabelData
+from ..errors import TopcalError
+
+__all__ = [
+    "Finding",
+    "diagnose",
+    "count_wiggles",
+    "align_classes",
+    "MIN_POSITIVES",
+    "MAX_SIGN_CHANGES",
+    "MAX_EXTRAPOLATED",
+    "CLOSE_ECE1",
+    "CLOSE_NLL_RATIO",
+    "WIGGLE_AMPLITUDE",
+]
+
+
+#: A class with fewer positives than this gets a warning: its curve rests on
+#: a handful of samples (the paper's MNIST runs had ~100 per class).
+MIN_POSITIVES = 30
+#: More slope sign changes than this inside the observed scores is "wiggly"
+#: (kde-mon4 allows 4; more is usually noise, paper Fig. 13).
+MAX_SIGN_CHANGES = 4
+#: Warn when more than this share of the attainable score range lies outside
+#: the class's observed scores (the curve there is extrapolated).
+MAX_EXTRAPOLATED = 0.3
+#: A class whose uncalibrated ECE1 is below this, with NLL within 10 % of the
+#: best method, is "already close to calibrated" (paper Fig. 7).
+CLOSE_ECE1 = 0.06
+CLOSE_NLL_RATIO = 1.10
+#: Step-function methods: their jumps are not wiggles.
+_STEP_METHODS = {"hist", "cum", "cum-median", "cum-opt", "conf1", "uncalibrated"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One warning of the report.
+
+    Attributes
+    ----------
+    kind : str
+        "never-predicted", "few-positives", "no-tp", "no-fp", "wiggles", "extrapolated",
+        "already-calibrated", "overfit" or "skipped".
+    text : str
+        One line for the reader.
+    class_name : str or None
+    method : str or None
+    """
+
+    kind: str
+    text: str
+    class_name: str | None = None
+    method: str | None = None
+
+
+#: A change of direction counts as a wiggle only once the curve has moved
+#: back by this much (confidence units): invisible ripples are not wiggles.
+WIGGLE_AMPLITUDE = 0.01
+
+
+def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
+    """Changes of direction of ``y`` that reverse by at least ``amplitude`` (a zigzag count).
+
+    A curve that rises, dips by 0.05 and rises again has 2; a monotone curve
+    with ripples smaller than ``amplitude`` has 0.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.size < 2:
+        return 0
+    count, direction, hi, lo, ext = 0, 0, y[0], y[0], y[0]
+    for v in y[1:]:
+        if direction == 0:
+            hi, lo = max(hi, v), min(lo, v)
+            if v - lo >= amplitude:
+                direction, ext = 1, v
+            elif hi - v >= amplitude:
+                direction, ext = -1, v
+        elif direction == 1:
+            if v > ext:
+                ext = v
+            elif ext - v >= amplitude:
+                direction, ext, count = -1, v, count + 1
+        else:
+            if v < ext:
+                ext = v
+            elif v - ext >= amplitude:
+                direction, ext, count = 1, v, count + 1
+    return count
+
+
+def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict | None = None, *,
+             min_positives: float = MIN_POSITIVES, max_sign_changes: int = MAX_SIGN_CHANGES,
+             max_extrapolated: float = MAX_EXTRAPOLATED, close_ece1: float = CLOSE_ECE1) -> list[Finding]:
+    """The warnings of the report.
+
+    Parameters
+    ----------
+    data : TopLabelData
+        The fitting data.
+    models : dict of str -> fitted Calibrator
+    comparison : dict
+        Metrics of ``models`` on ``data`` (:func:`topcal.evaluate.compare_methods` form).
+    holdout : dict, optional
+        Metrics of the same fits on a second test set.
+    min_positives, max_sign_changes, max_extrapolated, close_ece1
+        Thresholds (defaults: module constants).
+
+    Returns
+    -------
+    list of Finding
+        In the order: per-class data problems, wiggles, extrapolation,
+        already-calibrated classes, overfitting seen on the second set.
+
+    Notes
+    -----
+    The *attainable* score range of a class starts at lo + (hi - lo) / K:
+    a top score (a maximum over K probabilities, or PhANNs' sum of ten) is
+    never below that, so the empty region beneath it is not counted as
+    extrapolation.
+    """
+    out: list[Finding] = []
+    tp, fp = data.class_counts()
+    lo, hi = data.score_range
+    for k, c in enumerate(data.classes):
+        n = tp[k] + fp[k]
+        if n == 0:
+            out.append(Finding("never-predicted", f"{c}: never predicted; every method falls back to the raw score.", c))
+            continue
+        if n < min_positives:
+            out.append(Finding("few-positives", f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its own "
+                               "curve rests on a handful of samples (the shrunk defaults lean on the pooled curve "
+                               "instead), treat it as a rough guess.", c))
+        if tp[k] == 0:
+            out.append(Finding("no-tp", f"{c}: no true positives; the paper's unshrunk estimators give every prediction "
+                               "of this class confidence 0, the shrunk defaults borrow from the other classes.", c))
+        elif fp[k] == 0:
+            out.append(Finding("no-fp", f"{c}: no false positives (the test set cannot show its error rate); the "
+                               "paper's unshrunk estimators give every prediction of this class confidence 1, the "
+                               "shrunk defaults borrow from the other classes.", c))
+    for name, m in models.items():
+        if name in _STEP_METHODS or not plots.is_score_curve(m):
+            continue
+        for k, c in enumerate(data.classes):
+            sup = data.class_support(k)
+            if sup is None or sup[1] <= sup[0]:
+                continue
+            y = plots.model_curve(m, k, np.linspace(sup[0], sup[1], 513))
+            n_ch = count_wiggles(y)
+            if n_ch > max_sign_changes:
+                out.append(Finding("wiggles", f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
+                                   f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
+                                   "(compare kde-mon2).", c, name))
+    att_lo = lo + (hi - lo) / max(data.n_classes, 1)
+    span = hi - att_lo
+    for k, c in enumerate(data.classes):
+        sup = data.class_support(k)
+        if sup is None or span <= 0:
+            continue
+        outside = max(0.0, sup[0] - att_lo) + max(0.0, hi - sup[1])
+        share = outside / span
+        if share > max_extrapolated:
+            out.append(Finding("extrapolated", f"{c}: scores observed only in [{sup[0]:.3g}, {sup[1]:.3g}]; "
+                               f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is extrapolated "
+                               "(shaded in the figures).", c))
+    res = comparison["methods"]
+    if "uncalibrated" in res:
+        uncal_nll = res["uncalibrated"]["nll"]["per_class"]
+        uncal_ece = res["uncalibrated"]["ece1"]["per_class"]
+        others = [m for m in res if m != "uncalibrated"]
+        for c in data.classes:
+            e, u = uncal_ece[c], uncal_nll[c]
+            if e is None or u is None or not others:
+                continue
+            best = min(others, key=lambda m: np.inf if res[m]["nll"]["per_class"][c] is None
+                       else res[m]["nll"]["per_class"][c])
+            b = res[best]["nll"]["per_class"][c]
+            if b is not None and e <= close_ece1 and u <= CLOSE_NLL_RATIO * b:
+                out.append(Finding("already-calibrated", f"{c}: the uncalibrated score is already close to calibrated "
+                                   f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains little.",
+                                   c, "uncalibrated"))
+    if holdout is not None:
+        for name, r in holdout["methods"].items():
+            a = res.get(name, {}).get("nll", {}).get("overall")
+            b = r["nll"]["overall"]
+            if a is not None and a > 0 and b > 1.2 * a and name != "uncalibrated":
+                out.append(Finding("overfit", f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the second set "
+                                   f"(+{b / a - 1:.0%}); part of its fit is noise.", None, name))
+    return out
+
+
+def align_classes(other: TopLabelData, data: TopLabelData, what: str = "the other data") -> TopLabelData:
+    """``other`` re-expressed on ``data``'s class list (a file of extra samples may name only some classes).
+
+    Top-score and binned data whose classes are a subset of ``data``'s are
+    re-indexed; full score vectors must have exactly ``data``'s columns.
+
+    Raises
+    ------
+    TopcalError
+        When the labels are missing, the score ranges differ, or the classes
+        cannot be matched.
+    """
+    other.require_labels(what)
+    if other.score_range != data.score_range:
+        raise TopcalError(f"{what} has score range {other.score_range} but the data has {data.score_range}; "
+                          "declare the same --score-range for both")
+    if other.classes == data.classes:
+        return other
+    unknown = [c for c in other.classes if c not in data.classes]
+    if unknown or other.has_full:
+        why = (f"classes {unknown} are not in the data" if unknown else
+               "its score vectors have other columns than the data's")
+        raise TopcalError(f"{what} must have the same classes as the data: {why} (data classes: {list(data.classes)})")
+    return other.with_classes(data.classes, what)

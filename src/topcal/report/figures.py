@@ -1,0 +1,187 @@
+"""Which figures the report shows, for which classes and methods (the drawing itself is :mod:`topcal.plots`)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from .. import plots
+from ..data import TopLabelData
+
+__all__ = [
+    "report_figures",
+    "label_shift_figures",
+    "figure_png",
+    "figure_classes",
+    "MAX_FIGURE_CLASSES",
+]
+
+
+#: Methods drawn in the main curves figure when the user names none (paper Fig. 9).
+_MAIN_CURVES = ("kde-mon2", "cum-opt")
+_KDE_RULES = ("kde-mon", "kde-mon2", "kde-mon4", "kde-opt")
+_DENSITY_PREFERENCE = ("kde-mon2", "kde-mon", "kde-mon4", "kde", "kde-opt")
+
+
+def figure_png(fig, *, dpi: int = 90) -> bytes:
+    """A matplotlib Figure as PNG bytes (Agg, no global state)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def _pick(preferred, fitted) -> list[str]:
+    return [m for m in preferred if m in fitted]
+
+
+#: Per-class figures show at most this many classes, those with the most positives: a figure of
+#: thousands of panels (or a 10,000 x 10,000 confusion matrix) takes minutes and gigabytes and shows nothing.
+MAX_FIGURE_CLASSES = 24
+
+
+def figure_classes(data: TopLabelData) -> np.ndarray | None:
+    """Indices of the classes the per-class figures show (None: all of them), in class order."""
+    if data.n_classes <= MAX_FIGURE_CLASSES:
+        return None
+    tp, fp = data.class_counts()
+    return np.sort(np.argsort(-(tp + fp), kind="stable")[:MAX_FIGURE_CLASSES])
+
+
+def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
+    """Rows predicted as a kept class; true classes outside them pooled into one '(other classes)' class."""
+    mapping = np.full(data.n_classes, keep.size, dtype=np.int64)
+    mapping[keep] = np.arange(keep.size)
+    sub = data.subset(np.isin(data.pred, keep))
+    labels = None if sub.labels is None else mapping[sub.labels]
+    names = tuple(data.classes[k] for k in keep)
+    if labels is not None and np.any(labels == keep.size):
+        other = "(other classes)"
+        while other in data.classes:
+            other += "*"
+        names += (other,)
+    return TopLabelData(names, mapping[sub.pred], sub.score, sub.score_range, tp=sub.tp, fp=sub.fp, labels=labels,
+                        bin_edges=sub.bin_edges)
+
+
+def _comparison_view(comparison: dict, names) -> dict:
+    """``comparison`` with per-class values of the classes ``names`` only."""
+    methods = {m: {x: {"overall": v["overall"], "per_class": {c: v["per_class"][c] for c in names}}
+                   for x, v in metrics.items()} for m, metrics in comparison["methods"].items()}
+    return {**comparison, "methods": methods}
+
+
+def report_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log):
+    """Yield (key, title, caption, Figure) for every figure that applies."""
+    curve_models = {n: m for n, m in models.items() if plots.is_score_curve(m)}
+    other_models = {n: m for n, m in models.items() if not plots.is_score_curve(m)}
+    only = figure_classes(data)
+    few = ""
+    if only is not None:
+        few = (f" Only the {only.size} largest classes (most positives) of {data.n_classes} are shown; the tables "
+               "list every class.")
+        names = [data.classes[k] for k in only]
+        comparison = _comparison_view(comparison, names)
+        holdout = None if holdout is None else _comparison_view(holdout, names)
+
+    log("figure: joint distribution")
+    jd = plots.joint_distribution(data if only is None else _joint_view(data, only))
+    cap = ("Joint distribution of true and predicted class; the reverse confusion matrix (columns normalised) has "
+           "Conf1 on its diagonal." if jd.counts is not None else
+           "Binned data records no true class for false positives, so only the positives per predicted class and "
+           "Conf1 = |TP| / |P| are shown.")
+    if only is not None:
+        cap += (f" Only rows predicted as the {only.size} largest classes of {data.n_classes}; every other true "
+                "class is pooled.")
+    yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
+
+    if methods_given:
+        main = [n for n in models if n not in ("uncalibrated",)]
+        main_score = {n: m for n, m in curve_models.items() if n in main}
+    else:
+        main_score = {n: curve_models[n] for n in _pick(_MAIN_CURVES, curve_models)}
+        if not main_score:
+            main_score = {n: m for n, m in curve_models.items() if n not in ("uncalibrated", "conf1")}
+    log("figure: calibration curves")
+    grid = plots.calibration_curves(data, main_score, only=only)
+    yield ("curves", "Calibration curves per class (paper Figs. 3, 7, 9)",
+           "Bars: Conf_Hist with 10 equal-width bins (hatched, dashed: fewer than 10 positives, or the lowest bin). "
+           "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, where every "
+           "curve is extrapolated." + few,
+           plots.plot_calibration_curves(grid))
+    rules = _pick(_KDE_RULES, curve_models)
+    if len(rules) >= 2 and set(rules) != set(main_score):
+        log("figure: KDE bandwidth rules")
+        grid = plots.calibration_curves(data, {n: curve_models[n] for n in rules}, only=only)
+        yield ("kde-rules", "KDE bandwidth rules (paper Figs. 13, 14)",
+               "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 and the "
+               "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too." + few,
+               plots.plot_calibration_curves(grid))
+    binary = _pick(("btswa", "bts"), curve_models)
+    if binary and not methods_given:
+        log("figure: binary temperature scaling")
+        grid = plots.calibration_curves(data, {n: curve_models[n] for n in binary}, only=only)
+        yield ("binary-ts", "Binary temperature scaling of the top score",
+               "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at most: a smooth "
+               "S-shape that cannot follow a non-monotone histogram." + few, plots.plot_calibration_curves(grid))
+    dens = _pick(_DENSITY_PREFERENCE, curve_models)
+    if dens:
+        name = dens[0]
+        log(f"figure: kernel densities ({name})")
+        panels = plots.kde_densities(data, curve_models[name], only=only)
+        if any(p is not None for p in panels):
+            extra_cap = (" Black dotted: the k-th score of every sample not predicting k; red: the 'diluted' confidence "
+                         "that counts them as negatives (paper Fig. 6)." if data.has_full and data.labels is not None
+                         else "")
+            yield ("densities", f"Kernel densities behind {name} (paper Figs. 5, 6)",
+                   "Left of each pair: the TP (green) and FP (orange) weighted kernel sums; right: their ratio "
+                   f"Conf_KDE over the histogram.{extra_cap}{few}", plots.plot_kde_densities(panels))
+    for name, m in other_models.items():
+        log(f"figure: clouds ({name})")
+        panels = plots.ts_clouds(data, m, only=only)
+        what = ("score vs recalibrated ŷ_k of every positive: a temperature sends one score to different values "
+                "depending on how the rest of the probability is split (paper Figs. 10-12).")
+        yield (f"clouds-{name}", f"{name}: recalibrated confidence per class",
+               f"{what} Bars: Conf_Hist for reference.{few}",
+               plots.plot_ts_clouds(panels, method=name))
+    log("figure: NLL bars")
+    yield ("nll", "NLL per class and method (paper Fig. 17)",
+           "Mean top-label negative log-likelihood per positive, fitted and evaluated on the same data (lower is "
+           "better)." + few, plots.plot_method_bars(plots.method_scores(comparison, "nll")))
+    if eval_data is not None and holdout is not None:
+        log("figure: second test set")
+        yield ("overlay", "Histograms of the two test sets (paper Fig. 4)",
+               "Conf_Hist per class on the fitting set (black) and the second set (red, dashed); their differences "
+               "are noise the calibration cannot know about.",
+               plots.plot_histogram_overlay(plots.histogram_overlay(data, eval_data,
+                                                                    labels=("fitting set", "second set"),
+                                                                    only=only)))
+        yield ("paired", "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
+               "Overall NLL per method on the fitting set (left) and the second set (right). A method far worse on "
+               "the second set has fitted noise.",
+               plots.plot_paired_bars(plots.paired_scores(comparison, holdout, "nll",
+                                                          labels=("fitting set", "second set"))))
+    if extra is not None:
+        method = next(iter(_pick(("kde-mon2", "kde-mon", "kde", "hist"), curve_models)), None)
+        method = method or next(iter(curve_models), None) or "hist"
+        log(f"figure: added samples ({method})")
+        used, panels = plots.added_samples_effect(data, extra, method, only=only)
+        if panels:
+            yield ("added", f"Effect of the added samples on {used} (paper Fig. 15)",
+                   "Each class the extra file predicts: the curve fitted on the original data (black) and on the data "
+                   "plus the extra samples (red). With one fixed bandwidth, adding only true positives can only raise "
+                   "Conf_KDE (paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
+                   plots.plot_added_samples(used, panels))
+
+
+def label_shift_figures(adapted):
+    """Yield the label-shift figure of an adapted model (none without one)."""
+    if adapted is None:
+        return
+    from ..labelshift_plots import label_shift_view, plot_label_shift
+
+    caption = ("Top: class priors of the test set and of the use set (with the bootstrap interval when estimated). "
+               "Below: confidence curves of the classes that moved most, before (test-set priors) and after "
+               "adaptation (use-set priors), assuming p(x | y) is unchanged (docs/label_shift.md).")
+    yield ("label-shift", f"Label shift: {adapted.base_.name} adapted to the use set's priors", caption,
+           plot_label_shift(label_shift_view(adapted)))

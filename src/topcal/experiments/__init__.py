@@ -19,12 +19,10 @@ from .ensembles import (
     draw_ensembles,
     evaluate_ensembles,
     network_outputs,
-    run_experiment,
-    summarize,
-    write_outputs,
 )
 from .idx import MnistData, load_mnist, read_idx, split_train_test1, write_idx
 from .mlp import TrainConfig
+from .run import run_experiment, summarize, write_outputs
 
 __all__ = [
     "COMBINE_RULES",

@@ -83,7 +83,8 @@ def add_commands(sub) -> None:
 
 
 def _cmd_ensembles(args: argparse.Namespace) -> int:
-    from .ensembles import ExperimentConfig, run_experiment
+    from .ensembles import ExperimentConfig
+    from .run import run_experiment
     from .report import format_report
 
     methods = None

@@ -44,7 +44,7 @@ def paired_bars(summary: dict, methods: Sequence[str], *, metric: str = "nll", c
     Parameters
     ----------
     summary : dict
-        From :func:`topcal.experiments.ensembles.summarize`.
+        From :func:`topcal.experiments.run.summarize`.
     methods : sequence of str
         Methods to show, in order (each must be in the summary).
     metric : {"nll", "ece1", "ece2"}, default "nll"

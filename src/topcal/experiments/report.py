@@ -19,7 +19,7 @@ def median_table(summary: dict, metric: str, *, markdown: bool = False, methods=
     Parameters
     ----------
     summary : dict
-        From :func:`topcal.experiments.ensembles.summarize` (or summary.json).
+        From :func:`topcal.experiments.run.summarize` (or summary.json).
     metric : {"nll", "ece1", "ece2"}
     markdown : bool, default False
         A Markdown table instead of fixed-width text.
@@ -107,7 +107,7 @@ def _ranking(summary: dict, metric: str = "nll", test_set: str = "test2") -> str
 
 
 def format_report(res: dict) -> str:
-    """Terminal report of :func:`topcal.experiments.ensembles.run_experiment`'s result."""
+    """Terminal report of :func:`topcal.experiments.run.run_experiment`'s result."""
     s = res["summary"]
     outputs, results = res["outputs"], res["results"]
     acc = outputs.accuracy()

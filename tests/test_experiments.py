@@ -374,8 +374,17 @@ def test_tiny_end_to_end_run_through_the_cli(tmp_path, capsys):
     assert np.all(counts[:, :, 2] <= counts[:, :, 0]) and np.all(counts[:, :, 3] <= counts[:, :, 1])
     rows = (out / "medians.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 3 * 3 * 2 * 11
-    for png in ("overall.png", "curves.png"):
-        assert (out / png).stat().st_size > 1000
+    # the figures by content: the size their layout asks for (90 dpi), and drawn on, not blank
+    from matplotlib.image import imread
+
+    k = len(res["classes"])
+    expected = {"overall.png": (675, 630), "curves.png": (396, int(round((2.0 * ((k + 1) // 2) + 3.6) * 90)))}
+    for png, shape in expected.items():
+        img = imread(out / png)
+        assert img.shape[:2] == shape, (png, img.shape)
+        ink = (img[..., :3] < 0.9).any(axis=2)  # pixels that are not (near) white
+        assert 0.02 < ink.mean() < 0.6, (png, ink.mean())
+        assert len(np.unique(img[..., :3].reshape(-1, 3), axis=0)) > 20  # lines, text and fills, not one colour
     # second run: every network from the cache, same numbers
     assert main(argv) == 0
     assert "0 trained now" in capsys.readouterr().out

@@ -20,6 +20,9 @@ are weighted sums, and counts from chunks or machines simply add up.
 Scores live on a declared scale ``score_range = (lo, hi)``: (0, 1) for
 probabilities, (0, 10) for PhANNs (a sum of ten softmax outputs). Scores
 outside the declared range are an error, never silently clipped.
+
+Size: one module for one class, :class:`TopLabelData`, with its constructors and the validation
+they share; kept together so that data are checked in one place.
 """
 
 from __future__ import annotations

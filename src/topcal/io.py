@@ -39,6 +39,9 @@ mergeable statistics (:class:`topcal.stats.ScoreStats`). The class list and
 the score range, which a whole-file read infers from all rows, are found
 first by a pass over the class columns only (:func:`scan_layout`), so every
 chunk is read with the same classes as one whole-file read would be.
+
+Size: it reads every supported layout (per sample, top score, binned; CSV, Parquet, .npz; whole
+or in chunks) through one column-role mapping; splitting by file format would repeat that mapping.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ over the class's support; the scan grid is every ``SCAN_STRIDE``-th of them),
 so their results can be compared point by point.
 
 This is a private module: the public API is :mod:`topcal.calibrators.kde`.
+
+Size: both engines and the batched bandwidth scans the rules need, which share the kernel-sum
+helpers.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ the positives of k (the rows with k(X) = k) and nothing else.
 function Conf_k(S) of the top score alone (histogram, cumulative, kernel
 density); they fit class by class from the class's TP/FP scores and weights
 and expose ``curve(k)``.
+
+Size: the whole contract in one place: parameters and their checks, per-class fitting, the
+shrinkage step, state persistence, and the statistics and confusion counts every model carries.
 """
 
 from __future__ import annotations

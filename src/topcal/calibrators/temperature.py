@@ -27,6 +27,9 @@ floored at :data:`topcal.data.LOG_PROB_FLOOR`. The optimiser is a bounded
 projected Newton method in (log T, A / T) with analytic gradient and Hessian
 (:mod:`topcal.calibrators._ts_core`); T is confined to [1e-3, 1e3] and A / T
 to [-1e6, 1e6].
+
+Size: six methods sharing one objective and solver (:mod:`topcal.calibrators._ts_core`); they differ
+only in which parameters are free, so they live together.
 """
 
 from __future__ import annotations

@@ -1,0 +1,346 @@
+"""Estimating a use set's class priors from a fitted calibrator (:func:`estimate_priors`), with
+bootstrap intervals (:class:`PriorEstimate`), and the model's posteriors they start from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..calibrators.base import Calibrator
+from ..confusion import ConfusionStats
+from ..data import TopLabelData
+from ..errors import DataError, NotFittedError, ParameterError, TopcalError
+from .estimators import (ADAPTED_METHOD, ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
+                         bcts_probs, em_priors, fit_bcts)
+
+__all__ = [
+    "PriorEstimate",
+    "estimate_priors",
+    "source_posteriors",
+    "source_model",
+    "confusion_of",
+    "check_use_data",
+    "fp_mix",
+    "top_label_posterior",
+    "check_nonneg",
+]
+
+# --------------------------------------------------------------- estimates
+@dataclass(frozen=True, eq=False)
+class PriorEstimate:
+    """Source and use-set class priors, with bootstrap intervals when estimated.
+
+    Attributes
+    ----------
+    classes : tuple of str
+    source : ndarray (K,)
+        Class frequencies of the labelled test set.
+    priors : ndarray (K,)
+        Use-set priors (estimated or given).
+    lower, upper : ndarray (K,) or None
+        Bootstrap percentile interval at ``level`` (None when given by the
+        user or ``n_bootstrap`` was 0).
+    estimator : str
+        "em", "bbse" or "given".
+    n_use : int
+        Rows of the use set (0 when given).
+    level : float
+    n_bootstrap : int
+    basis : str
+        What the estimate was computed from (e.g. "top-label posterior").
+    """
+
+    classes: tuple[str, ...]
+    source: np.ndarray
+    priors: np.ndarray
+    lower: np.ndarray | None
+    upper: np.ndarray | None
+    estimator: str
+    n_use: int
+    level: float
+    n_bootstrap: int
+    basis: str = ""
+
+    @property
+    def ratios(self) -> np.ndarray:
+        """w = priors / source (0 where the source prior is 0)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.source > 0, self.priors / np.where(self.source > 0, self.source, 1.0), 0.0)
+
+    def to_dict(self) -> dict:
+        def lst(a):
+            return None if a is None else [float(v) for v in a]
+
+        return {"source": lst(self.source), "priors": lst(self.priors), "lower": lst(self.lower),
+                "upper": lst(self.upper), "estimator": self.estimator, "n_use": int(self.n_use),
+                "level": float(self.level), "n_bootstrap": int(self.n_bootstrap), "basis": self.basis}
+
+    @classmethod
+    def from_dict(cls, d: dict, classes: tuple[str, ...]) -> "PriorEstimate":
+        K = len(classes)
+
+        def arr(key, optional=False):
+            v = d.get(key)
+            if v is None and optional:
+                return None
+            a = np.asarray(v, dtype=np.float64)
+            if a.shape != (K,) or not np.all(np.isfinite(a)) or np.any(a < 0):
+                raise ValueError(f"{key} must hold {K} finite non-negative numbers")
+            return a
+
+        if d.get("estimator") not in ESTIMATORS + ("given",):
+            raise ValueError(f"unknown estimator {d.get('estimator')!r}")
+        return cls(tuple(classes), arr("source"), arr("priors"), arr("lower", True), arr("upper", True),
+                   str(d["estimator"]), int(d["n_use"]), float(d["level"]), int(d["n_bootstrap"]),
+                   str(d.get("basis", "")))
+
+
+def source_model(model):
+    """The model an adapted model was made from (an :class:`~topcal.labelshift.AdaptedCalibrator`'s ``base_``),
+    else ``model`` itself. Recognised by its method name: the adapted model's module sits above this one."""
+    return model.base_ if getattr(model, "name", None) == ADAPTED_METHOD else model
+
+
+def confusion_of(model) -> ConfusionStats:
+    """The confusion statistics of a fitted model (an adapted model's source's); one-line errors otherwise."""
+    if not isinstance(model, Calibrator):
+        raise TopcalError(f"label-shift adaptation needs a fitted topcal calibrator, got {type(model).__name__}")
+    if not hasattr(model, "classes_"):
+        raise NotFittedError(f"this {model.name!r} calibrator is not fitted yet; call fit(data) first")
+    model = source_model(model)
+    stats = getattr(model, "confusion_", None)
+    if stats is None:
+        raise DataError(
+            f"this {model.name!r} model does not know the true classes behind its predictions (it was fitted on "
+            "binned TP/FP counts, or saved before topcal stored them); label-shift adaptation "
+            "needs per-sample test data with true classes: refit on such data"
+        )
+    return stats
+
+
+def check_use_data(model, data) -> None:
+    """Check a use set is a TopLabelData with exactly the model's classes, in its order (one-line DataError)."""
+    if not isinstance(data, TopLabelData):
+        raise DataError(f"the use set must be a TopLabelData, got {type(data).__name__}")
+    unseen = [c for c in data.classes if c not in model.classes_]
+    if unseen:
+        raise DataError(
+            f"the use set has class(es) {unseen} the model never saw (its classes: {list(model.classes_)}); "
+            "label shift only changes the frequencies of known classes: refit on test data that includes them"
+        )
+    if tuple(data.classes) != tuple(model.classes_):
+        raise DataError(
+            f"the use set's classes {list(data.classes)} differ from the model's {list(model.classes_)}; "
+            "pass classes=[...] (or the same probability columns, in the same order) as when fitting"
+        )
+
+
+def _vector_model(model):
+    """The temperature-family model behind ``model`` (itself, auto's choice, an adapted model's source), or None."""
+    base = source_model(model)
+    inner = getattr(base, "model_", None)  # auto: the chosen method, fitted on all the data
+    base = inner if isinstance(inner, Calibrator) else base
+    if base.needs_full and hasattr(base, "temperature_") and hasattr(base, "awards_"):
+        return base
+    return None
+
+
+def _uses_vectors(model, data) -> bool:
+    return data.has_full and _vector_model(model) is not None
+
+
+def source_posteriors(model: Calibrator, data: TopLabelData, *, fp_pseudocount: float = FP_PSEUDOCOUNT) -> np.ndarray:
+    """P_s(y | x) of each row, shape (n, K), under the test set's class frequencies.
+
+    For the temperature family (also when ``auto`` chose it) on data with full
+    score vectors: the method's calibrated vector, softmax((log y + A_k e_k) / T_k) with k the predicted
+    class (sts, csts, tswa, cstswa). For every other model: the top-label
+    posterior P(Y | k, S): the calibrated confidence c for the predicted class
+    k and (1 - c) shared among the other classes as the true classes behind
+    k's false positives in the test set, in the row's score region.
+    """
+    stats = confusion_of(model)
+    check_use_data(model, data)
+    base = source_model(model)
+    if _uses_vectors(base, data):
+        vec = _vector_model(base)
+        z = data.log_probs().copy()
+        rows = np.arange(data.n_rows)
+        z[rows, data.pred] += vec.awards_[data.pred]
+        z /= vec.temperature_[data.pred][:, None]
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        return p / p.sum(axis=1, keepdims=True)
+    c = base.predict(data)
+    return top_label_posterior(stats, data, c, np.ones(stats.n_classes), fp_pseudocount)
+
+
+def fp_mix(stats: ConfusionStats, pred, score, weights, pseudocount: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the FP mix q (n, K; zero at the predicted class), and wbar_FP = q . w.
+
+    The counts of the row's region are shrunk towards the mix of true classes
+    behind *all* false positives of the test set (any predicted class, the
+    predicted class itself left out) with weight ``pseudocount``: a class with
+    12 false positives would otherwise claim that classes absent from them
+    never hide behind its predictions. A region with no false positives gets
+    that overall mix; with none anywhere, the source priors of the other classes.
+    """
+    q = stats.row_counts(pred, score)
+    K = stats.n_classes
+    rows = np.arange(q.shape[0])
+    conf = stats.confusion()
+    overall = conf.sum(axis=0) - np.diag(conf)  # FPs of any predicted class, by true class
+    if overall.sum() <= 0:
+        overall = conf.sum(axis=0)
+    g = np.broadcast_to(overall, (q.shape[0], K)).copy()
+    g[rows, pred] = 0.0
+    gs = g.sum(axis=1)
+    if np.any(gs <= 0):  # a single class: nothing else can hide behind it
+        g[gs <= 0] = 1.0
+        g[rows[gs <= 0], pred[gs <= 0]] = 0.0
+        gs = g.sum(axis=1)
+    g /= np.where(gs > 0, gs, 1.0)[:, None]
+    q[rows, pred] = 0.0
+    tot = q.sum(axis=1)
+    a = np.where(tot > 0, float(pseudocount), 1.0)
+    q = (q + a[:, None] * g) / (tot + a)[:, None]
+    return q, q @ weights
+
+
+def top_label_posterior(stats, data, conf, weights, pseudocount) -> np.ndarray:
+    """P(Y | k, S) under prior ratios ``weights`` (all ones: the source)."""
+    q, wbar = fp_mix(stats, data.pred, data.score, weights, pseudocount)
+    rows = np.arange(data.n_rows)
+    c_new = adapt_confidence(conf, weights[data.pred], wbar)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.where(wbar > 0, (1.0 - c_new) / np.where(wbar > 0, wbar, 1.0), 0.0)
+    post = q * weights * scale[:, None]
+    post[rows, data.pred] = c_new
+    return post
+
+
+def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "em", source_data=None,
+                    prior_strength: float | None = None, n_bootstrap: int = 100, level: float = 0.95,
+                    seed: int = 0, fp_pseudocount: float = FP_PSEUDOCOUNT) -> PriorEstimate:
+    """Estimate the use set's class priors from its unlabelled predictions.
+
+    Parameters
+    ----------
+    model : fitted Calibrator
+        Fitted on labelled per-sample test data (it stores the confusion counts).
+    data : TopLabelData
+        The use set (labels, if any, are ignored).
+    estimator : {"em", "bbse"}, default "em"
+        "em": EM (Saerens et al. 2002) on :func:`source_posteriors`, or on
+        BCTS-calibrated full vectors when ``source_data`` is given.
+        "bbse": confusion-matrix inversion with the predicted class and score
+        region as the black-box prediction (Lipton et al. 2018); needs only
+        predicted classes and scores.
+    source_data : TopLabelData, optional
+        The labelled test set the model was fitted on, with full score
+        vectors: EM then runs on its bias-corrected temperature scaling
+        (:func:`fit_bcts`), i.e. EM+BCTS of Alexandari et al. (2020). The use
+        set needs full vectors too. Only for ``estimator="em"``.
+    prior_strength : float, optional
+        Pseudo-samples per class at the source priors: EM's Dirichlet prior
+        (:func:`em_priors`), BBSE's mixing weight (:func:`bbse_priors`); 0
+        for the plain estimators. Default :data:`PRIOR_STRENGTH` (0.1 for em,
+        0.3 for bbse).
+    n_bootstrap : int, default 100
+        Bootstrap resamples of the use set's rows for the interval; 0 for none.
+    level : float, default 0.95
+        Coverage of the percentile interval.
+    seed : int, default 0
+        Seed of the bootstrap.
+    fp_pseudocount : float, default 10
+        Shrinkage of each class's FP mix towards the overall one (EM on the
+        top-label posterior only), in false positives.
+
+    Returns
+    -------
+    PriorEstimate
+        The interval reflects the use set's sampling noise only; the test
+        set's own noise (in the stored counts) is not included.
+    """
+    stats = confusion_of(model)
+    check_use_data(model, data)
+    if estimator not in ESTIMATORS:
+        raise ParameterError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
+        raise ParameterError(f"n_bootstrap must be an integer >= 0; got {n_bootstrap!r}")
+    if isinstance(level, bool) or not (isinstance(level, (int, float)) and 0 < level < 1):
+        raise ParameterError(f"level must be a number strictly between 0 and 1; got {level!r}")
+    check_nonneg("fp_pseudocount", fp_pseudocount)
+    if prior_strength is None:
+        prior_strength = PRIOR_STRENGTH[estimator]
+    check_nonneg("prior_strength", prior_strength)
+    ps = stats.source_priors()
+    n = data.n_rows
+    if estimator == "em":
+        if source_data is not None:
+            P = _bcts_posteriors(model, source_data, data)
+            basis = "BCTS full vectors"
+        else:
+            P = source_posteriors(model, data, fp_pseudocount=fp_pseudocount)
+            basis = "temperature-scaled full vectors" if _uses_vectors(model, data) else "top-label posterior"
+
+        def run(idx=None, init=None):
+            w = None if idx is None else np.bincount(idx, minlength=n)
+            return em_priors(P, ps, prior_strength=prior_strength, weights=w, init=init)
+    else:
+        if source_data is not None:
+            raise ParameterError("source_data is used by estimator='em' only; bbse needs just the model")
+        cells, C = _cells(stats, data)
+        basis = "predicted class x score region cells"
+
+        def run(idx=None, init=None):
+            c = cells if idx is None else cells[idx]
+            return bbse_priors(C, np.bincount(c, minlength=C.shape[0]), ps, prior_strength=prior_strength)
+
+    point = run()
+    lower = upper = None
+    if n_bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        boot = np.array([run(rng.integers(0, n, n), init=point) for _ in range(int(n_bootstrap))])
+        a = (1.0 - level) / 2
+        lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
+    return PriorEstimate(tuple(model.classes_), ps, point, lower, upper, estimator, n, float(level),
+                         int(n_bootstrap), basis)
+
+
+def _bcts_posteriors(model, source_data, data) -> np.ndarray:
+    if not isinstance(source_data, TopLabelData):
+        raise DataError(f"source_data must be a TopLabelData, got {type(source_data).__name__}")
+    if tuple(source_data.classes) != tuple(model.classes_):
+        raise DataError(f"source_data's classes {list(source_data.classes)} differ from the model's "
+                        f"{list(model.classes_)}; give the labelled test set the model was fitted on")
+    if source_data.labels is None:
+        raise DataError("source_data needs per-sample true classes (the labelled test set)")
+    freq = np.bincount(source_data.labels, weights=source_data.tp + source_data.fp, minlength=len(model.classes_))
+    if not np.allclose(freq / freq.sum(), confusion_of(model).source_priors(), rtol=0, atol=1e-9):
+        raise DataError("source_data's class frequencies differ from those of the test set the model was fitted "
+                        "on; give that same labelled test set")
+    source_data.require_full("EM on BCTS-calibrated vectors (source_data)")
+    data.require_full("EM on BCTS-calibrated vectors (the use set)")
+    T, b = fit_bcts(source_data)
+    return bcts_probs(data, T, b)
+
+
+def _cells(stats: ConfusionStats, data: TopLabelData) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's (predicted class, score region) cell index, and the source counts per cell."""
+    offsets = np.cumsum([0] + [c.shape[0] for c in stats.counts])
+    cells = np.empty(data.n_rows, dtype=np.int64)
+    for k in np.unique(data.pred):
+        idx = np.flatnonzero(data.pred == k)
+        cells[idx] = offsets[k] + stats.region(k, data.score[idx])
+    return cells, np.vstack(stats.counts)
+
+
+def check_nonneg(name: str, value) -> None:
+    """Raise ParameterError unless ``value`` is a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value) or value < 0:
+        raise ParameterError(f"{name} must be a finite number >= 0; got {value!r}")
+
+

@@ -451,3 +451,34 @@ def test_parameter_and_convergence_errors(mixed):
         short = topcal.calibrator("tswa", max_iter=1).fit(mixed)
     full = topcal.calibrator("tswa").fit(mixed)
     assert short.nll_ <= full.nll_ * (1 + 1e-4)
+
+
+@pytest.mark.parametrize("method", ["bts", "btswa"])
+def test_binary_variants_have_a_curve_that_is_their_prediction(method):
+    data = simulate(3000, 4, [0.6, 1.0, 1.6, 2.2], [0.0, 0.3, -0.2, 0.1], seed=8)
+    top = TopLabelData.from_scores(np.asarray(data.classes)[data.pred], data.score,
+                                   np.asarray(data.classes)[data.labels], classes=data.classes)
+    model = topcal.calibrator(method).fit(top)
+    s = np.linspace(0.2, 1.0, 57)
+    for k in range(4):
+        c = model.curve(k, s)
+        rows = TopLabelData.from_scores(np.full(s.size, data.classes[k]), s, classes=data.classes)
+        np.testing.assert_array_equal(c.confidence, model.predict(rows))
+        assert c.support == top.class_support(k) and c.class_name == data.classes[k]
+    assert model.curve(data.classes[1]).score.size == 401
+    back = loads(dumps(model))
+    assert back.support_ == model.support_
+    np.testing.assert_array_equal(back.curve(2, s).confidence, model.curve(2, s).confidence)
+    # files saved before the binary curves stored no support: they load, with support unknown
+    doc = model.to_dict()
+    del doc["state"]["support"]
+    old = type(model).from_dict(doc)
+    assert old.curve(0, s).support is None
+    np.testing.assert_array_equal(old.curve(0, s).confidence, model.curve(0, s).confidence)
+
+
+def test_full_vector_variants_have_no_curve():
+    data = simulate(1500, 3, [1.5, 1.5, 1.5], [0.0, 0.0, 0.0], seed=9)
+    model = topcal.calibrator("sts").fit(data)
+    with pytest.raises(ParameterError, match="full score vector"):
+        model.curve(0)

@@ -28,7 +28,7 @@ from .._params import Interval, NoneOr
 from ..data import TopLabelData, kfold_split
 from ..errors import DegenerateClassWarning, ParameterError, TopcalError
 from ..metrics import nll
-from .base import Calibrator, ScoreCalibrator, to_jsonable
+from .base import Calibrator, to_jsonable
 from .registry import available_methods, calibrator, get_class, register
 
 __all__ = ["Auto", "DEFAULT_CANDIDATES"]
@@ -182,9 +182,9 @@ class Auto(Calibrator):
         return self.model_.predict(data)
 
     def curve(self, k, score=None, *, n_points: int = 401):
-        """The chosen method's curve (score methods only; see ScoreCalibrator.curve)."""
+        """The chosen method's curve (score methods, bts and btswa; see ScoreCalibrator.curve)."""
         self._check_fitted()
-        if not isinstance(self.model_, ScoreCalibrator):
+        if self.model_.needs_full:
             raise ParameterError(
                 f"auto chose {self.method_!r}, which recalibrates the score vector and has no curve of "
                 "the score alone; plot its confidences against the score instead"

@@ -262,6 +262,15 @@ class Calibrator:
         self.stats_ = stats
 
     # ------------------------------------------------------------ predict
+    def _class_index(self, k) -> int:
+        """Index of class ``k`` (an index or a name) in ``classes_``."""
+        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            if 0 <= k < len(self.classes_):
+                return int(k)
+        elif str(k) in self.classes_:
+            return self.classes_.index(str(k))
+        raise TopcalError(f"unknown class {k!r}; choose one of {list(self.classes_)} or an index 0..{len(self.classes_) - 1}")
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "classes_"):
             raise NotFittedError(f"this {self.name!r} calibrator is not fitted yet; call fit(data) first")
@@ -576,14 +585,6 @@ class ScoreCalibrator(Calibrator):
         for k, idx in rows_by_class(data.pred, len(self.classes_)):
             out[idx] = self._predict_scores(k, data.score[idx])
         return out
-
-    def _class_index(self, k) -> int:
-        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            if 0 <= k < len(self.classes_):
-                return int(k)
-        elif str(k) in self.classes_:
-            return self.classes_.index(str(k))
-        raise TopcalError(f"unknown class {k!r}; choose one of {list(self.classes_)} or an index 0..{len(self.classes_) - 1}")
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
         """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).

@@ -56,7 +56,7 @@ from ._ts_core import (
     top_label_margin,
     top_label_margin_rows,
 )
-from .base import Calibrator, finite_array, to_jsonable
+from .base import Calibrator, Curve, finite_array, to_jsonable
 from .registry import register
 
 __all__ = [
@@ -179,6 +179,8 @@ class _TemperatureBase(Calibrator):
         if np.any(order[1:] != order[:-1] + 1):
             data = data.subset(order)
         k = data.n_classes
+        if self._binary:
+            self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
         tpc, fpc = self.n_tp_, self.n_fp_
         fitted = (tpc + fpc) > 0
         only_tp = fitted & (fpc == 0)
@@ -439,7 +441,32 @@ class _TemperatureBase(Calibrator):
         return out
 
     # ---------------------------------------------------------- persistence
+    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
+        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).
+
+        Only for bts and btswa, whose confidence is a function of the class and
+        the top score alone (the other variants recalibrate the full vector).
+        ``support`` is the class's score range in the fitting data; None where
+        the class had no positives, or for models saved before it was stored.
+        """
+        self._check_fitted()
+        if not self._binary:
+            raise ParameterError(
+                f"{self.name} recalibrates the full score vector: its confidence is not a function of the top "
+                "score alone, so it has no curve; plot its confidences against the score instead (or use bts/btswa)"
+            )
+        i = self._class_index(k)
+        lo, hi = self.score_range_
+        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
+        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+
     def _get_state(self) -> dict:
+        if self._binary:  # the curve's support (bts/btswa)
+            return {**self._state_core(), "support": [None if v is None else list(v) for v in self.support_]}
+        return self._state_core()
+
+    def _state_core(self) -> dict:
         return to_jsonable({
             "temperature": self.temperature_,
             "awards": self.awards_,
@@ -465,6 +492,11 @@ class _TemperatureBase(Calibrator):
         (self.loss_, self.nll_) = (float(v) for v in finite_array([state["loss"], state["nll"]], "loss"))
         self.class_nll_ = finite_array(state["class_nll"], "class_nll", k)
         self.n_iter_ = int(state["n_iter"])
+        if self._binary:
+            sup = state.get("support", [None] * k)  # files before the binary curves had none
+            if not isinstance(sup, list) or len(sup) != k:
+                raise ValueError(f"support must be a list of {k} entries")
+            self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
 
 
 @register

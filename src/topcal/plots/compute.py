@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..calibrators import Calibrator, ScoreCalibrator
+from ..calibrators import Calibrator
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, TopcalError
 from ..evaluate import fit_quietly
@@ -199,20 +199,17 @@ def _subsample(idx: np.ndarray, max_points: int, seed: int = 0) -> np.ndarray:
 
 def is_score_curve(model) -> bool:
     """Whether the model's confidence is a function of (class, score) alone."""
-    return isinstance(model, ScoreCalibrator) or not getattr(model, "needs_full", False)
+    inner = getattr(model, "model_", None)  # auto: the method it chose
+    return not getattr(model, "needs_full", False) and not getattr(inner, "needs_full", False)
 
 
 def model_curve(model, k: int, score: np.ndarray) -> np.ndarray:
     """Conf_k(score) of a fitted model whose confidence depends on the score only.
 
-    Uses ``curve`` when the model has one, else predicts on unlabelled rows
-    (class k, the given scores), which covers the binary temperature scalings.
+    Every such model has ``curve`` (the score calibrators, bts and btswa, and
+    ``auto`` when it chose one of them).
     """
-    if isinstance(model, ScoreCalibrator):
-        return model.curve(k, score).confidence
-    grid = TopLabelData(tuple(model.classes_), np.full(score.shape, k, dtype=np.int64),
-                        np.asarray(score, dtype=np.float64), tuple(model.score_range_))
-    return model.predict(grid)
+    return model.curve(k, np.asarray(score, dtype=np.float64)).confidence
 
 
 def _class_items(data: TopLabelData, only) -> list[tuple[int, str]]:

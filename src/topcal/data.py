@@ -715,13 +715,13 @@ class TopLabelData:
                 "add a label column (--label-column) or use binned tp/fp counts"
             )
 
-    def require_full(self, what: str) -> None:
-        """Raise a DataError naming ``what`` if the full score vector is unknown."""
+    def require_full(self, what: str, hint: str | None = None) -> None:
+        """Raise a DataError naming ``what`` if the full score vector is unknown; ``hint`` says what to do."""
         if not self.has_full:
             raise DataError(
-                f"{what} needs the full score vector Y(X) (probabilities or logits), "
-                "but this data has only top scores; use a score-based method (hist, cum, kde-mon2, ...) "
-                "or the binary temperature variant"
+                f"{what} needs the full score vector Y(X) (probabilities or logits), but this data has only "
+                "top scores; " + (hint or "use a score-based method (hist, cum, kde-mon2, ...) or the binary "
+                                  "temperature variant")
             )
 
     def class_view(self, k: int) -> ClassView:

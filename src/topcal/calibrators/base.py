@@ -183,8 +183,6 @@ class Calibrator:
         data = as_data(data, y, classes=classes, kind=kind)
         data.require_labels(f"fitting {self.name!r}")
         self._check_data(data)
-        if self.needs_full:
-            data.require_full(f"method {self.name!r}")
         self.classes_ = data.classes
         self.score_range_ = data.score_range
         tp, fp = data.class_counts()
@@ -210,8 +208,23 @@ class Calibrator:
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    #: full-vector methods: the top-score method to suggest for data without vectors
+    _full_alternative: ClassVar[str | None] = None
+
     def _check_data(self, data: TopLabelData) -> None:
-        """Method-specific checks of the data, run by ``fit`` and ``predict``."""
+        """Checks of the data every ``fit`` and ``predict`` runs once: a full-vector method
+        needs the full score vector over at least 2 classes. Subclasses may add their own."""
+        if not self.needs_full:
+            return
+        alt = self._full_alternative
+        data.require_full(f"method {self.name!r}", None if alt is None else (
+            f"use the binary variant {alt!r} (temperature on the normalised top score) or a score-based "
+            "method (hist, ...)"))
+        if data.n_classes < 2:
+            raise DataError(
+                f"method {self.name!r} needs at least 2 classes in the score vector, got {data.n_classes}"
+                + ("" if alt is None else f"; use {alt!r} on the top score instead")
+            )
 
     # ------------------------------------------------------------- update
     def require_stats(self) -> ScoreStats:
@@ -292,7 +305,7 @@ class Calibrator:
                 f"data has {data.n_classes} columns ({preview(data.classes)}); give one column per model class"
             )
         data = data.with_classes(self.classes_, "the data")
-        if self.needs_full:
+        if self.needs_full:  # with_classes drops vectors whose columns are not the model's classes
             data.require_full(f"method {self.name!r}")
         return data
 

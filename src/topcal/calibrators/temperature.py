@@ -128,7 +128,7 @@ class _TemperatureBase(Calibrator):
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
     #: the binary method to suggest for data without full score vectors
-    _binary_alternative: ClassVar[str] = "bts"
+    _full_alternative: ClassVar[str | None] = "bts"
 
     _parameter_constraints = {
         "loss": Options(("nll", "brier")),
@@ -138,25 +138,6 @@ class _TemperatureBase(Calibrator):
     def __init__(self, *, loss: str = "nll", max_iter: int = 100):
         self.loss = loss
         self.max_iter = max_iter
-
-    # ---------------------------------------------------------- data checks
-    def _require_full(self, data) -> None:
-        if self.needs_full and isinstance(data, TopLabelData) and not data.has_full:
-            raise DataError(
-                f"method {self.name!r} needs the full score vector Y(X) (probabilities or logits), but this "
-                f"data has only top scores; use the binary variant {self._binary_alternative!r} "
-                "(temperature on the normalised top score) or a score-based method (hist, ...)"
-            )
-        if self.needs_full and isinstance(data, TopLabelData) and data.n_classes < 2:
-            raise DataError(
-                f"method {self.name!r} needs at least 2 classes in the score vector, got "
-                f"{data.n_classes}; use {self._binary_alternative!r} on the top score instead"
-            )
-
-    def _check_data(self, data: TopLabelData) -> None:
-        # fit and predict: the recalibrated confidence yhat_{k(X)} of each row,
-        # k(X) being the row's predicted class from its own original scores
-        self._require_full(data)
 
     # ------------------------------------------------------------------ fit
     def _objective_kind(self) -> str:
@@ -577,7 +558,7 @@ class TemperatureScalingWithAwards(_TemperatureBase):
     needs_full = True
     _shared = True
     _has_award = True
-    _binary_alternative = "btswa"
+    _full_alternative = "btswa"
 
 
 @register
@@ -594,7 +575,7 @@ class ClassTemperatureScalingWithAwards(_TemperatureBase):
     summary = "class-specific temperature scaling with awards, 2K parameters (paper appendix)"
     needs_full = True
     _has_award = True
-    _binary_alternative = "btswa"
+    _full_alternative = "btswa"
 
 
 @register

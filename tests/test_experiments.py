@@ -308,13 +308,13 @@ def test_interrupted_training_resumes_from_checkpoint(tmp_path):
 
 def test_network_cache_resumes_only_missing_networks(tmp_path, monkeypatch):
     _need_torch()
-    from topcal.experiments import ensembles, mlp
+    from topcal.experiments import mlp, networks
 
     root = make_synthetic_mnist(tmp_path / "d", n_train=500, n_test=100)
     cfg = ExperimentConfig.for_regime(str(root), "under", n_networks=3, n_ensembles=1, ensemble_size=2,
                                       steps=10, batch_size=50, hidden=(16,), n_test1=100)
     cache = tmp_path / "cache"
-    first = ensembles.network_outputs(cfg, cache_root=cache, chunk=2, progress=False)
+    first = networks.network_outputs(cfg, cache_root=cache, chunk=2, progress=False)
     assert first.trained == (0, 1, 2)
     files = sorted(Path(first.cache_dir).glob("net_*.npz"))
     assert [f.name for f in files] == ["net_00000.npz", "net_00001.npz", "net_00002.npz"]
@@ -327,16 +327,16 @@ def test_network_cache_resumes_only_missing_networks(tmp_path, monkeypatch):
         return real(x, y, seeds, config, **kw)
 
     monkeypatch.setattr(mlp, "train_networks", spy)
-    second = ensembles.network_outputs(cfg, cache_root=cache, chunk=2, progress=False)
+    second = networks.network_outputs(cfg, cache_root=cache, chunk=2, progress=False)
     assert second.trained == (1,) and calls == [mlp.network_seeds(cfg.seed, [1])]
     for a, b in zip(first.log_probs, second.log_probs):
         np.testing.assert_allclose(a, b, atol=2e-4)
-    third = ensembles.network_outputs(cfg, cache_root=cache, progress=False)
+    third = networks.network_outputs(cfg, cache_root=cache, progress=False)
     assert third.trained == () and len(calls) == 1
     # a different training configuration does not reuse these networks
     other = ExperimentConfig.for_regime(str(root), "under", n_networks=3, n_ensembles=1, ensemble_size=2,
                                         steps=11, batch_size=50, hidden=(16,), n_test1=100)
-    assert ensembles.network_outputs(other, cache_root=cache, progress=False).cache_dir != first.cache_dir
+    assert networks.network_outputs(other, cache_root=cache, progress=False).cache_dir != first.cache_dir
 
 
 # ---------------------------------------------------------------- end to end

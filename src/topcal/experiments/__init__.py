@@ -12,16 +12,14 @@ from .ensembles import (
     REGIMES,
     EnsembleResults,
     ExperimentConfig,
-    NetworkCache,
-    NetworkOutputs,
     class_counts,
     combine_log_probs,
     draw_ensembles,
     evaluate_ensembles,
-    network_outputs,
 )
 from .idx import MnistData, load_mnist, read_idx, split_train_test1, write_idx
 from .mlp import TrainConfig
+from .networks import NetworkCache, NetworkOutputs, network_outputs
 from .run import run_experiment, summarize, write_outputs
 
 __all__ = [

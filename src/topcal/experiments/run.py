@@ -13,9 +13,9 @@ import numpy as np
 
 from .._fileio import atomic_write, write_text
 from ..errors import ParameterError, TopcalError
-from .ensembles import (METRICS, EnsembleResults, ExperimentConfig, NetworkOutputs, draw_ensembles, evaluate_ensembles,
-                        network_outputs)
+from .ensembles import METRICS, EnsembleResults, ExperimentConfig, draw_ensembles, evaluate_ensembles
 from .idx import load_mnist
+from .networks import NetworkOutputs, network_outputs
 
 __all__ = ["summarize", "write_outputs", "run_experiment"]
 

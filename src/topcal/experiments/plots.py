@@ -94,58 +94,42 @@ def paired_bars(summary: dict, methods: Sequence[str], *, metric: str = "nll", c
     return fig
 
 
+def curves_figure_size(n_classes: int) -> tuple[float, float]:
+    """(width, height) in inches of :func:`curves_figure` for ``n_classes`` classes."""
+    joint = max(3.6, 0.4 * n_classes + 1.6)  # a panel of topcal.plots' joint distribution
+    ncols = (n_classes + 1) // 2
+    # whole tenths of an inch: a whole number of pixels at 90 dpi
+    return round(max(3 * joint, 2.4 * ncols + 0.4), 1), round((joint + 0.5) + (2 * 2.4 * 0.9 + 0.9), 1)
+
+
 def curves_figure(test1, models: dict, *, title: str | None = None):
-    """Joint distribution and per-class calibration curves of one ensemble.
+    """Paper Figure 16 for one ensemble: the joint distribution on top, the per-class curves below.
+
+    Drawn by :mod:`topcal.plots` (the same figures ``topcal report`` shows),
+    into two sub-figures of one figure.
 
     Parameters
     ----------
     test1 : TopLabelData
         The ensemble's test set 1 (with labels).
     models : dict
-        {label: fitted ScoreCalibrator}; each is drawn as a curve per class.
+        {label: fitted calibrator with ``curve``}; each is drawn as a curve per class.
     title : str, optional
 
     Returns
     -------
     matplotlib.figure.Figure
     """
-    Figure, colormaps = _mpl()
-    from ..metrics import confusion_matrix
+    Figure, _ = _mpl()
+    from ..plots import calibration_curves, joint_distribution, plot_calibration_curves, plot_joint_distribution
 
     k = test1.n_classes
-    ncol = (k + 1) // 2
-    fig = Figure(figsize=(2.0 * ncol + 3.6, 4.4), layout="constrained")
-    gs = fig.add_gridspec(2, ncol + 2)
-    ax0 = fig.add_subplot(gs[:, :2])
-    cm = confusion_matrix(test1)
-    ax0.imshow(np.log10(1 + cm), cmap="Greys")
-    for i in range(k):
-        for j in range(k):
-            if cm[i, j] > 0:
-                ax0.text(j, i, f"{cm[i, j]:.0f}", ha="center", va="center", fontsize=5.5,
-                         color="white" if i == j else "black")
-    ax0.set_xlabel("predicted class")
-    ax0.set_ylabel("true class")
-    ax0.set_xticks(range(k), test1.classes, fontsize=7)
-    ax0.set_yticks(range(k), test1.classes, fontsize=7)
-    ax0.set_title("joint distribution (test set 1)", fontsize="small")
-    cmap = colormaps["tab10"]
-    for c in range(k):
-        ax = fig.add_subplot(gs[c // ncol, 2 + c % ncol])
-        v = test1.class_view(c)
-        ax.plot(v.score[v.tp > 0], np.full(int((v.tp > 0).sum()), 1.02), "|", color="tab:green", ms=4, alpha=0.4)
-        ax.plot(v.score[v.fp > 0], np.full(int((v.fp > 0).sum()), -0.02), "|", color="tab:red", ms=4, alpha=0.6)
-        for j, (label, model) in enumerate(models.items()):
-            cv = model.curve(c, np.linspace(0.1, 1.0, 400))
-            ax.plot(cv.score, cv.confidence, color=cmap(j), lw=1.2, label=label)
-        ax.plot([0, 1], [0, 1], ":", color="0.5", lw=0.8)
-        low = int(((v.tp > 0) & (v.score < 0.99)).sum())
-        ax.set_title(f"{test1.classes[c]}: FP {int(v.fp.sum())}, TP<.99 {low}", fontsize=7)
-        ax.set_xlim(0.1, 1.0)
-        ax.set_ylim(-0.06, 1.06)
-        ax.tick_params(labelsize=6)
-        if c == 0:
-            ax.legend(fontsize=5.5, frameon=False, loc="lower right")
+    width, height = curves_figure_size(k)
+    joint_h = max(3.6, 0.4 * k + 1.6) + 0.5
+    fig = Figure(figsize=(width, height), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[joint_h, height - joint_h])
+    plot_joint_distribution(joint_distribution(test1), fig=top)
+    plot_calibration_curves(calibration_curves(test1, models), fig=bottom, ncols=(k + 1) // 2)
     if title:
         fig.suptitle(title, fontsize="medium")
     return fig

@@ -134,7 +134,9 @@ def _fig_legend(fig, axes, ncol=None):
                 handles[lab] = h
                 labels.append(lab)
     if labels:
-        fit = max(1, int(fig.get_figwidth() / 2.3))  # entries per row that fit the figure's width
+        # entries per row that fit the width (a sub-figure of a larger figure has no get_figwidth)
+        width = fig.get_figwidth() if hasattr(fig, "get_figwidth") else fig.bbox.width / fig.figure.dpi
+        fit = max(1, int(width / 2.3))
         fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
                    ncol=ncol or min(len(labels), fit), fontsize=8, frameon=False, markerscale=3)
 

@@ -108,15 +108,20 @@ def nll(data: TopLabelData, confidence) -> ClassMetric:
     -[tp log c + fp log(1 - c)] per row, with c clipped to
     [PROB_CLIP, 1 - PROB_CLIP].
     """
-    rows = binary_nll(data.tp, data.fp, _check(data, confidence))
-    return _per_class_mean(data, rows, "nll")
+    return _nll(data, _check(data, confidence))
+
+
+def _nll(data: TopLabelData, c: np.ndarray) -> ClassMetric:  # c checked by the caller
+    return _per_class_mean(data, binary_nll(data.tp, data.fp, c), "nll")
 
 
 def brier(data: TopLabelData, confidence) -> ClassMetric:
     """Top-label Brier score (paper eq. 15), mean per sample: tp (1 - c)^2 + fp c^2."""
-    c = _check(data, confidence)
-    rows = data.tp * (1.0 - c) ** 2 + data.fp * c**2
-    return _per_class_mean(data, rows, "brier")
+    return _brier(data, _check(data, confidence))
+
+
+def _brier(data: TopLabelData, c: np.ndarray) -> ClassMetric:  # c checked by the caller
+    return _per_class_mean(data, data.tp * (1.0 - c) ** 2 + data.fp * c**2, "brier")
 
 
 def _ece_bins(conf: np.ndarray, w: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
@@ -148,7 +153,11 @@ def ece(data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, stra
         raise ParameterError(f"ece: parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}")
     if strategy not in ("uniform", "quantile"):
         raise ParameterError(f"ece: parameter 'strategy' must be 'uniform' or 'quantile', got {strategy!r}")
-    c = _check(data, confidence)
+    return _ece(data, _check(data, confidence), norm, n_bins, strategy)
+
+
+def _ece(data: TopLabelData, c: np.ndarray, norm: int, n_bins: int, strategy: str) -> ClassMetric:
+    """:func:`ece` of confidences ``c`` already checked (and parameters already validated)."""
     k = data.n_classes
     w = data.tp + data.fp
     per = np.full(k, np.nan)
@@ -243,11 +252,12 @@ def reverse_confusion_matrix(data: TopLabelData) -> np.ndarray:
 #: The metric bundle every comparison table shows, in table order.
 BUNDLE = ("nll", "brier", "ece1", "ece2")
 
+#: The bundle's metrics on confidences checked once by :func:`bundle`.
 _BUNDLE_METRICS = {
-    "nll": lambda d, c, n_bins: nll(d, c),
-    "brier": lambda d, c, n_bins: brier(d, c),
-    "ece1": lambda d, c, n_bins: ece1(d, c, n_bins=n_bins),
-    "ece2": lambda d, c, n_bins: ece2(d, c, n_bins=n_bins),
+    "nll": lambda d, c, n_bins: _nll(d, c),
+    "brier": lambda d, c, n_bins: _brier(d, c),
+    "ece1": lambda d, c, n_bins: _ece(d, c, 1, n_bins, "uniform"),
+    "ece2": lambda d, c, n_bins: _ece(d, c, 2, n_bins, "uniform"),
 }
 
 
@@ -261,7 +271,9 @@ def bundle(data: TopLabelData, confidence, *, n_bins: int = 10, names=BUNDLE) ->
     unknown = [n for n in names if n not in _BUNDLE_METRICS]
     if unknown:
         raise ParameterError(f"unknown metric {unknown[0]!r}; options are {', '.join(_BUNDLE_METRICS)}")
-    c = _check(data, confidence)
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or not 1 <= n_bins <= MAX_BINS:
+        raise ParameterError(f"parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}")
+    c = _check(data, confidence)  # once for every metric of the bundle
     return [_BUNDLE_METRICS[n](data, c, n_bins) for n in names]
 
 

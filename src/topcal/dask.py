@@ -32,7 +32,7 @@ from .errors import ParameterError, TopcalError
 from .io import build_layout, layout_columns, read_frame
 from .stats import DEFAULT_CELLS, ScoreStats
 
-__all__ = ["stats", "fit", "apply", "read_parquet", "layout"]
+__all__ = ["stats", "fit", "apply", "apply_file", "read_parquet", "layout"]
 
 
 def _require_dask():
@@ -207,3 +207,42 @@ def apply(model, ddf, **options):
 
 def _is_vector(ddf, options) -> bool:
     return layout_columns([str(c) for c in ddf.columns], **options)[3]
+
+
+def apply_file(model, path, output, **options) -> None:
+    """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the current Dask client.
+
+    ``output`` ending in ``.csv`` is one CSV file, anything else a directory
+    of Parquet files. It is written beside the target first and moved into
+    place only when complete (a failed run leaves no partial output, and an
+    existing output stays as it was). New data take the model's score range
+    unless ``options`` give one (:func:`topcal.stream.model_read_options`).
+    """
+    import shutil
+    from pathlib import Path
+
+    from .stream import model_read_options
+
+    ddf = read_parquet(path)
+    options = model_read_options(model, path, {**options, "label_column": None}, columns=list(ddf.columns))
+    result = apply(model, ddf, **options)
+    out = Path(output)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        if out.suffix.lower() == ".csv":
+            result.to_csv(str(tmp), single_file=True, index=False)
+        else:
+            result.to_parquet(str(tmp), write_index=False)
+        if out.is_dir():
+            shutil.rmtree(out)
+        tmp.replace(out)
+    except TopcalError:
+        raise
+    except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {msg}") from None
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()

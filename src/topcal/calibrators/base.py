@@ -29,6 +29,7 @@ shrinkage step, state persistence, and the statistics and confusion counts every
 from __future__ import annotations
 
 import inspect
+import json
 import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -350,6 +351,47 @@ class Calibrator:
 
     def _describe_classes(self) -> list[dict]:
         return [{} for _ in self.classes_]
+
+    def describe_text(self) -> str:
+        """:meth:`describe` as the text ``topcal describe`` prints (``--json`` prints the dict)."""
+        d = self.describe()
+        out: list[str] = []
+        out.append(f"method: {d['method']}")
+        out.append(f"params: {json.dumps(d['params'])}")
+        out.append(f"score range: {d['score_range']}")
+        if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
+            cv = d["cross_validation"]
+            out.append(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
+                       f"on {cv['samples']:g} samples)")
+            fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
+            if fitted > cv["samples"]:
+                out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
+                           "fit auto again to re-choose")
+            ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
+            if ranked:
+                out.append("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
+            for k, msg in cv["errors"].items():
+                out.append(f"  {k} failed in cross-validation: {msg}")
+            d = d["model"]
+            out.append(f"\nchosen model: {d['method']}, params {json.dumps(d['params'])}")
+        for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
+            if isinstance(val, dict) and key not in ("params", "classes"):
+                out.append(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+                                                  for k, v in val.items()))
+        for name, info in d["classes"].items():
+            out.append(f"\n[{name}]  TP={info['n_tp']:g}  FP={info['n_fp']:g}")
+            for key, val in info.items():
+                if key in ("n_tp", "n_fp"):
+                    continue
+                if isinstance(val, list) and len(val) > 12:
+                    shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val[:12])
+                    val = f"[{shown}, ...] ({len(val)} values)"
+                elif isinstance(val, list):
+                    val = "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val) + "]"
+                elif isinstance(val, float):
+                    val = f"{val:.6g}"
+                out.append(f"  {key}: {val}")
+        return "\n".join(out)
 
     # -------------------------------------------------------- persistence
     def to_dict(self, *, stats: bool = True) -> dict[str, Any]:

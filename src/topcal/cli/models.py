@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from .._fileio import check_output
 from ..errors import TopcalError
@@ -146,7 +145,7 @@ def _cmd_update(args) -> int:
 def _cmd_apply(args) -> int:
     from ..io import DEFAULT_CHUNK_ROWS
     from ..persist import load
-    from ..stream import apply_file, model_read_options
+    from ..stream import apply_file
 
     check_scale_args(args)
     model = load(args.model)
@@ -155,9 +154,10 @@ def _cmd_apply(args) -> int:
     if args.engine == "dask":
         from .. import dask as tdask
 
-        columns = list(tdask.read_parquet(args.data).columns)
-        opts = model_read_options(model, args.data, {**opts, "label_column": None}, columns=columns)
-        return _apply_dask(args, model, opts)
+        with DaskSession(args.scheduler):
+            tdask.apply_file(model, args.data, args.output, **opts)
+        print(f"calibrated {args.data} with {model.name} on dask -> {args.output}")
+        return 0
     progress = RowProgress("calibrating", rows_hint(args.data))
     try:
         rows = apply_file(model, args.data, args.output, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
@@ -165,38 +165,6 @@ def _cmd_apply(args) -> int:
     finally:
         progress.done()
     print(f"calibrated {rows} rows with {model.name} -> {args.output}")
-    return 0
-
-
-def _apply_dask(args, model, opts) -> int:
-    import shutil
-
-    from .. import dask as tdask
-
-    out = Path(args.output)
-    tmp = out.with_name(f".{out.name}.tmp")
-    with DaskSession(args.scheduler):
-        ddf = tdask.read_parquet(args.data)
-        result = tdask.apply(model, ddf, **opts)
-        try:
-            if out.suffix.lower() == ".csv":
-                result.to_csv(str(tmp), single_file=True, index=False)
-            else:
-                result.to_parquet(str(tmp), write_index=False)
-            if out.is_dir():
-                shutil.rmtree(out)
-            tmp.replace(out)
-        except TopcalError:
-            raise
-        except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise TopcalError(f"cannot calibrate {args.data!r} with dask: {msg}") from None
-        finally:
-            if tmp.is_dir():
-                shutil.rmtree(tmp, ignore_errors=True)
-            elif tmp.exists():
-                tmp.unlink()
-    print(f"calibrated {args.data} with {model.name} on dask -> {args.output}")
     return 0
 
 
@@ -208,39 +176,7 @@ def _cmd_describe(args) -> int:
     if args.json:
         print(json.dumps(d, indent=1))
         return 0
-    print(f"method: {d['method']}")
-    print(f"params: {json.dumps(d['params'])}")
-    print(f"score range: {d['score_range']}")
-    if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
-        cv = d["cross_validation"]
-        print(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
-              f"on {cv['samples']:g} samples)")
-        fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
-        if fitted > cv["samples"]:
-            print(f"updated since: the chosen method is fitted on {fitted:g} samples; fit auto again to re-choose")
-        ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
-        if ranked:
-            print("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
-        for k, msg in cv["errors"].items():
-            print(f"  {k} failed in cross-validation: {msg}")
-        d = d["model"]
-        print(f"\nchosen model: {d['method']}, params {json.dumps(d['params'])}")
-    for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
-        if isinstance(val, dict) and key not in ("params", "classes"):
-            print(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in val.items()))
-    for name, info in d["classes"].items():
-        print(f"\n[{name}]  TP={info['n_tp']:g}  FP={info['n_fp']:g}")
-        for key, val in info.items():
-            if key in ("n_tp", "n_fp"):
-                continue
-            if isinstance(val, list) and len(val) > 12:
-                shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val[:12])
-                val = f"[{shown}, ...] ({len(val)} values)"
-            elif isinstance(val, list):
-                val = "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val) + "]"
-            elif isinstance(val, float):
-                val = f"{val:.6g}"
-            print(f"  {key}: {val}")
+    print(model.describe_text())
     return 0
 
 

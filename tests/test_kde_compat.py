@@ -1,0 +1,128 @@
+"""KDE models fitted and saved before the KDE restructuring (issue 14) still load, predict and save the same.
+
+``tests/data/kde_main/`` was written by the code on main 34b9e46, before
+``calibrators/kde.py`` was split into rules and calibrator: ``kde_main.json``
+holds, per case, the SHA-256 of the model payload (what a model file stores
+as ``sha256``), the SHA-256 of ``predict`` on the fitting data (little-endian
+float64) and 21-point curves per class; two small models are saved whole.
+Refitting today must give the same payload bit for bit (so a saved file is
+byte-identical), and the old files must load and predict exactly as before.
+Regenerate (only on purpose, when the model format or a result is meant to
+change) with ``python tests/test_kde_compat.py``.
+"""
+
+import hashlib
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _sim import simulate_probs  # noqa: E402
+
+from topcal.calibrators import calibrator, paper_calibrator  # noqa: E402
+from topcal.data import TopLabelData  # noqa: E402
+from topcal.datasets import load_phanns  # noqa: E402
+from topcal.persist import canonical_json, dumps, loads  # noqa: E402
+
+HERE = Path(__file__).parent / "data" / "kde_main"
+
+
+def _sim(n=1500, seed=11, k=4, sharpen=(2.0, 0.5, 1.0, 1.5)):
+    p, y = simulate_probs(n, seed, k, sharpen=list(sharpen))
+    return TopLabelData.from_probs(p, y)
+
+
+DATA = {"phanns": load_phanns, "sim": _sim, "small": lambda: _sim(300, 5, 3, (2.0, 0.7, 1.0))}
+#: name -> (data, method, params, paper estimator (shrinkage=0) or the library default)
+CASES = {
+    "phanns_kde_mon2": ("phanns", "kde-mon2", {}, True),
+    "phanns_kde_opt": ("phanns", "kde-opt", {}, True),
+    "phanns_kde_scott": ("phanns", "kde", {"bandwidth": "scott"}, True),
+    "phanns_kde_mon_reflect": ("phanns", "kde-mon", {"boundary": "reflect"}, True),
+    "phanns_kde_mon2_shrunk": ("phanns", "kde-mon2", {"shrinkage": "class"}, False),
+    "sim_kde_mon": ("sim", "kde-mon", {"boundary": "reflect"}, True),
+    "sim_kde_mon4_binned": ("sim", "kde-mon4", {"engine": "binned"}, True),
+    "sim_kde_opt_exact": ("sim", "kde-opt", {"engine": "exact"}, True),
+    "sim_kde_fixed": ("sim", "kde", {"bandwidth": 0.05}, True),
+    "sim_kde_silverman_shrunk": ("sim", "kde", {}, False),
+    "small_kde_mon2_shrunk": ("small", "kde-mon2", {}, False),
+    "small_kde_opt": ("small", "kde-opt", {}, True),
+}
+#: Cases whose model file is stored whole (small enough to keep in the repository).
+FILES = ("small_kde_mon2_shrunk", "small_kde_opt")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _fit(name):
+    ds, method, params, paper = CASES[name]
+    data = DATA[ds]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = (paper_calibrator if paper else calibrator)(method, **params).fit(data)
+    return model, data
+
+
+def _fingerprint(model, data) -> dict:
+    pred = model.predict(data)
+    grid = np.linspace(*data.score_range, 21)
+    return {
+        "sha256": _sha(canonical_json(model.to_dict())),
+        "predict_sha256": hashlib.sha256(pred.astype("<f8").tobytes()).hexdigest(),
+        "curves": [[float(v) for v in model.curve(k, grid).confidence] for k in range(len(model.classes_))],
+    }
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return json.loads((HERE / "kde_main.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_refit_equals_the_model_fitted_before(name, stored):
+    model, data = _fit(name)
+    want = stored[name]
+    assert (want["data"], want["method"], want["params"], want["paper"]) == tuple(CASES[name])
+    got = _fingerprint(model, data)
+    assert got["curves"] == want["curves"]
+    assert got["predict_sha256"] == want["predict_sha256"]
+    assert got["sha256"] == want["sha256"]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_old_model_file_loads_predicts_and_saves_identically(name, stored):
+    text = (HERE / f"{name}.json").read_text()
+    old = loads(text)
+    model, data = _fit(name)
+    assert old.predict(data).tolist() == stored[name]["predict"]
+    assert _fingerprint(old, data) == {k: stored[name][k] for k in ("sha256", "predict_sha256", "curves")}
+    # a file saved today is the old file byte for byte (up to the version line)
+    version = json.loads(text)["topcal_version"]
+    new = json.loads(dumps(model))
+    assert dumps(model).replace(f'"topcal_version": "{new["topcal_version"]}"',
+                                f'"topcal_version": "{version}"') == text
+    # the loaded model saves the same content (its per-class keys may come in another order)
+    assert {**json.loads(dumps(old)), "topcal_version": version} == json.loads(text)
+
+
+def _write_fixtures() -> None:  # pragma: no cover - run by hand
+    HERE.mkdir(parents=True, exist_ok=True)
+    doc = {}
+    for name, case in CASES.items():
+        model, data = _fit(name)
+        doc[name] = {"data": case[0], "method": case[1], "params": case[2], "paper": case[3],
+                     **_fingerprint(model, data)}
+        if name in FILES:
+            (HERE / f"{name}.json").write_text(dumps(model))
+            doc[name]["predict"] = [float(v) for v in model.predict(data)]
+    (HERE / "kde_main.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _write_fixtures()

@@ -242,13 +242,20 @@ def test_prediction_table_is_close_to_the_exact_formula():
             assert np.max(np.abs(model.curve(k, x).confidence - exact)) < 1e-3
 
 
-def test_fit_class_hook_matches_batched_fit():
+@pytest.mark.parametrize("method, engine", [("kde-mon2", "auto"), ("kde-mon2", "exact"), ("kde-opt", "binned")])
+def test_batched_fit_equals_fitting_each_class_alone(method, engine):
     data = _two_class_data(seed=7, n=2000)
-    model = calibrator("kde-mon2").fit(data)
+    model = calibrator(method, engine=engine).fit(data)
     for k in range(2):
-        st = model._fit_class(data.class_view(k), k)
-        assert st["bandwidth"] == model.class_state_[k]["bandwidth"]
-        np.testing.assert_array_equal(st["table"], model.class_state_[k]["table"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)  # the other class is missing
+            alone = calibrator(method, engine=engine).fit(data.subset(data.pred == k))
+        assert alone.class_state_[1 - k] is None
+        assert alone.bandwidth_[k] == model.bandwidth_[k]
+        assert alone.support_[k] == model.support_[k]
+        np.testing.assert_array_equal(alone.class_state_[k]["table"], model.class_state_[k]["table"])
+        s = np.linspace(0, 1, 301)
+        np.testing.assert_array_equal(alone.curve(k, s).confidence, model.curve(k, s).confidence)
 
 
 # ------------------------------------------------------------------- edges

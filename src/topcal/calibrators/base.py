@@ -508,6 +508,15 @@ class ScoreCalibrator(Calibrator):
     state) and ``_predict_class(state, score) -> ndarray``. Classes with no
     positives in the fitting data get ``None`` state and the uncalibrated
     score (S - lo) / (hi - lo) as their confidence (a warning is raised at fit).
+
+    Methods that fit or predict many classes faster together override the
+    batched hooks, whose defaults go class by class through the two above:
+    ``_fit_all_classes(data) -> (states, support)`` and
+    ``_predict_rows(pred, score) -> ndarray``; ``_index_states()`` runs
+    whenever ``class_state_`` is set (fit or load), for methods that predict
+    from tables built out of the states. The batched hooks must give what the
+    per-class ones give (``kde`` fits every class in a few passes over the
+    rows and predicts all rows in one gather).
     """
 
     #: Whether the method takes the ``shrinkage`` parameter: it estimates
@@ -529,13 +538,23 @@ class ScoreCalibrator(Calibrator):
 
     def _fit_classes(self, data: TopLabelData) -> None:
         """Fit every class with the paper's estimator (sets class_state_, support_)."""
+        self.class_state_, self.support_ = self._fit_all_classes(data)
+        self._index_states()
+
+    def _fit_all_classes(self, data: TopLabelData) -> tuple[list, list]:
+        """Per-class states and supports (None for classes without positives): the batched-fit hook.
+
+        The default fits class by class with :meth:`_fit_class`.
+        """
         states = []
         support = []
         for k, view in enumerate(data.class_views()):
             support.append(data.class_support(k, view))
             states.append(None if support[-1] is None else self._fit_class(view, k))
-        self.class_state_ = states
-        self.support_ = support
+        return states, support
+
+    def _index_states(self) -> None:
+        """Called whenever ``class_state_`` is set (fit, load); nothing to do by default."""
 
     def _fit_class(self, view: ClassView, k: int) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -636,9 +655,16 @@ class ScoreCalibrator(Calibrator):
                 rows = np.isin(data.pred, none)
                 out[rows] = r[rows]
             return out
-        out = np.empty(data.n_rows, dtype=np.float64)
-        for k, idx in rows_by_class(data.pred, len(self.classes_)):
-            out[idx] = self._predict_scores(k, data.score[idx])
+        return self._predict_rows(data.pred, data.score)
+
+    def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """Unshrunk Conf of every row's own class: the batched-predict hook.
+
+        The default goes class by class through :meth:`_predict_scores`.
+        """
+        out = np.empty(score.shape[0], dtype=np.float64)
+        for k, idx in rows_by_class(pred, len(self.classes_)):
+            out[idx] = self._predict_scores(k, score[idx])
         return out
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
@@ -681,6 +707,7 @@ class ScoreCalibrator(Calibrator):
             raise ValueError("per-class state has the wrong number of classes")
         self.class_state_ = [None if s is None else self._load_class_state(s) for s in cs]
         self.support_ = [None if s is None else tuple(float(v) for v in s) for s in sup]
+        self._index_states()
         if self._shrunk():
             sh = state["shrinkage"]
             m = finite_array(sh["m"], "shrinkage m", len(self.classes_))

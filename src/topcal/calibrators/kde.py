@@ -96,7 +96,7 @@ import warnings
 import numpy as np
 
 from .._params import Interval, NoneOr, Options
-from ..data import ClassView, TopLabelData, preview, rows_by_class
+from ..data import TopLabelData, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ParameterError
 from . import _kde_engine as eng
 from .base import ScoreCalibrator, finite_array, to_jsonable
@@ -343,12 +343,14 @@ class _KDEBase(ScoreCalibrator):
         self.shrinkage = shrinkage
 
     # ----------------------------------------------------------------- fit
-    def _fit_classes(self, data: TopLabelData) -> None:
-        """Fit every class; the same result as ScoreCalibrator._fit, in fewer passes.
+    def _fit_all_classes(self, data: TopLabelData) -> tuple[list, list]:
+        """Fit every class (the batched-fit hook of ScoreCalibrator) in a few passes over the rows.
 
         One pass finds each class's support and size; the classes for the
         binned engine are linearly binned together in one more pass (no
-        per-class row selection), the others are selected row by row.
+        per-class row selection), the others are selected row by row. The
+        support of binned data is its outer bin edges, as
+        ``TopLabelData.class_support`` gives it.
         """
         K = data.n_classes
         keep = (data.tp + data.fp) > 0
@@ -406,25 +408,7 @@ class _KDEBase(ScoreCalibrator):
             states.append(self._fit_one(k, args[k], float(lo[k]), float(hi[k]), T_k, F_k,
                                         smin[k] == smax[k], prepared=prepared.get(k), warn=False))
         self._warn_degenerate(states)
-        self.class_state_ = states
-        self.support_ = support
-        self._build_tables()
-
-    def _fit_class(self, view: ClassView, k: int) -> dict:
-        """Fit one class from its view (the ScoreCalibrator hook; ``_fit`` batches this).
-
-        The support is taken from the view's scores, which for binned data are
-        bin midpoints (``_fit`` uses the bin edges); for per-sample data the
-        result equals ``_fit``'s.
-        """
-        keep = (view.tp + view.fp) > 0
-        s, t, f = view.score[keep], view.tp[keep], view.fp[keep]
-        lo, hi = float(s.min()), float(s.max())
-        if self.engine == "binned" or (self.engine == "auto" and s.size > EXACT_MAX_ROWS):
-            if hi > lo:
-                T, F = eng.linear_bin(np.zeros(s.size, dtype=np.int64), s, t, f, np.array([lo]), np.array([hi]), 1)
-                return self._fit_one(k, ("binned", (T[0], F[0])), lo, hi, float(t.sum()), float(f.sum()), False)
-        return self._fit_one(k, ("exact", (s, t, f)), lo, hi, float(t.sum()), float(f.sum()), s.min() == s.max())
+        return states, support
 
     def _make_engine(self, engine_args, lo, hi):
         bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
@@ -661,8 +645,8 @@ class _KDEBase(ScoreCalibrator):
         return best_b
 
     # ------------------------------------------------------------- predict
-    def _build_tables(self) -> None:
-        """Flatten every class's table for vectorised prediction; set bandwidth_."""
+    def _index_states(self) -> None:
+        """Flatten every class's table for vectorised prediction; set bandwidth_ (after fit and load)."""
         K = len(self.classes_)
         offs, tables, counts = [], [], []
         lo = np.zeros(K)
@@ -694,35 +678,9 @@ class _KDEBase(ScoreCalibrator):
         self.bandwidth_ = bw
 
     def _interp(self, k, score, with_count: bool = False):
-        """Linear interpolation in the class tables; ``k``, ``score`` arrays of one shape.
-
-        Written with in-place operations: this is the whole cost of
-        ``predict`` (a few passes over the rows, no Python loop). With
-        ``with_count`` also the interpolated kernel-weighted count.
-        """
-        lo = self._tab_lo[k]
-        x = np.maximum(score, lo)
-        np.minimum(x, self._tab_hi[k], out=x)
-        x -= lo
-        x *= self._tab_inv[k]
-        i = x.astype(np.int64)
-        np.minimum(i, self._tab_nm1[k] - 1, out=i)
-        x -= i
-        np.minimum(x, 1.0, out=x)
-        i += self._tab_off[k]
-        t0 = self._tab[i]
-        t1 = self._tab[i + 1]
-        t1 -= t0
-        t1 *= x
-        t1 += t0
-        if not with_count:
-            return t1
-        n0 = self._tab_n[i]
-        n1 = self._tab_n[i + 1]
-        n1 -= n0
-        n1 *= x
-        n1 += n0
-        return t1, n1
+        """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape."""
+        return _interp_tables(self._tab, self._tab_n if with_count else None, self._tab_off[k],
+                              self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k], score)
 
     def _local_counts(self, k: int, score: np.ndarray):
         s = np.asarray(score, dtype=np.float64)
@@ -738,37 +696,21 @@ class _KDEBase(ScoreCalibrator):
             c[empty], n[empty] = 0.0, 0.0
         return c * n, n
 
-    def _predict(self, data: TopLabelData) -> np.ndarray:
-        if self._shrunk():
-            c, n = self._interp(data.pred, data.score, with_count=True)
-            r = self._reference(data.score)
-            m = self.shrinkage_[data.pred]
-            # (c n + m r) / (n + m); classes without data: n = 0, so r
-            np.maximum(n, 0.0, out=n)
-            c *= n
-            r *= m
-            c += r
-            n += m
-            c /= n
-            return np.clip(c, 0.0, 1.0, out=c)
-        out = self._interp(data.pred, data.score)
+    def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """Every row in one gather from the flat tables (the batched-predict hook)."""
+        out = self._interp(pred, np.asarray(score, dtype=np.float64))
         none = [k for k, st in enumerate(self.class_state_) if st is None]
         if none:
-            rows = np.isin(data.pred, none)
+            rows = np.isin(pred, none)
             if rows.any():
-                out[rows] = self._uncalibrated(data.score[rows])
+                out[rows] = self._uncalibrated(score[rows])
         return out
 
-    def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
-        if self._shrunk():
-            return self._shrunk_scores(k, score)
-        if self.class_state_[k] is None:
-            return self._uncalibrated(score)
-        s = np.asarray(score, dtype=np.float64)
-        return self._interp(np.full(s.shape, k, dtype=np.int64), s)
-
-    def _predict_class(self, state, score):  # pragma: no cover - _predict_scores is used
-        raise NotImplementedError
+    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
+        """Linear interpolation in the class's own table (the same arithmetic as ``_predict_rows``)."""
+        tab, a, z = state["table"], state["table_lo"], state["table_hi"]
+        inv = (tab.size - 1) / (z - a) if z > a else 0.0
+        return _interp_tables(tab, None, 0, a, z, inv, tab.size - 1, np.asarray(score, dtype=np.float64))
 
     # -------------------------------------------------------------- extras
     def densities(self, k, score) -> tuple[np.ndarray, np.ndarray]:
@@ -817,10 +759,6 @@ class _KDEBase(ScoreCalibrator):
         return int(np.count_nonzero(np.isfinite(self.bandwidth_)))
 
     # --------------------------------------------------------- persistence
-    def _set_state(self, state: dict) -> None:
-        super()._set_state(state)
-        self._build_tables()
-
     def _load_class_state(self, state: dict) -> dict:
         b = state["bandwidth"]
         if b is not None:
@@ -880,6 +818,38 @@ class _KDEBase(ScoreCalibrator):
                 d["degenerate"] = st["degenerate"]
             out.append(to_jsonable(d))
         return out
+
+
+def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
+    """Linear interpolation in tables stored end to end in ``tab`` (and counts ``tab_n``).
+
+    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and ``nm1``
+    (points - 1) are per row (one class per row) or scalars (one class). Written with
+    in-place operations: this is the whole cost of ``predict`` (a few passes over the rows,
+    no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
+    """
+    x = np.maximum(score, lo)
+    np.minimum(x, hi, out=x)
+    x -= lo
+    x *= inv
+    i = x.astype(np.int64)
+    np.minimum(i, nm1 - 1, out=i)
+    x -= i
+    np.minimum(x, 1.0, out=x)
+    i += off
+    t0 = tab[i]
+    t1 = tab[i + 1]
+    t1 -= t0
+    t1 *= x
+    t1 += t0
+    if tab_n is None:
+        return t1
+    n0 = tab_n[i]
+    n1 = tab_n[i + 1]
+    n1 -= n0
+    n1 *= x
+    n1 += n0
+    return t1, n1
 
 
 def _weighted_spread(score, w):

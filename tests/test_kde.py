@@ -344,6 +344,27 @@ def test_degenerate_classes():
     assert np.isnan(fixed.bandwidth_[4])
 
 
+def test_no_bandwidth_is_nan_in_memory_and_null_in_json():
+    pred = np.array([0, 0, 0, 1, 1, 1, 1])
+    score = np.array([0.5, 0.7, 0.9, 0.2, 0.4, 0.6, 0.8])
+    labels = np.array([0, 0, 0, 1, 0, 1, 0])  # class a: only TP
+    data = TopLabelData.from_scores(pred, score, labels, classes=["a", "b", "c"])
+    for m, params in [("kde-mon2", {}), ("kde", {"bandwidth": "scott"})]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            model = calibrator(m, **params).fit(data)
+        assert np.isnan(model.class_state_[0]["bandwidth"]) and np.isnan(model.bandwidth_[0])
+        assert model.class_state_[1]["bandwidth"] == model.bandwidth_[1] > 0
+        assert np.isnan(model.bandwidth_[2]) and model.class_state_[2] is None
+        saved = json.loads(dumps(model))["model"]["state"]["class_state"]
+        assert saved[0]["bandwidth"] is None and saved[1]["bandwidth"] == model.bandwidth_[1]
+        described = model.describe()["classes"]
+        assert described["a"]["bandwidth"] is None and described["c"]["bandwidth"] is None
+        again = loads(dumps(model))
+        assert np.isnan(again.class_state_[0]["bandwidth"])
+        np.testing.assert_array_equal(again.bandwidth_, model.bandwidth_)
+
+
 def test_no_admissible_bandwidth_warns_and_uses_the_largest():
     """TP on both sides of a central FP cluster, symmetric: Conf is U-shaped
     (one sign change) for every b, so no b is monotone."""

@@ -130,7 +130,7 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
                    "27.6 nats: use shrinkage (the default) or auto")
     floor = []
     for k, st in enumerate(getattr(model, "class_state_", []) or []):
-        if isinstance(st, dict) and st.get("b_range") and st.get("bandwidth") is not None:
+        if isinstance(st, dict) and st.get("b_range") and np.isfinite(st.get("bandwidth", np.nan)):
             if st["bandwidth"] <= st["b_range"][0] * (1 + 1e-9):
                 floor.append(model.classes_[k])
     if floor:

@@ -688,7 +688,7 @@ class ScoreCalibrator(Calibrator):
     # per-class state persistence: shared by every score calibrator
     def _get_state(self) -> dict:
         out = {
-            "class_state": [to_jsonable(s) for s in self.class_state_],
+            "class_state": [None if s is None else self._dump_class_state(s) for s in self.class_state_],
             "support": [None if s is None else list(s) for s in self.support_],
         }
         if self._shrunk():
@@ -718,6 +718,10 @@ class ScoreCalibrator(Calibrator):
             if ref._shrunk() or len(ref.classes_) != 1:
                 raise ValueError("the shrinkage reference must be one unshrunk pooled curve")
             self.shrinkage_, self.reference_m_, self.reference_rate_, self.reference_ = m, float(m0), float(r0), ref
+
+    def _dump_class_state(self, state: dict) -> dict:
+        """One class's state as JSON (the inverse of :meth:`_load_class_state`)."""
+        return to_jsonable(state)
 
     def _load_class_state(self, state: dict) -> dict:
         """Validate one class's saved state (raise ValueError if malformed)."""

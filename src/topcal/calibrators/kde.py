@@ -87,6 +87,10 @@ for the selection rules, a DegenerateClassWarning; ``densities`` is not
 defined for them.
 Classes with no positives fall back to the uncalibrated score, as in every
 score calibrator, with ``bandwidth_`` NaN.
+
+"No bandwidth" is NaN throughout: ``bandwidth_`` and each class's state
+``"bandwidth"``. JSON has no NaN, so the model file and ``describe()`` write
+it as null; loading turns null back into NaN.
 """
 
 from __future__ import annotations
@@ -150,6 +154,14 @@ TABLE_CELLS_PER_B = 16
 MAX_TABLE_STRIDE = 16
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
+#: "No bandwidth" (degenerate classes, classes without positives): NaN in
+#: memory, null in JSON (see the module docstring).
+NO_BANDWIDTH = float("nan")
+
+
+def _json_bandwidth(b: float):
+    """A bandwidth for JSON: NO_BANDWIDTH (NaN) becomes null."""
+    return None if np.isnan(b) else b
 
 
 #: Memory budget of one lockstep group of exact-engine classes (elements of
@@ -492,10 +504,10 @@ class _KDEBase(ScoreCalibrator):
         elif one_score:
             degenerate = "all positives share one score: Conf = |TP| / |P|"
         if degenerate is not None:
-            b = None
+            b = NO_BANDWIDTH
             if self._rule == "fixed":
                 # a number given by the user is kept; a rule of thumb has nothing to measure
-                b = None if isinstance(self.bandwidth, str) else float(self.bandwidth)
+                b = NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
             elif warn:
                 warnings.warn(
                     f"{self.name}: class {name!r} has {degenerate} for every bandwidth; "
@@ -663,8 +675,7 @@ class _KDEBase(ScoreCalibrator):
             else:
                 tab, a, z = st["table"], st["table_lo"], st["table_hi"]
                 counts.append(st.get("table_n", np.full(tab.size, np.nan)))
-                if st["bandwidth"] is not None:
-                    bw[k] = st["bandwidth"]
+                bw[k] = st["bandwidth"]
             offs.append(pos)
             tables.append(tab)
             lo[k], hi[k] = a, z
@@ -733,7 +744,7 @@ class _KDEBase(ScoreCalibrator):
         self._check_fitted()
         i = self._class_index(k)
         st = self.class_state_[i]
-        if st is None or st["bandwidth"] is None or st["degenerate"] is not None:
+        if st is None or np.isnan(st["bandwidth"]) or st["degenerate"] is not None:
             raise ParameterError(
                 f"{self.name}: class {self.classes_[i]!r} has no fitted bandwidth "
                 "(no positives, or a degenerate class); its densities are not defined"
@@ -759,9 +770,14 @@ class _KDEBase(ScoreCalibrator):
         return int(np.count_nonzero(np.isfinite(self.bandwidth_)))
 
     # --------------------------------------------------------- persistence
+    def _dump_class_state(self, state: dict) -> dict:
+        return to_jsonable({**state, "bandwidth": _json_bandwidth(state["bandwidth"])})
+
     def _load_class_state(self, state: dict) -> dict:
         b = state["bandwidth"]
-        if b is not None:
+        if b is None:
+            b = NO_BANDWIDTH
+        else:
             b = float(b)
             if not (np.isfinite(b) and b > 0):
                 raise ValueError("bandwidth must be a positive number or null")
@@ -803,7 +819,7 @@ class _KDEBase(ScoreCalibrator):
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)", "bandwidth": None})
                 continue
             d = {
-                "bandwidth": st["bandwidth"],
+                "bandwidth": _json_bandwidth(st["bandwidth"]),
                 "engine": st["engine"],
                 "slope_sign_changes": st["sign_changes"],
                 "support": list(sup),

@@ -481,3 +481,21 @@ def test_demo_table_includes_every_kde_rule(phanns):
         # ... every rule calibrates the PhANNs scores: lower NLL and ECE1 than the raw score
         assert row["nll"]["overall"] < min(raw, 0.2), m
         assert row["ece1"]["overall"] < table["methods"]["uncalibrated"]["ece1"]["overall"], m
+
+
+def test_rules_of_thumb_are_silverman_and_scott_on_the_class_scores():
+    rng = np.random.default_rng(4)
+    n = 300  # exact engine (<= 512 rows): the kernel centres are the distinct scores, weight 1 each
+    score = np.sort(rng.beta(4, 2, n))
+    labels = np.where(rng.uniform(size=n) < score, 0, 1)  # right (class a) with probability = score
+    data = TopLabelData.from_scores(np.zeros(n, dtype=int), score, labels, classes=["a", "b"])
+    sd = np.std(score)
+    q1, q3 = np.interp([0.25, 0.75], np.arange(1, n + 1) / n, score)
+    want = {"scott": 1.06 * sd * n ** -0.2, "silverman": 0.9 * min(sd, (q3 - q1) / 1.34) * n ** -0.2}
+    assert want["scott"] != pytest.approx(want["silverman"], rel=1e-3)
+    for rule, b in want.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)  # class b is never predicted
+            model = calibrator("kde", bandwidth=rule).fit(data)
+        assert model.class_state_[0]["engine"] == "exact"
+        assert model.bandwidth_[0] == pytest.approx(b, rel=1e-12)

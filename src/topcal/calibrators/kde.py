@@ -22,42 +22,14 @@ description):
 ``kde-mon4``  b_mon4: at most four sign changes.
 ``kde-opt``   b_opt: minimises the leave-one-out top-label NLL of the class.
 
-The bandwidth scan
-------------------
-*Support* [lo, hi]: the lowest and highest score of the class's positives
-(bin edges for binned data). R = hi - lo.
-
-*Candidates*: b_lo * 2^(i/4), i = 0, 1, ..., up to b_hi = 4 R (the last
-candidate is b_hi itself), where b_lo = max(R / 256, rho / 2) and rho is the
-score resolution: the smallest gap between distinct scores (exact engine), or
-between the distinct scores seen on the fine grid when no score smears over
-more than two grid points (binned engine; else rho = R / 4096). It matters
-only for discrete scores (bin midpoints, a random forest's vote fractions).
-R / 256 is two steps of the scan grid, the smallest b
-whose wiggles the grid can see; below rho / 2 the curve between two adjacent
-discrete scores is a sharp monotone step and no new extremum can appear.
-
-*Sign changes* are counted on the scan grid of 513 points evenly spaced over
-the support; a difference between neighbours of at most 1e-7 counts as flat,
-and points where the positive density is below 1e-6 of its maximum (gaps
-in the data) are skipped.
-
-*Smallest admissible b*: candidates are evaluated from the smallest up (8
-per batched FFT call) until one is admissible; with j the first admissible
-candidate, 3 rounds of multisection (7 points evenly spaced in log b between
-the last inadmissible and the first admissible b; keep the first admissible)
-narrow it to 0.03 % relative precision. The result is always an evaluated,
-verified admissible b. The count need not be monotone in b, so an admissible
-b between two candidates below candidate j - 1 could be missed; none on a
-candidate is. If candidate 0 is admissible, b = b_lo. If none is, b = b_hi
-(the smoothest curve, closest to Conf1) with a :class:`BandwidthWarning`.
-Because mon, mon2 and mon4 use the same candidates and the same refinement
-points until they part, b_mon4 <= b_mon2 <= b_mon always.
-
-*b_opt*: the candidate with the smallest leave-one-out NLL, then 3 rounds of
-7 points in log b around the best point so far (0.5 % precision). The
-leave-one-out minimum may lie at b_lo (the "trivial maximum at 0" of
-cross-validated bandwidths): b_opt is then b_lo.
+Bandwidth selection
+-------------------
+Each rule is an entry of a small registry in ``_kde_rules`` (the candidate
+bandwidths from b_lo = max(R / 256, rho / 2) to b_hi = 4 R on the class's
+support [lo, hi] of width R, the smallest-admissible-b scan of the mon rules,
+the leave-one-out scan of ``opt``, the rules of thumb); its docstring
+describes the scan in full. If no candidate meets a mon rule, b = b_hi (the
+smoothest curve) with a :class:`BandwidthWarning`.
 
 *Engines*: "exact" sums every kernel (after merging equal scores); "binned"
 linearly bins TP and FP weights onto 4097 points over the support once and
@@ -91,6 +63,13 @@ score calibrator, with ``bandwidth_`` NaN.
 "No bandwidth" is NaN throughout: ``bandwidth_`` and each class's state
 ``"bandwidth"``. JSON has no NaN, so the model file and ``describe()`` write
 it as null; loading turns null back into NaN.
+
+Size (~800 lines): one concern, the five calibrators and what they share:
+the batched fit of every class (support, engine choice, lockstep scans),
+the prediction tables, ``densities``, persistence and ``describe``, plus the
+bare formula ``kde_confidence``; ~470 lines are code, the rest docstrings,
+comments and blank lines. The bandwidth rules and scans live in
+``_kde_rules``, the kernel sums and FFTs in ``_kde_engine``.
 """
 
 from __future__ import annotations
@@ -103,6 +82,7 @@ from .._params import Interval, NoneOr, Options
 from ..data import TopLabelData, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ParameterError
 from . import _kde_engine as eng
+from . import _kde_rules as rules
 from .base import ScoreCalibrator, finite_array, to_jsonable
 from .registry import register
 from .shrinkage import ShrinkageConstraint
@@ -124,28 +104,10 @@ count_sign_changes = eng.count_sign_changes
 #: ``engine="auto"``: its cost per bandwidth is 513 x rows kernel terms,
 #: ~0.3 M at this size (about the cost of one FFT pass of the binned engine).
 EXACT_MAX_ROWS = 512
-#: Smallest candidate: two scan-grid steps (R / 256 = 16 fine cells).
-B_LO_CELLS = 16
-#: Largest candidate, in units of the support width R: at 4 R every kernel
-#: covers the whole support and the curve is close to logistic (monotone
-#: unless the TP and FP means coincide).
-B_HI_SPAN = 4.0
 #: Smallest fixed bandwidth accepted, as a share of the score range width: a
 #: kernel far narrower than any gap between scores only reproduces the data
 #: points, and below ~1e-154 its b * b underflows to 0.
 MIN_BANDWIDTH_SHARE = 1e-9
-#: Candidate spacing: 2^(1/4), four per doubling.
-CANDIDATE_RATIO = 2.0 ** 0.25
-#: Candidates evaluated per batched FFT call while scanning upwards.
-SCAN_BATCH = 8
-#: Refinement between the last inadmissible and the first admissible
-#: candidate: 3 rounds of 7 points (one batched call each) shrink the
-#: interval 8^3 = 512-fold: 2^(1/4)^(1/512) - 1 ~ 0.03 % relative precision.
-REFINE_ROUNDS = 3
-REFINE_POINTS = 7
-#: Refinement rounds for b_opt (each shrinks the bracket 4-fold): the
-#: bracket of two candidate steps, 2^(1/2), ends at 2^(1/2 / 4^3) ~ 0.5 %.
-OPT_ROUNDS = 3
 #: The prediction table's spacing is at most b / TABLE_CELLS_PER_B (a power
 #: of 2 fraction of the fine grid, 257 to 4097 points). Linear interpolation
 #: error is at most h^2 / 8 * max|Conf''|; on PhANNs h = b / 8 gave up to
@@ -163,95 +125,6 @@ def _json_bandwidth(b: float):
     """A bandwidth for JSON: NO_BANDWIDTH (NaN) becomes null."""
     return None if np.isnan(b) else b
 
-
-#: Memory budget of one lockstep group of exact-engine classes (elements of
-#: the stacked scan-point x kernel-centre matrix, 64 MB of float64).
-BATCH_ELEMENTS = 8_000_000
-
-
-def _candidates(lo: float, hi: float, rho: float) -> np.ndarray:
-    """The candidate bandwidths b_lo * 2^(i/4), up to and including b_hi = 4 R."""
-    width = hi - lo
-    b_lo = max(width * B_LO_CELLS / eng.FINE_CELLS, 0.5 * rho)
-    b_hi = B_HI_SPAN * width
-    n_cand = int(np.floor(np.log(b_hi / b_lo) / np.log(CANDIDATE_RATIO))) + 1
-    cand = b_lo * CANDIDATE_RATIO ** np.arange(n_cand)
-    if cand[-1] < b_hi * (1 - 1e-12):
-        cand = np.append(cand, b_hi)
-    return cand
-
-
-def _scan_mon_lockstep(batch, cands, max_changes) -> list:
-    """The smallest-admissible-bandwidth search of ``_KDEBase._scan_mon`` for many classes at once.
-
-    Each class runs the same search (first admissible candidate from the
-    smallest up, then REFINE_ROUNDS multisection rounds keeping the first
-    admissible of REFINE_POINTS points), but evaluates one bandwidth per step
-    and stops as soon as the answer is known: the candidates after the first
-    admissible one, and the refinement points after the first admissible one
-    of a round, cannot change the result, so they are not evaluated. Every
-    step evaluates one bandwidth for every class still searching, in one
-    call of ``batch.sign_changes``. Returns (b, admissible, sign changes at
-    b) per class.
-    """
-    n = len(cands)
-    # per class: phase 0 = scanning candidates, 1 = refining, 2 = done
-    phase = [0] * n
-    pos = [0] * n  # candidate index, or point index within the round
-    rnd = [0] * n
-    bracket = [None] * n  # (lo, hi) in log b while refining
-    pts = [None] * n
-    bs_round = [None] * n
-    result = [None] * n
-    best = [None] * n
-
-    def start_round(i):
-        lo, hi = bracket[i]
-        pts[i] = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
-        bs_round[i] = np.exp(pts[i])
-        pos[i] = 0
-
-    def next_round(i):
-        rnd[i] += 1
-        if rnd[i] == REFINE_ROUNDS:
-            phase[i] = 2
-            result[i] = best[i]
-        else:
-            start_round(i)
-
-    active = list(range(n))
-    while active:
-        bw = np.array([cands[i][pos[i]] if phase[i] == 0 else bs_round[i][pos[i]] for i in active])
-        changes = batch.sign_changes(active, bw)
-        for i, b, c in zip(active, bw, changes):
-            good = c <= max_changes
-            if phase[i] == 0:
-                j = pos[i]
-                if good and j == 0:
-                    phase[i], result[i] = 2, (float(b), True, int(c))
-                elif good:
-                    phase[i] = 1
-                    bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
-                    best[i] = (float(b), True, int(c))
-                    start_round(i)
-                elif j + 1 == cands[i].size:
-                    phase[i], result[i] = 2, (float(b), False, int(c))
-                else:
-                    pos[i] = j + 1
-            else:
-                p = pos[i]
-                lo, hi = bracket[i]
-                if good:
-                    best[i] = (float(b), True, int(c))
-                    bracket[i] = (pts[i][p - 1] if p > 0 else lo, pts[i][p])
-                    next_round(i)
-                elif p + 1 == REFINE_POINTS:
-                    bracket[i] = (pts[i][-1], hi)
-                    next_round(i)
-                else:
-                    pos[i] = p + 1
-        active = [i for i in active if phase[i] != 2]
-    return result
 
 
 class BandwidthWarning(DegenerateClassWarning):
@@ -334,9 +207,9 @@ def _check_boundary(boundary):
 class _KDEBase(ScoreCalibrator):
     """Shared fitting, prediction table and persistence of the KDE rules."""
 
-    #: "fixed", "mon" (with _max_changes) or "opt".
-    _rule: str = ""
-    _max_changes: int = 0
+    #: How each class's bandwidth is chosen: an entry of ``_kde_rules.SELECTION_RULES``
+    #: (kde-mon*, kde-opt); ``kde`` takes a fixed one instead (see :meth:`_choose_bandwidth`).
+    _bandwidth_rule = None
 
     _parameter_constraints = {
         "engine": Options(("auto", "exact", "binned")),
@@ -345,7 +218,7 @@ class _KDEBase(ScoreCalibrator):
     }
     shrinkable = True
     #: Scan the exact-engine classes of kde-mon* together, in lockstep (see
-    #: _scan_mon_lockstep); False scans them one by one (the same result up to
+    #: _kde_rules.scan_mon_lockstep); False scans them one by one (the same result up to
     #: round-off; for tests and benchmarks).
     batch_classes = True
 
@@ -418,7 +291,7 @@ class _KDEBase(ScoreCalibrator):
             support.append((float(lo[k]), float(hi[k])))
             T_k, F_k = float(self.n_tp_[k]), float(self.n_fp_[k])
             states.append(self._fit_one(k, args[k], float(lo[k]), float(hi[k]), T_k, F_k,
-                                        smin[k] == smax[k], prepared=prepared.get(k), warn=False))
+                                        smin[k] == smax[k], prepared=prepared.get(k)))
         self._warn_degenerate(states)
         return states, support
 
@@ -441,10 +314,11 @@ class _KDEBase(ScoreCalibrator):
 
         Returns {k: (engine, rho, (b, admissible, sign_changes))} for the
         classes it scanned; the others are scanned one by one in _fit_one.
-        The result per class is the one :meth:`_scan_mon` gives (same
+        The result per class is the one ``_kde_rules.scan_mon`` gives (same
         candidates, same order of evaluation, same decisions).
         """
-        if self._rule != "mon" or not self.batch_classes:
+        lockstep = getattr(self._bandwidth_rule, "select_lockstep", None)
+        if lockstep is None or not self.batch_classes:
             return {}
         items = []
         for k, (kind, arrays) in args.items():
@@ -453,7 +327,7 @@ class _KDEBase(ScoreCalibrator):
             engine, rho = self._make_engine((kind, arrays), float(lo[k]), float(hi[k]))
             if not engine.cacheable():
                 continue
-            items.append((k, engine, rho, _candidates(float(lo[k]), float(hi[k]), rho)))
+            items.append((k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho)))
         out = {}
         # groups of similar size (padding to the group's widest class) within a memory budget
         items.sort(key=lambda it: eng.ExactScanBatch.size_of(it[1]))
@@ -462,13 +336,13 @@ class _KDEBase(ScoreCalibrator):
             if it is not None:
                 size = eng.ExactScanBatch.size_of(it[1])
                 first = eng.ExactScanBatch.size_of(group[0][1]) if group else size
-                if not group or (size * (len(group) + 1) <= BATCH_ELEMENTS and size <= 1.25 * first + 4 * eng.SCAN_POINTS):
+                if not group or (size * (len(group) + 1) <= rules.BATCH_ELEMENTS
+                                 and size <= 1.25 * first + 4 * eng.SCAN_POINTS):
                     group.append(it)
                     continue
             if group:
                 engines = [g[1] for g in group]
-                results = _scan_mon_lockstep(eng.ExactScanBatch(engines), [g[3] for g in group],
-                                             self._max_changes)
+                results = lockstep(eng.ExactScanBatch(engines), [g[3] for g in group])
                 for (k, engine, rho, _), res in zip(group, results):
                     out[k] = (engine, rho, res)
             group = [it] if it is not None else []
@@ -476,8 +350,6 @@ class _KDEBase(ScoreCalibrator):
 
     def _warn_degenerate(self, states) -> None:
         """One warning per kind of degenerate class (a thousand small classes give four lines, not 270)."""
-        if self._rule == "fixed":
-            return
         kinds: dict[str, list] = {}
         for k, st in enumerate(states):
             if st is not None and st.get("degenerate"):
@@ -491,11 +363,10 @@ class _KDEBase(ScoreCalibrator):
                 + ("the class's own curve is constant and shrinkage pulls it toward the pooled curve"
                    if shrunk else f"the curve is constant ({conf})"),
                 DegenerateClassWarning,
-                stacklevel=5,
+                stacklevel=6,
             )
 
-    def _fit_one(self, k, engine_args, lo, hi, T, F, one_score, prepared=None, warn=True) -> dict:
-        name = self.classes_[k]
+    def _fit_one(self, k, engine_args, lo, hi, T, F, one_score, prepared=None) -> dict:
         degenerate = None
         if F == 0:
             degenerate = "only true positives: Conf = 1"
@@ -504,19 +375,8 @@ class _KDEBase(ScoreCalibrator):
         elif one_score:
             degenerate = "all positives share one score: Conf = |TP| / |P|"
         if degenerate is not None:
-            b = NO_BANDWIDTH
-            if self._rule == "fixed":
-                # a number given by the user is kept; a rule of thumb has nothing to measure
-                b = NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
-            elif warn:
-                warnings.warn(
-                    f"{self.name}: class {name!r} has {degenerate} for every bandwidth; "
-                    "its curve is constant and its bandwidth NaN",
-                    DegenerateClassWarning,
-                    stacklevel=4,
-                )
             return self._state(
-                bandwidth=b, engine=None, degenerate=degenerate, points=[0.5 * (lo + hi)], tp=[T], fp=[F],
+                bandwidth=self._degenerate_bandwidth(), engine=None, degenerate=degenerate, points=[0.5 * (lo + hi)], tp=[T], fp=[F],
                 lo=lo, hi=hi, table=[T / (T + F)] * 2, table_n=[T + F] * 2, sign_changes=0, b_range=None,
                 admissible=True,
             )
@@ -526,32 +386,7 @@ class _KDEBase(ScoreCalibrator):
         else:
             engine, rho, scanned = prepared
         width = hi - lo
-        admissible = True
-        changes = None
-        if self._rule == "fixed":
-            # rules of thumb from the kernel centres: the distinct scores, or
-            # the fine grid (quantiles then within R / 4096 of the exact ones)
-            pts, t, f = engine.kernel_points()
-            b = self._fixed_bandwidth(pts, t + f, lo, hi)
-            b_range = None
-        else:
-            cand = _candidates(lo, hi, rho)
-            b_range = [float(cand[0]), float(cand[-1])]
-            if self._rule == "mon":
-                if scanned is None:
-                    b, admissible = self._scan_mon(engine, cand)
-                else:
-                    b, admissible, changes = scanned
-                if not admissible:
-                    warnings.warn(
-                        f"{self.name}: class {name!r}: no bandwidth in [{cand[0]:.4g}, {cand[-1]:.4g}] gives "
-                        f"<= {self._max_changes} slope sign changes; using the largest, {cand[-1]:.4g} "
-                        "(smoothest curve); inspect the curve or use kde-mon4 / kde-opt",
-                        BandwidthWarning,
-                        stacklevel=4,
-                    )
-            else:
-                b = self._scan_opt(engine, cand)
+        b, b_range, admissible, changes = self._choose_bandwidth(k, engine, lo, hi, rho, scanned)
         if changes is None:
             conf, resolved = engine.scan([b])
             changes = eng.count_sign_changes(conf[0], resolved[0])
@@ -563,6 +398,31 @@ class _KDEBase(ScoreCalibrator):
             bandwidth=float(b), engine=engine.name, degenerate=None, points=pts, tp=t, fp=f, lo=lo, hi=hi,
             table=table, table_n=table_n, sign_changes=changes, b_range=b_range, admissible=admissible,
         )
+
+    def _degenerate_bandwidth(self) -> float:
+        """The bandwidth recorded for a degenerate class: none (the rules have nothing to choose from)."""
+        return NO_BANDWIDTH
+
+    def _choose_bandwidth(self, k, engine, lo, hi, rho, scanned):
+        """Class ``k``'s bandwidth by the rule: (b, candidate range, admissible, sign changes or None).
+
+        ``scanned`` is the lockstep scan's (b, admissible, sign changes), if it ran for this class.
+        """
+        cand = rules.candidates(lo, hi, rho)
+        if scanned is None:
+            b, admissible = self._bandwidth_rule.select(engine, cand)
+            changes = None
+        else:
+            b, admissible, changes = scanned
+        if not admissible:
+            warnings.warn(
+                f"{self.name}: class {self.classes_[k]!r}: no bandwidth in [{cand[0]:.4g}, {cand[-1]:.4g}] gives "
+                f"<= {self._bandwidth_rule.max_changes} slope sign changes; using the largest, {cand[-1]:.4g} "
+                "(smoothest curve); inspect the curve or use kde-mon4 / kde-opt",
+                BandwidthWarning,
+                stacklevel=7,
+            )
+        return b, [float(cand[0]), float(cand[-1])], admissible, changes
 
     @staticmethod
     def _state(**kw) -> dict:
@@ -589,72 +449,6 @@ class _KDEBase(ScoreCalibrator):
         x = engine.lo + (engine.hi - engine.lo) / eng.FINE_CELLS * np.arange(0, eng.FINE_CELLS + 1, stride)
         num, den, shift = eng.exact_sums(x, engine.points, engine.tp, engine.fp, b, engine.bounds)
         return np.clip(num / den, 0.0, 1.0), den * np.exp(-shift * (0.5 / (b * b)))
-
-    def _fixed_bandwidth(self, score, w, lo, hi) -> float:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def _scan_mon(self, engine, cand):
-        """Smallest admissible bandwidth: (b, admissible).
-
-        Candidates are evaluated from the smallest up, SCAN_BATCH at a time
-        (one batched FFT), stopping at the first batch holding an admissible
-        one; then REFINE_ROUNDS rounds each place REFINE_POINTS points evenly
-        in log b between the last inadmissible and the first admissible b
-        and keep the first admissible of them (a multisection: the result is
-        always an evaluated admissible b).
-        """
-        n = self._max_changes
-
-        def admissible(bs):
-            conf, res = engine.scan(bs)
-            return np.array([eng.count_sign_changes(c, r) <= n for c, r in zip(conf, res)])
-
-        j = -1
-        for start in range(0, cand.size, SCAN_BATCH):
-            good = admissible(cand[start : start + SCAN_BATCH])
-            if good.any():
-                j = start + int(np.argmax(good))
-                break
-        if j < 0:
-            return float(cand[-1]), False
-        if j == 0:
-            return float(cand[0]), True
-        lo, hi = np.log(cand[j - 1]), np.log(cand[j])
-        best = float(cand[j])
-        for _ in range(REFINE_ROUNDS):
-            pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
-            good = admissible(np.exp(pts))
-            if good.any():
-                i = int(np.argmax(good))
-                hi = pts[i]
-                best = float(np.exp(pts[i]))
-                lo = pts[i - 1] if i > 0 else lo
-            else:
-                lo = pts[-1]
-        return best, True
-
-    def _scan_opt(self, engine, cand):
-        """Bandwidth with the smallest leave-one-out NLL.
-
-        All candidates are evaluated (one batched call); then OPT_ROUNDS
-        rounds each evaluate REFINE_POINTS points evenly in log b between the
-        neighbours of the best point so far and keep the best.
-        """
-        loss = engine.loo_nll(cand)
-        j = int(np.argmin(loss))
-        best_b, best = float(cand[j]), float(loss[j])
-        lo = np.log(cand[max(j - 1, 0)])
-        hi = np.log(cand[min(j + 1, cand.size - 1)])
-        for _ in range(OPT_ROUNDS):
-            pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
-            f = engine.loo_nll(np.exp(pts))
-            i = int(np.argmin(f))
-            if f[i] < best:
-                best, best_b = float(f[i]), float(np.exp(pts[i]))
-            c = np.log(best_b)
-            step = (hi - lo) / (REFINE_POINTS + 1)
-            lo, hi = max(c - step, lo), min(c + step, hi)
-        return best_b
 
     # ------------------------------------------------------------- predict
     def _index_states(self) -> None:
@@ -868,25 +662,12 @@ def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
     return t1, n1
 
 
-def _weighted_spread(score, w):
-    """Weighted standard deviation and interquartile range."""
-    order = np.argsort(score, kind="stable")
-    s, ww = score[order], w[order]
-    mean = np.average(s, weights=ww)
-    sd = float(np.sqrt(np.average((s - mean) ** 2, weights=ww)))
-    cw = np.cumsum(ww) / ww.sum()
-    q1, q3 = np.interp([0.25, 0.75], cw, s)
-    return sd, float(q3 - q1)
-
-
 class _BandwidthConstraint:
     """A positive finite number, or one of the rule-of-thumb names."""
 
-    rules = ("silverman", "scott")
-
     def ok(self, v) -> bool:
         if isinstance(v, str):
-            return v in self.rules
+            return v in rules.RULES_OF_THUMB
         return Interval(0, None, closed="neither").ok(v) and np.isfinite(v)
 
     def __str__(self) -> str:
@@ -926,7 +707,6 @@ class KDE(_KDEBase):
 
     name = "kde"
     summary = "kernel density ratio TP / (TP + FP), fixed bandwidth (paper eq. 9)"
-    _rule = "fixed"
     _parameter_constraints = {
         **_KDEBase._parameter_constraints,
         "bandwidth": _BandwidthConstraint(),
@@ -948,26 +728,27 @@ class KDE(_KDEBase):
                     f"{hi - lo:g}; give a bandwidth in score units, e.g. 0.05 * (hi - lo)"
                 )
             return b
-        sd, iqr = _weighted_spread(score, w)
-        n = float(w.sum())
-        if self.bandwidth == "scott":
-            b = 1.06 * sd * n ** -0.2
-        else:
-            spread = min(sd, iqr / 1.34) if iqr > 0 else sd
-            b = 0.9 * spread * n ** -0.2
+        b = rules.RULES_OF_THUMB[self.bandwidth](score, w)
         if not b > 0:  # one distinct score: any b gives the same (constant) curve
             b = (hi - lo) if hi > lo else 1.0
         return float(b)
 
+    def _choose_bandwidth(self, k, engine, lo, hi, rho, scanned):
+        # rules of thumb from the kernel centres: the distinct scores, or
+        # the fine grid (quantiles then within R / 4096 of the exact ones)
+        pts, t, f = engine.kernel_points()
+        return self._fixed_bandwidth(pts, t + f, lo, hi), None, True, None
 
+    def _degenerate_bandwidth(self) -> float:
+        # a number given by the user is kept; a rule of thumb has nothing to measure
+        return NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
 
-
-class _KDEMonBase(_KDEBase):
-    _rule = "mon"
+    def _warn_degenerate(self, states) -> None:
+        """No warning: a fixed bandwidth has nothing to choose, a constant curve is the formula's value."""
 
 
 @register
-class KDEMon(_KDEMonBase):
+class KDEMon(_KDEBase):
     """Conf_KDE with b_mon: the smallest b giving a monotone curve (paper eq. 19).
 
     Parameters
@@ -986,11 +767,11 @@ class KDEMon(_KDEMonBase):
 
     name = "kde-mon"
     summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 19)"
-    _max_changes = 0
+    _bandwidth_rule = rules.SELECTION_RULES["mon"]
 
 
 @register
-class KDEMon2(_KDEMonBase):
+class KDEMon2(_KDEBase):
     """Conf_KDE with b_mon2: slope changes sign at most twice (paper eq. 20; recommended).
 
     Parameters and attributes as :class:`KDEMon`.
@@ -998,11 +779,11 @@ class KDEMon2(_KDEMonBase):
 
     name = "kde-mon2"
     summary = "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's choice)"
-    _max_changes = 2
+    _bandwidth_rule = rules.SELECTION_RULES["mon2"]
 
 
 @register
-class KDEMon4(_KDEMonBase):
+class KDEMon4(_KDEBase):
     """Conf_KDE with b_mon4: slope changes sign at most four times (paper section 12).
 
     Parameters and attributes as :class:`KDEMon`.
@@ -1010,7 +791,7 @@ class KDEMon4(_KDEMonBase):
 
     name = "kde-mon4"
     summary = "kernel density ratio, smallest bandwidth with <= 4 slope sign changes"
-    _max_changes = 4
+    _bandwidth_rule = rules.SELECTION_RULES["mon4"]
 
 
 @register
@@ -1026,4 +807,4 @@ class KDEOpt(_KDEBase):
 
     name = "kde-opt"
     summary = "kernel density ratio, bandwidth minimising leave-one-out NLL (paper section 12)"
-    _rule = "opt"
+    _bandwidth_rule = rules.SELECTION_RULES["opt"]

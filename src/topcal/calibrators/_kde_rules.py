@@ -1,0 +1,304 @@
+"""Bandwidth rules of the kernel-density calibrators (``calibrators.kde``): the candidates and the scans.
+
+Private module: the public API is :mod:`topcal.calibrators.kde`. Every rule is
+a small object in one registry, looked up by the calibrator class:
+``SELECTION_RULES`` (the data-driven rules ``mon``, ``mon2``, ``mon4``, ``opt``)
+and ``RULES_OF_THUMB`` (``silverman``, ``scott``, for ``kde``'s fixed bandwidth).
+
+The bandwidth scan
+------------------
+*Support* [lo, hi]: the lowest and highest score of the class's positives
+(bin edges for binned data). R = hi - lo.
+
+*Candidates*: b_lo * 2^(i/4), i = 0, 1, ..., up to b_hi = 4 R (the last
+candidate is b_hi itself), where b_lo = max(R / 256, rho / 2) and rho is the
+score resolution: the smallest gap between distinct scores (exact engine), or
+between the distinct scores seen on the fine grid when no score smears over
+more than two grid points (binned engine; else rho = R / 4096). It matters
+only for discrete scores (bin midpoints, a random forest's vote fractions).
+R / 256 is two steps of the scan grid, the smallest b
+whose wiggles the grid can see; below rho / 2 the curve between two adjacent
+discrete scores is a sharp monotone step and no new extremum can appear.
+
+*Sign changes* are counted on the scan grid of 513 points evenly spaced over
+the support; a difference between neighbours of at most 1e-7 counts as flat,
+and points where the positive density is below 1e-6 of its maximum (gaps
+in the data) are skipped.
+
+*Smallest admissible b*: candidates are evaluated from the smallest up (8
+per batched FFT call) until one is admissible; with j the first admissible
+candidate, 3 rounds of multisection (7 points evenly spaced in log b between
+the last inadmissible and the first admissible b; keep the first admissible)
+narrow it to 0.03 % relative precision. The result is always an evaluated,
+verified admissible b. The count need not be monotone in b, so an admissible
+b between two candidates below candidate j - 1 could be missed; none on a
+candidate is. If candidate 0 is admissible, b = b_lo. If none is, b = b_hi
+(the smoothest curve, closest to Conf1) with a :class:`BandwidthWarning`.
+Because mon, mon2 and mon4 use the same candidates and the same refinement
+points until they part, b_mon4 <= b_mon2 <= b_mon always.
+
+*b_opt*: the candidate with the smallest leave-one-out NLL, then 3 rounds of
+7 points in log b around the best point so far (0.5 % precision). The
+leave-one-out minimum may lie at b_lo (the "trivial maximum at 0" of
+cross-validated bandwidths): b_opt is then b_lo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _kde_engine as eng
+
+__all__ = [
+    "SELECTION_RULES",
+    "RULES_OF_THUMB",
+    "MonotoneRule",
+    "LeaveOneOutRule",
+    "candidates",
+    "scan_mon",
+    "scan_mon_lockstep",
+    "scan_opt",
+    "silverman",
+    "scott",
+    "weighted_spread",
+]
+
+#: Smallest candidate: two scan-grid steps (R / 256 = 16 fine cells).
+B_LO_CELLS = 16
+#: Largest candidate, in units of the support width R: at 4 R every kernel
+#: covers the whole support and the curve is close to logistic (monotone
+#: unless the TP and FP means coincide).
+B_HI_SPAN = 4.0
+#: Candidate spacing: 2^(1/4), four per doubling.
+CANDIDATE_RATIO = 2.0 ** 0.25
+#: Candidates evaluated per batched FFT call while scanning upwards.
+SCAN_BATCH = 8
+#: Refinement between the last inadmissible and the first admissible
+#: candidate: 3 rounds of 7 points (one batched call each) shrink the
+#: interval 8^3 = 512-fold: 2^(1/4)^(1/512) - 1 ~ 0.03 % relative precision.
+REFINE_ROUNDS = 3
+REFINE_POINTS = 7
+#: Refinement rounds for b_opt (each shrinks the bracket 4-fold): the
+#: bracket of two candidate steps, 2^(1/2), ends at 2^(1/2 / 4^3) ~ 0.5 %.
+OPT_ROUNDS = 3
+
+
+#: Memory budget of one lockstep group of exact-engine classes (elements of
+#: the stacked scan-point x kernel-centre matrix, 64 MB of float64).
+BATCH_ELEMENTS = 8_000_000
+
+
+def candidates(lo: float, hi: float, rho: float) -> np.ndarray:
+    """The candidate bandwidths b_lo * 2^(i/4), up to and including b_hi = 4 R."""
+    width = hi - lo
+    b_lo = max(width * B_LO_CELLS / eng.FINE_CELLS, 0.5 * rho)
+    b_hi = B_HI_SPAN * width
+    n_cand = int(np.floor(np.log(b_hi / b_lo) / np.log(CANDIDATE_RATIO))) + 1
+    cand = b_lo * CANDIDATE_RATIO ** np.arange(n_cand)
+    if cand[-1] < b_hi * (1 - 1e-12):
+        cand = np.append(cand, b_hi)
+    return cand
+
+
+def scan_mon_lockstep(batch, cands, max_changes) -> list:
+    """The smallest-admissible-bandwidth search of ``scan_mon`` for many classes at once.
+
+    Each class runs the same search (first admissible candidate from the
+    smallest up, then REFINE_ROUNDS multisection rounds keeping the first
+    admissible of REFINE_POINTS points), but evaluates one bandwidth per step
+    and stops as soon as the answer is known: the candidates after the first
+    admissible one, and the refinement points after the first admissible one
+    of a round, cannot change the result, so they are not evaluated. Every
+    step evaluates one bandwidth for every class still searching, in one
+    call of ``batch.sign_changes``. Returns (b, admissible, sign changes at
+    b) per class.
+    """
+    n = len(cands)
+    # per class: phase 0 = scanning candidates, 1 = refining, 2 = done
+    phase = [0] * n
+    pos = [0] * n  # candidate index, or point index within the round
+    rnd = [0] * n
+    bracket = [None] * n  # (lo, hi) in log b while refining
+    pts = [None] * n
+    bs_round = [None] * n
+    result = [None] * n
+    best = [None] * n
+
+    def start_round(i):
+        lo, hi = bracket[i]
+        pts[i] = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
+        bs_round[i] = np.exp(pts[i])
+        pos[i] = 0
+
+    def next_round(i):
+        rnd[i] += 1
+        if rnd[i] == REFINE_ROUNDS:
+            phase[i] = 2
+            result[i] = best[i]
+        else:
+            start_round(i)
+
+    active = list(range(n))
+    while active:
+        bw = np.array([cands[i][pos[i]] if phase[i] == 0 else bs_round[i][pos[i]] for i in active])
+        changes = batch.sign_changes(active, bw)
+        for i, b, c in zip(active, bw, changes):
+            good = c <= max_changes
+            if phase[i] == 0:
+                j = pos[i]
+                if good and j == 0:
+                    phase[i], result[i] = 2, (float(b), True, int(c))
+                elif good:
+                    phase[i] = 1
+                    bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
+                    best[i] = (float(b), True, int(c))
+                    start_round(i)
+                elif j + 1 == cands[i].size:
+                    phase[i], result[i] = 2, (float(b), False, int(c))
+                else:
+                    pos[i] = j + 1
+            else:
+                p = pos[i]
+                lo, hi = bracket[i]
+                if good:
+                    best[i] = (float(b), True, int(c))
+                    bracket[i] = (pts[i][p - 1] if p > 0 else lo, pts[i][p])
+                    next_round(i)
+                elif p + 1 == REFINE_POINTS:
+                    bracket[i] = (pts[i][-1], hi)
+                    next_round(i)
+                else:
+                    pos[i] = p + 1
+        active = [i for i in active if phase[i] != 2]
+    return result
+
+
+def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
+    """Smallest admissible bandwidth: (b, admissible).
+
+    Candidates are evaluated from the smallest up, SCAN_BATCH at a time
+    (one batched FFT), stopping at the first batch holding an admissible
+    one; then REFINE_ROUNDS rounds each place REFINE_POINTS points evenly
+    in log b between the last inadmissible and the first admissible b
+    and keep the first admissible of them (a multisection: the result is
+    always an evaluated admissible b).
+    """
+    n = max_changes
+
+    def admissible(bs):
+        conf, res = engine.scan(bs)
+        return np.array([eng.count_sign_changes(c, r) <= n for c, r in zip(conf, res)])
+
+    j = -1
+    for start in range(0, cand.size, SCAN_BATCH):
+        good = admissible(cand[start : start + SCAN_BATCH])
+        if good.any():
+            j = start + int(np.argmax(good))
+            break
+    if j < 0:
+        return float(cand[-1]), False
+    if j == 0:
+        return float(cand[0]), True
+    lo, hi = np.log(cand[j - 1]), np.log(cand[j])
+    best = float(cand[j])
+    for _ in range(REFINE_ROUNDS):
+        pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
+        good = admissible(np.exp(pts))
+        if good.any():
+            i = int(np.argmax(good))
+            hi = pts[i]
+            best = float(np.exp(pts[i]))
+            lo = pts[i - 1] if i > 0 else lo
+        else:
+            lo = pts[-1]
+    return best, True
+
+def scan_opt(engine, cand) -> float:
+    """Bandwidth with the smallest leave-one-out NLL.
+
+    All candidates are evaluated (one batched call); then OPT_ROUNDS
+    rounds each evaluate REFINE_POINTS points evenly in log b between the
+    neighbours of the best point so far and keep the best.
+    """
+    loss = engine.loo_nll(cand)
+    j = int(np.argmin(loss))
+    best_b, best = float(cand[j]), float(loss[j])
+    lo = np.log(cand[max(j - 1, 0)])
+    hi = np.log(cand[min(j + 1, cand.size - 1)])
+    for _ in range(OPT_ROUNDS):
+        pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
+        f = engine.loo_nll(np.exp(pts))
+        i = int(np.argmin(f))
+        if f[i] < best:
+            best, best_b = float(f[i]), float(np.exp(pts[i]))
+        c = np.log(best_b)
+        step = (hi - lo) / (REFINE_POINTS + 1)
+        lo, hi = max(c - step, lo), min(c + step, hi)
+    return best_b
+
+
+def weighted_spread(score, w):
+    """Weighted standard deviation and interquartile range."""
+    order = np.argsort(score, kind="stable")
+    s, ww = score[order], w[order]
+    mean = np.average(s, weights=ww)
+    sd = float(np.sqrt(np.average((s - mean) ** 2, weights=ww)))
+    cw = np.cumsum(ww) / ww.sum()
+    q1, q3 = np.interp([0.25, 0.75], cw, s)
+    return sd, float(q3 - q1)
+
+
+def silverman(score, w) -> float:
+    """Silverman's rule of thumb, 0.9 min(sd, IQR / 1.34) n^(-1/5) (weighted, n = total weight)."""
+    sd, iqr = weighted_spread(score, w)
+    n = float(w.sum())
+    spread = min(sd, iqr / 1.34) if iqr > 0 else sd
+    return 0.9 * spread * n ** -0.2
+
+
+def scott(score, w) -> float:
+    """Scott's rule of thumb, 1.06 sd n^(-1/5) (weighted, n = total weight)."""
+    sd, _ = weighted_spread(score, w)
+    n = float(w.sum())
+    return 1.06 * sd * n ** -0.2
+
+
+#: Rules of thumb for ``kde``'s ``bandwidth`` parameter: name -> b(kernel centres, weights).
+RULES_OF_THUMB = {"silverman": silverman, "scott": scott}
+
+
+@dataclass(frozen=True)
+class MonotoneRule:
+    """b_mon*: the smallest candidate bandwidth whose slope changes sign at most ``max_changes`` times."""
+
+    max_changes: int
+
+    def select(self, engine, cand) -> tuple[float, bool]:
+        """(b, admissible) for one class; ``admissible`` False: no candidate met the rule, b = b_hi."""
+        return scan_mon(engine, cand, self.max_changes)
+
+    def select_lockstep(self, batch, cands) -> list:
+        """The same search for many exact-engine classes at once: (b, admissible, sign changes) each."""
+        return scan_mon_lockstep(batch, cands, self.max_changes)
+
+
+@dataclass(frozen=True)
+class LeaveOneOutRule:
+    """b_opt: the bandwidth with the smallest leave-one-out top-label NLL of the class."""
+
+    #: No lockstep scan for this rule: every class is scanned on its own.
+    select_lockstep = None
+
+    def select(self, engine, cand) -> tuple[float, bool]:
+        return scan_opt(engine, cand), True
+
+
+#: The data-driven rules, by the suffix of their method name (``kde-mon2`` -> ``"mon2"``).
+SELECTION_RULES = {
+    "mon": MonotoneRule(0),
+    "mon2": MonotoneRule(2),
+    "mon4": MonotoneRule(4),
+    "opt": LeaveOneOutRule(),
+}

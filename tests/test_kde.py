@@ -499,3 +499,24 @@ def test_rules_of_thumb_are_silverman_and_scott_on_the_class_scores():
             model = calibrator("kde", bandwidth=rule).fit(data)
         assert model.class_state_[0]["engine"] == "exact"
         assert model.bandwidth_[0] == pytest.approx(b, rel=1e-12)
+
+
+@pytest.mark.parametrize("shrinkage", [0, 3.3, "class"])
+def test_predict_equals_the_curve_bit_for_bit_on_every_row(shrinkage):
+    # the batched prediction (one gather over all rows) and the per-class curve agree exactly,
+    # also for a class never predicted in the fitting data (uncalibrated / the reference curve)
+    rng = np.random.default_rng(9)
+    n = 3000
+    pred = rng.integers(0, 3, n)
+    score = rng.uniform(0.2, 1.0, n)
+    labels = np.where(rng.uniform(size=n) < score, pred, (pred + 1) % 4)
+    data = TopLabelData.from_scores(pred, score, labels, classes=list("abcd"))
+    test = TopLabelData.from_scores(rng.integers(0, 4, 500), rng.uniform(0, 1, 500), classes=list("abcd"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        model = topcal.calibrator("kde-mon2", shrinkage=shrinkage).fit(data)
+    got = model.predict(test)
+    for k in range(4):
+        rows = test.pred == k
+        assert rows.any()
+        np.testing.assert_array_equal(got[rows], model.curve(k, test.score[rows]).confidence)

@@ -154,15 +154,13 @@ def exact_confidence(x, points, tp, fp, b, bounds=None) -> np.ndarray:
     return np.clip(num / den, 0.0, 1.0)
 
 
-def _loss(c_tp, c_fp_wrong, tp, fp):
-    """Weighted binary NLL with the confidences clipped as in topcal.metrics."""
-    a = np.clip(c_tp[tp > 0], PROB_CLIP, 1.0 - PROB_CLIP)
-    z = np.clip(c_fp_wrong[fp > 0], PROB_CLIP, 1.0 - PROB_CLIP)
-    return float(-(tp[tp > 0] * np.log(a)).sum() - (fp[fp > 0] * np.log(z)).sum())
-
-
 def _loss_rows(c_tp, c_fp_wrong, tp, fp):
-    """:func:`_loss` of every row of (nb, n) confidence arrays (one value per bandwidth)."""
+    """Weighted binary NLL of every row of (nb, n) confidence arrays (one value per bandwidth).
+
+    ``c_fp_wrong`` is the probability that a false positive is wrong, computed
+    directly (no 1 - c cancellation), so this is not ``_numeric.binary_nll(c)``;
+    the clip is the same (PROB_CLIP).
+    """
     a, z = tp > 0, fp > 0
     la = np.log(np.clip(c_tp[:, a], PROB_CLIP, 1.0 - PROB_CLIP))
     lz = np.log(np.clip(c_fp_wrong[:, z], PROB_CLIP, 1.0 - PROB_CLIP))

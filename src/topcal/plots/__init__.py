@@ -34,40 +34,8 @@ from .compute import (is_score_curve, HistogramBars, JointDistribution, CurvePan
     CloudPanel, MethodScores, HistogramOverlay, PairedScores, AddedSamplesPanel, class_histograms,
     joint_distribution, calibration_curves, kde_densities, ts_clouds, method_scores, histogram_overlay,
     paired_scores, added_samples_effect, model_curve, SPARSE_MIN, MAX_CLOUD_POINTS)
+from . import compute, draw
 from .draw import (plot_joint_distribution, plot_calibration_curves, plot_kde_densities, plot_ts_clouds,
     plot_method_bars, plot_histogram_overlay, plot_paired_bars, plot_added_samples, METHOD_COLORS)
 
-__all__ = [
-    "is_score_curve",
-    "HistogramBars",
-    "JointDistribution",
-    "CurvePanel",
-    "CurveGrid",
-    "DensityPanel",
-    "CloudPanel",
-    "MethodScores",
-    "HistogramOverlay",
-    "PairedScores",
-    "AddedSamplesPanel",
-    "class_histograms",
-    "joint_distribution",
-    "calibration_curves",
-    "kde_densities",
-    "ts_clouds",
-    "method_scores",
-    "histogram_overlay",
-    "paired_scores",
-    "added_samples_effect",
-    "model_curve",
-    "SPARSE_MIN",
-    "MAX_CLOUD_POINTS",
-    "plot_joint_distribution",
-    "plot_calibration_curves",
-    "plot_kde_densities",
-    "plot_ts_clouds",
-    "plot_method_bars",
-    "plot_histogram_overlay",
-    "plot_paired_bars",
-    "plot_added_samples",
-    "METHOD_COLORS",
-]
+__all__ = [*compute.__all__, *draw.__all__]  # each module lists its public names once

@@ -69,6 +69,16 @@ def _grid_axes(fig, n: int, ncols: int, *, sharex=True, sharey=True):
     return list(axes[:n]), axes.reshape(nrows, ncols)
 
 
+def _small_multiples(fig, n: int, ncols, panel_size: float, extra_height: float = 0.9):
+    """(fig, axes, axes2d) of ``n`` panels in ``ncols`` columns (default :func:`_default_ncols`);
+    a new figure sized for them unless ``fig`` is given."""
+    ncols = ncols or _default_ncols(n)
+    nrows = math.ceil(n / ncols)
+    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + extra_height))
+    axes, axes2d = _grid_axes(fig, n, ncols)
+    return fig, axes, axes2d
+
+
 def _label_outer(axes2d, n: int, xlabel: str, ylabel: str):
     nrows, ncols = axes2d.shape
     for i, ax in enumerate(axes2d.ravel()[:n]):
@@ -230,10 +240,7 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
     matplotlib.figure.Figure
     """
     n = len(grid.panels)
-    ncols = ncols or _default_ncols(n)
-    nrows = math.ceil(n / ncols)
-    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 0.9))
-    axes, axes2d = _grid_axes(fig, n, ncols)
+    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size)
     methods = list(grid.methods)
     for ax, p in zip(axes, grid.panels):
         _shade_outside(ax, p.support, grid.score_range)
@@ -362,10 +369,7 @@ def plot_ts_clouds(panels: list, *, method: str = "", fig=None, ncols: int | Non
     if not shown:
         raise TopcalError("no class has positives; nothing to plot")
     n = len(shown)
-    ncols = ncols or _default_ncols(n)
-    nrows = math.ceil(n / ncols)
-    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 1.0))
-    axes, axes2d = _grid_axes(fig, n, ncols)
+    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size, 1.0)
     lo, hi = shown[0].score_range
     for ax, p in zip(axes, shown):
         if p.hist is not None:
@@ -428,10 +432,7 @@ def plot_histogram_overlay(overlay: HistogramOverlay, *, fig=None, ncols: int | 
     matplotlib.figure.Figure
     """
     n = len(overlay.classes)
-    ncols = ncols or _default_ncols(n)
-    nrows = math.ceil(n / ncols)
-    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 0.9))
-    axes, axes2d = _grid_axes(fig, n, ncols)
+    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size)
     styles = (dict(color="black", ls="-"), dict(color="tab:red", ls="--"))
     for ax, cname, h1, h2 in zip(axes, overlay.classes, overlay.first, overlay.second):
         _diagonal(ax, overlay.score_range)
@@ -496,12 +497,9 @@ def plot_added_samples(method: str, panels: list, *, fig=None, ncols: int | None
     if not panels:
         raise TopcalError("the extra data predicts none of the classes; nothing to compare")
     n = len(panels)
-    ncols = ncols or _default_ncols(n)
-    nrows = math.ceil(n / ncols)
     if n == 1:
         panel_size = max(panel_size, 4.2)  # room for the legend under a single panel
-    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + 0.9))
-    axes, axes2d = _grid_axes(fig, n, ncols)
+    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size)
     lo, hi = float(panels[0].score[0]), float(panels[0].score[-1])
     for ax, p in zip(axes, panels):
         _shade_outside(ax, p.new_support, (lo, hi))

@@ -1,11 +1,13 @@
-"""Measurement helpers shared by the benchmark scripts (run them from any folder:
-each script puts ``benchmarks/`` on ``sys.path`` itself, as Python does for a script)."""
+"""Helpers shared by the benchmark scripts: timing, memory, load, and the seeded test data
+(Python puts ``benchmarks/`` on ``sys.path`` when a script there is run)."""
 
 from __future__ import annotations
 
 import os
 import time
 import tracemalloc
+
+import numpy as np
 
 
 def best_time(fn, repeat: int):
@@ -35,3 +37,21 @@ def loadavg() -> str:
         return " ".join(f"{v:.2f}" for v in os.getloadavg())
     except OSError:  # pragma: no cover - not on Linux
         return "n/a"
+
+
+def make_data(n: int, k: int, seed: int):
+    """Seeded probabilities (n, k) and labels, class-dependently miscalibrated.
+
+    Logits z ~ N(0, 2^2) plus 2 on a random true class; the reported
+    probabilities are softmax(z / T_j) with a per-column temperature T_j from
+    0.5 (overconfident) to 2 (underconfident). Built in place (one n x k array).
+    """
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    z = rng.normal(0.0, 2.0, size=(n, k))
+    z[np.arange(n), labels] += 2.0
+    z /= np.linspace(0.5, 2.0, k)[None, :]
+    z -= z.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z, labels

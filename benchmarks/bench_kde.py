@@ -40,27 +40,9 @@ import warnings
 
 import numpy as np
 
-from _measure import best_time, peak_mb
+from _measure import best_time, make_data, peak_mb
 
 RULES = ["kde", "kde-mon", "kde-mon2", "kde-mon4", "kde-opt"]
-
-
-def make_data(n: int, k: int, seed: int):
-    """Seeded probabilities and labels, class-dependently miscalibrated.
-
-    Logits z ~ N(0, 2^2) plus 2 on a random true class; the reported
-    probabilities are softmax(z / T_j) with a per-column temperature T_j from
-    0.5 (overconfident) to 2 (underconfident).
-    """
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, n)
-    z = rng.normal(0.0, 2.0, size=(n, k))
-    z[np.arange(n), labels] += 2.0
-    z /= np.linspace(0.5, 2.0, k)[None, :]
-    z -= z.max(axis=1, keepdims=True)
-    probs = np.exp(z)
-    probs /= probs.sum(axis=1, keepdims=True)
-    return probs, labels
 
 
 

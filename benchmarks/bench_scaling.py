@@ -46,20 +46,7 @@ import warnings
 
 import numpy as np
 
-from _measure import loadavg, peak_mb
-
-
-def make_data(n: int, k: int, seed: int):
-    """Seeded probabilities and labels, class-dependently miscalibrated."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, n)
-    z = rng.normal(0.0, 2.0, size=(n, k))
-    z[np.arange(n), labels] += 2.0
-    z /= np.linspace(0.5, 2.0, k)[None, :]
-    z -= z.max(axis=1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=1, keepdims=True)
-    return z, labels
+from _measure import loadavg, make_data, peak_mb
 
 
 

@@ -418,10 +418,11 @@ class _TemperatureBase(Calibrator):
             row["nll"] = float(self.class_nll_[i])
             if self.n_tp_[i] == 0 or self.n_fp_[i] == 0:
                 row["degenerate"] = "only false positives" if self.n_tp_[i] == 0 else "only true positives"
+            if self._binary and self.support_[i] is not None:
+                row["support"] = list(self.support_[i])
             out.append(row)
         return out
 
-    # ---------------------------------------------------------- persistence
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
         """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).
 
@@ -442,6 +443,7 @@ class _TemperatureBase(Calibrator):
         grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
         return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
 
+    # ---------------------------------------------------------- persistence
     def _get_state(self) -> dict:
         if self._binary:  # the curve's support (bts/btswa)
             return {**self._state_core(), "support": [None if v is None else list(v) for v in self.support_]}

@@ -79,6 +79,14 @@ def _small_multiples(fig, n: int, ncols, panel_size: float, extra_height: float 
     return fig, axes, axes2d
 
 
+def _with_positives(panels: list) -> list:
+    """The panels of classes with positives (None marks one without); an error if there are none."""
+    shown = [p for p in panels if p is not None]
+    if not shown:
+        raise TopcalError("no class has positives; nothing to plot")
+    return shown
+
+
 def _label_outer(axes2d, n: int, xlabel: str, ylabel: str):
     nrows, ncols = axes2d.shape
     for i, ax in enumerate(axes2d.ravel()[:n]):
@@ -299,9 +307,7 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
     -------
     matplotlib.figure.Figure
     """
-    shown = [p for p in panels if p is not None]
-    if not shown:
-        raise TopcalError("no class has positives; nothing to plot")
+    shown = _with_positives(panels)
     n = len(shown)
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)
@@ -365,9 +371,7 @@ def plot_ts_clouds(panels: list, *, method: str = "", fig=None, ncols: int | Non
     -------
     matplotlib.figure.Figure
     """
-    shown = [p for p in panels if p is not None]
-    if not shown:
-        raise TopcalError("no class has positives; nothing to plot")
+    shown = _with_positives(panels)
     n = len(shown)
     fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size, 1.0)
     lo, hi = shown[0].score_range

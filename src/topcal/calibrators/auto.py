@@ -181,10 +181,14 @@ class Auto(Calibrator):
         # Calibrator.predict checks the data (any form it accepts) first
         return self.model_.predict(data)
 
+    @property
+    def has_curve(self) -> bool:
+        return self.model_.has_curve
+
     def curve(self, k, score=None, *, n_points: int = 401):
         """The chosen method's curve (score methods, bts and btswa; see ScoreCalibrator.curve)."""
         self._check_fitted()
-        if self.model_.needs_full:
+        if not self.model_.has_curve:
             raise ParameterError(
                 f"auto chose {self.method_!r}, which recalibrates the score vector and has no curve of "
                 "the score alone; plot its confidences against the score instead"

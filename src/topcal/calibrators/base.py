@@ -209,6 +209,11 @@ class Calibrator:
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @property
+    def has_curve(self) -> bool:
+        """Whether the fitted confidence is a function of (class, top score) alone, so ``curve`` works."""
+        return not self.needs_full
+
     #: full-vector methods: the top-score method to suggest for data without vectors
     _full_alternative: ClassVar[str | None] = None
 

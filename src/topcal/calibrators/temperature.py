@@ -432,7 +432,7 @@ class _TemperatureBase(Calibrator):
         the class had no positives, or for models saved before it was stored.
         """
         self._check_fitted()
-        if not self._binary:
+        if not self.has_curve:
             raise ParameterError(
                 f"{self.name} recalibrates the full score vector: its confidence is not a function of the top "
                 "score alone, so it has no curve; plot its confidences against the score instead (or use bts/btswa)"

@@ -175,10 +175,14 @@ class AdaptedCalibrator(Calibrator):
         new = np.argmax(post, axis=1)
         return new, post[np.arange(post.shape[0]), new]
 
+    @property
+    def has_curve(self) -> bool:
+        return self.base_.has_curve
+
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
         """The adapted Conf_k on a score grid (score-based source methods only)."""
         self._check_fitted()
-        if not hasattr(self.base_, "curve"):
+        if not self.has_curve:
             raise TopcalError(f"method {self.base_.name!r} has no per-class curve (it needs the full score vector)")
         src = self.base_.curve(k, score, n_points=n_points)
         i = self.classes_.index(src.class_name)

@@ -198,9 +198,8 @@ def _subsample(idx: np.ndarray, max_points: int, seed: int = 0) -> np.ndarray:
 
 
 def is_score_curve(model) -> bool:
-    """Whether the model's confidence is a function of (class, score) alone."""
-    inner = getattr(model, "model_", None)  # auto: the method it chose
-    return not getattr(model, "needs_full", False) and not getattr(inner, "needs_full", False)
+    """Whether the model's confidence is a function of (class, score) alone (:attr:`Calibrator.has_curve`)."""
+    return model.has_curve
 
 
 def model_curve(model, k: int, score: np.ndarray) -> np.ndarray:

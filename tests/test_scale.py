@@ -127,7 +127,7 @@ def test_cli_update_errors(tmp_path, capsys):
         warnings.simplefilter("ignore")
         run(["fit", tmp_path / "d.csv", "--method", "tswa", "-o", tmp_path / "t.json"], capsys)
     code, out, err = run(["update", tmp_path / "t.json", tmp_path / "d.csv", "-o", tmp_path / "u.json"], capsys)
-    assert code == 2 and "full score vector" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "has an award" in err and len(err.strip().splitlines()) == 1
     code, out, err = run(["fit", tmp_path / "d.csv", "--method", "sts", "--chunk-rows", 100, "-o", tmp_path / "s.json"],
                          capsys)
     assert code == 2 and "cannot be fitted from counts" in err

@@ -15,6 +15,7 @@ import pytest
 import topcal
 from topcal import persist
 from topcal.calibrators.base import ScoreCalibrator
+from topcal.confusion import ConfusionStats
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.errors import DataError, ModelFileError, ParameterError
@@ -168,12 +169,48 @@ def test_corrupt_stats_give_a_model_file_error(tmp_path):
         persist.loads(json.dumps(doc))
 
 
-def test_full_vector_methods_cannot_update():
+@pytest.mark.parametrize("name", ["tswa", "cstswa"])
+def test_award_methods_cannot_update(name):
     data = _sim()
-    cal = _quiet_fit(topcal.calibrator("sts"), data)
+    cal = _quiet_fit(topcal.calibrator(name), data)
     assert cal.stats_ is None
-    with pytest.raises(ParameterError, match="full score vector"):
+    with pytest.raises(ParameterError, match="has an award.*refit it on all the data"):
         cal.update(data)
+
+
+def test_update_merges_the_label_shift_counts():
+    """Per-sample labelled updates add their confusion counts in the first fit's regions; statistics drop them."""
+    data = _sim(n=3000)
+    whole = ConfusionStats.from_data(data)
+    rng = np.random.default_rng(5)
+    parts = np.array_split(rng.permutation(data.n_rows), 4)
+    for name in ("hist", "sts"):
+        cal = _updated_parts(name, data, parts)
+        first = ConfusionStats.from_data(data.subset(parts[0]))
+        conf = cal.confusion_
+        np.testing.assert_array_equal(conf.confusion(), whole.confusion())  # integer counts: exact
+        np.testing.assert_array_equal(conf.source_priors(), whole.source_priors())
+        for k in range(data.n_classes):
+            np.testing.assert_array_equal(conf.edges[k], first.edges[k])  # regions of the first fit
+            r = conf.region(k, data.score[data.pred == k])
+            ref = np.zeros_like(conf.counts[k])
+            np.add.at(ref, (r, data.labels[data.pred == k]), 1.0)
+            np.testing.assert_array_equal(conf.counts[k], ref)
+        cal.adapt(priors=np.full(data.n_classes, 1 / data.n_classes))  # adapt works without a refit
+    cal = _quiet_fit(topcal.calibrator("hist"), data.subset(parts[0]))
+    cal.update(ScoreStats.from_data(data.subset(parts[1])))  # statistics carry no true classes
+    assert cal.confusion_ is None
+    with pytest.raises(DataError, match="updated with them"):
+        cal.adapt(priors=np.full(data.n_classes, 1 / data.n_classes))
+
+
+def _updated_parts(name, data, parts):
+    cal = _quiet_fit(topcal.calibrator(name), data.subset(parts[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for idx in parts[1:]:
+            cal.update(data.subset(idx))
+    return cal
 
 
 def test_auto_update_keeps_its_choice_and_refits_the_chosen_method():

@@ -76,11 +76,29 @@ class ConfusionStats:
             n_fp = float(wk[wrong].sum())
             n_reg = int(min(max_regions, max(1, np.floor(n_fp / min_fp_per_region))))
             e = fp_region_edges(s[wrong], wk[wrong], n_reg)
-            r = np.searchsorted(e, s, side="left")
-            c = np.bincount(r * K + lab, weights=wk, minlength=(e.size + 1) * K).reshape(e.size + 1, K)
             edges.append(e)
-            counts.append(c)
+            counts.append(_region_counts(e, s, lab, wk, K))
         return cls(tuple(data.classes), tuple(edges), tuple(counts))
+
+    def add(self, data: TopLabelData) -> "ConfusionStats | None":
+        """These counts plus those of labelled per-sample ``data`` (on the same class list), in these regions.
+
+        What ``update`` keeps: the regions stay those of the first fit (their
+        edges are quantiles of its FP scores), the counts in them add up, so the
+        confusion matrix and source priors equal those of all the data exactly.
+        None when ``data`` has no true classes (binned data).
+        """
+        if data.labels is None or data.tp is None:
+            return None
+        if tuple(data.classes) != self.classes:
+            raise ValueError(f"confusion counts of classes {list(data.classes)} do not match {list(self.classes)}")
+        K = self.n_classes
+        w = data.tp + data.fp
+        counts = []
+        for k in range(K):
+            idx = np.flatnonzero(data.pred == k)
+            counts.append(self.counts[k] + _region_counts(self.edges[k], data.score[idx], data.labels[idx], w[idx], K))
+        return ConfusionStats(self.classes, self.edges, tuple(counts))
 
     # ---------------------------------------------------------------- queries
     @property
@@ -143,6 +161,12 @@ class ConfusionStats:
             edges.append(e)
             counts.append(c)
         return cls(tuple(classes), tuple(edges), tuple(counts))
+
+
+def _region_counts(edges: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray, K: int) -> np.ndarray:
+    """(len(edges) + 1, K) weighted counts of the true classes per region of one predicted class."""
+    r = np.searchsorted(edges, score, side="left")
+    return np.bincount(r * K + labels, weights=weight, minlength=(edges.size + 1) * K).reshape(edges.size + 1, K)
 
 
 def fp_region_edges(score: np.ndarray, weight: np.ndarray, n_regions: int) -> np.ndarray:

@@ -582,17 +582,19 @@ def iter_data(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | No
 
 
 def read_stats(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, n_cells: int = DEFAULT_CELLS, progress=None,
-               **options) -> ScoreStats:
+               stats_of=None, **options) -> ScoreStats:
     """The mergeable statistics of a labelled CSV or Parquet file, read in chunks (bounded memory).
 
     ``progress``, if given, is called with the number of rows read so far
-    after each chunk.
+    after each chunk. ``stats_of``, if given, computes a chunk's statistics
+    instead of ``ScoreStats.from_data(chunk, n_cells=n_cells)`` (a model's
+    ``stats_of``: the loss tables of ``sts``/``csts``); they must have ``merge``.
     """
     layout = scan_layout(path, chunk_rows, **options)
     stats = None
     rows = 0
     for frame, data in iter_data(path, chunk_rows, layout=layout):
-        part = ScoreStats.from_data(data, n_cells=n_cells)
+        part = ScoreStats.from_data(data, n_cells=n_cells) if stats_of is None else stats_of(data)
         stats = part if stats is None else stats.merge(part)
         rows += len(frame)
         if progress is not None:

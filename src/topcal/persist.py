@@ -2,15 +2,19 @@
 
 A model file is one JSON object::
 
-    {"format": "topcal-model", "format_version": 2, "topcal_version": "...",
+    {"format": "topcal-model", "format_version": 3, "topcal_version": "...",
      "model": {method, params, classes, score_range, n_tp, n_fp, state, stats},
      "sha256": "<hash of the canonical JSON of 'model'>"}
 
 Version 2 added ``stats``: the model's mergeable statistics
 (:class:`topcal.stats.ScoreStats`: per class, per non-empty score cell, the
 TP and FP counts) that ``update`` refits from; absent for methods that
-recalibrate the full score vector. Version 1 files still load and predict
-as before; they hold no statistics, so ``update`` asks to refit them once.
+recalibrate the full score vector. Version 3 adds the loss tables of ``sts``
+and ``csts`` as their ``stats`` (:class:`topcal.calibrators.temperature`'s
+``stats_of``: per class, the loss and its derivatives on a grid of log T), and
+the ``keep_stats`` parameter of those two methods. Version 1 and 2 files still
+load and predict as before; where they hold no statistics (version 1, or
+version 2 temperature models) ``update`` asks to refit them once.
 
 Floats are written with Python's shortest round-trip repr, so a loaded model
 predicts bit for bit what the saved one did. Loading only parses JSON and
@@ -36,9 +40,10 @@ from .labelshift import ADAPTED_METHOD, AdaptedCalibrator
 __all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load", "canonical_json"]
 
 FORMAT = "topcal-model"
-FORMAT_VERSION = 2
-#: Versions this topcal reads (1: before statistics were stored).
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: Versions this topcal reads (1: before statistics were stored; 2: before the
+#: temperature methods' loss tables).
+READABLE_VERSIONS = (1, 2, 3)
 
 
 def canonical_json(obj) -> str:

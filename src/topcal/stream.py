@@ -95,12 +95,12 @@ def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **
     With ``chunk_rows`` the file is counted in chunks (bounded memory),
     else read whole; either way the same statistics.
     """
-    old = model.require_stats()
+    model.require_stats()
     opts = model_read_options(model, path, options)
     if Path(path).suffix.lower() != ".npz" and not layout_columns(file_columns(path), **opts)[3]:
         opts["classes"] = list(model.classes_)
     if chunk_rows is not None:
-        new = read_stats(path, chunk_rows, n_cells=old.n_cells, progress=progress, **opts)
+        new = read_stats(path, chunk_rows, progress=progress, stats_of=model.stats_of, **opts)
     else:
         new = read_data(path, **opts)
     return model.update(new)

@@ -58,6 +58,9 @@ __all__ = [
     "MultinomialObjective",
     "NewtonResult",
     "bounded_newton",
+    "LOSSES",
+    "softplus",
+    "tabulate_losses",
 ]
 
 #: Temperatures are confined to [1e-3, 1e3]. The lower end matches
@@ -262,8 +265,21 @@ def top_label_margin(d, others, beta, award) -> np.ndarray:
 _EPS = PROB_CLIP
 
 
+#: The per-sample losses in m that :func:`tabulate_losses` tabulates: the two fit
+#: objectives, and "nll-raw", the unclipped top-label NLL softplus(-m) (TP) and softplus(m) (FP)
+#: that ``nll_`` and ``class_nll_`` report.
+LOSSES = ("nll", "brier", "nll-raw")
+
+
+def softplus(m):
+    """log(1 + exp(m)), stable for any m: the unclipped top-label NLL of an FP (of a TP at -m)."""
+    return np.maximum(m, 0.0) + np.log1p(np.exp(-np.abs(m)))
+
+
 def _loss_terms(m, tp, fp, loss):
     """Summed loss at log-odds m."""
+    if loss == "nll-raw":
+        return float(tp @ softplus(-m) + fp @ softplus(m))
     if loss == "nll":
         # -log(eps + (1 - 2 eps) p) = -log1p(-(eps + (1 - 2 eps) q)), with p = sigmoid(m)
         # and q = sigmoid(-m) each computed directly (accurate for large |m|)
@@ -284,6 +300,8 @@ def _loss_derivs(m, tp, fp, loss):
     """
     p = expit(m)
     q = expit(-m)
+    if loss == "nll-raw":  # d/dm softplus(-m) = -q, d/dm softplus(m) = p; both second derivatives pq
+        return fp * p - tp * q, (tp + fp) * (p * q)
     if loss == "nll":
         # f_tp = -log u, u = eps + a p: f' = -a pq / u, f'' = -a pq (q - p) / u + (a pq / u)^2;
         # f_fp the same with p and q swapped and m -> -m
@@ -411,6 +429,39 @@ class TopLabelObjective:
         """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x."""
         _, _, g, h = self._eval(x)
         return g.copy(), h.copy()
+
+
+def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
+    """Summed losses and their first two derivatives in theta = log T at each of ``thetas``.
+
+    The loss tables behind ``update`` of the temperature methods without awards
+    (:mod:`topcal.calibrators._ts_tables`): one fused pass over the data per node gives the
+    margins m, their derivatives in theta, and every loss in ``losses`` (names in
+    :data:`LOSSES`) with its derivatives, summed over rows.
+
+    Returns
+    -------
+    dict loss -> ndarray (len(thetas), 3)
+        (value, d/dtheta, d2/dtheta2) at each node.
+    """
+    out = {name: np.zeros((len(thetas), 3)) for name in losses}
+    n = d.shape[0]
+    e, eo = _scratch(others)
+    for i, theta in enumerate(thetas):
+        beta = float(np.exp(-theta))
+        for a in range(0, n, _BLOCK):
+            b = min(a + _BLOCK, n)
+            lse, mean, var = _block_moments(others[:, a:b], beta, e[:, : b - a], eo[:, : b - a])
+            dm_db = d[a:b] - mean
+            m = d[a:b] * beta - lse
+            # as in TopLabelObjective: theta = log T, d beta / d theta = -beta
+            dm_dt = -beta * dm_db
+            d2m_dt2 = beta * dm_db - (beta * beta) * var
+            tpb, fpb = tp[a:b], fp[a:b]
+            for name in losses:
+                l1, l2 = _loss_derivs(m, tpb, fpb, name)
+                out[name][i] += (_loss_terms(m, tpb, fpb, name), l1 @ dm_dt, (l2 * dm_dt) @ dm_dt + l1 @ d2m_dt2)
+    return out
 
 
 class MultinomialObjective:

@@ -201,9 +201,10 @@ class Calibrator:
                 DegenerateClassWarning,
                 stacklevel=2,
             )
+        self.stats_ = None
         self._fit(data)
         # the mergeable statistics that let update() refit on old + new data
-        self.stats_ = None if self.needs_full else ScoreStats.from_data(data)
+        self.stats_ = self.stats_of(data) if self._keeps_stats() else None
         return self
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
@@ -233,52 +234,84 @@ class Calibrator:
             )
 
     # ------------------------------------------------------------- update
-    def require_stats(self) -> ScoreStats:
+    def _keeps_stats(self) -> bool:
+        """Whether ``fit`` keeps mergeable statistics (all methods but the full-vector ones by default)."""
+        return not self.needs_full
+
+    def _no_stats_reason(self) -> str:
+        """Why a fitted model of this method keeps no statistics (the message of :meth:`require_stats`)."""
+        return (f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
+                "statistics; refit it on all the data (old and new) instead of updating")
+
+    def require_stats(self):
         """The model's mergeable statistics; a clear error where it has none."""
         self._check_fitted()
-        if self.needs_full:
-            raise ParameterError(
-                f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
-                "statistics; refit it on all the data (old and new) instead of updating"
-            )
+        if not self._keeps_stats():
+            raise ParameterError(self._no_stats_reason())
         if getattr(self, "stats_", None) is None:
             raise ParameterError(
-                f"this {self.name!r} model holds no statistics (it was saved by a topcal before "
-                "model format 2); refit it on all the data once, then update it"
+                f"this {self.name!r} model holds no statistics (it was saved by a topcal before it kept "
+                "them: model format 1, or format 2 for the temperature methods); refit it on all the data "
+                "once, then update it"
             )
         return self.stats_
 
+    def stats_of(self, data: TopLabelData):
+        """The mergeable statistics of labelled ``data`` in the form this model keeps (what ``update`` adds).
+
+        :class:`~topcal.stats.ScoreStats` on the model's score cells (the score
+        methods); the temperature methods that can update keep loss tables.
+        """
+        old = getattr(self, "stats_", None)
+        return ScoreStats.from_data(data, n_cells=old.n_cells) if old is not None else ScoreStats.from_data(data)
+
     def update(self, data) -> "Calibrator":
-        """Add labelled data (a TopLabelData or :class:`~topcal.stats.ScoreStats`) and refit.
+        """Add labelled data (a TopLabelData, or statistics from :meth:`stats_of`) and refit.
 
         The model's stored statistics and those of ``data`` are merged and the
         method is refitted from them, with the same parameters: the result is
         the model ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all
         the parts, whatever the split and the order of updates (see
-        :mod:`topcal.stats` for how this relates to a fit on raw scores).
+        :mod:`topcal.stats` for how this relates to a fit on raw scores; for
+        ``sts``/``csts``, the fit on all the data to the tables' tolerance,
+        ``docs/scale.md``). The label-shift confusion counts are merged too
+        when ``data`` is labelled per sample (a TopLabelData with true classes):
+        counted in the model's own score regions, they add up to those of all
+        the data. Otherwise (binned data, statistics) the model drops them, and
+        ``adapt`` asks for a refit.
 
         Returns
         -------
         self
         """
         old = self.require_stats()
+        confusion = getattr(self, "confusion_", None)
         if isinstance(data, TopLabelData):
             data = self._check_compatible(data)
-            new = ScoreStats.from_data(data, n_cells=old.n_cells)
-        elif isinstance(data, ScoreStats):
+            data.require_labels(f"updating {self.name!r}")
+            new = self.stats_of(data)
+            confusion = None if confusion is None else confusion.add(data)
+        elif isinstance(data, type(old)):
             new = data
+            confusion = None
         else:
             raise DataError(
-                f"{self.name}.update expects a TopLabelData or ScoreStats, got {type(data).__name__}"
+                f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), "
+                f"got {type(data).__name__}"
             )
-        merged = old.merge(new)
-        self._refit(merged)
+        self._refit(old.merge(new))
+        self.confusion_ = confusion
         return self
 
-    def _refit(self, stats: ScoreStats) -> None:
+    def _refit(self, stats) -> None:
         """Refit from merged statistics (Auto overrides this to keep its choice)."""
         self.fit(stats.to_data())
         self.stats_ = stats
+
+    @classmethod
+    def _stats_from_dict(cls, d: dict, classes: tuple, score_range: tuple):
+        """The statistics of a model file (:meth:`stats_of`'s kind)."""
+        return ScoreStats.from_dict(d, classes, score_range)
 
     # ------------------------------------------------------------ predict
     def _class_index(self, k) -> int:
@@ -444,7 +477,7 @@ class Calibrator:
             conf = d.get("confusion")
             obj.confusion_ = None if conf is None else ConfusionStats.from_dict(conf, classes)
             obj._set_state(d["state"])
-            obj.stats_ = ScoreStats.from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
+            obj.stats_ = cls._stats_from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:

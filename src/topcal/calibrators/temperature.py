@@ -40,7 +40,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._params import MAX_ITER, Interval, Options
+from .._params import MAX_ITER, Boolean, Interval, Options
 from ..data import LOG_PROB_FLOOR, TopLabelData, preview
 from ..errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._ts_core import (
@@ -52,10 +52,13 @@ from ._ts_core import (
     NewtonResult,
     TopLabelObjective,
     bounded_newton,
+    softplus,
     split_top,
+    tabulate_losses,
     top_label_margin,
     top_label_margin_rows,
 )
+from ._ts_tables import NODES, LossTables
 from .base import Calibrator, Curve, finite_array, to_jsonable
 from .registry import register
 
@@ -89,10 +92,6 @@ def _binary_logit(data: TopLabelData) -> np.ndarray:
     """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first."""
     s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
     return np.log(s) - np.log1p(-s)
-
-
-def _softplus(m):
-    return np.maximum(m, 0.0) + np.log1p(np.exp(-np.abs(m)))
 
 
 class _TemperatureBase(Calibrator):
@@ -162,22 +161,7 @@ class _TemperatureBase(Calibrator):
         k = data.n_classes
         if self._binary:
             self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
-        tpc, fpc = self.n_tp_, self.n_fp_
-        fitted = (tpc + fpc) > 0
-        only_tp = fitted & (fpc == 0)
-        only_fp = fitted & (tpc == 0)
-        if not self._shared or self._has_award:
-            bad = [c for c, a, b in zip(data.classes, only_tp, only_fp) if a or b]
-            if bad:
-                what = "award offset" if self._shared else (
-                    "temperature and award" if self._has_award else "temperature")
-                warnings.warn(
-                    f"{self.name}: class(es) {preview(bad)} have only true positives or only false positives; "
-                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= {OFFSET_MAX:g}), "
-                    "so their confidence is pinned near 1 (only TP) or as low as the method allows (only FP)",
-                    DegenerateClassWarning,
-                    stacklevel=3,
-                )
+        fitted, only_tp, only_fp = self._class_flags()
         temps = np.ones(k)
         awards = np.zeros(k)
         tp = data.tp
@@ -202,9 +186,29 @@ class _TemperatureBase(Calibrator):
         self.n_iter_ = int(n_iter)
         if m is None:
             m = self._margin(data)
-        rows = tp * _softplus(-m) + fp * _softplus(m)
+        rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
+
+    def _class_flags(self):
+        """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about one-sided ones."""
+        tpc, fpc = self.n_tp_, self.n_fp_
+        fitted = (tpc + fpc) > 0
+        only_tp = fitted & (fpc == 0)
+        only_fp = fitted & (tpc == 0)
+        if not self._shared or self._has_award:
+            bad = [c for c, a, b in zip(self.classes_, only_tp, only_fp) if a or b]
+            if bad:
+                what = "award offset" if self._shared else (
+                    "temperature and award" if self._has_award else "temperature")
+                warnings.warn(
+                    f"{self.name}: class(es) {preview(bad)} have only true positives or only false positives; "
+                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= {OFFSET_MAX:g}), "
+                    "so their confidence is pinned near 1 (only TP) or as low as the method allows (only FP)",
+                    DegenerateClassWarning,
+                    stacklevel=4,
+                )
+        return fitted, only_tp, only_fp
 
     def _fit_shared(self, data, fitted, only_tp, only_fp):
         k = data.n_classes
@@ -356,6 +360,113 @@ class _TemperatureBase(Calibrator):
             return NewtonResult(x, f, 0)
         return None
 
+    # --------------------------------------------------------------- update
+    #: sts and csts keep loss tables (one parameter per row group); the award methods cannot
+    _updatable: ClassVar[bool] = False
+
+    def _keeps_stats(self) -> bool:
+        return self._binary or (self._updatable and self.keep_stats)
+
+    def _no_stats_reason(self) -> str:
+        if self._updatable:
+            return (f"this {self.name!r} model was fitted with keep_stats=False, so it has no loss tables to "
+                    "merge; refit it on all the data (old and new), with keep_stats=True to update it later")
+        return (f"method {self.name!r} has an award: its loss per class is a function of two parameters "
+                "(T and A), which no table of bounded size summarises (docs/scale.md); refit it on all the "
+                "data (old and new) instead of updating, or use csts/sts, which can be updated")
+
+    def _table_names(self) -> tuple[str, ...]:
+        """The losses the tables hold: the fit's objective(s) and the raw NLL that nll_ reports."""
+        if self._objective_kind() == "multinomial":
+            return ("multinomial", "nll-raw")
+        return ("nll", "brier", "nll-raw") if self.loss == "brier" else ("nll", "nll-raw")
+
+    def stats_of(self, data: TopLabelData):
+        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or loss tables (sts/csts).
+
+        The loss tables hold, per predicted class, each loss the fit needs and
+        its first two derivatives in log T at 129 nodes over [1e-3, 1e3]
+        (:mod:`topcal.calibrators._ts_tables`); computing them costs about 129
+        evaluations of the loss, several times a fit.
+        """
+        if self._binary:
+            return super().stats_of(data)
+        if not self._updatable:
+            raise ParameterError(self._no_stats_reason())
+        data = self._check_compatible(data)  # on the model's class list (a no-op within fit)
+        self._check_data(data)
+        data.require_labels(f"loss tables of {self.name!r}")
+        k = data.n_classes
+        names = self._table_names()
+        tables = {name: np.zeros((k, len(NODES), 3)) for name in names}
+        top = [name for name in names if name != "multinomial"]
+        for c in np.unique(data.pred):
+            idx = np.flatnonzero(data.pred == c)
+            d, others = _split(data, idx)
+            for name, t in tabulate_losses(d, others, data.tp[idx], data.fp[idx], NODES, top).items():
+                tables[name][c] = t
+            if "multinomial" in names:
+                obj = MultinomialObjective(self._log_scores(data.subset(idx)), data.labels[idx],
+                                           data.tp[idx] + data.fp[idx])
+                for i, theta in enumerate(NODES):
+                    g, h = obj.grad_hess([theta])
+                    tables["multinomial"][c, i] = (obj.value([theta]), g[0], h[0, 0])
+        tp, fp = data.class_counts()
+        return LossTables(tables, tp, fp)
+
+    @classmethod
+    def _stats_from_dict(cls, d, classes, score_range):
+        if cls._binary:
+            return super()._stats_from_dict(d, classes, score_range)
+        return LossTables.from_dict(d, len(classes))
+
+    def _refit(self, stats) -> None:
+        """``update`` of sts/csts: the fit's own solver on the merged loss tables (bts/btswa: on counts)."""
+        if self._binary:
+            return super()._refit(stats)
+        self._validate_params()
+        if set(stats.tables) != set(self._table_names()):
+            raise DataError(f"{self.name}: the statistics hold the losses {sorted(stats.tables)}, "
+                            f"this model needs {sorted(self._table_names())}")
+        self.n_tp_, self.n_fp_ = stats.n_tp.copy(), stats.n_fp.copy()
+        fitted, only_tp, only_fp = self._class_flags()
+        k = len(self.classes_)
+        theta = np.zeros(k)
+        lo, hi = np.array([_LOG_T[0]]), np.array([_LOG_T[1]])
+        loss = 0.0
+        n_iter = 0
+        if self._objective_kind() == "multinomial":
+            obj = stats.objective("multinomial", fitted)
+            try:
+                res = bounded_newton(obj, [0.0], lo, hi, max_iter=self.max_iter, what=self.name)
+            except ConvergenceError as exc:
+                res = self._fallback(obj, np.zeros(1), lo, hi, None, self.name, exc)
+            theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
+        elif self._shared:
+            res, _ = self._solve(lambda name: stats.objective(name, fitted), np.zeros(1), lo, hi, None, self.name)
+            theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
+        else:
+            for c in np.flatnonzero(fitted):
+                def make(name, c=c):
+                    return stats.objective(name, [c])
+
+                res = None
+                if only_tp[c] or only_fp[c]:
+                    res = self._degenerate_corner(make(self.loss), bool(only_tp[c]), lo, hi)
+                if res is None:
+                    res, _ = self._solve(make, np.zeros(1), lo, hi, None, f"{self.name} (class {self.classes_[c]!r})")
+                theta[c] = res.x[0]
+                loss += res.fun
+                n_iter += res.n_iter
+        self.temperature_ = np.where(fitted, np.exp(theta), 1.0)
+        self.awards_ = np.zeros(k)
+        self.fitted_classes_ = fitted
+        self.loss_ = float(loss)
+        self.n_iter_ = int(n_iter)
+        self.class_nll_ = np.array([stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)])
+        self.nll_ = float(self.class_nll_.sum())
+        self.stats_ = stats
+
     # -------------------------------------------------------------- predict
     def _margin(self, data: TopLabelData) -> np.ndarray:
         """Per-row log-odds m of yhat_{k(X)} under the fitted parameters."""
@@ -497,21 +608,29 @@ class SharedTemperatureScaling(_TemperatureBase):
         it (for comparison; needs ``loss="nll"``).
     max_iter : int, default 100
         Newton iterations allowed before :class:`~topcal.errors.ConvergenceError`.
+    keep_stats : bool, default True
+        Keep the loss tables (``stats_``) that let :meth:`update` refit on added
+        data without the old (about 6-9 KB per class; computing them costs
+        several fits, ``docs/scale.md``). False: a fit alone, not updatable.
     """
 
     name = "sts"
     summary = "shared temperature scaling, softmax(log y / T), 1 parameter (paper section 9)"
     needs_full = True
     _shared = True
+    _updatable = True
     _parameter_constraints = {
         **_TemperatureBase._parameter_constraints,
         "objective": Options(("top-label", "multinomial")),
+        "keep_stats": Boolean(),
     }
 
-    def __init__(self, *, loss: str = "nll", objective: str = "top-label", max_iter: int = 100):
+    def __init__(self, *, loss: str = "nll", objective: str = "top-label", max_iter: int = 100,
+                 keep_stats: bool = True):
         self.loss = loss
         self.objective = objective
         self.max_iter = max_iter
+        self.keep_stats = keep_stats
 
     def _objective_kind(self) -> str:
         return self.objective
@@ -534,11 +653,20 @@ class ClassTemperatureScaling(_TemperatureBase):
     loss : {"nll", "brier"}, default "nll"
     max_iter : int, default 100
         Newton iterations allowed per class.
+    keep_stats : bool, default True
+        Keep the loss tables that let :meth:`update` refit on added data (see ``sts``).
     """
 
     name = "csts"
     summary = "class-specific temperature scaling, softmax(log y / T_k), K parameters (paper section 10)"
     needs_full = True
+    _updatable = True
+    _parameter_constraints = {**_TemperatureBase._parameter_constraints, "keep_stats": Boolean()}
+
+    def __init__(self, *, loss: str = "nll", max_iter: int = 100, keep_stats: bool = True):
+        self.loss = loss
+        self.max_iter = max_iter
+        self.keep_stats = keep_stats
 
 
 @register

@@ -27,8 +27,9 @@ def add_commands(sub) -> None:
     add_scale_options(p, streams_by_default=False)
     p.set_defaults(func=_cmd_fit)
 
-    p = sub.add_parser("update", help="add labelled data to a model: refit from its stored counts plus the new ones")
-    p.add_argument("model", help="model file from 'topcal fit' (format 2)")
+    p = sub.add_parser("update", help="add labelled data to a model: refit from its stored statistics (score counts; "
+                       "sts/csts: loss tables) plus the new ones; tswa/cstswa must be refitted")
+    p.add_argument("model", help="model file from 'topcal fit' (format 2 or later; sts/csts: format 3)")
     p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
     p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")
     add_data_options(p)

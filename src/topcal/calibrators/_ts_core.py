@@ -276,19 +276,24 @@ def softplus(m):
     return np.maximum(m, 0.0) + np.log1p(np.exp(-np.abs(m)))
 
 
-def _loss_terms(m, tp, fp, loss):
-    """Summed loss at log-odds m."""
+def _loss_parts(m, loss):
+    """Unweighted per-row losses of a TP and of an FP at log-odds m (arrays of m's shape)."""
     if loss == "nll-raw":
-        return float(tp @ softplus(-m) + fp @ softplus(m))
+        return softplus(-m), softplus(m)
+    p = expit(m)
     if loss == "nll":
         # -log(eps + (1 - 2 eps) p) = -log1p(-(eps + (1 - 2 eps) q)), with p = sigmoid(m)
         # and q = sigmoid(-m) each computed directly (accurate for large |m|)
         a = 1.0 - 2.0 * _EPS
-        p = expit(m)
         q = expit(-m)
-        return float(-(tp @ np.log1p(-(_EPS + a * q))) - fp @ np.log1p(-(_EPS + a * p)))
-    p = expit(m)
-    return float(tp @ (1.0 - p) ** 2 + fp @ (p * p))
+        return -np.log1p(-(_EPS + a * q)), -np.log1p(-(_EPS + a * p))
+    return (1.0 - p) ** 2, p * p
+
+
+def _loss_terms(m, tp, fp, loss):
+    """Summed loss at log-odds m."""
+    f_tp, f_fp = _loss_parts(m, loss)
+    return float(tp @ f_tp + fp @ f_fp)
 
 
 def _loss_derivs(m, tp, fp, loss):
@@ -431,36 +436,55 @@ class TopLabelObjective:
         return g.copy(), h.copy()
 
 
+#: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once (8 MB).
+_TAB_ELEMENTS = 1 << 20
+
+
 def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
     """Summed losses and their first two derivatives in theta = log T at each of ``thetas``.
 
     The loss tables behind ``update`` of the temperature methods without awards
-    (:mod:`topcal.calibrators._ts_tables`): one fused pass over the data per node gives the
-    margins m, their derivatives in theta, and every loss in ``losses`` (names in
-    :data:`LOSSES`) with its derivatives, summed over rows.
+    (:mod:`topcal.calibrators._ts_tables`): the margins m, their derivatives in
+    theta and every loss in ``losses`` (names in :data:`LOSSES`) with its
+    derivatives, summed over rows, the same quantities as
+    :class:`TopLabelObjective` at each node. Many nodes are evaluated at once on a
+    block of rows (a class has few rows when there are many classes: one node at a
+    time would spend its time in Python, not in exp()).
 
     Returns
     -------
     dict loss -> ndarray (len(thetas), 3)
         (value, d/dtheta, d2/dtheta2) at each node.
     """
-    out = {name: np.zeros((len(thetas), 3)) for name in losses}
+    betas = np.exp(-np.asarray(thetas, dtype=np.float64))
+    out = {name: np.zeros((betas.size, 3)) for name in losses}
     n = d.shape[0]
-    e, eo = _scratch(others)
-    for i, theta in enumerate(thetas):
-        beta = float(np.exp(-theta))
-        for a in range(0, n, _BLOCK):
-            b = min(a + _BLOCK, n)
-            lse, mean, var = _block_moments(others[:, a:b], beta, e[:, : b - a], eo[:, : b - a])
-            dm_db = d[a:b] - mean
-            m = d[a:b] * beta - lse
+    r = others.shape[0]
+    for a in range(0, n, _BLOCK):
+        b = min(a + _BLOCK, n)
+        oc = others[None, :, a:b]
+        db, tpb, fpb = d[a:b], tp[a:b], fp[a:b]
+        step = max(1, _TAB_ELEMENTS // (r * (b - a)))
+        for i in range(0, betas.size, step):
+            bet = betas[i:i + step, None]
+            e = np.exp(bet[:, :, None] * oc)
+            s0 = e.sum(axis=1)
+            e *= oc
+            mean = e.sum(axis=1) / s0
+            e *= oc
+            var = np.maximum(e.sum(axis=1) / s0 - mean * mean, 0.0)
+            dm_db = db - mean
+            m = db * bet - np.log(s0)
             # as in TopLabelObjective: theta = log T, d beta / d theta = -beta
-            dm_dt = -beta * dm_db
-            d2m_dt2 = beta * dm_db - (beta * beta) * var
-            tpb, fpb = tp[a:b], fp[a:b]
+            dm_dt = -bet * dm_db
+            d2m_dt2 = bet * dm_db - (bet * bet) * var
             for name in losses:
+                f_tp, f_fp = _loss_parts(m, name)
                 l1, l2 = _loss_derivs(m, tpb, fpb, name)
-                out[name][i] += (_loss_terms(m, tpb, fpb, name), l1 @ dm_dt, (l2 * dm_dt) @ dm_dt + l1 @ d2m_dt2)
+                rows = out[name][i:i + step]
+                rows[:, 0] += f_tp @ tpb + f_fp @ fpb
+                rows[:, 1] += (l1 * dm_dt).sum(axis=1)
+                rows[:, 2] += (l2 * dm_dt * dm_dt + l1 * d2m_dt2).sum(axis=1)
     return out
 
 

@@ -385,9 +385,9 @@ class _TemperatureBase(Calibrator):
         """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or loss tables (sts/csts).
 
         The loss tables hold, per predicted class, each loss the fit needs and
-        its first two derivatives in log T at 129 nodes over [1e-3, 1e3]
-        (:mod:`topcal.calibrators._ts_tables`); computing them costs about 129
-        evaluations of the loss, several times a fit.
+        its first two derivatives in log T at 257 nodes over [1e-3, 1e3]
+        (:mod:`topcal.calibrators._ts_tables`); computing them costs 257
+        evaluations of the loss, 20-100 times a fit.
         """
         if self._binary:
             return super().stats_of(data)
@@ -610,8 +610,8 @@ class SharedTemperatureScaling(_TemperatureBase):
         Newton iterations allowed before :class:`~topcal.errors.ConvergenceError`.
     keep_stats : bool, default True
         Keep the loss tables (``stats_``) that let :meth:`update` refit on added
-        data without the old (about 6-9 KB per class; computing them costs
-        several fits, ``docs/scale.md``). False: a fit alone, not updatable.
+        data without the old (31-46 KB of JSON per class; computing them costs
+        20-100 fits, ``docs/scale.md``). False: a fit alone, not updatable.
     """
 
     name = "sts"

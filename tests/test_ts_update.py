@@ -215,3 +215,6 @@ def test_cli_update_of_csts_equals_fit_on_all(tmp_path, capsys):
     assert upd["n_tp"] == whole["n_tp"] and upd["n_fp"] == whole["n_fp"]
     np.testing.assert_allclose(upd["state"]["temperature"], whole["state"]["temperature"], rtol=T_RTOL)
     assert json.loads(open(tmp_path / "abc.json").read())["format_version"] == persist.FORMAT_VERSION == 3
+    code, out, err = run(["update", tmp_path / "a.json", tmp_path / "c.parquet", "--engine", "dask",
+                          "-o", tmp_path / "x.json"], capsys)
+    assert code == 2 and "keeps loss tables" in err and "--chunk-rows" in err and not (tmp_path / "x.json").exists()

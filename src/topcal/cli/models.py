@@ -122,12 +122,19 @@ def _cmd_fit(args) -> int:
 
 def _cmd_update(args) -> int:
     from ..persist import load
+    from ..stats import ScoreStats
     from ..stream import update_file
 
     check_scale_args(args)
     check_output(args.output, [args.data], "model file")
     model = load(args.model)
-    before = model.require_stats().n_samples
+    stats = model.require_stats()
+    before = stats.n_samples
+    if args.engine == "dask" and not isinstance(stats, ScoreStats):
+        raise TopcalError(
+            f"a Dask cluster computes score counts, but this {model.name!r} model keeps loss tables; drop "
+            "--engine dask (--chunk-rows N reads the new data in bounded memory)"
+        )
     if args.engine == "dask":
         model.update(_stats_of(args, classes=list(model.classes_), model=model))
     else:

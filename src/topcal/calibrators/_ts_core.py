@@ -276,16 +276,18 @@ def softplus(m):
     return np.maximum(m, 0.0) + np.log1p(np.exp(-np.abs(m)))
 
 
-def _loss_parts(m, loss):
-    """Unweighted per-row losses of a TP and of an FP at log-odds m (arrays of m's shape)."""
+def _loss_parts(m, loss, pq=None):
+    """Unweighted per-row losses of a TP and of an FP at log-odds m (arrays of m's shape).
+
+    ``pq``: (sigmoid(m), sigmoid(-m)) when the caller has them already.
+    """
     if loss == "nll-raw":
         return softplus(-m), softplus(m)
-    p = expit(m)
+    p, q = (expit(m), expit(-m)) if pq is None else pq
     if loss == "nll":
         # -log(eps + (1 - 2 eps) p) = -log1p(-(eps + (1 - 2 eps) q)), with p = sigmoid(m)
         # and q = sigmoid(-m) each computed directly (accurate for large |m|)
         a = 1.0 - 2.0 * _EPS
-        q = expit(-m)
         return -np.log1p(-(_EPS + a * q)), -np.log1p(-(_EPS + a * p))
     return (1.0 - p) ** 2, p * p
 
@@ -296,15 +298,15 @@ def _loss_terms(m, tp, fp, loss):
     return float(tp @ f_tp + fp @ f_fp)
 
 
-def _loss_derivs(m, tp, fp, loss):
+def _loss_derivs(m, tp, fp, loss, pq=None):
     """First and second derivatives of the per-sample loss in m.
 
     Written with p = sigmoid(m) and q = sigmoid(-m) = 1 - p, each computed
     directly: 1 - p would lose every digit of q once p rounds to 1 (m > 37),
     and the gradient of confident right answers would vanish before their loss.
+    ``pq``: (p, q) when the caller has them already.
     """
-    p = expit(m)
-    q = expit(-m)
+    p, q = (expit(m), expit(-m)) if pq is None else pq
     if loss == "nll-raw":  # d/dm softplus(-m) = -q, d/dm softplus(m) = p; both second derivatives pq
         return fp * p - tp * q, (tp + fp) * (p * q)
     if loss == "nll":
@@ -478,9 +480,10 @@ def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
             # as in TopLabelObjective: theta = log T, d beta / d theta = -beta
             dm_dt = -bet * dm_db
             d2m_dt2 = bet * dm_db - (bet * bet) * var
+            pq = (expit(m), expit(-m))  # shared by every loss
             for name in losses:
-                f_tp, f_fp = _loss_parts(m, name)
-                l1, l2 = _loss_derivs(m, tpb, fpb, name)
+                f_tp, f_fp = _loss_parts(m, name, pq)
+                l1, l2 = _loss_derivs(m, tpb, fpb, name, pq)
                 rows = out[name][i:i + step]
                 rows[:, 0] += f_tp @ tpb + f_fp @ fpb
                 rows[:, 1] += (l1 * dm_dt).sum(axis=1)

@@ -45,7 +45,8 @@ def _timed_fit(method, params, data):
 def measure(label, data, parts, seed):
     rng = np.random.default_rng(seed)
     split = np.array_split(rng.permutation(data.n_rows), parts)
-    for method, params in (("sts", {}), ("csts", {}), ("csts", {"loss": "brier"})):
+    for method, params in (("sts", {"keep_stats": True}), ("csts", {"keep_stats": True}),
+                           ("csts", {"loss": "brier", "keep_stats": True})):
         whole, t_full = _timed_fit(method, params, data)
         _, t_plain = _timed_fit(method, {**params, "keep_stats": False}, data)
         cal, _ = _timed_fit(method, params, data.subset(split[0]))
@@ -57,7 +58,7 @@ def measure(label, data, parts, seed):
         t_rel = float(np.max(np.abs(cal.temperature_[fitted] / whole.temperature_[fitted] - 1)))
         d_pred = float(np.max(np.abs(cal.predict(data) - whole.predict(data))))
         size = len(json.dumps(cal.to_dict()["stats"])) / data.n_classes
-        name = method + ("-brier" if params else "")
+        name = method + ("-brier" if "loss" in params else "")
         print(f"| {label} | {data.n_rows} x {data.n_classes} | {name} | {t_rel:.1e} | {d_pred:.1e} | "
               f"{t_plain:.2f} | {t_full:.2f} | {size / 1000:.1f} |", flush=True)
 

@@ -184,8 +184,8 @@ def test_update_merges_the_label_shift_counts():
     whole = ConfusionStats.from_data(data)
     rng = np.random.default_rng(5)
     parts = np.array_split(rng.permutation(data.n_rows), 4)
-    for name in ("hist", "sts"):
-        cal = _updated_parts(name, data, parts)
+    for name, params in (("hist", {}), ("sts", {"keep_stats": True})):
+        cal = _updated_parts(name, data, parts, **params)
         first = ConfusionStats.from_data(data.subset(parts[0]))
         conf = cal.confusion_
         np.testing.assert_array_equal(conf.confusion(), whole.confusion())  # integer counts: exact
@@ -204,8 +204,8 @@ def test_update_merges_the_label_shift_counts():
         cal.adapt(priors=np.full(data.n_classes, 1 / data.n_classes))
 
 
-def _updated_parts(name, data, parts):
-    cal = _quiet_fit(topcal.calibrator(name), data.subset(parts[0]))
+def _updated_parts(name, data, parts, **params):
+    cal = _quiet_fit(topcal.calibrator(name, **params), data.subset(parts[0]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for idx in parts[1:]:

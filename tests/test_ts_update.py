@@ -22,12 +22,13 @@ from _frames import model_payload, probs_frame, run
 
 T_RTOL = 1e-6
 
+KEEP = {"keep_stats": True}  # opt-in: the tables cost 20-100 fits
 VARIANTS = {
-    "sts": ("sts", {}),
-    "csts": ("csts", {}),
-    "sts-brier": ("sts", {"loss": "brier"}),
-    "csts-brier": ("csts", {"loss": "brier"}),
-    "sts-multinomial": ("sts", {"objective": "multinomial"}),
+    "sts": ("sts", KEEP),
+    "csts": ("csts", KEEP),
+    "sts-brier": ("sts", {"loss": "brier", **KEEP}),
+    "csts-brier": ("csts", {"loss": "brier", **KEEP}),
+    "sts-multinomial": ("sts", {"objective": "multinomial", **KEEP}),
 }
 
 
@@ -87,9 +88,9 @@ def test_update_over_any_split_equals_one_fit(variant, n_parts):
 
 def test_update_on_logits_and_with_tables_directly():
     data = _sim(logits=True, seed=4)
-    whole = _fit("csts", {}, data)
+    whole = _fit("csts", KEEP, data)
     a, b = _split(data.n_rows, 2, seed=1)
-    cal = _fit("csts", {}, data.subset(a))
+    cal = _fit("csts", KEEP, data.subset(a))
     cal.update(cal.stats_of(data.subset(b)))
     _close_to(cal, whole, data)
 
@@ -102,8 +103,8 @@ def test_classes_one_sided_or_absent_in_a_part_match_the_fit():
     first = np.flatnonzero(data.pred != 2)[:500]
     rest = np.setdiff1d(np.arange(data.n_rows), first)
     for name in ("csts", "sts"):
-        whole = _fit(name, {}, data)
-        cal = _fit(name, {}, data.subset(first))
+        whole = _fit(name, KEEP, data)
+        cal = _fit(name, KEEP, data.subset(first))
         assert not cal.fitted_classes_[2]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -116,19 +117,19 @@ def test_classes_one_sided_or_absent_in_a_part_match_the_fit():
 def test_update_survives_save_and_load(tmp_path):
     data = _sim(seed=2)
     a, b = _split(data.n_rows, 2, seed=2)
-    cal = _fit("csts", {}, data.subset(a))
+    cal = _fit("csts", KEEP, data.subset(a))
     cal.save(tmp_path / "m.json")
     back = persist.load(tmp_path / "m.json")
     np.testing.assert_array_equal(back.predict(data), cal.predict(data))
     for key, table in cal.stats_.tables.items():
         np.testing.assert_array_equal(back.stats_.tables[key], table)  # bit for bit
     back.update(data.subset(b))
-    _close_to(back, _fit("csts", {}, data), data)
+    _close_to(back, _fit("csts", KEEP, data), data)
 
 
 def test_tables_have_a_size_bound_independent_of_the_samples():
     """Per class and table 3 x 257 numbers; the JSON stays under 20 KB per class and table."""
-    for name, params, n_tables in (("csts", {}, 2), ("sts", {"loss": "brier"}, 3)):
+    for name, params, n_tables in (("csts", KEEP, 2), ("sts", {"loss": "brier", **KEEP}, 3)):
         sizes = []
         for n in (300, 6000):
             cal = _fit(name, params, _sim(n=n, K=6))
@@ -142,10 +143,11 @@ def test_tables_have_a_size_bound_independent_of_the_samples():
 
 def test_award_methods_and_keep_stats_false_ask_for_a_refit():
     data = _sim(n=600)
-    cal = _fit("csts", {"keep_stats": False}, data)
-    assert cal.stats_ is None and "stats" not in cal.to_dict()
-    with pytest.raises(ParameterError, match="keep_stats=False"):
-        cal.update(data)
+    for params in ({"keep_stats": False}, {}):  # the default keeps no tables (they cost 20-100 fits)
+        cal = _fit("csts", params, data)
+        assert cal.stats_ is None and "stats" not in cal.to_dict()
+        with pytest.raises(ParameterError, match="keep_stats=False.*keep_stats=true"):
+            cal.update(data)
     with pytest.raises(ParameterError, match="keep_stats"):
         topcal.calibrator("sts", keep_stats="yes").fit(data)
     for name in ("tswa", "cstswa"):
@@ -155,7 +157,7 @@ def test_award_methods_and_keep_stats_false_ask_for_a_refit():
 
 def test_format_2_temperature_files_load_and_ask_for_a_refit(tmp_path):
     data = _sim(n=800)
-    cal = _fit("sts", {}, data)
+    cal = _fit("sts", KEEP, data)
     doc = json.loads(persist.dumps(cal))
     del doc["model"]["stats"]
     del doc["model"]["params"]["keep_stats"]  # format 2 had neither
@@ -164,12 +166,12 @@ def test_format_2_temperature_files_load_and_ask_for_a_refit(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old = persist.load(tmp_path / "old.json")
     np.testing.assert_array_equal(old.predict(data), cal.predict(data))
-    with pytest.raises(ParameterError, match="holds no statistics"):
+    with pytest.raises(ParameterError, match="no loss tables.*refit"):  # format 2 loads as keep_stats=False
         old.update(data)
 
 
 def test_malformed_tables_are_model_file_errors():
-    cal = _fit("csts", {}, _sim(n=600))
+    cal = _fit("csts", KEEP, _sim(n=600))
     good = json.loads(persist.dumps(cal))
 
     def broken(edit):
@@ -188,8 +190,8 @@ def test_malformed_tables_are_model_file_errors():
 
 def test_update_with_mismatched_tables_is_a_data_error():
     data = _sim(n=900)
-    cal = _fit("csts", {}, data)
-    brier = _fit("csts", {"loss": "brier"}, data)
+    cal = _fit("csts", KEEP, data)
+    brier = _fit("csts", {"loss": "brier", **KEEP}, data)
     with pytest.raises(DataError, match="do not match"):
         cal.update(brier.stats_)
     with pytest.raises(DataError, match="TopLabelData or LossTables"):
@@ -204,8 +206,10 @@ def test_cli_update_of_csts_equals_fit_on_all(tmp_path, capsys):
     frame.iloc[1600:].to_parquet(tmp_path / "c.parquet", row_group_size=300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert run(["fit", tmp_path / "all.csv", "--method", "csts", "-o", tmp_path / "all.json"], capsys)[0] == 0
-        assert run(["fit", tmp_path / "a.csv", "--method", "csts", "-o", tmp_path / "a.json"], capsys)[0] == 0
+        assert run(["fit", tmp_path / "all.csv", "--method", "csts", "--param", "keep_stats=true",
+                    "-o", tmp_path / "all.json"], capsys)[0] == 0
+        assert run(["fit", tmp_path / "a.csv", "--method", "csts", "--param", "keep_stats=true",
+                    "-o", tmp_path / "a.json"], capsys)[0] == 0
         code, out, err = run(["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys)
         assert code == 0 and "900 + 700 samples" in out, err
         code, out, err = run(["update", tmp_path / "ab.json", tmp_path / "c.parquet", "--chunk-rows", 250,

@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from .calibrators import available_methods, calibrator, get_class, predict_only_calibrator
+from .calibrators import available_methods, calibrator, get_class
 from .data import TopLabelData, kfold_split
 from .errors import DataError, ParameterError, TopcalError, TopcalWarning
 from .metrics import BUNDLE, bundle
@@ -53,11 +53,8 @@ def fit_quietly(method, data: TopLabelData, *, params: dict | None = None, notes
                 collect=TopcalWarning):
     """Fit ``method`` on ``data`` without printing its warnings; return the fitted calibrator.
 
-    ``method`` is a registered name (built with ``params`` by
-    :func:`~topcal.calibrators.predict_only_calibrator`: these fits are for
-    scoring and showing, so ``sts``/``csts`` skip the loss tables only
-    ``update`` needs) or an unfitted calibrator (e.g.
-    :func:`topcal.calibrators.paper_calibrator`'s).
+    ``method`` is a registered name (built with ``params``) or an unfitted
+    calibrator (e.g. :func:`topcal.calibrators.paper_calibrator`'s).
 
     Warnings of category ``collect`` (default: every topcal warning) raised
     while fitting are collected, deduplicated and in order, into
@@ -69,7 +66,7 @@ def fit_quietly(method, data: TopLabelData, *, params: dict | None = None, notes
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", collect)
-        model = (predict_only_calibrator(method, **(params or {})) if isinstance(method, str) else method).fit(data)
+        model = (calibrator(method, **(params or {})) if isinstance(method, str) else method).fit(data)
     seen = notes.setdefault(model.name, []) if notes is not None else []
     for w in caught:
         if issubclass(w.category, collect):

@@ -3,7 +3,7 @@
 from . import baseline, cumulative, histogram, kde, temperature  # noqa: F401  (registration)
 from . import auto  # noqa: F401,I001  (registered last: it chooses among the others)
 from .base import Calibrator, Curve, ScoreCalibrator
-from .registry import available_methods, calibrator, get_class, paper_calibrator, predict_only_calibrator, register
+from .registry import available_methods, calibrator, get_class, paper_calibrator, register
 
 __all__ = [
     "Calibrator",
@@ -14,5 +14,4 @@ __all__ = [
     "get_class",
     "register",
     "paper_calibrator",
-    "predict_only_calibrator",
 ]

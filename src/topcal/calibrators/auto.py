@@ -29,7 +29,7 @@ from ..data import TopLabelData, kfold_split
 from ..errors import DegenerateClassWarning, ParameterError, TopcalError
 from ..metrics import nll
 from .base import Calibrator, to_jsonable
-from .registry import available_methods, calibrator, get_class, predict_only_calibrator, register
+from .registry import available_methods, calibrator, get_class, register
 
 __all__ = ["Auto", "DEFAULT_CANDIDATES"]
 
@@ -130,7 +130,7 @@ class Auto(Calibrator):
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        conf[n].append(predict_only_calibrator(n).fit(train).predict(folds[f]))
+                        conf[n].append(calibrator(n).fit(train).predict(folds[f]))
                 except TopcalError as exc:
                     errors[n] = f"{type(exc).__name__}: {exc}"
         cv = {}
@@ -152,7 +152,8 @@ class Auto(Calibrator):
         self.cv_ = cv
         self.cv_samples_ = float(data.n_samples)
         # auto updates from its own score statistics, never from a chosen full-vector method's
-        self.model_ = predict_only_calibrator(best).fit(data)
+        # (sts/csts keep no loss tables by default)
+        self.model_ = calibrator(best).fit(data)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import ParameterError
 
-__all__ = ["register", "get_class", "available_methods", "calibrator", "paper_calibrator", "predict_only_calibrator"]
+__all__ = ["register", "get_class", "available_methods", "calibrator", "paper_calibrator"]
 
 _REGISTRY: dict[str, type] = {}
 
@@ -59,17 +59,4 @@ def paper_calibrator(name: str, **params):
     """
     if "shrinkage" in get_class(name)._param_names():
         params = {"shrinkage": 0, **params}
-    return calibrator(name, **params)
-
-
-def predict_only_calibrator(name: str, **params):
-    """Like :func:`calibrator`, for a fit whose model only predicts and is never updated.
-
-    Cross-validation folds, comparisons, ``auto``'s choice: the statistics that
-    only ``update`` needs are skipped where a method makes them optional
-    (``keep_stats=False`` for ``sts``/``csts``, whose loss tables cost many
-    loss evaluations), unless ``params`` name them.
-    """
-    if "keep_stats" in get_class(name)._param_names():
-        params = {"keep_stats": False, **params}
     return calibrator(name, **params)

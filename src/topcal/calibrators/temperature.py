@@ -369,8 +369,9 @@ class _TemperatureBase(Calibrator):
 
     def _no_stats_reason(self) -> str:
         if self._updatable:
-            return (f"this {self.name!r} model was fitted with keep_stats=False, so it has no loss tables to "
-                    "merge; refit it on all the data (old and new), with keep_stats=True to update it later")
+            return (f"this {self.name!r} model was fitted with keep_stats=False (the default), so it has no loss "
+                    "tables to merge; refit it on all the data (old and new), with keep_stats=True "
+                    "(--param keep_stats=true) to update it later")
         return (f"method {self.name!r} has an award: its loss per class is a function of two parameters "
                 "(T and A), which no table of bounded size summarises (docs/scale.md); refit it on all the "
                 "data (old and new) instead of updating, or use csts/sts, which can be updated")
@@ -608,10 +609,11 @@ class SharedTemperatureScaling(_TemperatureBase):
         it (for comparison; needs ``loss="nll"``).
     max_iter : int, default 100
         Newton iterations allowed before :class:`~topcal.errors.ConvergenceError`.
-    keep_stats : bool, default True
-        Keep the loss tables (``stats_``) that let :meth:`update` refit on added
-        data without the old (31-46 KB of JSON per class; computing them costs
-        20-100 fits, ``docs/scale.md``). False: a fit alone, not updatable.
+    keep_stats : bool, default False
+        True: also keep the loss tables (``stats_``) that let :meth:`update`
+        refit on added data without the old (31-46 KB of JSON per class;
+        computing them costs 20-100 fits, ``docs/scale.md``). False: a fit
+        alone, not updatable (opt-in because of that cost).
     """
 
     name = "sts"
@@ -626,7 +628,7 @@ class SharedTemperatureScaling(_TemperatureBase):
     }
 
     def __init__(self, *, loss: str = "nll", objective: str = "top-label", max_iter: int = 100,
-                 keep_stats: bool = True):
+                 keep_stats: bool = False):
         self.loss = loss
         self.objective = objective
         self.max_iter = max_iter
@@ -653,8 +655,8 @@ class ClassTemperatureScaling(_TemperatureBase):
     loss : {"nll", "brier"}, default "nll"
     max_iter : int, default 100
         Newton iterations allowed per class.
-    keep_stats : bool, default True
-        Keep the loss tables that let :meth:`update` refit on added data (see ``sts``).
+    keep_stats : bool, default False
+        True: keep the loss tables that let :meth:`update` refit on added data (see ``sts``).
     """
 
     name = "csts"
@@ -663,7 +665,7 @@ class ClassTemperatureScaling(_TemperatureBase):
     _updatable = True
     _parameter_constraints = {**_TemperatureBase._parameter_constraints, "keep_stats": Boolean()}
 
-    def __init__(self, *, loss: str = "nll", max_iter: int = 100, keep_stats: bool = True):
+    def __init__(self, *, loss: str = "nll", max_iter: int = 100, keep_stats: bool = False):
         self.loss = loss
         self.max_iter = max_iter
         self.keep_stats = keep_stats

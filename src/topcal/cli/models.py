@@ -28,7 +28,8 @@ def add_commands(sub) -> None:
     p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser("update", help="add labelled data to a model: refit from its stored statistics (score counts; "
-                       "sts/csts: loss tables) plus the new ones; tswa/cstswa must be refitted")
+                       "sts/csts fitted with --param keep_stats=true: loss tables) plus the new ones; "
+                       "tswa/cstswa must be refitted")
     p.add_argument("model", help="model file from 'topcal fit' (format 2 or later; sts/csts: format 3)")
     p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
     p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")

@@ -274,13 +274,13 @@ class _KDEBase(ScoreCalibrator):
                 T, F = eng.linear_bin(code[pred[sel]], score[sel], tp[sel], fp[sel], lo[binned], hi[binned],
                                       len(binned))
             grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
-        # rows of each class in row order, from one stable sort (not a pred == k pass per class)
-        args = {}
-        for k, idx in rows_by_class(pred, K):
-            if k in grids:
-                args[k] = ("binned", grids[k])
-            else:
-                args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
+        # rows of each exact-engine class in row order, from one stable sort (not a pred == k
+        # pass per class; no sort when every class is binned)
+        args = {k: ("binned", g) for k, g in grids.items()}
+        if len(grids) < np.count_nonzero(rows):
+            for k, idx in rows_by_class(pred, K):
+                if k not in grids:
+                    args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
         prepared = self._prepare_exact_scans(args, lo, hi, smin, smax)
         states, support = [], []
         for k in range(K):
@@ -501,6 +501,13 @@ class _KDEBase(ScoreCalibrator):
             c[empty], n[empty] = 0.0, 0.0
         return c * n, n
 
+    def _count_cells(self, pred, score):
+        """Cells of the flat tables (Conf and the count are linear in the score within one)."""
+        i, _ = _table_cells(self._tab_lo[pred], self._tab_hi[pred], self._tab_inv[pred], self._tab_nm1[pred],
+                            np.asarray(score, dtype=np.float64))
+        i += self._tab_off[pred]
+        return i, self._tab.size
+
     def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
         """Every row in one gather from the flat tables (the batched-predict hook)."""
         out = self._interp(pred, np.asarray(score, dtype=np.float64))
@@ -630,13 +637,10 @@ class _KDEBase(ScoreCalibrator):
         return out
 
 
-def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
-    """Linear interpolation in tables stored end to end in ``tab`` (and counts ``tab_n``).
+def _table_cells(lo, hi, inv, nm1, score):
+    """(cell, fraction within it) of every score in its table: the cell's left point and 0..1.
 
-    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and ``nm1``
-    (points - 1) are per row (one class per row) or scalars (one class). Written with
-    in-place operations: this is the whole cost of ``predict`` (a few passes over the rows,
-    no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
+    Scores outside [lo, hi] are held at the ends (the curve is constant there).
     """
     x = np.maximum(score, lo)
     np.minimum(x, hi, out=x)
@@ -646,6 +650,18 @@ def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
     np.minimum(i, nm1 - 1, out=i)
     x -= i
     np.minimum(x, 1.0, out=x)
+    return i, x
+
+
+def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
+    """Linear interpolation in tables stored end to end in ``tab`` (and counts ``tab_n``).
+
+    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and ``nm1``
+    (points - 1) are per row (one class per row) or scalars (one class). Written with
+    in-place operations: this is the whole cost of ``predict`` (a few passes over the rows,
+    no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
+    """
+    i, x = _table_cells(lo, hi, inv, nm1, score)
     i += off
     t0 = tab[i]
     t1 = tab[i + 1]

@@ -260,3 +260,19 @@ def test_merged_rows_give_the_loss_of_the_rows():
     np.testing.assert_allclose(shr.loo_nll_by_group(*merged, 40), shr.loo_nll_by_group(t, n, tp, fp, r, group, 40),
                                rtol=1e-12)
     assert merged[2].sum() == tp.sum() and merged[3].sum() == fp.sum()
+
+
+def test_cumulative_predict_from_one_sort_equals_the_per_class_lookup():
+    """cum-opt's apply sorts the rows by score once for the reference and every class (tables
+    longer than 2048 entries, so the sorted-query path runs): the same values as curve(k)."""
+    from topcal.calibrators import calibrator
+
+    data = _many_small_classes(seed=3, k=4, n=40_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        cal = calibrator("cum-opt").fit(data)
+    assert cal.reference_.class_state_[0]["scores"].size > 2048
+    got = cal.predict(data)
+    for k in range(4):
+        rows = data.pred == k
+        np.testing.assert_array_equal(got[rows], cal.curve(k, data.score[rows]).confidence)

@@ -671,6 +671,16 @@ class ScoreCalibrator(Calibrator):
         s, t, f, c = shr.merge_rows_by_cell(cell, score, tp, fp, n_cells)
         return s, t, f, cell_class[c]
 
+    def _shrink_terms(self, pred: np.ndarray, score: np.ndarray):
+        """(t, n, r) of every row: its class's local counts and the reference curve at its score.
+
+        The reference once for all rows, the class counts in one grouped pass; methods whose
+        lookups want the rows sorted by score override it to sort once for both.
+        """
+        r = self._reference(score)
+        t, n = self._local_counts_rows(pred, score)
+        return t, n, r
+
     def _reference(self, score: np.ndarray) -> np.ndarray:
         """The reference curve r(S): the pooled curve shrunk toward the overall rate."""
         t0, n0 = self.reference_._local_counts(0, score)
@@ -685,9 +695,7 @@ class ScoreCalibrator(Calibrator):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         if self._shrunk():
-            # the reference once for all rows, the class counts in one grouped pass
-            r = self._reference(data.score)
-            t, n = self._local_counts_rows(data.pred, data.score)
+            t, n, r = self._shrink_terms(data.pred, data.score)
             out = shr.shrink(t, n, r, self.shrinkage_[data.pred])
             none = [k for k, st in enumerate(self.class_state_) if st is None]
             if none:  # no data of their own: the reference curve

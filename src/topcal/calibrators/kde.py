@@ -113,6 +113,8 @@ MIN_BANDWIDTH_SHARE = 1e-9
 #: error is at most h^2 / 8 * max|Conf''|; on PhANNs h = b / 8 gave up to
 #: 7e-4, so h = b / 16 (4x less): measured <= 2e-4, median 2e-5 per class.
 TABLE_CELLS_PER_B = 16
+#: Binned-engine classes scanned together in lockstep (kde-mon*), at most this many per group.
+BINNED_BATCH = 64
 MAX_TABLE_STRIDE = 16
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
@@ -281,7 +283,7 @@ class _KDEBase(ScoreCalibrator):
             for k, idx in rows_by_class(pred, K):
                 if k not in grids:
                     args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
-        prepared = self._prepare_exact_scans(args, lo, hi, smin, smax)
+        prepared = self._prepare_scans(args, lo, hi, smin, smax)
         states, support = [], []
         for k in range(K):
             if rows[k] == 0:
@@ -309,8 +311,8 @@ class _KDEBase(ScoreCalibrator):
         e = eng.BinnedEngine(arrays[0], arrays[1], lo, hi, bounds)
         return e, e.resolution()
 
-    def _prepare_exact_scans(self, args, lo, hi, smin, smax) -> dict:
-        """Bandwidth scans of the exact-engine classes, all classes in lockstep (kde-mon*).
+    def _prepare_scans(self, args, lo, hi, smin, smax) -> dict:
+        """Bandwidth scans of the classes in lockstep (kde-mon*), exact- and binned-engine classes apart.
 
         Returns {k: (engine, rho, (b, admissible, sign_changes))} for the
         classes it scanned; the others are scanned one by one in _fit_one.
@@ -320,15 +322,23 @@ class _KDEBase(ScoreCalibrator):
         lockstep = getattr(self._bandwidth_rule, "select_lockstep", None)
         if lockstep is None or not self.batch_classes:
             return {}
-        items = []
-        for k, (kind, arrays) in args.items():
-            if kind != "exact" or smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
+        items, binned = [], []
+        for k, (kind, arrays) in sorted(args.items()):
+            if smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
                 continue
             engine, rho = self._make_engine((kind, arrays), float(lo[k]), float(hi[k]))
-            if not engine.cacheable():
-                continue
-            items.append((k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho)))
+            item = (k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho))
+            if kind == "binned":
+                binned.append(item)
+            elif engine.cacheable():
+                items.append(item)
         out = {}
+        # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25 MB a class)
+        for a in range(0, len(binned), BINNED_BATCH):
+            group = binned[a : a + BINNED_BATCH]
+            results = lockstep(eng.BinnedScanBatch([g[1] for g in group]), [g[3] for g in group])
+            for (k, engine, rho, _), res in zip(group, results):
+                out[k] = (engine, rho, res)
         # groups of similar size (padding to the group's widest class) within a memory budget
         items.sort(key=lambda it: eng.ExactScanBatch.size_of(it[1]))
         group = []

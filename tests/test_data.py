@@ -123,3 +123,12 @@ def test_unlabelled_data_cannot_be_fitted():
     assert not d.has_labels
     with pytest.raises(DataError, match="needs labelled data"):
         topcal.calibrator("hist").fit(d)
+
+
+def test_class_order_is_the_stable_argsort():
+    from topcal.data import class_order
+
+    rng = np.random.default_rng(2)
+    for k in (3, 1000, 70_000):  # uint16 radix path, and above 2^16 classes the plain sort
+        pred = rng.integers(0, k, 50_000)
+        np.testing.assert_array_equal(class_order(pred, k), np.argsort(pred, kind="stable"))

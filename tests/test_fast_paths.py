@@ -59,21 +59,24 @@ def test_vectorised_sign_count_equals_the_per_row_count():
 
 
 @pytest.mark.parametrize(
-    "method, boundary, discrete",
-    [("kde-mon2", None, False), ("kde-mon", "reflect", False), ("kde-mon4", None, True), ("kde-mon2", "reflect", True)],
+    "method, boundary, discrete, engine",
+    [("kde-mon2", None, False, "auto"), ("kde-mon", "reflect", False, "auto"), ("kde-mon4", None, True, "auto"),
+     ("kde-mon2", "reflect", True, "auto"), ("kde-mon2", None, False, "binned"), ("kde-mon", "reflect", False, "binned"),
+     ("kde-mon4", None, True, "binned")],
 )
-def test_lockstep_scan_gives_the_per_class_curves(method, boundary, discrete):
+def test_lockstep_scan_gives_the_per_class_curves(method, boundary, discrete, engine):
     data = _many_small_classes(seed=3, discrete=discrete)
     fits = {}
     for batched in (True, False):
-        cal = paper_calibrator(method, boundary=boundary)
+        cal = paper_calibrator(method, boundary=boundary, engine=engine)
         cal.batch_classes = batched
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             fits[batched] = cal.fit(data)
     a, b = fits[True], fits[False]
-    exact = [st for st in a.class_state_ if st is not None and st["engine"] == "exact"]
-    assert len(exact) > 35  # the lockstep path was exercised
+    kind = "exact" if engine == "auto" else engine
+    scanned = [st for st in a.class_state_ if st is not None and st["engine"] == kind]
+    assert len(scanned) > 35  # the lockstep path was exercised
     np.testing.assert_allclose(np.nan_to_num(a.bandwidth_), np.nan_to_num(b.bandwidth_), rtol=1e-12, atol=0)
     for sa, sb in zip(a.class_state_, b.class_state_):
         if sa is None:
@@ -260,3 +263,19 @@ def test_merged_rows_give_the_loss_of_the_rows():
     np.testing.assert_allclose(shr.loo_nll_by_group(*merged, 40), shr.loo_nll_by_group(t, n, tp, fp, r, group, 40),
                                rtol=1e-12)
     assert merged[2].sum() == tp.sum() and merged[3].sum() == fp.sum()
+
+
+def test_cumulative_predict_from_one_sort_equals_the_per_class_lookup():
+    """cum-opt's apply sorts the rows by score once for the reference and every class (tables
+    longer than 2048 entries, so the sorted-query path runs): the same values as curve(k)."""
+    from topcal.calibrators import calibrator
+
+    data = _many_small_classes(seed=3, k=4, n=40_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        cal = calibrator("cum-opt").fit(data)
+    assert cal.reference_.class_state_[0]["scores"].size > 2048
+    got = cal.predict(data)
+    for k in range(4):
+        rows = data.pred == k
+        np.testing.assert_array_equal(got[rows], cal.curve(k, data.score[rows]).confidence)

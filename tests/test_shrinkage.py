@@ -321,3 +321,34 @@ def test_cli_fit_tswa_on_forest_outputs_and_compare_top_score_csv(tmp_path, caps
     auto = res["methods"]["auto"]["nll"]["overall"]
     assert auto <= res["methods"]["uncalibrated"]["nll"]["overall"] * 1.02
     assert any("fewer than 30 positives" in m for m in res["warnings"]["data"])
+
+
+@pytest.mark.parametrize("method", ["kde", "kde-mon2", "kde-opt"])
+def test_kde_pseudo_count_on_merged_cells_matches_every_row(method):
+    """Many rows per table cell: the m-search runs on one TP and one FP row per cell (merge_cells),
+    its summed losses within 1e-5 relative of the per-row losses, the same m and predictions."""
+    data = logistic_classes([40_000, 30_000, 20_000], 0.7, 4)
+    merged = _quiet(topcal.calibrator(method).fit, data)
+    rows = topcal.calibrator(method)
+    rows.merge_cells = False
+    _quiet(rows.fit, data)
+    n_rows = data.n_rows
+    s, tp, fp, pred = merged._merged_rows(data.pred, data.score, data.tp, data.fp)
+    assert s.size * shr.CELL_MERGE_GAIN <= n_rows  # the merge did happen
+    assert tp.sum() == data.tp.sum() and fp.sum() == data.fp.sum()
+    np.testing.assert_allclose(merged.shrinkage_loss_, rows.shrinkage_loss_, rtol=1e-5)
+    assert merged.reference_m_ == rows.reference_m_
+    np.testing.assert_array_equal(merged.shrinkage_, rows.shrinkage_)
+    np.testing.assert_array_equal(merged.predict(data), rows.predict(data))
+
+
+def test_cell_merge_keeps_weights_and_weighted_mean_scores():
+    cell = np.array([0, 0, 1, 1, 1, 3])
+    score = np.array([0.1, 0.3, 0.5, 0.6, 0.7, 0.9])
+    tp = np.array([1.0, 1.0, 0.0, 2.0, 1.0, 0.0])
+    fp = np.array([0.0, 0.0, 1.0, 0.0, 0.5, 1.0])
+    s, t, f, c = shr.merge_rows_by_cell(cell, score, tp, fp, 4)
+    got = np.array(sorted(zip(c, t > 0, s, t, f)), dtype=float)
+    want = [(0, 1, 0.2, 2.0, 0.0), (1, 0, (0.5 + 0.35) / 1.5, 0.0, 1.5),
+            (1, 1, (1.2 + 0.7) / 3.0, 3.0, 0.0), (3, 0, 0.9, 0.0, 1.0)]
+    np.testing.assert_allclose(got, want, rtol=1e-15)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import TopLabelData
+from .data import TopLabelData, class_order
 
 __all__ = ["ConfusionStats", "fp_region_edges", "MIN_FP_PER_REGION", "MAX_REGIONS"]
 
@@ -66,7 +66,7 @@ class ConfusionStats:
             return None
         K = data.n_classes
         w = data.tp + data.fp
-        order = np.argsort(data.pred, kind="stable")  # rows grouped by predicted class, one sort
+        order = class_order(data.pred, K)  # rows grouped by predicted class, one sort
         bounds = np.searchsorted(data.pred[order], np.arange(K + 1))
         edges, counts = [], []
         for k in range(K):

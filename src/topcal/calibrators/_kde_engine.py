@@ -387,6 +387,79 @@ def linear_bin(group, score, tp, fp, lo, hi, n_groups):
     return T.reshape(n_groups, m), F.reshape(n_groups, m)
 
 
+def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds):
+    """Unshifted kernel sums on a level's grid of m points, one row per bandwidth: (KT, KP).
+
+    ``ft_t``, ``ft_p``: rfft of the TP and positive weights, one row per bandwidth or one row
+    for all; ``step`` and ``lo`` (grid spacing, support start) scalars or one per row. The
+    kernel is sampled at every offset the grid needs and transformed per row (see
+    :class:`BinnedEngine`), so a row's arithmetic does not depend on the other rows.
+    """
+    b = b[:, None]
+    step = np.reshape(step, (-1, 1))
+    k = np.zeros((b.shape[0], nfft))
+    half = np.exp(-0.5 * ((step * np.arange(m)[None, :]) / b) ** 2)
+    k[:, :m] = half
+    k[:, nfft - m + 1 :] = half[:, :0:-1]
+    ft = np.fft.rfft(k, axis=1)
+    spec_t = ft_t * ft
+    spec_p = ft_p * ft
+    if bounds is not None:
+        # correlation kernel at index q = g + h: phi(2(lo - L) + q step) + phi(2(lo - H) + q step)
+        q = step * np.arange(2 * m - 1)[None, :]
+        lo = np.reshape(lo, (-1, 1))
+        kr = np.zeros((b.shape[0], nfft))
+        kr[:, : 2 * m - 1] = np.exp(-0.5 * ((2.0 * (lo - bounds[0]) + q) / b) ** 2) + np.exp(
+            -0.5 * ((2.0 * (lo - bounds[1]) + q) / b) ** 2
+        )
+        ftr = np.fft.rfft(kr, axis=1)
+        spec_t = spec_t + np.conj(ft_t) * ftr
+        spec_p = spec_p + np.conj(ft_p) * ftr
+    kt = np.fft.irfft(spec_t, nfft, axis=1)[:, :m]
+    kp = np.fft.irfft(spec_p, nfft, axis=1)[:, :m]
+    return kt, kp
+
+
+class BinnedScanBatch:
+    """The binned engine's scan for many classes at once, the counterpart of :class:`ExactScanBatch`.
+
+    Each step evaluates one bandwidth for every class still searching: the classes are
+    grouped by the level their bandwidth is convolved on, and each group is one batched FFT
+    call (the per-class scan makes one call per class and batch of bandwidths, and many
+    classes made that Python overhead). The arithmetic per (class, bandwidth) is that of
+    :meth:`BinnedEngine.scan` (:func:`binned_sums` row by row).
+    """
+
+    def __init__(self, engines):
+        self.engines = engines
+        self.lo = np.array([e.lo for e in engines])
+        self.bounds = engines[0].bounds
+        self.levels = []
+        for level in range(BinnedEngine.MAX_LEVEL + 1):
+            lvs = [e._levels[level] for e in engines]
+            self.levels.append({
+                "ft_t": np.stack([lv["ft_t"] for lv in lvs]), "ft_p": np.stack([lv["ft_p"] for lv in lvs]),
+                "step": np.array([lv["step"] for lv in lvs]), "cells": lvs[0]["cells"], "nfft": lvs[0]["nfft"],
+            })
+
+    def sign_changes(self, rows, bandwidths) -> np.ndarray:
+        """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        b = np.asarray(bandwidths, dtype=np.float64)
+        level = np.array([self.engines[r].level_of(x) for r, x in zip(rows, b)], dtype=np.int64)
+        out = np.empty(rows.size, dtype=np.int64)
+        for lvl in np.unique(level):
+            sel = np.flatnonzero(level == lvl)
+            r = rows[sel]
+            lv = self.levels[lvl]
+            kt, kp = binned_sums(lv["ft_t"][r], lv["ft_p"][r], b[sel], lv["step"][r], lv["cells"] + 1, lv["nfft"],
+                                 self.lo[r], self.bounds)
+            stride = SCAN_STRIDE >> lvl
+            conf, resolved = BinnedEngine._conf(kt[:, ::stride], kp[:, ::stride])
+            out[sel] = count_sign_changes_rows(conf, resolved)
+        return out
+
+
 class BinnedEngine:
     """Linear binning onto a fine grid, then FFT convolution per bandwidth.
 
@@ -452,28 +525,8 @@ class BinnedEngine:
     def _sums_level(self, level, bandwidths):
         """Unshifted kernel sums on the level's grid: (KT, KP), each (nb, cells + 1)."""
         lv = self._levels[level]
-        b = np.asarray(bandwidths, dtype=np.float64)[:, None]
-        m, nfft, step = lv["cells"] + 1, lv["nfft"], lv["step"]
-        k = np.zeros((b.shape[0], nfft))
-        half = np.exp(-0.5 * ((step * np.arange(m))[None, :] / b) ** 2)
-        k[:, :m] = half
-        k[:, nfft - m + 1 :] = half[:, :0:-1]
-        ft = np.fft.rfft(k, axis=1)
-        spec_t = lv["ft_t"][None, :] * ft
-        spec_p = lv["ft_p"][None, :] * ft
-        if self.bounds is not None:
-            # correlation kernel at index q = g + h: phi(2(lo - L) + q step) + phi(2(lo - H) + q step)
-            q = step * np.arange(2 * m - 1)
-            kr = np.zeros((b.shape[0], nfft))
-            kr[:, : 2 * m - 1] = np.exp(-0.5 * ((2.0 * (self.lo - self.bounds[0]) + q)[None, :] / b) ** 2) + np.exp(
-                -0.5 * ((2.0 * (self.lo - self.bounds[1]) + q)[None, :] / b) ** 2
-            )
-            ftr = np.fft.rfft(kr, axis=1)
-            spec_t = spec_t + np.conj(lv["ft_t"])[None, :] * ftr
-            spec_p = spec_p + np.conj(lv["ft_p"])[None, :] * ftr
-        kt = np.fft.irfft(spec_t, nfft, axis=1)[:, :m]
-        kp = np.fft.irfft(spec_p, nfft, axis=1)[:, :m]
-        return kt, kp
+        return binned_sums(lv["ft_t"][None, :], lv["ft_p"][None, :], np.asarray(bandwidths, dtype=np.float64),
+                           lv["step"], lv["cells"] + 1, lv["nfft"], self.lo, self.bounds)
 
     def _by_level(self, bandwidths):
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))

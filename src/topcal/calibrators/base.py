@@ -563,6 +563,9 @@ class ScoreCalibrator(Calibrator):
     #: Whether the local counts (and the reference) are piecewise constant in the score (a
     #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
     piecewise_counts: ClassVar[bool] = False
+    #: Choose the pseudo-count on rows merged by cell where the method gives cells
+    #: (:meth:`_count_cells`); False evaluates the loss on every row (for tests and benchmarks).
+    merge_cells: ClassVar[bool] = True
 
     def _shrunk(self) -> bool:
         return self.shrinkable and not (
@@ -647,15 +650,16 @@ class ScoreCalibrator(Calibrator):
         s, tp, fp = data.score[keep], data.tp[keep], data.fp[keep]
         self.reference_ = ref
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
-        t0, n0 = ref._local_counts(0, s)
         one = np.zeros(s.shape[0], dtype=np.int64)
-        rows = (t0, n0, tp, fp, self.reference_rate_, one)
+        s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
+        t0, n0 = ref._local_counts(0, s0)
+        rows = (t0, n0, tp0, fp0, self.reference_rate_, np.zeros(s0.shape[0], dtype=np.int64))
         if self.piecewise_counts:
             rows = shr.merge_equal_rows(*rows)
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
-        r = self._reference(s)
-        pred = data.pred[keep]
         K = len(self.classes_)
+        s, tp, fp, pred = self._merged_rows(data.pred[keep], s, tp, fp)
+        r = self._reference(s)
         t, n = self._local_counts_rows(pred, s)
         rows = (t, n, tp, fp, r, pred)
         if self.piecewise_counts:
@@ -669,6 +673,46 @@ class ScoreCalibrator(Calibrator):
             m = np.full(K, float(self.shrinkage))
         self.shrinkage_ = m
         self.shrinkage_loss_ = losses
+
+    def _count_cells(self, pred: np.ndarray, score: np.ndarray):
+        """(cell of every row, number of cells) where the local counts are smooth within cells, else None.
+
+        Cells number 0 .. n_cells - 1 across all classes (a cell lies in one class). Methods
+        whose counts are smooth in the score (``kde``: linear within a cell of the class's
+        table) return them, so that choosing the pseudo-count can merge the rows of a cell
+        (:meth:`_merged_rows`).
+        """
+        return None
+
+    def _merged_rows(self, pred, score, tp, fp):
+        """The rows the pseudo-count's loss is evaluated on: (score, tp, fp, pred).
+
+        The rows themselves, or, where :meth:`_count_cells` gives cells, ``merge_cells`` is
+        on and merging divides the rows by at least ``shrinkage.CELL_MERGE_GAIN``, one TP and
+        one FP row per occupied cell at the weighted mean score
+        (:func:`shrinkage.merge_rows_by_cell`; documented tolerance in docs/shrinkage.md).
+        """
+        cells = self._count_cells(pred, score) if self.merge_cells else None
+        if cells is None or score.shape[0] < shr.CELL_MERGE_GAIN * 2:
+            return score, tp, fp, pred
+        cell, n_cells = cells
+        occupied = np.count_nonzero(np.bincount(cell, minlength=n_cells))
+        if 2 * occupied * shr.CELL_MERGE_GAIN > score.shape[0]:
+            return score, tp, fp, pred
+        cell_class = np.zeros(n_cells, dtype=np.int64)
+        cell_class[cell] = pred
+        s, t, f, c = shr.merge_rows_by_cell(cell, score, tp, fp, n_cells)
+        return s, t, f, cell_class[c]
+
+    def _shrink_terms(self, pred: np.ndarray, score: np.ndarray):
+        """(t, n, r) of every row: its class's local counts and the reference curve at its score.
+
+        The reference once for all rows, the class counts in one grouped pass; methods whose
+        lookups want the rows sorted by score override it to sort once for both.
+        """
+        r = self._reference(score)
+        t, n = self._local_counts_rows(pred, score)
+        return t, n, r
 
     def _reference(self, score: np.ndarray) -> np.ndarray:
         """The reference curve r(S): the pooled curve shrunk toward the overall rate."""
@@ -684,9 +728,7 @@ class ScoreCalibrator(Calibrator):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         if self._shrunk():
-            # the reference once for all rows, the class counts in one grouped pass
-            r = self._reference(data.score)
-            t, n = self._local_counts_rows(data.pred, data.score)
+            t, n, r = self._shrink_terms(data.pred, data.score)
             out = shr.shrink(t, n, r, self.shrinkage_[data.pred])
             none = [k for k, st in enumerate(self.class_state_) if st is None]
             if none:  # no data of their own: the reference curve

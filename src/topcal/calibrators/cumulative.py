@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import ClassView
+from ..data import ClassView, class_order
 from .._numeric import binary_nll
 from .base import ScoreCalibrator, finite_array
 from .registry import register
@@ -99,6 +99,44 @@ class _CumulativeBase(ScoreCalibrator):
         c = np.where(above, st["values"][i], st["below"])
         return c * n, n
 
+    def _shrink_terms(self, pred, score):
+        """One sort of the rows by score serves the reference's lookup and every class's."""
+        score = np.asarray(score, dtype=np.float64)
+        by_score = np.argsort(score)
+        r = np.empty(score.shape[0])
+        r[by_score] = self._reference(score[by_score])  # sorted queries: _index_left does not sort again
+        t, n = self._local_counts_rows(pred, score, by_score)
+        return t, n, r
+
+    def _local_counts_rows(self, pred, score, by_score=None):
+        """:meth:`_local_counts` of every row's own class, from one sort of all rows by score.
+
+        The rows sorted by score once, then grouped by class with a stable (radix) sort, give
+        every class its rows in ascending score order, so each class's lookup is a
+        cache-friendly ``searchsorted`` of sorted queries (no sort per class, as
+        :func:`_index_left` would do). The same indices, hence the same counts.
+        """
+        score = np.asarray(score, dtype=np.float64)
+        K = len(self.classes_)
+        t = np.zeros(score.shape[0])
+        n = np.zeros(score.shape[0])
+        if by_score is None:
+            by_score = np.argsort(score)
+        rows = by_score[class_order(pred[by_score], K)]
+        ends = np.cumsum(np.bincount(pred, minlength=K))
+        for k in range(K):
+            st = self.class_state_[k]
+            idx = rows[ends[k - 1] if k else 0 : ends[k]]
+            if st is None or not idx.size:
+                continue
+            s = score[idx]
+            i = np.minimum(np.searchsorted(st["scores"], s, side="left"), st["scores"].size - 1)
+            above = s >= st["theta"]
+            nk = np.where(above, st["n_above"][i], st["n_below"])
+            t[idx] = np.where(above, st["values"][i], st["below"]) * nk
+            n[idx] = nk
+        return t, n
+
     def _describe_classes(self) -> list[dict]:
         out = []
         for st, sup in zip(self.class_state_, self.support_):
@@ -123,7 +161,7 @@ def _index_left(u: np.ndarray, score: np.ndarray) -> np.ndarray:
     into 10^5 distinct scores, argsort + search is ~5x faster than searching
     in row order. Same indices either way.
     """
-    if score.size < 2048 or u.size < 2048:
+    if score.size < 2048 or u.size < 2048 or not (score[1:] < score[:-1]).any():  # small, or already sorted
         return np.searchsorted(u, score, side="left")
     order = np.argsort(score)  # equal scores get equal indices: the sort's tie order does not matter
     out = np.empty(score.size, dtype=np.intp)

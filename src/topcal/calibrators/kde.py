@@ -113,6 +113,8 @@ MIN_BANDWIDTH_SHARE = 1e-9
 #: error is at most h^2 / 8 * max|Conf''|; on PhANNs h = b / 8 gave up to
 #: 7e-4, so h = b / 16 (4x less): measured <= 2e-4, median 2e-5 per class.
 TABLE_CELLS_PER_B = 16
+#: Binned-engine classes scanned together in lockstep (kde-mon*), at most this many per group.
+BINNED_BATCH = 64
 MAX_TABLE_STRIDE = 16
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
@@ -274,14 +276,14 @@ class _KDEBase(ScoreCalibrator):
                 T, F = eng.linear_bin(code[pred[sel]], score[sel], tp[sel], fp[sel], lo[binned], hi[binned],
                                       len(binned))
             grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
-        # rows of each class in row order, from one stable sort (not a pred == k pass per class)
-        args = {}
-        for k, idx in rows_by_class(pred, K):
-            if k in grids:
-                args[k] = ("binned", grids[k])
-            else:
-                args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
-        prepared = self._prepare_exact_scans(args, lo, hi, smin, smax)
+        # rows of each exact-engine class in row order, from one stable sort (not a pred == k
+        # pass per class; no sort when every class is binned)
+        args = {k: ("binned", g) for k, g in grids.items()}
+        if len(grids) < np.count_nonzero(rows):
+            for k, idx in rows_by_class(pred, K):
+                if k not in grids:
+                    args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
+        prepared = self._prepare_scans(args, lo, hi, smin, smax)
         states, support = [], []
         for k in range(K):
             if rows[k] == 0:
@@ -309,8 +311,8 @@ class _KDEBase(ScoreCalibrator):
         e = eng.BinnedEngine(arrays[0], arrays[1], lo, hi, bounds)
         return e, e.resolution()
 
-    def _prepare_exact_scans(self, args, lo, hi, smin, smax) -> dict:
-        """Bandwidth scans of the exact-engine classes, all classes in lockstep (kde-mon*).
+    def _prepare_scans(self, args, lo, hi, smin, smax) -> dict:
+        """Bandwidth scans of the classes in lockstep (kde-mon*), exact- and binned-engine classes apart.
 
         Returns {k: (engine, rho, (b, admissible, sign_changes))} for the
         classes it scanned; the others are scanned one by one in _fit_one.
@@ -320,15 +322,23 @@ class _KDEBase(ScoreCalibrator):
         lockstep = getattr(self._bandwidth_rule, "select_lockstep", None)
         if lockstep is None or not self.batch_classes:
             return {}
-        items = []
-        for k, (kind, arrays) in args.items():
-            if kind != "exact" or smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
+        items, binned = [], []
+        for k, (kind, arrays) in sorted(args.items()):
+            if smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
                 continue
             engine, rho = self._make_engine((kind, arrays), float(lo[k]), float(hi[k]))
-            if not engine.cacheable():
-                continue
-            items.append((k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho)))
+            item = (k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho))
+            if kind == "binned":
+                binned.append(item)
+            elif engine.cacheable():
+                items.append(item)
         out = {}
+        # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25 MB a class)
+        for a in range(0, len(binned), BINNED_BATCH):
+            group = binned[a : a + BINNED_BATCH]
+            results = lockstep(eng.BinnedScanBatch([g[1] for g in group]), [g[3] for g in group])
+            for (k, engine, rho, _), res in zip(group, results):
+                out[k] = (engine, rho, res)
         # groups of similar size (padding to the group's widest class) within a memory budget
         items.sort(key=lambda it: eng.ExactScanBatch.size_of(it[1]))
         group = []
@@ -501,6 +511,13 @@ class _KDEBase(ScoreCalibrator):
             c[empty], n[empty] = 0.0, 0.0
         return c * n, n
 
+    def _count_cells(self, pred, score):
+        """Cells of the flat tables (Conf and the count are linear in the score within one)."""
+        i, _ = _table_cells(self._tab_lo[pred], self._tab_hi[pred], self._tab_inv[pred], self._tab_nm1[pred],
+                            np.asarray(score, dtype=np.float64))
+        i += self._tab_off[pred]
+        return i, self._tab.size
+
     def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
         """Every row in one gather from the flat tables (the batched-predict hook)."""
         out = self._interp(pred, np.asarray(score, dtype=np.float64))
@@ -630,13 +647,10 @@ class _KDEBase(ScoreCalibrator):
         return out
 
 
-def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
-    """Linear interpolation in tables stored end to end in ``tab`` (and counts ``tab_n``).
+def _table_cells(lo, hi, inv, nm1, score):
+    """(cell, fraction within it) of every score in its table: the cell's left point and 0..1.
 
-    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and ``nm1``
-    (points - 1) are per row (one class per row) or scalars (one class). Written with
-    in-place operations: this is the whole cost of ``predict`` (a few passes over the rows,
-    no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
+    Scores outside [lo, hi] are held at the ends (the curve is constant there).
     """
     x = np.maximum(score, lo)
     np.minimum(x, hi, out=x)
@@ -646,6 +660,18 @@ def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
     np.minimum(i, nm1 - 1, out=i)
     x -= i
     np.minimum(x, 1.0, out=x)
+    return i, x
+
+
+def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
+    """Linear interpolation in tables stored end to end in ``tab`` (and counts ``tab_n``).
+
+    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and ``nm1``
+    (points - 1) are per row (one class per row) or scalars (one class). Written with
+    in-place operations: this is the whole cost of ``predict`` (a few passes over the rows,
+    no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
+    """
+    i, x = _table_cells(lo, hi, inv, nm1, score)
     i += off
     t0 = tab[i]
     t1 = tab[i + 1]

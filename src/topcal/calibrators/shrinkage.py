@@ -36,8 +36,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._numeric import PROB_CLIP
+from ..data import class_order
 
-__all__ = ["M_MIN", "M_GRID", "jeffreys_rate", "shrink", "loo_nll_grid", "loo_nll_by_group", "merge_equal_rows", "choose_m",
+__all__ = ["M_MIN", "M_GRID", "jeffreys_rate", "shrink", "loo_nll_grid", "loo_nll_by_group", "merge_equal_rows",
+           "merge_rows_by_cell", "CELL_MERGE_GAIN", "choose_m",
            "ShrinkageConstraint"]
 
 #: Smallest pseudo-count under ``shrinkage="auto"``: one pseudo-sample of
@@ -133,6 +135,35 @@ def merge_equal_rows(t, n, tp, fp, r, group):
     return tt, nn, w_tp, w_fp, rr, g
 
 
+#: Rows are merged by cell (:func:`merge_rows_by_cell`) only where that divides their number by
+#: at least this factor; below it the per-row loss is cheap enough and stays exact.
+CELL_MERGE_GAIN = 4
+
+
+def merge_rows_by_cell(cell, score, tp, fp, n_cells):
+    """Rows of one cell merged into one TP and one FP row at their weighted mean score.
+
+    For methods whose local counts are *smooth* in the score (the ``kde`` family: t and n are
+    linear in the score within a cell of the class's table): the rows of a cell (cells numbered
+    0 .. n_cells - 1 across all classes, so a cell belongs to one class) become one row holding
+    their summed TP weight at the TP-weighted mean score, and one holding their summed FP
+    weight at the FP-weighted mean score. The leave-one-out loss is linear in the weights and
+    smooth in the score, so the merged loss differs from the per-row loss only by the loss's
+    curvature within a cell (second order in the cell width: its first-order term cancels at
+    the weighted mean). Returns (score, tp, fp, cell) of the merged rows.
+    """
+    cell = np.asarray(cell, dtype=np.int64)
+    score = np.asarray(score, dtype=np.float64)
+    out = []
+    for w, is_tp in ((np.asarray(tp, dtype=np.float64), True), (np.asarray(fp, dtype=np.float64), False)):
+        wsum = np.bincount(cell, w, minlength=n_cells)
+        ssum = np.bincount(cell, w * score, minlength=n_cells)
+        c = np.flatnonzero(wsum > 0)
+        s = ssum[c] / wsum[c]
+        out.append((s, wsum[c] if is_tp else np.zeros(c.size), np.zeros(c.size) if is_tp else wsum[c], c))
+    return tuple(np.concatenate([a, b]) for a, b in zip(*out))
+
+
 def loo_nll_by_group(t, n, tp, fp, r, group, n_groups, grid=M_GRID) -> np.ndarray:
     """:func:`loo_nll_grid` of every group at once: shape (n_groups, G).
 
@@ -150,7 +181,7 @@ def loo_nll_by_group(t, n, tp, fp, r, group, n_groups, grid=M_GRID) -> np.ndarra
     group = np.asarray(group, dtype=np.int64)
     m = np.asarray(grid, dtype=np.float64)[None, :]
     out = np.zeros((n_groups, m.shape[1]))
-    order = np.argsort(group, kind="stable")
+    order = class_order(group, n_groups)
     for a in range(0, order.size, _BLOCK_ROWS):
         rows = order[a : a + _BLOCK_ROWS]
         g = group[rows]

@@ -23,9 +23,10 @@ Two rounds: the first simulates the truth at pi_hat itself and measures the esti
 (mean squared prior-ratio error e against the estimate's own spread A = mean (w_hat - 1)^2);
 since an estimate's spread is the true shift's plus its noise, the second simulates a truth
 moved only sqrt(max(0, 1 - e / A)) of the way to pi_hat (a shift of spread A - e), and picks lam.
-The lam with the lowest mean NLL change over :data:`SAFETY_SIMULATIONS` draws is used; 0 when
-it is not below 0 by twice its standard error (the estimator is unreliable here: adapting would
-do harm, or gain nothing worth the risk). Derivation
+The lam with the lowest mean NLL change over :data:`SAFETY_SIMULATIONS` draws is found; 0 is
+used when that change is not below 0 by twice its standard error (the estimator is unreliable
+here: adapting would do harm, or gain nothing worth the risk), else the largest lam whose change
+is within one standard error of the lowest (closest to the estimate among the equally good). Derivation
 and assumptions: ``docs/label_shift.md``.
 """
 
@@ -174,6 +175,10 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     if grid[i] == 0 or mean[i] + 2.0 * se[i] >= 0:
         return Shrink(0.0, f"{how}; no move towards the estimate lowered the NLL by twice its standard error "
                       f"({mean[-1]:+.4f} nats/row in full): not adapted", n_sim, 0.0, float(mean[-1]))
+    # among the lam whose simulated NLL is within a standard error of the best, the largest: the
+    # estimate's own priors unless moving back towards pi_s clearly pays (a lam of 0.95 where 1 is
+    # as good doubles the prior-ratio error under strong shift, for nothing)
+    i = int(np.flatnonzero(mean <= mean[i] + se[i])[-1])
     lam = float(grid[i])
     return Shrink(lam, f"{how}; moving {lam:.0%} of the way lowered the NLL most ({mean[i]:+.4f} nats/row; "
                   f"{mean[-1]:+.4f} in full)", n_sim, float(mean[i]), float(mean[-1]))

@@ -245,6 +245,11 @@ def main(argv=None) -> int:
         wins = sum(med(c, m, "mse") <= med(c, "EM+BCTS", "mse") for c in cells)
         print(f"  prior-ratio MSE, median over cells: {m} {a:.4g} vs EM+BCTS {b:.4g} (ratio {a / b:.2f}); "
               f"{m} <= EM+BCTS in {wins}/{len(cells)} cells")
+        if m.startswith(("topcal", "top-score")):
+            r = np.nanmedian([med(c, m, "mse_est") for c in cells])
+            lam = np.nanmedian([med(c, m, "shrink") for c in cells])
+            print(f"    {m} before the safety step (the estimator's own priors): {r:.4g} (ratio {r / b:.2f}); "
+                  f"median shrink factor {lam:.2f}")
     print("\nsummary over cells (medians over seeds first): MSE median over all cells; cells with alpha <= 1 "
           "where adapted NLL < unadapted (all files / without LeNet-5 CIFAR-100); median change in NLL for "
           "alpha <= 1 and alpha = 10; median accuracy change when re-decided and ECE1 change, alpha <= 1")

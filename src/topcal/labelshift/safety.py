@@ -178,7 +178,9 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     # among the lam whose simulated NLL is within a standard error of the best, the largest: the
     # estimate's own priors unless moving back towards pi_s clearly pays (a lam of 0.95 where 1 is
     # as good doubles the prior-ratio error under strong shift, for nothing)
-    i = int(np.flatnonzero(mean <= mean[i] + se[i])[-1])
+    best = i
+    i = int(np.flatnonzero(mean <= mean[best] + se[best])[-1])
     lam = float(grid[i])
-    return Shrink(lam, f"{how}; moving {lam:.0%} of the way lowered the NLL most ({mean[i]:+.4f} nats/row; "
-                  f"{mean[-1]:+.4f} in full)", n_sim, float(mean[i]), float(mean[-1]))
+    return Shrink(lam, f"{how}; moving {lam:.0%} of the way changed the NLL by {mean[i]:+.4f} nats/row (the "
+                  f"largest factor within a standard error of the lowest change, {mean[best]:+.4f} at "
+                  f"{grid[best]:.0%})", n_sim, float(mean[i]), float(mean[-1]))

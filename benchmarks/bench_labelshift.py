@@ -14,7 +14,10 @@ Methods, all in this process on the same draws:
 * ``topcal-em`` / ``topcal-bbse``: ``topcal.labelshift.adapt`` on a topcal
   calibrator (``--method``, default kde-mon2) fitted on the labelled half;
   priors estimated by EM on the model's top-label posterior (or a temperature
-  method's full vector) / by BBSE over (predicted class, score region) cells.
+  method's full vector) / by BBSE over (predicted class, score region) cells,
+  then topcal's safety step (``shrink="auto"``: how far to move towards the
+  estimate, by simulated shift on the model's counts; ``--shrink 1`` for the
+  raw estimates). The "shrink" column is the median chosen factor.
 * ``EM+BCTS``: Alexandari et al. (2020) with their package ``abstention``:
   ``TempScaling(bias_positions="all")`` fitted on the labelled half, then
   ``EMImbalanceAdapter`` (its defaults: 100 iterations, tolerance 1e-6). The
@@ -30,7 +33,7 @@ Methods, all in this process on the same draws:
   the top-label posterior).
 
 Reported per cell (file x alpha x n_use), median over seeds: MSE of the
-estimated prior ratios w = pi_u / pi_s against the use set's realised class
+prior ratios w used (topcal: after the safety step) = pi_u / pi_s against the use set's realised class
 frequencies over the labelled half's; the use set's top-label NLL and ECE1
 (10 bins) of the original predicted class before / after adaptation; the
 change in accuracy when the class is re-decided (argmax of the adapted
@@ -82,6 +85,7 @@ def main(argv=None) -> int:
                     "when --method needs full vectors)")
     ap.add_argument("--prior-strength", type=float, default=None, help="topcal's pseudo-samples per class (default: topcal's)")
     ap.add_argument("--fp-pseudocount", type=float, default=None, help="topcal's FP-mix shrinkage (default: topcal's)")
+    ap.add_argument("--shrink", default=None, help="topcal's safety step: auto or a number in [0, 1] (default: auto)")
     ap.add_argument("--data-dir", default=str(DATA))
     ap.add_argument("--json", help="write every run's numbers to this file")
     ap.add_argument("--from-json", metavar="PATH[,PATH...]", help="only print the tables of runs saved with --json")
@@ -149,8 +153,11 @@ def main(argv=None) -> int:
                     acc0 = float(use.tp.mean())
                     row = {"file": fname, "seed": seed, "alpha": alpha, "n_use": n_use}
 
-                    def record(key, w, c0, c1, new_pred, data=use):
+                    def record(key, w, c0, c1, new_pred, data=use, est=None):
+                        raw = None if est is None else (est.estimated if est.estimated is not None else est.priors)
                         row[key] = {
+                            "shrink": None if est is None else est.shrink,
+                            "mse_est": None if raw is None else float(np.mean((raw / ps - w_true) ** 2)),
                             "mse": float(np.mean((w - w_true) ** 2)) if w is not None else None,
                             "nll0": metrics.nll(data, c0).overall, "nll1": metrics.nll(data, c1).overall,
                             "ece0": metrics.ece1(data, c0).overall, "ece1": metrics.ece1(data, c1).overall,
@@ -161,14 +168,18 @@ def main(argv=None) -> int:
                     kw = {} if args.fp_pseudocount is None else {"fp_pseudocount": args.fp_pseudocount}
                     if args.prior_strength is not None:
                         kw["prior_strength"] = args.prior_strength
+                    if args.shrink is not None:
+                        kw["shrink"] = args.shrink if args.shrink == "auto" else float(args.shrink)
                     for est in ("em", "bbse"):
                         ad = adapt(cal, use.without_labels(), estimator=est, n_bootstrap=0, **kw)
-                        record(f"topcal-{est}", ad.weights_, cal.predict(use), ad.predict(use), ad.redecide(use)[0])
+                        record(f"topcal-{est}", ad.weights_, cal.predict(use), ad.predict(use), ad.redecide(use)[0],
+                               est=ad.estimate_)
                         ad = adapt(cal_top, use_top.without_labels(), estimator=est, n_bootstrap=0, **kw)
                         record(f"top-score-{est}", ad.weights_, cal_top.predict(use_top), ad.predict(use_top),
-                               ad.redecide(use_top)[0], use_top)
+                               ad.redecide(use_top)[0], use_top, est=ad.estimate_)
                     ad = adapt(cal, use.without_labels(), source_data=src, n_bootstrap=0, **kw)
-                    record("topcal-em-bcts", ad.weights_, cal.predict(use), ad.predict(use), ad.redecide(use)[0])
+                    record("topcal-em-bcts", ad.weights_, cal.predict(use), ad.predict(use), ad.redecide(use)[0],
+                           est=ad.estimate_)
                     timing["topcal"] += time.perf_counter() - t0
 
                     t0 = time.perf_counter()
@@ -204,7 +215,7 @@ def main(argv=None) -> int:
 
     def med(cell, m, key):
         vals = [r[m][key] for r in runs if (r["file"], r["alpha"], r["n_use"]) == cell and r[m] is not None
-                and r[m][key] is not None]
+                and r[m].get(key) is not None]
         return float(np.median(vals)) if vals else float("nan")
 
     def fails(cell, m):
@@ -215,23 +226,30 @@ def main(argv=None) -> int:
     for m in methods:
         print(f"\n{m}")
         print(f"{'file':32s} {'alpha':>5s} {'n_use':>5s} {'MSE':>9s} {'NLL0':>7s} {'NLL1':>7s} "
-              f"{'ECE0':>7s} {'ECE1':>7s} {'dacc':>7s} {'fail':>4s}")
+              f"{'ECE0':>7s} {'ECE1':>7s} {'dacc':>7s} {'fail':>4s} {'shrink':>6s}")
         for c in cells:
             print(f"{c[0]:32s} {c[1]:5g} {c[2]:5d} {med(c, m, 'mse'):9.4g} {med(c, m, 'nll0'):7.4f} "
                   f"{med(c, m, 'nll1'):7.4f} {med(c, m, 'ece0'):7.4f} {med(c, m, 'ece1'):7.4f} "
-                  f"{med(c, m, 'dacc'):+7.4f} {fails(c, m):4d}")
+                  f"{med(c, m, 'dacc'):+7.4f} {fails(c, m):4d} {med(c, m, 'shrink'):6.2f}")
 
     print("\nchecks (issue 12)")
     low = [c for c in cells if c[1] <= 1]
     for m in ("topcal-em", "topcal-bbse", "topcal-em-bcts", "top-score-bbse", "top-score-em"):
         ok = sum(med(c, m, "nll1") < med(c, m, "nll0") for c in low)
-        print(f"  {m}: adapted NLL below unadapted in {ok}/{len(low)} cells with alpha <= 1")
+        same = sum(med(c, m, "nll1") == med(c, m, "nll0") for c in low)
+        print(f"  {m}: adapted NLL below unadapted in {ok}/{len(low)} cells with alpha <= 1, equal in {same}, "
+              f"above in {len(low) - ok - same}")
     for m in ("topcal-em", "topcal-bbse", "topcal-em-bcts", "top-score-bbse", "BBSE"):
         a = np.nanmedian([med(c, m, "mse") for c in cells])
         b = np.nanmedian([med(c, "EM+BCTS", "mse") for c in cells])
         wins = sum(med(c, m, "mse") <= med(c, "EM+BCTS", "mse") for c in cells)
         print(f"  prior-ratio MSE, median over cells: {m} {a:.4g} vs EM+BCTS {b:.4g} (ratio {a / b:.2f}); "
               f"{m} <= EM+BCTS in {wins}/{len(cells)} cells")
+        if m.startswith(("topcal", "top-score")):
+            r = np.nanmedian([med(c, m, "mse_est") for c in cells])
+            lam = np.nanmedian([med(c, m, "shrink") for c in cells])
+            print(f"    {m} before the safety step (the estimator's own priors): {r:.4g} (ratio {r / b:.2f}); "
+                  f"median shrink factor {lam:.2f}")
     print("\nsummary over cells (medians over seeds first): MSE median over all cells; cells with alpha <= 1 "
           "where adapted NLL < unadapted (all files / without LeNet-5 CIFAR-100); median change in NLL for "
           "alpha <= 1 and alpha = 10; median accuracy change when re-decided and ECE1 change, alpha <= 1")

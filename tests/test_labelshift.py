@@ -112,6 +112,65 @@ def test_no_shift_means_no_change(hist, source):
     np.testing.assert_array_equal(same.weights_, np.ones(K))
 
 
+def test_no_shift_by_default_changes_confidences_little(hist, source):
+    use = shifted(30000, SOURCE, 5)[0]
+    ad = adapt(hist, use.without_labels(), n_bootstrap=0)  # estimated priors, safety step "auto"
+    raw = adapt(hist, use.without_labels(), n_bootstrap=0, shrink=1.0)
+    moved = np.abs(ad.predict(use) - hist.predict(use))
+    assert moved.max() < 0.03 and moved.mean() < 0.01  # estimates within ~0.02 of the truth, see above
+    assert moved.mean() <= np.abs(raw.predict(use) - hist.predict(use)).mean()
+    assert np.abs(ad.weights_ - 1.0).max() < 0.08
+
+
+# ------------------------------------------------------------ safety step
+def test_safety_step_keeps_an_unreliable_estimate_from_doing_harm():
+    """A weak classifier (sep 0.3): the raw estimates raise the use set's NLL; the safety step sees it
+    in simulation and leaves the model as it is, saying why."""
+    src = shifted(2000, SOURCE, 0, sep=0.3)[0]
+    model = topcal.calibrator("hist", n_bins=5).fit(src)
+    use = shifted(100, TARGET, 8, sep=0.3)[0]
+    before = metrics.nll(use, model.predict(use)).overall
+    for estimator in ("em", "bbse"):
+        raw = adapt(model, use.without_labels(), estimator=estimator, n_bootstrap=0, shrink=1.0)
+        assert metrics.nll(use, raw.predict(use)).overall > before + 0.1
+        safe = adapt(model, use.without_labels(), estimator=estimator, n_bootstrap=0)
+        assert safe.estimate_.shrink == 0.0 and "not adapted" in safe.estimate_.shrink_reason
+        np.testing.assert_array_equal(safe.predict(use), model.predict(use))
+        np.testing.assert_array_equal(safe.estimate_.estimated, raw.estimate_.priors)
+        assert safe.describe()["label_shift"]["shrink"] == 0.0
+
+
+def test_safety_step_trusts_a_good_estimate(hist):
+    use = shifted(3000, TARGET, 8)[0]
+    before = metrics.nll(use, hist.predict(use)).overall
+    for estimator in ("em", "bbse"):
+        ad = adapt(hist, use.without_labels(), estimator=estimator, n_bootstrap=0)
+        assert ad.estimate_.shrink >= 0.8, ad.estimate_.shrink_reason
+        assert metrics.nll(use, ad.predict(use)).overall < before - 0.05
+
+
+def test_shrink_moves_priors_and_intervals_linearly(hist):
+    use = shifted(1000, TARGET, 9, labels=False)[0]
+    raw = estimate_priors(hist, use, n_bootstrap=10, shrink=1.0)
+    half = estimate_priors(hist, use, n_bootstrap=10, shrink=0.5)
+    ps = hist.confusion_.source_priors()
+    assert raw.shrink == 1.0 and raw.estimated is None
+    np.testing.assert_allclose(half.priors, (ps + raw.priors) / 2, rtol=1e-12)
+    np.testing.assert_allclose(half.lower, (ps + raw.lower) / 2, rtol=1e-12)
+    np.testing.assert_array_equal(half.estimated, raw.priors)
+    none = adapt(hist, use, n_bootstrap=0, shrink=0)
+    np.testing.assert_array_equal(none.predict(use), hist.predict(use))
+
+
+def test_shrink_parameter_errors(hist):
+    use = shifted(200, TARGET, 9, labels=False)[0]
+    for bad in (1.5, -0.1, "yes", True, float("nan"), None):
+        with pytest.raises(ParameterError, match="shrink"):
+            adapt(hist, use, shrink=bad)
+    with pytest.raises(ParameterError, match="given priors"):
+        adapt(hist, priors=TARGET, shrink=0.5)
+
+
 def test_user_priors_reproduce_the_closed_form():
     data = shifted(400, SOURCE, 2)[0]  # few false positives per class: one score region each
     model = topcal.calibrator("hist", n_bins=5).fit(data)
@@ -262,6 +321,27 @@ def test_adapted_model_round_trips(hist, tmp_path):
     assert len(info["use_prior_interval"]) == 2
     curve = back.curve("ant")
     assert curve.confidence.shape == curve.score.shape
+    half = adapt(hist, use.without_labels(), n_bootstrap=0, shrink=0.5)
+    half.save(tmp_path / "h.json")
+    again = topcal.load(tmp_path / "h.json")
+    np.testing.assert_array_equal(again.predict(use), half.predict(use))
+    np.testing.assert_array_equal(again.estimate_.estimated, half.estimate_.estimated)
+    assert again.estimate_.shrink == 0.5 and again.describe()["label_shift"]["shrink_reason"] == "given (shrink=0.5)"
+    assert "estimated_prior" in again.describe()["classes"]["ant"]
+
+
+def test_adapted_file_from_before_the_safety_step_loads(hist):
+    use = shifted(500, TARGET, 16)[0]
+    ad = adapt(hist, use.without_labels(), n_bootstrap=0, shrink=1.0)
+    d = json.loads(json.dumps(ad.to_dict()))
+    for key in ("shrink", "shrink_reason", "estimated"):
+        del d["state"]["estimate"][key]
+    old = AdaptedCalibrator.from_dict(d)
+    assert old.estimate_.shrink == 1.0 and old.estimate_.estimated is None
+    np.testing.assert_array_equal(old.predict(use), ad.predict(use))
+    d["state"]["estimate"]["shrink"] = 2.0
+    with pytest.raises(ModelFileError):
+        AdaptedCalibrator.from_dict(d)
 
 
 def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
@@ -345,7 +425,7 @@ def test_cli_adapt_describe_apply(files, capsys):
     assert run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)[0] == 0
     code, out, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "a.json", "--bootstrap", "20"], capsys)
     assert code == 0, err
-    assert "em on 1500 rows" in out and "lower" in out
+    assert "em on 1500 rows" in out and "lower" in out and "safety step: moved" in out
     code, out, _ = run(["describe", t / "a.json"], capsys)
     assert code == 0 and "label_shift:" in out and "use_prior_interval" in out
     code, out, err = run(["apply", t / "a.json", t / "use.csv", "-o", t / "out.csv"], capsys)
@@ -354,6 +434,9 @@ def test_cli_adapt_describe_apply(files, capsys):
     model = topcal.load(t / "a.json")
     use = topcal.read_data(t / "use.csv", label_column=None)
     np.testing.assert_allclose(conf, model.predict(use), rtol=1e-12)
+    code, out, _ = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "s.json", "--shrink", "0.25",
+                        "--bootstrap", "0"], capsys)
+    assert code == 0 and "moved 25%" in out and topcal.load(t / "s.json").estimate_.shrink == 0.25
     code, out, err = run(["adapt", t / "m.json", "-o", t / "g.json", "--priors", t / "P.csv"], capsys)
     assert code == 0, err
     np.testing.assert_allclose(topcal.load(t / "g.json").estimate_.priors, TARGET)
@@ -377,6 +460,9 @@ def test_cli_adapt_errors(files, capsys):
     assert code == 2 and "--priors" in err
     code, _, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--bootstrap", "-1"], capsys)
     assert code == 2 and "--bootstrap" in err
+    for bad in ("x", "1.5"):
+        code, _, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--shrink", bad], capsys)
+        assert code == 2 and "shrink" in err and "Traceback" not in err
     (t / "Q.csv").write_text("class,prior\nant,0.5\nant,0.5\n")
     code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json", "--priors", t / "Q.csv"], capsys)
     assert code == 2 and "twice" in err

@@ -301,3 +301,6 @@ def test_meta_estimator_adapts_to_a_use_set_with_other_class_frequencies():
         np.testing.assert_allclose(ad.predict_proba(X[use]).sum(1), 1.0)
     est = cal.adapt(X[use], n_bootstrap=0).calibrator_.estimate_.priors
     assert abs(est[0] - true[0]) < 0.1  # class 0 is three times as frequent as in the test set
+    same = cal.adapt(X[use], n_bootstrap=0, shrink=0)  # the safety step's factor passes through: 0 = unchanged
+    assert same.calibrator_.estimate_.shrink == 0.0
+    np.testing.assert_array_equal(same.predict_confidence(X[use]), cal.predict_confidence(X[use]))

@@ -299,11 +299,12 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return distribute_rest(base, data.pred, conf)
 
     def adapt(self, X_use=None, *, priors=None, estimator: str = "em", n_bootstrap: int = 100,
-              seed: int = 0) -> "TopLabelCalibratedClassifier":
+              seed: int = 0, shrink="auto") -> "TopLabelCalibratedClassifier":
         """A copy whose confidences are adapted to a use set's class priors (label shift).
 
         Give the unlabelled use set ``X_use`` (priors estimated by
-        ``estimator``, "em" or "bbse") or ``priors=`` (dict class -> prior,
+        ``estimator``, "em" or "bbse"; ``shrink`` is the safety step, "auto"
+        or a number in [0, 1]) or ``priors=`` (dict class -> prior,
         or one value per class in ``classes_`` order); see
         :func:`topcal.labelshift.adapt`. The classifier is shared, not
         refitted; this object is unchanged. ``predict`` stays the
@@ -315,7 +316,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         if isinstance(priors, dict):
             priors = {str(k): v for k, v in priors.items()}
         adapted = self.calibrator_.adapt(data, priors=priors, estimator=estimator, n_bootstrap=n_bootstrap,
-                                         seed=seed)
+                                         seed=seed, shrink=shrink)
         new = copy.copy(self)
         new.calibrator_ = adapted
         return new

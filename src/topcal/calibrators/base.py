@@ -498,17 +498,19 @@ class Calibrator:
         _hook("save")(self, path)
 
     def adapt(self, data: TopLabelData | None = None, *, priors=None, estimator: str = "em",
-              source_data: TopLabelData | None = None, n_bootstrap: int = 100, seed: int = 0) -> "Calibrator":
+              source_data: TopLabelData | None = None, n_bootstrap: int = 100, seed: int = 0,
+              shrink="auto") -> "Calibrator":
         """A copy of this model adapted to a use set's class priors (label shift).
 
         Give the unlabelled use set ``data`` (priors estimated by ``estimator``,
         "em" or "bbse"; ``source_data``, the labelled test set with full
         vectors, makes "em" run on BCTS vectors) or ``priors=`` (dict class ->
-        prior, or one value per class). :func:`topcal.labelshift.adapt` takes
-        further options. This model is unchanged.
+        prior, or one value per class). ``shrink`` ("auto" or a number in
+        [0, 1]): how far to move towards estimated priors (the safety step).
+        :func:`topcal.labelshift.adapt` takes further options. This model is unchanged.
         """
         return _hook("adapt")(self, data, priors=priors, estimator=estimator, source_data=source_data,
-                     n_bootstrap=n_bootstrap, seed=seed)
+                              n_bootstrap=n_bootstrap, seed=seed, shrink=shrink)
 
 
 def to_jsonable(obj):

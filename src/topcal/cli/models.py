@@ -62,7 +62,11 @@ def add_commands(sub) -> None:
     p.add_argument("--test", metavar="DATA", help="the labelled test set the model was fitted on, with full score "
                    "vectors: em then runs on its bias-corrected temperature scaling (EM+BCTS)")
     p.add_argument("--bootstrap", type=int, default=100, metavar="B", help="bootstrap resamples for the intervals (default 100; 0: none)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the safety step's simulations (default 0)")
+    p.add_argument("--shrink", default="auto", metavar="auto|LAMBDA",
+                   help="how far to move from the test set's priors towards the estimate: 'auto' (default) "
+                        "chooses it by simulated shift on the model's own counts (0 where the estimate would do "
+                        "harm); a number in [0, 1] fixes it (1: the estimate as it is)")
     add_data_options(p)
     p.set_defaults(func=_cmd_adapt)
 
@@ -196,6 +200,12 @@ def _cmd_adapt(args) -> int:
 
     if args.bootstrap < 0:
         raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
+    shrink = args.shrink
+    if shrink != "auto":
+        try:
+            shrink = float(shrink)
+        except ValueError:
+            raise TopcalError(f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}") from None
     model = load(args.model)
     if args.data is None and args.priors is None:
         raise TopcalError("give the use set (DATA) to estimate its class priors, or --priors P.csv")
@@ -208,16 +218,20 @@ def _cmd_adapt(args) -> int:
     if args.priors is not None:
         if test is not None:
             raise TopcalError("--test is used to estimate priors; with --priors there is nothing to estimate")
+        if shrink != "auto":
+            raise TopcalError("--shrink applies to estimated priors; priors given with --priors are used as they are")
         if use is not None:
             model.predict(use)  # only checks the use set fits the model (classes, score range)
         adapted = adapt(model, priors=read_priors(args.priors))
     else:
         adapted = adapt(model, use, estimator=args.estimator, source_data=test, n_bootstrap=args.bootstrap,
-                        seed=args.seed)
+                        seed=args.seed, shrink=shrink)
     adapted.save(args.output)
     e = adapted.estimate_
     how = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
     print(f"adapted {adapted.base_.name} to {how} -> {args.output}")
+    if e.estimator != "given":
+        print(f"safety step: moved {e.shrink:.0%} of the way from the test set's priors to the estimate ({e.shrink_reason})")
     rows = [[c, e.source[i], e.priors[i]] + ([e.lower[i], e.upper[i]] if e.lower is not None else [])
             + [adapted.weights_[i]] for i, c in enumerate(adapted.classes_)]
     header = ["class", "source", "use"] + (["lower", "upper"] if e.lower is not None else []) + ["ratio"]

@@ -24,6 +24,9 @@ This module
   ``"bbse"``, black-box shift estimation (Lipton et al. 2018) with the
   discrete predictor (predicted class, score region), solved by non-negative
   least squares. Bootstrap percentile intervals over the use set's rows.
+  A safety step (:mod:`~topcal.labelshift.safety`) then chooses how far to move from pi_s towards
+  the estimate, by simulated shift on the model's own counts: not at all where the estimator
+  would do harm for this model and use-set size.
 * adapts a fitted calibrator to estimated or user-given priors
   (:func:`adapt`), giving an :class:`AdaptedCalibrator`: a calibrator like any
   other (``predict``, ``curve``, ``describe``, saved as JSON, ``topcal apply``).
@@ -33,6 +36,7 @@ A meta-estimator wrapping a classifier and a calibrator (issue 11's
 fitted calibrator with the use set's predictions as a TopLabelData.
 
 The package: :mod:`~topcal.labelshift.estimators` (EM, BBSE, BCTS, the adapted confidence),
+:mod:`~topcal.labelshift.safety` (:func:`choose_shrink`, the safety step),
 :mod:`~topcal.labelshift.estimates` (:func:`estimate_priors` from a fitted model) and
 :mod:`~topcal.labelshift.adapted` (:func:`adapt`, :class:`AdaptedCalibrator`, :func:`read_priors`).
 """
@@ -40,6 +44,7 @@ The package: :mod:`~topcal.labelshift.estimators` (EM, BBSE, BCTS, the adapted c
 from .adapted import AdaptedCalibrator, adapt, read_priors
 from .estimates import PriorEstimate, estimate_priors, source_posteriors
 from .estimators import ADAPTED_METHOD, ESTIMATORS, adapt_confidence, bbse_priors, bcts_probs, em_priors, fit_bcts
+from .safety import Shrink, choose_shrink
 
 __all__ = [
     "ADAPTED_METHOD",
@@ -55,4 +60,6 @@ __all__ = [
     "read_priors",
     "fit_bcts",
     "bcts_probs",
+    "choose_shrink",
+    "Shrink",
 ]

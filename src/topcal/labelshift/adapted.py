@@ -13,7 +13,7 @@ from ..calibrators.registry import get_class
 from ..data import TopLabelData
 from ..errors import DataError, ModelFileError, ParameterError, TopcalError
 from .estimators import ADAPTED_METHOD, FP_PSEUDOCOUNT, PRIOR_SUM_TOL, adapt_confidence
-from .estimates import (PriorEstimate, check_nonneg, check_use_data, confusion_of, estimate_priors, fp_mix,
+from .estimates import (PriorEstimate, check_nonneg, check_shrink, check_use_data, confusion_of, estimate_priors, fp_mix,
                         top_label_posterior)
 
 __all__ = [
@@ -52,7 +52,7 @@ def _given_priors(priors, classes: tuple[str, ...]) -> np.ndarray:
 def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, estimator: str = "em",
           source_data: TopLabelData | None = None, prior_strength: float | None = None,
           n_bootstrap: int = 100, level: float = 0.95, seed: int = 0,
-          fp_pseudocount: float = FP_PSEUDOCOUNT) -> "AdaptedCalibrator":
+          fp_pseudocount: float = FP_PSEUDOCOUNT, shrink="auto") -> "AdaptedCalibrator":
     """A copy of ``model`` whose confidences hold for the use set's class priors.
 
     Give either the unlabelled use set ``data`` (priors estimated with
@@ -64,7 +64,11 @@ def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, e
     ``priors`` may also be a :class:`PriorEstimate` (e.g. from
     :func:`estimate_priors` with another model fitted on the same test set),
     whose intervals are kept. ``fp_pseudocount`` (default 10) shrinks each class's false-positive mix
-    towards the test set's overall one, in false positives (0: none).
+    towards the test set's overall one, in false positives (0: none). ``shrink`` (default
+    "auto", estimated priors only) is the safety step: how far to move from the source priors
+    towards the estimate, chosen by simulated shift on the model's own counts so that an
+    unreliable estimator leaves the model (nearly) as it is; a number in [0, 1] fixes it
+    (1: the estimate as it is). See :func:`estimate_priors` and :mod:`topcal.labelshift.safety`.
 
     Returns
     -------
@@ -73,6 +77,9 @@ def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, e
     """
     if (data is None) == (priors is None):
         raise ParameterError("give exactly one of data (the unlabelled use set, to estimate priors) or priors=...")
+    check_shrink(shrink)
+    if priors is not None and shrink != "auto":
+        raise ParameterError("shrink applies to estimated priors; given priors are used as they are")
     base = model.base_ if isinstance(model, AdaptedCalibrator) else model
     stats = confusion_of(base)
     check_nonneg("fp_pseudocount", fp_pseudocount)
@@ -90,11 +97,12 @@ def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, e
                 f"class(es) {bad} never occur in the test set the model was fitted on, so their prior ratio is "
                 "undefined; give them prior 0 or refit on test data that includes them"
             )
-        est = PriorEstimate(tuple(base.classes_), ps, p, None, None, "given", 0, 0.95, 0, "given by the user")
+        est = PriorEstimate(tuple(base.classes_), ps, p, None, None, "given", 0, 0.95, 0, "given by the user",
+                            1.0, "priors given by the user are used as they are")
     else:
         est = estimate_priors(base, data, estimator=estimator, source_data=source_data,
                               prior_strength=prior_strength, n_bootstrap=n_bootstrap, level=level, seed=seed,
-                              fp_pseudocount=fp_pseudocount)
+                              fp_pseudocount=fp_pseudocount, shrink=shrink)
     return AdaptedCalibrator._build(base, est, float(fp_pseudocount))
 
 
@@ -197,7 +205,8 @@ class AdaptedCalibrator(Calibrator):
         d = self.base_.describe()
         e = self.estimate_
         d["label_shift"] = {"adapted": True, "estimator": e.estimator, "basis": e.basis, "n_use": e.n_use,
-                            "fp_pseudocount": self.fp_pseudocount_,
+                            "fp_pseudocount": self.fp_pseudocount_, "shrink": e.shrink,
+                            "shrink_reason": e.shrink_reason,
                             "interval": (f"{e.level:.0%} bootstrap percentile, {e.n_bootstrap} resamples"
                                          if e.lower is not None else "none")}
         for i, c in enumerate(self.classes_):
@@ -206,6 +215,8 @@ class AdaptedCalibrator(Calibrator):
             info["use_prior"] = float(e.priors[i])
             if e.lower is not None:
                 info["use_prior_interval"] = [float(e.lower[i]), float(e.upper[i])]
+            if e.estimated is not None:
+                info["estimated_prior"] = float(e.estimated[i])
             info["prior_ratio"] = float(self.weights_[i])
         return d
 

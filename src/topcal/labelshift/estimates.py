@@ -11,8 +11,9 @@ from ..calibrators.base import Calibrator
 from ..confusion import ConfusionStats
 from ..data import TopLabelData
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
+from .safety import Shrink, choose_shrink, shrink_priors
 from .estimators import (ADAPTED_METHOD, ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
-                         bcts_probs, em_priors, fit_bcts)
+                         bcts_probs, em_priors, fit_bcts, shrunk_fp_mix)
 
 __all__ = [
     "PriorEstimate",
@@ -24,6 +25,7 @@ __all__ = [
     "fp_mix",
     "top_label_posterior",
     "check_nonneg",
+    "check_shrink",
 ]
 
 # --------------------------------------------------------------- estimates
@@ -49,6 +51,13 @@ class PriorEstimate:
     n_bootstrap : int
     basis : str
         What the estimate was computed from (e.g. "top-label posterior").
+    shrink : float
+        The safety step's factor lam (:mod:`~topcal.labelshift.safety`): ``priors`` are
+        (1 - lam) source + lam ``estimated``, the intervals likewise; 1 when not shrunk.
+    shrink_reason : str
+        Why that factor (empty for priors given by the user).
+    estimated : ndarray (K,) or None
+        The estimator's own priors before the safety step (None when ``shrink`` is 1).
     """
 
     classes: tuple[str, ...]
@@ -61,6 +70,9 @@ class PriorEstimate:
     level: float
     n_bootstrap: int
     basis: str = ""
+    shrink: float = 1.0
+    shrink_reason: str = ""
+    estimated: np.ndarray | None = None
 
     @property
     def ratios(self) -> np.ndarray:
@@ -74,7 +86,8 @@ class PriorEstimate:
 
         return {"source": lst(self.source), "priors": lst(self.priors), "lower": lst(self.lower),
                 "upper": lst(self.upper), "estimator": self.estimator, "n_use": int(self.n_use),
-                "level": float(self.level), "n_bootstrap": int(self.n_bootstrap), "basis": self.basis}
+                "level": float(self.level), "n_bootstrap": int(self.n_bootstrap), "basis": self.basis,
+                "shrink": float(self.shrink), "shrink_reason": self.shrink_reason, "estimated": lst(self.estimated)}
 
     @classmethod
     def from_dict(cls, d: dict, classes: tuple[str, ...]) -> "PriorEstimate":
@@ -91,9 +104,12 @@ class PriorEstimate:
 
         if d.get("estimator") not in ESTIMATORS + ("given",):
             raise ValueError(f"unknown estimator {d.get('estimator')!r}")
+        lam = float(d.get("shrink", 1.0))  # files written before the safety step: the estimate as it is
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"shrink must be in [0, 1], got {lam}")
         return cls(tuple(classes), arr("source"), arr("priors"), arr("lower", True), arr("upper", True),
                    str(d["estimator"]), int(d["n_use"]), float(d["level"]), int(d["n_bootstrap"]),
-                   str(d.get("basis", "")))
+                   str(d.get("basis", "")), lam, str(d.get("shrink_reason", "")), arr("estimated", True))
 
 
 def source_model(model):
@@ -179,32 +195,10 @@ def source_posteriors(model: Calibrator, data: TopLabelData, *, fp_pseudocount: 
 def fp_mix(stats: ConfusionStats, pred, score, weights, pseudocount: float) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the FP mix q (n, K; zero at the predicted class), and wbar_FP = q . w.
 
-    The counts of the row's region are shrunk towards the mix of true classes
-    behind *all* false positives of the test set (any predicted class, the
-    predicted class itself left out) with weight ``pseudocount``: a class with
-    12 false positives would otherwise claim that classes absent from them
-    never hide behind its predictions. A region with no false positives gets
-    that overall mix; with none anywhere, the source priors of the other classes.
+    The counts of the row's region, shrunk as :func:`~topcal.labelshift.estimators.shrunk_fp_mix`
+    describes (towards the mix behind all the test set's false positives, weight ``pseudocount``).
     """
-    q = stats.row_counts(pred, score)
-    K = stats.n_classes
-    rows = np.arange(q.shape[0])
-    conf = stats.confusion()
-    overall = conf.sum(axis=0) - np.diag(conf)  # FPs of any predicted class, by true class
-    if overall.sum() <= 0:
-        overall = conf.sum(axis=0)
-    g = np.broadcast_to(overall, (q.shape[0], K)).copy()
-    g[rows, pred] = 0.0
-    gs = g.sum(axis=1)
-    if np.any(gs <= 0):  # a single class: nothing else can hide behind it
-        g[gs <= 0] = 1.0
-        g[rows[gs <= 0], pred[gs <= 0]] = 0.0
-        gs = g.sum(axis=1)
-    g /= np.where(gs > 0, gs, 1.0)[:, None]
-    q[rows, pred] = 0.0
-    tot = q.sum(axis=1)
-    a = np.where(tot > 0, float(pseudocount), 1.0)
-    q = (q + a[:, None] * g) / (tot + a)[:, None]
+    q = shrunk_fp_mix(stats.row_counts(pred, score), np.asarray(pred), stats.confusion(), pseudocount)
     return q, q @ weights
 
 
@@ -222,7 +216,7 @@ def top_label_posterior(stats, data, conf, weights, pseudocount) -> np.ndarray:
 
 def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "em", source_data=None,
                     prior_strength: float | None = None, n_bootstrap: int = 100, level: float = 0.95,
-                    seed: int = 0, fp_pseudocount: float = FP_PSEUDOCOUNT) -> PriorEstimate:
+                    seed: int = 0, fp_pseudocount: float = FP_PSEUDOCOUNT, shrink="auto") -> PriorEstimate:
     """Estimate the use set's class priors from its unlabelled predictions.
 
     Parameters
@@ -256,6 +250,12 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
     fp_pseudocount : float, default 10
         Shrinkage of each class's FP mix towards the overall one (EM on the
         top-label posterior only), in false positives.
+    shrink : "auto" or float in [0, 1], default "auto"
+        The safety step: the priors returned are (1 - lam) source + lam
+        estimate. "auto" chooses lam by simulated shift on the model's own
+        counts (:func:`~topcal.labelshift.safety.choose_shrink`): 0 where the
+        estimator would do harm for this model and use-set size. A number
+        fixes lam (1: the estimator's priors as they are).
 
     Returns
     -------
@@ -275,6 +275,7 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
     if prior_strength is None:
         prior_strength = PRIOR_STRENGTH[estimator]
     check_nonneg("prior_strength", prior_strength)
+    check_shrink(shrink)
     ps = stats.source_priors()
     n = data.n_rows
     if estimator == "em":
@@ -305,8 +306,19 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         boot = np.array([run(rng.integers(0, n, n), init=point) for _ in range(int(n_bootstrap))])
         a = (1.0 - level) / 2
         lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
+    if shrink == "auto":
+        chosen = choose_shrink(stats, point, n, estimator=estimator, prior_strength=prior_strength,
+                               fp_pseudocount=fp_pseudocount, seed=seed)
+    else:
+        chosen = Shrink(float(shrink), f"given (shrink={float(shrink):g})")
+    lam = chosen.factor
+    estimated = None if lam == 1.0 else point
+    if lam != 1.0:
+        point = shrink_priors(ps, point, lam)
+        if lower is not None:
+            lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
     return PriorEstimate(tuple(model.classes_), ps, point, lower, upper, estimator, n, float(level),
-                         int(n_bootstrap), basis)
+                         int(n_bootstrap), basis, lam, chosen.reason, estimated)
 
 
 def _bcts_posteriors(model, source_data, data) -> np.ndarray:
@@ -335,6 +347,15 @@ def _cells(stats: ConfusionStats, data: TopLabelData) -> tuple[np.ndarray, np.nd
         idx = np.flatnonzero(data.pred == k)
         cells[idx] = offsets[k] + stats.region(k, data.score[idx])
     return cells, np.vstack(stats.counts)
+
+
+def check_shrink(value) -> None:
+    """Raise ParameterError unless ``value`` is "auto" or a number in [0, 1]."""
+    if isinstance(value, str) and value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= value <= 1.0:
+        raise ParameterError(f"shrink must be 'auto' or a number in [0, 1]; got {value!r}")
 
 
 def check_nonneg(name: str, value) -> None:

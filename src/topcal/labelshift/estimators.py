@@ -21,6 +21,7 @@ __all__ = [
     "em_priors",
     "bbse_priors",
     "adapt_confidence",
+    "shrunk_fp_mix",
     "fit_bcts",
     "bcts_probs",
 ]
@@ -38,7 +39,7 @@ EM_MAX_ITER = 2000
 #: to exactly 1 (a CSV written with 6 decimals for 1000 classes is off by <5e-4).
 PRIOR_SUM_TOL = 1e-3
 #: Weight, in false positives, of the test set's overall FP mix in each
-#: class's FP mix (see :func:`topcal.labelshift.estimates.fp_mix`): a guard for classes with a handful of
+#: class's FP mix (see :func:`shrunk_fp_mix`): a guard for classes with a handful of
 #: false positives (CIFAR-100 has ~12 per class; there 0, 10 and 30 gave
 #: adapted NLLs within 0.02 of each other). 10 leaves a region with >= 40
 #: false positives mostly its own mix.
@@ -197,6 +198,39 @@ def adapt_confidence(confidence, w_pos, w_fp) -> np.ndarray:
     den = a + b
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, a / np.where(den > 0, den, 1.0), c)
+
+
+def shrunk_fp_mix(counts, pred, confusion, pseudocount: float) -> np.ndarray:
+    """Per row, the mix of true classes behind the predicted class's false positives, shape (n, K).
+
+    ``counts`` (n, K): each row's source counts of its (predicted class, score region) by true
+    class; ``pred`` (n,): the predicted class; ``confusion`` (K, K): all the source counts,
+    predicted x true. The row's false-positive counts are shrunk towards the mix of true classes
+    behind *all* false positives of the test set (any predicted class, the row's own class left
+    out) with weight ``pseudocount``: a class with 12 false positives would otherwise claim that
+    classes absent from them never hide behind its predictions. A row with no false positives gets
+    that overall mix; with none anywhere, the source priors of the other classes. The mix is 0 at
+    the predicted class and sums to 1.
+    """
+    q = np.array(counts, dtype=np.float64)
+    conf = np.asarray(confusion, dtype=np.float64)
+    K = conf.shape[0]
+    rows = np.arange(q.shape[0])
+    overall = conf.sum(axis=0) - np.diag(conf)  # FPs of any predicted class, by true class
+    if overall.sum() <= 0:
+        overall = conf.sum(axis=0)
+    g = np.broadcast_to(overall, (q.shape[0], K)).copy()
+    g[rows, pred] = 0.0
+    gs = g.sum(axis=1)
+    if np.any(gs <= 0):  # a single class: nothing else can hide behind it
+        g[gs <= 0] = 1.0
+        g[rows[gs <= 0], pred[gs <= 0]] = 0.0
+        gs = g.sum(axis=1)
+    g /= np.where(gs > 0, gs, 1.0)[:, None]
+    q[rows, pred] = 0.0
+    tot = q.sum(axis=1)
+    a = np.where(tot > 0, float(pseudocount), 1.0)
+    return (q + a[:, None] * g) / (tot + a)[:, None]
 
 
 def fit_bcts(data: TopLabelData) -> tuple[float, np.ndarray]:

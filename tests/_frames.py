@@ -1,4 +1,5 @@
-"""Data frames shared by the large-data tests (test_scale, test_dask) and the CLI runner shared by every CLI test."""
+"""Data frames and checks shared by the large-data tests (test_stats, test_scale, test_dask) and the CLI runner
+shared by every CLI test."""
 
 from __future__ import annotations
 
@@ -45,3 +46,20 @@ def write_parts(tmp_path, frame, n_parts):
 
 def model_payload(path):
     return json.loads(open(path).read())["model"]
+
+
+def on_grid(data, n_cells=4096):
+    """Per-sample ``data`` with every score moved to its ScoreStats cell midpoint (what a fit from statistics sees)."""
+    from topcal.data import TopLabelData
+    from topcal.stats import cell_index, cell_midpoints
+
+    mid = cell_midpoints(cell_index(data.score, data.score_range, n_cells), data.score_range, n_cells)
+    return TopLabelData.from_scores(data.pred, mid, data.labels, classes=data.classes, score_range=data.score_range)
+
+
+def assert_confusion_equal(a, b):
+    """Two ConfusionStats bit for bit: classes, region edges and counts."""
+    assert a is not None and b is not None and a.classes == b.classes
+    for ea, eb, ca, cb in zip(a.edges, b.edges, a.counts, b.counts, strict=True):
+        np.testing.assert_array_equal(ea, eb)
+        np.testing.assert_array_equal(ca, cb)

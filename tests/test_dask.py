@@ -11,9 +11,10 @@ import pytest
 
 import topcal
 from topcal import persist
+from topcal.confusion import ConfusionStats, GridConfusion
 from topcal.stats import ScoreStats
 
-from _frames import model_payload, probs_frame, run, scores_frame, write_parts
+from _frames import assert_confusion_equal, model_payload, on_grid, probs_frame, run, scores_frame, write_parts
 
 try:
     import dask  # noqa: F401
@@ -61,8 +62,10 @@ def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal = tdask.fit(ddf, "kde-mon2")
-        ref = topcal.calibrator("kde-mon2").fit(ScoreStats.from_data(data).to_data())
+        ref = topcal.calibrator("kde-mon2").fit_stats(ScoreStats.from_data(data), GridConfusion.from_data(data))
     assert persist.dumps(cal).split('"sha256"')[0] == persist.dumps(ref).split('"sha256"')[0]
+    # the label-shift counts came through the tree too: those of the data with scores at their cell midpoints
+    assert_confusion_equal(cal.confusion_, ConfusionStats.from_data(on_grid(data)))
     out = tdask.apply(cal, ddf).compute()
     np.testing.assert_array_equal(out["confidence"].to_numpy(), ref.predict(data))
     assert list(out["pred"].astype(str)) == list(np.asarray(data.classes)[data.pred])
@@ -108,3 +111,46 @@ def test_cli_engine_dask_with_scheduler_address(tmp_path, capsys, cluster):
     code, out, err = run(["fit", tmp_path / "nothing-*.parquet", "--engine", "dask", "--scheduler", addr,
                           "-o", tmp_path / "x.json"], capsys)
     assert code == 2 and "no Parquet data" in err
+
+
+@pytest.mark.parametrize("n_parts", [1, 3, 7])
+def test_dask_update_carries_confusion_counts_on_a_local_cluster(tmp_path, cluster, n_parts):
+    import dask.dataframe as dd
+
+    from topcal import dask as tdask
+
+    frame = probs_frame(5000, seed=3)
+    data = read_data_frame(frame)
+    first = np.arange(1500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = topcal.calibrator("hist").fit(data.subset(first))
+        ref = topcal.calibrator("hist").fit(data.subset(first)).update(data.subset(np.arange(1500, 5000)))
+    d = write_parts(tmp_path, frame.iloc[1500:], n_parts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tdask.update(cal, dd.read_parquet(str(d)), split_every=2)
+    assert cal.stats_.equals(ref.stats_)
+    assert_confusion_equal(cal.confusion_, ref.confusion_)  # in the first fit's regions, counts of all rows
+    np.testing.assert_array_equal(cal.confusion_.confusion().sum(axis=0), np.bincount(data.labels, minlength=4))
+    adapted = cal.adapt(priors=np.array([0.4, 0.3, 0.2, 0.1]))
+    np.testing.assert_array_equal(adapted.predict(data), ref.adapt(priors=np.array([0.4, 0.3, 0.2, 0.1])).predict(data))
+
+
+def test_cli_update_engine_dask_keeps_confusion_counts(tmp_path, capsys, cluster):
+    frame = probs_frame(4000, seed=6)
+    frame.iloc[:1000].to_csv(tmp_path / "a.csv", index=False)
+    d = write_parts(tmp_path, frame.iloc[1000:], 3)
+    frame.iloc[1000:].to_csv(tmp_path / "rest.csv", index=False)
+    addr = cluster.scheduler.address
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run(["fit", tmp_path / "a.csv", "--method", "hist", "-o", tmp_path / "a.json"], capsys)[0] == 0
+        code, out, err = run(["update", tmp_path / "a.json", d, "--engine", "dask", "--scheduler", addr,
+                              "-o", tmp_path / "dk.json"], capsys)
+        assert code == 0, err
+        code, out, err = run(["update", tmp_path / "a.json", tmp_path / "rest.csv", "-o", tmp_path / "mem.json"],
+                             capsys)
+        assert code == 0, err
+    assert model_payload(tmp_path / "dk.json") == model_payload(tmp_path / "mem.json")  # confusion included
+    assert "confusion" in model_payload(tmp_path / "dk.json")

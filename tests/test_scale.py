@@ -10,12 +10,14 @@ import pytest
 
 import topcal
 from topcal import persist
+from topcal.confusion import ConfusionStats
 from topcal.datasets import load_phanns
 from topcal.errors import DataError
 from topcal.io import iter_tables, read_data, read_stats
 from topcal.stats import ScoreStats
+from topcal.stream import fit_file, update_file
 
-from _frames import model_payload, probs_frame, run, scores_frame, write_parts
+from _frames import assert_confusion_equal, model_payload, on_grid, probs_frame, run, scores_frame, write_parts
 
 
 # ------------------------------------------------------------ streaming reads
@@ -117,7 +119,16 @@ def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
         code, out, err = run(["describe", tmp_path / "abc.json"], capsys)
         assert code == 0 and "on 1000 samples" in out and "fitted on 3000 samples; fit auto again" in out
     else:
-        assert upd == whole  # the whole model, bit for bit
+        assert_same_but_regions(upd, whole)
+
+
+def assert_same_but_regions(upd: dict, whole: dict) -> None:
+    """The whole model bit for bit, except that an update keeps its first fit's confusion regions:
+    the confusion matrix (counts summed over regions) is that of all the data exactly."""
+    assert {k: v for k, v in upd.items() if k != "confusion"} == {k: v for k, v in whole.items() if k != "confusion"}
+    classes = tuple(whole["classes"])
+    a, b = (ConfusionStats.from_dict(m["confusion"], classes) for m in (upd, whole))
+    np.testing.assert_array_equal(a.confusion(), b.confusion())
 
 
 def test_cli_update_errors(tmp_path, capsys):
@@ -153,7 +164,7 @@ def test_cli_update_top_score_model_uses_its_score_range(tmp_path, capsys):
     run(["fit", tmp_path / "all.csv", *fit, "--chunk-rows", 400, "-o", tmp_path / "all.json"], capsys)
     code, out, err = run(["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys)
     assert code == 0, err
-    assert model_payload(tmp_path / "ab.json") == model_payload(tmp_path / "all.json")
+    assert_same_but_regions(model_payload(tmp_path / "ab.json"), model_payload(tmp_path / "all.json"))
 
 
 # ------------------------------------------------------------------ CLI apply
@@ -250,3 +261,93 @@ def test_streaming_memory_does_not_grow_with_rows(tmp_path, capsys):
     # a whole-file read would need ~10x; allow 1.5x for the statistics (more occupied cells)
     assert peaks[400_000][0] < 1.5 * peaks[40_000][0], peaks
     assert peaks[400_000][1] < 1.5 * peaks[40_000][1], peaks
+
+
+# ------------------------------------------------- label-shift counts when streaming
+@pytest.mark.parametrize("chunk", [97, 1000, 10**6])
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_streamed_update_carries_the_confusion_counts_of_an_in_memory_update(tmp_path, chunk, fmt):
+    frame = probs_frame(4000, seed=2)
+    frame.iloc[:1500].to_csv(tmp_path / "a.csv", index=False)
+    new = tmp_path / f"b.{fmt}"
+    frame.iloc[1500:].to_csv(new, index=False) if fmt == "csv" else frame.iloc[1500:].to_parquet(new, row_group_size=600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = topcal.calibrator("kde-mon2").fit(read_data(tmp_path / "a.csv"))
+        got = topcal.calibrator("kde-mon2").fit(read_data(tmp_path / "a.csv"))
+        update_file(ref, new)  # read whole: per-sample counts
+        update_file(got, new, chunk_rows=chunk)
+    assert got.stats_.equals(ref.stats_)
+    assert_confusion_equal(got.confusion_, ref.confusion_)
+    use = read_data(tmp_path / "a.csv")
+    priors = np.array([0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_array_equal(got.adapt(priors=priors).predict(use), ref.adapt(priors=priors).predict(use))
+
+
+@pytest.mark.parametrize("chunk", [97, 1000, 10**6])
+@pytest.mark.parametrize("layout", ["probs", "names"])
+def test_streamed_fit_counts_confusion_on_the_grid(tmp_path, chunk, layout):
+    frame = probs_frame(5000, seed=4) if layout == "probs" else scores_frame(5000)
+    frame.to_parquet(tmp_path / "d.parquet", row_group_size=700)
+    data = read_data(tmp_path / "d.parquet")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = fit_file(topcal.calibrator("hist"), tmp_path / "d.parquet", chunk_rows=chunk)
+        ref = topcal.calibrator("hist").fit(ScoreStats.from_data(data).to_data())
+    np.testing.assert_array_equal(cal.predict(data), ref.predict(data))  # the fit itself is unchanged
+    # its own definition: the rule of the in-memory fit on the scores at their cell midpoints
+    assert_confusion_equal(cal.confusion_, ConfusionStats.from_data(on_grid(data)))
+    # the in-memory fit's confusion matrix exactly; its region edges within half a cell
+    raw = ConfusionStats.from_data(data)
+    np.testing.assert_array_equal(cal.confusion_.confusion(), raw.confusion())
+    assert any(e.size for e in raw.edges)
+    for e, r in zip(cal.confusion_.edges, raw.edges):
+        assert e.size == r.size and np.all(np.abs(e - r) <= 0.5 / 4096 + 1e-15)
+
+
+def test_cli_streamed_fit_and_update_can_be_adapted(tmp_path, capsys):
+    frame = probs_frame(4000, seed=5)
+    frame.iloc[:2500].to_csv(tmp_path / "a.csv", index=False)
+    frame.iloc[2500:].to_parquet(tmp_path / "b.parquet", row_group_size=400)
+    use = frame.iloc[:800].drop(columns="label")
+    use.to_csv(tmp_path / "use.csv", index=False)
+    pd.DataFrame({"class": ["c0", "c1", "c2", "c3"], "prior": [0.4, 0.3, 0.2, 0.1]}).to_csv(tmp_path / "p.csv",
+                                                                                          index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run(["fit", tmp_path / "a.csv", "--method", "hist", "--chunk-rows", 300, "-o", tmp_path / "a.json"],
+                   capsys)[0] == 0
+        code, out, err = run(["update", tmp_path / "a.json", tmp_path / "b.parquet", "--chunk-rows", 150,
+                              "-o", tmp_path / "ab.json"], capsys)
+        assert code == 0, err
+        code, out, err = run(["adapt", tmp_path / "ab.json", "--priors", tmp_path / "p.csv", "-o",
+                              tmp_path / "ad.json"], capsys)
+        assert code == 0, err
+    model = persist.load(tmp_path / "ab.json")
+    data = read_data(tmp_path / "a.csv")
+    whole = read_data_frame(frame)
+    np.testing.assert_array_equal(model.confusion_.confusion(), ConfusionStats.from_data(whole).confusion())
+    # the regions stay those of the streamed fit of a.csv
+    first = ConfusionStats.from_data(on_grid(data))
+    for e, r in zip(model.confusion_.edges, first.edges):
+        np.testing.assert_array_equal(e, r)
+    adapted = persist.load(tmp_path / "ad.json")
+    assert not np.array_equal(adapted.predict(whole), model.predict(whole))  # the priors moved the confidences
+
+
+def test_streamed_fit_of_binned_counts_has_no_confusion(tmp_path):
+    phanns = load_phanns()
+    frame = pd.DataFrame({
+        "predicted_class": np.asarray(phanns.classes)[phanns.pred], "bin_lo": phanns.bin_edges[:, 0],
+        "bin_hi": phanns.bin_edges[:, 1], "tp": phanns.tp, "fp": phanns.fp})
+    frame.to_csv(tmp_path / "b.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = fit_file(topcal.calibrator("hist"), tmp_path / "b.csv", chunk_rows=50, score_range=(0, 10))
+    assert cal.confusion_ is None and cal.stats_.n_samples == phanns.n_samples
+
+
+def read_data_frame(frame):
+    from topcal.io import read_frame
+
+    return read_frame(frame)

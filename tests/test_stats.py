@@ -15,11 +15,13 @@ import pytest
 import topcal
 from topcal import persist
 from topcal.calibrators.base import ScoreCalibrator
-from topcal.confusion import ConfusionStats
+from topcal.confusion import ConfusionStats, GridConfusion
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.errors import DataError, ModelFileError, ParameterError
 from topcal.stats import DEFAULT_CELLS, ScoreStats, cell_index
+
+from _frames import assert_confusion_equal, on_grid
 
 # every method that can be fitted from score statistics (all but the full-vector temperature methods)
 COUNT_METHODS = ["uncalibrated", "conf1", "hist", "cum", "cum-median", "cum-opt", "kde", "kde-mon",
@@ -248,3 +250,71 @@ def test_merge_mismatches_are_clear_errors():
     assert cal.stats_.n_samples > before and cal.classes_ == _sim(K=4).classes
     with pytest.raises(DataError, match="TopLabelData or ScoreStats"):
         cal.update([1, 2, 3])
+
+
+# ---------------------------------------------- label-shift counts from statistics
+def test_grid_confusion_merges_and_draws_the_regions_of_the_data_on_the_grid():
+    """GridConfusion (one pass, regions after it) = ConfusionStats.from_data of the scores at their cell midpoints."""
+    data = _sim(n=4000, K=5, seed=2)
+    whole = GridConfusion.from_data(data)
+    rng = np.random.default_rng(1)
+    parts = [GridConfusion.from_data(data.subset(i)) for i in np.array_split(rng.permutation(data.n_rows), 9)]
+    for merged in (GridConfusion.merge_all(parts), GridConfusion.merge_all(parts[::-1]), parts[3].merge(*parts[:3], *parts[4:])):
+        np.testing.assert_array_equal(merged.key, whole.key)
+        np.testing.assert_array_equal(merged.count, whole.count)
+    conf = whole.to_confusion()
+    assert_confusion_equal(conf, ConfusionStats.from_data(on_grid(data)))
+    assert sum(e.size for e in conf.edges) > 5  # several regions per class: the quantile rule is exercised
+    raw = ConfusionStats.from_data(data)  # regions move by < one cell; the confusion matrix is the same
+    np.testing.assert_array_equal(conf.confusion(), raw.confusion())
+    for e, r in zip(conf.edges, raw.edges):
+        assert e.size == r.size and np.all(np.abs(e - r) <= 0.5 / DEFAULT_CELLS + 1e-15)
+    # sparse counting (few rows per part) and dense counting (the merge of all parts) agree
+    small = [GridConfusion.from_data(data.subset(i), n_cells=8) for i in np.array_split(np.arange(data.n_rows), 100)]
+    dense = GridConfusion.from_data(data, n_cells=8)
+    merged = GridConfusion.merge_all(small)
+    np.testing.assert_array_equal(merged.key, dense.key)
+    np.testing.assert_array_equal(merged.count, dense.count)
+    assert_confusion_equal(dense.to_confusion(), ConfusionStats.from_data(on_grid(data, 8)))
+    assert GridConfusion.from_data(load_phanns()) is None  # binned data: no true classes
+    with pytest.raises(DataError, match="grid"):
+        whole.merge(GridConfusion.from_data(data, n_cells=64))
+
+
+def test_fit_stats_keeps_the_confusion_counts_and_checks_them():
+    data = _sim(n=2000)
+    stats, grid = ScoreStats.from_data(data), GridConfusion.from_data(data)
+    cal = _quiet_fit(topcal.calibrator("hist"), stats.to_data())
+    assert cal.confusion_ is None  # statistics alone carry no true classes
+    got = topcal.calibrator("hist").fit_stats(stats, grid)
+    ref = _quiet_fit(topcal.calibrator("hist"), stats.to_data())
+    np.testing.assert_array_equal(got.predict(data), ref.predict(data))
+    assert_confusion_equal(got.confusion_, grid.to_confusion())
+    got.adapt(priors=np.full(data.n_classes, 0.25))  # adaptable without a refit
+    with pytest.raises(DataError, match="GridConfusion"):
+        topcal.calibrator("hist").fit_stats(stats, grid.to_confusion())
+    with pytest.raises(DataError, match="grid"):
+        topcal.calibrator("hist").fit_stats(stats, GridConfusion.from_data(data, n_cells=64))
+
+
+def test_update_from_statistics_with_confusion_counts_equals_a_per_sample_update():
+    data = _sim(n=3000, seed=4)
+    a, b = data.subset(np.arange(1200)), data.subset(np.arange(1200, 3000))
+    ref = _quiet_fit(topcal.calibrator("kde-mon2"), a)
+    cal = _quiet_fit(topcal.calibrator("kde-mon2"), a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.update(b)
+        chunks = [b.subset(i) for i in np.array_split(np.arange(b.n_rows), 4)]
+        new = cal.confusion_.count(chunks[0]).merge(*(cal.confusion_.count(c) for c in chunks[1:]))
+        cal.update(ScoreStats.from_data(b), confusion=new)
+    assert cal.stats_.equals(ref.stats_)
+    assert_confusion_equal(cal.confusion_, ref.confusion_)
+    with pytest.raises(ParameterError, match="counts are taken from its rows"):
+        cal.update(b, confusion=new)
+    other = ConfusionStats.from_data(b)  # regions of other data: not this model's
+    with pytest.raises(DataError, match="other score regions"):
+        cal.update(ScoreStats.from_data(b), confusion=other)
+    binned = _quiet_fit(topcal.calibrator("hist"), load_phanns())
+    with pytest.raises(ParameterError, match="keeps no confusion counts"):
+        binned.update(binned.stats_, confusion=new)

@@ -17,6 +17,16 @@ the source class priors (column sums).
 Counts need the true class of every row, so binned data (TP/FP counts only,
 as in the PhANNs file) have no such statistics: :meth:`ConfusionStats.from_data`
 returns ``None`` for them.
+
+Counts in fixed regions add up (:meth:`ConfusionStats.merge`): ``update`` and
+its streamed and Dask forms count new data in the model's regions
+(:meth:`ConfusionStats.count`) and add. A *fit* in one pass over data that do
+not fit in memory cannot know its FP quantiles in advance, so it counts
+:class:`GridConfusion` instead -- per predicted class, score cell (the grid of
+:class:`~topcal.stats.ScoreStats`) and true class -- and draws the regions
+after the pass by the same rule, on scores moved to their cell midpoints (what
+a fit from statistics sees of them): :meth:`GridConfusion.to_confusion` equals
+``ConfusionStats.from_data`` of the data with every score on its cell midpoint.
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import TopLabelData, class_order
+from .errors import DataError
+from .stats import DEFAULT_CELLS, cell_index, cell_midpoints
 
-__all__ = ["ConfusionStats", "fp_region_edges", "MIN_FP_PER_REGION", "MAX_REGIONS"]
+__all__ = ["ConfusionStats", "GridConfusion", "fp_region_edges", "MIN_FP_PER_REGION", "MAX_REGIONS"]
 
 #: Fewest false positives per score region: with 40 FPs a mix share of 0.25
 #: has a standard error of ~0.07, small enough to be worth a separate region.
@@ -73,12 +85,39 @@ class ConfusionStats:
             idx = order[bounds[k]:bounds[k + 1]]
             s, lab, wk = data.score[idx], data.labels[idx], w[idx]
             wrong = lab != k
-            n_fp = float(wk[wrong].sum())
-            n_reg = int(min(max_regions, max(1, np.floor(n_fp / min_fp_per_region))))
-            e = fp_region_edges(s[wrong], wk[wrong], n_reg)
+            e = class_region_edges(s[wrong], wk[wrong], min_fp_per_region, max_regions)
             edges.append(e)
             counts.append(_region_counts(e, s, lab, wk, K))
         return cls(tuple(data.classes), tuple(edges), tuple(counts))
+
+    def count(self, data: TopLabelData) -> "ConfusionStats | None":
+        """The counts of labelled per-sample ``data`` (on the same class list) in these regions.
+
+        What streamed and Dask updates compute per chunk or partition; they add
+        up with :meth:`merge`. None when ``data`` has no true classes (binned data).
+        """
+        if data.labels is None or data.tp is None:
+            return None
+        if tuple(data.classes) != self.classes:
+            raise DataError(f"confusion counts of classes {list(data.classes)} do not match {list(self.classes)}")
+        K = self.n_classes
+        w = data.tp + data.fp
+        counts = []
+        for k in range(K):
+            idx = np.flatnonzero(data.pred == k)
+            counts.append(_region_counts(self.edges[k], data.score[idx], data.labels[idx], w[idx], K))
+        return ConfusionStats(self.classes, self.edges, tuple(counts))
+
+    def merge(self, *others: "ConfusionStats") -> "ConfusionStats":
+        """These counts plus those of ``others``, counted in the same regions (a new object)."""
+        for o in others:
+            if not isinstance(o, ConfusionStats):
+                raise DataError(f"can only merge ConfusionStats with ConfusionStats, got {type(o).__name__}")
+            if o.classes != self.classes or any(not np.array_equal(a, b) for a, b in zip(o.edges, self.edges)):
+                raise DataError("cannot merge confusion counts of other classes or other score regions; "
+                                "count new data in the model's regions (ConfusionStats.count)")
+        counts = tuple(sum((o.counts[k] for o in others), start=c) for k, c in enumerate(self.counts))
+        return ConfusionStats(self.classes, self.edges, counts)
 
     def add(self, data: TopLabelData) -> "ConfusionStats | None":
         """These counts plus those of labelled per-sample ``data`` (on the same class list), in these regions.
@@ -88,17 +127,8 @@ class ConfusionStats:
         confusion matrix and source priors equal those of all the data exactly.
         None when ``data`` has no true classes (binned data).
         """
-        if data.labels is None or data.tp is None:
-            return None
-        if tuple(data.classes) != self.classes:
-            raise ValueError(f"confusion counts of classes {list(data.classes)} do not match {list(self.classes)}")
-        K = self.n_classes
-        w = data.tp + data.fp
-        counts = []
-        for k in range(K):
-            idx = np.flatnonzero(data.pred == k)
-            counts.append(self.counts[k] + _region_counts(self.edges[k], data.score[idx], data.labels[idx], w[idx], K))
-        return ConfusionStats(self.classes, self.edges, tuple(counts))
+        new = self.count(data)
+        return None if new is None else self.merge(new)
 
     # ---------------------------------------------------------------- queries
     @property
@@ -163,10 +193,113 @@ class ConfusionStats:
         return cls(tuple(classes), tuple(edges), tuple(counts))
 
 
+@dataclass(frozen=True, eq=False)
+class GridConfusion:
+    """Per predicted class, score cell and true class, weighted counts (sparse; mergeable).
+
+    What a one-pass fit counts where the regions of :class:`ConfusionStats`
+    (quantiles of the FP scores) cannot be known in advance. Cells are those of
+    :class:`~topcal.stats.ScoreStats` (``n_cells`` equal cells of the score
+    range). Only non-empty (class, cell, true class) triples are kept, in key
+    order, so any split merged in any order gives the same counts bit for bit
+    (integer counts). Size: at most the number of distinct triples, itself at
+    most min(rows, K * K * n_cells); 16 bytes each in memory.
+
+    Attributes
+    ----------
+    classes : tuple of str
+    score_range : (float, float)
+    n_cells : int
+    key : ndarray of int64, shape (m,)
+        ``(pred * n_cells + cell) * K + true class``, increasing.
+    count : ndarray of float64, shape (m,)
+    """
+
+    classes: tuple[str, ...]
+    score_range: tuple[float, float]
+    n_cells: int
+    key: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def from_data(cls, data: TopLabelData, *, n_cells: int = DEFAULT_CELLS) -> "GridConfusion | None":
+        """Counts of labelled per-sample ``data`` on its score range's grid; None for binned data."""
+        if data.labels is None or data.tp is None:
+            return None
+        K = data.n_classes
+        key = (data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)) * K + data.labels
+        return cls._summed(tuple(data.classes), tuple(data.score_range), n_cells, key, data.tp + data.fp)
+
+    @classmethod
+    def _summed(cls, classes, score_range, n_cells, key, weight) -> "GridConfusion":
+        """Add the weights of equal keys; keep the non-empty keys, in order."""
+        size = len(classes) ** 2 * n_cells
+        if size <= 4 * key.size:  # dense counting over every possible key: one pass, no sort
+            count = np.bincount(key, weights=weight, minlength=size)
+            uniq = np.flatnonzero(count > 0)
+            count = count[uniq]
+        else:  # many classes, few rows: count over the keys present only
+            uniq, inv = np.unique(key, return_inverse=True)
+            count = np.bincount(inv.reshape(-1), weights=weight, minlength=uniq.size)
+        keep = count > 0
+        return cls(classes, (float(score_range[0]), float(score_range[1])), int(n_cells),
+                   uniq[keep].astype(np.int64), count[keep])
+
+    @staticmethod
+    def merge_all(parts) -> "GridConfusion":
+        """Counts of all ``parts`` together (same classes, score range and grid)."""
+        parts = list(parts)
+        if not parts:
+            raise DataError("merge needs at least one GridConfusion")
+        first = parts[0]
+        for p in parts[1:]:
+            if (p.classes, p.score_range, p.n_cells) != (first.classes, first.score_range, first.n_cells):
+                raise DataError("cannot merge confusion counts of other classes, score range or grid")
+        return GridConfusion._summed(first.classes, first.score_range, first.n_cells,
+                                     np.concatenate([p.key for p in parts]), np.concatenate([p.count for p in parts]))
+
+    def merge(self, *others: "GridConfusion") -> "GridConfusion":
+        """These counts plus those of ``others`` (a new object)."""
+        return GridConfusion.merge_all([self, *others])
+
+    def to_confusion(self, *, min_fp_per_region: int = MIN_FP_PER_REGION,
+                     max_regions: int = MAX_REGIONS) -> ConfusionStats:
+        """Regions and counts by the rule of :meth:`ConfusionStats.from_data`, every score at its cell midpoint.
+
+        Equal to ``ConfusionStats.from_data`` of the per-sample data with each
+        score replaced by its cell midpoint (bit for bit for integer counts):
+        the weighted quantiles of the FP cells pick the same order statistics
+        as the per-sample ones.
+        """
+        K = len(self.classes)
+        cell_key, j = np.divmod(self.key, K)
+        k_of, cell = np.divmod(cell_key, self.n_cells)
+        mid = cell_midpoints(cell, self.score_range, self.n_cells)
+        bounds = np.searchsorted(k_of, np.arange(K + 1))  # keys are sorted by predicted class first
+        edges, counts = [], []
+        for k in range(K):
+            sl = slice(bounds[k], bounds[k + 1])
+            s, lab, w = mid[sl], j[sl], self.count[sl]
+            wrong = lab != k
+            e = class_region_edges(s[wrong], w[wrong], min_fp_per_region, max_regions)
+            edges.append(e)
+            counts.append(_region_counts(e, s, lab, w, K))
+        return ConfusionStats(self.classes, tuple(edges), tuple(counts))
+
+
 def _region_counts(edges: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray, K: int) -> np.ndarray:
     """(len(edges) + 1, K) weighted counts of the true classes per region of one predicted class."""
     r = np.searchsorted(edges, score, side="left")
     return np.bincount(r * K + labels, weights=weight, minlength=(edges.size + 1) * K).reshape(edges.size + 1, K)
+
+
+def class_region_edges(fp_score: np.ndarray, fp_weight: np.ndarray, min_fp_per_region: int = MIN_FP_PER_REGION,
+                       max_regions: int = MAX_REGIONS) -> np.ndarray:
+    """The region edges of one predicted class from its FP scores: one region per
+    ``min_fp_per_region`` false positives (by weight), at least 1, at most ``max_regions``."""
+    n_fp = float(fp_weight.sum())
+    n_reg = int(min(max_regions, max(1, np.floor(n_fp / min_fp_per_region))))
+    return fp_region_edges(fp_score, fp_weight, n_reg)
 
 
 def fp_region_edges(score: np.ndarray, weight: np.ndarray, n_regions: int) -> np.ndarray:

@@ -4,8 +4,12 @@
   merges them in a tree (``split_every`` at a time), so the driver only ever
   holds a few statistics objects, each bounded by K x n_cells rows.
 * :func:`fit` fits a method on the merged statistics on the driver: the same
-  model as ``calibrator.fit(stats.to_data())`` on the statistics of all the
-  rows in one process (statistics bit for bit; tested on a LocalCluster).
+  model as ``calibrator.fit_stats(stats, confusion)`` on the statistics and
+  label-shift counts (:class:`~topcal.confusion.GridConfusion`) of all the
+  rows in one process (both bit for bit; tested on a LocalCluster), so the
+  model can be adapted.
+* :func:`update` adds a Dask DataFrame's statistics, and its confusion counts
+  in the model's regions, to a fitted model.
 * :func:`apply` is a ``map_partitions``: every partition is read like a file
   chunk and calibrated; the result is a lazy Dask DataFrame (input columns +
   ``pred`` + ``confidence``).
@@ -32,7 +36,7 @@ from .errors import ParameterError, TopcalError
 from .io import build_layout, layout_columns, read_frame
 from .stats import DEFAULT_CELLS, ScoreStats
 
-__all__ = ["stats", "fit", "apply", "apply_file", "read_parquet", "layout"]
+__all__ = ["stats", "fit", "update", "check_updatable", "apply", "apply_file", "read_parquet", "layout"]
 
 
 def _require_dask():
@@ -87,15 +91,31 @@ def layout(ddf, *, classes=None, **options):
     return build_layout(cols, uniques, numeric, lo_hi, classes=classes, **options)
 
 
-def _partition_stats(frame, options: dict, n_cells: int):
+def _partition_stats(frame, options: dict, count):
     if len(frame) == 0:
         return None
-    return ScoreStats.from_data(read_frame(frame, **options), n_cells=n_cells)
+    return count(read_frame(frame, **options))
 
 
 def _merge(*parts):
     parts = [p for p in parts if p is not None]
-    return ScoreStats.merge_all(parts) if parts else None
+    return parts[0].merge(*parts[1:]) if parts else None
+
+
+def _reduce(ddf, count, split_every: int, lay):
+    """``count`` of every partition (a picklable function of a TopLabelData), merged in a tree."""
+    import dask
+    from dask import delayed
+
+    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
+        raise ParameterError(f"split_every must be an integer >= 2, got {split_every!r}")
+    nodes = [delayed(_partition_stats)(part, lay.options, count) for part in ddf.to_delayed()]
+    while len(nodes) > 1:
+        nodes = [delayed(_merge)(*nodes[i:i + split_every]) for i in range(0, len(nodes), split_every)]
+    (result,) = dask.compute(nodes[0])
+    if result is None:
+        raise TopcalError("the Dask DataFrame has no rows; topcal needs at least one")
+    return result
 
 
 def stats(ddf, *, n_cells: int = DEFAULT_CELLS, split_every: int = 8, classes=None, **options) -> ScoreStats:
@@ -115,25 +135,20 @@ def stats(ddf, *, n_cells: int = DEFAULT_CELLS, split_every: int = 8, classes=No
         Column options of :func:`topcal.io.read_frame`.
     """
     _require_dask()
-    import dask
-    from dask import delayed
-
-    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
-        raise ParameterError(f"split_every must be an integer >= 2, got {split_every!r}")
     lay = layout(ddf, classes=classes, **options)
-    nodes = [delayed(_partition_stats)(part, lay.options, n_cells) for part in ddf.to_delayed()]
-    while len(nodes) > 1:
-        nodes = [delayed(_merge)(*nodes[i:i + split_every]) for i in range(0, len(nodes), split_every)]
-    (result,) = dask.compute(nodes[0])
-    if result is None:
-        raise TopcalError("the Dask DataFrame has no rows; topcal needs at least one")
-    return result
+    return _reduce(ddf, functools.partial(ScoreStats.from_data, n_cells=n_cells), split_every, lay)
 
 
 def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int = DEFAULT_CELLS,
         split_every: int = 8, classes=None, **options):
-    """Fit ``method`` on a labelled Dask DataFrame from merged statistics; returns the fitted calibrator."""
+    """Fit ``method`` on a labelled Dask DataFrame from merged statistics; returns the fitted calibrator.
+
+    Per-sample partitions also give the label-shift counts
+    (:class:`~topcal.confusion.GridConfusion`, merged alike), so the model can
+    be adapted (:meth:`Calibrator.fit_stats`).
+    """
     from .calibrators import calibrator, get_class
+    from .stream import fit_counts
 
     if get_class(method).needs_full:
         raise ParameterError(
@@ -141,8 +156,42 @@ def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int =
             "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, bts, btswa, auto)"
         )
     cal = calibrator(method, **(params or {}))
-    s = stats(ddf, n_cells=n_cells, split_every=split_every, classes=classes, **options)
-    return cal.fit(s.to_data())
+    _require_dask()
+    lay = layout(ddf, classes=classes, **options)
+    counts = _reduce(ddf, functools.partial(fit_counts, n_cells=n_cells), split_every, lay)
+    return cal.fit_stats(counts.stats, counts.confusion)
+
+
+def update(model, ddf, *, split_every: int = 8, **options):
+    """Add a labelled Dask DataFrame to a fitted ``model`` (:meth:`Calibrator.update`); returns the model.
+
+    Per partition, the statistics the model keeps (score counts) and, where
+    the model has them, the confusion counts in its regions; merged in a tree
+    and added on the driver. New data take the model's classes and score range
+    unless ``options`` give one.
+    """
+    from .stream import model_read_options, update_counts
+
+    _require_dask()
+    old = check_updatable(model)
+    options = model_read_options(model, None, options, columns=[str(c) for c in ddf.columns])
+    lay = layout(ddf, classes=list(model.classes_), **options)
+    # only the grid and the regions travel to the workers, not the model
+    count = functools.partial(update_counts, stats_of=functools.partial(ScoreStats.from_data, n_cells=old.n_cells),
+                              confusion=getattr(model, "confusion_", None))
+    counts = _reduce(ddf, count, split_every, lay)
+    return model.update(counts.stats, confusion=counts.confusion)
+
+
+def check_updatable(model) -> ScoreStats:
+    """The model's score statistics, which a Dask cluster can add to; a clear error for loss tables or none."""
+    old = model.require_stats()
+    if not isinstance(old, ScoreStats):
+        raise TopcalError(
+            f"a Dask cluster computes score counts, but this {model.name!r} model keeps loss tables; drop "
+            "--engine dask (--chunk-rows N reads the new data in bounded memory)"
+        )
+    return old
 
 
 @functools.lru_cache(maxsize=4)

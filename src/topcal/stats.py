@@ -187,8 +187,7 @@ class ScoreStats:
         """The binned :class:`TopLabelData` these statistics describe (what a fit sees)."""
         if self.n_rows == 0:
             raise DataError("the statistics hold no samples; add labelled data first")
-        lo_r, hi_r = self.score_range
-        mid = np.clip(0.5 * (self.lo + self.hi), lo_r, hi_r)
+        mid = bin_midpoints(self.lo, self.hi, self.score_range)
         return TopLabelData(
             self.classes, self.cls.copy(), mid, self.score_range, tp=self.tp.copy(), fp=self.fp.copy(),
             bin_edges=np.column_stack([self.lo, self.hi]),
@@ -267,6 +266,16 @@ def cell_edges(j: np.ndarray, score_range, n_cells: int) -> tuple[np.ndarray, np
     a = np.where(j == 0, lo, lo + j * h)
     b = np.where(j == n_cells - 1, hi, lo + (j + 1) * h)
     return a, b
+
+
+def bin_midpoints(lo: np.ndarray, hi: np.ndarray, score_range) -> np.ndarray:
+    """The score a fit from statistics gives the rows of bins (lo, hi]: their midpoint, inside the range."""
+    return np.clip(0.5 * (lo + hi), score_range[0], score_range[1])
+
+
+def cell_midpoints(j: np.ndarray, score_range, n_cells: int) -> np.ndarray:
+    """:func:`bin_midpoints` of cells ``j``: where a per-sample score in cell j sits in a fit from statistics."""
+    return bin_midpoints(*cell_edges(j, score_range, n_cells), score_range)
 
 
 def _canonical(c, lo, hi, tp, fp):

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._params import validate_params
-from ..confusion import ConfusionStats
+from ..confusion import ConfusionStats, GridConfusion
 from ..data import ClassView, TopLabelData, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
@@ -265,7 +265,32 @@ class Calibrator:
         old = getattr(self, "stats_", None)
         return ScoreStats.from_data(data, n_cells=old.n_cells) if old is not None else ScoreStats.from_data(data)
 
-    def update(self, data) -> "Calibrator":
+    def fit_stats(self, stats, confusion=None) -> "Calibrator":
+        """Fit from mergeable statistics (streamed and Dask fits): ``fit(stats.to_data())``.
+
+        Statistics carry no true classes, so the label-shift counts of the same
+        data come separately: ``confusion``, a
+        :class:`~topcal.confusion.GridConfusion` counted on the same grid, gives
+        the model the regions and counts of
+        :meth:`~topcal.confusion.GridConfusion.to_confusion` (regions from the
+        FP scores at their cell midpoints). Without it the model cannot be
+        adapted.
+
+        Returns
+        -------
+        self
+        """
+        if confusion is not None:
+            if not isinstance(confusion, GridConfusion):
+                raise DataError(f"confusion must be a GridConfusion, got {type(confusion).__name__}")
+            if not isinstance(stats, ScoreStats) or (confusion.classes, confusion.score_range, confusion.n_cells) \
+                    != (stats.classes, stats.score_range, stats.n_cells):
+                raise DataError("the confusion counts are not on the statistics' classes, score range and grid")
+        self.fit(stats.to_data())
+        self.confusion_ = None if confusion is None else confusion.to_confusion()
+        return self
+
+    def update(self, data, *, confusion=None) -> "Calibrator":
         """Add labelled data (a TopLabelData, or statistics from :meth:`stats_of`) and refit.
 
         The model's stored statistics and those of ``data`` are merged and the
@@ -274,33 +299,41 @@ class Calibrator:
         the parts, whatever the split and the order of updates (see
         :mod:`topcal.stats` for how this relates to a fit on raw scores; for
         ``sts``/``csts``, the fit on all the data to the tables' tolerance,
-        ``docs/scale.md``). The label-shift confusion counts are merged too
-        when ``data`` is labelled per sample (a TopLabelData with true classes):
-        counted in the model's own score regions, they add up to those of all
-        the data. Otherwise (binned data, statistics) the model drops them, and
-        ``adapt`` asks for a refit.
+        ``docs/scale.md``). The label-shift confusion counts are merged too,
+        in the model's own score regions, so they add up to those of all the
+        data: counted from ``data`` when it is labelled per sample (a
+        TopLabelData with true classes); for statistics, given as
+        ``confusion``, the new data's counts in this model's regions
+        (``model.confusion_.count(chunk)`` merged over chunks, as the streamed
+        and Dask updates do). Otherwise (binned data, statistics alone) the
+        model drops them, and ``adapt`` asks for a refit.
 
         Returns
         -------
         self
         """
         old = self.require_stats()
-        confusion = getattr(self, "confusion_", None)
+        current = getattr(self, "confusion_", None)
         if isinstance(data, TopLabelData):
+            if confusion is not None:
+                raise ParameterError("confusion is for updates from statistics; a TopLabelData's counts are "
+                                     "taken from its rows")
             data = self._check_compatible(data)
             data.require_labels(f"updating {self.name!r}")
             new = self.stats_of(data)
-            confusion = None if confusion is None else confusion.add(data)
+            merged = None if current is None else current.add(data)
         elif isinstance(data, type(old)):
             new = data
-            confusion = None
+            if confusion is not None and current is None:
+                raise ParameterError(f"this {self.name!r} model keeps no confusion counts to add these to")
+            merged = None if confusion is None else current.merge(confusion)
         else:
             raise DataError(
                 f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), "
                 f"got {type(data).__name__}"
             )
         self._refit(old.merge(new))
-        self.confusion_ = confusion
+        self.confusion_ = merged
         return self
 
     def _refit(self, stats) -> None:

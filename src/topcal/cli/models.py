@@ -71,29 +71,20 @@ def add_commands(sub) -> None:
     p.set_defaults(func=_cmd_adapt)
 
 # ----------------------------------------------------------------- commands
-def _stats_of(args, *, classes=None, model=None):
-    """Mergeable statistics of ``args.data``: streamed in chunks, or by a Dask cluster.
-
-    With ``model``, new data are read with its score range unless given.
-    """
-    from ..io import DEFAULT_CHUNK_ROWS, read_stats
-    from ..stream import model_read_options
+def _fit_streamed(args, cal):
+    """Fit ``cal`` from the statistics and confusion counts of ``args.data``: in chunks, or on a Dask cluster."""
+    from ..io import DEFAULT_CHUNK_ROWS
+    from ..stream import fit_file
 
     opts = read_options(args)
     if args.engine == "dask":
         from .. import dask as tdask
 
         with DaskSession(args.scheduler):
-            ddf = tdask.read_parquet(args.data)
-            if model is not None:
-                opts = model_read_options(model, args.data, opts, columns=list(ddf.columns))
-            return tdask.stats(ddf, classes=classes, **opts)
-    if model is not None:
-        opts = model_read_options(model, args.data, opts)
+            return tdask.fit(tdask.read_parquet(args.data), cal.name, params=cal.get_params(), **opts)
     progress = RowProgress("reading", rows_hint(args.data))
     try:
-        return read_stats(args.data, args.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress, classes=classes,
-                          **opts)
+        return fit_file(cal, args.data, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress, **opts)
     finally:
         progress.done()
 
@@ -113,35 +104,33 @@ def _cmd_fit(args) -> int:
                 f"method {args.method!r} recalibrates the full score vector, which cannot be fitted from "
                 "counts; drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
             )
-        stats = _stats_of(args)
-        data = stats.to_data()
+        cal = _fit_streamed(args, cal)
+        n_samples, n_classes = cal.stats_.n_samples, len(cal.classes_)
     else:
         data = read_data(args.data, **read_options(args))
-    cal.fit(data)
+        cal.fit(data)
+        n_samples, n_classes = data.n_samples, data.n_classes
     cal.save(args.output)
     chosen = f" (chose {cal.method_} by {cal.folds}-fold cross-validated NLL)" if args.method == "auto" else ""
-    how = f" from counts on {data.n_rows} (class, score cell) rows" if streamed else ""
-    print(f"fitted {args.method}{chosen} on {data.n_samples:g} samples, {data.n_classes} classes{how} -> {args.output}")
+    how = f" from counts on {cal.stats_.n_rows} (class, score cell) rows" if streamed else ""
+    print(f"fitted {args.method}{chosen} on {n_samples:g} samples, {n_classes} classes{how} -> {args.output}")
     return 0
 
 
 def _cmd_update(args) -> int:
     from ..persist import load
-    from ..stats import ScoreStats
     from ..stream import update_file
 
     check_scale_args(args)
     check_output(args.output, [args.data], "model file")
     model = load(args.model)
-    stats = model.require_stats()
-    before = stats.n_samples
-    if args.engine == "dask" and not isinstance(stats, ScoreStats):
-        raise TopcalError(
-            f"a Dask cluster computes score counts, but this {model.name!r} model keeps loss tables; drop "
-            "--engine dask (--chunk-rows N reads the new data in bounded memory)"
-        )
+    before = model.require_stats().n_samples
     if args.engine == "dask":
-        model.update(_stats_of(args, classes=list(model.classes_), model=model))
+        from .. import dask as tdask
+
+        tdask.check_updatable(model)  # before a cluster is started
+        with DaskSession(args.scheduler):
+            tdask.update(model, tdask.read_parquet(args.data), **read_options(args))
     else:
         progress = RowProgress("reading", rows_hint(args.data)) if args.chunk_rows else None
         try:

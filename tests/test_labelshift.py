@@ -18,11 +18,14 @@ from topcal.labelshift import (
     adapt_confidence,
     bbse_priors,
     bcts_probs,
+    choose_shrink,
     em_priors,
     estimate_priors,
     fit_bcts,
     source_posteriors,
 )
+from topcal.labelshift.estimators import FP_PSEUDOCOUNT, PRIOR_STRENGTH, shrunk_fp_mix
+from topcal.labelshift.safety import CellMix
 
 from _frames import run
 
@@ -147,6 +150,70 @@ def test_safety_step_trusts_a_good_estimate(hist):
         ad = adapt(hist, use.without_labels(), estimator=estimator, n_bootstrap=0)
         assert ad.estimate_.shrink >= 0.8, ad.estimate_.shrink_reason
         assert metrics.nll(use, ad.predict(use)).overall < before - 0.05
+
+
+@pytest.mark.parametrize("K_, m, all_fp_one_class", [(2, 3, True), (5, 9, False), (50, 120, False)])
+def test_sparse_cell_mix_and_em_equal_the_dense_ones(K_, m, all_fp_one_class):
+    """The simulation's sparse-plus-shared-vector false-positive mix is shrunk_fp_mix's, and EM on it
+    gives the dense posteriors' estimate (rows with no FPs, and rows whose class holds every FP of
+    the test set, included)."""
+    rng = np.random.default_rng(K_)
+    cell_class = np.sort(rng.integers(0, K_, m))
+    N = rng.poisson(0.7, (m, K_)).astype(float)
+    if all_fp_one_class:
+        N[:, 1] = 0.0
+    N[0, :] = 0.0
+    N[0, cell_class[0]] = 3.0  # a cell with no false positives
+    conf = np.zeros((K_, K_))
+    np.add.at(conf, cell_class, N)
+    dense = shrunk_fp_mix(N, cell_class, conf, FP_PSEUDOCOUNT)
+    i, j = np.nonzero(N)
+    fp = j != cell_class[i]
+    mix = CellMix.of(i[fp], j[fp], N[i[fp], j[fp]], cell_class, K_, N.sum(axis=0), FP_PSEUDOCOUNT)
+    np.testing.assert_allclose(mix.toarray(), dense, rtol=0, atol=1e-15)
+    B = rng.uniform(size=(K_, 7))
+    np.testing.assert_allclose(mix.dot(B), dense @ B, rtol=1e-13)
+    c = rng.uniform(0.1, 0.9, m)
+    post = dense * (1.0 - c)[:, None]
+    post[np.arange(m), cell_class] = c
+    sparse_post = mix.posteriors(c)
+    np.testing.assert_allclose(sparse_post.toarray(), post, rtol=0, atol=1e-15)
+    ps = N.sum(axis=0) / N.sum()
+    w = rng.integers(0, 5, m).astype(float)
+    np.testing.assert_allclose(em_priors(sparse_post, ps, prior_strength=0.1, weights=w),
+                               em_priors(post, ps, prior_strength=0.1, weights=w), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("sep, n_bins, n_src, n_use, seed, estimator, factor, full", [
+    # choose_shrink's figures before the simulation went sparse (dense (cells x classes) arrays)
+    (1.6, 10, 20000, 300, 9, "em", 1.0, -0.11188651241513059),
+    (1.6, 10, 20000, 300, 9, "bbse", 1.0, -0.10041509736601499),
+    (0.3, 5, 2000, 100, 8, "em", 0.0, None),  # dense: error 0.59 > spread 0.401; now stops after round 1
+    (0.3, 5, 2000, 100, 8, "bbse", 0.0, 0.2872858023635636),
+])
+def test_safety_simulation_gives_the_dense_version_figures(sep, n_bins, n_src, n_use, seed, estimator, factor, full):
+    model = topcal.calibrator("hist", n_bins=n_bins).fit(shifted(n_src, SOURCE, 0, sep=sep)[0])
+    use = shifted(n_use, TARGET, seed, sep=sep, labels=False)[0]
+    est = estimate_priors(model, use, estimator=estimator, n_bootstrap=0, shrink=1.0)
+    got = choose_shrink(model.confusion_, est.priors, n_use, estimator=estimator,
+                        prior_strength=PRIOR_STRENGTH[estimator], fp_pseudocount=FP_PSEUDOCOUNT, seed=3)
+    assert got.factor == factor
+    if full is None:
+        assert "spread of the estimate 0.401 is within the simulated error 0.59" in got.reason
+    else:
+        assert got.nll_change_full == pytest.approx(full, rel=1e-8)  # EM's path may differ by rounding
+
+
+def test_safety_step_does_not_adapt_when_the_estimate_is_within_its_noise(hist):
+    """No shift: the estimate's spread is the estimator's noise, so the simulated truth is no shift and
+    lam is 0 (before that rule, round 2 could still pick lam 0.05-0.1 for the gain of moving the
+    resample's own noisy frequencies towards the truth)."""
+    use = shifted(400, SOURCE, 11, labels=False)[0]
+    for estimator in ("em", "bbse"):
+        ad = adapt(hist, use, estimator=estimator, n_bootstrap=0)
+        assert ad.estimate_.shrink == 0.0
+        assert "no shift to adapt to" in ad.estimate_.shrink_reason
+        np.testing.assert_array_equal(ad.predict(use), hist.predict(use))
 
 
 def test_shrink_moves_priors_and_intervals_linearly(hist):

@@ -19,6 +19,7 @@ __all__ = [
     "FP_PSEUDOCOUNT",
     "PRIOR_STRENGTH",
     "em_priors",
+    "SparsePlusRankOne",
     "bbse_priors",
     "adapt_confidence",
     "shrunk_fp_mix",
@@ -60,8 +61,9 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
 
     Parameters
     ----------
-    posteriors : array of shape (n, K)
-        Calibrated P_s(y | x) of the unlabelled use-set rows under the source priors.
+    posteriors : array of shape (n, K), or SparsePlusRankOne
+        Calibrated P_s(y | x) of the unlabelled use-set rows under the source priors
+        (:class:`SparsePlusRankOne` for the safety step's cell-level posteriors at many classes).
     source_priors : array of shape (K,)
         pi_s, the class frequencies the posteriors were calibrated for.
     prior_strength : float, default 0
@@ -88,23 +90,34 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
     likelihood prod_i sum_y pi_u(y) p(x_i | y). A class with pi_s = 0 keeps
     pi_u = 0 (no information about it).
     """
-    P = np.asarray(posteriors, dtype=np.float64)
     ps = np.asarray(source_priors, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        base = np.where(ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0)  # p(x|y) up to a factor per row
+    if isinstance(posteriors, SparsePlusRankOne):
+        row_dot, col_dot, n_rows = posteriors.products(ps)
+    else:
+        P = np.asarray(posteriors, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            base = np.where(ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0)  # p(x|y) up to a factor per row
+        n_rows = base.shape[0]
+
+        def row_dot(p):  # elementwise, not BLAS: threaded gemv is slower on a busy machine
+            return (base * p).sum(axis=1)
+
+        def col_dot(u):
+            return (u[:, None] * base).sum(axis=0)
+
     pi = ps.copy() if init is None else np.asarray(init, dtype=np.float64).copy()
     pseudo = float(prior_strength) * ps.size * ps / ps.sum()
-    w = np.ones(base.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    w = np.ones(n_rows) if weights is None else np.asarray(weights, dtype=np.float64)
 
     def step(p):
         # one EM step: sum_i w_i p_j base_ij / sum_l p_l base_il (+ the Dirichlet pseudo-counts)
-        den = (base * p).sum(axis=1)  # elementwise, not BLAS: threaded gemv is slower on a busy machine
+        den = row_dot(p)
         inv = np.divide(w, den, out=np.zeros_like(den), where=den > 0)  # rows no class explains add nothing
-        new = p * (inv[:, None] * base).sum(axis=0) + pseudo
+        new = p * col_dot(inv) + pseudo
         return new / new.sum()
 
     def objective(p):
-        den = (base * p).sum(axis=1)
+        den = row_dot(p)
         with np.errstate(divide="ignore"):
             return float(w[den > 0] @ np.log(den[den > 0])) + float(pseudo[p > 0] @ np.log(p[p > 0]))
 
@@ -132,6 +145,38 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
         if done:
             break
     return pi
+
+
+class SparsePlusRankOne:
+    """Posteriors of shape (n, K) held as D + h v^T: ``D`` a scipy sparse matrix, ``h`` (n,), ``v`` (K,).
+
+    What :func:`em_priors` accepts besides a dense array when most of each row is one shared
+    vector (cell-level posteriors whose false-positive mix is shrunk towards the test set's
+    overall one): an EM step then costs the nonzeros of D, not n K.
+    """
+
+    def __init__(self, D, h, v):
+        self.D = D.tocsr()
+        self.h = np.asarray(h, dtype=np.float64)
+        self.v = np.asarray(v, dtype=np.float64)
+
+    def products(self, ps):
+        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p and u @ base."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ips = np.where(ps > 0, 1.0 / np.where(ps > 0, ps, 1.0), 0.0)
+        Dt = self.D.T.tocsr()
+        vi = self.v * ips
+
+        def row_dot(p):
+            return self.D @ (ips * p) + self.h * float(vi @ p)
+
+        def col_dot(u):
+            return ips * (Dt @ u) + vi * float(self.h @ u)
+
+        return row_dot, col_dot, self.D.shape[0]
+
+    def toarray(self) -> np.ndarray:
+        return self.D.toarray() + self.h[:, None] * self.v
 
 
 def bbse_priors(confusion, pred_counts, source_priors, *, prior_strength: float = 0.0) -> np.ndarray:

@@ -37,12 +37,17 @@ def test_streamed_statistics_equal_whole_file(tmp_path, fmt, layout):
         assert s.equals(whole), (chunk, s, whole)
 
 
-def test_streamed_binned_counts_keep_class_order_and_range(tmp_path):
+def _phanns_csv(path):
+    """The embedded PhANNs counts written as a binned CSV file; returns the TopLabelData."""
     phanns = load_phanns()
-    frame = pd.DataFrame({
+    pd.DataFrame({
         "predicted_class": np.asarray(phanns.classes)[phanns.pred], "bin_lo": phanns.bin_edges[:, 0],
-        "bin_hi": phanns.bin_edges[:, 1], "tp": phanns.tp, "fp": phanns.fp})
-    frame.to_csv(tmp_path / "b.csv", index=False)
+        "bin_hi": phanns.bin_edges[:, 1], "tp": phanns.tp, "fp": phanns.fp}).to_csv(path, index=False)
+    return phanns
+
+
+def test_streamed_binned_counts_keep_class_order_and_range(tmp_path):
+    phanns = _phanns_csv(tmp_path / "b.csv")
     whole = ScoreStats.from_data(read_data(tmp_path / "b.csv", score_range=(0, 10)))
     s = read_stats(tmp_path / "b.csv", 37, score_range=(0, 10))
     assert s.equals(whole) and s.classes == phanns.classes and s.score_range == phanns.score_range
@@ -336,11 +341,7 @@ def test_cli_streamed_fit_and_update_can_be_adapted(tmp_path, capsys):
 
 
 def test_streamed_fit_of_binned_counts_has_no_confusion(tmp_path):
-    phanns = load_phanns()
-    frame = pd.DataFrame({
-        "predicted_class": np.asarray(phanns.classes)[phanns.pred], "bin_lo": phanns.bin_edges[:, 0],
-        "bin_hi": phanns.bin_edges[:, 1], "tp": phanns.tp, "fp": phanns.fp})
-    frame.to_csv(tmp_path / "b.csv", index=False)
+    phanns = _phanns_csv(tmp_path / "b.csv")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal = fit_file(topcal.calibrator("hist"), tmp_path / "b.csv", chunk_rows=50, score_range=(0, 10))

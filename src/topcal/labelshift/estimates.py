@@ -129,8 +129,9 @@ def confusion_of(model) -> ConfusionStats:
     if stats is None:
         raise DataError(
             f"this {model.name!r} model does not know the true classes behind its predictions (it was fitted on "
-            "binned TP/FP counts or from statistics, updated with them, or saved before topcal stored them); "
-            "label-shift adaptation needs per-sample test data with true classes: refit on such data"
+            "binned TP/FP counts, from or updated with score statistics alone, or saved before topcal stored "
+            "them); label-shift adaptation needs test data with a true class per sample: refit on such data "
+            "(in memory, or streamed with --chunk-rows / --engine dask)"
         )
     return stats
 

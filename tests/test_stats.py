@@ -202,7 +202,7 @@ def test_update_merges_the_label_shift_counts():
     cal = _quiet_fit(topcal.calibrator("hist"), data.subset(parts[0]))
     cal.update(ScoreStats.from_data(data.subset(parts[1])))  # statistics carry no true classes
     assert cal.confusion_ is None
-    with pytest.raises(DataError, match="updated with them"):
+    with pytest.raises(DataError, match="updated with score statistics alone.*refit"):
         cal.adapt(priors=np.full(data.n_classes, 1 / data.n_classes))
 
 

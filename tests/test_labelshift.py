@@ -515,6 +515,16 @@ def test_cli_adapt_describe_apply(files, capsys):
     assert code == 0 and "BCTS" in out
 
 
+def test_describe_of_an_adapted_auto_model_shows_the_priors(files, capsys):
+    """auto's text switches to the chosen model; the adaptation wrapped around it must not vanish."""
+    t = files
+    assert run(["fit", t / "test.csv", "--method", "auto", "-o", t / "m.json"], capsys)[0] == 0
+    assert run(["adapt", t / "m.json", "-o", t / "a.json", "--priors", t / "P.csv"], capsys)[0] == 0
+    code, out, _ = run(["describe", t / "a.json"], capsys)
+    assert code == 0 and "chosen model:" in out and "label_shift: adapted=True" in out
+    assert out.count("use_prior:") == len(NAMES) and out.count("cv_nll_uncalibrated:") == len(NAMES)
+
+
 def test_cli_adapt_errors(files, capsys):
     t = files
     run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)

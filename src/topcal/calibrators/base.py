@@ -443,8 +443,14 @@ class Calibrator:
                 out.append("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
             for k, msg in cv["errors"].items():
                 out.append(f"  {k} failed in cross-validation: {msg}")
-            d = d["model"]
+            outer, d = d, d["model"]
             out.append(f"\nchosen model: {d['method']}, params {json.dumps(d['params'])}")
+            # what wraps the chosen model is kept: an adaptation's priors, auto's per-class CV NLL
+            wrap = {k: v for k, v in outer.items()
+                    if isinstance(v, dict) and k not in ("params", "classes", "model", "cross_validation")}
+            d = {**d, **wrap, "classes": {
+                c: {**info, **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info}}
+                for c, info in d["classes"].items()}}
         for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
             if isinstance(val, dict) and key not in ("params", "classes"):
                 out.append(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"

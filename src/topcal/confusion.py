@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import TopLabelData, class_order
+from .data import TopLabelData, rows_by_class
 from .errors import DataError
 from .stats import DEFAULT_CELLS, cell_index, cell_midpoints
 
@@ -78,11 +78,8 @@ class ConfusionStats:
             return None
         K = data.n_classes
         w = data.tp + data.fp
-        order = class_order(data.pred, K)  # rows grouped by predicted class, one sort
-        bounds = np.searchsorted(data.pred[order], np.arange(K + 1))
         edges, counts = [], []
-        for k in range(K):
-            idx = order[bounds[k]:bounds[k + 1]]
+        for k, idx in rows_by_class(data.pred, K, skip_empty=False):  # one sort, not a pass per class
             s, lab, wk = data.score[idx], data.labels[idx], w[idx]
             wrong = lab != k
             e = class_region_edges(s[wrong], wk[wrong], min_fp_per_region, max_regions)
@@ -103,8 +100,7 @@ class ConfusionStats:
         K = self.n_classes
         w = data.tp + data.fp
         counts = []
-        for k in range(K):
-            idx = np.flatnonzero(data.pred == k)
+        for k, idx in rows_by_class(data.pred, K, skip_empty=False):  # one sort, not a pass per class
             counts.append(_region_counts(self.edges[k], data.score[idx], data.labels[idx], w[idx], K))
         return ConfusionStats(self.classes, self.edges, tuple(counts))
 
@@ -152,8 +148,7 @@ class ConfusionStats:
         """(n, K): the counts of the region each row (predicted class, score) falls in."""
         pred = np.asarray(pred)
         out = np.empty((pred.shape[0], self.n_classes))
-        for k in np.unique(pred):
-            idx = np.flatnonzero(pred == k)
+        for k, idx in rows_by_class(pred, self.n_classes):  # one sort, not a pass per class
             out[idx] = self.counts[k][self.region(k, score[idx])]
         return out
 

@@ -41,7 +41,7 @@ import numpy as np
 from scipy.special import expit
 
 from .._params import MAX_ITER, Boolean, Interval, Options
-from ..data import LOG_PROB_FLOOR, TopLabelData, preview
+from ..data import LOG_PROB_FLOOR, TopLabelData, preview, rows_by_class
 from ..errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._ts_core import (
     OFFSET_MAX,
@@ -401,8 +401,7 @@ class _TemperatureBase(Calibrator):
         names = self._table_names()
         tables = {name: np.zeros((k, len(NODES), 3)) for name in names}
         top = [name for name in names if name != "multinomial"]
-        for c in np.unique(data.pred):
-            idx = np.flatnonzero(data.pred == c)
+        for c, idx in rows_by_class(data.pred, k):  # one sort, not a pass per class
             d, others = _split(data, idx)
             for name, t in tabulate_losses(d, others, data.tp[idx], data.fp[idx], NODES, top).items():
                 tables[name][c] = t

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..calibrators.base import Calibrator
 from ..confusion import ConfusionStats
-from ..data import TopLabelData
+from ..data import TopLabelData, rows_by_class
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
 from .safety import Shrink, choose_shrink, shrink_priors
 from .estimators import (ADAPTED_METHOD, ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
@@ -344,8 +344,7 @@ def _cells(stats: ConfusionStats, data: TopLabelData) -> tuple[np.ndarray, np.nd
     """Each row's (predicted class, score region) cell index, and the source counts per cell."""
     offsets = np.cumsum([0] + [c.shape[0] for c in stats.counts])
     cells = np.empty(data.n_rows, dtype=np.int64)
-    for k in np.unique(data.pred):
-        idx = np.flatnonzero(data.pred == k)
+    for k, idx in rows_by_class(data.pred, stats.n_classes):  # one sort, not a pass per class
         cells[idx] = offsets[k] + stats.region(k, data.score[idx])
     return cells, np.vstack(stats.counts)
 

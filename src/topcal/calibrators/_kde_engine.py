@@ -320,15 +320,20 @@ class ExactScanBatch:
         terms = [e.scan_terms() for e in engines]
         width = max(t[0].shape[1] for t in terms)
         c = len(terms)
-        self.dd = np.full((c, SCAN_POINTS, width), np.inf)
+        # padded centres: distance 0 and weight 0, so their terms are exactly 0 in both sums
+        self.dd = np.zeros((c, SCAN_POINTS, width))
         self.shift = np.empty((c, SCAN_POINTS))
         self.tw = np.zeros((c, width, 2))
+        #: largest shifted squared distance per class: the exponent floor is needed only
+        #: where it times 1 / 2b^2 exceeds -EXP_FLOOR (elsewhere max(e, EXP_FLOOR) is e)
+        self.dd_max = np.zeros(c)
         for i, (dd, m, t, w) in enumerate(terms):
             p = dd.shape[1]
             self.dd[i, :, :p] = dd
             self.shift[i] = m
             self.tw[i, :p, 0] = t
             self.tw[i, :p, 1] = w
+            self.dd_max[i] = dd.max()
 
     @staticmethod
     def size_of(engine) -> int:
@@ -341,6 +346,7 @@ class ExactScanBatch:
         rows = np.asarray(rows, dtype=np.int64)
         b = np.asarray(bandwidths, dtype=np.float64)
         inv = 0.5 / (b * b)
+        floor = self.dd_max[rows] * inv > -EXP_FLOOR
         kk = np.empty((rows.size, SCAN_POINTS, 2))
         # a few classes at a time, so the passes over the terms stay in cache
         step = max(1, _CACHE_ELEMENTS // (SCAN_POINTS * self.dd.shape[2]))
@@ -348,7 +354,8 @@ class ExactScanBatch:
             r = rows[a : a + step]
             e = self.dd[r]
             e *= -inv[a : a + step, None, None]
-            np.maximum(e, EXP_FLOOR, out=e)
+            if floor[a : a + step].any():
+                np.maximum(e, EXP_FLOOR, out=e)
             np.exp(e, out=e)
             np.matmul(e, self.tw[r], out=kk[a : a + step])
         num, den = kk[..., 0], kk[..., 1]
@@ -622,10 +629,10 @@ class BinnedEngine:
         occ = np.flatnonzero((self.T + self.F) > 0)
         if occ.size < 2:
             return self.delta
-        breaks = np.flatnonzero(np.diff(occ) > 1) + 1
-        runs = np.split(occ, breaks)
-        if len(runs) < 2 or max(r.size for r in runs) > 2:
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(occ) > 1) + 1])
+        if starts.size < 2 or np.diff(np.append(starts, occ.size)).max() > 2:
             return self.delta
-        w = self.T + self.F
-        centres = np.array([np.average(self.x[r], weights=w[r]) for r in runs])
+        # weighted centre of each run (one or two points), summed in the order np.average sums
+        w = (self.T + self.F)[occ]
+        centres = np.add.reduceat(self.x[occ] * w, starts) / np.add.reduceat(w, starts)
         return float(np.diff(centres).min())

@@ -279,3 +279,31 @@ def test_cumulative_predict_from_one_sort_equals_the_per_class_lookup():
     for k in range(4):
         rows = data.pred == k
         np.testing.assert_array_equal(got[rows], cal.curve(k, data.score[rows]).confidence)
+
+
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
+def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch):
+    """The exact engine's table sums and LOO NLL computed in cache-sized blocks of one buffer, and in
+    several chunks, equal the direct formula (blocks that do not divide the rows, a last partial one)."""
+    rng = np.random.default_rng(12)
+    p = np.sort(rng.random(37))
+    t = rng.integers(0, 3, 37).astype(float)
+    f = rng.integers(0, 2, 37).astype(float)
+    t[t + f == 0] = 1.0
+    x = np.linspace(p[0], p[-1], 1001)
+    bs = np.geomspace(0.004, 2.0, 23)
+    e = eng.ExactEngine(p, t, f, p[0], p[-1], bounds)
+    want_loo = [e.loo_nll([b])[0] for b in bs]
+    pa = p if bounds is None else np.concatenate([p, -p, 2.0 - p])
+    ta, fa = np.tile(t, pa.size // p.size), np.tile(f, pa.size // p.size)
+    d2 = (x[:, None] - pa[None, :]) ** 2
+    m = d2.min(axis=1)
+    for chunk, block in ((eng._CHUNK, eng._CACHE_ELEMENTS), (pa.size * 300, pa.size * 7), (pa.size * 5, pa.size * 2)):
+        monkeypatch.setattr(eng, "_CHUNK", chunk)
+        monkeypatch.setattr(eng, "_CACHE_ELEMENTS", block)
+        num, den, shift = eng.exact_sums(x, p, t, f, 0.05, bounds)
+        k = np.exp(-(d2 - m[:, None]) / (2 * 0.05 ** 2))
+        np.testing.assert_array_equal(shift, m)
+        np.testing.assert_allclose(num, k @ ta, rtol=1e-12)
+        np.testing.assert_allclose(den, k @ (ta + fa), rtol=1e-12)
+        np.testing.assert_allclose(e.loo_nll(bs), want_loo, rtol=1e-12)

@@ -134,17 +134,30 @@ def exact_sums(x, points, tp, fp, b, bounds=None):
     num = np.empty(x.shape[0])
     den = np.empty(x.shape[0])
     shift = np.empty(x.shape[0])
+    # chunks of at most _CHUNK elements, each one matrix-vector product (the row partition of
+    # a BLAS product can change its round-off, and the tables are kept bit for bit); the
+    # elementwise passes go over cache-sized blocks of a chunk in one buffer (fresh arrays
+    # of many MB cost more in page faults than the arithmetic)
     step = max(1, _CHUNK // max(p.size, 1))
+    sub = max(1, _CACHE_ELEMENTS // max(p.size, 1))
     inv = 0.5 / (b * b)
+    buf = np.empty((min(step, x.shape[0]), p.size))
     for a in range(0, x.shape[0], step):
-        d2 = (x[a : a + step, None] - p[None, :]) ** 2
-        m = d2.min(axis=1)
-        e = -(d2 - m[:, None]) * inv
-        np.maximum(e, EXP_FLOOR, out=e)
-        np.exp(e, out=e)
+        xa = x[a : a + step]
+        e = buf[: xa.size]
+        m = shift[a : a + step]
+        for c in range(0, xa.size, sub):
+            d2 = e[c : c + sub]
+            np.subtract(xa[c : c + sub, None], p[None, :], out=d2)
+            np.square(d2, out=d2)
+            d2.min(axis=1, out=m[c : c + sub])
+            d2 -= m[c : c + sub, None]
+            np.negative(d2, out=d2)
+            d2 *= inv
+            np.maximum(d2, EXP_FLOOR, out=d2)
+            np.exp(d2, out=d2)
         num[a : a + step] = e @ t
         den[a : a + step] = e @ w
-        shift[a : a + step] = m
     return num, den, shift
 
 
@@ -271,13 +284,21 @@ class ExactEngine:
             log_p_rest_f = np.log(t + f - u_f)
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
+        # chunks of bandwidths as large as _CHUNK allows, each one batched product (see
+        # exact_sums); the elementwise passes a few bandwidths at a time in one buffer
         step = max(1, _CHUNK // max(dd.size, 1))
+        sub = max(1, _CACHE_ELEMENTS // max(dd.size, 1))
+        neg = -dd
+        buf = np.empty((min(step, bs.size),) + dd.shape)
         for a in range(0, bs.size, step):
             b = bs[a : a + step]
             inv = 0.5 / (b * b)
-            e = -dd[None, :, :] * inv[:, None, None]
-            np.maximum(e, EXP_FLOOR, out=e)
-            np.exp(e, out=e)
+            e = buf[: b.size]
+            for c in range(0, b.size, sub):
+                part = e[c : c + sub]
+                np.multiply(neg[None, :, :], inv[c : c + sub, None, None], out=part)
+                np.maximum(part, EXP_FLOOR, out=part)
+                np.exp(part, out=part)
             e[:, self_cols] = 0.0  # the sample's own kernel (and mirrors) left out
             sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
             with np.errstate(divide="ignore"):
@@ -348,12 +369,15 @@ class ExactScanBatch:
         inv = 0.5 / (b * b)
         floor = self.dd_max[rows] * inv > -EXP_FLOOR
         kk = np.empty((rows.size, SCAN_POINTS, 2))
-        # a few classes at a time, so the passes over the terms stay in cache
+        # a few classes at a time, so the passes over the terms stay in cache (one buffer;
+        # each class's terms scaled straight into it, no separate gather pass)
         step = max(1, _CACHE_ELEMENTS // (SCAN_POINTS * self.dd.shape[2]))
+        buf = np.empty((min(step, rows.size),) + self.dd.shape[1:])
         for a in range(0, rows.size, step):
             r = rows[a : a + step]
-            e = self.dd[r]
-            e *= -inv[a : a + step, None, None]
+            e = buf[: r.size]
+            for j, i in enumerate(r):
+                np.multiply(self.dd[i], -inv[a + j], out=e[j])
             if floor[a : a + step].any():
                 np.maximum(e, EXP_FLOOR, out=e)
             np.exp(e, out=e)

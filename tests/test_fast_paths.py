@@ -307,3 +307,43 @@ def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch)
         np.testing.assert_allclose(num, k @ ta, rtol=1e-12)
         np.testing.assert_allclose(den, k @ (ta + fa), rtol=1e-12)
         np.testing.assert_allclose(e.loo_nll(bs), want_loo, rtol=1e-12)
+
+
+@pytest.mark.parametrize("bounds, discrete", [(None, False), ((0.0, 1.0), False), (None, True), ((0.0, 1.0), True)])
+def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
+    """ExactScanBatch.lower_bounds (every 8th scan point) is at most the full grid's count, for every
+    class and bandwidth of a scan; with ``at_most``, counts up to the bound are exact and the others
+    stay above it."""
+    from topcal.calibrators import _kde_rules as rules
+
+    rng = np.random.default_rng(13)
+    engines, cands = [], []
+    for i in range(40):
+        n = int(rng.integers(5, 300))
+        s = np.clip(rng.beta(4, 2, n) if i % 3 else rng.random(n), 1e-6, 1.0)
+        if discrete:
+            s = np.round(s * 40) / 40
+        right = rng.random(n) < s ** (0.5 + 2.0 * rng.random())
+        u, inv = np.unique(s, return_inverse=True)
+        if u.size < 2:
+            continue
+        t = np.bincount(inv, right.astype(float), minlength=u.size)
+        f = np.bincount(inv, (~right).astype(float), minlength=u.size)
+        engines.append(eng.ExactEngine(u, t, f, u[0], u[-1], bounds))
+        cands.append(rules.candidates(u[0], u[-1], float(np.diff(u).min())))
+    batch = eng.ExactScanBatch(engines)
+    rows = np.arange(len(engines))
+    seen_below = seen_above = 0
+    for j in range(0, 45, 2):
+        bw = np.array([c[min(j, c.size - 1)] for c in cands])
+        exact = batch.sign_changes(rows, bw)
+        want = [eng.count_sign_changes(*(a[0] for a in e.scan([b]))) for e, b in zip(engines, bw)]
+        np.testing.assert_array_equal(exact, want)
+        lb = batch.lower_bounds(rows, bw)
+        assert (lb <= exact).all()
+        got = batch.sign_changes(rows, bw, np.full(rows.size, 2.0))
+        np.testing.assert_array_equal(got[exact <= 2], exact[exact <= 2])
+        assert (got[exact > 2] > 2).all()
+        seen_below += int((lb[exact > 2] > 2).sum())
+        seen_above += int((exact > 2).sum())
+    assert seen_below > 0.3 * seen_above  # the bound settles many inadmissible bandwidths

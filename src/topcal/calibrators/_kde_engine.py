@@ -298,6 +298,10 @@ class ExactEngine:
         step = max(1, _CHUNK // max(dd.size, 1))
         sub = max(1, _CACHE_ELEMENTS // max(dd.size, 1))
         neg = -dd
+        # the exponent floor changes only exponents below it: skipped for bandwidths where the
+        # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
+        dd_max = float(np.where(self_cols, 0.0, dd).max())
+        self_i, self_j = np.nonzero(self_cols)
         buf = np.empty((min(step, bs.size),) + dd.shape)
         for a in range(0, bs.size, step):
             b = bs[a : a + step]
@@ -306,9 +310,10 @@ class ExactEngine:
             for c in range(0, b.size, sub):
                 part = e[c : c + sub]
                 np.multiply(neg[None, :, :], inv[c : c + sub, None, None], out=part)
-                np.maximum(part, EXP_FLOOR, out=part)
+                if dd_max * inv[c : c + sub].max() > -EXP_FLOOR:
+                    np.maximum(part, EXP_FLOOR, out=part)
                 np.exp(part, out=part)
-            e[:, self_cols] = 0.0  # the sample's own kernel (and mirrors) left out
+            e[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
             sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
             with np.errstate(divide="ignore"):
                 logs = np.log(sums) - (m[None, :] * inv[:, None])[:, :, None]

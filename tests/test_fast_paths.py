@@ -298,9 +298,9 @@ def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch)
     ta, fa = np.tile(t, pa.size // p.size), np.tile(f, pa.size // p.size)
     d2 = (x[:, None] - pa[None, :]) ** 2
     m = d2.min(axis=1)
-    for chunk, block in ((eng._CHUNK, eng._CACHE_ELEMENTS), (pa.size * 300, pa.size * 7), (pa.size * 5, pa.size * 2)):
-        monkeypatch.setattr(eng, "_CHUNK", chunk)
-        monkeypatch.setattr(eng, "_CACHE_ELEMENTS", block)
+    for chunk, block in ((eng.CHUNK_ELEMENTS, eng.CACHE_ELEMENTS), (pa.size * 300, pa.size * 7), (pa.size * 5, pa.size * 2)):
+        monkeypatch.setattr(eng, "CHUNK_ELEMENTS", chunk)
+        monkeypatch.setattr(eng, "CACHE_ELEMENTS", block)
         num, den, shift = eng.exact_sums(x, p, t, f, 0.05, bounds)
         k = np.exp(-(d2 - m[:, None]) / (2 * 0.05 ** 2))
         np.testing.assert_array_equal(shift, m)
@@ -314,8 +314,6 @@ def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
     """ExactScanBatch.lower_bounds (every 8th scan point) is at most the full grid's count, for every
     class and bandwidth of a scan; with ``at_most``, counts up to the bound are exact and the others
     stay above it."""
-    from topcal.calibrators import _kde_rules as rules
-
     rng = np.random.default_rng(13)
     engines, cands = [], []
     for i in range(40):
@@ -330,7 +328,7 @@ def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
         t = np.bincount(inv, right.astype(float), minlength=u.size)
         f = np.bincount(inv, (~right).astype(float), minlength=u.size)
         engines.append(eng.ExactEngine(u, t, f, u[0], u[-1], bounds))
-        cands.append(rules.candidates(u[0], u[-1], float(np.diff(u).min())))
+        cands.append((u[-1] - u[0]) / 256 * 2.0 ** (np.arange(41) / 4))  # the scan's candidates, b_lo = R / 256
     batch = eng.ExactScanBatch(engines)
     rows = np.arange(len(engines))
     seen_below = seen_above = 0

@@ -59,10 +59,10 @@ SLOPE_TOL = 1e-7
 #: relative to them.
 EXP_FLOOR = -700.0
 #: Elements of the batched scan's work array per pass (1 MB: stays in cache).
-_CACHE_ELEMENTS = 131_072
+CACHE_ELEMENTS = 131_072
 #: Largest chunk of the (points x kernels) matrix the exact engine builds
 #: at once, in elements (32 MB of float64).
-_CHUNK = 4_000_000
+CHUNK_ELEMENTS = 4_000_000
 
 
 def count_sign_changes(conf: np.ndarray, resolved: np.ndarray | None = None) -> int:
@@ -143,12 +143,12 @@ def exact_sums(x, points, tp, fp, b, bounds=None):
     num = np.empty(x.shape[0])
     den = np.empty(x.shape[0])
     shift = np.empty(x.shape[0])
-    # chunks of at most _CHUNK elements, each one matrix-vector product (the row partition of
+    # chunks of at most CHUNK_ELEMENTS elements, each one matrix-vector product (the row partition of
     # a BLAS product can change its round-off, and the tables are kept bit for bit); the
     # elementwise passes go over cache-sized blocks of a chunk in one buffer (fresh arrays
     # of many MB cost more in page faults than the arithmetic)
-    step = max(1, _CHUNK // max(p.size, 1))
-    sub = max(1, _CACHE_ELEMENTS // max(p.size, 1))
+    step = max(1, CHUNK_ELEMENTS // max(p.size, 1))
+    sub = max(1, CACHE_ELEMENTS // max(p.size, 1))
     inv = 0.5 / (b * b)
     buf = np.empty((min(step, x.shape[0]), p.size))
     for a in range(0, x.shape[0], step):
@@ -231,7 +231,7 @@ class ExactEngine:
 
     def cacheable(self) -> bool:
         """Whether the scan keeps the distance matrix (else it goes one bandwidth at a time)."""
-        return self.points.size * SCAN_POINTS <= _CHUNK
+        return self.points.size * SCAN_POINTS <= CHUNK_ELEMENTS
 
     def scan(self, bandwidths):
         """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
@@ -293,10 +293,10 @@ class ExactEngine:
             log_p_rest_f = np.log(t + f - u_f)
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
-        # chunks of bandwidths as large as _CHUNK allows, each one batched product (see
+        # chunks of bandwidths as large as CHUNK_ELEMENTS allows, each one batched product (see
         # exact_sums); the elementwise passes a few bandwidths at a time in one buffer
-        step = max(1, _CHUNK // max(dd.size, 1))
-        sub = max(1, _CACHE_ELEMENTS // max(dd.size, 1))
+        step = max(1, CHUNK_ELEMENTS // max(dd.size, 1))
+        sub = max(1, CACHE_ELEMENTS // max(dd.size, 1))
         neg = -dd
         # the exponent floor changes only exponents below it: skipped for bandwidths where the
         # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
@@ -439,7 +439,7 @@ class ExactScanBatch:
         kk = np.empty((rows.size, npts, 2))
         # a few classes at a time, so the passes over the terms stay in cache (one buffer;
         # each class's terms scaled straight into it, no separate gather pass)
-        step = max(1, _CACHE_ELEMENTS // (npts * dd_all.shape[2]))
+        step = max(1, CACHE_ELEMENTS // (npts * dd_all.shape[2]))
         buf = np.empty((min(step, rows.size),) + dd_all.shape[1:])
         for a in range(0, rows.size, step):
             r = rows[a : a + step]

@@ -279,3 +279,69 @@ def test_cumulative_predict_from_one_sort_equals_the_per_class_lookup():
     for k in range(4):
         rows = data.pred == k
         np.testing.assert_array_equal(got[rows], cal.curve(k, data.score[rows]).confidence)
+
+
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
+def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch):
+    """The exact engine's table sums and LOO NLL computed in cache-sized blocks of one buffer, and in
+    several chunks, equal the direct formula (blocks that do not divide the rows, a last partial one)."""
+    rng = np.random.default_rng(12)
+    p = np.sort(rng.random(37))
+    t = rng.integers(0, 3, 37).astype(float)
+    f = rng.integers(0, 2, 37).astype(float)
+    t[t + f == 0] = 1.0
+    x = np.linspace(p[0], p[-1], 1001)
+    bs = np.geomspace(0.004, 2.0, 23)
+    e = eng.ExactEngine(p, t, f, p[0], p[-1], bounds)
+    want_loo = [e.loo_nll([b])[0] for b in bs]
+    pa = p if bounds is None else np.concatenate([p, -p, 2.0 - p])
+    ta, fa = np.tile(t, pa.size // p.size), np.tile(f, pa.size // p.size)
+    d2 = (x[:, None] - pa[None, :]) ** 2
+    m = d2.min(axis=1)
+    for chunk, block in ((eng.CHUNK_ELEMENTS, eng.CACHE_ELEMENTS), (pa.size * 300, pa.size * 7), (pa.size * 5, pa.size * 2)):
+        monkeypatch.setattr(eng, "CHUNK_ELEMENTS", chunk)
+        monkeypatch.setattr(eng, "CACHE_ELEMENTS", block)
+        num, den, shift = eng.exact_sums(x, p, t, f, 0.05, bounds)
+        k = np.exp(-(d2 - m[:, None]) / (2 * 0.05 ** 2))
+        np.testing.assert_array_equal(shift, m)
+        np.testing.assert_allclose(num, k @ ta, rtol=1e-12)
+        np.testing.assert_allclose(den, k @ (ta + fa), rtol=1e-12)
+        np.testing.assert_allclose(e.loo_nll(bs), want_loo, rtol=1e-12)
+
+
+@pytest.mark.parametrize("bounds, discrete", [(None, False), ((0.0, 1.0), False), (None, True), ((0.0, 1.0), True)])
+def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
+    """ExactScanBatch.lower_bounds (every 8th scan point) is at most the full grid's count, for every
+    class and bandwidth of a scan; with ``at_most``, counts up to the bound are exact and the others
+    stay above it."""
+    rng = np.random.default_rng(13)
+    engines, cands = [], []
+    for i in range(40):
+        n = int(rng.integers(5, 300))
+        s = np.clip(rng.beta(4, 2, n) if i % 3 else rng.random(n), 1e-6, 1.0)
+        if discrete:
+            s = np.round(s * 40) / 40
+        right = rng.random(n) < s ** (0.5 + 2.0 * rng.random())
+        u, inv = np.unique(s, return_inverse=True)
+        if u.size < 2:
+            continue
+        t = np.bincount(inv, right.astype(float), minlength=u.size)
+        f = np.bincount(inv, (~right).astype(float), minlength=u.size)
+        engines.append(eng.ExactEngine(u, t, f, u[0], u[-1], bounds))
+        cands.append((u[-1] - u[0]) / 256 * 2.0 ** (np.arange(41) / 4))  # the scan's candidates, b_lo = R / 256
+    batch = eng.ExactScanBatch(engines)
+    rows = np.arange(len(engines))
+    seen_below = seen_above = 0
+    for j in range(0, 45, 2):
+        bw = np.array([c[min(j, c.size - 1)] for c in cands])
+        exact = batch.sign_changes(rows, bw)
+        want = [eng.count_sign_changes(*(a[0] for a in e.scan([b]))) for e, b in zip(engines, bw)]
+        np.testing.assert_array_equal(exact, want)
+        lb = batch.lower_bounds(rows, bw)
+        assert (lb <= exact).all()
+        got = batch.sign_changes(rows, bw, np.full(rows.size, 2.0))
+        np.testing.assert_array_equal(got[exact <= 2], exact[exact <= 2])
+        assert (got[exact > 2] > 2).all()
+        seen_below += int((lb[exact > 2] > 2).sum())
+        seen_above += int((exact > 2).sum())
+    assert seen_below > 0.3 * seen_above  # the bound settles many inadmissible bandwidths

@@ -112,7 +112,8 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
     admissible one, and the refinement points after the first admissible one
     of a round, cannot change the result, so they are not evaluated. Every
     step evaluates one bandwidth for every class still searching, in one
-    call of ``batch.sign_changes``. Returns (b, admissible, sign changes at
+    call of ``batch.sign_changes``, which may settle an inadmissible count by a
+    lower bound above max_changes (the same decisions). Returns (b, admissible, sign changes at
     b) per class.
     """
     n = len(cands)
@@ -143,7 +144,11 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
     active = list(range(n))
     while active:
         bw = np.array([cands[i][pos[i]] if phase[i] == 0 else bs_round[i][pos[i]] for i in active])
-        changes = batch.sign_changes(active, bw)
+        # an inadmissible count is only compared with max_changes, except at a class's last
+        # candidate (its count is recorded when no candidate is admissible)
+        at_most = np.array([np.inf if phase[i] == 0 and pos[i] + 1 == cands[i].size else max_changes
+                            for i in active])
+        changes = batch.sign_changes(active, bw, at_most)
         for i, b, c in zip(active, bw, changes):
             good = c <= max_changes
             if phase[i] == 0:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import ClassView, class_order
-from .._numeric import binary_nll
+from ..data import ClassView
+from .._numeric import SortedTables, binary_nll
 from .base import ScoreCalibrator, finite_array
 from .registry import register
 from .shrinkage import ShrinkageConstraint
@@ -84,57 +84,74 @@ class _CumulativeBase(ScoreCalibrator):
             (out["n_below"],) = finite_array([state["n_below"]], "n_below")
         return out
 
+    def _index_states(self) -> None:
+        """Every class's table end to end, with a bucket grid (:class:`SortedTables`) to search them.
+
+        A lookup is then one bucket computation and a gather or two per row, for all rows of
+        all classes together: no sort of the rows and no binary search in a long table (the
+        reference's table holds every distinct score of the fitting data). The local counts
+        above theta are stored as (TP count, count) pairs, one gather for both. Classes
+        without a state get an empty table; their rows are handled by the callers.
+        """
+        states = self.class_state_
+        st = [s for s in states if s is not None]
+        size = np.array([0 if s is None else s["scores"].size for s in states], dtype=np.int64)
+        cat = (lambda key: np.concatenate([s[key] for s in st])) if st else (lambda key: np.zeros(0))  # noqa: E731
+        self._tables = SortedTables(cat("scores"), np.concatenate([[0], np.cumsum(size)]))
+        self._has_state = size > 0
+        self._theta = np.array([np.inf if s is None else s["theta"] for s in states], dtype=np.float64)
+        below = np.array([0.0 if s is None else s["below"] for s in states], dtype=np.float64)
+        self._below = below
+        self._values = self._tables.layout(cat("values"))
+        self._counts = None  # models saved before shrinkage have no counts (and need none)
+        if all("n_above" in s for s in st):
+            n_above = cat("n_above")
+            n_below = np.array([0.0 if s is None else s["n_below"] for s in states], dtype=np.float64)
+            # Conf x count, the TP count of the local counts: the products the rows would take
+            self._counts = self._tables.layout(np.stack([cat("values") * n_above, n_above], axis=1))
+            self._counts_below = np.stack([below * n_below, n_below], axis=1)
+
+    def _table_rows(self, pred, score):
+        """(position in the laid-out tables, score >= theta) of every row's own class.
+
+        ``pred`` is an int array (a class per row) or one int (every row in that class); the
+        position holds class k's entry ``min(searchsorted(scores_k, score, side="left"), size_k - 1)``.
+        """
+        score = np.asarray(score, dtype=np.float64)
+        return self._tables.positions(score, pred), score >= self._theta[pred]
+
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         u = state["scores"]
-        i = np.minimum(_index_left(u, score), u.size - 1)
+        i = np.minimum(np.searchsorted(u, score, side="left"), u.size - 1)
         cum = state["values"][i]
         return np.where(score >= state["theta"], cum, state["below"])
 
+    def _predict_rows(self, pred, score):
+        """Unshrunk Conf of every row's own class in one lookup (rows of classes without a state:
+        the uncalibrated score, as :meth:`_predict_scores` gives them)."""
+        score = np.asarray(score, dtype=np.float64)
+        j, above = self._table_rows(pred, score)
+        out = np.where(above, self._values[j], self._below[pred])
+        if not self._has_state.all():
+            none = ~self._has_state[pred]
+            out[none] = self._uncalibrated(score[none])
+        return out
+
     def _local_counts(self, k: int, score: np.ndarray):
-        st = self.class_state_[k]
-        u = st["scores"]
-        i = np.minimum(_index_left(u, score), u.size - 1)
-        above = score >= st["theta"]
-        n = np.where(above, st["n_above"][i], st["n_below"])
-        c = np.where(above, st["values"][i], st["below"])
-        return c * n, n
+        return self._local_counts_rows(k, score)
 
-    def _shrink_terms(self, pred, score):
-        """One sort of the rows by score serves the reference's lookup and every class's."""
-        score = np.asarray(score, dtype=np.float64)
-        by_score = np.argsort(score)
-        r = np.empty(score.shape[0])
-        r[by_score] = self._reference(score[by_score])  # sorted queries: _index_left does not sort again
-        t, n = self._local_counts_rows(pred, score, by_score)
-        return t, n, r
-
-    def _local_counts_rows(self, pred, score, by_score=None):
-        """:meth:`_local_counts` of every row's own class, from one sort of all rows by score.
-
-        The rows sorted by score once, then grouped by class with a stable (radix) sort, give
-        every class its rows in ascending score order, so each class's lookup is a
-        cache-friendly ``searchsorted`` of sorted queries (no sort per class, as
-        :func:`_index_left` would do). The same indices, hence the same counts.
-        """
-        score = np.asarray(score, dtype=np.float64)
-        K = len(self.classes_)
-        t = np.zeros(score.shape[0])
-        n = np.zeros(score.shape[0])
-        if by_score is None:
-            by_score = np.argsort(score)
-        rows = by_score[class_order(pred[by_score], K)]
-        ends = np.cumsum(np.bincount(pred, minlength=K))
-        for k in range(K):
-            st = self.class_state_[k]
-            idx = rows[ends[k - 1] if k else 0 : ends[k]]
-            if st is None or not idx.size:
-                continue
-            s = score[idx]
-            i = np.minimum(np.searchsorted(st["scores"], s, side="left"), st["scores"].size - 1)
-            above = s >= st["theta"]
-            nk = np.where(above, st["n_above"][i], st["n_below"])
-            t[idx] = np.where(above, st["values"][i], st["below"]) * nk
-            n[idx] = nk
+    def _local_counts_rows(self, pred, score):
+        """:meth:`_local_counts` of every row's own class (``pred`` an int array, or one class for
+        all rows), all classes in one lookup (rows of classes without a state: 0, 0)."""
+        j, above = self._table_rows(pred, score)
+        tn = np.take(self._counts, j, axis=0)  # one gather for both counts
+        tn_below = self._counts_below[pred]
+        t = np.where(above, tn[:, 0], tn_below[..., 0])
+        n = np.where(above, tn[:, 1], tn_below[..., 1])
+        if not self._has_state.all():
+            none = ~self._has_state[pred]
+            t[none] = 0.0
+            n[none] = 0.0
         return t, n
 
     def _describe_classes(self) -> list[dict]:
@@ -152,21 +169,6 @@ class _CumulativeBase(ScoreCalibrator):
                 "support": list(sup),
             })
         return out
-
-
-def _index_left(u: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(u, score, side="left")``, faster for many queries into a long ``u``.
-
-    Sorted queries walk ``u`` in order (cache-friendly): with 10^5 queries
-    into 10^5 distinct scores, argsort + search is ~5x faster than searching
-    in row order. Same indices either way.
-    """
-    if score.size < 2048 or u.size < 2048 or not (score[1:] < score[:-1]).any():  # small, or already sorted
-        return np.searchsorted(u, score, side="left")
-    order = np.argsort(score)  # equal scores get equal indices: the sort's tie order does not matter
-    out = np.empty(score.size, dtype=np.intp)
-    out[order] = np.searchsorted(u, score[order], side="left")
-    return out
 
 
 @register

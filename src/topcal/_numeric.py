@@ -110,6 +110,8 @@ class SortedTables:
         # +inf per earlier table (the bucket after a table's last is the next table's first)
         bucket_table = np.repeat(np.arange(G + 1), np.append(nb, 1))
         self._start = start + bucket_table
+        # each bucket's first position and the entry there, side by side (exact: positions < 2^53)
+        self._head = np.stack([self._start[:-1].astype(np.float64), self._values[self._start[:-1]]], axis=1)
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
         b = x - self._first[group]
@@ -131,8 +133,10 @@ class SortedTables:
         v = self._values
         with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
             q = self._bucket(x, group)
-        j = self._start[q]
-        act = np.flatnonzero(v[j] < x)
+        head = np.take(self._head, q, axis=0)  # (position, its entry): one gather for both
+        j = head[:, 0].astype(np.intp)
+        act = np.flatnonzero(head[:, 1] < x)
+        del head
         for _ in range(self.LINEAR_STEPS):
             if not act.size:
                 break
@@ -164,16 +168,20 @@ class SortedTables:
         j -= self._offsets[group]
         return j
 
-    def layout(self, per_entry: np.ndarray) -> np.ndarray:
+    def layout(self, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
         """Values per table entry (first axis, in ``values``' order) laid out for :meth:`positions`.
 
-        Each table's slot after its last entry repeats that entry (zeros for an empty table),
-        so a gather at :meth:`positions` gives ``per_entry[min(searchsorted(...), size - 1)]``
-        of the query's table.
+        The slot after each table, where queries above its last entry land, holds ``after``
+        (one row per table) or, by default, a copy of the table's last entry (zeros for an
+        empty table): a gather at :meth:`positions` then gives
+        ``per_entry[min(searchsorted(...), size - 1)]`` of the query's table.
         """
         per_entry = np.asarray(per_entry)
         out = np.zeros((self._values.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
         out[self._entry_pos] = per_entry
-        full = self._ends > self._offsets
-        out[self._ends[full]] = out[self._ends[full] - 1]
+        if after is not None:
+            out[self._ends] = after
+        else:
+            full = self._ends > self._offsets
+            out[self._ends[full]] = out[self._ends[full] - 1]
         return out

@@ -22,6 +22,7 @@ from ..data import ClassView
 from .._numeric import SortedTables, binary_nll
 from .base import ScoreCalibrator, finite_array
 from .registry import register
+from . import shrinkage as shr
 from .shrinkage import ShrinkageConstraint
 
 __all__ = ["Cumulative", "CumulativeMedian", "CumulativeOptimal"]
@@ -85,40 +86,43 @@ class _CumulativeBase(ScoreCalibrator):
         return out
 
     def _index_states(self) -> None:
-        """Every class's table end to end, with a bucket grid (:class:`SortedTables`) to search them.
+        """Every class's lookup table end to end, with a bucket grid (:class:`SortedTables`) to search them.
 
         A lookup is then one bucket computation and a gather or two per row, for all rows of
         all classes together: no sort of the rows and no binary search in a long table (the
-        reference's table holds every distinct score of the fitting data). The local counts
-        above theta are stored as (TP count, count) pairs, one gather for both. Classes
-        without a state get an empty table; their rows are handled by the callers.
+        reference's table holds every distinct score of the fitting data). A class's keys are
+        its scores and the float just below theta (:func:`_lookup_keys`), so the key interval
+        of a score tells both its entry and whether it lies below theta: each slot holds the
+        value the score takes there, Conf and the (TP count, count) pair of its local counts,
+        the products the per-row code forms. Classes without a state get an empty table
+        (zeros); their rows are handled by the callers.
         """
         states = self.class_state_
-        st = [s for s in states if s is not None]
-        size = np.array([0 if s is None else s["scores"].size for s in states], dtype=np.int64)
-        cat = (lambda key: np.concatenate([s[key] for s in st])) if st else (lambda key: np.zeros(0))  # noqa: E731
-        self._tables = SortedTables(cat("scores"), np.concatenate([[0], np.cumsum(size)]))
-        self._has_state = size > 0
-        self._theta = np.array([np.inf if s is None else s["theta"] for s in states], dtype=np.float64)
-        below = np.array([0.0 if s is None else s["below"] for s in states], dtype=np.float64)
-        self._below = below
-        self._values = self._tables.layout(cat("values"))
-        self._counts = None  # models saved before shrinkage have no counts (and need none)
-        if all("n_above" in s for s in st):
-            n_above = cat("n_above")
-            n_below = np.array([0.0 if s is None else s["n_below"] for s in states], dtype=np.float64)
-            # Conf x count, the TP count of the local counts: the products the rows would take
-            self._counts = self._tables.layout(np.stack([cat("values") * n_above, n_above], axis=1))
-            self._counts_below = np.stack([below * n_below, n_below], axis=1)
-
-    def _table_rows(self, pred, score):
-        """(position in the laid-out tables, score >= theta) of every row's own class.
-
-        ``pred`` is an int array (a class per row) or one int (every row in that class); the
-        position holds class k's entry ``min(searchsorted(scores_k, score, side="left"), size_k - 1)``.
-        """
-        score = np.asarray(score, dtype=np.float64)
-        return self._tables.positions(score, pred), score >= self._theta[pred]
+        counts = all("n_above" in s for s in states if s is not None)  # files before shrinkage: no counts
+        keys, conf, tn, conf_end, tn_end = [], [], [], [], []
+        for st in states:
+            if st is None:
+                keys.append(np.zeros(0))
+                conf.append(np.zeros(0))
+                tn.append(np.zeros((0, 2)))
+                conf_end.append(0.0)
+                tn_end.append((0.0, 0.0))
+                continue
+            k, entry, above = _lookup_keys(st)
+            v = st["values"]
+            keys.append(k)
+            conf.append(np.where(above, v[entry], st["below"]))
+            conf_end.append(v[-1])
+            if counts:
+                n = st["n_above"]
+                tn.append(np.stack([np.where(above, v[entry] * n[entry], st["below"] * st["n_below"]),
+                                    np.where(above, n[entry], st["n_below"])], axis=1))
+                tn_end.append((v[-1] * n[-1], n[-1]))
+        size = np.array([k.size for k in keys], dtype=np.int64)
+        self._tables = SortedTables(np.concatenate(keys), np.concatenate([[0], np.cumsum(size)]))
+        self._has_state = np.array([s is not None for s in states], dtype=bool)
+        self._conf = self._tables.layout(np.concatenate(conf), np.array(conf_end))
+        self._counts = self._tables.layout(np.concatenate(tn), np.array(tn_end)) if counts else None
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         u = state["scores"]
@@ -130,8 +134,7 @@ class _CumulativeBase(ScoreCalibrator):
         """Unshrunk Conf of every row's own class in one lookup (rows of classes without a state:
         the uncalibrated score, as :meth:`_predict_scores` gives them)."""
         score = np.asarray(score, dtype=np.float64)
-        j, above = self._table_rows(pred, score)
-        out = np.where(above, self._values[j], self._below[pred])
+        out = self._conf[self._tables.positions(score, pred)]
         if not self._has_state.all():
             none = ~self._has_state[pred]
             out[none] = self._uncalibrated(score[none])
@@ -142,17 +145,20 @@ class _CumulativeBase(ScoreCalibrator):
 
     def _local_counts_rows(self, pred, score):
         """:meth:`_local_counts` of every row's own class (``pred`` an int array, or one class for
-        all rows), all classes in one lookup (rows of classes without a state: 0, 0)."""
-        j, above = self._table_rows(pred, score)
-        tn = np.take(self._counts, j, axis=0)  # one gather for both counts
-        tn_below = self._counts_below[pred]
-        t = np.where(above, tn[:, 0], tn_below[..., 0])
-        n = np.where(above, tn[:, 1], tn_below[..., 1])
-        if not self._has_state.all():
-            none = ~self._has_state[pred]
-            t[none] = 0.0
-            n[none] = 0.0
-        return t, n
+        all rows), all classes in one lookup and one gather (rows of classes without a state: 0, 0)."""
+        tn = np.take(self._counts, self._tables.positions(score, pred), axis=0)
+        return tn[:, 0], tn[:, 1]
+
+    def _reference(self, score: np.ndarray) -> np.ndarray:
+        """The reference curve at every score: its shrunk value per table slot, worked out once
+        (the same operations on the same counts as per row) and gathered."""
+        ref = self.reference_
+        key = (self.reference_m_, self.reference_rate_)
+        cache = getattr(self, "_reference_slots", None)
+        if cache is None or cache[0] is not ref._counts or cache[1] != key:  # a new fit or load: new counts
+            slots = shr.shrink(ref._counts[:, 0], ref._counts[:, 1], self.reference_rate_, self.reference_m_)
+            cache = self._reference_slots = (ref._counts, key, slots)
+        return cache[2][ref._tables.positions(np.asarray(score, dtype=np.float64), 0)]
 
     def _describe_classes(self) -> list[dict]:
         out = []
@@ -169,6 +175,23 @@ class _CumulativeBase(ScoreCalibrator):
                 "support": list(sup),
             })
         return out
+
+
+def _lookup_keys(state: dict):
+    """A class's lookup keys and, per key, its table entry and whether it lies at or above theta.
+
+    The keys are the class's scores and ``cut``, the largest float below theta. A score s
+    falls in one key interval (keys[e - 1], keys[e]] (``searchsorted(keys, s, side="left")
+    == e``); no score of the class lies strictly inside one, so ``searchsorted(scores, s,
+    side="left")`` is the same for the whole interval (``entry``), and since ``cut`` is a
+    key, s >= theta (s > cut) holds for all of it or for none (``above``). Above the last
+    key, s is above theta at the last entry.
+    """
+    u = state["scores"]
+    cut = np.nextafter(state["theta"], -np.inf)
+    keys = np.union1d(u, [cut])
+    entry = np.minimum(np.searchsorted(u, keys, side="left"), u.size - 1)
+    return keys, entry, keys > cut
 
 
 @register

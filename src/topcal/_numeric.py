@@ -60,9 +60,9 @@ class SortedTables:
     The tables (each ascending; stored end to end in ``values``, table g at
     ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of
     ``BUCKETS_PER_ENTRY`` buckets per entry over their own range, and each bucket the
-    position of its first entry. A query finds its bucket by arithmetic, gathers that
-    position (one random access, where a binary search into a long table makes ~log2 of
-    its length) and steps over the few entries of its bucket that lie below it; rows
+    position of its first entry and that entry. A query finds its bucket by arithmetic,
+    gathers both (one random access, where a binary search into a long table makes ~log2
+    of its length) and steps over the few entries of its bucket that lie below it; rows
     still stepping after ``LINEAR_STEPS`` finish by bisection within their bucket, so
     crowded buckets (scores piled up in a narrow range) cost O(log) and never a long scan.
 
@@ -74,9 +74,11 @@ class SortedTables:
     indices are those of ``np.searchsorted`` (tested against it).
     """
 
-    #: Buckets per table entry: ~1.3 entries scanned per query on the top scores of
-    #: softmax outputs (crowded towards 1); 4 int64 positions (32 bytes) per entry.
-    BUCKETS_PER_ENTRY = 4
+    #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
+    #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
+    #: that but measured no faster, at twice the memory. Each bucket keeps its first position
+    #: and the entry there (16 bytes): 32 bytes per entry.
+    BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
     LINEAR_STEPS = 2
 
@@ -109,9 +111,13 @@ class SortedTables:
         # padded position of each bucket's first entry: its table's entries before it, plus one
         # +inf per earlier table (the bucket after a table's last is the next table's first)
         bucket_table = np.repeat(np.arange(G + 1), np.append(nb, 1))
-        self._start = start + bucket_table
-        # each bucket's first position and the entry there, side by side (exact: positions < 2^53)
-        self._head = np.stack([self._start[:-1].astype(np.float64), self._values[self._start[:-1]]], axis=1)
+        start += bucket_table
+        # each bucket's first position and the entry there, side by side (exact: positions < 2^53);
+        # the last row, past the last bucket, only bounds the bisection
+        self._head = np.empty((start.size, 2))
+        self._head[:, 0] = start
+        self._head[:-1, 1] = self._values[start[:-1]]
+        self._head[-1, 1] = np.inf
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
         b = x - self._first[group]
@@ -144,7 +150,7 @@ class SortedTables:
             act = act[v[j[act]] < x[act]]
         if act.size:  # a crowded bucket: bisect (lo, hi] where v[hi] >= x (a later bucket or the +inf)
             lo = j[act] + 1
-            hi = np.minimum(self._start[q[act] + 1], self._ends[group] if group.ndim == 0 else self._ends[group[act]])
+            hi = np.minimum(self._head[q[act] + 1, 0].astype(np.intp), self._ends[group] if group.ndim == 0 else self._ends[group[act]])
             xa = x[act]
             while True:
                 more = lo < hi

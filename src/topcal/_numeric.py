@@ -99,14 +99,14 @@ class SortedTables:
         self._top = (nb - 1).astype(np.float64)
         self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
         # entries with a +inf after each table (the stop of a scan that passes the table's last entry)
-        pos = np.arange(values.size) + np.repeat(np.arange(G), size)
+        table_of = np.repeat(np.arange(G), size) if G > 1 else np.intp(0)  # each entry's table
+        pos = np.arange(values.size) + table_of
         self._values = np.full(values.size + G, np.inf)
         self._values[pos] = values
         self._entry_pos = pos
         self._offsets = offsets[:-1] + np.arange(G)
         self._ends = self._offsets + size  # the +inf after each table
-        count = np.bincount(self._bucket(values, np.repeat(np.arange(G), size)),
-                            minlength=int(self._bucket0[-1]))
+        count = np.bincount(self._bucket(values, table_of), minlength=int(self._bucket0[-1]))
         start = np.concatenate([[0], np.cumsum(count)])
         # padded position of each bucket's first entry: its table's entries before it, plus one
         # +inf per earlier table (the bucket after a table's last is the next table's first)

@@ -189,8 +189,12 @@ def _lookup_keys(state: dict):
     """
     u = state["scores"]
     cut = np.nextafter(state["theta"], -np.inf)
-    keys = np.union1d(u, [cut])
-    entry = np.minimum(np.searchsorted(u, keys, side="left"), u.size - 1)
+    p = int(np.searchsorted(u, cut, side="left"))
+    if p < u.size and u[p] == cut:  # already a score
+        keys, entry = u, np.arange(u.size)
+    else:  # inserted at p, where searchsorted(u, cut) == p (clipped to the last entry)
+        keys = np.insert(u, p, cut)
+        entry = np.concatenate([np.arange(p), [min(p, u.size - 1)], np.arange(p, u.size)])
     return keys, entry, keys > cut
 
 

@@ -103,7 +103,6 @@ class SortedTables:
         pos = np.arange(values.size) + table_of
         self._values = np.full(values.size + G, np.inf)
         self._values[pos] = values
-        self._entry_pos = pos
         self._offsets = offsets[:-1] + np.arange(G)
         self._ends = self._offsets + size  # the +inf after each table
         count = np.bincount(self._bucket(values, table_of), minlength=int(self._bucket0[-1]))
@@ -184,7 +183,8 @@ class SortedTables:
         """
         per_entry = np.asarray(per_entry)
         out = np.zeros((self._values.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
-        out[self._entry_pos] = per_entry
+        size = self._ends - self._offsets
+        out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = per_entry
         if after is not None:
             out[self._ends] = after
         else:

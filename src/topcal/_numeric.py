@@ -119,12 +119,14 @@ class SortedTables:
         self._head[-1, 1] = np.inf
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
-        b = x - self._first[group]
-        b *= self._scale[group]
+        """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the table's
+        buckets, plus its first bucket."""
+        b = x - np.take(self._first, group)
+        b *= np.take(self._scale, group)
         np.fmax(b, 0.0, out=b)  # fmax/fmin: an infinite query times scale 0 (NaN) goes to bucket 0
-        np.fmin(b, self._top[group], out=b)
+        np.fmin(b, np.take(self._top, group), out=b)
         q = b.astype(np.intp)
-        q += self._bucket0[group]
+        q += np.take(self._bucket0, group)
         return q
 
     def positions(self, x: np.ndarray, group=0) -> np.ndarray:

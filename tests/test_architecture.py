@@ -22,7 +22,7 @@ PKG = SRC / "topcal"
 #: objectives) are tested directly against brute force and finite
 #: differences, below the calibrator API that wraps them. Nothing else in the
 #: tests reaches private names.
-TEST_PRIVATE_MODULES = {"topcal.calibrators._kde_engine", "topcal.calibrators._ts_core"}
+TEST_PRIVATE_MODULES = {"topcal.calibrators._kde_engine", "topcal.calibrators._ts_core", "topcal._numeric"}
 
 
 def read_layers() -> dict[str, int]:

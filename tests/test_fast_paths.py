@@ -265,9 +265,9 @@ def test_merged_rows_give_the_loss_of_the_rows():
     assert merged[2].sum() == tp.sum() and merged[3].sum() == fp.sum()
 
 
-def test_cumulative_predict_from_one_sort_equals_the_per_class_lookup():
-    """cum-opt's apply sorts the rows by score once for the reference and every class (tables
-    longer than 2048 entries, so the sorted-query path runs): the same values as curve(k)."""
+def test_cumulative_predict_from_the_tables_equals_the_per_class_lookup():
+    """cum-opt's apply looks every row up in one bucket grid over all classes' tables (and the
+    reference's, longer than 2048 entries here): the same values as curve(k)."""
     from topcal.calibrators import calibrator
 
     data = _many_small_classes(seed=3, k=4, n=40_000)
@@ -345,3 +345,119 @@ def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
         seen_below += int((lb[exact > 2] > 2).sum())
         seen_above += int((exact > 2).sum())
     assert seen_below > 0.3 * seen_above  # the bound settles many inadmissible bandwidths
+
+
+def _naive_cumulative_counts(state, score):
+    """The cum family's local counts from one class's saved state, by ``np.searchsorted`` per call."""
+    u = state["scores"]
+    i = np.minimum(np.searchsorted(u, score, side="left"), u.size - 1)
+    above = score >= state["theta"]
+    n = np.where(above, state["n_above"][i], state["n_below"])
+    return np.where(above, state["values"][i], state["below"]) * n, n
+
+
+def _naive_cumulative_predict(cal, data):
+    """What a fitted cum model predicts, written out per row from its states (no tables, no grid)."""
+    from topcal.calibrators import shrinkage as shr
+
+    out = np.empty(data.n_rows)
+    ref = cal.reference_.class_state_[0] if cal._shrunk() else None
+    for row, (k, s) in enumerate(zip(data.pred, data.score)):
+        st = cal.class_state_[k]
+        s = np.array([s])
+        if ref is None:
+            if st is None:
+                out[row] = cal._uncalibrated(s)[0]
+                continue
+            u = st["scores"]
+            i = min(int(np.searchsorted(u, s[0], side="left")), u.size - 1)
+            out[row] = st["values"][i] if s[0] >= st["theta"] else st["below"]
+            continue
+        t0, n0 = _naive_cumulative_counts(ref, s)
+        r = shr.shrink(t0, n0, cal.reference_rate_, cal.reference_m_)
+        if st is None:
+            out[row] = r[0]
+            continue
+        t, n = _naive_cumulative_counts(st, s)
+        out[row] = shr.shrink(t, n, r, cal.shrinkage_[k])[0]
+    return out
+
+
+def _cumulative_cases():
+    """Per-sample, tied, binned data, and classes holding a single score value."""
+    rng = np.random.default_rng(17)
+    yield "per-sample", _many_small_classes(seed=4, k=12, n=3000)
+    yield "ties", _many_small_classes(seed=5, k=12, n=3000, discrete=True)
+    k, bins = 6, 20
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    pc = np.repeat(np.arange(k), bins)
+    lo, hi = np.tile(edges[:-1], k), np.tile(edges[1:], k)
+    tp = rng.integers(0, 30, pc.size) * (rng.random(pc.size) < 0.8)
+    fp = rng.integers(0, 30, pc.size) * (rng.random(pc.size) < 0.8)
+    tp[pc == 0] = 0
+    tp[(pc == 0) & (lo == edges[12])] = 5  # class 0: one occupied bin
+    fp[pc == 0] = 0
+    fp[(pc == 0) & (lo == edges[12])] = 3
+    yield "binned", TopLabelData.from_binned([f"c{c}" for c in pc], lo, hi, tp, fp)
+    pred = rng.integers(0, 5, 2000)
+    score = np.round(rng.random(2000), 3)
+    score[pred == 1] = 0.75  # one score value for the whole class
+    score[pred == 2] = 1.0
+    pred[:3] = 4  # class 4: three rows
+    labels = np.where(rng.random(2000) < score, pred, (pred + 1) % 6)
+    yield "single-score", TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(6)],
+                                                    score_range=(0.0, 1.0))
+
+
+@pytest.mark.parametrize("method", ["cum", "cum-median", "cum-opt"])
+@pytest.mark.parametrize("shrinkage", ["auto", "class", 0, 3.0])
+def test_cumulative_predict_equals_a_naive_per_row_reference(method, shrinkage):
+    """The one-lookup apply (all classes' tables, the reference's) gives, bit for bit, what each row's
+    class state says read with np.searchsorted: on other data than the fit's too (scores between,
+    below and above the tables' entries, classes never predicted at fit time)."""
+    from topcal.calibrators import calibrator
+
+    rng = np.random.default_rng(23)
+    for name, data in _cumulative_cases():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            cal = calibrator(method, shrinkage=shrinkage).fit(data)
+        np.testing.assert_array_equal(cal.predict(data), _naive_cumulative_predict(cal, data), err_msg=name)
+        K = len(data.classes)
+        other = TopLabelData.from_scores(
+            rng.integers(0, K, 500), np.concatenate([rng.random(497), [0.0, 1.0, 0.5]]), rng.integers(0, K, 500),
+            classes=list(data.classes), score_range=(0.0, 1.0))
+        np.testing.assert_array_equal(cal.predict(other), _naive_cumulative_predict(cal, other), err_msg=name)
+
+
+@pytest.mark.parametrize("per_entry, linear_steps", [(4, 2), (1, 0), (1, 5)])
+def test_sorted_tables_search_equals_searchsorted(monkeypatch, per_entry, linear_steps):
+    """SortedTables gives np.searchsorted(side="left") per table: empty and one-entry tables, ties,
+    entries crowded in one bucket (the bisection), queries outside the tables and infinite ones."""
+    from topcal._numeric import SortedTables
+
+    monkeypatch.setattr(SortedTables, "BUCKETS_PER_ENTRY", per_entry)
+    monkeypatch.setattr(SortedTables, "LINEAR_STEPS", linear_steps)
+    rng = np.random.default_rng(per_entry * 10 + linear_steps)
+    for _ in range(100):
+        tables = []
+        for _ in range(rng.integers(1, 6)):
+            size = rng.integers(0, 60)
+            kind = rng.integers(0, 4)
+            t = [rng.random(size), np.round(rng.random(size), 2),
+                 np.concatenate([0.5 + 1e-9 * rng.random(size), rng.random(3)]), np.full(min(size, 1), 0.3)][kind]
+            tables.append(np.unique(t))
+        offsets = np.concatenate([[0], np.cumsum([t.size for t in tables])])
+        index = SortedTables(np.concatenate(tables), offsets)
+        group = rng.integers(0, len(tables), 400)
+        pool = np.concatenate([np.concatenate(tables), rng.random(400), [-1e300, 1e300, np.inf, -np.inf, 0.5]])
+        x = rng.choice(pool, 400)
+        want = np.array([np.searchsorted(tables[g], v, side="left") for g, v in zip(group, x)])
+        np.testing.assert_array_equal(index.search(x, group), want)
+        np.testing.assert_array_equal(index.search(x, 0), np.searchsorted(tables[0], x, side="left"))
+        # layout: the gather at positions() is the entry min(searchsorted, size - 1) of the query's table
+        laid = index.layout(np.concatenate(tables))
+        got = laid[index.positions(x, group)]
+        for g, v, w in zip(group, x, got):
+            if tables[g].size:
+                assert w == tables[g][min(np.searchsorted(tables[g], v, side="left"), tables[g].size - 1)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PROB_CLIP", "binary_nll", "bin_index", "weighted_quantile_edges"]
+__all__ = ["PROB_CLIP", "binary_nll", "bin_index", "weighted_quantile_edges", "SortedTables"]
 
 #: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a
 #: confident mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf.
@@ -52,3 +52,144 @@ def weighted_quantile_edges(score: np.ndarray, weight: np.ndarray, n_bins: int, 
     inner = s[np.minimum(np.searchsorted(cw, targets, side="left"), s.size - 1)]
     edges = np.unique(np.concatenate([[lo], inner, [hi]]))
     return edges[(edges >= lo) & (edges <= hi)]
+
+
+class SortedTables:
+    """``np.searchsorted(table, x, side="left")`` into one of several sorted tables, without sorting ``x``.
+
+    The tables (each ascending; stored end to end in ``values``, table g at
+    ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of
+    ``BUCKETS_PER_ENTRY`` buckets per entry over their own range, and each bucket the
+    position of its first entry and that entry. A query finds its bucket by arithmetic,
+    gathers both (one random access, where a binary search into a long table makes ~log2
+    of its length) and steps over the few entries of its bucket that lie below it; rows
+    still stepping after ``LINEAR_STEPS`` finish by bisection within their bucket, so
+    crowded buckets (scores piled up in a narrow range) cost O(log) and never a long scan.
+
+    Exact: the bucket of a value, ``floor((value - first) * scale)`` clipped, is monotone
+    in the value under floating-point rounding too (a subtraction and a multiplication by
+    the same positive number, rounded, never reverse an order), and the entries are
+    bucketed by the same expression as the queries, so every entry in an earlier bucket
+    is below the query and every one in a later bucket of its table is above it. The
+    indices are those of ``np.searchsorted`` (tested against it).
+    """
+
+    #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
+    #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
+    #: that but measured no faster, at twice the memory. Each bucket keeps its first position
+    #: and the entry there (16 bytes): 32 bytes per entry.
+    BUCKETS_PER_ENTRY = 2
+    #: Single steps before the rows still below their bucket's entries bisect instead.
+    LINEAR_STEPS = 2
+
+    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+        values = np.asarray(values, dtype=np.float64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        G = offsets.size - 1
+        size = np.diff(offsets)
+        nb = np.maximum(1, self.BUCKETS_PER_ENTRY * size)
+        first = np.zeros(G)
+        span = np.zeros(G)
+        has = size > 0
+        first[has] = values[offsets[:-1][has]]
+        span[has] = values[offsets[1:][has] - 1] - first[has]
+        # span 0 (one entry, or equal ones): scale 0 puts every query in bucket 0
+        self._first = first
+        self._scale = np.divide(nb, span, out=np.zeros(G), where=span > 0)
+        self._top = (nb - 1).astype(np.float64)
+        self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
+        # entries with a +inf after each table (the stop of a scan that passes the table's last entry)
+        table_of = np.repeat(np.arange(G), size) if G > 1 else np.intp(0)  # each entry's table
+        pos = np.arange(values.size) + table_of
+        self._values = np.full(values.size + G, np.inf)
+        self._values[pos] = values
+        self._offsets = offsets[:-1] + np.arange(G)
+        self._ends = self._offsets + size  # the +inf after each table
+        count = np.bincount(self._bucket(values, table_of), minlength=int(self._bucket0[-1]))
+        start = np.concatenate([[0], np.cumsum(count)])
+        # padded position of each bucket's first entry: its table's entries before it, plus one
+        # +inf per earlier table (the bucket after a table's last is the next table's first)
+        bucket_table = np.repeat(np.arange(G + 1), np.append(nb, 1))
+        start += bucket_table
+        # each bucket's first position and the entry there, side by side (exact: positions < 2^53);
+        # the last row, past the last bucket, only bounds the bisection
+        self._head = np.empty((start.size, 2))
+        self._head[:, 0] = start
+        self._head[:-1, 1] = self._values[start[:-1]]
+        self._head[-1, 1] = np.inf
+
+    def _bucket(self, x: np.ndarray, group) -> np.ndarray:
+        """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the table's
+        buckets, plus its first bucket."""
+        b = x - np.take(self._first, group)
+        b *= np.take(self._scale, group)
+        np.fmax(b, 0.0, out=b)  # fmax/fmin: an infinite query times scale 0 (NaN) goes to bucket 0
+        np.fmin(b, np.take(self._top, group), out=b)
+        q = b.astype(np.intp)
+        q += np.take(self._bucket0, group)
+        return q
+
+    def positions(self, x: np.ndarray, group=0) -> np.ndarray:
+        """Where each ``x`` falls in the tables laid out end to end (:meth:`layout`).
+
+        :meth:`search`'s index plus the table's start, in a layout with one slot after each
+        table (so the index ``size``, past the last entry, is a slot of its own table).
+        """
+        x = np.asarray(x, dtype=np.float64)
+        group = np.asarray(group, dtype=np.intp)
+        v = self._values
+        with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
+            q = self._bucket(x, group)
+        head = np.take(self._head, q, axis=0)  # (position, its entry): one gather for both
+        j = head[:, 0].astype(np.intp)
+        act = np.flatnonzero(head[:, 1] < x)
+        del head
+        for _ in range(self.LINEAR_STEPS):
+            if not act.size:
+                break
+            j[act] += 1
+            act = act[v[j[act]] < x[act]]
+        if act.size:  # a crowded bucket: bisect (lo, hi] where v[hi] >= x (a later bucket or the +inf)
+            lo = j[act] + 1
+            hi = np.minimum(self._head[q[act] + 1, 0].astype(np.intp), self._ends[group] if group.ndim == 0 else self._ends[group[act]])
+            xa = x[act]
+            while True:
+                more = lo < hi
+                if not more.any():
+                    break
+                mid = (lo + hi) >> 1
+                below = v[mid] < xa
+                lo = np.where(more & below, mid + 1, lo)
+                hi = np.where(more & ~below, mid, hi)
+            j[act] = lo
+        return j
+
+    def search(self, x: np.ndarray, group=0) -> np.ndarray:
+        """Index of each ``x`` in its table as ``searchsorted(side="left")`` gives it.
+
+        ``group`` is the table of each query (an int array like ``x``) or of all of them (an
+        int). ``x`` must not hold NaN (the rows of a :class:`TopLabelData` never do).
+        """
+        group = np.asarray(group, dtype=np.intp)
+        j = self.positions(x, group)
+        j -= self._offsets[group]
+        return j
+
+    def layout(self, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
+        """Values per table entry (first axis, in ``values``' order) laid out for :meth:`positions`.
+
+        The slot after each table, where queries above its last entry land, holds ``after``
+        (one row per table) or, by default, a copy of the table's last entry (zeros for an
+        empty table): a gather at :meth:`positions` then gives
+        ``per_entry[min(searchsorted(...), size - 1)]`` of the query's table.
+        """
+        per_entry = np.asarray(per_entry)
+        out = np.zeros((self._values.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
+        size = self._ends - self._offsets
+        out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = per_entry
+        if after is not None:
+            out[self._ends] = after
+        else:
+            full = self._ends > self._offsets
+            out[self._ends[full]] = out[self._ends[full] - 1]
+        return out

@@ -770,7 +770,9 @@ class ScoreCalibrator(Calibrator):
     def _predict(self, data: TopLabelData) -> np.ndarray:
         if self._shrunk():
             t, n, r = self._shrink_terms(data.pred, data.score)
-            out = shr.shrink(t, n, r, self.shrinkage_[data.pred])
+            m = self.shrinkage_
+            # one pseudo-count for all classes ("auto", a number): the same value, without a gather per row
+            out = shr.shrink(t, n, r, m[0] if (m == m[0]).all() else m[data.pred])
             none = [k for k, st in enumerate(self.class_state_) if st is None]
             if none:  # no data of their own: the reference curve
                 rows = np.isin(data.pred, none)

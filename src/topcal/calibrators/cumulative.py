@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import ClassView, class_order
-from .._numeric import binary_nll
+from ..data import ClassView
+from .._numeric import SortedTables, binary_nll
 from .base import ScoreCalibrator, finite_array
 from .registry import register
+from . import shrinkage as shr
 from .shrinkage import ShrinkageConstraint
 
 __all__ = ["Cumulative", "CumulativeMedian", "CumulativeOptimal"]
@@ -84,58 +85,80 @@ class _CumulativeBase(ScoreCalibrator):
             (out["n_below"],) = finite_array([state["n_below"]], "n_below")
         return out
 
+    def _index_states(self) -> None:
+        """Every class's lookup table end to end, with a bucket grid (:class:`SortedTables`) to search them.
+
+        A lookup is then one bucket computation and a gather or two per row, for all rows of
+        all classes together: no sort of the rows and no binary search in a long table (the
+        reference's table holds every distinct score of the fitting data). A class's keys are
+        its scores and the float just below theta (:func:`_lookup_keys`), so the key interval
+        of a score tells both its entry and whether it lies below theta: each slot holds the
+        value the score takes there, Conf and the (TP count, count) pair of its local counts,
+        the products the per-row code forms. Classes without a state get an empty table
+        (zeros); their rows are handled by the callers.
+        """
+        states = self.class_state_
+        counts = all("n_above" in s for s in states if s is not None)  # files before shrinkage: no counts
+        keys, conf, tn, conf_end, tn_end = [], [], [], [], []
+        for st in states:
+            if st is None:
+                keys.append(np.zeros(0))
+                conf.append(np.zeros(0))
+                tn.append(np.zeros((0, 2)))
+                conf_end.append(0.0)
+                tn_end.append((0.0, 0.0))
+                continue
+            k, entry, above = _lookup_keys(st)
+            v = st["values"]
+            keys.append(k)
+            conf.append(np.where(above, v[entry], st["below"]))
+            conf_end.append(v[-1])
+            if counts:
+                n = st["n_above"]
+                tn.append(np.stack([np.where(above, v[entry] * n[entry], st["below"] * st["n_below"]),
+                                    np.where(above, n[entry], st["n_below"])], axis=1))
+                tn_end.append((v[-1] * n[-1], n[-1]))
+        size = np.array([k.size for k in keys], dtype=np.int64)
+        self._tables = SortedTables(np.concatenate(keys), np.concatenate([[0], np.cumsum(size)]))
+        self._has_state = np.array([s is not None for s in states], dtype=bool)
+        self._conf = self._tables.layout(np.concatenate(conf), np.array(conf_end))
+        self._counts = self._tables.layout(np.concatenate(tn), np.array(tn_end)) if counts else None
+
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         u = state["scores"]
-        i = np.minimum(_index_left(u, score), u.size - 1)
+        i = np.minimum(np.searchsorted(u, score, side="left"), u.size - 1)
         cum = state["values"][i]
         return np.where(score >= state["theta"], cum, state["below"])
 
+    def _predict_rows(self, pred, score):
+        """Unshrunk Conf of every row's own class in one lookup (rows of classes without a state:
+        the uncalibrated score, as :meth:`_predict_scores` gives them)."""
+        score = np.asarray(score, dtype=np.float64)
+        out = self._conf[self._tables.positions(score, pred)]
+        if not self._has_state.all():
+            none = ~self._has_state[pred]
+            out[none] = self._uncalibrated(score[none])
+        return out
+
     def _local_counts(self, k: int, score: np.ndarray):
-        st = self.class_state_[k]
-        u = st["scores"]
-        i = np.minimum(_index_left(u, score), u.size - 1)
-        above = score >= st["theta"]
-        n = np.where(above, st["n_above"][i], st["n_below"])
-        c = np.where(above, st["values"][i], st["below"])
-        return c * n, n
+        return self._local_counts_rows(k, score)
 
-    def _shrink_terms(self, pred, score):
-        """One sort of the rows by score serves the reference's lookup and every class's."""
-        score = np.asarray(score, dtype=np.float64)
-        by_score = np.argsort(score)
-        r = np.empty(score.shape[0])
-        r[by_score] = self._reference(score[by_score])  # sorted queries: _index_left does not sort again
-        t, n = self._local_counts_rows(pred, score, by_score)
-        return t, n, r
+    def _local_counts_rows(self, pred, score):
+        """:meth:`_local_counts` of every row's own class (``pred`` an int array, or one class for
+        all rows), all classes in one lookup and one gather (rows of classes without a state: 0, 0)."""
+        tn = np.take(self._counts, self._tables.positions(score, pred), axis=0)
+        return tn[:, 0], tn[:, 1]
 
-    def _local_counts_rows(self, pred, score, by_score=None):
-        """:meth:`_local_counts` of every row's own class, from one sort of all rows by score.
-
-        The rows sorted by score once, then grouped by class with a stable (radix) sort, give
-        every class its rows in ascending score order, so each class's lookup is a
-        cache-friendly ``searchsorted`` of sorted queries (no sort per class, as
-        :func:`_index_left` would do). The same indices, hence the same counts.
-        """
-        score = np.asarray(score, dtype=np.float64)
-        K = len(self.classes_)
-        t = np.zeros(score.shape[0])
-        n = np.zeros(score.shape[0])
-        if by_score is None:
-            by_score = np.argsort(score)
-        rows = by_score[class_order(pred[by_score], K)]
-        ends = np.cumsum(np.bincount(pred, minlength=K))
-        for k in range(K):
-            st = self.class_state_[k]
-            idx = rows[ends[k - 1] if k else 0 : ends[k]]
-            if st is None or not idx.size:
-                continue
-            s = score[idx]
-            i = np.minimum(np.searchsorted(st["scores"], s, side="left"), st["scores"].size - 1)
-            above = s >= st["theta"]
-            nk = np.where(above, st["n_above"][i], st["n_below"])
-            t[idx] = np.where(above, st["values"][i], st["below"]) * nk
-            n[idx] = nk
-        return t, n
+    def _reference(self, score: np.ndarray) -> np.ndarray:
+        """The reference curve at every score: its shrunk value per table slot, worked out once
+        (the same operations on the same counts as per row) and gathered."""
+        ref = self.reference_
+        key = (self.reference_m_, self.reference_rate_)
+        cache = getattr(self, "_reference_slots", None)
+        if cache is None or cache[0] is not ref._counts or cache[1] != key:  # a new fit or load: new counts
+            slots = shr.shrink(ref._counts[:, 0], ref._counts[:, 1], self.reference_rate_, self.reference_m_)
+            cache = self._reference_slots = (ref._counts, key, slots)
+        return cache[2][ref._tables.positions(np.asarray(score, dtype=np.float64), 0)]
 
     def _describe_classes(self) -> list[dict]:
         out = []
@@ -154,19 +177,25 @@ class _CumulativeBase(ScoreCalibrator):
         return out
 
 
-def _index_left(u: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(u, score, side="left")``, faster for many queries into a long ``u``.
+def _lookup_keys(state: dict):
+    """A class's lookup keys and, per key, its table entry and whether it lies at or above theta.
 
-    Sorted queries walk ``u`` in order (cache-friendly): with 10^5 queries
-    into 10^5 distinct scores, argsort + search is ~5x faster than searching
-    in row order. Same indices either way.
+    The keys are the class's scores and ``cut``, the largest float below theta. A score s
+    falls in one key interval (keys[e - 1], keys[e]] (``searchsorted(keys, s, side="left")
+    == e``); no score of the class lies strictly inside one, so ``searchsorted(scores, s,
+    side="left")`` is the same for the whole interval (``entry``), and since ``cut`` is a
+    key, s >= theta (s > cut) holds for all of it or for none (``above``). Above the last
+    key, s is above theta at the last entry.
     """
-    if score.size < 2048 or u.size < 2048 or not (score[1:] < score[:-1]).any():  # small, or already sorted
-        return np.searchsorted(u, score, side="left")
-    order = np.argsort(score)  # equal scores get equal indices: the sort's tie order does not matter
-    out = np.empty(score.size, dtype=np.intp)
-    out[order] = np.searchsorted(u, score[order], side="left")
-    return out
+    u = state["scores"]
+    cut = np.nextafter(state["theta"], -np.inf)
+    p = int(np.searchsorted(u, cut, side="left"))
+    if p < u.size and u[p] == cut:  # already a score
+        keys, entry = u, np.arange(u.size)
+    else:  # inserted at p, where searchsorted(u, cut) == p (clipped to the last entry)
+        keys = np.insert(u, p, cut)
+        entry = np.concatenate([np.arange(p), [min(p, u.size - 1)], np.arange(p, u.size)])
+    return keys, entry, keys > cut
 
 
 @register

@@ -204,6 +204,28 @@ def test_safety_simulation_gives_the_dense_version_figures(sep, n_bins, n_src, n
         assert got.nll_change_full == pytest.approx(full, rel=1e-8)  # EM's path may differ by rounding
 
 
+def test_moment_reading_adapts_where_the_error_at_the_estimate_sees_only_noise():
+    """bbse's safety step reads the estimator's error at the moment-consistent truth (simulated with no
+    shift and at the estimate, A = t^2 A + e(t)). On this weak classifier the error read at the
+    estimate alone overstates it (the shift it simulates is too small to pay: not adapted), while the
+    moment reading moves part of the way and lowers the use set's NLL; the rounds use common random numbers, so it is reproducible."""
+    model = topcal.calibrator("hist", n_bins=5).fit(shifted(2000, SOURCE, 0, sep=0.6)[0])
+    use = shifted(300, TARGET, 3, sep=0.6)[0]
+    est = estimate_priors(model, use.without_labels(), estimator="bbse", n_bootstrap=0, shrink=1.0)
+    kw = dict(estimator="bbse", prior_strength=PRIOR_STRENGTH["bbse"], fp_pseudocount=FP_PSEUDOCOUNT)
+    old = choose_shrink(model.confusion_, est.priors, 300, truth="estimate", **kw)
+    new = choose_shrink(model.confusion_, est.priors, 300, truth="moment", **kw)
+    assert old.factor == 0.0 and "not adapted" in old.reason
+    assert 0.0 < new.factor < 1.0 and "with no shift and" in new.reason
+    assert choose_shrink(model.confusion_, est.priors, 300, truth="moment", **kw) == new
+    ad = adapt(model, use.without_labels(), estimator="bbse", n_bootstrap=0)  # bbse's default reading
+    assert ad.estimate_.shrink == new.factor
+    before = metrics.nll(use, model.predict(use)).overall
+    assert metrics.nll(use, ad.predict(use)).overall < before - 0.01
+    with pytest.raises(ParameterError, match="truth must be one of"):
+        choose_shrink(model.confusion_, est.priors, 300, truth="median", **kw)
+
+
 def test_safety_step_does_not_adapt_when_the_estimate_is_within_its_noise(hist):
     """No shift: the estimate's spread is the estimator's noise, so the simulated truth is no shift and
     lam is 0 (before that rule, round 2 could still pick lam 0.05-0.1 for the gain of moving the

@@ -255,7 +255,8 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         The safety step: the priors returned are (1 - lam) source + lam
         estimate. "auto" chooses lam by simulated shift on the model's own
         counts (:func:`~topcal.labelshift.safety.choose_shrink`): 0 where the
-        estimator would do harm for this model and use-set size. A number
+        estimator would do harm for this model and use-set size (``truth="moment"``
+        for bbse and for EM with ``source_data``, ``"estimate"`` otherwise). A number
         fixes lam (1: the estimator's priors as they are).
 
     Returns
@@ -308,8 +309,11 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         a = (1.0 - level) / 2
         lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
     if shrink == "auto":
+        # bbse is simulated exactly and EM on BCTS vectors errs less than the simulation's cell-level
+        # EM: the moment reading of the error; EM on the model's own posteriors keeps the conservative one
+        rule = "moment" if estimator == "bbse" or source_data is not None else "estimate"
         chosen = choose_shrink(stats, point, n, estimator=estimator, prior_strength=prior_strength,
-                               fp_pseudocount=fp_pseudocount, seed=seed)
+                               fp_pseudocount=fp_pseudocount, seed=seed, truth=rule)
     else:
         chosen = Shrink(float(shrink), f"given (shrink={float(shrink):g})")
     lam = chosen.factor

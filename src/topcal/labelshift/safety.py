@@ -162,7 +162,8 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     n_sim : int
         Simulated use sets per round.
     seed : int
-        Every round draws the same resamples (common random numbers), so rounds compare cleanly.
+        Seed of the simulation (with ``truth="moment"`` every round draws the same resamples: common
+        random numbers, so the rounds compare cleanly).
     truth : {"estimate", "moment"}
         How the simulated truth is found (module docstring).
 

@@ -20,8 +20,9 @@ PKG = SRC / "topcal"
 #: Private modules that tests may import: the numeric cores of the KDE and
 #: the temperature scalings (bandwidth scan, kernel sums, Newton solver and
 #: objectives) are tested directly against brute force and finite
-#: differences, below the calibrator API that wraps them. Nothing else in the
-#: tests reaches private names.
+#: differences, and the small numeric helpers (``SortedTables`` against
+#: ``np.searchsorted``), below the calibrator API that wraps them. Nothing
+#: else in the tests reaches private names.
 TEST_PRIVATE_MODULES = {"topcal.calibrators._kde_engine", "topcal.calibrators._ts_core", "topcal._numeric"}
 
 

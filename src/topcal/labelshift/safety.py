@@ -173,7 +173,6 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     """
     if truth not in TRUTH_RULES:
         raise ParameterError(f"truth must be one of {', '.join(TRUTH_RULES)}; got {truth!r}")
-    truth_rule = truth
     N = np.vstack(stats.counts)
     m, K = N.shape
     cell_class = np.repeat(np.arange(K), [c.shape[0] for c in stats.counts])
@@ -203,13 +202,13 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
 
     shared = np.random.default_rng(seed)
 
-    def simulate(truth):
+    def simulate(pi_true):
         """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change per lam (n_sim, L).
 
         "moment" compares rounds: each draws the same resamples (common random numbers); "estimate"
         draws on from one generator (its two rounds are not compared)."""
-        rng = np.random.default_rng(seed) if truth_rule == "moment" else shared
-        p_use = (cond * truth).ravel()[nz]
+        rng = np.random.default_rng(seed) if truth == "moment" else shared
+        p_use = (cond * pi_true).ravel()[nz]
         p_use /= p_use.sum()
         change = np.zeros((n_sim, grid.size))
         err = np.zeros(n_sim)
@@ -219,7 +218,7 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
             li, lv = nz[lab > 0], lab[lab > 0].astype(np.float64)
             ui, uv = nz[use > 0], use[use > 0].astype(np.float64)
             est, c, q, tp_u, m_cells, ps = simulated_estimate(li // K, li % K, lv, ui // K, ui % K, uv)
-            err[s] = np.mean((ratios(est, ps) - ratios(truth, ps0)) ** 2)
+            err[s] = np.mean((ratios(est, ps) - ratios(pi_true, ps0)) ** 2)
             pis = (1.0 - grid)[:, None] * ps + grid[:, None] * est  # (L, K)
             W = ratios(pis, ps)  # a class absent from the resample keeps ratio 1 (unchanged) at every lam
             c_lam = adapt_confidence(c[:, None], W[:, cell_class].T, q.dot(W.T))  # (m, L)
@@ -254,7 +253,7 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     spread = float(np.mean((ratios(pi_hat, ps0) - 1.0) ** 2))
     lead = (f"{n_sim} simulated use sets of {n_use} rows drawn from the test set's counts, estimator "
             f"{estimator} on a resample of them; prior-ratio spread of the estimate {spread:.3g}")
-    if truth_rule == "moment":
+    if truth == "moment":
         err0, _ = simulate(ps0)
         if spread <= 0 or spread <= float(np.median(err0)):
             return Shrink(0.0, f"{lead} is within what the estimator shows with no shift at all (median "

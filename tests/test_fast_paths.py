@@ -461,3 +461,54 @@ def test_sorted_tables_search_equals_searchsorted(monkeypatch, per_entry, linear
         for g, v, w in zip(group, x, got):
             if tables[g].size:
                 assert w == tables[g][min(np.searchsorted(tables[g], v, side="left"), tables[g].size - 1)]
+
+
+def test_vectorised_alternation_count_equals_a_loop():
+    rng = np.random.default_rng(4)
+    s = rng.choice([-1.0, 0.0, 1.0], (200, 30), p=[0.4, 0.3, 0.3])
+    s[:5] = 0.0  # rows without a sign
+    want = []
+    for row in s:
+        nz = row[row != 0]
+        want.append(int(np.count_nonzero(nz[1:] != nz[:-1])))
+    np.testing.assert_array_equal(eng.count_alternations(s), want)
+
+
+def test_batched_levels_equal_each_engines_level():
+    """BinnedScanBatch.levels_of gives BinnedEngine.level_of for every (class, bandwidth), also at and
+    next to the level boundaries b = 16 * 2^L * delta (where the scan's candidates fall)."""
+    rng = np.random.default_rng(5)
+    engines = []
+    for _ in range(6):
+        lo = rng.uniform(0.0, 0.5)
+        hi = lo + rng.uniform(1e-4, 0.5)
+        w = rng.random((2, eng.FINE_CELLS + 1))
+        engines.append(eng.BinnedEngine(w[0], w[1], lo, hi))
+    batch = eng.BinnedScanBatch(engines)
+    rows, bs = [], []
+    for i, e in enumerate(engines):
+        unit = e.CELLS_PER_B * e.delta
+        edges = unit * 2.0 ** np.arange(-1, 5)
+        b = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf),
+                            unit * 2.0 ** rng.uniform(-2, 6, 50), (e.hi - e.lo) / 256 * 2.0 ** (np.arange(41) / 4)])
+        rows += [i] * b.size
+        bs.append(b)
+    rows, bs = np.array(rows), np.concatenate(bs)
+    np.testing.assert_array_equal(batch.levels_of(rows, bs), [engines[r].level_of(b) for r, b in zip(rows, bs)])
+
+
+def test_binned_batch_counts_for_rows_in_any_order():
+    """Consecutive classes are read as views of the stacked transforms, others gathered: the same counts
+    as each engine's own scan either way."""
+    rng = np.random.default_rng(6)
+    engines = []
+    for _ in range(5):
+        lo = rng.uniform(0.0, 0.3)
+        hi = lo + rng.uniform(0.1, 0.6)
+        x = np.linspace(0, 1, eng.FINE_CELLS + 1)
+        engines.append(eng.BinnedEngine(1 + np.sin(9 * x + rng.random()), 1 + rng.random(x.size), lo, hi))
+    batch = eng.BinnedScanBatch(engines)
+    for rows in ([0, 1, 2, 3, 4], [1, 2, 3], [3, 1, 4], [4, 3, 2, 1, 0], [2, 0, 1]):
+        bw = np.array([engines[r].delta * 16 * 2.0 ** rng.uniform(0, 5) for r in rows])
+        want = [eng.count_sign_changes(*(a[0] for a in engines[r].scan([b]))) for r, b in zip(rows, bw)]
+        np.testing.assert_array_equal(batch.sign_changes(rows, bw), want)

@@ -86,40 +86,37 @@ def count_sign_changes(conf: np.ndarray, resolved: np.ndarray | None = None) -> 
 def count_sign_changes_rows(conf: np.ndarray, resolved: np.ndarray) -> np.ndarray:
     """:func:`count_sign_changes` of every row of (m, G) arrays, without a Python loop.
 
-    The same counts: unresolved points are replaced by the last resolved
-    value before them (the first one at the start), so their differences are
-    exactly 0 (flat) and the difference at a resolved point is the one to the
-    previous resolved point, as in the compressed row.
+    The same counts: the resolved points of all rows are taken in row order
+    (one flat array) and differenced; a difference between two rows is
+    dropped, so each row's differences are those of its compressed row, the
+    same floats. Cheaper than differencing the full rows: no pass fills the
+    unresolved points. Every row of a scan has a resolved point (its
+    maximum) and finite values there (both engines divide by a positive
+    density): the counts are those of the earlier version, which filled each
+    unresolved point with the last resolved value before it, for such rows.
     """
     conf = np.asarray(conf, dtype=np.float64)
     m, g = conf.shape
     if g < 2:
         return np.zeros(m, dtype=np.int64)
-    cols = np.arange(g)
-    if resolved.all():
-        d = np.diff(conf, axis=1)
-    else:
-        idx = np.where(resolved, cols, -1)
-        np.maximum.accumulate(idx, axis=1, out=idx)
-        first = np.argmax(resolved, axis=1)
-        idx = np.where(idx >= 0, idx, first[:, None])
-        d = np.diff(np.take_along_axis(conf, idx, axis=1), axis=1)
-    s = np.sign(d)
-    s[np.abs(d) <= SLOPE_TOL] = 0.0
-    return count_alternations(s)
+    row = np.nonzero(resolved)[0]
+    d = np.diff(conf[resolved])
+    keep = row[1:] == row[:-1]
+    keep &= ~(np.abs(d) <= SLOPE_TOL)  # NaN differences are not flat, as in count_sign_changes
+    return _alternations(row[1:][keep], np.sign(d[keep]), m)
 
 
 def count_alternations(s: np.ndarray) -> np.ndarray:
     """Sign changes along each row of (m, G) signs (-1, 0, +1), zeros skipped."""
-    nz = s != 0
-    cols = np.arange(s.shape[1])
-    last = np.where(nz, cols, -1)
-    np.maximum.accumulate(last, axis=1, out=last)
-    prev = np.empty_like(last)
-    prev[:, 0] = -1
-    prev[:, 1:] = last[:, :-1]  # index of the previous non-flat difference
-    prev_s = np.take_along_axis(s, np.maximum(prev, 0), axis=1)
-    return np.count_nonzero(nz & (prev >= 0) & (prev_s != s), axis=1)
+    row, col = np.nonzero(s != 0)
+    return _alternations(row, s[row, col], s.shape[0])
+
+
+def _alternations(row, sign, m) -> np.ndarray:
+    """Per row of ``m``, the sign changes between consecutive entries of ``sign`` (row-major, rows ``row``)."""
+    change = sign[1:] != sign[:-1]
+    change &= row[1:] == row[:-1]
+    return np.bincount(row[1:][change], minlength=m)
 
 
 def _reflect_points(points, tp, fp, bounds):
@@ -555,6 +552,7 @@ class BinnedScanBatch:
     def __init__(self, engines):
         self.engines = engines
         self.lo = np.array([e.lo for e in engines])
+        self.unit = np.array([e.CELLS_PER_B * e.delta for e in engines])  # level_of's divisor
         self.bounds = engines[0].bounds
         self.levels = []
         for level in range(BinnedEngine.MAX_LEVEL + 1):
@@ -564,19 +562,37 @@ class BinnedScanBatch:
                 "step": np.array([lv["step"] for lv in lvs]), "cells": lvs[0]["cells"], "nfft": lvs[0]["nfft"],
             })
 
+    def levels_of(self, rows, b) -> np.ndarray:
+        """:meth:`BinnedEngine.level_of` of class ``rows[i]`` at bandwidth ``b[i]``, for all i in one pass.
+
+        floor(log2(b / unit)) vectorised; where the log2 lies within 1e-6 of an integer (a level
+        boundary: the candidates b_lo * 2^(i/4) fall on one at every 4th i) the engine's own
+        level_of decides, so the levels are level_of's whatever the vectorised log2 rounds to
+        there (elsewhere any log2 within 1e-6 has the same floor).
+        """
+        r = b / self.unit[rows]
+        lg = np.log2(np.where(r > 0, r, 1.0))
+        level = np.clip(np.floor(lg), 0, BinnedEngine.MAX_LEVEL).astype(np.int64)
+        for i in np.flatnonzero(np.abs(lg - np.round(lg)) < 1e-6):
+            level[i] = self.engines[rows[i]].level_of(b[i])
+        return level
+
     def sign_changes(self, rows, bandwidths, at_most=None) -> np.ndarray:
         """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]`` (always exact:
         ``at_most`` is accepted for the interface of :meth:`ExactScanBatch.sign_changes`)."""
         rows = np.asarray(rows, dtype=np.int64)
         b = np.asarray(bandwidths, dtype=np.float64)
-        level = np.array([self.engines[r].level_of(x) for r, x in zip(rows, b)], dtype=np.int64)
+        level = self.levels_of(rows, b)
         out = np.empty(rows.size, dtype=np.int64)
         for lvl in np.unique(level):
             sel = np.flatnonzero(level == lvl)
             r = rows[sel]
+            # consecutive classes (the lockstep passes them in order): views of the stacked
+            # transforms instead of copies
+            take = slice(r[0], r[0] + r.size) if np.array_equal(r, np.arange(r[0], r[0] + r.size)) else r
             lv = self.levels[lvl]
-            kt, kp = binned_sums(lv["ft_t"][r], lv["ft_p"][r], b[sel], lv["step"][r], lv["cells"] + 1, lv["nfft"],
-                                 self.lo[r], self.bounds)
+            kt, kp = binned_sums(lv["ft_t"][take], lv["ft_p"][take], b[sel], lv["step"][take], lv["cells"] + 1,
+                                 lv["nfft"], self.lo[take], self.bounds)
             stride = SCAN_STRIDE >> lvl
             conf, resolved = BinnedEngine._conf(kt[:, ::stride], kp[:, ::stride])
             out[sel] = count_sign_changes_rows(conf, resolved)

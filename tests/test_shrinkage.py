@@ -168,6 +168,22 @@ def test_shrunk_models_round_trip_bit_for_bit(method, tmp_path):
     assert back.describe()["classes"]["0"]["pseudo_count"] == m.shrinkage_[0]
 
 
+@pytest.mark.parametrize("method", ["hist", "kde-mon2"])
+def test_the_reference_keeps_no_statistics_and_the_model_still_updates(method):
+    # the pooled reference is saved without statistics and refitted with its model: its fit
+    # skips them; the model's own statistics and update are as before
+    p, lab = simulate_probs(2000, 7, 5, sharpen=[1.5, 0.8, 1, 1.2, 1])
+    data = TopLabelData.from_probs(p, lab)
+    m = _quiet(lambda: topcal.calibrator(method).fit(data))
+    assert m.reference_.stats_ is None and m.stats_ is not None
+    assert m.to_dict()["state"]["shrinkage"]["reference"] == m.reference_.to_dict(stats=False)
+    first, second = kfold_split(data, 2, seed=1)
+    updated = _quiet(lambda: topcal.calibrator(method).fit(first).update(second))
+    assert updated.reference_.stats_ is None
+    np.testing.assert_allclose(updated.predict(data), _quiet(lambda: topcal.calibrator(method).fit(
+        updated.stats_.to_data())).predict(data))
+
+
 def test_model_files_from_before_shrinkage_load_as_the_paper_estimator(tmp_path):
     p, lab = simulate_probs(1000, 8, 3)
     data = TopLabelData.from_probs(p, lab)

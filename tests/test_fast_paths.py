@@ -512,3 +512,19 @@ def test_binned_batch_counts_for_rows_in_any_order():
         bw = np.array([engines[r].delta * 16 * 2.0 ** rng.uniform(0, 5) for r in rows])
         want = [eng.count_sign_changes(*(a[0] for a in engines[r].scan([b]))) for r, b in zip(rows, bw)]
         np.testing.assert_array_equal(batch.sign_changes(rows, bw), want)
+
+
+def test_linear_bin_of_one_group_equals_the_gathered_path():
+    """One group (the pooled reference) uses its scalars, not per-row gathers: the same grids bit for bit
+    as that group binned among others."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    score = rng.beta(4, 2, n)
+    tp = (rng.random(n) < score).astype(float)
+    fp = 1.0 - tp
+    lo, hi = np.array([score.min(), 0.0]), np.array([score.max(), 1.0])
+    T1, F1 = eng.linear_bin(np.zeros(n, dtype=np.int64), score, tp, fp, lo[:1], hi[:1], 1)
+    T2, F2 = eng.linear_bin(np.zeros(n, dtype=np.int64), score, tp, fp, lo, hi, 2)
+    np.testing.assert_array_equal(T1[0], T2[0])
+    np.testing.assert_array_equal(F1[0], F2[0])
+    assert T1.sum() > 0 and F1.sum() > 0

@@ -477,19 +477,24 @@ def linear_bin(group, score, tp, fp, lo, hi, n_groups):
     m = FINE_CELLS + 1
     width = hi - lo
     inv = np.where(width > 0, FINE_CELLS / np.where(width > 0, width, 1.0), 0.0)
-    pos = score - lo[group]
-    pos *= inv[group]
-    i = np.minimum(pos.astype(np.int64), FINE_CELLS - 1)  # pos >= 0: truncation is floor
-    fr = pos - i
+    # one group (the pooled reference): its scalars instead of per-row gathers; the temporaries
+    # are reused in place (fresh arrays of many MB cost page faults): the same values either way
+    one = n_groups == 1
+    pos = score - (lo[0] if one else lo[group])
+    pos *= inv[0] if one else inv[group]
+    i = pos.astype(np.int64)
+    np.minimum(i, FINE_CELLS - 1, out=i)  # pos >= 0: truncation is floor
+    fr = np.subtract(pos, i, out=pos)
     np.clip(fr, 0.0, 1.0, out=fr)
-    i += group * m
+    if not one:
+        i += group * m
     size = n_groups * m
     wt = tp * fr
     wf = fp * fr
     # i never reaches a group's last point, so the right-hand shares shift by one within the group
-    T = np.bincount(i, tp - wt, minlength=size)
+    T = np.bincount(i, np.subtract(tp, wt, out=fr), minlength=size)
     T[1:] += np.bincount(i, wt, minlength=size)[:-1]
-    F = np.bincount(i, fp - wf, minlength=size)
+    F = np.bincount(i, np.subtract(fp, wf, out=fr), minlength=size)
     F[1:] += np.bincount(i, wf, minlength=size)[:-1]
     return T.reshape(n_groups, m), F.reshape(n_groups, m)
 

@@ -693,7 +693,10 @@ class ScoreCalibrator(Calibrator):
             warnings.simplefilter("ignore", DegenerateClassWarning)
             ref.fit(pooled)
         keep = (data.tp + data.fp) > 0
-        s, tp, fp = data.score[keep], data.tp[keep], data.fp[keep]
+        if keep.all():  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
+            s, tp, fp, pred = (np.ascontiguousarray(a) for a in (data.score, data.tp, data.fp, data.pred))
+        else:
+            s, tp, fp, pred = data.score[keep], data.tp[keep], data.fp[keep], data.pred[keep]
         self.reference_ = ref
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         one = np.zeros(s.shape[0], dtype=np.int64)
@@ -704,7 +707,7 @@ class ScoreCalibrator(Calibrator):
             rows = shr.merge_equal_rows(*rows)
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
         K = len(self.classes_)
-        s, tp, fp, pred = self._merged_rows(data.pred[keep], s, tp, fp)
+        s, tp, fp, pred = self._merged_rows(pred, s, tp, fp)
         r = self._reference(s)
         t, n = self._local_counts_rows(pred, s)
         rows = (t, n, tp, fp, r, pred)

@@ -244,6 +244,19 @@ def test_binned_kernel_reach_gives_the_fully_sampled_kernel(bounds, monkeypatch)
             np.testing.assert_array_equal(g, w_)
 
 
+def test_one_class_data_fits_as_that_class_among_others():
+    # one class (the pooled reference's case) takes its support from plain min / max, not the
+    # per-class reductions: the same support, bandwidth and table as the class fitted with another
+    data = _two_class_data(seed=8, n=2400)
+    both = calibrator("kde-mon2").fit(data)
+    v = data.class_view(0)
+    one = TopLabelData(("a",), np.zeros(v.score.size, dtype=np.int64), v.score, data.score_range, tp=v.tp, fp=v.fp)
+    alone = calibrator("kde-mon2").fit(one)
+    assert alone.support_[0] == both.support_[0] == (v.score.min(), v.score.max())
+    assert alone.bandwidth_[0] == both.bandwidth_[0]
+    np.testing.assert_array_equal(alone.class_state_[0]["table"], both.class_state_[0]["table"])
+
+
 def test_auto_engine_choice_and_override():
     small = _two_class_data(n=400)
     big = _two_class_data(n=1200)

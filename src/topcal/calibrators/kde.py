@@ -247,8 +247,11 @@ class _KDEBase(ScoreCalibrator):
             pred, score, tp, fp = data.pred[keep], data.score[keep], data.tp[keep], data.fp[keep]
         smin = np.full(K, np.inf)
         smax = np.full(K, -np.inf)
-        np.minimum.at(smin, pred, score)
-        np.maximum.at(smax, pred, score)
+        if K == 1 and score.size:  # one class (the pooled reference): plain min and max, the same values
+            smin[0], smax[0] = score.min(), score.max()
+        else:
+            np.minimum.at(smin, pred, score)
+            np.maximum.at(smax, pred, score)
         if data.is_binned:  # support = outer bin edges, as in ScoreCalibrator._fit
             edges = data.bin_edges[keep]
             lo = np.full(K, np.inf)

@@ -636,13 +636,14 @@ class BinnedScanBatch:
             r = rows[sel]
             lv = self.levels[lvl]
             # consecutive classes (the lockstep passes them in order): views of the stacked
-            # transforms; others gathered into the workspace
+            # transforms; others gathered into the workspace (valid rows: mode "clip" writes
+            # straight into it, "raise" would buffer)
             if np.array_equal(r, np.arange(r[0], r[0] + r.size)):
                 ft_t, ft_p = lv["ft_t"][r[0] : r[0] + r.size], lv["ft_p"][r[0] : r[0] + r.size]
             else:
                 shape = (r.size, lv["ft_t"].shape[1])
-                ft_t = np.take(lv["ft_t"], r, axis=0, out=self.work.get("ft_t", shape, np.complex128))
-                ft_p = np.take(lv["ft_p"], r, axis=0, out=self.work.get("ft_p", shape, np.complex128))
+                ft_t, ft_p = (np.take(lv[name], r, axis=0, out=self.work.get(name, shape, np.complex128), mode="clip")
+                              for name in ("ft_t", "ft_p"))
             kt, kp = binned_sums(ft_t, ft_p, b[sel], lv["step"][r], lv["cells"] + 1, lv["nfft"], self.lo[r],
                                  self.bounds, self.work)
             stride = SCAN_STRIDE >> lvl

@@ -461,3 +461,90 @@ def test_sorted_tables_search_equals_searchsorted(monkeypatch, per_entry, linear
         for g, v, w in zip(group, x, got):
             if tables[g].size:
                 assert w == tables[g][min(np.searchsorted(tables[g], v, side="left"), tables[g].size - 1)]
+
+
+def test_vectorised_alternation_count_equals_a_loop():
+    rng = np.random.default_rng(4)
+    s = rng.choice([-1.0, 0.0, 1.0], (200, 30), p=[0.4, 0.3, 0.3])
+    s[:5] = 0.0  # rows without a sign
+    want = []
+    for row in s:
+        nz = row[row != 0]
+        want.append(int(np.count_nonzero(nz[1:] != nz[:-1])))
+    np.testing.assert_array_equal(eng.count_alternations(s), want)
+
+
+def test_batched_levels_equal_each_engines_level():
+    """BinnedScanBatch.levels_of gives BinnedEngine.level_of for every (class, bandwidth), also at and
+    next to the level boundaries b = 16 * 2^L * delta (where the scan's candidates fall)."""
+    rng = np.random.default_rng(5)
+    engines = []
+    for _ in range(6):
+        lo = rng.uniform(0.0, 0.5)
+        hi = lo + rng.uniform(1e-4, 0.5)
+        w = rng.random((2, eng.FINE_CELLS + 1))
+        engines.append(eng.BinnedEngine(w[0], w[1], lo, hi))
+    batch = eng.BinnedScanBatch(engines)
+    rows, bs = [], []
+    for i, e in enumerate(engines):
+        unit = e.CELLS_PER_B * e.delta
+        edges = unit * 2.0 ** np.arange(-1, 5)
+        b = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf),
+                            unit * 2.0 ** rng.uniform(-2, 6, 50), (e.hi - e.lo) / 256 * 2.0 ** (np.arange(41) / 4)])
+        rows += [i] * b.size
+        bs.append(b)
+    rows, bs = np.array(rows), np.concatenate(bs)
+    np.testing.assert_array_equal(batch.levels_of(rows, bs), [engines[r].level_of(b) for r, b in zip(rows, bs)])
+
+
+def test_binned_batch_counts_for_rows_in_any_order():
+    """Consecutive classes are read as views of the stacked transforms, others gathered: the same counts
+    as each engine's own scan either way."""
+    rng = np.random.default_rng(6)
+    engines = []
+    for _ in range(5):
+        lo = rng.uniform(0.0, 0.3)
+        hi = lo + rng.uniform(0.1, 0.6)
+        x = np.linspace(0, 1, eng.FINE_CELLS + 1)
+        engines.append(eng.BinnedEngine(1 + np.sin(9 * x + rng.random()), 1 + rng.random(x.size), lo, hi))
+    batch = eng.BinnedScanBatch(engines)
+    for rows in ([0, 1, 2, 3, 4], [1, 2, 3], [3, 1, 4], [4, 3, 2, 1, 0], [2, 0, 1]):
+        bw = np.array([engines[r].delta * 16 * 2.0 ** rng.uniform(0, 5) for r in rows])
+        want = [eng.count_sign_changes(*(a[0] for a in engines[r].scan([b]))) for r, b in zip(rows, bw)]
+        np.testing.assert_array_equal(batch.sign_changes(rows, bw), want)
+
+
+def test_linear_bin_of_one_group_equals_the_gathered_path():
+    """One group (the pooled reference) uses its scalars, not per-row gathers: the same grids bit for bit
+    as that group binned among others."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    score = rng.beta(4, 2, n)
+    tp = (rng.random(n) < score).astype(float)
+    fp = 1.0 - tp
+    lo, hi = np.array([score.min(), 0.0]), np.array([score.max(), 1.0])
+    T1, F1 = eng.linear_bin(np.zeros(n, dtype=np.int64), score, tp, fp, lo[:1], hi[:1], 1)
+    T2, F2 = eng.linear_bin(np.zeros(n, dtype=np.int64), score, tp, fp, lo, hi, 2)
+    np.testing.assert_array_equal(T1[0], T2[0])
+    np.testing.assert_array_equal(F1[0], F2[0])
+    assert T1.sum() > 0 and F1.sum() > 0
+
+
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
+def test_binned_sums_in_a_reused_workspace_equal_fresh_arrays(bounds):
+    """The batched scan writes its transforms into one workspace, step after step: the sums are those of
+    fresh arrays bit for bit, whatever an earlier call (more rows, a wider kernel, another level) left in it."""
+    rng = np.random.default_rng(8)
+    work = eng.Workspace()
+    lo = 0.1
+    for level, rows, scale in [(0, 9, 64.0), (0, 3, 1.0), (2, 5, 2.0), (0, 7, 1.3), (3, 2, 300.0), (1, 4, 1.0)]:
+        cells = eng.FINE_CELLS >> level
+        m, nfft = cells + 1, (2 if bounds is None else 4) * cells
+        step = 0.8 / eng.FINE_CELLS * (1 << level)
+        b = 16 * step * scale * 2.0 ** rng.uniform(0, 0.5, rows)
+        w = rng.random((2, rows, m))
+        ft_t, ft_p = np.fft.rfft(w[0], nfft, axis=1), np.fft.rfft(w[0] + w[1], nfft, axis=1)
+        want = eng.binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds)
+        got = eng.binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work)
+        for g, w_ in zip(got, want):
+            np.testing.assert_array_equal(g, w_)

@@ -222,6 +222,41 @@ def test_binned_loo_matches_exact_loo():
     np.testing.assert_allclose(bi.loo_nll(bs), ex.loo_nll(bs), rtol=1e-3)
 
 
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
+def test_binned_kernel_reach_gives_the_fully_sampled_kernel(bounds, monkeypatch):
+    # the kernel is evaluated only at offsets below KERNEL_REACH b; the sums are the same
+    # arrays, bit for bit, as with the kernel sampled at every offset
+    rng = np.random.default_rng(3)
+    for level in range(4):
+        cells = eng.FINE_CELLS >> level
+        m, nfft = cells + 1, (2 if bounds is None else 4) * cells
+        lo, hi = 0.2, 0.2 + rng.uniform(0.01, 0.7)
+        step = (hi - lo) / eng.FINE_CELLS * (1 << level)
+        b = 16 * step * 2.0 ** rng.uniform(-0.3, 1.0 if level < 3 else 8.0, 6)
+        w = rng.random((2, m))
+        ft_t, ft_p = np.fft.rfft(w[0], nfft)[None], np.fft.rfft(w[0] + w[1], nfft)[None]
+        assert eng.kernel_reach(b[:, None], step, m) < m or level >= 2
+        got = eng.binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds)
+        with monkeypatch.context() as mp:
+            mp.setattr(eng, "kernel_reach", lambda b, step, m: m)
+            want = eng.binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds)
+        for g, w_ in zip(got, want):
+            np.testing.assert_array_equal(g, w_)
+
+
+def test_one_class_data_fits_as_that_class_among_others():
+    # one class (the pooled reference's case) takes its support from plain min / max, not the
+    # per-class reductions: the same support, bandwidth and table as the class fitted with another
+    data = _two_class_data(seed=8, n=2400)
+    both = calibrator("kde-mon2").fit(data)
+    v = data.class_view(0)
+    one = TopLabelData(("a",), np.zeros(v.score.size, dtype=np.int64), v.score, data.score_range, tp=v.tp, fp=v.fp)
+    alone = calibrator("kde-mon2").fit(one)
+    assert alone.support_[0] == both.support_[0] == (v.score.min(), v.score.max())
+    assert alone.bandwidth_[0] == both.bandwidth_[0]
+    np.testing.assert_array_equal(alone.class_state_[0]["table"], both.class_state_[0]["table"])
+
+
 def test_auto_engine_choice_and_override():
     small = _two_class_data(n=400)
     big = _two_class_data(n=1200)

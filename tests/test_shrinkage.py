@@ -168,6 +168,38 @@ def test_shrunk_models_round_trip_bit_for_bit(method, tmp_path):
     assert back.describe()["classes"]["0"]["pseudo_count"] == m.shrinkage_[0]
 
 
+@pytest.mark.parametrize("method", ["hist", "kde-mon2"])
+def test_the_reference_keeps_no_statistics_and_the_model_still_updates(method):
+    # the pooled reference is saved without statistics and refitted with its model: its fit
+    # skips them; the model's own statistics and update are as before
+    p, lab = simulate_probs(2000, 7, 5, sharpen=[1.5, 0.8, 1, 1.2, 1])
+    data = TopLabelData.from_probs(p, lab)
+    m = _quiet(lambda: topcal.calibrator(method).fit(data))
+    assert m.reference_.stats_ is None and m.stats_ is not None
+    assert m.to_dict()["state"]["shrinkage"]["reference"] == m.reference_.to_dict(stats=False)
+    first, second = kfold_split(data, 2, seed=1)
+    updated = _quiet(lambda: topcal.calibrator(method).fit(first).update(second))
+    assert updated.reference_.stats_ is None
+    np.testing.assert_allclose(updated.predict(data), _quiet(lambda: topcal.calibrator(method).fit(
+        updated.stats_.to_data())).predict(data))
+
+
+@pytest.mark.parametrize("method", SHRINKABLE)
+def test_shrunk_fit_leaves_the_data_unchanged(method):
+    # the pseudo-count's rows are the data's own arrays when every row has weight (no copies)
+    p, lab = simulate_probs(1500, 3, 4, sharpen=[1.5, 0.8, 1, 1.2])
+    data = TopLabelData.from_probs(p, lab)
+    before = [a.copy() for a in (data.score, data.tp, data.fp, data.pred)]
+    m = _quiet(lambda: topcal.calibrator(method).fit(data))
+    for a, b in zip(before, (data.score, data.tp, data.fp, data.pred)):
+        np.testing.assert_array_equal(a, b)
+    # the one-class reference reads its own table's scalars: the same counts as through the class array
+    t0, n0 = m.reference_._local_counts(0, data.score)
+    t1, n1 = m.reference_._local_counts_rows(np.zeros(data.n_rows, dtype=np.int64), data.score)
+    np.testing.assert_array_equal(t0, t1)
+    np.testing.assert_array_equal(n0, n1)
+
+
 def test_model_files_from_before_shrinkage_load_as_the_paper_estimator(tmp_path):
     p, lab = simulate_probs(1000, 8, 3)
     data = TopLabelData.from_probs(p, lab)

@@ -60,6 +60,12 @@ SLOPE_TOL = 1e-7
 EXP_FLOOR = -700.0
 #: Elements of the batched scan's work array per pass (1 MB: stays in cache).
 CACHE_ELEMENTS = 131_072
+#: The binned engine samples the kernel only at offsets below KERNEL_REACH bandwidths: beyond,
+#: the exponent is below -KERNEL_REACH^2 / 2 = -800 and ``exp`` returns exactly 0 (it does
+#: from -745.14 on: half the smallest subnormal), so the kernel is the same array as sampled
+#: at every offset, at a fraction of the ``exp`` work for the small bandwidths of the fine
+#: levels (an offset of 40 b is 640 fine cells at the smallest scanned b, of 4096).
+KERNEL_REACH = 40.0
 #: Largest chunk of the (points x kernels) matrix the exact engine builds
 #: at once, in elements (32 MB of float64).
 CHUNK_ELEMENTS = 4_000_000
@@ -80,40 +86,37 @@ def count_sign_changes(conf: np.ndarray, resolved: np.ndarray | None = None) -> 
 def count_sign_changes_rows(conf: np.ndarray, resolved: np.ndarray) -> np.ndarray:
     """:func:`count_sign_changes` of every row of (m, G) arrays, without a Python loop.
 
-    The same counts: unresolved points are replaced by the last resolved
-    value before them (the first one at the start), so their differences are
-    exactly 0 (flat) and the difference at a resolved point is the one to the
-    previous resolved point, as in the compressed row.
+    The same counts: the resolved points of all rows are taken in row order
+    (one flat array) and differenced; a difference between two rows is
+    dropped, so each row's differences are those of its compressed row, the
+    same floats. Cheaper than differencing the full rows: no pass fills the
+    unresolved points. Every row of a scan has a resolved point (its
+    maximum) and finite values there (both engines divide by a positive
+    density): the counts are those of the earlier version, which filled each
+    unresolved point with the last resolved value before it, for such rows.
     """
     conf = np.asarray(conf, dtype=np.float64)
     m, g = conf.shape
     if g < 2:
         return np.zeros(m, dtype=np.int64)
-    cols = np.arange(g)
-    if resolved.all():
-        d = np.diff(conf, axis=1)
-    else:
-        idx = np.where(resolved, cols, -1)
-        np.maximum.accumulate(idx, axis=1, out=idx)
-        first = np.argmax(resolved, axis=1)
-        idx = np.where(idx >= 0, idx, first[:, None])
-        d = np.diff(np.take_along_axis(conf, idx, axis=1), axis=1)
-    s = np.sign(d)
-    s[np.abs(d) <= SLOPE_TOL] = 0.0
-    return count_alternations(s)
+    row = np.nonzero(resolved)[0]
+    d = np.diff(conf[resolved])
+    keep = row[1:] == row[:-1]
+    keep &= ~(np.abs(d) <= SLOPE_TOL)  # NaN differences are not flat, as in count_sign_changes
+    return _alternations(row[1:][keep], np.sign(d[keep]), m)
 
 
 def count_alternations(s: np.ndarray) -> np.ndarray:
     """Sign changes along each row of (m, G) signs (-1, 0, +1), zeros skipped."""
-    nz = s != 0
-    cols = np.arange(s.shape[1])
-    last = np.where(nz, cols, -1)
-    np.maximum.accumulate(last, axis=1, out=last)
-    prev = np.empty_like(last)
-    prev[:, 0] = -1
-    prev[:, 1:] = last[:, :-1]  # index of the previous non-flat difference
-    prev_s = np.take_along_axis(s, np.maximum(prev, 0), axis=1)
-    return np.count_nonzero(nz & (prev >= 0) & (prev_s != s), axis=1)
+    row, col = np.nonzero(s != 0)
+    return _alternations(row, s[row, col], s.shape[0])
+
+
+def _alternations(row, sign, m) -> np.ndarray:
+    """Per row of ``m``, the sign changes between consecutive entries of ``sign`` (row-major, rows ``row``)."""
+    change = sign[1:] != sign[:-1]
+    change &= row[1:] == row[:-1]
+    return np.bincount(row[1:][change], minlength=m)
 
 
 def _reflect_points(points, tp, fp, bounds):
@@ -474,40 +477,98 @@ def linear_bin(group, score, tp, fp, lo, hi, n_groups):
     m = FINE_CELLS + 1
     width = hi - lo
     inv = np.where(width > 0, FINE_CELLS / np.where(width > 0, width, 1.0), 0.0)
-    pos = score - lo[group]
-    pos *= inv[group]
-    i = np.minimum(pos.astype(np.int64), FINE_CELLS - 1)  # pos >= 0: truncation is floor
-    fr = pos - i
+    # one group (the pooled reference): its scalars instead of per-row gathers; the temporaries
+    # are reused in place (fresh arrays of many MB cost page faults): the same values either way
+    one = n_groups == 1
+    pos = score - (lo[0] if one else lo[group])
+    pos *= inv[0] if one else inv[group]
+    i = pos.astype(np.int64)
+    np.minimum(i, FINE_CELLS - 1, out=i)  # pos >= 0: truncation is floor
+    fr = np.subtract(pos, i, out=pos)
     np.clip(fr, 0.0, 1.0, out=fr)
-    i += group * m
+    if not one:
+        i += group * m
     size = n_groups * m
     wt = tp * fr
     wf = fp * fr
     # i never reaches a group's last point, so the right-hand shares shift by one within the group
-    T = np.bincount(i, tp - wt, minlength=size)
+    T = np.bincount(i, np.subtract(tp, wt, out=fr), minlength=size)
     T[1:] += np.bincount(i, wt, minlength=size)[:-1]
-    F = np.bincount(i, fp - wf, minlength=size)
+    F = np.bincount(i, np.subtract(fp, wf, out=fr), minlength=size)
     F[1:] += np.bincount(i, wf, minlength=size)[:-1]
     return T.reshape(n_groups, m), F.reshape(n_groups, m)
 
 
-def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds):
+def kernel_reach(b, step, m) -> int:
+    """Offsets 0 .. reach - 1 of a kernel sampled on ``m`` points of spacing ``step`` that can be nonzero.
+
+    ``b`` and ``step`` are (rows, 1) or broadcastable; the reach covers every row: offsets j
+    with j * step >= KERNEL_REACH * b have kernel value exp(-(j step / b)^2 / 2) = 0 exactly.
+    """
+    return int(min(m, np.ceil(KERNEL_REACH * np.max(b / step)) + 1))
+
+
+class Workspace:
+    """Work arrays kept between calls, by name, grown as needed.
+
+    A batched scan step transforms tens of MB (64 classes x 8192 points, six arrays); fresh
+    arrays of that size are new pages for the allocator each time (it hands them back to the
+    system when freed), and faulting them in cost more than the FFTs (measured ~5,900 page
+    faults, ~10 of 17 ms, per 60-row step on the finest level). Writing into the same arrays
+    changes no value.
+    """
+
+    def __init__(self):
+        self._arrays = {}
+
+    def get(self, name, shape, dtype=np.float64) -> np.ndarray:
+        """An uninitialised C-contiguous array of ``shape`` under ``name`` (its contents are the caller's)."""
+        need = int(np.prod(shape))
+        a = self._arrays.get(name)
+        if a is None or a.dtype != np.dtype(dtype) or a.size < need:
+            a = self._arrays[name] = np.empty(need, dtype)
+        return a[:need].reshape(shape)
+
+
+#: numpy >= 2 lets the FFTs write into given arrays (``out=``); with older numpy they allocate.
+FFT_OUT = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
+
+
+def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work: Workspace | None = None):
     """Unshifted kernel sums on a level's grid of m points, one row per bandwidth: (KT, KP).
 
     ``ft_t``, ``ft_p``: rfft of the TP and positive weights, one row per bandwidth or one row
     for all; ``step`` and ``lo`` (grid spacing, support start) scalars or one per row. The
     kernel is sampled at every offset the grid needs and transformed per row (see
-    :class:`BinnedEngine`), so a row's arithmetic does not depend on the other rows.
+    :class:`BinnedEngine`), so a row's arithmetic does not depend on the other rows. With
+    ``work`` the transforms are written into its arrays (the same values) and KT, KP are
+    views of them, valid until the next call with the same ``work``.
     """
     b = b[:, None]
     step = np.reshape(step, (-1, 1))
-    k = np.zeros((b.shape[0], nfft))
-    half = np.exp(-0.5 * ((step * np.arange(m)[None, :]) / b) ** 2)
-    k[:, :m] = half
-    k[:, nfft - m + 1 :] = half[:, :0:-1]
-    ft = np.fft.rfft(k, axis=1)
-    spec_t = ft_t * ft
-    spec_p = ft_p * ft
+    rows, nft = b.shape[0], nfft // 2 + 1
+    # offsets of KERNEL_REACH b or more have exponent <= -KERNEL_REACH^2 / 2 and exp exactly 0:
+    # only the offsets below are evaluated (the same values; the rest stay 0)
+    reach = kernel_reach(b, step, m)
+    half = np.exp(-0.5 * ((step * np.arange(reach)[None, :]) / b) ** 2)
+    if work is None:
+        k = np.zeros((rows, nfft))
+    else:
+        k = work.get("kernel", (rows, nfft))
+        k[:, reach : nfft - reach + 1] = 0.0
+    k[:, :reach] = half
+    k[:, nfft - reach + 1 :] = half[:, :0:-1]
+
+    def out(name, shape, dtype):
+        return {} if work is None or not FFT_OUT else {"out": work.get(name, shape, dtype)}
+
+    ft = np.fft.rfft(k, axis=1, **out("kernel_ft", (rows, nft), np.complex128))
+    if work is None:
+        spec_t = ft_t * ft
+        spec_p = ft_p * ft
+    else:
+        spec_t = np.multiply(ft_t, ft, out=work.get("spec_t", (rows, nft), np.complex128))
+        spec_p = np.multiply(ft_p, ft, out=work.get("spec_p", (rows, nft), np.complex128))
     if bounds is not None:
         # correlation kernel at index q = g + h: phi(2(lo - L) + q step) + phi(2(lo - H) + q step)
         q = step * np.arange(2 * m - 1)[None, :]
@@ -519,8 +580,8 @@ def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds):
         ftr = np.fft.rfft(kr, axis=1)
         spec_t = spec_t + np.conj(ft_t) * ftr
         spec_p = spec_p + np.conj(ft_p) * ftr
-    kt = np.fft.irfft(spec_t, nfft, axis=1)[:, :m]
-    kp = np.fft.irfft(spec_p, nfft, axis=1)[:, :m]
+    kt = np.fft.irfft(spec_t, nfft, axis=1, **out("kt", (rows, nfft), np.float64))[:, :m]
+    kp = np.fft.irfft(spec_p, nfft, axis=1, **out("kp", (rows, nfft), np.float64))[:, :m]
     return kt, kp
 
 
@@ -537,6 +598,8 @@ class BinnedScanBatch:
     def __init__(self, engines):
         self.engines = engines
         self.lo = np.array([e.lo for e in engines])
+        self.unit = np.array([e.CELLS_PER_B * e.delta for e in engines])  # level_of's divisor
+        self.work = Workspace()  # the steps' transforms, reused (see Workspace)
         self.bounds = engines[0].bounds
         self.levels = []
         for level in range(BinnedEngine.MAX_LEVEL + 1):
@@ -546,19 +609,43 @@ class BinnedScanBatch:
                 "step": np.array([lv["step"] for lv in lvs]), "cells": lvs[0]["cells"], "nfft": lvs[0]["nfft"],
             })
 
+    def levels_of(self, rows, b) -> np.ndarray:
+        """:meth:`BinnedEngine.level_of` of class ``rows[i]`` at bandwidth ``b[i]``, for all i in one pass.
+
+        floor(log2(b / unit)) vectorised; where the log2 lies within 1e-6 of an integer (a level
+        boundary: the candidates b_lo * 2^(i/4) fall on one at every 4th i) the engine's own
+        level_of decides, so the levels are level_of's whatever the vectorised log2 rounds to
+        there (elsewhere any log2 within 1e-6 has the same floor).
+        """
+        r = b / self.unit[rows]
+        lg = np.log2(np.where(r > 0, r, 1.0))
+        level = np.clip(np.floor(lg), 0, BinnedEngine.MAX_LEVEL).astype(np.int64)
+        for i in np.flatnonzero(np.abs(lg - np.round(lg)) < 1e-6):
+            level[i] = self.engines[rows[i]].level_of(b[i])
+        return level
+
     def sign_changes(self, rows, bandwidths, at_most=None) -> np.ndarray:
         """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]`` (always exact:
         ``at_most`` is accepted for the interface of :meth:`ExactScanBatch.sign_changes`)."""
         rows = np.asarray(rows, dtype=np.int64)
         b = np.asarray(bandwidths, dtype=np.float64)
-        level = np.array([self.engines[r].level_of(x) for r, x in zip(rows, b)], dtype=np.int64)
+        level = self.levels_of(rows, b)
         out = np.empty(rows.size, dtype=np.int64)
         for lvl in np.unique(level):
             sel = np.flatnonzero(level == lvl)
             r = rows[sel]
             lv = self.levels[lvl]
-            kt, kp = binned_sums(lv["ft_t"][r], lv["ft_p"][r], b[sel], lv["step"][r], lv["cells"] + 1, lv["nfft"],
-                                 self.lo[r], self.bounds)
+            # consecutive classes (the lockstep passes them in order): views of the stacked
+            # transforms; others gathered into the workspace (valid rows: mode "clip" writes
+            # straight into it, "raise" would buffer)
+            if np.array_equal(r, np.arange(r[0], r[0] + r.size)):
+                ft_t, ft_p = lv["ft_t"][r[0] : r[0] + r.size], lv["ft_p"][r[0] : r[0] + r.size]
+            else:
+                shape = (r.size, lv["ft_t"].shape[1])
+                ft_t, ft_p = (np.take(lv[name], r, axis=0, out=self.work.get(name, shape, np.complex128), mode="clip")
+                              for name in ("ft_t", "ft_p"))
+            kt, kp = binned_sums(ft_t, ft_p, b[sel], lv["step"][r], lv["cells"] + 1, lv["nfft"], self.lo[r],
+                                 self.bounds, self.work)
             stride = SCAN_STRIDE >> lvl
             conf, resolved = BinnedEngine._conf(kt[:, ::stride], kp[:, ::stride])
             out[sel] = count_sign_changes_rows(conf, resolved)

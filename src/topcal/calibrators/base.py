@@ -108,6 +108,9 @@ class Calibrator:
     needs_full: ClassVar[bool] = False
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
+    #: True on the pooled reference a shrunk model fits (``_fit_shrinkage``): its fit skips
+    #: the mergeable statistics, a pass over all rows that nothing reads.
+    _is_reference: bool = False
 
     # ------------------------------------------------------------- params
     @classmethod
@@ -203,8 +206,9 @@ class Calibrator:
             )
         self.stats_ = None
         self._fit(data)
-        # the mergeable statistics that let update() refit on old + new data
-        self.stats_ = self.stats_of(data) if self._keeps_stats() else None
+        # the mergeable statistics that let update() refit on old + new data; a shrinkage
+        # reference keeps none (it is saved without them and refitted, not updated, with its model)
+        self.stats_ = self.stats_of(data) if self._keeps_stats() and not self._is_reference else None
         return self
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
@@ -680,6 +684,7 @@ class ScoreCalibrator(Calibrator):
     def _fit_shrinkage(self, data: TopLabelData) -> None:
         """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
         ref = type(self)(**{**self.get_params(), "shrinkage": 0})
+        ref._is_reference = True
         pooled = TopLabelData(
             ("all classes",), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
             tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
@@ -688,7 +693,10 @@ class ScoreCalibrator(Calibrator):
             warnings.simplefilter("ignore", DegenerateClassWarning)
             ref.fit(pooled)
         keep = (data.tp + data.fp) > 0
-        s, tp, fp = data.score[keep], data.tp[keep], data.fp[keep]
+        if keep.all():  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
+            s, tp, fp, pred = (np.ascontiguousarray(a) for a in (data.score, data.tp, data.fp, data.pred))
+        else:
+            s, tp, fp, pred = data.score[keep], data.tp[keep], data.fp[keep], data.pred[keep]
         self.reference_ = ref
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         one = np.zeros(s.shape[0], dtype=np.int64)
@@ -699,7 +707,7 @@ class ScoreCalibrator(Calibrator):
             rows = shr.merge_equal_rows(*rows)
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
         K = len(self.classes_)
-        s, tp, fp, pred = self._merged_rows(data.pred[keep], s, tp, fp)
+        s, tp, fp, pred = self._merged_rows(pred, s, tp, fp)
         r = self._reference(s)
         t, n = self._local_counts_rows(pred, s)
         rows = (t, n, tp, fp, r, pred)

@@ -247,8 +247,11 @@ class _KDEBase(ScoreCalibrator):
             pred, score, tp, fp = data.pred[keep], data.score[keep], data.tp[keep], data.fp[keep]
         smin = np.full(K, np.inf)
         smax = np.full(K, -np.inf)
-        np.minimum.at(smin, pred, score)
-        np.maximum.at(smax, pred, score)
+        if K == 1 and score.size:  # one class (the pooled reference): plain min and max, the same values
+            smin[0], smax[0] = score.min(), score.max()
+        else:
+            np.minimum.at(smin, pred, score)
+            np.maximum.at(smax, pred, score)
         if data.is_binned:  # support = outer bin edges, as in ScoreCalibrator._fit
             edges = data.bin_edges[keep]
             lo = np.full(K, np.inf)
@@ -493,13 +496,14 @@ class _KDEBase(ScoreCalibrator):
         self.bandwidth_ = bw
 
     def _interp(self, k, score, with_count: bool = False):
-        """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape."""
+        """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape, or ``k`` one class."""
         return _interp_tables(self._tab, self._tab_n if with_count else None, self._tab_off[k],
                               self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k], score)
 
     def _local_counts(self, k: int, score: np.ndarray):
+        # one class: its table's scalars, not a per-row class array and gathers (the same values)
         s = np.asarray(score, dtype=np.float64)
-        c, n = self._interp(np.full(s.shape, k, dtype=np.int64), s, with_count=True)
+        c, n = self._interp(int(k), s, with_count=True)
         return c * n, n
 
     def _local_counts_rows(self, pred, score):
@@ -512,10 +516,15 @@ class _KDEBase(ScoreCalibrator):
         return c * n, n
 
     def _count_cells(self, pred, score):
-        """Cells of the flat tables (Conf and the count are linear in the score within one)."""
-        i, _ = _table_cells(self._tab_lo[pred], self._tab_hi[pred], self._tab_inv[pred], self._tab_nm1[pred],
+        """Cells of the flat tables (Conf and the count are linear in the score within one).
+
+        A model of one class (the pooled reference) reads its table's scalars instead of
+        gathering them per row: the same cells.
+        """
+        k = 0 if len(self.classes_) == 1 else pred
+        i, _ = _table_cells(self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k],
                             np.asarray(score, dtype=np.float64))
-        i += self._tab_off[pred]
+        i += self._tab_off[k]
         return i, self._tab.size
 
     def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:

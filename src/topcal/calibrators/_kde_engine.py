@@ -189,6 +189,29 @@ def _loss_rows(c_tp, c_fp_wrong, tp, fp):
     return -(la @ tp[a]) - (lz @ fp[z])
 
 
+def _loo_confidences(sums, m, inv, lt):
+    """Leave-one-out (P(correct) of each TP, P(wrong) of each FP) from the shifted other-centre sums.
+
+    ``sums``: (rows, samples, 3); ``m`` and the ``log_*_rest`` and ``q_*`` terms of ``lt``
+    broadcast against (rows, samples), ``inv`` = 1 / 2b^2 as a column. Shared by
+    :meth:`ExactEngine.loo_nll` and :class:`ExactLooBatch`, so both do the same arithmetic.
+    """
+    with np.errstate(divide="ignore"):
+        logs = np.log(sums) - (m * inv)[:, :, None]
+    log_ot, log_of, log_op = logs[..., 0], logs[..., 1], logs[..., 2]
+    # the own centre (with mirrors) at distance 0 (and 2(s - limit))
+    selfk = np.ones(log_ot.shape)
+    if lt["q_lo"] is not None:
+        selfk = selfk + np.exp(lt["q_lo"] * inv) + np.exp(lt["q_hi"] * inv)
+    with np.errstate(divide="ignore"):
+        ls = np.log(selfk)
+        num_t = np.logaddexp(log_ot, lt["log_t_rest"] + ls)
+        den_t = np.logaddexp(log_op, lt["log_p_rest_t"] + ls)
+        num_f = np.logaddexp(log_of, lt["log_f_rest"] + ls)
+        den_f = np.logaddexp(log_op, lt["log_p_rest_f"] + ls)
+    return np.exp(num_t - den_t), np.exp(num_f - den_f)
+
+
 class ExactEngine:
     """Direct summation over the class's distinct scores (small classes).
 
@@ -262,16 +285,15 @@ class ExactEngine:
     def confidence(self, x, b):
         return exact_confidence(x, self.points, self.tp, self.fp, b, self.bounds)
 
-    def loo_nll(self, bandwidths) -> np.ndarray:
-        """Leave-one-out top-label NLL (summed over the class) per bandwidth.
+    def loo_terms(self) -> dict:
+        """The bandwidth-free terms of :meth:`loo_nll` (also stacked by :class:`ExactLooBatch`).
 
-        Each sample's own kernel (and its mirror images) is removed from its
-        own group's sum: one unit of weight, or the whole weight when it is
-        below 1. All bandwidths are evaluated together, as (bandwidth x
-        sample x centre) arrays in chunks of bandwidths that stay below the
-        engine's memory chunk (the same arithmetic per bandwidth as one at a
-        time; small classes are many cheap evaluations, so the number of
-        calls, not the arithmetic, was their cost).
+        ``dd``: squared distances sample x centre (mirror images included) minus the
+        sample's smallest one to another centre (``m``), inf at the sample's own centres
+        (``self_i``, ``self_j``); ``weights``: TP, FP and positive weight per centre;
+        ``log_*_rest``: log of what the left-out sample's own place keeps; ``q_lo``,
+        ``q_hi``: -4 (s - limit)^2 for the mirror images of the own kernel (None without
+        reflection); ``dd_max``: the largest finite ``dd``.
         """
         p, t, f = self.points, self.tp, self.fp
         n = p.size
@@ -285,12 +307,38 @@ class ExactEngine:
         m = d2_other.min(axis=1)  # finite: a class here has >= 2 distinct scores
         dd = d2_other - m[:, None]
         u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
-        weights = np.stack([ta, fa, ta + fa], axis=1)  # (centres, 3)
         with np.errstate(divide="ignore"):
-            log_t_rest = np.log(t - u_t)  # TP left out: TP keeps t - u_t at its own place
-            log_p_rest_t = np.log(t + f - u_t)
-            log_f_rest = np.log(f - u_f)  # FP left out: probability it is wrong = FP / P
-            log_p_rest_f = np.log(t + f - u_f)
+            rest = {
+                "log_t_rest": np.log(t - u_t),  # TP left out: TP keeps t - u_t at its own place
+                "log_p_rest_t": np.log(t + f - u_t),
+                "log_f_rest": np.log(f - u_f),  # FP left out: probability it is wrong = FP / P
+                "log_p_rest_f": np.log(t + f - u_f),
+            }
+        self_i, self_j = np.nonzero(self_cols)
+        q_lo = q_hi = None
+        if self.bounds is not None:
+            q_lo = -4.0 * (p - self.bounds[0]) ** 2
+            q_hi = -4.0 * (p - self.bounds[1]) ** 2
+        return {
+            "dd": dd, "m": m, "self_i": self_i, "self_j": self_j,
+            "weights": np.stack([ta, fa, ta + fa], axis=1),  # (centres, 3)
+            "dd_max": float(np.where(self_cols, 0.0, dd).max()), "q_lo": q_lo, "q_hi": q_hi, **rest,
+        }
+
+    def loo_nll(self, bandwidths) -> np.ndarray:
+        """Leave-one-out top-label NLL (summed over the class) per bandwidth.
+
+        Each sample's own kernel (and its mirror images) is removed from its
+        own group's sum: one unit of weight, or the whole weight when it is
+        below 1. All bandwidths are evaluated together, as (bandwidth x
+        sample x centre) arrays in chunks of bandwidths that stay below the
+        engine's memory chunk (the same arithmetic per bandwidth as one at a
+        time; small classes are many cheap evaluations, so the number of
+        calls, not the arithmetic, was their cost).
+        """
+        t, f = self.tp, self.fp
+        lt = self.loo_terms()
+        dd, m, weights = lt["dd"], lt["m"], lt["weights"]
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
         # chunks of bandwidths as large as CHUNK_ELEMENTS allows, each one batched product (see
@@ -300,8 +348,8 @@ class ExactEngine:
         neg = -dd
         # the exponent floor changes only exponents below it: skipped for bandwidths where the
         # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
-        dd_max = float(np.where(self_cols, 0.0, dd).max())
-        self_i, self_j = np.nonzero(self_cols)
+        dd_max = lt["dd_max"]
+        self_i, self_j = lt["self_i"], lt["self_j"]
         buf = np.empty((min(step, bs.size),) + dd.shape)
         for a in range(0, bs.size, step):
             b = bs[a : a + step]
@@ -315,22 +363,7 @@ class ExactEngine:
                 np.exp(part, out=part)
             e[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
             sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
-            with np.errstate(divide="ignore"):
-                logs = np.log(sums) - (m[None, :] * inv[:, None])[:, :, None]
-            log_ot, log_of, log_op = logs[..., 0], logs[..., 1], logs[..., 2]
-            # the own centre (with mirrors) at distance 0 (and 2(s - limit))
-            selfk = np.ones((b.size, n))
-            if self.bounds is not None:
-                selfk = selfk + np.exp(-4.0 * ((p - self.bounds[0]) ** 2)[None, :] * inv[:, None]) + np.exp(
-                    -4.0 * ((p - self.bounds[1]) ** 2)[None, :] * inv[:, None]
-                )
-            with np.errstate(divide="ignore"):
-                ls = np.log(selfk)
-                num_t = np.logaddexp(log_ot, log_t_rest + ls)
-                den_t = np.logaddexp(log_op, log_p_rest_t + ls)
-                num_f = np.logaddexp(log_of, log_f_rest + ls)
-                den_f = np.logaddexp(log_op, log_p_rest_f + ls)
-            out[a : a + b.size] = _loss_rows(np.exp(num_t - den_t), np.exp(num_f - den_f), t, f)
+            out[a : a + b.size] = _loss_rows(*_loo_confidences(sums, m[None, :], inv[:, None], lt), t, f)
         return out
 
     def kernel_points(self):
@@ -376,11 +409,19 @@ class ExactScanBatch:
         # makes a point resolved whatever the maximum over the grid is
         self.log_total = np.log(self.tw[:, :, 1].sum(axis=1))
 
+    #: Grouping slack (elements): classes up to 4 centres wider than a group's first join it.
+    PAD_SLACK = 4 * SCAN_POINTS
+
     @staticmethod
     def size_of(engine) -> int:
         """Elements of the stacked distance matrix one class takes (before padding)."""
         copies = 1 if engine.bounds is None else 3
         return SCAN_POINTS * copies * engine.points.size
+
+    @staticmethod
+    def accepts(engine) -> bool:
+        """Whether a class can join a batch (its scan terms are small enough to keep)."""
+        return engine.cacheable()
 
     def sign_changes(self, rows, bandwidths, at_most=None) -> np.ndarray:
         """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]``.
@@ -460,6 +501,123 @@ class ExactScanBatch:
         resolved = log_kp >= log_kp.max(axis=1, keepdims=True) + np.log(RESOLVED_FRACTION)
         conf = np.clip(num / den, 0.0, 1.0)
         return count_sign_changes_rows(conf, resolved)
+
+
+class ExactLooBatch:
+    """The exact engine's leave-one-out NLL for many classes at once: one array program per call.
+
+    The counterpart of :class:`ExactScanBatch` for b_opt. The bandwidth-free terms of every
+    class (:meth:`ExactEngine.loo_terms`) are padded to one width (samples and centres) and
+    stacked, so one call evaluates any list of (class, bandwidth) pairs. The arithmetic per
+    pair is that of :meth:`ExactEngine.loo_nll` (the exponent floor is applied everywhere:
+    it changes no exponent of a bandwidth that ``loo_nll`` leaves unfloored); padded centres
+    have weight 0 and padded samples neither TP nor FP weight, so they add exact zeros.
+    Only the order of the weighted sums (batched matrix products) and of the final sum
+    over samples may differ, by round-off.
+    """
+
+    def __init__(self, engines):
+        terms = [e.loo_terms() for e in engines]
+        c = len(terms)
+        n_max = max(lt["dd"].shape[0] for lt in terms)
+        w_max = max(lt["dd"].shape[1] for lt in terms)
+        self.reflect = terms[0]["q_lo"] is not None
+        # padded entries: distance 0 (kernel 1) times weight 0; the own centres are zeroed after exp
+        self.neg = np.zeros((c, n_max, w_max))
+        self.weights = np.zeros((c, w_max, 3))
+        self.m = np.zeros((c, n_max))
+        self.t = np.zeros((c, n_max))
+        self.f = np.zeros((c, n_max))
+        names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (("q_lo", "q_hi") if self.reflect else ())
+        self.rest = {name: np.zeros((c, n_max)) for name in names}
+        # flat indices (in a class's n_max x w_max block) of the own centres, padded by
+        # repeating the first (zeroing an entry twice is harmless)
+        n_self = max(lt["self_i"].size for lt in terms)
+        self.self_flat = np.empty((c, n_self), dtype=np.int64)
+        for i, (e, lt) in enumerate(zip(engines, terms)):
+            n, w = lt["dd"].shape
+            self.neg[i, :n, :w] = -lt["dd"]
+            self.neg[i, lt["self_i"], lt["self_j"]] = 0.0  # not -inf: zeroed after exp
+            self.weights[i, :w] = lt["weights"]
+            self.m[i, :n] = lt["m"]
+            self.t[i, :n] = e.tp
+            self.f[i, :n] = e.fp
+            for name in names:
+                self.rest[name][i, :n] = lt[name]
+            flat = lt["self_i"] * w_max + lt["self_j"]
+            self.self_flat[i, : flat.size] = flat
+            self.self_flat[i, flat.size :] = flat[0]
+        self.shape = [lt["dd"].shape for lt in terms]
+        self.pad = np.arange(n_max)[None, :] >= np.array([sh[0] for sh in self.shape])[:, None]
+
+    #: Grouping slack (elements): tiny classes (up to 16 distinct scores) share one group.
+    PAD_SLACK = 256
+
+    @staticmethod
+    def size_of(engine) -> int:
+        """Elements of the stacked distance matrix one class takes (before padding)."""
+        copies = 1 if engine.bounds is None else 3
+        return copies * engine.points.size ** 2
+
+    @staticmethod
+    def accepts(engine) -> bool:
+        """Whether a class can join a batch (its terms fit one memory chunk, as in ``loo_nll``)."""
+        return ExactLooBatch.size_of(engine) <= CHUNK_ELEMENTS
+
+    def loo_nll(self, rows, bandwidths) -> np.ndarray:
+        """Leave-one-out NLL of class ``rows[i]`` at ``bandwidths[i]``, for every i.
+
+        The pairs of one class form runs (consecutive i with the same class); a run gives
+        what one call ``ExactEngine.loo_nll(its bandwidths)`` gives, bit for bit: the
+        elementwise passes run over the padded stack of all pairs, but the two reductions
+        whose round-off depends on how they are called (the weighted sums over centres,
+        the sum over samples) are made per run with the shapes ``loo_nll`` gives them (the
+        unpadded block of the class, its chunks of bandwidths). b_opt's refinement
+        re-evaluates the best point so far (the middle of its new bracket, up to
+        round-off), so its decisions hang on the last bit of the loss.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        bs = np.asarray(bandwidths, dtype=np.float64)
+        inv = 0.5 / (bs * bs)
+        n_max, w_max = self.neg.shape[1:]
+        starts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
+        runs = list(zip(starts, np.append(starts[1:], rows.size)))
+        sums = np.zeros((rows.size, n_max, 3))
+        block = n_max * w_max
+        step = max(1, CHUNK_ELEMENTS // block)
+        sub = max(1, CACHE_ELEMENTS // block)
+        buf = np.empty((min(step, rows.size), n_max, w_max))
+        for a in range(0, rows.size, step):
+            r = rows[a : a + step]
+            ia = inv[a : a + step]
+            e = buf[: r.size]
+            for c in range(0, r.size, sub):
+                part = e[c : c + sub]
+                np.take(self.neg, r[c : c + sub], axis=0, out=part)
+                part *= ia[c : c + sub, None, None]
+                np.maximum(part, EXP_FLOOR, out=part)
+                np.exp(part, out=part)
+            np.put_along_axis(e.reshape(r.size, -1), self.self_flat[r], 0.0, axis=1)
+            for g0, g1 in runs:  # the pieces of the runs in this chunk, one product each
+                lo_, hi_ = max(g0, a), min(g1, a + r.size)
+                if lo_ < hi_:
+                    i = rows[lo_]
+                    n, w = self.shape[i]
+                    sums[lo_:hi_, :n] = np.matmul(e[lo_ - a : hi_ - a, :n, :w], self.weights[i, :w])
+        sums[:, :, :] = np.where(self.pad[rows][:, :, None], 1.0, sums)  # padded samples: finite logs
+        lt = {name: v[rows] for name, v in self.rest.items()}
+        lt.setdefault("q_lo", None)
+        c_t, c_f = _loo_confidences(sums, self.m[rows], inv[:, None], lt)
+        out = np.empty(rows.size)
+        for g0, g1 in runs:
+            i = rows[g0]
+            n, w = self.shape[i]
+            # loo_nll's chunks of bandwidths (each one sum over samples)
+            chunk = max(1, CHUNK_ELEMENTS // (n * w))
+            for a in range(g0, g1, chunk):
+                z = min(a + chunk, g1)
+                out[a:z] = _loss_rows(c_t[a:z, :n], c_f[a:z, :n], self.t[i, :n], self.f[i, :n])
+        return out
 
 
 def linear_bin(group, score, tp, fp, lo, hi, n_groups):

@@ -504,119 +504,138 @@ class ExactScanBatch:
 
 
 class ExactLooBatch:
-    """The exact engine's leave-one-out NLL for many classes at once: one array program per call.
+    """The exact engine's leave-one-out NLL for many classes at once, bit for bit that of each class.
 
-    The counterpart of :class:`ExactScanBatch` for b_opt. The bandwidth-free terms of every
-    class (:meth:`ExactEngine.loo_terms`) are padded to one width (samples and centres) and
-    stacked, so one call evaluates any list of (class, bandwidth) pairs. The arithmetic per
-    pair is that of :meth:`ExactEngine.loo_nll` (the exponent floor is applied everywhere:
-    it changes no exponent of a bandwidth that ``loo_nll`` leaves unfloored); padded centres
-    have weight 0 and padded samples neither TP nor FP weight, so they add exact zeros.
-    Only the order of the weighted sums (batched matrix products) and of the final sum
-    over samples may differ, by round-off.
+    The counterpart of :class:`ExactScanBatch` for b_opt: one call evaluates any list of
+    (class, bandwidth) pairs, so a lockstep search makes a few calls in all instead of a
+    few per class (for small classes the per-call overhead of
+    :meth:`ExactEngine.loo_nll`, ~0.1 ms, was most of their cost). The kernel terms of
+    the pairs are laid out one after another in one flat buffer (no padding: each
+    class's block has its own shape) and the elementwise passes (scale, exponent floor,
+    exp) run over cache-sized stretches of it, spanning many small classes; the
+    per-sample passes run over one (pairs x samples) array padded to the widest class.
+    The arithmetic per pair is that of :meth:`ExactEngine.loo_nll`, in the same order: the
+    exponent floor is applied to a stretch where some pair in it needs it (it changes no
+    exponent of a pair that ``loo_nll`` leaves unfloored), and the two reductions whose round-off depends on how
+    they are called (the weighted sums over centres, the sum over samples) are called
+    per class with the shapes ``loo_nll`` gives them. Bit for bit matters: b_opt's
+    refinement re-evaluates the best point so far (the middle of its new bracket, up to
+    round-off), so its decisions hang on the last bit of the loss.
     """
-
-    def __init__(self, engines):
-        terms = [e.loo_terms() for e in engines]
-        c = len(terms)
-        n_max = max(lt["dd"].shape[0] for lt in terms)
-        w_max = max(lt["dd"].shape[1] for lt in terms)
-        self.reflect = terms[0]["q_lo"] is not None
-        # padded entries: distance 0 (kernel 1) times weight 0; the own centres are zeroed after exp
-        self.neg = np.zeros((c, n_max, w_max))
-        self.weights = np.zeros((c, w_max, 3))
-        self.m = np.zeros((c, n_max))
-        self.t = np.zeros((c, n_max))
-        self.f = np.zeros((c, n_max))
-        names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (("q_lo", "q_hi") if self.reflect else ())
-        self.rest = {name: np.zeros((c, n_max)) for name in names}
-        # flat indices (in a class's n_max x w_max block) of the own centres, padded by
-        # repeating the first (zeroing an entry twice is harmless)
-        n_self = max(lt["self_i"].size for lt in terms)
-        self.self_flat = np.empty((c, n_self), dtype=np.int64)
-        for i, (e, lt) in enumerate(zip(engines, terms)):
-            n, w = lt["dd"].shape
-            self.neg[i, :n, :w] = -lt["dd"]
-            self.neg[i, lt["self_i"], lt["self_j"]] = 0.0  # not -inf: zeroed after exp
-            self.weights[i, :w] = lt["weights"]
-            self.m[i, :n] = lt["m"]
-            self.t[i, :n] = e.tp
-            self.f[i, :n] = e.fp
-            for name in names:
-                self.rest[name][i, :n] = lt[name]
-            flat = lt["self_i"] * w_max + lt["self_j"]
-            self.self_flat[i, : flat.size] = flat
-            self.self_flat[i, flat.size :] = flat[0]
-        self.shape = [lt["dd"].shape for lt in terms]
-        self.pad = np.arange(n_max)[None, :] >= np.array([sh[0] for sh in self.shape])[:, None]
 
     #: Grouping slack (elements): tiny classes (up to 16 distinct scores) share one group.
     PAD_SLACK = 256
 
+    def __init__(self, engines):
+        terms = [e.loo_terms() for e in engines]
+        c = len(terms)
+        self.shape = [lt["dd"].shape for lt in terms]
+        n_max = max(sh[0] for sh in self.shape)
+        self.neg, self.weights, self.self_ij, self.dd_max = [], [], [], []
+        self.m = np.zeros((c, n_max))
+        self.t = [e.tp for e in engines]
+        self.f = [e.fp for e in engines]
+        reflect = terms[0]["q_lo"] is not None
+        names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (("q_lo", "q_hi") if reflect else ())
+        # padded samples: finite logs (kernel sums set to 1 below, rests 0); they are never summed
+        self.rest = {name: np.zeros((c, n_max)) for name in names}
+        for i, lt in enumerate(terms):
+            n = self.shape[i][0]
+            neg = -lt["dd"]
+            neg[lt["self_i"], lt["self_j"]] = 0.0  # not -inf: zeroed after exp, as in loo_nll
+            self.neg.append(neg)
+            self.weights.append(lt["weights"])
+            self.dd_max.append(lt["dd_max"])
+            self.self_ij.append((lt["self_i"], lt["self_j"]))
+            self.m[i, :n] = lt["m"]
+            for name in names:
+                self.rest[name][i, :n] = lt[name]
+        self.pad = np.arange(n_max)[None, :] >= np.array([sh[0] for sh in self.shape])[:, None]
+
     @staticmethod
     def size_of(engine) -> int:
-        """Elements of the stacked distance matrix one class takes (before padding)."""
+        """Elements of the kernel block (samples x centres) of one class and bandwidth."""
         copies = 1 if engine.bounds is None else 3
         return copies * engine.points.size ** 2
 
     @staticmethod
     def accepts(engine) -> bool:
-        """Whether a class can join a batch (its terms fit one memory chunk, as in ``loo_nll``)."""
+        """Whether a class can join a batch (its block fits one memory chunk, as in ``loo_nll``)."""
         return ExactLooBatch.size_of(engine) <= CHUNK_ELEMENTS
 
     def loo_nll(self, rows, bandwidths) -> np.ndarray:
         """Leave-one-out NLL of class ``rows[i]`` at ``bandwidths[i]``, for every i.
 
         The pairs of one class form runs (consecutive i with the same class); a run gives
-        what one call ``ExactEngine.loo_nll(its bandwidths)`` gives, bit for bit: the
-        elementwise passes run over the padded stack of all pairs, but the two reductions
-        whose round-off depends on how they are called (the weighted sums over centres,
-        the sum over samples) are made per run with the shapes ``loo_nll`` gives them (the
-        unpadded block of the class, its chunks of bandwidths). b_opt's refinement
-        re-evaluates the best point so far (the middle of its new bracket, up to
-        round-off), so its decisions hang on the last bit of the loss.
+        what one call ``ExactEngine.loo_nll(its bandwidths)`` gives, bit for bit.
         """
         rows = np.asarray(rows, dtype=np.int64)
         bs = np.asarray(bandwidths, dtype=np.float64)
         inv = 0.5 / (bs * bs)
-        n_max, w_max = self.neg.shape[1:]
         starts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
-        runs = list(zip(starts, np.append(starts[1:], rows.size)))
-        sums = np.zeros((rows.size, n_max, 3))
-        block = n_max * w_max
-        step = max(1, CHUNK_ELEMENTS // block)
-        sub = max(1, CACHE_ELEMENTS // block)
-        buf = np.empty((min(step, rows.size), n_max, w_max))
-        for a in range(0, rows.size, step):
-            r = rows[a : a + step]
-            ia = inv[a : a + step]
-            e = buf[: r.size]
-            for c in range(0, r.size, sub):
-                part = e[c : c + sub]
-                np.take(self.neg, r[c : c + sub], axis=0, out=part)
-                part *= ia[c : c + sub, None, None]
-                np.maximum(part, EXP_FLOOR, out=part)
-                np.exp(part, out=part)
-            np.put_along_axis(e.reshape(r.size, -1), self.self_flat[r], 0.0, axis=1)
-            for g0, g1 in runs:  # the pieces of the runs in this chunk, one product each
-                lo_, hi_ = max(g0, a), min(g1, a + r.size)
-                if lo_ < hi_:
-                    i = rows[lo_]
-                    n, w = self.shape[i]
-                    sums[lo_:hi_, :n] = np.matmul(e[lo_ - a : hi_ - a, :n, :w], self.weights[i, :w])
-        sums[:, :, :] = np.where(self.pad[rows][:, :, None], 1.0, sums)  # padded samples: finite logs
-        lt = {name: v[rows] for name, v in self.rest.items()}
-        lt.setdefault("q_lo", None)
-        c_t, c_f = _loo_confidences(sums, self.m[rows], inv[:, None], lt)
+        runs = list(zip(starts.tolist(), np.append(starts[1:], rows.size).tolist()))
+        n_max = self.m.shape[1]
+        la = np.empty((rows.size, n_max))  # log P(correct) of each TP left out, log P(wrong) of each FP
+        lz = np.empty((rows.size, n_max))
+        flat = np.empty(max(CHUNK_ELEMENTS, max(sh[0] * sh[1] for sh in self.shape)))
+        pending = []  # (first pair, end pair, class, view) scaled, not yet through exp and the product
+        pos = done = 0  # end of the filled buffer; end of the part through exp
+        floor = False  # whether some exponent in the part not yet through exp is below EXP_FLOOR
+
+        def to_exp():
+            # as loo_nll: the floor only where some exponent needs it (elsewhere it is the identity)
+            if floor:
+                np.maximum(flat[done:pos], EXP_FLOOR, out=flat[done:pos])
+            np.exp(flat[done:pos], out=flat[done:pos])
+
+        def finish():
+            to_exp()
+            p0, p1 = pending[0][0], pending[-1][1]
+            sums = np.ones((p1 - p0, n_max, 3))  # padded samples: finite logs, never summed
+            for g0, g1, i, view in pending:
+                si, sj = self.self_ij[i]
+                view[:, si, sj] = 0.0  # the sample's own kernel (and mirrors) left out
+                sums[g0 - p0 : g1 - p0, : view.shape[1]] = np.matmul(view, self.weights[i])
+            pending.clear()
+            # the per-sample passes for the pairs of this buffer (arrays of a few MB at most)
+            r = rows[p0:p1]
+            lt = {name: v[r] for name, v in self.rest.items()}
+            lt.setdefault("q_lo", None)
+            c_t, c_f = _loo_confidences(sums, self.m[r], inv[p0:p1, None], lt)
+            # _loss_rows: the clip and log elementwise, the sums over samples per class below
+            np.log(np.clip(c_t, PROB_CLIP, 1.0 - PROB_CLIP), out=la[p0:p1])
+            np.log(np.clip(c_f, PROB_CLIP, 1.0 - PROB_CLIP), out=lz[p0:p1])
+
+        for g0, g1 in runs:
+            i = int(rows[g0])
+            n, w = self.shape[i]
+            sub = max(1, CACHE_ELEMENTS // (n * w))  # loo_nll's elementwise blocks
+            for a in range(g0, g1, sub):
+                z = min(a + sub, g1)
+                size = (z - a) * n * w
+                if pos + size > flat.size:
+                    finish()
+                    pos = done = 0
+                    floor = False
+                elif pos > done and pos - done + size > CACHE_ELEMENTS:  # keep the stretch in cache
+                    to_exp()
+                    done, floor = pos, False
+                view = flat[pos : pos + size].reshape(z - a, n, w)
+                np.multiply(self.neg[i][None, :, :], inv[a:z, None, None], out=view)
+                pending.append((a, z, i, view))
+                pos += size
+                floor = floor or self.dd_max[i] * inv[a:z].max() > -EXP_FLOOR
+        finish()
         out = np.empty(rows.size)
         for g0, g1 in runs:
-            i = rows[g0]
+            i = int(rows[g0])
             n, w = self.shape[i]
-            # loo_nll's chunks of bandwidths (each one sum over samples)
-            chunk = max(1, CHUNK_ELEMENTS // (n * w))
-            for a in range(g0, g1, chunk):
-                z = min(a + chunk, g1)
-                out[a:z] = _loss_rows(c_t[a:z, :n], c_f[a:z, :n], self.t[i, :n], self.f[i, :n])
+            a, z = self.t[i] > 0, self.f[i] > 0
+            ta, fz = self.t[i][a], self.f[i][z]
+            chunk = max(1, CHUNK_ELEMENTS // (n * w))  # loo_nll's chunks: one sum over samples each
+            for s in range(g0, g1, chunk):
+                e = min(s + chunk, g1)
+                out[s:e] = -(la[s:e, :n][:, a] @ ta) - (lz[s:e, :n][:, z] @ fz)
         return out
 
 

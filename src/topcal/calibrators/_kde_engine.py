@@ -558,10 +558,15 @@ class ExactLooBatch:
         copies = 1 if engine.bounds is None else 3
         return copies * engine.points.size ** 2
 
+    #: Largest kernel block (elements) of a class the batch takes: beyond it (~256 distinct
+    #: scores) a class's own loo_nll is all arithmetic, which batching does not change
+    #: (measured: no gain), and keeping its terms would only raise the peak memory.
+    MAX_BLOCK = 65_536
+
     @staticmethod
     def accepts(engine) -> bool:
-        """Whether a class can join a batch (its block fits one memory chunk, as in ``loo_nll``)."""
-        return ExactLooBatch.size_of(engine) <= CHUNK_ELEMENTS
+        """Whether a class joins a batch: a small one (see MAX_BLOCK); the others go one by one."""
+        return ExactLooBatch.size_of(engine) <= ExactLooBatch.MAX_BLOCK
 
     def loo_nll(self, rows, bandwidths) -> np.ndarray:
         """Leave-one-out NLL of class ``rows[i]`` at ``bandwidths[i]``, for every i.
@@ -577,7 +582,10 @@ class ExactLooBatch:
         n_max = self.m.shape[1]
         la = np.empty((rows.size, n_max))  # log P(correct) of each TP left out, log P(wrong) of each FP
         lz = np.empty((rows.size, n_max))
-        flat = np.empty(max(CHUNK_ELEMENTS, max(sh[0] * sh[1] for sh in self.shape)))
+        need = sum(self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0) for g0, g1 in runs)
+        # a quarter memory chunk (8 MB; more buys nothing: exp runs over cache-sized stretches
+        # of it), or less if less is needed, but room for any one piece below
+        flat = np.empty(max(min(CHUNK_ELEMENTS // 4, need), CACHE_ELEMENTS, max(n * w for n, w in self.shape)))
         pending = []  # (first pair, end pair, class, view) scaled, not yet through exp and the product
         pos = done = 0  # end of the filled buffer; end of the part through exp
         floor = False  # whether some exponent in the part not yet through exp is below EXP_FLOOR

@@ -232,6 +232,7 @@ class ExactEngine:
         self.lo, self.hi, self.bounds = lo, hi, bounds
         self.scan_x = np.linspace(lo, hi, SCAN_POINTS)
         self._scan_d2 = None
+        self._loo = None  # loo_terms, kept: b_opt's search calls loo_nll OPT_ROUNDS + 1 times
 
     def _scan_cache(self):
         """Shifted squared distances (scan point x centre) and the shifts: they do not depend on b.
@@ -337,7 +338,9 @@ class ExactEngine:
         calls, not the arithmetic, was their cost).
         """
         t, f = self.tp, self.fp
-        lt = self.loo_terms()
+        if self._loo is None:
+            self._loo = self.loo_terms()
+        lt = self._loo
         dd, m, weights = lt["dd"], lt["m"], lt["weights"]
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)

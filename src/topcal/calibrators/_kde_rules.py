@@ -41,6 +41,11 @@ points until they part, b_mon4 <= b_mon2 <= b_mon always.
 7 points in log b around the best point so far (0.5 % precision). The
 leave-one-out minimum may lie at b_lo (the "trivial maximum at 0" of
 cross-validated bandwidths): b_opt is then b_lo.
+
+*Lockstep*: ``scan_mon_lockstep`` and ``scan_opt_lockstep`` run the same searches
+for many classes at once, each step one call of a batch object of the engine
+module (``ExactScanBatch``, ``BinnedScanBatch``, ``ExactLooBatch``), with the
+per-class results (b_opt's bit for bit: see ``ExactLooBatch``).
 """
 
 from __future__ import annotations

@@ -315,7 +315,9 @@ class _KDEBase(ScoreCalibrator):
         """Bandwidth searches of the classes in lockstep (kde-mon*, kde-opt), exact- and binned-engine classes apart.
 
         Returns {k: (engine, rho, (b, admissible, sign_changes or None))} for the
-        classes it searched; the others are searched one by one in _fit_one.
+        classes it searched, {k: (engine, rho, None)} for the exact-engine classes too
+        large for the rule's batch (searched one by one in _fit_one with that engine);
+        the others are built and searched one by one in _fit_one.
         The result per class is the one the rule's per-class search
         (``_kde_rules.scan_mon``, ``scan_opt``) gives (same candidates, same
         evaluations, same decisions). The rule names the batches it evaluates
@@ -326,7 +328,7 @@ class _KDEBase(ScoreCalibrator):
         if lockstep is None or not self.batch_classes:
             return {}
         exact_batch, binned_batch = rule.exact_batch, rule.binned_batch
-        items, binned = [], []
+        items, binned, unbatched = [], [], {}
         for k, (kind, arrays) in sorted(args.items()):
             if smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
                 continue
@@ -338,7 +340,9 @@ class _KDEBase(ScoreCalibrator):
                 binned.append(item)
             elif exact_batch.accepts(engine):
                 items.append(item)
-        out = {}
+            else:  # searched on its own in _fit_one, with the engine built here
+                unbatched[k] = (engine, rho, None)
+        out = dict(unbatched)
         # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25 MB a class)
         for a in range(0, len(binned), BINNED_BATCH):
             group = binned[a : a + BINNED_BATCH]

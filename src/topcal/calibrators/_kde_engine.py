@@ -192,6 +192,29 @@ def _loss_rows(c_tp, c_fp_wrong, tp, fp):
     return -(la @ tp[a]) - (lz @ fp[z])
 
 
+def _loo_confidences(sums, m, inv, lt):
+    """Leave-one-out (P(correct) of each TP, P(wrong) of each FP) from the shifted other-centre sums.
+
+    ``sums``: (rows, samples, 3); ``m`` and the ``log_*_rest`` and ``q_*`` terms of ``lt``
+    broadcast against (rows, samples), ``inv`` = 1 / 2b^2 as a column. Shared by
+    :meth:`ExactEngine.loo_nll` and :class:`ExactLooBatch`, so both do the same arithmetic.
+    """
+    with np.errstate(divide="ignore"):
+        logs = np.log(sums) - (m * inv)[:, :, None]
+    log_ot, log_of, log_op = logs[..., 0], logs[..., 1], logs[..., 2]
+    # the own centre (with mirrors) at distance 0 (and 2(s - limit))
+    selfk = np.ones(log_ot.shape)
+    if lt["q_lo"] is not None:
+        selfk = selfk + np.exp(lt["q_lo"] * inv) + np.exp(lt["q_hi"] * inv)
+    with np.errstate(divide="ignore"):
+        ls = np.log(selfk)
+        num_t = np.logaddexp(log_ot, lt["log_t_rest"] + ls)
+        den_t = np.logaddexp(log_op, lt["log_p_rest_t"] + ls)
+        num_f = np.logaddexp(log_of, lt["log_f_rest"] + ls)
+        den_f = np.logaddexp(log_op, lt["log_p_rest_f"] + ls)
+    return np.exp(num_t - den_t), np.exp(num_f - den_f)
+
+
 class ExactEngine:
     """Direct summation over the class's distinct scores (small classes).
 
@@ -212,6 +235,7 @@ class ExactEngine:
         self.lo, self.hi, self.bounds = lo, hi, bounds
         self.scan_x = np.linspace(lo, hi, SCAN_POINTS)
         self._scan_d2 = None
+        self._loo = None  # loo_terms, kept: b_opt's search calls loo_nll OPT_ROUNDS + 1 times
 
     def _scan_cache(self):
         """Shifted squared distances (scan point x centre) and the shifts: they do not depend on b.
@@ -265,16 +289,15 @@ class ExactEngine:
     def confidence(self, x, b):
         return exact_confidence(x, self.points, self.tp, self.fp, b, self.bounds)
 
-    def loo_nll(self, bandwidths) -> np.ndarray:
-        """Leave-one-out top-label NLL (summed over the class) per bandwidth.
+    def loo_terms(self) -> dict:
+        """The bandwidth-free terms of :meth:`loo_nll` (also stacked by :class:`ExactLooBatch`).
 
-        Each sample's own kernel (and its mirror images) is removed from its
-        own group's sum: one unit of weight, or the whole weight when it is
-        below 1. All bandwidths are evaluated together, as (bandwidth x
-        sample x centre) arrays in chunks of bandwidths that stay below the
-        engine's memory chunk (the same arithmetic per bandwidth as one at a
-        time; small classes are many cheap evaluations, so the number of
-        calls, not the arithmetic, was their cost).
+        ``dd``: squared distances sample x centre (mirror images included) minus the
+        sample's smallest one to another centre (``m``), inf at the sample's own centres
+        (``self_i``, ``self_j``); ``weights``: TP, FP and positive weight per centre;
+        ``log_*_rest``: log of what the left-out sample's own place keeps; ``q_lo``,
+        ``q_hi``: -4 (s - limit)^2 for the mirror images of the own kernel (None without
+        reflection); ``dd_max``: the largest finite ``dd``.
         """
         p, t, f = self.points, self.tp, self.fp
         n = p.size
@@ -288,12 +311,40 @@ class ExactEngine:
         m = d2_other.min(axis=1)  # finite: a class here has >= 2 distinct scores
         dd = d2_other - m[:, None]
         u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
-        weights = np.stack([ta, fa, ta + fa], axis=1)  # (centres, 3)
         with np.errstate(divide="ignore"):
-            log_t_rest = np.log(t - u_t)  # TP left out: TP keeps t - u_t at its own place
-            log_p_rest_t = np.log(t + f - u_t)
-            log_f_rest = np.log(f - u_f)  # FP left out: probability it is wrong = FP / P
-            log_p_rest_f = np.log(t + f - u_f)
+            rest = {
+                "log_t_rest": np.log(t - u_t),  # TP left out: TP keeps t - u_t at its own place
+                "log_p_rest_t": np.log(t + f - u_t),
+                "log_f_rest": np.log(f - u_f),  # FP left out: probability it is wrong = FP / P
+                "log_p_rest_f": np.log(t + f - u_f),
+            }
+        self_i, self_j = np.nonzero(self_cols)
+        q_lo = q_hi = None
+        if self.bounds is not None:
+            q_lo = -4.0 * (p - self.bounds[0]) ** 2
+            q_hi = -4.0 * (p - self.bounds[1]) ** 2
+        return {
+            "dd": dd, "m": m, "self_i": self_i, "self_j": self_j,
+            "weights": np.stack([ta, fa, ta + fa], axis=1),  # (centres, 3)
+            "dd_max": float(np.where(self_cols, 0.0, dd).max()), "q_lo": q_lo, "q_hi": q_hi, **rest,
+        }
+
+    def loo_nll(self, bandwidths) -> np.ndarray:
+        """Leave-one-out top-label NLL (summed over the class) per bandwidth.
+
+        Each sample's own kernel (and its mirror images) is removed from its
+        own group's sum: one unit of weight, or the whole weight when it is
+        below 1. All bandwidths are evaluated together, as (bandwidth x
+        sample x centre) arrays in chunks of bandwidths that stay below the
+        engine's memory chunk (the same arithmetic per bandwidth as one at a
+        time; small classes are many cheap evaluations, so the number of
+        calls, not the arithmetic, was their cost).
+        """
+        t, f = self.tp, self.fp
+        if self._loo is None:
+            self._loo = self.loo_terms()
+        lt = self._loo
+        dd, m, weights = lt["dd"], lt["m"], lt["weights"]
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
         # chunks of bandwidths as large as CHUNK_ELEMENTS allows, each one batched product (see
@@ -303,8 +354,8 @@ class ExactEngine:
         neg = -dd
         # the exponent floor changes only exponents below it: skipped for bandwidths where the
         # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
-        dd_max = float(np.where(self_cols, 0.0, dd).max())
-        self_i, self_j = np.nonzero(self_cols)
+        dd_max = lt["dd_max"]
+        self_i, self_j = lt["self_i"], lt["self_j"]
         buf = np.empty((min(step, bs.size),) + dd.shape)
         for a in range(0, bs.size, step):
             b = bs[a : a + step]
@@ -318,22 +369,7 @@ class ExactEngine:
                 np.exp(part, out=part)
             e[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
             sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
-            with np.errstate(divide="ignore"):
-                logs = np.log(sums) - (m[None, :] * inv[:, None])[:, :, None]
-            log_ot, log_of, log_op = logs[..., 0], logs[..., 1], logs[..., 2]
-            # the own centre (with mirrors) at distance 0 (and 2(s - limit))
-            selfk = np.ones((b.size, n))
-            if self.bounds is not None:
-                selfk = selfk + np.exp(-4.0 * ((p - self.bounds[0]) ** 2)[None, :] * inv[:, None]) + np.exp(
-                    -4.0 * ((p - self.bounds[1]) ** 2)[None, :] * inv[:, None]
-                )
-            with np.errstate(divide="ignore"):
-                ls = np.log(selfk)
-                num_t = np.logaddexp(log_ot, log_t_rest + ls)
-                den_t = np.logaddexp(log_op, log_p_rest_t + ls)
-                num_f = np.logaddexp(log_of, log_f_rest + ls)
-                den_f = np.logaddexp(log_op, log_p_rest_f + ls)
-            out[a : a + b.size] = _loss_rows(np.exp(num_t - den_t), np.exp(num_f - den_f), t, f)
+            out[a : a + b.size] = _loss_rows(*_loo_confidences(sums, m[None, :], inv[:, None], lt), t, f)
         return out
 
     def kernel_points(self):
@@ -379,11 +415,19 @@ class ExactScanBatch:
         # makes a point resolved whatever the maximum over the grid is
         self.log_total = np.log(self.tw[:, :, 1].sum(axis=1))
 
+    #: Grouping slack (elements): classes up to 4 centres wider than a group's first join it.
+    PAD_SLACK = 4 * SCAN_POINTS
+
     @staticmethod
     def size_of(engine) -> int:
         """Elements of the stacked distance matrix one class takes (before padding)."""
         copies = 1 if engine.bounds is None else 3
         return SCAN_POINTS * copies * engine.points.size
+
+    @staticmethod
+    def accepts(engine) -> bool:
+        """Whether a class can join a batch (its scan terms are small enough to keep)."""
+        return engine.cacheable()
 
     def sign_changes(self, rows, bandwidths, at_most=None) -> np.ndarray:
         """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]``.
@@ -463,6 +507,150 @@ class ExactScanBatch:
         resolved = log_kp >= log_kp.max(axis=1, keepdims=True) + np.log(RESOLVED_FRACTION)
         conf = np.clip(num / den, 0.0, 1.0)
         return count_sign_changes_rows(conf, resolved)
+
+
+class ExactLooBatch:
+    """The exact engine's leave-one-out NLL for many classes at once, bit for bit that of each class.
+
+    The counterpart of :class:`ExactScanBatch` for b_opt: one call evaluates any list of
+    (class, bandwidth) pairs, so a lockstep search makes a few calls in all instead of a
+    few per class (for small classes the per-call overhead of
+    :meth:`ExactEngine.loo_nll`, ~0.1 ms, was most of their cost). The kernel terms of
+    the pairs are laid out one after another in one flat buffer (no padding: each
+    class's block has its own shape) and the elementwise passes (scale, exponent floor,
+    exp) run over cache-sized stretches of it, spanning many small classes; the
+    per-sample passes run over one (pairs x samples) array padded to the widest class.
+    The arithmetic per pair is that of :meth:`ExactEngine.loo_nll`, in the same order: the
+    exponent floor is applied to a stretch where some pair in it needs it (it changes no
+    exponent of a pair that ``loo_nll`` leaves unfloored), and the two reductions whose round-off depends on how
+    they are called (the weighted sums over centres, the sum over samples) are called
+    per class with the shapes ``loo_nll`` gives them. Bit for bit matters: b_opt's
+    refinement re-evaluates the best point so far (the middle of its new bracket, up to
+    round-off), so its decisions hang on the last bit of the loss.
+    """
+
+    #: Grouping slack (elements): tiny classes (up to 16 distinct scores) share one group.
+    PAD_SLACK = 256
+
+    def __init__(self, engines):
+        terms = [e.loo_terms() for e in engines]
+        c = len(terms)
+        self.shape = [lt["dd"].shape for lt in terms]
+        n_max = max(sh[0] for sh in self.shape)
+        self.neg, self.weights, self.self_ij, self.dd_max = [], [], [], []
+        self.m = np.zeros((c, n_max))
+        self.t = [e.tp for e in engines]
+        self.f = [e.fp for e in engines]
+        reflect = terms[0]["q_lo"] is not None
+        names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (("q_lo", "q_hi") if reflect else ())
+        # padded samples: finite logs (kernel sums set to 1 below, rests 0); they are never summed
+        self.rest = {name: np.zeros((c, n_max)) for name in names}
+        for i, lt in enumerate(terms):
+            n = self.shape[i][0]
+            neg = -lt["dd"]
+            neg[lt["self_i"], lt["self_j"]] = 0.0  # not -inf: zeroed after exp, as in loo_nll
+            self.neg.append(neg)
+            self.weights.append(lt["weights"])
+            self.dd_max.append(lt["dd_max"])
+            self.self_ij.append((lt["self_i"], lt["self_j"]))
+            self.m[i, :n] = lt["m"]
+            for name in names:
+                self.rest[name][i, :n] = lt[name]
+        self.pad = np.arange(n_max)[None, :] >= np.array([sh[0] for sh in self.shape])[:, None]
+
+    @staticmethod
+    def size_of(engine) -> int:
+        """Elements of the kernel block (samples x centres) of one class and bandwidth."""
+        copies = 1 if engine.bounds is None else 3
+        return copies * engine.points.size ** 2
+
+    #: Largest kernel block (elements) of a class the batch takes: beyond it (~256 distinct
+    #: scores) a class's own loo_nll is all arithmetic, which batching does not change
+    #: (measured: no gain), and keeping its terms would only raise the peak memory.
+    MAX_BLOCK = 65_536
+
+    @staticmethod
+    def accepts(engine) -> bool:
+        """Whether a class joins a batch: a small one (see MAX_BLOCK); the others go one by one."""
+        return ExactLooBatch.size_of(engine) <= ExactLooBatch.MAX_BLOCK
+
+    def loo_nll(self, rows, bandwidths) -> np.ndarray:
+        """Leave-one-out NLL of class ``rows[i]`` at ``bandwidths[i]``, for every i.
+
+        The pairs of one class form runs (consecutive i with the same class); a run gives
+        what one call ``ExactEngine.loo_nll(its bandwidths)`` gives, bit for bit.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        bs = np.asarray(bandwidths, dtype=np.float64)
+        inv = 0.5 / (bs * bs)
+        starts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
+        runs = list(zip(starts.tolist(), np.append(starts[1:], rows.size).tolist()))
+        n_max = self.m.shape[1]
+        la = np.empty((rows.size, n_max))  # log P(correct) of each TP left out, log P(wrong) of each FP
+        lz = np.empty((rows.size, n_max))
+        need = sum(self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0) for g0, g1 in runs)
+        # a quarter memory chunk (8 MB; more buys nothing: exp runs over cache-sized stretches
+        # of it), or less if less is needed, but room for any one piece below
+        flat = np.empty(max(min(CHUNK_ELEMENTS // 4, need), CACHE_ELEMENTS, max(n * w for n, w in self.shape)))
+        pending = []  # (first pair, end pair, class, view) scaled, not yet through exp and the product
+        pos = done = 0  # end of the filled buffer; end of the part through exp
+        floor = False  # whether some exponent in the part not yet through exp is below EXP_FLOOR
+
+        def to_exp():
+            # as loo_nll: the floor only where some exponent needs it (elsewhere it is the identity)
+            if floor:
+                np.maximum(flat[done:pos], EXP_FLOOR, out=flat[done:pos])
+            np.exp(flat[done:pos], out=flat[done:pos])
+
+        def finish():
+            to_exp()
+            p0, p1 = pending[0][0], pending[-1][1]
+            sums = np.ones((p1 - p0, n_max, 3))  # padded samples: finite logs, never summed
+            for g0, g1, i, view in pending:
+                si, sj = self.self_ij[i]
+                view[:, si, sj] = 0.0  # the sample's own kernel (and mirrors) left out
+                sums[g0 - p0 : g1 - p0, : view.shape[1]] = np.matmul(view, self.weights[i])
+            pending.clear()
+            # the per-sample passes for the pairs of this buffer (arrays of a few MB at most)
+            r = rows[p0:p1]
+            lt = {name: v[r] for name, v in self.rest.items()}
+            lt.setdefault("q_lo", None)
+            c_t, c_f = _loo_confidences(sums, self.m[r], inv[p0:p1, None], lt)
+            # _loss_rows: the clip and log elementwise, the sums over samples per class below
+            np.log(np.clip(c_t, PROB_CLIP, 1.0 - PROB_CLIP), out=la[p0:p1])
+            np.log(np.clip(c_f, PROB_CLIP, 1.0 - PROB_CLIP), out=lz[p0:p1])
+
+        for g0, g1 in runs:
+            i = int(rows[g0])
+            n, w = self.shape[i]
+            sub = max(1, CACHE_ELEMENTS // (n * w))  # loo_nll's elementwise blocks
+            for a in range(g0, g1, sub):
+                z = min(a + sub, g1)
+                size = (z - a) * n * w
+                if pos + size > flat.size:
+                    finish()
+                    pos = done = 0
+                    floor = False
+                elif pos > done and pos - done + size > CACHE_ELEMENTS:  # keep the stretch in cache
+                    to_exp()
+                    done, floor = pos, False
+                view = flat[pos : pos + size].reshape(z - a, n, w)
+                np.multiply(self.neg[i][None, :, :], inv[a:z, None, None], out=view)
+                pending.append((a, z, i, view))
+                pos += size
+                floor = floor or self.dd_max[i] * inv[a:z].max() > -EXP_FLOOR
+        finish()
+        out = np.empty(rows.size)
+        for g0, g1 in runs:
+            i = int(rows[g0])
+            n, w = self.shape[i]
+            a, z = self.t[i] > 0, self.f[i] > 0
+            ta, fz = self.t[i][a], self.f[i][z]
+            chunk = max(1, CHUNK_ELEMENTS // (n * w))  # loo_nll's chunks: one sum over samples each
+            for s in range(g0, g1, chunk):
+                e = min(s + chunk, g1)
+                out[s:e] = -(la[s:e, :n][:, a] @ ta) - (lz[s:e, :n][:, z] @ fz)
+        return out
 
 
 def linear_bin(group, score, tp, fp, lo, hi, n_groups):

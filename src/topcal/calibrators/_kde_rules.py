@@ -41,6 +41,11 @@ points until they part, b_mon4 <= b_mon2 <= b_mon always.
 7 points in log b around the best point so far (0.5 % precision). The
 leave-one-out minimum may lie at b_lo (the "trivial maximum at 0" of
 cross-validated bandwidths): b_opt is then b_lo.
+
+*Lockstep*: ``scan_mon_lockstep`` and ``scan_opt_lockstep`` run the same searches
+for many classes at once, each step one call of a batch object of the engine
+module (``ExactScanBatch``, ``BinnedScanBatch``, ``ExactLooBatch``), with the
+per-class results (b_opt's bit for bit: see ``ExactLooBatch``).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ __all__ = [
     "scan_mon",
     "scan_mon_lockstep",
     "scan_opt",
+    "scan_opt_lockstep",
     "silverman",
     "scott",
     "weighted_spread",
@@ -244,6 +250,43 @@ def scan_opt(engine, cand) -> float:
     return best_b
 
 
+
+def scan_opt_lockstep(batch, cands) -> list:
+    """The b_opt search of ``scan_opt`` for many classes at once: b per class.
+
+    The same candidates, rounds and decisions as ``scan_opt`` (which evaluates every
+    candidate, then OPT_ROUNDS rounds of REFINE_POINTS points, none skipped), but each
+    stage is one call of ``batch.loo_nll`` for all classes: every class's candidates
+    together, then each round's points of every class together (OPT_ROUNDS + 1 calls
+    instead of that many per class).
+    """
+    n = len(cands)
+    rows = np.repeat(np.arange(n), [c.size for c in cands])
+    loss = batch.loo_nll(rows, np.concatenate(cands))
+    starts = np.concatenate([[0], np.cumsum([c.size for c in cands])])
+    best_b, best, lo, hi = [], [], [], []
+    for i, cand in enumerate(cands):
+        j = int(np.argmin(loss[starts[i] : starts[i + 1]]))
+        best_b.append(float(cand[j]))
+        best.append(float(loss[starts[i] + j]))
+        lo.append(np.log(cand[max(j - 1, 0)]))
+        hi.append(np.log(cand[min(j + 1, cand.size - 1)]))
+    ticks = np.arange(1, REFINE_POINTS + 1)
+    rows = np.repeat(np.arange(n), REFINE_POINTS)
+    for _ in range(OPT_ROUNDS):
+        # the points exactly as scan_opt computes them (the same operations in the same order)
+        pts = [lo[i] + (hi[i] - lo[i]) * ticks / (REFINE_POINTS + 1) for i in range(n)]
+        f = batch.loo_nll(rows, np.exp(np.concatenate(pts))).reshape(n, REFINE_POINTS)
+        for i in range(n):
+            k = int(np.argmin(f[i]))
+            if f[i, k] < best[i]:
+                best[i], best_b[i] = float(f[i, k]), float(np.exp(pts[i][k]))
+            c = np.log(best_b[i])
+            step = (hi[i] - lo[i]) / (REFINE_POINTS + 1)
+            lo[i], hi[i] = max(c - step, lo[i]), min(c + step, hi[i])
+    return best_b
+
+
 def weighted_spread(score, w):
     """Weighted standard deviation and interquartile range."""
     order = np.argsort(score, kind="stable")
@@ -280,6 +323,10 @@ class MonotoneRule:
 
     max_changes: int
 
+    #: What the lockstep search evaluates its classes with (see ``select_lockstep``).
+    exact_batch = eng.ExactScanBatch
+    binned_batch = eng.BinnedScanBatch
+
     def select(self, engine, cand) -> tuple[float, bool]:
         """(b, admissible) for one class; ``admissible`` False: no candidate met the rule, b = b_hi."""
         return scan_mon(engine, cand, self.max_changes)
@@ -293,11 +340,20 @@ class MonotoneRule:
 class LeaveOneOutRule:
     """b_opt: the bandwidth with the smallest leave-one-out top-label NLL of the class."""
 
-    #: No lockstep scan for this rule: every class is scanned on its own.
-    select_lockstep = None
+    #: Exact-engine classes are searched in lockstep; binned ones one by one (each is
+    #: already a few batched FFT calls over 4097 grid points, and they are few).
+    exact_batch = eng.ExactLooBatch
+    binned_batch = None
 
     def select(self, engine, cand) -> tuple[float, bool]:
         return scan_opt(engine, cand), True
+
+    def select_lockstep(self, batch, cands) -> list:
+        """The same search for many exact-engine classes at once: (b, admissible (always), None) each.
+
+        The sign-change count of b is not part of this search; the caller counts it.
+        """
+        return [(b, True, None) for b in scan_opt_lockstep(batch, cands)]
 
 
 #: The data-driven rules, by the suffix of their method name (``kde-mon2`` -> ``"mon2"``).

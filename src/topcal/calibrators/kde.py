@@ -219,9 +219,9 @@ class _KDEBase(ScoreCalibrator):
         "shrinkage": ShrinkageConstraint(),
     }
     shrinkable = True
-    #: Scan the exact-engine classes of kde-mon* together, in lockstep (see
-    #: _kde_rules.scan_mon_lockstep); False scans them one by one (the same result up to
-    #: round-off; for tests and benchmarks).
+    #: Search the classes' bandwidths together, in lockstep (see
+    #: _kde_rules.scan_mon_lockstep, scan_opt_lockstep); False searches them one by one (the
+    #: same result up to round-off; for tests and benchmarks).
     batch_classes = True
 
     def __init__(self, *, engine: str = "auto", boundary: str | None = None, shrinkage="auto"):
@@ -315,47 +315,57 @@ class _KDEBase(ScoreCalibrator):
         return e, e.resolution()
 
     def _prepare_scans(self, args, lo, hi, smin, smax) -> dict:
-        """Bandwidth scans of the classes in lockstep (kde-mon*), exact- and binned-engine classes apart.
+        """Bandwidth searches of the classes in lockstep (kde-mon*, kde-opt), exact- and binned-engine classes apart.
 
-        Returns {k: (engine, rho, (b, admissible, sign_changes))} for the
-        classes it scanned; the others are scanned one by one in _fit_one.
-        The result per class is the one ``_kde_rules.scan_mon`` gives (same
-        candidates, same order of evaluation, same decisions).
+        Returns {k: (engine, rho, (b, admissible, sign_changes or None))} for the
+        classes it searched, {k: (engine, rho, None)} for the exact-engine classes too
+        large for the rule's batch (searched one by one in _fit_one with that engine);
+        the others are built and searched one by one in _fit_one.
+        The result per class is the one the rule's per-class search
+        (``_kde_rules.scan_mon``, ``scan_opt``) gives (same candidates, same
+        evaluations, same decisions). The rule names the batches it evaluates
+        with (``exact_batch``, ``binned_batch``; None: those classes one by one).
         """
-        lockstep = getattr(self._bandwidth_rule, "select_lockstep", None)
+        rule = self._bandwidth_rule
+        lockstep = getattr(rule, "select_lockstep", None)
         if lockstep is None or not self.batch_classes:
             return {}
-        items, binned = [], []
+        exact_batch, binned_batch = rule.exact_batch, rule.binned_batch
+        items, binned, unbatched = [], [], {}
         for k, (kind, arrays) in sorted(args.items()):
             if smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
+                continue
+            if kind == "binned" and binned_batch is None:
                 continue
             engine, rho = self._make_engine((kind, arrays), float(lo[k]), float(hi[k]))
             item = (k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho))
             if kind == "binned":
                 binned.append(item)
-            elif engine.cacheable():
+            elif exact_batch.accepts(engine):
                 items.append(item)
-        out = {}
+            else:  # searched on its own in _fit_one, with the engine built here
+                unbatched[k] = (engine, rho, None)
+        out = dict(unbatched)
         # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25 MB a class)
         for a in range(0, len(binned), BINNED_BATCH):
             group = binned[a : a + BINNED_BATCH]
-            results = lockstep(eng.BinnedScanBatch([g[1] for g in group]), [g[3] for g in group])
+            results = lockstep(binned_batch([g[1] for g in group]), [g[3] for g in group])
             for (k, engine, rho, _), res in zip(group, results):
                 out[k] = (engine, rho, res)
         # groups of similar size (padding to the group's widest class) within a memory budget
-        items.sort(key=lambda it: eng.ExactScanBatch.size_of(it[1]))
+        items.sort(key=lambda it: exact_batch.size_of(it[1]))
         group = []
         for it in items + [None]:
             if it is not None:
-                size = eng.ExactScanBatch.size_of(it[1])
-                first = eng.ExactScanBatch.size_of(group[0][1]) if group else size
+                size = exact_batch.size_of(it[1])
+                first = exact_batch.size_of(group[0][1]) if group else size
                 if not group or (size * (len(group) + 1) <= rules.BATCH_ELEMENTS
-                                 and size <= 1.25 * first + 4 * eng.SCAN_POINTS):
+                                 and size <= 1.25 * first + exact_batch.PAD_SLACK):
                     group.append(it)
                     continue
             if group:
                 engines = [g[1] for g in group]
-                results = lockstep(eng.ExactScanBatch(engines), [g[3] for g in group])
+                results = lockstep(exact_batch(engines), [g[3] for g in group])
                 for (k, engine, rho, _), res in zip(group, results):
                     out[k] = (engine, rho, res)
             group = [it] if it is not None else []

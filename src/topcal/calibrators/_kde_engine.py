@@ -474,12 +474,14 @@ def linear_bin(group, score, tp, fp, lo, hi, n_groups):
     m = FINE_CELLS + 1
     width = hi - lo
     inv = np.where(width > 0, FINE_CELLS / np.where(width > 0, width, 1.0), 0.0)
-    pos = score - lo[group]
-    pos *= inv[group]
+    one = n_groups == 1  # one grid (a pooled fit): scalars, no gathers over the rows
+    pos = score - (lo[0] if one else lo[group])
+    pos *= inv[0] if one else inv[group]
     i = np.minimum(pos.astype(np.int64), FINE_CELLS - 1)  # pos >= 0: truncation is floor
     fr = pos - i
     np.clip(fr, 0.0, 1.0, out=fr)
-    i += group * m
+    if not one:
+        i += group * m
     size = n_groups * m
     wt = tp * fr
     wf = fp * fr

@@ -182,6 +182,17 @@ class Calibrator:
         """
         self._validate_params()
         data = as_data(data, y, classes=classes, kind=kind)
+        self._fit_labelled(data)
+        # the mergeable statistics that let update() refit on old + new data
+        self.stats_ = self.stats_of(data) if self._keeps_stats() else None
+        return self
+
+    def _fit_labelled(self, data: TopLabelData) -> None:
+        """``fit`` on validated data, without the statistics ``update`` needs (``stats_`` is None).
+
+        What a model fitted only to serve another (shrinkage's pooled reference, saved
+        without statistics) needs.
+        """
         data.require_labels(f"fitting {self.name!r}")
         self._check_data(data)
         self.classes_ = data.classes
@@ -199,13 +210,10 @@ class Calibrator:
                 f"{'is' if len(empty) == 1 else 'are'} never predicted in the fitting data; "
                 "their confidence falls back to the uncalibrated score",
                 DegenerateClassWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         self.stats_ = None
         self._fit(data)
-        # the mergeable statistics that let update() refit on old + new data
-        self.stats_ = self.stats_of(data) if self._keeps_stats() else None
-        return self
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -686,7 +694,8 @@ class ScoreCalibrator(Calibrator):
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
-            ref.fit(pooled)
+            ref._validate_params()
+            ref._fit_labelled(pooled)
         keep = (data.tp + data.fp) > 0
         s, tp, fp = data.score[keep], data.tp[keep], data.fp[keep]
         self.reference_ = ref

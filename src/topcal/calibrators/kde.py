@@ -492,14 +492,21 @@ class _KDEBase(ScoreCalibrator):
         self._tab_lo, self._tab_hi, self._tab_inv, self._tab_nm1 = lo, hi, inv, nm1
         self.bandwidth_ = bw
 
+    def _table_params(self, k):
+        """(offset, lo, hi, inv, points - 1) of the tables of ``k``: per row for an array of
+        classes, scalars for one class or when the model has one (the pooled reference: no
+        gathers over the rows)."""
+        if np.ndim(k) and len(self.classes_) == 1:
+            k = 0
+        return self._tab_off[k], self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k]
+
     def _interp(self, k, score, with_count: bool = False):
-        """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape."""
-        return _interp_tables(self._tab, self._tab_n if with_count else None, self._tab_off[k],
-                              self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k], score)
+        """Linear interpolation in the flat class tables; ``k`` one class or an array shaped as ``score``."""
+        return _interp_tables(self._tab, self._tab_n if with_count else None, *self._table_params(k), score)
 
     def _local_counts(self, k: int, score: np.ndarray):
         s = np.asarray(score, dtype=np.float64)
-        c, n = self._interp(np.full(s.shape, k, dtype=np.int64), s, with_count=True)
+        c, n = self._interp(int(k), s, with_count=True)
         return c * n, n
 
     def _local_counts_rows(self, pred, score):
@@ -513,9 +520,9 @@ class _KDEBase(ScoreCalibrator):
 
     def _count_cells(self, pred, score):
         """Cells of the flat tables (Conf and the count are linear in the score within one)."""
-        i, _ = _table_cells(self._tab_lo[pred], self._tab_hi[pred], self._tab_inv[pred], self._tab_nm1[pred],
-                            np.asarray(score, dtype=np.float64))
-        i += self._tab_off[pred]
+        off, lo, hi, inv, nm1 = self._table_params(pred)
+        i, _ = _table_position(lo, hi, inv, nm1, np.asarray(score, dtype=np.float64))
+        i += off
         return i, self._tab.size
 
     def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
@@ -647,17 +654,24 @@ class _KDEBase(ScoreCalibrator):
         return out
 
 
-def _table_cells(lo, hi, inv, nm1, score):
-    """(cell, fraction within it) of every score in its table: the cell's left point and 0..1.
-
-    Scores outside [lo, hi] are held at the ends (the curve is constant there).
-    """
+def _table_position(lo, hi, inv, nm1, score):
+    """(cell, position in table steps) of every score: the cell's left point, and the score's
+    distance from the table's start in steps. Scores outside [lo, hi] are held at the ends."""
     x = np.maximum(score, lo)
     np.minimum(x, hi, out=x)
     x -= lo
     x *= inv
     i = x.astype(np.int64)
     np.minimum(i, nm1 - 1, out=i)
+    return i, x
+
+
+def _table_cells(lo, hi, inv, nm1, score):
+    """(cell, fraction within it) of every score in its table: the cell's left point and 0..1.
+
+    Scores outside [lo, hi] are held at the ends (the curve is constant there).
+    """
+    i, x = _table_position(lo, hi, inv, nm1, score)
     x -= i
     np.minimum(x, 1.0, out=x)
     return i, x

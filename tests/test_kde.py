@@ -555,3 +555,38 @@ def test_predict_equals_the_curve_bit_for_bit_on_every_row(shrinkage):
         rows = test.pred == k
         assert rows.any()
         np.testing.assert_array_equal(got[rows], model.curve(k, test.score[rows]).confidence)
+
+
+def test_exact_sums_equal_the_naive_arithmetic_bit_for_bit():
+    """exact_sums takes its shift from the two centres around each point and skips the exponent
+    floor where no exponent reaches it; the naive reading (row minimum of the full squared
+    distance matrix, floor everywhere) gives the same sums bit for bit."""
+    rng = np.random.default_rng(5)
+    for trial in range(120):
+        u = int(rng.integers(1, 200))
+        scale = float(rng.choice([1.0, 10.0, 1e-3]))
+        p = rng.random(u) * scale  # unsorted centres; ties and neighbours one ulp apart below
+        if trial % 4 == 0:
+            p = np.concatenate([p, p[:3], np.nextafter(p[:3], 2 * scale)])
+        t = rng.integers(0, 3, p.size).astype(float)
+        f = rng.integers(0, 3, p.size).astype(float)
+        if (t + f).sum() == 0:
+            t[0] = 1.0
+        x = np.linspace(p.min(), p.max(), int(rng.choice([33, 257, 1025])))
+        x = np.concatenate([x, p[:5]])  # points on centres (shift 0)
+        b = float(rng.choice([1e-4, 0.01, 0.05, 0.3, 3.0])) * scale
+        bounds = (0.0, scale) if trial % 3 == 0 else None
+        num, den, shift = eng.exact_sums(x, p, t, f, b, bounds)
+        if bounds is None:
+            pp, tt, ff = p, t, f
+        else:
+            pp = np.concatenate([p, -p, 2 * scale - p])
+            tt, ff = np.tile(t, 3), np.tile(f, 3)
+        w = tt + ff
+        pp, tt, w = pp[w > 0], tt[w > 0], w[w > 0]
+        d2 = (x[:, None] - pp[None, :]) ** 2
+        m = d2.min(axis=1)
+        e = np.exp(np.maximum(-(d2 - m[:, None]) * (0.5 / (b * b)), eng.EXP_FLOOR))
+        np.testing.assert_array_equal(shift, m)
+        np.testing.assert_array_equal(num, e @ tt)
+        np.testing.assert_array_equal(den, e @ w)

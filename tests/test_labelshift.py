@@ -478,6 +478,36 @@ def test_confusion_stats_regions(source):
         assert np.all(fp > 0)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_confusion_counts_equal_a_class_by_class_count(source, weighted):
+    """from_data counts all rows in one pass; the naive reading, class by class with
+    searchsorted over that class's rows, gives the same edges and counts bit for bit."""
+    from topcal.confusion import class_region_edges
+
+    data = source
+    if weighted:  # non-unit weights: the weighted-quantile path and float sums
+        rng = np.random.default_rng(3)
+        w = rng.uniform(0.1, 3.0, data.n_rows)
+        right = data.labels == data.pred
+        data = TopLabelData(data.classes, data.pred, data.score, data.score_range, tp=np.where(right, w, 0.0),
+                            fp=np.where(right, 0.0, w), labels=data.labels)
+    stats = ConfusionStats.from_data(data, min_fp_per_region=60, max_regions=4)
+    w = data.tp + data.fp
+    for k in range(data.n_classes):
+        rows = np.flatnonzero(data.pred == k)
+        s, lab, wk = data.score[rows], data.labels[rows], w[rows]
+        e = class_region_edges(s[lab != k], wk[lab != k], 60, 4)
+        np.testing.assert_array_equal(stats.edges[k], e)
+        region = np.searchsorted(e, s, side="left")
+        want = np.zeros((e.size + 1, data.n_classes))
+        for r, j, x in zip(region, lab, wk):  # in row order, as bincount adds
+            want[r, j] += x
+        np.testing.assert_array_equal(stats.counts[k], want)
+    again = stats.count(data)
+    for a, b in zip(stats.counts, again.counts):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_prior_estimate_reuse_across_models(hist, source):
     kde = topcal.calibrator("cum").fit(source)
     use = shifted(2000, TARGET, 17, labels=False)[0]

@@ -78,14 +78,15 @@ class ConfusionStats:
             return None
         K = data.n_classes
         w = data.tp + data.fp
-        edges, counts = [], []
-        for k, idx in rows_by_class(data.pred, K, skip_empty=False):  # one sort, not a pass per class
-            s, lab, wk = data.score[idx], data.labels[idx], w[idx]
-            wrong = lab != k
-            e = class_region_edges(s[wrong], wk[wrong], min_fp_per_region, max_regions)
-            edges.append(e)
-            counts.append(_region_counts(e, s, lab, wk, K))
-        return cls(tuple(data.classes), tuple(edges), tuple(counts))
+        # the FP scores of each class, in row order (one grouping of the FP rows only); the
+        # counts in one pass over all rows (_counts_in_regions)
+        fp_rows = np.flatnonzero(data.labels != data.pred)
+        edges = [np.empty(0)] * K
+        for k, idx in rows_by_class(data.pred[fp_rows], K):
+            rows = fp_rows[idx]
+            edges[k] = class_region_edges(data.score[rows], w[rows], min_fp_per_region, max_regions)
+        counts = _counts_in_regions(edges, data.pred, data.score, data.labels, w, K)
+        return cls(tuple(data.classes), tuple(edges), counts)
 
     def count(self, data: TopLabelData) -> "ConfusionStats | None":
         """The counts of labelled per-sample ``data`` (on the same class list) in these regions.
@@ -99,10 +100,8 @@ class ConfusionStats:
             raise DataError(f"confusion counts of classes {list(data.classes)} do not match {list(self.classes)}")
         K = self.n_classes
         w = data.tp + data.fp
-        counts = []
-        for k, idx in rows_by_class(data.pred, K, skip_empty=False):  # one sort, not a pass per class
-            counts.append(_region_counts(self.edges[k], data.score[idx], data.labels[idx], w[idx], K))
-        return ConfusionStats(self.classes, self.edges, tuple(counts))
+        counts = _counts_in_regions(self.edges, data.pred, data.score, data.labels, w, K)
+        return ConfusionStats(self.classes, self.edges, counts)
 
     def merge(self, *others: "ConfusionStats") -> "ConfusionStats":
         """These counts plus those of ``others``, counted in the same regions (a new object)."""
@@ -280,6 +279,29 @@ class GridConfusion:
             edges.append(e)
             counts.append(_region_counts(e, s, lab, w, K))
         return ConfusionStats(self.classes, tuple(edges), tuple(counts))
+
+
+def _counts_in_regions(edges, pred: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray,
+                       K: int) -> tuple[np.ndarray, ...]:
+    """Per predicted class k, the (len(edges[k]) + 1, K) weighted counts of the true classes per region.
+
+    All rows in one pass: a row's region is the number of its class's edges below its score
+    (``searchsorted(edges[k], s, side="left")``), read from one padded edge table. ``bincount``
+    adds each cell's weights in row order, as counting class by class did, so the counts are
+    the same bit for bit.
+    """
+    n_edges = np.array([e.size for e in edges], dtype=np.int64)
+    width = int(n_edges.max()) if K else 0
+    table = np.full((K, max(width, 1)), np.inf)
+    for k, e in enumerate(edges):
+        table[k, : e.size] = e
+    region = np.zeros(pred.shape[0], dtype=np.int64)
+    for j in range(width):
+        region += table[pred, j] < score
+    first = np.concatenate([[0], np.cumsum(n_edges + 1)])  # first region of each class
+    key = (first[pred] + region) * K + labels
+    flat = np.bincount(key, weights=weight, minlength=int(first[-1]) * K)
+    return tuple(flat[first[k] * K : first[k + 1] * K].reshape(-1, K) for k in range(K))
 
 
 def _region_counts(edges: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray, K: int) -> np.ndarray:

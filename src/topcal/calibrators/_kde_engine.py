@@ -131,6 +131,20 @@ def _reflect_points(points, tp, fp, bounds):
     )
 
 
+def nearest_sq_distance(x, p) -> np.ndarray:
+    """min_j (x_i - p_j)^2 for every x_i, from the two centres around it (p in any order).
+
+    The same floating-point value as the minimum over all centres: fl(x - p) is monotone
+    in p, so the smallest squared difference on either side of x_i is at its neighbour
+    there. O((n + m) log m) instead of a pass over the n x m matrix.
+    """
+    ps = np.sort(p)
+    j = np.searchsorted(ps, x)
+    left = x - ps[np.maximum(j - 1, 0)]
+    right = x - ps[np.minimum(j, ps.size - 1)]
+    return np.minimum(np.square(left), np.square(right))
+
+
 def exact_sums(x, points, tp, fp, b, bounds=None):
     """Shifted kernel sums at ``x``: returns (num, den, shift).
 
@@ -153,6 +167,13 @@ def exact_sums(x, points, tp, fp, b, bounds=None):
     step = max(1, CHUNK_ELEMENTS // max(p.size, 1))
     sub = max(1, CACHE_ELEMENTS // max(p.size, 1))
     inv = 0.5 / (b * b)
+    floor = True
+    if x.size and p.size:
+        shift[:] = nearest_sq_distance(x, p)
+        # no exponent can fall below the floor when the farthest pair is close enough (then
+        # max(e, EXP_FLOOR) is e, and the pass is skipped: the same bits)
+        span = max(abs(float(x.max()) - float(p.min())), abs(float(p.max()) - float(x.min())))
+        floor = span * span * inv * (1.0 + 1e-9) >= -EXP_FLOOR
     buf = np.empty((min(step, x.shape[0]), p.size))
     for a in range(0, x.shape[0], step):
         xa = x[a : a + step]
@@ -162,11 +183,10 @@ def exact_sums(x, points, tp, fp, b, bounds=None):
             d2 = e[c : c + sub]
             np.subtract(xa[c : c + sub, None], p[None, :], out=d2)
             np.square(d2, out=d2)
-            d2.min(axis=1, out=m[c : c + sub])
             d2 -= m[c : c + sub, None]
-            np.negative(d2, out=d2)
-            d2 *= inv
-            np.maximum(d2, EXP_FLOOR, out=d2)
+            d2 *= -inv  # -(d2 * inv) in one pass: negation is exact
+            if floor:
+                np.maximum(d2, EXP_FLOOR, out=d2)
             np.exp(d2, out=d2)
         num[a : a + step] = e @ t
         den[a : a + step] = e @ w

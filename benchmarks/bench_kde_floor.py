@@ -77,29 +77,28 @@ def groups(classes, ratio=1.1):
     return out
 
 
-def floor_mon(pts, w, evaluations):
-    """evaluations x (classes x 513 x width) kernel terms: exp and the two weighted sums."""
-    lo, hi = pts.min(axis=1), pts.max(axis=1)
-    x = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, SCAN_POINTS)[None, :]
-    d2 = (x[:, :, None] - pts[:, None, :]) ** 2  # bandwidth-free: computed once
+def kernel_rounds(d2, lo, hi, w, evaluations):
+    """``evaluations`` passes over the bandwidth-free squared distances d2 (classes x points x
+    centres): scale, exp and the two weighted sums, at a bandwidth of R / 20 per class."""
     inv = 0.5 / ((hi - lo) / 20.0) ** 2
     e = np.empty_like(d2)
     for _ in range(evaluations):
         np.multiply(d2, -inv[:, None, None], out=e)
         np.exp(e, out=e)
         np.matmul(e, w)
+
+
+def floor_mon(pts, w, evaluations):
+    """evaluations x (classes x 513 x width) kernel terms."""
+    lo, hi = pts.min(axis=1), pts.max(axis=1)
+    x = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, SCAN_POINTS)[None, :]
+    kernel_rounds((x[:, :, None] - pts[:, None, :]) ** 2, lo, hi, w, evaluations)
 
 
 def floor_opt(pts, w, evaluations):
-    """evaluations x (classes x width x width) kernel terms: exp and the weighted sums."""
+    """evaluations x (classes x width x width) kernel terms."""
     lo, hi = pts.min(axis=1), pts.max(axis=1)
-    d2 = (pts[:, :, None] - pts[:, None, :]) ** 2
-    inv = 0.5 / ((hi - lo) / 20.0) ** 2
-    e = np.empty_like(d2)
-    for _ in range(evaluations):
-        np.multiply(d2, -inv[:, None, None], out=e)
-        np.exp(e, out=e)
-        np.matmul(e, w)
+    kernel_rounds((pts[:, :, None] - pts[:, None, :]) ** 2, lo, hi, w, evaluations)
 
 
 def isotonic_fit(data, labels):

@@ -27,3 +27,23 @@ def simulate_probs(n, seed, k, *, sharpen=None):
         p = np.exp(zr - zr.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
     return p, labels
+
+
+def many_small_classes(seed, k, n, *, concentration=0.7, levels=None):
+    """Per-sample TopLabelData with k classes of Dirichlet(concentration) sizes (a few rows to a
+    few hundred), class-dependent miscalibration (P(right) = score ** power_k); with ``levels``
+    the scores are rounded to multiples of 1 / levels (vote fractions: ties)."""
+    from topcal.data import TopLabelData
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.dirichlet(np.full(k, concentration)) * n
+    pred = np.repeat(np.arange(k), np.maximum(sizes.astype(int), 1))
+    rng.shuffle(pred)
+    score = np.clip(rng.beta(4, 2, pred.size), 1e-6, 1.0)
+    if levels is not None:
+        score = np.round(score * levels) / levels
+    power = 0.5 + 2.5 * rng.random(k)
+    right = rng.random(pred.size) < score ** power[pred]
+    labels = np.where(right, pred, (pred + 1 + rng.integers(0, k - 1, pred.size)) % k)
+    return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(k)],
+                                    score_range=(0.0, 1.0))

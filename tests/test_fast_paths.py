@@ -10,23 +10,12 @@ from topcal.calibrators import paper_calibrator
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
 
-from _sim import simulate_probs
+from _sim import many_small_classes, simulate_probs
 
 
 def _many_small_classes(seed=0, k=50, n=4000, discrete=False):
-    """Per-sample data with k classes of ~5 to ~400 positives, class-dependent miscalibration."""
-    rng = np.random.default_rng(seed)
-    sizes = rng.dirichlet(np.full(k, 0.7)) * n
-    pred = np.repeat(np.arange(k), np.maximum(sizes.astype(int), 1))
-    rng.shuffle(pred)
-    score = np.clip(rng.beta(4, 2, pred.size), 1e-6, 1.0)
-    if discrete:
-        score = np.round(score * 100) / 100  # vote fractions of 100 trees
-    power = 0.5 + 2.5 * rng.random(k)
-    right = rng.random(pred.size) < score ** power[pred]
-    labels = np.where(right, pred, (pred + 1 + rng.integers(0, k - 1, pred.size)) % k)
-    return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(k)],
-                                    score_range=(0.0, 1.0))
+    """Per-sample data with k classes of a few to a few hundred positives (tests/_sim.py)."""
+    return many_small_classes(seed, k, n, concentration=0.7, levels=100 if discrete else None)
 
 
 def test_vectorised_sign_count_equals_the_per_row_count():

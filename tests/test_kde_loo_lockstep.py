@@ -14,10 +14,11 @@ import pytest
 
 from topcal.calibrators import _kde_engine as eng
 from topcal.calibrators import paper_calibrator
-from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.errors import DegenerateClassWarning
 from topcal.persist import canonical_json
+
+from _sim import many_small_classes
 
 
 def _engine(score, tp, fp, bounds):
@@ -86,19 +87,8 @@ def test_batched_loo_equals_the_per_class_loo(bounds, small_chunks, monkeypatch)
 
 
 def _many_small_classes(seed, k=60, n=5000, discrete=False):
-    """Per-sample data with k classes of ~2 to ~500 positives, class-dependent miscalibration."""
-    rng = np.random.default_rng(seed)
-    sizes = rng.dirichlet(np.full(k, 0.6)) * n
-    pred = np.repeat(np.arange(k), np.maximum(sizes.astype(int), 1))
-    rng.shuffle(pred)
-    score = np.clip(rng.beta(4, 2, pred.size), 1e-6, 1.0)
-    if discrete:
-        score = np.round(score * 50) / 50
-    power = 0.5 + 2.5 * rng.random(k)
-    right = rng.random(pred.size) < score ** power[pred]
-    labels = np.where(right, pred, (pred + 1 + rng.integers(0, k - 1, pred.size)) % k)
-    return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(k)],
-                                    score_range=(0.0, 1.0))
+    """Per-sample data with k classes of a few to a few hundred positives (tests/_sim.py)."""
+    return many_small_classes(seed, k, n, concentration=0.6, levels=50 if discrete else None)
 
 
 def _fit_both(data, **params):

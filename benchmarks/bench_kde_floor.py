@@ -13,7 +13,8 @@ comparing it with per-class isotonic on the same data, in the same process, inte
   refinement rounds: at least 4 x 513 x u kernel terms (exp, then the two weighted sums) for
   a class with u distinct scores.
 * kde-opt floor: the leave-one-out NLL at every candidate (b_lo 2^(i/4) up to 4R: 41 of them)
-  and 21 refinement points, each u x u kernel terms.
+  and 21 refinement points, each u x u kernel terms; and the same without the exp (each
+  kernel value one multiplication), what cheaper kernel values could leave at best.
 
 The floor is a lower bound of the present algorithm's cost with NumPy's vectorised exp
 (~1 ns per term on this machine); it is not a bound for other algorithms (a fast Gauss
@@ -77,14 +78,17 @@ def groups(classes, ratio=1.1):
     return out
 
 
-def kernel_rounds(d2, lo, hi, w, evaluations):
+def kernel_rounds(d2, lo, hi, w, evaluations, with_exp=True):
     """``evaluations`` passes over the bandwidth-free squared distances d2 (classes x points x
-    centres): scale, exp and the two weighted sums, at a bandwidth of R / 20 per class."""
+    centres): scale, exp and the two weighted sums, at a bandwidth of R / 20 per class.
+    Without ``with_exp`` the exp is left out: what would remain if every kernel value cost one
+    multiplication (as repeated squaring along the candidate ladder would give, to ~1e-15)."""
     inv = 0.5 / ((hi - lo) / 20.0) ** 2
     e = np.empty_like(d2)
     for _ in range(evaluations):
         np.multiply(d2, -inv[:, None, None], out=e)
-        np.exp(e, out=e)
+        if with_exp:
+            np.exp(e, out=e)
         np.matmul(e, w)
 
 
@@ -95,10 +99,10 @@ def floor_mon(pts, w, evaluations):
     kernel_rounds((x[:, :, None] - pts[:, None, :]) ** 2, lo, hi, w, evaluations)
 
 
-def floor_opt(pts, w, evaluations):
+def floor_opt(pts, w, evaluations, with_exp=True):
     """evaluations x (classes x width x width) kernel terms."""
     lo, hi = pts.min(axis=1), pts.max(axis=1)
-    kernel_rounds((pts[:, :, None] - pts[:, None, :]) ** 2, lo, hi, w, evaluations)
+    kernel_rounds((pts[:, :, None] - pts[:, None, :]) ** 2, lo, hi, w, evaluations, with_exp)
 
 
 def isotonic_fit(data, labels):
@@ -124,8 +128,8 @@ def main() -> None:
     print(f"# kde floor vs isotonic/class  ({platform.machine()}, {platform.python_version()}, "
           f"numpy {np.__version__})")
     print("| n x K | exact-engine classes | mean distinct scores | isotonic/class s | kde-mon2 floor s "
-          "| kde-mon2 fit s | kde-opt floor s | kde-opt fit s | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+          "| kde-mon2 fit s | kde-opt floor s | kde-opt floor without exp s | kde-opt fit s | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for cell in args.cells:
         n_s, k_s = cell.split("x")
         n, k = int(float(n_s)), int(k_s)
@@ -134,13 +138,14 @@ def main() -> None:
         classes = small_classes(data)
         load = loadavg()
         if not classes:
-            print(f"| {n_s} x {k} | 0 | - | - | - | - | - | - | {load} |")
+            print(f"| {n_s} x {k} | 0 | - | - | - | - | - | - | - | {load} |")
             continue
         parts = groups(classes)
         jobs = {
             "iso": lambda: isotonic_fit(data, labels),
             "mon": lambda: [floor_mon(pts, w, MON_EVALUATIONS) for pts, w in parts],
             "opt": lambda: [floor_opt(pts, w, OPT_EVALUATIONS) for pts, w in parts],
+            "opt-noexp": lambda: [floor_opt(pts, w, OPT_EVALUATIONS, with_exp=False) for pts, w in parts],
             "fit-mon": lambda: topcal.calibrator("kde-mon2").fit(data),
             "fit-opt": lambda: topcal.calibrator("kde-opt").fit(data),
         }
@@ -156,7 +161,7 @@ def main() -> None:
                     best[name] = min(best[name], time.perf_counter() - t)
         mean_u = float(np.mean([u.size for u in classes]))
         print(f"| {n_s} x {k} | {len(classes)} | {mean_u:.0f} | {best['iso']:.4f} | {best['mon']:.4f} "
-              f"| {best['fit-mon']:.4f} | {best['opt']:.4f} | {best['fit-opt']:.4f} | {load} |")
+              f"| {best['fit-mon']:.4f} | {best['opt']:.4f} | {best['opt-noexp']:.4f} | {best['fit-opt']:.4f} | {load} |")
 
 
 if __name__ == "__main__":

@@ -270,15 +270,13 @@ class GridConfusion:
         k_of, cell = np.divmod(cell_key, self.n_cells)
         mid = cell_midpoints(cell, self.score_range, self.n_cells)
         bounds = np.searchsorted(k_of, np.arange(K + 1))  # keys are sorted by predicted class first
-        edges, counts = [], []
+        edges = []
         for k in range(K):
             sl = slice(bounds[k], bounds[k + 1])
             s, lab, w = mid[sl], j[sl], self.count[sl]
             wrong = lab != k
-            e = class_region_edges(s[wrong], w[wrong], min_fp_per_region, max_regions)
-            edges.append(e)
-            counts.append(_region_counts(e, s, lab, w, K))
-        return ConfusionStats(self.classes, tuple(edges), tuple(counts))
+            edges.append(class_region_edges(s[wrong], w[wrong], min_fp_per_region, max_regions))
+        return ConfusionStats(self.classes, tuple(edges), _counts_in_regions(edges, k_of, mid, j, self.count, K))
 
 
 def _counts_in_regions(edges, pred: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray,
@@ -302,12 +300,6 @@ def _counts_in_regions(edges, pred: np.ndarray, score: np.ndarray, labels: np.nd
     key = (first[pred] + region) * K + labels
     flat = np.bincount(key, weights=weight, minlength=int(first[-1]) * K)
     return tuple(flat[first[k] * K : first[k + 1] * K].reshape(-1, K) for k in range(K))
-
-
-def _region_counts(edges: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray, K: int) -> np.ndarray:
-    """(len(edges) + 1, K) weighted counts of the true classes per region of one predicted class."""
-    r = np.searchsorted(edges, score, side="left")
-    return np.bincount(r * K + labels, weights=weight, minlength=(edges.size + 1) * K).reshape(edges.size + 1, K)
 
 
 def class_region_edges(fp_score: np.ndarray, fp_weight: np.ndarray, min_fp_per_region: int = MIN_FP_PER_REGION,

@@ -226,29 +226,26 @@ def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
             lo = pts[-1]
     return best, True
 
+
+class _OneEngine:
+    """One engine in the interface of a lockstep batch (``loo_nll(rows, bandwidths)``)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def loo_nll(self, rows, bandwidths) -> np.ndarray:
+        return self.engine.loo_nll(bandwidths)
+
+
 def scan_opt(engine, cand) -> float:
     """Bandwidth with the smallest leave-one-out NLL.
 
     All candidates are evaluated (one batched call); then OPT_ROUNDS
     rounds each evaluate REFINE_POINTS points evenly in log b between the
-    neighbours of the best point so far and keep the best.
+    neighbours of the best point so far and keep the best: the search of
+    :func:`scan_opt_lockstep`, for one class.
     """
-    loss = engine.loo_nll(cand)
-    j = int(np.argmin(loss))
-    best_b, best = float(cand[j]), float(loss[j])
-    lo = np.log(cand[max(j - 1, 0)])
-    hi = np.log(cand[min(j + 1, cand.size - 1)])
-    for _ in range(OPT_ROUNDS):
-        pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
-        f = engine.loo_nll(np.exp(pts))
-        i = int(np.argmin(f))
-        if f[i] < best:
-            best, best_b = float(f[i]), float(np.exp(pts[i]))
-        c = np.log(best_b)
-        step = (hi - lo) / (REFINE_POINTS + 1)
-        lo, hi = max(c - step, lo), min(c + step, hi)
-    return best_b
-
+    return scan_opt_lockstep(_OneEngine(engine), [cand])[0]
 
 
 def scan_opt_lockstep(batch, cands) -> list:

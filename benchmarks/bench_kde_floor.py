@@ -42,19 +42,10 @@ EXACT_MAX_ROWS = 512
 
 def small_classes(data):
     """Distinct scores of every class the exact engine takes (2..512 rows, both TP and FP)."""
-    out = []
-    order = np.argsort(data.pred, kind="stable")
-    counts = np.bincount(data.pred)
-    ends = np.cumsum(counts)
-    for k, n in enumerate(counts):
-        if n < 2 or n > EXACT_MAX_ROWS:
-            continue
-        idx = order[ends[k] - n : ends[k]]
-        tp = data.tp[idx]
-        if tp.sum() == 0 or data.fp[idx].sum() == 0:
-            continue
-        out.append(np.unique(data.score[idx]))
-    return out
+    from topcal.data import rows_by_class
+
+    return [np.unique(data.score[idx]) for _, idx in rows_by_class(data.pred, data.n_classes)
+            if 2 <= idx.size <= EXACT_MAX_ROWS and data.tp[idx].sum() > 0 and data.fp[idx].sum() > 0]
 
 
 def groups(classes, ratio=1.1):
@@ -108,14 +99,11 @@ def floor_opt(pts, w, evaluations, with_exp=True):
 def isotonic_fit(data, labels):
     from sklearn.isotonic import IsotonicRegression
 
+    from topcal.data import rows_by_class
+
     right = (labels == data.pred).astype(np.float64)
-    order = np.argsort(data.pred, kind="stable")
-    counts = np.bincount(data.pred)
-    ends = np.cumsum(counts)
-    for k, n in enumerate(counts):
-        if n:
-            idx = order[ends[k] - n : ends[k]]
-            IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(data.score[idx], right[idx])
+    for _, idx in rows_by_class(data.pred, data.n_classes):
+        IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(data.score[idx], right[idx])
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ class Counter:
     """Counts the bandwidths topcal's engines evaluate (wraps, does not change, them)."""
 
     def __init__(self):
-        from topcal.calibrators import _kde_engine as eng
+        from topcal.calibrators.kde import _engine as eng
 
         self.eng = eng
         self.n_scan = 0
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
 
     import topcal
     from topcal.calibrators import calibrator
-    from topcal.calibrators._kde_engine import FINE_CELLS, SCAN_POINTS
+    from topcal.calibrators.kde._engine import FINE_CELLS, SCAN_POINTS
     from topcal.data import TopLabelData
 
     print(f"topcal {topcal.__version__}, numpy {np.__version__}, python {platform.python_version()}, "

@@ -23,7 +23,7 @@ PKG = SRC / "topcal"
 #: differences, and the small numeric helpers (``SortedTables`` against
 #: ``np.searchsorted``), below the calibrator API that wraps them. Nothing
 #: else in the tests reaches private names.
-TEST_PRIVATE_MODULES = {"topcal.calibrators._kde_engine", "topcal.calibrators._ts_core", "topcal._numeric"}
+TEST_PRIVATE_MODULES = {"topcal.calibrators.kde._engine", "topcal.calibrators.temperature._core", "topcal._numeric"}
 
 
 def read_layers() -> dict[str, int]:
@@ -216,16 +216,16 @@ def test_checker_catches_what_it_is_meant_to(tmp_path):
     src = tmp_path / "probe.py"
     src.write_text(
         "from topcal.persist import _pretty\n"
-        "from topcal.calibrators import _ts_core\n"
+        "from topcal.calibrators.temperature import _core\n"
         "from topcal import plots\n"
         "def f():\n    return plots._hidden\n"
     )
     found = imports_of("tests.probe", src)
     assert (1, "topcal.persist", "_pretty") in found
-    assert (2, "topcal.calibrators._ts_core", None) in found
+    assert (2, "topcal.calibrators.temperature._core", None) in found
     assert (5, "topcal.plots", "_hidden") in found
-    assert private_module_violation("topcal.metrics", "topcal.calibrators._ts_core")
-    assert not private_module_violation("topcal.calibrators.temperature", "topcal.calibrators._ts_core")
+    assert private_module_violation("topcal.metrics", "topcal.calibrators.temperature._core")
+    assert not private_module_violation("topcal.calibrators.temperature.calibrator", "topcal.calibrators.temperature._core")
     assert layer_of("topcal.calibrators.kde") == LAYERS["calibrators"] < layer_of("topcal.report")
 
 

@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from topcal.calibrators import _kde_engine as eng
+from topcal.calibrators.kde import _engine as eng
 from topcal.calibrators import paper_calibrator
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
@@ -210,7 +210,7 @@ def test_loo_over_all_bandwidths_at_once_equals_one_at_a_time(bounds):
 
 @pytest.mark.parametrize("kind", ["probs", "logits"])
 def test_temperature_margin_from_the_score_matrix_equals_the_split_path(kind):
-    from topcal.calibrators._ts_core import split_top, top_label_margin, top_label_margin_rows
+    from topcal.calibrators.temperature._core import split_top, top_label_margin, top_label_margin_rows
     from topcal.data import LOG_PROB_FLOOR
 
     rng = np.random.default_rng(8)

@@ -16,7 +16,7 @@ from topcal.calibrators.kde import (
     count_sign_changes,
     kde_confidence,
 )
-from topcal.calibrators import _kde_engine as eng
+from topcal.calibrators.kde import _engine as eng
 from topcal.cli import main
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from topcal.calibrators import _kde_engine as eng
+from topcal.calibrators.kde import _engine as eng
 from topcal.calibrators import paper_calibrator
 from topcal.datasets import load_phanns
 from topcal.errors import DegenerateClassWarning

@@ -16,7 +16,7 @@ from scipy.special import expit, softmax
 
 import topcal
 from topcal import TopLabelData
-from topcal.calibrators._ts_core import (
+from topcal.calibrators.temperature._core import (
     AWARD_MAX,
     OFFSET_MAX,
     T_MAX,

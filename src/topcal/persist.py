@@ -10,7 +10,7 @@ Version 2 added ``stats``: the model's mergeable statistics
 (:class:`topcal.stats.ScoreStats`: per class, per non-empty score cell, the
 TP and FP counts) that ``update`` refits from; absent for methods that
 recalibrate the full score vector. Version 3 adds the loss tables of ``sts``
-and ``csts`` as their ``stats`` (:class:`topcal.calibrators.temperature`'s
+and ``csts`` as their ``stats`` (:mod:`topcal.calibrators.temperature`'s
 ``stats_of``: per class, the loss and its derivatives on a grid of log T), and
 the ``keep_stats`` parameter of those two methods. Version 1 and 2 files still
 load and predict as before; where they hold no statistics (version 1, or

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._numeric import PROB_CLIP
+from ..._numeric import PROB_CLIP
 
 #: Fine grid of the binned engine: FINE_CELLS cells (FINE_CELLS + 1 points)
 #: over the class's support. 4096 cells keep linear-binning error below

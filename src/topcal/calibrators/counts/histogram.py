@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._numeric import bin_index, weighted_quantile_edges
-from .._params import MAX_BINS, Interval, Options
-from ..data import ClassView
-from .base import ScoreCalibrator, finite_array
-from .registry import register
-from .shrinkage import ShrinkageConstraint
+from ..._numeric import bin_index, weighted_quantile_edges
+from ..._params import MAX_BINS, Interval, Options
+from ...data import ClassView
+from ..base import ScoreCalibrator, finite_array
+from ..registry import register
+from ..shrinkage import ShrinkageConstraint
 
 __all__ = ["Histogram", "bin_index", "fill_empty_bins", "weighted_quantile_edges"]
 

@@ -5,7 +5,7 @@ two methods minimise does: it is a sum over rows, and the rows of predicted
 class k depend on one parameter only, theta = log T (T_k for ``csts``, the shared
 T for ``sts``). So a model keeps, per predicted class, the summed loss and its
 first two derivatives in theta at :data:`N_NODES` equally spaced nodes of the
-whole box theta in [log T_MIN, log T_MAX] (:func:`~._ts_core.tabulate_losses`).
+whole box theta in [log T_MIN, log T_MAX] (:func:`~._core.tabulate_losses`).
 Tables of two parts add up (exactly up to float rounding), and ``update`` refits
 by running the same bounded Newton solver on the quintic Hermite interpolant of
 the summed table (C2, matches value, slope and curvature at every node), from the
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DataError
-from ._ts_core import T_MAX, T_MIN
+from ...errors import DataError
+from ._core import T_MAX, T_MIN
 
 __all__ = ["N_NODES", "NODES", "LossTables", "TabulatedObjective"]
 
@@ -49,7 +49,7 @@ class TabulatedObjective:
     """A summed loss in x = (theta,) from its table: quintic Hermite interpolation between nodes.
 
     Offers the ``value``/``grad_hess`` interface of the objectives in
-    :mod:`~._ts_core`, so :func:`~._ts_core.bounded_newton` runs on it unchanged.
+    :mod:`~._core`, so :func:`~._core.bounded_newton` runs on it unchanged.
 
     Parameters
     ----------

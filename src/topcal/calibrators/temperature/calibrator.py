@@ -25,10 +25,10 @@ Logits are used directly (softmax is shift invariant, so logits and their
 log-softmax give the same fit); probabilities are logged with exact zeros
 floored at :data:`topcal.data.LOG_PROB_FLOOR`. The optimiser is a bounded
 projected Newton method in (log T, A / T) with analytic gradient and Hessian
-(:mod:`topcal.calibrators._ts_core`); T is confined to [1e-3, 1e3] and A / T
+(:mod:`topcal.calibrators.temperature._core`); T is confined to [1e-3, 1e3] and A / T
 to [-1e6, 1e6].
 
-Size: six methods sharing one objective and solver (:mod:`topcal.calibrators._ts_core`); they differ
+Size: six methods sharing one objective and solver (:mod:`topcal.calibrators.temperature._core`); they differ
 only in which parameters are free, so they live together.
 """
 
@@ -40,10 +40,10 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._params import MAX_ITER, Boolean, Interval, Options
-from ..data import LOG_PROB_FLOOR, TopLabelData, preview, rows_by_class
-from ..errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
-from ._ts_core import (
+from ..._params import MAX_ITER, Boolean, Interval, Options
+from ...data import LOG_PROB_FLOOR, TopLabelData, preview, rows_by_class
+from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
+from ._core import (
     OFFSET_MAX,
     BINARY_SCORE_FLOOR,
     T_MAX,
@@ -58,9 +58,9 @@ from ._ts_core import (
     top_label_margin,
     top_label_margin_rows,
 )
-from ._ts_tables import NODES, LossTables
-from .base import Calibrator, Curve, finite_array, to_jsonable
-from .registry import register
+from ._tables import NODES, LossTables
+from ..base import Calibrator, Curve, finite_array, to_jsonable
+from ..registry import register
 
 __all__ = [
     "SharedTemperatureScaling",
@@ -387,7 +387,7 @@ class _TemperatureBase(Calibrator):
 
         The loss tables hold, per predicted class, each loss the fit needs and
         its first two derivatives in log T at 257 nodes over [1e-3, 1e3]
-        (:mod:`topcal.calibrators._ts_tables`); computing them costs 257
+        (:mod:`topcal.calibrators.temperature._tables`); computing them costs 257
         evaluations of the loss, 20-100 times a fit.
         """
         if self._binary:

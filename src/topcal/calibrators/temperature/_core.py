@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 
-from ..errors import ConvergenceError
-from .._numeric import PROB_CLIP
+from ...errors import ConvergenceError
+from ..._numeric import PROB_CLIP
 
 __all__ = [
     "T_MIN",
@@ -446,7 +446,7 @@ def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
     """Summed losses and their first two derivatives in theta = log T at each of ``thetas``.
 
     The loss tables behind ``update`` of the temperature methods without awards
-    (:mod:`topcal.calibrators._ts_tables`): the margins m, their derivatives in
+    (:mod:`topcal.calibrators.temperature._tables`): the margins m, their derivatives in
     theta and every loss in ``losses`` (names in :data:`LOSSES`) with its
     derivatives, summed over rows, the same quantities as
     :class:`TopLabelObjective` at each node. Many nodes are evaluated at once on a

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kde_engine as eng
+from . import _engine as eng
 
 __all__ = [
     "SELECTION_RULES",

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import ClassView
-from .._numeric import SortedTables, binary_nll
-from .base import ScoreCalibrator, finite_array
-from .registry import register
-from . import shrinkage as shr
-from .shrinkage import ShrinkageConstraint
+from ...data import ClassView
+from ..._numeric import SortedTables, binary_nll
+from ..base import ScoreCalibrator, finite_array
+from ..registry import register
+from .. import shrinkage as shr
+from ..shrinkage import ShrinkageConstraint
 
 __all__ = ["Cumulative", "CumulativeMedian", "CumulativeOptimal"]
 

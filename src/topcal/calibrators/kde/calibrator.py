@@ -24,7 +24,7 @@ description):
 
 Bandwidth selection
 -------------------
-Each rule is an entry of a small registry in ``_kde_rules`` (the candidate
+Each rule is an entry of a small registry in ``_rules`` (the candidate
 bandwidths from b_lo = max(R / 256, rho / 2) to b_hi = 4 R on the class's
 support [lo, hi] of width R, the smallest-admissible-b scan of the mon rules,
 the leave-one-out scan of ``opt``, the rules of thumb); its docstring
@@ -69,7 +69,7 @@ the batched fit of every class (support, engine choice, lockstep scans),
 the prediction tables, ``densities``, persistence and ``describe``, plus the
 bare formula ``kde_confidence``; ~470 lines are code, the rest docstrings,
 comments and blank lines. The bandwidth rules and scans live in
-``_kde_rules``, the kernel sums and FFTs in ``_kde_engine``.
+``_rules``, the kernel sums and FFTs in ``_engine``.
 """
 
 from __future__ import annotations
@@ -78,14 +78,14 @@ import warnings
 
 import numpy as np
 
-from .._params import Interval, NoneOr, Options
-from ..data import TopLabelData, preview, rows_by_class
-from ..errors import DataError, DegenerateClassWarning, ParameterError
-from . import _kde_engine as eng
-from . import _kde_rules as rules
-from .base import ScoreCalibrator, finite_array, to_jsonable
-from .registry import register
-from .shrinkage import ShrinkageConstraint
+from ..._params import Interval, NoneOr, Options
+from ...data import TopLabelData, preview, rows_by_class
+from ...errors import DataError, DegenerateClassWarning, ParameterError
+from . import _engine as eng
+from . import _rules as rules
+from ..base import ScoreCalibrator, finite_array, to_jsonable
+from ..registry import register
+from ..shrinkage import ShrinkageConstraint
 
 __all__ = [
     "KDE",
@@ -209,7 +209,7 @@ def _check_boundary(boundary):
 class _KDEBase(ScoreCalibrator):
     """Shared fitting, prediction table and persistence of the KDE rules."""
 
-    #: How each class's bandwidth is chosen: an entry of ``_kde_rules.SELECTION_RULES``
+    #: How each class's bandwidth is chosen: an entry of ``_rules.SELECTION_RULES``
     #: (kde-mon*, kde-opt); ``kde`` takes a fixed one instead (see :meth:`_choose_bandwidth`).
     _bandwidth_rule = None
 
@@ -220,7 +220,7 @@ class _KDEBase(ScoreCalibrator):
     }
     shrinkable = True
     #: Search the classes' bandwidths together, in lockstep (see
-    #: _kde_rules.scan_mon_lockstep, scan_opt_lockstep); False searches them one by one (the
+    #: _rules.scan_mon_lockstep, scan_opt_lockstep); False searches them one by one (the
     #: same result up to round-off; for tests and benchmarks).
     batch_classes = True
 
@@ -322,7 +322,7 @@ class _KDEBase(ScoreCalibrator):
         large for the rule's batch (searched one by one in _fit_one with that engine);
         the others are built and searched one by one in _fit_one.
         The result per class is the one the rule's per-class search
-        (``_kde_rules.scan_mon``, ``scan_opt``) gives (same candidates, same
+        (``_rules.scan_mon``, ``scan_opt``) gives (same candidates, same
         evaluations, same decisions). The rule names the batches it evaluates
         with (``exact_batch``, ``binned_batch``; None: those classes one by one).
         """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import ClassView
-from .base import ScoreCalibrator, finite_array
-from .registry import register
+from ...data import ClassView
+from ..base import ScoreCalibrator, finite_array
+from ..registry import register
 
 __all__ = ["Uncalibrated", "Conf1"]
 

@@ -1,0 +1,25 @@
+"""The paper's four top-label temperature scalings (STS, CSTS, TSwA, CSTSwA) and the binary ones (bts, btswa).
+
+``calibrator.py`` holds the six calibrators; ``_core.py`` the shared
+objective, its analytic derivatives and the bounded Newton solver;
+``_tables.py`` the additive loss tables that make ``update`` exact.
+docs/temperature.md explains them.
+"""
+
+from .calibrator import (
+    BinaryTemperatureScaling,
+    BinaryTemperatureScalingWithAwards,
+    ClassTemperatureScaling,
+    ClassTemperatureScalingWithAwards,
+    SharedTemperatureScaling,
+    TemperatureScalingWithAwards,
+)
+
+__all__ = [
+    "SharedTemperatureScaling",
+    "ClassTemperatureScaling",
+    "TemperatureScalingWithAwards",
+    "ClassTemperatureScalingWithAwards",
+    "BinaryTemperatureScaling",
+    "BinaryTemperatureScalingWithAwards",
+]

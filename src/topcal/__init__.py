@@ -16,6 +16,7 @@ from ._version import __version__
 from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator
 from .data import TopLabelData
 from .errors import TopcalError
+from .evidence import Evidence
 from .io import read_data, read_stats
 from .persist import load, save
 from .stats import ScoreStats
@@ -50,6 +51,7 @@ __all__ = [
     "TopLabelCalibratedClassifier",
     "read_stats",
     "ScoreStats",
+    "Evidence",
     "datasets",
     "metrics",
 ]

@@ -4,7 +4,7 @@
   merges them in a tree (``split_every`` at a time), so the driver only ever
   holds a few statistics objects, each bounded by K x n_cells rows.
 * :func:`fit` fits a method on the merged statistics on the driver: the same
-  model as ``calibrator.fit_stats(stats, confusion)`` on the statistics and
+  model as ``calibrator.fit_evidence(evidence)`` on the statistics and
   label-shift counts (:class:`~topcal.confusion.GridConfusion`) of all the
   rows in one process (both bit for bit; tested on a LocalCluster), so the
   model can be adapted.
@@ -33,6 +33,7 @@ import functools
 import numpy as np
 
 from .errors import ParameterError, TopcalError
+from .evidence import Evidence
 from .io import build_layout, layout_columns, read_frame
 from .stats import DEFAULT_CELLS, ScoreStats
 
@@ -145,10 +146,9 @@ def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int =
 
     Per-sample partitions also give the label-shift counts
     (:class:`~topcal.confusion.GridConfusion`, merged alike), so the model can
-    be adapted (:meth:`Calibrator.fit_stats`).
+    be adapted (:meth:`Calibrator.fit_evidence`).
     """
     from .calibrators import calibrator, get_class
-    from .stream import fit_counts
 
     if get_class(method).needs_full:
         raise ParameterError(
@@ -158,8 +158,8 @@ def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int =
     cal = calibrator(method, **(params or {}))
     _require_dask()
     lay = layout(ddf, classes=classes, **options)
-    counts = _reduce(ddf, functools.partial(fit_counts, n_cells=n_cells), split_every, lay)
-    return cal.fit_stats(counts.stats, counts.confusion)
+    evidence = _reduce(ddf, functools.partial(Evidence.for_fit, n_cells=n_cells), split_every, lay)
+    return cal.fit_evidence(evidence)
 
 
 def update(model, ddf, *, split_every: int = 8, **options):
@@ -170,17 +170,16 @@ def update(model, ddf, *, split_every: int = 8, **options):
     and added on the driver. New data take the model's classes and score range
     unless ``options`` give one.
     """
-    from .stream import model_read_options, update_counts
+    from .stream import model_read_options
 
     _require_dask()
     old = check_updatable(model)
     options = model_read_options(model, None, options, columns=[str(c) for c in ddf.columns])
     lay = layout(ddf, classes=list(model.classes_), **options)
     # only the grid and the regions travel to the workers, not the model
-    count = functools.partial(update_counts, stats_of=functools.partial(ScoreStats.from_data, n_cells=old.n_cells),
-                              confusion=getattr(model, "confusion_", None))
-    counts = _reduce(ddf, count, split_every, lay)
-    return model.update(counts.stats, confusion=counts.confusion)
+    count = functools.partial(Evidence.for_update, stats_of=functools.partial(ScoreStats.from_data, n_cells=old.n_cells),
+                              regions=getattr(model, "confusion_", None))
+    return model.update(_reduce(ddf, count, split_every, lay))
 
 
 def check_updatable(model) -> ScoreStats:

@@ -589,7 +589,7 @@ def read_stats(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, n_cells: int = DEF
     after each chunk. ``stats_of``, if given, computes a chunk's statistics
     instead of ``ScoreStats.from_data(chunk, n_cells=n_cells)`` (a model's
     ``stats_of``: the loss tables of ``sts``/``csts``; or
-    :class:`topcal.stream.ChunkCounts`, statistics with confusion counts); they
+    :class:`topcal.evidence.Evidence`, statistics with confusion counts); they
     must have ``merge``, and the merged value is returned.
     """
     layout = scan_layout(path, chunk_rows, **options)

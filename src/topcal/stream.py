@@ -6,7 +6,7 @@ parses arguments and prints): :func:`apply_file` reads a CSV/Parquet file
 and writes it out (:class:`topcal.io.FrameWriter`: atomic, no partial
 output); :func:`fit_file` fits a model from a file's statistics and
 :func:`update_file` adds them to a model, both with the label-shift
-confusion counts (:class:`ChunkCounts`). New data
+confusion counts (:class:`~topcal.evidence.Evidence`). New data
 for a model are read with the model's class list and, for top-score and
 binned layouts, its score range unless given (:func:`model_read_options`).
 """
@@ -15,49 +15,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import NamedTuple
-
 import numpy as np
 
 from ._fileio import check_output
-from .confusion import ConfusionStats, GridConfusion
 from .errors import TopcalError
+from .evidence import Evidence
 from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, iter_data, layout_columns, read_data, read_frame,
                  read_stats, read_table, scan_layout)
 from .stats import DEFAULT_CELLS, ScoreStats
 
-__all__ = ["apply_file", "fit_file", "update_file", "model_read_options", "with_confidence", "ChunkCounts",
-           "fit_counts", "update_counts"]
-
-
-class ChunkCounts(NamedTuple):
-    """What a fit or update gathers per chunk or partition: score statistics and label-shift counts.
-
-    ``confusion`` is a :class:`~topcal.confusion.GridConfusion` for a fit (regions
-    are drawn after the pass), a :class:`~topcal.confusion.ConfusionStats` in the
-    model's regions for an update, or None (binned data, or a model without
-    counts). Both parts add up, so chunks merge in any grouping.
-    """
-
-    stats: object
-    confusion: GridConfusion | ConfusionStats | None
-
-    def merge(self, *others: "ChunkCounts") -> "ChunkCounts":
-        stats = self.stats.merge(*(o.stats for o in others))
-        parts = [self.confusion, *(o.confusion for o in others)]
-        confusion = None if any(p is None for p in parts) else parts[0].merge(*parts[1:])
-        return ChunkCounts(stats, confusion)
-
-
-def fit_counts(data, n_cells: int) -> ChunkCounts:
-    """A chunk's :class:`ChunkCounts` for a fit: its ScoreStats and GridConfusion on ``n_cells`` cells."""
-    return ChunkCounts(ScoreStats.from_data(data, n_cells=n_cells), GridConfusion.from_data(data, n_cells=n_cells))
-
-
-def update_counts(data, *, stats_of, confusion) -> ChunkCounts:
-    """A chunk's :class:`ChunkCounts` for an update: ``stats_of(data)`` (the model's kind of statistics)
-    and the chunk's counts in the model's regions ``confusion`` (None: the model keeps none)."""
-    return ChunkCounts(stats_of(data), None if confusion is None else confusion.count(data))
+__all__ = ["apply_file", "fit_file", "update_file", "model_read_options", "with_confidence"]
 
 
 def model_read_options(model, path, options: dict, *, columns=None) -> dict:
@@ -138,21 +105,20 @@ def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **
         opts["classes"] = list(model.classes_)
     if chunk_rows is None:
         return model.update(read_data(path, **opts))
-    count = functools.partial(update_counts, stats_of=model.stats_of, confusion=getattr(model, "confusion_", None))
-    new = read_stats(path, chunk_rows, progress=progress, stats_of=count, **opts)
-    return model.update(new.stats, confusion=new.confusion)
+    new = read_stats(path, chunk_rows, progress=progress, stats_of=model.evidence_of, **opts)
+    return model.update(new)
 
 
 def fit_file(model, path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, n_cells: int = DEFAULT_CELLS, progress=None,
              **options):
     """Fit ``model`` (an unfitted calibrator of a score method) on ``path`` read in chunks; returns it.
 
-    :meth:`Calibrator.fit_stats` on the file's statistics and its
-    :class:`~topcal.confusion.GridConfusion`, both counted in one pass (memory
+    :meth:`Calibrator.fit_evidence` on the file's :class:`~topcal.evidence.Evidence` (statistics and
+    label-shift counts), counted in one pass (memory
     bounded by the statistics: K x n_cells rows, and at most
     min(rows, K^2 x n_cells) confusion triples). ``options`` are the column
     options of :func:`topcal.io.read_frame`.
     """
-    new = read_stats(path, chunk_rows, progress=progress, stats_of=functools.partial(fit_counts, n_cells=n_cells),
+    new = read_stats(path, chunk_rows, progress=progress, stats_of=functools.partial(Evidence.for_fit, n_cells=n_cells),
                      **options)
-    return model.fit_stats(new.stats, new.confusion)
+    return model.fit_evidence(new)

@@ -39,6 +39,7 @@ import numpy as np
 from .._params import validate_params
 from ..confusion import ConfusionStats, GridConfusion
 from ..data import ClassView, TopLabelData, preview, rows_by_class
+from ..evidence import Evidence
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
 from ..stats import ScoreStats
@@ -269,13 +270,20 @@ class Calibrator:
         old = getattr(self, "stats_", None)
         return ScoreStats.from_data(data, n_cells=old.n_cells) if old is not None else ScoreStats.from_data(data)
 
-    def fit_stats(self, stats, confusion=None) -> "Calibrator":
-        """Fit from mergeable statistics (streamed and Dask fits): ``fit(stats.to_data())``.
+    @property
+    def evidence_(self) -> Evidence:
+        """What the fitted model knows of its data, in mergeable form (:class:`~topcal.evidence.Evidence`)."""
+        self._check_fitted()
+        return Evidence(self.require_stats(), getattr(self, "confusion_", None))
 
-        Statistics carry no true classes, so the label-shift counts of the same
-        data come separately: ``confusion``, a
-        :class:`~topcal.confusion.GridConfusion` counted on the same grid, gives
-        the model the regions and counts of
+    def fit_evidence(self, evidence: Evidence) -> "Calibrator":
+        """Fit from :class:`~topcal.evidence.Evidence` (streamed and Dask fits): ``fit(evidence.stats.to_data())``.
+
+        The model keeps the given statistics as they are (their grid
+        included), so a later ``update`` adds to exactly what it was fitted
+        on. Statistics carry no true classes, so the label-shift counts come
+        in ``evidence.confusion``: a :class:`~topcal.confusion.GridConfusion`
+        counted on the same grid gives the model the regions and counts of
         :meth:`~topcal.confusion.GridConfusion.to_confusion` (regions from the
         FP scores at their cell midpoints). Without it the model cannot be
         adapted.
@@ -284,32 +292,48 @@ class Calibrator:
         -------
         self
         """
+        if not isinstance(evidence, Evidence):
+            raise DataError(f"fit_evidence expects an Evidence, got {type(evidence).__name__}")
+        stats, confusion = evidence.stats, evidence.confusion
+        if not isinstance(stats, ScoreStats):
+            raise DataError(f"a fit from statistics needs score counts (ScoreStats), got {type(stats).__name__}")
         if confusion is not None:
             if not isinstance(confusion, GridConfusion):
                 raise DataError(f"confusion must be a GridConfusion, got {type(confusion).__name__}")
-            if not isinstance(stats, ScoreStats) or (confusion.classes, confusion.score_range, confusion.n_cells) \
+            if (confusion.classes, confusion.score_range, confusion.n_cells) \
                     != (stats.classes, stats.score_range, stats.n_cells):
                 raise DataError("the confusion counts are not on the statistics' classes, score range and grid")
         self.fit(stats.to_data())
+        if getattr(self, "stats_", None) is not None:
+            self.stats_ = stats  # the evidence itself, not its re-count on the default grid
         self.confusion_ = None if confusion is None else confusion.to_confusion()
         return self
 
-    def update(self, data, *, confusion=None) -> "Calibrator":
-        """Add labelled data (a TopLabelData, or statistics from :meth:`stats_of`) and refit.
+    def fit_stats(self, stats, confusion=None) -> "Calibrator":
+        """``fit_evidence(Evidence(stats, confusion))``: fit from mergeable statistics."""
+        return self.fit_evidence(Evidence(stats, confusion))
 
-        The model's stored statistics and those of ``data`` are merged and the
-        method is refitted from them, with the same parameters: the result is
-        the model ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all
-        the parts, whatever the split and the order of updates (see
+    def evidence_of(self, data: TopLabelData) -> Evidence:
+        """The evidence of labelled ``data`` in this model's form (what ``update`` adds): its kind of
+        statistics (:meth:`stats_of`) and the true classes counted in its regions."""
+        return Evidence.for_update(data, stats_of=self.stats_of, regions=getattr(self, "confusion_", None))
+
+    def update(self, data, *, confusion=None) -> "Calibrator":
+        """Add labelled data and refit: merge the evidence, refit from it.
+
+        ``data`` is a TopLabelData, an :class:`~topcal.evidence.Evidence`
+        (:meth:`evidence_of` of each chunk or partition, merged), or bare
+        statistics from :meth:`stats_of` (with their ``confusion`` counts in
+        this model's regions, if any). The model's stored statistics and
+        those of ``data`` are merged and the method is refitted from them,
+        with the same parameters: the result is the model
+        ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all the
+        parts, whatever the split and the order of updates (see
         :mod:`topcal.stats` for how this relates to a fit on raw scores; for
         ``sts``/``csts``, the fit on all the data to the tables' tolerance,
-        ``docs/scale.md``). The label-shift confusion counts are merged too,
-        in the model's own score regions, so they add up to those of all the
-        data: counted from ``data`` when it is labelled per sample (a
-        TopLabelData with true classes); for statistics, given as
-        ``confusion``, the new data's counts in this model's regions
-        (``model.confusion_.count(chunk)`` merged over chunks, as the streamed
-        and Dask updates do). Otherwise (binned data, statistics alone) the
+        ``docs/scale.md``). The label-shift counts are merged too, in the
+        model's own score regions, so they add up to those of all the data;
+        where the new evidence has none (binned data, statistics alone) the
         model drops them, and ``adapt`` asks for a refit.
 
         Returns
@@ -324,20 +348,27 @@ class Calibrator:
                                      "taken from its rows")
             data = self._check_compatible(data)
             data.require_labels(f"updating {self.name!r}")
-            new = self.stats_of(data)
-            merged = None if current is None else current.add(data)
-        elif isinstance(data, type(old)):
-            new = data
-            if confusion is not None and current is None:
+            new = self.evidence_of(data)
+        elif isinstance(data, Evidence) or isinstance(data, type(old)):
+            if isinstance(data, Evidence):
+                if confusion is not None:
+                    raise ParameterError("give the confusion counts inside the Evidence, not beside it")
+                new = data
+            else:
+                new = Evidence(data, confusion)
+            if not isinstance(new.stats, type(old)):
+                raise DataError(f"{self.name}.update: the evidence holds {type(new.stats).__name__}, this model "
+                                f"keeps {type(old).__name__}")
+            if new.confusion is not None and current is None:
                 raise ParameterError(f"this {self.name!r} model keeps no confusion counts to add these to")
-            merged = None if confusion is None else current.merge(confusion)
         else:
             raise DataError(
-                f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), "
-                f"got {type(data).__name__}"
+                f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), or an "
+                f"Evidence, got {type(data).__name__}"
             )
-        self._refit(old.merge(new))
-        self.confusion_ = merged
+        merged = Evidence(old, current).merge(new)
+        self._refit(merged.stats)
+        self.confusion_ = merged.confusion
         return self
 
     def _refit(self, stats) -> None:

@@ -5,10 +5,14 @@
 holds, per case, the SHA-256 of the model payload (what a model file stores
 as ``sha256``), the SHA-256 of ``predict`` on the fitting data (little-endian
 float64) and 21-point curves per class; two small models are saved whole.
-Refitting today must give the same payload bit for bit (so a saved file is
-byte-identical), and the old files must load and predict exactly as before.
-Regenerate (only on purpose, when the model format or a result is meant to
-change) with ``python tests/test_kde_compat.py``.
+The rule changed on purpose (issue 26, item 3; the brief: a user-facing target wins over our
+bit-for-bit fixtures): the same code gives results that differ in the last bits between machines
+and numpy builds (measured: curves within 1.2e-14 on numpy 2.4.6, while every SHA-256 moved),
+so a refit today must give the stored curves within ``CURVE_ATOL`` = 1e-12 and every number of
+the model payload within ``PAYLOAD_RTOL`` = 1e-9 relative (same keys, same structure, same
+strings); a loaded old file must predict its stored values within 1e-12 and save itself
+unchanged (that part is JSON only, and stays exact). Regenerate (only on purpose, when the model
+format or a result is meant to change) with ``python tests/test_kde_compat.py``.
 """
 
 import hashlib
@@ -29,6 +33,26 @@ from topcal.datasets import load_phanns  # noqa: E402
 from topcal.persist import canonical_json, dumps, loads  # noqa: E402
 
 HERE = Path(__file__).parent / "data" / "kde_main"
+#: the stated tolerances against the stored results (see the module docstring)
+CURVE_ATOL = 1e-12
+PAYLOAD_RTOL = 1e-9
+
+
+def assert_numbers_close(got, want, rtol=PAYLOAD_RTOL, where="payload"):
+    """Same JSON structure, keys and strings; numbers within ``rtol`` (relative, absolute below 1e-300)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), (where, sorted(set(got) ^ set(want)))
+        for k in want:
+            assert_numbers_close(got[k], want[k], rtol, f"{where}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_numbers_close(g, w, rtol, f"{where}[{i}]")
+    elif isinstance(want, (int, float)) and not isinstance(want, bool):
+        assert isinstance(got, (int, float)) and not isinstance(got, bool), where
+        assert abs(got - want) <= rtol * max(abs(want), 1e-300) or got == want, (where, got, want)
+    else:
+        assert got == want, (where, got, want)
 
 
 def _sim(n=1500, seed=11, k=4, sharpen=(2.0, 0.5, 1.0, 1.5)):
@@ -90,9 +114,11 @@ def test_refit_equals_the_model_fitted_before(name, stored):
     want = stored[name]
     assert (want["data"], want["method"], want["params"], want["paper"]) == tuple(CASES[name])
     got = _fingerprint(model, data)
-    assert got["curves"] == want["curves"]
-    assert got["predict_sha256"] == want["predict_sha256"]
-    assert got["sha256"] == want["sha256"]
+    np.testing.assert_allclose(got["curves"], want["curves"], rtol=0, atol=CURVE_ATOL)
+    if name in FILES:  # the whole payload is stored: every fitted number within tolerance
+        old = json.loads((HERE / f"{name}.json").read_text())
+        assert_numbers_close(json.loads(dumps(model))["model"], old["model"])
+        np.testing.assert_allclose(model.predict(data), want["predict"], rtol=0, atol=CURVE_ATOL)
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -100,15 +126,13 @@ def test_old_model_file_loads_predicts_and_saves_identically(name, stored):
     text = (HERE / f"{name}.json").read_text()
     old = loads(text)
     model, data = _fit(name)
-    assert old.predict(data).tolist() == stored[name]["predict"]
-    assert _fingerprint(old, data) == {k: stored[name][k] for k in ("sha256", "predict_sha256", "curves")}
-    # a file saved today is the old file byte for byte (up to the version lines: format 3 changed
-    # only the temperature methods' payload)
+    np.testing.assert_allclose(old.predict(data), stored[name]["predict"], rtol=0, atol=CURVE_ATOL)
+    fp = _fingerprint(old, data)
+    assert fp["sha256"] == stored[name]["sha256"]  # the loaded payload is the stored one, exactly
+    np.testing.assert_allclose(fp["curves"], stored[name]["curves"], rtol=0, atol=CURVE_ATOL)
+    # a file saved today holds the old file's structure and numbers within tolerance
     old_doc = json.loads(text)
-    new = json.loads(dumps(model))
-    assert dumps(model).replace(f'"topcal_version": "{new["topcal_version"]}"',
-                                f'"topcal_version": "{old_doc["topcal_version"]}"').replace(
-        f'"format_version": {new["format_version"]}', f'"format_version": {old_doc["format_version"]}') == text
+    assert_numbers_close(json.loads(dumps(model))["model"], old_doc["model"])
     # the loaded model saves the same content (its per-class keys may come in another order)
     assert {**json.loads(dumps(old)), "topcal_version": old_doc["topcal_version"],
             "format_version": old_doc["format_version"]} == old_doc

@@ -18,6 +18,7 @@ import base64
 import html
 
 from .calibrators.base import Calibrator, set_html_renderer
+from .calibrators.wrapper import Wrapper
 from .inputs import as_data
 
 __all__ = ["compare", "report", "calibrator_html", "COMPARE_COLUMNS"]
@@ -151,11 +152,10 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
 
     import numpy as np
 
-    chosen = getattr(model, "method_", None)
-    if isinstance(getattr(model, "model_", None), Calibrator) and chosen:  # auto: show the method it chose
-        inner = calibrator_html(model.model_, dpi=dpi)
+    if isinstance(model, Wrapper) and model.predicts_as_inner:  # e.g. auto: show the model it chose
+        inner = calibrator_html(model.inner_, dpi=dpi)
         return (f"<div><p><b>{html.escape(type(model).__name__)}</b> (method <code>{html.escape(model.name)}"
-                f"</code>) chose <code>{html.escape(str(chosen))}</code> by cross-validated NLL</p>{inner}</div>")
+                f"</code>): {html.escape(model.summary_line())}</p>{inner}</div>")
     k = len(model.classes_)
     lo, hi = model.score_range_
     head = (f"<p><b>{html.escape(type(model).__name__)}</b> (method <code>{html.escape(model.name)}</code>), "

@@ -33,9 +33,9 @@ from pathlib import Path
 from ._version import __version__
 from ._fileio import write_text
 from .calibrators.base import register_hook
-from .calibrators.registry import available_methods, get_class
+from .calibrators.registry import available_methods, get_class, is_registered
 from .errors import ModelFileError, TopcalError
-from .labelshift import ADAPTED_METHOD, AdaptedCalibrator
+from . import labelshift  # noqa: F401  (registers the adapted model, so its files load through the registry)
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load", "canonical_json"]
 
@@ -128,14 +128,12 @@ def loads(text: str, *, source: str = "model"):
             "instead of editing the file"
         )
     method = payload.get("method")
-    if method == ADAPTED_METHOD:  # a calibrator adapted to new class priors (topcal adapt)
-        return AdaptedCalibrator.from_dict(payload)
-    if method not in available_methods():
+    if not is_registered(method):  # methods and registered wrappers (an adapted model: topcal adapt)
         raise ModelFileError(
             f"{source} uses method {method!r}, unknown to this topcal. Options are: {', '.join(available_methods())}"
         )
     try:
-        return get_class(method).from_dict(payload)
+        return get_class(method, unlisted=True).from_dict(payload)
     except ModelFileError:
         raise
     except Exception as exc:  # noqa: BLE001 - the file is untrusted input: anything odd in it is a bad file

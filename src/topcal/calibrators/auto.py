@@ -20,6 +20,7 @@ The model file records the choice and the whole cross-validation table
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -30,6 +31,7 @@ from ..errors import DegenerateClassWarning, ParameterError, TopcalError
 from ..metrics import nll
 from .base import Calibrator, to_jsonable
 from .registry import available_methods, calibrator, get_class, register
+from .wrapper import Wrapper
 
 __all__ = ["Auto", "DEFAULT_CANDIDATES"]
 
@@ -54,7 +56,7 @@ class _Candidates:
 
 
 @register
-class Auto(Calibrator):
+class Auto(Wrapper):
     """Choose the calibration method by K-fold cross-validated top-label NLL.
 
     Parameters
@@ -179,13 +181,34 @@ class Auto(Calibrator):
         self.n_tp_, self.n_fp_ = data.class_counts()
         self.stats_ = stats
 
-    def _predict(self, data: TopLabelData) -> np.ndarray:
-        # Calibrator.predict checks the data (any form it accepts) first
-        return self.model_.predict(data)
-
     @property
-    def has_curve(self) -> bool:
-        return self.model_.has_curve
+    def inner_(self) -> Calibrator:
+        """The chosen method, fitted on all the data (``model_``)."""
+        return getattr(self, "model_", None)
+
+    def summary_line(self) -> str:
+        if float(self.n_tp_.sum() + self.n_fp_.sum()) > self.cv_samples_:  # updated since the choice
+            return (f"kept its choice {self.method_}; cross-validation from the first fit, on "
+                    f"{self.cv_samples_:g} samples (fit auto again to re-choose)")
+        return f"chose {self.method_} by {int(self.folds)}-fold cross-validated NLL"
+
+    def _describe_head(self, d: dict) -> list[str]:
+        """The choice and its cross-validation table (then the chosen model, :meth:`Wrapper._describe_body`)."""
+        cv = d["cross_validation"]
+        out = [f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
+               f"on {cv['samples']:g} samples)"]
+        fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
+        if fitted > cv["samples"]:
+            out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
+                       "fit auto again to re-choose")
+        ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
+        if ranked:
+            out.append("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
+        for k, msg in cv["errors"].items():
+            out.append(f"  {k} failed in cross-validation: {msg}")
+        model = d["model"]
+        out.append(f"\nchosen model: {model['method']}, params {json.dumps(model['params'])}")
+        return out
 
     def curve(self, k, score=None, *, n_points: int = 401):
         """The chosen method's curve (score methods, bts and btswa; see ScoreCalibrator.curve)."""
@@ -196,10 +219,6 @@ class Auto(Calibrator):
                 "the score alone; plot its confidences against the score instead"
             )
         return self.model_.curve(k, score, n_points=n_points)
-
-    @property
-    def n_params_(self) -> int:
-        return self.model_.n_params_
 
     def describe(self) -> dict:
         d = super().describe()

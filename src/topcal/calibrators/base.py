@@ -458,6 +458,14 @@ class Calibrator:
     def _describe_classes(self) -> list[dict]:
         return [{} for _ in self.classes_]
 
+    def _describe_head(self, d: dict) -> list[str]:
+        """Lines :meth:`describe_text` prints after the method's name and parameters (a wrapper's summary)."""
+        return []
+
+    def _describe_body(self, d: dict) -> dict:
+        """The description whose method-wide and per-class entries :meth:`describe_text` prints."""
+        return d
+
     def describe_text(self) -> str:
         """:meth:`describe` as the text ``topcal describe`` prints (``--json`` prints the dict)."""
         d = self.describe()
@@ -465,27 +473,8 @@ class Calibrator:
         out.append(f"method: {d['method']}")
         out.append(f"params: {json.dumps(d['params'])}")
         out.append(f"score range: {d['score_range']}")
-        if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
-            cv = d["cross_validation"]
-            out.append(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
-                       f"on {cv['samples']:g} samples)")
-            fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
-            if fitted > cv["samples"]:
-                out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
-                           "fit auto again to re-choose")
-            ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
-            if ranked:
-                out.append("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
-            for k, msg in cv["errors"].items():
-                out.append(f"  {k} failed in cross-validation: {msg}")
-            outer, d = d, d["model"]
-            out.append(f"\nchosen model: {d['method']}, params {json.dumps(d['params'])}")
-            # what wraps the chosen model is kept: an adaptation's priors, auto's per-class CV NLL
-            wrap = {k: v for k, v in outer.items()
-                    if isinstance(v, dict) and k not in ("params", "classes", "model", "cross_validation")}
-            d = {**d, **wrap, "classes": {
-                c: {**info, **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info}}
-                for c, info in d["classes"].items()}}
+        out.extend(self._describe_head(d))
+        d = self._describe_body(d)
         for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
             if isinstance(val, dict) and key not in ("params", "classes"):
                 out.append(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"

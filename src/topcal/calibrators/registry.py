@@ -8,32 +8,47 @@ from __future__ import annotations
 
 from ..errors import ParameterError
 
-__all__ = ["register", "get_class", "available_methods", "calibrator", "paper_calibrator"]
+__all__ = ["register", "get_class", "available_methods", "is_registered", "calibrator", "paper_calibrator"]
 
 _REGISTRY: dict[str, type] = {}
+#: registered names that are no method to fit (wrappers built from a fitted model, e.g. an adapted model)
+_UNLISTED: set[str] = set()
 
 
-def register(cls: type) -> type:
-    """Class decorator: add ``cls`` to the registry under ``cls.name``."""
-    if not cls.name or cls.name in _REGISTRY:
-        raise RuntimeError(f"calibrator name {cls.name!r} is empty or already registered")
-    _REGISTRY[cls.name] = cls
-    return cls
+def register(cls: type | None = None, *, listed: bool = True):
+    """Class decorator: add ``cls`` to the registry under ``cls.name``.
+
+    ``listed=False`` registers a model kind that is built from a fitted model
+    rather than fitted from data (the adapted model): model files of it load
+    through the registry, but it is no method of :func:`available_methods`,
+    ``--method`` or :func:`calibrator`.
+    """
+    def add(c: type) -> type:
+        if not c.name or c.name in _REGISTRY:
+            raise RuntimeError(f"calibrator name {c.name!r} is empty or already registered")
+        _REGISTRY[c.name] = c
+        if not listed:
+            _UNLISTED.add(c.name)
+        return c
+
+    return add if cls is None else add(cls)
 
 
 def available_methods() -> list[str]:
-    """Registered method names, in registration order."""
-    return list(_REGISTRY)
+    """Registered method names (the ones that can be fitted), in registration order."""
+    return [n for n in _REGISTRY if n not in _UNLISTED]
 
 
-def get_class(name: str) -> type:
-    """The calibrator class registered as ``name``."""
-    try:
+def is_registered(name) -> bool:
+    """Whether a saved model of kind ``name`` can be loaded (a method, or a registered wrapper)."""
+    return isinstance(name, str) and name in _REGISTRY
+
+
+def get_class(name: str, *, unlisted: bool = False) -> type:
+    """The calibrator class registered as ``name`` (``unlisted``: wrappers too, for loading models)."""
+    if isinstance(name, str) and name in _REGISTRY and (unlisted or name not in _UNLISTED):
         return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ParameterError(
-            f"unknown method {name!r}. Options are: {', '.join(_REGISTRY)}"
-        ) from None
+    raise ParameterError(f"unknown method {name!r}. Options are: {', '.join(available_methods())}")
 
 
 def calibrator(name: str, **params):

@@ -111,7 +111,9 @@ def _cmd_fit(args) -> int:
         cal.fit(data)
         n_samples, n_classes = data.n_samples, data.n_classes
     cal.save(args.output)
-    chosen = f" (chose {cal.method_} by {cal.folds}-fold cross-validated NLL)" if args.method == "auto" else ""
+    from ..calibrators.wrapper import Wrapper
+
+    chosen = f" ({cal.summary_line()})" if isinstance(cal, Wrapper) else ""
     how = f" from counts on {cal.stats_.n_rows} (class, score cell) rows" if streamed else ""
     print(f"fitted {args.method}{chosen} on {n_samples:g} samples, {n_classes} classes{how} -> {args.output}")
     return 0
@@ -139,7 +141,9 @@ def _cmd_update(args) -> int:
             if progress is not None:
                 progress.done()
     model.save(args.output)
-    kept = f" (kept its choice {model.method_}; cross-validation from the first fit)" if model.name == "auto" else ""
+    from ..calibrators.wrapper import Wrapper
+
+    kept = f" ({model.summary_line()})" if isinstance(model, Wrapper) else ""
     print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
     return 0
 

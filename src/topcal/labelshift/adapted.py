@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..calibrators.base import Calibrator, Curve, register_hook
-from ..calibrators.registry import get_class
+from ..calibrators.registry import get_class, register
+from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData
 from ..errors import DataError, ModelFileError, ParameterError, TopcalError
 from .estimators import ADAPTED_METHOD, FP_PSEUDOCOUNT, PRIOR_SUM_TOL, adapt_confidence
@@ -107,7 +108,8 @@ def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, e
 
 
 # ------------------------------------------------------------ the adapted model
-class AdaptedCalibrator(Calibrator):
+@register(listed=False)
+class AdaptedCalibrator(Wrapper):
     """A fitted calibrator moved to new class priors (build it with :func:`adapt`).
 
     Fitted attributes
@@ -129,8 +131,21 @@ class AdaptedCalibrator(Calibrator):
     name = ADAPTED_METHOD
     summary = "a fitted calibrator adapted to new class priors (topcal adapt)"
 
+    #: its evidence (statistics, label-shift counts) is its source model's; its confidences are its own
+    owns_evidence = False
+    predicts_as_inner = False
+
     def __init__(self):
         pass
+
+    @property
+    def inner_(self) -> Calibrator:
+        """The source model (``base_``)."""
+        return getattr(self, "base_", None)
+
+    def summary_line(self) -> str:
+        e = self.estimate_
+        return f"{self.base_.name} adapted to the use set's class priors ({e.estimator}, {e.n_use:g} use rows)"
 
     @classmethod
     def _build(cls, base: Calibrator, est: PriorEstimate, fp_pseudocount: float) -> "AdaptedCalibrator":
@@ -226,12 +241,14 @@ class AdaptedCalibrator(Calibrator):
 
     def _set_state(self, state: dict) -> None:
         base_doc = state["base"]
-        if not isinstance(base_doc, dict) or base_doc.get("method") == ADAPTED_METHOD:
+        if not isinstance(base_doc, dict):
             raise ValueError("the source model must be a plain calibrator")
         try:
-            cls = get_class(base_doc.get("method"))
+            cls = get_class(base_doc.get("method"), unlisted=True)
         except ParameterError as exc:
             raise ModelFileError(f"adapted model: {exc}") from None
+        if issubclass(cls, AdaptedCalibrator):
+            raise ValueError("the source model must be a plain calibrator")
         base = cls.from_dict(base_doc)
         if tuple(base.classes_) != tuple(self.classes_) or base.confusion_ is None:
             raise ValueError("the source model's classes or confusion counts do not match")

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..calibrators.base import Calibrator
+from ..calibrators.wrapper import Wrapper
 from ..confusion import ConfusionStats
 from ..data import TopLabelData, rows_by_class
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
 from .safety import Shrink, choose_shrink, shrink_priors
-from .estimators import (ADAPTED_METHOD, ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
+from .estimators import (ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
                          bcts_probs, em_priors, fit_bcts, shrunk_fp_mix)
 
 __all__ = [
@@ -113,9 +114,11 @@ class PriorEstimate:
 
 
 def source_model(model):
-    """The model an adapted model was made from (an :class:`~topcal.labelshift.AdaptedCalibrator`'s ``base_``),
-    else ``model`` itself. Recognised by its method name: the adapted model's module sits above this one."""
-    return model.base_ if getattr(model, "name", None) == ADAPTED_METHOD else model
+    """The model whose evidence ``model``'s is: down a chain of wrappers that hold none of their own
+    (an adapted model's source, :attr:`Wrapper.owns_evidence`), else ``model`` itself."""
+    while isinstance(model, Wrapper) and not model.owns_evidence:
+        model = model.inner_
+    return model
 
 
 def confusion_of(model) -> ConfusionStats:
@@ -155,9 +158,7 @@ def check_use_data(model, data) -> None:
 
 def _vector_model(model):
     """The temperature-family model behind ``model`` (itself, auto's choice, an adapted model's source), or None."""
-    base = source_model(model)
-    inner = getattr(base, "model_", None)  # auto: the chosen method, fitted on all the data
-    base = inner if isinstance(inner, Calibrator) else base
+    base = model.innermost() if isinstance(model, Wrapper) else model  # auto: the method it chose
     if base.needs_full and hasattr(base, "temperature_") and hasattr(base, "awards_"):
         return base
     return None

@@ -183,6 +183,10 @@ class Auto(Calibrator):
         # Calibrator.predict checks the data (any form it accepts) first
         return self.model_.predict(data)
 
+    def _interval(self, data: TopLabelData, level: float):
+        """The chosen model's interval (the choice itself is taken as fixed)."""
+        return self.model_._interval(data, level)
+
     @property
     def has_curve(self) -> bool:
         return self.model_.has_curve

@@ -42,6 +42,7 @@ from ..data import ClassView, TopLabelData, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
 from ..stats import ScoreStats
+from . import intervals
 from . import shrinkage as shr
 
 __all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer", "register_hook"]
@@ -403,6 +404,52 @@ class Calibrator:
 
     def _predict(self, data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def predict_interval(self, data, level: float = 0.9, *, classes=None,
+                         kind: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper end of a ``level`` interval on each row's calibrated confidence.
+
+        The interval is about the estimation error of the fitted calibration map
+        at the row's class and score (how well the fitting data pin Conf_k(S)
+        down), not about the row's outcome; docs/intervals.md states what is
+        random for each method family. Count methods: the Beta posterior of
+        the local counts (with the shrinkage pseudo-counts as its prior, or
+        Jeffreys' for the unshrunk estimators); temperature methods: the delta
+        method on the fitted (log) temperature and award. Everything needed is
+        in the fitted model (and its JSON file): nothing is refitted.
+
+        Parameters
+        ----------
+        data : as in :meth:`predict`
+        level : float in (0, 1), default 0.9
+            Nominal coverage (0.9: a 90% interval, 5% in each tail).
+
+        Returns
+        -------
+        (lower, upper) : tuple of two ndarrays, shape (n_rows,)
+            0 < lower <= predict(data) <= upper < 1 wherever the confidence is
+            strictly inside (0, 1). ``uncalibrated`` estimates nothing: its
+            interval is the point itself.
+        """
+        level = intervals.check_level(level)
+        self._check_fitted()
+        if not isinstance(data, TopLabelData):
+            data = as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+        self._check_data(data)
+        data = self._check_compatible(data)
+        lo, hi = self._interval(data, level)
+        return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+
+    def _interval(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) per row of compatible ``data``: the per-family hook of :meth:`predict_interval`."""
+        raise ParameterError(f"method {self.name!r} has no confidence interval")
+
+    def _no_interval_stats(self, what: str):
+        """The one-line error of a model loaded from a file without what its intervals need."""
+        return ModelFileError(
+            f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it with "
+            f"topcal >= {intervals.INTERVAL_SINCE} to get intervals"
+        )
 
     # ----------------------------------------------------------- describe
     @property
@@ -797,6 +844,46 @@ class ScoreCalibrator(Calibrator):
         for k, idx in rows_by_class(pred, len(self.classes_)):
             out[idx] = self._predict_scores(k, score[idx])
         return out
+
+    # ------------------------------------------------------------ intervals
+    #: Effective sample size per unit of the local count n (1 for plain counts; the
+    #: kernel methods' kernel-weighted counts count more, docs/intervals.md).
+    _count_scale: ClassVar[float] = 1.0
+
+    def _counts_stored(self) -> bool:
+        """Whether the fitted state holds the local counts the intervals need (old files may not)."""
+        return True
+
+    def _interval_widening(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
+        """Half-width added on both sides for the estimator's bias (0: none; kde: smoothing bias)."""
+        return 0.0
+
+    def _interval(self, data: TopLabelData, level: float):
+        """Beta posterior of the local counts (module :mod:`topcal.calibrators.intervals`)."""
+        if not self.shrinkable:
+            raise ParameterError(f"method {self.name!r} has no confidence interval")
+        if not self._counts_stored():
+            raise self._no_interval_stats("local counts")
+        pred, score = data.pred, data.score
+        conf = self._predict(data)
+        none = np.array([st is None for st in self.class_state_], dtype=bool)[pred]
+        if self._shrunk():
+            t, n = self._local_counts_rows(pred, score)
+            t0, n0 = self.reference_._local_counts(0, score)
+            m = self.shrinkage_[pred]
+            if none.any():  # no data of their own: the reference curve alone
+                t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
+            lo, hi = intervals.shrunk_interval(t, n, m, t0, n0, self.reference_m_, self.reference_rate_,
+                                               float(np.sum(self.n_tp_) + np.sum(self.n_fp_)), level,
+                                               scale=self._count_scale)
+        else:
+            t, n = self._local_counts_rows(pred, score)
+            lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
+            lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
+        w = self._interval_widening(pred, score)
+        if np.any(w):
+            lo, hi = intervals.widen(lo, hi, w)
+        return intervals.include_point(lo, hi, conf)
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
         """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).

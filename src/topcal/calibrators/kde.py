@@ -525,6 +525,9 @@ class _KDEBase(ScoreCalibrator):
             c[empty], n[empty] = 0.0, 0.0
         return c * n, n
 
+    def _counts_stored(self) -> bool:
+        return bool(np.all(np.isfinite(self._tab_n)))
+
     def _count_cells(self, pred, score):
         """Cells of the flat tables (Conf and the count are linear in the score within one).
 

@@ -854,9 +854,14 @@ class ScoreCalibrator(Calibrator):
         """Whether the fitted state holds the local counts the intervals need (old files may not)."""
         return True
 
-    def _interval_widening(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
-        """Half-width added on both sides for the estimator's bias (0: none; kde: smoothing bias)."""
+    def _interval_bias(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
+        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0: none;
+        the histogram's binning and the kernel's smoothing bias); the interval is widened for it."""
         return 0.0
+
+    def _curve_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """The fitted confidence (shrunk where the model is) of each row's class at ``score``."""
+        return self._predict(TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_)))
 
     def _interval(self, data: TopLabelData, level: float):
         """Beta posterior of the local counts (module :mod:`topcal.calibrators.intervals`)."""
@@ -880,9 +885,9 @@ class ScoreCalibrator(Calibrator):
             t, n = self._local_counts_rows(pred, score)
             lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
             lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
-        w = self._interval_widening(pred, score)
-        if np.any(w):
-            lo, hi = intervals.widen(lo, hi, w)
+        bias = self._interval_bias(pred, score)
+        if np.any(bias):
+            lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
         return intervals.include_point(lo, hi, conf)
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:

@@ -84,16 +84,17 @@ def count_interval(t, n, level: float, *, r=None, m=None, scale=1.0) -> tuple[np
 
 
 def _mix(t, n, m, prior_mean, prior_var):
-    """Mean and variance of w t / n + (1 - w) prior, w = n / (n + m), the two parts independent.
+    """Mean and variance of a rate shrunk toward an estimated prior mean.
 
-    The class's rate t / n has the Jeffreys posterior's variance; counts are effective
-    sample sizes (already scaled).
+    Empirical Bayes: the local rate p ~ Beta(m r, m (1 - r)) around the reference r
+    (m, chosen by leave-one-out, is the prior's concentration: how far classes stray
+    from the reference), so given r its posterior has mean (t + m r) / (n + m) and
+    variance c (1 - c) / (n + m + 1); r itself is estimated with variance
+    ``prior_var``, which enters with the weight (1 - w)^2, w = n / (n + m).
     """
-    mu1 = (t + JEFFREYS) / (n + 2 * JEFFREYS)
-    v1 = mu1 * (1.0 - mu1) / (n + 2 * JEFFREYS + 1.0)
-    w = n / (n + m)
     mean = (t + m * prior_mean) / (n + m)
-    return mean, w * w * v1 + (1.0 - w) ** 2 * prior_var
+    w = n / (n + m)
+    return mean, mean * (1.0 - mean) / (n + m + 1.0) + (1.0 - w) ** 2 * prior_var
 
 
 def shrunk_interval(t, n, m, ref_t, ref_n, ref_m, ref_rate, n_total, level: float, *, scale=1.0):
@@ -149,17 +150,22 @@ def include_point(lo, hi, conf) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def widen(lo, hi, half_width) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi] widened by ``half_width`` on each side on the log-odds scale's local slope.
+def widen(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi] widened for an estimated bias of ``conf``: each side's distance d from ``conf``
+    becomes sqrt(d^2 + (z bias)^2), the interval of a normal estimate whose mean squared error
+    is its variance plus bias^2 (z the normal quantile of ``level``).
 
-    A bias bound d on the probability scale moves a limit p by d, but never to 0 or 1:
-    the widening is applied as d / (p (1 - p)) on the log-odds of each limit, which is
-    d to first order and keeps the limits strictly inside (0, 1).
+    The move is applied on the log-odds scale at the limit's local slope (d / (p (1 - p))),
+    which is the same to first order and keeps the limits strictly inside (0, 1).
     """
-    lo = np.asarray(lo, dtype=np.float64)
-    hi = np.asarray(hi, dtype=np.float64)
-    d = np.asarray(half_width, dtype=np.float64)
-    def shift(p, sign):
+    z = float(ndtri(0.5 * (1.0 + level)))
+    conf = np.asarray(conf, dtype=np.float64)
+    extra = z * np.abs(np.asarray(bias, dtype=np.float64))
+
+    def move(p, sign):
+        d = np.abs(conf - p)
+        step = np.sqrt(d * d + extra * extra) - d
         p = np.clip(p, 1e-300, 1.0 - 1e-16)
-        return expit(np.log(p) - np.log1p(-p) + sign * d / (p * (1.0 - p)))
-    return shift(lo, -1.0), shift(hi, 1.0)
+        return expit(np.log(p) - np.log1p(-p) + sign * step / (p * (1.0 - p)))
+
+    return move(np.asarray(lo, dtype=np.float64), -1.0), move(np.asarray(hi, dtype=np.float64), 1.0)

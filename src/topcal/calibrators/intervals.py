@@ -166,6 +166,7 @@ def widen(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
         d = np.abs(conf - p)
         step = np.sqrt(d * d + extra * extra) - d
         p = np.clip(p, 1e-300, 1.0 - 1e-16)
-        return expit(np.log(p) - np.log1p(-p) + sign * step / (p * (1.0 - p)))
+        # log-odds held within +-36, where expit is still strictly inside (0, 1) in doubles
+        return expit(np.clip(np.log(p) - np.log1p(-p) + sign * step / (p * (1.0 - p)), -36.0, 36.0))
 
     return move(np.asarray(lo, dtype=np.float64), -1.0), move(np.asarray(hi, dtype=np.float64), 1.0)

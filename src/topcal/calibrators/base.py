@@ -461,6 +461,8 @@ class Calibrator:
         """Fitted parameters: ``{"method", "params", "classes": {name: {...}}}``."""
         self._check_fitted()
         per_class = self._describe_classes()
+        for row, extra in zip(per_class, self._describe_intervals()):
+            row.update(extra)
         return {
             "method": self.name,
             "params": self.get_params(),
@@ -473,6 +475,29 @@ class Calibrator:
 
     def _describe_classes(self) -> list[dict]:
         return [{} for _ in self.classes_]
+
+    #: The level of the interval widths ``describe`` shows.
+    DESCRIBE_LEVEL: ClassVar[float] = 0.9
+
+    def _describe_intervals(self) -> list[dict]:
+        """Per class, the mean width of the 90% interval over 21 scores evenly across the class's
+        support (``interval_width_90``); nothing for models without curves or interval statistics."""
+        if not self.has_curve or not hasattr(self, "support_"):
+            return [{} for _ in self.classes_]
+        out = []
+        for k, sup in enumerate(self.support_):
+            if sup is None:
+                out.append({})
+                continue
+            s = np.linspace(sup[0], sup[1], 21)
+            grid = TopLabelData(tuple(self.classes_), np.full(s.shape, k, dtype=np.int64), s,
+                                tuple(self.score_range_))
+            try:
+                lo, hi = self._interval(grid, self.DESCRIBE_LEVEL)
+            except (ModelFileError, ParameterError):  # old file, or a method without intervals
+                return [{} for _ in self.classes_]
+            out.append({"interval_width_90": float(np.mean(hi - lo))})
+        return out
 
     def describe_text(self) -> str:
         """:meth:`describe` as the text ``topcal describe`` prints (``--json`` prints the dict)."""

@@ -634,6 +634,11 @@ class _TemperatureBase(Calibrator):
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
                 continue
             row = {"temperature": float(self.temperature_[i])}
+            cov = getattr(self, "param_cov_", None)
+            if cov is not None and np.isfinite(cov[i, 0, 0]):  # 90% interval of T from the delta method on log T
+                half = 1.6448536269514722 * np.sqrt(cov[i, 0, 0])
+                row["temperature_90"] = [float(self.temperature_[i] * np.exp(-half)),
+                                         float(self.temperature_[i] * np.exp(half))]
             if self._has_award:
                 row["award"] = float(self.awards_[i])
             row["nll"] = float(self.class_nll_[i])

@@ -32,10 +32,12 @@ import functools
 
 import numpy as np
 
+from .calibrators.intervals import check_level
 from .errors import ParameterError, TopcalError
 from .evidence import Evidence
 from .io import build_layout, layout_columns, read_frame
 from .stats import DEFAULT_CELLS, ScoreStats
+from .stream import INTERVAL_COLUMNS, calibrate, check_new_columns
 
 __all__ = ["stats", "fit", "update", "check_updatable", "apply", "apply_file", "read_parquet", "layout"]
 
@@ -200,7 +202,7 @@ def _model(text: str):
     return loads(text)
 
 
-def _apply_partition(frame, text: str, options: dict, pred_dtype):
+def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None):
     import pandas as pd
 
     model = _model(text)
@@ -210,28 +212,33 @@ def _apply_partition(frame, text: str, options: dict, pred_dtype):
             out[c] = out[c].astype(pred_dtype)
     if len(frame) == 0:
         out["pred"] = pd.array([], dtype=pred_dtype)
-        out["confidence"] = np.zeros(0)
+        for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ()):
+            out[c] = np.zeros(0)
         return out
     data = read_frame(frame, **options)
-    conf = model.predict(data)
+    cols = calibrate(model, data, interval)
     out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[data.pred], dtype=pred_dtype)
-    out["confidence"] = conf
+    for c, v in cols.items():
+        out[c] = v
     return out
 
 
-def apply(model, ddf, **options):
+def apply(model, ddf, *, interval=None, **options):
     """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and ``confidence`` added.
 
     ``options`` are the column options of :func:`topcal.io.read_frame`
-    (labels are ignored).
+    (labels are ignored). With ``interval`` (a level in (0, 1)) also
+    ``confidence_lo`` and ``confidence_hi`` (:meth:`predict_interval`; the
+    model file each partition reads carries what they need).
     """
     import pandas as pd
 
     _require_dask()
     from .persist import dumps
 
-    if "confidence" in ddf.columns:
-        raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+    if interval is not None:
+        interval = check_level(interval)
+    check_new_columns(ddf.columns, interval)
     options = {**options, "label_column": None}
     if options.get("score_range") is None:
         options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
@@ -242,7 +249,8 @@ def apply(model, ddf, **options):
         if isinstance(meta[c].dtype, pd.CategoricalDtype):
             meta[c] = meta[c].astype(pred_dtype)
     meta["pred"] = pd.Series(dtype=pred_dtype)
-    meta["confidence"] = pd.Series(dtype=np.float64)
+    for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ()):
+        meta[c] = pd.Series(dtype=np.float64)
     import copy
 
     from dask import delayed
@@ -250,14 +258,14 @@ def apply(model, ddf, **options):
     light = copy.copy(model)
     light.stats_ = None  # prediction needs no statistics: keep the task graph small
     text = delayed(dumps(light), pure=True)  # one graph key shared by every partition
-    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, meta=meta)
+    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, meta=meta)
 
 
 def _is_vector(ddf, options) -> bool:
     return layout_columns([str(c) for c in ddf.columns], **options)[3]
 
 
-def apply_file(model, path, output, **options) -> None:
+def apply_file(model, path, output, *, interval=None, **options) -> None:
     """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the current Dask client.
 
     ``output`` ending in ``.csv`` is one CSV file, anything else a directory
@@ -273,7 +281,7 @@ def apply_file(model, path, output, **options) -> None:
 
     ddf = read_parquet(path)
     options = model_read_options(model, path, {**options, "label_column": None}, columns=list(ddf.columns))
-    result = apply(model, ddf, **options)
+    result = apply(model, ddf, interval=interval, **options)
     out = Path(output)
     tmp = out.with_name(f".{out.name}.tmp")
     try:

@@ -285,10 +285,32 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         self._check()
         return self.estimator_.predict(X)
 
-    def predict_confidence(self, X) -> np.ndarray:
+    def predict_confidence(self, X, interval: float | None = None):
         """Calibrated top-label confidence of each row: the probability that the
-        predicted class (the argmax of the classifier's scores) is right."""
-        return self.calibrator_.predict(self._unlabelled(X))
+        predicted class (the argmax of the classifier's scores) is right.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features)
+        interval : float in (0, 1), optional
+            Also return a level-``interval`` interval on each confidence
+            (:meth:`topcal.calibrators.base.Calibrator.predict_interval`; what it
+            covers: docs/intervals.md).
+
+        Returns
+        -------
+        conf : ndarray (n,)
+            Without ``interval``.
+        (conf, lower, upper) : tuple of three ndarrays (n,)
+            With ``interval`` (as scikit-learn's ``predict(X, return_std=True)``
+            returns a tuple).
+        """
+        data = self._unlabelled(X)
+        conf = self.calibrator_.predict(data)
+        if interval is None:
+            return conf
+        lo, hi = self.calibrator_.predict_interval(data, interval)
+        return conf, lo, hi
 
     def predict_proba(self, X) -> np.ndarray:
         """Probabilities (n, n_classes) with the calibrated confidence as the top

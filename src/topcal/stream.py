@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+
 import numpy as np
 
 from ._fileio import check_output
+from .calibrators.intervals import check_level
 from .errors import TopcalError
 from .evidence import Evidence
 from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, iter_data, layout_columns, read_data, read_frame,
                  read_stats, read_table, scan_layout)
 from .stats import DEFAULT_CELLS, ScoreStats
 
-__all__ = ["apply_file", "fit_file", "update_file", "model_read_options", "with_confidence"]
+__all__ = ["apply_file", "calibrate", "check_new_columns", "INTERVAL_COLUMNS", "fit_file", "update_file",
+           "model_read_options", "with_confidence"]
 
 
 def model_read_options(model, path, options: dict, *, columns=None) -> dict:
@@ -41,40 +44,67 @@ def model_read_options(model, path, options: dict, *, columns=None) -> dict:
     return opts
 
 
+#: The columns ``apply --interval`` adds after ``confidence``.
+INTERVAL_COLUMNS = ("confidence_lo", "confidence_hi")
+
+
+def check_new_columns(columns, interval) -> None:
+    """A one-line error where the input already has a column apply would add."""
+    for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ()):
+        if c in columns:
+            raise TopcalError(f"the input already has a {c!r} column; rename it so it is not overwritten")
+
+
+def calibrate(model, data, interval=None) -> dict:
+    """The columns apply adds for ``data``: ``confidence`` and, with ``interval`` (a level), its limits."""
+    out = {"confidence": model.predict(data)}
+    if interval is not None:
+        out["confidence_lo"], out["confidence_hi"] = model.predict_interval(data, interval)
+    return out
+
+
 def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
-    """``frame`` + ``pred`` (class names, categorical) + ``confidence``.
+    """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (an array, or the dict of
+    columns from :func:`calibrate`: confidence and its interval limits).
 
     An input column ``pred`` that is not the column the predicted classes
     were read from must agree with them (else it would be overwritten).
     """
     import pandas as pd
 
-    if "confidence" in frame.columns:
-        raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+    cols = conf if isinstance(conf, dict) else {"confidence": conf}
+    check_new_columns(frame.columns, None if len(cols) == 1 else 0.5)
     pred = pd.Categorical.from_codes(data.pred, categories=list(classes))
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
         if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
             raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
     out["pred"] = pred
-    out["confidence"] = conf
+    for name, values in cols.items():
+        out[name] = values
     return out
 
 
-def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, **options) -> int:
+def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, interval=None,
+               **options) -> int:
     """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns the rows.
+
+    With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and
+    ``confidence_hi``, the limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`.
 
     CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does
     not grow with the file); ``.npz`` is read whole. ``options`` are the
     column options of :func:`topcal.io.read_frame` (labels are ignored).
     ``progress``, if given, is called with the rows written so far.
     """
+    if interval is not None:
+        interval = check_level(interval)
     check_output(output, [path])
     opts = {**options, "label_column": None}  # a label column may hold anything
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
-        out = with_confidence(frame, data, model.classes_, model.predict(data))
+        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval))
         with FrameWriter(output) as w:
             w.write(out)
         return w.rows
@@ -87,7 +117,7 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
         pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
     with FrameWriter(output) as w:
         for frame, data in iter_data(path, chunk_rows, layout=layout):
-            w.write(with_confidence(frame, data, model.classes_, model.predict(data), pred_col))
+            w.write(with_confidence(frame, data, model.classes_, calibrate(model, data, interval), pred_col))
             if progress is not None:
                 progress(w.rows)
     return w.rows

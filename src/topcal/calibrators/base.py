@@ -43,6 +43,7 @@ from ..evidence import Evidence
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
 from ..stats import ScoreStats
+from . import intervals
 from . import shrinkage as shr
 
 __all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer", "register_hook"]
@@ -435,6 +436,52 @@ class Calibrator:
     def _predict(self, data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def predict_interval(self, data, level: float = 0.9, *, classes=None,
+                         kind: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper end of a ``level`` interval on each row's calibrated confidence.
+
+        The interval is about the estimation error of the fitted calibration map
+        at the row's class and score (how well the fitting data pin Conf_k(S)
+        down), not about the row's outcome; docs/intervals.md states what is
+        random for each method family. Count methods: the Beta posterior of
+        the local counts (with the shrinkage pseudo-counts as its prior, or
+        Jeffreys' for the unshrunk estimators); temperature methods: the delta
+        method on the fitted (log) temperature and award. Everything needed is
+        in the fitted model (and its JSON file): nothing is refitted.
+
+        Parameters
+        ----------
+        data : as in :meth:`predict`
+        level : float in (0, 1), default 0.9
+            Nominal coverage (0.9: a 90% interval, 5% in each tail).
+
+        Returns
+        -------
+        (lower, upper) : tuple of two ndarrays, shape (n_rows,)
+            0 < lower <= predict(data) <= upper < 1 wherever the confidence is
+            strictly inside (0, 1). ``uncalibrated`` estimates nothing: its
+            interval is the point itself.
+        """
+        level = intervals.check_level(level)
+        self._check_fitted()
+        if not isinstance(data, TopLabelData):
+            data = as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+        self._check_data(data)
+        data = self._check_compatible(data)
+        lo, hi = self._interval(data, level)
+        return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+
+    def _interval(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) per row of compatible ``data``: the per-family hook of :meth:`predict_interval`."""
+        raise ParameterError(f"method {self.name!r} has no confidence interval")
+
+    def _no_interval_stats(self, what: str):
+        """The one-line error of a model loaded from a file without what its intervals need."""
+        return ModelFileError(
+            f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it with "
+            f"topcal >= {intervals.INTERVAL_SINCE} to get intervals"
+        )
+
     # ----------------------------------------------------------- describe
     @property
     def n_params_(self) -> int:
@@ -445,6 +492,8 @@ class Calibrator:
         """Fitted parameters: ``{"method", "params", "classes": {name: {...}}}``."""
         self._check_fitted()
         per_class = self._describe_classes()
+        for row, extra in zip(per_class, self._describe_intervals()):
+            row.update(extra)
         return {
             "method": self.name,
             "params": self.get_params(),
@@ -465,6 +514,29 @@ class Calibrator:
     def _describe_body(self, d: dict) -> dict:
         """The description whose method-wide and per-class entries :meth:`describe_text` prints."""
         return d
+
+    #: The level of the interval widths ``describe`` shows.
+    DESCRIBE_LEVEL: ClassVar[float] = 0.9
+
+    def _describe_intervals(self) -> list[dict]:
+        """Per class, the mean width of the 90% interval over 21 scores evenly across the class's
+        support (``interval_width_90``); nothing for models without curves or interval statistics."""
+        if not self.has_curve or not hasattr(self, "support_"):
+            return [{} for _ in self.classes_]
+        out = []
+        for k, sup in enumerate(self.support_):
+            if sup is None:
+                out.append({})
+                continue
+            s = np.linspace(sup[0], sup[1], 21)
+            grid = TopLabelData(tuple(self.classes_), np.full(s.shape, k, dtype=np.int64), s,
+                                tuple(self.score_range_))
+            try:
+                lo, hi = self._interval(grid, self.DESCRIBE_LEVEL)
+            except (ModelFileError, ParameterError):  # old file, or a method without intervals
+                return [{} for _ in self.classes_]
+            out.append({"interval_width_90": float(np.mean(hi - lo))})
+        return out
 
     def describe_text(self) -> str:
         """:meth:`describe` as the text ``topcal describe`` prints (``--json`` prints the dict)."""
@@ -817,6 +889,51 @@ class ScoreCalibrator(Calibrator):
         for k, idx in rows_by_class(pred, len(self.classes_)):
             out[idx] = self._predict_scores(k, score[idx])
         return out
+
+    # ------------------------------------------------------------ intervals
+    #: Effective sample size per unit of the local count n (1 for plain counts; the
+    #: kernel methods' kernel-weighted counts count more, docs/intervals.md).
+    _count_scale: ClassVar[float] = 1.0
+
+    def _counts_stored(self) -> bool:
+        """Whether the fitted state holds the local counts the intervals need (old files may not)."""
+        return True
+
+    def _interval_bias(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
+        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0: none;
+        the histogram's binning and the kernel's smoothing bias); the interval is widened for it."""
+        return 0.0
+
+    def _curve_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """The fitted confidence (shrunk where the model is) of each row's class at ``score``."""
+        return self._predict(TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_)))
+
+    def _interval(self, data: TopLabelData, level: float):
+        """Beta posterior of the local counts (module :mod:`topcal.calibrators.intervals`)."""
+        if not self.shrinkable:
+            raise ParameterError(f"method {self.name!r} has no confidence interval")
+        if not self._counts_stored():
+            raise self._no_interval_stats("local counts")
+        pred, score = data.pred, data.score
+        conf = self._predict(data)
+        none = np.array([st is None for st in self.class_state_], dtype=bool)[pred]
+        if self._shrunk():
+            t, n = self._local_counts_rows(pred, score)
+            t0, n0 = self.reference_._local_counts(0, score)
+            m = self.shrinkage_[pred]
+            if none.any():  # no data of their own: the reference curve alone
+                t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
+            lo, hi = intervals.shrunk_interval(t, n, m, t0, n0, self.reference_m_, self.reference_rate_,
+                                               float(np.sum(self.n_tp_) + np.sum(self.n_fp_)), level,
+                                               scale=self._count_scale)
+        else:
+            t, n = self._local_counts_rows(pred, score)
+            lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
+            lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
+        bias = self._interval_bias(pred, score)
+        if np.any(bias):
+            lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
+        return intervals.include_point(lo, hi, conf)
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
         """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).

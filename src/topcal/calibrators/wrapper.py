@@ -86,3 +86,7 @@ class Wrapper(Calibrator):
 
     def _predict(self, data):
         return self.inner_.predict(data)
+
+    def _interval(self, data, level: float):
+        """The inner model's interval (the wrapper's own choice taken as fixed, e.g. auto's)."""
+        return self.inner_._interval(data, level)

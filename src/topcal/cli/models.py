@@ -42,6 +42,9 @@ def add_commands(sub) -> None:
     p.add_argument("data", help="data to calibrate (no label column needed)")
     p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + "
                    "confidence; with --engine dask a .csv file or a directory of Parquet files")
+    p.add_argument("--interval", type=float, default=None, metavar="LEVEL",
+                   help="also add confidence_lo and confidence_hi, a LEVEL interval (e.g. 0.9) on each "
+                        "confidence: the estimation error of the calibration map (docs/intervals.md)")
     add_data_options(p)
     add_scale_options(p, streams_by_default=True)
     p.set_defaults(func=_cmd_apply)
@@ -151,12 +154,16 @@ def _cmd_update(args) -> int:
 def _cmd_apply(args) -> int:
     from ..io import DEFAULT_CHUNK_ROWS
     from ..persist import load
+    from ..calibrators.intervals import check_level
     from ..stream import apply_file
 
     check_scale_args(args)
+    if args.interval is not None:
+        args.interval = check_level(args.interval)
     model = load(args.model)
     check_output(args.output, [args.data, args.model])
     opts = read_options(args)
+    opts["interval"] = args.interval
     if args.engine == "dask":
         from .. import dask as tdask
 

@@ -181,6 +181,15 @@ class AdaptedCalibrator(Wrapper):
                           self.fp_pseudocount_)
         return adapt_confidence(c, self.weights_[data.pred], wbar)
 
+    def _interval(self, data: TopLabelData, level: float):
+        """The base model's interval moved to the new priors the way its confidence is (the map
+        c -> w c / (w c + wbar (1 - c)) is increasing). The priors are held fixed: their own
+        uncertainty (``topcal adapt --bootstrap``) is not in the interval (docs/intervals.md)."""
+        lo, hi = self.base_._interval(data, level)
+        _, wbar = fp_mix(self.base_.confusion_, data.pred, data.score, self.weights_, self.fp_pseudocount_)
+        w = self.weights_[data.pred]
+        return adapt_confidence(lo, w, wbar), adapt_confidence(hi, w, wbar)
+
     def posterior(self, data: TopLabelData) -> np.ndarray:
         """Adapted P(Y = j | k, S) of each row, shape (n, K) (rows sum to 1)."""
         self._check_fitted()

@@ -7,6 +7,7 @@ import numpy as np
 from ...data import ClassView
 from ..base import ScoreCalibrator, finite_array
 from ..registry import register
+from .. import intervals
 
 __all__ = ["Uncalibrated", "Conf1"]
 
@@ -30,6 +31,12 @@ class Uncalibrated(ScoreCalibrator):
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         return self._uncalibrated(score)
+
+    def _interval(self, data, level):
+        """The point itself: nothing is estimated, so there is no estimation error to bound
+        (this says nothing about whether the raw score is calibrated; docs/intervals.md)."""
+        conf = self._predict(data)
+        return conf, conf.copy()
 
 
 @register
@@ -62,3 +69,13 @@ class Conf1(ScoreCalibrator):
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         return np.full(score.shape, state["conf1"])
+
+    def _interval(self, data, level):
+        """Jeffreys interval of the class's accuracy from its TP and FP counts (classes never
+        predicted: the uncalibrated score itself)."""
+        conf = self._predict(data)
+        t, f = self.n_tp_[data.pred], self.n_fp_[data.pred]
+        lo, hi = intervals.count_interval(t, t + f, level)
+        none = (t + f) == 0
+        lo[none], hi[none] = conf[none], conf[none]
+        return intervals.include_point(lo, hi, conf)

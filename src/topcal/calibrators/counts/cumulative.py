@@ -143,6 +143,9 @@ class _CumulativeBase(ScoreCalibrator):
     def _local_counts(self, k: int, score: np.ndarray):
         return self._local_counts_rows(k, score)
 
+    def _counts_stored(self) -> bool:
+        return self._counts is not None
+
     def _local_counts_rows(self, pred, score):
         """:meth:`_local_counts` of every row's own class (``pred`` an int array, or one class for
         all rows), all classes in one lookup and one gather (rows of classes without a state: 0, 0)."""

@@ -525,6 +525,34 @@ class _KDEBase(ScoreCalibrator):
             c[empty], n[empty] = 0.0, 0.0
         return c * n, n
 
+    #: Effective sample size per unit of the kernel-weighted count: (sum w)^2 / sum w^2 for
+    #: Gaussian weights w over locally even scores is sqrt(2) sum w (docs/intervals.md).
+    _count_scale = float(np.sqrt(2.0))
+
+    def _interval_bias(self, pred, score):
+        """Smoothing bias of Nadaraya-Watson, (b^2 / 2) (Conf'' + 2 Conf' f' / f) (Wand & Jones 1995,
+        sec. 5.4), with Conf and the score density f (the kernel-weighted count) differentiated
+        on the fitted curve and table at steps of b / 2."""
+        b = self.bandwidth_[pred]
+        ok = np.isfinite(b)
+        bias = np.zeros(score.shape[0])
+        if not ok.any():
+            return bias
+        p, s, h = pred[ok], score[ok], 0.5 * b[ok]
+        c0, c_up, c_dn = (self._curve_rows(p, s + d) for d in (0.0, h, -h))
+        n_up = self._interp(p, s + h, with_count=True)[1]
+        n_dn = self._interp(p, s - h, with_count=True)[1]
+        n0 = self._interp(p, s, with_count=True)[1]
+        d1 = (c_up - c_dn) / (2 * h)
+        d2 = (c_up - 2 * c0 + c_dn) / (h * h)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dlogf = np.where(n0 > 0, (n_up - n_dn) / (2 * h * n0), 0.0)
+        bias[ok] = 0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf)
+        return np.nan_to_num(bias)
+
+    def _counts_stored(self) -> bool:
+        return bool(np.all(np.isfinite(self._tab_n)))
+
     def _count_cells(self, pred, score):
         """Cells of the flat tables (Conf and the count are linear in the score within one).
 

@@ -61,6 +61,7 @@ from ._core import (
 from ._tables import NODES, LossTables
 from ..base import Calibrator, Curve, finite_array, to_jsonable
 from ..registry import register
+from .. import intervals
 
 __all__ = [
     "SharedTemperatureScaling",
@@ -72,6 +73,18 @@ __all__ = [
 ]
 
 _LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
+
+
+def _inverse_pd(h: np.ndarray):
+    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky fails)."""
+    if h.size == 0 or not np.all(np.isfinite(h)):
+        return None
+    try:
+        c = np.linalg.cholesky(h)
+    except np.linalg.LinAlgError:
+        return None
+    ci = np.linalg.inv(c)
+    return ci.T @ ci
 
 
 def _split(data: TopLabelData, idx=None):
@@ -184,6 +197,7 @@ class _TemperatureBase(Calibrator):
         self.fitted_classes_ = fitted
         self.loss_ = float(loss)
         self.n_iter_ = int(n_iter)
+        self.param_cov_ = self._covariance_from_data(data, fitted)
         if m is None:
             m = self._margin(data)
         rows = tp * softplus(-m) + fp * softplus(m)
@@ -466,14 +480,110 @@ class _TemperatureBase(Calibrator):
         self.class_nll_ = np.array([stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)])
         self.nll_ = float(self.class_nll_.sum())
         self.stats_ = stats
+        name = "multinomial" if self._objective_kind() == "multinomial" else "nll"
+        if self._shared:
+            groups = [(np.flatnonzero(fitted), stats.objective(name, fitted), np.array([theta[fitted][0]]))] \
+                if fitted.any() else []
+        else:
+            groups = [([c], stats.objective(name, [c]), np.array([theta[c]])) for c in np.flatnonzero(fitted)]
+        self.param_cov_ = self._covariances(groups)
+
+    # ----------------------------------------------------------- intervals
+    def _covariance_from_data(self, data: TopLabelData, fitted) -> np.ndarray:
+        """Covariance of each class's (log T, A / T) at the fit: the inverse NLL Hessian (observed information).
+
+        One NLL objective per fitted parameter block, evaluated once at the fitted
+        parameters (a loss ``"brier"`` fit uses the NLL's information too: an
+        approximation, docs/intervals.md).
+        """
+        theta = np.log(self.temperature_)
+        b = self.awards_ / self.temperature_
+        n_aw = 1 if self._has_award else 0
+        groups = []
+        if self._objective_kind() == "multinomial":
+            if fitted.any():
+                obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
+                groups.append((np.flatnonzero(fitted), obj, np.array([theta[fitted][0]])))
+        elif self._shared:
+            if fitted.any():
+                d, others = _split(data)
+                k = data.n_classes
+                obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
+                                        groups=data.pred if n_aw else None)
+                x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
+                groups.append((np.flatnonzero(fitted), obj, x))
+        else:
+            z = _binary_logit(data) if self._binary else None
+            for c, idx in rows_by_class(data.pred, data.n_classes):
+                if not fitted[c]:
+                    continue
+                d, others = (z[idx], None) if self._binary else _split(data, idx)
+                obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
+                groups.append(([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else []))))
+        return self._covariances(groups)
+
+    def _covariances(self, groups) -> np.ndarray:
+        """(K, 2, 2) covariances of (log T, A / T) per class from (classes, objective, x) blocks.
+
+        NaN where the information is not positive definite (a class with only TP or
+        only FP, parameters at a bound): those classes get the Jeffreys interval of
+        their accuracy instead (:meth:`_interval`).
+        """
+        k = len(self.classes_)
+        cov = np.full((k, 2, 2), np.nan)
+        fixed_b = (self.n_tp_ == 0) | (self.n_fp_ == 0)
+        for classes, obj, x in groups:
+            _, h = obj.grad_hess(x)
+            h = np.atleast_2d(h)
+            if self._shared and self._has_award:  # x = (log T, b_0 .. b_K-1): held offsets are not free
+                free = np.concatenate([[True], ~fixed_b & (np.asarray(self.fitted_classes_, bool))])
+            else:
+                free = np.ones(h.shape[0], dtype=bool)
+            inv = _inverse_pd(h[np.ix_(free, free)])
+            full = np.full(h.shape, np.nan)
+            if inv is not None:
+                full[np.ix_(free, free)] = inv
+            for c in classes:
+                if fixed_b[c] and (self._has_award or not self._shared):  # its parameters sit at a bound
+                    continue
+                j = (1 + int(c)) if (self._shared and self._has_award) else 1
+                cov[c, 0, 0] = full[0, 0]
+                if self._has_award:
+                    cov[c, 0, 1] = cov[c, 1, 0] = full[0, j]
+                    cov[c, 1, 1] = full[j, j]
+                else:
+                    cov[c, 0, 1] = cov[c, 1, 0] = cov[c, 1, 1] = 0.0
+        return cov
+
+    def _interval(self, data: TopLabelData, level: float):
+        """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g = dm / d log T."""
+        cov = getattr(self, "param_cov_", None)
+        if cov is None:
+            raise self._no_interval_stats("parameter covariance")
+        m = self._margin(data)
+        h = 1e-4  # central difference in log T at fixed A / T (dm / d log T is smooth; error O(h^2))
+        up = self._margin(data, self.temperature_ * np.exp(h), self.awards_ * np.exp(h))
+        down = self._margin(data, self.temperature_ * np.exp(-h), self.awards_ * np.exp(-h))
+        g = (up - down) / (2 * h)
+        c = cov[data.pred]
+        var = g * g * c[:, 0, 0] + 2 * g * c[:, 0, 1] + c[:, 1, 1]
+        lo, hi = intervals.margin_interval(m, np.sqrt(np.maximum(var, 0.0)), level)
+        bad = ~np.isfinite(var)
+        if bad.any():  # no information (one-sided class) or never predicted
+            t, f = self.n_tp_[data.pred[bad]], self.n_fp_[data.pred[bad]]
+            jl, jh = intervals.count_interval(t, t + f, level)
+            conf = expit(m[bad])
+            never = (t + f) == 0  # the uncalibrated score: nothing estimated
+            lo[bad], hi[bad] = np.where(never, conf, jl), np.where(never, conf, jh)
+        return intervals.include_point(lo, hi, expit(m))
 
     # -------------------------------------------------------------- predict
-    def _margin(self, data: TopLabelData) -> np.ndarray:
-        """Per-row log-odds m of yhat_{k(X)} under the fitted parameters."""
+    def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
+        """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given ones)."""
         pred = data.pred
-        temps = self.temperature_[pred]
+        temps = (self.temperature_ if temperature is None else temperature)[pred]
         beta = 1.0 / temps
-        award = self.awards_[pred]
+        award = (self.awards_ if awards is None else awards)[pred]
         if self._binary:
             return (_binary_logit(data) + award) * beta
         if np.all(temps == temps[0]):
@@ -524,6 +634,11 @@ class _TemperatureBase(Calibrator):
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
                 continue
             row = {"temperature": float(self.temperature_[i])}
+            cov = getattr(self, "param_cov_", None)
+            if cov is not None and np.isfinite(cov[i, 0, 0]):  # 90% interval of T from the delta method on log T
+                half = 1.6448536269514722 * np.sqrt(cov[i, 0, 0])
+                row["temperature_90"] = [float(self.temperature_[i] * np.exp(-half)),
+                                         float(self.temperature_[i] * np.exp(half))]
             if self._has_award:
                 row["award"] = float(self.awards_[i])
             row["nll"] = float(self.class_nll_[i])
@@ -561,7 +676,11 @@ class _TemperatureBase(Calibrator):
         return self._state_core()
 
     def _state_core(self) -> dict:
+        cov = getattr(self, "param_cov_", None)
+        extra = {} if cov is None else {"param_cov": [None if not np.all(np.isfinite(c)) else c.reshape(-1)
+                                                      for c in cov]}
         return to_jsonable({
+            **extra,
             "temperature": self.temperature_,
             "awards": self.awards_,
             "fitted": [bool(v) for v in self.fitted_classes_],
@@ -586,6 +705,14 @@ class _TemperatureBase(Calibrator):
         (self.loss_, self.nll_) = (float(v) for v in finite_array([state["loss"], state["nll"]], "loss"))
         self.class_nll_ = finite_array(state["class_nll"], "class_nll", k)
         self.n_iter_ = int(state["n_iter"])
+        cov = state.get("param_cov")  # files before intervals have none: predict_interval asks for a refit
+        if cov is None:
+            self.param_cov_ = None
+        else:
+            if not isinstance(cov, list) or len(cov) != k:
+                raise ValueError(f"param_cov must be a list of {k} entries")
+            self.param_cov_ = np.array([np.full((2, 2), np.nan) if c is None else finite_array(c, "param_cov", 4)
+                                        .reshape(2, 2) for c in cov]).reshape(k, 2, 2)
         if self._binary:
             sup = state.get("support", [None] * k)  # files before the binary curves had none
             if not isinstance(sup, list) or len(sup) != k:

@@ -1,0 +1,323 @@
+"""predict_interval, predict_confidence(X, interval=...) and ``topcal apply --interval`` (issue 23, item 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import expit, logit
+
+import topcal
+from topcal import TopLabelData, persist
+from topcal.calibrators import calibrator
+from topcal.errors import ModelFileError, ParameterError
+
+from _frames import probs_frame, write_parts
+
+TOPCAL = Path(sys.executable).with_name("topcal")
+COUNT_METHODS = [("hist", {}), ("hist", {"shrinkage": 0}), ("cum", {}), ("cum-opt", {"shrinkage": 0}),
+                 ("kde-mon2", {}), ("kde-opt", {"shrinkage": 0}), ("conf1", {})]
+TEMP_METHODS = ["sts", "csts", "tswa", "cstswa", "bts", "btswa"]
+CURVES = [lambda s: s ** 2, lambda s: s, lambda s: expit(8 * (s - 0.6))]
+
+
+def score_data(n, seed, curves=CURVES):
+    rng = np.random.default_rng(seed)
+    pred = np.repeat(np.arange(len(curves)), n)
+    s = np.clip(rng.beta(4, 2, pred.size), 1e-4, 1 - 1e-4)
+    p = np.empty(pred.size)
+    for k, c in enumerate(curves):
+        p[pred == k] = c(s[pred == k])
+    labels = np.where(rng.random(pred.size) < p, pred, (pred + 1) % len(curves))
+    return TopLabelData.from_scores(pred, s, labels, classes=[f"c{k}" for k in range(len(curves))],
+                                    score_range=(0.0, 1.0))
+
+
+def grid(k, s, n_classes=3):
+    return TopLabelData.from_scores(np.full(s.size, k), s, None, classes=[f"c{i}" for i in range(n_classes)],
+                                    score_range=(0.0, 1.0))
+
+
+def fit(name, data, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return calibrator(name, **params).fit(data)
+
+
+def coverage(name, params, curves, n, seeds, truth=None):
+    """Pointwise coverage of the 0.9 intervals averaged over scores, classes and seeds, and the mean width."""
+    hits, widths = [], []
+    s = np.linspace(0.45, 0.95, 21)
+    for seed in range(seeds):
+        model = fit(name, score_data(n, seed, curves), **params)
+        for k, c in enumerate(curves):
+            lo, hi = model.predict_interval(grid(k, s, len(curves)), 0.9)
+            t = c(s) if truth is None else truth(k, s)
+            hits.append((lo <= t) & (t <= hi))
+            widths.append(hi - lo)
+    return np.mean(np.concatenate(hits)), np.mean(np.concatenate(widths))
+
+
+@pytest.mark.parametrize("name,params", [("hist", {"shrinkage": 0}), ("hist", {}), ("kde-mon2", {}),
+                                         ("kde-opt", {"shrinkage": 0})])
+def test_count_intervals_cover_the_true_curve_and_shrink_with_class_size(name, params):
+    cov, width = coverage(name, params, CURVES, 1500, 6)
+    assert 0.8 <= cov <= 0.99, cov
+    cov_small, width_small = coverage(name, params, CURVES, 100, 6)
+    assert cov_small >= 0.6, cov_small
+    assert width < 0.6 * width_small, (width, width_small)
+
+
+def test_a_too_narrow_interval_would_fail_the_coverage_check():
+    """The check above can fail: the same intervals shrunk to a fifth cover far less."""
+    model = fit("hist", score_data(1500, 0), shrinkage=0)
+    s = np.linspace(0.45, 0.95, 21)
+    lo, hi = model.predict_interval(grid(1, s), 0.9)
+    c = model.predict(grid(1, s))
+    lo, hi = c - (c - lo) / 5, c + (hi - c) / 5
+    assert np.mean((lo <= s) & (s <= hi)) < 0.7
+
+
+def test_cum_interval_covers_the_cumulative_precision():
+    dens = np.linspace(0, 1, 20001)[1:-1]
+    w = dens ** 3 * (1 - dens)
+
+    def truth(k, s):
+        num = np.cumsum((w * CURVES[k](dens))[::-1])[::-1]
+        return np.interp(s, dens, num / np.cumsum(w[::-1])[::-1])
+
+    cov, _ = coverage("cum", {"shrinkage": 0}, CURVES, 1500, 6, truth)
+    assert 0.8 <= cov <= 1.0, cov
+
+
+@pytest.mark.parametrize("name", ["bts", "btswa"])
+def test_binary_temperature_intervals_cover_in_model_truth(name):
+    Ts = [(0.6, 0.4), (1.0, 0.0), (2.0, -0.5)]
+    curves = [lambda s, T=T, A=A: expit((logit(s) + (A if name == "btswa" else 0.0)) / T) for T, A in Ts]
+    cov, width = coverage(name, {}, curves, 400, 30)
+    assert 0.8 <= cov <= 0.98, cov
+    _, width_big = coverage(name, {}, curves, 4000, 3)
+    assert width_big < 0.5 * width
+
+
+@pytest.mark.parametrize("name", ["sts", "csts", "tswa", "cstswa"])
+def test_full_vector_temperature_intervals_cover_in_model_truth(name):
+    T = 1.5
+    hits, widths = [], []
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        z = rng.normal(0, 1, (1200, 3))
+        z[np.arange(1200), rng.integers(3, size=1200)] += rng.gamma(2.0, 1.0, 1200)
+        p = np.exp(z / T - (z / T).max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        y = (p.cumsum(1) > rng.random(1200)[:, None]).argmax(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = calibrator(name).fit(z[:900], y[:900], kind="logits")
+        lo, hi = model.predict_interval(z[900:], 0.9, kind="logits")
+        truth = p[900:].max(1)
+        hits.append(np.mean((lo <= truth) & (truth <= hi)))
+        widths.append(np.mean(hi - lo))
+    assert 0.75 <= np.mean(hits) <= 1.0, np.mean(hits)
+    assert 0 < np.mean(widths) < 0.2
+
+
+@pytest.mark.parametrize("name,params", COUNT_METHODS + [(m, {}) for m in TEMP_METHODS] + [("auto", {})])
+def test_intervals_hold_the_point_never_reach_0_or_1_and_round_trip_bit_for_bit(name, params, tmp_path):
+    frame = probs_frame(1500, K=3, seed=3)
+    p = frame[[f"p_c{j}" for j in range(3)]].to_numpy() ** 2  # overconfident: auto chooses a fitted method
+    p /= p.sum(1, keepdims=True)
+    y = frame["label"].str[1:].astype(int).to_numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = calibrator(name, **params).fit(p, y)
+    assert name != "auto" or model.method_ != "uncalibrated"
+    conf = model.predict(p)
+    lo, hi = model.predict_interval(p, 0.9)
+    assert np.all(lo > 0) and np.all(hi < 1), (lo.min(), hi.max())
+    inside = (conf > 0) & (conf < 1)
+    assert np.all(lo[inside] <= conf[inside]) and np.all(conf[inside] <= hi[inside])
+    lo8, hi8 = model.predict_interval(p, 0.8)
+    assert np.all(lo8 >= lo) and np.all(hi8 <= hi) and np.any(hi8 - lo8 < hi - lo)
+    model.save(tmp_path / "m.json")
+    back = persist.load(tmp_path / "m.json")
+    lo2, hi2 = back.predict_interval(p, 0.9)
+    np.testing.assert_array_equal(lo2, lo)
+    np.testing.assert_array_equal(hi2, hi)
+
+
+def test_uncalibrated_interval_is_the_point_itself():
+    data = score_data(200, 0)
+    model = fit("uncalibrated", data)
+    lo, hi = model.predict_interval(data)
+    np.testing.assert_array_equal(lo, model.predict(data))
+    np.testing.assert_array_equal(hi, lo)
+
+
+def test_unshrunk_zero_count_interval_stays_off_0_and_1():
+    """A class with only true positives: the paper's estimate is 1, the Jeffreys interval stays below it."""
+    s = np.linspace(0.5, 0.9, 30)
+    data = TopLabelData.from_scores(np.zeros(30, int), s, np.zeros(30, int), classes=["a", "b"],
+                                    score_range=(0.0, 1.0))
+    model = fit("hist", data, shrinkage=0)
+    lo, hi = model.predict_interval(data)
+    assert np.all(model.predict(data) == 1.0)
+    assert np.all(hi < 1) and np.all(lo > 0) and np.all(hi - lo > 0.0002)
+
+
+def test_adapted_model_interval_moves_with_its_confidence():
+    frame = probs_frame(3000, K=3, seed=5)
+    p = frame[[f"p_c{j}" for j in range(3)]].to_numpy()
+    y = frame["label"].str[1:].astype(int).to_numpy()
+    model = calibrator("hist").fit(p, y)
+    ad = model.adapt(priors=[0.6, 0.3, 0.1])
+    conf = ad.predict(p)
+    lo, hi = ad.predict_interval(p, 0.9)
+    assert np.all(lo <= conf) and np.all(conf <= hi) and np.all(lo > 0) and np.all(hi < 1)
+    assert not np.allclose(lo, model.predict_interval(p, 0.9)[0])
+
+
+@pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, float("nan"), "0.9", True])
+def test_bad_level_is_a_one_line_parameter_error(level):
+    model = fit("hist", score_data(100, 0))
+    with pytest.raises(ParameterError, match="level") as e:
+        model.predict_interval(score_data(10, 1), level)
+    assert "\n" not in str(e.value)
+
+
+def _strip(doc, drop):
+    """A saved model file with keys removed from its state (what an older topcal wrote)."""
+    import hashlib
+
+    from topcal.persist import canonical_json
+
+    drop(doc["model"]["state"])
+    doc["sha256"] = hashlib.sha256(canonical_json(doc["model"]).encode()).hexdigest()  # re-signed
+    return doc
+
+
+@pytest.mark.parametrize("name,drop,what", [
+    ("csts", lambda st: st.pop("param_cov"), "parameter covariance"),
+    ("cum", lambda st: [c.pop("n_above") or c.pop("n_below") for c in st["class_state"] if c], "local counts"),
+    ("kde-mon2", lambda st: [c.pop("table_n") for c in st["class_state"] if c], "local counts"),
+])
+def test_old_model_files_without_interval_statistics_load_and_say_refit(name, drop, what, tmp_path):
+    data = score_data(300, 0)
+    frame = probs_frame(1500, K=3, seed=3)
+    p = frame[[f"p_c{j}" for j in range(3)]].to_numpy()
+    y = frame["label"].str[1:].astype(int).to_numpy()
+    params = {} if name == "csts" else {"shrinkage": 0}
+    model = fit(name, data, **params) if name != "csts" else calibrator(name).fit(p, y)
+    path = tmp_path / "m.json"
+    model.save(path)
+    doc = _strip(json.loads(path.read_text()), drop)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    back = persist.load(old)
+    x = data if name != "csts" else p
+    np.testing.assert_array_equal(back.predict(x), model.predict(x))  # still loads and predicts
+    with pytest.raises(ModelFileError, match=f"no {what}.*refit it with topcal >= ") as e:
+        back.predict_interval(x)
+    assert "\n" not in str(e.value)
+
+
+def test_estimator_predict_confidence_with_interval():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 4))
+    y = (X[:, 0] + 0.5 * X[:, 1] + rng.normal(size=3000) > 0).astype(int) + (X[:, 2] > 1)
+    clf = LogisticRegression(max_iter=500).fit(X[:1000], y[:1000])
+    est = topcal.TopLabelCalibratedClassifier(clf, method="hist").fit(X[1000:2500], y[1000:2500])
+    conf = est.predict_confidence(X[2500:])
+    c2, lo, hi = est.predict_confidence(X[2500:], interval=0.9)
+    np.testing.assert_array_equal(conf, c2)
+    assert np.all((lo <= conf) & (conf <= hi)) and np.all(lo > 0) and np.all(hi < 1)
+    with pytest.raises(ParameterError, match="level"):
+        est.predict_confidence(X[2500:], interval=2)
+
+
+# ----------------------------------------------------------------- CLI through the console script
+def cli(*args):
+    return subprocess.run([str(TOPCAL), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def assert_one_line_error(r, fragment):
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr and fragment in lines[0], r.stderr
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    frame = probs_frame(3000, K=3, seed=4)
+    frame.to_csv(d / "data.csv", index=False)
+    r = cli("fit", d / "data.csv", "--method", "kde-mon2", "-o", d / "m.json")
+    assert r.returncode == 0, r.stderr
+    return d, frame
+
+
+@pytest.mark.parametrize("chunk", [None, 700])
+def test_cli_apply_interval_adds_limits_in_memory_and_streamed(fitted, chunk):
+    d, frame = fitted
+    out = d / f"out{chunk}.csv"
+    extra = [] if chunk is None else ["--chunk-rows", chunk]
+    r = cli("apply", d / "m.json", d / "data.csv", "--interval", 0.9, "-o", out, *extra)
+    assert r.returncode == 0, r.stderr
+    got = pd.read_csv(out)
+    model = persist.load(d / "m.json")
+    p = frame[[f"p_c{j}" for j in range(3)]].to_numpy()
+    lo, hi = model.predict_interval(p, 0.9)
+    np.testing.assert_allclose(got["confidence_lo"].to_numpy(), lo, rtol=1e-15)
+    np.testing.assert_allclose(got["confidence_hi"].to_numpy(), hi, rtol=1e-15)
+    assert np.all(got["confidence_lo"] <= got["confidence"]) and np.all(got["confidence"] <= got["confidence_hi"])
+
+
+@pytest.mark.parametrize("level", ["1", "0", "-0.5", "1.2"])
+def test_cli_apply_bad_interval_level_is_one_line_error(fitted, level):
+    d, _ = fitted
+    r = cli("apply", d / "m.json", d / "data.csv", "--interval", level, "-o", d / "bad.csv")
+    assert_one_line_error(r, "level must be in (0, 1)")
+    assert not (d / "bad.csv").exists()
+
+
+def test_cli_apply_interval_refuses_to_overwrite_an_input_column(fitted, tmp_path):
+    d, frame = fitted
+    frame.assign(confidence_lo=0.0).to_csv(tmp_path / "x.csv", index=False)
+    r = cli("apply", d / "m.json", tmp_path / "x.csv", "--interval", 0.9, "-o", tmp_path / "o.csv")
+    assert_one_line_error(r, "'confidence_lo' column")
+
+
+def test_cli_apply_interval_on_dask_local_cluster(tmp_path):
+    pytest.importorskip("distributed") if os.environ.get("CI") != "true" else None
+    from distributed import Client, LocalCluster
+
+    frame = probs_frame(3000, K=3, seed=6)
+    parts = write_parts(tmp_path, frame, 3)
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    assert cli("fit", tmp_path / "all.csv", "--method", "sts", "-o", tmp_path / "m.json").returncode == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(lc)
+    try:
+        r = cli("apply", tmp_path / "m.json", parts, "--engine", "dask", "--scheduler", lc.scheduler_address,
+                "--interval", 0.8, "-o", tmp_path / "out")
+        assert r.returncode == 0, r.stderr
+    finally:
+        client.close()
+        lc.close()
+    got = pd.read_parquet(tmp_path / "out")
+    model = persist.load(tmp_path / "m.json")
+    p = frame[[f"p_c{j}" for j in range(3)]].to_numpy()
+    lo, hi = model.predict_interval(p, 0.8)
+    np.testing.assert_allclose(got["confidence_lo"].to_numpy(), lo, rtol=1e-15)
+    np.testing.assert_allclose(got["confidence_hi"].to_numpy(), hi, rtol=1e-15)

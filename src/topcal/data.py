@@ -227,9 +227,9 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
         raise _fail(f"{name} is empty; topcal needs at least one row")
     if arr.dtype.kind in "c":
         raise _fail(f"{name} holds complex numbers; class labels are names or integer indices")
-    if arr.dtype.kind in "iu" and classes is not None and all(_is_int_name(c) for c in classes):
-        return _encode(arr, classes, name, n_hint)  # integer names: match by name, not position
-    if arr.dtype.kind in "iu":
+    # integer class names: integers match by name (below), not by position
+    by_name = arr.dtype.kind in "iu" and classes is not None and all(_is_int_name(c) for c in classes)
+    if arr.dtype.kind in "iu" and not by_name:
         if classes is None:
             k = int(arr.max()) + 1 if n_hint is None else n_hint
             classes = tuple(str(i) for i in range(k))

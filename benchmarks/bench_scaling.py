@@ -11,9 +11,9 @@ Fair by construction:
 
 Contestants (those not installed are skipped with a note):
 
-* every topcal method (``--methods``; default: all registered but ``auto``, whose cost is a
-  cross-validation over the others), on a :class:`topcal.TopLabelData` built once per cell
-  (its construction is timed too, against the floor argmax + gather + compare);
+* every topcal method (``--methods``; default: all registered, ``auto`` too, whose cost is a
+  cross-validation over the others; ``--no-auto`` leaves it out), on a :class:`topcal.TopLabelData`
+  built once per cell (its construction is timed too, against the floor argmax + gather + compare);
 * ``isotonic/class``: scikit-learn ``IsotonicRegression`` fitted per predicted class on the
   top score (the per-class peer the issue measures against), applied with one ``predict``
   per class;
@@ -27,11 +27,12 @@ Data: probabilities softmax(z / T_j), z ~ N(0, 2^2) + 2 on a uniform true class,
 temperatures T_j from 0.5 to 2 (as benchmarks/bench_kde.py).
 
 Output: a table per cell (fit and apply seconds, the ratio isotonic/class time over the
-contestant's, peak MB), then the fitted exponent a of time ~ n^a per method and K (least
+contestant's, peak MB and peak ÷ the input score matrix's size, and for ``auto`` its fit time ÷
+``sklearn-ts``'s, scikit-learn's temperature calibration on the same outputs), then the fitted exponent a of time ~ n^a per method and K (least
 squares on log-log over the n of the grid).
 
 Usage: python benchmarks/bench_scaling.py [--n 1e4 1e5 1e6 1e7] [--k 10 100 1000]
-       [--max-n-k1000 1e6] [--repeat 3] [--methods hist kde-mon2 ...] [--no-peers]
+       [--max-n-k1000 1e6] [--repeat 3] [--methods hist kde-mon2 ...] [--no-peers] [--no-auto]
 """
 
 from __future__ import annotations
@@ -241,9 +242,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", nargs="+", default=None)
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-auto", action="store_true", help="leave out auto (minutes at 10^6 x 100 and above)")
     args = ap.parse_args(argv)
 
-    methods = args.methods or [m for m in available_methods() if m != "auto"]
+    methods = args.methods or [m for m in available_methods() if m != "auto" or not args.no_auto]
     contestants = [isotonic_per_class()]
     skipped = []
     if not args.no_peers:
@@ -272,15 +274,22 @@ def main(argv=None) -> int:
             print(f"TopLabelData.from_probs {build:.4f} s; floor (argmax + gather + compare) {floor:.4f} s; "
                   f"ratio {build / floor:.2f}")
             iso_fit, iso_apply = best["isotonic/class"]
-            print("| method | fit s | isotonic/class fit ÷ this | apply s | isotonic/class apply ÷ this | peak MB |")
-            print("|---|---:|---:|---:|---:|---:|")
+            input_mb = n * k * 8 / 1e6  # the float64 score matrix every contestant is given
+            print(f"input score matrix: {input_mb:.0f} MB")
+            print("| method | fit s | isotonic/class fit ÷ this | apply s | isotonic/class apply ÷ this | peak MB "
+                  "| peak ÷ input |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
             for c in contestants:
                 if c.name in notes:
-                    print(f"| {c.name} | – | – | – | – | – |  skipped: {notes[c.name]}")
+                    print(f"| {c.name} | – | – | – | – | – | – |  skipped: {notes[c.name]}")
                     continue
                 f, a = best[c.name]
                 times.setdefault((c.name, k), []).append((n, f, a))
-                print(f"| {c.name} | {f:.4f} | {iso_fit / f:.2f} | {a:.4f} | {iso_apply / a:.2f} | {mem[c.name]:.0f} |")
+                print(f"| {c.name} | {f:.4f} | {iso_fit / f:.2f} | {a:.4f} | {iso_apply / a:.2f} | {mem[c.name]:.0f} "
+                      f"| {mem[c.name] / input_mb:.2f} |")
+            if "auto" in best and "sklearn-ts" in best and "auto" not in notes and "sklearn-ts" not in notes:
+                print(f"auto fit ÷ sklearn-ts fit: {best['auto'][0] / best['sklearn-ts'][0]:.2f}; "
+                      f"auto fit ÷ isotonic/class fit: {best['auto'][0] / iso_fit:.2f}")
             sys.stdout.flush()
     if len(args.n) > 1:
         print("\n## fitted exponent a of time ~ n^a (fit / apply), per K")

@@ -120,3 +120,27 @@ def test_nan_in_file_is_rejected(data):
     text = persist.dumps(topcal.calibrator("hist").fit(data)).replace('"n_tp": [', '"n_tp": [NaN, ', 1)
     with pytest.raises(ModelFileError):
         persist.loads(text)
+
+
+def test_saved_digest_is_that_of_the_canonical_json_and_arrays_are_compact():
+    """Issue 26: the file and its digest come from one encoding of each array; the digest is still the
+    SHA-256 of canonical_json(model payload), so files of every version keep loading."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    import topcal
+    from topcal.persist import canonical_json, dumps, loads
+
+    rng = np.random.default_rng(5)
+    probs = rng.dirichlet(np.ones(3), 800)
+    labels = rng.integers(0, 3, 800)
+    for method in ("hist", "kde-mon2", "sts", "auto"):
+        model = topcal.calibrator(method).fit(probs, labels)
+        text = dumps(model)
+        doc = json.loads(text)
+        assert doc["sha256"] == hashlib.sha256(canonical_json(doc["model"]).encode()).hexdigest()
+        assert doc["model"] == json.loads(json.dumps(model.to_dict()))
+        assert ", 0." not in text and ",0." in text  # lists of numbers without spaces
+        assert loads(text).predict(probs).tolist() == model.predict(probs).tolist()

@@ -57,7 +57,11 @@ def demo_report(tmp_path_factory):
     import contextlib
     import io
 
-    buf, err = io.StringIO(), io.StringIO()
+    class Terminal(io.StringIO):  # progress lines are shown on a terminal only
+        def isatty(self):
+            return True
+
+    buf, err = io.StringIO(), Terminal()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(["demo", "-o", str(out)]) == 0

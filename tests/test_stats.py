@@ -318,3 +318,30 @@ def test_update_from_statistics_with_confusion_counts_equals_a_per_sample_update
     binned = _quiet_fit(topcal.calibrator("hist"), load_phanns())
     with pytest.raises(ParameterError, match="keeps no confusion counts"):
         binned.update(binned.stats_, confusion=new)
+
+
+def test_fit_counts_its_statistics_on_first_use_bit_for_bit():
+    """Issue 26: a fit keeps a compact copy of its rows and counts the confusion and score statistics
+    when first asked; the counts equal the eager ones, and later changes to the caller's arrays do not
+    reach them."""
+    import topcal
+    from topcal.confusion import ConfusionStats
+
+    rng = np.random.default_rng(3)
+    probs = rng.dirichlet(np.ones(4), 3000)
+    labels = rng.integers(0, 4, 3000)
+    data = topcal.TopLabelData.from_probs(probs, labels)
+    eager_conf = ConfusionStats.from_data(data)
+    eager_stats = ScoreStats.from_data(data)
+    model = topcal.calibrator("hist", shrinkage=0).fit(data)
+    assert model.__dict__.get("_confusion_rows") is not None and model.__dict__.get("_stats_rows") is not None
+    data.score[:] = 0.5  # the caller changes its arrays after the fit
+    data.labels[:] = 0
+    lazy_stats, lazy_conf = model.stats_, model.confusion_
+    for a, b in zip(lazy_stats.to_dict().values(), eager_stats.to_dict().values()):
+        assert a == b
+    assert all(np.array_equal(x, y) for x, y in zip(lazy_conf.edges, eager_conf.edges))
+    assert all(np.array_equal(x, y) for x, y in zip(lazy_conf.counts, eager_conf.counts))
+    assert "_confusion_rows" not in model.__dict__ and "_stats_rows" not in model.__dict__  # the copy is gone
+    model.confusion_ = None  # setting replaces
+    assert model.confusion_ is None

@@ -32,6 +32,7 @@ import functools
 
 import numpy as np
 
+from . import _progress
 from .calibrators.intervals import check_level
 from .errors import ParameterError, TopcalError
 from .evidence import Evidence
@@ -113,12 +114,30 @@ def _reduce(ddf, count, split_every: int, lay):
     if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
         raise ParameterError(f"split_every must be an integer >= 2, got {split_every!r}")
     nodes = [delayed(_partition_stats)(part, lay.options, count) for part in ddf.to_delayed()]
+    nodes = _watched(nodes)
     while len(nodes) > 1:
         nodes = [delayed(_merge)(*nodes[i:i + split_every]) for i in range(0, len(nodes), split_every)]
     (result,) = dask.compute(nodes[0])
     if result is None:
         raise TopcalError("the Dask DataFrame has no rows; topcal needs at least one")
     return result
+
+
+def _watched(nodes):
+    """The partition counts as futures, with a progress bar as they finish, where progress is shown
+    and a distributed client is running; else the nodes as they are (the tree is the same)."""
+    if not _progress.enabled() or len(nodes) < 2:
+        return nodes
+    try:
+        from distributed import as_completed, get_client
+        client = get_client()
+    except (ImportError, ValueError):  # no distributed, or no client: the graph runs without a bar
+        return nodes
+    futures = client.compute(nodes)
+    for _ in _progress.bar(as_completed(futures), total=len(futures), desc="dask: partitions",
+                           unit=" partitions"):
+        pass
+    return futures
 
 
 def stats(ddf, *, n_cells: int = DEFAULT_CELLS, split_every: int = 8, classes=None, **options) -> ScoreStats:

@@ -227,9 +227,9 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
         raise _fail(f"{name} is empty; topcal needs at least one row")
     if arr.dtype.kind in "c":
         raise _fail(f"{name} holds complex numbers; class labels are names or integer indices")
-    if arr.dtype.kind in "iu" and classes is not None and all(_is_int_name(c) for c in classes):
-        return _encode(arr.astype(str), classes, name, n_hint)  # integer names: match by name, not position
-    if arr.dtype.kind in "iu":
+    # integer class names: integers match by name (below), not by position
+    by_name = arr.dtype.kind in "iu" and classes is not None and all(_is_int_name(c) for c in classes)
+    if arr.dtype.kind in "iu" and not by_name:
         if classes is None:
             k = int(arr.max()) + 1 if n_hint is None else n_hint
             classes = tuple(str(i) for i in range(k))
@@ -266,6 +266,9 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
             raise _fail(f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name")
         first_codes, uniq = pd.factorize(np.asarray([str(u) for u in obj_uniq], dtype=object))
         first_codes = first_codes[obj_codes]
+    elif arr.dtype.kind in "iu":  # integers: hash the numbers, name only the distinct ones
+        first_codes, uniq = pd.factorize(arr)
+        uniq = uniq.astype(str)
     else:
         first_codes, uniq = pd.factorize(arr.astype(str))
     uniq = [str(u) for u in uniq]
@@ -288,6 +291,15 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
     return codes, classes
 
 
+def _named(arr: np.ndarray) -> np.ndarray:
+    """``arr.astype(str).astype(object)`` for integers or booleans, naming each distinct value once
+    (the same strings; one object per distinct value instead of one per row)."""
+    import pandas as pd
+
+    codes, uniq = pd.factorize(arr)
+    return np.asarray(uniq).astype(str).astype(object)[codes]
+
+
 def label_names(values, name: str = "labels") -> np.ndarray:
     """Class labels as names (an object array of str): integers and integral floats as "3", text as is.
 
@@ -301,13 +313,13 @@ def label_names(values, name: str = "labels") -> np.ndarray:
     if kind == "c":
         raise _fail(f"{name} holds complex numbers; class labels are names or integer indices")
     if kind in "iub":
-        return arr.astype(str).astype(object)
+        return _named(arr)
     if kind == "f":
         if not np.all(np.isfinite(arr)):
             i = int(np.flatnonzero(~np.isfinite(arr))[0])
             raise _fail(f"{name} has a missing value at row {i}; every row needs a class")
         if np.all(arr == np.round(arr)) and np.all(np.abs(arr) < 2**53):
-            return arr.astype(np.int64).astype(str).astype(object)
+            return _named(arr.astype(np.int64))
         return arr.astype(str).astype(object)
     if kind in "US":
         return arr.astype(str).astype(object)

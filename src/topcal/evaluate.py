@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 
+from . import _progress
 from .calibrators import available_methods, calibrator, get_class
 from .data import TopLabelData, kfold_split
 from .errors import DataError, ParameterError, TopcalError, TopcalWarning
@@ -195,7 +196,7 @@ def fit_methods(data: TopLabelData, methods=None, *, params=None, progress=None,
     run, skipped = _split_names(names, data)
     params = check_params(params, run)
     fitted, failed, notes = {}, {}, {}
-    for name in run:
+    for name in _progress.bar(run, desc="fitting", unit=" methods"):
         if progress is not None:
             progress(f"fitting {name}")
         try:
@@ -213,11 +214,14 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
     folds = kfold_split(data, n_folds, seed=seed)
     conf = {name: [] for name in names}
     failed = {} if failed is None else failed
+    bar = _progress.bar(total=n_folds * len(names), desc="cross-fitting", unit=" fits")
     for f in range(n_folds):
         train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
         if train.n_samples <= 0:
+            bar.close()
             raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
         for name in names:
+            bar.update()
             if name in failed:
                 continue
             if progress is not None:
@@ -232,6 +236,7 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
                 for msg in curve_findings(name, model, train):
                     if msg not in notes.setdefault(name, []):
                         notes[name].append(msg)
+    bar.close()
     target = TopLabelData.concat(folds)
     return target, {name: np.concatenate(v) for name, v in conf.items() if name not in failed}
 
@@ -297,7 +302,7 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
         target = data if eval_data is None else eval_data
         if eval_data is not None:
             out["protocol"] = "holdout"
-        for name in run:
+        for name in _progress.bar(run, desc="fitting", unit=" methods"):
             if progress is not None:
                 progress(f"fitting {name}")
             try:

@@ -55,33 +55,58 @@ def dumps(model) -> str:
     """The JSON text of a fitted calibrator."""
     payload = model.to_dict()
     try:
-        digest = hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+        text, canonical = _both(payload, 1)  # each array encoded once, for the file and for the digest
     except ValueError as exc:  # NaN/inf in state: a bug, not a user error
         raise TopcalError(f"model state is not finite and cannot be saved: {exc}") from None
     doc = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "topcal_version": __version__,
-        "model": payload,
-        "sha256": digest,
+        "model": _Encoded(text),
+        "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
     }
     return _pretty(doc) + "\n"
 
 
+#: the containers ``to_dict`` builds (plain dicts and lists, from ``to_jsonable``)
+_NESTING = frozenset((dict, list))
+
+
+class _Encoded:
+    """JSON text already written (``_pretty`` puts it in as it is)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
 def _pretty(obj, level: int = 0) -> str:
-    """JSON with one key per line and every list of numbers on one line.
+    """JSON with one key per line and every list of numbers on one line, compact (no spaces).
 
     ``json.dumps(indent=...)`` puts each number of a long list on its own
     line and runs the pure-Python encoder (seconds for a model with large
     statistics); lists of scalars here go through the C encoder.
     """
+    return _both(obj, level)[0]
+
+
+def _both(obj, level: int) -> tuple[str, str]:
+    """(``_pretty`` text, :func:`canonical_json` text) of ``obj``, each list of scalars encoded once."""
+    if isinstance(obj, _Encoded):
+        return obj.text, obj.text
     pad = " " * (level + 1)
-    if isinstance(obj, dict) and obj:
-        items = [f"{pad}{json.dumps(str(k))}: {_pretty(v, level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
-    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
-        return "[\n" + ",\n".join(pad + _pretty(v, level + 1) for v in obj) + "\n" + " " * level + "]"
-    return json.dumps(obj, allow_nan=False, separators=(", ", ": "))
+    if isinstance(obj, dict) and obj and all(type(k) is str for k in obj):
+        parts = {k: _both(v, level + 1) for k, v in obj.items()}
+        keys = {k: json.dumps(k) for k in obj}
+        pretty = "{\n" + ",\n".join(f"{pad}{keys[k]}: {parts[k][0]}" for k in obj) + "\n" + " " * level + "}"
+        return pretty, "{" + ",".join(f"{keys[k]}:{parts[k][1]}" for k in sorted(obj)) + "}"
+    if isinstance(obj, list) and not _NESTING.isdisjoint(map(type, obj)):  # one C-level pass over the types
+        parts = [_both(v, level + 1) for v in obj]
+        pretty = "[\n" + ",\n".join(pad + p for p, _ in parts) + "\n" + " " * level + "]"
+        return pretty, "[" + ",".join(c for _, c in parts) + "]"
+    text = json.dumps(obj, allow_nan=False, separators=(",", ":"))  # compact: large arrays are most of a file
+    if isinstance(obj, (dict, list, tuple)) and not isinstance(obj, list):  # dicts with other keys, tuples
+        return text, canonical_json(obj)
+    return text, text
 
 
 def _reject_constant(name):

@@ -25,6 +25,7 @@ import warnings
 
 import numpy as np
 
+from .. import _progress
 from .._params import Interval, NoneOr
 from ..data import TopLabelData, kfold_split
 from ..errors import DegenerateClassWarning, ParameterError, TopcalError
@@ -124,7 +125,7 @@ class Auto(Wrapper):
         target = TopLabelData.concat(folds)
         conf = {n: [] for n in names}
         errors: dict[str, str | None] = {n: None for n in names}
-        for f in range(n_folds):
+        for f in _progress.bar(range(n_folds), desc="auto: cross-validation", unit=" folds"):
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             for n in names:
                 if errors[n] is not None:

@@ -45,6 +45,7 @@ from ..inputs import as_data
 from ..stats import ScoreStats
 from . import intervals
 from . import shrinkage as shr
+from ._fit_rows import FitRows
 
 __all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer", "register_hook"]
 
@@ -194,9 +195,11 @@ class Calibrator:
         tp, fp = data.class_counts()
         self.n_tp_ = tp
         self.n_fp_ = fp
-        # per predicted class and score region, the true classes behind its
-        # rows: what label-shift adaptation needs (None for binned data)
-        self.confusion_ = ConfusionStats.from_data(data)
+        # per predicted class and score region, the true classes behind its rows: what label-shift
+        # adaptation needs (None for binned data); counted on first use from a compact copy of the rows
+        rows = FitRows.of(data)
+        self.confusion_ = ConfusionStats.from_data(data) if rows is None else None
+        self.__dict__["_confusion_rows"] = rows
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
             warnings.warn(
@@ -209,9 +212,39 @@ class Calibrator:
         self.stats_ = None
         self._fit(data)
         # the mergeable statistics that let update() refit on old + new data; a shrinkage
-        # reference keeps none (it is saved without them and refitted, not updated, with its model)
-        self.stats_ = self.stats_of(data) if self._keeps_stats() and not self._is_reference else None
+        # reference keeps none (it is saved without them and refitted, not updated, with its model).
+        # Score counts are counted on first use from the same copy of the rows as the confusion counts.
+        keeps = self._keeps_stats() and not self._is_reference
+        lazy = keeps and rows is not None and type(self).stats_of is Calibrator.stats_of
+        self.stats_ = self.stats_of(data) if keeps and not lazy else None
+        self.__dict__["_stats_rows"] = rows if lazy else None
         return self
+
+    # The two counts above, made when first read (saving, update, adapt, describe). Setting
+    # either replaces it (and forgets the rows it would have been counted from).
+    @property
+    def confusion_(self):
+        rows = self.__dict__.pop("_confusion_rows", None)
+        if rows is not None:
+            self.__dict__["_confusion"] = ConfusionStats.from_data(rows.data())
+        return self.__dict__.get("_confusion")
+
+    @confusion_.setter
+    def confusion_(self, value) -> None:
+        self.__dict__.pop("_confusion_rows", None)
+        self.__dict__["_confusion"] = value
+
+    @property
+    def stats_(self):
+        rows = self.__dict__.pop("_stats_rows", None)
+        if rows is not None:
+            self.__dict__["_stats"] = ScoreStats.from_data(rows.data())
+        return self.__dict__.get("_stats")
+
+    @stats_.setter
+    def stats_(self, value) -> None:
+        self.__dict__.pop("_stats_rows", None)
+        self.__dict__["_stats"] = value
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -305,7 +338,7 @@ class Calibrator:
                     != (stats.classes, stats.score_range, stats.n_cells):
                 raise DataError("the confusion counts are not on the statistics' classes, score range and grid")
         self.fit(stats.to_data())
-        if getattr(self, "stats_", None) is not None:
+        if self._keeps_stats() and not self._is_reference:
             self.stats_ = stats  # the evidence itself, not its re-count on the default grid
         self.confusion_ = None if confusion is None else confusion.to_confusion()
         return self

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import warnings
 
+from .. import _progress
 from .._version import __version__
 from ..errors import TopcalError
 from ..experiments import cli as experiment_commands
@@ -34,7 +35,21 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for add_commands in COMMAND_GROUPS:
         add_commands(sub)
+    _add_quiet(sub)
     return parser
+
+
+def _add_quiet(sub) -> None:
+    """``-q/--quiet`` on every command (progress bars show only on a terminal; this silences them)."""
+    import argparse
+
+    for p in dict.fromkeys(sub.choices.values()):
+        nested = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            for a in nested:
+                _add_quiet(a)
+        elif "--quiet" not in p._option_string_actions:
+            p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or progress lines on stderr")
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
@@ -62,8 +77,10 @@ def main(argv=None) -> int:
     restore_sigterm = _terminate_cleanly()
     old = warnings.showwarning
     warnings.showwarning = _one_line_warning
+    was_quiet = _progress.quiet()
     try:
         args = parser.parse_args(argv)
+        _progress.set_quiet(was_quiet or getattr(args, "quiet", False))
         if args.command is None:
             parser.print_help(sys.stderr)
             print("error: no command given; choose one of the commands above, e.g. 'topcal fit --help'",
@@ -91,5 +108,6 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     finally:
+        _progress.set_quiet(was_quiet)
         warnings.showwarning = old
         restore_sigterm()

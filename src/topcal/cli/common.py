@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
 
+from .. import _progress
 from .._tables import format_table, format_value
 from ..errors import TopcalError
 
@@ -97,22 +97,19 @@ def check_scale_args(args) -> None:
 
 
 class RowProgress:
-    """A one-line progress display on stderr (only on a terminal)."""
+    """A progress bar of rows on stderr (only on a terminal, and not with --quiet)."""
 
     def __init__(self, what: str, total: int | None):
-        self.what, self.total, self.t0 = what, total, time.perf_counter()
-        self.on = sys.stderr.isatty()
+        self.bar = _progress.bar(total=total, desc=what, unit=" rows", unit_scale=True)
+        self.rows = 0
 
     def __call__(self, rows: int) -> None:
-        if not self.on:
-            return
-        dt = max(time.perf_counter() - self.t0, 1e-9)
-        pct = f" ({100 * rows / self.total:5.1f}%)" if self.total else ""
-        print(f"\r{self.what}: {rows:,} rows{pct}, {rows / dt:,.0f} rows/s", end="", file=sys.stderr, flush=True)
+        """``rows``: the rows done so far (cumulative)."""
+        self.bar.update(rows - self.rows)
+        self.rows = rows
 
     def done(self) -> None:
-        if self.on:
-            print(file=sys.stderr)
+        self.bar.close()
 
 
 class DaskSession:
@@ -156,10 +153,11 @@ def parse_param(text: str):
 
 
 def progress():
+    """A function printing timed progress lines on stderr (only on a terminal, and not with --quiet)."""
     t0 = time.perf_counter()
 
     def emit(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
+        _progress.write(f"[{time.perf_counter() - t0:5.1f}s] {msg}")
 
     return emit
 

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import _progress
 from ..errors import ParameterError, TopcalError
 
 __all__ = [
@@ -62,14 +63,8 @@ def require_torch():
 
 
 def progress_bar(**kwargs):
-    """A tqdm progress bar, or a TopcalError saying how to install tqdm."""
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        raise TopcalError(
-            "progress bars need tqdm: run 'pip install tqdm' (or 'make install'), or pass --quiet"
-        ) from None
-    return tqdm(**kwargs)
+    """A tqdm progress bar on stderr where progress is shown (a terminal, no --quiet; topcal._progress)."""
+    return _progress.bar(**kwargs)
 
 
 def available_cpus() -> int:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _progress
 from ..calibrators.base import Calibrator
 from ..calibrators.wrapper import Wrapper
 from ..confusion import ConfusionStats
@@ -306,7 +307,8 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
     lower = upper = None
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        boot = np.array([run(rng.integers(0, n, n), init=point) for _ in range(int(n_bootstrap))])
+        boot = np.array([run(rng.integers(0, n, n), init=point)
+                         for _ in _progress.bar(range(int(n_bootstrap)), desc="bootstrap", unit=" resamples")])
         a = (1.0 - level) / 2
         lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
     if shrink == "auto":

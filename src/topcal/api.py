@@ -154,8 +154,10 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
 
     if isinstance(model, Wrapper) and model.predicts_as_inner:  # e.g. auto: show the model it chose
         inner = calibrator_html(model.inner_, dpi=dpi)
+        name = html.escape(model.inner_.name)
+        summary = html.escape(model.summary_line()).replace(name, f"<code>{name}</code>", 1)
         return (f"<div><p><b>{html.escape(type(model).__name__)}</b> (method <code>{html.escape(model.name)}"
-                f"</code>): {html.escape(model.summary_line())}</p>{inner}</div>")
+                f"</code>) {summary}</p>{inner}</div>")
     k = len(model.classes_)
     lo, hi = model.score_range_
     head = (f"<p><b>{html.escape(type(model).__name__)}</b> (method <code>{html.escape(model.name)}</code>), "

@@ -34,8 +34,8 @@ import numpy as np
 
 from .errors import DataError, ParameterError
 
-__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "preview",
-           "rows_by_class", "class_order"]
+__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "is_int_name",
+           "preview", "rows_by_class", "class_order"]
 
 #: Floor used when logs of probabilities are needed (temperature scaling) and a
 #: probability is exactly 0: log(1e-300) keeps the entry finite and far below
@@ -138,7 +138,8 @@ def preview(names, limit: int = 5) -> str:
     return "[" + ", ".join(repr(n) for n in names[:limit]) + f", ... ({len(names)} in all)]"
 
 
-def _is_int_name(name: str) -> bool:
+def is_int_name(name: str) -> bool:
+    """Whether ``name`` is the canonical text of an integer ("3", "-1"; not "03" or "3.0")."""
     try:
         return str(int(name)) == name
     except ValueError:
@@ -148,7 +149,7 @@ def _is_int_name(name: str) -> bool:
 def sorted_names(names) -> tuple[str, ...]:
     """Distinct class names in order: numerically when every name is an integer ("2" before "10")."""
     uniq = set(str(n) for n in names)
-    if uniq and all(_is_int_name(n) for n in uniq):
+    if uniq and all(is_int_name(n) for n in uniq):
         return tuple(sorted(uniq, key=int))
     return tuple(sorted(uniq))
 
@@ -228,7 +229,7 @@ def _encode(values, classes: tuple[str, ...] | None, name: str, n_hint: int | No
     if arr.dtype.kind in "c":
         raise _fail(f"{name} holds complex numbers; class labels are names or integer indices")
     # integer class names: integers match by name (below), not by position
-    by_name = arr.dtype.kind in "iu" and classes is not None and all(_is_int_name(c) for c in classes)
+    by_name = arr.dtype.kind in "iu" and classes is not None and all(is_int_name(c) for c in classes)
     if arr.dtype.kind in "iu" and not by_name:
         if classes is None:
             k = int(arr.max()) + 1 if n_hint is None else n_hint

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from ._fileio import atomic_write
-from .data import TopLabelData, label_names
+from .data import TopLabelData, is_int_name, label_names
 from .errors import DataError
 from .stats import DEFAULT_CELLS, ScoreStats
 
@@ -152,7 +152,7 @@ def _npz_frame(p: Path):
     if "labels" in arrays and "label" not in arrays:
         arrays["label"] = arrays.pop("labels")
     lab = arrays.get("label")
-    if classes and lab is not None and lab.dtype.kind in "iu" and not any(_is_integer_name(c) for c in classes):
+    if classes and lab is not None and lab.dtype.kind in "iu" and not any(is_int_name(c) for c in classes):
         # integer labels beside non-numeric class names (scikit-learn's y and classes_): indices into
         # 'classes', the one reading that can match; with numeric names they are matched as names
         if lab.ndim == 1 and lab.size and (lab.min() < 0 or lab.max() >= len(classes)):
@@ -169,13 +169,6 @@ def _npz_frame(p: Path):
         return pd.DataFrame(cols)
     except ValueError as exc:
         raise DataError(f"arrays in {str(p)!r} have different lengths ({exc}); give one value per sample") from None
-
-
-def _is_integer_name(name: str) -> bool:
-    try:
-        return str(int(name)) == name
-    except ValueError:
-        return False
 
 
 def _netcal_arrays(arrays: dict) -> dict:

@@ -6,7 +6,7 @@ import numpy as np
 
 from .._tables import markdown_table, text_table
 
-__all__ = ["median_table", "overall_table", "counts_table", "gap_table", "format_report", "markdown_report"]
+__all__ = ["median_table", "overall_table", "gap_table", "format_report"]
 
 
 def _cell(v, digits: int = 4) -> str:
@@ -49,17 +49,6 @@ def overall_table(summary: dict, *, methods=None, digits: int = 4) -> str:
     rows = [[meth] + [_cell(summary["metrics"][m][meth][f"test{s}"]["overall"]["median"], digits)
                       for m in ("nll", "ece1", "ece2") for s in (1, 2)] for meth in methods]
     return markdown_table(header, rows)
-
-
-def counts_table(summary: dict, test_set: str = "test1") -> str:
-    """Markdown table: median TP, FP and low-score (score < 0.99) TP and FP per predicted class."""
-    cc = summary["class_counts"][test_set]
-    classes = list(cc)
-    rows = [[label] + [f"{cc[c][key]:g}" for c in classes]
-            for key, label in (("tp", "TP"), ("fp", "FP"), ("tp_below_0.99", "TP with score < 0.99"),
-                               ("fp_below_0.99", "FP with score < 0.99"))
-            if key in cc[classes[0]]]
-    return markdown_table([""] + classes, rows)
 
 
 def _checks(summary: dict) -> list[str]:
@@ -131,18 +120,4 @@ def format_report(res: dict) -> str:
         for m, f in s["failures"].items():
             lines.append(f"warning: {m} failed on {f['ensembles']} ensemble(s): {f['first_error']}")
     lines += ["", "files: " + ", ".join(str(p) for p in res["paths"].values())]
-    return "\n".join(lines)
-
-
-def markdown_report(doc: dict, *, methods=None) -> str:
-    """Markdown tables and checks from a ``summary.json`` document (for the docs)."""
-    lines = []
-    for metric in ("nll", "ece1", "ece2"):
-        lines += [f"**Median {metric.upper()}** (test set 1 / test set 2):", "",
-                  median_table(doc, metric, markdown=True, methods=methods, digits=3), ""]
-    lines += ["**Test set 2 vs test set 1:**", ""] + ["- " + x for x in _checks(doc)] + [""]
-    lines += ["**Median gap (set 2 - set 1) per method**, and its excess over the untuned score's gap:", "",
-              gap_table(doc), ""]
-    lines += ["**Ranking by overall median NLL on test set 2** (mean rank over classes in brackets):", "",
-              _ranking(doc), ""]
     return "\n".join(lines)

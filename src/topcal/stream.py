@@ -74,8 +74,8 @@ def model_read_options(model, path, options: dict, *, columns=None) -> dict:
     return opts
 
 
-def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
-    """``frame`` + ``pred`` (class names, categorical) + ``confidence``.
+def with_confidence(frame, data, classes, conf, pred_column: str | None = None, accepted=None):
+    """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (+ ``accepted``, when given).
 
     An input column ``pred`` that is not the column the predicted classes
     were read from must agree with them (else it would be overwritten).
@@ -91,11 +91,28 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
             raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
     out["pred"] = pred
     out["confidence"] = conf
+    if accepted is not None:
+        if "accepted" in frame.columns:
+            raise TopcalError("the input already has an 'accepted' column; rename it so it is not overwritten")
+        out["accepted"] = accepted
     return out
 
 
-def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, **options) -> int:
+def _calibrate(model, data, thresholds):
+    """(confidence, accepted or None) of a chunk; ``accepted`` from a :class:`topcal.thresholds.Thresholds`."""
+    conf = model.predict(data)
+    if thresholds is None:
+        return conf, None
+    return conf, thresholds.accept(data.with_classes(model.classes_).pred, conf)
+
+
+def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, thresholds=None,
+               **options) -> int:
     """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns the rows.
+
+    With ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for
+    ``model``) an ``accepted`` column says whether each row's confidence
+    reaches its class's cut-off.
 
     CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does
     not grow with the file); ``.npz`` is read whole. ``options`` are the
@@ -103,11 +120,13 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     ``progress``, if given, is called with the rows written so far.
     """
     check_output(output, [path])
+    if thresholds is not None:
+        thresholds.check_model(model)
     opts = {**options, "label_column": None}  # a label column may hold anything
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
-        out = with_confidence(frame, data, model.classes_, model.predict(data))
+        out = with_confidence(frame, data, model.classes_, *_calibrate(model, data, thresholds))
         with FrameWriter(output) as w:
             w.write(out)
         return w.rows
@@ -120,7 +139,8 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
         pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
     with FrameWriter(output) as w:
         for frame, data in iter_data(path, chunk_rows, layout=layout):
-            w.write(with_confidence(frame, data, model.classes_, model.predict(data), pred_col))
+            conf, accepted = _calibrate(model, data, thresholds)
+            w.write(with_confidence(frame, data, model.classes_, conf, pred_col, accepted))
             if progress is not None:
                 progress(w.rows)
     return w.rows

@@ -13,12 +13,15 @@ seen) the null hypothesis "precision(t) < target" is tested with the exact
 binomial tail p-value P(Bin(n_t, target) >= c_t) (n_t predictions accepted,
 c_t of them right; given n_t the accepted rows are an i.i.d. sample of the
 accepted population). The hypotheses are tested in a fixed sequence from the
-strictest cut-off to the loosest, each at level delta, stopping at the first
-that is not rejected: the family-wise error is at most delta, whatever the
-grid size. The sequence starts at the strictest cut-off that accepts at
-least n_min = ceil(log delta / log target) predictions, the fewest for which
-a rejection is possible at all (every one of them right); this start
-depends on the confidences only, never on the labels.
+strictest cut-off to the loosest, each at level delta', stopping at the first
+that is not rejected: one sequence's family-wise error is at most delta',
+whatever the grid size. :data:`STARTS` = 3 sequences run, each at
+delta' = delta / 3 (a union bound: delta in all), starting at the strictest
+cut-off that accepts at least n0, 4 n0 and 16 n0 predictions, where
+n0 = ceil(log delta' / log target) is the fewest for which a rejection is
+possible at all (every one of them right); the result is the loosest cut-off
+any sequence rejects. The starts depend on the confidences only, never on
+the labels.
 
 Multiplicity across classes: ``multiplicity="per-class"`` tests each class
 at delta (each class's statement holds with probability 1 - delta);
@@ -51,7 +54,7 @@ from .inputs import as_data
 from .persist import canonical_json
 
 __all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
-           "sgr_threshold", "check_not_fitting_data", "load_thresholds", "model_digest", "FORMAT"]
+           "sgr_threshold", "ltt_cutoff", "STARTS", "check_not_fitting_data", "load_thresholds", "model_digest", "FORMAT"]
 
 FORMAT = "topcal-thresholds"
 FORMAT_VERSION = 1
@@ -147,31 +150,47 @@ class ClassCutoff:
                    opt("p_value"), None if d.get("reason") is None else str(d["reason"]))
 
 
-def _choose(name, conf, tp, fp, precision, delta) -> ClassCutoff:
-    """Learn-then-Test on one class's (or all) rows."""
+#: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16 times the fewest
+#: testable predictions are accepted: one sequence that starts at the very top stops at the first error
+#: among a few dozen predictions (even at a true precision of 0.99); the later starts keep the search
+#: going. The union bound over the sequences keeps the family-wise error at delta.
+STARTS = 3
+
+
+def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float) -> ClassCutoff:
+    """Learn-then-Test on one class's (or all) rows: the loosest grid cut-off any of the :data:`STARTS`
+    fixed sequences rejects "precision < target" at (each at ``delta`` / STARTS)."""
     from scipy.special import betaincinv
 
     total = float(tp.sum() + fp.sum())
-    need = n_min(precision, delta)
+    level = delta / STARTS
+    need = n_min(precision, level)
     if total < need:
         return ClassCutoff(name, None, delta, total, reason=(
             f"only {total:g} predictions in the labelled data; at least {need} are needed to show precision "
             f"{precision:g} at delta={delta:g}"))
     cut = GRID[::-1]  # strictest first
     n, c = _accepted_counts(conf, tp, fp, cut)
-    start = int(np.argmax(n >= need))  # n grows as the cut-off loosens, and n[-1] = total >= need
-    cut, n, c = cut[start:], n[start:], c[start:]
     p = binomial_tail(c, n, precision)
-    last = fixed_sequence(p, delta)
-    if last < 0:
-        return ClassCutoff(name, None, delta, total, float(n[0]), float(c[0]), float(c[0] / n[0]), None,
-                           float(p[0]), reason=(
-                               f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
-                               f"testable cut-off ({n[0]:g} predictions with confidence >= {cut[0]:.6g}) "
-                               f"{c[0]:g} are right (p = {p[0]:.3g})"))
-    nn, cc = float(n[last]), float(c[last])
+    best = -1
+    for j in range(STARTS):
+        if n[-1] < need * 4**j:
+            break
+        first = int(np.argmax(n >= need * 4**j))  # n grows as the cut-off loosens
+        last = fixed_sequence(p[first:], level)
+        if last >= 0:
+            best = max(best, first + last)
+        elif j == 0:
+            stuck = first
+    if best < 0:
+        i = stuck
+        return ClassCutoff(name, None, delta, total, float(n[i]), float(c[i]), float(c[i] / n[i]), None, float(p[i]),
+                           reason=(f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
+                                   f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
+                                   f"{c[i]:g} are right (p = {p[i]:.3g})"))
+    nn, cc = float(n[best]), float(c[best])
     lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
-    return ClassCutoff(name, float(cut[last]), delta, total, nn, cc, cc / nn, lower, float(p[last]))
+    return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]))
 
 
 def model_digest(model) -> str:
@@ -280,10 +299,9 @@ class Thresholds:
         write_text(path, self.dumps())
 
     def table(self) -> list[list]:
-        """Rows ``[class, cut-off, accepted, precision, lower bound, reason]`` (classes, then "(all)")."""
-        return [[c.name, "-" if c.cutoff is None else c.cutoff, f"{c.n_accepted:g}/{c.n_predicted:g}",
-                 "-" if c.precision is None else c.precision,
-                 "-" if c.precision_lower is None else c.precision_lower, c.reason or ""]
+        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes, then "(all)");
+        None where a class has no cut-off."""
+        return [[c.name, c.cutoff, c.n_accepted, c.n_predicted, c.precision, c.precision_lower, c.reason or ""]
                 for c in (*self.per_class, self.overall)]
 
 
@@ -367,8 +385,8 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     per = []
     for k, name in enumerate(model.classes_):
         idx = np.flatnonzero(data.pred == k)
-        per.append(_choose(name, conf[idx], tp[idx], fp[idx], precision, level))
-    overall = _choose("(all)", conf, tp, fp, precision, delta)
+        per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level))
+    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta)
     return Thresholds(float(precision), float(delta), mode, multiplicity, tuple(model.classes_), tuple(per), overall,
                       model.name, model_digest(model), data.n_samples)
 

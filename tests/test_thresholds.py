@@ -270,3 +270,39 @@ def test_cli_threshold_never_writes_over_an_input(files):
                  "is the input file")
     after = snapshot(t)
     assert {k: v for k, v in after.items() if k != "th.json"} == before
+
+
+# ------------------------------------------------------------------ report
+def test_report_with_thresholds_renders_the_acceptance_section(files):
+    t = files
+    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "-o", t / "th.json"))
+    before = snapshot(t)
+    assert_error(cli("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json", "-o", t / "rep"),
+                 "--thresholds and --model go together")
+    assert_error(cli("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json", "--model",
+                     t / "m.json", "-o", t / "th.json"), "report folder")
+    assert snapshot(t) == before
+    assert_ok(cli("report", t / "held.csv", "--methods", "hist", "--in-sample", "--thresholds", t / "th.json",
+                  "--model", t / "m.json", "-o", t / "rep"))
+    page = (t / "rep" / "index.html").read_text()
+    assert "Acceptance: precision &gt;= 0.9 at delta = 0.05 (per-class hist)" in page
+    assert any("acceptance" in p.name for p in (t / "rep" / "figures").iterdir())
+
+
+def test_acceptance_view_marks_the_cutoff(files):
+    from topcal.threshold_plots import acceptance_view, plot_acceptance
+
+    t = files
+    model = topcal.load(t / "m.json")
+    data = topcal.read_data(t / "held.csv")
+    th = fit_thresholds(model, data, 0.9, 0.05)
+    view = acceptance_view(model, data, th)
+    assert view.curves[0].name == "(all)" and len(view.curves) == 1 + len(th.classes)
+    for c, ref in zip(view.curves[1:], sorted(th.per_class, key=lambda c: -c.n_predicted)):
+        assert c.name == ref.name and c.cutoff == ref.cutoff
+        assert np.all(np.diff(c.accepted_fraction) > 0) and c.accepted_fraction[-1] == pytest.approx(1.0)
+        if ref.cutoff is not None:  # on the data it was chosen on, the dot is the reported (fraction, precision)
+            assert c.chosen == pytest.approx((ref.accepted_fraction, ref.precision))
+    fig = plot_acceptance(view)
+    gids = {a.get_gid() for ax in fig.axes for a in ax.get_lines()}
+    assert "acceptance:(all)" in gids and any(g and g.startswith("cutoff:") for g in gids)

@@ -19,6 +19,7 @@ from .errors import TopcalError
 from .io import read_data, read_stats
 from .persist import load, save
 from .stats import ScoreStats
+from .thresholds import Thresholds, fit_thresholds, load_thresholds
 from . import report as _report_module  # noqa: F401  (the module first: the function below then keeps the name)
 from .api import compare, report
 
@@ -50,6 +51,9 @@ __all__ = [
     "TopLabelCalibratedClassifier",
     "read_stats",
     "ScoreStats",
+    "fit_thresholds",
+    "load_thresholds",
+    "Thresholds",
     "datasets",
     "metrics",
 ]

@@ -65,7 +65,7 @@ MAX_OVERLAP = 0.5
 
 #: The candidate cut-offs, fixed before any data are seen: 0, 0.0005, ..., 1 and, near 1
 #: where over-confident networks put most predictions, 1 - 10^-x for x from 3.3 to 9.
-GRID = np.unique(np.concatenate([np.linspace(0.0, 1.0, 2001), 1.0 - np.logspace(-3.3, -9.0, 115)]))
+GRID = np.unique(np.concatenate([np.arange(2001) / 2000.0, 1.0 - np.logspace(-3.3, -9.0, 115)]))
 
 
 def binomial_tail(correct, n, p: float) -> np.ndarray:
@@ -187,7 +187,7 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float) -> ClassCutof
         return ClassCutoff(name, None, delta, total, float(n[i]), float(c[i]), float(c[i] / n[i]), None, float(p[i]),
                            reason=(f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
                                    f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
-                                   f"{c[i]:g} are right (p = {p[i]:.3g})"))
+                                   f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{STARTS})"))
     nn, cc = float(n[best]), float(c[best])
     lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
     return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]))

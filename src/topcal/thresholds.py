@@ -54,7 +54,8 @@ from .inputs import as_data
 from .persist import canonical_json
 
 __all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
-           "sgr_threshold", "ltt_cutoff", "STARTS", "check_not_fitting_data", "load_thresholds", "model_digest", "FORMAT"]
+           "sgr_threshold", "ltt_cutoff", "STARTS", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
+           "model_digest", "FORMAT"]
 
 FORMAT = "topcal-thresholds"
 FORMAT_VERSION = 1

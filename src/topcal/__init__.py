@@ -20,6 +20,7 @@ from .evidence import Evidence
 from .io import read_data, read_stats
 from .persist import load, save
 from .stats import ScoreStats
+from .thresholds import Thresholds, fit_thresholds, load_thresholds
 from . import report as _report_module  # noqa: F401  (the module first: the function below then keeps the name)
 from .api import compare, report
 
@@ -52,6 +53,9 @@ __all__ = [
     "read_stats",
     "ScoreStats",
     "Evidence",
+    "fit_thresholds",
+    "load_thresholds",
+    "Thresholds",
     "datasets",
     "metrics",
 ]

@@ -48,18 +48,23 @@ def model_read_options(model, path, options: dict, *, columns=None) -> dict:
 INTERVAL_COLUMNS = ("confidence_lo", "confidence_hi")
 
 
-def check_new_columns(columns, interval) -> None:
+def check_new_columns(columns, interval, thresholds=None) -> None:
     """A one-line error where the input already has a column apply would add."""
-    for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ()):
+    for c in (("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())
+              + (("accepted",) if thresholds is not None else ())):
         if c in columns:
             raise TopcalError(f"the input already has a {c!r} column; rename it so it is not overwritten")
 
 
-def calibrate(model, data, interval=None) -> dict:
-    """The columns apply adds for ``data``: ``confidence`` and, with ``interval`` (a level), its limits."""
+def calibrate(model, data, interval=None, thresholds=None) -> dict:
+    """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its limits; with
+    ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for ``model``) ``accepted``, whether
+    the row's confidence reaches its class's cut-off."""
     out = {"confidence": model.predict(data)}
     if interval is not None:
         out["confidence_lo"], out["confidence_hi"] = model.predict_interval(data, interval)
+    if thresholds is not None:
+        out["accepted"] = thresholds.accept(data.with_classes(model.classes_).pred, out["confidence"])
     return out
 
 
@@ -73,7 +78,7 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
     import pandas as pd
 
     cols = conf if isinstance(conf, dict) else {"confidence": conf}
-    check_new_columns(frame.columns, None if len(cols) == 1 else 0.5)
+    check_new_columns(frame.columns, 0.5 if "confidence_lo" in cols else None, True if "accepted" in cols else None)
     pred = pd.Categorical.from_codes(data.pred, categories=list(classes))
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
@@ -86,11 +91,14 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
 
 
 def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, interval=None,
-               **options) -> int:
+               thresholds=None, **options) -> int:
     """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns the rows.
 
     With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and
     ``confidence_hi``, the limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`.
+    With ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for
+    ``model``) an ``accepted`` column says whether each row's confidence
+    reaches its class's cut-off.
 
     CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does
     not grow with the file); ``.npz`` is read whole. ``options`` are the
@@ -104,7 +112,7 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
-        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval))
+        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds))
         with FrameWriter(output) as w:
             w.write(out)
         return w.rows
@@ -117,7 +125,7 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
         pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
     with FrameWriter(output) as w:
         for frame, data in iter_data(path, chunk_rows, layout=layout):
-            w.write(with_confidence(frame, data, model.classes_, calibrate(model, data, interval), pred_col))
+            w.write(with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds), pred_col))
             if progress is not None:
                 progress(w.rows)
     return w.rows

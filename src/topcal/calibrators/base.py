@@ -40,6 +40,7 @@ from .._params import validate_params
 from ..confusion import ConfusionStats, GridConfusion
 from ..data import ClassView, TopLabelData, preview, rows_by_class
 from ..evidence import Evidence
+from ..fingerprint import Fingerprint
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
 from ..stats import ScoreStats
@@ -210,6 +211,9 @@ class Calibrator:
                 stacklevel=2,
             )
         self.stats_ = None
+        # what the model remembers of its fitting rows, so that a guarantee is never computed on them
+        # (topcal.thresholds); a fit from statistics (fit_stats) has no rows and keeps none
+        self.fingerprint_ = Fingerprint.of(data)
         self._fit(data)
         # the mergeable statistics that let update() refit on old + new data; a shrinkage
         # reference keeps none (it is saved without them and refitted, not updated, with its model).
@@ -340,6 +344,7 @@ class Calibrator:
         self.fit(stats.to_data())
         if self._keeps_stats() and not self._is_reference:
             self.stats_ = stats  # the evidence itself, not its re-count on the default grid
+        self.fingerprint_ = None
         self.confusion_ = None if confusion is None else confusion.to_confusion()
         return self
 
@@ -400,9 +405,13 @@ class Calibrator:
                 f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), or an "
                 f"Evidence, got {type(data).__name__}"
             )
+        before = getattr(self, "fingerprint_", None)
         merged = Evidence(old, current).merge(new)
         self._refit(merged.stats)
         self.confusion_ = merged.confusion
+        # rows seen: the old ones and these (statistics bring no rows: then it is unknown)
+        self.fingerprint_ = (before.merge(Fingerprint.of(data))
+                             if before is not None and isinstance(data, TopLabelData) else None)
         return self
 
     def _refit(self, stats) -> None:
@@ -617,6 +626,8 @@ class Calibrator:
             d["confusion"] = self.confusion_.to_dict()
         if stats and getattr(self, "stats_", None) is not None:
             d["stats"] = self.stats_.to_dict()
+        if getattr(self, "fingerprint_", None) is not None:  # optional: files without it still load
+            d["fingerprint"] = self.fingerprint_.to_dict()
         return d
 
     @classmethod
@@ -646,6 +657,8 @@ class Calibrator:
             obj.confusion_ = None if conf is None else ConfusionStats.from_dict(conf, classes)
             obj._set_state(d["state"])
             obj.stats_ = cls._stats_from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
+            fp = d.get("fingerprint")
+            obj.fingerprint_ = None if fp is None else Fingerprint.from_dict(fp)
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:

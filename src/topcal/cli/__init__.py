@@ -20,13 +20,14 @@ from .. import _progress
 from .._version import __version__
 from ..errors import TopcalError
 from ..experiments import cli as experiment_commands
-from . import evaluation, models
+from . import evaluation, models, trust
 from .common import Parser, UsageError, one_line
 
 __all__ = ["main", "build_parser", "COMMAND_GROUPS"]
 
 #: The command groups, in the order of ``topcal --help``.
-COMMAND_GROUPS = (models.add_commands, evaluation.add_commands, experiment_commands.add_commands)
+COMMAND_GROUPS = (models.add_commands, evaluation.add_commands, trust.add_commands,
+                  experiment_commands.add_commands)
 
 
 def build_parser():

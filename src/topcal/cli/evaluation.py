@@ -78,6 +78,9 @@ def add_commands(sub) -> None:
     p.add_argument("--dpi", type=int, default=90, help="resolution of the figures (default 90)")
     _protocol_options(p, "rank methods")
     p.add_argument("--adapted", metavar="MODEL", help="a model from 'topcal adapt': add the label-shift panel")
+    p.add_argument("--thresholds", metavar="T.json", help="cut-offs from 'topcal threshold' (with --model, the model "
+                   "they were chosen for): add the acceptance panel (accepted fraction against precision per class)")
+    p.add_argument("--model", metavar="M.json", help="the model of --thresholds")
     add_data_options(p)
     p.set_defaults(func=_cmd_report)
 
@@ -133,8 +136,16 @@ def _cmd_report(args) -> int:
         raise TopcalError(f"--dpi must be between 30 and 600, got {args.dpi}")
     from .._fileio import check_output
 
-    for path in (args.data, args.eval, args.add):
+    for path in (args.data, args.eval, args.add, args.thresholds, args.model):
         check_output(args.output, [path], "report folder")
+    if (args.thresholds is None) != (args.model is None):
+        raise TopcalError("--thresholds and --model go together: the thresholds file and the model it was chosen for")
+    acceptance = None
+    if args.thresholds:
+        from ..persist import load
+        from ..thresholds import load_thresholds
+
+        acceptance = (load(args.model), load_thresholds(args.thresholds))
     data = read(args.data, args)
     eval_data = read(args.eval, args) if args.eval else None
     extra = read(args.add, args) if args.add else None
@@ -149,7 +160,7 @@ def _cmd_report(args) -> int:
     res = build_report(data, args.output, eval_data=eval_data, methods=_methods(args.methods), extra=extra,
                        data_label=Path(args.data).name, dpi=args.dpi, progress=progress(),
                        folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param),
-                       force=args.force, adapted=adapted)
+                       force=args.force, adapted=adapted, thresholds=acceptance)
     print(f"report: {res.path}")
     for f in res.findings[:MAX_PRINTED_FINDINGS]:
         print(f"  warning: {f.text}", file=sys.stderr)

@@ -45,6 +45,8 @@ def add_commands(sub) -> None:
     p.add_argument("--interval", type=float, default=None, metavar="LEVEL",
                    help="also add confidence_lo and confidence_hi, a LEVEL interval (e.g. 0.9) on each "
                         "confidence: the estimation error of the calibration map (docs/intervals.md)")
+    p.add_argument("--thresholds", metavar="T.json", help="cut-offs from 'topcal threshold' for this model: adds an "
+                   "'accepted' column (true where the confidence reaches the row's class cut-off)")
     add_data_options(p)
     add_scale_options(p, streams_by_default=True)
     p.set_defaults(func=_cmd_apply)
@@ -161,10 +163,18 @@ def _cmd_apply(args) -> int:
     if args.interval is not None:
         args.interval = check_level(args.interval)
     model = load(args.model)
-    check_output(args.output, [args.data, args.model])
+    check_output(args.output, [args.data, args.model] + ([args.thresholds] if args.thresholds else []))
     opts = read_options(args)
     opts["interval"] = args.interval
+    thresholds = None
+    if args.thresholds:
+        from ..thresholds import load_thresholds
+
+        thresholds = load_thresholds(args.thresholds)
+        thresholds.check_model(model)
     if args.engine == "dask":
+        if thresholds is not None:
+            raise TopcalError("--thresholds is not available with --engine dask yet; apply with --engine local")
         from .. import dask as tdask
 
         with DaskSession(args.scheduler):
@@ -174,10 +184,10 @@ def _cmd_apply(args) -> int:
     progress = RowProgress("calibrating", rows_hint(args.data))
     try:
         rows = apply_file(model, args.data, args.output, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
-                          progress=progress, **opts)
+                          progress=progress, thresholds=thresholds, **opts)
     finally:
         progress.done()
-    print(f"calibrated {rows} rows with {model.name} -> {args.output}")
+    print(f"calibrated {rows} rows with {model.name}{' (with accepted)' if thresholds else ''} -> {args.output}")
     return 0
 
 

@@ -17,7 +17,7 @@ from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, TopcalError
 from ..evaluate import METRICS, compare_methods, curve_findings, fit_methods, score_models
 from .checks import Finding, align_classes, diagnose
-from .figures import figure_png, label_shift_figures, report_figures
+from .figures import acceptance_figures, figure_png, label_shift_figures, report_figures
 from .page import CSS, data_summary, metric_table, params_html, protocol_html
 
 __all__ = [
@@ -63,7 +63,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
                  extra: TopLabelData | None = None, title: str = "topcal calibration report",
                  data_label: str = "data", dpi: int = 90, progress=None, folds: int | None = 5,
                  seed: int = 0, params: dict | None = None,
-                 force: bool = False, adapted=None) -> ReportResult:
+                 force: bool = False, adapted=None, thresholds=None) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
     Parameters
@@ -105,6 +105,10 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     adapted : AdaptedCalibrator, optional
         A model adapted to a use set's priors (``topcal adapt``): adds the
         label-shift panel (source vs use priors, curves before and after).
+    thresholds : (Calibrator, Thresholds), optional
+        A model and the thresholds chosen for it (:func:`topcal.thresholds.fit_thresholds`):
+        adds the acceptance panel (per class, accepted fraction against
+        precision on ``data``, with the cut-off marked).
 
     Returns
     -------
@@ -120,6 +124,10 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     if adapted is not None and tuple(getattr(adapted, "classes_", ())) != tuple(data.classes):
         raise TopcalError(f"the adapted model's classes {list(getattr(adapted, 'classes_', ()))} differ from the "
                           f"data's {list(data.classes)}; adapt a model fitted on this data")
+    if thresholds is not None:
+        model_t, th = thresholds
+        th.check_model(model_t)
+        data.with_classes(model_t.classes_, "the data")  # classes the model does not know: fail before fitting
     check_report_dir(out_dir, force)  # refuse early, before minutes of fitting
     if eval_data is not None:
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
@@ -174,20 +182,20 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         (stage / "figures").mkdir()
         fig_html, fig_list, toc, body = _write_pages(
             stage, Path(out_dir), data, models, comparison, eval_data, holdout, extra, methods_given, findings,
-            skipped, title, data_label, dpi, t0, log, adapted)
+            skipped, title, data_label, dpi, t0, log, adapted, thresholds)
     path = Path(out_dir) / "index.html"
     return ReportResult(path, comparison, holdout, findings, fig_list, skipped)
 
 
 def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra, methods_given, findings, skipped,
-                 title, data_label, dpi, t0, log, adapted):
+                 title, data_label, dpi, t0, log, adapted, thresholds=None):
     """Write figures/ and index.html into ``stage``; figure paths are given as they will be under ``out``."""
     fig_html, fig_list, toc = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
                 itertools.chain(report_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log),
-                                label_shift_figures(adapted)), 1):
+                                label_shift_figures(adapted), acceptance_figures(data, thresholds)), 1):
             png = figure_png(fig, dpi=dpi)
             name = f"figures/{i:02d}-{key}.png"
             (stage / name).write_bytes(png)

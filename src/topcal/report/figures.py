@@ -174,6 +174,25 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
                    plots.plot_added_samples(used, panels))
 
 
+def acceptance_figures(data, acceptance):
+    """Yield the acceptance panel of ``acceptance`` = (model, Thresholds) on ``data`` (none without it)."""
+    if acceptance is None:
+        return
+    from ..threshold_plots import acceptance_view, plot_acceptance
+
+    model, th = acceptance
+    view = acceptance_view(model, data, th)
+    how = ("one cut-off for all classes" if th.mode == "global" else
+           "each class's own cut-off" + (" (classes tested at delta/K)" if th.multiplicity == "bonferroni" else ""))
+    caption = (f"Precision against the fraction of predictions accepted, on this data, when predictions with "
+               f"calibrated confidence >= c are accepted, for every c; dashed: the target {th.precision:g}; dot: the "
+               f"cut-off of the thresholds file ({how}), chosen on held-out data so that precision >= "
+               f"{th.precision:g} with probability >= {1 - th.delta:g} (Learn-then-Test, docs/thresholds.md). "
+               "If this data is the data the thresholds were chosen on, the curve is in-sample.")
+    yield ("acceptance", f"Acceptance: precision >= {th.precision:g} at delta = {th.delta:g} ({th.mode} {th.model_method})",
+           caption, plot_acceptance(view))
+
+
 def label_shift_figures(adapted):
     """Yield the label-shift figure of an adapted model (none without one)."""
     if adapted is None:

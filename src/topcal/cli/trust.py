@@ -1,0 +1,67 @@
+"""Commands that say which predictions can be acted on: ``threshold``.
+
+Thin: read the model and the held-out labelled data, call
+:func:`topcal.thresholds.fit_thresholds`, write the thresholds file and print
+the per-class table.
+"""
+
+from __future__ import annotations
+
+from .common import add_data_options, format_table, read_options
+
+__all__ = ["add_commands"]
+
+
+def add_commands(sub) -> None:
+    """Add ``threshold`` to the ``topcal`` subparsers."""
+    p = sub.add_parser("threshold", help="per-class cut-offs on the calibrated confidence whose accepted predictions "
+                       "have precision >= a target with probability >= 1 - delta (Learn-then-Test)")
+    p.add_argument("data", help="held-out labelled data (not the rows the model was fitted on): CSV, Parquet or .npz")
+    p.add_argument("--model", required=True, metavar="M", help="model file from 'topcal fit'")
+    p.add_argument("--precision", type=float, default=0.95, help="target precision, in (0, 1) (default 0.95)")
+    p.add_argument("--delta", type=float, default=0.05,
+                   help="the guarantee fails with probability at most delta, in (0, 1) (default 0.05)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--per-class", dest="mode", action="store_const", const="per-class",
+                   help="accept by each predicted class's own cut-off (default)")
+    g.add_argument("--global", dest="mode", action="store_const", const="global",
+                   help="accept by one cut-off for all classes")
+    p.add_argument("--bonferroni", action="store_true",
+                   help="test each class at delta/K so that all classes' statements hold together "
+                        "(default: each class's at delta)")
+    p.add_argument("-o", "--output", required=True, help="thresholds file to write (.json)")
+    add_data_options(p)
+    p.set_defaults(func=_cmd_threshold, mode="per-class")
+
+
+def _cmd_threshold(args) -> int:
+    from pathlib import Path
+
+    from .._fileio import check_output
+    from ..io import file_columns, layout_columns, read_data
+    from ..persist import load
+    from ..stream import model_read_options
+    from ..thresholds import fit_thresholds
+
+    check_output(args.output, [args.data, args.model], "thresholds file")
+    model = load(args.model)
+    opts = model_read_options(model, args.data, read_options(args))
+    if Path(args.data).suffix.lower() != ".npz" and not layout_columns(file_columns(args.data), **opts)[3]:
+        opts["classes"] = list(model.classes_)
+    data = read_data(args.data, **opts)
+    th = fit_thresholds(model, data, args.precision, args.delta, mode=args.mode,
+                        multiplicity="bonferroni" if args.bonferroni else "per-class")
+    th.save(args.output)
+    each = f"delta/{len(th.classes)} each" if args.bonferroni else "delta each"
+    print(f"precision >= {th.precision:g} with probability >= {1 - th.delta:g} ({th.mode}; classes tested at {each}) "
+          f"on {th.n_samples:g} held-out samples -> {args.output}")
+    rows = th.table()
+    shown = rows[:30] + ([rows[-1]] if len(rows) > 31 else [])
+    print(format_table(["class", "cut-off", "accepted", "predicted", "precision", "lower bound"],
+                       [r[:6] for r in shown]))
+    for r in shown:
+        if r[6]:
+            print(f"{r[0]}: no cut-off: {r[6]}")
+    if len(rows) > 31:
+        print(f"... {len(rows) - 31} more classes in {args.output}")
+    return 0

@@ -1,0 +1,430 @@
+"""Acceptance thresholds with a precision guarantee (Learn-then-Test).
+
+:func:`fit_thresholds` chooses, per predicted class (and once over all
+classes), the loosest cut-off ``t`` on the **calibrated confidence** such
+that the predictions with confidence >= t have precision >= ``precision``,
+with probability >= 1 - ``delta`` over the labelled sample. The cut-off is
+on the calibrated confidence, not on the raw score, so it works for every
+method (the full-vector ones too) and reads as a probability.
+
+Method (Angelopoulos, Bates, Candès, Jordan and Lei 2021, "Learn then Test"):
+for each cut-off t of a fixed grid (:data:`GRID`, chosen before any data are
+seen) the null hypothesis "precision(t) < target" is tested with the exact
+binomial tail p-value P(Bin(n_t, target) >= c_t) (n_t predictions accepted,
+c_t of them right; given n_t the accepted rows are an i.i.d. sample of the
+accepted population). The hypotheses are tested in a fixed sequence from the
+strictest cut-off to the loosest, each at level delta', stopping at the first
+that is not rejected: one sequence's family-wise error is at most delta',
+whatever the grid size. :data:`STARTS` = 3 sequences run, each at
+delta' = delta / 3 (a union bound: delta in all), starting at the strictest
+cut-off that accepts at least n0, 4 n0 and 16 n0 predictions, where
+n0 = ceil(log delta' / log target) is the fewest for which a rejection is
+possible at all (every one of them right); the result is the loosest cut-off
+any sequence rejects. The starts depend on the confidences only, never on
+the labels.
+
+Multiplicity across classes: ``multiplicity="per-class"`` tests each class
+at delta (each class's statement holds with probability 1 - delta);
+``"bonferroni"`` at delta / K (K = the model's classes), so that all
+classes' statements hold together with probability 1 - delta. The global
+cut-off is one test sequence at delta.
+
+Assumptions: the labelled rows and the rows the cut-offs are applied to are
+exchangeable (i.i.d. from one distribution), per predicted class; the
+calibrator was fitted on other rows (enforced: the model's
+:class:`~topcal.fingerprint.Fingerprint`). See docs/thresholds.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ._fileio import write_text
+from ._params import Interval, Options, validate_params
+from ._version import __version__
+from .data import TopLabelData, preview
+from .errors import DataError, ModelFileError, NotFittedError, TopcalError
+from .inputs import as_data
+from .persist import canonical_json
+
+__all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
+           "sgr_threshold", "ltt_cutoff", "STARTS", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
+           "model_digest", "FORMAT"]
+
+FORMAT = "topcal-thresholds"
+FORMAT_VERSION = 1
+MODES = ("per-class", "global")
+MULTIPLICITY = ("per-class", "bonferroni")
+#: Share of the model's fitting rows found in the labelled data above which it is refused.
+MAX_OVERLAP = 0.5
+
+#: The candidate cut-offs, fixed before any data are seen: 0, 0.0005, ..., 1 and, near 1
+#: where over-confident networks put most predictions, 1 - 10^-x for x from 3.3 to 9.
+GRID = np.unique(np.concatenate([np.arange(2001) / 2000.0, 1.0 - np.logspace(-3.3, -9.0, 115)]))
+
+
+def binomial_tail(correct, n, p: float) -> np.ndarray:
+    """P(Bin(n, p) >= correct), elementwise; 1 where ``correct`` <= 0.
+
+    The regularised incomplete beta I_p(c, n - c + 1), equal to
+    ``scipy.stats.binom.sf(c - 1, n, p)`` for integer counts and continuous
+    in them (binned data's counts are weights).
+    """
+    from scipy.special import betainc
+
+    c = np.asarray(correct, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    out = np.ones(np.broadcast(c, n).shape)
+    pos = np.broadcast_to(c > 0, out.shape)
+    cc, nn = np.broadcast_to(c, out.shape)[pos], np.broadcast_to(n, out.shape)[pos]
+    out[pos] = betainc(cc, np.maximum(nn - cc, 0.0) + 1.0, p)
+    return out
+
+
+def n_min(precision: float, delta: float) -> int:
+    """The fewest accepted predictions whose precision can be shown >= ``precision`` at level ``delta``."""
+    return int(math.ceil(math.log(delta) / math.log(precision) - 1e-12))
+
+
+def _accepted_counts(conf, tp, fp, cutoffs):
+    """Weights accepted and right at each cut-off (conf >= cutoff)."""
+    order = np.argsort(conf, kind="stable")
+    s = conf[order]
+    ctp = np.concatenate([[0.0], np.cumsum(tp[order])])
+    cfp = np.concatenate([[0.0], np.cumsum(fp[order])])
+    i = np.searchsorted(s, cutoffs, side="left")  # rows at i.. have conf >= cutoff
+    right = ctp[-1] - ctp[i]
+    return right + (cfp[-1] - cfp[i]), right
+
+
+def fixed_sequence(p_values, level: float) -> int:
+    """Index of the last hypothesis rejected when testing ``p_values`` in order at ``level``
+    (stop at the first p-value above it); -1 when the first is not rejected."""
+    above = np.flatnonzero(np.asarray(p_values) > level)
+    return (len(p_values) if above.size == 0 else int(above[0])) - 1
+
+
+@dataclass(frozen=True)
+class ClassCutoff:
+    """The cut-off of one predicted class (or of all classes: ``name`` "(all)").
+
+    ``cutoff`` is None when the target cannot be shown, and ``reason`` says
+    why. ``precision`` is the labelled sample's precision at the cut-off,
+    ``precision_lower`` its one-sided Clopper-Pearson lower bound at level
+    ``level`` (the delta the class was tested at), ``p_value`` the test's.
+    """
+
+    name: str
+    cutoff: float | None
+    level: float
+    n_predicted: float
+    n_accepted: float = 0.0
+    n_correct: float = 0.0
+    precision: float | None = None
+    precision_lower: float | None = None
+    p_value: float | None = None
+    reason: str | None = None
+
+    @property
+    def accepted_fraction(self) -> float:
+        return self.n_accepted / self.n_predicted if self.n_predicted > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "cutoff": self.cutoff, "level": self.level, "n_predicted": self.n_predicted,
+                "n_accepted": self.n_accepted, "n_correct": self.n_correct, "precision": self.precision,
+                "precision_lower": self.precision_lower, "p_value": self.p_value, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ClassCutoff":
+        def opt(key):
+            v = d.get(key)
+            return None if v is None else float(v)
+
+        return cls(str(d["name"]), opt("cutoff"), float(d["level"]), float(d["n_predicted"]),
+                   float(d["n_accepted"]), float(d["n_correct"]), opt("precision"), opt("precision_lower"),
+                   opt("p_value"), None if d.get("reason") is None else str(d["reason"]))
+
+
+#: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16 times the fewest
+#: testable predictions are accepted: one sequence that starts at the very top stops at the first error
+#: among a few dozen predictions (even at a true precision of 0.99); the later starts keep the search
+#: going. The union bound over the sequences keeps the family-wise error at delta.
+STARTS = 3
+
+
+def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float) -> ClassCutoff:
+    """Learn-then-Test on one class's (or all) rows: the loosest grid cut-off any of the :data:`STARTS`
+    fixed sequences rejects "precision < target" at (each at ``delta`` / STARTS)."""
+    from scipy.special import betaincinv
+
+    total = float(tp.sum() + fp.sum())
+    level = delta / STARTS
+    need = n_min(precision, level)
+    if total < need:
+        return ClassCutoff(name, None, delta, total, reason=(
+            f"only {total:g} predictions in the labelled data; at least {need} are needed to show precision "
+            f"{precision:g} at delta={delta:g}"))
+    cut = GRID[::-1]  # strictest first
+    n, c = _accepted_counts(conf, tp, fp, cut)
+    p = binomial_tail(c, n, precision)
+    best = -1
+    for j in range(STARTS):
+        if n[-1] < need * 4**j:
+            break
+        first = int(np.argmax(n >= need * 4**j))  # n grows as the cut-off loosens
+        last = fixed_sequence(p[first:], level)
+        if last >= 0:
+            best = max(best, first + last)
+        elif j == 0:
+            stuck = first
+    if best < 0:
+        i = stuck
+        return ClassCutoff(name, None, delta, total, float(n[i]), float(c[i]), float(c[i] / n[i]), None, float(p[i]),
+                           reason=(f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
+                                   f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
+                                   f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{STARTS})"))
+    nn, cc = float(n[best]), float(c[best])
+    lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
+    return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]))
+
+
+def model_digest(model) -> str:
+    """SHA-256 of a fitted model's canonical JSON: which model a thresholds file belongs to."""
+    return hashlib.sha256(canonical_json(model.to_dict()).encode()).hexdigest()
+
+
+def _fingerprint(model):
+    fp = getattr(model, "fingerprint_", None)
+    if fp is None and hasattr(model, "base_"):  # an adapted model: its source model's fitting rows
+        fp = getattr(model.base_, "fingerprint_", None)
+    return fp
+
+
+def check_not_fitting_data(model, data: TopLabelData) -> None:
+    """Raise DataError when ``data`` holds the rows ``model`` was fitted on (all, or most of them).
+
+    Models saved before fingerprints were kept (or fitted from statistics)
+    cannot be checked; then nothing is raised.
+    """
+    fp = _fingerprint(model)
+    if fp is None:
+        return
+    same, share = fp.containment(data)
+    distinct = fp.distinct_rows() >= 0.5 * fp.n_rows  # rows mostly unique: a shared row is a shared sample
+    if same or (distinct and share >= MAX_OVERLAP):
+        what = "is the data" if same else f"contains about {share:.0%} of the rows"
+        raise DataError(
+            f"the labelled data {what} the model was fitted on, so no guarantee holds on it; choose thresholds "
+            "on held-out labelled data (fit the calibrator on one part, run threshold on another)")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Cut-offs on the calibrated confidence, per predicted class and global, with their guarantee.
+
+    ``mode`` says which :meth:`accept` uses. Save with :meth:`save`, read
+    with :func:`load_thresholds` (versioned JSON with a checksum).
+    """
+
+    precision: float
+    delta: float
+    mode: str
+    multiplicity: str
+    classes: tuple[str, ...]
+    per_class: tuple[ClassCutoff, ...]
+    overall: ClassCutoff
+    model_method: str
+    model_sha256: str
+    n_samples: float
+    grid: str = field(default="fixed-v1")
+
+    def cutoffs(self) -> np.ndarray:
+        """The cut-off each predicted class's rows must reach under ``mode`` (NaN: none accepted)."""
+        if self.mode == "global":
+            v = np.nan if self.overall.cutoff is None else self.overall.cutoff
+            return np.full(len(self.classes), v)
+        return np.array([np.nan if c.cutoff is None else c.cutoff for c in self.per_class])
+
+    def check_model(self, model) -> None:
+        """Raise TopcalError unless ``model`` is the model these thresholds were chosen for."""
+        if tuple(model.classes_) != self.classes:
+            raise TopcalError(
+                f"the thresholds are for a model with classes {preview(self.classes)}, but this model has "
+                f"{preview(model.classes_)}; choose thresholds for this model with topcal threshold")
+        if model_digest(model) != self.model_sha256:
+            raise TopcalError(
+                f"the thresholds were chosen for another {self.model_method!r} model (checksum differs: refitted "
+                "or updated since); choose them again for this model with topcal threshold")
+
+    def accept(self, pred, confidence) -> np.ndarray:
+        """Whether each row is accepted: its calibrated confidence reaches its predicted class's cut-off.
+
+        ``pred``: class indices in ``classes``; rows of a class without a cut-off are not accepted.
+        """
+        cut = self.cutoffs()[np.asarray(pred)]
+        with np.errstate(invalid="ignore"):
+            return np.asarray(confidence) >= cut  # NaN cut-off: False
+
+    def to_dict(self) -> dict:
+        return {"precision": self.precision, "delta": self.delta, "mode": self.mode,
+                "multiplicity": self.multiplicity, "grid": self.grid, "classes": list(self.classes),
+                "per_class": [c.to_dict() for c in self.per_class], "overall": self.overall.to_dict(),
+                "model": {"method": self.model_method, "sha256": self.model_sha256}, "n_samples": self.n_samples}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Thresholds":
+        per = tuple(ClassCutoff.from_dict(c) for c in d["per_class"])
+        classes = tuple(str(c) for c in d["classes"])
+        if len(per) != len(classes):
+            raise ValueError("per_class and classes differ in length")
+        out = cls(float(d["precision"]), float(d["delta"]), str(d["mode"]), str(d["multiplicity"]), classes, per,
+                  ClassCutoff.from_dict(d["overall"]), str(d["model"]["method"]), str(d["model"]["sha256"]),
+                  float(d["n_samples"]), str(d["grid"]))
+        _validate(out.precision, out.delta, out.mode, out.multiplicity)
+        return out
+
+    def dumps(self) -> str:
+        payload = self.to_dict()
+        doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "topcal_version": __version__,
+               "thresholds": payload, "sha256": hashlib.sha256(canonical_json(payload).encode()).hexdigest()}
+        return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+
+    def save(self, path) -> None:
+        """Write as versioned JSON, atomically."""
+        write_text(path, self.dumps())
+
+    def table(self) -> list[list]:
+        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes, then "(all)");
+        None where a class has no cut-off."""
+        return [[c.name, c.cutoff, c.n_accepted, c.n_predicted, c.precision, c.precision_lower, c.reason or ""]
+                for c in (*self.per_class, self.overall)]
+
+
+def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        raise ModelFileError(f"{source} is not valid JSON; run topcal threshold again") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ModelFileError(f"{source} is not a topcal thresholds file (no \"format\": \"{FORMAT}\" field)")
+    if doc.get("format_version") != FORMAT_VERSION or type(doc.get("format_version")) is not int:
+        raise ModelFileError(f"{source} has thresholds format version {doc.get('format_version')!r}; this topcal "
+                             f"reads version {FORMAT_VERSION}: run topcal threshold again")
+    payload = doc.get("thresholds")
+    try:
+        ok = hashlib.sha256(canonical_json(payload).encode()).hexdigest() == doc.get("sha256")
+    except (TypeError, ValueError, RecursionError):
+        ok = False
+    if not isinstance(payload, dict) or not ok:
+        raise ModelFileError(f"{source} was modified after it was written (checksum mismatch); run topcal "
+                             "threshold again instead of editing it")
+    try:
+        return Thresholds.from_dict(payload)
+    except TopcalError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ModelFileError(f"{source} is malformed ({type(exc).__name__}); run topcal threshold again") from None
+
+
+def load_thresholds(path) -> Thresholds:
+    """Read a file written by :meth:`Thresholds.save` (or ``topcal threshold -o``)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ModelFileError(f"thresholds file {str(path)!r} does not exist; check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"cannot read thresholds file {str(path)!r}: {exc}") from None
+    return loads_thresholds(text, source=f"thresholds file {str(path)!r}")
+
+
+def _validate(precision, delta, mode, multiplicity) -> None:
+    validate_params("thresholds", {"precision": Interval(0, 1, "neither"), "delta": Interval(0, 1, "neither"),
+                                   "mode": Options(MODES), "multiplicity": Options(MULTIPLICITY)},
+                    {"precision": precision, "delta": delta, "mode": mode, "multiplicity": multiplicity})
+
+
+def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *, mode: str = "per-class",
+                   multiplicity: str = "per-class", y=None, classes=None, kind: str = "auto") -> Thresholds:
+    """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 - ``delta``.
+
+    Parameters
+    ----------
+    model : fitted Calibrator
+        Fitted on other rows than ``data`` (checked: a DataError otherwise).
+    data : TopLabelData, array-like of shape (n, K), DataFrame or path
+        Labelled held-out data (``y`` gives the labels of a score matrix).
+    precision, delta : float in (0, 1)
+        The target precision and the error probability of the guarantee.
+    mode : {"per-class", "global"}
+        Which cut-offs :meth:`Thresholds.accept` applies (both are computed).
+    multiplicity : {"per-class", "bonferroni"}
+        Each class tested at ``delta``, or at ``delta`` / K (all classes' statements hold together).
+
+    Returns
+    -------
+    Thresholds
+    """
+    _validate(precision, delta, mode, multiplicity)
+    if not hasattr(model, "classes_"):
+        raise NotFittedError("the model is not fitted; fit it on other labelled data first")
+    if not isinstance(data, TopLabelData):
+        data = as_data(data, y, classes=model.classes_ if classes is None else classes, kind=kind)
+    data.require_labels("choosing thresholds")
+    data = data.with_classes(model.classes_, "the labelled data")
+    check_not_fitting_data(model, data)
+    conf = model.predict(data)
+    if not np.isfinite(conf).all():
+        raise DataError("the model's confidence is not finite on this data")
+    tp, fp = data.tp, data.fp
+    level = delta / len(model.classes_) if multiplicity == "bonferroni" else delta
+    per = []
+    for k, name in enumerate(model.classes_):
+        idx = np.flatnonzero(data.pred == k)
+        per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level))
+    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta)
+    return Thresholds(float(precision), float(delta), mode, multiplicity, tuple(model.classes_), tuple(per), overall,
+                      model.name, model_digest(model), data.n_samples)
+
+
+def sgr_threshold(conf, tp, fp, precision: float, delta: float) -> float | None:
+    """Selection with Guaranteed Risk (Geifman and El-Yaniv 2017, Algorithm 1), for comparison.
+
+    Binary search over the sorted confidences for the loosest cut-off whose
+    risk bound b*(m_t, errors, delta / ceil(log2 m)) - the exact binomial
+    (Clopper-Pearson) upper bound on the error rate of the accepted rows - is
+    below 1 - ``precision``; returns the cut-off, or None where none is found.
+    Weights are counts (rows of binned data expand to their TP and FP).
+    """
+    from scipy.special import betaincinv
+
+    order = np.argsort(-conf, kind="stable")
+    s = conf[order]
+    ctp, cfp = np.cumsum(tp[order]), np.cumsum(fp[order])
+    m = float(ctp[-1] + cfp[-1])
+    steps = max(1, math.ceil(math.log2(max(m, 2.0))))
+    level = delta / steps
+    target = 1.0 - precision
+
+    def bound(i):  # accepting rows 0..i (the i+1 most confident)
+        n, err = ctp[i] + cfp[i], cfp[i]
+        return 1.0 if err >= n else float(betaincinv(err + 1.0, n - err, 1.0 - level))
+
+    lo, hi = 0, len(s) - 1
+    best = None
+    for _ in range(steps):
+        mid = (lo + hi + 1) // 2
+        # a cut-off accepts every row with the same confidence: the last row of s[mid]'s tie group
+        i = int(np.searchsorted(-s, -s[mid], side="right")) - 1
+        if bound(i) < target:
+            best, lo = float(s[mid]), mid
+        else:
+            hi = mid
+        if lo >= hi:
+            break
+    return best

@@ -1,0 +1,308 @@
+"""Acceptance thresholds with a precision guarantee (issue 23, item 2): topcal.thresholds, ``topcal threshold``,
+``apply --thresholds``, the report's acceptance section."""
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import binom
+
+import topcal
+from topcal import TopLabelData
+from topcal.errors import DataError, ModelFileError, ParameterError, TopcalError
+from topcal.fingerprint import Fingerprint
+from topcal.thresholds import (GRID, Thresholds, binomial_tail, fit_thresholds, fixed_sequence, load_thresholds,
+                               n_min, sgr_threshold)
+
+from test_hardening import assert_error, assert_ok, cli, snapshot
+
+
+def linear_population(n, seed, k=2):
+    """Scores uniform on (0, 1), P(right | score) = score, so the uncalibrated score is calibrated and the
+    precision of {score >= t} is (1 + t) / 2: target 0.8 is met exactly for t >= 0.6."""
+    rng = np.random.default_rng(seed)
+    pred = rng.integers(0, k, n)
+    s = rng.random(n)
+    right = rng.random(n) < s
+    labels = np.where(right, pred, (pred + 1) % k)
+    return TopLabelData.from_scores(pred, s, labels, classes=[str(i) for i in range(k)])
+
+
+@pytest.fixture(scope="module")
+def uncal():
+    return topcal.calibrator("uncalibrated").fit(linear_population(500, 99))
+
+
+# ------------------------------------------------------------------ the test itself
+def test_binomial_tail_is_scipys_binomial_survival_function():
+    c = np.array([0, 1, 5, 17, 20])
+    assert np.allclose(binomial_tail(c, 20, 0.8), np.where(c > 0, binom.sf(c - 1, 20, 0.8), 1.0), rtol=1e-10)
+    assert n_min(0.95, 0.05) == 59 and 0.95 ** 59 <= 0.05 < 0.95 ** 58
+
+
+def test_fixed_sequence_stops_at_the_first_non_rejection():
+    assert fixed_sequence([0.01, 0.02, 0.2, 0.001], 0.05) == 1  # the later 0.001 is never reached
+    assert fixed_sequence([0.3, 0.01], 0.05) == -1
+    assert fixed_sequence([0.01, 0.04], 0.05) == 1
+
+
+def test_ltt_guarantee_holds_over_many_splits(uncal):
+    """Violation rate (true precision at the chosen cut-off below the target) <= delta + 3 SE, per class and
+    global, over 300 labelled samples; the cut-offs are not vacuous (most samples find one)."""
+    target, delta, reps = 0.8, 0.1, 300
+    viol = np.zeros(3)
+    found = np.zeros(3)
+    for seed in range(reps):
+        th = fit_thresholds(uncal, linear_population(1500, seed), target, delta)
+        for j, c in enumerate([*th.per_class, th.overall]):
+            if c.cutoff is not None:
+                found[j] += 1
+                viol[j] += (1 + c.cutoff) / 2 < target
+    bound = delta + 3 * np.sqrt(delta * (1 - delta) / reps)
+    assert np.all(viol / reps <= bound), viol / reps
+    assert np.all(found >= 0.9 * reps), found
+    # the empirical (naive) choice violates far more often: it is tuned on the same rows
+    assert viol.max() / reps < 0.5
+
+
+def brute_force_ltt(conf, right, precision, delta, starts=3):
+    """The procedure written out naively: each sequence walks the grid from strict to loose, testing with
+    scipy's binomial survival function, and stops at the first cut-off it cannot reject."""
+    level = delta / starts
+    need = int(np.ceil(np.log(level) / np.log(precision) - 1e-12))
+    best = None
+    for j in range(starts):
+        started = False
+        for t in sorted(GRID, reverse=True):
+            acc = conf >= t
+            n, c = int(acc.sum()), int(right[acc].sum())
+            if not started:
+                if n < need * 4**j:
+                    continue
+                started = True
+            if binom.sf(c - 1, n, precision) > level:
+                break
+            best = t if best is None else min(best, t)
+    return best
+
+
+def test_fixed_sequences_match_a_brute_force_walk_and_nest(uncal):
+    for seed, target in [(20, 0.9), (21, 0.9), (22, 0.8), (23, 0.8)]:  # 0.9: some find none
+        data = linear_population(700, seed)
+        conf = uncal.predict(data)
+        th = fit_thresholds(uncal, data, target, 0.1)
+        for k, c in enumerate(th.per_class):
+            rows = data.pred == k
+            assert c.cutoff == brute_force_ltt(conf[rows], data.tp[rows] > 0, target, 0.1)
+        assert th.overall.cutoff == brute_force_ltt(conf, data.tp > 0, target, 0.1)
+    # what is accepted at a looser cut-off contains what is accepted at a stricter one, and the accepted rows are
+    # those whose confidence reaches the cut-off; the lower bound is below the estimate
+    c = th.overall
+    assert c.n_accepted == np.sum(conf >= c.cutoff) and c.cutoff in GRID
+    assert c.precision_lower < c.precision and c.p_value <= 0.1 / 3
+    bon = fit_thresholds(uncal, data, 0.9, 0.1, multiplicity="bonferroni")
+    assert all(b.level == pytest.approx(0.05) for b in bon.per_class) and bon.overall.level == 0.1
+
+
+def test_small_class_and_unreachable_target_get_no_cutoff_and_a_reason(uncal):
+    big = linear_population(2000, 1)
+    pred = np.r_[np.zeros(2000, int), np.ones(12, int)]  # all of big's rows as class 0
+    s = np.r_[big.score, np.full(12, 0.99)]
+    labels = np.r_[np.where(big.tp > 0, 0, 1), np.ones(12, int)]
+    data = TopLabelData.from_scores(pred, s, labels, classes=["0", "1"])
+    th = fit_thresholds(uncal, data, 0.9, 0.05)
+    assert th.per_class[0].cutoff is not None
+    small = th.per_class[1]
+    assert small.cutoff is None and small.reason.startswith("only 12 predictions")
+    assert f"at least {n_min(0.9, 0.05 / 3)} are needed" in small.reason
+    hard = fit_thresholds(uncal, data, 0.99, 0.05).per_class[0]  # only the top 2% reach 0.99
+    assert hard.cutoff is None and "precision never reaches 0.99 at level delta=0.05" in hard.reason
+    # rows of a class without a cut-off are never accepted
+    assert not th.accept(np.ones(3, int), np.ones(3)).any()
+
+
+def test_sgr_finds_a_valid_but_stricter_global_cutoff(uncal):
+    data = linear_population(5000, 3)
+    conf = uncal.predict(data)
+    sgr = sgr_threshold(conf, data.tp, data.fp, 0.9, 0.05)
+    ltt = fit_thresholds(uncal, data, 0.9, 0.05).overall.cutoff
+    assert sgr is not None and 0.8 <= ltt <= sgr < 0.95
+
+
+# ------------------------------------------------------------------ guarding the guarantee
+def test_fitting_data_is_refused_and_fingerprints_persist():
+    data = linear_population(2000, 7)
+    model = topcal.calibrator("hist").fit(data)
+    with pytest.raises(DataError, match="is the data the model was fitted on"):
+        fit_thresholds(model, data.subset(np.random.default_rng(0).permutation(2000)))
+    bigger = TopLabelData.concat([data, linear_population(1000, 8)])
+    with pytest.raises(DataError, match="contains about"):
+        fit_thresholds(model, bigger)
+    again = topcal.persist.loads(topcal.persist.dumps(model))
+    assert again.fingerprint_ == model.fingerprint_
+    with pytest.raises(DataError, match="fitted on"):
+        fit_thresholds(again, data)
+    # an update remembers both parts: the fingerprint of a fit on all rows
+    part = topcal.calibrator("hist").fit(data.subset(np.arange(1200))).update(data.subset(np.arange(1200, 2000)))
+    assert part.fingerprint_ == model.fingerprint_
+    # a model file written before fingerprints loads, and cannot be checked (no error)
+    doc = json.loads(topcal.persist.dumps(model))
+    del doc["model"]["fingerprint"]
+    doc["sha256"] = __import__("hashlib").sha256(topcal.persist.canonical_json(doc["model"]).encode()).hexdigest()
+    old = topcal.persist.loads(json.dumps(doc))
+    assert old.fingerprint_ is None
+    fit_thresholds(old, data)
+    # held-out rows pass
+    fit_thresholds(model, linear_population(2000, 9))
+
+
+def test_bad_parameters_and_unlabelled_data_are_one_line_errors(uncal):
+    data = linear_population(500, 2)
+    for kw, frag in [({"precision": 1.0}, "'precision' must be a number in (0, 1)"),
+                     ({"precision": 0}, "'precision'"), ({"delta": 1.5}, "'delta' must be a number in (0, 1)"),
+                     ({"delta": 0.0}, "'delta'"), ({"mode": "both"}, "'mode'")]:
+        with pytest.raises(ParameterError, match=frag.replace("(", r"\(").replace(")", r"\)")):
+            fit_thresholds(uncal, data, **kw)
+    with pytest.raises(DataError, match="choosing thresholds needs labelled data"):
+        fit_thresholds(uncal, data.without_labels())
+
+
+def test_json_round_trip_and_model_check(tmp_path, uncal):
+    data = linear_population(3000, 4)
+    th = fit_thresholds(uncal, data, 0.9, 0.05, mode="global")
+    th.save(tmp_path / "t.json")
+    back = load_thresholds(tmp_path / "t.json")
+    assert back == th and isinstance(back, Thresholds)
+    assert np.array_equal(back.cutoffs(), np.full(2, th.overall.cutoff))
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["format"] == "topcal-thresholds" and doc["format_version"] == 1
+    doc["thresholds"]["precision"] = 0.5
+    (tmp_path / "edited.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match="checksum mismatch"):
+        load_thresholds(tmp_path / "edited.json")
+    back.check_model(uncal)
+    other = topcal.calibrator("uncalibrated").fit(linear_population(500, 98))
+    with pytest.raises(TopcalError, match="another 'uncalibrated' model"):
+        back.check_model(other)
+    three = topcal.calibrator("uncalibrated").fit(linear_population(500, 98, k=3))
+    with pytest.raises(TopcalError, match="classes"):
+        back.check_model(three)
+
+
+def test_fingerprint_merge_is_order_free():
+    a, b = linear_population(300, 1), linear_population(400, 2)
+    both = Fingerprint.of(TopLabelData.concat([a, b]))
+    assert Fingerprint.of(b).merge(Fingerprint.of(a)) == both == Fingerprint.from_dict(both.to_dict())
+    assert both.containment(a)[1] == pytest.approx(300 / 700, abs=0.15)
+
+
+# ------------------------------------------------------------------ command line
+@pytest.fixture()
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    n, K = 6000, 3
+    z = rng.normal(size=(n, K)) * 2
+    p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    y = (p.cumsum(1) > rng.random(n)[:, None]).argmax(1)
+    frame = pd.DataFrame({f"p_c{j}": p[:, j] for j in range(K)})
+    frame["label"] = [f"c{v}" for v in y]
+    frame.iloc[:3000].to_csv(tmp_path / "fit.csv", index=False)
+    frame.iloc[3000:].to_csv(tmp_path / "held.csv", index=False)
+    frame.iloc[3000:].drop(columns="label").to_csv(tmp_path / "new.csv", index=False)
+    assert_ok(cli("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    return tmp_path
+
+
+def test_cli_threshold_then_apply_adds_accepted(files):
+    t = files
+    r = assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "--delta", "0.1",
+                      "-o", t / "th.json"))
+    assert "precision >= 0.9 with probability >= 0.9" in r.stdout and "c0" in r.stdout
+    th = load_thresholds(t / "th.json")
+    assert th.mode == "per-class" and th.precision == 0.9
+    assert_ok(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "out.csv"))
+    out = pd.read_csv(t / "out.csv")
+    cut = dict(zip(th.classes, th.cutoffs()))
+    expect = [c >= cut[k] for k, c in zip(out["pred"], out["confidence"])]
+    assert out["accepted"].dtype == bool and out["accepted"].tolist() == expect and 0 < out["accepted"].mean() < 1
+    # global mode: one cut-off
+    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--global", "--bonferroni",
+                  "--precision", "0.9", "-o", t / "g.json"))
+    g = load_thresholds(t / "g.json")
+    assert g.mode == "global" and g.multiplicity == "bonferroni" and g.per_class[0].level == pytest.approx(0.05 / 3)
+    assert g.overall.cutoff is not None and np.all(g.cutoffs() == g.overall.cutoff)
+
+
+def test_cli_bad_inputs_are_one_line_errors(files):
+    t = files
+    base = ["threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"]
+    assert_error(cli(*base, "--precision", "1.2"), "'precision' must be a number in (0, 1)", "1.2")
+    assert_error(cli(*base, "--delta", "0"), "'delta' must be a number in (0, 1)")
+    assert_error(cli("threshold", t / "new.csv", "--model", t / "m.json", "-o", t / "th.json"),
+                 "needs labelled data")
+    assert_error(cli("threshold", t / "fit.csv", "--model", t / "m.json", "-o", t / "th.json"),
+                 "the model was fitted on", "held-out")
+    assert not (t / "th.json").exists()
+    # thresholds of another model
+    assert_ok(cli(*base))
+    assert_ok(cli("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
+    assert_error(cli("apply", t / "m2.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"),
+                 "another 'hist' model")
+    pd.DataFrame({"p_a": [0.6, 0.3], "p_b": [0.4, 0.7], "label": ["a", "b"]}).to_csv(t / "ab.csv", index=False)
+    assert_ok(cli("fit", t / "ab.csv", "--method", "hist", "-o", t / "ab.json"))
+    assert_error(cli("apply", t / "ab.json", t / "ab.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"),
+                 "the thresholds are for a model with classes")
+    assert_error(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "nope.json", "-o", t / "o.csv"),
+                 "does not exist")
+    assert not (t / "o.csv").exists()
+
+
+def test_cli_threshold_never_writes_over_an_input(files):
+    t = files
+    os.link(t / "held.csv", t / "hard.csv")
+    before = snapshot(t)
+    for out in (t / "held.csv", t / "hard.csv", t / "m.json"):
+        assert_error(cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", out), "is the input file")
+    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"))
+    assert_error(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "th.json"),
+                 "is the input file")
+    after = snapshot(t)
+    assert {k: v for k, v in after.items() if k != "th.json"} == before
+
+
+# ------------------------------------------------------------------ report
+def test_report_with_thresholds_renders_the_acceptance_section(files):
+    t = files
+    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "-o", t / "th.json"))
+    before = snapshot(t)
+    assert_error(cli("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json", "-o", t / "rep"),
+                 "--thresholds and --model go together")
+    assert_error(cli("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json", "--model",
+                     t / "m.json", "-o", t / "th.json"), "report folder")
+    assert snapshot(t) == before
+    assert_ok(cli("report", t / "held.csv", "--methods", "hist", "--in-sample", "--thresholds", t / "th.json",
+                  "--model", t / "m.json", "-o", t / "rep"))
+    page = (t / "rep" / "index.html").read_text()
+    assert "Acceptance: precision &gt;= 0.9 at delta = 0.05 (per-class hist)" in page
+    assert any("acceptance" in p.name for p in (t / "rep" / "figures").iterdir())
+
+
+def test_acceptance_view_marks_the_cutoff(files):
+    from topcal.threshold_plots import acceptance_view, plot_acceptance
+
+    t = files
+    model = topcal.load(t / "m.json")
+    data = topcal.read_data(t / "held.csv")
+    th = fit_thresholds(model, data, 0.9, 0.05)
+    view = acceptance_view(model, data, th)
+    assert view.curves[0].name == "(all)" and len(view.curves) == 1 + len(th.classes)
+    for c, ref in zip(view.curves[1:], sorted(th.per_class, key=lambda c: -c.n_predicted)):
+        assert c.name == ref.name and c.cutoff == ref.cutoff
+        assert np.all(np.diff(c.accepted_fraction) > 0) and c.accepted_fraction[-1] == pytest.approx(1.0)
+        if ref.cutoff is not None:  # on the data it was chosen on, the dot is the reported (fraction, precision)
+            assert c.chosen == pytest.approx((ref.accepted_fraction, ref.precision))
+    fig = plot_acceptance(view)
+    gids = {a.get_gid() for ax in fig.axes for a in ax.get_lines()}
+    assert "acceptance:(all)" in gids and any(g and g.startswith("cutoff:") for g in gids)

@@ -243,3 +243,19 @@ def test_import_topcal_stays_light(heavy):
     # -X importtime really ran: the log names topcal itself and not the heavy module
     assert re.search(r"\|\s+topcal$", proc.stderr, re.M)
     assert not re.search(rf"\|\s+{re.escape(heavy)}$", proc.stderr, re.M)
+
+
+#: The most lines a file in src/ may have, and the files allowed more, each with the reason.
+MAX_LINES = 600
+LONG_FILES = {
+}
+
+
+def test_no_source_file_is_over_the_size_limit_unless_listed_with_a_reason():
+    long = {str(p.relative_to(SRC)): n for p in PKG.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    unlisted = {f: n for f, n in long.items() if f not in LONG_FILES}
+    assert not unlisted, f"files over {MAX_LINES} lines (split them, or list them with a reason): {unlisted}"
+    stale = [f for f in LONG_FILES if f not in long]
+    assert not stale, f"listed as long but no longer over {MAX_LINES} lines (remove them from LONG_FILES): {stale}"
+    assert all(len(reason) > 20 for reason in LONG_FILES.values())

@@ -195,6 +195,7 @@ def _cmd_adapt(args) -> int:
             shrink = float(shrink)
         except ValueError:
             raise TopcalError(f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}") from None
+    check_output(args.output, [args.model, args.data, args.priors, args.test], "adapted model file")
     model = load(args.model)
     if args.data is None and args.priors is None:
         raise TopcalError("give the use set (DATA) to estimate its class priors, or --priors P.csv")

@@ -150,7 +150,7 @@ def parse_param(text: str):
     key, raw = text.split("=", 1)
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
+    except ValueError:  # JSONDecodeError, or an integer of more than 4300 digits
         value = raw  # plain strings need no quotes: --param strategy=quantile
     return key.strip(), value
 

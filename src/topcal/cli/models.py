@@ -189,6 +189,13 @@ def _cmd_adapt(args) -> int:
 
     if args.bootstrap < 0:
         raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
+    from ..labelshift.estimates import MAX_BOOTSTRAP
+
+    if args.bootstrap > MAX_BOOTSTRAP:
+        raise TopcalError(f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long before), "
+                          f"got {args.bootstrap:.3g}")
+    if not 0 <= args.seed <= 2**32 - 1:
+        raise TopcalError(f"--seed must be an integer in [0, 4294967295], got {args.seed:.3g}")
     shrink = args.shrink
     if shrink != "auto":
         try:

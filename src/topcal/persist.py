@@ -157,7 +157,7 @@ def load(path):
         path = os.fsdecode(bytes(path))
     if not isinstance(path, (str, os.PathLike)):
         raise ModelFileError(f"the model file must be given as a path (str, bytes or pathlib.Path), got "
-                             f"{type(path).__name__}; for a model's JSON text use topcal.loads")
+                             f"{type(path).__name__}; for a model's JSON text use topcal.persist.loads")
     try:
         text = Path(path).read_text()
     except FileNotFoundError:

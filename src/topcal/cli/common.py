@@ -116,31 +116,52 @@ class RowProgress:
 
 
 class DaskSession:
-    """A Dask client: at ``--scheduler`` or on a LocalCluster started (and closed) here."""
+    """A Dask client: at ``--scheduler`` or on a LocalCluster started (and closed) here.
+
+    Dask's own log lines (a worker's "Compute Failed" with its remote traceback,
+    cancelled tasks at shutdown) are silenced: the error a task raised reaches
+    the command, which prints it as its one ``error:`` line.
+    """
 
     def __init__(self, address: str | None):
         self.address = address
 
     def __enter__(self):
+        import logging
+
         try:
             from distributed import Client, LocalCluster
         except ImportError:
             raise TopcalError("--engine dask needs dask; install it with: pip install 'topcal[dask]'") from None
         self.cluster = None
+        self.client = None
+        self._log = logging.getLogger("distributed")
+        self._level = self._log.level
+        self._log.setLevel(logging.CRITICAL)
         try:
             if self.address:
                 self.client = Client(self.address, timeout="20s")
             else:
-                self.cluster = LocalCluster(dashboard_address=None)
+                self.cluster = LocalCluster(dashboard_address=None, silence_logs=logging.CRITICAL)
                 self.client = Client(self.cluster)
-        except (OSError, TimeoutError) as exc:
-            raise TopcalError(f"cannot connect to the Dask scheduler {self.address!r}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a bad address raises ValueError, TypeError, OSError, TimeoutError
+            self._close()
+            where = f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"
+            hint = "; give an address like tcp://HOST:8786" if self.address else ""
+            raise TopcalError(f"cannot connect to {where}: {one_line(exc)[:300]}{hint}") from None
         return self.client
 
+    def _close(self):
+        for thing in (self.client, self.cluster):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # noqa: BLE001 - closing after an error already reported
+                    pass
+        self._log.setLevel(self._level)
+
     def __exit__(self, *exc):
-        self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+        self._close()
         return False
 
 

@@ -19,7 +19,7 @@ from ..errors import TopcalError
 
 __all__ = ["Parser", "UsageError", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
            "check_scale_args", "RowProgress", "DaskSession", "parse_param", "progress", "one_line", "rows_hint",
-           "format_value", "format_table", "overall_table", "per_class_table"]
+           "format_value", "format_table", "overall_table", "per_class_table", "MAX_TABLE_CLASSES", "similar_once"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -203,25 +203,54 @@ def read(path, args):
 
 
 def overall_table(result: dict) -> str:
-    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *)."""
+    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not ranked on ECE)."""
     from ..evaluate import METRICS
+    from ..report.page import UNRANKED_NOTE, ranked
 
     methods = list(result["methods"])
-    best = {x: min(result["methods"][m][x]["overall"] for m in methods) for x in METRICS}
+    best = {x: min((result["methods"][m][x]["overall"] for m in ranked(methods, x)), default=None) for x in METRICS}
     rows = [[m] + [result["methods"][m][x]["overall"] for x in METRICS] for m in methods]
     text = format_table(["method"] + [x.upper() for x in METRICS], rows)
     lines = text.splitlines()
     for i, m in enumerate(methods):
-        marks = [x.upper() for x in METRICS if np.isclose(result["methods"][m][x]["overall"], best[x], rtol=1e-9)]
+        marks = [x.upper() for x in METRICS if m in ranked([m], x) and best[x] is not None
+                 and np.isclose(result["methods"][m][x]["overall"], best[x], rtol=1e-9)]
         if marks:
             lines[i + 2] += "   best " + ",".join(marks)
+    if "conf1" in methods:
+        lines.append(f"({UNRANKED_NOTE})")
     return "\n".join(lines)
 
 
-def per_class_table(result: dict, metric: str = "nll") -> str:
-    """Classes as rows, methods as columns."""
+#: Classes a console per-class table lists at most (the largest ones); --csv/--json give every class.
+MAX_TABLE_CLASSES = 30
+
+
+def per_class_table(result: dict, metric: str = "nll", sizes=None) -> str:
+    """Classes as rows, methods as columns; with ``sizes`` (positives per class, in class order) and more than
+    :data:`MAX_TABLE_CLASSES` classes, only the largest ones, with a note."""
     methods = list(result["methods"])
     classes = list(result["methods"][methods[0]][metric]["per_class"])
+    note = ""
+    if sizes is not None and len(classes) > MAX_TABLE_CLASSES:
+        keep = set(np.argsort(-np.asarray(sizes, dtype=np.float64), kind="stable")[:MAX_TABLE_CLASSES].tolist())
+        note = (f"\n({MAX_TABLE_CLASSES} of {len(classes)} classes shown, those with the most positives; "
+                "--csv or --json list every class)")
+        classes = [c for i, c in enumerate(classes) if i in keep]
     rows = [[c] + [result["methods"][m][metric]["per_class"][c] for m in methods] for c in classes]
     rows.append(["overall"] + [result["methods"][m][metric]["overall"] for m in methods])
-    return format_table(["class"] + methods, rows)
+    return format_table(["class"] + methods, rows) + note
+
+
+def similar_once(messages, max_lines: int = MAX_TABLE_CLASSES) -> list:
+    """Messages for the console, each kind once: messages that differ only in their bracketed lists (one per
+    fold, naming other classes) become the first of them plus a count; at most ``max_lines`` lines."""
+    import re
+
+    groups: dict = {}
+    for m in messages:
+        groups.setdefault(re.sub(r"\[[^\]]*\]|\([^)]*\)|\d+(\.\d+)?", "#", m), []).append(m)
+    lines = [ms[0] + (f" (and {len(ms) - 1} similar)" if len(ms) > 1 else "") for ms in groups.values()]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + [f"... and {len(lines) - max_lines} more (--json lists every warning)"]
+    return lines

@@ -193,9 +193,9 @@ def _cmd_adapt(args) -> int:
 
     if args.bootstrap > MAX_BOOTSTRAP:
         raise TopcalError(f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long before), "
-                          f"got {args.bootstrap:.3g}")
+                          f"got {_short_int(args.bootstrap)}")
     if not 0 <= args.seed <= 2**32 - 1:
-        raise TopcalError(f"--seed must be an integer in [0, 4294967295], got {args.seed:.3g}")
+        raise TopcalError(f"--seed must be an integer in [0, 4294967295], got {_short_int(args.seed)}")
     shrink = args.shrink
     if shrink != "auto":
         try:
@@ -236,6 +236,11 @@ def _cmd_adapt(args) -> int:
     if len(rows) > 30:
         print(f"... {len(rows) - 30} more classes: topcal describe {args.output}")
     return 0
+
+
+def _short_int(v: int) -> str:
+    text = str(v)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 def _cmd_methods(args) -> int:

@@ -277,7 +277,7 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         raise ParameterError(f"n_bootstrap must be an integer >= 0; got {n_bootstrap!r}")
     if n_bootstrap > MAX_BOOTSTRAP:
         raise ParameterError(f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the estimator; "
-                             f"the percentile interval settles long before); got {n_bootstrap:.3g}")
+                             f"the percentile interval settles long before); got {str(n_bootstrap)[:30]}")
     if seed is not None and not Interval(0, 2**32 - 1, integer=True).ok(seed):
         raise ParameterError(f"seed must be an integer in [0, 2**32 - 1] (or None); got {seed!r:.40}")
     if isinstance(level, bool) or not (isinstance(level, (int, float)) and 0 < level < 1):

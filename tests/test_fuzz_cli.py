@@ -255,3 +255,59 @@ def test_cli_fuzz_corpus(tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
     # the corpus exercises both outcomes
     assert codes.count(2) > 100 and codes.count(0) > 20
+
+
+def test_cli_fuzz_new_surfaces(tmp_path):
+    """Issue 24: huge and odd --param values, adapt's --seed/--bootstrap and -o onto its inputs, outputs onto
+    devices, links, pipes, read-only files and folders. Exit 0 or 2, and nothing but the output folder changes."""
+    import os
+
+    rng = np.random.default_rng(24)
+    data_dir = tmp_path / "in"
+    data_dir.mkdir()
+    frame = _valid_frames(np.random.default_rng(3))[0]
+    while frame["label"].nunique() < 2:
+        frame = _valid_frames(rng)[0]
+    frame.to_csv(data_dir / "data.csv", index=False)
+    frame.drop(columns="label").to_csv(data_dir / "use.csv", index=False)
+    classes = [c[2:] for c in frame.columns if c.startswith("p_")]
+    (data_dir / "p.csv").write_text("class,prior\n" + "".join(f"{c},{1 / len(classes)}\n" for c in classes))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["fit", str(data_dir / "data.csv"), "--method", "hist", "-o", str(data_dir / "m.json")]) == 0
+    (data_dir / "target.csv").write_text("the user's")
+    (data_dir / "link.csv").symlink_to(data_dir / "target.csv")
+    os.mkfifo(data_dir / "fifo.csv")
+    (data_dir / "ro.csv").write_text("read only")
+    os.chmod(data_dir / "ro.csv", 0o444)
+    (data_dir / "folder.csv").mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    before = _state(data_dir)
+    huge = ["1" + "0" * 310, "-1" + "0" * 310, "1" + "0" * 5000, "1e999", "-0", "NaN", "[]", "{}", "null", "true",
+            "0.5", "7", "-3", '"auto"']
+    params = [("hist", "n_bins"), ("hist", "shrinkage"), ("kde", "bandwidth"), ("bts", "max_iter"),
+              ("auto", "folds"), ("auto", "seed"), ("cum-opt", "shrinkage"), ("kde-mon2", "shrinkage")]
+    # outputs topcal must refuse: links, pipes, read-only files, folders, a device (and each command's inputs)
+    special = [data_dir / n for n in ("link.csv", "fifo.csv", "ro.csv", "folder.csv")] + [Path("/dev/null")]
+    runs = []
+    for i in range(40):
+        method, name = params[int(rng.integers(len(params)))]
+        runs.append(["fit", data_dir / "data.csv", "--method", method, "--param", f"{name}={rng.choice(huge)}",
+                     "-o", out / f"f{i}.json"])
+    for i in range(30):
+        seed = str(rng.choice(["-1", "0", "4294967296", "1" + "0" * 310]))
+        boot = str(rng.choice(["0", "-1", "99999999999999999999", "2"]))
+        extra = ["--priors", data_dir / "p.csv"] if rng.uniform() < 0.3 else [data_dir / "use.csv"]
+        targets = special + [data_dir / "m.json", extra[-1]]
+        target = targets[int(rng.integers(len(targets)))] if rng.uniform() < 0.6 else out / f"a{i}.json"
+        runs.append(["adapt", data_dir / "m.json", *extra, "--seed", seed, "--bootstrap", boot, "-o", target])
+    for target in special + [data_dir / "use.csv", data_dir / "m.json"]:
+        runs.append(["apply", data_dir / "m.json", data_dir / "use.csv", "-o", target])
+    for target in special + [data_dir / "data.csv"]:
+        runs.append(["fit", data_dir / "data.csv", "--method", "hist", "-o", target])
+    by_script = set(rng.choice(len(runs), 6, replace=False).tolist())
+    codes = [(_run_script if i in by_script else _run_inprocess)(args) for i, args in enumerate(runs)]
+    assert _state(data_dir) == before
+    assert (data_dir / "link.csv").is_symlink() and (data_dir / "folder.csv").is_dir()
+    assert not [p for p in [*data_dir.iterdir(), *out.iterdir()] if "topcal-partial" in p.name]
+    assert codes.count(2) > 60 and codes.count(0) > 5

@@ -264,7 +264,7 @@ def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path):
     proc = subprocess.Popen([str(TOPCAL), "report", str(top_csv), "--in-sample", "-o", str(rep)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and not any(p.name.endswith(".topcal-tmp") for p in tmp_path.iterdir()):
+    while time.time() < deadline and not any("topcal-partial" in p.name for p in tmp_path.iterdir()):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

@@ -6,13 +6,23 @@
 * :func:`atomic_write` writes to a temporary file in the target's folder and
   renames it over the target only when the write succeeded; on any failure
   the temporary file is removed and a pre-existing target is left untouched.
-* :func:`report_dir` does the same for a folder of files (the HTML report):
-  the new folder is built beside the target and swapped in at the end. It
-  only replaces a folder that is empty or that topcal made (it holds the
-  marker file :data:`MARKER` listing the files topcal wrote there, and
-  nothing else); a folder holding other files is refused unless
-  ``force=True``, which then writes topcal's files into it and deletes
-  nothing it did not write.
+  It **refuses** (never writes through, never replaces) a target that is a
+  symbolic link, a device, pipe or socket, or a write-protected file: topcal
+  only replaces regular files it may write.
+* :func:`report_dir` does the same for a folder of files (the HTML report,
+  Dask's Parquet output): the new folder is built beside the target and
+  swapped in at the end. It only replaces a folder that is empty or that
+  topcal made (it holds the marker file :data:`MARKER` listing the files
+  topcal wrote there, and nothing else); a folder holding other files is
+  refused unless ``force=True``, which then writes topcal's files into it
+  and deletes nothing it did not write. Marker entries that leave the folder
+  (``..``, absolute paths) or pass through a link are ignored, and a link
+  where topcal would write is refused.
+
+Temporary files and folders are named ``.<target>.topcal-partial-<pid>-<random>``
+(``.tmp`` for files): a run killed outright (SIGKILL, power loss) leaves one
+behind, and the next run writing the same target removes those whose process
+is gone.
 """
 
 from __future__ import annotations
@@ -20,15 +30,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .errors import TopcalError
 
-__all__ = ["check_output", "atomic_write", "write_text", "report_dir", "check_report_dir", "MARKER"]
+__all__ = ["check_output", "atomic_write", "write_text", "report_dir", "check_report_dir", "check_writable",
+           "MARKER", "PARTIAL"]
 
 #: Marker file of a topcal-made folder; it lists the files topcal wrote there.
 MARKER = ".topcal-report"
+#: Part of the name of every temporary file or folder topcal writes beside a target.
+PARTIAL = "topcal-partial"
 
 
 def _why(exc: OSError) -> str:
@@ -65,26 +79,88 @@ def _new_file_mode() -> int:
     return 0o666 & ~_umask()
 
 
+def check_writable(target) -> None:
+    """Raise TopcalError unless ``target`` is missing or a writable regular file (not a link, device or folder)."""
+    target = Path(target)
+    if target.is_symlink():
+        raise TopcalError(f"{str(target)!r} is a symbolic link; topcal neither writes through nor replaces links: "
+                          "give the real path or a new file name")
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise TopcalError(f"cannot write {str(target)!r}: {_why(exc)}; check the path") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TopcalError(f"{str(target)!r} is a folder; give a file name to write")
+    if not stat.S_ISREG(st.st_mode):
+        raise TopcalError(f"{str(target)!r} is not a regular file (a device, pipe or socket); topcal neither writes "
+                          "through nor replaces special files: give a file name")
+    if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise TopcalError(f"{str(target)!r} is write-protected; topcal does not replace read-only files: make it "
+                          "writable (chmod u+w) or give another file name")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or a number we cannot ask about): leave it alone
+    return True
+
+
+def _remove_stale(folder: Path, name: str) -> None:
+    """Remove ``.<name>.topcal-partial-<pid>-*`` temporaries in ``folder`` left by runs that were killed."""
+    prefix = f".{name}.{PARTIAL}-"
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in entries:
+        if not e.name.startswith(prefix):
+            continue
+        pid = e.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if e.is_symlink():
+                continue
+            if e.is_dir():
+                shutil.rmtree(e.path, ignore_errors=True)
+            elif e.is_file():
+                os.unlink(e.path)
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name}.{PARTIAL}-{os.getpid()}-"
+
+
 @contextlib.contextmanager
 def atomic_write(path):
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed.
 
-    OSErrors (missing folder, no permission, full disk) become one-line TopcalErrors.
+    A target that is a link, a special file or write-protected is refused
+    (:func:`check_writable`), before anything is written and again before the
+    rename. OSErrors (missing folder, no permission, full disk) become
+    one-line TopcalErrors.
     """
     target = Path(path)
-    if target.is_dir():
-        raise TopcalError(f"{str(target)!r} is a folder; give a file name to write")
+    check_writable(target)
     folder = target.parent
     if not folder.is_dir():
         raise TopcalError(f"cannot write {str(target)!r}: the folder {str(folder)!r} does not exist")
+    _remove_stale(folder, target.name)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target.name), suffix=".tmp", dir=folder)
     except OSError as exc:
         raise TopcalError(f"cannot write {str(target)!r}: {_why(exc)}; check the path") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
+        check_writable(target)  # it may have changed while the output was computed
         mode = target.stat().st_mode & 0o7777 if target.exists() else _new_file_mode()
         os.chmod(tmp, mode)
         os.replace(tmp, target)
@@ -101,16 +177,25 @@ def write_text(path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def _inside(rel: str) -> bool:
+    """A marker entry that stays inside its folder: relative, no ``..``, no drive or backslash tricks."""
+    p = PurePosixPath(rel)
+    return bool(rel) and not p.is_absolute() and ".." not in p.parts and "\\" not in rel and "\x00" not in rel
+
+
 def _listed(folder: Path) -> set[str] | None:
-    """Files (relative, '/'-separated) the marker of ``folder`` says topcal wrote; None without a marker."""
+    """Files (relative, '/'-separated) the marker of ``folder`` says topcal wrote; None without a marker.
+
+    Entries that would leave the folder are dropped: a marker is a file anyone can edit.
+    """
     marker = folder / MARKER
-    if not marker.is_file():
+    if marker.is_symlink() or not marker.is_file():
         return None
     try:
         lines = marker.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    return {ln.strip() for ln in lines[1:] if ln.strip()}
+    return {s for s in (ln.strip() for ln in lines[1:]) if _inside(s)}
 
 
 def _contents(folder: Path) -> set[str]:
@@ -118,79 +203,144 @@ def _contents(folder: Path) -> set[str]:
     for root, dirs, files in os.walk(folder):
         rel = Path(root).relative_to(folder)
         for name in files:
-            out.add((rel / name).as_posix())
+            p = Path(root) / name
+            out.add((rel / name).as_posix() + ("@" if p.is_symlink() else ""))
         for name in dirs:
             sub = Path(root) / name
-            if sub.is_symlink() or not any(sub.iterdir()):
+            if sub.is_symlink():
+                out.add((rel / name).as_posix() + "@")  # a link is never topcal's (it writes none)
+            elif not any(sub.iterdir()):
                 out.add((rel / name).as_posix() + "/")
     return out
 
 
 def _foreign(folder: Path) -> list[str]:
-    """Entries of ``folder`` that topcal did not write there (sorted)."""
+    """Entries of ``folder`` that topcal did not write there (sorted; links end in '@')."""
     listed = _listed(folder) or set()
     dirs = {p.rsplit("/", 1)[0] + "/" for p in listed if "/" in p}
     return sorted(p for p in _contents(folder) if p != MARKER and p not in listed and p not in dirs)
 
 
-def check_report_dir(out, force: bool = False) -> None:
-    """Raise TopcalError unless ``out`` may receive a report (see the module docstring)."""
+def _link_on_the_way(out: Path, rel: str) -> str | None:
+    """The first component of ``out/rel`` (below ``out``) that is a link or not a folder where one is needed."""
+    cur = out
+    parts = PurePosixPath(rel).parts
+    for i, part in enumerate(parts):
+        cur = cur / part
+        if cur.is_symlink():
+            return "/".join(parts[: i + 1])
+        if i < len(parts) - 1 and cur.exists() and not cur.is_dir():
+            return "/".join(parts[: i + 1])
+    return None
+
+
+def _check_folder_path(out: Path, what: str) -> None:
+    if out.is_symlink():
+        raise TopcalError(f"the {what} {str(out)!r} is a symbolic link; topcal does not write through links: "
+                          "give the real folder or a new name")
+    here = Path.cwd().resolve()
+    real = out.resolve()
+    if real == here or real in here.parents:
+        raise TopcalError(f"the {what} {str(out)!r} is the current folder or holds it; give a new folder name, "
+                          "e.g. -o results")
+
+
+def check_report_dir(out, force: bool = False, *, what: str = "report folder", writes=("index.html", "figures"),
+                     inputs=()) -> None:
+    """Raise TopcalError unless ``out`` may receive a report (see the module docstring).
+
+    ``writes``: top-level names topcal will write (checked for links with
+    ``force``); ``inputs``: paths read by the command, which must not lie
+    inside ``out``.
+    """
     out = Path(out)
+    _check_folder_path(out, what)
     if out.exists() and not out.is_dir():
-        raise TopcalError(f"the report folder {str(out)!r} exists and is not a folder; choose another -o DIR")
-    if out.is_dir() and not force:
+        raise TopcalError(f"the {what} {str(out)!r} exists and is not a folder; choose another -o DIR")
+    real = out.resolve()
+    for inp in inputs:
+        if inp is None:
+            continue
+        p = Path(inp).resolve()
+        if p == real or real in p.parents:
+            raise TopcalError(f"the {what} {str(out)!r} holds the input {str(inp)!r}, which writing the folder "
+                              "would replace; choose another -o DIR")
+    if out.is_dir():
         foreign = _foreign(out)
-        if foreign:
+        if foreign and not force:
             shown = ", ".join(repr(f) for f in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            raise TopcalError(
-                f"the report folder {str(out)!r} holds files topcal did not write ({shown}); "
-                "choose a new or empty folder, or pass --force to write index.html and figures/ into it "
-                "(other files are kept)"
-            )
+            how = ("choose a new or empty folder, or pass --force to write index.html and figures/ into it "
+                   "(other files are kept)" if writes else
+                   "choose a new or empty folder (topcal replaces only a folder it wrote itself)")
+            raise TopcalError(f"the {what} {str(out)!r} holds files topcal did not write ({shown}); {how}")
+        if foreign:
+            for rel in (*writes, MARKER):
+                bad = _link_on_the_way(out, rel)
+                if bad is not None:
+                    raise TopcalError(f"{bad!r} in the {what} {str(out)!r} is a link or not a folder; topcal does "
+                                      "not write through links: remove it or choose another folder")
+
+
+def _unlink_inside(out: Path, rel: str) -> None:
+    """Delete the regular file ``out/rel`` unless a link or a non-folder lies on the way."""
+    if _link_on_the_way(out, rel) is None:
+        p = out / rel
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(p.lstat().st_mode):
+                p.unlink()
 
 
 @contextlib.contextmanager
-def report_dir(out, force: bool = False):
+def report_dir(out, force: bool = False, *, what: str = "report folder", writes=("index.html", "figures"),
+               inputs=()):
     """Yield a fresh staging folder; on success its files become the folder ``out``.
 
     ``out`` missing, empty or topcal-made: the staged folder replaces it as a
     whole (an interrupted run leaves the old folder as it was). With
     ``force=True`` and other files in ``out``: the staged files are moved in
     one by one, replacing files of the same name, and only files an earlier
-    topcal run listed in the marker are deleted.
+    topcal run listed in the marker are deleted. Links on the way are refused.
     """
-    out = Path(out)
-    check_report_dir(out, force)
+    out = Path(os.path.abspath(out))
+    check_report_dir(out, force, what=what, writes=writes, inputs=inputs)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".topcal-tmp", dir=out.parent))
+        _remove_stale(out.parent, out.name)
+        stage = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".tmp", dir=out.parent))
     except OSError as exc:
-        raise TopcalError(f"cannot create the report folder {str(out)!r}: {_why(exc)}") from None
+        raise TopcalError(f"cannot create the {what} {str(out)!r}: {_why(exc)}") from None
     try:
         yield stage
         written = sorted(_contents(stage))
         (stage / MARKER).write_text("files written by topcal; it may replace this folder\n"
                                     + "".join(f"{f}\n" for f in written), encoding="utf-8")
         os.chmod(stage, 0o777 & ~_umask())
-        check_report_dir(out, force)  # the folder may have changed while the report was computed
+        check_report_dir(out, force, what=what, writes=writes, inputs=inputs)  # it may have changed meanwhile
         if not out.exists():
             os.rename(stage, out)
         elif not _foreign(out):
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".topcal-old", dir=out.parent))
+            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".old", dir=out.parent))
             os.rmdir(old)
             os.rename(out, old)
             os.rename(stage, out)
             shutil.rmtree(old, ignore_errors=True)
         else:  # force, into a folder with other files
+            for rel in written + [MARKER]:
+                bad = _link_on_the_way(out, rel.rstrip("/"))
+                if bad is not None or (not rel.endswith("/") and (out / rel).is_dir()):
+                    raise TopcalError(f"{bad or rel!r} in the {what} {str(out)!r} is a link or a folder where topcal "
+                                      "writes a file; remove it or choose another folder")
             before = _listed(out) or set()
             for rel in written + [MARKER]:
                 dest = out / rel
+                if rel.endswith("/"):  # an empty folder
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(stage / rel, dest)
-            for rel in before - set(written):
-                with contextlib.suppress(OSError):
-                    (out / rel).unlink()
+            for rel in sorted(before - set(written) - {MARKER}):
+                _unlink_inside(out, rel)
     except OSError as exc:
-        raise TopcalError(f"cannot write the report folder {str(out)!r}: {_why(exc)}") from None
+        raise TopcalError(f"cannot write the {what} {str(out)!r}: {_why(exc)}") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)

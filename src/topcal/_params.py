@@ -35,8 +35,8 @@ class Interval:
     def ok(self, v: Any) -> bool:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             return False
-        if self.integer and not float(v).is_integer():
-            return False
+        if self.integer and not isinstance(v, numbers.Integral) and not float(v).is_integer():
+            return False  # (an int is compared as an int: float() of one above 1.8e308 overflows)
         if v != v:  # NaN
             return False
         if self.lo is not None:
@@ -98,4 +98,10 @@ def validate_params(owner: str, constraints: dict, params: dict) -> None:
     for name, rule in constraints.items():
         v = params[name]
         if not rule.ok(v):
-            raise ParameterError(f"{owner}: parameter {name!r} must be {rule}, got {v!r}")
+            raise ParameterError(f"{owner}: parameter {name!r} must be {rule}, got {_short(v)}")
+
+
+def _short(v) -> str:
+    """``repr(v)``, shortened in the middle when long (an integer of 400 digits)."""
+    text = repr(v)
+    return text if len(text) <= 60 else f"{text[:25]}...{text[-10:]} ({len(text)} characters)"

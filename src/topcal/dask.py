@@ -284,40 +284,55 @@ def _is_vector(ddf, options) -> bool:
     return layout_columns([str(c) for c in ddf.columns], **options)[3]
 
 
+def _input_files(path) -> list:
+    """The files a Parquet path (file, directory or glob) names, for the output-folder check."""
+    import glob
+    from pathlib import Path
+
+    p = Path(str(path))
+    if p.is_dir():
+        return [p] + [q for q in p.rglob("*")]
+    return [Path(q) for q in glob.glob(str(path))] or [p]
+
+
 def apply_file(model, path, output, *, interval=None, **options) -> None:
     """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the current Dask client.
 
-    ``output`` ending in ``.csv`` is one CSV file, anything else a directory
-    of Parquet files. It is written beside the target first and moved into
-    place only when complete (a failed run leaves no partial output, and an
-    existing output stays as it was). New data take the model's score range
-    unless ``options`` give one (:func:`topcal.stream.model_read_options`).
+    ``output`` ending in ``.csv`` is one CSV file (:func:`topcal._fileio.atomic_write`),
+    anything else a folder of Parquet files, which follows the report's rule
+    (:func:`topcal._fileio.report_dir`): it must be new, empty or written by
+    topcal (marker file ``.topcal-report``), never one holding other files or
+    the input. Either is written beside the target first and moved into place
+    only when complete (a failed run leaves no partial output, and an existing
+    output stays as it was). New data take the model's score range unless
+    ``options`` give one (:func:`topcal.stream.model_read_options`).
     """
-    import shutil
     from pathlib import Path
 
+    from ._fileio import atomic_write, check_report_dir, report_dir
     from .stream import model_read_options
 
+    out = Path(output)
+    as_csv = out.suffix.lower() == ".csv"
+    inputs = _input_files(path)
+    if not as_csv:  # refuse before the cluster computes anything
+        check_report_dir(out, what="output folder", writes=(), inputs=inputs)
     ddf = read_parquet(path)
     options = model_read_options(model, path, {**options, "label_column": None}, columns=list(ddf.columns))
     result = apply(model, ddf, interval=interval, **options)
-    out = Path(output)
-    tmp = out.with_name(f".{out.name}.tmp")
+    target = atomic_write(out) if as_csv else report_dir(out, what="output folder", writes=(), inputs=inputs)
     try:
-        if out.suffix.lower() == ".csv":
-            result.to_csv(str(tmp), single_file=True, index=False)
-        else:
-            result.to_parquet(str(tmp), write_index=False)
-        if out.is_dir():
-            shutil.rmtree(out)
-        tmp.replace(out)
+        with target as tmp:
+            if as_csv:
+                result.to_csv(str(tmp), single_file=True, index=False)
+            else:
+                result.to_parquet(str(tmp), write_index=False)
     except TopcalError:
         raise
     except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {msg}") from None
-    finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
+        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {_first_line(exc)}") from None
+
+
+def _first_line(exc) -> str:
+    """The first line of an exception's message (worker errors arrive with their remote traceback text)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -42,6 +42,7 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
 from sklearn.model_selection import check_cv
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
@@ -50,6 +51,11 @@ from .data import TopLabelData
 from .errors import DataError, NotFittedError, ParameterError
 
 __all__ = ["TopLabelCalibratedClassifier", "distribute_rest"]
+
+
+class _Unfitted(NotFittedError, SklearnNotFittedError):
+    """Used before fit: topcal's NotFittedError and scikit-learn's alike (either ``except`` catches it)."""
+
 
 #: The parameters of the meta-estimator itself; every other keyword is a
 #: parameter of the calibration method.
@@ -273,7 +279,10 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
 
     # ------------------------------------------------------------ predict
     def _check(self):
-        check_is_fitted(self, "calibrator_")
+        try:
+            check_is_fitted(self, "calibrator_")
+        except SklearnNotFittedError:
+            raise _Unfitted(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first") from None
 
     def _unlabelled(self, X) -> TopLabelData:
         self._check()
@@ -305,7 +314,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
             With ``interval`` (as scikit-learn's ``predict(X, return_std=True)``
             returns a tuple).
         """
-        data = self._unlabelled(X)
+        data = self._unlabelled(X)  # checks the estimator is fitted first
         conf = self.calibrator_.predict(data)
         if interval is None:
             return conf

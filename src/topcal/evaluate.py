@@ -127,8 +127,10 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
         if np.any(y <= 0.0) or np.any(y >= 1.0):
             certain.append(c)
     if certain:
+        fix = ("use shrinkage (the default) or auto" if "shrinkage" in model.get_params() else
+               f"{name} has no shrinkage: compare a shrunk method (kde-mon2, hist) or auto")
         out.append(f"{name}: the curve reaches confidence 0 or 1 for {_few(certain)}; a held-out mistake there costs "
-                   "27.6 nats: use shrinkage (the default) or auto")
+                   f"27.6 nats: {fix}")
     floor = []
     for k, st in enumerate(getattr(model, "class_state_", []) or []):
         if isinstance(st, dict) and st.get("b_range") and np.isfinite(st.get("bandwidth", np.nan)):

@@ -14,6 +14,7 @@ import numpy as np
 
 from .errors import TopcalError
 from .labelshift import AdaptedCalibrator
+from .plots.draw import plain, plain_all
 
 __all__ = ["LabelShiftView", "label_shift_view", "plot_label_shift"]
 
@@ -101,7 +102,7 @@ def plot_label_shift(view: LabelShiftView, *, fig=None):
     for r in b2:
         r.set_gid("priors:use")
     if K <= 30:
-        ax.set_xticks(x, view.classes, rotation=45 if K > 8 else 0, ha="right" if K > 8 else "center", fontsize=8)
+        ax.set_xticks(x, plain_all(view.classes), rotation=45 if K > 8 else 0, ha="right" if K > 8 else "center", fontsize=8)
     else:
         ax.set_xlabel("class index")
     ax.set_ylabel("class prior")
@@ -114,7 +115,7 @@ def plot_label_shift(view: LabelShiftView, *, fig=None):
         (l1,) = a.plot(s, after, color="tab:blue", lw=1.6, label="after (use-set priors)")
         l0.set_gid(f"curve-before:{name}")
         l1.set_gid(f"curve-after:{name}")
-        a.set_title(name, fontsize=8.5)
+        a.set_title(plain(name), fontsize=8.5)
         a.set_xlim(*view.score_range)
         a.set_ylim(0, 1.02)
         a.tick_params(labelsize=7)

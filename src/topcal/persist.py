@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from ._version import __version__
@@ -174,7 +175,12 @@ def save(model, path) -> None:
 
 
 def load(path):
-    """Read a model saved with :func:`save` (or ``topcal fit -o``)."""
+    """Read a model saved with :func:`save` (or ``topcal fit -o``); ``path`` is a str, bytes or path object."""
+    if isinstance(path, (bytes, bytearray)):
+        path = os.fsdecode(bytes(path))
+    if not isinstance(path, (str, os.PathLike)):
+        raise ModelFileError(f"the model file must be given as a path (str, bytes or pathlib.Path), got "
+                             f"{type(path).__name__}; for a model's JSON text use topcal.persist.loads")
     try:
         text = Path(path).read_text()
     except FileNotFoundError:

@@ -226,7 +226,7 @@ class ShrinkageConstraint:
             return v in self.rules
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             return False
-        return bool(np.isfinite(v) and 0 <= v <= 1e12)
+        return bool(0 <= v <= 1e12)  # also false for NaN; no float(): an int above 1.8e308 would overflow
 
     def __str__(self) -> str:
         return "'auto' (one pseudo-count for all classes, by leave-one-out NLL), 'class' (one per class), " \

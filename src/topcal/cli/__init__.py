@@ -58,8 +58,9 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def _terminate_cleanly():
-    """On SIGTERM (e.g. `kill`, a scheduler's time limit) unwind like Ctrl-C, so half-written outputs are
-    removed; returns a function that restores the previous handler."""
+    """On SIGTERM (e.g. `kill`, a scheduler's time limit) and SIGHUP (the terminal closed) unwind like
+    Ctrl-C, so half-written outputs are removed; returns a function that restores the previous handlers.
+    (SIGKILL cannot be caught: its temporary files are removed by the next run writing the same output.)"""
     import signal
     import threading
 
@@ -68,8 +69,14 @@ def _terminate_cleanly():
 
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    sigs = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {s: signal.signal(s, handler) for s in sigs}
+
+    def restore():
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return restore
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,7 @@ from ..errors import TopcalError
 
 __all__ = ["Parser", "UsageError", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
            "check_scale_args", "RowProgress", "DaskSession", "parse_param", "progress", "one_line", "rows_hint",
-           "format_value", "format_table", "overall_table", "per_class_table"]
+           "format_value", "format_table", "overall_table", "per_class_table", "MAX_TABLE_CLASSES", "similar_once"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -113,31 +113,56 @@ class RowProgress:
 
 
 class DaskSession:
-    """A Dask client: at ``--scheduler`` or on a LocalCluster started (and closed) here."""
+    """A Dask client: at ``--scheduler`` or on a LocalCluster started (and closed) here.
+
+    Dask's own log lines (a worker's "Compute Failed" with its remote traceback,
+    cancelled tasks at shutdown) are silenced: the error a task raised reaches
+    the command, which prints it as its one ``error:`` line.
+    """
 
     def __init__(self, address: str | None):
         self.address = address
 
     def __enter__(self):
+        import logging
+
         try:
             from distributed import Client, LocalCluster
         except ImportError:
             raise TopcalError("--engine dask needs dask; install it with: pip install 'topcal[dask]'") from None
         self.cluster = None
+        self.client = None
+        self._log = logging.getLogger("distributed")
+        self._level = self._log.level
+        self._log.setLevel(logging.CRITICAL)
         try:
             if self.address:
                 self.client = Client(self.address, timeout="20s")
             else:
-                self.cluster = LocalCluster(dashboard_address=None)
-                self.client = Client(self.cluster)
-        except (OSError, TimeoutError) as exc:
-            raise TopcalError(f"cannot connect to the Dask scheduler {self.address!r}: {exc}") from None
+                import warnings
+
+                with warnings.catch_warnings():  # dask's own start-up notes ("Port 8787 is already in use")
+                    warnings.simplefilter("ignore")
+                    self.cluster = LocalCluster(dashboard_address=None, silence_logs=logging.CRITICAL)
+                    self.client = Client(self.cluster)
+        except Exception as exc:  # noqa: BLE001 - a bad address raises ValueError, TypeError, OSError, TimeoutError
+            self._close()
+            where = f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"
+            hint = "; give an address like tcp://HOST:8786" if self.address else ""
+            raise TopcalError(f"cannot connect to {where}: {one_line(exc)[:300]}{hint}") from None
         return self.client
 
+    def _close(self):
+        for thing in (self.client, self.cluster):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # noqa: BLE001 - closing after an error already reported
+                    pass
+        self._log.setLevel(self._level)
+
     def __exit__(self, *exc):
-        self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+        self._close()
         return False
 
 
@@ -147,7 +172,7 @@ def parse_param(text: str):
     key, raw = text.split("=", 1)
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
+    except ValueError:  # JSONDecodeError, or an integer of more than 4300 digits
         value = raw  # plain strings need no quotes: --param strategy=quantile
     return key.strip(), value
 
@@ -180,25 +205,54 @@ def read(path, args):
 
 
 def overall_table(result: dict) -> str:
-    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *)."""
+    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not ranked on ECE)."""
     from ..evaluate import METRICS
+    from ..report.page import UNRANKED_NOTE, ranked
 
     methods = list(result["methods"])
-    best = {x: min(result["methods"][m][x]["overall"] for m in methods) for x in METRICS}
+    best = {x: min((result["methods"][m][x]["overall"] for m in ranked(methods, x)), default=None) for x in METRICS}
     rows = [[m] + [result["methods"][m][x]["overall"] for x in METRICS] for m in methods]
     text = format_table(["method"] + [x.upper() for x in METRICS], rows)
     lines = text.splitlines()
     for i, m in enumerate(methods):
-        marks = [x.upper() for x in METRICS if np.isclose(result["methods"][m][x]["overall"], best[x], rtol=1e-9)]
+        marks = [x.upper() for x in METRICS if m in ranked([m], x) and best[x] is not None
+                 and np.isclose(result["methods"][m][x]["overall"], best[x], rtol=1e-9)]
         if marks:
             lines[i + 2] += "   best " + ",".join(marks)
+    if "conf1" in methods:
+        lines.append(f"({UNRANKED_NOTE})")
     return "\n".join(lines)
 
 
-def per_class_table(result: dict, metric: str = "nll") -> str:
-    """Classes as rows, methods as columns."""
+#: Classes a console per-class table lists at most (the largest ones); --csv/--json give every class.
+MAX_TABLE_CLASSES = 30
+
+
+def per_class_table(result: dict, metric: str = "nll", sizes=None) -> str:
+    """Classes as rows, methods as columns; with ``sizes`` (positives per class, in class order) and more than
+    :data:`MAX_TABLE_CLASSES` classes, only the largest ones, with a note."""
     methods = list(result["methods"])
     classes = list(result["methods"][methods[0]][metric]["per_class"])
+    note = ""
+    if sizes is not None and len(classes) > MAX_TABLE_CLASSES:
+        keep = set(np.argsort(-np.asarray(sizes, dtype=np.float64), kind="stable")[:MAX_TABLE_CLASSES].tolist())
+        note = (f"\n({MAX_TABLE_CLASSES} of {len(classes)} classes shown, those with the most positives; "
+                "--csv or --json list every class)")
+        classes = [c for i, c in enumerate(classes) if i in keep]
     rows = [[c] + [result["methods"][m][metric]["per_class"][c] for m in methods] for c in classes]
     rows.append(["overall"] + [result["methods"][m][metric]["overall"] for m in methods])
-    return format_table(["class"] + methods, rows)
+    return format_table(["class"] + methods, rows) + note
+
+
+def similar_once(messages, max_lines: int = MAX_TABLE_CLASSES) -> list:
+    """Messages for the console, each kind once: messages that differ only in their bracketed lists (one per
+    fold, naming other classes) become the first of them plus a count; at most ``max_lines`` lines."""
+    import re
+
+    groups: dict = {}
+    for m in messages:
+        groups.setdefault(re.sub(r"\[[^\]]*\]|\([^)]*\)|\d+(\.\d+)?", "#", m), []).append(m)
+    lines = [ms[0] + (f" (and {len(ms) - 1} similar)" if len(ms) > 1 else "") for ms in groups.values()]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + [f"... and {len(lines) - max_lines} more (--json lists every warning)"]
+    return lines

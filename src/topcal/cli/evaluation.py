@@ -12,13 +12,13 @@ import sys
 
 from ..errors import TopcalError
 from .common import (add_data_options, format_table, overall_table, parse_param, per_class_table, progress,
-                     read)
+                     read, similar_once)
 
 __all__ = ["add_commands", "method_params"]
 
 
-#: The report's warnings printed on stderr (all of them are on the page): thousands of classes
-#: give thousands of per-class findings.
+#: Lines of the report's warnings printed on stderr (all of them are on the page); a kind that
+#: repeats over classes is already one line.
 MAX_PRINTED_FINDINGS = 30
 
 
@@ -162,12 +162,20 @@ def _cmd_report(args) -> int:
                        folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param),
                        force=args.force, adapted=adapted, thresholds=acceptance)
     print(f"report: {res.path}")
-    for f in res.findings[:MAX_PRINTED_FINDINGS]:
-        print(f"  warning: {f.text}", file=sys.stderr)
-    if len(res.findings) > MAX_PRINTED_FINDINGS:
-        print(f"  ... and {len(res.findings) - MAX_PRINTED_FINDINGS} more warnings: see the report's Warnings section",
-              file=sys.stderr)
+    for line in _finding_lines(res.findings):
+        print(f"  warning: {line}", file=sys.stderr)
     return 0
+
+
+def _finding_lines(findings) -> list:
+    """The report's warnings for the console: a kind that repeats (over many classes) is one line."""
+    from ..report import FindingGroup, group_findings
+
+    lines = [g.summary() if isinstance(g, FindingGroup) else g.text for g in group_findings(findings)]
+    if len(lines) > MAX_PRINTED_FINDINGS:
+        lines = lines[:MAX_PRINTED_FINDINGS] + [f"... and {len(lines) - MAX_PRINTED_FINDINGS} more: see the "
+                                                "report's Warnings section"]
+    return lines
 
 
 _PROTOCOL_TEXT = {
@@ -219,7 +227,8 @@ def _cmd_compare(args) -> int:
     print("protocol: " + _PROTOCOL_TEXT[res["protocol"]].format(folds=res["folds"]))
     print(overall_table(res))
     print("\nper-class NLL")
-    print(per_class_table(res, "nll"))
+    tp, fp = data.class_counts()
+    print(per_class_table(res, "nll", sizes=tp + fp))
     if res["skipped"]:
         print("\nnot run (need full score vectors): " + ", ".join(res["skipped"]))
     if res["failed"]:
@@ -227,7 +236,7 @@ def _cmd_compare(args) -> int:
     notes = [m for msgs in res["warnings"].values() for m in msgs]
     if notes:
         print(f"\nwarnings ({len(notes)}):")
-        for m in notes:
+        for m in similar_once(notes):
             print(f"  - {m}")
     return 0
 
@@ -243,7 +252,7 @@ def _cmd_demo(args) -> int:
     for metric in ("nll", "ece1"):
         print(f"\nper-class {metric.upper()} ({res.comparison['folds']}-fold cross-fitted: every sample scored by a "
               "model fitted without it)")
-        print(per_class_table(res.comparison, metric))
+        print(per_class_table(res.comparison, metric, sizes=sum(data.class_counts())))
     print("\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself numbers)")
     print(overall_table(res.comparison))
     from ..calibrators import available_methods
@@ -254,7 +263,7 @@ def _cmd_demo(args) -> int:
         print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(left_out))
     if res.findings:
         print(f"\nwarnings ({len(res.findings)}):")
-        for f in res.findings:
-            print(f"  - {f.text}")
+        for line in _finding_lines(res.findings):
+            print(f"  - {line}")
     print(f"\nreport (look at every figure before trusting a method): {res.path.resolve()}")
     return 0

@@ -210,12 +210,20 @@ def _cmd_adapt(args) -> int:
 
     if args.bootstrap < 0:
         raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
+    from ..labelshift.estimates import MAX_BOOTSTRAP
+
+    if args.bootstrap > MAX_BOOTSTRAP:
+        raise TopcalError(f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long before), "
+                          f"got {_short_int(args.bootstrap)}")
+    if not 0 <= args.seed <= 2**32 - 1:
+        raise TopcalError(f"--seed must be an integer in [0, 4294967295], got {_short_int(args.seed)}")
     shrink = args.shrink
     if shrink != "auto":
         try:
             shrink = float(shrink)
         except ValueError:
             raise TopcalError(f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}") from None
+    check_output(args.output, [args.model, args.data, args.priors, args.test], "adapted model file")
     model = load(args.model)
     if args.data is None and args.priors is None:
         raise TopcalError("give the use set (DATA) to estimate its class priors, or --priors P.csv")
@@ -249,6 +257,11 @@ def _cmd_adapt(args) -> int:
     if len(rows) > 30:
         print(f"... {len(rows) - 30} more classes: topcal describe {args.output}")
     return 0
+
+
+def _short_int(v: int) -> str:
+    text = str(v)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 def _cmd_methods(args) -> int:

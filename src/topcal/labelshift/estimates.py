@@ -12,10 +12,14 @@ from ..calibrators.base import Calibrator
 from ..calibrators.wrapper import Wrapper
 from ..confusion import ConfusionStats
 from ..data import TopLabelData, rows_by_class
+from .._params import Interval
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
 from .safety import Shrink, choose_shrink, shrink_priors
 from .estimators import (ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
                          bcts_probs, em_priors, fit_bcts, shrunk_fp_mix)
+
+#: Most bootstrap resamples :func:`estimate_priors` runs (a request for 10^20 used to run until killed).
+MAX_BOOTSTRAP = 100_000
 
 __all__ = [
     "PriorEstimate",
@@ -273,6 +277,11 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         raise ParameterError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
         raise ParameterError(f"n_bootstrap must be an integer >= 0; got {n_bootstrap!r}")
+    if n_bootstrap > MAX_BOOTSTRAP:
+        raise ParameterError(f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the estimator; "
+                             f"the percentile interval settles long before); got {str(n_bootstrap)[:30]}")
+    if seed is not None and not Interval(0, 2**32 - 1, integer=True).ok(seed):
+        raise ParameterError(f"seed must be an integer in [0, 2**32 - 1] (or None); got {seed!r:.40}")
     if isinstance(level, bool) or not (isinstance(level, (int, float)) and 0 < level < 1):
         raise ParameterError(f"level must be a number strictly between 0 and 1; got {level!r}")
     check_nonneg("fp_pseudocount", fp_pseudocount)

@@ -23,10 +23,13 @@ __all__ = [
     "plot_paired_bars",
     "plot_added_samples",
     "METHOD_COLORS",
+    "plain",
+    "plain_all",
 ]
 
-#: Colour of each method's curve (paper colours where the paper fixes one:
-#: Conf_KDE blue, b_mon2 magenta, b_opt maroon, Conf_Cum* green, Conf_Hist black).
+#: Colour of each method's curve and bar (paper colours where the paper fixes one: Conf_KDE blue,
+#: b_mon2 magenta, b_opt maroon, Conf_Cum* green, Conf_Hist black); no two methods share one, so
+#: every method of a bar chart is told apart (``uncalibrated`` bars are grey).
 METHOD_COLORS = {
     "hist": "black",
     "kde": "slateblue",
@@ -38,20 +41,32 @@ METHOD_COLORS = {
     "cum-median": "tab:olive",
     "cum-opt": "tab:green",
     "conf1": "0.45",
-    "sts": "tab:red",
-    "csts": "tab:orange",
-    "tswa": "tab:green",
+    "sts": "tab:orange",
+    "csts": "chocolate",
+    "tswa": "yellowgreen",
     "cstswa": "tab:purple",
     "bts": "tab:pink",
     "btswa": "darkgoldenrod",
+    "auto": "teal",
 }
-_FALLBACK_COLORS = ["tab:brown", "tab:pink", "darkgoldenrod", "teal", "navy", "crimson"]
+_FALLBACK_COLORS = [c for c in ("tab:brown", "navy", "crimson", "darkseagreen", "orchid", "steelblue", "sienna",
+                                "darkkhaki") if c not in METHOD_COLORS.values()]
+
 
 def _color(name: str, order: list[str]) -> str:
     if name in METHOD_COLORS:
         return METHOD_COLORS[name]
     extra = [m for m in order if m not in METHOD_COLORS]
     return _FALLBACK_COLORS[extra.index(name) % len(_FALLBACK_COLORS)] if name in extra else "tab:brown"
+
+
+def plain(text) -> str:
+    """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start matplotlib's math mode."""
+    return str(text).replace("$", r"\$")
+
+
+def plain_all(texts) -> list:
+    return [plain(t) for t in texts]
 
 
 # -------------------------------------------------------------------- draw
@@ -191,7 +206,7 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
         ax2.set_ylim(0, 1.1)
         ax2.set_title("Conf1 = |TP| / |P| per predicted class", fontsize=10)
         for ax in (ax1, ax2):
-            ax.set_xticks(x, jd.classes, rotation=60, ha="right", fontsize=8)
+            ax.set_xticks(x, plain_all(jd.classes), rotation=60, ha="right", fontsize=8)
             ax.set_xlabel("predicted class")
         return fig
     size = max(3.6, 0.4 * k + 1.6)
@@ -227,8 +242,8 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
                     ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fs,
                             color="white" if strong else "black", fontweight="bold" if i == j else "normal")
         ticks = np.arange(k)
-        ax.set_xticks(ticks, jd.classes, rotation=60, ha="right", fontsize=7)
-        ax.set_yticks(ticks, jd.classes, fontsize=7)
+        ax.set_xticks(ticks, plain_all(jd.classes), rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(ticks, plain_all(jd.classes), fontsize=7)
         ax.set_xlabel("predicted class", fontsize=8)
         ax.set_ylabel("true class", fontsize=8)
     return fig
@@ -264,7 +279,7 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
                 continue  # the bars are this curve
             (ln,) = ax.plot(s, c, color=_color(name, methods), lw=1.6, label=name, zorder=4)
             ln.set_gid(f"curve:{name}")
-        ax.set_title(f"{p.class_name}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
+        ax.set_title(f"{plain(p.class_name)}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
         if p.support is None:
             ax.text(0.5, 0.55, "never predicted:\nraw score used", transform=ax.transAxes, ha="center",
                     fontsize=8, color="0.3")
@@ -280,7 +295,7 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
              Patch(fc="0.6", alpha=0.3, label="outside observed scores")]
     _fig_legend(fig, axes + [_LegendProxy(extra)])
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(plain(title), fontsize=11)
     return fig
 
 
@@ -338,7 +353,7 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
                         va="top", fontsize=6)
         ad.set_ylim(0, top)
         ad.set_xlim(lo, hi)
-        ad.set_title(f"{p.class_name}  b={p.bandwidth:.3g}", fontsize=8)
+        ad.set_title(f"{plain(p.class_name)}  b={p.bandwidth:.3g}", fontsize=8)
         _shade_outside(ac, p.support, (lo, hi))
         if p.hist is not None:
             _draw_hist(ac, p.hist)
@@ -383,7 +398,7 @@ def plot_ts_clouds(panels: list, *, method: str = "", fig=None, ncols: int | Non
             sc = ax.scatter(p.score[mask], p.confidence[mask], s=3, color=color, alpha=0.45, lw=0,
                             label=f"{method} yhat$_k$ ({lab})", rasterized=True, zorder=3)
             sc.set_gid(f"cloud:{lab.lower()}")
-        ax.set_title(p.class_name, fontsize=9)
+        ax.set_title(plain(p.class_name), fontsize=9)
         ax.set_xlim(lo, hi)
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)
@@ -418,7 +433,7 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
         bars = ax.bar(x - 0.425 + (j + 0.5) * width, np.nan_to_num(vals[:, j]), width=width, color=color,
                       label=name, edgecolor="white", linewidth=0.3)
         _gid_bars(bars, f"bars:{name}")
-    ax.set_xticks(x, groups, rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(x, plain_all(groups), rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(f"{scores.metric.upper()} per sample")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=min(m, 8), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0))
@@ -447,7 +462,7 @@ def plot_histogram_overlay(overlay: HistogramOverlay, *, fig=None, ncols: int | 
             y = np.concatenate([h.values, h.values[-1:]])
             (ln,) = ax.step(h.edges, y, where="post", lw=1.5, label=lab, **st)
             ln.set_gid(gid)
-        ax.set_title(cname, fontsize=9)
+        ax.set_title(plain(cname), fontsize=9)
         ax.set_xlim(*overlay.score_range)
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)
@@ -475,7 +490,7 @@ def plot_paired_bars(scores: PairedScores, *, ax=None):
     b2 = ax.bar(x + 0.2, scores.second, width=0.38, color="tab:orange", label=scores.labels[1])
     _gid_bars(b1, "paired:1")
     _gid_bars(b2, "paired:2")
-    ax.set_xticks(x, scores.methods, rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(x, plain_all(scores.methods), rotation=45, ha="right", fontsize=8)
     vals = np.concatenate([scores.first, scores.second])
     vals = vals[np.isfinite(vals)]
     if vals.size and vals.min() > 0:
@@ -513,7 +528,7 @@ def plot_added_samples(method: str, panels: list, *, fig=None, ncols: int | None
         (l2,) = ax.plot(p.score, p.new, color="tab:red", lw=1.5, label=f"{method}, with added samples")
         l1.set_gid("old")
         l2.set_gid("new")
-        ax.set_title(f"{p.class_name}: +{p.added_tp:.0f} TP, +{p.added_fp:.0f} FP", fontsize=9)
+        ax.set_title(f"{plain(p.class_name)}: +{p.added_tp:.0f} TP, +{p.added_fp:.0f} FP", fontsize=9)
         ax.text(0.03, 0.97, f"TP/FP {p.old_counts[0]:.0f}/{p.old_counts[1]:.0f} → "
                 f"{p.new_counts[0]:.0f}/{p.new_counts[1]:.0f}", transform=ax.transAxes, va="top", fontsize=7)
         ax.set_xlim(lo, hi)

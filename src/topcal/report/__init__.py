@@ -6,8 +6,10 @@ the user's data and writes ``DIR/index.html``: one self-contained file (every
 image is embedded as a PNG data URI, no script, no network), with the PNGs
 also saved under ``DIR/figures/`` for reuse.
 
-The page holds, in order: the data summary and warnings; the metric table
-(overall and per class NLL, Brier, ECE1, ECE2 per method); the joint
+The page holds, in order: the data summary; the metric table (overall, and
+per class NLL, Brier, ECE1, ECE2 per method in collapsed sections); the
+warnings (a kind that repeats over classes is one line with its count and
+the worst classes, over a collapsed list of all); the joint
 distribution (paper Fig. 1); the calibration curves per class over the
 10-bin histogram (Figs. 3, 5, 7, 9), the KDE bandwidth rules side by side
 (Fig. 14); the TP/FP kernel densities with the diluted curve (Figs. 5, 6);
@@ -28,7 +30,7 @@ The package: :mod:`~topcal.report.checks` (the warnings), :mod:`~topcal.report.f
 
 from .build import ReportResult, build_report, default_methods
 from .checks import (CLOSE_ECE1, MAX_EXTRAPOLATED, MAX_SIGN_CHANGES, MIN_POSITIVES, WIGGLE_AMPLITUDE, Finding,
-                     align_classes, count_wiggles, diagnose)
+                     FindingGroup, align_classes, count_wiggles, diagnose, group_findings)
 from .figures import figure_png
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "diagnose",
     "ReportResult",
     "Finding",
+    "FindingGroup",
+    "group_findings",
     "default_methods",
     "align_classes",
     "figure_png",

@@ -18,7 +18,7 @@ from ..errors import DegenerateClassWarning, TopcalError
 from ..evaluate import METRICS, compare_methods, curve_findings, fit_methods, score_models
 from .checks import Finding, align_classes, diagnose
 from .figures import acceptance_figures, figure_png, label_shift_figures, report_figures
-from .page import CSS, data_summary, metric_table, params_html, protocol_html
+from .page import CSS, data_summary, metric_table, params_html, protocol_html, warnings_html
 
 __all__ = [
     "build_report",
@@ -208,10 +208,9 @@ def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra
                 f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
     log("writing HTML")
-    warn_html = ("<ul class='warn'>" + "".join(f"<li>{html.escape(f.text)}</li>" for f in findings) + "</ul>"
-                 if findings else "<p>No warnings.</p>")
+    warn_html = warnings_html(findings)
     per_class = "".join(
-        f"<details{' open' if m == 'nll' else ''}><summary>{m.upper()} per class</summary>"
+        f"<details><summary>{m.upper()} per class ({data.n_classes} classes)</summary>"
         f"{metric_table(comparison, data.classes, m)}</details>" for m in METRICS)
     hold_html = ""
     if holdout is not None:
@@ -229,11 +228,11 @@ def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra
 {data_summary(data, data_label)}{extra_html}
 <p>Calibration should be sanity-checked visually: look at every panel before trusting a method
 (Salamon et al., section 12).</p>
-<h2>Warnings</h2>{warn_html}
 <h2>Metrics</h2>
 <p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins; {protocol_html(comparison)}
 Best per column in bold green.</p>
 {metric_table(comparison, data.classes)}{per_class}{hold_html}
+<h2>Warnings ({len(findings)})</h2>{warn_html}
 <h2>Figures</h2><ol class="muted">{''.join(toc)}</ol>{''.join(fig_html)}
 <h2>Fitted parameters</h2>{params}
 <p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>

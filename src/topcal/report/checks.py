@@ -12,9 +12,12 @@ from ..errors import TopcalError
 
 __all__ = [
     "Finding",
+    "FindingGroup",
+    "group_findings",
     "diagnose",
     "count_wiggles",
     "align_classes",
+    "KIND_TITLES",
     "MIN_POSITIVES",
     "MAX_SIGN_CHANGES",
     "MAX_EXTRAPOLATED",
@@ -60,6 +63,70 @@ class Finding:
     text: str
     class_name: str | None = None
     method: str | None = None
+    severity: float = 0.0  #: larger is worse, within one kind (which classes a summary names first)
+
+    @property
+    def subject(self) -> str:
+        """What the finding is about, in a few words: the class, the method, or both."""
+        if self.class_name is not None and self.method is not None and self.kind != "already-calibrated":
+            return f"{self.method} on {self.class_name!r}"
+        if self.class_name is not None:
+            return repr(self.class_name)
+        return self.method or "the data"
+
+
+#: A kind's summary line when it repeats (``group_findings``); kinds not listed use their first finding.
+KIND_TITLES = {
+    "never-predicted": "classes never predicted: every method falls back to the raw score",
+    "few-positives": "classes with few positives: their curves rest on a handful of samples (treat as rough guesses)",
+    "no-tp": "classes without true positives: the shrunk defaults borrow from the other classes",
+    "no-fp": "classes without false positives: the test set cannot show their error rate",
+    "wiggles": "curves that change direction more often than kde-mon4 allows: they probably fit noise",
+    "extrapolated": "classes whose observed scores leave much of the range extrapolated (shaded in the figures)",
+    "already-calibrated": "classes whose uncalibrated score is already close to calibrated",
+    "overfit": "methods much worse on the second test set: part of their fit is noise",
+    "fit-warning": "warnings from fitting the methods (all of them: the report's Warnings section)",
+    "certainty": "methods whose curves reach confidence 0 or 1 (a held-out mistake there costs 27.6 nats)",
+}
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """The findings of one kind, worst first (see :func:`group_findings`)."""
+
+    kind: str
+    findings: tuple
+
+    @property
+    def title(self) -> str:
+        return KIND_TITLES.get(self.kind, self.findings[0].text)
+
+    def summary(self, shown: int = 5) -> str:
+        """One line: the count, what they are, and the worst ``shown`` subjects."""
+        subjects = list(dict.fromkeys(f.subject for f in self.findings))  # one mention each, worst first
+        worst = ", ".join(subjects[:shown])
+        more = f" and {len(subjects) - shown} more" if len(subjects) > shown else ""
+        return f"{len(self.findings)} {self.title}; worst: {worst}{more}."
+
+
+def group_findings(findings, *, expand: int = 8) -> list:
+    """Findings grouped by kind, in order of first appearance; within a kind, worst first.
+
+    Returns a list whose items are a :class:`Finding` (a kind with at most
+    ``expand`` findings: shown as it is) or a :class:`FindingGroup` (a kind
+    that repeats, e.g. over a thousand classes: shown as one summary line).
+    """
+    kinds: dict = {}
+    for f in findings:
+        kinds.setdefault(f.kind, []).append(f)
+    out: list = []
+    for kind, items in kinds.items():
+        if len(items) <= expand:
+            out.extend(items)
+        else:
+            order = sorted(range(len(items)), key=lambda i: (-items[i].severity, i))
+            out.append(FindingGroup(kind, tuple(items[i] for i in order)))
+    return out
 
 
 #: A change of direction counts as a wiggle only once the curve has moved
@@ -138,14 +205,14 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
         if n < min_positives:
             out.append(Finding("few-positives", f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its own "
                                "curve rests on a handful of samples (the shrunk defaults lean on the pooled curve "
-                               "instead), treat it as a rough guess.", c))
+                               "instead), treat it as a rough guess.", c, severity=min_positives - n))
         if tp[k] == 0:
             out.append(Finding("no-tp", f"{c}: no true positives; the paper's unshrunk estimators give every prediction "
-                               "of this class confidence 0, the shrunk defaults borrow from the other classes.", c))
+                               "of this class confidence 0, the shrunk defaults borrow from the other classes.", c, severity=n))
         elif fp[k] == 0:
             out.append(Finding("no-fp", f"{c}: no false positives (the test set cannot show its error rate); the "
                                "paper's unshrunk estimators give every prediction of this class confidence 1, the "
-                               "shrunk defaults borrow from the other classes.", c))
+                               "shrunk defaults borrow from the other classes.", c, severity=n))
     for name, m in models.items():
         if name in _STEP_METHODS or not plots.is_score_curve(m):
             continue
@@ -158,7 +225,7 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
             if n_ch > max_sign_changes:
                 out.append(Finding("wiggles", f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
                                    f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
-                                   "(compare kde-mon2).", c, name))
+                                   "(compare kde-mon2).", c, name, severity=n_ch))
     att_lo = lo + (hi - lo) / max(data.n_classes, 1)
     span = hi - att_lo
     for k, c in enumerate(data.classes):
@@ -170,7 +237,7 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
         if share > max_extrapolated:
             out.append(Finding("extrapolated", f"{c}: scores observed only in [{sup[0]:.3g}, {sup[1]:.3g}]; "
                                f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is extrapolated "
-                               "(shaded in the figures).", c))
+                               "(shaded in the figures).", c, severity=share))
     res = comparison["methods"]
     if "uncalibrated" in res:
         uncal_nll = res["uncalibrated"]["nll"]["per_class"]
@@ -186,14 +253,14 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
             if b is not None and e <= close_ece1 and u <= CLOSE_NLL_RATIO * b:
                 out.append(Finding("already-calibrated", f"{c}: the uncalibrated score is already close to calibrated "
                                    f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains little.",
-                                   c, "uncalibrated"))
+                                   c, "uncalibrated", severity=close_ece1 - e))
     if holdout is not None:
         for name, r in holdout["methods"].items():
             a = res.get(name, {}).get("nll", {}).get("overall")
             b = r["nll"]["overall"]
             if a is not None and a > 0 and b > 1.2 * a and name != "uncalibrated":
                 out.append(Finding("overfit", f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the second set "
-                                   f"(+{b / a - 1:.0%}); part of its fit is noise.", None, name))
+                                   f"(+{b / a - 1:.0%}); part of its fit is noise.", None, name, severity=b / a))
     return out
 
 

@@ -16,7 +16,21 @@ __all__ = [
     "params_html",
     "data_summary",
     "protocol_html",
+    "warnings_html",
+    "ranked",
+    "UNRANKED",
 ]
+
+#: Methods not ranked on a metric, with the reason (shown under the table): a constant per class
+#: (conf1 = |TP| / |P|) matches the class's accuracy in every bin, so its ECE is near 0 by construction.
+UNRANKED = {"ece1": {"conf1"}, "ece2": {"conf1"}}
+UNRANKED_NOTE = ("conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's accuracy, so its "
+                 "ECE is near 0 by construction while it tells confident from doubtful predictions apart not at all.")
+
+
+def ranked(methods, metric: str) -> list:
+    """The methods ranked ('best' marked) on ``metric``."""
+    return [m for m in methods if m not in UNRANKED.get(metric, ())]
 
 
 CSS = """
@@ -56,23 +70,30 @@ def metric_table(comparison: dict, classes, metric: str | None = None) -> str:
     methods = list(comparison["methods"])
     if metric is None:  # overall: methods as rows, metrics as columns
         vals = {m: [comparison["methods"][m][x]["overall"] for x in METRICS] for m in methods}
-        best = [min(vals[m][j] for m in methods) for j in range(len(METRICS))]
+        best = [min((vals[m][j] for m in ranked(methods, x)), default=None) for j, x in enumerate(METRICS)]
+
+        def mark(m, j, v):
+            return (m in ranked([m], METRICS[j]) and best[j] is not None
+                    and np.isclose(v, best[j], rtol=1e-9, atol=1e-12))
+
         rows = "".join(
             f"<tr><td>{html.escape(m)}</td>" + "".join(
-                f"<td class='{'best' if np.isclose(v, best[j], rtol=1e-9, atol=1e-12) else ''}'>{_fmt(v)}</td>"
+                f"<td class='{'best' if mark(m, j, v) else ''}'>{_fmt(v)}</td>"
                 for j, v in enumerate(vals[m])) + "</tr>" for m in methods)
         head = "<tr><th>method</th>" + "".join(f"<th>{x.upper()}</th>" for x in METRICS) + "</tr>"
-        return f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>"
+        note = f"<p class='muted'>{html.escape(UNRANKED_NOTE)}</p>" if "conf1" in methods else ""
+        return f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>{note}"
     head = "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
     body = []
     for c in list(classes) + ["overall"]:
         vals = [comparison["methods"][m][metric]["overall"] if c == "overall"
                 else comparison["methods"][m][metric]["per_class"][c] for m in methods]
-        finite = [v for v in vals if v is not None]
+        keep = ranked(methods, metric)
+        finite = [v for m, v in zip(methods, vals) if v is not None and m in keep]
         b = min(finite) if finite else None
         cells = "".join(
-            f"<td class='{'best' if v is not None and b is not None and np.isclose(v, b, rtol=1e-9, atol=1e-12) else ''}'>"
-            f"{_fmt(v)}</td>" for v in vals)
+            f"<td class='{'best' if m in keep and v is not None and b is not None and np.isclose(v, b, rtol=1e-9, atol=1e-12) else ''}'>"
+            f"{_fmt(v)}</td>" for m, v in zip(methods, vals))
         name = f"<b>{html.escape(c)}</b>" if c == "overall" else html.escape(c)
         body.append(f"<tr><td>{name}</td>{cells}</tr>")
     return f"<div class='scroll'><table><thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>"
@@ -133,3 +154,20 @@ def protocol_html(comparison: dict) -> str:
                 "fitted without it). The figures show the fits on all the data.")
     return ("<b>fitted and evaluated on the same data</b> (the paper's practice, <code>--in-sample</code>): "
             "optimistic for flexible methods; rank methods out of sample instead (the default).")
+
+
+def warnings_html(findings) -> str:
+    """The Warnings section: a kind that repeats is one line (count, the worst classes) over a collapsed list."""
+    from .checks import FindingGroup, group_findings
+
+    if not findings:
+        return "<p>No warnings.</p>"
+    items = []
+    for g in group_findings(findings):
+        if isinstance(g, FindingGroup):
+            rows = "".join(f"<li>{html.escape(f.text)}</li>" for f in g.findings)
+            items.append(f"<li>{html.escape(g.summary())}<details><summary>all {len(g.findings)} "
+                         f"(worst first)</summary><ul>{rows}</ul></details></li>")
+        else:
+            items.append(f"<li>{html.escape(g.text)}</li>")
+    return "<ul class='warn'>" + "".join(items) + "</ul>"

@@ -741,7 +741,7 @@ class _BandwidthConstraint:
     def ok(self, v) -> bool:
         if isinstance(v, str):
             return v in rules.RULES_OF_THUMB
-        return Interval(0, None, closed="neither").ok(v) and np.isfinite(v)
+        return Interval(0, 1e300, closed="right").ok(v)  # finite; an int above 1.8e308 is refused, not overflowed
 
     def __str__(self) -> str:
         return "a number > 0 (score units) or one of 'silverman', 'scott'"

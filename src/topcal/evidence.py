@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 
 from .confusion import ConfusionStats, GridConfusion
 from .errors import DataError
+from .fingerprint import Fingerprint
 from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["Evidence", "merge_all"]
@@ -47,14 +48,23 @@ class Evidence:
         (GridConfusion: a fit in progress, regions drawn afterwards), in a
         model's regions (ConfusionStats), or None (binned data, statistics
         alone: the model cannot be adapted).
+    fingerprint : Fingerprint or None
+        What is remembered of the rows themselves (:mod:`topcal.fingerprint`),
+        so that a guarantee is never computed on them; None where no rows
+        were seen (statistics alone).
     """
 
     stats: Any
     confusion: GridConfusion | ConfusionStats | None = None
+    fingerprint: Fingerprint | None = None
 
     @classmethod
     def for_fit(cls, data, *, n_cells: int = DEFAULT_CELLS) -> "Evidence":
-        """The evidence of labelled ``data`` for a fit: score counts and label-shift counts on ``n_cells`` cells."""
+        """The evidence of labelled ``data`` for a fit: score counts and label-shift counts on ``n_cells`` cells.
+
+        No fingerprint: a model fitted from statistics (streamed, Dask) is the
+        model ``fit_stats`` gives on them, bit for bit, and that keeps none.
+        """
         return cls(ScoreStats.from_data(data, n_cells=n_cells), GridConfusion.from_data(data, n_cells=n_cells))
 
     @classmethod
@@ -66,22 +76,25 @@ class Evidence:
         ``regions`` is the model's :class:`ConfusionStats`, whose regions the
         new rows are counted in (None: the model keeps no such counts).
         """
-        return cls(stats_of(data), None if regions is None else regions.count(data))
+        return cls(stats_of(data), None if regions is None else regions.count(data), Fingerprint.of(data))
 
     def merge(self, *others: "Evidence") -> "Evidence":
-        """The evidence of all the parts; the label-shift counts only where every part has them."""
+        """The evidence of all the parts; label-shift counts and fingerprint only where every part has them."""
         stats = self.stats.merge(*(o.stats for o in others))
+        prints = [self.fingerprint, *(o.fingerprint for o in others)]
+        fingerprint = None
+        if all(p is not None for p in prints):
+            fingerprint = prints[0]
+            for p in prints[1:]:
+                fingerprint = fingerprint.merge(p)
         parts = [self.confusion, *(o.confusion for o in others)]
         if any(p is None for p in parts):
-            return Evidence(stats, None)
+            return Evidence(stats, None, fingerprint)
         kinds = {type(p) for p in parts}
         if len(kinds) > 1:
             raise DataError("evidence to merge holds label-shift counts of two kinds (score cells and a model's "
                             "regions); count every part the same way")
-        return Evidence(stats, parts[0].merge(*parts[1:]))
-
-    def without_confusion(self) -> "Evidence":
-        return Evidence(self.stats, None)
+        return Evidence(stats, parts[0].merge(*parts[1:]), fingerprint)
 
 
 def merge_all(parts: Iterable[Evidence]) -> Evidence:

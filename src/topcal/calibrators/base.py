@@ -212,8 +212,8 @@ class Calibrator:
             )
         self.stats_ = None
         # what the model remembers of its fitting rows, so that a guarantee is never computed on them
-        # (topcal.thresholds); a fit from statistics (fit_stats) has no rows and keeps none
-        self.fingerprint_ = Fingerprint.of(data)
+        # (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it (fit_evidence)
+        self.fingerprint_ = None if self._is_reference else Fingerprint.of(data)
         self._fit(data)
         # the mergeable statistics that let update() refit on old + new data; a shrinkage
         # reference keeps none (it is saved without them and refitted, not updated, with its model).
@@ -344,7 +344,7 @@ class Calibrator:
         self.fit(stats.to_data())
         if self._keeps_stats() and not self._is_reference:
             self.stats_ = stats  # the evidence itself, not its re-count on the default grid
-        self.fingerprint_ = None
+        self.fingerprint_ = evidence.fingerprint  # the rows' own, not the statistics' cells
         self.confusion_ = None if confusion is None else confusion.to_confusion()
         return self
 
@@ -405,13 +405,10 @@ class Calibrator:
                 f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), or an "
                 f"Evidence, got {type(data).__name__}"
             )
-        before = getattr(self, "fingerprint_", None)
-        merged = Evidence(old, current).merge(new)
+        merged = Evidence(old, current, getattr(self, "fingerprint_", None)).merge(new)
         self._refit(merged.stats)
         self.confusion_ = merged.confusion
-        # rows seen: the old ones and these (statistics bring no rows: then it is unknown)
-        self.fingerprint_ = (before.merge(Fingerprint.of(data))
-                             if before is not None and isinstance(data, TopLabelData) else None)
+        self.fingerprint_ = merged.fingerprint  # rows seen: old and new (unknown once statistics alone came)
         return self
 
     def _refit(self, stats) -> None:

@@ -9,8 +9,8 @@ The rule changed on purpose (issue 26, item 3; the brief: a user-facing target w
 bit-for-bit fixtures): the same code gives results that differ in the last bits between machines
 and numpy builds (measured: curves within 1.2e-14 on numpy 2.4.6, while every SHA-256 moved),
 so a refit today must give the stored curves within ``CURVE_ATOL`` = 1e-12 and every number of
-the model payload within ``PAYLOAD_RTOL`` = 1e-9 relative (same keys, same structure, same
-strings); a loaded old file must predict its stored values within 1e-12 and save itself
+the model payload within ``PAYLOAD_RTOL`` = 1e-9 relative (the stored keys, structure and
+strings; keys added since may be new); a loaded old file must predict its stored values within 1e-12 and save itself
 unchanged (that part is JSON only, and stays exact). Regenerate (only on purpose, when the model
 format or a result is meant to change) with ``python tests/test_kde_compat.py``.
 """
@@ -39,9 +39,10 @@ PAYLOAD_RTOL = 1e-9
 
 
 def assert_numbers_close(got, want, rtol=PAYLOAD_RTOL, where="payload"):
-    """Same JSON structure, keys and strings; numbers within ``rtol`` (relative, absolute below 1e-300)."""
+    """Same JSON structure and strings; numbers within ``rtol`` (relative, absolute below 1e-300). Keys
+    added since the fixture was written (the fitted rows' fingerprint, interval statistics) may be new."""
     if isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), (where, sorted(set(got) ^ set(want)))
+        assert isinstance(got, dict) and set(want) <= set(got), (where, sorted(set(want) - set(got)))
         for k in want:
             assert_numbers_close(got[k], want[k], rtol, f"{where}.{k}")
     elif isinstance(want, list):

@@ -1,0 +1,450 @@
+"""The exact engine: every kernel summed (after merging equal scores), for one class or many in lockstep.
+
+Private module of :mod:`topcal.calibrators.kde` (see ``_engine.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._numeric import PROB_CLIP
+from ._kernels import (BOUND_STRIDE, CACHE_ELEMENTS, CHUNK_ELEMENTS, EXP_FLOOR, RESOLVED_FRACTION, SCAN_POINTS, SLOPE_TOL,
+                       count_alternations, count_sign_changes_rows, exact_confidence, exact_sums, loo_confidences,
+                       loss_rows, reflect_points)
+
+class ExactEngine:
+    """Direct summation over the class's distinct scores (small classes).
+
+    Parameters
+    ----------
+    points, tp, fp : ndarray
+        Distinct scores (sorted) and their summed TP/FP weights.
+    lo, hi : float
+        The class's support (the grids span it).
+    bounds : (float, float) or None
+        Hard score limits for reflection, or None.
+    """
+
+    name = "exact"
+
+    def __init__(self, points, tp, fp, lo, hi, bounds=None):
+        self.points, self.tp, self.fp = points, tp, fp
+        self.lo, self.hi, self.bounds = lo, hi, bounds
+        self.scan_x = np.linspace(lo, hi, SCAN_POINTS)
+        self._scan_d2 = None
+        self._loo = None  # loo_terms, kept: b_opt's search calls loo_nll OPT_ROUNDS + 1 times
+
+    def _scan_cache(self):
+        """Shifted squared distances (scan point x centre) and the shifts: they do not depend on b.
+
+        exact_sums recomputes them per bandwidth; a scan evaluates dozens of
+        bandwidths, and for small classes these passes were most of the cost.
+        """
+        if self._scan_d2 is None:
+            self._scan_d2 = self.scan_terms()
+        return self._scan_d2
+
+    def scan_terms(self):
+        """(shifted squared distances scan point x centre, shifts, TP weights, weights), not cached."""
+        p, t, f = reflect_points(self.points, self.tp, self.fp, self.bounds)
+        w = t + f
+        p, t, w = p[w > 0], t[w > 0], w[w > 0]
+        d2 = (self.scan_x[:, None] - p[None, :]) ** 2
+        m = d2.min(axis=1)
+        return d2 - m[:, None], m, t, w
+
+    def cacheable(self) -> bool:
+        """Whether the scan keeps the distance matrix (else it goes one bandwidth at a time)."""
+        return self.points.size * SCAN_POINTS <= CHUNK_ELEMENTS
+
+    def scan(self, bandwidths):
+        """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
+        bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
+        if not self.cacheable():  # too big to cache: one bandwidth at a time
+            confs, res = [], []
+            for b in bs:
+                num, den, shift = exact_sums(self.scan_x, self.points, self.tp, self.fp, b, self.bounds)
+                log_kp = np.log(den) - shift * (0.5 / (b * b))
+                confs.append(np.clip(num / den, 0.0, 1.0))
+                res.append(log_kp >= log_kp.max() + np.log(RESOLVED_FRACTION))
+            return np.array(confs), np.array(res)
+        dd, shift, t, w = self._scan_cache()
+        inv = 0.5 / (bs * bs)
+        conf = np.empty((bs.size, SCAN_POINTS))
+        res = np.empty((bs.size, SCAN_POINTS), dtype=bool)
+        for i in range(bs.size):
+            e = dd * -inv[i]
+            np.maximum(e, EXP_FLOOR, out=e)
+            np.exp(e, out=e)
+            num = e @ t
+            den = e @ w
+            log_kp = np.log(den) - shift * inv[i]
+            conf[i] = np.clip(num / den, 0.0, 1.0)
+            res[i] = log_kp >= log_kp.max() + np.log(RESOLVED_FRACTION)
+        return conf, res
+
+    def confidence(self, x, b):
+        return exact_confidence(x, self.points, self.tp, self.fp, b, self.bounds)
+
+    def loo_terms(self) -> dict:
+        """The bandwidth-free terms of :meth:`loo_nll` (also stacked by :class:`ExactLooBatch`).
+
+        ``dd``: squared distances sample x centre (mirror images included) minus the
+        sample's smallest one to another centre (``m``), inf at the sample's own centres
+        (``self_i``, ``self_j``); ``weights``: TP, FP and positive weight per centre;
+        ``log_*_rest``: log of what the left-out sample's own place keeps; ``q_lo``,
+        ``q_hi``: -4 (s - limit)^2 for the mirror images of the own kernel (None without
+        reflection); ``dd_max``: the largest finite ``dd``.
+        """
+        p, t, f = self.points, self.tp, self.fp
+        n = p.size
+        pa, ta, fa = reflect_points(p, t, f, self.bounds)
+        copies = 1 if self.bounds is None else 3
+        d2 = (p[:, None] - pa[None, :]) ** 2
+        self_cols = np.zeros(d2.shape, dtype=bool)
+        for c in range(copies):
+            self_cols[np.arange(n), c * n + np.arange(n)] = True
+        d2_other = np.where(self_cols, np.inf, d2)
+        m = d2_other.min(axis=1)  # finite: a class here has >= 2 distinct scores
+        dd = d2_other - m[:, None]
+        u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
+        with np.errstate(divide="ignore"):
+            rest = {
+                "log_t_rest": np.log(t - u_t),  # TP left out: TP keeps t - u_t at its own place
+                "log_p_rest_t": np.log(t + f - u_t),
+                "log_f_rest": np.log(f - u_f),  # FP left out: probability it is wrong = FP / P
+                "log_p_rest_f": np.log(t + f - u_f),
+            }
+        self_i, self_j = np.nonzero(self_cols)
+        q_lo = q_hi = None
+        if self.bounds is not None:
+            q_lo = -4.0 * (p - self.bounds[0]) ** 2
+            q_hi = -4.0 * (p - self.bounds[1]) ** 2
+        return {
+            "dd": dd, "m": m, "self_i": self_i, "self_j": self_j,
+            "weights": np.stack([ta, fa, ta + fa], axis=1),  # (centres, 3)
+            "dd_max": float(np.where(self_cols, 0.0, dd).max()), "q_lo": q_lo, "q_hi": q_hi, **rest,
+        }
+
+    def loo_nll(self, bandwidths) -> np.ndarray:
+        """Leave-one-out top-label NLL (summed over the class) per bandwidth.
+
+        Each sample's own kernel (and its mirror images) is removed from its
+        own group's sum: one unit of weight, or the whole weight when it is
+        below 1. All bandwidths are evaluated together, as (bandwidth x
+        sample x centre) arrays in chunks of bandwidths that stay below the
+        engine's memory chunk (the same arithmetic per bandwidth as one at a
+        time; small classes are many cheap evaluations, so the number of
+        calls, not the arithmetic, was their cost).
+        """
+        t, f = self.tp, self.fp
+        if self._loo is None:
+            self._loo = self.loo_terms()
+        lt = self._loo
+        dd, m, weights = lt["dd"], lt["m"], lt["weights"]
+        bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
+        out = np.empty(bs.size)
+        # chunks of bandwidths as large as CHUNK_ELEMENTS allows, each one batched product (see
+        # exact_sums); the elementwise passes a few bandwidths at a time in one buffer
+        step = max(1, CHUNK_ELEMENTS // max(dd.size, 1))
+        sub = max(1, CACHE_ELEMENTS // max(dd.size, 1))
+        neg = -dd
+        # the exponent floor changes only exponents below it: skipped for bandwidths where the
+        # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
+        dd_max = lt["dd_max"]
+        self_i, self_j = lt["self_i"], lt["self_j"]
+        buf = np.empty((min(step, bs.size),) + dd.shape)
+        for a in range(0, bs.size, step):
+            b = bs[a : a + step]
+            inv = 0.5 / (b * b)
+            e = buf[: b.size]
+            for c in range(0, b.size, sub):
+                part = e[c : c + sub]
+                np.multiply(neg[None, :, :], inv[c : c + sub, None, None], out=part)
+                if dd_max * inv[c : c + sub].max() > -EXP_FLOOR:
+                    np.maximum(part, EXP_FLOOR, out=part)
+                np.exp(part, out=part)
+            e[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
+            sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
+            out[a : a + b.size] = loss_rows(*loo_confidences(sums, m[None, :], inv[:, None], lt), t, f)
+        return out
+
+    def kernel_points(self):
+        return self.points, self.tp, self.fp
+
+
+class ExactScanBatch:
+    """The exact engine's scan for many classes at once: one array program per step.
+
+    Small classes make the scan a long series of small evaluations whose cost
+    was mostly Python overhead. Here the bandwidth-free terms of every class
+    (shifted squared distances from the 513 scan points to its kernel
+    centres, as :meth:`ExactEngine.scan` caches them) are padded to one
+    width and stacked, so one call evaluates one bandwidth for each of any
+    subset of the classes. The arithmetic per (class, bandwidth) is that of
+    :meth:`ExactEngine.scan` (the padded centres have weight 0 and kernel
+    value exactly 0); only the order of the two weighted sums may differ
+    (a batched matrix product), by round-off (~1e-16 relative).
+    """
+
+    def __init__(self, engines):
+        terms = [e.scan_terms() for e in engines]
+        width = max(t[0].shape[1] for t in terms)
+        c = len(terms)
+        # padded centres: distance 0 and weight 0, so their terms are exactly 0 in both sums
+        self.dd = np.zeros((c, SCAN_POINTS, width))
+        self.shift = np.empty((c, SCAN_POINTS))
+        self.tw = np.zeros((c, width, 2))
+        #: largest shifted squared distance per class: the exponent floor is needed only
+        #: where it times 1 / 2b^2 exceeds -EXP_FLOOR (elsewhere max(e, EXP_FLOOR) is e)
+        self.dd_max = np.zeros(c)
+        for i, (dd, m, t, w) in enumerate(terms):
+            p = dd.shape[1]
+            self.dd[i, :, :p] = dd
+            self.shift[i] = m
+            self.tw[i, :p, 0] = t
+            self.tw[i, :p, 1] = w
+            self.dd_max[i] = dd.max()
+        # the coarse scan grid of the lower bound (every BOUND_STRIDE-th scan point)
+        self.dd_coarse = np.ascontiguousarray(self.dd[:, ::BOUND_STRIDE])
+        self.shift_coarse = np.ascontiguousarray(self.shift[:, ::BOUND_STRIDE])
+        # log of the total weight: no kernel sum exceeds it, so log_kp >= log_total + log(RESOLVED_FRACTION)
+        # makes a point resolved whatever the maximum over the grid is
+        self.log_total = np.log(self.tw[:, :, 1].sum(axis=1))
+
+    #: Grouping slack (elements): classes up to 4 centres wider than a group's first join it.
+    PAD_SLACK = 4 * SCAN_POINTS
+
+    @staticmethod
+    def size_of(engine) -> int:
+        """Elements of the stacked distance matrix one class takes (before padding)."""
+        copies = 1 if engine.bounds is None else 3
+        return SCAN_POINTS * copies * engine.points.size
+
+    @staticmethod
+    def accepts(engine) -> bool:
+        """Whether a class can join a batch (its scan terms are small enough to keep)."""
+        return engine.cacheable()
+
+    def sign_changes(self, rows, bandwidths, at_most=None) -> np.ndarray:
+        """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]``.
+
+        With ``at_most`` (one bound per row; inf: exact count wanted) a row whose count
+        provably exceeds its bound gets a lower bound of its count (still above the bound)
+        instead: :meth:`lower_bounds` on every BOUND_STRIDE-th scan point, an eighth of the
+        terms, settles most inadmissible bandwidths of a scan (measured: ~3/4 of all scan
+        evaluations on simulated data) and only the rest are evaluated on the full grid.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        b = np.asarray(bandwidths, dtype=np.float64)
+        if at_most is None:
+            return self._counts(rows, b, self.dd, self.shift)
+        out = self.lower_bounds(rows, b)
+        full = out <= np.asarray(at_most)
+        if full.any():
+            out[full] = self._counts(rows[full], b[full], self.dd, self.shift)
+        return out
+
+    def lower_bounds(self, rows, bandwidths) -> np.ndarray:
+        """A lower bound of each row's sign-change count from every BOUND_STRIDE-th scan point.
+
+        Only points resolved whatever the rest of the grid holds are used (kernel sum at
+        least RESOLVED_FRACTION of the total weight, which bounds its maximum). Between two
+        consecutive such points, g scan steps apart, a change of Conf by more than g x
+        SLOPE_TOL means the full grid has a step of more than SLOPE_TOL in that direction
+        there (g steps cannot add up to more than g x SLOPE_TOL otherwise); such intervals
+        are disjoint, so the sign changes between them are sign changes of the full grid's
+        non-flat steps. Other intervals count as flat. A margin of 1e-12 (and 1e-6 relative)
+        covers the round-off between this evaluation and the full one (~1e-15).
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        b = np.asarray(bandwidths, dtype=np.float64)
+        num, den, log_kp = self._sums(rows, b, self.dd_coarse, self.shift_coarse)
+        conf = np.clip(num / den, 0.0, 1.0)
+        sure = log_kp >= (self.log_total[rows] + np.log(RESOLVED_FRACTION) + 1e-9)[:, None]
+        m, g = conf.shape
+        cols = np.arange(g)
+        idx = np.where(sure, cols, -1)
+        np.maximum.accumulate(idx, axis=1, out=idx)
+        first = np.argmax(sure, axis=1)
+        idx = np.where(idx >= 0, idx, first[:, None])  # last sure point at or before each point
+        d = np.diff(np.take_along_axis(conf, idx, axis=1), axis=1)
+        gap = (cols[1:][None, :] - idx[:, :-1]) * BOUND_STRIDE  # scan steps back to the previous sure point
+        s = np.sign(d)
+        s[np.abs(d) <= gap * SLOPE_TOL * (1.0 + 1e-6) + 1e-12] = 0.0  # not certain (or not a sure point: d = 0)
+        s[~sure.any(axis=1)] = 0.0
+        return count_alternations(s)
+
+    def _sums(self, rows, b, dd_all, shift_all):
+        """Shifted kernel sums (num, den) and log kernel sum of the positives on the given points."""
+        inv = 0.5 / (b * b)
+        floor = self.dd_max[rows] * inv > -EXP_FLOOR
+        npts = dd_all.shape[1]
+        kk = np.empty((rows.size, npts, 2))
+        # a few classes at a time, so the passes over the terms stay in cache (one buffer;
+        # each class's terms scaled straight into it, no separate gather pass)
+        step = max(1, CACHE_ELEMENTS // (npts * dd_all.shape[2]))
+        buf = np.empty((min(step, rows.size),) + dd_all.shape[1:])
+        for a in range(0, rows.size, step):
+            r = rows[a : a + step]
+            e = buf[: r.size]
+            for j, i in enumerate(r):
+                np.multiply(dd_all[i], -inv[a + j], out=e[j])
+            if floor[a : a + step].any():
+                np.maximum(e, EXP_FLOOR, out=e)
+            np.exp(e, out=e)
+            np.matmul(e, self.tw[r], out=kk[a : a + step])
+        num, den = kk[..., 0], kk[..., 1]
+        log_kp = np.log(den) - shift_all[rows] * inv[:, None]
+        return num, den, log_kp
+
+    def _counts(self, rows, b, dd_all, shift_all) -> np.ndarray:
+        """Exact sign-change counts on the full scan grid."""
+        num, den, log_kp = self._sums(rows, b, dd_all, shift_all)
+        resolved = log_kp >= log_kp.max(axis=1, keepdims=True) + np.log(RESOLVED_FRACTION)
+        conf = np.clip(num / den, 0.0, 1.0)
+        return count_sign_changes_rows(conf, resolved)
+
+
+class ExactLooBatch:
+    """The exact engine's leave-one-out NLL for many classes at once, bit for bit that of each class.
+
+    The counterpart of :class:`ExactScanBatch` for b_opt: one call evaluates any list of
+    (class, bandwidth) pairs, so a lockstep search makes a few calls in all instead of a
+    few per class (for small classes the per-call overhead of
+    :meth:`ExactEngine.loo_nll`, ~0.1 ms, was most of their cost). The kernel terms of
+    the pairs are laid out one after another in one flat buffer (no padding: each
+    class's block has its own shape) and the elementwise passes (scale, exponent floor,
+    exp) run over cache-sized stretches of it, spanning many small classes; the
+    per-sample passes run over one (pairs x samples) array padded to the widest class.
+    The arithmetic per pair is that of :meth:`ExactEngine.loo_nll`, in the same order: the
+    exponent floor is applied to a stretch where some pair in it needs it (it changes no
+    exponent of a pair that ``loo_nll`` leaves unfloored), and the two reductions whose round-off depends on how
+    they are called (the weighted sums over centres, the sum over samples) are called
+    per class with the shapes ``loo_nll`` gives them. Bit for bit matters: b_opt's
+    refinement re-evaluates the best point so far (the middle of its new bracket, up to
+    round-off), so its decisions hang on the last bit of the loss.
+    """
+
+    #: Grouping slack (elements): tiny classes (up to 16 distinct scores) share one group.
+    PAD_SLACK = 256
+
+    def __init__(self, engines):
+        terms = [e.loo_terms() for e in engines]
+        c = len(terms)
+        self.shape = [lt["dd"].shape for lt in terms]
+        n_max = max(sh[0] for sh in self.shape)
+        self.neg, self.weights, self.self_ij, self.dd_max = [], [], [], []
+        self.m = np.zeros((c, n_max))
+        self.t = [e.tp for e in engines]
+        self.f = [e.fp for e in engines]
+        reflect = terms[0]["q_lo"] is not None
+        names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (("q_lo", "q_hi") if reflect else ())
+        # padded samples: finite logs (kernel sums set to 1 below, rests 0); they are never summed
+        self.rest = {name: np.zeros((c, n_max)) for name in names}
+        for i, lt in enumerate(terms):
+            n = self.shape[i][0]
+            neg = -lt["dd"]
+            neg[lt["self_i"], lt["self_j"]] = 0.0  # not -inf: zeroed after exp, as in loo_nll
+            self.neg.append(neg)
+            self.weights.append(lt["weights"])
+            self.dd_max.append(lt["dd_max"])
+            self.self_ij.append((lt["self_i"], lt["self_j"]))
+            self.m[i, :n] = lt["m"]
+            for name in names:
+                self.rest[name][i, :n] = lt[name]
+        self.pad = np.arange(n_max)[None, :] >= np.array([sh[0] for sh in self.shape])[:, None]
+
+    @staticmethod
+    def size_of(engine) -> int:
+        """Elements of the kernel block (samples x centres) of one class and bandwidth."""
+        copies = 1 if engine.bounds is None else 3
+        return copies * engine.points.size ** 2
+
+    #: Largest kernel block (elements) of a class the batch takes: beyond it (~256 distinct
+    #: scores) a class's own loo_nll is all arithmetic, which batching does not change
+    #: (measured: no gain), and keeping its terms would only raise the peak memory.
+    MAX_BLOCK = 65_536
+
+    @staticmethod
+    def accepts(engine) -> bool:
+        """Whether a class joins a batch: a small one (see MAX_BLOCK); the others go one by one."""
+        return ExactLooBatch.size_of(engine) <= ExactLooBatch.MAX_BLOCK
+
+    def loo_nll(self, rows, bandwidths) -> np.ndarray:
+        """Leave-one-out NLL of class ``rows[i]`` at ``bandwidths[i]``, for every i.
+
+        The pairs of one class form runs (consecutive i with the same class); a run gives
+        what one call ``ExactEngine.loo_nll(its bandwidths)`` gives, bit for bit.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        bs = np.asarray(bandwidths, dtype=np.float64)
+        inv = 0.5 / (bs * bs)
+        starts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
+        runs = list(zip(starts.tolist(), np.append(starts[1:], rows.size).tolist()))
+        n_max = self.m.shape[1]
+        la = np.empty((rows.size, n_max))  # log P(correct) of each TP left out, log P(wrong) of each FP
+        lz = np.empty((rows.size, n_max))
+        need = sum(self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0) for g0, g1 in runs)
+        # a quarter memory chunk (8 MB; more buys nothing: exp runs over cache-sized stretches
+        # of it), or less if less is needed, but room for any one piece below
+        flat = np.empty(max(min(CHUNK_ELEMENTS // 4, need), CACHE_ELEMENTS, max(n * w for n, w in self.shape)))
+        pending = []  # (first pair, end pair, class, view) scaled, not yet through exp and the product
+        pos = done = 0  # end of the filled buffer; end of the part through exp
+        floor = False  # whether some exponent in the part not yet through exp is below EXP_FLOOR
+
+        def to_exp():
+            # as loo_nll: the floor only where some exponent needs it (elsewhere it is the identity)
+            if floor:
+                np.maximum(flat[done:pos], EXP_FLOOR, out=flat[done:pos])
+            np.exp(flat[done:pos], out=flat[done:pos])
+
+        def finish():
+            to_exp()
+            p0, p1 = pending[0][0], pending[-1][1]
+            sums = np.ones((p1 - p0, n_max, 3))  # padded samples: finite logs, never summed
+            for g0, g1, i, view in pending:
+                si, sj = self.self_ij[i]
+                view[:, si, sj] = 0.0  # the sample's own kernel (and mirrors) left out
+                sums[g0 - p0 : g1 - p0, : view.shape[1]] = np.matmul(view, self.weights[i])
+            pending.clear()
+            # the per-sample passes for the pairs of this buffer (arrays of a few MB at most)
+            r = rows[p0:p1]
+            lt = {name: v[r] for name, v in self.rest.items()}
+            lt.setdefault("q_lo", None)
+            c_t, c_f = loo_confidences(sums, self.m[r], inv[p0:p1, None], lt)
+            # loss_rows: the clip and log elementwise, the sums over samples per class below
+            np.log(np.clip(c_t, PROB_CLIP, 1.0 - PROB_CLIP), out=la[p0:p1])
+            np.log(np.clip(c_f, PROB_CLIP, 1.0 - PROB_CLIP), out=lz[p0:p1])
+
+        for g0, g1 in runs:
+            i = int(rows[g0])
+            n, w = self.shape[i]
+            sub = max(1, CACHE_ELEMENTS // (n * w))  # loo_nll's elementwise blocks
+            for a in range(g0, g1, sub):
+                z = min(a + sub, g1)
+                size = (z - a) * n * w
+                if pos + size > flat.size:
+                    finish()
+                    pos = done = 0
+                    floor = False
+                elif pos > done and pos - done + size > CACHE_ELEMENTS:  # keep the stretch in cache
+                    to_exp()
+                    done, floor = pos, False
+                view = flat[pos : pos + size].reshape(z - a, n, w)
+                np.multiply(self.neg[i][None, :, :], inv[a:z, None, None], out=view)
+                pending.append((a, z, i, view))
+                pos += size
+                floor = floor or self.dd_max[i] * inv[a:z].max() > -EXP_FLOOR
+        finish()
+        out = np.empty(rows.size)
+        for g0, g1 in runs:
+            i = int(rows[g0])
+            n, w = self.shape[i]
+            a, z = self.t[i] > 0, self.f[i] > 0
+            ta, fz = self.t[i][a], self.f[i][z]
+            chunk = max(1, CHUNK_ELEMENTS // (n * w))  # loo_nll's chunks: one sum over samples each
+            for s in range(g0, g1, chunk):
+                e = min(s + chunk, g1)
+                out[s:e] = -(la[s:e, :n][:, a] @ ta) - (lz[s:e, :n][:, z] @ fz)
+        return out

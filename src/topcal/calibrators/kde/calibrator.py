@@ -12,64 +12,18 @@ Nadaraya-Watson regression of correctness on the score; it is computed with
 a shift in the exponent (log-sum-exp), so it is defined where both sums
 underflow.
 
-Bandwidth rules, each chosen per class (see :doc:`docs/kde.md` for the full
-description):
+Bandwidth rules (``kde``: fixed or a rule of thumb; ``kde-mon``, ``kde-mon2``,
+``kde-mon4``: the smallest b with at most 0, 2, 4 slope sign changes;
+``kde-opt``: leave-one-out NLL), the two engines, the prediction tables,
+the held value outside the support, degenerate classes and NaN as "no
+bandwidth" (null in JSON) are described in docs/kde.md.
 
-``kde``       a fixed ``bandwidth`` (or Silverman's / Scott's rule of thumb).
-``kde-mon``   b_mon: smallest b whose curve is monotone on the class's support.
-``kde-mon2``  b_mon2: smallest b whose slope changes sign at most twice
-              (the paper's recommendation).
-``kde-mon4``  b_mon4: at most four sign changes.
-``kde-opt``   b_opt: minimises the leave-one-out top-label NLL of the class.
-
-Bandwidth selection
--------------------
-Each rule is an entry of a small registry in ``_rules`` (the candidate
-bandwidths from b_lo = max(R / 256, rho / 2) to b_hi = 4 R on the class's
-support [lo, hi] of width R, the smallest-admissible-b scan of the mon rules,
-the leave-one-out scan of ``opt``, the rules of thumb); its docstring
-describes the scan in full. If no candidate meets a mon rule, b = b_hi (the
-smoothest curve) with a :class:`BandwidthWarning`.
-
-*Engines*: "exact" sums every kernel (after merging equal scores); "binned"
-linearly bins TP and FP weights onto 4097 points over the support once and
-convolves by FFT, all candidates of a batch in one call, on the coarsest
-dyadic level of that grid with at least 16 cells per b. "auto" takes exact
-for classes with at most 512 positive rows.
-
-*Prediction* interpolates linearly in a per-class table of Conf over the
-support (spacing a power-of-2 fraction of the support with at most b / 16:
-257 to 4097 points), which is what the JSON file stores; its error against
-the exact formula is below 1e-3 (tests), on PhANNs at most 2e-4.
-
-Outside the support
--------------------
-The curve is held at its value at the nearest end of the support (the
-tails of the kernels "make the kernel density's imagination go wild" there,
-paper section 13). ``curve(k).support`` gives where the data ends, so plots
-can mark it.
-
-Degenerate classes
-------------------
-A class with only TP (only FP) has Conf = 1 (0) for every b; a class whose
-positives all share one score has Conf = |TP| / |P| for every b. These get
-the constant curve, ``bandwidth_`` NaN for the selection rules and the rules
-of thumb (no bandwidth was chosen; a number given to ``kde`` is kept) and,
-for the selection rules, a DegenerateClassWarning; ``densities`` is not
-defined for them.
-Classes with no positives fall back to the uncalibrated score, as in every
-score calibrator, with ``bandwidth_`` NaN.
-
-"No bandwidth" is NaN throughout: ``bandwidth_`` and each class's state
-``"bandwidth"``. JSON has no NaN, so the model file and ``describe()`` write
-it as null; loading turns null back into NaN.
-
-Size (~800 lines): one concern, the five calibrators and what they share:
-the batched fit of every class (support, engine choice, lockstep scans),
-the prediction tables, ``densities``, persistence and ``describe``, plus the
-bare formula ``kde_confidence``; ~470 lines are code, the rest docstrings,
-comments and blank lines. The bandwidth rules and scans live in
-``_rules``, the kernel sums and FFTs in ``_engine``.
+The registered estimators (one small class per bandwidth rule) are in
+``methods.py``; what they share is :class:`KDEBase` here: the batched fit of
+every class (support, engine choice, lockstep scans), the prediction tables,
+``densities``, persistence and ``describe``, (the bare formula
+``kde_confidence`` is in ``formula.py``). The bandwidth rules and scans live in ``_rules``, the
+kernel sums and FFTs in ``_engine``.
 """
 
 from __future__ import annotations
@@ -78,23 +32,18 @@ import warnings
 
 import numpy as np
 
-from ..._params import Interval, NoneOr, Options
+from ..._params import NoneOr, Options
 from ...data import TopLabelData, preview, rows_by_class
 from ...errors import DataError, DegenerateClassWarning, ParameterError
 from . import _engine as eng
 from . import _rules as rules
+from ._tables import interp_tables, table_cells
 from ..base import ScoreCalibrator, finite_array, to_jsonable
-from ..registry import register
 from ..shrinkage import ShrinkageConstraint
 
 __all__ = [
-    "KDE",
-    "KDEMon",
-    "KDEMon2",
-    "KDEMon4",
-    "KDEOpt",
+    "KDEBase",
     "BandwidthWarning",
-    "kde_confidence",
     "count_sign_changes",
 ]
 
@@ -136,77 +85,7 @@ class BandwidthWarning(DegenerateClassWarning):
 # ----------------------------------------------------------------- public
 
 
-def kde_confidence(eval_scores, scores, tp_weight, fp_weight, bandwidth, *, boundary=None) -> np.ndarray:
-    """Conf_KDE at ``eval_scores`` from scores with TP/FP weights, by direct summation.
-
-    Computed with a per-point shift in the exponent (log-sum-exp), so it is
-    defined everywhere, also far from the data where both kernel sums
-    underflow (there it tends to the ratio at the nearest kernel centre).
-    No clamping to the data's support (the calibrators add that).
-
-    Parameters
-    ----------
-    eval_scores : array-like, shape (m,)
-        Where to evaluate.
-    scores : array-like, shape (n,)
-        Kernel centres (the class's positive scores, or bin midpoints).
-    tp_weight, fp_weight : array-like, shape (n,)
-        Non-negative weights: 1/0 per sample, or counts. Pass the negatives'
-        scores as extra FP weight to get the paper's "diluted" curve (Fig. 6).
-    bandwidth : float
-        Kernel standard deviation b > 0, in score units.
-    boundary : (float, float) or None, default None
-        Hard score limits (lo, hi) at which kernels are reflected.
-
-    Returns
-    -------
-    ndarray, shape (m,)
-        Values in [0, 1].
-    """
-    x = np.atleast_1d(np.asarray(eval_scores, dtype=np.float64))
-    s = np.atleast_1d(np.asarray(scores, dtype=np.float64))
-    t = np.atleast_1d(np.asarray(tp_weight, dtype=np.float64))
-    f = np.atleast_1d(np.asarray(fp_weight, dtype=np.float64))
-    if x.ndim != 1 or s.ndim != 1 or t.shape != s.shape or f.shape != s.shape:
-        raise DataError(
-            "kde_confidence: scores, tp_weight and fp_weight must be 1-d of one length, "
-            f"got {s.shape}, {t.shape}, {f.shape}; pass one weight per score"
-        )
-    for name, a in (("eval_scores", x), ("scores", s), ("tp_weight", t), ("fp_weight", f)):
-        if not np.all(np.isfinite(a)):
-            raise DataError(f"kde_confidence: {name} has non-finite values; remove NaN/inf first")
-    if (t < 0).any() or (f < 0).any() or (t + f).sum() <= 0:
-        raise DataError(
-            "kde_confidence: tp_weight and fp_weight must be >= 0 with a positive total; "
-            "pass at least one sample with weight"
-        )
-    if isinstance(bandwidth, bool) or not np.isscalar(bandwidth) or not (float(bandwidth) > 0) or not np.isfinite(bandwidth):
-        raise ParameterError(
-            f"kde_confidence: parameter 'bandwidth' must be a finite number > 0, got {bandwidth!r}; "
-            "pass the kernel standard deviation in score units"
-        )
-    bounds = _check_boundary(boundary)
-    return eng.exact_confidence(x, s, t, f, float(bandwidth), bounds)
-
-
-def _check_boundary(boundary):
-    if boundary is None:
-        return None
-    try:
-        lo, hi = (float(v) for v in boundary)
-    except (TypeError, ValueError):
-        raise ParameterError(
-            f"kde_confidence: parameter 'boundary' must be None or (lo, hi), got {boundary!r}"
-        ) from None
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-        raise ParameterError(f"kde_confidence: parameter 'boundary' must have lo < hi, got {boundary!r}")
-    return (lo, hi)
-
-
-# ------------------------------------------------------------ estimators
-
-
-class _KDEBase(ScoreCalibrator):
+class KDEBase(ScoreCalibrator):
     """Shared fitting, prediction table and persistence of the KDE rules."""
 
     #: How each class's bandwidth is chosen: an entry of ``_rules.SELECTION_RULES``
@@ -507,7 +386,7 @@ class _KDEBase(ScoreCalibrator):
 
     def _interp(self, k, score, with_count: bool = False):
         """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape, or ``k`` one class."""
-        return _interp_tables(self._tab, self._tab_n if with_count else None, self._tab_off[k],
+        return interp_tables(self._tab, self._tab_n if with_count else None, self._tab_off[k],
                               self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k], score)
 
     def _local_counts(self, k: int, score: np.ndarray):
@@ -560,7 +439,7 @@ class _KDEBase(ScoreCalibrator):
         gathering them per row: the same cells.
         """
         k = 0 if len(self.classes_) == 1 else pred
-        i, _ = _table_cells(self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k],
+        i, _ = table_cells(self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k],
                             np.asarray(score, dtype=np.float64))
         i += self._tab_off[k]
         return i, self._tab.size
@@ -579,7 +458,7 @@ class _KDEBase(ScoreCalibrator):
         """Linear interpolation in the class's own table (the same arithmetic as ``_predict_rows``)."""
         tab, a, z = state["table"], state["table_lo"], state["table_hi"]
         inv = (tab.size - 1) / (z - a) if z > a else 0.0
-        return _interp_tables(tab, None, 0, a, z, inv, tab.size - 1, np.asarray(score, dtype=np.float64))
+        return interp_tables(tab, None, 0, a, z, inv, tab.size - 1, np.asarray(score, dtype=np.float64))
 
     # -------------------------------------------------------------- extras
     def densities(self, k, score) -> tuple[np.ndarray, np.ndarray]:
@@ -692,192 +571,3 @@ class _KDEBase(ScoreCalibrator):
                 d["degenerate"] = st["degenerate"]
             out.append(to_jsonable(d))
         return out
-
-
-def _table_cells(lo, hi, inv, nm1, score):
-    """(cell, fraction within it) of every score in its table: the cell's left point and 0..1.
-
-    Scores outside [lo, hi] are held at the ends (the curve is constant there).
-    """
-    x = np.maximum(score, lo)
-    np.minimum(x, hi, out=x)
-    x -= lo
-    x *= inv
-    i = x.astype(np.int64)
-    np.minimum(i, nm1 - 1, out=i)
-    x -= i
-    np.minimum(x, 1.0, out=x)
-    return i, x
-
-
-def _interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
-    """Linear interpolation in tables stored end to end in ``tab`` (and counts ``tab_n``).
-
-    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and ``nm1``
-    (points - 1) are per row (one class per row) or scalars (one class). Written with
-    in-place operations: this is the whole cost of ``predict`` (a few passes over the rows,
-    no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
-    """
-    i, x = _table_cells(lo, hi, inv, nm1, score)
-    i += off
-    t0 = tab[i]
-    t1 = tab[i + 1]
-    t1 -= t0
-    t1 *= x
-    t1 += t0
-    if tab_n is None:
-        return t1
-    n0 = tab_n[i]
-    n1 = tab_n[i + 1]
-    n1 -= n0
-    n1 *= x
-    n1 += n0
-    return t1, n1
-
-
-class _BandwidthConstraint:
-    """A positive finite number, or one of the rule-of-thumb names."""
-
-    def ok(self, v) -> bool:
-        if isinstance(v, str):
-            return v in rules.RULES_OF_THUMB
-        return Interval(0, 1e300, closed="right").ok(v)  # finite; an int above 1.8e308 is refused, not overflowed
-
-    def __str__(self) -> str:
-        return "a number > 0 (score units) or one of 'silverman', 'scott'"
-
-
-@register
-class KDE(_KDEBase):
-    """Conf_KDE with a fixed bandwidth per class (paper eq. 9).
-
-    Parameters
-    ----------
-    bandwidth : float or {"silverman", "scott"}, default "silverman"
-        Kernel standard deviation b in score units, the same for every
-        class; or a rule of thumb applied to each class's positive scores
-        (weighted, n = |P|): Silverman's 0.9 min(sd, IQR / 1.34) n^(-1/5)
-        (Silverman 1986, eq. 3.31) or Scott's 1.06 sd n^(-1/5). These
-        target the density, not the ratio, and tend to be too small for
-        calibration; prefer ``kde-mon2``.
-    engine : {"auto", "exact", "binned"}, default "auto"
-        "exact" sums every kernel; "binned" linear-bins onto a 4097-point
-        grid over the class's support and convolves by FFT; "auto" takes
-        "exact" for classes with at most 512 positive rows.
-    boundary : {None, "reflect"}, default None
-        "reflect" mirrors every kernel at both ends of the declared score
-        range (e.g. 0 and 1, or 0 and 10), so no weight falls outside it.
-        Off by default, as in the paper (section 13: "at any reasonable
-        bandwidth the effect is minimal").
-
-    Attributes
-    ----------
-    bandwidth_ : ndarray, shape (K,)
-        Bandwidth used per class; NaN for classes with no positives.
-    support_ : list of (float, float) or None
-        Where each class's data lies; the curve is constant outside.
-    """
-
-    name = "kde"
-    summary = "kernel density ratio TP / (TP + FP), fixed bandwidth (paper eq. 9)"
-    _parameter_constraints = {
-        **_KDEBase._parameter_constraints,
-        "bandwidth": _BandwidthConstraint(),
-    }
-
-    def __init__(self, *, bandwidth="silverman", engine: str = "auto", boundary: str | None = None,
-                 shrinkage="auto"):
-        self.bandwidth = bandwidth
-        self.engine = engine
-        self.boundary = boundary
-        self.shrinkage = shrinkage
-
-    def _fixed_bandwidth(self, score, w, lo, hi) -> float:
-        if not isinstance(self.bandwidth, str):
-            b = float(self.bandwidth)
-            if b < MIN_BANDWIDTH_SHARE * (hi - lo):  # b * b would underflow; such a kernel sees no neighbours
-                raise ParameterError(
-                    f"{self.name}: bandwidth {b:g} is below {MIN_BANDWIDTH_SHARE:g} of the score range width "
-                    f"{hi - lo:g}; give a bandwidth in score units, e.g. 0.05 * (hi - lo)"
-                )
-            return b
-        b = rules.RULES_OF_THUMB[self.bandwidth](score, w)
-        if not b > 0:  # one distinct score: any b gives the same (constant) curve
-            b = (hi - lo) if hi > lo else 1.0
-        return float(b)
-
-    def _choose_bandwidth(self, k, engine, lo, hi, rho, scanned):
-        # rules of thumb from the kernel centres: the distinct scores, or
-        # the fine grid (quantiles then within R / 4096 of the exact ones)
-        pts, t, f = engine.kernel_points()
-        return self._fixed_bandwidth(pts, t + f, lo, hi), None, True, None
-
-    def _degenerate_bandwidth(self) -> float:
-        # a number given by the user is kept; a rule of thumb has nothing to measure
-        return NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
-
-    def _warn_degenerate(self, states) -> None:
-        """No warning: a fixed bandwidth has nothing to choose, a constant curve is the formula's value."""
-
-
-@register
-class KDEMon(_KDEBase):
-    """Conf_KDE with b_mon: the smallest b giving a monotone curve (paper eq. 19).
-
-    Parameters
-    ----------
-    engine : {"auto", "exact", "binned"}, default "auto"
-        See :class:`KDE`.
-    boundary : {None, "reflect"}, default None
-        See :class:`KDE`.
-
-    Attributes
-    ----------
-    bandwidth_ : ndarray, shape (K,)
-        b_mon per class; NaN for classes with no positives or a degenerate
-        class (only TP, only FP, one distinct score).
-    """
-
-    name = "kde-mon"
-    summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 19)"
-    _bandwidth_rule = rules.SELECTION_RULES["mon"]
-
-
-@register
-class KDEMon2(_KDEBase):
-    """Conf_KDE with b_mon2: slope changes sign at most twice (paper eq. 20; recommended).
-
-    Parameters and attributes as :class:`KDEMon`.
-    """
-
-    name = "kde-mon2"
-    summary = "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's choice)"
-    _bandwidth_rule = rules.SELECTION_RULES["mon2"]
-
-
-@register
-class KDEMon4(_KDEBase):
-    """Conf_KDE with b_mon4: slope changes sign at most four times (paper section 12).
-
-    Parameters and attributes as :class:`KDEMon`.
-    """
-
-    name = "kde-mon4"
-    summary = "kernel density ratio, smallest bandwidth with <= 4 slope sign changes"
-    _bandwidth_rule = rules.SELECTION_RULES["mon4"]
-
-
-@register
-class KDEOpt(_KDEBase):
-    """Conf_KDE with b_opt: minimal leave-one-out top-label NLL of the class.
-
-    Each sample's own kernel is removed from its own group's sum (for binned
-    data, one unit of the bin's weight). The paper finds these curves too
-    wiggly on PhANNs (Fig. 13); offered for comparison.
-
-    Parameters and attributes as :class:`KDEMon`.
-    """
-
-    name = "kde-opt"
-    summary = "kernel density ratio, bandwidth minimising leave-one-out NLL (paper section 12)"
-    _bandwidth_rule = rules.SELECTION_RULES["opt"]

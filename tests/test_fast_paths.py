@@ -537,3 +537,29 @@ def test_binned_sums_in_a_reused_workspace_equal_fresh_arrays(bounds):
         got = eng.binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work)
         for g, w_ in zip(got, want):
             np.testing.assert_array_equal(g, w_)
+
+
+@pytest.mark.parametrize("method", ["hist", "cum-opt", "kde-mon2"])
+def test_pseudo_count_choice_equals_the_per_row_log_definition(method):
+    """The grouped loss multiplies runs of unit-weight confidences before one log (issue 26): the
+    pseudo-counts it chooses (the reference's and the classes') are those of the per-row definition."""
+    from topcal.calibrators import calibrator, shrinkage as shr
+
+    for seed in (1, 2):
+        data = _many_small_classes(seed=seed, k=12, n=6000)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            cal = calibrator(method)
+            cal.merge_cells = False  # the loss on every row (kde's merged cells have their own tolerance)
+            cal.fit(data)
+        t0, n0 = cal.reference_._local_counts(0, data.score)
+        assert cal.reference_m_ == shr.choose_m(shr.loo_nll_grid(t0, n0, data.tp, data.fp, cal.reference_rate_))
+        want = np.zeros(shr.M_GRID.size)
+        for k in range(12):
+            rows = data.pred == k
+            if cal.class_state_[k] is None or not rows.any():
+                continue
+            t, n = cal._local_counts(k, data.score[rows])
+            want += shr.loo_nll_grid(t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows]))
+        np.testing.assert_allclose(cal.shrinkage_loss_.sum(axis=0), want, rtol=1e-10)
+        assert cal.shrinkage_[0] == shr.choose_m(want)

@@ -98,25 +98,44 @@ class SortedTables:
         self._scale = np.divide(nb, span, out=np.zeros(G), where=span > 0)
         self._top = (nb - 1).astype(np.float64)
         self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
-        # entries with a +inf after each table (the stop of a scan that passes the table's last entry)
-        table_of = np.repeat(np.arange(G), size) if G > 1 else np.intp(0)  # each entry's table
-        pos = np.arange(values.size) + table_of
+        # entries with a +inf after each table (the stop of a scan that passes the table's last entry);
+        # built with few full-length temporaries (issue 26: at most ~2 arrays of 8 bytes per entry
+        # beside what is kept, 40 bytes per entry)
+        small = np.int32 if G < np.iinfo(np.int32).max else np.intp
+        table_of = np.repeat(np.arange(G, dtype=small), size) if G > 1 else np.intp(0)  # each entry's table
         self._values = np.full(values.size + G, np.inf)
-        self._values[pos] = values
+        if G > 1:
+            pos = np.arange(values.size)
+            pos += table_of
+            self._values[pos] = values
+            del pos
+        else:
+            self._values[: values.size] = values
         self._offsets = offsets[:-1] + np.arange(G)
         self._ends = self._offsets + size  # the +inf after each table
-        count = np.bincount(self._bucket(values, table_of), minlength=int(self._bucket0[-1]))
-        start = np.concatenate([[0], np.cumsum(count)])
-        # padded position of each bucket's first entry: its table's entries before it, plus one
-        # +inf per earlier table (the bucket after a table's last is the next table's first)
-        bucket_table = np.repeat(np.arange(G + 1), np.append(nb, 1))
-        start += bucket_table
+        n_buckets = int(self._bucket0[-1])
+        count = np.bincount(self._bucket(values, table_of), minlength=n_buckets)
+        del table_of
         # each bucket's first position and the entry there, side by side (exact: positions < 2^53);
         # the last row, past the last bucket, only bounds the bisection
-        self._head = np.empty((start.size, 2))
-        self._head[:, 0] = start
-        self._head[:-1, 1] = self._values[start[:-1]]
-        self._head[-1, 1] = np.inf
+        self._head = np.empty((n_buckets + 1, 2))
+        start, scratch = self._head[:, 0], self._head[:, 1]
+        start[0] = 0.0
+        np.cumsum(count, out=start[1:])
+        del count
+        # padded position of each bucket's first entry: its table's entries before it, plus one
+        # +inf per earlier table (the bucket after a table's last is the next table's first)
+        scratch[:] = 0.0
+        scratch[self._bucket0[1:]] = 1.0
+        np.cumsum(scratch, out=scratch)
+        start += scratch
+        for a in range(0, n_buckets, self._CHUNK):
+            b = min(a + self._CHUNK, n_buckets)
+            scratch[a:b] = self._values[start[a:b].astype(np.intp)]
+        scratch[-1] = np.inf
+
+    #: Buckets per pass when the head's entries are gathered (bounds the temporary index array).
+    _CHUNK = 1 << 16
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
         """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the table's

@@ -841,11 +841,13 @@ class ScoreCalibrator(Calibrator):
         if self.piecewise_counts:
             rows = shr.merge_equal_rows(*rows)
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
+        del one, s0, tp0, fp0, t0, n0, rows  # row-length arrays of the reference's loss (peak memory)
         K = len(self.classes_)
         s, tp, fp, pred = self._merged_rows(pred, s, tp, fp)
         r = self._reference(s)
         t, n = self._local_counts_rows(pred, s)
         rows = (t, n, tp, fp, r, pred)
+        del t, n, r
         if self.piecewise_counts:
             rows = shr.merge_equal_rows(*rows)
         losses = shr.loo_nll_by_group(*rows, K)

@@ -86,43 +86,61 @@ class _CumulativeBase(ScoreCalibrator):
         return out
 
     def _index_states(self) -> None:
-        """Every class's lookup table end to end, with a bucket grid (:class:`SortedTables`) to search them.
+        """Every class's lookup keys end to end, with a bucket grid (:class:`SortedTables`) to search them.
 
         A lookup is then one bucket computation and a gather or two per row, for all rows of
         all classes together: no sort of the rows and no binary search in a long table (the
         reference's table holds every distinct score of the fitting data). A class's keys are
         its scores and the float just below theta (:func:`_lookup_keys`), so the key interval
         of a score tells both its entry and whether it lies below theta: each slot holds the
-        value the score takes there, Conf and the (TP count, count) pair of its local counts,
-        the products the per-row code forms. Classes without a state get an empty table
-        (zeros); their rows are handled by the callers.
+        value the score takes there, Conf (:attr:`_conf`) and the (TP count, count) pair of its
+        local counts (:attr:`_counts`), the products the per-row code forms. Those two layouts
+        are built on first use (issue 26, memory: a shrunk model needs only the counts, its
+        reference only its shrunk values, an unshrunk fit only Conf). Classes without a state
+        get an empty table (zeros); their rows are handled by the callers.
         """
         states = self.class_state_
-        counts = all("n_above" in s for s in states if s is not None)  # files before shrinkage: no counts
-        keys, conf, tn, conf_end, tn_end = [], [], [], [], []
-        for st in states:
+        keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in states]
+        size = np.array([k.size for k in keys], dtype=np.int64)
+        keys = np.concatenate(keys)
+        self._tables = SortedTables(keys, np.concatenate([[0], np.cumsum(size)]))
+        self._has_state = np.array([s is not None for s in states], dtype=bool)
+        self.__dict__.pop("_conf_layout", None)
+        self.__dict__.pop("_counts_layout", None)
+
+    def _layout(self, counts: bool):
+        """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for the tables."""
+        per, end = [], []
+        for st in self.class_state_:
             if st is None:
-                keys.append(np.zeros(0))
-                conf.append(np.zeros(0))
-                tn.append(np.zeros((0, 2)))
-                conf_end.append(0.0)
-                tn_end.append((0.0, 0.0))
+                per.append(np.zeros((0, 2) if counts else 0))
+                end.append((0.0, 0.0) if counts else 0.0)
                 continue
-            k, entry, above = _lookup_keys(st)
+            _, entry, above = _lookup_keys(st)
             v = st["values"]
-            keys.append(k)
-            conf.append(np.where(above, v[entry], st["below"]))
-            conf_end.append(v[-1])
             if counts:
                 n = st["n_above"]
-                tn.append(np.stack([np.where(above, v[entry] * n[entry], st["below"] * st["n_below"]),
-                                    np.where(above, n[entry], st["n_below"])], axis=1))
-                tn_end.append((v[-1] * n[-1], n[-1]))
-        size = np.array([k.size for k in keys], dtype=np.int64)
-        self._tables = SortedTables(np.concatenate(keys), np.concatenate([[0], np.cumsum(size)]))
-        self._has_state = np.array([s is not None for s in states], dtype=bool)
-        self._conf = self._tables.layout(np.concatenate(conf), np.array(conf_end))
-        self._counts = self._tables.layout(np.concatenate(tn), np.array(tn_end)) if counts else None
+                per.append(np.stack([np.where(above, v[entry] * n[entry], st["below"] * st["n_below"]),
+                                     np.where(above, n[entry], st["n_below"])], axis=1))
+                end.append((v[-1] * n[-1], n[-1]))
+            else:
+                per.append(np.where(above, v[entry], st["below"]))
+                end.append(v[-1])
+        return self._tables.layout(np.concatenate(per), np.array(end))
+
+    @property
+    def _conf(self) -> np.ndarray:
+        if "_conf_layout" not in self.__dict__:
+            self.__dict__["_conf_layout"] = self._layout(counts=False)
+        return self.__dict__["_conf_layout"]
+
+    @property
+    def _counts(self):
+        """The (TP count, count) layout, or None for files before shrinkage (no counts stored)."""
+        if "_counts_layout" not in self.__dict__:
+            ok = all("n_above" in s for s in self.class_state_ if s is not None)
+            self.__dict__["_counts_layout"] = self._layout(counts=True) if ok else None
+        return self.__dict__["_counts_layout"]
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         u = state["scores"]
@@ -156,12 +174,14 @@ class _CumulativeBase(ScoreCalibrator):
         """The reference curve at every score: its shrunk value per table slot, worked out once
         (the same operations on the same counts as per row) and gathered."""
         ref = self.reference_
-        key = (self.reference_m_, self.reference_rate_)
+        key = (ref._tables, self.reference_m_, self.reference_rate_)
         cache = getattr(self, "_reference_slots", None)
-        if cache is None or cache[0] is not ref._counts or cache[1] != key:  # a new fit or load: new counts
-            slots = shr.shrink(ref._counts[:, 0], ref._counts[:, 1], self.reference_rate_, self.reference_m_)
-            cache = self._reference_slots = (ref._counts, key, slots)
-        return cache[2][ref._tables.positions(np.asarray(score, dtype=np.float64), 0)]
+        if cache is None or cache[0] is not key[0] or cache[1:3] != key[1:]:  # a new fit or load: new tables
+            counts = ref._counts
+            ref.__dict__.pop("_counts_layout", None)  # kept as its shrunk values only (rebuilt if asked for)
+            slots = shr.shrink(counts[:, 0], counts[:, 1], self.reference_rate_, self.reference_m_)
+            cache = self._reference_slots = (*key, slots)
+        return cache[-1][ref._tables.positions(np.asarray(score, dtype=np.float64), 0)]
 
     def _describe_classes(self) -> list[dict]:
         out = []

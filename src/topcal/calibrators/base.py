@@ -436,15 +436,21 @@ class Calibrator:
         out.append(f"score range: {d['score_range']}")
         if "chosen" in d:  # auto: the choice and its cross-validation table, then the chosen model
             cv = d["cross_validation"]
-            out.append(f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
+            rule = cv.get("rule", "smallest cross-validated NLL")
+            out.append(f"chosen: {d['chosen']} ({rule}; {cv['folds']}-fold, seed {cv['seed']}, "
                        f"on {cv['samples']:g} samples)")
+            if cv.get("best") not in (None, d["chosen"]):
+                out.append(f"best mean: {cv['best']}")
             fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
             if fitted > cv["samples"]:
                 out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
                            "fit auto again to re-choose")
             ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
             if ranked:
-                out.append("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
+                se, dse = cv.get("se", {}), cv.get("diff_se", {})
+                out.append("cross-validated NLL (mean ± SE; SE of the difference to the best):")
+                out += [f"  {k:16s} {v:.4f}" + (f" ± {se[k]:.4f}" if se.get(k) is not None else "")
+                        + (f"  (diff SE {dse[k]:.4f})" if dse.get(k) is not None else "") for v, k in ranked]
             for k, msg in cv["errors"].items():
                 out.append(f"  {k} failed in cross-validation: {msg}")
             outer, d = d, d["model"]

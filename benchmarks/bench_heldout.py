@@ -273,11 +273,28 @@ def peer_predict(name, train, test):
     raise KeyError(name)
 
 
-def topcal_predict(spec, train, test):
-    name, _, shrink = spec.partition("@")
-    params = {"shrinkage": float(shrink)} if shrink else {}
+#: auto's cross-validation table per training part (``auto@T`` reuses the one of ``auto`` on the same part)
+_AUTO_CV: dict = {}
+
+
+def topcal_predict(spec, train, test, key=None):
+    """``name`` or ``name@m`` (shrinkage m); ``auto@T``: auto with tolerance T (reusing auto's table when
+    ``auto`` ran on the same training part, ``key``)."""
+    name, _, arg = spec.partition("@")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if name == "auto":
+            tol = float(arg) if arg else 1.0
+            cached = _AUTO_CV.get(key) if key is not None else None
+            if cached is not None:
+                from topcal.calibrators.auto import choose
+
+                return topcal.calibrator(choose(cached, tol)[0]).fit(train).predict(test)
+            model = topcal.calibrator("auto", tolerance=tol).fit(train)
+            if key is not None and model.cv_:
+                _AUTO_CV[key] = model.cv_
+            return model.predict(test)
+        params = {"shrinkage": float(arg)} if arg else {}
         return topcal.calibrator(name, **params).fit(train).predict(test)
 
 
@@ -300,7 +317,8 @@ def run(data_name, n_folds, methods, seed=0, log=print, fit_rows=None, data=None
                 if fit_rows is not None:
                     train = subsample(train, fit_rows, seed + 1000 * f + 1)
                 test = folds[f]
-                parts.append(peer_predict(spec, train, test) if spec in PEERS else topcal_predict(spec, train, test))
+                parts.append(peer_predict(spec, train, test) if spec in PEERS
+                             else topcal_predict(spec, train, test, key=(data_name, n_folds, fit_rows, f, seed)))
         except Exception as exc:  # a method failing is a finding, not the end of the run
             log(f"  {spec}: FAILED {type(exc).__name__}: {exc}")
             rows.append({"data": data_name, "folds": n_folds, "fit_rows": fit_rows or 0, "method": spec, "nll": np.nan, "brier": np.nan,
@@ -364,7 +382,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.data = args.data or QUICK_DATA
-        args.methods = args.methods or (["uncalibrated", "auto"] + PEERS)
+        args.methods = args.methods or (["uncalibrated", "auto", "auto@0", "auto@0.5"] + PEERS)
         args.subsample = args.subsample or [2000, 5000]
         args.no_full = True
     names = args.data or datasets()

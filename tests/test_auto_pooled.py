@@ -212,3 +212,21 @@ def test_benchmark_top_score_version_and_subsample():
     key = {(int(k), float(v)): (tp, fp) for k, v, tp, fp in zip(b.pred, b.score, b.tp, b.fp)}
     assert all(tp <= key[(int(k), float(v))][0] and fp <= key[(int(k), float(v))][1]
                for k, v, tp, fp in zip(sb.pred, sb.score, sb.tp, sb.fp))
+
+
+# ------------------------------------------------- compare and the report
+def test_compare_and_the_report_show_autos_cross_validation_table(tmp_path):
+    from topcal.evaluate import compare_methods
+
+    d = _top(13, 20, 30, a=0.6)
+    res = _quiet(lambda: compare_methods(d, ["uncalibrated", "auto"], folds=2))
+    fits = res["choices"]["auto"]
+    assert [f["fold"] for f in fits] == [1, 2]
+    for f in fits:
+        chosen = [r for r in f["table"] if r["chosen"]]
+        assert len(chosen) == 1 and chosen[0]["method"] == f["chosen"] and all(r["se"] > 0 for r in f["table"])
+    same = _quiet(lambda: compare_methods(d, ["auto"]))
+    assert same["choices"]["auto"][0]["fold"] is None
+    out = _quiet(lambda: topcal.report(d, output=tmp_path / "rep", methods=["auto"], folds=2))
+    page = out.read_text()
+    assert "SE of the difference to the best" in page and "standard error" in page

@@ -119,7 +119,7 @@ def test_cv_table_with_standard_errors_is_saved_shown_and_read_back(tmp_path):
 
 
 # ---------------------------------------------------------- pooled methods
-@pytest.mark.parametrize("name", POOLED + ["hier-platt"])
+@pytest.mark.parametrize("name", POOLED + ["hier-platt", "hier-beta"])
 def test_pooled_and_hierarchical_models_save_load_predict_and_draw(name, tmp_path):
     d = _top(7, 12, 60, a=0.7, b=-0.2)
     m = _quiet(lambda: topcal.calibrator(name).fit(d))

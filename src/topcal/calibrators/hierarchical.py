@@ -15,7 +15,8 @@ pseudo-count m (lam -> 0: per-class Platt, ``btswa``; lam -> inf: pooled
 Platt, ``pooled-platt``). The prior is invariant to affine changes of z.
 
 The strength lam is chosen from the data, one for all classes (empirical
-Bayes by predictive fit), on the grid 2^j, j = 0..24, by the approximate
+Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
+the two neighbours of the best of those), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
 
@@ -28,6 +29,8 @@ no positives uses theta_0.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from scipy.special import expit
 
@@ -38,7 +41,7 @@ from ._ts_core import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, to_jsonable
 from .registry import register
 
-__all__ = ["HierarchicalPlatt", "LAMBDA_GRID", "score_logit"]
+__all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
 
 #: Candidate prior strengths (pseudo-samples): 2^j, j = 0..24.
 LAMBDA_GRID = 2.0 ** np.arange(25)
@@ -57,11 +60,11 @@ def _softplus(x):
 
 
 class _Rows:
-    """Rows with weight, grouped by class: z, tp, fp, class index."""
+    """Rows with weight, grouped by class: features X (n, p), tp, fp, class index."""
 
-    def __init__(self, z, tp, fp, g, k):
+    def __init__(self, X, tp, fp, g, k):
         keep = (tp + fp) > 0
-        self.z, self.tp, self.fp, self.g = z[keep], tp[keep], fp[keep], g[keep]
+        self.X, self.tp, self.fp, self.g = X[keep], tp[keep], fp[keep], g[keep]
         self.w = self.tp + self.fp
         self.k = k
 
@@ -73,35 +76,37 @@ class _Rows:
         """Per-class NLL at margins m."""
         return self.sums(self.tp * _softplus(-m) + self.fp * _softplus(m))
 
+    def margin(self, theta):
+        return np.einsum("np,np->n", self.X, theta[self.g])
+
+    def hessian(self, h):
+        """Per-class sum of h x x' (K, p, p)."""
+        p = self.X.shape[1]
+        H = np.empty((self.k, p, p))
+        for i in range(p):
+            for j in range(i, p):
+                H[:, i, j] = H[:, j, i] = self.sums(h * self.X[:, i] * self.X[:, j])
+        return H
+
 
 def _newton(rows: _Rows, theta, center, prior, lam):
     """Per-class penalised Newton (vectorised over classes, step halving per class).
 
-    theta, center: (K, 2); prior: (2, 2) (I_0); lam: float (0 allowed only with rows in every
-    class, used for the pooled fit with K = 1). Returns theta (K, 2).
+    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p).
     """
-    z, g = rows.z, rows.g
     theta = theta.copy()
+    p = theta.shape[1]
 
     def objective(th):
-        m = th[g, 0] * z + th[g, 1]
         d = th - center
-        return rows.loss(m) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d)
+        return rows.loss(rows.margin(th)) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d)
 
     f = objective(theta)
     for _ in range(_NEWTON_STEPS):
-        m = theta[g, 0] * z + theta[g, 1]
-        p = expit(m)
-        r = rows.w * p - rows.tp  # dNLL/dm
-        h = rows.w * p * (1.0 - p)
-        d = theta - center
-        grad = np.stack([rows.sums(r * z), rows.sums(r)], axis=1) + lam * d @ prior
-        haa, hab, hbb = rows.sums(h * z * z), rows.sums(h * z), rows.sums(h)
-        H = np.empty((rows.k, 2, 2))
-        H[:, 0, 0], H[:, 0, 1], H[:, 1, 0], H[:, 1, 1] = haa, hab, hab, hbb
-        H += lam * prior
-        H[:, 0, 0] += 1e-12
-        H[:, 1, 1] += 1e-12
+        q = expit(rows.margin(theta))
+        r = rows.w * q - rows.tp  # dNLL/dm
+        grad = np.stack([rows.sums(r * rows.X[:, i]) for i in range(p)], axis=1) + lam * (theta - center) @ prior
+        H = rows.hessian(rows.w * q * (1.0 - q)) + lam * prior + 1e-12 * np.eye(p)
         step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
         t = np.ones(rows.k)
         new = theta - step
@@ -124,19 +129,15 @@ def _newton(rows: _Rows, theta, center, prior, lam):
 
 def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
     """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit."""
-    z, g = rows.z, rows.g
-    m = theta[g, 0] * z + theta[g, 1]
-    p = expit(m)
-    h = rows.w * p * (1.0 - p)
-    haa, hab, hbb = rows.sums(h * z * z) + lam * prior[0, 0], rows.sums(h * z) + lam * prior[0, 1], \
-        rows.sums(h) + lam * prior[1, 1]
-    det = np.maximum(haa * hbb - hab * hab, 1e-300)
-    # x' H^-1 x with x = (z, 1)
-    lev = (hbb[g] * z * z - 2.0 * hab[g] * z + haa[g]) / det[g]
-    w1 = p * (1.0 - p)
+    m = rows.margin(theta)
+    q = expit(m)
+    w1 = q * (1.0 - q)
+    p = theta.shape[1]
+    Hinv = np.linalg.inv(rows.hessian(rows.w * w1) + lam * prior + 1e-12 * np.eye(p))
+    lev = np.einsum("ni,nij,nj->n", rows.X, Hinv[rows.g], rows.X)  # x' H^-1 x
     den = np.maximum(1.0 - w1 * lev, 1e-6)
     out = 0.0
-    for wt, deriv, sign in ((rows.tp, p - 1.0, -1.0), (rows.fp, p, 1.0)):
+    for wt, deriv, sign in ((rows.tp, q - 1.0, -1.0), (rows.fp, q, 1.0)):
         sel = wt > 0
         mi = m[sel] + deriv[sel] * lev[sel] / den[sel]
         c = np.clip(expit(mi), PROB_CLIP, 1.0 - PROB_CLIP)
@@ -157,8 +158,134 @@ class _StrengthConstraint:
                "(the prior's weight in pseudo-samples)"
 
 
+class _Hierarchical(Calibrator):
+    """Per-class logistic fits on features of the top score, shrunk toward the pooled fit.
+
+    Subclasses give the features (``_features``), the parameters' names and the identity
+    parameters (``_identity``: the fit that returns the normalised score itself).
+
+    Attributes
+    ----------
+    theta_ : ndarray (K, p)
+        Every class's parameters (the pooled ones for classes without positives).
+    pooled_ : ndarray (p,)
+        The pooled fit.
+    strength_ : float
+        The prior's weight lam.
+    """
+
+    _names: ClassVar[tuple] = ()
+    _identity: ClassVar[tuple] = ()
+    _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}
+
+    def __init__(self, *, shrinkage="auto", loss: str = "nll"):
+        self.shrinkage = shrinkage
+        self.loss = loss
+
+    @staticmethod
+    def _features(data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _fit(self, data: TopLabelData) -> None:
+        k = data.n_classes
+        X = self._features(data)
+        p = X.shape[1]
+        self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
+        rows = _Rows(X, data.tp, data.fp, data.pred, k)
+        one = _Rows(X, data.tp, data.fp, np.zeros(data.n_rows, dtype=np.int64), 1)
+        start = np.array([self._identity], dtype=np.float64)
+        # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
+        n = float(one.w.sum())
+        theta0 = _newton(one, start, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
+        q = expit(one.margin(theta0[None, :]))
+        prior = one.hessian(one.w * q * (1.0 - q))[0] / max(n, 1.0)
+        # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
+        vals, vecs = np.linalg.eigh(prior)
+        prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
+        center = np.broadcast_to(theta0, (k, p))
+        if self.shrinkage == "auto":
+            # every other grid point from the pooled end (each fit starts at the last one), then the
+            # two neighbours of the best: 15 fits instead of 25, the same choice where the loss is unimodal
+            losses = np.full(LAMBDA_GRID.size, np.inf)
+            fits = {}
+            theta = center.copy()
+            for j in range(LAMBDA_GRID.size - 1, -1, -2):
+                theta = fits[j] = _newton(rows, theta, center, prior, float(LAMBDA_GRID[j]))
+                losses[j] = _alo_loss(rows, theta, prior, float(LAMBDA_GRID[j]))
+            b = int(np.argmin(losses))
+            for j in (b - 1, b + 1):
+                if 0 <= j < LAMBDA_GRID.size and j not in fits:
+                    fits[j] = _newton(rows, fits[b], center, prior, float(LAMBDA_GRID[j]))
+                    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+            j = int(np.argmin(losses))  # the smallest strength on ties
+            lam, theta = float(LAMBDA_GRID[j]), fits[j]
+            self.strength_loss_ = losses
+        else:
+            lam = float(self.shrinkage)
+            theta = _newton(rows, center.copy(), center, prior, lam)
+            self.strength_loss_ = None
+        has = np.bincount(rows.g, minlength=k) > 0
+        self.theta_ = np.where(has[:, None], theta, theta0[None, :])
+        self.pooled_ = theta0.copy()
+        self.prior_ = prior
+        self.strength_ = lam
+
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))
+
+    @property
+    def n_params_(self) -> int:
+        p = len(self._names)
+        return p * int(np.sum((self.n_tp_ + self.n_fp_) > 0)) + p
+
+    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
+        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range)."""
+        self._check_fitted()
+        i = self._class_index(k)
+        lo, hi = self.score_range_
+        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
+        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["hierarchical"] = {**{f"pooled_{n}": float(v) for n, v in zip(self._names, self.pooled_)},
+                             "strength": float(self.strength_),
+                             "rule": "auto" if self.shrinkage == "auto" else "fixed"}
+        return d
+
+    def _describe_classes(self) -> list[dict]:
+        return [{**{n: float(v) for n, v in zip(self._names, th)}, "support": None if s is None else list(s)}
+                for th, s in zip(self.theta_, self.support_)]
+
+    def _get_state(self) -> dict:
+        return to_jsonable({"theta": self.theta_, "pooled": self.pooled_, "prior": self.prior_,
+                            "strength": self.strength_,
+                            "support": [None if s is None else list(s) for s in self.support_]})
+
+    def _set_state(self, state: dict) -> None:
+        k, p = len(self.classes_), len(self._names)
+        theta = np.asarray(state["theta"], dtype=np.float64)
+        if theta.shape != (k, p) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"theta must be a finite {k} x {p} matrix")
+        self.theta_ = theta
+        self.pooled_ = finite_array(state["pooled"], "pooled", p)
+        prior = np.asarray(state["prior"], dtype=np.float64)
+        if prior.shape != (p, p) or not np.all(np.isfinite(prior)):
+            raise ValueError(f"prior must be a finite {p} x {p} matrix")
+        self.prior_ = prior
+        (self.strength_,) = (float(v) for v in finite_array([state["strength"]], "strength"))
+        if not self.strength_ > 0:
+            raise ValueError("strength must be > 0")
+        sup = state["support"]
+        if not isinstance(sup, list) or len(sup) != k:
+            raise ValueError(f"support must be a list of {k} entries")
+        self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
+        self.strength_loss_ = None
+
+
 @register
-class HierarchicalPlatt(Calibrator):
+class HierarchicalPlatt(_Hierarchical):
     """Per-class Platt scaling of logit(s) with a Gaussian prior centred on the pooled Platt fit.
 
     Parameters
@@ -173,111 +300,47 @@ class HierarchicalPlatt(Calibrator):
     ----------
     slope_, intercept_ : ndarray (K,)
         a_k and b_k of every class (the pooled values for classes without positives).
-    pooled_ : ndarray (2,)
-        The pooled (a_0, b_0).
-    strength_ : float
-        The prior's weight lam.
     """
 
     name = "hier-platt"
     summary = "per-class Platt scaling of logit(top score) shrunk toward the pooled fit (strength by LOO)"
-    _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}
+    _names = ("slope", "intercept")
+    _identity = (1.0, 0.0)
 
-    def __init__(self, *, shrinkage="auto", loss: str = "nll"):
-        self.shrinkage = shrinkage
-        self.loss = loss
-
-    def _fit(self, data: TopLabelData) -> None:
-        k = data.n_classes
-        z = score_logit(data)
-        self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
-        rows = _Rows(z, data.tp, data.fp, data.pred, k)
-        one = _Rows(z, data.tp, data.fp, np.zeros(data.n_rows, dtype=np.int64), 1)
-        start = np.array([[1.0, 0.0]])
-        # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
-        n = float(one.w.sum())
-        eye = np.eye(2) / max(n, 1.0)
-        theta0 = _newton(one, start, start, eye, 1e-6)[0]
-        p = expit(theta0[0] * one.z + theta0[1])
-        h = one.w * p * (1.0 - p)
-        prior = np.array([[h @ (one.z * one.z), h @ one.z], [h @ one.z, h.sum()]]) / max(n, 1.0)
-        # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
-        vals, vecs = np.linalg.eigh(prior)
-        prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
-        center = np.broadcast_to(theta0, (k, 2))
-        if self.shrinkage == "auto":
-            grid = LAMBDA_GRID[::-1]  # from the pooled end: each fit starts at the last one
-            theta = center.copy()
-            losses = np.empty(grid.size)
-            fits = []
-            for j, lam in enumerate(grid):
-                theta = _newton(rows, theta, center, prior, float(lam))
-                losses[j] = _alo_loss(rows, theta, prior, float(lam))
-                fits.append(theta)
-            best = int(np.argmin(losses[::-1]))  # the smallest strength on ties
-            j = grid.size - 1 - best
-            lam, theta = float(grid[j]), fits[j]
-            self.strength_loss_ = losses[::-1].copy()
-        else:
-            lam = float(self.shrinkage)
-            theta = _newton(rows, center.copy(), center, prior, lam)
-            self.strength_loss_ = None
-        has = np.bincount(rows.g, minlength=k) > 0
-        theta = np.where(has[:, None], theta, theta0[None, :])
-        self.slope_, self.intercept_ = theta[:, 0].copy(), theta[:, 1].copy()
-        self.pooled_ = theta0.copy()
-        self.prior_ = prior
-        self.strength_ = lam
-
-    def _margin(self, data: TopLabelData) -> np.ndarray:
-        return self.slope_[data.pred] * score_logit(data) + self.intercept_[data.pred]
-
-    def _predict(self, data: TopLabelData) -> np.ndarray:
-        return expit(self._margin(data))
+    @staticmethod
+    def _features(data: TopLabelData) -> np.ndarray:
+        return np.stack([score_logit(data), np.ones(data.n_rows)], axis=1)
 
     @property
-    def n_params_(self) -> int:
-        return 2 * int(np.sum((self.n_tp_ + self.n_fp_) > 0)) + 2
+    def slope_(self) -> np.ndarray:
+        return self.theta_[:, 0]
 
-    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
-        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range)."""
-        self._check_fitted()
-        i = self._class_index(k)
-        lo, hi = self.score_range_
-        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
-        grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
-        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+    @property
+    def intercept_(self) -> np.ndarray:
+        return self.theta_[:, 1]
 
-    def describe(self) -> dict:
-        d = super().describe()
-        d["hierarchical"] = {"pooled_slope": float(self.pooled_[0]), "pooled_intercept": float(self.pooled_[1]),
-                             "strength": float(self.strength_),
-                             "rule": "auto" if self.shrinkage == "auto" else "fixed"}
-        return d
 
-    def _describe_classes(self) -> list[dict]:
-        return [{"slope": float(a), "intercept": float(b), "support": None if s is None else list(s)}
-                for a, b, s in zip(self.slope_, self.intercept_, self.support_)]
+@register
+class HierarchicalBeta(_Hierarchical):
+    """Per-class beta calibration (Kull et al. 2017) shrunk toward the pooled beta fit.
 
-    def _get_state(self) -> dict:
-        return to_jsonable({"slope": self.slope_, "intercept": self.intercept_, "pooled": self.pooled_,
-                            "prior": self.prior_, "strength": self.strength_,
-                            "support": [None if s is None else list(s) for s in self.support_]})
+    sigmoid(a_k ln s - b_k ln(1 - s) + c_k) on the normalised top score s (clipped to
+    [1e-12, 1 - 1e-12]), the prior and its strength as for ``hier-platt``. Unlike Kull et
+    al.'s fit, a and b are not constrained to be >= 0 (the prior keeps small classes near the
+    pooled fit; a class's curve may then be non-monotone where its own data say so).
 
-    def _set_state(self, state: dict) -> None:
-        k = len(self.classes_)
-        self.slope_ = finite_array(state["slope"], "slope", k)
-        self.intercept_ = finite_array(state["intercept"], "intercept", k)
-        self.pooled_ = finite_array(state["pooled"], "pooled", 2)
-        prior = np.asarray(state["prior"], dtype=np.float64)
-        if prior.shape != (2, 2) or not np.all(np.isfinite(prior)):
-            raise ValueError("prior must be a finite 2 x 2 matrix")
-        self.prior_ = prior
-        (self.strength_,) = (float(v) for v in finite_array([state["strength"]], "strength"))
-        if not self.strength_ > 0:
-            raise ValueError("strength must be > 0")
-        sup = state["support"]
-        if not isinstance(sup, list) or len(sup) != k:
-            raise ValueError(f"support must be a list of {k} entries")
-        self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
-        self.strength_loss_ = None
+    Parameters
+    ----------
+    shrinkage : "auto" or float > 0, default "auto"
+    loss : {"nll"}, default "nll"
+    """
+
+    name = "hier-beta"
+    summary = "per-class beta calibration of the top score shrunk toward the pooled fit (strength by LOO)"
+    _names = ("a", "b", "c")
+    _identity = (1.0, 1.0, 0.0)
+
+    @staticmethod
+    def _features(data: TopLabelData) -> np.ndarray:
+        s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
+        return np.stack([np.log(s), -np.log1p(-s), np.ones(s.shape)], axis=1)

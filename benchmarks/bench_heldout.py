@@ -24,9 +24,23 @@ Peers (written here from their descriptions, fitted on the same folds):
 * ``ts/multinomial``: classic temperature scaling (Guo et al. 2017): one T
   minimising the multinomial NLL of softmax(log p / T), scipy's bounded
   scalar minimiser on log T; full vectors only.
+* ``beta/pooled``, ``beta/class``: beta calibration (Kull, Silva Filho & Flach,
+  AISTATS 2017), written from the paper: logistic regression of correctness
+  on the two features ln s and -ln(1 - s) with an intercept, sigmoid(a ln s -
+  b ln(1 - s) + c), under the paper's constraints a, b >= 0 (which make the
+  map monotone), fitted by maximum likelihood with the constraints as bounds
+  (L-BFGS-B); per class (one-outcome classes use the pooled fit) or pooled.
 
-Run: ``.venv/bin/python benchmarks/bench_heldout.py [--folds 2 5] [--data NAME ...] [--csv out.csv]``
-(``make bench-heldout`` installs scikit-learn first).
+Regimes (issue 22): every full-vector set also runs as its top-score-only
+version (``NAME:top``: predicted class, top score, label; the full vector
+dropped), and ``--subsample N ...`` adds cells where every fold's model is
+fitted on N samples drawn (seeded, without replacement) from its training part
+and scored on the whole held-out fold: few rows per class with the data at hand.
+
+Run: ``.venv/bin/python benchmarks/bench_heldout.py [--folds 2 5] [--data NAME ...] [--subsample 2000 5000]
+[--top-only] [--quick] [--csv out.csv]`` (``make bench-heldout`` installs scikit-learn first).
+``--quick``: the issue-22 regime only (top-score versions of the CIFAR-100 sets and PhANNs, subsamples of
+2,000 and 5,000, uncalibrated, auto and the peers): minutes, not an hour.
 """
 
 from __future__ import annotations
@@ -59,12 +73,24 @@ TOPCAL_METHODS = [
     "sts", "tswa", "bts", "btswa",
     "auto",
 ]
-PEERS = ["isotonic/class", "isotonic/pooled", "platt/class", "platt/pooled", "gupta-ramdas", "ts/multinomial"]
+PEERS = ["isotonic/class", "isotonic/pooled", "platt/class", "platt/pooled", "gupta-ramdas", "ts/multinomial",
+         "beta/class", "beta/pooled"]
 CLIP = 1e-12
+TOP = ":top"
+QUICK_DATA = ["densenet-bc-100-cifar-100.npz:top", "wideresnet-16-4-cifar-100.npz:top",
+              "lenet-5-cifar-100.npz:top", "phanns"]
 
 
 # --------------------------------------------------------------------- data
+def top_only(data: TopLabelData) -> TopLabelData:
+    """The same rows as (predicted class, top score, label): the full score vector dropped."""
+    return TopLabelData.from_scores(data.pred, data.score, labels=data.labels, classes=list(data.classes),
+                                    score_range=data.score_range)
+
+
 def load(name: str) -> TopLabelData:
+    if name.endswith(TOP):
+        return top_only(load(name[: -len(TOP)]))
     if name == "phanns":
         return load_phanns()
     path = BENCH / name
@@ -78,8 +104,25 @@ def load(name: str) -> TopLabelData:
                                     labels=df["true_label"].to_numpy(), classes=[str(i) for i in range(k)])
 
 
-def datasets() -> list[str]:
-    return sorted(p.name for p in BENCH.iterdir() if p.suffix in (".npz", ".csv")) + ["phanns"]
+def datasets(top: bool = True) -> list[str]:
+    """Every set; with ``top`` also the top-score-only version of every full-vector set."""
+    names = sorted(p.name for p in BENCH.iterdir() if p.suffix in (".npz", ".csv")) + ["phanns"]
+    return names + ([n + TOP for n in names if n.endswith(".npz")] if top else [])
+
+
+def subsample(data: TopLabelData, n: int, seed: int) -> TopLabelData:
+    """``n`` samples drawn without replacement (binned counts: a multivariate hypergeometric draw)."""
+    if n >= data.n_samples:
+        return data
+    rng = np.random.default_rng(seed)
+    if data.is_binned:
+        counts = np.concatenate([data.tp, data.fp]).astype(np.int64)
+        got = rng.multivariate_hypergeometric(counts, n).astype(np.float64)
+        tp, fp = got[: data.n_rows], got[data.n_rows:]
+        keep = (tp + fp) > 0
+        return TopLabelData(data.classes, data.pred[keep], data.score[keep], data.score_range, tp=tp[keep],
+                            fp=fp[keep], bin_edges=data.bin_edges[keep])
+    return data.subset(np.sort(rng.choice(data.n_rows, size=n, replace=False)))
 
 
 # -------------------------------------------------------------------- peers
@@ -134,6 +177,43 @@ def _gupta_ramdas(x, y, w, points_per_bin=50):
     return lambda s: val[np.searchsorted(edges, s, side="left")]
 
 
+def _beta_features(s):
+    s = np.clip(s, CLIP, 1 - CLIP)
+    return np.stack([np.log(s), -np.log1p(-s)], axis=1)
+
+
+def beta_fit(x, y, w):
+    """Beta calibration (Kull et al. 2017) of correctness y on scores x with weights w: (a, b, c), a, b >= 0.
+
+    Maximum likelihood of sigmoid(a ln x - b ln(1 - x) + c) under the bounds a, b >= 0 (L-BFGS-B,
+    analytic gradient). Returns the parameters (a, b, c).
+    """
+    from scipy.optimize import minimize
+    from scipy.special import expit
+
+    f = np.column_stack([_beta_features(x), np.ones(x.size)])
+    w = np.asarray(w, dtype=np.float64)
+    scale = w.sum()
+
+    def loss(theta):
+        m = f @ theta
+        val = w @ (np.logaddexp(0.0, m) - y * m) / scale
+        grad = f.T @ (w * (expit(m) - y)) / scale
+        return val, grad
+
+    r = minimize(loss, np.array([1.0, 1.0, 0.0]), jac=True, method="L-BFGS-B",
+                 bounds=[(0.0, None), (0.0, None), (None, None)],
+                 options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-10})
+    return r.x
+
+
+def _beta(x, y, w):
+    from scipy.special import expit
+
+    a, b, c = beta_fit(x, y, w)
+    return lambda s: expit(_beta_features(s) @ np.array([a, b]) + c)
+
+
 def _per_class(fit, train, test, pooled_fallback):
     x, y, w, k = _xy(train)
     s_test = test.normalized_score()
@@ -185,20 +265,48 @@ def peer_predict(name, train, test):
         return _per_class(_gupta_ramdas, train, test, None)
     if name == "ts/multinomial":
         return _ts_multinomial(train, test)
+    if name == "beta/class":
+        return _per_class(_beta, train, test, _beta)
+    if name == "beta/pooled":
+        x, y, w, _ = _xy(train)
+        return _beta(x, y, w)(test.normalized_score())
     raise KeyError(name)
 
 
-def topcal_predict(spec, train, test):
-    name, _, shrink = spec.partition("@")
-    params = {"shrinkage": float(shrink)} if shrink else {}
+#: today's auto before issue 22 (its candidates, the smallest mean wins): the spec "auto-old"
+OLD_AUTO = dict(candidates=["uncalibrated", "kde-mon2", "hist", "cum-opt", "sts", "csts", "tswa", "bts", "btswa"],
+                tolerance=0.0)
+
+#: auto's cross-validation table per training part (``auto@T`` reuses the one of ``auto`` on the same part)
+_AUTO_CV: dict = {}
+
+
+def topcal_predict(spec, train, test, key=None):
+    """``name`` or ``name@m`` (shrinkage m); ``auto@T``: auto with tolerance T (reusing auto's table when
+    ``auto`` ran on the same training part, ``key``)."""
+    name, _, arg = spec.partition("@")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if name == "auto-old":
+            return topcal.calibrator("auto", **OLD_AUTO).fit(train).predict(test)
+        if name == "auto":
+            tol = float(arg) if arg else 1.0
+            cached = _AUTO_CV.get(key) if key is not None else None
+            if cached is not None:
+                from topcal.calibrators.auto import choose
+
+                return topcal.calibrator(choose(cached, tol)[0]).fit(train).predict(test)
+            model = topcal.calibrator("auto", tolerance=tol).fit(train)
+            if key is not None and model.cv_:
+                _AUTO_CV[key] = model.cv_
+            return model.predict(test)
+        params = {"shrinkage": float(arg)} if arg else {}
         return topcal.calibrator(name, **params).fit(train).predict(test)
 
 
 # -------------------------------------------------------------------- main
-def run(data_name, n_folds, methods, seed=0, log=print):
-    data = load(data_name)
+def run(data_name, n_folds, methods, seed=0, log=print, fit_rows=None, data=None):
+    data = load(data_name) if data is None else data
     folds = kfold_split(data, n_folds, seed=seed)
     target = TopLabelData.concat(folds)
     rows = []
@@ -212,15 +320,18 @@ def run(data_name, n_folds, methods, seed=0, log=print):
         try:
             for f in range(n_folds):
                 train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
+                if fit_rows is not None:
+                    train = subsample(train, fit_rows, seed + 1000 * f + 1)
                 test = folds[f]
-                parts.append(peer_predict(spec, train, test) if spec in PEERS else topcal_predict(spec, train, test))
+                parts.append(peer_predict(spec, train, test) if spec in PEERS
+                             else topcal_predict(spec, train, test, key=(data_name, n_folds, fit_rows, f, seed)))
         except Exception as exc:  # a method failing is a finding, not the end of the run
             log(f"  {spec}: FAILED {type(exc).__name__}: {exc}")
-            rows.append({"data": data_name, "folds": n_folds, "method": spec, "nll": np.nan, "brier": np.nan,
+            rows.append({"data": data_name, "folds": n_folds, "fit_rows": fit_rows or 0, "method": spec, "nll": np.nan, "brier": np.nan,
                          "ece1": np.nan, "seconds": time.perf_counter() - t0, "error": str(exc)})
             continue
         conf = np.concatenate(parts)
-        row = {"data": data_name, "folds": n_folds, "method": spec,
+        row = {"data": data_name, "folds": n_folds, "fit_rows": fit_rows or 0, "method": spec,
                "nll": nll(target, conf).overall, "brier": brier(target, conf).overall,
                "ece1": ece1(target, conf).overall, "seconds": time.perf_counter() - t0, "error": ""}
         rows.append(row)
@@ -229,39 +340,74 @@ def run(data_name, n_folds, methods, seed=0, log=print):
     return rows
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--folds", type=int, nargs="+", default=[2, 5])
-    ap.add_argument("--data", nargs="+", default=None, help="file names in shared/data/bench, or phanns")
-    ap.add_argument("--methods", nargs="+", default=None, help="topcal methods (name or name@m) and peers")
-    ap.add_argument("--csv", help="write every row to this CSV")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    names = args.data or datasets()
-    methods = args.methods or (TOPCAL_METHODS + PEERS)
-    rows = []
-    for name in names:
-        for k in args.folds:
-            print(f"{name}, {k}-fold", flush=True)
-            rows += run(name, k, methods, seed=args.seed)
-    df = pd.DataFrame(rows)
-    if args.csv:
-        df.to_csv(args.csv, index=False)
+def summarize(df: pd.DataFrame, log=print) -> dict:
+    """Per cell: uncalibrated, auto, the best peer and the ratios; the issue-22 targets over all cells."""
     ok = df[df.error == ""]
-    print()
-    print("held-out NLL (rows: data/folds; auto vs the uncalibrated score and the best peer)")
-    for (name, k), g in ok.groupby(["data", "folds"], sort=False):
+    ratios, worse_uncal, worse_peer = [], [], []
+    log("held-out NLL (rows: data/folds/fitting rows; auto vs the uncalibrated score and the best peer)")
+    for (name, k, n), g in ok.groupby(["data", "folds", "fit_rows"], sort=False):
         v = dict(zip(g.method, g.nll))
         peers = {p: v[p] for p in PEERS if p in v}
         best_peer = min(peers, key=peers.get) if peers else None
-        line = f"{name:32s} K={k}  uncal {v.get('uncalibrated', np.nan):.4f}"
+        cell = f"{name} K={k} n={'all' if not n else n}"
+        line = f"{cell:52s} uncal {v.get('uncalibrated', np.nan):.4f}"
         if "auto" in v:
             line += f"  auto {v['auto']:.4f}"
+            if "uncalibrated" in v and v["auto"] > v["uncalibrated"]:
+                worse_uncal.append(cell)
         if best_peer:
             line += f"  best peer {best_peer} {peers[best_peer]:.4f}"
             if "auto" in v:
-                line += f"  auto/peer {v['auto'] / peers[best_peer]:.4f}"
-        print(line)
+                r = v["auto"] / peers[best_peer]
+                ratios.append(r)
+                line += f"  auto/peer {r:.4f}"
+                if r > 1.005:
+                    worse_peer.append(cell)
+        log(line)
+    if ratios:
+        log(f"\ncells {len(ratios)}; median auto/best peer {np.median(ratios):.4f}; auto > uncalibrated in "
+            f"{len(worse_uncal)} {worse_uncal}; auto > 1.005 x best peer in {len(worse_peer)} {worse_peer}")
+    return {"ratios": ratios, "worse_uncal": worse_uncal, "worse_peer": worse_peer}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--folds", type=int, nargs="+", default=[2, 5])
+    ap.add_argument("--data", nargs="+", default=None,
+                    help="file names in shared/data/bench (NAME:top for a set's top-score-only version), or phanns")
+    ap.add_argument("--methods", nargs="+", default=None, help="topcal methods (name or name@m) and peers")
+    ap.add_argument("--subsample", type=int, nargs="*", default=[],
+                    help="also fit every fold's models on this many samples of its training part")
+    ap.add_argument("--no-full", action="store_true", help="only the subsampled cells (with --subsample)")
+    ap.add_argument("--top-only", action="store_true", help="of the full-vector sets, only their top-score versions")
+    ap.add_argument("--quick", action="store_true",
+                    help="the issue-22 regime: CIFAR-100 top-score sets and PhANNs, subsamples 2000 and 5000, "
+                         "uncalibrated, auto and the peers")
+    ap.add_argument("--csv", help="write every row to this CSV")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.data = args.data or QUICK_DATA
+        args.methods = args.methods or (["uncalibrated", "auto", "auto@0", "auto@0.5"] + PEERS)
+        args.subsample = args.subsample or [2000, 5000]
+        args.no_full = True
+    names = args.data or datasets()
+    if args.top_only:
+        names = [n for n in names if not n.endswith(".npz")]
+    methods = args.methods or (TOPCAL_METHODS + PEERS)
+    sizes = ([] if args.no_full else [None]) + list(args.subsample)
+    rows = []
+    for name in names:
+        data = load(name)
+        for k in args.folds:
+            for n in sizes:
+                print(f"{name}, {k}-fold, fitting rows {'all' if n is None else n}", flush=True)
+                rows += run(name, k, methods, seed=args.seed, fit_rows=n, data=data)
+    df = pd.DataFrame(rows)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    print()
+    summarize(df)
     return 0
 
 

@@ -211,8 +211,17 @@ def fit_methods(data: TopLabelData, methods=None, *, params=None, progress=None,
     return fitted, skipped
 
 
+def auto_summary(model, fold: int | None = None) -> dict | None:
+    """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired SE), or None
+    for other models: ``{"fold", "chosen", "best", "rule", "table": [...]}`` (see ``Auto.cv_table``)."""
+    if not callable(getattr(model, "cv_table", None)):
+        return None
+    return {"fold": fold, "chosen": model.method_, "best": model.best_, "rule": model.rule_text(),
+            "table": model.cv_table()}
+
+
 def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progress=None, params=None,
-                       failed=None, notes=None):
+                       failed=None, notes=None, choices=None):
     folds = kfold_split(data, n_folds, seed=seed)
     conf = {name: [] for name in names}
     failed = {} if failed is None else failed
@@ -231,6 +240,9 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
             try:
                 model = fit_quietly(name, train, params=(params or {}).get(name), notes=notes)
                 conf[name].append(model.predict(folds[f]))
+                summary = auto_summary(model, f + 1)
+                if summary is not None and choices is not None:
+                    choices.setdefault(name, []).append(summary)
             except TopcalError as exc:
                 failed[name] = f"fold {f + 1}: {type(exc).__name__}: {exc}"
                 continue
@@ -280,7 +292,8 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
     dict
         ``{"protocol": str, "folds": int or None, "methods": {name: {metric:
         {"overall", "per_class"}}}, "skipped": [...], "failed": {name: str},
-        "warnings": {name or "data": [str]}}``
+        "warnings": {name or "data": [str]}, "choices": {name: [auto_summary, ...]}}``; ``choices`` holds
+        what every fitted ``auto`` chose (one entry per fold under "kfold") and its cross-validation table.
     """
     if eval_data is not None and folds is not None:
         raise ParameterError("give either eval_data (a second test set) or folds (cross-fitting), not both")
@@ -289,13 +302,14 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
     params = check_params(params, run)
     failed: dict = {}
     notes: dict = {}
+    choices: dict = {}
     out: dict = {"protocol": "same", "folds": None, "methods": {}, "skipped": skipped, "failed": failed,
-                 "warnings": notes}
+                 "warnings": notes, "choices": choices}
     small = few_positives(data)
     if small is not None:
         notes["data"] = [small]
     if folds is not None:
-        target, confs = _kfold_predictions(data, run, folds, seed, progress, params, failed, notes)
+        target, confs = _kfold_predictions(data, run, folds, seed, progress, params, failed, notes, choices)
         out.update(protocol="kfold", folds=int(folds))
         for name in run:
             if name in confs:
@@ -316,6 +330,9 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
             for msg in curve_findings(name, model, data):
                 if msg not in notes.setdefault(name, []):
                     notes[name].append(msg)
+            summary = auto_summary(model)
+            if summary is not None:
+                choices[name] = [summary]
             out["methods"][name] = scores
     out["warnings"] = {k: v for k, v in notes.items() if v}
     return out

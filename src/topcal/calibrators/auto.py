@@ -1,21 +1,34 @@
-"""``auto``: the method with the smallest cross-validated top-label NLL.
+"""``auto``: the simplest candidate whose cross-validated NLL is within noise of the best.
 
-Candidates (default): the uncalibrated score, the shrunk per-class score
-methods ``kde-mon2``, ``hist`` and ``cum-opt``, and the temperature family:
-``sts``, ``csts``, ``tswa`` where the data carry full score vectors, and the
-binary variants ``bts``, ``btswa`` (per-class Platt on logit(S)) always.
+Candidates (default), in order of simplicity (:data:`TIERS`):
+
+0. ``uncalibrated``: the raw score;
+1. one curve for all classes: ``pooled-platt``, ``pooled-hist``,
+   ``pooled-kde-mon2`` and, with full score vectors, ``sts`` (one temperature);
+2. per-class curves shrunk toward a pooled one: ``hier-platt``, ``hier-beta``
+   and the shrunk count methods ``kde-mon2``, ``hist``, ``cum-opt``;
+3. unshrunk per-class fits: ``bts``, ``btswa`` and, with full vectors,
+   ``tswa``, ``csts``.
+
 Every candidate is cross-fitted on the same seeded K folds of the fitting
 data (:func:`topcal.data.kfold_split`: stratified by predicted class; binned
-counts dealt by a multinomial draw, as ``topcal compare`` does); the one
-with the smallest overall held-out NLL is refitted on all the data. The
-choice is global (one method for every class): a per-class choice would
-pick among noisy estimates on exactly the small classes that need help.
-Because the uncalibrated score is a candidate, ``auto`` is never worse
-than doing nothing *by the cross-validation's estimate*; a candidate that
-fails in a fold is dropped (recorded with its error), never fatal.
+counts dealt by a multinomial draw, as ``topcal compare`` does), which gives
+every sample a held-out loss under every candidate. The choice compares
+*paired* per-sample losses: with d_i the difference between a candidate's loss
+and the best candidate's (smallest mean) on sample i, the candidate's excess
+is mean(d) and its noise the standard error sd(d) / sqrt(N). ``auto`` takes,
+among the candidates whose excess is at most ``tolerance`` standard errors
+(default 1: the one-standard-error rule of Breiman et al. 1984), the one of
+the lowest tier, and within a tier the one with the smallest mean. So on few
+samples a simpler fit that is as good as the best within noise wins over a
+richer one that won by chance, and where the data can tell, the best wins.
+The choice is global (one method for every class). A candidate that fails
+in a fold is dropped (recorded with its error), never fatal.
 
-The model file records the choice and the whole cross-validation table
-(overall and per-class NLL of every candidate); ``topcal describe`` shows it.
+The model file records the choice, the best candidate, and every
+candidate's mean CV loss with its standard error and the standard error of
+its paired difference to the best; ``topcal describe``, ``topcal compare``
+and the report show them.
 """
 
 from __future__ import annotations
@@ -29,15 +42,62 @@ from .. import _progress
 from .._params import Interval, NoneOr
 from ..data import TopLabelData, kfold_split
 from ..errors import DegenerateClassWarning, ParameterError, TopcalError
+from .._numeric import binary_nll
 from ..metrics import nll
 from .base import Calibrator, to_jsonable
 from .registry import available_methods, calibrator, get_class, register
 from .wrapper import Wrapper
 
-__all__ = ["Auto", "DEFAULT_CANDIDATES"]
+__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "tier", "paired_se", "choose"]
 
-#: Candidates in order of preference on ties (simplest first).
-DEFAULT_CANDIDATES = ("uncalibrated", "kde-mon2", "hist", "cum-opt", "sts", "csts", "tswa", "bts", "btswa")
+#: Candidates, simplest first.
+DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-hist", "pooled-kde-mon2", "sts",
+                      "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
+
+#: Simplicity of a method (lower: simpler): 0 nothing fitted, 1 one curve for all classes,
+#: 2 per-class curves shrunk toward a pooled one, 3 per-class fits (and any method not listed).
+TIERS = {"uncalibrated": 0, "pooled-platt": 1, "pooled-hist": 1, "pooled-kde-mon2": 1, "sts": 1,
+         "hier-platt": 2, "hier-beta": 2, "kde-mon2": 2, "kde-mon": 2, "kde-mon4": 2, "kde-opt": 2, "kde": 2, "hist": 2,
+         "cum": 2, "cum-median": 2, "cum-opt": 2}
+
+
+def tier(name: str) -> int:
+    """The simplicity tier of method ``name`` (:data:`TIERS`; 3 for methods not listed)."""
+    return TIERS.get(name, 3)
+
+
+def paired_se(tp, fp, loss_tp, loss_fp, ref_tp=None, ref_fp=None) -> tuple[float, float]:
+    """(mean, standard error) of per-sample losses, or of their paired difference to a reference.
+
+    Row i holds tp_i samples with loss ``loss_tp[i]`` and fp_i with ``loss_fp[i]``
+    (1/0 per sample; counts for bins); with ``ref_tp``/``ref_fp`` the per-sample
+    values are the differences to the reference's losses on the same samples.
+    The standard error is sd / sqrt(N) with the unbiased sd over the N samples.
+    """
+    a = np.asarray(loss_tp, dtype=np.float64)
+    b = np.asarray(loss_fp, dtype=np.float64)
+    if ref_tp is not None:
+        a, b = a - ref_tp, b - ref_fp
+    n = float(tp.sum() + fp.sum())
+    mean = float((tp @ a + fp @ b) / n)
+    if n <= 1:
+        return mean, float("inf")
+    var = float((tp @ (a - mean) ** 2 + fp @ (b - mean) ** 2) / (n - 1.0))
+    return mean, float(np.sqrt(max(var, 0.0) / n))
+
+
+def choose(cv: dict, tolerance: float = 1.0) -> tuple[str, str]:
+    """(chosen, best) from a table ``{name: {"nll", "diff_se", ...}}`` (failed candidates: nll None).
+
+    best: the smallest mean (first in table order on ties); chosen: among the candidates whose
+    excess over the best is at most ``tolerance`` x the standard error of the paired difference,
+    the lowest :func:`tier`, then the smallest mean.
+    """
+    ok = [n for n, v in cv.items() if v["nll"] is not None]
+    best = min(ok, key=lambda n: cv[n]["nll"])
+    near = [n for n in ok if cv[n]["nll"] - cv[best]["nll"] <= tolerance * (cv[n].get("diff_se") or 0.0)]
+    chosen = min(near, key=lambda n: (tier(n), cv[n]["nll"]))
+    return chosen, best
 
 
 class _Candidates:
@@ -69,6 +129,10 @@ class Auto(Wrapper):
         Cross-validation folds.
     seed : int >= 0, default 0
         Seed of the fold split.
+    tolerance : float >= 0, default 1.0
+        How many standard errors of the paired difference a simpler
+        candidate may lose to the best by and still be chosen (0: the
+        smallest mean always wins).
 
     Attributes
     ----------
@@ -76,25 +140,30 @@ class Auto(Wrapper):
         The chosen method.
     model_ : Calibrator
         The chosen method fitted on all the data.
+    best_ : str
+        The candidate with the smallest mean cross-validated NLL.
     cv_ : dict
-        ``{method: {"nll": overall, "per_class": [...], "error": str or None}}``:
-        held-out NLL of every candidate (mean over samples; per class, mean
-        over the class's positives).
+        ``{method: {"nll": mean, "se": its standard error, "diff_se": standard
+        error of the paired difference to the best, "per_class": [...],
+        "error": str or None}}``: held-out NLL of every candidate (mean over
+        samples; per class, mean over the class's positives).
     """
 
     name = "auto"
-    summary = "the candidate (shrunk kde-mon2, hist, cum-opt, temperature family, uncalibrated) " \
-              "with the smallest K-fold cross-validated NLL"
+    summary = "the simplest candidate (uncalibrated, pooled, shrunk per-class, per-class) whose K-fold " \
+              "cross-validated NLL is within one standard error of the best"
     _parameter_constraints = {
         "candidates": _Candidates(),
         "folds": Interval(2, 100, integer=True),
         "seed": NoneOr(Interval(0, 2**32 - 1, integer=True)),
+        "tolerance": Interval(0, 100),
     }
 
-    def __init__(self, *, candidates=None, folds: int = 5, seed: int = 0):
+    def __init__(self, *, candidates=None, folds: int = 5, seed: int = 0, tolerance: float = 1.0):
         self.candidates = candidates
         self.folds = folds
         self.seed = seed
+        self.tolerance = tolerance
 
     def _names(self, data: TopLabelData) -> list[str]:
         names = list(DEFAULT_CANDIDATES if self.candidates is None else self.candidates)
@@ -108,6 +177,7 @@ class Auto(Wrapper):
 
     def _fit(self, data: TopLabelData) -> None:
         names = self._names(data)
+        self.rule_ = "se"
         n_folds = int(self.folds)
         if data.n_samples < 2 * n_folds or (not data.is_binned and data.n_rows < 2 * n_folds):
             # nothing can be judged out of sample: doing nothing is the only safe choice
@@ -117,7 +187,7 @@ class Auto(Wrapper):
                 DegenerateClassWarning,
                 stacklevel=3,
             )
-            self.method_, self.cv_ = "uncalibrated", {}
+            self.method_, self.best_, self.cv_ = "uncalibrated", "uncalibrated", {}
             self.cv_samples_ = float(data.n_samples)
             self.model_ = calibrator("uncalibrated").fit(data)
             return
@@ -136,23 +206,30 @@ class Auto(Wrapper):
                         conf[n].append(calibrator(n).fit(train).predict(folds[f]))
                 except TopcalError as exc:
                     errors[n] = f"{type(exc).__name__}: {exc}"
-        cv = {}
+        cv, losses = {}, {}
+        tp, fp = target.tp, target.fp
         for n in names:
             if errors[n] is None:
-                m = nll(target, np.concatenate(conf[n]))
+                c = np.concatenate(conf[n])
+                m = nll(target, c)
                 per = [float(v) if np.isfinite(v) else None for v in m.per_class]
-                cv[n] = {"nll": float(m.overall), "per_class": per, "error": None}
+                losses[n] = (binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c))
+                mean, se = paired_se(tp, fp, *losses[n])
+                cv[n] = {"nll": float(m.overall), "se": se, "per_class": per, "error": None}
             else:
-                cv[n] = {"nll": None, "per_class": None, "error": errors[n]}
+                cv[n] = {"nll": None, "se": None, "diff_se": None, "per_class": None, "error": errors[n]}
         ok = [n for n in names if cv[n]["nll"] is not None]
         if not ok:
             raise TopcalError(
                 "auto: every candidate failed in cross-validation (" +
                 "; ".join(f"{n}: {cv[n]['error']}" for n in names) + "); choose a method yourself"
             )
-        best = min(ok, key=lambda n: cv[n]["nll"])  # first of the minimisers: the simplest on ties
+        lead = min(ok, key=lambda n: cv[n]["nll"])
+        for n in ok:
+            cv[n]["diff_se"] = paired_se(tp, fp, *losses[n], *losses[lead])[1]
+        best, self.best_ = choose(cv, float(self.tolerance))
         self.method_ = best
-        self.cv_ = cv
+        self.cv_ = {n: cv[n] for n in names}
         self.cv_samples_ = float(data.n_samples)
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
@@ -194,17 +271,23 @@ class Auto(Wrapper):
         return f"chose {self.method_} by {int(self.folds)}-fold cross-validated NLL"
 
     def _describe_head(self, d: dict) -> list[str]:
-        """The choice and its cross-validation table (then the chosen model, :meth:`Wrapper._describe_body`)."""
+        """The choice, its rule and the cross-validation table (then the chosen model,
+        :meth:`Wrapper._describe_body`)."""
         cv = d["cross_validation"]
-        out = [f"chosen: {d['chosen']} (smallest {cv['folds']}-fold cross-validated NLL, seed {cv['seed']}, "
-               f"on {cv['samples']:g} samples)"]
+        rule = cv.get("rule", "smallest cross-validated NLL")
+        out = [f"chosen: {d['chosen']} ({rule}; {cv['folds']}-fold, seed {cv['seed']}, on {cv['samples']:g} samples)"]
+        if cv.get("best") not in (None, d["chosen"]):
+            out.append(f"best mean: {cv['best']}")
         fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
         if fitted > cv["samples"]:
             out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
                        "fit auto again to re-choose")
         ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
         if ranked:
-            out.append("cross-validated NLL: " + ", ".join(f"{k} {v:.4f}" for v, k in ranked))
+            se, dse = cv.get("se", {}), cv.get("diff_se", {})
+            out.append("cross-validated NLL (mean ± SE; SE of the difference to the best):")
+            out += [f"  {k:16s} {v:.4f}" + (f" ± {se[k]:.4f}" if se.get(k) is not None else "")
+                    + (f"  (diff SE {dse[k]:.4f})" if dse.get(k) is not None else "") for v, k in ranked]
         for k, msg in cv["errors"].items():
             out.append(f"  {k} failed in cross-validation: {msg}")
         model = d["model"]
@@ -227,10 +310,28 @@ class Auto(Wrapper):
         d["model"] = self.model_.describe()
         d["cross_validation"] = {
             "folds": int(self.folds), "seed": int(self.seed or 0), "samples": self.cv_samples_,
+            "rule": self.rule_text(), "best": self.best_,
             "nll": {n: v["nll"] for n, v in self.cv_.items()},
+            "se": {n: v.get("se") for n, v in self.cv_.items()},
+            "diff_se": {n: v.get("diff_se") for n, v in self.cv_.items()},
             "errors": {n: v["error"] for n, v in self.cv_.items() if v["error"]},
         }
         return d
+
+    def rule_text(self) -> str:
+        """How the method was chosen, in words (describe, compare and the report print it)."""
+        if getattr(self, "rule_", "se") == "min":
+            return "smallest cross-validated NLL"
+        return (f"simplest candidate within {float(self.tolerance):g} standard error(s) of the best "
+                "cross-validated NLL (paired per-sample differences)")
+
+    def cv_table(self) -> list[dict]:
+        """Every candidate's row: method, tier, mean CV NLL, its SE, SE of the paired difference to the best,
+        chosen/best flags and error; sorted by mean NLL (failed candidates last)."""
+        rows = [{"method": n, "tier": tier(n), "nll": v["nll"], "se": v.get("se"), "diff_se": v.get("diff_se"),
+                 "chosen": n == self.method_, "best": n == self.best_, "error": v["error"]}
+                for n, v in self.cv_.items()]
+        return sorted(rows, key=lambda r: (r["nll"] is None, r["nll"] if r["nll"] is not None else 0.0))
 
     def _describe_classes(self) -> list[dict]:
         out = []
@@ -244,7 +345,7 @@ class Auto(Wrapper):
 
     def _get_state(self) -> dict:
         return {"method": self.method_, "model": self.model_.to_dict(stats=False), "cv": to_jsonable(self.cv_),
-                "cv_samples": self.cv_samples_}
+                "cv_samples": self.cv_samples_, "best": self.best_, "rule": getattr(self, "rule_", "se")}
 
     def _set_state(self, state: dict) -> None:
         method = str(state["method"])
@@ -257,5 +358,13 @@ class Auto(Wrapper):
         if not isinstance(cv, dict) or (cv and method not in cv):
             raise ValueError("the cross-validation table is missing the chosen method")
         self.method_, self.model_, self.cv_ = method, model, cv
+        # files before the standard-error rule: the smallest mean was chosen, with no SE recorded
+        self.rule_ = str(state.get("rule", "min"))
+        if self.rule_ not in ("se", "min"):
+            raise ValueError(f"unknown choice rule {self.rule_!r}")
+        best = state.get("best", method)
+        if not isinstance(best, str) or (cv and best not in cv):
+            raise ValueError("the best candidate is not in the cross-validation table")
+        self.best_ = best
         # files before format 2: the cross-validation ran on all the model's data
         self.cv_samples_ = float(state.get("cv_samples", float(self.n_tp_.sum() + self.n_fp_.sum())))

@@ -14,10 +14,10 @@ import time
 import numpy as np
 
 from .. import _progress
-from .._tables import format_table, format_value
+from .._tables import format_table, format_value, text_table
 from ..errors import TopcalError
 
-__all__ = ["Parser", "UsageError", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
+__all__ = ["Parser", "UsageError", "choice_table", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
            "check_scale_args", "RowProgress", "DaskSession", "parse_param", "progress", "one_line", "rows_hint",
            "format_value", "format_table", "overall_table", "per_class_table", "MAX_TABLE_CLASSES", "similar_once"]
 
@@ -222,6 +222,34 @@ def overall_table(result: dict) -> str:
     if "conf1" in methods:
         lines.append(f"({UNRANKED_NOTE})")
     return "\n".join(lines)
+
+
+def choice_table(fits: list) -> str:
+    """What ``auto`` chose (``evaluate.auto_summary`` of each fit, e.g. one per fold): candidates as rows,
+    per fit the mean cross-validated NLL, its SE and the SE of the paired difference to the best; the
+    chosen candidate of each fit marked ``<``, the best mean ``*``."""
+    names = []
+    for fit in fits:
+        names += [r["method"] for r in fit["table"] if r["method"] not in names]
+    tag = [("" if fit["fold"] is None else f" f{fit['fold']}") for fit in fits]
+    header = ["candidate", "tier"] + [h + t for t in tag for h in ("NLL", "SE", "diff SE", "")]
+    rows = []
+    for n in names:
+        row = [n, None]
+        for fit in fits:
+            r = next((r for r in fit["table"] if r["method"] == n), None)
+            row[1] = r["tier"] if r is not None else row[1]
+            if r is None or r["nll"] is None:
+                row += ["failed" if r is not None else None, None, None, ""]
+            else:
+                row += [r["nll"], r["se"], r["diff_se"], ("<" if r["chosen"] else "") + ("*" if r["best"] else "")]
+        rows.append(row)
+    widths = [max(9, len(h)) for h in header[1:]]
+    cells = [[r[0]] + [c.rjust(w) if isinstance(c, str) else format_value(c, w) for c, w in zip(r[1:], widths)]
+             for r in rows]
+    w0 = max(len(str(r[0])) for r in rows + [header])
+    return text_table(header, cells, w0, widths) + "\n(< chosen, * smallest mean; tier 0 uncalibrated, 1 pooled, " \
+        "2 shrunk per-class, 3 per-class)"
 
 
 #: Classes a console per-class table lists at most (the largest ones); --csv/--json give every class.

@@ -11,8 +11,8 @@ import json
 import sys
 
 from ..errors import TopcalError
-from .common import (add_data_options, format_table, overall_table, parse_param, per_class_table, progress,
-                     read, similar_once)
+from .common import (add_data_options, choice_table, format_table, overall_table, parse_param, per_class_table,
+                     progress, read, similar_once)
 
 __all__ = ["add_commands", "method_params"]
 
@@ -229,6 +229,9 @@ def _cmd_compare(args) -> int:
     print("\nper-class NLL")
     tp, fp = data.class_counts()
     print(per_class_table(res, "nll", sizes=tp + fp))
+    for name, fits in res.get("choices", {}).items():
+        print(f"\n{name}: {fits[0]['rule']}")
+        print(choice_table(fits))
     if res["skipped"]:
         print("\nnot run (need full score vectors): " + ", ".join(res["skipped"]))
     if res["failed"]:

@@ -14,6 +14,7 @@ __all__ = [
     "CSS",
     "metric_table",
     "params_html",
+    "choice_html",
     "data_summary",
     "protocol_html",
     "warnings_html",
@@ -136,7 +137,22 @@ def params_html(name: str, model) -> str:
     table = f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>" if cols else ""
     summary = html.escape(getattr(type(model), "summary", ""))
     return (f"<details><summary>{html.escape(name)}</summary><p class='muted'>{summary}</p>"
-            f"<p>{'<br>'.join(top)}</p>{table}</details>")
+            f"<p>{'<br>'.join(top)}</p>{choice_html(model)}{table}</details>")
+
+
+def choice_html(model) -> str:
+    """``auto``'s choice and cross-validation table (mean NLL, SE, paired SE); "" for other models."""
+    if not callable(getattr(model, "cv_table", None)):
+        return ""
+    head = ("<tr><th>candidate</th><th>tier</th><th>CV NLL</th><th>SE</th><th>SE of the difference to the best</th>"
+            "<th></th></tr>")
+    rows = "".join(
+        f"<tr><td>{html.escape(r['method'])}</td><td>{r['tier']}</td><td>{_fmt(r['nll'])}</td><td>{_fmt(r['se'])}</td>"
+        f"<td>{_fmt(r['diff_se'])}</td><td>{'chosen' if r['chosen'] else ''}{' best mean' if r['best'] else ''}"
+        f"{html.escape(' failed: ' + r['error']) if r['error'] else ''}</td></tr>" for r in model.cv_table())
+    return (f"<p>chose <code>{html.escape(model.method_)}</code>: {html.escape(model.rule_text())}; tiers: "
+            "0 uncalibrated, 1 one curve for all classes, 2 per-class shrunk toward a pooled curve, 3 per-class</p>"
+            f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>")
 
 
 def data_summary(data: TopLabelData, label: str) -> str:

@@ -6,6 +6,7 @@ objective, its analytic derivatives and the bounded Newton solver;
 docs/temperature.md explains them.
 """
 
+from ._core import BINARY_SCORE_FLOOR
 from .calibrator import (
     BinaryTemperatureScaling,
     BinaryTemperatureScalingWithAwards,
@@ -16,6 +17,7 @@ from .calibrator import (
 )
 
 __all__ = [
+    "BINARY_SCORE_FLOOR",
     "SharedTemperatureScaling",
     "ClassTemperatureScaling",
     "TemperatureScalingWithAwards",

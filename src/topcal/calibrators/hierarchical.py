@@ -1,0 +1,346 @@
+"""``hier-platt``: per-class Platt scaling shrunk toward the pooled Platt curve.
+
+The parametric twin of the count shrinkage (:mod:`topcal.calibrators.shrinkage`).
+On z = logit(s) of the normalised top score s (clipped to [1e-12, 1 - 1e-12]),
+class k's confidence is sigmoid(a_k z + b_k), theta_k = (a_k, b_k). The pooled
+Platt fit theta_0 (all classes as one) is the prior's centre, and class k's
+parameters maximise
+
+    sum_{i in k} log-likelihood_i(theta_k) - (lam / 2) (theta_k - theta_0)' I_0 (theta_k - theta_0)
+
+where I_0 = (1/N) sum_i w_i p_i (1 - p_i) x_i x_i' (x_i = (z_i, 1)) is the pooled
+fit's Fisher information *per sample*: a Gaussian prior worth ``lam``
+pseudo-samples distributed like the pooled data, so lam plays the role of the
+pseudo-count m (lam -> 0: per-class Platt, ``btswa``; lam -> inf: pooled
+Platt, ``pooled-platt``). The prior is invariant to affine changes of z.
+
+The strength lam is chosen from the data, one for all classes (empirical
+Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
+the two neighbours of the best of those), by the approximate
+leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
+at x_i out of its class's penalised fit moves its margin to
+
+    m_(-i) = m_i + l'_i h_i / (1 - l''_i h_i),   h_i = x_i' H_k^-1 x_i,
+
+with l' = p - y, l'' = p (1 - p) and H_k the class's penalised Hessian (one
+Newton step from the full fit, exact up to third-order terms). A class with
+no positives uses theta_0.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from scipy.special import expit
+
+from .._numeric import PROB_CLIP
+from .._params import Interval, Options
+from ..data import TopLabelData
+from .temperature import BINARY_SCORE_FLOOR
+from .base import Calibrator, Curve, finite_array, to_jsonable
+from .registry import register
+
+__all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
+
+#: Candidate prior strengths (pseudo-samples): 2^j, j = 0..24.
+LAMBDA_GRID = 2.0 ** np.arange(25)
+_NEWTON_STEPS = 50
+_TOL = 1e-10
+
+
+def score_logit(data: TopLabelData) -> np.ndarray:
+    """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first (as ``bts``)."""
+    s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
+    return np.log(s) - np.log1p(-s)
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+class _Rows:
+    """Rows with weight, grouped by class: features X (n, p), tp, fp, class index."""
+
+    def __init__(self, X, tp, fp, g, k):
+        keep = (tp + fp) > 0
+        self.X, self.tp, self.fp, self.g = X[keep], tp[keep], fp[keep], g[keep]
+        self.w = self.tp + self.fp
+        self.k = k
+
+    def sums(self, v):
+        """Per-class sums of v (K,)."""
+        return np.bincount(self.g, weights=v, minlength=self.k)
+
+    def loss(self, m):
+        """Per-class NLL at margins m."""
+        return self.sums(self.tp * _softplus(-m) + self.fp * _softplus(m))
+
+    def margin(self, theta):
+        return np.einsum("np,np->n", self.X, theta[self.g])
+
+    def hessian(self, h):
+        """Per-class sum of h x x' (K, p, p)."""
+        p = self.X.shape[1]
+        H = np.empty((self.k, p, p))
+        for i in range(p):
+            for j in range(i, p):
+                H[:, i, j] = H[:, j, i] = self.sums(h * self.X[:, i] * self.X[:, j])
+        return H
+
+
+def _newton(rows: _Rows, theta, center, prior, lam):
+    """Per-class penalised Newton (vectorised over classes, step halving per class).
+
+    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p).
+    """
+    theta = theta.copy()
+    p = theta.shape[1]
+
+    def objective(th):
+        d = th - center
+        return rows.loss(rows.margin(th)) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d)
+
+    f = objective(theta)
+    for _ in range(_NEWTON_STEPS):
+        q = expit(rows.margin(theta))
+        r = rows.w * q - rows.tp  # dNLL/dm
+        grad = np.stack([rows.sums(r * rows.X[:, i]) for i in range(p)], axis=1) + lam * (theta - center) @ prior
+        H = rows.hessian(rows.w * q * (1.0 - q)) + lam * prior + 1e-12 * np.eye(p)
+        step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
+        t = np.ones(rows.k)
+        new = theta - step
+        fn = objective(new)
+        for _ in range(30):  # halve the step of the classes whose objective went up
+            bad = ~(fn <= f + 1e-12 * np.abs(f))
+            if not bad.any():
+                break
+            t[bad] *= 0.5
+            new = theta - t[:, None] * step
+            fn = objective(new)
+        bad = ~(fn <= f + 1e-12 * np.abs(f))
+        new[bad], fn[bad] = theta[bad], f[bad]
+        done = np.abs(f - fn) <= _TOL * (1.0 + np.abs(f))
+        theta, f = new, fn
+        if done.all():
+            break
+    return theta
+
+
+def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
+    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit."""
+    m = rows.margin(theta)
+    q = expit(m)
+    w1 = q * (1.0 - q)
+    p = theta.shape[1]
+    Hinv = np.linalg.inv(rows.hessian(rows.w * w1) + lam * prior + 1e-12 * np.eye(p))
+    lev = np.einsum("ni,nij,nj->n", rows.X, Hinv[rows.g], rows.X)  # x' H^-1 x
+    den = np.maximum(1.0 - w1 * lev, 1e-6)
+    out = 0.0
+    for wt, deriv, sign in ((rows.tp, q - 1.0, -1.0), (rows.fp, q, 1.0)):
+        sel = wt > 0
+        mi = m[sel] + deriv[sel] * lev[sel] / den[sel]
+        c = np.clip(expit(mi), PROB_CLIP, 1.0 - PROB_CLIP)
+        out += float(-(wt[sel] @ (np.log(c) if sign < 0 else np.log1p(-c))))
+    return out
+
+
+class _StrengthConstraint:
+    """The ``shrinkage`` parameter of hier-platt: "auto" or a prior strength > 0."""
+
+    def ok(self, v) -> bool:
+        if isinstance(v, str):
+            return v == "auto"
+        return Interval(1e-6, 1e12).ok(v)
+
+    def __str__(self) -> str:
+        return "'auto' (chosen by approximate leave-one-out NLL) or a number in [1e-06, 1e+12] " \
+               "(the prior's weight in pseudo-samples)"
+
+
+class _Hierarchical(Calibrator):
+    """Per-class logistic fits on features of the top score, shrunk toward the pooled fit.
+
+    Subclasses give the features (``_features``), the parameters' names and the identity
+    parameters (``_identity``: the fit that returns the normalised score itself).
+
+    Attributes
+    ----------
+    theta_ : ndarray (K, p)
+        Every class's parameters (the pooled ones for classes without positives).
+    pooled_ : ndarray (p,)
+        The pooled fit.
+    strength_ : float
+        The prior's weight lam.
+    """
+
+    _names: ClassVar[tuple] = ()
+    _identity: ClassVar[tuple] = ()
+    _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}
+
+    def __init__(self, *, shrinkage="auto", loss: str = "nll"):
+        self.shrinkage = shrinkage
+        self.loss = loss
+
+    @staticmethod
+    def _features(data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _fit(self, data: TopLabelData) -> None:
+        k = data.n_classes
+        X = self._features(data)
+        p = X.shape[1]
+        self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
+        rows = _Rows(X, data.tp, data.fp, data.pred, k)
+        one = _Rows(X, data.tp, data.fp, np.zeros(data.n_rows, dtype=np.int64), 1)
+        start = np.array([self._identity], dtype=np.float64)
+        # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
+        n = float(one.w.sum())
+        theta0 = _newton(one, start, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
+        q = expit(one.margin(theta0[None, :]))
+        prior = one.hessian(one.w * q * (1.0 - q))[0] / max(n, 1.0)
+        # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
+        vals, vecs = np.linalg.eigh(prior)
+        prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
+        center = np.broadcast_to(theta0, (k, p))
+        if self.shrinkage == "auto":
+            # every other grid point from the pooled end (each fit starts at the last one), then the
+            # two neighbours of the best: 15 fits instead of 25, the same choice where the loss is unimodal
+            losses = np.full(LAMBDA_GRID.size, np.inf)
+            fits = {}
+            theta = center.copy()
+            for j in range(LAMBDA_GRID.size - 1, -1, -2):
+                theta = fits[j] = _newton(rows, theta, center, prior, float(LAMBDA_GRID[j]))
+                losses[j] = _alo_loss(rows, theta, prior, float(LAMBDA_GRID[j]))
+            b = int(np.argmin(losses))
+            for j in (b - 1, b + 1):
+                if 0 <= j < LAMBDA_GRID.size and j not in fits:
+                    fits[j] = _newton(rows, fits[b], center, prior, float(LAMBDA_GRID[j]))
+                    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+            j = int(np.argmin(losses))  # the smallest strength on ties
+            lam, theta = float(LAMBDA_GRID[j]), fits[j]
+            self.strength_loss_ = losses
+        else:
+            lam = float(self.shrinkage)
+            theta = _newton(rows, center.copy(), center, prior, lam)
+            self.strength_loss_ = None
+        has = np.bincount(rows.g, minlength=k) > 0
+        self.theta_ = np.where(has[:, None], theta, theta0[None, :])
+        self.pooled_ = theta0.copy()
+        self.prior_ = prior
+        self.strength_ = lam
+
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))
+
+    @property
+    def n_params_(self) -> int:
+        p = len(self._names)
+        return p * int(np.sum((self.n_tp_ + self.n_fp_) > 0)) + p
+
+    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
+        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range)."""
+        self._check_fitted()
+        i = self._class_index(k)
+        lo, hi = self.score_range_
+        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
+        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["hierarchical"] = {**{f"pooled_{n}": float(v) for n, v in zip(self._names, self.pooled_)},
+                             "strength": float(self.strength_),
+                             "rule": "auto" if self.shrinkage == "auto" else "fixed"}
+        return d
+
+    def _describe_classes(self) -> list[dict]:
+        return [{**{n: float(v) for n, v in zip(self._names, th)}, "support": None if s is None else list(s)}
+                for th, s in zip(self.theta_, self.support_)]
+
+    def _get_state(self) -> dict:
+        return to_jsonable({"theta": self.theta_, "pooled": self.pooled_, "prior": self.prior_,
+                            "strength": self.strength_,
+                            "support": [None if s is None else list(s) for s in self.support_]})
+
+    def _set_state(self, state: dict) -> None:
+        k, p = len(self.classes_), len(self._names)
+        theta = np.asarray(state["theta"], dtype=np.float64)
+        if theta.shape != (k, p) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"theta must be a finite {k} x {p} matrix")
+        self.theta_ = theta
+        self.pooled_ = finite_array(state["pooled"], "pooled", p)
+        prior = np.asarray(state["prior"], dtype=np.float64)
+        if prior.shape != (p, p) or not np.all(np.isfinite(prior)):
+            raise ValueError(f"prior must be a finite {p} x {p} matrix")
+        self.prior_ = prior
+        (self.strength_,) = (float(v) for v in finite_array([state["strength"]], "strength"))
+        if not self.strength_ > 0:
+            raise ValueError("strength must be > 0")
+        sup = state["support"]
+        if not isinstance(sup, list) or len(sup) != k:
+            raise ValueError(f"support must be a list of {k} entries")
+        self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
+        self.strength_loss_ = None
+
+
+@register
+class HierarchicalPlatt(_Hierarchical):
+    """Per-class Platt scaling of logit(s) with a Gaussian prior centred on the pooled Platt fit.
+
+    Parameters
+    ----------
+    shrinkage : "auto" or float > 0, default "auto"
+        The prior's weight in pseudo-samples (see the module docstring);
+        "auto" chooses it by approximate leave-one-out NLL.
+    loss : {"nll"}, default "nll"
+        The fitted loss (only the NLL: the prior is a likelihood's).
+
+    Attributes
+    ----------
+    slope_, intercept_ : ndarray (K,)
+        a_k and b_k of every class (the pooled values for classes without positives).
+    """
+
+    name = "hier-platt"
+    summary = "per-class Platt scaling of logit(top score) shrunk toward the pooled fit (strength by LOO)"
+    _names = ("slope", "intercept")
+    _identity = (1.0, 0.0)
+
+    @staticmethod
+    def _features(data: TopLabelData) -> np.ndarray:
+        return np.stack([score_logit(data), np.ones(data.n_rows)], axis=1)
+
+    @property
+    def slope_(self) -> np.ndarray:
+        return self.theta_[:, 0]
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        return self.theta_[:, 1]
+
+
+@register
+class HierarchicalBeta(_Hierarchical):
+    """Per-class beta calibration (Kull et al. 2017) shrunk toward the pooled beta fit.
+
+    sigmoid(a_k ln s - b_k ln(1 - s) + c_k) on the normalised top score s (clipped to
+    [1e-12, 1 - 1e-12]), the prior and its strength as for ``hier-platt``. Unlike Kull et
+    al.'s fit, a and b are not constrained to be >= 0 (the prior keeps small classes near the
+    pooled fit; a class's curve may then be non-monotone where its own data say so).
+
+    Parameters
+    ----------
+    shrinkage : "auto" or float > 0, default "auto"
+    loss : {"nll"}, default "nll"
+    """
+
+    name = "hier-beta"
+    summary = "per-class beta calibration of the top score shrunk toward the pooled fit (strength by LOO)"
+    _names = ("a", "b", "c")
+    _identity = (1.0, 1.0, 0.0)
+
+    @staticmethod
+    def _features(data: TopLabelData) -> np.ndarray:
+        s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
+        return np.stack([np.log(s), -np.log1p(-s), np.ones(s.shape)], axis=1)

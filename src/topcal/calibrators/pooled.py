@@ -1,0 +1,208 @@
+"""Pooled calibrators: one curve Conf(S) for every predicted class.
+
+With a few dozen samples per class, one curve fitted on all classes together
+is often the strongest thing to do: it spends every sample on one function
+of the top score, at the price of ignoring how classes differ. Each pooled
+method fits a registered score method on the data with every row assigned to
+one class ("all classes") and predicts that curve for every row:
+
+* ``pooled-platt``: Platt scaling (Platt 1999) of logit(s) on the normalised
+  top score s, sigmoid(a logit(s) + b): ``btswa`` pooled (a = 1/T, b = A/T),
+  2 parameters.
+* ``pooled-hist``: a histogram of the pooled scores (15 equal-mass bins by
+  default), shrunk toward the overall accuracy as ``hist``'s reference is.
+* ``pooled-kde-mon2``: the kernel density ratio with the b_mon2 bandwidth on
+  the pooled scores, shrunk as ``kde-mon2``'s reference is.
+
+A pooled model keeps the per-class counts and score statistics every model
+keeps (``update`` refits the pooled curve on old + new data), and each
+class's own support, so plots shade where a class has no data even though
+its curve is the common one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import ClassVar
+
+import numpy as np
+
+from ..data import TopLabelData
+from ..errors import DegenerateClassWarning
+from .base import Calibrator, Curve, finite_array
+from .counts import Histogram
+from .kde import KDEMon2
+from .registry import get_class, register
+from .temperature import BinaryTemperatureScalingWithAwards
+
+__all__ = ["PooledPlatt", "PooledHistogram", "PooledKDEMon2", "POOLED_CLASS", "pool"]
+
+#: The one class name of the pooled data the inner model is fitted on.
+POOLED_CLASS = "all classes"
+
+
+def pool(data: TopLabelData) -> TopLabelData:
+    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and bins kept."""
+    return TopLabelData(
+        (POOLED_CLASS,), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
+        tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
+    )
+
+
+class _Pooled(Calibrator):
+    """One inner model of method ``_inner`` fitted on the pooled data; its curve serves every class.
+
+    Fitted attributes
+    -----------------
+    model_ : Calibrator
+        The inner model (one class, POOLED_CLASS).
+    support_ : list of (float, float) or None
+        Each class's own score range in the fitting data.
+    """
+
+    #: the registered method fitted on the pooled data
+    _inner: ClassVar[str] = ""
+
+    def _inner_params(self) -> dict:
+        return self.get_params()
+
+    def _fit(self, data: TopLabelData) -> None:
+        self.support_ = [data.class_support(k, v) for k, v in enumerate(data.class_views())]
+        inner = get_class(self._inner)(**self._inner_params())
+        inner._is_reference = True  # its statistics would be a copy of this model's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            inner.fit(pool(data))
+        self.model_ = inner
+
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        return self.model_.predict(pool(data))
+
+    @property
+    def n_params_(self) -> int:
+        return int(self.model_.n_params_)
+
+    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
+        """The pooled curve, with class ``k``'s own support (see ScoreCalibrator.curve)."""
+        self._check_fitted()
+        i = self._class_index(k)
+        lo, hi = self.score_range_
+        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        return Curve(self.classes_[i], s, self.model_.curve(0, s).confidence, self.support_[i])
+
+    def _pooled_summary(self) -> dict:
+        """Scalars describing the pooled curve (``describe``'s "pooled" entry)."""
+        d = self.model_.describe()
+        out = {"method": self._inner, "samples": float(self.model_.n_tp_[0] + self.model_.n_fp_[0])}
+        info = d["classes"][POOLED_CLASS]
+        out.update({k: v for k, v in info.items()
+                    if isinstance(v, (int, float, str)) and k not in ("n_tp", "n_fp")})
+        for key in ("shrinkage", "fit"):
+            for k, v in d.get(key, {}).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    out[k] = v
+        return out
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["pooled"] = self._pooled_summary()
+        return d
+
+    def _describe_classes(self) -> list[dict]:
+        return [{"support": list(s)} if s is not None else {"support": None} for s in self.support_]
+
+    def _get_state(self) -> dict:
+        return {"model": self.model_.to_dict(stats=False),
+                "support": [None if s is None else list(s) for s in self.support_]}
+
+    def _set_state(self, state: dict) -> None:
+        model = get_class(self._inner).from_dict(state["model"])
+        if tuple(model.classes_) != (POOLED_CLASS,) or tuple(model.score_range_) != tuple(self.score_range_):
+            raise ValueError(f"the pooled model must be one {self._inner!r} curve on the model's score range")
+        sup = state["support"]
+        if not isinstance(sup, list) or len(sup) != len(self.classes_):
+            raise ValueError(f"support must be a list of {len(self.classes_)} entries")
+        self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
+        self.model_ = model
+
+
+@register
+class PooledPlatt(_Pooled):
+    """Platt scaling of logit(s), one curve for all classes: sigmoid(a logit(s) + b).
+
+    ``btswa`` fitted on all classes pooled (a = 1/T, b = A/T; the pooled
+    ``bts`` with an intercept). ``describe`` gives ``slope`` a and ``intercept`` b.
+
+    Parameters
+    ----------
+    loss : {"nll", "brier"}, default "nll"
+    max_iter : int, default 100
+    """
+
+    name = "pooled-platt"
+    summary = "Platt scaling of logit(top score), one curve for all classes, 2 parameters"
+    _inner = BinaryTemperatureScalingWithAwards.name
+    _parameter_constraints = dict(BinaryTemperatureScalingWithAwards._parameter_constraints)
+
+    def __init__(self, *, loss: str = "nll", max_iter: int = 100):
+        self.loss = loss
+        self.max_iter = max_iter
+
+    def _pooled_summary(self) -> dict:
+        t = float(self.model_.temperature_[0])
+        return {"method": "platt", "samples": float(self.model_.n_tp_[0] + self.model_.n_fp_[0]),
+                "slope": 1.0 / t, "intercept": float(self.model_.awards_[0]) / t,
+                "nll": float(self.model_.nll_)}
+
+    @property
+    def slope_(self) -> float:
+        return 1.0 / float(self.model_.temperature_[0])
+
+    @property
+    def intercept_(self) -> float:
+        return float(self.model_.awards_[0]) / float(self.model_.temperature_[0])
+
+
+@register
+class PooledHistogram(_Pooled):
+    """A histogram of the pooled scores, one curve for all classes (shrunk toward the overall accuracy).
+
+    Parameters
+    ----------
+    n_bins : int, default 15
+    strategy : {"uniform", "quantile"}, default "quantile"
+        Equal-mass bins by default: pooled top scores crowd near the top of the range.
+    shrinkage : "auto", "class" or a number >= 0, default "auto"
+        As for ``hist`` (0: the raw bin frequencies).
+    """
+
+    name = "pooled-hist"
+    summary = "histogram of the top score, one curve for all classes (15 equal-mass bins, shrunk)"
+    _inner = Histogram.name
+    _parameter_constraints = dict(Histogram._parameter_constraints)
+
+    def __init__(self, *, n_bins: int = 15, strategy: str = "quantile", shrinkage="auto"):
+        self.n_bins = n_bins
+        self.strategy = strategy
+        self.shrinkage = shrinkage
+
+
+@register
+class PooledKDEMon2(_Pooled):
+    """The kernel density ratio with bandwidth b_mon2, one curve for all classes (shrunk).
+
+    Parameters
+    ----------
+    engine, boundary, shrinkage
+        As for ``kde-mon2``.
+    """
+
+    name = "pooled-kde-mon2"
+    summary = "kernel density ratio (b_mon2) of the top score, one curve for all classes (shrunk)"
+    _inner = KDEMon2.name
+    _parameter_constraints = dict(KDEMon2._parameter_constraints)
+
+    def __init__(self, *, engine: str = "auto", boundary: str | None = None, shrinkage="auto"):
+        self.engine = engine
+        self.boundary = boundary
+        self.shrinkage = shrinkage

@@ -110,6 +110,8 @@ class Calibrator:
     summary: ClassVar[str] = ""
     #: Whether the method needs the full score vector Y(X).
     needs_full: ClassVar[bool] = False
+    #: whether the method is one of the paper's (the experiments that reproduce the paper run those)
+    in_paper: ClassVar[bool] = True
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
     #: True on the pooled reference a shrunk model fits (``_fit_shrinkage``): its fit skips

@@ -174,6 +174,7 @@ class _Hierarchical(Calibrator):
         The prior's weight lam.
     """
 
+    in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     _names: ClassVar[tuple] = ()
     _identity: ClassVar[tuple] = ()
     _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}

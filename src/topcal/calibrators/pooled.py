@@ -60,6 +60,7 @@ class _Pooled(Calibrator):
         Each class's own score range in the fitting data.
     """
 
+    in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     #: the registered method fitted on the pooled data
     _inner: ClassVar[str] = ""
 

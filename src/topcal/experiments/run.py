@@ -203,7 +203,8 @@ def run_experiment(
 
     # the paper's methods; auto (a cross-validated choice among them) is left out: it would
     # refit every candidate K times per ensemble
-    methods = tuple(m for m in available_methods() if m != "auto") if cfg.methods is None else tuple(cfg.methods)
+    methods = (tuple(m for m in available_methods() if get_class(m).in_paper) if cfg.methods is None
+               else tuple(cfg.methods))
     if not methods:
         raise ParameterError("no methods to evaluate; pass --methods a,b,c")
     for name in methods:

@@ -40,7 +40,7 @@ from .io import build_layout, layout_columns, read_frame
 from .stats import DEFAULT_CELLS, ScoreStats
 from .stream import INTERVAL_COLUMNS, calibrate, check_new_columns
 
-__all__ = ["stats", "fit", "update", "check_updatable", "apply", "apply_file", "read_parquet", "layout"]
+__all__ = ["stats", "fit", "update", "check_updatable", "apply", "apply_file", "read_parquet", "layout", "Session"]
 
 
 def _require_dask():
@@ -336,3 +336,61 @@ def apply_file(model, path, output, *, interval=None, **options) -> None:
 def _first_line(exc) -> str:
     """The first line of an exception's message (worker errors arrive with their remote traceback text)."""
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split("\n")).strip() or type(exc).__name__
+
+
+class Session:
+    """A Dask client for a ``with`` block: at ``address`` (a scheduler) or on a LocalCluster started and closed here.
+
+    Dask's own log lines (a worker's "Compute Failed" with its remote traceback,
+    cancelled tasks at shutdown) are silenced: the error a task raised reaches
+    the command, which prints it as its one ``error:`` line.
+    """
+
+    def __init__(self, address: str | None):
+        self.address = address
+
+    def __enter__(self):
+        import logging
+
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise TopcalError("--engine dask needs dask; install it with: pip install 'topcal[dask]'") from None
+        self.cluster = None
+        self.client = None
+        self._log = logging.getLogger("distributed")
+        self._level = self._log.level
+        self._log.setLevel(logging.CRITICAL)
+        try:
+            if self.address:
+                self.client = Client(self.address, timeout="20s")
+            else:
+                import warnings
+
+                with warnings.catch_warnings():  # dask's own start-up notes ("Port 8787 is already in use")
+                    warnings.simplefilter("ignore")
+                    self.cluster = LocalCluster(dashboard_address=None, silence_logs=logging.CRITICAL)
+                    self.client = Client(self.cluster)
+        except Exception as exc:  # noqa: BLE001 - a bad address raises ValueError, TypeError, OSError, TimeoutError
+            self._close()
+            where = f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"
+            hint = "; give an address like tcp://HOST:8786" if self.address else ""
+            raise TopcalError(f"cannot connect to {where}: {_one_line(exc)[:300]}{hint}") from None
+        return self.client
+
+    def _close(self):
+        for thing in (self.client, self.cluster):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # noqa: BLE001 - closing after an error already reported
+                    pass
+        self._log.setLevel(self._level)
+
+    def __exit__(self, *exc):
+        self._close()
+        return False

@@ -18,7 +18,7 @@ from .._tables import format_table, format_value, text_table
 from ..errors import TopcalError
 
 __all__ = ["Parser", "UsageError", "choice_table", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
-           "check_scale_args", "RowProgress", "DaskSession", "parse_param", "progress", "one_line", "rows_hint",
+           "check_scale_args", "engine_for", "RowProgress", "parse_param", "progress", "one_line", "rows_hint",
            "format_value", "format_table", "overall_table", "per_class_table", "MAX_TABLE_CLASSES", "similar_once"]
 
 
@@ -96,6 +96,15 @@ def check_scale_args(args) -> None:
         raise TopcalError("--chunk-rows is for --engine local; with dask the partitions are the chunks")
 
 
+def engine_for(args):
+    """The engine (:mod:`topcal.engines`) the options ``--engine``, ``--chunk-rows``, ``--scheduler`` ask for:
+    the one place the command line chooses where fit, update and apply run."""
+    from ..engines import for_options
+
+    check_scale_args(args)
+    return for_options(args.engine, chunk_rows=args.chunk_rows, scheduler=args.scheduler)
+
+
 class RowProgress:
     """A progress bar of rows on stderr (only on a terminal, and not with --quiet)."""
 
@@ -110,60 +119,6 @@ class RowProgress:
 
     def done(self) -> None:
         self.bar.close()
-
-
-class DaskSession:
-    """A Dask client: at ``--scheduler`` or on a LocalCluster started (and closed) here.
-
-    Dask's own log lines (a worker's "Compute Failed" with its remote traceback,
-    cancelled tasks at shutdown) are silenced: the error a task raised reaches
-    the command, which prints it as its one ``error:`` line.
-    """
-
-    def __init__(self, address: str | None):
-        self.address = address
-
-    def __enter__(self):
-        import logging
-
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError:
-            raise TopcalError("--engine dask needs dask; install it with: pip install 'topcal[dask]'") from None
-        self.cluster = None
-        self.client = None
-        self._log = logging.getLogger("distributed")
-        self._level = self._log.level
-        self._log.setLevel(logging.CRITICAL)
-        try:
-            if self.address:
-                self.client = Client(self.address, timeout="20s")
-            else:
-                import warnings
-
-                with warnings.catch_warnings():  # dask's own start-up notes ("Port 8787 is already in use")
-                    warnings.simplefilter("ignore")
-                    self.cluster = LocalCluster(dashboard_address=None, silence_logs=logging.CRITICAL)
-                    self.client = Client(self.cluster)
-        except Exception as exc:  # noqa: BLE001 - a bad address raises ValueError, TypeError, OSError, TimeoutError
-            self._close()
-            where = f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"
-            hint = "; give an address like tcp://HOST:8786" if self.address else ""
-            raise TopcalError(f"cannot connect to {where}: {one_line(exc)[:300]}{hint}") from None
-        return self.client
-
-    def _close(self):
-        for thing in (self.client, self.cluster):
-            if thing is not None:
-                try:
-                    thing.close()
-                except Exception:  # noqa: BLE001 - closing after an error already reported
-                    pass
-        self._log.setLevel(self._level)
-
-    def __exit__(self, *exc):
-        self._close()
-        return False
 
 
 def parse_param(text: str):

@@ -6,8 +6,8 @@ import json
 
 from .._fileio import check_output
 from ..errors import TopcalError
-from .common import (DaskSession, RowProgress, add_data_options, add_scale_options, check_scale_args, format_table,
-                     parse_param, read_options, rows_hint)
+from .common import (RowProgress, add_data_options, add_scale_options, engine_for, format_table, parse_param,
+                     read_options, rows_hint)
 
 __all__ = ["add_commands"]
 
@@ -76,118 +76,73 @@ def add_commands(sub) -> None:
     p.set_defaults(func=_cmd_adapt)
 
 # ----------------------------------------------------------------- commands
-def _fit_streamed(args, cal):
-    """Fit ``cal`` from the statistics and confusion counts of ``args.data``: in chunks, or on a Dask cluster."""
-    from ..io import DEFAULT_CHUNK_ROWS
-    from ..stream import fit_file
+def _progress(args, what: str, engine):
+    """A row progress bar where the engine reads the file in chunks, else None."""
+    return RowProgress(what, rows_hint(args.data)) if engine.name != "dask" else None
 
-    opts = read_options(args)
-    if args.engine == "dask":
-        from .. import dask as tdask
 
-        with DaskSession(args.scheduler):
-            return tdask.fit(tdask.read_parquet(args.data), cal.name, params=cal.get_params(), **opts)
-    progress = RowProgress("reading", rows_hint(args.data))
+def _run(progress, call):
     try:
-        return fit_file(cal, args.data, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress, **opts)
+        return call()
     finally:
-        progress.done()
+        if progress is not None:
+            progress.done()
 
 
 def _cmd_fit(args) -> int:
-    from ..calibrators import calibrator, get_class
-    from ..io import read_data
+    from ..calibrators import calibrator
+    from ..calibrators.wrapper import Wrapper
 
-    check_scale_args(args)
+    engine = engine_for(args)
     params = dict(parse_param(t) for t in args.param)
     cal = calibrator(args.method, **params)
     check_output(args.output, [args.data], "model file")
-    streamed = args.chunk_rows is not None or args.engine == "dask"
-    if streamed:
-        if get_class(args.method).needs_full:
-            raise TopcalError(
-                f"method {args.method!r} recalibrates the full score vector, which cannot be fitted from "
-                "counts; drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
-            )
-        cal = _fit_streamed(args, cal)
-        n_samples, n_classes = cal.stats_.n_samples, len(cal.classes_)
-    else:
-        data = read_data(args.data, **read_options(args))
-        cal.fit(data)
-        n_samples, n_classes = data.n_samples, data.n_classes
+    progress = _progress(args, "reading", engine) if engine.from_counts else None
+    cal = _run(progress, lambda: engine.fit(cal, args.data, progress=progress, **read_options(args)))
     cal.save(args.output)
-    from ..calibrators.wrapper import Wrapper
-
+    n_samples = float(cal.n_tp_.sum() + cal.n_fp_.sum())
     chosen = f" ({cal.summary_line()})" if isinstance(cal, Wrapper) else ""
-    how = f" from counts on {cal.stats_.n_rows} (class, score cell) rows" if streamed else ""
-    print(f"fitted {args.method}{chosen} on {n_samples:g} samples, {n_classes} classes{how} -> {args.output}")
+    how = f" from counts on {cal.stats_.n_rows} (class, score cell) rows" if engine.from_counts else ""
+    print(f"fitted {args.method}{chosen} on {n_samples:g} samples, {len(cal.classes_)} classes{how} -> {args.output}")
     return 0
 
 
 def _cmd_update(args) -> int:
+    from ..calibrators.wrapper import Wrapper
     from ..persist import load
-    from ..stream import update_file
 
-    check_scale_args(args)
+    engine = engine_for(args)
     check_output(args.output, [args.data], "model file")
     model = load(args.model)
     before = model.require_stats().n_samples
-    if args.engine == "dask":
-        from .. import dask as tdask
-
-        tdask.check_updatable(model)  # before a cluster is started
-        with DaskSession(args.scheduler):
-            tdask.update(model, tdask.read_parquet(args.data), **read_options(args))
-    else:
-        progress = RowProgress("reading", rows_hint(args.data)) if args.chunk_rows else None
-        try:
-            update_file(model, args.data, chunk_rows=args.chunk_rows, progress=progress, **read_options(args))
-        finally:
-            if progress is not None:
-                progress.done()
+    progress = _progress(args, "reading", engine) if engine.from_counts else None
+    _run(progress, lambda: engine.update(model, args.data, progress=progress, **read_options(args)))
     model.save(args.output)
-    from ..calibrators.wrapper import Wrapper
-
     kept = f" ({model.summary_line()})" if isinstance(model, Wrapper) else ""
     print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
     return 0
 
 
 def _cmd_apply(args) -> int:
-    from ..io import DEFAULT_CHUNK_ROWS
-    from ..persist import load
     from ..calibrators.intervals import check_level
-    from ..stream import apply_file
+    from ..persist import load
 
-    check_scale_args(args)
+    engine = engine_for(args)
     if args.interval is not None:
         args.interval = check_level(args.interval)
     model = load(args.model)
     check_output(args.output, [args.data, args.model] + ([args.thresholds] if args.thresholds else []))
-    opts = read_options(args)
-    opts["interval"] = args.interval
     thresholds = None
     if args.thresholds:
         from ..thresholds import load_thresholds
 
         thresholds = load_thresholds(args.thresholds)
         thresholds.check_model(model)
-    if args.engine == "dask":
-        if thresholds is not None:
-            raise TopcalError("--thresholds is not available with --engine dask yet; apply with --engine local")
-        from .. import dask as tdask
-
-        with DaskSession(args.scheduler):
-            tdask.apply_file(model, args.data, args.output, **opts)
-        print(f"calibrated {args.data} with {model.name} on dask -> {args.output}")
-        return 0
-    progress = RowProgress("calibrating", rows_hint(args.data))
-    try:
-        rows = apply_file(model, args.data, args.output, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
-                          progress=progress, thresholds=thresholds, **opts)
-    finally:
-        progress.done()
-    print(f"calibrated {rows} rows with {model.name}{' (with accepted)' if thresholds else ''} -> {args.output}")
+    progress = _progress(args, "calibrating", engine)
+    rows = _run(progress, lambda: engine.apply(model, args.data, args.output, progress=progress,
+                                               interval=args.interval, thresholds=thresholds, **read_options(args)))
+    what = f"{rows} rows with {model.name}" if rows is not None else f"{args.data} with {model.name} on {engine.name}"
+    print(f"calibrated {what}{' (with accepted)' if thresholds else ''} -> {args.output}")
     return 0
 
 

@@ -215,7 +215,10 @@ def _apply_partition(frame, text: str, options: dict, pred_dtype):
         return out
     data = read_frame(frame, **options)
     conf = model.predict(data)
-    out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[data.pred], dtype=pred_dtype)
+    from .stream import predicted_codes
+
+    out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[predicted_codes(data, model.classes_)],
+                           dtype=pred_dtype)
     out["confidence"] = conf
     return out
 

@@ -26,8 +26,8 @@ from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, it
                  read_stats, read_table, scan_layout)
 from .stats import DEFAULT_CELLS, ScoreStats
 
-__all__ = ["apply_file", "fit_file", "update_file", "model_read_options", "with_confidence", "ChunkCounts",
-           "fit_counts", "update_counts"]
+__all__ = ["apply_file", "fit_file", "update_file", "model_read_options", "with_confidence", "predicted_codes",
+           "ChunkCounts", "fit_counts", "update_counts"]
 
 
 class ChunkCounts(NamedTuple):
@@ -74,6 +74,17 @@ def model_read_options(model, path, options: dict, *, columns=None) -> dict:
     return opts
 
 
+def predicted_codes(data, classes) -> np.ndarray:
+    """Each row's predicted class as an index into ``classes`` (a model's class list).
+
+    ``data.pred`` indexes ``data.classes``, which for probability columns are the
+    file's columns in the file's order (maybe reordered, maybe a subset of the
+    model's classes): the one translation every ``apply`` path (whole file,
+    chunks, .npz, Dask partitions) uses to name its ``pred``.
+    """
+    return data.with_classes(classes, "the data to calibrate").pred
+
+
 def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
     """``frame`` + ``pred`` (class names, categorical) + ``confidence``.
 
@@ -84,7 +95,7 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
 
     if "confidence" in frame.columns:
         raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
-    pred = pd.Categorical.from_codes(data.pred, categories=list(classes))
+    pred = pd.Categorical.from_codes(predicted_codes(data, classes), categories=list(classes))
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
         if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):

@@ -99,3 +99,49 @@ def test_dask_apply_names_pred_by_column_name(base, tmp_path, cluster):
     assert_ok(cli("apply", model, tmp_path / "re.parquet", "--engine", "dask", "--scheduler",
                   cluster.scheduler.address, "-o", out))
     assert list(pd.read_csv(out)["pred"]) == want
+
+
+@pytest.fixture
+def top_model(tmp_path):
+    """A hist model on top-score data of classes a, b, c, on the score range (0, 10)."""
+    rng = np.random.default_rng(1)
+    n = 3000
+    pred = rng.choice(list("abc"), n)
+    score = rng.uniform(0.4, 1, n)
+    right = rng.uniform(size=n) < score
+    other = {"a": "b", "b": "c", "c": "a"}
+    label = np.where(right, pred, [other[p] for p in pred])
+    pd.DataFrame({"pred": pred, "score": 10 * score, "label": label}).to_csv(tmp_path / "top10.csv", index=False)
+    model = tmp_path / "M10.json"
+    assert_ok(cli("fit", tmp_path / "top10.csv", "--score-range", "0", "10", "--method", "hist", "-o", model))
+    return model
+
+
+def _adapted_priors(path):
+    return json.loads(path.read_text())["model"]["state"]["estimate"]["priors"]
+
+
+def test_adapt_weighs_binned_use_rows_by_their_counts_and_takes_the_model_score_range(top_model, tmp_path):
+    # one bin of 1,000 'a' and one each of b, c; the same 1,002 samples row by row
+    pd.DataFrame({"predicted_class": list("abc"), "bin_lo": [9.0] * 3, "bin_hi": [10.0] * 3, "tp": [1000, 1, 1],
+                  "fp": [0, 0, 0]}).to_csv(tmp_path / "usebin.csv", index=False)
+    # no --score-range: the use set is read on the model's range (0, 10)
+    pd.DataFrame({"pred": ["a"] * 1000 + ["b", "c"], "score": [9.5] * 1002}).to_csv(tmp_path / "rows.csv", index=False)
+    for est in ("em", "bbse"):
+        a, b = tmp_path / f"bin-{est}.json", tmp_path / f"rows-{est}.json"
+        assert_ok(cli("adapt", top_model, tmp_path / "usebin.csv", "-o", a, "--shrink", "1", "--bootstrap", "5",
+                      "--estimator", est))
+        assert_ok(cli("adapt", top_model, tmp_path / "rows.csv", "-o", b, "--shrink", "1", "--bootstrap", "5",
+                      "--estimator", est))
+        pa, pb = _adapted_priors(a), _adapted_priors(b)
+        np.testing.assert_allclose(pa, pb, atol=1e-9)
+        assert pa[0] > 0.95, pa  # not ~1/3 each, as when each bin counted once
+        assert json.loads(a.read_text())["model"]["state"]["estimate"]["n_use"] == 1002
+
+
+def test_priors_csv_with_a_byte_order_mark_is_read(top_model, tmp_path):
+    pri = tmp_path / "p.csv"
+    pri.write_bytes("class,prior\na,0.5\nb,0.25\nc,0.25\n".encode("utf-8-sig"))
+    out = tmp_path / "A.json"
+    assert_ok(cli("adapt", top_model, "--priors", pri, "-o", out))
+    assert _adapted_priors(out) == [0.5, 0.25, 0.25]

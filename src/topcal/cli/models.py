@@ -186,6 +186,7 @@ def _cmd_adapt(args) -> int:
     from ..io import read_data
     from ..labelshift import adapt, read_priors
     from ..persist import load
+    from ..stream import model_read_options
 
     if args.bootstrap < 0:
         raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
@@ -202,8 +203,8 @@ def _cmd_adapt(args) -> int:
     if args.data is not None:
         opts = read_options(args)
         opts["label_column"] = None  # the use set is unlabelled; a label column is ignored
-        use = read_data(args.data, **opts)
-    test = read_data(args.test, **read_options(args)) if args.test else None
+        use = read_data(args.data, **model_read_options(model, args.data, opts))  # the model's score range
+    test = read_data(args.test, **model_read_options(model, args.test, read_options(args))) if args.test else None
     if args.priors is not None:
         if test is not None:
             raise TopcalError("--test is used to estimate priors; with --priors there is nothing to estimate")

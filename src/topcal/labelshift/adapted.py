@@ -245,7 +245,7 @@ def read_priors(path) -> dict[str, float]:
     """Read use-set priors from a CSV with columns ``class,prior`` (one row per class)."""
     p = Path(path)
     try:
-        with p.open(newline="") as fh:
+        with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a byte-order mark (Excel) is not a name
             rows = list(csv.reader(fh))
     except FileNotFoundError:
         raise DataError(f"priors file {str(p)!r} does not exist; check the path") from None

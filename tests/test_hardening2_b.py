@@ -145,3 +145,68 @@ def test_priors_csv_with_a_byte_order_mark_is_read(top_model, tmp_path):
     out = tmp_path / "A.json"
     assert_ok(cli("adapt", top_model, "--priors", pri, "-o", out))
     assert _adapted_priors(out) == [0.5, 0.25, 0.25]
+
+
+def _lattice_data(n=3000, seed=0):
+    """Three-class probabilities on a 0.01 lattice (a random forest's outputs): many scores on bin edges."""
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet([1, 1, 1], n)
+    P[:, :2] = np.round(P[:, :2] * 100) / 100
+    P[:, 2] = 1.0 - P[:, :2].sum(axis=1)
+    P = np.clip(np.round(P, 2), 0, 1)
+    P /= P.sum(axis=1, keepdims=True)
+    y = (rng.random(n)[:, None] > np.cumsum(P, axis=1)).sum(axis=1).clip(0, 2)
+    return P, y
+
+
+@pytest.mark.parametrize("method, atol", [("hist", 0), ("cum-opt", 0), ("cum", 0), ("conf1", 0),
+                                          ("bts", 1e-12), ("btswa", 1e-12), ("kde-mon2", 1e-4)])
+def test_update_equals_fit_bit_for_bit_on_discrete_scores(method, atol, tmp_path):
+    from topcal.stats import EXACT_SCORES
+
+    P, y = _lattice_data()
+    data = topcal.TopLabelData.from_probs(P, y, classes=list("abc"), renormalize=True)
+    parts = np.array_split(np.arange(len(y)), 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = topcal.calibrator(method).fit(data)
+        inc = topcal.calibrator(method).fit(data.subset(parts[0]))
+        for p in parts[1:]:
+            inc.update(data.subset(p))
+    assert full.stats_.exact and full.stats_.equals(inc.stats_)
+    # bit for bit where the fit sums integer counts; Platt's and the kde's sums to their rounding (docs/scale.md)
+    np.testing.assert_allclose(full.predict(data), inc.predict(data), rtol=0, atol=atol)
+    # the exact scores survive the model file
+    inc.save(tmp_path / "m.json")
+    back = topcal.load(tmp_path / "m.json")
+    assert back.stats_.equals(inc.stats_)
+    np.testing.assert_array_equal(back.predict(data), inc.predict(data))
+    # a class with more distinct scores than the limit goes to the grid, whatever the split
+    rng = np.random.default_rng(3)
+    cont = topcal.TopLabelData.from_scores(rng.integers(0, 2, 4000), rng.random(4000), rng.integers(0, 2, 4000),
+                                           classes=["a", "b"])
+    halves = [topcal.ScoreStats.from_data(cont.subset(np.arange(i, 4000, 2))) for i in (0, 1)]
+    whole = topcal.ScoreStats.from_data(cont)
+    assert not whole.exact and halves[0].merge(halves[1]).equals(whole)
+    assert EXACT_SCORES < 2000
+
+
+def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
+    P, y = _lattice_data()
+    frame = pd.DataFrame(P, columns=["p_a", "p_b", "p_c"])
+    frame["label"] = np.array(list("abc"))[y]
+    for i, part in enumerate(np.array_split(np.arange(len(y)), 3)):
+        frame.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    assert_ok(cli("fit", tmp_path / "all.csv", "--method", "hist", "--renormalize", "-o", tmp_path / "all.json"))
+    assert_ok(cli("fit", tmp_path / "part0.csv", "--method", "hist", "--renormalize", "-o", tmp_path / "m1.json"))
+    assert_ok(cli("update", tmp_path / "m1.json", tmp_path / "part1.csv", "--renormalize", "-o", tmp_path / "m2.json"))
+    assert_ok(cli("update", tmp_path / "m2.json", tmp_path / "part2.csv", "--renormalize", "--chunk-rows", "300",
+                  "-o", tmp_path / "m3.json"))
+    for m in ("all", "m3"):
+        assert_ok(cli("apply", tmp_path / f"{m}.json", tmp_path / "all.csv", "--renormalize",
+                      "-o", tmp_path / f"out-{m}.csv"))
+    a, b = pd.read_csv(tmp_path / "out-all.csv"), pd.read_csv(tmp_path / "out-m3.csv")
+    np.testing.assert_array_equal(a["confidence"].to_numpy(), b["confidence"].to_numpy())
+    assert json.loads((tmp_path / "m3.json").read_text())["model"]["state"] == \
+        json.loads((tmp_path / "all.json").read_text())["model"]["state"]

@@ -210,3 +210,32 @@ def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
     np.testing.assert_array_equal(a["confidence"].to_numpy(), b["confidence"].to_numpy())
     assert json.loads((tmp_path / "m3.json").read_text())["model"]["state"] == \
         json.loads((tmp_path / "all.json").read_text())["model"]["state"]
+
+
+def test_counts_beyond_2_to_the_53_are_refused_and_models_below_it_load(tmp_path):
+    rows = "predicted_class,bin_lo,bin_hi,tp,fp\na,0,0.5,{},1\na,0.5,1,30,2\nb,0,1,10,10\n"
+    (tmp_path / "big.csv").write_text(rows.format("1e18"))
+    for method in ("hist", "kde-mon2", "cum-opt"):
+        r = cli("fit", tmp_path / "big.csv", "--method", method, "-o", tmp_path / "big.json")
+        assert_error(r, "more than 2^53", "scale the tp/fp counts down")
+        assert not (tmp_path / "big.json").exists()
+    (tmp_path / "ok.csv").write_text(rows.format("5e15"))
+    for method in ("hist", "kde-mon2", "cum-opt"):
+        out = tmp_path / f"ok-{method}.json"
+        assert_ok(cli("fit", tmp_path / "ok.csv", "--method", method, "-o", out))
+        assert_ok(cli("describe", out))  # loadable
+        # an update that takes the total past 2^53 is refused, and writes nothing
+        r = cli("update", out, tmp_path / "ok.csv", "-o", tmp_path / "up.json")
+        assert_error(r, "more than 2^53")
+        assert not (tmp_path / "up.json").exists()
+
+
+def test_one_column_in_two_roles_is_an_error(tmp_path):
+    (tmp_path / "two.csv").write_text("x,y,s\na,a,0.9\nb,a,0.8\na,b,0.7\n")
+    for cmd in (["metrics"], ["fit", "--method", "hist", "-o", tmp_path / "m.json"]):
+        r = cli(cmd[0], tmp_path / "two.csv", *cmd[1:], "--column", "pred=y", "--column", "label=y",
+                "--column", "score=s")
+        assert_error(r, "column 'y' is given two roles", "'label'", "'pred'")
+    r = cli("metrics", tmp_path / "two.csv", "--column", "pred=x", "--column", "label=y", "--column", "score=x")
+    assert_error(r, "column 'x' is given two roles")
+    assert_ok(cli("metrics", tmp_path / "two.csv", "--column", "pred=x", "--column", "label=y", "--column", "score=s"))

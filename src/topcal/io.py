@@ -210,6 +210,13 @@ def column_roles(cols, columns=None, *, label_column="label", pred_column="pred"
             shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
             raise DataError(f"column {name!r} (given for the role {role!r}) is not in the data; its columns are: {shown}")
         roles[role] = str(name)
+    used: dict[str, str] = {}
+    for role, name in roles.items():  # one column in two roles (pred and label: every row "right")
+        if name is not None and name in cols:
+            if name in used:
+                raise DataError(f"column {name!r} is given two roles, {used[name]!r} and {role!r}; each role needs "
+                                "its own column")
+            used[name] = role
     return roles
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from .._params import validate_params
 from ..confusion import ConfusionStats, GridConfusion
-from ..data import ClassView, TopLabelData, preview, rows_by_class
+from ..data import ClassView, TopLabelData, check_sample_total, preview, rows_by_class
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..inputs import as_data
 from ..stats import ScoreStats
@@ -186,6 +186,7 @@ class Calibrator:
         self._validate_params()
         data = as_data(data, y, classes=classes, kind=kind)
         data.require_labels(f"fitting {self.name!r}")
+        check_sample_total(data.n_samples, "the fitting data (with any updates)")
         self._check_data(data)
         self.classes_ = data.classes
         self.score_range_ = data.score_range

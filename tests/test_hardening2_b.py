@@ -239,3 +239,35 @@ def test_one_column_in_two_roles_is_an_error(tmp_path):
     r = cli("metrics", tmp_path / "two.csv", "--column", "pred=x", "--column", "label=y", "--column", "score=x")
     assert_error(r, "column 'x' is given two roles")
     assert_ok(cli("metrics", tmp_path / "two.csv", "--column", "pred=x", "--column", "label=y", "--column", "score=s"))
+
+
+def _resign(path, edit):
+    """Edit a model file's payload and sign it again (a tampered but well-formed file)."""
+    import hashlib
+
+    from topcal.persist import canonical_json
+
+    doc = json.loads(path.read_text())
+    edit(doc["model"])
+    doc["sha256"] = hashlib.sha256(canonical_json(doc["model"]).encode()).hexdigest()
+    path.write_text(json.dumps(doc))
+
+
+def test_resigned_temperature_out_of_range_is_refused_at_load(base, tmp_path):
+    data, _ = base
+    model = tmp_path / "sts.json"
+    assert_ok(cli("fit", data, "--method", "sts", "-o", model))
+    assert_ok(cli("apply", model, data, "-o", tmp_path / "ok.csv"))
+    for t, fragment in ((1e-320, "temperatures must lie in"), (1e300, "temperatures must lie in")):
+        bad = tmp_path / f"bad-{t:g}.json"
+        bad.write_text(model.read_text())
+
+        def edit(m, t=t):
+            m["state"]["temperature"] = [t] * len(m["state"]["temperature"])
+
+        _resign(bad, edit)
+        r = cli("apply", bad, data, "-o", tmp_path / "out.csv")
+        assert_error(r, fragment)
+        assert not (tmp_path / "out.csv").exists()
+        with pytest.raises(topcal.errors.ModelFileError, match="temperatures must lie in"):
+            topcal.load(bad)

@@ -574,9 +574,13 @@ class _TemperatureBase(Calibrator):
     def _set_state(self, state: dict) -> None:
         k = len(self.classes_)
         temps = finite_array(state["temperature"], "temperature", k)
-        if np.any(temps <= 0):
-            raise ValueError("temperatures must be > 0")
+        # a fit keeps T in [T_MIN, T_MAX] and |A / T| <= OFFSET_MAX; outside them (a hand-edited file:
+        # T = 1e-320) log y / T overflows and every confidence is NaN
+        if np.any(temps < T_MIN * (1 - 1e-9)) or np.any(temps > T_MAX * (1 + 1e-9)):
+            raise ValueError(f"temperatures must lie in [{T_MIN:g}, {T_MAX:g}], the range a fit searches")
         awards = finite_array(state["awards"], "awards", k)
+        if np.any(np.abs(awards / temps) > OFFSET_MAX * (1 + 1e-9)):
+            raise ValueError(f"awards must satisfy |A / T| <= {OFFSET_MAX:g}, as a fit keeps them")
         fitted = state["fitted"]
         if not isinstance(fitted, list) or len(fitted) != k or not all(isinstance(v, bool) for v in fitted):
             raise ValueError(f"fitted must be a list of {k} booleans")

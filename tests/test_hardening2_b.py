@@ -271,3 +271,38 @@ def test_resigned_temperature_out_of_range_is_refused_at_load(base, tmp_path):
         assert not (tmp_path / "out.csv").exists()
         with pytest.raises(topcal.errors.ModelFileError, match="temperatures must lie in"):
             topcal.load(bad)
+
+
+def test_temperature_fits_do_not_depend_on_row_order(tmp_path):
+    # 17 rows whose top scores tie (0.5, 0.6, 0.7) with different other entries and true classes:
+    # rows the old order (class, score, outcome) left in input order
+    worst = 0.0
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        top = rng.choice([0.5, 0.6, 0.7], 17)
+        rest = np.minimum(rng.random(17) * (1 - top), top)
+        P = np.array([np.roll(r, rng.integers(0, 3)) for r in np.column_stack([top, rest, 1 - top - rest])])
+        y = rng.integers(0, 3, 17)
+        for method in ("cstswa", "tswa", "csts"):
+            fits = []
+            for s in range(4):
+                perm = np.random.default_rng(s).permutation(17) if s else np.arange(17)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    c = topcal.calibrator(method).fit(P[perm], y[perm], classes=list("abc"))
+                fits.append(np.r_[c.temperature_, c.awards_])
+            worst = max(worst, float(np.abs(np.array(fits) - fits[0]).max()))
+    assert worst == 0.0
+    # through the console script: a shuffled file gives the same model
+    rng = np.random.default_rng(4)
+    top = rng.choice([0.5, 0.6, 0.7], 17)
+    rest = np.minimum(rng.random(17) * (1 - top), top)
+    P = np.array([np.roll(r, rng.integers(0, 3)) for r in np.column_stack([top, rest, 1 - top - rest])])
+    frame = pd.DataFrame(P, columns=["p_a", "p_b", "p_c"])
+    frame["label"] = rng.choice(list("abc"), 17)
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    frame.sample(frac=1, random_state=1).to_csv(tmp_path / "b.csv", index=False)
+    for f in ("a", "b"):
+        assert_ok(cli("fit", tmp_path / f"{f}.csv", "--method", "cstswa", "-o", tmp_path / f"{f}.json"))
+    ta, tb = (json.loads((tmp_path / f"{f}.json").read_text())["model"]["state"] for f in ("a", "b"))
+    assert ta["temperature"] == tb["temperature"] and ta["awards"] == tb["awards"]

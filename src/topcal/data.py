@@ -35,7 +35,8 @@ import numpy as np
 from .errors import DataError, ParameterError
 
 __all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "preview",
-           "rows_by_class", "class_order", "MAX_SAMPLES", "check_sample_total"]
+           "rows_by_class", "class_order", "MAX_SAMPLES", "check_sample_total",
+           "canonical_order"]
 
 #: Floor used when logs of probabilities are needed (temperature scaling) and a
 #: probability is exactly 0: log(1e-300) keeps the entry finite and far below
@@ -111,6 +112,24 @@ def rows_by_class(pred: np.ndarray, n_classes: int, *, skip_empty: bool = True):
     for k in range(n_classes):
         if counts[k] or not skip_empty:
             yield k, order[ends[k] - counts[k] : ends[k]]
+
+
+def canonical_order(data: "TopLabelData") -> np.ndarray:
+    """A row order that depends only on the rows' contents, not on their order in ``data``.
+
+    Sorted by predicted class, top score, true class, weights and a fingerprint of the full
+    score vector (a fixed random projection: rows it ties are, but for a measure-zero set,
+    equal). A fit that runs over the rows in this order sums them in the same order whatever
+    the input's order, so shuffled rows give the same fit bit for bit.
+    """
+    keys = [data.pred, data.score]
+    for a in (data.labels, data.tp, data.fp):
+        if a is not None:
+            keys.append(a)
+    if data.full is not None:
+        w = np.random.default_rng(0).random(data.full.shape[1]) + 0.5
+        keys.append(np.nan_to_num(data.full) @ w)
+    return np.lexsort(keys[::-1])
 
 
 def _fail(msg: str) -> DataError:

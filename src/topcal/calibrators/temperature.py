@@ -41,7 +41,7 @@ import numpy as np
 from scipy.special import expit
 
 from .._params import MAX_ITER, Boolean, Interval, Options
-from ..data import LOG_PROB_FLOOR, TopLabelData, preview, rows_by_class
+from ..data import LOG_PROB_FLOOR, TopLabelData, canonical_order, preview, rows_by_class
 from ..errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._ts_core import (
     OFFSET_MAX,
@@ -151,11 +151,12 @@ class _TemperatureBase(Calibrator):
         return np.log(z, out=z)
 
     def _fit(self, data: TopLabelData) -> None:
-        # A canonical row order (by predicted class, top score, outcome): sums over
-        # rows are then added in the same order whatever order the rows came in,
-        # so where the loss is flat (a ridge, a quasi-separated class) the optimiser
-        # stops at the same point and the fit does not depend on row order.
-        order = np.lexsort((data.fp, data.tp, data.score, data.pred))
+        # A canonical row order (by predicted class, top score, outcome, true class and the
+        # full vector, so rows tied on the top score are ordered too): sums over rows are
+        # then added in the same order whatever order the rows came in, so where the loss
+        # is flat (a ridge, a quasi-separated class) the optimiser stops at the same point
+        # and the fit does not depend on row order.
+        order = canonical_order(data)
         if np.any(order[1:] != order[:-1] + 1):
             data = data.subset(order)
         k = data.n_classes

@@ -306,3 +306,55 @@ def test_temperature_fits_do_not_depend_on_row_order(tmp_path):
         assert_ok(cli("fit", tmp_path / f"{f}.csv", "--method", "cstswa", "-o", tmp_path / f"{f}.json"))
     ta, tb = (json.loads((tmp_path / f"{f}.json").read_text())["model"]["state"] for f in ("a", "b"))
     assert ta["temperature"] == tb["temperature"] and ta["awards"] == tb["awards"]
+
+
+# ----------------------------------------------------------------- scikit-learn estimator
+def test_sklearn_predict_not_argmax_warns_and_records_the_share():
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import SVC
+
+    X, y = make_classification(1200, n_features=8, n_informative=5, n_classes=4, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # scikit-learn 1.9 deprecates probability=True
+        svc = SVC(probability=True, random_state=0).fit(X[:600], y[:600])
+    with pytest.warns(topcal.errors.TopcalWarning, match=r"SVC.predict\(\) differs from the argmax"):
+        cal = topcal.TopLabelCalibratedClassifier(svc, method="hist").fit(X[600:], y[600:])
+    own = svc.predict(X[600:])
+    top = cal.top_label_data(X[600:])
+    argmax = cal.classes_[top.pred]
+    assert cal.argmax_disagreement_ == np.mean(own != argmax) > 0
+    np.testing.assert_array_equal(cal.predict(X[600:]), own)  # predict stays the classifier's
+    # a classifier whose predict is the argmax: no warning, share 0
+    lr = LogisticRegression(max_iter=500).fit(X[:600], y[:600])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", topcal.errors.TopcalWarning)
+        cal = topcal.TopLabelCalibratedClassifier(lr, method="hist").fit(X[600:], y[600:])
+    assert cal.argmax_disagreement_ == 0.0
+
+
+def test_sklearn_prefit_error_names_frozen_estimator_and_grid_search_warns_once_per_fit():
+    from sklearn.datasets import make_classification
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+
+    from topcal import estimator as est_mod
+
+    X, y = make_classification(900, n_features=8, n_informative=8, n_redundant=0, class_sep=2.5, n_classes=6,
+                               n_clusters_per_class=1, random_state=0)
+    lr = LogisticRegression(max_iter=500).fit(X[:300], y[:300])
+    grid = {"method": ["hist", "cstswa", "kde-mon2"]}
+    with pytest.raises(topcal.errors.NotFittedError, match="FrozenEstimator"):
+        GridSearchCV(topcal.TopLabelCalibratedClassifier(LogisticRegression()), grid, cv=3,
+                     error_score="raise").fit(X[300:420], y[300:420])
+    est_mod._SHOWN_DEGENERATE.clear()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        gs = GridSearchCV(topcal.TopLabelCalibratedClassifier(FrozenEstimator(lr)), grid, cv=5,
+                          scoring="neg_log_loss").fit(X[300:420], y[300:420])
+    degenerate = [x for x in w if issubclass(x.category, topcal.errors.DegenerateClassWarning)]
+    # 16 fits (3 methods x 5 folds + the refit), two of them methods that warn: one summary per kind
+    assert 1 <= len(degenerate) <= 2, [str(x.message) for x in degenerate]
+    assert all("shown once per kind" in str(x.message) for x in degenerate)
+    assert isinstance(gs.best_estimator_.fit_warnings_, list)

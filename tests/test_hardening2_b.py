@@ -358,3 +358,37 @@ def test_sklearn_prefit_error_names_frozen_estimator_and_grid_search_warns_once_
     assert 1 <= len(degenerate) <= 2, [str(x.message) for x in degenerate]
     assert all("shown once per kind" in str(x.message) for x in degenerate)
     assert isinstance(gs.best_estimator_.fit_warnings_, list)
+
+
+# ----------------------------------------------------------------- friction
+def test_folds_with_in_sample_or_eval_is_an_error(base, tmp_path):
+    data, _ = base
+    r = cli("compare", data, "--eval", data, "--folds", "3", "--methods", "hist")
+    assert_error(r, "--folds is for K-fold cross-fitting", "--eval")
+    r = cli("compare", data, "--in-sample", "--folds", "3", "--methods", "hist")
+    assert_error(r, "--folds is for K-fold cross-fitting", "--in-sample")
+    r = cli("report", data, "--in-sample", "--folds", "3", "--methods", "hist", "-o", tmp_path / "rep")
+    assert_error(r, "--folds is for K-fold cross-fitting", "--in-sample")
+    assert not (tmp_path / "rep").exists()
+    # --folds alone is honoured; the default is 5
+    out = json.loads(assert_ok(cli("compare", data, "--folds", "3", "--methods", "hist", "--json")).stdout)
+    assert out["protocol"] == "kfold" and out["folds"] == 3
+    out = json.loads(assert_ok(cli("compare", data, "--methods", "hist", "--json")).stdout)
+    assert out["protocol"] == "kfold" and out["folds"] == 5
+
+
+def test_docs_name_the_real_describe_keys_and_compare_protocol():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    rep = (docs / "report.md").read_text()
+    assert "topcal compare preds.csv                       # 5-fold cross-fitting" in rep
+    temp = (docs / "temperature.md").read_text()
+    line = next(ln for ln in temp.splitlines() if 'describe()["classes"]' in ln)
+    rng = np.random.default_rng(0)
+    P = rng.dirichlet([1, 1, 1], 300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        keys = topcal.calibrator("tswa").fit(P, rng.integers(0, 3, 300)).describe()["classes"]["0"]
+    for k in keys:
+        assert f'"{k}"' in line, (k, line)

@@ -392,3 +392,19 @@ def test_docs_name_the_real_describe_keys_and_compare_protocol():
         keys = topcal.calibrator("tswa").fit(P, rng.integers(0, 3, 300)).describe()["classes"]["0"]
     for k in keys:
         assert f'"{k}"' in line, (k, line)
+
+
+def test_chunked_errors_give_the_rows_of_the_file(base, tmp_path):
+    _, model = base
+    rows = ["p_a,p_b,p_c,label"] + ["0.2,0.3,0.5,c"] * 8 + ["0.2,x,0.5,c"]
+    (tmp_path / "bad.csv").write_text("\n".join(rows) + "\n")
+    whole = assert_error(cli("fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"), "at row 8")
+    for cmd in (["fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"],
+                ["apply", model, tmp_path / "bad.csv", "-o", tmp_path / "o.csv"],
+                ["update", model, tmp_path / "bad.csv", "-o", tmp_path / "u.json"]):
+        err = assert_error(cli(*cmd, "--chunk-rows", "3"), "at row 8")
+        assert err == whole
+    rows = ["p_a,p_b,p_c"] + ["0.2,0.3,0.5"] * 4 + ["0.2,0.3,0.9"]
+    (tmp_path / "sum.csv").write_text("\n".join(rows) + "\n")
+    assert_error(cli("apply", model, tmp_path / "sum.csv", "-o", tmp_path / "o.csv", "--chunk-rows", "2"),
+                 "probs row 4 sums to 1.4")

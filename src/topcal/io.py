@@ -46,6 +46,7 @@ or in chunks) through one column-role mapping; splitting by file format would re
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -583,7 +584,9 @@ def iter_data(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | No
         try:
             data = read_frame(frame, **layout.options)
         except DataError as exc:
-            raise DataError(f"{Path(path).name}, rows {start}-{start + len(frame) - 1}: {exc}") from None
+            # the chunk's row numbers as the file's (those of a whole-file read)
+            msg = re.sub(r"\b(rows?) (\d+)", lambda m: f"{m.group(1)} {int(m.group(2)) + start}", str(exc))
+            raise DataError(f"{Path(path).name}: {msg}") from None
         start += len(frame)
         yield frame, data
 

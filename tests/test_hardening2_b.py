@@ -408,3 +408,36 @@ def test_chunked_errors_give_the_rows_of_the_file(base, tmp_path):
     (tmp_path / "sum.csv").write_text("\n".join(rows) + "\n")
     assert_error(cli("apply", model, tmp_path / "sum.csv", "-o", tmp_path / "o.csv", "--chunk-rows", "2"),
                  "probs row 4 sums to 1.4")
+
+
+def test_class_names_na_none_null_nan_are_read_from_csv(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 400
+    names = np.array(["NA", "None", "null", "nan"])
+    pred = rng.integers(0, 4, n)
+    lab = np.where(rng.random(n) < 0.7, pred, rng.integers(0, 4, n))
+    pd.DataFrame({"pred": names[pred], "score": rng.uniform(0.3, 1, n), "label": names[lab]}).to_csv(
+        tmp_path / "top.csv", index=False)
+    P = rng.dirichlet([1] * 4, n)
+    frame = pd.DataFrame(P, columns=["p_" + c for c in names])
+    frame["label"] = names[lab]
+    frame.to_csv(tmp_path / "vec.csv", index=False)
+    for src, extra in (("top.csv", ()), ("vec.csv", ()), ("vec.csv", ("--chunk-rows", "50"))):
+        model = tmp_path / f"m-{src}-{len(extra)}.json"
+        assert_ok(cli("fit", tmp_path / src, "--method", "hist", "-o", model, *extra))
+        assert set(topcal.load(model).classes_) == set(names)
+        out = tmp_path / f"o-{src}-{len(extra)}.csv"
+        assert_ok(cli("apply", model, tmp_path / src, "-o", out, *extra))
+        got = pd.read_csv(out, keep_default_na=False)
+        want = names[P.argmax(axis=1)] if src == "vec.csv" else names[pred]
+        assert list(got["pred"]) == list(want)
+    m = json.loads(assert_ok(cli("metrics", tmp_path / "top.csv", "--json")).stdout)
+    assert set(names) <= set(json.dumps(m).replace('"', " ").split())
+    # genuinely missing values are still found
+    (tmp_path / "miss.csv").write_text("pred,score,label\na,0.9,a\nb,0.5,\n")
+    for extra in ((), ("--chunk-rows", "1")):
+        assert_error(cli("fit", tmp_path / "miss.csv", "--method", "hist", "-o", tmp_path / "x.json", *extra),
+                     "missing value at row 1")
+    (tmp_path / "miss2.csv").write_text("pred,score,label\na,0.9,a\nb,,b\n")
+    assert_error(cli("fit", tmp_path / "miss2.csv", "--method", "hist", "-o", tmp_path / "x.json"),
+                 "'score' is empty (NaN) at row 1")

@@ -68,6 +68,10 @@ BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
 #: Roles a column can be given with ``columns`` / ``--column ROLE=NAME``.
 COLUMN_ROLES = ("label", "pred", "score") + BINNED_COLUMNS
 
+#: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas' default
+#: list would read them as missing); a number column holding such text is refused by name.
+CSV_NA = {"keep_default_na": False, "na_values": [""]}
+
 #: Published layouts read as they are: name -> {role: column} (tables) or
 #: {standard npz key: their key} (npz).
 KNOWN_LAYOUTS = {
@@ -91,7 +95,7 @@ def read_table(path):
         if suffix in (".csv", ".txt", ".tsv"):
             sep = "\t" if suffix == ".tsv" else ","
             _check_header(p, sep)
-            frame = pd.read_csv(p, sep=sep, low_memory=False)  # one type per column, not one per chunk
+            frame = pd.read_csv(p, sep=sep, low_memory=False, **CSV_NA)  # one type per column, not one per chunk
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(p)
         elif suffix == ".npz":
@@ -439,7 +443,7 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
             _check_header(p, "\t" if suffix == ".tsv" else ",")
             dtype = {c: str for c in str_columns}
             with pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",", chunksize=int(chunk_rows),
-                             usecols=columns, dtype=dtype or None, low_memory=False) as reader:
+                             usecols=columns, dtype=dtype or None, low_memory=False, **CSV_NA) as reader:
                 for frame in reader:
                     n += len(frame)
                     yield frame

@@ -441,3 +441,63 @@ def test_class_names_na_none_null_nan_are_read_from_csv(tmp_path):
     (tmp_path / "miss2.csv").write_text("pred,score,label\na,0.9,a\nb,,b\n")
     assert_error(cli("fit", tmp_path / "miss2.csv", "--method", "hist", "-o", tmp_path / "x.json"),
                  "'score' is empty (NaN) at row 1")
+
+
+# ----------------------------------------------------------------- following the README
+IMAGENET = "/work/shared/data/bench/imagenet-resnet101.csv"
+
+
+def _imagenet_head(tmp_path, n=2000):
+    from pathlib import Path
+
+    src = Path(IMAGENET)
+    if src.exists():
+        lines = src.read_text().splitlines()[: n + 1]
+    else:  # the same layout, simulated
+        rng = np.random.default_rng(0)
+        lab = rng.integers(0, 50, n)
+        pred = np.where(rng.random(n) < 0.8, lab, rng.integers(0, 50, n))
+        lines = ["true_label,pred_label,confidence"] + [f"{a},{b},{c}" for a, b, c in
+                                                       zip(lab, pred, rng.uniform(0.2, 1, n))]
+    path = tmp_path / "inet.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
+    data = _imagenet_head(tmp_path)
+    model = tmp_path / "inet.json"
+    assert_ok(cli("fit", data, "--method", "hist", "-o", model))
+    pd.read_csv(data).to_parquet(tmp_path / "inet.parquet", index=False)
+    outs = []
+    for src, extra in ((data, ()), (data, ("--chunk-rows", "300")), (tmp_path / "inet.parquet", ())):
+        out = tmp_path / f"o{len(outs)}.csv"
+        assert_ok(cli("apply", model, src, "-o", out, *extra))
+        outs.append(pd.read_csv(out))
+    got = outs[0]
+    # the input's columns untouched, pred, and the calibrated value beside the input's confidence
+    assert list(got.columns) == ["true_label", "pred_label", "confidence", "pred", "calibrated_confidence"]
+    frame = pd.read_csv(data)
+    np.testing.assert_array_equal(got["confidence"], frame["confidence"])
+    np.testing.assert_array_equal(got["pred"].astype(str), frame["pred_label"].astype(str))
+    m = topcal.load(model)
+    d = topcal.io.read_data(data)
+    np.testing.assert_allclose(got["calibrated_confidence"], m.predict(d))
+    for other in outs[1:]:
+        pd.testing.assert_frame_equal(other, got)
+    # the calibrated column is what metrics reads with --column score=...: the model's own NLL
+    a = json.loads(assert_ok(cli("metrics", data, "--model", model, "--json")).stdout)
+    b = json.loads(assert_ok(cli("metrics", tmp_path / "o0.csv", "--column", "score=calibrated_confidence",
+                                 "--column", "label=true_label", "--json")).stdout)
+    assert a["overall"]["nll"] == pytest.approx(b["overall"]["nll"], rel=1e-12)
+
+
+def test_metrics_column_score_wins_over_probability_columns(base, tmp_path):
+    data, model = base
+    out = tmp_path / "out.csv"
+    assert_ok(cli("apply", model, data, "-o", out))
+    calibrated = json.loads(assert_ok(cli("metrics", data, "--model", model, "--json")).stdout)["overall"]["nll"]
+    raw = json.loads(assert_ok(cli("metrics", data, "--json")).stdout)["overall"]["nll"]
+    for flags in (("--column", "score=confidence"), ("--score-column", "confidence")):
+        got = json.loads(assert_ok(cli("metrics", out, *flags, "--json")).stdout)["overall"]["nll"]
+        assert got == pytest.approx(calibrated, rel=1e-12) and got != pytest.approx(raw)

@@ -201,7 +201,7 @@ def _model(text: str):
     return loads(text)
 
 
-def _apply_partition(frame, text: str, options: dict, pred_dtype):
+def _apply_partition(frame, text: str, options: dict, pred_dtype, conf_name: str = "confidence"):
     import pandas as pd
 
     model = _model(text)
@@ -211,7 +211,7 @@ def _apply_partition(frame, text: str, options: dict, pred_dtype):
             out[c] = out[c].astype(pred_dtype)
     if len(frame) == 0:
         out["pred"] = pd.array([], dtype=pred_dtype)
-        out["confidence"] = np.zeros(0)
+        out[conf_name] = np.zeros(0)
         return out
     data = read_frame(frame, **options)
     conf = model.predict(data)
@@ -219,7 +219,7 @@ def _apply_partition(frame, text: str, options: dict, pred_dtype):
 
     out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[predicted_codes(data, model.classes_)],
                            dtype=pred_dtype)
-    out["confidence"] = conf
+    out[conf_name] = conf
     return out
 
 
@@ -234,9 +234,10 @@ def apply(model, ddf, **options):
     _require_dask()
     from .persist import dumps
 
-    if "confidence" in ddf.columns:
-        raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+    from .stream import confidence_column, score_role
+
     options = {**options, "label_column": None}
+    conf_name = confidence_column(ddf.columns, score_role(ddf.columns, options))
     if options.get("score_range") is None:
         options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
     lay = layout(ddf, classes=list(model.classes_), **options)
@@ -246,7 +247,7 @@ def apply(model, ddf, **options):
         if isinstance(meta[c].dtype, pd.CategoricalDtype):
             meta[c] = meta[c].astype(pred_dtype)
     meta["pred"] = pd.Series(dtype=pred_dtype)
-    meta["confidence"] = pd.Series(dtype=np.float64)
+    meta[conf_name] = pd.Series(dtype=np.float64)
     import copy
 
     from dask import delayed
@@ -254,7 +255,7 @@ def apply(model, ddf, **options):
     light = copy.copy(model)
     light.stats_ = None  # prediction needs no statistics: keep the task graph small
     text = delayed(dumps(light), pure=True)  # one graph key shared by every partition
-    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, meta=meta)
+    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, conf_name, meta=meta)
 
 
 def _is_vector(ddf, options) -> bool:

@@ -58,7 +58,7 @@ from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "COLUMN_ROLES", "KNOWN_LAYOUTS",
            "column_roles", "iter_tables", "scan_layout", "iter_data", "read_stats", "Layout", "layout_columns",
-           "build_layout", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns", "parquet_files", "count_rows"]
+           "build_layout", "top_score_chosen", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns", "parquet_files", "count_rows"]
 
 #: Rows per chunk when streaming (about 100 MB for ten probability columns).
 DEFAULT_CHUNK_ROWS = 1_000_000
@@ -225,6 +225,13 @@ def column_roles(cols, columns=None, *, label_column="label", pred_column="pred"
     return roles
 
 
+def top_score_chosen(columns=None, pred_column: str = "pred", score_column: str = "score") -> bool:
+    """Whether the options name a top-score column (``columns`` with a pred or score role, or a
+    ``*_column`` name other than the default): then the pred/score columns are read even where
+    probability columns exist (e.g. ``apply``'s output: its calibrated ``confidence``)."""
+    return bool({"pred", "score"} & set(columns or {})) or pred_column != "pred" or score_column != "score"
+
+
 def read_frame(
     frame,
     *,
@@ -253,6 +260,7 @@ def read_frame(
 def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
                 score_range, renormalize, classes):
     cols = [str(c) for c in frame.columns]
+    top_score = top_score_chosen(columns, pred_column=pred_column, score_column=score_column)
     roles = column_roles(cols, columns, label_column=label_column, pred_column=pred_column,
                          score_column=score_column)
     label_column, pred_column, score_column = roles["label"], roles["pred"], roles["score"]
@@ -268,8 +276,11 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
             label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
             *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]), classes=classes, score_range=score_range,
         )
-    logit_cols = [c for c in cols if c.startswith(logit_prefix)]
-    prob_cols = [c for c in cols if c.startswith(prob_prefix)]
+    if top_score:
+        logit_cols = prob_cols = []  # the named top score, not the probability columns beside it
+    else:
+        logit_cols = [c for c in cols if c.startswith(logit_prefix)]
+        prob_cols = [c for c in cols if c.startswith(prob_prefix)]
     if logit_cols and prob_cols:
         raise DataError(
             f"data has both {prob_prefix}* and {logit_prefix}* columns; keep one set of score columns"
@@ -491,7 +502,9 @@ def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, b
     pred = roles["pred"]
     binned = all(roles[c] in cols for c in BINNED_COLUMNS)
     prob_prefix, logit_prefix = options.get("prob_prefix", "p_"), options.get("logit_prefix", "logit_")
-    vector = not binned and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols)
+    vector = not binned and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols) \
+        and not top_score_chosen(options.get("columns"), pred_column=options.get("pred_column", "pred"),
+                                 score_column=options.get("score_column", "score"))
     if binned:
         class_cols = [roles["predicted_class"]]
     elif vector:

@@ -27,6 +27,7 @@ from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, it
 from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["apply_file", "fit_file", "update_file", "model_read_options", "with_confidence", "predicted_codes",
+           "confidence_column", "score_role",
            "ChunkCounts", "fit_counts", "update_counts"]
 
 
@@ -85,23 +86,48 @@ def predicted_codes(data, classes) -> np.ndarray:
     return data.with_classes(classes, "the data to calibrate").pred
 
 
-def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
-    """``frame`` + ``pred`` (class names, categorical) + ``confidence``.
+def confidence_column(columns, score_column: str | None = None) -> str:
+    """The output column of the calibrated confidence: ``confidence``, or ``calibrated_confidence`` when the
+    input's own ``confidence`` column is the top score read (the ``true_label,pred_label,confidence`` layout).
+
+    Any other input column of that name would be overwritten: a one-line error.
+    """
+    cols = [str(c) for c in columns]
+    if "confidence" not in cols:
+        return "confidence"
+    if score_column == "confidence" and "calibrated_confidence" not in cols:
+        return "calibrated_confidence"
+    name = "calibrated_confidence" if score_column == "confidence" else "confidence"
+    raise TopcalError(f"the input already has a {name!r} column; rename it so it is not overwritten")
+
+
+def score_role(columns, options: dict) -> str | None:
+    """The column read as the top score (None for probability/logit columns and binned data)."""
+    cols = [str(c) for c in columns]
+    _, _, binned, vector = layout_columns(cols, **options)
+    if binned or vector:
+        return None
+    return column_roles(cols, options.get("columns"), label_column=options.get("label_column") or "label",
+                        pred_column=options.get("pred_column", "pred"),
+                        score_column=options.get("score_column", "score"))["score"]
+
+
+def with_confidence(frame, data, classes, conf, pred_column: str | None = None, score_column: str | None = None):
+    """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (see :func:`confidence_column`).
 
     An input column ``pred`` that is not the column the predicted classes
     were read from must agree with them (else it would be overwritten).
     """
     import pandas as pd
 
-    if "confidence" in frame.columns:
-        raise TopcalError("the input already has a 'confidence' column; rename it so it is not overwritten")
+    conf_name = confidence_column(frame.columns, score_column)
     pred = pd.Categorical.from_codes(predicted_codes(data, classes), categories=list(classes))
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
         if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
             raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
     out["pred"] = pred
-    out["confidence"] = conf
+    out[conf_name] = conf
     return out
 
 
@@ -118,7 +144,8 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
-        out = with_confidence(frame, data, model.classes_, model.predict(data))
+        out = with_confidence(frame, data, model.classes_, model.predict(data),
+                              score_column=score_role(frame.columns, opts))
         with FrameWriter(output) as w:
             w.write(out)
         return w.rows
@@ -129,9 +156,10 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     pred_col = None if layout_columns(cols, **opts)[3] else column_roles(
         cols, opts.get("columns"), label_column=opts.get("label_column") or "label",
         pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
+    score_col = score_role(cols, opts)
     with FrameWriter(output) as w:
         for frame, data in iter_data(path, chunk_rows, layout=layout):
-            w.write(with_confidence(frame, data, model.classes_, model.predict(data), pred_col))
+            w.write(with_confidence(frame, data, model.classes_, model.predict(data), pred_col, score_col))
             if progress is not None:
                 progress(w.rows)
     return w.rows

@@ -501,3 +501,29 @@ def test_metrics_column_score_wins_over_probability_columns(base, tmp_path):
     for flags in (("--column", "score=confidence"), ("--score-column", "confidence")):
         got = json.loads(assert_ok(cli("metrics", out, *flags, "--json")).stdout)["overall"]["nll"]
         assert got == pytest.approx(calibrated, rel=1e-12) and got != pytest.approx(raw)
+
+
+def test_update_takes_what_fit_takes_and_adapted_or_unlabelled_give_the_right_message(base, tmp_path):
+    data, model = base
+    rng = np.random.default_rng(0)
+    P = rng.dirichlet([1, 1, 1], 300)
+    y = rng.integers(0, 3, 300)
+    a = topcal.calibrator("hist").fit(P[:150], y[:150]).update(P[150:], y[150:])
+    b = topcal.calibrator("hist").fit(P, y)
+    np.testing.assert_array_equal(a.predict(P), b.predict(P))
+    names = np.array(list("abc"))[y]
+    a = topcal.calibrator("hist").fit(P[:150], names[:150], classes=list("abc")).update(P[150:], names[150:])
+    np.testing.assert_array_equal(a.predict(P), b.predict(P))
+    frame = pd.DataFrame(P, columns=["p_a", "p_b", "p_c"])
+    a = topcal.calibrator("hist").fit(frame.iloc[:150], names[:150]).update(frame.iloc[150:], names[150:])
+    np.testing.assert_array_equal(a.predict(frame), b.predict(P))
+    # an adapted model: not "an old file format"
+    adapted = tmp_path / "A.json"
+    assert_ok(cli("adapt", model, data, "-o", adapted, "--bootstrap", "0"))
+    err = assert_error(cli("update", adapted, data, "-o", tmp_path / "U.json"), "adapted model",
+                       "update the model it was adapted from")
+    assert "format" not in err
+    # metrics on unlabelled data
+    (tmp_path / "unl.csv").write_text("p_a,p_b,p_c\n0.2,0.3,0.5\n0.6,0.3,0.1\n")
+    err = assert_error(cli("metrics", tmp_path / "unl.csv"), "metrics", "needs labelled data", "--label-column")
+    assert "uncalibrated" not in err

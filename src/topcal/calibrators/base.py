@@ -295,8 +295,12 @@ class Calibrator:
         self.confusion_ = None if confusion is None else confusion.to_confusion()
         return self
 
-    def update(self, data, *, confusion=None) -> "Calibrator":
-        """Add labelled data (a TopLabelData, or statistics from :meth:`stats_of`) and refit.
+    def update(self, data, y=None, *, classes=None, kind: str = "auto", confusion=None) -> "Calibrator":
+        """Add labelled data (what :meth:`fit` takes, or statistics from :meth:`stats_of`) and refit.
+
+        ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit`; a score
+        matrix's columns are the fitted classes, in order, unless ``classes``
+        names them (as in :meth:`predict`).
 
         The model's stored statistics and those of ``data`` are merged and the
         method is refitted from them, with the same parameters: the result is
@@ -319,6 +323,10 @@ class Calibrator:
         """
         old = self.require_stats()
         current = getattr(self, "confusion_", None)
+        if not isinstance(data, (TopLabelData, type(old))) and (y is not None or not hasattr(data, "merge")):
+            data = as_data(data, y, classes=self.classes_ if classes is None else classes, kind=kind)
+        elif y is not None:
+            raise ParameterError("y goes with a score matrix; a TopLabelData or statistics carry their own labels")
         if isinstance(data, TopLabelData):
             if confusion is not None:
                 raise ParameterError("confusion is for updates from statistics; a TopLabelData's counts are "

@@ -121,6 +121,7 @@ def _cmd_metrics(args) -> int:
     if not 1 <= args.bins <= MAX_BINS:
         raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
     data = read(args.data, args)
+    data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
     model = load(args.model) if args.model else calibrator("uncalibrated").fit(data)
     s = summary(data, model.predict(data), n_bins=args.bins)
     s["method"] = model.name

@@ -132,6 +132,13 @@ class AdaptedCalibrator(Calibrator):
     def __init__(self):
         pass
 
+    def _keeps_stats(self) -> bool:
+        return False  # new labelled data go to the source model; the priors are estimated again after
+
+    def _no_stats_reason(self) -> str:
+        return ("this is an adapted model (topcal adapt), which is not updated itself: update the model it was "
+                "adapted from with the new labelled data, then adapt the updated model again")
+
     @classmethod
     def _build(cls, base: Calibrator, est: PriorEstimate, fp_pseudocount: float) -> "AdaptedCalibrator":
         obj = cls()

@@ -527,3 +527,26 @@ def test_update_takes_what_fit_takes_and_adapted_or_unlabelled_give_the_right_me
     (tmp_path / "unl.csv").write_text("p_a,p_b,p_c\n0.2,0.3,0.5\n0.6,0.3,0.1\n")
     err = assert_error(cli("metrics", tmp_path / "unl.csv"), "metrics", "needs labelled data", "--label-column")
     assert "uncalibrated" not in err
+
+
+def test_update_right_after_fit_works_when_auto_chose_a_full_vector_method(tmp_path):
+    rng = np.random.default_rng(0)
+    n, K = 3000, 4
+    z = rng.normal(size=(n, K)) * 1.5
+    pt = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    y = (rng.random(n)[:, None] > np.cumsum(pt, axis=1)).sum(axis=1).clip(0, K - 1)
+    pm = np.exp(3 * z) / np.exp(3 * z).sum(axis=1, keepdims=True)  # over-confident: a temperature fixes it
+    frame = pd.DataFrame(pm, columns=[f"p_{c}" for c in "abcd"])
+    frame["label"] = np.array(list("abcd"))[y]
+    frame.iloc[:2000].to_csv(tmp_path / "d0.csv", index=False)
+    frame.iloc[2000:].to_csv(tmp_path / "d1.csv", index=False)
+    r = assert_ok(cli("fit", tmp_path / "d0.csv", "-o", tmp_path / "m.json"))
+    chose = topcal.load(tmp_path / "m.json").method_
+    assert topcal.calibrators.get_class(chose).needs_full, r.stdout  # the case of the issue: auto chose sts/tswa/...
+    r = assert_ok(cli("update", tmp_path / "m.json", tmp_path / "d1.csv", "-o", tmp_path / "u.json"))
+    assert f"instead of {chose}" in r.stdout and "cannot be updated from statistics" in r.stderr
+    m = topcal.load(tmp_path / "u.json")
+    assert not topcal.calibrators.get_class(m.method_).needs_full and m.stats_.n_samples == 3000
+    best = min((k for k, v in m.cv_.items() if v["nll"] is not None and not topcal.calibrators.get_class(k).needs_full),
+               key=lambda k: m.cv_[k]["nll"])
+    assert m.method_ == best

@@ -29,7 +29,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("update", help="add labelled data to a model: refit from its stored statistics (score counts; "
                        "sts/csts fitted with --param keep_stats=true: loss tables) plus the new ones; "
-                       "tswa/cstswa must be refitted")
+                       "tswa/cstswa must be refitted (auto that chose them refits its best score method)")
     p.add_argument("model", help="model file from 'topcal fit' (format 2 or later; sts/csts: format 3)")
     p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
     p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")
@@ -125,6 +125,7 @@ def _cmd_update(args) -> int:
     check_output(args.output, [args.data], "model file")
     model = load(args.model)
     before = model.require_stats().n_samples
+    chose = getattr(model, "method_", None)
     if args.engine == "dask":
         from .. import dask as tdask
 
@@ -139,7 +140,10 @@ def _cmd_update(args) -> int:
             if progress is not None:
                 progress.done()
     model.save(args.output)
-    kept = f" (kept its choice {model.method_}; cross-validation from the first fit)" if model.name == "auto" else ""
+    kept = ""
+    if model.name == "auto":
+        kept = f" (kept its choice {model.method_}; cross-validation from the first fit)" if model.method_ == chose \
+            else f" (refitted {model.method_} instead of {chose}, which cannot be updated; see the warning)"
     print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
     return 0
 

@@ -550,3 +550,20 @@ def test_update_right_after_fit_works_when_auto_chose_a_full_vector_method(tmp_p
     best = min((k for k, v in m.cv_.items() if v["nll"] is not None and not topcal.calibrators.get_class(k).needs_full),
                key=lambda k: m.cv_[k]["nll"])
     assert m.method_ == best
+
+
+def test_update_with_rows_already_in_the_model_warns(base, tmp_path):
+    data, model = base
+    _probs_csv(tmp_path / "other.csv", seed=5)
+    r = assert_ok(cli("update", model, tmp_path / "other.csv", "-o", tmp_path / "u1.json"))
+    assert "counted twice" not in r.stderr
+    for src, extra in ((data, ()), (tmp_path / "other.csv", ("--chunk-rows", "70"))):
+        r = assert_ok(cli("update", tmp_path / "u1.json", src, "-o", tmp_path / "u2.json", *extra))
+        assert "same as data already in the model" in r.stderr and "counted twice" in r.stderr
+    fps = json.loads((tmp_path / "u2.json").read_text())["model"]["fingerprints"]
+    assert len(fps) == 3 and fps[1] == fps[2]
+    # the API warns too (a project warning class)
+    m = topcal.load(model)
+    d = topcal.io.read_data(data)
+    with pytest.warns(topcal.errors.TopcalWarning, match="counted twice"):
+        m.update(d)

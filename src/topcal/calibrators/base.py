@@ -39,7 +39,8 @@ import numpy as np
 from .._params import validate_params
 from ..confusion import ConfusionStats, GridConfusion
 from ..data import ClassView, TopLabelData, check_sample_total, preview, rows_by_class
-from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
+from ..errors import (DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError,
+                      TopcalWarning)
 from ..inputs import as_data
 from ..stats import ScoreStats
 from . import shrinkage as shr
@@ -94,6 +95,14 @@ class Curve:
     score: np.ndarray
     confidence: np.ndarray
     support: tuple[float, float] | None
+
+
+def fingerprint(stats) -> str:
+    """A short hash of a data part's mergeable statistics: equal rows give equal statistics, hence equal
+    fingerprints, whichever path (in memory, chunks, Dask) counted them; ``update`` warns on a repeat."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(stats.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 class Calibrator:
@@ -210,6 +219,7 @@ class Calibrator:
         # the mergeable statistics that let update() refit on old + new data; a shrinkage
         # reference keeps none (it is saved without them and refitted, not updated, with its model)
         self.stats_ = self.stats_of(data) if self._keeps_stats() and not self._is_reference else None
+        self.fingerprints_ = [] if self.stats_ is None else [fingerprint(self.stats_)]
         return self
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
@@ -345,8 +355,18 @@ class Calibrator:
                 f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), "
                 f"got {type(data).__name__}"
             )
+        seen = list(getattr(self, "fingerprints_", None) or [])
+        mark = fingerprint(new)
+        if mark in seen:
+            warnings.warn(
+                f"{self.name}.update: these rows are the same as data already in the model (its fit or an earlier "
+                "update, by the fingerprint of their statistics); they are counted twice",
+                TopcalWarning,
+                stacklevel=2,
+            )
         self._refit(old.merge(new))
         self.confusion_ = merged
+        self.fingerprints_ = seen + [mark]
         return self
 
     def _refit(self, stats) -> None:
@@ -501,6 +521,8 @@ class Calibrator:
             d["confusion"] = self.confusion_.to_dict()
         if stats and getattr(self, "stats_", None) is not None:
             d["stats"] = self.stats_.to_dict()
+            if getattr(self, "fingerprints_", None):  # the parts behind the statistics (update warns on repeats)
+                d["fingerprints"] = list(self.fingerprints_)
         return d
 
     @classmethod
@@ -530,6 +552,10 @@ class Calibrator:
             obj.confusion_ = None if conf is None else ConfusionStats.from_dict(conf, classes)
             obj._set_state(d["state"])
             obj.stats_ = cls._stats_from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
+            marks = d.get("fingerprints", [])  # files before fingerprints: none
+            if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+                raise ValueError("fingerprints must be a list of strings")
+            obj.fingerprints_ = marks
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:

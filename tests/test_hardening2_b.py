@@ -333,31 +333,44 @@ def test_sklearn_predict_not_argmax_warns_and_records_the_share():
     assert cal.argmax_disagreement_ == 0.0
 
 
+_GRID_SCRIPT = """
+import warnings, json
+import numpy as np, topcal
+from sklearn.datasets import make_classification
+from sklearn.frozen import FrozenEstimator
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+X, y = make_classification(900, n_features=8, n_informative=8, n_redundant=0, class_sep=2.5, n_classes=6,
+                           n_clusters_per_class=1, random_state=0)
+lr = LogisticRegression(max_iter=500).fit(X[:300], y[:300])
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    gs = GridSearchCV(topcal.TopLabelCalibratedClassifier(FrozenEstimator(lr)),
+                      {"method": ["hist", "cstswa", "kde-mon2"]}, cv=5, scoring="neg_log_loss").fit(X[300:420], y[300:420])
+deg = [str(x.message) for x in w if issubclass(x.category, topcal.errors.DegenerateClassWarning)]
+print(json.dumps({"degenerate": deg, "kept": len(gs.best_estimator_.fit_warnings_)}))
+"""
+
+
 def test_sklearn_prefit_error_names_frozen_estimator_and_grid_search_warns_once_per_fit():
-    from sklearn.datasets import make_classification
-    from sklearn.frozen import FrozenEstimator
+    import subprocess
+    import sys
+
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV
 
-    from topcal import estimator as est_mod
-
-    X, y = make_classification(900, n_features=8, n_informative=8, n_redundant=0, class_sep=2.5, n_classes=6,
-                               n_clusters_per_class=1, random_state=0)
-    lr = LogisticRegression(max_iter=500).fit(X[:300], y[:300])
-    grid = {"method": ["hist", "cstswa", "kde-mon2"]}
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    y = np.arange(60) % 3
     with pytest.raises(topcal.errors.NotFittedError, match="FrozenEstimator"):
-        GridSearchCV(topcal.TopLabelCalibratedClassifier(LogisticRegression()), grid, cv=3,
-                     error_score="raise").fit(X[300:420], y[300:420])
-    est_mod._SHOWN_DEGENERATE.clear()
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        gs = GridSearchCV(topcal.TopLabelCalibratedClassifier(FrozenEstimator(lr)), grid, cv=5,
-                          scoring="neg_log_loss").fit(X[300:420], y[300:420])
-    degenerate = [x for x in w if issubclass(x.category, topcal.errors.DegenerateClassWarning)]
-    # 16 fits (3 methods x 5 folds + the refit), two of them methods that warn: one summary per kind
-    assert 1 <= len(degenerate) <= 2, [str(x.message) for x in degenerate]
-    assert all("shown once per kind" in str(x.message) for x in degenerate)
-    assert isinstance(gs.best_estimator_.fit_warnings_, list)
+        GridSearchCV(topcal.TopLabelCalibratedClassifier(LogisticRegression()), {"method": ["hist"]}, cv=3,
+                     error_score="raise").fit(X, y)
+    # a fresh process: the once-per-kind registry starts empty (11 warnings, one per fold, before)
+    r = subprocess.run([sys.executable, "-c", _GRID_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # 16 fits (3 methods x 5 folds + the refit), two methods that warn: one summary per kind
+    assert 1 <= len(out["degenerate"]) <= 2, out
+    assert all("shown once per kind" in m for m in out["degenerate"])
 
 
 # ----------------------------------------------------------------- friction

@@ -333,7 +333,8 @@ class Calibrator:
         """
         old = self.require_stats()
         current = getattr(self, "confusion_", None)
-        if not isinstance(data, (TopLabelData, type(old))) and (y is not None or not hasattr(data, "merge")):
+        statistics = hasattr(data, "merge") and hasattr(data, "n_samples")  # ScoreStats, loss tables (not frames)
+        if not isinstance(data, (TopLabelData, type(old))) and (y is not None or not statistics):
             data = as_data(data, y, classes=self.classes_ if classes is None else classes, kind=kind)
         elif y is not None:
             raise ParameterError("y goes with a score matrix; a TopLabelData or statistics carry their own labels")

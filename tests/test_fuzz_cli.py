@@ -246,6 +246,18 @@ def test_cli_fuzz_corpus(tmp_path):
         runs += [["describe", m], ["apply", m, good_data, "-o", out / f"a{i}.parquet"]]
     for f in [data_dir / "d000.csv", data_dir / "d001.csv", data_dir / "d002.csv"]:
         runs.append(["compare", f, "--methods", "hist,cum", "--folds", int(rng.integers(2, 6))])
+    # issue 24's surfaces: update (whole and chunked), chunked apply, a column in two roles, a named score
+    # column beside probability columns, --folds with --in-sample
+    for i, f in enumerate(files[:40]):
+        if f.suffix != ".csv":
+            continue
+        runs += [["update", good_model, f, "-o", out / f"u{i}.json"],
+                 ["update", good_model, f, "--chunk-rows", 3, "-o", out / f"uc{i}.json"],
+                 ["apply", good_model, f, "--chunk-rows", 2, "-o", out / f"oc{i}.csv"]]
+    for i, f in enumerate(files[:9]):
+        runs += [["metrics", f, "--column", "pred=label", "--column", "label=label"],
+                 ["metrics", f, "--column", "score=label"],
+                 ["compare", f, "--in-sample", "--folds", 3, "--methods", "hist"]]
     # most runs in process (fast); a seeded sample of 10 through the real console script
     by_script = set(rng.choice(len(runs), 10, replace=False).tolist())
     codes = [(_run_script if i in by_script else _run_inprocess)(args) for i, args in enumerate(runs)]
@@ -255,6 +267,7 @@ def test_cli_fuzz_corpus(tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
     # the corpus exercises both outcomes
     assert codes.count(2) > 100 and codes.count(0) > 20
+    assert all(c == 2 for c, args in zip(codes, runs) if "--in-sample" in args and "--folds" in args)
 
 
 def test_cli_fuzz_new_surfaces(tmp_path):

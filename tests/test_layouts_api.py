@@ -42,11 +42,13 @@ def test_true_label_csv_is_read_without_options(sim, tmp_path, capsys):
     assert main(["compare", str(path), "--methods", "hist,kde-mon2", "--csv"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "method,metric,class,value" and len(out) == 1 + 2 * 4 * 6
-    # apply writes a 'confidence' column: it refuses to overwrite this layout's raw one (nothing lost)
+    # apply reads this layout too (issue 24): the calibrated value goes beside the raw 'confidence' (nothing lost)
     pd.read_csv(path).drop(columns="true_label").to_csv(tmp_path / "new.csv", index=False)
     assert main(["fit", str(path), "-o", str(tmp_path / "h.json")]) == 0
-    assert main(["apply", str(tmp_path / "h.json"), str(tmp_path / "new.csv"), "-o", str(tmp_path / "o.csv")]) == 2
-    assert "already has a 'confidence' column" in capsys.readouterr().err
+    assert main(["apply", str(tmp_path / "h.json"), str(tmp_path / "new.csv"), "-o", str(tmp_path / "o.csv")]) == 0
+    out = pd.read_csv(tmp_path / "o.csv")
+    assert list(out.columns) == ["pred_label", "confidence", "pred", "calibrated_confidence"]
+    np.testing.assert_allclose(out["confidence"], p.max(1))
 
 
 def test_column_mapping_for_any_other_layout(sim, tmp_path, capsys):

@@ -248,7 +248,7 @@ def test_merge_mismatches_are_clear_errors():
     before = cal.stats_.n_samples
     cal.update(_sim(K=3))  # data naming some of the model's classes is fine
     assert cal.stats_.n_samples > before and cal.classes_ == _sim(K=4).classes
-    with pytest.raises(DataError, match="TopLabelData or ScoreStats"):
+    with pytest.raises(DataError, match="2-d array of scores"):  # what fit says of the same input (issue 24)
         cal.update([1, 2, 3])
 
 

@@ -38,7 +38,7 @@ from .errors import ParameterError, TopcalError
 from .evidence import Evidence
 from .io import build_layout, layout_columns, read_frame
 from .stats import DEFAULT_CELLS, ScoreStats
-from .stream import INTERVAL_COLUMNS, calibrate, check_new_columns
+from .stream import INTERVAL_COLUMNS, calibrate, check_new_columns, confidence_column, predicted_codes, score_role
 
 __all__ = ["stats", "fit", "update", "check_updatable", "apply", "apply_file", "read_parquet", "layout", "Session"]
 
@@ -221,7 +221,7 @@ def _model(text: str):
     return loads(text)
 
 
-def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None):
+def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None, conf_name: str = "confidence"):
     import pandas as pd
 
     model = _model(text)
@@ -231,14 +231,15 @@ def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None)
             out[c] = out[c].astype(pred_dtype)
     if len(frame) == 0:
         out["pred"] = pd.array([], dtype=pred_dtype)
-        for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ()):
+        for c in (conf_name,) + (INTERVAL_COLUMNS if interval is not None else ()):
             out[c] = np.zeros(0)
         return out
     data = read_frame(frame, **options)
     cols = calibrate(model, data, interval)
-    out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[data.pred], dtype=pred_dtype)
+    out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[predicted_codes(data, model.classes_)],
+                           dtype=pred_dtype)
     for c, v in cols.items():
-        out[c] = v
+        out[conf_name if c == "confidence" else c] = v
     return out
 
 
@@ -259,6 +260,7 @@ def apply(model, ddf, *, interval=None, **options):
         interval = check_level(interval)
     check_new_columns(ddf.columns, interval)
     options = {**options, "label_column": None}
+    conf_name = confidence_column(ddf.columns, score_role(ddf.columns, options))
     if options.get("score_range") is None:
         options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
     lay = layout(ddf, classes=list(model.classes_), **options)
@@ -268,7 +270,7 @@ def apply(model, ddf, *, interval=None, **options):
         if isinstance(meta[c].dtype, pd.CategoricalDtype):
             meta[c] = meta[c].astype(pred_dtype)
     meta["pred"] = pd.Series(dtype=pred_dtype)
-    for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ()):
+    for c in (conf_name,) + (INTERVAL_COLUMNS if interval is not None else ()):
         meta[c] = pd.Series(dtype=np.float64)
     import copy
 
@@ -277,7 +279,7 @@ def apply(model, ddf, *, interval=None, **options):
     light = copy.copy(model)
     light.stats_ = None  # prediction needs no statistics: keep the task graph small
     text = delayed(dumps(light), pure=True)  # one graph key shared by every partition
-    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, meta=meta)
+    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, conf_name, meta=meta)
 
 
 def _is_vector(ddf, options) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 from .errors import DataError, ParameterError
 
 __all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "is_int_name",
-           "preview", "rows_by_class", "class_order"]
+           "preview", "rows_by_class", "class_order", "MAX_SAMPLES", "check_sample_total", "canonical_order"]
 
 #: Floor used when logs of probabilities are needed (temperature scaling) and a
 #: probability is exactly 0: log(1e-300) keeps the entry finite and far below
@@ -46,6 +46,17 @@ LOG_PROB_FLOOR = 1e-300
 #: of 1000 classes sum to 1 within ~1e-5; 1e-4 accepts them and still catches
 #: a missing column or unnormalised scores.
 SUM_TOLERANCE = 1e-4
+
+#: Most samples (total weight) one data set or model may hold: 2^53, the largest count float64
+#: adds exactly; beyond it rates such as TP / (TP + FP) round to 0 or 1 and a model is not valid.
+MAX_SAMPLES = 2.0**53
+
+
+def check_sample_total(total: float, what: str = "the data") -> None:
+    """Raise a DataError when ``total`` samples exceed :data:`MAX_SAMPLES`."""
+    if not total <= MAX_SAMPLES:
+        raise _fail(f"{what} holds {total:.3g} samples, more than 2^53 ({MAX_SAMPLES:.3g}), the largest count "
+                    "float64 adds exactly; scale the tp/fp counts down by a common factor")
 
 #: Largest bin count K-fold deals across folds (numpy's multinomial draws int64 counts).
 MAX_DEAL_COUNT = 2.0**53
@@ -100,6 +111,24 @@ def rows_by_class(pred: np.ndarray, n_classes: int, *, skip_empty: bool = True):
     for k in range(n_classes):
         if counts[k] or not skip_empty:
             yield k, order[ends[k] - counts[k] : ends[k]]
+
+
+def canonical_order(data: "TopLabelData") -> np.ndarray:
+    """A row order that depends only on the rows' contents, not on their order in ``data``.
+
+    Sorted by predicted class, top score, true class, weights and a fingerprint of the full
+    score vector (a fixed random projection: rows it ties are, but for a measure-zero set,
+    equal). A fit that runs over the rows in this order sums them in the same order whatever
+    the input's order, so shuffled rows give the same fit bit for bit.
+    """
+    keys = [data.pred, data.score]
+    for a in (data.labels, data.tp, data.fp):
+        if a is not None:
+            keys.append(a)
+    if data.full is not None:
+        w = np.random.default_rng(0).random(data.full.shape[1]) + 0.5
+        keys.append(np.nan_to_num(data.full) @ w)
+    return np.lexsort(keys[::-1])
 
 
 def _fail(msg: str) -> DataError:
@@ -635,6 +664,7 @@ class TopLabelData:
             raise _fail(f"bin at row {i} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with lo < hi")
         if tp_w.sum() + fp_w.sum() <= 0:
             raise _fail("binned data holds no samples (all tp and fp counts are 0)")
+        check_sample_total(tp_w.sum() + fp_w.sum(), "the binned data")
         if classes is None:  # the names, in order of first appearance; none added
             names = label_names(pc, "predicted_class")
             _, first = np.unique(names.astype(str), return_index=True)

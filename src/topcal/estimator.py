@@ -37,6 +37,7 @@ Rows whose other classes all have probability 0 share 1 - c equally.
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 
 import numpy as np
@@ -48,7 +49,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .calibrators import calibrator, get_class
 from .data import TopLabelData
-from .errors import DataError, NotFittedError, ParameterError
+from .errors import DataError, DegenerateClassWarning, NotFittedError, ParameterError, TopcalWarning
 
 __all__ = ["TopLabelCalibratedClassifier", "distribute_rest"]
 
@@ -60,6 +61,9 @@ class _Unfitted(NotFittedError, SklearnNotFittedError):
 #: The parameters of the meta-estimator itself; every other keyword is a
 #: parameter of the calibration method.
 _OWN_PARAMS = ("estimator", "method", "cv")
+
+#: Kinds of degenerate-class summaries already shown in this process (see ``_pass_on``).
+_SHOWN_DEGENERATE: set[str] = set()
 
 
 def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.ndarray:
@@ -209,7 +213,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
             except Exception:  # sklearn's NotFittedError, or a non-estimator
                 raise NotFittedError(
                     f"{type(est).__name__} is not fitted: with cv=None the classifier must be fitted "
-                    "already (on other data); fit it first, or pass cv=5 to cross-fit it here"
+                    "already (on other data); fit it first, or pass cv=5 to cross-fit it here; under "
+                    "GridSearchCV or cross_val_score (which clone it unfitted) wrap the fitted classifier "
+                    "in sklearn.frozen.FrozenEstimator"
                 ) from None
             classes = np.asarray(est.classes_)
             scores, kind = self._scores(est, X, classes)
@@ -233,14 +239,67 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
                 f"(its classes are {list(classes)}); calibrate on data of the classifier's classes"
             )
         data = self._data(scores, kind, classes, codes)
-        self.calibrator_ = cal.fit(data)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.calibrator_ = cal.fit(data)
+        self._pass_on(caught)
         self.estimator_ = est
+        self._check_predict_is_argmax(est, X, classes, data if self.cv is None else None)
         self.classes_ = classes
         self.score_kind_ = kind
         for attr in ("n_features_in_", "feature_names_in_"):
             if hasattr(est, attr):
                 setattr(self, attr, getattr(est, attr))
         return self
+
+    def _pass_on(self, caught) -> None:
+        """Re-emit the calibrator's warnings, its DegenerateClassWarnings as at most one per fit.
+
+        GridSearchCV and cross_val_score fit a clone per fold and candidate, and scikit-learn's
+        parallel helper resets Python's once-per-message registry for each: every fold repeated
+        the same degenerate-class warning. Here one summary per fit, and a summary whose kind
+        (text without class names and numbers) was shown before in this process is not repeated;
+        ``fit_warnings_`` keeps every message of this fit.
+        """
+        self.fit_warnings_ = [str(w.message) for w in caught]
+        degenerate = []
+        for w in caught:
+            if issubclass(w.category, DegenerateClassWarning):
+                degenerate.append(str(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if not degenerate:
+            return
+        key = re.sub(r"\[[^\]]*\]|\d[\d.e+-]*", "", degenerate[0])
+        if key in _SHOWN_DEGENERATE:
+            return
+        _SHOWN_DEGENERATE.add(key)
+        more = f" (and {len(degenerate) - 1} more: fit_warnings_)" if len(degenerate) > 1 else ""
+        warnings.warn(degenerate[0] + more + "; shown once per kind in this process", DegenerateClassWarning,
+                      stacklevel=3)
+
+    def _check_predict_is_argmax(self, est, X, classes, data=None) -> None:
+        """Warn when the classifier's ``predict`` is not the argmax of its scores on X (SVC(probability=True)).
+
+        The calibrated confidence is about the argmax class; ``predict`` stays the
+        classifier's own. ``argmax_disagreement_`` keeps the share of rows that differ.
+        """
+        if data is None:
+            s, kind = self._scores(est, X, classes)
+            data = self._data(s, kind, classes)
+        own = np.asarray(est.predict(X))
+        top = np.asarray(classes)[data.pred]
+        differ = int(np.count_nonzero(own != top))
+        self.argmax_disagreement_ = differ / max(len(own), 1)
+        if differ:
+            warnings.warn(
+                f"{type(est).__name__}.predict() differs from the argmax of its "
+                f"{'predict_proba' if data.full_kind == 'probs' else 'decision_function'} on {differ} of "
+                f"{len(own)} calibration rows; predict_confidence and predict_proba calibrate the argmax class "
+                "(top_label_data(X).pred), not what predict() returns on those rows",
+                TopcalWarning,
+                stacklevel=3,
+            )
 
     @staticmethod
     def _data(scores, kind, classes, codes=None) -> TopLabelData:
@@ -290,7 +349,13 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return self._data(s, kind, self.classes_)
 
     def predict(self, X) -> np.ndarray:
-        """The classifier's own predictions."""
+        """The classifier's own predictions.
+
+        For classifiers whose ``predict`` is not the argmax of their scores (``SVC(probability=True)``
+        votes one-vs-one; its Platt probabilities may rank another class first) the calibrated
+        confidence is about the argmax class, not this one: ``fit`` warns and records the share of
+        calibration rows that differ in ``argmax_disagreement_``.
+        """
         self._check()
         return self.estimator_.predict(X)
 

@@ -46,6 +46,7 @@ or in chunks) through one column-role mapping; splitting by file format would re
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,7 @@ from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "COLUMN_ROLES", "KNOWN_LAYOUTS",
            "column_roles", "iter_tables", "scan_layout", "iter_data", "read_stats", "Layout", "layout_columns",
-           "build_layout", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns", "parquet_files", "count_rows"]
+           "build_layout", "top_score_chosen", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns", "parquet_files", "count_rows"]
 
 #: Rows per chunk when streaming (about 100 MB for ten probability columns).
 DEFAULT_CHUNK_ROWS = 1_000_000
@@ -66,6 +67,10 @@ BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
 
 #: Roles a column can be given with ``columns`` / ``--column ROLE=NAME``.
 COLUMN_ROLES = ("label", "pred", "score") + BINNED_COLUMNS
+
+#: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas' default
+#: list would read them as missing); a number column holding such text is refused by name.
+CSV_NA = {"keep_default_na": False, "na_values": [""]}
 
 #: Published layouts read as they are: name -> {role: column} (tables) or
 #: {standard npz key: their key} (npz).
@@ -90,7 +95,7 @@ def read_table(path):
         if suffix in (".csv", ".txt", ".tsv"):
             sep = "\t" if suffix == ".tsv" else ","
             _check_header(p, sep)
-            frame = pd.read_csv(p, sep=sep, low_memory=False)  # one type per column, not one per chunk
+            frame = pd.read_csv(p, sep=sep, low_memory=False, **CSV_NA)  # one type per column, not one per chunk
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(p)
         elif suffix == ".npz":
@@ -203,7 +208,21 @@ def column_roles(cols, columns=None, *, label_column="label", pred_column="pred"
             shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
             raise DataError(f"column {name!r} (given for the role {role!r}) is not in the data; its columns are: {shown}")
         roles[role] = str(name)
+    used: dict[str, str] = {}
+    for role, name in roles.items():  # one column in two roles (pred and label: every row "right")
+        if name is not None and name in cols:
+            if name in used:
+                raise DataError(f"column {name!r} is given two roles, {used[name]!r} and {role!r}; each role needs "
+                                "its own column")
+            used[name] = role
     return roles
+
+
+def top_score_chosen(columns=None, pred_column: str = "pred", score_column: str = "score") -> bool:
+    """Whether the options name a top-score column (``columns`` with a pred or score role, or a
+    ``*_column`` name other than the default): then the pred/score columns are read even where
+    probability columns exist (e.g. ``apply``'s output: its calibrated ``confidence``)."""
+    return bool({"pred", "score"} & set(columns or {})) or pred_column != "pred" or score_column != "score"
 
 
 def read_frame(
@@ -234,6 +253,7 @@ def read_frame(
 def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
                 score_range, renormalize, classes):
     cols = [str(c) for c in frame.columns]
+    top_score = top_score_chosen(columns, pred_column=pred_column, score_column=score_column)
     roles = column_roles(cols, columns, label_column=label_column, pred_column=pred_column,
                          score_column=score_column)
     label_column, pred_column, score_column = roles["label"], roles["pred"], roles["score"]
@@ -249,8 +269,11 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
             label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
             *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]), classes=classes, score_range=score_range,
         )
-    logit_cols = [c for c in cols if c.startswith(logit_prefix)]
-    prob_cols = [c for c in cols if c.startswith(prob_prefix)]
+    if top_score:
+        logit_cols = prob_cols = []  # the named top score, not the probability columns beside it
+    else:
+        logit_cols = [c for c in cols if c.startswith(logit_prefix)]
+        prob_cols = [c for c in cols if c.startswith(prob_prefix)]
     if logit_cols and prob_cols:
         raise DataError(
             f"data has both {prob_prefix}* and {logit_prefix}* columns; keep one set of score columns"
@@ -424,7 +447,7 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
             _check_header(p, "\t" if suffix == ".tsv" else ",")
             dtype = {c: str for c in str_columns}
             with pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",", chunksize=int(chunk_rows),
-                             usecols=columns, dtype=dtype or None, low_memory=False) as reader:
+                             usecols=columns, dtype=dtype or None, low_memory=False, **CSV_NA) as reader:
                 for frame in reader:
                     n += len(frame)
                     yield frame
@@ -472,7 +495,9 @@ def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, b
     pred = roles["pred"]
     binned = all(roles[c] in cols for c in BINNED_COLUMNS)
     prob_prefix, logit_prefix = options.get("prob_prefix", "p_"), options.get("logit_prefix", "logit_")
-    vector = not binned and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols)
+    vector = not binned and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols) \
+        and not top_score_chosen(options.get("columns"), pred_column=options.get("pred_column", "pred"),
+                                 score_column=options.get("score_column", "score"))
     if binned:
         class_cols = [roles["predicted_class"]]
     elif vector:
@@ -569,7 +594,9 @@ def iter_data(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | No
         try:
             data = read_frame(frame, **layout.options)
         except DataError as exc:
-            raise DataError(f"{Path(path).name}, rows {start}-{start + len(frame) - 1}: {exc}") from None
+            # the chunk's row numbers as the file's (those of a whole-file read)
+            msg = re.sub(r"\b(rows?) (\d+)", lambda m: f"{m.group(1)} {int(m.group(2)) + start}", str(exc))
+            raise DataError(f"{Path(path).name}: {msg}") from None
         start += len(frame)
         yield frame, data
 

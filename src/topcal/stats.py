@@ -19,12 +19,30 @@ one canonical order (class, bin), so any split of the same data, merged in
 any order, gives the same statistics bit for bit (integer counts below 2^53
 add exactly in float64).
 
+Exact scores
+------------
+A class with few distinct per-sample scores (at most :data:`EXACT_SCORES`:
+random forests, k-NN, rounded outputs) keeps them exactly: one row per
+distinct score s, with lo = hi = s (a *point* row), instead of cells. A merge
+keeps a class's point rows while the union of its distinct scores stays
+within the limit and no part holds the class on the grid; otherwise every
+point row of the class moves to its cell (the row ``from_data`` would have
+given), so the result still depends only on the union of the data, not on
+the split or the order. Statistics made only of point rows describe the
+samples themselves (:meth:`ScoreStats.to_data` gives per-sample rows
+weighted by their counts), so a fit from them, and an ``update``, is the fit
+on the raw scores: bit for bit for the methods whose fit sums integer
+counts (``hist``, ``cum``, ``conf1``, ...; tested), to the last bits of a sum
+for the others.
+
 Fitting from statistics is fitting the binned data they describe
-(:meth:`ScoreStats.to_data`): a score is represented by its cell (midpoint
-for the score, edges for the support), so against a fit on the raw scores a
-score moves by at most h / 2 (1.2e-4 of the range with the default 4096
-cells). Only empty cells are left out, so the size is bounded by
-``K * n_cells`` rows (5 numbers each), whatever the number of samples.
+(:meth:`ScoreStats.to_data`): a score on the grid is represented by its cell
+(midpoint for the score, edges for the support), so against a fit on the raw
+scores a score moves by at most h / 2 (1.2e-4 of the range with the default
+4096 cells); this approximation remains for classes with many distinct
+scores. Only empty cells are left out, so the size is bounded by
+``K * max(n_cells, EXACT_SCORES)`` rows (5 numbers each), whatever the number
+of samples.
 
 What is not here: the full score vector Y(X) that ``sts``, ``csts``,
 ``tswa`` and ``cstswa`` recalibrate has no finite summary on a score grid;
@@ -40,12 +58,16 @@ import numpy as np
 from .data import TopLabelData
 from .errors import DataError
 
-__all__ = ["ScoreStats", "DEFAULT_CELLS"]
+__all__ = ["ScoreStats", "DEFAULT_CELLS", "EXACT_SCORES"]
 
 #: Cells of the default grid over the declared score range (2^12: a score
 #: moves by at most 1.2e-4 of the range; the kde binned engine uses 4097
 #: points over each class's support, the same order of resolution).
 DEFAULT_CELLS = 4096
+
+#: A class with at most this many distinct per-sample scores keeps them exactly (point rows, lo == hi):
+#: a random forest of 100 trees gives 101 values, k-NN k + 1, scores rounded to 0.01 101.
+EXACT_SCORES = 256
 
 #: Largest grid accepted (keeps a model's statistics below ~K * 1M rows).
 MAX_CELLS = 2**20
@@ -100,7 +122,25 @@ class ScoreStats:
             keep = (data.tp + data.fp) > 0
             lo, hi = data.bin_edges[keep, 0], data.bin_edges[keep, 1]
             return cls(data.classes, data.score_range, n_cells, data.pred[keep], lo, hi, data.tp[keep], data.fp[keep])
-        # per-sample rows: one counting pass over (class, cell) keys, already in canonical order
+        grid = cls._grid_counts(data, n_cells)
+        exact = _exact_classes(data, grid)
+        if not exact.any():
+            return grid
+        # classes with few distinct scores: those scores themselves (point rows) instead of their cells
+        keep = exact[data.pred]
+        point = cls(data.classes, data.score_range, n_cells, data.pred[keep], data.score[keep], data.score[keep],
+                    data.tp[keep], data.fp[keep])
+        on_grid = ~exact[grid.cls]
+        return ScoreStats.merge_all([grid._rows(on_grid), point])
+
+    def _rows(self, keep) -> "ScoreStats":
+        """The rows ``keep`` (a mask) as statistics of their own (still canonical)."""
+        return ScoreStats(self.classes, self.score_range, self.n_cells, self.cls[keep], self.lo[keep],
+                          self.hi[keep], self.tp[keep], self.fp[keep], canonical=True)
+
+    @classmethod
+    def _grid_counts(cls, data: TopLabelData, n_cells: int) -> "ScoreStats":
+        """Per-sample rows counted on the grid: one counting pass over (class, cell) keys, in canonical order."""
         K = data.n_classes
         key = data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)
         if K * n_cells <= 4 * key.size:  # dense counting: one pass, no sort
@@ -157,7 +197,30 @@ class ScoreStats:
         for p in parts[1:]:
             first._check_mergeable(p)
         cat = [np.concatenate([getattr(p, a) for p in parts]) for a in ("cls", "lo", "hi", "tp", "fp")]
-        return ScoreStats(first.classes, first.score_range, first.n_cells, *cat)
+        merged = ScoreStats(first.classes, first.score_range, first.n_cells, *cat)
+        return merged._point_rows_to_grid()
+
+    def _point_rows_to_grid(self) -> "ScoreStats":
+        """Move the point rows of every class that has a bin, or too many distinct scores, to their cells."""
+        point = self.lo == self.hi
+        if not point.any():
+            return self
+        K = len(self.classes)
+        n_points = np.bincount(self.cls[point], minlength=K)
+        n_bins = np.bincount(self.cls[~point], minlength=K)
+        gridded = (n_bins > 0) | (n_points > EXACT_SCORES)
+        move = point & gridded[self.cls]
+        if not move.any():
+            return self
+        j = cell_index(self.lo[move], self.score_range, self.n_cells)
+        lo, hi = self.lo.copy(), self.hi.copy()
+        lo[move], hi[move] = cell_edges(j, self.score_range, self.n_cells)
+        return ScoreStats(self.classes, self.score_range, self.n_cells, self.cls, lo, hi, self.tp, self.fp)
+
+    @property
+    def exact(self) -> bool:
+        """True when every row is a point row: the statistics are the samples' own scores, not cells."""
+        return bool(self.cls.size) and bool(np.all(self.lo == self.hi))
 
     # ---------------------------------------------------------------- query
     @property
@@ -187,10 +250,10 @@ class ScoreStats:
         """The binned :class:`TopLabelData` these statistics describe (what a fit sees)."""
         if self.n_rows == 0:
             raise DataError("the statistics hold no samples; add labelled data first")
-        mid = bin_midpoints(self.lo, self.hi, self.score_range)
+        mid = bin_midpoints(self.lo, self.hi, self.score_range)  # a point row's own score
         return TopLabelData(
             self.classes, self.cls.copy(), mid, self.score_range, tp=self.tp.copy(), fp=self.fp.copy(),
-            bin_edges=np.column_stack([self.lo, self.hi]),
+            bin_edges=None if self.exact else np.column_stack([self.lo, self.hi]),
         )
 
     def __repr__(self) -> str:
@@ -202,8 +265,9 @@ class ScoreStats:
         """JSON-ready dict (classes and score range are the model's).
 
         Rows on the grid are stored by cell index (``cell``); other rows
-        (bins of binned input) have ``cell`` -1 and their edges in ``lo``
-        and ``hi``, in order. Integral counts are written as integers.
+        (bins of binned input, and point rows: exact scores, lo == hi) have
+        ``cell`` -1 and their edges in ``lo`` and ``hi``, in order. Integral
+        counts are written as integers.
         """
         j = cell_index(0.5 * (self.lo + self.hi), self.score_range, self.n_cells)
         a, b = cell_edges(j, self.score_range, self.n_cells)
@@ -237,12 +301,29 @@ class ScoreStats:
             raise ValueError("statistics rows are inconsistent (class index, cell or counts)")
         lo, hi = cell_edges(np.maximum(j, 0), score_range, n_cells)
         lo[off], hi[off] = lo_x, hi_x
-        if np.any(lo >= hi):
-            raise ValueError("statistics bins must have lo < hi")
+        if np.any(lo > hi):
+            raise ValueError("statistics bins must have lo <= hi (lo == hi: an exact score)")
         out = cls(classes, score_range, n_cells, c, lo, hi, tp, fp)
-        if out.n_rows != m:
+        if out.n_rows != m or not out._point_rows_to_grid().equals(out):
             raise ValueError("statistics rows are not unique (class, bin) pairs")
         return out
+
+
+def _exact_classes(data: TopLabelData, grid: ScoreStats) -> np.ndarray:
+    """Per class: whether its per-sample scores are few enough (:data:`EXACT_SCORES`) to keep exactly.
+
+    A class on more than EXACT_SCORES cells has more distinct scores than that: only the others are
+    counted (one sort of their rows, none at all for continuous scores on many cells).
+    """
+    K = data.n_classes
+    cand = np.bincount(grid.cls, minlength=K) <= EXACT_SCORES
+    cand &= np.bincount(data.pred, weights=data.tp + data.fp, minlength=K) > 0
+    if not cand.any():
+        return cand
+    rows = cand[data.pred] & ((data.tp + data.fp) > 0)
+    pairs = np.unique(np.column_stack([data.pred[rows].astype(np.float64), data.score[rows]]), axis=0)
+    n_distinct = np.bincount(pairs[:, 0].astype(np.int64), minlength=K)
+    return cand & (n_distinct <= EXACT_SCORES)
 
 
 def _counts_json(v: np.ndarray) -> list:

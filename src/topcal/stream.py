@@ -27,7 +27,7 @@ from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, it
 from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["apply_file", "calibrate", "check_new_columns", "INTERVAL_COLUMNS", "fit_file", "update_file",
-           "model_read_options", "with_confidence"]
+           "model_read_options", "with_confidence", "predicted_codes", "confidence_column", "score_role"]
 
 
 def model_read_options(model, path, options: dict, *, columns=None) -> dict:
@@ -49,9 +49,9 @@ INTERVAL_COLUMNS = ("confidence_lo", "confidence_hi")
 
 
 def check_new_columns(columns, interval, thresholds=None) -> None:
-    """A one-line error where the input already has a column apply would add."""
-    for c in (("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())
-              + (("accepted",) if thresholds is not None else ())):
+    """A one-line error where the input already has a column apply would add besides the confidence
+    (:func:`confidence_column` decides that one)."""
+    for c in ((INTERVAL_COLUMNS if interval is not None else ()) + (("accepted",) if thresholds is not None else ())):
         if c in columns:
             raise TopcalError(f"the input already has a {c!r} column; rename it so it is not overwritten")
 
@@ -64,11 +64,48 @@ def calibrate(model, data, interval=None, thresholds=None) -> dict:
     if interval is not None:
         out["confidence_lo"], out["confidence_hi"] = model.predict_interval(data, interval)
     if thresholds is not None:
-        out["accepted"] = thresholds.accept(data.with_classes(model.classes_).pred, out["confidence"])
+        out["accepted"] = thresholds.accept(predicted_codes(data, model.classes_), out["confidence"])
     return out
 
 
-def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
+def predicted_codes(data, classes) -> np.ndarray:
+    """Each row's predicted class as an index into ``classes`` (a model's class list).
+
+    ``data.pred`` indexes ``data.classes``, which for probability columns are the
+    file's columns in the file's order (maybe reordered, maybe a subset of the
+    model's classes): the one translation every ``apply`` path (whole file,
+    chunks, .npz, Dask partitions) uses to name its ``pred``.
+    """
+    return data.with_classes(classes, "the data to calibrate").pred
+
+
+def confidence_column(columns, score_column: str | None = None) -> str:
+    """The output column of the calibrated confidence: ``confidence``, or ``calibrated_confidence`` when the
+    input's own ``confidence`` column is the top score read (the ``true_label,pred_label,confidence`` layout).
+
+    Any other input column of that name would be overwritten: a one-line error.
+    """
+    cols = [str(c) for c in columns]
+    if "confidence" not in cols:
+        return "confidence"
+    if score_column == "confidence" and "calibrated_confidence" not in cols:
+        return "calibrated_confidence"
+    name = "calibrated_confidence" if score_column == "confidence" else "confidence"
+    raise TopcalError(f"the input already has a {name!r} column; rename it so it is not overwritten")
+
+
+def score_role(columns, options: dict) -> str | None:
+    """The column read as the top score (None for probability/logit columns and binned data)."""
+    cols = [str(c) for c in columns]
+    _, _, binned, vector = layout_columns(cols, **options)
+    if binned or vector:
+        return None
+    return column_roles(cols, options.get("columns"), label_column=options.get("label_column") or "label",
+                        pred_column=options.get("pred_column", "pred"),
+                        score_column=options.get("score_column", "score"))["score"]
+
+
+def with_confidence(frame, data, classes, conf, pred_column: str | None = None, score_column: str | None = None):
     """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (an array, or the dict of
     columns from :func:`calibrate`: confidence and its interval limits).
 
@@ -79,7 +116,9 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None):
 
     cols = conf if isinstance(conf, dict) else {"confidence": conf}
     check_new_columns(frame.columns, 0.5 if "confidence_lo" in cols else None, True if "accepted" in cols else None)
-    pred = pd.Categorical.from_codes(data.pred, categories=list(classes))
+    conf_name = confidence_column(frame.columns, score_column)
+    cols = {(conf_name if k == "confidence" else k): v for k, v in cols.items()}
+    pred = pd.Categorical.from_codes(predicted_codes(data, classes), categories=list(classes))
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
         if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
@@ -112,7 +151,8 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
-        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds))
+        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds),
+                              score_column=score_role(frame.columns, opts))
         with FrameWriter(output) as w:
             w.write(out)
         return w.rows
@@ -123,9 +163,11 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     pred_col = None if layout_columns(cols, **opts)[3] else column_roles(
         cols, opts.get("columns"), label_column=opts.get("label_column") or "label",
         pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
+    score_col = score_role(cols, opts)
     with FrameWriter(output) as w:
         for frame, data in iter_data(path, chunk_rows, layout=layout):
-            w.write(with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds), pred_col))
+            w.write(with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds), pred_col,
+                                    score_col))
             if progress is not None:
                 progress(w.rows)
     return w.rows

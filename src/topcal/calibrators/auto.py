@@ -41,7 +41,7 @@ import numpy as np
 from .. import _progress
 from .._params import Interval, NoneOr
 from ..data import TopLabelData, kfold_split
-from ..errors import DegenerateClassWarning, ParameterError, TopcalError
+from ..errors import DegenerateClassWarning, ParameterError, TopcalError, TopcalWarning
 from .._numeric import binary_nll
 from ..metrics import nll
 from .base import Calibrator, to_jsonable
@@ -246,13 +246,30 @@ class Auto(Wrapper):
         ``cv_samples_`` says how many samples it was run on.
         """
         cls = get_class(self.method_)
+        params = self.model_.get_params()
         if cls.needs_full:
-            raise ParameterError(
-                f"auto chose {self.method_!r}, which recalibrates the full score vector and has no "
-                "mergeable statistics; refit auto on all the data (old and new) instead of updating"
+            # the full vector has no mergeable statistics: the best candidate that can be refitted from
+            # them, by the first fit's cross-validation (a warning says which)
+            ok = [n for n, r in self.cv_.items() if r.get("nll") is not None and not get_class(n).needs_full]
+            if not ok:
+                raise ParameterError(
+                    f"auto chose {self.method_!r}, which recalibrates the full score vector and has no "
+                    "mergeable statistics, and no score method ran in its cross-validation; refit auto on all "
+                    "the data (old and new) instead of updating"
+                )
+            new = min(ok, key=lambda n: self.cv_[n]["nll"])
+            warnings.warn(
+                f"auto: {self.method_!r}, its choice, recalibrates the full score vector and cannot be updated "
+                f"from statistics; the update refits {new!r}, the best score method in the first fit's "
+                f"cross-validation (NLL {self.cv_[new]['nll']:.4g} vs {self.cv_[self.method_]['nll']:.4g}); "
+                "refit auto on all the data to choose again",
+                TopcalWarning,
+                stacklevel=4,
             )
+            self.refitted_from_ = self.method_
+            self.method_, cls, params = new, get_class(new), {}
         data = stats.to_data()
-        model = cls(**self.model_.get_params())
+        model = cls(**params)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             model.fit(data)
@@ -266,6 +283,9 @@ class Auto(Wrapper):
         return getattr(self, "model_", None)
 
     def summary_line(self) -> str:
+        if getattr(self, "refitted_from_", None):
+            return (f"refitted {self.method_} instead of {self.refitted_from_}, which cannot be updated from "
+                    "statistics; see the warning")
         if float(self.n_tp_.sum() + self.n_fp_.sum()) > self.cv_samples_:  # updated since the choice
             return (f"kept its choice {self.method_}; cross-validation from the first fit, on "
                     f"{self.cv_samples_:g} samples (fit auto again to re-choose)")

@@ -38,10 +38,11 @@ import numpy as np
 
 from .._params import validate_params
 from ..confusion import ConfusionStats, GridConfusion
-from ..data import ClassView, TopLabelData, preview, rows_by_class
+from ..data import ClassView, TopLabelData, check_sample_total, preview, rows_by_class
 from ..evidence import Evidence
 from ..fingerprint import Fingerprint
-from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
+from ..errors import (DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError,
+                      TopcalWarning)
 from ..inputs import as_data
 from ..stats import ScoreStats
 from . import intervals
@@ -98,6 +99,14 @@ class Curve:
     score: np.ndarray
     confidence: np.ndarray
     support: tuple[float, float] | None
+
+
+def fingerprint(stats) -> str:
+    """A short hash of a data part's mergeable statistics: equal rows give equal statistics, hence equal
+    fingerprints, whichever path (in memory, chunks, Dask) counted them; ``update`` warns on a repeat."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(stats.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 class Calibrator:
@@ -192,6 +201,7 @@ class Calibrator:
         self._validate_params()
         data = as_data(data, y, classes=classes, kind=kind)
         data.require_labels(f"fitting {self.name!r}")
+        check_sample_total(data.n_samples, "the fitting data (with any updates)")
         self._check_data(data)
         self.classes_ = data.classes
         self.score_range_ = data.score_range
@@ -224,6 +234,7 @@ class Calibrator:
         lazy = keeps and rows is not None and type(self).stats_of is Calibrator.stats_of
         self.stats_ = self.stats_of(data) if keeps and not lazy else None
         self.__dict__["_stats_rows"] = rows if lazy else None
+        self.__dict__["_parts"] = None  # the fit's own part mark (fingerprints_), made from stats_ when first read
         return self
 
     # The two counts above, made when first read (saving, update, adapt, describe). Setting
@@ -239,6 +250,20 @@ class Calibrator:
     def confusion_(self, value) -> None:
         self.__dict__.pop("_confusion_rows", None)
         self.__dict__["_confusion"] = value
+
+    @property
+    def fingerprints_(self) -> list:
+        """One mark per data part behind the statistics (the fit, each update), to warn on a repeated part."""
+        marks = self.__dict__.get("_parts")
+        if marks is None:
+            stats = self.stats_ if "_stats" in self.__dict__ or "_stats_rows" in self.__dict__ else None
+            marks = [] if stats is None else [fingerprint(stats)]
+            self.__dict__["_parts"] = marks
+        return marks
+
+    @fingerprints_.setter
+    def fingerprints_(self, value) -> None:
+        self.__dict__["_parts"] = value
 
     @property
     def stats_(self):
@@ -359,10 +384,12 @@ class Calibrator:
         statistics (:meth:`stats_of`) and the true classes counted in its regions."""
         return Evidence.for_update(data, stats_of=self.stats_of, regions=getattr(self, "confusion_", None))
 
-    def update(self, data, *, confusion=None) -> "Calibrator":
+    def update(self, data, y=None, *, classes=None, kind: str = "auto", confusion=None) -> "Calibrator":
         """Add labelled data and refit: merge the evidence, refit from it.
 
-        ``data`` is a TopLabelData, an :class:`~topcal.evidence.Evidence`
+        ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score
+        matrix's columns are the fitted classes, in order, unless ``classes``
+        names them, as in :meth:`predict`); or ``data`` is an :class:`~topcal.evidence.Evidence`
         (:meth:`evidence_of` of each chunk or partition, merged), or bare
         statistics from :meth:`stats_of` (with their ``confusion`` counts in
         this model's regions, if any). The model's stored statistics and
@@ -383,6 +410,11 @@ class Calibrator:
         """
         old = self.require_stats()
         current = getattr(self, "confusion_", None)
+        statistics = (hasattr(data, "merge") and hasattr(data, "n_samples")) or isinstance(data, Evidence)
+        if not isinstance(data, (TopLabelData, type(old), Evidence)) and (y is not None or not statistics):
+            data = as_data(data, y, classes=self.classes_ if classes is None else classes, kind=kind)
+        elif y is not None:
+            raise ParameterError("y goes with a score matrix; a TopLabelData or statistics carry their own labels")
         if isinstance(data, TopLabelData):
             if confusion is not None:
                 raise ParameterError("confusion is for updates from statistics; a TopLabelData's counts are "
@@ -407,10 +439,20 @@ class Calibrator:
                 f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), or an "
                 f"Evidence, got {type(data).__name__}"
             )
+        seen = list(self.fingerprints_)
+        mark = fingerprint(new.stats)
+        if mark in seen:
+            warnings.warn(
+                f"{self.name}.update: these rows are the same as data already in the model (its fit or an earlier "
+                "update, by the fingerprint of their statistics); they are counted twice",
+                TopcalWarning,
+                stacklevel=2,
+            )
         merged = Evidence(old, current, getattr(self, "fingerprint_", None)).merge(new)
         self._refit(merged.stats)
         self.confusion_ = merged.confusion
         self.fingerprint_ = merged.fingerprint  # rows seen: old and new (unknown once statistics alone came)
+        self.fingerprints_ = seen + [mark]
         return self
 
     def _refit(self, stats) -> None:
@@ -625,6 +667,8 @@ class Calibrator:
             d["confusion"] = self.confusion_.to_dict()
         if stats and getattr(self, "stats_", None) is not None:
             d["stats"] = self.stats_.to_dict()
+            if self.fingerprints_:  # the parts behind the statistics (update warns on repeats)
+                d["fingerprints"] = list(self.fingerprints_)
         if getattr(self, "fingerprint_", None) is not None:  # optional: files without it still load
             d["fingerprint"] = self.fingerprint_.to_dict()
         return d
@@ -658,6 +702,10 @@ class Calibrator:
             obj.stats_ = cls._stats_from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
             fp = d.get("fingerprint")
             obj.fingerprint_ = None if fp is None else Fingerprint.from_dict(fp)
+            marks = d.get("fingerprints", [])  # files before fingerprints: none
+            if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+                raise ValueError("fingerprints must be a list of strings")
+            obj.fingerprints_ = marks
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:

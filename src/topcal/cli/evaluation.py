@@ -48,13 +48,24 @@ def method_params(texts) -> dict:
 
 
 def _protocol_options(p, what: str) -> None:
-    p.add_argument("--folds", type=int, default=5, metavar="K",
+    p.add_argument("--folds", type=int, default=None, metavar="K",
                    help=f"{what} by K-fold cross-fitting within DATA, out of sample (default 5)")
     p.add_argument("--in-sample", action="store_true",
                    help="instead fit and evaluate on the same data (the paper's practice; optimistic for flexible methods)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fold split (default 0)")
     p.add_argument("--param", action="append", default=[], metavar="METHOD:NAME=VALUE",
                    help="method parameter, repeatable (e.g. --param btswa:max_iter=500, --param hist:shrinkage=0)")
+
+def _folds(args, eval_given: bool = False) -> int | None:
+    """The K of K-fold cross-fitting (default 5), or None for --in-sample / --eval; --folds with either is an error."""
+    if args.folds is not None and (args.in_sample or eval_given):
+        other = "--in-sample fits and evaluates on the same data" if args.in_sample else \
+            "--eval evaluates on the second test set"
+        raise TopcalError(f"--folds is for K-fold cross-fitting within DATA, but {other}; drop one of them")
+    if args.in_sample or eval_given:
+        return None
+    return 5 if args.folds is None else args.folds
+
 
 def add_commands(sub) -> None:
     """Add ``metrics``, ``report``, ``compare`` and ``demo`` to the ``topcal`` subparsers."""
@@ -113,6 +124,7 @@ def _cmd_metrics(args) -> int:
     if not 1 <= args.bins <= MAX_BINS:
         raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
     data = read(args.data, args)
+    data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
     model = load(args.model) if args.model else calibrator("uncalibrated").fit(data)
     s = summary(data, model.predict(data), n_bins=args.bins)
     s["method"] = model.name
@@ -159,7 +171,7 @@ def _cmd_report(args) -> int:
             raise TopcalError(f"--adapted {args.adapted!r} is a plain {adapted.name!r} model; make one with 'topcal adapt'")
     res = build_report(data, args.output, eval_data=eval_data, methods=_methods(args.methods), extra=extra,
                        data_label=Path(args.data).name, dpi=args.dpi, progress=progress(),
-                       folds=None if args.in_sample else args.folds, seed=args.seed, params=method_params(args.param),
+                       folds=_folds(args), seed=args.seed, params=method_params(args.param),
                        force=args.force, adapted=adapted, thresholds=acceptance)
     print(f"report: {res.path}")
     for line in _finding_lines(res.findings):
@@ -201,9 +213,9 @@ def _cmd_compare(args) -> int:
 
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     quiet = args.json or args.csv
-    folds = None if (args.in_sample or eval_data is not None) else args.folds
     if args.in_sample and eval_data is not None:
         raise TopcalError("--in-sample and --eval exclude each other: --eval already evaluates on a second test set")
+    folds = _folds(args, eval_data is not None)
     res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=folds, seed=args.seed,
                           n_bins=args.bins, params=method_params(args.param), progress=None if quiet else progress())
     for name, msg in res["failed"].items():

@@ -29,7 +29,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("update", help="add labelled data to a model: refit from its stored statistics (score counts; "
                        "sts/csts fitted with --param keep_stats=true: loss tables) plus the new ones; "
-                       "tswa/cstswa must be refitted")
+                       "tswa/cstswa must be refitted (auto that chose them refits its best score method)")
     p.add_argument("model", help="model file from 'topcal fit' (format 2 or later; sts/csts: format 3)")
     p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
     p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")
@@ -162,6 +162,7 @@ def _cmd_adapt(args) -> int:
     from ..io import read_data
     from ..labelshift import adapt, read_priors
     from ..persist import load
+    from ..stream import model_read_options
 
     if args.bootstrap < 0:
         raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
@@ -186,8 +187,8 @@ def _cmd_adapt(args) -> int:
     if args.data is not None:
         opts = read_options(args)
         opts["label_column"] = None  # the use set is unlabelled; a label column is ignored
-        use = read_data(args.data, **opts)
-    test = read_data(args.test, **read_options(args)) if args.test else None
+        use = read_data(args.data, **model_read_options(model, args.data, opts))  # the model's score range
+    test = read_data(args.test, **model_read_options(model, args.test, read_options(args))) if args.test else None
     if args.priors is not None:
         if test is not None:
             raise TopcalError("--test is used to estimate priors; with --priors there is nothing to estimate")

@@ -147,6 +147,13 @@ class AdaptedCalibrator(Wrapper):
         e = self.estimate_
         return f"{self.base_.name} adapted to the use set's class priors ({e.estimator}, {e.n_use:g} use rows)"
 
+    def _keeps_stats(self) -> bool:
+        return False  # new labelled data go to the source model; the priors are estimated again after
+
+    def _no_stats_reason(self) -> str:
+        return ("this is an adapted model (topcal adapt), which is not updated itself: update the model it was "
+                "adapted from with the new labelled data, then adapt the updated model again")
+
     @classmethod
     def _build(cls, base: Calibrator, est: PriorEstimate, fp_pseudocount: float) -> "AdaptedCalibrator":
         obj = cls()
@@ -271,7 +278,7 @@ def read_priors(path) -> dict[str, float]:
     """Read use-set priors from a CSV with columns ``class,prior`` (one row per class)."""
     p = Path(path)
     try:
-        with p.open(newline="") as fh:
+        with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a byte-order mark (Excel) is not a name
             rows = list(csv.reader(fh))
     except FileNotFoundError:
         raise DataError(f"priors file {str(p)!r} does not exist; check the path") from None

@@ -291,6 +291,18 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
     check_shrink(shrink)
     ps = stats.source_priors()
     n = data.n_rows
+    # rows of a binned use set (or any with tp/fp) stand for tp + fp samples each: those counts weigh them
+    counts = None if data.tp is None or np.all(data.tp + data.fp == 1.0) else data.tp + data.fp
+    n_use = n if counts is None else float(counts.sum())
+    if counts is not None and not n_use > 0:
+        raise DataError("the use set's rows hold no samples (every tp + fp is 0); give rows with counts")
+
+    def resample(rng):
+        """Bootstrap weights per row: n draws of rows, or of the samples behind weighted rows."""
+        if counts is None:
+            return np.bincount(rng.integers(0, n, n), minlength=n)
+        return rng.multinomial(int(round(n_use)), counts / n_use).astype(np.float64)
+
     if estimator == "em":
         if source_data is not None:
             P = _bcts_posteriors(model, source_data, data)
@@ -299,24 +311,23 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
             P = source_posteriors(model, data, fp_pseudocount=fp_pseudocount)
             basis = "temperature-scaled full vectors" if _uses_vectors(model, data) else "top-label posterior"
 
-        def run(idx=None, init=None):
-            w = None if idx is None else np.bincount(idx, minlength=n)
-            return em_priors(P, ps, prior_strength=prior_strength, weights=w, init=init)
+        def run(w=None, init=None):
+            return em_priors(P, ps, prior_strength=prior_strength, weights=counts if w is None else w, init=init)
     else:
         if source_data is not None:
             raise ParameterError("source_data is used by estimator='em' only; bbse needs just the model")
         cells, C = _cells(stats, data)
         basis = "predicted class x score region cells"
 
-        def run(idx=None, init=None):
-            c = cells if idx is None else cells[idx]
-            return bbse_priors(C, np.bincount(c, minlength=C.shape[0]), ps, prior_strength=prior_strength)
+        def run(w=None, init=None):
+            w = counts if w is None else w
+            return bbse_priors(C, np.bincount(cells, weights=w, minlength=C.shape[0]), ps, prior_strength=prior_strength)
 
     point = run()
     lower = upper = None
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        boot = np.array([run(rng.integers(0, n, n), init=point)
+        boot = np.array([run(resample(rng), init=point)
                          for _ in _progress.bar(range(int(n_bootstrap)), desc="bootstrap", unit=" resamples")])
         a = (1.0 - level) / 2
         lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
@@ -324,7 +335,7 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         # bbse is simulated exactly and EM on BCTS vectors errs less than the simulation's cell-level
         # EM: the moment reading of the error; EM on the model's own posteriors keeps the conservative one
         rule = "moment" if estimator == "bbse" or source_data is not None else "estimate"
-        chosen = choose_shrink(stats, point, n, estimator=estimator, prior_strength=prior_strength,
+        chosen = choose_shrink(stats, point, max(int(round(n_use)), 1), estimator=estimator, prior_strength=prior_strength,
                                fp_pseudocount=fp_pseudocount, seed=seed, truth=rule)
     else:
         chosen = Shrink(float(shrink), f"given (shrink={float(shrink):g})")
@@ -334,7 +345,7 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         point = shrink_priors(ps, point, lam)
         if lower is not None:
             lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
-    return PriorEstimate(tuple(model.classes_), ps, point, lower, upper, estimator, n, float(level),
+    return PriorEstimate(tuple(model.classes_), ps, point, lower, upper, estimator, int(round(n_use)), float(level),
                          int(n_bootstrap), basis, lam, chosen.reason, estimated)
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from scipy.special import expit
 
 from ..._params import MAX_ITER, Boolean, Interval, Options
-from ...data import LOG_PROB_FLOOR, TopLabelData, preview, rows_by_class
+from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, preview, rows_by_class
 from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._core import (
     OFFSET_MAX,
@@ -164,11 +164,12 @@ class _TemperatureBase(Calibrator):
         return np.log(z, out=z)
 
     def _fit(self, data: TopLabelData) -> None:
-        # A canonical row order (by predicted class, top score, outcome): sums over
-        # rows are then added in the same order whatever order the rows came in,
-        # so where the loss is flat (a ridge, a quasi-separated class) the optimiser
-        # stops at the same point and the fit does not depend on row order.
-        order = np.lexsort((data.fp, data.tp, data.score, data.pred))
+        # A canonical row order (by predicted class, top score, outcome, true class and the
+        # full vector, so rows tied on the top score are ordered too): sums over rows are
+        # then added in the same order whatever order the rows came in, so where the loss
+        # is flat (a ridge, a quasi-separated class) the optimiser stops at the same point
+        # and the fit does not depend on row order.
+        order = canonical_order(data)
         if np.any(order[1:] != order[:-1] + 1):
             data = data.subset(order)
         k = data.n_classes
@@ -693,9 +694,13 @@ class _TemperatureBase(Calibrator):
     def _set_state(self, state: dict) -> None:
         k = len(self.classes_)
         temps = finite_array(state["temperature"], "temperature", k)
-        if np.any(temps <= 0):
-            raise ValueError("temperatures must be > 0")
+        # a fit keeps T in [T_MIN, T_MAX] and |A / T| <= OFFSET_MAX; outside them (a hand-edited file:
+        # T = 1e-320) log y / T overflows and every confidence is NaN
+        if np.any(temps < T_MIN * (1 - 1e-9)) or np.any(temps > T_MAX * (1 + 1e-9)):
+            raise ValueError(f"temperatures must lie in [{T_MIN:g}, {T_MAX:g}], the range a fit searches")
         awards = finite_array(state["awards"], "awards", k)
+        if np.any(np.abs(awards / temps) > OFFSET_MAX * (1 + 1e-9)):
+            raise ValueError(f"awards must satisfy |A / T| <= {OFFSET_MAX:g}, as a fit keeps them")
         fitted = state["fitted"]
         if not isinstance(fitted, list) or len(fitted) != k or not all(isinstance(v, bool) for v in fitted):
             raise ValueError(f"fitted must be a list of {k} booleans")

@@ -33,6 +33,15 @@ from topcal.datasets import load_phanns  # noqa: E402
 from topcal.persist import canonical_json, dumps, loads  # noqa: E402
 
 HERE = Path(__file__).parent / "data" / "kde_main"
+#: payload fields whose content changed on purpose since the fixtures: the mergeable statistics keep
+#: the exact scores of classes with few distinct scores (issue 24, so update = fit there)
+CHANGED_FIELDS = ("stats",)
+
+
+def _payload(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k not in CHANGED_FIELDS}
+
+
 #: the stated tolerances against the stored results (see the module docstring)
 CURVE_ATOL = 1e-12
 PAYLOAD_RTOL = 1e-9
@@ -118,7 +127,7 @@ def test_refit_equals_the_model_fitted_before(name, stored):
     np.testing.assert_allclose(got["curves"], want["curves"], rtol=0, atol=CURVE_ATOL)
     if name in FILES:  # the whole payload is stored: every fitted number within tolerance
         old = json.loads((HERE / f"{name}.json").read_text())
-        assert_numbers_close(json.loads(dumps(model))["model"], old["model"])
+        assert_numbers_close(_payload(json.loads(dumps(model))["model"]), _payload(old["model"]))
         np.testing.assert_allclose(model.predict(data), want["predict"], rtol=0, atol=CURVE_ATOL)
 
 
@@ -133,7 +142,7 @@ def test_old_model_file_loads_predicts_and_saves_identically(name, stored):
     np.testing.assert_allclose(fp["curves"], stored[name]["curves"], rtol=0, atol=CURVE_ATOL)
     # a file saved today holds the old file's structure and numbers within tolerance
     old_doc = json.loads(text)
-    assert_numbers_close(json.loads(dumps(model))["model"], old_doc["model"])
+    assert_numbers_close(_payload(json.loads(dumps(model))["model"]), _payload(old_doc["model"]))
     # the loaded model saves the same content (its per-class keys may come in another order)
     assert {**json.loads(dumps(old)), "topcal_version": old_doc["topcal_version"],
             "format_version": old_doc["format_version"]} == old_doc

@@ -14,7 +14,7 @@ import pytest
 
 import topcal
 from topcal import persist
-from topcal.calibrators.base import ScoreCalibrator
+from topcal.calibrators import ScoreCalibrator
 from topcal.confusion import ConfusionStats, GridConfusion
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns

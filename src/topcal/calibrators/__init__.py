@@ -3,7 +3,8 @@
 from . import counts, kde, temperature  # noqa: F401  (registration)
 from . import hierarchical, pooled  # noqa: F401  (registration; they use the methods above)
 from . import auto  # noqa: F401,I001  (registered last: it chooses among the others)
-from .base import Calibrator, Curve, ScoreCalibrator
+from .base import Calibrator, Curve
+from .score import ScoreCalibrator
 from .registry import available_methods, calibrator, get_class, paper_calibrator, register
 
 __all__ = [

@@ -17,19 +17,20 @@
 Calibration is always per predicted class: class k's function is fitted on
 the positives of k (the rows with k(X) = k) and nothing else.
 
-:class:`ScoreCalibrator` is the base of methods whose confidence is a
+:class:`~.score.ScoreCalibrator` is the base of methods whose confidence is a
 function Conf_k(S) of the top score alone (histogram, cumulative, kernel
 density); they fit class by class from the class's TP/FP scores and weights
 and expose ``curve(k)``.
 
-Size: the whole contract in one place: parameters and their checks, per-class fitting, the
-shrinkage step, state persistence, and the statistics and confusion counts every model carries.
+What a fitted model carries around its method (evidence, update, text
+description, persistence) is :class:`~topcal.calibrators.envelope.Envelope`,
+which ``Calibrator`` subclasses; the per-class score methods' shared
+machinery (shrinkage, count intervals) is :mod:`.score`.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -37,19 +38,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._params import validate_params
-from ..confusion import ConfusionStats, GridConfusion
-from ..data import ClassView, TopLabelData, check_sample_total, preview, rows_by_class
-from ..evidence import Evidence
+from ..confusion import ConfusionStats
+from ..data import TopLabelData, check_sample_total, preview
+from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
 from ..fingerprint import Fingerprint
-from ..errors import (DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError,
-                      TopcalWarning)
 from ..inputs import as_data
-from ..stats import ScoreStats
 from . import intervals
-from . import shrinkage as shr
 from ._fit_rows import FitRows
+from .envelope import Envelope
 
-__all__ = ["Calibrator", "ScoreCalibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer", "register_hook"]
+__all__ = ["Calibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer", "register_hook"]
 
 #: Conveniences on a fitted calibrator whose code lives in higher layers
 #: (docs/architecture.md): "save" (topcal.persist), "adapt"
@@ -101,15 +99,7 @@ class Curve:
     support: tuple[float, float] | None
 
 
-def fingerprint(stats) -> str:
-    """A short hash of a data part's mergeable statistics: equal rows give equal statistics, hence equal
-    fingerprints, whichever path (in memory, chunks, Dask) counted them; ``update`` warns on a repeat."""
-    import hashlib
-
-    return hashlib.sha256(json.dumps(stats.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
-
-
-class Calibrator:
+class Calibrator(Envelope):
     """Base class of all calibrators. Subclasses set ``name`` and implement
     ``_fit``, ``_predict``, ``_get_state`` and ``_set_state``."""
 
@@ -239,44 +229,6 @@ class Calibrator:
 
     # The two counts above, made when first read (saving, update, adapt, describe). Setting
     # either replaces it (and forgets the rows it would have been counted from).
-    @property
-    def confusion_(self):
-        rows = self.__dict__.pop("_confusion_rows", None)
-        if rows is not None:
-            self.__dict__["_confusion"] = ConfusionStats.from_data(rows.data())
-        return self.__dict__.get("_confusion")
-
-    @confusion_.setter
-    def confusion_(self, value) -> None:
-        self.__dict__.pop("_confusion_rows", None)
-        self.__dict__["_confusion"] = value
-
-    @property
-    def fingerprints_(self) -> list:
-        """One mark per data part behind the statistics (the fit, each update), to warn on a repeated part."""
-        marks = self.__dict__.get("_parts")
-        if marks is None:
-            stats = self.stats_ if "_stats" in self.__dict__ or "_stats_rows" in self.__dict__ else None
-            marks = [] if stats is None else [fingerprint(stats)]
-            self.__dict__["_parts"] = marks
-        return marks
-
-    @fingerprints_.setter
-    def fingerprints_(self, value) -> None:
-        self.__dict__["_parts"] = value
-
-    @property
-    def stats_(self):
-        rows = self.__dict__.pop("_stats_rows", None)
-        if rows is not None:
-            self.__dict__["_stats"] = ScoreStats.from_data(rows.data())
-        return self.__dict__.get("_stats")
-
-    @stats_.setter
-    def stats_(self, value) -> None:
-        self.__dict__.pop("_stats_rows", None)
-        self.__dict__["_stats"] = value
-
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -302,168 +254,6 @@ class Calibrator:
                 f"method {self.name!r} needs at least 2 classes in the score vector, got {data.n_classes}"
                 + ("" if alt is None else f"; use {alt!r} on the top score instead")
             )
-
-    # ------------------------------------------------------------- update
-    def _keeps_stats(self) -> bool:
-        """Whether ``fit`` keeps mergeable statistics (all methods but the full-vector ones by default)."""
-        return not self.needs_full
-
-    def _no_stats_reason(self) -> str:
-        """Why a fitted model of this method keeps no statistics (the message of :meth:`require_stats`)."""
-        return (f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
-                "statistics; refit it on all the data (old and new) instead of updating")
-
-    def require_stats(self):
-        """The model's mergeable statistics; a clear error where it has none."""
-        self._check_fitted()
-        if not self._keeps_stats():
-            raise ParameterError(self._no_stats_reason())
-        if getattr(self, "stats_", None) is None:
-            raise ParameterError(
-                f"this {self.name!r} model holds no statistics (it was saved by a topcal before it kept "
-                "them: model format 1, or format 2 for the temperature methods); refit it on all the data "
-                "once, then update it"
-            )
-        return self.stats_
-
-    def stats_of(self, data: TopLabelData):
-        """The mergeable statistics of labelled ``data`` in the form this model keeps (what ``update`` adds).
-
-        :class:`~topcal.stats.ScoreStats` on the model's score cells (the score
-        methods); the temperature methods that can update keep loss tables.
-        """
-        old = getattr(self, "stats_", None)
-        return ScoreStats.from_data(data, n_cells=old.n_cells) if old is not None else ScoreStats.from_data(data)
-
-    @property
-    def evidence_(self) -> Evidence:
-        """What the fitted model knows of its data, in mergeable form (:class:`~topcal.evidence.Evidence`)."""
-        self._check_fitted()
-        return Evidence(self.require_stats(), getattr(self, "confusion_", None))
-
-    def fit_evidence(self, evidence: Evidence) -> "Calibrator":
-        """Fit from :class:`~topcal.evidence.Evidence` (streamed and Dask fits): ``fit(evidence.stats.to_data())``.
-
-        The model keeps the given statistics as they are (their grid
-        included), so a later ``update`` adds to exactly what it was fitted
-        on. Statistics carry no true classes, so the label-shift counts come
-        in ``evidence.confusion``: a :class:`~topcal.confusion.GridConfusion`
-        counted on the same grid gives the model the regions and counts of
-        :meth:`~topcal.confusion.GridConfusion.to_confusion` (regions from the
-        FP scores at their cell midpoints). Without it the model cannot be
-        adapted.
-
-        Returns
-        -------
-        self
-        """
-        if not isinstance(evidence, Evidence):
-            raise DataError(f"fit_evidence expects an Evidence, got {type(evidence).__name__}")
-        stats, confusion = evidence.stats, evidence.confusion
-        if not isinstance(stats, ScoreStats):
-            raise DataError(f"a fit from statistics needs score counts (ScoreStats), got {type(stats).__name__}")
-        if confusion is not None:
-            if not isinstance(confusion, GridConfusion):
-                raise DataError(f"confusion must be a GridConfusion, got {type(confusion).__name__}")
-            if (confusion.classes, confusion.score_range, confusion.n_cells) \
-                    != (stats.classes, stats.score_range, stats.n_cells):
-                raise DataError("the confusion counts are not on the statistics' classes, score range and grid")
-        self.fit(stats.to_data())
-        if self._keeps_stats() and not self._is_reference:
-            self.stats_ = stats  # the evidence itself, not its re-count on the default grid
-        self.fingerprint_ = evidence.fingerprint  # the rows' own, not the statistics' cells
-        self.confusion_ = None if confusion is None else confusion.to_confusion()
-        return self
-
-    def fit_stats(self, stats, confusion=None) -> "Calibrator":
-        """``fit_evidence(Evidence(stats, confusion))``: fit from mergeable statistics."""
-        return self.fit_evidence(Evidence(stats, confusion))
-
-    def evidence_of(self, data: TopLabelData) -> Evidence:
-        """The evidence of labelled ``data`` in this model's form (what ``update`` adds): its kind of
-        statistics (:meth:`stats_of`) and the true classes counted in its regions."""
-        return Evidence.for_update(data, stats_of=self.stats_of, regions=getattr(self, "confusion_", None))
-
-    def update(self, data, y=None, *, classes=None, kind: str = "auto", confusion=None) -> "Calibrator":
-        """Add labelled data and refit: merge the evidence, refit from it.
-
-        ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score
-        matrix's columns are the fitted classes, in order, unless ``classes``
-        names them, as in :meth:`predict`); or ``data`` is an :class:`~topcal.evidence.Evidence`
-        (:meth:`evidence_of` of each chunk or partition, merged), or bare
-        statistics from :meth:`stats_of` (with their ``confusion`` counts in
-        this model's regions, if any). The model's stored statistics and
-        those of ``data`` are merged and the method is refitted from them,
-        with the same parameters: the result is the model
-        ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all the
-        parts, whatever the split and the order of updates (see
-        :mod:`topcal.stats` for how this relates to a fit on raw scores; for
-        ``sts``/``csts``, the fit on all the data to the tables' tolerance,
-        ``docs/scale.md``). The label-shift counts are merged too, in the
-        model's own score regions, so they add up to those of all the data;
-        where the new evidence has none (binned data, statistics alone) the
-        model drops them, and ``adapt`` asks for a refit.
-
-        Returns
-        -------
-        self
-        """
-        old = self.require_stats()
-        current = getattr(self, "confusion_", None)
-        statistics = (hasattr(data, "merge") and hasattr(data, "n_samples")) or isinstance(data, Evidence)
-        if not isinstance(data, (TopLabelData, type(old), Evidence)) and (y is not None or not statistics):
-            data = as_data(data, y, classes=self.classes_ if classes is None else classes, kind=kind)
-        elif y is not None:
-            raise ParameterError("y goes with a score matrix; a TopLabelData or statistics carry their own labels")
-        if isinstance(data, TopLabelData):
-            if confusion is not None:
-                raise ParameterError("confusion is for updates from statistics; a TopLabelData's counts are "
-                                     "taken from its rows")
-            data = self._check_compatible(data)
-            data.require_labels(f"updating {self.name!r}")
-            new = self.evidence_of(data)
-        elif isinstance(data, Evidence) or isinstance(data, type(old)):
-            if isinstance(data, Evidence):
-                if confusion is not None:
-                    raise ParameterError("give the confusion counts inside the Evidence, not beside it")
-                new = data
-            else:
-                new = Evidence(data, confusion)
-            if not isinstance(new.stats, type(old)):
-                raise DataError(f"{self.name}.update: the evidence holds {type(new.stats).__name__}, this model "
-                                f"keeps {type(old).__name__}")
-            if new.confusion is not None and current is None:
-                raise ParameterError(f"this {self.name!r} model keeps no confusion counts to add these to")
-        else:
-            raise DataError(
-                f"{self.name}.update expects a TopLabelData or {type(old).__name__} (this model's statistics), or an "
-                f"Evidence, got {type(data).__name__}"
-            )
-        seen = list(self.fingerprints_)
-        mark = fingerprint(new.stats)
-        if mark in seen:
-            warnings.warn(
-                f"{self.name}.update: these rows are the same as data already in the model (its fit or an earlier "
-                "update, by the fingerprint of their statistics); they are counted twice",
-                TopcalWarning,
-                stacklevel=2,
-            )
-        merged = Evidence(old, current, getattr(self, "fingerprint_", None)).merge(new)
-        self._refit(merged.stats)
-        self.confusion_ = merged.confusion
-        self.fingerprint_ = merged.fingerprint  # rows seen: old and new (unknown once statistics alone came)
-        self.fingerprints_ = seen + [mark]
-        return self
-
-    def _refit(self, stats) -> None:
-        """Refit from merged statistics (Auto overrides this to keep its choice)."""
-        self.fit(stats.to_data())
-        self.stats_ = stats
-
-    @classmethod
-    def _stats_from_dict(cls, d: dict, classes: tuple, score_range: tuple):
-        """The statistics of a model file (:meth:`stats_of`'s kind)."""
-        return ScoreStats.from_dict(d, classes, score_range)
 
     # ------------------------------------------------------------ predict
     def _class_index(self, k) -> int:
@@ -590,17 +380,6 @@ class Calibrator:
     def _describe_classes(self) -> list[dict]:
         return [{} for _ in self.classes_]
 
-    def _describe_head(self, d: dict) -> list[str]:
-        """Lines :meth:`describe_text` prints after the method's name and parameters (a wrapper's summary)."""
-        return []
-
-    def _describe_body(self, d: dict) -> dict:
-        """The description whose method-wide and per-class entries :meth:`describe_text` prints."""
-        return d
-
-    #: The level of the interval widths ``describe`` shows.
-    DESCRIBE_LEVEL: ClassVar[float] = 0.9
-
     def _describe_intervals(self) -> list[dict]:
         """Per class, the mean width of the 90% interval over 21 scores evenly across the class's
         support (``interval_width_90``); nothing for models without curves or interval statistics."""
@@ -620,100 +399,6 @@ class Calibrator:
                 return [{} for _ in self.classes_]
             out.append({"interval_width_90": float(np.mean(hi - lo))})
         return out
-
-    def describe_text(self) -> str:
-        """:meth:`describe` as the text ``topcal describe`` prints (``--json`` prints the dict)."""
-        d = self.describe()
-        out: list[str] = []
-        out.append(f"method: {d['method']}")
-        out.append(f"params: {json.dumps(d['params'])}")
-        out.append(f"score range: {d['score_range']}")
-        out.extend(self._describe_head(d))
-        d = self._describe_body(d)
-        for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
-            if isinstance(val, dict) and key not in ("params", "classes"):
-                out.append(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
-                                                  for k, v in val.items()))
-        for name, info in d["classes"].items():
-            out.append(f"\n[{name}]  TP={info['n_tp']:g}  FP={info['n_fp']:g}")
-            for key, val in info.items():
-                if key in ("n_tp", "n_fp"):
-                    continue
-                if isinstance(val, list) and len(val) > 12:
-                    shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val[:12])
-                    val = f"[{shown}, ...] ({len(val)} values)"
-                elif isinstance(val, list):
-                    val = "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val) + "]"
-                elif isinstance(val, float):
-                    val = f"{val:.6g}"
-                out.append(f"  {key}: {val}")
-        return "\n".join(out)
-
-    # -------------------------------------------------------- persistence
-    def to_dict(self, *, stats: bool = True) -> dict[str, Any]:
-        """JSON-ready dict: method, params, classes, score range, fitted state and,
-        with ``stats`` (and where the model has them), the mergeable statistics."""
-        self._check_fitted()
-        d = {
-            "method": self.name,
-            "params": self.get_params(),
-            "classes": list(self.classes_),
-            "score_range": [float(v) for v in self.score_range_],
-            "n_tp": [float(v) for v in self.n_tp_],
-            "n_fp": [float(v) for v in self.n_fp_],
-            "state": self._get_state(),
-        }
-        if getattr(self, "confusion_", None) is not None:  # optional: files without it still load
-            d["confusion"] = self.confusion_.to_dict()
-        if stats and getattr(self, "stats_", None) is not None:
-            d["stats"] = self.stats_.to_dict()
-            if self.fingerprints_:  # the parts behind the statistics (update warns on repeats)
-                d["fingerprints"] = list(self.fingerprints_)
-        if getattr(self, "fingerprint_", None) is not None:  # optional: files without it still load
-            d["fingerprint"] = self.fingerprint_.to_dict()
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Calibrator":
-        """Rebuild a fitted calibrator from :meth:`to_dict` output.
-
-        Raises ModelFileError for anything missing or inconsistent.
-        """
-        try:
-            params = dict(d["params"])
-            if "shrinkage" in cls._param_names():
-                # files written before shrinkage existed hold the paper's estimators (m = 0)
-                params.setdefault("shrinkage", 0)
-            obj = cls(**params)
-            obj._validate_params()
-            classes = tuple(str(c) for c in d["classes"])
-            lo, hi = (float(v) for v in d["score_range"])
-            n_tp = np.asarray(d["n_tp"], dtype=np.float64)
-            n_fp = np.asarray(d["n_fp"], dtype=np.float64)
-            if not (lo < hi) or n_tp.shape != (len(classes),) or n_fp.shape != (len(classes),):
-                raise ValueError("classes, score_range and counts are inconsistent")
-            obj.classes_ = classes
-            obj.score_range_ = (lo, hi)
-            obj.n_tp_ = n_tp
-            obj.n_fp_ = n_fp
-            conf = d.get("confusion")
-            obj.confusion_ = None if conf is None else ConfusionStats.from_dict(conf, classes)
-            obj._set_state(d["state"])
-            obj.stats_ = cls._stats_from_dict(d["stats"], classes, (lo, hi)) if d.get("stats") is not None else None
-            fp = d.get("fingerprint")
-            obj.fingerprint_ = None if fp is None else Fingerprint.from_dict(fp)
-            marks = d.get("fingerprints", [])  # files before fingerprints: none
-            if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
-                raise ValueError("fingerprints must be a list of strings")
-            obj.fingerprints_ = marks
-        except ModelFileError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ModelFileError(
-                f"model for method {cls.name!r} is malformed ({msg}); refit and save it again"
-            ) from None
-        return obj
 
     def _get_state(self) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -767,348 +452,3 @@ def finite_array(values, name: str, length: int | None = None) -> np.ndarray:
     if length is not None and arr.shape[0] != length:
         raise ValueError(f"{name} must have {length} entries, has {arr.shape[0]}")
     return arr
-
-
-class ScoreCalibrator(Calibrator):
-    """Calibrators whose confidence for class k is a function Conf_k(S) of the score.
-
-    Subclasses implement ``_fit_class(view, k) -> dict`` (JSON-ready per-class
-    state) and ``_predict_class(state, score) -> ndarray``. Classes with no
-    positives in the fitting data get ``None`` state and the uncalibrated
-    score (S - lo) / (hi - lo) as their confidence (a warning is raised at fit).
-
-    Methods that fit or predict many classes faster together override the
-    batched hooks, whose defaults go class by class through the two above:
-    ``_fit_all_classes(data) -> (states, support)`` and
-    ``_predict_rows(pred, score) -> ndarray``; ``_index_states()`` runs
-    whenever ``class_state_`` is set (fit or load), for methods that predict
-    from tables built out of the states. The batched hooks must give what the
-    per-class ones give (``kde`` fits every class in a few passes over the
-    rows and predicts all rows in one gather).
-    """
-
-    #: Whether the method takes the ``shrinkage`` parameter: it estimates
-    #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
-    shrinkable: ClassVar[bool] = False
-    #: Whether the local counts (and the reference) are piecewise constant in the score (a
-    #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
-    piecewise_counts: ClassVar[bool] = False
-    #: Choose the pseudo-count on rows merged by cell where the method gives cells
-    #: (:meth:`_count_cells`); False evaluates the loss on every row (for tests and benchmarks).
-    merge_cells: ClassVar[bool] = True
-
-    def _shrunk(self) -> bool:
-        return self.shrinkable and not (
-            not isinstance(self.shrinkage, str) and float(self.shrinkage) == 0.0
-        )
-
-    def _fit(self, data: TopLabelData) -> None:
-        self._fit_classes(data)
-        if self._shrunk():
-            self._fit_shrinkage(data)
-
-    def _fit_classes(self, data: TopLabelData) -> None:
-        """Fit every class with the paper's estimator (sets class_state_, support_)."""
-        self.class_state_, self.support_ = self._fit_all_classes(data)
-        self._index_states()
-
-    def _fit_all_classes(self, data: TopLabelData) -> tuple[list, list]:
-        """Per-class states and supports (None for classes without positives): the batched-fit hook.
-
-        The default fits class by class with :meth:`_fit_class`.
-        """
-        states = []
-        support = []
-        for k, view in enumerate(data.class_views()):
-            support.append(data.class_support(k, view))
-            states.append(None if support[-1] is None else self._fit_class(view, k))
-        return states, support
-
-    def _index_states(self) -> None:
-        """Called whenever ``class_state_`` is set (fit, load); nothing to do by default."""
-
-    def _fit_class(self, view: ClassView, k: int) -> dict:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
-
-    def _uncalibrated(self, score: np.ndarray) -> np.ndarray:
-        lo, hi = self.score_range_
-        return np.clip((score - lo) / (hi - lo), 0.0, 1.0)
-
-    def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
-        state = self.class_state_[k]
-        if self._shrunk():
-            return self._shrunk_scores(k, score)
-        if state is None:
-            return self._uncalibrated(score)
-        return self._predict_class(state, score)
-
-    # ------------------------------------------------------------ shrinkage
-    def _local_counts(self, k: int, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Local TP and positive counts (t, n) behind Conf_k at ``score`` (paper estimator).
-
-        Conf_k = t / n where n > 0. Implemented by shrinkable methods.
-        """
-        raise NotImplementedError  # pragma: no cover - abstract
-
-    def _local_counts_rows(self, pred: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_local_counts` of every row's own class (rows of classes without state: 0, 0).
-
-        One pass per class present, over rows grouped once; methods with
-        flat per-class tables override it with a single gather.
-        """
-        t = np.zeros(score.shape[0])
-        n = np.zeros(score.shape[0])
-        for k, idx in rows_by_class(pred, len(self.classes_)):
-            if self.class_state_[k] is not None:
-                t[idx], n[idx] = self._local_counts(k, score[idx])
-        return t, n
-
-    def _fit_shrinkage(self, data: TopLabelData) -> None:
-        """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
-        ref = type(self)(**{**self.get_params(), "shrinkage": 0})
-        ref._is_reference = True
-        pooled = TopLabelData(
-            ("all classes",), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
-            tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DegenerateClassWarning)
-            ref.fit(pooled)
-        keep = (data.tp + data.fp) > 0
-        if keep.all():  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
-            s, tp, fp, pred = (np.ascontiguousarray(a) for a in (data.score, data.tp, data.fp, data.pred))
-        else:
-            s, tp, fp, pred = data.score[keep], data.tp[keep], data.fp[keep], data.pred[keep]
-        self.reference_ = ref
-        self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
-        one = np.zeros(s.shape[0], dtype=np.int64)
-        s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
-        t0, n0 = ref._local_counts(0, s0)
-        rows = (t0, n0, tp0, fp0, self.reference_rate_, np.zeros(s0.shape[0], dtype=np.int64))
-        if self.piecewise_counts:
-            rows = shr.merge_equal_rows(*rows)
-        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
-        del one, s0, tp0, fp0, t0, n0, rows  # row-length arrays of the reference's loss (peak memory)
-        K = len(self.classes_)
-        s, tp, fp, pred = self._merged_rows(pred, s, tp, fp)
-        r = self._reference(s)
-        t, n = self._local_counts_rows(pred, s)
-        rows = (t, n, tp, fp, r, pred)
-        del t, n, r
-        if self.piecewise_counts:
-            rows = shr.merge_equal_rows(*rows)
-        losses = shr.loo_nll_by_group(*rows, K)
-        if self.shrinkage == "auto":
-            m = np.full(K, shr.choose_m(losses.sum(axis=0)))
-        elif self.shrinkage == "class":
-            m = np.array([shr.choose_m(losses[k]) for k in range(K)])
-        else:
-            m = np.full(K, float(self.shrinkage))
-        self.shrinkage_ = m
-        self.shrinkage_loss_ = losses
-
-    def _count_cells(self, pred: np.ndarray, score: np.ndarray):
-        """(cell of every row, number of cells) where the local counts are smooth within cells, else None.
-
-        Cells number 0 .. n_cells - 1 across all classes (a cell lies in one class). Methods
-        whose counts are smooth in the score (``kde``: linear within a cell of the class's
-        table) return them, so that choosing the pseudo-count can merge the rows of a cell
-        (:meth:`_merged_rows`).
-        """
-        return None
-
-    def _merged_rows(self, pred, score, tp, fp):
-        """The rows the pseudo-count's loss is evaluated on: (score, tp, fp, pred).
-
-        The rows themselves, or, where :meth:`_count_cells` gives cells, ``merge_cells`` is
-        on and merging divides the rows by at least ``shrinkage.CELL_MERGE_GAIN``, one TP and
-        one FP row per occupied cell at the weighted mean score
-        (:func:`shrinkage.merge_rows_by_cell`; documented tolerance in docs/shrinkage.md).
-        """
-        cells = self._count_cells(pred, score) if self.merge_cells else None
-        if cells is None or score.shape[0] < shr.CELL_MERGE_GAIN * 2:
-            return score, tp, fp, pred
-        cell, n_cells = cells
-        occupied = np.count_nonzero(np.bincount(cell, minlength=n_cells))
-        if 2 * occupied * shr.CELL_MERGE_GAIN > score.shape[0]:
-            return score, tp, fp, pred
-        cell_class = np.zeros(n_cells, dtype=np.int64)
-        cell_class[cell] = pred
-        s, t, f, c = shr.merge_rows_by_cell(cell, score, tp, fp, n_cells)
-        return s, t, f, cell_class[c]
-
-    def _shrink_terms(self, pred: np.ndarray, score: np.ndarray):
-        """(t, n, r) of every row: its class's local counts and the reference curve at its score.
-
-        The reference once for all rows, the class counts in one grouped pass; methods whose
-        lookups want the rows sorted by score override it to sort once for both.
-        """
-        r = self._reference(score)
-        t, n = self._local_counts_rows(pred, score)
-        return t, n, r
-
-    def _reference(self, score: np.ndarray) -> np.ndarray:
-        """The reference curve r(S): the pooled curve shrunk toward the overall rate."""
-        t0, n0 = self.reference_._local_counts(0, score)
-        return shr.shrink(t0, n0, self.reference_rate_, self.reference_m_)
-
-    def _shrunk_scores(self, k: int, score: np.ndarray) -> np.ndarray:
-        r = self._reference(score)
-        if self.class_state_[k] is None:
-            return r  # no data of its own: the reference curve
-        t, n = self._local_counts(k, score)
-        return shr.shrink(t, n, r, self.shrinkage_[k])
-
-    def _predict(self, data: TopLabelData) -> np.ndarray:
-        if self._shrunk():
-            t, n, r = self._shrink_terms(data.pred, data.score)
-            m = self.shrinkage_
-            # one pseudo-count for all classes ("auto", a number): the same value, without a gather per row
-            out = shr.shrink(t, n, r, m[0] if (m == m[0]).all() else m[data.pred])
-            none = [k for k, st in enumerate(self.class_state_) if st is None]
-            if none:  # no data of their own: the reference curve
-                rows = np.isin(data.pred, none)
-                out[rows] = r[rows]
-            return out
-        return self._predict_rows(data.pred, data.score)
-
-    def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
-        """Unshrunk Conf of every row's own class: the batched-predict hook.
-
-        The default goes class by class through :meth:`_predict_scores`.
-        """
-        out = np.empty(score.shape[0], dtype=np.float64)
-        for k, idx in rows_by_class(pred, len(self.classes_)):
-            out[idx] = self._predict_scores(k, score[idx])
-        return out
-
-    # ------------------------------------------------------------ intervals
-    #: Effective sample size per unit of the local count n (1 for plain counts; the
-    #: kernel methods' kernel-weighted counts count more, docs/intervals.md).
-    _count_scale: ClassVar[float] = 1.0
-
-    def _counts_stored(self) -> bool:
-        """Whether the fitted state holds the local counts the intervals need (old files may not)."""
-        return True
-
-    def _interval_bias(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
-        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0: none;
-        the histogram's binning and the kernel's smoothing bias); the interval is widened for it."""
-        return 0.0
-
-    def _curve_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
-        """The fitted confidence (shrunk where the model is) of each row's class at ``score``."""
-        return self._predict(TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_)))
-
-    def _interval(self, data: TopLabelData, level: float):
-        """Beta posterior of the local counts (module :mod:`topcal.calibrators.intervals`)."""
-        if not self.shrinkable:
-            raise ParameterError(f"method {self.name!r} has no confidence interval")
-        if not self._counts_stored():
-            raise self._no_interval_stats("local counts")
-        pred, score = data.pred, data.score
-        conf = self._predict(data)
-        none = np.array([st is None for st in self.class_state_], dtype=bool)[pred]
-        if self._shrunk():
-            t, n = self._local_counts_rows(pred, score)
-            t0, n0 = self.reference_._local_counts(0, score)
-            m = self.shrinkage_[pred]
-            if none.any():  # no data of their own: the reference curve alone
-                t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
-            lo, hi = intervals.shrunk_interval(t, n, m, t0, n0, self.reference_m_, self.reference_rate_,
-                                               float(np.sum(self.n_tp_) + np.sum(self.n_fp_)), level,
-                                               scale=self._count_scale)
-        else:
-            t, n = self._local_counts_rows(pred, score)
-            lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
-            lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
-        bias = self._interval_bias(pred, score)
-        if np.any(bias):
-            lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
-        return intervals.include_point(lo, hi, conf)
-
-    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
-        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).
-
-        Parameters
-        ----------
-        k : int or str
-            Class index or name.
-        score : array-like, optional
-            Scores (declared scale) to evaluate at.
-        n_points : int, default 401
-            Grid size when ``score`` is not given.
-        """
-        self._check_fitted()
-        i = self._class_index(k)
-        lo, hi = self.score_range_
-        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
-        return Curve(self.classes_[i], s, self._predict_scores(i, s), self.support_[i])
-
-    # per-class state persistence: shared by every score calibrator
-    def _get_state(self) -> dict:
-        out = {
-            "class_state": [None if s is None else self._dump_class_state(s) for s in self.class_state_],
-            "support": [None if s is None else list(s) for s in self.support_],
-        }
-        if self._shrunk():
-            out["shrinkage"] = {
-                "m": [float(v) for v in self.shrinkage_],
-                "reference": self.reference_.to_dict(stats=False),
-                "reference_m": float(self.reference_m_),
-                "reference_rate": float(self.reference_rate_),
-            }
-        return out
-
-    def _set_state(self, state: dict) -> None:
-        cs = state["class_state"]
-        sup = state["support"]
-        if len(cs) != len(self.classes_) or len(sup) != len(self.classes_):
-            raise ValueError("per-class state has the wrong number of classes")
-        self.class_state_ = [None if s is None else self._load_class_state(s) for s in cs]
-        self.support_ = [None if s is None else tuple(float(v) for v in s) for s in sup]
-        self._index_states()
-        if self._shrunk():
-            sh = state["shrinkage"]
-            m = finite_array(sh["m"], "shrinkage m", len(self.classes_))
-            (m0, r0) = finite_array([sh["reference_m"], sh["reference_rate"]], "reference m/rate")
-            if np.any(m <= 0) or not m0 > 0 or not 0 < r0 < 1:
-                raise ValueError("shrinkage needs pseudo-counts > 0 and a reference rate in (0, 1)")
-            ref = type(self).from_dict(sh["reference"])
-            if ref._shrunk() or len(ref.classes_) != 1:
-                raise ValueError("the shrinkage reference must be one unshrunk pooled curve")
-            self.shrinkage_, self.reference_m_, self.reference_rate_, self.reference_ = m, float(m0), float(r0), ref
-
-    def _dump_class_state(self, state: dict) -> dict:
-        """One class's state as JSON (the inverse of :meth:`_load_class_state`)."""
-        return to_jsonable(state)
-
-    def _load_class_state(self, state: dict) -> dict:
-        """Validate one class's saved state (raise ValueError if malformed)."""
-        return state
-
-    def _describe_classes(self) -> list[dict]:
-        out = []
-        for st, sup in zip(self.class_state_, self.support_):
-            if st is None:
-                out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
-            else:
-                out.append({**to_jsonable(st), "support": list(sup)})
-        return out
-
-    def describe(self) -> dict[str, Any]:
-        """Fitted parameters; with shrinkage also the pseudo-counts and the reference."""
-        d = super().describe()
-        if self._shrunk():
-            d["shrinkage"] = {
-                "rule": self.shrinkage if isinstance(self.shrinkage, str) else "fixed",
-                "reference": "same method on all classes pooled, shrunk toward the overall rate",
-                "reference_rate": self.reference_rate_,
-                "reference_pseudo_count": self.reference_m_,
-            }
-            for i, c in enumerate(self.classes_):
-                d["classes"][c]["pseudo_count"] = float(self.shrinkage_[i])
-        return d

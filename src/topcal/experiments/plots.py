@@ -138,7 +138,7 @@ def curves_figure(test1, models: dict, *, title: str | None = None):
 def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     """Write the experiment's PNGs into ``out``; return {kind: path}."""
     from ..calibrators import get_class, paper_calibrator
-    from ..calibrators.base import ScoreCalibrator
+    from ..calibrators import ScoreCalibrator
     from ..errors import DegenerateClassWarning, TopcalError
     from ..evaluate import fit_quietly
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...data import ClassView
-from ..base import ScoreCalibrator, finite_array
+from ..base import finite_array
+from ..score import ScoreCalibrator
 from ..registry import register
 from .. import intervals
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from ...data import ClassView
 from ..._numeric import SortedTables, binary_nll
-from ..base import ScoreCalibrator, finite_array
+from ..base import finite_array
+from ..score import ScoreCalibrator
 from ..registry import register
 from .. import shrinkage as shr
 from ..shrinkage import ShrinkageConstraint

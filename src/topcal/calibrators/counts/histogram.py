@@ -13,7 +13,8 @@ import numpy as np
 from ..._numeric import bin_index, weighted_quantile_edges
 from ..._params import MAX_BINS, Interval, Options
 from ...data import ClassView
-from ..base import ScoreCalibrator, finite_array
+from ..base import finite_array
+from ..score import ScoreCalibrator
 from ..registry import register
 from ..shrinkage import ShrinkageConstraint
 

@@ -38,7 +38,8 @@ from ...errors import DataError, DegenerateClassWarning, ParameterError
 from . import _engine as eng
 from . import _rules as rules
 from ._tables import interp_tables, table_cells
-from ..base import ScoreCalibrator, finite_array, to_jsonable
+from ..base import finite_array, to_jsonable
+from ..score import ScoreCalibrator
 from ..shrinkage import ShrinkageConstraint
 
 __all__ = [

@@ -1,0 +1,367 @@
+"""The contract of the per-class score methods: ``ScoreCalibrator``, Conf_k(S) a function of the top score.
+
+The count and kde families subclass it (``_fit_class`` / ``_predict_class``, or the
+batched hooks); shrinkage toward the pooled curve (:mod:`.shrinkage`) and the
+Beta-posterior intervals of the local counts (:mod:`.intervals`) are done here
+once for all of them. :class:`~.base.Calibrator` is the contract of every method.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..data import ClassView, TopLabelData, rows_by_class
+from ..errors import DegenerateClassWarning, ParameterError
+from . import intervals
+from . import shrinkage as shr
+from .base import Calibrator, Curve, finite_array, to_jsonable
+
+__all__ = ["ScoreCalibrator"]
+
+
+class ScoreCalibrator(Calibrator):
+    """Calibrators whose confidence for class k is a function Conf_k(S) of the score.
+
+    Subclasses implement ``_fit_class(view, k) -> dict`` (JSON-ready per-class
+    state) and ``_predict_class(state, score) -> ndarray``. Classes with no
+    positives in the fitting data get ``None`` state and the uncalibrated
+    score (S - lo) / (hi - lo) as their confidence (a warning is raised at fit).
+
+    Methods that fit or predict many classes faster together override the
+    batched hooks, whose defaults go class by class through the two above:
+    ``_fit_all_classes(data) -> (states, support)`` and
+    ``_predict_rows(pred, score) -> ndarray``; ``_index_states()`` runs
+    whenever ``class_state_`` is set (fit or load), for methods that predict
+    from tables built out of the states. The batched hooks must give what the
+    per-class ones give (``kde`` fits every class in a few passes over the
+    rows and predicts all rows in one gather).
+    """
+
+    #: Whether the method takes the ``shrinkage`` parameter: it estimates
+    #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
+    shrinkable: ClassVar[bool] = False
+    #: Whether the local counts (and the reference) are piecewise constant in the score (a
+    #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
+    piecewise_counts: ClassVar[bool] = False
+    #: Choose the pseudo-count on rows merged by cell where the method gives cells
+    #: (:meth:`_count_cells`); False evaluates the loss on every row (for tests and benchmarks).
+    merge_cells: ClassVar[bool] = True
+
+    def _shrunk(self) -> bool:
+        return self.shrinkable and not (
+            not isinstance(self.shrinkage, str) and float(self.shrinkage) == 0.0
+        )
+
+    def _fit(self, data: TopLabelData) -> None:
+        self._fit_classes(data)
+        if self._shrunk():
+            self._fit_shrinkage(data)
+
+    def _fit_classes(self, data: TopLabelData) -> None:
+        """Fit every class with the paper's estimator (sets class_state_, support_)."""
+        self.class_state_, self.support_ = self._fit_all_classes(data)
+        self._index_states()
+
+    def _fit_all_classes(self, data: TopLabelData) -> tuple[list, list]:
+        """Per-class states and supports (None for classes without positives): the batched-fit hook.
+
+        The default fits class by class with :meth:`_fit_class`.
+        """
+        states = []
+        support = []
+        for k, view in enumerate(data.class_views()):
+            support.append(data.class_support(k, view))
+            states.append(None if support[-1] is None else self._fit_class(view, k))
+        return states, support
+
+    def _index_states(self) -> None:
+        """Called whenever ``class_state_`` is set (fit, load); nothing to do by default."""
+
+    def _fit_class(self, view: ClassView, k: int) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def _uncalibrated(self, score: np.ndarray) -> np.ndarray:
+        lo, hi = self.score_range_
+        return np.clip((score - lo) / (hi - lo), 0.0, 1.0)
+
+    def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
+        state = self.class_state_[k]
+        if self._shrunk():
+            return self._shrunk_scores(k, score)
+        if state is None:
+            return self._uncalibrated(score)
+        return self._predict_class(state, score)
+
+    # ------------------------------------------------------------ shrinkage
+    def _local_counts(self, k: int, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Local TP and positive counts (t, n) behind Conf_k at ``score`` (paper estimator).
+
+        Conf_k = t / n where n > 0. Implemented by shrinkable methods.
+        """
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _local_counts_rows(self, pred: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_local_counts` of every row's own class (rows of classes without state: 0, 0).
+
+        One pass per class present, over rows grouped once; methods with
+        flat per-class tables override it with a single gather.
+        """
+        t = np.zeros(score.shape[0])
+        n = np.zeros(score.shape[0])
+        for k, idx in rows_by_class(pred, len(self.classes_)):
+            if self.class_state_[k] is not None:
+                t[idx], n[idx] = self._local_counts(k, score[idx])
+        return t, n
+
+    def _fit_shrinkage(self, data: TopLabelData) -> None:
+        """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
+        ref = type(self)(**{**self.get_params(), "shrinkage": 0})
+        ref._is_reference = True
+        pooled = TopLabelData(
+            ("all classes",), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
+            tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            ref.fit(pooled)
+        keep = (data.tp + data.fp) > 0
+        if keep.all():  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
+            s, tp, fp, pred = (np.ascontiguousarray(a) for a in (data.score, data.tp, data.fp, data.pred))
+        else:
+            s, tp, fp, pred = data.score[keep], data.tp[keep], data.fp[keep], data.pred[keep]
+        self.reference_ = ref
+        self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
+        one = np.zeros(s.shape[0], dtype=np.int64)
+        s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
+        t0, n0 = ref._local_counts(0, s0)
+        rows = (t0, n0, tp0, fp0, self.reference_rate_, np.zeros(s0.shape[0], dtype=np.int64))
+        if self.piecewise_counts:
+            rows = shr.merge_equal_rows(*rows)
+        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
+        del one, s0, tp0, fp0, t0, n0, rows  # row-length arrays of the reference's loss (peak memory)
+        K = len(self.classes_)
+        s, tp, fp, pred = self._merged_rows(pred, s, tp, fp)
+        r = self._reference(s)
+        t, n = self._local_counts_rows(pred, s)
+        rows = (t, n, tp, fp, r, pred)
+        del t, n, r
+        if self.piecewise_counts:
+            rows = shr.merge_equal_rows(*rows)
+        losses = shr.loo_nll_by_group(*rows, K)
+        if self.shrinkage == "auto":
+            m = np.full(K, shr.choose_m(losses.sum(axis=0)))
+        elif self.shrinkage == "class":
+            m = np.array([shr.choose_m(losses[k]) for k in range(K)])
+        else:
+            m = np.full(K, float(self.shrinkage))
+        self.shrinkage_ = m
+        self.shrinkage_loss_ = losses
+
+    def _count_cells(self, pred: np.ndarray, score: np.ndarray):
+        """(cell of every row, number of cells) where the local counts are smooth within cells, else None.
+
+        Cells number 0 .. n_cells - 1 across all classes (a cell lies in one class). Methods
+        whose counts are smooth in the score (``kde``: linear within a cell of the class's
+        table) return them, so that choosing the pseudo-count can merge the rows of a cell
+        (:meth:`_merged_rows`).
+        """
+        return None
+
+    def _merged_rows(self, pred, score, tp, fp):
+        """The rows the pseudo-count's loss is evaluated on: (score, tp, fp, pred).
+
+        The rows themselves, or, where :meth:`_count_cells` gives cells, ``merge_cells`` is
+        on and merging divides the rows by at least ``shrinkage.CELL_MERGE_GAIN``, one TP and
+        one FP row per occupied cell at the weighted mean score
+        (:func:`shrinkage.merge_rows_by_cell`; documented tolerance in docs/shrinkage.md).
+        """
+        cells = self._count_cells(pred, score) if self.merge_cells else None
+        if cells is None or score.shape[0] < shr.CELL_MERGE_GAIN * 2:
+            return score, tp, fp, pred
+        cell, n_cells = cells
+        occupied = np.count_nonzero(np.bincount(cell, minlength=n_cells))
+        if 2 * occupied * shr.CELL_MERGE_GAIN > score.shape[0]:
+            return score, tp, fp, pred
+        cell_class = np.zeros(n_cells, dtype=np.int64)
+        cell_class[cell] = pred
+        s, t, f, c = shr.merge_rows_by_cell(cell, score, tp, fp, n_cells)
+        return s, t, f, cell_class[c]
+
+    def _shrink_terms(self, pred: np.ndarray, score: np.ndarray):
+        """(t, n, r) of every row: its class's local counts and the reference curve at its score.
+
+        The reference once for all rows, the class counts in one grouped pass; methods whose
+        lookups want the rows sorted by score override it to sort once for both.
+        """
+        r = self._reference(score)
+        t, n = self._local_counts_rows(pred, score)
+        return t, n, r
+
+    def _reference(self, score: np.ndarray) -> np.ndarray:
+        """The reference curve r(S): the pooled curve shrunk toward the overall rate."""
+        t0, n0 = self.reference_._local_counts(0, score)
+        return shr.shrink(t0, n0, self.reference_rate_, self.reference_m_)
+
+    def _shrunk_scores(self, k: int, score: np.ndarray) -> np.ndarray:
+        r = self._reference(score)
+        if self.class_state_[k] is None:
+            return r  # no data of its own: the reference curve
+        t, n = self._local_counts(k, score)
+        return shr.shrink(t, n, r, self.shrinkage_[k])
+
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        if self._shrunk():
+            t, n, r = self._shrink_terms(data.pred, data.score)
+            m = self.shrinkage_
+            # one pseudo-count for all classes ("auto", a number): the same value, without a gather per row
+            out = shr.shrink(t, n, r, m[0] if (m == m[0]).all() else m[data.pred])
+            none = [k for k, st in enumerate(self.class_state_) if st is None]
+            if none:  # no data of their own: the reference curve
+                rows = np.isin(data.pred, none)
+                out[rows] = r[rows]
+            return out
+        return self._predict_rows(data.pred, data.score)
+
+    def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """Unshrunk Conf of every row's own class: the batched-predict hook.
+
+        The default goes class by class through :meth:`_predict_scores`.
+        """
+        out = np.empty(score.shape[0], dtype=np.float64)
+        for k, idx in rows_by_class(pred, len(self.classes_)):
+            out[idx] = self._predict_scores(k, score[idx])
+        return out
+
+    # ------------------------------------------------------------ intervals
+    #: Effective sample size per unit of the local count n (1 for plain counts; the
+    #: kernel methods' kernel-weighted counts count more, docs/intervals.md).
+    _count_scale: ClassVar[float] = 1.0
+
+    def _counts_stored(self) -> bool:
+        """Whether the fitted state holds the local counts the intervals need (old files may not)."""
+        return True
+
+    def _interval_bias(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
+        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0: none;
+        the histogram's binning and the kernel's smoothing bias); the interval is widened for it."""
+        return 0.0
+
+    def _curve_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """The fitted confidence (shrunk where the model is) of each row's class at ``score``."""
+        return self._predict(TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_)))
+
+    def _interval(self, data: TopLabelData, level: float):
+        """Beta posterior of the local counts (module :mod:`topcal.calibrators.intervals`)."""
+        if not self.shrinkable:
+            raise ParameterError(f"method {self.name!r} has no confidence interval")
+        if not self._counts_stored():
+            raise self._no_interval_stats("local counts")
+        pred, score = data.pred, data.score
+        conf = self._predict(data)
+        none = np.array([st is None for st in self.class_state_], dtype=bool)[pred]
+        if self._shrunk():
+            t, n = self._local_counts_rows(pred, score)
+            t0, n0 = self.reference_._local_counts(0, score)
+            m = self.shrinkage_[pred]
+            if none.any():  # no data of their own: the reference curve alone
+                t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
+            lo, hi = intervals.shrunk_interval(t, n, m, t0, n0, self.reference_m_, self.reference_rate_,
+                                               float(np.sum(self.n_tp_) + np.sum(self.n_fp_)), level,
+                                               scale=self._count_scale)
+        else:
+            t, n = self._local_counts_rows(pred, score)
+            lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
+            lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
+        bias = self._interval_bias(pred, score)
+        if np.any(bias):
+            lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
+        return intervals.include_point(lo, hi, conf)
+
+    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
+        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).
+
+        Parameters
+        ----------
+        k : int or str
+            Class index or name.
+        score : array-like, optional
+            Scores (declared scale) to evaluate at.
+        n_points : int, default 401
+            Grid size when ``score`` is not given.
+        """
+        self._check_fitted()
+        i = self._class_index(k)
+        lo, hi = self.score_range_
+        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        return Curve(self.classes_[i], s, self._predict_scores(i, s), self.support_[i])
+
+    # per-class state persistence: shared by every score calibrator
+    def _get_state(self) -> dict:
+        out = {
+            "class_state": [None if s is None else self._dump_class_state(s) for s in self.class_state_],
+            "support": [None if s is None else list(s) for s in self.support_],
+        }
+        if self._shrunk():
+            out["shrinkage"] = {
+                "m": [float(v) for v in self.shrinkage_],
+                "reference": self.reference_.to_dict(stats=False),
+                "reference_m": float(self.reference_m_),
+                "reference_rate": float(self.reference_rate_),
+            }
+        return out
+
+    def _set_state(self, state: dict) -> None:
+        cs = state["class_state"]
+        sup = state["support"]
+        if len(cs) != len(self.classes_) or len(sup) != len(self.classes_):
+            raise ValueError("per-class state has the wrong number of classes")
+        self.class_state_ = [None if s is None else self._load_class_state(s) for s in cs]
+        self.support_ = [None if s is None else tuple(float(v) for v in s) for s in sup]
+        self._index_states()
+        if self._shrunk():
+            sh = state["shrinkage"]
+            m = finite_array(sh["m"], "shrinkage m", len(self.classes_))
+            (m0, r0) = finite_array([sh["reference_m"], sh["reference_rate"]], "reference m/rate")
+            if np.any(m <= 0) or not m0 > 0 or not 0 < r0 < 1:
+                raise ValueError("shrinkage needs pseudo-counts > 0 and a reference rate in (0, 1)")
+            ref = type(self).from_dict(sh["reference"])
+            if ref._shrunk() or len(ref.classes_) != 1:
+                raise ValueError("the shrinkage reference must be one unshrunk pooled curve")
+            self.shrinkage_, self.reference_m_, self.reference_rate_, self.reference_ = m, float(m0), float(r0), ref
+
+    def _dump_class_state(self, state: dict) -> dict:
+        """One class's state as JSON (the inverse of :meth:`_load_class_state`)."""
+        return to_jsonable(state)
+
+    def _load_class_state(self, state: dict) -> dict:
+        """Validate one class's saved state (raise ValueError if malformed)."""
+        return state
+
+    def _describe_classes(self) -> list[dict]:
+        out = []
+        for st, sup in zip(self.class_state_, self.support_):
+            if st is None:
+                out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
+            else:
+                out.append({**to_jsonable(st), "support": list(sup)})
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Fitted parameters; with shrinkage also the pseudo-counts and the reference."""
+        d = super().describe()
+        if self._shrunk():
+            d["shrinkage"] = {
+                "rule": self.shrinkage if isinstance(self.shrinkage, str) else "fixed",
+                "reference": "same method on all classes pooled, shrunk toward the overall rate",
+                "reference_rate": self.reference_rate_,
+                "reference_pseudo_count": self.reference_m_,
+            }
+            for i, c in enumerate(self.classes_):
+                d["classes"][c]["pseudo_count"] = float(self.shrinkage_[i])
+        return d

@@ -24,7 +24,7 @@ from .errors import TopcalError
 from .evidence import Evidence
 from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, iter_data, layout_columns, read_data, read_frame,
                  read_stats, read_table, scan_layout)
-from .stats import DEFAULT_CELLS, ScoreStats
+from .stats import DEFAULT_CELLS
 
 __all__ = ["apply_file", "calibrate", "check_new_columns", "INTERVAL_COLUMNS", "fit_file", "update_file",
            "model_read_options", "with_confidence", "predicted_codes", "confidence_column", "score_role"]

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..._params import NoneOr, Options
 from ...data import TopLabelData, preview, rows_by_class
-from ...errors import DataError, DegenerateClassWarning, ParameterError
+from ...errors import DegenerateClassWarning, ParameterError
 from . import _engine as eng
 from . import _rules as rules
 from ._tables import interp_tables, table_cells

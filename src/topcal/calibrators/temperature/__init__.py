@@ -7,7 +7,7 @@ docs/temperature.md explains them.
 """
 
 from ._core import BINARY_SCORE_FLOOR
-from .calibrator import (
+from .methods import (
     BinaryTemperatureScaling,
     BinaryTemperatureScalingWithAwards,
     ClassTemperatureScaling,

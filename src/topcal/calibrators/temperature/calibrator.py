@@ -8,28 +8,12 @@ eq. 15, Brier, with ``loss="brier"``)::
 
     Loss_NLL = - sum_TP log yhat_k - sum_FP log(1 - yhat_k)
 
-Full-vector methods (need Y(X), probabilities or logits)::
-
-    sts     yhat = softmax(log y / T)                       1 parameter
-    csts    yhat = softmax(log y / T_k)                     K parameters, one fit per class
-    tswa    yhat = softmax((log y + A_k e_k) / T)           K + 1 parameters, one joint fit
-    cstswa  yhat = softmax((log y + A_k e_k) / T_k)         2K parameters, one fit per class
-
-Binary variants (top score only, e.g. the PhANNs counts), on the normalised
-score s = (S - lo) / (hi - lo)::
-
-    bts     yhat = s^(1/T_k) / (s^(1/T_k) + (1 - s)^(1/T_k))      = sigmoid(logit(s) / T_k)
-    btswa   yhat = sigmoid((logit(s) + A_k) / T_k)
-
-Logits are used directly (softmax is shift invariant, so logits and their
-log-softmax give the same fit); probabilities are logged with exact zeros
-floored at :data:`topcal.data.LOG_PROB_FLOOR`. The optimiser is a bounded
-projected Newton method in (log T, A / T) with analytic gradient and Hessian
-(:mod:`topcal.calibrators.temperature._core`); T is confined to [1e-3, 1e3] and A / T
-to [-1e6, 1e6].
-
-Size: six methods sharing one objective and solver (:mod:`topcal.calibrators.temperature._core`); they differ
-only in which parameters are free, so they live together.
+The definitions (sts, csts, tswa, cstswa; bts, btswa on the normalised top
+score), the loss, the bounded Newton optimiser in (log T, A / T) and the
+degenerate cases are in docs/temperature.md. The six registered methods are in
+``methods.py``; what they share is :class:`TemperatureBase` here (fit, update
+from loss tables, persistence, describe), its intervals are
+``_intervals.py``, the objective and solver ``_core.py`` / ``_solver.py``.
 """
 
 from __future__ import annotations
@@ -40,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from ..._params import MAX_ITER, Boolean, Interval, Options
+from ..._params import MAX_ITER, Interval, Options
 from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, preview, rows_by_class
 from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._core import (
@@ -60,54 +44,12 @@ from ._core import (
 )
 from ._tables import NODES, LossTables
 from ..base import Calibrator, Curve, finite_array, to_jsonable
-from ..registry import register
-from .. import intervals
+from ._intervals import TemperatureIntervals
+from ._rows import LOG_T, binary_logit, split_rows
 
-__all__ = [
-    "SharedTemperatureScaling",
-    "ClassTemperatureScaling",
-    "TemperatureScalingWithAwards",
-    "ClassTemperatureScalingWithAwards",
-    "BinaryTemperatureScaling",
-    "BinaryTemperatureScalingWithAwards",
-]
+__all__ = ["TemperatureBase"]
 
-_LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
-
-
-def _inverse_pd(h: np.ndarray):
-    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky fails)."""
-    if h.size == 0 or not np.all(np.isfinite(h)):
-        return None
-    try:
-        c = np.linalg.cholesky(h)
-    except np.linalg.LinAlgError:
-        return None
-    ci = np.linalg.inv(c)
-    return ci.T @ ci
-
-
-def _split(data: TopLabelData, idx=None):
-    """Top margins d and shifted other entries O (see :func:`split_top`) of rows ``idx``.
-
-    Logits are used as given (softmax is shift invariant, so they fit exactly
-    like their log-softmax); probabilities are logged on the fly with exact
-    zeros floored at :data:`~topcal.data.LOG_PROB_FLOOR`.
-    """
-    full = data.full if idx is None else data.full[idx]
-    pred = data.pred if idx is None else data.pred[idx]
-    if data.full_kind == "logits":
-        return split_top(full, pred)
-    return split_top(full, pred, log_floor=LOG_PROB_FLOOR)
-
-
-def _binary_logit(data: TopLabelData) -> np.ndarray:
-    """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first."""
-    s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
-    return np.log(s) - np.log1p(-s)
-
-
-class _TemperatureBase(Calibrator):
+class TemperatureBase(TemperatureIntervals, Calibrator):
     """Shared machinery of the temperature methods.
 
     Fitted attributes
@@ -183,9 +125,9 @@ class _TemperatureBase(Calibrator):
         if self._objective_kind() == "multinomial":
             obj = MultinomialObjective(self._log_scores(data), data.labels, tp + fp)
             try:
-                res = bounded_newton(obj, [0.0], [_LOG_T[0]], [_LOG_T[1]], max_iter=self.max_iter, what=self.name)
+                res = bounded_newton(obj, [0.0], [LOG_T[0]], [LOG_T[1]], max_iter=self.max_iter, what=self.name)
             except ConvergenceError as exc:
-                res = self._fallback(obj, np.zeros(1), np.array([_LOG_T[0]]), np.array([_LOG_T[1]]), None,
+                res = self._fallback(obj, np.zeros(1), np.array([LOG_T[0]]), np.array([LOG_T[1]]), None,
                                      self.name, exc)
             temps[fitted] = np.exp(res.x[0])
             loss, n_iter, m = res.fun, res.n_iter, None
@@ -227,7 +169,7 @@ class _TemperatureBase(Calibrator):
 
     def _fit_shared(self, data, fitted, only_tp, only_fp):
         k = data.n_classes
-        d, others = _split(data)
+        d, others = split_rows(data)
         n_aw = k if self._has_award else 0
 
         def make(loss):
@@ -235,8 +177,8 @@ class _TemperatureBase(Calibrator):
                                      groups=data.pred if n_aw else None)
 
         x0 = np.zeros(1 + n_aw)
-        lo = np.array([_LOG_T[0]] + [-OFFSET_MAX] * n_aw)
-        hi = np.array([_LOG_T[1]] + [OFFSET_MAX] * n_aw)
+        lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
+        hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         fixed = np.zeros(1 + n_aw, bool)
         if n_aw:
             # Awards of classes never predicted have no data (held at 0); a
@@ -258,13 +200,13 @@ class _TemperatureBase(Calibrator):
         loss = 0.0
         n_iter = 0
         m = np.zeros(data.n_rows)
-        z = _binary_logit(data) if self._binary else None
+        z = binary_logit(data) if self._binary else None
         n_aw = 1 if self._has_award else 0
-        lo = np.array([_LOG_T[0]] + [-OFFSET_MAX] * n_aw)
-        hi = np.array([_LOG_T[1]] + [OFFSET_MAX] * n_aw)
+        lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
+        hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         for c in np.flatnonzero(fitted):
             idx = np.flatnonzero(data.pred == c)
-            d, others = (z[idx], None) if self._binary else _split(data, idx)
+            d, others = (z[idx], None) if self._binary else split_rows(data, idx)
 
             def make(loss, d=d, others=others, idx=idx):
                 return TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw)
@@ -417,7 +359,7 @@ class _TemperatureBase(Calibrator):
         tables = {name: np.zeros((k, len(NODES), 3)) for name in names}
         top = [name for name in names if name != "multinomial"]
         for c, idx in rows_by_class(data.pred, k):  # one sort, not a pass per class
-            d, others = _split(data, idx)
+            d, others = split_rows(data, idx)
             for name, t in tabulate_losses(d, others, data.tp[idx], data.fp[idx], NODES, top).items():
                 tables[name][c] = t
             if "multinomial" in names:
@@ -447,7 +389,7 @@ class _TemperatureBase(Calibrator):
         fitted, only_tp, only_fp = self._class_flags()
         k = len(self.classes_)
         theta = np.zeros(k)
-        lo, hi = np.array([_LOG_T[0]]), np.array([_LOG_T[1]])
+        lo, hi = np.array([LOG_T[0]]), np.array([LOG_T[1]])
         loss = 0.0
         n_iter = 0
         if self._objective_kind() == "multinomial":
@@ -489,96 +431,6 @@ class _TemperatureBase(Calibrator):
             groups = [([c], stats.objective(name, [c]), np.array([theta[c]])) for c in np.flatnonzero(fitted)]
         self.param_cov_ = self._covariances(groups)
 
-    # ----------------------------------------------------------- intervals
-    def _covariance_from_data(self, data: TopLabelData, fitted) -> np.ndarray:
-        """Covariance of each class's (log T, A / T) at the fit: the inverse NLL Hessian (observed information).
-
-        One NLL objective per fitted parameter block, evaluated once at the fitted
-        parameters (a loss ``"brier"`` fit uses the NLL's information too: an
-        approximation, docs/intervals.md).
-        """
-        theta = np.log(self.temperature_)
-        b = self.awards_ / self.temperature_
-        n_aw = 1 if self._has_award else 0
-        groups = []
-        if self._objective_kind() == "multinomial":
-            if fitted.any():
-                obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
-                groups.append((np.flatnonzero(fitted), obj, np.array([theta[fitted][0]])))
-        elif self._shared:
-            if fitted.any():
-                d, others = _split(data)
-                k = data.n_classes
-                obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
-                                        groups=data.pred if n_aw else None)
-                x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
-                groups.append((np.flatnonzero(fitted), obj, x))
-        else:
-            z = _binary_logit(data) if self._binary else None
-            for c, idx in rows_by_class(data.pred, data.n_classes):
-                if not fitted[c]:
-                    continue
-                d, others = (z[idx], None) if self._binary else _split(data, idx)
-                obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
-                groups.append(([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else []))))
-        return self._covariances(groups)
-
-    def _covariances(self, groups) -> np.ndarray:
-        """(K, 2, 2) covariances of (log T, A / T) per class from (classes, objective, x) blocks.
-
-        NaN where the information is not positive definite (a class with only TP or
-        only FP, parameters at a bound): those classes get the Jeffreys interval of
-        their accuracy instead (:meth:`_interval`).
-        """
-        k = len(self.classes_)
-        cov = np.full((k, 2, 2), np.nan)
-        fixed_b = (self.n_tp_ == 0) | (self.n_fp_ == 0)
-        for classes, obj, x in groups:
-            _, h = obj.grad_hess(x)
-            h = np.atleast_2d(h)
-            if self._shared and self._has_award:  # x = (log T, b_0 .. b_K-1): held offsets are not free
-                free = np.concatenate([[True], ~fixed_b & (np.asarray(self.fitted_classes_, bool))])
-            else:
-                free = np.ones(h.shape[0], dtype=bool)
-            inv = _inverse_pd(h[np.ix_(free, free)])
-            full = np.full(h.shape, np.nan)
-            if inv is not None:
-                full[np.ix_(free, free)] = inv
-            for c in classes:
-                if fixed_b[c] and (self._has_award or not self._shared):  # its parameters sit at a bound
-                    continue
-                j = (1 + int(c)) if (self._shared and self._has_award) else 1
-                cov[c, 0, 0] = full[0, 0]
-                if self._has_award:
-                    cov[c, 0, 1] = cov[c, 1, 0] = full[0, j]
-                    cov[c, 1, 1] = full[j, j]
-                else:
-                    cov[c, 0, 1] = cov[c, 1, 0] = cov[c, 1, 1] = 0.0
-        return cov
-
-    def _interval(self, data: TopLabelData, level: float):
-        """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g = dm / d log T."""
-        cov = getattr(self, "param_cov_", None)
-        if cov is None:
-            raise self._no_interval_stats("parameter covariance")
-        m = self._margin(data)
-        h = 1e-4  # central difference in log T at fixed A / T (dm / d log T is smooth; error O(h^2))
-        up = self._margin(data, self.temperature_ * np.exp(h), self.awards_ * np.exp(h))
-        down = self._margin(data, self.temperature_ * np.exp(-h), self.awards_ * np.exp(-h))
-        g = (up - down) / (2 * h)
-        c = cov[data.pred]
-        var = g * g * c[:, 0, 0] + 2 * g * c[:, 0, 1] + c[:, 1, 1]
-        lo, hi = intervals.margin_interval(m, np.sqrt(np.maximum(var, 0.0)), level)
-        bad = ~np.isfinite(var)
-        if bad.any():  # no information (one-sided class) or never predicted
-            t, f = self.n_tp_[data.pred[bad]], self.n_fp_[data.pred[bad]]
-            jl, jh = intervals.count_interval(t, t + f, level)
-            conf = expit(m[bad])
-            never = (t + f) == 0  # the uncalibrated score: nothing estimated
-            lo[bad], hi[bad] = np.where(never, conf, jl), np.where(never, conf, jh)
-        return intervals.include_point(lo, hi, expit(m))
-
-    # -------------------------------------------------------------- predict
     def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
         """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given ones)."""
         pred = data.pred
@@ -586,11 +438,11 @@ class _TemperatureBase(Calibrator):
         beta = 1.0 / temps
         award = (self.awards_ if awards is None else awards)[pred]
         if self._binary:
-            return (_binary_logit(data) + award) * beta
+            return (binary_logit(data) + award) * beta
         if np.all(temps == temps[0]):
             beta = float(beta[0])  # one scalar multiply: no (K - 1, n) broadcast of beta
         if data.full.shape[1] < 2:
-            d, others = _split(data)
+            d, others = split_rows(data)
             return top_label_margin(d, others, beta, award)
         # straight from the score matrix, block by block: no others matrix, no softmax
         floor = None if data.full_kind == "logits" else LOG_PROB_FLOOR
@@ -723,159 +575,3 @@ class _TemperatureBase(Calibrator):
             if not isinstance(sup, list) or len(sup) != k:
                 raise ValueError(f"support must be a list of {k} entries")
             self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
-
-
-@register
-class SharedTemperatureScaling(_TemperatureBase):
-    """STS: one temperature for all samples, yhat = softmax(log y / T) (paper section 9; Guo et al. 2017).
-
-    Parameters
-    ----------
-    loss : {"nll", "brier"}, default "nll"
-        Top-label binary loss minimised (paper eqs. 14, 15).
-    objective : {"top-label", "multinomial"}, default "top-label"
-        "top-label": the loss on yhat_{k(X)} only (the paper's choice).
-        "multinomial": Guo et al.'s full multinomial NLL
-        -sum log yhat_{y(X)} over all samples, as scikit-learn and netcal fit
-        it (for comparison; needs ``loss="nll"``).
-    max_iter : int, default 100
-        Newton iterations allowed before :class:`~topcal.errors.ConvergenceError`.
-    keep_stats : bool, default False
-        True: also keep the loss tables (``stats_``) that let :meth:`update`
-        refit on added data without the old (31-46 KB of JSON per class;
-        computing them costs 20-100 fits, ``docs/scale.md``). False: a fit
-        alone, not updatable (opt-in because of that cost).
-    """
-
-    name = "sts"
-    summary = "shared temperature scaling, softmax(log y / T), 1 parameter (paper section 9)"
-    needs_full = True
-    _shared = True
-    _updatable = True
-    _parameter_constraints = {
-        **_TemperatureBase._parameter_constraints,
-        "objective": Options(("top-label", "multinomial")),
-        "keep_stats": Boolean(),
-    }
-
-    def __init__(self, *, loss: str = "nll", objective: str = "top-label", max_iter: int = 100,
-                 keep_stats: bool = False):
-        self.loss = loss
-        self.objective = objective
-        self.max_iter = max_iter
-        self.keep_stats = keep_stats
-
-    def _objective_kind(self) -> str:
-        return self.objective
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        if self.objective == "multinomial" and self.loss != "nll":
-            raise ParameterError(
-                f"sts: objective='multinomial' is the multinomial NLL and needs loss='nll', got loss={self.loss!r}; "
-                "use objective='top-label' for the Brier loss"
-            )
-
-
-@register
-class ClassTemperatureScaling(_TemperatureBase):
-    """CSTS: a temperature T_k per predicted class, fitted on that class's positives (paper section 10).
-
-    Parameters
-    ----------
-    loss : {"nll", "brier"}, default "nll"
-    max_iter : int, default 100
-        Newton iterations allowed per class.
-    keep_stats : bool, default False
-        True: keep the loss tables that let :meth:`update` refit on added data (see ``sts``).
-    """
-
-    name = "csts"
-    summary = "class-specific temperature scaling, softmax(log y / T_k), K parameters (paper section 10)"
-    needs_full = True
-    _updatable = True
-    _parameter_constraints = {**_TemperatureBase._parameter_constraints, "keep_stats": Boolean()}
-
-    def __init__(self, *, loss: str = "nll", max_iter: int = 100, keep_stats: bool = False):
-        self.loss = loss
-        self.max_iter = max_iter
-        self.keep_stats = keep_stats
-
-
-@register
-class TemperatureScalingWithAwards(_TemperatureBase):
-    """TSwA: softmax((log y + A_k e_k) / T), K awards and one shared T, one joint fit (paper section 11).
-
-    The only method here that does not decompose into per-class fits. A
-    class with only TP (only FP) has its offset A_k / T held at +1e6 (-1e6),
-    i.e. confidence 1 (0).
-
-    Parameters
-    ----------
-    loss : {"nll", "brier"}, default "nll"
-    max_iter : int, default 100
-    """
-
-    name = "tswa"
-    summary = "temperature scaling with awards, softmax((log y + A_k e_k) / T), K + 1 parameters (section 11)"
-    needs_full = True
-    _shared = True
-    _has_award = True
-    _full_alternative = "btswa"
-
-
-@register
-class ClassTemperatureScalingWithAwards(_TemperatureBase):
-    """CSTSwA: a temperature T_k and an award A_k per predicted class, 2K parameters (paper appendix).
-
-    Parameters
-    ----------
-    loss : {"nll", "brier"}, default "nll"
-    max_iter : int, default 100
-    """
-
-    name = "cstswa"
-    summary = "class-specific temperature scaling with awards, 2K parameters (paper appendix)"
-    needs_full = True
-    _has_award = True
-    _full_alternative = "btswa"
-
-
-@register
-class BinaryTemperatureScaling(_TemperatureBase):
-    """Binary temperature scaling of the top score alone, per class: sigmoid(logit(s) / T_k).
-
-    yhat = s^(1/T_k) / (s^(1/T_k) + (1 - s)^(1/T_k)) on the normalised top
-    score s = (S - lo) / (hi - lo), clipped to [1e-12, 1 - 1e-12]. Works on
-    any data, including binned counts. Equals ``csts`` when K = 2 (the one
-    other entry is then 1 - s); for K > 2 it differs because it cannot see
-    how the remaining 1 - s is split among the other classes.
-
-    Parameters
-    ----------
-    loss : {"nll", "brier"}, default "nll"
-    max_iter : int, default 100
-    """
-
-    name = "bts"
-    summary = "binary temperature scaling of the top score, sigmoid(logit(s) / T_k), K parameters"
-    _binary = True
-
-
-@register
-class BinaryTemperatureScalingWithAwards(_TemperatureBase):
-    """Binary temperature scaling with awards, per class: sigmoid((logit(s) + A_k) / T_k).
-
-    The top-score analogue of ``cstswa``; equivalent to per-class Platt
-    scaling (Platt 1999) of logit(s), with slope 1/T_k and intercept A_k/T_k.
-
-    Parameters
-    ----------
-    loss : {"nll", "brier"}, default "nll"
-    max_iter : int, default 100
-    """
-
-    name = "btswa"
-    summary = "binary temperature scaling with awards, sigmoid((logit(s) + A_k) / T_k), 2K parameters"
-    _binary = True
-    _has_award = True

@@ -1,0 +1,109 @@
+"""Intervals of the temperature family: the delta method on each class's (log T, A / T), with the
+inverse NLL Hessian at the fit as their covariance (docs/intervals.md). A mixin of
+:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from ...data import TopLabelData, rows_by_class
+from .. import intervals
+from ._core import MultinomialObjective, TopLabelObjective
+from ._rows import binary_logit, inverse_pd, split_rows
+
+__all__ = ["TemperatureIntervals"]
+
+
+class TemperatureIntervals:
+    """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval`` from it."""
+
+    def _covariance_from_data(self, data: TopLabelData, fitted) -> np.ndarray:
+        """Covariance of each class's (log T, A / T) at the fit: the inverse NLL Hessian (observed information).
+
+        One NLL objective per fitted parameter block, evaluated once at the fitted
+        parameters (a loss ``"brier"`` fit uses the NLL's information too: an
+        approximation, docs/intervals.md).
+        """
+        theta = np.log(self.temperature_)
+        b = self.awards_ / self.temperature_
+        n_aw = 1 if self._has_award else 0
+        groups = []
+        if self._objective_kind() == "multinomial":
+            if fitted.any():
+                obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
+                groups.append((np.flatnonzero(fitted), obj, np.array([theta[fitted][0]])))
+        elif self._shared:
+            if fitted.any():
+                d, others = split_rows(data)
+                k = data.n_classes
+                obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
+                                        groups=data.pred if n_aw else None)
+                x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
+                groups.append((np.flatnonzero(fitted), obj, x))
+        else:
+            z = binary_logit(data) if self._binary else None
+            for c, idx in rows_by_class(data.pred, data.n_classes):
+                if not fitted[c]:
+                    continue
+                d, others = (z[idx], None) if self._binary else split_rows(data, idx)
+                obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
+                groups.append(([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else []))))
+        return self._covariances(groups)
+
+    def _covariances(self, groups) -> np.ndarray:
+        """(K, 2, 2) covariances of (log T, A / T) per class from (classes, objective, x) blocks.
+
+        NaN where the information is not positive definite (a class with only TP or
+        only FP, parameters at a bound): those classes get the Jeffreys interval of
+        their accuracy instead (:meth:`_interval`).
+        """
+        k = len(self.classes_)
+        cov = np.full((k, 2, 2), np.nan)
+        fixed_b = (self.n_tp_ == 0) | (self.n_fp_ == 0)
+        for classes, obj, x in groups:
+            _, h = obj.grad_hess(x)
+            h = np.atleast_2d(h)
+            if self._shared and self._has_award:  # x = (log T, b_0 .. b_K-1): held offsets are not free
+                free = np.concatenate([[True], ~fixed_b & (np.asarray(self.fitted_classes_, bool))])
+            else:
+                free = np.ones(h.shape[0], dtype=bool)
+            inv = inverse_pd(h[np.ix_(free, free)])
+            full = np.full(h.shape, np.nan)
+            if inv is not None:
+                full[np.ix_(free, free)] = inv
+            for c in classes:
+                if fixed_b[c] and (self._has_award or not self._shared):  # its parameters sit at a bound
+                    continue
+                j = (1 + int(c)) if (self._shared and self._has_award) else 1
+                cov[c, 0, 0] = full[0, 0]
+                if self._has_award:
+                    cov[c, 0, 1] = cov[c, 1, 0] = full[0, j]
+                    cov[c, 1, 1] = full[j, j]
+                else:
+                    cov[c, 0, 1] = cov[c, 1, 0] = cov[c, 1, 1] = 0.0
+        return cov
+
+    def _interval(self, data: TopLabelData, level: float):
+        """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g = dm / d log T."""
+        cov = getattr(self, "param_cov_", None)
+        if cov is None:
+            raise self._no_interval_stats("parameter covariance")
+        m = self._margin(data)
+        h = 1e-4  # central difference in log T at fixed A / T (dm / d log T is smooth; error O(h^2))
+        up = self._margin(data, self.temperature_ * np.exp(h), self.awards_ * np.exp(h))
+        down = self._margin(data, self.temperature_ * np.exp(-h), self.awards_ * np.exp(-h))
+        g = (up - down) / (2 * h)
+        c = cov[data.pred]
+        var = g * g * c[:, 0, 0] + 2 * g * c[:, 0, 1] + c[:, 1, 1]
+        lo, hi = intervals.margin_interval(m, np.sqrt(np.maximum(var, 0.0)), level)
+        bad = ~np.isfinite(var)
+        if bad.any():  # no information (one-sided class) or never predicted
+            t, f = self.n_tp_[data.pred[bad]], self.n_fp_[data.pred[bad]]
+            jl, jh = intervals.count_interval(t, t + f, level)
+            conf = expit(m[bad])
+            never = (t + f) == 0  # the uncalibrated score: nothing estimated
+            lo[bad], hi[bad] = np.where(never, conf, jl), np.where(never, conf, jh)
+        return intervals.include_point(lo, hi, expit(m))
+
+    # -------------------------------------------------------------- predict

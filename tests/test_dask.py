@@ -26,17 +26,6 @@ except ImportError:  # pragma: no cover - make test installs the extra
     pytest.skip("the dask extra is not installed (pip install 'topcal[dask]')", allow_module_level=True)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from distributed import Client, LocalCluster
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(lc)
-    yield client
-    client.close()
-    lc.close()
 
 
 def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):

@@ -41,17 +41,6 @@ def _have_dask() -> bool:
 needs_dask = pytest.mark.skipif(not _have_dask(), reason="the dask extra is not installed")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from distributed import Client, LocalCluster
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(lc)
-    yield client.scheduler.address
-    client.close()
-    lc.close()
 
 
 def _probs(n=600, seed=0, names=("a", "b", "c")):
@@ -82,7 +71,7 @@ def _parts(folder: Path, frame: pd.DataFrame, n=3) -> Path:
 
 # ================================================================ data loss
 @needs_dask
-def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, cluster):
+def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, cluster_address):
     t = base
     pq = _parts(t / "pq", pd.read_csv(t / "base.csv"))
     (t / "results").mkdir()
@@ -90,7 +79,7 @@ def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, 
     (t / "sub").mkdir()
     (t / "sub" / "notes.txt").write_text("mine")
     before = snapshot(t)
-    dk = ("--engine", "dask", "--scheduler", cluster)
+    dk = ("--engine", "dask", "--scheduler", cluster_address)
     # a folder of the user's files: refused, the files stay
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", t / "results"), "did not write", "mine.txt")
     # the output folder holds the input (a glob into it, or the folder itself): refused
@@ -310,16 +299,16 @@ def test_dask_scheduler_address_errors_are_one_line(base):
 
 
 @needs_dask
-def test_dask_apply_to_current_folder_is_an_error(base, cluster):
+def test_dask_apply_to_current_folder_is_an_error(base, cluster_address):
     pq = _parts(base / "pq", pd.read_csv(base / "base.csv"))
     before = snapshot(base)
-    assert_error(cli("apply", base / "M.json", pq, "--engine", "dask", "--scheduler", cluster, "-o", ".", cwd=base),
+    assert_error(cli("apply", base / "M.json", pq, "--engine", "dask", "--scheduler", cluster_address, "-o", ".", cwd=base),
                  "current folder")
     assert snapshot(base) == before
 
 
 @needs_dask
-def test_dask_task_errors_are_one_error_line_without_log(base, cluster):
+def test_dask_task_errors_are_one_error_line_without_log(base, cluster_address):
     t = base
     frame = pd.read_csv(t / "base.csv")
     bad = frame.copy()
@@ -339,7 +328,7 @@ def test_dask_task_errors_are_one_error_line_without_log(base, cluster):
     new.loc[2, "pred"] = "d"
     (t / "pqnew").mkdir()
     new.to_parquet(t / "pqnew" / "a.parquet")
-    r = cli("update", t / "T.json", t / "pqnew", "--engine", "dask", "--scheduler", cluster, "-o", t / "T2.json")
+    r = cli("update", t / "T.json", t / "pqnew", "--engine", "dask", "--scheduler", cluster_address, "-o", t / "T2.json")
     assert_error(r, "'d'")
     assert r.stderr.count("\n") == 1, r.stderr
     assert not (t / "d.json").exists() and not (t / "o").exists() and not (t / "T2.json").exists()

@@ -7,7 +7,6 @@ following the README as a new user. CLI cases run through the real ``topcal`` co
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import numpy as np
@@ -39,21 +38,6 @@ def base(tmp_path):
     return data, model
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:  # pragma: no cover - make test installs the extra
-        if os.environ.get("CI") == "true":
-            pytest.fail("dask is missing under CI=true; run 'make install'", pytrace=False)
-        pytest.skip("the dask extra is not installed")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(lc)
-    yield client
-    client.close()
-    lc.close()
 
 
 # ----------------------------------------------------------------- wrong answers with exit 0

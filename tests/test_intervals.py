@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -296,25 +295,14 @@ def test_cli_apply_interval_refuses_to_overwrite_an_input_column(fitted, tmp_pat
     assert_one_line_error(r, "'confidence_lo' column")
 
 
-def test_cli_apply_interval_on_dask_local_cluster(tmp_path):
-    pytest.importorskip("distributed") if os.environ.get("CI") != "true" else None
-    from distributed import Client, LocalCluster
-
+def test_cli_apply_interval_on_dask_local_cluster(tmp_path, cluster_address):
     frame = probs_frame(3000, K=3, seed=6)
     parts = write_parts(tmp_path, frame, 3)
     frame.to_csv(tmp_path / "all.csv", index=False)
     assert cli("fit", tmp_path / "all.csv", "--method", "sts", "-o", tmp_path / "m.json").returncode == 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(lc)
-    try:
-        r = cli("apply", tmp_path / "m.json", parts, "--engine", "dask", "--scheduler", lc.scheduler_address,
-                "--interval", 0.8, "-o", tmp_path / "out")
-        assert r.returncode == 0, r.stderr
-    finally:
-        client.close()
-        lc.close()
+    r = cli("apply", tmp_path / "m.json", parts, "--engine", "dask", "--scheduler", cluster_address,
+            "--interval", 0.8, "-o", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
     got = pd.read_parquet(tmp_path / "out")
     model = persist.load(tmp_path / "m.json")
     p = frame[[f"p_c{j}" for j in range(3)]].to_numpy()

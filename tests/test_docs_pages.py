@@ -31,8 +31,8 @@ NOT_RUN = {
     ("experiment.md", "topcal experiment ensembles --regime under -o runs/under"): _LONG,
     ("experiment.md", "topcal experiment ensembles --regime under --combine geometric -o runs/under-geometric"): _LONG,
     ("experiment.md", "topcal experiment ensembles --regime over --threads 1 -o runs/over"): _LONG,
-    ("experiment.md", "topcal experiment ensembles --regime over --threads 1 --combine geometric -o runs/over-geometric"):
-        _LONG,
+    ("experiment.md", "topcal experiment ensembles --regime over --threads 1 --combine geometric "
+                      "-o runs/over-geometric"): _LONG,
     ("experiment.md", "topcal experiment ensembles --networks 1000 --ensembles 1000 -o runs/paper-scale"): _LONG,
     ("experiment.md", "mkdir -p ~/data/mnist && cd ~/data/mnist"): "prepares the MNIST download (no network here)",
     ("experiment.md", "for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte "

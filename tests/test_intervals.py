@@ -321,3 +321,84 @@ def test_cli_apply_interval_on_dask_local_cluster(tmp_path):
     lo, hi = model.predict_interval(p, 0.8)
     np.testing.assert_allclose(got["confidence_lo"].to_numpy(), lo, rtol=1e-15)
     np.testing.assert_allclose(got["confidence_hi"].to_numpy(), hi, rtol=1e-15)
+
+
+# ----------------------------------------------------------------- the band in the figures and the notebook view
+def _old_file(model, tmp_path, drop):
+    """``model`` saved, then loaded back from a file stripped of its interval statistics."""
+    path = tmp_path / "m.json"
+    model.save(path)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_strip(json.loads(path.read_text()), drop)))
+    return persist.load(old)
+
+
+def test_curve_figure_data_has_a_band_that_brackets_each_curve_and_narrows_with_class_size():
+    from topcal import plots
+
+    rng = np.random.default_rng(5)
+    sizes = np.array([60, 3000])
+    pred = np.repeat([0, 1], sizes)
+    s = rng.beta(4, 2, pred.size)
+    labels = np.where(rng.random(pred.size) < s, pred, 1 - pred)
+    data = TopLabelData.from_scores(pred, s, labels, classes=["small", "large"], score_range=(0.0, 1.0))
+    models = {"hist": fit("hist", data), "kde-mon2": fit("kde-mon2", data), "bts": fit("bts", data)}
+    grid = plots.calibration_curves(data, models)
+    assert grid.band_level == 0.9 and grid.no_band == ()
+    widths = []
+    for p in grid.panels:
+        assert set(p.bands) == set(models)
+        for name, (g, lo, hi) in p.bands.items():
+            c = p.curves[name][1]
+            np.testing.assert_array_equal(g, p.curves[name][0])
+            assert np.all(lo <= c) and np.all(c <= hi) and np.all(lo > 0) and np.all(hi < 1), name
+            assert np.mean(hi - lo) > 0.01, name
+        widths.append(np.mean(p.bands["kde-mon2"][2] - p.bands["kde-mon2"][1]))
+    assert widths[0] > 2 * widths[1]  # 60 positives vs 3000
+    fig = plots.plot_calibration_curves(grid)
+    bands = [a for ax in fig.axes for a in ax.collections if (a.get_gid() or "").startswith("band:")]
+    assert sorted({b.get_gid() for b in bands}) == ["band:bts", "band:hist", "band:kde-mon2"] and len(bands) == 6
+    # the drawn fill is the computed band: its outline spans lower to upper at every grid score
+    verts = next(b for b in bands if b.get_gid() == "band:kde-mon2").get_paths()[0].vertices
+    lo, hi = grid.panels[0].bands["kde-mon2"][1:]
+    assert verts[:, 1].min() == pytest.approx(lo.min()) and verts[:, 1].max() == pytest.approx(hi.max())
+    assert all(not p.bands for p in plots.calibration_curves(data, models, band=None).panels)
+
+
+def test_old_model_without_interval_statistics_draws_no_band_and_says_so(tmp_path):
+    from topcal import plots
+
+    data = score_data(300, 0)
+    old = _old_file(fit("kde-mon2", data, shrinkage=0), tmp_path,
+                    lambda st: [c.pop("table_n") for c in st["class_state"] if c])
+    grid = plots.calibration_curves(data, {"kde-mon2": old, "hist": fit("hist", data)})
+    assert grid.no_band == ("kde-mon2",)
+    assert all(set(p.bands) == {"hist"} and "kde-mon2" in p.curves for p in grid.panels)
+    fig = plots.plot_calibration_curves(grid)
+    assert {a.get_gid() for ax in fig.axes for a in ax.collections if a.get_gid()} >= {"band:hist"}
+    shown = old._repr_html_()
+    assert "<img src='data:image/png;base64," in shown and "no interval band" in shown and "older topcal" in shown
+
+
+def test_notebook_view_draws_the_band_and_says_what_it_is(monkeypatch):
+    from topcal import plots
+
+    model = fit("hist", score_data(400, 1))
+    drawn = []
+    real = plots.plot_calibration_curves
+
+    def keep(curves, **kw):  # the view's figure, kept to look at what it drew
+        fig = real(curves, **kw)
+        drawn.append((curves, fig))
+        return fig
+
+    monkeypatch.setattr(plots, "plot_calibration_curves", keep)
+    shown = model._repr_html_()
+    assert "shaded: the 90% interval on each fitted curve" in shown and "no interval band" not in shown
+    ((curves, fig),) = drawn
+    assert len([a for ax in fig.axes for a in ax.collections if a.get_gid() == "band:hist"]) == 3
+    for k, p in enumerate(curves.panels):
+        g, lo, hi = p.bands["hist"]
+        want = model.predict_interval(grid(k, g), 0.9)
+        np.testing.assert_array_equal(lo, want[0])
+        np.testing.assert_array_equal(hi, want[1])

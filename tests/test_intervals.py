@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -402,3 +403,60 @@ def test_notebook_view_draws_the_band_and_says_what_it_is(monkeypatch):
         want = model.predict_interval(grid(k, g), 0.9)
         np.testing.assert_array_equal(lo, want[0])
         np.testing.assert_array_equal(hi, want[1])
+
+
+# ----------------------------------------------------------------- describe: the per-class width
+def _uneven_scores_csv(path, seed=2):
+    rng = np.random.default_rng(seed)
+    pred = np.repeat(np.array(["big", "small"]), [3000, 80])
+    s = rng.beta(4, 2, pred.size)
+    other = np.where(pred == "big", "small", "big")
+    pd.DataFrame({"pred": pred, "score": s, "label": np.where(rng.random(pred.size) < s, pred, other)}).to_csv(
+        path, index=False)
+
+
+@pytest.mark.parametrize("method,param", [("hist", "shrinkage=0"), ("kde-mon2", "shrinkage=0"), ("kde-mon2", None),
+                                          ("bts", None)])
+def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_the_api(method, param, tmp_path):
+    _uneven_scores_csv(tmp_path / "d.csv")
+    extra = [] if param is None else ["--param", param]
+    r = cli("fit", tmp_path / "d.csv", "--method", method, *extra, "-o", tmp_path / "m.json")
+    assert r.returncode == 0, r.stderr
+    model = persist.load(tmp_path / "m.json")
+    api = model.describe()["classes"]
+    for k, c in enumerate(model.classes_):  # the API's value: the mean 90% width over 21 scores of the support
+        s = np.linspace(*model.support_[k], 21)
+        lo, hi = model.predict_interval(TopLabelData.from_scores(np.full(21, k), s, None, classes=model.classes_,
+                                                                 score_range=model.score_range_), 0.9)
+        assert api[c]["interval_width_90"] == pytest.approx(np.mean(hi - lo), rel=1e-12)
+    # 80 vs 3000 rows: wider for the small class (a shrunk one borrows from the pooled curve, so by less)
+    factor = 1.0 if param is None and method != "bts" else 1.5
+    assert api["small"]["interval_width_90"] > factor * api["big"]["interval_width_90"] > 0
+    r = cli("describe", tmp_path / "m.json")
+    assert r.returncode == 0, r.stderr
+    blocks = dict(re.findall(r"\[(\w+)\][^\n]*\n((?:  .*\n?)*)", r.stdout))
+    for c in model.classes_:
+        shown = float(re.search(r"  interval_width_90: (\S+)", blocks[c]).group(1))
+        assert shown == pytest.approx(api[c]["interval_width_90"], rel=1e-5)
+    r = cli("describe", tmp_path / "m.json", "--json")
+    assert json.loads(r.stdout)["classes"]["small"]["interval_width_90"] == api["small"]["interval_width_90"]
+
+
+def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tmp_path):
+    frame = probs_frame(2000, K=3, seed=7)
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    assert cli("fit", tmp_path / "p.csv", "--method", "csts", "-o", tmp_path / "t.json").returncode == 0
+    r = cli("describe", tmp_path / "t.json")
+    assert r.returncode == 0, r.stderr
+    model = persist.load(tmp_path / "t.json")
+    for c, info in model.describe()["classes"].items():
+        lo, hi = info["temperature_90"]
+        assert 0 < lo < info["temperature"] < hi
+        assert f"  temperature_90: [{lo:.4g}, {hi:.4g}]" in r.stdout
+    # a file written before intervals existed: describe still works and shows no width
+    _old_file(fit("kde-mon2", score_data(300, 0), shrinkage=0), tmp_path,
+              lambda st: [c.pop("table_n") for c in st["class_state"] if c])
+    r = cli("describe", tmp_path / "old.json")
+    assert r.returncode == 0 and "[c0]" in r.stdout and "bandwidth" in r.stdout, r.stderr
+    assert "interval_width_90" not in r.stdout
+    assert "interval_width_90" in cli("describe", tmp_path / "m.json").stdout  # the same model, as saved

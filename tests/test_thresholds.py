@@ -67,37 +67,37 @@ def test_ltt_guarantee_holds_over_many_splits(uncal):
     assert viol.max() / reps < 0.5
 
 
-def brute_force_ltt(conf, right, precision, delta, starts=3):
-    """The procedure written out naively: the grid walked from strict to loose, testing with scipy's binomial
-    survival function; each start point (where 1, 4, 16 times the fewest testable predictions are first
-    accepted) adds its share of delta to the level, and a rejection passes its level on to the next cut-off
-    (the fallback procedure); the loosest cut-off rejected."""
+def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4):
+    """The procedure written out naively: each sequence walks the grid from strict to loose, testing with
+    scipy's binomial survival function, and stops at the first cut-off it cannot reject; sequence j starts
+    where factor^j times the fewest testable predictions are first accepted, each at delta / starts."""
     need = int(np.ceil(np.log(delta / starts) / np.log(precision) - 1e-12))
     grid = sorted(GRID, reverse=True)
-    counts = [int((conf >= t).sum()) for t in grid]
-    first = {next(i for i, n in enumerate(counts) if n >= need * 4**j) for j in range(starts)
-             if counts[-1] >= need * 4**j}
-    share = delta / len(first)
-    best, carry = None, 0.0
-    for i, t in enumerate(grid):
-        level = carry + (share if i in first else 0.0)
-        acc = conf >= t
-        n, c = int(acc.sum()), int(right[acc].sum())
-        if level > 0 and binom.sf(c - 1, n, precision) <= level:
-            best, carry = t, level
-        else:
-            carry = 0.0
+    total = len(conf)
+    reached = [j for j in range(starts) if total >= need * factor**j]
+    level = delta / starts
+    best = None
+    for j in reached:
+        started = False
+        for t in grid:
+            acc = conf >= t
+            n, c = int(acc.sum()), int(right[acc].sum())
+            if not started:
+                if n < need * factor**j:
+                    continue
+                started = True
+            if binom.sf(c - 1, n, precision) > level:
+                break
+            best = t if best is None else min(best, t)
     return best
 
 
-def test_fallback_carries_the_level_of_a_rejecting_chain():
-    from topcal.thresholds import fallback
+def test_sequences_take_the_loosest_rejection_of_any_start():
+    from topcal.thresholds import sequences
 
-    # two starts at 0 and 2, 0.05 each: the chain from 0 reaches 2 still rejecting, so 2 is tested at 0.1
-    assert fallback([0.01, 0.02, 0.08, 0.09, 0.2], [0, 2], 0.05) == 3
-    assert fallback([0.01, 0.2, 0.08, 0.04], [0, 2], 0.05) == 0  # chain broken: start 2 at 0.05 alone fails
-    assert fallback([0.3, 0.2, 0.04, 0.01], [0, 2], 0.05) == 3  # the second start's own chain
-    assert fallback([0.3, 0.2], [0], 0.05) == -1
+    assert sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0], 0.05) == 0  # stops at the first non-rejection
+    assert sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0, 2], 0.05) == 3  # the second start goes on
+    assert sequences([0.3, 0.2, 0.04, 0.01], [0, 1], 0.05) == -1  # nothing before a start is tested
 
 
 def test_fixed_sequences_match_a_brute_force_walk_and_nest(uncal):
@@ -108,7 +108,7 @@ def test_fixed_sequences_match_a_brute_force_walk_and_nest(uncal):
         for k, c in enumerate(th.per_class):
             rows = data.pred == k
             assert c.cutoff == brute_force_ltt(conf[rows], data.tp[rows] > 0, target, 0.1)
-        assert th.overall.cutoff == brute_force_ltt(conf, data.tp > 0, target, 0.1)
+        assert th.overall.cutoff == brute_force_ltt(conf, data.tp > 0, target, 0.1, 6, 2)  # the global starts
     # what is accepted at a looser cut-off contains what is accepted at a stricter one, and the accepted rows are
     # those whose confidence reaches the cut-off; the lower bound is below the estimate
     c = th.overall

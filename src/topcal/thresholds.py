@@ -55,7 +55,7 @@ from .inputs import as_data
 from .persist import canonical_json
 
 __all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
-           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "fallback", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
+           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "GLOBAL_STARTS", "sequences", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
            "model_digest", "FORMAT"]
 
 FORMAT = "topcal-thresholds"
@@ -152,46 +152,41 @@ class ClassCutoff:
                    opt("p_value"), None if d.get("reason") is None else str(d["reason"]))
 
 
-#: Fixed sequences start where 1, 4 and 16 (START_FACTOR^j) times the fewest testable predictions are
-#: accepted, each with a share delta / (starts reached) of the level: one sequence that starts at the very
+#: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16
+#: (START_FACTOR^j) times the fewest testable predictions are accepted: one sequence that starts at the very
 #: top stops at the first error among a few dozen predictions (even at a true precision of 0.99); the later
-#: starts keep the search going. They are joined as a fallback procedure (:func:`fallback`).
+#: starts keep the search going. The union bound over the sequences keeps the family-wise error at delta.
+#: Per class (often a few dozen rows) three starts keep the fewest testable predictions small.
 STARTS = 3
 START_FACTOR = 4
+#: The global cut-off (all rows: thousands) runs more, denser starts: 6 sequences from 1, 2, 4, ..., 32
+#: times the fewest testable predictions, so that some sequence starts within a factor 2 below any cut-off
+#: and a dip of the precision near the top stops only the sequences that start above it.
+GLOBAL_STARTS = (6, 2)
 
 
-def fallback(p_values, starts, share: float) -> int:
-    """Index of the last hypothesis the fallback procedure rejects; -1 when none.
-
-    The fallback procedure (Wiens 2003; Wiens and Dmitrienko 2005) on hypotheses in a fixed order with
-    levels a_i summing to delta: H_i is tested at a_i plus the level of H_(i-1) if that was rejected,
-    else at a_i alone. Here a_i = ``share`` at each index in ``starts`` and 0 elsewhere. It is a
-    closed-testing (Bonferroni-based graphical) procedure, so its family-wise error is <= sum a_i under
-    any dependence of the p-values. A chain that is still rejecting when it reaches the next start
-    carries its level there (the start is tested at both shares): never fewer rejections than the
-    separate fixed sequences at ``share`` each (the union bound), often more.
-    """
+def sequences(p_values, starts, level: float) -> int:
+    """Index of the loosest hypothesis any fixed sequence rejects (sequence j runs from ``starts[j]`` to
+    the end at ``level``, stopping at its first non-rejection); -1 when none rejects."""
     p = np.asarray(p_values)
-    last, carry = -1, 0.0
-    bounds = list(starts) + [p.size]
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        level = carry + share
-        k = fixed_sequence(p[a:b], level)
+    best = -1
+    for a in starts:
+        k = fixed_sequence(p[a:], level)
         if k >= 0:
-            last = a + k
-        carry = level if k == b - a - 1 else 0.0
-    return last
+            best = max(best, a + k)
+    return best
 
 
-def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float) -> ClassCutoff:
-    """Learn-then-Test on one class's (or all) rows: the loosest grid cut-off at which the fallback
-    procedure over the :data:`STARTS` start points (:func:`fallback`, ``delta`` in all) rejects
-    "precision < target"."""
+def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tuple[int, int] = (STARTS, START_FACTOR)
+               ) -> ClassCutoff:
+    """Learn-then-Test on one class's (or all) rows: the loosest grid cut-off any of the fixed sequences
+    rejects "precision < target" at; ``starts`` = (number S, factor f): sequence j starts where f^j times
+    the fewest testable predictions are accepted, each at ``delta`` / S (:func:`sequences`)."""
     from scipy.special import betaincinv
 
     total = float(tp.sum() + fp.sum())
-    level = delta / STARTS
-    need = n_min(precision, level)
+    n_starts, factor = starts
+    need = n_min(precision, delta / n_starts)
     if total < need:
         return ClassCutoff(name, None, delta, total, reason=(
             f"only {total:g} predictions in the labelled data; at least {need} are needed to show precision "
@@ -200,16 +195,15 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float) -> ClassCutof
     n, c = _accepted_counts(conf, tp, fp, cut)
     p = binomial_tail(c, n, precision)
     # the starts (confidences only): where START_FACTOR^j times the fewest testable predictions are accepted
-    starts = sorted({int(np.argmax(n >= need * START_FACTOR**j)) for j in range(STARTS)
-                     if n[-1] >= need * START_FACTOR**j})
-    best = fallback(p, starts, delta / len(starts))
-    stuck = starts[0]
+    first = sorted({int(np.argmax(n >= need * factor**j)) for j in range(n_starts) if n[-1] >= need * factor**j})
+    best = sequences(p, first, delta / n_starts)
+    stuck = first[0]
     if best < 0:
         i = stuck
         return ClassCutoff(name, None, delta, total, float(n[i]), float(c[i]), float(c[i] / n[i]), None, float(p[i]),
                            reason=(f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
                                    f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
-                                   f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{len(starts)})"))
+                                   f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"))
     nn, cc = float(n[best]), float(c[best])
     lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
     return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]))
@@ -439,7 +433,7 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     for k, name in enumerate(model.classes_):
         idx = np.flatnonzero(data.pred == k)
         per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level))
-    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta)
+    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta, starts=GLOBAL_STARTS)
     return Thresholds(float(precision), float(delta), mode, multiplicity, tuple(model.classes_), tuple(per), overall,
                       model.name, model_digest(model), data.n_samples)
 

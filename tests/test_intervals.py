@@ -460,3 +460,28 @@ def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tm
     assert r.returncode == 0 and "[c0]" in r.stdout and "bandwidth" in r.stdout, r.stderr
     assert "interval_width_90" not in r.stdout
     assert "interval_width_90" in cli("describe", tmp_path / "m.json").stdout  # the same model, as saved
+
+
+# ----------------------------------------------------------------- shrunk intervals: the spread is uncertain
+SHAPES4 = [lambda s: s, lambda s: s ** 2.5, lambda s: s ** 0.4, lambda s: expit(10 * (s - 0.7))]
+
+
+def test_spread_posterior_follows_how_far_the_classes_stray():
+    from topcal.calibrators.shrinkage import m_posterior, spread_losses
+
+    far = m_posterior(spread_losses([30, 270], [300, 300], 0.5))  # accuracies 0.1 and 0.9
+    near = m_posterior(spread_losses([150, 150], [300, 300], 0.5))
+    mean_log_m = [float(w[0] @ np.log(g)) for g, w in (far, near)]
+    assert mean_log_m[0] < np.log(3) < np.log(50) < mean_log_m[1]
+    for g, w in (far, near):
+        np.testing.assert_allclose(w.sum(axis=1), 1.0)
+
+
+def test_shrunk_intervals_on_small_divergent_classes_cover_far_better_than_with_m_taken_as_known(monkeypatch):
+    from topcal.calibrators import intervals as iv
+
+    got, _ = coverage("hist", {}, SHAPES4, 20, 12)
+    real = iv.shrunk_interval
+    monkeypatch.setattr(iv, "shrunk_interval", lambda *a, m_posterior=None, **k: real(*a, **k))  # m as known
+    known, _ = coverage("hist", {}, SHAPES4, 20, 12)
+    assert got > 0.82 and got > known + 0.08, (got, known)

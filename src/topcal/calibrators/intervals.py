@@ -7,11 +7,11 @@ Bernoulli(Conf) draw). docs/intervals.md states the assumptions per family.
 
 * Count methods (``hist``, the ``cum`` family, the ``kde`` family, ``conf1``)
   estimate Conf as a ratio of local counts t / n (shrunk: (t + m r) / (n + m),
-  :mod:`topcal.calibrators.shrinkage`). The interval is the equal-tailed
-  interval of the Beta posterior of the local rate: Beta(t + m r, n - t + m (1 - r))
-  with the shrinkage pseudo-counts as the prior, or Beta(t + 1/2, n - t + 1/2)
-  (Jeffreys) for the paper's unshrunk estimators (m = 0). Both prior parts are
-  > 0, so no interval reaches 0 or 1 from finite counts.
+  :mod:`topcal.calibrators.shrinkage`). Unshrunk (m = 0): the equal-tailed interval
+  of the Jeffreys posterior Beta(t + 1/2, n - t + 1/2). Shrunk: empirical Bayes
+  with the pseudo-counts as the prior's concentration, the reference's own
+  error added, and the concentration integrated over (:func:`shrunk_interval`).
+  No interval reaches 0 or 1 from finite counts.
 * Temperature methods: the delta method on the log-odds margin m(x) of the
   fitted parameters x = (log T, A / T), with the covariance of x the inverse
   observed information of the NLL at the fit: m +- z se(m), mapped through

@@ -49,7 +49,7 @@ import pandas as pd
 import topcal
 from topcal.data import TopLabelData, rows_by_class
 from topcal.datasets import load_phanns
-from topcal.thresholds import GRID, ltt_cutoff, sgr_threshold
+from topcal.thresholds import GLOBAL_STARTS, GRID, ltt_cutoff, sgr_threshold
 
 from _measure import loadavg
 
@@ -138,7 +138,7 @@ def run_set(name, method, splits, fit_share, seed):
             naive_c = [naive_cutoff(conf[g], c_tp[g], c_fp[g], target) for g in groups]
             for delta in DELTAS:
                 cell = cells[(target, delta)]
-                res = {"g_ltt": ltt_cutoff("all", conf, c_tp, c_fp, target, delta).cutoff,
+                res = {"g_ltt": ltt_cutoff("all", conf, c_tp, c_fp, target, delta, starts=GLOBAL_STARTS).cutoff,
                        "g_naive": naive_g, "g_sgr": sgr_threshold(conf, c_tp, c_fp, target, delta)}
                 for key, cut in res.items():
                     v, n = test_outcome(cut, conf, t_tp, t_fp, target)

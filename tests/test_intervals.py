@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import os
 import subprocess
 import sys
 import warnings
@@ -309,3 +311,166 @@ def test_cli_apply_interval_on_dask_local_cluster(tmp_path, cluster_address):
     lo, hi = model.predict_interval(p, 0.8)
     np.testing.assert_allclose(got["confidence_lo"].to_numpy(), lo, rtol=1e-15)
     np.testing.assert_allclose(got["confidence_hi"].to_numpy(), hi, rtol=1e-15)
+
+
+# ----------------------------------------------------------------- the band in the figures and the notebook view
+def _old_file(model, tmp_path, drop):
+    """``model`` saved, then loaded back from a file stripped of its interval statistics."""
+    path = tmp_path / "m.json"
+    model.save(path)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_strip(json.loads(path.read_text()), drop)))
+    return persist.load(old)
+
+
+def test_curve_figure_data_has_a_band_that_brackets_each_curve_and_narrows_with_class_size():
+    from topcal import plots
+
+    rng = np.random.default_rng(5)
+    sizes = np.array([60, 3000])
+    pred = np.repeat([0, 1], sizes)
+    s = rng.beta(4, 2, pred.size)
+    labels = np.where(rng.random(pred.size) < s, pred, 1 - pred)
+    data = TopLabelData.from_scores(pred, s, labels, classes=["small", "large"], score_range=(0.0, 1.0))
+    models = {"hist": fit("hist", data), "kde-mon2": fit("kde-mon2", data), "bts": fit("bts", data)}
+    grid = plots.calibration_curves(data, models)
+    assert grid.band_level == 0.9 and grid.no_band == ()
+    widths = []
+    for p in grid.panels:
+        assert set(p.bands) == set(models)
+        for name, (g, lo, hi) in p.bands.items():
+            c = p.curves[name][1]
+            np.testing.assert_array_equal(g, p.curves[name][0])
+            assert np.all(lo <= c) and np.all(c <= hi) and np.all(lo > 0) and np.all(hi < 1), name
+            assert np.mean(hi - lo) > 0.01, name
+        widths.append(np.mean(p.bands["kde-mon2"][2] - p.bands["kde-mon2"][1]))
+    assert widths[0] > 2 * widths[1]  # 60 positives vs 3000
+    fig = plots.plot_calibration_curves(grid)
+    bands = [a for ax in fig.axes for a in ax.collections if (a.get_gid() or "").startswith("band:")]
+    assert sorted({b.get_gid() for b in bands}) == ["band:bts", "band:hist", "band:kde-mon2"] and len(bands) == 6
+    # the drawn fill is the computed band: its outline spans lower to upper at every grid score
+    verts = next(b for b in bands if b.get_gid() == "band:kde-mon2").get_paths()[0].vertices
+    lo, hi = grid.panels[0].bands["kde-mon2"][1:]
+    assert verts[:, 1].min() == pytest.approx(lo.min()) and verts[:, 1].max() == pytest.approx(hi.max())
+    assert all(not p.bands for p in plots.calibration_curves(data, models, band=None).panels)
+
+
+def test_old_model_without_interval_statistics_draws_no_band_and_says_so(tmp_path):
+    from topcal import plots
+
+    data = score_data(300, 0)
+    old = _old_file(fit("kde-mon2", data, shrinkage=0), tmp_path,
+                    lambda st: [c.pop("table_n") for c in st["class_state"] if c])
+    grid = plots.calibration_curves(data, {"kde-mon2": old, "hist": fit("hist", data)})
+    assert grid.no_band == ("kde-mon2",)
+    assert all(set(p.bands) == {"hist"} and "kde-mon2" in p.curves for p in grid.panels)
+    fig = plots.plot_calibration_curves(grid)
+    assert {a.get_gid() for ax in fig.axes for a in ax.collections if a.get_gid()} >= {"band:hist"}
+    shown = old._repr_html_()
+    assert "<img src='data:image/png;base64," in shown and "no interval band" in shown and "older topcal" in shown
+
+
+def test_notebook_view_draws_the_band_and_says_what_it_is(monkeypatch):
+    from topcal import plots
+
+    model = fit("hist", score_data(400, 1))
+    drawn = []
+    real = plots.plot_calibration_curves
+
+    def keep(curves, **kw):  # the view's figure, kept to look at what it drew
+        fig = real(curves, **kw)
+        drawn.append((curves, fig))
+        return fig
+
+    monkeypatch.setattr(plots, "plot_calibration_curves", keep)
+    shown = model._repr_html_()
+    assert "shaded: the 90% interval on each fitted curve" in shown and "no interval band" not in shown
+    ((curves, fig),) = drawn
+    assert len([a for ax in fig.axes for a in ax.collections if a.get_gid() == "band:hist"]) == 3
+    for k, p in enumerate(curves.panels):
+        g, lo, hi = p.bands["hist"]
+        want = model.predict_interval(grid(k, g), 0.9)
+        np.testing.assert_array_equal(lo, want[0])
+        np.testing.assert_array_equal(hi, want[1])
+
+
+# ----------------------------------------------------------------- describe: the per-class width
+def _uneven_scores_csv(path, seed=2):
+    rng = np.random.default_rng(seed)
+    pred = np.repeat(np.array(["big", "small"]), [3000, 80])
+    s = rng.beta(4, 2, pred.size)
+    other = np.where(pred == "big", "small", "big")
+    pd.DataFrame({"pred": pred, "score": s, "label": np.where(rng.random(pred.size) < s, pred, other)}).to_csv(
+        path, index=False)
+
+
+@pytest.mark.parametrize("method,param", [("hist", "shrinkage=0"), ("kde-mon2", "shrinkage=0"), ("kde-mon2", None),
+                                          ("bts", None)])
+def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_the_api(method, param, tmp_path):
+    _uneven_scores_csv(tmp_path / "d.csv")
+    extra = [] if param is None else ["--param", param]
+    r = cli("fit", tmp_path / "d.csv", "--method", method, *extra, "-o", tmp_path / "m.json")
+    assert r.returncode == 0, r.stderr
+    model = persist.load(tmp_path / "m.json")
+    api = model.describe()["classes"]
+    for k, c in enumerate(model.classes_):  # the API's value: the mean 90% width over 21 scores of the support
+        s = np.linspace(*model.support_[k], 21)
+        lo, hi = model.predict_interval(TopLabelData.from_scores(np.full(21, k), s, None, classes=model.classes_,
+                                                                 score_range=model.score_range_), 0.9)
+        assert api[c]["interval_width_90"] == pytest.approx(np.mean(hi - lo), rel=1e-12)
+    # 80 vs 3000 rows: wider for the small class (a shrunk one borrows from the pooled curve, so by less)
+    factor = 1.0 if param is None and method != "bts" else 1.5
+    assert api["small"]["interval_width_90"] > factor * api["big"]["interval_width_90"] > 0
+    r = cli("describe", tmp_path / "m.json")
+    assert r.returncode == 0, r.stderr
+    blocks = dict(re.findall(r"\[(\w+)\][^\n]*\n((?:  .*\n?)*)", r.stdout))
+    for c in model.classes_:
+        shown = float(re.search(r"  interval_width_90: (\S+)", blocks[c]).group(1))
+        assert shown == pytest.approx(api[c]["interval_width_90"], rel=1e-5)
+    r = cli("describe", tmp_path / "m.json", "--json")
+    assert json.loads(r.stdout)["classes"]["small"]["interval_width_90"] == api["small"]["interval_width_90"]
+
+
+def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tmp_path):
+    frame = probs_frame(2000, K=3, seed=7)
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    assert cli("fit", tmp_path / "p.csv", "--method", "csts", "-o", tmp_path / "t.json").returncode == 0
+    r = cli("describe", tmp_path / "t.json")
+    assert r.returncode == 0, r.stderr
+    model = persist.load(tmp_path / "t.json")
+    for c, info in model.describe()["classes"].items():
+        lo, hi = info["temperature_90"]
+        assert 0 < lo < info["temperature"] < hi
+        assert f"  temperature_90: [{lo:.4g}, {hi:.4g}]" in r.stdout
+    # a file written before intervals existed: describe still works and shows no width
+    _old_file(fit("kde-mon2", score_data(300, 0), shrinkage=0), tmp_path,
+              lambda st: [c.pop("table_n") for c in st["class_state"] if c])
+    r = cli("describe", tmp_path / "old.json")
+    assert r.returncode == 0 and "[c0]" in r.stdout and "bandwidth" in r.stdout, r.stderr
+    assert "interval_width_90" not in r.stdout
+    assert "interval_width_90" in cli("describe", tmp_path / "m.json").stdout  # the same model, as saved
+
+
+# ----------------------------------------------------------------- shrunk intervals: the spread is uncertain
+SHAPES4 = [lambda s: s, lambda s: s ** 2.5, lambda s: s ** 0.4, lambda s: expit(10 * (s - 0.7))]
+
+
+def test_spread_posterior_follows_how_far_the_classes_stray():
+    from topcal.calibrators.shrinkage import m_posterior, spread_losses
+
+    far = m_posterior(spread_losses([30, 270], [300, 300], 0.5))  # accuracies 0.1 and 0.9
+    near = m_posterior(spread_losses([150, 150], [300, 300], 0.5))
+    mean_log_m = [float(w[0] @ np.log(g)) for g, w in (far, near)]
+    assert mean_log_m[0] < np.log(3) < np.log(50) < mean_log_m[1]
+    for g, w in (far, near):
+        np.testing.assert_allclose(w.sum(axis=1), 1.0)
+
+
+def test_shrunk_intervals_on_small_divergent_classes_cover_far_better_than_with_m_taken_as_known(monkeypatch):
+    from topcal.calibrators import intervals as iv
+
+    got, _ = coverage("hist", {}, SHAPES4, 20, 12)
+    real = iv.shrunk_interval
+    monkeypatch.setattr(iv, "shrunk_interval", lambda *a, m_posterior=None, **k: real(*a, **k))  # m as known
+    known, _ = coverage("hist", {}, SHAPES4, 20, 12)
+    assert got > 0.82 and got > known + 0.08, (got, known)

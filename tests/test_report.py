@@ -168,6 +168,29 @@ def test_report_methods_option_limits_the_fits(tmp_path):
     assert len(res2.figures) < len(res.figures)
 
 
+def _caption(page, key):
+    return htmlmod.unescape(re.search(rf"<figure id='fig-{key}'>.*?<figcaption>(.*?)</figcaption>", page, re.S).group(1))
+
+
+def test_report_curve_figure_draws_an_interval_band_around_each_curve(full_report):
+    from topcal.report.figures import report_figures
+
+    page = (full_report / "index.html").read_text()
+    assert "Shaded band around each curve: the 90% interval on the fitted curve" in _caption(page, "curves")
+    assert "No band for" not in _caption(page, "curves")
+    assert "Shaded band" not in _caption(page, "kde-rules")  # four bandwidths' curves: no bands there
+    # the figure the report draws for its per-class curves holds one band per method and class
+    p, lab = simulate(800, 9)
+    data = TopLabelData.from_probs(p, lab, classes=CLASSES)
+    models = {n: fit_quietly(n, data, collect=Warning) for n in ("uncalibrated", "hist", "kde-mon2")}
+    shown = report_figures(data, models, {}, None, None, None, True, lambda msg: None)
+    figs = {key: (cap, fig) for _, (key, _, cap, fig) in zip(range(2), shown)}  # joint, then curves
+    cap, fig = figs["curves"]
+    bands = [a.get_gid() for ax in fig.axes for a in ax.collections if (a.get_gid() or "").startswith("band:")]
+    assert sorted(set(bands)) == ["band:hist", "band:kde-mon2"] and len(bands) == 2 * len(CLASSES)
+    assert "90% interval" in cap
+
+
 # ------------------------------------------------------------- warnings
 def _fit_all(data, specs):
     models = {name: fit_quietly(m, data, params=kw, collect=Warning) for name, (m, kw) in specs.items()}

@@ -67,25 +67,37 @@ def test_ltt_guarantee_holds_over_many_splits(uncal):
     assert viol.max() / reps < 0.5
 
 
-def brute_force_ltt(conf, right, precision, delta, starts=3):
+def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4):
     """The procedure written out naively: each sequence walks the grid from strict to loose, testing with
-    scipy's binomial survival function, and stops at the first cut-off it cannot reject."""
+    scipy's binomial survival function, and stops at the first cut-off it cannot reject; sequence j starts
+    where factor^j times the fewest testable predictions are first accepted, each at delta / starts."""
+    need = int(np.ceil(np.log(delta / starts) / np.log(precision) - 1e-12))
+    grid = sorted(GRID, reverse=True)
+    total = len(conf)
+    reached = [j for j in range(starts) if total >= need * factor**j]
     level = delta / starts
-    need = int(np.ceil(np.log(level) / np.log(precision) - 1e-12))
     best = None
-    for j in range(starts):
+    for j in reached:
         started = False
-        for t in sorted(GRID, reverse=True):
+        for t in grid:
             acc = conf >= t
             n, c = int(acc.sum()), int(right[acc].sum())
             if not started:
-                if n < need * 4**j:
+                if n < need * factor**j:
                     continue
                 started = True
             if binom.sf(c - 1, n, precision) > level:
                 break
             best = t if best is None else min(best, t)
     return best
+
+
+def test_sequences_take_the_loosest_rejection_of_any_start():
+    from topcal.thresholds import sequences
+
+    assert sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0], 0.05) == 0  # stops at the first non-rejection
+    assert sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0, 2], 0.05) == 3  # the second start goes on
+    assert sequences([0.3, 0.2, 0.04, 0.01], [0, 1], 0.05) == -1  # nothing before a start is tested
 
 
 def test_fixed_sequences_match_a_brute_force_walk_and_nest(uncal):
@@ -96,14 +108,43 @@ def test_fixed_sequences_match_a_brute_force_walk_and_nest(uncal):
         for k, c in enumerate(th.per_class):
             rows = data.pred == k
             assert c.cutoff == brute_force_ltt(conf[rows], data.tp[rows] > 0, target, 0.1)
-        assert th.overall.cutoff == brute_force_ltt(conf, data.tp > 0, target, 0.1)
+        assert th.overall.cutoff == brute_force_ltt(conf, data.tp > 0, target, 0.1, 6, 2)  # the global starts
     # what is accepted at a looser cut-off contains what is accepted at a stricter one, and the accepted rows are
     # those whose confidence reaches the cut-off; the lower bound is below the estimate
     c = th.overall
     assert c.n_accepted == np.sum(conf >= c.cutoff) and c.cutoff in GRID
-    assert c.precision_lower < c.precision and c.p_value <= 0.1 / 3
+    assert c.precision_lower < c.precision and c.p_value <= 0.1
     bon = fit_thresholds(uncal, data, 0.9, 0.1, multiplicity="bonferroni")
     assert all(b.level == pytest.approx(0.05) for b in bon.per_class) and bon.overall.level == 0.1
+
+
+def test_thresholds_notebook_view_lists_each_class_cutoff_bounds_and_accepted_fraction_or_reason(uncal):
+    import dataclasses
+    import html as htmlmod
+    import re
+
+    big = linear_population(2000, 1)
+    pred = np.r_[np.zeros(2000, int), np.ones(12, int)]
+    s = np.r_[big.score, np.full(12, 0.99)]
+    labels = np.r_[np.where(big.tp > 0, 0, 1), np.ones(12, int)]
+    data = TopLabelData.from_scores(pred, s, labels, classes=["0", "1"])
+    th = fit_thresholds(uncal, data, 0.9, 0.05)
+    th = dataclasses.replace(th, per_class=(dataclasses.replace(th.per_class[0], name="a<b"), th.per_class[1]))
+    shown = th._repr_html_()
+    assert "precision &ge; 0.9 with probability &ge; 0.95" in shown and "per-class cut-offs" in shown
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", shown)
+    assert len(rows) == 1 + 2 + 1  # header, two classes, global
+    cells = [[htmlmod.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r)] for r in rows[1:]]
+    a, one, everything = cells
+    c = th.per_class[0]
+    assert a == ["a<b", f"{c.cutoff:.6g}", f"{c.precision:.4f}", f"{c.precision_lower:.4f}",
+                 f"{c.accepted_fraction:.1%} ({c.n_accepted:g} of {c.n_predicted:g})"]
+    assert c.precision_lower < c.precision and 0 < c.accepted_fraction < 1
+    assert one[0] == "1" and one[1] == "\u2013" and one[2].startswith("no cut-off: only 12 predictions")
+    assert everything[0] == "(all)" and everything[1] == f"{th.overall.cutoff:.6g}"
+    assert "<b>Thresholds</b>" in shown and "a&lt;b" in shown  # names escaped
+    glob = fit_thresholds(uncal, data, 0.9, 0.05, mode="global")
+    assert "the global cut-off" in glob._repr_html_()
 
 
 def test_small_class_and_unreachable_target_get_no_cutoff_and_a_reason(uncal):

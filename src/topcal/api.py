@@ -147,7 +147,7 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
     multi-class temperature scalings) have no per-class curve; for them the
     fitted parameters are shown as a table instead.
     """
-    from .plots import CurveGrid, CurvePanel, model_curve, plot_calibration_curves
+    from .plots import BAND_LEVEL, CurveGrid, CurvePanel, model_band, model_curve, plot_calibration_curves
     from .report import figure_png
 
     import numpy as np
@@ -176,14 +176,22 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
                 f"<tr><th>class</th>{''.join(f'<th>{html.escape(x)}</th>' for x in keys)}</tr>{rows}</table>{more}</div>")
     grid = np.linspace(lo, hi, 201)
     support = getattr(model, "support_", [None] * k)
+    shown = range(min(k, MAX_PANELS))
+    limits = [model_band(model, i, grid, BAND_LEVEL) for i in shown]
     panels = tuple(
         CurvePanel(model.classes_[i], None, {model.name: (grid, model_curve(model, i, grid))}, {},
-                   support[i], float(model.n_tp_[i]), float(model.n_fp_[i]))
-        for i in range(min(k, MAX_PANELS)))
-    fig = plot_calibration_curves(CurveGrid((lo, hi), (model.name,), panels), panel_size=2.2)
+                   support[i], float(model.n_tp_[i]), float(model.n_fp_[i]),
+                   {} if limits[i] is None else {model.name: (grid, *limits[i])})
+        for i in shown)
+    no_band = (model.name,) if any(b is None for b in limits) else ()
+    fig = plot_calibration_curves(CurveGrid((lo, hi), (model.name,), panels, band_level=BAND_LEVEL, no_band=no_band),
+                                  panel_size=2.2)
     uri = "data:image/png;base64," + base64.b64encode(figure_png(fig, dpi=dpi)).decode("ascii")
     more = f"<p>(first {MAX_PANELS} of {k} classes)</p>" if k > MAX_PANELS else ""
-    return f"<div>{head}<img src='{uri}' alt='calibration curves of {html.escape(model.name)}'>{more}</div>"
+    band = (f"<p>no interval band: this model holds no interval statistics (saved by an older topcal; refit it to "
+            f"get them)</p>" if no_band else
+            f"<p>shaded: the {BAND_LEVEL:.0%} interval on each fitted curve (<code>predict_interval</code>)</p>")
+    return (f"<div>{head}<img src='{uri}' alt='calibration curves of {html.escape(model.name)}'>{band}{more}</div>")
 
 
 set_html_renderer(calibrator_html)

@@ -38,6 +38,7 @@ calibrator was fitted on other rows (enforced: the model's
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import math
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ from .inputs import as_data
 from .persist import canonical_json
 
 __all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
-           "sgr_threshold", "ltt_cutoff", "STARTS", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
+           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "GLOBAL_STARTS", "sequences", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
            "model_digest", "FORMAT"]
 
 FORMAT = "topcal-thresholds"
@@ -151,21 +152,41 @@ class ClassCutoff:
                    opt("p_value"), None if d.get("reason") is None else str(d["reason"]))
 
 
-#: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16 times the fewest
-#: testable predictions are accepted: one sequence that starts at the very top stops at the first error
-#: among a few dozen predictions (even at a true precision of 0.99); the later starts keep the search
-#: going. The union bound over the sequences keeps the family-wise error at delta.
+#: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16
+#: (START_FACTOR^j) times the fewest testable predictions are accepted: one sequence that starts at the very
+#: top stops at the first error among a few dozen predictions (even at a true precision of 0.99); the later
+#: starts keep the search going. The union bound over the sequences keeps the family-wise error at delta.
+#: Per class (often a few dozen rows) three starts keep the fewest testable predictions small.
 STARTS = 3
+START_FACTOR = 4
+#: The global cut-off (all rows: thousands) runs more, denser starts: 6 sequences from 1, 2, 4, ..., 32
+#: times the fewest testable predictions, so that some sequence starts within a factor 2 below any cut-off
+#: and a dip of the precision near the top stops only the sequences that start above it.
+GLOBAL_STARTS = (6, 2)
 
 
-def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float) -> ClassCutoff:
-    """Learn-then-Test on one class's (or all) rows: the loosest grid cut-off any of the :data:`STARTS`
-    fixed sequences rejects "precision < target" at (each at ``delta`` / STARTS)."""
+def sequences(p_values, starts, level: float) -> int:
+    """Index of the loosest hypothesis any fixed sequence rejects (sequence j runs from ``starts[j]`` to
+    the end at ``level``, stopping at its first non-rejection); -1 when none rejects."""
+    p = np.asarray(p_values)
+    best = -1
+    for a in starts:
+        k = fixed_sequence(p[a:], level)
+        if k >= 0:
+            best = max(best, a + k)
+    return best
+
+
+def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tuple[int, int] = (STARTS, START_FACTOR)
+               ) -> ClassCutoff:
+    """Learn-then-Test on one class's (or all) rows: the loosest grid cut-off any of the fixed sequences
+    rejects "precision < target" at; ``starts`` = (number S, factor f): sequence j starts where f^j times
+    the fewest testable predictions are accepted, each at ``delta`` / S (:func:`sequences`)."""
     from scipy.special import betaincinv
 
     total = float(tp.sum() + fp.sum())
-    level = delta / STARTS
-    need = n_min(precision, level)
+    n_starts, factor = starts
+    need = n_min(precision, delta / n_starts)
     if total < need:
         return ClassCutoff(name, None, delta, total, reason=(
             f"only {total:g} predictions in the labelled data; at least {need} are needed to show precision "
@@ -173,22 +194,16 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float) -> ClassCutof
     cut = GRID[::-1]  # strictest first
     n, c = _accepted_counts(conf, tp, fp, cut)
     p = binomial_tail(c, n, precision)
-    best = -1
-    for j in range(STARTS):
-        if n[-1] < need * 4**j:
-            break
-        first = int(np.argmax(n >= need * 4**j))  # n grows as the cut-off loosens
-        last = fixed_sequence(p[first:], level)
-        if last >= 0:
-            best = max(best, first + last)
-        elif j == 0:
-            stuck = first
+    # the starts (confidences only): where START_FACTOR^j times the fewest testable predictions are accepted
+    first = sorted({int(np.argmax(n >= need * factor**j)) for j in range(n_starts) if n[-1] >= need * factor**j})
+    best = sequences(p, first, delta / n_starts)
+    stuck = first[0]
     if best < 0:
         i = stuck
         return ClassCutoff(name, None, delta, total, float(n[i]), float(c[i]), float(c[i] / n[i]), None, float(p[i]),
                            reason=(f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
                                    f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
-                                   f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{STARTS})"))
+                                   f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"))
     nn, cc = float(n[best]), float(c[best])
     lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
     return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]))
@@ -299,6 +314,37 @@ class Thresholds:
         """Write as versioned JSON, atomically."""
         write_text(path, self.dumps())
 
+    #: Classes the notebook view lists (the global row is always shown).
+    HTML_ROWS = 100
+
+    def _repr_html_(self) -> str:
+        """The notebook view: per class (and global) the cut-off, the labelled sample's precision there,
+        its lower bound, and the accepted fraction, or why a class has no cut-off."""
+        def num(v, fmt):
+            return "&ndash;" if v is None else format(v, fmt)
+
+        def row(c, strong=False):
+            cells = [html.escape(c.name), num(c.cutoff, ".6g")]
+            if c.cutoff is None:
+                cells += [f"<td colspan='3'>no cut-off: {html.escape(c.reason or '')}</td>"]
+                tds = "".join(f"<td>{v}</td>" for v in cells[:2]) + cells[2]
+            else:
+                cells += [num(c.precision, ".4f"), num(c.precision_lower, ".4f"),
+                          f"{c.accepted_fraction:.1%} ({c.n_accepted:g} of {c.n_predicted:g})"]
+                tds = "".join(f"<td>{v}</td>" for v in cells)
+            return f"<tr style='font-weight:bold'>{tds}</tr>" if strong else f"<tr>{tds}</tr>"
+
+        shown = self.per_class[: self.HTML_ROWS]
+        more = (f"<p>(first {self.HTML_ROWS} of {len(self.per_class)} classes)</p>"
+                if len(self.per_class) > self.HTML_ROWS else "")
+        used = "per-class cut-offs" if self.mode == "per-class" else "the global cut-off"
+        head = (f"<p><b>Thresholds</b>: precision &ge; {self.precision:g} with probability &ge; "
+                f"{1 - self.delta:g} (delta {self.delta:g}, multiplicity {html.escape(self.multiplicity)}), "
+                f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses {used}</p>")
+        return (f"<div>{head}<table><tr><th>class</th><th>cut-off</th><th>precision</th>"
+                f"<th>lower bound</th><th>accepted</th></tr>{''.join(row(c) for c in shown)}"
+                f"{row(self.overall, strong=True)}</table>{more}</div>")
+
     def table(self) -> list[list]:
         """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes, then "(all)");
         None where a class has no cut-off."""
@@ -387,7 +433,7 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     for k, name in enumerate(model.classes_):
         idx = np.flatnonzero(data.pred == k)
         per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level))
-    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta)
+    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta, starts=GLOBAL_STARTS)
     return Thresholds(float(precision), float(delta), mode, multiplicity, tuple(model.classes_), tuple(per), overall,
                       model.name, model_digest(model), data.n_samples)
 

@@ -7,11 +7,11 @@ Bernoulli(Conf) draw). docs/intervals.md states the assumptions per family.
 
 * Count methods (``hist``, the ``cum`` family, the ``kde`` family, ``conf1``)
   estimate Conf as a ratio of local counts t / n (shrunk: (t + m r) / (n + m),
-  :mod:`topcal.calibrators.shrinkage`). The interval is the equal-tailed
-  interval of the Beta posterior of the local rate: Beta(t + m r, n - t + m (1 - r))
-  with the shrinkage pseudo-counts as the prior, or Beta(t + 1/2, n - t + 1/2)
-  (Jeffreys) for the paper's unshrunk estimators (m = 0). Both prior parts are
-  > 0, so no interval reaches 0 or 1 from finite counts.
+  :mod:`topcal.calibrators.shrinkage`). Unshrunk (m = 0): the equal-tailed interval
+  of the Jeffreys posterior Beta(t + 1/2, n - t + 1/2). Shrunk: empirical Bayes
+  with the pseudo-counts as the prior's concentration, the reference's own
+  error added, and the concentration integrated over (:func:`shrunk_interval`).
+  No interval reaches 0 or 1 from finite counts.
 * Temperature methods: the delta method on the log-odds margin m(x) of the
   fitted parameters x = (log T, A / T), with the covariance of x the inverse
   observed information of the NLL at the fit: m +- z se(m), mapped through
@@ -97,7 +97,8 @@ def _mix(t, n, m, prior_mean, prior_var):
     return mean, mean * (1.0 - mean) / (n + m + 1.0) + (1.0 - w) ** 2 * prior_var
 
 
-def shrunk_interval(t, n, m, ref_t, ref_n, ref_m, ref_rate, n_total, level: float, *, scale=1.0):
+def shrunk_interval(t, n, m, ref_t, ref_n, ref_m, ref_rate, n_total, level: float, *, scale=1.0,
+                    m_posterior=None):
     """Interval on a shrunk confidence (t + m r) / (n + m), r = (t0 + m0 r0) / (n0 + m0).
 
     The pseudo-counts m (and m0) are *weights*, chosen by leave-one-out, not m
@@ -112,6 +113,16 @@ def shrunk_interval(t, n, m, ref_t, ref_n, ref_m, ref_rate, n_total, level: floa
     equal-tailed one of the Beta with the confidence as its mean and this variance.
     Counts are multiplied by ``scale`` (effective sample size per count unit); the
     pseudo-counts are not. ``t``, ``n`` are 0 for classes without data (the reference alone).
+
+    ``m_posterior`` = (grid, weights), weights (G,) or (rows, G): a posterior over the prior's
+    concentration m (:func:`topcal.calibrators.shrinkage.m_posterior` of the class's Beta-binomial
+    deviation from the overall rate, :func:`~topcal.calibrators.shrinkage.spread_losses`). The
+    leave-one-out m is a predictive choice, not an estimate of how far the class may stray from
+    the reference: with few rows the data cannot tell a small spread from a large one. The
+    variance is then that of the mixture over m about the calibrated value c (computed with the
+    model's own m), sum_j w_j (var_j + (c_j - c)^2); the second term is Morris's (1983)
+    correction for an estimated shrinkage factor, (x - r)^2 Var(B), taken over the grid.
+    Without it m is taken as known (a pseudo-count the user fixed).
     """
     s = scale
     t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
@@ -121,6 +132,16 @@ def shrunk_interval(t, n, m, ref_t, ref_n, ref_m, ref_rate, n_total, level: floa
     v_r0 = ref_rate * (1.0 - ref_rate) / (n_total * s + 2 * JEFFREYS + 1.0)
     r, v_r = _mix(t0 * s, n0 * s, ref_m, ref_rate, v_r0)
     conf, var = _mix(t * s, n * s, m, r, v_r)
+    if m_posterior is not None:
+        grid, w = m_posterior
+        mix = np.zeros(np.shape(conf))
+        for j, mj in enumerate(np.asarray(grid, dtype=np.float64)):
+            wj = w[..., j]
+            if not np.any(wj):
+                continue
+            cj, vj = _mix(t * s, n * s, mj, r, v_r)
+            mix += wj * (vj + (cj - conf) ** 2)
+        var = mix
     conf = np.clip(conf, 1e-300, 1.0 - 1e-16)
     nu = np.maximum(conf * (1.0 - conf) / np.maximum(var, 1e-300) - 1.0, 2 * JEFFREYS)
     return beta_interval(conf * nu, (1.0 - conf) * nu, level)

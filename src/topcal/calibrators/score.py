@@ -271,9 +271,14 @@ class ScoreCalibrator(Calibrator):
             m = self.shrinkage_[pred]
             if none.any():  # no data of their own: the reference curve alone
                 t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
+            post = None
+            if isinstance(self.shrinkage, str):  # m chosen from the data: the spread it stands for is uncertain
+                grid, w = shr.m_posterior(shr.spread_losses(self.n_tp_, self.n_tp_ + self.n_fp_,
+                                                            self.reference_rate_))
+                post = (grid, w[pred])
             lo, hi = intervals.shrunk_interval(t, n, m, t0, n0, self.reference_m_, self.reference_rate_,
                                                float(np.sum(self.n_tp_) + np.sum(self.n_fp_)), level,
-                                               scale=self._count_scale)
+                                               scale=self._count_scale, m_posterior=post)
         else:
             t, n = self._local_counts_rows(pred, score)
             lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)

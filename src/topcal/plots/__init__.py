@@ -21,7 +21,7 @@ compute                                plot                                    p
 :func:`added_samples_effect`           :func:`plot_added_samples`              Fig. 15
 =====================================  ======================================  ===========
 
-Drawn artists carry a ``gid`` ("curve:<method>", "hist", "uncalibrated",
+Drawn artists carry a ``gid`` ("curve:<method>", "band:<method>", "hist", "uncalibrated",
 "density:tp", ...) so tests and users can find the plotted data again.
 
 The package: :mod:`topcal.plots.compute` (the dataclasses and compute functions) and
@@ -33,7 +33,7 @@ a plot function in ``draw``, both exported here.
 from .compute import (is_score_curve, HistogramBars, JointDistribution, CurvePanel, CurveGrid, DensityPanel,
     CloudPanel, MethodScores, HistogramOverlay, PairedScores, AddedSamplesPanel, class_histograms,
     joint_distribution, calibration_curves, kde_densities, ts_clouds, method_scores, histogram_overlay,
-    paired_scores, added_samples_effect, model_curve, SPARSE_MIN, MAX_CLOUD_POINTS)
+    paired_scores, added_samples_effect, model_curve, model_band, BAND_LEVEL, SPARSE_MIN, MAX_CLOUD_POINTS)
 from . import compute, draw
 from .draw import (plot_joint_distribution, plot_calibration_curves, plot_kde_densities, plot_ts_clouds,
     plot_method_bars, plot_histogram_overlay, plot_paired_bars, plot_added_samples, METHOD_COLORS)

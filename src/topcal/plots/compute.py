@@ -7,13 +7,13 @@ eight figures' data, each a dataclass and its compute function (see the table in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..calibrators import Calibrator
 from ..data import TopLabelData
-from ..errors import DegenerateClassWarning, TopcalError
+from ..errors import DegenerateClassWarning, ModelFileError, ParameterError, TopcalError
 from ..evaluate import fit_quietly
 from ..metrics import conf1 as _conf1
 from ..metrics import confusion_matrix
@@ -40,6 +40,8 @@ __all__ = [
     "paired_scores",
     "added_samples_effect",
     "model_curve",
+    "model_band",
+    "BAND_LEVEL",
     "SPARSE_MIN",
     "MAX_CLOUD_POINTS",
 ]
@@ -51,6 +53,9 @@ SPARSE_MIN = 10
 #: Largest number of points drawn per class in a cloud (a seeded subsample
 #: beyond it keeps PNGs small; the report says when it subsampled).
 MAX_CLOUD_POINTS = 2500
+
+#: Level of the interval band drawn around each fitted curve (``predict_interval``, docs/intervals.md).
+BAND_LEVEL = 0.9
 
 
 # ----------------------------------------------------------------- compute
@@ -169,6 +174,9 @@ class CurvePanel:
     support : (float, float) or None
         Lowest and highest observed score of the class's positives.
     n_tp, n_fp : float
+    bands : dict
+        method -> (score, lower, upper): the ``predict_interval`` limits on the curve's grid (methods
+        in ``curves`` whose model holds interval statistics).
     """
 
     class_name: str
@@ -178,6 +186,7 @@ class CurvePanel:
     support: tuple[float, float] | None
     n_tp: float
     n_fp: float
+    bands: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,10 @@ class CurveGrid:
     methods: tuple[str, ...]
     panels: tuple[CurvePanel, ...]
     subsampled: bool = False
+    #: Level of the bands (None: none asked for) and the methods whose models hold no interval
+    #: statistics (files saved by an older topcal): they draw no band.
+    band_level: float | None = None
+    no_band: tuple[str, ...] = ()
 
 
 def _subsample(idx: np.ndarray, max_points: int, seed: int = 0) -> np.ndarray:
@@ -211,6 +224,17 @@ def model_curve(model, k: int, score: np.ndarray) -> np.ndarray:
     return model.curve(k, np.asarray(score, dtype=np.float64)).confidence
 
 
+def model_band(model, k: int, score: np.ndarray, level: float = BAND_LEVEL):
+    """(lower, upper) of the ``level`` interval on Conf_k at ``score`` (:meth:`predict_interval`), or
+    None where the model holds no interval statistics (a file saved by an older topcal) or has no interval."""
+    s = np.asarray(score, dtype=np.float64)
+    rows = TopLabelData(tuple(model.classes_), np.full(s.shape, int(k), dtype=np.int64), s, tuple(model.score_range_))
+    try:
+        return model.predict_interval(rows, level)
+    except (ModelFileError, ParameterError):
+        return None
+
+
 def _class_items(data: TopLabelData, only) -> list[tuple[int, str]]:
     """(index, name) of every class, or of the class indices ``only`` (figures of many classes show a few)."""
     if only is None:
@@ -220,7 +244,7 @@ def _class_items(data: TopLabelData, only) -> list[tuple[int, str]]:
 
 def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_points: int = 401,
                        sparse_min: float = SPARSE_MIN, max_cloud_points: int = MAX_CLOUD_POINTS,
-                       only=None) -> CurveGrid:
+                       only=None, band: float | None = BAND_LEVEL) -> CurveGrid:
     """Per class: Conf_Hist bars plus each fitted model's curve (or cloud).
 
     Parameters
@@ -238,6 +262,8 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
     sparse_min : float, default 10
     max_cloud_points : int, default 2500
         Clouds larger than this are subsampled (seeded).
+    band : float in (0, 1) or None, default 0.9
+        Level of the interval band around each curve (None: no bands).
     """
     hists = class_histograms(data, n_bins=n_bins, sparse_min=sparse_min)
     tp, fp = data.class_counts()
@@ -249,12 +275,18 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
             preds[name] = m.predict(data)
     panels = []
     subsampled = False
+    no_band: set = set()
     for k, cname in _class_items(data, only):
-        curves = {}
+        curves, bands = {}, {}
         for name, m in models.items():
             if name == "uncalibrated" or not is_score_curve(m):
                 continue
             curves[name] = (grid, model_curve(m, k, grid))
+            lim = None if band is None or name in no_band else model_band(m, k, grid, band)
+            if lim is not None:
+                bands[name] = (grid, *lim)
+            elif band is not None:
+                no_band.add(name)
         clouds = {}
         idx = np.flatnonzero(data.pred == k)
         if idx.size > max_cloud_points:
@@ -262,8 +294,11 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
         idx = _subsample(idx, max_cloud_points)
         for name, p in preds.items():
             clouds[name] = (data.score[idx], p[idx])
-        panels.append(CurvePanel(cname, hists[k], curves, clouds, data.class_support(k), float(tp[k]), float(fp[k])))
-    return CurveGrid(data.score_range, tuple(m for m in models if m != "uncalibrated"), tuple(panels), subsampled)
+        panels.append(CurvePanel(cname, hists[k], curves, clouds, data.class_support(k), float(tp[k]), float(fp[k]),
+                                 bands))
+    methods = tuple(m for m in models if m != "uncalibrated")
+    return CurveGrid(data.score_range, methods, tuple(panels), subsampled, band,
+                     tuple(m for m in methods if m in no_band))
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,9 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
                             panel_size: float = 2.6):
     """Small multiples, one panel per class: histogram bars, method curves, dashed diagonal.
 
+    Around each curve with interval limits (``grid.band_level``), a translucent band in the curve's
+    colour: the interval on the fitted curve (docs/intervals.md).
+
     Sparse bins (fewer than 10 positives, and the lowest non-empty bin) are
     hatched with a dashed outline; scores outside the class's observed ones
     are shaded grey (the curve there is extrapolation). Clouds of
@@ -274,6 +277,10 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
             sc = ax.scatter(s, c, s=3, alpha=0.35, color=_color(name, methods), lw=0, label=f"{name} (cloud)",
                             zorder=3, rasterized=True)
             sc.set_gid(f"cloud:{name}")
+        for name, (s, lo, hi) in p.bands.items():
+            band = ax.fill_between(s, lo, hi, color=_color(name, methods), alpha=0.18, lw=0, zorder=3.5,
+                                   label="_nolegend_")
+            band.set_gid(f"band:{name}")
         for name, (s, c) in p.curves.items():
             if name == "hist" and p.hist is not None and len(p.hist.values) == 10:
                 continue  # the bars are this curve
@@ -293,6 +300,8 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
     extra = [Patch(fc="0.85", ec="black", label="Conf$_{Hist}$ (10 bins)"),
              Patch(fc="white", ec="0.35", hatch="///", ls="--", label=f"sparse bin (<{SPARSE_MIN:g} or lowest)"),
              Patch(fc="0.6", alpha=0.3, label="outside observed scores")]
+    if any(p.bands for p in grid.panels):
+        extra.append(Patch(fc="0.5", alpha=0.25, label=f"{grid.band_level:.0%} interval on the curve"))
     _fig_legend(fig, axes + [_LegendProxy(extra)])
     if title:
         fig.suptitle(plain(title), fontsize=11)

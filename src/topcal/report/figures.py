@@ -71,6 +71,18 @@ def _comparison_view(comparison: dict, names) -> dict:
     return {**comparison, "methods": methods}
 
 
+def _band_caption(grid) -> str:
+    """What the interval bands of a curve figure are, and which models draw none (old files)."""
+    if grid.band_level is None:
+        return ""
+    out = (f" Shaded band around each curve: the {grid.band_level:.0%} interval on the fitted curve (its estimation "
+           "error from the finite calibration data, docs/intervals.md).")
+    if grid.no_band:
+        out += (f" No band for {', '.join(grid.no_band)}: the model holds no interval statistics (saved by an older "
+                "topcal; refit it to get them).")
+    return out
+
+
 def report_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log):
     """Yield (key, title, caption, Figure) for every figure that applies."""
     curve_models = {n: m for n, m in models.items() if plots.is_score_curve(m)}
@@ -107,12 +119,12 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
     yield ("curves", "Calibration curves per class (paper Figs. 3, 7, 9)",
            "Bars: Conf_Hist with 10 equal-width bins (hatched, dashed: fewer than 10 positives, or the lowest bin). "
            "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, where every "
-           "curve is extrapolated." + few,
+           "curve is extrapolated." + _band_caption(grid) + few,
            plots.plot_calibration_curves(grid))
     rules = _pick(_KDE_RULES, curve_models)
     if len(rules) >= 2 and set(rules) != set(main_score):
         log("figure: KDE bandwidth rules")
-        grid = plots.calibration_curves(data, {n: curve_models[n] for n in rules}, only=only)
+        grid = plots.calibration_curves(data, {n: curve_models[n] for n in rules}, only=only, band=None)
         yield ("kde-rules", "KDE bandwidth rules (paper Figs. 13, 14)",
                "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 and the "
                "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too." + few,
@@ -123,7 +135,8 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
         grid = plots.calibration_curves(data, {n: curve_models[n] for n in binary}, only=only)
         yield ("binary-ts", "Binary temperature scaling of the top score",
                "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at most: a smooth "
-               "S-shape that cannot follow a non-monotone histogram." + few, plots.plot_calibration_curves(grid))
+               "S-shape that cannot follow a non-monotone histogram." + _band_caption(grid) + few,
+               plots.plot_calibration_curves(grid))
     dens = _pick(_DENSITY_PREFERENCE, curve_models)
     if dens:
         name = dens[0]

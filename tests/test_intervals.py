@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import subprocess
 import sys
 import warnings

@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from ..errors import TopcalError
-from .compute import (CurveGrid, HistogramBars, HistogramOverlay, JointDistribution, MethodScores, PairedScores, SPARSE_MIN)
+from .compute import CurveGrid, HistogramBars, JointDistribution, SPARSE_MIN
+from .evaluation import HistogramOverlay, MethodScores, PairedScores
 
 __all__ = [
     "plot_joint_distribution",

@@ -28,6 +28,8 @@ class Engine:
     name = ""
     #: whether a fit is made from statistics (score methods only) rather than from the rows
     from_counts = False
+    #: whether this process reads the rows itself (so a row progress bar can follow them)
+    reads_rows = True
 
     def fit(self, cal, path, *, progress=None, **options):
         """Fit the unfitted calibrator ``cal`` on the labelled data at ``path``; returns it."""
@@ -91,6 +93,7 @@ class DaskEngine(Engine):
 
     name = "dask"
     from_counts = True
+    reads_rows = False  # the workers read the partitions
 
     def __init__(self, address: str | None = None):
         self.address = address

@@ -78,7 +78,7 @@ def add_commands(sub) -> None:
 # ----------------------------------------------------------------- commands
 def _progress(args, what: str, engine):
     """A row progress bar where the engine reads the file in chunks, else None."""
-    return RowProgress(what, rows_hint(args.data)) if engine.name != "dask" else None
+    return RowProgress(what, rows_hint(args.data)) if engine.reads_rows else None
 
 
 def _run(progress, call):

@@ -177,6 +177,22 @@ def write_text(path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def read_text(path, what: str, error=TopcalError, type_hint: str = "") -> str:
+    """The text of the file at ``path`` (a str, bytes or path object) for a reader of ``what`` (e.g.
+    "model file"); ``error`` (a TopcalError class) with a one-line message when it cannot be read."""
+    if isinstance(path, (bytes, bytearray)):
+        path = os.fsdecode(bytes(path))
+    if not isinstance(path, (str, os.PathLike)):
+        raise error(f"the {what} must be given as a path (str, bytes or pathlib.Path), got "
+                    f"{type(path).__name__}{type_hint}")
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise error(f"{what} {str(path)!r} does not exist; check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read {what} {str(path)!r}: {exc}") from None
+
+
 def _inside(rel: str) -> bool:
     """A marker entry that stays inside its folder: relative, no ``..``, no drive or backslash tricks."""
     p = PurePosixPath(rel)

@@ -29,10 +29,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 
 from ._version import __version__
-from ._fileio import write_text
+from ._fileio import read_text, write_text
 from .calibrators.base import register_hook
 from .calibrators.registry import available_methods, get_class, is_registered
 from .errors import ModelFileError, TopcalError
@@ -176,17 +175,9 @@ def save(model, path) -> None:
 
 def load(path):
     """Read a model saved with :func:`save` (or ``topcal fit -o``); ``path`` is a str, bytes or path object."""
-    if isinstance(path, (bytes, bytearray)):
-        path = os.fsdecode(bytes(path))
-    if not isinstance(path, (str, os.PathLike)):
-        raise ModelFileError(f"the model file must be given as a path (str, bytes or pathlib.Path), got "
-                             f"{type(path).__name__}; for a model's JSON text use topcal.persist.loads")
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise ModelFileError(f"model file {str(path)!r} does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"cannot read model file {str(path)!r}: {exc}") from None
+    text = read_text(path, "model file", ModelFileError,
+                     "; for a model's JSON text use topcal.persist.loads")
+    path = os.fsdecode(path) if isinstance(path, (bytes, bytearray)) else path
     return loads(text, source=f"model file {str(path)!r}")
 
 

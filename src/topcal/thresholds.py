@@ -41,12 +41,12 @@ import hashlib
 import html
 import json
 import math
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from ._fileio import write_text
+from ._fileio import read_text, write_text
 from ._params import Interval, Options, validate_params
 from ._version import __version__
 from .data import TopLabelData, preview
@@ -380,12 +380,8 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
 
 def load_thresholds(path) -> Thresholds:
     """Read a file written by :meth:`Thresholds.save` (or ``topcal threshold -o``)."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise ModelFileError(f"thresholds file {str(path)!r} does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"cannot read thresholds file {str(path)!r}: {exc}") from None
+    text = read_text(path, "thresholds file", ModelFileError)
+    path = os.fsdecode(path) if isinstance(path, (bytes, bytearray)) else path
     return loads_thresholds(text, source=f"thresholds file {str(path)!r}")
 
 

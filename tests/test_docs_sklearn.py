@@ -65,7 +65,6 @@ def test_sklearn_part_calibrates_and_reports(ran):
     report = ran["_dir"] / ran["report"]
     assert report.is_file() and "kde-mon2" in report.read_text(encoding="utf-8")
     assert isinstance(cal.calibrator_, topcal.Calibrator)
-    assert ran["_times"][0] < 60  # a few seconds on the 2-core machine; generous bound under load
 
 
 def test_torch_part_calibrates_logits(ran):
@@ -79,4 +78,4 @@ def test_torch_part_calibrates_logits(ran):
     nll_ts = topcal.metrics.nll(test_t, ts.predict(ran["logits_test"])).overall
     assert np.isfinite(nll_ts) and nll_ts < nll_raw * 1.5
     assert kde.predict(ran["logits_test"]).shape == (len(ran["y_test"]),)
-    assert ran["_times"][1] < 30
+    # no timed assertion: speed is measured by benchmarks/, side by side, not by wall-clock tests

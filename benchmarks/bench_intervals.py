@@ -11,7 +11,8 @@ classes of ``n`` predictions each, one per true curve P(correct | S = s):
 with scores s ~ Beta(4, 2) on (0, 1). The intervals are evaluated at 200 fresh scores per class
 drawn from the same distribution; pointwise coverage is the share of those whose true value lies
 in [lo, hi], averaged over the scores and the seeds. Each method's interval is compared with the
-quantity it estimates: ``cum`` estimates P(correct | S' >= s) (computed from the true curve),
+quantity it estimates: ``cum`` estimates P(correct | S' >= s) (computed from the true curve), ``cum-opt`` and
+``cum-median`` the same above their fitted cut-off theta and P(correct | S' <= theta) below it,
 ``conf1`` the class's accuracy, the others P(correct | S = s).
 
 Temperature family: the curves above are not temperature curves (a misspecified parametric model
@@ -56,13 +57,19 @@ def draw_scores(rng, n):
     return np.clip(rng.beta(4.0, 2.0, n), 1e-4, 1 - 1e-4)
 
 
-def cumulative_truth(curve, s):
-    """P(correct | S' >= s) under Beta(4, 2) scores, by quadrature on a fine grid."""
+def cumulative_truth(curve, s, theta=None):
+    """P(correct | S' >= s) under Beta(4, 2) scores, by quadrature on a fine grid; below a cut-off
+    ``theta`` (``cum-median``, ``cum-opt``) P(correct | S' <= theta), the one bin below it."""
     grid = np.linspace(0, 1, 20001)[1:-1]
     dens = grid ** 3 * (1 - grid)
     num = np.cumsum((dens * curve(grid))[::-1])[::-1]
     den = np.cumsum(dens[::-1])[::-1]
-    return np.interp(s, grid, num / den)
+    out = np.interp(s, grid, num / den)
+    if theta is not None:
+        low = grid <= theta
+        below = (dens[low] @ curve(grid[low])) / dens[low].sum() if low.any() else curve(theta)
+        out = np.where(s < theta, below, out)
+    return out
 
 
 def score_data(rng, n, curves):
@@ -77,9 +84,11 @@ def score_data(rng, n, curves):
     return TopLabelData.from_scores(pred, s, labels, classes=classes, score_range=(0.0, 1.0))
 
 
-def score_truth(method, curve, s, rng):
+def score_truth(method, curve, s, rng, theta=None):
     if method == "cum" or method.startswith("cum "):
         return cumulative_truth(curve, s)
+    if method.startswith(("cum-opt", "cum-median")):
+        return cumulative_truth(curve, s, theta)
     if method.startswith("conf1"):
         g = draw_scores(rng, 200_000)
         return np.full(s.shape, curve(g).mean())
@@ -104,7 +113,9 @@ def run_score_methods(methods, sizes, seeds, level, curves, label=""):
                     test = TopLabelData.from_scores(np.full(s.size, k), s, None,
                                                     classes=data.classes, score_range=(0.0, 1.0))
                     lo, hi = model.predict_interval(test, level)
-                    truth = score_truth(name if not label else label, c, s, rng)
+                    st = getattr(model, "class_state_", [None] * len(curves))[k]
+                    theta = st.get("theta") if isinstance(st, dict) else None
+                    truth = score_truth(_label(name, params) if not label else label, c, s, rng, theta)
                     hit.append((lo <= truth) & (truth <= hi))
                     w.append(hi - lo)
                 cov.append(np.mean(np.concatenate(hit)))
@@ -174,6 +185,7 @@ def main(argv=None):
     print("|---|---:|---:|---:|")
     curves = list(SHAPES.values())
     score_methods = [("hist", {}), ("hist", {"shrinkage": 0}), ("cum", {}), ("cum", {"shrinkage": 0}),
+                     ("cum-opt", {}), ("cum-opt", {"shrinkage": 0}),
                      ("kde-mon2", {}), ("kde-mon2", {"shrinkage": 0}), ("kde-opt", {}), ("conf1", {})]
     keep = (lambda lab: True) if args.only is None else (lambda lab: lab in args.only)
     run_score_methods([m for m in score_methods if keep(_label(*m))], args.sizes, args.seeds, args.level, curves)

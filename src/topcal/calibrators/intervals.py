@@ -7,11 +7,11 @@ Bernoulli(Conf) draw). docs/intervals.md states the assumptions per family.
 
 * Count methods (``hist``, the ``cum`` family, the ``kde`` family, ``conf1``)
   estimate Conf as a ratio of local counts t / n (shrunk: (t + m r) / (n + m),
-  :mod:`topcal.calibrators.shrinkage`). Unshrunk (m = 0): the equal-tailed interval
-  of the Jeffreys posterior Beta(t + 1/2, n - t + 1/2). Shrunk: empirical Bayes
-  with the pseudo-counts as the prior's concentration, the reference's own
-  error added, and the concentration integrated over (:func:`shrunk_interval`).
-  No interval reaches 0 or 1 from finite counts.
+  :mod:`topcal.calibrators.shrinkage`). The interval is the equal-tailed one of the
+  Jeffreys posterior Beta(t + 1/2, n - t + 1/2) of the class's own local counts,
+  shrunk or not, widened for the estimate's bias and to hold the calibrated value
+  (:func:`widen`, :func:`include_point`; why the pooled reference does not narrow
+  it: docs/intervals.md). No interval reaches 0 or 1 from finite counts.
 * Temperature methods: the delta method on the log-odds margin m(x) of the
   fitted parameters x = (log T, A / T), with the covariance of x the inverse
   observed information of the NLL at the fit: m +- z se(m), mapped through
@@ -30,12 +30,12 @@ from .._version import __version__
 from ..errors import ParameterError
 
 __all__ = ["check_level", "beta_interval", "count_interval", "margin_interval", "include_point",
-           "INTERVAL_SINCE", "shrunk_interval", "widen"]
+           "INTERVAL_SINCE", "widen"]
 
 #: The topcal version from which fitted models store everything their intervals need.
 INTERVAL_SINCE = __version__
 
-#: Jeffreys prior Beta(1/2, 1/2) for the unshrunk count estimators (m = 0).
+#: Jeffreys prior Beta(1/2, 1/2) on the local rate of the count estimators.
 JEFFREYS = 0.5
 
 
@@ -57,7 +57,7 @@ def beta_interval(a, b, level: float) -> tuple[np.ndarray, np.ndarray]:
     return betaincinv(a, b, tail), betaincinv(a, b, 1.0 - tail)
 
 
-def count_interval(t, n, level: float, *, r=None, m=None, scale=1.0) -> tuple[np.ndarray, np.ndarray]:
+def count_interval(t, n, level: float, *, scale=1.0) -> tuple[np.ndarray, np.ndarray]:
     """Beta posterior interval of a local rate from local counts (t TP among n).
 
     Parameters
@@ -66,9 +66,6 @@ def count_interval(t, n, level: float, *, r=None, m=None, scale=1.0) -> tuple[np
         Local TP and positive counts (0 <= t <= n).
     level : float
         Interval level in (0, 1).
-    r, m : ndarray or float, optional
-        Reference rate in (0, 1) and pseudo-count > 0 of a shrunk estimator; without
-        them the Jeffreys prior Beta(1/2, 1/2) (the unshrunk estimator).
     scale : float or ndarray, default 1
         Multiplies the data counts t, n (not the prior): the effective sample size
         per count unit (kernel-weighted counts, docs/intervals.md).
@@ -77,74 +74,7 @@ def count_interval(t, n, level: float, *, r=None, m=None, scale=1.0) -> tuple[np
     n = np.maximum(np.asarray(n, dtype=np.float64), t)
     f = (n - t) * scale
     t = t * scale
-    if m is None:
-        return beta_interval(t + JEFFREYS, f + JEFFREYS, level)
-    r = np.asarray(r, dtype=np.float64)
-    return beta_interval(t + m * r, f + m * (1.0 - r), level)
-
-
-def _mix(t, n, m, prior_mean, prior_var):
-    """Mean and variance of a rate shrunk toward an estimated prior mean.
-
-    Empirical Bayes: the local rate p ~ Beta(m r, m (1 - r)) around the reference r
-    (m, chosen by leave-one-out, is the prior's concentration: how far classes stray
-    from the reference), so given r its posterior has mean (t + m r) / (n + m) and
-    variance c (1 - c) / (n + m + 1); r itself is estimated with variance
-    ``prior_var``, which enters with the weight (1 - w)^2, w = n / (n + m).
-    """
-    mean = (t + m * prior_mean) / (n + m)
-    w = n / (n + m)
-    return mean, mean * (1.0 - mean) / (n + m + 1.0) + (1.0 - w) ** 2 * prior_var
-
-
-def shrunk_interval(t, n, m, ref_t, ref_n, ref_m, ref_rate, n_total, level: float, *, scale=1.0,
-                    m_posterior=None):
-    """Interval on a shrunk confidence (t + m r) / (n + m), r = (t0 + m0 r0) / (n0 + m0).
-
-    The pseudo-counts m (and m0) are *weights*, chosen by leave-one-out, not m
-    observations: the reference r is itself estimated, from the pooled local counts
-    (t0, n0) shrunk with m0 toward the overall rate r0, which is estimated from all
-    ``n_total`` positives. So each level is read as a weighted mean of two
-    estimates, w t / n + (1 - w) r with w = n / (n + m), whose variances add with
-    weights w^2 and (1 - w)^2: the class's rate with the Jeffreys posterior's
-    variance, the reference's the same way one level down, r0's that of its
-    Jeffreys posterior on n_total (the parts are taken as independent: that the
-    class's rows are a share of the pooled ones is ignored). The interval is the
-    equal-tailed one of the Beta with the confidence as its mean and this variance.
-    Counts are multiplied by ``scale`` (effective sample size per count unit); the
-    pseudo-counts are not. ``t``, ``n`` are 0 for classes without data (the reference alone).
-
-    ``m_posterior`` = (grid, weights), weights (G,) or (rows, G): a posterior over the prior's
-    concentration m (:func:`topcal.calibrators.shrinkage.m_posterior` of the class's Beta-binomial
-    deviation from the overall rate, :func:`~topcal.calibrators.shrinkage.spread_losses`). The
-    leave-one-out m is a predictive choice, not an estimate of how far the class may stray from
-    the reference: with few rows the data cannot tell a small spread from a large one. The
-    variance is then that of the mixture over m about the calibrated value c (computed with the
-    model's own m), sum_j w_j (var_j + (c_j - c)^2); the second term is Morris's (1983)
-    correction for an estimated shrinkage factor, (x - r)^2 Var(B), taken over the grid.
-    Without it m is taken as known (a pseudo-count the user fixed).
-    """
-    s = scale
-    t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
-    n = np.maximum(np.asarray(n, dtype=np.float64), t)
-    t0 = np.maximum(np.asarray(ref_t, dtype=np.float64), 0.0)
-    n0 = np.maximum(np.asarray(ref_n, dtype=np.float64), t0)
-    v_r0 = ref_rate * (1.0 - ref_rate) / (n_total * s + 2 * JEFFREYS + 1.0)
-    r, v_r = _mix(t0 * s, n0 * s, ref_m, ref_rate, v_r0)
-    conf, var = _mix(t * s, n * s, m, r, v_r)
-    if m_posterior is not None:
-        grid, w = m_posterior
-        mix = np.zeros(np.shape(conf))
-        for j, mj in enumerate(np.asarray(grid, dtype=np.float64)):
-            wj = w[..., j]
-            if not np.any(wj):
-                continue
-            cj, vj = _mix(t * s, n * s, mj, r, v_r)
-            mix += wj * (vj + (cj - conf) ** 2)
-        var = mix
-    conf = np.clip(conf, 1e-300, 1.0 - 1e-16)
-    nu = np.maximum(conf * (1.0 - conf) / np.maximum(var, 1e-300) - 1.0, 2 * JEFFREYS)
-    return beta_interval(conf * nu, (1.0 - conf) * nu, level)
+    return beta_interval(t + JEFFREYS, f + JEFFREYS, level)
 
 
 def margin_interval(margin, se, level: float) -> tuple[np.ndarray, np.ndarray]:

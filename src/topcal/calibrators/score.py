@@ -256,8 +256,14 @@ class ScoreCalibrator(Calibrator):
         """The fitted confidence (shrunk where the model is) of each row's class at ``score``."""
         return self._predict(TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_)))
 
+    def _interval_counts(self, pred: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The class's own local counts (t, n) behind each row's unshrunk confidence: what the interval
+        is computed from (the histogram takes an empty bin's from the bin whose value it holds)."""
+        return self._local_counts_rows(pred, score)
+
     def _interval(self, data: TopLabelData, level: float):
-        """Beta posterior of the local counts (module :mod:`topcal.calibrators.intervals`)."""
+        """Jeffreys posterior of the class's own local counts, widened for the estimate's bias and to
+        hold the (possibly shrunk) confidence (module :mod:`topcal.calibrators.intervals`)."""
         if not self.shrinkable:
             raise ParameterError(f"method {self.name!r} has no confidence interval")
         if not self._counts_stored():
@@ -265,23 +271,11 @@ class ScoreCalibrator(Calibrator):
         pred, score = data.pred, data.score
         conf = self._predict(data)
         none = np.array([st is None for st in self.class_state_], dtype=bool)[pred]
-        if self._shrunk():
-            t, n = self._local_counts_rows(pred, score)
-            t0, n0 = self.reference_._local_counts(0, score)
-            m = self.shrinkage_[pred]
-            if none.any():  # no data of their own: the reference curve alone
-                t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
-            post = None
-            if isinstance(self.shrinkage, str):  # m chosen from the data: the spread it stands for is uncertain
-                grid, w = shr.m_posterior(shr.spread_losses(self.n_tp_, self.n_tp_ + self.n_fp_,
-                                                            self.reference_rate_))
-                post = (grid, w[pred])
-            lo, hi = intervals.shrunk_interval(t, n, m, t0, n0, self.reference_m_, self.reference_rate_,
-                                               float(np.sum(self.n_tp_) + np.sum(self.n_fp_)), level,
-                                               scale=self._count_scale, m_posterior=post)
-        else:
-            t, n = self._local_counts_rows(pred, score)
-            lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
+        t, n = self._interval_counts(pred, score)
+        if none.any():  # no data of their own: the prior alone (shrunk: the curve is the reference's)
+            t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
+        lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
+        if not self._shrunk():
             lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
         bias = self._interval_bias(pred, score)
         if np.any(bias):

@@ -34,15 +34,12 @@ applies them.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import betaln
 
 from .._numeric import PROB_CLIP
 from ..data import class_order
 
 __all__ = ["M_MIN", "M_GRID", "jeffreys_rate", "shrink", "loo_nll_grid", "loo_nll_by_group", "merge_equal_rows",
-           "merge_rows_by_cell", "CELL_MERGE_GAIN", "choose_m", "m_posterior", "M_POST_MIN",
-           "spread_losses",
-           "ShrinkageConstraint"]
+           "merge_rows_by_cell", "CELL_MERGE_GAIN", "choose_m", "ShrinkageConstraint"]
 
 #: Smallest pseudo-count under ``shrinkage="auto"``: one pseudo-sample of
 #: the reference curve at every score (the stated prior that keeps every
@@ -238,57 +235,6 @@ def loo_nll_by_group(t, n, tp, fp, r, group, n_groups, grid=M_GRID) -> np.ndarra
 def choose_m(losses: np.ndarray, grid=M_GRID) -> float:
     """The pseudo-count with the smallest loss (the smallest one on ties)."""
     return float(np.asarray(grid)[int(np.argmin(losses))])
-
-
-#: Posterior weights of the pseudo-count below this are dropped (and the rest renormalised).
-M_POST_MIN = 1e-3
-
-
-def m_posterior(losses: np.ndarray, grid=M_GRID) -> tuple[np.ndarray, np.ndarray]:
-    """A posterior over the prior's concentration m on ``grid``, from a loss (minus a log-likelihood).
-
-    exp(-(L - min L)) times a prior uniform on the spread of the classes around the reference,
-    tau = sqrt(r (1 - r) / (m + 1)) (the prior Gelman 2006 recommends for a hierarchical scale with
-    few groups): on the log-spaced grid, m / (m + 1)^(3/2). A flat prior on log m would put most of
-    its mass on the grid's long flat top (complete pooling) whenever the data cannot tell; this one
-    does not.
-
-    Parameters
-    ----------
-    losses : ndarray (..., G)
-        Loss per candidate, one row per class (:func:`spread_losses`).
-
-    Returns
-    -------
-    (m, w) : the grid values whose weight is >= :data:`M_POST_MIN` for some row, and the weights
-        (..., G') renormalised over them.
-    """
-    losses = np.asarray(losses, dtype=np.float64)
-    grid = np.asarray(grid, dtype=np.float64)
-    logw = -(losses - losses.min(axis=-1, keepdims=True)) + np.log(grid) - 1.5 * np.log1p(grid)
-    w = np.exp(logw - logw.max(axis=-1, keepdims=True))
-    w /= w.sum(axis=-1, keepdims=True)
-    keep = np.any(w >= M_POST_MIN, axis=tuple(range(w.ndim - 1)))
-    w = np.where(w[..., keep] >= M_POST_MIN, w[..., keep], 0.0)
-    return grid[keep], w / w.sum(axis=-1, keepdims=True)
-
-
-def spread_losses(t, n, rate: float, grid=M_GRID) -> np.ndarray:
-    """Minus the Beta-binomial log marginal likelihood of each pseudo-count, per class: (classes, G).
-
-    The hierarchical view behind the intervals: a class's rate p is drawn from Beta(m r, m (1 - r))
-    around the overall rate r, so its t true among n positives are Beta-binomial, and m is the
-    concentration: the spread of the classes around the reference is tau^2 = r (1 - r) / (m + 1).
-    Unlike the leave-one-out loss that chooses the point estimate's m (a predictive criterion over
-    local counts, which with one or two rows near a score prefers pooling), this is the likelihood
-    of the class's own deviation, from its totals (t = its TP, n = its positives): the same for
-    every count method, and stored in every model file (old ones too). Classes without positives
-    get 0 (the prior alone).
-    """
-    t = np.asarray(t, dtype=np.float64)[:, None]
-    n = np.asarray(n, dtype=np.float64)[:, None]
-    m = np.asarray(grid, dtype=np.float64)[None, :]
-    return -(betaln(t + m * rate, n - t + m * (1.0 - rate)) - betaln(m * rate, m * (1.0 - rate)))
 
 
 class ShrinkageConstraint:

@@ -120,9 +120,44 @@ class Histogram(ScoreCalibrator):
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         return state["values"][bin_index(state["edges"], score)]
 
+    @staticmethod
+    def _source_bins(st: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Per bin, the non-empty bins whose counts stand behind its value: (left, right), the bin
+        itself twice where it has positives, else its nearest non-empty bin (both nearest on a tie,
+        whose values :func:`fill_empty_bins` averages)."""
+        n = st["tp"] + st["fp"]
+        idx = np.arange(n.size)
+        full = np.flatnonzero(n > 0)
+        if full.size == 0:
+            return idx, idx
+        pos = np.searchsorted(full, idx)
+        left = full[np.clip(pos - 1, 0, full.size - 1)]
+        right = full[np.clip(pos, 0, full.size - 1)]
+        dl = np.where(pos > 0, idx - left, np.inf)
+        dr = np.where(pos < full.size, right - idx, np.inf)
+        a = np.where(n > 0, idx, np.where(dl <= dr, left, right))
+        b = np.where(n > 0, idx, np.where(dr <= dl, right, left))
+        return a, b
+
+    def _interval_counts(self, pred, score):
+        """A bin's own counts; an empty bin's those of the bin(s) whose value it holds (pooled on a tie)."""
+        t = np.zeros(score.shape[0])
+        n = np.zeros(score.shape[0])
+        for k, st in enumerate(self.class_state_):
+            rows = np.flatnonzero(pred == k)
+            if st is None or rows.size == 0:
+                continue
+            a, b = self._source_bins(st)
+            i = bin_index(st["edges"], score[rows])
+            both = a[i] != b[i]
+            t[rows] = st["tp"][a[i]] + np.where(both, st["tp"][b[i]], 0.0)
+            n[rows] = t[rows] + st["fp"][a[i]] + np.where(both, st["fp"][b[i]], 0.0)
+        return t, n
+
     def _interval_bias(self, pred, score):
         """Binning bias: Conf at a score differs from its bin's rate by about slope x (score - bin
-        midpoint), the slope read off the fitted curve between the neighbouring bins' midpoints."""
+        midpoint), the slope read off the fitted curve between the neighbouring bins' midpoints (an
+        empty bin: the midpoint of the bin(s) whose value it holds)."""
         bias = np.zeros(score.shape[0])
         for k, st in enumerate(self.class_state_):
             rows = np.flatnonzero(pred == k)
@@ -134,8 +169,9 @@ class Histogram(ScoreCalibrator):
                 continue
             c = self._curve_rows(np.full(mid.size, k), mid)
             slope = np.gradient(c, mid)
+            a, b = self._source_bins(st)
             i = bin_index(e, score[rows])
-            bias[rows] = slope[i] * (score[rows] - mid[i])
+            bias[rows] = slope[i] * (score[rows] - 0.5 * (mid[a[i]] + mid[b[i]]))
         return bias
 
     def _local_counts(self, k: int, score: np.ndarray):

@@ -15,7 +15,7 @@ from topcal.data import TopLabelData
 from topcal.metrics import nll
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-POOLED = ["pooled-platt", "pooled-hist", "pooled-kde-mon2"]
+POOLED = ["pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2"]
 
 
 def _quiet(f):
@@ -150,6 +150,25 @@ def test_pooled_platt_is_platt_scaling_of_the_logit():
     lr = LogisticRegression(C=1e10, max_iter=1000, tol=1e-10).fit(z[:, None], (d.tp > 0).astype(int))
     assert m.slope_ == pytest.approx(lr.coef_[0, 0], rel=1e-4)
     assert m.intercept_ == pytest.approx(lr.intercept_[0], abs=1e-4)
+
+
+def test_pooled_beta_is_beta_calibration_of_the_pooled_top_score():
+    from sklearn.linear_model import LogisticRegression
+
+    d = _top(9, 20, 50, a=0.6, b=0.4)
+    m = _quiet(lambda: topcal.calibrator("pooled-beta").fit(d))
+    s = np.clip(d.score, 1e-12, 1 - 1e-12)
+    f = np.stack([np.log(s), -np.log1p(-s)], axis=1)
+    lr = LogisticRegression(C=1e10, max_iter=5000, tol=1e-12).fit(f, (d.tp > 0).astype(int))
+    p = m.describe()["pooled"]
+    np.testing.assert_allclose([p["a"], p["b"], p["c"]], [*lr.coef_[0], lr.intercept_[0]], rtol=1e-4, atol=1e-4)
+    # one curve: two rows of different classes with the same score get the same confidence
+    conf = m.predict(d)
+    i = np.flatnonzero(d.pred == 0)[0]
+    probe = TopLabelData.from_scores(np.array([0, 1]), np.array([d.score[i]] * 2), labels=np.array([0, 1]),
+                                     classes=d.classes, score_range=(0.0, 1.0))
+    out = m.predict(probe)
+    assert out[0] == out[1] and 0 < conf.min() and conf.max() < 1
 
 
 def test_hier_platt_runs_from_per_class_to_pooled_with_its_strength():

@@ -3,7 +3,7 @@
 Candidates (default), in order of simplicity (:data:`TIERS`):
 
 0. ``uncalibrated``: the raw score;
-1. one curve for all classes: ``pooled-platt``, ``pooled-hist``,
+1. one curve for all classes: ``pooled-platt``, ``pooled-beta``, ``pooled-hist``,
    ``pooled-kde-mon2`` and, with full score vectors, ``sts`` (one temperature);
 2. per-class curves shrunk toward a pooled one: ``hier-platt``, ``hier-beta``
    and the shrunk count methods ``kde-mon2``, ``hist``, ``cum-opt``;
@@ -51,12 +51,12 @@ from .wrapper import Wrapper
 __all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "tier", "paired_se", "choose"]
 
 #: Candidates, simplest first.
-DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-hist", "pooled-kde-mon2", "sts",
+DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
                       "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
 
 #: Simplicity of a method (lower: simpler): 0 nothing fitted, 1 one curve for all classes,
 #: 2 per-class curves shrunk toward a pooled one, 3 per-class fits (and any method not listed).
-TIERS = {"uncalibrated": 0, "pooled-platt": 1, "pooled-hist": 1, "pooled-kde-mon2": 1, "sts": 1,
+TIERS = {"uncalibrated": 0, "pooled-platt": 1, "pooled-beta": 1, "pooled-hist": 1, "pooled-kde-mon2": 1, "sts": 1,
          "hier-platt": 2, "hier-beta": 2, "kde-mon2": 2, "kde-mon": 2, "kde-mon4": 2, "kde-opt": 2, "kde": 2, "hist": 2,
          "cum": 2, "cum-median": 2, "cum-opt": 2}
 

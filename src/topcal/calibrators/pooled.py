@@ -31,11 +31,12 @@ from ..data import TopLabelData
 from ..errors import DegenerateClassWarning
 from .base import Calibrator, Curve, finite_array
 from .counts import Histogram
+from .hierarchical import HierarchicalBeta
 from .kde import KDEMon2
 from .registry import get_class, register
 from .temperature import BinaryTemperatureScalingWithAwards
 
-__all__ = ["PooledPlatt", "PooledHistogram", "PooledKDEMon2", "POOLED_CLASS", "pool"]
+__all__ = ["PooledPlatt", "PooledBeta", "PooledHistogram", "PooledKDEMon2", "POOLED_CLASS", "pool"]
 
 #: The one class name of the pooled data the inner model is fitted on.
 POOLED_CLASS = "all classes"
@@ -162,6 +163,27 @@ class PooledPlatt(_Pooled):
     @property
     def intercept_(self) -> float:
         return float(self.model_.awards_[0]) / float(self.model_.temperature_[0])
+
+
+@register
+class PooledBeta(_Pooled):
+    """Beta calibration (Kull et al. 2017), one curve for all classes: sigmoid(a ln s - b ln(1 - s) + c).
+
+    ``hier-beta`` fitted on all classes pooled (one class: nothing to shrink), on the
+    normalised top score s clipped to [1e-12, 1 - 1e-12]. ``describe`` gives a, b, c.
+
+    Parameters
+    ----------
+    loss : {"nll"}, default "nll"
+    """
+
+    name = "pooled-beta"
+    summary = "beta calibration of the top score, one curve for all classes, 3 parameters"
+    _inner = HierarchicalBeta.name
+    _parameter_constraints = {"loss": HierarchicalBeta._parameter_constraints["loss"]}
+
+    def __init__(self, *, loss: str = "nll"):
+        self.loss = loss
 
 
 @register

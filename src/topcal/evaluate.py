@@ -116,7 +116,7 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
     smoother to accept.
     """
     out = []
-    if getattr(model, "name", "") == "uncalibrated" or not hasattr(model, "curve") or not hasattr(model, "support_"):
+    if getattr(model, "is_baseline", False) or not hasattr(model, "curve") or not hasattr(model, "support_"):
         return out
     certain = []
     for k, c in enumerate(model.classes_):

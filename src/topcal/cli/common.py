@@ -162,7 +162,7 @@ def read(path, args):
 def overall_table(result: dict) -> str:
     """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not ranked on ECE)."""
     from ..evaluate import METRICS
-    from ..report.page import UNRANKED_NOTE, ranked
+    from ..report.page import ranked, unranked_notes
 
     methods = list(result["methods"])
     best = {x: min((result["methods"][m][x]["overall"] for m in ranked(methods, x)), default=None) for x in METRICS}
@@ -174,8 +174,7 @@ def overall_table(result: dict) -> str:
                  and np.isclose(result["methods"][m][x]["overall"], best[x], rtol=1e-9)]
         if marks:
             lines[i + 2] += "   best " + ",".join(marks)
-    if "conf1" in methods:
-        lines.append(f"({UNRANKED_NOTE})")
+    lines += [f"({note})" for note in unranked_notes(methods)]
     return "\n".join(lines)
 
 

@@ -118,20 +118,21 @@ def add_commands(sub) -> None:
 def _cmd_metrics(args) -> int:
     from .._params import MAX_BINS
     from ..calibrators import calibrator
-    from ..metrics import summary
+    from ..calibrators.registry import BASELINE
+    from ..metrics import SUMMARY_COLUMNS, summary
     from ..persist import load
 
     if not 1 <= args.bins <= MAX_BINS:
         raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
     data = read(args.data, args)
     data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
-    model = load(args.model) if args.model else calibrator("uncalibrated").fit(data)
+    model = load(args.model) if args.model else calibrator(BASELINE).fit(data)
     s = summary(data, model.predict(data), n_bins=args.bins)
     s["method"] = model.name
     if args.json:
         print(json.dumps(s, indent=1))
         return 0
-    cols = ["tp", "fp", "conf1", "nll", "brier", "ece1", "ece2"]
+    cols = list(SUMMARY_COLUMNS)
     rows = [[name] + [r[c] for c in cols] for name, r in s["classes"].items()]
     rows.append(["overall"] + [s["overall"][c] for c in cols])
     print(f"method: {model.name}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from .._fileio import check_report_dir, report_dir
 from .._version import __version__
 from ..calibrators import available_methods, get_class
+from ..calibrators.registry import BASELINE
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, TopcalError
 from ..evaluate import METRICS, compare_methods, curve_findings, fit_methods, score_models
@@ -139,8 +140,8 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
                           "with or without full score vectors)")
     methods_given = methods is not None
     names = default_methods(data) if methods is None else list(methods)
-    if "uncalibrated" not in names:
-        names = ["uncalibrated"] + names  # the baseline every table and warning compares against
+    if BASELINE not in names:
+        names = [BASELINE] + names  # the baseline every table and warning compares against
     diag: dict = {}
     models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
     if eval_data is not None:
@@ -218,7 +219,7 @@ def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra
                      f"{metric_table(holdout, data.classes)}"
                      + "".join(f"<details><summary>{m.upper()} per class (second set)</summary>"
                                f"{metric_table(holdout, data.classes, m)}</details>" for m in METRICS))
-    params = "".join(params_html(n, m) for n, m in models.items() if n != "uncalibrated")
+    params = "".join(params_html(n, m) for n, m in models.items() if not m.is_baseline)
     extra_html = data_summary(extra, "extra samples (--add)") if extra is not None else ""
     body = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">

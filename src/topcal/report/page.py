@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from ..calibrators.registry import lookup
 from ..data import TopLabelData
 from ..evaluate import METRICS
 
@@ -19,19 +20,19 @@ __all__ = [
     "protocol_html",
     "warnings_html",
     "ranked",
-    "UNRANKED",
+    "unranked_notes",
 ]
-
-#: Methods not ranked on a metric, with the reason (shown under the table): a constant per class
-#: (conf1 = |TP| / |P|) matches the class's accuracy in every bin, so its ECE is near 0 by construction.
-UNRANKED = {"ece1": {"conf1"}, "ece2": {"conf1"}}
-UNRANKED_NOTE = ("conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's accuracy, so its "
-                 "ECE is near 0 by construction while it tells confident from doubtful predictions apart not at all.")
 
 
 def ranked(methods, metric: str) -> list:
-    """The methods ranked ('best' marked) on ``metric``."""
-    return [m for m in methods if m not in UNRANKED.get(metric, ())]
+    """The methods ranked ('best' marked) on ``metric``: all but those whose class declares it in
+    ``unranked_on`` (e.g. conf1 on ECE1/ECE2)."""
+    return [m for m in methods if metric not in getattr(lookup(m), "unranked_on", ())]
+
+
+def unranked_notes(methods) -> list[str]:
+    """Why some of ``methods`` are not ranked on some metrics (their classes' ``unranked_note``), once each."""
+    return list(dict.fromkeys(note for m in methods if (note := getattr(lookup(m), "unranked_note", ""))))
 
 
 CSS = """
@@ -82,7 +83,7 @@ def metric_table(comparison: dict, classes, metric: str | None = None) -> str:
                 f"<td class='{'best' if mark(m, j, v) else ''}'>{_fmt(v)}</td>"
                 for j, v in enumerate(vals[m])) + "</tr>" for m in methods)
         head = "<tr><th>method</th>" + "".join(f"<th>{x.upper()}</th>" for x in METRICS) + "</tr>"
-        note = f"<p class='muted'>{html.escape(UNRANKED_NOTE)}</p>" if "conf1" in methods else ""
+        note = "".join(f"<p class='muted'>{html.escape(n)}</p>" for n in unranked_notes(methods))
         return f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>{note}"
     head = "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
     body = []

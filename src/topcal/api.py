@@ -103,11 +103,11 @@ def compare(data, y=None, methods=None, *, eval_data=None, folds: int = 5, in_sa
     elif not in_sample:
         options["folds"] = folds
     res = compare_methods(d, methods, **options)
-    rows = [(m, c, metric, v, res["protocol"]) for m, metric, c, v in comparison_rows(res)]
+    rows = [(m, c, metric, v, res.protocol) for m, metric, c, v in comparison_rows(res)]
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     frame["value"] = frame["value"].astype("float64")
-    frame.attrs.update(protocol=res["protocol"], folds=res["folds"], skipped=list(res["skipped"]),
-                       failed=dict(res.get("failed", {})), warnings=dict(res.get("warnings", {})))
+    frame.attrs.update(protocol=res.protocol, folds=res.folds, skipped=list(res.skipped), failed=dict(res.failed),
+                       warnings=dict(res.warnings))
     return frame
 
 

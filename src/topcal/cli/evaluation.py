@@ -219,17 +219,17 @@ def _cmd_compare(args) -> int:
     folds = _folds(args, eval_data is not None)
     res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=folds, seed=args.seed,
                           n_bins=args.bins, params=method_params(args.param), progress=None if quiet else progress())
-    for name, msg in res["failed"].items():
+    for name, msg in res.failed.items():
         print(f"warning: {name} failed and is left out: {msg}", file=sys.stderr)
     if quiet:
-        for name, msgs in res["warnings"].items():
+        for name, msgs in res.warnings.items():
             for msg in msgs:
                 print(f"warning: {msg}", file=sys.stderr)
-    if not res["methods"]:
+    if not res.methods:
         raise TopcalError("none of the methods can run on this data (they need full score vectors); "
                           "choose score-based methods such as hist, kde-mon2")
     if args.json:
-        print(json.dumps(res, indent=1))
+        print(json.dumps(res.to_dict(), indent=1))
         return 0
     if args.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
@@ -237,19 +237,19 @@ def _cmd_compare(args) -> int:
         for m, metric, c, v in comparison_rows(res):
             w.writerow([m, metric, c, "" if v is None else repr(float(v))])
         return 0
-    print("protocol: " + _PROTOCOL_TEXT[res["protocol"]].format(folds=res["folds"]))
+    print("protocol: " + _PROTOCOL_TEXT[res.protocol].format(folds=res.folds))
     print(overall_table(res))
     print("\nper-class NLL")
     tp, fp = data.class_counts()
     print(per_class_table(res, "nll", sizes=tp + fp))
-    for name, fits in res.get("choices", {}).items():
+    for name, fits in res.choices.items():
         print(f"\n{name}: {fits[0]['rule']}")
         print(choice_table(fits))
-    if res["skipped"]:
-        print("\nnot run (need full score vectors): " + ", ".join(res["skipped"]))
-    if res["failed"]:
-        print("\nfailed (left out): " + "; ".join(f"{n}: {m}" for n, m in res["failed"].items()))
-    notes = [m for msgs in res["warnings"].values() for m in msgs]
+    if res.skipped:
+        print("\nnot run (need full score vectors): " + ", ".join(res.skipped))
+    if res.failed:
+        print("\nfailed (left out): " + "; ".join(f"{n}: {m}" for n, m in res.failed.items()))
+    notes = [m for msgs in res.warnings.values() for m in msgs]
     if notes:
         print(f"\nwarnings ({len(notes)}):")
         for m in similar_once(notes):

@@ -7,7 +7,7 @@ import html
 import itertools
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .._fileio import check_report_dir, report_dir
@@ -16,7 +16,7 @@ from ..calibrators import available_methods, get_class
 from ..calibrators.registry import BASELINE
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, TopcalError
-from ..evaluate import METRICS, compare_methods, curve_findings, fit_methods, score_models
+from ..evaluate import METRICS, Comparison, compare_methods, curve_findings, fit_methods, score_models
 from .checks import Finding, align_classes, diagnose
 from .figures import acceptance_figures, figure_png, label_shift_figures, report_figures
 from .page import CSS, data_summary, metric_table, params_html, protocol_html, warnings_html
@@ -36,9 +36,9 @@ class ReportResult:
     ----------
     path : Path
         The ``index.html`` written.
-    comparison : dict
-        Metrics fitted and evaluated on the data (``compare_methods`` form).
-    holdout : dict or None
+    comparison : Comparison
+        Metrics fitted and evaluated on the data (as ``compare_methods`` returns them).
+    holdout : Comparison or None
         Metrics of the same fits on the second test set.
     findings : list of Finding
     figures : list of (str, Path)
@@ -48,8 +48,8 @@ class ReportResult:
     """
 
     path: Path
-    comparison: dict
-    holdout: dict | None
+    comparison: Comparison
+    holdout: Comparison | None
     findings: list
     figures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
@@ -151,18 +151,15 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             skipped.append(n)
     if folds is None:
         log("evaluating on the fitting data")
-        comparison = {"protocol": "same", "folds": None, "skipped": skipped,
-                      "methods": score_models(models, data)}
+        comparison = Comparison("same", methods=score_models(models, data), skipped=skipped)
     else:
         comparison = compare_methods(data, list(models), folds=folds, seed=seed, params=params,
                                      progress=lambda msg: log(f"cross-fitting: {msg}"))
-        for n, msg in comparison["failed"].items():
-            diag["failed"][n] = msg
-        comparison["skipped"] = skipped
+        diag["failed"].update(comparison.failed)
+        comparison = replace(comparison, skipped=skipped)
     holdout = None
     if eval_data is not None:
-        holdout = {"protocol": "holdout", "folds": None, "skipped": skipped,
-                   "methods": score_models(models, eval_data)}
+        holdout = Comparison("holdout", methods=score_models(models, eval_data), skipped=skipped)
     findings = diagnose(data, models, comparison, holdout)
     for n, msg in diag["failed"].items():
         findings.append(Finding("failed", f"{n} failed and is left out: {msg}", None, n))
@@ -170,7 +167,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         for msg in curve_findings(n, m, data):
             findings.append(Finding("certainty", msg, None, n))
     seen = set()
-    for n, msgs in list(diag["warnings"].items()) + list(comparison.get("warnings", {}).items()):
+    for n, msgs in list(diag["warnings"].items()) + list(comparison.warnings.items()):
         for msg in msgs:
             if msg not in seen and "reaches confidence 0 or 1" not in msg and "smallest candidate" not in msg:
                 seen.add(msg)

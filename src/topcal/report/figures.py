@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import numpy as np
 
 from .. import plots
 from ..data import TopLabelData
+from ..evaluate import Comparison, MethodMetrics, MetricValues
 
 __all__ = [
     "report_figures",
@@ -72,11 +74,12 @@ def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
                         bin_edges=sub.bin_edges)
 
 
-def _comparison_view(comparison: dict, names) -> dict:
+def _comparison_view(comparison, names) -> Comparison:
     """``comparison`` with per-class values of the classes ``names`` only."""
-    methods = {m: {x: {"overall": v["overall"], "per_class": {c: v["per_class"][c] for c in names}}
-                   for x, v in metrics.items()} for m, metrics in comparison["methods"].items()}
-    return {**comparison, "methods": methods}
+    comparison = Comparison.of(comparison)
+    methods = {m: MethodMetrics({x: MetricValues(v.overall, {c: v.per_class[c] for c in names})
+                                 for x, v in metrics.items()}) for m, metrics in comparison.methods.items()}
+    return replace(comparison, methods=methods)
 
 
 def _band_caption(grid) -> str:

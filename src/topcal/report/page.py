@@ -9,7 +9,7 @@ import numpy as np
 
 from ..calibrators.registry import lookup
 from ..data import TopLabelData
-from ..evaluate import METRICS
+from ..evaluate import METRICS, Comparison
 
 __all__ = [
     "CSS",
@@ -68,10 +68,12 @@ def _fmt(v, digits=4) -> str:
     return html.escape(str(v))
 
 
-def metric_table(comparison: dict, classes, metric: str | None = None) -> str:
-    methods = list(comparison["methods"])
+def metric_table(comparison, classes, metric: str | None = None) -> str:
+    """A comparison's metrics as an HTML table: overall (methods as rows), or ``metric`` per class."""
+    res = Comparison.of(comparison).methods
+    methods = list(res)
     if metric is None:  # overall: methods as rows, metrics as columns
-        vals = {m: [comparison["methods"][m][x]["overall"] for x in METRICS] for m in methods}
+        vals = {m: [res[m][x].overall for x in METRICS] for m in methods}
         best = [min((vals[m][j] for m in ranked(methods, x)), default=None) for j, x in enumerate(METRICS)]
 
         def mark(m, j, v):
@@ -88,8 +90,7 @@ def metric_table(comparison: dict, classes, metric: str | None = None) -> str:
     head = "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
     body = []
     for c in list(classes) + ["overall"]:
-        vals = [comparison["methods"][m][metric]["overall"] if c == "overall"
-                else comparison["methods"][m][metric]["per_class"][c] for m in methods]
+        vals = [res[m][metric].overall if c == "overall" else res[m][metric].per_class[c] for m in methods]
         keep = ranked(methods, metric)
         finite = [v for m, v in zip(methods, vals) if v is not None and m in keep]
         b = min(finite) if finite else None
@@ -165,9 +166,10 @@ def data_summary(data: TopLabelData, label: str) -> str:
             f"(accuracy {tp.sum() / max(tp.sum() + fp.sum(), 1):.3f}).</p>")
 
 
-def protocol_html(comparison: dict) -> str:
-    if comparison["protocol"] == "kfold":
-        return (f"<b>out of sample</b>: {comparison['folds']}-fold cross-fitting (every sample scored by a model "
+def protocol_html(comparison) -> str:
+    comparison = Comparison.of(comparison)
+    if comparison.protocol == "kfold":
+        return (f"<b>out of sample</b>: {comparison.folds}-fold cross-fitting (every sample scored by a model "
                 "fitted without it). The figures show the fits on all the data.")
     return ("<b>fitted and evaluated on the same data</b> (the paper's practice, <code>--in-sample</code>): "
             "optimistic for flexible methods; rank methods out of sample instead (the default).")

@@ -60,7 +60,8 @@ class MetricValues(_FieldMapping):
 
     @classmethod
     def of(cls, value) -> "MetricValues":
-        """``value`` as metric values (a mapping with keys "overall" and "per_class", e.g. ``ClassMetric.to_dict()``)."""
+        """``value`` as metric values (a mapping with keys "overall" and "per_class", e.g.
+        ``ClassMetric.to_dict()``)."""
         if isinstance(value, cls):
             return value
         return cls(value["overall"], dict(value["per_class"]))
@@ -82,7 +83,8 @@ class MethodMetrics(Mapping):
 
     @classmethod
     def of(cls, value) -> "MethodMetrics":
-        """``value`` as method metrics (a mapping metric name -> metric values, e.g. :func:`topcal.evaluate.evaluate`'s)."""
+        """``value`` as method metrics (a mapping metric name -> metric values, e.g.
+        :func:`topcal.evaluate.evaluate`'s)."""
         if isinstance(value, cls):
             return value
         return cls({name: MetricValues.of(v) for name, v in value.items()})

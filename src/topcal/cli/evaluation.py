@@ -266,7 +266,7 @@ def _cmd_demo(args) -> int:
     res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
                        progress=progress(), force=args.force)
     for metric in ("nll", "ece1"):
-        print(f"\nper-class {metric.upper()} ({res.comparison['folds']}-fold cross-fitted: every sample scored by a "
+        print(f"\nper-class {metric.upper()} ({res.comparison.folds}-fold cross-fitted: every sample scored by a "
               "model fitted without it)")
         print(per_class_table(res.comparison, metric, sizes=sum(data.class_counts())))
     print("\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself numbers)")

@@ -95,7 +95,8 @@ def class_histograms(data: TopLabelData, *, n_bins: int = 10, sparse_min: float 
         Use its bins and counts instead of fitting one on ``data``.
     """
     if model is None:  # a side fit for the figure: its class warnings are the user's own fit's
-        model = fit_quietly(BARS_METHOD, data, params={"n_bins": n_bins, "shrinkage": 0}, collect=DegenerateClassWarning)
+        model = fit_quietly(BARS_METHOD, data, params={"n_bins": n_bins, "shrinkage": 0},
+                            collect=DegenerateClassWarning)
     hist = model
     out: list[HistogramBars | None] = []
     for st in hist.class_state_:

@@ -263,3 +263,90 @@ def test_no_source_file_is_over_the_size_limit_unless_listed_with_a_reason():
     stale = [f for f in LONG_FILES if f not in long]
     assert not stale, f"listed as long but no longer over {MAX_LINES} lines (remove them from LONG_FILES): {stale}"
     assert all(len(reason) > 20 for reason in LONG_FILES.values())
+
+
+# ------------------------------------------------- no branches on method names
+#: Where code above the calibrators may spell a registered method name as a string literal, each
+#: with the reason (keyed by file under src/topcal and top-level name: function, class or constant).
+#: Everything else asks the class's declared properties (``is_baseline``, ``step_curve``,
+#: ``constant_per_class``, ``unranked_on``; calibrators/base.py), looked up through the registry
+#: where only a name is at hand; the baseline is named through ``registry.BASELINE``.
+METHOD_NAME_LITERALS = {
+    **dict.fromkeys(
+        [("report/figures.py", s) for s in ("_MAIN_CURVES", "_KDE_RULES", "_DENSITY_PREFERENCE", "_BINARY_TS",
+                                            "_ADDED_PREFERENCE")],
+        "which methods a figure shows by default: the paper's choices, one constant per figure"),
+    ("report/figures.py", "label_shift_figures"): "'label-shift' is the figure's key (its HTML id), no model",
+    ("plots/draw.py", "METHOD_COLORS"): "a fixed colour per method, so a method keeps its colour in every figure",
+    ("plots/draw.py", "plot_joint_distribution"): "gid 'conf1' names the Conf1 bars of Fig. 1 (the metric)",
+    ("plots/compute.py", "BARS_METHOD"): "the reference bars are Conf_Hist by definition (paper Fig. 3)",
+    ("plots/evaluation.py", "added_samples_effect"): "the default method of a public function's signature",
+    ("cli/models.py", "add_commands"): "--method's default 'auto'; --shrink's value 'auto' is no method",
+    ("cli/models.py", "_cmd_adapt"): "--shrink's value 'auto' is no method",
+}
+#: The code that must not branch on method names: the service, figure, report and command-line layers
+#: (the experiments reproduce the paper's runs of named methods; elsewhere "auto" is mostly the
+#: ``kind="auto"`` of score matrices, no method).
+NAME_FREE = ["report", "plots", "cli", "evaluate.py", "labelshift_plots.py", "threshold_plots.py", "persist.py",
+             "engines.py"]
+
+
+def method_name_literals(source: str, names) -> list[tuple[str, int, str]]:
+    """(top-level scope, line, literal) of every string constant in ``source`` that is one of ``names``
+    (docstrings and f-string text excluded: prose may name methods)."""
+    tree = ast.parse(source)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    out = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            scope = stmt.name
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
+            scope = getattr(target, "id", "<module>")
+        else:
+            scope = "<module>"
+        fstrings = {id(v) for n in ast.walk(stmt) if isinstance(n, ast.JoinedStr) for v in n.values}
+        out += [(scope, n.lineno, n.value) for n in ast.walk(stmt)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
+                and id(n) not in docs and id(n) not in fstrings]
+    return out
+
+
+def name_free_files():
+    for entry in NAME_FREE:
+        path = PKG / entry
+        yield from (sorted(path.rglob("*.py")) if path.is_dir() else [path])
+
+
+def test_no_code_above_the_calibrators_branches_on_a_method_name():
+    from topcal.calibrators import available_methods
+    from topcal.labelshift import ADAPTED_METHOD
+
+    names = set(available_methods()) | {ADAPTED_METHOD}
+    found, used = [], set()
+    for path in name_free_files():
+        rel = str(path.relative_to(PKG))
+        for scope, line, literal in method_name_literals(path.read_text(encoding="utf-8"), names):
+            if (rel, scope) in METHOD_NAME_LITERALS:
+                used.add((rel, scope))
+            else:
+                found.append(f"{rel}:{line} ({scope}) {literal!r}")
+    assert not found, ("method names spelled as literals (ask the class's declared properties through "
+                       f"registry.lookup, or list them with a reason in METHOD_NAME_LITERALS): {found}")
+    stale = sorted(set(METHOD_NAME_LITERALS) - used)
+    assert not stale, f"allowed but no longer there (remove them from METHOD_NAME_LITERALS): {stale}"
+    assert all(len(reason) > 20 for reason in METHOD_NAME_LITERALS.values())
+
+
+def test_method_name_checker_catches_a_branch_on_a_name():
+    src = ('"""Docstring naming hist is fine."""\n'
+           'def f(name, m):\n'
+           '    """So is this: conf1."""\n'
+           '    msg = f"compare {name} with kde-mon2"\n'
+           '    if name == "uncalibrated":\n'
+           '        return "hist"\n'
+           'COLORS = {"kde": "blue"}\n')
+    found = method_name_literals(src, {"hist", "conf1", "uncalibrated", "kde", "kde-mon2"})
+    assert found == [("f", 5, "uncalibrated"), ("f", 6, "hist"), ("COLORS", 7, "kde")]

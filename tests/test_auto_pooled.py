@@ -246,6 +246,6 @@ def test_compare_and_the_report_show_autos_cross_validation_table(tmp_path):
         assert len(chosen) == 1 and chosen[0]["method"] == f["chosen"] and all(r["se"] > 0 for r in f["table"])
     same = _quiet(lambda: compare_methods(d, ["auto"]))
     assert same["choices"]["auto"][0]["fold"] is None
-    out = _quiet(lambda: topcal.report(d, output=tmp_path / "rep", methods=["auto"], folds=2))
+    out = _quiet(lambda: topcal.make_report(d, output=tmp_path / "rep", methods=["auto"], folds=2))
     page = out.read_text()
     assert "SE of the difference to the best" in page and "standard error" in page

@@ -237,3 +237,44 @@ def test_phanns_fits_every_core_method_without_warnings():
     # the paper's "0.07" for Minor capsid (Conf1)
     m = topcal.calibrator("conf1").fit(data)
     assert round(m.curve("Minor capsid", [5.0]).confidence[0], 2) == 0.07
+
+
+# ------------------------------------------- properties the classes declare (read instead of their names)
+def test_exactly_one_registered_method_is_the_baseline_and_it_is_named_baseline():
+    from topcal.calibrators.registry import BASELINE, lookup
+
+    baselines = [n for n in topcal.available_methods() if lookup(n).is_baseline]
+    assert baselines == [BASELINE]
+    assert lookup("no-such-method") is None and lookup(None) is None
+
+
+@pytest.mark.parametrize("name", [n for n in topcal.available_methods()
+                                  if topcal.calibrators.get_class(n).step_curve])
+def test_a_declared_step_curve_is_piecewise_constant(name):
+    data = topcal.datasets.load_phanns()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateClassWarning)
+        model = topcal.calibrator(name).fit(data)
+    k = int(np.argmax(data.class_counts()[0]))
+    grid = np.linspace(*data.score_range, 4001)
+    y = model.curve(k, grid).confidence
+    jumps = np.count_nonzero(np.abs(np.diff(y)) > 1e-12)
+    assert jumps < 0.05 * grid.size  # flat almost everywhere: a smooth curve changes at every grid step
+
+
+def test_step_curve_constant_and_unranked_declarations():
+    get = topcal.calibrators.get_class
+    assert {n for n in topcal.available_methods() if get(n).step_curve} >= {"hist", "cum", "cum-median", "cum-opt",
+                                                                             "conf1", "pooled-hist"}
+    assert not get("kde-mon2").step_curve and not get("uncalibrated").step_curve
+    assert [n for n in topcal.available_methods() if get(n).constant_per_class] == ["conf1"]
+    for n in topcal.available_methods():
+        cls = get(n)
+        assert cls.unranked_on <= set(topcal.metrics.BUNDLE)
+        assert bool(cls.unranked_on) == bool(cls.unranked_note)  # a method left unranked says why
+    from topcal.report.page import ranked, unranked_notes
+
+    assert ranked(["uncalibrated", "conf1", "hist", "not-a-method"], "ece1") == ["uncalibrated", "hist", "not-a-method"]
+    assert ranked(["conf1", "hist"], "nll") == ["conf1", "hist"]
+    assert unranked_notes(["hist", "conf1", "conf1"]) == [get("conf1").unranked_note]
+    assert unranked_notes(["hist"]) == []

@@ -247,3 +247,51 @@ def test_fit_and_score_is_fit_then_the_metric_bundle(calibrated):
     assert [m.name for m in bundle(second, conf, names=("ece2", "nll"))] == ["ece2", "nll"]
     with pytest.raises(ParameterError, match="unknown metric 'auc'"):
         bundle(second, conf, names=("auc",))
+
+
+# ------------------------------------------------------------ the typed result and its old dict form
+def test_comparison_is_typed_and_still_reads_as_the_old_nested_dict():
+    from topcal.evaluate import Comparison, MethodMetrics, MetricValues, evaluate
+
+    data = simulate(3000, 5)
+    res = compare_methods(data, ["uncalibrated", "hist", "csts"], folds=3, seed=1)
+    assert isinstance(res, Comparison) and res.protocol == "kfold" and res.folds == 3
+    assert list(res.methods) == ["uncalibrated", "hist", "csts"]
+    hist = res.methods["hist"]
+    assert isinstance(hist, MethodMetrics) and isinstance(hist.nll, MetricValues)
+    assert list(hist) == ["nll", "brier", "ece1", "ece2"] and hist.nll is hist["nll"]
+    # the old indexing, .get, `in`, len and iteration give the same objects and numbers
+    assert res["methods"]["hist"]["nll"]["per_class"]["ant"] == hist.nll.per_class["ant"]
+    assert res["methods"]["hist"]["nll"]["overall"] == hist.nll.overall > 0
+    assert res["protocol"] == "kfold" and res.get("folds") == 3 and "choices" in res and "nope" not in res
+    assert list(res) == ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
+    with pytest.raises(KeyError):
+        res["nope"]
+    with pytest.raises(AttributeError, match="no metric 'auc'"):
+        hist.auc
+    with pytest.raises(TypeError):
+        res["skipped"] = []  # read-only, like every result
+    # to_dict is the old plain dict: JSON round trip, equal to the typed result both ways
+    plain = json.loads(json.dumps(res.to_dict()))
+    assert plain == res and res == plain and plain["methods"]["hist"]["nll"]["overall"] == hist.nll.overall
+    assert type(plain["methods"]["csts"]["ece2"]) is dict
+    # the old dict form (hand-built, or read back from JSON) becomes a comparison again
+    again = Comparison.of(plain)
+    assert again == res and again.methods["csts"].ece2.per_class == res.methods["csts"].ece2.per_class
+    assert Comparison.of(res) is res
+    minimal = Comparison.of({"methods": {"hist": evaluate(data, np.full(data.pred.size, 0.5))}})
+    assert minimal.protocol == "same" and minimal.skipped == [] and minimal.methods["hist"].brier.overall > 0
+
+
+def test_cli_json_is_the_comparison_as_a_plain_dict(tmp_path, capsys):
+    from topcal.evaluate import Comparison
+
+    data = simulate(1500, 6)
+    path = tmp_path / "d.npz"
+    np.savez(path, probs=data.full, labels=data.labels, classes=np.array(CLASSES))
+    assert main(["compare", str(path), "--methods", "uncalibrated,conf1,hist", "--folds", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
+    res = Comparison.of(doc)
+    assert res.folds == 2 and set(res.methods) == {"uncalibrated", "conf1", "hist"}
+    assert res.methods["conf1"].ece1.overall == doc["methods"]["conf1"]["ece1"]["overall"]

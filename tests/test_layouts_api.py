@@ -96,11 +96,26 @@ def test_compare_is_a_tidy_frame_of_compare_methods(sim):
 
 def test_report_writes_html_and_returns_its_path(sim, tmp_path):
     p, y = sim
-    path = topcal.report(p, y, output=tmp_path / "rep", methods=["hist", "kde-mon2"], dpi=40, folds=2)
+    path = topcal.make_report(p, y, output=tmp_path / "rep", methods=["hist", "kde-mon2"], dpi=40, folds=2)
     assert path == tmp_path / "rep" / "index.html" and path.is_file()
     assert "kde-mon2" in path.read_text(encoding="utf-8")
     with pytest.raises(DataError, match="does not exist"):
-        topcal.report(tmp_path / "missing.csv", output=tmp_path / "x")
+        topcal.make_report(tmp_path / "missing.csv", output=tmp_path / "x")
+
+
+def test_topcal_report_is_the_package_and_its_old_call_still_works_with_a_future_warning(sim, tmp_path):
+    import importlib
+
+    import topcal.report as pkg
+
+    assert pkg is topcal.report is importlib.import_module("topcal.report") and pkg.build_report is not None
+    from topcal import report
+
+    assert report is pkg
+    p, y = sim
+    with pytest.warns(FutureWarning, match=r"topcal\.make_report"):
+        path = topcal.report(p[:400], y[:400], output=tmp_path / "old", methods=["hist"], dpi=30, folds=None)
+    assert path == tmp_path / "old" / "index.html" and path.is_file()
 
 
 def test_fitted_calibrators_show_their_curves_in_jupyter(sim):

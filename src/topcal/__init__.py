@@ -21,8 +21,24 @@ from .io import read_data, read_stats
 from .persist import load, save
 from .stats import ScoreStats
 from .thresholds import Thresholds, fit_thresholds, load_thresholds
-from . import report as _report_module  # noqa: F401  (the module first: the function below then keeps the name)
-from .api import compare, report
+from . import report
+from .api import compare, make_report
+
+
+class _ReportPackage(type(report)):
+    """``topcal.report`` is the package (:mod:`topcal.report`, ``build_report`` and the report's parts);
+    calling it as the function it once was still writes the report, with a FutureWarning."""
+
+    def __call__(self, *args, **kwargs):
+        import warnings
+
+        warnings.warn("topcal.report(...) is now topcal.make_report(...) (topcal.report is the package "
+                      "topcal.report); calling the package will stop working in a future release",
+                      FutureWarning, stacklevel=2)
+        return make_report(*args, **kwargs)
+
+
+report.__class__ = _ReportPackage  # the package, callable: no function shadows it
 
 
 def __getattr__(name):
@@ -48,6 +64,7 @@ __all__ = [
     "save",
     "read_data",
     "compare",
+    "make_report",
     "report",
     "TopLabelCalibratedClassifier",
     "read_stats",

@@ -1,7 +1,8 @@
 """Python entry points for what the CLI does, for scripts and notebooks.
 
 * :func:`compare`: ``topcal compare`` as a tidy pandas DataFrame;
-* :func:`report`: ``topcal report``, returning the path of the HTML page;
+* :func:`make_report`: ``topcal report``, returning the path of the HTML page
+  (``topcal.make_report``; ``topcal.report`` is the package :mod:`topcal.report`);
 * :func:`calibrator_html`: a fitted calibrator's per-class curves as HTML,
   which Jupyter shows for a calibrator left at the end of a cell
   (``Calibrator._repr_html_``; registered when :mod:`topcal` is imported).
@@ -21,7 +22,7 @@ from .calibrators.base import Calibrator, set_html_renderer
 from .calibrators.wrapper import Wrapper
 from .inputs import as_data
 
-__all__ = ["compare", "report", "calibrator_html", "COMPARE_COLUMNS"]
+__all__ = ["compare", "make_report", "report", "calibrator_html", "COMPARE_COLUMNS"]
 
 #: Columns of :func:`compare`'s DataFrame.
 COMPARE_COLUMNS = ("method", "class", "metric", "value", "protocol")
@@ -102,17 +103,20 @@ def compare(data, y=None, methods=None, *, eval_data=None, folds: int = 5, in_sa
     elif not in_sample:
         options["folds"] = folds
     res = compare_methods(d, methods, **options)
-    rows = [(m, c, metric, v, res["protocol"]) for m, metric, c, v in comparison_rows(res)]
+    rows = [(m, c, metric, v, res.protocol) for m, metric, c, v in comparison_rows(res)]
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     frame["value"] = frame["value"].astype("float64")
-    frame.attrs.update(protocol=res["protocol"], folds=res["folds"], skipped=list(res["skipped"]),
-                       failed=dict(res.get("failed", {})), warnings=dict(res.get("warnings", {})))
+    frame.attrs.update(protocol=res.protocol, folds=res.folds, skipped=list(res.skipped), failed=dict(res.failed),
+                       warnings=dict(res.warnings))
     return frame
 
 
-def report(data, y=None, *, output, methods=None, eval_data=None, extra=None, classes=None, kind: str = "auto",
-           **options):
+def make_report(data, y=None, *, output, methods=None, eval_data=None, extra=None, classes=None, kind: str = "auto",
+                **options):
     """Write the visual-check report (``topcal report``) and return the path of its ``index.html``.
+
+    ``topcal.make_report``; calling the package ``topcal.report(...)``, its old name, still works
+    with a FutureWarning.
 
     Parameters
     ----------
@@ -138,6 +142,10 @@ def report(data, y=None, *, output, methods=None, eval_data=None, extra=None, cl
     if extra is not None:
         extra = _other(extra, d, "extra", kind=kind)
     return build_report(d, output, methods=methods, eval_data=eval_data, extra=extra, **options).path
+
+
+#: The old name, kept in this module (no package of that name here to shadow).
+report = make_report
 
 
 def calibrator_html(model, *, dpi: int = 72) -> str:

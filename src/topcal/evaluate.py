@@ -26,12 +26,13 @@ import numpy as np
 
 from . import _progress
 from .calibrators import available_methods, calibrator, get_class
+from .comparison import Comparison, MethodMetrics, MetricValues
 from .data import TopLabelData, kfold_split
 from .errors import DataError, ParameterError, TopcalError, TopcalWarning
 from .metrics import BUNDLE, bundle
 
 __all__ = ["compare_methods", "evaluate", "fit_quietly", "fit_and_score", "score_models", "kfold_split", "fit_methods", "check_params", "curve_findings",
-           "few_positives", "comparison_rows", "METRICS", "PROTOCOLS"]
+           "few_positives", "comparison_rows", "METRICS", "PROTOCOLS", "Comparison", "MethodMetrics", "MetricValues"]
 
 #: Metric names in the order tables show them.
 METRICS = BUNDLE
@@ -116,7 +117,7 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
     smoother to accept.
     """
     out = []
-    if getattr(model, "name", "") == "uncalibrated" or not hasattr(model, "curve") or not hasattr(model, "support_"):
+    if getattr(model, "is_baseline", False) or not hasattr(model, "curve") or not hasattr(model, "support_"):
         return out
     certain = []
     for k, c in enumerate(model.classes_):
@@ -257,7 +258,7 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
 
 def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData | None = None,
                     folds: int | None = None, seed: int = 0, n_bins: int = 10, params=None,
-                    progress=None) -> dict:
+                    progress=None) -> Comparison:
     """Fit each method and evaluate it under one of three protocols.
 
     Parameters
@@ -289,11 +290,13 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
 
     Returns
     -------
-    dict
-        ``{"protocol": str, "folds": int or None, "methods": {name: {metric:
-        {"overall", "per_class"}}}, "skipped": [...], "failed": {name: str},
-        "warnings": {name or "data": [str]}, "choices": {name: [auto_summary, ...]}}``; ``choices`` holds
-        what every fitted ``auto`` chose (one entry per fold under "kfold") and its cross-validation table.
+    Comparison
+        ``protocol``, ``folds``, ``methods`` (``{name: MethodMetrics}``, e.g.
+        ``res.methods["hist"].nll.per_class``), ``skipped``, ``failed`` (``{name: str}``),
+        ``warnings`` (``{name or "data": [str]}``) and ``choices`` (``{name: [auto_summary, ...]}``:
+        what every fitted ``auto`` chose, one entry per fold under "kfold", and its cross-validation
+        table). It reads as the old nested dict too (``res["methods"]["hist"]["nll"]["per_class"]``);
+        ``res.to_dict()`` is that dict (JSON-ready).
     """
     if eval_data is not None and folds is not None:
         raise ParameterError("give either eval_data (a second test set) or folds (cross-fitting), not both")
@@ -334,17 +337,15 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
             if summary is not None:
                 choices[name] = [summary]
             out["methods"][name] = scores
-    out["warnings"] = {k: v for k, v in notes.items() if v}
-    return out
+    return Comparison(**{**out, "warnings": {k: v for k, v in notes.items() if v}})
 
 
-def comparison_rows(result: dict) -> list[tuple[str, str, str, float | None]]:
-    """Long-format rows (method, metric, class, value) of a :func:`compare_methods` result; class "overall" for
-    the overall value."""
+def comparison_rows(result) -> list[tuple[str, str, str, float | None]]:
+    """Long-format rows (method, metric, class, value) of a :func:`compare_methods` result (or its dict form);
+    class "overall" for the overall value."""
     rows = []
-    for m, metrics in result["methods"].items():
+    for m, metrics in Comparison.of(result).methods.items():
         for metric, v in metrics.items():
-            rows.append((m, metric, "overall", v["overall"]))
-            for c, x in v["per_class"].items():
-                rows.append((m, metric, c, x))
+            rows.append((m, metric, "overall", v.overall))
+            rows += [(m, metric, c, x) for c, x in v.per_class.items()]
     return rows

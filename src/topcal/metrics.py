@@ -41,6 +41,7 @@ __all__ = [
     "ece1",
     "ece2",
     "summary",
+    "SUMMARY_COLUMNS",
     "bundle",
     "BUNDLE",
 ]
@@ -275,6 +276,10 @@ def bundle(data: TopLabelData, confidence, *, n_bins: int = 10, names=BUNDLE) ->
         raise ParameterError(f"parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}")
     c = _check(data, confidence)  # once for every metric of the bundle
     return [_BUNDLE_METRICS[n](data, c, n_bins) for n in names]
+
+
+#: The values of each row of :func:`summary` (per class and overall), in the order tables show them.
+SUMMARY_COLUMNS = ("tp", "fp", "conf1") + BUNDLE
 
 
 def summary(data: TopLabelData, confidence, *, n_bins: int = 10) -> dict:

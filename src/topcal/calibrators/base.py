@@ -111,6 +111,21 @@ class Calibrator(Envelope):
     needs_full: ClassVar[bool] = False
     #: whether the method is one of the paper's (the experiments that reproduce the paper run those)
     in_paper: ClassVar[bool] = True
+    #: Whether the method is the do-nothing reference (the top score rescaled, ``uncalibrated``): the
+    #: report compares every method with it, lists no fitted parameters for it, and figures draw it as
+    #: the dashed diagonal or grey bars instead of a fitted curve.
+    is_baseline: ClassVar[bool] = False
+    #: Whether the curve is piecewise constant in the score (a step function, or one constant per
+    #: class): its jumps are no wiggles, so the report's wiggle check skips it.
+    step_curve: ClassVar[bool] = False
+    #: Whether the confidence is one constant per class, ignoring the score (``conf1``): figures of
+    #: calibration curves leave it out unless asked for by name.
+    constant_per_class: ClassVar[bool] = False
+    #: Metrics (names of :data:`topcal.metrics.BUNDLE`) the method is shown on but not ranked on
+    #: (never marked best), with the reason in ``unranked_note`` (printed under the tables).
+    unranked_on: ClassVar[frozenset] = frozenset()
+    #: Why the method is not ranked on ``unranked_on``: one sentence for the reader.
+    unranked_note: ClassVar[str] = ""
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
     #: True on the pooled reference a shrunk model fits (``_fit_shrinkage``): its fit skips

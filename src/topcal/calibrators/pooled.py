@@ -201,6 +201,7 @@ class PooledHistogram(_Pooled):
 
     name = "pooled-hist"
     summary = "histogram of the top score, one curve for all classes (15 equal-mass bins, shrunk)"
+    step_curve = True
     _inner = Histogram.name
     _parameter_constraints = dict(Histogram._parameter_constraints)
 

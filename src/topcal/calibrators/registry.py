@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from ..errors import ParameterError
 
-__all__ = ["register", "get_class", "available_methods", "is_registered", "calibrator", "paper_calibrator"]
+__all__ = ["register", "get_class", "lookup", "available_methods", "is_registered", "calibrator", "paper_calibrator",
+           "BASELINE"]
+
+#: Name of the baseline method (the top score rescaled, ``counts.Uncalibrated``): the one entry every
+#: comparison of the report holds. Code above the calibrators names it through this constant only.
+BASELINE = "uncalibrated"
 
 _REGISTRY: dict[str, type] = {}
 #: registered names that are no method to fit (wrappers built from a fitted model, e.g. an adapted model)
@@ -49,6 +54,16 @@ def get_class(name: str, *, unlisted: bool = False) -> type:
     if isinstance(name, str) and name in _REGISTRY and (unlisted or name not in _UNLISTED):
         return _REGISTRY[name]
     raise ParameterError(f"unknown method {name!r}. Options are: {', '.join(available_methods())}")
+
+
+def lookup(name) -> type | None:
+    """The class registered as ``name`` (wrappers included), or None when ``name`` is no registered kind.
+
+    For code that holds only a method's name (a comparison keyed by name) and asks about the method's
+    declared properties (``is_baseline``, ``step_curve``, ``unranked_on``): ``getattr(lookup(name),
+    "is_baseline", False)`` is False for a name that is no method.
+    """
+    return _REGISTRY.get(name) if isinstance(name, str) else None
 
 
 def calibrator(name: str, **params):

@@ -159,23 +159,23 @@ def read(path, args):
     return read_data(path, **read_options(args))
 
 
-def overall_table(result: dict) -> str:
+def overall_table(result) -> str:
     """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not ranked on ECE)."""
-    from ..evaluate import METRICS
-    from ..report.page import UNRANKED_NOTE, ranked
+    from ..evaluate import METRICS, Comparison
+    from ..report.page import ranked, unranked_notes
 
-    methods = list(result["methods"])
-    best = {x: min((result["methods"][m][x]["overall"] for m in ranked(methods, x)), default=None) for x in METRICS}
-    rows = [[m] + [result["methods"][m][x]["overall"] for x in METRICS] for m in methods]
+    res = Comparison.of(result).methods
+    methods = list(res)
+    best = {x: min((res[m][x].overall for m in ranked(methods, x)), default=None) for x in METRICS}
+    rows = [[m] + [res[m][x].overall for x in METRICS] for m in methods]
     text = format_table(["method"] + [x.upper() for x in METRICS], rows)
     lines = text.splitlines()
     for i, m in enumerate(methods):
         marks = [x.upper() for x in METRICS if m in ranked([m], x) and best[x] is not None
-                 and np.isclose(result["methods"][m][x]["overall"], best[x], rtol=1e-9)]
+                 and np.isclose(res[m][x].overall, best[x], rtol=1e-9)]
         if marks:
             lines[i + 2] += "   best " + ",".join(marks)
-    if "conf1" in methods:
-        lines.append(f"({UNRANKED_NOTE})")
+    lines += [f"({note})" for note in unranked_notes(methods)]
     return "\n".join(lines)
 
 
@@ -211,19 +211,22 @@ def choice_table(fits: list) -> str:
 MAX_TABLE_CLASSES = 30
 
 
-def per_class_table(result: dict, metric: str = "nll", sizes=None) -> str:
+def per_class_table(result, metric: str = "nll", sizes=None) -> str:
     """Classes as rows, methods as columns; with ``sizes`` (positives per class, in class order) and more than
     :data:`MAX_TABLE_CLASSES` classes, only the largest ones, with a note."""
-    methods = list(result["methods"])
-    classes = list(result["methods"][methods[0]][metric]["per_class"])
+    from ..evaluate import Comparison
+
+    res = Comparison.of(result).methods
+    methods = list(res)
+    classes = list(res[methods[0]][metric].per_class)
     note = ""
     if sizes is not None and len(classes) > MAX_TABLE_CLASSES:
         keep = set(np.argsort(-np.asarray(sizes, dtype=np.float64), kind="stable")[:MAX_TABLE_CLASSES].tolist())
         note = (f"\n({MAX_TABLE_CLASSES} of {len(classes)} classes shown, those with the most positives; "
                 "--csv or --json list every class)")
         classes = [c for i, c in enumerate(classes) if i in keep]
-    rows = [[c] + [result["methods"][m][metric]["per_class"][c] for m in methods] for c in classes]
-    rows.append(["overall"] + [result["methods"][m][metric]["overall"] for m in methods])
+    rows = [[c] + [res[m][metric].per_class[c] for m in methods] for c in classes]
+    rows.append(["overall"] + [res[m][metric].overall for m in methods])
     return format_table(["class"] + methods, rows) + note
 
 

@@ -118,20 +118,21 @@ def add_commands(sub) -> None:
 def _cmd_metrics(args) -> int:
     from .._params import MAX_BINS
     from ..calibrators import calibrator
-    from ..metrics import summary
+    from ..calibrators.registry import BASELINE
+    from ..metrics import SUMMARY_COLUMNS, summary
     from ..persist import load
 
     if not 1 <= args.bins <= MAX_BINS:
         raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
     data = read(args.data, args)
     data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
-    model = load(args.model) if args.model else calibrator("uncalibrated").fit(data)
+    model = load(args.model) if args.model else calibrator(BASELINE).fit(data)
     s = summary(data, model.predict(data), n_bins=args.bins)
     s["method"] = model.name
     if args.json:
         print(json.dumps(s, indent=1))
         return 0
-    cols = ["tp", "fp", "conf1", "nll", "brier", "ece1", "ece2"]
+    cols = list(SUMMARY_COLUMNS)
     rows = [[name] + [r[c] for c in cols] for name, r in s["classes"].items()]
     rows.append(["overall"] + [s["overall"][c] for c in cols])
     print(f"method: {model.name}")
@@ -218,17 +219,17 @@ def _cmd_compare(args) -> int:
     folds = _folds(args, eval_data is not None)
     res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=folds, seed=args.seed,
                           n_bins=args.bins, params=method_params(args.param), progress=None if quiet else progress())
-    for name, msg in res["failed"].items():
+    for name, msg in res.failed.items():
         print(f"warning: {name} failed and is left out: {msg}", file=sys.stderr)
     if quiet:
-        for name, msgs in res["warnings"].items():
+        for name, msgs in res.warnings.items():
             for msg in msgs:
                 print(f"warning: {msg}", file=sys.stderr)
-    if not res["methods"]:
+    if not res.methods:
         raise TopcalError("none of the methods can run on this data (they need full score vectors); "
                           "choose score-based methods such as hist, kde-mon2")
     if args.json:
-        print(json.dumps(res, indent=1))
+        print(json.dumps(res.to_dict(), indent=1))
         return 0
     if args.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
@@ -236,19 +237,19 @@ def _cmd_compare(args) -> int:
         for m, metric, c, v in comparison_rows(res):
             w.writerow([m, metric, c, "" if v is None else repr(float(v))])
         return 0
-    print("protocol: " + _PROTOCOL_TEXT[res["protocol"]].format(folds=res["folds"]))
+    print("protocol: " + _PROTOCOL_TEXT[res.protocol].format(folds=res.folds))
     print(overall_table(res))
     print("\nper-class NLL")
     tp, fp = data.class_counts()
     print(per_class_table(res, "nll", sizes=tp + fp))
-    for name, fits in res.get("choices", {}).items():
+    for name, fits in res.choices.items():
         print(f"\n{name}: {fits[0]['rule']}")
         print(choice_table(fits))
-    if res["skipped"]:
-        print("\nnot run (need full score vectors): " + ", ".join(res["skipped"]))
-    if res["failed"]:
-        print("\nfailed (left out): " + "; ".join(f"{n}: {m}" for n, m in res["failed"].items()))
-    notes = [m for msgs in res["warnings"].values() for m in msgs]
+    if res.skipped:
+        print("\nnot run (need full score vectors): " + ", ".join(res.skipped))
+    if res.failed:
+        print("\nfailed (left out): " + "; ".join(f"{n}: {m}" for n, m in res.failed.items()))
+    notes = [m for msgs in res.warnings.values() for m in msgs]
     if notes:
         print(f"\nwarnings ({len(notes)}):")
         for m in similar_once(notes):
@@ -265,7 +266,7 @@ def _cmd_demo(args) -> int:
     res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
                        progress=progress(), force=args.force)
     for metric in ("nll", "ece1"):
-        print(f"\nper-class {metric.upper()} ({res.comparison['folds']}-fold cross-fitted: every sample scored by a "
+        print(f"\nper-class {metric.upper()} ({res.comparison.folds}-fold cross-fitted: every sample scored by a "
               "model fitted without it)")
         print(per_class_table(res.comparison, metric, sizes=sum(data.class_counts())))
     print("\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself numbers)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._tables import markdown_table, text_table
+from ..calibrators.registry import BASELINE
 
 __all__ = ["median_table", "overall_table", "gap_table", "format_report"]
 
@@ -64,7 +65,7 @@ def _checks(summary: dict) -> list[str]:
     return out
 
 
-def gap_table(summary: dict, *, baseline: str = "uncalibrated", digits: int = 4) -> str:
+def gap_table(summary: dict, *, baseline: str = BASELINE, digits: int = 4) -> str:
     """Markdown table: per method the median (set 2 - set 1) gap of each metric, and its excess over ``baseline``.
 
     The untuned baseline's gap measures how much harder test set 2 is

@@ -36,7 +36,13 @@ __all__ = [
     "BAND_LEVEL",
     "SPARSE_MIN",
     "MAX_CLOUD_POINTS",
+    "BARS_METHOD",
 ]
+
+#: The method of the reference bars under every curve figure: Conf_Hist, unshrunk (paper Fig. 3).
+#: The bars' artists carry it as their gid; a fitted model of it with the bars' bins is not drawn
+#: again as a curve.
+BARS_METHOD = "hist"
 
 #: A histogram bin with fewer positives than this is drawn hatched and dashed
 #: ("sparse"): its height is a ratio of a handful of counts.
@@ -89,7 +95,8 @@ def class_histograms(data: TopLabelData, *, n_bins: int = 10, sparse_min: float 
         Use its bins and counts instead of fitting one on ``data``.
     """
     if model is None:  # a side fit for the figure: its class warnings are the user's own fit's
-        model = fit_quietly("hist", data, params={"n_bins": n_bins, "shrinkage": 0}, collect=DegenerateClassWarning)
+        model = fit_quietly(BARS_METHOD, data, params={"n_bins": n_bins, "shrinkage": 0},
+                            collect=DegenerateClassWarning)
     hist = model
     out: list[HistogramBars | None] = []
     for st in hist.class_state_:
@@ -263,7 +270,7 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
     grid = np.linspace(lo, hi, n_points)
     preds = {}
     for name, m in models.items():
-        if name != "uncalibrated" and not is_score_curve(m):
+        if not m.is_baseline and not is_score_curve(m):
             preds[name] = m.predict(data)
     panels = []
     subsampled = False
@@ -271,7 +278,7 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
     for k, cname in class_items(data, only):
         curves, bands = {}, {}
         for name, m in models.items():
-            if name == "uncalibrated" or not is_score_curve(m):
+            if m.is_baseline or not is_score_curve(m):
                 continue
             curves[name] = (grid, model_curve(m, k, grid))
             lim = None if band is None or name in no_band else model_band(m, k, grid, band)
@@ -288,7 +295,7 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
             clouds[name] = (data.score[idx], p[idx])
         panels.append(CurvePanel(cname, hists[k], curves, clouds, data.class_support(k), float(tp[k]), float(fp[k]),
                                  bands))
-    methods = tuple(m for m in models if m != "uncalibrated")
+    methods = tuple(n for n, m in models.items() if not m.is_baseline)
     return CurveGrid(data.score_range, methods, tuple(panels), subsampled, band,
                      tuple(m for m in methods if m in no_band))
 

@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 
+from ..calibrators.registry import BASELINE, lookup
 from ..errors import TopcalError
-from .compute import CurveGrid, HistogramBars, JointDistribution, SPARSE_MIN
+from .compute import BARS_METHOD, CurveGrid, HistogramBars, JointDistribution, SPARSE_MIN
 from .evaluation import HistogramOverlay, MethodScores, PairedScores
 
 __all__ = [
@@ -124,7 +125,7 @@ def _gid_bars(bars, gid: str) -> None:
         patch.set_gid(gid)
 
 
-def _draw_hist(ax, h: HistogramBars, *, color="0.85", edge="black", label="_nolegend_", gid="hist"):
+def _draw_hist(ax, h: HistogramBars, *, color="0.85", edge="black", label="_nolegend_", gid=BARS_METHOD):
     ok = ~np.isnan(h.values)
     left = h.edges[:-1][ok]
     width = np.diff(h.edges)[ok]
@@ -157,7 +158,7 @@ def _shade_outside(ax, support, score_range):
 def _diagonal(ax, score_range, label="uncalibrated score"):
     lo, hi = score_range
     (ln,) = ax.plot([lo, hi], [0, 1], ls="--", color="0.3", lw=1, label=label, zorder=2)
-    ln.set_gid("uncalibrated")
+    ln.set_gid(BASELINE)
 
 
 def _fig_legend(fig, axes, ncol=None):
@@ -283,7 +284,7 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
                                    label="_nolegend_")
             band.set_gid(f"band:{name}")
         for name, (s, c) in p.curves.items():
-            if name == "hist" and p.hist is not None and len(p.hist.values) == 10:
+            if name == BARS_METHOD and p.hist is not None and len(p.hist.values) == 10:
                 continue  # the bars are this curve
             (ln,) = ax.plot(s, c, color=_color(name, methods), lw=1.6, label=name, zorder=4)
             ln.set_gid(f"curve:{name}")
@@ -439,7 +440,7 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
     width = 0.85 / m
     methods = list(scores.methods)
     for j, name in enumerate(methods):
-        color = "0.8" if name == "uncalibrated" else _color(name, methods)
+        color = "0.8" if getattr(lookup(name), "is_baseline", False) else _color(name, methods)
         bars = ax.bar(x - 0.425 + (j + 0.5) * width, np.nan_to_num(vals[:, j]), width=width, color=color,
                       label=name, edgecolor="white", linewidth=0.3)
         _gid_bars(bars, f"bars:{name}")

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, TopcalError
-from ..evaluate import fit_quietly
+from ..evaluate import Comparison, fit_quietly
 from .compute import class_histograms, class_items, is_score_curve, model_curve
 
 __all__ = ["MethodScores", "HistogramOverlay", "PairedScores", "AddedSamplesPanel", "method_scores",
@@ -40,16 +40,16 @@ class MethodScores:
     overall: np.ndarray
 
 
-def method_scores(comparison: dict, metric: str = "nll") -> MethodScores:
-    """Pick one metric out of :func:`topcal.evaluate.compare_methods` output."""
-    methods = tuple(comparison["methods"])
+def method_scores(comparison, metric: str = "nll") -> MethodScores:
+    """Pick one metric out of :func:`topcal.evaluate.compare_methods` output (or its dict form)."""
+    res = Comparison.of(comparison).methods
+    methods = tuple(res)
     if not methods:
         raise TopcalError("the comparison holds no methods; give at least one method that can run on this data")
-    classes = tuple(comparison["methods"][methods[0]][metric]["per_class"])
-    per = np.array([[np.nan if comparison["methods"][m][metric]["per_class"][c] is None
-                     else comparison["methods"][m][metric]["per_class"][c] for m in methods] for c in classes],
-                   dtype=float)
-    overall = np.array([comparison["methods"][m][metric]["overall"] for m in methods], dtype=float)
+    classes = tuple(res[methods[0]][metric].per_class)
+    per = np.array([[np.nan if res[m][metric].per_class[c] is None else res[m][metric].per_class[c]
+                     for m in methods] for c in classes], dtype=float)
+    overall = np.array([res[m][metric].overall for m in methods], dtype=float)
     return MethodScores(metric, classes, methods, per, overall)
 
 
@@ -98,7 +98,7 @@ class PairedScores:
     labels: tuple[str, str]
 
 
-def paired_scores(same: dict, holdout: dict, metric: str = "nll",
+def paired_scores(same, holdout, metric: str = "nll",
                   labels: tuple[str, str] = ("fit set", "second set")) -> PairedScores:
     """Combine a "same" and a "holdout" comparison (same fitting data) into paired bars."""
     a, b = method_scores(same, metric), method_scores(holdout, metric)

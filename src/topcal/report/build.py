@@ -7,15 +7,16 @@ import html
 import itertools
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .._fileio import check_report_dir, report_dir
 from .._version import __version__
 from ..calibrators import available_methods, get_class
+from ..calibrators.registry import BASELINE
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, TopcalError
-from ..evaluate import METRICS, compare_methods, curve_findings, fit_methods, score_models
+from ..evaluate import METRICS, Comparison, compare_methods, curve_findings, fit_methods, score_models
 from .checks import Finding, align_classes, diagnose
 from .figures import acceptance_figures, figure_png, label_shift_figures, report_figures
 from .page import CSS, data_summary, metric_table, params_html, protocol_html, warnings_html
@@ -35,9 +36,9 @@ class ReportResult:
     ----------
     path : Path
         The ``index.html`` written.
-    comparison : dict
-        Metrics fitted and evaluated on the data (``compare_methods`` form).
-    holdout : dict or None
+    comparison : Comparison
+        Metrics fitted and evaluated on the data (as ``compare_methods`` returns them).
+    holdout : Comparison or None
         Metrics of the same fits on the second test set.
     findings : list of Finding
     figures : list of (str, Path)
@@ -47,8 +48,8 @@ class ReportResult:
     """
 
     path: Path
-    comparison: dict
-    holdout: dict | None
+    comparison: Comparison
+    holdout: Comparison | None
     findings: list
     figures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
@@ -139,8 +140,8 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
                           "with or without full score vectors)")
     methods_given = methods is not None
     names = default_methods(data) if methods is None else list(methods)
-    if "uncalibrated" not in names:
-        names = ["uncalibrated"] + names  # the baseline every table and warning compares against
+    if BASELINE not in names:
+        names = [BASELINE] + names  # the baseline every table and warning compares against
     diag: dict = {}
     models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
     if eval_data is not None:
@@ -150,18 +151,15 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             skipped.append(n)
     if folds is None:
         log("evaluating on the fitting data")
-        comparison = {"protocol": "same", "folds": None, "skipped": skipped,
-                      "methods": score_models(models, data)}
+        comparison = Comparison("same", methods=score_models(models, data), skipped=skipped)
     else:
         comparison = compare_methods(data, list(models), folds=folds, seed=seed, params=params,
                                      progress=lambda msg: log(f"cross-fitting: {msg}"))
-        for n, msg in comparison["failed"].items():
-            diag["failed"][n] = msg
-        comparison["skipped"] = skipped
+        diag["failed"].update(comparison.failed)
+        comparison = replace(comparison, skipped=skipped)
     holdout = None
     if eval_data is not None:
-        holdout = {"protocol": "holdout", "folds": None, "skipped": skipped,
-                   "methods": score_models(models, eval_data)}
+        holdout = Comparison("holdout", methods=score_models(models, eval_data), skipped=skipped)
     findings = diagnose(data, models, comparison, holdout)
     for n, msg in diag["failed"].items():
         findings.append(Finding("failed", f"{n} failed and is left out: {msg}", None, n))
@@ -169,7 +167,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         for msg in curve_findings(n, m, data):
             findings.append(Finding("certainty", msg, None, n))
     seen = set()
-    for n, msgs in list(diag["warnings"].items()) + list(comparison.get("warnings", {}).items()):
+    for n, msgs in list(diag["warnings"].items()) + list(comparison.warnings.items()):
         for msg in msgs:
             if msg not in seen and "reaches confidence 0 or 1" not in msg and "smallest candidate" not in msg:
                 seen.add(msg)
@@ -218,7 +216,7 @@ def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra
                      f"{metric_table(holdout, data.classes)}"
                      + "".join(f"<details><summary>{m.upper()} per class (second set)</summary>"
                                f"{metric_table(holdout, data.classes, m)}</details>" for m in METRICS))
-    params = "".join(params_html(n, m) for n, m in models.items() if n != "uncalibrated")
+    params = "".join(params_html(n, m) for n, m in models.items() if not m.is_baseline)
     extra_html = data_summary(extra, "extra samples (--add)") if extra is not None else ""
     body = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">

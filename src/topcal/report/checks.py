@@ -7,8 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import plots
+from ..calibrators.registry import BASELINE
 from ..data import TopLabelData
 from ..errors import TopcalError
+from ..evaluate import Comparison
 
 __all__ = [
     "Finding",
@@ -40,8 +42,6 @@ MAX_EXTRAPOLATED = 0.3
 #: best method, is "already close to calibrated" (paper Fig. 7).
 CLOSE_ECE1 = 0.06
 CLOSE_NLL_RATIO = 1.10
-#: Step-function methods: their jumps are not wiggles.
-_STEP_METHODS = {"hist", "cum", "cum-median", "cum-opt", "conf1", "uncalibrated"}
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
     return count
 
 
-def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict | None = None, *,
+def diagnose(data: TopLabelData, models: dict, comparison, holdout=None, *,
              min_positives: float = MIN_POSITIVES, max_sign_changes: int = MAX_SIGN_CHANGES,
              max_extrapolated: float = MAX_EXTRAPOLATED, close_ece1: float = CLOSE_ECE1) -> list[Finding]:
     """The warnings of the report.
@@ -174,9 +174,9 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
     data : TopLabelData
         The fitting data.
     models : dict of str -> fitted Calibrator
-    comparison : dict
-        Metrics of ``models`` on ``data`` (:func:`topcal.evaluate.compare_methods` form).
-    holdout : dict, optional
+    comparison : Comparison or its dict form
+        Metrics of ``models`` on ``data`` (as :func:`topcal.evaluate.compare_methods` returns them).
+    holdout : Comparison or its dict form, optional
         Metrics of the same fits on a second test set.
     min_positives, max_sign_changes, max_extrapolated, close_ece1
         Thresholds (defaults: module constants).
@@ -214,8 +214,8 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
                                "paper's unshrunk estimators give every prediction of this class confidence 1, the "
                                "shrunk defaults borrow from the other classes.", c, severity=n))
     for name, m in models.items():
-        if name in _STEP_METHODS or not plots.is_score_curve(m):
-            continue
+        if m.step_curve or m.is_baseline or not plots.is_score_curve(m):
+            continue  # a step function's jumps are no wiggles; the baseline fits nothing
         for k, c in enumerate(data.classes):
             sup = data.class_support(k)
             if sup is None or sup[1] <= sup[0]:
@@ -238,27 +238,26 @@ def diagnose(data: TopLabelData, models: dict, comparison: dict, holdout: dict |
             out.append(Finding("extrapolated", f"{c}: scores observed only in [{sup[0]:.3g}, {sup[1]:.3g}]; "
                                f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is extrapolated "
                                "(shaded in the figures).", c, severity=share))
-    res = comparison["methods"]
-    if "uncalibrated" in res:
-        uncal_nll = res["uncalibrated"]["nll"]["per_class"]
-        uncal_ece = res["uncalibrated"]["ece1"]["per_class"]
-        others = [m for m in res if m != "uncalibrated"]
+    res = Comparison.of(comparison).methods
+    if BASELINE in res:
+        uncal_nll = res[BASELINE].nll.per_class
+        uncal_ece = res[BASELINE].ece1.per_class
+        others = [m for m in res if m != BASELINE]
         for c in data.classes:
             e, u = uncal_ece[c], uncal_nll[c]
             if e is None or u is None or not others:
                 continue
-            best = min(others, key=lambda m: np.inf if res[m]["nll"]["per_class"][c] is None
-                       else res[m]["nll"]["per_class"][c])
-            b = res[best]["nll"]["per_class"][c]
+            best = min(others, key=lambda m: np.inf if res[m].nll.per_class[c] is None else res[m].nll.per_class[c])
+            b = res[best].nll.per_class[c]
             if b is not None and e <= close_ece1 and u <= CLOSE_NLL_RATIO * b:
                 out.append(Finding("already-calibrated", f"{c}: the uncalibrated score is already close to calibrated "
                                    f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains little.",
-                                   c, "uncalibrated", severity=close_ece1 - e))
+                                   c, BASELINE, severity=close_ece1 - e))
     if holdout is not None:
-        for name, r in holdout["methods"].items():
-            a = res.get(name, {}).get("nll", {}).get("overall")
-            b = r["nll"]["overall"]
-            if a is not None and a > 0 and b > 1.2 * a and name != "uncalibrated":
+        for name, r in Comparison.of(holdout).methods.items():
+            a = res[name].nll.overall if name in res else None
+            b = r.nll.overall
+            if a is not None and a > 0 and b > 1.2 * a and name != BASELINE:
                 out.append(Finding("overfit", f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the second set "
                                    f"(+{b / a - 1:.0%}); part of its fit is noise.", None, name, severity=b / a))
     return out

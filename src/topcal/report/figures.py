@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import numpy as np
 
 from .. import plots
 from ..data import TopLabelData
+from ..evaluate import Comparison, MethodMetrics, MetricValues
 
 __all__ = [
     "report_figures",
@@ -18,10 +20,18 @@ __all__ = [
 ]
 
 
+# Which methods a figure shows by default, the paper's choices (the only method names of the report).
 #: Methods drawn in the main curves figure when the user names none (paper Fig. 9).
 _MAIN_CURVES = ("kde-mon2", "cum-opt")
+#: The KDE bandwidth rules drawn side by side (paper Figs. 13, 14).
 _KDE_RULES = ("kde-mon", "kde-mon2", "kde-mon4", "kde-opt")
+#: The kernel-density model whose densities are drawn, the first one fitted (paper Figs. 5, 6).
 _DENSITY_PREFERENCE = ("kde-mon2", "kde-mon", "kde-mon4", "kde", "kde-opt")
+#: Binary temperature scaling of the top score, drawn when the user names no methods.
+_BINARY_TS = ("btswa", "bts")
+#: The method whose curve before and after the added samples is drawn, the first one fitted (paper Fig. 15);
+#: the last one is fitted for the figure when none of them is.
+_ADDED_PREFERENCE = ("kde-mon2", "kde-mon", "kde", "hist")
 
 
 def figure_png(fig, *, dpi: int = 90) -> bytes:
@@ -64,11 +74,12 @@ def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
                         bin_edges=sub.bin_edges)
 
 
-def _comparison_view(comparison: dict, names) -> dict:
+def _comparison_view(comparison, names) -> Comparison:
     """``comparison`` with per-class values of the classes ``names`` only."""
-    methods = {m: {x: {"overall": v["overall"], "per_class": {c: v["per_class"][c] for c in names}}
-                   for x, v in metrics.items()} for m, metrics in comparison["methods"].items()}
-    return {**comparison, "methods": methods}
+    comparison = Comparison.of(comparison)
+    methods = {m: MethodMetrics({x: MetricValues(v.overall, {c: v.per_class[c] for c in names})
+                                 for x, v in metrics.items()}) for m, metrics in comparison.methods.items()}
+    return replace(comparison, methods=methods)
 
 
 def _band_caption(grid) -> str:
@@ -108,12 +119,12 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
     yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
 
     if methods_given:
-        main = [n for n in models if n not in ("uncalibrated",)]
+        main = [n for n, m in models.items() if not m.is_baseline]
         main_score = {n: m for n, m in curve_models.items() if n in main}
     else:
         main_score = {n: curve_models[n] for n in _pick(_MAIN_CURVES, curve_models)}
         if not main_score:
-            main_score = {n: m for n, m in curve_models.items() if n not in ("uncalibrated", "conf1")}
+            main_score = {n: m for n, m in curve_models.items() if not (m.is_baseline or m.constant_per_class)}
     log("figure: calibration curves")
     grid = plots.calibration_curves(data, main_score, only=only)
     yield ("curves", "Calibration curves per class (paper Figs. 3, 7, 9)",
@@ -129,7 +140,7 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
                "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 and the "
                "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too." + few,
                plots.plot_calibration_curves(grid))
-    binary = _pick(("btswa", "bts"), curve_models)
+    binary = _pick(_BINARY_TS, curve_models)
     if binary and not methods_given:
         log("figure: binary temperature scaling")
         grid = plots.calibration_curves(data, {n: curve_models[n] for n in binary}, only=only)
@@ -175,8 +186,8 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
                plots.plot_paired_bars(plots.paired_scores(comparison, holdout, "nll",
                                                           labels=("fitting set", "second set"))))
     if extra is not None:
-        method = next(iter(_pick(("kde-mon2", "kde-mon", "kde", "hist"), curve_models)), None)
-        method = method or next(iter(curve_models), None) or "hist"
+        method = next(iter(_pick(_ADDED_PREFERENCE, curve_models)), None)
+        method = method or next(iter(curve_models), None) or _ADDED_PREFERENCE[-1]
         log(f"figure: added samples ({method})")
         used, panels = plots.added_samples_effect(data, extra, method, only=only)
         if panels:

@@ -7,8 +7,9 @@ import json
 
 import numpy as np
 
+from ..calibrators.registry import lookup
 from ..data import TopLabelData
-from ..evaluate import METRICS
+from ..evaluate import METRICS, Comparison
 
 __all__ = [
     "CSS",
@@ -19,19 +20,19 @@ __all__ = [
     "protocol_html",
     "warnings_html",
     "ranked",
-    "UNRANKED",
+    "unranked_notes",
 ]
-
-#: Methods not ranked on a metric, with the reason (shown under the table): a constant per class
-#: (conf1 = |TP| / |P|) matches the class's accuracy in every bin, so its ECE is near 0 by construction.
-UNRANKED = {"ece1": {"conf1"}, "ece2": {"conf1"}}
-UNRANKED_NOTE = ("conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's accuracy, so its "
-                 "ECE is near 0 by construction while it tells confident from doubtful predictions apart not at all.")
 
 
 def ranked(methods, metric: str) -> list:
-    """The methods ranked ('best' marked) on ``metric``."""
-    return [m for m in methods if m not in UNRANKED.get(metric, ())]
+    """The methods ranked ('best' marked) on ``metric``: all but those whose class declares it in
+    ``unranked_on`` (e.g. conf1 on ECE1/ECE2)."""
+    return [m for m in methods if metric not in getattr(lookup(m), "unranked_on", ())]
+
+
+def unranked_notes(methods) -> list[str]:
+    """Why some of ``methods`` are not ranked on some metrics (their classes' ``unranked_note``), once each."""
+    return list(dict.fromkeys(note for m in methods if (note := getattr(lookup(m), "unranked_note", ""))))
 
 
 CSS = """
@@ -67,10 +68,12 @@ def _fmt(v, digits=4) -> str:
     return html.escape(str(v))
 
 
-def metric_table(comparison: dict, classes, metric: str | None = None) -> str:
-    methods = list(comparison["methods"])
+def metric_table(comparison, classes, metric: str | None = None) -> str:
+    """A comparison's metrics as an HTML table: overall (methods as rows), or ``metric`` per class."""
+    res = Comparison.of(comparison).methods
+    methods = list(res)
     if metric is None:  # overall: methods as rows, metrics as columns
-        vals = {m: [comparison["methods"][m][x]["overall"] for x in METRICS] for m in methods}
+        vals = {m: [res[m][x].overall for x in METRICS] for m in methods}
         best = [min((vals[m][j] for m in ranked(methods, x)), default=None) for j, x in enumerate(METRICS)]
 
         def mark(m, j, v):
@@ -82,13 +85,12 @@ def metric_table(comparison: dict, classes, metric: str | None = None) -> str:
                 f"<td class='{'best' if mark(m, j, v) else ''}'>{_fmt(v)}</td>"
                 for j, v in enumerate(vals[m])) + "</tr>" for m in methods)
         head = "<tr><th>method</th>" + "".join(f"<th>{x.upper()}</th>" for x in METRICS) + "</tr>"
-        note = f"<p class='muted'>{html.escape(UNRANKED_NOTE)}</p>" if "conf1" in methods else ""
+        note = "".join(f"<p class='muted'>{html.escape(n)}</p>" for n in unranked_notes(methods))
         return f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>{note}"
     head = "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
     body = []
     for c in list(classes) + ["overall"]:
-        vals = [comparison["methods"][m][metric]["overall"] if c == "overall"
-                else comparison["methods"][m][metric]["per_class"][c] for m in methods]
+        vals = [res[m][metric].overall if c == "overall" else res[m][metric].per_class[c] for m in methods]
         keep = ranked(methods, metric)
         finite = [v for m, v in zip(methods, vals) if v is not None and m in keep]
         b = min(finite) if finite else None
@@ -164,9 +166,10 @@ def data_summary(data: TopLabelData, label: str) -> str:
             f"(accuracy {tp.sum() / max(tp.sum() + fp.sum(), 1):.3f}).</p>")
 
 
-def protocol_html(comparison: dict) -> str:
-    if comparison["protocol"] == "kfold":
-        return (f"<b>out of sample</b>: {comparison['folds']}-fold cross-fitting (every sample scored by a model "
+def protocol_html(comparison) -> str:
+    comparison = Comparison.of(comparison)
+    if comparison.protocol == "kfold":
+        return (f"<b>out of sample</b>: {comparison.folds}-fold cross-fitting (every sample scored by a model "
                 "fitted without it). The figures show the fits on all the data.")
     return ("<b>fitted and evaluated on the same data</b> (the paper's practice, <code>--in-sample</code>): "
             "optimistic for flexible methods; rank methods out of sample instead (the default).")

@@ -7,7 +7,7 @@ import numpy as np
 from ...data import ClassView
 from ..base import finite_array
 from ..score import ScoreCalibrator
-from ..registry import register
+from ..registry import BASELINE, register
 from .. import intervals
 
 __all__ = ["Uncalibrated", "Conf1"]
@@ -21,8 +21,9 @@ class Uncalibrated(ScoreCalibrator):
     the baseline every method must beat (the paper's "uncalibrated").
     """
 
-    name = "uncalibrated"
+    name = BASELINE
     summary = "top score rescaled to [0, 1] by the declared score range (no fit)"
+    is_baseline = True
 
     def __init__(self):
         pass
@@ -50,6 +51,13 @@ class Conf1(ScoreCalibrator):
 
     name = "conf1"
     summary = "per-class accuracy |TP_k| / |P_k|, ignoring the score (paper eq. 1)"
+    step_curve = True
+    constant_per_class = True
+    # one constant per class matches the class's accuracy in every bin: its ECE is near 0 by construction
+    unranked_on = frozenset({"ece1", "ece2"})
+    unranked_note = ("conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's accuracy, so its "
+                     "ECE is near 0 by construction while it tells confident from doubtful predictions apart not at "
+                     "all.")
 
     def __init__(self):
         pass

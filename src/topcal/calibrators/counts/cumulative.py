@@ -38,6 +38,8 @@ class _CumulativeBase(ScoreCalibrator):
     the paper's estimator exactly. See :mod:`topcal.calibrators.shrinkage`.
     """
 
+    step_curve = True
+
     _parameter_constraints = {"shrinkage": ShrinkageConstraint()}
     shrinkable = True
 

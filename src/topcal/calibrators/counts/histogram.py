@@ -67,6 +67,7 @@ class Histogram(ScoreCalibrator):
 
     name = "hist"
     summary = "per-class histogram, 10 equal-width bins (b_i, b_i+1] (paper eq. 6)"
+    step_curve = True
     _parameter_constraints = {
         "n_bins": Interval(1, MAX_BINS, integer=True),
         "strategy": Options(("uniform", "quantile")),

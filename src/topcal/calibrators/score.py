@@ -247,6 +247,11 @@ class ScoreCalibrator(Calibrator):
         """Whether the fitted state holds the local counts the intervals need (old files may not)."""
         return True
 
+    def _interval_scale(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
+        """Effective sample size per unit of each row's local count n: ``_count_scale`` unless the
+        method knows better row by row (the kernel methods at wide bandwidths)."""
+        return self._count_scale
+
     def _interval_bias(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
         """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0: none;
         the histogram's binning and the kernel's smoothing bias); the interval is widened for it."""
@@ -274,7 +279,7 @@ class ScoreCalibrator(Calibrator):
         t, n = self._interval_counts(pred, score)
         if none.any():  # no data of their own: the prior alone (shrunk: the curve is the reference's)
             t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
-        lo, hi = intervals.count_interval(t, n, level, scale=self._count_scale)
+        lo, hi = intervals.count_interval(t, n, level, scale=self._interval_scale(pred, score))
         if not self._shrunk():
             lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
         bias = self._interval_bias(pred, score)

@@ -214,3 +214,40 @@ def loo_confidences(sums, m, inv, lt):
         num_f = np.logaddexp(log_of, lt["log_f_rest"] + ls)
         den_f = np.logaddexp(log_op, lt["log_p_rest_f"] + ls)
     return np.exp(num_t - den_t), np.exp(num_f - den_f)
+
+
+def local_linear_sums(x, points, tp, fp, b, bounds=None):
+    """At each ``x``: (Nadaraya-Watson value, local-linear value, effective sample size per unit of
+    kernel-weighted count) of the Gaussian kernel of bandwidth ``b`` on the weighted centres.
+
+    The local-linear value is the kernel-weighted least-squares line's value at x (Fan & Gijbels
+    1996, ch. 3), clipped to [0, 1]; where the weighted design is singular (one centre in reach) it
+    is the Nadaraya-Watson value. The effective sample size is (sum_i n_i w_i)^2 / sum_i n_i w_i^2
+    (n_i = t_i + f_i rows at centre i, w_i the kernel value), returned divided by sum_i n_i w_i,
+    the count the calibrator stores (kernel value 1 at distance 0). The kernel values are shifted
+    as in :func:`exact_sums` (the nearest centre has value 1), which every ratio here undoes.
+    """
+    p, t, f = reflect_points(points, tp, fp, bounds)
+    n = t + f
+    p, t, n = p[n > 0], t[n > 0], n[n > 0]
+    x = np.asarray(x, dtype=np.float64)
+    nw, ll, ratio = np.empty(x.size), np.empty(x.size), np.empty(x.size)
+    inv = 0.5 / (b * b)
+    step = max(1, CHUNK_ELEMENTS // (4 * max(p.size, 1)))
+    for a in range(0, x.size, step):
+        xa = x[a : a + step]
+        d = p[None, :] - xa[:, None]
+        shift = nearest_sq_distance(xa, p)
+        w = np.exp(np.maximum(-(d * d - shift[:, None]) * inv, EXP_FLOOR))
+        wd = w * d
+        s0, s1, s2 = w @ n, wd @ n, (wd * d) @ n
+        t0, t1 = w @ t, wd @ t
+        q0 = (w * w) @ n
+        det = s0 * s2 - s1 * s1
+        ok = det > 1e-9 * s0 * s2
+        nw[a : a + step] = t0 / s0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ll[a : a + step] = np.where(ok, (s2 * t0 - s1 * t1) / np.where(ok, det, 1.0), t0 / s0)
+        # ESS / (sum n w e^{-shift inv}) = s0^2 / q0 / (s0 e^{-shift inv})
+        ratio[a : a + step] = s0 / q0 * np.exp(np.minimum(shift * inv, 700.0))
+    return nw, np.clip(ll, 0.0, 1.0), ratio

@@ -37,7 +37,7 @@ from ...data import TopLabelData, preview, rows_by_class
 from ...errors import DegenerateClassWarning, ParameterError
 from . import _engine as eng
 from . import _rules as rules
-from ._tables import interp_tables, table_cells
+from ._tables import interp_tables, table_cells, wide_bandwidth_tables
 from ..base import finite_array, to_jsonable
 from ..score import ScoreCalibrator
 from ..shrinkage import ShrinkageConstraint
@@ -384,6 +384,7 @@ class KDEBase(ScoreCalibrator):
         self._tab_off = np.array(offs, dtype=np.int64)
         self._tab_lo, self._tab_hi, self._tab_inv, self._tab_nm1 = lo, hi, inv, nm1
         self.bandwidth_ = bw
+        self._wide = None  # the interval's wide-bandwidth tables, built on first use (_wide_terms)
 
     def _interp(self, k, score, with_count: bool = False):
         """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape, or ``k`` one class."""
@@ -408,11 +409,32 @@ class KDEBase(ScoreCalibrator):
     #: Effective sample size per unit of the kernel-weighted count: (sum w)^2 / sum w^2 for
     #: Gaussian weights w over locally even scores is sqrt(2) sum w (docs/intervals.md).
     _count_scale = float(np.sqrt(2.0))
+    #: A bandwidth at least this multiple of the class's score standard deviation spans the class:
+    #: there the interval's small-bandwidth approximations (the sqrt(2) count scale, the Taylor bias)
+    #: are replaced by the exact effective sample size and the local-linear bias (:meth:`_wide_terms`).
+    WIDE_BANDWIDTH_SD = 1.0
+
+    def _wide_terms(self, pred, score):
+        """(effective sample size per count unit, extra bias) of every row: sqrt(2) and 0, except in
+        classes with a wide bandwidth (``WIDE_BANDWIDTH_SD``), where they are the kernel's exact
+        (sum w)^2 / sum w^2 and |Nadaraya-Watson - local linear| at the class's own bandwidth (the
+        smoothing bias that the flattened curve's derivatives miss; docs/intervals.md). Computed
+        from the stored kernel centres once per model on a grid of spacing b / 8 (<= 513 points)
+        over each such class's table, and interpolated (held outside it, as the curve is)."""
+        if getattr(self, "_wide", None) is None:
+            bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
+            self._wide = wide_bandwidth_tables(self.class_state_, self._count_scale, self.WIDE_BANDWIDTH_SD, bounds)
+        r, x, off, lo, hi, inv, nm1 = self._wide
+        return interp_tables(r, x, off[pred], lo[pred], hi[pred], inv[pred], nm1[pred], np.asarray(score, dtype=np.float64))
+
+    def _interval_scale(self, pred, score):
+        return self._wide_terms(pred, score)[0]
 
     def _interval_bias(self, pred, score):
         """Smoothing bias of Nadaraya-Watson, (b^2 / 2) (Conf'' + 2 Conf' f' / f) (Wand & Jones 1995,
         sec. 5.4), with Conf and the score density f (the kernel-weighted count) differentiated
-        on the fitted curve and table at steps of b / 2."""
+        on the fitted curve and table at steps of b / 2; in classes with a wide bandwidth plus
+        |Nadaraya-Watson - local linear| (:meth:`_wide_terms`)."""
         b = self.bandwidth_[pred]
         ok = np.isfinite(b)
         bias = np.zeros(score.shape[0])
@@ -427,8 +449,8 @@ class KDEBase(ScoreCalibrator):
         d2 = (c_up - 2 * c0 + c_dn) / (h * h)
         with np.errstate(divide="ignore", invalid="ignore"):
             dlogf = np.where(n0 > 0, (n_up - n_dn) / (2 * h * n0), 0.0)
-        bias[ok] = 0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf)
-        return np.nan_to_num(bias)
+        bias[ok] = np.abs(np.nan_to_num(0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf))) + self._wide_terms(p, s)[1]
+        return bias
 
     def _counts_stored(self) -> bool:
         return bool(np.all(np.isfinite(self._tab_n)))

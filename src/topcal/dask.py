@@ -34,7 +34,7 @@ import numpy as np
 
 from . import _progress
 from .calibrators.intervals import check_level
-from .errors import ParameterError, TopcalError
+from .errors import ParameterError, TopcalError, first_line
 from .evidence import Evidence
 from .io import build_layout, layout_columns, read_frame
 from .stats import DEFAULT_CELLS, ScoreStats
@@ -66,8 +66,7 @@ def read_parquet(path):
     try:
         return dd.read_parquet(p)
     except Exception as exc:  # dask/pyarrow raise many types for bad files
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TopcalError(f"cannot read Parquet data at {p!r}: {msg}") from None
+        raise TopcalError(f"cannot read Parquet data at {p!r}: {first_line(exc)}") from None
 
 
 def layout(ddf, *, classes=None, **options):
@@ -332,12 +331,7 @@ def apply_file(model, path, output, *, interval=None, **options) -> None:
     except TopcalError:
         raise
     except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
-        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {_first_line(exc)}") from None
-
-
-def _first_line(exc) -> str:
-    """The first line of an exception's message (worker errors arrive with their remote traceback text)."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {first_line(exc)}") from None
 
 
 def _one_line(exc) -> str:

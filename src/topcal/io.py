@@ -53,11 +53,11 @@ import numpy as np
 
 from ._fileio import atomic_write
 from .data import TopLabelData, is_int_name, label_names
-from .errors import DataError
+from .errors import DataError, first_line
 from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "COLUMN_ROLES", "KNOWN_LAYOUTS",
-           "column_roles", "iter_tables", "scan_layout", "iter_data", "read_stats", "Layout", "layout_columns",
+           "column_roles", "roles_from_options", "iter_tables", "scan_layout", "iter_data", "read_stats", "Layout", "layout_columns",
            "build_layout", "top_score_chosen", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns", "parquet_files", "count_rows"]
 
 #: Rows per chunk when streaming (about 100 MB for ten probability columns).
@@ -108,8 +108,7 @@ def read_table(path):
     except DataError:
         raise
     except Exception as exc:  # pandas/pyarrow raise many types for bad files
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"cannot read {str(p)!r}: {msg}") from None
+        raise DataError(f"cannot read {str(p)!r}: {first_line(exc)}") from None
     if len(frame) == 0:
         raise DataError(f"{str(p)!r} has no rows; topcal needs at least one")
     return frame
@@ -225,6 +224,10 @@ def top_score_chosen(columns=None, pred_column: str = "pred", score_column: str 
     return bool({"pred", "score"} & set(columns or {})) or pred_column != "pred" or score_column != "score"
 
 
+#: Column holding ``y`` when labels are given beside a DataFrame (never a class name).
+_LABEL_SLOT = "__topcal_label__"
+
+
 def read_frame(
     frame,
     *,
@@ -238,11 +241,22 @@ def read_frame(
     score_range=None,
     renormalize: bool = False,
     classes=None,
+    y=None,
 ) -> TopLabelData:
     """Build :class:`TopLabelData` from a DataFrame by the column conventions above.
 
-    ``columns`` maps roles (:data:`COLUMN_ROLES`) to column names.
+    ``columns`` maps roles (:data:`COLUMN_ROLES`) to column names. ``y``
+    (one true class per row) gives the labels beside the frame instead of in
+    its label column.
     """
+    if y is not None:
+        if label_column in frame.columns:
+            raise DataError(f"y was given but the DataFrame also has a {label_column!r} column; pass one or the other")
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != len(frame):
+            raise DataError(f"y has shape {y.shape} but the DataFrame has {len(frame)} rows; give one label per row")
+        frame = frame.assign(**{_LABEL_SLOT: y})
+        label_column = _LABEL_SLOT
     try:
         return _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column,
                            score_column, score_range, renormalize, classes)
@@ -411,8 +425,7 @@ def file_columns(path) -> list[str]:
     except DataError:
         raise
     except Exception as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"cannot read {str(p)!r}: {msg}") from None
+        raise DataError(f"cannot read {str(p)!r}: {first_line(exc)}") from None
 
 
 def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str_columns=()):
@@ -456,8 +469,7 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
     except GeneratorExit:
         raise
     except Exception as exc:  # pandas/pyarrow raise many types for bad files
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"cannot read {str(p)!r} after row {n}: {msg}") from None
+        raise DataError(f"cannot read {str(p)!r} after row {n}: {first_line(exc)}") from None
     if n == 0:
         raise DataError(f"{str(p)!r} has no rows; topcal needs at least one")
 
@@ -476,7 +488,7 @@ class Layout:
         self.n_rows = n_rows
 
 
-def _roles(cols, options) -> dict:
+def roles_from_options(cols, options: dict) -> dict:
     """:func:`column_roles` from read options (``columns`` and the ``*_column`` names)."""
     return column_roles(cols, options.get("columns"), label_column=options.get("label_column", "label"),
                         pred_column=options.get("pred_column", "pred"),
@@ -490,7 +502,7 @@ def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, b
     (and, with the extra columns, the binned score range) of a whole-file read.
     """
     cols = [str(c) for c in columns]
-    roles = _roles(cols, options)
+    roles = roles_from_options(cols, options)
     label = roles["label"] if options.get("label_column", "label") is not None else None
     pred = roles["pred"]
     binned = all(roles[c] in cols for c in BINNED_COLUMNS)
@@ -535,7 +547,7 @@ def build_layout(columns, uniques: dict, numeric: dict, lo_hi, /, *, str_columns
             sk[c] = np.asarray([str(v) for v in vals], dtype=object) if not numeric[c] else np.asarray(vals)
         m = max(len(v) for v in sk.values())
         frame = pd.DataFrame({c: np.resize(v, m) for c, v in sk.items()})
-        roles = _roles(columns, options)
+        roles = roles_from_options(columns, options)
         if binned:
             frame[roles["bin_lo"]], frame[roles["bin_hi"]] = float(lo_hi[0]), float(lo_hi[1])
             frame[roles["tp"]], frame[roles["fp"]] = 1.0, 0.0
@@ -673,8 +685,7 @@ class FrameWriter:
             raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
         except (ValueError, TypeError) as exc:  # pyarrow: a column changed type between chunks
             self.abort()
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DataError(f"cannot write rows {self.rows}+ of {str(self.path)!r}: {msg[:300]}; write a .csv "
+            raise DataError(f"cannot write rows {self.rows}+ of {str(self.path)!r}: {first_line(exc)[:300]}; write a .csv "
                             "instead, or make each column hold one type (a larger --chunk-rows reads more rows "
                             "per type guess)") from None
         self.rows += len(frame)

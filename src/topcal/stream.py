@@ -22,25 +22,31 @@ from ._fileio import check_output
 from .calibrators.intervals import check_level
 from .errors import TopcalError
 from .evidence import Evidence
-from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, iter_data, layout_columns, read_data, read_frame,
-                 read_stats, read_table, scan_layout)
+from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, file_columns, iter_data, layout_columns, read_data, read_frame,
+                 read_stats, read_table, roles_from_options, scan_layout)
 from .stats import DEFAULT_CELLS
 
 __all__ = ["apply_file", "calibrate", "check_new_columns", "INTERVAL_COLUMNS", "fit_file", "update_file",
            "model_read_options", "with_confidence", "predicted_codes", "confidence_column", "score_role"]
 
 
-def model_read_options(model, path, options: dict, *, columns=None) -> dict:
-    """Read options for new data of ``model``: its score range unless given (not for probability columns)."""
+def model_read_options(model, path, options: dict, *, columns=None, model_classes: bool = False) -> dict:
+    """Read options for new data of ``model``: its score range unless given (not for probability columns).
+
+    With ``model_classes`` (labelled new data: ``update``, ``threshold``) also the model's class
+    list, where the classes are read from a column (top-score and binned layouts; a ``.npz``
+    file's are its own).
+    """
     opts = dict(options)
-    if opts.get("score_range") is not None:
+    if opts.get("score_range") is not None and not model_classes:
         return opts
-    if columns is None:
-        if Path(path).suffix.lower() == ".npz":
-            return opts
+    if columns is None and Path(path).suffix.lower() != ".npz":
         columns = file_columns(path)
-    if not layout_columns(columns, **opts)[3]:  # probability/logit columns are on (0, 1) anyway
+    vector = columns is None or layout_columns(columns, **opts)[3]  # None: a .npz file
+    if opts.get("score_range") is None and not vector:  # probability/logit columns are on (0, 1) anyway
         opts["score_range"] = tuple(model.score_range_)
+    if model_classes and not vector:
+        opts["classes"] = list(model.classes_)
     return opts
 
 
@@ -100,9 +106,7 @@ def score_role(columns, options: dict) -> str | None:
     _, _, binned, vector = layout_columns(cols, **options)
     if binned or vector:
         return None
-    return column_roles(cols, options.get("columns"), label_column=options.get("label_column") or "label",
-                        pred_column=options.get("pred_column", "pred"),
-                        score_column=options.get("score_column", "score"))["score"]
+    return roles_from_options(cols, options)["score"]
 
 
 def with_confidence(frame, data, classes, conf, pred_column: str | None = None, score_column: str | None = None):
@@ -160,9 +164,7 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     layout = scan_layout(path, chunk_rows, classes=list(model.classes_), **opts)
     # in the top-score layout the classes are read from the pred column itself: nothing to check
     cols = file_columns(path)
-    pred_col = None if layout_columns(cols, **opts)[3] else column_roles(
-        cols, opts.get("columns"), label_column=opts.get("label_column") or "label",
-        pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
+    pred_col = None if layout_columns(cols, **opts)[3] else roles_from_options(cols, opts)["pred"]
     score_col = score_role(cols, opts)
     with FrameWriter(output) as w:
         for frame, data in iter_data(path, chunk_rows, layout=layout):
@@ -180,9 +182,7 @@ def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **
     else read whole; either way the same statistics.
     """
     model.require_stats()
-    opts = model_read_options(model, path, options)
-    if Path(path).suffix.lower() != ".npz" and not layout_columns(file_columns(path), **opts)[3]:
-        opts["classes"] = list(model.classes_)
+    opts = model_read_options(model, path, options, model_classes=True)
     if chunk_rows is None:
         return model.update(read_data(path, **opts))
     new = read_stats(path, chunk_rows, progress=progress, stats_of=model.evidence_of, **opts)

@@ -44,8 +44,8 @@ One reader per input form, each from the input to validated data in one
 step, all through one column-role mapping: :func:`read_frame` (a DataFrame;
 ``_frame.py``), :func:`read_data` (a whole file; ``_file.py``),
 :func:`iter_data` / :func:`read_stats` (a file in chunks; ``_chunks.py``);
-arrays are read by :func:`topcal.inputs.read_arrays`. :class:`FrameWriter`
-(``_writer.py``) writes every output table.
+arrays are read by :func:`topcal.inputs.read_arrays`. :func:`write_frames`
+(``_writer.py``, :class:`FrameWriter`) writes every output table, whatever the engine.
 """
 
 from ._chunks import (DEFAULT_CHUNK_ROWS, Layout, build_layout, count_rows, file_columns, iter_data, iter_tables,
@@ -53,9 +53,9 @@ from ._chunks import (DEFAULT_CHUNK_ROWS, Layout, build_layout, count_rows, file
 from ._file import read_data, read_table
 from ._frame import (BINNED_COLUMNS, COLUMN_ROLES, KNOWN_LAYOUTS, column_roles, layout_columns, read_frame,
                      roles_from_options, top_score_chosen)
-from ._writer import FrameWriter
+from ._writer import FrameWriter, write_frames
 
 __all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "COLUMN_ROLES", "KNOWN_LAYOUTS",
            "column_roles", "roles_from_options", "iter_tables", "scan_layout", "iter_data", "read_stats", "Layout",
            "layout_columns", "build_layout", "top_score_chosen", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns",
-           "parquet_files", "count_rows"]
+           "parquet_files", "count_rows", "write_frames"]

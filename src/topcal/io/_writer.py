@@ -1,4 +1,10 @@
-"""The one writer of output tables (``apply``): DataFrames to a CSV or Parquet file, atomically."""
+"""The one writer of output tables (``apply``): DataFrames to a CSV or Parquet file, atomically.
+
+Every engine writes its output through :func:`write_frames`: the local and
+streamed ``apply`` its chunks into one file; the Dask engine each partition
+into one file of a Parquet folder (on the workers), or its partitions in
+order into one CSV file.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,18 @@ from pathlib import Path
 from .._fileio import atomic_write
 from ..errors import DataError, first_line
 
+
 class FrameWriter:
     """Write DataFrames chunk by chunk to one CSV or Parquet file, atomically.
 
     Chunks go to a temporary file beside ``path`` (:func:`topcal._fileio.atomic_write`,
     as every other writer), renamed onto ``path`` by :meth:`close`; :meth:`abort`
     (or an exception inside a ``with`` block) removes it, so a failed run never
-    leaves a partial output. Parquet chunks keep the first chunk's schema (one
-    row group per chunk).
+    leaves a partial output. Parquet chunks keep the first chunk's schema, or
+    ``schema`` (a pyarrow schema) when given (one row group per chunk).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, schema=None):
         self.path = Path(path)
         suffix = self.path.suffix.lower()
         if suffix in (".parquet", ".pq"):
@@ -30,7 +37,7 @@ class FrameWriter:
         self.tmp = self._target.__enter__()  # left by close() (replace) or abort() (remove)
         self._done = False
         self._writer = None
-        self._schema = None
+        self._schema = schema
         self._fh = None
         self.rows = 0
 
@@ -40,17 +47,16 @@ class FrameWriter:
                 import pyarrow as pa
                 import pyarrow.parquet as pq
 
+                table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
                 if self._writer is None:
-                    table = pa.Table.from_pandas(frame, preserve_index=False)
                     self._schema = table.schema
                     self._writer = pq.ParquetWriter(self.tmp, self._schema)
-                else:
-                    table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
                 self._writer.write_table(table)
             else:
-                if self._fh is None:
+                header = self._fh is None  # once, even when the first frame has no rows
+                if header:
                     self._fh = open(self.tmp, "w", newline="", encoding="utf-8")
-                frame.to_csv(self._fh, index=False, header=self.rows == 0)
+                frame.to_csv(self._fh, index=False, header=header)
         except OSError as exc:
             self.abort()
             raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
@@ -97,3 +103,18 @@ class FrameWriter:
         else:
             self.abort()
         return False
+
+
+def write_frames(frames, path, *, schema=None, progress=None) -> int:
+    """Write the DataFrames ``frames`` (any iterable) one after another to the file ``path``; returns the rows.
+
+    The one output writer (:class:`FrameWriter`: atomic, refuses links,
+    devices and folders; ``.csv`` or ``.parquet``). ``progress``, if given, is
+    called with the rows written so far after each frame.
+    """
+    with FrameWriter(path, schema) as w:
+        for frame in frames:
+            w.write(frame)
+            if progress is not None:
+                progress(w.rows)
+    return w.rows

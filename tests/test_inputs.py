@@ -75,3 +75,24 @@ def test_model_read_options_gives_the_model_classes_only_where_a_column_names_th
     # a given range is kept, the classes still come from the model
     assert model_read_options(model, tmp_path / "top.csv", {"score_range": (0, 20)}, model_classes=True) == {
         "score_range": (0, 20), "classes": ["a", "b", "c"]}
+
+
+def test_a_categorical_label_column_with_integer_class_names_is_read_by_name():
+    # Parquet dictionary columns arrive as categoricals; their codes are no class names ("3", "5")
+    f = pd.DataFrame({"p_3": [0.9, 0.2, 0.6], "p_5": [0.1, 0.8, 0.4], "label": pd.Categorical(["3", "5", "5"])})
+    want = read_frame(f.assign(label=["3", "5", "5"]))
+    got = read_frame(f)
+    assert got.classes == ("3", "5")
+    np.testing.assert_array_equal(got.labels, want.labels)
+    np.testing.assert_array_equal(got.labels, [0, 1, 1])
+    top = pd.DataFrame({"pred": pd.Categorical(["5", "3"]), "score": [0.7, 0.9], "label": pd.Categorical(["5", "5"])})
+    d = read_frame(top, classes=["3", "5"])
+    np.testing.assert_array_equal(d.pred, [1, 0])
+    np.testing.assert_array_equal(d.labels, [1, 1])
+
+
+def test_a_categorical_label_column_with_names_takes_the_fast_path_to_the_same_data(probs):
+    p, y = probs
+    names = np.asarray(["a", "b", "c"])[y]
+    f = pd.DataFrame(p, columns=["p_a", "p_b", "p_c"])
+    _same(read_frame(f.assign(label=pd.Categorical(names, categories=["c", "b", "a"]))), read_frame(f.assign(label=names)))

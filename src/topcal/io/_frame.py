@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import TopLabelData, label_names
+from ..data import TopLabelData, is_int_name, label_names
 from ..errors import DataError
 
 BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
@@ -148,31 +148,30 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
     if binned:
         frame = frame.rename(columns=binned)
         cols = [str(c) for c in frame.columns]
-    labels = None
-    if label_column in cols:
-        labels = _class_values(frame[label_column], classes, f"label column {label_column!r}")
-    if all(c in cols for c in BINNED_COLUMNS):
-        return TopLabelData.from_binned(
-            label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
-            *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]), classes=classes, score_range=score_range,
-        )
-    if top_score:
+    is_binned = all(c in cols for c in BINNED_COLUMNS)
+    if top_score or is_binned:
         logit_cols = prob_cols = []  # the named top score, not the probability columns beside it
     else:
         logit_cols = [c for c in cols if c.startswith(logit_prefix)]
         prob_cols = [c for c in cols if c.startswith(prob_prefix)]
+    vec_cols, prefix = (logit_cols, logit_prefix) if logit_cols else (prob_cols, prob_prefix)
+    names = [c[len(prefix):] for c in vec_cols] if not (logit_cols and prob_cols) else []
+    labels = None
+    if label_column in cols:  # read once, on the class list it is coded on: the score columns' names, if any
+        labels = _class_values(frame[label_column], names or classes, f"label column {label_column!r}")
+    if is_binned:
+        return TopLabelData.from_binned(
+            label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
+            *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]), classes=classes, score_range=score_range,
+        )
     if logit_cols and prob_cols:
         raise DataError(
             f"data has both {prob_prefix}* and {logit_prefix}* columns; keep one set of score columns"
         )
-    vec_cols, prefix = (logit_cols, logit_prefix) if logit_cols else (prob_cols, prob_prefix)
     if vec_cols:
-        names = [c[len(prefix):] for c in vec_cols]
         if classes is not None and [str(c) for c in classes] != names:
             raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
         matrix = _numeric(frame, vec_cols)
-        if label_column in cols:
-            labels = _class_values(frame[label_column], names, f"label column {label_column!r}")
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
             raise DataError("--score-range applies to pred/score columns; probability columns are on (0, 1)")
         try:
@@ -214,8 +213,9 @@ def _class_values(column, classes, name: str):
     """
     import pandas as pd
 
+    # indices are read as names where the names are integers ("3", "5"): then only names are safe
     if classes is not None and isinstance(column.dtype, pd.CategoricalDtype) \
-            and column.cat.categories.dtype.kind not in "iufb":
+            and column.cat.categories.dtype.kind not in "iufb" and not all(is_int_name(str(c)) for c in classes):
         lookup = {str(c): i for i, c in enumerate(classes)}
         index = np.array([lookup.get(str(c), -1) for c in column.cat.categories] + [-1], dtype=np.int64)
         codes = index[column.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing -1

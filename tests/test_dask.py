@@ -143,3 +143,32 @@ def test_cli_update_engine_dask_keeps_confusion_counts(tmp_path, capsys, cluster
         assert code == 0, err
     assert model_payload(tmp_path / "dk.json") == model_payload(tmp_path / "mem.json")  # confusion included
     assert "confusion" in model_payload(tmp_path / "dk.json")
+
+
+@pytest.mark.parametrize("make", [probs_frame, scores_frame])
+def test_dask_apply_output_is_the_local_apply_output(tmp_path, capsys, cluster, make):
+    # one formatting and one writer for every engine: the same bytes, with an empty partition on the way
+    frame = make(3000)
+    d = write_parts(tmp_path, frame, 4)
+    frame.iloc[:0].to_parquet(d / "part99.parquet")
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    addr = cluster.scheduler.address
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run(["fit", tmp_path / "all.csv", "--method", "hist", "-o", tmp_path / "m.json"], capsys)[0] == 0
+        for args, out in [((), "local.csv"), (("--engine", "dask", "--scheduler", addr), "dask.csv"),
+                          (("--engine", "dask", "--scheduler", addr), "folder")]:
+            code, _, err = run(["apply", tmp_path / "m.json", d, *args, "-o", tmp_path / out], capsys)
+            assert code == 0, err
+    local = (tmp_path / "local.csv").read_bytes()
+    assert (tmp_path / "dask.csv").read_bytes() == local
+    assert local.count(b"confidence") == 1  # one header line
+    # the folder: one file per partition, named in partition order, written by the same writer
+    files = sorted(p.name for p in (tmp_path / "folder").iterdir())
+    assert files[0] == ".topcal-report" and len(files) >= 5
+    assert files[1:] == [f"part.{i:05d}.parquet" for i in range(len(files) - 1)]
+    got = pd.read_parquet(tmp_path / "folder")
+    want = pd.read_csv(tmp_path / "local.csv")
+    assert list(got.columns) == list(want.columns)
+    np.testing.assert_array_equal(got["confidence"].to_numpy(), want["confidence"].to_numpy())
+    assert list(got["pred"].astype(str)) == list(want["pred"].astype(str))

@@ -11,8 +11,10 @@
 * :func:`update` adds a Dask DataFrame's statistics, and its confusion counts
   in the model's regions, to a fitted model.
 * :func:`apply` is a ``map_partitions``: every partition is read like a file
-  chunk and calibrated; the result is a lazy Dask DataFrame (input columns +
-  ``pred`` + ``confidence``).
+  chunk, calibrated and formatted like a local ``apply``'s chunk
+  (:func:`topcal.stream.with_confidence`); the result is a lazy Dask
+  DataFrame (input columns + ``pred`` + ``confidence``). :func:`apply_file`
+  writes it through the one output writer (:func:`topcal.io.write_frames`).
 
 Partitions use the column conventions of :mod:`topcal.io`; the class list is
 found first from the distinct values of the class columns (as a whole-file
@@ -34,11 +36,11 @@ import numpy as np
 
 from . import _progress
 from .calibrators.intervals import check_level
-from .errors import ParameterError, TopcalError
+from .errors import ParameterError, TopcalError, first_line
 from .evidence import Evidence
-from .io import build_layout, layout_columns, read_frame
+from .io import build_layout, layout_columns, read_frame, write_frames
 from .stats import DEFAULT_CELLS, ScoreStats
-from .stream import INTERVAL_COLUMNS, calibrate, check_new_columns, confidence_column, predicted_codes, score_role
+from .stream import INTERVAL_COLUMNS, calibrate, check_new_columns, confidence_column, output_roles, with_confidence
 
 __all__ = ["stats", "fit", "update", "check_updatable", "apply", "apply_file", "read_parquet", "layout", "Session"]
 
@@ -66,8 +68,7 @@ def read_parquet(path):
     try:
         return dd.read_parquet(p)
     except Exception as exc:  # dask/pyarrow raise many types for bad files
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TopcalError(f"cannot read Parquet data at {p!r}: {msg}") from None
+        raise TopcalError(f"cannot read Parquet data at {p!r}: {first_line(exc)}") from None
 
 
 def layout(ddf, *, classes=None, **options):
@@ -221,26 +222,29 @@ def _model(text: str):
     return loads(text)
 
 
-def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None, conf_name: str = "confidence"):
+def _output(frame, data, classes, cols: dict, pred_col, score_col, pred_dtype):
+    """Apply's output for one partition: :func:`topcal.stream.with_confidence`, the formatting every
+    engine uses, with categorical columns as text (``pred``, and Parquet dictionary columns, whose
+    categories differ by partition), so every partition has one schema."""
     import pandas as pd
 
-    model = _model(text)
-    out = frame.drop(columns=["pred"], errors="ignore")
-    for c in out.columns:  # categories differ by partition: text is one schema for all
+    out = with_confidence(frame, data, classes, cols, pred_col, score_col)
+    for c in out.columns:
         if isinstance(out[c].dtype, pd.CategoricalDtype):
             out[c] = out[c].astype(pred_dtype)
-    if len(frame) == 0:
-        out["pred"] = pd.array([], dtype=pred_dtype)
-        for c in (conf_name,) + (INTERVAL_COLUMNS if interval is not None else ()):
-            out[c] = np.zeros(0)
-        return out
-    data = read_frame(frame, **options)
-    cols = calibrate(model, data, interval)
-    out["pred"] = pd.array(np.asarray(model.classes_, dtype=object)[predicted_codes(data, model.classes_)],
-                           dtype=pred_dtype)
-    for c, v in cols.items():
-        out[conf_name if c == "confidence" else c] = v
     return out
+
+
+def _no_rows(interval) -> dict:
+    return {c: np.zeros(0) for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())}
+
+
+def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None, pred_col=None, score_col=None):
+    model = _model(text)
+    if len(frame) == 0:
+        return _output(frame, None, model.classes_, _no_rows(interval), pred_col, score_col, pred_dtype)
+    data = read_frame(frame, **options)
+    return _output(frame, data, model.classes_, calibrate(model, data, interval), pred_col, score_col, pred_dtype)
 
 
 def apply(model, ddf, *, interval=None, **options):
@@ -249,7 +253,8 @@ def apply(model, ddf, *, interval=None, **options):
     ``options`` are the column options of :func:`topcal.io.read_frame`
     (labels are ignored). With ``interval`` (a level in (0, 1)) also
     ``confidence_lo`` and ``confidence_hi`` (:meth:`predict_interval`; the
-    model file each partition reads carries what they need).
+    model file each partition reads carries what they need). The columns are
+    those of a local ``apply`` (:func:`topcal.stream.with_confidence`).
     """
     import pandas as pd
 
@@ -260,18 +265,13 @@ def apply(model, ddf, *, interval=None, **options):
         interval = check_level(interval)
     check_new_columns(ddf.columns, interval)
     options = {**options, "label_column": None}
-    conf_name = confidence_column(ddf.columns, score_role(ddf.columns, options))
+    pred_col, score_col = output_roles(ddf.columns, options)
+    confidence_column(ddf.columns, score_col)  # an input column it would overwrite: refused before any work
     if options.get("score_range") is None:
         options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
     lay = layout(ddf, classes=list(model.classes_), **options)
     pred_dtype = pd.StringDtype("pyarrow")
-    meta = ddf._meta.drop(columns=[c for c in ("pred",) if c in ddf.columns])
-    for c in meta.columns:
-        if isinstance(meta[c].dtype, pd.CategoricalDtype):
-            meta[c] = meta[c].astype(pred_dtype)
-    meta["pred"] = pd.Series(dtype=pred_dtype)
-    for c in (conf_name,) + (INTERVAL_COLUMNS if interval is not None else ()):
-        meta[c] = pd.Series(dtype=np.float64)
+    meta = _output(ddf._meta, None, model.classes_, _no_rows(interval), pred_col, score_col, pred_dtype)
     import copy
 
     from dask import delayed
@@ -279,7 +279,8 @@ def apply(model, ddf, *, interval=None, **options):
     light = copy.copy(model)
     light.stats_ = None  # prediction needs no statistics: keep the task graph small
     text = delayed(dumps(light), pure=True)  # one graph key shared by every partition
-    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, conf_name, meta=meta)
+    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, pred_col, score_col,
+                              meta=meta)
 
 
 def _is_vector(ddf, options) -> bool:
@@ -300,18 +301,25 @@ def _input_files(path) -> list:
 def apply_file(model, path, output, *, interval=None, **options) -> None:
     """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the current Dask client.
 
-    ``output`` ending in ``.csv`` is one CSV file (:func:`topcal._fileio.atomic_write`),
-    anything else a folder of Parquet files, which follows the report's rule
-    (:func:`topcal._fileio.report_dir`): it must be new, empty or written by
-    topcal (marker file ``.topcal-report``), never one holding other files or
-    the input. Either is written beside the target first and moved into place
-    only when complete (a failed run leaves no partial output, and an existing
-    output stays as it was). New data take the model's score range unless
-    ``options`` give one (:func:`topcal.stream.model_read_options`).
+    ``output`` ending in ``.csv`` is one CSV file, anything else a folder of
+    Parquet files (``part.00000.parquet``, ...), which follows the report's
+    rule (:func:`topcal._fileio.report_dir`): it must be new, empty or written
+    by topcal (marker file ``.topcal-report``), never one holding other files
+    or the input. Either is written beside the target first and moved into
+    place only when complete (a failed run leaves no partial output, and an
+    existing output stays as it was). New data take the model's score range
+    unless ``options`` give one (:func:`topcal.stream.model_read_options`).
+
+    Both go through the one output writer, :func:`topcal.io.write_frames`:
+    for a folder, every worker writes its partitions' files (the output scales
+    with the cluster, as Dask's own ``to_parquet``); for a CSV file, the
+    partitions are computed on the cluster a few ahead and written in order
+    by this process (one file is written in order anyway, as Dask's
+    ``to_csv(single_file=True)`` does).
     """
     from pathlib import Path
 
-    from ._fileio import atomic_write, check_report_dir, report_dir
+    from ._fileio import check_report_dir, report_dir
     from .stream import model_read_options
 
     out = Path(output)
@@ -322,22 +330,61 @@ def apply_file(model, path, output, *, interval=None, **options) -> None:
     ddf = read_parquet(path)
     options = model_read_options(model, path, {**options, "label_column": None}, columns=list(ddf.columns))
     result = apply(model, ddf, interval=interval, **options)
-    target = atomic_write(out) if as_csv else report_dir(out, what="output folder", writes=(), inputs=inputs)
     try:
-        with target as tmp:
-            if as_csv:
-                result.to_csv(str(tmp), single_file=True, index=False)
-            else:
-                result.to_parquet(str(tmp), write_index=False)
+        if as_csv:
+            write_frames(_in_order(result), out)
+        else:
+            with report_dir(out, what="output folder", writes=(), inputs=inputs) as tmp:
+                _write_parts(result, tmp)
     except TopcalError:
         raise
     except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
-        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {_first_line(exc)}") from None
+        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {first_line(exc)}") from None
 
 
-def _first_line(exc) -> str:
-    """The first line of an exception's message (worker errors arrive with their remote traceback text)."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+def _in_order(ddf, ahead: int | None = None):
+    """The partitions of ``ddf`` as pandas DataFrames, in order, computed on the cluster ``ahead`` at a time
+    (default: two per worker), so memory here holds a few partitions, never the data."""
+    import collections
+    import itertools
+
+    parts = iter(ddf.to_delayed())
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):  # no distributed client: Dask's own scheduler, one partition at a time
+        for part in parts:
+            yield part.compute()
+        return
+    ahead = ahead or max(2, 2 * len(client.scheduler_info().get("workers", {})))
+    running = collections.deque(client.compute(p) for p in itertools.islice(parts, ahead))
+    while running:
+        frame = running.popleft().result()
+        nxt = next(parts, None)
+        if nxt is not None:
+            running.append(client.compute(nxt))
+        yield frame
+
+
+def _write_part(frame, path: str, schema) -> int:
+    return write_frames([frame], path, schema=schema)
+
+
+def _write_parts(ddf, folder) -> None:
+    """Every partition of ``ddf`` written by the worker that computed it, as one Parquet file of ``folder``
+    (:func:`topcal.io.write_frames`), all with the schema of ``ddf``'s columns."""
+    import dask
+    import pyarrow as pa
+    from dask import delayed
+
+    schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
+    if any(pa.types.is_null(f.type) for f in schema):  # object columns of unknown type: each file infers its own
+        schema = None
+    parts = ddf.to_delayed()
+    width = max(5, len(str(len(parts) - 1)))  # names that sort as the partitions do
+    dask.compute(*(delayed(_write_part)(p, str(folder / f"part.{i:0{width}d}.parquet"), schema)
+                   for i, p in enumerate(parts)))
 
 
 def _one_line(exc) -> str:

@@ -9,8 +9,10 @@
 
 Every engine takes a fitted or unfitted calibrator, a path and the read
 options of :func:`topcal.io.read_frame`, and leaves the model logic to the
-calibrator (``fit``, ``fit_evidence``, ``update``). The command line picks an
-engine in one place (:func:`for_options`) and never asks which it got.
+calibrator (``fit``, ``fit_evidence``, ``update``). Every engine's apply
+formats its output with :func:`topcal.stream.with_confidence` and writes it
+with the one output writer, :func:`topcal.io.write_frames`. The command line
+picks an engine in one place (:func:`for_options`) and never asks which it got.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ __all__ = [
     "ConvergenceError",
     "TopcalWarning",
     "DegenerateClassWarning",
+    "first_line",
 ]
 
 
@@ -50,3 +51,10 @@ class TopcalWarning(UserWarning):
 
 class DegenerateClassWarning(TopcalWarning):
     """A class has too little data for its fit to mean much (documented fallback used)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name when it has none (for one-line errors
+    that quote a library's exception: pandas, pyarrow and Dask messages run over several lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -12,6 +12,11 @@ Calibrators' ``fit`` and ``predict`` (and :func:`topcal.compare`,
 * a path to a data file (CSV, Parquet, .npz), read by
   :func:`topcal.io.read_data`.
 
+One reader per form, each from the input to validated data in one step:
+:func:`read_arrays` (arrays), :func:`topcal.io.read_frame` (a DataFrame,
+with ``y`` beside it or a label column in it) and
+:func:`topcal.io.read_data` (a file); :func:`as_data` only picks one.
+
 Probabilities or logits? ``kind="auto"`` (the default) reads a matrix as
 probabilities when every entry lies in [0, 1] and every row sums to 1
 (within :data:`topcal.data.SUM_TOLERANCE`), and as logits when some entry is
@@ -27,27 +32,24 @@ from os import PathLike
 import numpy as np
 
 from .data import SUM_TOLERANCE, TopLabelData
-from .errors import DataError
+from .errors import DataError, first_line
 from .io import read_data, read_frame
 
-__all__ = ["as_data", "KINDS"]
+__all__ = ["as_data", "read_arrays", "to_array", "KINDS"]
 
 #: Accepted values of ``kind``.
 KINDS = ("auto", "probs", "logits")
 
-#: Column holding ``y`` when labels are attached to a DataFrame (never a class name).
-_LABEL_SLOT = "__topcal_label__"
 
-
-def _to_array(x, name: str) -> np.ndarray:
+def to_array(x, name: str) -> np.ndarray:
+    """``x`` as a NumPy array (a tensor detached first); a one-line DataError when it cannot be one."""
     if hasattr(x, "detach") and getattr(x, "requires_grad", False):
         x = x.detach()  # a tensor that tracks gradients: calibration needs its values only
     try:
         return np.asarray(x)
     except (TypeError, ValueError, RuntimeError) as exc:  # e.g. a CUDA tensor
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DataError(
-            f"cannot read {name} ({type(x).__name__}) as an array: {msg}; "
+            f"cannot read {name} ({type(x).__name__}) as an array: {first_line(exc)}; "
             "move it to the CPU as a NumPy array first (tensor.cpu().numpy())"
         ) from None
 
@@ -74,8 +76,47 @@ def _matrix_kind(m: np.ndarray) -> str:
     return "probs"
 
 
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise DataError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+
+
+def read_arrays(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
+    """The array form: a 2-d score matrix ``X`` (rows x classes) and optional true classes ``y``.
+
+    ``X`` is anything NumPy reads as an array (nested lists, a CPU tensor);
+    ``kind`` says whether it holds probabilities or logits ("auto": see the
+    module docstring). One step from the arrays to validated
+    :class:`TopLabelData` (``from_probs`` / ``from_logits``).
+    """
+    _check_kind(kind)
+    m = to_array(X, "X")
+    if m.ndim != 2:
+        raise DataError(
+            f"X must be a 2-d array of scores (rows x classes), got shape {m.shape}; "
+            "for top scores only, build TopLabelData.from_scores(pred, score, labels)"
+        )
+    if m.dtype.kind not in "biuf":
+        raise DataError(f"X must be numeric, got dtype {m.dtype}; pass probabilities or logits")
+    m = m.astype(np.float64, copy=False)
+    labels = None if y is None else to_array(y, "y")
+    if labels is not None and labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if kind == "auto":
+        if m.size and not np.all(np.isfinite(m)):
+            return TopLabelData.from_probs(m, labels, classes)  # names the bad entry
+        kind = _matrix_kind(m) if m.size else "probs"
+    if kind == "logits":
+        return TopLabelData.from_logits(m, labels, classes)
+    return TopLabelData.from_probs(m, labels, classes)
+
+
 def as_data(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
     """Build :class:`TopLabelData` from any accepted input (see the module docstring).
+
+    Chooses the reader of the input's form: :func:`topcal.io.read_data`
+    (a path), :func:`topcal.io.read_frame` (a DataFrame) or
+    :func:`read_arrays` (anything else); each validates once.
 
     Parameters
     ----------
@@ -93,8 +134,7 @@ def as_data(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
     -------
     TopLabelData
     """
-    if kind not in KINDS:
-        raise DataError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+    _check_kind(kind)
     if isinstance(X, TopLabelData):
         if y is not None:
             raise DataError("y was given with a TopLabelData, which carries its own labels; pass one or the other")
@@ -104,32 +144,5 @@ def as_data(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
             raise DataError("y was given with a data file, which carries its own label column; pass one or the other")
         return read_data(X, logits=kind == "logits", classes=classes)
     if _is_frame(X):
-        label_column = "label"
-        if y is not None:
-            if "label" in X.columns:
-                raise DataError("y was given but the DataFrame also has a 'label' column; pass one or the other")
-            yy = _to_array(y, "y")
-            if yy.ndim != 1 or yy.shape[0] != len(X):
-                raise DataError(f"y has shape {yy.shape} but the DataFrame has {len(X)} rows; give one label per row")
-            X = X.assign(**{_LABEL_SLOT: yy})
-            label_column = _LABEL_SLOT
-        return read_frame(X, label_column=label_column, logits=kind == "logits", classes=classes)
-    m = _to_array(X, "X")
-    if m.ndim != 2:
-        raise DataError(
-            f"X must be a 2-d array of scores (rows x classes), got shape {m.shape}; "
-            "for top scores only, build TopLabelData.from_scores(pred, score, labels)"
-        )
-    if m.dtype.kind not in "biuf":
-        raise DataError(f"X must be numeric, got dtype {m.dtype}; pass probabilities or logits")
-    m = m.astype(np.float64, copy=False)
-    labels = None if y is None else _to_array(y, "y")
-    if labels is not None and labels.ndim == 2 and labels.shape[1] == 1:
-        labels = labels[:, 0]
-    if kind == "auto":
-        if m.size and not np.all(np.isfinite(m)):
-            return TopLabelData.from_probs(m, labels, classes)  # names the bad entry
-        kind = _matrix_kind(m) if m.size else "probs"
-    if kind == "logits":
-        return TopLabelData.from_logits(m, labels, classes)
-    return TopLabelData.from_probs(m, labels, classes)
+        return read_frame(X, y=None if y is None else to_array(y, "y"), logits=kind == "logits", classes=classes)
+    return read_arrays(X, y, classes=classes, kind=kind)

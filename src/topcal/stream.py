@@ -3,8 +3,8 @@
 The library side of ``topcal apply`` and ``topcal update`` (the CLI only
 parses arguments and prints): :func:`apply_file` reads a CSV/Parquet file
 (or a directory of Parquet files) chunk by chunk, calibrates each chunk
-and writes it out (:class:`topcal.io.FrameWriter`: atomic, no partial
-output); :func:`fit_file` fits a model from a file's statistics and
+and writes it out (:func:`topcal.io.write_frames`, the one output writer:
+atomic, no partial output); :func:`fit_file` fits a model from a file's statistics and
 :func:`update_file` adds them to a model, both with the label-shift
 confusion counts (:class:`~topcal.evidence.Evidence`). New data
 for a model are read with the model's class list and, for top-score and
@@ -22,25 +22,32 @@ from ._fileio import check_output
 from .calibrators.intervals import check_level
 from .errors import TopcalError
 from .evidence import Evidence
-from .io import (DEFAULT_CHUNK_ROWS, FrameWriter, column_roles, file_columns, iter_data, layout_columns, read_data, read_frame,
-                 read_stats, read_table, scan_layout)
+from .io import (DEFAULT_CHUNK_ROWS, file_columns, iter_data, layout_columns, read_data, read_frame, read_stats,
+                 read_table, roles_from_options, scan_layout, write_frames)
 from .stats import DEFAULT_CELLS
 
 __all__ = ["apply_file", "calibrate", "check_new_columns", "INTERVAL_COLUMNS", "fit_file", "update_file",
-           "model_read_options", "with_confidence", "predicted_codes", "confidence_column", "score_role"]
+           "model_read_options", "with_confidence", "predicted_codes", "confidence_column", "score_role",
+           "output_roles"]
 
 
-def model_read_options(model, path, options: dict, *, columns=None) -> dict:
-    """Read options for new data of ``model``: its score range unless given (not for probability columns)."""
+def model_read_options(model, path, options: dict, *, columns=None, model_classes: bool = False) -> dict:
+    """Read options for new data of ``model``: its score range unless given (not for probability columns).
+
+    With ``model_classes`` (labelled new data: ``update``, ``threshold``) also the model's class
+    list, where the classes are read from a column (top-score and binned layouts; a ``.npz``
+    file's are its own).
+    """
     opts = dict(options)
-    if opts.get("score_range") is not None:
+    if opts.get("score_range") is not None and not model_classes:
         return opts
-    if columns is None:
-        if Path(path).suffix.lower() == ".npz":
-            return opts
+    if columns is None and Path(path).suffix.lower() != ".npz":
         columns = file_columns(path)
-    if not layout_columns(columns, **opts)[3]:  # probability/logit columns are on (0, 1) anyway
+    vector = columns is None or layout_columns(columns, **opts)[3]  # None: a .npz file
+    if opts.get("score_range") is None and not vector:  # probability/logit columns are on (0, 1) anyway
         opts["score_range"] = tuple(model.score_range_)
+    if model_classes and not vector:
+        opts["classes"] = list(model.classes_)
     return opts
 
 
@@ -100,17 +107,27 @@ def score_role(columns, options: dict) -> str | None:
     _, _, binned, vector = layout_columns(cols, **options)
     if binned or vector:
         return None
-    return column_roles(cols, options.get("columns"), label_column=options.get("label_column") or "label",
-                        pred_column=options.get("pred_column", "pred"),
-                        score_column=options.get("score_column", "score"))["score"]
+    return roles_from_options(cols, options)["score"]
+
+
+def output_roles(columns, options: dict) -> tuple[str | None, str | None]:
+    """(the column the predicted classes are read from, the column read as the top score) of an input
+    with ``columns`` read with ``options``: what :func:`with_confidence` needs to know. Both None for
+    probability/logit columns, whose classes are the columns themselves."""
+    cols = [str(c) for c in columns]
+    pred = None if layout_columns(cols, **options)[3] else roles_from_options(cols, options)["pred"]
+    return pred, score_role(cols, options)
 
 
 def with_confidence(frame, data, classes, conf, pred_column: str | None = None, score_column: str | None = None):
     """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (an array, or the dict of
     columns from :func:`calibrate`: confidence and its interval limits).
 
-    An input column ``pred`` that is not the column the predicted classes
-    were read from must agree with them (else it would be overwritten).
+    The one formatting of apply's output, for every engine. An input column
+    ``pred`` that is not the column the predicted classes were read from
+    (``pred_column``, see :func:`output_roles`) must agree with them (else it
+    would be overwritten). ``data`` None: ``frame`` has no rows (an empty Dask
+    partition, or the schema of one).
     """
     import pandas as pd
 
@@ -118,7 +135,8 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None, 
     check_new_columns(frame.columns, 0.5 if "confidence_lo" in cols else None, True if "accepted" in cols else None)
     conf_name = confidence_column(frame.columns, score_column)
     cols = {(conf_name if k == "confidence" else k): v for k, v in cols.items()}
-    pred = pd.Categorical.from_codes(predicted_codes(data, classes), categories=list(classes))
+    codes = np.zeros(0, dtype=np.int64) if data is None else predicted_codes(data, classes)
+    pred = pd.Categorical.from_codes(codes, categories=list(classes))
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
         if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
@@ -153,24 +171,13 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
         data = read_frame(frame, **opts)
         out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds),
                               score_column=score_role(frame.columns, opts))
-        with FrameWriter(output) as w:
-            w.write(out)
-        return w.rows
+        return write_frames([out], output)
     opts = model_read_options(model, path, opts)
     layout = scan_layout(path, chunk_rows, classes=list(model.classes_), **opts)
-    # in the top-score layout the classes are read from the pred column itself: nothing to check
-    cols = file_columns(path)
-    pred_col = None if layout_columns(cols, **opts)[3] else column_roles(
-        cols, opts.get("columns"), label_column=opts.get("label_column") or "label",
-        pred_column=opts.get("pred_column", "pred"), score_column=opts.get("score_column", "score"))["pred"]
-    score_col = score_role(cols, opts)
-    with FrameWriter(output) as w:
-        for frame, data in iter_data(path, chunk_rows, layout=layout):
-            w.write(with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds), pred_col,
-                                    score_col))
-            if progress is not None:
-                progress(w.rows)
-    return w.rows
+    pred_col, score_col = output_roles(file_columns(path), opts)
+    chunks = (with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds), pred_col,
+                              score_col) for frame, data in iter_data(path, chunk_rows, layout=layout))
+    return write_frames(chunks, output, progress=progress)
 
 
 def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **options):
@@ -180,9 +187,7 @@ def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **
     else read whole; either way the same statistics.
     """
     model.require_stats()
-    opts = model_read_options(model, path, options)
-    if Path(path).suffix.lower() != ".npz" and not layout_columns(file_columns(path), **opts)[3]:
-        opts["classes"] = list(model.classes_)
+    opts = model_read_options(model, path, options, model_classes=True)
     if chunk_rows is None:
         return model.update(read_data(path, **opts))
     new = read_stats(path, chunk_rows, progress=progress, stats_of=model.evidence_of, **opts)

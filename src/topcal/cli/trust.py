@@ -35,20 +35,15 @@ def add_commands(sub) -> None:
 
 
 def _cmd_threshold(args) -> int:
-    from pathlib import Path
-
     from .._fileio import check_output
-    from ..io import file_columns, layout_columns, read_data
+    from ..io import read_data
     from ..persist import load
     from ..stream import model_read_options
     from ..thresholds import fit_thresholds
 
     check_output(args.output, [args.data, args.model], "thresholds file")
     model = load(args.model)
-    opts = model_read_options(model, args.data, read_options(args))
-    if Path(args.data).suffix.lower() != ".npz" and not layout_columns(file_columns(args.data), **opts)[3]:
-        opts["classes"] = list(model.classes_)
-    data = read_data(args.data, **opts)
+    data = read_data(args.data, **model_read_options(model, args.data, read_options(args), model_classes=True))
     th = fit_thresholds(model, data, args.precision, args.delta, mode=args.mode,
                         multiplicity="bonferroni" if args.bonferroni else "per-class")
     th.save(args.output)

@@ -1,0 +1,80 @@
+"""Labelled data dealt into K stratified folds (:func:`kfold_split`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DataError, ParameterError
+from ._table import TopLabelData
+
+#: Largest bin count K-fold deals across folds (numpy's multinomial draws int64 counts).
+MAX_DEAL_COUNT = 2.0**53
+
+
+def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopLabelData]:
+    """Split labelled ``data`` into ``n_folds`` disjoint folds.
+
+    Per-sample data is stratified by predicted
+    class: within each class the rows are shuffled (seeded) and dealt round-robin
+    to the folds, so every fold holds about 1/K of every class. Binned data has
+    no individual samples to shuffle, so each bin's integer TP and FP counts are
+    split across the K folds by a seeded multinomial draw with equal
+    probabilities (a random deal of the bin's samples); each fold is again a
+    binned dataset on the same bins. Non-integer counts (weights) cannot be
+    dealt and are rejected.
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+    n_folds : int >= 2
+    seed : int, default 0
+        Seed of the shuffle (per-sample) or of the multinomial deal (binned).
+
+    Returns
+    -------
+    list of TopLabelData
+        The folds; together they hold every sample exactly once. For binned
+        data every fold has all the bins (some with zero counts).
+    """
+    if isinstance(n_folds, bool) or not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
+        raise ParameterError(f"folds must be an integer >= 2, got {n_folds!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
+    data.require_labels("K-fold cross-fitting")
+    rng = np.random.default_rng(seed)
+    if data.is_binned:
+        for name, arr in (("tp", data.tp), ("fp", data.fp)):
+            if not np.all(arr == np.round(arr)):
+                raise DataError(
+                    f"K-fold on binned data deals each bin's {name} count across folds and needs integer "
+                    "counts, but some are fractional; use --eval with a second test set instead"
+                )
+            if arr.max() > MAX_DEAL_COUNT:
+                raise DataError(
+                    f"K-fold on binned data deals each bin's {name} count across folds, but a count is "
+                    f"{arr.max():g} (more than {MAX_DEAL_COUNT:g} samples in one bin cannot be dealt); "
+                    "use --eval with a second test set instead"
+                )
+        total = data.tp.sum() + data.fp.sum()
+        if n_folds > total:
+            raise DataError(f"{n_folds} folds exceed the {total:g} samples in the data; use at most {total:g} folds")
+        p = np.full(n_folds, 1.0 / n_folds)
+        tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
+        fp = rng.multinomial(data.fp.astype(np.int64), p).astype(np.float64)
+        return [
+            TopLabelData(data.classes, data.pred, data.score, data.score_range, tp=tp[:, f], fp=fp[:, f],
+                         bin_edges=data.bin_edges)
+            for f in range(n_folds)
+        ]
+    if data.n_rows < n_folds:
+        raise DataError(f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most {data.n_rows} folds")
+    fold_of = np.empty(data.n_rows, dtype=np.int64)
+    start = int(rng.integers(n_folds))
+    for k in range(data.n_classes):
+        idx = np.flatnonzero(data.pred == k)
+        idx = idx[rng.permutation(idx.size)]
+        # each class continues the deal where the previous one stopped (the first starts at a random
+        # fold): every fold gets floor(n / K) or more rows, and small classes do not all land in fold 0
+        fold_of[idx] = (np.arange(idx.size) + start) % n_folds
+        start = (start + idx.size) % n_folds
+    return [data.subset(fold_of == f) for f in range(n_folds)]

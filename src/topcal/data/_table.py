@@ -1,0 +1,513 @@
+"""The one validated data object, :class:`TopLabelData` (see :mod:`topcal.data`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import DataError
+from ._checks import (LOG_PROB_FLOOR, SUM_TOLERANCE, as_float_array, as_matrix, check_finite_rows, check_range,
+                      check_sample_total, check_scores_in_range, row_blocks)
+from ._labels import check_classes, encode_labels, label_names, preview, sorted_names
+from ._rows import ClassView, rows_by_class
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TopLabelData:
+    """Validated top-label data: predicted class, top score and correctness per row.
+
+    Build it with one of the constructors (:meth:`from_probs`,
+    :meth:`from_logits`, :meth:`from_scores`, :meth:`from_binned`) or with
+    :func:`topcal.io.read_data`; the fields are then trusted by every method.
+
+    Attributes
+    ----------
+    classes : tuple of str, length K
+        Class names; index i of every integer code refers to ``classes[i]``.
+    pred : ndarray of int64, shape (n,)
+        Predicted class k(X) of each row.
+    score : ndarray of float64, shape (n,)
+        Top score S(X) on the declared scale (bin midpoint for binned rows).
+    score_range : (float, float)
+        The declared scale of the scores.
+    tp, fp : ndarray of float64, shape (n,), or None
+        True-positive and false-positive weight of each row (counts for
+        binned rows); None when the data carries no labels (``apply``).
+    labels : ndarray of int64, shape (n,), or None
+        True class of each sample (per-sample labelled data only).
+    full : ndarray of float64, shape (n, K), or None
+        The full score vector Y(X), as given.
+    full_kind : {"probs", "logits"} or None
+        What ``full`` holds.
+    bin_edges : ndarray of float64, shape (n, 2), or None
+        For binned data, each row's bin (lo, hi].
+    """
+
+    classes: tuple[str, ...]
+    pred: np.ndarray
+    score: np.ndarray
+    score_range: tuple[float, float]
+    tp: np.ndarray | None = None
+    fp: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    full: np.ndarray | None = None
+    full_kind: str | None = None
+    bin_edges: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_probs(
+        cls,
+        probs,
+        labels=None,
+        classes: Sequence | None = None,
+        *,
+        renormalize: bool = False,
+        atol: float = SUM_TOLERANCE,
+    ) -> "TopLabelData":
+        """Build from class probabilities Y(X), shape (n, K).
+
+        The predicted class is the argmax (the first one on ties) and the top
+        score its probability, so ``score_range`` is (0, 1).
+
+        Parameters
+        ----------
+        probs : array-like of shape (n, K)
+            Non-negative rows summing to 1 (within ``atol``).
+        labels : array-like of shape (n,), optional
+            True classes, as names in ``classes`` or integer indices. Omit
+            for data to be calibrated only (``predict``/``apply``).
+        classes : sequence of str, optional
+            Names of the K columns. Default: the sorted distinct string
+            labels, or "0".."K-1".
+        renormalize : bool, default False
+            Divide each row by its sum instead of rejecting rows that do not
+            sum to 1.
+        atol : float, default 1e-4
+            Tolerance on |row sum - 1|.
+        """
+        p = as_matrix(probs, "probs")
+        # one pass over the matrix, block by block: finite, non-negative, row sums
+        sums = np.empty(p.shape[0])
+        for a, b in row_blocks(*p.shape):
+            blk = p[a:b]
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+                sums[a:b] = blk.sum(axis=1)
+            check_finite_rows(blk, sums[a:b], "probs", a)
+            if blk.min() < 0:
+                r, c = np.argwhere(blk < 0)[0]
+                raise DataError(
+                    f"probs has a negative value ({blk[r, c]}) at row {a + r}, column {c}; "
+                    "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
+                )
+        if renormalize:
+            zero = sums <= 0
+            if zero.any():
+                raise DataError(f"probs row {int(np.flatnonzero(zero)[0])} sums to 0 and cannot be renormalised")
+            p = p / sums[:, None]
+        else:
+            off = np.abs(sums - 1.0) > atol
+            if off.any():
+                i = int(np.flatnonzero(off)[0])
+                raise DataError(
+                    f"probs row {i} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
+                    "pass renormalize=True (--renormalize) to divide each row by its sum, "
+                    "or from_logits (--logits) if these are logits"
+                )
+        pred = np.argmax(p, axis=1).astype(np.int64)
+        score = p[np.arange(p.shape[0]), pred]
+        return cls._build_full(p, "probs", pred, np.clip(score, 0.0, 1.0), labels, classes)
+
+    @classmethod
+    def from_logits(cls, logits, labels=None, classes: Sequence | None = None) -> "TopLabelData":
+        """Build from logits (unnormalised log-probabilities), shape (n, K).
+
+        The predicted class is the argmax of the logits, the top score its
+        softmax probability (``score_range`` (0, 1)). The logits are kept as
+        the full vector so temperature scaling works on them directly.
+        """
+        z = as_matrix(logits, "logits")
+        pred = np.argmax(z, axis=1).astype(np.int64)
+        # the top entry of the softmax, 1 / sum_j exp(z_j - max z), block by block (no n x K softmax)
+        score = np.empty(z.shape[0])
+        for a, b in row_blocks(*z.shape):
+            blk = z[a:b]
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+                row_sums = blk.sum(axis=1)
+            check_finite_rows(blk, row_sums, "logits", a)
+            e = np.exp(blk - blk.max(axis=1, keepdims=True))
+            score[a:b] = 1.0 / e.sum(axis=1)
+        return cls._build_full(z, "logits", pred, score, labels, classes)
+
+    @classmethod
+    def _build_full(cls, full, kind, pred, score, labels, classes) -> "TopLabelData":
+        n, k = full.shape
+        if classes is not None:
+            classes = check_classes(classes)
+            if len(classes) != k:
+                raise DataError(
+                    f"{kind} has {k} columns but {len(classes)} class names were given; "
+                    "give one name per column, in column order"
+                )
+        if labels is None:
+            classes = classes or tuple(str(i) for i in range(k))
+            return cls(classes, pred, score, (0.0, 1.0), full=full, full_kind=kind)
+        lab_arr = np.asarray(labels)
+        if lab_arr.ndim == 1 and lab_arr.shape[0] != n:
+            raise DataError(f"labels has {lab_arr.shape[0]} rows but {kind} has {n}; they must match row for row")
+        codes, classes = encode_labels(lab_arr, classes, "labels", n_hint=k)
+        return cls._labelled(classes, pred, score, (0.0, 1.0), codes, full=full, full_kind=kind)
+
+    @classmethod
+    def from_scores(
+        cls,
+        pred,
+        score,
+        labels=None,
+        classes: Sequence | None = None,
+        *,
+        score_range: tuple[float, float] = (0.0, 1.0),
+    ) -> "TopLabelData":
+        """Build from a predicted class and a top score per sample.
+
+        Use this when only the top score is known, or when it is on another
+        scale (``score_range=(0, 10)`` for PhANNs' sum of ten softmax outputs;
+        a random forest's vote fraction is on (0, 1)).
+
+        Parameters
+        ----------
+        pred : array-like of shape (n,)
+            Predicted class, as names or integer indices.
+        score : array-like of shape (n,)
+            Top score of each sample, inside ``score_range``.
+        labels : array-like of shape (n,), optional
+            True classes (names or indices, like ``pred``).
+        classes : sequence of str, optional
+            All class names. Default: the distinct values of pred and labels
+            (sorted; numerically when all are integers). With names given,
+            integer pred/labels are indices into them unless the names are
+            themselves integers (then they are matched as names).
+        score_range : (lo, hi), default (0, 1)
+            The scale of the scores; travels with the data and the models.
+        """
+        lo, hi = check_range(score_range)
+        s = as_float_array(score, "score", 1)
+        p_arr = np.asarray(pred)
+        if p_arr.ndim != 1 or p_arr.shape[0] != s.shape[0]:
+            raise DataError(f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must match row for row")
+        if classes is not None:
+            classes = check_classes(classes)
+        else:  # no names given: the distinct values of pred (and labels) are the classes, none added
+            parts = [label_names(p_arr, "pred")]
+            if labels is not None:
+                parts.append(label_names(np.asarray(labels), "labels"))
+            classes = sorted_names(np.concatenate(parts))
+        pred_codes, classes = encode_labels(p_arr, classes, "pred")
+        if labels is not None:
+            lab_arr = np.asarray(labels)
+            if lab_arr.ndim == 1 and lab_arr.shape[0] != s.shape[0]:
+                raise DataError(f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they must match row for row")
+            codes, classes2 = encode_labels(lab_arr, classes, "labels")
+            if len(classes2) > len(classes):  # integer labels widened the class list
+                classes = classes2
+                pred_codes, _ = encode_labels(p_arr, classes, "pred")
+        check_scores_in_range(s, lo, hi)
+        s = np.clip(s, lo, hi)
+        if labels is None:
+            return cls(classes, pred_codes, s, (lo, hi))
+        return cls._labelled(classes, pred_codes, s, (lo, hi), codes)
+
+    @classmethod
+    def _labelled(cls, classes, pred, score, score_range, codes, **kw) -> "TopLabelData":
+        correct = (codes == pred).astype(np.float64)
+        return cls(classes, pred, score, score_range, tp=correct, fp=1.0 - correct, labels=codes, **kw)
+
+    @classmethod
+    def from_binned(
+        cls,
+        predicted_class,
+        bin_lo,
+        bin_hi,
+        tp,
+        fp,
+        classes: Sequence | None = None,
+        *,
+        score_range: tuple[float, float] | None = None,
+    ) -> "TopLabelData":
+        """Build from per-class, per-bin true/false-positive counts.
+
+        Each row is one score bin (bin_lo, bin_hi] of one predicted class,
+        with ``tp`` samples predicted as that class and right, ``fp`` predicted
+        as it and wrong (the form of ``topcal.datasets.load_phanns()``). The
+        row's score is the bin midpoint; counts act as weights, so every
+        method fits binned data with the same code as per-sample data.
+
+        Parameters
+        ----------
+        predicted_class : array-like of shape (n,)
+            Class name (or index) of each row.
+        bin_lo, bin_hi : array-like of shape (n,)
+            Bin edges, ``bin_lo < bin_hi``.
+        tp, fp : array-like of shape (n,)
+            Non-negative counts (or weights).
+        classes : sequence of str, optional
+            All class names, default the distinct names in order of appearance.
+        score_range : (lo, hi), optional
+            The scale of the scores, default (0, 1) (as for per-sample data;
+            never guessed from the bins, which would change the
+            uncalibrated baseline). Every bin must lie inside it.
+        """
+        lo_e = as_float_array(bin_lo, "bin_lo", 1)
+        hi_e = as_float_array(bin_hi, "bin_hi", 1)
+        tp_w = as_float_array(tp, "tp", 1)
+        fp_w = as_float_array(fp, "fp", 1)
+        pc = np.asarray(predicted_class)
+        n = pc.shape[0] if pc.ndim == 1 else -1
+        for name, arr in (("bin_lo", lo_e), ("bin_hi", hi_e), ("tp", tp_w), ("fp", fp_w)):
+            if arr.shape[0] != n:
+                raise DataError(
+                    f"{name} has {arr.shape[0]} rows but predicted_class has {pc.shape}; "
+                    "every column of binned data must have one value per row"
+                )
+        for name, arr in (("tp", tp_w), ("fp", fp_w)):
+            if (arr < 0).any():
+                i = int(np.flatnonzero(arr < 0)[0])
+                raise DataError(f"{name} count {arr[i]} at row {i} is negative; counts must be >= 0")
+        bad = lo_e >= hi_e
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(f"bin at row {i} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with lo < hi")
+        if tp_w.sum() + fp_w.sum() <= 0:
+            raise DataError("binned data holds no samples (all tp and fp counts are 0)")
+        check_sample_total(tp_w.sum() + fp_w.sum(), "the binned data")
+        if classes is None:  # the names, in order of first appearance; none added
+            names = label_names(pc, "predicted_class")
+            _, first = np.unique(names.astype(str), return_index=True)
+            classes = tuple(names[np.sort(first)].tolist())
+        else:
+            classes = check_classes(classes)
+        codes, classes = encode_labels(pc, classes, "predicted_class")
+        if score_range is None:
+            score_range = (0.0, 1.0)
+        lo, hi = check_range(score_range)
+        check_scores_in_range(lo_e, lo, hi, "bin_lo")
+        check_scores_in_range(hi_e, lo, hi, "bin_hi")
+        order = np.lexsort((hi_e, lo_e, codes))
+        same = codes[order][1:] == codes[order][:-1]
+        # shared edges that differ by round-off (0.2 + 0.1 vs 0.3) are no overlap
+        overlap = same & (lo_e[order][1:] < hi_e[order][:-1] - 1e-9 * (hi - lo))
+        if overlap.any():
+            j = int(np.flatnonzero(overlap)[0])
+            a, b = int(order[j]), int(order[j + 1])
+            raise DataError(
+                f"bins at rows {a} ({lo_e[a]:g}, {hi_e[a]:g}] and {b} ({lo_e[b]:g}, {hi_e[b]:g}] of class "
+                f"{classes[codes[a]]!r} overlap; give each class disjoint bins (add up the counts of repeated bins)"
+            )
+        mid = np.clip(0.5 * (lo_e + hi_e), lo, hi)
+        return cls(
+            classes, codes, mid, (lo, hi), tp=tp_w, fp=fp_w,
+            bin_edges=np.column_stack([lo_e, hi_e]),
+        )
+
+    @classmethod
+    def concat(cls, parts: Iterable["TopLabelData"]) -> "TopLabelData":
+        """Stack datasets with the same classes, scale and form (e.g. add new samples)."""
+        parts = list(parts)
+        if not parts:
+            raise DataError("concat needs at least one dataset")
+        first = parts[0]
+        for i, p in enumerate(parts[1:], 1):
+            if p.classes != first.classes:
+                raise DataError(f"dataset {i} has classes {preview(p.classes)}, dataset 0 has {preview(first.classes)}; they must match")
+            if p.score_range != first.score_range:
+                raise DataError(f"dataset {i} has score range {p.score_range}, dataset 0 has {first.score_range}; they must match")
+            for attr in ("tp", "labels", "full", "bin_edges"):
+                if (getattr(p, attr) is None) != (getattr(first, attr) is None):
+                    raise DataError(f"dataset {i} and dataset 0 differ in whether they have {attr}; concatenate like with like")
+            if p.full_kind != first.full_kind:
+                raise DataError(f"dataset {i} holds {p.full_kind}, dataset 0 holds {first.full_kind}; they must match")
+
+        def cat(attr):
+            if getattr(first, attr) is None:
+                return None
+            return np.concatenate([getattr(p, attr) for p in parts])
+
+        return cls(
+            first.classes, cat("pred"), cat("score"), first.score_range, tp=cat("tp"), fp=cat("fp"),
+            labels=cat("labels"), full=cat("full"), full_kind=first.full_kind, bin_edges=cat("bin_edges"),
+        )
+
+    # -------------------------------------------------------------- queries
+    @property
+    def n_classes(self) -> int:
+        """Number of classes K."""
+        return len(self.classes)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows (samples, or bins for binned data)."""
+        return int(self.pred.shape[0])
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    @property
+    def is_binned(self) -> bool:
+        """True for data built from per-bin counts."""
+        return self.bin_edges is not None
+
+    @property
+    def has_labels(self) -> bool:
+        """True when each row says how many of its samples were right (tp/fp)."""
+        return self.tp is not None
+
+    @property
+    def has_full(self) -> bool:
+        """True when the full score vector Y(X) is known (temperature scaling needs it)."""
+        return self.full is not None
+
+    @property
+    def n_samples(self) -> float:
+        """Total sample weight (number of samples; sum of counts for binned data)."""
+        if self.tp is None:
+            return float(self.n_rows)
+        return float(self.tp.sum() + self.fp.sum())
+
+    def normalized_score(self) -> np.ndarray:
+        """Scores rescaled to [0, 1] by the declared range: (S - lo) / (hi - lo)."""
+        lo, hi = self.score_range
+        return (self.score - lo) / (hi - lo)
+
+    def require_labels(self, what: str) -> None:
+        """Raise a DataError naming ``what`` if the data has no labels."""
+        if not self.has_labels:
+            raise DataError(
+                f"{what} needs labelled data (true classes, or tp/fp counts); "
+                "add a label column (--label-column) or use binned tp/fp counts"
+            )
+
+    def require_full(self, what: str, hint: str | None = None) -> None:
+        """Raise a DataError naming ``what`` if the full score vector is unknown; ``hint`` says what to do."""
+        if not self.has_full:
+            raise DataError(
+                f"{what} needs the full score vector Y(X) (probabilities or logits), but this data has only "
+                "top scores; " + (hint or "use a score-based method (hist, cum, kde-mon2, ...) or the binary "
+                                  "temperature variant")
+            )
+
+    def class_view(self, k: int) -> ClassView:
+        """The positives of predicted class ``k`` (rows with pred == k)."""
+        self.require_labels("splitting into TP/FP")
+        idx = np.flatnonzero(self.pred == k)
+        return ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
+
+    def class_support(self, k: int, view: ClassView | None = None) -> tuple[float, float] | None:
+        """Where class ``k``'s positives lie: (lowest, highest) score with weight, or None if it has none.
+
+        For binned data the range spans the bins' edges. ``view`` (this data's
+        :meth:`class_view` of ``k``) saves splitting again.
+        """
+        v = self.class_view(k) if view is None else view
+        has = (v.tp + v.fp) > 0
+        if not np.any(has):
+            return None
+        if self.is_binned:
+            e = self.bin_edges[v.index[has]]
+            return float(e[:, 0].min()), float(e[:, 1].max())
+        s = v.score[has]
+        return float(s.min()), float(s.max())
+
+    def class_views(self):
+        """:meth:`class_view` of every class k = 0..K-1 in order, from one sort of the rows."""
+        self.require_labels("splitting into TP/FP")
+        for _, idx in rows_by_class(self.pred, self.n_classes, skip_empty=False):
+            yield ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
+
+    def class_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(|TP_k|, |FP_k|) for every class k, as float arrays of length K."""
+        self.require_labels("counting true and false positives")
+        k = self.n_classes
+        return (
+            np.bincount(self.pred, weights=self.tp, minlength=k),
+            np.bincount(self.pred, weights=self.fp, minlength=k),
+        )
+
+    def log_probs(self) -> np.ndarray:
+        """log Y(X), shape (n, K): log-softmax of logits, or log of probabilities
+        with exact zeros floored at :data:`LOG_PROB_FLOOR`."""
+        self.require_full("log-probabilities")
+        if self.full_kind == "logits":
+            z = self.full - self.full.max(axis=1, keepdims=True)
+            return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        return np.log(np.maximum(self.full, LOG_PROB_FLOOR))
+
+    def subset(self, index) -> "TopLabelData":
+        """Rows ``index`` (integer indices or a boolean mask) as a new dataset."""
+        idx = np.asarray(index)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        if idx.size == 0:
+            raise DataError("subset is empty; select at least one row")
+
+        def take(a):
+            return None if a is None else a[idx]
+
+        return TopLabelData(
+            self.classes, self.pred[idx], self.score[idx], self.score_range, tp=take(self.tp),
+            fp=take(self.fp), labels=take(self.labels), full=take(self.full), full_kind=self.full_kind,
+            bin_edges=take(self.bin_edges),
+        )
+
+    def with_classes(self, classes: Sequence, what: str = "the data") -> "TopLabelData":
+        """The same rows re-expressed on the class list ``classes`` (e.g. a model's).
+
+        ``self.classes`` may be any subset of ``classes``, in any order (a
+        batch of new predictions names only the classes it predicts). Full
+        score vectors are kept when their columns are exactly ``classes``
+        (reordered as needed) and dropped otherwise: only the top score then
+        remains known.
+
+        Raises
+        ------
+        DataError
+            When ``self`` names a class that is not in ``classes``.
+        """
+        classes = check_classes(classes)
+        if tuple(self.classes) == classes:
+            return self
+        known = {c: i for i, c in enumerate(classes)}
+        unknown = [c for c in self.classes if c not in known]
+        if unknown:
+            raise DataError(
+                f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} that the "
+                f"model does not know (its classes: {preview(classes, 8)}); fit the model on data with "
+                "these classes, or drop their rows"
+            )
+        index = np.array([known[c] for c in self.classes], dtype=np.int64)
+        full = None
+        if self.full is not None and len(self.classes) == len(classes):
+            order = np.argsort(index)  # column j of the new matrix is old column order[j]
+            full = self.full[:, order]
+        return TopLabelData(
+            classes, index[self.pred], self.score, self.score_range, tp=self.tp, fp=self.fp,
+            labels=None if self.labels is None else index[self.labels], full=full,
+            full_kind=None if full is None else self.full_kind, bin_edges=self.bin_edges,
+        )
+
+    def without_labels(self) -> "TopLabelData":
+        """The same rows with labels dropped (what ``apply`` sees)."""
+        return TopLabelData(
+            self.classes, self.pred, self.score, self.score_range, full=self.full,
+            full_kind=self.full_kind, bin_edges=self.bin_edges,
+        )
+
+    def __repr__(self) -> str:
+        form = "binned" if self.is_binned else "per-sample"
+        extra = f", full={self.full_kind}" if self.has_full else ""
+        lab = f", samples={self.n_samples:g}" if self.has_labels else ", unlabelled"
+        return (
+            f"TopLabelData({form}, rows={self.n_rows}, classes={self.n_classes}{lab}, "
+            f"score_range={self.score_range}{extra})"
+        )

@@ -1,0 +1,241 @@
+"""The DataFrame reader: which column plays which role, and the frame as :class:`TopLabelData`.
+
+The column conventions are those of :mod:`topcal.io`; every reader (a whole
+file, a chunk of one, a Dask partition, a DataFrame a user passes) ends here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..data import TopLabelData, is_int_name, label_names
+from ..errors import DataError
+
+BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
+
+
+#: Roles a column can be given with ``columns`` / ``--column ROLE=NAME``.
+COLUMN_ROLES = ("label", "pred", "score") + BINNED_COLUMNS
+
+
+#: Published layouts read as they are: name -> {role: column} (tables) or
+#: {standard npz key: their key} (npz).
+KNOWN_LAYOUTS = {
+    "true_label,pred_label,confidence": {"label": "true_label", "pred": "pred_label", "score": "confidence"},
+    "netcal npz": {"probs": "predictions", "labels": "ground_truth"},
+}
+
+
+def column_roles(cols, columns=None, *, label_column="label", pred_column="pred", score_column="score") -> dict:
+    """Which column plays which role: ``{role: column}`` for the roles in :data:`COLUMN_ROLES`.
+
+    ``columns`` (role -> column name) wins; then the named ``*_column``
+    options; when none of those names is a column and the columns are a known
+    published layout (:data:`KNOWN_LAYOUTS`), that layout's names.
+    """
+    cols = [str(c) for c in cols]
+    roles = {"label": label_column, "pred": pred_column, "score": score_column}
+    roles.update({c: c for c in BINNED_COLUMNS})
+    layout = KNOWN_LAYOUTS["true_label,pred_label,confidence"]
+    if (pred_column not in cols and score_column not in cols and label_column not in cols
+            and all(layout[r] in cols for r in ("pred", "score"))):
+        roles.update(layout)
+    for role, name in (columns or {}).items():
+        if role not in COLUMN_ROLES:
+            raise DataError(f"unknown column role {role!r}; roles are: {', '.join(COLUMN_ROLES)}")
+        if str(name) not in cols:
+            shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
+            raise DataError(f"column {name!r} (given for the role {role!r}) is not in the data; its columns are: {shown}")
+        roles[role] = str(name)
+    used: dict[str, str] = {}
+    for role, name in roles.items():  # one column in two roles (pred and label: every row "right")
+        if name is not None and name in cols:
+            if name in used:
+                raise DataError(f"column {name!r} is given two roles, {used[name]!r} and {role!r}; each role needs "
+                                "its own column")
+            used[name] = role
+    return roles
+
+
+def top_score_chosen(columns=None, pred_column: str = "pred", score_column: str = "score") -> bool:
+    """Whether the options name a top-score column (``columns`` with a pred or score role, or a
+    ``*_column`` name other than the default): then the pred/score columns are read even where
+    probability columns exist (e.g. ``apply``'s output: its calibrated ``confidence``)."""
+    return bool({"pred", "score"} & set(columns or {})) or pred_column != "pred" or score_column != "score"
+
+
+def roles_from_options(cols, options: dict) -> dict:
+    """:func:`column_roles` from read options (``columns`` and the ``*_column`` names)."""
+    return column_roles(cols, options.get("columns"), label_column=options.get("label_column", "label"),
+                        pred_column=options.get("pred_column", "pred"),
+                        score_column=options.get("score_column", "score"))
+
+
+def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, bool]:
+    """(class columns, extra columns, binned?, vector?) of a file with ``columns``.
+
+    The class columns are those whose distinct values decide the class list
+    (and, with the extra columns, the binned score range) of a whole-file read.
+    """
+    cols = [str(c) for c in columns]
+    roles = roles_from_options(cols, options)
+    label = roles["label"] if options.get("label_column", "label") is not None else None
+    pred = roles["pred"]
+    binned = all(roles[c] in cols for c in BINNED_COLUMNS)
+    prob_prefix, logit_prefix = options.get("prob_prefix", "p_"), options.get("logit_prefix", "logit_")
+    vector = not binned and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols) \
+        and not top_score_chosen(options.get("columns"), pred_column=options.get("pred_column", "pred"),
+                                 score_column=options.get("score_column", "score"))
+    if binned:
+        class_cols = [roles["predicted_class"]]
+    elif vector:
+        class_cols = []
+    else:
+        class_cols = [pred] if pred in cols else []
+    if label and label in cols and not binned:
+        class_cols.append(label)
+    return class_cols, ([roles["bin_lo"], roles["bin_hi"]] if binned else []), binned, vector
+
+
+#: Column holding ``y`` when labels are given beside a DataFrame (never a class name).
+_LABEL_SLOT = "__topcal_label__"
+
+
+def read_frame(
+    frame,
+    *,
+    columns: dict | None = None,
+    label_column: str = "label",
+    logits: bool = False,
+    prob_prefix: str = "p_",
+    logit_prefix: str = "logit_",
+    pred_column: str = "pred",
+    score_column: str = "score",
+    score_range=None,
+    renormalize: bool = False,
+    classes=None,
+    y=None,
+) -> TopLabelData:
+    """Build :class:`TopLabelData` from a DataFrame by the column conventions above.
+
+    ``columns`` maps roles (:data:`COLUMN_ROLES`) to column names. ``y``
+    (one true class per row) gives the labels beside the frame instead of in
+    its label column.
+    """
+    if y is not None:
+        if label_column in frame.columns:
+            raise DataError(f"y was given but the DataFrame also has a {label_column!r} column; pass one or the other")
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != len(frame):
+            raise DataError(f"y has shape {y.shape} but the DataFrame has {len(frame)} rows; give one label per row")
+        frame = frame.assign(**{_LABEL_SLOT: y})
+        label_column = _LABEL_SLOT
+    try:
+        return _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column,
+                           score_column, score_range, renormalize, classes)
+    except (TypeError, OverflowError) as exc:  # cells pandas/numpy cannot turn into numbers or names
+        raise DataError(f"a column holds values topcal cannot read ({exc}); give numbers and class names") from None
+
+
+def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
+                score_range, renormalize, classes):
+    cols = [str(c) for c in frame.columns]
+    top_score = top_score_chosen(columns, pred_column=pred_column, score_column=score_column)
+    roles = column_roles(cols, columns, label_column=label_column, pred_column=pred_column,
+                         score_column=score_column)
+    label_column, pred_column, score_column = roles["label"], roles["pred"], roles["score"]
+    binned = {roles[c]: c for c in BINNED_COLUMNS if roles[c] != c}
+    if binned:
+        frame = frame.rename(columns=binned)
+        cols = [str(c) for c in frame.columns]
+    is_binned = all(c in cols for c in BINNED_COLUMNS)
+    if top_score or is_binned:
+        logit_cols = prob_cols = []  # the named top score, not the probability columns beside it
+    else:
+        logit_cols = [c for c in cols if c.startswith(logit_prefix)]
+        prob_cols = [c for c in cols if c.startswith(prob_prefix)]
+    vec_cols, prefix = (logit_cols, logit_prefix) if logit_cols else (prob_cols, prob_prefix)
+    names = [c[len(prefix):] for c in vec_cols] if not (logit_cols and prob_cols) else []
+    labels = None
+    if label_column in cols:  # read once, on the class list it is coded on: the score columns' names, if any
+        labels = _class_values(frame[label_column], names or classes, f"label column {label_column!r}")
+    if is_binned:
+        return TopLabelData.from_binned(
+            label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
+            *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]), classes=classes, score_range=score_range,
+        )
+    if logit_cols and prob_cols:
+        raise DataError(
+            f"data has both {prob_prefix}* and {logit_prefix}* columns; keep one set of score columns"
+        )
+    if vec_cols:
+        if classes is not None and [str(c) for c in classes] != names:
+            raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
+        matrix = _numeric(frame, vec_cols)
+        if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
+            raise DataError("--score-range applies to pred/score columns; probability columns are on (0, 1)")
+        try:
+            if logit_cols or logits:
+                return TopLabelData.from_logits(matrix, labels, classes=names)
+            return TopLabelData.from_probs(matrix, labels, classes=names, renormalize=renormalize)
+        except DataError as exc:
+            if labels is None or "labels" not in str(exc):
+                raise
+            raise DataError(f"{exc} (labels are matched to the class names in the {prefix}<class> column "
+                            "names, not to column positions)") from None
+    if pred_column in cols and score_column in cols:
+        pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
+        if labels is not None and classes is None and not set(labels).intersection(pred):
+            raise DataError(
+                f"no label in {label_column!r} names a predicted class in {pred_column!r} (labels like "
+                f"{sorted(set(labels))[:3]}, predictions like {sorted(set(pred))[:3]}); both columns must use "
+                "the same class names"
+            )
+        return TopLabelData.from_scores(
+            pred, _numeric(frame, [score_column])[:, 0], labels,
+            classes=classes, score_range=(0.0, 1.0) if score_range is None else score_range,
+        )
+    raise DataError(
+        f"cannot find score columns in {cols[:8]}{'...' if len(cols) > 8 else ''}: expected "
+        f"{prob_prefix}<class> probability columns, {logit_prefix}<class> logits, "
+        f"'{pred_column}' + '{score_column}', or binned {','.join(BINNED_COLUMNS)}"
+    )
+
+
+def _class_values(column, classes, name: str):
+    """A class column as an array; a categorical of names with a known class list as indices.
+
+    The fast path (one lookup per category instead of per row; Parquet
+    dictionary columns arrive as categoricals) gives the indices that
+    name-matching would give; anything else (missing or unknown names,
+    numeric categories) takes the general path (:func:`topcal.data.label_names`)
+    and its messages.
+    """
+    import pandas as pd
+
+    # indices are read as names where the names are integers ("3", "5"): then only names are safe
+    if classes is not None and isinstance(column.dtype, pd.CategoricalDtype) \
+            and column.cat.categories.dtype.kind not in "iufb" and not all(is_int_name(str(c)) for c in classes):
+        lookup = {str(c): i for i, c in enumerate(classes)}
+        index = np.array([lookup.get(str(c), -1) for c in column.cat.categories] + [-1], dtype=np.int64)
+        codes = index[column.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing -1
+        if codes.size and codes.min() >= 0:
+            return codes
+    return label_names(column.to_numpy(), name)
+
+
+def _numeric(frame, columns) -> np.ndarray:
+    import pandas as pd
+
+    out = np.empty((len(frame), len(columns)), dtype=np.float64)
+    for j, c in enumerate(columns):
+        col = pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.isnan(col) & ~pd.isna(frame[c]).to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i}; fix or remove it")
+        if np.isnan(col).any():
+            i = int(np.flatnonzero(np.isnan(col))[0])
+            raise DataError(f"column {c!r} is empty (NaN) at row {i}; remove or impute missing scores")
+        out[:, j] = col
+    return out

@@ -1,0 +1,120 @@
+"""The one writer of output tables (``apply``): DataFrames to a CSV or Parquet file, atomically.
+
+Every engine writes its output through :func:`write_frames`: the local and
+streamed ``apply`` its chunks into one file; the Dask engine each partition
+into one file of a Parquet folder (on the workers), or its partitions in
+order into one CSV file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._fileio import atomic_write
+from ..errors import DataError, first_line
+
+
+class FrameWriter:
+    """Write DataFrames chunk by chunk to one CSV or Parquet file, atomically.
+
+    Chunks go to a temporary file beside ``path`` (:func:`topcal._fileio.atomic_write`,
+    as every other writer), renamed onto ``path`` by :meth:`close`; :meth:`abort`
+    (or an exception inside a ``with`` block) removes it, so a failed run never
+    leaves a partial output. Parquet chunks keep the first chunk's schema, or
+    ``schema`` (a pyarrow schema) when given (one row group per chunk).
+    """
+
+    def __init__(self, path, schema=None):
+        self.path = Path(path)
+        suffix = self.path.suffix.lower()
+        if suffix in (".parquet", ".pq"):
+            self.kind = "parquet"
+        elif suffix in (".csv", ".txt", ""):
+            self.kind = "csv"
+        else:
+            raise DataError(f"cannot write {suffix!r} files; name the output .csv or .parquet")
+        self._target = atomic_write(self.path)
+        self.tmp = self._target.__enter__()  # left by close() (replace) or abort() (remove)
+        self._done = False
+        self._writer = None
+        self._schema = schema
+        self._fh = None
+        self.rows = 0
+
+    def write(self, frame) -> None:
+        try:
+            if self.kind == "parquet":
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
+                if self._writer is None:
+                    self._schema = table.schema
+                    self._writer = pq.ParquetWriter(self.tmp, self._schema)
+                self._writer.write_table(table)
+            else:
+                header = self._fh is None  # once, even when the first frame has no rows
+                if header:
+                    self._fh = open(self.tmp, "w", newline="", encoding="utf-8")
+                frame.to_csv(self._fh, index=False, header=header)
+        except OSError as exc:
+            self.abort()
+            raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
+        except (ValueError, TypeError) as exc:  # pyarrow: a column changed type between chunks
+            self.abort()
+            raise DataError(f"cannot write rows {self.rows}+ of {str(self.path)!r}: {first_line(exc)[:300]}; write a .csv "
+                            "instead, or make each column hold one type (a larger --chunk-rows reads more rows "
+                            "per type guess)") from None
+        self.rows += len(frame)
+
+    def close(self) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if self._fh is not None:
+                self._fh.close()
+        except OSError as exc:
+            self.abort()
+            raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
+        self._writer = self._fh = None
+        if not self._done:
+            self._done = True
+            self._target.__exit__(None, None, None)  # the temporary file replaces the target
+
+    def abort(self) -> None:
+        for h in (self._writer, self._fh):
+            try:
+                if h is not None:
+                    h.close()
+            except Exception:  # noqa: BLE001 - cleaning up after an error already raised
+                pass
+        self._writer = self._fh = None
+        if not self._done:
+            self._done = True
+            stop = DataError("write aborted")
+            self._target.__exit__(DataError, stop, None)  # removes the temporary file
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+def write_frames(frames, path, *, schema=None, progress=None) -> int:
+    """Write the DataFrames ``frames`` (any iterable) one after another to the file ``path``; returns the rows.
+
+    The one output writer (:class:`FrameWriter`: atomic, refuses links,
+    devices and folders; ``.csv`` or ``.parquet``). ``progress``, if given, is
+    called with the rows written so far after each frame.
+    """
+    with FrameWriter(path, schema) as w:
+        for frame in frames:
+            w.write(frame)
+            if progress is not None:
+                progress(w.rows)
+    return w.rows

@@ -347,3 +347,27 @@ def test_acceptance_view_marks_the_cutoff(files):
     fig = plot_acceptance(view)
     gids = {a.get_gid() for ax in fig.axes for a in ax.get_lines()}
     assert "acceptance:(all)" in gids and any(g and g.startswith("cutoff:") for g in gids)
+
+
+def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
+    # --thresholds on a real LocalCluster: the same accepted column as the local engine, the same refusals
+    t = files
+    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "--delta", "0.1",
+                  "-o", t / "th.json"))
+    pd.read_csv(t / "new.csv").to_parquet(t / "new.parquet")
+    dask = ("--engine", "dask", "--scheduler", cluster_address)
+    assert_ok(cli("apply", t / "m.json", t / "new.parquet", "--thresholds", t / "th.json", "-o", t / "local.csv"))
+    r = assert_ok(cli("apply", t / "m.json", t / "new.parquet", *dask, "--thresholds", t / "th.json",
+                      "-o", t / "dask.csv"))
+    assert "with accepted" in r.stdout
+    local, got = pd.read_csv(t / "local.csv"), pd.read_csv(t / "dask.csv")
+    assert got["accepted"].dtype == bool and 0 < got["accepted"].mean() < 1
+    pd.testing.assert_frame_equal(got, local)
+    # thresholds of another model, and an input that already has an 'accepted' column: refused, nothing written
+    assert_ok(cli("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
+    assert_error(cli("apply", t / "m2.json", t / "new.parquet", *dask, "--thresholds", t / "th.json",
+                     "-o", t / "o.csv"), "another 'hist' model")
+    pd.read_csv(t / "new.csv").assign(accepted=1).to_parquet(t / "acc.parquet")
+    assert_error(cli("apply", t / "m.json", t / "acc.parquet", *dask, "--thresholds", t / "th.json",
+                     "-o", t / "o.csv"), "already has a 'accepted' column")
+    assert not (t / "o.csv").exists()

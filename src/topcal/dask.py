@@ -31,6 +31,7 @@ columns with the same values, so every output partition has one schema.
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 
@@ -235,26 +236,44 @@ def _output(frame, data, classes, cols: dict, pred_col, score_col, pred_dtype):
     return out
 
 
-def _no_rows(interval) -> dict:
-    return {c: np.zeros(0) for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())}
+def _no_rows(interval, thresholds=None) -> dict:
+    out = {c: np.zeros(0) for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())}
+    if thresholds is not None:
+        out["accepted"] = np.zeros(0, dtype=bool)
+    return out
 
 
-def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None, pred_col=None, score_col=None):
+@functools.lru_cache(maxsize=4)
+def _thresholds(text: str):
+    """The thresholds a partition applies, from their JSON text (read once per worker process)."""
+    import json
+
+    from .thresholds import Thresholds
+
+    return Thresholds.from_dict(json.loads(text))
+
+
+def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None, pred_col=None, score_col=None,
+                     thresholds_text=None):
     model = _model(text)
+    th = None if thresholds_text is None else _thresholds(thresholds_text)
     if len(frame) == 0:
-        return _output(frame, None, model.classes_, _no_rows(interval), pred_col, score_col, pred_dtype)
+        return _output(frame, None, model.classes_, _no_rows(interval, th), pred_col, score_col, pred_dtype)
     data = read_frame(frame, **options)
-    return _output(frame, data, model.classes_, calibrate(model, data, interval), pred_col, score_col, pred_dtype)
+    return _output(frame, data, model.classes_, calibrate(model, data, interval, th), pred_col, score_col,
+                   pred_dtype)
 
 
-def apply(model, ddf, *, interval=None, **options):
+def apply(model, ddf, *, interval=None, thresholds=None, **options):
     """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and ``confidence`` added.
 
     ``options`` are the column options of :func:`topcal.io.read_frame`
     (labels are ignored). With ``interval`` (a level in (0, 1)) also
     ``confidence_lo`` and ``confidence_hi`` (:meth:`predict_interval`; the
-    model file each partition reads carries what they need). The columns are
-    those of a local ``apply`` (:func:`topcal.stream.with_confidence`).
+    model file each partition reads carries what they need). With
+    ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for
+    ``model``) also ``accepted``. The columns are those of a local ``apply``
+    (:func:`topcal.stream.with_confidence`).
     """
     import pandas as pd
 
@@ -263,7 +282,9 @@ def apply(model, ddf, *, interval=None, **options):
 
     if interval is not None:
         interval = check_level(interval)
-    check_new_columns(ddf.columns, interval)
+    if thresholds is not None:
+        thresholds.check_model(model)
+    check_new_columns(ddf.columns, interval, thresholds)
     options = {**options, "label_column": None}
     pred_col, score_col = output_roles(ddf.columns, options)
     confidence_column(ddf.columns, score_col)  # an input column it would overwrite: refused before any work
@@ -271,7 +292,7 @@ def apply(model, ddf, *, interval=None, **options):
         options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
     lay = layout(ddf, classes=list(model.classes_), **options)
     pred_dtype = pd.StringDtype("pyarrow")
-    meta = _output(ddf._meta, None, model.classes_, _no_rows(interval), pred_col, score_col, pred_dtype)
+    meta = _output(ddf._meta, None, model.classes_, _no_rows(interval, thresholds), pred_col, score_col, pred_dtype)
     import copy
 
     from dask import delayed
@@ -279,8 +300,9 @@ def apply(model, ddf, *, interval=None, **options):
     light = copy.copy(model)
     light.stats_ = None  # prediction needs no statistics: keep the task graph small
     text = delayed(dumps(light), pure=True)  # one graph key shared by every partition
+    th_text = None if thresholds is None else json.dumps(thresholds.to_dict())
     return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, pred_col, score_col,
-                              meta=meta)
+                              th_text, meta=meta)
 
 
 def _is_vector(ddf, options) -> bool:
@@ -298,7 +320,7 @@ def _input_files(path) -> list:
     return [Path(q) for q in glob.glob(str(path))] or [p]
 
 
-def apply_file(model, path, output, *, interval=None, **options) -> None:
+def apply_file(model, path, output, *, interval=None, thresholds=None, **options) -> None:
     """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the current Dask client.
 
     ``output`` ending in ``.csv`` is one CSV file, anything else a folder of
@@ -329,7 +351,7 @@ def apply_file(model, path, output, *, interval=None, **options) -> None:
         check_report_dir(out, what="output folder", writes=(), inputs=inputs)
     ddf = read_parquet(path)
     options = model_read_options(model, path, {**options, "label_column": None}, columns=list(ddf.columns))
-    result = apply(model, ddf, interval=interval, **options)
+    result = apply(model, ddf, interval=interval, thresholds=thresholds, **options)
     try:
         if as_csv:
             write_frames(_in_order(result), out)

@@ -118,11 +118,9 @@ class DaskEngine(Engine):
             return tdask.update(model, tdask.read_parquet(path), **options)
 
     def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, **options):
-        if thresholds is not None:
-            raise TopcalError("--thresholds is not available with --engine dask yet; apply with --engine local")
         tdask = self._dask()
         with tdask.Session(self.address):
-            tdask.apply_file(model, path, output, interval=interval, **options)
+            tdask.apply_file(model, path, output, interval=interval, thresholds=thresholds, **options)
         return None
 
 

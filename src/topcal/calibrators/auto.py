@@ -190,7 +190,9 @@ class Auto(Wrapper):
             )
             self.method_, self.best_, self.cv_ = "uncalibrated", "uncalibrated", {}
             self.cv_samples_ = float(data.n_samples)
-            self.model_ = calibrator("uncalibrated").fit(data)
+            model = calibrator("uncalibrated")
+            model._rows_fingerprint, model._scratch = self.fingerprint_, self._scratch
+            self.model_ = model.fit(data)
             return
         folds = kfold_split(data, n_folds, seed=int(self.seed or 0))
         target = TopLabelData.concat(folds)
@@ -204,7 +206,9 @@ class Auto(Wrapper):
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        conf[n].append(calibrator(n).fit(train).predict(folds[f]))
+                        model = calibrator(n)
+                        model._scratch = True
+                        conf[n].append(model.fit(train).predict(folds[f]))
                 except TopcalError as exc:
                     errors[n] = f"{type(exc).__name__}: {exc}"
         cv, losses = {}, {}
@@ -234,7 +238,10 @@ class Auto(Wrapper):
         self.cv_samples_ = float(data.n_samples)
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
-        self.model_ = calibrator(best).fit(data)
+        model = calibrator(best)
+        model._rows_fingerprint = self.fingerprint_  # the same rows: hashed once, by this fit
+        model._scratch = self._scratch  # a fold's auto (compare --folds) keeps nothing either
+        self.model_ = model.fit(data)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

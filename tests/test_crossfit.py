@@ -62,3 +62,97 @@ def test_a_scratch_fit_keeps_nothing_for_later():
     full = _quiet(lambda: topcal.calibrator("hist").fit(data))
     np.testing.assert_array_equal(model.predict(data), full.predict(data))
     assert full.fingerprint_ is not None and full.stats_ is not None and full.confusion_ is not None
+
+
+def _row_refit(data, names, n_folds, seed):
+    """The K-fold loop as it was before the cross-fit helper: every fold's model an ordinary fit on its rows."""
+    from topcal.data import kfold_split
+
+    folds = kfold_split(data, n_folds, seed=seed)
+    out = {}
+    for n in names:
+        parts = []
+        for f in range(n_folds):
+            train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
+            parts.append(_quiet(lambda: topcal.calibrator(n).fit(train)).predict(folds[f]))
+        out[n] = np.concatenate(parts)
+    return TopLabelData.concat(folds), out
+
+
+def _binned(seed):
+    rng = np.random.default_rng(seed)
+    edges = np.linspace(0.3, 1.0, 15)
+    pred = np.repeat(np.arange(3), 14)
+    lo, hi = np.tile(edges[:-1], 3), np.tile(edges[1:], 3)
+    tp = rng.integers(0, 40, pred.size).astype(float)
+    fp = rng.integers(0, 15, pred.size).astype(float)
+    return TopLabelData.from_binned(pred, lo, hi, tp, fp, classes=["a", "b", "c"])
+
+
+SETS = {"vectors": lambda: _vectors(2, 900, 5), "sharp": lambda: _vectors(3, 700, 3, sharp=2.0),
+        "binned": lambda: _binned(4)}
+
+
+@pytest.mark.parametrize("which", sorted(SETS))
+def test_auto_choice_and_table_equal_the_row_refit_path(which):
+    """Tolerance: 1e-9 relative on every candidate's mean NLL and standard errors (the helper's fits are
+    ordinary fits on the same rows; only the sums of the table may differ in their last bits)."""
+    from topcal.calibrators.auto import choose, paired_se
+    from topcal.metrics import nll
+    from topcal._numeric import binary_nll
+
+    data = SETS[which]()
+    names = [n for n in topcal.calibrators.auto.DEFAULT_CANDIDATES
+             if data.has_full or not topcal.calibrators.get_class(n).needs_full]
+    model = _quiet(lambda: topcal.calibrator("auto").fit(data))
+    target, conf = _row_refit(data, names, 5, 0)
+    cv = {}
+    loss = {n: (binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c)) for n, c in conf.items()}
+    for n, c in conf.items():
+        cv[n] = {"nll": nll(target, c).overall, "se": paired_se(target.tp, target.fp, *loss[n])[1]}
+    lead = min(cv, key=lambda n: cv[n]["nll"])
+    for n in cv:
+        cv[n]["diff_se"] = paired_se(target.tp, target.fp, *loss[n], *loss[lead])[1]
+    assert set(model.cv_) == set(cv)
+    for n in cv:
+        for key in ("nll", "se", "diff_se"):
+            np.testing.assert_allclose(model.cv_[n][key], cv[n][key], rtol=1e-9, atol=0, err_msg=f"{n} {key}")
+    assert (model.method_, model.best_) == choose(cv, 1.0)
+
+
+def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monkeypatch):
+    from topcal.errors import ConvergenceError
+    from topcal.evaluate import compare_methods
+
+    data = _vectors(5, 500, 3)
+    res = _quiet(lambda: compare_methods(data, ["hist", "sts", "auto"], folds=3, seed=1))
+    target, conf = _row_refit(data, ["hist", "sts"], 3, 1)
+    for n in ("hist", "sts"):
+        expect = topcal.evaluate.evaluate(target, conf[n])["nll"]["overall"]
+        np.testing.assert_allclose(res["methods"][n]["nll"]["overall"], expect, rtol=1e-12)
+    assert [c["fold"] for c in res["choices"]["auto"]] == [1, 2, 3]
+    cls = topcal.calibrators.get_class("bts")
+    real, calls = cls._fit, []
+
+    def second_fails(self, d):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConvergenceError("made to fail")
+        return real(self, d)
+
+    monkeypatch.setattr(cls, "_fit", second_fails)
+    res = _quiet(lambda: compare_methods(data, ["hist", "bts"], folds=3))
+    assert res["failed"] == {"bts": "fold 2: ConvergenceError: made to fail"} and len(calls) == 2
+    assert "hist" in res["methods"] and "bts" not in res["methods"]
+
+
+def test_hierarchical_loss_equals_logaddexp_bit_for_bit():
+    from topcal.calibrators.hierarchical import _Rows  # noqa: the class under test
+
+    rng = np.random.default_rng(6)
+    m = np.concatenate([rng.normal(0, 5, 5000), rng.normal(0, 60, 500), [0.0, -0.0, 1e-300, -1e-300, 700, -700]])
+    tp = (rng.random(m.size) < 0.5).astype(float)
+    g = rng.integers(0, 3, m.size)
+    rows = _Rows(np.ones((m.size, 1)), tp, 1.0 - tp, g, 3)
+    expect = np.bincount(g, weights=tp * np.logaddexp(0.0, -m) + (1.0 - tp) * np.logaddexp(0.0, m), minlength=3)
+    np.testing.assert_array_equal(rows.loss(m), expect)

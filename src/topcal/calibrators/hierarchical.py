@@ -34,7 +34,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._numeric import PROB_CLIP
+from .._numeric import PROB_CLIP, dot
 from .._params import Interval, Options
 from ..data import TopLabelData
 from .temperature import BINARY_SCORE_FLOOR
@@ -55,10 +55,6 @@ def score_logit(data: TopLabelData) -> np.ndarray:
     return np.log(s) - np.log1p(-s)
 
 
-def _softplus(x):
-    return np.logaddexp(0.0, x)
-
-
 class _Rows:
     """Rows with weight, grouped by class: features X (n, p), tp, fp, class index."""
 
@@ -73,8 +69,13 @@ class _Rows:
         return np.bincount(self.g, weights=v, minlength=self.k)
 
     def loss(self, m):
-        """Per-class NLL at margins m."""
-        return self.sums(self.tp * _softplus(-m) + self.fp * _softplus(m))
+        """Per-class NLL at margins m.
+
+        softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)), bit for bit what ``np.logaddexp(0, +-m)``
+        computes (tested), with the exponential and logarithm taken once for both signs.
+        """
+        s = np.log1p(np.exp(-np.abs(m)))
+        return self.sums(self.tp * (np.maximum(-m, 0.0) + s) + self.fp * (np.maximum(m, 0.0) + s))
 
     def margin(self, theta):
         return np.einsum("np,np->n", self.X, theta[self.g])
@@ -141,7 +142,7 @@ def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
         sel = wt > 0
         mi = m[sel] + deriv[sel] * lev[sel] / den[sel]
         c = np.clip(expit(mi), PROB_CLIP, 1.0 - PROB_CLIP)
-        out += float(-(wt[sel] @ (np.log(c) if sign < 0 else np.log1p(-c))))
+        out -= dot(wt[sel], np.log(c) if sign < 0 else np.log1p(-c))
     return out
 
 

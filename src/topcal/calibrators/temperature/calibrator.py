@@ -140,7 +140,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         self.fitted_classes_ = fitted
         self.loss_ = float(loss)
         self.n_iter_ = int(n_iter)
-        self.param_cov_ = self._covariance_from_data(data, fitted)
+        # the parameters' covariance serves intervals and describe only: a scratch fit (a fold's model) skips it
+        self.param_cov_ = None if self._scratch else self._covariance_from_data(data, fitted)
         if m is None:
             m = self._margin(data)
         rows = tp * softplus(-m) + fp * softplus(m)

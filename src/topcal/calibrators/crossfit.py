@@ -1,0 +1,127 @@
+"""Cross-fitting: every sample's confidence from a model fitted on the other folds.
+
+The one K-fold loop of the project: ``auto``'s cross-validation
+(:mod:`.auto`) and ``compare``'s "kfold" protocol (:mod:`topcal.evaluate`)
+both run :func:`cross_fit`. The folds are :func:`topcal.data.kfold_split`'s
+(seeded; stratified by predicted class; binned counts dealt by a multinomial
+draw); fold f's confidences come from a model fitted on the other K - 1
+folds, and :attr:`CrossFit.target` (the folds one after the other) gives the
+row order of every confidence array.
+
+A fold's model is a *scratch* fit (``Calibrator._scratch``): it is scored
+and dropped, so its fit skips what a model keeps for later (the rows'
+fingerprint, the mergeable statistics, the label-shift counts). Its
+confidences are those of an ordinary fit on the same rows, bit for bit.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .. import _progress
+from .._numeric import binary_nll
+from ..data import TopLabelData, kfold_split
+from ..errors import DataError, TopcalError
+from .registry import calibrator
+
+__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_model"]
+
+
+def scratch_model(name: str, params: dict | None = None):
+    """An unfitted ``name`` calibrator whose fit keeps nothing for later (a fold's model)."""
+    model = calibrator(name, **(params or {}))
+    model._scratch = True
+    return model
+
+
+def scratch_fit(name: str, train: TopLabelData, fold: int | None = None):
+    """:func:`scratch_model` ``name`` fitted on ``train``, its warnings ignored."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return scratch_model(name).fit(train)
+
+
+@dataclass
+class CrossFit:
+    """The outcome of :func:`cross_fit`.
+
+    Attributes
+    ----------
+    folds : list of TopLabelData
+    target : TopLabelData
+        The folds concatenated: row i of every confidence array is its row i.
+    confidence : dict
+        ``{method: out-of-fold confidence per row of target}`` for the methods
+        that fitted in every fold.
+    errors : dict
+        ``{method: (fold index, "ErrorType: message")}`` for those that failed
+        (the first failure; the method is not fitted in later folds).
+    """
+
+    folds: list
+    target: TopLabelData
+    confidence: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+
+    def losses(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of ``target``, the held-out NLL of ``name`` if the prediction is right and if it is wrong."""
+        c = self.confidence[name]
+        return binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c)
+
+
+def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0,
+              fit: Callable | None = None, on_model: Callable | None = None,
+              desc: str = "cross-fitting") -> CrossFit:
+    """Fit every method of ``names`` on each fold's training part and predict the fold.
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+    names : sequence of str
+        Registered method names.
+    n_folds : int >= 2
+    seed : int, default 0
+        Seed of the fold split.
+    fit : callable(name, train, fold) -> fitted calibrator, optional
+        How a fold's model is fitted (default :func:`scratch_fit`); a caller
+        that collects warnings or passes parameters gives its own.
+    on_model : callable(name, fold, model, train), optional
+        Called after each fold's fit (fold counted from 0), e.g. to record
+        what a fold's ``auto`` chose.
+    desc : str
+        The progress bar's label (shown on a terminal only).
+
+    A method whose fit or prediction raises a :class:`~topcal.errors.TopcalError`
+    is recorded in ``errors`` and skipped in the later folds; the others go on.
+    """
+    folds = kfold_split(data, n_folds, seed=seed)
+    names = list(names)
+    fit = scratch_fit if fit is None else fit
+    parts: dict = {n: [] for n in names}
+    errors: dict = {}
+    bar = _progress.bar(total=n_folds * len(names), desc=desc, unit=" fits")
+    try:
+        for f in range(n_folds):
+            train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
+            if train.n_samples <= 0:
+                raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
+            for name in names:
+                bar.update()
+                if name in errors:
+                    continue
+                try:
+                    model = fit(name, train, f)
+                    parts[name].append(model.predict(folds[f]))
+                except TopcalError as exc:
+                    errors[name] = (f, f"{type(exc).__name__}: {exc}")
+                    continue
+                if on_model is not None:
+                    on_model(name, f, model, train)
+    finally:
+        bar.close()
+    confidence = {n: np.concatenate(parts[n]) for n in names if n not in errors}
+    return CrossFit(folds, TopLabelData.concat(folds), confidence, errors)

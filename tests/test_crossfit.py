@@ -95,8 +95,10 @@ SETS = {"vectors": lambda: _vectors(2, 900, 5), "sharp": lambda: _vectors(3, 700
 
 @pytest.mark.parametrize("which", sorted(SETS))
 def test_auto_choice_and_table_equal_the_row_refit_path(which):
-    """Tolerance: 1e-9 relative on every candidate's mean NLL and standard errors (the helper's fits are
-    ordinary fits on the same rows; only the sums of the table may differ in their last bits)."""
+    """Tolerance: 1e-9 relative on every candidate's mean NLL and standard errors where the helper's fits are
+    ordinary fits on the same rows (only the sums of the table may differ in their last bits); 1e-6 for the
+    warm-started ones (the temperature family, hier-*: the optimiser stops at 1e-10 relative on the loss
+    from another start)."""
     from topcal.calibrators.auto import choose, paired_se
     from topcal.metrics import nll
     from topcal._numeric import binary_nll
@@ -115,8 +117,10 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
         cv[n]["diff_se"] = paired_se(target.tp, target.fp, *loss[n], *loss[lead])[1]
     assert set(model.cv_) == set(cv)
     for n in cv:
+        rtol = 1e-6 if topcal.calibrators.get_class(n)._warm_starts or topcal.calibrators.get_class(
+            lead)._warm_starts else 1e-9
         for key in ("nll", "se", "diff_se"):
-            np.testing.assert_allclose(model.cv_[n][key], cv[n][key], rtol=1e-9, atol=0, err_msg=f"{n} {key}")
+            np.testing.assert_allclose(model.cv_[n][key], cv[n][key], rtol=rtol, atol=0, err_msg=f"{n} {key}")
     assert (model.method_, model.best_) == choose(cv, 1.0)
 
 
@@ -129,21 +133,26 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
     target, conf = _row_refit(data, ["hist", "sts"], 3, 1)
     for n in ("hist", "sts"):
         expect = topcal.evaluate.evaluate(target, conf[n])["nll"]["overall"]
-        np.testing.assert_allclose(res["methods"][n]["nll"]["overall"], expect, rtol=1e-12)
+        np.testing.assert_allclose(res["methods"][n]["nll"]["overall"], expect, rtol=1e-12 if n == "hist" else 1e-6)
     assert [c["fold"] for c in res["choices"]["auto"]] == [1, 2, 3]
     cls = topcal.calibrators.get_class("bts")
     real, calls = cls._fit, []
 
-    def second_fails(self, d):
-        calls.append(1)
-        if len(calls) == 2:
+    def fails(self, d):  # the first call is the all-data fit that warm-starts the folds', then folds 1, 2, ...
+        calls.append(self.__dict__.get("_warm_start") is not None)
+        if len(calls) in bad:
             raise ConvergenceError("made to fail")
         return real(self, d)
 
-    monkeypatch.setattr(cls, "_fit", second_fails)
+    monkeypatch.setattr(cls, "_fit", fails)
+    bad = {3}
     res = _quiet(lambda: compare_methods(data, ["hist", "bts"], folds=3))
-    assert res["failed"] == {"bts": "fold 2: ConvergenceError: made to fail"} and len(calls) == 2
+    assert res["failed"] == {"bts": "fold 2: ConvergenceError: made to fail"} and calls == [False, True, True]
     assert "hist" in res["methods"] and "bts" not in res["methods"]
+    # an all-data fit that fails only loses the warm start: the folds fit from the fixed start
+    bad, calls[:] = {1}, []
+    res = _quiet(lambda: compare_methods(data, ["bts"], folds=3))
+    assert calls == [False, False, False, False] and "bts" in res["methods"] and not res["failed"]
 
 
 def test_hierarchical_loss_equals_logaddexp_bit_for_bit():
@@ -156,3 +165,17 @@ def test_hierarchical_loss_equals_logaddexp_bit_for_bit():
     rows = _Rows(np.ones((m.size, 1)), tp, 1.0 - tp, g, 3)
     expect = np.bincount(g, weights=tp * np.logaddexp(0.0, -m) + (1.0 - tp) * np.logaddexp(0.0, m), minlength=3)
     np.testing.assert_array_equal(rows.loss(m), expect)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_canonical_order_equals_the_sort_on_every_key(tied):
+    from topcal.data import canonical_order
+
+    data = _vectors(7, 3000, 4)
+    if tied:  # rounded scores: many rows tie on (class, score), the later keys order them
+        data = TopLabelData.from_probs(np.round(data.full, 2) + 1e-3, data.labels, classes=data.classes,
+                                       renormalize=True)
+        assert len(np.unique(np.stack([data.pred, data.score]), axis=1)[0]) < data.n_rows
+    w = np.random.default_rng(0).random(data.full.shape[1]) + 0.5
+    keys = [data.pred, data.score, data.labels, data.tp, data.fp, np.nan_to_num(data.full) @ w]
+    np.testing.assert_array_equal(canonical_order(data), np.lexsort(keys[::-1]))

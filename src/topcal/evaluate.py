@@ -227,10 +227,10 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
     fits warned about in ``notes``, each fold's ``auto`` choice in ``choices``, failures in ``failed``."""
     failed = {} if failed is None else failed
 
-    def fit(name, train, f):
+    def fit(name, train, f, warm):
         if progress is not None:
             progress(f"fold {f + 1}/{n_folds}: fitting {name}")
-        return fit_quietly(scratch_model(name, (params or {}).get(name)), train, notes=notes)
+        return fit_quietly(scratch_model(name, (params or {}).get(name), warm), train, notes=notes)
 
     def on_model(name, f, model, train):
         summary = auto_summary(model, f + 1)
@@ -241,7 +241,8 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
                 if msg not in notes.setdefault(name, []):
                     notes[name].append(msg)
 
-    run = cross_fit(data, [n for n in names if n not in failed], n_folds, seed=seed, fit=fit, on_model=on_model)
+    run = cross_fit(data, [n for n in names if n not in failed], n_folds, seed=seed, params=params, fit=fit,
+                    on_model=on_model)
     for name, (f, msg) in run.errors.items():
         failed[name] = f"fold {f + 1}: {msg}"
     return run.target, run.confidence

@@ -120,6 +120,9 @@ class Calibrator(Envelope):
     #: :mod:`.crossfit`): its fit keeps nothing for later use (no fingerprint of its rows, no
     #: mergeable statistics, no label-shift counts, no copy of the rows they are counted from).
     _scratch: bool = False
+    #: Whether a cross-validation fold's fit may start from the optimum on all the data
+    #: (``_warm_start``, set by :mod:`.crossfit`): methods fitted by an iterative optimiser.
+    _warm_starts: ClassVar[bool] = False
     # An instance may also be given ``_rows_fingerprint`` before ``fit``: the fingerprint of the same
     # rows, already computed by the fit this one runs inside (``auto``'s chosen model); fit takes it
     # instead of hashing every row again.

@@ -11,7 +11,16 @@ row order of every confidence array.
 A fold's model is a *scratch* fit (``Calibrator._scratch``): it is scored
 and dropped, so its fit skips what a model keeps for later (the rows'
 fingerprint, the mergeable statistics, the label-shift counts). Its
-confidences are those of an ordinary fit on the same rows, bit for bit.
+confidences are those of an ordinary fit on the same rows, bit for bit,
+except for the methods fitted by an iterative optimiser (``_warm_starts``:
+the temperature family, ``hier-platt``, ``hier-beta``): those are first
+fitted on all the data, and each fold's fit starts from that optimum instead
+of the fixed starting point (a fold's optimum lies near the whole data's).
+The optimisers stop at the same tolerance (relative 1e-10 on the loss), so
+the confidences agree with cold-started fits to about 1e-8 relative (tested:
+auto's cross-validation table within 1e-6 relative, the same choice); the
+warm start saves about a third of a fold's temperature fit and a sixth of a
+hierarchical one (issue 26).
 """
 
 from __future__ import annotations
@@ -26,23 +35,26 @@ from .. import _progress
 from .._numeric import binary_nll
 from ..data import TopLabelData, kfold_split
 from ..errors import DataError, TopcalError
-from .registry import calibrator
+from .registry import calibrator, get_class
 
 __all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_model"]
 
 
-def scratch_model(name: str, params: dict | None = None):
-    """An unfitted ``name`` calibrator whose fit keeps nothing for later (a fold's model)."""
+def scratch_model(name: str, params: dict | None = None, warm=None):
+    """An unfitted ``name`` calibrator whose fit keeps nothing for later (a fold's model), started
+    from the fitted model ``warm``'s optimum where the method has an optimiser (see the module docstring)."""
     model = calibrator(name, **(params or {}))
     model._scratch = True
+    if warm is not None and model._warm_starts:
+        model._warm_start = warm
     return model
 
 
-def scratch_fit(name: str, train: TopLabelData, fold: int | None = None):
+def scratch_fit(name: str, train: TopLabelData, fold: int | None = None, warm=None, params: dict | None = None):
     """:func:`scratch_model` ``name`` fitted on ``train``, its warnings ignored."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return scratch_model(name).fit(train)
+        return scratch_model(name, params, warm).fit(train)
 
 
 @dataclass
@@ -73,7 +85,7 @@ class CrossFit:
         return binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c)
 
 
-def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0,
+def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params: dict | None = None,
               fit: Callable | None = None, on_model: Callable | None = None,
               desc: str = "cross-fitting") -> CrossFit:
     """Fit every method of ``names`` on each fold's training part and predict the fold.
@@ -86,9 +98,13 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0,
     n_folds : int >= 2
     seed : int, default 0
         Seed of the fold split.
-    fit : callable(name, train, fold) -> fitted calibrator, optional
+    params : dict, optional
+        ``{method: {parameter: value}}`` of the all-data fits that warm-start
+        the folds' (a caller's ``fit`` builds the folds' models with the same).
+    fit : callable(name, train, fold, warm) -> fitted calibrator, optional
         How a fold's model is fitted (default :func:`scratch_fit`); a caller
-        that collects warnings or passes parameters gives its own.
+        that collects warnings or passes parameters gives its own, building
+        the model with :func:`scratch_model` (``warm``: the warm start, or None).
     on_model : callable(name, fold, model, train), optional
         Called after each fold's fit (fold counted from 0), e.g. to record
         what a fold's ``auto`` chose.
@@ -103,8 +119,17 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0,
     fit = scratch_fit if fit is None else fit
     parts: dict = {n: [] for n in names}
     errors: dict = {}
-    bar = _progress.bar(total=n_folds * len(names), desc=desc, unit=" fits")
+    warm = {}
+    starts = [n for n in names if get_class(n)._warm_starts]
+    bar = _progress.bar(total=(n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts)), desc=desc,
+                        unit=" fits")
     try:
+        for name in starts:
+            bar.update()
+            try:  # a failure here is not the method's: the folds' cold fits then say whether it fails
+                warm[name] = scratch_fit(name, data, params=(params or {}).get(name))
+            except TopcalError:
+                pass
         for f in range(n_folds):
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:
@@ -114,7 +139,7 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0,
                 if name in errors:
                     continue
                 try:
-                    model = fit(name, train, f)
+                    model = fit(name, train, f, warm.get(name))
                     parts[name].append(model.predict(folds[f]))
                 except TopcalError as exc:
                     errors[name] = (f, f"{type(exc).__name__}: {exc}")

@@ -178,6 +178,7 @@ class _Hierarchical(Calibrator):
     in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     _names: ClassVar[tuple] = ()
     _identity: ClassVar[tuple] = ()
+    _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)
     _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}
 
     def __init__(self, *, shrinkage="auto", loss: str = "nll"):
@@ -196,9 +197,14 @@ class _Hierarchical(Calibrator):
         rows = _Rows(X, data.tp, data.fp, data.pred, k)
         one = _Rows(X, data.tp, data.fp, np.zeros(data.n_rows, dtype=np.int64), 1)
         start = np.array([self._identity], dtype=np.float64)
+        # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of the
+        # same solve on all the data (_warm_start) instead of the identity or the previous strength's
+        warm = self.__dict__.get("_warm_start")
+        warm_fits = {} if warm is None else warm.__dict__.get("_strength_fits", {})
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
-        theta0 = _newton(one, start, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
+        begin = start if warm is None else warm.pooled_[None, :]
+        theta0 = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
         q = expit(one.margin(theta0[None, :]))
         prior = one.hessian(one.w * q * (1.0 - q))[0] / max(n, 1.0)
         # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
@@ -212,19 +218,20 @@ class _Hierarchical(Calibrator):
             fits = {}
             theta = center.copy()
             for j in range(LAMBDA_GRID.size - 1, -1, -2):
-                theta = fits[j] = _newton(rows, theta, center, prior, float(LAMBDA_GRID[j]))
+                theta = fits[j] = _newton(rows, warm_fits.get(j, theta), center, prior, float(LAMBDA_GRID[j]))
                 losses[j] = _alo_loss(rows, theta, prior, float(LAMBDA_GRID[j]))
             b = int(np.argmin(losses))
             for j in (b - 1, b + 1):
                 if 0 <= j < LAMBDA_GRID.size and j not in fits:
-                    fits[j] = _newton(rows, fits[b], center, prior, float(LAMBDA_GRID[j]))
+                    fits[j] = _newton(rows, warm_fits.get(j, fits[b]), center, prior, float(LAMBDA_GRID[j]))
                     losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+            self.__dict__["_strength_fits"] = fits  # warm starts for cross-validation folds (not saved)
             j = int(np.argmin(losses))  # the smallest strength on ties
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
         else:
             lam = float(self.shrinkage)
-            theta = _newton(rows, center.copy(), center, prior, lam)
+            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)
             self.strength_loss_ = None
         has = np.bincount(rows.g, minlength=k) > 0
         self.theta_ = np.where(has[:, None], theta, theta0[None, :])

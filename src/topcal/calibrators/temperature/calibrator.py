@@ -81,6 +81,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     _shared: ClassVar[bool] = False
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
+    _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)
     #: the binary method to suggest for data without full score vectors
     _full_alternative: ClassVar[str | None] = "bts"
 
@@ -124,8 +125,9 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         fp = data.fp
         if self._objective_kind() == "multinomial":
             obj = MultinomialObjective(self._log_scores(data), data.labels, tp + fp)
+            start = self._warm_x(None, 1)
             try:
-                res = bounded_newton(obj, [0.0], [LOG_T[0]], [LOG_T[1]], max_iter=self.max_iter, what=self.name)
+                res = bounded_newton(obj, start, [LOG_T[0]], [LOG_T[1]], max_iter=self.max_iter, what=self.name)
             except ConvergenceError as exc:
                 res = self._fallback(obj, np.zeros(1), np.array([LOG_T[0]]), np.array([LOG_T[1]]), None,
                                      self.name, exc)
@@ -147,6 +149,28 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
+
+    def _warm_x(self, c, size: int) -> np.ndarray:
+        """Newton's starting point: T = 1 and no award (zeros), or, for a cross-validation fold's fit
+        (:mod:`..crossfit`), the optimum of the same method on all the data (``_warm_start``) in the
+        optimiser's coordinates (log T, A / T); class ``c``'s, or the shared ones for c None."""
+        warm = self.__dict__.get("_warm_start")
+        x = np.zeros(size)
+        if warm is None:
+            return x
+        fitted = np.asarray(warm.fitted_classes_, bool)
+        if c is None:
+            if not fitted.any():
+                return x
+            i = int(np.argmax(fitted))
+            x[0] = np.log(warm.temperature_[i])
+            if size > 1:
+                x[1:] = np.where(fitted, warm.awards_ / warm.temperature_, 0.0)
+        elif fitted[c]:
+            x[0] = np.log(warm.temperature_[c])
+            if size > 1:
+                x[1] = warm.awards_[c] / warm.temperature_[c]
+        return x
 
     def _class_flags(self):
         """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about one-sided ones."""
@@ -177,7 +201,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             return TopLabelObjective(d, others, data.tp, data.fp, loss=loss, n_awards=n_aw,
                                      groups=data.pred if n_aw else None)
 
-        x0 = np.zeros(1 + n_aw)
+        x0 = self._warm_x(None, 1 + n_aw)
         lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         fixed = np.zeros(1 + n_aw, bool)
@@ -187,6 +211,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             # offset A / T is held at the bound so the joint Newton system
             # stays regular.
             fixed[1:] = ~fitted | only_tp | only_fp
+            x0[1:][fixed[1:]] = 0.0
             x0[1:][only_tp] = OFFSET_MAX
             x0[1:][only_fp] = -OFFSET_MAX
         res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
@@ -217,7 +242,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 obj = make(self.loss)
                 res = self._degenerate_corner(obj, bool(only_tp[c]), lo, hi)
             if res is None:
-                res, obj = self._solve(make, np.zeros(1 + n_aw), lo, hi, None,
+                res, obj = self._solve(make, self._warm_x(c, 1 + n_aw), lo, hi, None,
                                        f"{self.name} (class {data.classes[c]!r})")
             temps[c] = np.exp(res.x[0])
             if n_aw:

@@ -179,3 +179,26 @@ def test_canonical_order_equals_the_sort_on_every_key(tied):
     w = np.random.default_rng(0).random(data.full.shape[1]) + 0.5
     keys = [data.pred, data.score, data.labels, data.tp, data.fp, np.nan_to_num(data.full) @ w]
     np.testing.assert_array_equal(canonical_order(data), np.lexsort(keys[::-1]))
+
+
+@pytest.mark.parametrize("name, most", [("sts", 2.2), ("csts", 2.0), ("bts", 1.0)])
+def test_temperature_fit_reads_the_score_matrix_through_its_row_order_without_copying_it(name, most):
+    """Peak traced memory of a fit ÷ the (n, K) input: before, the canonical row order copied the matrix
+    (sts 2.86, csts 4.49, bts 1.79 here; now 1.86, 1.52, 0.63); the fit is the one on the rows put in that order first, bit for bit."""
+    import tracemalloc
+
+    from topcal.data import canonical_order
+
+    data = _vectors(8, 60000, 20)
+    tracemalloc.start()
+    try:
+        model = _quiet(lambda: topcal.calibrator(name).fit(data))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak / data.full.nbytes < most
+    ordered = data.subset(canonical_order(data))  # already in order: the fit reads it as it is
+    again = _quiet(lambda: topcal.calibrator(name).fit(ordered))
+    np.testing.assert_array_equal(model.temperature_, again.temperature_)
+    np.testing.assert_array_equal(model.param_cov_, again.param_cov_)
+    np.testing.assert_array_equal(model.class_nll_, again.class_nll_)

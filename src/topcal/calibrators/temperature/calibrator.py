@@ -113,8 +113,31 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         # is flat (a ridge, a quasi-separated class) the optimiser stops at the same point
         # and the fit does not depend on row order.
         order = canonical_order(data)
-        if np.any(order[1:] != order[:-1] + 1):
-            data = data.subset(order)
+        try:
+            if np.any(order[1:] != order[:-1] + 1):
+                if self._binary:  # bts/btswa read the top score alone
+                    data = data.subset(order, keep_full=False)
+                elif self._objective_kind() == "multinomial":  # reads the whole log-score matrix
+                    data = data.subset(order)
+                else:  # the score matrix is read through the order (_split), never copied whole
+                    self.__dict__["_fit_full"] = (data.full, data.full_kind, order)
+                    data = data.subset(order, keep_full=False)
+            self._fit_ordered(data)
+        finally:
+            self.__dict__.pop("_fit_full", None)
+
+    def _split(self, data: TopLabelData, idx=None):
+        """:func:`split_rows` of ``data`` (rows ``idx``), or, inside a fit whose rows were put in canonical
+        order, of the score matrix read through that order (the same numbers, no copy of the matrix)."""
+        src = self.__dict__.get("_fit_full")
+        if src is None:
+            return split_rows(data, idx)
+        full, kind, order = src
+        rows = order if idx is None else order[idx]
+        pred = data.pred if idx is None else data.pred[idx]
+        return split_top(full, pred, log_floor=None if kind == "logits" else LOG_PROB_FLOOR, rows=rows)
+
+    def _fit_ordered(self, data: TopLabelData) -> None:
         k = data.n_classes
         if self._binary:
             self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
@@ -194,7 +217,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
 
     def _fit_shared(self, data, fitted, only_tp, only_fp):
         k = data.n_classes
-        d, others = split_rows(data)
+        d, others = self._split(data)
         n_aw = k if self._has_award else 0
 
         def make(loss):
@@ -232,7 +255,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         for c in np.flatnonzero(fitted):
             idx = np.flatnonzero(data.pred == c)
-            d, others = (z[idx], None) if self._binary else split_rows(data, idx)
+            d, others = (z[idx], None) if self._binary else self._split(data, idx)
 
             def make(loss, d=d, others=others, idx=idx):
                 return TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw)

@@ -99,30 +99,34 @@ def _newton(rows: _Rows, theta, center, prior, lam):
     p = theta.shape[1]
 
     def objective(th):
+        """(per-class penalised loss, the rows' margins) at th."""
         d = th - center
-        return rows.loss(rows.margin(th)) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d)
+        m = rows.margin(th)
+        return rows.loss(m) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d), m
 
-    f = objective(theta)
+    f, m = objective(theta)
     for _ in range(_NEWTON_STEPS):
-        q = expit(rows.margin(theta))
+        q = expit(m)  # the margins at theta, kept from its objective (a row's margin is its class's)
         r = rows.w * q - rows.tp  # dNLL/dm
         grad = np.stack([rows.sums(r * rows.X[:, i]) for i in range(p)], axis=1) + lam * (theta - center) @ prior
         H = rows.hessian(rows.w * q * (1.0 - q)) + lam * prior + 1e-12 * np.eye(p)
         step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
         t = np.ones(rows.k)
         new = theta - step
-        fn = objective(new)
+        fn, mn = objective(new)
         for _ in range(30):  # halve the step of the classes whose objective went up
             bad = ~(fn <= f + 1e-12 * np.abs(f))
             if not bad.any():
                 break
             t[bad] *= 0.5
             new = theta - t[:, None] * step
-            fn = objective(new)
+            fn, mn = objective(new)
         bad = ~(fn <= f + 1e-12 * np.abs(f))
         new[bad], fn[bad] = theta[bad], f[bad]
+        if bad.any():
+            mn = np.where(bad[rows.g], m, mn)
         done = np.abs(f - fn) <= _TOL * (1.0 + np.abs(f))
-        theta, f = new, fn
+        theta, f, m = new, fn, mn
         if done.all():
             break
     return theta

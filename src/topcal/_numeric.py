@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PROB_CLIP", "binary_nll", "dot", "bin_index", "weighted_quantile_edges", "SortedTables"]
+__all__ = ["PROB_CLIP", "binary_nll", "dot", "softplus_both", "bin_index", "weighted_quantile_edges", "SortedTables"]
 
 #: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a
 #: confident mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf.
@@ -38,6 +38,16 @@ def dot(a, b) -> float:
     the last bits).
     """
     return float(np.einsum("i,i->", a, b))
+
+
+def softplus_both(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(softplus(-m), softplus(m)), softplus(x) = log(1 + e^x), with one exp and one log1p for both.
+
+    softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): bit for bit what ``np.logaddexp(0, +-m)``
+    computes (tested), at about half the cost of the two calls.
+    """
+    s = np.log1p(np.exp(-np.abs(m)))
+    return np.maximum(-m, 0.0) + s, np.maximum(m, 0.0) + s
 
 
 def bin_index(edges: np.ndarray, score: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._numeric import PROB_CLIP, dot
+from .._numeric import PROB_CLIP, dot, softplus_both
 from .._params import Interval, Options
 from ..data import TopLabelData
 from .temperature import BINARY_SCORE_FLOOR
@@ -69,13 +69,9 @@ class _Rows:
         return np.bincount(self.g, weights=v, minlength=self.k)
 
     def loss(self, m):
-        """Per-class NLL at margins m.
-
-        softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)), bit for bit what ``np.logaddexp(0, +-m)``
-        computes (tested), with the exponential and logarithm taken once for both signs.
-        """
-        s = np.log1p(np.exp(-np.abs(m)))
-        return self.sums(self.tp * (np.maximum(-m, 0.0) + s) + self.fp * (np.maximum(m, 0.0) + s))
+        """Per-class NLL at margins m."""
+        neg, pos = softplus_both(m)
+        return self.sums(self.tp * neg + self.fp * pos)
 
     def margin(self, theta):
         return np.einsum("np,np->n", self.X, theta[self.g])

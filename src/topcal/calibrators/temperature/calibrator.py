@@ -37,7 +37,6 @@ from ._core import (
     TopLabelObjective,
     bounded_newton,
     softplus,
-    split_top,
     tabulate_losses,
     top_label_margin,
     top_label_margin_rows,
@@ -45,7 +44,7 @@ from ._core import (
 from ._tables import NODES, LossTables
 from ..base import Calibrator, Curve, finite_array, to_jsonable
 from ._intervals import TemperatureIntervals
-from ._rows import LOG_T, binary_logit, split_rows
+from ._rows import LOG_T, binary_logit, split_rows, warm_start
 
 __all__ = ["TemperatureBase"]
 
@@ -127,15 +126,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             self.__dict__.pop("_fit_full", None)
 
     def _split(self, data: TopLabelData, idx=None):
-        """:func:`split_rows` of ``data`` (rows ``idx``), or, inside a fit whose rows were put in canonical
-        order, of the score matrix read through that order (the same numbers, no copy of the matrix)."""
-        src = self.__dict__.get("_fit_full")
-        if src is None:
-            return split_rows(data, idx)
-        full, kind, order = src
-        rows = order if idx is None else order[idx]
-        pred = data.pred if idx is None else data.pred[idx]
-        return split_top(full, pred, log_floor=None if kind == "logits" else LOG_PROB_FLOOR, rows=rows)
+        """:func:`._rows.split_rows` of ``data`` (rows ``idx``), through the fit's row order where one is set."""
+        return split_rows(data, idx, self.__dict__.get("_fit_full"))
 
     def _fit_ordered(self, data: TopLabelData) -> None:
         k = data.n_classes
@@ -174,26 +166,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         self.nll_ = float(self.class_nll_.sum())
 
     def _warm_x(self, c, size: int) -> np.ndarray:
-        """Newton's starting point: T = 1 and no award (zeros), or, for a cross-validation fold's fit
-        (:mod:`..crossfit`), the optimum of the same method on all the data (``_warm_start``) in the
-        optimiser's coordinates (log T, A / T); class ``c``'s, or the shared ones for c None."""
-        warm = self.__dict__.get("_warm_start")
-        x = np.zeros(size)
-        if warm is None:
-            return x
-        fitted = np.asarray(warm.fitted_classes_, bool)
-        if c is None:
-            if not fitted.any():
-                return x
-            i = int(np.argmax(fitted))
-            x[0] = np.log(warm.temperature_[i])
-            if size > 1:
-                x[1:] = np.where(fitted, warm.awards_ / warm.temperature_, 0.0)
-        elif fitted[c]:
-            x[0] = np.log(warm.temperature_[c])
-            if size > 1:
-                x[1] = warm.awards_[c] / warm.temperature_[c]
-        return x
+        """Newton's start for class ``c`` (None: the shared parameters); see :func:`._rows.warm_start`."""
+        return warm_start(self.__dict__.get("_warm_start"), c, size)
 
     def _class_flags(self):
         """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about one-sided ones."""

@@ -25,6 +25,7 @@ hierarchical one (issue 26).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -116,6 +117,7 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
     """
     folds = kfold_split(data, n_folds, seed=seed)
     names = list(names)
+    quiet = fit is None  # the default fit ignores the folds' warnings, and so does their prediction
     fit = scratch_fit if fit is None else fit
     parts: dict = {n: [] for n in names}
     errors: dict = {}
@@ -140,7 +142,10 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
                     continue
                 try:
                     model = fit(name, train, f, warm.get(name))
-                    parts[name].append(model.predict(folds[f]))
+                    with warnings.catch_warnings() if quiet else contextlib.nullcontext():
+                        if quiet:
+                            warnings.simplefilter("ignore")
+                        parts[name].append(model.predict(folds[f]))
                 except TopcalError as exc:
                     errors[name] = (f, f"{type(exc).__name__}: {exc}")
                     continue

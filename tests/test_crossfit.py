@@ -135,7 +135,7 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
         expect = topcal.evaluate.evaluate(target, conf[n])["nll"]["overall"]
         np.testing.assert_allclose(res["methods"][n]["nll"]["overall"], expect, rtol=1e-12 if n == "hist" else 1e-6)
     assert [c["fold"] for c in res["choices"]["auto"]] == [1, 2, 3]
-    cls = topcal.calibrators.get_class("bts")
+    cls = topcal.calibrators.get_class("sts")
     real, calls = cls._fit, []
 
     def fails(self, d):  # the first call is the all-data fit that warm-starts the folds', then folds 1, 2, ...
@@ -146,13 +146,13 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
 
     monkeypatch.setattr(cls, "_fit", fails)
     bad = {3}
-    res = _quiet(lambda: compare_methods(data, ["hist", "bts"], folds=3))
-    assert res["failed"] == {"bts": "fold 2: ConvergenceError: made to fail"} and calls == [False, True, True]
-    assert "hist" in res["methods"] and "bts" not in res["methods"]
+    res = _quiet(lambda: compare_methods(data, ["hist", "sts"], folds=3))
+    assert res["failed"] == {"sts": "fold 2: ConvergenceError: made to fail"} and calls == [False, True, True]
+    assert "hist" in res["methods"] and "sts" not in res["methods"]
     # an all-data fit that fails only loses the warm start: the folds fit from the fixed start
     bad, calls[:] = {1}, []
-    res = _quiet(lambda: compare_methods(data, ["bts"], folds=3))
-    assert calls == [False, False, False, False] and "bts" in res["methods"] and not res["failed"]
+    res = _quiet(lambda: compare_methods(data, ["sts"], folds=3))
+    assert calls == [False, False, False, False] and "sts" in res["methods"] and not res["failed"]
 
 
 def test_softplus_both_equals_logaddexp_bit_for_bit():

@@ -80,7 +80,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     _shared: ClassVar[bool] = False
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
-    _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)
+    _warm_starts = False  # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
     #: the binary method to suggest for data without full score vectors
     _full_alternative: ClassVar[str | None] = "bts"
 

@@ -97,7 +97,7 @@ SETS = {"vectors": lambda: _vectors(2, 900, 5), "sharp": lambda: _vectors(3, 700
 def test_auto_choice_and_table_equal_the_row_refit_path(which):
     """Tolerance: 1e-9 relative on every candidate's mean NLL and standard errors where the helper's fits are
     ordinary fits on the same rows (only the sums of the table may differ in their last bits); 1e-6 for the
-    warm-started ones (the temperature family, hier-*: the optimiser stops at 1e-10 relative on the loss
+    warm-started ones (sts, hier-*: the optimiser stops at 1e-10 relative on the loss
     from another start)."""
     from topcal.calibrators.auto import choose, paired_se
     from topcal.metrics import nll

@@ -6,6 +6,13 @@ bts, btswa on top scores) and the smallest-mean rule (tolerance 0); "after": the
 cross-validation. Prints seconds per fit (best of ``--repeat``) and the ratio after / before.
 
 Run: ``.venv/bin/python benchmarks/bench_auto_time.py [--data imagenet-densenet161.csv ...] [--repeat 1]``
+
+``--cells 1e4x10 1e5x10 ...`` (issue 26) instead times, per cell of simulated outputs
+(``_measure.make_data``), the default auto against scikit-learn's temperature calibration
+(``CalibratedClassifierCV(FrozenEstimator, method="temperature")``, as ``bench_scaling.py``) and
+per-class isotonic regression, interleaved in one process, minimum of ``--repeat``; with
+``--old DIR`` also an older topcal exported as the package ``topcal_old`` in DIR (``git archive
+<commit> src/topcal | tar -x -C DIR; mv DIR/src/topcal DIR/topcal_old``), its auto on the same data.
 """
 
 from __future__ import annotations
@@ -31,13 +38,59 @@ def best_of(f, repeat):
     return min(out), model
 
 
+def cells(args):
+    """The --cells mode: auto vs scikit-learn's temperature calibration on simulated outputs."""
+    from _measure import loadavg, make_data
+    from bench_scaling import isotonic_per_class, sklearn_ts
+
+    old = None
+    if args.old:
+        sys.path.insert(0, args.old)
+        import topcal_old as old
+    peers = [sklearn_ts(), isotonic_per_class()]
+    print("| n × K | auto s | sklearn-ts s | isotonic/class s | auto ÷ sklearn-ts | auto ÷ isotonic"
+          + (" | old auto s | old ÷ new |" if old else " |") + " load |")
+    for cell in args.cells:
+        n, k = (int(float(v)) for v in cell.split("x"))
+        probs, labels = make_data(n, k, 0)
+        runs = {"auto": (lambda d: topcal.calibrator("auto").fit(d), topcal.TopLabelData.from_probs(probs, labels))}
+        if old:
+            runs["old"] = (lambda d: old.calibrator("auto").fit(d), old.TopLabelData.from_probs(probs, labels))
+        best = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(args.repeat):
+                for c in peers:
+                    t = time.perf_counter()
+                    c.fit(probs, labels, runs["auto"][1])
+                    best[c.name] = min(best.get(c.name, 1e99), time.perf_counter() - t)
+                for name, (fit, d) in runs.items():
+                    t = time.perf_counter()
+                    model = fit(d)
+                    best[name] = min(best.get(name, 1e99), time.perf_counter() - t)
+                    best[name + " chose"] = model.method_
+        a, ts, iso = best["auto"], best["sklearn-ts"], best["isotonic/class"]
+        row = f"| 10^{len(str(n)) - 1} × {k} | {a:.2f} | {ts:.3f} | {iso:.3f} | {a / ts:.1f} | {a / iso:.0f}"
+        if old:
+            row += f" | {best['old']:.2f} | {best['old'] / a:.2f}"
+            if best["old chose"] != best["auto chose"]:
+                row += f" (chose {best['old chose']} vs {best['auto chose']})"
+        print(row + f" | {loadavg()} |", flush=True)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", nargs="+", default=["imagenet-densenet161.csv", "imagenet-resnet101.csv"])
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--after-first", action="store_true",
                     help="time the new auto first (the second fit in a process may find warm caches)")
+    ap.add_argument("--cells", nargs="+", help="simulated cells NxK (e.g. 1e4x10): auto vs scikit-learn's "
+                    "temperature calibration")
+    ap.add_argument("--old", help="with --cells: a folder holding an older topcal as the package topcal_old")
     args = ap.parse_args(argv)
+    if args.cells:
+        return cells(args)
     for name in args.data:
         data = load(name)
         with warnings.catch_warnings():

@@ -61,7 +61,7 @@ def data_csv(tmp_path_factory):
 def test_auto_fit_shows_its_cross_validation_on_a_terminal(data_csv, tmp_path):
     code, err = on_terminal("fit", data_csv, "-o", tmp_path / "m.json")
     assert code == 0, err
-    assert "auto: cross-validation" in err and "folds" in err
+    assert "auto: cross-validation" in err and "fits" in err  # one step per fold and candidate
 
 
 def test_auto_fit_is_silent_when_piped(data_csv, tmp_path):

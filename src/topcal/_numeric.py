@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PROB_CLIP", "binary_nll", "bin_index", "weighted_quantile_edges", "SortedTables"]
+__all__ = ["PROB_CLIP", "binary_nll", "dot", "softplus_both", "bin_index", "weighted_quantile_edges", "SortedTables"]
 
 #: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a
 #: confident mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf.
@@ -26,6 +26,28 @@ def binary_nll(tp, fp, conf):
     """
     c = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
     return -(tp * np.log(c) + fp * np.log1p(-c))
+
+
+def dot(a, b) -> float:
+    """sum(a * b) of two 1-d float arrays, without BLAS.
+
+    OpenBLAS runs its dot product on several threads above about 10^4
+    elements; on a busy machine waking them costs ~100 x the sum itself
+    (10^5 elements on 2 loaded cores: 35 ms against 0.34 ms). ``einsum``
+    sums in one thread (its own order: a result may differ from BLAS's in
+    the last bits).
+    """
+    return float(np.einsum("i,i->", a, b))
+
+
+def softplus_both(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(softplus(-m), softplus(m)), softplus(x) = log(1 + e^x), with one exp and one log1p for both.
+
+    softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): bit for bit what ``np.logaddexp(0, +-m)``
+    computes (tested), at about half the cost of the two calls.
+    """
+    s = np.log1p(np.exp(-np.abs(m)))
+    return np.maximum(-m, 0.0) + s, np.maximum(m, 0.0) + s
 
 
 def bin_index(edges: np.ndarray, score: np.ndarray) -> np.ndarray:

@@ -26,9 +26,10 @@ import numpy as np
 
 from . import _progress
 from .calibrators import available_methods, calibrator, get_class
+from .calibrators.crossfit import cross_fit, scratch_model
 from .comparison import Comparison, MethodMetrics, MetricValues
 from .data import TopLabelData, kfold_split
-from .errors import DataError, ParameterError, TopcalError, TopcalWarning
+from .errors import ParameterError, TopcalError, TopcalWarning
 from .metrics import BUNDLE, bundle
 
 __all__ = ["compare_methods", "evaluate", "fit_quietly", "fit_and_score", "score_models", "kfold_split", "fit_methods", "check_params", "curve_findings",
@@ -223,37 +224,29 @@ def auto_summary(model, fold: int | None = None) -> dict | None:
 
 def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progress=None, params=None,
                        failed=None, notes=None, choices=None):
-    folds = kfold_split(data, n_folds, seed=seed)
-    conf = {name: [] for name in names}
+    """Out-of-fold confidences of every method (:func:`topcal.calibrators.crossfit.cross_fit`), what the
+    fits warned about in ``notes``, each fold's ``auto`` choice in ``choices``, failures in ``failed``."""
     failed = {} if failed is None else failed
-    bar = _progress.bar(total=n_folds * len(names), desc="cross-fitting", unit=" fits")
-    for f in range(n_folds):
-        train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
-        if train.n_samples <= 0:
-            bar.close()
-            raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
-        for name in names:
-            bar.update()
-            if name in failed:
-                continue
-            if progress is not None:
-                progress(f"fold {f + 1}/{n_folds}: fitting {name}")
-            try:
-                model = fit_quietly(name, train, params=(params or {}).get(name), notes=notes)
-                conf[name].append(model.predict(folds[f]))
-                summary = auto_summary(model, f + 1)
-                if summary is not None and choices is not None:
-                    choices.setdefault(name, []).append(summary)
-            except TopcalError as exc:
-                failed[name] = f"fold {f + 1}: {type(exc).__name__}: {exc}"
-                continue
-            if f == 0 and notes is not None:
-                for msg in curve_findings(name, model, train):
-                    if msg not in notes.setdefault(name, []):
-                        notes[name].append(msg)
-    bar.close()
-    target = TopLabelData.concat(folds)
-    return target, {name: np.concatenate(v) for name, v in conf.items() if name not in failed}
+
+    def fit(name, train, f, warm):
+        if progress is not None:
+            progress(f"fold {f + 1}/{n_folds}: fitting {name}")
+        return fit_quietly(scratch_model(name, (params or {}).get(name), warm), train, notes=notes)
+
+    def on_model(name, f, model, train):
+        summary = auto_summary(model, f + 1)
+        if summary is not None and choices is not None:
+            choices.setdefault(name, []).append(summary)
+        if f == 0 and notes is not None:
+            for msg in curve_findings(name, model, train):
+                if msg not in notes.setdefault(name, []):
+                    notes[name].append(msg)
+
+    run = cross_fit(data, [n for n in names if n not in failed], n_folds, seed=seed, params=params, fit=fit,
+                    on_model=on_model)
+    for name, (f, msg) in run.errors.items():
+        failed[name] = f"fold {f + 1}: {msg}"
+    return run.target, run.confidence
 
 
 def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData | None = None,

@@ -40,13 +40,13 @@ import warnings
 
 import numpy as np
 
-from .. import _progress
 from .._params import Interval, NoneOr
-from ..data import TopLabelData, kfold_split
+from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, ParameterError, TopcalError, TopcalWarning
-from .._numeric import binary_nll
+from .._numeric import dot
 from ..metrics import nll
 from .base import Calibrator, to_jsonable
+from .crossfit import cross_fit
 from .registry import available_methods, calibrator, get_class, register
 from .wrapper import Wrapper
 
@@ -81,10 +81,10 @@ def paired_se(tp, fp, loss_tp, loss_fp, ref_tp=None, ref_fp=None) -> tuple[float
     if ref_tp is not None:
         a, b = a - ref_tp, b - ref_fp
     n = float(tp.sum() + fp.sum())
-    mean = float((tp @ a + fp @ b) / n)
+    mean = (dot(tp, a) + dot(fp, b)) / n
     if n <= 1:
         return mean, float("inf")
-    var = float((tp @ (a - mean) ** 2 + fp @ (b - mean) ** 2) / (n - 1.0))
+    var = (dot(tp, (a - mean) ** 2) + dot(fp, (b - mean) ** 2)) / (n - 1.0)
     return mean, float(np.sqrt(max(var, 0.0) / n))
 
 
@@ -192,35 +192,24 @@ class Auto(Wrapper):
             )
             self.method_, self.best_, self.cv_ = "uncalibrated", "uncalibrated", {}
             self.cv_samples_ = float(data.n_samples)
-            self.model_ = calibrator("uncalibrated").fit(data)
+            model = calibrator("uncalibrated")
+            model._rows_fingerprint, model._scratch = self.fingerprint_, self._scratch
+            self.model_ = model.fit(data)
             return
-        folds = kfold_split(data, n_folds, seed=int(self.seed or 0))
-        target = TopLabelData.concat(folds)
-        conf = {n: [] for n in names}
-        errors: dict[str, str | None] = {n: None for n in names}
-        for f in _progress.bar(range(n_folds), desc="auto: cross-validation", unit=" folds"):
-            train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
-            for n in names:
-                if errors[n] is not None:
-                    continue
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        conf[n].append(calibrator(n).fit(train).predict(folds[f]))
-                except TopcalError as exc:
-                    errors[n] = f"{type(exc).__name__}: {exc}"
+        run = cross_fit(data, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation")
+        target = run.target
         cv, losses = {}, {}
         tp, fp = target.tp, target.fp
         for n in names:
-            if errors[n] is None:
-                c = np.concatenate(conf[n])
+            if n in run.confidence:
+                c = run.confidence[n]
                 m = nll(target, c)
                 per = [float(v) if np.isfinite(v) else None for v in m.per_class]
-                losses[n] = (binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c))
+                losses[n] = run.losses(n)
                 mean, se = paired_se(tp, fp, *losses[n])
                 cv[n] = {"nll": float(m.overall), "se": se, "per_class": per, "error": None}
             else:
-                cv[n] = {"nll": None, "se": None, "diff_se": None, "per_class": None, "error": errors[n]}
+                cv[n] = {"nll": None, "se": None, "diff_se": None, "per_class": None, "error": run.errors[n][1]}
         ok = [n for n in names if cv[n]["nll"] is not None]
         if not ok:
             raise TopcalError(
@@ -236,7 +225,10 @@ class Auto(Wrapper):
         self.cv_samples_ = float(data.n_samples)
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
-        self.model_ = calibrator(best).fit(data)
+        model = calibrator(best)
+        model._rows_fingerprint = self.fingerprint_  # the same rows: hashed once, by this fit
+        model._scratch = self._scratch  # a fold's auto (compare --folds) keeps nothing either
+        self.model_ = model.fit(data)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

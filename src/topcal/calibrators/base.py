@@ -131,6 +131,16 @@ class Calibrator(Envelope):
     #: True on the pooled reference a shrunk model fits (``_fit_shrinkage``): its fit skips
     #: the mergeable statistics, a pass over all rows that nothing reads.
     _is_reference: bool = False
+    #: True on a model fitted only to be scored and dropped (a cross-validation fold's model,
+    #: :mod:`.crossfit`): its fit keeps nothing for later use (no fingerprint of its rows, no
+    #: mergeable statistics, no label-shift counts, no copy of the rows they are counted from).
+    _scratch: bool = False
+    #: Whether a cross-validation fold's fit may start from the optimum on all the data
+    #: (``_warm_start``, set by :mod:`.crossfit`): methods fitted by an iterative optimiser.
+    _warm_starts: ClassVar[bool] = False
+    # An instance may also be given ``_rows_fingerprint`` before ``fit``: the fingerprint of the same
+    # rows, already computed by the fit this one runs inside (``auto``'s chosen model); fit takes it
+    # instead of hashing every row again.
 
     # ------------------------------------------------------------- params
     @classmethod
@@ -215,8 +225,8 @@ class Calibrator(Envelope):
         self.n_fp_ = fp
         # per predicted class and score region, the true classes behind its rows: what label-shift
         # adaptation needs (None for binned data); counted on first use from a compact copy of the rows
-        rows = FitRows.of(data)
-        self.confusion_ = ConfusionStats.from_data(data) if rows is None else None
+        rows = None if self._scratch else FitRows.of(data)
+        self.confusion_ = ConfusionStats.from_data(data) if rows is None and not self._scratch else None
         self.__dict__["_confusion_rows"] = rows
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
@@ -229,13 +239,17 @@ class Calibrator(Envelope):
             )
         self.stats_ = None
         # what the model remembers of its fitting rows, so that a guarantee is never computed on them
-        # (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it (fit_evidence)
-        self.fingerprint_ = None if self._is_reference else Fingerprint.of(data)
+        # (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it (fit_evidence).
+        # Computed once, by the outermost fit: a model fitted inside another's (a reference, a
+        # cross-validation fold's model) keeps none, and a wrapper hands its own to the model it wraps.
+        given = self.__dict__.pop("_rows_fingerprint", None)  # the outer fit's, of these same rows
+        self.fingerprint_ = given if given is not None else (
+            None if self._is_reference or self._scratch else Fingerprint.of(data))
         self._fit(data)
         # the mergeable statistics that let update() refit on old + new data; a shrinkage
         # reference keeps none (it is saved without them and refitted, not updated, with its model).
         # Score counts are counted on first use from the same copy of the rows as the confusion counts.
-        keeps = self._keeps_stats() and not self._is_reference
+        keeps = self._keeps_stats() and not self._is_reference and not self._scratch
         lazy = keeps and rows is not None and type(self).stats_of is Calibrator.stats_of
         self.stats_ = self.stats_of(data) if keeps and not lazy else None
         self.__dict__["_stats_rows"] = rows if lazy else None

@@ -34,7 +34,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._numeric import PROB_CLIP
+from .._numeric import PROB_CLIP, dot, softplus_both
 from .._params import Interval, Options
 from ..data import TopLabelData
 from .temperature import BINARY_SCORE_FLOOR
@@ -55,10 +55,6 @@ def score_logit(data: TopLabelData) -> np.ndarray:
     return np.log(s) - np.log1p(-s)
 
 
-def _softplus(x):
-    return np.logaddexp(0.0, x)
-
-
 class _Rows:
     """Rows with weight, grouped by class: features X (n, p), tp, fp, class index."""
 
@@ -74,7 +70,8 @@ class _Rows:
 
     def loss(self, m):
         """Per-class NLL at margins m."""
-        return self.sums(self.tp * _softplus(-m) + self.fp * _softplus(m))
+        neg, pos = softplus_both(m)
+        return self.sums(self.tp * neg + self.fp * pos)
 
     def margin(self, theta):
         return np.einsum("np,np->n", self.X, theta[self.g])
@@ -98,30 +95,34 @@ def _newton(rows: _Rows, theta, center, prior, lam):
     p = theta.shape[1]
 
     def objective(th):
+        """(per-class penalised loss, the rows' margins) at th."""
         d = th - center
-        return rows.loss(rows.margin(th)) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d)
+        m = rows.margin(th)
+        return rows.loss(m) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d), m
 
-    f = objective(theta)
+    f, m = objective(theta)
     for _ in range(_NEWTON_STEPS):
-        q = expit(rows.margin(theta))
+        q = expit(m)  # the margins at theta, kept from its objective (a row's margin is its class's)
         r = rows.w * q - rows.tp  # dNLL/dm
         grad = np.stack([rows.sums(r * rows.X[:, i]) for i in range(p)], axis=1) + lam * (theta - center) @ prior
         H = rows.hessian(rows.w * q * (1.0 - q)) + lam * prior + 1e-12 * np.eye(p)
         step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
         t = np.ones(rows.k)
         new = theta - step
-        fn = objective(new)
+        fn, mn = objective(new)
         for _ in range(30):  # halve the step of the classes whose objective went up
             bad = ~(fn <= f + 1e-12 * np.abs(f))
             if not bad.any():
                 break
             t[bad] *= 0.5
             new = theta - t[:, None] * step
-            fn = objective(new)
+            fn, mn = objective(new)
         bad = ~(fn <= f + 1e-12 * np.abs(f))
         new[bad], fn[bad] = theta[bad], f[bad]
+        if bad.any():
+            mn = np.where(bad[rows.g], m, mn)
         done = np.abs(f - fn) <= _TOL * (1.0 + np.abs(f))
-        theta, f = new, fn
+        theta, f, m = new, fn, mn
         if done.all():
             break
     return theta
@@ -141,7 +142,7 @@ def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
         sel = wt > 0
         mi = m[sel] + deriv[sel] * lev[sel] / den[sel]
         c = np.clip(expit(mi), PROB_CLIP, 1.0 - PROB_CLIP)
-        out += float(-(wt[sel] @ (np.log(c) if sign < 0 else np.log1p(-c))))
+        out -= dot(wt[sel], np.log(c) if sign < 0 else np.log1p(-c))
     return out
 
 
@@ -177,6 +178,7 @@ class _Hierarchical(Calibrator):
     in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     _names: ClassVar[tuple] = ()
     _identity: ClassVar[tuple] = ()
+    _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)
     _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}
 
     def __init__(self, *, shrinkage="auto", loss: str = "nll"):
@@ -195,9 +197,14 @@ class _Hierarchical(Calibrator):
         rows = _Rows(X, data.tp, data.fp, data.pred, k)
         one = _Rows(X, data.tp, data.fp, np.zeros(data.n_rows, dtype=np.int64), 1)
         start = np.array([self._identity], dtype=np.float64)
+        # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of the
+        # same solve on all the data (_warm_start) instead of the identity or the previous strength's
+        warm = self.__dict__.get("_warm_start")
+        warm_fits = {} if warm is None else warm.__dict__.get("_strength_fits", {})
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
-        theta0 = _newton(one, start, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
+        begin = start if warm is None else warm.pooled_[None, :]
+        theta0 = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
         q = expit(one.margin(theta0[None, :]))
         prior = one.hessian(one.w * q * (1.0 - q))[0] / max(n, 1.0)
         # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
@@ -211,19 +218,20 @@ class _Hierarchical(Calibrator):
             fits = {}
             theta = center.copy()
             for j in range(LAMBDA_GRID.size - 1, -1, -2):
-                theta = fits[j] = _newton(rows, theta, center, prior, float(LAMBDA_GRID[j]))
+                theta = fits[j] = _newton(rows, warm_fits.get(j, theta), center, prior, float(LAMBDA_GRID[j]))
                 losses[j] = _alo_loss(rows, theta, prior, float(LAMBDA_GRID[j]))
             b = int(np.argmin(losses))
             for j in (b - 1, b + 1):
                 if 0 <= j < LAMBDA_GRID.size and j not in fits:
-                    fits[j] = _newton(rows, fits[b], center, prior, float(LAMBDA_GRID[j]))
+                    fits[j] = _newton(rows, warm_fits.get(j, fits[b]), center, prior, float(LAMBDA_GRID[j]))
                     losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+            self.__dict__["_strength_fits"] = fits  # warm starts for cross-validation folds (not saved)
             j = int(np.argmin(losses))  # the smallest strength on ties
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
         else:
             lam = float(self.shrinkage)
-            theta = _newton(rows, center.copy(), center, prior, lam)
+            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)
             self.strength_loss_ = None
         has = np.bincount(rows.g, minlength=k) > 0
         self.theta_ = np.where(has[:, None], theta, theta0[None, :])

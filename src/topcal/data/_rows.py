@@ -65,6 +65,10 @@ def canonical_order(data: "TopLabelData") -> np.ndarray:
     equal). A fit that runs over the rows in this order sums them in the same order whatever
     the input's order, so shuffled rows give the same fit bit for bit.
     """
+    order = np.lexsort((data.score, data.pred))
+    pred, score = data.pred[order], data.score[order]
+    if not np.any((pred[1:] == pred[:-1]) & (score[1:] == score[:-1])):
+        return order  # no two rows tie on (class, score): the later keys cannot reorder anything
     keys = [data.pred, data.score]
     for a in (data.labels, data.tp, data.fp):
         if a is not None:

@@ -84,7 +84,8 @@ BINARY_SCORE_FLOOR = 1e-12
 _CHUNK = 8192
 
 
-def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None,
+              rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Split log scores into the top margin d (n,) and shifted others O (K-1, n).
 
     Parameters
@@ -98,6 +99,10 @@ def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None
         If given, ``z`` holds probabilities and log(max(z, log_floor)) is
         used: the logs are taken while gathering, so no (n, K) matrix of
         log-probabilities is ever allocated.
+    rows : ndarray of int, shape (n,), optional
+        Read row ``rows[i]`` of ``z`` as row i (a fit's row order), block by
+        block: the result is that of ``split_top(z[rows], pred)`` without the
+        (n, K) copy.
 
     Returns
     -------
@@ -107,12 +112,12 @@ def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None
         z_j - max_{j != k} z_j for the other entries, in column order.
         Stored transposed so that sums over classes run over contiguous rows.
     """
-    n, k = z.shape
+    n, k = z.shape if rows is None else (rows.shape[0], z.shape[1])
     d = np.empty(n)
     others = np.empty((k - 1, n), dtype=np.float64)
     for a in range(0, n, _CHUNK):
         b = min(a + _CHUNK, n)
-        zc, pc = z[a:b], pred[a:b]
+        zc, pc = (z[a:b] if rows is None else z[rows[a:b]]), pred[a:b]
         if log_floor is not None:
             zc = np.maximum(zc, log_floor)
             np.log(zc, out=zc)

@@ -10,7 +10,7 @@ from scipy.special import expit
 from ...data import TopLabelData, rows_by_class
 from .. import intervals
 from ._core import MultinomialObjective, TopLabelObjective
-from ._rows import binary_logit, inverse_pd, split_rows
+from ._rows import binary_logit, inverse_pd
 
 __all__ = ["TemperatureIntervals"]
 
@@ -28,28 +28,29 @@ class TemperatureIntervals:
         theta = np.log(self.temperature_)
         b = self.awards_ / self.temperature_
         n_aw = 1 if self._has_award else 0
-        groups = []
-        if self._objective_kind() == "multinomial":
-            if fitted.any():
-                obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
-                groups.append((np.flatnonzero(fitted), obj, np.array([theta[fitted][0]])))
-        elif self._shared:
-            if fitted.any():
-                d, others = split_rows(data)
-                k = data.n_classes
-                obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
-                                        groups=data.pred if n_aw else None)
-                x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
-                groups.append((np.flatnonzero(fitted), obj, x))
-        else:
-            z = binary_logit(data) if self._binary else None
-            for c, idx in rows_by_class(data.pred, data.n_classes):
-                if not fitted[c]:
-                    continue
-                d, others = (z[idx], None) if self._binary else split_rows(data, idx)
-                obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
-                groups.append(([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else []))))
-        return self._covariances(groups)
+
+        def blocks():  # one objective at a time: a per-class fit's K objectives are never all held at once
+            if self._objective_kind() == "multinomial":
+                if fitted.any():
+                    obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
+                    yield (np.flatnonzero(fitted), obj, np.array([theta[fitted][0]]))
+            elif self._shared:
+                if fitted.any():
+                    d, others = self._split(data)
+                    k = data.n_classes
+                    obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
+                                            groups=data.pred if n_aw else None)
+                    x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
+                    yield (np.flatnonzero(fitted), obj, x)
+            else:
+                z = binary_logit(data) if self._binary else None
+                for c, idx in rows_by_class(data.pred, data.n_classes):
+                    if not fitted[c]:
+                        continue
+                    d, others = (z[idx], None) if self._binary else self._split(data, idx)
+                    obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
+                    yield ([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else [])))
+        return self._covariances(blocks())
 
     def _covariances(self, groups) -> np.ndarray:
         """(K, 2, 2) covariances of (log T, A / T) per class from (classes, objective, x) blocks.

@@ -8,7 +8,7 @@ import numpy as np
 from ...data import LOG_PROB_FLOOR, TopLabelData
 from ._core import BINARY_SCORE_FLOOR, T_MAX, T_MIN, split_top
 
-__all__ = ["LOG_T", "inverse_pd", "split_rows", "binary_logit"]
+__all__ = ["LOG_T", "inverse_pd", "split_rows", "binary_logit", "warm_start"]
 
 #: The box of log T every fit searches.
 LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
@@ -26,13 +26,21 @@ def inverse_pd(h: np.ndarray):
     return ci.T @ ci
 
 
-def split_rows(data: TopLabelData, idx=None):
+def split_rows(data: TopLabelData, idx=None, source=None):
     """Top margins d and shifted other entries O (see :func:`split_top`) of rows ``idx``.
 
     Logits are used as given (softmax is shift invariant, so they fit exactly
     like their log-softmax); probabilities are logged on the fly with exact
-    zeros floored at :data:`~topcal.data.LOG_PROB_FLOOR`.
+    zeros floored at :data:`~topcal.data.LOG_PROB_FLOOR`. ``source``: None, or
+    (score matrix, its kind, row order) for a fit whose ``data`` holds its rows
+    in that order without the matrix: row i is read from the matrix's row
+    order[i], block by block (the same numbers as a reordered copy, without it).
     """
+    if source is not None:
+        full, kind, order = source
+        rows = order if idx is None else order[idx]
+        pred = data.pred if idx is None else data.pred[idx]
+        return split_top(full, pred, log_floor=None if kind == "logits" else LOG_PROB_FLOOR, rows=rows)
     full = data.full if idx is None else data.full[idx]
     pred = data.pred if idx is None else data.pred[idx]
     if data.full_kind == "logits":
@@ -44,3 +52,24 @@ def binary_logit(data: TopLabelData) -> np.ndarray:
     """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first."""
     s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
     return np.log(s) - np.log1p(-s)
+
+
+def warm_start(warm, c, size: int) -> np.ndarray:
+    """Newton's starting point in the optimiser's coordinates (log T, A / T): zeros (T = 1, no award),
+    or for a cross-validation fold's fit (:mod:`topcal.calibrators.crossfit`) the optimum of the same
+    method on all the data, the fitted model ``warm``: class ``c``'s, or the shared ones for c None."""
+    x = np.zeros(size)
+    if warm is None:
+        return x
+    fitted = np.asarray(warm.fitted_classes_, bool)
+    if c is None:
+        if fitted.any():
+            i = int(np.argmax(fitted))
+            x[0] = np.log(warm.temperature_[i])
+            if size > 1:
+                x[1:] = np.where(fitted, warm.awards_ / warm.temperature_, 0.0)
+    elif fitted[c]:
+        x[0] = np.log(warm.temperature_[c])
+        if size > 1:
+            x[1] = warm.awards_[c] / warm.temperature_[c]
+    return x

@@ -37,7 +37,6 @@ from ._core import (
     TopLabelObjective,
     bounded_newton,
     softplus,
-    split_top,
     tabulate_losses,
     top_label_margin,
     top_label_margin_rows,
@@ -45,7 +44,7 @@ from ._core import (
 from ._tables import NODES, LossTables
 from ..base import Calibrator, Curve, finite_array, to_jsonable
 from ._intervals import TemperatureIntervals
-from ._rows import LOG_T, binary_logit, split_rows
+from ._rows import LOG_T, binary_logit, split_rows, warm_start
 
 __all__ = ["TemperatureBase"]
 
@@ -81,6 +80,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     _shared: ClassVar[bool] = False
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
+    _warm_starts = False  # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
     #: the binary method to suggest for data without full score vectors
     _full_alternative: ClassVar[str | None] = "bts"
 
@@ -112,8 +112,24 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         # is flat (a ridge, a quasi-separated class) the optimiser stops at the same point
         # and the fit does not depend on row order.
         order = canonical_order(data)
-        if np.any(order[1:] != order[:-1] + 1):
-            data = data.subset(order)
+        try:
+            if np.any(order[1:] != order[:-1] + 1):
+                if self._binary:  # bts/btswa read the top score alone
+                    data = data.subset(order, keep_full=False)
+                elif self._objective_kind() == "multinomial":  # reads the whole log-score matrix
+                    data = data.subset(order)
+                else:  # the score matrix is read through the order (_split), never copied whole
+                    self.__dict__["_fit_full"] = (data.full, data.full_kind, order)
+                    data = data.subset(order, keep_full=False)
+            self._fit_ordered(data)
+        finally:
+            self.__dict__.pop("_fit_full", None)
+
+    def _split(self, data: TopLabelData, idx=None):
+        """:func:`._rows.split_rows` of ``data`` (rows ``idx``), through the fit's row order where one is set."""
+        return split_rows(data, idx, self.__dict__.get("_fit_full"))
+
+    def _fit_ordered(self, data: TopLabelData) -> None:
         k = data.n_classes
         if self._binary:
             self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
@@ -124,8 +140,9 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         fp = data.fp
         if self._objective_kind() == "multinomial":
             obj = MultinomialObjective(self._log_scores(data), data.labels, tp + fp)
+            start = self._warm_x(None, 1)
             try:
-                res = bounded_newton(obj, [0.0], [LOG_T[0]], [LOG_T[1]], max_iter=self.max_iter, what=self.name)
+                res = bounded_newton(obj, start, [LOG_T[0]], [LOG_T[1]], max_iter=self.max_iter, what=self.name)
             except ConvergenceError as exc:
                 res = self._fallback(obj, np.zeros(1), np.array([LOG_T[0]]), np.array([LOG_T[1]]), None,
                                      self.name, exc)
@@ -140,12 +157,17 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         self.fitted_classes_ = fitted
         self.loss_ = float(loss)
         self.n_iter_ = int(n_iter)
-        self.param_cov_ = self._covariance_from_data(data, fitted)
+        # the parameters' covariance serves intervals and describe only: a scratch fit (a fold's model) skips it
+        self.param_cov_ = None if self._scratch else self._covariance_from_data(data, fitted)
         if m is None:
             m = self._margin(data)
         rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
+
+    def _warm_x(self, c, size: int) -> np.ndarray:
+        """Newton's start for class ``c`` (None: the shared parameters); see :func:`._rows.warm_start`."""
+        return warm_start(self.__dict__.get("_warm_start"), c, size)
 
     def _class_flags(self):
         """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about one-sided ones."""
@@ -169,14 +191,14 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
 
     def _fit_shared(self, data, fitted, only_tp, only_fp):
         k = data.n_classes
-        d, others = split_rows(data)
+        d, others = self._split(data)
         n_aw = k if self._has_award else 0
 
         def make(loss):
             return TopLabelObjective(d, others, data.tp, data.fp, loss=loss, n_awards=n_aw,
                                      groups=data.pred if n_aw else None)
 
-        x0 = np.zeros(1 + n_aw)
+        x0 = self._warm_x(None, 1 + n_aw)
         lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         fixed = np.zeros(1 + n_aw, bool)
@@ -186,6 +208,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             # offset A / T is held at the bound so the joint Newton system
             # stays regular.
             fixed[1:] = ~fitted | only_tp | only_fp
+            x0[1:][fixed[1:]] = 0.0
             x0[1:][only_tp] = OFFSET_MAX
             x0[1:][only_fp] = -OFFSET_MAX
         res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
@@ -206,7 +229,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         for c in np.flatnonzero(fitted):
             idx = np.flatnonzero(data.pred == c)
-            d, others = (z[idx], None) if self._binary else split_rows(data, idx)
+            d, others = (z[idx], None) if self._binary else self._split(data, idx)
 
             def make(loss, d=d, others=others, idx=idx):
                 return TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw)
@@ -216,7 +239,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 obj = make(self.loss)
                 res = self._degenerate_corner(obj, bool(only_tp[c]), lo, hi)
             if res is None:
-                res, obj = self._solve(make, np.zeros(1 + n_aw), lo, hi, None,
+                res, obj = self._solve(make, self._warm_x(c, 1 + n_aw), lo, hi, None,
                                        f"{self.name} (class {data.classes[c]!r})")
             temps[c] = np.exp(res.x[0])
             if n_aw:

@@ -345,3 +345,31 @@ def test_fit_counts_its_statistics_on_first_use_bit_for_bit():
     assert "_confusion_rows" not in model.__dict__ and "_stats_rows" not in model.__dict__  # the copy is gone
     model.confusion_ = None  # setting replaces
     assert model.confusion_ is None
+
+
+def test_auto_update_that_refits_another_method_says_so_after_save_and_load():
+    # the choice needs full vectors (sts); an update from statistics refits the best score method, and the
+    # saved model keeps saying which method it replaced
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(3000, 4)) * 3
+    p = np.exp(logits)
+    p /= p.sum(axis=1, keepdims=True)
+    soft = np.exp(logits / 3)
+    soft /= soft.sum(axis=1, keepdims=True)
+    labels = np.array([rng.choice(4, p=q) for q in soft])  # the network is overconfident by one temperature
+    data = topcal.TopLabelData.from_probs(p, labels)
+    cal = _quiet_fit(topcal.calibrator("auto", candidates=["sts", "hist"]), data.subset(np.arange(2000)))
+    assert cal.method_ == "sts"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal.update(data.subset(np.arange(2000, 3000)))
+    assert cal.method_ == "hist" and cal.refitted_from_ == "sts" and "instead of sts" in cal.summary_line()
+    again = persist.loads(persist.dumps(cal))
+    assert again.refitted_from_ == "sts" and again.summary_line() == cal.summary_line()
+    fresh = persist.loads(persist.dumps(_quiet_fit(topcal.calibrator("auto", candidates=["sts", "hist"]), data)))
+    assert fresh.refitted_from_ is None and "refitted" not in persist.dumps(fresh)
+    doc = json.loads(persist.dumps(cal))
+    doc["model"]["state"]["refitted_from"] = "nope"
+    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    with pytest.raises(topcal.TopcalError, match="refitted_from"):
+        persist.loads(json.dumps(doc))

@@ -359,8 +359,11 @@ class Auto(Wrapper):
         return out
 
     def _get_state(self) -> dict:
-        return {"method": self.method_, "model": self.model_.to_dict(stats=False), "cv": to_jsonable(self.cv_),
-                "cv_samples": self.cv_samples_, "best": self.best_, "rule": getattr(self, "rule_", "se")}
+        state = {"method": self.method_, "model": self.model_.to_dict(stats=False), "cv": to_jsonable(self.cv_),
+                 "cv_samples": self.cv_samples_, "best": self.best_, "rule": getattr(self, "rule_", "se")}
+        if getattr(self, "refitted_from_", None):  # an update refitted another method than the choice
+            state["refitted_from"] = self.refitted_from_
+        return state
 
     def _set_state(self, state: dict) -> None:
         method = str(state["method"])
@@ -383,3 +386,7 @@ class Auto(Wrapper):
         self.best_ = best
         # files before format 2: the cross-validation ran on all the model's data
         self.cv_samples_ = float(state.get("cv_samples", float(self.n_tp_.sum() + self.n_fp_.sum())))
+        was = state.get("refitted_from")  # optional: files before it, or never refitted, have none
+        if was is not None and (not isinstance(was, str) or was not in cv or was == method):
+            raise ValueError("refitted_from must name another candidate of the cross-validation table")
+        self.refitted_from_ = was

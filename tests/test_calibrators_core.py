@@ -278,3 +278,16 @@ def test_step_curve_constant_and_unranked_declarations():
     assert ranked(["conf1", "hist"], "nll") == ["conf1", "hist"]
     assert unranked_notes(["hist", "conf1", "conf1"]) == [get("conf1").unranked_note]
     assert unranked_notes(["hist"]) == []
+
+
+def test_auto_tiers_come_from_the_classes():
+    # auto's simplicity order is each method class's declared tier, not a list of names
+    from topcal.calibrators import auto
+    from topcal.calibrators.registry import get_class
+
+    for name in topcal.available_methods():
+        assert auto.tier(name) == get_class(name, unlisted=True).tier
+    assert auto.tier("uncalibrated") == 0 and auto.tier("pooled-platt") == 1 and auto.tier("sts") == 1
+    assert auto.tier("hier-beta") == 2 and auto.tier("kde-mon2") == 2 and auto.tier("btswa") == 3
+    assert auto.tier("conf1") == 3 and auto.tier("no-such-method") == 3
+    assert dict(auto.TIERS)["hist"] == 2 and "auto" in auto.TIERS

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -47,7 +48,7 @@ from .._numeric import dot
 from ..metrics import nll
 from .base import Calibrator, to_jsonable
 from .crossfit import cross_fit
-from .registry import available_methods, calibrator, get_class, register
+from .registry import available_methods, calibrator, get_class, is_registered, register
 from .wrapper import Wrapper
 
 __all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "tier", "paired_se", "choose"]
@@ -56,15 +57,29 @@ __all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "tier", "paired_se", "choose"]
 DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-hist", "pooled-kde-mon2", "sts",
                       "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
 
-#: Simplicity of a method (lower: simpler): 0 nothing fitted, 1 one curve for all classes,
-#: 2 per-class curves shrunk toward a pooled one, 3 per-class fits (and any method not listed).
-TIERS = {"uncalibrated": 0, "pooled-platt": 1, "pooled-beta": 1, "pooled-hist": 1, "pooled-kde-mon2": 1, "sts": 1,
-         "hier-platt": 2, "hier-beta": 2, "kde-mon2": 2, "kde-mon": 2, "kde-mon4": 2, "kde-opt": 2, "kde": 2, "hist": 2,
-         "cum": 2, "cum-median": 2, "cum-opt": 2}
+class _Tiers(Mapping):
+    """Registered method name -> its simplicity tier (the class attribute ``tier``; read-only)."""
+
+    def __getitem__(self, name: str) -> int:
+        cls = get_class(name, unlisted=True) if is_registered(name) else None
+        if cls is None:
+            raise KeyError(name)
+        return int(cls.tier)
+
+    def __iter__(self):
+        return iter(available_methods())
+
+    def __len__(self) -> int:
+        return len(available_methods())
+
+
+#: Simplicity of a method (lower: simpler), from each class's ``tier``: 0 nothing fitted, 1 one
+#: curve for all classes, 2 per-class curves shrunk toward a pooled one, 3 per-class fits.
+TIERS = _Tiers()
 
 
 def tier(name: str) -> int:
-    """The simplicity tier of method ``name`` (:data:`TIERS`; 3 for methods not listed)."""
+    """The simplicity tier of method ``name`` (:data:`TIERS`; 3 for names not registered)."""
     return TIERS.get(name, 3)
 
 

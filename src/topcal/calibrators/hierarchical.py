@@ -176,6 +176,7 @@ class _Hierarchical(Calibrator):
     """
 
     in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    tier = 2  # per-class curves shrunk toward the pooled one
     _names: ClassVar[tuple] = ()
     _identity: ClassVar[tuple] = ()
     _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)

@@ -62,6 +62,7 @@ class _Pooled(Calibrator):
     """
 
     in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    tier = 1  # one curve for all classes
     #: the registered method fitted on the pooled data
     _inner: ClassVar[str] = ""
 

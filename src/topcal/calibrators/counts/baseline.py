@@ -24,6 +24,7 @@ class Uncalibrated(ScoreCalibrator):
     name = BASELINE
     summary = "top score rescaled to [0, 1] by the declared score range (no fit)"
     is_baseline = True
+    tier = 0  # nothing fitted
 
     def __init__(self):
         pass

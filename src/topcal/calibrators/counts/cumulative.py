@@ -39,6 +39,7 @@ class _CumulativeBase(ScoreCalibrator):
     """
 
     step_curve = True
+    tier = 2  # per-class curves, shrunk toward the pooled one by default
 
     _parameter_constraints = {"shrinkage": ShrinkageConstraint()}
     shrinkable = True

@@ -66,6 +66,7 @@ class Histogram(ScoreCalibrator):
     """
 
     name = "hist"
+    tier = 2  # per-class curves, shrunk toward the pooled one by default
     summary = "per-class histogram, 10 equal-width bins (b_i, b_i+1] (paper eq. 6)"
     step_curve = True
     _parameter_constraints = {

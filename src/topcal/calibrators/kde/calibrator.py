@@ -99,6 +99,7 @@ class KDEBase(ScoreCalibrator):
         "shrinkage": ShrinkageConstraint(),
     }
     shrinkable = True
+    tier = 2  # per-class curves, shrunk toward the pooled one by default
     #: Search the classes' bandwidths together, in lockstep (see
     #: _rules.scan_mon_lockstep, scan_opt_lockstep); False searches them one by one (the
     #: same result up to round-off; for tests and benchmarks).

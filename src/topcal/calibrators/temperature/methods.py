@@ -41,6 +41,7 @@ class SharedTemperatureScaling(TemperatureBase):
     """
 
     name = "sts"
+    tier = 1  # one temperature for all classes
     _warm_starts = True  # one temperature: cross-validation folds start from the all-data optimum
     summary = "shared temperature scaling, softmax(log y / T), 1 parameter (paper section 9)"
     needs_full = True

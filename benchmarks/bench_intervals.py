@@ -22,6 +22,14 @@ A_k) / T_k), and for the full-vector methods four-class logits z whose labels ar
 softmax((z + A_k e_k) / T) (sts, csts: A = 0; tswa, cstswa: awards), with the truth of a row its
 predicted class's entry of that softmax.
 
+Pooled and hierarchical Platt/beta (in-model truths, redrawn for every seed): ``pooled-platt``
+every class expit(1.3 logit(s) + 0.4) (one curve: what the pooled model assumes);
+``hier-platt`` eight classes expit(a_k logit(s) + b_k) with a_k = 1.3 exp(0.3 e1), b_k = 0.4 +
+0.5 e2; ``hier-beta`` eight classes expit(a_k ln s - b_k ln(1 - s) + c_k) with a_k = 1.2 exp(0.3
+e1), b_k = 0.8 exp(0.3 e2), c_k = 0.3 + 0.4 e3 (e standard normal, drawn per class and seed: the
+classes are a sample from a population around a common centre, what the hierarchical prior
+assumes).
+
 Usage::
 
     python benchmarks/bench_intervals.py [--seeds 20] [--sizes 20 100 500 5000] [--level 0.9]
@@ -102,18 +110,22 @@ def run_score_methods(methods, sizes, seeds, level, curves, label=""):
             cov, width = [], []
             for seed in range(seeds):
                 rng = np.random.default_rng(1000 * seed + n)
-                data = score_data(rng, n, curves)
+                if callable(curves):  # truths drawn per seed (hierarchical rows)
+                    curves_now = curves(rng)
+                else:
+                    curves_now = curves
+                data = score_data(rng, n, curves_now)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     model = calibrator(name, **params).fit(data)
                 hit = []
                 w = []
-                for k, c in enumerate(curves):
+                for k, c in enumerate(curves_now):
                     s = draw_scores(rng, 200)
                     test = TopLabelData.from_scores(np.full(s.size, k), s, None,
                                                     classes=data.classes, score_range=(0.0, 1.0))
                     lo, hi = model.predict_interval(test, level)
-                    st = getattr(model, "class_state_", [None] * len(curves))[k]
+                    st = getattr(model, "class_state_", [None] * len(curves_now))[k]
                     theta = st.get("theta") if isinstance(st, dict) else None
                     truth = score_truth(_label(name, params) if not label else label, c, s, rng, theta)
                     hit.append((lo <= truth) & (truth <= hi))
@@ -162,6 +174,21 @@ def run_vector_methods(methods, sizes, seeds, level):
     return rows
 
 
+def platt_population(rng, n_classes=8):
+    """``hier-platt``'s in-model truths: expit(a_k logit(s) + b_k) around (1.3, 0.4)."""
+    a = 1.3 * np.exp(0.3 * rng.normal(size=n_classes))
+    b = 0.4 + 0.5 * rng.normal(size=n_classes)
+    return [lambda s, a=a_, b=b_: expit(a * logit(s) + b) for a_, b_ in zip(a, b)]
+
+
+def beta_population(rng, n_classes=8):
+    """``hier-beta``'s in-model truths: expit(a_k ln s - b_k ln(1 - s) + c_k) around (1.2, 0.8, 0.3)."""
+    a = 1.2 * np.exp(0.3 * rng.normal(size=n_classes))
+    b = 0.8 * np.exp(0.3 * rng.normal(size=n_classes))
+    c = 0.3 + 0.4 * rng.normal(size=n_classes)
+    return [lambda s, a=a_, b=b_, c=c_: expit(a * np.log(s) - b * np.log1p(-s) + c) for a_, b_, c_ in zip(a, b, c)]
+
+
 def _label(name, params):
     return name + ("" if not params else " " + ",".join(f"{k}={v}" for k, v in params.items()))
 
@@ -195,6 +222,13 @@ def main(argv=None):
         run_score_methods([("bts", {})], args.sizes, args.seeds, args.level, tcurves)
     if keep("btswa"):
         run_score_methods([("btswa", {})], args.sizes, args.seeds, args.level, acurves)
+    if keep("pooled-platt"):
+        one = lambda s: expit(1.3 * logit(s) + 0.4)  # noqa: E731
+        run_score_methods([("pooled-platt", {})], args.sizes, args.seeds, args.level, [one] * 4)
+    if keep("hier-platt"):
+        run_score_methods([("hier-platt", {})], args.sizes, args.seeds, args.level, platt_population)
+    if keep("hier-beta"):
+        run_score_methods([("hier-beta", {})], args.sizes, args.seeds, args.level, beta_population)
     vec = [("sts", {}, [(1.4, 0.0)] * 4), ("csts", {}, TEMPS), ("tswa", {}, [(1.4, a) for _, a in AWARDS]),
            ("cstswa", {}, AWARDS)]
     run_vector_methods([v for v in vec if keep(v[0])], args.sizes, args.seeds, args.level)

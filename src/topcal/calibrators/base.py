@@ -352,7 +352,9 @@ class Calibrator(Envelope):
         random for each method family. Count methods: the Beta posterior of
         the local counts (with the shrinkage pseudo-counts as its prior, or
         Jeffreys' for the unshrunk estimators); temperature methods: the delta
-        method on the fitted (log) temperature and award. Everything needed is
+        method on the fitted (log) temperature and award; ``hier-*``: the delta
+        method on each class's approximate posterior; ``pooled-*``: the pooled
+        curve's inner model's interval. Everything needed is
         in the fitted model (and its JSON file): nothing is refitted.
 
         Parameters

@@ -25,6 +25,27 @@ at x_i out of its class's penalised fit moves its margin to
 with l' = p - y, l'' = p (1 - p) and H_k the class's penalised Hessian (one
 Newton step from the full fit, exact up to third-order terms). A class with
 no positives uses theta_0.
+
+Intervals (``predict_interval``): the delta method on class k's approximate
+(Laplace) posterior, x' theta_k -+ z sqrt(x' C_k x) on the log-odds scale,
+mapped through the logistic function. C_k is the posterior covariance of the
+normal hierarchical model with the strength lam fixed and the centre theta_0
+estimated under a flat prior (Gelman et al., Bayesian Data Analysis, 3rd ed.,
+section 5.4, with each class's likelihood replaced by its Gaussian
+approximation, information D_k = sum w p (1 - p) x x' at the fit):
+
+    C_k = H_k^-1 + (H_k^-1 lam I_0) V_0 (lam I_0 H_k^-1),   H_k = D_k + lam I_0,
+    V_0 = (sum_j D_j (I + (lam I_0)^-1 D_j)^-1)^-1
+
+(the first term: theta_0 known; the second: the centre's own uncertainty).
+The strength is not known either, and the approximate LOO loss pins it down
+poorly with a few classes (the chosen lam often over-shrinks, and the
+intervals of C_k at the chosen lam then under-cover): C_k is computed at the
+smallest fitted strength lam_I whose loss is within ``ALO_SLACK_PER_PARAM`` x p
+nats of the best, plus d_k d_k' with d_k the difference between the chosen fit
+and lam_I's (so x' C_k x holds the squared margin difference between the two
+fits). With a fixed ``shrinkage``, lam_I = lam. C_k is stored per class in the
+model file (``cov``; docs/intervals.md).
 """
 
 from __future__ import annotations
@@ -35,6 +56,7 @@ import numpy as np
 from scipy.special import expit
 
 from .._numeric import PROB_CLIP, dot, softplus_both
+from . import intervals
 from .._params import Interval, Options
 from ..data import TopLabelData
 from .temperature import BINARY_SCORE_FLOOR
@@ -45,6 +67,9 @@ __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"
 
 #: Candidate prior strengths (pseudo-samples): 2^j, j = 0..24.
 LAMBDA_GRID = 2.0 ** np.arange(25)
+#: The interval's strength: the smallest one whose approximate LOO loss is within this many nats per
+#: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py, docs/intervals.md)
+ALO_SLACK_PER_PARAM = 0.6
 _NEWTON_STEPS = 50
 _TOL = 1e-10
 
@@ -146,6 +171,27 @@ def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
     return out
 
 
+def _posterior_cov(rows: _Rows, theta, prior, lam) -> np.ndarray:
+    """(K, p, p) approximate posterior covariance of each class's parameters (module docstring)."""
+    p = theta.shape[1]
+    q = expit(rows.margin(theta))
+    D = rows.hessian(rows.w * q * (1.0 - q))
+    P = lam * prior
+    eye = np.eye(p)
+    Hinv = np.linalg.inv(D + P + 1e-12 * eye)
+    # the centre's posterior precision: sum_j (P^-1 + D_j^-1)^-1 = sum_j D_j (I + P^-1 D_j)^-1
+    # (a class without rows adds nothing)
+    Pinv = np.linalg.inv(P)
+    M = np.linalg.solve(np.transpose(eye + Pinv @ D, (0, 2, 1)), np.transpose(D, (0, 2, 1)))
+    M = np.transpose(M, (0, 2, 1)).sum(axis=0)
+    M = 0.5 * (M + M.T)
+    vals, vecs = np.linalg.eigh(M)
+    V0 = (vecs / np.maximum(vals, 1e-12 * max(vals.max(), 1e-300))) @ vecs.T
+    G = Hinv @ P
+    C = Hinv + G @ V0 @ np.transpose(G, (0, 2, 1))
+    return 0.5 * (C + np.transpose(C, (0, 2, 1)))
+
+
 class _StrengthConstraint:
     """The ``shrinkage`` parameter of hier-platt: "auto" or a prior strength > 0."""
 
@@ -230,18 +276,38 @@ class _Hierarchical(Calibrator):
             j = int(np.argmin(losses))  # the smallest strength on ties
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
+            # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p of the best
+            # (the strength is not known; docs/intervals.md), its fit's distance to the chosen one added
+            near = np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p)
+            ji = int(near.min())  # a strength that was fitted (the others' losses are inf)
+            interval_fit = (float(LAMBDA_GRID[ji]), fits[ji])
         else:
             lam = float(self.shrinkage)
             theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)
             self.strength_loss_ = None
+            interval_fit = (lam, theta)
         has = np.bincount(rows.g, minlength=k) > 0
         self.theta_ = np.where(has[:, None], theta, theta0[None, :])
         self.pooled_ = theta0.copy()
         self.prior_ = prior
         self.strength_ = lam
+        lam_i, theta_i = interval_fit
+        theta_i = np.where(has[:, None], theta_i, theta0[None, :])
+        d = self.theta_ - theta_i
+        self.cov_ = _posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :]
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))
+
+    def _interval(self, data: TopLabelData, level: float):
+        """Delta method on the class's posterior: expit(x' theta_k -+ z sqrt(x' C_k x))."""
+        cov = getattr(self, "cov_", None)
+        if cov is None:
+            raise self._no_interval_stats("parameter covariance")
+        X = self._features(data)
+        m = np.einsum("np,np->n", X, self.theta_[data.pred])
+        var = np.einsum("ni,nij,nj->n", X, cov[data.pred], X)
+        return intervals.margin_interval(m, np.sqrt(np.maximum(var, 0.0)), level)
 
     @property
     def n_params_(self) -> int:
@@ -269,9 +335,11 @@ class _Hierarchical(Calibrator):
                 for th, s in zip(self.theta_, self.support_)]
 
     def _get_state(self) -> dict:
-        return to_jsonable({"theta": self.theta_, "pooled": self.pooled_, "prior": self.prior_,
-                            "strength": self.strength_,
-                            "support": [None if s is None else list(s) for s in self.support_]})
+        out = {"theta": self.theta_, "pooled": self.pooled_, "prior": self.prior_, "strength": self.strength_,
+               "support": [None if s is None else list(s) for s in self.support_]}
+        if getattr(self, "cov_", None) is not None:
+            out["cov"] = self.cov_  # K x p x p; files before intervals have none
+        return to_jsonable(out)
 
     def _set_state(self, state: dict) -> None:
         k, p = len(self.classes_), len(self._names)
@@ -292,6 +360,12 @@ class _Hierarchical(Calibrator):
             raise ValueError(f"support must be a list of {k} entries")
         self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
         self.strength_loss_ = None
+        cov = state.get("cov")  # files before intervals have none: predict_interval asks for a refit
+        if cov is not None:
+            cov = np.asarray(cov, dtype=np.float64)
+            if cov.shape != (k, p, p) or not np.all(np.isfinite(cov)):
+                raise ValueError(f"cov must be {k} finite {p} x {p} matrices")
+        self.cov_ = cov
 
 
 @register

@@ -14,6 +14,12 @@ one class ("all classes") and predicts that curve for every row:
 * ``pooled-kde-mon2``: the kernel density ratio with the b_mon2 bandwidth on
   the pooled scores, shrunk as ``kde-mon2``'s reference is.
 
+The interval (``predict_interval``) is the inner model's on the pooled data: the
+pooled curve's estimation error (the delta method for ``pooled-platt`` and
+``pooled-beta``, the local counts' Jeffreys interval for ``pooled-hist`` and
+``pooled-kde-mon2``), the same for every class; what it needs is in the inner
+model's saved state.
+
 A pooled model keeps the per-class counts and score statistics every model
 keeps (``update`` refits the pooled curve on old + new data), and each
 class's own support, so plots shade where a class has no data even though
@@ -28,7 +34,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..data import TopLabelData
-from ..errors import DegenerateClassWarning
+from ..errors import DegenerateClassWarning, ModelFileError
 from .base import Calibrator, Curve, finite_array
 from .counts import Histogram
 from .hierarchical import HierarchicalBeta
@@ -80,6 +86,13 @@ class _Pooled(Calibrator):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return self.model_.predict(pool(data))
+
+    def _interval(self, data: TopLabelData, level: float):
+        """The inner model's interval on the pooled data (the pooled curve's estimation error)."""
+        try:
+            return self.model_._interval(pool(data), level)
+        except ModelFileError:  # an inner model saved before intervals: say it of this model
+            raise self._no_interval_stats("interval statistics of its pooled curve") from None
 
     @property
     def n_params_(self) -> int:

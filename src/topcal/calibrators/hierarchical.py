@@ -294,7 +294,9 @@ class _Hierarchical(Calibrator):
         lam_i, theta_i = interval_fit
         theta_i = np.where(has[:, None], theta_i, theta0[None, :])
         d = self.theta_ - theta_i
-        self.cov_ = _posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :]
+        # a cross-validation fold's fit is scored and dropped: no interval statistics (crossfit.py)
+        self.cov_ = (None if self._scratch
+                     else _posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :])
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))

@@ -277,9 +277,9 @@ def _loss_parts(m, loss, pq=None):
     return (1.0 - p) ** 2, p * p
 
 
-def _loss_terms(m, tp, fp, loss):
-    """Summed loss at log-odds m."""
-    f_tp, f_fp = _loss_parts(m, loss)
+def _loss_terms(m, tp, fp, loss, pq=None):
+    """Summed loss at log-odds m (``pq`` as for :func:`_loss_parts`)."""
+    f_tp, f_fp = _loss_parts(m, loss, pq)
     return float(tp @ f_tp + fp @ f_fp)
 
 
@@ -378,10 +378,11 @@ class TopLabelObjective:
             if g_aw:
                 m += offsets[0] if grp is None else offsets[grp]
             self._m[a:b] = m
-            loss += _loss_terms(m, tp, fp, self.loss)
+            pq = (expit(m), expit(-m))  # shared by the loss and its derivatives
+            loss += _loss_terms(m, tp, fp, self.loss, pq)
             # m = d beta + b - L(beta): dm/dbeta = d - E[O], d2m/dbeta2 = -Var[O];
             # theta = log T, d beta / d theta = -beta
-            l1, l2 = _loss_derivs(m, tp, fp, self.loss)
+            l1, l2 = _loss_derivs(m, tp, fp, self.loss, pq)
             dm_dt = -beta * dm_db
             d2m_dt2 = beta * dm_db - (beta * beta) * var
             l2_dmdt = l2 * dm_dt

@@ -34,7 +34,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._numeric import PROB_CLIP, dot, softplus_both
+from .._numeric import PROB_CLIP, dot
 from .._params import Interval, Options
 from ..data import TopLabelData
 from .temperature import BINARY_SCORE_FLOOR
@@ -75,6 +75,7 @@ class _Rows:
         self.pos, self.neg = np.flatnonzero(self.tp > 0), np.flatnonzero(self.fp > 0)
         self.tp_pos, self.fp_neg = self.tp[self.pos], self.fp[self.neg]
         self.counts = np.bincount(self.g, minlength=k)
+        self._buf = None
         self._has = self.counts > 0
         self._starts = (np.cumsum(self.counts) - self.counts)[self._has]
         p = self.cols.shape[0]
@@ -97,9 +98,28 @@ class _Rows:
         return np.repeat(v, self.counts)
 
     def loss(self, m):
-        """Per-class NLL at margins m."""
-        neg, pos = softplus_both(m)
-        return self.sums(self.tp * neg + self.fp * pos)
+        """Per-class NLL at margins m: tp softplus(-m) + fp softplus(m) summed per class.
+
+        softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)) as :func:`~topcal._numeric.softplus_both`,
+        in two scratch buffers kept between calls (no fresh row-length arrays: their page faults
+        cost as much as the arithmetic); rows of weight 0/1 get the same numbers bit for bit.
+        """
+        if self._buf is None:
+            self._buf = (np.empty(m.shape), np.empty(m.shape))
+        s, t = self._buf
+        np.abs(m, out=s)
+        np.negative(s, out=s)
+        np.exp(s, out=s)
+        np.log1p(s, out=s)
+        np.multiply(self.w, s, out=s)
+        np.maximum(m, 0.0, out=t)
+        np.multiply(t, self.fp, out=t)
+        s += t
+        np.negative(m, out=t)
+        np.maximum(t, 0.0, out=t)
+        np.multiply(t, self.tp, out=t)
+        s += t
+        return self.sums(s)
 
     def margin(self, theta):
         m = self.cols[0] * self.per_row(theta[:, 0])

@@ -49,6 +49,7 @@ def test_readme_python_blocks_run(tmp_path):
 def test_readme_shell_blocks_run(tmp_path):
     probs_frame(1200, seed=1).to_csv(tmp_path / "preds.csv", index=False)
     probs_frame(300, seed=2, labelled=False).to_csv(tmp_path / "new.csv", index=False)
+    probs_frame(1200, seed=3).to_csv(tmp_path / "held.csv", index=False)  # labelled, not fitted on
     lines = [c for b in blocks("sh")[1:] for c in commands(b)]
     assert lines and all(c.startswith("topcal ") for c in lines), lines
     for c in lines:
@@ -56,3 +57,7 @@ def test_readme_shell_blocks_run(tmp_path):
     out = pd.read_csv(tmp_path / "new_calibrated.csv")
     assert {"pred", "confidence"} <= set(out.columns) and len(out) == 300
     assert (tmp_path / "my-report" / "index.html").is_file()
+    ci = pd.read_csv(tmp_path / "new_ci.csv")
+    assert (ci["confidence_lo"] <= ci["confidence"]).all() and (ci["confidence"] <= ci["confidence_hi"]).all()
+    acc = pd.read_csv(tmp_path / "new_accepted.csv")
+    assert acc["accepted"].dtype == bool and len(acc) == 300

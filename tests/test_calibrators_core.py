@@ -290,4 +290,6 @@ def test_auto_tiers_come_from_the_classes():
     assert auto.tier("uncalibrated") == 0 and auto.tier("pooled-platt") == 1 and auto.tier("sts") == 1
     assert auto.tier("hier-beta") == 2 and auto.tier("kde-mon2") == 2 and auto.tier("btswa") == 3
     assert auto.tier("conf1") == 3 and auto.tier("no-such-method") == 3
+    # within one curve for all classes, 2-3 parameters are simpler than bins or a kernel curve
+    assert auto.tier("pooled-beta") == 1 and auto.tier("pooled-hist") == auto.tier("pooled-kde-mon2") == 1.5
     assert dict(auto.TIERS)["hist"] == 2 and "auto" in auto.TIERS

@@ -3,10 +3,12 @@
 Candidates (default), in order of simplicity (:data:`TIERS`):
 
 0. ``uncalibrated``: the raw score;
-1. one curve for all classes: ``pooled-platt``, ``pooled-hist``,
-   ``pooled-kde-mon2`` and, with full score vectors, ``sts`` (one temperature);
-   (``pooled-beta`` is tier 1 when named in ``candidates``: as a default it moved
-   ImageNet's 5-fold/2,000-row cell by 0.1% only, at one more cross-validated fit);
+1. one parametric curve for all classes: ``pooled-platt``, ``pooled-beta`` and,
+   with full score vectors, ``sts`` (one temperature);
+1.5. one non-parametric curve for all classes: ``pooled-hist``, ``pooled-kde-mon2``
+   (2 or 3 parameters are simpler than 15 bins or a kernel curve: within noise of
+   each other, the parametric curve generalises better on ImageNet's 2-5 rows a
+   class, docs/benchmarks.md);
 2. per-class curves shrunk toward a pooled one: ``hier-platt``, ``hier-beta``
    and the shrunk count methods ``kde-mon2``, ``hist``, ``cum-opt``;
 3. unshrunk per-class fits: ``bts``, ``btswa`` and, with full vectors,
@@ -51,20 +53,20 @@ from .crossfit import cross_fit
 from .registry import available_methods, calibrator, get_class, is_registered, register
 from .wrapper import Wrapper
 
-__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "tier", "paired_se", "choose"]
+__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose"]
 
 #: Candidates, simplest first.
-DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-hist", "pooled-kde-mon2", "sts",
+DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
                       "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
 
 class _Tiers(Mapping):
     """Registered method name -> its simplicity tier (the class attribute ``tier``; read-only)."""
 
-    def __getitem__(self, name: str) -> int:
+    def __getitem__(self, name: str) -> float:
         cls = get_class(name, unlisted=True) if is_registered(name) else None
         if cls is None:
             raise KeyError(name)
-        return int(cls.tier)
+        return cls.tier
 
     def __iter__(self):
         return iter(available_methods())
@@ -74,11 +76,16 @@ class _Tiers(Mapping):
 
 
 #: Simplicity of a method (lower: simpler), from each class's ``tier``: 0 nothing fitted, 1 one
-#: curve for all classes, 2 per-class curves shrunk toward a pooled one, 3 per-class fits.
+#: parametric curve for all classes, 1.5 one non-parametric curve for all classes, 2 per-class
+#: curves shrunk toward a pooled one, 3 per-class fits.
 TIERS = _Tiers()
 
+#: The tiers in words (describe, compare and the report print it under the table).
+TIER_LEGEND = ("0 uncalibrated, 1 one parametric curve for all classes, 1.5 one non-parametric curve for all "
+               "classes, 2 per-class curves shrunk toward a pooled one, 3 per-class")
 
-def tier(name: str) -> int:
+
+def tier(name: str) -> float:
     """The simplicity tier of method ``name`` (:data:`TIERS`; 3 for names not registered)."""
     return TIERS.get(name, 3)
 

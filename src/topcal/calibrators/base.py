@@ -127,9 +127,10 @@ class Calibrator(Envelope):
     #: Why the method is not ranked on ``unranked_on``: one sentence for the reader.
     unranked_note: ClassVar[str] = ""
     #: Simplicity for ``auto``'s choice (lower: simpler; among candidates within noise of the best,
-    #: ``auto`` takes the lowest): 0 nothing fitted, 1 one curve for all classes, 2 per-class curves
-    #: shrunk toward a pooled one, 3 per-class fits.
-    tier: ClassVar[int] = 3
+    #: ``auto`` takes the lowest): 0 nothing fitted, 1 one parametric curve for all classes, 1.5 one
+    #: non-parametric curve for all classes, 2 per-class curves shrunk toward a pooled one, 3
+    #: per-class fits.
+    tier: ClassVar[float] = 3
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
     #: True on the pooled reference a shrunk model fits (``_fit_shrinkage``): its fit skips

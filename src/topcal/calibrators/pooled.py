@@ -68,7 +68,7 @@ class _Pooled(Calibrator):
     """
 
     in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
-    tier = 1  # one curve for all classes
+    tier = 1  # one parametric curve for all classes (non-parametric ones: 1.5)
     #: the registered method fitted on the pooled data
     _inner: ClassVar[str] = ""
 
@@ -214,6 +214,7 @@ class PooledHistogram(_Pooled):
     """
 
     name = "pooled-hist"
+    tier = 1.5  # one non-parametric curve: less simple than 2 or 3 parameters
     summary = "histogram of the top score, one curve for all classes (15 equal-mass bins, shrunk)"
     step_curve = True
     _inner = Histogram.name
@@ -236,6 +237,7 @@ class PooledKDEMon2(_Pooled):
     """
 
     name = "pooled-kde-mon2"
+    tier = 1.5  # one non-parametric curve: less simple than 2 or 3 parameters
     summary = "kernel density ratio (b_mon2) of the top score, one curve for all classes (shrunk)"
     _inner = KDEMon2.name
     _parameter_constraints = dict(KDEMon2._parameter_constraints)

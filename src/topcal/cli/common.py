@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import _progress
 from .._tables import format_table, format_value, text_table
+from ..calibrators.auto import TIER_LEGEND
 from ..errors import TopcalError
 
 __all__ = ["Parser", "UsageError", "choice_table", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
@@ -203,8 +204,7 @@ def choice_table(fits: list) -> str:
     cells = [[r[0]] + [c.rjust(w) if isinstance(c, str) else format_value(c, w) for c, w in zip(r[1:], widths)]
              for r in rows]
     w0 = max(len(str(r[0])) for r in rows + [header])
-    return text_table(header, cells, w0, widths) + "\n(< chosen, * smallest mean; tier 0 uncalibrated, 1 pooled, " \
-        "2 shrunk per-class, 3 per-class)"
+    return text_table(header, cells, w0, widths) + f"\n(< chosen, * smallest mean; tier {TIER_LEGEND})"
 
 
 #: Classes a console per-class table lists at most (the largest ones); --csv/--json give every class.

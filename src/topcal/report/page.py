@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from ..calibrators.auto import TIER_LEGEND
 from ..calibrators.registry import lookup
 from ..data import TopLabelData
 from ..evaluate import METRICS, Comparison
@@ -153,7 +154,7 @@ def choice_html(model) -> str:
         f"<td>{_fmt(r['diff_se'])}</td><td>{'chosen' if r['chosen'] else ''}{' best mean' if r['best'] else ''}"
         f"{html.escape(' failed: ' + r['error']) if r['error'] else ''}</td></tr>" for r in model.cv_table())
     return (f"<p>chose <code>{html.escape(model.method_)}</code>: {html.escape(model.rule_text())}; tiers: "
-            "0 uncalibrated, 1 one curve for all classes, 2 per-class shrunk toward a pooled curve, 3 per-class</p>"
+            f"{html.escape(TIER_LEGEND)}</p>"
             f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>")
 
 

@@ -293,3 +293,13 @@ def test_auto_tiers_come_from_the_classes():
     # within one curve for all classes, 2-3 parameters are simpler than bins or a kernel curve
     assert auto.tier("pooled-beta") == 1 and auto.tier("pooled-hist") == auto.tier("pooled-kde-mon2") == 1.5
     assert dict(auto.TIERS)["hist"] == 2 and "auto" in auto.TIERS
+
+
+def test_auto_prefers_a_parametric_pooled_curve_within_noise_and_the_data_otherwise():
+    from topcal.calibrators.auto import choose
+
+    cv = {"uncalibrated": {"nll": 0.40, "diff_se": 0.01}, "pooled-hist": {"nll": 0.3454, "diff_se": 0.0},
+          "pooled-platt": {"nll": 0.3464, "diff_se": 0.002}, "hier-beta": {"nll": 0.3460, "diff_se": 0.003}}
+    assert choose(cv) == ("pooled-platt", "pooled-hist")  # within one SE: 2 parameters beat 15 bins
+    cv["pooled-platt"]["diff_se"] = 0.0005  # now clearly worse: the histogram's advantage is real
+    assert choose(cv) == ("pooled-hist", "pooled-hist")

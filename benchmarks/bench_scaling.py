@@ -32,7 +32,8 @@ contestant's, peak MB and peak ÷ the input score matrix's size, and for ``auto`
 squares on log-log over the n of the grid).
 
 Usage: python benchmarks/bench_scaling.py [--n 1e4 1e5 1e6 1e7] [--k 10 100 1000]
-       [--max-n-k1000 1e6] [--repeat 3] [--methods hist kde-mon2 ...] [--no-peers] [--no-auto]
+       [--max-n-k1000 1e6] [--repeat 3] [--methods hist hist:shrinkage=0 kde-mon2 ...] [--no-peers]
+       [--no-auto]
 """
 
 from __future__ import annotations
@@ -62,16 +63,30 @@ class Contestant:
         self.name, self.fit, self.apply = name, fit, apply
 
 
-def topcal_contestant(method):
+def topcal_contestant(spec):
+    """A topcal method by name, or ``name:param=value[,param=value]`` (e.g. ``hist:shrinkage=0``,
+    a method's m = 0 form); values are read as numbers where they parse as one."""
     import topcal
 
+    method, _, rest = spec.partition(":")
+    params = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            params[key] = int(value)
+        except ValueError:
+            try:
+                params[key] = float(value)
+            except ValueError:
+                params[key] = value
+
     def fit(probs, labels, data):
-        return topcal.calibrator(method).fit(data)
+        return topcal.calibrator(method, **params).fit(data)
 
     def apply(model, probs, data):
         return model.predict(data)
 
-    return Contestant(method, fit, apply)
+    return Contestant(spec, fit, apply)
 
 
 def isotonic_per_class():
@@ -240,7 +255,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-n-k1000", type=float, default=1e6, help="largest n for K >= 1000 (memory)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--methods", nargs="+", default=None)
+    ap.add_argument("--methods", nargs="+", default=None,
+                    help="topcal methods, each a name or name:param=value (hist:shrinkage=0 is hist's m = 0 form)")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-auto", action="store_true", help="leave out auto (minutes at 10^6 x 100 and above)")
     args = ap.parse_args(argv)

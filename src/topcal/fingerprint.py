@@ -35,15 +35,25 @@ __all__ = ["Fingerprint", "row_hashes", "SKETCH_SIZE"]
 #: fitting rows" from "a few rows coincide".
 SKETCH_SIZE = 128
 _MASK = (1 << 64) - 1
+#: Score-vector entries hashed per block of rows (256 KB of uint64).
+_BLOCK_VALUES = 32_768
+
+
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on uint64 (wrapping arithmetic)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    """splitmix64's finaliser on uint64 (wrapping arithmetic); ``x`` is overwritten (a fresh array)."""
+    t = np.right_shift(x, _S30)
+    x ^= t
+    x *= _M1
+    np.right_shift(x, _S27, out=t)
+    x ^= t
+    x *= _M2
+    np.right_shift(x, _S31, out=t)
+    x ^= t
+    return x
 
 
 def _name_hash(name: str) -> np.uint64:
@@ -51,13 +61,15 @@ def _name_hash(name: str) -> np.uint64:
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float64).view(np.uint64)
+    """The float64 bits of ``a`` as uint64: a view where ``a`` is float64 (no copy), else a converted copy."""
+    a = np.asarray(a)
+    return (a if a.dtype == np.float64 else a.astype(np.float64)).view(np.uint64)  # same item size: any strides
 
 
 def row_hashes(data: TopLabelData) -> np.ndarray:
     """One 64-bit hash per row of ``data``, shape (n_rows,), dtype uint64."""
     names = np.array([_name_hash(c) for c in data.classes], dtype=np.uint64)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # every _mix gets a fresh array (a ^ b), which it overwrites
         h = _mix(names[data.pred] ^ np.uint64(0x9E3779B97F4A7C15))
         parts = [_bits(data.score)]
         if data.tp is not None:
@@ -67,9 +79,11 @@ def row_hashes(data: TopLabelData) -> np.ndarray:
         if data.bin_edges is not None:
             parts += [_bits(data.bin_edges[:, 0]), _bits(data.bin_edges[:, 1])]
         if data.full is not None:  # the vector, columns keyed by class name (file order does not matter)
-            acc = np.zeros(data.n_rows, dtype=np.uint64)
-            for j in range(data.n_classes):
-                acc += _mix(_bits(data.full[:, j]) ^ names[j])
+            full = _bits(data.full)
+            acc = np.empty(data.n_rows, dtype=np.uint64)
+            step = max(1, _BLOCK_VALUES // max(data.n_classes, 1))
+            for a in range(0, data.n_rows, step):  # row blocks within a core's cache; sums wrap (any order)
+                np.sum(_mix(full[a : a + step] ^ names), axis=1, dtype=np.uint64, out=acc[a : a + step])
             parts.append(acc)
         for p in parts:
             h = _mix(h ^ p)

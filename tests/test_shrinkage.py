@@ -386,3 +386,29 @@ def test_cell_merge_keeps_weights_and_weighted_mean_scores():
     want = [(0, 1, 0.2, 2.0, 0.0), (1, 0, (0.5 + 0.35) / 1.5, 0.0, 1.5),
             (1, 1, (1.2 + 0.7) / 3.0, 3.0, 0.0), (3, 0, 0.9, 0.0, 1.0)]
     np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("params", [{}, {"strategy": "quantile", "shrinkage": "class"}, {"n_bins": 37}])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_histogram_pseudo_counts_from_cells_equal_those_from_rows(params, weighted):
+    """issue 26: hist chooses its pseudo-counts from per-(bin, reference bin) sums, not per-row lookups;
+    the losses, pseudo-counts and fitted model are those of the per-row path, bit for bit (a class
+    without rows and count weights included)."""
+    rng = np.random.default_rng(3)
+    n, k = 5000, 6
+    pred = rng.integers(0, k - 1, n)  # the last class never predicted
+    score = rng.random(n) ** 0.5
+    if weighted:  # binned-style weights: counts per row
+        tp, fp = rng.integers(0, 5, n).astype(float), rng.integers(0, 3, n).astype(float)
+    else:
+        tp = (rng.random(n) < score).astype(float)
+        fp = 1.0 - tp
+    data = TopLabelData(tuple(f"c{i}" for i in range(k)), pred, score, (0.0, 1.0), tp=tp, fp=fp)
+    fast = _quiet(topcal.calibrator("hist", **params).fit, data)
+    slow = topcal.calibrator("hist", **params)
+    slow.cell_sums = False  # the per-row path
+    _quiet(slow.fit, data)
+    assert np.array_equal(fast.shrinkage_loss_, slow.shrinkage_loss_)
+    assert np.array_equal(fast.shrinkage_, slow.shrinkage_) and fast.reference_m_ == slow.reference_m_
+    assert json.dumps(fast.to_dict()["state"]) == json.dumps(slow.to_dict()["state"])
+    assert np.array_equal(fast.predict(data), slow.predict(data))

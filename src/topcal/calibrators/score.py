@@ -49,6 +49,9 @@ class ScoreCalibrator(Calibrator):
     #: Choose the pseudo-count on rows merged by cell where the method gives cells
     #: (:meth:`_count_cells`); False evaluates the loss on every row (for tests and benchmarks).
     merge_cells: ClassVar[bool] = True
+    #: Choose the pseudo-count of piecewise-constant counts from per-cell sums where the method gives
+    #: cells (:meth:`_count_keys`; the same result); False looks every row up (for tests and benchmarks).
+    cell_sums: ClassVar[bool] = True
 
     def _shrunk(self) -> bool:
         return self.shrinkable and not (
@@ -138,6 +141,11 @@ class ScoreCalibrator(Calibrator):
         self.reference_ = ref
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         one = np.zeros(s.shape[0], dtype=np.int64)
+        K = len(self.classes_)
+        ref_cells = ref._count_keys(one, s) if self.piecewise_counts and self.cell_sums else None
+        if ref_cells is not None:  # counts constant within cells: merge the rows by cell first (exact)
+            self._choose_m_by_cells(ref, ref_cells, pred, s, tp, fp)
+            return
         s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
         t0, n0 = ref._local_counts(0, s0)
         rows = (t0, n0, tp0, fp0, self.reference_rate_, np.zeros(s0.shape[0], dtype=np.int64))
@@ -145,7 +153,6 @@ class ScoreCalibrator(Calibrator):
             rows = shr.merge_equal_rows(*rows)
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
         del one, s0, tp0, fp0, t0, n0, rows  # row-length arrays of the reference's loss (peak memory)
-        K = len(self.classes_)
         s, tp, fp, pred = self._merged_rows(pred, s, tp, fp)
         r = self._reference(s)
         t, n = self._local_counts_rows(pred, s)
@@ -153,7 +160,11 @@ class ScoreCalibrator(Calibrator):
         del t, n, r
         if self.piecewise_counts:
             rows = shr.merge_equal_rows(*rows)
-        losses = shr.loo_nll_by_group(*rows, K)
+        self._set_shrinkage(shr.loo_nll_by_group(*rows, K))
+
+    def _set_shrinkage(self, losses: np.ndarray) -> None:
+        """The pseudo-counts from the per-class losses over the grid, by the ``shrinkage`` rule."""
+        K = len(self.classes_)
         if self.shrinkage == "auto":
             m = np.full(K, shr.choose_m(losses.sum(axis=0)))
         elif self.shrinkage == "class":
@@ -162,6 +173,46 @@ class ScoreCalibrator(Calibrator):
             m = np.full(K, float(self.shrinkage))
         self.shrinkage_ = m
         self.shrinkage_loss_ = losses
+
+    def _choose_m_by_cells(self, ref, ref_cells, pred, s, tp, fp) -> None:
+        """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant counts, from cells.
+
+        Every row's local counts are those of its cell (:meth:`_count_keys`), and its reference
+        value that of its reference cell, so the rows are summed per (cell, reference cell) in one
+        pass (bincount) and the few merged rows go to :func:`shrinkage.merge_equal_rows` as the
+        rows themselves did: the same merged rows, weights summed in another order (exact for
+        0/1 weights), hence the same losses and pseudo-counts.
+        """
+        K = len(self.classes_)
+        key0, t0c, n0c, _ = ref_cells
+        c0 = t0c.size
+        occ0 = np.flatnonzero(np.bincount(key0, minlength=c0))
+        w_tp0, w_fp0 = (np.bincount(key0, w, minlength=c0)[occ0] for w in (tp, fp))
+        rows = shr.merge_equal_rows(t0c[occ0], n0c[occ0], w_tp0, w_fp0, self.reference_rate_,
+                                    np.zeros(occ0.size, dtype=np.int64))
+        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
+        r0c = shr.shrink(t0c, n0c, self.reference_rate_, self.reference_m_)  # the reference per its cell
+        key, tc, nc, cell_class = self._count_keys(pred, s)
+        joint = key * c0 + key0  # (cell, reference cell) of every row
+        del key
+        if tc.size * c0 <= 4 * joint.size + 1024:
+            occ = np.flatnonzero(np.bincount(joint, minlength=tc.size * c0))
+            w_tp, w_fp = (np.bincount(joint, w, minlength=tc.size * c0)[occ] for w in (tp, fp))
+        else:  # many cells: only the occupied pairs
+            occ, inv = np.unique(joint, return_inverse=True)
+            w_tp, w_fp = (np.bincount(inv, w, minlength=occ.size) for w in (tp, fp))
+        ck, rk = occ // c0, occ % c0
+        rows = shr.merge_equal_rows(tc[ck], nc[ck], w_tp, w_fp, r0c[rk], cell_class[ck])
+        self._set_shrinkage(shr.loo_nll_by_group(*rows, K))
+
+    def _count_keys(self, pred: np.ndarray, score: np.ndarray):
+        """Where the local counts are constant within cells (``piecewise_counts``): (cell of every row,
+        t per cell, n per cell, class of every cell); else None.
+
+        Cells number 0 .. n_cells - 1 across all classes; a class without state has one cell of
+        counts 0. Used to choose the pseudo-count from per-cell sums rather than per-row lookups.
+        """
+        return None
 
     def _count_cells(self, pred: np.ndarray, score: np.ndarray):
         """(cell of every row, number of cells) where the local counts are smooth within cells, else None.

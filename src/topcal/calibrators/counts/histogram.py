@@ -12,7 +12,7 @@ import numpy as np
 
 from ..._numeric import bin_index, weighted_quantile_edges
 from ..._params import MAX_BINS, Interval, Options
-from ...data import ClassView
+from ...data import ClassView, rows_by_class
 from ..base import finite_array
 from ..score import ScoreCalibrator
 from ..registry import register
@@ -175,6 +175,27 @@ class Histogram(ScoreCalibrator):
             i = bin_index(e, score[rows])
             bias[rows] = slope[i] * (score[rows] - 0.5 * (mid[a[i]] + mid[b[i]]))
         return bias
+
+    def _count_keys(self, pred, score):
+        """(bin of every row numbered across classes, TP and positive count per bin, class per bin);
+        a class without state has one bin of counts 0. Classes sharing their edges (``uniform``)
+        are binned in one search."""
+        states = self.class_state_
+        size = np.array([1 if st is None else st["tp"].size for st in states], dtype=np.int64)
+        start = np.concatenate([[0], np.cumsum(size)[:-1]])
+        t = np.concatenate([np.zeros(1) if st is None else st["tp"] for st in states])
+        n = np.concatenate([np.zeros(1) if st is None else st["tp"] + st["fp"] for st in states])
+        cell_class = np.repeat(np.arange(len(states)), size)
+        edges = [st["edges"] for st in states if st is not None]
+        if len(edges) == len(states) and all(np.array_equal(e, edges[0]) for e in edges):
+            cell = bin_index(edges[0], score)
+            cell += start[pred]
+        else:
+            cell = np.empty(score.shape[0], dtype=np.int64)
+            for k, idx in rows_by_class(pred, len(states)):
+                st = states[k]
+                cell[idx] = start[k] + (0 if st is None else bin_index(st["edges"], score[idx]))
+        return cell, t, n, cell_class
 
     def _local_counts(self, k: int, score: np.ndarray):
         st = self.class_state_[k]

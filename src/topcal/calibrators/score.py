@@ -52,6 +52,9 @@ class ScoreCalibrator(Calibrator):
     #: Choose the pseudo-count of piecewise-constant counts from per-cell sums where the method gives
     #: cells (:meth:`_count_keys`; the same result); False looks every row up (for tests and benchmarks).
     cell_sums: ClassVar[bool] = True
+    #: With :meth:`_count_keys`: 0 merges rows of equal cells only (exact); a relative width > 0
+    #: also merges runs of cells with counts equal within it (:func:`shrinkage.count_runs`).
+    count_run_width: ClassVar[float] = 0.0
 
     def _shrunk(self) -> bool:
         return self.shrinkable and not (
@@ -142,9 +145,9 @@ class ScoreCalibrator(Calibrator):
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         one = np.zeros(s.shape[0], dtype=np.int64)
         K = len(self.classes_)
-        ref_cells = ref._count_keys(one, s) if self.piecewise_counts and self.cell_sums else None
-        if ref_cells is not None:  # counts constant within cells: merge the rows by cell first (exact)
-            self._choose_m_by_cells(ref, ref_cells, pred, s, tp, fp)
+        cells = self._count_keys(pred, s) if self.cell_sums else None
+        if cells is not None:  # counts constant within cells: sum the rows by cell first
+            self._choose_m_by_cells(ref, cells, pred, s, tp, fp)
             return
         s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
         t0, n0 = ref._local_counts(0, s0)
@@ -174,25 +177,52 @@ class ScoreCalibrator(Calibrator):
         self.shrinkage_ = m
         self.shrinkage_loss_ = losses
 
-    def _choose_m_by_cells(self, ref, ref_cells, pred, s, tp, fp) -> None:
+    def _choose_m_by_cells(self, ref, cells, pred, s, tp, fp) -> None:
         """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant counts, from cells.
 
         Every row's local counts are those of its cell (:meth:`_count_keys`), and its reference
-        value that of its reference cell, so the rows are summed per (cell, reference cell) in one
-        pass (bincount) and the few merged rows go to :func:`shrinkage.merge_equal_rows` as the
-        rows themselves did: the same merged rows, weights summed in another order (exact for
-        0/1 weights), hence the same losses and pseudo-counts.
+        value that of its reference cell. With ``count_run_width`` 0 (``hist``) the rows are summed
+        per (cell, reference cell) in one pass (bincount) and the few merged rows go to
+        :func:`shrinkage.merge_equal_rows` as the rows themselves did: the same merged rows,
+        weights summed in another order (exact for 0/1 weights), hence the same losses and
+        pseudo-counts. Otherwise (the ``cum`` family: a cell per distinct score, whose rows all
+        have that score, so it lies in one reference cell) the rows are summed per cell, and
+        consecutive cells with nearly equal counts and reference form runs
+        (:func:`shrinkage.count_runs`) merged at their weighted mean counts
+        (:func:`shrinkage.merge_rows_by_run`; tolerance in docs/shrinkage.md).
         """
         K = len(self.classes_)
-        key0, t0c, n0c, _ = ref_cells
+        width = self.count_run_width
+        key, tc, nc, cell_class, cell_score = cells
+        if width:
+            w_tp, w_fp = (np.bincount(key, w, minlength=tc.size) for w in (tp, fp))
+            del key
+            key0, t0c, n0c, _, _ = ref._count_keys(np.zeros(tc.size, dtype=np.int64), cell_score)
+            w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (w_tp, w_fp))
+        else:
+            key0, t0c, n0c, _, _ = ref._count_keys(np.zeros(s.shape[0], dtype=np.int64), s)
+            w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (tp, fp))
         c0 = t0c.size
-        occ0 = np.flatnonzero(np.bincount(key0, minlength=c0))
-        w_tp0, w_fp0 = (np.bincount(key0, w, minlength=c0)[occ0] for w in (tp, fp))
-        rows = shr.merge_equal_rows(t0c[occ0], n0c[occ0], w_tp0, w_fp0, self.reference_rate_,
-                                    np.zeros(occ0.size, dtype=np.int64))
+        if width:
+            run0 = shr.count_runs(t0c, n0c, np.zeros(c0, dtype=np.int64), width)
+            rows = shr.merge_rows_by_run(run0, int(run0[-1]) + 1, t0c, n0c, self.reference_rate_, w_tp0, w_fp0)
+            rows = (*rows[:5], np.zeros(rows[5].size, dtype=np.int64))
+        else:
+            occ0 = np.flatnonzero(np.bincount(key0, minlength=c0))
+            rows = shr.merge_equal_rows(t0c[occ0], n0c[occ0], w_tp0[occ0], w_fp0[occ0], self.reference_rate_,
+                                        np.zeros(occ0.size, dtype=np.int64))
+        del w_tp0, w_fp0
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
         r0c = shr.shrink(t0c, n0c, self.reference_rate_, self.reference_m_)  # the reference per its cell
-        key, tc, nc, cell_class = self._count_keys(pred, s)
+        if width:
+            # a new run where the class, the reference's run or the class's counts change
+            run = shr.count_runs(tc, nc, cell_class * (int(run0[-1]) + 1) + run0[key0], width)
+            n_runs = int(run[-1]) + 1
+            t, n, w_tp, w_fp, r, g = shr.merge_rows_by_run(run, n_runs, tc, nc, r0c[key0], w_tp, w_fp)
+            group = np.zeros(n_runs, dtype=np.int64)
+            group[run] = cell_class
+            self._set_shrinkage(shr.loo_nll_by_group(t, n, w_tp, w_fp, r, group[g], K))
+            return
         joint = key * c0 + key0  # (cell, reference cell) of every row
         del key
         if tc.size * c0 <= 4 * joint.size + 1024:
@@ -206,8 +236,8 @@ class ScoreCalibrator(Calibrator):
         self._set_shrinkage(shr.loo_nll_by_group(*rows, K))
 
     def _count_keys(self, pred: np.ndarray, score: np.ndarray):
-        """Where the local counts are constant within cells (``piecewise_counts``): (cell of every row,
-        t per cell, n per cell, class of every cell); else None.
+        """Where the local counts are constant within cells: (cell of every row, t per cell, n per
+        cell, class of every cell, the score of every row of each cell or None); else None.
 
         Cells number 0 .. n_cells - 1 across all classes; a class without state has one cell of
         counts 0. Used to choose the pseudo-count from per-cell sums rather than per-row lookups.

@@ -39,7 +39,8 @@ from .._numeric import PROB_CLIP
 from ..data import class_order
 
 __all__ = ["M_MIN", "M_GRID", "jeffreys_rate", "shrink", "loo_nll_grid", "loo_nll_by_group", "merge_equal_rows",
-           "merge_rows_by_cell", "CELL_MERGE_GAIN", "choose_m", "ShrinkageConstraint"]
+           "merge_rows_by_cell", "CELL_MERGE_GAIN", "choose_m", "ShrinkageConstraint", "COUNT_RUN_WIDTH", "count_runs",
+           "merge_rows_by_run"]
 
 #: Smallest pseudo-count under ``shrinkage="auto"``: one pseudo-sample of
 #: the reference curve at every score (the stated prior that keeps every
@@ -155,6 +156,56 @@ def merge_equal_rows(t, n, tp, fp, r, group):
     w_fp = np.add.reduceat(np.asarray(fp, dtype=np.float64)[order], starts)
     g, tt, nn, rr = (a[starts] for a in keys)
     return tt, nn, w_tp, w_fp, rr, g
+
+
+#: Relative width of the count runs of :func:`count_runs`: counts at or above
+#: ``1 / COUNT_RUN_WIDTH`` that differ by at most this share share a run.
+COUNT_RUN_WIDTH = 1e-2
+
+
+def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
+    """Runs of consecutive cells (a table's cells in score order, ``group`` its class) with nearly equal counts.
+
+    The local counts behind a step curve (the ``cum`` family's suffix counts) change at every
+    distinct score; the leave-one-out loss, a smooth function of (t, n - t), hardly changes
+    while both stay within a relative ``width``. A new run starts where the group changes or
+    where the TP count t or the FP count n - t leaves its key: the count itself below
+    ``1 / width`` (exact: small counts, where the loss is most sensitive, are never merged),
+    else its bucket floor(log(count / L) / log1p(width)) on a log scale of relative ``width``.
+    Returns the run number (0 ..) of every cell.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    f = np.asarray(n, dtype=np.float64) - t
+    group = np.asarray(group)
+    low = 1.0 / width
+    step = np.log1p(width)
+    new = np.ones(t.size, dtype=bool)
+    if t.size > 1:
+        new[1:] = group[1:] != group[:-1]
+        for x in (t, f):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                key = np.where(x < low, x, low + np.floor(np.log(np.maximum(x, low) / low) / step))
+            new[1:] |= key[1:] != key[:-1]
+    return np.cumsum(new) - 1
+
+
+def merge_rows_by_run(run, n_runs, t, n, r, tp, fp):
+    """Rows of one run merged into one TP row and one FP row at their weighted mean counts and reference.
+
+    The leave-one-out loss is linear in the weights and smooth in (t, n, r), so the merged
+    loss differs from the per-row loss by second-order terms in the spread of the counts
+    within a run (:func:`count_runs`: none for exact runs, relative ``COUNT_RUN_WIDTH`` at
+    most). Returns (t, n, tp, fp, r, run) of the merged rows (one or two per occupied run).
+    """
+    out = []
+    for w, is_tp in ((np.asarray(tp, dtype=np.float64), True), (np.asarray(fp, dtype=np.float64), False)):
+        wsum = np.bincount(run, w, minlength=n_runs)
+        c = np.flatnonzero(wsum > 0)
+        ws = wsum[c]
+        mean = [np.bincount(run, w * np.broadcast_to(v, w.shape), minlength=n_runs)[c] / ws for v in (t, n, r)]
+        zero = np.zeros(c.size)
+        out.append((mean[0], mean[1], ws if is_tp else zero, zero if is_tp else ws, mean[2], c))
+    return tuple(np.concatenate([a, b]) for a, b in zip(*out))
 
 
 #: Rows are merged by cell (:func:`merge_rows_by_cell`) only where that divides their number by

@@ -174,6 +174,22 @@ class _CumulativeBase(ScoreCalibrator):
         tn = np.take(self._counts, self._tables.positions(score, pred), axis=0)
         return tn[:, 0], tn[:, 1]
 
+    #: The suffix counts change at every distinct score: choose the pseudo-count on runs of cells
+    #: with counts within 1% (exact below 100; docs/shrinkage.md).
+    count_run_width = shr.COUNT_RUN_WIDTH
+
+    def _count_keys(self, pred, score):
+        """(slot of every row in the tables laid end to end, TP count and count per slot, class per slot,
+        score per slot). A slot is a class's lookup key (a distinct score of its fitting data, or
+        the float below theta) or the slot after its last: a fitting row's slot is the key equal to
+        its score; the slot after the last gets +inf."""
+        cell = self._tables.positions(np.asarray(score, dtype=np.float64), pred)
+        counts = self._counts
+        keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in self.class_state_]
+        per_class = np.array([k.size + 1 for k in keys])
+        slot_score = np.concatenate([np.append(k, np.inf) for k in keys])
+        return cell, counts[:, 0], counts[:, 1], np.repeat(np.arange(per_class.size), per_class), slot_score
+
     def _reference(self, score: np.ndarray) -> np.ndarray:
         """The reference curve at every score: its shrunk value per table slot, worked out once
         (the same operations on the same counts as per row) and gathered."""

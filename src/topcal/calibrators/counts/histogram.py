@@ -177,7 +177,7 @@ class Histogram(ScoreCalibrator):
         return bias
 
     def _count_keys(self, pred, score):
-        """(bin of every row numbered across classes, TP and positive count per bin, class per bin);
+        """(bin of every row numbered across classes, TP and positive count per bin, class per bin, None);
         a class without state has one bin of counts 0. Classes sharing their edges (``uniform``)
         are binned in one search."""
         states = self.class_state_
@@ -195,7 +195,7 @@ class Histogram(ScoreCalibrator):
             for k, idx in rows_by_class(pred, len(states)):
                 st = states[k]
                 cell[idx] = start[k] + (0 if st is None else bin_index(st["edges"], score[idx]))
-        return cell, t, n, cell_class
+        return cell, t, n, cell_class, None
 
     def _local_counts(self, k: int, score: np.ndarray):
         st = self.class_state_[k]

@@ -414,12 +414,14 @@ def test_histogram_pseudo_counts_from_cells_equal_those_from_rows(params, weight
     assert np.array_equal(fast.predict(data), slow.predict(data))
 
 
-def test_count_runs_keep_small_counts_exact_and_large_ones_within_the_width():
+def test_count_runs_keep_small_counts_exact_and_large_ones_within_the_width(monkeypatch):
     rng = np.random.default_rng(5)
     group = np.repeat([0, 1, 2], 4000)
     t = np.concatenate([np.cumsum(rng.random(4000) < p)[::-1] for p in (0.9, 0.5, 0.05)]).astype(float)
     n = np.concatenate([np.arange(4000, 0, -1)] * 3).astype(float)
     run = shr.count_runs(t, n, group, 0.01)
+    monkeypatch.setattr(shr, "_RUN_BLOCK", 7)  # block edges everywhere: the same runs
+    assert np.array_equal(shr.count_runs(t, n, group, 0.01), run)
     assert run[0] == 0 and np.all(np.diff(run) >= 0)  # consecutive cells, numbered in order
     assert run.max() < 0.5 * run.size  # a real reduction
     for r in np.unique(run):

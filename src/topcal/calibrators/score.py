@@ -145,9 +145,8 @@ class ScoreCalibrator(Calibrator):
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         one = np.zeros(s.shape[0], dtype=np.int64)
         K = len(self.classes_)
-        cells = self._count_keys(pred, s) if self.cell_sums else None
-        if cells is not None:  # counts constant within cells: sum the rows by cell first
-            self._choose_m_by_cells(ref, cells, pred, s, tp, fp)
+        if self.cell_sums and type(self)._count_keys is not ScoreCalibrator._count_keys:
+            self._choose_m_by_cells(ref, pred, s, tp, fp)  # counts constant within cells: sum the rows by cell
             return
         s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
         t0, n0 = ref._local_counts(0, s0)
@@ -177,7 +176,7 @@ class ScoreCalibrator(Calibrator):
         self.shrinkage_ = m
         self.shrinkage_loss_ = losses
 
-    def _choose_m_by_cells(self, ref, cells, pred, s, tp, fp) -> None:
+    def _choose_m_by_cells(self, ref, pred, s, tp, fp) -> None:
         """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant counts, from cells.
 
         Every row's local counts are those of its cell (:meth:`_count_keys`), and its reference
@@ -193,14 +192,15 @@ class ScoreCalibrator(Calibrator):
         """
         K = len(self.classes_)
         width = self.count_run_width
-        key, tc, nc, cell_class, cell_score = cells
+        key, tc, nc, cell_class, cell_score = self._count_keys(pred, s)
         if width:
             w_tp, w_fp = (np.bincount(key, w, minlength=tc.size) for w in (tp, fp))
             del key
-            key0, t0c, n0c, _, _ = ref._count_keys(np.zeros(tc.size, dtype=np.int64), cell_score)
+            key0, t0c, n0c, _, _ = ref._count_keys(0, cell_score)  # the one class of the reference
+            del cell_score
             w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (w_tp, w_fp))
         else:
-            key0, t0c, n0c, _, _ = ref._count_keys(np.zeros(s.shape[0], dtype=np.int64), s)
+            key0, t0c, n0c, _, _ = ref._count_keys(0, s)
             w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (tp, fp))
         c0 = t0c.size
         if width:
@@ -216,7 +216,10 @@ class ScoreCalibrator(Calibrator):
         r0c = shr.shrink(t0c, n0c, self.reference_rate_, self.reference_m_)  # the reference per its cell
         if width:
             # a new run where the class, the reference's run or the class's counts change
-            run = shr.count_runs(tc, nc, cell_class * (int(run0[-1]) + 1) + run0[key0], width)
+            joint = run0[key0]
+            joint += cell_class * (int(run0[-1]) + 1)  # (class, reference run) of every cell
+            run = shr.count_runs(tc, nc, joint, width)
+            del joint
             n_runs = int(run[-1]) + 1
             t, n, w_tp, w_fp, r, g = shr.merge_rows_by_run(run, n_runs, tc, nc, r0c[key0], w_tp, w_fp)
             group = np.zeros(n_runs, dtype=np.int64)
@@ -238,6 +241,8 @@ class ScoreCalibrator(Calibrator):
     def _count_keys(self, pred: np.ndarray, score: np.ndarray):
         """Where the local counts are constant within cells: (cell of every row, t per cell, n per
         cell, class of every cell, the score of every row of each cell or None); else None.
+        ``pred`` is an int array like ``score``, or one class (an int) for all rows (then the class
+        and score per cell may be None).
 
         Cells number 0 .. n_cells - 1 across all classes; a class without state has one cell of
         counts 0. Used to choose the pseudo-count from per-cell sums rather than per-row lookups.

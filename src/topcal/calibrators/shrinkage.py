@@ -158,6 +158,8 @@ def merge_equal_rows(t, n, tp, fp, r, group):
     return tt, nn, w_tp, w_fp, rr, g
 
 
+_RUN_BLOCK = 1 << 16
+
 #: Relative width of the count runs of :func:`count_runs`: counts at or above
 #: ``1 / COUNT_RUN_WIDTH`` that differ by at most this share share a run.
 COUNT_RUN_WIDTH = 1e-2
@@ -175,17 +177,24 @@ def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
     Returns the run number (0 ..) of every cell.
     """
     t = np.asarray(t, dtype=np.float64)
-    f = np.asarray(n, dtype=np.float64) - t
+    n = np.asarray(n, dtype=np.float64)
     group = np.asarray(group)
     low = 1.0 / width
     step = np.log1p(width)
     new = np.ones(t.size, dtype=bool)
     if t.size > 1:
-        new[1:] = group[1:] != group[:-1]
-        for x in (t, f):
-            with np.errstate(divide="ignore", invalid="ignore"):
-                key = np.where(x < low, x, low + np.floor(np.log(np.maximum(x, low) / low) / step))
-            new[1:] |= key[1:] != key[:-1]
+        np.not_equal(group[1:], group[:-1], out=new[1:])
+    for a in range(0, max(t.size - 1, 0), _RUN_BLOCK):  # blocks of cells: small temporaries (peak memory)
+        b = min(a + _RUN_BLOCK + 1, t.size)  # cells a..b-1: the changes at a+1..b-1
+        for x in (t[a:b], n[a:b] - t[a:b]):
+            key = np.maximum(x, low)
+            key /= low
+            np.log(key, out=key)
+            key /= step
+            np.floor(key, out=key)
+            key += low
+            np.copyto(key, x, where=x < low)
+            new[a + 1 : b] |= key[1:] != key[:-1]
     return np.cumsum(new) - 1
 
 

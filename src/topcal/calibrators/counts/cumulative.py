@@ -113,24 +113,31 @@ class _CumulativeBase(ScoreCalibrator):
         self.__dict__.pop("_counts_layout", None)
 
     def _layout(self, counts: bool):
-        """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for the tables."""
-        per, end = [], []
-        for st in self.class_state_:
+        """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for the tables.
+
+        Filled class by class into one array (no per-class copies to concatenate: peak memory)."""
+        keys = [None if st is None else _lookup_keys(st) for st in self.class_state_]
+        total = sum(0 if k is None else k[0].size for k in keys)
+        per = np.zeros((total, 2) if counts else total)
+        end = np.zeros((len(keys), 2) if counts else len(keys))
+        a = 0
+        for st, k in zip(self.class_state_, keys):
             if st is None:
-                per.append(np.zeros((0, 2) if counts else 0))
-                end.append((0.0, 0.0) if counts else 0.0)
                 continue
-            _, entry, above = _lookup_keys(st)
+            _, entry, above = k
+            b = a + entry.size
             v = st["values"]
             if counts:
                 n = st["n_above"]
-                per.append(np.stack([np.where(above, v[entry] * n[entry], st["below"] * st["n_below"]),
-                                     np.where(above, n[entry], st["n_below"])], axis=1))
-                end.append((v[-1] * n[-1], n[-1]))
+                per[a:b, 1] = np.where(above, n[entry], st["n_below"])
+                per[a:b, 0] = np.where(above, v[entry] * n[entry], st["below"] * st["n_below"])
             else:
-                per.append(np.where(above, v[entry], st["below"]))
-                end.append(v[-1])
-        return self._tables.layout(np.concatenate(per), np.array(end))
+                per[a:b] = np.where(above, v[entry], st["below"])
+            a = b
+        for i, st in enumerate(self.class_state_):
+            if st is not None:
+                end[i] = (st["values"][-1] * st["n_above"][-1], st["n_above"][-1]) if counts else st["values"][-1]
+        return self._tables.layout(per, end)
 
     @property
     def _conf(self) -> np.ndarray:
@@ -180,11 +187,13 @@ class _CumulativeBase(ScoreCalibrator):
 
     def _count_keys(self, pred, score):
         """(slot of every row in the tables laid end to end, TP count and count per slot, class per slot,
-        score per slot). A slot is a class's lookup key (a distinct score of its fitting data, or
+        score per slot; None, None for one class ``pred``). A slot is a class's lookup key (a distinct score of its fitting data, or
         the float below theta) or the slot after its last: a fitting row's slot is the key equal to
         its score; the slot after the last gets +inf."""
         cell = self._tables.positions(np.asarray(score, dtype=np.float64), pred)
         counts = self._counts
+        if np.ndim(pred) == 0:  # one class for all rows (the reference): no per-slot class or score
+            return cell, counts[:, 0], counts[:, 1], None, None
         keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in self.class_state_]
         per_class = np.array([k.size + 1 for k in keys])
         slot_score = np.concatenate([np.append(k, np.inf) for k in keys])

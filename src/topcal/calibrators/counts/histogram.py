@@ -187,7 +187,12 @@ class Histogram(ScoreCalibrator):
         n = np.concatenate([np.zeros(1) if st is None else st["tp"] + st["fp"] for st in states])
         cell_class = np.repeat(np.arange(len(states)), size)
         edges = [st["edges"] for st in states if st is not None]
-        if len(edges) == len(states) and all(np.array_equal(e, edges[0]) for e in edges):
+        if np.ndim(pred) == 0:  # one class for all rows
+            st = states[int(pred)]
+            cell = np.full(score.shape[0], start[int(pred)], dtype=np.int64)
+            if st is not None:
+                cell += bin_index(st["edges"], score)
+        elif len(edges) == len(states) and all(np.array_equal(e, edges[0]) for e in edges):
             cell = bin_index(edges[0], score)
             cell += start[pred]
         else:

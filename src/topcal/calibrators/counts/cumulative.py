@@ -71,11 +71,12 @@ class _CumulativeBase(ScoreCalibrator):
             # there, i.e. the class's Conf1, rather than the lowest bin alone.
             return {"scores": u, "values": cum, "theta": float(self.score_range_[0]), "below": float(cum[0]),
                     "n_above": sp, "n_below": float(sp[0])}
-        ptp = np.cumsum(tp)
-        pp = np.cumsum(tp + fp)
-        below = float(ptp[j] / pp[j])  # Hist_k([lo, theta]): scores <= theta
+        # prefix sums up to j only (the same sequential sums as the full cumsum's entry j)
+        ptp = np.cumsum(tp[: j + 1])[-1]
+        pp = np.cumsum(tp[: j + 1] + fp[: j + 1])[-1]
+        below = float(ptp / pp)  # Hist_k([lo, theta]): scores <= theta
         return {"scores": u, "values": cum, "theta": float(u[j]), "below": below, "n_above": sp,
-                "n_below": float(pp[j])}
+                "n_below": float(pp)}
 
     def _load_class_state(self, state: dict) -> dict:
         u = finite_array(state["scores"], "scores")

@@ -156,6 +156,8 @@ class SortedTables:
             scratch[a:b] = self._values[start[a:b].astype(np.intp)]
         scratch[-1] = np.inf
 
+    #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an index).
+    _COPY_TABLES = 10_000
     #: Buckets per pass when the head's entries are gathered (bounds the temporary index array).
     _CHUNK = 1 << 16
 
@@ -227,7 +229,13 @@ class SortedTables:
         per_entry = np.asarray(per_entry)
         out = np.zeros((self._values.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
         size = self._ends - self._offsets
-        out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = per_entry
+        if size.size <= self._COPY_TABLES:  # a slice copy per table: no entry-length index arrays (memory)
+            a = 0
+            for start, n in zip(self._offsets.tolist(), size.tolist()):
+                out[start : start + n] = per_entry[a : a + n]
+                a += n
+        else:
+            out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = per_entry
         if after is not None:
             out[self._ends] = after
         else:

@@ -218,12 +218,15 @@ class ScoreCalibrator(Calibrator):
             # a new run where the class, the reference's run or the class's counts change
             joint = run0[key0]
             joint += cell_class * (int(run0[-1]) + 1)  # (class, reference run) of every cell
+            r_cell = r0c[key0]
+            del key0, r0c, run0, t0c, n0c  # (peak memory: cell-length arrays no longer needed)
             run = shr.count_runs(tc, nc, joint, width)
             del joint
             n_runs = int(run[-1]) + 1
-            t, n, w_tp, w_fp, r, g = shr.merge_rows_by_run(run, n_runs, tc, nc, r0c[key0], w_tp, w_fp)
             group = np.zeros(n_runs, dtype=np.int64)
             group[run] = cell_class
+            del cell_class
+            t, n, w_tp, w_fp, r, g = shr.merge_rows_by_run(run, n_runs, tc, nc, r_cell, w_tp, w_fp)
             self._set_shrinkage(shr.loo_nll_by_group(t, n, w_tp, w_fp, r, group[g], K))
             return
         joint = key * c0 + key0  # (cell, reference cell) of every row

@@ -191,8 +191,8 @@ class _CumulativeBase(ScoreCalibrator):
         score per slot; None, None for one class ``pred``). A slot is a class's lookup key (a distinct score of its fitting data, or
         the float below theta) or the slot after its last: a fitting row's slot is the key equal to
         its score; the slot after the last gets +inf."""
+        counts = self._counts  # built first: the rows' positions are not held meanwhile (peak memory)
         cell = self._tables.positions(np.asarray(score, dtype=np.float64), pred)
-        counts = self._counts
         if np.ndim(pred) == 0:  # one class for all rows (the reference): no per-slot class or score
             return cell, counts[:, 0], counts[:, 1], None, None
         keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in self.class_state_]

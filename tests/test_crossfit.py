@@ -200,3 +200,31 @@ def test_temperature_fit_reads_the_score_matrix_through_its_row_order_without_co
     np.testing.assert_array_equal(model.temperature_, again.temperature_)
     np.testing.assert_array_equal(model.param_cov_, again.param_cov_)
     np.testing.assert_array_equal(model.class_nll_, again.class_nll_)
+
+
+def _small_classes(seed):
+    """Many small classes (ImageNet's regime: a few dozen rows a class), top score only."""
+    d = _vectors(seed, 3000, 60, sharp=1.5)
+    return TopLabelData(d.classes, d.pred, d.score, d.score_range, tp=d.tp, fp=d.fp)
+
+
+@pytest.mark.parametrize("which", ["vectors", "sharp", "binned", "small"])
+def test_a_folds_local_strength_search_finds_the_grid_searchs_strength(which):
+    """A fold's hier-*/pooled-beta fit, warm-started, searches the strength from the all-data choice
+    (3-5 Newton solves instead of 15 where the choice moves little); it must land on the strength of the full grid scan on the same rows
+    (a cold scratch fit), and its confidences within 1e-6 relative of that fit's (another start)."""
+    from topcal.calibrators.crossfit import scratch_fit
+    from topcal.data import kfold_split
+
+    data = _small_classes(5) if which == "small" else SETS[which]()
+    folds = kfold_split(data, 5, seed=0)
+    for name in ("hier-platt", "hier-beta", "pooled-beta"):
+        warm = scratch_fit(name, data)
+        for f in range(5):
+            train = TopLabelData.concat([folds[g] for g in range(5) if g != f])
+            local, grid = scratch_fit(name, train, warm=warm), scratch_fit(name, train)
+            inner = local.model_ if name == "pooled-beta" else local
+            ref = grid.model_ if name == "pooled-beta" else grid
+            assert len(inner._strength_fits) < len(ref._strength_fits), (name, f)  # the local search ran
+            assert inner.strength_ == ref.strength_, (name, f)
+            np.testing.assert_allclose(local.predict(folds[f]), grid.predict(folds[f]), rtol=1e-6, atol=0)

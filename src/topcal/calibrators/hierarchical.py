@@ -230,6 +230,58 @@ def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
     return out - dot(rows.fp_neg, np.log(1.0 - c))  # 1 - c: exact for c >= 1/2, 1e-16 off log1p(-c) below
 
 
+def _fit_strength(rows, center, prior, fits, losses, j, start) -> None:
+    """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j], losses[j]."""
+    fits[j] = _newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
+    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+
+
+def _grid_search(rows, center, prior, warm_fits):
+    """(fits, losses) of the strength scan: every other grid point from the pooled end (each fit starts at
+    the last one), then the two neighbours of the best of those: 15 fits instead of 25, the same choice
+    where the loss is unimodal in log strength. Unfitted strengths have loss inf."""
+    losses = np.full(LAMBDA_GRID.size, np.inf)
+    fits = {}
+    theta = center.copy()
+    for j in range(LAMBDA_GRID.size - 1, -1, -2):
+        _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, theta))
+        theta = fits[j]
+    b = int(np.argmin(losses))
+    for j in (b - 1, b + 1):
+        if 0 <= j < LAMBDA_GRID.size and j not in fits:
+            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits[b]))
+    return fits, losses
+
+
+def _local_search(rows, center, prior, warm_fits, j0):
+    """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data fit's
+    choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid points that
+    way while the loss falls; then the two neighbours of the best. 3-5 fits where the fold's choice is the
+    all-data one's; on a loss unimodal in log strength the same choice as :func:`_grid_search` (tested:
+    test_crossfit.py)."""
+    losses = np.full(LAMBDA_GRID.size, np.inf)
+    fits = {}
+    last = LAMBDA_GRID.size - 1
+
+    def fit(j, near):
+        if 0 <= j <= last and j not in fits:
+            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits.get(near, center)))
+
+    fit(j0, None)
+    fit(j0 - 1, j0)
+    fit(j0 + 1, j0)
+    b = int(np.argmin(losses))  # the smallest strength on ties, as the grid search
+    step = -2 if b == min(fits) else 2 if b == max(fits) else 0
+    while step and 0 <= b + step <= last:
+        fit(b + step, b)
+        if not losses[b + step] < losses[b]:
+            break
+        b += step
+    fit(b - 1, b)
+    fit(b + 1, b)
+    return fits, losses
+
+
 def _posterior_cov(rows: _Rows, theta, prior, lam) -> np.ndarray:
     """(K, p, p) approximate posterior covariance of each class's parameters (module docstring)."""
     p = theta.shape[1]
@@ -318,21 +370,16 @@ class _Hierarchical(Calibrator):
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
         if self.shrinkage == "auto":
-            # every other grid point from the pooled end (each fit starts at the last one), then the
-            # two neighbours of the best: 15 fits instead of 25, the same choice where the loss is unimodal
-            losses = np.full(LAMBDA_GRID.size, np.inf)
-            fits = {}
-            theta = center.copy()
-            for j in range(LAMBDA_GRID.size - 1, -1, -2):
-                theta = fits[j] = _newton(rows, warm_fits.get(j, theta), center, prior, float(LAMBDA_GRID[j]))
-                losses[j] = _alo_loss(rows, theta, prior, float(LAMBDA_GRID[j]))
-            b = int(np.argmin(losses))
-            for j in (b - 1, b + 1):
-                if 0 <= j < LAMBDA_GRID.size and j not in fits:
-                    fits[j] = _newton(rows, warm_fits.get(j, fits[b]), center, prior, float(LAMBDA_GRID[j]))
-                    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+            # a cross-validation fold's scratch fit searches the strength locally, from the all-data fit's
+            # choice (_local_search); every other fit scans the grid (_grid_search)
+            near_j = None if warm is None or not self._scratch else warm.__dict__.get("_strength_index")
+            if near_j is None:
+                fits, losses = _grid_search(rows, center, prior, warm_fits)
+            else:
+                fits, losses = _local_search(rows, center, prior, warm_fits, near_j)
             self.__dict__["_strength_fits"] = fits  # warm starts for cross-validation folds (not saved)
             j = int(np.argmin(losses))  # the smallest strength on ties
+            self.__dict__["_strength_index"] = j  # where a fold's local search starts (not saved)
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
             # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p of the best

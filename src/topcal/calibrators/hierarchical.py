@@ -58,7 +58,7 @@ from scipy.special import expit
 from .._numeric import PROB_CLIP, dot
 from . import intervals
 from .._params import Interval, Options
-from ..data import TopLabelData
+from ..data import TopLabelData, class_order
 from .temperature import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, to_jsonable
 from .registry import register
@@ -91,7 +91,7 @@ class _Rows:
     def __init__(self, X, tp, fp, g, k):
         keep = (tp + fp) > 0
         g = g[keep]
-        order = np.argsort(g, kind="stable")
+        order = class_order(g, k) if k > 1 else np.arange(g.size)  # np.argsort(g, kind="stable"), faster
         self.g = g[order]
         self.tp, self.fp = tp[keep][order], fp[keep][order]
         self.cols = np.ascontiguousarray(X[keep][order].T)  # (p, n)
@@ -123,19 +123,22 @@ class _Rows:
         return np.repeat(v, self.counts)
 
     def loss(self, m):
-        """Per-class NLL at margins m: tp softplus(-m) + fp softplus(m) summed per class.
+        """(per-class NLL at margins m, the rows' probabilities expit(m)).
 
-        softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)) as :func:`~topcal._numeric.softplus_both`,
-        in two scratch buffers kept between calls (no fresh row-length arrays: their page faults
-        cost as much as the arithmetic); rows of weight 0/1 get the same numbers bit for bit.
+        The NLL is tp softplus(-m) + fp softplus(m) summed per class, softplus(+-m) = max(+-m, 0) +
+        log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both` (rows of weight 0/1 get
+        its numbers bit for bit), and expit(m) = (1 or e) / (1 + e) from the same e (within 4.5e-16
+        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every iterate).
+        The work runs in three scratch buffers kept between calls (no fresh row-length arrays: their
+        page faults cost as much as the arithmetic).
         """
         if self._buf is None:
-            self._buf = (np.empty(m.shape), np.empty(m.shape))
-        s, t = self._buf
-        np.abs(m, out=s)
-        np.negative(s, out=s)
-        np.exp(s, out=s)
-        np.log1p(s, out=s)
+            self._buf = (np.empty(m.shape), np.empty(m.shape), np.empty(m.shape))
+        s, t, e = self._buf
+        np.abs(m, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.log1p(e, out=s)
         np.multiply(self.w, s, out=s)
         np.maximum(m, 0.0, out=t)
         np.multiply(t, self.fp, out=t)
@@ -144,7 +147,10 @@ class _Rows:
         np.maximum(t, 0.0, out=t)
         np.multiply(t, self.tp, out=t)
         s += t
-        return self.sums(s)
+        q = np.where(m >= 0.0, 1.0, e)
+        np.add(e, 1.0, out=t)
+        q /= t
+        return self.sums(s), q
 
     def margin(self, theta):
         m = self.cols[0] * self.per_row(theta[:, 0])
@@ -175,49 +181,50 @@ class _Rows:
 def _newton(rows: _Rows, theta, center, prior, lam):
     """Per-class penalised Newton (vectorised over classes, step halving per class).
 
-    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p).
+    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p) and the rows'
+    probabilities there (n,).
     """
     theta = theta.copy()
     p = theta.shape[1]
 
     def objective(th):
-        """(per-class penalised loss, the rows' margins) at th."""
+        """(per-class penalised loss, the rows' probabilities expit(margin)) at th."""
         d = th - center
-        m = rows.margin(th)
-        return rows.loss(m) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d), m
+        loss, q = rows.loss(rows.margin(th))
+        return loss + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d), q
 
-    f, m = objective(theta)
+    f, q = objective(theta)
     for _ in range(_NEWTON_STEPS):
-        q = expit(m)  # the margins at theta, kept from its objective (a row's margin is its class's)
+        # q: the probabilities at theta, kept from its objective (a row's margin is its class's)
         r = rows.w * q - rows.tp  # dNLL/dm
         grad = rows.gradient(r) + lam * (theta - center) @ prior
         H = rows.hessian(rows.w * q * (1.0 - q)) + lam * prior + 1e-12 * np.eye(p)
         step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
         t = np.ones(rows.k)
         new = theta - step
-        fn, mn = objective(new)
+        fn, qn = objective(new)
         for _ in range(30):  # halve the step of the classes whose objective went up
             bad = ~(fn <= f + 1e-12 * np.abs(f))
             if not bad.any():
                 break
             t[bad] *= 0.5
             new = theta - t[:, None] * step
-            fn, mn = objective(new)
+            fn, qn = objective(new)
         bad = ~(fn <= f + 1e-12 * np.abs(f))
         new[bad], fn[bad] = theta[bad], f[bad]
         if bad.any():
-            mn = np.where(bad[rows.g], m, mn)
+            qn = np.where(bad[rows.g], q, qn)
         done = np.abs(f - fn) <= _TOL * (1.0 + np.abs(f))
-        theta, f, m = new, fn, mn
+        theta, f, q = new, fn, qn
         if done.all():
             break
-    return theta
+    return theta, q
 
 
-def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
-    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit."""
+def _alo_loss(rows: _Rows, theta, prior, lam, q) -> float:
+    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit
+    theta (q: its rows' probabilities, from :func:`_newton`)."""
     m = rows.margin(theta)
-    q = expit(m)
     w1 = q * (1.0 - q)
     p = theta.shape[1]
     Hinv = np.linalg.inv(rows.hessian(rows.w * w1) + lam * prior + 1e-12 * np.eye(p))
@@ -232,8 +239,8 @@ def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
 
 def _fit_strength(rows, center, prior, fits, losses, j, start) -> None:
     """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j], losses[j]."""
-    fits[j] = _newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
-    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+    fits[j], q = _newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
+    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), q)
 
 
 def _grid_search(rows, center, prior, warm_fits):
@@ -362,8 +369,8 @@ class _Hierarchical(Calibrator):
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
         begin = start if warm is None else warm.pooled_[None, :]
-        theta0 = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
-        q = expit(one.margin(theta0[None, :]))
+        theta0, q = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)
+        theta0 = theta0[0]
         prior = one.hessian(one.w * q * (1.0 - q))[0] / max(n, 1.0)
         # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
         vals, vecs = np.linalg.eigh(prior)
@@ -389,7 +396,7 @@ class _Hierarchical(Calibrator):
             interval_fit = (float(LAMBDA_GRID[ji]), fits[ji])
         else:
             lam = float(self.shrinkage)
-            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)
+            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)[0]
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = np.bincount(rows.g, minlength=k) > 0

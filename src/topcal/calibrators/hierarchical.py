@@ -89,12 +89,13 @@ class _Rows:
     """
 
     def __init__(self, X, tp, fp, g, k):
-        keep = (tp + fp) > 0
-        g = g[keep]
-        order = class_order(g, k) if k > 1 else np.arange(g.size)  # np.argsort(g, kind="stable"), faster
-        self.g = g[order]
-        self.tp, self.fp = tp[keep][order], fp[keep][order]
-        self.cols = np.ascontiguousarray(X[keep][order].T)  # (p, n)
+        keep = np.flatnonzero((tp + fp) > 0)
+        # the kept rows by class: class_order is np.argsort(g, kind="stable"), faster
+        idx = keep[class_order(g[keep], k)] if k > 1 else keep
+        self.g, self.tp, self.fp = g.take(idx), tp.take(idx), fp.take(idx)
+        self.cols = np.empty((X.shape[1], idx.size))  # (p, n), gathered column by column
+        for i, c in enumerate(self.cols):
+            np.take(X[:, i], idx, out=c)
         self.w = self.tp + self.fp
         self.k = k
         self.pos, self.neg = np.flatnonzero(self.tp > 0), np.flatnonzero(self.fp > 0)

@@ -228,3 +228,39 @@ def test_a_folds_local_strength_search_finds_the_grid_searchs_strength(which):
             assert len(inner._strength_fits) < len(ref._strength_fits), (name, f)  # the local search ran
             assert inner.strength_ == ref.strength_, (name, f)
             np.testing.assert_allclose(local.predict(folds[f]), grid.predict(folds[f]), rtol=1e-6, atol=0)
+
+
+def test_a_folds_temperature_fits_share_one_order_and_split_and_fit_as_alone(monkeypatch):
+    """Inside cross_fit's sharing block the fold's sts/tswa/csts/bts/btswa order and split its rows once
+    (foldmemo.py); each fit's confidences equal its fit alone bit for bit; outside the block nothing is kept."""
+    from topcal.calibrators import foldmemo
+    from topcal.calibrators.crossfit import scratch_fit
+    from topcal.calibrators.temperature import _rows, calibrator as tcal
+
+    data = _vectors(7, 800, 6)
+    calls = {"order": 0, "split": 0}
+    real_order, real_split = tcal.canonical_order, _rows.split_rows
+
+    def order(d):
+        calls["order"] += 1
+        return real_order(d)
+
+    def split(*a, **k):
+        calls["split"] += 1
+        return real_split(*a, **k)
+
+    monkeypatch.setattr(tcal, "canonical_order", order)
+    monkeypatch.setattr(_rows, "split_rows", split)
+    names = ["sts", "tswa", "csts", "bts", "btswa"]
+    alone = {n: scratch_fit(n, data).predict(data) for n in names}
+    assert calls == {"order": 5, "split": 2 + 6}  # sts, tswa: one split each; csts: one per class
+    calls.update(order=0, split=0)
+    with foldmemo.sharing(data):
+        together = {n: scratch_fit(n, data).predict(data) for n in names}
+        assert foldmemo.shared(data)
+    assert calls == {"order": 1, "split": 1}
+    for n in names:
+        np.testing.assert_array_equal(together[n], alone[n], err_msg=n)
+    assert not foldmemo.shared(data) and not foldmemo._MEMO
+    # outside a block memo computes every time: a user's array changed between two fits is read again
+    assert foldmemo.memo(data, "k", lambda: 1) == 1 and foldmemo.memo(data, "k", lambda: 2) == 2

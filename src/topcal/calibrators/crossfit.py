@@ -46,6 +46,7 @@ from .. import _progress
 from .._numeric import binary_nll
 from ..data import TopLabelData, kfold_split
 from ..errors import DataError, TopcalError
+from .foldmemo import sharing
 from .registry import calibrator, get_class
 
 __all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_model"]
@@ -146,21 +147,22 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:
                 raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
-            for name in names:
-                bar.update()
-                if name in errors:
-                    continue
-                try:
-                    model = fit(name, train, f, warm.get(name))
-                    with warnings.catch_warnings() if quiet else contextlib.nullcontext():
-                        if quiet:
-                            warnings.simplefilter("ignore")
-                        parts[name].append(model.predict(folds[f]))
-                except TopcalError as exc:
-                    errors[name] = (f, f"{type(exc).__name__}: {exc}")
-                    continue
-                if on_model is not None:
-                    on_model(name, f, model, train)
+            with sharing(train):  # what the methods derive alike from train, derived once (foldmemo.py)
+                for name in names:
+                    bar.update()
+                    if name in errors:
+                        continue
+                    try:
+                        model = fit(name, train, f, warm.get(name))
+                        with warnings.catch_warnings() if quiet else contextlib.nullcontext():
+                            if quiet:
+                                warnings.simplefilter("ignore")
+                            parts[name].append(model.predict(folds[f]))
+                    except TopcalError as exc:
+                        errors[name] = (f, f"{type(exc).__name__}: {exc}")
+                        continue
+                    if on_model is not None:
+                        on_model(name, f, model, train)
     finally:
         bar.close()
     confidence = {n: np.concatenate(parts[n]) for n in names if n not in errors}

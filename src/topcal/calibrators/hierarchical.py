@@ -58,9 +58,10 @@ from scipy.special import expit
 from .._numeric import PROB_CLIP, dot
 from . import intervals
 from .._params import Interval, Options
-from ..data import TopLabelData, class_order
+from ..data import TopLabelData, canonical_order, class_order
 from .temperature import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, to_jsonable
+from .foldmemo import memo, shared
 from .registry import register
 
 __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
@@ -70,6 +71,9 @@ LAMBDA_GRID = 2.0 ** np.arange(25)
 #: The interval's strength: the smallest one whose approximate LOO loss is within this many nats per
 #: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py, docs/intervals.md)
 ALO_SLACK_PER_PARAM = 0.6
+#: Rows with equal (class, score) are merged into one (:func:`_merge_equal_rows`) where that divides their
+#: number by at least this factor (rounded or binned scores); below it the merge's sort costs more than it saves
+MERGE_GAIN = 1.25
 _NEWTON_STEPS = 50
 _TOL = 1e-10
 
@@ -78,6 +82,33 @@ def score_logit(data: TopLabelData) -> np.ndarray:
     """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first (as ``bts``)."""
     s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
     return np.log(s) - np.log1p(-s)
+
+
+def _merge_equal_rows(data: TopLabelData, X):
+    """(X, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where that pays.
+
+    The features are a function of the score, and the NLL, its derivatives and the approximate LOO
+    loss are sums over rows linear in the TP and FP weights at the row's features, so a merged row
+    holding the summed weights gives the same fit (lossless; up to the order of the sums: tested).
+    Merged only where it divides the rows by :data:`MERGE_GAIN` (scores rounded to a few digits,
+    binned data); otherwise the rows as given.
+    """
+    n = data.n_rows
+    if n < 2:
+        return X, data.tp, data.fp, data.pred
+    # any order by (class, score) serves; a fold's canonical one is there already
+    order = (memo(data, "canonical_order", lambda: canonical_order(data)) if shared(data)
+             else np.lexsort((data.score, data.pred)))
+    pred, score = data.pred[order], data.score[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(pred[1:], pred[:-1], out=new[1:])
+    new[1:] |= score[1:] != score[:-1]
+    starts = np.flatnonzero(new)
+    if starts.size * MERGE_GAIN > n:
+        return X, data.tp, data.fp, data.pred
+    return (X[order[starts]], np.add.reduceat(data.tp[order], starts), np.add.reduceat(data.fp[order], starts),
+            pred[starts])
 
 
 class _Rows:
@@ -360,8 +391,9 @@ class _Hierarchical(Calibrator):
         X = self._features(data)
         p = X.shape[1]
         self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
-        rows = _Rows(X, data.tp, data.fp, data.pred, k)
-        one = _Rows(X, data.tp, data.fp, np.zeros(data.n_rows, dtype=np.int64), 1)
+        X, tp, fp, g = _merge_equal_rows(data, X)
+        rows = _Rows(X, tp, fp, g, k)
+        one = _Rows(X, tp, fp, np.zeros(g.size, dtype=np.int64), 1)
         start = np.array([self._identity], dtype=np.float64)
         # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of the
         # same solve on all the data (_warm_start) instead of the identity or the previous strength's

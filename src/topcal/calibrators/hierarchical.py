@@ -16,7 +16,8 @@ Platt, ``pooled-platt``). The prior is invariant to affine changes of z.
 
 The strength lam is chosen from the data, one for all classes (empirical
 Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
-the two neighbours of the best of those), by the approximate
+the two neighbours of the best of those; a cross-validation fold's fit walks
+downhill from the all-data fit's choice instead), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
 

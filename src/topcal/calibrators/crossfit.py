@@ -14,9 +14,14 @@ fingerprint, the mergeable statistics, the label-shift counts). Its
 confidences are those of an ordinary fit on the same rows, bit for bit,
 except for the methods whose optimum is well defined and found by an
 iterative optimiser (``_warm_starts``: ``sts``, ``hier-platt``,
-``hier-beta``): those are first fitted on all the data, and each fold's fit
-starts from that optimum instead of the fixed starting point (a fold's
-optimum lies near the whole data's). The optimisers stop at the same
+``hier-beta``, ``pooled-beta``): those are first fitted on all the data, and
+each fold's fit starts from that optimum instead of the fixed starting point
+(a fold's optimum lies near the whole data's). A hierarchical fold's fit also
+searches its prior strength from the all-data choice outward (a descent on the
+grid, 3-5 Newton solves instead of the grid scan's 15), which lands on the
+scan's strength wherever the approximate LOO loss is unimodal in the log
+strength (on every fold of the benchmark sets, full and subsampled to 2,000
+and 5,000 samples: 585 fold fits, confidences within 2.2e-9 relative). The optimisers stop at the same
 tolerance (relative 1e-10 on the loss), so the confidences agree with
 cold-started fits to about 1e-8 relative (tested: auto's cross-validation
 table within 1e-6 relative, the same choice; on the benchmark sets within
@@ -41,6 +46,7 @@ from .. import _progress
 from .._numeric import binary_nll
 from ..data import TopLabelData, kfold_split
 from ..errors import DataError, TopcalError
+from .foldmemo import sharing
 from .registry import calibrator, get_class
 
 __all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_model"]
@@ -141,21 +147,22 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:
                 raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
-            for name in names:
-                bar.update()
-                if name in errors:
-                    continue
-                try:
-                    model = fit(name, train, f, warm.get(name))
-                    with warnings.catch_warnings() if quiet else contextlib.nullcontext():
-                        if quiet:
-                            warnings.simplefilter("ignore")
-                        parts[name].append(model.predict(folds[f]))
-                except TopcalError as exc:
-                    errors[name] = (f, f"{type(exc).__name__}: {exc}")
-                    continue
-                if on_model is not None:
-                    on_model(name, f, model, train)
+            with sharing(train):  # what the methods derive alike from train, derived once (foldmemo.py)
+                for name in names:
+                    bar.update()
+                    if name in errors:
+                        continue
+                    try:
+                        model = fit(name, train, f, warm.get(name))
+                        with warnings.catch_warnings() if quiet else contextlib.nullcontext():
+                            if quiet:
+                                warnings.simplefilter("ignore")
+                            parts[name].append(model.predict(folds[f]))
+                    except TopcalError as exc:
+                        errors[name] = (f, f"{type(exc).__name__}: {exc}")
+                        continue
+                    if on_model is not None:
+                        on_model(name, f, model, train)
     finally:
         bar.close()
     confidence = {n: np.concatenate(parts[n]) for n in names if n not in errors}

@@ -16,7 +16,8 @@ Platt, ``pooled-platt``). The prior is invariant to affine changes of z.
 
 The strength lam is chosen from the data, one for all classes (empirical
 Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
-the two neighbours of the best of those), by the approximate
+the two neighbours of the best of those; a cross-validation fold's fit walks
+downhill from the all-data fit's choice instead), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
 
@@ -58,9 +59,10 @@ from scipy.special import expit
 from .._numeric import PROB_CLIP, dot
 from . import intervals
 from .._params import Interval, Options
-from ..data import TopLabelData
+from ..data import TopLabelData, canonical_order, class_order
 from .temperature import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, to_jsonable
+from .foldmemo import memo, shared
 from .registry import register
 
 __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
@@ -70,6 +72,9 @@ LAMBDA_GRID = 2.0 ** np.arange(25)
 #: The interval's strength: the smallest one whose approximate LOO loss is within this many nats per
 #: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py, docs/intervals.md)
 ALO_SLACK_PER_PARAM = 0.6
+#: Rows with equal (class, score) are merged into one (:func:`_merge_equal_rows`) where that divides their
+#: number by at least this factor (rounded or binned scores); below it the merge's sort costs more than it saves
+MERGE_GAIN = 1.25
 _NEWTON_STEPS = 50
 _TOL = 1e-10
 
@@ -78,6 +83,33 @@ def score_logit(data: TopLabelData) -> np.ndarray:
     """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first (as ``bts``)."""
     s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
     return np.log(s) - np.log1p(-s)
+
+
+def _merge_equal_rows(data: TopLabelData, X):
+    """(X, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where that pays.
+
+    The features are a function of the score, and the NLL, its derivatives and the approximate LOO
+    loss are sums over rows linear in the TP and FP weights at the row's features, so a merged row
+    holding the summed weights gives the same fit (lossless; up to the order of the sums: tested).
+    Merged only where it divides the rows by :data:`MERGE_GAIN` (scores rounded to a few digits,
+    binned data); otherwise the rows as given.
+    """
+    n = data.n_rows
+    if n < 2:
+        return X, data.tp, data.fp, data.pred
+    # any order by (class, score) serves; a fold's canonical one is there already
+    order = (memo(data, "canonical_order", lambda: canonical_order(data)) if shared(data)
+             else np.lexsort((data.score, data.pred)))
+    pred, score = data.pred[order], data.score[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(pred[1:], pred[:-1], out=new[1:])
+    new[1:] |= score[1:] != score[:-1]
+    starts = np.flatnonzero(new)
+    if starts.size * MERGE_GAIN > n:
+        return X, data.tp, data.fp, data.pred
+    return (X[order[starts]], np.add.reduceat(data.tp[order], starts), np.add.reduceat(data.fp[order], starts),
+            pred[starts])
 
 
 class _Rows:
@@ -89,12 +121,13 @@ class _Rows:
     """
 
     def __init__(self, X, tp, fp, g, k):
-        keep = (tp + fp) > 0
-        g = g[keep]
-        order = np.argsort(g, kind="stable")
-        self.g = g[order]
-        self.tp, self.fp = tp[keep][order], fp[keep][order]
-        self.cols = np.ascontiguousarray(X[keep][order].T)  # (p, n)
+        keep = np.flatnonzero((tp + fp) > 0)
+        # the kept rows by class: class_order is np.argsort(g, kind="stable"), faster
+        idx = keep[class_order(g[keep], k)] if k > 1 else keep
+        self.g, self.tp, self.fp = g.take(idx), tp.take(idx), fp.take(idx)
+        self.cols = np.empty((X.shape[1], idx.size))  # (p, n), gathered column by column
+        for i, c in enumerate(self.cols):
+            np.take(X[:, i], idx, out=c)
         self.w = self.tp + self.fp
         self.k = k
         self.pos, self.neg = np.flatnonzero(self.tp > 0), np.flatnonzero(self.fp > 0)
@@ -123,19 +156,22 @@ class _Rows:
         return np.repeat(v, self.counts)
 
     def loss(self, m):
-        """Per-class NLL at margins m: tp softplus(-m) + fp softplus(m) summed per class.
+        """(per-class NLL at margins m, the rows' probabilities expit(m)).
 
-        softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)) as :func:`~topcal._numeric.softplus_both`,
-        in two scratch buffers kept between calls (no fresh row-length arrays: their page faults
-        cost as much as the arithmetic); rows of weight 0/1 get the same numbers bit for bit.
+        The NLL is tp softplus(-m) + fp softplus(m) summed per class, softplus(+-m) = max(+-m, 0) +
+        log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both` (rows of weight 0/1 get
+        its numbers bit for bit), and expit(m) = (1 or e) / (1 + e) from the same e (within 4.5e-16
+        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every iterate).
+        The work runs in three scratch buffers kept between calls (no fresh row-length arrays: their
+        page faults cost as much as the arithmetic).
         """
         if self._buf is None:
-            self._buf = (np.empty(m.shape), np.empty(m.shape))
-        s, t = self._buf
-        np.abs(m, out=s)
-        np.negative(s, out=s)
-        np.exp(s, out=s)
-        np.log1p(s, out=s)
+            self._buf = (np.empty(m.shape), np.empty(m.shape), np.empty(m.shape))
+        s, t, e = self._buf
+        np.abs(m, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.log1p(e, out=s)
         np.multiply(self.w, s, out=s)
         np.maximum(m, 0.0, out=t)
         np.multiply(t, self.fp, out=t)
@@ -144,7 +180,10 @@ class _Rows:
         np.maximum(t, 0.0, out=t)
         np.multiply(t, self.tp, out=t)
         s += t
-        return self.sums(s)
+        q = np.where(m >= 0.0, 1.0, e)
+        np.add(e, 1.0, out=t)
+        q /= t
+        return self.sums(s), q
 
     def margin(self, theta):
         m = self.cols[0] * self.per_row(theta[:, 0])
@@ -175,49 +214,50 @@ class _Rows:
 def _newton(rows: _Rows, theta, center, prior, lam):
     """Per-class penalised Newton (vectorised over classes, step halving per class).
 
-    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p).
+    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p) and the rows'
+    probabilities there (n,).
     """
     theta = theta.copy()
     p = theta.shape[1]
 
     def objective(th):
-        """(per-class penalised loss, the rows' margins) at th."""
+        """(per-class penalised loss, the rows' probabilities expit(margin)) at th."""
         d = th - center
-        m = rows.margin(th)
-        return rows.loss(m) + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d), m
+        loss, q = rows.loss(rows.margin(th))
+        return loss + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d), q
 
-    f, m = objective(theta)
+    f, q = objective(theta)
     for _ in range(_NEWTON_STEPS):
-        q = expit(m)  # the margins at theta, kept from its objective (a row's margin is its class's)
+        # q: the probabilities at theta, kept from its objective (a row's margin is its class's)
         r = rows.w * q - rows.tp  # dNLL/dm
         grad = rows.gradient(r) + lam * (theta - center) @ prior
         H = rows.hessian(rows.w * q * (1.0 - q)) + lam * prior + 1e-12 * np.eye(p)
         step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
         t = np.ones(rows.k)
         new = theta - step
-        fn, mn = objective(new)
+        fn, qn = objective(new)
         for _ in range(30):  # halve the step of the classes whose objective went up
             bad = ~(fn <= f + 1e-12 * np.abs(f))
             if not bad.any():
                 break
             t[bad] *= 0.5
             new = theta - t[:, None] * step
-            fn, mn = objective(new)
+            fn, qn = objective(new)
         bad = ~(fn <= f + 1e-12 * np.abs(f))
         new[bad], fn[bad] = theta[bad], f[bad]
         if bad.any():
-            mn = np.where(bad[rows.g], m, mn)
+            qn = np.where(bad[rows.g], q, qn)
         done = np.abs(f - fn) <= _TOL * (1.0 + np.abs(f))
-        theta, f, m = new, fn, mn
+        theta, f, q = new, fn, qn
         if done.all():
             break
-    return theta
+    return theta, q
 
 
-def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
-    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit."""
+def _alo_loss(rows: _Rows, theta, prior, lam, q) -> float:
+    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit
+    theta (q: its rows' probabilities, from :func:`_newton`)."""
     m = rows.margin(theta)
-    q = expit(m)
     w1 = q * (1.0 - q)
     p = theta.shape[1]
     Hinv = np.linalg.inv(rows.hessian(rows.w * w1) + lam * prior + 1e-12 * np.eye(p))
@@ -228,6 +268,58 @@ def _alo_loss(rows: _Rows, theta, prior, lam) -> float:
     out = -dot(rows.tp_pos, np.log(c))
     c = np.clip(expit((m + q * a).take(rows.neg)), PROB_CLIP, 1.0 - PROB_CLIP)
     return out - dot(rows.fp_neg, np.log(1.0 - c))  # 1 - c: exact for c >= 1/2, 1e-16 off log1p(-c) below
+
+
+def _fit_strength(rows, center, prior, fits, losses, j, start) -> None:
+    """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j], losses[j]."""
+    fits[j], q = _newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
+    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), q)
+
+
+def _grid_search(rows, center, prior, warm_fits):
+    """(fits, losses) of the strength scan: every other grid point from the pooled end (each fit starts at
+    the last one), then the two neighbours of the best of those: 15 fits instead of 25, the same choice
+    where the loss is unimodal in log strength. Unfitted strengths have loss inf."""
+    losses = np.full(LAMBDA_GRID.size, np.inf)
+    fits = {}
+    theta = center.copy()
+    for j in range(LAMBDA_GRID.size - 1, -1, -2):
+        _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, theta))
+        theta = fits[j]
+    b = int(np.argmin(losses))
+    for j in (b - 1, b + 1):
+        if 0 <= j < LAMBDA_GRID.size and j not in fits:
+            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits[b]))
+    return fits, losses
+
+
+def _local_search(rows, center, prior, warm_fits, j0):
+    """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data fit's
+    choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid points that
+    way while the loss falls; then the two neighbours of the best. 3-5 fits where the fold's choice is the
+    all-data one's; on a loss unimodal in log strength the same choice as :func:`_grid_search` (tested:
+    test_crossfit.py)."""
+    losses = np.full(LAMBDA_GRID.size, np.inf)
+    fits = {}
+    last = LAMBDA_GRID.size - 1
+
+    def fit(j, near):
+        if 0 <= j <= last and j not in fits:
+            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits.get(near, center)))
+
+    fit(j0, None)
+    fit(j0 - 1, j0)
+    fit(j0 + 1, j0)
+    b = int(np.argmin(losses))  # the smallest strength on ties, as the grid search
+    step = -2 if b == min(fits) else 2 if b == max(fits) else 0
+    while step and 0 <= b + step <= last:
+        fit(b + step, b)
+        if not losses[b + step] < losses[b]:
+            break
+        b += step
+    fit(b - 1, b)
+    fit(b + 1, b)
+    return fits, losses
 
 
 def _posterior_cov(rows: _Rows, theta, prior, lam) -> np.ndarray:
@@ -300,8 +392,9 @@ class _Hierarchical(Calibrator):
         X = self._features(data)
         p = X.shape[1]
         self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
-        rows = _Rows(X, data.tp, data.fp, data.pred, k)
-        one = _Rows(X, data.tp, data.fp, np.zeros(data.n_rows, dtype=np.int64), 1)
+        X, tp, fp, g = _merge_equal_rows(data, X)
+        rows = _Rows(X, tp, fp, g, k)
+        one = _Rows(X, tp, fp, np.zeros(g.size, dtype=np.int64), 1)
         start = np.array([self._identity], dtype=np.float64)
         # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of the
         # same solve on all the data (_warm_start) instead of the identity or the previous strength's
@@ -310,29 +403,33 @@ class _Hierarchical(Calibrator):
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
         begin = start if warm is None else warm.pooled_[None, :]
-        theta0 = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)[0]
-        q = expit(one.margin(theta0[None, :]))
+        theta0, q = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)
+        theta0 = theta0[0]
         prior = one.hessian(one.w * q * (1.0 - q))[0] / max(n, 1.0)
         # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
         vals, vecs = np.linalg.eigh(prior)
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
-        if self.shrinkage == "auto":
-            # every other grid point from the pooled end (each fit starts at the last one), then the
-            # two neighbours of the best: 15 fits instead of 25, the same choice where the loss is unimodal
-            losses = np.full(LAMBDA_GRID.size, np.inf)
-            fits = {}
+        if k == 1 and self._scratch:
+            # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is the pooled
+            # fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by Newton's stop); a scratch
+            # fit (a fold's, scored and dropped) searches no strength: confidences within 1.5e-9 relative of an
+            # ordinary fit's on every fold of the benchmark sets (tested: test_crossfit.py)
+            lam = float(LAMBDA_GRID[-1]) if self.shrinkage == "auto" else float(self.shrinkage)
             theta = center.copy()
-            for j in range(LAMBDA_GRID.size - 1, -1, -2):
-                theta = fits[j] = _newton(rows, warm_fits.get(j, theta), center, prior, float(LAMBDA_GRID[j]))
-                losses[j] = _alo_loss(rows, theta, prior, float(LAMBDA_GRID[j]))
-            b = int(np.argmin(losses))
-            for j in (b - 1, b + 1):
-                if 0 <= j < LAMBDA_GRID.size and j not in fits:
-                    fits[j] = _newton(rows, warm_fits.get(j, fits[b]), center, prior, float(LAMBDA_GRID[j]))
-                    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]))
+            self.strength_loss_ = None
+            interval_fit = (lam, theta)
+        elif self.shrinkage == "auto":
+            # a cross-validation fold's scratch fit searches the strength locally, from the all-data fit's
+            # choice (_local_search); every other fit scans the grid (_grid_search)
+            near_j = None if warm is None or not self._scratch else warm.__dict__.get("_strength_index")
+            if near_j is None:
+                fits, losses = _grid_search(rows, center, prior, warm_fits)
+            else:
+                fits, losses = _local_search(rows, center, prior, warm_fits, near_j)
             self.__dict__["_strength_fits"] = fits  # warm starts for cross-validation folds (not saved)
             j = int(np.argmin(losses))  # the smallest strength on ties
+            self.__dict__["_strength_index"] = j  # where a fold's local search starts (not saved)
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
             # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p of the best
@@ -342,7 +439,7 @@ class _Hierarchical(Calibrator):
             interval_fit = (float(LAMBDA_GRID[ji]), fits[ji])
         else:
             lam = float(self.shrinkage)
-            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)
+            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)[0]
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = np.bincount(rows.g, minlength=k) > 0

@@ -79,6 +79,12 @@ class _Pooled(Calibrator):
         self.support_ = [data.class_support(k, v) for k, v in enumerate(data.class_views())]
         inner = get_class(self._inner)(**self._inner_params())
         inner._is_reference = True  # its statistics would be a copy of this model's
+        # a cross-validation fold's pooled model is a scratch fit (crossfit.py), and so is its curve, started
+        # from the all-data pooled curve's optimum where the inner method starts warm (pooled-beta)
+        inner._scratch = self._scratch
+        warm = self.__dict__.get("_warm_start")
+        if warm is not None and inner._warm_starts:
+            inner._warm_start = warm.model_
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             inner.fit(pool(data))
@@ -194,6 +200,7 @@ class PooledBeta(_Pooled):
     name = "pooled-beta"
     summary = "beta calibration of the top score, one curve for all classes, 3 parameters"
     _inner = HierarchicalBeta.name
+    _warm_starts = True  # cross-validation folds start from the all-data curve (its optimum and its strength)
     _parameter_constraints = {"loss": HierarchicalBeta._parameter_constraints["loss"]}
 
     def __init__(self, *, loss: str = "nll"):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...data import LOG_PROB_FLOOR, TopLabelData
+from ..foldmemo import memo, shared
 from ._core import BINARY_SCORE_FLOOR, T_MAX, T_MIN, split_top
 
-__all__ = ["LOG_T", "inverse_pd", "split_rows", "binary_logit", "warm_start"]
+__all__ = ["LOG_T", "inverse_pd", "split_rows", "fit_split", "binary_logit", "warm_start"]
 
 #: The box of log T every fit searches.
 LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
@@ -46,6 +47,20 @@ def split_rows(data: TopLabelData, idx=None, source=None):
     if data.full_kind == "logits":
         return split_top(full, pred)
     return split_top(full, pred, log_floor=LOG_PROB_FLOOR)
+
+
+def fit_split(data: TopLabelData, idx=None, source=None):
+    """:func:`split_rows` for a fit. In a cross-validation fold (:func:`~topcal.calibrators.foldmemo.shared`
+    data) the split of all the rows is made once for the fold's methods, and a class's rows (contiguous
+    in the canonical order) are a slice of it: the same numbers, as every row's split is its own."""
+    if shared(data):
+        d, others = memo(data, "split", lambda: split_rows(data, None, source))
+        if idx is None:
+            return d, others
+        a, b = int(idx[0]), int(idx[-1]) + 1
+        if b - a == idx.size:
+            return d[a:b], others[:, a:b]
+    return split_rows(data, idx, source)
 
 
 def binary_logit(data: TopLabelData) -> np.ndarray:

@@ -26,7 +26,7 @@ Gupta-Ramdas) on the same training parts.
 
 Run: ``python benchmarks/bench_auto_blend.py [--folds 2 5] [--data NAME ...]`` (``make bench`` first;
 scikit-learn for the peers). Prints one JSON line per fold, then per cell every variant's NLL
-over the best peer's, and the medians. About 15 min for K = 2 on 2 cores.
+over the best peer's, and the medians. About an hour for K = 2 and 5 on 2 busy cores (``--folds 2 5``: the grid of docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ Gupta-Ramdas) on the same training parts.
 
 Run: ``python benchmarks/bench_auto_blend.py [--folds 2 5] [--data NAME ...]`` (``make bench`` first;
 scikit-learn for the peers). Prints one JSON line per fold, then per cell every variant's NLL
-over the best peer's, and the medians. About an hour for K = 2 and 5 on 2 busy cores (``--folds 2 5``: the grid of docs/benchmarks.md).
+over the best peer's, and the medians. About an hour for K = 2 and 5 (``--folds 2 5``: the grid of
+docs/benchmarks.md) on 2 busy cores.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from .crossfit import cross_fit
 from .registry import available_methods, calibrator, get_class, is_registered, register
 from .wrapper import Wrapper
 
-__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose"]
+__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose", "tabulate_cv"]
 
 #: Candidates, simplest first.
 DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
@@ -122,6 +122,38 @@ def choose(cv: dict, tolerance: float = 1.0) -> tuple[str, str]:
     near = [n for n in ok if cv[n]["nll"] - cv[best]["nll"] <= tolerance * (cv[n].get("diff_se") or 0.0)]
     chosen = min(near, key=lambda n: (tier(n), cv[n]["nll"]))
     return chosen, best
+
+
+def tabulate_cv(run, names) -> dict:
+    """auto's cross-validation table from a :class:`~.crossfit.CrossFit` ``run`` of the methods ``names``.
+
+    ``{name: {"nll": mean held-out NLL, "se": its standard error, "diff_se": standard error of the
+    paired difference to the best (smallest mean), "per_class": [...], "error": None}}``; a method
+    that failed has ``nll``, ``se``, ``diff_se`` and ``per_class`` None and its error. Raises
+    :class:`~topcal.errors.TopcalError` when every method failed.
+    """
+    target = run.target
+    cv, losses = {}, {}
+    tp, fp = target.tp, target.fp
+    for n in names:
+        if n in run.confidence:
+            m = nll(target, run.confidence[n])
+            per = [float(v) if np.isfinite(v) else None for v in m.per_class]
+            losses[n] = run.losses(n)
+            se = paired_se(tp, fp, *losses[n])[1]
+            cv[n] = {"nll": float(m.overall), "se": se, "per_class": per, "error": None}
+        else:
+            cv[n] = {"nll": None, "se": None, "diff_se": None, "per_class": None, "error": run.errors[n][1]}
+    ok = [n for n in names if cv[n]["nll"] is not None]
+    if not ok:
+        raise TopcalError(
+            "auto: every candidate failed in cross-validation (" +
+            "; ".join(f"{n}: {cv[n]['error']}" for n in names) + "); choose a method yourself"
+        )
+    lead = min(ok, key=lambda n: cv[n]["nll"])
+    for n in ok:
+        cv[n]["diff_se"] = paired_se(tp, fp, *losses[n], *losses[lead])[1]
+    return cv
 
 
 class _Candidates:
@@ -219,28 +251,7 @@ class Auto(Wrapper):
             self.model_ = model.fit(data)
             return
         run = cross_fit(data, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation")
-        target = run.target
-        cv, losses = {}, {}
-        tp, fp = target.tp, target.fp
-        for n in names:
-            if n in run.confidence:
-                c = run.confidence[n]
-                m = nll(target, c)
-                per = [float(v) if np.isfinite(v) else None for v in m.per_class]
-                losses[n] = run.losses(n)
-                mean, se = paired_se(tp, fp, *losses[n])
-                cv[n] = {"nll": float(m.overall), "se": se, "per_class": per, "error": None}
-            else:
-                cv[n] = {"nll": None, "se": None, "diff_se": None, "per_class": None, "error": run.errors[n][1]}
-        ok = [n for n in names if cv[n]["nll"] is not None]
-        if not ok:
-            raise TopcalError(
-                "auto: every candidate failed in cross-validation (" +
-                "; ".join(f"{n}: {cv[n]['error']}" for n in names) + "); choose a method yourself"
-            )
-        lead = min(ok, key=lambda n: cv[n]["nll"])
-        for n in ok:
-            cv[n]["diff_se"] = paired_se(tp, fp, *losses[n], *losses[lead])[1]
+        cv = tabulate_cv(run, names)
         best, self.best_ = choose(cv, float(self.tolerance))
         self.method_ = best
         self.cv_ = {n: cv[n] for n in names}

@@ -62,10 +62,10 @@ from .wrapper import Wrapper
 
 __all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose", "tabulate_cv", "TOLERANCE"]
 
-#: Candidates, simplest first.
 #: Default of ``Auto(tolerance=...)`` and :func:`choose`: standard errors a simpler candidate may lose by.
 TOLERANCE = 0.75
 
+#: Candidates, simplest first.
 DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
                       "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
 
@@ -218,7 +218,7 @@ class Auto(Wrapper):
     in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     name = "auto"
     summary = "the simplest candidate (uncalibrated, pooled, shrunk per-class, per-class) whose K-fold " \
-              "cross-validated NLL is within 0.75 standard errors of the best"
+              f"cross-validated NLL is within {TOLERANCE:g} standard errors of the best"
     _parameter_constraints = {
         "candidates": _Candidates(),
         "folds": Interval(2, 100, integer=True),

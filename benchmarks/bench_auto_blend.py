@@ -14,6 +14,10 @@ exactly ``auto``'s), and from the same out-of-fold confidences these variants:
 * ``b-logit`` / ``b-prob``: the two best candidates by CV mean, blended the same way;
 * ``c-logit`` / ``c-prob``: non-negative stacking of three candidates (the chosen one and the best
   others by CV mean), weights on the simplex (grid of step 0.02) minimising the out-of-fold NLL;
+* ``impl``, ``impl-g0``, ``impl-all``: ``auto``'s own blend (:func:`topcal.calibrators.auto.plan_blend`:
+  the choice and the two best other score candidates, convex weights fitted exactly) with its gate of
+  :data:`~topcal.calibrators.auto.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold gain) and
+  no gate;
 * ``X+gate``: variant X only where its out-of-fold gain over the chosen candidate exceeds one
   standard error of the paired per-sample difference (:func:`topcal.calibrators.auto.paired_se`),
   else the chosen candidate.
@@ -48,7 +52,7 @@ import bench_heldout as bh  # noqa: E402
 from bench_auto_rules import DATA  # noqa: E402
 
 import topcal  # noqa: E402
-from topcal.calibrators.auto import DEFAULT_CANDIDATES, choose, paired_se, tabulate_cv  # noqa: E402
+from topcal.calibrators.auto import DEFAULT_CANDIDATES, BLEND_GATE, choose, paired_se, plan_blend, tabulate_cv  # noqa: E402
 from topcal.calibrators.crossfit import cross_fit  # noqa: E402
 from topcal.calibrators.registry import get_class  # noqa: E402
 from topcal.data import TopLabelData, kfold_split  # noqa: E402
@@ -56,7 +60,8 @@ from topcal.metrics import nll  # noqa: E402
 
 CLIP = 1e-12
 BLENDS = ["a-logit", "a-prob", "b-logit", "b-prob", "c-logit", "c-prob"]
-VARIANTS = ["auto", "best"] + BLENDS + [v + "+gate" for v in BLENDS]
+IMPL = {"impl": BLEND_GATE, "impl-g0": 0.0, "impl-all": -np.inf}
+VARIANTS = ["auto", "best"] + BLENDS + [v + "+gate" for v in BLENDS] + list(IMPL)
 
 
 def mix(cs, w, space):
@@ -113,6 +118,9 @@ def plans(cv, run):
             gain, se = paired_se(target.tp, target.fp, lt, lf, *ref)
             gates[v] = bool(gain < -se)
             out[v + "+gate"] = out[v] if gates[v] else out["auto"]
+    for v, gate in IMPL.items():
+        b = plan_blend(run, cv, chosen, gate)
+        out[v] = out["auto"] if b is None else (b["methods"], b["weights"], "prob")
     return out, gates
 
 

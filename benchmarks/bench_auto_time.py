@@ -11,6 +11,9 @@ Run: ``.venv/bin/python benchmarks/bench_auto_time.py [--data imagenet-densenet1
 (``_measure.make_data``), the default auto against scikit-learn's temperature calibration
 (``CalibratedClassifierCV(FrozenEstimator, method="temperature")``, as ``bench_scaling.py``) and
 per-class isotonic regression, interleaved in one process, minimum of ``--repeat``; with
+``--floor`` also, per cell, one all-data fit of each of auto's candidates (no cross-validation):
+their sum and the cheapest one ÷ scikit-learn's temperature calibration, the floor of any rule
+that fits every candidate once (auto fits each ``folds + 1`` times); with
 ``--old DIR`` also an older topcal exported as the package ``topcal_old`` in DIR (``git archive
 <commit> src/topcal | tar -x -C DIR; mv DIR/src/topcal DIR/topcal_old``), its auto on the same data.
 """
@@ -24,6 +27,8 @@ import warnings
 from pathlib import Path
 
 import topcal
+from topcal.calibrators import get_class
+from topcal.calibrators.auto import DEFAULT_CANDIDATES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_heldout import OLD_AUTO, load  # noqa: E402
@@ -69,6 +74,13 @@ def cells(args):
                     model = fit(d)
                     best[name] = min(best.get(name, 1e99), time.perf_counter() - t)
                     best[name + " chose"] = model.method_
+        if args.floor:
+            d = runs["auto"][1]
+            for name in [c for c in DEFAULT_CANDIDATES if not get_class(c).needs_full or d.has_full]:
+                for _ in range(args.repeat):
+                    t = time.perf_counter()
+                    topcal.calibrator(name).fit(d)
+                    best["fit " + name] = min(best.get("fit " + name, 1e99), time.perf_counter() - t)
         a, ts, iso = best["auto"], best["sklearn-ts"], best["isotonic/class"]
         row = f"| 10^{len(str(n)) - 1} × {k} | {a:.2f} | {ts:.3f} | {iso:.3f} | {a / ts:.1f} | {a / iso:.0f}"
         if old:
@@ -76,6 +88,13 @@ def cells(args):
             if best["old chose"] != best["auto chose"]:
                 row += f" (chose {best['old chose']} vs {best['auto chose']})"
         print(row + f" | {loadavg()} |", flush=True)
+        if args.floor:
+            fits = {k[4:]: v for k, v in best.items() if k.startswith("fit ")}
+            cheap = min(fits, key=fits.get)
+            print(f"|   floor: one fit of each of {len(fits)} candidates {sum(fits.values()):.2f} s = "
+                  f"{sum(fits.values()) / ts:.1f} × sklearn-ts; cheapest ({cheap}) {fits[cheap] / ts:.2f} ×; "
+                  "slowest: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(fits.items(), key=lambda kv: -kv[1])[:3])
+                  + " |", flush=True)
     return 0
 
 
@@ -87,6 +106,7 @@ def main(argv=None):
                     help="time the new auto first (the second fit in a process may find warm caches)")
     ap.add_argument("--cells", nargs="+", help="simulated cells NxK (e.g. 1e4x10): auto vs scikit-learn's "
                     "temperature calibration")
+    ap.add_argument("--floor", action="store_true", help="with --cells: also one all-data fit of each candidate")
     ap.add_argument("--old", help="with --cells: a folder holding an older topcal as the package topcal_old")
     args = ap.parse_args(argv)
     if args.cells:

@@ -215,11 +215,12 @@ def fit_methods(data: TopLabelData, methods=None, *, params=None, progress=None,
 
 def auto_summary(model, fold: int | None = None) -> dict | None:
     """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired SE), or None
-    for other models: ``{"fold", "chosen", "best", "rule", "table": [...]}`` (see ``Auto.cv_table``)."""
+    for other models: ``{"fold", "chosen", "best", "rule", "blend", "table": [...]}`` (see ``Auto.cv_table``,
+    ``Auto.blend_``)."""
     if not callable(getattr(model, "cv_table", None)):
         return None
     return {"fold": fold, "chosen": model.method_, "best": model.best_, "rule": model.rule_text(),
-            "table": model.cv_table()}
+            "blend": getattr(model, "blend_", None), "table": model.cv_table()}
 
 
 def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progress=None, params=None,

@@ -36,6 +36,16 @@ five values on that grid, so its advantage is measured on the data it was chosen
 The choice is global (one method for every class). A candidate that fails
 in a fold is dropped (recorded with its error), never fatal.
 
+**The blend** (``blend``, default :data:`BLEND_GATE` = 1 standard error): from the same
+out-of-fold confidences, convex weights for the choice and the two best other score candidates
+(:func:`plan_blend`, :class:`~.blend.Blend`: a mixture of their curves in probability space). It
+replaces the single choice only where its out-of-fold NLL is lower than the choice's by more than
+``blend`` standard errors of the paired difference (the weights are fitted on those same
+confidences, so the gate guards against their optimism); ``blend=None`` never blends. A
+full-vector choice (``sts``, ``tswa``, ``csts``) is never blended: a blend refits from score
+statistics. Its components are fitted on all the data like the choice; the model records the
+blend (methods, weights, out-of-fold gain and its SE) beside the table.
+
 The model file records the choice, the best candidate, and every
 candidate's mean CV loss with its standard error and the standard error of
 its paired difference to the best; ``topcal describe``, ``topcal compare``
@@ -53,17 +63,26 @@ import numpy as np
 from .._params import Interval, NoneOr
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, ParameterError, TopcalError, TopcalWarning
-from .._numeric import dot
+from .._numeric import binary_nll, dot
 from ..metrics import nll
 from .base import Calibrator, to_jsonable
+from .blend import Blend, blend_weights
 from .crossfit import cross_fit
 from .registry import available_methods, calibrator, get_class, is_registered, register
 from .wrapper import Wrapper
 
-__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose", "tabulate_cv", "TOLERANCE"]
+__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose", "tabulate_cv", "TOLERANCE",
+           "BLEND_GATE", "BLEND_SIZE", "plan_blend"]
 
 #: Default of ``Auto(tolerance=...)`` and :func:`choose`: standard errors a simpler candidate may lose by.
 TOLERANCE = 0.75
+
+#: A blend replaces the choice only where its out-of-fold NLL is lower than the choice's by more than
+#: this many standard errors of the paired difference (the gate measured on issue 22's grid).
+BLEND_GATE = 1.0
+
+#: Components of a blend: the choice and the best others by mean cross-validated NLL.
+BLEND_SIZE = 3
 
 #: Candidates, simplest first.
 DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
@@ -166,6 +185,39 @@ def tabulate_cv(run, names) -> dict:
     return cv
 
 
+def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
+    """The blend of ``chosen`` with the best other candidates, or None where it does not clearly win.
+
+    Components: ``chosen`` and the :data:`BLEND_SIZE` - 1 best others by mean (score methods that
+    ran in every fold; a full-vector choice is never blended, since a blend must refit from score
+    statistics). Weights: :func:`~.blend.blend_weights` on the candidates' out-of-fold confidences
+    in ``run``. Returns ``{"methods", "weights", "nll", "gain", "se"}`` (gain: the blend's mean
+    paired NLL difference to the choice, negative where better; se: its standard error) when the
+    blend is better than the choice by more than ``gate`` standard errors, else None.
+    """
+    if get_class(chosen).needs_full:
+        return None
+    others = sorted((n for n, v in cv.items() if v["nll"] is not None and n != chosen
+                     and n in run.confidence and not get_class(n).needs_full), key=lambda n: cv[n]["nll"])
+    names = [chosen] + others[: BLEND_SIZE - 1]
+    if len(names) < 2:
+        return None
+    target = run.target
+    w = blend_weights(target.tp, target.fp, [run.confidence[n] for n in names])
+    keep = [i for i in range(len(names)) if w[i] > 0]
+    if len(keep) < 2 or keep[0] != 0:  # the choice itself must stay in: otherwise it is another choice
+        return None
+    names, w = [names[i] for i in keep], w[keep]
+    p = sum(wi * run.confidence[n] for wi, n in zip(w, names))
+    lt, lf = binary_nll(1.0, 0.0, p), binary_nll(0.0, 1.0, p)
+    gain, se = paired_se(target.tp, target.fp, lt, lf, *run.losses(chosen))
+    if not gain < -gate * se:
+        return None
+    mean = paired_se(target.tp, target.fp, lt, lf)[0]
+    return {"methods": names, "weights": [float(v) for v in w], "nll": float(mean), "gain": float(gain),
+            "se": float(se)}
+
+
 class _Candidates:
     """None, or a non-empty list of registered method names other than 'auto'."""
 
@@ -199,13 +251,24 @@ class Auto(Wrapper):
         How many standard errors of the paired difference a simpler
         candidate may lose to the best by and still be chosen (0: the
         smallest mean always wins).
+    blend : float >= 0 or None, default 1.0 (:data:`BLEND_GATE`)
+        Return a convex blend of the choice and the two best other score
+        candidates (:class:`~.blend.Blend`, weights fitted on the
+        out-of-fold confidences) where it beats the choice out of fold by
+        more than this many standard errors of the paired difference
+        (:func:`plan_blend`; 0: any out-of-fold gain); None: always the
+        single choice.
 
     Attributes
     ----------
     method_ : str
         The chosen method.
     model_ : Calibrator
-        The chosen method fitted on all the data.
+        The chosen method fitted on all the data (a :class:`~.blend.Blend`
+        of it and others where ``blend_`` is set).
+    blend_ : dict or None
+        ``{"methods", "weights", "nll", "gain", "se"}`` of the blend (see
+        :func:`plan_blend`), or None where the single choice is returned.
     best_ : str
         The candidate with the smallest mean cross-validated NLL.
     cv_ : dict
@@ -224,13 +287,16 @@ class Auto(Wrapper):
         "folds": Interval(2, 100, integer=True),
         "seed": NoneOr(Interval(0, 2**32 - 1, integer=True)),
         "tolerance": Interval(0, 100),
+        "blend": NoneOr(Interval(0, 100)),
     }
 
-    def __init__(self, *, candidates=None, folds: int = 5, seed: int = 0, tolerance: float = TOLERANCE):
+    def __init__(self, *, candidates=None, folds: int = 5, seed: int = 0, tolerance: float = TOLERANCE,
+                 blend: float | None = BLEND_GATE):
         self.candidates = candidates
         self.folds = folds
         self.seed = seed
         self.tolerance = tolerance
+        self.blend = blend
 
     def _names(self, data: TopLabelData) -> list[str]:
         names = list(DEFAULT_CANDIDATES if self.candidates is None else self.candidates)
@@ -254,7 +320,7 @@ class Auto(Wrapper):
                 DegenerateClassWarning,
                 stacklevel=3,
             )
-            self.method_, self.best_, self.cv_ = "uncalibrated", "uncalibrated", {}
+            self.method_, self.best_, self.cv_, self.blend_ = "uncalibrated", "uncalibrated", {}, None
             self.cv_samples_ = float(data.n_samples)
             model = calibrator("uncalibrated")
             model._rows_fingerprint, model._scratch = self.fingerprint_, self._scratch
@@ -266,9 +332,11 @@ class Auto(Wrapper):
         self.method_ = best
         self.cv_ = {n: cv[n] for n in names}
         self.cv_samples_ = float(data.n_samples)
+        self.blend_ = None if self.blend is None else plan_blend(run, cv, best, float(self.blend))
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
-        model = calibrator(best)
+        model = calibrator(best) if self.blend_ is None else \
+            Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         model._rows_fingerprint = self.fingerprint_  # the same rows: hashed once, by this fit
         model._scratch = self._scratch  # a fold's auto (compare --folds) keeps nothing either
         self.model_ = model.fit(data)
@@ -282,7 +350,7 @@ class Auto(Wrapper):
         The cross-validation table stays that of the original fit, and
         ``cv_samples_`` says how many samples it was run on.
         """
-        cls = get_class(self.method_)
+        cls = type(self.model_)  # the chosen method's class, or Blend (whose components are score methods)
         params = self.model_.get_params()
         if cls.needs_full:
             # the full vector has no mergeable statistics: the best candidate that can be refitted from
@@ -326,7 +394,12 @@ class Auto(Wrapper):
         if float(self.n_tp_.sum() + self.n_fp_.sum()) > self.cv_samples_:  # updated since the choice
             return (f"kept its choice {self.method_}; cross-validation from the first fit, on "
                     f"{self.cv_samples_:g} samples (fit auto again to re-choose)")
-        return f"chose {self.method_} by {int(self.folds)}-fold cross-validated NLL"
+        line = f"chose {self.method_} by {int(self.folds)}-fold cross-validated NLL"
+        b = getattr(self, "blend_", None)
+        if b:
+            line += "; blended with " + ", ".join(f"{m} ({w:.2f})" for m, w in zip(b["methods"][1:], b["weights"][1:])) \
+                + f" (weight of {self.method_}: {b['weights'][0]:.2f}; out-of-fold NLL {b['gain']:+.4f}, {abs(b['gain']) / b['se']:.1f} SE)"
+        return line
 
     def _describe_head(self, d: dict) -> list[str]:
         """The choice, its rule and the cross-validation table (then the chosen model,
@@ -349,6 +422,10 @@ class Auto(Wrapper):
         for k, msg in cv["errors"].items():
             out.append(f"  {k} failed in cross-validation: {msg}")
         model = d["model"]
+        if d.get("blend"):
+            b = d["blend"]
+            out.append("blend (beats the choice out of fold by {:.4f} ± {:.4f} NLL): ".format(-b["gain"], b["se"])
+                       + ", ".join(f"{m} {w:.3f}" for m, w in zip(b["methods"], b["weights"])))
         out.append(f"\nchosen model: {model['method']}, params {json.dumps(model['params'])}")
         return out
 
@@ -365,6 +442,7 @@ class Auto(Wrapper):
     def describe(self) -> dict:
         d = super().describe()
         d["chosen"] = self.method_
+        d["blend"] = getattr(self, "blend_", None)
         d["model"] = self.model_.describe()
         d["cross_validation"] = {
             "folds": int(self.folds), "seed": int(self.seed or 0), "samples": self.cv_samples_,
@@ -385,9 +463,13 @@ class Auto(Wrapper):
 
     def cv_table(self) -> list[dict]:
         """Every candidate's row: method, tier, mean CV NLL, its SE, SE of the paired difference to the best,
-        chosen/best flags and error; sorted by mean NLL (failed candidates last)."""
+        chosen/best flags, error and its weight in the blend (None: not blended); sorted by mean NLL
+        (failed candidates last)."""
+        b = getattr(self, "blend_", None) or {"methods": [], "weights": []}
+        weight = dict(zip(b["methods"], b["weights"]))
         rows = [{"method": n, "tier": tier(n), "nll": v["nll"], "se": v.get("se"), "diff_se": v.get("diff_se"),
-                 "chosen": n == self.method_, "best": n == self.best_, "error": v["error"]}
+                 "chosen": n == self.method_, "best": n == self.best_, "error": v["error"],
+                 "blend_weight": weight.get(n)}
                 for n, v in self.cv_.items()]
         return sorted(rows, key=lambda r: (r["nll"] is None, r["nll"] if r["nll"] is not None else 0.0))
 
@@ -406,18 +488,32 @@ class Auto(Wrapper):
                  "cv_samples": self.cv_samples_, "best": self.best_, "rule": getattr(self, "rule_", "se")}
         if getattr(self, "refitted_from_", None):  # an update refitted another method than the choice
             state["refitted_from"] = self.refitted_from_
+        if getattr(self, "blend_", None):
+            state["blend"] = to_jsonable(self.blend_)
         return state
 
     def _set_state(self, state: dict) -> None:
         method = str(state["method"])
         if method == "auto":
             raise ValueError("auto cannot choose itself")
-        model = get_class(method).from_dict(state["model"])
-        if model.name != method or tuple(model.classes_) != tuple(self.classes_):
-            raise ValueError("the chosen model does not match the auto model's method and classes")
+        blend = state.get("blend")  # files before blends, and unblended choices: none
         cv = state["cv"]
         if not isinstance(cv, dict) or (cv and method not in cv):
             raise ValueError("the cross-validation table is missing the chosen method")
+        if blend is None:
+            model = get_class(method).from_dict(state["model"])
+            if model.name != method or tuple(model.classes_) != tuple(self.classes_):
+                raise ValueError("the chosen model does not match the auto model's method and classes")
+        else:
+            if not isinstance(blend, dict) or not all(k in blend for k in ("methods", "weights", "gain", "se")):
+                raise ValueError("blend must hold methods, weights, gain and se")
+            model = Blend.from_dict(state["model"])
+            if list(model.methods) != list(blend["methods"]) or list(model.weights) != list(blend["weights"]) \
+                    or tuple(model.classes_) != tuple(self.classes_):
+                raise ValueError("the blended model does not match the blend's methods, weights and classes")
+            if blend["methods"][0] != method or (cv and not all(m in cv for m in blend["methods"])):
+                raise ValueError("a blend must start with the chosen method and blend candidates of the table")
+        self.blend_ = blend
         self.method_, self.model_, self.cv_ = method, model, cv
         # files before the standard-error rule: the smallest mean was chosen, with no SE recorded
         self.rule_ = str(state.get("rule", "min"))

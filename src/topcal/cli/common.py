@@ -183,7 +183,7 @@ def overall_table(result) -> str:
 def choice_table(fits: list) -> str:
     """What ``auto`` chose (``evaluate.auto_summary`` of each fit, e.g. one per fold): candidates as rows,
     per fit the mean cross-validated NLL, its SE and the SE of the paired difference to the best; the
-    chosen candidate of each fit marked ``<``, the best mean ``*``."""
+    chosen candidate of each fit marked ``<``, the best mean ``*``, a blend's components ``+``."""
     names = []
     for fit in fits:
         names += [r["method"] for r in fit["table"] if r["method"] not in names]
@@ -198,13 +198,14 @@ def choice_table(fits: list) -> str:
             if r is None or r["nll"] is None:
                 row += ["failed" if r is not None else None, None, None, ""]
             else:
-                row += [r["nll"], r["se"], r["diff_se"], ("<" if r["chosen"] else "") + ("*" if r["best"] else "")]
+                row += [r["nll"], r["se"], r["diff_se"], ("<" if r["chosen"] else "") + ("*" if r["best"] else "")
+                        + ("+" if r.get("blend_weight") else "")]
         rows.append(row)
     widths = [max(9, len(h)) for h in header[1:]]
     cells = [[r[0]] + [c.rjust(w) if isinstance(c, str) else format_value(c, w) for c, w in zip(r[1:], widths)]
              for r in rows]
     w0 = max(len(str(r[0])) for r in rows + [header])
-    return text_table(header, cells, w0, widths) + f"\n(< chosen, * smallest mean; tier {TIER_LEGEND})"
+    return text_table(header, cells, w0, widths) + f"\n(< chosen, * smallest mean, + in the blend; tier {TIER_LEGEND})"
 
 
 #: Classes a console per-class table lists at most (the largest ones); --csv/--json give every class.

@@ -19,8 +19,9 @@ def add_commands(sub) -> None:
     methods = ", ".join(available_methods())
     p = sub.add_parser("fit", help="fit a calibrator and save it as JSON")
     p.add_argument("data", help="labelled data: CSV, Parquet or .npz")
-    p.add_argument("--method", default="auto", help="calibration method (default: auto, the candidate with the "
-                   f"smallest 5-fold cross-validated NLL). Options: {methods}")
+    p.add_argument("--method", default="auto", help="calibration method (default: auto, the simplest candidate "
+                   "within noise of the smallest 5-fold cross-validated NLL, or its blend with the two best others "
+                   f"where that clearly wins out of fold). Options: {methods}")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter, repeatable (e.g. --param n_bins=20)")
     p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
     add_data_options(p)

@@ -152,8 +152,13 @@ def choice_html(model) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(r['method'])}</td><td>{r['tier']}</td><td>{_fmt(r['nll'])}</td><td>{_fmt(r['se'])}</td>"
         f"<td>{_fmt(r['diff_se'])}</td><td>{'chosen' if r['chosen'] else ''}{' best mean' if r['best'] else ''}"
+        f"{' blend weight ' + format(r['blend_weight'], '.3f') if r.get('blend_weight') else ''}"
         f"{html.escape(' failed: ' + r['error']) if r['error'] else ''}</td></tr>" for r in model.cv_table())
-    return (f"<p>chose <code>{html.escape(model.method_)}</code>: {html.escape(model.rule_text())}; tiers: "
+    blend = getattr(model, "blend_", None)
+    blended = "" if not blend else (
+        f"; blended with {html.escape(', '.join(blend['methods'][1:]))} (beats the choice out of fold by "
+        f"{-blend['gain']:.4f} ± {blend['se']:.4f} NLL)")
+    return (f"<p>chose <code>{html.escape(model.method_)}</code>{blended}: {html.escape(model.rule_text())}; tiers: "
             f"{html.escape(TIER_LEGEND)}</p>"
             f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>")
 

@@ -155,14 +155,16 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
     assert calls == [False, False, False, False] and "sts" in res["methods"] and not res["failed"]
 
 
-def test_softplus_both_equals_logaddexp_bit_for_bit():
+def test_softplus_both_equals_logaddexp_within_two_ulp():
+    """The same as ``np.logaddexp`` to the last bit or two: which SIMD path numpy's exp, log1p and
+    logaddexp take depends on the processor (bit for bit on AVX2, 1 ulp apart on some AVX-512 machines)."""
     from topcal._numeric import softplus_both
 
     rng = np.random.default_rng(6)
     m = np.concatenate([rng.normal(0, 5, 5000), rng.normal(0, 60, 500), [0.0, -0.0, 1e-300, -1e-300, 700, -700]])
     neg, pos = softplus_both(m)
-    np.testing.assert_array_equal(neg, np.logaddexp(0.0, -m))
-    np.testing.assert_array_equal(pos, np.logaddexp(0.0, m))
+    np.testing.assert_array_max_ulp(neg, np.logaddexp(0.0, -m), maxulp=2)
+    np.testing.assert_array_max_ulp(pos, np.logaddexp(0.0, m), maxulp=2)
 
 
 @pytest.mark.parametrize("tied", [False, True])

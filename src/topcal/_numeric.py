@@ -43,8 +43,9 @@ def dot(a, b) -> float:
 def softplus_both(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(softplus(-m), softplus(m)), softplus(x) = log(1 + e^x), with one exp and one log1p for both.
 
-    softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): bit for bit what ``np.logaddexp(0, +-m)``
-    computes (tested), at about half the cost of the two calls.
+    softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): what ``np.logaddexp(0, +-m)`` computes, within
+    2 ulp (bit for bit on AVX2 processors, up to 1 ulp apart where numpy takes its AVX-512 paths;
+    tested), at about half the cost of the two calls.
     """
     s = np.log1p(np.exp(-np.abs(m)))
     return np.maximum(-m, 0.0) + s, np.maximum(m, 0.0) + s

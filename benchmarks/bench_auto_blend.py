@@ -18,6 +18,9 @@ exactly ``auto``'s), and from the same out-of-fold confidences these variants:
   the choice and the two best other score candidates, convex weights fitted exactly) with its gate of
   :data:`~topcal.calibrators.auto.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold gain) and
   no gate;
+* ``hindsight``: the single candidate with the lowest held-out NLL of the cell, picked after seeing
+  the test folds (every candidate is fitted on each training part for it): a bound on any rule that
+  returns one candidate;
 * ``X+gate``: variant X only where its out-of-fold gain over the chosen candidate exceeds one
   standard error of the paired per-sample difference (:func:`topcal.calibrators.auto.paired_se`),
   else the chosen candidate.
@@ -62,6 +65,9 @@ CLIP = 1e-12
 BLENDS = ["a-logit", "a-prob", "b-logit", "b-prob", "c-logit", "c-prob"]
 IMPL = {"impl": BLEND_GATE, "impl-g0": 0.0, "impl-all": -np.inf}
 VARIANTS = ["auto", "best"] + BLENDS + [v + "+gate" for v in BLENDS] + list(IMPL)
+#: Columns of the summary: the variants, and ``hindsight``, the single candidate with the lowest held-out
+#: NLL of the cell (chosen after seeing the test folds: a bound on any rule that picks one candidate).
+COLUMNS = VARIANTS + ["hindsight"]
 
 
 def mix(cs, w, space):
@@ -148,9 +154,11 @@ def main(argv=None) -> int:
                     cv = tabulate_cv(run, names)
                     plan, gates = plans(cv, run)
                     held = {c: topcal.calibrator(c).fit(train).predict(test)
-                            for c in {c for v in plan.values() for c in v[0]}}
+                            for c in {c for v in plan.values() for c in v[0]} | set(names)}
                     for v, (cs, w, space) in plan.items():
                         parts[v].append(mix([held[c] for c in cs], w, space))
+                    for c in names:
+                        parts.setdefault("cand:" + c, []).append(held[c])
                     for p in peers:
                         parts[p].append(bh.peer_predict(p, train, test))
                     print(json.dumps({"data": name, "K": k, "rows": n, "fold": f, "gates": gates,
@@ -161,19 +169,25 @@ def main(argv=None) -> int:
                 target = TopLabelData.concat(folds)
                 score = {v: nll(target, np.concatenate(c)).overall for v, c in parts.items()}
                 bp = min(peers, key=score.get)
+                cand = {v[5:]: s for v, s in score.items() if v.startswith("cand:")}
+                hindsight = min(cand, key=cand.get)
                 cells.append({"data": name, "K": k, "rows": n, "best_peer": bp, "peer": score[bp],
+                              "hindsight_method": hindsight, "hindsight": cand[hindsight],
+                              "uncalibrated": cand["uncalibrated"],
                               **{v: score[v] for v in VARIANTS}})
                 print(json.dumps(cells[-1]), flush=True)
     print("\ncell: variant NLL / best peer's")
-    print(f"{'data':36s} {'K':>2s} {'rows':>5s} " + " ".join(f"{v:>13s}" for v in VARIANTS))
+    print(f"{'data':36s} {'K':>2s} {'rows':>5s} " + " ".join(f"{v:>13s}" for v in COLUMNS))
     for c in cells:
         print(f"{c['data']:36s} {c['K']:2d} {c['rows']:5d} "
-              + " ".join(f"{c[v] / c['peer']:13.4f}" for v in VARIANTS))
-    med = {v: float(np.median([c[v] / c["peer"] for c in cells])) for v in VARIANTS}
-    worst = {v: float(max(c[v] / c["auto"] for c in cells)) for v in VARIANTS}
-    print(f"{'median / best peer':44s} " + " ".join(f"{med[v]:13.4f}" for v in VARIANTS))
-    print(f"{'worst cell / auto':44s} " + " ".join(f"{worst[v]:13.4f}" for v in VARIANTS))
+              + " ".join(f"{c[v] / c['peer']:13.4f}" for v in COLUMNS) + f"  (hindsight: {c['hindsight_method']})")
+    med = {v: float(np.median([c[v] / c["peer"] for c in cells])) for v in COLUMNS}
+    worst = {v: float(max(c[v] / c["auto"] for c in cells)) for v in COLUMNS}
+    print(f"{'median / best peer':44s} " + " ".join(f"{med[v]:13.4f}" for v in COLUMNS))
+    print(f"{'worst cell / auto':44s} " + " ".join(f"{worst[v]:13.4f}" for v in COLUMNS))
     print(json.dumps({"median_vs_peer": med, "worst_vs_auto": worst}))
+    print("cells where impl > uncalibrated: " + str([(c["data"], c["K"], c["rows"]) for c in cells
+                                                     if c["impl"] > c["uncalibrated"]]))
     return 0
 
 

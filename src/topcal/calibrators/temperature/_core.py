@@ -53,6 +53,7 @@ __all__ = [
     "top_label_margin",
     "lse_moments",
     "TopLabelObjective",
+    "BinaryClassesObjective",
     "MultinomialObjective",
     "NewtonResult",
     "bounded_newton",
@@ -431,6 +432,58 @@ class TopLabelObjective:
         """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x."""
         _, _, g, h = self._eval(x)
         return g.copy(), h.copy()
+
+
+class BinaryClassesObjective:
+    """The binary variants' :class:`TopLabelObjective` of many classes at once, for :func:`._solver.lockstep_newton`.
+
+    ``d``, ``tp``, ``fp``: the rows of every class, grouped by class (class j's are rows
+    ``starts[j]:starts[j + 1]``); x = (log T, b) per class (``n_awards`` 0 or 1). The per-row
+    terms are :class:`TopLabelObjective`'s; the sums per class are segment sums (``np.add.reduceat``),
+    equal to its sums up to rounding.
+    """
+
+    def __init__(self, d, tp, fp, starts, *, loss="nll", n_awards=0):
+        self.d, self.tp, self.fp, self.loss, self.n_awards = d, tp, fp, loss, int(n_awards)
+        self.counts = np.diff(starts)
+        self.row_class = np.repeat(np.arange(self.counts.size), self.counts)
+
+    def _rows(self, x, sel):
+        """The selected classes' rows, per-row beta, and the margins m at x."""
+        counts = self.counts[sel]
+        if sel.size == self.counts.size:
+            d, tp, fp = self.d, self.tp, self.fp
+        else:
+            keep = np.zeros(self.counts.size, dtype=bool)
+            keep[sel] = True
+            rows = keep[self.row_class]
+            d, tp, fp = self.d[rows], self.tp[rows], self.fp[rows]
+        beta = np.repeat(np.exp(-x[:, 0]), counts)
+        m = d * beta
+        if self.n_awards:
+            m += np.repeat(x[:, 1], counts)
+        return d, tp, fp, beta, m, counts
+
+    def margin(self, x) -> np.ndarray:
+        """Per-row log-odds m of every class at its parameters x (n_classes, dim)."""
+        return self._rows(np.asarray(x, dtype=np.float64), np.arange(self.counts.size))[4]
+
+    def evaluate(self, x, sel):
+        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``."""
+        d, tp, fp, beta, m, counts = self._rows(x, sel)
+        pq = (expit(m), expit(-m))
+        f_tp, f_fp = _loss_parts(m, self.loss, pq)
+        l1, l2 = _loss_derivs(m, tp, fp, self.loss, pq)
+        dm_dt = -beta * d  # as in TopLabelObjective with dm/dbeta = d, Var[O] = 0
+        l2_dmdt = l2 * dm_dt
+        terms = [tp * f_tp + fp * f_fp, l1 * dm_dt, l2_dmdt * dm_dt + l1 * (beta * d)]
+        if self.n_awards:
+            terms += [l1, l2_dmdt, l2]
+        heads = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        sums = np.add.reduceat(np.stack(terms), heads, axis=1)
+        if not self.n_awards:
+            return sums[0], sums[1:2].T.copy(), sums[2].reshape(-1, 1, 1)
+        return sums[0], sums[[1, 3]].T.copy(), sums[[2, 4, 4, 5]].T.reshape(-1, 2, 2)
 
 
 #: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once (8 MB).

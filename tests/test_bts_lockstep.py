@@ -137,7 +137,7 @@ def test_batched_objective_sums_are_the_per_class_objective():
     x = np.column_stack([rng.normal(0, 1, counts.size), rng.normal(0, 2, counts.size)])
     for loss in ("nll", "brier"):
         for n_aw in (0, 1):
-            batch = BinaryClassesObjective(d, tp, fp, heads, loss=loss, n_awards=n_aw)
+            batch = BinaryClassesObjective(d, tp, fp, heads[:-1], counts, loss=loss, n_awards=n_aw)
             f, g, h = batch.evaluate(x[:, :1 + n_aw], np.arange(counts.size))
             sel = np.array([1, 3])
             fs, gs, hs = batch.evaluate(x[sel, :1 + n_aw], sel)

@@ -30,14 +30,15 @@ def solve_classes(z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int
     cls = np.flatnonzero(which)
     if cls.size == 0:
         return {}
-    rows = order[which[data.pred[order]]]  # the classes' rows, grouped by class
-    counts = np.bincount(data.pred[rows], minlength=which.size)[cls]
-    heads = np.concatenate([[0], np.cumsum(counts)])
+    counts = np.bincount(data.pred, minlength=which.size)
+    heads = (np.cumsum(counts) - counts)[cls]  # class c's rows: order[heads:heads + counts]
+    ordered = np.all(order[1:] > order[:-1])  # a fit's data is in its canonical order, sorted by class
+    z, tp, fp = (z, data.tp, data.fp) if ordered else (z[order], data.tp[order], data.fp[order])
     n_aw = len(lo) - 1
     ok, its = np.ones(cls.size, dtype=bool), np.zeros(cls.size, dtype=np.int64)
 
     def solve(name, start):
-        obj = BinaryClassesObjective(z[rows], data.tp[rows], data.fp[rows], heads, loss=name, n_awards=n_aw)
+        obj = BinaryClassesObjective(z, tp, fp, heads, counts[cls], loss=name, n_awards=n_aw)
         return obj, lockstep_newton(obj, start, lo, hi, max_iter=max_iter)
 
     if loss == "brier":  # a class whose NLL fit fails goes to the per-class path (which starts Brier from x0)
@@ -45,7 +46,7 @@ def solve_classes(z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int
         ok, its, x0 = warm.ok, np.where(warm.ok, warm.n_iter, 0), np.where(warm.ok[:, None], warm.x, x0)
     obj, res = solve(loss, x0)
     ok &= res.ok
-    keep = np.repeat(ok, counts)
-    m[rows[keep]] = obj.margin(res.x)[keep]
+    for idx, mj in obj.margin(res.x[ok], np.flatnonzero(ok)):
+        m[idx if ordered else order[idx]] = mj
     return {int(c): NewtonResult(res.x[j], float(res.fun[j]), int(res.n_iter[j] + its[j]))
             for j, c in enumerate(cls) if ok[j]}

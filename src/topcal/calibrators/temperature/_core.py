@@ -53,6 +53,7 @@ __all__ = [
     "top_label_margin",
     "lse_moments",
     "TopLabelObjective",
+    "BinaryClassesObjective",
     "MultinomialObjective",
     "NewtonResult",
     "bounded_newton",
@@ -431,6 +432,62 @@ class TopLabelObjective:
         """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x."""
         _, _, g, h = self._eval(x)
         return g.copy(), h.copy()
+
+
+class BinaryClassesObjective:
+    """The binary variants' :class:`TopLabelObjective` of many classes at once, for :func:`._solver.lockstep_newton`.
+
+    ``d``, ``tp``, ``fp``: rows grouped by class; problem j is rows ``heads[j]:heads[j] + counts[j]``,
+    with x = (log T, b) (``n_awards`` 0 or 1). The per-row terms are :class:`TopLabelObjective`'s,
+    taken a few classes at a time (about :data:`_BLOCK` rows: no n-sized temporaries); the sums per
+    class (``np.bincount``) equal its sums up to rounding.
+    """
+
+    def __init__(self, d, tp, fp, heads, counts, *, loss="nll", n_awards=0):
+        self.d, self.tp, self.fp, self.loss, self.n_awards = d, tp, fp, loss, int(n_awards)
+        self.heads, self.counts = heads, counts
+
+    def _blocks(self, x, sel):
+        """(row indices, problem of each row within sel, d, tp, fp, beta, m) of the classes ``sel``, a chunk at a time."""
+        heads, counts = self.heads[sel], self.counts[sel]
+        ends = np.cumsum(counts)
+        beta_c = np.exp(-x[:, 0])
+        j = 0
+        while j < sel.size:
+            j1 = max(int(np.searchsorted(ends, ends[j] - counts[j] + _BLOCK, side="right")), j + 1)
+            c = counts[j:j1]
+            seg = np.repeat(np.arange(j, j1), c)
+            idx = np.arange(seg.size) + np.repeat(heads[j:j1] - (np.cumsum(c) - c), c)
+            beta = beta_c[seg]
+            d = self.d[idx]
+            m = d * beta
+            if self.n_awards:
+                m += x[seg, 1]
+            yield idx, seg, d, self.tp[idx], self.fp[idx], beta, m
+            j = j1
+
+    def margin(self, x, sel):
+        """(row indices, log-odds m) of the classes ``sel`` at their parameters x (len(sel), dim), by chunks."""
+        for blk in self._blocks(np.asarray(x, dtype=np.float64), sel):
+            yield blk[0], blk[-1]
+
+    def evaluate(self, x, sel):
+        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``."""
+        sums = np.zeros((6 if self.n_awards else 3, sel.size))
+        for _, seg, d, tp, fp, beta, m in self._blocks(x, sel):
+            pq = (expit(m), expit(-m))
+            f_tp, f_fp = _loss_parts(m, self.loss, pq)
+            l1, l2 = _loss_derivs(m, tp, fp, self.loss, pq)
+            dm_dt = -beta * d  # as in TopLabelObjective with dm/dbeta = d, Var[O] = 0
+            l2_dmdt = l2 * dm_dt
+            terms = [tp * f_tp + fp * f_fp, l1 * dm_dt, l2_dmdt * dm_dt + l1 * (beta * d)]
+            if self.n_awards:
+                terms += [l1, l2_dmdt, l2]
+            for row, t in zip(sums, terms):
+                row += np.bincount(seg, weights=t, minlength=sel.size)
+        if not self.n_awards:
+            return sums[0], sums[1:2].T.copy(), sums[2].reshape(-1, 1, 1)
+        return sums[0], sums[[1, 3]].T.copy(), sums[[2, 4, 4, 5]].T.reshape(-1, 2, 2)
 
 
 #: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once (8 MB).

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.special import expit
 
 from ..._params import MAX_ITER, Interval, Options
-from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, preview, rows_by_class
+from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, class_order, preview, rows_by_class
 from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._core import (
     OFFSET_MAX,
@@ -45,6 +45,8 @@ from ._tables import NODES, LossTables
 from ..base import Calibrator, Curve, finite_array, to_jsonable
 from ..foldmemo import memo, memo_data
 from ._intervals import TemperatureIntervals
+from ._lockstep import solve_classes
+from ._solver import degenerate_corner
 from ._rows import LOG_T, binary_logit, fit_split, split_rows, warm_start
 
 __all__ = ["TemperatureBase"]
@@ -82,6 +84,9 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
     _warm_starts = False  # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
+    #: bts/btswa solve their classes in lockstep (_lockstep.py); False: one bounded_newton per class (the tests
+    #: compare the two)
+    _lockstep: ClassVar[bool] = True
     #: the binary method to suggest for data without full score vectors
     _full_alternative: ClassVar[str | None] = "bts"
 
@@ -227,26 +232,41 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         n_aw = 1 if self._has_award else 0
         lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
+        order = class_order(data.pred, k)  # class c's rows, ascending: order[heads[c]:heads[c + 1]]
+        heads = np.concatenate([[0], np.cumsum(np.bincount(data.pred, minlength=k))])
+        solved = {}
+        if self._binary and self._lockstep:  # the classes' Newton solves together (_lockstep.py), the rest below
+            which = fitted & ~only_tp & ~only_fp
+            for c in np.flatnonzero(fitted & ~which):  # a one-sided class at its corner, as below; else Newton
+                idx = order[heads[c]:heads[c + 1]]
+                obj = TopLabelObjective(z[idx], None, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw)
+                res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
+                which[c] = res is None
+                if res is not None:
+                    solved[c], m[idx] = res, obj.margin(res.x)
+            x0 = np.array([self._warm_x(c, 1 + n_aw) for c in np.flatnonzero(which)]).reshape(-1, 1 + n_aw)
+            solved.update(solve_classes(z, data, which, order, x0, lo, hi, loss=self.loss, max_iter=self.max_iter, m=m))
         for c in np.flatnonzero(fitted):
-            idx = np.flatnonzero(data.pred == c)
-            d, others = (z[idx], None) if self._binary else self._split(data, idx)
-
-            def make(loss, d=d, others=others, idx=idx):
-                return TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw)
-
-            res = None
-            if only_tp[c] or only_fp[c]:
-                obj = make(self.loss)
-                res = self._degenerate_corner(obj, bool(only_tp[c]), lo, hi)
+            idx = order[heads[c]:heads[c + 1]]
+            res = solved.get(c)
             if res is None:
-                res, obj = self._solve(make, self._warm_x(c, 1 + n_aw), lo, hi, None,
-                                       f"{self.name} (class {data.classes[c]!r})")
+                d, others = (z[idx], None) if self._binary else self._split(data, idx)
+
+                def make(loss, d=d, others=others, idx=idx):
+                    return TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw)
+
+                if only_tp[c] or only_fp[c]:
+                    obj = make(self.loss)
+                    res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
+                if res is None:
+                    res, obj = self._solve(make, self._warm_x(c, 1 + n_aw), lo, hi, None,
+                                           f"{self.name} (class {data.classes[c]!r})")
+                m[idx] = obj.margin(res.x)
             temps[c] = np.exp(res.x[0])
             if n_aw:
                 awards[c] = res.x[1] * temps[c]  # the optimiser's coordinate is b = A / T
             loss += res.fun
             n_iter += res.n_iter
-            m[idx] = obj.margin(res.x)
         return temps, awards, loss, n_iter, m
 
     def _solve(self, make, x0, lo, hi, fixed, what):
@@ -314,31 +334,6 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             stacklevel=5,
         )
         return NewtonResult(x, obj.value(x), 0)
-
-    def _degenerate_corner(self, obj, tp_only: bool, lo, hi):
-        """The bound a one-sided class runs to, if the loss is minimal there (KKT), else None.
-
-        Only TP: T -> T_MIN (and A / T -> +OFFSET_MAX, i.e. A = +1e3): yhat_k -> 1
-        for a strict top.
-        Only FP: with an award, A / T -> -OFFSET_MAX and T -> T_MIN (A = -1e3, yhat_k -> 0);
-        without one, T -> T_MAX (yhat_k -> about 1/K, the lowest reachable).
-        For the full-vector methods the loss is monotone towards that corner
-        (dm/dbeta = d - E[O] >= 0 and dm/db = 1; at the FP corner with an
-        award, m ~ -1e6 and the loss is flat to float precision), so the
-        check passes; for the
-        binary variant a class with scores on both sides of s = 1/2 may have
-        an interior optimum, which Newton then finds.
-        """
-        if len(lo) == 1:
-            x = lo.copy() if tp_only else hi.copy()
-        else:
-            x = np.array([lo[0], hi[1] if tp_only else lo[1]])
-        f = obj.value(x)
-        g, _ = obj.grad_hess(x)
-        kkt = ((x <= lo) & (g >= 0)) | ((x >= hi) & (g <= 0))
-        if np.all(kkt) and np.isfinite(f):
-            return NewtonResult(x, f, 0)
-        return None
 
     # --------------------------------------------------------------- update
     #: sts and csts keep loss tables (one parameter per row group); the award methods cannot
@@ -432,7 +427,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
 
                 res = None
                 if only_tp[c] or only_fp[c]:
-                    res = self._degenerate_corner(make(self.loss), bool(only_tp[c]), lo, hi)
+                    res = degenerate_corner(make(self.loss), bool(only_tp[c]), lo, hi)
                 if res is None:
                     res, _ = self._solve(make, np.zeros(1), lo, hi, None, f"{self.name} (class {self.classes_[c]!r})")
                 theta[c] = res.x[0]

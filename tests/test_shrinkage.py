@@ -451,3 +451,37 @@ def test_cumulative_pseudo_counts_from_count_runs_match_the_per_row_loss(method,
     assert np.array_equal(fast.shrinkage_, slow.shrinkage_) and fast.reference_m_ == slow.reference_m_
     assert json.dumps(fast.to_dict()["state"]) == json.dumps(slow.to_dict()["state"])
     assert np.array_equal(fast.predict(data), slow.predict(data))
+
+
+def _rounded_and_binned_sets():
+    probs, labels = simulate_probs(20_000, 5, 3, sharpen=[0.7, 1.0, 2.0])
+    rounded = np.round(probs, 3)
+    d = TopLabelData.from_probs(probs, labels)
+    return {
+        "continuous": d,
+        "rounded": TopLabelData.from_probs(rounded / rounded.sum(axis=1, keepdims=True), labels),
+        "binned": topcal.datasets.load_phanns(),
+        "fractional": TopLabelData(d.classes, d.pred, np.round(d.score, 2), d.score_range, tp=0.7 * d.tp,
+                                   fp=1.3 * d.fp + 0.1),
+    }
+
+
+@pytest.mark.parametrize("method", ["cum", "cum-median", "cum-opt"])
+def test_cumulative_reference_from_the_class_tables_equals_the_pooled_fit_bit_for_bit(method, monkeypatch):
+    """issue 26: a shrunk cum fit makes its pooled reference from the classes' sorted tables (a merge
+    of K runs) and its cells' sums from the class fits' weights; on continuous, rounded (scores
+    shared by classes), binned and fractionally weighted rows (the fit over the rows) the model,
+    its saved file, pseudo-counts and predictions are those of the fit over the pooled rows."""
+    from topcal.calibrators.score import ScoreCalibrator
+
+    sets = _rounded_and_binned_sets()
+    for rule in ("auto", "class"):
+        fast = {k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()}
+        with monkeypatch.context() as mp:
+            mp.setattr(type(fast["binned"]), "_seed_reference", ScoreCalibrator._seed_reference)
+            slow = {k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()}
+        for k, d in sets.items():
+            assert json.dumps(fast[k].to_dict()) == json.dumps(slow[k].to_dict()), k
+            assert np.array_equal(fast[k].shrinkage_loss_, slow[k].shrinkage_loss_), k
+            assert np.array_equal(fast[k].predict(d), slow[k].predict(d)), k
+            assert "_fit_counts" not in vars(fast[k]) and "_ref_rank" not in vars(fast[k])

@@ -129,6 +129,7 @@ class ScoreCalibrator(Calibrator):
         """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
         ref = type(self)(**{**self.get_params(), "shrinkage": 0})
         ref._is_reference = True
+        self._seed_reference(ref, data)
         pooled = TopLabelData(
             ("all classes",), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
             tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
@@ -164,6 +165,20 @@ class ScoreCalibrator(Calibrator):
             rows = shr.merge_equal_rows(*rows)
         self._set_shrinkage(shr.loo_nll_by_group(*rows, K))
 
+    def _seed_reference(self, ref, data: TopLabelData) -> None:
+        """Hand the unfitted reference what the class fits already know of the pooled rows (nothing by
+        default; the ``cum`` family its counts, from the classes' sorted tables)."""
+
+    def _cell_sums(self, ref, pred, score, tp, fp):
+        """For :meth:`_choose_m_by_cells` with count runs: (TP and FP weight per cell, t and n per cell,
+        class per cell, the reference's cell of each cell, t and n per reference cell), the rows summed
+        per cell (:meth:`_count_keys`) and each cell looked up in the reference's cells."""
+        key, tc, nc, cell_class, cell_score = self._count_keys(pred, score)
+        w_tp, w_fp = (np.bincount(key, w, minlength=tc.size) for w in (tp, fp))
+        del key
+        key0, t0c, n0c, _, _ = ref._count_keys(0, cell_score)  # the one class of the reference
+        return w_tp, w_fp, tc, nc, cell_class, key0, t0c, n0c
+
     def _set_shrinkage(self, losses: np.ndarray) -> None:
         """The pseudo-counts from the per-class losses over the grid, by the ``shrinkage`` rule."""
         K = len(self.classes_)
@@ -192,14 +207,11 @@ class ScoreCalibrator(Calibrator):
         """
         K = len(self.classes_)
         width = self.count_run_width
-        key, tc, nc, cell_class, cell_score = self._count_keys(pred, s)
         if width:
-            w_tp, w_fp = (np.bincount(key, w, minlength=tc.size) for w in (tp, fp))
-            del key
-            key0, t0c, n0c, _, _ = ref._count_keys(0, cell_score)  # the one class of the reference
-            del cell_score
+            w_tp, w_fp, tc, nc, cell_class, key0, t0c, n0c = self._cell_sums(ref, pred, s, tp, fp)
             w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (w_tp, w_fp))
         else:
+            key, tc, nc, cell_class, cell_score = self._count_keys(pred, s)
             key0, t0c, n0c, _, _ = ref._count_keys(0, s)
             w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (tp, fp))
         c0 = t0c.size

@@ -60,6 +60,13 @@ class _CumulativeBase(ScoreCalibrator):
         u, inv = np.unique(view.score[keep], return_inverse=True)
         tp = np.bincount(inv, weights=view.tp[keep], minlength=u.size)
         fp = np.bincount(inv, weights=view.fp[keep], minlength=u.size)
+        kept = self.__dict__.get("_fit_counts")
+        if kept is not None:  # a shrunk fit: its reference and cells are made from these (_seed_reference)
+            kept[k] = (tp, fp)
+        return self._state_of_counts(u, tp, fp)
+
+    def _state_of_counts(self, u, tp, fp) -> dict:
+        """The state of a class from its distinct scores ``u`` (ascending) and their TP and FP weights."""
         # suffix sums: samples with score >= u[i]
         stp = np.cumsum(tp[::-1])[::-1]
         sp = np.cumsum((tp + fp)[::-1])[::-1]
@@ -77,6 +84,114 @@ class _CumulativeBase(ScoreCalibrator):
         below = float(ptp / pp)  # Hist_k([lo, theta]): scores <= theta
         return {"scores": u, "values": cum, "theta": float(u[j]), "below": below, "n_above": sp,
                 "n_below": float(pp)}
+
+    # ------------------------------------------------ shrinkage from the classes' tables (issue 26)
+    def _fit_all_classes(self, data):
+        """The default class-by-class fit; a shrunk fit keeps each class's TP and FP weights per
+        distinct score until its reference is made (:meth:`_seed_reference`), and a reference seeded
+        with the pooled counts takes its one state from them (no pass over the rows)."""
+        pooled = self.__dict__.pop("_pooled_counts", None)
+        if pooled is not None:
+            u, tp, fp, support = pooled
+            return [self._state_of_counts(u, tp, fp)], [support]
+        if self._shrunk() and not self._is_reference:
+            self.__dict__["_fit_counts"] = [None] * len(data.classes)
+        return super()._fit_all_classes(data)
+
+    def _fit_shrinkage(self, data) -> None:
+        try:
+            super()._fit_shrinkage(data)
+        finally:  # the fit's own scratch: never kept by the model
+            self.__dict__.pop("_fit_counts", None)
+            self.__dict__.pop("_ref_rank", None)
+
+    def _seed_reference(self, ref, data) -> None:
+        """The pooled counts from the classes' own (a merge of K sorted runs, not a sort of all rows).
+
+        The pooled curve's distinct scores are the union of the classes', and its TP and FP weight
+        at a score the sum of the classes' there. Where no score is shared by two classes every
+        pooled weight is one class's, summed over the same rows in the same order as a fit on the
+        pooled rows sums them; where scores are shared the sums are exact when every weight is a
+        whole number (counts: exact below 2^53, which the data's sample total check guarantees), so
+        the pooled state is the one :meth:`_fit_class` makes from the pooled rows, bit for bit. Rows
+        with fractional weights and shared scores keep the pooled fit over the rows. Each class
+        entry's index among the pooled scores is kept for :meth:`_cell_sums`.
+        """
+        kept = self.__dict__.get("_fit_counts")
+        states = self.class_state_
+        if kept is None or not any(st is not None for st in states):
+            return
+        has = [k for k, st in enumerate(states) if st is not None]
+        cat = np.concatenate([states[k]["scores"] for k in has])
+        order = np.argsort(cat, kind="stable")  # K sorted runs: timsort merges them
+        srt = cat[order]
+        del cat
+        new = np.empty(srt.size, dtype=bool)
+        new[:1] = True
+        np.not_equal(srt[1:], srt[:-1], out=new[1:])
+        shared = not new.all()
+        tps = np.concatenate([kept[k][0] for k in has])
+        fps = np.concatenate([kept[k][1] for k in has])
+        if shared:
+            w = (data.tp, data.fp)
+            if not all(np.array_equal(np.floor(a), a) for a in w):
+                return  # fractional weights summed across classes: the pooled fit sums the rows instead
+            idx = np.cumsum(new) - 1
+            u0 = srt[new]
+            tp0 = np.bincount(idx, weights=tps[order], minlength=u0.size)
+            fp0 = np.bincount(idx, weights=fps[order], minlength=u0.size)
+            rank = np.empty(order.size, dtype=np.int64)
+            rank[order] = idx
+            del idx
+        else:
+            u0, tp0, fp0 = srt, tps[order], fps[order]
+            rank = np.empty(order.size, dtype=np.int64)
+            rank[order] = np.arange(order.size)
+        sup = [self.support_[k] for k in has]
+        support = (min(s[0] for s in sup), max(s[1] for s in sup))
+        ref.__dict__["_pooled_counts"] = (u0, tp0, fp0, support)
+        self.__dict__["_ref_rank"] = rank
+
+    def _cell_sums(self, ref, pred, score, tp, fp):
+        """:meth:`ScoreCalibrator._cell_sums` from the class fits' own weights per distinct score and
+        each class entry's pooled index (:meth:`_seed_reference`): no lookup of the rows in the class
+        tables nor of the cells in the reference's. The same sums: a row's cell is its score's key,
+        whose weights the class fit summed over the same rows in the same order."""
+        kept = self.__dict__.pop("_fit_counts", None)
+        rank = self.__dict__.pop("_ref_rank", None)
+        if kept is None or rank is None or ref.__dict__.get("_pooled_counts") is not None:
+            return super()._cell_sums(ref, pred, score, tp, fp)
+        counts, counts0 = self._counts, ref._counts
+        st0 = ref.class_state_[0]
+        p0, ins0 = _cut_slot(st0)
+        u0, cut0 = st0["scores"], np.nextafter(st0["theta"], -np.inf)
+        end0 = u0.size + ins0  # the reference's slot after its last key (+inf)
+        K = len(self.classes_)
+        w_tp, w_fp = np.zeros(counts.shape[0]), np.zeros(counts.shape[0])
+        key0 = np.full(counts.shape[0], end0, dtype=np.int64)
+        cells = np.ones(K, dtype=np.int64)
+        a = b = 0  # a: this class's first slot; b: its first entry in rank
+        for k, st in enumerate(self.class_state_):
+            if st is None:
+                a += 1
+                continue
+            u = st["scores"]
+            p, ins = _cut_slot(st)
+            r = rank[b : b + u.size]
+            b += u.size
+            slot0 = r + ((r >= p0) if ins0 else 0)  # the key of u[i] among the reference's keys
+            for w, src in ((w_tp, kept[k][0]), (w_fp, kept[k][1])):
+                w[a : a + p] = src[:p]
+                w[a + p + ins : a + u.size + ins] = src[p:]
+            key0[a : a + p] = slot0[:p]
+            key0[a + p + ins : a + u.size + ins] = slot0[p:]
+            if ins:  # the class's own key below theta, no score of its data
+                cut = np.nextafter(st["theta"], -np.inf)
+                key0[a + p] = int(np.searchsorted(u0, cut, side="left")) + int(bool(ins0) and cut0 < cut)
+            cells[k] = u.size + ins + 1
+            a += u.size + ins + 1
+        cell_class = np.repeat(np.arange(K), cells)
+        return w_tp, w_fp, counts[:, 0], counts[:, 1], cell_class, key0, counts0[:, 0], counts0[:, 1]
 
     def _load_class_state(self, state: dict) -> dict:
         u = finite_array(state["scores"], "scores")
@@ -230,6 +345,15 @@ class _CumulativeBase(ScoreCalibrator):
         return out
 
 
+def _cut_slot(state: dict) -> tuple[int, int]:
+    """Where a class's key below theta goes among its scores: (p, 1) if it is inserted at p,
+    (p, 0) if it is already the score at p (:func:`_lookup_keys`)."""
+    u = state["scores"]
+    cut = np.nextafter(state["theta"], -np.inf)
+    p = int(np.searchsorted(u, cut, side="left"))
+    return p, int(not (p < u.size and u[p] == cut))
+
+
 def _lookup_keys(state: dict):
     """A class's lookup keys and, per key, its table entry and whether it lies at or above theta.
 
@@ -242,8 +366,8 @@ def _lookup_keys(state: dict):
     """
     u = state["scores"]
     cut = np.nextafter(state["theta"], -np.inf)
-    p = int(np.searchsorted(u, cut, side="left"))
-    if p < u.size and u[p] == cut:  # already a score
+    p, ins = _cut_slot(state)
+    if not ins:  # already a score
         keys, entry = u, np.arange(u.size)
     else:  # inserted at p, where searchsorted(u, cut) == p (clipped to the last entry)
         keys = np.insert(u, p, cut)

@@ -253,3 +253,24 @@ def test_compare_and_the_report_show_autos_cross_validation_table(tmp_path):
     out = _quiet(lambda: topcal.make_report(d, output=tmp_path / "rep", methods=["auto"], folds=2))
     page = out.read_text()
     assert "SE of the difference to the best" in page and "standard error" in page
+
+
+@pytest.mark.parametrize("blend", [None, 0.0])
+def test_auto_says_once_that_a_class_is_never_predicted(blend):
+    """auto's fit warns about a class never predicted; the model it chose (or its blend) does not repeat it."""
+    rng = np.random.default_rng(2)
+    n = 3000
+    pred = rng.integers(0, 5, n)
+    s = rng.uniform(0.3, 1.0, n)
+    lab = np.where(rng.uniform(size=n) < s ** (1 + pred / 2), pred, (pred + 1) % 6)  # classes differ
+    d = TopLabelData.from_scores(pred, s, lab, classes=list(range(6)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = topcal.calibrator("auto", candidates=["uncalibrated", "pooled-platt", "pooled-hist", "hier-platt", "hist"],
+                              blend=blend).fit(d)
+    said = [str(w.message) for w in caught if "never predicted" in str(w.message)]
+    assert len(said) == 1 and said[0].startswith("auto: class ['5']")
+    assert (m.blend_ is None) == (blend is None)  # gate 0: hier-platt blended with hist on these data
+    # describe's text says the blend once (its head line), not again as a raw entry
+    lines = m.describe_text().splitlines()
+    assert sum(ln.startswith("blend") for ln in lines) == (0 if blend is None else 1)

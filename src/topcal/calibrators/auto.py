@@ -339,7 +339,11 @@ class Auto(Wrapper):
             Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         model._rows_fingerprint = self.fingerprint_  # the same rows: hashed once, by this fit
         model._scratch = self._scratch  # a fold's auto (compare --folds) keeps nothing either
-        self.model_ = model.fit(data)
+        with warnings.catch_warnings():
+            # auto's own fit has said which classes are never predicted: the chosen model would say it again
+            warnings.filterwarnings("ignore", message=".*never predicted in the fitting data",
+                                    category=DegenerateClassWarning)
+            self.model_ = model.fit(data)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.
@@ -400,6 +404,14 @@ class Auto(Wrapper):
             line += "; blended with " + ", ".join(f"{m} ({w:.2f})" for m, w in zip(b["methods"][1:], b["weights"][1:])) \
                 + f" (weight of {self.method_}: {b['weights'][0]:.2f}; out-of-fold NLL {b['gain']:+.4f}, {abs(b['gain']) / b['se']:.1f} SE)"
         return line
+
+    def _describe_body(self, d: dict) -> dict:
+        """The chosen model's description (:meth:`Wrapper._describe_body`) without the blend's entries,
+        which the head's blend line shows."""
+        d = {k: v for k, v in d.items() if k != "blend"}
+        if isinstance(d.get("model"), dict):
+            d["model"] = {k: v for k, v in d["model"].items() if k != "blend"}
+        return super()._describe_body(d)
 
     def _describe_head(self, d: dict) -> list[str]:
         """The choice, its rule and the cross-validation table (then the chosen model,

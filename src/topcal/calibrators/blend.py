@@ -188,6 +188,10 @@ class Blend(Calibrator):
         b = d["blend"]
         return ["blend of " + ", ".join(f"{m} ({w:.3f})" for m, w in zip(b["methods"], b["weights"]))]
 
+    def _describe_body(self, d: dict) -> dict:
+        """Without the ``blend`` entry, which the head line shows."""
+        return {k: v for k, v in d.items() if k != "blend"}
+
     def _describe_classes(self) -> list[dict]:
         sup = getattr(self, "support_", None) or [None] * len(self.classes_)
         return [{"support": None if s is None else list(s)} for s in sup]

@@ -282,19 +282,20 @@ _AUTO_CV: dict = {}
 
 
 def topcal_predict(spec, train, test, key=None):
-    """``name`` or ``name@m`` (shrinkage m); ``auto@T``: auto with tolerance T (reusing auto's table when
-    ``auto`` ran on the same training part, ``key``)."""
+    """``name`` or ``name@m`` (shrinkage m); ``auto``: the default auto (its tolerance and blend);
+    ``auto@T``: auto's single choice at tolerance T (reusing auto's table when ``auto`` ran on the same
+    training part, ``key``)."""
     name, _, arg = spec.partition("@")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if name == "auto-old":
             return topcal.calibrator("auto", **OLD_AUTO).fit(train).predict(test)
         if name == "auto":
-            tol = float(arg) if arg else 1.0
-            cached = _AUTO_CV.get(key) if key is not None else None
-            if cached is not None:
-                from topcal.calibrators.auto import choose
+            from topcal.calibrators.auto import TOLERANCE, choose
 
+            tol = float(arg) if arg else TOLERANCE  # plain "auto": the default auto
+            cached = _AUTO_CV.get(key) if key is not None else None
+            if cached is not None:  # auto@T: the choice at tolerance T, unblended
                 return topcal.calibrator(choose(cached, tol)[0]).fit(train).predict(test)
             model = topcal.calibrator("auto", tolerance=tol).fit(train)
             if key is not None and model.cv_:

@@ -17,6 +17,7 @@ from topcal.calibrators.kde import (
     kde_confidence,
 )
 from topcal.calibrators.kde import _engine as eng
+from topcal.calibrators.kde import _rules as rules
 from topcal.cli import main
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
@@ -590,3 +591,85 @@ def test_exact_sums_equal_the_naive_arithmetic_bit_for_bit():
         np.testing.assert_array_equal(shift, m)
         np.testing.assert_array_equal(num, e @ tt)
         np.testing.assert_array_equal(den, e @ w)
+
+
+# ---------------------------------------------------------------- the doubling-first upward scan
+class _CountEngine:
+    """An engine whose curve at bandwidth b has exactly ``count(b)`` slope sign changes (a cosine
+    with count(b) interior extrema on the scan grid), for the search alone."""
+
+    def __init__(self, count):
+        self.count = count
+        self.evaluated = []
+
+    def scan(self, bandwidths):
+        x = np.linspace(0.0, 1.0, 513)
+        self.evaluated.extend(float(b) for b in bandwidths)
+        conf = np.array([0.5 + 0.3 * np.cos(np.pi * (self.count(b) + 1) * x) for b in bandwidths])
+        return conf, np.ones(conf.shape, dtype=bool)
+
+
+class _CountBatch:
+    """The same counts in the interface of a lockstep batch, one count function per class."""
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def sign_changes(self, rows, bandwidths, at_most=None):
+        return np.array([self.counts[r](b) for r, b in zip(rows, bandwidths)])
+
+
+def _full_upward_scan(count, cand, n):
+    """The search before the doubling-first order: every candidate from the smallest up."""
+    good = [count(b) <= n for b in cand]
+    if not any(good):
+        return float(cand[-1]), False
+    j = good.index(True)
+    if j == 0:
+        return float(cand[0]), True
+    lo, hi = np.log(cand[j - 1]), np.log(cand[j])
+    best = float(cand[j])
+    for _ in range(rules.REFINE_ROUNDS):
+        pts = lo + (hi - lo) * np.arange(1, rules.REFINE_POINTS + 1) / (rules.REFINE_POINTS + 1)
+        g = [count(b) <= n for b in np.exp(pts)]
+        if any(g):
+            i = g.index(True)
+            hi, best = pts[i], float(np.exp(pts[i]))
+            lo = pts[i - 1] if i > 0 else lo
+        else:
+            lo = pts[-1]
+    return best, True
+
+
+def _step_counts(rng, cand, monotone):
+    """A random count function of b: non-increasing steps (monotone) or any steps."""
+    edges = np.sort(rng.uniform(np.log(cand[0]) - 0.1, np.log(cand[-1]) + 0.1, 6))
+    levels = rng.integers(0, 9, edges.size + 1)
+    if monotone:
+        levels = np.sort(levels)[::-1]
+    return lambda b: int(levels[np.searchsorted(edges, np.log(b))])
+
+
+@pytest.mark.parametrize("monotone", [True, False])
+def test_doubling_first_scan_per_class_and_in_lockstep_agree(monotone):
+    rng = np.random.default_rng(7 + monotone)
+    cands = [rules.candidates(0.0, 1.0, rho) for rho in rng.uniform(0.0, 0.05, 40)]
+    counts = [_step_counts(rng, c, monotone) for c in cands]
+    lock = rules.scan_mon_lockstep(_CountBatch(counts), cands, 2)
+    for count, cand, (b, admissible, changes) in zip(counts, cands, lock):
+        assert rules.scan_mon(_CountEngine(count), cand, 2) == (b, admissible)
+        assert changes == count(b)
+        if monotone:  # a count that does not rise again with b: the full upward scan's answer
+            assert (b, admissible) == _full_upward_scan(count, cand, 2)
+
+
+def test_doubling_first_scan_evaluates_fewer_candidates_and_what_it_can_miss():
+    cand = rules.candidates(0.0, 1.0, 0.0)  # 41 candidates, doublings at 0, 4, ..., 40
+    engine = _CountEngine(lambda b: 0 if b >= cand[21] else 5)
+    assert rules.scan_mon(engine, cand, 2) == _full_upward_scan(engine.count, cand, 2)
+    # doublings 0..24 (7), candidates 21..23 (one batch of 3), then the refinement
+    assert len(engine.evaluated) < 22 + rules.REFINE_ROUNDS * rules.REFINE_POINTS - 10
+    # an admissible candidate below an inadmissible doubling is missed (the documented case)
+    dip = lambda b: 0 if (np.isclose(b, cand[5]) or b >= cand[21]) else 5
+    b, ok = rules.scan_mon(_CountEngine(dip), cand, 2)
+    assert ok and b > cand[20] and _full_upward_scan(dip, cand, 2)[0] == cand[5]

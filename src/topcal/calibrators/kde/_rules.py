@@ -25,14 +25,18 @@ the support; a difference between neighbours of at most 1e-7 counts as flat,
 and points where the positive density is below 1e-6 of its maximum (gaps
 in the data) are skipped.
 
-*Smallest admissible b*: candidates are evaluated from the smallest up (8
-per batched FFT call) until one is admissible; with j the first admissible
-candidate, 3 rounds of multisection (7 points evenly spaced in log b between
+*Smallest admissible b*: the candidates one doubling apart (every
+COARSE_STRIDE-th, and the last) are evaluated from the smallest up (8 per
+batched FFT call) until one is admissible, then the candidates between the
+doubling before it and it; with j the first admissible of these (or the
+doubling), 3 rounds of multisection (7 points evenly spaced in log b between
 the last inadmissible and the first admissible b; keep the first admissible)
 narrow it to 0.03 % relative precision. The result is always an evaluated,
 verified admissible b. The count need not be monotone in b, so an admissible
-b between two candidates below candidate j - 1 could be missed; none on a
-candidate is. If candidate 0 is admissible, b = b_lo. If none is, b = b_hi
+b between two candidates below candidate j - 1, or an admissible candidate
+below the last inadmissible doubling, could be missed (the latter is what
+the doubling-first order gives up; on the measured data it missed none). If
+candidate 0 is admissible, b = b_lo. If no doubling is, b = b_hi
 (the smoothest curve, closest to Conf1) with a :class:`BandwidthWarning`.
 Because mon, mon2 and mon4 use the same candidates and the same refinement
 points until they part, b_mon4 <= b_mon2 <= b_mon always.
@@ -79,6 +83,9 @@ B_LO_CELLS = 16
 B_HI_SPAN = 4.0
 #: Candidate spacing: 2^(1/4), four per doubling.
 CANDIDATE_RATIO = 2.0 ** 0.25
+#: The upward scan evaluates every COARSE_STRIDE-th candidate (one per doubling of b) and the
+#: last; below the first admissible of them, the candidates after the coarse one before it.
+COARSE_STRIDE = 4
 #: Candidates evaluated per batched FFT call while scanning upwards.
 SCAN_BATCH = 8
 #: Refinement between the last inadmissible and the first admissible
@@ -108,6 +115,12 @@ def candidates(lo: float, hi: float, rho: float) -> np.ndarray:
     return cand
 
 
+def coarse_indices(n_cand: int) -> np.ndarray:
+    """The candidates the upward scan evaluates first: every COARSE_STRIDE-th one and the last."""
+    idx = np.arange(0, n_cand, COARSE_STRIDE)
+    return idx if idx[-1] == n_cand - 1 else np.append(idx, n_cand - 1)
+
+
 def scan_mon_lockstep(batch, cands, max_changes) -> list:
     """The smallest-admissible-bandwidth search of ``scan_mon`` for many classes at once.
 
@@ -123,9 +136,13 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
     b) per class.
     """
     n = len(cands)
-    # per class: phase 0 = scanning candidates, 1 = refining, 2 = done
+    # per class: phase 0 = scanning the coarse candidates, 3 = the candidates between the last
+    # two coarse ones, 1 = refining, 2 = done
     phase = [0] * n
     pos = [0] * n  # candidate index, or point index within the round
+    coarse = [coarse_indices(c.size) for c in cands]
+    fine = [None] * n  # phase 3: the candidate indices between the last two coarse ones
+    at_coarse = [None] * n  # phase 3: (index, result) of the first admissible coarse candidate
     rnd = [0] * n
     bracket = [None] * n  # (lo, hi) in log b while refining
     pts = [None] * n
@@ -139,6 +156,12 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
         bs_round[i] = np.exp(pts[i])
         pos[i] = 0
 
+    def refine_from(i, j, res):
+        phase[i] = 1
+        bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
+        best[i] = res
+        start_round(i)
+
     def next_round(i):
         rnd[i] += 1
         if rnd[i] == REFINE_ROUNDS:
@@ -149,27 +172,38 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
 
     active = list(range(n))
     while active:
-        bw = np.array([cands[i][pos[i]] if phase[i] == 0 else bs_round[i][pos[i]] for i in active])
+        bw = np.array([cands[i][coarse[i][pos[i]]] if phase[i] == 0
+                       else cands[i][fine[i][pos[i]]] if phase[i] == 3 else bs_round[i][pos[i]] for i in active])
         # an inadmissible count is only compared with max_changes, except at a class's last
         # candidate (its count is recorded when no candidate is admissible)
-        at_most = np.array([np.inf if phase[i] == 0 and pos[i] + 1 == cands[i].size else max_changes
+        at_most = np.array([np.inf if phase[i] == 0 and pos[i] + 1 == coarse[i].size else max_changes
                             for i in active])
         changes = batch.sign_changes(active, bw, at_most)
         for i, b, c in zip(active, bw, changes):
             good = c <= max_changes
             if phase[i] == 0:
-                j = pos[i]
+                q = pos[i]
+                j = int(coarse[i][q])
                 if good and j == 0:
                     phase[i], result[i] = 2, (float(b), True, int(c))
+                elif good and j - 1 > coarse[i][q - 1]:  # candidates in between: the first admissible wins
+                    phase[i], pos[i] = 3, 0
+                    fine[i] = np.arange(int(coarse[i][q - 1]) + 1, j)
+                    at_coarse[i] = (j, (float(b), True, int(c)))
                 elif good:
-                    phase[i] = 1
-                    bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
-                    best[i] = (float(b), True, int(c))
-                    start_round(i)
-                elif j + 1 == cands[i].size:
+                    refine_from(i, j, (float(b), True, int(c)))
+                elif q + 1 == coarse[i].size:
                     phase[i], result[i] = 2, (float(b), False, int(c))
                 else:
-                    pos[i] = j + 1
+                    pos[i] = q + 1
+            elif phase[i] == 3:
+                p = pos[i]
+                if good:
+                    refine_from(i, int(fine[i][p]), (float(b), True, int(c)))
+                elif p + 1 == fine[i].size:
+                    refine_from(i, *at_coarse[i])
+                else:
+                    pos[i] = p + 1
             else:
                 p = pos[i]
                 lo, hi = bracket[i]
@@ -202,16 +236,25 @@ def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
         conf, res = engine.scan(bs)
         return np.array([eng.count_sign_changes(c, r) <= n for c, r in zip(conf, res)])
 
-    j = -1
-    for start in range(0, cand.size, SCAN_BATCH):
-        good = admissible(cand[start : start + SCAN_BATCH])
+    coarse = coarse_indices(cand.size)
+    c = -1
+    for start in range(0, coarse.size, SCAN_BATCH):
+        idx = coarse[start : start + SCAN_BATCH]
+        good = admissible(cand[idx])
         if good.any():
-            j = start + int(np.argmax(good))
+            q = start + int(np.argmax(good))
+            c = int(coarse[q])
             break
-    if j < 0:
+    if c < 0:
         return float(cand[-1]), False
-    if j == 0:
+    if c == 0:
         return float(cand[0]), True
+    j = c
+    fine = np.arange(int(coarse[q - 1]) + 1, c)
+    if fine.size:
+        good = admissible(cand[fine])
+        if good.any():
+            j = int(fine[np.argmax(good)])
     lo, hi = np.log(cand[j - 1]), np.log(cand[j])
     best = float(cand[j])
     for _ in range(REFINE_ROUNDS):

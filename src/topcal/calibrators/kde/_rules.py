@@ -98,6 +98,18 @@ REFINE_POINTS = 7
 OPT_ROUNDS = 3
 
 
+#: Classes with at most this many positive rows use the exact engine under
+#: ``engine="auto"`` (kde's fixed bandwidth, kde-opt): its cost per bandwidth is
+#: 513 x rows kernel terms, ~0.3 M at this size (about the cost of one FFT pass
+#: of the binned engine).
+EXACT_MAX_ROWS = 512
+#: The same limit for the mon rules' scan: their binned classes are scanned in
+#: lockstep, where a (class, bandwidth) costs ~0.1 ms, less than the exact
+#: engine's 513 x rows terms above ~100 rows (measured 2026-11-26: 10^4 rows x 10
+#: classes of 220-512 rows fit 2.3 x faster with them binned). PhANNs' classes
+#: (100 binned rows each) stay exact.
+SCAN_EXACT_MAX_ROWS = 128
+
 #: Memory budget of one lockstep group of exact-engine classes (elements of
 #: the stacked scan-point x kernel-centre matrix, 64 MB of float64).
 BATCH_ELEMENTS = 8_000_000
@@ -363,6 +375,8 @@ class MonotoneRule:
 
     max_changes: int
 
+    #: Largest class (positive rows) for the exact engine under ``engine="auto"``.
+    exact_max_rows = SCAN_EXACT_MAX_ROWS
     #: What the lockstep search evaluates its classes with (see ``select_lockstep``).
     exact_batch = eng.ExactScanBatch
     binned_batch = eng.BinnedScanBatch
@@ -380,6 +394,8 @@ class MonotoneRule:
 class LeaveOneOutRule:
     """b_opt: the bandwidth with the smallest leave-one-out top-label NLL of the class."""
 
+    #: Largest class (positive rows) for the exact engine under ``engine="auto"``.
+    exact_max_rows = EXACT_MAX_ROWS
     #: Exact-engine classes are searched in lockstep; binned ones one by one (each is
     #: already a few batched FFT calls over 4097 grid points, and they are few).
     exact_batch = eng.ExactLooBatch

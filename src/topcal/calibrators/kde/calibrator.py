@@ -50,10 +50,6 @@ __all__ = [
 
 count_sign_changes = eng.count_sign_changes
 
-#: Classes with at most this many positive rows use the exact engine under
-#: ``engine="auto"``: its cost per bandwidth is 513 x rows kernel terms,
-#: ~0.3 M at this size (about the cost of one FFT pass of the binned engine).
-EXACT_MAX_ROWS = 512
 #: Smallest fixed bandwidth accepted, as a share of the score range width: a
 #: kernel far narrower than any gap between scores only reproduces the data
 #: points, and below ~1e-154 its b * b underflows to 0.
@@ -143,9 +139,11 @@ class KDEBase(ScoreCalibrator):
             lo, hi = smin, smax
         rows = np.bincount(pred, minlength=K)
         kinds = []
+        rule = self._bandwidth_rule
+        exact_max = rules.EXACT_MAX_ROWS if rule is None else rule.exact_max_rows
         for k in range(K):
             if self.engine == "auto":
-                kinds.append("exact" if rows[k] <= EXACT_MAX_ROWS else "binned")
+                kinds.append("exact" if rows[k] <= exact_max else "binned")
             else:
                 kinds.append(self.engine)
         grids = {}

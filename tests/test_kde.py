@@ -711,3 +711,28 @@ def test_mon_rules_scan_classes_above_128_rows_with_the_binned_engine_within_its
         opt = calibrator("kde-opt").fit(data)
     assert all(s["engine"] == ("exact" if r <= 512 else "binned")
                for s, r in zip(opt.class_state_, rows) if s is not None and s["engine"] is not None)
+
+
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
+def test_binned_engines_built_together_equal_those_built_one_by_one(bounds):
+    rng = np.random.default_rng(4)
+    n = 5
+    pred = np.repeat(np.arange(n), 300)
+    score = rng.beta(4, 2, pred.size)
+    tp = (rng.uniform(size=pred.size) < score).astype(float)
+    lo = np.array([score[pred == k].min() for k in range(n)])
+    hi = np.array([score[pred == k].max() for k in range(n)])
+    T, F = eng.linear_bin(pred, score, tp, 1.0 - tp, lo, hi, n)
+    together = eng.BinnedEngine.many(T, F, lo, hi, bounds)
+    alone = [eng.BinnedEngine(T[k], F[k], float(lo[k]), float(hi[k]), bounds) for k in range(n)]
+    for a, b in zip(together, alone):
+        for la, lb in zip(a._levels, b._levels):
+            for key in ("T", "F", "ft_t", "ft_p", "x"):
+                np.testing.assert_array_equal(la[key], lb[key])
+            assert la["step"] == lb["step"]
+        np.testing.assert_array_equal(a.confidence_on_fine(0.05, 2), b.confidence_on_fine(0.05, 2))
+    # a lockstep batch of them reads the stacked transforms (no copy) and counts the same
+    batch, ref = eng.BinnedScanBatch(together), eng.BinnedScanBatch(alone)
+    assert np.shares_memory(batch.levels[0]["ft_t"], together[0]._levels[0]["ft_t"])
+    rows, bw = np.arange(n), np.linspace(0.01, 0.2, n)
+    np.testing.assert_array_equal(batch.sign_changes(rows, bw), ref.sign_changes(rows, bw))

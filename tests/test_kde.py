@@ -665,6 +665,10 @@ def test_doubling_first_scan_per_class_and_in_lockstep_agree(monotone):
         assert changes == count(b)
         if monotone:  # a count that does not rise again with b: the full upward scan's answer
             assert (b, admissible) == _full_upward_scan(count, cand, 2)
+    # b_mon4 <= b_mon2 <= b_mon whatever the counts (admissible ones; an inadmissible rule gives b_hi)
+    by_rule = [rules.scan_mon_lockstep(_CountBatch(counts), cands, n) for n in (0, 2, 4)]
+    for mon, mon2, mon4 in zip(*by_rule):
+        assert mon4[0] <= mon2[0] <= mon[0]
 
 
 def test_doubling_first_scan_evaluates_fewer_candidates_and_what_it_can_miss():

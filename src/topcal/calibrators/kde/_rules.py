@@ -29,14 +29,16 @@ in the data) are skipped.
 COARSE_STRIDE-th, and the last) are evaluated from the smallest up (8 per
 batched FFT call) until one is admissible, then the candidates between the
 doubling before it and it; with j the first admissible of these (or the
-doubling), 3 rounds of multisection (7 points evenly spaced in log b between
-the last inadmissible and the first admissible b; keep the first admissible)
-narrow it to 0.03 % relative precision. The result is always an evaluated,
-verified admissible b. The count need not be monotone in b, so an admissible
-b between two candidates below candidate j - 1, or an admissible candidate
-below the last inadmissible doubling, could be missed (the latter is what
-the doubling-first order gives up; on the measured data it missed none). If
-candidate 0 is admissible, b = b_lo. If no doubling is, b = b_hi
+doubling), 3 rounds of 7 points evenly spaced in log b between the last
+inadmissible and the first admissible b, bisected (3 evaluations a round:
+the next bracket is between the last inadmissible and the first admissible
+point found), narrow it to 0.03 % relative precision. The result is always
+an evaluated, verified admissible b. The count need not be monotone in b, so
+an admissible b between two candidates below candidate j - 1, an admissible
+candidate below the last inadmissible doubling, or an admissible point of a
+round below an inadmissible one the bisection evaluated could be missed (on
+the measured data none was). If candidate 0 is admissible, b = b_lo. If no
+doubling is, b = b_hi
 (the smoothest curve, closest to Conf1) with a :class:`BandwidthWarning`.
 Because mon, mon2 and mon4 use the same candidates and the same refinement
 points until they part, b_mon4 <= b_mon2 <= b_mon always.
@@ -136,12 +138,12 @@ def coarse_indices(n_cand: int) -> np.ndarray:
 def scan_mon_lockstep(batch, cands, max_changes) -> list:
     """The smallest-admissible-bandwidth search of ``scan_mon`` for many classes at once.
 
-    Each class runs the same search (first admissible candidate from the
-    smallest up, then REFINE_ROUNDS multisection rounds keeping the first
-    admissible of REFINE_POINTS points), but evaluates one bandwidth per step
-    and stops as soon as the answer is known: the candidates after the first
-    admissible one, and the refinement points after the first admissible one
-    of a round, cannot change the result, so they are not evaluated. Every
+    Each class runs the same search (doublings, then the candidates below the
+    first admissible one, then REFINE_ROUNDS rounds bisecting REFINE_POINTS
+    points), but evaluates one bandwidth per step and stops as soon as the
+    answer is known: the candidates after the first admissible one, and the
+    refinement points the bisection does not ask for, cannot change the
+    result, so they are not evaluated. Every
     step evaluates one bandwidth for every class still searching, in one
     call of ``batch.sign_changes``, which may settle an inadmissible count by a
     lower bound above max_changes (the same decisions). Returns (b, admissible, sign changes at
@@ -159,6 +161,7 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
     bracket = [None] * n  # (lo, hi) in log b while refining
     pts = [None] * n
     bs_round = [None] * n
+    span = [None] * n  # (last inadmissible, first admissible) point of the round, 0 and 8 the ends
     result = [None] * n
     best = [None] * n
 
@@ -166,7 +169,8 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
         lo, hi = bracket[i]
         pts[i] = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
         bs_round[i] = np.exp(pts[i])
-        pos[i] = 0
+        span[i] = (0, REFINE_POINTS + 1)  # bisection between the bracket's ends (points 1..7 inside)
+        pos[i] = (REFINE_POINTS + 1) // 2 - 1
 
     def refine_from(i, j, res):
         phase[i] = 1
@@ -217,17 +221,19 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
                 else:
                     pos[i] = p + 1
             else:
-                p = pos[i]
-                lo, hi = bracket[i]
+                a, z = span[i]
+                mid = pos[i] + 1
                 if good:
                     best[i] = (float(b), True, int(c))
-                    bracket[i] = (pts[i][p - 1] if p > 0 else lo, pts[i][p])
-                    next_round(i)
-                elif p + 1 == REFINE_POINTS:
-                    bracket[i] = (pts[i][-1], hi)
+                    a, z = a, mid
+                else:
+                    a, z = mid, z
+                if z - a == 1:
+                    bracket[i] = (round_point(bracket[i], pts[i], a), round_point(bracket[i], pts[i], z))
                     next_round(i)
                 else:
-                    pos[i] = p + 1
+                    span[i] = (a, z)
+                    pos[i] = (a + z) // 2 - 1
         active = [i for i in active if phase[i] != 2]
     return result
 
@@ -235,12 +241,12 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
 def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
     """Smallest admissible bandwidth: (b, admissible).
 
-    Candidates are evaluated from the smallest up, SCAN_BATCH at a time
-    (one batched FFT), stopping at the first batch holding an admissible
-    one; then REFINE_ROUNDS rounds each place REFINE_POINTS points evenly
-    in log b between the last inadmissible and the first admissible b
-    and keep the first admissible of them (a multisection: the result is
-    always an evaluated admissible b).
+    The doublings (:func:`coarse_indices`) are evaluated from the smallest up,
+    SCAN_BATCH at a time (one batched FFT), stopping at the first batch holding
+    an admissible one, then the candidates below it (one call); then
+    REFINE_ROUNDS rounds each place REFINE_POINTS points evenly in log b
+    between the last inadmissible and the first admissible b, evaluate them in
+    one call and bisect them (the result is always an evaluated admissible b).
     """
     n = max_changes
 
@@ -271,15 +277,20 @@ def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
     best = float(cand[j])
     for _ in range(REFINE_ROUNDS):
         pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
-        good = admissible(np.exp(pts))
-        if good.any():
-            i = int(np.argmax(good))
-            hi = pts[i]
-            best = float(np.exp(pts[i]))
-            lo = pts[i - 1] if i > 0 else lo
-        else:
-            lo = pts[-1]
+        good = admissible(np.exp(pts))  # all points in one call; the bisection reads 3 of them
+        a, z = 0, REFINE_POINTS + 1
+        while z - a > 1:
+            mid = (a + z) // 2
+            a, z = (a, mid) if good[mid - 1] else (mid, z)
+        if z <= REFINE_POINTS:
+            best = float(np.exp(pts[z - 1]))
+        lo, hi = round_point((lo, hi), pts, a), round_point((lo, hi), pts, z)
     return best, True
+
+
+def round_point(bracket, pts, i):
+    """Point ``i`` of a refinement round in log b: 0 the bracket's low end, 1..7 ``pts``, 8 its high end."""
+    return bracket[0] if i == 0 else bracket[1] if i == REFINE_POINTS + 1 else pts[i - 1]
 
 
 class _OneEngine:

@@ -23,7 +23,7 @@ PKG = SRC / "topcal"
 #: differences, and the small numeric helpers (``SortedTables`` against
 #: ``np.searchsorted``), below the calibrator API that wraps them. Nothing
 #: else in the tests reaches private names.
-TEST_PRIVATE_MODULES = {"topcal.calibrators.kde._engine", "topcal.calibrators.temperature._core", "topcal._numeric",
+TEST_PRIVATE_MODULES = {"topcal.calibrators.kde._engine", "topcal.calibrators.kde._rules", "topcal.calibrators.temperature._core", "topcal._numeric",
                         "topcal._progress"}
 
 

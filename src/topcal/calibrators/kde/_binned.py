@@ -5,6 +5,8 @@ Private module of :mod:`topcal.calibrators.kde` (see ``_engine.py``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..._numeric import PROB_CLIP
@@ -69,7 +71,7 @@ class Workspace:
 
     def get(self, name, shape, dtype=np.float64) -> np.ndarray:
         """An uninitialised C-contiguous array of ``shape`` under ``name`` (its contents are the caller's)."""
-        need = int(np.prod(shape))
+        need = math.prod(shape)  # Python ints: np.prod's call overhead was ~40 us a step
         a = self._arrays.get(name)
         if a is None or a.dtype != np.dtype(dtype) or a.size < need:
             a = self._arrays[name] = np.empty(need, dtype)
@@ -147,11 +149,21 @@ class BinnedScanBatch:
         self.unit = np.array([e.CELLS_PER_B * e.delta for e in engines])  # level_of's divisor
         self.work = Workspace()  # the steps' transforms, reused (see Workspace)
         self.bounds = engines[0].bounds
+        # engines built together by BinnedEngine.many, in order: views of their stacked transforms
+        first = engines[0].stack
+        rows = [e.stack[1] if e.stack is not None and e.stack[0] is first[0] else -1 for e in engines] \
+            if first is not None else [-1]
+        shared = rows[0] >= 0 and rows == list(range(rows[0], rows[0] + len(engines)))
         self.levels = []
         for level in range(BinnedEngine.MAX_LEVEL + 1):
             lvs = [e._levels[level] for e in engines]
+            if shared:
+                stacked = first[0][level]
+                ft_t, ft_p = (stacked[k][rows[0] : rows[0] + len(engines)] for k in ("ft_t", "ft_p"))
+            else:
+                ft_t, ft_p = np.stack([lv["ft_t"] for lv in lvs]), np.stack([lv["ft_p"] for lv in lvs])
             self.levels.append({
-                "ft_t": np.stack([lv["ft_t"] for lv in lvs]), "ft_p": np.stack([lv["ft_p"] for lv in lvs]),
+                "ft_t": ft_t, "ft_p": ft_p,
                 "step": np.array([lv["step"] for lv in lvs]), "cells": lvs[0]["cells"], "nfft": lvs[0]["nfft"],
             })
 
@@ -226,33 +238,56 @@ class BinnedEngine:
     #: A bandwidth uses a level only if it spans at least this many of its cells.
     CELLS_PER_B = 16
 
-    def __init__(self, T, F, lo, hi, bounds=None):
+    def __init__(self, T, F, lo, hi, bounds=None, *, _stack=None):
         self.lo, self.hi, self.bounds = lo, hi, bounds
         self.delta = (hi - lo) / FINE_CELLS
         self.x = lo + self.delta * np.arange(FINE_CELLS + 1)
         self.T, self.F = T, F
         self.scan_x = self.x[::SCAN_STRIDE]
+        #: (the levels' stacked arrays, this engine's row) when built by :meth:`many`
+        self.stack = _stack
+        if _stack is not None:
+            levels, row = _stack
+            self._levels = [{**{k: v for k, v in lv.items() if k in ("cells", "nfft")},
+                             "T": lv["T"][row], "F": lv["F"][row], "ft_t": lv["ft_t"][row], "ft_p": lv["ft_p"][row],
+                             "step": self.delta * (1 << level), "x": lo + self.delta * (1 << level) * np.arange(lv["cells"] + 1)}
+                            for level, lv in enumerate(levels)]
+            return
         self._levels = []
-        t, f = self.T, self.F
-        for level in range(self.MAX_LEVEL + 1):
+        for level, lv in enumerate(self._level_arrays(T, F, bounds)):
+            step = self.delta * (1 << level)
+            self._levels.append({**lv, "step": step, "x": lo + step * np.arange(lv["cells"] + 1)})
+
+    @classmethod
+    def _level_arrays(cls, T, F, bounds):
+        """Per level: the coarsened weights and their transforms (rows of 2-D T, F transformed together,
+        each row as on its own)."""
+        out = []
+        t, f = T, F
+        for level in range(cls.MAX_LEVEL + 1):
             if level:
-                t, f = self._coarsen(t), self._coarsen(f)
+                t, f = cls._coarsen(t), cls._coarsen(f)
             cells = FINE_CELLS >> level
             # 2 * cells suffices without reflection (see class docstring); with
             # it the correlation reaches offset 2 * cells, so 4 * cells.
             nfft = 2 * cells if bounds is None else 4 * cells
-            step = self.delta * (1 << level)
-            self._levels.append({
-                "T": t, "F": f, "cells": cells, "nfft": nfft, "step": step,
-                "x": lo + step * np.arange(cells + 1),
-                "ft_t": np.fft.rfft(t, nfft), "ft_p": np.fft.rfft(t + f, nfft),
-            })
+            out.append({"T": t, "F": f, "cells": cells, "nfft": nfft,
+                        "ft_t": np.fft.rfft(t, nfft, axis=-1), "ft_p": np.fft.rfft(t + f, nfft, axis=-1)})
+        return out
+
+    @classmethod
+    def many(cls, T, F, lo, hi, bounds=None) -> list:
+        """One engine per row of the 2-D ``T``, ``F`` (supports ``lo[i]``, ``hi[i]``), their levels
+        coarsened and transformed for all rows at once (the same values as one by one); a
+        :class:`BinnedScanBatch` of them reads the stacked transforms without copying."""
+        levels = cls._level_arrays(np.asarray(T), np.asarray(F), bounds)
+        return [cls(T[i], F[i], float(lo[i]), float(hi[i]), bounds, _stack=(levels, i)) for i in range(len(T))]
 
     @staticmethod
     def _coarsen(w):
-        c = w[0::2].copy()
-        c[:-1] += 0.5 * w[1::2]
-        c[1:] += 0.5 * w[1::2]
+        c = w[..., 0::2].copy()
+        c[..., :-1] += 0.5 * w[..., 1::2]
+        c[..., 1:] += 0.5 * w[..., 1::2]
         return c
 
     def level_of(self, b) -> int:

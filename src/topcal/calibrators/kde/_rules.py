@@ -25,14 +25,20 @@ the support; a difference between neighbours of at most 1e-7 counts as flat,
 and points where the positive density is below 1e-6 of its maximum (gaps
 in the data) are skipped.
 
-*Smallest admissible b*: candidates are evaluated from the smallest up (8
-per batched FFT call) until one is admissible; with j the first admissible
-candidate, 3 rounds of multisection (7 points evenly spaced in log b between
-the last inadmissible and the first admissible b; keep the first admissible)
-narrow it to 0.03 % relative precision. The result is always an evaluated,
-verified admissible b. The count need not be monotone in b, so an admissible
-b between two candidates below candidate j - 1 could be missed; none on a
-candidate is. If candidate 0 is admissible, b = b_lo. If none is, b = b_hi
+*Smallest admissible b*: the candidates one doubling apart (every
+COARSE_STRIDE-th, and the last) are evaluated from the smallest up (8 per
+batched FFT call) until one is admissible, then the candidates between the
+doubling before it and it; with j the first admissible of these (or the
+doubling), 3 rounds of 7 points evenly spaced in log b between the last
+inadmissible and the first admissible b, bisected (3 evaluations a round:
+the next bracket is between the last inadmissible and the first admissible
+point found), narrow it to 0.03 % relative precision. The result is always
+an evaluated, verified admissible b. The count need not be monotone in b, so
+an admissible b between two candidates below candidate j - 1, an admissible
+candidate below the last inadmissible doubling, or an admissible point of a
+round below an inadmissible one the bisection evaluated could be missed (on
+the measured data none was). If candidate 0 is admissible, b = b_lo. If no
+doubling is, b = b_hi
 (the smoothest curve, closest to Conf1) with a :class:`BandwidthWarning`.
 Because mon, mon2 and mon4 use the same candidates and the same refinement
 points until they part, b_mon4 <= b_mon2 <= b_mon always.
@@ -79,6 +85,9 @@ B_LO_CELLS = 16
 B_HI_SPAN = 4.0
 #: Candidate spacing: 2^(1/4), four per doubling.
 CANDIDATE_RATIO = 2.0 ** 0.25
+#: The upward scan evaluates every COARSE_STRIDE-th candidate (one per doubling of b) and the
+#: last; below the first admissible of them, the candidates after the coarse one before it.
+COARSE_STRIDE = 4
 #: Candidates evaluated per batched FFT call while scanning upwards.
 SCAN_BATCH = 8
 #: Refinement between the last inadmissible and the first admissible
@@ -90,6 +99,18 @@ REFINE_POINTS = 7
 #: bracket of two candidate steps, 2^(1/2), ends at 2^(1/2 / 4^3) ~ 0.5 %.
 OPT_ROUNDS = 3
 
+
+#: Classes with at most this many positive rows use the exact engine under
+#: ``engine="auto"`` (kde's fixed bandwidth, kde-opt): its cost per bandwidth is
+#: 513 x rows kernel terms, ~0.3 M at this size (about the cost of one FFT pass
+#: of the binned engine).
+EXACT_MAX_ROWS = 512
+#: The same limit for the mon rules' scan: their binned classes are scanned in
+#: lockstep, where a (class, bandwidth) costs ~0.1 ms, less than the exact
+#: engine's 513 x rows terms above ~100 rows (measured 2026-11-26: 10^4 rows x 10
+#: classes of 220-512 rows fit 2.3 x faster with them binned). PhANNs' classes
+#: (100 binned rows each) stay exact.
+SCAN_EXACT_MAX_ROWS = 128
 
 #: Memory budget of one lockstep group of exact-engine classes (elements of
 #: the stacked scan-point x kernel-centre matrix, 64 MB of float64).
@@ -108,28 +129,39 @@ def candidates(lo: float, hi: float, rho: float) -> np.ndarray:
     return cand
 
 
+def coarse_indices(n_cand: int) -> np.ndarray:
+    """The candidates the upward scan evaluates first: every COARSE_STRIDE-th one and the last."""
+    idx = np.arange(0, n_cand, COARSE_STRIDE)
+    return idx if idx[-1] == n_cand - 1 else np.append(idx, n_cand - 1)
+
+
 def scan_mon_lockstep(batch, cands, max_changes) -> list:
     """The smallest-admissible-bandwidth search of ``scan_mon`` for many classes at once.
 
-    Each class runs the same search (first admissible candidate from the
-    smallest up, then REFINE_ROUNDS multisection rounds keeping the first
-    admissible of REFINE_POINTS points), but evaluates one bandwidth per step
-    and stops as soon as the answer is known: the candidates after the first
-    admissible one, and the refinement points after the first admissible one
-    of a round, cannot change the result, so they are not evaluated. Every
+    Each class runs the same search (doublings, then the candidates below the
+    first admissible one, then REFINE_ROUNDS rounds bisecting REFINE_POINTS
+    points), but evaluates one bandwidth per step and stops as soon as the
+    answer is known: the candidates after the first admissible one, and the
+    refinement points the bisection does not ask for, cannot change the
+    result, so they are not evaluated. Every
     step evaluates one bandwidth for every class still searching, in one
     call of ``batch.sign_changes``, which may settle an inadmissible count by a
     lower bound above max_changes (the same decisions). Returns (b, admissible, sign changes at
     b) per class.
     """
     n = len(cands)
-    # per class: phase 0 = scanning candidates, 1 = refining, 2 = done
+    # per class: phase 0 = scanning the coarse candidates, 3 = the candidates between the last
+    # two coarse ones, 1 = refining, 2 = done
     phase = [0] * n
     pos = [0] * n  # candidate index, or point index within the round
+    coarse = [coarse_indices(c.size) for c in cands]
+    fine = [None] * n  # phase 3: the candidate indices between the last two coarse ones
+    at_coarse = [None] * n  # phase 3: (index, result) of the first admissible coarse candidate
     rnd = [0] * n
     bracket = [None] * n  # (lo, hi) in log b while refining
     pts = [None] * n
     bs_round = [None] * n
+    span = [None] * n  # (last inadmissible, first admissible) point of the round, 0 and 8 the ends
     result = [None] * n
     best = [None] * n
 
@@ -137,7 +169,14 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
         lo, hi = bracket[i]
         pts[i] = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
         bs_round[i] = np.exp(pts[i])
-        pos[i] = 0
+        span[i] = (0, REFINE_POINTS + 1)  # bisection between the bracket's ends (points 1..7 inside)
+        pos[i] = (REFINE_POINTS + 1) // 2 - 1
+
+    def refine_from(i, j, res):
+        phase[i] = 1
+        bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
+        best[i] = res
+        start_round(i)
 
     def next_round(i):
         rnd[i] += 1
@@ -149,39 +188,52 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
 
     active = list(range(n))
     while active:
-        bw = np.array([cands[i][pos[i]] if phase[i] == 0 else bs_round[i][pos[i]] for i in active])
+        bw = np.array([cands[i][coarse[i][pos[i]]] if phase[i] == 0
+                       else cands[i][fine[i][pos[i]]] if phase[i] == 3 else bs_round[i][pos[i]] for i in active])
         # an inadmissible count is only compared with max_changes, except at a class's last
         # candidate (its count is recorded when no candidate is admissible)
-        at_most = np.array([np.inf if phase[i] == 0 and pos[i] + 1 == cands[i].size else max_changes
+        at_most = np.array([np.inf if phase[i] == 0 and pos[i] + 1 == coarse[i].size else max_changes
                             for i in active])
         changes = batch.sign_changes(active, bw, at_most)
         for i, b, c in zip(active, bw, changes):
             good = c <= max_changes
             if phase[i] == 0:
-                j = pos[i]
+                q = pos[i]
+                j = int(coarse[i][q])
                 if good and j == 0:
                     phase[i], result[i] = 2, (float(b), True, int(c))
+                elif good and j - 1 > coarse[i][q - 1]:  # candidates in between: the first admissible wins
+                    phase[i], pos[i] = 3, 0
+                    fine[i] = np.arange(int(coarse[i][q - 1]) + 1, j)
+                    at_coarse[i] = (j, (float(b), True, int(c)))
                 elif good:
-                    phase[i] = 1
-                    bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
-                    best[i] = (float(b), True, int(c))
-                    start_round(i)
-                elif j + 1 == cands[i].size:
+                    refine_from(i, j, (float(b), True, int(c)))
+                elif q + 1 == coarse[i].size:
                     phase[i], result[i] = 2, (float(b), False, int(c))
                 else:
-                    pos[i] = j + 1
-            else:
+                    pos[i] = q + 1
+            elif phase[i] == 3:
                 p = pos[i]
-                lo, hi = bracket[i]
                 if good:
-                    best[i] = (float(b), True, int(c))
-                    bracket[i] = (pts[i][p - 1] if p > 0 else lo, pts[i][p])
-                    next_round(i)
-                elif p + 1 == REFINE_POINTS:
-                    bracket[i] = (pts[i][-1], hi)
-                    next_round(i)
+                    refine_from(i, int(fine[i][p]), (float(b), True, int(c)))
+                elif p + 1 == fine[i].size:
+                    refine_from(i, *at_coarse[i])
                 else:
                     pos[i] = p + 1
+            else:
+                a, z = span[i]
+                mid = pos[i] + 1
+                if good:
+                    best[i] = (float(b), True, int(c))
+                    a, z = a, mid
+                else:
+                    a, z = mid, z
+                if z - a == 1:
+                    bracket[i] = (round_point(bracket[i], pts[i], a), round_point(bracket[i], pts[i], z))
+                    next_round(i)
+                else:
+                    span[i] = (a, z)
+                    pos[i] = (a + z) // 2 - 1
         active = [i for i in active if phase[i] != 2]
     return result
 
@@ -189,12 +241,12 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
 def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
     """Smallest admissible bandwidth: (b, admissible).
 
-    Candidates are evaluated from the smallest up, SCAN_BATCH at a time
-    (one batched FFT), stopping at the first batch holding an admissible
-    one; then REFINE_ROUNDS rounds each place REFINE_POINTS points evenly
-    in log b between the last inadmissible and the first admissible b
-    and keep the first admissible of them (a multisection: the result is
-    always an evaluated admissible b).
+    The doublings (:func:`coarse_indices`) are evaluated from the smallest up,
+    SCAN_BATCH at a time (one batched FFT), stopping at the first batch holding
+    an admissible one, then the candidates below it (one call); then
+    REFINE_ROUNDS rounds each place REFINE_POINTS points evenly in log b
+    between the last inadmissible and the first admissible b, evaluate them in
+    one call and bisect them (the result is always an evaluated admissible b).
     """
     n = max_changes
 
@@ -202,29 +254,43 @@ def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
         conf, res = engine.scan(bs)
         return np.array([eng.count_sign_changes(c, r) <= n for c, r in zip(conf, res)])
 
-    j = -1
-    for start in range(0, cand.size, SCAN_BATCH):
-        good = admissible(cand[start : start + SCAN_BATCH])
+    coarse = coarse_indices(cand.size)
+    c = -1
+    for start in range(0, coarse.size, SCAN_BATCH):
+        idx = coarse[start : start + SCAN_BATCH]
+        good = admissible(cand[idx])
         if good.any():
-            j = start + int(np.argmax(good))
+            q = start + int(np.argmax(good))
+            c = int(coarse[q])
             break
-    if j < 0:
+    if c < 0:
         return float(cand[-1]), False
-    if j == 0:
+    if c == 0:
         return float(cand[0]), True
+    j = c
+    fine = np.arange(int(coarse[q - 1]) + 1, c)
+    if fine.size:
+        good = admissible(cand[fine])
+        if good.any():
+            j = int(fine[np.argmax(good)])
     lo, hi = np.log(cand[j - 1]), np.log(cand[j])
     best = float(cand[j])
     for _ in range(REFINE_ROUNDS):
         pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
-        good = admissible(np.exp(pts))
-        if good.any():
-            i = int(np.argmax(good))
-            hi = pts[i]
-            best = float(np.exp(pts[i]))
-            lo = pts[i - 1] if i > 0 else lo
-        else:
-            lo = pts[-1]
+        good = admissible(np.exp(pts))  # all points in one call; the bisection reads 3 of them
+        a, z = 0, REFINE_POINTS + 1
+        while z - a > 1:
+            mid = (a + z) // 2
+            a, z = (a, mid) if good[mid - 1] else (mid, z)
+        if z <= REFINE_POINTS:
+            best = float(np.exp(pts[z - 1]))
+        lo, hi = round_point((lo, hi), pts, a), round_point((lo, hi), pts, z)
     return best, True
+
+
+def round_point(bracket, pts, i):
+    """Point ``i`` of a refinement round in log b: 0 the bracket's low end, 1..7 ``pts``, 8 its high end."""
+    return bracket[0] if i == 0 else bracket[1] if i == REFINE_POINTS + 1 else pts[i - 1]
 
 
 class _OneEngine:
@@ -320,6 +386,8 @@ class MonotoneRule:
 
     max_changes: int
 
+    #: Largest class (positive rows) for the exact engine under ``engine="auto"``.
+    exact_max_rows = SCAN_EXACT_MAX_ROWS
     #: What the lockstep search evaluates its classes with (see ``select_lockstep``).
     exact_batch = eng.ExactScanBatch
     binned_batch = eng.BinnedScanBatch
@@ -337,6 +405,8 @@ class MonotoneRule:
 class LeaveOneOutRule:
     """b_opt: the bandwidth with the smallest leave-one-out top-label NLL of the class."""
 
+    #: Largest class (positive rows) for the exact engine under ``engine="auto"``.
+    exact_max_rows = EXACT_MAX_ROWS
     #: Exact-engine classes are searched in lockstep; binned ones one by one (each is
     #: already a few batched FFT calls over 4097 grid points, and they are few).
     exact_batch = eng.ExactLooBatch

@@ -50,10 +50,6 @@ __all__ = [
 
 count_sign_changes = eng.count_sign_changes
 
-#: Classes with at most this many positive rows use the exact engine under
-#: ``engine="auto"``: its cost per bandwidth is 513 x rows kernel terms,
-#: ~0.3 M at this size (about the cost of one FFT pass of the binned engine).
-EXACT_MAX_ROWS = 512
 #: Smallest fixed bandwidth accepted, as a share of the score range width: a
 #: kernel far narrower than any gap between scores only reproduces the data
 #: points, and below ~1e-154 its b * b underflows to 0.
@@ -143,9 +139,11 @@ class KDEBase(ScoreCalibrator):
             lo, hi = smin, smax
         rows = np.bincount(pred, minlength=K)
         kinds = []
+        rule = self._bandwidth_rule
+        exact_max = rules.EXACT_MAX_ROWS if rule is None else rule.exact_max_rows
         for k in range(K):
             if self.engine == "auto":
-                kinds.append("exact" if rows[k] <= EXACT_MAX_ROWS else "binned")
+                kinds.append("exact" if rows[k] <= exact_max else "binned")
             else:
                 kinds.append(self.engine)
         grids = {}
@@ -181,8 +179,11 @@ class KDEBase(ScoreCalibrator):
         self._warn_degenerate(states)
         return states, support
 
+    def _bounds(self):  # the reflection limits, or None
+        return tuple(self.score_range_) if self.boundary == "reflect" else None
+
     def _make_engine(self, engine_args, lo, hi):
-        bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
+        bounds = self._bounds()
         kind, arrays = engine_args
         if kind == "exact":
             score, tp, fp = arrays
@@ -198,27 +199,29 @@ class KDEBase(ScoreCalibrator):
     def _prepare_scans(self, args, lo, hi, smin, smax) -> dict:
         """Bandwidth searches of the classes in lockstep (kde-mon*, kde-opt), exact- and binned-engine classes apart.
 
-        Returns {k: (engine, rho, (b, admissible, sign_changes or None))} for the
-        classes it searched, {k: (engine, rho, None)} for the exact-engine classes too
-        large for the rule's batch (searched one by one in _fit_one with that engine);
-        the others are built and searched one by one in _fit_one.
-        The result per class is the one the rule's per-class search
-        (``_rules.scan_mon``, ``scan_opt``) gives (same candidates, same
-        evaluations, same decisions). The rule names the batches it evaluates
-        with (``exact_batch``, ``binned_batch``; None: those classes one by one).
+        Returns {k: (engine, rho, (b, admissible, sign_changes or None))} for the classes it
+        searched, {k: (engine, rho, None)} for the exact-engine classes too large for the rule's
+        batch (searched one by one in _fit_one with that engine); the others are built and searched
+        one by one in _fit_one. The result per class is the one the rule's per-class search
+        (``_rules.scan_mon``, ``scan_opt``) gives (same candidates, evaluations and decisions). The
+        rule names the batches it evaluates with (``exact_batch``, ``binned_batch``; None: one by one).
         """
         rule = self._bandwidth_rule
         lockstep = getattr(rule, "select_lockstep", None)
         if lockstep is None or not self.batch_classes:
             return {}
         exact_batch, binned_batch = rule.exact_batch, rule.binned_batch
+        scanned = [k for k, (kind, _) in sorted(args.items()) if smin[k] < smax[k] and self.n_tp_[k] > 0
+                   and self.n_fp_[k] > 0 and not (kind == "binned" and binned_batch is None)]
+        to_bin, built = [k for k in scanned if args[k][0] == "binned"], {}  # their engines built together
+        if to_bin:
+            T, F = (np.stack([args[k][1][j] for k in to_bin]) for j in (0, 1))
+            built = dict(zip(to_bin, eng.BinnedEngine.many(T, F, lo[to_bin], hi[to_bin], self._bounds())))
         items, binned, unbatched = [], [], {}
-        for k, (kind, arrays) in sorted(args.items()):
-            if smin[k] == smax[k] or self.n_tp_[k] == 0 or self.n_fp_[k] == 0:
-                continue
-            if kind == "binned" and binned_batch is None:
-                continue
-            engine, rho = self._make_engine((kind, arrays), float(lo[k]), float(hi[k]))
+        for k in scanned:
+            kind, arrays = args[k]
+            engine, rho = ((built[k], built[k].resolution()) if k in built
+                           else self._make_engine((kind, arrays), float(lo[k]), float(hi[k])))
             item = (k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho))
             if kind == "binned":
                 binned.append(item)

@@ -71,15 +71,16 @@ def test_the_rule_takes_the_simplest_candidate_within_one_standard_error():
     cv = {"uncalibrated": {"nll": 0.500, "diff_se": 0.004}, "pooled-platt": {"nll": 0.4975, "diff_se": 0.003},
           "hier-platt": {"nll": 0.4955, "diff_se": 0.002}, "btswa": {"nll": 0.495, "diff_se": 0.0},
           "bts": {"nll": None, "diff_se": None}}
-    assert choose(cv, tolerance=1.0) == ("pooled-platt", "btswa")  # uncalibrated is 0.005 > 1 SE (0.004) worse
-    # the default, 0.75 SE: pooled-platt's 0.0025 > 0.00225, hier-platt's 0.0005 <= 0.0015
-    assert topcal.calibrator("auto").tolerance == 0.75
-    assert choose(cv) == ("hier-platt", "btswa")
+    # the default, 1 SE: uncalibrated is 0.005 > 1 SE (0.004) worse, pooled-platt's 0.0025 <= 0.003
+    assert topcal.calibrator("auto").tolerance == 1.0
+    assert choose(cv) == choose(cv, tolerance=1.0) == ("pooled-platt", "btswa")
+    # 0.75 SE (the default of 2026-11-25 to 27): pooled-platt's 0.0025 > 0.00225, hier-platt's 0.0005 <= 0.0015
+    assert choose(cv, tolerance=0.75) == ("hier-platt", "btswa")
     assert choose(cv, tolerance=0.5)[0] == "hier-platt"  # pooled-platt's 0.0025 > 0.0015
     assert choose(cv, tolerance=0.0)[0] == "btswa"
     cv["uncalibrated"]["diff_se"] = 0.006
-    assert choose(cv, tolerance=1.0) == ("uncalibrated", "btswa")
-    assert choose(cv) == ("hier-platt", "btswa")  # 0.005 > 0.75 x 0.006
+    assert choose(cv) == ("uncalibrated", "btswa")
+    assert choose(cv, tolerance=0.75) == ("hier-platt", "btswa")  # 0.005 > 0.75 x 0.006
 
 
 def test_paired_standard_error_is_that_of_the_per_sample_differences():

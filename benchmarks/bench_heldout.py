@@ -297,7 +297,8 @@ def topcal_predict(spec, train, test, key=None):
             cached = _AUTO_CV.get(key) if key is not None else None
             if cached is not None:  # auto@T: the choice at tolerance T, unblended
                 return topcal.calibrator(choose(cached, tol)[0]).fit(train).predict(test)
-            model = topcal.calibrator("auto", tolerance=tol).fit(train)
+            # auto@T without a cached table: the single choice too (no blend), as its cached form
+            model = topcal.calibrator("auto", tolerance=tol, **({"blend": None} if arg else {})).fit(train)
             if key is not None and model.cv_:
                 _AUTO_CV[key] = model.cv_
             return model.predict(test)

@@ -24,15 +24,15 @@ outside the declared range are an error, never silently clipped.
 Where: :class:`TopLabelData` and its constructors in ``_table.py``; the
 checks they share (finite values, shapes, the score range) in ``_checks.py``;
 class names and the coding of labels in ``_labels.py``; rows grouped by
-class in ``_rows.py``; K-fold splits in ``_folds.py``. Everything public is
+class in ``_rows.py``; K-fold splits and stratified subsamples in ``_folds.py``. Everything public is
 imported from here.
 """
 
 from ._checks import LOG_PROB_FLOOR, MAX_SAMPLES, MIN_RANGE_WIDTH, SUM_TOLERANCE, check_sample_total
-from ._folds import MAX_DEAL_COUNT, kfold_split
+from ._folds import MAX_DEAL_COUNT, kfold_split, stratified_subsample
 from ._labels import is_int_name, label_names, preview, sorted_names
 from ._rows import ClassView, canonical_order, class_order, rows_by_class
 from ._table import TopLabelData
 
-__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "label_names", "sorted_names", "is_int_name",
+__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "stratified_subsample", "label_names", "sorted_names", "is_int_name",
            "preview", "rows_by_class", "class_order", "MAX_SAMPLES", "check_sample_total", "canonical_order"]

@@ -78,3 +78,35 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
         fold_of[idx] = (np.arange(idx.size) + start) % n_folds
         start = (start + idx.size) % n_folds
     return [data.subset(fold_of == f) for f in range(n_folds)]
+
+
+def stratified_subsample(data: TopLabelData, rows: int, *, seed: int = 0) -> TopLabelData:
+    """``rows`` of the per-sample ``data``'s rows, drawn without replacement, stratified by predicted class.
+
+    Each class keeps its share of the rows: n_k x rows / n, rounded down, with the rows left over
+    going to the classes with the largest remainders (ties: the lower class index), so the result
+    holds exactly ``rows`` rows and every class's fraction differs from the data's by less than one
+    row. Which rows: a seeded permutation within each class. The rows keep their order in ``data``.
+    ``rows`` at or above the data's row count returns ``data`` itself. Binned data has no samples
+    to draw (its cost is its bins, not its counts) and is rejected.
+    """
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+        raise ParameterError(f"rows must be an integer >= 1, got {rows!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
+    if data.is_binned:
+        raise DataError("a subsample draws samples, but binned data has counts per bin; use all the bins")
+    n = data.n_rows
+    if rows >= n:
+        return data
+    counts = np.bincount(data.pred, minlength=data.n_classes)
+    exact = counts * (rows / n)
+    take = np.floor(exact).astype(np.int64)
+    left = rows - int(take.sum())
+    if left > 0:  # largest remainders first; a stable sort keeps the lower class first on ties
+        take[np.argsort(-(exact - take), kind="stable")[:left]] += 1
+    rng = np.random.default_rng(seed)
+    order = np.argsort(data.pred, kind="stable")  # rows grouped by class, in data order within each
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    keep = [order[starts[k] + rng.permutation(counts[k])[: take[k]]] for k in range(data.n_classes) if take[k]]
+    return data.subset(np.sort(np.concatenate(keep)))

@@ -15,7 +15,10 @@ per-class isotonic regression, interleaved in one process, minimum of ``--repeat
 their sum and the cheapest one ÷ scikit-learn's temperature calibration, the floor of any rule
 that fits every candidate once (auto fits each ``folds + 1`` times); with
 ``--old DIR`` also an older topcal exported as the package ``topcal_old`` in DIR (``git archive
-<commit> src/topcal | tar -x -C DIR; mv DIR/src/topcal DIR/topcal_old``), its auto on the same data.
+<commit> src/topcal | tar -x -C DIR; mv DIR/src/topcal DIR/topcal_old``), its auto on the same data;
+with ``--all-rows`` also auto with ``cv_rows=None`` (its choice made on all the rows, as before
+2026-11-27) and, for both, the top-label NLL on a second seeded data set of the same cell (seed 1:
+out of sample) and their ratio.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import topcal
 from topcal.calibrators import get_class
 from topcal.calibrators.auto import DEFAULT_CANDIDATES
+from topcal.metrics import nll
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_heldout import OLD_AUTO, load  # noqa: E402
@@ -41,6 +45,13 @@ def best_of(f, repeat):
         model = f()
         out.append(time.perf_counter() - t)
     return min(out), model
+
+
+def _cell_label(n: int) -> str:
+    """10^5 for 100000, 2×10^5 for 200000."""
+    e = len(str(n)) - 1
+    lead = n // 10**e
+    return (f"{lead}×" if lead != 1 else "") + f"10^{e}"
 
 
 def cells(args):
@@ -61,7 +72,9 @@ def cells(args):
         runs = {"auto": (lambda d: topcal.calibrator("auto").fit(d), topcal.TopLabelData.from_probs(probs, labels))}
         if old:
             runs["old"] = (lambda d: old.calibrator("auto").fit(d), old.TopLabelData.from_probs(probs, labels))
-        best = {}
+        if args.all_rows:
+            runs["all rows"] = (lambda d: topcal.calibrator("auto", cv_rows=None).fit(d), runs["auto"][1])
+        best, models = {}, {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for _ in range(args.repeat):
@@ -74,6 +87,7 @@ def cells(args):
                     model = fit(d)
                     best[name] = min(best.get(name, 1e99), time.perf_counter() - t)
                     best[name + " chose"] = model.method_
+                    models[name] = model
         if args.floor:
             d = runs["auto"][1]
             for name in [c for c in DEFAULT_CANDIDATES if not get_class(c).needs_full or d.has_full]:
@@ -82,12 +96,20 @@ def cells(args):
                     topcal.calibrator(name).fit(d)
                     best["fit " + name] = min(best.get("fit " + name, 1e99), time.perf_counter() - t)
         a, ts, iso = best["auto"], best["sklearn-ts"], best["isotonic/class"]
-        row = f"| 10^{len(str(n)) - 1} × {k} | {a:.2f} | {ts:.3f} | {iso:.3f} | {a / ts:.1f} | {a / iso:.0f}"
+        row = f"| {_cell_label(n)} × {k} | {a:.2f} | {ts:.3f} | {iso:.3f} | {a / ts:.1f} | {a / iso:.0f}"
         if old:
             row += f" | {best['old']:.2f} | {best['old'] / a:.2f}"
             if best["old chose"] != best["auto chose"]:
                 row += f" (chose {best['old chose']} vs {best['auto chose']})"
         print(row + f" | {loadavg()} |", flush=True)
+        if args.all_rows:
+            p2, y2 = make_data(n, k, 1)
+            test = topcal.TopLabelData.from_probs(p2, y2)
+            held = {name: nll(test, models[name].predict(test)).overall for name in ("auto", "all rows")}
+            print(f"|   cv_rows=None: {best['all rows']:.2f} s (chose {best['all rows chose']}; auto chose "
+                  f"{best['auto chose']}), {best['all rows'] / a:.1f} × auto's time; held-out NLL (seed 1) "
+                  f"auto {held['auto']:.5f}, cv_rows=None {held['all rows']:.5f}, ratio "
+                  f"{held['auto'] / held['all rows']:.5f} |", flush=True)
         if args.floor:
             fits = {k[4:]: v for k, v in best.items() if k.startswith("fit ")}
             cheap = min(fits, key=fits.get)
@@ -107,6 +129,8 @@ def main(argv=None):
     ap.add_argument("--cells", nargs="+", help="simulated cells NxK (e.g. 1e4x10): auto vs scikit-learn's "
                     "temperature calibration")
     ap.add_argument("--floor", action="store_true", help="with --cells: also one all-data fit of each candidate")
+    ap.add_argument("--all-rows", action="store_true", help="with --cells: also auto with cv_rows=None, and "
+                    "both autos' NLL on a second seeded data set")
     ap.add_argument("--old", help="with --cells: a folder holding an older topcal as the package topcal_old")
     args = ap.parse_args(argv)
     if args.cells:

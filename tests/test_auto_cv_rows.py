@@ -153,3 +153,28 @@ def test_fold_split_of_a_subsample_still_holds_every_sample_once():
     sub = stratified_subsample(_data(), 600, seed=4)
     folds = kfold_split(sub, 5, seed=0)
     assert sum(f.n_rows for f in folds) == 600
+
+
+def test_cli_fit_with_cv_rows_and_its_hostile_values(tmp_path, capsys):
+    from _frames import run
+
+    p, y = simulate_probs(900, 8, 3, sharpen=[0.7, 1.0, 1.6])
+    names = np.array(["cat", "dog", "emu"])
+    lines = ["p_cat,p_dog,p_emu,label"] + [f"{a},{b},{c},{names[t]}" for (a, b, c), t in zip(p, y)]
+    csv = tmp_path / "in.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    before = csv.read_bytes()
+    model = tmp_path / "m.json"
+    code, out, err = run(["fit", csv, "--param", "cv_rows=300", "--param", f"candidates={json.dumps(FEW)}",
+                          "-o", model], capsys)
+    assert code == 0, err
+    doc = json.loads(model.read_text())
+    assert doc["model"]["params"]["cv_rows"] == 300
+    assert doc["model"]["state"]["cv_samples"] == 300 and doc["model"]["state"]["fit_samples"] == 900
+    code, out, err = run(["describe", model], capsys)
+    assert code == 0 and "a stratified subsample of 300 of the 900 samples" in out
+    for bad in ("cv_rows=5", "cv_rows=2.5", 'cv_rows="all"'):
+        code, out, err = run(["fit", csv, "--param", bad, "-o", tmp_path / "bad.json"], capsys)
+        assert code == 2 and "cv_rows" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "bad.json").exists()
+    assert csv.read_bytes() == before

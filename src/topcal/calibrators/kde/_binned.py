@@ -114,9 +114,10 @@ def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work: Workspace | None
     if work is None:
         spec_t = ft_t * ft
         spec_p = ft_p * ft
-    else:
+    else:  # four work arrays, not six: spec_p in place of the kernel's transform (a complex
+        # product is the same float either way round), kt below in place of the kernel
         spec_t = np.multiply(ft_t, ft, out=work.get("spec_t", (rows, nft), np.complex128))
-        spec_p = np.multiply(ft_p, ft, out=work.get("spec_p", (rows, nft), np.complex128))
+        spec_p = np.multiply(ft_p, ft, out=ft)
     if bounds is not None:
         # correlation kernel at index q = g + h: phi(2(lo - L) + q step) + phi(2(lo - H) + q step)
         q = step * np.arange(2 * m - 1)[None, :]
@@ -128,7 +129,7 @@ def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work: Workspace | None
         ftr = np.fft.rfft(kr, axis=1)
         spec_t = spec_t + np.conj(ft_t) * ftr
         spec_p = spec_p + np.conj(ft_p) * ftr
-    kt = np.fft.irfft(spec_t, nfft, axis=1, **out("kt", (rows, nfft), np.float64))[:, :m]
+    kt = np.fft.irfft(spec_t, nfft, axis=1, **out("kernel", (rows, nfft), np.float64))[:, :m]
     kp = np.fft.irfft(spec_p, nfft, axis=1, **out("kp", (rows, nfft), np.float64))[:, :m]
     return kt, kp
 
@@ -142,6 +143,16 @@ class BinnedScanBatch:
     classes made that Python overhead). The arithmetic per (class, bandwidth) is that of
     :meth:`BinnedEngine.scan` (:func:`binned_sums` row by row).
     """
+
+    #: Work arrays of one FFT call, at most (unless one row needs more): rows go WORK_BYTES
+    #: // (nfft x BYTES_PER_POINT) per call. Before 2026-11-27 every row of a level went in
+    #: one call, 6 arrays of 64 KB a row on the finest level (10 classes: 3.9 MB, ~5x a
+    #: 10^4 x 10 input); a call of a few rows costs the same per row (the FFTs dominate).
+    WORK_BYTES = 1 << 20
+    #: Bytes of work arrays per FFT point and row: the kernel (then KT) and KP (8 each), the
+    #: kernel's transform (then the positives' spectrum) and the TP spectrum, and the
+    #: gathered ft_t, ft_p (nfft / 2 + 1 complex points each: ~8 bytes per FFT point each).
+    BYTES_PER_POINT = 48
 
     def __init__(self, engines):
         self.engines = engines
@@ -193,21 +204,51 @@ class BinnedScanBatch:
             sel = np.flatnonzero(level == lvl)
             r = rows[sel]
             lv = self.levels[lvl]
-            # consecutive classes (the lockstep passes them in order): views of the stacked
-            # transforms; others gathered into the workspace (valid rows: mode "clip" writes
-            # straight into it, "raise" would buffer)
-            if np.array_equal(r, np.arange(r[0], r[0] + r.size)):
-                ft_t, ft_p = lv["ft_t"][r[0] : r[0] + r.size], lv["ft_p"][r[0] : r[0] + r.size]
-            else:
-                shape = (r.size, lv["ft_t"].shape[1])
-                ft_t, ft_p = (np.take(lv[name], r, axis=0, out=self.work.get(name, shape, np.complex128), mode="clip")
-                              for name in ("ft_t", "ft_p"))
-            kt, kp = binned_sums(ft_t, ft_p, b[sel], lv["step"][r], lv["cells"] + 1, lv["nfft"], self.lo[r],
-                                 self.bounds, self.work)
-            stride = SCAN_STRIDE >> lvl
-            conf, resolved = BinnedEngine._conf(kt[:, ::stride], kp[:, ::stride])
-            out[sel] = count_sign_changes_rows(conf, resolved)
+            # a few rows per call, so the work arrays stay within WORK_BYTES (each row is
+            # transformed on its own: the same values in any blocks)
+            block = max(1, self.WORK_BYTES // (lv["nfft"] * self.BYTES_PER_POINT))
+            for a in range(0, sel.size, block):
+                s_, r_ = sel[a : a + block], r[a : a + block]
+                # consecutive classes (the lockstep passes them in order): views of the stacked
+                # transforms; others gathered into the workspace (valid rows: mode "clip" writes
+                # straight into it, "raise" would buffer)
+                if np.array_equal(r_, np.arange(r_[0], r_[0] + r_.size)):
+                    ft_t, ft_p = lv["ft_t"][r_[0] : r_[0] + r_.size], lv["ft_p"][r_[0] : r_[0] + r_.size]
+                else:
+                    shape = (r_.size, lv["ft_t"].shape[1])
+                    ft_t, ft_p = (np.take(lv[name], r_, axis=0, out=self.work.get(name, shape, np.complex128),
+                                          mode="clip") for name in ("ft_t", "ft_p"))
+                kt, kp = binned_sums(ft_t, ft_p, b[s_], lv["step"][r_], lv["cells"] + 1, lv["nfft"], self.lo[r_],
+                                     self.bounds, self.work)
+                stride = SCAN_STRIDE >> lvl
+                conf, resolved = BinnedEngine._conf(kt[:, ::stride], kp[:, ::stride])
+                out[s_] = count_sign_changes_rows(conf, resolved)
         return out
+
+
+class _Level(dict):
+    """One level of a :class:`BinnedEngine`: its transforms, step, cells and FFT size, and, built on
+    first use and kept, its grid ``"x"`` and coarsened weights ``"T"``, ``"F"`` (used by the
+    tables and ``loo_nll``, not by the scans: for many classes they were ~1/4 of a lockstep
+    batch's memory). The same values as built up front: the same operations on the same floats."""
+
+    def __init__(self, lo, T, F, level, **arrays):
+        super().__init__(**arrays)
+        # the engine's support start and fine weights, not the engine (no reference cycle: an
+        # engine is freed as soon as it is dropped)
+        self._lo, self._T, self._F, self._level = lo, T, F, level
+
+    def __missing__(self, key):
+        if key == "x":
+            value = self._lo + self["step"] * np.arange(self["cells"] + 1)
+        elif key in ("T", "F"):
+            value = self._T if key == "T" else self._F
+            for _ in range(self._level):
+                value = BinnedEngine._coarsen(value)
+        else:
+            raise KeyError(key)
+        self[key] = value
+        return value
 
 
 class BinnedEngine:
@@ -241,27 +282,32 @@ class BinnedEngine:
     def __init__(self, T, F, lo, hi, bounds=None, *, _stack=None):
         self.lo, self.hi, self.bounds = lo, hi, bounds
         self.delta = (hi - lo) / FINE_CELLS
-        self.x = lo + self.delta * np.arange(FINE_CELLS + 1)
         self.T, self.F = T, F
-        self.scan_x = self.x[::SCAN_STRIDE]
         #: (the levels' stacked arrays, this engine's row) when built by :meth:`many`
         self.stack = _stack
         if _stack is not None:
             levels, row = _stack
-            self._levels = [{**{k: v for k, v in lv.items() if k in ("cells", "nfft")},
-                             "T": lv["T"][row], "F": lv["F"][row], "ft_t": lv["ft_t"][row], "ft_p": lv["ft_p"][row],
-                             "step": self.delta * (1 << level), "x": lo + self.delta * (1 << level) * np.arange(lv["cells"] + 1)}
+            self._levels = [_Level(lo, T, F, level, cells=lv["cells"], nfft=lv["nfft"], ft_t=lv["ft_t"][row],
+                                   ft_p=lv["ft_p"][row], step=self.delta * (1 << level))
                             for level, lv in enumerate(levels)]
             return
-        self._levels = []
-        for level, lv in enumerate(self._level_arrays(T, F, bounds)):
-            step = self.delta * (1 << level)
-            self._levels.append({**lv, "step": step, "x": lo + step * np.arange(lv["cells"] + 1)})
+        self._levels = [_Level(lo, T, F, level, **lv, step=self.delta * (1 << level))
+                        for level, lv in enumerate(self._level_arrays(T, F, bounds))]
+
+    @property
+    def x(self) -> np.ndarray:
+        """The fine grid (built when asked for: the scans do not need it)."""
+        return self._levels[0]["x"]
+
+    @property
+    def scan_x(self) -> np.ndarray:
+        return self.x[::SCAN_STRIDE]
 
     @classmethod
     def _level_arrays(cls, T, F, bounds):
-        """Per level: the coarsened weights and their transforms (rows of 2-D T, F transformed together,
-        each row as on its own)."""
+        """Per level: the transforms of the coarsened weights (rows of 2-D T, F transformed together,
+        each row as on its own). The coarsened weights themselves are not kept (a level's "T", "F"
+        are rebuilt from the fine ones when asked for: the same values, see :class:`_Level`)."""
         out = []
         t, f = T, F
         for level in range(cls.MAX_LEVEL + 1):
@@ -271,7 +317,7 @@ class BinnedEngine:
             # 2 * cells suffices without reflection (see class docstring); with
             # it the correlation reaches offset 2 * cells, so 4 * cells.
             nfft = 2 * cells if bounds is None else 4 * cells
-            out.append({"T": t, "F": f, "cells": cells, "nfft": nfft,
+            out.append({"cells": cells, "nfft": nfft,
                         "ft_t": np.fft.rfft(t, nfft, axis=-1), "ft_p": np.fft.rfft(t + f, nfft, axis=-1)})
         return out
 

@@ -49,9 +49,11 @@ class ExactEngine:
         p, t, f = reflect_points(self.points, self.tp, self.fp, self.bounds)
         w = t + f
         p, t, w = p[w > 0], t[w > 0], w[w > 0]
-        d2 = (self.scan_x[:, None] - p[None, :]) ** 2
+        d2 = np.subtract(self.scan_x[:, None], p[None, :])
+        np.square(d2, out=d2)
         m = d2.min(axis=1)
-        return d2 - m[:, None], m, t, w
+        d2 -= m[:, None]  # in place: the same values as a fresh array
+        return d2, m, t, w
 
     def cacheable(self) -> bool:
         """Whether the scan keeps the distance matrix (else it goes one bandwidth at a time)."""
@@ -60,7 +62,13 @@ class ExactEngine:
     def scan(self, bandwidths):
         """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
-        if not self.cacheable():  # too big to cache: one bandwidth at a time
+        # too big to cache, or one bandwidth and no cache yet (kde's fixed b, a rule's final
+        # count): one bandwidth at a time, in exact_sums' cache-sized blocks. The same values
+        # as from the cache: the same operations on the same floats (the shift is the same
+        # float, see nearest_sq_distance; the floor only where it changes an exponent), and
+        # one product over all 513 points either way
+        one_chunk = SCAN_POINTS * (1 if self.bounds is None else 3) * self.points.size <= CHUNK_ELEMENTS
+        if not self.cacheable() or (bs.size == 1 and self._scan_d2 is None and one_chunk):
             confs, res = [], []
             for b in bs:
                 num, den, shift = exact_sums(self.scan_x, self.points, self.tp, self.fp, b, self.bounds)
@@ -100,13 +108,16 @@ class ExactEngine:
         n = p.size
         pa, ta, fa = reflect_points(p, t, f, self.bounds)
         copies = 1 if self.bounds is None else 3
-        d2 = (p[:, None] - pa[None, :]) ** 2
-        self_cols = np.zeros(d2.shape, dtype=bool)
-        for c in range(copies):
-            self_cols[np.arange(n), c * n + np.arange(n)] = True
-        d2_other = np.where(self_cols, np.inf, d2)
-        m = d2_other.min(axis=1)  # finite: a class here has >= 2 distinct scores
-        dd = d2_other - m[:, None]
+        # one (samples x centres) array, transformed in place (the same values as fresh arrays)
+        dd = np.subtract(p[:, None], pa[None, :])
+        np.square(dd, out=dd)
+        self_i = np.tile(np.arange(n), copies)
+        self_j = np.arange(copies * n)
+        order = np.lexsort((self_j, self_i))  # row-major order, as np.nonzero of the self mask gives
+        self_i, self_j = self_i[order], self_j[order]
+        dd[self_i, self_j] = np.inf
+        m = dd.min(axis=1)  # finite: a class here has >= 2 distinct scores
+        dd -= m[:, None]
         u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
         with np.errstate(divide="ignore"):
             rest = {
@@ -115,7 +126,9 @@ class ExactEngine:
                 "log_f_rest": np.log(f - u_f),  # FP left out: probability it is wrong = FP / P
                 "log_p_rest_f": np.log(t + f - u_f),
             }
-        self_i, self_j = np.nonzero(self_cols)
+        dd[self_i, self_j] = 0.0  # the largest finite entry (every other one is >= 0)
+        dd_max = float(dd.max())
+        dd[self_i, self_j] = np.inf
         q_lo = q_hi = None
         if self.bounds is not None:
             q_lo = -4.0 * (p - self.bounds[0]) ** 2
@@ -123,7 +136,7 @@ class ExactEngine:
         return {
             "dd": dd, "m": m, "self_i": self_i, "self_j": self_j,
             "weights": np.stack([ta, fa, ta + fa], axis=1),  # (centres, 3)
-            "dd_max": float(np.where(self_cols, 0.0, dd).max()), "q_lo": q_lo, "q_hi": q_hi, **rest,
+            "dd_max": dd_max, "q_lo": q_lo, "q_hi": q_hi, **rest,
         }
 
     def loo_nll(self, bandwidths) -> np.ndarray:
@@ -144,28 +157,31 @@ class ExactEngine:
         dd, m, weights = lt["dd"], lt["m"], lt["weights"]
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
-        # chunks of bandwidths as large as CHUNK_ELEMENTS allows, each one batched product (see
-        # exact_sums); the elementwise passes a few bandwidths at a time in one buffer
+        # chunks of bandwidths as large as CHUNK_ELEMENTS allows (the per-sample passes and the
+        # sum over samples, one product each: see exact_sums); the kernel terms a few bandwidths
+        # at a time in one cache-sized buffer (or one bandwidth's), each block's weighted sums
+        # one batched product: a batched product is one product per bandwidth, so the sums are
+        # those of the whole chunk at once, bit for bit (and the buffer is not 32 MB)
         step = max(1, CHUNK_ELEMENTS // max(dd.size, 1))
         sub = max(1, CACHE_ELEMENTS // max(dd.size, 1))
-        neg = -dd
         # the exponent floor changes only exponents below it: skipped for bandwidths where the
         # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
         dd_max = lt["dd_max"]
         self_i, self_j = lt["self_i"], lt["self_j"]
-        buf = np.empty((min(step, bs.size),) + dd.shape)
+        buf = np.empty((min(sub, bs.size),) + dd.shape)
         for a in range(0, bs.size, step):
             b = bs[a : a + step]
             inv = 0.5 / (b * b)
-            e = buf[: b.size]
+            sums = np.empty((b.size, dd.shape[0], 3))  # (nb, n, 3): other centres only, shifted
             for c in range(0, b.size, sub):
-                part = e[c : c + sub]
-                np.multiply(neg[None, :, :], inv[c : c + sub, None, None], out=part)
+                part = buf[: min(sub, b.size - c)]
+                # dd x (-1 / 2b^2): the same product as (-dd) x (1 / 2b^2), negation being exact
+                np.multiply(dd[None, :, :], -inv[c : c + sub, None, None], out=part)
                 if dd_max * inv[c : c + sub].max() > -EXP_FLOOR:
                     np.maximum(part, EXP_FLOOR, out=part)
                 np.exp(part, out=part)
-            e[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
-            sums = np.matmul(e, weights)  # (nb, n, 3): other centres only, shifted
+                part[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
+                np.matmul(part, weights, out=sums[c : c + part.shape[0]])
             out[a : a + b.size] = loss_rows(*loo_confidences(sums, m[None, :], inv[:, None], lt), t, f)
         return out
 
@@ -188,9 +204,12 @@ class ExactScanBatch:
     """
 
     def __init__(self, engines):
-        terms = [e.scan_terms() for e in engines]
-        width = max(t[0].shape[1] for t in terms)
-        c = len(terms)
+        # the width (centres with weight, mirrors included) before the terms, so each class's
+        # terms are built straight into the stacked array, one class at a time (not all
+        # classes' terms and then their stacked copy: twice the memory)
+        copies = 1 if engines[0].bounds is None else 3
+        width = max(copies * int(np.count_nonzero(e.tp + e.fp > 0)) for e in engines)
+        c = len(engines)
         # padded centres: distance 0 and weight 0, so their terms are exactly 0 in both sums
         self.dd = np.zeros((c, SCAN_POINTS, width))
         self.shift = np.empty((c, SCAN_POINTS))
@@ -198,7 +217,8 @@ class ExactScanBatch:
         #: largest shifted squared distance per class: the exponent floor is needed only
         #: where it times 1 / 2b^2 exceeds -EXP_FLOOR (elsewhere max(e, EXP_FLOOR) is e)
         self.dd_max = np.zeros(c)
-        for i, (dd, m, t, w) in enumerate(terms):
+        for i, e in enumerate(engines):
+            dd, m, t, w = e.scan_terms()
             p = dd.shape[1]
             self.dd[i, :, :p] = dd
             self.shift[i] = m
@@ -366,6 +386,10 @@ class ExactLooBatch:
     #: (measured: no gain), and keeping its terms would only raise the peak memory.
     MAX_BLOCK = 65_536
 
+    #: Elements of the flat buffer of kernel terms (1 MB; 8 MB before 2026-11-27, ~10x a
+    #: 10^4 x 10 input: more buys nothing, exp runs over cache-sized stretches of it).
+    LOO_FLAT_ELEMENTS = CACHE_ELEMENTS
+
     @staticmethod
     def accepts(engine) -> bool:
         """Whether a class joins a batch: a small one (see MAX_BLOCK); the others go one by one."""
@@ -386,9 +410,11 @@ class ExactLooBatch:
         la = np.empty((rows.size, n_max))  # log P(correct) of each TP left out, log P(wrong) of each FP
         lz = np.empty((rows.size, n_max))
         need = sum(self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0) for g0, g1 in runs)
-        # a quarter memory chunk (8 MB; more buys nothing: exp runs over cache-sized stretches
-        # of it), or less if less is needed, but room for any one piece below
-        flat = np.empty(max(min(CHUNK_ELEMENTS // 4, need), CACHE_ELEMENTS, max(n * w for n, w in self.shape)))
+        # LOO_FLAT_ELEMENTS (or less if less is needed), but room for any one piece below (at
+        # most CACHE_ELEMENTS or one class's block); the values do not depend on its size (each
+        # pair's arithmetic is its own)
+        flat = np.empty(max(min(self.LOO_FLAT_ELEMENTS, need), min(CACHE_ELEMENTS, need),
+                            max(n * w for n, w in self.shape)))
         pending = []  # (first pair, end pair, class, view) scaled, not yet through exp and the product
         pos = done = 0  # end of the filled buffer; end of the part through exp
         floor = False  # whether some exponent in the part not yet through exp is below EXP_FLOOR

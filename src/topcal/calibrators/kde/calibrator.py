@@ -74,12 +74,8 @@ def _json_bandwidth(b: float):
     return None if np.isnan(b) else b
 
 
-
 class BandwidthWarning(DegenerateClassWarning):
     """No candidate bandwidth met a rule; the documented fallback was used."""
-
-
-# ----------------------------------------------------------------- public
 
 
 class KDEBase(ScoreCalibrator):
@@ -146,7 +142,7 @@ class KDEBase(ScoreCalibrator):
                 kinds.append("exact" if rows[k] <= exact_max else "binned")
             else:
                 kinds.append(self.engine)
-        grids = {}
+        grids, stacked = {}, None
         binned = [k for k in range(K) if kinds[k] == "binned" and rows[k] > 0 and hi[k] > lo[k]]
         if binned:
             code = np.full(K, -1, dtype=np.int64)
@@ -158,6 +154,7 @@ class KDEBase(ScoreCalibrator):
                 T, F = eng.linear_bin(code[pred[sel]], score[sel], tp[sel], fp[sel], lo[binned], hi[binned],
                                       len(binned))
             grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
+            stacked = (T, F, binned)
         # rows of each exact-engine class in row order, from one stable sort (not a pred == k
         # pass per class; no sort when every class is binned)
         args = {k: ("binned", g) for k, g in grids.items()}
@@ -165,7 +162,7 @@ class KDEBase(ScoreCalibrator):
             for k, idx in rows_by_class(pred, K):
                 if k not in grids:
                     args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
-        prepared = self._prepare_scans(args, lo, hi, smin, smax)
+        prepared = self._prepare_scans(args, lo, hi, smin, smax, stacked)
         states, support = [], []
         for k in range(K):
             if rows[k] == 0:
@@ -174,8 +171,9 @@ class KDEBase(ScoreCalibrator):
                 continue
             support.append((float(lo[k]), float(hi[k])))
             T_k, F_k = float(self.n_tp_[k]), float(self.n_fp_[k])
+            # popped: the class's engine (and its caches: kde-opt's LOO terms, n^2) freed once fitted
             states.append(self._fit_one(k, args[k], float(lo[k]), float(hi[k]), T_k, F_k,
-                                        smin[k] == smax[k], prepared=prepared.get(k)))
+                                        smin[k] == smax[k], prepared=prepared.pop(k, None)))
         self._warn_degenerate(states)
         return states, support
 
@@ -196,7 +194,7 @@ class KDEBase(ScoreCalibrator):
         e = eng.BinnedEngine(arrays[0], arrays[1], lo, hi, bounds)
         return e, e.resolution()
 
-    def _prepare_scans(self, args, lo, hi, smin, smax) -> dict:
+    def _prepare_scans(self, args, lo, hi, smin, smax, stacked=None) -> dict:
         """Bandwidth searches of the classes in lockstep (kde-mon*, kde-opt), exact- and binned-engine classes apart.
 
         Returns {k: (engine, rho, (b, admissible, sign_changes or None))} for the classes it
@@ -205,6 +203,7 @@ class KDEBase(ScoreCalibrator):
         one by one in _fit_one. The result per class is the one the rule's per-class search
         (``_rules.scan_mon``, ``scan_opt``) gives (same candidates, evaluations and decisions). The
         rule names the batches it evaluates with (``exact_batch``, ``binned_batch``; None: one by one).
+        ``stacked``: (T, F, classes) as linearly binned (row c: class ``classes[c]``), or None.
         """
         rule = self._bandwidth_rule
         lockstep = getattr(rule, "select_lockstep", None)
@@ -215,7 +214,8 @@ class KDEBase(ScoreCalibrator):
                    and self.n_fp_[k] > 0 and not (kind == "binned" and binned_batch is None)]
         to_bin, built = [k for k in scanned if args[k][0] == "binned"], {}  # their engines built together
         if to_bin:
-            T, F = (np.stack([args[k][1][j] for k in to_bin]) for j in (0, 1))
+            T, F = (stacked[:2] if stacked is not None and stacked[2] == to_bin  # all of them: no copy
+                    else [np.stack([args[k][1][j] for k in to_bin]) for j in (0, 1)])
             built = dict(zip(to_bin, eng.BinnedEngine.many(T, F, lo[to_bin], hi[to_bin], self._bounds())))
         items, binned, unbatched = [], [], {}
         for k in scanned:

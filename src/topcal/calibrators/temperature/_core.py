@@ -448,33 +448,48 @@ class BinaryClassesObjective:
         self.heads, self.counts = heads, counts
 
     def _blocks(self, x, sel):
-        """(row indices, problem of each row within sel, d, tp, fp, beta, m) of the classes ``sel``, a chunk at a time."""
+        """(row indices, problem of each row within sel, d, tp, fp, beta, m, carried) of the classes ``sel``, a
+        chunk at a time: a few whole classes, or a piece of :data:`_BLOCK` rows of a larger one (``carried``:
+        the problem whose piece continues the previous chunk's, or -1)."""
         heads, counts = self.heads[sel], self.counts[sel]
         ends = np.cumsum(counts)
         beta_c = np.exp(-x[:, 0])
         j = 0
         while j < sel.size:
+            if counts[j] > _BLOCK:  # one class, piece by piece (issue 26: no class-sized temporaries)
+                for a in range(0, int(counts[j]), _BLOCK):
+                    idx = np.arange(heads[j] + a, heads[j] + min(a + _BLOCK, int(counts[j])))
+                    yield self._chunk(x, beta_c, np.full(idx.size, j), idx, j if a else -1)
+                j += 1
+                continue
             j1 = max(int(np.searchsorted(ends, ends[j] - counts[j] + _BLOCK, side="right")), j + 1)
             c = counts[j:j1]
             seg = np.repeat(np.arange(j, j1), c)
             idx = np.arange(seg.size) + np.repeat(heads[j:j1] - (np.cumsum(c) - c), c)
-            beta = beta_c[seg]
-            d = self.d[idx]
-            m = d * beta
-            if self.n_awards:
-                m += x[seg, 1]
-            yield idx, seg, d, self.tp[idx], self.fp[idx], beta, m
+            yield self._chunk(x, beta_c, seg, idx, -1)
             j = j1
+
+    def _chunk(self, x, beta_c, seg, idx, carried):
+        beta = beta_c[seg]
+        d = self.d[idx]
+        m = d * beta
+        if self.n_awards:
+            m += x[seg, 1]
+        return idx, seg, d, self.tp[idx], self.fp[idx], beta, m, carried
 
     def margin(self, x, sel):
         """(row indices, log-odds m) of the classes ``sel`` at their parameters x (len(sel), dim), by chunks."""
         for blk in self._blocks(np.asarray(x, dtype=np.float64), sel):
-            yield blk[0], blk[-1]
+            yield blk[0], blk[6]
 
     def evaluate(self, x, sel):
-        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``."""
+        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``.
+
+        A class's sums add its rows in order, one by one (``np.bincount``), also where it comes in pieces: a
+        piece's sum starts from the previous pieces' (its first weight), the numbers of one whole-class sum.
+        """
         sums = np.zeros((6 if self.n_awards else 3, sel.size))
-        for _, seg, d, tp, fp, beta, m in self._blocks(x, sel):
+        for _, seg, d, tp, fp, beta, m, carried in self._blocks(x, sel):
             pq = (expit(m), expit(-m))
             f_tp, f_fp = _loss_parts(m, self.loss, pq)
             l1, l2 = _loss_derivs(m, tp, fp, self.loss, pq)
@@ -484,7 +499,12 @@ class BinaryClassesObjective:
             if self.n_awards:
                 terms += [l1, l2_dmdt, l2]
             for row, t in zip(sums, terms):
-                row += np.bincount(seg, weights=t, minlength=sel.size)
+                if carried >= 0:
+                    t = np.concatenate(([row[carried]], t))
+                    row[carried] = 0.0
+                    row += np.bincount(np.concatenate(([carried], seg)), weights=t, minlength=sel.size)
+                else:
+                    row += np.bincount(seg, weights=t, minlength=sel.size)
         if not self.n_awards:
             return sums[0], sums[1:2].T.copy(), sums[2].reshape(-1, 1, 1)
         return sums[0], sums[[1, 3]].T.copy(), sums[[2, 4, 4, 5]].T.reshape(-1, 2, 2)

@@ -56,7 +56,6 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._numeric import PROB_CLIP, dot
 from . import intervals
 from .._params import Interval, Options
 from ..data import TopLabelData, canonical_order, class_order
@@ -64,19 +63,16 @@ from .temperature import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, to_jsonable
 from .foldmemo import memo, shared
 from .registry import register
+from ._hier_solve import LAMBDA_GRID, curvature, grid_search, local_search, newton, posterior_cov
 
 __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
 
-#: Candidate prior strengths (pseudo-samples): 2^j, j = 0..24.
-LAMBDA_GRID = 2.0 ** np.arange(25)
 #: The interval's strength: the smallest one whose approximate LOO loss is within this many nats per
 #: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py, docs/intervals.md)
 ALO_SLACK_PER_PARAM = 0.6
 #: Rows with equal (class, score) are merged into one (:func:`_merge_equal_rows`) where that divides their
 #: number by at least this factor (rounded or binned scores); below it the merge's sort costs more than it saves
 MERGE_GAIN = 1.25
-_NEWTON_STEPS = 50
-_TOL = 1e-10
 
 
 def score_logit(data: TopLabelData) -> np.ndarray:
@@ -145,7 +141,7 @@ class _Rows:
     few buffers kept with the rows (``out=``; no fresh row-length arrays, whose page faults cost as
     much as the arithmetic): S, T, E (scratch), M (margins) and two probability buffers (the Newton
     iterate's and the trial step's). The arithmetic is the former allocating code's, operation for
-    operation, so the fits are bit for bit those of before (tested: test_calibrators_core.py).
+    operation, so the fits are bit for bit those of before (tested: test_platt_beta_memory.py).
     """
 
     def __init__(self, cols, tp, fp, g, k):
@@ -263,157 +259,6 @@ class _Rows:
         return out
 
 
-def _curvature(rows: _Rows, q):
-    """w q (1 - q) per row, into S (T: scratch)."""
-    np.multiply(rows.w, q, out=rows.S)
-    return np.multiply(rows.S, np.subtract(1.0, q, out=rows.T), out=rows.S)
-
-
-def _newton(rows: _Rows, theta, center, prior, lam):
-    """Per-class penalised Newton (vectorised over classes, step halving per class).
-
-    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p) and the rows'
-    probabilities there (n,: one of the rows' buffers, valid until the next solve).
-    """
-    theta = theta.copy()
-    p = theta.shape[1]
-    S, T = rows.S, rows.T
-    q, qn = rows.Q
-
-    def objective(th, out):
-        """Per-class penalised loss at th; the rows' probabilities expit(margin) into ``out``."""
-        d = th - center
-        loss = rows.loss(rows.margin(th, rows.M), out)
-        return loss + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d)
-
-    f = objective(theta, q)
-    for _ in range(_NEWTON_STEPS):
-        # q: the probabilities at theta, kept from its objective (a row's margin is its class's)
-        np.multiply(rows.w, q, out=S)
-        r = np.subtract(S, rows.tp, out=S)  # dNLL/dm
-        grad = rows.gradient(r, T) + lam * (theta - center) @ prior
-        H = rows.hessian(_curvature(rows, q), T) + lam * prior + 1e-12 * np.eye(p)
-        step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
-        t = np.ones(rows.k)
-        new = theta - step
-        fn = objective(new, qn)
-        for _ in range(30):  # halve the step of the classes whose objective went up
-            bad = ~(fn <= f + 1e-12 * np.abs(f))
-            if not bad.any():
-                break
-            t[bad] *= 0.5
-            new = theta - t[:, None] * step
-            fn = objective(new, qn)
-        bad = ~(fn <= f + 1e-12 * np.abs(f))
-        new[bad], fn[bad] = theta[bad], f[bad]
-        if bad.any():
-            np.copyto(qn, q, where=rows.per_row(bad))
-        done = np.abs(f - fn) <= _TOL * (1.0 + np.abs(f))
-        theta, f, q, qn = new, fn, qn, q
-        if done.all():
-            break
-    return theta, q
-
-
-def _alo_loss(rows: _Rows, theta, prior, lam, q) -> float:
-    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit
-    theta (q: its rows' probabilities, from :func:`_newton`)."""
-    S, T, E = rows.S, rows.T, rows.E
-    lev = rows.Q[1] if q is rows.Q[0] else rows.Q[0]  # the buffer q is not in
-    m = rows.margin(theta, rows.M)
-    w1 = np.multiply(q, np.subtract(1.0, q, out=S), out=S)
-    p = theta.shape[1]
-    Hinv = np.linalg.inv(rows.hessian(np.multiply(rows.w, w1, out=E), T) + lam * prior + 1e-12 * np.eye(p))
-    rows.leverage(Hinv, lev, T)  # x' H^-1 x
-    a = np.multiply(w1, lev, out=T)
-    np.subtract(1.0, a, out=a)
-    np.maximum(a, 1e-6, out=a)
-    np.divide(lev, a, out=a)  # lev / max(1 - w1 lev, 1e-6)
-    # the left-out margin m + l' h / (1 - l'' h) of a unit of positive (l' = q - 1) and negative (l' = q) weight
-    x = np.multiply(np.subtract(q, 1.0, out=S), a, out=S)
-    c = np.compress(rows.is_pos, np.add(m, x, out=x), out=E[:rows.tp_pos.size])
-    np.clip(expit(c, out=c), PROB_CLIP, 1.0 - PROB_CLIP, out=c)
-    out = -dot(rows.tp_pos, np.log(c, out=c))
-    x = np.multiply(q, a, out=S)
-    c = np.compress(rows.is_neg, np.add(m, x, out=x), out=E[:rows.fp_neg.size])
-    np.clip(expit(c, out=c), PROB_CLIP, 1.0 - PROB_CLIP, out=c)
-    np.subtract(1.0, c, out=c)  # 1 - c: exact for c >= 1/2, 1e-16 off log1p(-c) below
-    return out - dot(rows.fp_neg, np.log(c, out=c))
-
-
-def _fit_strength(rows, center, prior, fits, losses, j, start) -> None:
-    """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j], losses[j]."""
-    fits[j], q = _newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
-    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), q)
-
-
-def _grid_search(rows, center, prior, warm_fits):
-    """(fits, losses) of the strength scan: every other grid point from the pooled end (each fit starts at
-    the last one), then the two neighbours of the best of those: 15 fits instead of 25, the same choice
-    where the loss is unimodal in log strength. Unfitted strengths have loss inf."""
-    losses = np.full(LAMBDA_GRID.size, np.inf)
-    fits = {}
-    theta = center.copy()
-    for j in range(LAMBDA_GRID.size - 1, -1, -2):
-        _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, theta))
-        theta = fits[j]
-    b = int(np.argmin(losses))
-    for j in (b - 1, b + 1):
-        if 0 <= j < LAMBDA_GRID.size and j not in fits:
-            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits[b]))
-    return fits, losses
-
-
-def _local_search(rows, center, prior, warm_fits, j0):
-    """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data fit's
-    choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid points that
-    way while the loss falls; then the two neighbours of the best. 3-5 fits where the fold's choice is the
-    all-data one's; on a loss unimodal in log strength the same choice as :func:`_grid_search` (tested:
-    test_crossfit.py)."""
-    losses = np.full(LAMBDA_GRID.size, np.inf)
-    fits = {}
-    last = LAMBDA_GRID.size - 1
-
-    def fit(j, near):
-        if 0 <= j <= last and j not in fits:
-            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits.get(near, center)))
-
-    fit(j0, None)
-    fit(j0 - 1, j0)
-    fit(j0 + 1, j0)
-    b = int(np.argmin(losses))  # the smallest strength on ties, as the grid search
-    step = -2 if b == min(fits) else 2 if b == max(fits) else 0
-    while step and 0 <= b + step <= last:
-        fit(b + step, b)
-        if not losses[b + step] < losses[b]:
-            break
-        b += step
-    fit(b - 1, b)
-    fit(b + 1, b)
-    return fits, losses
-
-
-def _posterior_cov(rows: _Rows, theta, prior, lam) -> np.ndarray:
-    """(K, p, p) approximate posterior covariance of each class's parameters (module docstring)."""
-    p = theta.shape[1]
-    q = expit(rows.margin(theta, rows.M), out=rows.Q[0])
-    D = rows.hessian(_curvature(rows, q), rows.T)
-    P = lam * prior
-    eye = np.eye(p)
-    Hinv = np.linalg.inv(D + P + 1e-12 * eye)
-    # the centre's posterior precision: sum_j (P^-1 + D_j^-1)^-1 = sum_j D_j (I + P^-1 D_j)^-1
-    # (a class without rows adds nothing)
-    Pinv = np.linalg.inv(P)
-    M = np.linalg.solve(np.transpose(eye + Pinv @ D, (0, 2, 1)), np.transpose(D, (0, 2, 1)))
-    M = np.transpose(M, (0, 2, 1)).sum(axis=0)
-    M = 0.5 * (M + M.T)
-    vals, vecs = np.linalg.eigh(M)
-    V0 = (vecs / np.maximum(vals, 1e-12 * max(vals.max(), 1e-300))) @ vecs.T
-    G = Hinv @ P
-    C = Hinv + G @ V0 @ np.transpose(G, (0, 2, 1))
-    return 0.5 * (C + np.transpose(C, (0, 2, 1)))
-
-
 class _StrengthConstraint:
     """The ``shrinkage`` parameter of hier-platt: "auto" or a prior strength > 0."""
 
@@ -480,9 +325,9 @@ class _Hierarchical(Calibrator):
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
         begin = start if warm is None else warm.pooled_[None, :]
-        theta0, q = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)
+        theta0, q = newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)
         theta0 = theta0[0]
-        prior = one.hessian(_curvature(one, q), one.T)[0] / max(n, 1.0)
+        prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
         if k == 1:
             rows = one
         else:
@@ -504,12 +349,12 @@ class _Hierarchical(Calibrator):
             interval_fit = (lam, theta)
         elif self.shrinkage == "auto":
             # a cross-validation fold's scratch fit searches the strength locally, from the all-data fit's
-            # choice (_local_search); every other fit scans the grid (_grid_search)
+            # choice (local_search); every other fit scans the grid (grid_search)
             near_j = None if warm is None or not self._scratch else warm.__dict__.get("_strength_index")
             if near_j is None:
-                fits, losses = _grid_search(rows, center, prior, warm_fits)
+                fits, losses = grid_search(rows, center, prior, warm_fits)
             else:
-                fits, losses = _local_search(rows, center, prior, warm_fits, near_j)
+                fits, losses = local_search(rows, center, prior, warm_fits, near_j)
             self.__dict__["_strength_fits"] = fits  # warm starts for cross-validation folds (not saved)
             j = int(np.argmin(losses))  # the smallest strength on ties
             self.__dict__["_strength_index"] = j  # where a fold's local search starts (not saved)
@@ -522,7 +367,7 @@ class _Hierarchical(Calibrator):
             interval_fit = (float(LAMBDA_GRID[ji]), fits[ji])
         else:
             lam = float(self.shrinkage)
-            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)[0]
+            theta = newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)[0]
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = rows.counts > 0
@@ -535,7 +380,7 @@ class _Hierarchical(Calibrator):
         d = self.theta_ - theta_i
         # a cross-validation fold's fit is scored and dropped: no interval statistics (crossfit.py)
         self.cov_ = (None if self._scratch
-                     else _posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :])
+                     else posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :])
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))

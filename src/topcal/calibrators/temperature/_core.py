@@ -44,22 +44,9 @@ from ..._numeric import PROB_CLIP
 from ._solver import NewtonResult, bounded_newton  # noqa: F401  (the solver, in its own module; re-exported)
 
 __all__ = [
-    "T_MIN",
-    "T_MAX",
-    "AWARD_MAX",
-    "OFFSET_MAX",
-    "BINARY_SCORE_FLOOR",
-    "split_top",
-    "top_label_margin",
-    "lse_moments",
-    "TopLabelObjective",
-    "BinaryClassesObjective",
-    "MultinomialObjective",
-    "NewtonResult",
-    "bounded_newton",
-    "LOSSES",
-    "softplus",
-    "tabulate_losses",
+    "T_MIN", "T_MAX", "AWARD_MAX", "OFFSET_MAX", "BINARY_SCORE_FLOOR", "split_top", "top_label_margin", "lse_moments",
+    "TopLabelObjective", "BinaryClassesObjective", "MultinomialObjective", "NewtonResult", "bounded_newton", "LOSSES",
+    "softplus", "tabulate_losses",
 ]
 
 #: Temperatures are confined to [1e-3, 1e3]. The lower end matches
@@ -448,34 +435,31 @@ class BinaryClassesObjective:
         self.heads, self.counts = heads, counts
 
     def _blocks(self, x, sel):
-        """(row indices, problem of each row within sel, d, tp, fp, beta, m, carried) of the classes ``sel``, a
-        chunk at a time: a few whole classes, or a piece of :data:`_BLOCK` rows of a larger one (``carried``:
-        the problem whose piece continues the previous chunk's, or -1)."""
+        """(row indices, problem of each row within sel, d, tp, fp, beta, m, carried) of the classes ``sel``, a chunk
+        at a time: a few whole classes, or :data:`_BLOCK` rows of a larger one (``carried``: its problem where the
+        chunk continues the previous one's class, else -1; issue 26: no class-sized temporaries)."""
         heads, counts = self.heads[sel], self.counts[sel]
         ends = np.cumsum(counts)
         beta_c = np.exp(-x[:, 0])
         j = 0
         while j < sel.size:
-            if counts[j] > _BLOCK:  # one class, piece by piece (issue 26: no class-sized temporaries)
-                for a in range(0, int(counts[j]), _BLOCK):
-                    idx = np.arange(heads[j] + a, heads[j] + min(a + _BLOCK, int(counts[j])))
-                    yield self._chunk(x, beta_c, np.full(idx.size, j), idx, j if a else -1)
-                j += 1
-                continue
             j1 = max(int(np.searchsorted(ends, ends[j] - counts[j] + _BLOCK, side="right")), j + 1)
             c = counts[j:j1]
-            seg = np.repeat(np.arange(j, j1), c)
-            idx = np.arange(seg.size) + np.repeat(heads[j:j1] - (np.cumsum(c) - c), c)
-            yield self._chunk(x, beta_c, seg, idx, -1)
+            if j1 == j + 1:  # one class: rows heads[j] + a ... in pieces of _BLOCK (made one at a time)
+                pieces = ((np.full(min(_BLOCK, int(c[0]) - a), j), heads[j] + a, j if a else -1)
+                          for a in range(0, int(c[0]), _BLOCK))
+                pieces = ((s, np.arange(h, h + s.size), r) for s, h, r in pieces)
+            else:
+                seg = np.repeat(np.arange(j, j1), c)
+                pieces = [(seg, np.arange(seg.size) + np.repeat(heads[j:j1] - (np.cumsum(c) - c), c), -1)]
+            for s, i, carried in pieces:
+                beta = beta_c[s]
+                d = self.d[i]
+                m = d * beta
+                if self.n_awards:
+                    m += x[s, 1]
+                yield i, s, d, self.tp[i], self.fp[i], beta, m, carried
             j = j1
-
-    def _chunk(self, x, beta_c, seg, idx, carried):
-        beta = beta_c[seg]
-        d = self.d[idx]
-        m = d * beta
-        if self.n_awards:
-            m += x[seg, 1]
-        return idx, seg, d, self.tp[idx], self.fp[idx], beta, m, carried
 
     def margin(self, x, sel):
         """(row indices, log-odds m) of the classes ``sel`` at their parameters x (len(sel), dim), by chunks."""
@@ -483,11 +467,9 @@ class BinaryClassesObjective:
             yield blk[0], blk[6]
 
     def evaluate(self, x, sel):
-        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``.
-
-        A class's sums add its rows in order, one by one (``np.bincount``), also where it comes in pieces: a
-        piece's sum starts from the previous pieces' (its first weight), the numbers of one whole-class sum.
-        """
+        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``
+        (a class's rows added in order by ``np.bincount``; a piece's sum starts from the previous pieces': bit for
+        bit one sum over the class)."""
         sums = np.zeros((6 if self.n_awards else 3, sel.size))
         for _, seg, d, tp, fp, beta, m, carried in self._blocks(x, sel):
             pq = (expit(m), expit(-m))
@@ -499,12 +481,9 @@ class BinaryClassesObjective:
             if self.n_awards:
                 terms += [l1, l2_dmdt, l2]
             for row, t in zip(sums, terms):
-                if carried >= 0:
-                    t = np.concatenate(([row[carried]], t))
-                    row[carried] = 0.0
-                    row += np.bincount(np.concatenate(([carried], seg)), weights=t, minlength=sel.size)
-                else:
-                    row += np.bincount(seg, weights=t, minlength=sel.size)
+                if carried >= 0:  # the class's sum so far is the first weight
+                    t, seg_t, row[carried] = np.concatenate(([row[carried]], t)), np.concatenate(([carried], seg)), 0.0
+                row += np.bincount(seg if carried < 0 else seg_t, weights=t, minlength=sel.size)
         if not self.n_awards:
             return sums[0], sums[1:2].T.copy(), sums[2].reshape(-1, 1, 1)
         return sums[0], sums[[1, 3]].T.copy(), sums[[2, 4, 4, 5]].T.reshape(-1, 2, 2)

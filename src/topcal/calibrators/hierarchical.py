@@ -211,7 +211,8 @@ class _Rows:
         "1 or e" is max(e, [m >= 0]) (e <= 1), the value of np.where(m >= 0, 1, e) at a tenth of its cost.
         """
         s, t, e = self.S, self.T, self.E
-        np.copysign(m, -1.0, out=e)  # -|m|, the same bits
+        np.abs(m, out=e)
+        np.negative(e, out=e)  # (np.copysign(m, -1) gives the same in one pass, at 4 x the time of these two)
         np.exp(e, out=e)
         np.log1p(e, out=s)
         np.multiply(self.w, s, out=s)

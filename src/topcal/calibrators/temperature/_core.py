@@ -294,12 +294,16 @@ def _loss_derivs(m, tp, fp, loss, pq=None):
     if loss == "nll":
         # f_tp = -log u, u = eps + a p: f' = -a pq / u, f'' = -a pq (q - p) / u + (a pq / u)^2;
         # f_fp the same with p and q swapped and m -> -m
+        # (in place on fresh arrays, the same operations: fewer row-sized temporaries, issue 26)
         a = 1.0 - 2.0 * _EPS
         pq = p * q
-        gt = a * pq / (_EPS + a * p)
-        gf = a * pq / (_EPS + a * q)
-        d1 = fp * gf - tp * gt
-        d2 = tp * (gt * gt - gt * (q - p)) + fp * (gf * gf + gf * (q - p))
+        gt = np.divide(a * pq, np.add(a * p, _EPS))
+        gf = np.divide(np.multiply(a, pq, out=pq), np.add(a * q, _EPS), out=pq)
+        d1 = fp * gf
+        d1 -= tp * gt
+        qp = q - p  # d2 = tp (gt^2 - gt (q - p)) + fp (gf^2 + gf (q - p))
+        d2 = np.multiply(np.subtract(gt * gt, np.multiply(gt, qp, out=gt), out=gt), tp, out=gt)
+        d2 += np.multiply(np.add(gf * gf, np.multiply(gf, qp, out=gf), out=gf), fp, out=gf)
         return d1, d2
     r = fp * p - tp * q  # w p - tp
     pq = p * q
@@ -435,19 +439,19 @@ class BinaryClassesObjective:
         self.heads, self.counts = heads, counts
 
     def _blocks(self, x, sel):
-        """(row indices, problem of each row within sel, d, tp, fp, beta, m, carried) of the classes ``sel``, a chunk
-        at a time: a few whole classes, or :data:`_BLOCK` rows of a larger one (``carried``: its problem where the
-        chunk continues the previous one's class, else -1; issue 26: no class-sized temporaries)."""
+        """(row indices, problem of each row within sel, d, tp, fp, beta, m, carried) of the classes ``sel``: a few whole
+        classes, or a piece (<= n / 4 rows) of a larger one, ``carried`` its problem after its first piece, else -1."""
         heads, counts = self.heads[sel], self.counts[sel]
         ends = np.cumsum(counts)
         beta_c = np.exp(-x[:, 0])
+        piece = min(_BLOCK, max(256, self.d.size // 4))
         j = 0
         while j < sel.size:
             j1 = max(int(np.searchsorted(ends, ends[j] - counts[j] + _BLOCK, side="right")), j + 1)
             c = counts[j:j1]
-            if j1 == j + 1:  # one class: rows heads[j] + a ... in pieces of _BLOCK (made one at a time)
-                pieces = ((np.full(min(_BLOCK, int(c[0]) - a), j), heads[j] + a, j if a else -1)
-                          for a in range(0, int(c[0]), _BLOCK))
+            if j1 == j + 1:  # one class: rows heads[j] + a ... in pieces (made one at a time)
+                pieces = ((np.full(min(piece, int(c[0]) - a), j), heads[j] + a, j if a else -1)
+                          for a in range(0, int(c[0]), piece))
                 pieces = ((s, np.arange(h, h + s.size), r) for s, h, r in pieces)
             else:
                 seg = np.repeat(np.arange(j, j1), c)

@@ -56,7 +56,6 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from .._numeric import PROB_CLIP, dot
 from . import intervals
 from .._params import Interval, Options
 from ..data import TopLabelData, canonical_order, class_order
@@ -64,19 +63,16 @@ from .temperature import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, to_jsonable
 from .foldmemo import memo, shared
 from .registry import register
+from ._hier_solve import LAMBDA_GRID, curvature, grid_search, local_search, newton, posterior_cov
 
 __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
 
-#: Candidate prior strengths (pseudo-samples): 2^j, j = 0..24.
-LAMBDA_GRID = 2.0 ** np.arange(25)
 #: The interval's strength: the smallest one whose approximate LOO loss is within this many nats per
 #: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py, docs/intervals.md)
 ALO_SLACK_PER_PARAM = 0.6
 #: Rows with equal (class, score) are merged into one (:func:`_merge_equal_rows`) where that divides their
 #: number by at least this factor (rounded or binned scores); below it the merge's sort costs more than it saves
 MERGE_GAIN = 1.25
-_NEWTON_STEPS = 50
-_TOL = 1e-10
 
 
 def score_logit(data: TopLabelData) -> np.ndarray:
@@ -85,18 +81,38 @@ def score_logit(data: TopLabelData) -> np.ndarray:
     return np.log(s) - np.log1p(-s)
 
 
-def _merge_equal_rows(data: TopLabelData, X):
-    """(X, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where that pays.
+def _may_merge(score: np.ndarray) -> bool:
+    """False where the scores alone show that :func:`_merge_equal_rows` would not merge (its sort skipped).
 
-    The features are a function of the score, and the NLL, its derivatives and the approximate LOO
-    loss are sums over rows linear in the TP and FP weights at the row's features, so a merged row
-    holding the summed weights gives the same fit (lossless; up to the order of the sums: tested).
-    Merged only where it divides the rows by :data:`MERGE_GAIN` (scores rounded to a few digits,
-    binned data); otherwise the rows as given.
+    A lower bound on the number of distinct scores, which bounds the distinct (class, score) pairs from
+    below: the number of occupied slots when each score's bits are hashed into a table of >= 8 x n slots,
+    less one (two equal scores share a slot but 0.0 and -0.0, so occupied slots - 1 <= distinct scores;
+    each NaN counts as distinct in the merge, and shares one slot here). Where that bound times
+    :data:`MERGE_GAIN` exceeds n, the merge would not pay (the same decision as counting the pairs);
+    otherwise (ties, or an unlucky hash) the exact count decides. One pass and a table of 8-16 n bytes, against
+    a two-key sort (~20 x longer at 10^5 rows).
+    """
+    n = score.size
+    slots = 1 << max(int(8 * n - 1).bit_length(), 4)
+    h = np.ascontiguousarray(score, dtype=np.float64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    h >>= np.uint64(64 - slots.bit_length() + 1)
+    seen = np.zeros(slots, dtype=bool)
+    seen[h] = True
+    return not (np.count_nonzero(seen) - 1) * MERGE_GAIN > n
+
+
+def _merge_equal_rows(data: TopLabelData, cols):
+    """(cols, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where that pays.
+
+    ``cols``: the feature columns (a list of (n,) arrays). The features are a function of the score, and
+    the NLL, its derivatives and the approximate LOO loss are sums over rows linear in the TP and FP
+    weights at the row's features, so a merged row holding the summed weights gives the same fit
+    (lossless; up to the order of the sums: tested). Merged only where it divides the rows by
+    :data:`MERGE_GAIN` (scores rounded to a few digits, binned data); otherwise the rows as given.
     """
     n = data.n_rows
-    if n < 2:
-        return X, data.tp, data.fp, data.pred
+    if n < 2 or not _may_merge(data.score):
+        return cols, data.tp, data.fp, data.pred
     # any order by (class, score) serves; a fold's canonical one is there already
     order = (memo(data, "canonical_order", lambda: canonical_order(data)) if shared(data)
              else np.lexsort((data.score, data.pred)))
@@ -107,42 +123,73 @@ def _merge_equal_rows(data: TopLabelData, X):
     new[1:] |= score[1:] != score[:-1]
     starts = np.flatnonzero(new)
     if starts.size * MERGE_GAIN > n:
-        return X, data.tp, data.fp, data.pred
-    return (X[order[starts]], np.add.reduceat(data.tp[order], starts), np.add.reduceat(data.fp[order], starts),
-            pred[starts])
+        return cols, data.tp, data.fp, data.pred
+    first = order[starts]
+    return ([c[first] for c in cols], np.add.reduceat(data.tp[order], starts),
+            np.add.reduceat(data.fp[order], starts), pred[starts])
 
 
 class _Rows:
-    """Rows with weight, grouped by class: features X (n, p), tp, fp, class index.
+    """Rows with weight, grouped by class: feature columns, tp, fp, class sizes.
 
     The rows are stored class by class (a stable sort: each class keeps its rows' order, so a
-    per-class sum adds the same numbers in the same order), the features as contiguous columns,
-    with their pairwise products (the Hessian's and the leverages' terms) computed once.
+    per-class sum adds the same numbers in the same order). The features are the columns ``cols``
+    and a last, constant one (the intercept), which is never stored: a product with it is the other
+    factor itself, bit for bit, so it is skipped. The pairwise products of the columns (the
+    Hessian's and the leverages' terms, x_i x_j) are made where used, into a scratch buffer.
+
+    Memory (issue 26): every row-length intermediate of the Newton and LOO passes is written into a
+    few buffers kept with the rows (``out=``; no fresh row-length arrays, whose page faults cost as
+    much as the arithmetic): S, T, E (scratch), M (margins) and two probability buffers (the Newton
+    iterate's and the trial step's). The arithmetic is the former allocating code's, operation for
+    operation, so the fits are bit for bit those of before (tested: test_platt_beta_memory.py).
     """
 
-    def __init__(self, X, tp, fp, g, k):
+    def __init__(self, cols, tp, fp, g, k):
         keep = np.flatnonzero((tp + fp) > 0)
-        # the kept rows by class: class_order is np.argsort(g, kind="stable"), faster
-        idx = keep[class_order(g[keep], k)] if k > 1 else keep
-        self.g, self.tp, self.fp = g.take(idx), tp.take(idx), fp.take(idx)
-        self.cols = np.empty((X.shape[1], idx.size))  # (p, n), gathered column by column
-        for i, c in enumerate(self.cols):
-            np.take(X[:, i], idx, out=c)
+        if k == 1:
+            self.counts = np.array([keep.size])
+            idx = None if keep.size == tp.size else keep  # None: all rows, in their order
+        else:
+            g = g.take(keep)
+            self.counts = np.bincount(g, minlength=k)
+            # the kept rows by class: class_order is np.argsort(g, kind="stable"), faster
+            idx = keep.take(class_order(g, k))
+        del keep, g
+        if idx is None:  # the caller's arrays (only read)
+            self.tp, self.fp, self.cols = tp, fp, list(cols)
+        else:
+            self.tp, self.fp = tp.take(idx), fp.take(idx)
+            self.cols = [c.take(idx) for c in cols]
+        del idx
         self.w = self.tp + self.fp
         self.k = k
-        self.pos, self.neg = np.flatnonzero(self.tp > 0), np.flatnonzero(self.fp > 0)
-        self.tp_pos, self.fp_neg = self.tp[self.pos], self.fp[self.neg]
-        self.counts = np.bincount(self.g, minlength=k)
-        self._buf = None
+        self.p = len(self.cols) + 1  # the constant column last
+        self.is_pos, self.is_neg = self.tp > 0, self.fp > 0
+        self.tp_pos, self.fp_neg = self.tp[self.is_pos], self.fp[self.is_neg]
         self._has = self.counts > 0
         self._starts = (np.cumsum(self.counts) - self.counts)[self._has]
-        p = self.cols.shape[0]
-        self.pairs = [(i, j, self.cols[i] * self.cols[j]) for i in range(p) for j in range(i, p)]
+        self.pairs = [(i, j) for i in range(self.p) for j in range(i, self.p)]
 
-    @property
-    def X(self) -> np.ndarray:
-        """The features (n, p) (a view of the columns)."""
-        return self.cols.T
+    def __getattr__(self, name):
+        """The buffers, made on first use (after the caller has dropped what the rows were made from)."""
+        if name not in ("S", "T", "E", "M", "Q", "_sign"):
+            raise AttributeError(name)
+        n = self.tp.size
+        self.S, self.T, self.E, self.M = (np.empty(n) for _ in range(4))
+        self.Q = (np.empty(n), np.empty(n))  # the Newton iterate's probabilities and the trial step's
+        self._sign = np.empty(n, dtype=bool)
+        return getattr(self, name)
+
+    def pair(self, i, j, scratch):
+        """x_i x_j per row: into ``scratch`` for two stored columns (computed where used: no stored
+        products), the column itself where j is the constant one, None (ones) for both constant."""
+        last = self.p - 1
+        if i == last:
+            return None
+        if j == last:
+            return self.cols[i]
+        return np.multiply(self.cols[i], self.cols[j], out=scratch)
 
     def sums(self, v):
         """Per-class sums of v (K,) (``np.add.reduceat`` over the class blocks: ~20 x ``np.bincount``)."""
@@ -155,192 +202,63 @@ class _Rows:
         """v (K,) spread to the rows (n,)."""
         return np.repeat(v, self.counts)
 
-    def loss(self, m):
-        """(per-class NLL at margins m, the rows' probabilities expit(m)).
+    def loss(self, m, q):
+        """Per-class NLL at margins m; the rows' probabilities expit(m) into q (a buffer, not S, T, E, m).
 
         The NLL is tp softplus(-m) + fp softplus(m) summed per class, softplus(+-m) = max(+-m, 0) +
         log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both` (rows of weight 0/1 get
         its numbers bit for bit), and expit(m) = (1 or e) / (1 + e) from the same e (within 4.5e-16
-        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every iterate).
-        The work runs in three scratch buffers kept between calls (no fresh row-length arrays: their
-        page faults cost as much as the arithmetic).
+        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every iterate);
+        "1 or e" is max(e, [m >= 0]) (e <= 1), the value of np.where(m >= 0, 1, e) at a tenth of its cost.
         """
-        if self._buf is None:
-            self._buf = (np.empty(m.shape), np.empty(m.shape), np.empty(m.shape))
-        s, t, e = self._buf
+        s, t, e = self.S, self.T, self.E
         np.abs(m, out=e)
-        np.negative(e, out=e)
+        np.negative(e, out=e)  # (np.copysign(m, -1) gives the same in one pass, at 4 x the time of these two)
         np.exp(e, out=e)
         np.log1p(e, out=s)
         np.multiply(self.w, s, out=s)
         np.maximum(m, 0.0, out=t)
         np.multiply(t, self.fp, out=t)
         s += t
-        np.negative(m, out=t)
-        np.maximum(t, 0.0, out=t)
+        np.minimum(m, 0.0, out=t)  # -max(-m, 0) (up to the sign of a zero)
         np.multiply(t, self.tp, out=t)
-        s += t
-        q = np.where(m >= 0.0, 1.0, e)
+        s -= t  # s + max(-m, 0) tp: s - x is s + (-x), bit for bit
+        np.greater_equal(m, 0.0, out=self._sign)
+        np.maximum(e, self._sign, out=q)
         np.add(e, 1.0, out=t)
         q /= t
-        return self.sums(s), q
+        return self.sums(s)
 
-    def margin(self, theta):
-        m = self.cols[0] * self.per_row(theta[:, 0])
-        for i in range(1, self.cols.shape[0]):
-            m += self.cols[i] * self.per_row(theta[:, i])
-        return m
-
-    def gradient(self, r):
-        """Per-class sums of r x (K, p)."""
-        return np.stack([self.sums(r * c) for c in self.cols], axis=1)
-
-    def hessian(self, h):
-        """Per-class sum of h x x' (K, p, p)."""
-        p = self.cols.shape[0]
-        H = np.empty((self.k, p, p))
-        for i, j, xx in self.pairs:
-            H[:, i, j] = H[:, j, i] = self.sums(h * xx)
-        return H
-
-    def leverage(self, Hinv):
-        """x' Hinv_k x per row (Hinv: (K, p, p), symmetric)."""
-        out = np.zeros(self.g.size)
-        for i, j, xx in self.pairs:
-            out += (1.0 if i == j else 2.0) * self.per_row(Hinv[:, i, j]) * xx
+    def margin(self, theta, out):
+        """x' theta_k per row, into ``out`` (T: scratch)."""
+        np.multiply(self.cols[0], self.per_row(theta[:, 0]), out=out)
+        for i in range(1, self.p - 1):
+            out += np.multiply(self.cols[i], self.per_row(theta[:, i]), out=self.T)
+        out += self.per_row(theta[:, self.p - 1])
         return out
 
+    def gradient(self, r, scratch):
+        """Per-class sums of r x (K, p)."""
+        return np.stack([self.sums(np.multiply(r, c, out=scratch)) for c in self.cols] + [self.sums(r)], axis=1)
 
-def _newton(rows: _Rows, theta, center, prior, lam):
-    """Per-class penalised Newton (vectorised over classes, step halving per class).
+    def hessian(self, h, scratch):
+        """Per-class sum of h x x' (K, p, p)."""
+        p = self.p
+        H = np.empty((self.k, p, p))
+        for i, j in self.pairs:
+            xx = self.pair(i, j, scratch)
+            H[:, i, j] = H[:, j, i] = self.sums(h if xx is None else np.multiply(h, xx, out=scratch))
+        return H
 
-    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p) and the rows'
-    probabilities there (n,).
-    """
-    theta = theta.copy()
-    p = theta.shape[1]
-
-    def objective(th):
-        """(per-class penalised loss, the rows' probabilities expit(margin)) at th."""
-        d = th - center
-        loss, q = rows.loss(rows.margin(th))
-        return loss + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d), q
-
-    f, q = objective(theta)
-    for _ in range(_NEWTON_STEPS):
-        # q: the probabilities at theta, kept from its objective (a row's margin is its class's)
-        r = rows.w * q - rows.tp  # dNLL/dm
-        grad = rows.gradient(r) + lam * (theta - center) @ prior
-        H = rows.hessian(rows.w * q * (1.0 - q)) + lam * prior + 1e-12 * np.eye(p)
-        step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
-        t = np.ones(rows.k)
-        new = theta - step
-        fn, qn = objective(new)
-        for _ in range(30):  # halve the step of the classes whose objective went up
-            bad = ~(fn <= f + 1e-12 * np.abs(f))
-            if not bad.any():
-                break
-            t[bad] *= 0.5
-            new = theta - t[:, None] * step
-            fn, qn = objective(new)
-        bad = ~(fn <= f + 1e-12 * np.abs(f))
-        new[bad], fn[bad] = theta[bad], f[bad]
-        if bad.any():
-            qn = np.where(bad[rows.g], q, qn)
-        done = np.abs(f - fn) <= _TOL * (1.0 + np.abs(f))
-        theta, f, q = new, fn, qn
-        if done.all():
-            break
-    return theta, q
-
-
-def _alo_loss(rows: _Rows, theta, prior, lam, q) -> float:
-    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit
-    theta (q: its rows' probabilities, from :func:`_newton`)."""
-    m = rows.margin(theta)
-    w1 = q * (1.0 - q)
-    p = theta.shape[1]
-    Hinv = np.linalg.inv(rows.hessian(rows.w * w1) + lam * prior + 1e-12 * np.eye(p))
-    lev = rows.leverage(Hinv)  # x' H^-1 x
-    a = lev / np.maximum(1.0 - w1 * lev, 1e-6)
-    # the left-out margin m + l' h / (1 - l'' h) of a unit of positive (l' = q - 1) and negative (l' = q) weight
-    c = np.clip(expit((m + (q - 1.0) * a).take(rows.pos)), PROB_CLIP, 1.0 - PROB_CLIP)
-    out = -dot(rows.tp_pos, np.log(c))
-    c = np.clip(expit((m + q * a).take(rows.neg)), PROB_CLIP, 1.0 - PROB_CLIP)
-    return out - dot(rows.fp_neg, np.log(1.0 - c))  # 1 - c: exact for c >= 1/2, 1e-16 off log1p(-c) below
-
-
-def _fit_strength(rows, center, prior, fits, losses, j, start) -> None:
-    """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j], losses[j]."""
-    fits[j], q = _newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
-    losses[j] = _alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), q)
-
-
-def _grid_search(rows, center, prior, warm_fits):
-    """(fits, losses) of the strength scan: every other grid point from the pooled end (each fit starts at
-    the last one), then the two neighbours of the best of those: 15 fits instead of 25, the same choice
-    where the loss is unimodal in log strength. Unfitted strengths have loss inf."""
-    losses = np.full(LAMBDA_GRID.size, np.inf)
-    fits = {}
-    theta = center.copy()
-    for j in range(LAMBDA_GRID.size - 1, -1, -2):
-        _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, theta))
-        theta = fits[j]
-    b = int(np.argmin(losses))
-    for j in (b - 1, b + 1):
-        if 0 <= j < LAMBDA_GRID.size and j not in fits:
-            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits[b]))
-    return fits, losses
-
-
-def _local_search(rows, center, prior, warm_fits, j0):
-    """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data fit's
-    choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid points that
-    way while the loss falls; then the two neighbours of the best. 3-5 fits where the fold's choice is the
-    all-data one's; on a loss unimodal in log strength the same choice as :func:`_grid_search` (tested:
-    test_crossfit.py)."""
-    losses = np.full(LAMBDA_GRID.size, np.inf)
-    fits = {}
-    last = LAMBDA_GRID.size - 1
-
-    def fit(j, near):
-        if 0 <= j <= last and j not in fits:
-            _fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits.get(near, center)))
-
-    fit(j0, None)
-    fit(j0 - 1, j0)
-    fit(j0 + 1, j0)
-    b = int(np.argmin(losses))  # the smallest strength on ties, as the grid search
-    step = -2 if b == min(fits) else 2 if b == max(fits) else 0
-    while step and 0 <= b + step <= last:
-        fit(b + step, b)
-        if not losses[b + step] < losses[b]:
-            break
-        b += step
-    fit(b - 1, b)
-    fit(b + 1, b)
-    return fits, losses
-
-
-def _posterior_cov(rows: _Rows, theta, prior, lam) -> np.ndarray:
-    """(K, p, p) approximate posterior covariance of each class's parameters (module docstring)."""
-    p = theta.shape[1]
-    q = expit(rows.margin(theta))
-    D = rows.hessian(rows.w * q * (1.0 - q))
-    P = lam * prior
-    eye = np.eye(p)
-    Hinv = np.linalg.inv(D + P + 1e-12 * eye)
-    # the centre's posterior precision: sum_j (P^-1 + D_j^-1)^-1 = sum_j D_j (I + P^-1 D_j)^-1
-    # (a class without rows adds nothing)
-    Pinv = np.linalg.inv(P)
-    M = np.linalg.solve(np.transpose(eye + Pinv @ D, (0, 2, 1)), np.transpose(D, (0, 2, 1)))
-    M = np.transpose(M, (0, 2, 1)).sum(axis=0)
-    M = 0.5 * (M + M.T)
-    vals, vecs = np.linalg.eigh(M)
-    V0 = (vecs / np.maximum(vals, 1e-12 * max(vals.max(), 1e-300))) @ vecs.T
-    G = Hinv @ P
-    C = Hinv + G @ V0 @ np.transpose(G, (0, 2, 1))
-    return 0.5 * (C + np.transpose(C, (0, 2, 1)))
+    def leverage(self, Hinv, out, scratch):
+        """x' Hinv_k x per row (Hinv: (K, p, p), symmetric), into ``out``."""
+        out.fill(0.0)
+        for i, j in self.pairs:
+            # (1 or 2) x per_row(Hinv_ij): exact either way, so the factor goes in before the spread
+            v = self.per_row((1.0 if i == j else 2.0) * Hinv[:, i, j])
+            xx = self.pair(i, j, scratch)
+            out += v if xx is None else np.multiply(v, xx, out=scratch)
+        return out
 
 
 class _StrengthConstraint:
@@ -359,7 +277,7 @@ class _StrengthConstraint:
 class _Hierarchical(Calibrator):
     """Per-class logistic fits on features of the top score, shrunk toward the pooled fit.
 
-    Subclasses give the features (``_features``), the parameters' names and the identity
+    Subclasses give the features (``_columns``: all but the constant last one), the parameters' names and the identity
     parameters (``_identity``: the fit that returns the normalised score itself).
 
     Attributes
@@ -384,17 +302,23 @@ class _Hierarchical(Calibrator):
         self.loss = loss
 
     @staticmethod
-    def _features(data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
+    def _columns(data: TopLabelData) -> list:  # pragma: no cover - abstract
+        """The features but the last, constant one (the intercept's), as (n,) columns."""
         raise NotImplementedError
+
+    @classmethod
+    def _features(cls, data: TopLabelData) -> np.ndarray:
+        """The features (n, p): the columns and a column of ones."""
+        return np.stack(cls._columns(data) + [np.ones(data.n_rows)], axis=1)
 
     def _fit(self, data: TopLabelData) -> None:
         k = data.n_classes
-        X = self._features(data)
-        p = X.shape[1]
+        p = len(self._names)
         self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
-        X, tp, fp, g = _merge_equal_rows(data, X)
-        rows = _Rows(X, tp, fp, g, k)
-        one = _Rows(X, tp, fp, np.zeros(g.size, dtype=np.int64), 1)
+        cols, tp, fp, g = _merge_equal_rows(data, self._columns(data))
+        # the pooled rows first, in the data's order, dropped before the per-class rows are made (memory);
+        # one class (pooled-beta's curve) is its own pool: the same rows serve both
+        one = _Rows(cols, tp, fp, g, 1)
         start = np.array([self._identity], dtype=np.float64)
         # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of the
         # same solve on all the data (_warm_start) instead of the identity or the previous strength's
@@ -403,9 +327,15 @@ class _Hierarchical(Calibrator):
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
         begin = start if warm is None else warm.pooled_[None, :]
-        theta0, q = _newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)
+        theta0, q = newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)
         theta0 = theta0[0]
-        prior = one.hessian(one.w * q * (1.0 - q))[0] / max(n, 1.0)
+        prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
+        if k == 1:
+            rows = one
+        else:
+            del one, q
+            rows = _Rows(cols, tp, fp, g, k)
+        del cols
         # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
         vals, vecs = np.linalg.eigh(prior)
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
@@ -421,12 +351,12 @@ class _Hierarchical(Calibrator):
             interval_fit = (lam, theta)
         elif self.shrinkage == "auto":
             # a cross-validation fold's scratch fit searches the strength locally, from the all-data fit's
-            # choice (_local_search); every other fit scans the grid (_grid_search)
+            # choice (local_search); every other fit scans the grid (grid_search)
             near_j = None if warm is None or not self._scratch else warm.__dict__.get("_strength_index")
             if near_j is None:
-                fits, losses = _grid_search(rows, center, prior, warm_fits)
+                fits, losses = grid_search(rows, center, prior, warm_fits)
             else:
-                fits, losses = _local_search(rows, center, prior, warm_fits, near_j)
+                fits, losses = local_search(rows, center, prior, warm_fits, near_j)
             self.__dict__["_strength_fits"] = fits  # warm starts for cross-validation folds (not saved)
             j = int(np.argmin(losses))  # the smallest strength on ties
             self.__dict__["_strength_index"] = j  # where a fold's local search starts (not saved)
@@ -439,10 +369,10 @@ class _Hierarchical(Calibrator):
             interval_fit = (float(LAMBDA_GRID[ji]), fits[ji])
         else:
             lam = float(self.shrinkage)
-            theta = _newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)[0]
+            theta = newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)[0]
             self.strength_loss_ = None
             interval_fit = (lam, theta)
-        has = np.bincount(rows.g, minlength=k) > 0
+        has = rows.counts > 0
         self.theta_ = np.where(has[:, None], theta, theta0[None, :])
         self.pooled_ = theta0.copy()
         self.prior_ = prior
@@ -452,7 +382,7 @@ class _Hierarchical(Calibrator):
         d = self.theta_ - theta_i
         # a cross-validation fold's fit is scored and dropped: no interval statistics (crossfit.py)
         self.cov_ = (None if self._scratch
-                     else _posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :])
+                     else posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :])
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))
@@ -550,8 +480,8 @@ class HierarchicalPlatt(_Hierarchical):
     _identity = (1.0, 0.0)
 
     @staticmethod
-    def _features(data: TopLabelData) -> np.ndarray:
-        return np.stack([score_logit(data), np.ones(data.n_rows)], axis=1)
+    def _columns(data: TopLabelData) -> list:
+        return [score_logit(data)]
 
     @property
     def slope_(self) -> np.ndarray:
@@ -583,6 +513,6 @@ class HierarchicalBeta(_Hierarchical):
     _identity = (1.0, 1.0, 0.0)
 
     @staticmethod
-    def _features(data: TopLabelData) -> np.ndarray:
+    def _columns(data: TopLabelData) -> list:
         s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
-        return np.stack([np.log(s), -np.log1p(-s), np.ones(s.shape)], axis=1)
+        return [np.log(s), -np.log1p(-s)]

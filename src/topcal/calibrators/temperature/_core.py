@@ -44,22 +44,9 @@ from ..._numeric import PROB_CLIP
 from ._solver import NewtonResult, bounded_newton  # noqa: F401  (the solver, in its own module; re-exported)
 
 __all__ = [
-    "T_MIN",
-    "T_MAX",
-    "AWARD_MAX",
-    "OFFSET_MAX",
-    "BINARY_SCORE_FLOOR",
-    "split_top",
-    "top_label_margin",
-    "lse_moments",
-    "TopLabelObjective",
-    "BinaryClassesObjective",
-    "MultinomialObjective",
-    "NewtonResult",
-    "bounded_newton",
-    "LOSSES",
-    "softplus",
-    "tabulate_losses",
+    "T_MIN", "T_MAX", "AWARD_MAX", "OFFSET_MAX", "BINARY_SCORE_FLOOR", "split_top", "top_label_margin", "lse_moments",
+    "TopLabelObjective", "BinaryClassesObjective", "MultinomialObjective", "NewtonResult", "bounded_newton", "LOSSES",
+    "softplus", "tabulate_losses",
 ]
 
 #: Temperatures are confined to [1e-3, 1e3]. The lower end matches
@@ -307,12 +294,16 @@ def _loss_derivs(m, tp, fp, loss, pq=None):
     if loss == "nll":
         # f_tp = -log u, u = eps + a p: f' = -a pq / u, f'' = -a pq (q - p) / u + (a pq / u)^2;
         # f_fp the same with p and q swapped and m -> -m
+        # (in place on fresh arrays, the same operations: fewer row-sized temporaries, issue 26)
         a = 1.0 - 2.0 * _EPS
         pq = p * q
-        gt = a * pq / (_EPS + a * p)
-        gf = a * pq / (_EPS + a * q)
-        d1 = fp * gf - tp * gt
-        d2 = tp * (gt * gt - gt * (q - p)) + fp * (gf * gf + gf * (q - p))
+        gt = np.divide(a * pq, np.add(a * p, _EPS))
+        gf = np.divide(np.multiply(a, pq, out=pq), np.add(a * q, _EPS), out=pq)
+        d1 = fp * gf
+        d1 -= tp * gt
+        qp = q - p  # d2 = tp (gt^2 - gt (q - p)) + fp (gf^2 + gf (q - p))
+        d2 = np.multiply(np.subtract(gt * gt, np.multiply(gt, qp, out=gt), out=gt), tp, out=gt)
+        d2 += np.multiply(np.add(gf * gf, np.multiply(gf, qp, out=gf), out=gf), fp, out=gf)
         return d1, d2
     r = fp * p - tp * q  # w p - tp
     pq = p * q
@@ -448,33 +439,43 @@ class BinaryClassesObjective:
         self.heads, self.counts = heads, counts
 
     def _blocks(self, x, sel):
-        """(row indices, problem of each row within sel, d, tp, fp, beta, m) of the classes ``sel``, a chunk at a time."""
+        """(row indices, problem of each row within sel, d, tp, fp, beta, m, carried) of the classes ``sel``: a few whole
+        classes, or a piece (<= n / 4 rows) of a larger one, ``carried`` its problem after its first piece, else -1."""
         heads, counts = self.heads[sel], self.counts[sel]
         ends = np.cumsum(counts)
         beta_c = np.exp(-x[:, 0])
+        piece = min(_BLOCK, max(256, self.d.size // 4))
         j = 0
         while j < sel.size:
             j1 = max(int(np.searchsorted(ends, ends[j] - counts[j] + _BLOCK, side="right")), j + 1)
             c = counts[j:j1]
-            seg = np.repeat(np.arange(j, j1), c)
-            idx = np.arange(seg.size) + np.repeat(heads[j:j1] - (np.cumsum(c) - c), c)
-            beta = beta_c[seg]
-            d = self.d[idx]
-            m = d * beta
-            if self.n_awards:
-                m += x[seg, 1]
-            yield idx, seg, d, self.tp[idx], self.fp[idx], beta, m
+            if j1 == j + 1:  # one class: rows heads[j] + a ... in pieces (made one at a time)
+                pieces = ((np.full(min(piece, int(c[0]) - a), j), heads[j] + a, j if a else -1)
+                          for a in range(0, int(c[0]), piece))
+                pieces = ((s, np.arange(h, h + s.size), r) for s, h, r in pieces)
+            else:
+                seg = np.repeat(np.arange(j, j1), c)
+                pieces = [(seg, np.arange(seg.size) + np.repeat(heads[j:j1] - (np.cumsum(c) - c), c), -1)]
+            for s, i, carried in pieces:
+                beta = beta_c[s]
+                d = self.d[i]
+                m = d * beta
+                if self.n_awards:
+                    m += x[s, 1]
+                yield i, s, d, self.tp[i], self.fp[i], beta, m, carried
             j = j1
 
     def margin(self, x, sel):
         """(row indices, log-odds m) of the classes ``sel`` at their parameters x (len(sel), dim), by chunks."""
         for blk in self._blocks(np.asarray(x, dtype=np.float64), sel):
-            yield blk[0], blk[-1]
+            yield blk[0], blk[6]
 
     def evaluate(self, x, sel):
-        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``."""
+        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``
+        (a class's rows added in order by ``np.bincount``; a piece's sum starts from the previous pieces': bit for
+        bit one sum over the class)."""
         sums = np.zeros((6 if self.n_awards else 3, sel.size))
-        for _, seg, d, tp, fp, beta, m in self._blocks(x, sel):
+        for _, seg, d, tp, fp, beta, m, carried in self._blocks(x, sel):
             pq = (expit(m), expit(-m))
             f_tp, f_fp = _loss_parts(m, self.loss, pq)
             l1, l2 = _loss_derivs(m, tp, fp, self.loss, pq)
@@ -484,7 +485,9 @@ class BinaryClassesObjective:
             if self.n_awards:
                 terms += [l1, l2_dmdt, l2]
             for row, t in zip(sums, terms):
-                row += np.bincount(seg, weights=t, minlength=sel.size)
+                if carried >= 0:  # the class's sum so far is the first weight
+                    t, seg_t, row[carried] = np.concatenate(([row[carried]], t)), np.concatenate(([carried], seg)), 0.0
+                row += np.bincount(seg if carried < 0 else seg_t, weights=t, minlength=sel.size)
         if not self.n_awards:
             return sums[0], sums[1:2].T.copy(), sums[2].reshape(-1, 1, 1)
         return sums[0], sums[[1, 3]].T.copy(), sums[[2, 4, 4, 5]].T.reshape(-1, 2, 2)

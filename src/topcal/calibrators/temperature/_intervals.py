@@ -47,8 +47,10 @@ class TemperatureIntervals:
                 for c, idx in rows_by_class(data.pred, data.n_classes):
                     if not fitted[c]:
                         continue
-                    d, others = (z[idx], None) if self._binary else self._split(data, idx)
-                    obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
+                    # rows a..b-1 (a fit's data is sorted by class): views of the same numbers (issue 26: no copies)
+                    rows = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
+                    d, others = (z[rows], None) if self._binary else self._split(data, idx)
+                    obj = TopLabelObjective(d, others, data.tp[rows], data.fp[rows], loss="nll", n_awards=n_aw)
                     yield ([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else [])))
         return self._covariances(blocks())
 

@@ -162,13 +162,14 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         self.fitted_classes_ = fitted
         self.loss_ = float(loss)
         self.n_iter_ = int(n_iter)
-        # the parameters' covariance serves intervals and describe only: a scratch fit (a fold's model) skips it
-        self.param_cov_ = None if self._scratch else self._covariance_from_data(data, fitted)
         if m is None:
             m = self._margin(data)
         rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
+        del m, rows  # before the covariance's pass over the rows (issue 26: peak memory)
+        # the parameters' covariance serves intervals and describe only: a scratch fit (a fold's model) skips it
+        self.param_cov_ = None if self._scratch else self._covariance_from_data(data, fitted)
 
     def _warm_x(self, c, size: int) -> np.ndarray:
         """Newton's start for class ``c`` (None: the shared parameters); see :func:`._rows.warm_start`."""

@@ -1,0 +1,174 @@
+"""The fit of ``hier-platt`` and ``hier-beta`` on their rows (:class:`~.hierarchical`'s ``_Rows``):
+per-class penalised Newton, the approximate leave-one-out loss of a fit, the search over the prior
+strength, the posterior covariance (the model in :mod:`topcal.calibrators.hierarchical`'s docstring).
+
+Every row-length intermediate goes into the rows' buffers (S, T, E scratch, M margins, Q the two
+probability vectors; issue 26: memory), in the former allocating code's order of operations: bit for
+bit the same fits (tested: tests/test_platt_beta_memory.py against that code).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from .._numeric import PROB_CLIP, dot
+
+__all__ = ["LAMBDA_GRID", "NEWTON_STEPS", "TOL", "curvature", "newton", "alo_loss", "fit_strength", "grid_search",
+           "local_search", "posterior_cov"]
+
+#: Candidate prior strengths (pseudo-samples): 2^j, j = 0..24.
+LAMBDA_GRID = 2.0 ** np.arange(25)
+NEWTON_STEPS = 50
+TOL = 1e-10
+
+
+def curvature(rows, q):
+    """w q (1 - q) per row, into S (T: scratch)."""
+    np.multiply(rows.w, q, out=rows.S)
+    return np.multiply(rows.S, np.subtract(1.0, q, out=rows.T), out=rows.S)
+
+
+def newton(rows, theta, center, prior, lam):
+    """Per-class penalised Newton (vectorised over classes, step halving per class).
+
+    theta, center: (K, p); prior: (p, p) (I_0); lam: float. Returns theta (K, p) and the rows'
+    probabilities there (n,: one of the rows' buffers, valid until the next solve).
+    """
+    theta = theta.copy()
+    p = theta.shape[1]
+    S, T = rows.S, rows.T
+    q, qn = rows.Q
+
+    def objective(th, out):
+        """Per-class penalised loss at th; the rows' probabilities expit(margin) into ``out``."""
+        d = th - center
+        loss = rows.loss(rows.margin(th, rows.M), out)
+        return loss + 0.5 * lam * np.einsum("ki,ij,kj->k", d, prior, d)
+
+    f = objective(theta, q)
+    for _ in range(NEWTON_STEPS):
+        # q: the probabilities at theta, kept from its objective (a row's margin is its class's)
+        np.multiply(rows.w, q, out=S)
+        r = np.subtract(S, rows.tp, out=S)  # dNLL/dm
+        grad = rows.gradient(r, T) + lam * (theta - center) @ prior
+        H = rows.hessian(curvature(rows, q), T) + lam * prior + 1e-12 * np.eye(p)
+        step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
+        t = np.ones(rows.k)
+        new = theta - step
+        fn = objective(new, qn)
+        for _ in range(30):  # halve the step of the classes whose objective went up
+            bad = ~(fn <= f + 1e-12 * np.abs(f))
+            if not bad.any():
+                break
+            t[bad] *= 0.5
+            new = theta - t[:, None] * step
+            fn = objective(new, qn)
+        bad = ~(fn <= f + 1e-12 * np.abs(f))
+        new[bad], fn[bad] = theta[bad], f[bad]
+        if bad.any():
+            np.copyto(qn, q, where=rows.per_row(bad))
+        done = np.abs(f - fn) <= TOL * (1.0 + np.abs(f))
+        theta, f, q, qn = new, fn, qn, q
+        if done.all():
+            break
+    return theta, q
+
+
+def alo_loss(rows, theta, prior, lam, q) -> float:
+    """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit
+    theta (q: its rows' probabilities, from :func:`newton`)."""
+    S, T, E = rows.S, rows.T, rows.E
+    lev = rows.Q[1] if q is rows.Q[0] else rows.Q[0]  # the buffer q is not in
+    m = rows.margin(theta, rows.M)
+    w1 = np.multiply(q, np.subtract(1.0, q, out=S), out=S)
+    p = theta.shape[1]
+    Hinv = np.linalg.inv(rows.hessian(np.multiply(rows.w, w1, out=E), T) + lam * prior + 1e-12 * np.eye(p))
+    rows.leverage(Hinv, lev, T)  # x' H^-1 x
+    a = np.multiply(w1, lev, out=T)
+    np.subtract(1.0, a, out=a)
+    np.maximum(a, 1e-6, out=a)
+    np.divide(lev, a, out=a)  # lev / max(1 - w1 lev, 1e-6)
+    # the left-out margin m + l' h / (1 - l'' h) of a unit of positive (l' = q - 1) and negative (l' = q) weight
+    x = np.multiply(np.subtract(q, 1.0, out=S), a, out=S)
+    c = np.compress(rows.is_pos, np.add(m, x, out=x), out=E[:rows.tp_pos.size])
+    np.clip(expit(c, out=c), PROB_CLIP, 1.0 - PROB_CLIP, out=c)
+    out = -dot(rows.tp_pos, np.log(c, out=c))
+    x = np.multiply(q, a, out=S)
+    c = np.compress(rows.is_neg, np.add(m, x, out=x), out=E[:rows.fp_neg.size])
+    np.clip(expit(c, out=c), PROB_CLIP, 1.0 - PROB_CLIP, out=c)
+    np.subtract(1.0, c, out=c)  # 1 - c: exact for c >= 1/2, 1e-16 off log1p(-c) below
+    return out - dot(rows.fp_neg, np.log(c, out=c))
+
+
+def fit_strength(rows, center, prior, fits, losses, j, start) -> None:
+    """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j], losses[j]."""
+    fits[j], q = newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
+    losses[j] = alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), q)
+
+
+def grid_search(rows, center, prior, warm_fits):
+    """(fits, losses) of the strength scan: every other grid point from the pooled end (each fit starts at
+    the last one), then the two neighbours of the best of those: 15 fits instead of 25, the same choice
+    where the loss is unimodal in log strength. Unfitted strengths have loss inf."""
+    losses = np.full(LAMBDA_GRID.size, np.inf)
+    fits = {}
+    theta = center.copy()
+    for j in range(LAMBDA_GRID.size - 1, -1, -2):
+        fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, theta))
+        theta = fits[j]
+    b = int(np.argmin(losses))
+    for j in (b - 1, b + 1):
+        if 0 <= j < LAMBDA_GRID.size and j not in fits:
+            fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits[b]))
+    return fits, losses
+
+
+def local_search(rows, center, prior, warm_fits, j0):
+    """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data fit's
+    choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid points that
+    way while the loss falls; then the two neighbours of the best. 3-5 fits where the fold's choice is the
+    all-data one's; on a loss unimodal in log strength the same choice as :func:`grid_search` (tested:
+    test_crossfit.py)."""
+    losses = np.full(LAMBDA_GRID.size, np.inf)
+    fits = {}
+    last = LAMBDA_GRID.size - 1
+
+    def fit(j, near):
+        if 0 <= j <= last and j not in fits:
+            fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits.get(near, center)))
+
+    fit(j0, None)
+    fit(j0 - 1, j0)
+    fit(j0 + 1, j0)
+    b = int(np.argmin(losses))  # the smallest strength on ties, as the grid search
+    step = -2 if b == min(fits) else 2 if b == max(fits) else 0
+    while step and 0 <= b + step <= last:
+        fit(b + step, b)
+        if not losses[b + step] < losses[b]:
+            break
+        b += step
+    fit(b - 1, b)
+    fit(b + 1, b)
+    return fits, losses
+
+
+def posterior_cov(rows, theta, prior, lam) -> np.ndarray:
+    """(K, p, p) approximate posterior covariance of each class's parameters (module docstring)."""
+    p = theta.shape[1]
+    q = expit(rows.margin(theta, rows.M), out=rows.Q[0])
+    D = rows.hessian(curvature(rows, q), rows.T)
+    P = lam * prior
+    eye = np.eye(p)
+    Hinv = np.linalg.inv(D + P + 1e-12 * eye)
+    # the centre's posterior precision: sum_j (P^-1 + D_j^-1)^-1 = sum_j D_j (I + P^-1 D_j)^-1
+    # (a class without rows adds nothing)
+    Pinv = np.linalg.inv(P)
+    M = np.linalg.solve(np.transpose(eye + Pinv @ D, (0, 2, 1)), np.transpose(D, (0, 2, 1)))
+    M = np.transpose(M, (0, 2, 1)).sum(axis=0)
+    M = 0.5 * (M + M.T)
+    vals, vecs = np.linalg.eigh(M)
+    V0 = (vecs / np.maximum(vals, 1e-12 * max(vals.max(), 1e-300))) @ vecs.T
+    G = Hinv @ P
+    C = Hinv + G @ V0 @ np.transpose(G, (0, 2, 1))
+    return 0.5 * (C + np.transpose(C, (0, 2, 1)))

@@ -20,8 +20,9 @@ from ._solver import NewtonResult, lockstep_newton
 __all__ = ["BinaryClassesObjective", "solve_classes"]
 
 #: Rows of a chunk of :class:`BinaryClassesObjective` (whole classes, so a bigger class is a chunk alone): about
-#: 25 temporaries of a chunk's length are alive at once, which at 8192 rows were 1.5 x a 10^4 x 10 input (issue 26).
-_LOCKSTEP_ROWS = 2048
+#: 25 temporaries of a chunk's length are alive at once, at 8192 rows 1.5 x a 10^4 x 10 input (issue 26; 2048 rows
+#: took 10% more CPU time at 10^5 x 100, 4096 the same as 8192).
+_LOCKSTEP_ROWS = 4096
 
 
 class BinaryClassesObjective:
@@ -88,7 +89,7 @@ def solve_classes(z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int
     """{class: NewtonResult} of the classes ``which`` solved together; their margins written into ``m``.
 
     ``z``: logit of every row's top score; ``order``: the rows grouped by class (ascending within a
-    class); ``x0`` (classes, dim): each class's start. A Brier fit starts, as ``_solve`` does, from
+    class; None: the rows are so already); ``x0`` (classes, dim): each class's start. A Brier fit starts, as ``_solve`` does, from
     the NLL optimum. A class on which a Newton solve fails (where bounded_newton raises) is left out:
     the caller solves it alone, with the L-BFGS-B fallback and its warning.
     """
@@ -97,7 +98,7 @@ def solve_classes(z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int
         return {}
     counts = np.bincount(data.pred, minlength=which.size)
     heads = (np.cumsum(counts) - counts)[cls]  # class c's rows: order[heads:heads + counts]
-    ordered = np.all(order[1:] > order[:-1])  # a fit's data is in its canonical order, sorted by class
+    ordered = order is None or np.all(order[1:] > order[:-1])  # a fit's data is in canonical order, by class
     z, tp, fp = (z, data.tp, data.fp) if ordered else (z[order], data.tp[order], data.fp[order])
     n_aw = len(lo) - 1
     ok, its = np.ones(cls.size, dtype=bool), np.zeros(cls.size, dtype=np.int64)

@@ -47,7 +47,7 @@ from ..foldmemo import memo, memo_data
 from ._intervals import TemperatureIntervals
 from ._lockstep import solve_classes
 from ._solver import degenerate_corner
-from ._rows import LOG_T, binary_logit, fit_split, split_rows, top_rows, warm_start
+from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, top_rows, warm_start
 
 __all__ = ["TemperatureBase"]
 
@@ -233,14 +233,14 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         n_aw = 1 if self._has_award else 0
         lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
-        order = class_order(data.pred, k)  # class c's rows, ascending: order[heads[c]:heads[c + 1]]
+        order = None if np.all(data.pred[1:] >= data.pred[:-1]) else class_order(data.pred, k)  # see class_rows
         heads = np.concatenate([[0], np.cumsum(np.bincount(data.pred, minlength=k))])
         solved = {}
         held = None if self._binary or self._scratch else []  # the information blocks (_held_block), class by class
         if self._binary and self._lockstep:  # the classes' Newton solves together (_lockstep.py), the rest below
             which = fitted & ~only_tp & ~only_fp
             for c in np.flatnonzero(fitted & ~which):  # a one-sided class at its corner, as below; else Newton
-                idx = order[heads[c]:heads[c + 1]]
+                idx = class_rows(order, heads, c)
                 obj = TopLabelObjective(z[idx], None, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw)
                 res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
                 which[c] = res is None
@@ -249,7 +249,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             x0 = np.array([self._warm_x(c, 1 + n_aw) for c in np.flatnonzero(which)]).reshape(-1, 1 + n_aw)
             solved.update(solve_classes(z, data, which, order, x0, lo, hi, loss=self.loss, max_iter=self.max_iter, m=m))
         for c in np.flatnonzero(fitted):
-            idx = order[heads[c]:heads[c + 1]]
+            idx = class_rows(order, heads, c)
             res = solved.get(c)
             if res is None:
                 d, others = (z[idx], None) if self._binary else self._split(data, idx)

@@ -192,7 +192,7 @@ _BLOCK = 8192
 
 
 def _block_moments(oc, beta, ec, eoc, moments=True):
-    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc."""
+    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc (may be one array)."""
     np.multiply(oc, beta, out=ec)
     np.exp(ec, out=ec)
     s0 = ec.sum(axis=0)
@@ -206,22 +206,24 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
     return lse, mean, np.maximum(var, 0.0)  # rounding can make a zero variance slightly negative
 
 
-#: Each of the two exp() scratch blocks of :func:`_scratch` holds at most _SCRATCH_ELEMENTS entries (512 KB) and
-#: _SCRATCH_COLS rows' columns: a (K - 1, 8192) block at K = 100 was 6.5 MB each, 1.6 x the input at 10^4 x 100,
-#: and at 10^4 x 10 two of 8192 columns were 1.5 x (issue 26). The moments of a block of :data:`_BLOCK` rows
-#: are computed a sub-block of columns at a time (:func:`_moments`): every column's sums are its own
-#: (``sum(axis=0)`` adds the K - 1 rows in order, whatever the width; the tests check that the numbers are
-#: those of one wide block, bit for bit), and the sums over rows still run over the same blocks of
-#: :data:`_BLOCK` rows. Narrower sub-blocks cost time in Python (2^14 entries: 20-35% more per evaluation
-#: at K = 100); these are as fast as one wide block (measured CPU time, 10^5 x 10 and 10^5 x 100).
-_SCRATCH_ELEMENTS = 1 << 16
-_SCRATCH_COLS = 2048
+#: The exp() scratch block of :func:`_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB) and _SCRATCH_COLS
+#: rows' columns (issue 26): two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input at 10^4 x 100,
+#: and at 10^4 x 10 1.5 x. One block serves both of :func:`_block_moments`'s passes (exp(beta O), then it
+#: times O, in place: the same products). The moments of a block of :data:`_BLOCK` rows are computed a
+#: sub-block of columns at a time (:func:`_moments`): every column's sums are its own (``sum(axis=0)`` adds
+#: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one wide
+#: block, bit for bit), and the sums over rows still run over the same blocks of :data:`_BLOCK` rows.
+#: Narrow sub-blocks cost time in Python (2^14 entries: 20-35% more CPU time per evaluation at K = 100,
+#: 2048 columns 12% at K = 10).
+_SCRATCH_ELEMENTS = 1 << 17
+_SCRATCH_COLS = 4096
 
 
 def _scratch(others):
+    """The exp() scratch of :func:`_block_moments`, as (ec, eoc): one block, both passes in it."""
     r, n = others.shape
     e = np.empty((r, min(n, _BLOCK, _SCRATCH_COLS, max(64, _SCRATCH_ELEMENTS // max(r, 1)))))
-    return e, np.empty_like(e)
+    return e, e
 
 
 def _moments(oc, beta, e, eo, moments=True):

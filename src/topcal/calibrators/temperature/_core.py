@@ -213,8 +213,8 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
 #: sub-block of columns at a time (:func:`_moments`): every column's sums are its own (``sum(axis=0)`` adds
 #: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one wide
 #: block, bit for bit), and the sums over rows still run over the same blocks of :data:`_BLOCK` rows.
-#: Narrow sub-blocks cost time in Python (2^14 entries: 20-35% more CPU time per evaluation at K = 100,
-#: 2048 columns 12% at K = 10).
+#: Narrow sub-blocks cost time in Python (2^14 entries: 17-28% more CPU time per evaluation at K = 100,
+#: two blocks of 2048 columns 12% at K = 10).
 _SCRATCH_ELEMENTS = 1 << 17
 _SCRATCH_COLS = 4096
 

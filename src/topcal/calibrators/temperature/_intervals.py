@@ -15,6 +15,16 @@ from ._rows import binary_logit, inverse_pd
 __all__ = ["TemperatureIntervals"]
 
 
+class _Held:
+    """A block's gradient and Hessian, evaluated already (:meth:`TemperatureIntervals._held_block`)."""
+
+    def __init__(self, g, h):
+        self._gh = (g, h)
+
+    def grad_hess(self, x):
+        return self._gh
+
+
 class TemperatureIntervals:
     """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval`` from it."""
 
@@ -60,7 +70,7 @@ class TemperatureIntervals:
         class (per-class fit) or None (shared). The point is
         :meth:`_cov_blocks`'s (log T and A / T of the fitted values, the same operations), and an
         NLL objective on the same rows gives the same numbers, so the covariance is that of a second pass
-        over the data without one (issue 26: that pass split every row again, 20-30% of a fit).
+        over the data without one (issue 26: that pass split every row of the score matrix again).
         """
         theta = np.log(temps if at is None else temps[at:at + 1])
         b = (awards / temps) if at is None else (awards[at:at + 1] / temps[at:at + 1])
@@ -128,13 +138,3 @@ class TemperatureIntervals:
         return intervals.include_point(lo, hi, expit(m))
 
     # -------------------------------------------------------------- predict
-
-
-class _Held:
-    """A block's gradient and Hessian, evaluated already (:meth:`TemperatureIntervals._held_block`)."""
-
-    def __init__(self, g, h):
-        self._gh = (g, h)
-
-    def grad_hess(self, x):
-        return self._gh

@@ -17,7 +17,8 @@ import topcal
 from topcal import TopLabelData
 from topcal.calibrators.temperature.calibrator import TemperatureBase
 from topcal.calibrators.crossfit import cross_fit
-from topcal.calibrators.temperature._core import BinaryClassesObjective, TopLabelObjective
+from topcal.calibrators.temperature._core import TopLabelObjective
+from topcal.calibrators.temperature._lockstep import BinaryClassesObjective
 
 RTOL = 1e-8
 LOSS_RTOL = 1e-10

@@ -9,7 +9,7 @@ import pytest
 import topcal
 from topcal import TopLabelData
 from topcal.calibrators.pooled import pool
-from topcal.calibrators.temperature import _core
+from topcal.calibrators.temperature import _lockstep
 
 from _hier_reference import fit as reference_fit
 from _sim import many_small_classes, simulate_probs
@@ -65,7 +65,7 @@ def test_buffered_fit_equals_the_former_allocating_fit_bit_for_bit(which, name, 
 @pytest.mark.parametrize("loss", ["nll", "brier"])
 @pytest.mark.parametrize("n_awards", [0, 1])
 def test_a_large_class_in_pieces_sums_as_one_bincount(loss, n_awards, monkeypatch):
-    """BinaryClassesObjective takes a class of more than _BLOCK rows in pieces, each piece's sum started from the
+    """BinaryClassesObjective takes a class of more than _LOCKSTEP_ROWS rows in pieces, each piece's sum started from the
     previous pieces': loss, gradient, Hessian and margins bit for bit those of the class in one block."""
     rng = np.random.default_rng(3)
     counts = np.array([5, 40, 3, 17, 1, 29])
@@ -78,14 +78,14 @@ def test_a_large_class_in_pieces_sums_as_one_bincount(loss, n_awards, monkeypatc
     sel = np.arange(counts.size)
 
     def run():
-        obj = _core.BinaryClassesObjective(d, tp, fp, heads, counts, loss=loss, n_awards=n_awards)
+        obj = _lockstep.BinaryClassesObjective(d, tp, fp, heads, counts, loss=loss, n_awards=n_awards)
         m = np.empty(n)
         for idx, mj in obj.margin(x, sel):
             m[idx] = mj
         return obj.evaluate(x, sel), m
 
     whole = run()
-    monkeypatch.setattr(_core, "_BLOCK", 4)  # classes of 5-40 rows in pieces of 4, small ones still grouped
+    monkeypatch.setattr(_lockstep, "_LOCKSTEP_ROWS", 4)  # classes of 5-40 rows in pieces of 4, small ones still grouped
     pieces = run()
     for a, b in zip(whole[0], pieces[0]):
         np.testing.assert_array_equal(a, b)

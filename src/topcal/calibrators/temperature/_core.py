@@ -44,9 +44,23 @@ from ..._numeric import PROB_CLIP
 from ._solver import NewtonResult, bounded_newton  # noqa: F401  (the solver, in its own module; re-exported)
 
 __all__ = [
-    "T_MIN", "T_MAX", "AWARD_MAX", "OFFSET_MAX", "BINARY_SCORE_FLOOR", "split_top", "top_label_margin", "lse_moments",
-    "TopLabelObjective", "BinaryClassesObjective", "MultinomialObjective", "NewtonResult", "bounded_newton", "LOSSES",
-    "softplus", "tabulate_losses",
+    "T_MIN",
+    "T_MAX",
+    "AWARD_MAX",
+    "OFFSET_MAX",
+    "BINARY_SCORE_FLOOR",
+    "split_top",
+    "top_label_margin",
+    "lse_moments",
+    "TopLabelObjective",
+    "MultinomialObjective",
+    "NewtonResult",
+    "bounded_newton",
+    "LOSSES",
+    "softplus",
+    "loss_parts",
+    "loss_derivs",
+    "tabulate_losses",
 ]
 
 #: Temperatures are confined to [1e-3, 1e3]. The lower end matches
@@ -71,9 +85,11 @@ BINARY_SCORE_FLOOR = 1e-12
 #: stream it from memory K - 1 times): 8192 rows, fewer for wide rows so a
 #: block holds at most about _CHUNK_ELEMENTS entries (at K = 1000 a block of
 #: 8192 rows, 65 MB, made a fit's split 2.8 x slower than blocks of 256 rows;
-#: every row's numbers are the same whatever the blocks).
+#: every row's numbers are the same whatever the blocks). Issue 26: about 2^14 entries (128 KB) a block,
+#: not 2^17: a block's gathered rows, their column indices and the gathered others are each that size,
+#: and at 10^4 x 10 three of them of 8192 rows were 2.3 x the input.
 _CHUNK = 8192
-_CHUNK_ELEMENTS = 1 << 17
+_CHUNK_ELEMENTS = 1 << 14
 
 
 def _chunk_rows(k: int) -> int:
@@ -112,17 +128,18 @@ def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None
     d = np.empty(n)
     others = np.empty((k - 1, n), dtype=np.float64)
     step = _chunk_rows(k)
+    col = np.arange(k - 1)[:, None]
     for a in range(0, n, step):
         b = min(a + step, n)
         zc, pc = (z[a:b] if rows is None else z[rows[a:b]]), pred[a:b]
         if log_floor is not None:
-            zc = np.maximum(zc, log_floor)
+            zc = np.maximum(zc, log_floor, out=None if rows is None else zc)  # a gathered block is a copy already
             np.log(zc, out=zc)
         oc = others[:, a:b]
-        # other entry r is column r left of the predicted class, r + 1 right of it: one gather
-        cols = np.arange(k - 1)[None, :]
-        cols = cols + (cols >= pc[:, None])
-        oc[...] = np.take_along_axis(zc, cols, axis=1).T
+        # other entry r is column r left of the predicted class, r + 1 right of it: two shifted copies (the
+        # same numbers as a gather by index, take_along_axis, at a fraction of its time; issue 26)
+        np.copyto(oc, zc[:, :-1].T)
+        np.copyto(oc, zc[:, 1:].T, where=col >= pc)
         omax = oc.max(axis=0)
         oc -= omax
         np.subtract(zc[np.arange(b - a), pc], omax, out=d[a:b])
@@ -141,7 +158,9 @@ def top_label_margin_rows(z: np.ndarray, pred: np.ndarray, beta, award, *, log_f
     out = np.empty(n)
     beta = np.asarray(beta, dtype=np.float64)
     award = np.asarray(award, dtype=np.float64)
-    step = max(1, (1 << 17) // max(k, 1))
+    # blocks of about 2^15 entries (256 KB; 2^17 copied all of a 10^4 x 10 input at once, issue 26): each row's
+    # numbers are its own (its max and sum run along the row), whatever the blocks
+    step = max(1, (1 << 15) // max(k, 1))
     for a in range(0, n, step):
         b = min(a + step, n)
         y = z[a:b]
@@ -173,7 +192,7 @@ _BLOCK = 8192
 
 
 def _block_moments(oc, beta, ec, eoc, moments=True):
-    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc."""
+    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc (may be one array)."""
     np.multiply(oc, beta, out=ec)
     np.exp(ec, out=ec)
     s0 = ec.sum(axis=0)
@@ -187,10 +206,39 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
     return lse, mean, np.maximum(var, 0.0)  # rounding can make a zero variance slightly negative
 
 
+#: The exp() scratch block of :func:`_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB) and _SCRATCH_COLS
+#: rows' columns (issue 26): two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input at 10^4 x 100,
+#: and at 10^4 x 10 1.5 x. One block serves both of :func:`_block_moments`'s passes (exp(beta O), then it
+#: times O, in place: the same products). The moments of a block of :data:`_BLOCK` rows are computed a
+#: sub-block of columns at a time (:func:`_moments`): every column's sums are its own (``sum(axis=0)`` adds
+#: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one wide
+#: block, bit for bit), and the sums over rows still run over the same blocks of :data:`_BLOCK` rows.
+#: Narrow sub-blocks cost time in Python (2^14 entries: 17-28% more CPU time per evaluation at K = 100,
+#: two blocks of 2048 columns 12% at K = 10).
+_SCRATCH_ELEMENTS = 1 << 17
+_SCRATCH_COLS = 4096
+
+
 def _scratch(others):
+    """The exp() scratch of :func:`_block_moments`, as (ec, eoc): one block, both passes in it."""
     r, n = others.shape
-    e = np.empty((r, min(n, _BLOCK)))
-    return e, np.empty_like(e)
+    e = np.empty((r, min(n, _BLOCK, _SCRATCH_COLS, max(64, _SCRATCH_ELEMENTS // max(r, 1)))))
+    return e, e
+
+
+def _moments(oc, beta, e, eo, moments=True):
+    """:func:`_block_moments` of a block ``oc`` of any width, a scratch-wide sub-block of columns at a time."""
+    w, step = oc.shape[1], e.shape[1]
+    if w <= step:
+        return _block_moments(oc, beta, e[:, :w], eo[:, :w], moments)
+    out = [np.empty(w) for _ in range(3 if moments else 1)]
+    per_sample = np.ndim(beta) > 0
+    for a in range(0, w, step):
+        b = min(a + step, w)
+        res = _block_moments(oc[:, a:b], beta[a:b] if per_sample else beta, e[:, : b - a], eo[:, : b - a], moments)
+        for o, v in zip(out, res):
+            o[a:b] = v
+    return tuple(out) if moments else (out[0], None, None)
 
 
 def lse_moments(others: np.ndarray, beta, *, moments: bool = True):
@@ -218,8 +266,7 @@ def lse_moments(others: np.ndarray, beta, *, moments: bool = True):
     per_sample = np.ndim(beta) > 0
     for a in range(0, n, _BLOCK):
         b = min(a + _BLOCK, n)
-        res = _block_moments(others[:, a:b], beta[a:b] if per_sample else beta, e[:, : b - a], eo[:, : b - a],
-                             moments)
+        res = _moments(others[:, a:b], beta[a:b] if per_sample else beta, e, eo, moments)
         for o, v in zip(out, res):
             o[a:b] = v
     return tuple(out) if moments else out[0]
@@ -258,7 +305,7 @@ def softplus(m):
     return np.maximum(m, 0.0) + np.log1p(np.exp(-np.abs(m)))
 
 
-def _loss_parts(m, loss, pq=None):
+def loss_parts(m, loss, pq=None):
     """Unweighted per-row losses of a TP and of an FP at log-odds m (arrays of m's shape).
 
     ``pq``: (sigmoid(m), sigmoid(-m)) when the caller has them already.
@@ -275,12 +322,12 @@ def _loss_parts(m, loss, pq=None):
 
 
 def _loss_terms(m, tp, fp, loss, pq=None):
-    """Summed loss at log-odds m (``pq`` as for :func:`_loss_parts`)."""
-    f_tp, f_fp = _loss_parts(m, loss, pq)
+    """Summed loss at log-odds m (``pq`` as for :func:`loss_parts`)."""
+    f_tp, f_fp = loss_parts(m, loss, pq)
     return float(tp @ f_tp + fp @ f_fp)
 
 
-def _loss_derivs(m, tp, fp, loss, pq=None):
+def loss_derivs(m, tp, fp, loss, pq=None):
     """First and second derivatives of the per-sample loss in m.
 
     Written with p = sigmoid(m) and q = sigmoid(-m) = 1 - p, each computed
@@ -373,7 +420,7 @@ class TopLabelObjective:
                 var = 0.0
             else:
                 e, eo = self._scratch
-                lse, mean, var = _block_moments(self.others[:, a:b], beta, e[:, : b - a], eo[:, : b - a])
+                lse, mean, var = _moments(self.others[:, a:b], beta, e, eo)
                 m = d * beta - lse
                 dm_db = d - mean
             if g_aw:
@@ -383,7 +430,7 @@ class TopLabelObjective:
             loss += _loss_terms(m, tp, fp, self.loss, pq)
             # m = d beta + b - L(beta): dm/dbeta = d - E[O], d2m/dbeta2 = -Var[O];
             # theta = log T, d beta / d theta = -beta
-            l1, l2 = _loss_derivs(m, tp, fp, self.loss, pq)
+            l1, l2 = loss_derivs(m, tp, fp, self.loss, pq)
             dm_dt = -beta * dm_db
             d2m_dt2 = beta * dm_db - (beta * beta) * var
             l2_dmdt = l2 * dm_dt
@@ -410,10 +457,11 @@ class TopLabelObjective:
         self._at = (x.copy(), loss, g, h)
         return self._at
 
-    def margin(self, x) -> np.ndarray:
-        """Per-sample log-odds m at parameters x (a copy)."""
+    def margin(self, x, copy: bool = True) -> np.ndarray:
+        """Per-sample log-odds m at parameters x (a copy; ``copy=False``: the objective's own buffer, which
+        its next evaluation overwrites, for a caller that evaluates it no more: no n-sized copy)."""
         self._eval(x)
-        return self._m.copy()
+        return self._m.copy() if copy else self._m
 
     def value(self, x) -> float:
         """Summed loss at x."""
@@ -423,74 +471,6 @@ class TopLabelObjective:
         """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x."""
         _, _, g, h = self._eval(x)
         return g.copy(), h.copy()
-
-
-class BinaryClassesObjective:
-    """The binary variants' :class:`TopLabelObjective` of many classes at once, for :func:`._solver.lockstep_newton`.
-
-    ``d``, ``tp``, ``fp``: rows grouped by class; problem j is rows ``heads[j]:heads[j] + counts[j]``,
-    with x = (log T, b) (``n_awards`` 0 or 1). The per-row terms are :class:`TopLabelObjective`'s,
-    taken a few classes at a time (about :data:`_BLOCK` rows: no n-sized temporaries); the sums per
-    class (``np.bincount``) equal its sums up to rounding.
-    """
-
-    def __init__(self, d, tp, fp, heads, counts, *, loss="nll", n_awards=0):
-        self.d, self.tp, self.fp, self.loss, self.n_awards = d, tp, fp, loss, int(n_awards)
-        self.heads, self.counts = heads, counts
-
-    def _blocks(self, x, sel):
-        """(row indices, problem of each row within sel, d, tp, fp, beta, m, carried) of the classes ``sel``: a few whole
-        classes, or a piece (<= n / 4 rows) of a larger one, ``carried`` its problem after its first piece, else -1."""
-        heads, counts = self.heads[sel], self.counts[sel]
-        ends = np.cumsum(counts)
-        beta_c = np.exp(-x[:, 0])
-        piece = min(_BLOCK, max(256, self.d.size // 4))
-        j = 0
-        while j < sel.size:
-            j1 = max(int(np.searchsorted(ends, ends[j] - counts[j] + _BLOCK, side="right")), j + 1)
-            c = counts[j:j1]
-            if j1 == j + 1:  # one class: rows heads[j] + a ... in pieces (made one at a time)
-                pieces = ((np.full(min(piece, int(c[0]) - a), j), heads[j] + a, j if a else -1)
-                          for a in range(0, int(c[0]), piece))
-                pieces = ((s, np.arange(h, h + s.size), r) for s, h, r in pieces)
-            else:
-                seg = np.repeat(np.arange(j, j1), c)
-                pieces = [(seg, np.arange(seg.size) + np.repeat(heads[j:j1] - (np.cumsum(c) - c), c), -1)]
-            for s, i, carried in pieces:
-                beta = beta_c[s]
-                d = self.d[i]
-                m = d * beta
-                if self.n_awards:
-                    m += x[s, 1]
-                yield i, s, d, self.tp[i], self.fp[i], beta, m, carried
-            j = j1
-
-    def margin(self, x, sel):
-        """(row indices, log-odds m) of the classes ``sel`` at their parameters x (len(sel), dim), by chunks."""
-        for blk in self._blocks(np.asarray(x, dtype=np.float64), sel):
-            yield blk[0], blk[6]
-
-    def evaluate(self, x, sel):
-        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of classes ``sel``
-        (a class's rows added in order by ``np.bincount``; a piece's sum starts from the previous pieces': bit for
-        bit one sum over the class)."""
-        sums = np.zeros((6 if self.n_awards else 3, sel.size))
-        for _, seg, d, tp, fp, beta, m, carried in self._blocks(x, sel):
-            pq = (expit(m), expit(-m))
-            f_tp, f_fp = _loss_parts(m, self.loss, pq)
-            l1, l2 = _loss_derivs(m, tp, fp, self.loss, pq)
-            dm_dt = -beta * d  # as in TopLabelObjective with dm/dbeta = d, Var[O] = 0
-            l2_dmdt = l2 * dm_dt
-            terms = [tp * f_tp + fp * f_fp, l1 * dm_dt, l2_dmdt * dm_dt + l1 * (beta * d)]
-            if self.n_awards:
-                terms += [l1, l2_dmdt, l2]
-            for row, t in zip(sums, terms):
-                if carried >= 0:  # the class's sum so far is the first weight
-                    t, seg_t, row[carried] = np.concatenate(([row[carried]], t)), np.concatenate(([carried], seg)), 0.0
-                row += np.bincount(seg if carried < 0 else seg_t, weights=t, minlength=sel.size)
-        if not self.n_awards:
-            return sums[0], sums[1:2].T.copy(), sums[2].reshape(-1, 1, 1)
-        return sums[0], sums[[1, 3]].T.copy(), sums[[2, 4, 4, 5]].T.reshape(-1, 2, 2)
 
 
 #: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once (8 MB).
@@ -537,8 +517,8 @@ def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
             d2m_dt2 = bet * dm_db - (bet * bet) * var
             pq = (expit(m), expit(-m))  # shared by every loss
             for name in losses:
-                f_tp, f_fp = _loss_parts(m, name, pq)
-                l1, l2 = _loss_derivs(m, tpb, fpb, name, pq)
+                f_tp, f_fp = loss_parts(m, name, pq)
+                l1, l2 = loss_derivs(m, tpb, fpb, name, pq)
                 rows = out[name][i:i + step]
                 rows[:, 0] += f_tp @ tpb + f_fp @ fpb
                 rows[:, 1] += (l1 * dm_dt).sum(axis=1)
@@ -582,7 +562,7 @@ class MultinomialObjective:
             f = g = h = 0.0
             for a in range(0, n, _BLOCK):
                 b = min(a + _BLOCK, n)
-                lse, mean, var = _block_moments(self.zt[:, a:b], beta, e[:, : b - a], eo[:, : b - a])
+                lse, mean, var = _moments(self.zt[:, a:b], beta, e, eo)
                 w, zy = self.w[a:b], self.zy[a:b]
                 dl_db = mean - zy  # per-sample d loss / d beta; d2 loss / d beta2 = var
                 f += w @ (lse - beta * zy)

@@ -15,44 +15,72 @@ from ._rows import binary_logit, inverse_pd
 __all__ = ["TemperatureIntervals"]
 
 
+class _Held:
+    """A block's gradient and Hessian, evaluated already (:meth:`TemperatureIntervals._held_block`)."""
+
+    def __init__(self, g, h):
+        self._gh = (g, h)
+
+    def grad_hess(self, x):
+        return self._gh
+
+
 class TemperatureIntervals:
     """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval`` from it."""
 
-    def _covariance_from_data(self, data: TopLabelData, fitted) -> np.ndarray:
-        """Covariance of each class's (log T, A / T) at the fit: the inverse NLL Hessian (observed information).
+    def _cov_blocks(self, data: TopLabelData, fitted):
+        """(classes, objective, x) blocks for :meth:`_covariances` of each class's (log T, A / T) at the fit: the
+        inverse NLL Hessian (observed information), one objective at a time (a per-class fit's K objectives
+        are never all held at once).
 
         One NLL objective per fitted parameter block, evaluated once at the fitted
         parameters (a loss ``"brier"`` fit uses the NLL's information too: an
-        approximation, docs/intervals.md).
+        approximation, docs/intervals.md). The full-vector methods evaluate theirs during the fit
+        instead (:meth:`_held_block`).
         """
         theta = np.log(self.temperature_)
         b = self.awards_ / self.temperature_
         n_aw = 1 if self._has_award else 0
+        if self._objective_kind() == "multinomial":
+            if fitted.any():
+                obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
+                yield (np.flatnonzero(fitted), obj, np.array([theta[fitted][0]]))
+        elif self._shared:
+            if fitted.any():
+                d, others = self._split(data)
+                k = data.n_classes
+                obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
+                                        groups=data.pred if n_aw else None)
+                x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
+                yield (np.flatnonzero(fitted), obj, x)
+        else:
+            z = binary_logit(data) if self._binary else None
+            for c, idx in rows_by_class(data.pred, data.n_classes):
+                if not fitted[c]:
+                    continue
+                d, others = (z[idx], None) if self._binary else self._split(data, idx)
+                obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
+                yield ([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else [])))
 
-        def blocks():  # one objective at a time: a per-class fit's K objectives are never all held at once
-            if self._objective_kind() == "multinomial":
-                if fitted.any():
-                    obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
-                    yield (np.flatnonzero(fitted), obj, np.array([theta[fitted][0]]))
-            elif self._shared:
-                if fitted.any():
-                    d, others = self._split(data)
-                    k = data.n_classes
-                    obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
-                                            groups=data.pred if n_aw else None)
-                    x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
-                    yield (np.flatnonzero(fitted), obj, x)
-            else:
-                z = binary_logit(data) if self._binary else None
-                for c, idx in rows_by_class(data.pred, data.n_classes):
-                    if not fitted[c]:
-                        continue
-                    # rows a..b-1 (a fit's data is sorted by class): views of the same numbers (issue 26: no copies)
-                    rows = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
-                    d, others = (z[rows], None) if self._binary else self._split(data, idx)
-                    obj = TopLabelObjective(d, others, data.tp[rows], data.fp[rows], loss="nll", n_awards=n_aw)
-                    yield ([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else [])))
-        return self._covariances(blocks())
+    def _held_block(self, classes, obj, make, temps, awards, at):
+        """A block for :meth:`_covariances` evaluated now, on a fit's own objective while its rows are at hand.
+
+        ``obj``: the fit's objective on the block's rows, ``make(loss)`` one with another loss; ``classes``:
+        the fitted classes (a mask, shared fit); ``temps``, ``awards``: the fitted values; ``at``: the
+        class (per-class fit) or None (shared). The point is
+        :meth:`_cov_blocks`'s (log T and A / T of the fitted values, the same operations), and an
+        NLL objective on the same rows gives the same numbers, so the covariance is that of a second pass
+        over the data without one (issue 26: that pass split every row of the score matrix again).
+        """
+        theta = np.log(temps if at is None else temps[at:at + 1])
+        b = (awards / temps) if at is None else (awards[at:at + 1] / temps[at:at + 1])
+        if at is None:
+            fitted = np.asarray(classes)
+            x = np.concatenate([[theta[fitted][0]], b if self._has_award else []])
+        else:
+            x = np.array([theta[0]] + ([b[0]] if self._has_award else []))
+        nll = obj if obj.loss == "nll" else make("nll")
+        return (np.flatnonzero(classes) if at is None else [at], _Held(*nll.grad_hess(x)), x)
 
     def _covariances(self, groups) -> np.ndarray:
         """(K, 2, 2) covariances of (log T, A / T) per class from (classes, objective, x) blocks.

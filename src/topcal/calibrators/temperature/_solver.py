@@ -224,7 +224,6 @@ def _settled(x, g, h, lo, hi):
         return ok & np.all(np.abs(step) <= _SETTLED * (1.0 + np.abs(x)), axis=1)
 
 
-LAST_DX = np.zeros(100000)
 def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
     """:func:`bounded_newton` on many independent problems at once, each by its own rules.
 
@@ -287,7 +286,6 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
                                np.where(take[:, None, None], hn, hr[tiny]), lo, hi)
             finish(sel[take & settled], it + 1)
             finish(sel[~take & settled], it)
-            LAST_DX[sel[~settled]] = 1
         keep = ~tiny
         if it == max_iter:
             break

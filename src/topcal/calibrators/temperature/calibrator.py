@@ -47,7 +47,7 @@ from ..foldmemo import memo, memo_data
 from ._intervals import TemperatureIntervals
 from ._lockstep import solve_classes
 from ._solver import degenerate_corner
-from ._rows import LOG_T, binary_logit, fit_split, split_rows, warm_start
+from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, top_rows, warm_start
 
 __all__ = ["TemperatureBase"]
 
@@ -125,7 +125,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                     if not self._binary:
                         self.__dict__["_fit_full"] = (data.full, data.full_kind, order)
                     full = data
-                    data = memo_data(full, "canonical_top", lambda: full.subset(order, keep_full=False))
+                    data = memo_data(full, "canonical_top", lambda: top_rows(full, order))
             self._fit_ordered(data)
         finally:
             self.__dict__.pop("_fit_full", None)
@@ -152,11 +152,11 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 res = self._fallback(obj, np.zeros(1), np.array([LOG_T[0]]), np.array([LOG_T[1]]), None,
                                      self.name, exc)
             temps[fitted] = np.exp(res.x[0])
-            loss, n_iter, m = res.fun, res.n_iter, None
+            loss, n_iter, m, held = res.fun, res.n_iter, None, None
         elif self._shared:
-            temps, awards, loss, n_iter, m = self._fit_shared(data, fitted, only_tp, only_fp)
+            temps, awards, loss, n_iter, m, held = self._fit_shared(data, fitted, only_tp, only_fp)
         else:
-            temps, awards, loss, n_iter, m = self._fit_per_class(data, fitted, only_tp, only_fp)
+            temps, awards, loss, n_iter, m, held = self._fit_per_class(data, fitted, only_tp, only_fp)
         self.temperature_ = temps
         self.awards_ = awards
         self.fitted_classes_ = fitted
@@ -167,9 +167,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
-        del m, rows  # before the covariance's pass over the rows (issue 26: peak memory)
-        # the parameters' covariance serves intervals and describe only: a scratch fit (a fold's model) skips it
-        self.param_cov_ = None if self._scratch else self._covariance_from_data(data, fitted)
+        del m, rows  # freed first; then the parameters' covariance (intervals, describe; from the ``held`` blocks)
+        self.param_cov_ = None if self._scratch else self._covariances(held or self._cov_blocks(data, fitted))
 
     def _warm_x(self, c, size: int) -> np.ndarray:
         """Newton's start for class ``c`` (None: the shared parameters); see :func:`._rows.warm_start`."""
@@ -220,7 +219,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
         temps = np.where(fitted, np.exp(res.x[0]), 1.0)
         awards = np.where(fitted, res.x[1:] * np.exp(res.x[0]), 0.0) if n_aw else np.zeros(k)
-        return temps, awards, res.fun, res.n_iter, obj.margin(res.x)
+        held = None if self._scratch or not fitted.any() else [self._held_block(fitted, obj, make, temps, awards, None)]
+        return temps, awards, res.fun, res.n_iter, obj.margin(res.x, copy=False), held
 
     def _fit_per_class(self, data, fitted, only_tp, only_fp):
         k = data.n_classes
@@ -233,22 +233,23 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         n_aw = 1 if self._has_award else 0
         lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
-        order = class_order(data.pred, k)  # class c's rows, ascending: order[heads[c]:heads[c + 1]]
+        order = None if np.all(data.pred[1:] >= data.pred[:-1]) else class_order(data.pred, k)  # see class_rows
         heads = np.concatenate([[0], np.cumsum(np.bincount(data.pred, minlength=k))])
         solved = {}
+        held = None if self._binary or self._scratch else []  # the information blocks (_held_block), class by class
         if self._binary and self._lockstep:  # the classes' Newton solves together (_lockstep.py), the rest below
             which = fitted & ~only_tp & ~only_fp
             for c in np.flatnonzero(fitted & ~which):  # a one-sided class at its corner, as below; else Newton
-                idx = order[heads[c]:heads[c + 1]]
+                idx = class_rows(order, heads, c)
                 obj = TopLabelObjective(z[idx], None, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw)
                 res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
                 which[c] = res is None
                 if res is not None:
-                    solved[c], m[idx] = res, obj.margin(res.x)
+                    solved[c], m[idx] = res, obj.margin(res.x, copy=False)
             x0 = np.array([self._warm_x(c, 1 + n_aw) for c in np.flatnonzero(which)]).reshape(-1, 1 + n_aw)
             solved.update(solve_classes(z, data, which, order, x0, lo, hi, loss=self.loss, max_iter=self.max_iter, m=m))
         for c in np.flatnonzero(fitted):
-            idx = order[heads[c]:heads[c + 1]]
+            idx = class_rows(order, heads, c)
             res = solved.get(c)
             if res is None:
                 d, others = (z[idx], None) if self._binary else self._split(data, idx)
@@ -262,13 +263,16 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 if res is None:
                     res, obj = self._solve(make, self._warm_x(c, 1 + n_aw), lo, hi, None,
                                            f"{self.name} (class {data.classes[c]!r})")
-                m[idx] = obj.margin(res.x)
+                m[idx] = obj.margin(res.x, copy=False)
             temps[c] = np.exp(res.x[0])
             if n_aw:
                 awards[c] = res.x[1] * temps[c]  # the optimiser's coordinate is b = A / T
+            if held is not None:
+                held.append(self._held_block(None, obj, make, temps, awards, c))
+            obj = make = d = others = None  # this class's rows and scratch go before the next class's are split
             loss += res.fun
             n_iter += res.n_iter
-        return temps, awards, loss, n_iter, m
+        return temps, awards, loss, n_iter, m, held
 
     def _solve(self, make, x0, lo, hi, fixed, what):
         """Newton on the chosen loss; a Brier fit starts from the NLL optimum.

@@ -47,3 +47,21 @@ def many_small_classes(seed, k, n, *, concentration=0.7, levels=None):
     labels = np.where(right, pred, (pred + 1 + rng.integers(0, k - 1, pred.size)) % k)
     return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(k)],
                                     score_range=(0.0, 1.0))
+
+
+def bench_probs(n, k, seed=0, *, temperatures=True):
+    """The benchmarks' simulated outputs (``benchmarks/_measure.make_data``): probabilities (n, k) and labels.
+
+    Logits N(0, 2^2) plus 2 on a uniform true class; with ``temperatures`` each column divided by its own
+    temperature from 0.5 (overconfident) to 2 (underconfident), as the benchmarks do. Built in place: the
+    memory tests compare a fit's peak with this one (n, k) array."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    z = rng.normal(0.0, 2.0, size=(n, k))
+    z[np.arange(n), labels] += 2.0
+    if temperatures:
+        z /= np.linspace(0.5, 2.0, k)[None, :]
+    z -= z.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z, labels

@@ -12,6 +12,8 @@ from topcal.calibrators.kde import _engine as eng
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
 
+from _sim import bench_probs
+
 
 def _class(seed, n, bounds=None):
     rng = np.random.default_rng(seed)
@@ -120,16 +122,6 @@ def eng_cands(e):
     return rules.candidates(e.lo, e.hi, float(np.diff(e.points).min()))
 
 
-def _probs(n, k, seed=0):
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, n)
-    z = rng.normal(0.0, 2.0, size=(n, k))
-    z[np.arange(n), labels] += 2.0
-    z /= np.linspace(0.5, 2.0, k)[None, :]
-    z = np.exp(z - z.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True), labels
-
-
 @pytest.mark.parametrize("method, before_mb, bound_mb", [("kde-opt", 39.3, 5.6), ("kde-mon2", 9.7, 4.7), ("kde", 4.6, 3.5)])
 def test_fit_peak_memory_at_10k_rows_and_10_classes(method, before_mb, bound_mb):
     """tracemalloc peak of a fit on 10^4 rows x 10 classes (the benchmark's data; input 0.8 MB): kde-opt
@@ -137,7 +129,7 @@ def test_fit_peak_memory_at_10k_rows_and_10_classes(method, before_mb, bound_mb)
     after: 5.07, 4.27 and 3.03 MB (the bounds ~10 % above; kde-opt's is below its 6.1 MB with every
     class's engine kept to the end of the fit, kde-mon2's below its 4.9 MB with the levels' grids
     built up front)."""
-    probs, labels = _probs(10_000, 10)
+    probs, labels = bench_probs(10_000, 10)
     data = TopLabelData.from_probs(probs, labels)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)

@@ -12,7 +12,7 @@ import topcal
 from topcal import TopLabelData
 from topcal.calibrators.temperature import _lockstep
 
-from _sim import many_small_classes, simulate_probs
+from _sim import bench_probs, many_small_classes, simulate_probs
 
 
 def _data_sets():
@@ -100,14 +100,7 @@ def test_fit_and_predict_peak_memory_is_below_twice_the_input(name):
     (tracemalloc; measured ~1.5-1.6x at 10^5 x 10, were 2.9-4.9x)."""
     import tracemalloc
 
-    rng = np.random.default_rng(0)
-    n, k = 50_000, 10
-    labels = rng.integers(0, k, n)
-    z = rng.normal(0.0, 2.0, (n, k))
-    z[np.arange(n), labels] += 2.0
-    z -= z.max(axis=1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=1, keepdims=True)
+    z, labels = bench_probs(50_000, 10, 0, temperatures=False)
     data = TopLabelData.from_probs(z, labels)
     tracemalloc.start()
     try:

@@ -15,17 +15,7 @@ from topcal.calibrators.temperature import _core, _lockstep
 from topcal.calibrators.temperature._core import MultinomialObjective, TopLabelObjective, lse_moments, split_top
 from topcal.data import canonical_order
 
-
-def probs_and_labels(n, k, seed):
-    """Class-dependently miscalibrated probabilities (as benchmarks/_measure.make_data)."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, n)
-    z = rng.normal(0.0, 2.0, size=(n, k))
-    z[np.arange(n), labels] += 2.0
-    z /= np.linspace(0.5, 2.0, k)[None, :]
-    z -= z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return p / p.sum(axis=1, keepdims=True), labels
+from _sim import bench_probs
 
 
 def evaluate(obj, x):
@@ -36,7 +26,7 @@ def evaluate(obj, x):
 @pytest.mark.parametrize("k", [3, 12, 120])
 @pytest.mark.parametrize("loss, awards", [("nll", 0), ("brier", 0), ("nll", 1), ("nll", 4)])
 def test_narrow_scratch_gives_the_numbers_of_one_wide_block(k, loss, awards, monkeypatch):
-    p, labels = probs_and_labels(20_000, k, k)  # three 8192-row blocks, the last one partial
+    p, labels = bench_probs(20_000, k, k)  # three 8192-row blocks, the last one partial
     pred = p.argmax(axis=1)
     d, others = split_top(p, pred, log_floor=1e-300)
     tp = (labels == pred).astype(float)
@@ -75,7 +65,7 @@ def split_by_index(z, pred, log_floor=None):
 @pytest.mark.parametrize("k", [2, 7, 150])
 @pytest.mark.parametrize("chunk", [1, 100, 1 << 20])
 def test_split_by_shifted_copies_equals_the_gather_by_index(k, chunk, monkeypatch):
-    p, _ = probs_and_labels(3000, k, 1)
+    p, _ = bench_probs(3000, k, 1)
     pred = p.argmax(axis=1)
     pred[::5] = (pred[::5] + 1) % k  # the predicted class need not be the argmax
     rows = np.random.default_rng(2).permutation(3000)
@@ -90,7 +80,7 @@ def test_split_by_shifted_copies_equals_the_gather_by_index(k, chunk, monkeypatc
 @pytest.mark.parametrize("method", ["sts", "tswa", "csts", "cstswa"])
 @pytest.mark.parametrize("loss", ["nll", "brier"])
 def test_information_evaluated_during_the_fit_equals_a_pass_over_the_data(method, loss):
-    p, labels = probs_and_labels(6000, 6, 3)
+    p, labels = bench_probs(6000, 6, 3)
     data = TopLabelData.from_probs(p, labels)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -103,7 +93,7 @@ def test_information_evaluated_during_the_fit_equals_a_pass_over_the_data(method
 
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 def test_lockstep_chunks_change_no_number(method, monkeypatch):
-    p, labels = probs_and_labels(8000, 40, 4)
+    p, labels = bench_probs(8000, 40, 4)
     data = TopLabelData.from_probs(p, labels)
     fits = []
     for rows in (1, 150, 1 << 30):
@@ -121,7 +111,7 @@ def test_lockstep_chunks_change_no_number(method, monkeypatch):
                                            (30_000, 20, ["sts", "csts", "bts"]),
                                            (10_000, 10, ["csts", "cstswa"])])
 def test_fit_peak_memory_within_twice_the_input(n, k, methods):
-    p, labels = probs_and_labels(n, k, 0)
+    p, labels = bench_probs(n, k, 0)
     data = TopLabelData.from_probs(p, labels)
     for method in methods:
         with warnings.catch_warnings():

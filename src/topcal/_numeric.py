@@ -83,9 +83,10 @@ class SortedTables:
     The tables (each ascending; stored end to end in ``values``, table g at
     ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of
     ``BUCKETS_PER_ENTRY`` buckets per entry over their own range, and each bucket the
-    position of its first entry and that entry. A query finds its bucket by arithmetic,
-    gathers both (one random access, where a binary search into a long table makes ~log2
-    of its length) and steps over the few entries of its bucket that lie below it; rows
+    position of its first entry (int32 where the tables hold fewer than 2^31 entries). A
+    query finds its bucket by arithmetic, gathers its position and the entry there (two
+    random accesses, where a binary search into a long table makes ~log2 of its length)
+    and steps over the few entries of its bucket that lie below it; rows
     still stepping after ``LINEAR_STEPS`` finish by bisection within their bucket, so
     crowded buckets (scores piled up in a narrow range) cost O(log) and never a long scan.
 
@@ -100,7 +101,7 @@ class SortedTables:
     #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
     #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
     #: that but measured no faster, at twice the memory. Each bucket keeps its first position
-    #: and the entry there (16 bytes): 32 bytes per entry.
+    #: (4 bytes; issue 26: until 2026-11-27 also the entry there, 16 bytes): 8 bytes per entry.
     BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
     LINEAR_STEPS = 2
@@ -139,28 +140,22 @@ class SortedTables:
         n_buckets = int(self._bucket0[-1])
         count = np.bincount(self._bucket(values, table_of), minlength=n_buckets)
         del table_of
-        # each bucket's first position and the entry there, side by side (exact: positions < 2^53);
-        # the last row, past the last bucket, only bounds the bisection
-        self._head = np.empty((n_buckets + 1, 2))
-        start, scratch = self._head[:, 0], self._head[:, 1]
-        start[0] = 0.0
-        np.cumsum(count, out=start[1:])
+        # each bucket's first position (the last row, past the last bucket, only bounds the bisection):
+        # its table's entries before it, plus one +inf per earlier table (the bucket after a table's
+        # last is the next table's first)
+        idx = np.int32 if self._values.size < np.iinfo(np.int32).max else np.intp
+        self._head = np.empty(n_buckets + 1, dtype=idx)
+        self._head[0] = 0
+        np.cumsum(count, out=self._head[1:])
         del count
-        # padded position of each bucket's first entry: its table's entries before it, plus one
-        # +inf per earlier table (the bucket after a table's last is the next table's first)
-        scratch[:] = 0.0
-        scratch[self._bucket0[1:]] = 1.0
-        np.cumsum(scratch, out=scratch)
-        start += scratch
-        for a in range(0, n_buckets, self._CHUNK):
-            b = min(a + self._CHUNK, n_buckets)
-            scratch[a:b] = self._values[start[a:b].astype(np.intp)]
-        scratch[-1] = np.inf
+        pad = np.zeros(n_buckets + 1, dtype=idx)
+        pad[self._bucket0[1:]] = 1
+        np.cumsum(pad, out=pad)
+        self._head += pad
+        del pad
 
     #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an index).
     _COPY_TABLES = 10_000
-    #: Buckets per pass when the head's entries are gathered (bounds the temporary index array).
-    _CHUNK = 1 << 16
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
         """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the table's
@@ -177,17 +172,16 @@ class SortedTables:
         """Where each ``x`` falls in the tables laid out end to end (:meth:`layout`).
 
         :meth:`search`'s index plus the table's start, in a layout with one slot after each
-        table (so the index ``size``, past the last entry, is a slot of its own table).
+        table (so the index ``size``, past the last entry, is a slot of its own table). int32
+        where the tables hold fewer than 2^31 entries (half the memory of the rows' index).
         """
         x = np.asarray(x, dtype=np.float64)
         group = np.asarray(group, dtype=np.intp)
         v = self._values
         with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
             q = self._bucket(x, group)
-        head = np.take(self._head, q, axis=0)  # (position, its entry): one gather for both
-        j = head[:, 0].astype(np.intp)
-        act = np.flatnonzero(head[:, 1] < x)
-        del head
+        j = np.take(self._head, q)  # the bucket's first position (int32 for tables below 2^31 entries)
+        act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
             if not act.size:
                 break
@@ -195,7 +189,7 @@ class SortedTables:
             act = act[v[j[act]] < x[act]]
         if act.size:  # a crowded bucket: bisect (lo, hi] where v[hi] >= x (a later bucket or the +inf)
             lo = j[act] + 1
-            hi = np.minimum(self._head[q[act] + 1, 0].astype(np.intp), self._ends[group] if group.ndim == 0 else self._ends[group[act]])
+            hi = np.minimum(self._head[q[act] + 1], self._ends[group] if group.ndim == 0 else self._ends[group[act]])
             xa = x[act]
             while True:
                 more = lo < hi

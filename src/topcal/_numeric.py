@@ -25,7 +25,18 @@ def binary_nll(tp, fp, conf):
     -[tp log c + fp log(1 - c)] with c clipped to [PROB_CLIP, 1 - PROB_CLIP].
     """
     c = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
-    return -(tp * np.log(c) + fp * np.log1p(-c))
+    if np.ndim(c) == 0 or np.shape(c) != np.broadcast_shapes(np.shape(c), np.shape(tp), np.shape(fp)):
+        return -(tp * np.log(c) + fp * np.log1p(-c))
+    # in place: the same operations (a product's operands commute exactly), two arrays of c's size
+    # where the expression above holds four (issue 26, peak memory)
+    out = np.log(c)
+    out *= tp
+    np.negative(c, out=c)
+    np.log1p(c, out=c)
+    c *= fp
+    out += c
+    del c
+    return np.negative(out, out=out)
 
 
 def dot(a, b) -> float:
@@ -124,35 +135,45 @@ class SortedTables:
         self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
         # entries with a +inf after each table (the stop of a scan that passes the table's last entry);
         # built with few full-length temporaries (issue 26: at most ~2 arrays of 8 bytes per entry
-        # beside what is kept, 40 bytes per entry)
+        # beside what is kept)
         small = np.int32 if G < np.iinfo(np.int32).max else np.intp
-        table_of = np.repeat(np.arange(G, dtype=small), size) if G > 1 else np.intp(0)  # each entry's table
         self._values = np.full(values.size + G, np.inf)
         if G > 1:
             pos = np.arange(values.size)
-            pos += table_of
+            pos += np.repeat(np.arange(G, dtype=small), size)  # each entry's table
             self._values[pos] = values
             del pos
         else:
             self._values[: values.size] = values
         self._offsets = offsets[:-1] + np.arange(G)
         self._ends = self._offsets + size  # the +inf after each table
+        self._head = None  # the bucket grid: built by the first search (:meth:`build`)
+
+    def build(self) -> "SortedTables":
+        """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
+        position, 8 bytes per entry, and while it is built ~3 arrays of 8 bytes per entry (issue 26:
+        a fit builds it when its own scratch is freed, not while it is held)."""
+        if self._head is not None:
+            return self
+        G = self._offsets.size
         n_buckets = int(self._bucket0[-1])
-        count = np.bincount(self._bucket(values, table_of), minlength=n_buckets)
+        # every padded entry's bucket: a table's +inf falls in its last bucket (its first where the
+        # scale is 0, as every query there), so the count of padded entries in the buckets before
+        # one is the padded position of its first entry (the bucket after a table's last is the
+        # next table's first)
+        size = self._ends - self._offsets + 1
+        small = np.int32 if G < np.iinfo(np.int32).max else np.intp
+        table_of = np.repeat(np.arange(G, dtype=small), size) if G > 1 else np.intp(0)
+        with np.errstate(invalid="ignore"):  # +inf times scale 0
+            count = np.bincount(self._bucket(self._values, table_of), minlength=n_buckets)
         del table_of
-        # each bucket's first position (the last row, past the last bucket, only bounds the bisection):
-        # its table's entries before it, plus one +inf per earlier table (the bucket after a table's
-        # last is the next table's first)
+        # the last row, past the last bucket, only bounds the bisection
         idx = np.int32 if self._values.size < np.iinfo(np.int32).max else np.intp
-        self._head = np.empty(n_buckets + 1, dtype=idx)
-        self._head[0] = 0
-        np.cumsum(count, out=self._head[1:])
-        del count
-        pad = np.zeros(n_buckets + 1, dtype=idx)
-        pad[self._bucket0[1:]] = 1
-        np.cumsum(pad, out=pad)
-        self._head += pad
-        del pad
+        head = np.empty(n_buckets + 1, dtype=idx)
+        head[0] = 0
+        np.cumsum(count, out=head[1:])
+        self._head = head
+        return self
 
     #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an index).
     _COPY_TABLES = 10_000
@@ -180,7 +201,7 @@ class SortedTables:
         v = self._values
         with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
             q = self._bucket(x, group)
-        j = np.take(self._head, q)  # the bucket's first position (int32 for tables below 2^31 entries)
+        j = np.take(self.build()._head, q)  # the bucket's first position (int32 for tables below 2^31 entries)
         act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
             if not act.size:
@@ -221,19 +242,34 @@ class SortedTables:
         empty table): a gather at :meth:`positions` then gives
         ``per_entry[min(searchsorted(...), size - 1)]`` of the query's table.
         """
+        return self.layout_of(self._ends - self._offsets, per_entry, after)
+
+    @staticmethod
+    def slot_starts(size) -> np.ndarray:
+        """Where each table's slots start in the layout of tables of ``size`` entries (one slot after
+        each table, which :meth:`layout` fills): the tables' starts in :meth:`positions`."""
+        size = np.asarray(size, dtype=np.int64)
+        return np.cumsum(size + 1) - (size + 1)
+
+    @classmethod
+    def layout_of(cls, size, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`layout` for tables of ``size`` entries each, without the tables (their values are not
+        needed: a caller may lay out values before it builds the tables, issue 26's peak memory)."""
         per_entry = np.asarray(per_entry)
-        out = np.zeros((self._values.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
-        size = self._ends - self._offsets
-        if size.size <= self._COPY_TABLES:  # a slice copy per table: no entry-length index arrays (memory)
+        size = np.asarray(size, dtype=np.int64)
+        starts = cls.slot_starts(size)
+        ends = starts + size
+        out = np.zeros((int(size.sum()) + size.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
+        if size.size <= cls._COPY_TABLES:  # a slice copy per table: no entry-length index arrays (memory)
             a = 0
-            for start, n in zip(self._offsets.tolist(), size.tolist()):
+            for start, n in zip(starts.tolist(), size.tolist()):
                 out[start : start + n] = per_entry[a : a + n]
                 a += n
         else:
             out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = per_entry
         if after is not None:
-            out[self._ends] = after
+            out[ends] = after
         else:
-            full = self._ends > self._offsets
-            out[self._ends[full]] = out[self._ends[full] - 1]
+            full = ends > starts
+            out[ends[full]] = out[ends[full] - 1]
         return out

@@ -242,10 +242,17 @@ class _CumulativeBase(ScoreCalibrator):
         (:meth:`_layout`, from the tables' sizes alone) and makes them at its end, when its scratch
         is freed (issue 26, peak memory)."""
         if "_tables_index" not in self.__dict__:
-            keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in self.class_state_]
-            size = np.array([k.size for k in keys], dtype=np.int64)
-            keys = np.concatenate(keys)
-            self.__dict__["_tables_index"] = SortedTables(keys, np.concatenate([[0], np.cumsum(size)]))
+            size = self._table_sizes()
+            offsets = np.concatenate([[0], np.cumsum(size)])
+            keys = np.empty(int(offsets[-1]))
+            for st, a in zip(self.class_state_, offsets.tolist()):  # _lookup_keys' keys, written in place
+                if st is not None:
+                    u = st["scores"]
+                    p, ins = _cut_slot(st)
+                    keys[a : a + p] = u[:p]
+                    keys[a + p] = np.nextafter(st["theta"], -np.inf)
+                    keys[a + p + ins : a + u.size + ins] = u[p:]
+            self.__dict__["_tables_index"] = SortedTables(keys, offsets)
         return self.__dict__["_tables_index"]
 
     def _table_sizes(self) -> np.ndarray:

@@ -228,7 +228,8 @@ class _CumulativeBase(ScoreCalibrator):
         value the score takes there, Conf (:attr:`_conf`) and the (TP count, count) pair of its
         local counts (:attr:`_counts`), the products the per-row code forms. Those two layouts
         are built on first use (issue 26, memory: a shrunk model needs only the counts, its
-        reference only its shrunk values, an unshrunk fit only Conf). Classes without a state
+        reference only its shrunk values, an unshrunk fit only Conf), and so are the tables
+        (:attr:`_tables`; a fit makes them at its end, :meth:`_fit`). Classes without a state
         get an empty table (zeros); their rows are handled by the callers.
         """
         states = self.class_state_

@@ -94,7 +94,7 @@ class SortedTables:
     The tables (each ascending; stored end to end in ``values``, table g at
     ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of
     ``BUCKETS_PER_ENTRY`` buckets per entry over their own range, and each bucket the
-    position of its first entry (int32 where the tables hold fewer than 2^31 entries). A
+    position of its first entry. A
     query finds its bucket by arithmetic, gathers its position and the entry there (two
     random accesses, where a binary search into a long table makes ~log2 of its length)
     and steps over the few entries of its bucket that lie below it; rows
@@ -112,7 +112,10 @@ class SortedTables:
     #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
     #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
     #: that but measured no faster, at twice the memory. Each bucket keeps its first position
-    #: (4 bytes; issue 26: until 2026-11-27 also the entry there, 16 bytes): 8 bytes per entry.
+    #: (8 bytes; issue 26: until 2026-11-27 also the entry there, 16 bytes): 16 bytes per entry.
+    #: The entry is gathered from the values (a second random access per query: at 10^6 rows
+    #: ~10-20% slower lookups; int32 positions, 8 bytes per entry, were slower still, every
+    #: gather through them converting the index).
     BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
     LINEAR_STEPS = 2
@@ -151,7 +154,7 @@ class SortedTables:
 
     def build(self) -> "SortedTables":
         """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
-        position, 8 bytes per entry, and while it is built ~3 arrays of 8 bytes per entry (issue 26:
+        position, 16 bytes per entry, and while it is built ~3 arrays of 8 bytes per entry (issue 26:
         a fit builds it when its own scratch is freed, not while it is held)."""
         if self._head is not None:
             return self
@@ -168,8 +171,7 @@ class SortedTables:
             count = np.bincount(self._bucket(self._values, table_of), minlength=n_buckets)
         del table_of
         # the last row, past the last bucket, only bounds the bisection
-        idx = np.int32 if self._values.size < np.iinfo(np.int32).max else np.intp
-        head = np.empty(n_buckets + 1, dtype=idx)
+        head = np.empty(n_buckets + 1, dtype=np.intp)
         head[0] = 0
         np.cumsum(count, out=head[1:])
         self._head = head
@@ -193,15 +195,14 @@ class SortedTables:
         """Where each ``x`` falls in the tables laid out end to end (:meth:`layout`).
 
         :meth:`search`'s index plus the table's start, in a layout with one slot after each
-        table (so the index ``size``, past the last entry, is a slot of its own table). int32
-        where the tables hold fewer than 2^31 entries (half the memory of the rows' index).
+        table (so the index ``size``, past the last entry, is a slot of its own table).
         """
         x = np.asarray(x, dtype=np.float64)
         group = np.asarray(group, dtype=np.intp)
         v = self._values
         with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
             q = self._bucket(x, group)
-        j = np.take(self.build()._head, q)  # the bucket's first position (int32 for tables below 2^31 entries)
+        j = np.take(self.build()._head, q)  # the bucket's first position
         act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
             if not act.size:

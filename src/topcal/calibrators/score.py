@@ -243,7 +243,8 @@ class ScoreCalibrator(Calibrator):
             t, n, w_tp, w_fp, r, g = shr.merge_rows_by_run(run, n_runs, tc, nc, r_cell, w_tp, w_fp)
             self._set_shrinkage(shr.loo_nll_by_group(t, n, w_tp, w_fp, r, group[g], K))
             return
-        joint = key * c0 + key0  # (cell, reference cell) of every row
+        joint = np.multiply(key, c0, dtype=np.int64)  # (cell, reference cell) of every row (int64: keys may be int32)
+        joint += key0
         del key
         if tc.size * c0 <= 4 * joint.size + 1024:
             occ = np.flatnonzero(np.bincount(joint, minlength=tc.size * c0))

@@ -611,7 +611,7 @@ def test_sorted_tables_layout_of_sizes_and_lazy_grid():
         assert index._head is None  # nothing searched yet
     index = SortedTables(np.arange(5.0), np.array([0, 2, 5]))
     np.testing.assert_array_equal(index.search(np.array([0.5, 3.0, 9.0]), np.array([0, 1, 1])), [1, 1, 3])
-    assert index._head.dtype == np.intp and index.build() is index
+    assert index._head.dtype == np.int32 and index.build() is index
 
 
 def test_in_place_numerics_equal_their_expressions():

@@ -112,10 +112,9 @@ class SortedTables:
     #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
     #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
     #: that but measured no faster, at twice the memory. Each bucket keeps its first position
-    #: (8 bytes; issue 26: until 2026-11-27 also the entry there, 16 bytes): 16 bytes per entry.
-    #: The entry is gathered from the values (a second random access per query: at 10^6 rows
-    #: ~10-20% slower lookups; int32 positions, 8 bytes per entry, were slower still, every
-    #: gather through them converting the index).
+    #: (int32 below 2^31 entries; issue 26: until 2026-11-27 a float64 pair of it and the entry
+    #: there, 16 bytes): 8 bytes per entry. The entry is gathered from the values, a second random
+    #: access per query (at 10^6 rows ~10% slower lookups, the price of a quarter of the memory).
     BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
     LINEAR_STEPS = 2
@@ -154,7 +153,7 @@ class SortedTables:
 
     def build(self) -> "SortedTables":
         """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
-        position, 16 bytes per entry, and while it is built ~3 arrays of 8 bytes per entry (issue 26:
+        position, 8 bytes per entry, and while it is built ~3 arrays of 8 bytes per entry (issue 26:
         a fit builds it when its own scratch is freed, not while it is held)."""
         if self._head is not None:
             return self
@@ -171,7 +170,7 @@ class SortedTables:
             count = np.bincount(self._bucket(self._values, table_of), minlength=n_buckets)
         del table_of
         # the last row, past the last bucket, only bounds the bisection
-        head = np.empty(n_buckets + 1, dtype=np.intp)
+        head = np.empty(n_buckets + 1, dtype=np.int32 if self._values.size < np.iinfo(np.int32).max else np.intp)
         head[0] = 0
         np.cumsum(count, out=head[1:])
         self._head = head
@@ -202,7 +201,8 @@ class SortedTables:
         v = self._values
         with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
             q = self._bucket(x, group)
-        j = np.take(self.build()._head, q)  # the bucket's first position
+        # the bucket's first position, as intp (an int32 index would be converted by every gather through it)
+        j = np.take(self.build()._head, q).astype(np.intp, copy=False)
         act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
             if not act.size:

@@ -439,7 +439,7 @@ def test_sorted_tables_search_equals_searchsorted(monkeypatch, per_entry, linear
                  np.concatenate([0.5 + 1e-9 * rng.random(size), rng.random(3)]), np.full(min(size, 1), 0.3)][kind]
             tables.append(np.unique(t))
         offsets = np.concatenate([[0], np.cumsum([t.size for t in tables])])
-        index = SortedTables(np.concatenate(tables), offsets)
+        index = SortedTables(np.concatenate(tables), offsets, paired=bool(rng.integers(0, 2)))
         group = rng.integers(0, len(tables), 400)
         pool = np.concatenate([np.concatenate(tables), rng.random(400), [-1e300, 1e300, np.inf, -np.inf, 0.5]])
         x = rng.choice(pool, 400)
@@ -609,9 +609,10 @@ def test_sorted_tables_layout_of_sizes_and_lazy_grid():
         for a in (None, after):
             np.testing.assert_array_equal(SortedTables.layout_of(sizes, per, a), index.layout(per, a))
         assert index._head is None  # nothing searched yet
-    index = SortedTables(np.arange(5.0), np.array([0, 2, 5]))
-    np.testing.assert_array_equal(index.search(np.array([0.5, 3.0, 9.0]), np.array([0, 1, 1])), [1, 1, 3])
-    assert index._head.dtype == np.int32 and index.build() is index
+    for paired in (False, True):  # a (position, entry) pair per bucket, or the position only (int32)
+        index = SortedTables(np.arange(5.0), np.array([0, 2, 5]), paired=paired)
+        np.testing.assert_array_equal(index.search(np.array([0.5, 3.0, 9.0]), np.array([0, 1, 1])), [1, 1, 3])
+        assert index._head.dtype == (np.float64 if paired else np.int32) and index.build() is index
 
 
 def test_in_place_numerics_equal_their_expressions():

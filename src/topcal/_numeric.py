@@ -111,15 +111,17 @@ class SortedTables:
 
     #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
     #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
-    #: that but measured no faster, at twice the memory. Each bucket keeps its first position
-    #: (int32 below 2^31 entries; issue 26: until 2026-11-27 a float64 pair of it and the entry
-    #: there, 16 bytes): 8 bytes per entry. The entry is gathered from the values, a second random
-    #: access per query (at 10^6 rows ~10% slower lookups, the price of a quarter of the memory).
+    #: that but measured no faster, at twice the memory. ``paired`` tables keep, per bucket, its
+    #: first position and the entry there as a float64 pair (one gather per query; 32 bytes per
+    #: entry); the others the position only (int32 below 2^31 entries; 8 bytes per entry) and
+    #: gather the entry from the values, a second random access per query (issue 26: at 10^6
+    #: rows ~10-30% slower lookups, for a quarter of the memory).
     BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
     LINEAR_STEPS = 2
 
-    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+    def __init__(self, values: np.ndarray, offsets: np.ndarray, *, paired: bool = False):
+        self._paired = bool(paired)
         values = np.asarray(values, dtype=np.float64)
         offsets = np.asarray(offsets, dtype=np.int64)
         G = offsets.size - 1
@@ -153,28 +155,42 @@ class SortedTables:
 
     def build(self) -> "SortedTables":
         """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
-        position, 8 bytes per entry, and while it is built ~3 arrays of 8 bytes per entry (issue 26:
-        a fit builds it when its own scratch is freed, not while it is held)."""
+        position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries (issue 26: a fit
+        builds it when its own scratch is freed, not while it is held)."""
         if self._head is not None:
             return self
-        G = self._offsets.size
         n_buckets = int(self._bucket0[-1])
+        total = self._values.size
+        if self._paired:
+            head = np.zeros((n_buckets + 1, 2))
+            start = head[:, 0]
+        else:
+            head = np.zeros(n_buckets + 1, dtype=np.int32 if total < np.iinfo(np.int32).max else np.intp)
+            start = head
         # every padded entry's bucket: a table's +inf falls in its last bucket (its first where the
         # scale is 0, as every query there), so the count of padded entries in the buckets before
         # one is the padded position of its first entry (the bucket after a table's last is the
-        # next table's first)
-        size = self._ends - self._offsets + 1
-        small = np.int32 if G < np.iinfo(np.int32).max else np.intp
-        table_of = np.repeat(np.arange(G, dtype=small), size) if G > 1 else np.intp(0)
-        with np.errstate(invalid="ignore"):  # +inf times scale 0
-            count = np.bincount(self._bucket(self._values, table_of), minlength=n_buckets)
-        del table_of
-        # the last row, past the last bucket, only bounds the bisection
-        head = np.empty(n_buckets + 1, dtype=np.int32 if self._values.size < np.iinfo(np.int32).max else np.intp)
-        head[0] = 0
-        np.cumsum(count, out=head[1:])
+        # next table's first). The buckets of the padded entries never decrease: counted by chunks.
+        for a in range(0, total, self._CHUNK):
+            idx = np.arange(a, min(a + self._CHUNK, total))
+            table = np.searchsorted(self._offsets, idx, side="right") - 1  # each padded entry's table
+            with np.errstate(invalid="ignore"):  # +inf times scale 0
+                q = self._bucket(self._values[idx], table)
+            lo = int(q[0])
+            count = np.bincount(q - lo)
+            start[lo + 1 : lo + 1 + count.size] += count
+        np.cumsum(start, out=start)  # the last row, past the last bucket, only bounds the bisection
+        if self._paired:
+            for a in range(0, n_buckets, self._CHUNK):
+                b = min(a + self._CHUNK, n_buckets)
+                # (a one-entry table's later buckets start past its +inf, and are never searched)
+                head[a:b, 1] = self._values[np.minimum(head[a:b, 0].astype(np.intp), total - 1)]
+            head[-1, 1] = np.inf
         self._head = head
         return self
+
+    #: Entries (or buckets) per pass when the grid is built (bounds its temporaries: 64 KB arrays).
+    _CHUNK = 1 << 13
 
     #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an index).
     _COPY_TABLES = 10_000
@@ -201,9 +217,15 @@ class SortedTables:
         v = self._values
         with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
             q = self._bucket(x, group)
-        # the bucket's first position, as intp (an int32 index would be converted by every gather through it)
-        j = np.take(self.build()._head, q).astype(np.intp, copy=False)
-        act = np.flatnonzero(v[j] < x)
+        if self.build()._paired:
+            head = np.take(self._head, q, axis=0)  # (position, its entry): one gather for both
+            j = head[:, 0].astype(np.intp)
+            act = np.flatnonzero(head[:, 1] < x)
+            del head
+        else:
+            # the bucket's first position, as intp (an int32 index would be converted by every gather through it)
+            j = np.take(self._head, q).astype(np.intp, copy=False)
+            act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
             if not act.size:
                 break
@@ -211,7 +233,8 @@ class SortedTables:
             act = act[v[j[act]] < x[act]]
         if act.size:  # a crowded bucket: bisect (lo, hi] where v[hi] >= x (a later bucket or the +inf)
             lo = j[act] + 1
-            hi = np.minimum(self._head[q[act] + 1], self._ends[group] if group.ndim == 0 else self._ends[group[act]])
+            nxt = self._head[q[act] + 1, 0].astype(np.intp) if self._paired else self._head[q[act] + 1]
+            hi = np.minimum(nxt, self._ends[group] if group.ndim == 0 else self._ends[group[act]])
             xa = x[act]
             while True:
                 more = lo < hi

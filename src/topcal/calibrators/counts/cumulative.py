@@ -253,7 +253,9 @@ class _CumulativeBase(ScoreCalibrator):
                     keys[a : a + p] = u[:p]
                     keys[a + p] = np.nextafter(st["theta"], -np.inf)
                     keys[a + p + ins : a + u.size + ins] = u[p:]
-            self.__dict__["_tables_index"] = SortedTables(keys, offsets)
+            # the class tables keep a (position, entry) pair per bucket (one gather per lookup); the
+            # pooled reference's, searched by shrunk applies only, the position (a quarter of the memory)
+            self.__dict__["_tables_index"] = SortedTables(keys, offsets, paired=not self._is_reference)
         return self.__dict__["_tables_index"]
 
     def _table_sizes(self) -> np.ndarray:

@@ -439,7 +439,7 @@ def test_sorted_tables_search_equals_searchsorted(monkeypatch, per_entry, linear
                  np.concatenate([0.5 + 1e-9 * rng.random(size), rng.random(3)]), np.full(min(size, 1), 0.3)][kind]
             tables.append(np.unique(t))
         offsets = np.concatenate([[0], np.cumsum([t.size for t in tables])])
-        index = SortedTables(np.concatenate(tables), offsets)
+        index = SortedTables(np.concatenate(tables), offsets, paired=bool(rng.integers(0, 2)))
         group = rng.integers(0, len(tables), 400)
         pool = np.concatenate([np.concatenate(tables), rng.random(400), [-1e300, 1e300, np.inf, -np.inf, 0.5]])
         x = rng.choice(pool, 400)
@@ -593,3 +593,105 @@ def test_cumulative_fit_peak_memory_is_a_small_multiple_of_the_input(shrinkage, 
     finally:
         tracemalloc.stop()
     assert peak < bound * z.nbytes
+
+
+def test_sorted_tables_layout_of_sizes_and_lazy_grid():
+    """SortedTables.layout_of (the tables' sizes only) lays values out as layout() does, also for empty
+    tables and no tables; the bucket grid is built by the first search (or build())."""
+    from topcal._numeric import SortedTables
+
+    rng = np.random.default_rng(7)
+    for sizes in ([], [0], [3], [0, 4, 0, 1], [5, 2, 7], [1, 0, 0]):
+        tables = [np.sort(rng.random(s)) for s in sizes]
+        index = SortedTables(np.concatenate(tables) if tables else np.zeros(0), np.concatenate([[0], np.cumsum(sizes)]))
+        per = rng.random((sum(sizes), 2))
+        after = rng.random((len(sizes), 2))
+        for a in (None, after):
+            np.testing.assert_array_equal(SortedTables.layout_of(sizes, per, a), index.layout(per, a))
+        assert index._head is None  # nothing searched yet
+    for paired in (False, True):  # a (position, entry) pair per bucket, or the position only (int32)
+        index = SortedTables(np.arange(5.0), np.array([0, 2, 5]), paired=paired)
+        np.testing.assert_array_equal(index.search(np.array([0.5, 3.0, 9.0]), np.array([0, 1, 1])), [1, 1, 3])
+        assert index._head.dtype == (np.float64 if paired else np.int32) and index.build() is index
+
+
+def test_in_place_numerics_equal_their_expressions():
+    """binary_nll, shrink and count_runs compute in place since issue 26 (peak memory): bit for bit the
+    expressions they replaced, for arrays, scalars and broadcasting operands."""
+    from topcal._numeric import PROB_CLIP, binary_nll
+    from topcal.calibrators import shrinkage as shr
+
+    rng = np.random.default_rng(3)
+    c = np.concatenate([rng.random(500), [0.0, 1.0, 1e-15, 1 - 1e-15]])
+    tp, fp = rng.integers(0, 3, c.size).astype(float), rng.random(c.size)
+
+    def nll_old(tp, fp, conf):
+        cc = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
+        return -(tp * np.log(cc) + fp * np.log1p(-cc))
+
+    for args in ((tp, fp, c), (1.0, 0.0, c), (0.0, 1.0, c), (tp[:, None], fp[:, None], c[None, :5]),
+                 (tp[:5, None], fp[:5, None], c[None, :7]), (2.0, 1.0, 0.3)):
+        np.testing.assert_array_equal(binary_nll(*args), nll_old(*args))
+
+    def shrink_old(t, n, r, m):
+        t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
+        n = np.maximum(np.asarray(n, dtype=np.float64), t)
+        return np.clip(np.add(t, np.multiply(m, r)) / np.add(n, m), 0.0, 1.0)
+
+    n = rng.integers(0, 50, c.size).astype(float)
+    t = np.floor(n * rng.random(c.size))
+    for args in ((t, n, c, 3.0), (t, n, 0.4, 2.5), (t, n, c, rng.random(c.size) + 1), (2.0, 5.0, c, 1.0),
+                 (t[:3], n[:3], 0.5, np.array([1.0, 2.0, 4.0])), (1.0, 3.0, 0.2, 1.0)):
+        np.testing.assert_array_equal(shr.shrink(*args), shrink_old(*args))
+
+    n = np.cumsum(rng.integers(0, 40, 3000))[::-1].astype(float)
+    t = np.floor(n * 0.8)
+    group = np.repeat(np.arange(3), 1000)
+    runs = shr.count_runs(t, n, group)
+    assert runs.dtype == np.int32 and runs[0] == 0 and np.all(np.diff(runs) >= 0)
+
+
+@pytest.mark.parametrize("name", ["cum", "cum-median", "cum-opt"])
+def test_cumulative_layout_equals_the_per_key_formulation(name):
+    """The cum family's slot layouts (written with slices since issue 26) equal the per-key gathers they
+    replaced (_lookup_keys: entry and above per key, laid out by SortedTables.layout_of), also where the
+    float below theta is a score of the class (adjacent floats) and for classes without a state."""
+    from topcal._numeric import SortedTables
+
+    def lookup_keys(st):  # a class's keys (its scores and the float below theta), entry and side per key
+        u, cut = st["scores"], np.nextafter(st["theta"], -np.inf)
+        p = int(np.searchsorted(u, cut, side="left"))
+        keys = u if p < u.size and u[p] == cut else np.insert(u, p, cut)
+        return keys, np.minimum(np.searchsorted(u, keys, side="left"), u.size - 1), keys > cut
+
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n, K = 300, 4
+        score = rng.random(n) if trial % 3 else np.round(rng.random(n), 2)
+        if trial % 2:  # pairs of adjacent floats: the key below theta may be a score
+            score[: n // 2] = np.nextafter(score[n // 2 :], -np.inf)
+        pred = rng.integers(0, K, n)
+        pred[pred == 3] = 2 if trial % 4 == 0 else 3  # sometimes a class without rows
+        labels = np.where(rng.random(n) < score, pred, (pred + 1) % K)
+        data = TopLabelData.from_scores(pred, score, labels=labels, classes=list("abcd"), score_range=(0.0, 1.0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateClassWarning)
+            cal = paper_calibrator(name).fit(data)
+        for counts in (False, True):
+            keys = [None if st is None else lookup_keys(st) for st in cal.class_state_]
+            per, end = [], np.zeros((K, 2) if counts else K)
+            for k, (st, kk) in enumerate(zip(cal.class_state_, keys)):
+                if st is None:
+                    continue
+                _, entry, above = kk
+                v, m = st["values"], st["n_above"]
+                if counts:
+                    per.append(np.stack([np.where(above, v[entry] * m[entry], st["below"] * st["n_below"]),
+                                         np.where(above, m[entry], st["n_below"])], axis=1))
+                    end[k] = (v[-1] * m[-1], m[-1])
+                else:
+                    per.append(np.where(above, v[entry], st["below"]))
+                    end[k] = v[-1]
+            sizes = [0 if kk is None else kk[0].size for kk in keys]
+            want = SortedTables.layout_of(sizes, np.concatenate(per), end)
+            np.testing.assert_array_equal(cal._layout(counts), want)

@@ -25,7 +25,18 @@ def binary_nll(tp, fp, conf):
     -[tp log c + fp log(1 - c)] with c clipped to [PROB_CLIP, 1 - PROB_CLIP].
     """
     c = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
-    return -(tp * np.log(c) + fp * np.log1p(-c))
+    if np.ndim(c) == 0 or np.shape(c) != np.broadcast_shapes(np.shape(c), np.shape(tp), np.shape(fp)):
+        return -(tp * np.log(c) + fp * np.log1p(-c))
+    # in place: the same operations (a product's operands commute exactly), two arrays of c's size
+    # where the expression above holds four (issue 26, peak memory)
+    out = np.log(c)
+    out *= tp
+    np.negative(c, out=c)
+    np.log1p(c, out=c)
+    c *= fp
+    out += c
+    del c
+    return np.negative(out, out=out)
 
 
 def dot(a, b) -> float:
@@ -83,9 +94,10 @@ class SortedTables:
     The tables (each ascending; stored end to end in ``values``, table g at
     ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of
     ``BUCKETS_PER_ENTRY`` buckets per entry over their own range, and each bucket the
-    position of its first entry and that entry. A query finds its bucket by arithmetic,
-    gathers both (one random access, where a binary search into a long table makes ~log2
-    of its length) and steps over the few entries of its bucket that lie below it; rows
+    position of its first entry. A
+    query finds its bucket by arithmetic, gathers its position and the entry there (two
+    random accesses, where a binary search into a long table makes ~log2 of its length)
+    and steps over the few entries of its bucket that lie below it; rows
     still stepping after ``LINEAR_STEPS`` finish by bisection within their bucket, so
     crowded buckets (scores piled up in a narrow range) cost O(log) and never a long scan.
 
@@ -99,13 +111,17 @@ class SortedTables:
 
     #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
     #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
-    #: that but measured no faster, at twice the memory. Each bucket keeps its first position
-    #: and the entry there (16 bytes): 32 bytes per entry.
+    #: that but measured no faster, at twice the memory. ``paired`` tables keep, per bucket, its
+    #: first position and the entry there as a float64 pair (one gather per query; 32 bytes per
+    #: entry); the others the position only (int32 below 2^31 entries; 8 bytes per entry) and
+    #: gather the entry from the values, a second random access per query (issue 26: at 10^6
+    #: rows ~10-30% slower lookups, for a quarter of the memory).
     BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
     LINEAR_STEPS = 2
 
-    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+    def __init__(self, values: np.ndarray, offsets: np.ndarray, *, paired: bool = False):
+        self._paired = bool(paired)
         values = np.asarray(values, dtype=np.float64)
         offsets = np.asarray(offsets, dtype=np.int64)
         G = offsets.size - 1
@@ -123,44 +139,61 @@ class SortedTables:
         self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
         # entries with a +inf after each table (the stop of a scan that passes the table's last entry);
         # built with few full-length temporaries (issue 26: at most ~2 arrays of 8 bytes per entry
-        # beside what is kept, 40 bytes per entry)
+        # beside what is kept)
         small = np.int32 if G < np.iinfo(np.int32).max else np.intp
-        table_of = np.repeat(np.arange(G, dtype=small), size) if G > 1 else np.intp(0)  # each entry's table
         self._values = np.full(values.size + G, np.inf)
         if G > 1:
             pos = np.arange(values.size)
-            pos += table_of
+            pos += np.repeat(np.arange(G, dtype=small), size)  # each entry's table
             self._values[pos] = values
             del pos
         else:
             self._values[: values.size] = values
         self._offsets = offsets[:-1] + np.arange(G)
         self._ends = self._offsets + size  # the +inf after each table
+        self._head = None  # the bucket grid: built by the first search (:meth:`build`)
+
+    def build(self) -> "SortedTables":
+        """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
+        position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries (issue 26: a fit
+        builds it when its own scratch is freed, not while it is held)."""
+        if self._head is not None:
+            return self
         n_buckets = int(self._bucket0[-1])
-        count = np.bincount(self._bucket(values, table_of), minlength=n_buckets)
-        del table_of
-        # each bucket's first position and the entry there, side by side (exact: positions < 2^53);
-        # the last row, past the last bucket, only bounds the bisection
-        self._head = np.empty((n_buckets + 1, 2))
-        start, scratch = self._head[:, 0], self._head[:, 1]
-        start[0] = 0.0
-        np.cumsum(count, out=start[1:])
-        del count
-        # padded position of each bucket's first entry: its table's entries before it, plus one
-        # +inf per earlier table (the bucket after a table's last is the next table's first)
-        scratch[:] = 0.0
-        scratch[self._bucket0[1:]] = 1.0
-        np.cumsum(scratch, out=scratch)
-        start += scratch
-        for a in range(0, n_buckets, self._CHUNK):
-            b = min(a + self._CHUNK, n_buckets)
-            scratch[a:b] = self._values[start[a:b].astype(np.intp)]
-        scratch[-1] = np.inf
+        total = self._values.size
+        if self._paired:
+            head = np.zeros((n_buckets + 1, 2))
+            start = head[:, 0]
+        else:
+            head = np.zeros(n_buckets + 1, dtype=np.int32 if total < np.iinfo(np.int32).max else np.intp)
+            start = head
+        # every padded entry's bucket: a table's +inf falls in its last bucket (its first where the
+        # scale is 0, as every query there), so the count of padded entries in the buckets before
+        # one is the padded position of its first entry (the bucket after a table's last is the
+        # next table's first). The buckets of the padded entries never decrease: counted by chunks.
+        for a in range(0, total, self._CHUNK):
+            idx = np.arange(a, min(a + self._CHUNK, total))
+            table = np.searchsorted(self._offsets, idx, side="right") - 1  # each padded entry's table
+            with np.errstate(invalid="ignore"):  # +inf times scale 0
+                q = self._bucket(self._values[idx], table)
+            lo = int(q[0])
+            count = np.bincount(q - lo)
+            start[lo + 1 : lo + 1 + count.size] += count
+        np.cumsum(start, out=start)  # the last row, past the last bucket, only bounds the bisection
+        if self._paired:
+            for a in range(0, n_buckets, self._CHUNK):
+                b = min(a + self._CHUNK, n_buckets)
+                # (a one-entry table's later buckets start past its +inf, and are never searched)
+                head[a:b, 1] = self._values[np.minimum(head[a:b, 0].astype(np.intp), total - 1)]
+            head[-1, 1] = np.inf
+        self._head = head
+        return self
+
+    #: Entries (or buckets) per pass when the grid is built (bounds its temporaries: 64 KB arrays).
+    _CHUNK = 1 << 13
 
     #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an index).
     _COPY_TABLES = 10_000
-    #: Buckets per pass when the head's entries are gathered (bounds the temporary index array).
-    _CHUNK = 1 << 16
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
         """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the table's
@@ -184,10 +217,15 @@ class SortedTables:
         v = self._values
         with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
             q = self._bucket(x, group)
-        head = np.take(self._head, q, axis=0)  # (position, its entry): one gather for both
-        j = head[:, 0].astype(np.intp)
-        act = np.flatnonzero(head[:, 1] < x)
-        del head
+        if self.build()._paired:
+            head = np.take(self._head, q, axis=0)  # (position, its entry): one gather for both
+            j = head[:, 0].astype(np.intp)
+            act = np.flatnonzero(head[:, 1] < x)
+            del head
+        else:
+            # the bucket's first position, as intp (an int32 index would be converted by every gather through it)
+            j = np.take(self._head, q).astype(np.intp, copy=False)
+            act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
             if not act.size:
                 break
@@ -195,7 +233,8 @@ class SortedTables:
             act = act[v[j[act]] < x[act]]
         if act.size:  # a crowded bucket: bisect (lo, hi] where v[hi] >= x (a later bucket or the +inf)
             lo = j[act] + 1
-            hi = np.minimum(self._head[q[act] + 1, 0].astype(np.intp), self._ends[group] if group.ndim == 0 else self._ends[group[act]])
+            nxt = self._head[q[act] + 1, 0].astype(np.intp) if self._paired else self._head[q[act] + 1]
+            hi = np.minimum(nxt, self._ends[group] if group.ndim == 0 else self._ends[group[act]])
             xa = x[act]
             while True:
                 more = lo < hi
@@ -227,19 +266,34 @@ class SortedTables:
         empty table): a gather at :meth:`positions` then gives
         ``per_entry[min(searchsorted(...), size - 1)]`` of the query's table.
         """
+        return self.layout_of(self._ends - self._offsets, per_entry, after)
+
+    @staticmethod
+    def slot_starts(size) -> np.ndarray:
+        """Where each table's slots start in the layout of tables of ``size`` entries (one slot after
+        each table, which :meth:`layout` fills): the tables' starts in :meth:`positions`."""
+        size = np.asarray(size, dtype=np.int64)
+        return np.cumsum(size + 1) - (size + 1)
+
+    @classmethod
+    def layout_of(cls, size, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`layout` for tables of ``size`` entries each, without the tables (their values are not
+        needed: a caller may lay out values before it builds the tables, issue 26's peak memory)."""
         per_entry = np.asarray(per_entry)
-        out = np.zeros((self._values.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
-        size = self._ends - self._offsets
-        if size.size <= self._COPY_TABLES:  # a slice copy per table: no entry-length index arrays (memory)
+        size = np.asarray(size, dtype=np.int64)
+        starts = cls.slot_starts(size)
+        ends = starts + size
+        out = np.zeros((int(size.sum()) + size.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
+        if size.size <= cls._COPY_TABLES:  # a slice copy per table: no entry-length index arrays (memory)
             a = 0
-            for start, n in zip(self._offsets.tolist(), size.tolist()):
+            for start, n in zip(starts.tolist(), size.tolist()):
                 out[start : start + n] = per_entry[a : a + n]
                 a += n
         else:
             out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = per_entry
         if after is not None:
-            out[self._ends] = after
+            out[ends] = after
         else:
-            full = self._ends > self._offsets
-            out[self._ends[full]] = out[self._ends[full] - 1]
+            full = ends > starts
+            out[ends[full]] = out[ends[full] - 1]
         return out

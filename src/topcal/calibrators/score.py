@@ -137,18 +137,20 @@ class ScoreCalibrator(Calibrator):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             ref.fit(pooled)
+        del pooled  # its rows' class (zeros): not held while the pseudo-counts are chosen (peak memory)
         keep = (data.tp + data.fp) > 0
         if keep.all():  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
             s, tp, fp, pred = (np.ascontiguousarray(a) for a in (data.score, data.tp, data.fp, data.pred))
         else:
             s, tp, fp, pred = data.score[keep], data.tp[keep], data.fp[keep], data.pred[keep]
+        del keep
         self.reference_ = ref
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
-        one = np.zeros(s.shape[0], dtype=np.int64)
         K = len(self.classes_)
         if self.cell_sums and type(self)._count_keys is not ScoreCalibrator._count_keys:
             self._choose_m_by_cells(ref, pred, s, tp, fp)  # counts constant within cells: sum the rows by cell
             return
+        one = np.zeros(s.shape[0], dtype=np.int64)
         s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
         t0, n0 = ref._local_counts(0, s0)
         rows = (t0, n0, tp0, fp0, self.reference_rate_, np.zeros(s0.shape[0], dtype=np.int64))
@@ -216,7 +218,7 @@ class ScoreCalibrator(Calibrator):
             w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (tp, fp))
         c0 = t0c.size
         if width:
-            run0 = shr.count_runs(t0c, n0c, np.zeros(c0, dtype=np.int64), width)
+            run0 = shr.count_runs(t0c, n0c, np.broadcast_to(np.int64(0), (c0,)), width)  # one group: no array
             rows = shr.merge_rows_by_run(run0, int(run0[-1]) + 1, t0c, n0c, self.reference_rate_, w_tp0, w_fp0)
             rows = (*rows[:5], np.zeros(rows[5].size, dtype=np.int64))
         else:
@@ -228,8 +230,8 @@ class ScoreCalibrator(Calibrator):
         r0c = shr.shrink(t0c, n0c, self.reference_rate_, self.reference_m_)  # the reference per its cell
         if width:
             # a new run where the class, the reference's run or the class's counts change
-            joint = run0[key0]
-            joint += cell_class * (int(run0[-1]) + 1)  # (class, reference run) of every cell
+            joint = np.multiply(cell_class, int(run0[-1]) + 1, dtype=np.int64)  # (class, reference run) of every cell
+            joint += run0[key0]
             r_cell = r0c[key0]
             del key0, r0c, run0, t0c, n0c  # (peak memory: cell-length arrays no longer needed)
             run = shr.count_runs(tc, nc, joint, width)
@@ -241,7 +243,8 @@ class ScoreCalibrator(Calibrator):
             t, n, w_tp, w_fp, r, g = shr.merge_rows_by_run(run, n_runs, tc, nc, r_cell, w_tp, w_fp)
             self._set_shrinkage(shr.loo_nll_by_group(t, n, w_tp, w_fp, r, group[g], K))
             return
-        joint = key * c0 + key0  # (cell, reference cell) of every row
+        joint = np.multiply(key, c0, dtype=np.int64)  # (cell, reference cell) of every row (int64: keys may be int32)
+        joint += key0
         del key
         if tc.size * c0 <= 4 * joint.size + 1024:
             occ = np.flatnonzero(np.bincount(joint, minlength=tc.size * c0))

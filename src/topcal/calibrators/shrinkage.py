@@ -60,12 +60,16 @@ def shrink(t, n, r, m):
     """(t + m r) / (n + m), the shrunk confidence; ``m`` > 0 (arrays broadcast)."""
     t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
     n = np.maximum(np.asarray(n, dtype=np.float64), t)
-    out = np.add(t, np.multiply(m, r))
-    den = np.add(n, m)
-    if np.ndim(out) == 0 or np.shape(out) != np.broadcast_shapes(np.shape(out), np.shape(den)):
-        return np.clip(out / den, 0.0, 1.0)
-    out /= den  # in place: the same operations as (t + m r) / (n + m), fewer passes over the rows
-    return np.clip(out, 0.0, 1.0, out=out)
+    full = np.broadcast_shapes(np.shape(t), np.shape(n), np.shape(r), np.shape(m))
+    if np.ndim(t) == 0 or np.shape(t) != full or np.shape(n) != full:
+        return np.clip(np.add(t, np.multiply(m, r)) / np.add(n, m), 0.0, 1.0)
+    # in place, in the fresh t and n: the same operations as (t + m r) / (n + m), with two arrays of
+    # the rows' size where four were (issue 26, peak memory; a third for m r where r or m is one)
+    n += m
+    t += np.multiply(m, r)
+    t /= n
+    del n
+    return np.clip(t, 0.0, 1.0, out=t)
 
 
 def loo_nll_grid(t, n, tp, fp, r, grid=M_GRID) -> np.ndarray:
@@ -174,7 +178,7 @@ def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
     where the TP count t or the FP count n - t leaves its key: the count itself below
     ``1 / width`` (exact: small counts, where the loss is most sensitive, are never merged),
     else its bucket floor(log(count / L) / log1p(width)) on a log scale of relative ``width``.
-    Returns the run number (0 ..) of every cell.
+    Returns the run number (0 ..) of every cell (int32 below 2^31 cells).
     """
     t = np.asarray(t, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
@@ -195,7 +199,9 @@ def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
             key += low
             np.copyto(key, x, where=x < low)
             new[a + 1 : b] |= key[1:] != key[:-1]
-    return np.cumsum(new) - 1
+    run = np.cumsum(new, dtype=np.int32 if t.size < np.iinfo(np.int32).max else np.int64)  # (peak memory)
+    run -= 1
+    return run
 
 
 def merge_rows_by_run(run, n_runs, t, n, r, tp, fp):

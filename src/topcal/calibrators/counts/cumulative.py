@@ -71,6 +71,7 @@ class _CumulativeBase(ScoreCalibrator):
         stp = np.cumsum(tp[::-1])[::-1]
         sp = np.cumsum((tp + fp)[::-1])[::-1]
         cum = stp / sp
+        del stp  # (peak memory)
         j = self._theta_index(u, tp, fp, cum)
         if j == 0:
             # A cut-off at the lowest observed score changes nothing on the data;
@@ -97,6 +98,17 @@ class _CumulativeBase(ScoreCalibrator):
         if self._shrunk() and not self._is_reference:
             self.__dict__["_fit_counts"] = [None] * len(data.classes)
         return super()._fit_all_classes(data)
+
+    def _fit(self, data) -> None:
+        super()._fit(data)
+        if self._is_reference:  # its owner's fit prepares its lookups once it has chosen the pseudo-counts
+            return
+        if self._shrunk():  # the reference's shrunk value per slot (its counts layout is then dropped)
+            self._reference_slots_values()
+            self.reference_._tables.build()
+        # the bucket grid of the class tables: built now that the fit's scratch is freed (peak memory),
+        # not by the first lookup (apply time)
+        self._tables.build()
 
     def _fit_shrinkage(self, data) -> None:
         try:
@@ -140,12 +152,12 @@ class _CumulativeBase(ScoreCalibrator):
             u0 = srt[new]
             tp0 = np.bincount(idx, weights=tps[order], minlength=u0.size)
             fp0 = np.bincount(idx, weights=fps[order], minlength=u0.size)
-            rank = np.empty(order.size, dtype=np.int64)
+            rank = np.empty(order.size, dtype=_index_dtype(order.size))
             rank[order] = idx
             del idx
         else:
             u0, tp0, fp0 = srt, tps[order], fps[order]
-            rank = np.empty(order.size, dtype=np.int64)
+            rank = np.empty(order.size, dtype=_index_dtype(order.size))
             rank[order] = np.arange(order.size)
         sup = [self.support_[k] for k in has]
         support = (min(s[0] for s in sup), max(s[1] for s in sup))
@@ -168,7 +180,7 @@ class _CumulativeBase(ScoreCalibrator):
         end0 = u0.size + ins0  # the reference's slot after its last key (+inf)
         K = len(self.classes_)
         w_tp, w_fp = np.zeros(counts.shape[0]), np.zeros(counts.shape[0])
-        key0 = np.full(counts.shape[0], end0, dtype=np.int64)
+        key0 = np.full(counts.shape[0], end0, dtype=_index_dtype(end0 + 1))  # int32 below 2^31 slots (memory)
         cells = np.ones(K, dtype=np.int64)
         a = b = 0  # a: this class's first slot; b: its first entry in rank
         for k, st in enumerate(self.class_state_):
@@ -190,7 +202,7 @@ class _CumulativeBase(ScoreCalibrator):
                 key0[a + p] = int(np.searchsorted(u0, cut, side="left")) + int(bool(ins0) and cut0 < cut)
             cells[k] = u.size + ins + 1
             a += u.size + ins + 1
-        cell_class = np.repeat(np.arange(K), cells)
+        cell_class = np.repeat(np.arange(K, dtype=_index_dtype(K)), cells)
         return w_tp, w_fp, counts[:, 0], counts[:, 1], cell_class, key0, counts0[:, 0], counts0[:, 1]
 
     def _load_class_state(self, state: dict) -> dict:
@@ -216,44 +228,72 @@ class _CumulativeBase(ScoreCalibrator):
         value the score takes there, Conf (:attr:`_conf`) and the (TP count, count) pair of its
         local counts (:attr:`_counts`), the products the per-row code forms. Those two layouts
         are built on first use (issue 26, memory: a shrunk model needs only the counts, its
-        reference only its shrunk values, an unshrunk fit only Conf). Classes without a state
+        reference only its shrunk values, an unshrunk fit only Conf), and so are the tables
+        (:attr:`_tables`; a fit makes them at its end, :meth:`_fit`). Classes without a state
         get an empty table (zeros); their rows are handled by the callers.
         """
         states = self.class_state_
-        keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in states]
-        size = np.array([k.size for k in keys], dtype=np.int64)
-        keys = np.concatenate(keys)
-        self._tables = SortedTables(keys, np.concatenate([[0], np.cumsum(size)]))
         self._has_state = np.array([s is not None for s in states], dtype=bool)
-        self.__dict__.pop("_conf_layout", None)
-        self.__dict__.pop("_counts_layout", None)
+        for name in ("_tables_index", "_conf_layout", "_counts_layout"):
+            self.__dict__.pop(name, None)
+
+    @property
+    def _tables(self) -> SortedTables:
+        """The lookup tables (:meth:`_index_states`), made on first use: a fit lays out its counts
+        (:meth:`_layout`, from the tables' sizes alone) and makes them at its end, when its scratch
+        is freed (issue 26, peak memory)."""
+        if "_tables_index" not in self.__dict__:
+            size = self._table_sizes()
+            offsets = np.concatenate([[0], np.cumsum(size)])
+            keys = np.empty(int(offsets[-1]))
+            for st, a in zip(self.class_state_, offsets.tolist()):  # _lookup_keys' keys, written in place
+                if st is not None:
+                    u = st["scores"]
+                    p, ins = _cut_slot(st)
+                    keys[a : a + p] = u[:p]
+                    keys[a + p] = np.nextafter(st["theta"], -np.inf)
+                    keys[a + p + ins : a + u.size + ins] = u[p:]
+            # the class tables keep a (position, entry) pair per bucket (one gather per lookup); the
+            # pooled reference's, searched by shrunk applies only, the position (a quarter of the memory)
+            self.__dict__["_tables_index"] = SortedTables(keys, offsets, paired=not self._is_reference)
+        return self.__dict__["_tables_index"]
+
+    def _table_sizes(self) -> np.ndarray:
+        """Every class's number of lookup keys (:func:`_lookup_keys`; 0 without a state)."""
+        return np.array([0 if st is None else st["scores"].size + _cut_slot(st)[1] for st in self.class_state_],
+                        dtype=np.int64)
 
     def _layout(self, counts: bool):
         """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for the tables.
 
-        Filled class by class into one array (no per-class copies to concatenate: peak memory)."""
-        keys = [None if st is None else _lookup_keys(st) for st in self.class_state_]
-        total = sum(0 if k is None else k[0].size for k in keys)
-        per = np.zeros((total, 2) if counts else total)
-        end = np.zeros((len(keys), 2) if counts else len(keys))
-        a = 0
-        for st, k in zip(self.class_state_, keys):
+        Written class by class into the layout (:meth:`SortedTables.slot_starts`) with slices: a
+        class's keys up to and including its key below theta (:func:`_lookup_keys`) lie below theta
+        and take the one bin's value, the rest are its scores from the first above theta on, each
+        with its own entry, and the slot after the last repeats the last entry (issue 26: no
+        per-key index arrays and no second copy of the layout, peak memory)."""
+        size = self._table_sizes()
+        start = SortedTables.slot_starts(size).tolist()
+        total = int(size.sum()) + size.size
+        out = np.zeros((total, 2) if counts else total)
+        for k, st in enumerate(self.class_state_):
             if st is None:
                 continue
-            _, entry, above = k
-            b = a + entry.size
+            p, ins = _cut_slot(st)
+            a, m, b = start[k], start[k] + p + 1, start[k] + int(size[k])  # below: [a, m), above: [m, b)
+            e0 = p + 1 - ins  # the first entry above theta
             v = st["values"]
             if counts:
                 n = st["n_above"]
-                per[a:b, 1] = np.where(above, n[entry], st["n_below"])
-                per[a:b, 0] = np.where(above, v[entry] * n[entry], st["below"] * st["n_below"])
+                out[a:m, 1] = st["n_below"]
+                out[a:m, 0] = st["below"] * st["n_below"]
+                out[m:b, 1] = n[e0:]
+                np.multiply(v[e0:], n[e0:], out=out[m:b, 0])
+                out[b] = (v[-1] * n[-1], n[-1])
             else:
-                per[a:b] = np.where(above, v[entry], st["below"])
-            a = b
-        for i, st in enumerate(self.class_state_):
-            if st is not None:
-                end[i] = (st["values"][-1] * st["n_above"][-1], st["n_above"][-1]) if counts else st["values"][-1]
-        return self._tables.layout(per, end)
+                out[a:m] = st["below"]
+                out[m:b] = v[e0:]
+                out[b] = v[-1]
+        return out
 
     @property
     def _conf(self) -> np.ndarray:
@@ -318,6 +358,12 @@ class _CumulativeBase(ScoreCalibrator):
     def _reference(self, score: np.ndarray) -> np.ndarray:
         """The reference curve at every score: its shrunk value per table slot, worked out once
         (the same operations on the same counts as per row) and gathered."""
+        slots = self._reference_slots_values()
+        return slots[self.reference_._tables.positions(np.asarray(score, dtype=np.float64), 0)]
+
+    def _reference_slots_values(self) -> np.ndarray:
+        """The reference's shrunk value per slot of its table (made at the end of a fit, or by the first
+        lookup after a load); the reference then drops its counts layout (rebuilt if asked for)."""
         ref = self.reference_
         key = (ref._tables, self.reference_m_, self.reference_rate_)
         cache = getattr(self, "_reference_slots", None)
@@ -325,8 +371,9 @@ class _CumulativeBase(ScoreCalibrator):
             counts = ref._counts
             ref.__dict__.pop("_counts_layout", None)  # kept as its shrunk values only (rebuilt if asked for)
             slots = shr.shrink(counts[:, 0], counts[:, 1], self.reference_rate_, self.reference_m_)
+            del counts
             cache = self._reference_slots = (*key, slots)
-        return cache[-1][ref._tables.positions(np.asarray(score, dtype=np.float64), 0)]
+        return cache[-1]
 
     def _describe_classes(self) -> list[dict]:
         out = []
@@ -343,6 +390,11 @@ class _CumulativeBase(ScoreCalibrator):
                 "support": list(sup),
             })
         return out
+
+
+def _index_dtype(size: int):
+    """int32 for indices below ``size`` where it is below 2^31 (half the memory of int64), else int64."""
+    return np.int32 if size < np.iinfo(np.int32).max else np.int64
 
 
 def _cut_slot(state: dict) -> tuple[int, int]:
@@ -431,7 +483,11 @@ class CumulativeOptimal(_CumulativeBase):
         ptp = np.cumsum(tp)
         pp = np.cumsum(tp + fp)
         below_val = ptp / pp  # Hist over scores <= u_j
-        tp_lt = np.concatenate([[0.0], ptp[:-1]])  # weight strictly below u_j
-        fp_lt = np.concatenate([[0.0], (pp - ptp)[:-1]])
-        loss = above + binary_nll(tp_lt, fp_lt, below_val)
+        # the weight strictly below u_j, shifted in place (peak memory: no copies)
+        pp -= ptp
+        for lt in (ptp, pp):
+            lt[1:] = lt[:-1]
+            lt[:1] = 0.0
+        loss = binary_nll(ptp, pp, below_val)
+        loss += above  # above + loss: a sum's operands commute exactly
         return int(np.argmin(loss))

@@ -65,3 +65,16 @@ def bench_probs(n, k, seed=0, *, temperatures=True):
     np.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)
     return z, labels
+
+
+def binned_engines(rng, count, bounds=None):
+    """``count`` kde binned engines on random supports, with smooth positive weights (drawn from ``rng``)."""
+    from topcal.calibrators.kde import _engine as eng
+
+    engines = []
+    for _ in range(count):
+        lo = rng.uniform(0.0, 0.3)
+        hi = lo + rng.uniform(0.1, 0.6)
+        x = np.linspace(0, 1, eng.FINE_CELLS + 1)
+        engines.append(eng.BinnedEngine(1 + np.sin(9 * x + rng.random()), 1 + rng.random(x.size), lo, hi, bounds))
+    return engines

@@ -10,7 +10,7 @@ from topcal.calibrators import paper_calibrator
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
 
-from _sim import many_small_classes, simulate_probs
+from _sim import bench_probs, binned_engines, many_small_classes, simulate_probs
 
 
 def _many_small_classes(seed=0, k=50, n=4000, discrete=False):
@@ -492,12 +492,7 @@ def test_binned_batch_counts_for_rows_in_any_order():
     """Consecutive classes are read as views of the stacked transforms, others gathered: the same counts
     as each engine's own scan either way."""
     rng = np.random.default_rng(6)
-    engines = []
-    for _ in range(5):
-        lo = rng.uniform(0.0, 0.3)
-        hi = lo + rng.uniform(0.1, 0.6)
-        x = np.linspace(0, 1, eng.FINE_CELLS + 1)
-        engines.append(eng.BinnedEngine(1 + np.sin(9 * x + rng.random()), 1 + rng.random(x.size), lo, hi))
+    engines = binned_engines(rng, 5)
     batch = eng.BinnedScanBatch(engines)
     for rows in ([0, 1, 2, 3, 4], [1, 2, 3], [3, 1, 4], [4, 3, 2, 1, 0], [2, 0, 1]):
         bw = np.array([engines[r].delta * 16 * 2.0 ** rng.uniform(0, 5) for r in rows])
@@ -577,14 +572,7 @@ def test_cumulative_fit_peak_memory_is_a_small_multiple_of_the_input(shrinkage, 
     from topcal import TopLabelData
     from topcal.calibrators import calibrator
 
-    rng = np.random.default_rng(0)
-    n, k = 100_000, 10
-    labels = rng.integers(0, k, n)
-    z = rng.normal(0.0, 2.0, (n, k))
-    z[np.arange(n), labels] += 2.0
-    z -= z.max(axis=1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=1, keepdims=True)
+    z, labels = bench_probs(100_000, 10, 0, temperatures=False)
     data = TopLabelData.from_probs(z, labels)
     tracemalloc.start()
     try:

@@ -12,7 +12,7 @@ from topcal.calibrators.kde import _engine as eng
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
 
-from _sim import bench_probs
+from _sim import bench_probs, binned_engines
 
 
 def _class(seed, n, bounds=None):
@@ -72,12 +72,7 @@ def test_one_bandwidth_scan_without_the_cache_equals_the_cached_scan(bounds):
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
 def test_binned_batch_counts_do_not_depend_on_the_work_budget(bounds, monkeypatch):
     rng = np.random.default_rng(11)
-    engines = []
-    for _ in range(7):
-        lo = rng.uniform(0.0, 0.3)
-        hi = lo + rng.uniform(0.1, 0.6)
-        x = np.linspace(0, 1, eng.FINE_CELLS + 1)
-        engines.append(eng.BinnedEngine(1 + np.sin(9 * x + rng.random()), 1 + rng.random(x.size), lo, hi, bounds))
+    engines = binned_engines(rng, 7, bounds)
     rows = np.array([0, 1, 2, 3, 4, 5, 6, 6, 4, 1])  # consecutive rows (views) and gathered ones
     bw = np.array([(engines[r].hi - engines[r].lo) * f for r, f in zip(rows, rng.uniform(0.004, 0.5, rows.size))])
     monkeypatch.setattr(eng.BinnedScanBatch, "WORK_BYTES", 1 << 40)  # every row of a level in one call

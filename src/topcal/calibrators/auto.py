@@ -173,14 +173,13 @@ def tabulate_cv(run, names) -> dict:
     :class:`~topcal.errors.TopcalError` when every method failed.
     """
     target = run.target
-    cv, losses = {}, {}
+    cv = {}
     tp, fp = target.tp, target.fp
     for n in names:
         if n in run.confidence:
             m = nll(target, run.confidence[n])
             per = [float(v) if np.isfinite(v) else None for v in m.per_class]
-            losses[n] = run.losses(n)
-            se = paired_se(tp, fp, *losses[n])[1]
+            se = paired_se(tp, fp, *run.losses(n))[1]
             cv[n] = {"nll": float(m.overall), "se": se, "per_class": per, "error": None}
         else:
             cv[n] = {"nll": None, "se": None, "diff_se": None, "per_class": None, "error": run.errors[n][1]}
@@ -191,8 +190,9 @@ def tabulate_cv(run, names) -> dict:
             "; ".join(f"{n}: {cv[n]['error']}" for n in names) + "); choose a method yourself"
         )
     lead = min(ok, key=lambda n: cv[n]["nll"])
-    for n in ok:
-        cv[n]["diff_se"] = paired_se(tp, fp, *losses[n], *losses[lead])[1]
+    best = run.losses(lead)  # the others' losses made again one at a time: two row arrays a candidate are not
+    for n in ok:             # all held at once (issue 26, peak memory; the same numbers)
+        cv[n]["diff_se"] = paired_se(tp, fp, *run.losses(n), *best)[1]
     return cv
 
 
@@ -363,6 +363,7 @@ class Auto(Wrapper):
         self.cv_samples_ = float(choice.n_samples)
         del choice
         self.blend_ = None if self.blend is None else plan_blend(run, cv, best, float(self.blend))
+        del run  # the folds and every candidate's out-of-fold confidences: not held during the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
         model = calibrator(best) if self.blend_ is None else \

@@ -163,7 +163,14 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
                         continue
                     if on_model is not None:
                         on_model(name, f, model, train)
+                    model = None  # not held while the next method fits (issue 26, peak memory)
+            train = None
     finally:
         bar.close()
-    confidence = {n: np.concatenate(parts[n]) for n in names if n not in errors}
+    confidence = {}
+    for n in names:  # each method's fold parts freed as its confidences are joined (peak memory)
+        p = parts.pop(n)
+        if n not in errors:
+            confidence[n] = np.concatenate(p)
+        del p
     return CrossFit(folds, TopLabelData.concat(folds), confidence, errors)

@@ -275,3 +275,15 @@ def test_auto_says_once_that_a_class_is_never_predicted(blend):
     # describe's text says the blend once (its head line), not again as a raw entry
     lines = m.describe_text().splitlines()
     assert sum(ln.startswith("blend") for ln in lines) == (0 if blend is None else 1)
+
+
+def test_auto_on_too_few_samples_says_once_that_classes_are_never_predicted():
+    """The few-samples path (nothing to cross-validate: the raw score) does not repeat the warning either."""
+    d = TopLabelData.from_scores([0, 0, 1, 1, 0, 1], [0.6, 0.7, 0.8, 0.9, 0.55, 0.65], [0, 1, 1, 1, 0, 2],
+                                 classes=[0, 1, 2, 3])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = topcal.calibrator("auto").fit(d)
+    said = [str(w.message) for w in caught if "never predicted" in str(w.message)]
+    assert m.method_ == "uncalibrated" and len(said) == 1 and said[0].startswith("auto: ")
+    assert any("too few for 5-fold" in str(w.message) for w in caught)

@@ -229,6 +229,14 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
             "se": float(se)}
 
 
+def _fit_unrepeated(model, data):
+    """``model`` fitted on ``data`` as auto's own model: auto's fit has said which classes are never
+    predicted, so the model's own saying it again is silenced (its other warnings pass)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*never predicted in the fitting data", category=DegenerateClassWarning)
+        return model.fit(data)
+
+
 class _Candidates:
     """None, or a non-empty list of registered method names other than 'auto'."""
 
@@ -349,7 +357,7 @@ class Auto(Wrapper):
             self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
             model = calibrator("uncalibrated")
             model._rows_fingerprint, model._scratch = self.fingerprint_, self._scratch
-            self.model_ = model.fit(data)
+            self.model_ = _fit_unrepeated(model, data)
             return
         self.fit_samples_ = float(data.n_samples)
         choice = data
@@ -370,11 +378,7 @@ class Auto(Wrapper):
             Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         model._rows_fingerprint = self.fingerprint_  # the same rows: hashed once, by this fit
         model._scratch = self._scratch  # a fold's auto (compare --folds) keeps nothing either
-        with warnings.catch_warnings():
-            # auto's own fit has said which classes are never predicted: the chosen model would say it again
-            warnings.filterwarnings("ignore", message=".*never predicted in the fitting data",
-                                    category=DegenerateClassWarning)
-            self.model_ = model.fit(data)
+        self.model_ = _fit_unrepeated(model, data)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

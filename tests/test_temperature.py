@@ -400,7 +400,14 @@ def test_class_never_predicted_falls_back_to_the_raw_score():
         assert not m.fitted_classes_[2]
         new = TopLabelData.from_probs(y[3:4], [2], classes=list("abc"))
         np.testing.assert_allclose(m.predict(new), [0.6], rtol=1e-12)
-    assert "fallback" in m.describe()["classes"]["c"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a barely identified T: an unbounded interval, no warning
+            described = m.describe()
+        assert "fallback" in described["classes"]["c"]
+        for row in described["classes"].values():
+            if "temperature_90" in row:
+                lo, hi = row["temperature_90"]
+                assert 0.0 <= lo <= row["temperature"] <= hi
 
 
 def test_clustered_top_scores_converge_to_the_group_accuracy():

@@ -513,8 +513,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             cov = getattr(self, "param_cov_", None)
             if cov is not None and np.isfinite(cov[i, 0, 0]):  # 90% interval of T from the delta method on log T
                 half = 1.6448536269514722 * np.sqrt(cov[i, 0, 0])
-                row["temperature_90"] = [float(self.temperature_[i] * np.exp(-half)),
-                                         float(self.temperature_[i] * np.exp(half))]
+                with np.errstate(over="ignore"):  # log T barely identified: the interval is (0, inf), no warning
+                    row["temperature_90"] = [float(self.temperature_[i] * x) for x in np.exp([-half, half])]
             if self._has_award:
                 row["award"] = float(self.awards_[i])
             row["nll"] = float(self.class_nll_[i])

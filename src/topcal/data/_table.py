@@ -443,9 +443,10 @@ class TopLabelData:
             return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         return np.log(np.maximum(self.full, LOG_PROB_FLOOR))
 
-    def subset(self, index, *, keep_full: bool = True) -> "TopLabelData":
+    def subset(self, index, *, keep_full: bool = True, keep_labels: bool = True) -> "TopLabelData":
         """Rows ``index`` (integer indices or a boolean mask) as a new dataset (without the full score
-        vectors with ``keep_full=False``: a method of the top score alone need not copy them)."""
+        vectors with ``keep_full=False``: a method of the top score alone need not copy them; without the
+        true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not either)."""
         idx = np.asarray(index)
         if idx.dtype == bool:
             idx = np.flatnonzero(idx)
@@ -457,7 +458,8 @@ class TopLabelData:
 
         return TopLabelData(
             self.classes, self.pred[idx], self.score[idx], self.score_range, tp=take(self.tp),
-            fp=take(self.fp), labels=take(self.labels), full=take(self.full) if keep_full else None,
+            fp=take(self.fp), labels=take(self.labels) if keep_labels else None,
+            full=take(self.full) if keep_full else None,
             full_kind=self.full_kind if keep_full else None,
             bin_edges=take(self.bin_edges),
         )

@@ -9,7 +9,7 @@ from ...data import LOG_PROB_FLOOR, TopLabelData
 from ..foldmemo import memo, shared
 from ._core import BINARY_SCORE_FLOOR, T_MAX, T_MIN, split_top
 
-__all__ = ["LOG_T", "inverse_pd", "split_rows", "fit_split", "top_rows", "class_rows", "binary_logit", "warm_start"]
+__all__ = ["LOG_T", "inverse_pd", "split_rows", "fit_split", "class_rows", "binary_logit", "warm_start"]
 
 #: The box of log T every fit searches.
 LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
@@ -61,16 +61,6 @@ def fit_split(data: TopLabelData, idx=None, source=None):
         if b - a == idx.size:
             return d[a:b], others[:, a:b]
     return split_rows(data, idx, source)
-
-
-def top_rows(data: TopLabelData, order) -> TopLabelData:
-    """Rows ``order`` of ``data`` without the full score vectors or the true classes: a top-label fit reads
-    neither (the full-vector ones read the matrix through the order; issue 26: one n-sized copy fewer)."""
-    def take(a):
-        return None if a is None else a[order]
-
-    return TopLabelData(data.classes, data.pred[order], data.score[order], data.score_range, tp=take(data.tp),
-                        fp=take(data.fp), bin_edges=take(data.bin_edges))
 
 
 def class_rows(order, heads, c: int) -> np.ndarray:

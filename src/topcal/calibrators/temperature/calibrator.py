@@ -47,7 +47,7 @@ from ..foldmemo import memo, memo_data
 from ._intervals import TemperatureIntervals
 from ._lockstep import solve_classes
 from ._solver import degenerate_corner
-from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, top_rows, warm_start
+from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, warm_start
 
 __all__ = ["TemperatureBase"]
 
@@ -125,7 +125,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                     if not self._binary:
                         self.__dict__["_fit_full"] = (data.full, data.full_kind, order)
                     full = data
-                    data = memo_data(full, "canonical_top", lambda: top_rows(full, order))
+                    data = memo_data(full, "canonical_top", lambda: full.subset(order, keep_full=False, keep_labels=False))
             self._fit_ordered(data)
         finally:
             self.__dict__.pop("_fit_full", None)

@@ -4,7 +4,8 @@ strength, the posterior covariance (the model in :mod:`topcal.calibrators.hierar
 
 Every row-length intermediate goes into the rows' buffers (S, T, E scratch, M margins, Q the two
 probability vectors; issue 26: memory), in the former allocating code's order of operations: bit for
-bit the same fits (tested: tests/test_platt_beta_memory.py against that code).
+bit the same fits (tested: tests/test_platt_beta_memory.py against that code's numbers, stored in
+tests/data/hier_fits_before_2026-11-27.json).
 """
 
 from __future__ import annotations

@@ -560,8 +560,7 @@ class KDEBase(ScoreCalibrator):
         extra = {}
         if "table_n" in state:  # the counts behind the table (files since shrinkage)
             extra["table_n"] = finite_array(state["table_n"], "table_n", table.size)
-        return {
-            **extra,
+        return {  # the keys in a fit's order (table_n last): a reloaded model saves the same file
             "bandwidth": b,
             "engine": state["engine"],
             "degenerate": None if state["degenerate"] is None else str(state["degenerate"]),
@@ -574,6 +573,7 @@ class KDEBase(ScoreCalibrator):
             "table_lo": lo,
             "table_hi": hi,
             "table": table,
+            **extra,
         }
 
     def _describe_classes(self) -> list[dict]:

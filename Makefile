@@ -1,21 +1,33 @@
 # Quick start: `make demo` and `make test` on a fresh machine.
-# Each creates (or reuses) .venv, installs the project and what it needs, then runs.
+# Each creates (or reuses) .venv, installs the project and what it needs, then runs:
+# `make demo` the core package only; `make test` the extras the tests use (torch, dask, ...).
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --quiet --disable-pip-version-check
+CORE_STAMP := $(VENV)/.topcal-core-installed
 STAMP  := $(VENV)/.topcal-installed
+# The test lanes (markers in pyproject.toml): the fast one for the inner loop, all of them for CI.
+FAST   := not slow and not e2e and not browser
+# Two workers on the 2-core machine; a module's tests stay on one worker (module-scoped fixtures).
+XDIST  := -n 2 --dist loadfile
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test install system-deps bench bench-heldout clean
+.PHONY: demo test test-fast lint install system-deps bench bench-heldout clean
+
+# The core package alone (what `make demo` needs): no torch, no dask.
+$(CORE_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e .
+	@touch $(CORE_STAMP)
 
 # torch is installed first and pinned: an unpinned torch would pull several GB.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e ".[test,experiments,dask]"
-	@touch $(STAMP)
+	@touch $(CORE_STAMP) $(STAMP)
 
 install: $(STAMP)
 
@@ -32,11 +44,20 @@ system-deps:
 	  fi; \
 	fi
 
-demo: $(STAMP)
+demo: $(CORE_STAMP)
 	$(VENV)/bin/topcal demo
 
+# Everything CI runs: the lint, then every lane of the suite.
 test: $(STAMP) system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
+
+# The inner loop: no slow, end-to-end or browser test (under a minute on the idle machine).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q $(XDIST) -m "$(FAST)"
+
+# ruff (pinned in the test extra): pyflakes' errors and the 100-character line limit.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
 
 # Competitors for benchmarks/. netcal is installed without its declared
 # dependencies (they would replace the pinned torch); these are the ones it imports.

@@ -7,6 +7,10 @@ import pytest
 
 from topcal.datasets import load_phanns
 
+# Plain progress lines (stderr not a terminal) only in the tests that ask for them: elsewhere a
+# command slowed past 10 s by a loaded machine would add lines to the stderr a test reads.
+os.environ["TOPCAL_PROGRESS_SECONDS"] = "3600"
+
 
 @pytest.fixture(scope="module")
 def phanns():

@@ -153,3 +153,55 @@ def test_adapt_bootstrap_bar_on_a_terminal(monkeypatch):
     assert _progress.enabled()
     model.adapt(topcal.TopLabelData.from_probs(probs[:500]), n_bootstrap=5)
     assert "bootstrap" in term.getvalue() and "resamples" in term.getvalue()
+
+
+def test_long_runs_print_plain_lines_when_stderr_is_a_file(data_csv, tmp_path, monkeypatch):
+    """Issue 34: with stderr redirected (CI, nohup, 2> log), a long run still says it is alive,
+    a line at most every TOPCAL_PROGRESS_SECONDS (the suite sets an hour; this test 0.3 s);
+    --quiet silences it."""
+    env = {**os.environ, "TOPCAL_PROGRESS_SECONDS": "0.3"}
+    log = tmp_path / "err.log"
+    with open(log, "w") as err:
+        r = subprocess.run([str(TOPCAL), "fit", str(data_csv), "-o", str(tmp_path / "m.json")],
+                           stdout=subprocess.PIPE, stderr=err, env=env, timeout=300)
+    text = log.read_text()
+    assert r.returncode == 0, text
+    lines = [ln for ln in text.splitlines() if ln.startswith("topcal")]
+    assert len(lines) >= 2, text  # the cross-validation's plain lines, or the heartbeat
+    assert "\r" not in text and "\x1b" not in text  # no terminal bar drawn into a file
+    r = subprocess.run([str(TOPCAL), "fit", str(data_csv), "-q", "-o", str(tmp_path / "q.json")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and not any(ln.startswith("topcal") for ln in r.stderr.splitlines())
+    bad = {**os.environ, "TOPCAL_PROGRESS_SECONDS": "soon"}
+    r = subprocess.run([str(TOPCAL), "describe", str(tmp_path / "m.json")], capture_output=True,
+                       text=True, env=bad, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "TOPCAL_PROGRESS_SECONDS" in r.stderr
+
+
+def test_plain_lines_and_heartbeat_in_the_library(monkeypatch):
+    import time as _time
+
+    from topcal import _progress
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    old = _progress.set_plain(0.05)
+    try:
+        assert _progress.plain()
+        with _progress.heartbeat("fit"):
+            _time.sleep(0.3)
+        assert "topcal fit: working" in err.getvalue()
+        b = _progress.bar(total=3, desc="cross-validation", unit=" fits")
+        _time.sleep(0.06)
+        b.update(2)
+        assert "topcal: cross-validation: 2/3 fits" in err.getvalue()
+        _progress.set_quiet(True)
+        err.truncate(0)
+        err.seek(0)
+        _time.sleep(0.06)
+        _progress.write("quiet now")
+        assert err.getvalue() == ""
+    finally:
+        _progress.set_quiet(False)
+        _progress.set_plain(old)
+    assert not _progress.plain()  # the library alone prints no plain lines

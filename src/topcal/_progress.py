@@ -1,4 +1,4 @@
-"""Progress bars on stderr for long work (tqdm), shown only where someone is watching.
+"""Progress on stderr for long work, shown only where someone is watching.
 
 One place decides whether progress is shown: :func:`enabled` is true when stderr
 is a terminal and nobody asked for quiet (``topcal ... --quiet`` calls
@@ -7,15 +7,58 @@ cross-validation, ``compare``, ``report``, streamed fit/apply, Dask, ``adapt``'s
 bootstrap, the experiments) draws its bar with :func:`bar`; where progress is not
 enabled, or tqdm is not installed, the bar is a silent stand-in with the same
 methods, so callers never branch.
+
+Plain lines: where stderr is no terminal (CI, ``nohup``, ``2> log``, a notebook's
+``!topcal``), the command line calls :func:`set_plain` so that long work still
+says it is alive: the bars and step lines become a plain line at most every
+``seconds``, and :func:`heartbeat` prints one when nothing else did for that long
+(a fit, an EM or a read without a bar). Short runs print nothing. The library
+alone never prints plain lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
+import time
 
-__all__ = ["bar", "enabled", "quiet", "set_quiet", "write"]
+__all__ = ["bar", "enabled", "quiet", "set_quiet", "write", "set_plain", "plain", "heartbeat"]
 
 _QUIET = False
+#: Seconds between plain progress lines (None: no plain lines; see :func:`set_plain`).
+_PLAIN: float | None = None
+_LOCK = threading.Lock()
+_LAST = [0.0]  # when the last plain line (or the start of the plain run) was printed
+
+
+def set_plain(seconds: float | None) -> float | None:
+    """Plain progress lines at most every ``seconds`` where stderr is no terminal (None: off).
+
+    Returns the previous setting. Starts the clock: the first line comes ``seconds`` from now.
+    """
+    global _PLAIN
+    old, _PLAIN = _PLAIN, (None if seconds is None else float(seconds))
+    _LAST[0] = time.monotonic()
+    return old
+
+
+def plain() -> bool:
+    """Whether plain lines are shown: asked for, stderr no terminal, and quiet off."""
+    return _PLAIN is not None and not _QUIET and not enabled()
+
+
+def _plain_line(msg: str, *, force: bool = False) -> None:
+    """Print ``msg`` as a plain line if the last one is at least the plain interval old."""
+    with _LOCK:
+        now = time.monotonic()
+        if _PLAIN is None or (not force and now - _LAST[0] < _PLAIN):
+            return
+        _LAST[0] = now
+        try:
+            print(msg, file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed or full: progress is never worth an error
+            pass
 
 
 def set_quiet(quiet: bool) -> bool:
@@ -68,8 +111,28 @@ class _Silent:
         pass
 
 
+class _Plain(_Silent):
+    """A bar that prints a plain line (``desc: n/total``) at most every plain interval."""
+
+    def __init__(self, iterable=None, total=None, desc=None, unit="it", **_):
+        super().__init__(iterable, total)
+        self.desc, self.unit, self.t0 = desc or "working", unit.strip() or "it", time.monotonic()
+
+    def __iter__(self):
+        for item in super().__iter__():
+            yield item
+            self.update()
+
+    def update(self, n=1):
+        self.n += n
+        of = f"/{self.total:g}" if self.total else ""
+        _plain_line(f"topcal: {self.desc}: {self.n:g}{of} {self.unit}, "
+                    f"{time.monotonic() - self.t0:.0f} s")
+
+
 def bar(iterable=None, *, total=None, desc: str | None = None, unit: str = "it", leave: bool = False, **kwargs):
-    """A tqdm bar on stderr where :func:`enabled`, else a silent stand-in (same methods)."""
+    """A tqdm bar on stderr where :func:`enabled`, plain lines where :func:`plain`, else a silent
+    stand-in (same methods)."""
     if enabled():
         try:
             from tqdm.auto import tqdm
@@ -78,12 +141,17 @@ def bar(iterable=None, *, total=None, desc: str | None = None, unit: str = "it",
         else:
             return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr,
                         dynamic_ncols=True, **kwargs)
+    if plain():
+        return _Plain(iterable, total, desc=desc, unit=unit)
     return _Silent(iterable, total)
 
 
 def write(msg: str) -> None:
-    """One progress message line on stderr where :func:`enabled` (above any bar being drawn)."""
+    """One progress message line on stderr where :func:`enabled` (above any bar being drawn); where
+    :func:`plain`, the line if the last plain line is at least the plain interval old."""
     if not enabled():
+        if plain():
+            _plain_line(f"topcal: {msg.strip()}")
         return
     try:
         from tqdm.auto import tqdm
@@ -91,3 +159,28 @@ def write(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
     else:
         tqdm.write(msg, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def heartbeat(what: str):
+    """Around a command: where :func:`plain`, a line ``topcal WHAT: working, N s`` whenever no other
+    plain line came for the plain interval (a daemon thread; stops with the block)."""
+    if not plain():
+        yield
+        return
+    stop = threading.Event()
+    t0 = time.monotonic()
+    step = min(1.0, _PLAIN / 4) if _PLAIN else 1.0
+
+    def beat():
+        while not stop.wait(step):
+            if plain():
+                _plain_line(f"topcal {what}: working, {time.monotonic() - t0:.0f} s")
+
+    thread = threading.Thread(target=beat, name="topcal-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=2)

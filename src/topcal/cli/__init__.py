@@ -53,6 +53,27 @@ def _add_quiet(sub) -> None:
             p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or progress lines on stderr")
 
 
+#: Seconds between plain progress lines when stderr is no terminal (docs/cli.md).
+PROGRESS_SECONDS = 10.0
+
+
+def _plain_seconds() -> float:
+    """The interval of plain progress lines: $TOPCAL_PROGRESS_SECONDS, else :data:`PROGRESS_SECONDS`."""
+    import os
+
+    raw = os.environ.get("TOPCAL_PROGRESS_SECONDS")
+    if raw is None:
+        return PROGRESS_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value < float("inf")):
+        raise UsageError(f"TOPCAL_PROGRESS_SECONDS={raw!r} must be a positive number of seconds "
+                         "(or unset it for the default, 10)")
+    return value
+
+
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
     print(f"warning: {message}", file=sys.stderr)
 
@@ -86,6 +107,7 @@ def main(argv=None) -> int:
     old = warnings.showwarning
     warnings.showwarning = _one_line_warning
     was_quiet = _progress.quiet()
+    was_plain = _progress.set_plain(None)
     try:
         args = parser.parse_args(argv)
         _progress.set_quiet(was_quiet or getattr(args, "quiet", False))
@@ -94,7 +116,9 @@ def main(argv=None) -> int:
             print("error: no command given; choose one of the commands above, e.g. 'topcal fit --help'",
                   file=sys.stderr)
             return 2
-        return args.func(args)
+        _progress.set_plain(_plain_seconds())
+        with _progress.heartbeat(args.command):
+            return args.func(args)
     except (UsageError, TopcalError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -117,5 +141,6 @@ def main(argv=None) -> int:
         return 1
     finally:
         _progress.set_quiet(was_quiet)
+        _progress.set_plain(was_plain)
         warnings.showwarning = old
         restore_sigterm()

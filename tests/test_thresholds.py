@@ -1,6 +1,7 @@
 """Acceptance thresholds with a precision guarantee (issue 23, item 2): topcal.thresholds, ``topcal threshold``,
 ``apply --thresholds``, the report's acceptance section."""
 
+import dataclasses
 import json
 import os
 
@@ -13,10 +14,10 @@ import topcal
 from topcal import TopLabelData
 from topcal.errors import DataError, ModelFileError, ParameterError, TopcalError
 from topcal.fingerprint import Fingerprint
-from topcal.thresholds import (GRID, Thresholds, binomial_tail, fit_thresholds, fixed_sequence, load_thresholds,
-                               n_min, sgr_threshold)
+from topcal.thresholds import (GRID, POOL_FACTOR, STARTS, Thresholds, binomial_tail, fit_thresholds,
+                               fixed_sequence, load_thresholds, loads_thresholds, n_min, sgr_threshold)
 
-from test_hardening import assert_error, assert_ok, cli, snapshot
+from _cli import assert_error, assert_ok, cli, snapshot
 
 
 def linear_population(n, seed, k=2):
@@ -128,7 +129,7 @@ def test_thresholds_notebook_view_lists_each_class_cutoff_bounds_and_accepted_fr
     s = np.r_[big.score, np.full(12, 0.99)]
     labels = np.r_[np.where(big.tp > 0, 0, 1), np.ones(12, int)]
     data = TopLabelData.from_scores(pred, s, labels, classes=["0", "1"])
-    th = fit_thresholds(uncal, data, 0.9, 0.05)
+    th = fit_thresholds(uncal, data, 0.9, 0.05, pool_below=0)  # every class alone
     th = dataclasses.replace(th, per_class=(dataclasses.replace(th.per_class[0], name="a<b"), th.per_class[1]))
     shown = th._repr_html_()
     assert "precision &ge; 0.9 with probability &ge; 0.95" in shown and "per-class cut-offs" in shown
@@ -153,11 +154,15 @@ def test_small_class_and_unreachable_target_get_no_cutoff_and_a_reason(uncal):
     s = np.r_[big.score, np.full(12, 0.99)]
     labels = np.r_[np.where(big.tp > 0, 0, 1), np.ones(12, int)]
     data = TopLabelData.from_scores(pred, s, labels, classes=["0", "1"])
-    th = fit_thresholds(uncal, data, 0.9, 0.05)
-    assert th.per_class[0].cutoff is not None
+    th = fit_thresholds(uncal, data, 0.9, 0.05, pool_below=0)  # every class alone
+    assert th.per_class[0].cutoff is not None and th.shared is None
     small = th.per_class[1]
     assert small.cutoff is None and small.reason.startswith("only 12 predictions")
     assert f"at least {n_min(0.9, 0.05 / 3)} are needed" in small.reason
+    # by default the small class is in the shared group (alone there: still too few rows)
+    pooled = fit_thresholds(uncal, data, 0.9, 0.05)
+    assert pooled.per_class[0].group is None and pooled.per_class[1].group == "shared"
+    assert pooled.per_class[1].cutoff is None and "in the shared group" in pooled.per_class[1].reason
     hard = fit_thresholds(uncal, data, 0.99, 0.05).per_class[0]  # only the top 2% reach 0.99
     assert hard.cutoff is None and "precision never reaches 0.99 at level delta=0.05" in hard.reason
     # rows of a class without a cut-off are never accepted
@@ -263,14 +268,19 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     assert "precision >= 0.9 with probability >= 0.9" in r.stdout and "c0" in r.stdout
     th = load_thresholds(t / "th.json")
     assert th.mode == "per-class" and th.precision == 0.9
-    assert_ok(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "out.csv"))
+    assert "classes with their own cut-off" in r.stdout and "accepted by the cut-offs in use" in r.stdout
+    r = assert_ok(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "out.csv"))
     out = pd.read_csv(t / "out.csv")
     cut = dict(zip(th.classes, th.cutoffs()))
     expect = [c >= cut[k] for k, c in zip(out["pred"], out["confidence"])]
     assert out["accepted"].dtype == bool and out["accepted"].tolist() == expect and 0 < out["accepted"].mean() < 1
-    # global mode: one cut-off
-    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--global", "--bonferroni",
-                  "--precision", "0.9", "-o", t / "g.json"))
+    # issue 33: apply says how many rows it accepted
+    assert f"accepted: {int(out['accepted'].sum())} of {len(out)} rows" in r.stdout
+    # global mode: one cut-off, and no per-class rows or reasons printed
+    r = assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--global", "--bonferroni",
+                      "--precision", "0.9", "-o", t / "g.json"))
+    assert "one cut-off for all classes" in r.stdout and "(all)" in r.stdout
+    assert not any(ln.strip().startswith("c0") for ln in r.stdout.splitlines())
     g = load_thresholds(t / "g.json")
     assert g.mode == "global" and g.multiplicity == "bonferroni" and g.per_class[0].level == pytest.approx(0.05 / 3)
     assert g.overall.cutoff is not None and np.all(g.cutoffs() == g.overall.cutoff)
@@ -281,6 +291,7 @@ def test_cli_bad_inputs_are_one_line_errors(files):
     base = ["threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"]
     assert_error(cli(*base, "--precision", "1.2"), "'precision' must be a number in (0, 1)", "1.2")
     assert_error(cli(*base, "--delta", "0"), "'delta' must be a number in (0, 1)")
+    assert_error(cli(*base, "--pool-below", "-3"), "--pool-below", "'auto' or a number")
     assert_error(cli("threshold", t / "new.csv", "--model", t / "m.json", "-o", t / "th.json"),
                  "needs labelled data")
     assert_error(cli("threshold", t / "fit.csv", "--model", t / "m.json", "-o", t / "th.json"),
@@ -371,3 +382,62 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     assert_error(cli("apply", t / "m.json", t / "acc.parquet", *dask, "--thresholds", t / "th.json",
                      "-o", t / "o.csv"), "already has a 'accepted' column")
     assert not (t / "o.csv").exists()
+
+
+def many_small_classes(n_classes=200, per_class=30, seed=0):
+    """ImageNet-like: many classes of a few dozen rows, precision 0.97 above score 0.8 (0.5 below)."""
+    rng = np.random.default_rng(seed)
+    pred = np.repeat(np.arange(n_classes), per_class)
+    score = rng.uniform(0.3, 1.0, pred.size)
+    right = rng.uniform(size=pred.size) < np.where(score > 0.8, 0.97, 0.5)
+    labels = np.where(right, pred, (pred + 1) % n_classes)
+    return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(n_classes)])
+
+
+def test_many_small_classes_share_one_cutoff_that_accepts_like_the_global_one(uncal):
+    """Issue 33: per class (the default) at 200 classes of 30 rows accepted nothing; the classes too
+    small to show the target alone now share one cut-off, tested on their rows pooled."""
+    data = many_small_classes()
+    model = topcal.calibrator("uncalibrated").fit(many_small_classes(seed=1))
+    alone = fit_thresholds(model, data, 0.9, 0.05, pool_below=0)
+    assert all(c.cutoff is None for c in alone.per_class)  # the former default
+    th = fit_thresholds(model, data, 0.9, 0.05)
+    assert th.pool_below == POOL_FACTOR * n_min(0.9, 0.05 / STARTS) > 30
+    assert th.shared is not None and th.shared.cutoff is not None
+    assert all(c.group == "shared" and c.cutoff == th.shared.cutoff for c in th.per_class)
+    conf = model.predict(data)
+    accepted = th.accept(data.pred, conf).mean()
+    glob = dataclasses.replace(th, mode="global").accept(data.pred, conf).mean()
+    assert accepted >= 0.9 * glob > 0
+    assert "200 classes with fewer than" in th.statements() and "0 classes with their own" in th.statements()
+    # the group's statement: precision of the accepted rows of the group, tested like the global one
+    assert th.shared.precision_lower is not None and th.shared.precision_lower < th.shared.precision
+    # bonferroni counts the group as one statement
+    b = fit_thresholds(model, data, 0.9, 0.05, multiplicity="bonferroni")
+    assert b.shared.level == pytest.approx(0.05)  # one statement: the group
+    # saved and loaded with the group; an edited group cut-off is refused
+    back = loads_thresholds(th.dumps())
+    assert back == th
+    for bad in ("auto!", -1, float("nan"), True):
+        with pytest.raises(TopcalError, match="pool_below"):
+            fit_thresholds(model, data, 0.9, 0.05, pool_below=bad)
+
+
+def one_big_many_small(seed):
+    big = linear_population(2000, seed)
+    small = many_small_classes(20, 30, seed=seed)
+    pred = np.r_[np.zeros(2000, int), small.pred + 1]
+    score = np.r_[big.score, small.score]
+    labels = np.r_[np.where(big.tp > 0, 0, 1), np.where(small.tp > 0, small.pred + 1, 0)]
+    return TopLabelData.from_scores(pred, score, labels, classes=[str(i) for i in range(21)])
+
+
+def test_large_classes_are_tested_alone_small_ones_share():
+    data = one_big_many_small(2)
+    model = topcal.calibrator("uncalibrated").fit(one_big_many_small(3))
+    th = fit_thresholds(model, data, 0.9, 0.05, multiplicity="bonferroni")
+    assert th.per_class[0].group is None and all(c.group == "shared" for c in th.per_class[1:])
+    assert th.per_class[0].level == pytest.approx(0.05 / 2)  # two statements: class 0, the group
+    rows = th.table()
+    assert [r[0] for r in rows[-2:]] == ["(shared)", "(all)"]
+    assert "1 classes with their own cut-off" in th.statements()

@@ -41,9 +41,11 @@ class Engine:
         """Add the labelled data at ``path`` to ``model`` (:meth:`Calibrator.update`); returns it."""
         raise NotImplementedError  # pragma: no cover - interface
 
-    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, **options):
+    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, tally=None,
+              **options):
         """Write ``path``'s rows with ``pred``, ``confidence`` (and interval limits, ``accepted``) to ``output``;
-        returns the number of rows where the engine knows it, else None."""
+        returns the number of rows where the engine knows it, else None. ``tally`` (a dict) gets the
+        accepted rows' count under "accepted" where the engine knows it."""
         raise NotImplementedError  # pragma: no cover - interface
 
     def _check_countable(self, cal) -> None:
@@ -68,9 +70,10 @@ class LocalEngine(Engine):
     def update(self, model, path, *, progress=None, **options):
         return update_file(model, path, chunk_rows=None, **options)
 
-    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, **options):
+    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, tally=None,
+              **options):
         return apply_file(model, path, output, chunk_rows=self.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress,
-                          interval=interval, thresholds=thresholds, **options)
+                          interval=interval, thresholds=thresholds, tally=tally, **options)
 
 
 class StreamEngine(LocalEngine):
@@ -117,8 +120,9 @@ class DaskEngine(Engine):
         with tdask.Session(self.address):
             return tdask.update(model, tdask.read_parquet(path), **options)
 
-    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, **options):
-        tdask = self._dask()
+    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, tally=None,
+              **options):
+        tdask = self._dask()  # ``tally`` stays empty: the rows are counted on the workers
         with tdask.Session(self.address):
             tdask.apply_file(model, path, output, interval=interval, thresholds=thresholds, **options)
         return None

@@ -63,7 +63,7 @@ def check_new_columns(columns, interval, thresholds=None) -> None:
             raise TopcalError(f"the input already has a {c!r} column; rename it so it is not overwritten")
 
 
-def calibrate(model, data, interval=None, thresholds=None) -> dict:
+def calibrate(model, data, interval=None, thresholds=None, tally: dict | None = None) -> dict:
     """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its limits; with
     ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for ``model``) ``accepted``, whether
     the row's confidence reaches its class's cut-off."""
@@ -72,6 +72,8 @@ def calibrate(model, data, interval=None, thresholds=None) -> dict:
         out["confidence_lo"], out["confidence_hi"] = model.predict_interval(data, interval)
     if thresholds is not None:
         out["accepted"] = thresholds.accept(predicted_codes(data, model.classes_), out["confidence"])
+        if tally is not None:  # the rows accepted so far (apply prints the count)
+            tally["accepted"] = tally.get("accepted", 0) + int(np.count_nonzero(out["accepted"]))
     return out
 
 
@@ -148,14 +150,15 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None, 
 
 
 def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, interval=None,
-               thresholds=None, **options) -> int:
+               thresholds=None, tally: dict | None = None, **options) -> int:
     """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns the rows.
 
     With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and
     ``confidence_hi``, the limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`.
     With ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for
     ``model``) an ``accepted`` column says whether each row's confidence
-    reaches its class's cut-off.
+    reaches its class's cut-off, and ``tally`` (a dict, if given) gets the
+    count of accepted rows under ``"accepted"``.
 
     CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does
     not grow with the file); ``.npz`` is read whole. ``options`` are the
@@ -169,14 +172,14 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
-        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds),
+        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds, tally),
                               score_column=score_role(frame.columns, opts))
         return write_frames([out], output)
     opts = model_read_options(model, path, opts)
     layout = scan_layout(path, chunk_rows, classes=list(model.classes_), **opts)
     pred_col, score_col = output_roles(file_columns(path), opts)
-    chunks = (with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds), pred_col,
-                              score_col) for frame, data in iter_data(path, chunk_rows, layout=layout))
+    chunks = (with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds, tally),
+                              pred_col, score_col) for frame, data in iter_data(path, chunk_rows, layout=layout))
     return write_frames(chunks, output, progress=progress)
 
 

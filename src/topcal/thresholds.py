@@ -23,11 +23,20 @@ possible at all (every one of them right); the result is the loosest cut-off
 any sequence rejects. The starts depend on the confidences only, never on
 the labels.
 
+Classes too small to show the target alone: a class with fewer predictions
+than ``pool_below`` (by default :data:`POOL_FACTOR` times the fewest a
+per-class sequence can test, a count of predictions, never of labels, so the
+split is fixed before the labels are looked at) joins one **shared** group;
+the group gets one cut-off, by the same test on its rows pooled, and its
+statement is about the accepted predictions of the group's classes together.
+``pool_below=0`` tests every class alone (no group).
+
 Multiplicity across classes: ``multiplicity="per-class"`` tests each class
-at delta (each class's statement holds with probability 1 - delta);
-``"bonferroni"`` at delta / K (K = the model's classes), so that all
-classes' statements hold together with probability 1 - delta. The global
-cut-off is one test sequence at delta.
+(and the shared group) at delta (each statement holds with probability
+1 - delta); ``"bonferroni"`` at delta / S (S = the statements: the classes
+tested alone, plus one for the shared group), so that all statements hold
+together with probability 1 - delta. The global cut-off is one test sequence
+at delta.
 
 Assumptions: the labelled rows and the rows the cut-offs are applied to are
 exchangeable (i.i.d. from one distribution), per predicted class; the
@@ -55,7 +64,7 @@ from .inputs import as_data
 from .persist import canonical_json
 
 __all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
-           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "GLOBAL_STARTS", "sequences", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
+           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "GLOBAL_STARTS", "POOL_FACTOR", "sequences", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
            "model_digest", "FORMAT"]
 
 FORMAT = "topcal-thresholds"
@@ -131,6 +140,8 @@ class ClassCutoff:
     precision_lower: float | None = None
     p_value: float | None = None
     reason: str | None = None
+    #: "shared" where the cut-off is the shared group's (the statement is the group's); None: its own
+    group: str | None = None
 
     @property
     def accepted_fraction(self) -> float:
@@ -139,7 +150,8 @@ class ClassCutoff:
     def to_dict(self) -> dict:
         return {"name": self.name, "cutoff": self.cutoff, "level": self.level, "n_predicted": self.n_predicted,
                 "n_accepted": self.n_accepted, "n_correct": self.n_correct, "precision": self.precision,
-                "precision_lower": self.precision_lower, "p_value": self.p_value, "reason": self.reason}
+                "precision_lower": self.precision_lower, "p_value": self.p_value, "reason": self.reason,
+                "group": self.group}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ClassCutoff":
@@ -147,9 +159,12 @@ class ClassCutoff:
             v = d.get(key)
             return None if v is None else float(v)
 
+        group = d.get("group")  # files before the shared group have none
+        if group not in (None, "shared"):
+            raise ValueError("group must be null or 'shared'")
         return cls(str(d["name"]), opt("cutoff"), float(d["level"]), float(d["n_predicted"]),
                    float(d["n_accepted"]), float(d["n_correct"]), opt("precision"), opt("precision_lower"),
-                   opt("p_value"), None if d.get("reason") is None else str(d["reason"]))
+                   opt("p_value"), None if d.get("reason") is None else str(d["reason"]), group)
 
 
 #: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16
@@ -163,6 +178,12 @@ START_FACTOR = 4
 #: times the fewest testable predictions, so that some sequence starts within a factor 2 below any cut-off
 #: and a dip of the precision near the top stops only the sequences that start above it.
 GLOBAL_STARTS = (6, 2)
+#: A class is tested alone when it has at least POOL_FACTOR times the fewest predictions its
+#: sequences can test (n0 at delta / STARTS): below that even a class that is always right has at
+#: most one or two starts and shows the target rarely; it joins the shared group instead. With
+#: 1,000 classes of a few dozen rows (ImageNet), every class is in the group and the group's cut-off
+#: accepts what the global one does; with a few large classes, every class is tested alone.
+POOL_FACTOR = 4
 
 
 def sequences(p_values, starts, level: float) -> int:
@@ -258,6 +279,10 @@ class Thresholds:
     model_sha256: str
     n_samples: float
     grid: str = field(default="fixed-v1")
+    #: the shared group's cut-off (its statement covers the group's classes together); None: no group
+    shared: ClassCutoff | None = None
+    #: classes with fewer predictions than this joined the shared group (0: every class alone)
+    pool_below: float = 0.0
 
     def cutoffs(self) -> np.ndarray:
         """The cut-off each predicted class's rows must reach under ``mode`` (NaN: none accepted)."""
@@ -290,7 +315,8 @@ class Thresholds:
         return {"precision": self.precision, "delta": self.delta, "mode": self.mode,
                 "multiplicity": self.multiplicity, "grid": self.grid, "classes": list(self.classes),
                 "per_class": [c.to_dict() for c in self.per_class], "overall": self.overall.to_dict(),
-                "model": {"method": self.model_method, "sha256": self.model_sha256}, "n_samples": self.n_samples}
+                "model": {"method": self.model_method, "sha256": self.model_sha256}, "n_samples": self.n_samples,
+                "shared": None if self.shared is None else self.shared.to_dict(), "pool_below": self.pool_below}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Thresholds":
@@ -298,9 +324,14 @@ class Thresholds:
         classes = tuple(str(c) for c in d["classes"])
         if len(per) != len(classes):
             raise ValueError("per_class and classes differ in length")
+        shared = d.get("shared")  # files before the shared group have neither field
         out = cls(float(d["precision"]), float(d["delta"]), str(d["mode"]), str(d["multiplicity"]), classes, per,
                   ClassCutoff.from_dict(d["overall"]), str(d["model"]["method"]), str(d["model"]["sha256"]),
-                  float(d["n_samples"]), str(d["grid"]))
+                  float(d["n_samples"]), str(d["grid"]), None if shared is None else ClassCutoff.from_dict(shared),
+                  float(d.get("pool_below", 0.0)))
+        if any(c.group == "shared" for c in per) and (out.shared is None or any(
+                c.group == "shared" and c.cutoff != out.shared.cutoff for c in per)):
+            raise ValueError("a class of the shared group does not carry the group's cut-off")
         _validate(out.precision, out.delta, out.mode, out.multiplicity)
         return out
 
@@ -329,7 +360,8 @@ class Thresholds:
                 cells += [f"<td colspan='3'>no cut-off: {html.escape(c.reason or '')}</td>"]
                 tds = "".join(f"<td>{v}</td>" for v in cells[:2]) + cells[2]
             else:
-                cells += [num(c.precision, ".4f"), num(c.precision_lower, ".4f"),
+                bound = "shared group's" if c.group == "shared" else num(c.precision_lower, ".4f")
+                cells += [num(c.precision, ".4f"), bound,
                           f"{c.accepted_fraction:.1%} ({c.n_accepted:g} of {c.n_predicted:g})"]
                 tds = "".join(f"<td>{v}</td>" for v in cells)
             return f"<tr style='font-weight:bold'>{tds}</tr>" if strong else f"<tr>{tds}</tr>"
@@ -338,18 +370,36 @@ class Thresholds:
         more = (f"<p>(first {self.HTML_ROWS} of {len(self.per_class)} classes)</p>"
                 if len(self.per_class) > self.HTML_ROWS else "")
         used = "per-class cut-offs" if self.mode == "per-class" else "the global cut-off"
+        group = "" if self.shared is None else row(self.shared, strong=True)
         head = (f"<p><b>Thresholds</b>: precision &ge; {self.precision:g} with probability &ge; "
                 f"{1 - self.delta:g} (delta {self.delta:g}, multiplicity {html.escape(self.multiplicity)}), "
                 f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses {used}</p>")
         return (f"<div>{head}<table><tr><th>class</th><th>cut-off</th><th>precision</th>"
                 f"<th>lower bound</th><th>accepted</th></tr>{''.join(row(c) for c in shown)}"
-                f"{row(self.overall, strong=True)}</table>{more}</div>")
+                f"{group}{row(self.overall, strong=True)}</table><p>{html.escape(self.statements())}</p>"
+                f"{more}</div>")
 
     def table(self) -> list[list]:
-        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes, then "(all)");
-        None where a class has no cut-off."""
+        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes, then
+        "(shared)" where there is a group, then "(all)"); None where a class has no cut-off. A class of
+        the shared group has no lower bound of its own (the group's row holds it)."""
+        rows = (*self.per_class, *(() if self.shared is None else (self.shared,)), self.overall)
         return [[c.name, c.cutoff, c.n_accepted, c.n_predicted, c.precision, c.precision_lower, c.reason or ""]
-                for c in (*self.per_class, self.overall)]
+                for c in rows]
+
+    def statements(self) -> str:
+        """Which statement holds for which classes, in one line (the CLI and the report print it)."""
+        if self.mode == "global":
+            return (f"one cut-off for all classes: precision >= {self.precision:g} over all accepted "
+                    f"predictions together, with probability >= {1 - self.delta:g}")
+        alone = sum(c.group is None for c in self.per_class)
+        level = self.per_class[0].level if self.per_class else self.delta
+        out = f"{alone} classes with their own cut-off (each tested at delta = {level:.3g})"
+        if self.shared is not None:
+            n = len(self.per_class) - alone
+            out += (f"; {n} classes with fewer than {self.pool_below:g} predictions share one cut-off, "
+                    f"whose statement is about their accepted predictions together")
+        return out
 
 
 def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
@@ -392,7 +442,8 @@ def _validate(precision, delta, mode, multiplicity) -> None:
 
 
 def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *, mode: str = "per-class",
-                   multiplicity: str = "per-class", y=None, classes=None, kind: str = "auto") -> Thresholds:
+                   multiplicity: str = "per-class", pool_below="auto", y=None, classes=None,
+                   kind: str = "auto") -> Thresholds:
     """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 - ``delta``.
 
     Parameters
@@ -406,7 +457,12 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     mode : {"per-class", "global"}
         Which cut-offs :meth:`Thresholds.accept` applies (both are computed).
     multiplicity : {"per-class", "bonferroni"}
-        Each class tested at ``delta``, or at ``delta`` / K (all classes' statements hold together).
+        Each statement (a class tested alone, the shared group) at ``delta``, or at ``delta`` / S
+        (S statements: all of them hold together).
+    pool_below : "auto" or number >= 0, default "auto"
+        Classes with fewer predictions in ``data`` share one cut-off (the shared group); "auto":
+        :data:`POOL_FACTOR` times the fewest predictions a class's sequences can test; 0: every
+        class tested alone.
 
     Returns
     -------
@@ -424,14 +480,48 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     if not np.isfinite(conf).all():
         raise DataError("the model's confidence is not finite on this data")
     tp, fp = data.tp, data.fp
-    level = delta / len(model.classes_) if multiplicity == "bonferroni" else delta
+    n_pred = np.bincount(data.pred, weights=tp + fp, minlength=len(model.classes_))
+    below = _pool_below(pool_below, precision, delta, multiplicity, len(model.classes_))
+    small = n_pred < below
+    statements = int((~small).sum()) + int(small.any())
+    level = delta / max(statements, 1) if multiplicity == "bonferroni" else delta
+    shared = None
+    if small.any():
+        rows = np.flatnonzero(small[data.pred])
+        shared = ltt_cutoff("(shared)", conf[rows], tp[rows], fp[rows], precision, level, starts=GLOBAL_STARTS)
     per = []
     for k, name in enumerate(model.classes_):
         idx = np.flatnonzero(data.pred == k)
-        per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level))
+        if small[k]:
+            per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level))
+        else:
+            per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level))
     overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta, starts=GLOBAL_STARTS)
     return Thresholds(float(precision), float(delta), mode, multiplicity, tuple(model.classes_), tuple(per), overall,
-                      model.name, model_digest(model), data.n_samples)
+                      model.name, model_digest(model), data.n_samples, shared=shared, pool_below=float(below))
+
+
+def _pool_below(pool_below, precision: float, delta: float, multiplicity: str, n_classes: int) -> float:
+    """The class size (predictions) below which a class joins the shared group."""
+    if isinstance(pool_below, str) and pool_below == "auto":
+        # at the level a class alone would be tested at if every class were (the strictest case)
+        level = delta / n_classes if multiplicity == "bonferroni" else delta
+        return float(POOL_FACTOR * n_min(precision, level / STARTS))
+    if isinstance(pool_below, bool) or not isinstance(pool_below, (int, float)) or not (
+            np.isfinite(pool_below) and pool_below >= 0):
+        raise TopcalError(f"pool_below must be 'auto' or a number of predictions >= 0, got {pool_below!r}")
+    return float(pool_below)
+
+
+def _in_group(name, shared: ClassCutoff, conf, tp, fp, level: float) -> ClassCutoff:
+    """A class of the shared group: the group's cut-off, and the class's own counts there."""
+    total = float(tp.sum() + fp.sum())
+    if shared.cutoff is None:
+        return ClassCutoff(name, None, level, total, group="shared",
+                           reason=f"in the shared group, which has no cut-off: {shared.reason}")
+    keep = conf >= shared.cutoff
+    n, c = float(tp[keep].sum() + fp[keep].sum()), float(tp[keep].sum())
+    return ClassCutoff(name, shared.cutoff, level, total, n, c, c / n if n > 0 else None, group="shared")
 
 
 def sgr_threshold(conf, tp, fp, precision: float, delta: float) -> float | None:

@@ -140,10 +140,15 @@ def _cmd_apply(args) -> int:
         thresholds = load_thresholds(args.thresholds)
         thresholds.check_model(model)
     progress = _progress(args, "calibrating", engine)
+    tally: dict = {}
     rows = _run(progress, lambda: engine.apply(model, args.data, args.output, progress=progress,
-                                               interval=args.interval, thresholds=thresholds, **read_options(args)))
+                                               interval=args.interval, thresholds=thresholds, tally=tally,
+                                               **read_options(args)))
     what = f"{rows} rows with {model.name}" if rows is not None else f"{args.data} with {model.name} on {engine.name}"
     print(f"calibrated {what}{' (with accepted)' if thresholds else ''} -> {args.output}")
+    if thresholds is not None and "accepted" in tally and rows:
+        print(f"accepted: {tally['accepted']} of {rows} rows ({tally['accepted'] / rows:.1%}) by the "
+              f"{'global cut-off' if thresholds.mode == 'global' else 'cut-offs of their classes'}")
     return 0
 
 

@@ -7,6 +7,8 @@ the per-class table.
 
 from __future__ import annotations
 
+import argparse
+
 from .common import add_data_options, format_table, read_options
 
 __all__ = ["add_commands"]
@@ -23,15 +25,31 @@ def add_commands(sub) -> None:
                    help="the guarantee fails with probability at most delta, in (0, 1) (default 0.05)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--per-class", dest="mode", action="store_const", const="per-class",
-                   help="accept by each predicted class's own cut-off (default)")
+                   help="accept by each predicted class's own cut-off, and one shared cut-off for the "
+                        "classes too small to show the target alone (default)")
     g.add_argument("--global", dest="mode", action="store_const", const="global",
                    help="accept by one cut-off for all classes")
     p.add_argument("--bonferroni", action="store_true",
                    help="test each class at delta/K so that all classes' statements hold together "
                         "(default: each class's at delta)")
+    p.add_argument("--pool-below", metavar="N", default="auto", type=_pool_below,
+                   help="classes with fewer than N predictions share one cut-off (default auto: 4 x the "
+                        "fewest a class's test can use; 0: every class alone)")
     p.add_argument("-o", "--output", required=True, help="thresholds file to write (.json)")
     add_data_options(p)
     p.set_defaults(func=_cmd_threshold, mode="per-class")
+
+
+def _pool_below(text: str):
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number of predictions >= 0, got {text!r}")
+    return value
 
 
 def _cmd_threshold(args) -> int:
@@ -45,18 +63,31 @@ def _cmd_threshold(args) -> int:
     model = load(args.model)
     data = read_data(args.data, **model_read_options(model, args.data, read_options(args), model_classes=True))
     th = fit_thresholds(model, data, args.precision, args.delta, mode=args.mode,
-                        multiplicity="bonferroni" if args.bonferroni else "per-class")
+                        multiplicity="bonferroni" if args.bonferroni else "per-class",
+                        pool_below=args.pool_below)
     th.save(args.output)
-    each = f"delta/{len(th.classes)} each" if args.bonferroni else "delta each"
-    print(f"precision >= {th.precision:g} with probability >= {1 - th.delta:g} ({th.mode}; classes tested at {each}) "
+    print(f"precision >= {th.precision:g} with probability >= {1 - th.delta:g} ({th.mode}) "
           f"on {th.n_samples:g} held-out samples -> {args.output}")
+    print(th.statements())
+    header = ["class", "cut-off", "accepted", "predicted", "precision", "lower bound"]
+    if th.mode == "global":  # the per-class rows and their reasons do not apply
+        row = th.table()[-1]
+        print(format_table(header, [row[:6]]))
+        if row[6]:
+            print(f"{row[0]}: no cut-off: {row[6]}")
+        return 0
     rows = th.table()
-    shown = rows[:30] + ([rows[-1]] if len(rows) > 31 else [])
-    print(format_table(["class", "cut-off", "accepted", "predicted", "precision", "lower bound"],
-                       [r[:6] for r in shown]))
-    for r in shown:
-        if r[6]:
-            print(f"{r[0]}: no cut-off: {r[6]}")
-    if len(rows) > 31:
-        print(f"... {len(rows) - 31} more classes in {args.output}")
+    tail = rows[-2:] if th.shared is not None else rows[-1:]
+    shown = rows[: min(30, len(rows) - len(tail))] + tail
+    print(format_table(header, [r[:6] for r in shown]))
+    reasons = [r for r in shown if r[6]]
+    for r in reasons[:10]:
+        print(f"{r[0]}: no cut-off: {r[6]}")
+    if len(reasons) > 10:
+        print(f"... {len(reasons) - 10} more classes without a cut-off")
+    if len(rows) > len(shown):
+        print(f"... {len(rows) - len(shown)} more classes in {args.output}")
+    accepted = sum(c.n_accepted for c in th.per_class)
+    print(f"accepted by the cut-offs in use: {accepted:g} of {th.n_samples:g} held-out predictions "
+          f"({accepted / th.n_samples:.1%}); --global would accept {th.overall.n_accepted:g}")
     return 0

@@ -206,7 +206,7 @@ def test_a_blended_auto_file_whose_blend_does_not_match_its_model_is_refused():
 
 
 def test_the_cli_fits_describes_and_compares_a_blended_auto_and_refuses_a_bad_gate(tmp_path):
-    from test_hardening import assert_error, cli
+    from _cli import assert_error, cli
 
     data = mixed_truth(1500, 1)
     frame = pd.DataFrame({"pred": np.asarray(data.classes)[data.pred], "score": data.score,

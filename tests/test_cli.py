@@ -14,6 +14,8 @@ import topcal
 
 from _frames import run
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def prob_csv(tmp_path):

@@ -16,6 +16,8 @@ from topcal.stats import ScoreStats
 
 from _frames import assert_confusion_equal, model_payload, on_grid, probs_frame, run, scores_frame, write_parts
 
+pytestmark = pytest.mark.slow
+
 try:
     import dask  # noqa: F401
     import distributed  # noqa: F401

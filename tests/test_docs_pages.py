@@ -22,6 +22,8 @@ import pytest
 import topcal
 from _docs import DOCS, blocks, commands, exec_block, fences, probs_frame, run_topcal, top_score_frame
 
+pytestmark = pytest.mark.e2e
+
 #: (page, command) -> why the suite does not run it
 _LONG = "a full experiment run (minutes to hours); the tiny run of the same command runs"
 NOT_RUN = {

@@ -10,9 +10,12 @@ import re
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from _docs import README, ROOT, commands, exec_block, probs_frame, run_topcal, sklearn_split
 from _docs import blocks as _blocks
+
+pytestmark = pytest.mark.e2e
 
 
 def blocks(lang):

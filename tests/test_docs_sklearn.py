@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "sklearn.md"
 
 

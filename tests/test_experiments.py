@@ -23,6 +23,8 @@ from topcal.experiments import (
     write_idx,
 )
 
+pytestmark = pytest.mark.slow
+
 IN_CI = os.environ.get("CI") == "true"
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 

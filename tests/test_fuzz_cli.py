@@ -22,6 +22,8 @@ import pytest
 from topcal.cli import main
 from topcal.persist import canonical_json  # re-signing edited model files reaches the model parser
 
+pytestmark = pytest.mark.e2e
+
 TOPCAL = Path(sys.executable).with_name("topcal")
 
 JUNK = ["", "nan", "inf", "-inf", "1e999", "-1", "2", "abc", "[1, 2]", "{}", "0x1F", "1,5", '"', "\u00e9\u6f22",

@@ -6,10 +6,8 @@ Each test states the defect it guards. A run must end with the right answer, or 
 
 import json
 import os
-import resource
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,44 +18,9 @@ import pytest
 import topcal
 from topcal import TopLabelData
 
-TOPCAL = Path(sys.executable).with_name("topcal")
+from _cli import TOPCAL, assert_error, assert_ok, cli, snapshot
 
-
-def cli(*args, cwd=None, fsize=None, timeout=180):
-    """Run the console script; ``fsize`` caps the size of any file it writes (bytes)."""
-    pre = None
-    if fsize is not None:
-        def pre():
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    return subprocess.run([str(TOPCAL), *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=pre)
-
-
-def assert_error(r, *fragments):
-    """Exit 2, one 'error:' line (the last line of stderr), no traceback, the fragments in it."""
-    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
-    assert "Traceback" not in r.stderr, r.stderr
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and r.stderr.rstrip().splitlines()[-1] == errors[0], r.stderr
-    for f in fragments:
-        assert f in errors[0], (f, errors[0])
-    return errors[0]
-
-
-def assert_ok(r):
-    assert r.returncode == 0, (r.stdout[-500:], r.stderr[-2000:])
-    assert "Traceback" not in r.stderr
-    return r
-
-
-def snapshot(folder: Path) -> dict:
-    """Every file under ``folder``: path -> (size, mtime_ns, bytes)."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            out[str(p.relative_to(folder))] = (st.st_size, st.st_mtime_ns, p.read_bytes())
-    return out
+pytestmark = pytest.mark.e2e
 
 
 def metrics_json(path, *extra, cwd=None):

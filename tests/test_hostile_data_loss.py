@@ -22,7 +22,9 @@ import pytest
 import topcal
 from topcal.errors import NotFittedError, ParameterError, TopcalError
 
-from test_hardening import TOPCAL, assert_error, assert_ok, cli, snapshot
+from _cli import TOPCAL, assert_error, assert_ok, cli, snapshot
+
+pytestmark = pytest.mark.e2e
 
 BIG = "1" + "0" * 310  # an integer above 1.8e308: float() of it overflows
 

@@ -1,6 +1,6 @@
 """Regression tests of issue 24 (hardening, round two), part B: wrong answers with exit 0, friction, and
 following the README as a new user. CLI cases run through the real ``topcal`` console script (the
-``cli``/``assert_error`` helpers of test_hardening.py), API cases through the API, Dask cases on a real
+``cli``/``assert_error`` helpers of _cli.py), API cases through the API, Dask cases on a real
 ``dask.distributed.LocalCluster``.
 """
 
@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 
 import topcal
-from test_hardening import assert_error, assert_ok, cli
+from _cli import assert_error, assert_ok, cli
+
+pytestmark = pytest.mark.e2e
 
 
 def _probs_csv(path, n=600, seed=0):

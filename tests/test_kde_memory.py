@@ -14,6 +14,8 @@ from topcal.errors import DegenerateClassWarning
 
 from _sim import bench_probs, binned_engines
 
+pytestmark = pytest.mark.slow
+
 
 def _class(seed, n, bounds=None):
     rng = np.random.default_rng(seed)

@@ -14,6 +14,8 @@ from topcal.calibrators.temperature import _lockstep
 
 from _sim import bench_probs, many_small_classes, simulate_probs
 
+pytestmark = pytest.mark.slow
+
 
 def _data_sets():
     p, y = simulate_probs(4000, 3, 6, sharpen=[0.5, 1.0, 1.5, 2.0, 0.8, 1.2])

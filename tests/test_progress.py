@@ -18,6 +18,8 @@ import pytest
 
 from _frames import probs_frame
 
+pytestmark = pytest.mark.e2e
+
 TOPCAL = Path(sys.executable).with_name("topcal")
 
 

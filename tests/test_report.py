@@ -21,6 +21,8 @@ from _sim import simulate_probs
 from topcal.evaluate import evaluate, fit_quietly, score_models
 from topcal.report import build_report, count_wiggles, diagnose
 
+pytestmark = pytest.mark.e2e
+
 CLASSES = np.array(["ant", "bee", "cow", "dog", "eel"])
 
 
@@ -292,6 +294,7 @@ def _run_chromium(exe, args, tmp_path):
     return r
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("which", ["full", "demo"])
 def test_report_renders_in_headless_chromium(which, full_report, demo_report, tmp_path):
     exe = _chromium()
@@ -323,6 +326,7 @@ def test_report_renders_in_headless_chromium(which, full_report, demo_report, tm
     assert _png_size(data) == (1280, 2400) and len(data) > 20_000
 
 
+@pytest.mark.browser
 def test_chromium_check_catches_broken_images(tmp_path):
     """Negative control: the same check reports a missing file and an undecodable image."""
     exe = _chromium()

@@ -17,6 +17,8 @@ from topcal.data import canonical_order
 
 from _sim import bench_probs
 
+pytestmark = pytest.mark.slow
+
 
 def evaluate(obj, x):
     g, h = obj.grad_hess(x)

@@ -64,7 +64,7 @@ from .inputs import as_data
 from .persist import canonical_json
 
 __all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
-           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "GLOBAL_STARTS", "POOL_FACTOR", "sequences", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
+           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "GLOBAL_STARTS", "POOL_FACTOR", "POOL_AUTO", "sequences", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
            "model_digest", "FORMAT"]
 
 FORMAT = "topcal-thresholds"
@@ -184,6 +184,8 @@ GLOBAL_STARTS = (6, 2)
 #: 1,000 classes of a few dozen rows (ImageNet), every class is in the group and the group's cut-off
 #: accepts what the global one does; with a few large classes, every class is tested alone.
 POOL_FACTOR = 4
+#: ``pool_below``'s default: POOL_FACTOR times the fewest predictions a class's sequences can test.
+POOL_AUTO = "auto"
 
 
 def sequences(p_values, starts, level: float) -> int:
@@ -442,7 +444,7 @@ def _validate(precision, delta, mode, multiplicity) -> None:
 
 
 def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *, mode: str = "per-class",
-                   multiplicity: str = "per-class", pool_below="auto", y=None, classes=None,
+                   multiplicity: str = "per-class", pool_below=POOL_AUTO, y=None, classes=None,
                    kind: str = "auto") -> Thresholds:
     """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 - ``delta``.
 
@@ -503,7 +505,7 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
 
 def _pool_below(pool_below, precision: float, delta: float, multiplicity: str, n_classes: int) -> float:
     """The class size (predictions) below which a class joins the shared group."""
-    if isinstance(pool_below, str) and pool_below == "auto":
+    if isinstance(pool_below, str) and pool_below == POOL_AUTO:
         # at the level a class alone would be tested at if every class were (the strictest case)
         level = delta / n_classes if multiplicity == "bonferroni" else delta
         return float(POOL_FACTOR * n_min(precision, level / STARTS))

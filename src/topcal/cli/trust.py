@@ -32,7 +32,7 @@ def add_commands(sub) -> None:
     p.add_argument("--bonferroni", action="store_true",
                    help="test each class at delta/K so that all classes' statements hold together "
                         "(default: each class's at delta)")
-    p.add_argument("--pool-below", metavar="N", default="auto", type=_pool_below,
+    p.add_argument("--pool-below", metavar="N", default=None, type=_pool_below,
                    help="classes with fewer than N predictions share one cut-off (default auto: 4 x the "
                         "fewest a class's test can use; 0: every class alone)")
     p.add_argument("-o", "--output", required=True, help="thresholds file to write (.json)")
@@ -41,7 +41,9 @@ def add_commands(sub) -> None:
 
 
 def _pool_below(text: str):
-    if text == "auto":
+    from ..thresholds import POOL_AUTO
+
+    if text == POOL_AUTO:
         return text
     try:
         value = float(text)
@@ -64,7 +66,7 @@ def _cmd_threshold(args) -> int:
     data = read_data(args.data, **model_read_options(model, args.data, read_options(args), model_classes=True))
     th = fit_thresholds(model, data, args.precision, args.delta, mode=args.mode,
                         multiplicity="bonferroni" if args.bonferroni else "per-class",
-                        pool_below=args.pool_below)
+                        **({} if args.pool_below is None else {"pool_below": args.pool_below}))
     th.save(args.output)
     print(f"precision >= {th.precision:g} with probability >= {1 - th.delta:g} ({th.mode}) "
           f"on {th.n_samples:g} held-out samples -> {args.output}")

@@ -204,6 +204,7 @@ def test_src_imports_no_private_names():
     assert not bad, "private names used across modules:\n" + "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_tests_import_no_private_names_but_the_listed_ones():
     bad = set()
     for path in sorted((ROOT / "tests").glob("*.py")):
@@ -231,6 +232,7 @@ def test_checker_catches_what_it_is_meant_to(tmp_path):
     assert layer_of("topcal.calibrators.kde") == LAYERS["calibrators"] < layer_of("topcal.report")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("heavy", ["matplotlib", "torch", "pandas.plotting", "sklearn"])
 def test_import_topcal_stays_light(heavy):
     code = (

@@ -39,6 +39,7 @@ def _top(seed, k, per_class, *, a=None, b=None, sizes=None):
 
 
 # ------------------------------------------------------------------ choice
+@pytest.mark.slow
 def test_many_small_classes_sharing_one_miscalibration_get_a_pooled_or_hierarchical_fit():
     d = _top(1, 120, 25, a=0.5, b=-0.3)  # every class equally over-confident; 25 rows a class
     m = _quiet(lambda: topcal.calibrator("auto").fit(d))
@@ -58,6 +59,7 @@ def test_few_large_classes_that_differ_get_per_class_curves():
     assert np.abs(curves[0] - curves[2]).max() > 0.1  # the classes really got their own curves
 
 
+@pytest.mark.slow
 def test_calibrated_scores_with_tiny_classes_come_back_unchanged():
     d = _top(4, 300, 6)  # calibrated by construction, 6 rows a class
     m = _quiet(lambda: topcal.calibrator("auto").fit(d))
@@ -98,6 +100,7 @@ def test_paired_standard_error_is_that_of_the_per_sample_differences():
     assert m2 == pytest.approx(x.mean()) and se2 == pytest.approx(x.std(ddof=1) / np.sqrt(5))
 
 
+@pytest.mark.slow
 def test_cv_table_with_standard_errors_is_saved_shown_and_read_back(tmp_path):
     d = _top(6, 40, 40, a=0.6)
     m = _quiet(lambda: topcal.calibrator("auto", folds=3).fit(d))
@@ -239,6 +242,7 @@ def test_benchmark_top_score_version_and_subsample():
 
 
 # ------------------------------------------------- compare and the report
+@pytest.mark.slow
 def test_compare_and_the_report_show_autos_cross_validation_table(tmp_path):
     from topcal.evaluate import compare_methods
 

@@ -47,6 +47,7 @@ def test_vectorised_sign_count_equals_the_per_row_count():
     np.testing.assert_array_equal(eng.count_sign_changes_rows(two, np.ones_like(two, dtype=bool)), 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "method, boundary, discrete, engine",
     [("kde-mon2", None, False, "auto"), ("kde-mon", "reflect", False, "auto"), ("kde-mon4", None, True, "auto"),
@@ -300,6 +301,7 @@ def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch)
         np.testing.assert_allclose(e.loo_nll(bs), want_loo, rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bounds, discrete", [(None, False), ((0.0, 1.0), False), (None, True), ((0.0, 1.0), True)])
 def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
     """ExactScanBatch.lower_bounds (every 8th scan point) is at most the full grid's count, for every
@@ -400,6 +402,7 @@ def _cumulative_cases():
                                                     score_range=(0.0, 1.0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["cum", "cum-median", "cum-opt"])
 @pytest.mark.parametrize("shrinkage", ["auto", "class", 0, 3.0])
 def test_cumulative_predict_equals_a_naive_per_row_reference(method, shrinkage):
@@ -421,6 +424,7 @@ def test_cumulative_predict_equals_a_naive_per_row_reference(method, shrinkage):
         np.testing.assert_array_equal(cal.predict(other), _naive_cumulative_predict(cal, other), err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_entry, linear_steps", [(4, 2), (1, 0), (1, 5)])
 def test_sorted_tables_search_equals_searchsorted(monkeypatch, per_entry, linear_steps):
     """SortedTables gives np.searchsorted(side="left") per table: empty and one-entry tables, ties,

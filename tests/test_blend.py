@@ -148,6 +148,7 @@ def test_plan_blend_blends_complementary_candidates_and_refuses_within_noise_or_
     assert "csts" not in plan_blend(fake_run(data, conf), cv, "hier-platt")["methods"]
 
 
+@pytest.mark.slow
 def test_auto_returns_its_blend_where_it_wins_out_of_fold_and_its_choice_otherwise():
     data = mixed_truth(1500, 1)
     blended = quiet_fit(calibrator("auto", candidates=POOLED, blend=0), data)
@@ -180,6 +181,7 @@ def test_auto_returns_its_blend_where_it_wins_out_of_fold_and_its_choice_otherwi
     assert blended.model_.n_tp_.sum() + blended.model_.n_fp_.sum() == data.n_samples + test.n_samples
 
 
+@pytest.mark.slow
 def test_auto_s_blend_beats_its_single_choice_in_expectation_where_no_candidate_fits_the_truth():
     """Fresh draws of the same truth: the expected NLL (over the true curve, on a fine score grid) of the
     blend (gate 0) against the single choice, five fitting sets: better on average and in most."""
@@ -205,6 +207,7 @@ def test_a_blended_auto_file_whose_blend_does_not_match_its_model_is_refused():
     assert "blend" in str(e.value)
 
 
+@pytest.mark.slow
 def test_the_cli_fits_describes_and_compares_a_blended_auto_and_refuses_a_bad_gate(tmp_path):
     from _cli import assert_error, cli
 

@@ -85,6 +85,7 @@ def weighted_binned(seed, k=60):
     return TopLabelData.from_binned(cls, lo, hi, tp, fp, score_range=(0.0, 10.0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_lockstep_matches_per_class_on_many_small_classes(method, seed, monkeypatch):
@@ -95,6 +96,7 @@ def test_lockstep_matches_per_class_on_many_small_classes(method, seed, monkeypa
     assert_same_fit(method, many_small_classes(seed, 200, 2000, levels=10), monkeypatch)  # tied scores
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_lockstep_matches_per_class_on_separated_classes(method, seed, monkeypatch):
@@ -108,6 +110,7 @@ def test_lockstep_matches_per_class_on_weighted_binned_rows(method, monkeypatch)
     assert_same_fit(method, topcal.datasets.load_phanns(), monkeypatch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 def test_lockstep_matches_per_class_with_brier_and_max_iter(method, monkeypatch):
     data = many_small_classes(3, 100, 1500)
@@ -115,6 +118,7 @@ def test_lockstep_matches_per_class_with_brier_and_max_iter(method, monkeypatch)
     assert_same_fit(method, data, monkeypatch, max_iter=3)  # classes stopped by max_iter: the fallback
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 @pytest.mark.parametrize("warm", [False, True])
 def test_lockstep_matches_per_class_in_cross_fitting(method, warm, monkeypatch):

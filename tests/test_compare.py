@@ -112,6 +112,7 @@ def test_kfold_split_binned_deals_integer_counts():
     assert np.all(np.abs(share - 1 / 3) < 0.08)
 
 
+@pytest.mark.slow
 def test_kfold_on_binned_is_more_pessimistic_than_same_data():
     data = load_phanns()
     same = _overall(compare_methods(data, ["hist", "kde-mon2"]), "nll")

@@ -93,6 +93,7 @@ SETS = {"vectors": lambda: _vectors(2, 900, 5), "sharp": lambda: _vectors(3, 700
         "binned": lambda: _binned(4)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", sorted(SETS))
 def test_auto_choice_and_table_equal_the_row_refit_path(which):
     """Tolerance: 1e-9 relative on every candidate's mean NLL and standard errors where the helper's fits are
@@ -124,6 +125,7 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     assert (model.method_, model.best_) == choose(cv, 1.0)
 
 
+@pytest.mark.slow
 def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monkeypatch):
     from topcal.errors import ConvergenceError
     from topcal.evaluate import compare_methods
@@ -210,6 +212,7 @@ def _small_classes(seed):
     return TopLabelData(d.classes, d.pred, d.score, d.score_range, tp=d.tp, fp=d.fp)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["vectors", "sharp", "binned", "small"])
 def test_a_folds_local_strength_search_finds_the_grid_searchs_strength(which):
     """A fold's hier-* fit, warm-started, searches the strength from the all-data choice (3-5 Newton

@@ -65,6 +65,7 @@ def coverage(name, params, curves, n, seeds, truth=None):
     return np.mean(np.concatenate(hits)), np.mean(np.concatenate(widths))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", [("hist", {"shrinkage": 0}), ("hist", {}), ("kde-mon2", {}),
                                          ("kde-opt", {"shrinkage": 0})])
 def test_count_intervals_cover_the_true_curve_and_shrink_with_class_size(name, params):
@@ -97,6 +98,7 @@ def test_cum_interval_covers_the_cumulative_precision():
     assert 0.8 <= cov <= 1.0, cov
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bts", "btswa"])
 def test_binary_temperature_intervals_cover_in_model_truth(name):
     Ts = [(0.6, 0.4), (1.0, 0.0), (2.0, -0.5)]
@@ -129,6 +131,7 @@ def test_full_vector_temperature_intervals_cover_in_model_truth(name):
     assert 0 < np.mean(widths) < 0.2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", COUNT_METHODS + [(m, {}) for m in TEMP_METHODS] + [("auto", {})])
 def test_intervals_hold_the_point_never_reach_0_or_1_and_round_trip_bit_for_bit(name, params, tmp_path):
     frame = probs_frame(1500, K=3, seed=3)
@@ -265,6 +268,7 @@ def fitted(tmp_path_factory):
     return d, frame
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [None, 700])
 def test_cli_apply_interval_adds_limits_in_memory_and_streamed(fitted, chunk):
     d, frame = fitted
@@ -281,6 +285,7 @@ def test_cli_apply_interval_adds_limits_in_memory_and_streamed(fitted, chunk):
     assert np.all(got["confidence_lo"] <= got["confidence"]) and np.all(got["confidence"] <= got["confidence_hi"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["1", "0", "-0.5", "1.2"])
 def test_cli_apply_bad_interval_level_is_one_line_error(fitted, level):
     d, _ = fitted
@@ -289,6 +294,7 @@ def test_cli_apply_bad_interval_level_is_one_line_error(fitted, level):
     assert not (d / "bad.csv").exists()
 
 
+@pytest.mark.slow
 def test_cli_apply_interval_refuses_to_overwrite_an_input_column(fitted, tmp_path):
     d, frame = fitted
     frame.assign(confidence_lo=0.0).to_csv(tmp_path / "x.csv", index=False)
@@ -296,6 +302,7 @@ def test_cli_apply_interval_refuses_to_overwrite_an_input_column(fitted, tmp_pat
     assert_one_line_error(r, "'confidence_lo' column")
 
 
+@pytest.mark.slow
 def test_cli_apply_interval_on_dask_local_cluster(tmp_path, cluster_address):
     frame = probs_frame(3000, K=3, seed=6)
     parts = write_parts(tmp_path, frame, 3)
@@ -322,6 +329,7 @@ def _old_file(model, tmp_path, drop):
     return persist.load(old)
 
 
+@pytest.mark.slow
 def test_curve_figure_data_has_a_band_that_brackets_each_curve_and_narrows_with_class_size():
     from topcal import plots
 
@@ -354,6 +362,7 @@ def test_curve_figure_data_has_a_band_that_brackets_each_curve_and_narrows_with_
     assert all(not p.bands for p in plots.calibration_curves(data, models, band=None).panels)
 
 
+@pytest.mark.slow
 def test_old_model_without_interval_statistics_draws_no_band_and_says_so(tmp_path):
     from topcal import plots
 
@@ -369,6 +378,7 @@ def test_old_model_without_interval_statistics_draws_no_band_and_says_so(tmp_pat
     assert "<img src='data:image/png;base64," in shown and "no interval band" in shown and "older topcal" in shown
 
 
+@pytest.mark.slow
 def test_notebook_view_draws_the_band_and_says_what_it_is(monkeypatch):
     from topcal import plots
 
@@ -403,6 +413,7 @@ def _uneven_scores_csv(path, seed=2):
         path, index=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,param", [("hist", "shrinkage=0"), ("kde-mon2", "shrinkage=0"), ("kde-mon2", None),
                                           ("bts", None)])
 def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_the_api(method, param, tmp_path):
@@ -430,6 +441,7 @@ def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_t
     assert json.loads(r.stdout)["classes"]["small"]["interval_width_90"] == api["small"]["interval_width_90"]
 
 
+@pytest.mark.slow
 def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tmp_path):
     frame = probs_frame(2000, K=3, seed=7)
     frame.to_csv(tmp_path / "p.csv", index=False)
@@ -481,6 +493,7 @@ def random_score_coverage(name, params, n, seeds, level=0.9):
     return float(np.mean(np.concatenate(hits)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params,n", [("hist", {}, 20), ("hist", {"shrinkage": 0}, 20), ("cum", {}, 20),
                                            ("cum", {}, 500), ("cum-opt", {}, 100), ("kde-opt", {}, 20),
                                            ("kde-mon2", {}, 20)])

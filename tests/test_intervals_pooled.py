@@ -110,6 +110,7 @@ def test_old_files_without_the_covariance_load_predict_and_say_refit(name, drop,
     assert "interval_width_90" not in back.describe()["classes"]["c0"]
 
 
+@pytest.mark.slow
 def test_cli_apply_interval_with_a_hier_platt_model(tmp_path):
     data, _ = platt_classes(50, 4)
     frame = pd.DataFrame({"pred": np.asarray(data.classes)[data.pred], "score": data.score,
@@ -142,6 +143,7 @@ def hier_coverage(n, seeds):
     return np.mean(np.concatenate(hits)), np.mean(np.concatenate(widths))
 
 
+@pytest.mark.slow
 def test_hier_platt_interval_covers_in_model_truths_and_narrows_with_class_size():
     """Eight classes drawn around a common curve; 40 / 10 seeds: 0.881 / 0.888 (the benchmark's 150 seeds:
     0.894 / 0.914). With the strength taken as known (the chosen one), n = 20 covered 0.743 here."""

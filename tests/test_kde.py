@@ -57,6 +57,7 @@ def test_registry_has_every_rule():
         assert calibrator(m).name == m
 
 
+@pytest.mark.slow
 def test_phanns_kde_mon_curves_are_monotone(phanns_fits):
     model = phanns_fits["kde-mon"]
     for k in range(len(model.classes_)):
@@ -184,6 +185,7 @@ def test_bad_parameters_are_named():
 # ----------------------------------------------------------------- engines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", [0.004, 0.01, 0.03, 0.1])
 @pytest.mark.parametrize("boundary", [None, "reflect"])
 def test_exact_and_binned_engines_agree(b, boundary):
@@ -203,6 +205,7 @@ def test_exact_and_binned_engines_agree(b, boundary):
         np.testing.assert_allclose(fb, fe, rtol=2e-3, atol=1e-6 * fe.max())
 
 
+@pytest.mark.slow
 def test_engines_agree_on_selected_bandwidths():
     data = _two_class_data(seed=4, n=1000)
     for m in ["kde-mon2", "kde-opt"]:
@@ -270,6 +273,7 @@ def test_auto_engine_choice_and_override():
     assert {s["engine"] for s in calibrator("kde-mon2", engine="exact").fit(big).class_state_} == {"exact"}
 
 
+@pytest.mark.slow
 def test_prediction_table_is_close_to_the_exact_formula():
     data = _two_class_data(seed=6, n=1000)
     for m in ["kde-mon4", "kde-opt"]:
@@ -282,6 +286,7 @@ def test_prediction_table_is_close_to_the_exact_formula():
             assert np.max(np.abs(model.curve(k, x).confidence - exact)) < 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, engine", [("kde-mon2", "auto"), ("kde-mon2", "exact"), ("kde-opt", "binned")])
 def test_batched_fit_equals_fitting_each_class_alone(method, engine):
     data = _two_class_data(seed=7, n=2000)
@@ -322,6 +327,7 @@ def test_binned_support_uses_bin_edges(phanns_fits, phanns):
     assert model.support_[0] == (edges[:, 0].min(), edges[:, 1].max())
 
 
+@pytest.mark.slow
 def test_reflection_keeps_the_mass_inside_the_score_range():
     """Scores piled against the upper limit 1: without reflection about half
     the kernel mass of the top samples falls outside [0, 1]; with it none."""
@@ -509,6 +515,7 @@ def test_cli_fit_describe_apply_methods(tmp_path, capsys):
         assert f"\n{m} " in "\n" + out
 
 
+@pytest.mark.slow
 def test_demo_table_includes_every_kde_rule(phanns):
     from topcal.evaluate import compare_methods, evaluate
 
@@ -683,6 +690,7 @@ def test_doubling_first_scan_evaluates_fewer_candidates_and_what_it_can_miss():
     assert ok and b > cand[20] and _full_upward_scan(dip, cand, 2)[0] == cand[5]
 
 
+@pytest.mark.slow
 def test_mon_rules_scan_classes_above_128_rows_with_the_binned_engine_within_its_tolerance():
     """engine="auto" gives kde-mon* classes of more than 128 rows (kde and kde-opt: 512) the binned
     engine; against the exact engine their curves agree within 1e-3 and bandwidths within 1 %

@@ -131,6 +131,7 @@ def stored():
     return json.loads((HERE / "kde_main.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_refit_equals_the_model_fitted_before(name, stored):
     model, data = _fit(name)

@@ -59,6 +59,7 @@ def _bandwidths(e, m, seed):
     return r / 256 * 2.0 ** (rng.random(m) * 10.0)  # from the smallest candidate to 4 R
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0), (0.0, 10.0)])
 @pytest.mark.parametrize("small_chunks", [False, True])
 def test_batched_loo_equals_the_per_class_loo(bounds, small_chunks, monkeypatch):
@@ -102,6 +103,7 @@ def _fit_both(data, **params):
     return fits[True], fits[False]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("boundary, discrete", [(None, False), ("reflect", False), (None, True), ("reflect", True)])
 def test_lockstep_b_opt_is_the_per_class_b_opt(boundary, discrete):
     """The same bandwidth for every class, and so the same model, byte for byte."""
@@ -113,6 +115,7 @@ def test_lockstep_b_opt_is_the_per_class_b_opt(boundary, discrete):
     assert canonical_json(a.to_dict()) == canonical_json(b.to_dict())
 
 
+@pytest.mark.slow
 def test_lockstep_b_opt_on_binned_counts():
     """PhANNs: binned counts, every class on the exact engine; the binned engine's classes
     (engine="binned") are searched one by one and are unaffected."""

@@ -2,6 +2,7 @@
 
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +40,7 @@ def _fit(method, data, **params):
     return fit_quietly(calibrator(method, **params), data, collect=DegenerateClassWarning)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(class_samples(), st.floats(1e-3, 10.0), st.lists(st.floats(-1.0, 2.0), min_size=1, max_size=20))
 def test_confidence_is_a_probability(sample, b, x):
@@ -50,6 +52,7 @@ def test_confidence_is_a_probability(sample, b, x):
     assert np.all((p >= 0) & (p <= 1))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(class_samples(), st.randoms(use_true_random=False), st.sampled_from(["exact", "binned"]))
 def test_shuffling_samples_changes_nothing(sample, rnd, engine):
@@ -94,6 +97,7 @@ def test_large_bandwidth_tends_to_conf1(sample, x):
         np.testing.assert_allclose(c, conf1, atol=tol)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(class_samples(), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=15), st.floats(0.005, 0.5))
 def test_adding_true_positives_never_lowers_the_curve(sample, extra, b):
@@ -113,6 +117,7 @@ def test_adding_true_positives_never_lowers_the_curve(sample, extra, b):
     assert np.all(m_new.curve(0, s).confidence >= m_old.curve(0, s).confidence - 1e-12)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(class_samples(max_size=25), st.data(), st.sampled_from(["kde-mon2", "kde-opt"]))
 def test_integer_weights_equal_duplicated_samples(sample, draw, method):

@@ -84,6 +84,7 @@ def test_em_and_bbse_recover_priors_from_exact_inputs():
     assert np.all(np.sign(pulled - SOURCE)[[0, 2, 3]] == np.sign(TARGET - SOURCE)[[0, 2, 3]])
 
 
+@pytest.mark.slow
 def test_estimates_converge_as_n_grows(hist):
     for estimator in ("em", "bbse"):
         errs = {}
@@ -96,6 +97,7 @@ def test_estimates_converge_as_n_grows(hist):
         assert errs[30000] < 0.02, (estimator, errs)
 
 
+@pytest.mark.slow
 def test_bootstrap_interval_brackets_estimate_and_truth(hist):
     use = shifted(4000, TARGET, 21, labels=False)[0]
     est = estimate_priors(hist, use, n_bootstrap=30, seed=3)
@@ -539,6 +541,7 @@ def files(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_cli_adapt_describe_apply(files, capsys):
     t = files
     assert run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)[0] == 0
@@ -567,6 +570,7 @@ def test_cli_adapt_describe_apply(files, capsys):
     assert code == 0 and "BCTS" in out
 
 
+@pytest.mark.slow
 def test_describe_of_an_adapted_auto_model_shows_the_priors(files, capsys):
     """auto's text switches to the chosen model; the adaptation wrapped around it must not vanish."""
     t = files
@@ -598,6 +602,7 @@ def test_cli_adapt_errors(files, capsys):
 
 
 # ------------------------------------------------------------------- report
+@pytest.mark.slow
 def test_label_shift_view_and_plot(hist):
     from topcal.labelshift_plots import label_shift_view, plot_label_shift
 
@@ -615,6 +620,7 @@ def test_label_shift_view_and_plot(hist):
         label_shift_view(hist)
 
 
+@pytest.mark.slow
 def test_report_with_adapted_panel(files, capsys):
     t = files
     run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)

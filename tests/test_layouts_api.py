@@ -30,6 +30,7 @@ def test_netcal_npz_is_read_without_options(sim, tmp_path, capsys):
     assert "fitted sts on 2000 samples, 5 classes" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_true_label_csv_is_read_without_options(sim, tmp_path, capsys):
     p, y = sim
     path = tmp_path / "imagenet-like.csv"
@@ -51,6 +52,7 @@ def test_true_label_csv_is_read_without_options(sim, tmp_path, capsys):
     np.testing.assert_allclose(out["confidence"], p.max(1))
 
 
+@pytest.mark.slow
 def test_column_mapping_for_any_other_layout(sim, tmp_path, capsys):
     p, y = sim
     path = tmp_path / "own.csv"
@@ -94,6 +96,7 @@ def test_compare_is_a_tidy_frame_of_compare_methods(sim):
         topcal.compare(p, y, methods=["hist"], eval_data=(p, y), in_sample=True)
 
 
+@pytest.mark.slow
 def test_report_writes_html_and_returns_its_path(sim, tmp_path):
     p, y = sim
     path = topcal.make_report(p, y, output=tmp_path / "rep", methods=["hist", "kde-mon2"], dpi=40, folds=2)
@@ -103,6 +106,7 @@ def test_report_writes_html_and_returns_its_path(sim, tmp_path):
         topcal.make_report(tmp_path / "missing.csv", output=tmp_path / "x")
 
 
+@pytest.mark.slow
 def test_topcal_report_is_the_package_and_its_old_call_still_works_with_a_future_warning(sim, tmp_path):
     import importlib
 
@@ -118,6 +122,7 @@ def test_topcal_report_is_the_package_and_its_old_call_still_works_with_a_future
     assert path == tmp_path / "old" / "index.html" and path.is_file()
 
 
+@pytest.mark.slow
 def test_fitted_calibrators_show_their_curves_in_jupyter(sim):
     p, y = sim
     cal = topcal.calibrator("kde-mon2")

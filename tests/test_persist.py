@@ -111,6 +111,7 @@ def test_nan_in_file_is_rejected(data):
         persist.loads(text)
 
 
+@pytest.mark.slow
 def test_saved_digest_is_that_of_the_canonical_json_and_arrays_are_compact():
     """Issue 26: the file and its digest come from one encoding of each array; the digest is still the
     SHA-256 of canonical_json(model payload), so files of every version keep loading."""

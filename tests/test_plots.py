@@ -75,6 +75,7 @@ def test_joint_distribution_binned_shows_conf1(phanns):
 
 
 # ------------------------------------------------- Figures 3, 5, 7, 9, 14
+@pytest.mark.slow
 def test_calibration_curves_plot_the_calibrators_numbers(phanns):
     models = {m: fit(m, phanns) for m in ("uncalibrated", "hist", "cum-opt", "kde-mon2")}
     grid = plots.calibration_curves(phanns, models)

@@ -94,6 +94,7 @@ def test_chunked_reader_bounds_and_errors(tmp_path):
 
 
 # ------------------------------------------------------------------ CLI update
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["kde-mon2", "hist", "cum-opt", "auto"])
 def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
     frame = probs_frame(3000)
@@ -247,6 +248,7 @@ def test_progress_line_on_a_terminal(monkeypatch, capsys):
     assert "reading" in err and "100/200" in err and "50%" in err and "rows/s" in err
 
 
+@pytest.mark.slow
 def test_streaming_memory_does_not_grow_with_rows(tmp_path, capsys):
     """Peak traced memory of a streamed fit and apply: 10x the rows, about the same peak."""
     import tracemalloc

@@ -130,6 +130,7 @@ def test_weight_of_the_reference_is_larger_for_small_classes():
     assert np.all(w[0] > w[1])
 
 
+@pytest.mark.slow
 def test_shrunk_methods_beat_doing_nothing_held_out_on_small_classes():
     # 60 classes of ~40 positives, over-confident scores: the regime where the paper's estimators fail
     p, lab = simulate_probs(5000, 5, 60, sharpen=[1.5] * 60)
@@ -156,6 +157,7 @@ def test_shrinkage_parameter_is_checked():
 
 
 # --------------------------------------------------------------- persistence
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["hist", "cum-opt", "kde-mon2", "kde-opt"])
 def test_shrunk_models_round_trip_bit_for_bit(method, tmp_path):
     p, lab = simulate_probs(2000, 7, 5, sharpen=[1.5, 0.8, 1, 1.2, 1])
@@ -184,6 +186,7 @@ def test_the_reference_keeps_no_statistics_and_the_model_still_updates(method):
         updated.stats_.to_data())).predict(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", SHRINKABLE)
 def test_shrunk_fit_leaves_the_data_unchanged(method):
     # the pseudo-count's rows are the data's own arrays when every row has weight (no copies)
@@ -212,6 +215,7 @@ def test_model_files_from_before_shrinkage_load_as_the_paper_estimator(tmp_path)
 
 
 # ------------------------------------------------------------------- auto
+@pytest.mark.slow
 def test_auto_picks_temperature_scaling_when_the_truth_is_a_temperature():
     p, lab = simulate_probs(4000, 11, 10, sharpen=[1.8] * 10)  # one global over-confidence
     m = _quiet(lambda: topcal.calibrator("auto", folds=3).fit(TopLabelData.from_probs(p, lab)))
@@ -221,6 +225,7 @@ def test_auto_picks_temperature_scaling_when_the_truth_is_a_temperature():
     assert m.cv_[m.method_]["nll"] - best <= m.cv_[m.method_]["diff_se"], m.cv_
 
 
+@pytest.mark.slow
 def test_auto_picks_a_score_method_when_the_curve_is_not_a_sigmoid():
     # accuracy 0.9 below score 0.5 and 0.4 above: no monotone rescaling can express it
     rng = np.random.default_rng(3)
@@ -305,6 +310,7 @@ def test_quasi_separated_class_fits_without_raising():
         assert np.all(np.isfinite(c)) and np.all((c >= 0) & (c <= 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["sts", "csts", "tswa", "cstswa", "btswa", "kde-mon2", "hist", "auto"])
 def test_row_order_does_not_change_the_fit(method):
     p, lab = _forest_like(seed=2, n=900, k=4)
@@ -328,6 +334,7 @@ def test_compare_reports_failures_and_warnings_instead_of_aborting():
         compare_methods(data, ["hist"], params={"hist": {"bins": 3}})
 
 
+@pytest.mark.slow
 def test_cli_fit_tswa_on_forest_outputs_and_compare_top_score_csv(tmp_path, capsys):
     from topcal.cli import main
 
@@ -434,6 +441,7 @@ def test_count_runs_keep_small_counts_exact_and_large_ones_within_the_width(monk
                 assert x.max() <= x.min() * 1.01 * (1 + 1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["cum", "cum-median", "cum-opt"])
 @pytest.mark.parametrize("rule", ["auto", "class"])
 def test_cumulative_pseudo_counts_from_count_runs_match_the_per_row_loss(method, rule):
@@ -466,6 +474,7 @@ def _rounded_and_binned_sets():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["cum", "cum-median", "cum-opt"])
 def test_cumulative_reference_from_the_class_tables_equals_the_pooled_fit_bit_for_bit(method, monkeypatch):
     """issue 26: a shrunk cum fit makes its pooled reference from the classes' sorted tables (a merge

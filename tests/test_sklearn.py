@@ -54,6 +54,7 @@ def test_set_params_is_checked_at_fit(probs):
     assert cal.describe()["params"]["n_bins"] == 5
 
 
+@pytest.mark.slow
 def test_arrays_frames_and_tensors_give_the_same_fit(probs):
     p, y = probs
     ref = topcal.calibrator("kde-mon2").fit(topcal.TopLabelData.from_probs(p, y))
@@ -142,6 +143,7 @@ def _run_checks(est, expected):
     return {r["check_name"]: r["status"] for r in results}
 
 
+@pytest.mark.slow
 def test_meta_estimator_passes_sklearn_checks_with_temperature_scaling():
     # temperature scaling of a smooth classifier keeps the predicted class on top: every check applies
     status = _run_checks(TopLabelCalibratedClassifier(GaussianNB(), method="sts", cv=3), {})
@@ -149,6 +151,7 @@ def test_meta_estimator_passes_sklearn_checks_with_temperature_scaling():
     assert status["check_fit_idempotent"] == status["check_estimators_nan_inf"] == "passed"
 
 
+@pytest.mark.slow
 def test_meta_estimator_passes_sklearn_checks_with_score_methods():
     status = _run_checks(TopLabelCalibratedClassifier(GaussianNB(), method="hist", cv=3), TOP_LABEL_EXEMPT)
     assert status["check_classifiers_train"] == "xfail"  # it does fail, for the documented reason
@@ -158,6 +161,7 @@ def test_meta_estimator_passes_sklearn_checks_with_score_methods():
     assert status["check_estimator_sparse_matrix"] == "passed"
 
 
+@pytest.mark.slow
 def test_pipeline_gridsearch_over_method_and_cross_val_score():
     X, y = _blobs(600)
     pipe = make_pipeline(StandardScaler(), TopLabelCalibratedClassifier(LogisticRegression(), cv=3, method="hist"))
@@ -171,6 +175,7 @@ def test_pipeline_gridsearch_over_method_and_cross_val_score():
     assert scores.shape == (3,) and scores.min() > 0.5
 
 
+@pytest.mark.slow
 def test_method_params_are_estimator_params():
     X, y = _blobs()
     est = TopLabelCalibratedClassifier(LogisticRegression(), method="hist", cv=3, n_bins=4)
@@ -270,6 +275,7 @@ def test_distribute_rest_shares_in_proportion_with_a_cap():
     np.testing.assert_allclose(capped, [[0.45, 0.45, 0.10]])  # 0.55 * 0.4/... would exceed 0.45: capped
 
 
+@pytest.mark.slow
 def test_default_method_is_auto():
     # needs the "auto" calibrator of issue 9
     X, y = _blobs(900)

@@ -59,6 +59,7 @@ def _whole(name, data):
     return _quiet_fit(topcal.calibrator(name), ScoreStats.from_data(data).to_data())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COUNT_METHODS + TEMPERATURE_SCORE_METHODS)
 @pytest.mark.parametrize("n_parts", [2, 10])
 def test_update_over_any_split_equals_one_fit(name, n_parts):

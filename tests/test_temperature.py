@@ -335,6 +335,7 @@ def test_binary_variant_fits_binned_phanns_counts():
         np.testing.assert_allclose(m.nll_ / data.n_samples, nll(data, c).overall, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_demo_runs_the_binary_variants_and_skips_the_full_vector_methods(tmp_path, monkeypatch, mixed):
     from topcal.cli import main
     from topcal.evaluate import fit_methods

@@ -49,6 +49,7 @@ def test_fixed_sequence_stops_at_the_first_non_rejection():
     assert fixed_sequence([0.01, 0.04], 0.05) == 1
 
 
+@pytest.mark.slow
 def test_ltt_guarantee_holds_over_many_splits(uncal):
     """Violation rate (true precision at the chosen cut-off below the target) <= delta + 3 SE, per class and
     global, over 300 labelled samples; the cut-offs are not vacuous (most samples find one)."""
@@ -261,6 +262,7 @@ def files(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_cli_threshold_then_apply_adds_accepted(files):
     t = files
     r = assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "--delta", "0.1",
@@ -286,6 +288,7 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     assert g.overall.cutoff is not None and np.all(g.cutoffs() == g.overall.cutoff)
 
 
+@pytest.mark.slow
 def test_cli_bad_inputs_are_one_line_errors(files):
     t = files
     base = ["threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"]
@@ -311,6 +314,7 @@ def test_cli_bad_inputs_are_one_line_errors(files):
     assert not (t / "o.csv").exists()
 
 
+@pytest.mark.slow
 def test_cli_threshold_never_writes_over_an_input(files):
     t = files
     os.link(t / "held.csv", t / "hard.csv")
@@ -325,6 +329,7 @@ def test_cli_threshold_never_writes_over_an_input(files):
 
 
 # ------------------------------------------------------------------ report
+@pytest.mark.slow
 def test_report_with_thresholds_renders_the_acceptance_section(files):
     t = files
     assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "-o", t / "th.json"))
@@ -341,6 +346,7 @@ def test_report_with_thresholds_renders_the_acceptance_section(files):
     assert any("acceptance" in p.name for p in (t / "rep" / "figures").iterdir())
 
 
+@pytest.mark.slow
 def test_acceptance_view_marks_the_cutoff(files):
     from topcal.threshold_plots import acceptance_view, plot_acceptance
 
@@ -360,6 +366,7 @@ def test_acceptance_view_marks_the_cutoff(files):
     assert "acceptance:(all)" in gids and any(g and g.startswith("cutoff:") for g in gids)
 
 
+@pytest.mark.slow
 def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     # --thresholds on a real LocalCluster: the same accepted column as the local engine, the same refusals
     t = files

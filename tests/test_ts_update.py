@@ -68,6 +68,7 @@ def _close_to(a, b, data):
     np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("n_parts", [2, 3, 7, 10])
 def test_update_over_any_split_equals_one_fit(variant, n_parts):
@@ -127,6 +128,7 @@ def test_update_survives_save_and_load(tmp_path):
     _close_to(back, _fit("csts", KEEP, data), data)
 
 
+@pytest.mark.slow
 def test_tables_have_a_size_bound_independent_of_the_samples():
     """Per class and table 3 x 257 numbers; the JSON stays under 20 KB per class and table."""
     for name, params, n_tables in (("csts", KEEP, 2), ("sts", {"loss": "brier", **KEEP}, 3)):

@@ -242,6 +242,18 @@ def test_diagnose_already_calibrated_and_overfit():
     assert "ant" not in close and "eel" not in close  # sharpen 0.6 and 2.0: far from calibrated
 
 
+def test_diagnose_says_calibration_hurts_where_every_method_loses_to_the_raw_score():
+    """Issue 34: a class where calibration hurts out of sample was told "calibration gains little"."""
+    small = TopLabelData.from_probs(*simulate(400, 6, sharpen=(1, 1, 1, 1, 1)), classes=CLASSES)
+    second = TopLabelData.from_probs(*simulate(4_000, 7, sharpen=(1, 1, 1, 1, 1)), classes=CLASSES)
+    # a tiny bandwidth on 400 calibrated samples, scored on other samples: worse than the raw score
+    models, _ = _fit_all(small, {"uncalibrated": ("uncalibrated", {}), "kde": ("kde", {"bandwidth": 0.002})})
+    found = diagnose(small, models, {"methods": score_models(models, second)})
+    hurt = [f for f in found if f.kind == "calibration-hurts"]
+    assert hurt and all("worse than the uncalibrated score" in f.text for f in hurt)
+    assert not {f.class_name for f in hurt} & {f.class_name for f in found if f.kind == "already-calibrated"}
+
+
 def test_count_wiggles():
     x = np.linspace(0, 1, 500)
     assert count_wiggles(x) == 0

@@ -52,7 +52,7 @@ class Finding:
     ----------
     kind : str
         "never-predicted", "few-positives", "no-tp", "no-fp", "wiggles", "extrapolated",
-        "already-calibrated", "overfit" or "skipped".
+        "already-calibrated", "calibration-hurts", "overfit" or "skipped".
     text : str
         One line for the reader.
     class_name : str or None
@@ -68,7 +68,8 @@ class Finding:
     @property
     def subject(self) -> str:
         """What the finding is about, in a few words: the class, the method, or both."""
-        if self.class_name is not None and self.method is not None and self.kind != "already-calibrated":
+        if self.class_name is not None and self.method is not None and self.kind not in (
+                "already-calibrated", "calibration-hurts"):
             return f"{self.method} on {self.class_name!r}"
         if self.class_name is not None:
             return repr(self.class_name)
@@ -84,6 +85,7 @@ KIND_TITLES = {
     "wiggles": "curves that change direction more often than kde-mon4 allows: they probably fit noise",
     "extrapolated": "classes whose observed scores leave much of the range extrapolated (shaded in the figures)",
     "already-calibrated": "classes whose uncalibrated score is already close to calibrated",
+    "calibration-hurts": "classes where every method is worse than the uncalibrated score out of sample",
     "overfit": "methods much worse on the second test set: part of their fit is noise",
     "fit-warning": "warnings from fitting the methods (all of them: the report's Warnings section)",
     "certainty": "methods whose curves reach confidence 0 or 1 (a held-out mistake there costs 27.6 nats)",
@@ -249,7 +251,13 @@ def diagnose(data: TopLabelData, models: dict, comparison, holdout=None, *,
                 continue
             best = min(others, key=lambda m: np.inf if res[m].nll.per_class[c] is None else res[m].nll.per_class[c])
             b = res[best].nll.per_class[c]
-            if b is not None and e <= close_ece1 and u <= CLOSE_NLL_RATIO * b:
+            # every method loses to the raw score by more than the closeness ratio: "gains little" would hide
+            # harm (issue 34: a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
+            if b is not None and b > CLOSE_NLL_RATIO * u:
+                out.append(Finding("calibration-hurts", f"{c}: every method is worse than the uncalibrated score "
+                                   f"out of sample (NLL {u:.4f} vs {b:.4f} for the best, {best}); calibration "
+                                   "hurts this class.", c, BASELINE, severity=b / max(u, 1e-12)))
+            elif b is not None and e <= close_ece1 and u <= CLOSE_NLL_RATIO * b:
                 out.append(Finding("already-calibrated", f"{c}: the uncalibrated score is already close to calibrated "
                                    f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains little.",
                                    c, BASELINE, severity=close_ece1 - e))

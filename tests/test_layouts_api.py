@@ -46,7 +46,10 @@ def test_true_label_csv_is_read_without_options(sim, tmp_path, capsys):
     # apply reads this layout too (issue 24): the calibrated value goes beside the raw 'confidence' (nothing lost)
     pd.read_csv(path).drop(columns="true_label").to_csv(tmp_path / "new.csv", index=False)
     assert main(["fit", str(path), "-o", str(tmp_path / "h.json")]) == 0
+    capsys.readouterr()
     assert main(["apply", str(tmp_path / "h.json"), str(tmp_path / "new.csv"), "-o", str(tmp_path / "o.csv")]) == 0
+    # issue 34: apply says where the calibrated value went
+    assert "the calibrated confidence is in column 'calibrated_confidence'" in capsys.readouterr().out
     out = pd.read_csv(tmp_path / "o.csv")
     assert list(out.columns) == ["pred_label", "confidence", "pred", "calibrated_confidence"]
     np.testing.assert_allclose(out["confidence"], p.max(1))

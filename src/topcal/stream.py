@@ -158,7 +158,8 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     With ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for
     ``model``) an ``accepted`` column says whether each row's confidence
     reaches its class's cut-off, and ``tally`` (a dict, if given) gets the
-    count of accepted rows under ``"accepted"``.
+    count of accepted rows under ``"accepted"``, and the calibrated
+    confidence's column name under ``"column"`` (:func:`confidence_column`).
 
     CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does
     not grow with the file); ``.npz`` is read whole. ``options`` are the
@@ -172,12 +173,16 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
+        if tally is not None:
+            tally["column"] = confidence_column(frame.columns, score_role(frame.columns, opts))
         out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds, tally),
                               score_column=score_role(frame.columns, opts))
         return write_frames([out], output)
     opts = model_read_options(model, path, opts)
     layout = scan_layout(path, chunk_rows, classes=list(model.classes_), **opts)
     pred_col, score_col = output_roles(file_columns(path), opts)
+    if tally is not None:
+        tally["column"] = confidence_column(file_columns(path), score_col)
     chunks = (with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds, tally),
                               pred_col, score_col) for frame, data in iter_data(path, chunk_rows, layout=layout))
     return write_frames(chunks, output, progress=progress)

@@ -146,6 +146,9 @@ def _cmd_apply(args) -> int:
                                                **read_options(args)))
     what = f"{rows} rows with {model.name}" if rows is not None else f"{args.data} with {model.name} on {engine.name}"
     print(f"calibrated {what}{' (with accepted)' if thresholds else ''} -> {args.output}")
+    if tally.get("column", "confidence") != "confidence":  # the input's own 'confidence' is its raw score
+        print(f"the calibrated confidence is in column {tally['column']!r}; the input's 'confidence' "
+              "column (the raw score) is kept as it was")
     if thresholds is not None and "accepted" in tally and rows:
         print(f"accepted: {tally['accepted']} of {rows} rows ({tally['accepted'] / rows:.1%}) by the "
               f"{'global cut-off' if thresholds.mode == 'global' else 'cut-offs of their classes'}")

@@ -233,7 +233,7 @@ def test_checker_catches_what_it_is_meant_to(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("heavy", ["matplotlib", "torch", "pandas.plotting", "sklearn"])
+@pytest.mark.parametrize("heavy", ["matplotlib", "torch", "pandas.plotting", "sklearn", "scipy.optimize"])
 def test_import_topcal_stays_light(heavy):
     code = (
         "import sys, topcal\n"

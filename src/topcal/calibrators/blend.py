@@ -21,7 +21,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.optimize import minimize
 
 from .._numeric import PROB_CLIP
 from ..data import TopLabelData
@@ -52,6 +51,8 @@ def blend_weights(tp, fp, confidences) -> np.ndarray:
         loss = -(tp @ np.log(p) + fp @ np.log1p(-p)) / n
         grad = -(c @ (tp / p) - c @ (fp / (1.0 - p))) / n
         return loss, grad
+
+    from scipy.optimize import minimize  # here: import topcal stays without scipy.optimize
 
     res = minimize(f, np.full(k, 1.0 / k), jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * k,
                    constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(k)}],

@@ -69,12 +69,19 @@ def test_ltt_guarantee_holds_over_many_splits(uncal):
     assert viol.max() / reps < 0.5
 
 
-def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4):
-    """The procedure written out naively: each sequence walks the grid from strict to loose, testing with
-    scipy's binomial survival function, and stops at the first cut-off it cannot reject; sequence j starts
-    where factor^j times the fewest testable predictions are first accepted, each at delta / starts."""
+def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4, score=None):
+    """The procedure written out naively: each sequence walks the candidates from strict to loose, testing
+    with scipy's binomial survival function, and stops at the first cut-off it cannot reject; sequence j
+    starts where factor^j times the fewest testable predictions are first accepted, each at
+    delta / starts. Candidates: the grid, or with ``score`` every distinct (confidence, score) pair, a row
+    accepted when its pair is at least the candidate's in that order."""
     need = int(np.ceil(np.log(delta / starts) / np.log(precision) - 1e-12))
-    grid = sorted(GRID, reverse=True)
+    if score is None:
+        grid = sorted(GRID, reverse=True)
+        accepts = lambda t: conf >= t  # noqa: E731
+    else:
+        grid = sorted(set(zip(conf, score)), reverse=True)
+        accepts = lambda t: (conf > t[0]) | ((conf == t[0]) & (score >= t[1]))  # noqa: E731
     total = len(conf)
     reached = [j for j in range(starts) if total >= need * factor**j]
     level = delta / starts
@@ -82,7 +89,7 @@ def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4):
     for j in reached:
         started = False
         for t in grid:
-            acc = conf >= t
+            acc = accepts(t)
             n, c = int(acc.sum()), int(right[acc].sum())
             if not started:
                 if n < need * factor**j:
@@ -109,12 +116,14 @@ def test_fixed_sequences_match_a_brute_force_walk_and_nest(uncal):
         th = fit_thresholds(uncal, data, target, 0.1)
         for k, c in enumerate(th.per_class):
             rows = data.pred == k
-            assert c.cutoff == brute_force_ltt(conf[rows], data.tp[rows] > 0, target, 0.1)
-        assert th.overall.cutoff == brute_force_ltt(conf, data.tp > 0, target, 0.1, 6, 2)  # the global starts
+            want = brute_force_ltt(conf[rows], data.tp[rows] > 0, target, 0.1, score=data.score[rows])
+            assert (c.cutoff, c.score_cutoff) == ((None, None) if want is None else want)
+        want = brute_force_ltt(conf, data.tp > 0, target, 0.1, 6, 2, score=data.score)  # the global starts
+        assert (th.overall.cutoff, th.overall.score_cutoff) == ((None, None) if want is None else want)
     # what is accepted at a looser cut-off contains what is accepted at a stricter one, and the accepted rows are
     # those whose confidence reaches the cut-off; the lower bound is below the estimate
     c = th.overall
-    assert c.n_accepted == np.sum(conf >= c.cutoff) and c.cutoff in GRID
+    assert c.n_accepted == np.sum(c.accepts(conf, data.score)) == np.sum(conf >= c.cutoff)  # no ties here
     assert c.precision_lower < c.precision and c.p_value <= 0.1
     bon = fit_thresholds(uncal, data, 0.9, 0.1, multiplicity="bonferroni")
     assert all(b.level == pytest.approx(0.05) for b in bon.per_class) and bon.overall.level == 0.1
@@ -273,9 +282,11 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     assert "classes with their own cut-off" in r.stdout and "accepted by the cut-offs in use" in r.stdout
     r = assert_ok(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "out.csv"))
     out = pd.read_csv(t / "out.csv")
-    cut = dict(zip(th.classes, th.cutoffs()))
-    expect = [c >= cut[k] for k, c in zip(out["pred"], out["confidence"])]
-    assert out["accepted"].dtype == bool and out["accepted"].tolist() == expect and 0 < out["accepted"].mean() < 1
+    new = topcal.read_data(t / "new.csv")  # the raw top scores break ties at a cut-off
+    codes = np.array([th.classes.index(k) for k in out["pred"]])
+    expect = th.accept(codes, out["confidence"].to_numpy(), new.score)
+    assert out["accepted"].dtype == bool and out["accepted"].tolist() == expect.tolist()
+    assert 0 < out["accepted"].mean() < 1
     # issue 33: apply says how many rows it accepted
     assert f"accepted: {int(out['accepted'].sum())} of {len(out)} rows" in r.stdout
     # global mode: one cut-off, and no per-class rows or reasons printed
@@ -413,8 +424,8 @@ def test_many_small_classes_share_one_cutoff_that_accepts_like_the_global_one(un
     assert th.shared is not None and th.shared.cutoff is not None
     assert all(c.group == "shared" and c.cutoff == th.shared.cutoff for c in th.per_class)
     conf = model.predict(data)
-    accepted = th.accept(data.pred, conf).mean()
-    glob = dataclasses.replace(th, mode="global").accept(data.pred, conf).mean()
+    accepted = th.accept(data.pred, conf, data.score).mean()
+    glob = dataclasses.replace(th, mode="global").accept(data.pred, conf, data.score).mean()
     assert accepted >= 0.9 * glob > 0
     assert "200 classes with fewer than" in th.statements() and "0 classes with their own" in th.statements()
     # the group's statement: precision of the accepted rows of the group, tested like the global one
@@ -448,3 +459,30 @@ def test_large_classes_are_tested_alone_small_ones_share():
     rows = th.table()
     assert [r[0] for r in rows[-2:]] == ["(shared)", "(all)"]
     assert "1 classes with their own cut-off" in th.statements()
+
+
+def test_ties_of_a_step_curve_are_broken_by_the_raw_score():
+    """Issue 33: hist ties many rows at one confidence; ordering by confidence, then raw score, gives
+    cut-offs inside a tie, so the accepted share can grow where the tie's top rows are right."""
+    rng = np.random.default_rng(4)
+    n = 6000
+    pred = rng.integers(0, 2, n)
+    score = rng.uniform(0.5, 1.0, n)
+    right = rng.uniform(size=n) < np.where(score > 0.75, 0.5 + 0.5 * (score - 0.75) / 0.25 + 0.02, 0.6)
+    labels = np.where(right, pred, 1 - pred)
+    make = lambda idx: TopLabelData.from_scores(pred[idx], score[idx], labels[idx], classes=["a", "b"])  # noqa: E731
+    fit_part, held = make(np.arange(0, n, 2)), make(np.arange(1, n, 2))
+    model = topcal.calibrator("hist", n_bins=2, shrinkage=0).fit(fit_part)  # two bins: many ties
+    conf = model.predict(held)
+    th = fit_thresholds(model, held, 0.9, 0.05, mode="global", pool_below=0)
+    o = th.overall
+    assert o.cutoff is not None and o.score_cutoff is not None
+    assert o.cutoff in set(conf)  # a tie's confidence, cut inside the tie by the raw score
+    acc = th.accept(held.pred, conf, held.score)
+    assert 0 < acc.mean() < np.mean(conf >= o.cutoff)  # part of the tie group only
+    assert acc.sum() == o.n_accepted
+    with pytest.raises(TopcalError, match="raw score"):
+        th.accept(held.pred, conf)
+    back = loads_thresholds(th.dumps())
+    assert back.overall.score_cutoff == o.score_cutoff
+    assert np.array_equal(back.accept(held.pred, conf, held.score), acc)

@@ -71,7 +71,7 @@ def calibrate(model, data, interval=None, thresholds=None, tally: dict | None = 
     if interval is not None:
         out["confidence_lo"], out["confidence_hi"] = model.predict_interval(data, interval)
     if thresholds is not None:
-        out["accepted"] = thresholds.accept(predicted_codes(data, model.classes_), out["confidence"])
+        out["accepted"] = thresholds.accept(predicted_codes(data, model.classes_), out["confidence"], data.score)
         if tally is not None:  # the rows accepted so far (apply prints the count)
             tally["accepted"] = tally.get("accepted", 0) + int(np.count_nonzero(out["accepted"]))
     return out

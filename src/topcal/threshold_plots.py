@@ -55,7 +55,8 @@ class AcceptanceView:
     curves: tuple[AcceptanceCurve, ...]
 
 
-def acceptance_curve(name, conf, tp, fp, cutoff=None, reason=None, *, max_points: int = 400) -> AcceptanceCurve:
+def acceptance_curve(name, conf, tp, fp, cutoff=None, reason=None, *, max_points: int = 400,
+                     accepted=None) -> AcceptanceCurve:
     """Accepted fraction and precision at every distinct confidence of these rows (thinned to ``max_points``)."""
     order = np.argsort(-conf, kind="stable")
     s = conf[order]
@@ -69,7 +70,7 @@ def acceptance_curve(name, conf, tp, fp, cutoff=None, reason=None, *, max_points
     prec = ctp[last] / cn[last]
     chosen = None
     if cutoff is not None:
-        acc = conf >= cutoff
+        acc = conf >= cutoff if accepted is None else accepted  # ``accepted``: the cut-off's own rule
         n = float(tp[acc].sum() + fp[acc].sum())
         if n > 0:
             chosen = (n / total, float(tp[acc].sum()) / n)
@@ -83,11 +84,13 @@ def acceptance_view(model, data: TopLabelData, thresholds: Thresholds, *, max_cl
     data.require_labels("the acceptance panel")
     data = data.with_classes(model.classes_, "the data")
     conf = model.predict(data)
-    curves = [acceptance_curve("(all)", conf, data.tp, data.fp, thresholds.overall.cutoff, thresholds.overall.reason)]
+    curves = [acceptance_curve("(all)", conf, data.tp, data.fp, thresholds.overall.cutoff, thresholds.overall.reason,
+                               accepted=thresholds.overall.accepts(conf, data.score))]
     groups = sorted(rows_by_class(data.pred, data.n_classes), key=lambda t: -(data.tp[t[1]] + data.fp[t[1]]).sum())
     for k, idx in groups[:max_classes]:
         c = thresholds.per_class[k]
-        curves.append(acceptance_curve(c.name, conf[idx], data.tp[idx], data.fp[idx], c.cutoff, c.reason))
+        curves.append(acceptance_curve(c.name, conf[idx], data.tp[idx], data.fp[idx], c.cutoff, c.reason,
+                                       accepted=c.accepts(conf[idx], data.score[idx])))
     return AcceptanceView(thresholds.precision, thresholds.delta, thresholds.mode, tuple(curves))
 
 

@@ -142,6 +142,21 @@ class ClassCutoff:
     reason: str | None = None
     #: "shared" where the cut-off is the shared group's (the statement is the group's); None: its own
     group: str | None = None
+    #: the raw score that breaks ties at ``cutoff``: a row is accepted when its confidence is above
+    #: ``cutoff``, or equal to it with a raw score >= ``score_cutoff`` (None: confidence >= cutoff)
+    score_cutoff: float | None = None
+
+    def accepts(self, confidence, score=None) -> np.ndarray:
+        """Whether rows with these confidences (and raw scores) reach this cut-off."""
+        conf = np.asarray(confidence, dtype=np.float64)
+        if self.cutoff is None:
+            return np.zeros(conf.shape, dtype=bool)
+        if self.score_cutoff is None:
+            return conf >= self.cutoff
+        if score is None:
+            raise TopcalError("these thresholds break ties of the confidence by the raw score: pass the "
+                              "rows' scores too")
+        return (conf > self.cutoff) | ((conf == self.cutoff) & (np.asarray(score) >= self.score_cutoff))
 
     @property
     def accepted_fraction(self) -> float:
@@ -151,7 +166,7 @@ class ClassCutoff:
         return {"name": self.name, "cutoff": self.cutoff, "level": self.level, "n_predicted": self.n_predicted,
                 "n_accepted": self.n_accepted, "n_correct": self.n_correct, "precision": self.precision,
                 "precision_lower": self.precision_lower, "p_value": self.p_value, "reason": self.reason,
-                "group": self.group}
+                "group": self.group, "score_cutoff": self.score_cutoff}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ClassCutoff":
@@ -164,7 +179,8 @@ class ClassCutoff:
             raise ValueError("group must be null or 'shared'")
         return cls(str(d["name"]), opt("cutoff"), float(d["level"]), float(d["n_predicted"]),
                    float(d["n_accepted"]), float(d["n_correct"]), opt("precision"), opt("precision_lower"),
-                   opt("p_value"), None if d.get("reason") is None else str(d["reason"]), group)
+                   opt("p_value"), None if d.get("reason") is None else str(d["reason"]), group,
+                   opt("score_cutoff"))
 
 
 #: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16
@@ -200,11 +216,16 @@ def sequences(p_values, starts, level: float) -> int:
     return best
 
 
-def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tuple[int, int] = (STARTS, START_FACTOR)
-               ) -> ClassCutoff:
-    """Learn-then-Test on one class's (or all) rows: the loosest grid cut-off any of the fixed sequences
+def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tuple[int, int] = (STARTS, START_FACTOR),
+               score=None) -> ClassCutoff:
+    """Learn-then-Test on one class's (or all) rows: the loosest cut-off any of the fixed sequences
     rejects "precision < target" at; ``starts`` = (number S, factor f): sequence j starts where f^j times
-    the fewest testable predictions are accepted, each at ``delta`` / S (:func:`sequences`)."""
+    the fewest testable predictions are accepted, each at ``delta`` / S (:func:`sequences`).
+
+    Without ``score`` the candidates are the fixed :data:`GRID` of confidences. With ``score`` (the
+    rows' raw top scores) the candidates are the rows ordered by confidence, then raw score (both
+    label-free): every distinct (confidence, score) pair is a cut-off, so a step curve (``hist``,
+    whose bins tie many rows at one confidence) still offers fine cut-offs inside a tie."""
     from scipy.special import betaincinv
 
     total = float(tp.sum() + fp.sum())
@@ -214,8 +235,12 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tu
         return ClassCutoff(name, None, delta, total, reason=(
             f"only {total:g} predictions in the labelled data; at least {need} are needed to show precision "
             f"{precision:g} at delta={delta:g}"))
-    cut = GRID[::-1]  # strictest first
-    n, c = _accepted_counts(conf, tp, fp, cut)
+    if score is None:
+        cut = GRID[::-1]  # strictest first
+        cut_score = None
+        n, c = _accepted_counts(conf, tp, fp, cut)
+    else:
+        cut, cut_score, n, c = _ordered_counts(conf, np.asarray(score, dtype=np.float64), tp, fp)
     p = binomial_tail(c, n, precision)
     # the starts (confidences only): where START_FACTOR^j times the fewest testable predictions are accepted
     first = sorted({int(np.argmax(n >= need * factor**j)) for j in range(n_starts) if n[-1] >= need * factor**j})
@@ -229,7 +254,18 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tu
                                    f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"))
     nn, cc = float(n[best]), float(c[best])
     lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
-    return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]))
+    return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]),
+                       score_cutoff=None if cut_score is None else float(cut_score[best]))
+
+
+def _ordered_counts(conf, score, tp, fp):
+    """The candidate cut-offs of rows ordered by confidence, then raw score (strictest first): the
+    (confidence, score) pair at the end of each tie group, with the weights accepted and right."""
+    order = np.lexsort((-score, -conf))
+    sc, ss = conf[order], score[order]
+    cn, ct = np.cumsum(tp[order] + fp[order]), np.cumsum(tp[order])
+    last = np.flatnonzero(np.r_[(sc[1:] != sc[:-1]) | (ss[1:] != ss[:-1]), True])
+    return sc[last], ss[last], cn[last], ct[last]
 
 
 def model_digest(model) -> str:
@@ -304,14 +340,22 @@ class Thresholds:
                 f"the thresholds were chosen for another {self.model_method!r} model (checksum differs: refitted "
                 "or updated since); choose them again for this model with topcal threshold")
 
-    def accept(self, pred, confidence) -> np.ndarray:
+    def accept(self, pred, confidence, score=None) -> np.ndarray:
         """Whether each row is accepted: its calibrated confidence reaches its predicted class's cut-off.
 
         ``pred``: class indices in ``classes``; rows of a class without a cut-off are not accepted.
+        ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
+        where a cut-off has a ``score_cutoff``: files since issue 33).
         """
-        cut = self.cutoffs()[np.asarray(pred)]
-        with np.errstate(invalid="ignore"):
-            return np.asarray(confidence) >= cut  # NaN cut-off: False
+        pred = np.asarray(pred)
+        conf = np.asarray(confidence, dtype=np.float64)
+        out = np.zeros(conf.shape, dtype=bool)
+        if self.mode == "global":
+            return self.overall.accepts(conf, score)
+        for k in np.unique(pred):
+            rows = np.flatnonzero(pred == k)
+            out[rows] = self.per_class[k].accepts(conf[rows], None if score is None else np.asarray(score)[rows])
+        return out
 
     def to_dict(self) -> dict:
         return {"precision": self.precision, "delta": self.delta, "mode": self.mode,
@@ -332,7 +376,8 @@ class Thresholds:
                   float(d["n_samples"]), str(d["grid"]), None if shared is None else ClassCutoff.from_dict(shared),
                   float(d.get("pool_below", 0.0)))
         if any(c.group == "shared" for c in per) and (out.shared is None or any(
-                c.group == "shared" and c.cutoff != out.shared.cutoff for c in per)):
+                c.group == "shared" and (c.cutoff, c.score_cutoff) != (out.shared.cutoff, out.shared.score_cutoff)
+                for c in per)):
             raise ValueError("a class of the shared group does not carry the group's cut-off")
         _validate(out.precision, out.delta, out.mode, out.multiplicity)
         return out
@@ -481,7 +526,7 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     conf = model.predict(data)
     if not np.isfinite(conf).all():
         raise DataError("the model's confidence is not finite on this data")
-    tp, fp = data.tp, data.fp
+    tp, fp, score = data.tp, data.fp, data.score
     n_pred = np.bincount(data.pred, weights=tp + fp, minlength=len(model.classes_))
     below = _pool_below(pool_below, precision, delta, multiplicity, len(model.classes_))
     small = n_pred < below
@@ -490,15 +535,16 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     shared = None
     if small.any():
         rows = np.flatnonzero(small[data.pred])
-        shared = ltt_cutoff("(shared)", conf[rows], tp[rows], fp[rows], precision, level, starts=GLOBAL_STARTS)
+        shared = ltt_cutoff("(shared)", conf[rows], tp[rows], fp[rows], precision, level, starts=GLOBAL_STARTS,
+                            score=score[rows])
     per = []
     for k, name in enumerate(model.classes_):
         idx = np.flatnonzero(data.pred == k)
         if small[k]:
-            per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level))
+            per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level, score[idx]))
         else:
-            per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level))
-    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta, starts=GLOBAL_STARTS)
+            per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level, score=score[idx]))
+    overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta, starts=GLOBAL_STARTS, score=score)
     return Thresholds(float(precision), float(delta), mode, multiplicity, tuple(model.classes_), tuple(per), overall,
                       model.name, model_digest(model), data.n_samples, shared=shared, pool_below=float(below))
 
@@ -515,15 +561,16 @@ def _pool_below(pool_below, precision: float, delta: float, multiplicity: str, n
     return float(pool_below)
 
 
-def _in_group(name, shared: ClassCutoff, conf, tp, fp, level: float) -> ClassCutoff:
+def _in_group(name, shared: ClassCutoff, conf, tp, fp, level: float, score) -> ClassCutoff:
     """A class of the shared group: the group's cut-off, and the class's own counts there."""
     total = float(tp.sum() + fp.sum())
     if shared.cutoff is None:
         return ClassCutoff(name, None, level, total, group="shared",
                            reason=f"in the shared group, which has no cut-off: {shared.reason}")
-    keep = conf >= shared.cutoff
+    keep = shared.accepts(conf, score)
     n, c = float(tp[keep].sum() + fp[keep].sum()), float(tp[keep].sum())
-    return ClassCutoff(name, shared.cutoff, level, total, n, c, c / n if n > 0 else None, group="shared")
+    return ClassCutoff(name, shared.cutoff, level, total, n, c, c / n if n > 0 else None, group="shared",
+                       score_cutoff=shared.score_cutoff)
 
 
 def sgr_threshold(conf, tp, fp, precision: float, delta: float) -> float | None:

@@ -58,11 +58,11 @@ def run(name, method, splits, seed):
             th = fit_thresholds(model, choose, p, d)
             alone = fit_thresholds(model, choose, p, d, pool_below=0)
             glob = dataclasses.replace(th, mode="global")
-            acc = th.accept(test.pred, conf_t)
+            acc = th.accept(test.pred, conf_t, test.score)
             row = out[cell]
             row["default"].append(acc.mean())
-            row["global"].append(glob.accept(test.pred, conf_t).mean())
-            acc_alone = alone.accept(test.pred, conf_t)
+            row["global"].append(glob.accept(test.pred, conf_t, test.score).mean())
+            acc_alone = alone.accept(test.pred, conf_t, test.score)
             row["alone"].append(acc_alone.mean())
             shared = np.array([c.group == "shared" for c in th.per_class])
             in_group = shared[test.pred]
@@ -70,7 +70,7 @@ def run(name, method, splits, seed):
             own = [k for k, c in enumerate(th.per_class) if c.group is None and c.cutoff is not None]
             row["viol_alone"].append(np.mean([precision_fails(acc & (test.pred == k), tp, fp, p)
                                               for k in own]) if own else 0.0)
-            row["viol_global"].append(precision_fails(glob.accept(test.pred, conf_t), tp, fp, p))
+            row["viol_global"].append(precision_fails(glob.accept(test.pred, conf_t, test.score), tp, fp, p))
             # SGR on the raw softmax response (the top score), as in its paper
             cut = sgr_threshold(choose.score, choose.tp, choose.fp, p, d)
             sacc = np.zeros(test.n_rows, bool) if cut is None else test.score >= cut

@@ -62,7 +62,6 @@ and the report show them.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping
 
@@ -229,12 +228,12 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
             "se": float(se)}
 
 
-def _fit_unrepeated(model, data):
+def _fit_unrepeated(model, data, keep: str):
     """``model`` fitted on ``data`` as auto's own model: auto's fit has said which classes are never
     predicted, so the model's own saying it again is silenced (its other warnings pass)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*never predicted in the fitting data", category=DegenerateClassWarning)
-        return model.fit(data)
+        return model.fit(data, keep=keep)
 
 
 class _Candidates:
@@ -355,9 +354,7 @@ class Auto(Wrapper):
             )
             self.method_, self.best_, self.cv_, self.blend_ = "uncalibrated", "uncalibrated", {}, None
             self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
-            model = calibrator("uncalibrated")
-            model._rows_fingerprint, model._scratch = self.fingerprint_, self._scratch
-            self.model_ = _fit_unrepeated(model, data)
+            self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
             return
         self.fit_samples_ = float(data.n_samples)
         choice = data
@@ -376,9 +373,7 @@ class Auto(Wrapper):
         # (sts/csts keep no loss tables by default)
         model = calibrator(best) if self.blend_ is None else \
             Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
-        model._rows_fingerprint = self.fingerprint_  # the same rows: hashed once, by this fit
-        model._scratch = self._scratch  # a fold's auto (compare --folds) keeps nothing either
-        self.model_ = _fit_unrepeated(model, data)
+        self.model_ = _fit_unrepeated(model, data, self._part_keep())  # auto holds the evidence
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.
@@ -416,10 +411,9 @@ class Auto(Wrapper):
         model = cls(**params)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
-            model.fit(data)
+            model.fit(data, keep="model")
         self.model_ = model
         self.n_tp_, self.n_fp_ = data.class_counts()
-        self.stats_ = stats
 
     @property
     def inner_(self) -> Calibrator:
@@ -441,45 +435,6 @@ class Auto(Wrapper):
             line += "; blended with " + ", ".join(f"{m} ({w:.2f})" for m, w in zip(b["methods"][1:], b["weights"][1:])) \
                 + f" (weight of {self.method_}: {b['weights'][0]:.2f}; out-of-fold NLL {b['gain']:+.4f}, {abs(b['gain']) / b['se']:.1f} SE)"
         return line
-
-    def _describe_body(self, d: dict) -> dict:
-        """The chosen model's description (:meth:`Wrapper._describe_body`) without the blend's entries,
-        which the head's blend line shows."""
-        d = {k: v for k, v in d.items() if k != "blend"}
-        if isinstance(d.get("model"), dict):
-            d["model"] = {k: v for k, v in d["model"].items() if k != "blend"}
-        return super()._describe_body(d)
-
-    def _describe_head(self, d: dict) -> list[str]:
-        """The choice, its rule and the cross-validation table (then the chosen model,
-        :meth:`Wrapper._describe_body`)."""
-        cv = d["cross_validation"]
-        rule = cv.get("rule", "smallest cross-validated NLL")
-        of = cv.get("of_samples", cv["samples"])
-        on = f"{cv['samples']:g} samples" if of <= cv["samples"] else \
-            f"a stratified subsample of {cv['samples']:g} of the {of:g} samples"
-        out = [f"chosen: {d['chosen']} ({rule}; {cv['folds']}-fold, seed {cv['seed']}, on {on})"]
-        if cv.get("best") not in (None, d["chosen"]):
-            out.append(f"best mean: {cv['best']}")
-        fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
-        if fitted > of:
-            out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
-                       "fit auto again to re-choose")
-        ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
-        if ranked:
-            se, dse = cv.get("se", {}), cv.get("diff_se", {})
-            out.append("cross-validated NLL (mean ± SE; SE of the difference to the best):")
-            out += [f"  {k:16s} {v:.4f}" + (f" ± {se[k]:.4f}" if se.get(k) is not None else "")
-                    + (f"  (diff SE {dse[k]:.4f})" if dse.get(k) is not None else "") for v, k in ranked]
-        for k, msg in cv["errors"].items():
-            out.append(f"  {k} failed in cross-validation: {msg}")
-        model = d["model"]
-        if d.get("blend"):
-            b = d["blend"]
-            out.append("blend (beats the choice out of fold by {:.4f} ± {:.4f} NLL): ".format(-b["gain"], b["se"])
-                       + ", ".join(f"{m} {w:.3f}" for m, w in zip(b["methods"], b["weights"])))
-        out.append(f"\nchosen model: {model['method']}, params {json.dumps(model['params'])}")
-        return out
 
     def curve(self, k, score=None, *, n_points: int = 401):
         """The chosen method's curve (score methods, bts and btswa; see ScoreCalibrator.curve)."""
@@ -537,8 +492,15 @@ class Auto(Wrapper):
         return out
 
     def _get_state(self) -> dict:
-        state = {"method": self.method_, "model": self.model_.to_dict(stats=False), "cv": to_jsonable(self.cv_),
-                 "cv_samples": self.cv_samples_, "fit_samples": self.fit_samples_, "best": self.best_, "rule": getattr(self, "rule_", "se")}
+        state = {
+            "method": self.method_,
+            "model": self.model_.to_dict(),
+            "cv": to_jsonable(self.cv_),
+            "cv_samples": self.cv_samples_,
+            "fit_samples": self.fit_samples_,
+            "best": self.best_,
+            "rule": getattr(self, "rule_", "se"),
+        }
         if getattr(self, "refitted_from_", None):  # an update refitted another method than the choice
             state["refitted_from"] = self.refitted_from_
         if getattr(self, "blend_", None):

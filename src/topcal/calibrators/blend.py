@@ -131,11 +131,11 @@ class Blend(Calibrator):
         models = []
         for m in self.methods:
             model = get_class(m)()
-            model._is_reference = True  # its statistics would be a copy of the blend's
-            model._scratch = self._scratch
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateClassWarning)  # the blend's own fit warns once
-                models.append(model.fit(data))
+                models.append(
+                    model.fit(data, keep=self._part_keep())
+                )  # the blend holds the evidence
         self.models_ = models
 
     def _mix(self, arrays) -> np.ndarray:
@@ -185,20 +185,12 @@ class Blend(Calibrator):
         d["components"] = [model.describe() for model in self.models_]
         return d
 
-    def _describe_head(self, d: dict) -> list[str]:
-        b = d["blend"]
-        return ["blend of " + ", ".join(f"{m} ({w:.3f})" for m, w in zip(b["methods"], b["weights"]))]
-
-    def _describe_body(self, d: dict) -> dict:
-        """Without the ``blend`` entry, which the head line shows."""
-        return {k: v for k, v in d.items() if k != "blend"}
-
     def _describe_classes(self) -> list[dict]:
         sup = getattr(self, "support_", None) or [None] * len(self.classes_)
         return [{"support": None if s is None else list(s)} for s in sup]
 
     def _get_state(self) -> dict:
-        return {"models": [m.to_dict(stats=False) for m in self.models_]}
+        return {"models": [m.to_dict() for m in self.models_]}
 
     def _set_state(self, state: dict) -> None:
         raw = state["models"]

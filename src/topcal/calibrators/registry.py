@@ -77,7 +77,7 @@ def calibrator(name: str, **params):
     >>> cal = topcal.calibrator("hist", n_bins=10)
     """
     cls = get_class(name)
-    cls.check_param_names(params)
+    cls._check_param_names(params)
     return cls(**params)
 
 

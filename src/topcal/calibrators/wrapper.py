@@ -39,6 +39,13 @@ class Wrapper(Calibrator):
     #: whether its predictions and curves are its inner model's (``auto``) or its own (an adapted model)
     predicts_as_inner: bool = True
 
+    @property
+    def evidence_(self):
+        """Its own evidence where it holds one (:attr:`owns_evidence`), else its inner model's (an
+        adapted model: its source's statistics, label-shift counts and fingerprint)."""
+        self._check_fitted()
+        return self._evidence if self.owns_evidence else self.inner_.evidence_
+
     def summary_line(self) -> str:
         """One line on what this wrapper did to its inner model."""
         return f"{self.name} around {self.inner_.name}"
@@ -49,21 +56,6 @@ class Wrapper(Calibrator):
         while isinstance(model, Wrapper):
             model = model.inner_
         return model
-
-    def _describe_head(self, d: dict) -> list[str]:
-        """The inner model's head lines (a wrapper of ``auto`` still shows auto's choice)."""
-        return self.inner_._describe_head(d)
-
-    def _describe_body(self, d: dict) -> dict:
-        """The inner model's description (``d["model"]``) with what the wrapper adds per class and method-wide."""
-        if "model" not in d:
-            return d
-        outer, inner = d, d["model"]
-        wrap = {k: v for k, v in outer.items()
-                if isinstance(v, dict) and k not in ("params", "classes", "model", "cross_validation")}
-        return {**inner, **wrap, "classes": {
-            c: {**info, **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info}}
-            for c, info in inner["classes"].items()}}
 
     def _check_fitted(self) -> None:
         super()._check_fitted()

@@ -103,24 +103,32 @@ def _cmd_fit(args) -> int:
     cal.save(args.output)
     n_samples = float(cal.n_tp_.sum() + cal.n_fp_.sum())
     chosen = f" ({cal.summary_line()})" if isinstance(cal, Wrapper) else ""
-    how = f" from counts on {cal.stats_.n_rows} (class, score cell) rows" if engine.from_counts else ""
+    how = (
+        f" from counts on {cal.evidence_.stats.n_rows} (class, score cell) rows"
+        if engine.from_counts
+        else ""
+    )
     print(f"fitted {args.method}{chosen} on {n_samples:g} samples, {len(cal.classes_)} classes{how} -> {args.output}")
     return 0
 
 
 def _cmd_update(args) -> int:
+    from ..calibrators.updating import require_stats
     from ..calibrators.wrapper import Wrapper
     from ..persist import load
 
     engine = engine_for(args)
     check_output(args.output, [args.data], "model file")
     model = load(args.model)
-    before = model.require_stats().n_samples
+    before = require_stats(model).n_samples
     progress = _progress(args, "reading", engine) if engine.from_counts else None
     _run(progress, lambda: engine.update(model, args.data, progress=progress, **read_options(args)))
     model.save(args.output)
     kept = f" ({model.summary_line()})" if isinstance(model, Wrapper) else ""
-    print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
+    print(
+        f"updated {model.name}{kept}: {before:g} + {model.evidence_.stats.n_samples - before:g} "
+        f"samples -> {args.output}"
+    )
     return 0
 
 
@@ -156,6 +164,7 @@ def _cmd_apply(args) -> int:
 
 
 def _cmd_describe(args) -> int:
+    from ..describing import describe_text
     from ..persist import load
 
     model = load(args.model)
@@ -163,7 +172,7 @@ def _cmd_describe(args) -> int:
     if args.json:
         print(json.dumps(d, indent=1))
         return 0
-    print(model.describe_text())
+    print(describe_text(model))
     return 0
 
 

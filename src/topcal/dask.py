@@ -172,13 +172,11 @@ def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int =
     (:class:`~topcal.confusion.GridConfusion`, merged alike), so the model can
     be adapted (``calibrator.fit(evidence)``).
     """
-    from .calibrators import calibrator, get_class
+    from .calibrators import calibrator
+    from .calibrators.registry import require_counts
 
-    if get_class(method).needs_full:
-        raise ParameterError(
-            f"method {method!r} recalibrates the full score vector, which has no mergeable statistics; "
-            "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, bts, btswa, auto)"
-        )
+    require_counts(method, "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, "
+                   "bts, btswa, auto)")
     cal = calibrator(method, **(params or {}))
     _require_dask()
     lay = layout(ddf, classes=classes, **options)

@@ -27,6 +27,7 @@ import numpy as np
 from . import _progress
 from .calibrators import available_methods, calibrator, get_class
 from .calibrators.crossfit import cross_fit, scratch_options
+from .calibrators.wrapper import Wrapper
 from .comparison import Comparison, MethodMetrics, MetricValues
 from .data import TopLabelData, kfold_split
 from .errors import ParameterError, TopcalError, TopcalWarning
@@ -121,7 +122,7 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
     smoother to accept.
     """
     out = []
-    if getattr(model, "is_baseline", False) or not hasattr(model, "curve") or not hasattr(model, "support_"):
+    if model.is_baseline or not hasattr(model, "curve") or not hasattr(model, "support_"):
         return out
     certain = []
     for k, c in enumerate(model.classes_):
@@ -220,10 +221,8 @@ def auto_summary(model, fold: int | None = None) -> dict | None:
     """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired SE), or None
     for other models: ``{"fold", "chosen", "best", "rule", "blend", "table": [...]}`` (see ``Auto.cv_table``,
     ``Auto.blend_``)."""
-    if not callable(getattr(model, "cv_table", None)):
-        return None
-    return {"fold": fold, "chosen": model.method_, "best": model.best_, "rule": model.rule_text(),
-            "blend": getattr(model, "blend_", None), "table": model.cv_table()}
+    choice = model.choice() if isinstance(model, Wrapper) else None
+    return None if choice is None else {"fold": fold, **choice}
 
 
 def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progress=None, params=None,

@@ -151,8 +151,8 @@ class Evidence:
         copy of the rows; those of binned or weighted rows at once."""
         rows = _Rows.of(data)
         if rows is None:  # binned or weighted rows: counted now
-            return cls(ScoreStats.from_data(data) if count_stats else stats, ConfusionStats.from_data(data),
-                       fingerprint)
+            stats = ScoreStats.from_data(data) if count_stats else stats
+            return cls(stats, ConfusionStats.from_data(data), fingerprint)
         out = cls(stats, None, fingerprint)
         out._count_later(rows, ("confusion", "stats") if count_stats else ("confusion",))
         return out
@@ -203,12 +203,14 @@ class Evidence:
 
     @classmethod
     def for_fit(cls, data, *, n_cells: int = DEFAULT_CELLS) -> "Evidence":
-        """The evidence of labelled ``data`` for a fit: score counts and label-shift counts on ``n_cells`` cells.
+        """The evidence of labelled ``data`` for a fit: score counts and label-shift counts on
+        ``n_cells`` cells.
 
         No fingerprint: a model fitted from statistics (streamed, Dask) is the
         model ``fit`` gives on an Evidence of them, bit for bit, and that keeps none.
         """
-        return cls(ScoreStats.from_data(data, n_cells=n_cells), GridConfusion.from_data(data, n_cells=n_cells))
+        return cls(ScoreStats.from_data(data, n_cells=n_cells),
+                   GridConfusion.from_data(data, n_cells=n_cells))
 
     @classmethod
     def for_update(cls, data, *, stats_of: Callable, regions: ConfusionStats | None) -> "Evidence":
@@ -219,10 +221,12 @@ class Evidence:
         score methods); ``regions`` is the model's :class:`ConfusionStats`, whose
         regions the new rows are counted in (None: the model keeps no such counts).
         """
-        return cls(stats_of(data), None if regions is None else regions.count(data), Fingerprint.of(data))
+        return cls(stats_of(data), None if regions is None else regions.count(data),
+                   Fingerprint.of(data))
 
     def merge(self, *others: "Evidence") -> "Evidence":
-        """The evidence of all the parts; label-shift counts and fingerprint only where every part has them."""
+        """The evidence of all the parts; label-shift counts and fingerprint only where every part
+        has them."""
         stats = self.stats.merge(*(o.stats for o in others))
         prints = [self.fingerprint, *(o.fingerprint for o in others)]
         fingerprint = None
@@ -235,8 +239,8 @@ class Evidence:
             return Evidence(stats, None, fingerprint)
         kinds = {type(p) for p in parts}
         if len(kinds) > 1:
-            raise DataError("evidence to merge holds label-shift counts of two kinds (score cells and a model's "
-                            "regions); count every part the same way")
+            raise DataError("evidence to merge holds label-shift counts of two kinds (score cells "
+                            "and a model's regions); count every part the same way")
         return Evidence(stats, parts[0].merge(*parts[1:]), fingerprint)
 
     # -------------------------------------------------------- a model file's pieces

@@ -47,6 +47,7 @@ from ..stats import ScoreStats
 from . import intervals, modelfile, updating
 from .hooks import HOOKS, hook, register_hook, set_html_renderer
 from .modelfile import finite_array, to_jsonable
+from .registry import fits_from_counts, require_counts
 
 __all__ = ["Calibrator", "Curve", "KEEP", "to_jsonable", "finite_array", "set_html_renderer",
            "register_hook"]
@@ -309,8 +310,8 @@ class Calibrator:
         return self._evidence
 
     def _keeps_stats(self) -> bool:
-        """Whether ``fit`` keeps mergeable statistics (by default all but full-vector methods)."""
-        return not self.needs_full
+        """Whether ``fit`` keeps mergeable statistics (by default ``registry.fits_from_counts``)."""
+        return fits_from_counts(self)
 
     def _no_stats_reason(self) -> str:
         """Why a fitted model of this method keeps no statistics (``updating.require_stats``)."""
@@ -336,7 +337,8 @@ class Calibrator:
         return Evidence.for_update(data, stats_of=self._stats_of, regions=self._evidence.confusion)
 
     def _fit_evidence(self, evidence: Evidence, keep: str) -> "Calibrator":
-        """``fit(evidence)``: see :func:`.updating.fit_evidence`."""
+        """``fit(evidence)``: see :func:`.updating.check_fit_evidence`."""
+        require_counts(self, "fit it in memory on the rows themselves")
         stats, confusion = updating.check_fit_evidence(evidence)
         self.fit(stats.to_data(), keep="model" if keep == "evidence" else keep)
         if keep == "evidence":  # the evidence itself, not its re-count on the default grid

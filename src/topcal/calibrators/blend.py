@@ -26,7 +26,7 @@ from .._numeric import PROB_CLIP
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, ParameterError
 from .base import Calibrator, Curve, finite_array
-from .registry import get_class, is_registered, register
+from .registry import fits_from_counts, get_class, is_registered, register
 
 __all__ = ["Blend", "blend_weights", "MIN_WEIGHT"]
 
@@ -71,7 +71,7 @@ class _Methods:
         if isinstance(v, str) or not isinstance(v, (list, tuple)) or len(v) < 2 or len(set(v)) != len(v):
             return False
         return all(isinstance(m, str) and is_registered(m) and m not in ("auto", "blend")
-                   and not get_class(m).needs_full for m in v)
+                   and fits_from_counts(m) for m in v)
 
     def __str__(self) -> str:
         return "a list of 2 or more distinct score methods (no full-vector method), e.g. ['hier-platt', 'hist']"
@@ -112,6 +112,7 @@ class Blend(Calibrator):
 
     in_paper = False
     name = "blend"
+    models_: tuple = ()  # the fitted components (none until fitted)
     summary = "a fixed convex mixture of score methods' curves (auto's blend)"
     _parameter_constraints = {"methods": _Methods(), "weights": _Weights()}
 
@@ -153,12 +154,12 @@ class Blend(Calibrator):
 
     @property
     def has_curve(self) -> bool:
-        return all(m.has_curve for m in getattr(self, "models_", []))
+        return all(m.has_curve for m in self.models_)
 
     @property
     def support_(self):
         """Each class's score range in the fitting data (the first component's that records it)."""
-        for m in getattr(self, "models_", []):
+        for m in self.models_:
             if hasattr(m, "support_"):
                 return m.support_
         raise AttributeError("support_")
@@ -186,7 +187,7 @@ class Blend(Calibrator):
         return d
 
     def _describe_classes(self) -> list[dict]:
-        sup = getattr(self, "support_", None) or [None] * len(self.classes_)
+        sup = self.support_ if hasattr(self, "support_") else [None] * len(self.classes_)
         return [{"support": None if s is None else list(s)} for s in sup]
 
     def _get_state(self) -> dict:

@@ -297,6 +297,8 @@ class _Hierarchical(Calibrator):
     _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)
     #: an all-data fit's fits per strength and its strength's index: a fold's warm start (not saved)
     _strength_fits: dict = {}
+    #: per class, the covariance of the fitted parameters (None: a fold's fit, an old file)
+    cov_ = None
     _strength_index = None
     _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}
 
@@ -392,7 +394,7 @@ class _Hierarchical(Calibrator):
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the class's posterior: expit(x' theta_k -+ z sqrt(x' C_k x))."""
-        cov = getattr(self, "cov_", None)
+        cov = self.cov_
         if cov is None:
             raise self._no_interval_stats("parameter covariance")
         X = self._features(data)
@@ -428,7 +430,7 @@ class _Hierarchical(Calibrator):
     def _get_state(self) -> dict:
         out = {"theta": self.theta_, "pooled": self.pooled_, "prior": self.prior_, "strength": self.strength_,
                "support": [None if s is None else list(s) for s in self.support_]}
-        if getattr(self, "cov_", None) is not None:
+        if self.cov_ is not None:
             out["cov"] = self.cov_  # K x p x p; files before intervals have none
         return to_jsonable(out)
 

@@ -31,7 +31,8 @@ class Wrapper(Calibrator):
     delegated to ``inner_`` unless overridden.
     """
 
-    inner_: Calibrator
+    #: the wrapped fitted model (None until fitted or loaded); subclasses may make it a property
+    inner_: Calibrator | None = None
 
     #: whether the wrapper was fitted on data itself and holds its own evidence (statistics, label-shift
     #: counts: ``auto``) or its evidence is its inner model's (an adapted model)
@@ -46,6 +47,12 @@ class Wrapper(Calibrator):
         self._check_fitted()
         return self._evidence if self.owns_evidence else self.inner_.evidence_
 
+    def choice(self) -> dict | None:
+        """What the wrapper chose among candidates, for tables and reports: ``{"chosen", "best",
+        "rule", "blend", "table"}`` (``auto``: :meth:`~.auto.Auto.cv_table`), or None (the default:
+        a wrapper that chose nothing)."""
+        return None
+
     def summary_line(self) -> str:
         """One line on what this wrapper did to its inner model."""
         return f"{self.name} around {self.inner_.name}"
@@ -59,7 +66,7 @@ class Wrapper(Calibrator):
 
     def _check_fitted(self) -> None:
         super()._check_fitted()
-        if getattr(self, "inner_", None) is None:
+        if self.inner_ is None:
             from ..errors import NotFittedError
 
             raise NotFittedError(f"this {self.name!r} model has no inner model; fit it first")

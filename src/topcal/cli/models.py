@@ -221,7 +221,7 @@ def _cmd_adapt(args) -> int:
     adapted.save(args.output)
     e = adapted.estimate_
     how = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
-    print(f"adapted {adapted.base_.name} to {how} -> {args.output}")
+    print(f"adapted {adapted.inner_.name} to {how} -> {args.output}")
     if e.estimator != "given":
         print(f"safety step: moved {e.shrink:.0%} of the way from the test set's priors to the estimate ({e.shrink_reason})")
     rows = [[c, e.source[i], e.priors[i]] + ([e.lower[i], e.upper[i]] if e.lower is not None else [])

@@ -134,6 +134,7 @@ class AdaptedCalibrator(Wrapper):
     #: its evidence (statistics, label-shift counts) is its source model's; its confidences are its own
     owns_evidence = False
     predicts_as_inner = False
+    base_: Calibrator | None = None  # the source model, once built or loaded
 
     def __init__(self):
         pass
@@ -141,7 +142,7 @@ class AdaptedCalibrator(Wrapper):
     @property
     def inner_(self) -> Calibrator:
         """The source model (``base_``)."""
-        return getattr(self, "base_", None)
+        return self.base_
 
     def summary_line(self) -> str:
         e = self.estimate_

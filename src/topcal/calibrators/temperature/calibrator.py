@@ -510,7 +510,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
                 continue
             row = {"temperature": float(self.temperature_[i])}
-            cov = getattr(self, "param_cov_", None)
+            cov = self.param_cov_
             if cov is not None and np.isfinite(cov[i, 0, 0]):  # 90% interval of T from the delta method on log T
                 half = 1.6448536269514722 * np.sqrt(cov[i, 0, 0])
                 with np.errstate(over="ignore"):  # log T barely identified: the interval is (0, inf), no warning
@@ -552,7 +552,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         return self._state_core()
 
     def _state_core(self) -> dict:
-        cov = getattr(self, "param_cov_", None)
+        cov = self.param_cov_
         extra = {} if cov is None else {"param_cov": [None if not np.all(np.isfinite(c)) else c.reshape(-1)
                                                       for c in cov]}
         return to_jsonable({

@@ -72,7 +72,7 @@ class _CumulativeBase(ScoreCalibrator):
         tp = np.bincount(inv, weights=view.tp[keep], minlength=u.size)
         fp = np.bincount(inv, weights=view.fp[keep], minlength=u.size)
         kept = self._fit_counts
-        if kept is not None:  # a shrunk fit: its reference and cells are made from these (_seed_reference)
+        if kept is not None:  # a shrunk fit: its reference and cells come from these (_pooled_seed)
             kept[k] = (tp, fp)
         return self._state_of_counts(u, tp, fp)
 
@@ -100,7 +100,7 @@ class _CumulativeBase(ScoreCalibrator):
     # ------------------------------------------------ shrinkage from the classes' tables (issue 26)
     def _fit_all_classes(self, data):
         """The default class-by-class fit; a shrunk fit keeps each class's TP and FP weights per
-        distinct score until its reference is made (:meth:`_seed_reference`), and a reference seeded
+        distinct score until its reference is made (:meth:`_pooled_seed`), and a reference seeded
         with the pooled counts takes its one state from them (no pass over the rows)."""
         pooled, self._pooled_counts = self._pooled_counts, None
         if pooled is not None:
@@ -195,7 +195,7 @@ class _CumulativeBase(ScoreCalibrator):
 
     def _cell_sums(self, ref, pred, score, tp, fp):
         """:meth:`ScoreCalibrator._cell_sums` from the class fits' own weights per distinct score and
-        each class entry's pooled index (:meth:`_seed_reference`): no lookup of the rows in the class
+        each class entry's pooled index (:meth:`_pooled_seed`): no lookup of the rows in the class
         tables nor of the cells in the reference's. The same sums: a row's cell is its score's key,
         whose weights the class fit summed over the same rows in the same order."""
         kept, rank = self._fit_counts, self._ref_rank

@@ -123,7 +123,8 @@ def child(mode: str, task: str, path: str, model: str, out: str) -> dict:
                 cal = tdask.fit(ddf, "kde-mon2")
                 cal.save(out)
                 if Path(model).exists():  # the streamed fit of the same rows (same statistics expected)
-                    extra["stats_equal_streamed"] = bool(cal.stats_.equals(load(model).stats_))
+                    streamed = load(model).evidence_.stats
+                    extra["stats_equal_streamed"] = bool(cal.evidence_.stats.equals(streamed))
             else:
                 tdask.apply(load(model), ddf).to_parquet(out, write_index=False)
             extra["worker_peak_mb"] = max(client.run(_peak_mb).values())

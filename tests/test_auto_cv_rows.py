@@ -4,6 +4,8 @@ import json
 import warnings
 
 import numpy as np
+
+from topcal.describing import describe_text
 import pytest
 
 import topcal
@@ -89,8 +91,8 @@ def test_auto_chooses_on_the_subsample_and_fits_the_choice_on_all_rows():
     if whole is not None:
         np.testing.assert_array_equal(cal.predict(data), whole.predict(data))
     assert "stratified subsample of 600 of its 1500 samples" in cal.summary_line()
-    assert "on a stratified subsample of 600 of the 1500 samples" in cal.describe_text()
-    assert "updated since" not in cal.describe_text()
+    assert "on a stratified subsample of 600 of the 1500 samples" in describe_text(cal)
+    assert "updated since" not in describe_text(cal)
 
 
 def test_auto_below_cv_rows_and_with_none_uses_every_row():
@@ -98,7 +100,7 @@ def test_auto_below_cv_rows_and_with_none_uses_every_row():
     for kw in ({"cv_rows": 800}, {"cv_rows": None}):
         cal = _quiet(lambda: topcal.calibrator("auto", candidates=FEW, **kw).fit(data))
         assert cal.cv_samples_ == cal.fit_samples_ == 800
-        assert "subsample" not in cal.summary_line() and "subsample" not in cal.describe_text()
+        assert "subsample" not in cal.summary_line() and "subsample" not in describe_text(cal)
     a = _quiet(lambda: topcal.calibrator("auto", candidates=FEW).fit(data))
     b = _quiet(lambda: topcal.calibrator("auto", candidates=FEW, cv_rows=None).fit(data))
     assert a.cv_ == b.cv_ and a.method_ == b.method_
@@ -146,7 +148,7 @@ def test_subsampled_auto_says_updated_only_after_an_update():
     assert "kept its choice" not in cal.summary_line()
     _quiet(lambda: cal.update(data.subset(np.arange(1500, 2000))))
     assert "kept its choice" in cal.summary_line() and "on 600 samples" in cal.summary_line()
-    assert "updated since" in cal.describe_text()
+    assert "updated since" in describe_text(cal)
 
 
 def test_fold_split_of_a_subsample_still_holds_every_sample_once():

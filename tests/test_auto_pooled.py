@@ -6,6 +6,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+
+from topcal.describing import describe_text
 import pytest
 from scipy.special import expit, logit
 
@@ -113,7 +115,7 @@ def test_cv_table_with_standard_errors_is_saved_shown_and_read_back(tmp_path):
     np.testing.assert_array_equal(back.predict(d), m.predict(d))
     desc = back.describe()["cross_validation"]
     assert desc["se"] == {n: v["se"] for n, v in m.cv_.items()} and desc["best"] == m.best_
-    text = back.describe_text()
+    text = describe_text(back)
     assert "±" in text and "standard error" in text and m.method_ in text
     # a file from before the rule (no SE, no best, no rule) still loads and says how it chose
     doc = json.loads((tmp_path / "a.json").read_text())
@@ -123,7 +125,7 @@ def test_cv_table_with_standard_errors_is_saved_shown_and_read_back(tmp_path):
     for v in st["cv"].values():
         del v["se"], v["diff_se"]
     old = type(m).from_dict(doc["model"])  # what topcal.load does with the file's model part
-    assert old.best_ == old.method_ and "smallest cross-validated NLL" in old.describe_text()
+    assert old.best_ == old.method_ and "smallest cross-validated NLL" in describe_text(old)
 
 
 # ---------------------------------------------------------- pooled methods
@@ -142,7 +144,7 @@ def test_pooled_and_hierarchical_models_save_load_predict_and_draw(name, tmp_pat
         assert np.ptp(curves, axis=0).max() == 0.0  # one curve for every class
         assert back.describe()["pooled"]["samples"] == d.n_samples
     assert back.curve(0).support == d.class_support(0)
-    assert "c0" in back.describe_text()
+    assert "c0" in describe_text(back)
     # update refits on old + new data
     more = _top(8, 12, 30, a=0.7, b=-0.2)
     up = _quiet(lambda: back.update(more))
@@ -277,7 +279,7 @@ def test_auto_says_once_that_a_class_is_never_predicted(blend):
     assert len(said) == 1 and said[0].startswith("auto: class ['5']")
     assert (m.blend_ is None) == (blend is None)  # gate 0: hier-platt blended with hist on these data
     # describe's text says the blend once (its head line), not again as a raw entry
-    lines = m.describe_text().splitlines()
+    lines = describe_text(m).splitlines()
     assert sum(ln.startswith("blend") for ln in lines) == (0 if blend is None else 1)
 
 

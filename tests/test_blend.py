@@ -8,6 +8,8 @@ import warnings
 from types import SimpleNamespace
 
 import numpy as np
+
+from topcal.describing import describe_text
 import pandas as pd
 import pytest
 from scipy.special import expit
@@ -86,7 +88,7 @@ def test_a_blend_predicts_curves_and_intervals_as_the_weighted_sum_of_its_compon
     d = blend.describe()
     assert d["blend"] == {"methods": list(methods), "weights": list(weights)}
     assert [c["method"] for c in d["components"]] == list(methods)
-    assert "blend of pooled-hist (0.600), pooled-platt (0.400)" in blend.describe_text()
+    assert "blend of pooled-hist (0.600), pooled-platt (0.400)" in describe_text(blend)
 
 
 def test_a_blend_round_trips_and_updates_its_components_with_its_weights():
@@ -169,7 +171,9 @@ def test_auto_returns_its_blend_where_it_wins_out_of_fold_and_its_choice_otherwi
     back = persist.loads(persist.dumps(blended))
     assert back.blend_ == b
     np.testing.assert_array_equal(back.predict(test), blended.predict(test))
-    assert "blended with" in blended.summary_line() and "blend (beats the choice" in blended.describe_text()
+    assert "blended with" in blended.summary_line() and "blend (beats the choice" in describe_text(
+        blended
+    )
     assert blended.describe()["blend"]["methods"] == b["methods"]
     lo, hi = blended.predict_interval(test, 0.9)
     assert np.all(lo <= blended.predict(test) + 1e-12)

@@ -42,26 +42,35 @@ def test_auto_hashes_its_rows_once_and_its_model_carries_the_fingerprint(monkeyp
     model = _quiet(lambda: topcal.calibrator("auto", candidates=["pooled-hist", "hist", "sts", "bts"]).fit(data))
     assert calls == [data.n_rows]  # the top-level fit only: no fold's fit, no reference, no second for model_
     monkeypatch.undo()
-    assert model.fingerprint_ == Fingerprint.of(data)
-    assert model.model_.fingerprint_ == model.fingerprint_
+    assert model.evidence_.fingerprint == Fingerprint.of(data)
+    assert (
+        model.model_.evidence_.is_empty
+    )  # auto's choice is a part of auto, which holds the evidence
     path = tmp_path / "auto.json"
     model.save(path)
     again = topcal.load(path)
-    assert again.fingerprint_ == model.fingerprint_
+    assert again.evidence_.fingerprint == model.evidence_.fingerprint
     # the guarantee check still refuses the fitting rows
-    same, share = again.fingerprint_.containment(data)
+    same, share = again.evidence_.fingerprint.containment(data)
     assert same and share == 1.0
 
 
 def test_a_scratch_fit_keeps_nothing_for_later():
     data = _vectors(1, 300, 3)
     model = topcal.calibrator("hist")
-    model._scratch = True
-    _quiet(lambda: model.fit(data))
-    assert model.fingerprint_ is None and model.stats_ is None and model.confusion_ is None
+    _quiet(lambda: model.fit(data, keep="predictions"))
+    assert (
+        model.evidence_.fingerprint is None
+        and model.evidence_.stats is None
+        and model.evidence_.confusion is None
+    )
     full = _quiet(lambda: topcal.calibrator("hist").fit(data))
     np.testing.assert_array_equal(model.predict(data), full.predict(data))
-    assert full.fingerprint_ is not None and full.stats_ is not None and full.confusion_ is not None
+    assert (
+        full.evidence_.fingerprint is not None
+        and full.evidence_.stats is not None
+        and full.evidence_.confusion is not None
+    )
 
 
 def _row_refit(data, names, n_folds, seed):
@@ -141,7 +150,7 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
     real, calls = cls._fit, []
 
     def fails(self, d):  # the first call is the all-data fit that warm-starts the folds', then folds 1, 2, ...
-        calls.append(self.__dict__.get("_warm_start") is not None)
+        calls.append(self._warm is not None)
         if len(calls) in bad:
             raise ConvergenceError("made to fail")
         return real(self, d)
@@ -232,7 +241,7 @@ def test_a_folds_local_strength_search_finds_the_grid_searchs_strength(which):
             local = scratch_fit(name, train, warm=warm)
             if name == "pooled-beta":
                 full = _quiet(lambda: topcal.calibrator(name).fit(train))
-                assert not hasattr(local.model_, "_strength_fits") and len(full.model_._strength_fits) >= 14
+                assert not local.model_._strength_fits and len(full.model_._strength_fits) >= 14
                 np.testing.assert_allclose(local.predict(folds[f]), full.predict(folds[f]), rtol=1e-8, atol=0)
                 continue
             grid = scratch_fit(name, train)

@@ -12,6 +12,7 @@ import pytest
 import topcal
 from topcal import persist
 from topcal.confusion import ConfusionStats, GridConfusion
+from topcal.evidence import Evidence
 from topcal.stats import ScoreStats
 
 from _frames import assert_confusion_equal, model_payload, on_grid, probs_frame, run, scores_frame, write_parts
@@ -53,10 +54,12 @@ def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal = tdask.fit(ddf, "kde-mon2")
-        ref = topcal.calibrator("kde-mon2").fit_stats(ScoreStats.from_data(data), GridConfusion.from_data(data))
+        ref = topcal.calibrator("kde-mon2").fit(
+            Evidence(ScoreStats.from_data(data), GridConfusion.from_data(data))
+        )
     assert persist.dumps(cal).split('"sha256"')[0] == persist.dumps(ref).split('"sha256"')[0]
     # the label-shift counts came through the tree too: those of the data with scores at their cell midpoints
-    assert_confusion_equal(cal.confusion_, ConfusionStats.from_data(on_grid(data)))
+    assert_confusion_equal(cal.evidence_.confusion, ConfusionStats.from_data(on_grid(data)))
     out = tdask.apply(cal, ddf).compute()
     np.testing.assert_array_equal(out["confidence"].to_numpy(), ref.predict(data))
     assert list(out["pred"].astype(str)) == list(np.asarray(data.classes)[data.pred])
@@ -121,9 +124,13 @@ def test_dask_update_carries_confusion_counts_on_a_local_cluster(tmp_path, clust
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tdask.update(cal, dd.read_parquet(str(d)), split_every=2)
-    assert cal.stats_.equals(ref.stats_)
-    assert_confusion_equal(cal.confusion_, ref.confusion_)  # in the first fit's regions, counts of all rows
-    np.testing.assert_array_equal(cal.confusion_.confusion().sum(axis=0), np.bincount(data.labels, minlength=4))
+    assert cal.evidence_.stats.equals(ref.evidence_.stats)
+    assert_confusion_equal(
+        cal.evidence_.confusion, ref.evidence_.confusion
+    )  # in the first fit's regions, counts of all rows
+    np.testing.assert_array_equal(
+        cal.evidence_.confusion.confusion().sum(axis=0), np.bincount(data.labels, minlength=4)
+    )
     adapted = cal.adapt(priors=np.array([0.4, 0.3, 0.2, 0.1]))
     np.testing.assert_array_equal(adapted.predict(data), ref.adapt(priors=np.array([0.4, 0.3, 0.2, 0.1])).predict(data))
 

@@ -137,7 +137,8 @@ def test_cli_page(tmp_path, visual_check):
     new = pd.read_csv(tmp_path / "new_calibrated.csv")
     assert len(new) == 200 and new["confidence"].between(0, 1).all()
     np.testing.assert_allclose(new["confidence"], model.predict(topcal.read_data(tmp_path / "new.csv")), atol=1e-12)
-    assert topcal.load(tmp_path / "model2.json").stats_.n_samples == 600  # 400 + the 200 of more.csv
+    updated = topcal.load(tmp_path / "model2.json")
+    assert updated.evidence_.stats.n_samples == 600  # 400 + the 200 of more.csv
     assert topcal.load(tmp_path / "m.json").name == "auto"  # written by the Dask fit, after the chunked one
     assert "method: auto" in ran["topcal describe model.json"].stdout
     assert "NLL" in ran["topcal metrics test.csv --model model.json"].stdout.upper()
@@ -281,7 +282,7 @@ def test_scale_page(tmp_path):
     parts = [topcal.ScoreStats.from_data(ns[k]) for k in ("old_data", "new_data")]
     refit = topcal.calibrator("kde-mon2").fit(topcal.ScoreStats.merge_all(parts).to_data())
     np.testing.assert_allclose(ns["cal"].predict(ns["new_data"]), refit.predict(ns["new_data"]), atol=1e-12)
-    assert ns["cal"].stats_.n_samples == 900
+    assert ns["cal"].evidence_.stats.n_samples == 900
 
     run_topcal("topcal fit old.csv --method kde-mon2 -o model.json", tmp_path)  # the page's model.json
     whole, chunked = commands(sh[0])
@@ -298,7 +299,7 @@ def test_scale_page(tmp_path):
     pd.concat(pd.read_parquet(p) for p in sorted((tmp_path / "preds").iterdir())).to_csv(tmp_path / "all.csv")
     whole = topcal.read_data(tmp_path / "all.csv")
     assert ns["stats"].equals(topcal.ScoreStats.from_data(whole))
-    assert ns["cal"].stats_.n_samples == 800  # 600 + the update's 200
+    assert ns["cal"].evidence_.stats.n_samples == 800  # 600 + the update's 200
     out = ns["out"].compute()
     assert len(out) == 600 and {"pred", "confidence"} <= set(out.columns)
     np.testing.assert_allclose(np.sort(out["confidence"]), np.sort(ns["cal"].predict(whole)), atol=1e-12)

@@ -159,13 +159,13 @@ def test_update_equals_fit_bit_for_bit_on_discrete_scores(method, atol, tmp_path
         inc = topcal.calibrator(method).fit(data.subset(parts[0]))
         for p in parts[1:]:
             inc.update(data.subset(p))
-    assert full.stats_.exact and full.stats_.equals(inc.stats_)
+    assert full.evidence_.stats.exact and full.evidence_.stats.equals(inc.evidence_.stats)
     # bit for bit where the fit sums integer counts; Platt's and the kde's sums to their rounding (docs/scale.md)
     np.testing.assert_allclose(full.predict(data), inc.predict(data), rtol=0, atol=atol)
     # the exact scores survive the model file
     inc.save(tmp_path / "m.json")
     back = topcal.load(tmp_path / "m.json")
-    assert back.stats_.equals(inc.stats_)
+    assert back.evidence_.stats.equals(inc.evidence_.stats)
     np.testing.assert_array_equal(back.predict(data), inc.predict(data))
     # a class with more distinct scores than the limit goes to the grid, whatever the split
     rng = np.random.default_rng(3)
@@ -545,7 +545,10 @@ def test_update_right_after_fit_works_when_auto_chose_a_full_vector_method(tmp_p
     r = assert_ok(cli("update", tmp_path / "m.json", tmp_path / "d1.csv", "-o", tmp_path / "u.json"))
     assert f"instead of {chose}" in r.stdout and "cannot be updated from statistics" in r.stderr
     m = topcal.load(tmp_path / "u.json")
-    assert not topcal.calibrators.get_class(m.method_).needs_full and m.stats_.n_samples == 3000
+    assert (
+        not topcal.calibrators.get_class(m.method_).needs_full
+        and m.evidence_.stats.n_samples == 3000
+    )
     best = min((k for k, v in m.cv_.items() if v["nll"] is not None and not topcal.calibrators.get_class(k).needs_full),
                key=lambda k: m.cv_[k]["nll"])
     assert m.method_ == best

@@ -112,7 +112,7 @@ def test_no_shift_means_no_change(hist, source):
     use = shifted(30000, SOURCE, 5)[0]
     est = estimate_priors(hist, use.without_labels(), n_bootstrap=0)
     assert np.abs(est.priors - SOURCE).max() < 0.02  # 10-bin histograms are not exactly calibrated
-    same = adapt(hist, priors=hist.confusion_.source_priors())
+    same = adapt(hist, priors=hist.evidence_.confusion.source_priors())
     np.testing.assert_allclose(same.predict(use), hist.predict(use), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(same.weights_, np.ones(K))
 
@@ -197,7 +197,7 @@ def test_safety_simulation_gives_the_dense_version_figures(sep, n_bins, n_src, n
     model = topcal.calibrator("hist", n_bins=n_bins).fit(shifted(n_src, SOURCE, 0, sep=sep)[0])
     use = shifted(n_use, TARGET, seed, sep=sep, labels=False)[0]
     est = estimate_priors(model, use, estimator=estimator, n_bootstrap=0, shrink=1.0)
-    got = choose_shrink(model.confusion_, est.priors, n_use, estimator=estimator,
+    got = choose_shrink(model.evidence_.confusion, est.priors, n_use, estimator=estimator,
                         prior_strength=PRIOR_STRENGTH[estimator], fp_pseudocount=FP_PSEUDOCOUNT, seed=3)
     assert got.factor == factor
     if full is None:
@@ -215,17 +215,17 @@ def test_moment_reading_adapts_where_the_error_at_the_estimate_sees_only_noise()
     use = shifted(300, TARGET, 3, sep=0.6)[0]
     est = estimate_priors(model, use.without_labels(), estimator="bbse", n_bootstrap=0, shrink=1.0)
     kw = dict(estimator="bbse", prior_strength=PRIOR_STRENGTH["bbse"], fp_pseudocount=FP_PSEUDOCOUNT)
-    old = choose_shrink(model.confusion_, est.priors, 300, truth="estimate", **kw)
-    new = choose_shrink(model.confusion_, est.priors, 300, truth="moment", **kw)
+    old = choose_shrink(model.evidence_.confusion, est.priors, 300, truth="estimate", **kw)
+    new = choose_shrink(model.evidence_.confusion, est.priors, 300, truth="moment", **kw)
     assert old.factor == 0.0 and "not adapted" in old.reason
     assert 0.0 < new.factor < 1.0 and "with no shift and" in new.reason
-    assert choose_shrink(model.confusion_, est.priors, 300, truth="moment", **kw) == new
+    assert choose_shrink(model.evidence_.confusion, est.priors, 300, truth="moment", **kw) == new
     ad = adapt(model, use.without_labels(), estimator="bbse", n_bootstrap=0)  # bbse's default reading
     assert ad.estimate_.shrink == new.factor
     before = metrics.nll(use, model.predict(use)).overall
     assert metrics.nll(use, ad.predict(use)).overall < before - 0.01
     with pytest.raises(ParameterError, match="truth must be one of"):
-        choose_shrink(model.confusion_, est.priors, 300, truth="median", **kw)
+        choose_shrink(model.evidence_.confusion, est.priors, 300, truth="median", **kw)
 
 
 def test_safety_step_does_not_adapt_when_the_estimate_is_within_its_noise(hist):
@@ -244,7 +244,7 @@ def test_shrink_moves_priors_and_intervals_linearly(hist):
     use = shifted(1000, TARGET, 9, labels=False)[0]
     raw = estimate_priors(hist, use, n_bootstrap=10, shrink=1.0)
     half = estimate_priors(hist, use, n_bootstrap=10, shrink=0.5)
-    ps = hist.confusion_.source_priors()
+    ps = hist.evidence_.confusion.source_priors()
     assert raw.shrink == 1.0 and raw.estimated is None
     np.testing.assert_allclose(half.priors, (ps + raw.priors) / 2, rtol=1e-12)
     np.testing.assert_allclose(half.lower, (ps + raw.lower) / 2, rtol=1e-12)
@@ -265,7 +265,7 @@ def test_shrink_parameter_errors(hist):
 def test_user_priors_reproduce_the_closed_form():
     data = shifted(400, SOURCE, 2)[0]  # few false positives per class: one score region each
     model = topcal.calibrator("hist", n_bins=5).fit(data)
-    assert all(e.size == 0 for e in model.confusion_.edges)
+    assert all(e.size == 0 for e in model.evidence_.confusion.edges)
     pri = {"ant": 0.4, "bee": 0.3, "cow": 0.2, "dog": 0.1}
     ad = adapt(model, priors=pri, fp_pseudocount=0)
     cm = np.zeros((K, K))
@@ -385,7 +385,7 @@ def test_prior_errors(hist):
 
 def test_binned_model_cannot_adapt():
     model = topcal.calibrator("hist").fit(topcal.datasets.load_phanns())
-    assert model.confusion_ is None
+    assert model.evidence_.confusion is None
     with pytest.raises(DataError, match="binned"):
         adapt(model, priors=np.full(11, 1 / 11))
 
@@ -408,7 +408,7 @@ def test_adapted_model_round_trips(hist, tmp_path):
     d = back.describe()
     assert d["method"] == "hist" and d["label_shift"]["estimator"] == "em"
     info = d["classes"]["ant"]
-    assert info["source_prior"] == pytest.approx(hist.confusion_.source_priors()[0])
+    assert info["source_prior"] == pytest.approx(hist.evidence_.confusion.source_priors()[0])
     assert len(info["use_prior_interval"]) == 2
     curve = back.curve("ant")
     assert curve.confidence.shape == curve.score.shape
@@ -441,14 +441,14 @@ def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
     del d["confusion"]
     old = type(hist).from_dict(d)
     np.testing.assert_array_equal(old.predict(shifted(100, SOURCE, 1)[0]), hist.predict(shifted(100, SOURCE, 1)[0]))
-    assert old.confusion_ is None
+    assert old.evidence_.confusion is None
     with pytest.raises(DataError, match="true classes"):
         adapt(old, priors=TARGET)
 
 
 def test_malformed_confusion_is_a_model_file_error(hist):
     d = json.loads(json.dumps(hist.to_dict()))
-    n_regions = len(hist.confusion_.edges[0]) + 1
+    n_regions = len(hist.evidence_.confusion.edges[0]) + 1
     for pair in ([99, 1.0], [0, -1.0], [0.5, 1.0], [1, float("nan")]):
         d["confusion"]["counts"][0] = [[pair]] + [[]] * (n_regions - 1)
         with pytest.raises(ModelFileError):

@@ -288,8 +288,8 @@ def test_streamed_update_carries_the_confusion_counts_of_an_in_memory_update(tmp
         got = topcal.calibrator("kde-mon2").fit(read_data(tmp_path / "a.csv"))
         update_file(ref, new)  # read whole: per-sample counts
         update_file(got, new, chunk_rows=chunk)
-    assert got.stats_.equals(ref.stats_)
-    assert_confusion_equal(got.confusion_, ref.confusion_)
+    assert got.evidence_.stats.equals(ref.evidence_.stats)
+    assert_confusion_equal(got.evidence_.confusion, ref.evidence_.confusion)
     use = read_data(tmp_path / "a.csv")
     priors = np.array([0.1, 0.2, 0.3, 0.4])
     np.testing.assert_array_equal(got.adapt(priors=priors).predict(use), ref.adapt(priors=priors).predict(use))
@@ -307,12 +307,12 @@ def test_streamed_fit_counts_confusion_on_the_grid(tmp_path, chunk, layout):
         ref = topcal.calibrator("hist").fit(ScoreStats.from_data(data).to_data())
     np.testing.assert_array_equal(cal.predict(data), ref.predict(data))  # the fit itself is unchanged
     # its own definition: the rule of the in-memory fit on the scores at their cell midpoints
-    assert_confusion_equal(cal.confusion_, ConfusionStats.from_data(on_grid(data)))
+    assert_confusion_equal(cal.evidence_.confusion, ConfusionStats.from_data(on_grid(data)))
     # the in-memory fit's confusion matrix exactly; its region edges within half a cell
     raw = ConfusionStats.from_data(data)
-    np.testing.assert_array_equal(cal.confusion_.confusion(), raw.confusion())
+    np.testing.assert_array_equal(cal.evidence_.confusion.confusion(), raw.confusion())
     assert any(e.size for e in raw.edges)
-    for e, r in zip(cal.confusion_.edges, raw.edges):
+    for e, r in zip(cal.evidence_.confusion.edges, raw.edges):
         assert e.size == r.size and np.all(np.abs(e - r) <= 0.5 / 4096 + 1e-15)
 
 
@@ -337,10 +337,12 @@ def test_cli_streamed_fit_and_update_can_be_adapted(tmp_path, capsys):
     model = persist.load(tmp_path / "ab.json")
     data = read_data(tmp_path / "a.csv")
     whole = read_data_frame(frame)
-    np.testing.assert_array_equal(model.confusion_.confusion(), ConfusionStats.from_data(whole).confusion())
+    np.testing.assert_array_equal(
+        model.evidence_.confusion.confusion(), ConfusionStats.from_data(whole).confusion()
+    )
     # the regions stay those of the streamed fit of a.csv
     first = ConfusionStats.from_data(on_grid(data))
-    for e, r in zip(model.confusion_.edges, first.edges):
+    for e, r in zip(model.evidence_.confusion.edges, first.edges):
         np.testing.assert_array_equal(e, r)
     adapted = persist.load(tmp_path / "ad.json")
     assert not np.array_equal(adapted.predict(whole), model.predict(whole))  # the priors moved the confidences
@@ -351,7 +353,7 @@ def test_streamed_fit_of_binned_counts_has_no_confusion(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal = fit_file(topcal.calibrator("hist"), tmp_path / "b.csv", chunk_rows=50, score_range=(0, 10))
-    assert cal.confusion_ is None and cal.stats_.n_samples == phanns.n_samples
+    assert cal.evidence_.confusion is None and cal.evidence_.stats.n_samples == phanns.n_samples
 
 
 def read_data_frame(frame):

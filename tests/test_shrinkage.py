@@ -177,13 +177,13 @@ def test_the_reference_keeps_no_statistics_and_the_model_still_updates(method):
     p, lab = simulate_probs(2000, 7, 5, sharpen=[1.5, 0.8, 1, 1.2, 1])
     data = TopLabelData.from_probs(p, lab)
     m = _quiet(lambda: topcal.calibrator(method).fit(data))
-    assert m.reference_.stats_ is None and m.stats_ is not None
-    assert m.to_dict()["state"]["shrinkage"]["reference"] == m.reference_.to_dict(stats=False)
+    assert m.reference_.evidence_.is_empty and m.evidence_.stats is not None
+    assert m.to_dict()["state"]["shrinkage"]["reference"] == m.reference_.to_dict()
     first, second = kfold_split(data, 2, seed=1)
     updated = _quiet(lambda: topcal.calibrator(method).fit(first).update(second))
-    assert updated.reference_.stats_ is None
+    assert updated.reference_.evidence_.stats is None
     np.testing.assert_allclose(updated.predict(data), _quiet(lambda: topcal.calibrator(method).fit(
-        updated.stats_.to_data())).predict(data))
+        updated.evidence_.stats.to_data())).predict(data))
 
 
 @pytest.mark.slow
@@ -481,16 +481,19 @@ def test_cumulative_reference_from_the_class_tables_equals_the_pooled_fit_bit_fo
     of K runs) and its cells' sums from the class fits' weights; on continuous, rounded (scores
     shared by classes), binned and fractionally weighted rows (the fit over the rows) the model,
     its saved file, pseudo-counts and predictions are those of the fit over the pooled rows."""
-    from topcal.calibrators.score import ScoreCalibrator
 
     sets = _rounded_and_binned_sets()
     for rule in ("auto", "class"):
         fast = {k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()}
         with monkeypatch.context() as mp:
-            mp.setattr(type(fast["binned"]), "_seed_reference", ScoreCalibrator._seed_reference)
+            mp.setattr(
+                type(fast["binned"]), "_pooled_seed", lambda self, data: None
+            )  # the fit over the rows
             slow = {k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()}
         for k, d in sets.items():
             assert json.dumps(fast[k].to_dict()) == json.dumps(slow[k].to_dict()), k
             assert np.array_equal(fast[k].shrinkage_loss_, slow[k].shrinkage_loss_), k
             assert np.array_equal(fast[k].predict(d), slow[k].predict(d)), k
-            assert "_fit_counts" not in vars(fast[k]) and "_ref_rank" not in vars(fast[k])
+            assert (
+                fast[k]._fit_counts is None and fast[k]._ref_rank is None
+            )  # the fit's scratch: not kept

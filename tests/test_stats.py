@@ -19,6 +19,7 @@ from topcal.confusion import ConfusionStats, GridConfusion
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.errors import DataError, ModelFileError, ParameterError
+from topcal.evidence import Evidence
 from topcal.stats import DEFAULT_CELLS, ScoreStats, cell_index
 
 from _frames import assert_confusion_equal, on_grid
@@ -66,7 +67,7 @@ def test_update_over_any_split_equals_one_fit(name, n_parts):
     data = _sim()
     a = _updated(name, data, n_parts, seed=n_parts)
     b = _whole(name, data)
-    assert a.stats_.equals(b.stats_)
+    assert a.evidence_.stats.equals(b.evidence_.stats)
     np.testing.assert_array_equal(a.n_tp_, b.n_tp_)
     np.testing.assert_array_equal(a.n_fp_, b.n_fp_)
     if isinstance(a, ScoreCalibrator):
@@ -135,7 +136,7 @@ def test_update_survives_save_and_load(tmp_path):
     cal = _quiet_fit(topcal.calibrator("kde-mon2"), data.subset(np.arange(half)))
     cal.save(tmp_path / "m.json")
     loaded = persist.load(tmp_path / "m.json")
-    assert loaded.stats_.equals(cal.stats_)
+    assert loaded.evidence_.stats.equals(cal.evidence_.stats)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loaded.update(data.subset(np.arange(half, data.n_rows)))
@@ -176,7 +177,7 @@ def test_corrupt_stats_give_a_model_file_error(tmp_path):
 def test_award_methods_cannot_update(name):
     data = _sim()
     cal = _quiet_fit(topcal.calibrator(name), data)
-    assert cal.stats_ is None
+    assert cal.evidence_.stats is None
     with pytest.raises(ParameterError, match="has an award.*refit it on all the data"):
         cal.update(data)
 
@@ -190,7 +191,7 @@ def test_update_merges_the_label_shift_counts():
     for name, params in (("hist", {}), ("sts", {"keep_stats": True})):
         cal = _updated_parts(name, data, parts, **params)
         first = ConfusionStats.from_data(data.subset(parts[0]))
-        conf = cal.confusion_
+        conf = cal.evidence_.confusion
         np.testing.assert_array_equal(conf.confusion(), whole.confusion())  # integer counts: exact
         np.testing.assert_array_equal(conf.source_priors(), whole.source_priors())
         for k in range(data.n_classes):
@@ -202,7 +203,7 @@ def test_update_merges_the_label_shift_counts():
         cal.adapt(priors=np.full(data.n_classes, 1 / data.n_classes))  # adapt works without a refit
     cal = _quiet_fit(topcal.calibrator("hist"), data.subset(parts[0]))
     cal.update(ScoreStats.from_data(data.subset(parts[1])))  # statistics carry no true classes
-    assert cal.confusion_ is None
+    assert cal.evidence_.confusion is None
     with pytest.raises(DataError, match="updated with score statistics alone.*refit"):
         cal.adapt(priors=np.full(data.n_classes, 1 / data.n_classes))
 
@@ -246,9 +247,9 @@ def test_merge_mismatches_are_clear_errors():
     cal = _quiet_fit(topcal.calibrator("hist"), _sim(K=4))
     with pytest.raises(DataError, match="classes"):  # a class the model does not know
         cal.update(_sim(K=5))
-    before = cal.stats_.n_samples
+    before = cal.evidence_.stats.n_samples
     cal.update(_sim(K=3))  # data naming some of the model's classes is fine
-    assert cal.stats_.n_samples > before and cal.classes_ == _sim(K=4).classes
+    assert cal.evidence_.stats.n_samples > before and cal.classes_ == _sim(K=4).classes
     with pytest.raises(DataError, match="2-d array of scores"):  # what fit says of the same input (issue 24)
         cal.update([1, 2, 3])
 
@@ -282,20 +283,20 @@ def test_grid_confusion_merges_and_draws_the_regions_of_the_data_on_the_grid():
         whole.merge(GridConfusion.from_data(data, n_cells=64))
 
 
-def test_fit_stats_keeps_the_confusion_counts_and_checks_them():
+def test_a_fit_from_evidence_keeps_the_confusion_counts_and_checks_them():
     data = _sim(n=2000)
     stats, grid = ScoreStats.from_data(data), GridConfusion.from_data(data)
     cal = _quiet_fit(topcal.calibrator("hist"), stats.to_data())
-    assert cal.confusion_ is None  # statistics alone carry no true classes
-    got = topcal.calibrator("hist").fit_stats(stats, grid)
+    assert cal.evidence_.confusion is None  # statistics alone carry no true classes
+    got = topcal.calibrator("hist").fit(Evidence(stats, grid))
     ref = _quiet_fit(topcal.calibrator("hist"), stats.to_data())
     np.testing.assert_array_equal(got.predict(data), ref.predict(data))
-    assert_confusion_equal(got.confusion_, grid.to_confusion())
+    assert_confusion_equal(got.evidence_.confusion, grid.to_confusion())
     got.adapt(priors=np.full(data.n_classes, 0.25))  # adaptable without a refit
     with pytest.raises(DataError, match="GridConfusion"):
-        topcal.calibrator("hist").fit_stats(stats, grid.to_confusion())
+        topcal.calibrator("hist").fit(Evidence(stats, grid.to_confusion()))
     with pytest.raises(DataError, match="grid"):
-        topcal.calibrator("hist").fit_stats(stats, GridConfusion.from_data(data, n_cells=64))
+        topcal.calibrator("hist").fit(Evidence(stats, GridConfusion.from_data(data, n_cells=64)))
 
 
 def test_update_from_statistics_with_confusion_counts_equals_a_per_sample_update():
@@ -307,10 +308,12 @@ def test_update_from_statistics_with_confusion_counts_equals_a_per_sample_update
         warnings.simplefilter("ignore")
         ref.update(b)
         chunks = [b.subset(i) for i in np.array_split(np.arange(b.n_rows), 4)]
-        new = cal.confusion_.count(chunks[0]).merge(*(cal.confusion_.count(c) for c in chunks[1:]))
+        new = cal.evidence_.confusion.count(chunks[0]).merge(
+            *(cal.evidence_.confusion.count(c) for c in chunks[1:])
+        )
         cal.update(ScoreStats.from_data(b), confusion=new)
-    assert cal.stats_.equals(ref.stats_)
-    assert_confusion_equal(cal.confusion_, ref.confusion_)
+    assert cal.evidence_.stats.equals(ref.evidence_.stats)
+    assert_confusion_equal(cal.evidence_.confusion, ref.evidence_.confusion)
     with pytest.raises(ParameterError, match="counts are taken from its rows"):
         cal.update(b, confusion=new)
     other = ConfusionStats.from_data(b)  # regions of other data: not this model's
@@ -318,7 +321,7 @@ def test_update_from_statistics_with_confusion_counts_equals_a_per_sample_update
         cal.update(ScoreStats.from_data(b), confusion=other)
     binned = _quiet_fit(topcal.calibrator("hist"), load_phanns())
     with pytest.raises(ParameterError, match="keeps no confusion counts"):
-        binned.update(binned.stats_, confusion=new)
+        binned.update(binned.evidence_.stats, confusion=new)
 
 
 def test_fit_counts_its_statistics_on_first_use_bit_for_bit():
@@ -335,17 +338,16 @@ def test_fit_counts_its_statistics_on_first_use_bit_for_bit():
     eager_conf = ConfusionStats.from_data(data)
     eager_stats = ScoreStats.from_data(data)
     model = topcal.calibrator("hist", shrinkage=0).fit(data)
-    assert model.__dict__.get("_confusion_rows") is not None and model.__dict__.get("_stats_rows") is not None
+    kept = model.evidence_
+    assert kept._rows is not None and kept._pending == {"stats", "confusion"}  # nothing counted yet
     data.score[:] = 0.5  # the caller changes its arrays after the fit
     data.labels[:] = 0
-    lazy_stats, lazy_conf = model.stats_, model.confusion_
+    lazy_stats, lazy_conf = model.evidence_.stats, model.evidence_.confusion
     for a, b in zip(lazy_stats.to_dict().values(), eager_stats.to_dict().values()):
         assert a == b
     assert all(np.array_equal(x, y) for x, y in zip(lazy_conf.edges, eager_conf.edges))
     assert all(np.array_equal(x, y) for x, y in zip(lazy_conf.counts, eager_conf.counts))
-    assert "_confusion_rows" not in model.__dict__ and "_stats_rows" not in model.__dict__  # the copy is gone
-    model.confusion_ = None  # setting replaces
-    assert model.confusion_ is None
+    assert kept._rows is None and not kept._pending  # the copy is gone
 
 
 def test_auto_update_that_refits_another_method_says_so_after_save_and_load():

@@ -197,18 +197,18 @@ def test_fitting_data_is_refused_and_fingerprints_persist():
     with pytest.raises(DataError, match="contains about"):
         fit_thresholds(model, bigger)
     again = topcal.persist.loads(topcal.persist.dumps(model))
-    assert again.fingerprint_ == model.fingerprint_
+    assert again.evidence_.fingerprint == model.evidence_.fingerprint
     with pytest.raises(DataError, match="fitted on"):
         fit_thresholds(again, data)
     # an update remembers both parts: the fingerprint of a fit on all rows
     part = topcal.calibrator("hist").fit(data.subset(np.arange(1200))).update(data.subset(np.arange(1200, 2000)))
-    assert part.fingerprint_ == model.fingerprint_
+    assert part.evidence_.fingerprint == model.evidence_.fingerprint
     # a model file written before fingerprints loads, and cannot be checked (no error)
     doc = json.loads(topcal.persist.dumps(model))
     del doc["model"]["fingerprint"]
     doc["sha256"] = __import__("hashlib").sha256(topcal.persist.canonical_json(doc["model"]).encode()).hexdigest()
     old = topcal.persist.loads(json.dumps(doc))
-    assert old.fingerprint_ is None
+    assert old.evidence_.fingerprint is None
     fit_thresholds(old, data)
     # held-out rows pass
     fit_thresholds(model, linear_population(2000, 9))

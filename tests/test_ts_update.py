@@ -83,8 +83,8 @@ def test_update_over_any_split_equals_one_fit(variant, n_parts):
             cal.update(data.subset(idx))
     _close_to(cal, whole, data)
     # the merged tables are the tables of all the data (sums: equal up to rounding)
-    for key, table in whole.stats_.tables.items():
-        np.testing.assert_allclose(cal.stats_.tables[key], table, rtol=1e-12, atol=1e-9)
+    for key, table in whole.evidence_.stats.tables.items():
+        np.testing.assert_allclose(cal.evidence_.stats.tables[key], table, rtol=1e-12, atol=1e-9)
 
 
 def test_update_on_logits_and_with_tables_directly():
@@ -92,7 +92,7 @@ def test_update_on_logits_and_with_tables_directly():
     whole = _fit("csts", KEEP, data)
     a, b = _split(data.n_rows, 2, seed=1)
     cal = _fit("csts", KEEP, data.subset(a))
-    cal.update(cal.stats_of(data.subset(b)))
+    cal.update(cal.evidence_of(data.subset(b)))
     _close_to(cal, whole, data)
 
 
@@ -122,8 +122,8 @@ def test_update_survives_save_and_load(tmp_path):
     cal.save(tmp_path / "m.json")
     back = persist.load(tmp_path / "m.json")
     np.testing.assert_array_equal(back.predict(data), cal.predict(data))
-    for key, table in cal.stats_.tables.items():
-        np.testing.assert_array_equal(back.stats_.tables[key], table)  # bit for bit
+    for key, table in cal.evidence_.stats.tables.items():
+        np.testing.assert_array_equal(back.evidence_.stats.tables[key], table)  # bit for bit
     back.update(data.subset(b))
     _close_to(back, _fit("csts", KEEP, data), data)
 
@@ -147,7 +147,7 @@ def test_award_methods_and_keep_stats_false_ask_for_a_refit():
     data = _sim(n=600)
     for params in ({"keep_stats": False}, {}):  # the default keeps no tables (they cost 20-100 fits)
         cal = _fit("csts", params, data)
-        assert cal.stats_ is None and "stats" not in cal.to_dict()
+        assert cal.evidence_.stats is None and "stats" not in cal.to_dict()
         with pytest.raises(ParameterError, match="keep_stats=False.*keep_stats=true"):
             cal.update(data)
     with pytest.raises(ParameterError, match="keep_stats"):
@@ -195,7 +195,7 @@ def test_update_with_mismatched_tables_is_a_data_error():
     cal = _fit("csts", KEEP, data)
     brier = _fit("csts", {"loss": "brier", **KEEP}, data)
     with pytest.raises(DataError, match="do not match"):
-        cal.update(brier.stats_)
+        cal.update(brier.evidence_.stats)
     with pytest.raises(DataError, match="TopLabelData or LossTables"):
         cal.update(topcal.ScoreStats.from_data(data))
 

@@ -171,7 +171,7 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
     head = (f"<p><b>{html.escape(type(model).__name__)}</b> (method <code>{html.escape(model.name)}</code>), "
             f"fitted on {float(np.sum(model.n_tp_) + np.sum(model.n_fp_)):,.0f} samples, {k} classes, "
             f"score range {lo:g}–{hi:g}</p>")
-    if getattr(model, "needs_full", False):
+    if model.needs_full:
         d = model.describe()
         keys = [key for key in next(iter(d["classes"].values()))]
         rows = "".join(

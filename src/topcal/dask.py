@@ -4,7 +4,7 @@
   merges them in a tree (``split_every`` at a time), so the driver only ever
   holds a few statistics objects, each bounded by K x n_cells rows.
 * :func:`fit` fits a method on the merged statistics on the driver: the same
-  model as ``calibrator.fit_evidence(evidence)`` on the statistics and
+  model as ``calibrator.fit(evidence)`` on the statistics and
   label-shift counts (:class:`~topcal.confusion.GridConfusion`) of all the
   rows in one process (both bit for bit; tested on a LocalCluster), so the
   model can be adapted.
@@ -37,6 +37,7 @@ import numpy as np
 
 from . import _progress
 from .calibrators.intervals import check_level
+from .calibrators.updating import require_stats
 from .errors import ParameterError, TopcalError, first_line
 from .evidence import Evidence
 from .io import build_layout, layout_columns, read_frame, write_frames
@@ -169,20 +170,18 @@ def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int =
 
     Per-sample partitions also give the label-shift counts
     (:class:`~topcal.confusion.GridConfusion`, merged alike), so the model can
-    be adapted (:meth:`Calibrator.fit_evidence`).
+    be adapted (``calibrator.fit(evidence)``).
     """
-    from .calibrators import calibrator, get_class
+    from .calibrators import calibrator
+    from .calibrators.registry import require_counts
 
-    if get_class(method).needs_full:
-        raise ParameterError(
-            f"method {method!r} recalibrates the full score vector, which has no mergeable statistics; "
-            "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, bts, btswa, auto)"
-        )
+    require_counts(method, "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, "
+                   "bts, btswa, auto)")
     cal = calibrator(method, **(params or {}))
     _require_dask()
     lay = layout(ddf, classes=classes, **options)
     evidence = _reduce(ddf, functools.partial(Evidence.for_fit, n_cells=n_cells), split_every, lay)
-    return cal.fit_evidence(evidence)
+    return cal.fit(evidence)
 
 
 def update(model, ddf, *, split_every: int = 8, **options):
@@ -201,13 +200,13 @@ def update(model, ddf, *, split_every: int = 8, **options):
     lay = layout(ddf, classes=list(model.classes_), **options)
     # only the grid and the regions travel to the workers, not the model
     count = functools.partial(Evidence.for_update, stats_of=functools.partial(ScoreStats.from_data, n_cells=old.n_cells),
-                              regions=getattr(model, "confusion_", None))
+                              regions=model.evidence_.confusion)
     return model.update(_reduce(ddf, count, split_every, lay))
 
 
 def check_updatable(model) -> ScoreStats:
     """The model's score statistics, which a Dask cluster can add to; a clear error for loss tables or none."""
-    old = model.require_stats()
+    old = require_stats(model)
     if not isinstance(old, ScoreStats):
         raise TopcalError(
             f"a Dask cluster computes score counts, but this {model.name!r} model keeps loss tables; drop "
@@ -293,13 +292,12 @@ def apply(model, ddf, *, interval=None, thresholds=None, **options):
     lay = layout(ddf, classes=list(model.classes_), **options)
     pred_dtype = pd.StringDtype("pyarrow")
     meta = _output(ddf._meta, None, model.classes_, _no_rows(interval, thresholds), pred_col, score_col, pred_dtype)
-    import copy
 
     from dask import delayed
 
-    light = copy.copy(model)
-    light.stats_ = None  # prediction needs no statistics: keep the task graph small
-    text = delayed(dumps(light), pure=True)  # one graph key shared by every partition
+    text = delayed(
+        dumps(model, stats=False), pure=True
+    )  # one graph key shared by every partition; no statistics
     th_text = None if thresholds is None else json.dumps(thresholds.to_dict())
     return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, pred_col, score_col,
                               th_text, meta=meta)

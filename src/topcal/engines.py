@@ -9,7 +9,7 @@
 
 Every engine takes a fitted or unfitted calibrator, a path and the read
 options of :func:`topcal.io.read_frame`, and leaves the model logic to the
-calibrator (``fit``, ``fit_evidence``, ``update``). Every engine's apply
+calibrator (``fit``, ``fit(evidence)``, ``update``). Every engine's apply
 formats its output with :func:`topcal.stream.with_confidence` and writes it
 with the one output writer, :func:`topcal.io.write_frames`. The command line
 picks an engine in one place (:func:`for_options`) and never asks which it got.
@@ -17,6 +17,7 @@ picks an engine in one place (:func:`for_options`) and never asks which it got.
 
 from __future__ import annotations
 
+from .calibrators.registry import require_counts
 from .errors import TopcalError
 from .io import DEFAULT_CHUNK_ROWS, read_data
 from .stream import apply_file, fit_file, update_file
@@ -49,11 +50,8 @@ class Engine:
         raise NotImplementedError  # pragma: no cover - interface
 
     def _check_countable(self, cal) -> None:
-        if cal.needs_full:
-            raise TopcalError(
-                f"method {cal.name!r} recalibrates the full score vector, which cannot be fitted from "
-                f"counts; drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
-            )
+        require_counts(cal, "drop --chunk-rows/--engine dask to fit it in memory, or choose a "
+                       "score method")
 
 
 class LocalEngine(Engine):

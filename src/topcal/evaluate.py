@@ -26,7 +26,8 @@ import numpy as np
 
 from . import _progress
 from .calibrators import available_methods, calibrator, get_class
-from .calibrators.crossfit import cross_fit, scratch_model
+from .calibrators.crossfit import cross_fit, scratch_options
+from .calibrators.wrapper import Wrapper
 from .comparison import Comparison, MethodMetrics, MetricValues
 from .data import TopLabelData, kfold_split
 from .errors import ParameterError, TopcalError, TopcalWarning
@@ -53,7 +54,7 @@ def evaluate(data: TopLabelData, confidence, *, n_bins: int = 10, metrics=METRIC
 
 
 def fit_quietly(method, data: TopLabelData, *, params: dict | None = None, notes: dict | None = None,
-                collect=TopcalWarning):
+                collect=TopcalWarning, **fit_options):
     """Fit ``method`` on ``data`` without printing its warnings; return the fitted calibrator.
 
     ``method`` is a registered name (built with ``params``) or an unfitted
@@ -65,11 +66,14 @@ def fit_quietly(method, data: TopLabelData, *, params: dict | None = None, notes
     report's findings); other warnings pass through unchanged. Without
     ``notes`` the collected messages are dropped: only for side fits (a
     figure's reference histogram, one of many ensembles) whose data the
-    caller's own fits already report on. Errors propagate.
+    caller's own fits already report on. ``fit_options`` go to ``fit`` (``keep``, ``warm``).
+    Errors propagate.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", collect)
-        model = (calibrator(method, **(params or {})) if isinstance(method, str) else method).fit(data)
+        model = (calibrator(method, **(params or {})) if isinstance(method, str) else method).fit(
+            data, **fit_options
+        )
     seen = notes.setdefault(model.name, []) if notes is not None else []
     for w in caught:
         if issubclass(w.category, collect):
@@ -118,7 +122,7 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
     smoother to accept.
     """
     out = []
-    if getattr(model, "is_baseline", False) or not hasattr(model, "curve") or not hasattr(model, "support_"):
+    if model.is_baseline or not hasattr(model, "curve") or not hasattr(model, "support_"):
         return out
     certain = []
     for k, c in enumerate(model.classes_):
@@ -217,10 +221,8 @@ def auto_summary(model, fold: int | None = None) -> dict | None:
     """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired SE), or None
     for other models: ``{"fold", "chosen", "best", "rule", "blend", "table": [...]}`` (see ``Auto.cv_table``,
     ``Auto.blend_``)."""
-    if not callable(getattr(model, "cv_table", None)):
-        return None
-    return {"fold": fold, "chosen": model.method_, "best": model.best_, "rule": model.rule_text(),
-            "blend": getattr(model, "blend_", None), "table": model.cv_table()}
+    choice = model.choice() if isinstance(model, Wrapper) else None
+    return None if choice is None else {"fold": fold, **choice}
 
 
 def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progress=None, params=None,
@@ -232,7 +234,9 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
     def fit(name, train, f, warm):
         if progress is not None:
             progress(f"fold {f + 1}/{n_folds}: fitting {name}")
-        return fit_quietly(scratch_model(name, (params or {}).get(name), warm), train, notes=notes)
+        return fit_quietly(
+            name, train, params=(params or {}).get(name), notes=notes, **scratch_options(name, warm)
+        )
 
     def on_model(name, f, model, train):
         summary = auto_summary(model, f + 1)

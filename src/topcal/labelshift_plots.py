@@ -60,7 +60,7 @@ def label_shift_view(adapted: AdaptedCalibrator, *, max_curves: int = 9, n_point
     try:
         for i, c in enumerate(adapted.classes_):
             after = adapted.curve(i, n_points=n_points)  # raises for methods without score curves
-            before = adapted.base_.curve(i, n_points=n_points)
+            before = adapted.inner_.curve(i, n_points=n_points)
             moved.append((float(np.mean(np.abs(after.confidence - before.confidence))), c, before.score,
                           before.confidence, after.confidence))
     except TopcalError:  # a method without per-class score curves (temperature family)

@@ -11,7 +11,7 @@ Version 2 added ``stats``: the model's mergeable statistics
 TP and FP counts) that ``update`` refits from; absent for methods that
 recalibrate the full score vector. Version 3 adds the loss tables of ``sts``
 and ``csts`` as their ``stats`` (:mod:`topcal.calibrators.temperature`'s
-``stats_of``: per class, the loss and its derivatives on a grid of log T), and
+``_stats_of``: per class, the loss and its derivatives on a grid of log T), and
 the ``keep_stats`` parameter of those two methods. Version 1 and 2 files still
 load and predict as before; where they hold no statistics (version 1, or
 version 2 temperature models) ``update`` asks to refit them once.
@@ -51,9 +51,12 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def dumps(model) -> str:
-    """The JSON text of a fitted calibrator."""
+def dumps(model, *, stats: bool = True) -> str:
+    """The JSON text of a fitted calibrator (without its mergeable statistics: ``stats=False``,
+    for a copy that only predicts)."""
     payload = model.to_dict()
+    if not stats:
+        payload = {k: v for k, v in payload.items() if k not in ("stats", "fingerprints")}
     try:
         text, canonical = _both(payload, 1)  # each array encoded once, for the file and for the digest
     except ValueError as exc:  # NaN/inf in state: a bug, not a user error

@@ -20,6 +20,7 @@ import numpy as np
 
 from ._fileio import check_output
 from .calibrators.intervals import check_level
+from .calibrators.updating import require_stats
 from .errors import TopcalError
 from .evidence import Evidence
 from .io import (DEFAULT_CHUNK_ROWS, file_columns, iter_data, layout_columns, read_data, read_frame, read_stats,
@@ -194,7 +195,7 @@ def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **
     With ``chunk_rows`` the file is counted in chunks (bounded memory),
     else read whole; either way the same statistics.
     """
-    model.require_stats()
+    require_stats(model)  # before reading the file
     opts = model_read_options(model, path, options, model_classes=True)
     if chunk_rows is None:
         return model.update(read_data(path, **opts))
@@ -206,7 +207,7 @@ def fit_file(model, path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, n_cells: int 
              **options):
     """Fit ``model`` (an unfitted calibrator of a score method) on ``path`` read in chunks; returns it.
 
-    :meth:`Calibrator.fit_evidence` on the file's :class:`~topcal.evidence.Evidence` (statistics and
+    ``model.fit(evidence)`` on the file's :class:`~topcal.evidence.Evidence` (statistics and
     label-shift counts), counted in one pass (memory
     bounded by the statistics: K x n_cells rows, and at most
     min(rows, K^2 x n_cells) confusion triples). ``options`` are the column
@@ -214,4 +215,4 @@ def fit_file(model, path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, n_cells: int 
     """
     new = read_stats(path, chunk_rows, progress=progress, stats_of=functools.partial(Evidence.for_fit, n_cells=n_cells),
                      **options)
-    return model.fit_evidence(new)
+    return model.fit(new)

@@ -36,6 +36,8 @@ import numpy as np
 
 from . import engines, persist
 from .calibrators import available_methods, calibrator, get_class
+from .calibrators.registry import fits_from_counts
+from .calibrators.wrapper import Wrapper
 from .data import TopLabelData
 from .errors import NotFittedError, TopcalError
 from .stats import ScoreStats
@@ -211,10 +213,10 @@ def check_update(name: str, ctx: dict, atol: float) -> None:
         return
     # a method that chooses among methods (``auto``) keeps its choice on update and refits the
     # chosen model (``inner_``) with its parameters: the reference is that model fitted on all
-    inner = getattr(model, "inner_", None)
+    inner = model.inner_ if isinstance(model, Wrapper) else None
     ref = calibrator(name) if inner is None else type(inner)(**inner.get_params())
     stats_data = ScoreStats.from_data(data).to_data()
-    whole = _quiet(ref.fit, data if type(ref).needs_full else stats_data)
+    whole = _quiet(ref.fit, stats_data if fits_from_counts(ref) else data)
     gap = np.abs(_quiet(model.predict, data) - _quiet(whole.predict, data)).max()
     if gap > atol:
         _fail(name, "update", f"fit(A).update(B) differs from fit(A + B) by {gap:.3g} > {atol}")
@@ -262,10 +264,10 @@ def check_engines(name: str, ctx: dict, atol: float, scheduler: str | None) -> N
             streamed = _quiet(engines.for_options(chunk_rows=400).fit, calibrator(name), path)
         except Exception as exc:  # noqa: BLE001 - a clear refusal passes for vector methods
             _one_line(name, "engines", exc)
-            if not get_class(name).needs_full:
+            if fits_from_counts(name):
                 _fail(name, "engines", f"a score method cannot be streamed: {exc}")
             return
-        inner = getattr(streamed, "inner_", None)
+        inner = streamed.inner_ if isinstance(streamed, Wrapper) else None
         if inner is not None:  # a choosing method may choose otherwise on the grid: its choice, in memory
             whole = _quiet(type(inner)(**inner.get_params()).fit, data)
         a, b = _quiet(whole.predict, data), _quiet(streamed.predict, data)

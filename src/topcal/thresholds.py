@@ -274,10 +274,8 @@ def model_digest(model) -> str:
 
 
 def _fingerprint(model):
-    fp = getattr(model, "fingerprint_", None)
-    if fp is None and hasattr(model, "base_"):  # an adapted model: its source model's fitting rows
-        fp = getattr(model.base_, "fingerprint_", None)
-    return fp
+    """The fitting rows' fingerprint (an adapted model's: its source model's, ``evidence_``)."""
+    return model.evidence_.fingerprint
 
 
 def check_not_fitting_data(model, data: TopLabelData) -> None:

@@ -62,7 +62,6 @@ and the report show them.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping
 
@@ -76,7 +75,8 @@ from ..metrics import nll
 from .base import Calibrator, to_jsonable
 from .blend import Blend, blend_weights
 from .crossfit import cross_fit
-from .registry import available_methods, calibrator, get_class, is_registered, register
+from .registry import (available_methods, calibrator, fits_from_counts, get_class, is_registered,
+                       register)
 from .wrapper import Wrapper
 
 __all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose", "tabulate_cv", "TOLERANCE",
@@ -206,10 +206,10 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
     paired NLL difference to the choice, negative where better; se: its standard error) when the
     blend is better than the choice by more than ``gate`` standard errors, else None.
     """
-    if get_class(chosen).needs_full:
+    if not fits_from_counts(chosen):
         return None
     others = sorted((n for n, v in cv.items() if v["nll"] is not None and n != chosen
-                     and n in run.confidence and not get_class(n).needs_full), key=lambda n: cv[n]["nll"])
+                     and n in run.confidence and fits_from_counts(n)), key=lambda n: cv[n]["nll"])
     names = [chosen] + others[: BLEND_SIZE - 1]
     if len(names) < 2:
         return None
@@ -229,12 +229,12 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
             "se": float(se)}
 
 
-def _fit_unrepeated(model, data):
+def _fit_unrepeated(model, data, keep: str):
     """``model`` fitted on ``data`` as auto's own model: auto's fit has said which classes are never
     predicted, so the model's own saying it again is silenced (its other warnings pass)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*never predicted in the fitting data", category=DegenerateClassWarning)
-        return model.fit(data)
+        return model.fit(data, keep=keep)
 
 
 class _Candidates:
@@ -311,6 +311,11 @@ class Auto(Wrapper):
 
     in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     name = "auto"
+    # fitted attributes that files of older versions, or an unblended choice, do not set
+    model_: Calibrator | None = None
+    blend_: dict | None = None
+    refitted_from_: str | None = None
+    rule_: str = "se"
     summary = "the simplest candidate (uncalibrated, pooled, shrunk per-class, per-class) whose K-fold " \
               f"cross-validated NLL is within {TOLERANCE:g} standard errors of the best"
     _parameter_constraints = {
@@ -355,9 +360,7 @@ class Auto(Wrapper):
             )
             self.method_, self.best_, self.cv_, self.blend_ = "uncalibrated", "uncalibrated", {}, None
             self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
-            model = calibrator("uncalibrated")
-            model._rows_fingerprint, model._scratch = self.fingerprint_, self._scratch
-            self.model_ = _fit_unrepeated(model, data)
+            self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
             return
         self.fit_samples_ = float(data.n_samples)
         choice = data
@@ -376,9 +379,7 @@ class Auto(Wrapper):
         # (sts/csts keep no loss tables by default)
         model = calibrator(best) if self.blend_ is None else \
             Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
-        model._rows_fingerprint = self.fingerprint_  # the same rows: hashed once, by this fit
-        model._scratch = self._scratch  # a fold's auto (compare --folds) keeps nothing either
-        self.model_ = _fit_unrepeated(model, data)
+        self.model_ = _fit_unrepeated(model, data, self._part_keep())  # auto holds the evidence
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.
@@ -391,10 +392,11 @@ class Auto(Wrapper):
         """
         cls = type(self.model_)  # the chosen method's class, or Blend (whose components are score methods)
         params = self.model_.get_params()
-        if cls.needs_full:
+        if not fits_from_counts(cls):
             # the full vector has no mergeable statistics: the best candidate that can be refitted from
             # them, by the first fit's cross-validation (a warning says which)
-            ok = [n for n, r in self.cv_.items() if r.get("nll") is not None and not get_class(n).needs_full]
+            ok = [n for n, r in self.cv_.items()
+                  if r.get("nll") is not None and fits_from_counts(n)]
             if not ok:
                 raise ParameterError(
                     f"auto chose {self.method_!r}, which recalibrates the full score vector and has no "
@@ -416,18 +418,17 @@ class Auto(Wrapper):
         model = cls(**params)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
-            model.fit(data)
+            model.fit(data, keep="model")
         self.model_ = model
         self.n_tp_, self.n_fp_ = data.class_counts()
-        self.stats_ = stats
 
     @property
     def inner_(self) -> Calibrator:
         """The chosen method, fitted on all the data (``model_``)."""
-        return getattr(self, "model_", None)
+        return self.model_
 
     def summary_line(self) -> str:
-        if getattr(self, "refitted_from_", None):
+        if self.refitted_from_:
             return (f"refitted {self.method_} instead of {self.refitted_from_}, which cannot be updated from "
                     "statistics; see the warning")
         if float(self.n_tp_.sum() + self.n_fp_.sum()) > self.fit_samples_:  # updated since the choice
@@ -436,50 +437,11 @@ class Auto(Wrapper):
         line = f"chose {self.method_} by {int(self.folds)}-fold cross-validated NLL"
         if self.cv_samples_ < self.fit_samples_:
             line += f" on a stratified subsample of {self.cv_samples_:g} of its {self.fit_samples_:g} samples"
-        b = getattr(self, "blend_", None)
+        b = self.blend_
         if b:
             line += "; blended with " + ", ".join(f"{m} ({w:.2f})" for m, w in zip(b["methods"][1:], b["weights"][1:])) \
                 + f" (weight of {self.method_}: {b['weights'][0]:.2f}; out-of-fold NLL {b['gain']:+.4f}, {abs(b['gain']) / b['se']:.1f} SE)"
         return line
-
-    def _describe_body(self, d: dict) -> dict:
-        """The chosen model's description (:meth:`Wrapper._describe_body`) without the blend's entries,
-        which the head's blend line shows."""
-        d = {k: v for k, v in d.items() if k != "blend"}
-        if isinstance(d.get("model"), dict):
-            d["model"] = {k: v for k, v in d["model"].items() if k != "blend"}
-        return super()._describe_body(d)
-
-    def _describe_head(self, d: dict) -> list[str]:
-        """The choice, its rule and the cross-validation table (then the chosen model,
-        :meth:`Wrapper._describe_body`)."""
-        cv = d["cross_validation"]
-        rule = cv.get("rule", "smallest cross-validated NLL")
-        of = cv.get("of_samples", cv["samples"])
-        on = f"{cv['samples']:g} samples" if of <= cv["samples"] else \
-            f"a stratified subsample of {cv['samples']:g} of the {of:g} samples"
-        out = [f"chosen: {d['chosen']} ({rule}; {cv['folds']}-fold, seed {cv['seed']}, on {on})"]
-        if cv.get("best") not in (None, d["chosen"]):
-            out.append(f"best mean: {cv['best']}")
-        fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
-        if fitted > of:
-            out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
-                       "fit auto again to re-choose")
-        ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
-        if ranked:
-            se, dse = cv.get("se", {}), cv.get("diff_se", {})
-            out.append("cross-validated NLL (mean ± SE; SE of the difference to the best):")
-            out += [f"  {k:16s} {v:.4f}" + (f" ± {se[k]:.4f}" if se.get(k) is not None else "")
-                    + (f"  (diff SE {dse[k]:.4f})" if dse.get(k) is not None else "") for v, k in ranked]
-        for k, msg in cv["errors"].items():
-            out.append(f"  {k} failed in cross-validation: {msg}")
-        model = d["model"]
-        if d.get("blend"):
-            b = d["blend"]
-            out.append("blend (beats the choice out of fold by {:.4f} ± {:.4f} NLL): ".format(-b["gain"], b["se"])
-                       + ", ".join(f"{m} {w:.3f}" for m, w in zip(b["methods"], b["weights"])))
-        out.append(f"\nchosen model: {model['method']}, params {json.dumps(model['params'])}")
-        return out
 
     def curve(self, k, score=None, *, n_points: int = 401):
         """The chosen method's curve (score methods, bts and btswa; see ScoreCalibrator.curve)."""
@@ -494,7 +456,7 @@ class Auto(Wrapper):
     def describe(self) -> dict:
         d = super().describe()
         d["chosen"] = self.method_
-        d["blend"] = getattr(self, "blend_", None)
+        d["blend"] = self.blend_
         d["model"] = self.model_.describe()
         d["cross_validation"] = {
             "folds": int(self.folds), "seed": int(self.seed or 0), "samples": self.cv_samples_,
@@ -507,9 +469,15 @@ class Auto(Wrapper):
         }
         return d
 
+    def choice(self) -> dict:
+        """The choice, the best mean, the rule in words, the blend and the cross-validation
+        table."""
+        return {"chosen": self.method_, "best": self.best_, "rule": self.rule_text(),
+                "blend": self.blend_, "table": self.cv_table()}
+
     def rule_text(self) -> str:
         """How the method was chosen, in words (describe, compare and the report print it)."""
-        if getattr(self, "rule_", "se") == "min":
+        if self.rule_ == "min":
             return "smallest cross-validated NLL"
         return (f"simplest candidate within {float(self.tolerance):g} standard error(s) of the best "
                 "cross-validated NLL (paired per-sample differences)")
@@ -518,7 +486,7 @@ class Auto(Wrapper):
         """Every candidate's row: method, tier, mean CV NLL, its SE, SE of the paired difference to the best,
         chosen/best flags, error and its weight in the blend (None: not blended); sorted by mean NLL
         (failed candidates last)."""
-        b = getattr(self, "blend_", None) or {"methods": [], "weights": []}
+        b = self.blend_ or {"methods": [], "weights": []}
         weight = dict(zip(b["methods"], b["weights"]))
         rows = [{"method": n, "tier": tier(n), "nll": v["nll"], "se": v.get("se"), "diff_se": v.get("diff_se"),
                  "chosen": n == self.method_, "best": n == self.best_, "error": v["error"],
@@ -537,11 +505,12 @@ class Auto(Wrapper):
         return out
 
     def _get_state(self) -> dict:
-        state = {"method": self.method_, "model": self.model_.to_dict(stats=False), "cv": to_jsonable(self.cv_),
-                 "cv_samples": self.cv_samples_, "fit_samples": self.fit_samples_, "best": self.best_, "rule": getattr(self, "rule_", "se")}
-        if getattr(self, "refitted_from_", None):  # an update refitted another method than the choice
+        state = {"method": self.method_, "model": self.model_.to_dict(),
+                 "cv": to_jsonable(self.cv_), "cv_samples": self.cv_samples_,
+                 "fit_samples": self.fit_samples_, "best": self.best_, "rule": self.rule_}
+        if self.refitted_from_:  # an update refitted another method than the choice
             state["refitted_from"] = self.refitted_from_
-        if getattr(self, "blend_", None):
+        if self.blend_:
             state["blend"] = to_jsonable(self.blend_)
         return state
 

@@ -22,10 +22,10 @@ function Conf_k(S) of the top score alone (histogram, cumulative, kernel
 density); they fit class by class from the class's TP/FP scores and weights
 and expose ``curve(k)``.
 
-What a fitted model carries around its method (evidence, update, text
-description, persistence) is :class:`~topcal.calibrators.envelope.Envelope`,
-which ``Calibrator`` subclasses; the per-class score methods' shared
-machinery (shrinkage, count intervals) is :mod:`.score`.
+A fitted model holds one :class:`~topcal.evidence.Evidence` (``evidence_``): what
+its fit was told to keep (``fit(..., keep=...)``). ``update`` (:mod:`.updating`)
+merges evidence and refits; :mod:`.modelfile` is the JSON-ready form. The
+per-class score methods' shared machinery (shrinkage, count intervals) is :mod:`.score`.
 """
 
 from __future__ import annotations
@@ -38,43 +38,26 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._params import validate_params
-from ..confusion import ConfusionStats
 from ..data import TopLabelData, check_sample_total, preview
 from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
+from ..evidence import Evidence
 from ..fingerprint import Fingerprint
 from ..inputs import as_data
-from . import intervals
-from ._fit_rows import FitRows
-from .envelope import Envelope
+from ..stats import ScoreStats
+from . import intervals, modelfile, updating
+from .hooks import HOOKS, hook, register_hook, set_html_renderer
+from .modelfile import finite_array, to_jsonable
+from .registry import fits_from_counts, require_counts
 
-__all__ = ["Calibrator", "Curve", "to_jsonable", "finite_array", "set_html_renderer", "register_hook"]
+__all__ = ["Calibrator", "Curve", "KEEP", "to_jsonable", "finite_array", "set_html_renderer",
+           "register_hook"]
 
-#: Conveniences on a fitted calibrator whose code lives in higher layers
-#: (docs/architecture.md): "save" (topcal.persist), "adapt"
-#: (topcal.labelshift) and "html" (the Jupyter view, topcal.api). Each of
-#: those modules registers its function here when imported; ``import topcal``
-#: imports all three, so calibrators never import upward.
-_HOOKS: dict = {"save": None, "adapt": None, "html": None}
-
-
-def register_hook(name: str, func) -> None:
-    """Register ``func`` for the calibrator convenience ``name`` ("save", "adapt" or "html")."""
-    if name not in _HOOKS:
-        raise ParameterError(f"unknown calibrator hook {name!r}; options are {', '.join(_HOOKS)}")
-    _HOOKS[name] = func
-
-
-def _hook(name: str):
-    func = _HOOKS[name]
-    if func is None:  # only when a module was imported without the topcal package around it
-        raise TopcalError(f"Calibrator.{name} needs 'import topcal' first")
-    return func
-
-
-def set_html_renderer(func) -> None:
-    """Register ``func(calibrator) -> str``, the HTML Jupyter shows for a fitted calibrator."""
-    register_hook("html", func)
-
+#: What a fit keeps (``fit(..., keep=...)``), said by the caller that knows: "evidence" (the
+#: default) the model and its :class:`~topcal.evidence.Evidence`; "model" the model alone, with
+#: what its intervals need (a part of another model, whose owner holds the evidence: a shrinkage
+#: reference, a pooled curve, a blend's component, auto's choice); "predictions" only what
+#: ``predict`` needs (a model scored and dropped: a cross-validation fold's, :mod:`.crossfit`).
+KEEP = ("evidence", "model", "predictions")
 
 @dataclass(frozen=True)
 class Curve:
@@ -99,7 +82,11 @@ class Curve:
     support: tuple[float, float] | None
 
 
-class Calibrator(Envelope):
+#: The level of the interval widths ``describe`` shows (``interval_width_90``).
+DESCRIBE_LEVEL = 0.9
+
+
+class Calibrator:
     """Base class of all calibrators. Subclasses set ``name`` and implement
     ``_fit``, ``_predict``, ``_get_state`` and ``_set_state``."""
 
@@ -133,19 +120,16 @@ class Calibrator(Envelope):
     tier: ClassVar[float] = 3
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
-    #: True on the pooled reference a shrunk model fits (``_fit_shrinkage``): its fit skips
-    #: the mergeable statistics, a pass over all rows that nothing reads.
-    _is_reference: bool = False
-    #: True on a model fitted only to be scored and dropped (a cross-validation fold's model,
-    #: :mod:`.crossfit`): its fit keeps nothing for later use (no fingerprint of its rows, no
-    #: mergeable statistics, no label-shift counts, no copy of the rows they are counted from).
-    _scratch: bool = False
     #: Whether a cross-validation fold's fit may start from the optimum on all the data
-    #: (``_warm_start``, set by :mod:`.crossfit`): methods fitted by an iterative optimiser.
+    #: (``fit(..., warm=model)``, given by :mod:`.crossfit`): methods with an iterative optimiser.
     _warm_starts: ClassVar[bool] = False
-    # An instance may also be given ``_rows_fingerprint`` before ``fit``: the fingerprint of the same
-    # rows, already computed by the fit this one runs inside (``auto``'s chosen model); fit takes it
-    # instead of hashing every row again.
+    #: What the last ``fit`` was told to keep (:data:`KEEP`); a method's own fit reads it (no
+    #: interval statistics for "predictions"). A loaded model is a full one.
+    _keep: str = "evidence"
+    #: During ``fit``: the fitted model it may start from (``warm``), or None.
+    _warm = None
+    #: The model's evidence (:attr:`evidence_`); empty until a fit keeps some.
+    _evidence: Evidence = Evidence.EMPTY
 
     # ------------------------------------------------------------- params
     @classmethod
@@ -159,7 +143,7 @@ class Calibrator(Envelope):
         return {k: getattr(self, k) for k in self._param_names()}
 
     @classmethod
-    def check_param_names(cls, params) -> None:
+    def _check_param_names(cls, params) -> None:
         """Raise ParameterError naming any key of ``params`` that is not a constructor parameter."""
         allowed = cls._param_names()
         unknown = sorted(set(params) - set(allowed))
@@ -171,7 +155,7 @@ class Calibrator(Envelope):
 
     def set_params(self, **params) -> "Calibrator":
         """Set constructor parameters (values checked at the next ``fit``); returns self."""
-        self.check_param_names(params)
+        self._check_param_names(params)
         for k, v in params.items():
             setattr(self, k, v)
         return self
@@ -190,22 +174,25 @@ class Calibrator(Envelope):
     def _repr_html_(self) -> str | None:
         """Jupyter's rich display: the per-class curves of a fitted calibrator
         (None, i.e. the plain repr, while unfitted)."""
-        if not hasattr(self, "classes_") or _HOOKS["html"] is None:
+        if not hasattr(self, "classes_") or HOOKS["html"] is None:
             return None
-        return _HOOKS["html"](self)
+        return HOOKS["html"](self)
 
     def _validate_params(self) -> None:
         validate_params(self.name, self._parameter_constraints, self.get_params())
 
     # ---------------------------------------------------------------- fit
-    def fit(self, data, y=None, *, classes=None, kind: str = "auto") -> "Calibrator":
+    def fit(self, data, y=None, *, classes=None, kind: str = "auto", keep: str = "evidence",
+            warm=None, fingerprint: Fingerprint | None = None) -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
 
         Parameters
         ----------
-        data : TopLabelData, array-like of shape (n, K), DataFrame or path
+        data : TopLabelData, array-like of shape (n, K), DataFrame, path or Evidence
             The labelled data, or a classifier's scores (probabilities or
-            logits; NumPy, torch on the CPU, anything with ``__array__``).
+            logits; NumPy, torch on the CPU, anything with ``__array__``), or
+            the :class:`~topcal.evidence.Evidence` of labelled data (streamed
+            and Dask fits, :meth:`_fit_evidence`).
         y : array-like of shape (n,), optional
             True classes (names or column indices) when ``data`` is scores.
         classes : sequence of str, optional
@@ -213,11 +200,26 @@ class Calibrator(Envelope):
             distinct names in ``y``).
         kind : {"auto", "probs", "logits"}, default "auto"
             What the score matrix holds (see :mod:`topcal.inputs`).
+        keep : {"evidence", "model", "predictions"}, default "evidence"
+            What the fitted model keeps (:data:`KEEP`): said by the caller that
+            knows, e.g. a model fitted inside another's or a cross-validation fold's.
+        warm : fitted calibrator of the same method, optional
+            A fit on all the data whose optimum a fold's fit may start from
+            (methods with an iterative optimiser; others ignore it).
+        fingerprint : Fingerprint, optional
+            The fingerprint of these same rows, already computed by the caller;
+            taken instead of hashing every row again.
 
         Returns
         -------
         self
         """
+        if keep not in KEEP:
+            raise ParameterError(f"keep must be one of {', '.join(map(repr, KEEP))}, got {keep!r}")
+        if isinstance(data, Evidence):
+            if y is not None:
+                raise ParameterError("y goes with a score matrix, not with an Evidence")
+            return self._fit_evidence(data, keep)
         self._validate_params()
         data = as_data(data, y, classes=classes, kind=kind)
         data.require_labels(f"fitting {self.name!r}")
@@ -228,11 +230,6 @@ class Calibrator(Envelope):
         tp, fp = data.class_counts()
         self.n_tp_ = tp
         self.n_fp_ = fp
-        # per predicted class and score region, the true classes behind its rows: what label-shift
-        # adaptation needs (None for binned data); counted on first use from a compact copy of the rows
-        rows = None if self._scratch else FitRows.of(data)
-        self.confusion_ = ConfusionStats.from_data(data) if rows is None and not self._scratch else None
-        self.__dict__["_confusion_rows"] = rows
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
             warnings.warn(
@@ -242,29 +239,44 @@ class Calibrator(Envelope):
                 DegenerateClassWarning,
                 stacklevel=2,
             )
-        self.stats_ = None
+        self._keep, self._evidence = keep, Evidence.EMPTY
         # what the model remembers of its fitting rows, so that a guarantee is never computed on them
-        # (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it (fit_evidence).
-        # Computed once, by the outermost fit: a model fitted inside another's (a reference, a
-        # cross-validation fold's model) keeps none, and a wrapper hands its own to the model it wraps.
-        given = self.__dict__.pop("_rows_fingerprint", None)  # the outer fit's, of these same rows
-        self.fingerprint_ = given if given is not None else (
-            None if self._is_reference or self._scratch else Fingerprint.of(data))
-        self._fit(data)
-        # the mergeable statistics that let update() refit on old + new data; a shrinkage
-        # reference keeps none (it is saved without them and refitted, not updated, with its model).
-        # Score counts are counted on first use from the same copy of the rows as the confusion counts.
-        keeps = self._keeps_stats() and not self._is_reference and not self._scratch
-        lazy = keeps and rows is not None and type(self).stats_of is Calibrator.stats_of
-        self.stats_ = self.stats_of(data) if keeps and not lazy else None
-        self.__dict__["_stats_rows"] = rows if lazy else None
-        self.__dict__["_parts"] = None  # the fit's own part mark (fingerprints_), made from stats_ when first read
+        # (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it
+        if keep == "evidence" and fingerprint is None:
+            fingerprint = Fingerprint.of(data)
+        self._warm = warm
+        try:
+            self._fit(data)
+        finally:
+            self._warm = None
+        if keep == "evidence":
+            # the mergeable statistics that let update() refit on old + new data and, per predicted
+            # class and score region, the true classes behind its rows (label-shift adaptation; None
+            # for binned data); score counts on the default grid are counted on first read from a
+            # copy of the rows
+            keeps = self._keeps_stats()
+            count = keeps and type(self)._stats_of is Calibrator._stats_of
+            self._evidence = Evidence.kept(
+                data,
+                stats=self._stats_of(data) if keeps and not count else None,
+                count_stats=count,
+                fingerprint=fingerprint,
+            )
         return self
 
-    # The two counts above, made when first read (saving, update, adapt, describe). Setting
-    # either replaces it (and forgets the rows it would have been counted from).
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @property
+    def _scratch(self) -> bool:
+        """Whether this fit keeps only what ``predict`` needs (``keep="predictions"``: a fold's
+        model, no interval statistics)."""
+        return self._keep == "predictions"
+
+    def _part_keep(self) -> str:
+        """What a model fitted as a part of this one keeps: no evidence (this model's is the one),
+        and nothing beyond its predictions where this fit keeps no more (a fold's)."""
+        return "predictions" if self._keep == "predictions" else "model"
 
     @property
     def has_curve(self) -> bool:
@@ -288,6 +300,115 @@ class Calibrator(Envelope):
                 f"method {self.name!r} needs at least 2 classes in the score vector, got {data.n_classes}"
                 + ("" if alt is None else f"; use {alt!r} on the top score instead")
             )
+
+    # ----------------------------------------------------------- evidence
+    @property
+    def evidence_(self) -> Evidence:
+        """What the fitted model knows of its data (:class:`~topcal.evidence.Evidence`): statistics,
+        label-shift counts, the fitting rows' fingerprint; empty parts where the fit kept none."""
+        self._check_fitted()
+        return self._evidence
+
+    def _keeps_stats(self) -> bool:
+        """Whether ``fit`` keeps mergeable statistics (by default ``registry.fits_from_counts``)."""
+        return fits_from_counts(self)
+
+    def _no_stats_reason(self) -> str:
+        """Why a fitted model of this method keeps no statistics (``updating.require_stats``)."""
+        return (f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
+                "statistics; refit it on all the data (old and new) instead of updating")
+
+    def _stats_of(self, data: TopLabelData):
+        """The mergeable statistics of labelled ``data`` in the form this model keeps (what
+        ``update`` adds): :class:`~topcal.stats.ScoreStats` on the model's score cells (the
+        temperature methods that can update keep loss tables)."""
+        old = self._evidence.stats
+        return (
+            ScoreStats.from_data(data, n_cells=old.n_cells)
+            if old is not None
+            else ScoreStats.from_data(data)
+        )
+
+    def evidence_of(self, data: TopLabelData) -> Evidence:
+        """The evidence of labelled ``data`` in this model's form (what ``update`` adds): its kind
+        of statistics and the true classes counted in its regions. Raises where the model cannot be
+        updated (it keeps no statistics)."""
+        updating.require_stats(self)
+        return Evidence.for_update(data, stats_of=self._stats_of, regions=self._evidence.confusion)
+
+    def _fit_evidence(self, evidence: Evidence, keep: str) -> "Calibrator":
+        """``fit(evidence)``: see :func:`.updating.check_fit_evidence`."""
+        require_counts(self, "fit it in memory on the rows themselves")
+        stats, confusion = updating.check_fit_evidence(evidence)
+        self.fit(stats.to_data(), keep="model" if keep == "evidence" else keep)
+        if keep == "evidence":  # the evidence itself, not its re-count on the default grid
+            self._evidence = Evidence(
+                stats if self._keeps_stats() else None,
+                None if confusion is None else confusion.to_confusion(),
+                evidence.fingerprint,
+            )
+            self._keep = keep
+        return self
+
+    def update(
+        self, data, y=None, *, classes=None, kind: str = "auto", confusion=None
+    ) -> "Calibrator":
+        """Add labelled data and refit: merge the evidence, refit from it (:mod:`.updating`).
+
+        ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score
+        matrix's columns are the fitted classes, in order, unless ``classes``
+        names them, as in :meth:`predict`); or ``data`` is an :class:`~topcal.evidence.Evidence`
+        (:meth:`evidence_of` of each chunk or partition, merged), or bare
+        statistics of this model's kind (with their ``confusion`` counts in
+        this model's regions, if any). The result is the model
+        ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all the
+        parts, whatever the split and the order of updates (see
+        :mod:`topcal.stats`; for ``sts``/``csts``, the fit on all the data to
+        the tables' tolerance, ``docs/scale.md``). The label-shift counts are
+        merged too, in the model's own score regions; where the new evidence
+        has none (binned data, statistics alone) the model drops them, and
+        ``adapt`` asks for a refit.
+
+        Returns
+        -------
+        self
+        """
+        old = updating.require_stats(self)
+        merged = updating.merged_evidence(self, old, data, y, classes=classes, kind=kind,
+                                          confusion=confusion)
+        self._refit(merged.stats)
+        self._evidence = merged
+        return self
+
+    def _refit(self, stats) -> None:
+        """Refit from merged statistics (``update``; Auto overrides this to keep its choice)."""
+        self.fit(stats.to_data(), keep="model")
+
+    @classmethod
+    def _stats_from_dict(cls, d: dict, classes: tuple, score_range: tuple):
+        """The statistics of a model file (:meth:`_stats_of`'s kind)."""
+        return ScoreStats.from_dict(d, classes, score_range)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: method, params, classes, score range, fitted state and the model's
+        evidence, each piece where kept (:func:`.modelfile.to_dict`)."""
+        self._check_fitted()
+        return modelfile.to_dict(self, self._get_state(), self._evidence)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Calibrator":
+        """Rebuild a fitted calibrator from :meth:`to_dict` output (:func:`.modelfile.from_dict`).
+
+        Raises ModelFileError for anything missing or inconsistent.
+        """
+        return modelfile.from_dict(cls, d)
+
+    def _load(self, d: dict, classes: tuple, score_range: tuple, n_tp, n_fp) -> None:
+        """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`)."""
+        self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
+        self._set_state(d["state"])
+        self._evidence = Evidence.from_dict(
+            d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range))
 
     # ------------------------------------------------------------ predict
     def _class_index(self, k) -> int:
@@ -430,7 +551,7 @@ class Calibrator(Envelope):
             grid = TopLabelData(tuple(self.classes_), np.full(s.shape, k, dtype=np.int64), s,
                                 tuple(self.score_range_))
             try:
-                lo, hi = self._interval(grid, self.DESCRIBE_LEVEL)
+                lo, hi = self._interval(grid, DESCRIBE_LEVEL)
             except (ModelFileError, ParameterError):  # old file, or a method without intervals
                 return [{} for _ in self.classes_]
             out.append({"interval_width_90": float(np.mean(hi - lo))})
@@ -444,7 +565,7 @@ class Calibrator(Envelope):
 
     def save(self, path) -> None:
         """Write the fitted model as versioned JSON (see :func:`topcal.persist.save`)."""
-        _hook("save")(self, path)
+        hook("save")(self, path)
 
     def adapt(self, data: TopLabelData | None = None, *, priors=None, estimator: str = "em",
               source_data: TopLabelData | None = None, n_bootstrap: int = 100, seed: int = 0,
@@ -458,33 +579,6 @@ class Calibrator(Envelope):
         [0, 1]): how far to move towards estimated priors (the safety step).
         :func:`topcal.labelshift.adapt` takes further options. This model is unchanged.
         """
-        return _hook("adapt")(self, data, priors=priors, estimator=estimator, source_data=source_data,
-                              n_bootstrap=n_bootstrap, seed=seed, shrink=shrink)
-
-
-def to_jsonable(obj):
-    """Turn ndarrays and numpy scalars inside dicts/lists into plain JSON types.
-
-    Floats keep every bit: JSON stores Python's shortest round-trip repr.
-    """
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    return obj
-
-
-def finite_array(values, name: str, length: int | None = None) -> np.ndarray:
-    """Parse a list of finite floats from a model file (raises ValueError)."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be a list of finite numbers")
-    if length is not None and arr.shape[0] != length:
-        raise ValueError(f"{name} must have {length} entries, has {arr.shape[0]}")
-    return arr
+        adapt = hook("adapt")
+        return adapt(self, data, priors=priors, estimator=estimator, source_data=source_data,
+                     n_bootstrap=n_bootstrap, seed=seed, shrink=shrink)

@@ -26,7 +26,7 @@ from .._numeric import PROB_CLIP
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, ParameterError
 from .base import Calibrator, Curve, finite_array
-from .registry import get_class, is_registered, register
+from .registry import fits_from_counts, get_class, is_registered, register
 
 __all__ = ["Blend", "blend_weights", "MIN_WEIGHT"]
 
@@ -71,7 +71,7 @@ class _Methods:
         if isinstance(v, str) or not isinstance(v, (list, tuple)) or len(v) < 2 or len(set(v)) != len(v):
             return False
         return all(isinstance(m, str) and is_registered(m) and m not in ("auto", "blend")
-                   and not get_class(m).needs_full for m in v)
+                   and fits_from_counts(m) for m in v)
 
     def __str__(self) -> str:
         return "a list of 2 or more distinct score methods (no full-vector method), e.g. ['hier-platt', 'hist']"
@@ -112,6 +112,7 @@ class Blend(Calibrator):
 
     in_paper = False
     name = "blend"
+    models_: tuple = ()  # the fitted components (none until fitted)
     summary = "a fixed convex mixture of score methods' curves (auto's blend)"
     _parameter_constraints = {"methods": _Methods(), "weights": _Weights()}
 
@@ -131,11 +132,11 @@ class Blend(Calibrator):
         models = []
         for m in self.methods:
             model = get_class(m)()
-            model._is_reference = True  # its statistics would be a copy of the blend's
-            model._scratch = self._scratch
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateClassWarning)  # the blend's own fit warns once
-                models.append(model.fit(data))
+                models.append(
+                    model.fit(data, keep=self._part_keep())
+                )  # the blend holds the evidence
         self.models_ = models
 
     def _mix(self, arrays) -> np.ndarray:
@@ -153,12 +154,12 @@ class Blend(Calibrator):
 
     @property
     def has_curve(self) -> bool:
-        return all(m.has_curve for m in getattr(self, "models_", []))
+        return all(m.has_curve for m in self.models_)
 
     @property
     def support_(self):
         """Each class's score range in the fitting data (the first component's that records it)."""
-        for m in getattr(self, "models_", []):
+        for m in self.models_:
             if hasattr(m, "support_"):
                 return m.support_
         raise AttributeError("support_")
@@ -185,20 +186,12 @@ class Blend(Calibrator):
         d["components"] = [model.describe() for model in self.models_]
         return d
 
-    def _describe_head(self, d: dict) -> list[str]:
-        b = d["blend"]
-        return ["blend of " + ", ".join(f"{m} ({w:.3f})" for m, w in zip(b["methods"], b["weights"]))]
-
-    def _describe_body(self, d: dict) -> dict:
-        """Without the ``blend`` entry, which the head line shows."""
-        return {k: v for k, v in d.items() if k != "blend"}
-
     def _describe_classes(self) -> list[dict]:
-        sup = getattr(self, "support_", None) or [None] * len(self.classes_)
+        sup = self.support_ if hasattr(self, "support_") else [None] * len(self.classes_)
         return [{"support": None if s is None else list(s)} for s in sup]
 
     def _get_state(self) -> dict:
-        return {"models": [m.to_dict(stats=False) for m in self.models_]}
+        return {"models": [m.to_dict() for m in self.models_]}
 
     def _set_state(self, state: dict) -> None:
         raw = state["models"]

@@ -8,7 +8,7 @@ draw); fold f's confidences come from a model fitted on the other K - 1
 folds, and :attr:`CrossFit.target` (the folds one after the other) gives the
 row order of every confidence array.
 
-A fold's model is a *scratch* fit (``Calibrator._scratch``): it is scored
+A fold's model is a *scratch* fit (``fit(..., keep="predictions")``): it is scored
 and dropped, so its fit skips what a model keeps for later (the rows'
 fingerprint, the mergeable statistics, the label-shift counts). Its
 confidences are those of an ordinary fit on the same rows, bit for bit,
@@ -49,24 +49,21 @@ from ..errors import DataError, TopcalError
 from .foldmemo import sharing
 from .registry import calibrator, get_class
 
-__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_model"]
+__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_options"]
 
 
-def scratch_model(name: str, params: dict | None = None, warm=None):
-    """An unfitted ``name`` calibrator whose fit keeps nothing for later (a fold's model), started
-    from the fitted model ``warm``'s optimum where the method has an optimiser (see the module docstring)."""
-    model = calibrator(name, **(params or {}))
-    model._scratch = True
-    if warm is not None and model._warm_starts:
-        model._warm_start = warm
-    return model
+def scratch_options(name: str, warm=None) -> dict:
+    """The ``fit`` options of a fold's ``name`` model: keep nothing for later
+    (``keep="predictions"``), start from the fitted model ``warm``'s optimum where the method
+    has an optimiser (see the module docstring)."""
+    return {"keep": "predictions", "warm": warm if get_class(name)._warm_starts else None}
 
 
 def scratch_fit(name: str, train: TopLabelData, fold: int | None = None, warm=None, params: dict | None = None):
-    """:func:`scratch_model` ``name`` fitted on ``train``, its warnings ignored."""
+    """A fold's ``name`` model (:func:`scratch_options`) fitted on ``train``, warnings ignored."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return scratch_model(name, params, warm).fit(train)
+        return calibrator(name, **(params or {})).fit(train, **scratch_options(name, warm))
 
 
 @dataclass
@@ -116,7 +113,7 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
     fit : callable(name, train, fold, warm) -> fitted calibrator, optional
         How a fold's model is fitted (default :func:`scratch_fit`); a caller
         that collects warnings or passes parameters gives its own, building
-        the model with :func:`scratch_model` (``warm``: the warm start, or None).
+        the model with :func:`scratch_options` (``warm``: the warm start, or None).
     on_model : callable(name, fold, model, train), optional
         Called after each fold's fit (fold counted from 0), e.g. to record
         what a fold's ``auto`` chose.

@@ -295,6 +295,11 @@ class _Hierarchical(Calibrator):
     _names: ClassVar[tuple] = ()
     _identity: ClassVar[tuple] = ()
     _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)
+    #: an all-data fit's fits per strength and its strength's index: a fold's warm start (not saved)
+    _strength_fits: dict = {}
+    #: per class, the covariance of the fitted parameters (None: a fold's fit, an old file)
+    cov_ = None
+    _strength_index = None
     _parameter_constraints = {"shrinkage": _StrengthConstraint(), "loss": Options(("nll",))}
 
     def __init__(self, *, shrinkage="auto", loss: str = "nll"):
@@ -321,9 +326,9 @@ class _Hierarchical(Calibrator):
         one = _Rows(cols, tp, fp, g, 1)
         start = np.array([self._identity], dtype=np.float64)
         # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of the
-        # same solve on all the data (_warm_start) instead of the identity or the previous strength's
-        warm = self.__dict__.get("_warm_start")
-        warm_fits = {} if warm is None else warm.__dict__.get("_strength_fits", {})
+        # same solve on all the data (fit's ``warm``) instead of the identity or the last strength's
+        warm = self._warm
+        warm_fits = {} if warm is None else warm._strength_fits
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
         begin = start if warm is None else warm.pooled_[None, :]
@@ -352,14 +357,14 @@ class _Hierarchical(Calibrator):
         elif self.shrinkage == "auto":
             # a cross-validation fold's scratch fit searches the strength locally, from the all-data fit's
             # choice (local_search); every other fit scans the grid (grid_search)
-            near_j = None if warm is None or not self._scratch else warm.__dict__.get("_strength_index")
+            near_j = None if warm is None or not self._scratch else warm._strength_index
             if near_j is None:
                 fits, losses = grid_search(rows, center, prior, warm_fits)
             else:
                 fits, losses = local_search(rows, center, prior, warm_fits, near_j)
-            self.__dict__["_strength_fits"] = fits  # warm starts for cross-validation folds (not saved)
+            self._strength_fits = fits  # warm starts for cross-validation folds (not saved)
             j = int(np.argmin(losses))  # the smallest strength on ties
-            self.__dict__["_strength_index"] = j  # where a fold's local search starts (not saved)
+            self._strength_index = j  # where a fold's local search starts (not saved)
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
             # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p of the best
@@ -389,7 +394,7 @@ class _Hierarchical(Calibrator):
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the class's posterior: expit(x' theta_k -+ z sqrt(x' C_k x))."""
-        cov = getattr(self, "cov_", None)
+        cov = self.cov_
         if cov is None:
             raise self._no_interval_stats("parameter covariance")
         X = self._features(data)
@@ -425,7 +430,7 @@ class _Hierarchical(Calibrator):
     def _get_state(self) -> dict:
         out = {"theta": self.theta_, "pooled": self.pooled_, "prior": self.prior_, "strength": self.strength_,
                "support": [None if s is None else list(s) for s in self.support_]}
-        if getattr(self, "cov_", None) is not None:
+        if self.cov_ is not None:
             out["cov"] = self.cov_  # K x p x p; files before intervals have none
         return to_jsonable(out)
 

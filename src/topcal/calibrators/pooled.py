@@ -78,16 +78,13 @@ class _Pooled(Calibrator):
     def _fit(self, data: TopLabelData) -> None:
         self.support_ = [data.class_support(k, v) for k, v in enumerate(data.class_views())]
         inner = get_class(self._inner)(**self._inner_params())
-        inner._is_reference = True  # its statistics would be a copy of this model's
-        # a cross-validation fold's pooled model is a scratch fit (crossfit.py), and so is its curve, started
-        # from the all-data pooled curve's optimum where the inner method starts warm (pooled-beta)
-        inner._scratch = self._scratch
-        warm = self.__dict__.get("_warm_start")
-        if warm is not None and inner._warm_starts:
-            inner._warm_start = warm.model_
+        # a part of this model (its evidence is this model's); a cross-validation fold's pooled
+        # model is a scratch fit (crossfit.py), and so is its curve, started from the all-data
+        # pooled curve's optimum where the inner method starts warm (pooled-beta)
+        warm = self._warm.model_ if self._warm is not None and inner._warm_starts else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
-            inner.fit(pool(data))
+            inner.fit(pool(data), keep=self._part_keep(), warm=warm)
         self.model_ = inner
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
@@ -134,7 +131,7 @@ class _Pooled(Calibrator):
         return [{"support": list(s)} if s is not None else {"support": None} for s in self.support_]
 
     def _get_state(self) -> dict:
-        return {"model": self.model_.to_dict(stats=False),
+        return {"model": self.model_.to_dict(),
                 "support": [None if s is None else list(s) for s in self.support_]}
 
     def _set_state(self, state: dict) -> None:

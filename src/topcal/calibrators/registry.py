@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..errors import ParameterError
 
 __all__ = ["register", "get_class", "lookup", "available_methods", "is_registered", "calibrator", "paper_calibrator",
-           "BASELINE"]
+           "BASELINE", "fits_from_counts", "require_counts"]
 
 #: Name of the baseline method (the top score rescaled, ``counts.Uncalibrated``): the one entry every
 #: comparison of the report holds. Code above the calibrators names it through this constant only.
@@ -66,6 +66,24 @@ def lookup(name) -> type | None:
     return _REGISTRY.get(name) if isinstance(name, str) else None
 
 
+def fits_from_counts(method) -> bool:
+    """Whether ``method`` (a registered name, a calibrator class or a calibrator) can be fitted and
+    updated from score counts (streamed, Dask, ``update``, a blend's component): every method but
+    those that recalibrate the full score vector (``needs_full``). The one place that says so."""
+    cls = get_class(method, unlisted=True) if isinstance(method, str) else \
+        method if isinstance(method, type) else type(method)
+    return not cls.needs_full
+
+
+def require_counts(method, advice: str) -> None:
+    """Raise ParameterError where ``method`` cannot be fitted from counts
+    (:func:`fits_from_counts`), with ``advice``."""
+    if not fits_from_counts(method):
+        name = method if isinstance(method, str) else method.name
+        raise ParameterError(f"method {name!r} recalibrates the full score vector, which has no "
+                             f"mergeable statistics and cannot be fitted from counts; {advice}")
+
+
 def calibrator(name: str, **params):
     """An unfitted calibrator of method ``name`` with ``params``.
 
@@ -77,7 +95,7 @@ def calibrator(name: str, **params):
     >>> cal = topcal.calibrator("hist", n_bins=10)
     """
     cls = get_class(name)
-    cls.check_param_names(params)
+    cls._check_param_names(params)
     return cls(**params)
 
 

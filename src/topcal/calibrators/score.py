@@ -127,16 +127,13 @@ class ScoreCalibrator(Calibrator):
 
     def _fit_shrinkage(self, data: TopLabelData) -> None:
         """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
-        ref = type(self)(**{**self.get_params(), "shrinkage": 0})
-        ref._is_reference = True
-        self._seed_reference(ref, data)
         pooled = TopLabelData(
             ("all classes",), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
             tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
-            ref.fit(pooled)
+            ref = self._fit_reference(pooled, data)
         del pooled  # its rows' class (zeros): not held while the pseudo-counts are chosen (peak memory)
         keep = (data.tp + data.fp) > 0
         if keep.all():  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
@@ -167,9 +164,11 @@ class ScoreCalibrator(Calibrator):
             rows = shr.merge_equal_rows(*rows)
         self._set_shrinkage(shr.loo_nll_by_group(*rows, K))
 
-    def _seed_reference(self, ref, data: TopLabelData) -> None:
-        """Hand the unfitted reference what the class fits already know of the pooled rows (nothing by
-        default; the ``cum`` family its counts, from the classes' sorted tables)."""
+    def _fit_reference(self, pooled: TopLabelData, data: TopLabelData):
+        """The pooled reference: this method unshrunk, fitted on the ``pooled`` rows as a part of
+        this model (``keep="model"``). The ``cum`` family seeds it with what its class fits already
+        know of the pooled rows (their counts, from the classes' sorted tables)."""
+        return type(self)(**{**self.get_params(), "shrinkage": 0}).fit(pooled, keep="model")
 
     def _cell_sums(self, ref, pred, score, tp, fp):
         """For :meth:`_choose_m_by_cells` with count runs: (TP and FP weight per cell, t and n per cell,
@@ -418,7 +417,7 @@ class ScoreCalibrator(Calibrator):
         if self._shrunk():
             out["shrinkage"] = {
                 "m": [float(v) for v in self.shrinkage_],
-                "reference": self.reference_.to_dict(stats=False),
+                "reference": self.reference_.to_dict(),
                 "reference_m": float(self.reference_m_),
                 "reference_rate": float(self.reference_rate_),
             }

@@ -31,13 +31,27 @@ class Wrapper(Calibrator):
     delegated to ``inner_`` unless overridden.
     """
 
-    inner_: Calibrator
+    #: the wrapped fitted model (None until fitted or loaded); subclasses may make it a property
+    inner_: Calibrator | None = None
 
     #: whether the wrapper was fitted on data itself and holds its own evidence (statistics, label-shift
     #: counts: ``auto``) or its evidence is its inner model's (an adapted model)
     owns_evidence: bool = True
     #: whether its predictions and curves are its inner model's (``auto``) or its own (an adapted model)
     predicts_as_inner: bool = True
+
+    @property
+    def evidence_(self):
+        """Its own evidence where it holds one (:attr:`owns_evidence`), else its inner model's (an
+        adapted model: its source's statistics, label-shift counts and fingerprint)."""
+        self._check_fitted()
+        return self._evidence if self.owns_evidence else self.inner_.evidence_
+
+    def choice(self) -> dict | None:
+        """What the wrapper chose among candidates, for tables and reports: ``{"chosen", "best",
+        "rule", "blend", "table"}`` (``auto``: :meth:`~.auto.Auto.cv_table`), or None (the default:
+        a wrapper that chose nothing)."""
+        return None
 
     def summary_line(self) -> str:
         """One line on what this wrapper did to its inner model."""
@@ -50,24 +64,9 @@ class Wrapper(Calibrator):
             model = model.inner_
         return model
 
-    def _describe_head(self, d: dict) -> list[str]:
-        """The inner model's head lines (a wrapper of ``auto`` still shows auto's choice)."""
-        return self.inner_._describe_head(d)
-
-    def _describe_body(self, d: dict) -> dict:
-        """The inner model's description (``d["model"]``) with what the wrapper adds per class and method-wide."""
-        if "model" not in d:
-            return d
-        outer, inner = d, d["model"]
-        wrap = {k: v for k, v in outer.items()
-                if isinstance(v, dict) and k not in ("params", "classes", "model", "cross_validation")}
-        return {**inner, **wrap, "classes": {
-            c: {**info, **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info}}
-            for c, info in inner["classes"].items()}}
-
     def _check_fitted(self) -> None:
         super()._check_fitted()
-        if getattr(self, "inner_", None) is None:
+        if self.inner_ is None:
             from ..errors import NotFittedError
 
             raise NotFittedError(f"this {self.name!r} model has no inner model; fit it first")

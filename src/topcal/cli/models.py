@@ -103,24 +103,32 @@ def _cmd_fit(args) -> int:
     cal.save(args.output)
     n_samples = float(cal.n_tp_.sum() + cal.n_fp_.sum())
     chosen = f" ({cal.summary_line()})" if isinstance(cal, Wrapper) else ""
-    how = f" from counts on {cal.stats_.n_rows} (class, score cell) rows" if engine.from_counts else ""
+    how = (
+        f" from counts on {cal.evidence_.stats.n_rows} (class, score cell) rows"
+        if engine.from_counts
+        else ""
+    )
     print(f"fitted {args.method}{chosen} on {n_samples:g} samples, {len(cal.classes_)} classes{how} -> {args.output}")
     return 0
 
 
 def _cmd_update(args) -> int:
+    from ..calibrators.updating import require_stats
     from ..calibrators.wrapper import Wrapper
     from ..persist import load
 
     engine = engine_for(args)
     check_output(args.output, [args.data], "model file")
     model = load(args.model)
-    before = model.require_stats().n_samples
+    before = require_stats(model).n_samples
     progress = _progress(args, "reading", engine) if engine.from_counts else None
     _run(progress, lambda: engine.update(model, args.data, progress=progress, **read_options(args)))
     model.save(args.output)
     kept = f" ({model.summary_line()})" if isinstance(model, Wrapper) else ""
-    print(f"updated {model.name}{kept}: {before:g} + {model.stats_.n_samples - before:g} samples -> {args.output}")
+    print(
+        f"updated {model.name}{kept}: {before:g} + {model.evidence_.stats.n_samples - before:g} "
+        f"samples -> {args.output}"
+    )
     return 0
 
 
@@ -156,6 +164,7 @@ def _cmd_apply(args) -> int:
 
 
 def _cmd_describe(args) -> int:
+    from ..describing import describe_text
     from ..persist import load
 
     model = load(args.model)
@@ -163,7 +172,7 @@ def _cmd_describe(args) -> int:
     if args.json:
         print(json.dumps(d, indent=1))
         return 0
-    print(model.describe_text())
+    print(describe_text(model))
     return 0
 
 
@@ -212,7 +221,7 @@ def _cmd_adapt(args) -> int:
     adapted.save(args.output)
     e = adapted.estimate_
     how = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
-    print(f"adapted {adapted.base_.name} to {how} -> {args.output}")
+    print(f"adapted {adapted.inner_.name} to {how} -> {args.output}")
     if e.estimator != "given":
         print(f"safety step: moved {e.shrink:.0%} of the way from the test set's priors to the estimate ({e.shrink_reason})")
     rows = [[c, e.source[i], e.priors[i]] + ([e.lower[i], e.upper[i]] if e.lower is not None else [])

@@ -134,6 +134,7 @@ class AdaptedCalibrator(Wrapper):
     #: its evidence (statistics, label-shift counts) is its source model's; its confidences are its own
     owns_evidence = False
     predicts_as_inner = False
+    base_: Calibrator | None = None  # the source model, once built or loaded
 
     def __init__(self):
         pass
@@ -141,7 +142,7 @@ class AdaptedCalibrator(Wrapper):
     @property
     def inner_(self) -> Calibrator:
         """The source model (``base_``)."""
-        return getattr(self, "base_", None)
+        return self.base_
 
     def summary_line(self) -> str:
         e = self.estimate_
@@ -169,7 +170,6 @@ class AdaptedCalibrator(Wrapper):
         self.weights_ = est.ratios
         self.classes_ = tuple(base.classes_)
         self.score_range_ = tuple(base.score_range_)
-        self.confusion_ = None  # the base model's travel with it
 
     def fit(self, data):
         raise TopcalError("an adapted model is not refitted: fit the source method, then adapt it again")
@@ -184,7 +184,7 @@ class AdaptedCalibrator(Wrapper):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         c = self.base_.predict(data)
-        _, wbar = fp_mix(self.base_.confusion_, data.pred, data.score, self.weights_,
+        _, wbar = fp_mix(self.base_.evidence_.confusion, data.pred, data.score, self.weights_,
                           self.fp_pseudocount_)
         return adapt_confidence(c, self.weights_[data.pred], wbar)
 
@@ -193,7 +193,13 @@ class AdaptedCalibrator(Wrapper):
         c -> w c / (w c + wbar (1 - c)) is increasing). The priors are held fixed: their own
         uncertainty (``topcal adapt --bootstrap``) is not in the interval (docs/intervals.md)."""
         lo, hi = self.base_._interval(data, level)
-        _, wbar = fp_mix(self.base_.confusion_, data.pred, data.score, self.weights_, self.fp_pseudocount_)
+        _, wbar = fp_mix(
+            self.base_.evidence_.confusion,
+            data.pred,
+            data.score,
+            self.weights_,
+            self.fp_pseudocount_,
+        )
         w = self.weights_[data.pred]
         return adapt_confidence(lo, w, wbar), adapt_confidence(hi, w, wbar)
 
@@ -201,8 +207,13 @@ class AdaptedCalibrator(Wrapper):
         """Adapted P(Y = j | k, S) of each row, shape (n, K) (rows sum to 1)."""
         self._check_fitted()
         data = self._check_compatible(data)
-        return top_label_posterior(self.base_.confusion_, data, self.base_.predict(data), self.weights_,
-                                    self.fp_pseudocount_)
+        return top_label_posterior(
+            self.base_.evidence_.confusion,
+            data,
+            self.base_.predict(data),
+            self.weights_,
+            self.fp_pseudocount_,
+        )
 
     def redecide(self, data: TopLabelData) -> tuple[np.ndarray, np.ndarray]:
         """Re-decided class and its probability per row: argmax of :meth:`posterior`.
@@ -226,7 +237,9 @@ class AdaptedCalibrator(Wrapper):
         src = self.base_.curve(k, score, n_points=n_points)
         i = self.classes_.index(src.class_name)
         pred = np.full(src.score.shape, i)
-        _, wbar = fp_mix(self.base_.confusion_, pred, src.score, self.weights_, self.fp_pseudocount_)
+        _, wbar = fp_mix(
+            self.base_.evidence_.confusion, pred, src.score, self.weights_, self.fp_pseudocount_
+        )
         return Curve(src.class_name, src.score, adapt_confidence(src.confidence, self.weights_[i], wbar),
                      src.support)
 
@@ -266,7 +279,7 @@ class AdaptedCalibrator(Wrapper):
         if issubclass(cls, AdaptedCalibrator):
             raise ValueError("the source model must be a plain calibrator")
         base = cls.from_dict(base_doc)
-        if tuple(base.classes_) != tuple(self.classes_) or base.confusion_ is None:
+        if tuple(base.classes_) != tuple(self.classes_) or base.evidence_.confusion is None:
             raise ValueError("the source model's classes or confusion counts do not match")
         a = float(state["fp_pseudocount"])
         if not (np.isfinite(a) and a >= 0):

@@ -133,7 +133,7 @@ def confusion_of(model) -> ConfusionStats:
     if not hasattr(model, "classes_"):
         raise NotFittedError(f"this {model.name!r} calibrator is not fitted yet; call fit(data) first")
     model = source_model(model)
-    stats = getattr(model, "confusion_", None)
+    stats = model.evidence_.confusion
     if stats is None:
         raise DataError(
             f"this {model.name!r} model does not know the true classes behind its predictions (it was fitted on "

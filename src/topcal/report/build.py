@@ -122,8 +122,8 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
             progress(msg)
 
     data.require_labels("a calibration report")
-    if adapted is not None and tuple(getattr(adapted, "classes_", ())) != tuple(data.classes):
-        raise TopcalError(f"the adapted model's classes {list(getattr(adapted, 'classes_', ()))} differ from the "
+    if adapted is not None and tuple(adapted.classes_) != tuple(data.classes):
+        raise TopcalError(f"the adapted model's classes {list(adapted.classes_)} differ from the "
                           f"data's {list(data.classes)}; adapt a model fitted on this data")
     if thresholds is not None:
         model_t, th = thresholds
@@ -145,7 +145,7 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     diag: dict = {}
     models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
     if eval_data is not None:
-        need = [n for n, m in models.items() if getattr(m, "needs_full", False) and not eval_data.has_full]
+        need = [n for n, m in models.items() if m.needs_full and not eval_data.has_full]
         for n in need:
             models.pop(n)
             skipped.append(n)

@@ -226,5 +226,5 @@ def label_shift_figures(adapted):
     caption = ("Top: class priors of the test set and of the use set (with the bootstrap interval when estimated). "
                "Below: confidence curves of the classes that moved most, before (test-set priors) and after "
                "adaptation (use-set priors), assuming p(x | y) is unchanged (docs/label_shift.md).")
-    yield ("label-shift", f"Label shift: {adapted.base_.name} adapted to the use set's priors", caption,
-           plot_label_shift(label_shift_view(adapted)))
+    yield ("label-shift", f"Label shift: {adapted.inner_.name} adapted to the use set's priors",
+           caption, plot_label_shift(label_shift_view(adapted)))

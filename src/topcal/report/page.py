@@ -9,6 +9,7 @@ import numpy as np
 
 from ..calibrators.auto import TIER_LEGEND
 from ..calibrators.registry import lookup
+from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData
 from ..evaluate import METRICS, Comparison
 
@@ -145,7 +146,8 @@ def params_html(name: str, model) -> str:
 
 def choice_html(model) -> str:
     """``auto``'s choice and cross-validation table (mean NLL, SE, paired SE); "" for other models."""
-    if not callable(getattr(model, "cv_table", None)):
+    choice = model.choice() if isinstance(model, Wrapper) else None
+    if choice is None:
         return ""
     head = ("<tr><th>candidate</th><th>tier</th><th>CV NLL</th><th>SE</th><th>SE of the difference to the best</th>"
             "<th></th></tr>")
@@ -153,12 +155,14 @@ def choice_html(model) -> str:
         f"<tr><td>{html.escape(r['method'])}</td><td>{r['tier']}</td><td>{_fmt(r['nll'])}</td><td>{_fmt(r['se'])}</td>"
         f"<td>{_fmt(r['diff_se'])}</td><td>{'chosen' if r['chosen'] else ''}{' best mean' if r['best'] else ''}"
         f"{' blend weight ' + format(r['blend_weight'], '.3f') if r.get('blend_weight') else ''}"
-        f"{html.escape(' failed: ' + r['error']) if r['error'] else ''}</td></tr>" for r in model.cv_table())
-    blend = getattr(model, "blend_", None)
+        f"{html.escape(' failed: ' + r['error']) if r['error'] else ''}</td></tr>"
+        for r in choice["table"])
+    blend = choice["blend"]
     blended = "" if not blend else (
         f"; blended with {html.escape(', '.join(blend['methods'][1:]))} (beats the choice out of fold by "
         f"{-blend['gain']:.4f} ± {blend['se']:.4f} NLL)")
-    return (f"<p>chose <code>{html.escape(model.method_)}</code>{blended}: {html.escape(model.rule_text())}; tiers: "
+    return (f"<p>chose <code>{html.escape(choice['chosen'])}</code>{blended}: "
+            f"{html.escape(choice['rule'])}; tiers: "
             f"{html.escape(TIER_LEGEND)}</p>"
             f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>")
 

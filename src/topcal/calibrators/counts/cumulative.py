@@ -28,6 +28,9 @@ from ..shrinkage import ShrinkageConstraint
 
 __all__ = ["Cumulative", "CumulativeMedian", "CumulativeOptimal"]
 
+#: A lookup layout not made yet (None is a made one: a file without counts).
+_UNSET = object()
+
 
 class _CumulativeBase(ScoreCalibrator):
     """Shared machinery: suffix sums over the class's distinct scores.
@@ -43,6 +46,14 @@ class _CumulativeBase(ScoreCalibrator):
 
     _parameter_constraints = {"shrinkage": ShrinkageConstraint()}
     shrinkable = True
+    #: True on a shrunk model's pooled reference (:meth:`_fit_as_reference`): its owner prepares its
+    #: lookups, which keep positions only (searched by shrunk applies alone)
+    _as_reference = False
+    # a fit's scratch: the class fits' counts per distinct score, each class entry's pooled index
+    # (_pooled_seed), the pooled counts a reference is seeded with; the lookups (made on first use)
+    _fit_counts = _ref_rank = _pooled_counts = None
+    _tables_index = _conf_layout = _counts_layout = _UNSET
+    _reference_slots = None
 
     def __init__(self, *, shrinkage="auto"):
         self.shrinkage = shrinkage
@@ -60,8 +71,8 @@ class _CumulativeBase(ScoreCalibrator):
         u, inv = np.unique(view.score[keep], return_inverse=True)
         tp = np.bincount(inv, weights=view.tp[keep], minlength=u.size)
         fp = np.bincount(inv, weights=view.fp[keep], minlength=u.size)
-        kept = self.__dict__.get("_fit_counts")
-        if kept is not None:  # a shrunk fit: its reference and cells are made from these (_seed_reference)
+        kept = self._fit_counts
+        if kept is not None:  # a shrunk fit: its reference and cells come from these (_pooled_seed)
             kept[k] = (tp, fp)
         return self._state_of_counts(u, tp, fp)
 
@@ -89,19 +100,21 @@ class _CumulativeBase(ScoreCalibrator):
     # ------------------------------------------------ shrinkage from the classes' tables (issue 26)
     def _fit_all_classes(self, data):
         """The default class-by-class fit; a shrunk fit keeps each class's TP and FP weights per
-        distinct score until its reference is made (:meth:`_seed_reference`), and a reference seeded
+        distinct score until its reference is made (:meth:`_pooled_seed`), and a reference seeded
         with the pooled counts takes its one state from them (no pass over the rows)."""
-        pooled = self.__dict__.pop("_pooled_counts", None)
+        pooled, self._pooled_counts = self._pooled_counts, None
         if pooled is not None:
             u, tp, fp, support = pooled
             return [self._state_of_counts(u, tp, fp)], [support]
-        if self._shrunk() and not self._is_reference:
-            self.__dict__["_fit_counts"] = [None] * len(data.classes)
+        if self._shrunk() and not self._as_reference:
+            self._fit_counts = [None] * len(data.classes)
         return super()._fit_all_classes(data)
 
     def _fit(self, data) -> None:
         super()._fit(data)
-        if self._is_reference:  # its owner's fit prepares its lookups once it has chosen the pseudo-counts
+        if (
+            self._as_reference
+        ):  # its owner's fit prepares its lookups once it has chosen the pseudo-counts
             return
         if self._shrunk():  # the reference's shrunk value per slot (its counts layout is then dropped)
             self._reference_slots_values()
@@ -114,10 +127,26 @@ class _CumulativeBase(ScoreCalibrator):
         try:
             super()._fit_shrinkage(data)
         finally:  # the fit's own scratch: never kept by the model
-            self.__dict__.pop("_fit_counts", None)
-            self.__dict__.pop("_ref_rank", None)
+            self._fit_counts = self._ref_rank = None
 
-    def _seed_reference(self, ref, data) -> None:
+    def _fit_reference(self, pooled, data):
+        """The pooled reference (:meth:`ScoreCalibrator._fit_reference`), its one state taken from
+        the class fits' counts where :meth:`_pooled_seed` can make them."""
+        ref = type(self)(**{**self.get_params(), "shrinkage": 0})
+        ref._fit_as_reference(pooled, self._pooled_seed(data))
+        return ref
+
+    def _fit_as_reference(self, pooled, seed) -> None:
+        """Fit as a shrunk model's pooled reference on the ``pooled`` rows (``keep="model"``),
+        from the pooled counts ``seed`` (or the rows, where None); its owner prepares its
+        lookups."""
+        self._as_reference, self._pooled_counts = True, seed
+        try:
+            self.fit(pooled, keep="model")
+        finally:
+            self._pooled_counts = None
+
+    def _pooled_seed(self, data):
         """The pooled counts from the classes' own (a merge of K sorted runs, not a sort of all rows).
 
         The pooled curve's distinct scores are the union of the classes', and its TP and FP weight
@@ -129,10 +158,10 @@ class _CumulativeBase(ScoreCalibrator):
         with fractional weights and shared scores keep the pooled fit over the rows. Each class
         entry's index among the pooled scores is kept for :meth:`_cell_sums`.
         """
-        kept = self.__dict__.get("_fit_counts")
+        kept = self._fit_counts
         states = self.class_state_
         if kept is None or not any(st is not None for st in states):
-            return
+            return None
         has = [k for k, st in enumerate(states) if st is not None]
         cat = np.concatenate([states[k]["scores"] for k in has])
         order = np.argsort(cat, kind="stable")  # K sorted runs: timsort merges them
@@ -147,7 +176,7 @@ class _CumulativeBase(ScoreCalibrator):
         if shared:
             w = (data.tp, data.fp)
             if not all(np.array_equal(np.floor(a), a) for a in w):
-                return  # fractional weights summed across classes: the pooled fit sums the rows instead
+                return None  # fractional weights summed across classes: the fit sums the rows
             idx = np.cumsum(new) - 1
             u0 = srt[new]
             tp0 = np.bincount(idx, weights=tps[order], minlength=u0.size)
@@ -161,17 +190,17 @@ class _CumulativeBase(ScoreCalibrator):
             rank[order] = np.arange(order.size)
         sup = [self.support_[k] for k in has]
         support = (min(s[0] for s in sup), max(s[1] for s in sup))
-        ref.__dict__["_pooled_counts"] = (u0, tp0, fp0, support)
-        self.__dict__["_ref_rank"] = rank
+        self._ref_rank = rank
+        return u0, tp0, fp0, support
 
     def _cell_sums(self, ref, pred, score, tp, fp):
         """:meth:`ScoreCalibrator._cell_sums` from the class fits' own weights per distinct score and
-        each class entry's pooled index (:meth:`_seed_reference`): no lookup of the rows in the class
+        each class entry's pooled index (:meth:`_pooled_seed`): no lookup of the rows in the class
         tables nor of the cells in the reference's. The same sums: a row's cell is its score's key,
         whose weights the class fit summed over the same rows in the same order."""
-        kept = self.__dict__.pop("_fit_counts", None)
-        rank = self.__dict__.pop("_ref_rank", None)
-        if kept is None or rank is None or ref.__dict__.get("_pooled_counts") is not None:
+        kept, rank = self._fit_counts, self._ref_rank
+        self._fit_counts = self._ref_rank = None
+        if kept is None or rank is None:
             return super()._cell_sums(ref, pred, score, tp, fp)
         counts, counts0 = self._counts, ref._counts
         st0 = ref.class_state_[0]
@@ -234,15 +263,14 @@ class _CumulativeBase(ScoreCalibrator):
         """
         states = self.class_state_
         self._has_state = np.array([s is not None for s in states], dtype=bool)
-        for name in ("_tables_index", "_conf_layout", "_counts_layout"):
-            self.__dict__.pop(name, None)
+        self._tables_index = self._conf_layout = self._counts_layout = _UNSET
 
     @property
     def _tables(self) -> SortedTables:
         """The lookup tables (:meth:`_index_states`), made on first use: a fit lays out its counts
         (:meth:`_layout`, from the tables' sizes alone) and makes them at its end, when its scratch
         is freed (issue 26, peak memory)."""
-        if "_tables_index" not in self.__dict__:
+        if self._tables_index is _UNSET:
             size = self._table_sizes()
             offsets = np.concatenate([[0], np.cumsum(size)])
             keys = np.empty(int(offsets[-1]))
@@ -255,8 +283,8 @@ class _CumulativeBase(ScoreCalibrator):
                     keys[a + p + ins : a + u.size + ins] = u[p:]
             # the class tables keep a (position, entry) pair per bucket (one gather per lookup); the
             # pooled reference's, searched by shrunk applies only, the position (a quarter of the memory)
-            self.__dict__["_tables_index"] = SortedTables(keys, offsets, paired=not self._is_reference)
-        return self.__dict__["_tables_index"]
+            self._tables_index = SortedTables(keys, offsets, paired=not self._as_reference)
+        return self._tables_index
 
     def _table_sizes(self) -> np.ndarray:
         """Every class's number of lookup keys (:func:`_lookup_keys`; 0 without a state)."""
@@ -297,17 +325,21 @@ class _CumulativeBase(ScoreCalibrator):
 
     @property
     def _conf(self) -> np.ndarray:
-        if "_conf_layout" not in self.__dict__:
-            self.__dict__["_conf_layout"] = self._layout(counts=False)
-        return self.__dict__["_conf_layout"]
+        if self._conf_layout is _UNSET:
+            self._conf_layout = self._layout(counts=False)
+        return self._conf_layout
 
     @property
     def _counts(self):
         """The (TP count, count) layout, or None for files before shrinkage (no counts stored)."""
-        if "_counts_layout" not in self.__dict__:
+        if self._counts_layout is _UNSET:
             ok = all("n_above" in s for s in self.class_state_ if s is not None)
-            self.__dict__["_counts_layout"] = self._layout(counts=True) if ok else None
-        return self.__dict__["_counts_layout"]
+            self._counts_layout = self._layout(counts=True) if ok else None
+        return self._counts_layout
+
+    def _drop_counts_layout(self) -> None:
+        """Forget the (TP count, count) layout (rebuilt if asked for again)."""
+        self._counts_layout = _UNSET
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         u = state["scores"]
@@ -366,10 +398,10 @@ class _CumulativeBase(ScoreCalibrator):
         lookup after a load); the reference then drops its counts layout (rebuilt if asked for)."""
         ref = self.reference_
         key = (ref._tables, self.reference_m_, self.reference_rate_)
-        cache = getattr(self, "_reference_slots", None)
+        cache = self._reference_slots
         if cache is None or cache[0] is not key[0] or cache[1:3] != key[1:]:  # a new fit or load: new tables
             counts = ref._counts
-            ref.__dict__.pop("_counts_layout", None)  # kept as its shrunk values only (rebuilt if asked for)
+            ref._drop_counts_layout()  # kept as its shrunk values only (rebuilt if asked for)
             slots = shr.shrink(counts[:, 0], counts[:, 1], self.reference_rate_, self.reference_m_)
             del counts
             cache = self._reference_slots = (*key, slots)

@@ -28,6 +28,9 @@ class _Held:
 class TemperatureIntervals:
     """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval`` from it."""
 
+    #: None: a fold's fit, or a file saved before intervals
+    param_cov_ = None
+
     def _cov_blocks(self, data: TopLabelData, fitted):
         """(classes, objective, x) blocks for :meth:`_covariances` of each class's (log T, A / T) at the fit: the
         inverse NLL Hessian (observed information), one objective at a time (a per-class fit's K objectives
@@ -117,7 +120,7 @@ class TemperatureIntervals:
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g = dm / d log T."""
-        cov = getattr(self, "param_cov_", None)
+        cov = self.param_cov_
         if cov is None:
             raise self._no_interval_stats("parameter covariance")
         m = self._margin(data)

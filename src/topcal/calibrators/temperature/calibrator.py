@@ -84,6 +84,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
     _warm_starts = False  # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
+    _fit_full = None  # during a fit: the score vectors, their kind and the order they are read in
     #: bts/btswa solve their classes in lockstep (_lockstep.py); False: one bounded_newton per class (the tests
     #: compare the two)
     _lockstep: ClassVar[bool] = True
@@ -123,16 +124,16 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                     data = data.subset(order)
                 else:  # bts/btswa read the top score alone, the others the matrix through the order (_split)
                     if not self._binary:
-                        self.__dict__["_fit_full"] = (data.full, data.full_kind, order)
+                        self._fit_full = (data.full, data.full_kind, order)
                     full = data
                     data = memo_data(full, "canonical_top", lambda: full.subset(order, keep_full=False, keep_labels=False))
             self._fit_ordered(data)
         finally:
-            self.__dict__.pop("_fit_full", None)
+            self._fit_full = None
 
     def _split(self, data: TopLabelData, idx=None):
         """:func:`._rows.fit_split` of ``data`` (rows ``idx``), through the fit's row order where one is set."""
-        return fit_split(data, idx, self.__dict__.get("_fit_full"))
+        return fit_split(data, idx, self._fit_full)
 
     def _fit_ordered(self, data: TopLabelData) -> None:
         k = data.n_classes
@@ -172,7 +173,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
 
     def _warm_x(self, c, size: int) -> np.ndarray:
         """Newton's start for class ``c`` (None: the shared parameters); see :func:`._rows.warm_start`."""
-        return warm_start(self.__dict__.get("_warm_start"), c, size)
+        return warm_start(self._warm, c, size)
 
     def _class_flags(self):
         """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about one-sided ones."""
@@ -362,7 +363,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             return ("multinomial", "nll-raw")
         return ("nll", "brier", "nll-raw") if self.loss == "brier" else ("nll", "nll-raw")
 
-    def stats_of(self, data: TopLabelData):
+    def _stats_of(self, data: TopLabelData):
         """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or loss tables (sts/csts).
 
         The loss tables hold, per predicted class, each loss the fit needs and
@@ -371,7 +372,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         evaluations of the loss, 20-100 times a fit.
         """
         if self._binary:
-            return super().stats_of(data)
+            return super()._stats_of(data)
         if not self._updatable:
             raise ParameterError(self._no_stats_reason())
         data = self._check_compatible(data)  # on the model's class list (a no-op within fit)
@@ -445,7 +446,6 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         self.n_iter_ = int(n_iter)
         self.class_nll_ = np.array([stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)])
         self.nll_ = float(self.class_nll_.sum())
-        self.stats_ = stats
         name = "multinomial" if self._objective_kind() == "multinomial" else "nll"
         if self._shared:
             groups = [(np.flatnonzero(fitted), stats.objective(name, fitted), np.array([theta[fitted][0]]))] \
@@ -510,7 +510,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
                 continue
             row = {"temperature": float(self.temperature_[i])}
-            cov = getattr(self, "param_cov_", None)
+            cov = self.param_cov_
             if cov is not None and np.isfinite(cov[i, 0, 0]):  # 90% interval of T from the delta method on log T
                 half = 1.6448536269514722 * np.sqrt(cov[i, 0, 0])
                 with np.errstate(over="ignore"):  # log T barely identified: the interval is (0, inf), no warning
@@ -552,7 +552,7 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         return self._state_core()
 
     def _state_core(self) -> dict:
-        cov = getattr(self, "param_cov_", None)
+        cov = self.param_cov_
         extra = {} if cov is None else {"param_cov": [None if not np.all(np.isfinite(c)) else c.reshape(-1)
                                                       for c in cov]}
         return to_jsonable({

@@ -34,7 +34,7 @@ class SharedTemperatureScaling(TemperatureBase):
     max_iter : int, default 100
         Newton iterations allowed before :class:`~topcal.errors.ConvergenceError`.
     keep_stats : bool, default False
-        True: also keep the loss tables (``stats_``) that let :meth:`update`
+        True: also keep the loss tables (``evidence_.stats``) that let :meth:`update`
         refit on added data without the old (31-46 KB of JSON per class;
         computing them costs 20-100 fits, ``docs/scale.md``). False: a fit
         alone, not updatable (opt-in because of that cost).

@@ -1,0 +1,90 @@
+"""A fitted calibrator as a JSON-ready dict, and back (:mod:`topcal.persist` writes versioned JSON).
+
+The dict holds the method, its parameters, classes, score range, per-class TP/FP counts, the
+method's fitted ``state`` and, once, the model's :class:`~topcal.evidence.Evidence`
+(``confusion``, ``stats`` with their part marks ``fingerprints``, ``fingerprint``). A model
+fitted inside another's (auto's choice, a blend's components, a pooled curve, a shrinkage
+reference) keeps none (``fit(..., keep="model")``): its owner's is the one. Files written before
+2026-11-27 hold label-shift counts and a fingerprint inside such nested models too (an ``auto``
+file: the same counts and fingerprint twice); they still load, the nested model reads them as
+its own and writes them back as they were (so a thresholds file's model digest still matches).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelFileError
+
+__all__ = ["to_dict", "from_dict", "to_jsonable", "finite_array"]
+
+
+def to_dict(model, state: dict, evidence) -> dict[str, Any]:
+    """The dict of fitted ``model`` with its ``state`` and ``evidence`` (each piece where kept)."""
+    d = {
+        "method": model.name,
+        "params": model.get_params(),
+        "classes": list(model.classes_),
+        "score_range": [float(v) for v in model.score_range_],
+        "n_tp": [float(v) for v in model.n_tp_],
+        "n_fp": [float(v) for v in model.n_fp_],
+        "state": state,
+    }
+    d.update(evidence.to_dict())
+    return d
+
+
+def from_dict(cls, d: dict[str, Any]):
+    """A fitted ``cls`` from :func:`to_dict` output; ModelFileError for anything missing or odd."""
+    try:
+        params = dict(d["params"])
+        if "shrinkage" in cls._param_names():
+            # files written before shrinkage existed hold the paper's estimators (m = 0)
+            params.setdefault("shrinkage", 0)
+        obj = cls(**params)
+        obj._validate_params()
+        classes = tuple(str(c) for c in d["classes"])
+        lo, hi = (float(v) for v in d["score_range"])
+        n_tp = np.asarray(d["n_tp"], dtype=np.float64)
+        n_fp = np.asarray(d["n_fp"], dtype=np.float64)
+        if not (lo < hi) or n_tp.shape != (len(classes),) or n_fp.shape != (len(classes),):
+            raise ValueError("classes, score_range and counts are inconsistent")
+        obj._load(d, classes, (lo, hi), n_tp, n_fp)
+    except ModelFileError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelFileError(
+            f"model for method {cls.name!r} is malformed ({msg}); refit and save it again"
+        ) from None
+    return obj
+
+
+def to_jsonable(obj):
+    """Turn ndarrays and numpy scalars inside dicts/lists into plain JSON types.
+
+    Floats keep every bit: JSON stores Python's shortest round-trip repr.
+    """
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    return obj
+
+
+def finite_array(values, name: str, length: int | None = None) -> np.ndarray:
+    """Parse a list of finite floats from a model file (raises ValueError)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be a list of finite numbers")
+    if length is not None and arr.shape[0] != length:
+        raise ValueError(f"{name} must have {length} entries, has {arr.shape[0]}")
+    return arr

@@ -1,0 +1,126 @@
+"""``update`` and fits from evidence: the checks and the merge, apart from the calibrator contract.
+
+A model's :meth:`~topcal.calibrators.base.Calibrator.update` reads the new data
+in any form it accepts (:func:`merged_evidence`), merges the new
+:class:`~topcal.evidence.Evidence` with the model's (statistics, label-shift
+counts in the model's regions, fingerprint of the rows, one mark per part) and
+refits from the merged statistics; ``fit(evidence)`` checks what a fit from
+statistics needs (:func:`check_fit_evidence`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ..confusion import GridConfusion
+from ..data import TopLabelData
+from ..errors import DataError, ParameterError, TopcalWarning
+from ..evidence import Evidence, stats_mark
+from ..inputs import as_data
+from ..stats import ScoreStats
+
+__all__ = ["check_fit_evidence", "merged_evidence", "require_stats"]
+
+
+def require_stats(model):
+    """The fitted ``model``'s mergeable statistics (what ``update`` adds to); a clear error where it
+    keeps none (a full-vector method, an adapted model, a file saved before they were kept)."""
+    kept = model.evidence_
+    if not model._keeps_stats():
+        raise ParameterError(model._no_stats_reason())
+    if kept.stats is None:
+        raise ParameterError(
+            f"this {model.name!r} model holds no statistics (it was saved by a topcal before it "
+            "kept them: model format 1, or format 2 for the temperature methods); refit it on all "
+            "the data once, then update it"
+        )
+    return kept.stats
+
+
+def check_fit_evidence(evidence: Evidence):
+    """(stats, confusion) of the :class:`~topcal.evidence.Evidence` a model is fitted from.
+
+    A fit from evidence is ``fit(evidence.stats.to_data())`` keeping the given statistics as they
+    are (their grid included), so a later ``update`` adds to exactly what it was fitted on.
+    Statistics carry no true classes, so the label-shift counts come in ``evidence.confusion``: a
+    :class:`~topcal.confusion.GridConfusion` counted on the same grid gives the model the regions
+    and counts of :meth:`~topcal.confusion.GridConfusion.to_confusion`. Without it the model cannot
+    be adapted.
+    """
+    stats, confusion = evidence.stats, evidence.confusion
+    if not isinstance(stats, ScoreStats):
+        raise DataError(
+            f"a fit from statistics needs score counts (ScoreStats), got {type(stats).__name__}"
+        )
+    if confusion is not None:
+        if not isinstance(confusion, GridConfusion):
+            raise DataError(f"confusion must be a GridConfusion, got {type(confusion).__name__}")
+        if (confusion.classes, confusion.score_range, confusion.n_cells) \
+                != (stats.classes, stats.score_range, stats.n_cells):
+            raise DataError(
+                "the confusion counts are not on the statistics' classes, score range and grid"
+            )
+    return stats, confusion
+
+
+def merged_evidence(
+    model, old, data, y=None, *, classes=None, kind: str = "auto", confusion=None
+) -> Evidence:
+    """The model's evidence merged with that of the new ``data`` (see ``Calibrator.update``);
+    ``old`` is the model's statistics. Warns where the new part's statistics equal a part
+    already in."""
+    kept = model.evidence_
+    current = kept.confusion
+    statistics = (hasattr(data, "merge") and hasattr(data, "n_samples")) or isinstance(
+        data, Evidence
+    )
+    if not isinstance(data, (TopLabelData, type(old), Evidence)) and (
+        y is not None or not statistics
+    ):
+        data = as_data(data, y, classes=model.classes_ if classes is None else classes, kind=kind)
+    elif y is not None:
+        raise ParameterError(
+            "y goes with a score matrix; a TopLabelData or statistics carry their own labels"
+        )
+    if isinstance(data, TopLabelData):
+        if confusion is not None:
+            raise ParameterError(
+                "confusion is for updates from statistics; a TopLabelData's counts are "
+                "taken from its rows"
+            )
+        data = model._check_compatible(data)
+        data.require_labels(f"updating {model.name!r}")
+        new = model.evidence_of(data)
+    elif isinstance(data, (Evidence, type(old))):
+        if isinstance(data, Evidence):
+            if confusion is not None:
+                raise ParameterError("give the confusion counts inside the Evidence, not beside it")
+            new = data
+        else:
+            new = Evidence(data, confusion)
+        if not isinstance(new.stats, type(old)):
+            raise DataError(
+                f"{model.name}.update: the evidence holds {type(new.stats).__name__}, this model "
+                f"keeps {type(old).__name__}"
+            )
+        if new.confusion is not None and current is None:
+            raise ParameterError(
+                f"this {model.name!r} model keeps no confusion counts to add these to"
+            )
+    else:
+        raise DataError(
+            f"{model.name}.update expects a TopLabelData or {type(old).__name__} (this model's "
+            f"statistics), or an Evidence, got {type(data).__name__}"
+        )
+    seen = list(kept.marks)
+    mark = stats_mark(new.stats)
+    if mark in seen:
+        warnings.warn(
+            f"{model.name}.update: these rows are the same as data already in the model (its fit "
+            "or an earlier update, by the fingerprint of their statistics); they are counted twice",
+            TopcalWarning,
+            stacklevel=3,
+        )
+    merged = Evidence(old, current, kept.fingerprint).merge(new)
+    # rows seen: old and new (fingerprint unknown once statistics alone came)
+    return Evidence(merged.stats, merged.confusion, merged.fingerprint, marks=seen + [mark])

@@ -33,6 +33,8 @@ def _data_sets():
 
 
 DATA = dict(_data_sets())
+#: agreement with the stored fits of another numpy release (see the test's docstring)
+STORED_RTOL, STORED_ATOL = 1e-12, 1e-14
 
 #: The fits of main's code before the row buffers (f8da22c: hierarchical.py allocating its temporaries), on
 #: DATA: theta, strength, the strength scan's losses and the covariance, keyed "data|method|shrinkage" (JSON
@@ -49,21 +51,26 @@ def _fit(name, data, **params):
 @pytest.mark.parametrize("which", list(DATA))
 @pytest.mark.parametrize("name, shrinkage", [("hier-platt", "auto"), ("hier-beta", "auto"), ("hier-platt", 50.0),
                                              ("hier-beta", 3.0), ("pooled-beta", "auto")])
-def test_buffered_fit_equals_the_former_allocating_fit_bit_for_bit(which, name, shrinkage):
+def test_buffered_fit_equals_the_former_allocating_fit(which, name, shrinkage):
     """The fit in row buffers (calibrators/_hier_solve.py) against main's code before it (:data:`BEFORE`):
-    parameters, strength, the strength scan's losses and the covariance exactly equal."""
+    parameters, strength, the strength scan's losses and the covariance equal to :data:`STORED_RTOL`.
+
+    The rule was bit for bit while the stored numbers and the run shared a numpy release; numpy 2.4
+    (a fresh ``make test`` venv) moves a few entries by one unit in the last place (seen: 2 of 12
+    parameters, 1.1e-16 absolute), so the tolerance is stated instead: 1e-12 relative (atol 1e-14)."""
     data = DATA[which]
     model = _fit(name, data).model_ if name == "pooled-beta" else _fit(name, data, shrinkage=shrinkage)
     want = BEFORE[f"{which}|{name}|{shrinkage}"]
     theta, lam, losses = np.array(want["theta"]), want["strength"], want["strength_loss"]
     cov = np.array(want["cov"]).reshape(want["cov_shape"])
-    np.testing.assert_array_equal(model.theta_, theta.reshape(want["theta_shape"]))
-    assert model.strength_ == lam
+    close = dict(rtol=STORED_RTOL, atol=STORED_ATOL)
+    np.testing.assert_allclose(model.theta_, theta.reshape(want["theta_shape"]), **close)
+    assert model.strength_ == pytest.approx(lam, rel=STORED_RTOL)
     if losses is None:
         assert model.strength_loss_ is None
     else:
-        np.testing.assert_array_equal(model.strength_loss_, np.array(losses))
-    np.testing.assert_array_equal(model.cov_, cov)
+        np.testing.assert_allclose(model.strength_loss_, np.array(losses), **close)
+    np.testing.assert_allclose(model.cov_, cov, **close)
 
 
 @pytest.mark.parametrize("loss", ["nll", "brier"])

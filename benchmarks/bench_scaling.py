@@ -231,7 +231,7 @@ def run_cell(n, k, contestants, repeat, seed):
             f = peak_mb(lambda: holder.setdefault("m", c.fit(probs, labels, data)))
             a = peak_mb(lambda: c.apply(holder["m"], probs, data))
         mem[c.name] = max(f, a)
-        del holder
+        holder.clear()
         gc.collect()
     floor = min(x[0] for x in cons)
     build = min(x[1] for x in cons)

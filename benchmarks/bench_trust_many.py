@@ -51,7 +51,7 @@ def run(name, method, splits, seed):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = topcal.calibrator(method).fit(fit)
-            conf_c, conf_t = model.predict(choose), model.predict(test)
+            conf_t = model.predict(test)
         tp, fp = test.tp, test.fp
         for cell in CELLS:
             p, d = cell

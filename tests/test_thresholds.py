@@ -76,12 +76,11 @@ def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4, score=Non
     delta / starts. Candidates: the grid, or with ``score`` every distinct (confidence, score) pair, a row
     accepted when its pair is at least the candidate's in that order."""
     need = int(np.ceil(np.log(delta / starts) / np.log(precision) - 1e-12))
-    if score is None:
-        grid = sorted(GRID, reverse=True)
-        accepts = lambda t: conf >= t  # noqa: E731
-    else:
-        grid = sorted(set(zip(conf, score)), reverse=True)
-        accepts = lambda t: (conf > t[0]) | ((conf == t[0]) & (score >= t[1]))  # noqa: E731
+
+    def accepts(t):
+        return conf >= t if score is None else (conf > t[0]) | ((conf == t[0]) & (score >= t[1]))
+
+    grid = sorted(GRID, reverse=True) if score is None else sorted(set(zip(conf, score)), reverse=True)
     total = len(conf)
     reached = [j for j in range(starts) if total >= need * factor**j]
     level = delta / starts
@@ -470,7 +469,9 @@ def test_ties_of_a_step_curve_are_broken_by_the_raw_score():
     score = rng.uniform(0.5, 1.0, n)
     right = rng.uniform(size=n) < np.where(score > 0.75, 0.5 + 0.5 * (score - 0.75) / 0.25 + 0.02, 0.6)
     labels = np.where(right, pred, 1 - pred)
-    make = lambda idx: TopLabelData.from_scores(pred[idx], score[idx], labels[idx], classes=["a", "b"])  # noqa: E731
+    def make(idx):
+        return TopLabelData.from_scores(pred[idx], score[idx], labels[idx], classes=["a", "b"])
+
     fit_part, held = make(np.arange(0, n, 2)), make(np.arange(1, n, 2))
     model = topcal.calibrator("hist", n_bins=2, shrinkage=0).fit(fit_part)  # two bins: many ties
     conf = model.predict(held)

@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:  # the annotation only: _table imports this module
+    from ._table import TopLabelData
 
 
 class ClassView(NamedTuple):

@@ -421,19 +421,22 @@ class Calibrator(Envelope):
         support (``interval_width_90``); nothing for models without curves or interval statistics."""
         if not self.has_curve or not hasattr(self, "support_"):
             return [{} for _ in self.classes_]
-        out = []
-        for k, sup in enumerate(self.support_):
-            if sup is None:
-                out.append({})
-                continue
-            s = np.linspace(sup[0], sup[1], 21)
-            grid = TopLabelData(tuple(self.classes_), np.full(s.shape, k, dtype=np.int64), s,
-                                tuple(self.score_range_))
-            try:
-                lo, hi = self._interval(grid, self.DESCRIBE_LEVEL)
-            except (ModelFileError, ParameterError):  # old file, or a method without intervals
-                return [{} for _ in self.classes_]
-            out.append({"interval_width_90": float(np.mean(hi - lo))})
+        have = [k for k, sup in enumerate(self.support_) if sup is not None]
+        if not have:
+            return [{} for _ in self.classes_]
+        # one call for every class's 21 scores: per-class calls cost K passes over K classes
+        # (np.linspace of arrays differs from the scalar one in the last bit: one call per class)
+        s = np.concatenate([np.linspace(*self.support_[k], 21) for k in have])
+        pred = np.repeat(np.asarray(have, dtype=np.int64), 21)
+        grid = TopLabelData(tuple(self.classes_), pred, s, tuple(self.score_range_))
+        try:
+            lo, hi = self._interval(grid, self.DESCRIBE_LEVEL)
+        except (ModelFileError, ParameterError):  # old file, or a method without intervals
+            return [{} for _ in self.classes_]
+        width = np.mean((np.asarray(hi) - np.asarray(lo)).reshape(len(have), 21), axis=1)
+        out = [{} for _ in self.classes_]
+        for k, w in zip(have, width.tolist()):
+            out[k] = {"interval_width_90": w}
         return out
 
     def _get_state(self) -> dict:  # pragma: no cover - abstract
@@ -478,6 +481,24 @@ def to_jsonable(obj):
     if isinstance(obj, np.floating):
         return float(obj)
     return obj
+
+
+def support_list(values, k: int) -> list:
+    """Parse the per-class supports of a model file: ``k`` entries, each None or a finite
+    (low, high) pair with low <= high (raises ValueError)."""
+    if not isinstance(values, list) or len(values) != k:
+        raise ValueError(f"support must be a list of {k} entries")
+    out = []
+    for v in values:
+        try:
+            pair = None if v is None else tuple(float(x) for x in finite_array(v, "support", 2))
+        except (TypeError, ValueError):
+            raise ValueError("support must hold a (low, high) pair of finite numbers per class") \
+                from None
+        if pair is not None and not pair[0] <= pair[1]:
+            raise ValueError("support must be a (low, high) pair with low <= high")
+        out.append(pair)
+    return out
 
 
 def finite_array(values, name: str, length: int | None = None) -> np.ndarray:

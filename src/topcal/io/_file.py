@@ -8,7 +8,7 @@ import numpy as np
 
 from ..data import TopLabelData, is_int_name
 from ..errors import DataError, first_line
-from ._frame import KNOWN_LAYOUTS, read_frame
+from ._frame import KNOWN_LAYOUTS, check_unique, read_frame
 
 #: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas' default
 #: list would read them as missing); a number column holding such text is refused by name.
@@ -37,6 +37,10 @@ def read_table(path):
             check_header(p)
             frame = pd.read_csv(p, sep=sep, low_memory=False, **CSV_NA)  # one type per column, not one per chunk
         elif suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            # (pyarrow's own message for a name twice is many lines)
+            check_unique(pq.read_schema(p).names, repr(str(p)))
             frame = pd.read_parquet(p)
         elif suffix == ".npz":
             frame = _npz_frame(p)
@@ -62,11 +66,7 @@ def check_header(p: Path) -> None:
         header = next(csv.reader(fh, delimiter=csv_sep(p)), None)
     if not header:
         raise DataError(f"{str(p)!r} is empty; it needs a header line and at least one row")
-    seen = set()
-    for name in header:
-        if name in seen:
-            raise DataError(f"{str(p)!r} has the column {name!r} twice; column (and class) names must be unique")
-        seen.add(name)
+    check_unique(header, repr(str(p)))
 
 
 def _npz_frame(p: Path):

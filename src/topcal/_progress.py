@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from ._tables import printable
+
 __all__ = ["bar", "enabled", "quiet", "set_quiet", "write"]
 
 _QUIET = False
@@ -85,6 +87,7 @@ def write(msg: str) -> None:
     """One progress message line on stderr where :func:`enabled` (above any bar being drawn)."""
     if not enabled():
         return
+    msg = printable(msg)  # a class name in a progress line is shown, not obeyed by the terminal
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a core dependency

@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .. import _progress
+from .. import _interrupt, _progress
+from .._tables import EscapedStream, printable
 from .._version import __version__
 from ..errors import TopcalError
 from ..experiments import cli as experiment_commands
@@ -54,7 +55,7 @@ def _add_quiet(sub) -> None:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"warning: {message}", file=sys.stderr)
+    print(f"warning: {printable(str(message))}", file=sys.stderr)
 
 
 def _terminate_cleanly():
@@ -86,7 +87,10 @@ def main(argv=None) -> int:
     old = warnings.showwarning
     warnings.showwarning = _one_line_warning
     was_quiet = _progress.quiet()
+    stdout = sys.stdout
+    sys.stdout = EscapedStream(stdout)  # class names with terminal escapes are shown, not obeyed
     try:
+        _interrupt.release()  # from here on Ctrl-C is a KeyboardInterrupt, answered below
         args = parser.parse_args(argv)
         _progress.set_quiet(was_quiet or getattr(args, "quiet", False))
         if args.command is None:
@@ -96,7 +100,7 @@ def main(argv=None) -> int:
             return 2
         return args.func(args)
     except (UsageError, TopcalError) as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        print(f"error: {printable(one_line(exc))}", file=sys.stderr)
         return 2
     except MemoryError:
         print("error: out of memory; the input or a size parameter (bins, classes) is too large for this machine",
@@ -116,6 +120,7 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     finally:
+        sys.stdout = stdout
         _progress.set_quiet(was_quiet)
         warnings.showwarning = old
         restore_sigterm()

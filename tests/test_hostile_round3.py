@@ -313,3 +313,61 @@ def test_class_names_with_control_characters_are_printed_escaped(tmp_path):
     (tmp_path / "bad.csv").write_text(bad)
     err = assert_error(cli("apply", model, tmp_path / "bad.csv", "-o", tmp_path / "x.csv"))
     assert "\x1b" not in err
+
+
+# ======================================================== 6. slow paths (timings: benchmarks/)
+def test_report_of_10000_character_class_names_takes_seconds(tmp_path):
+    from topcal.plots.draw import MAX_DRAWN, plain
+
+    _probs([c * 10_000 for c in "abc"]).to_csv(tmp_path / "long.csv", index=False)
+    # 90 s before (matplotlib laid out every character of every tick label and title)
+    r = cli("report", tmp_path / "long.csv", "--methods", "hist", "-o", tmp_path / "rep",
+            timeout=60)
+    assert_ok(r)
+    assert "a" * 10_000 in (tmp_path / "rep" / "index.html").read_text()  # the page keeps the names
+    short = plain("$" + "a" * 10_000 + "z")
+    assert len(short.replace("\\$", "$")) == MAX_DRAWN
+    assert short.startswith("\\$a") and short.endswith("az")
+
+
+def _many_classes(k=300, n=6000, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    z = rng.normal(0.0, 2.0, size=(n, k))
+    z[np.arange(n), labels] += 3.0
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True), labels
+
+
+@pytest.mark.parametrize("method", ["hist", "kde-mon2", "cum-opt", "hier-beta"])
+def test_describe_interval_widths_at_many_classes_equal_the_per_class_ones(method):
+    p, y = _many_classes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = topcal.calibrator(method).fit(p, y)
+    shown = model.describe()["classes"]
+    for k, c in enumerate(model.classes_):
+        sup = model.support_[k]
+        if sup is None:
+            assert "interval_width_90" not in shown[c]
+            continue
+        s = np.linspace(sup[0], sup[1], 21)
+        classes, lo_hi = tuple(model.classes_), tuple(model.score_range_)
+        grid = topcal.TopLabelData(classes, np.full(21, k), s, lo_hi)
+        lo, hi = model.predict_interval(grid, level=0.9)
+        width = pytest.approx(np.mean(hi - lo), rel=1e-12, abs=1e-15)
+        assert shown[c]["interval_width_90"] == width
+
+
+def test_em_priors_at_many_classes_equal_the_dense_posteriors():
+    from topcal.labelshift.estimates import estimate_priors, source_posteriors
+    from topcal.labelshift.estimators import PRIOR_STRENGTH, em_priors
+
+    p, y = _many_classes()
+    use, _ = _many_classes(n=3000, seed=1)
+    model = topcal.calibrator("hist").fit(p, y)
+    use = topcal.TopLabelData.from_probs(use, classes=model.classes_)
+    fast = estimate_priors(model, use, n_bootstrap=0, shrink=1.0).priors
+    dense = em_priors(source_posteriors(model, use), model.confusion_.source_priors(),
+                      prior_strength=PRIOR_STRENGTH["em"])
+    np.testing.assert_allclose(fast, dense, rtol=0, atol=1e-8)  # EM's own tolerance

@@ -371,3 +371,29 @@ def test_em_priors_at_many_classes_equal_the_dense_posteriors():
     dense = em_priors(source_posteriors(model, use), model.confusion_.source_priors(),
                       prior_strength=PRIOR_STRENGTH["em"])
     np.testing.assert_allclose(fast, dense, rtol=0, atol=1e-8)  # EM's own tolerance
+
+
+# ======================================================== 8. memory at many classes
+def test_label_shift_counts_of_classes_without_rows_take_no_memory():
+    import tracemalloc
+
+    from topcal.confusion import ConfusionStats
+
+    rng = np.random.default_rng(0)
+    n, k = 200, 3000  # most classes never predicted: their K counts each were 9 x the input
+    p = rng.dirichlet(np.full(k, 0.05), n)
+    y = rng.integers(0, k, n)
+    data = topcal.TopLabelData.from_probs(p, y)
+    tracemalloc.start()
+    stats = ConfusionStats.from_data(data)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1.5 * p.nbytes, peak / p.nbytes
+    dense = np.zeros((k, k))  # the counts as they were: every row of the data in its cell
+    np.add.at(dense, (data.pred, data.labels), 1.0)
+    np.testing.assert_array_equal(stats.confusion(), dense)
+    np.testing.assert_array_equal(stats.source_priors(), dense.sum(axis=0) / n)
+    back = ConfusionStats.from_dict(json.loads(json.dumps(stats.to_dict())), data.classes)
+    np.testing.assert_array_equal(back.confusion(), dense)
+    merged = stats.merge(stats)
+    np.testing.assert_array_equal(merged.confusion(), 2 * dense)

@@ -1,8 +1,9 @@
 """Benchmark: issue 37's slow paths, each against a fit of the same method on the same data.
 
-Side by side in one process, on one seeded data set (``_measure.make_data``):
+Side by side in one process, on one seeded data set (:func:`class_data`):
 
-* ``describe`` of a model of K classes (default 1,500) against that model's fit;
+* ``describe`` of a model of K classes (default 1,500, every one predicted) against that
+  model's fit;
 * ``adapt`` (EM, the default 100 bootstrap resamples and the safety step) of it to a use set
   with shifted priors, against the same fit;
 * ``make_report`` of 3 classes whose names are 10,000 characters long, against the same report
@@ -38,19 +39,20 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
-def shifted_use(n: int, k: int, seed: int):
-    """Probabilities of ``n`` rows whose true classes are drawn with priors rising 1:10 across the
-    classes (label shift against the test set's uniform ones)."""
+def class_data(n: int, k: int, seed: int, shift: float = 1.0):
+    """Probabilities of ``n`` rows and their true classes, priors rising 1:``shift`` across the
+    classes; logits N(0, 2^2) + 3 on the true class over per-column temperatures 0.8-1.25 (every
+    class predicted, unlike ``make_data``'s 0.5-2 at 1,500 classes)."""
     rng = np.random.default_rng(seed)
-    w = np.linspace(1.0, 10.0, k)
+    w = np.linspace(1.0, shift, k)
     labels = rng.choice(k, n, p=w / w.sum())
     z = rng.normal(0.0, 2.0, size=(n, k))
-    z[np.arange(n), labels] += 2.0
-    z /= np.linspace(0.5, 2.0, k)[None, :]
+    z[np.arange(n), labels] += 3.0
+    z /= np.linspace(0.8, 1.25, k)[None, :]
     z -= z.max(axis=1, keepdims=True)
     np.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)
-    return z
+    return z, labels
 
 
 def main() -> None:
@@ -68,9 +70,10 @@ def main() -> None:
     print(f"python {platform.python_version()}, numpy {np.__version__}, topcal "
           f"{topcal.__version__}, {os.cpu_count()} cores; load average {loadavg()}")
     n, k, n_use = int(args.n), int(args.k), int(args.use)
-    probs, labels = make_data(n, k, 0)
+    probs, labels = class_data(n, k, 0)
     data = topcal.TopLabelData.from_probs(probs, labels)
-    use = topcal.TopLabelData.from_probs(shifted_use(n_use, k, 1), None, classes=data.classes)
+    use = topcal.TopLabelData.from_probs(class_data(n_use, k, 1, shift=10.0)[0], None,
+                                         classes=data.classes)
     print(f"data: {n} x {k} (use set {n_use} rows); predicted classes {len(np.unique(data.pred))}")
     head = ("method", "fit s", "describe s", "ratio", "adapt s", "ratio")
     print(f"{head[0]:10s} {head[1]:>8s} {head[2]:>11s} {head[3]:>6s} {head[4]:>8s} {head[5]:>6s}")

@@ -110,6 +110,8 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
     pi = ps.copy() if init is None else np.asarray(init, dtype=np.float64).copy()
     pseudo = float(prior_strength) * ps.size * ps / ps.sum()
     w = np.ones(n_rows) if weights is None else np.asarray(weights, dtype=np.float64)
+    if isinstance(posteriors, CellPosteriors):
+        w = posteriors.weights(w)  # onto its distinct rows
 
     last = []  # (p, base @ p) of the latest vectors: objective(p2) and the next step(p2) share it
 
@@ -207,9 +209,19 @@ class CellPosteriors:
         self.S = S.tocsr()
         self.h = np.asarray(h, dtype=np.float64)
         self.v = np.asarray(v, dtype=np.float64)
-        self.cells = np.asarray(cells, dtype=np.int64)
+        cells, c = np.asarray(cells, dtype=np.int64), np.asarray(c, dtype=np.float64)
+        # rows of one cell and one confidence are one posterior: EM runs on the distinct ones,
+        # each weighted by its rows (a histogram's rows share a few confidences per class)
+        order = np.lexsort((c, cells))
+        new = np.r_[True, (np.diff(cells[order]) != 0) | (np.diff(c[order]) != 0)]
+        self.rows = np.empty(cells.shape[0], dtype=np.int64)  # each row's distinct posterior
+        self.rows[order] = np.cumsum(new) - 1
+        self.cells, self.c = cells[order][new], c[order][new]
         self.k = np.asarray(cell_class, dtype=np.int64)[self.cells]
-        self.c = np.asarray(c, dtype=np.float64)
+
+    def weights(self, w) -> np.ndarray:
+        """Row weights ``w`` (n,) summed onto the distinct posteriors."""
+        return np.bincount(self.rows, weights=w, minlength=self.cells.shape[0])
 
     def products(self, ps):
         """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p, u @ base."""
@@ -229,12 +241,13 @@ class CellPosteriors:
             a = np.bincount(cells, u * rest, m)  # per cell, the weight of its rows' mixes
             return ips * (St @ a + self.v * float(self.h @ a) + np.bincount(k, u * c, K))
 
-        return row_dot, col_dot, cells.shape[0]
+        return row_dot, col_dot, self.rows.shape[0]
 
     def toarray(self) -> np.ndarray:
+        """The (n, K) posteriors of the rows."""
         out = (self.S.toarray() + self.h[:, None] * self.v)[self.cells] * (1.0 - self.c)[:, None]
         out[np.arange(self.cells.shape[0]), self.k] = self.c
-        return out
+        return out[self.rows]
 
 
 def bbse_priors(confusion, pred_counts, source_priors, *, prior_strength: float = 0.0) -> np.ndarray:

@@ -397,3 +397,12 @@ def test_label_shift_counts_of_classes_without_rows_take_no_memory():
     np.testing.assert_array_equal(back.confusion(), dense)
     merged = stats.merge(stats)
     np.testing.assert_array_equal(merged.confusion(), 2 * dense)
+
+
+# ======================================================== beyond the list: Python entry points
+@pytest.mark.parametrize("bad", [np.zeros((3, 3)), 5, None, pd.DataFrame({"p_a": [1.0]})])
+def test_readers_given_no_path_raise_one_data_error(bad):
+    with pytest.raises(topcal.errors.DataError, match="read from its path"):
+        topcal.read_data(bad)
+    with pytest.raises(topcal.errors.DataError, match="read from its path"):
+        topcal.read_stats(bad)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import DataError, first_line
 from ..stats import DEFAULT_CELLS, ScoreStats
-from ._file import CSV_NA, check_header, csv_sep
+from ._file import CSV_NA, check_header, csv_sep, data_path
 from ._frame import check_unique, layout_columns, read_frame, roles_from_options
 
 #: Rows per chunk when streaming (about 100 MB for ten probability columns).
@@ -27,7 +27,7 @@ _STREAM_SUFFIXES = (".csv", ".txt", ".tsv", ".parquet", ".pq")
 
 
 def _stream_path(path) -> Path:
-    p = Path(path)
+    p = data_path(path)
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():

@@ -20,11 +20,25 @@ def csv_sep(p: Path) -> str:
     return "\t" if p.suffix.lower() == ".tsv" else ","
 
 
+def data_path(path) -> Path:
+    """``path`` (str, bytes or path object) as a Path; a one-line DataError for anything else (an
+    array or a DataFrame given where a file is read)."""
+    import os
+
+    if isinstance(path, (bytes, bytearray)):
+        path = os.fsdecode(bytes(path))
+    if not isinstance(path, (str, os.PathLike)):
+        raise DataError(f"a data file is read from its path (str, bytes or pathlib.Path), got "
+                        f"{type(path).__name__}; arrays and DataFrames go to fit/predict directly "
+                        "(or topcal.inputs.as_data)")
+    return Path(path)
+
+
 def read_table(path):
     """Read a CSV, Parquet or .npz file into a pandas DataFrame (no validation)."""
     import pandas as pd
 
-    p = Path(path)
+    p = data_path(path)
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
@@ -132,4 +146,4 @@ def read_data(path, **options) -> TopLabelData:
     try:
         return read_frame(frame, **options)
     except DataError as exc:
-        raise DataError(f"{Path(path).name}: {exc}") from None
+        raise DataError(f"{data_path(path).name}: {exc}") from None

@@ -406,3 +406,23 @@ def test_readers_given_no_path_raise_one_data_error(bad):
         topcal.read_data(bad)
     with pytest.raises(topcal.errors.DataError, match="read from its path"):
         topcal.read_stats(bad)
+
+
+# ======================================================== 7. the scikit-learn wrapper
+def test_sklearn_wrapper_says_which_class_it_calibrates_also_frozen_or_cross_fitted():
+    """Fixed in an earlier round (test_hardening2_b: a prefit SVC); here the other two ways in."""
+    from sklearn.datasets import make_classification
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.svm import SVC
+
+    X, y = make_classification(1200, n_features=8, n_informative=5, n_classes=4, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # scikit-learn 1.9: probability=True
+        svc = SVC(probability=True, random_state=0).fit(X[:600], y[:600])
+    for est, cv in ((FrozenEstimator(svc), None), (SVC(probability=True, random_state=0), 3)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            with pytest.warns(topcal.errors.TopcalWarning, match="calibrate the argmax class"):
+                cal = topcal.TopLabelCalibratedClassifier(est, method="hist", cv=cv)
+                cal.fit(X[600:], y[600:])
+        assert 0 < cal.argmax_disagreement_ < 0.2

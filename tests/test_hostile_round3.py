@@ -426,3 +426,14 @@ def test_sklearn_wrapper_says_which_class_it_calibrates_also_frozen_or_cross_fit
                 cal = topcal.TopLabelCalibratedClassifier(est, method="hist", cv=cv)
                 cal.fit(X[600:], y[600:])
         assert 0 < cal.argmax_disagreement_ < 0.2
+
+
+def test_csv_neutralising_leaves_columns_without_text_alone(tmp_path):
+    from topcal.io import write_frames
+
+    frame = pd.DataFrame({"n": pd.Series([1, 2], dtype=object),
+                          "b": pd.Series([True, None], dtype=object),
+                          "s": pd.Series(["=a", "-3"], dtype="string")})
+    write_frames([frame], tmp_path / "x.csv")
+    back = pd.read_csv(tmp_path / "x.csv", dtype=str, keep_default_na=False)
+    assert back.to_dict("list") == {"n": ["1", "2"], "b": ["True", ""], "s": ["'=a", "-3"]}

@@ -31,7 +31,10 @@ def csv_safe(frame):
                 new[j] = col.cat.rename_categories(cats)
         elif col.dtype == object or isinstance(col.dtype, pd.StringDtype):
             values = col.to_numpy(dtype=object)
-            risky = np.flatnonzero(col.str.startswith(FORMULA_START, na=False).to_numpy())
+            try:
+                risky = np.flatnonzero(col.str.startswith(FORMULA_START, na=False).to_numpy())
+            except AttributeError:  # no text in the object column (numbers, booleans): no .str
+                risky = [i for i, v in enumerate(values) if isinstance(v, str)]
             bad = [i for i in risky if is_formula(values[i])]
             if bad:
                 values = values.copy()

@@ -11,7 +11,11 @@ Classification Confidence Using Kernel Densities".
 >>> conf = cal.predict(data)
 """
 
-from . import datasets, metrics
+from ._interrupt import guard_cli_import
+
+guard_cli_import()  # first: Ctrl-C during the imports below ends the command with one line
+
+from . import datasets, metrics  # noqa: E402
 from ._version import __version__
 from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator
 from .data import TopLabelData

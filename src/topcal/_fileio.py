@@ -19,16 +19,24 @@
   (``..``, absolute paths) or pass through a link are ignored, and a link
   where topcal would write is refused.
 
-Temporary files and folders are named ``.<target>.topcal-partial-<pid>-<random>``
-(``.tmp`` for files): a run killed outright (SIGKILL, power loss) leaves one
-behind, and the next run writing the same target removes those whose process
-is gone.
+Temporary files and folders are named
+``.<target>.topcal-partial-<pid>-<start>-<owner>-<random>`` (``.tmp`` for
+files): the process id, its start time (clock ticks since boot) and a token of
+the PID namespace on this boot of this kernel (:func:`owner_token`). A run
+killed outright (SIGKILL, power loss) leaves one behind, and the next run
+writing the same target removes it only when it is *provably ours and dead*:
+same owner token (a pid means nothing in another container's PID namespace, or
+on another host sharing the folder over NFS) and no process of that pid, or one
+that started at another time (the pid was reused). Anything else (another
+namespace's or host's run, a name of an older topcal) is left alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -37,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from .errors import TopcalError
 
 __all__ = ["check_output", "atomic_write", "write_text", "report_dir", "check_report_dir", "check_writable",
-           "MARKER", "PARTIAL"]
+           "MARKER", "PARTIAL", "owner_token"]
 
 #: Marker file of a topcal-made folder; it lists the files topcal wrote there.
 MARKER = ".topcal-report"
@@ -101,6 +109,51 @@ def check_writable(target) -> None:
                           "writable (chmod u+w) or give another file name")
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def owner_token() -> str:
+    """12 hex digits naming this process's PID namespace on this boot of this kernel: a hash of the
+    boot id and the namespace's inode (Linux), else of the host name. Two processes with the same
+    token see the same pids; any other token's pids are not ours to judge."""
+    ns = ""
+    with contextlib.suppress(OSError):
+        ns = os.readlink("/proc/self/ns/pid")
+    boot = _read("/proc/sys/kernel/random/boot_id").strip()
+    if not (ns and boot):
+        import socket
+
+        ns, boot = "no-namespaces", socket.gethostname()
+    return hashlib.sha256(f"{boot}\0{ns}".encode()).hexdigest()[:12]
+
+
+def _start_time(pid: int) -> int | None:
+    """Start time of ``pid`` (clock ticks since boot, /proc/PID/stat field 22); None when unknown or
+    when /proc shows another PID namespace than ours (then its numbers are not our pids)."""
+    with contextlib.suppress(OSError):
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return None
+    text = _read(f"/proc/{pid}/stat")
+    fields = text[text.rfind(")") + 1:].split()
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _stem(name: str) -> str:
+    """``name`` as it appears in its temporary's name: long names shortened (with a hash, so names
+    differing only at the end stay apart) to keep the temporary's name under the 255-byte limit."""
+    if len(os.fsencode(name)) <= 120:
+        return name
+    short = name
+    while len(os.fsencode(short)) > 80:
+        short = short[:-1]
+    return f"{short}~{hashlib.sha256(os.fsencode(name)).hexdigest()[:12]}"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -111,18 +164,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _dead_and_ours(pid: int, start: int, owner: str) -> bool:
+    """Whether the run that named a temporary ``pid``, ``start``, ``owner`` is provably gone."""
+    if owner != owner_token() or pid == os.getpid():
+        return False  # another PID namespace or host: its pids say nothing here
+    if not _alive(pid):
+        return True
+    now = _start_time(pid)
+    return now is not None and start > 0 and now != start  # the pid was reused
+
+
 def _remove_stale(folder: Path, name: str) -> None:
-    """Remove ``.<name>.topcal-partial-<pid>-*`` temporaries in ``folder`` left by runs that were killed."""
-    prefix = f".{name}.{PARTIAL}-"
+    """Remove the temporaries of ``name`` in ``folder`` left by killed runs, where provably ours and
+    dead (module docstring); leave every other file alone."""
+    fields = r"(\d{1,10})-(\d{1,20})-([0-9a-f]{12})-"  # pid, start time, owner token
+    pattern = re.compile(re.escape(f".{_stem(name)}.{PARTIAL}-") + fields)
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return
     for e in entries:
-        if not e.name.startswith(prefix):
-            continue
-        pid = e.name[len(prefix):].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+        m = pattern.match(e.name)
+        if m is None or not _dead_and_ours(int(m.group(1)), int(m.group(2)), m.group(3)):
             continue
         with contextlib.suppress(OSError):
             if e.is_symlink():
@@ -134,7 +197,8 @@ def _remove_stale(folder: Path, name: str) -> None:
 
 
 def _temp_prefix(name: str) -> str:
-    return f".{name}.{PARTIAL}-{os.getpid()}-"
+    pid = os.getpid()
+    return f".{_stem(name)}.{PARTIAL}-{pid}-{_start_time(pid) or 0}-{owner_token()}-"
 
 
 @contextlib.contextmanager

@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from ._tables import printable
+
 __all__ = ["bar", "enabled", "quiet", "set_quiet", "write", "set_plain", "plain", "heartbeat"]
 
 _QUIET = False
@@ -56,7 +58,7 @@ def _plain_line(msg: str, *, force: bool = False) -> None:
             return
         _LAST[0] = now
         try:
-            print(msg, file=sys.stderr, flush=True)
+            print(printable(msg), file=sys.stderr, flush=True)
         except (OSError, ValueError):  # stderr closed or full: progress is never worth an error
             pass
 
@@ -153,6 +155,7 @@ def write(msg: str) -> None:
         if plain():
             _plain_line(f"topcal: {msg.strip()}")
         return
+    msg = printable(msg)  # a class name in a progress line is shown, not obeyed by the terminal
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a core dependency

@@ -39,7 +39,8 @@ from .data import TopLabelData, rows_by_class
 from .errors import DataError
 from .stats import DEFAULT_CELLS, cell_index, cell_midpoints
 
-__all__ = ["ConfusionStats", "GridConfusion", "fp_region_edges", "MIN_FP_PER_REGION", "MAX_REGIONS"]
+__all__ = ["ConfusionStats", "GridConfusion", "fp_region_edges", "MIN_FP_PER_REGION", "MAX_REGIONS",
+           "zero_counts"]
 
 #: Fewest false positives per score region: with 40 FPs a mix share of 0.25
 #: has a standard error of ~0.07, small enough to be worth a separate region.
@@ -136,7 +137,9 @@ class ConfusionStats:
 
     def source_priors(self) -> np.ndarray:
         """Class frequencies of the labelled data (column sums of the confusion, normalised)."""
-        col = self.confusion().sum(axis=0)
+        col = np.zeros(self.n_classes)  # confusion()'s column sums, in its order, without K x K
+        for c in self.counts:
+            col += c.sum(axis=0)
         return col / col.sum()
 
     def region(self, k: int, score: np.ndarray) -> np.ndarray:
@@ -168,11 +171,15 @@ class ConfusionStats:
         K = len(classes)
         if len(d["edges"]) != K or len(d["counts"]) != K:
             raise ValueError("confusion statistics have the wrong number of classes")
-        edges, counts = [], []
+        edges, counts, zero = [], [], np.zeros(K)
         for e, regions in zip(d["edges"], d["counts"]):
             e = np.asarray(e, dtype=np.float64).reshape(-1)
             if not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0) or len(regions) != e.size + 1:
                 raise ValueError("confusion counts need one region more than there are increasing finite edges")
+            if all(isinstance(r, list) and not r for r in regions):  # no counts: shared zeros
+                edges.append(e)
+                counts.append(zero_counts(e.size + 1, zero))
+                continue
             c = np.zeros((e.size + 1, K))
             for r, pairs in enumerate(regions):
                 for j, v in pairs:
@@ -296,10 +303,21 @@ def _counts_in_regions(edges, pred: np.ndarray, score: np.ndarray, labels: np.nd
     region = np.zeros(pred.shape[0], dtype=np.int64)
     for j in range(width):
         region += table[pred, j] < score
-    first = np.concatenate([[0], np.cumsum(n_edges + 1)])  # first region of each class
+    # only classes with rows get their own counts: at 10^4 classes a K x K table of zeros was 5 x a
+    # 2,000-row input (issue 37); the others share one read-only block of zeros
+    present = np.bincount(pred, minlength=K) > 0
+    first = np.concatenate([[0], np.cumsum(np.where(present, n_edges + 1, 0))])  # first regions
     key = (first[pred] + region) * K + labels
     flat = np.bincount(key, weights=weight, minlength=int(first[-1]) * K)
-    return tuple(flat[first[k] * K : first[k + 1] * K].reshape(-1, K) for k in range(K))
+    zero = np.zeros(K)
+    return tuple(flat[first[k] * K : first[k + 1] * K].reshape(-1, K) if present[k]
+                 else zero_counts(int(n_edges[k]) + 1, zero) for k in range(K))
+
+
+def zero_counts(regions: int, zero: np.ndarray) -> np.ndarray:
+    """(regions, K) zeros as a read-only view of ``zero`` (K zeros shared by every class without
+    rows: no memory of its own)."""
+    return np.broadcast_to(zero, (regions, zero.shape[0]))
 
 
 def class_region_edges(fp_score: np.ndarray, fp_weight: np.ndarray, min_fp_per_region: int = MIN_FP_PER_REGION,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import TopLabelData, rows_by_class
+from .plots.draw import plain
 from .thresholds import Thresholds
 
 __all__ = ["AcceptanceCurve", "AcceptanceView", "acceptance_curve", "acceptance_view", "plot_acceptance"]
@@ -117,9 +118,9 @@ def plot_acceptance(view: AcceptanceView, *, fig=None, ncols: int = 4):
         if c.chosen is not None:
             (dot,) = ax.plot(*c.chosen, "o", color="tab:red", ms=6, label="cut-off (guaranteed)")
             dot.set_gid(f"cutoff:{c.name}")
-            ax.set_title(f"{c.name}: confidence >= {c.cutoff:.4g}", fontsize=8.5)
+            ax.set_title(f"{plain(c.name)}: confidence >= {c.cutoff:.4g}", fontsize=8.5)
         else:
-            ax.set_title(f"{c.name}: no cut-off", fontsize=8.5)
+            ax.set_title(f"{plain(c.name)}: no cut-off", fontsize=8.5)
         ax.set_xlim(0, 1.02)
         lo = min(view.target, float(np.min(c.precision))) if c.precision.size else view.target
         ax.set_ylim(max(0.0, lo - 0.05), 1.005)

@@ -170,17 +170,27 @@ class ClassCutoff:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ClassCutoff":
-        def opt(key):
-            v = d.get(key)
-            return None if v is None else float(v)
-
-        group = d.get("group")  # files before the shared group have none
+        """Rebuild from :meth:`to_dict` output; every field checked (raises ValueError): a
+        hand-edited cut-off of -inf, 2 or true would accept rows no guarantee covers. ``group`` and
+        ``score_cutoff`` are absent from files before issue 33 (read as None)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a cut-off entry must be an object, got {type(d).__name__}")
+        unit, count = Interval(0, 1), Interval(0, None)
+        name = _field(d, "name", str)
+        level = _field(d, "level", Interval(0, 1, "right"))
+        group = _field(d, "group", str, True) if "group" in d else None
         if group not in (None, "shared"):
             raise ValueError("group must be null or 'shared'")
-        return cls(str(d["name"]), opt("cutoff"), float(d["level"]), float(d["n_predicted"]),
-                   float(d["n_accepted"]), float(d["n_correct"]), opt("precision"), opt("precision_lower"),
-                   opt("p_value"), None if d.get("reason") is None else str(d["reason"]), group,
-                   opt("score_cutoff"))
+        score_cut = _field(d, "score_cutoff", Interval(None, None), True) if "score_cutoff" in d else None
+        out = cls(name, _field(d, "cutoff", unit, True), level,
+                  *(_field(d, k, count) for k in ("n_predicted", "n_accepted", "n_correct")),
+                  *(_field(d, k, unit, True) for k in ("precision", "precision_lower", "p_value")),
+                  _field(d, "reason", str, True), group, score_cut)
+        if not out.n_correct <= out.n_accepted <= out.n_predicted:
+            raise ValueError(f"the counts of {name!r} need n_correct <= n_accepted <= n_predicted")
+        if out.score_cutoff is not None and out.cutoff is None:
+            raise ValueError(f"{name!r} has a score_cutoff but no cutoff")
+        return out
 
 
 #: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16
@@ -364,15 +374,35 @@ class Thresholds:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Thresholds":
-        per = tuple(ClassCutoff.from_dict(c) for c in d["per_class"])
-        classes = tuple(str(c) for c in d["classes"])
-        if len(per) != len(classes):
-            raise ValueError("per_class and classes differ in length")
-        shared = d.get("shared")  # files before the shared group have neither field
-        out = cls(float(d["precision"]), float(d["delta"]), str(d["mode"]), str(d["multiplicity"]), classes, per,
-                  ClassCutoff.from_dict(d["overall"]), str(d["model"]["method"]), str(d["model"]["sha256"]),
-                  float(d["n_samples"]), str(d["grid"]), None if shared is None else ClassCutoff.from_dict(shared),
-                  float(d.get("pool_below", 0.0)))
+        """Rebuild from :meth:`to_dict` output; every field checked like a model file's
+        (raises ValueError). ``shared`` and ``pool_below`` are absent from files before issue 33."""
+        classes, per_class = _field(d, "classes", list), _field(d, "per_class", list)
+        if not all(isinstance(c, str) for c in classes) or len(set(classes)) != len(classes):
+            raise ValueError("classes must be distinct names (strings)")
+        per = tuple(ClassCutoff.from_dict(c) for c in per_class)
+        if [c.name for c in per] != classes:
+            raise ValueError("the per_class entries must name the classes, in their order")
+        overall = ClassCutoff.from_dict(_field(d, "overall", dict))
+        if overall.name != "(all)":
+            raise ValueError("the overall entry must be named '(all)'")
+        model = _field(d, "model", dict)
+        digest = _field(model, "sha256", str)
+        if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+            raise ValueError("model.sha256 must be 64 hexadecimal digits")
+        grid = _field(d, "grid", str)
+        if grid != "fixed-v1":
+            raise ValueError(f"grid {grid!r} is unknown to this topcal (it knows 'fixed-v1')")
+        shared = _field(d, "shared", dict, True) if "shared" in d else None
+        if shared is not None:
+            shared = ClassCutoff.from_dict(shared)
+            if shared.name != "(shared)":
+                raise ValueError("the shared entry must be named '(shared)'")
+        pool_below = _field(d, "pool_below", Interval(0, None)) if "pool_below" in d else 0.0
+        unit = Interval(0, 1, "neither")
+        out = cls(_field(d, "precision", unit), _field(d, "delta", unit), _field(d, "mode", str),
+                  _field(d, "multiplicity", str), tuple(classes), per, overall,
+                  _field(model, "method", str), digest, _field(d, "n_samples", Interval(0, None)),
+                  grid, shared, pool_below)
         if any(c.group == "shared" for c in per) and (out.shared is None or any(
                 c.group == "shared" and (c.cutoff, c.score_cutoff) != (out.shared.cutoff, out.shared.score_cutoff)
                 for c in per)):
@@ -447,9 +477,36 @@ class Thresholds:
         return out
 
 
+def _field(d: dict, key: str, kind, optional: bool = False):
+    """``d[key]`` checked: ``kind`` a type (str, list, dict) or an :class:`Interval` (a finite
+    number in it, returned as float); None only where ``optional``. Raises ValueError naming the
+    field."""
+    if key not in d:
+        raise ValueError(f"the field {key!r} is missing")
+    v = d[key]
+    if v is None and optional:
+        return None
+    if isinstance(kind, Interval):
+        try:
+            finite = kind.ok(v) and math.isfinite(v)
+        except OverflowError:  # an integer beyond the floats
+            finite = False
+        if not finite:
+            raise ValueError(f"{key} must be {kind}{' or null' if optional else ''}, got {v!r:.40}")
+        return float(v)
+    if not isinstance(v, kind):
+        raise ValueError(f"{key} must be a {kind.__name__}{' or null' if optional else ''}, got "
+                         f"{type(v).__name__}")
+    return v
+
+
+def _reject_constant(name):
+    raise ValueError(f"non-finite number {name}")
+
+
 def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_reject_constant)
     except (json.JSONDecodeError, RecursionError, ValueError):
         raise ModelFileError(f"{source} is not valid JSON; run topcal threshold again") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -470,7 +527,9 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
     except TopcalError:
         raise
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ModelFileError(f"{source} is malformed ({type(exc).__name__}); run topcal threshold again") from None
+        said = isinstance(exc, ValueError) and str(exc)
+        why = str(exc).splitlines()[0][:200] if said else type(exc).__name__
+        raise ModelFileError(f"{source} is malformed ({why}); run topcal threshold again") from None
 
 
 def load_thresholds(path) -> Thresholds:

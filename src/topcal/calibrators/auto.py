@@ -95,6 +95,10 @@ CV_ROWS = 100_000
 #: Components of a blend: the choice and the best others by mean cross-validated NLL.
 BLEND_SIZE = 3
 
+#: Default candidates left out above this many classes where they also outnumber half the rows
+#: (see ``Auto._names``).
+LARGE_SYSTEM_CANDIDATES, LARGE_SYSTEM_CLASSES = ("tswa",), 1000
+
 #: Candidates, simplest first.
 DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
                       "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
@@ -261,7 +265,8 @@ class Auto(Wrapper):
     ----------
     candidates : list of str or None, default None
         Methods to choose from; None: :data:`DEFAULT_CANDIDATES` that can
-        run on the data (the full-vector ones only with full vectors).
+        run on the data (the full-vector ones only with full vectors; tswa
+        not above 1,000 classes that outnumber half the rows).
     folds : int >= 2, default 5
         Cross-validation folds.
     seed : int >= 0, default 0
@@ -339,6 +344,11 @@ class Auto(Wrapper):
     def _names(self, data: TopLabelData) -> list[str]:
         names = list(DEFAULT_CANDIDATES if self.candidates is None else self.candidates)
         run = [n for n in names if not get_class(n).needs_full or data.has_full]
+        if self.candidates is None and data.n_classes > max(data.n_rows / 2, LARGE_SYSTEM_CLASSES):
+            # tswa fits K awards and a temperature in one Newton system of (K + 1)^2 entries: with
+            # over 1,000 classes and more than half the rows that outgrows the data (2,000 x 10^4:
+            # 28 x the input in memory, issue 37), each award on under two rows. Named, it runs.
+            run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
         if not run:
             raise ParameterError(
                 f"auto: none of the candidates {names} can run on data without full score vectors; "

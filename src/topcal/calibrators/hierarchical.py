@@ -60,7 +60,7 @@ from . import intervals
 from .._params import Interval, Options
 from ..data import TopLabelData, canonical_order, class_order
 from .temperature import BINARY_SCORE_FLOOR
-from .base import Calibrator, Curve, finite_array, to_jsonable
+from .base import Calibrator, Curve, finite_array, support_list, to_jsonable
 from .foldmemo import memo, shared
 from .registry import register
 from ._hier_solve import LAMBDA_GRID, curvature, grid_search, local_search, newton, posterior_cov
@@ -449,9 +449,7 @@ class _Hierarchical(Calibrator):
         if not self.strength_ > 0:
             raise ValueError("strength must be > 0")
         sup = state["support"]
-        if not isinstance(sup, list) or len(sup) != k:
-            raise ValueError(f"support must be a list of {k} entries")
-        self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
+        self.support_ = support_list(sup, k)
         self.strength_loss_ = None
         cov = state.get("cov")  # files before intervals have none: predict_interval asks for a refit
         if cov is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelFileError
 
-__all__ = ["to_dict", "from_dict", "to_jsonable", "finite_array"]
+__all__ = ["to_dict", "from_dict", "to_jsonable", "finite_array", "support_list"]
 
 
 def to_dict(model, state: dict, evidence) -> dict[str, Any]:
@@ -78,6 +78,24 @@ def to_jsonable(obj):
     if isinstance(obj, np.floating):
         return float(obj)
     return obj
+
+
+def support_list(values, k: int) -> list:
+    """Parse the per-class supports of a model file: ``k`` entries, each None or a finite
+    (low, high) pair with low <= high (raises ValueError)."""
+    if not isinstance(values, list) or len(values) != k:
+        raise ValueError(f"support must be a list of {k} entries")
+    out = []
+    for v in values:
+        try:
+            pair = None if v is None else tuple(float(x) for x in finite_array(v, "support", 2))
+        except (TypeError, ValueError):
+            raise ValueError("support must hold a (low, high) pair of finite numbers per class") \
+                from None
+        if pair is not None and not pair[0] <= pair[1]:
+            raise ValueError("support must be a (low, high) pair with low <= high")
+        out.append(pair)
+    return out
 
 
 def finite_array(values, name: str, length: int | None = None) -> np.ndarray:

@@ -17,7 +17,7 @@ from ..data import ClassView, TopLabelData, rows_by_class
 from ..errors import DegenerateClassWarning, ParameterError
 from . import intervals
 from . import shrinkage as shr
-from .base import Calibrator, Curve, finite_array, to_jsonable
+from .base import Calibrator, Curve, finite_array, support_list, to_jsonable
 
 __all__ = ["ScoreCalibrator"]
 
@@ -426,10 +426,10 @@ class ScoreCalibrator(Calibrator):
     def _set_state(self, state: dict) -> None:
         cs = state["class_state"]
         sup = state["support"]
-        if len(cs) != len(self.classes_) or len(sup) != len(self.classes_):
+        if not isinstance(cs, list) or len(cs) != len(self.classes_):
             raise ValueError("per-class state has the wrong number of classes")
         self.class_state_ = [None if s is None else self._load_class_state(s) for s in cs]
-        self.support_ = [None if s is None else tuple(float(v) for v in s) for s in sup]
+        self.support_ = support_list(sup, len(self.classes_))
         self._index_states()
         if self._shrunk():
             sh = state["shrinkage"]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .. import _progress
+from .. import _interrupt, _progress
+from .._tables import EscapedStream, printable
 from .._version import __version__
 from ..errors import TopcalError
 from ..experiments import cli as experiment_commands
@@ -75,7 +76,7 @@ def _plain_seconds() -> float:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"warning: {message}", file=sys.stderr)
+    print(f"warning: {printable(str(message))}", file=sys.stderr)
 
 
 def _terminate_cleanly():
@@ -108,7 +109,10 @@ def main(argv=None) -> int:
     warnings.showwarning = _one_line_warning
     was_quiet = _progress.quiet()
     was_plain = _progress.set_plain(None)
+    stdout = sys.stdout
+    sys.stdout = EscapedStream(stdout)  # class names with terminal escapes are shown, not obeyed
     try:
+        _interrupt.release()  # from here on Ctrl-C is a KeyboardInterrupt, answered below
         args = parser.parse_args(argv)
         _progress.set_quiet(was_quiet or getattr(args, "quiet", False))
         if args.command is None:
@@ -120,7 +124,7 @@ def main(argv=None) -> int:
         with _progress.heartbeat(args.command):
             return args.func(args)
     except (UsageError, TopcalError) as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        print(f"error: {printable(one_line(exc))}", file=sys.stderr)
         return 2
     except MemoryError:
         print("error: out of memory; the input or a size parameter (bins, classes) is too large for this machine",
@@ -140,6 +144,7 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     finally:
+        sys.stdout = stdout
         _progress.set_quiet(was_quiet)
         _progress.set_plain(was_plain)
         warnings.showwarning = old

@@ -10,6 +10,7 @@ import csv
 import json
 import sys
 
+from .._tables import csv_text, printable
 from ..errors import TopcalError
 from .common import (add_data_options, choice_table, format_table, overall_table, parse_param, per_class_table,
                      progress, read, similar_once)
@@ -176,7 +177,7 @@ def _cmd_report(args) -> int:
                        force=args.force, adapted=adapted, thresholds=acceptance)
     print(f"report: {res.path}")
     for line in _finding_lines(res.findings):
-        print(f"  warning: {line}", file=sys.stderr)
+        print(f"  warning: {printable(line)}", file=sys.stderr)
     return 0
 
 
@@ -220,11 +221,11 @@ def _cmd_compare(args) -> int:
     res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=folds, seed=args.seed,
                           n_bins=args.bins, params=method_params(args.param), progress=None if quiet else progress())
     for name, msg in res.failed.items():
-        print(f"warning: {name} failed and is left out: {msg}", file=sys.stderr)
+        print(printable(f"warning: {name} failed and is left out: {msg}"), file=sys.stderr)
     if quiet:
         for name, msgs in res.warnings.items():
             for msg in msgs:
-                print(f"warning: {msg}", file=sys.stderr)
+                print(f"warning: {printable(msg)}", file=sys.stderr)
     if not res.methods:
         raise TopcalError("none of the methods can run on this data (they need full score vectors); "
                           "choose score-based methods such as hist, kde-mon2")
@@ -235,7 +236,7 @@ def _cmd_compare(args) -> int:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(["method", "metric", "class", "value"])
         for m, metric, c, v in comparison_rows(res):
-            w.writerow([m, metric, c, "" if v is None else repr(float(v))])
+            w.writerow([m, metric, csv_text(str(c)), "" if v is None else repr(float(v))])
         return 0
     print("protocol: " + _PROTOCOL_TEXT[res.protocol].format(folds=res.folds))
     print(overall_table(res))

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import DataError, first_line
 from ..stats import DEFAULT_CELLS, ScoreStats
-from ._file import CSV_NA, check_header, csv_sep
-from ._frame import layout_columns, read_frame, roles_from_options
+from ._file import CSV_NA, check_header, csv_sep, data_path
+from ._frame import check_unique, layout_columns, read_frame, roles_from_options
 
 #: Rows per chunk when streaming (about 100 MB for ten probability columns).
 DEFAULT_CHUNK_ROWS = 1_000_000
@@ -27,7 +27,7 @@ _STREAM_SUFFIXES = (".csv", ".txt", ".tsv", ".parquet", ".pq")
 
 
 def _stream_path(path) -> Path:
-    p = Path(path)
+    p = data_path(path)
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
@@ -60,7 +60,10 @@ def file_columns(path) -> list[str]:
         if parts is not None:
             import pyarrow.parquet as pq
 
-            return [str(c) for c in pq.read_schema(parts[0]).names if not str(c).startswith("__index_level_")]
+            names = [str(c) for c in pq.read_schema(parts[0]).names
+                     if not str(c).startswith("__index_level_")]
+            check_unique(names, repr(str(parts[0])))
+            return names
         check_header(p)
         import csv
 

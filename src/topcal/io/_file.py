@@ -8,7 +8,7 @@ import numpy as np
 
 from ..data import TopLabelData, is_int_name
 from ..errors import DataError, first_line
-from ._frame import KNOWN_LAYOUTS, read_frame
+from ._frame import KNOWN_LAYOUTS, check_unique, read_frame
 
 #: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas' default
 #: list would read them as missing); a number column holding such text is refused by name.
@@ -20,11 +20,25 @@ def csv_sep(p: Path) -> str:
     return "\t" if p.suffix.lower() == ".tsv" else ","
 
 
+def data_path(path) -> Path:
+    """``path`` (str, bytes or path object) as a Path; a one-line DataError for anything else (an
+    array or a DataFrame given where a file is read)."""
+    import os
+
+    if isinstance(path, (bytes, bytearray)):
+        path = os.fsdecode(bytes(path))
+    if not isinstance(path, (str, os.PathLike)):
+        raise DataError(f"a data file is read from its path (str, bytes or pathlib.Path), got "
+                        f"{type(path).__name__}; arrays and DataFrames go to fit/predict directly "
+                        "(or topcal.inputs.as_data)")
+    return Path(path)
+
+
 def read_table(path):
     """Read a CSV, Parquet or .npz file into a pandas DataFrame (no validation)."""
     import pandas as pd
 
-    p = Path(path)
+    p = data_path(path)
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
@@ -37,6 +51,10 @@ def read_table(path):
             check_header(p)
             frame = pd.read_csv(p, sep=sep, low_memory=False, **CSV_NA)  # one type per column, not one per chunk
         elif suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            # (pyarrow's own message for a name twice is many lines)
+            check_unique(pq.read_schema(p).names, repr(str(p)))
             frame = pd.read_parquet(p)
         elif suffix == ".npz":
             frame = _npz_frame(p)
@@ -62,11 +80,7 @@ def check_header(p: Path) -> None:
         header = next(csv.reader(fh, delimiter=csv_sep(p)), None)
     if not header:
         raise DataError(f"{str(p)!r} is empty; it needs a header line and at least one row")
-    seen = set()
-    for name in header:
-        if name in seen:
-            raise DataError(f"{str(p)!r} has the column {name!r} twice; column (and class) names must be unique")
-        seen.add(name)
+    check_unique(header, repr(str(p)))
 
 
 def _npz_frame(p: Path):
@@ -132,4 +146,4 @@ def read_data(path, **options) -> TopLabelData:
     try:
         return read_frame(frame, **options)
     except DataError as exc:
-        raise DataError(f"{Path(path).name}: {exc}") from None
+        raise DataError(f"{data_path(path).name}: {exc}") from None

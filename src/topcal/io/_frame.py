@@ -26,6 +26,17 @@ KNOWN_LAYOUTS = {
 }
 
 
+def check_unique(names, where: str) -> None:
+    """Raise DataError when two of ``names`` (as text) are equal; ``where`` (e.g. "'a.csv'") names
+    the source."""
+    seen = set()
+    for name in map(str, names):
+        if name in seen:
+            raise DataError(f"{where} has the column {name!r} twice; column (and class) names must "
+                            "be unique")
+        seen.add(name)
+
+
 def column_roles(cols, columns=None, *, label_column="label", pred_column="pred", score_column="score") -> dict:
     """Which column plays which role: ``{role: column}`` for the roles in :data:`COLUMN_ROLES`.
 
@@ -140,6 +151,7 @@ def read_frame(
 def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
                 score_range, renormalize, classes):
     cols = [str(c) for c in frame.columns]
+    check_unique(cols, "the data")  # a chunk of a Parquet file, a DataFrame of the caller
     top_score = top_score_chosen(columns, pred_column=pred_column, score_column=score_column)
     roles = column_roles(cols, columns, label_column=label_column, pred_column=pred_column,
                          score_column=score_column)

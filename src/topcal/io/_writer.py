@@ -11,7 +11,43 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._fileio import atomic_write
+from .._tables import FORMULA_START, csv_text, is_formula
 from ..errors import DataError, first_line
+
+
+def csv_safe(frame):
+    """``frame`` with every text cell and column name a spreadsheet would evaluate as a formula
+    (a class named ``=HYPERLINK(...)``) prefixed with ``'`` (:func:`topcal._tables.csv_text`,
+    OWASP); numbers and other text unchanged. A copy only where something changes."""
+    import numpy as np
+    import pandas as pd
+
+    new = {}
+    for j in range(frame.shape[1]):
+        col = frame.iloc[:, j]
+        if isinstance(col.dtype, pd.CategoricalDtype):  # apply's pred: its class names, once each
+            cats = [csv_text(c) if isinstance(c, str) else c for c in col.cat.categories]
+            if cats != list(col.cat.categories):
+                new[j] = col.cat.rename_categories(cats)
+        elif col.dtype == object or isinstance(col.dtype, pd.StringDtype):
+            values = col.to_numpy(dtype=object)
+            try:
+                risky = np.flatnonzero(col.str.startswith(FORMULA_START, na=False).to_numpy())
+            except AttributeError:  # no text in the object column (numbers, booleans): no .str
+                risky = [i for i, v in enumerate(values) if isinstance(v, str)]
+            bad = [i for i in risky if is_formula(values[i])]
+            if bad:
+                values = values.copy()
+                values[bad] = ["'" + values[i] for i in bad]
+                new[j] = pd.Series(values, index=col.index, name=col.name)
+    names = [csv_text(c) if isinstance(c, str) else c for c in frame.columns]
+    if not new and names == list(frame.columns):
+        return frame
+    out = frame.copy()
+    for j, col in new.items():
+        out.isetitem(j, col)
+    out.columns = names
+    return out
 
 
 class FrameWriter:
@@ -56,7 +92,7 @@ class FrameWriter:
                 header = self._fh is None  # once, even when the first frame has no rows
                 if header:
                     self._fh = open(self.tmp, "w", newline="", encoding="utf-8")
-                frame.to_csv(self._fh, index=False, header=header)
+                csv_safe(frame).to_csv(self._fh, index=False, header=header)
         except OSError as exc:
             self.abort()
             raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None

@@ -14,7 +14,7 @@ from ..confusion import ConfusionStats
 from ..data import TopLabelData, rows_by_class
 from .._params import Interval
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
-from .safety import Shrink, choose_shrink, shrink_priors
+from .safety import CellMix, Shrink, choose_shrink, shrink_priors
 from .estimators import (ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
                          bcts_probs, em_priors, fit_bcts, shrunk_fp_mix)
 
@@ -308,7 +308,7 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
             P = _bcts_posteriors(model, source_data, data)
             basis = "BCTS full vectors"
         else:
-            P = source_posteriors(model, data, fp_pseudocount=fp_pseudocount)
+            P = _em_posteriors(model, data, fp_pseudocount)
             basis = "temperature-scaled full vectors" if _uses_vectors(model, data) else "top-label posterior"
 
         def run(w=None, init=None):
@@ -367,13 +367,30 @@ def _bcts_posteriors(model, source_data, data) -> np.ndarray:
     return bcts_probs(data, T, b)
 
 
-def _cells(stats: ConfusionStats, data: TopLabelData) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's (predicted class, score region) cell index, and the source counts per cell."""
+def _em_posteriors(model, data: TopLabelData, fp_pseudocount: float):
+    """What EM runs on: :func:`source_posteriors`; the top-label posterior as sparse plus rank one
+    (:class:`CellMix`), the same values, so a step costs the rows and their cells' nonzeros, not
+    rows x classes (issue 37: 1,500 classes took minutes)."""
+    if _uses_vectors(source_model(model), data):
+        return source_posteriors(model, data, fp_pseudocount=fp_pseudocount)
+    stats = confusion_of(model)
+    c = source_model(model).predict(data)
+    return CellMix.of_stats(stats, fp_pseudocount).row_posteriors(c, _cell_index(stats, data))
+
+
+def _cell_index(stats: ConfusionStats, data: TopLabelData) -> np.ndarray:
+    """Each row's (predicted class, score region) cell, numbered as the rows of
+    ``np.vstack(stats.counts)``."""
     offsets = np.cumsum([0] + [c.shape[0] for c in stats.counts])
     cells = np.empty(data.n_rows, dtype=np.int64)
     for k, idx in rows_by_class(data.pred, stats.n_classes):  # one sort, not a pass per class
         cells[idx] = offsets[k] + stats.region(k, data.score[idx])
-    return cells, np.vstack(stats.counts)
+    return cells
+
+
+def _cells(stats: ConfusionStats, data: TopLabelData) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's (predicted class, score region) cell index, and the source counts per cell."""
+    return _cell_index(stats, data), np.vstack(stats.counts)
 
 
 def check_shrink(value) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "PRIOR_STRENGTH",
     "em_priors",
     "SparsePlusRankOne",
+    "CellPosteriors",
     "bbse_priors",
     "adapt_confidence",
     "shrunk_fp_mix",
@@ -61,9 +62,10 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
 
     Parameters
     ----------
-    posteriors : array of shape (n, K), or SparsePlusRankOne
+    posteriors : array of shape (n, K), SparsePlusRankOne or CellPosteriors
         Calibrated P_s(y | x) of the unlabelled use-set rows under the source priors
-        (:class:`SparsePlusRankOne` for the safety step's cell-level posteriors at many classes).
+        (:class:`SparsePlusRankOne` for the safety step's cell-level posteriors at many classes,
+        :class:`CellPosteriors` for the top-label posterior of the use set's rows).
     source_priors : array of shape (K,)
         pi_s, the class frequencies the posteriors were calibrated for.
     prior_strength : float, default 0
@@ -91,7 +93,7 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
     pi_u = 0 (no information about it).
     """
     ps = np.asarray(source_priors, dtype=np.float64)
-    if isinstance(posteriors, SparsePlusRankOne):
+    if isinstance(posteriors, (SparsePlusRankOne, CellPosteriors)):
         row_dot, col_dot, n_rows = posteriors.products(ps)
     else:
         P = np.asarray(posteriors, dtype=np.float64)
@@ -108,18 +110,33 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
     pi = ps.copy() if init is None else np.asarray(init, dtype=np.float64).copy()
     pseudo = float(prior_strength) * ps.size * ps / ps.sum()
     w = np.ones(n_rows) if weights is None else np.asarray(weights, dtype=np.float64)
+    if isinstance(posteriors, CellPosteriors):
+        w = posteriors.weights(w)  # onto its distinct rows
+
+    last = []  # (p, base @ p) of the latest vectors: objective(p2) and the next step(p2) share it
+
+    def den_of(p):
+        for q, d in last:
+            if q is p:
+                return d
+        d = row_dot(p)
+        last[:] = [(p, d)] + last[:2]
+        return d
 
     def step(p):
         # one EM step: sum_i w_i p_j base_ij / sum_l p_l base_il (+ the Dirichlet pseudo-counts)
-        den = row_dot(p)
+        den = den_of(p)
         inv = np.divide(w, den, out=np.zeros_like(den), where=den > 0)  # rows no class explains add nothing
         new = p * col_dot(inv) + pseudo
         return new / new.sum()
 
     def objective(p):
-        den = row_dot(p)
+        den = den_of(p)
+        pos = den > 0
         with np.errstate(divide="ignore"):
-            return float(w[den > 0] @ np.log(den[den > 0])) + float(pseudo[p > 0] @ np.log(p[p > 0]))
+            # (every row explained, the usual case: the same sum without two masked copies)
+            fit = float(w @ np.log(den)) if pos.all() else float(w[pos] @ np.log(den[pos]))
+            return fit + float(pseudo[p > 0] @ np.log(p[p > 0]))
 
     # SQUAREM (Varadhan and Roland 2008, scheme S3): extrapolate two EM steps, fall back to
     # them when the extrapolation leaves the simplex or lowers the objective. Same fixed point
@@ -177,6 +194,60 @@ class SparsePlusRankOne:
 
     def toarray(self) -> np.ndarray:
         return self.D.toarray() + self.h[:, None] * self.v
+
+
+class CellPosteriors:
+    """Posteriors of shape (n, K): row i is c_i at class ``cell_class[cells[i]]`` and (1 - c_i)
+    times its cell's mix elsewhere, the mixes of the m cells held as S + h v^T (``S`` scipy
+    sparse, (m, K)).
+
+    The top-label posterior of a use set (rows of one cell share their mix): an EM step costs
+    the rows plus the nonzeros of S, not n K (the dense form took minutes at 1,500 classes).
+    """
+
+    def __init__(self, S, h, v, cell_class, cells, c):
+        self.S = S.tocsr()
+        self.h = np.asarray(h, dtype=np.float64)
+        self.v = np.asarray(v, dtype=np.float64)
+        cells, c = np.asarray(cells, dtype=np.int64), np.asarray(c, dtype=np.float64)
+        # rows of one cell and one confidence are one posterior: EM runs on the distinct ones,
+        # each weighted by its rows (a histogram's rows share a few confidences per class)
+        order = np.lexsort((c, cells))
+        new = np.r_[True, (np.diff(cells[order]) != 0) | (np.diff(c[order]) != 0)]
+        self.rows = np.empty(cells.shape[0], dtype=np.int64)  # each row's distinct posterior
+        self.rows[order] = np.cumsum(new) - 1
+        self.cells, self.c = cells[order][new], c[order][new]
+        self.k = np.asarray(cell_class, dtype=np.int64)[self.cells]
+
+    def weights(self, w) -> np.ndarray:
+        """Row weights ``w`` (n,) summed onto the distinct posteriors."""
+        return np.bincount(self.rows, weights=w, minlength=self.cells.shape[0])
+
+    def products(self, ps):
+        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p, u @ base."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ips = np.where(ps > 0, 1.0 / np.where(ps > 0, ps, 1.0), 0.0)
+        St = self.S.T.tocsr()
+        m, K = self.S.shape
+        cells, k, c = self.cells, self.k, self.c
+        rest = 1.0 - c
+
+        def row_dot(p):
+            x = ips * p
+            mixed = self.S @ x + self.h * float(self.v @ x)  # each cell's mix . x
+            return rest * mixed[cells] + c * x[k]
+
+        def col_dot(u):
+            a = np.bincount(cells, u * rest, m)  # per cell, the weight of its rows' mixes
+            return ips * (St @ a + self.v * float(self.h @ a) + np.bincount(k, u * c, K))
+
+        return row_dot, col_dot, self.rows.shape[0]
+
+    def toarray(self) -> np.ndarray:
+        """The (n, K) posteriors of the rows."""
+        out = (self.S.toarray() + self.h[:, None] * self.v)[self.cells] * (1.0 - self.c)[:, None]
+        out[np.arange(self.cells.shape[0]), self.k] = self.c
+        return out[self.rows]
 
 
 def bbse_priors(confusion, pred_counts, source_priors, *, prior_strength: float = 0.0) -> np.ndarray:

@@ -53,7 +53,8 @@ import numpy as np
 from .._numeric import binary_nll
 from ..confusion import ConfusionStats
 from ..errors import ParameterError
-from .estimators import SparsePlusRankOne, adapt_confidence, bbse_priors, em_priors, shrunk_fp_mix
+from .estimators import (CellPosteriors, SparsePlusRankOne, adapt_confidence, bbse_priors,
+                         em_priors, shrunk_fp_mix)
 
 __all__ = ["SHRINK_GRID", "SAFETY_SIMULATIONS", "CellMix", "Shrink", "choose_shrink", "shrink_priors"]
 
@@ -107,6 +108,26 @@ class CellMix:
         S = sparse.csr_matrix((np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(m, K))
         return cls(S, h, overall, cell_class)
 
+    @classmethod
+    def of_stats(cls, stats: ConfusionStats, pseudocount: float) -> "CellMix":
+        """The mix of every (predicted class, score region) cell of a model's counts, cells numbered
+        class by class (as ``np.vstack(stats.counts)`` rows), without a cells x classes array."""
+        K = stats.n_classes
+        sizes = [c.shape[0] for c in stats.counts]
+        start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        cell_class = np.repeat(np.arange(K), sizes)
+        fi, fj, fv, col = [], [], [], np.zeros(K)
+        for k, c in enumerate(stats.counts):
+            r, j = np.nonzero(c)
+            v = c[r, j]
+            col += np.bincount(j, v, K)
+            fp = j != k
+            fi.append(start[k] + r[fp])
+            fj.append(j[fp])
+            fv.append(v[fp])
+        fi, fj, fv = (np.concatenate(a) for a in (fi, fj, fv))
+        return cls.of(fi, fj, fv, cell_class, K, col, pseudocount)
+
     def dot(self, B) -> np.ndarray:
         """mix @ B for B of shape (K, L)."""
         return np.asarray(self.S @ B) + self.h[:, None] * (self.v @ B)[None, :]
@@ -121,6 +142,11 @@ class CellMix:
         m = self.cell_class.shape[0]
         D = sparse.diags(1.0 - c) @ self.S + sparse.csr_matrix((c, (np.arange(m), self.cell_class)), shape=self.S.shape)
         return SparsePlusRankOne(D, (1.0 - c) * self.h, self.v)
+
+    def row_posteriors(self, c, cells) -> CellPosteriors:
+        """Posteriors of rows in ``cells`` with confidences ``c``, kept by cell
+        (:class:`CellPosteriors`)."""
+        return CellPosteriors(self.S, self.h, self.v, self.cell_class, cells, c)
 
 
 @dataclass(frozen=True)

@@ -62,9 +62,18 @@ def _color(name: str, order: list[str]) -> str:
     return _FALLBACK_COLORS[extra.index(name) % len(_FALLBACK_COLORS)] if name in extra else "tab:brown"
 
 
+#: Longest text :func:`plain` draws whole; longer names keep their start and end around an ellipsis
+#: (matplotlib took minutes to lay out a report's 10,000-character class names, issue 37).
+MAX_DRAWN = 80
+
+
 def plain(text) -> str:
-    """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start matplotlib's math mode."""
-    return str(text).replace("$", r"\$")
+    """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start matplotlib's
+    math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones around "…"."""
+    text = str(text)
+    if len(text) > MAX_DRAWN:
+        text = text[: MAX_DRAWN - 30] + "…" + text[-29:]
+    return text.replace("$", r"\$")
 
 
 def plain_all(texts) -> list:

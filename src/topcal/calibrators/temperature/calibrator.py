@@ -42,7 +42,7 @@ from ._core import (
     top_label_margin_rows,
 )
 from ._tables import NODES, LossTables
-from ..base import Calibrator, Curve, finite_array, to_jsonable
+from ..base import Calibrator, Curve, finite_array, support_list, to_jsonable
 from ..foldmemo import memo, memo_data
 from ._intervals import TemperatureIntervals
 from ._lockstep import solve_classes
@@ -595,6 +595,4 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                                         .reshape(2, 2) for c in cov]).reshape(k, 2, 2)
         if self._binary:
             sup = state.get("support", [None] * k)  # files before the binary curves had none
-            if not isinstance(sup, list) or len(sup) != k:
-                raise ValueError(f"support must be a list of {k} entries")
-            self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
+            self.support_ = support_list(sup, k)

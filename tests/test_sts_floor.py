@@ -31,7 +31,8 @@ def _naive_bayes_digits():
 
 
 def _independent_ts(train: TopLabelData, test: TopLabelData, floor: float) -> np.ndarray:
-    """Guo et al.'s temperature scaling written here: multinomial NLL of softmax(log max(p, floor) / T),
+    """Guo et al.'s temperature scaling written here: multinomial NLL of
+    softmax(log max(p, floor) / T),
     scipy's bounded scalar minimiser on log T; the confidence of the original top label."""
     z = np.log(np.maximum(train.full, floor))
     rows = np.arange(train.n_rows)
@@ -41,8 +42,9 @@ def _independent_ts(train: TopLabelData, test: TopLabelData, floor: float) -> np
         a = a - a.max(axis=1, keepdims=True)
         return float(-(a[rows, train.labels] - np.log(np.exp(a).sum(axis=1))).mean())
 
-    t = minimize_scalar(loss, bounds=(np.log(1e-2), np.log(1e3)), method="bounded",
-                        options={"xatol": 1e-8}).x
+    t = minimize_scalar(
+        loss, bounds=(np.log(1e-2), np.log(1e3)), method="bounded", options={"xatol": 1e-8}
+    ).x
     a = np.log(np.maximum(test.full, floor)) / np.exp(t)
     a = a - a.max(axis=1, keepdims=True)
     p = np.exp(a) / np.exp(a).sum(axis=1, keepdims=True)
@@ -60,8 +62,12 @@ def test_sts_within_one_percent_of_independent_ts_on_tiny_probabilities():
     target = TopLabelData.concat(folds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ours = np.concatenate([topcal.calibrator("sts").fit(folds[1 - f]).predict(folds[f]) for f in range(2)])
-    theirs = np.concatenate([_independent_ts(folds[1 - f], folds[f], LOG_PROB_FLOOR) for f in range(2)])
+        ours = np.concatenate(
+            [topcal.calibrator("sts").fit(folds[1 - f]).predict(folds[f]) for f in range(2)]
+        )
+    theirs = np.concatenate(
+        [_independent_ts(folds[1 - f], folds[f], LOG_PROB_FLOOR) for f in range(2)]
+    )
     a, b = nll(target, ours).overall, nll(target, theirs).overall
     assert a <= 1.01 * b, (a, b)
     assert a < 0.40  # 0.387; 0.602 with the former floor 1e-300

@@ -76,14 +76,16 @@ def _independent_ts(x, labels):
 
 @pytest.mark.parametrize("name", METHODS)
 def test_fit_is_the_penalised_multinomial_optimum_of_an_independent_solver(name, data):
-    """The two stages written here (temperature scaling, then the penalised map by scipy's BFGS with
-    numeric gradients): the same temperature, parameters and predictions."""
+    """The two stages written here (temperature scaling and the mixture, then the penalised map by
+    scipy's BFGS with numeric gradients): the same temperature, parameters and predictions."""
     m = _fit(name, data)
     k, off = data.n_classes, name == "sms"
     x = np.log(np.maximum(data.full, topcal.data.LOG_PROB_FLOOR))
     beta = _independent_ts(x, data.labels)
     assert m.beta_ == pytest.approx(beta, rel=1e-6)
-    x = log_softmax(beta * x, axis=1)
+    eps = 1.0 / (data.n_rows + 1.0)  # the mixture with the uniform distribution (docs/vector.md)
+    x = np.log((1 - eps) * softmax(beta * x, axis=1) + eps / k)
+    assert m.mix_ == eps
     n = data.n_rows
     mask = ~np.eye(k, dtype=bool)
 
@@ -124,7 +126,7 @@ def test_confidence_is_that_of_the_original_top_label(name):
     d = TopLabelData.from_logits(z, y)
     m = _fit(name, d)
     lay = Layout(k, name == "sms")
-    u = lay.scores(features(d, m.beta_), m.theta_)
+    u = lay.scores(features(d, m.beta_, m.mix_), m.theta_)
     moved = u.argmax(axis=1) != d.pred
     assert moved.any()
     want = softmax(u, axis=1)[np.arange(n), d.pred]

@@ -63,19 +63,24 @@ def log_scores(data: TopLabelData) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float64)
 
 
-def rescale(x: np.ndarray, beta: float) -> np.ndarray:
-    """log softmax(beta x), row by row, in place: the log-probabilities after temperature scaling"""
+def rescale(x: np.ndarray, beta: float, mix: float = 0.0) -> np.ndarray:
+    """log((1 - mix) softmax(beta x) + mix / K), row by row, in place: the log-probabilities after
+    temperature scaling, mixed with the uniform distribution by ``mix``."""
     x *= beta
-    for a, b in _blocks(x.shape[0], x.shape[1]):
+    k = x.shape[1]
+    for a, b in _blocks(x.shape[0], k):
         xb = x[a:b]
         mx = xb.max(axis=1, keepdims=True)
         xb -= mx + np.log(np.exp(xb - mx).sum(axis=1, keepdims=True))
+        if mix > 0:
+            xb += np.log1p(-mix)
+            np.logaddexp(xb, np.log(mix / k), out=xb)
     return x
 
 
-def features(data: TopLabelData, beta: float) -> np.ndarray:
+def features(data: TopLabelData, beta: float, mix: float = 0.0) -> np.ndarray:
     """The map's input: :func:`rescale` of :func:`log_scores` by inverse temperature ``beta``."""
-    return rescale(log_scores(data), beta)
+    return rescale(log_scores(data), beta, mix)
 
 
 def temperature(x: np.ndarray, labels, w, max_iter: int = 100) -> float:

@@ -48,8 +48,9 @@ class _VectorBase(Calibrator):
     Fitted attributes
     -----------------
     beta_ : float
-        Inverse temperature of the first stage, multinomial temperature scaling: the map's input
-        is x = log softmax(beta_ log Y(X)).
+        Inverse temperature of the first stage, multinomial temperature scaling.
+    mix_ : float
+        1 / (n + 1): the map's input is x = log((1 - mix_) softmax(beta_ log Y(X)) + mix_ / K).
     theta_ : ndarray
         Packed parameters (a, v, b[, W off the diagonal, row by row]) of the map on x.
     scale_ : ndarray (K,)
@@ -97,7 +98,10 @@ class _VectorBase(Calibrator):
         x = log_scores(data)
         w = data.tp + data.fp
         self.beta_ = temperature(x, data.labels, w)
-        x = rescale(x, self.beta_)
+        # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
+        # log-probability below about log(1 / (n K)) is not resolved by n rows
+        self.mix_ = 1.0 / (float(w.sum()) + 1.0)
+        x = rescale(x, self.beta_, self.mix_)
         obj = VectorObjective(x, data.labels, w, layout, float(self.reg))
         warm = self.__dict__.get("_warm_start")
         x0 = (
@@ -141,7 +145,7 @@ class _VectorBase(Calibrator):
     def _predict(self, data: TopLabelData) -> np.ndarray:
         with threadpool_limits(1, user_api="blas"):
             return conf_from_margin(
-                top_margin(self._layout(), self.theta_, features(data, self.beta_), data.pred)
+                top_margin(self._layout(), self.theta_, features(data, self.beta_, self.mix_), data.pred)
             )
 
     def _interval(self, data: TopLabelData, level: float):
@@ -160,7 +164,7 @@ class _VectorBase(Calibrator):
                 f"this {self.name!r} model holds no parameter covariance (its information "
                 "matrix was not positive definite); refit it, or use sts for intervals"
             )
-        layout, x = self._layout(), features(data, self.beta_)
+        layout, x = self._layout(), features(data, self.beta_, self.mix_)
         with threadpool_limits(1, user_api="blas"):
             m = top_margin(layout, self.theta_, x, data.pred)
             var = margin_variance(layout, self.theta_, cov, x, data.pred)
@@ -191,6 +195,7 @@ class _VectorBase(Calibrator):
             "n_iter": self.n_iter_,
             "converged": self.converged_,
             "temperature": float(1.0 / self.beta_),  # of the first stage, temperature scaling
+            "mix": self.mix_,
             "scale": float(self.theta_[0]),
         }
         if self.off_diagonal_ is not None:
@@ -216,6 +221,7 @@ class _VectorBase(Calibrator):
         return to_jsonable(
             {
                 "beta": self.beta_,
+                "mix": self.mix_,
                 "theta": self.theta_,
                 "param_cov": None if cov is None else cov.reshape(-1),
                 "loss": self.loss_,
@@ -233,6 +239,10 @@ class _VectorBase(Calibrator):
         if not 1e-3 * (1 - 1e-9) <= beta <= 1e3 * (1 + 1e-9):
             raise ValueError("beta must lie in [1e-3, 1e3], the range a fit searches")
         self.beta_ = beta
+        mix = float(finite_array([state["mix"]], "mix")[0])
+        if not 0.0 <= mix < 1.0:
+            raise ValueError("mix must lie in [0, 1)")
+        self.mix_ = mix
         self._set_theta(layout, finite_array(state["theta"], "theta", layout.size))
         cov = state.get("param_cov")
         self.param_cov_ = (

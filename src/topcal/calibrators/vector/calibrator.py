@@ -144,9 +144,8 @@ class _VectorBase(Calibrator):
     # -------------------------------------------------------------- predict
     def _predict(self, data: TopLabelData) -> np.ndarray:
         with threadpool_limits(1, user_api="blas"):
-            return conf_from_margin(
-                top_margin(self._layout(), self.theta_, features(data, self.beta_, self.mix_), data.pred)
-            )
+            x = features(data, self.beta_, self.mix_)
+            return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""

@@ -31,6 +31,14 @@ Peers (written here from their descriptions, fitted on the same folds):
   map monotone), fitted by maximum likelihood with the constraints as bounds
   (L-BFGS-B); per class (one-outcome classes use the pooled fit) or pooled.
 
+Whole-vector peers (issue 35; ``_vector_peers.py``): probmetrics' SMS, SVS and temperature scaling,
+Guo et al.'s unregularised vector and matrix scaling (matrix scaling up to 10 classes); full vectors
+only. ``auto-before``: auto with its candidates before issue 35 (no ``vs``/``sms``). Two sets built
+here with scikit-learn: ``digits-nb`` (Gaussian naive Bayes on half of scikit-learn's digits, the
+other 899 images as the set; 85% of its probabilities below 1e-12) and ``fashion-lr`` (logistic
+regression on 10,000 Fashion-MNIST training images, Debian's dataset-fashion-mnist, scored on the
+10,000 test images; the stand-in for issue 35's MNIST logistic regression).
+
 Regimes (issue 22): every full-vector set also runs as its top-score-only
 version (``NAME:top``: predicted class, top score, label; the full vector
 dropped), and ``--subsample N ...`` adds cells where every fold's model is
@@ -55,6 +63,7 @@ import numpy as np
 import pandas as pd
 
 import topcal
+from _vector_peers import VECTOR_PEERS, runs_on, vector_peer_predict
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.evaluate import kfold_split
@@ -74,7 +83,9 @@ TOPCAL_METHODS = [
     "auto",
 ]
 PEERS = ["isotonic/class", "isotonic/pooled", "platt/class", "platt/pooled", "gupta-ramdas", "ts/multinomial",
-         "beta/class", "beta/pooled"]
+         "beta/class", "beta/pooled"] + VECTOR_PEERS
+#: the sets built here from scikit-learn's digits and Debian's Fashion-MNIST (module docstring)
+BUILT = ["digits-nb", "fashion-lr"]
 CLIP = 1e-12
 TOP = ":top"
 QUICK_DATA = ["densenet-bc-100-cifar-100.npz:top", "wideresnet-16-4-cifar-100.npz:top",
@@ -93,6 +104,8 @@ def load(name: str) -> TopLabelData:
         return top_only(load(name[: -len(TOP)]))
     if name == "phanns":
         return load_phanns()
+    if name in BUILT:
+        return _built(name)
     path = BENCH / name
     if path.suffix == ".npz":
         z = np.load(path)
@@ -102,6 +115,28 @@ def load(name: str) -> TopLabelData:
     k = int(max(df["true_label"].max(), df["pred_label"].max())) + 1
     return TopLabelData.from_scores(df["pred_label"].to_numpy(), df["confidence"].to_numpy(),
                                     labels=df["true_label"].to_numpy(), classes=[str(i) for i in range(k)])
+
+
+def _built(name: str) -> TopLabelData:
+    """``digits-nb`` or ``fashion-lr`` (module docstring): a classifier's held-out probabilities."""
+    if name == "digits-nb":
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+        from sklearn.naive_bayes import GaussianNB
+
+        x, y = load_digits(return_X_y=True)
+        xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.5, random_state=0, stratify=y)
+        p = GaussianNB().fit(xtr, ytr).predict_proba(xte)
+        return TopLabelData.from_probs(p, yte, renormalize=True)
+    from sklearn.linear_model import LogisticRegression
+
+    from topcal.experiments.idx import load_mnist
+
+    m = load_mnist("/usr/share/datasets/fashion-mnist")
+    xtr = m.train_images[:10_000].reshape(10_000, -1) / 255.0
+    clf = LogisticRegression(max_iter=300).fit(xtr, m.train_labels[:10_000])
+    p = clf.predict_proba(m.test_images.reshape(m.test_images.shape[0], -1) / 255.0)
+    return TopLabelData.from_probs(p, m.test_labels, renormalize=True)
 
 
 def datasets(top: bool = True) -> list[str]:
@@ -270,12 +305,18 @@ def peer_predict(name, train, test):
     if name == "beta/pooled":
         x, y, w, _ = _xy(train)
         return _beta(x, y, w)(test.normalized_score())
+    if name in VECTOR_PEERS:
+        return vector_peer_predict(name, train, test)
     raise KeyError(name)
 
 
 #: today's auto before issue 22 (its candidates, the smallest mean wins): the spec "auto-old"
 OLD_AUTO = dict(candidates=["uncalibrated", "kde-mon2", "hist", "cum-opt", "sts", "csts", "tswa", "bts", "btswa"],
                 tolerance=0.0)
+
+#: auto's default candidates before issue 35 (no whole-vector scalings): the spec "auto-before"
+BEFORE_35 = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
+             "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
 
 #: auto's cross-validation table per training part (``auto@T`` reuses the one of ``auto`` on the same part)
 _AUTO_CV: dict = {}
@@ -290,6 +331,8 @@ def topcal_predict(spec, train, test, key=None):
         warnings.simplefilter("ignore")
         if name == "auto-old":
             return topcal.calibrator("auto", **OLD_AUTO).fit(train).predict(test)
+        if name == "auto-before":
+            return topcal.calibrator("auto", candidates=list(BEFORE_35)).fit(train).predict(test)
         if name == "auto":
             from topcal.calibrators.auto import TOLERANCE, choose
 
@@ -315,7 +358,12 @@ def run(data_name, n_folds, methods, seed=0, log=print, fit_rows=None, data=None
     for spec in methods:
         if spec == "ts/multinomial" and not data.has_full:
             continue
-        if spec.split("@")[0] in ("sts", "tswa", "csts", "cstswa") and not data.has_full:
+        if spec in VECTOR_PEERS and not runs_on(spec, data):
+            continue
+        if spec == "auto-before" and not data.has_full:  # the same candidates as auto on top scores
+            continue
+        full_only = ("sts", "tswa", "csts", "cstswa", "vs", "sms")
+        if spec.split("@")[0] in full_only and not data.has_full:
             continue
         t0 = time.perf_counter()
         parts = []
@@ -365,6 +413,9 @@ def summarize(df: pd.DataFrame, log=print) -> dict:
                 line += f"  auto/peer {r:.4f}"
                 if r > 1.005:
                     worse_peer.append(cell)
+            if "auto-before" in v:  # auto's candidates before issue 35, against the same peers
+                b = v["auto-before"]
+                line += f"  before {b:.4f} ({b / peers[best_peer]:.4f})"
         log(line)
     if ratios:
         log(f"\ncells {len(ratios)}; median auto/best peer {np.median(ratios):.4f}; auto > uncalibrated in "

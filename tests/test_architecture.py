@@ -24,7 +24,8 @@ PKG = SRC / "topcal"
 #: ``np.searchsorted``), below the calibrator API that wraps them; the binary
 #: temperature scalings' many-class objective (``_lockstep``, out of ``_core`` since
 #: issue 26) against the per-class one. Nothing else in the tests reaches private names.
-TEST_PRIVATE_MODULES = {"topcal.calibrators.kde._engine", "topcal.calibrators.kde._rules", "topcal.calibrators.temperature._core", "topcal._numeric",
+TEST_PRIVATE_MODULES = {"topcal.calibrators.kde._engine", "topcal.calibrators.kde._rules", "topcal.calibrators.temperature._core",
+                        "topcal.calibrators.vector._core", "topcal._numeric",
                         "topcal._progress", "topcal.calibrators.temperature._lockstep"}
 
 

@@ -1,6 +1,6 @@
 """Calibration methods. Importing this package registers every method."""
 
-from . import counts, kde, temperature  # noqa: F401  (registration)
+from . import counts, kde, temperature, vector  # noqa: F401  (registration)
 from . import hierarchical, pooled  # noqa: F401  (registration; they use the methods above)
 from . import auto  # noqa: F401,I001  (registered last: it chooses among the others)
 from .base import Calibrator, Curve

@@ -10,7 +10,12 @@ Candidates (default), in order of simplicity (:data:`TIERS`):
    each other, the parametric curve generalises better on ImageNet's 2-5 rows a
    class, docs/benchmarks.md);
 2. per-class curves shrunk toward a pooled one: ``hier-platt``, ``hier-beta``
-   and the shrunk count methods ``kde-mon2``, ``hist``, ``cum-opt``;
+   and the shrunk count methods ``kde-mon2``, ``hist``, ``cum-opt``; with full
+   vectors ``vs`` (class-wise scales and biases of the whole vector shrunk
+   toward one temperature);
+2.5. ``sms``: ``vs`` plus a shrunk class-to-class matrix (full vectors, at most
+   :attr:`~.vector.StructuredMatrixScaling.auto_max_classes` classes: above that
+   its fit costs O(n K^2) a pass and its ridge leaves it at ``vs``);
 3. unshrunk per-class fits: ``bts``, ``btswa`` and, with full vectors,
    ``tswa``, ``csts``.
 
@@ -101,7 +106,8 @@ LARGE_SYSTEM_CANDIDATES, LARGE_SYSTEM_CLASSES = ("tswa",), 1000
 
 #: Candidates, simplest first.
 DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
-                      "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
+                      "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "vs", "sms", "tswa", "csts", "bts",
+                      "btswa")
 
 class _Tiers(Mapping):
     """Registered method name -> its simplicity tier (the class attribute ``tier``; read-only)."""
@@ -126,7 +132,8 @@ TIERS = _Tiers()
 
 #: The tiers in words (describe, compare and the report print it under the table).
 TIER_LEGEND = ("0 uncalibrated, 1 one parametric curve for all classes, 1.5 one non-parametric curve for all "
-               "classes, 2 per-class curves shrunk toward a pooled one, 3 per-class")
+               "classes, 2 per-class curves shrunk toward a pooled one, 2.5 a shrunk class-to-class matrix, "
+               "3 per-class")
 
 
 def tier(name: str) -> float:
@@ -349,6 +356,8 @@ class Auto(Wrapper):
             # over 1,000 classes and more than half the rows that outgrows the data (2,000 x 10^4:
             # 28 x the input in memory, issue 37), each award on under two rows. Named, it runs.
             run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
+        if self.candidates is None:  # a default candidate may declare the most classes it runs on (sms)
+            run = [n for n in run if data.n_classes <= vars(get_class(n)).get("auto_max_classes", np.inf)]
         if not run:
             raise ParameterError(
                 f"auto: none of the candidates {names} can run on data without full score vectors; "

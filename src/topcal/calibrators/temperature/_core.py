@@ -63,15 +63,15 @@ __all__ = [
     "tabulate_losses",
 ]
 
-#: Temperatures are confined to [1e-3, 1e3]. The lower end matches
-#: :data:`topcal.data.LOG_PROB_FLOOR` (log(1e-300) / 1e-3 stays finite);
+#: Temperatures are confined to [1e-3, 1e3]. At the lower end a log score divided by T stays
+#: finite (:data:`topcal.data.LOG_PROB_FLOOR` ~ 1.18e-38: |log 1.18e-38| / 1e-3 ~ 8.7e4);
 #: outside the range a fit is degenerate anyway (confidences pinned at 0/1 or 1/K).
 T_MIN = 1e-3
 T_MAX = 1e3
 #: The award's offset b = A / T is confined to [-1e6, 1e6] = +-AWARD_MAX / T_MIN:
 #: at T = T_MIN that is an award of +-1e3 nats of log score. Realistic awards
 #: are a few nats; 1e3 exceeds the whole range of floored log-probabilities
-#: (|log 1e-300| ~ 691), so an offset at the bound makes yhat_k 0 or 1.
+#: (|log 1.18e-38| ~ 87) and of realistic logits, so an offset at the bound makes yhat_k 0 or 1.
 AWARD_MAX = 1e3
 OFFSET_MAX = AWARD_MAX / T_MIN
 #: The binary variant clips the normalised top score s to [1e-12, 1 - 1e-12]
@@ -288,8 +288,8 @@ def top_label_margin(d, others, beta, award) -> np.ndarray:
 #: PROB_CLIP (1e-12), the clip of :func:`topcal.metrics.nll`: the fitted loss
 #: is the reported one (to within eps) and no sample costs more than
 #: -log(eps) = 27.6 nats. Without it, probabilities of exactly 0 (floored at
-#: 1e-300 in the logs) make a confident mistake cost ~690 / T nats, and a
-#: couple of such samples set T on their own (random forests, naive Bayes).
+#: 1e-300 in the logs until issue 35, at 1.18e-38 since) made a confident mistake cost ~690 / T nats,
+#: and a couple of such samples set T on their own (random forests, naive Bayes).
 #: The loss is smooth in m, so Newton keeps its exact derivatives.
 _EPS = PROB_CLIP
 

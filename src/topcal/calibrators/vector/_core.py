@@ -1,0 +1,409 @@
+"""Numeric core of the whole-vector scalings ``vs`` and ``sms`` (docs/vector.md).
+
+The map: x = log softmax(beta log Y(X)) (log Y floored at :data:`topcal.data.LOG_PROB_FLOOR`;
+beta from a first stage, multinomial temperature scaling), u = a x + v * x + W x + b,
+yhat = softmax(u): a a shared scale, v (K) class-wise deviations of it, b (K) biases and W (K x K,
+zero diagonal; ``sms`` only) the off-diagonal part. Parameters are packed as
+theta = (a, v, b, W's off-diagonal entries row by row).
+
+Fitted by the multinomial NLL (mean over the weighted rows) plus a ridge penalty
+r_v |v|^2 + r_b |b|^2 + r_w |W|^2 with r = reg K / n for v and b and reg K (K - 1) / n for W (the
+scaling of structured matrix scaling, Berta et al. 2025; n the weighted row count). Analytic
+gradient; analytic Hessian for the Newton solver and the parameters' covariance (delta method).
+Everything runs over blocks of rows: the extra memory is a few blocks plus the (n, K) features.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import expit
+
+from ...data import LOG_PROB_FLOOR, TopLabelData
+
+__all__ = [
+    "Layout",
+    "VectorObjective",
+    "log_scores",
+    "rescale",
+    "features",
+    "temperature",
+    "solve",
+    "top_margin",
+    "margin_variance",
+    "inverse_pd",
+    "NEWTON_MAX_PARAMS",
+    "HESSIAN_ROWS",
+]
+
+#: Newton (exact gradient, Hessian on at most HESSIAN_ROWS evenly spaced rows) up to this many
+#: parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would cost n K^2).
+NEWTON_MAX_PARAMS = 256
+#: Rows the Newton solver's Hessian is computed on (every ceil(n / HESSIAN_ROWS)-th row): the step
+#: is
+#: a subsampled Newton step (the gradient and the line search use every row), which keeps a Newton
+#: iteration at a few passes over the data.
+HESSIAN_ROWS = 10_000
+#: Entries of a block of rows (rows x K).
+_BLOCK = 1 << 16
+_LOG_FLOOR = float(np.log(LOG_PROB_FLOOR))
+
+
+def _blocks(n: int, k: int):
+    step = max(64, _BLOCK // max(k, 1))
+    for a in range(0, n, step):
+        yield a, min(a + step, n)
+
+
+def log_scores(data: TopLabelData) -> np.ndarray:
+    """log Y(X), (n, K) float64: floored log-probabilities, or logits' log-softmax floored alike."""
+    x = data.log_probs()
+    if data.full_kind == "logits":
+        np.maximum(x, _LOG_FLOOR, out=x)
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def rescale(x: np.ndarray, beta: float, mix: float = 0.0) -> np.ndarray:
+    """log((1 - mix) softmax(beta x) + mix / K), row by row, in place: the log-probabilities after
+    temperature scaling, mixed with the uniform distribution by ``mix``."""
+    x *= beta
+    k = x.shape[1]
+    for a, b in _blocks(x.shape[0], k):
+        xb = x[a:b]
+        mx = xb.max(axis=1, keepdims=True)
+        xb -= mx + np.log(np.exp(xb - mx).sum(axis=1, keepdims=True))
+        if mix > 0:
+            xb += np.log1p(-mix)
+            np.logaddexp(xb, np.log(mix / k), out=xb)
+    return x
+
+
+def features(data: TopLabelData, beta: float, mix: float = 0.0) -> np.ndarray:
+    """The map's input: :func:`rescale` of :func:`log_scores` by inverse temperature ``beta``."""
+    return rescale(log_scores(data), beta, mix)
+
+
+def temperature(x: np.ndarray, labels, w, start: float | None = None, max_iter: int = 100) -> float:
+    """The inverse temperature beta of multinomial temperature scaling, softmax(beta x): Newton in
+    t = log beta (dCE / dbeta = E_p[x] - x_y, d2CE / dbeta2 = Var_p[x]), beta in [1e-3, 1e3],
+    from ``start`` (default 1)."""
+    labels = np.asarray(labels, np.int64)
+    n = float(np.sum(w))
+    lo, hi = np.log(1e-3), np.log(1e3)
+
+    def parts(t):
+        """(CE, dCE / dt, d2CE / dt2) at beta = exp(t)."""
+        beta = np.exp(t)
+        f = g = h = 0.0
+        for a, b in _blocks(x.shape[0], x.shape[1]):
+            xb, wb = x[a:b], w[a:b]
+            p, lse = _softmax_rows(xb * beta)
+            xt = xb[np.arange(b - a), labels[a:b]]
+            ex = np.einsum("ij,ij->i", p, xb)
+            f += float(wb @ (lse - beta * xt))
+            g += float(wb @ (ex - xt))
+            h += float(wb @ (np.einsum("ij,ij->i", p, xb * xb) - ex * ex))
+        return f / n, beta * g / n, (beta * beta * h + beta * g) / n
+
+    t = float(np.clip(np.log(start), lo, hi)) if start else 0.0
+    f, g, h = parts(t)
+    for _ in range(max_iter):
+        step = -g / h if h > 0 else -np.sign(g)
+        step = float(np.clip(step, -2.0, 2.0))
+        s = 1.0
+        while s > 1e-8:
+            tn = float(np.clip(t + s * step, lo, hi))
+            fn, gn, hn = parts(tn)
+            if fn <= f + 1e-4 * s * step * g:
+                break
+            s *= 0.5
+        else:
+            break
+        # Newton converges quadratically: after a full step of 1e-6 the next would be ~1e-12
+        done = abs(f - fn) <= 1e-12 * max(1.0, abs(f)) or (s == 1.0 and abs(tn - t) <= 1e-6)
+        t, f, g, h = tn, fn, gn, hn
+        if done:
+            break
+    return float(np.exp(t))
+
+
+class Layout:
+    """Packing of theta for K classes, with (``off``) or without the off-diagonal part."""
+
+    def __init__(self, k: int, off: bool):
+        self.k = int(k)
+        self.off = bool(off)
+        self.size = 1 + 2 * self.k + (self.k * (self.k - 1) if self.off else 0)
+        self._offmask = ~np.eye(self.k, dtype=bool)
+
+    def start(self) -> np.ndarray:
+        """a = 1, everything else 0: the identity map (yhat = Y(X))."""
+        x = np.zeros(self.size)
+        x[0] = 1.0
+        return x
+
+    def unpack(self, theta):
+        k = self.k
+        a, v, b = float(theta[0]), theta[1 : 1 + k], theta[1 + k : 1 + 2 * k]
+        w = None
+        if self.off:
+            w = np.zeros((k, k))
+            w[self._offmask] = theta[1 + 2 * k :]
+        return a, v, b, w
+
+    def scores(self, x: np.ndarray, theta) -> np.ndarray:
+        """u = (a + v) * x + b (+ x W^T), rows of x."""
+        a, v, b, w = self.unpack(theta)
+        u = x * (a + v)
+        u += b
+        if w is not None:
+            u += x @ w.T
+        return u
+
+    def penalty_weights(self, reg: float, n: float) -> np.ndarray:
+        """Ridge weight per parameter (0 for a)."""
+        k = self.k
+        r = np.zeros(self.size)
+        r[1 : 1 + 2 * k] = reg * k / n
+        if self.off:
+            r[1 + 2 * k :] = reg * k * (k - 1) / n
+        return r
+
+    def pack_grad(self, gm: np.ndarray, gb: np.ndarray) -> np.ndarray:
+        """theta's gradient from the gradient in M ((a + v) on the diagonal, W off it; gm) and b."""
+        d = np.diag(gm)
+        parts = [[d.sum()], d, gb]
+        if self.off:
+            parts.append(gm[self._offmask])
+        return np.concatenate(parts)
+
+    def jacobian(self) -> np.ndarray:
+        """R, (K (K + 1), size): vec of (M | b) (row j: M_j0 .. M_j,K-1, b_j) from theta."""
+        k = self.k
+        r = np.zeros((k * (k + 1), self.size))
+        for j in range(k):
+            r[j * (k + 1) + j, 0] = 1.0
+            r[j * (k + 1) + j, 1 + j] = 1.0
+            r[j * (k + 1) + k, 1 + k + j] = 1.0
+        if self.off:
+            rows = np.array([j * (k + 1) + l for j in range(k) for l in range(k) if l != j])
+            r[rows, 1 + 2 * k + np.arange(k * (k - 1))] = 1.0
+        return r
+
+
+def _softmax_rows(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P, log-sum-exp) of each row of u; u is overwritten by P."""
+    mx = u.max(axis=1, keepdims=True)
+    u -= mx
+    np.exp(u, out=u)
+    s = u.sum(axis=1, keepdims=True)
+    u /= s
+    return u, (mx + np.log(s))[:, 0]
+
+
+class VectorObjective:
+    """Penalised mean multinomial NLL of the map on features ``x`` (n, K), true classes ``labels``,
+    row weights ``w``; ``reg``: the penalty's multiplier (see the module docstring)."""
+
+    def __init__(self, x, labels, w, layout: Layout, reg: float):
+        self.x, self.labels, self.w, self.layout = (
+            x,
+            np.asarray(labels, np.int64),
+            np.asarray(w, np.float64),
+            layout,
+        )
+        self.n = float(self.w.sum())
+        self.r = layout.penalty_weights(reg, self.n)
+        self.n_eval = 0
+
+    def value_grad(self, theta):
+        theta = np.asarray(theta, dtype=np.float64)
+        lay, x, w = self.layout, self.x, self.w
+        k = lay.k
+        f = 0.0
+        gm = np.zeros((k, k)) if lay.off else None
+        gd = np.zeros(k)
+        gb = np.zeros(k)
+        for a, b in _blocks(x.shape[0], k):
+            xb, wb, yb = x[a:b], w[a:b], self.labels[a:b]
+            rows = np.arange(b - a)
+            u = lay.scores(xb, theta)
+            true = u[rows, yb].copy()
+            p, lse = _softmax_rows(u)
+            f += float(wb @ (lse - true))
+            p *= wb[:, None]
+            p[rows, yb] -= wb  # R = w (P - Y)
+            gb += p.sum(axis=0)
+            if gm is not None:
+                gm += p.T @ xb
+            else:
+                gd += np.einsum("ij,ij->j", p, xb)
+        self.n_eval += 1
+        if gm is None:
+            gm = np.diag(gd)
+        g = lay.pack_grad(gm, gb) / self.n + 2.0 * self.r * theta
+        return f / self.n + float(self.r @ (theta * theta)), g
+
+    def hessian(self, theta, stride: int = 1, summed: bool = False) -> np.ndarray:
+        """Hessian of the objective (``summed``: of the summed NLL plus n x the penalty, the
+        observed
+        information) from every ``stride``-th row (the NLL part rescaled to all rows)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        lay, k = self.layout, self.layout.k
+        x, w = self.x[::stride], self.w[::stride]
+        scale = (self.n / float(w.sum())) if w.sum() > 0 else 1.0
+        if lay.off:
+            hm = np.zeros((k * (k + 1), k * (k + 1)))
+            diag = np.zeros((k, k + 1, k + 1))
+            for a, b in _blocks(x.shape[0], k * k):
+                xb, wb = x[a:b], w[a:b]
+                p, _ = _softmax_rows(lay.scores(xb, theta))
+                xt = np.concatenate([xb, np.ones((b - a, 1))], axis=1)
+                outer = (xt[:, :, None] * xt[:, None, :]).reshape(b - a, -1)
+                diag += ((p * wb[:, None]).T @ outer).reshape(k, k + 1, k + 1)
+                z = (p[:, :, None] * xt[:, None, :]).reshape(b - a, -1)
+                zw = z * np.sqrt(wb)[:, None]
+                hm -= zw.T @ zw
+            for j in range(k):
+                s = j * (k + 1)
+                hm[s : s + k + 1, s : s + k + 1] += diag[j]
+            jac = lay.jacobian()
+            h = jac.T @ hm @ jac
+        else:
+            hvv, hvb, hbb = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
+            dvv, dvb, dbb = np.zeros(k), np.zeros(k), np.zeros(k)
+            for a, b in _blocks(x.shape[0], k):
+                xb, wb = x[a:b], w[a:b]
+                p, _ = _softmax_rows(lay.scores(xb, theta))
+                px = p * xb
+                pw, pxw = p * wb[:, None], px * wb[:, None]
+                dvv += np.einsum("ij,ij->j", pxw, xb)
+                dvb += pxw.sum(axis=0)
+                dbb += pw.sum(axis=0)
+                hvv -= pxw.T @ px
+                hvb -= pxw.T @ p
+                hbb -= pw.T @ p
+            hvv[np.diag_indices(k)] += dvv
+            hvb[np.diag_indices(k)] += dvb
+            hbb[np.diag_indices(k)] += dbb
+            d = np.block([[hvv, hvb], [hvb.T, hbb]])  # in (M_jj, b_j)
+            jac = np.zeros((2 * k, lay.size))
+            jac[:k, 0] = 1.0
+            jac[np.arange(k), 1 + np.arange(k)] = 1.0
+            jac[k + np.arange(k), 1 + k + np.arange(k)] = 1.0
+            h = jac.T @ d @ jac
+        h *= scale
+        pen = np.diag(2.0 * self.r * self.n)
+        return h + pen if summed else h / self.n + pen / self.n
+
+
+def inverse_pd(h: np.ndarray):
+    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky fails)."""
+    if h.size == 0 or not np.all(np.isfinite(h)):
+        return None
+    try:
+        c = np.linalg.cholesky(h)
+    except np.linalg.LinAlgError:
+        return None
+    ci = np.linalg.inv(c)
+    return ci.T @ ci
+
+
+def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10):
+    """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo backtracking where
+    the parameters are few (:data:`NEWTON_MAX_PARAMS`), else L-BFGS-B. Returns (theta, value,
+    n_iter, converged).
+
+    The Hessian is kept from one iteration to the next while full steps are accepted and each
+    shrinks the Newton decrement at least a hundredfold (near the optimum it barely changes; a
+    fresh one costs about a gradient's pass for ``sms``); otherwise it is computed again."""
+    x = np.array(x0, dtype=np.float64)
+    if obj.layout.size > NEWTON_MAX_PARAMS:
+        r = minimize(
+            obj.value_grad,
+            x,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": int(max_iter), "ftol": 1e-13, "gtol": 1e-9, "maxcor": 20},
+        )
+        return r.x, float(r.fun), int(r.nit), bool(r.success)
+    stride = max(1, -(-obj.x.shape[0] // HESSIAN_ROWS))
+    f, g = obj.value_grad(x)
+    stalls = 0
+    h, last = None, None
+    for it in range(1, int(max_iter) + 1):
+        if h is None:
+            h = obj.hessian(x, stride)
+            h[np.diag_indices_from(h)] += 1e-12 * max(1.0, float(np.abs(np.diag(h)).max()))
+        try:
+            step = -np.linalg.solve(h, g)
+        except np.linalg.LinAlgError:
+            step = -g
+        dec = -float(g @ step)
+        if last is not None and not dec <= 0.01 * last:
+            h = None  # a kept Hessian that no longer converges fast: a fresh one
+            last = None
+            continue
+        if not dec > 0:
+            step, dec = -g, float(g @ g)
+        t = 1.0
+        while True:
+            fn, gn = obj.value_grad(x + t * step)
+            if np.isfinite(fn) and fn <= f - 1e-4 * t * dec:
+                break
+            t *= 0.5
+            if t < 1e-10:
+                return x, f, it, dec / 2 <= 1e3 * tol * max(1.0, abs(f))
+        gain = f - fn
+        x, f, g = x + t * step, fn, gn
+        last = dec if t == 1.0 else None
+        if t < 1.0:
+            h = None
+        if dec / 2 <= tol * max(1.0, abs(f)):
+            return x, f, it, True
+        stalls = stalls + 1 if gain <= 1e-14 * max(1.0, abs(f)) else 0
+        if stalls >= 5:
+            return x, f, it, True
+    return x, f, int(max_iter), False
+
+
+def top_margin(layout: Layout, theta, x: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """Log-odds m of the recalibrated entry of the original predicted class:
+    m = u_k - log sum_{j != k} exp(u_j), row block by row block."""
+    n, k = x.shape
+    out = np.empty(n)
+    for a, b in _blocks(n, k):
+        u = layout.scores(x[a:b], theta)
+        rows, pc = np.arange(b - a), pred[a:b]
+        top = u[rows, pc].copy()
+        u[rows, pc] = -np.inf
+        _, lse = _softmax_rows(u)
+        out[a:b] = top - lse
+    return out
+
+
+def margin_variance(
+    layout: Layout, theta, cov: np.ndarray, x: np.ndarray, pred: np.ndarray
+) -> np.ndarray:
+    """Delta-method variance g^T cov g of each row's margin m, g = dm / dtheta (analytic)."""
+    n, k = x.shape
+    out = np.empty(n)
+    offmask = ~np.eye(k, dtype=bool)
+    for a, b in _blocks(n, layout.size):
+        xb, pc = x[a:b], pred[a:b]
+        rows = np.arange(b - a)
+        u = layout.scores(xb, theta)
+        u[rows, pc] = -np.inf
+        q, _ = _softmax_rows(u)  # softmax over the others (0 at k)
+        c = -q
+        c[rows, pc] = 1.0  # dm / du = e_k - q
+        parts = [(c * xb).sum(axis=1)[:, None], c * xb, c]
+        if layout.off:
+            parts.append((c[:, :, None] * xb[:, None, :])[:, offmask])
+        g = np.concatenate(parts, axis=1)
+        out[a:b] = np.einsum("ij,ij->i", g @ cov, g)
+    return out
+
+
+def conf_from_margin(m: np.ndarray) -> np.ndarray:
+    return expit(m)

@@ -1,0 +1,325 @@
+"""Whole-vector scalings: ridge vector scaling ``vs`` and structured matrix scaling ``sms``.
+
+Both recalibrate the whole score vector, yhat = softmax(a x + v * x + W x + b) with x = log Y(X)
+(``vs``: W = 0), fitted by the penalised multinomial NLL (numeric core: ``_core.py``;
+docs/vector.md). Like every method, the confidence returned is the recalibrated entry of the class
+the *original* scores predict, k(X), also where the map moves the argmax.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import ClassVar
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..._numeric import binary_nll
+from ..._params import MAX_ITER, Interval
+from ...data import TopLabelData
+from ...errors import DegenerateClassWarning, ParameterError
+from .. import intervals
+from ..base import Calibrator, finite_array, to_jsonable
+from ..foldmemo import memo
+from ..registry import register
+from ._core import (
+    Layout,
+    VectorObjective,
+    conf_from_margin,
+    features,
+    inverse_pd,
+    log_scores,
+    margin_variance,
+    rescale,
+    solve,
+    temperature,
+    top_margin,
+)
+
+__all__ = ["VectorScaling", "StructuredMatrixScaling", "COV_MAX_PARAMS"]
+
+#: The first stage (one inverse temperature) is fitted on at most this many evenly spaced rows: one
+#: parameter is pinned down by far fewer, and at 10^5 rows its passes were a third of a fit.
+FIRST_STAGE_ROWS = 20_000
+
+#: The parameters' covariance (for ``predict_interval``) is computed and stored up to this many
+#: parameters (its JSON grows with their square): vs up to K = 127 classes, sms up to K = 15.
+COV_MAX_PARAMS = 256
+
+
+class _VectorBase(Calibrator):
+    """Shared fit, predict, intervals, description and persistence of ``vs`` and ``sms``.
+
+    Fitted attributes
+    -----------------
+    beta_ : float
+        Inverse temperature of the first stage, multinomial temperature scaling.
+    mix_ : float
+        1 / (n + 1): the map's input is x = log((1 - mix_) softmax(beta_ log Y(X)) + mix_ / K).
+    theta_ : ndarray
+        Packed parameters (a, v, b[, W off the diagonal, row by row]) of the map on x.
+    scale_ : ndarray (K,)
+        a + v_j: the scale of each class's x (1 / its temperature relative to the first stage).
+    bias_ : ndarray (K,)
+    off_diagonal_ : ndarray (K, K) or None
+        W (zero diagonal; ``sms`` only).
+    loss_ : float
+        Penalised mean multinomial NLL reached.
+    nll_ : float
+        Top-label NLL of the fitting data, summed over samples; ``class_nll_`` its share per class.
+    n_iter_ : int
+    converged_ : bool
+    param_cov_ : ndarray or None
+        Covariance of theta (inverse observed information of the penalised NLL), where
+        ``n_params_`` <= :data:`COV_MAX_PARAMS` (None otherwise, and for a model fitted inside a
+        cross-validation).
+    """
+
+    needs_full = True
+    in_paper = False
+    _off: ClassVar[bool] = False
+    # folds start cold: the first stage already puts the map's start (temperature scaling) near its
+    # optimum, and an all-data fit per method for a warm start cost more than it saved (issue 35)
+    _warm_starts = False
+    _full_alternative = "bts"
+    _parameter_constraints = {
+        "reg": Interval(0, 1e6),
+        "max_iter": Interval(1, MAX_ITER, integer=True),
+    }
+
+    def __init__(self, *, reg: float = 1.0, max_iter: int = 500):
+        self.reg = reg
+        self.max_iter = max_iter
+
+    # ------------------------------------------------------------------ fit
+    def _fit(self, data: TopLabelData) -> None:
+        # the products here are small (K x K, rows x K): OpenBLAS's threads cost more than they
+        # save, and on a loaded machine their spin-waits made an sms fit 100 x slower (0.015 s vs
+        # 1.9 s for one Hessian)
+        with threadpool_limits(1, user_api="blas"):
+            self._fit_single(data)
+
+    def _fit_single(self, data: TopLabelData) -> None:
+        k = data.n_classes
+        layout = Layout(k, self._off)
+        w = data.tp + data.fp
+
+        def first_stage():
+            x = log_scores(data)
+            step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
+            beta = temperature(x[::step], data.labels[::step], w[::step])
+            # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
+            # log-probability below about log(1 / (n K)) is not resolved by n rows
+            mix = 1.0 / (float(w.sum()) + 1.0)
+            return beta, mix, rescale(x, beta, mix)
+
+        # a cross-validation fold's vs and sms share it (foldmemo.py; read-only here)
+        self.beta_, self.mix_, x = memo(data, "vector_first_stage", first_stage)
+        obj = VectorObjective(x, data.labels, w, layout, float(self.reg))
+        theta, loss, n_iter, ok = solve(obj, layout.start(), int(self.max_iter))
+        if not ok:
+            warnings.warn(
+                f"{self.name}: the optimiser stopped after {n_iter} iterations without meeting its "
+                f"tolerance (penalised NLL {loss:.6g}); the fit is usable, raise max_iter "
+                "(--param max_iter=...) to "
+                "go further",
+                DegenerateClassWarning,
+                stacklevel=4,
+            )
+        self._set_theta(layout, theta)
+        self.loss_, self.n_iter_, self.converged_ = float(loss), int(n_iter), bool(ok)
+        self.param_cov_ = None
+        self.class_nll_ = np.full(k, np.nan)  # a cross-validation fold's model: scored and dropped
+        if self._scratch:
+            self.nll_ = float("nan")
+            return
+        m = top_margin(layout, theta, x, data.pred)
+        rows = binary_nll(data.tp, data.fp, conf_from_margin(m))
+        self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
+        self.nll_ = float(self.class_nll_.sum())
+        if layout.size <= COV_MAX_PARAMS:
+            self.param_cov_ = inverse_pd(obj.hessian(theta, 1, summed=True))
+
+    def _set_theta(self, layout: Layout, theta) -> None:
+        self.theta_ = np.asarray(theta, dtype=np.float64)
+        a, v, b, w = layout.unpack(self.theta_)
+        self.scale_ = a + v
+        self.bias_ = np.array(b)
+        self.off_diagonal_ = w
+
+    def _layout(self) -> Layout:
+        return Layout(len(self.classes_), self._off)
+
+    # -------------------------------------------------------------- predict
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        with threadpool_limits(1, user_api="blas"):
+            x = features(data, self.beta_, self.mix_)
+            return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
+
+    def _interval(self, data: TopLabelData, level: float):
+        """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""
+        cov = getattr(self, "param_cov_", None)
+        if cov is None:
+            if self.n_params_ > COV_MAX_PARAMS:
+                raise ParameterError(
+                    f"{self.name} with {len(self.classes_)} classes has {self.n_params_} "
+                    "parameters; "
+                    f"their covariance is kept up to {COV_MAX_PARAMS} (its size grows with their "
+                    "square), so this "
+                    "model has no intervals; use vs (fewer parameters) or sts/csts for intervals"
+                )
+            raise ParameterError(
+                f"this {self.name!r} model holds no parameter covariance (its information "
+                "matrix was not positive definite); refit it, or use sts for intervals"
+            )
+        layout, x = self._layout(), features(data, self.beta_, self.mix_)
+        with threadpool_limits(1, user_api="blas"):
+            m = top_margin(layout, self.theta_, x, data.pred)
+            var = margin_variance(layout, self.theta_, cov, x, data.pred)
+        lo, hi = intervals.margin_interval(m, np.sqrt(np.maximum(var, 0.0)), level)
+        return intervals.include_point(lo, hi, conf_from_margin(m))
+
+    # ------------------------------------------------------------- describe
+    @property
+    def n_params_(self) -> int:
+        return self._layout().size
+
+    @property
+    def aic_(self) -> float:
+        """2 n_params_ + 2 nll_ (the ridge makes the parameters' effective number smaller)."""
+        return 2.0 * self.n_params_ + 2.0 * self.nll_
+
+    def describe(self) -> dict:
+        """Per class: scale (1 / temperature of its log score), bias, top-label NLL; ``fit``: the
+        penalised multinomial NLL, the top-label NLL, parameters, iterations."""
+        d = super().describe()
+        d["fit"] = {
+            "objective": "multinomial + ridge",
+            "reg": float(self.reg),
+            "loss_value": self.loss_,
+            "nll": self.nll_,
+            "n_params": self.n_params_,
+            "aic": self.aic_,
+            "n_iter": self.n_iter_,
+            "converged": self.converged_,
+            "temperature": float(1.0 / self.beta_),  # of the first stage, temperature scaling
+            "mix": self.mix_,
+            "scale": float(self.theta_[0]),
+        }
+        if self.off_diagonal_ is not None:
+            d["fit"]["off_diagonal_max"] = float(np.abs(self.off_diagonal_).max())
+        return d
+
+    def _describe_classes(self) -> list[dict]:
+        out = []
+        for i in range(len(self.classes_)):
+            row = {
+                "scale": float(self.scale_[i]),
+                "bias": float(self.bias_[i]),
+                "nll": float(self.class_nll_[i]),
+            }
+            if self.off_diagonal_ is not None:
+                row["off_diagonal_max"] = float(np.abs(self.off_diagonal_[i]).max())
+            out.append(row)
+        return out
+
+    # ---------------------------------------------------------- persistence
+    def _get_state(self) -> dict:
+        cov = getattr(self, "param_cov_", None)
+        return to_jsonable(
+            {
+                "beta": self.beta_,
+                "mix": self.mix_,
+                "theta": self.theta_,
+                "param_cov": None if cov is None else cov.reshape(-1),
+                "loss": self.loss_,
+                "nll": self.nll_,
+                "class_nll": self.class_nll_,
+                "n_iter": self.n_iter_,
+                "converged": bool(self.converged_),
+            }
+        )
+
+    def _set_state(self, state: dict) -> None:
+        k = len(self.classes_)
+        layout = self._layout()
+        beta = float(finite_array([state["beta"]], "beta")[0])
+        if not 1e-3 * (1 - 1e-9) <= beta <= 1e3 * (1 + 1e-9):
+            raise ValueError("beta must lie in [1e-3, 1e3], the range a fit searches")
+        self.beta_ = beta
+        mix = float(finite_array([state["mix"]], "mix")[0])
+        if not 0.0 <= mix < 1.0:
+            raise ValueError("mix must lie in [0, 1)")
+        self.mix_ = mix
+        self._set_theta(layout, finite_array(state["theta"], "theta", layout.size))
+        cov = state.get("param_cov")
+        self.param_cov_ = (
+            None
+            if cov is None
+            else finite_array(cov, "param_cov", layout.size**2).reshape(layout.size, layout.size)
+        )
+        self.loss_, self.nll_ = (
+            float(v) for v in finite_array([state["loss"], state["nll"]], "loss")
+        )
+        self.class_nll_ = finite_array(state["class_nll"], "class_nll", k)
+        self.n_iter_ = int(state["n_iter"])
+        conv = state["converged"]
+        if not isinstance(conv, bool):
+            raise ValueError("converged must be true or false")
+        self.converged_ = conv
+
+
+@register
+class VectorScaling(_VectorBase):
+    """Ridge-regularised vector scaling: softmax((a + v) * log Y + b), 2K + 1 parameters.
+
+    Guo et al.'s (2017) vector scaling on the log scores, with the class-wise scales v and
+    biases b shrunk toward temperature scaling by a ridge penalty reg K / n (|v|^2 + |b|^2) on the
+    mean multinomial NLL (the scaling of structured vector scaling, Berta et al. 2025). The
+    confidence is the recalibrated entry of the originally predicted class.
+
+    Parameters
+    ----------
+    reg : float >= 0, default 1.0
+        Multiplier of the ridge penalty (0: unregularised vector scaling).
+    max_iter : int, default 500
+        Iterations of the optimiser.
+    """
+
+    name = "vs"
+    tier = 2  # class-wise scales and biases shrunk toward one temperature
+    summary = (
+        "vector scaling, softmax((a + v_k) log y_k + b_k), 2K + 1 parameters shrunk toward sts by "
+        "a ridge"
+    )
+
+
+@register
+class StructuredMatrixScaling(_VectorBase):
+    """Structured matrix scaling: softmax((a + v) * x + W x + b), K^2 + K + 1 parameters.
+
+    In the spirit of SMS (Berta, Holzmüller, Jordan & Bach 2025): vector scaling plus an
+    off-diagonal matrix W through which a class's score can move with the other classes' log
+    scores; v and b carry the ridge penalty reg K / n, W the heavier reg K (K - 1) / n, so with few
+    rows per class pair the
+    fit stays close to vector scaling. Fitting costs O(n K^2) per pass.
+
+    Parameters
+    ----------
+    reg : float >= 0, default 1.0
+        Multiplier of the ridge penalties.
+    max_iter : int, default 500
+    """
+
+    name = "sms"
+    tier = 2.5  # vs plus an off-diagonal matrix, shrunk harder
+    #: ``auto`` runs it by default only up to this many classes: there it is fitted by Newton (at
+    #: most
+    #: :data:`._core.NEWTON_MAX_PARAMS` parameters); above, each pass costs O(n K^2) and the ridge
+    #: reg K (K - 1) / n leaves W near 0 on data of realistic size (vs is then as good)
+    auto_max_classes: ClassVar[int] = 15
+    summary = (
+        "structured matrix scaling, vs plus a ridge-shrunk off-diagonal matrix, K^2 + K + 1 "
+        "parameters"
+    )
+    _off = True

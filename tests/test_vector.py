@@ -1,0 +1,254 @@
+"""Whole-vector scalings ``vs`` and ``sms`` (issue 35): objective, fit, the original top label,
+intervals, persistence, update, describe, and their place among auto's candidates."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize, minimize_scalar
+from scipy.special import log_softmax, softmax
+
+import topcal
+from topcal import TopLabelData, persist
+from topcal.calibrators.vector import COV_MAX_PARAMS
+from topcal.calibrators.vector._core import Layout, VectorObjective, features
+from topcal.errors import DataError, ParameterError
+
+pytestmark = pytest.mark.filterwarnings("ignore::topcal.errors.DegenerateClassWarning")
+
+METHODS = ["vs", "sms"]
+
+
+def _sim(n=3000, k=4, seed=0):
+    """Class-dependently miscalibrated probabilities with class confusions (a matrix can fix)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    z = rng.normal(0.0, 1.5, (n, k))
+    z[np.arange(n), y] += 2.0
+    z[:, 1] += 0.8 * z[:, 0]  # class 1's score leaks class 0's evidence
+    z *= np.linspace(0.6, 2.2, k)[None, :]  # per-class over- and underconfidence
+    return softmax(z, axis=1), y
+
+
+@pytest.fixture(scope="module")
+def data():
+    p, y = _sim()
+    return TopLabelData.from_probs(p, y)
+
+
+def _fit(name, d, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return topcal.calibrator(name, **kw).fit(d)
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_gradient_and_hessian_match_finite_differences(data, off):
+    lay = Layout(data.n_classes, off)
+    obj = VectorObjective(features(data, 0.7), data.labels, data.tp + data.fp, lay, 1.0)
+    rng = np.random.default_rng(1)
+    th = lay.start() + 0.05 * rng.normal(size=lay.size)
+    f, g = obj.value_grad(th)
+    h = obj.hessian(th)
+    for j in (0, 2, lay.size - 1):
+        e = np.zeros(lay.size)
+        e[j] = 1e-6
+        fd = (obj.value_grad(th + e)[0] - obj.value_grad(th - e)[0]) / 2e-6
+        assert fd == pytest.approx(g[j], rel=1e-6, abs=1e-9)
+        e[j] = 1e-5
+        hd = (obj.value_grad(th + e)[1] - obj.value_grad(th - e)[1]) / 2e-5
+        np.testing.assert_allclose(h[:, j], hd, rtol=1e-5, atol=1e-8)
+
+
+def _independent_ts(x, labels):
+    """Multinomial temperature scaling written here: scipy's bounded minimiser on log beta."""
+    n = x.shape[0]
+
+    def loss(t):
+        return -log_softmax(x * np.exp(t), axis=1)[np.arange(n), labels].mean()
+
+    return float(
+        np.exp(minimize_scalar(loss, bounds=(-5, 5), method="bounded", options={"xatol": 1e-10}).x)
+    )
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_fit_is_the_penalised_multinomial_optimum_of_an_independent_solver(name, data):
+    """The two stages written here (temperature scaling and the mixture, then the penalised map by
+    scipy's BFGS with numeric gradients): the same temperature, parameters and predictions."""
+    m = _fit(name, data)
+    k, off = data.n_classes, name == "sms"
+    x = np.log(np.maximum(data.full, topcal.data.LOG_PROB_FLOOR))
+    beta = _independent_ts(x, data.labels)
+    assert m.beta_ == pytest.approx(beta, rel=1e-6)
+    eps = 1.0 / (data.n_rows + 1.0)  # the mixture with the uniform distribution (docs/vector.md)
+    x = np.log((1 - eps) * softmax(beta * x, axis=1) + eps / k)
+    assert m.mix_ == eps
+    n = data.n_rows
+    mask = ~np.eye(k, dtype=bool)
+
+    def loss(t):
+        a, v, b = t[0], t[1 : 1 + k], t[1 + k : 1 + 2 * k]
+        u = x * (a + v) + b
+        pen = k / n * (v @ v + b @ b)
+        if off:
+            w = np.zeros((k, k))
+            w[mask] = t[1 + 2 * k :]
+            u = u + x @ w.T
+            pen += k * (k - 1) / n * (w * w).sum()
+        return -log_softmax(u, axis=1)[np.arange(n), data.labels].mean() + pen
+
+    t0 = np.zeros(m.theta_.size)
+    t0[0] = 1.0
+    r = minimize(loss, t0, method="BFGS", options={"gtol": 1e-9})
+    assert loss(m.theta_) <= r.fun + 1e-9
+    np.testing.assert_allclose(m.theta_, r.x, atol=2e-3)
+    u = x * (r.x[0] + r.x[1 : 1 + k]) + r.x[1 + k : 1 + 2 * k]
+    if off:
+        w = np.zeros((k, k))
+        w[mask] = r.x[1 + 2 * k :]
+        u = u + x @ w.T
+    want = softmax(u, axis=1)[np.arange(n), data.pred]
+    np.testing.assert_allclose(m.predict(data), want, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_confidence_is_that_of_the_original_top_label(name):
+    """Where the map moves the argmax, the confidence is still the original top class's entry."""
+    rng = np.random.default_rng(3)
+    n, k = 2000, 3
+    y = rng.integers(0, k, n)
+    z = rng.normal(0, 1, (n, k))
+    z[np.arange(n), y] += 1.5
+    z[:, 2] += 1.0  # class 2 is over-predicted: the fit lowers its bias, moving some argmaxes
+    d = TopLabelData.from_logits(z, y)
+    m = _fit(name, d)
+    lay = Layout(k, name == "sms")
+    u = lay.scores(features(d, m.beta_, m.mix_), m.theta_)
+    moved = u.argmax(axis=1) != d.pred
+    assert moved.any()
+    want = softmax(u, axis=1)[np.arange(n), d.pred]
+    np.testing.assert_allclose(m.predict(d), want, rtol=1e-10)
+    assert np.all(m.predict(d)[moved] < 0.5 + 1e-12)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_beats_temperature_scaling_out_of_sample_on_class_dependent_miscalibration(name, data):
+    test = TopLabelData.from_probs(*_sim(3000, seed=1))
+    nll = {n: topcal.metrics.nll(test, _fit(n, data).predict(test)).overall for n in ("sts", name)}
+    assert nll[name] < nll["sts"] - 0.01, nll
+
+
+def test_logits_and_their_probabilities_fit_alike():
+    rng = np.random.default_rng(5)
+    z = rng.normal(0, 2, (1500, 4))
+    y = rng.integers(0, 4, 1500)
+    a = _fit("vs", TopLabelData.from_logits(z + 7.0, y))  # a row shift: log-softmax removes it
+    b = _fit("vs", TopLabelData.from_probs(softmax(z, axis=1), y))
+    np.testing.assert_allclose(a.theta_, b.theta_, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_round_trip_is_bit_for_bit_with_intervals(name, data, tmp_path):
+    m = _fit(name, data)
+    path = tmp_path / "m.json"
+    m.save(path)
+    got = topcal.load(path)
+    assert type(got) is type(m) and got.get_params() == m.get_params()
+    assert got.predict(data).tobytes() == m.predict(data).tobytes()
+    for a, b in zip(got.predict_interval(data), m.predict_interval(data)):
+        assert a.tobytes() == b.tobytes()
+    assert persist.dumps(got) == persist.dumps(m)
+
+
+def test_a_malformed_model_file_is_rejected(data):
+    doc = m = _fit("vs", data).to_dict()
+    doc["state"]["theta"] = doc["state"]["theta"][:-1]
+    with pytest.raises(topcal.errors.ModelFileError, match="theta"):
+        type(_fit("vs", data)).from_dict(m)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_intervals_hold_the_confidence_and_narrow_with_more_data(name):
+    small = TopLabelData.from_probs(*_sim(600, seed=2))
+    large = TopLabelData.from_probs(*_sim(6000, seed=2))
+    test = TopLabelData.from_probs(*_sim(500, seed=9))
+    widths = []
+    for d in (small, large):
+        m = _fit(name, d)
+        lo, hi = m.predict_interval(test, 0.9)
+        conf = m.predict(test)
+        assert np.all(lo <= conf) and np.all(conf <= hi) and np.all(lo > 0) and np.all(hi < 1)
+        widths.append(np.median(hi - lo))
+    assert widths[1] < 0.6 * widths[0], widths
+
+
+def test_many_parameters_have_no_interval_and_say_so():
+    rng = np.random.default_rng(0)
+    k = 16  # sms: 16 * 17 + 1 = 273 parameters > COV_MAX_PARAMS
+    assert k * (k + 1) + 1 > COV_MAX_PARAMS
+    z = rng.normal(0, 2, (800, k))
+    d = TopLabelData.from_logits(z, rng.integers(0, k, 800))
+    m = _fit("sms", d, max_iter=30)
+    with pytest.raises(ParameterError, match="covariance is kept up to"):
+        m.predict_interval(d)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_update_asks_for_a_refit(name, data):
+    m = _fit(name, data)
+    with pytest.raises(ParameterError, match="refit"):
+        m.update(data)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_describe_lists_scales_biases_and_the_fit(name, data):
+    m = _fit(name, data)
+    d = m.describe()
+    assert d["method"] == name and d["fit"]["n_params"] == m.n_params_ and d["fit"]["converged"]
+    row = d["classes"][data.classes[0]]
+    assert {"scale", "bias", "nll", "n_tp", "n_fp"} <= set(row)
+    assert ("off_diagonal_max" in d["fit"]) == (name == "sms")
+    assert "scale" in m.describe_text()
+    assert sum(r["nll"] for r in d["classes"].values()) == pytest.approx(m.nll_)
+
+
+def test_bad_input_fails_with_a_fix():
+    d = TopLabelData.from_scores([0, 1, 0], [0.9, 0.8, 0.7], labels=[0, 1, 1], classes=["a", "b"])
+    with pytest.raises(DataError, match="bts"):
+        topcal.calibrator("vs").fit(d)
+    p, y = _sim(200)
+    with pytest.raises(ParameterError, match="reg"):
+        topcal.calibrator("sms", reg=-1.0).fit(p, y)
+
+
+def test_auto_runs_them_on_full_vectors_and_sms_up_to_its_class_limit(data):
+    from topcal.calibrators.vector import StructuredMatrixScaling
+
+    m = _fit("auto", data)
+    assert {"vs", "sms"} <= set(m.cv_)
+    assert m.cv_["vs"]["nll"] is not None and m.cv_["sms"]["nll"] is not None
+    rng = np.random.default_rng(0)
+    k = StructuredMatrixScaling.auto_max_classes + 1
+    z = rng.normal(0, 2, (600, k))
+    wide = TopLabelData.from_logits(z, rng.integers(0, k, 600))
+    names = topcal.calibrator("auto")._names(wide)
+    assert "vs" in names and "sms" not in names
+    assert "sms" in topcal.calibrator("auto", candidates=["sts", "sms"])._names(
+        wide
+    )  # asked for: runs
+
+
+def test_auto_chooses_a_whole_vector_map_where_it_wins_clearly():
+    """On 6,000 rows of class-confused outputs the whole-vector maps win far beyond their noise."""
+    d = TopLabelData.from_probs(*_sim(6000, seed=4))
+    m = _fit("auto", d)
+    assert m.method_ in ("vs", "sms"), m.cv_table()[:3]
+    test = TopLabelData.from_probs(*_sim(3000, seed=5))
+    ref = _fit("sts", d)
+    assert (
+        topcal.metrics.nll(test, m.predict(test)).overall
+        < topcal.metrics.nll(test, ref.predict(test)).overall
+    )

@@ -11,6 +11,7 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_softmax, softmax
 
 import topcal
+from topcal.describing import describe_text
 from topcal import TopLabelData, persist
 from topcal.calibrators.vector import COV_MAX_PARAMS
 from topcal.calibrators.vector._core import Layout, VectorObjective, features
@@ -211,7 +212,7 @@ def test_describe_lists_scales_biases_and_the_fit(name, data):
     row = d["classes"][data.classes[0]]
     assert {"scale", "bias", "nll", "n_tp", "n_fp"} <= set(row)
     assert ("off_diagonal_max" in d["fit"]) == (name == "sms")
-    assert "scale" in m.describe_text()
+    assert "scale" in describe_text(m)
     assert sum(r["nll"] for r in d["classes"].values()) == pytest.approx(m.nll_)
 
 

@@ -25,7 +25,7 @@ def _is_cli() -> bool:
     argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if argv0 in _SCRIPT_NAMES:
         return True
-    orig = list(getattr(sys, "orig_argv", ()))  # python -m topcal.cli: sys.argv[0] is still "-m"
+    orig = list(sys.orig_argv)  # python -m topcal.cli: sys.argv[0] is still "-m"
     return any(a == "-m" and b == "topcal.cli" for a, b in zip(orig, orig[1:]))
 
 

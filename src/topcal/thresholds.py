@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._fileio import read_text, write_text
+from ._ltt import (accepted_counts, binomial_tail, fixed_sequence, n_min, ordered_counts, sequences,
+                   sgr_threshold)
 from ._params import Interval, Options, validate_params
 from ._version import __version__
 from .data import TopLabelData, preview
@@ -77,47 +79,6 @@ MAX_OVERLAP = 0.5
 #: The candidate cut-offs, fixed before any data are seen: 0, 0.0005, ..., 1 and, near 1
 #: where over-confident networks put most predictions, 1 - 10^-x for x from 3.3 to 9.
 GRID = np.unique(np.concatenate([np.arange(2001) / 2000.0, 1.0 - np.logspace(-3.3, -9.0, 115)]))
-
-
-def binomial_tail(correct, n, p: float) -> np.ndarray:
-    """P(Bin(n, p) >= correct), elementwise; 1 where ``correct`` <= 0.
-
-    The regularised incomplete beta I_p(c, n - c + 1), equal to
-    ``scipy.stats.binom.sf(c - 1, n, p)`` for integer counts and continuous
-    in them (binned data's counts are weights).
-    """
-    from scipy.special import betainc
-
-    c = np.asarray(correct, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    out = np.ones(np.broadcast(c, n).shape)
-    pos = np.broadcast_to(c > 0, out.shape)
-    cc, nn = np.broadcast_to(c, out.shape)[pos], np.broadcast_to(n, out.shape)[pos]
-    out[pos] = betainc(cc, np.maximum(nn - cc, 0.0) + 1.0, p)
-    return out
-
-
-def n_min(precision: float, delta: float) -> int:
-    """The fewest accepted predictions whose precision can be shown >= ``precision`` at level ``delta``."""
-    return int(math.ceil(math.log(delta) / math.log(precision) - 1e-12))
-
-
-def _accepted_counts(conf, tp, fp, cutoffs):
-    """Weights accepted and right at each cut-off (conf >= cutoff)."""
-    order = np.argsort(conf, kind="stable")
-    s = conf[order]
-    ctp = np.concatenate([[0.0], np.cumsum(tp[order])])
-    cfp = np.concatenate([[0.0], np.cumsum(fp[order])])
-    i = np.searchsorted(s, cutoffs, side="left")  # rows at i.. have conf >= cutoff
-    right = ctp[-1] - ctp[i]
-    return right + (cfp[-1] - cfp[i]), right
-
-
-def fixed_sequence(p_values, level: float) -> int:
-    """Index of the last hypothesis rejected when testing ``p_values`` in order at ``level``
-    (stop at the first p-value above it); -1 when the first is not rejected."""
-    above = np.flatnonzero(np.asarray(p_values) > level)
-    return (len(p_values) if above.size == 0 else int(above[0])) - 1
 
 
 @dataclass(frozen=True)
@@ -214,18 +175,6 @@ POOL_FACTOR = 4
 POOL_AUTO = "auto"
 
 
-def sequences(p_values, starts, level: float) -> int:
-    """Index of the loosest hypothesis any fixed sequence rejects (sequence j runs from ``starts[j]`` to
-    the end at ``level``, stopping at its first non-rejection); -1 when none rejects."""
-    p = np.asarray(p_values)
-    best = -1
-    for a in starts:
-        k = fixed_sequence(p[a:], level)
-        if k >= 0:
-            best = max(best, a + k)
-    return best
-
-
 def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tuple[int, int] = (STARTS, START_FACTOR),
                score=None) -> ClassCutoff:
     """Learn-then-Test on one class's (or all) rows: the loosest cut-off any of the fixed sequences
@@ -248,9 +197,9 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tu
     if score is None:
         cut = GRID[::-1]  # strictest first
         cut_score = None
-        n, c = _accepted_counts(conf, tp, fp, cut)
+        n, c = accepted_counts(conf, tp, fp, cut)
     else:
-        cut, cut_score, n, c = _ordered_counts(conf, np.asarray(score, dtype=np.float64), tp, fp)
+        cut, cut_score, n, c = ordered_counts(conf, np.asarray(score, dtype=np.float64), tp, fp)
     p = binomial_tail(c, n, precision)
     # the starts (confidences only): where START_FACTOR^j times the fewest testable predictions are accepted
     first = sorted({int(np.argmax(n >= need * factor**j)) for j in range(n_starts) if n[-1] >= need * factor**j})
@@ -266,16 +215,6 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tu
     lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
     return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]),
                        score_cutoff=None if cut_score is None else float(cut_score[best]))
-
-
-def _ordered_counts(conf, score, tp, fp):
-    """The candidate cut-offs of rows ordered by confidence, then raw score (strictest first): the
-    (confidence, score) pair at the end of each tie group, with the weights accepted and right."""
-    order = np.lexsort((-score, -conf))
-    sc, ss = conf[order], score[order]
-    cn, ct = np.cumsum(tp[order] + fp[order]), np.cumsum(tp[order])
-    last = np.flatnonzero(np.r_[(sc[1:] != sc[:-1]) | (ss[1:] != ss[:-1]), True])
-    return sc[last], ss[last], cn[last], ct[last]
 
 
 def model_digest(model) -> str:
@@ -628,41 +567,3 @@ def _in_group(name, shared: ClassCutoff, conf, tp, fp, level: float, score) -> C
     n, c = float(tp[keep].sum() + fp[keep].sum()), float(tp[keep].sum())
     return ClassCutoff(name, shared.cutoff, level, total, n, c, c / n if n > 0 else None, group="shared",
                        score_cutoff=shared.score_cutoff)
-
-
-def sgr_threshold(conf, tp, fp, precision: float, delta: float) -> float | None:
-    """Selection with Guaranteed Risk (Geifman and El-Yaniv 2017, Algorithm 1), for comparison.
-
-    Binary search over the sorted confidences for the loosest cut-off whose
-    risk bound b*(m_t, errors, delta / ceil(log2 m)) - the exact binomial
-    (Clopper-Pearson) upper bound on the error rate of the accepted rows - is
-    below 1 - ``precision``; returns the cut-off, or None where none is found.
-    Weights are counts (rows of binned data expand to their TP and FP).
-    """
-    from scipy.special import betaincinv
-
-    order = np.argsort(-conf, kind="stable")
-    s = conf[order]
-    ctp, cfp = np.cumsum(tp[order]), np.cumsum(fp[order])
-    m = float(ctp[-1] + cfp[-1])
-    steps = max(1, math.ceil(math.log2(max(m, 2.0))))
-    level = delta / steps
-    target = 1.0 - precision
-
-    def bound(i):  # accepting rows 0..i (the i+1 most confident)
-        n, err = ctp[i] + cfp[i], cfp[i]
-        return 1.0 if err >= n else float(betaincinv(err + 1.0, n - err, 1.0 - level))
-
-    lo, hi = 0, len(s) - 1
-    best = None
-    for _ in range(steps):
-        mid = (lo + hi + 1) // 2
-        # a cut-off accepts every row with the same confidence: the last row of s[mid]'s tie group
-        i = int(np.searchsorted(-s, -s[mid], side="right")) - 1
-        if bound(i) < target:
-            best, lo = float(s[mid]), mid
-        else:
-            hi = mid
-        if lo >= hi:
-            break
-    return best

@@ -6,12 +6,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
-
-if TYPE_CHECKING:  # the annotation only: _table imports this module
-    from ._table import TopLabelData
 
 
 class ClassView(NamedTuple):
@@ -60,7 +57,7 @@ def rows_by_class(pred: np.ndarray, n_classes: int, *, skip_empty: bool = True):
             yield k, order[ends[k] - counts[k] : ends[k]]
 
 
-def canonical_order(data: "TopLabelData") -> np.ndarray:
+def canonical_order(data) -> np.ndarray:  # data: a TopLabelData (_table imports this module)
     """A row order that depends only on the rows' contents, not on their order in ``data``.
 
     Sorted by predicted class, top score, true class, weights and a fingerprint of the full

@@ -78,6 +78,8 @@ class _VectorBase(Calibrator):
     needs_full = True
     in_paper = False
     _off: ClassVar[bool] = False
+    #: the parameters' covariance (None until fitted, or where the delta method is not run)
+    param_cov_ = None
     # folds start cold: the first stage already puts the map's start (temperature scaling) near its
     # optimum, and an all-data fit per method for a warm start cost more than it saved (issue 35)
     _warm_starts = False
@@ -158,7 +160,7 @@ class _VectorBase(Calibrator):
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""
-        cov = getattr(self, "param_cov_", None)
+        cov = self.param_cov_
         if cov is None:
             if self.n_params_ > COV_MAX_PARAMS:
                 raise ParameterError(
@@ -225,7 +227,7 @@ class _VectorBase(Calibrator):
 
     # ---------------------------------------------------------- persistence
     def _get_state(self) -> dict:
-        cov = getattr(self, "param_cov_", None)
+        cov = self.param_cov_
         return to_jsonable(
             {
                 "beta": self.beta_,

@@ -48,7 +48,7 @@ demo: $(CORE_STAMP)
 	$(VENV)/bin/topcal demo
 
 # Everything CI runs: the lint, then every lane of the suite.
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps lint
 	$(PY) -m pytest -q $(XDIST)
 
 # The inner loop: no slow, end-to-end or browser test (under a minute on the idle machine).

@@ -3,8 +3,10 @@
 Protocol of ``bench_auto_rules.py`` / ``bench_heldout.py --quick``: for each top-score set, K-fold
 split (:func:`topcal.data.kfold_split`, seed 0; K = 2 by default), each training part subsampled
 to 2,000 and 5,000 rows (:func:`bench_heldout.subsample`, the same seeds). On each training part one
-cross-fit of ``auto``'s default candidates (5 folds, seed 0: :func:`topcal.calibrators.crossfit.cross_fit`,
-the table :func:`topcal.calibrators.auto.tabulate_cv`, the choice :func:`~topcal.calibrators.auto.choose`:
+cross-fit of ``auto``'s default candidates (5 folds, seed 0:
+:func:`topcal.calibrators.crossfit.cross_fit`,
+the table :func:`topcal.calibrators.auto.tabulate_cv`, the choice
+:func:`~topcal.calibrators.auto.choose`:
 exactly ``auto``'s), and from the same out-of-fold confidences these variants:
 
 * ``auto``: the chosen candidate (today's ``auto``); ``best``: the smallest CV mean;
@@ -14,9 +16,12 @@ exactly ``auto``'s), and from the same out-of-fold confidences these variants:
 * ``b-logit`` / ``b-prob``: the two best candidates by CV mean, blended the same way;
 * ``c-logit`` / ``c-prob``: non-negative stacking of three candidates (the chosen one and the best
   others by CV mean), weights on the simplex (grid of step 0.02) minimising the out-of-fold NLL;
-* ``impl``, ``impl-g0``, ``impl-all``: ``auto``'s own blend (:func:`topcal.calibrators.auto.plan_blend`:
-  the choice and the two best other score candidates, convex weights fitted exactly) with its gate of
-  :data:`~topcal.calibrators.auto.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold gain) and
+* ``impl``, ``impl-g0``, ``impl-all``: ``auto``'s own blend
+(:func:`topcal.calibrators.auto.plan_blend`:
+  the choice and the two best other score candidates, convex weights fitted exactly) with its gate
+  of
+  :data:`~topcal.calibrators.auto.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold gain)
+  and
   no gate;
 * ``hindsight``: the single candidate with the lowest held-out NLL of the cell, picked after seeing
   the test folds (every candidate is fitted on each training part for it): a bound on any rule that
@@ -31,7 +36,8 @@ applied to its predictions of the held-out fold. A cell (set, K, fitting rows) i
 the best of ``bench_heldout.py``'s peers (Platt, beta, isotonic pooled and per class,
 Gupta-Ramdas) on the same training parts.
 
-Run: ``python benchmarks/bench_auto_blend.py [--folds 2 5] [--data NAME ...]`` (``make bench`` first;
+Run: ``python benchmarks/bench_auto_blend.py [--folds 2 5] [--data NAME ...]`` (``make bench``
+first;
 scikit-learn for the peers). Prints one JSON line per fold, then per cell every variant's NLL
 over the best peer's, and the medians. About an hour for K = 2 and 5 (``--folds 2 5``: the grid of
 docs/benchmarks.md) on 2 busy cores.
@@ -55,7 +61,14 @@ import bench_heldout as bh  # noqa: E402
 from bench_auto_rules import DATA  # noqa: E402
 
 import topcal  # noqa: E402
-from topcal.calibrators.auto import DEFAULT_CANDIDATES, BLEND_GATE, choose, paired_se, plan_blend, tabulate_cv  # noqa: E402
+from topcal.calibrators.auto import (
+    DEFAULT_CANDIDATES,
+    BLEND_GATE,
+    choose,
+    paired_se,
+    plan_blend,
+    tabulate_cv,
+)  # noqa: E402
 from topcal.calibrators.crossfit import cross_fit  # noqa: E402
 from topcal.calibrators.registry import get_class  # noqa: E402
 from topcal.data import TopLabelData, kfold_split  # noqa: E402
@@ -65,8 +78,10 @@ CLIP = 1e-12
 BLENDS = ["a-logit", "a-prob", "b-logit", "b-prob", "c-logit", "c-prob"]
 IMPL = {"impl": BLEND_GATE, "impl-g0": 0.0, "impl-all": -np.inf}
 VARIANTS = ["auto", "best"] + BLENDS + [v + "+gate" for v in BLENDS] + list(IMPL)
-#: Columns of the summary: the variants, and ``hindsight``, the single candidate with the lowest held-out
-#: NLL of the cell (chosen after seeing the test folds: a bound on any rule that picks one candidate).
+#: Columns of the summary: the variants, and ``hindsight``, the single candidate with the lowest
+#: held-out
+#: NLL of the cell (chosen after seeing the test folds: a bound on any rule that picks one
+#: candidate).
 COLUMNS = VARIANTS + ["hindsight"]
 
 
@@ -86,7 +101,11 @@ def row_losses(p):
 def simplex(k, step):
     """Weight vectors of length k on the simplex, multiples of ``step``."""
     m = int(round(1 / step))
-    return [np.array(c + (m - sum(c),)) / m for c in itertools.product(range(m + 1), repeat=k - 1) if sum(c) <= m]
+    return [
+        np.array(c + (m - sum(c),)) / m
+        for c in itertools.product(range(m + 1), repeat=k - 1)
+        if sum(c) <= m
+    ]
 
 
 def fit_weights(target, cs, space):
@@ -108,8 +127,11 @@ def plans(cv, run):
     ok = sorted((n for n in cv if cv[n]["nll"] is not None), key=lambda n: cv[n]["nll"])
     target = run.target
     out = {"auto": ([chosen], [1.0], "prob"), "best": ([best], [1.0], "prob")}
-    sets = {"a": [chosen] if chosen == best else [chosen, best], "b": ok[:2],
-            "c": [chosen] + [n for n in ok if n != chosen][:2]}
+    sets = {
+        "a": [chosen] if chosen == best else [chosen, best],
+        "b": ok[:2],
+        "c": [chosen] + [n for n in ok if n != chosen][:2],
+    }
     ref = row_losses(np.clip(run.confidence[chosen], CLIP, 1 - CLIP))
     gates = {}
     for key, names in sets.items():
@@ -146,48 +168,82 @@ def main(argv=None) -> int:
                 folds = kfold_split(data, k, seed=0)
                 parts = {v: [] for v in VARIANTS + peers}
                 for f in range(k):
-                    train = bh.subsample(TopLabelData.concat([folds[g] for g in range(k) if g != f]), n,
-                                         1000 * f + 1)
+                    train = bh.subsample(
+                        TopLabelData.concat([folds[g] for g in range(k) if g != f]), n, 1000 * f + 1
+                    )
                     test = folds[f]
-                    names = [c for c in DEFAULT_CANDIDATES if not get_class(c).needs_full or train.has_full]
+                    names = [
+                        c
+                        for c in DEFAULT_CANDIDATES
+                        if not get_class(c).needs_full or train.has_full
+                    ]
                     run = cross_fit(train, names, 5, seed=0)
                     cv = tabulate_cv(run, names)
                     plan, gates = plans(cv, run)
-                    held = {c: topcal.calibrator(c).fit(train).predict(test)
-                            for c in {c for v in plan.values() for c in v[0]} | set(names)}
+                    held = {
+                        c: topcal.calibrator(c).fit(train).predict(test)
+                        for c in {c for v in plan.values() for c in v[0]} | set(names)
+                    }
                     for v, (cs, w, space) in plan.items():
                         parts[v].append(mix([held[c] for c in cs], w, space))
                     for c in names:
                         parts.setdefault("cand:" + c, []).append(held[c])
                     for p in peers:
                         parts[p].append(bh.peer_predict(p, train, test))
-                    print(json.dumps({"data": name, "K": k, "rows": n, "fold": f, "gates": gates,
-                                      **{v: [cs, [round(float(x), 3) for x in w]] for v, (cs, w, _) in plan.items()
-                                         if not v.endswith("+gate")},
-                                      **{f"nll_{v}": nll(test, parts[v][-1]).overall for v in VARIANTS}}),
-                          flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "data": name,
+                                "K": k,
+                                "rows": n,
+                                "fold": f,
+                                "gates": gates,
+                                **{
+                                    v: [cs, [round(float(x), 3) for x in w]]
+                                    for v, (cs, w, _) in plan.items()
+                                    if not v.endswith("+gate")
+                                },
+                                **{f"nll_{v}": nll(test, parts[v][-1]).overall for v in VARIANTS},
+                            }
+                        ),
+                        flush=True,
+                    )
                 target = TopLabelData.concat(folds)
                 score = {v: nll(target, np.concatenate(c)).overall for v, c in parts.items()}
                 bp = min(peers, key=score.get)
                 cand = {v[5:]: s for v, s in score.items() if v.startswith("cand:")}
                 hindsight = min(cand, key=cand.get)
-                cells.append({"data": name, "K": k, "rows": n, "best_peer": bp, "peer": score[bp],
-                              "hindsight_method": hindsight, "hindsight": cand[hindsight],
-                              "uncalibrated": cand["uncalibrated"],
-                              **{v: score[v] for v in VARIANTS}})
+                cells.append(
+                    {
+                        "data": name,
+                        "K": k,
+                        "rows": n,
+                        "best_peer": bp,
+                        "peer": score[bp],
+                        "hindsight_method": hindsight,
+                        "hindsight": cand[hindsight],
+                        "uncalibrated": cand["uncalibrated"],
+                        **{v: score[v] for v in VARIANTS},
+                    }
+                )
                 print(json.dumps(cells[-1]), flush=True)
     print("\ncell: variant NLL / best peer's")
     print(f"{'data':36s} {'K':>2s} {'rows':>5s} " + " ".join(f"{v:>13s}" for v in COLUMNS))
     for c in cells:
-        print(f"{c['data']:36s} {c['K']:2d} {c['rows']:5d} "
-              + " ".join(f"{c[v] / c['peer']:13.4f}" for v in COLUMNS) + f"  (hindsight: {c['hindsight_method']})")
+        print(
+            f"{c['data']:36s} {c['K']:2d} {c['rows']:5d} "
+            + " ".join(f"{c[v] / c['peer']:13.4f}" for v in COLUMNS)
+            + f"  (hindsight: {c['hindsight_method']})"
+        )
     med = {v: float(np.median([c[v] / c["peer"] for c in cells])) for v in COLUMNS}
     worst = {v: float(max(c[v] / c["auto"] for c in cells)) for v in COLUMNS}
     print(f"{'median / best peer':44s} " + " ".join(f"{med[v]:13.4f}" for v in COLUMNS))
     print(f"{'worst cell / auto':44s} " + " ".join(f"{worst[v]:13.4f}" for v in COLUMNS))
     print(json.dumps({"median_vs_peer": med, "worst_vs_auto": worst}))
-    print("cells where impl > uncalibrated: " + str([(c["data"], c["K"], c["rows"]) for c in cells
-                                                     if c["impl"] > c["uncalibrated"]]))
+    print(
+        "cells where impl > uncalibrated: "
+        + str([(c["data"], c["K"], c["rows"]) for c in cells if c["impl"] > c["uncalibrated"]])
+    )
     return 0
 
 

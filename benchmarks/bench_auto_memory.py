@@ -45,13 +45,16 @@ print(json.dumps({{"input": p.nbytes, "peak": peak, "rss": rss, "seconds": secon
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cells", nargs="+", default=["2000x10000"],
-                    help="n x K cells, e.g. 2000x10000")
+    ap.add_argument(
+        "--cells", nargs="+", default=["2000x10000"], help="n x K cells, e.g. 2000x10000"
+    )
     args = ap.parse_args()
     bench = os.path.dirname(os.path.abspath(__file__))
     print(f"{os.cpu_count()} cores; load average {loadavg()}")
-    print(f"{'n x K':>12s} {'input MB':>9s} {'peak MB':>8s} {'peak/in':>8s} {'RSS+ MB':>8s} "
-          f"{'RSS+/in':>8s} {'s':>6s}  chose")
+    print(
+        f"{'n x K':>12s} {'input MB':>9s} {'peak MB':>8s} {'peak/in':>8s} {'RSS+ MB':>8s} "
+        f"{'RSS+/in':>8s} {'s':>6s}  chose"
+    )
     for cell in args.cells:
         n, k = (int(float(v)) for v in cell.lower().split("x"))
         code = CHILD.format(bench=bench, n=n, k=k)
@@ -62,9 +65,11 @@ def main() -> None:
         d = json.loads(r.stdout.strip().splitlines()[-1])
         mb = 1e6
         inp = d["input"]
-        print(f"{cell:>12s} {inp / mb:9.0f} {d['peak'] / mb:8.0f} {d['peak'] / inp:8.2f} "
-              f"{d['rss'] / mb:8.0f} {d['rss'] / inp:8.2f} {d['seconds']:6.0f}  {d['chose']}",
-              flush=True)
+        print(
+            f"{cell:>12s} {inp / mb:9.0f} {d['peak'] / mb:8.0f} {d['peak'] / inp:8.2f} "
+            f"{d['rss'] / mb:8.0f} {d['rss'] / inp:8.2f} {d['seconds']:6.0f}  {d['chose']}",
+            flush=True,
+        )
     print(f"load average after: {loadavg()}")
 
 

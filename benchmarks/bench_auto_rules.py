@@ -7,7 +7,8 @@ cross-validation table, and the choice three rules make from that one table:
 
 * ``old``: tier 1 for every pooled curve (before 2026-11-25), ``pooled-beta`` not a candidate;
 * ``new``: parametric pooled curves tier 1, non-parametric ones 1.5, ``pooled-beta`` left out;
-* ``newb``: as ``new`` with ``pooled-beta`` (the current default, :data:`topcal.calibrators.auto.TIERS`).
+* ``newb``: as ``new`` with ``pooled-beta`` (the current default,
+:data:`topcal.calibrators.auto.TIERS`).
 
 Each chosen method is refitted on the training half and scored (top-label NLL) on the held-out
 half. Prints one JSON line per fold cell and the totals. Run
@@ -29,11 +30,28 @@ import topcal  # noqa: E402
 from topcal.calibrators import auto as A  # noqa: E402
 from topcal.data import TopLabelData, kfold_split  # noqa: E402
 
-DATA = ["imagenet-resnet101.csv", "imagenet-densenet161.csv", "wideresnet-16-4-cifar-10.npz:top", "phanns",
-        "lenet-5-cifar-100.npz:top", "densenet-bc-100-cifar-100.npz:top", "wideresnet-16-4-cifar-100.npz:top",
-        "lenet-5-cifar-10.npz:top"]
-OLD = {"uncalibrated": 0, "pooled-platt": 1, "pooled-hist": 1, "pooled-kde-mon2": 1, "sts": 1, "hier-platt": 2,
-       "hier-beta": 2, "kde-mon2": 2, "hist": 2, "cum-opt": 2}
+DATA = [
+    "imagenet-resnet101.csv",
+    "imagenet-densenet161.csv",
+    "wideresnet-16-4-cifar-10.npz:top",
+    "phanns",
+    "lenet-5-cifar-100.npz:top",
+    "densenet-bc-100-cifar-100.npz:top",
+    "wideresnet-16-4-cifar-100.npz:top",
+    "lenet-5-cifar-10.npz:top",
+]
+OLD = {
+    "uncalibrated": 0,
+    "pooled-platt": 1,
+    "pooled-hist": 1,
+    "pooled-kde-mon2": 1,
+    "sts": 1,
+    "hier-platt": 2,
+    "hier-beta": 2,
+    "kde-mon2": 2,
+    "hist": 2,
+    "cum-opt": 2,
+}
 
 
 def pick(cv: dict, names, tiers) -> str:
@@ -54,18 +72,35 @@ def main(argv=None) -> int:
         for n in (2000, 5000):
             folds = kfold_split(data, 2, seed=0)
             for f in range(2):
-                train = bh.subsample(TopLabelData.concat([folds[g] for g in range(2) if g != f]), n, 1000 * f + 1)
+                train = bh.subsample(
+                    TopLabelData.concat([folds[g] for g in range(2) if g != f]), n, 1000 * f + 1
+                )
                 cv = topcal.calibrator("auto").fit(train).cv_
                 without = [c for c in cv if c != "pooled-beta"]
-                chosen = {"old": pick(cv, without, lambda c: OLD.get(c, 3)), "new": pick(cv, without, A.tier),
-                          "newb": pick(cv, list(cv), A.tier)}
+                chosen = {
+                    "old": pick(cv, without, lambda c: OLD.get(c, 3)),
+                    "new": pick(cv, without, A.tier),
+                    "newb": pick(cv, list(cv), A.tier),
+                }
                 held = {}
                 for c in set(chosen.values()):
-                    held[c] = topcal.metrics.nll(folds[f], topcal.calibrator(c).fit(train).predict(folds[f])).overall
+                    held[c] = topcal.metrics.nll(
+                        folds[f], topcal.calibrator(c).fit(train).predict(folds[f])
+                    ).overall
                 for k, c in chosen.items():
                     total[k] += held[c]
-                print(json.dumps({"data": name, "rows": n, "fold": f, **chosen,
-                                  **{f"nll_{k}": held[c] for k, c in chosen.items()}}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "data": name,
+                            "rows": n,
+                            "fold": f,
+                            **chosen,
+                            **{f"nll_{k}": held[c] for k, c in chosen.items()},
+                        }
+                    ),
+                    flush=True,
+                )
     print(json.dumps({"total": total}))
     return 0
 

@@ -5,7 +5,8 @@ bts, btswa on top scores) and the smallest-mean rule (tolerance 0); "after": the
 (pooled and hierarchical candidates added, one-standard-error rule). Both run the same 5-fold
 cross-validation. Prints seconds per fit (best of ``--repeat``) and the ratio after / before.
 
-Run: ``.venv/bin/python benchmarks/bench_auto_time.py [--data imagenet-densenet161.csv ...] [--repeat 1]``
+Run: ``.venv/bin/python benchmarks/bench_auto_time.py [--data imagenet-densenet161.csv ...]
+[--repeat 1]``
 
 ``--cells 1e4x10 1e5x10 ...`` (issue 26) instead times, per cell of simulated outputs
 (``_measure.make_data``), the default auto against scikit-learn's temperature calibration
@@ -64,16 +65,30 @@ def cells(args):
         sys.path.insert(0, args.old)
         import topcal_old as old
     peers = [sklearn_ts(), isotonic_per_class()]
-    print("| n × K | auto s | sklearn-ts s | isotonic/class s | auto ÷ sklearn-ts | auto ÷ isotonic"
-          + (" | old auto s | old ÷ new |" if old else " |") + " load |")
+    print(
+        "| n × K | auto s | sklearn-ts s | isotonic/class s | auto ÷ sklearn-ts | auto ÷ isotonic"
+        + (" | old auto s | old ÷ new |" if old else " |")
+        + " load |"
+    )
     for cell in args.cells:
         n, k = (int(float(v)) for v in cell.split("x"))
         probs, labels = make_data(n, k, 0)
-        runs = {"auto": (lambda d: topcal.calibrator("auto").fit(d), topcal.TopLabelData.from_probs(probs, labels))}
+        runs = {
+            "auto": (
+                lambda d: topcal.calibrator("auto").fit(d),
+                topcal.TopLabelData.from_probs(probs, labels),
+            )
+        }
         if old:
-            runs["old"] = (lambda d: old.calibrator("auto").fit(d), old.TopLabelData.from_probs(probs, labels))
+            runs["old"] = (
+                lambda d: old.calibrator("auto").fit(d),
+                old.TopLabelData.from_probs(probs, labels),
+            )
         if args.all_rows:
-            runs["all rows"] = (lambda d: topcal.calibrator("auto", cv_rows=None).fit(d), runs["auto"][1])
+            runs["all rows"] = (
+                lambda d: topcal.calibrator("auto", cv_rows=None).fit(d),
+                runs["auto"][1],
+            )
         best, models = {}, {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -90,13 +105,20 @@ def cells(args):
                     models[name] = model
         if args.floor:
             d = runs["auto"][1]
-            for name in [c for c in DEFAULT_CANDIDATES if not get_class(c).needs_full or d.has_full]:
+            for name in [
+                c for c in DEFAULT_CANDIDATES if not get_class(c).needs_full or d.has_full
+            ]:
                 for _ in range(args.repeat):
                     t = time.perf_counter()
                     topcal.calibrator(name).fit(d)
-                    best["fit " + name] = min(best.get("fit " + name, 1e99), time.perf_counter() - t)
+                    best["fit " + name] = min(
+                        best.get("fit " + name, 1e99), time.perf_counter() - t
+                    )
         a, ts, iso = best["auto"], best["sklearn-ts"], best["isotonic/class"]
-        row = f"| {_cell_label(n)} × {k} | {a:.2f} | {ts:.3f} | {iso:.3f} | {a / ts:.1f} | {a / iso:.0f}"
+        row = (
+            f"| {_cell_label(n)} × {k} | {a:.2f} | {ts:.3f} | {iso:.3f} | {a / ts:.1f} | "
+            f"{a / iso:.0f}"
+        )
         if old:
             row += f" | {best['old']:.2f} | {best['old'] / a:.2f}"
             if best["old chose"] != best["auto chose"]:
@@ -105,33 +127,64 @@ def cells(args):
         if args.all_rows:
             p2, y2 = make_data(n, k, 1)
             test = topcal.TopLabelData.from_probs(p2, y2)
-            held = {name: nll(test, models[name].predict(test)).overall for name in ("auto", "all rows")}
-            print(f"|   cv_rows=None: {best['all rows']:.2f} s (chose {best['all rows chose']}; auto chose "
-                  f"{best['auto chose']}), {best['all rows'] / a:.1f} × auto's time; held-out NLL (seed 1) "
-                  f"auto {held['auto']:.5f}, cv_rows=None {held['all rows']:.5f}, ratio "
-                  f"{held['auto'] / held['all rows']:.5f} |", flush=True)
+            held = {
+                name: nll(test, models[name].predict(test)).overall for name in ("auto", "all rows")
+            }
+            print(
+                f"|   cv_rows=None: {best['all rows']:.2f} s (chose {best['all rows chose']}; auto "
+                f"chose "
+                f"{best['auto chose']}), {best['all rows'] / a:.1f} × auto's time; held-out NLL "
+                f"(seed 1) "
+                f"auto {held['auto']:.5f}, cv_rows=None {held['all rows']:.5f}, ratio "
+                f"{held['auto'] / held['all rows']:.5f} |",
+                flush=True,
+            )
         if args.floor:
             fits = {k[4:]: v for k, v in best.items() if k.startswith("fit ")}
             cheap = min(fits, key=fits.get)
-            print(f"|   floor: one fit of each of {len(fits)} candidates {sum(fits.values()):.2f} s = "
-                  f"{sum(fits.values()) / ts:.1f} × sklearn-ts; cheapest ({cheap}) {fits[cheap] / ts:.2f} ×; "
-                  "slowest: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(fits.items(), key=lambda kv: -kv[1])[:3])
-                  + " |", flush=True)
+            print(
+                f"|   floor: one fit of each of {len(fits)} candidates {sum(fits.values()):.2f} s "
+                f"= "
+                f"{sum(fits.values()) / ts:.1f} × sklearn-ts; cheapest ({cheap}) "
+                f"{fits[cheap] / ts:.2f} ×; "
+                "slowest: "
+                + ", ".join(
+                    f"{k} {v:.2f} s" for k, v in sorted(fits.items(), key=lambda kv: -kv[1])[:3]
+                )
+                + " |",
+                flush=True,
+            )
     return 0
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", nargs="+", default=["imagenet-densenet161.csv", "imagenet-resnet101.csv"])
+    ap.add_argument(
+        "--data", nargs="+", default=["imagenet-densenet161.csv", "imagenet-resnet101.csv"]
+    )
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--after-first", action="store_true",
-                    help="time the new auto first (the second fit in a process may find warm caches)")
-    ap.add_argument("--cells", nargs="+", help="simulated cells NxK (e.g. 1e4x10): auto vs scikit-learn's "
-                    "temperature calibration")
-    ap.add_argument("--floor", action="store_true", help="with --cells: also one all-data fit of each candidate")
-    ap.add_argument("--all-rows", action="store_true", help="with --cells: also auto with cv_rows=None, and "
-                    "both autos' NLL on a second seeded data set")
-    ap.add_argument("--old", help="with --cells: a folder holding an older topcal as the package topcal_old")
+    ap.add_argument(
+        "--after-first",
+        action="store_true",
+        help="time the new auto first (the second fit in a process may find warm caches)",
+    )
+    ap.add_argument(
+        "--cells",
+        nargs="+",
+        help="simulated cells NxK (e.g. 1e4x10): auto vs scikit-learn's temperature calibration",
+    )
+    ap.add_argument(
+        "--floor", action="store_true", help="with --cells: also one all-data fit of each candidate"
+    )
+    ap.add_argument(
+        "--all-rows",
+        action="store_true",
+        help="with --cells: also auto with cv_rows=None, and "
+        "both autos' NLL on a second seeded data set",
+    )
+    ap.add_argument(
+        "--old", help="with --cells: a folder holding an older topcal as the package topcal_old"
+    )
     args = ap.parse_args(argv)
     if args.cells:
         return cells(args)
@@ -139,13 +192,21 @@ def main(argv=None):
         data = load(name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runs = {"before": lambda: topcal.calibrator("auto", **OLD_AUTO).fit(data),
-                    "after": lambda: topcal.calibrator("auto").fit(data)}
-            got = {k: best_of(runs[k], args.repeat)
-                   for k in (("after", "before") if args.after_first else ("before", "after"))}
+            runs = {
+                "before": lambda: topcal.calibrator("auto", **OLD_AUTO).fit(data),
+                "after": lambda: topcal.calibrator("auto").fit(data),
+            }
+            got = {
+                k: best_of(runs[k], args.repeat)
+                for k in (("after", "before") if args.after_first else ("before", "after"))
+            }
             (before, old), (after, new) = got["before"], got["after"]
-        print(f"{name}: {data.n_samples:g} samples, {data.n_classes} classes; auto before {before:.1f} s "
-              f"(chose {old.method_}), after {after:.1f} s (chose {new.method_}); after / before {after / before:.2f}")
+        print(
+            f"{name}: {data.n_samples:g} samples, {data.n_classes} classes; auto before "
+            f"{before:.1f} s "
+            f"(chose {old.method_}), after {after:.1f} s (chose {new.method_}); after / before "
+            f"{after / before:.2f}"
+        )
     return 0
 
 

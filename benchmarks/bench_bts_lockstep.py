@@ -45,7 +45,9 @@ def fit(method, data, lockstep):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--no-auto", action="store_true", help="skip the auto fits (about a minute each)")
+    ap.add_argument(
+        "--no-auto", action="store_true", help="skip the auto fits (about a minute each)"
+    )
     args = ap.parse_args()
     imagenet = load("imagenet-densenet161.csv")
     p, y = make_data(100000, 1000, 0)
@@ -62,13 +64,19 @@ def main() -> None:
             a, b = cals["per-class"], cals["lockstep"]
             dt = np.max(np.abs(b.temperature_ / a.temperature_ - 1.0))
             da = np.max(np.abs(b.awards_ - a.awards_) / np.maximum(np.abs(a.awards_), 1.0))
-            print(f"{name:28s} {method:6s} per-class {best['per-class']:.3f} s  lockstep {best['lockstep']:.3f} s  "
-                  f"x{best['per-class'] / best['lockstep']:.2f}  |dT/T| {dt:.1e}  |dA| {da:.1e}  "
-                  f"dloss {abs(b.loss_ / a.loss_ - 1):.1e}  load {loadavg()}")
+            print(
+                f"{name:28s} {method:6s} per-class {best['per-class']:.3f} s  lockstep "
+                f"{best['lockstep']:.3f} s  "
+                f"x{best['per-class'] / best['lockstep']:.2f}  |dT/T| {dt:.1e}  |dA| {da:.1e}  "
+                f"dloss {abs(b.loss_ / a.loss_ - 1):.1e}  load {loadavg()}"
+            )
     if not args.no_auto:
         for mode, flag in MODES:
             t, cal = fit("auto", imagenet, flag)
-            print(f"auto on imagenet-densenet161, {mode:9s}: {t:.1f} s (chose {cal.inner_.name})  load {loadavg()}")
+            print(
+                f"auto on imagenet-densenet161, {mode:9s}: {t:.1f} s (chose {cal.inner_.name})  "
+                f"load {loadavg()}"
+            )
     TemperatureBase._lockstep = True
 
 

@@ -45,9 +45,11 @@ dropped), and ``--subsample N ...`` adds cells where every fold's model is
 fitted on N samples drawn (seeded, without replacement) from its training part
 and scored on the whole held-out fold: few rows per class with the data at hand.
 
-Run: ``.venv/bin/python benchmarks/bench_heldout.py [--folds 2 5] [--data NAME ...] [--subsample 2000 5000]
+Run: ``.venv/bin/python benchmarks/bench_heldout.py [--folds 2 5] [--data NAME ...] [--subsample
+2000 5000]
 [--top-only] [--quick] [--csv out.csv]`` (``make bench-heldout`` installs scikit-learn first).
-``--quick``: the issue-22 regime only (top-score versions of the CIFAR-100 sets and PhANNs, subsamples of
+``--quick``: the issue-22 regime only (top-score versions of the CIFAR-100 sets and PhANNs,
+subsamples of
 2,000 and 5,000, uncalibrated, auto and the peers): minutes, not an hour.
 """
 
@@ -76,27 +78,50 @@ if not BENCH.is_dir():
 
 TOPCAL_METHODS = [
     "uncalibrated",
-    "hist@0", "hist",
-    "cum-opt@0", "cum-opt",
-    "kde-mon2@0", "kde-mon2",
-    "sts", "tswa", "bts", "btswa",
+    "hist@0",
+    "hist",
+    "cum-opt@0",
+    "cum-opt",
+    "kde-mon2@0",
+    "kde-mon2",
+    "sts",
+    "tswa",
+    "bts",
+    "btswa",
     "auto",
 ]
-PEERS = ["isotonic/class", "isotonic/pooled", "platt/class", "platt/pooled", "gupta-ramdas", "ts/multinomial",
-         "beta/class", "beta/pooled"] + VECTOR_PEERS
+PEERS = [
+    "isotonic/class",
+    "isotonic/pooled",
+    "platt/class",
+    "platt/pooled",
+    "gupta-ramdas",
+    "ts/multinomial",
+    "beta/class",
+    "beta/pooled",
+] + VECTOR_PEERS
 #: the sets built here from scikit-learn's digits and Debian's Fashion-MNIST (module docstring)
 BUILT = ["digits-nb", "fashion-lr"]
 CLIP = 1e-12
 TOP = ":top"
-QUICK_DATA = ["densenet-bc-100-cifar-100.npz:top", "wideresnet-16-4-cifar-100.npz:top",
-              "lenet-5-cifar-100.npz:top", "phanns"]
+QUICK_DATA = [
+    "densenet-bc-100-cifar-100.npz:top",
+    "wideresnet-16-4-cifar-100.npz:top",
+    "lenet-5-cifar-100.npz:top",
+    "phanns",
+]
 
 
 # --------------------------------------------------------------------- data
 def top_only(data: TopLabelData) -> TopLabelData:
     """The same rows as (predicted class, top score, label): the full score vector dropped."""
-    return TopLabelData.from_scores(data.pred, data.score, labels=data.labels, classes=list(data.classes),
-                                    score_range=data.score_range)
+    return TopLabelData.from_scores(
+        data.pred,
+        data.score,
+        labels=data.labels,
+        classes=list(data.classes),
+        score_range=data.score_range,
+    )
 
 
 def load(name: str) -> TopLabelData:
@@ -113,8 +138,12 @@ def load(name: str) -> TopLabelData:
         return TopLabelData.from_probs(p, z["ground_truth"], renormalize=True)
     df = pd.read_csv(path)
     k = int(max(df["true_label"].max(), df["pred_label"].max())) + 1
-    return TopLabelData.from_scores(df["pred_label"].to_numpy(), df["confidence"].to_numpy(),
-                                    labels=df["true_label"].to_numpy(), classes=[str(i) for i in range(k)])
+    return TopLabelData.from_scores(
+        df["pred_label"].to_numpy(),
+        df["confidence"].to_numpy(),
+        labels=df["true_label"].to_numpy(),
+        classes=[str(i) for i in range(k)],
+    )
 
 
 def _built(name: str) -> TopLabelData:
@@ -146,17 +175,25 @@ def datasets(top: bool = True) -> list[str]:
 
 
 def subsample(data: TopLabelData, n: int, seed: int) -> TopLabelData:
-    """``n`` samples drawn without replacement (binned counts: a multivariate hypergeometric draw)."""
+    """``n`` samples drawn without replacement (binned counts: a multivariate hypergeometric
+    draw)."""
     if n >= data.n_samples:
         return data
     rng = np.random.default_rng(seed)
     if data.is_binned:
         counts = np.concatenate([data.tp, data.fp]).astype(np.int64)
         got = rng.multivariate_hypergeometric(counts, n).astype(np.float64)
-        tp, fp = got[: data.n_rows], got[data.n_rows:]
+        tp, fp = got[: data.n_rows], got[data.n_rows :]
         keep = (tp + fp) > 0
-        return TopLabelData(data.classes, data.pred[keep], data.score[keep], data.score_range, tp=tp[keep],
-                            fp=fp[keep], bin_edges=data.bin_edges[keep])
+        return TopLabelData(
+            data.classes,
+            data.pred[keep],
+            data.score[keep],
+            data.score_range,
+            tp=tp[keep],
+            fp=fp[keep],
+            bin_edges=data.bin_edges[keep],
+        )
     return data.subset(np.sort(rng.choice(data.n_rows, size=n, replace=False)))
 
 
@@ -218,7 +255,8 @@ def _beta_features(s):
 
 
 def beta_fit(x, y, w):
-    """Beta calibration (Kull et al. 2017) of correctness y on scores x with weights w: (a, b, c), a, b >= 0.
+    """Beta calibration (Kull et al. 2017) of correctness y on scores x with weights w: (a, b, c),
+    a, b >= 0.
 
     Maximum likelihood of sigmoid(a ln x - b ln(1 - x) + c) under the bounds a, b >= 0 (L-BFGS-B,
     analytic gradient). Returns the parameters (a, b, c).
@@ -236,9 +274,14 @@ def beta_fit(x, y, w):
         grad = f.T @ (w * (expit(m) - y)) / scale
         return val, grad
 
-    r = minimize(loss, np.array([1.0, 1.0, 0.0]), jac=True, method="L-BFGS-B",
-                 bounds=[(0.0, None), (0.0, None), (None, None)],
-                 options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-10})
+    r = minimize(
+        loss,
+        np.array([1.0, 1.0, 0.0]),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(0.0, None), (0.0, None), (None, None)],
+        options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-10},
+    )
     return r.x
 
 
@@ -311,20 +354,49 @@ def peer_predict(name, train, test):
 
 
 #: today's auto before issue 22 (its candidates, the smallest mean wins): the spec "auto-old"
-OLD_AUTO = dict(candidates=["uncalibrated", "kde-mon2", "hist", "cum-opt", "sts", "csts", "tswa", "bts", "btswa"],
-                tolerance=0.0)
+OLD_AUTO = dict(
+    candidates=[
+        "uncalibrated",
+        "kde-mon2",
+        "hist",
+        "cum-opt",
+        "sts",
+        "csts",
+        "tswa",
+        "bts",
+        "btswa",
+    ],
+    tolerance=0.0,
+)
 
 #: auto's default candidates before issue 35 (no whole-vector scalings): the spec "auto-before"
-BEFORE_35 = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
-             "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "tswa", "csts", "bts", "btswa")
+BEFORE_35 = (
+    "uncalibrated",
+    "pooled-platt",
+    "pooled-beta",
+    "pooled-hist",
+    "pooled-kde-mon2",
+    "sts",
+    "hier-platt",
+    "hier-beta",
+    "kde-mon2",
+    "hist",
+    "cum-opt",
+    "tswa",
+    "csts",
+    "bts",
+    "btswa",
+)
 
-#: auto's cross-validation table per training part (``auto@T`` reuses the one of ``auto`` on the same part)
+#: auto's cross-validation table per training part (``auto@T`` reuses the one of ``auto`` on the
+#: same part)
 _AUTO_CV: dict = {}
 
 
 def topcal_predict(spec, train, test, key=None):
     """``name`` or ``name@m`` (shrinkage m); ``auto``: the default auto (its tolerance and blend);
-    ``auto@T``: auto's single choice at tolerance T (reusing auto's table when ``auto`` ran on the same
+    ``auto@T``: auto's single choice at tolerance T (reusing auto's table when ``auto`` ran on the
+    same
     training part, ``key``)."""
     name, _, arg = spec.partition("@")
     with warnings.catch_warnings():
@@ -341,7 +413,9 @@ def topcal_predict(spec, train, test, key=None):
             if cached is not None:  # auto@T: the choice at tolerance T, unblended
                 return topcal.calibrator(choose(cached, tol)[0]).fit(train).predict(test)
             # auto@T without a cached table: the single choice too (no blend), as its cached form
-            model = topcal.calibrator("auto", tolerance=tol, **({"blend": None} if arg else {})).fit(train)
+            model = topcal.calibrator(
+                "auto", tolerance=tol, **({"blend": None} if arg else {})
+            ).fit(train)
             if key is not None and model.cv_:
                 _AUTO_CV[key] = model.cv_
             return model.predict(test)
@@ -373,28 +447,58 @@ def run(data_name, n_folds, methods, seed=0, log=print, fit_rows=None, data=None
                 if fit_rows is not None:
                     train = subsample(train, fit_rows, seed + 1000 * f + 1)
                 test = folds[f]
-                parts.append(peer_predict(spec, train, test) if spec in PEERS
-                             else topcal_predict(spec, train, test, key=(data_name, n_folds, fit_rows, f, seed)))
+                parts.append(
+                    peer_predict(spec, train, test)
+                    if spec in PEERS
+                    else topcal_predict(
+                        spec, train, test, key=(data_name, n_folds, fit_rows, f, seed)
+                    )
+                )
         except Exception as exc:  # a method failing is a finding, not the end of the run
             log(f"  {spec}: FAILED {type(exc).__name__}: {exc}")
-            rows.append({"data": data_name, "folds": n_folds, "fit_rows": fit_rows or 0, "method": spec, "nll": np.nan, "brier": np.nan,
-                         "ece1": np.nan, "seconds": time.perf_counter() - t0, "error": str(exc)})
+            rows.append(
+                {
+                    "data": data_name,
+                    "folds": n_folds,
+                    "fit_rows": fit_rows or 0,
+                    "method": spec,
+                    "nll": np.nan,
+                    "brier": np.nan,
+                    "ece1": np.nan,
+                    "seconds": time.perf_counter() - t0,
+                    "error": str(exc),
+                }
+            )
             continue
         conf = np.concatenate(parts)
-        row = {"data": data_name, "folds": n_folds, "fit_rows": fit_rows or 0, "method": spec,
-               "nll": nll(target, conf).overall, "brier": brier(target, conf).overall,
-               "ece1": ece1(target, conf).overall, "seconds": time.perf_counter() - t0, "error": ""}
+        row = {
+            "data": data_name,
+            "folds": n_folds,
+            "fit_rows": fit_rows or 0,
+            "method": spec,
+            "nll": nll(target, conf).overall,
+            "brier": brier(target, conf).overall,
+            "ece1": ece1(target, conf).overall,
+            "seconds": time.perf_counter() - t0,
+            "error": "",
+        }
         rows.append(row)
-        log(f"  {spec:16s} nll {row['nll']:.4f}  brier {row['brier']:.4f}  ece1 {row['ece1']:.4f}  "
-            f"({row['seconds']:.1f} s)")
+        log(
+            f"  {spec:16s} nll {row['nll']:.4f}  brier {row['brier']:.4f}  ece1 {row['ece1']:.4f}  "
+            f"({row['seconds']:.1f} s)"
+        )
     return rows
 
 
 def summarize(df: pd.DataFrame, log=print) -> dict:
-    """Per cell: uncalibrated, auto, the best peer and the ratios; the issue-22 targets over all cells."""
+    """Per cell: uncalibrated, auto, the best peer and the ratios; the issue-22 targets over all
+    cells."""
     ok = df[df.error == ""]
     ratios, worse_uncal, worse_peer = [], [], []
-    log("held-out NLL (rows: data/folds/fitting rows; auto vs the uncalibrated score and the best peer)")
+    log(
+        "held-out NLL (rows: data/folds/fitting rows; auto vs the uncalibrated score and the best "
+        "peer)"
+    )
     for (name, k, n), g in ok.groupby(["data", "folds", "fit_rows"], sort=False):
         v = dict(zip(g.method, g.nll))
         peers = {p: v[p] for p in PEERS if p in v}
@@ -418,24 +522,49 @@ def summarize(df: pd.DataFrame, log=print) -> dict:
                 line += f"  before {b:.4f} ({b / peers[best_peer]:.4f})"
         log(line)
     if ratios:
-        log(f"\ncells {len(ratios)}; median auto/best peer {np.median(ratios):.4f}; auto > uncalibrated in "
-            f"{len(worse_uncal)} {worse_uncal}; auto > 1.005 x best peer in {len(worse_peer)} {worse_peer}")
+        log(
+            f"\ncells {len(ratios)}; median auto/best peer {np.median(ratios):.4f}; auto > "
+            f"uncalibrated in "
+            f"{len(worse_uncal)} {worse_uncal}; auto > 1.005 x best peer in {len(worse_peer)} "
+            f"{worse_peer}"
+        )
     return {"ratios": ratios, "worse_uncal": worse_uncal, "worse_peer": worse_peer}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=int, nargs="+", default=[2, 5])
-    ap.add_argument("--data", nargs="+", default=None,
-                    help="file names in shared/data/bench (NAME:top for a set's top-score-only version), or phanns")
-    ap.add_argument("--methods", nargs="+", default=None, help="topcal methods (name or name@m) and peers")
-    ap.add_argument("--subsample", type=int, nargs="*", default=[],
-                    help="also fit every fold's models on this many samples of its training part")
-    ap.add_argument("--no-full", action="store_true", help="only the subsampled cells (with --subsample)")
-    ap.add_argument("--top-only", action="store_true", help="of the full-vector sets, only their top-score versions")
-    ap.add_argument("--quick", action="store_true",
-                    help="the issue-22 regime: CIFAR-100 top-score sets and PhANNs, subsamples 2000 and 5000, "
-                         "uncalibrated, auto and the peers")
+    ap.add_argument(
+        "--data",
+        nargs="+",
+        default=None,
+        help="file names in shared/data/bench (NAME:top for a set's top-score-only version), or "
+        "phanns",
+    )
+    ap.add_argument(
+        "--methods", nargs="+", default=None, help="topcal methods (name or name@m) and peers"
+    )
+    ap.add_argument(
+        "--subsample",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also fit every fold's models on this many samples of its training part",
+    )
+    ap.add_argument(
+        "--no-full", action="store_true", help="only the subsampled cells (with --subsample)"
+    )
+    ap.add_argument(
+        "--top-only",
+        action="store_true",
+        help="of the full-vector sets, only their top-score versions",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="the issue-22 regime: CIFAR-100 top-score sets and PhANNs, subsamples 2000 and 5000, "
+        "uncalibrated, auto and the peers",
+    )
     ap.add_argument("--csv", help="write every row to this CSV")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

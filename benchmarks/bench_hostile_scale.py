@@ -59,21 +59,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=float, default=20_000, help="labelled rows (default 20000)")
     ap.add_argument("--k", type=int, default=1500, help="classes (default 1500)")
-    ap.add_argument("--use", type=float, default=10_000,
-                    help="use-set rows for adapt (default 10000)")
+    ap.add_argument(
+        "--use", type=float, default=10_000, help="use-set rows for adapt (default 10000)"
+    )
     ap.add_argument("--methods", nargs="+", default=["hist", "kde-mon2"])
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--no-report", action="store_true",
-                    help="skip the long class names' report")
+    ap.add_argument("--no-report", action="store_true", help="skip the long class names' report")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, topcal "
-          f"{topcal.__version__}, {os.cpu_count()} cores; load average {loadavg()}")
+    print(
+        f"python {platform.python_version()}, numpy {np.__version__}, topcal "
+        f"{topcal.__version__}, {os.cpu_count()} cores; load average {loadavg()}"
+    )
     n, k, n_use = int(args.n), int(args.k), int(args.use)
     probs, labels = class_data(n, k, 0)
     data = topcal.TopLabelData.from_probs(probs, labels)
-    use = topcal.TopLabelData.from_probs(class_data(n_use, k, 1, shift=10.0)[0], None,
-                                         classes=data.classes)
+    use = topcal.TopLabelData.from_probs(
+        class_data(n_use, k, 1, shift=10.0)[0], None, classes=data.classes
+    )
     print(f"data: {n} x {k} (use set {n_use} rows); predicted classes {len(np.unique(data.pred))}")
     head = ("method", "fit s", "describe s", "ratio", "adapt s", "ratio")
     print(f"{head[0]:10s} {head[1]:>8s} {head[2]:>11s} {head[3]:>6s} {head[4]:>8s} {head[5]:>6s}")
@@ -85,8 +88,11 @@ def main() -> None:
             best["describe"] = min(best["describe"], timed(model.describe)[0])
             best["adapt"] = min(best["adapt"], timed(lambda: model.adapt(use))[0])
         f = best["fit"]
-        print(f"{method:10s} {f:8.2f} {best['describe']:11.2f} {best['describe'] / f:6.2f} "
-              f"{best['adapt']:8.2f} {best['adapt'] / f:6.2f}", flush=True)
+        print(
+            f"{method:10s} {f:8.2f} {best['describe']:11.2f} {best['describe'] / f:6.2f} "
+            f"{best['adapt']:8.2f} {best['adapt'] / f:6.2f}",
+            flush=True,
+        )
     if not args.no_report:
         p3, y3 = make_data(600, 3, 2)
         times = {}
@@ -94,12 +100,24 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 best = np.inf
                 for _ in range(args.repeat):
-                    best = min(best, timed(lambda: topcal.make_report(
-                        p3, y3, classes=names, methods=["hist"], output=os.path.join(tmp, "r")))[0])
+                    best = min(
+                        best,
+                        timed(
+                            lambda: topcal.make_report(
+                                p3,
+                                y3,
+                                classes=names,
+                                methods=["hist"],
+                                output=os.path.join(tmp, "r"),
+                            )
+                        )[0],
+                    )
             times[label] = best
         long_s = times["10,000-char"]
-        print(f"report (hist, 3 classes): short names {times['short']:.2f} s, 10,000-character "
-              f"names {long_s:.2f} s, ratio {long_s / times['short']:.2f}")
+        print(
+            f"report (hist, 3 classes): short names {times['short']:.2f} s, 10,000-character "
+            f"names {long_s:.2f} s, ratio {long_s / times['short']:.2f}"
+        )
     print(f"load average after: {loadavg()}")
 
 

@@ -11,7 +11,8 @@ classes of ``n`` predictions each, one per true curve P(correct | S = s):
 with scores s ~ Beta(4, 2) on (0, 1). The intervals are evaluated at 200 fresh scores per class
 drawn from the same distribution; pointwise coverage is the share of those whose true value lies
 in [lo, hi], averaged over the scores and the seeds. Each method's interval is compared with the
-quantity it estimates: ``cum`` estimates P(correct | S' >= s) (computed from the true curve), ``cum-opt`` and
+quantity it estimates: ``cum`` estimates P(correct | S' >= s) (computed from the true curve),
+``cum-opt`` and
 ``cum-median`` the same above their fitted cut-off theta and P(correct | S' <= theta) below it,
 ``conf1`` the class's accuracy, the others P(correct | S = s).
 
@@ -52,8 +53,8 @@ from topcal.data import TopLabelData
 
 SHAPES = {
     "calibrated": lambda s: s,
-    "over": lambda s: s ** 2.5,
-    "under": lambda s: s ** 0.4,
+    "over": lambda s: s**2.5,
+    "under": lambda s: s**0.4,
     "steep": lambda s: expit(10.0 * (s - 0.7)),
 }
 #: (T, A) per class of the in-model temperature simulations
@@ -69,7 +70,7 @@ def cumulative_truth(curve, s, theta=None):
     """P(correct | S' >= s) under Beta(4, 2) scores, by quadrature on a fine grid; below a cut-off
     ``theta`` (``cum-median``, ``cum-opt``) P(correct | S' <= theta), the one bin below it."""
     grid = np.linspace(0, 1, 20001)[1:-1]
-    dens = grid ** 3 * (1 - grid)
+    dens = grid**3 * (1 - grid)
     num = np.cumsum((dens * curve(grid))[::-1])[::-1]
     den = np.cumsum(dens[::-1])[::-1]
     out = np.interp(s, grid, num / den)
@@ -122,17 +123,28 @@ def run_score_methods(methods, sizes, seeds, level, curves, label=""):
                 w = []
                 for k, c in enumerate(curves_now):
                     s = draw_scores(rng, 200)
-                    test = TopLabelData.from_scores(np.full(s.size, k), s, None,
-                                                    classes=data.classes, score_range=(0.0, 1.0))
+                    test = TopLabelData.from_scores(
+                        np.full(s.size, k), s, None, classes=data.classes, score_range=(0.0, 1.0)
+                    )
                     lo, hi = model.predict_interval(test, level)
                     st = getattr(model, "class_state_", [None] * len(curves_now))[k]
                     theta = st.get("theta") if isinstance(st, dict) else None
-                    truth = score_truth(_label(name, params) if not label else label, c, s, rng, theta)
+                    truth = score_truth(
+                        _label(name, params) if not label else label, c, s, rng, theta
+                    )
                     hit.append((lo <= truth) & (truth <= hi))
                     w.append(hi - lo)
                 cov.append(np.mean(np.concatenate(hit)))
                 width.append(np.mean(np.concatenate(w)))
-            rows.append((_label(name, params) + label, n, np.mean(cov), np.std(cov) / np.sqrt(seeds), np.mean(width)))
+            rows.append(
+                (
+                    _label(name, params) + label,
+                    n,
+                    np.mean(cov),
+                    np.std(cov) / np.sqrt(seeds),
+                    np.mean(width),
+                )
+            )
             print_row(rows[-1], level)
     return rows
 
@@ -182,11 +194,15 @@ def platt_population(rng, n_classes=8):
 
 
 def beta_population(rng, n_classes=8):
-    """``hier-beta``'s in-model truths: expit(a_k ln s - b_k ln(1 - s) + c_k) around (1.2, 0.8, 0.3)."""
+    """``hier-beta``'s in-model truths: expit(a_k ln s - b_k ln(1 - s) + c_k) around (1.2, 0.8,
+    0.3)."""
     a = 1.2 * np.exp(0.3 * rng.normal(size=n_classes))
     b = 0.8 * np.exp(0.3 * rng.normal(size=n_classes))
     c = 0.3 + 0.4 * rng.normal(size=n_classes)
-    return [lambda s, a=a_, b=b_, c=c_: expit(a * np.log(s) - b * np.log1p(-s) + c) for a_, b_, c_ in zip(a, b, c)]
+    return [
+        lambda s, a=a_, b=b_, c=c_: expit(a * np.log(s) - b * np.log1p(-s) + c)
+        for a_, b_, c_ in zip(a, b, c)
+    ]
 
 
 def _label(name, params):
@@ -211,11 +227,22 @@ def main(argv=None):
     print("| method | class size | coverage (se) | mean width |")
     print("|---|---:|---:|---:|")
     curves = list(SHAPES.values())
-    score_methods = [("hist", {}), ("hist", {"shrinkage": 0}), ("cum", {}), ("cum", {"shrinkage": 0}),
-                     ("cum-opt", {}), ("cum-opt", {"shrinkage": 0}),
-                     ("kde-mon2", {}), ("kde-mon2", {"shrinkage": 0}), ("kde-opt", {}), ("conf1", {})]
+    score_methods = [
+        ("hist", {}),
+        ("hist", {"shrinkage": 0}),
+        ("cum", {}),
+        ("cum", {"shrinkage": 0}),
+        ("cum-opt", {}),
+        ("cum-opt", {"shrinkage": 0}),
+        ("kde-mon2", {}),
+        ("kde-mon2", {"shrinkage": 0}),
+        ("kde-opt", {}),
+        ("conf1", {}),
+    ]
     keep = (lambda lab: True) if args.only is None else (lambda lab: lab in args.only)
-    run_score_methods([m for m in score_methods if keep(_label(*m))], args.sizes, args.seeds, args.level, curves)
+    run_score_methods(
+        [m for m in score_methods if keep(_label(*m))], args.sizes, args.seeds, args.level, curves
+    )
     tcurves = [lambda s, T=T: expit(logit(s) / T) for T, _ in TEMPS]
     acurves = [lambda s, T=T, A=A: expit((logit(s) + A) / T) for T, A in AWARDS]
     if keep("bts"):
@@ -226,14 +253,22 @@ def main(argv=None):
         one = lambda s: expit(1.3 * logit(s) + 0.4)  # noqa: E731
         run_score_methods([("pooled-platt", {})], args.sizes, args.seeds, args.level, [one] * 4)
     if keep("hier-platt"):
-        run_score_methods([("hier-platt", {})], args.sizes, args.seeds, args.level, platt_population)
+        run_score_methods(
+            [("hier-platt", {})], args.sizes, args.seeds, args.level, platt_population
+        )
     if keep("hier-beta"):
         run_score_methods([("hier-beta", {})], args.sizes, args.seeds, args.level, beta_population)
-    vec = [("sts", {}, [(1.4, 0.0)] * 4), ("csts", {}, TEMPS), ("tswa", {}, [(1.4, a) for _, a in AWARDS]),
-           ("cstswa", {}, AWARDS)]
+    vec = [
+        ("sts", {}, [(1.4, 0.0)] * 4),
+        ("csts", {}, TEMPS),
+        ("tswa", {}, [(1.4, a) for _, a in AWARDS]),
+        ("cstswa", {}, AWARDS),
+    ]
     run_vector_methods([v for v in vec if keep(v[0])], args.sizes, args.seeds, args.level)
     if keep("bts misspecified"):
-        run_score_methods([("bts", {})], args.sizes, args.seeds, args.level, curves, label=" misspecified")
+        run_score_methods(
+            [("bts", {})], args.sizes, args.seeds, args.level, curves, label=" misspecified"
+        )
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 

@@ -45,10 +45,6 @@ from _measure import best_time, make_data, peak_mb
 RULES = ["kde", "kde-mon", "kde-mon2", "kde-mon4", "kde-opt"]
 
 
-
-
-
-
 class Counter:
     """Counts the bandwidths topcal's engines evaluate (wraps, does not change, them)."""
 
@@ -113,8 +109,10 @@ def main(argv=None) -> int:
     from topcal.calibrators.kde._engine import FINE_CELLS, SCAN_POINTS
     from topcal.data import TopLabelData
 
-    print(f"topcal {topcal.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
-          f"{os.cpu_count()} cores ({platform.machine()})")
+    print(
+        f"topcal {topcal.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
+        f"{os.cpu_count()} cores ({platform.machine()})"
+    )
     probs, labels = make_data(args.n, args.k, args.seed)
     data = TopLabelData.from_probs(probs, labels)
     del probs
@@ -122,8 +120,11 @@ def main(argv=None) -> int:
     correct = data.tp > 0
     K = data.n_classes
     rows = [np.flatnonzero(pred == k) for k in range(K)]
-    print(f"data: {args.n:,} samples x {K} classes, positives per class "
-          f"{min(r.size for r in rows):,}-{max(r.size for r in rows):,}, seed {args.seed}, best of {args.repeat}\n")
+    print(
+        f"data: {args.n:,} samples x {K} classes, positives per class "
+        f"{min(r.size for r in rows):,}-{max(r.size for r in rows):,}, seed {args.seed}, best of "
+        f"{args.repeat}\n"
+    )
 
     results = {}
     # ------------------------------------------------------------- topcal
@@ -138,14 +139,20 @@ def main(argv=None) -> int:
             mem_fit = peak_mb(lambda: calibrator(rule).fit(data))
         t_apply, _ = best_time(lambda: model.predict(data), args.repeat)
         mem_apply = peak_mb(lambda: model.predict(data))
-        results[rule] = dict(fit=t_fit, apply=t_apply, mem_fit=mem_fit, mem_apply=mem_apply, model=model)
+        results[rule] = dict(
+            fit=t_fit, apply=t_apply, mem_fit=mem_fit, mem_apply=mem_apply, model=model
+        )
 
     # ---------------------------------------------------------- isotonic
     def iso_fit():
         out = []
         for k in range(K):
             r = rows[k]
-            out.append(IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(score[r], correct[r]))
+            out.append(
+                IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(
+                    score[r], correct[r]
+                )
+            )
         return out
 
     t_iso, isos = best_time(iso_fit, args.repeat)
@@ -185,7 +192,6 @@ def main(argv=None) -> int:
         t, _ = best_time(lambda: one(sub), 1)
         per_loo.append(t * s.size / sub.size)  # LOO: the same sums at every positive sample
         per_apply_row.append(t / sub.size)  # apply: the same sums at every row
-    mean_rows = args.n / K
     naive_scan = float(np.mean(per_scan))  # one (class, b) evaluation on the scan grid
     naive_loo = float(np.mean(per_loo))  # one (class, b) LOO evaluation at every sample
     naive_apply = float(np.mean(per_apply_row)) * args.n
@@ -193,6 +199,7 @@ def main(argv=None) -> int:
     # ------------------------------------------------------------ KDEpy
     kdepy = {}
     if FFTKDE is not None:
+
         def kdepy_eval(k, b):
             r = rows[k]
             s, c = score[r], correct[r]
@@ -224,7 +231,10 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------ report
     print("fit, all classes (seconds; ratio = competitor time / topcal time)")
-    head = f"{'rule':9s} {'topcal':>8s} {'evals':>6s} {'naive*':>10s} {'x naive':>9s} {'isotonic':>9s} {'x iso':>6s}"
+    head = (
+        f"{'rule':9s} {'topcal':>8s} {'evals':>6s} {'naive*':>10s} {'x naive':>9s} "
+        f"{'isotonic':>9s} {'x iso':>6s}"
+    )
     if kdepy:
         head += f" {'KDEpy':>8s} {'x KDEpy':>8s}"
     head += f" {'peak MB':>8s}"
@@ -235,13 +245,18 @@ def main(argv=None) -> int:
         n_scan, n_loo = counts[rule]
         n_eval = n_scan + n_loo + K
         naive = n_scan * naive_scan + n_loo * naive_loo + K * naive_scan
-        line = (f"{rule:9s} {r['fit']:8.3f} {n_eval:6d} {naive:10.1f} {naive / r['fit']:9.0f} "
-                f"{t_iso:9.3f} {t_iso / r['fit']:6.1f}")
+        line = (
+            f"{rule:9s} {r['fit']:8.3f} {n_eval:6d} {naive:10.1f} {naive / r['fit']:9.0f} "
+            f"{t_iso:9.3f} {t_iso / r['fit']:6.1f}"
+        )
         if kdepy:
             line += f" {kdepy[rule]:8.3f} {kdepy[rule] / r['fit']:8.1f}"
         line += f" {r['mem_fit']:8.0f}"
         print(line)
-    print(f"isotonic peak MB {mem_iso:.0f}" + (f"; KDEpy one pass per class peak MB {mem_kdepy:.0f}" if kdepy else ""))
+    print(
+        f"isotonic peak MB {mem_iso:.0f}"
+        + (f"; KDEpy one pass per class peak MB {mem_kdepy:.0f}" if kdepy else "")
+    )
     print("* naive: extrapolated from timed gaussian_kde evaluations (see the docstring)\n")
 
     print("apply, all rows")
@@ -251,7 +266,9 @@ def main(argv=None) -> int:
     for rule in RULES:
         r = results[rule]
         print(f"{rule:9s} {r['apply']:8.4f} {args.n / r['apply'] / 1e6:9.1f} {r['mem_apply']:8.0f}")
-    print(f"{'isotonic':9s} {t_iso_apply:8.4f} {args.n / t_iso_apply / 1e6:9.1f} {mem_iso_apply:8.0f}")
+    print(
+        f"{'isotonic':9s} {t_iso_apply:8.4f} {args.n / t_iso_apply / 1e6:9.1f} {mem_iso_apply:8.0f}"
+    )
     if kdepy:
         print(f"{'KDEpy':9s} {t_kdepy_apply:8.4f} {args.n / t_kdepy_apply / 1e6:9.1f}")
     print(f"{'naive*':9s} {naive_apply:8.1f} {args.n / naive_apply / 1e6:9.4f}")

@@ -1,4 +1,5 @@
-"""Benchmark: the least arithmetic the kde bandwidth rules need on small classes, against per-class isotonic.
+"""Benchmark: the least arithmetic the kde bandwidth rules need on small classes, against per-class
+isotonic.
 
 Issue 15 asks kde-mon2 and kde-opt to fit faster than scikit-learn's IsotonicRegression
 fitted per predicted class, in every cell of the scaling grid. This script measures how
@@ -44,8 +45,11 @@ def small_classes(data):
     """Distinct scores of every class the exact engine takes (2..512 rows, both TP and FP)."""
     from topcal.data import rows_by_class
 
-    return [np.unique(data.score[idx]) for _, idx in rows_by_class(data.pred, data.n_classes)
-            if 2 <= idx.size <= EXACT_MAX_ROWS and data.tp[idx].sum() > 0 and data.fp[idx].sum() > 0]
+    return [
+        np.unique(data.score[idx])
+        for _, idx in rows_by_class(data.pred, data.n_classes)
+        if 2 <= idx.size <= EXACT_MAX_ROWS and data.tp[idx].sum() > 0 and data.fp[idx].sum() > 0
+    ]
 
 
 def groups(classes, ratio=1.1):
@@ -103,20 +107,29 @@ def isotonic_fit(data, labels):
 
     right = (labels == data.pred).astype(np.float64)
     for _, idx in rows_by_class(data.pred, data.n_classes):
-        IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(data.score[idx], right[idx])
+        IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(
+            data.score[idx], right[idx]
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cells", nargs="+", default=["1e4x10", "1e4x100", "1e5x100", "1e4x1000", "1e5x1000"])
+    ap.add_argument(
+        "--cells", nargs="+", default=["1e4x10", "1e4x100", "1e5x100", "1e4x1000", "1e5x1000"]
+    )
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     import topcal
 
-    print(f"# kde floor vs isotonic/class  ({platform.machine()}, {platform.python_version()}, "
-          f"numpy {np.__version__})")
-    print("| n x K | exact-engine classes | mean distinct scores | isotonic/class s | kde-mon2 floor s "
-          "| kde-mon2 fit s | kde-opt floor s | kde-opt floor without exp s | kde-opt fit s | load |")
+    print(
+        f"# kde floor vs isotonic/class  ({platform.machine()}, {platform.python_version()}, "
+        f"numpy {np.__version__})"
+    )
+    print(
+        "| n x K | exact-engine classes | mean distinct scores | isotonic/class s | kde-mon2 floor "
+        "s "
+        "| kde-mon2 fit s | kde-opt floor s | kde-opt floor without exp s | kde-opt fit s | load |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for cell in args.cells:
         n_s, k_s = cell.split("x")
@@ -133,7 +146,9 @@ def main() -> None:
             "iso": lambda: isotonic_fit(data, labels),
             "mon": lambda: [floor_mon(pts, w, MON_EVALUATIONS) for pts, w in parts],
             "opt": lambda: [floor_opt(pts, w, OPT_EVALUATIONS) for pts, w in parts],
-            "opt-noexp": lambda: [floor_opt(pts, w, OPT_EVALUATIONS, with_exp=False) for pts, w in parts],
+            "opt-noexp": lambda: [
+                floor_opt(pts, w, OPT_EVALUATIONS, with_exp=False) for pts, w in parts
+            ],
             "fit-mon": lambda: topcal.calibrator("kde-mon2").fit(data),
             "fit-opt": lambda: topcal.calibrator("kde-opt").fit(data),
         }
@@ -148,8 +163,12 @@ def main() -> None:
                     job()
                     best[name] = min(best[name], time.perf_counter() - t)
         mean_u = float(np.mean([u.size for u in classes]))
-        print(f"| {n_s} x {k} | {len(classes)} | {mean_u:.0f} | {best['iso']:.4f} | {best['mon']:.4f} "
-              f"| {best['fit-mon']:.4f} | {best['opt']:.4f} | {best['opt-noexp']:.4f} | {best['fit-opt']:.4f} | {load} |")
+        print(
+            f"| {n_s} x {k} | {len(classes)} | {mean_u:.0f} | {best['iso']:.4f} | "
+            f"{best['mon']:.4f} "
+            f"| {best['fit-mon']:.4f} | {best['opt']:.4f} | {best['opt-noexp']:.4f} | "
+            f"{best['fit-opt']:.4f} | {load} |"
+        )
 
 
 if __name__ == "__main__":

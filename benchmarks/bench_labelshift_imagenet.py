@@ -52,8 +52,10 @@ def main(argv=None) -> int:
     for seed in [int(s) for s in args.seeds.split(",")]:
         rng = np.random.default_rng(seed)
         perm = rng.permutation(len(y))
-        lab, pool = perm[: len(y) // 2], perm[len(y) // 2:]
-        model = calibrator(args.method).fit(TopLabelData.from_scores(pred[lab], score[lab], y[lab], classes=classes))
+        lab, pool = perm[: len(y) // 2], perm[len(y) // 2 :]
+        model = calibrator(args.method).fit(
+            TopLabelData.from_scores(pred[lab], score[lab], y[lab], classes=classes)
+        )
         pool_y = y[pool]
         for kind in args.uses.split(","):
             if kind == "none":
@@ -65,8 +67,13 @@ def main(argv=None) -> int:
                 else:
                     pri = rng.dirichlet(np.full(K, float(kind)))
                 counts = rng.multinomial(5000, pri)
-                use = np.concatenate([rng.choice(pool[pool_y == k], c) for k, c in enumerate(counts)
-                                      if c and np.any(pool_y == k)])
+                use = np.concatenate(
+                    [
+                        rng.choice(pool[pool_y == k], c)
+                        for k, c in enumerate(counts)
+                        if c and np.any(pool_y == k)
+                    ]
+                )
             data = TopLabelData.from_scores(pred[use], score[use], y[use], classes=classes)
             nll0 = metrics.nll(data, model.predict(data)).overall
             for est in args.estimators.split(","):
@@ -74,8 +81,12 @@ def main(argv=None) -> int:
                 ad = adapt(model, data.without_labels(), estimator=est, n_bootstrap=0, seed=seed)
                 dt = time.perf_counter() - t
                 nll1 = metrics.nll(data, ad.predict(data)).overall
-                print(f"{args.model} seed {seed} use {kind} {est}: NLL {nll0:.5f} -> {nll1:.5f} ({nll1 - nll0:+.5f}), "
-                      f"lam {ad.estimate_.shrink:.2f}, {dt:.1f} s", flush=True)
+                print(
+                    f"{args.model} seed {seed} use {kind} {est}: NLL {nll0:.5f} -> {nll1:.5f} "
+                    f"({nll1 - nll0:+.5f}), "
+                    f"lam {ad.estimate_.shrink:.2f}, {dt:.1f} s",
+                    flush=True,
+                )
     return 0
 
 

@@ -52,13 +52,15 @@ def generate(path: Path, n: int, K: int, seed: int = 0) -> None:
         m = min(ROW_GROUP, n - start)
         pred = rng.integers(0, K, m)
         score = rng.beta(5, 1.5, m)
-        right = rng.random(m) < score ** 1.5
+        right = rng.random(m) < score**1.5
         label = np.where(right, pred, (pred + rng.integers(1, K, m)) % K)
-        table = pa.table({
-            "pred": pa.array(names[pred]).dictionary_encode(),
-            "score": score,
-            "label": pa.array(names[label]).dictionary_encode(),
-        })
+        table = pa.table(
+            {
+                "pred": pa.array(names[pred]).dictionary_encode(),
+                "score": score,
+                "label": pa.array(names[label]).dictionary_encode(),
+            }
+        )
         if writer is None:
             writer = pq.ParquetWriter(path, table.schema)
         writer.write_table(table, row_group_size=ROW_GROUP)
@@ -107,7 +109,12 @@ def child(mode: str, task: str, path: str, model: str, out: str) -> dict:
         from topcal.cli import main
 
         if task == "fit":
-            assert main(["fit", path, "--method", "kde-mon2", "--chunk-rows", str(ROW_GROUP), "-o", out]) == 0
+            assert (
+                main(
+                    ["fit", path, "--method", "kde-mon2", "--chunk-rows", str(ROW_GROUP), "-o", out]
+                )
+                == 0
+            )
         else:
             assert main(["apply", model, path, "--chunk-rows", str(ROW_GROUP), "-o", out]) == 0
     elif mode == "dask":
@@ -116,13 +123,18 @@ def child(mode: str, task: str, path: str, model: str, out: str) -> dict:
         from topcal import dask as tdask
         from topcal.persist import load
 
-        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc, Client(lc) as client:
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+            Client(lc) as client,
+        ):
             t0 = time.perf_counter()  # the cluster's start-up (~5 s) is not the method's cost
             ddf = tdask.read_parquet(str(Path(path).with_suffix("")))
             if task == "fit":
                 cal = tdask.fit(ddf, "kde-mon2")
                 cal.save(out)
-                if Path(model).exists():  # the streamed fit of the same rows (same statistics expected)
+                if Path(
+                    model
+                ).exists():  # the streamed fit of the same rows (same statistics expected)
                     streamed = load(model).evidence_.stats
                     extra["stats_equal_streamed"] = bool(cal.evidence_.stats.equals(streamed))
             else:
@@ -132,11 +144,18 @@ def child(mode: str, task: str, path: str, model: str, out: str) -> dict:
 
 
 def run_child(mode, task, path, model, out) -> dict:
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_scale as b; "
-            f"print(json.dumps(b.child({mode!r}, {task!r}, {path!r}, {model!r}, {out!r})))")
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_scale "
+        f"as b; "
+        f"print(json.dumps(b.child({mode!r}, {task!r}, {path!r}, {model!r}, {out!r})))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if r.returncode != 0:
-        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
+        return {
+            "error": r.stderr.strip().splitlines()[-1]
+            if r.stderr.strip()
+            else f"exit {r.returncode}"
+        }
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -146,29 +165,41 @@ def main() -> None:
     ap.add_argument("--classes", nargs="+", type=int, default=[10, 100])
     ap.add_argument("--modes", nargs="+", default=["floor", "memory", "stream", "dask"])
     ap.add_argument("--tasks", nargs="+", default=["fit", "apply"])
-    ap.add_argument("--max-memory-rows", type=float, default=2e7, help="skip the in-memory path above this")
+    ap.add_argument(
+        "--max-memory-rows", type=float, default=2e7, help="skip the in-memory path above this"
+    )
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="topcal-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores; data in {work}")
-    print(f"{'rows':>11} {'K':>4} {'task':5} {'mode':9} {'seconds':>8} {'Mrows/s':>8} {'vs floor':>8} "
-          f"{'peak MB':>8} {'worker MB':>9}")
+    print(
+        f"{'rows':>11} {'K':>4} {'task':5} {'mode':9} {'seconds':>8} {'Mrows/s':>8} "
+        f"{'vs floor':>8} "
+        f"{'peak MB':>8} {'worker MB':>9}"
+    )
     for n in (int(r) for r in args.rows):
         for K in args.classes:
             data = work / f"d_{n}_{K}.parquet"
             if not data.exists():
                 t = time.perf_counter()
                 generate(data, n, K)
-                print(f"# generated {n:,} rows x {K} classes in {time.perf_counter() - t:.1f} s "
-                      f"({data.stat().st_size / 2**20:.0f} MiB)", flush=True)
+                print(
+                    f"# generated {n:,} rows x {K} classes in {time.perf_counter() - t:.1f} s "
+                    f"({data.stat().st_size / 2**20:.0f} MiB)",
+                    flush=True,
+                )
             model = work / f"m_{n}_{K}.json"
             for task in args.tasks:
                 floor = None
                 for mode in args.modes:
                     if mode == "memory" and n > args.max_memory_rows:
                         continue
-                    modes = [("floor-read" if task == "fit" else "floor-rw")] if mode == "floor" else [mode]
+                    modes = (
+                        [("floor-read" if task == "fit" else "floor-rw")]
+                        if mode == "floor"
+                        else [mode]
+                    )
                     for m in modes:
                         if task == "apply" and not model.exists():
                             r0 = run_child("stream", "fit", str(data), "", str(model))
@@ -187,10 +218,17 @@ def main() -> None:
                             floor = rate
                         ratio = f"{rate / floor:8.2f}" if floor else f"{'-':>8}"
                         wk = f"{r['worker_peak_mb']:9.0f}" if "worker_peak_mb" in r else f"{'-':>9}"
-                        same = f"  statistics equal to the streamed fit's: {r['stats_equal_streamed']}" \
-                            if "stats_equal_streamed" in r else ""
-                        print(f"{n:>11,} {K:>4} {task:5} {m:9} {r['seconds']:8.2f} {rate:8.2f} {ratio} "
-                              f"{r['peak_mb']:8.0f} {wk}{same}", flush=True)
+                        same = (
+                            f"  statistics equal to the streamed fit's: {r['stats_equal_streamed']}"
+                            if "stats_equal_streamed" in r
+                            else ""
+                        )
+                        print(
+                            f"{n:>11,} {K:>4} {task:5} {m:9} {r['seconds']:8.2f} {rate:8.2f} "
+                            f"{ratio} "
+                            f"{r['peak_mb']:8.0f} {wk}{same}",
+                            flush=True,
+                        )
 
 
 def _cleanup(p: Path) -> None:

@@ -28,7 +28,8 @@ temperatures T_j from 0.5 to 2 (as benchmarks/bench_kde.py).
 
 Output: a table per cell (fit and apply seconds, the ratio isotonic/class time over the
 contestant's, peak MB and peak ÷ the input score matrix's size, and for ``auto`` its fit time ÷
-``sklearn-ts``'s, scikit-learn's temperature calibration on the same outputs), then the fitted exponent a of time ~ n^a per method and K (least
+``sklearn-ts``'s, scikit-learn's temperature calibration on the same outputs), then the fitted
+exponent a of time ~ n^a per method and K (least
 squares on log-log over the n of the grid).
 
 Usage: python benchmarks/bench_scaling.py [--n 1e4 1e5 1e6 1e7] [--k 10 100 1000]
@@ -51,13 +52,10 @@ import numpy as np
 from _measure import loadavg, make_data, peak_mb
 
 
-
-
-
-
 # ------------------------------------------------------------------ contestants
 class Contestant:
-    """A name, a fit(probs, labels, data) -> model and an apply(model, probs, data) -> confidences."""
+    """A name, a fit(probs, labels, data) -> model and an apply(model, probs, data) ->
+    confidences."""
 
     def __init__(self, name, fit, apply):
         self.name, self.fit, self.apply = name, fit, apply
@@ -95,13 +93,21 @@ def isotonic_per_class():
     def groups(pred, k):
         order = np.argsort(pred, kind="stable")
         ends = np.cumsum(np.bincount(pred, minlength=k))
-        return [(c, order[ends[c] - n:ends[c]]) for c, n in enumerate(np.bincount(pred, minlength=k)) if n]
+        return [
+            (c, order[ends[c] - n : ends[c]])
+            for c, n in enumerate(np.bincount(pred, minlength=k))
+            if n
+        ]
 
     def fit(probs, labels, data):
         pred, score = data.pred, data.score
         right = (labels == pred).astype(np.float64)
-        return {c: IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(score[i], right[i])
-                for c, i in groups(pred, probs.shape[1])}
+        return {
+            c: IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(
+                score[i], right[i]
+            )
+            for c, i in groups(pred, probs.shape[1])
+        }
 
     def apply(models, probs, data):
         out = np.array(data.score, dtype=np.float64)
@@ -161,7 +167,10 @@ def netcal_contestants():
 
         return Contestant(name, fit, apply)
 
-    return [make(HistogramBinning, "netcal-hist", bins=10), make(TemperatureScaling, "netcal-ts", method="mle")]
+    return [
+        make(HistogramBinning, "netcal-hist", bins=10),
+        make(TemperatureScaling, "netcal-ts", method="mle"),
+    ]
 
 
 def relplot_contestant():
@@ -191,7 +200,7 @@ def run_cell(n, k, contestants, repeat, seed):
     for rnd in range(repeat + 1):  # round 0: warm-up, not counted
         t = time.perf_counter()
         pred = np.argmax(probs, axis=1)
-        score = probs[np.arange(n), pred]
+        _ = probs[np.arange(n), pred]  # the top score, as a fit reads it
         _ = labels == pred
         floor = time.perf_counter() - t
         t = time.perf_counter()
@@ -214,7 +223,9 @@ def run_cell(n, k, contestants, repeat, seed):
                 if np.asarray(out).shape != (n,):
                     raise RuntimeError(f"apply gave shape {np.asarray(out).shape}")
             except Exception as exc:  # a peer that cannot run here is reported, not fatal
-                notes[c.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+                notes[c.name] = (
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+                )
                 continue
             if rnd:
                 best[c.name][0] = min(best[c.name][0], fit_s)
@@ -252,13 +263,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=float, nargs="+", default=[1e4, 1e5, 1e6, 1e7])
     ap.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
-    ap.add_argument("--max-n-k1000", type=float, default=1e6, help="largest n for K >= 1000 (memory)")
+    ap.add_argument(
+        "--max-n-k1000", type=float, default=1e6, help="largest n for K >= 1000 (memory)"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--methods", nargs="+", default=None,
-                    help="topcal methods, each a name or name:param=value (hist:shrinkage=0 is hist's m = 0 form)")
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="topcal methods, each a name or name:param=value (hist:shrinkage=0 is hist's m = 0 "
+        "form)",
+    )
     ap.add_argument("--no-peers", action="store_true")
-    ap.add_argument("--no-auto", action="store_true", help="leave out auto (minutes at 10^6 x 100 and above)")
+    ap.add_argument(
+        "--no-auto", action="store_true", help="leave out auto (minutes at 10^6 x 100 and above)"
+    )
     args = ap.parse_args(argv)
 
     methods = args.methods or [m for m in available_methods() if m != "auto" or not args.no_auto]
@@ -274,9 +294,13 @@ def main(argv=None) -> int:
     import numpy
     import sklearn
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
-          f"Python {platform.python_version()}, numpy {numpy.__version__}, scikit-learn {sklearn.__version__}, "
-          f"topcal {topcal.__version__}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} "
+        f"{platform.release()}; "
+        f"Python {platform.python_version()}, numpy {numpy.__version__}, scikit-learn "
+        f"{sklearn.__version__}, "
+        f"topcal {topcal.__version__}"
+    )
     print(f"repeat {args.repeat} (after one warm-up round), interleaved; minimum over rounds")
     for s in skipped:
         print(f"skipped peer: {s}")
@@ -287,13 +311,19 @@ def main(argv=None) -> int:
                 continue
             print(f"\n## n = {n:.0e} x K = {k}   (load average {loadavg()})")
             best, mem, notes, (floor, build) = run_cell(n, k, contestants, args.repeat, args.seed)
-            print(f"TopLabelData.from_probs {build:.4f} s; floor (argmax + gather + compare) {floor:.4f} s; "
-                  f"ratio {build / floor:.2f}")
+            print(
+                f"TopLabelData.from_probs {build:.4f} s; floor (argmax + gather + compare) "
+                f"{floor:.4f} s; "
+                f"ratio {build / floor:.2f}"
+            )
             iso_fit, iso_apply = best["isotonic/class"]
             input_mb = n * k * 8 / 1e6  # the float64 score matrix every contestant is given
             print(f"input score matrix: {input_mb:.0f} MB")
-            print("| method | fit s | isotonic/class fit ÷ this | apply s | isotonic/class apply ÷ this | peak MB "
-                  "| peak ÷ input |")
+            print(
+                "| method | fit s | isotonic/class fit ÷ this | apply s | isotonic/class apply ÷ "
+                "this | peak MB "
+                "| peak ÷ input |"
+            )
             print("|---|---:|---:|---:|---:|---:|---:|")
             for c in contestants:
                 if c.name in notes:
@@ -301,11 +331,21 @@ def main(argv=None) -> int:
                     continue
                 f, a = best[c.name]
                 times.setdefault((c.name, k), []).append((n, f, a))
-                print(f"| {c.name} | {f:.4f} | {iso_fit / f:.2f} | {a:.4f} | {iso_apply / a:.2f} | {mem[c.name]:.0f} "
-                      f"| {mem[c.name] / input_mb:.2f} |")
-            if "auto" in best and "sklearn-ts" in best and "auto" not in notes and "sklearn-ts" not in notes:
-                print(f"auto fit ÷ sklearn-ts fit: {best['auto'][0] / best['sklearn-ts'][0]:.2f}; "
-                      f"auto fit ÷ isotonic/class fit: {best['auto'][0] / iso_fit:.2f}")
+                print(
+                    f"| {c.name} | {f:.4f} | {iso_fit / f:.2f} | {a:.4f} | {iso_apply / a:.2f} | "
+                    f"{mem[c.name]:.0f} "
+                    f"| {mem[c.name] / input_mb:.2f} |"
+                )
+            if (
+                "auto" in best
+                and "sklearn-ts" in best
+                and "auto" not in notes
+                and "sklearn-ts" not in notes
+            ):
+                print(
+                    f"auto fit ÷ sklearn-ts fit: {best['auto'][0] / best['sklearn-ts'][0]:.2f}; "
+                    f"auto fit ÷ isotonic/class fit: {best['auto'][0] / iso_fit:.2f}"
+                )
             sys.stdout.flush()
     if len(args.n) > 1:
         print("\n## fitted exponent a of time ~ n^a (fit / apply), per K")
@@ -317,8 +357,10 @@ def main(argv=None) -> int:
             for k in ks:
                 rows = times.get((name, k), [])
                 ns = [r[0] for r in rows]
-                cells.append(f"{fitted_exponent(ns, [r[1] for r in rows]):.2f} / "
-                             f"{fitted_exponent(ns, [r[2] for r in rows]):.2f}")
+                cells.append(
+                    f"{fitted_exponent(ns, [r[1] for r in rows]):.2f} / "
+                    f"{fitted_exponent(ns, [r[2] for r in rows]):.2f}"
+                )
             print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nload average at the end: {loadavg()}")
     return 0

@@ -1,12 +1,15 @@
-"""Should the count methods shrink toward the pooled Platt curve instead of the same method pooled? (issue 22)
+"""Should the count methods shrink toward the pooled Platt curve instead of the same method pooled?
+(issue 22)
 
 The shrunk ``hist`` and ``kde-mon2`` pull every class toward r(S), the same method fitted on all
-classes pooled. The variant measured here pulls toward the pooled Platt curve instead (``pooled-platt``,
+classes pooled. The variant measured here pulls toward the pooled Platt curve instead
+(``pooled-platt``,
 sigmoid(a logit(s) + b): usually the best single curve with few rows per class); the pseudo-count is
 chosen by the same leave-one-out rule. Held-out NLL of both, on the issue-22 regime (top-score-only
 sets, subsampled fitting rows) and on the full sets.
 
-Run: ``.venv/bin/python benchmarks/bench_shrink_reference.py [--data ...] [--folds 2] [--subsample 2000 5000]``
+Run: ``.venv/bin/python benchmarks/bench_shrink_reference.py [--data ...] [--folds 2] [--subsample
+2000 5000]``
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from bench_heldout import QUICK_DATA, load, subsample  # noqa: E402
 
 
 def toward_platt(cls):
-    """``cls`` whose shrinkage reference is the pooled Platt curve (not registered: for this measurement)."""
+    """``cls`` whose shrinkage reference is the pooled Platt curve (not registered: for this
+    measurement)."""
 
     class Variant(cls):
         def _fit(self, data):
@@ -44,8 +48,12 @@ def toward_platt(cls):
     return Variant
 
 
-VARIANTS = {"hist": Histogram, "hist>platt": toward_platt(Histogram),
-            "kde-mon2": KDEMon2, "kde-mon2>platt": toward_platt(KDEMon2)}
+VARIANTS = {
+    "hist": Histogram,
+    "hist>platt": toward_platt(Histogram),
+    "kde-mon2": KDEMon2,
+    "kde-mon2>platt": toward_platt(KDEMon2),
+}
 
 
 def main(argv=None):
@@ -74,11 +82,16 @@ def main(argv=None):
                 res = {v: nll(target, np.concatenate(c)).overall for v, c in conf.items()}
                 for base in wins:
                     wins[base].append(res[base + ">platt"] / res[base])
-                print(f"{name} K={k} n={n or 'all'}: " + "  ".join(f"{v} {x:.4f}" for v, x in res.items()),
-                      flush=True)
+                print(
+                    f"{name} K={k} n={n or 'all'}: "
+                    + "  ".join(f"{v} {x:.4f}" for v, x in res.items()),
+                    flush=True,
+                )
     for base, r in wins.items():
-        print(f"{base}: toward pooled Platt / toward same method pooled: median {np.median(r):.4f}, "
-              f"better in {sum(x < 1 for x in r)} of {len(r)} cells, worst {max(r):.4f}")
+        print(
+            f"{base}: toward pooled Platt / toward same method pooled: median {np.median(r):.4f}, "
+            f"better in {sum(x < 1 for x in r)} of {len(r)} cells, worst {max(r):.4f}"
+        )
     return 0
 
 

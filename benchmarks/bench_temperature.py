@@ -118,7 +118,9 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=1, help="fits per method; the fastest time is reported")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="fits per method; the fastest time is reported"
+    )
     args = ap.parse_args(argv)
 
     import sklearn
@@ -174,10 +176,20 @@ def main(argv=None) -> int:
         pt.classes_ = np.arange(args.k)
         return CalibratedClassifierCV(FrozenEstimator(pt), method="temperature").fit(probs, labels)
 
-    run("sklearn CalibratedClassifierCV(temperature)", sk_cv,
-        lambda m: m.predict_proba(probs)[rows, pred], 1, "probs; multinomial NLL, Brent")
-    run("sklearn _TemperatureScaling on logits", lambda: _TemperatureScaling().fit(z, labels),
-        lambda m: m.predict(z)[rows, pred], 1, "logits; multinomial NLL, Brent")
+    run(
+        "sklearn CalibratedClassifierCV(temperature)",
+        sk_cv,
+        lambda m: m.predict_proba(probs)[rows, pred],
+        1,
+        "probs; multinomial NLL, Brent",
+    )
+    run(
+        "sklearn _TemperatureScaling on logits",
+        lambda: _TemperatureScaling().fit(z, labels),
+        lambda m: m.predict(z)[rows, pred],
+        1,
+        "logits; multinomial NLL, Brent",
+    )
 
     # --- netcal ------------------------------------------------------------
     try:
@@ -196,8 +208,13 @@ def main(argv=None) -> int:
                 warnings.simplefilter("ignore")
                 return NetcalTS(method="mle").fit(probs, labels, tensorboard=False)
 
-        run("netcal TemperatureScaling(mle)", nc_fit,
-            lambda m: np.asarray(m.transform(probs))[rows, pred], 1, "probs; multinomial NLL, L-BFGS-B")
+        run(
+            "netcal TemperatureScaling(mle)",
+            nc_fit,
+            lambda m: np.asarray(m.transform(probs))[rows, pred],
+            1,
+            "probs; multinomial NLL, L-BFGS-B",
+        )
 
     # --- topcal ------------------------------------------------------------
     with warnings.catch_warnings():
@@ -205,11 +222,22 @@ def main(argv=None) -> int:
         # the plain rows time the default fit alone (like the competitors'); the "+ update tables"
         # rows the opt-in keep_stats=True, which also computes the loss tables update needs
         tables = {"keep_stats": True}
-        for name, params in [("sts", {"objective": "multinomial"}), ("sts", {}),
-                             ("csts", {}), ("sts", tables), ("csts", tables),
-                             ("tswa", {}), ("cstswa", {}), ("bts", {}), ("btswa", {})]:
-            label = f"topcal {name}" + ("(multinomial)" if "objective" in params else "") + (
-                " + update tables" if params is tables else "")
+        for name, params in [
+            ("sts", {"objective": "multinomial"}),
+            ("sts", {}),
+            ("csts", {}),
+            ("sts", tables),
+            ("csts", tables),
+            ("tswa", {}),
+            ("cstswa", {}),
+            ("bts", {}),
+            ("btswa", {}),
+        ]:
+            label = (
+                f"topcal {name}"
+                + ("(multinomial)" if "objective" in params else "")
+                + (" + update tables" if params is tables else "")
+            )
             holder = {}
 
             def fit(name=name, params=params):
@@ -224,29 +252,43 @@ def main(argv=None) -> int:
     # --- report ------------------------------------------------------------
     sk = next(r for r in results if r[0].startswith("sklearn Cal"))
     sk_logit = next(r for r in results if r[0].startswith("sklearn _Temp"))
-    print(f"topcal {topcal.__version__}, scikit-learn {sklearn.__version__}"
-          + (f", netcal {netcal.__version__}" if netcal is not None else "")
-          + f", numpy {np.__version__}, Python {platform.python_version()}")
+    print(
+        f"topcal {topcal.__version__}, scikit-learn {sklearn.__version__}"
+        + (f", netcal {netcal.__version__}" if netcal is not None else "")
+        + f", numpy {np.__version__}, Python {platform.python_version()}"
+    )
     cpu = os.cpu_count()
     load = os.getloadavg()
-    print(f"data: n={args.n:,} x K={args.k}, seed {args.seed}; TopLabelData.from_probs {t_data:.3f} s, "
-          f"{m_data:.0f} MiB; {cpu} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"data: n={args.n:,} x K={args.k}, seed {args.seed}; TopLabelData.from_probs {t_data:.3f} "
+        f"s, "
+        f"{m_data:.0f} MiB; {cpu} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print()
-    print("| method | params | fit time (s) | time / sklearn CCV | time / sklearn logits | top-label NLL "
-          "| NLL - sklearn CCV | peak extra RSS (MiB) |")
+    print(
+        "| method | params | fit time (s) | time / sklearn CCV | time / sklearn logits | top-label "
+        "NLL "
+        "| NLL - sklearn CCV | peak extra RSS (MiB) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, npar, dt, v, mib, note in results:
         if name == "uncalibrated":
             print(f"| {name} | 0 | - | - | - | {v:.6f} | {v - sk[3]:+.6f} | - |")
             continue
-        print(f"| {name} | {npar} | {dt:.3f} | {dt / sk[2]:.3f} | {dt / sk_logit[2]:.3f} | {v:.6f} "
-              f"| {v - sk[3]:+.6f} | {mib:.0f} |")
+        print(
+            f"| {name} | {npar} | {dt:.3f} | {dt / sk[2]:.3f} | {dt / sk_logit[2]:.3f} | {v:.6f} "
+            f"| {v - sk[3]:+.6f} | {mib:.0f} |"
+        )
     print()
     sts = next(r for r in results if r[0] == "topcal sts")
     tswa = next(r for r in results if r[0] == "topcal tswa")
-    print(f"targets: sts speed-up vs sklearn CCV {sk[2] / sts[2]:.2f}x (target >= 3x), vs sklearn logits "
-          f"{sk_logit[2] / sts[2]:.2f}x; sts NLL - sklearn NLL = {sts[3] - sk[3]:+.2e} (target <= 0); "
-          f"tswa time / sklearn CCV = {tswa[2] / sk[2]:.2f} (target <= 1)")
+    print(
+        f"targets: sts speed-up vs sklearn CCV {sk[2] / sts[2]:.2f}x (target >= 3x), vs sklearn "
+        f"logits "
+        f"{sk_logit[2] / sts[2]:.2f}x; sts NLL - sklearn NLL = {sts[3] - sk[3]:+.2e} (target <= "
+        f"0); "
+        f"tswa time / sklearn CCV = {tswa[2] / sk[2]:.2f} (target <= 1)"
+    )
     return 0
 
 

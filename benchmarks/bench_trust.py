@@ -1,4 +1,5 @@
-"""Do the precision guarantees of ``topcal threshold`` hold on real networks' outputs? (issue 23, item 3)
+"""Do the precision guarantees of ``topcal threshold`` hold on real networks' outputs? (issue 23,
+item 3)
 
 Data: every file of ``shared/data/bench`` (five CIFAR-10/100 networks with
 full probability vectors, read as top-label data; two ImageNet models with
@@ -57,9 +58,16 @@ HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent.parent / "shared" / "data" / "bench"
 if not BENCH.is_dir():
     BENCH = Path("/work/shared/data/bench")
-ALL = ["lenet-5-cifar-10.npz", "wideresnet-16-4-cifar-10.npz", "densenet-bc-100-cifar-100.npz",
-       "lenet-5-cifar-100.npz", "wideresnet-16-4-cifar-100.npz", "imagenet-resnet101.csv",
-       "imagenet-densenet161.csv", "phanns"]
+ALL = [
+    "lenet-5-cifar-10.npz",
+    "wideresnet-16-4-cifar-10.npz",
+    "densenet-bc-100-cifar-100.npz",
+    "lenet-5-cifar-100.npz",
+    "wideresnet-16-4-cifar-100.npz",
+    "imagenet-resnet101.csv",
+    "imagenet-densenet161.csv",
+    "phanns",
+]
 QUICK = ["wideresnet-16-4-cifar-10.npz", "phanns"]
 TARGETS = (0.9, 0.95, 0.99)
 DELTAS = (0.05, 0.1)
@@ -71,11 +79,17 @@ def load(name: str) -> TopLabelData:
     path = BENCH / name
     if path.suffix == ".npz":
         z = np.load(path)
-        return TopLabelData.from_probs(z["predictions"].astype(np.float64), z["ground_truth"], renormalize=True)
+        return TopLabelData.from_probs(
+            z["predictions"].astype(np.float64), z["ground_truth"], renormalize=True
+        )
     df = pd.read_csv(path)
     k = int(max(df["true_label"].max(), df["pred_label"].max())) + 1
-    return TopLabelData.from_scores(df["pred_label"].to_numpy(), df["confidence"].to_numpy(),
-                                    labels=df["true_label"].to_numpy(), classes=[str(i) for i in range(k)])
+    return TopLabelData.from_scores(
+        df["pred_label"].to_numpy(),
+        df["confidence"].to_numpy(),
+        labels=df["true_label"].to_numpy(),
+        classes=[str(i) for i in range(k)],
+    )
 
 
 def thin(data: TopLabelData, tp, fp) -> TopLabelData:
@@ -83,8 +97,15 @@ def thin(data: TopLabelData, tp, fp) -> TopLabelData:
     keep = (tp + fp) > 0
     d = data.subset(keep)
     if data.is_binned:
-        return TopLabelData.from_binned(d.pred, d.bin_edges[:, 0], d.bin_edges[:, 1], tp[keep], fp[keep],
-                                        classes=d.classes, score_range=d.score_range)
+        return TopLabelData.from_binned(
+            d.pred,
+            d.bin_edges[:, 0],
+            d.bin_edges[:, 1],
+            tp[keep],
+            fp[keep],
+            classes=d.classes,
+            score_range=d.score_range,
+        )
     return d  # per-sample rows: weights are 0/1, kept rows keep theirs
 
 
@@ -122,12 +143,25 @@ def run_set(name, method, splits, fit_share, seed):
     rest_tp, rest_fp = data.tp - fit_tp, data.fp - fit_fp
     keep = (rest_tp + rest_fp) > 0
     conf = model.predict(data)[keep]
-    pred, rest_tp, rest_fp = data.pred[keep], rest_tp[keep].astype(np.int64), rest_fp[keep].astype(np.int64)
+    pred, rest_tp, rest_fp = (
+        data.pred[keep],
+        rest_tp[keep].astype(np.int64),
+        rest_fp[keep].astype(np.int64),
+    )
     groups = [idx for _, idx in rows_by_class(pred, data.n_classes)]
     K = len(groups)
-    cells = {(t, d): {"g_ltt": [], "g_naive": [], "g_sgr": [], "c_ltt": np.zeros(K), "c_naive": np.zeros(K),
-                      "acc": {"g_ltt": [], "g_naive": [], "g_sgr": [], "c_ltt": [], "c_naive": []}}
-             for t in TARGETS for d in DELTAS}
+    cells = {
+        (t, d): {
+            "g_ltt": [],
+            "g_naive": [],
+            "g_sgr": [],
+            "c_ltt": np.zeros(K),
+            "c_naive": np.zeros(K),
+            "acc": {"g_ltt": [], "g_naive": [], "g_sgr": [], "c_ltt": [], "c_naive": []},
+        }
+        for t in TARGETS
+        for d in DELTAS
+    }
     for _ in range(splits):
         c_tp = rng.binomial(rest_tp, 0.5).astype(float)
         c_fp = rng.binomial(rest_fp, 0.5).astype(float)
@@ -138,14 +172,27 @@ def run_set(name, method, splits, fit_share, seed):
             naive_c = [naive_cutoff(conf[g], c_tp[g], c_fp[g], target) for g in groups]
             for delta in DELTAS:
                 cell = cells[(target, delta)]
-                res = {"g_ltt": ltt_cutoff("all", conf, c_tp, c_fp, target, delta, starts=GLOBAL_STARTS).cutoff,
-                       "g_naive": naive_g, "g_sgr": sgr_threshold(conf, c_tp, c_fp, target, delta)}
+                res = {
+                    "g_ltt": ltt_cutoff(
+                        "all", conf, c_tp, c_fp, target, delta, starts=GLOBAL_STARTS
+                    ).cutoff,
+                    "g_naive": naive_g,
+                    "g_sgr": sgr_threshold(conf, c_tp, c_fp, target, delta),
+                }
                 for key, cut in res.items():
                     v, n = test_outcome(cut, conf, t_tp, t_fp, target)
                     cell[key].append(v)
                     cell["acc"][key].append(n / total)
-                for key, cuts in (("c_ltt", [ltt_cutoff("k", conf[g], c_tp[g], c_fp[g], target, delta).cutoff
-                                             for g in groups]), ("c_naive", naive_c)):
+                for key, cuts in (
+                    (
+                        "c_ltt",
+                        [
+                            ltt_cutoff("k", conf[g], c_tp[g], c_fp[g], target, delta).cutoff
+                            for g in groups
+                        ],
+                    ),
+                    ("c_naive", naive_c),
+                ):
                     n_acc = 0.0
                     for j, (g, cut) in enumerate(zip(groups, cuts)):
                         v, n = test_outcome(cut, conf[g], t_tp[g], t_fp[g], target)
@@ -171,19 +218,42 @@ def run_set(name, method, splits, fit_share, seed):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"20 splits on {', '.join(QUICK)}")
-    ap.add_argument("--splits", type=int, default=None, help="random splits per data set (default 200; quick 20)")
-    ap.add_argument("--method", default="hist", help="calibration method fitted on the separate part (default hist)")
-    ap.add_argument("--fit-share", type=float, default=0.3, help="share of samples that fit the calibrator (0.3)")
+    ap.add_argument(
+        "--splits",
+        type=int,
+        default=None,
+        help="random splits per data set (default 200; quick 20)",
+    )
+    ap.add_argument(
+        "--method",
+        default="hist",
+        help="calibration method fitted on the separate part (default hist)",
+    )
+    ap.add_argument(
+        "--fit-share",
+        type=float,
+        default=0.3,
+        help="share of samples that fit the calibrator (0.3)",
+    )
     ap.add_argument("--data", nargs="*", help="data sets (default: all, or the quick two)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--csv", help="also write the table as CSV here")
     args = ap.parse_args(argv)
     splits = args.splits or (20 if args.quick else 200)
     names = args.data or (QUICK if args.quick else ALL)
-    print(f"# bench_trust: {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, load {loadavg()}, "
-          f"topcal {topcal.__version__}")
-    print(f"# command: python benchmarks/bench_trust.py {' '.join(argv if argv is not None else sys.argv[1:])}")
-    print(f"# method {args.method} fitted on {args.fit_share:.0%}, {splits} splits of the rest into halves")
+    print(
+        f"# bench_trust: {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, load "
+        f"{loadavg()}, "
+        f"topcal {topcal.__version__}"
+    )
+    print(
+        f"# command: python benchmarks/bench_trust.py "
+        f"{' '.join(argv if argv is not None else sys.argv[1:])}"
+    )
+    print(
+        f"# method {args.method} fitted on {args.fit_share:.0%}, {splits} splits of the rest into "
+        f"halves"
+    )
     all_rows = []
     for name in names:
         t0 = time.perf_counter()
@@ -192,21 +262,45 @@ def main(argv=None) -> int:
         print(f"# {name}: {time.perf_counter() - t0:.1f} s", flush=True)
     df = pd.DataFrame(all_rows)
     print()
-    print("| data | target | delta | bound | ltt viol | naive viol | sgr viol | ltt acc | naive acc | sgr acc "
-          "| class ltt worst | class ltt mean | class naive worst | class naive mean | class ltt acc "
-          "| class naive acc |")
+    print(
+        "| data | target | delta | bound | ltt viol | naive viol | sgr viol | ltt acc | naive acc "
+        "| sgr acc "
+        "| class ltt worst | class ltt mean | class naive worst | class naive mean | class ltt acc "
+        "| class naive acc |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in all_rows:
-        cells = [r["data"].replace(".npz", "").replace(".csv", ""), f"{r['target']:g}", f"{r['delta']:g}"] + [
-            f"{r[k]:.3f}" for k in ("bound", "g_ltt_viol", "g_naive_viol", "g_sgr_viol", "g_ltt_acc", "g_naive_acc",
-                                    "g_sgr_acc", "c_ltt_worst", "c_ltt_mean", "c_naive_worst", "c_naive_mean",
-                                    "c_ltt_acc", "c_naive_acc")]
+        cells = [
+            r["data"].replace(".npz", "").replace(".csv", ""),
+            f"{r['target']:g}",
+            f"{r['delta']:g}",
+        ] + [
+            f"{r[k]:.3f}"
+            for k in (
+                "bound",
+                "g_ltt_viol",
+                "g_naive_viol",
+                "g_sgr_viol",
+                "g_ltt_acc",
+                "g_naive_acc",
+                "g_sgr_acc",
+                "c_ltt_worst",
+                "c_ltt_mean",
+                "c_naive_worst",
+                "c_naive_mean",
+                "c_ltt_acc",
+                "c_naive_acc",
+            )
+        ]
         print("| " + " | ".join(cells) + " |")
     ok_g = (df["g_ltt_viol"] <= df["bound"]).all()
     ok_c = (df["c_ltt_worst"] <= df["bound"]).all()
     beats = (df["g_ltt_acc"] >= df["g_sgr_acc"]).sum()
-    print(f"\n# global LTT within bound in every cell: {ok_g}; worst class within bound in every cell: {ok_c}; "
-          f"global LTT accepts >= SGR in {beats}/{len(df)} cells")
+    print(
+        f"\n# global LTT within bound in every cell: {ok_g}; worst class within bound in every "
+        f"cell: {ok_c}; "
+        f"global LTT accepts >= SGR in {beats}/{len(df)} cells"
+    )
     if args.csv:
         df.to_csv(args.csv, index=False)
     return 0

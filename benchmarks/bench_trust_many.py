@@ -43,8 +43,22 @@ def precision_fails(acc, tp, fp, target) -> bool:
 def run(name, method, splits, seed):
     data = load(name)
     rng = np.random.default_rng(seed)
-    out = {cell: {k: [] for k in ("default", "global", "alone", "sgr", "viol_default", "viol_global",
-                                   "viol_alone", "viol_sgr")} for cell in CELLS}
+    out = {
+        cell: {
+            k: []
+            for k in (
+                "default",
+                "global",
+                "alone",
+                "sgr",
+                "viol_default",
+                "viol_global",
+                "viol_alone",
+                "viol_sgr",
+            )
+        }
+        for cell in CELLS
+    }
     for _ in range(splits):
         third = rng.integers(0, 3, data.n_rows)
         fit, choose, test = (data.subset(np.flatnonzero(third == i)) for i in range(3))
@@ -67,10 +81,17 @@ def run(name, method, splits, seed):
             shared = np.array([c.group == "shared" for c in th.per_class])
             in_group = shared[test.pred]
             row["viol_default"].append(precision_fails(acc & in_group, tp, fp, p))
-            own = [k for k, c in enumerate(th.per_class) if c.group is None and c.cutoff is not None]
-            row["viol_alone"].append(np.mean([precision_fails(acc & (test.pred == k), tp, fp, p)
-                                              for k in own]) if own else 0.0)
-            row["viol_global"].append(precision_fails(glob.accept(test.pred, conf_t, test.score), tp, fp, p))
+            own = [
+                k for k, c in enumerate(th.per_class) if c.group is None and c.cutoff is not None
+            ]
+            row["viol_alone"].append(
+                np.mean([precision_fails(acc & (test.pred == k), tp, fp, p) for k in own])
+                if own
+                else 0.0
+            )
+            row["viol_global"].append(
+                precision_fails(glob.accept(test.pred, conf_t, test.score), tp, fp, p)
+            )
             # SGR on the raw softmax response (the top score), as in its paper
             cut = sgr_threshold(choose.score, choose.tp, choose.fp, p, d)
             sacc = np.zeros(test.n_rows, bool) if cut is None else test.score >= cut
@@ -88,8 +109,10 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# bench_trust_many: method {args.method}, {args.splits} three-way splits, data {BENCH}")
     print(f"# load before: {loadavg()}")
-    print("| set | P | delta | default | global | per-class only | SGR (raw) | default / global | "
-          "viol default | viol alone | viol global | viol SGR | bound |")
+    print(
+        "| set | P | delta | default | global | per-class only | SGR (raw) | default / global | "
+        "viol default | viol alone | viol global | viol SGR | bound |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.data:
         t0 = time.perf_counter()
@@ -98,9 +121,12 @@ def main() -> None:
             m = {k: float(np.mean(v)) for k, v in r.items()}
             bound = d + 3 * np.sqrt(d * (1 - d) / args.splits)
             ratio = m["default"] / m["global"] if m["global"] > 0 else float("nan")
-            print(f"| {name} | {p} | {d} | {m['default']:.3f} | {m['global']:.3f} | {m['alone']:.3f} | "
-                  f"{m['sgr']:.3f} | {ratio:.3f} | {m['viol_default']:.2f} | {m['viol_alone']:.2f} | "
-                  f"{m['viol_global']:.2f} | {m['viol_sgr']:.2f} | {bound:.2f} |")
+            print(
+                f"| {name} | {p} | {d} | {m['default']:.3f} | {m['global']:.3f} | {m['alone']:.3f} "
+                f"| "
+                f"{m['sgr']:.3f} | {ratio:.3f} | {m['viol_default']:.2f} | {m['viol_alone']:.2f} | "
+                f"{m['viol_global']:.2f} | {m['viol_sgr']:.2f} | {bound:.2f} |"
+            )
         print(f"# {name}: {time.perf_counter() - t0:.0f} s")
     print(f"# load after: {loadavg()}")
 

@@ -45,8 +45,11 @@ def _timed_fit(method, params, data):
 def measure(label, data, parts, seed):
     rng = np.random.default_rng(seed)
     split = np.array_split(rng.permutation(data.n_rows), parts)
-    for method, params in (("sts", {"keep_stats": True}), ("csts", {"keep_stats": True}),
-                           ("csts", {"loss": "brier", "keep_stats": True})):
+    for method, params in (
+        ("sts", {"keep_stats": True}),
+        ("csts", {"keep_stats": True}),
+        ("csts", {"loss": "brier", "keep_stats": True}),
+    ):
         whole, t_full = _timed_fit(method, params, data)
         _, t_plain = _timed_fit(method, {**params, "keep_stats": False}, data)
         cal, _ = _timed_fit(method, params, data.subset(split[0]))
@@ -59,8 +62,11 @@ def measure(label, data, parts, seed):
         d_pred = float(np.max(np.abs(cal.predict(data) - whole.predict(data))))
         size = len(json.dumps(cal.to_dict()["stats"])) / data.n_classes
         name = method + ("-brier" if "loss" in params else "")
-        print(f"| {label} | {data.n_rows} x {data.n_classes} | {name} | {t_rel:.1e} | {d_pred:.1e} | "
-              f"{t_plain:.2f} | {t_full:.2f} | {size / 1000:.1f} |", flush=True)
+        print(
+            f"| {label} | {data.n_rows} x {data.n_classes} | {name} | {t_rel:.1e} | {d_pred:.1e} | "
+            f"{t_plain:.2f} | {t_full:.2f} | {size / 1000:.1f} |",
+            flush=True,
+        )
 
 
 def main(argv=None):
@@ -69,12 +75,17 @@ def main(argv=None):
     ap.add_argument("--parts", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    print("| data | n x K | method | max rel. diff. T | max diff. confidence | fit s (no tables) | fit s "
-          "(with tables) | tables KB / class |")
+    print(
+        "| data | n x K | method | max rel. diff. T | max diff. confidence | fit s (no tables) | "
+        "fit s "
+        "(with tables) | tables KB / class |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for f in args.files:
         z = np.load(f)
-        data = topcal.TopLabelData.from_probs(z["predictions"].astype(np.float64), z["ground_truth"].astype(int))
+        data = topcal.TopLabelData.from_probs(
+            z["predictions"].astype(np.float64), z["ground_truth"].astype(int)
+        )
         measure(Path(f).stem, data, args.parts, args.seed)
     measure("simulated logits", _simulated(seed=args.seed), args.parts, args.seed)
 

@@ -1,4 +1,5 @@
-"""Running the real ``topcal`` console script in tests: run, check one-line errors, snapshot folders.
+"""Running the real ``topcal`` console script in tests: run, check one-line errors, snapshot
+folders.
 
 Shared by the hostile-input files (test_hostile_*.py) and the tests that drive the command line.
 """
@@ -15,10 +16,18 @@ def cli(*args, cwd=None, fsize=None, timeout=180):
     """Run the console script; ``fsize`` caps the size of any file it writes (bytes)."""
     pre = None
     if fsize is not None:
+
         def pre():
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    return subprocess.run([str(TOPCAL), *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=pre)
+
+    return subprocess.run(
+        [str(TOPCAL), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=pre,
+    )
 
 
 def assert_error(r, *fragments):

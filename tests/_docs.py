@@ -31,7 +31,9 @@ TOPCAL = Path(sys.executable).with_name("topcal")
 
 def fences(path) -> list[tuple[str, str]]:
     """(language, body) of every fenced code block of a Markdown file, in order."""
-    return re.findall(r"^```(\S*)\n(.*?)^```", Path(path).read_text(encoding="utf-8"), flags=re.S | re.M)
+    return re.findall(
+        r"^```(\S*)\n(.*?)^```", Path(path).read_text(encoding="utf-8"), flags=re.S | re.M
+    )
 
 
 def blocks(path, lang) -> list[str]:
@@ -40,10 +42,13 @@ def blocks(path, lang) -> list[str]:
 
 
 def commands(block: str) -> list[str]:
-    """The commands of a shell block: continuation lines joined, comments and blank lines dropped."""
+    """The commands of a shell block: continuation lines joined, comments and blank lines
+    dropped."""
     out = []
     for line in block.replace("\\\n", " ").splitlines():
-        line = re.sub(r"(^|\s)#(\s.*)?$", "", line)  # a comment: '#' after a blank, at the end of the line
+        line = re.sub(
+            r"(^|\s)#(\s.*)?$", "", line
+        )  # a comment: '#' after a blank, at the end of the line
         line = " ".join(line.split())
         if line:
             out.append(line)
@@ -51,11 +56,14 @@ def commands(block: str) -> list[str]:
 
 
 def run_topcal(command: str, cwd, *, timeout=300) -> subprocess.CompletedProcess:
-    """Run one ``topcal ...`` command line through the console script in ``cwd``; it must succeed cleanly."""
+    """Run one ``topcal ...`` command line through the console script in ``cwd``; it must succeed
+    cleanly."""
     args = shlex.split(command)
     assert args[0] == "topcal", command
     env = dict(os.environ, MPLBACKEND="Agg", XDG_CACHE_HOME=str(Path(cwd) / ".cache"))
-    r = subprocess.run([str(TOPCAL), *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    r = subprocess.run(
+        [str(TOPCAL), *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
     assert r.returncode == 0, (command, r.stderr[-3000:])
     assert "Traceback" not in r.stderr, (command, r.stderr[-3000:])
     return r
@@ -82,13 +90,16 @@ def exec_block(code: str, where, ns: dict | None = None, *, name="<doc>") -> dic
 
 
 def probs_frame(n, *, k=4, seed=0, labelled=True) -> pd.DataFrame:
-    """A simulated classifier's probabilities (``p_c0``..) and, if ``labelled``, true classes (``label``)."""
+    """A simulated classifier's probabilities (``p_c0``..) and, if ``labelled``, true classes
+    (``label``)."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(size=(n, k)) * 2.0
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     q = np.exp(logits / 1.5 - (logits / 1.5).max(1, keepdims=True))
-    q /= q.sum(1, keepdims=True)  # labels from a flatter distribution: the reported p is over-confident
+    q /= q.sum(
+        1, keepdims=True
+    )  # labels from a flatter distribution: the reported p is over-confident
     y = (q.cumsum(1) > rng.random(n)[:, None]).argmax(1)
     df = pd.DataFrame({f"p_c{j}": p[:, j] for j in range(k)})
     if labelled:
@@ -113,13 +124,24 @@ def top_score_frame(n, *, k=3, seed=0, labelled=True, priors=None, power=None) -
 
 
 def sklearn_split(seed=0) -> dict:
-    """``X_train, y_train, X_cal, y_cal, X_test, y_test`` of a 3-class problem (the names the docs' blocks use)."""
+    """``X_train, y_train, X_cal, y_cal, X_test, y_test`` of a 3-class problem (the names the docs'
+    blocks use)."""
     from sklearn.datasets import make_classification
     from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: F401  (loads OpenMP before exec_block's limit)
     from sklearn.model_selection import train_test_split
 
-    X, y = make_classification(n_samples=1500, n_features=12, n_informative=6, n_classes=3, random_state=seed)
+    X, y = make_classification(
+        n_samples=1500, n_features=12, n_informative=6, n_classes=3, random_state=seed
+    )
     X_train, X_rest, y_train, y_rest = train_test_split(X, y, test_size=0.6, random_state=seed)
-    X_cal, X_test, y_cal, y_test = train_test_split(X_rest, y_rest, test_size=0.5, random_state=seed)
-    return {"X_train": X_train, "y_train": y_train, "X_cal": X_cal, "y_cal": y_cal, "X_test": X_test,
-            "y_test": y_test}
+    X_cal, X_test, y_cal, y_test = train_test_split(
+        X_rest, y_rest, test_size=0.5, random_state=seed
+    )
+    return {
+        "X_train": X_train,
+        "y_train": y_train,
+        "X_cal": X_cal,
+        "y_cal": y_cal,
+        "X_test": X_test,
+        "y_test": y_test,
+    }

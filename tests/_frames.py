@@ -1,4 +1,5 @@
-"""Data frames and checks shared by the large-data tests (test_stats, test_scale, test_dask) and the CLI runner
+"""Data frames and checks shared by the large-data tests (test_stats, test_scale, test_dask) and the
+CLI runner
 shared by every CLI test."""
 
 from __future__ import annotations
@@ -49,12 +50,17 @@ def model_payload(path):
 
 
 def on_grid(data, n_cells=4096):
-    """Per-sample ``data`` with every score moved to its ScoreStats cell midpoint (what a fit from statistics sees)."""
+    """Per-sample ``data`` with every score moved to its ScoreStats cell midpoint (what a fit from
+    statistics sees)."""
     from topcal.data import TopLabelData
     from topcal.stats import cell_index, cell_midpoints
 
-    mid = cell_midpoints(cell_index(data.score, data.score_range, n_cells), data.score_range, n_cells)
-    return TopLabelData.from_scores(data.pred, mid, data.labels, classes=data.classes, score_range=data.score_range)
+    mid = cell_midpoints(
+        cell_index(data.score, data.score_range, n_cells), data.score_range, n_cells
+    )
+    return TopLabelData.from_scores(
+        data.pred, mid, data.labels, classes=data.classes, score_range=data.score_range
+    )
 
 
 def assert_confusion_equal(a, b):

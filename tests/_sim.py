@@ -45,15 +45,19 @@ def many_small_classes(seed, k, n, *, concentration=0.7, levels=None):
     power = 0.5 + 2.5 * rng.random(k)
     right = rng.random(pred.size) < score ** power[pred]
     labels = np.where(right, pred, (pred + 1 + rng.integers(0, k - 1, pred.size)) % k)
-    return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(k)],
-                                    score_range=(0.0, 1.0))
+    return TopLabelData.from_scores(
+        pred, score, labels, classes=[f"c{i}" for i in range(k)], score_range=(0.0, 1.0)
+    )
 
 
 def bench_probs(n, k, seed=0, *, temperatures=True):
-    """The benchmarks' simulated outputs (``benchmarks/_measure.make_data``): probabilities (n, k) and labels.
+    """The benchmarks' simulated outputs (``benchmarks/_measure.make_data``): probabilities (n, k)
+    and labels.
 
-    Logits N(0, 2^2) plus 2 on a uniform true class; with ``temperatures`` each column divided by its own
-    temperature from 0.5 (overconfident) to 2 (underconfident), as the benchmarks do. Built in place: the
+    Logits N(0, 2^2) plus 2 on a uniform true class; with ``temperatures`` each column divided by
+    its own
+    temperature from 0.5 (overconfident) to 2 (underconfident), as the benchmarks do. Built in
+    place: the
     memory tests compare a fit's peak with this one (n, k) array."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, k, n)
@@ -68,7 +72,8 @@ def bench_probs(n, k, seed=0, *, temperatures=True):
 
 
 def binned_engines(rng, count, bounds=None):
-    """``count`` kde binned engines on random supports, with smooth positive weights (drawn from ``rng``)."""
+    """``count`` kde binned engines on random supports, with smooth positive weights (drawn from
+    ``rng``)."""
     from topcal.calibrators.kde import _engine as eng
 
     engines = []
@@ -76,5 +81,9 @@ def binned_engines(rng, count, bounds=None):
         lo = rng.uniform(0.0, 0.3)
         hi = lo + rng.uniform(0.1, 0.6)
         x = np.linspace(0, 1, eng.FINE_CELLS + 1)
-        engines.append(eng.BinnedEngine(1 + np.sin(9 * x + rng.random()), 1 + rng.random(x.size), lo, hi, bounds))
+        engines.append(
+            eng.BinnedEngine(
+                1 + np.sin(9 * x + rng.random()), 1 + rng.random(x.size), lo, hi, bounds
+            )
+        )
     return engines

@@ -14,13 +14,15 @@ os.environ["TOPCAL_PROGRESS_SECONDS"] = "3600"
 
 @pytest.fixture(scope="module")
 def phanns():
-    """The embedded PhANNs test set (binned counts, 10 classes, scores 0-10), loaded once per module."""
+    """The embedded PhANNs test set (binned counts, 10 classes, scores 0-10), loaded once per
+    module."""
     return load_phanns()
 
 
 @pytest.fixture(scope="session")
 def cluster():
-    """A real Dask ``LocalCluster`` (2 worker processes) and its client, started once for the whole run.
+    """A real Dask ``LocalCluster`` (2 worker processes) and its client, started once for the whole
+    run.
 
     Missing dask fails under ``CI=true`` (``make test`` installs the extra) and skips elsewhere.
     """

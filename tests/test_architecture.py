@@ -24,9 +24,15 @@ PKG = SRC / "topcal"
 #: ``np.searchsorted``), below the calibrator API that wraps them; the binary
 #: temperature scalings' many-class objective (``_lockstep``, out of ``_core`` since
 #: issue 26) against the per-class one. Nothing else in the tests reaches private names.
-TEST_PRIVATE_MODULES = {"topcal.calibrators.kde._engine", "topcal.calibrators.kde._rules", "topcal.calibrators.temperature._core",
-                        "topcal.calibrators.vector._core", "topcal._numeric",
-                        "topcal._progress", "topcal.calibrators.temperature._lockstep"}
+TEST_PRIVATE_MODULES = {
+    "topcal.calibrators.kde._engine",
+    "topcal.calibrators.kde._rules",
+    "topcal.calibrators.temperature._core",
+    "topcal.calibrators.vector._core",
+    "topcal._numeric",
+    "topcal._progress",
+    "topcal.calibrators.temperature._lockstep",
+}
 
 
 def read_layers() -> dict[str, int]:
@@ -61,7 +67,8 @@ def is_package(mod: str) -> bool:
 
 
 def layer_of(mod: str) -> int:
-    """The layer of a module: its own entry, else its package's (``calibrators`` covers ``calibrators.kde``)."""
+    """The layer of a module: its own entry, else its package's (``calibrators`` covers
+    ``calibrators.kde``)."""
     if mod == "topcal":
         return LAYERS["topcal"]
     parts = mod.split(".")[1:]
@@ -110,17 +117,24 @@ def imports_of(mod: str, path: Path):
                     found.append((node.lineno, sub, None))
                     aliases[alias.asname or alias.name] = sub
                 else:
-                    found.append((node.lineno, source, alias.name if is_private(alias.name) else None))
+                    found.append(
+                        (node.lineno, source, alias.name if is_private(alias.name) else None)
+                    )
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id in aliases and is_private(node.attr)
-                and f"{aliases[node.value.id]}.{node.attr}" not in MODULES):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and is_private(node.attr)
+            and f"{aliases[node.value.id]}.{node.attr}" not in MODULES
+        ):
             found.append((node.lineno, aliases[node.value.id], node.attr))
     return found
 
 
 def private_module_violation(importer: str, target: str, allowed=frozenset()) -> bool:
-    """A private module (``pkg._name``) belongs to its package: only modules inside ``pkg`` import it."""
+    """A private module (``pkg._name``) belongs to its package: only modules inside ``pkg`` import
+    it."""
     parts = target.split(".")
     for i, part in enumerate(parts):
         if is_private(part):
@@ -143,13 +157,19 @@ def test_layer_table_lists_every_module_and_nothing_else():
             unplaced.append(mod)
     assert not unplaced, f"modules missing from the layer table in docs/architecture.md: {unplaced}"
     known = {m.split(".", 1)[1] if "." in m else m for m in MODULES}
-    stale = [name for name in LAYERS if not any(k == name or k.startswith(name + ".") for k in known)]
+    stale = [
+        name for name in LAYERS if not any(k == name or k.startswith(name + ".") for k in known)
+    ]
     assert not stale, f"the layer table names modules that do not exist: {stale}"
 
 
 def test_every_topcal_import_names_an_existing_module():
-    missing = [f"{mod}:{line} imports {target}" for mod, found in EDGES.items() for line, target, _ in found
-               if target not in MODULES]
+    missing = [
+        f"{mod}:{line} imports {target}"
+        for mod, found in EDGES.items()
+        for line, target, _ in found
+        if target not in MODULES
+    ]
     assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
 
 
@@ -164,7 +184,10 @@ def test_no_upward_imports():
 
 
 def test_no_import_cycles():
-    graph = {mod: sorted({t for _, t, _ in found if t in MODULES and t != mod}) for mod, found in EDGES.items()}
+    graph = {
+        mod: sorted({t for _, t, _ in found if t in MODULES and t != mod})
+        for mod, found in EDGES.items()
+    }
     # Tarjan's strongly connected components
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
 
@@ -197,7 +220,9 @@ def test_no_import_cycles():
 
 def test_src_imports_no_private_names():
     bad = [
-        f"{mod}:{line} uses {target}.{name}" if name else f"{mod}:{line} imports private module {target}"
+        f"{mod}:{line} uses {target}.{name}"
+        if name
+        else f"{mod}:{line} imports private module {target}"
         for mod, found in EDGES.items()
         for line, target, name in found
         if (name and target != mod) or private_module_violation(mod, target)
@@ -216,7 +241,8 @@ def test_tests_import_no_private_names_but_the_listed_ones():
 
 
 def test_checker_catches_what_it_is_meant_to(tmp_path):
-    # the analysis itself: a private name, a private module and a module alias attribute are all seen
+    # the analysis itself: a private name, a private module and a module alias attribute are all
+    # seen
     src = tmp_path / "probe.py"
     src.write_text(
         "from topcal.persist import _pretty\n"
@@ -229,12 +255,16 @@ def test_checker_catches_what_it_is_meant_to(tmp_path):
     assert (2, "topcal.calibrators.temperature._core", None) in found
     assert (5, "topcal.plots", "_hidden") in found
     assert private_module_violation("topcal.metrics", "topcal.calibrators.temperature._core")
-    assert not private_module_violation("topcal.calibrators.temperature.calibrator", "topcal.calibrators.temperature._core")
+    assert not private_module_violation(
+        "topcal.calibrators.temperature.calibrator", "topcal.calibrators.temperature._core"
+    )
     assert layer_of("topcal.calibrators.kde") == LAYERS["calibrators"] < layer_of("topcal.report")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("heavy", ["matplotlib", "torch", "pandas.plotting", "sklearn", "scipy.optimize"])
+@pytest.mark.parametrize(
+    "heavy", ["matplotlib", "torch", "pandas.plotting", "sklearn", "scipy.optimize"]
+)
 def test_import_topcal_stays_light(heavy):
     code = (
         "import sys, topcal\n"
@@ -242,7 +272,9 @@ def test_import_topcal_stays_light(heavy):
         "print(loaded)\n"
         "sys.exit(1 if loaded else 0)\n"
     )
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True
+    )
     assert proc.returncode == 0, f"import topcal loads {heavy}: {proc.stdout.strip()}"
     # -X importtime really ran: the log names topcal itself and not the heavy module
     assert re.search(r"\|\s+topcal$", proc.stderr, re.M)
@@ -251,17 +283,39 @@ def test_import_topcal_stays_light(heavy):
 
 #: The most lines a file in src/ may have, and the files allowed more, each with the reason.
 MAX_LINES = 600
-#: Files over the limit, each with the reason it is not split (none today).
-LONG_FILES: dict[str, str] = {}
+#: Files over the limit, each with the reason it is not split.
+#: why each file below is long: the reformat of issue 38 (2026-11-27) to 100-character lines grew
+#: it past the limit (lines before -> after); each is to be split (issue 38 left open for this)
+_REFORMAT = (
+    "reformatted to 100-character lines by ruff format (issue 38): {} -> {} lines; split pending"
+)
+LONG_FILES: dict[str, str] = {
+    "topcal/plots/draw.py": _REFORMAT.format(560, 722),
+    "topcal/thresholds.py": _REFORMAT.format(569, 814),
+    "topcal/data/_table.py": _REFORMAT.format(517, 602),
+    "topcal/calibrators/base.py": _REFORMAT.format(587, 657),
+    "topcal/calibrators/kde/calibrator.py": _REFORMAT.format(600, 716),
+    "topcal/calibrators/temperature/_core.py": _REFORMAT.format(580, 609),
+    "topcal/calibrators/temperature/calibrator.py": _REFORMAT.format(598, 766),
+    "topcal/calibrators/auto.py": _REFORMAT.format(576, 748),
+}
 
 
 def test_no_source_file_is_over_the_size_limit_unless_listed_with_a_reason():
-    long = {str(p.relative_to(SRC)): n for p in PKG.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(SRC)): n
+        for p in PKG.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     unlisted = {f: n for f, n in long.items() if f not in LONG_FILES}
-    assert not unlisted, f"files over {MAX_LINES} lines (split them, or list them with a reason): {unlisted}"
+    assert not unlisted, (
+        f"files over {MAX_LINES} lines (split them, or list them with a reason): {unlisted}"
+    )
     stale = [f for f in LONG_FILES if f not in long]
-    assert not stale, f"listed as long but no longer over {MAX_LINES} lines (remove them from LONG_FILES): {stale}"
+    assert not stale, (
+        f"listed as long but no longer over {MAX_LINES} lines (remove them from LONG_FILES): "
+        f"{stale}"
+    )
     assert all(len(reason) > 20 for reason in LONG_FILES.values())
 
 
@@ -273,31 +327,73 @@ def test_no_source_file_is_over_the_size_limit_unless_listed_with_a_reason():
 #: where only a name is at hand; the baseline is named through ``registry.BASELINE``.
 METHOD_NAME_LITERALS = {
     **dict.fromkeys(
-        [("report/figures.py", s) for s in ("_MAIN_CURVES", "_KDE_RULES", "_DENSITY_PREFERENCE", "_BINARY_TS",
-                                            "_ADDED_PREFERENCE")],
-        "which methods a figure shows by default: the paper's choices, one constant per figure"),
-    ("report/figures.py", "label_shift_figures"): "'label-shift' is the figure's key (its HTML id), no model",
-    ("plots/draw.py", "METHOD_COLORS"): "a fixed colour per method, so a method keeps its colour in every figure",
-    ("plots/draw.py", "plot_joint_distribution"): "gid 'conf1' names the Conf1 bars of Fig. 1 (the metric)",
-    ("plots/compute.py", "BARS_METHOD"): "the reference bars are Conf_Hist by definition (paper Fig. 3)",
-    ("plots/evaluation.py", "added_samples_effect"): "the default method of a public function's signature",
-    ("cli/models.py", "add_commands"): "--method's default 'auto'; --shrink's value 'auto' is no method",
+        [
+            ("report/figures.py", s)
+            for s in (
+                "_MAIN_CURVES",
+                "_KDE_RULES",
+                "_DENSITY_PREFERENCE",
+                "_BINARY_TS",
+                "_ADDED_PREFERENCE",
+            )
+        ],
+        "which methods a figure shows by default: the paper's choices, one constant per figure",
+    ),
+    (
+        "report/figures.py",
+        "label_shift_figures",
+    ): "'label-shift' is the figure's key (its HTML id), no model",
+    (
+        "plots/draw.py",
+        "METHOD_COLORS",
+    ): "a fixed colour per method, so a method keeps its colour in every figure",
+    (
+        "plots/draw.py",
+        "plot_joint_distribution",
+    ): "gid 'conf1' names the Conf1 bars of Fig. 1 (the metric)",
+    (
+        "plots/compute.py",
+        "BARS_METHOD",
+    ): "the reference bars are Conf_Hist by definition (paper Fig. 3)",
+    (
+        "plots/evaluation.py",
+        "added_samples_effect",
+    ): "the default method of a public function's signature",
+    (
+        "cli/models.py",
+        "add_commands",
+    ): "--method's default 'auto'; --shrink's value 'auto' is no method",
     ("cli/models.py", "_cmd_adapt"): "--shrink's value 'auto' is no method",
 }
-#: The code that must not branch on method names: the service, figure, report and command-line layers
+#: The code that must not branch on method names: the service, figure, report and command-line
+#: layers
 #: (the experiments reproduce the paper's runs of named methods; elsewhere "auto" is mostly the
 #: ``kind="auto"`` of score matrices, no method).
-NAME_FREE = ["report", "plots", "cli", "evaluate.py", "labelshift_plots.py", "threshold_plots.py", "persist.py",
-             "engines.py"]
+NAME_FREE = [
+    "report",
+    "plots",
+    "cli",
+    "evaluate.py",
+    "labelshift_plots.py",
+    "threshold_plots.py",
+    "persist.py",
+    "engines.py",
+]
 
 
 def method_name_literals(source: str, names) -> list[tuple[str, int, str]]:
-    """(top-level scope, line, literal) of every string constant in ``source`` that is one of ``names``
+    """(top-level scope, line, literal) of every string constant in ``source`` that is one of
+    ``names``
     (docstrings and f-string text excluded: prose may name methods)."""
     tree = ast.parse(source)
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
     out = []
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -308,9 +404,15 @@ def method_name_literals(source: str, names) -> list[tuple[str, int, str]]:
         else:
             scope = "<module>"
         fstrings = {id(v) for n in ast.walk(stmt) if isinstance(n, ast.JoinedStr) for v in n.values}
-        out += [(scope, n.lineno, n.value) for n in ast.walk(stmt)
-                if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
-                and id(n) not in docs and id(n) not in fstrings]
+        out += [
+            (scope, n.lineno, n.value)
+            for n in ast.walk(stmt)
+            if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and n.value in names
+            and id(n) not in docs
+            and id(n) not in fstrings
+        ]
     return out
 
 
@@ -333,20 +435,26 @@ def test_no_code_above_the_calibrators_branches_on_a_method_name():
                 used.add((rel, scope))
             else:
                 found.append(f"{rel}:{line} ({scope}) {literal!r}")
-    assert not found, ("method names spelled as literals (ask the class's declared properties through "
-                       f"registry.lookup, or list them with a reason in METHOD_NAME_LITERALS): {found}")
+    assert not found, (
+        "method names spelled as literals (ask the class's declared properties through "
+        f"registry.lookup, or list them with a reason in METHOD_NAME_LITERALS): {found}"
+    )
     stale = sorted(set(METHOD_NAME_LITERALS) - used)
-    assert not stale, f"allowed but no longer there (remove them from METHOD_NAME_LITERALS): {stale}"
+    assert not stale, (
+        f"allowed but no longer there (remove them from METHOD_NAME_LITERALS): {stale}"
+    )
     assert all(len(reason) > 20 for reason in METHOD_NAME_LITERALS.values())
 
 
 def test_method_name_checker_catches_a_branch_on_a_name():
-    src = ('"""Docstring naming hist is fine."""\n'
-           'def f(name, m):\n'
-           '    """So is this: conf1."""\n'
-           '    msg = f"compare {name} with kde-mon2"\n'
-           '    if name == "uncalibrated":\n'
-           '        return "hist"\n'
-           'COLORS = {"kde": "blue"}\n')
+    src = (
+        '"""Docstring naming hist is fine."""\n'
+        "def f(name, m):\n"
+        '    """So is this: conf1."""\n'
+        '    msg = f"compare {name} with kde-mon2"\n'
+        '    if name == "uncalibrated":\n'
+        '        return "hist"\n'
+        'COLORS = {"kde": "blue"}\n'
+    )
     found = method_name_literals(src, {"hist", "conf1", "uncalibrated", "kde", "kde-mon2"})
     assert found == [("f", 5, "uncalibrated"), ("f", 6, "hist"), ("COLORS", 7, "kde")]

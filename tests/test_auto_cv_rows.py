@@ -86,7 +86,9 @@ def test_auto_chooses_on_the_subsample_and_fits_the_choice_on_all_rows():
     ref = _quiet(lambda: topcal.calibrator("auto", candidates=FEW, cv_rows=None).fit(sub))
     assert cal.cv_ == ref.cv_ and cal.method_ == ref.method_ and cal.blend_ == ref.blend_
     # the chosen model is fitted on all the rows
-    np.testing.assert_array_equal(cal.n_tp_ + cal.n_fp_, np.bincount(data.pred, minlength=data.n_classes))
+    np.testing.assert_array_equal(
+        cal.n_tp_ + cal.n_fp_, np.bincount(data.pred, minlength=data.n_classes)
+    )
     whole = _quiet(lambda: topcal.calibrator(cal.method_).fit(data)) if cal.blend_ is None else None
     if whole is not None:
         np.testing.assert_array_equal(cal.predict(data), whole.predict(data))
@@ -129,14 +131,18 @@ def test_subsampled_auto_round_trips_and_older_files_load(tmp_path):
     full = _quiet(lambda: topcal.calibrator("auto", candidates=FEW).fit(data))
     doc = json.loads(persist.dumps(full))
     del doc["model"]["state"]["fit_samples"]
-    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
     old = persist.loads(json.dumps(doc))
     assert old.fit_samples_ == old.cv_samples_ == 1500
     np.testing.assert_array_equal(old.predict(data), full.predict(data))
     # fit_samples below cv_samples is a malformed file
     doc = json.loads(persist.dumps(cal))
     doc["model"]["state"]["fit_samples"] = 10
-    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
     with pytest.raises(topcal.errors.ModelFileError):
         persist.loads(json.dumps(doc))
 
@@ -167,12 +173,25 @@ def test_cli_fit_with_cv_rows_and_its_hostile_values(tmp_path, capsys):
     csv.write_text("\n".join(lines) + "\n")
     before = csv.read_bytes()
     model = tmp_path / "m.json"
-    code, out, err = run(["fit", csv, "--param", "cv_rows=300", "--param", f"candidates={json.dumps(FEW)}",
-                          "-o", model], capsys)
+    code, out, err = run(
+        [
+            "fit",
+            csv,
+            "--param",
+            "cv_rows=300",
+            "--param",
+            f"candidates={json.dumps(FEW)}",
+            "-o",
+            model,
+        ],
+        capsys,
+    )
     assert code == 0, err
     doc = json.loads(model.read_text())
     assert doc["model"]["params"]["cv_rows"] == 300
-    assert doc["model"]["state"]["cv_samples"] == 300 and doc["model"]["state"]["fit_samples"] == 900
+    assert (
+        doc["model"]["state"]["cv_samples"] == 300 and doc["model"]["state"]["fit_samples"] == 900
+    )
     code, out, err = run(["describe", model], capsys)
     assert code == 0 and "a stratified subsample of 300 of the 900 samples" in out
     for bad in ("cv_rows=5", "cv_rows=2.5", 'cv_rows="all"'):

@@ -27,7 +27,8 @@ def _quiet(f):
 
 
 def _top(seed, k, per_class, *, a=None, b=None, sizes=None):
-    """Top-score data: class c's P(right | s) = sigmoid(a_c logit(s) + b_c) (a = 1, b = 0: calibrated)."""
+    """Top-score data: class c's P(right | s) = sigmoid(a_c logit(s) + b_c) (a = 1, b = 0:
+    calibrated)."""
     rng = np.random.default_rng(seed)
     sizes = np.full(k, per_class) if sizes is None else np.asarray(sizes)
     pred = np.repeat(np.arange(k), sizes)
@@ -36,8 +37,9 @@ def _top(seed, k, per_class, *, a=None, b=None, sizes=None):
     b = np.zeros(k) if b is None else np.broadcast_to(b, (k,))
     right = rng.random(pred.size) < expit(a[pred] * logit(s) + b[pred])
     labels = np.where(right, pred, (pred + 1 + rng.integers(0, k - 1, pred.size)) % k)
-    return TopLabelData.from_scores(pred, s, labels=labels, classes=[f"c{i}" for i in range(k)],
-                                    score_range=(0.0, 1.0))
+    return TopLabelData.from_scores(
+        pred, s, labels=labels, classes=[f"c{i}" for i in range(k)], score_range=(0.0, 1.0)
+    )
 
 
 # ------------------------------------------------------------------ choice
@@ -68,17 +70,24 @@ def test_calibrated_scores_with_tiny_classes_come_back_unchanged():
     new = _top(5, 300, 6)
     raw = topcal.calibrator("uncalibrated").fit(d)
     for x in (d, new):
-        assert abs(nll(x, m.predict(x)).overall - nll(x, raw.predict(x)).overall) <= 1e-3, m.cv_table()
+        assert abs(nll(x, m.predict(x)).overall - nll(x, raw.predict(x)).overall) <= 1e-3, (
+            m.cv_table()
+        )
 
 
 def test_the_rule_takes_the_simplest_candidate_within_one_standard_error():
-    cv = {"uncalibrated": {"nll": 0.500, "diff_se": 0.004}, "pooled-platt": {"nll": 0.4975, "diff_se": 0.003},
-          "hier-platt": {"nll": 0.4955, "diff_se": 0.002}, "btswa": {"nll": 0.495, "diff_se": 0.0},
-          "bts": {"nll": None, "diff_se": None}}
+    cv = {
+        "uncalibrated": {"nll": 0.500, "diff_se": 0.004},
+        "pooled-platt": {"nll": 0.4975, "diff_se": 0.003},
+        "hier-platt": {"nll": 0.4955, "diff_se": 0.002},
+        "btswa": {"nll": 0.495, "diff_se": 0.0},
+        "bts": {"nll": None, "diff_se": None},
+    }
     # the default, 1 SE: uncalibrated is 0.005 > 1 SE (0.004) worse, pooled-platt's 0.0025 <= 0.003
     assert topcal.calibrator("auto").tolerance == 1.0
     assert choose(cv) == choose(cv, tolerance=1.0) == ("pooled-platt", "btswa")
-    # 0.75 SE (the default of 2026-11-25 to 27): pooled-platt's 0.0025 > 0.00225, hier-platt's 0.0005 <= 0.0015
+    # 0.75 SE (the default of 2026-11-25 to 27): pooled-platt's 0.0025 > 0.00225, hier-platt's
+    # 0.0005 <= 0.0015
     assert choose(cv, tolerance=0.75) == ("hier-platt", "btswa")
     assert choose(cv, tolerance=0.5)[0] == "hier-platt"  # pooled-platt's 0.0025 > 0.0015
     assert choose(cv, tolerance=0.0)[0] == "btswa"
@@ -97,7 +106,9 @@ def test_paired_standard_error_is_that_of_the_per_sample_differences():
     mean, se = paired_se(tp, fp, la, lb, ra, rb)
     assert mean == pytest.approx(d.mean()) and se == pytest.approx(d.std(ddof=1) / np.sqrt(n))
     # binned: a row of weight 3 counts as three samples
-    m2, se2 = paired_se(np.array([3.0, 0.0]), np.array([0.0, 2.0]), np.array([1.0, 0.0]), np.array([0.0, 2.0]))
+    m2, se2 = paired_se(
+        np.array([3.0, 0.0]), np.array([0.0, 2.0]), np.array([1.0, 0.0]), np.array([0.0, 2.0])
+    )
     x = np.array([1, 1, 1, 2, 2.0])
     assert m2 == pytest.approx(x.mean()) and se2 == pytest.approx(x.std(ddof=1) / np.sqrt(5))
 
@@ -157,7 +168,9 @@ def test_pooled_platt_is_platt_scaling_of_the_logit():
     d = _top(9, 20, 50, a=0.6, b=0.4)
     m = _quiet(lambda: topcal.calibrator("pooled-platt").fit(d))
     z = logit(np.clip(d.score, 1e-12, 1 - 1e-12))
-    lr = LogisticRegression(C=1e10, max_iter=1000, tol=1e-10).fit(z[:, None], (d.tp > 0).astype(int))
+    lr = LogisticRegression(C=1e10, max_iter=1000, tol=1e-10).fit(
+        z[:, None], (d.tp > 0).astype(int)
+    )
     assert m.slope_ == pytest.approx(lr.coef_[0, 0], rel=1e-4)
     assert m.intercept_ == pytest.approx(lr.intercept_[0], abs=1e-4)
 
@@ -171,12 +184,19 @@ def test_pooled_beta_is_beta_calibration_of_the_pooled_top_score():
     f = np.stack([np.log(s), -np.log1p(-s)], axis=1)
     lr = LogisticRegression(C=1e10, max_iter=5000, tol=1e-12).fit(f, (d.tp > 0).astype(int))
     p = m.describe()["pooled"]
-    np.testing.assert_allclose([p["a"], p["b"], p["c"]], [*lr.coef_[0], lr.intercept_[0]], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        [p["a"], p["b"], p["c"]], [*lr.coef_[0], lr.intercept_[0]], rtol=1e-4, atol=1e-4
+    )
     # one curve: two rows of different classes with the same score get the same confidence
     conf = m.predict(d)
     i = np.flatnonzero(d.pred == 0)[0]
-    probe = TopLabelData.from_scores(np.array([0, 1]), np.array([d.score[i]] * 2), labels=np.array([0, 1]),
-                                     classes=d.classes, score_range=(0.0, 1.0))
+    probe = TopLabelData.from_scores(
+        np.array([0, 1]),
+        np.array([d.score[i]] * 2),
+        labels=np.array([0, 1]),
+        classes=d.classes,
+        score_range=(0.0, 1.0),
+    )
     out = m.predict(probe)
     assert out[0] == out[1] and 0 < conf.min() and conf.max() < 1
 
@@ -239,8 +259,10 @@ def test_benchmark_top_score_version_and_subsample():
     sb = bh.subsample(b, 2000, seed=2)
     assert sb.n_samples == 2000 and sb.is_binned
     key = {(int(k), float(v)): (tp, fp) for k, v, tp, fp in zip(b.pred, b.score, b.tp, b.fp)}
-    assert all(tp <= key[(int(k), float(v))][0] and fp <= key[(int(k), float(v))][1]
-               for k, v, tp, fp in zip(sb.pred, sb.score, sb.tp, sb.fp))
+    assert all(
+        tp <= key[(int(k), float(v))][0] and fp <= key[(int(k), float(v))][1]
+        for k, v, tp, fp in zip(sb.pred, sb.score, sb.tp, sb.fp)
+    )
 
 
 # ------------------------------------------------- compare and the report
@@ -254,7 +276,11 @@ def test_compare_and_the_report_show_autos_cross_validation_table(tmp_path):
     assert [f["fold"] for f in fits] == [1, 2]
     for f in fits:
         chosen = [r for r in f["table"] if r["chosen"]]
-        assert len(chosen) == 1 and chosen[0]["method"] == f["chosen"] and all(r["se"] > 0 for r in f["table"])
+        assert (
+            len(chosen) == 1
+            and chosen[0]["method"] == f["chosen"]
+            and all(r["se"] > 0 for r in f["table"])
+        )
     same = _quiet(lambda: compare_methods(d, ["auto"]))
     assert same["choices"]["auto"][0]["fold"] is None
     out = _quiet(lambda: topcal.make_report(d, output=tmp_path / "rep", methods=["auto"], folds=2))
@@ -264,29 +290,42 @@ def test_compare_and_the_report_show_autos_cross_validation_table(tmp_path):
 
 @pytest.mark.parametrize("blend", [None, 0.0])
 def test_auto_says_once_that_a_class_is_never_predicted(blend):
-    """auto's fit warns about a class never predicted; the model it chose (or its blend) does not repeat it."""
+    """auto's fit warns about a class never predicted; the model it chose (or its blend) does not
+    repeat it."""
     rng = np.random.default_rng(2)
     n = 3000
     pred = rng.integers(0, 5, n)
     s = rng.uniform(0.3, 1.0, n)
-    lab = np.where(rng.uniform(size=n) < s ** (1 + pred / 2), pred, (pred + 1) % 6)  # classes differ
+    lab = np.where(
+        rng.uniform(size=n) < s ** (1 + pred / 2), pred, (pred + 1) % 6
+    )  # classes differ
     d = TopLabelData.from_scores(pred, s, lab, classes=list(range(6)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        m = topcal.calibrator("auto", candidates=["uncalibrated", "pooled-platt", "pooled-hist", "hier-platt", "hist"],
-                              blend=blend).fit(d)
+        m = topcal.calibrator(
+            "auto",
+            candidates=["uncalibrated", "pooled-platt", "pooled-hist", "hier-platt", "hist"],
+            blend=blend,
+        ).fit(d)
     said = [str(w.message) for w in caught if "never predicted" in str(w.message)]
     assert len(said) == 1 and said[0].startswith("auto: class ['5']")
-    assert (m.blend_ is None) == (blend is None)  # gate 0: hier-platt blended with hist on these data
+    assert (m.blend_ is None) == (
+        blend is None
+    )  # gate 0: hier-platt blended with hist on these data
     # describe's text says the blend once (its head line), not again as a raw entry
     lines = describe_text(m).splitlines()
     assert sum(ln.startswith("blend") for ln in lines) == (0 if blend is None else 1)
 
 
 def test_auto_on_too_few_samples_says_once_that_classes_are_never_predicted():
-    """The few-samples path (nothing to cross-validate: the raw score) does not repeat the warning either."""
-    d = TopLabelData.from_scores([0, 0, 1, 1, 0, 1], [0.6, 0.7, 0.8, 0.9, 0.55, 0.65], [0, 1, 1, 1, 0, 2],
-                                 classes=[0, 1, 2, 3])
+    """The few-samples path (nothing to cross-validate: the raw score) does not repeat the warning
+    either."""
+    d = TopLabelData.from_scores(
+        [0, 0, 1, 1, 0, 1],
+        [0.6, 0.7, 0.8, 0.9, 0.55, 0.65],
+        [0, 1, 1, 1, 0, 2],
+        classes=[0, 1, 2, 3],
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         m = topcal.calibrator("auto").fit(d)

@@ -10,7 +10,7 @@ from topcal.calibrators import paper_calibrator
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
 
-from _sim import bench_probs, binned_engines, many_small_classes, simulate_probs
+from _sim import bench_probs, binned_engines, many_small_classes
 
 
 def _many_small_classes(seed=0, k=50, n=4000, discrete=False):
@@ -27,7 +27,9 @@ def test_vectorised_sign_count_equals_the_per_row_count():
         if kind == 0:
             c = rng.random(g)
         elif kind == 1:  # steps near the flat tolerance
-            c = np.cumsum(rng.choice([-1.0, 0.0, 1.0], g) * rng.choice([0.5e-7, 1e-7, 2e-7, 1e-3], g))
+            c = np.cumsum(
+                rng.choice([-1.0, 0.0, 1.0], g) * rng.choice([0.5e-7, 1e-7, 2e-7, 1e-3], g)
+            )
         else:
             c = np.round(rng.random(g) * 3) / 3
         rows.append(c)
@@ -44,15 +46,23 @@ def test_vectorised_sign_count_equals_the_per_row_count():
     np.testing.assert_array_equal(got, want)
     all_res = np.isfinite(conf[:, :2]).all(axis=1)
     two = conf[all_res][:, :2]
-    np.testing.assert_array_equal(eng.count_sign_changes_rows(two, np.ones_like(two, dtype=bool)), 0)
+    np.testing.assert_array_equal(
+        eng.count_sign_changes_rows(two, np.ones_like(two, dtype=bool)), 0
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "method, boundary, discrete, engine",
-    [("kde-mon2", None, False, "auto"), ("kde-mon", "reflect", False, "auto"), ("kde-mon4", None, True, "auto"),
-     ("kde-mon2", "reflect", True, "auto"), ("kde-mon2", None, False, "binned"), ("kde-mon", "reflect", False, "binned"),
-     ("kde-mon4", None, True, "binned")],
+    [
+        ("kde-mon2", None, False, "auto"),
+        ("kde-mon", "reflect", False, "auto"),
+        ("kde-mon4", None, True, "auto"),
+        ("kde-mon2", "reflect", True, "auto"),
+        ("kde-mon2", None, False, "binned"),
+        ("kde-mon", "reflect", False, "binned"),
+        ("kde-mon4", None, True, "binned"),
+    ],
 )
 def test_lockstep_scan_gives_the_per_class_curves(method, boundary, discrete, engine):
     data = _many_small_classes(seed=3, discrete=discrete)
@@ -67,7 +77,9 @@ def test_lockstep_scan_gives_the_per_class_curves(method, boundary, discrete, en
     kind = "exact" if engine == "auto" else engine
     scanned = [st for st in a.class_state_ if st is not None and st["engine"] == kind]
     assert len(scanned) > 35  # the lockstep path was exercised
-    np.testing.assert_allclose(np.nan_to_num(a.bandwidth_), np.nan_to_num(b.bandwidth_), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        np.nan_to_num(a.bandwidth_), np.nan_to_num(b.bandwidth_), rtol=1e-12, atol=0
+    )
     for sa, sb in zip(a.class_state_, b.class_state_):
         if sa is None:
             assert sb is None
@@ -121,23 +133,30 @@ def test_grouped_shrinkage_loss_equals_the_per_group_loss():
 
 @pytest.mark.parametrize("method", ["hist", "cum-opt", "kde-mon2"])
 def test_shrunk_fit_and_predict_follow_the_per_class_definition(method):
-    """The grouped fit/predict paths equal the per-class definitions (curve(k) per row, loss per class)."""
+    """The grouped fit/predict paths equal the per-class definitions (curve(k) per row, loss per
+    class)."""
     from topcal.calibrators import calibrator, shrinkage as shr
 
     data = _many_small_classes(seed=9, k=30, n=3000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         cal = calibrator(method, shrinkage="class")
-        cal.cell_sums = cal.count_run_width == 0  # exact cells only (cum's runs: test_shrinkage's tolerance)
+        cal.cell_sums = (
+            cal.count_run_width == 0
+        )  # exact cells only (cum's runs: test_shrinkage's tolerance)
         cal.fit(data)
     got = cal.predict(data)
     for k in range(0, 30, 7):
         rows = data.pred == k
-        np.testing.assert_allclose(got[rows], cal.curve(k, data.score[rows]).confidence, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(
+            got[rows], cal.curve(k, data.score[rows]).confidence, rtol=0, atol=1e-15
+        )
         if cal.class_state_[k] is None:
             continue
         t, n = cal._local_counts(k, data.score[rows])
-        want = shr.loo_nll_grid(t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows]))
+        want = shr.loo_nll_grid(
+            t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows])
+        )
         np.testing.assert_allclose(cal.shrinkage_loss_[k], want, rtol=1e-10)
 
 
@@ -167,7 +186,9 @@ def test_blockwise_validation_names_the_first_bad_entry(kind):
     x[2500, 17] = np.nan
     x[3100, 5] = np.inf
     build = TopLabelData.from_probs if kind == "probs" else TopLabelData.from_logits
-    with pytest.raises(DataError, match=rf"{kind} has a non-finite value \(nan\) at row 2500, column 17"):
+    with pytest.raises(
+        DataError, match=rf"{kind} has a non-finite value \(nan\) at row 2500, column 17"
+    ):
         build(x)
     x[2500, 17] = 0.0
     with pytest.raises(DataError, match=r"non-finite value \(inf\) at row 3100, column 5"):
@@ -185,7 +206,8 @@ def test_blockwise_validation_names_the_first_bad_entry(kind):
 
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
 def test_loo_over_all_bandwidths_at_once_equals_one_at_a_time(bounds):
-    """The exact engine's LOO NLL, vectorised over bandwidths, against a direct per-sample reference."""
+    """The exact engine's LOO NLL, vectorised over bandwidths, against a direct per-sample
+    reference."""
     rng = np.random.default_rng(6)
     p = np.sort(rng.random(40))
     t = rng.integers(0, 3, 40).astype(float)
@@ -203,7 +225,9 @@ def test_loo_over_all_bandwidths_at_once_equals_one_at_a_time(bounds):
         k = np.exp(-0.5 * ((p[:, None] - pa[None, :]) / b) ** 2)
         kt = k @ np.tile(t, pa.size // p.size)
         kf = k @ np.tile(f, pa.size // p.size)
-        selfk = k[np.arange(40)[:, None], np.arange(40)[:, None] + 40 * np.arange(pa.size // 40)[None, :]].sum(1)
+        selfk = k[
+            np.arange(40)[:, None], np.arange(40)[:, None] + 40 * np.arange(pa.size // 40)[None, :]
+        ].sum(1)
         ut, uf = np.minimum(t, 1.0), np.minimum(f, 1.0)
         ct = np.clip((kt - ut * selfk) / (kt + kf - ut * selfk), 1e-12, 1 - 1e-12)
         zf = np.clip((kf - uf * selfk) / (kt + kf - uf * selfk), 1e-12, 1 - 1e-12)
@@ -213,7 +237,11 @@ def test_loo_over_all_bandwidths_at_once_equals_one_at_a_time(bounds):
 
 @pytest.mark.parametrize("kind", ["probs", "logits"])
 def test_temperature_margin_from_the_score_matrix_equals_the_split_path(kind):
-    from topcal.calibrators.temperature._core import split_top, top_label_margin, top_label_margin_rows
+    from topcal.calibrators.temperature._core import (
+        split_top,
+        top_label_margin,
+        top_label_margin_rows,
+    )
     from topcal.data import LOG_PROB_FLOOR
 
     rng = np.random.default_rng(8)
@@ -252,8 +280,11 @@ def test_merged_rows_give_the_loss_of_the_rows():
     fp = 1.0 - tp
     merged = shr.merge_equal_rows(t, n, tp, fp, r, group)
     assert merged[0].size < rows / 5
-    np.testing.assert_allclose(shr.loo_nll_by_group(*merged, 40), shr.loo_nll_by_group(t, n, tp, fp, r, group, 40),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        shr.loo_nll_by_group(*merged, 40),
+        shr.loo_nll_by_group(t, n, tp, fp, r, group, 40),
+        rtol=1e-12,
+    )
     assert merged[2].sum() == tp.sum() and merged[3].sum() == fp.sum()
 
 
@@ -275,8 +306,10 @@ def test_cumulative_predict_from_the_tables_equals_the_per_class_lookup():
 
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
 def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch):
-    """The exact engine's table sums and LOO NLL computed in cache-sized blocks of one buffer, and in
-    several chunks, equal the direct formula (blocks that do not divide the rows, a last partial one)."""
+    """The exact engine's table sums and LOO NLL computed in cache-sized blocks of one buffer, and
+    in
+    several chunks, equal the direct formula (blocks that do not divide the rows, a last partial
+    one)."""
     rng = np.random.default_rng(12)
     p = np.sort(rng.random(37))
     t = rng.integers(0, 3, 37).astype(float)
@@ -290,11 +323,15 @@ def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch)
     ta, fa = np.tile(t, pa.size // p.size), np.tile(f, pa.size // p.size)
     d2 = (x[:, None] - pa[None, :]) ** 2
     m = d2.min(axis=1)
-    for chunk, block in ((eng.CHUNK_ELEMENTS, eng.CACHE_ELEMENTS), (pa.size * 300, pa.size * 7), (pa.size * 5, pa.size * 2)):
+    for chunk, block in (
+        (eng.CHUNK_ELEMENTS, eng.CACHE_ELEMENTS),
+        (pa.size * 300, pa.size * 7),
+        (pa.size * 5, pa.size * 2),
+    ):
         monkeypatch.setattr(eng, "CHUNK_ELEMENTS", chunk)
         monkeypatch.setattr(eng, "CACHE_ELEMENTS", block)
         num, den, shift = eng.exact_sums(x, p, t, f, 0.05, bounds)
-        k = np.exp(-(d2 - m[:, None]) / (2 * 0.05 ** 2))
+        k = np.exp(-(d2 - m[:, None]) / (2 * 0.05**2))
         np.testing.assert_array_equal(shift, m)
         np.testing.assert_allclose(num, k @ ta, rtol=1e-12)
         np.testing.assert_allclose(den, k @ (ta + fa), rtol=1e-12)
@@ -302,9 +339,12 @@ def test_exact_sums_and_loo_in_cache_blocks_equal_one_block(bounds, monkeypatch)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bounds, discrete", [(None, False), ((0.0, 1.0), False), (None, True), ((0.0, 1.0), True)])
+@pytest.mark.parametrize(
+    "bounds, discrete", [(None, False), ((0.0, 1.0), False), (None, True), ((0.0, 1.0), True)]
+)
 def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
-    """ExactScanBatch.lower_bounds (every 8th scan point) is at most the full grid's count, for every
+    """ExactScanBatch.lower_bounds (every 8th scan point) is at most the full grid's count, for
+    every
     class and bandwidth of a scan; with ``at_most``, counts up to the bound are exact and the others
     stay above it."""
     rng = np.random.default_rng(13)
@@ -321,7 +361,9 @@ def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
         t = np.bincount(inv, right.astype(float), minlength=u.size)
         f = np.bincount(inv, (~right).astype(float), minlength=u.size)
         engines.append(eng.ExactEngine(u, t, f, u[0], u[-1], bounds))
-        cands.append((u[-1] - u[0]) / 256 * 2.0 ** (np.arange(41) / 4))  # the scan's candidates, b_lo = R / 256
+        cands.append(
+            (u[-1] - u[0]) / 256 * 2.0 ** (np.arange(41) / 4)
+        )  # the scan's candidates, b_lo = R / 256
     batch = eng.ExactScanBatch(engines)
     rows = np.arange(len(engines))
     seen_below = seen_above = 0
@@ -341,7 +383,8 @@ def test_lockstep_lower_bound_never_exceeds_the_count(bounds, discrete):
 
 
 def _naive_cumulative_counts(state, score):
-    """The cum family's local counts from one class's saved state, by ``np.searchsorted`` per call."""
+    """The cum family's local counts from one class's saved state, by ``np.searchsorted`` per
+    call."""
     u = state["scores"]
     i = np.minimum(np.searchsorted(u, score, side="left"), u.size - 1)
     above = score >= state["theta"]
@@ -350,7 +393,8 @@ def _naive_cumulative_counts(state, score):
 
 
 def _naive_cumulative_predict(cal, data):
-    """What a fitted cum model predicts, written out per row from its states (no tables, no grid)."""
+    """What a fitted cum model predicts, written out per row from its states (no tables, no
+    grid)."""
     from topcal.calibrators import shrinkage as shr
 
     out = np.empty(data.n_rows)
@@ -398,15 +442,20 @@ def _cumulative_cases():
     score[pred == 2] = 1.0
     pred[:3] = 4  # class 4: three rows
     labels = np.where(rng.random(2000) < score, pred, (pred + 1) % 6)
-    yield "single-score", TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(6)],
-                                                    score_range=(0.0, 1.0))
+    yield (
+        "single-score",
+        TopLabelData.from_scores(
+            pred, score, labels, classes=[f"c{i}" for i in range(6)], score_range=(0.0, 1.0)
+        ),
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["cum", "cum-median", "cum-opt"])
 @pytest.mark.parametrize("shrinkage", ["auto", "class", 0, 3.0])
 def test_cumulative_predict_equals_a_naive_per_row_reference(method, shrinkage):
-    """The one-lookup apply (all classes' tables, the reference's) gives, bit for bit, what each row's
+    """The one-lookup apply (all classes' tables, the reference's) gives, bit for bit, what each
+    row's
     class state says read with np.searchsorted: on other data than the fit's too (scores between,
     below and above the tables' entries, classes never predicted at fit time)."""
     from topcal.calibrators import calibrator
@@ -416,12 +465,20 @@ def test_cumulative_predict_equals_a_naive_per_row_reference(method, shrinkage):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             cal = calibrator(method, shrinkage=shrinkage).fit(data)
-        np.testing.assert_array_equal(cal.predict(data), _naive_cumulative_predict(cal, data), err_msg=name)
+        np.testing.assert_array_equal(
+            cal.predict(data), _naive_cumulative_predict(cal, data), err_msg=name
+        )
         K = len(data.classes)
         other = TopLabelData.from_scores(
-            rng.integers(0, K, 500), np.concatenate([rng.random(497), [0.0, 1.0, 0.5]]), rng.integers(0, K, 500),
-            classes=list(data.classes), score_range=(0.0, 1.0))
-        np.testing.assert_array_equal(cal.predict(other), _naive_cumulative_predict(cal, other), err_msg=name)
+            rng.integers(0, K, 500),
+            np.concatenate([rng.random(497), [0.0, 1.0, 0.5]]),
+            rng.integers(0, K, 500),
+            classes=list(data.classes),
+            score_range=(0.0, 1.0),
+        )
+        np.testing.assert_array_equal(
+            cal.predict(other), _naive_cumulative_predict(cal, other), err_msg=name
+        )
 
 
 @pytest.mark.slow
@@ -439,23 +496,37 @@ def test_sorted_tables_search_equals_searchsorted(monkeypatch, per_entry, linear
         for _ in range(rng.integers(1, 6)):
             size = rng.integers(0, 60)
             kind = rng.integers(0, 4)
-            t = [rng.random(size), np.round(rng.random(size), 2),
-                 np.concatenate([0.5 + 1e-9 * rng.random(size), rng.random(3)]), np.full(min(size, 1), 0.3)][kind]
+            t = [
+                rng.random(size),
+                np.round(rng.random(size), 2),
+                np.concatenate([0.5 + 1e-9 * rng.random(size), rng.random(3)]),
+                np.full(min(size, 1), 0.3),
+            ][kind]
             tables.append(np.unique(t))
         offsets = np.concatenate([[0], np.cumsum([t.size for t in tables])])
         index = SortedTables(np.concatenate(tables), offsets, paired=bool(rng.integers(0, 2)))
         group = rng.integers(0, len(tables), 400)
-        pool = np.concatenate([np.concatenate(tables), rng.random(400), [-1e300, 1e300, np.inf, -np.inf, 0.5]])
+        pool = np.concatenate(
+            [np.concatenate(tables), rng.random(400), [-1e300, 1e300, np.inf, -np.inf, 0.5]]
+        )
         x = rng.choice(pool, 400)
         want = np.array([np.searchsorted(tables[g], v, side="left") for g, v in zip(group, x)])
         np.testing.assert_array_equal(index.search(x, group), want)
-        np.testing.assert_array_equal(index.search(x, 0), np.searchsorted(tables[0], x, side="left"))
-        # layout: the gather at positions() is the entry min(searchsorted, size - 1) of the query's table
+        np.testing.assert_array_equal(
+            index.search(x, 0), np.searchsorted(tables[0], x, side="left")
+        )
+        # layout: the gather at positions() is the entry min(searchsorted, size - 1) of the query's
+        # table
         laid = index.layout(np.concatenate(tables))
         got = laid[index.positions(x, group)]
         for g, v, w in zip(group, x, got):
             if tables[g].size:
-                assert w == tables[g][min(np.searchsorted(tables[g], v, side="left"), tables[g].size - 1)]
+                assert (
+                    w
+                    == tables[g][
+                        min(np.searchsorted(tables[g], v, side="left"), tables[g].size - 1)
+                    ]
+                )
 
 
 def test_vectorised_alternation_count_equals_a_loop():
@@ -470,7 +541,8 @@ def test_vectorised_alternation_count_equals_a_loop():
 
 
 def test_batched_levels_equal_each_engines_level():
-    """BinnedScanBatch.levels_of gives BinnedEngine.level_of for every (class, bandwidth), also at and
+    """BinnedScanBatch.levels_of gives BinnedEngine.level_of for every (class, bandwidth), also at
+    and
     next to the level boundaries b = 16 * 2^L * delta (where the scan's candidates fall)."""
     rng = np.random.default_rng(5)
     engines = []
@@ -484,28 +556,41 @@ def test_batched_levels_equal_each_engines_level():
     for i, e in enumerate(engines):
         unit = e.CELLS_PER_B * e.delta
         edges = unit * 2.0 ** np.arange(-1, 5)
-        b = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf),
-                            unit * 2.0 ** rng.uniform(-2, 6, 50), (e.hi - e.lo) / 256 * 2.0 ** (np.arange(41) / 4)])
+        b = np.concatenate(
+            [
+                edges,
+                np.nextafter(edges, 0),
+                np.nextafter(edges, np.inf),
+                unit * 2.0 ** rng.uniform(-2, 6, 50),
+                (e.hi - e.lo) / 256 * 2.0 ** (np.arange(41) / 4),
+            ]
+        )
         rows += [i] * b.size
         bs.append(b)
     rows, bs = np.array(rows), np.concatenate(bs)
-    np.testing.assert_array_equal(batch.levels_of(rows, bs), [engines[r].level_of(b) for r, b in zip(rows, bs)])
+    np.testing.assert_array_equal(
+        batch.levels_of(rows, bs), [engines[r].level_of(b) for r, b in zip(rows, bs)]
+    )
 
 
 def test_binned_batch_counts_for_rows_in_any_order():
-    """Consecutive classes are read as views of the stacked transforms, others gathered: the same counts
+    """Consecutive classes are read as views of the stacked transforms, others gathered: the same
+    counts
     as each engine's own scan either way."""
     rng = np.random.default_rng(6)
     engines = binned_engines(rng, 5)
     batch = eng.BinnedScanBatch(engines)
     for rows in ([0, 1, 2, 3, 4], [1, 2, 3], [3, 1, 4], [4, 3, 2, 1, 0], [2, 0, 1]):
         bw = np.array([engines[r].delta * 16 * 2.0 ** rng.uniform(0, 5) for r in rows])
-        want = [eng.count_sign_changes(*(a[0] for a in engines[r].scan([b]))) for r, b in zip(rows, bw)]
+        want = [
+            eng.count_sign_changes(*(a[0] for a in engines[r].scan([b]))) for r, b in zip(rows, bw)
+        ]
         np.testing.assert_array_equal(batch.sign_changes(rows, bw), want)
 
 
 def test_linear_bin_of_one_group_equals_the_gathered_path():
-    """One group (the pooled reference) uses its scalars, not per-row gathers: the same grids bit for bit
+    """One group (the pooled reference) uses its scalars, not per-row gathers: the same grids bit
+    for bit
     as that group binned among others."""
     rng = np.random.default_rng(7)
     n = 5000
@@ -522,12 +607,21 @@ def test_linear_bin_of_one_group_equals_the_gathered_path():
 
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])
 def test_binned_sums_in_a_reused_workspace_equal_fresh_arrays(bounds):
-    """The batched scan writes its transforms into one workspace, step after step: the sums are those of
-    fresh arrays bit for bit, whatever an earlier call (more rows, a wider kernel, another level) left in it."""
+    """The batched scan writes its transforms into one workspace, step after step: the sums are
+    those of
+    fresh arrays bit for bit, whatever an earlier call (more rows, a wider kernel, another level)
+    left in it."""
     rng = np.random.default_rng(8)
     work = eng.Workspace()
     lo = 0.1
-    for level, rows, scale in [(0, 9, 64.0), (0, 3, 1.0), (2, 5, 2.0), (0, 7, 1.3), (3, 2, 300.0), (1, 4, 1.0)]:
+    for level, rows, scale in [
+        (0, 9, 64.0),
+        (0, 3, 1.0),
+        (2, 5, 2.0),
+        (0, 7, 1.3),
+        (3, 2, 300.0),
+        (1, 4, 1.0),
+    ]:
         cells = eng.FINE_CELLS >> level
         m, nfft = cells + 1, (2 if bounds is None else 4) * cells
         step = 0.8 / eng.FINE_CELLS * (1 << level)
@@ -543,7 +637,8 @@ def test_binned_sums_in_a_reused_workspace_equal_fresh_arrays(bounds):
 @pytest.mark.parametrize("method", ["hist", "cum-opt", "kde-mon2"])
 def test_pseudo_count_choice_equals_the_per_row_log_definition(method):
     """The grouped loss multiplies runs of unit-weight confidences before one log (issue 26): the
-    pseudo-counts it chooses (the reference's and the classes') are those of the per-row definition."""
+    pseudo-counts it chooses (the reference's and the classes') are those of the per-row
+    definition."""
     from topcal.calibrators import calibrator, shrinkage as shr
 
     for seed in (1, 2):
@@ -551,25 +646,34 @@ def test_pseudo_count_choice_equals_the_per_row_log_definition(method):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             cal = calibrator(method)
-            cal.merge_cells = False  # the loss on every row (kde's merged cells have their own tolerance)
-            cal.cell_sums = cal.count_run_width == 0  # and cum's runs theirs (hist's cells are exact)
+            cal.merge_cells = (
+                False  # the loss on every row (kde's merged cells have their own tolerance)
+            )
+            cal.cell_sums = (
+                cal.count_run_width == 0
+            )  # and cum's runs theirs (hist's cells are exact)
             cal.fit(data)
         t0, n0 = cal.reference_._local_counts(0, data.score)
-        assert cal.reference_m_ == shr.choose_m(shr.loo_nll_grid(t0, n0, data.tp, data.fp, cal.reference_rate_))
+        assert cal.reference_m_ == shr.choose_m(
+            shr.loo_nll_grid(t0, n0, data.tp, data.fp, cal.reference_rate_)
+        )
         want = np.zeros(shr.M_GRID.size)
         for k in range(12):
             rows = data.pred == k
             if cal.class_state_[k] is None or not rows.any():
                 continue
             t, n = cal._local_counts(k, data.score[rows])
-            want += shr.loo_nll_grid(t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows]))
+            want += shr.loo_nll_grid(
+                t, n, data.tp[rows], data.fp[rows], cal._reference(data.score[rows])
+            )
         np.testing.assert_allclose(cal.shrinkage_loss_.sum(axis=0), want, rtol=1e-10)
         assert cal.shrinkage_[0] == shr.choose_m(want)
 
 
 @pytest.mark.parametrize("shrinkage, bound", [(0, 2.0), ("auto", 4.0)])
 def test_cumulative_fit_peak_memory_is_a_small_multiple_of_the_input(shrinkage, bound):
-    """issue 26, memory: a cum-opt fit at 10^5 x 10 holds at most ``bound`` x the score matrix above it
+    """issue 26, memory: a cum-opt fit at 10^5 x 10 holds at most ``bound`` x the score matrix above
+    it
     (tracemalloc counts numpy's allocations; measured 1.4x and 3.2x, were 2.4x and 5.6x)."""
     import tracemalloc
 
@@ -588,27 +692,39 @@ def test_cumulative_fit_peak_memory_is_a_small_multiple_of_the_input(shrinkage, 
 
 
 def test_sorted_tables_layout_of_sizes_and_lazy_grid():
-    """SortedTables.layout_of (the tables' sizes only) lays values out as layout() does, also for empty
+    """SortedTables.layout_of (the tables' sizes only) lays values out as layout() does, also for
+    empty
     tables and no tables; the bucket grid is built by the first search (or build())."""
     from topcal._numeric import SortedTables
 
     rng = np.random.default_rng(7)
     for sizes in ([], [0], [3], [0, 4, 0, 1], [5, 2, 7], [1, 0, 0]):
         tables = [np.sort(rng.random(s)) for s in sizes]
-        index = SortedTables(np.concatenate(tables) if tables else np.zeros(0), np.concatenate([[0], np.cumsum(sizes)]))
+        index = SortedTables(
+            np.concatenate(tables) if tables else np.zeros(0),
+            np.concatenate([[0], np.cumsum(sizes)]),
+        )
         per = rng.random((sum(sizes), 2))
         after = rng.random((len(sizes), 2))
         for a in (None, after):
-            np.testing.assert_array_equal(SortedTables.layout_of(sizes, per, a), index.layout(per, a))
+            np.testing.assert_array_equal(
+                SortedTables.layout_of(sizes, per, a), index.layout(per, a)
+            )
         assert index._head is None  # nothing searched yet
-    for paired in (False, True):  # a (position, entry) pair per bucket, or the position only (int32)
+    for paired in (
+        False,
+        True,
+    ):  # a (position, entry) pair per bucket, or the position only (int32)
         index = SortedTables(np.arange(5.0), np.array([0, 2, 5]), paired=paired)
-        np.testing.assert_array_equal(index.search(np.array([0.5, 3.0, 9.0]), np.array([0, 1, 1])), [1, 1, 3])
+        np.testing.assert_array_equal(
+            index.search(np.array([0.5, 3.0, 9.0]), np.array([0, 1, 1])), [1, 1, 3]
+        )
         assert index._head.dtype == (np.float64 if paired else np.int32) and index.build() is index
 
 
 def test_in_place_numerics_equal_their_expressions():
-    """binary_nll, shrink and count_runs compute in place since issue 26 (peak memory): bit for bit the
+    """binary_nll, shrink and count_runs compute in place since issue 26 (peak memory): bit for bit
+    the
     expressions they replaced, for arrays, scalars and broadcasting operands."""
     from topcal._numeric import PROB_CLIP, binary_nll
     from topcal.calibrators import shrinkage as shr
@@ -621,8 +737,14 @@ def test_in_place_numerics_equal_their_expressions():
         cc = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
         return -(tp * np.log(cc) + fp * np.log1p(-cc))
 
-    for args in ((tp, fp, c), (1.0, 0.0, c), (0.0, 1.0, c), (tp[:, None], fp[:, None], c[None, :5]),
-                 (tp[:5, None], fp[:5, None], c[None, :7]), (2.0, 1.0, 0.3)):
+    for args in (
+        (tp, fp, c),
+        (1.0, 0.0, c),
+        (0.0, 1.0, c),
+        (tp[:, None], fp[:, None], c[None, :5]),
+        (tp[:5, None], fp[:5, None], c[None, :7]),
+        (2.0, 1.0, 0.3),
+    ):
         np.testing.assert_array_equal(binary_nll(*args), nll_old(*args))
 
     def shrink_old(t, n, r, m):
@@ -632,8 +754,14 @@ def test_in_place_numerics_equal_their_expressions():
 
     n = rng.integers(0, 50, c.size).astype(float)
     t = np.floor(n * rng.random(c.size))
-    for args in ((t, n, c, 3.0), (t, n, 0.4, 2.5), (t, n, c, rng.random(c.size) + 1), (2.0, 5.0, c, 1.0),
-                 (t[:3], n[:3], 0.5, np.array([1.0, 2.0, 4.0])), (1.0, 3.0, 0.2, 1.0)):
+    for args in (
+        (t, n, c, 3.0),
+        (t, n, 0.4, 2.5),
+        (t, n, c, rng.random(c.size) + 1),
+        (2.0, 5.0, c, 1.0),
+        (t[:3], n[:3], 0.5, np.array([1.0, 2.0, 4.0])),
+        (1.0, 3.0, 0.2, 1.0),
+    ):
         np.testing.assert_array_equal(shr.shrink(*args), shrink_old(*args))
 
     n = np.cumsum(rng.integers(0, 40, 3000))[::-1].astype(float)
@@ -645,12 +773,16 @@ def test_in_place_numerics_equal_their_expressions():
 
 @pytest.mark.parametrize("name", ["cum", "cum-median", "cum-opt"])
 def test_cumulative_layout_equals_the_per_key_formulation(name):
-    """The cum family's slot layouts (written with slices since issue 26) equal the per-key gathers they
-    replaced (_lookup_keys: entry and above per key, laid out by SortedTables.layout_of), also where the
+    """The cum family's slot layouts (written with slices since issue 26) equal the per-key gathers
+    they
+    replaced (_lookup_keys: entry and above per key, laid out by SortedTables.layout_of), also where
+    the
     float below theta is a score of the class (adjacent floats) and for classes without a state."""
     from topcal._numeric import SortedTables
 
-    def lookup_keys(st):  # a class's keys (its scores and the float below theta), entry and side per key
+    def lookup_keys(
+        st,
+    ):  # a class's keys (its scores and the float below theta), entry and side per key
         u, cut = st["scores"], np.nextafter(st["theta"], -np.inf)
         p = int(np.searchsorted(u, cut, side="left"))
         keys = u if p < u.size and u[p] == cut else np.insert(u, p, cut)
@@ -665,7 +797,9 @@ def test_cumulative_layout_equals_the_per_key_formulation(name):
         pred = rng.integers(0, K, n)
         pred[pred == 3] = 2 if trial % 4 == 0 else 3  # sometimes a class without rows
         labels = np.where(rng.random(n) < score, pred, (pred + 1) % K)
-        data = TopLabelData.from_scores(pred, score, labels=labels, classes=list("abcd"), score_range=(0.0, 1.0))
+        data = TopLabelData.from_scores(
+            pred, score, labels=labels, classes=list("abcd"), score_range=(0.0, 1.0)
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             cal = paper_calibrator(name).fit(data)
@@ -678,8 +812,15 @@ def test_cumulative_layout_equals_the_per_key_formulation(name):
                 _, entry, above = kk
                 v, m = st["values"], st["n_above"]
                 if counts:
-                    per.append(np.stack([np.where(above, v[entry] * m[entry], st["below"] * st["n_below"]),
-                                         np.where(above, m[entry], st["n_below"])], axis=1))
+                    per.append(
+                        np.stack(
+                            [
+                                np.where(above, v[entry] * m[entry], st["below"] * st["n_below"]),
+                                np.where(above, m[entry], st["n_below"]),
+                            ],
+                            axis=1,
+                        )
+                    )
                     end[k] = (v[-1] * m[-1], m[-1])
                 else:
                     per.append(np.where(above, v[entry], st["below"]))

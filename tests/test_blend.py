@@ -1,4 +1,5 @@
-"""``blend`` (a fixed convex mixture of score methods) and ``auto``'s blend of its candidates (issue 22)."""
+"""``blend`` (a fixed convex mixture of score methods) and ``auto``'s blend of its candidates (issue
+22)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from scipy.special import expit
 
 import topcal
 from topcal import TopLabelData, persist
-from topcal.calibrators import calibrator, get_class
+from topcal.calibrators import calibrator
 from topcal.calibrators.auto import BLEND_GATE, paired_se, plan_blend, tabulate_cv
 from topcal.calibrators.blend import Blend, blend_weights
 from topcal.calibrators.crossfit import cross_fit
@@ -26,7 +27,8 @@ from topcal.persist import canonical_json
 
 
 def truth_curve(s):
-    """Half the raw score, half a steep sigmoid: no single pooled family fits it, a blend of two comes closer."""
+    """Half the raw score, half a steep sigmoid: no single pooled family fits it, a blend of two
+    comes closer."""
     return 0.5 * s + 0.5 * expit(25 * (s - 0.65))
 
 
@@ -36,13 +38,20 @@ def mixed_truth(n=1500, seed=0, K=4):
     pred = np.repeat(np.arange(K), n)
     s = rng.uniform(0.3, 1.0, pred.size)
     labels = np.where(rng.random(pred.size) < truth_curve(s), pred, (pred + 1) % K)
-    return TopLabelData.from_scores(pred, s, labels, classes=[f"c{k}" for k in range(K)], score_range=(0.0, 1.0))
+    return TopLabelData.from_scores(
+        pred, s, labels, classes=[f"c{k}" for k in range(K)], score_range=(0.0, 1.0)
+    )
 
 
 def expected_nll(model, s):
-    """The NLL of ``model``'s confidences at scores ``s`` (class 0) in expectation over the true labels."""
-    data = TopLabelData.from_scores(np.zeros(s.size, dtype=np.int64), s, classes=[f"c{k}" for k in range(4)],
-                                    score_range=(0.0, 1.0))
+    """The NLL of ``model``'s confidences at scores ``s`` (class 0) in expectation over the true
+    labels."""
+    data = TopLabelData.from_scores(
+        np.zeros(s.size, dtype=np.int64),
+        s,
+        classes=[f"c{k}" for k in range(4)],
+        score_range=(0.0, 1.0),
+    )
     c, p = np.clip(model.predict(data), 1e-12, 1 - 1e-12), truth_curve(s)
     return float(np.mean(-(p * np.log(c) + (1 - p) * np.log1p(-c))))
 
@@ -65,7 +74,9 @@ def test_blend_weights_recover_the_mixture_the_labels_were_drawn_from():
     assert w.sum() == pytest.approx(1.0) and np.all(w >= 0)
     np.testing.assert_allclose(w, [0.3, 0.7], atol=0.02)
     # components that add nothing to the truth get almost no weight
-    w3 = blend_weights(y.astype(float), (~y).astype(float), [0.3 * c1 + 0.7 * c2, c1, np.full(n, 0.5)])
+    w3 = blend_weights(
+        y.astype(float), (~y).astype(float), [0.3 * c1 + 0.7 * c2, c1, np.full(n, 0.5)]
+    )
     assert w3[0] > 0.99 and w3[1] + w3[2] < 0.01
 
 
@@ -74,11 +85,18 @@ def test_a_blend_predicts_curves_and_intervals_as_the_weighted_sum_of_its_compon
     methods, weights = ("pooled-hist", "pooled-platt"), (0.6, 0.4)
     blend = quiet_fit(Blend(methods=methods, weights=weights), data)
     alone = [quiet_fit(calibrator(m), data) for m in methods]
-    np.testing.assert_allclose(blend.predict(data), 0.6 * alone[0].predict(data) + 0.4 * alone[1].predict(data),
-                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        blend.predict(data),
+        0.6 * alone[0].predict(data) + 0.4 * alone[1].predict(data),
+        rtol=0,
+        atol=1e-15,
+    )
     c = blend.curve("c1")
-    np.testing.assert_allclose(c.confidence, 0.6 * alone[0].curve("c1").confidence
-                               + 0.4 * alone[1].curve("c1").confidence, atol=1e-15)
+    np.testing.assert_allclose(
+        c.confidence,
+        0.6 * alone[0].curve("c1").confidence + 0.4 * alone[1].curve("c1").confidence,
+        atol=1e-15,
+    )
     lo, hi = blend.predict_interval(data, 0.9)
     parts = [m.predict_interval(data, 0.9) for m in alone]
     np.testing.assert_allclose(lo, 0.6 * parts[0][0] + 0.4 * parts[1][0], atol=1e-15)
@@ -95,24 +113,32 @@ def test_a_blend_round_trips_and_updates_its_components_with_its_weights():
     a, b = mixed_truth(800, 1), mixed_truth(800, 2)
     blend = quiet_fit(Blend(methods=("hist", "hier-platt"), weights=(0.25, 0.75)), a)
     back = persist.loads(persist.dumps(blend))
-    assert isinstance(back, Blend) and back.get_params() == {"methods": ["hist", "hier-platt"], "weights": [0.25, 0.75]}
+    assert isinstance(back, Blend) and back.get_params() == {
+        "methods": ["hist", "hier-platt"],
+        "weights": [0.25, 0.75],
+    }
     np.testing.assert_array_equal(back.predict(b), blend.predict(b))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         blend.update(b)
         alone = [calibrator(m).fit(a).update(b) for m in ("hist", "hier-platt")]
     assert blend.n_tp_.sum() + blend.n_fp_.sum() == a.n_samples + b.n_samples
-    np.testing.assert_allclose(blend.predict(b), 0.25 * alone[0].predict(b) + 0.75 * alone[1].predict(b), atol=1e-14)
+    np.testing.assert_allclose(
+        blend.predict(b), 0.25 * alone[0].predict(b) + 0.75 * alone[1].predict(b), atol=1e-14
+    )
 
 
-@pytest.mark.parametrize("params, fragment", [
-    ({"methods": ("hist", "sts"), "weights": (0.5, 0.5)}, "no full-vector method"),
-    ({"methods": ("hist",), "weights": (1.0,)}, "2 or more"),
-    ({"methods": ("hist", "hist"), "weights": (0.5, 0.5)}, "distinct"),
-    ({"methods": ("hist", "kde-mon2"), "weights": (0.7, 0.7)}, "summing to 1"),
-    ({"methods": ("hist", "kde-mon2"), "weights": (1.5, -0.5)}, "non-negative"),
-    ({"methods": ("hist", "kde-mon2", "cum"), "weights": (0.5, 0.5)}, "one weight per method"),
-])
+@pytest.mark.parametrize(
+    "params, fragment",
+    [
+        ({"methods": ("hist", "sts"), "weights": (0.5, 0.5)}, "no full-vector method"),
+        ({"methods": ("hist",), "weights": (1.0,)}, "2 or more"),
+        ({"methods": ("hist", "hist"), "weights": (0.5, 0.5)}, "distinct"),
+        ({"methods": ("hist", "kde-mon2"), "weights": (0.7, 0.7)}, "summing to 1"),
+        ({"methods": ("hist", "kde-mon2"), "weights": (1.5, -0.5)}, "non-negative"),
+        ({"methods": ("hist", "kde-mon2", "cum"), "weights": (0.5, 0.5)}, "one weight per method"),
+    ],
+)
 def test_a_blend_with_bad_parameters_is_refused_in_one_line(params, fragment):
     with pytest.raises(ParameterError) as e:
         Blend(**params).fit(mixed_truth(100))
@@ -120,12 +146,16 @@ def test_a_blend_with_bad_parameters_is_refused_in_one_line(params, fragment):
 
 
 def fake_run(data, confidence):
-    """What plan_blend reads of a cross-fit: the target rows, out-of-fold confidences and their losses."""
-    return SimpleNamespace(target=data, confidence=confidence,
-                           losses=lambda n: (-np.log(confidence[n]), -np.log1p(-confidence[n])))
+    """What plan_blend reads of a cross-fit: the target rows, out-of-fold confidences and their
+    losses."""
+    return SimpleNamespace(
+        target=data,
+        confidence=confidence,
+        losses=lambda n: (-np.log(confidence[n]), -np.log1p(-confidence[n])),
+    )
 
 
-def test_plan_blend_blends_complementary_candidates_and_refuses_within_noise_or_full_vector_choices():
+def test_plan_blend_blends_complementary_candidates_refuses_noise_and_full_vector_choices():
     rng = np.random.default_rng(4)
     n = 20_000
     truth = rng.uniform(0.2, 0.8, n)
@@ -133,16 +163,27 @@ def test_plan_blend_blends_complementary_candidates_and_refuses_within_noise_or_
     labels = np.where(rng.random(n) < truth, 0, 1)
     data = TopLabelData.from_scores(pred, truth, labels, classes=["a", "b"], score_range=(0.0, 1.0))
     e = 0.15 * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
-    conf = {"hier-platt": truth + e, "hist": truth - e, "kde-mon2": np.clip(truth + 2 * e, 0.01, 0.99)}
+    conf = {
+        "hier-platt": truth + e,
+        "hist": truth - e,
+        "kde-mon2": np.clip(truth + 2 * e, 0.01, 0.99),
+    }
     cv = {k: {"nll": nll(data, v).overall} for k, v in conf.items()}
     plan = plan_blend(fake_run(data, conf), cv, "hier-platt")
     assert plan["methods"][:2] == ["hier-platt", "hist"] and plan["methods"][0] == "hier-platt"
     mix = sum(w * conf[m] for m, w in zip(plan["methods"], plan["weights"]))
     assert np.max(np.abs(mix - truth)) < 0.02  # the errors cancel (several weightings do it)
     assert plan["gain"] < -BLEND_GATE * plan["se"]
-    gain, se = paired_se(data.tp, data.fp, -np.log(truth), -np.log1p(-truth), *fake_run(data, conf).losses("hier-platt"))
+    gain, se = paired_se(
+        data.tp,
+        data.fp,
+        -np.log(truth),
+        -np.log1p(-truth),
+        *fake_run(data, conf).losses("hier-platt"),
+    )
     assert plan["gain"] == pytest.approx(gain, rel=1e-3)
-    # a gate no gain can pass, and a full-vector choice (no score statistics to refit from): no blend
+    # a gate no gain can pass, and a full-vector choice (no score statistics to refit from): no
+    # blend
     assert plan_blend(fake_run(data, conf), cv, "hier-platt", gate=1e6) is None
     conf["csts"] = conf.pop("kde-mon2")
     cv = {k: {"nll": nll(data, v).overall} for k, v in conf.items()}
@@ -157,7 +198,11 @@ def test_auto_returns_its_blend_where_it_wins_out_of_fold_and_its_choice_otherwi
     single = quiet_fit(calibrator("auto", candidates=POOLED, blend=None), data)
     assert single.blend_ is None and single.model_.name == single.method_
     b = blended.blend_
-    assert blended.method_ == single.method_ and b["methods"][0] == blended.method_ and len(b["methods"]) >= 2
+    assert (
+        blended.method_ == single.method_
+        and b["methods"][0] == blended.method_
+        and len(b["methods"]) >= 2
+    )
     assert isinstance(blended.model_, Blend) and list(blended.model_.weights) == b["weights"]
     # the plan is the one the same cross-validation gives
     run = cross_fit(data, POOLED, 5, seed=0)
@@ -182,12 +227,15 @@ def test_auto_returns_its_blend_where_it_wins_out_of_fold_and_its_choice_otherwi
         warnings.simplefilter("ignore")
         blended.update(test)
     assert isinstance(blended.model_, Blend) and list(blended.model_.weights) == b["weights"]
-    assert blended.model_.n_tp_.sum() + blended.model_.n_fp_.sum() == data.n_samples + test.n_samples
+    assert (
+        blended.model_.n_tp_.sum() + blended.model_.n_fp_.sum() == data.n_samples + test.n_samples
+    )
 
 
 @pytest.mark.slow
 def test_auto_s_blend_beats_its_single_choice_in_expectation_where_no_candidate_fits_the_truth():
-    """Fresh draws of the same truth: the expected NLL (over the true curve, on a fine score grid) of the
+    """Fresh draws of the same truth: the expected NLL (over the true curve, on a fine score grid)
+    of the
     blend (gate 0) against the single choice, five fitting sets: better on average and in most."""
     grid = np.linspace(0.3, 1.0, 2001)
     diffs = []
@@ -216,25 +264,46 @@ def test_the_cli_fits_describes_and_compares_a_blended_auto_and_refuses_a_bad_ga
     from _cli import assert_error, cli
 
     data = mixed_truth(1500, 1)
-    frame = pd.DataFrame({"pred": np.asarray(data.classes)[data.pred], "score": data.score,
-                          "label": np.where(data.tp > 0, np.asarray(data.classes)[data.pred], "other")})
-    frame.loc[frame.label == "other", "label"] = np.asarray(data.classes)[(data.pred[frame.label == "other"] + 1) % 4]
+    frame = pd.DataFrame(
+        {
+            "pred": np.asarray(data.classes)[data.pred],
+            "score": data.score,
+            "label": np.where(data.tp > 0, np.asarray(data.classes)[data.pred], "other"),
+        }
+    )
+    frame.loc[frame.label == "other", "label"] = np.asarray(data.classes)[
+        (data.pred[frame.label == "other"] + 1) % 4
+    ]
     src = tmp_path / "top.csv"
     frame.to_csv(src, index=False)
     cands = '--param=candidates=["uncalibrated","pooled-platt","pooled-beta","pooled-hist"]'
-    r = cli("fit", src, "--method", "auto", cands, "--param", "blend=0", "-o", tmp_path / "m.json", "-q")
+    r = cli(
+        "fit", src, "--method", "auto", cands, "--param", "blend=0", "-o", tmp_path / "m.json", "-q"
+    )
     assert r.returncode == 0, r.stderr
     assert "blended with" in r.stdout + r.stderr
     r = cli("describe", tmp_path / "m.json")
-    assert r.returncode == 0 and "blend (beats the choice out of fold" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "blend (beats the choice out of fold" in r.stdout, (
+        r.stdout + r.stderr
+    )
     model = persist.load(tmp_path / "m.json")
     assert isinstance(model.model_, Blend)
-    r = cli("compare", src, "--methods", "auto", cands.replace("=candidates", "=auto:candidates"),
-            "--param", "auto:blend=0", "--folds", "2", "-q")
+    r = cli(
+        "compare",
+        src,
+        "--methods",
+        "auto",
+        cands.replace("=candidates", "=auto:candidates"),
+        "--param",
+        "auto:blend=0",
+        "--folds",
+        "2",
+        "-q",
+    )
     assert r.returncode == 0, r.stderr
     assert "+ in the blend" in r.stdout and "+" in r.stdout.split("(< chosen")[0], r.stdout
     before = src.read_bytes()
-    for bad in ("blend=-1", "blend=\"yes\""):
+    for bad in ("blend=-1", 'blend="yes"'):
         err = assert_error(cli("fit", src, "--param", bad, "-o", tmp_path / "bad.json"), "blend")
         assert "None" in err or "0" in err
     assert not (tmp_path / "bad.json").exists() and src.read_bytes() == before

@@ -1,4 +1,5 @@
-"""bts and btswa solve their classes in lockstep (issue 26): the same fit as one Newton solve per class.
+"""bts and btswa solve their classes in lockstep (issue 26): the same fit as one Newton solve per
+class.
 
 Each fit is made both ways, the lockstep solve (the default) and the per-class loop it replaced
 (``TemperatureBase._lockstep = False``), and must agree to the documented tolerance
@@ -47,8 +48,10 @@ def assert_same_fit(method, data, monkeypatch, **params):
 
 
 def separated_classes(seed, k=40):
-    """Per-sample data of small classes (1-12 rows) whose right answers all score above (or below) the
-    wrong ones: quasi-separated classes whose loss falls toward a bound, and tiny ones with 1-3 rows."""
+    """Per-sample data of small classes (1-12 rows) whose right answers all score above (or below)
+    the
+    wrong ones: quasi-separated classes whose loss falls toward a bound, and tiny ones with 1-3
+    rows."""
     rng = np.random.default_rng(seed)
     pred, score, right = [], [], []
     for c in range(k):
@@ -57,7 +60,7 @@ def separated_classes(seed, k=40):
         cut = int(rng.integers(0, n + 1))
         r = np.arange(n) >= cut if c % 3 else np.arange(n) < cut  # right above the cut, or below it
         if c % 5 == 0 and n > 2:  # ties at the cut: quasi-separated
-            s[max(cut - 1, 0):cut + 1] = s[max(cut - 1, 0)]
+            s[max(cut - 1, 0) : cut + 1] = s[max(cut - 1, 0)]
         pred.append(np.full(n, c))
         score.append(s)
         right.append(r)
@@ -93,7 +96,9 @@ def test_lockstep_matches_per_class_on_many_small_classes(method, seed, monkeypa
     old, _ = assert_same_fit(method, data, monkeypatch)
     counts = np.bincount(data.pred, minlength=data.n_classes)
     assert (counts <= 3).sum() > 20 and counts.max() > 50  # tiny classes and large ones
-    assert_same_fit(method, many_small_classes(seed, 200, 2000, levels=10), monkeypatch)  # tied scores
+    assert_same_fit(
+        method, many_small_classes(seed, 200, 2000, levels=10), monkeypatch
+    )  # tied scores
 
 
 @pytest.mark.slow
@@ -115,14 +120,17 @@ def test_lockstep_matches_per_class_on_weighted_binned_rows(method, monkeypatch)
 def test_lockstep_matches_per_class_with_brier_and_max_iter(method, monkeypatch):
     data = many_small_classes(3, 100, 1500)
     assert_same_fit(method, data, monkeypatch, loss="brier")  # Brier starts from the NLL optimum
-    assert_same_fit(method, data, monkeypatch, max_iter=3)  # classes stopped by max_iter: the fallback
+    assert_same_fit(
+        method, data, monkeypatch, max_iter=3
+    )  # classes stopped by max_iter: the fallback
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 @pytest.mark.parametrize("warm", [False, True])
 def test_lockstep_matches_per_class_in_cross_fitting(method, warm, monkeypatch):
-    # auto's folds (scratch fits on shared fold data); with warm, every fold starts from the all-data optimum
+    # auto's folds (scratch fits on shared fold data); with warm, every fold starts from the
+    # all-data optimum
     data = many_small_classes(4, 150, 2500)
     monkeypatch.setattr(topcal.calibrators.registry.get_class(method), "_warm_starts", warm)
     conf = {}
@@ -143,14 +151,14 @@ def test_batched_objective_sums_are_the_per_class_objective():
     for loss in ("nll", "brier"):
         for n_aw in (0, 1):
             batch = BinaryClassesObjective(d, tp, fp, heads[:-1], counts, loss=loss, n_awards=n_aw)
-            f, g, h = batch.evaluate(x[:, :1 + n_aw], np.arange(counts.size))
+            f, g, h = batch.evaluate(x[:, : 1 + n_aw], np.arange(counts.size))
             sel = np.array([1, 3])
-            fs, gs, hs = batch.evaluate(x[sel, :1 + n_aw], sel)
+            fs, gs, hs = batch.evaluate(x[sel, : 1 + n_aw], sel)
             for j in range(counts.size):
                 r = slice(heads[j], heads[j + 1])
                 one = TopLabelObjective(d[r], None, tp[r], fp[r], loss=loss, n_awards=n_aw)
-                g1, h1 = one.grad_hess(x[j, :1 + n_aw])
-                assert f[j] == pytest.approx(one.value(x[j, :1 + n_aw]), rel=1e-13)
+                g1, h1 = one.grad_hess(x[j, : 1 + n_aw])
+                assert f[j] == pytest.approx(one.value(x[j, : 1 + n_aw]), rel=1e-13)
                 np.testing.assert_allclose(g[j], g1, rtol=1e-12, atol=1e-13)
                 np.testing.assert_allclose(h[j], h1, rtol=1e-12, atol=1e-13)
             np.testing.assert_allclose(fs, f[sel], rtol=1e-15)

@@ -44,7 +44,9 @@ def test_conf1_is_tp_over_positives(toy):
 def test_hist_two_bins_by_hand(toy):
     m = topcal.paper_calibrator("hist", n_bins=2).fit(toy)
     # (0, 0.5]: 0.15T 0.25F 0.35T -> 2/3 ; (0.5, 1]: 0.55F 0.65T 0.85T 0.95T 0.95F -> 3/5
-    np.testing.assert_allclose(conf_a(m, [0.0, 0.2, 0.5, 0.500001, 1.0]), [2 / 3, 2 / 3, 2 / 3, 3 / 5, 3 / 5])
+    np.testing.assert_allclose(
+        conf_a(m, [0.0, 0.2, 0.5, 0.500001, 1.0]), [2 / 3, 2 / 3, 2 / 3, 3 / 5, 3 / 5]
+    )
 
 
 def test_hist_ten_bins_with_empty_bin_rule(toy):
@@ -72,7 +74,16 @@ def test_cum_by_hand(toy):
     m = topcal.paper_calibrator("cum").fit(toy)
     # Conf_Cum(S) = TP(score >= S) / P(score >= S)
     s = [0.0, 0.15, 0.2, 0.5, 0.6, 0.9, 0.95, 1.0]
-    expected = [5 / 8, 5 / 8, 4 / 7, 3 / 5, 3 / 4, 1 / 2, 1 / 2, 1 / 2]  # above max: hold 0.95's value
+    expected = [
+        5 / 8,
+        5 / 8,
+        4 / 7,
+        3 / 5,
+        3 / 4,
+        1 / 2,
+        1 / 2,
+        1 / 2,
+    ]  # above max: hold 0.95's value
     np.testing.assert_allclose(conf_a(m, s), expected)
 
 
@@ -83,7 +94,9 @@ def test_cum_median_by_hand(toy):
     assert st["theta"] == 0.55
     # below theta: Hist([0, 0.55]) = 2 TP of 4
     assert st["below"] == 0.5
-    np.testing.assert_allclose(conf_a(m, [0.1, 0.54, 0.55, 0.6, 0.9]), [0.5, 0.5, 3 / 5, 3 / 4, 1 / 2])
+    np.testing.assert_allclose(
+        conf_a(m, [0.1, 0.54, 0.55, 0.6, 0.9]), [0.5, 0.5, 3 / 5, 3 / 4, 1 / 2]
+    )
 
 
 def test_cum_opt_minimises_class_nll_over_all_cutoffs(toy):
@@ -135,7 +148,9 @@ def test_curve_reports_support_and_class_names(toy):
         m.curve("Z")
 
 
-@pytest.mark.parametrize("method", ["uncalibrated", "conf1", "hist", "cum", "cum-median", "cum-opt"])
+@pytest.mark.parametrize(
+    "method", ["uncalibrated", "conf1", "hist", "cum", "cum-median", "cum-opt"]
+)
 def test_shuffling_samples_changes_nothing(method, toy):
     rng = np.random.default_rng(0)
     n = 500
@@ -165,7 +180,9 @@ def test_binned_input_fits_like_per_sample_input(method):
     mb = topcal.calibrator(method).fit(binned)
     ms = topcal.calibrator(method).fit(samples)
     for k in ("a", "b"):
-        np.testing.assert_allclose(mb.curve(k, grid).confidence, ms.curve(k, grid).confidence, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            mb.curve(k, grid).confidence, ms.curve(k, grid).confidence, rtol=0, atol=1e-12
+        )
 
 
 # ------------------------------------------------------- degenerate cases
@@ -200,9 +217,13 @@ def test_unknown_method_and_parameters_are_rejected_with_options():
     with pytest.raises(ParameterError, match="no parameter.*'bins'.*n_bins, strategy"):
         topcal.calibrator("hist", bins=5)
     d = TopLabelData.from_scores([0], [0.5], [0])
-    with pytest.raises(ParameterError, match="'n_bins' must be an integer in \\[1, 100000\\], got 0"):
+    with pytest.raises(
+        ParameterError, match="'n_bins' must be an integer in \\[1, 100000\\], got 0"
+    ):
         topcal.calibrator("hist", n_bins=0).fit(d)
-    with pytest.raises(ParameterError, match="'strategy' must be one of 'uniform', 'quantile', got 'mass'"):
+    with pytest.raises(
+        ParameterError, match="'strategy' must be one of 'uniform', 'quantile', got 'mass'"
+    ):
         topcal.calibrator("hist", strategy="mass").fit(d)
 
 
@@ -239,7 +260,8 @@ def test_phanns_fits_every_core_method_without_warnings():
     assert round(m.curve("Minor capsid", [5.0]).confidence[0], 2) == 0.07
 
 
-# ------------------------------------------- properties the classes declare (read instead of their names)
+# ------------------------------------------- properties the classes declare (read instead of their
+# names)
 def test_exactly_one_registered_method_is_the_baseline_and_it_is_named_baseline():
     from topcal.calibrators.registry import BASELINE, lookup
 
@@ -248,8 +270,9 @@ def test_exactly_one_registered_method_is_the_baseline_and_it_is_named_baseline(
     assert lookup("no-such-method") is None and lookup(None) is None
 
 
-@pytest.mark.parametrize("name", [n for n in topcal.available_methods()
-                                  if topcal.calibrators.get_class(n).step_curve])
+@pytest.mark.parametrize(
+    "name", [n for n in topcal.available_methods() if topcal.calibrators.get_class(n).step_curve]
+)
 def test_a_declared_step_curve_is_piecewise_constant(name):
     data = topcal.datasets.load_phanns()
     with warnings.catch_warnings():
@@ -259,13 +282,21 @@ def test_a_declared_step_curve_is_piecewise_constant(name):
     grid = np.linspace(*data.score_range, 4001)
     y = model.curve(k, grid).confidence
     jumps = np.count_nonzero(np.abs(np.diff(y)) > 1e-12)
-    assert jumps < 0.05 * grid.size  # flat almost everywhere: a smooth curve changes at every grid step
+    assert (
+        jumps < 0.05 * grid.size
+    )  # flat almost everywhere: a smooth curve changes at every grid step
 
 
 def test_step_curve_constant_and_unranked_declarations():
     get = topcal.calibrators.get_class
-    assert {n for n in topcal.available_methods() if get(n).step_curve} >= {"hist", "cum", "cum-median", "cum-opt",
-                                                                             "conf1", "pooled-hist"}
+    assert {n for n in topcal.available_methods() if get(n).step_curve} >= {
+        "hist",
+        "cum",
+        "cum-median",
+        "cum-opt",
+        "conf1",
+        "pooled-hist",
+    }
     assert not get("kde-mon2").step_curve and not get("uncalibrated").step_curve
     assert [n for n in topcal.available_methods() if get(n).constant_per_class] == ["conf1"]
     for n in topcal.available_methods():
@@ -274,7 +305,11 @@ def test_step_curve_constant_and_unranked_declarations():
         assert bool(cls.unranked_on) == bool(cls.unranked_note)  # a method left unranked says why
     from topcal.report.page import ranked, unranked_notes
 
-    assert ranked(["uncalibrated", "conf1", "hist", "not-a-method"], "ece1") == ["uncalibrated", "hist", "not-a-method"]
+    assert ranked(["uncalibrated", "conf1", "hist", "not-a-method"], "ece1") == [
+        "uncalibrated",
+        "hist",
+        "not-a-method",
+    ]
     assert ranked(["conf1", "hist"], "nll") == ["conf1", "hist"]
     assert unranked_notes(["hist", "conf1", "conf1"]) == [get("conf1").unranked_note]
     assert unranked_notes(["hist"]) == []
@@ -287,19 +322,28 @@ def test_auto_tiers_come_from_the_classes():
 
     for name in topcal.available_methods():
         assert auto.tier(name) == get_class(name, unlisted=True).tier
-    assert auto.tier("uncalibrated") == 0 and auto.tier("pooled-platt") == 1 and auto.tier("sts") == 1
+    assert (
+        auto.tier("uncalibrated") == 0 and auto.tier("pooled-platt") == 1 and auto.tier("sts") == 1
+    )
     assert auto.tier("hier-beta") == 2 and auto.tier("kde-mon2") == 2 and auto.tier("btswa") == 3
     assert auto.tier("conf1") == 3 and auto.tier("no-such-method") == 3
     # within one curve for all classes, 2-3 parameters are simpler than bins or a kernel curve
-    assert auto.tier("pooled-beta") == 1 and auto.tier("pooled-hist") == auto.tier("pooled-kde-mon2") == 1.5
+    assert (
+        auto.tier("pooled-beta") == 1
+        and auto.tier("pooled-hist") == auto.tier("pooled-kde-mon2") == 1.5
+    )
     assert dict(auto.TIERS)["hist"] == 2 and "auto" in auto.TIERS
 
 
 def test_auto_prefers_a_parametric_pooled_curve_within_noise_and_the_data_otherwise():
     from topcal.calibrators.auto import choose
 
-    cv = {"uncalibrated": {"nll": 0.40, "diff_se": 0.01}, "pooled-hist": {"nll": 0.3454, "diff_se": 0.0},
-          "pooled-platt": {"nll": 0.3464, "diff_se": 0.002}, "hier-beta": {"nll": 0.3460, "diff_se": 0.003}}
+    cv = {
+        "uncalibrated": {"nll": 0.40, "diff_se": 0.01},
+        "pooled-hist": {"nll": 0.3454, "diff_se": 0.0},
+        "pooled-platt": {"nll": 0.3464, "diff_se": 0.002},
+        "hier-beta": {"nll": 0.3460, "diff_se": 0.003},
+    }
     assert choose(cv) == ("pooled-platt", "pooled-hist")  # within one SE: 2 parameters beat 15 bins
     cv["pooled-platt"]["diff_se"] = 0.0005  # now clearly worse: the histogram's advantage is real
     assert choose(cv) == ("pooled-hist", "pooled-hist")

@@ -34,9 +34,15 @@ def prob_csv(tmp_path):
 
 def test_fit_apply_describe_metrics_workflow(prob_csv, tmp_path, capsys):
     model = tmp_path / "m.json"
-    code, out, err = run(["fit", prob_csv, "--method", "hist", "--param", "n_bins=5", "-o", model], capsys)
+    code, out, err = run(
+        ["fit", prob_csv, "--method", "hist", "--param", "n_bins=5", "-o", model], capsys
+    )
     assert code == 0, err
-    assert json.loads(model.read_text())["model"]["params"] == {"n_bins": 5, "strategy": "uniform", "shrinkage": "auto"}
+    assert json.loads(model.read_text())["model"]["params"] == {
+        "n_bins": 5,
+        "strategy": "uniform",
+        "shrinkage": "auto",
+    }
 
     # apply needs no label column; output = input columns + pred + confidence
     new = pd.read_csv(prob_csv).drop(columns=["label"])
@@ -69,27 +75,51 @@ def test_fit_apply_describe_metrics_workflow(prob_csv, tmp_path, capsys):
 
 
 def test_top_score_and_binned_and_parquet_and_npz_inputs(tmp_path, capsys):
-    frame = pd.DataFrame({"pred": ["a", "b", "a", "a"], "score": [9.0, 3.0, 4.5, 7.0], "label": ["a", "a", "b", "a"]})
+    frame = pd.DataFrame(
+        {"pred": ["a", "b", "a", "a"], "score": [9.0, 3.0, 4.5, 7.0], "label": ["a", "a", "b", "a"]}
+    )
     frame.to_parquet(tmp_path / "s.parquet")
-    code, out, err = run(["fit", tmp_path / "s.parquet", "--score-range", 0, 10, "--method", "cum", "-o", tmp_path / "m.json"], capsys)
+    code, out, err = run(
+        [
+            "fit",
+            tmp_path / "s.parquet",
+            "--score-range",
+            0,
+            10,
+            "--method",
+            "cum",
+            "-o",
+            tmp_path / "m.json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert topcal.load(tmp_path / "m.json").score_range_ == (0.0, 10.0)
 
     phanns = Path(topcal.__file__).parent / "_data" / "phanns_test_binned.csv"
-    code, out, err = run(["fit", phanns, "--method", "cum-opt", "--score-range", 0, 10, "-o", tmp_path / "p.json"], capsys)
+    code, out, err = run(
+        ["fit", phanns, "--method", "cum-opt", "--score-range", 0, 10, "-o", tmp_path / "p.json"],
+        capsys,
+    )
     assert code == 0, err
     code, out, err = run(["describe", tmp_path / "p.json"], capsys)
     assert "theta" in out and "[HTJ]" in out
 
-    np.savez(tmp_path / "d.npz", probs=np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]), labels=np.array(["u", "v", "v"]),
-             classes=np.array(["u", "v"]))
+    np.savez(
+        tmp_path / "d.npz",
+        probs=np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]),
+        labels=np.array(["u", "v", "v"]),
+        classes=np.array(["u", "v"]),
+    )
     code, out, err = run(["fit", tmp_path / "d.npz", "-o", tmp_path / "n.json"], capsys)
     assert code == 0, err
     assert topcal.load(tmp_path / "n.json").classes_ == ("u", "v")
 
 
 def test_logits_flag(tmp_path, capsys):
-    frame = pd.DataFrame({"p_a": [2.0, -1.0, 0.5], "p_b": [0.0, 1.0, 0.2], "label": ["a", "b", "b"]})
+    frame = pd.DataFrame(
+        {"p_a": [2.0, -1.0, 0.5], "p_b": [0.0, 1.0, 0.2], "label": ["a", "b", "b"]}
+    )
     frame.to_csv(tmp_path / "l.csv", index=False)
     code, out, err = run(["fit", tmp_path / "l.csv", "-o", tmp_path / "m.json"], capsys)
     assert code == 2 and "negative value" in err and "--logits" in err
@@ -135,13 +165,20 @@ def test_bad_data_files_exit_2_with_one_line(name, text, match, tmp_path, capsys
 
 
 def test_mismatched_lengths_in_npz(tmp_path, capsys):
-    np.savez(tmp_path / "x.npz", pred=np.array(["a", "b"]), score=np.array([0.5]), label=np.array(["a", "a"]))
+    np.savez(
+        tmp_path / "x.npz",
+        pred=np.array(["a", "b"]),
+        score=np.array([0.5]),
+        label=np.array(["a", "a"]),
+    )
     code, out, err = run(["fit", tmp_path / "x.npz", "-o", tmp_path / "m.json"], capsys)
     assert code == 2 and "different lengths" in err
 
 
 def test_usage_mistakes_exit_2(prob_csv, tmp_path, capsys):
-    code, out, err = run(["fit", prob_csv, "--method", "kernel-magic", "-o", tmp_path / "m.json"], capsys)
+    code, out, err = run(
+        ["fit", prob_csv, "--method", "kernel-magic", "-o", tmp_path / "m.json"], capsys
+    )
     assert code == 2 and "unknown method 'kernel-magic'. Options are:" in err and "hist" in err
     code, out, err = run(["fit", prob_csv, "--param", "nbins=3", "-o", tmp_path / "m.json"], capsys)
     assert code == 2 and "no parameter(s) 'nbins'" in err
@@ -193,7 +230,15 @@ def test_console_script_has_no_traceback(tmp_path):
     exe = Path(sys.executable).parent / "topcal"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "topcal.cli"]
     bad = _csv(tmp_path, "bad.csv", "p_a,p_b,label\nnan,0.5,a\n")
-    r = subprocess.run(cmd + ["fit", str(bad), "-o", str(tmp_path / "m.json")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    r = subprocess.run(
+        cmd + ["fit", str(bad), "-o", str(tmp_path / "m.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert r.returncode == 2
-    assert "Traceback" not in r.stderr and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
+    assert (
+        "Traceback" not in r.stderr
+        and r.stderr.startswith("error: ")
+        and len(r.stderr.strip().splitlines()) == 1
+    )

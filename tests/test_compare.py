@@ -22,7 +22,8 @@ CLASSES = ["ant", "bee", "cow", "dog", "eel"]
 
 
 def simulate(n, seed, *, sharpen=None):
-    """A perfectly calibrated classifier (or, with ``sharpen``, per-class miscalibrated): see _sim."""
+    """A perfectly calibrated classifier (or, with ``sharpen``, per-class miscalibrated): see
+    _sim."""
     p, labels = simulate_probs(n, seed, len(CLASSES), sharpen=sharpen)
     return TopLabelData.from_probs(p, labels, classes=CLASSES)
 
@@ -147,7 +148,12 @@ def npz_files(tmp_path_factory):
     for seed in (11, 12):
         data = simulate(3_000, seed)
         path = d / f"s{seed}.npz"
-        np.savez(path, probs=data.full, labels=np.asarray(CLASSES)[data.labels], classes=np.asarray(CLASSES))
+        np.savez(
+            path,
+            probs=data.full,
+            labels=np.asarray(CLASSES)[data.labels],
+            classes=np.asarray(CLASSES),
+        )
         out.append(str(path))
     return out
 
@@ -164,15 +170,20 @@ def test_cli_compare_csv_kfold_matches_library(npz_files, capsys):
     from topcal import read_data
 
     a, _ = npz_files
-    assert main(["compare", a, "--folds", "3", "--seed", "4", "--methods", "hist,kde-mon2", "--csv"]) == 0
+    assert (
+        main(["compare", a, "--folds", "3", "--seed", "4", "--methods", "hist,kde-mon2", "--csv"])
+        == 0
+    )
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert {r["method"] for r in rows} == {"hist", "kde-mon2"}
     got = {(r["method"], r["metric"], r["class"]): r["value"] for r in rows}
     lib = compare_methods(read_data(a), ["hist", "kde-mon2"], folds=3, seed=4)
-    assert float(got[("kde-mon2", "nll", "overall")]) == pytest.approx(lib["methods"]["kde-mon2"]["nll"]["overall"],
-                                                                        rel=1e-12)
-    assert float(got[("hist", "ece2", "bee")]) == pytest.approx(lib["methods"]["hist"]["ece2"]["per_class"]["bee"],
-                                                                rel=1e-12)
+    assert float(got[("kde-mon2", "nll", "overall")]) == pytest.approx(
+        lib["methods"]["kde-mon2"]["nll"]["overall"], rel=1e-12
+    )
+    assert float(got[("hist", "ece2", "bee")]) == pytest.approx(
+        lib["methods"]["hist"]["ece2"]["per_class"]["bee"], rel=1e-12
+    )
 
 
 def test_cli_compare_text_and_errors(npz_files, capsys):
@@ -195,8 +206,14 @@ def _with_empty_class():
     rng = np.random.default_rng(5)
     s = rng.uniform(0, 1, 400)
     ok = rng.random(400) < s
-    return TopLabelData(("a", "b"), np.zeros(400, dtype=np.int64), s, (0.0, 1.0),
-                        tp=ok.astype(float), fp=(~ok).astype(float))
+    return TopLabelData(
+        ("a", "b"),
+        np.zeros(400, dtype=np.int64),
+        s,
+        (0.0, 1.0),
+        tp=ok.astype(float),
+        fp=(~ok).astype(float),
+    )
 
 
 def test_fit_quietly_collects_warnings_instead_of_printing_them():
@@ -225,7 +242,9 @@ def test_fit_quietly_passes_other_warnings_through():
     from topcal.evaluate import fit_quietly
 
     data = _with_empty_class()
-    with pytest.warns(DegenerateClassWarning):  # collecting only another category lets this one through
+    with pytest.warns(
+        DegenerateClassWarning
+    ):  # collecting only another category lets this one through
         fit_quietly("hist", data, notes={}, collect=type("Other", (TopcalWarning,), {}))
     with pytest.raises(ParameterError):
         fit_quietly("hist", data, params={"n_bins": -1})
@@ -238,7 +257,9 @@ def test_fit_and_score_is_fit_then_the_metric_bundle(calibrated):
     data, second = calibrated
     model, (s1, s2) = fit_and_score("hist", data, [data, second], notes={})
     assert list(s1) == list(METRICS) == ["nll", "brier", "ece1", "ece2"]
-    assert s1 == evaluate(data, model.predict(data)) and s2 == evaluate(second, model.predict(second))
+    assert s1 == evaluate(data, model.predict(data)) and s2 == evaluate(
+        second, model.predict(second)
+    )
     assert score_models({"hist": model}, second) == {"hist": s2}
     conf = model.predict(second)
     assert s2["nll"] == nll(second, conf).to_dict() and s2["brier"] == brier(second, conf).to_dict()
@@ -250,7 +271,8 @@ def test_fit_and_score_is_fit_then_the_metric_bundle(calibrated):
         bundle(second, conf, names=("auc",))
 
 
-# ------------------------------------------------------------ the typed result and its old dict form
+# ------------------------------------------------------------ the typed result and its old dict
+# form
 def test_comparison_is_typed_and_still_reads_as_the_old_nested_dict():
     from topcal.evaluate import Comparison, MethodMetrics, MetricValues, evaluate
 
@@ -264,7 +286,12 @@ def test_comparison_is_typed_and_still_reads_as_the_old_nested_dict():
     # the old indexing, .get, `in`, len and iteration give the same objects and numbers
     assert res["methods"]["hist"]["nll"]["per_class"]["ant"] == hist.nll.per_class["ant"]
     assert res["methods"]["hist"]["nll"]["overall"] == hist.nll.overall > 0
-    assert res["protocol"] == "kfold" and res.get("folds") == 3 and "choices" in res and "nope" not in res
+    assert (
+        res["protocol"] == "kfold"
+        and res.get("folds") == 3
+        and "choices" in res
+        and "nope" not in res
+    )
     assert list(res) == ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
     with pytest.raises(KeyError):
         res["nope"]
@@ -274,14 +301,24 @@ def test_comparison_is_typed_and_still_reads_as_the_old_nested_dict():
         res["skipped"] = []  # read-only, like every result
     # to_dict is the old plain dict: JSON round trip, equal to the typed result both ways
     plain = json.loads(json.dumps(res.to_dict()))
-    assert plain == res and res == plain and plain["methods"]["hist"]["nll"]["overall"] == hist.nll.overall
+    assert (
+        plain == res
+        and res == plain
+        and plain["methods"]["hist"]["nll"]["overall"] == hist.nll.overall
+    )
     assert type(plain["methods"]["csts"]["ece2"]) is dict
     # the old dict form (hand-built, or read back from JSON) becomes a comparison again
     again = Comparison.of(plain)
-    assert again == res and again.methods["csts"].ece2.per_class == res.methods["csts"].ece2.per_class
+    assert (
+        again == res and again.methods["csts"].ece2.per_class == res.methods["csts"].ece2.per_class
+    )
     assert Comparison.of(res) is res
     minimal = Comparison.of({"methods": {"hist": evaluate(data, np.full(data.pred.size, 0.5))}})
-    assert minimal.protocol == "same" and minimal.skipped == [] and minimal.methods["hist"].brier.overall > 0
+    assert (
+        minimal.protocol == "same"
+        and minimal.skipped == []
+        and minimal.methods["hist"].brier.overall > 0
+    )
 
 
 def test_cli_json_is_the_comparison_as_a_plain_dict(tmp_path, capsys):
@@ -290,7 +327,12 @@ def test_cli_json_is_the_comparison_as_a_plain_dict(tmp_path, capsys):
     data = simulate(1500, 6)
     path = tmp_path / "d.npz"
     np.savez(path, probs=data.full, labels=data.labels, classes=np.array(CLASSES))
-    assert main(["compare", str(path), "--methods", "uncalibrated,conf1,hist", "--folds", "2", "--json"]) == 0
+    assert (
+        main(
+            ["compare", str(path), "--methods", "uncalibrated,conf1,hist", "--folds", "2", "--json"]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert list(doc) == ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
     res = Comparison.of(doc)

@@ -39,8 +39,14 @@ def test_auto_hashes_its_rows_once_and_its_model_carries_the_fingerprint(monkeyp
         return real(cls, d)
 
     monkeypatch.setattr(fingerprint_module.Fingerprint, "of", classmethod(counting))
-    model = _quiet(lambda: topcal.calibrator("auto", candidates=["pooled-hist", "hist", "sts", "bts"]).fit(data))
-    assert calls == [data.n_rows]  # the top-level fit only: no fold's fit, no reference, no second for model_
+    model = _quiet(
+        lambda: topcal.calibrator("auto", candidates=["pooled-hist", "hist", "sts", "bts"]).fit(
+            data
+        )
+    )
+    assert calls == [
+        data.n_rows
+    ]  # the top-level fit only: no fold's fit, no reference, no second for model_
     monkeypatch.undo()
     assert model.evidence_.fingerprint == Fingerprint.of(data)
     assert (
@@ -74,7 +80,8 @@ def test_a_scratch_fit_keeps_nothing_for_later():
 
 
 def _row_refit(data, names, n_folds, seed):
-    """The K-fold loop as it was before the cross-fit helper: every fold's model an ordinary fit on its rows."""
+    """The K-fold loop as it was before the cross-fit helper: every fold's model an ordinary fit on
+    its rows."""
     from topcal.data import kfold_split
 
     folds = kfold_split(data, n_folds, seed=seed)
@@ -98,15 +105,20 @@ def _binned(seed):
     return TopLabelData.from_binned(pred, lo, hi, tp, fp, classes=["a", "b", "c"])
 
 
-SETS = {"vectors": lambda: _vectors(2, 900, 5), "sharp": lambda: _vectors(3, 700, 3, sharp=2.0),
-        "binned": lambda: _binned(4)}
+SETS = {
+    "vectors": lambda: _vectors(2, 900, 5),
+    "sharp": lambda: _vectors(3, 700, 3, sharp=2.0),
+    "binned": lambda: _binned(4),
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", sorted(SETS))
 def test_auto_choice_and_table_equal_the_row_refit_path(which):
-    """Tolerance: 1e-9 relative on every candidate's mean NLL and standard errors where the helper's fits are
-    ordinary fits on the same rows (only the sums of the table may differ in their last bits); 1e-6 for the
+    """Tolerance: 1e-9 relative on every candidate's mean NLL and standard errors where the helper's
+    fits are
+    ordinary fits on the same rows (only the sums of the table may differ in their last bits); 1e-6
+    for the
     warm-started ones (sts, hier-*: the optimiser stops at 1e-10 relative on the loss
     from another start)."""
     from topcal.calibrators.auto import choose, paired_se
@@ -114,8 +126,11 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     from topcal._numeric import binary_nll
 
     data = SETS[which]()
-    names = [n for n in topcal.calibrators.auto.DEFAULT_CANDIDATES
-             if data.has_full or not topcal.calibrators.get_class(n).needs_full]
+    names = [
+        n
+        for n in topcal.calibrators.auto.DEFAULT_CANDIDATES
+        if data.has_full or not topcal.calibrators.get_class(n).needs_full
+    ]
     model = _quiet(lambda: topcal.calibrator("auto").fit(data))
     target, conf = _row_refit(data, names, 5, 0)
     cv = {}
@@ -127,10 +142,16 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
         cv[n]["diff_se"] = paired_se(target.tp, target.fp, *loss[n], *loss[lead])[1]
     assert set(model.cv_) == set(cv)
     for n in cv:
-        rtol = 1e-6 if topcal.calibrators.get_class(n)._warm_starts or topcal.calibrators.get_class(
-            lead)._warm_starts else 1e-9
+        rtol = (
+            1e-6
+            if topcal.calibrators.get_class(n)._warm_starts
+            or topcal.calibrators.get_class(lead)._warm_starts
+            else 1e-9
+        )
         for key in ("nll", "se", "diff_se"):
-            np.testing.assert_allclose(model.cv_[n][key], cv[n][key], rtol=rtol, atol=0, err_msg=f"{n} {key}")
+            np.testing.assert_allclose(
+                model.cv_[n][key], cv[n][key], rtol=rtol, atol=0, err_msg=f"{n} {key}"
+            )
     assert (model.method_, model.best_) == choose(cv, 1.0)
 
 
@@ -144,12 +165,16 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
     target, conf = _row_refit(data, ["hist", "sts"], 3, 1)
     for n in ("hist", "sts"):
         expect = topcal.evaluate.evaluate(target, conf[n])["nll"]["overall"]
-        np.testing.assert_allclose(res["methods"][n]["nll"]["overall"], expect, rtol=1e-12 if n == "hist" else 1e-6)
+        np.testing.assert_allclose(
+            res["methods"][n]["nll"]["overall"], expect, rtol=1e-12 if n == "hist" else 1e-6
+        )
     assert [c["fold"] for c in res["choices"]["auto"]] == [1, 2, 3]
     cls = topcal.calibrators.get_class("sts")
     real, calls = cls._fit, []
 
-    def fails(self, d):  # the first call is the all-data fit that warm-starts the folds', then folds 1, 2, ...
+    def fails(
+        self, d
+    ):  # the first call is the all-data fit that warm-starts the folds', then folds 1, 2, ...
         calls.append(self._warm is not None)
         if len(calls) in bad:
             raise ConvergenceError("made to fail")
@@ -158,7 +183,11 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
     monkeypatch.setattr(cls, "_fit", fails)
     bad = {3}
     res = _quiet(lambda: compare_methods(data, ["hist", "sts"], folds=3))
-    assert res["failed"] == {"sts": "fold 2: ConvergenceError: made to fail"} and calls == [False, True, True]
+    assert res["failed"] == {"sts": "fold 2: ConvergenceError: made to fail"} and calls == [
+        False,
+        True,
+        True,
+    ]
     assert "hist" in res["methods"] and "sts" not in res["methods"]
     # an all-data fit that fails only loses the warm start: the folds fit from the fixed start
     bad, calls[:] = {1}, []
@@ -168,11 +197,14 @@ def test_compare_kfold_runs_through_the_helper_and_reports_a_failing_method(monk
 
 def test_softplus_both_equals_logaddexp_within_two_ulp():
     """The same as ``np.logaddexp`` to the last bit or two: which SIMD path numpy's exp, log1p and
-    logaddexp take depends on the processor (bit for bit on AVX2, 1 ulp apart on some AVX-512 machines)."""
+    logaddexp take depends on the processor (bit for bit on AVX2, 1 ulp apart on some AVX-512
+    machines)."""
     from topcal._numeric import softplus_both
 
     rng = np.random.default_rng(6)
-    m = np.concatenate([rng.normal(0, 5, 5000), rng.normal(0, 60, 500), [0.0, -0.0, 1e-300, -1e-300, 700, -700]])
+    m = np.concatenate(
+        [rng.normal(0, 5, 5000), rng.normal(0, 60, 500), [0.0, -0.0, 1e-300, -1e-300, 700, -700]]
+    )
     neg, pos = softplus_both(m)
     np.testing.assert_array_max_ulp(neg, np.logaddexp(0.0, -m), maxulp=2)
     np.testing.assert_array_max_ulp(pos, np.logaddexp(0.0, m), maxulp=2)
@@ -184,8 +216,9 @@ def test_canonical_order_equals_the_sort_on_every_key(tied):
 
     data = _vectors(7, 3000, 4)
     if tied:  # rounded scores: many rows tie on (class, score), the later keys order them
-        data = TopLabelData.from_probs(np.round(data.full, 2) + 1e-3, data.labels, classes=data.classes,
-                                       renormalize=True)
+        data = TopLabelData.from_probs(
+            np.round(data.full, 2) + 1e-3, data.labels, classes=data.classes, renormalize=True
+        )
         assert len(np.unique(np.stack([data.pred, data.score]), axis=1)[0]) < data.n_rows
     w = np.random.default_rng(0).random(data.full.shape[1]) + 0.5
     keys = [data.pred, data.score, data.labels, data.tp, data.fp, np.nan_to_num(data.full) @ w]
@@ -193,9 +226,13 @@ def test_canonical_order_equals_the_sort_on_every_key(tied):
 
 
 @pytest.mark.parametrize("name, most", [("sts", 2.2), ("csts", 2.0), ("bts", 1.0)])
-def test_temperature_fit_reads_the_score_matrix_through_its_row_order_without_copying_it(name, most):
-    """Peak traced memory of a fit ÷ the (n, K) input: before, the canonical row order copied the matrix
-    (sts 2.86, csts 4.49, bts 1.79 here; now 1.86, 1.52, 0.63); the fit is the one on the rows put in that order first, bit for bit."""
+def test_temperature_fit_reads_the_score_matrix_through_its_row_order_without_copying_it(
+    name, most
+):
+    """Peak traced memory of a fit ÷ the (n, K) input: before, the canonical row order copied the
+    matrix
+    (sts 2.86, csts 4.49, bts 1.79 here; now 1.86, 1.52, 0.63); the fit is the one on the rows put
+    in that order first, bit for bit."""
     import tracemalloc
 
     from topcal.data import canonical_order
@@ -225,9 +262,12 @@ def _small_classes(seed):
 @pytest.mark.parametrize("which", ["vectors", "sharp", "binned", "small"])
 def test_a_folds_local_strength_search_finds_the_grid_searchs_strength(which):
     """A fold's hier-* fit, warm-started, searches the strength from the all-data choice (3-5 Newton
-    solves instead of 15 where the choice moves little); it must land on the strength of the full grid
-    scan on the same rows (a cold scratch fit), and its confidences within 1e-6 relative of that fit's
-    (another start). A fold's pooled-beta (one class: its own pool) searches no strength: its confidences
+    solves instead of 15 where the choice moves little); it must land on the strength of the full
+    grid
+    scan on the same rows (a cold scratch fit), and its confidences within 1e-6 relative of that
+    fit's
+    (another start). A fold's pooled-beta (one class: its own pool) searches no strength: its
+    confidences
     are an ordinary fit's within 1e-8 relative."""
     from topcal.calibrators.crossfit import scratch_fit
     from topcal.data import kfold_split
@@ -242,17 +282,26 @@ def test_a_folds_local_strength_search_finds_the_grid_searchs_strength(which):
             if name == "pooled-beta":
                 full = _quiet(lambda: topcal.calibrator(name).fit(train))
                 assert not local.model_._strength_fits and len(full.model_._strength_fits) >= 14
-                np.testing.assert_allclose(local.predict(folds[f]), full.predict(folds[f]), rtol=1e-8, atol=0)
+                np.testing.assert_allclose(
+                    local.predict(folds[f]), full.predict(folds[f]), rtol=1e-8, atol=0
+                )
                 continue
             grid = scratch_fit(name, train)
-            assert len(local._strength_fits) < len(grid._strength_fits), (name, f)  # the local search ran
+            assert len(local._strength_fits) < len(grid._strength_fits), (
+                name,
+                f,
+            )  # the local search ran
             assert local.strength_ == grid.strength_, (name, f)
-            np.testing.assert_allclose(local.predict(folds[f]), grid.predict(folds[f]), rtol=1e-6, atol=0)
+            np.testing.assert_allclose(
+                local.predict(folds[f]), grid.predict(folds[f]), rtol=1e-6, atol=0
+            )
 
 
 def test_a_folds_temperature_fits_share_one_order_and_split_and_fit_as_alone(monkeypatch):
-    """Inside cross_fit's sharing block the fold's sts/tswa/csts/bts/btswa order their rows once and keep the
-    order (and the split of the score vectors: foldmemo.py); each fit's confidences equal its fit alone bit
+    """Inside cross_fit's sharing block the fold's sts/tswa/csts/bts/btswa order their rows once and
+    keep the
+    order (and the split of the score vectors: foldmemo.py); each fit's confidences equal its fit
+    alone bit
     for bit; outside the block nothing is kept."""
     from topcal.calibrators import foldmemo
     from topcal.calibrators.crossfit import scratch_fit
@@ -279,19 +328,24 @@ def test_a_folds_temperature_fits_share_one_order_and_split_and_fit_as_alone(mon
     for n in names:
         np.testing.assert_array_equal(together[n], alone[n], err_msg=n)
     assert not foldmemo.shared(data)
-    # outside a block memo computes every time: a user's array changed between two fits is read again
+    # outside a block memo computes every time: a user's array changed between two fits is read
+    # again
     assert foldmemo.memo(data, "k", lambda: 1) == 1 and foldmemo.memo(data, "k", lambda: 2) == 2
 
 
 @pytest.mark.parametrize("name", ["hier-platt", "hier-beta"])
 def test_hierarchical_fits_merge_rows_of_equal_class_and_score_losslessly(name, monkeypatch):
-    """Scores rounded to 2 digits: rows of equal (class, score) are merged into one with summed weights; the
-    fit (strength, parameters, covariance, confidences) is the row-by-row fit's up to the order of sums
+    """Scores rounded to 2 digits: rows of equal (class, score) are merged into one with summed
+    weights; the
+    fit (strength, parameters, covariance, confidences) is the row-by-row fit's up to the order of
+    sums
     (measured: parameters within 2e-14, covariance 1.2e-14, confidences 1.1e-15 relative)."""
     from topcal.calibrators import hierarchical
 
     d = _vectors(11, 3000, 8, sharp=1.5)
-    data = TopLabelData.from_scores(d.pred, np.round(d.score, 2), labels=d.labels, classes=d.classes)
+    data = TopLabelData.from_scores(
+        d.pred, np.round(d.score, 2), labels=d.labels, classes=d.classes
+    )
     seen = []
     real = hierarchical.class_order
 

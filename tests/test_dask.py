@@ -1,4 +1,5 @@
-"""topcal.dask and --engine dask on a real LocalCluster (2 worker processes x 1 thread), issue 13."""
+"""topcal.dask and --engine dask on a real LocalCluster (2 worker processes x 1 thread), issue
+13."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from topcal.confusion import ConfusionStats, GridConfusion
 from topcal.evidence import Evidence
 from topcal.stats import ScoreStats
 
-from _frames import assert_confusion_equal, model_payload, on_grid, probs_frame, run, scores_frame, write_parts
+from _frames import (
+    assert_confusion_equal,
+    model_payload,
+    on_grid,
+    probs_frame,
+    run,
+    scores_frame,
+    write_parts,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +33,13 @@ try:
     import distributed  # noqa: F401
 except ImportError:  # pragma: no cover - make test installs the extra
     if os.environ.get("CI") == "true":
-        pytest.fail("dask is missing under CI=true; run 'make install' (it installs topcal[dask])",
-                    pytrace=False)
-    pytest.skip("the dask extra is not installed (pip install 'topcal[dask]')", allow_module_level=True)
-
-
+        pytest.fail(
+            "dask is missing under CI=true; run 'make install' (it installs topcal[dask])",
+            pytrace=False,
+        )
+    pytest.skip(
+        "the dask extra is not installed (pip install 'topcal[dask]')", allow_module_level=True
+    )
 
 
 def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
@@ -47,7 +58,10 @@ def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
         stats = tdask.stats(ddf, split_every=3)  # a tree: 11 -> 4 -> 2 -> 1
     # the statistics were computed on the cluster's workers (11 partitions, 4 + 2 + 1 merges)
     keys = [t["key"] for t in ts.data]
-    assert sum("_partition_stats" in str(k) for k in keys) == 11 and sum("_merge" in str(k) for k in keys) == 7
+    assert (
+        sum("_partition_stats" in str(k) for k in keys) == 11
+        and sum("_merge" in str(k) for k in keys) == 7
+    )
     assert {t["worker"] for t in ts.data} <= set(cluster.scheduler_info()["workers"])
     data = read_data_frame(frame)
     assert stats.equals(ScoreStats.from_data(data))
@@ -58,7 +72,8 @@ def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
             Evidence(ScoreStats.from_data(data), GridConfusion.from_data(data))
         )
     assert persist.dumps(cal).split('"sha256"')[0] == persist.dumps(ref).split('"sha256"')[0]
-    # the label-shift counts came through the tree too: those of the data with scores at their cell midpoints
+    # the label-shift counts came through the tree too: those of the data with scores at their cell
+    # midpoints
     assert_confusion_equal(cal.evidence_.confusion, ConfusionStats.from_data(on_grid(data)))
     out = tdask.apply(cal, ddf).compute()
     np.testing.assert_array_equal(out["confidence"].to_numpy(), ref.predict(data))
@@ -91,19 +106,69 @@ def test_cli_engine_dask_with_scheduler_address(tmp_path, capsys, cluster):
     addr = cluster.scheduler.address
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        code, out, err = run(["fit", d, "--engine", "dask", "--scheduler", addr, "--method", "hist",
-                              "-o", tmp_path / "dk.json"], capsys)
+        code, out, err = run(
+            [
+                "fit",
+                d,
+                "--engine",
+                "dask",
+                "--scheduler",
+                addr,
+                "--method",
+                "hist",
+                "-o",
+                tmp_path / "dk.json",
+            ],
+            capsys,
+        )
         assert code == 0, err
-        run(["fit", tmp_path / "all.csv", "--chunk-rows", 1000, "--method", "hist", "-o", tmp_path / "st.json"], capsys)
+        run(
+            [
+                "fit",
+                tmp_path / "all.csv",
+                "--chunk-rows",
+                1000,
+                "--method",
+                "hist",
+                "-o",
+                tmp_path / "st.json",
+            ],
+            capsys,
+        )
     assert model_payload(tmp_path / "dk.json") == model_payload(tmp_path / "st.json")
-    code, out, err = run(["apply", tmp_path / "dk.json", d, "--engine", "dask", "--scheduler", addr,
-                          "-o", tmp_path / "out"], capsys)
+    code, out, err = run(
+        [
+            "apply",
+            tmp_path / "dk.json",
+            d,
+            "--engine",
+            "dask",
+            "--scheduler",
+            addr,
+            "-o",
+            tmp_path / "out",
+        ],
+        capsys,
+    )
     assert code == 0, err
     got = pd.read_parquet(tmp_path / "out")
     model = persist.load(tmp_path / "dk.json")
-    np.testing.assert_array_equal(got["confidence"].to_numpy(), model.predict(read_data_frame(frame)))
-    code, out, err = run(["fit", tmp_path / "nothing-*.parquet", "--engine", "dask", "--scheduler", addr,
-                          "-o", tmp_path / "x.json"], capsys)
+    np.testing.assert_array_equal(
+        got["confidence"].to_numpy(), model.predict(read_data_frame(frame))
+    )
+    code, out, err = run(
+        [
+            "fit",
+            tmp_path / "nothing-*.parquet",
+            "--engine",
+            "dask",
+            "--scheduler",
+            addr,
+            "-o",
+            tmp_path / "x.json",
+        ],
+        capsys,
+    )
     assert code == 2 and "no Parquet data" in err
 
 
@@ -119,7 +184,11 @@ def test_dask_update_carries_confusion_counts_on_a_local_cluster(tmp_path, clust
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal = topcal.calibrator("hist").fit(data.subset(first))
-        ref = topcal.calibrator("hist").fit(data.subset(first)).update(data.subset(np.arange(1500, 5000)))
+        ref = (
+            topcal.calibrator("hist")
+            .fit(data.subset(first))
+            .update(data.subset(np.arange(1500, 5000)))
+        )
     d = write_parts(tmp_path, frame.iloc[1500:], n_parts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -132,7 +201,9 @@ def test_dask_update_carries_confusion_counts_on_a_local_cluster(tmp_path, clust
         cal.evidence_.confusion.confusion().sum(axis=0), np.bincount(data.labels, minlength=4)
     )
     adapted = cal.adapt(priors=np.array([0.4, 0.3, 0.2, 0.1]))
-    np.testing.assert_array_equal(adapted.predict(data), ref.adapt(priors=np.array([0.4, 0.3, 0.2, 0.1])).predict(data))
+    np.testing.assert_array_equal(
+        adapted.predict(data), ref.adapt(priors=np.array([0.4, 0.3, 0.2, 0.1])).predict(data)
+    )
 
 
 def test_cli_update_engine_dask_keeps_confusion_counts(tmp_path, capsys, cluster):
@@ -143,20 +214,42 @@ def test_cli_update_engine_dask_keeps_confusion_counts(tmp_path, capsys, cluster
     addr = cluster.scheduler.address
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert run(["fit", tmp_path / "a.csv", "--method", "hist", "-o", tmp_path / "a.json"], capsys)[0] == 0
-        code, out, err = run(["update", tmp_path / "a.json", d, "--engine", "dask", "--scheduler", addr,
-                              "-o", tmp_path / "dk.json"], capsys)
+        assert (
+            run(["fit", tmp_path / "a.csv", "--method", "hist", "-o", tmp_path / "a.json"], capsys)[
+                0
+            ]
+            == 0
+        )
+        code, out, err = run(
+            [
+                "update",
+                tmp_path / "a.json",
+                d,
+                "--engine",
+                "dask",
+                "--scheduler",
+                addr,
+                "-o",
+                tmp_path / "dk.json",
+            ],
+            capsys,
+        )
         assert code == 0, err
-        code, out, err = run(["update", tmp_path / "a.json", tmp_path / "rest.csv", "-o", tmp_path / "mem.json"],
-                             capsys)
+        code, out, err = run(
+            ["update", tmp_path / "a.json", tmp_path / "rest.csv", "-o", tmp_path / "mem.json"],
+            capsys,
+        )
         assert code == 0, err
-    assert model_payload(tmp_path / "dk.json") == model_payload(tmp_path / "mem.json")  # confusion included
+    assert model_payload(tmp_path / "dk.json") == model_payload(
+        tmp_path / "mem.json"
+    )  # confusion included
     assert "confusion" in model_payload(tmp_path / "dk.json")
 
 
 @pytest.mark.parametrize("make", [probs_frame, scores_frame])
 def test_dask_apply_output_is_the_local_apply_output(tmp_path, capsys, cluster, make):
-    # one formatting and one writer for every engine: the same bytes, with an empty partition on the way
+    # one formatting and one writer for every engine: the same bytes, with an empty partition on the
+    # way
     frame = make(3000)
     d = write_parts(tmp_path, frame, 4)
     frame.iloc[:0].to_parquet(d / "part99.parquet")
@@ -164,10 +257,20 @@ def test_dask_apply_output_is_the_local_apply_output(tmp_path, capsys, cluster, 
     addr = cluster.scheduler.address
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert run(["fit", tmp_path / "all.csv", "--method", "hist", "-o", tmp_path / "m.json"], capsys)[0] == 0
-        for args, out in [((), "local.csv"), (("--engine", "dask", "--scheduler", addr), "dask.csv"),
-                          (("--engine", "dask", "--scheduler", addr), "folder")]:
-            code, _, err = run(["apply", tmp_path / "m.json", d, *args, "-o", tmp_path / out], capsys)
+        assert (
+            run(
+                ["fit", tmp_path / "all.csv", "--method", "hist", "-o", tmp_path / "m.json"], capsys
+            )[0]
+            == 0
+        )
+        for args, out in [
+            ((), "local.csv"),
+            (("--engine", "dask", "--scheduler", addr), "dask.csv"),
+            (("--engine", "dask", "--scheduler", addr), "folder"),
+        ]:
+            code, _, err = run(
+                ["apply", tmp_path / "m.json", d, *args, "-o", tmp_path / out], capsys
+            )
             assert code == 0, err
     local = (tmp_path / "local.csv").read_bytes()
     assert (tmp_path / "dask.csv").read_bytes() == local

@@ -42,8 +42,9 @@ def test_log_probs_floor_for_exact_zero():
 
 
 def test_from_scores_any_scale_and_class_split():
-    d = TopLabelData.from_scores(["x", "y", "x", "x"], [9.5, 3.0, 2.0, 10.0], ["x", "x", "y", "x"],
-                                 score_range=(0, 10))
+    d = TopLabelData.from_scores(
+        ["x", "y", "x", "x"], [9.5, 3.0, 2.0, 10.0], ["x", "x", "y", "x"], score_range=(0, 10)
+    )
     assert d.classes == ("x", "y")
     v = d.class_view(0)
     np.testing.assert_array_equal(v.score, [9.5, 2.0, 10.0])
@@ -55,7 +56,9 @@ def test_from_scores_any_scale_and_class_split():
 
 
 def test_from_binned_midpoints_and_counts():
-    d = TopLabelData.from_binned(["a", "a", "b"], [0, 5, 0], [5, 10, 10], [3, 1, 0], [1, 0, 2], score_range=(0, 10))
+    d = TopLabelData.from_binned(
+        ["a", "a", "b"], [0, 5, 0], [5, 10, 10], [3, 1, 0], [1, 0, 2], score_range=(0, 10)
+    )
     assert d.is_binned and d.score_range == (0.0, 10.0)
     np.testing.assert_allclose(d.score, [2.5, 7.5, 5.0])
     assert d.n_samples == 7
@@ -86,17 +89,35 @@ def test_concat_and_subset_roundtrip():
 @pytest.mark.parametrize(
     "build, match",
     [
-        (lambda: TopLabelData.from_probs([[0.5, np.nan]], [0]), r"non-finite value \(nan\) at row 0, column 1"),
+        (
+            lambda: TopLabelData.from_probs([[0.5, np.nan]], [0]),
+            r"non-finite value \(nan\) at row 0, column 1",
+        ),
         (lambda: TopLabelData.from_probs([[0.5, np.inf]], [0]), "non-finite"),
         (lambda: TopLabelData.from_probs([[1.2, -0.2]], [0]), "negative value"),
         (lambda: TopLabelData.from_probs([[0.5, 0.4]], [0]), "sums to 0.9.*renormalize=True"),
-        (lambda: TopLabelData.from_probs([[0.5, 0.5]], ["z"], classes=["a", "b"]), "'z' at row 0, which is not one of"),
+        (
+            lambda: TopLabelData.from_probs([[0.5, 0.5]], ["z"], classes=["a", "b"]),
+            "'z' at row 0, which is not one of",
+        ),
         (lambda: TopLabelData.from_probs([[0.5, 0.5]], [5]), "index 5 at row 0"),
-        (lambda: TopLabelData.from_probs([[0.5, 0.5], [0.5, 0.5]], [0]), "labels has 1 rows but probs has 2"),
+        (
+            lambda: TopLabelData.from_probs([[0.5, 0.5], [0.5, 0.5]], [0]),
+            "labels has 1 rows but probs has 2",
+        ),
         (lambda: TopLabelData.from_probs(np.zeros((0, 3)), []), "empty"),
-        (lambda: TopLabelData.from_probs([[0.5, 0.5]], [0], classes=["a", "a"]), "duplicate class name 'a'"),
-        (lambda: TopLabelData.from_probs([[0.5, 0.5]], [0], classes=["a", "b", "c"]), "2 columns but 3 class names"),
-        (lambda: TopLabelData.from_scores([0], [11.0], [0], score_range=(0, 10)), "outside the declared score range"),
+        (
+            lambda: TopLabelData.from_probs([[0.5, 0.5]], [0], classes=["a", "a"]),
+            "duplicate class name 'a'",
+        ),
+        (
+            lambda: TopLabelData.from_probs([[0.5, 0.5]], [0], classes=["a", "b", "c"]),
+            "2 columns but 3 class names",
+        ),
+        (
+            lambda: TopLabelData.from_scores([0], [11.0], [0], score_range=(0, 10)),
+            "outside the declared score range",
+        ),
         (lambda: TopLabelData.from_scores([0, 1], [0.5], [0, 1]), "must match row for row"),
         (lambda: TopLabelData.from_scores([0], [0.5], [0], score_range=(1, 1)), "lo < hi"),
         (lambda: TopLabelData.from_binned(["a"], [0], [1], [-1], [0]), "negative"),

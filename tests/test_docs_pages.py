@@ -20,7 +20,16 @@ import pandas as pd
 import pytest
 
 import topcal
-from _docs import DOCS, blocks, commands, exec_block, fences, probs_frame, run_topcal, top_score_frame
+from _docs import (
+    DOCS,
+    blocks,
+    commands,
+    exec_block,
+    fences,
+    probs_frame,
+    run_topcal,
+    top_score_frame,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -28,35 +37,75 @@ pytestmark = pytest.mark.e2e
 _LONG = "a full experiment run (minutes to hours); the tiny run of the same command runs"
 NOT_RUN = {
     ("cli.md", "topcal experiment ensembles -o runs/under"): _LONG,
-    ("experiment.md", "make install"): "sets up the virtual environment the suite itself runs in (CI runs it)",
-    ("experiment.md", "make system-deps"): "installs Debian packages with apt-get as root (CI runs it)",
+    (
+        "experiment.md",
+        "make install",
+    ): "sets up the virtual environment the suite itself runs in (CI runs it)",
+    (
+        "experiment.md",
+        "make system-deps",
+    ): "installs Debian packages with apt-get as root (CI runs it)",
     ("experiment.md", "topcal experiment ensembles --regime under -o runs/under"): _LONG,
-    ("experiment.md", "topcal experiment ensembles --regime under --combine geometric -o runs/under-geometric"): _LONG,
+    (
+        "experiment.md",
+        "topcal experiment ensembles --regime under --combine geometric -o runs/under-geometric",
+    ): _LONG,
     ("experiment.md", "topcal experiment ensembles --regime over --threads 1 -o runs/over"): _LONG,
-    ("experiment.md", "topcal experiment ensembles --regime over --threads 1 --combine geometric "
-                      "-o runs/over-geometric"): _LONG,
-    ("experiment.md", "topcal experiment ensembles --networks 1000 --ensembles 1000 -o runs/paper-scale"): _LONG,
-    ("experiment.md", "mkdir -p ~/data/mnist && cd ~/data/mnist"): "prepares the MNIST download (no network here)",
-    ("experiment.md", "for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte "
-                      "t10k-labels-idx1-ubyte; do"): "downloads MNIST (no network here)",
-    ("experiment.md", 'curl -fLO "https://ossci-datasets.s3.amazonaws.com/mnist/$f.gz"'):
-        "downloads MNIST (no network here)",
+    (
+        "experiment.md",
+        "topcal experiment ensembles --regime over --threads 1 --combine geometric "
+        "-o runs/over-geometric",
+    ): _LONG,
+    (
+        "experiment.md",
+        "topcal experiment ensembles --networks 1000 --ensembles 1000 -o runs/paper-scale",
+    ): _LONG,
+    (
+        "experiment.md",
+        "mkdir -p ~/data/mnist && cd ~/data/mnist",
+    ): "prepares the MNIST download (no network here)",
+    (
+        "experiment.md",
+        "for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte "
+        "t10k-labels-idx1-ubyte; do",
+    ): "downloads MNIST (no network here)",
+    (
+        "experiment.md",
+        'curl -fLO "https://ossci-datasets.s3.amazonaws.com/mnist/$f.gz"',
+    ): "downloads MNIST (no network here)",
     ("experiment.md", "done"): "downloads MNIST (no network here)",
-    ("experiment.md", "topcal experiment ensembles --data-dir ~/data/mnist -o runs/mnist-under"): _LONG,
-    ("report.md", "make demo"): "builds the venv, runs `topcal demo` (CI runs it; cli.md's `topcal demo` runs here)",
+    (
+        "experiment.md",
+        "topcal experiment ensembles --data-dir ~/data/mnist -o runs/mnist-under",
+    ): _LONG,
+    (
+        "report.md",
+        "make demo",
+    ): "builds the venv, runs `topcal demo` (CI runs it; cli.md's `topcal demo` runs here)",
 }
 
 #: page -> (Python blocks, shell blocks); each is run by the page's test below
 PAGES = {
-    "cli.md": (0, 2), "experiment.md": (0, 2), "kde.md": (1, 0), "label_shift.md": (0, 1), "python.md": (2, 0),
-    "report.md": (1, 2), "scale.md": (2, 2), "temperature.md": (1, 0), "thresholds.md": (1, 1),
+    "cli.md": (0, 2),
+    "experiment.md": (0, 2),
+    "kde.md": (1, 0),
+    "label_shift.md": (0, 1),
+    "python.md": (2, 0),
+    "report.md": (1, 2),
+    "scale.md": (2, 2),
+    "temperature.md": (1, 0),
+    "thresholds.md": (1, 1),
 }
 OWN_TEST = {"sklearn.md"}  # tests/test_docs_sklearn.py
-NO_CODE_LANGS = {"text", "layers"}  # program output; architecture.md's layer table (tests/test_architecture.py)
+NO_CODE_LANGS = {
+    "text",
+    "layers",
+}  # program output; architecture.md's layer table (tests/test_architecture.py)
 
 
 def run_lines(page: str, block: str, where, done: dict | None = None) -> dict[str, object]:
-    """Run every command of a shell block of ``page`` in ``where`` (except the listed ones); their results by line.
+    """Run every command of a shell block of ``page`` in ``where`` (except the listed ones); their
+    results by line.
 
     ``done``: the results of the lines already run in ``where`` (by another page showing the same
     command on the same files); such a line is not run twice, and ``done`` gains the new ones.
@@ -82,9 +131,15 @@ def test_every_code_block_of_the_docs_is_run_here():
         if page in OWN_TEST:
             continue
         langs = [lang for lang, _ in fences(DOCS / page)]
-        assert all(lang for lang in langs), f"{page}: a code block without a language; label it (sh, python, text)"
+        assert all(lang for lang in langs), (
+            f"{page}: a code block without a language; label it (sh, python, text)"
+        )
         counted = (langs.count("python"), langs.count("sh"))
-        assert counted == PAGES.get(page, (0, 0)), (page, counted, "update PAGES and run the new blocks")
+        assert counted == PAGES.get(page, (0, 0)), (
+            page,
+            counted,
+            "update PAGES and run the new blocks",
+        )
         assert set(langs) <= {"python", "sh"} | NO_CODE_LANGS, (page, langs)
 
 
@@ -94,7 +149,9 @@ def test_lines_not_run_are_few_and_still_in_the_docs():
     # everything else is a topcal command, which the tests below run
     for page, line in lines - set(NOT_RUN):
         assert line.startswith("topcal "), (page, line)
-    assert sum(p == "experiment.md" and c.startswith("topcal ") for p, c in lines - set(NOT_RUN)) == 1  # the tiny run
+    assert (
+        sum(p == "experiment.md" and c.startswith("topcal ") for p, c in lines - set(NOT_RUN)) == 1
+    )  # the tiny run
 
 
 @pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
@@ -110,12 +167,15 @@ def test_docs_pages_have_no_dangling_links(page):
 @pytest.fixture(scope="module")
 def visual_check(tmp_path_factory):
     """The folder of the visual-check commands (cli.md and report.md show the same ones): preds.csv,
-    preds2.csv and extra.csv (rows predicted as c1 only: a 'trove' of one class); the lines run there."""
+    preds2.csv and extra.csv (rows predicted as c1 only: a 'trove' of one class); the lines run
+    there."""
     where = tmp_path_factory.mktemp("visual-check")
     probs_frame(300, k=3, seed=11).to_csv(where / "preds.csv", index=False)
     probs_frame(300, k=3, seed=12).to_csv(where / "preds2.csv", index=False)
     extra = probs_frame(300, k=3, seed=13)
-    extra[extra.filter(like="p_").to_numpy().argmax(1) == 1].to_csv(where / "extra.csv", index=False)
+    extra[extra.filter(like="p_").to_numpy().argmax(1) == 1].to_csv(
+        where / "extra.csv", index=False
+    )
     return where, {}
 
 
@@ -128,7 +188,9 @@ def test_cli_page(tmp_path, visual_check):
     (tmp_path / "preds").mkdir()
     for i in range(3):
         top_score_frame(200, seed=5 + i).to_parquet(tmp_path / "preds" / f"part-{i}.parquet")
-    top_score_frame(300, seed=9, labelled=False, priors=[0.7, 0.2, 0.1]).to_csv(tmp_path / "use.csv", index=False)
+    top_score_frame(300, seed=9, labelled=False, priors=[0.7, 0.2, 0.1]).to_csv(
+        tmp_path / "use.csv", index=False
+    )
 
     ran = run_lines("cli.md", sh[0], tmp_path)
     assert "kde-mon2" in ran["topcal methods"].stdout
@@ -136,10 +198,14 @@ def test_cli_page(tmp_path, visual_check):
     assert model.name == "auto"
     new = pd.read_csv(tmp_path / "new_calibrated.csv")
     assert len(new) == 200 and new["confidence"].between(0, 1).all()
-    np.testing.assert_allclose(new["confidence"], model.predict(topcal.read_data(tmp_path / "new.csv")), atol=1e-12)
+    np.testing.assert_allclose(
+        new["confidence"], model.predict(topcal.read_data(tmp_path / "new.csv")), atol=1e-12
+    )
     updated = topcal.load(tmp_path / "model2.json")
     assert updated.evidence_.stats.n_samples == 600  # 400 + the 200 of more.csv
-    assert topcal.load(tmp_path / "m.json").name == "auto"  # written by the Dask fit, after the chunked one
+    assert (
+        topcal.load(tmp_path / "m.json").name == "auto"
+    )  # written by the Dask fit, after the chunked one
     assert "method: auto" in ran["topcal describe model.json"].stdout
     assert "NLL" in ran["topcal metrics test.csv --model model.json"].stdout.upper()
     assert (tmp_path / "my-report" / "index.html").is_file()
@@ -153,7 +219,9 @@ def test_cli_page(tmp_path, visual_check):
     ran = run_lines("cli.md", sh[1], where, done)
     table = json.loads(ran["topcal compare preds.csv --json"].stdout)
     assert table["protocol"] == "kfold" and {"hist", "kde-mon2", "sts"} <= set(table["methods"])
-    figures = {p.name for p in (where / "my-report" / "figures").iterdir()}  # the last report: --add
+    figures = {
+        p.name for p in (where / "my-report" / "figures").iterdir()
+    }  # the last report: --add
     assert any("add" in f for f in figures), figures
 
 
@@ -164,7 +232,9 @@ def test_report_page(visual_check):
     page = (where / "r" / "index.html").read_text(encoding="utf-8")
     assert "tswa" in page and "kde-opt" not in page  # --methods hist,kde-mon2,tswa
     ran = run_lines("report.md", sh[1], where, done)
-    assert ran["topcal compare preds.csv"].stdout.startswith("protocol: 5-fold")  # the default is out of sample
+    assert ran["topcal compare preds.csv"].stdout.startswith(
+        "protocol: 5-fold"
+    )  # the default is out of sample
     assert "same data" in ran["topcal compare preds.csv --in-sample"].stdout.splitlines()[0]
     assert json.loads(ran["topcal compare preds.csv --folds 5 --json"].stdout)["folds"] == 5
 
@@ -178,20 +248,30 @@ def test_label_shift_page(tmp_path):
     pool = probs_frame(3000, k=3, seed=21)
     pool.iloc[:800].to_csv(tmp_path / "test.csv", index=False)
     rest = pool.iloc[800:]
-    keep = np.random.default_rng(0).random(len(rest)) < rest["label"].map({"c0": 1.0, "c1": 0.3, "c2": 0.3})
-    rest[keep.to_numpy()].drop(columns="label").to_csv(tmp_path / "use.csv", index=False)  # label shift toward c0
+    keep = np.random.default_rng(0).random(len(rest)) < rest["label"].map(
+        {"c0": 1.0, "c1": 0.3, "c2": 0.3}
+    )
+    rest[keep.to_numpy()].drop(columns="label").to_csv(
+        tmp_path / "use.csv", index=False
+    )  # label shift toward c0
     (tmp_path / "P.csv").write_text("class,prior\nc0,0.6\nc1,0.2\nc2,0.2\n")
-    run_topcal("topcal fit test.csv --method kde-mon2 -o model.json", tmp_path)  # the page's model.json
+    run_topcal(
+        "topcal fit test.csv --method kde-mon2 -o model.json", tmp_path
+    )  # the page's model.json
 
     ran = run_lines("label_shift.md", blocks(DOCS / "label_shift.md", "sh")[0], tmp_path)
-    for line, estimator in [("topcal adapt model.json use.csv -o adapted.json", "em"),
-                            ("topcal adapt model.json use.csv -o adapted.json --estimator bbse", "bbse")]:
+    for line, estimator in [
+        ("topcal adapt model.json use.csv -o adapted.json", "em"),
+        ("topcal adapt model.json use.csv -o adapted.json --estimator bbse", "bbse"),
+    ]:
         assert f"to {estimator} " in ran[line].stdout, ran[line].stdout
     adapted = topcal.load(tmp_path / "adapted.json")  # the last one: --priors P.csv
     np.testing.assert_allclose(adapted.estimate_.priors, [0.6, 0.2, 0.2])
     assert "use" in ran["topcal describe adapted.json"].stdout
     out = pd.read_csv(tmp_path / "use_calibrated.csv")
-    np.testing.assert_allclose(out["confidence"], adapted.predict(topcal.read_data(tmp_path / "use.csv")), atol=1e-12)
+    np.testing.assert_allclose(
+        out["confidence"], adapted.predict(topcal.read_data(tmp_path / "use.csv")), atol=1e-12
+    )
     assert "prior" in (tmp_path / "rep" / "index.html").read_text(encoding="utf-8").lower()
 
 
@@ -200,7 +280,12 @@ def test_experiment_page_tiny_run(tmp_path):
 
     _need_torch()
     make_synthetic_mnist(tmp_path / "mnist", n_train=3000, n_test=400)
-    runs = [c for b in blocks(DOCS / "experiment.md", "sh") for c in commands(b) if ("experiment.md", c) not in NOT_RUN]
+    runs = [
+        c
+        for b in blocks(DOCS / "experiment.md", "sh")
+        for c in commands(b)
+        if ("experiment.md", c) not in NOT_RUN
+    ]
     assert len(runs) == 1
     run_lines("experiment.md", "\n".join(runs), tmp_path)
     summary = json.loads((tmp_path / "runs" / "tiny" / "summary.json").read_text())
@@ -223,7 +308,9 @@ def test_python_page(tmp_path):
     with contextlib.redirect_stdout(printed):
         ns = exec_block(py[1], tmp_path, name="python.md")
     per_class = np.array(printed.getvalue().strip(" []\n").split(), dtype=float)
-    np.testing.assert_allclose(per_class, topcal.metrics.nll(ns["data"], ns["conf"]).per_class, rtol=1e-6)
+    np.testing.assert_allclose(
+        per_class, topcal.metrics.nll(ns["data"], ns["conf"]).per_class, rtol=1e-6
+    )
     assert per_class.shape == (len(ns["data"].classes),)
     np.testing.assert_array_equal(ns["same"].predict(ns["data"]), ns["conf"])
     assert ns["cal"].name == "auto" and np.all((ns["conf"] >= 0) & (ns["conf"] <= 1))
@@ -237,7 +324,11 @@ def test_kde_page(tmp_path):
     assert np.all((curve.confidence >= 0) & (curve.confidence <= 1))
     assert ns["tp_density"].shape == ns["fp_density"].shape == curve.score.shape
     conf_x = ns["conf_x"]  # TP weight grows and FP weight falls with the score: an increasing curve
-    assert conf_x.shape == curve.score.shape and np.all(np.diff(conf_x) >= -1e-12) and 0 < conf_x[0] < conf_x[-1] < 1
+    assert (
+        conf_x.shape == curve.score.shape
+        and np.all(np.diff(conf_x) >= -1e-12)
+        and 0 < conf_x[0] < conf_x[-1] < 1
+    )
 
 
 def _keys(comment: str):
@@ -252,15 +343,24 @@ def test_temperature_page(tmp_path):
     p, y = simulate_probs(2000, 31, 4, sharpen=[2.0, 1.5, 0.7, 1.0])
     p_new, _ = simulate_probs(300, 32, 4)
     block = blocks(DOCS / "temperature.md", "python")[0]
-    ns = exec_block(block, tmp_path, {"logits": np.log(p), "labels": y,
-                                       "new_data": topcal.TopLabelData.from_logits(np.log(p_new))},
-                    name="temperature.md")
+    ns = exec_block(
+        block,
+        tmp_path,
+        {
+            "logits": np.log(p),
+            "labels": y,
+            "new_data": topcal.TopLabelData.from_logits(np.log(p_new)),
+        },
+        name="temperature.md",
+    )
     m = ns["m"]
-    assert m.temperature_.shape == m.awards_.shape == (4,) and np.ptp(m.temperature_) == 0  # tswa: one T
+    assert (
+        m.temperature_.shape == m.awards_.shape == (4,) and np.ptp(m.temperature_) == 0
+    )  # tswa: one T
     assert m.aic_ == pytest.approx(2 * m.n_params_ + 2 * m.nll_)
     assert ns["conf"].shape == (300,) and np.all((ns["conf"] > 0) & (ns["conf"] < 1))
     # the keys the comments promise are the keys describe() gives
-    comments = dict(re.findall(r'^(m\.describe\(\)\[[^#]*?)\s+# (\{.*\})$', block, flags=re.M))
+    comments = dict(re.findall(r"^(m\.describe\(\)\[[^#]*?)\s+# (\{.*\})$", block, flags=re.M))
     assert len(comments) == 2
     for expr, listed in comments.items():
         required, optional = _keys(listed)
@@ -281,10 +381,14 @@ def test_scale_page(tmp_path):
     ns = exec_block(py[0], tmp_path, name="scale.md")
     parts = [topcal.ScoreStats.from_data(ns[k]) for k in ("old_data", "new_data")]
     refit = topcal.calibrator("kde-mon2").fit(topcal.ScoreStats.merge_all(parts).to_data())
-    np.testing.assert_allclose(ns["cal"].predict(ns["new_data"]), refit.predict(ns["new_data"]), atol=1e-12)
+    np.testing.assert_allclose(
+        ns["cal"].predict(ns["new_data"]), refit.predict(ns["new_data"]), atol=1e-12
+    )
     assert ns["cal"].evidence_.stats.n_samples == 900
 
-    run_topcal("topcal fit old.csv --method kde-mon2 -o model.json", tmp_path)  # the page's model.json
+    run_topcal(
+        "topcal fit old.csv --method kde-mon2 -o model.json", tmp_path
+    )  # the page's model.json
     whole, chunked = commands(sh[0])
     run_lines("scale.md", whole, tmp_path)
     first = topcal.load(tmp_path / "model2.json")
@@ -296,18 +400,24 @@ def test_scale_page(tmp_path):
 
     # Dask, in process (dask's default scheduler)
     ns = exec_block(py[1], tmp_path, {}, name="scale.md")
-    pd.concat(pd.read_parquet(p) for p in sorted((tmp_path / "preds").iterdir())).to_csv(tmp_path / "all.csv")
+    pd.concat(pd.read_parquet(p) for p in sorted((tmp_path / "preds").iterdir())).to_csv(
+        tmp_path / "all.csv"
+    )
     whole = topcal.read_data(tmp_path / "all.csv")
     assert ns["stats"].equals(topcal.ScoreStats.from_data(whole))
     assert ns["cal"].evidence_.stats.n_samples == 800  # 600 + the update's 200
     out = ns["out"].compute()
     assert len(out) == 600 and {"pred", "confidence"} <= set(out.columns)
-    np.testing.assert_allclose(np.sort(out["confidence"]), np.sort(ns["cal"].predict(whole)), atol=1e-12)
+    np.testing.assert_allclose(
+        np.sort(out["confidence"]), np.sort(ns["cal"].predict(whole)), atol=1e-12
+    )
 
     # Dask from the command line, on a LocalCluster
     run_lines("scale.md", sh[1], tmp_path)
     assert topcal.load(tmp_path / "model.json").name == "kde-mon2"
-    written = pd.concat(pd.read_parquet(p) for p in sorted((tmp_path / "calibrated").glob("*.parquet")))
+    written = pd.concat(
+        pd.read_parquet(p) for p in sorted((tmp_path / "calibrated").glob("*.parquet"))
+    )
     assert len(written) == 600 and written["confidence"].between(0, 1).all()
 
 
@@ -323,5 +433,7 @@ def test_thresholds_page(tmp_path):
     assert (tmp_path / "rep" / "index.html").is_file()
 
     ns = exec_block(blocks(DOCS / "thresholds.md", "python")[0], tmp_path, name="thresholds.md")
-    np.testing.assert_array_equal(ns["accepted"], out["accepted"].to_numpy())  # the CLI's and Python's agree
+    np.testing.assert_array_equal(
+        ns["accepted"], out["accepted"].to_numpy()
+    )  # the CLI's and Python's agree
     assert np.nanmin(ns["th"].cutoffs()) >= 0.5

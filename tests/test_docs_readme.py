@@ -61,6 +61,8 @@ def test_readme_shell_blocks_run(tmp_path):
     assert {"pred", "confidence"} <= set(out.columns) and len(out) == 300
     assert (tmp_path / "my-report" / "index.html").is_file()
     ci = pd.read_csv(tmp_path / "new_ci.csv")
-    assert (ci["confidence_lo"] <= ci["confidence"]).all() and (ci["confidence"] <= ci["confidence_hi"]).all()
+    assert (ci["confidence_lo"] <= ci["confidence"]).all() and (
+        ci["confidence"] <= ci["confidence_hi"]
+    ).all()
     acc = pd.read_csv(tmp_path / "new_accepted.csv")
     assert acc["accepted"].dtype == bool and len(acc) == 300

@@ -1,4 +1,5 @@
-"""docs/sklearn.md's worked example runs as written (digits + HistGradientBoosting; a PyTorch MLP's logits)."""
+"""docs/sklearn.md's worked example runs as written (digits + HistGradientBoosting; a PyTorch MLP's
+logits)."""
 
 import re
 import time
@@ -55,15 +56,21 @@ def test_sklearn_part_calibrates_and_reports(ran):
     import topcal
 
     hgb, cal = ran["hgb"], ran["cal"]
-    X_test, y_test = ran["X_test"], ran["y_test"]
-    np.testing.assert_array_equal(ran["pred"], hgb.classes_[ran["test"].pred])  # argmax of hgb's probabilities
+    y_test = ran["y_test"]
+    np.testing.assert_array_equal(
+        ran["pred"], hgb.classes_[ran["test"].pred]
+    )  # argmax of hgb's probabilities
     conf, proba = ran["conf"], ran["proba"]
     assert conf.shape == (len(y_test),) and np.all((conf >= 0) & (conf <= 1))
     np.testing.assert_allclose(proba[np.arange(len(conf)), ran["test"].pred], conf)
     assert cal.calibrator_.name == "kde-mon2" and cal.estimator_ is hgb
     assert np.mean(ran["pred"] == y_test) > 0.85
     table = ran["table"]
-    assert set(table["protocol"]) == {"holdout"} and set(table["method"]) == {"hist", "kde-mon2", "sts"}
+    assert set(table["protocol"]) == {"holdout"} and set(table["method"]) == {
+        "hist",
+        "kde-mon2",
+        "sts",
+    }
     report = ran["_dir"] / ran["report"]
     assert report.is_file() and "kde-mon2" in report.read_text(encoding="utf-8")
     assert isinstance(cal.calibrator_, topcal.Calibrator)

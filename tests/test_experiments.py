@@ -74,7 +74,11 @@ def test_idx_reads_big_endian_ints_and_floats(tmp_path):
     a = np.array([[1, -2], [70000, 3]], dtype=np.int32)
     np.testing.assert_array_equal(read_idx(write_idx(tmp_path / "i", a)), a)
     # hand-made header: 0x00 0x00 0x0D (float32) 0x01 dims=[2], big-endian values
-    raw = bytes([0, 0, 0x0D, 1]) + (2).to_bytes(4, "big") + np.array([1.5, -2.25], dtype=">f4").tobytes()
+    raw = (
+        bytes([0, 0, 0x0D, 1])
+        + (2).to_bytes(4, "big")
+        + np.array([1.5, -2.25], dtype=">f4").tobytes()
+    )
     (tmp_path / "f").write_bytes(raw)
     np.testing.assert_array_equal(read_idx(tmp_path / "f"), [1.5, -2.25])
 
@@ -85,7 +89,9 @@ def test_idx_malformed_magic_names_file_expected_and_found(tmp_path):
     with pytest.raises(DataError) as exc:
         read_idx(p)
     msg = str(exc.value)
-    assert str(p) in msg and "0x12340803" in msg and "expected 0x0000TTNN" in msg and "\n" not in msg
+    assert (
+        str(p) in msg and "0x12340803" in msg and "expected 0x0000TTNN" in msg and "\n" not in msg
+    )
 
 
 def test_idx_truncated_data_reports_sizes(tmp_path):
@@ -93,7 +99,9 @@ def test_idx_truncated_data_reports_sizes(tmp_path):
     p = write_idx(tmp_path / "x.gz", arr)
     body = gzip.decompress(p.read_bytes())
     p.write_bytes(gzip.compress(body[:-100]))
-    with pytest.raises(DataError, match=r"declares shape \(4, 28, 28\) \(3136 data bytes\) but holds 3036"):
+    with pytest.raises(
+        DataError, match=r"declares shape \(4, 28, 28\) \(3136 data bytes\) but holds 3036"
+    ):
         read_idx(p)
 
 
@@ -114,7 +122,9 @@ def test_idx_truncated_header_and_broken_gzip(tmp_path):
 def test_load_mnist_checks_the_four_files(tmp_path):
     root = make_synthetic_mnist(tmp_path / "d", n_train=50, n_test=20, gz=False)
     d = load_mnist(root)
-    assert d.train_images.shape == (50, 28, 28) and d.test_labels.shape == (20,) and d.n_classes == 10
+    assert (
+        d.train_images.shape == (50, 28, 28) and d.test_labels.shape == (20,) and d.n_classes == 10
+    )
     assert d.fingerprint() == load_mnist(root).fingerprint()
     write_idx(root / "t10k-labels-idx1-ubyte", np.zeros(19, dtype=np.uint8))
     with pytest.raises(DataError, match="has 20 images but .* has 19 labels"):
@@ -137,7 +147,9 @@ def test_split_is_seeded_disjoint_and_complete():
         split_train_test1(100, 100, 0)
 
 
-@pytest.mark.skipif(not FASHION.is_dir() and not IN_CI, reason="dataset-fashion-mnist not installed")
+@pytest.mark.skipif(
+    not FASHION.is_dir() and not IN_CI, reason="dataset-fashion-mnist not installed"
+)
 def test_fashion_mnist_from_debian_reads():
     d = load_mnist(FASHION)
     assert d.train_images.shape == (60000, 28, 28) and d.test_images.shape == (10000, 28, 28)
@@ -160,7 +172,9 @@ def test_combination_is_the_normalised_product_of_member_probabilities():
     np.testing.assert_allclose(np.exp(out).sum(axis=1), 1.0)
     # = the normalised geometric mean at temperature 1/n, and not the geometric mean itself
     geo = np.exp(lp.mean(axis=0))
-    np.testing.assert_allclose(np.exp(out), geo**10 / (geo**10).sum(axis=1, keepdims=True), rtol=1e-8)
+    np.testing.assert_allclose(
+        np.exp(out), geo**10 / (geo**10).sum(axis=1, keepdims=True), rtol=1e-8
+    )
     assert np.abs(np.exp(out) - geo / geo.sum(axis=1, keepdims=True)).max() > 0.05
     # one member: the member itself; unnormalised logits give the same ensemble
     np.testing.assert_allclose(combine_log_probs(lp[:1]), lp[0], atol=1e-12)
@@ -253,8 +267,12 @@ def test_batched_training_equals_one_at_a_time_and_learns(tmp_path):
     x, y, xt, yt = _tensors(make_synthetic_mnist(tmp_path / "d", n_train=400, n_test=200))
     cfg = mlp.TrainConfig(hidden=(32, 16), steps=30, batch_size=64)
     seeds = mlp.network_seeds(7, range(3))
-    together = mlp.predict_log_softmax(mlp.train_networks(x, y, seeds, cfg, n_classes=10, progress=False), xt)
-    alone = mlp.predict_log_softmax(mlp.train_networks(x, y, seeds[2:], cfg, n_classes=10, progress=False), xt)
+    together = mlp.predict_log_softmax(
+        mlp.train_networks(x, y, seeds, cfg, n_classes=10, progress=False), xt
+    )
+    alone = mlp.predict_log_softmax(
+        mlp.train_networks(x, y, seeds[2:], cfg, n_classes=10, progress=False), xt
+    )
     assert together.shape == (3, 200, 10)
     np.testing.assert_allclose(alone[0], together[2], atol=2e-4)
     assert np.abs(together[0] - together[1]).max() > 0.1  # different seeds, different networks
@@ -289,7 +307,9 @@ def test_interrupted_training_resumes_from_checkpoint(tmp_path):
     x, y, xt, _ = _tensors(make_synthetic_mnist(tmp_path / "d", n_train=300, n_test=50))
     cfg = mlp.TrainConfig(hidden=(16,), steps=20, batch_size=32)
     seeds = mlp.network_seeds(0, range(2))
-    ref = mlp.predict_log_softmax(mlp.train_networks(x, y, seeds, cfg, n_classes=10, progress=False), xt)
+    ref = mlp.predict_log_softmax(
+        mlp.train_networks(x, y, seeds, cfg, n_classes=10, progress=False), xt
+    )
     ck = tmp_path / "ck.pt"
 
     def stop(step):
@@ -297,12 +317,22 @@ def test_interrupted_training_resumes_from_checkpoint(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        mlp.train_networks(x, y, seeds, cfg, n_classes=10, progress=False, checkpoint=ck,
-                           checkpoint_seconds=0.0, callback=stop)
+        mlp.train_networks(
+            x,
+            y,
+            seeds,
+            cfg,
+            n_classes=10,
+            progress=False,
+            checkpoint=ck,
+            checkpoint_seconds=0.0,
+            callback=stop,
+        )
     assert ck.is_file()
     steps = []
-    out = mlp.train_networks(x, y, seeds, cfg, n_classes=10, progress=False, checkpoint=ck,
-                             callback=steps.append)
+    out = mlp.train_networks(
+        x, y, seeds, cfg, n_classes=10, progress=False, checkpoint=ck, callback=steps.append
+    )
     assert steps[0] == 12 and steps[-1] == 20  # resumed after the last saved step (11)
     assert not ck.exists()
     np.testing.assert_allclose(mlp.predict_log_softmax(out, xt), ref, atol=1e-6)
@@ -313,8 +343,17 @@ def test_network_cache_resumes_only_missing_networks(tmp_path, monkeypatch):
     from topcal.experiments import mlp, networks
 
     root = make_synthetic_mnist(tmp_path / "d", n_train=500, n_test=100)
-    cfg = ExperimentConfig.for_regime(str(root), "under", n_networks=3, n_ensembles=1, ensemble_size=2,
-                                      steps=10, batch_size=50, hidden=(16,), n_test1=100)
+    cfg = ExperimentConfig.for_regime(
+        str(root),
+        "under",
+        n_networks=3,
+        n_ensembles=1,
+        ensemble_size=2,
+        steps=10,
+        batch_size=50,
+        hidden=(16,),
+        n_test1=100,
+    )
     cache = tmp_path / "cache"
     first = networks.network_outputs(cfg, cache_root=cache, chunk=2, progress=False)
     assert first.trained == (0, 1, 2)
@@ -336,9 +375,21 @@ def test_network_cache_resumes_only_missing_networks(tmp_path, monkeypatch):
     third = networks.network_outputs(cfg, cache_root=cache, progress=False)
     assert third.trained == () and len(calls) == 1
     # a different training configuration does not reuse these networks
-    other = ExperimentConfig.for_regime(str(root), "under", n_networks=3, n_ensembles=1, ensemble_size=2,
-                                        steps=11, batch_size=50, hidden=(16,), n_test1=100)
-    assert networks.network_outputs(other, cache_root=cache, progress=False).cache_dir != first.cache_dir
+    other = ExperimentConfig.for_regime(
+        str(root),
+        "under",
+        n_networks=3,
+        n_ensembles=1,
+        ensemble_size=2,
+        steps=11,
+        batch_size=50,
+        hidden=(16,),
+        n_test1=100,
+    )
+    assert (
+        networks.network_outputs(other, cache_root=cache, progress=False).cache_dir
+        != first.cache_dir
+    )
 
 
 # ---------------------------------------------------------------- end to end
@@ -348,9 +399,31 @@ def test_tiny_end_to_end_run_through_the_cli(tmp_path, capsys):
 
     root = make_synthetic_mnist(tmp_path / "d", n_train=1200, n_test=300)
     out = tmp_path / "out"
-    argv = ["experiment", "ensembles", "--data-dir", str(root), "--networks", "4", "--ensembles", "3",
-            "--ensemble-size", "2", "--steps", "20", "--batch-size", "100", "--test1-size", "300",
-            "--methods", "hist,conf1,uncalibrated", "-o", str(out), "--cache-dir", str(tmp_path / "c"), "--quiet"]
+    argv = [
+        "experiment",
+        "ensembles",
+        "--data-dir",
+        str(root),
+        "--networks",
+        "4",
+        "--ensembles",
+        "3",
+        "--ensemble-size",
+        "2",
+        "--steps",
+        "20",
+        "--batch-size",
+        "100",
+        "--test1-size",
+        "300",
+        "--methods",
+        "hist,conf1,uncalibrated",
+        "-o",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--quiet",
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "median NLL over ensembles" in text and "set 2 vs set 1" in text
@@ -388,7 +461,9 @@ def test_tiny_end_to_end_run_through_the_cli(tmp_path, capsys):
         assert img.shape[:2] == shape, (png, img.shape)
         ink = (img[..., :3] < 0.9).any(axis=2)  # pixels that are not (near) white
         assert 0.02 < ink.mean() < 0.6, (png, ink.mean())
-        assert len(np.unique(img[..., :3].reshape(-1, 3), axis=0)) > 20  # lines, text and fills, not one colour
+        assert (
+            len(np.unique(img[..., :3].reshape(-1, 3), axis=0)) > 20
+        )  # lines, text and fills, not one colour
     # second run: every network from the cache, same numbers
     assert main(argv) == 0
     assert "0 trained now" in capsys.readouterr().out
@@ -401,7 +476,9 @@ def test_cli_reports_malformed_idx_in_one_line(tmp_path, capsys):
     root = make_synthetic_mnist(tmp_path / "d", n_train=50, n_test=20, gz=False)
     bad = root / "train-labels-idx1-ubyte"
     bad.write_bytes(bad.read_bytes()[:-5])
-    code = main(["experiment", "ensembles", "--data-dir", str(root), "-o", str(tmp_path / "o"), "--quiet"])
+    code = main(
+        ["experiment", "ensembles", "--data-dir", str(root), "-o", str(tmp_path / "o"), "--quiet"]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("error: IDX file") and str(bad) in err and err.count("\n") == 1
@@ -410,8 +487,19 @@ def test_cli_reports_malformed_idx_in_one_line(tmp_path, capsys):
 def test_cli_rejects_unknown_method_before_training(tmp_path, capsys):
     from topcal.cli import main
 
-    code = main(["experiment", "ensembles", "--data-dir", str(tmp_path), "--methods", "hist,nope", "--quiet",
-                 "-o", str(tmp_path / "o")])
+    code = main(
+        [
+            "experiment",
+            "ensembles",
+            "--data-dir",
+            str(tmp_path),
+            "--methods",
+            "hist,nope",
+            "--quiet",
+            "-o",
+            str(tmp_path / "o"),
+        ]
+    )
     assert code == 2 and "unknown method 'nope'" in capsys.readouterr().err
 
 

@@ -1,4 +1,5 @@
-"""Regression tests of issue 10 (hardening): every reproducer, run through the real ``topcal`` console script.
+"""Regression tests of issue 10 (hardening): every reproducer, run through the real ``topcal``
+console script.
 
 Each test states the defect it guards. A run must end with the right answer, or exit 2 with one
 ``error:`` line and no traceback, and must leave every pre-existing file as it was.
@@ -47,7 +48,8 @@ def test_numeric_class_names_are_names_not_column_positions(tmp_path):
     s = metrics_json(tmp_path / "n.csv")
     assert s["overall"]["tp"] == 3 and s["overall"]["fp"] == 0  # was: accuracy 0
 
-    # columns sorted as strings (p_0, p_1, p_10, p_11, p_2, ...) and a perfect classifier: accuracy 1
+    # columns sorted as strings (p_0, p_1, p_10, p_11, p_2, ...) and a perfect classifier: accuracy
+    # 1
     k, n = 12, 240
     names = sorted(str(i) for i in range(k))
     lab = np.arange(n) % k
@@ -61,9 +63,15 @@ def test_numeric_class_names_are_names_not_column_positions(tmp_path):
     assert s["overall"]["tp"] == n and s["overall"]["fp"] == 0
 
     # labels 1..K with columns p_1..p_K are accepted
-    (tmp_path / "one.csv").write_text("p_1,p_2,p_3,label\n0.8,0.1,0.1,1\n0.1,0.8,0.1,2\n0.1,0.1,0.8,3\n0.5,0.3,0.2,2\n")
+    (tmp_path / "one.csv").write_text(
+        "p_1,p_2,p_3,label\n0.8,0.1,0.1,1\n0.1,0.8,0.1,2\n0.1,0.1,0.8,3\n0.5,0.3,0.2,2\n"
+    )
     s = metrics_json(tmp_path / "one.csv")
-    assert list(s["classes"]) == ["1", "2", "3"] and s["overall"]["tp"] == 3 and s["overall"]["fp"] == 1
+    assert (
+        list(s["classes"]) == ["1", "2", "3"]
+        and s["overall"]["tp"] == 3
+        and s["overall"]["fp"] == 1
+    )
 
     # pred a/b with labels 1/2 is refused, not read as extra classes
     (tmp_path / "ab.csv").write_text("pred,score,label\na,0.9,1\nb,0.8,2\na,0.7,1\n")
@@ -79,14 +87,23 @@ def test_npz_without_classes_reads_labels_as_indices_and_with_classes_as_names(t
     np.savez(tmp_path / "idx.npz", probs=probs, labels=np.array([0, 1, 1]))
     s = metrics_json(tmp_path / "idx.npz")
     assert list(s["classes"]) == ["0", "1"] and s["overall"]["tp"] == 2
-    np.savez(tmp_path / "named.npz", probs=probs, labels=np.array(["y", "x", "x"]), classes=np.array(["y", "x"]))
+    np.savez(
+        tmp_path / "named.npz",
+        probs=probs,
+        labels=np.array(["y", "x", "x"]),
+        classes=np.array(["y", "x"]),
+    )
     s = metrics_json(tmp_path / "named.npz")
     assert s["overall"]["tp"] == 2
     # integer labels beside non-numeric names (scikit-learn's y and classes_) index the classes
-    np.savez(tmp_path / "sk.npz", probs=probs, labels=np.array([0, 1, 1]), classes=np.array(["y", "x"]))
+    np.savez(
+        tmp_path / "sk.npz", probs=probs, labels=np.array([0, 1, 1]), classes=np.array(["y", "x"])
+    )
     assert metrics_json(tmp_path / "sk.npz")["overall"]["tp"] == 2
     # beside numeric names they are names: label 1 is class "1", whatever its position
-    np.savez(tmp_path / "num.npz", probs=probs, labels=np.array([1, 0, 0]), classes=np.array(["1", "0"]))
+    np.savez(
+        tmp_path / "num.npz", probs=probs, labels=np.array([1, 0, 0]), classes=np.array(["1", "0"])
+    )
     assert metrics_json(tmp_path / "num.npz")["overall"]["tp"] == 2
 
 
@@ -100,17 +117,25 @@ def test_integer_pred_codes_add_no_unused_class(tmp_path):
 def test_apply_accepts_a_batch_naming_some_classes_and_names_an_unknown_one(top_csv, tmp_path):
     model = tmp_path / "m.json"
     assert_ok(cli("fit", top_csv, "--method", "hist", "-o", model))
-    pd.DataFrame({"pred": ["coat", "shirt", "coat"], "score": [0.4, 0.9, 0.95]}).to_csv(tmp_path / "b.csv", index=False)
+    pd.DataFrame({"pred": ["coat", "shirt", "coat"], "score": [0.4, 0.9, 0.95]}).to_csv(
+        tmp_path / "b.csv", index=False
+    )
     assert_ok(cli("apply", model, tmp_path / "b.csv", "-o", tmp_path / "out.csv"))
     out = pd.read_csv(tmp_path / "out.csv")
     cal = topcal.load(model)
-    ref = cal.predict(TopLabelData.from_scores(["coat", "shirt", "coat"], [0.4, 0.9, 0.95],
-                                               classes=cal.classes_))
+    ref = cal.predict(
+        TopLabelData.from_scores(["coat", "shirt", "coat"], [0.4, 0.9, 0.95], classes=cal.classes_)
+    )
     np.testing.assert_allclose(out["confidence"], ref)
     assert list(out["pred"]) == ["coat", "shirt", "coat"]
-    pd.DataFrame({"pred": ["coat", "jacket"], "score": [0.4, 0.5]}).to_csv(tmp_path / "u.csv", index=False)
-    assert_error(cli("apply", model, tmp_path / "u.csv", "-o", tmp_path / "u_out.csv"), "'jacket'",
-                 "not one of the classes")
+    pd.DataFrame({"pred": ["coat", "jacket"], "score": [0.4, 0.5]}).to_csv(
+        tmp_path / "u.csv", index=False
+    )
+    assert_error(
+        cli("apply", model, tmp_path / "u.csv", "-o", tmp_path / "u_out.csv"),
+        "'jacket'",
+        "not one of the classes",
+    )
     assert not (tmp_path / "u_out.csv").exists()
 
     # the Python API: data built without classes=
@@ -124,24 +149,58 @@ def test_apply_takes_the_score_range_from_the_model(tmp_path):
     score = rng.uniform(2, 10, n)
     pred = rng.choice(["HTJ", "tail"], n)
     label = np.where(rng.uniform(size=n) < score / 10, pred, np.where(pred == "HTJ", "tail", "HTJ"))
-    pd.DataFrame({"pred": pred, "score": score, "label": label}).to_csv(tmp_path / "ph.csv", index=False)
-    assert_ok(cli("fit", tmp_path / "ph.csv", "--method", "hist", "--score-range", 0, 10, "-o", tmp_path / "m.json"))
+    pd.DataFrame({"pred": pred, "score": score, "label": label}).to_csv(
+        tmp_path / "ph.csv", index=False
+    )
+    assert_ok(
+        cli(
+            "fit",
+            tmp_path / "ph.csv",
+            "--method",
+            "hist",
+            "--score-range",
+            0,
+            10,
+            "-o",
+            tmp_path / "m.json",
+        )
+    )
     pd.DataFrame({"pred": ["HTJ"], "score": [7.5]}).to_csv(tmp_path / "new.csv", index=False)
     assert_ok(cli("apply", tmp_path / "m.json", tmp_path / "new.csv", "-o", tmp_path / "o.csv"))
     assert 0 <= pd.read_csv(tmp_path / "o.csv")["confidence"][0] <= 1
     # a different declared range is an error, shown as plain numbers (not np.float64(...))
-    err = assert_error(cli("apply", tmp_path / "m.json", tmp_path / "new.csv", "--score-range", 0, 5,
-                           "-o", tmp_path / "o2.csv"), "7.5", "outside")
+    err = assert_error(
+        cli(
+            "apply",
+            tmp_path / "m.json",
+            tmp_path / "new.csv",
+            "--score-range",
+            0,
+            5,
+            "-o",
+            tmp_path / "o2.csv",
+        ),
+        "7.5",
+        "outside",
+    )
     assert "np.float64" not in err
 
 
 # ------------------------------------------------------------ 3. binned data: declared range
 def test_binned_data_uses_the_declared_score_range(tmp_path):
-    pd.DataFrame({"predicted_class": ["a", "a", "b"], "bin_lo": [0.5, 0.75, 0.5], "bin_hi": [0.75, 1.0, 1.0],
-                  "tp": [3, 5, 4], "fp": [2, 1, 2]}).to_csv(tmp_path / "bins.csv", index=False)
+    pd.DataFrame(
+        {
+            "predicted_class": ["a", "a", "b"],
+            "bin_lo": [0.5, 0.75, 0.5],
+            "bin_hi": [0.75, 1.0, 1.0],
+            "tp": [3, 5, 4],
+            "fp": [2, 1, 2],
+        }
+    ).to_csv(tmp_path / "bins.csv", index=False)
     assert_ok(cli("fit", tmp_path / "bins.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     assert topcal.load(tmp_path / "m.json").score_range_ == (0.0, 1.0)  # was (0.5, 1.0)
-    # the uncalibrated baseline is the score itself on (0, 1): class a's bin midpoints 0.625 and 0.875
+    # the uncalibrated baseline is the score itself on (0, 1): class a's bin midpoints 0.625 and
+    # 0.875
     # (with the range (0.5, 1.0) taken from the bins it was 0.25 and 0.75)
     s = metrics_json(tmp_path / "bins.csv")
     nll_a = -(3 * np.log(0.625) + 2 * np.log(0.375) + 5 * np.log(0.875) + 1 * np.log(0.125)) / 11
@@ -159,12 +218,18 @@ def test_writers_refuse_to_overwrite_their_input(top_csv, tmp_path):
     assert_error(cli("fit", top_csv, "--method", "hist", "-o", top_csv), "is the input file")
     os.link(top_csv, tmp_path / "hard.csv")
     before = snapshot(tmp_path)
-    assert_error(cli("fit", top_csv, "--method", "hist", "-o", tmp_path / "hard.csv"), "is the input file")
+    assert_error(
+        cli("fit", top_csv, "--method", "hist", "-o", tmp_path / "hard.csv"), "is the input file"
+    )
     assert_ok(cli("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
     after_fit = snapshot(tmp_path)
     assert {k: v for k, v in after_fit.items() if k != "m.json"} == before
-    assert_error(cli("apply", tmp_path / "m.json", top_csv, "-o", tmp_path / "hard.csv"), "is the input file")
-    assert_error(cli("apply", tmp_path / "m.json", top_csv, "-o", tmp_path / "m.json"), "is the input file")
+    assert_error(
+        cli("apply", tmp_path / "m.json", top_csv, "-o", tmp_path / "hard.csv"), "is the input file"
+    )
+    assert_error(
+        cli("apply", tmp_path / "m.json", top_csv, "-o", tmp_path / "m.json"), "is the input file"
+    )
     assert_error(cli("report", top_csv, "--methods", "hist", "-o", top_csv), "report folder")
     assert snapshot(tmp_path) == after_fit
 
@@ -176,7 +241,11 @@ def test_report_writes_only_into_a_new_empty_or_topcal_made_folder(top_csv, tmp_
     (out / "figures" / "01-mine.png").write_bytes(b"not topcal's")
     (out / "index.html").write_text("<p>my page</p>")
     before = snapshot(tmp_path)
-    assert_error(cli("report", top_csv, "--methods", "hist", "--in-sample", "-o", out), "did not write", "--force")
+    assert_error(
+        cli("report", top_csv, "--methods", "hist", "--in-sample", "-o", out),
+        "did not write",
+        "--force",
+    )
     assert snapshot(tmp_path) == before
 
     # --force writes topcal's files and keeps the others
@@ -203,7 +272,9 @@ def test_failed_writes_leave_old_outputs_unchanged_and_no_temporary_files(top_cs
     big = pd.DataFrame({"pred": ["coat"] * 5000, "score": np.linspace(0.3, 1, 5000)})
     big.to_csv(tmp_path / "big.csv", index=False)
     before = snapshot(tmp_path)
-    r = cli("apply", tmp_path / "m.json", tmp_path / "big.csv", "-o", tmp_path / "out.csv", fsize=20_000)
+    r = cli(
+        "apply", tmp_path / "m.json", tmp_path / "big.csv", "-o", tmp_path / "out.csv", fsize=20_000
+    )
     assert_error(r, "cannot write", "out.csv")
     assert snapshot(tmp_path) == before
     # fit whose model file cannot be written: no model.json.tmp or other leftovers
@@ -217,17 +288,29 @@ def test_failed_writes_leave_old_outputs_unchanged_and_no_temporary_files(top_cs
     r = cli("report", top_csv, "--methods", "hist,cum", "--in-sample", "-o", rep, fsize=5_000)
     assert_error(r, "cannot write")
     assert snapshot(tmp_path) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.csv", "m.json", "out.csv", "rep", "top.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "big.csv",
+        "m.json",
+        "out.csv",
+        "rep",
+        "top.csv",
+    ]
 
 
 def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path):
     rep = tmp_path / "rep"
     assert_ok(cli("report", top_csv, "--methods", "hist", "--in-sample", "-o", rep))
     before = snapshot(tmp_path)
-    proc = subprocess.Popen([str(TOPCAL), "report", str(top_csv), "--in-sample", "-o", str(rep)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(TOPCAL), "report", str(top_csv), "--in-sample", "-o", str(rep)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
-    while time.time() < deadline and not any("topcal-partial" in p.name for p in tmp_path.iterdir()):
+    while time.time() < deadline and not any(
+        "topcal-partial" in p.name for p in tmp_path.iterdir()
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -246,7 +329,9 @@ def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
     bad = {
         "inf.json": text.replace('"sha256"', '"x": 1e999, "sha256"'),
         "deep.json": text.replace('"sha256"', '"x": ' + "[" * 1000 + "]" * 1000 + ', "sha256"'),
-        "version.json": text.replace(f'"format_version": {FORMAT_VERSION}', '"format_version": true'),
+        "version.json": text.replace(
+            f'"format_version": {FORMAT_VERSION}', '"format_version": true'
+        ),
     }
     signed = json.loads(text)
     signed["model"]["state"] = "[" * 2000
@@ -262,32 +347,66 @@ def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
 
 def test_argument_and_data_defects_are_one_line_errors(top_csv, tmp_path):
     d = top_csv
-    assert_error(cli("compare", d, "--seed", -1, "--folds", 2, "--methods", "hist"), "--seed", ">= 0")
-    assert_error(cli("fit", d, "--method", "kde", "--param", "bandwidth=1e-300", "-o", tmp_path / "m.json"),
-                 "bandwidth", "score range")
-    assert_error(cli("fit", d, "--method", "hist", "--score-range", 0, 1e-300, "-o", tmp_path / "m.json"),
-                 "too narrow")
-    assert_error(cli("fit", d, "--method", "hist", "--param", "n_bins=1000000000000", "-o", tmp_path / "m.json"),
-                 "n_bins", "100000")
+    assert_error(
+        cli("compare", d, "--seed", -1, "--folds", 2, "--methods", "hist"), "--seed", ">= 0"
+    )
+    assert_error(
+        cli("fit", d, "--method", "kde", "--param", "bandwidth=1e-300", "-o", tmp_path / "m.json"),
+        "bandwidth",
+        "score range",
+    )
+    assert_error(
+        cli("fit", d, "--method", "hist", "--score-range", 0, 1e-300, "-o", tmp_path / "m.json"),
+        "too narrow",
+    )
+    assert_error(
+        cli(
+            "fit",
+            d,
+            "--method",
+            "hist",
+            "--param",
+            "n_bins=1000000000000",
+            "-o",
+            tmp_path / "m.json",
+        ),
+        "n_bins",
+        "100000",
+    )
     assert_error(cli("metrics", d, "--bins", 1000000000), "--bins")
-    pd.DataFrame({"pred": ["a", "b"], "score": [0.9, 0.8], "label": [["a"], ["b"]]}).to_parquet(tmp_path / "l.parquet")
+    pd.DataFrame({"pred": ["a", "b"], "score": [0.9, 0.8], "label": [["a"], ["b"]]}).to_parquet(
+        tmp_path / "l.parquet"
+    )
     assert_error(cli("metrics", tmp_path / "l.parquet"), "row 0", "one class name")
-    pd.DataFrame({"predicted_class": ["a", "b"], "bin_lo": [0.0, 0.0], "bin_hi": [1.0, 1.0], "tp": [1e300, 3],
-                  "fp": [1, 2]}).to_csv(tmp_path / "huge.csv", index=False)
-    assert_error(cli("compare", tmp_path / "huge.csv", "--folds", 3, "--methods", "hist"), "more than 2^53")
+    pd.DataFrame(
+        {
+            "predicted_class": ["a", "b"],
+            "bin_lo": [0.0, 0.0],
+            "bin_hi": [1.0, 1.0],
+            "tp": [1e300, 3],
+            "fp": [1, 2],
+        }
+    ).to_csv(tmp_path / "huge.csv", index=False)
+    assert_error(
+        cli("compare", tmp_path / "huge.csv", "--folds", 3, "--methods", "hist"), "more than 2^53"
+    )
     assert not (tmp_path / "m.json").exists()
 
 
 def test_parquet_output_of_a_mixed_type_column(tmp_path):
-    # a CSV column whose first 262,144 rows are numbers and the rest text: pandas used to read it in chunks
+    # a CSV column whose first 262,144 rows are numbers and the rest text: pandas used to read it in
+    # chunks
     # of different types, and pyarrow refused to write that column (ArrowInvalid traceback)
     n = 262_200
     note = np.arange(n).astype(str)
     note[-5:] = "x"
-    pd.DataFrame({"pred": "a", "score": 0.5, "label": np.where(np.arange(n) % 2, "a", "b"), "note": note}) \
-        .to_csv(tmp_path / "mixed.csv", index=False)
+    pd.DataFrame(
+        {"pred": "a", "score": 0.5, "label": np.where(np.arange(n) % 2, "a", "b"), "note": note}
+    ).to_csv(tmp_path / "mixed.csv", index=False)
     assert_ok(cli("fit", tmp_path / "mixed.csv", "--method", "hist", "-o", tmp_path / "m.json"))
-    assert_ok(cli("apply", tmp_path / "m.json", tmp_path / "mixed.csv", "-o", tmp_path / "o.parquet"))
+    assert_ok(
+        cli("apply", tmp_path / "m.json", tmp_path / "mixed.csv", "-o", tmp_path / "o.parquet")
+    )
     assert pd.read_parquet(tmp_path / "o.parquet")["note"].iloc[-1] == "x"
 
 
@@ -310,8 +429,20 @@ def test_report_on_many_classes_degrades_to_the_largest_classes(tmp_path):
     pred = names[np.minimum(rng.geometric(0.02, n) - 1, k - 1)]
     score = rng.uniform(0.2, 1, n)
     label = np.where(rng.uniform(size=n) < score, pred, names[rng.integers(0, k, n)])
-    pd.DataFrame({"pred": pred, "score": score, "label": label}).to_csv(tmp_path / "many.csv", index=False)
-    r = assert_ok(cli("report", tmp_path / "many.csv", "--methods", "hist", "--in-sample", "-o", tmp_path / "rep"))
+    pd.DataFrame({"pred": pred, "score": score, "label": label}).to_csv(
+        tmp_path / "many.csv", index=False
+    )
+    r = assert_ok(
+        cli(
+            "report",
+            tmp_path / "many.csv",
+            "--methods",
+            "hist",
+            "--in-sample",
+            "-o",
+            tmp_path / "rep",
+        )
+    )
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "largest" in page  # the figures say which classes they show
     for line in r.stderr.splitlines():
@@ -320,10 +451,19 @@ def test_report_on_many_classes_degrades_to_the_largest_classes(tmp_path):
 
 # ------------------------------------------------------------ 8. accepted silently before
 def test_silently_accepted_inputs_are_refused(tmp_path):
-    pd.DataFrame({"predicted_class": ["a", "a"], "bin_lo": [0.0, 0.4], "bin_hi": [0.5, 1.0], "tp": [1, 2],
-                  "fp": [1, 1]}).to_csv(tmp_path / "ovl.csv", index=False)
+    pd.DataFrame(
+        {
+            "predicted_class": ["a", "a"],
+            "bin_lo": [0.0, 0.4],
+            "bin_hi": [0.5, 1.0],
+            "tp": [1, 2],
+            "fp": [1, 1],
+        }
+    ).to_csv(tmp_path / "ovl.csv", index=False)
     assert_error(cli("metrics", tmp_path / "ovl.csv"), "overlap")
-    np.savez(tmp_path / "c.npz", probs=np.array([[0.9, 0.1], [0.2, 0.8]]) + 0.5j, labels=np.array([0, 1]))
+    np.savez(
+        tmp_path / "c.npz", probs=np.array([[0.9, 0.1], [0.2, 0.8]]) + 0.5j, labels=np.array([0, 1])
+    )
     assert_error(cli("metrics", tmp_path / "c.npz"), "complex")
     (tmp_path / "e.csv").write_text("p_,p_a,label\n0.9,0.1,a\n0.2,0.8,a\n")
     assert_error(cli("metrics", tmp_path / "e.csv"), "empty")
@@ -341,7 +481,11 @@ def test_messages(tmp_path):
     frame.to_csv(tmp_path / "d.csv", index=False)
     # 150 folds on 300 rows: every fold gets rows now
     assert_ok(cli("compare", tmp_path / "d.csv", "--folds", 150, "--methods", "hist", "--json"))
-    assert_error(cli("compare", tmp_path / "d.csv", "--folds", 301, "--methods", "hist"), "301 folds exceed", "300")
+    assert_error(
+        cli("compare", tmp_path / "d.csv", "--folds", 301, "--methods", "hist"),
+        "301 folds exceed",
+        "300",
+    )
     # a warning about thousands of never-predicted classes is one short line
     k = 3000
     probs = np.full((4, k), 0.1 / (k - 1))

@@ -1,6 +1,9 @@
-"""Regression tests of issue 24 (hardening, round two), part A: data loss, tracebacks and hangs, the report at
-many classes. Every case runs through the real ``topcal`` console script (the API cases in process); the Dask
-cases on a real ``distributed.LocalCluster``. A run ends with the right answer, or exit 2 and one ``error:``
+"""Regression tests of issue 24 (hardening, round two), part A: data loss, tracebacks and hangs, the
+report at
+many classes. Every case runs through the real ``topcal`` console script (the API cases in process);
+the Dask
+cases on a real ``distributed.LocalCluster``. A run ends with the right answer, or exit 2 and one
+``error:``
 line, and leaves every file it did not create as it was.
 """
 
@@ -12,7 +15,6 @@ import signal
 import stat
 import subprocess
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -35,14 +37,15 @@ def _have_dask() -> bool:
         import distributed  # noqa: F401
     except ImportError:  # pragma: no cover - make test installs the extra
         if os.environ.get("CI") == "true":
-            pytest.fail("dask is missing under CI=true; run 'make install' (it installs topcal[dask])", pytrace=False)
+            pytest.fail(
+                "dask is missing under CI=true; run 'make install' (it installs topcal[dask])",
+                pytrace=False,
+            )
         return False
     return True
 
 
 needs_dask = pytest.mark.skipif(not _have_dask(), reason="the dask extra is not installed")
-
-
 
 
 def _probs(n=600, seed=0, names=("a", "b", "c")):
@@ -83,11 +86,14 @@ def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, 
     before = snapshot(t)
     dk = ("--engine", "dask", "--scheduler", cluster_address)
     # a folder of the user's files: refused, the files stay
-    assert_error(cli("apply", t / "M.json", pq, *dk, "-o", t / "results"), "did not write", "mine.txt")
+    assert_error(
+        cli("apply", t / "M.json", pq, *dk, "-o", t / "results"), "did not write", "mine.txt"
+    )
     # the output folder holds the input (a glob into it, or the folder itself): refused
     assert_error(cli("apply", t / "M.json", f"{pq}/*.parquet", *dk, "-o", pq), "holds the input")
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", pq), "input")
-    # the parent of the current folder, and the current folder: refused (was: parent emptied; a traceback)
+    # the parent of the current folder, and the current folder: refused (was: parent emptied; a
+    # traceback)
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", "..", cwd=t / "sub"), "current folder")
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", ".", cwd=t / "sub"), "current folder")
     # a .csv output that is a folder: refused, not removed
@@ -95,7 +101,8 @@ def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, 
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", t / "r.csv"), "is a folder")
     (t / "r.csv").rmdir()
     assert snapshot(t) == before
-    # a new folder is written (with the marker, which Parquet readers skip), and topcal may replace its own
+    # a new folder is written (with the marker, which Parquet readers skip), and topcal may replace
+    # its own
     assert_ok(cli("apply", t / "M.json", pq, *dk, "-o", t / "out"))
     first = pd.read_parquet(t / "out")
     assert (t / "out" / ".topcal-report").is_file() and len(first) == 600
@@ -105,7 +112,10 @@ def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, 
     (t / "out" / "note.txt").write_text("mine")
     assert_error(cli("apply", t / "M.json", pq, *dk, "-o", t / "out"), "note.txt")
     assert (t / "out" / "note.txt").read_text() == "mine"
-    assert_error(cli("apply", t / "M.json", f"{t / 'out'}/*.parquet", *dk, "-o", t / "out"), "holds the input")
+    assert_error(
+        cli("apply", t / "M.json", f"{t / 'out'}/*.parquet", *dk, "-o", t / "out"),
+        "holds the input",
+    )
     assert not [p for p in t.iterdir() if "topcal-partial" in p.name]
 
 
@@ -113,9 +123,15 @@ def test_adapt_refuses_to_overwrite_its_inputs(base):
     t = base
     (t / "p.csv").write_text("class,prior\na,0.2\nb,0.3\nc,0.5\n")
     before = snapshot(t)
-    for args, name in [((t / "use.csv",), "use.csv"), ((t / "use.csv",), "M.json"),
-                       (("--priors", t / "p.csv"), "p.csv"), ((t / "use.csv", "--test", t / "base.csv"), "base.csv")]:
-        assert_error(cli("adapt", t / "M.json", *args, "--bootstrap", 0, "-o", t / name), "input file", name)
+    for args, name in [
+        ((t / "use.csv",), "use.csv"),
+        ((t / "use.csv",), "M.json"),
+        (("--priors", t / "p.csv"), "p.csv"),
+        ((t / "use.csv", "--test", t / "base.csv"), "base.csv"),
+    ]:
+        assert_error(
+            cli("adapt", t / "M.json", *args, "--bootstrap", 0, "-o", t / name), "input file", name
+        )
     assert snapshot(t) == before
     assert_ok(cli("adapt", t / "M.json", t / "use.csv", "--bootstrap", 0, "-o", t / "A.json"))
 
@@ -136,14 +152,21 @@ def test_report_marker_cannot_reach_outside_and_force_never_writes_through_links
     lines = marker.read_text().splitlines()
     # a marker edited to list files outside the folder, an absolute path and a path through a link
     (rep / "lnk").symlink_to(outside, target_is_directory=True)
-    marker.write_text("\n".join(lines + ["../victim.txt", str(t / "victim.txt"), "lnk/keep.png",
-                                         "figures/../../victim.txt"]) + "\n")
+    marker.write_text(
+        "\n".join(
+            lines
+            + ["../victim.txt", str(t / "victim.txt"), "lnk/keep.png", "figures/../../victim.txt"]
+        )
+        + "\n"
+    )
     (rep / "mine.txt").write_text("user file")
     before = snapshot(t)
     assert_error(_report(t / "base.csv", rep), "did not write")  # the link and mine.txt are foreign
     assert snapshot(t) == before
     assert_ok(_report(t / "base.csv", rep, "--force"))
-    assert (t / "victim.txt").read_text() == "victim" and (outside / "keep.png").read_text() == "not a figure"
+    assert (t / "victim.txt").read_text() == "victim" and (
+        outside / "keep.png"
+    ).read_text() == "not a figure"
     assert (rep / "mine.txt").read_text() == "user file" and (rep / "lnk").is_symlink()
     # a figures/ symlink: --force refuses instead of writing into the linked folder
     rep2 = t / "rep2"
@@ -167,8 +190,10 @@ def test_outputs_refuse_devices_links_and_write_protected_files(base):
     os.chmod(t / "ro.csv", 0o444)
     before = snapshot(t)
     runs = {
-        "/dev/null": "not a regular file", str(t / "fifo.csv"): "not a regular file",
-        str(t / "link.csv"): "symbolic link", str(t / "ro.csv"): "write-protected",
+        "/dev/null": "not a regular file",
+        str(t / "fifo.csv"): "not a regular file",
+        str(t / "link.csv"): "symbolic link",
+        str(t / "ro.csv"): "write-protected",
     }
     for out, why in runs.items():
         assert_error(cli("fit", t / "base.csv", "--method", "hist", "-o", out), why)
@@ -194,21 +219,35 @@ def test_killed_apply_leaves_a_named_temp_that_the_next_run_removes(base):
     t = base
     big = pd.concat([pd.read_csv(t / "use.csv")] * 200, ignore_index=True)  # 60,000 rows
     big.to_csv(t / "big.csv", index=False)
-    args = [str(TOPCAL), "apply", str(t / "M.json"), str(t / "big.csv"), "-o", str(t / "out.csv"),
-            "--chunk-rows", "50"]
+    args = [
+        str(TOPCAL),
+        "apply",
+        str(t / "M.json"),
+        str(t / "big.csv"),
+        "-o",
+        str(t / "out.csv"),
+        "--chunk-rows",
+        "50",
+    ]
     # SIGHUP (terminal closed) unwinds like SIGTERM: no temp, no output
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _wait_for_temp(t, proc)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err and proc.returncode == 130
-    assert not [p for p in t.iterdir() if "topcal-partial" in p.name] and not (t / "out.csv").exists()
+    assert (
+        not [p for p in t.iterdir() if "topcal-partial" in p.name] and not (t / "out.csv").exists()
+    )
     # SIGKILL cannot be caught: the temp stays, named after the output and topcal
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     (temp,) = _wait_for_temp(t, proc)
     proc.kill()
     proc.wait(timeout=60)
-    assert temp.exists() and temp.name.startswith(".out.csv.topcal-partial-") and not (t / "out.csv").exists()
+    assert (
+        temp.exists()
+        and temp.name.startswith(".out.csv.topcal-partial-")
+        and not (t / "out.csv").exists()
+    )
     # ... and the next run writing the same output removes it
     assert_ok(cli("apply", t / "M.json", t / "use.csv", "-o", t / "out.csv"))
     assert not temp.exists() and [p.name for p in t.iterdir() if "topcal-partial" in p.name] == []
@@ -220,43 +259,134 @@ def test_report_with_class_names_matplotlib_reads_as_math(tmp_path):
     frame = _probs(400, seed=1, names=names)
     frame.to_csv(tmp_path / "d.csv", index=False)
     frame.drop(columns="label").iloc[:200].to_csv(tmp_path / "u.csv", index=False)
-    assert_ok(cli("report", tmp_path / "d.csv", "--methods", "hist,kde-mon2", "--in-sample", "-o", tmp_path / "r"))
+    assert_ok(
+        cli(
+            "report",
+            tmp_path / "d.csv",
+            "--methods",
+            "hist,kde-mon2",
+            "--in-sample",
+            "-o",
+            tmp_path / "r",
+        )
+    )
     page = (tmp_path / "r" / "index.html").read_text()
     assert "under $5" in page and "$\\frac$" in page
     assert_ok(cli("fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "m.json"))
-    assert_ok(cli("adapt", tmp_path / "m.json", tmp_path / "u.csv", "--bootstrap", 5, "-o", tmp_path / "a.json"))
-    assert_ok(cli("report", tmp_path / "d.csv", "--methods", "hist", "--in-sample", "--adapted", tmp_path / "a.json",
-                  "-o", tmp_path / "r2"))
+    assert_ok(
+        cli(
+            "adapt",
+            tmp_path / "m.json",
+            tmp_path / "u.csv",
+            "--bootstrap",
+            5,
+            "-o",
+            tmp_path / "a.json",
+        )
+    )
+    assert_ok(
+        cli(
+            "report",
+            tmp_path / "d.csv",
+            "--methods",
+            "hist",
+            "--in-sample",
+            "--adapted",
+            tmp_path / "a.json",
+            "-o",
+            tmp_path / "r2",
+        )
+    )
     assert "Label shift" in (tmp_path / "r2" / "index.html").read_text()
 
 
-@pytest.mark.parametrize("method,param", [("hist", "n_bins"), ("hist", "shrinkage"), ("kde", "bandwidth"),
-                                          ("bts", "max_iter"), ("auto", "folds"), ("auto", "seed"),
-                                          ("cum-opt", "shrinkage")])
+@pytest.mark.parametrize(
+    "method,param",
+    [
+        ("hist", "n_bins"),
+        ("hist", "shrinkage"),
+        ("kde", "bandwidth"),
+        ("bts", "max_iter"),
+        ("auto", "folds"),
+        ("auto", "seed"),
+        ("cum-opt", "shrinkage"),
+    ],
+)
 def test_param_integers_beyond_float_range_are_errors(base, method, param):
     before = snapshot(base)
-    err = assert_error(cli("fit", base / "base.csv", "--method", method, "--param", f"{param}={BIG}",
-                           "-o", base / "x.json"), f"'{param}'", "must be")
+    err = assert_error(
+        cli(
+            "fit",
+            base / "base.csv",
+            "--method",
+            method,
+            "--param",
+            f"{param}={BIG}",
+            "-o",
+            base / "x.json",
+        ),
+        f"'{param}'",
+        "must be",
+    )
     assert len(err) < 400  # the 311-digit value is shortened
     assert snapshot(base) == before
 
 
 def test_param_huge_integers_in_compare_report_and_over_4300_digits(base):
-    assert_error(cli("compare", base / "base.csv", "--methods", "hist", "--param", f"hist:n_bins={BIG}"), "n_bins")
-    assert_error(cli("report", base / "base.csv", "--methods", "kde", "--param", f"kde:bandwidth={BIG}",
-                     "-o", base / "r"), "bandwidth")
-    assert_error(cli("fit", base / "base.csv", "--method", "hist", "--param", "n_bins=1" + "0" * 5000,
-                     "-o", base / "x.json"), "n_bins")
+    assert_error(
+        cli("compare", base / "base.csv", "--methods", "hist", "--param", f"hist:n_bins={BIG}"),
+        "n_bins",
+    )
+    assert_error(
+        cli(
+            "report",
+            base / "base.csv",
+            "--methods",
+            "kde",
+            "--param",
+            f"kde:bandwidth={BIG}",
+            "-o",
+            base / "r",
+        ),
+        "bandwidth",
+    )
+    assert_error(
+        cli(
+            "fit",
+            base / "base.csv",
+            "--method",
+            "hist",
+            "--param",
+            "n_bins=1" + "0" * 5000,
+            "-o",
+            base / "x.json",
+        ),
+        "n_bins",
+    )
     assert not (base / "r").exists() and not (base / "x.json").exists()
 
 
 def test_adapt_seed_and_bootstrap_bounds(base):
     t = base
     for seed in ("-1", str(2**32), BIG):
-        assert_error(cli("adapt", t / "M.json", t / "use.csv", "--seed", seed, "-o", t / "a.json"), "--seed")
+        assert_error(
+            cli("adapt", t / "M.json", t / "use.csv", "--seed", seed, "-o", t / "a.json"), "--seed"
+        )
     t0 = time.perf_counter()
-    assert_error(cli("adapt", t / "M.json", t / "use.csv", "--bootstrap", "99999999999999999999", "-o", t / "a.json",
-                     timeout=60), "--bootstrap", "at most")
+    assert_error(
+        cli(
+            "adapt",
+            t / "M.json",
+            t / "use.csv",
+            "--bootstrap",
+            "99999999999999999999",
+            "-o",
+            t / "a.json",
+            timeout=60,
+        ),
+        "--bootstrap",
+        "at most",
+    )
     assert time.perf_counter() - t0 < 60
     assert not (t / "a.json").exists()
     # the API alike
@@ -282,7 +412,9 @@ def test_api_predict_confidence_before_fit_and_load_of_bytes(base):
     for f in (est.predict_confidence, est.predict_proba, est.predict):
         with pytest.raises(NotFittedError, match="not fitted") as info:
             f(np.zeros((2, 2)))
-        assert isinstance(info.value, SklearnNotFitted)  # scikit-learn's except clause catches it too
+        assert isinstance(
+            info.value, SklearnNotFitted
+        )  # scikit-learn's except clause catches it too
     assert topcal.load(os.fsencode(base / "M.json")).name == "hist"
     assert topcal.load(str(base / "M.json")).name == "hist"
     with pytest.raises(TopcalError, match="path"):
@@ -293,8 +425,19 @@ def test_api_predict_confidence_before_fit_and_load_of_bytes(base):
 def test_dask_scheduler_address_errors_are_one_line(base):
     pq = _parts(base / "pq", pd.read_csv(base / "base.csv"))
     for addr in ("not an address", "tcp://", "tcp://127.0.0.1:notaport"):
-        r = cli("fit", pq, "--engine", "dask", "--scheduler", addr, "--method", "hist", "-o", base / "d.json",
-                timeout=120)
+        r = cli(
+            "fit",
+            pq,
+            "--engine",
+            "dask",
+            "--scheduler",
+            addr,
+            "--method",
+            "hist",
+            "-o",
+            base / "d.json",
+            timeout=120,
+        )
         assert_error(r, "cannot connect", "Dask scheduler")
         assert r.stderr.count("\n") == 1
     assert not (base / "d.json").exists()
@@ -304,8 +447,21 @@ def test_dask_scheduler_address_errors_are_one_line(base):
 def test_dask_apply_to_current_folder_is_an_error(base, cluster_address):
     pq = _parts(base / "pq", pd.read_csv(base / "base.csv"))
     before = snapshot(base)
-    assert_error(cli("apply", base / "M.json", pq, "--engine", "dask", "--scheduler", cluster_address, "-o", ".", cwd=base),
-                 "current folder")
+    assert_error(
+        cli(
+            "apply",
+            base / "M.json",
+            pq,
+            "--engine",
+            "dask",
+            "--scheduler",
+            cluster_address,
+            "-o",
+            ".",
+            cwd=base,
+        ),
+        "current folder",
+    )
     assert snapshot(base) == before
 
 
@@ -317,20 +473,34 @@ def test_dask_task_errors_are_one_error_line_without_log(base, cluster_address):
     bad.loc[450, "p_a"] = np.nan
     pqnan = _parts(t / "pqnan", bad)
     # on the LocalCluster the command starts itself: the worker's "Compute Failed" log is silenced
-    for cmd in (["fit", pqnan, "--engine", "dask", "--method", "hist", "-o", t / "d.json"],
-                ["apply", t / "M.json", pqnan, "--engine", "dask", "-o", t / "o"]):
+    for cmd in (
+        ["fit", pqnan, "--engine", "dask", "--method", "hist", "-o", t / "d.json"],
+        ["apply", t / "M.json", pqnan, "--engine", "dask", "-o", t / "o"],
+    ):
         r = cli(*cmd, timeout=170)
         assert_error(r, "NaN")
         assert r.stderr.count("\n") == 1, r.stderr
     # update --engine dask with a class the model does not know, on the module's LocalCluster
-    top = pd.DataFrame({"pred": list("abcabc"), "score": [.5, .6, .7, .8, .9, .6], "label": list("abcaba")})
+    top = pd.DataFrame(
+        {"pred": list("abcabc"), "score": [0.5, 0.6, 0.7, 0.8, 0.9, 0.6], "label": list("abcaba")}
+    )
     top.to_csv(t / "top.csv", index=False)
     assert_ok(cli("fit", t / "top.csv", "--method", "hist", "-o", t / "T.json"))
     new = top.copy()
     new.loc[2, "pred"] = "d"
     (t / "pqnew").mkdir()
     new.to_parquet(t / "pqnew" / "a.parquet")
-    r = cli("update", t / "T.json", t / "pqnew", "--engine", "dask", "--scheduler", cluster_address, "-o", t / "T2.json")
+    r = cli(
+        "update",
+        t / "T.json",
+        t / "pqnew",
+        "--engine",
+        "dask",
+        "--scheduler",
+        cluster_address,
+        "-o",
+        t / "T2.json",
+    )
     assert_error(r, "'d'")
     assert r.stderr.count("\n") == 1, r.stderr
     assert not (t / "d.json").exists() and not (t / "o").exists() and not (t / "T2.json").exists()
@@ -346,21 +516,39 @@ def many(tmp_path_factory):
     pred = rng.integers(0, k, n)
     s = rng.uniform(0.2, 1, n)
     lab = np.where(rng.uniform(size=n) < s, pred, (pred + 1) % k)
-    pd.DataFrame({"pred": [f"c{i}" for i in pred], "score": s, "label": [f"c{i}" for i in lab]}).to_csv(
-        t / "many.csv", index=False)
+    pd.DataFrame(
+        {"pred": [f"c{i}" for i in pred], "score": s, "label": [f"c{i}" for i in lab]}
+    ).to_csv(t / "many.csv", index=False)
     return t / "many.csv"
 
 
 def test_report_at_1000_classes_groups_warnings_and_keeps_figures_legible(many, tmp_path):
     from PIL import Image
 
-    r = assert_ok(cli("report", many, "--methods", "hist,conf1", "--in-sample", "-o", tmp_path / "r", timeout=600))
+    r = assert_ok(
+        cli(
+            "report",
+            many,
+            "--methods",
+            "hist,conf1",
+            "--in-sample",
+            "-o",
+            tmp_path / "r",
+            timeout=600,
+        )
+    )
     warn = [ln for ln in r.stderr.splitlines() if ln.strip().startswith("warning:")]
     assert len(warn) <= 12, warn  # was: one line per class (~1,000)
     few = [ln for ln in warn if "classes with few positives" in ln]
-    assert len(few) == 1 and re.search(r"warning: 9\d\d classes with few positives", few[0]) and "worst:" in few[0]
+    assert (
+        len(few) == 1
+        and re.search(r"warning: 9\d\d classes with few positives", few[0])
+        and "worst:" in few[0]
+    )
     page = (tmp_path / "r" / "index.html").read_text()
-    assert page.index("<h2>Metrics</h2>") < page.index("<h2>Warnings") < page.index("<h2>Figures</h2>")
+    assert (
+        page.index("<h2>Metrics</h2>") < page.index("<h2>Warnings") < page.index("<h2>Figures</h2>")
+    )
     assert "<details open" not in page  # per-class tables (1,000 rows) collapsed
     assert re.search(r"<details><summary>all 9\d\d \(worst first\)</summary>", page)
     # conf1 is not ranked on ECE, and the page says why
@@ -380,7 +568,9 @@ def test_compare_at_1000_classes_summarises(many):
     assert len(r.stdout.splitlines()) < 80
     # conf1 is never 'best' on ECE, and the table says why
     conf1 = next(ln for ln in r.stdout.splitlines() if ln.startswith("conf1 "))
-    assert "ECE" not in conf1.partition("best")[2] and "conf1 is not ranked on ECE1/ECE2" in r.stdout
+    assert (
+        "ECE" not in conf1.partition("best")[2] and "conf1 is not ranked on ECE1/ECE2" in r.stdout
+    )
 
 
 def test_nll_bars_give_every_method_its_own_colour():
@@ -391,7 +581,9 @@ def test_nll_bars_give_every_method_its_own_colour():
 
     methods = tuple(available_methods())
     assert {"auto", "bts"} <= set(methods)
-    scores = MethodScores("nll", ("a", "b"), methods, np.ones((2, len(methods))), np.ones(len(methods)))
+    scores = MethodScores(
+        "nll", ("a", "b"), methods, np.ones((2, len(methods))), np.ones(len(methods))
+    )
     fig = plot_method_bars(scores)
     colours = {}
     for patch in fig.axes[0].patches:
@@ -406,10 +598,14 @@ def test_binary_ts_certainty_warning_does_not_recommend_shrinkage(tmp_path):
     n = 200
     pred = rng.choice(["a", "b"], n)
     s = rng.uniform(0.5, 1, n)
-    lab = np.where(pred == "a", "a", np.where(rng.uniform(size=n) < s, "b", "a"))  # class a: no false positives
+    lab = np.where(
+        pred == "a", "a", np.where(rng.uniform(size=n) < s, "b", "a")
+    )  # class a: no false positives
     pd.DataFrame({"pred": pred, "score": s, "label": lab}).to_csv(tmp_path / "d.csv", index=False)
     r = assert_ok(cli("compare", tmp_path / "d.csv", "--methods", "bts,btswa,hist", "--in-sample"))
-    lines = [ln for ln in r.stdout.splitlines() if "reaches confidence 0 or 1" in ln and ("bts" in ln)]
+    lines = [
+        ln for ln in r.stdout.splitlines() if "reaches confidence 0 or 1" in ln and ("bts" in ln)
+    ]
     assert lines, r.stdout
     for ln in lines:
         assert "use shrinkage" not in ln and "has no shrinkage" in ln

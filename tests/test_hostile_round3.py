@@ -72,7 +72,7 @@ def test_partial_files_not_provably_ours_and_dead_are_left_alone(tmp_path):
         # another PID namespace (container) or host sharing the folder: another owner token, and
         # a pid that is dead here
         f".out.csv.topcal-partial-{dead}-12345-0123456789ab-x1y2z3.tmp": "another container's work",
-        f".out.csv.topcal-partial-7-0-fedcba987654-q.tmp": "another host's work",
+        ".out.csv.topcal-partial-7-0-fedcba987654-q.tmp": "another host's work",
         # the name an older topcal gave (no owner): not provably ours
         f".out.csv.topcal-partial-{dead}-abcdefgh.tmp": "an older run's work",
     }
@@ -97,8 +97,9 @@ def test_long_output_names_get_a_short_temporary_name(tmp_path):
 def _unshare_works() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
-    r = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True,
-                       timeout=30)
+    r = subprocess.run(
+        ["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True, timeout=30
+    )
     return r.returncode == 0
 
 
@@ -111,11 +112,17 @@ def test_a_run_in_another_pid_namespace_keeps_its_partial_file(tmp_path):
     big = pd.concat([pd.read_csv(use)] * 300, ignore_index=True)  # 90,000 rows, streamed in 50s
     big.to_csv(tmp_path / "big.csv", index=False)
     # enough processes first that the namespace's pid of topcal is no process out here
-    script = ('i=0; while [ $i -lt 300 ]; do /bin/true; i=$((i+1)); done; '
-              f'"{TOPCAL}" apply "{model}" "{tmp_path / "big.csv"}" -o "{tmp_path / "out.csv"}" '
-              '--chunk-rows 50')
-    inner = subprocess.Popen(["unshare", "-p", "-f", "--mount-proc", "sh", "-c", script],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script = (
+        "i=0; while [ $i -lt 300 ]; do /bin/true; i=$((i+1)); done; "
+        f'"{TOPCAL}" apply "{model}" "{tmp_path / "big.csv"}" -o "{tmp_path / "out.csv"}" '
+        "--chunk-rows 50"
+    )
+    inner = subprocess.Popen(
+        ["unshare", "-p", "-f", "--mount-proc", "sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and inner.poll() is None and not _temps(tmp_path):
@@ -143,8 +150,21 @@ def test_report_acceptance_panel_with_dollar_class_names(tmp_path):
     fit, held, model = _two_halves(tmp_path, ["$\\alpha_{q$", "$x$", "c"])
     th = tmp_path / "th.json"
     assert_ok(cli("threshold", held, "--model", model, "--precision", 0.5, "-o", th))
-    assert_ok(cli("report", held, "--methods", "hist", "--in-sample", "--thresholds", th,
-                  "--model", model, "-o", tmp_path / "rep"))
+    assert_ok(
+        cli(
+            "report",
+            held,
+            "--methods",
+            "hist",
+            "--in-sample",
+            "--thresholds",
+            th,
+            "--model",
+            model,
+            "-o",
+            tmp_path / "rep",
+        )
+    )
     assert (tmp_path / "rep" / "index.html").is_file()
 
 
@@ -157,8 +177,10 @@ def test_duplicate_columns_in_parquet_are_one_error_streamed_or_not(tmp_path):
     table = pa.Table.from_arrays(arrays, names=[*frame.columns, "label"])
     pq.write_table(table, tmp_path / "dup.parquet")
     for extra in ((), ("--chunk-rows", 100)):
-        assert_error(cli("fit", tmp_path / "dup.parquet", *extra, "-o", tmp_path / "m.json"),
-                     "has the column 'label' twice")
+        assert_error(
+            cli("fit", tmp_path / "dup.parquet", *extra, "-o", tmp_path / "m.json"),
+            "has the column 'label' twice",
+        )
     with pytest.raises(topcal.errors.DataError, match="'label' twice"):  # a DataFrame of the caller
         topcal.calibrator("hist").fit(pq.ParquetFile(tmp_path / "dup.parquet").read().to_pandas())
     assert not (tmp_path / "m.json").exists()
@@ -178,6 +200,7 @@ def test_forged_support_is_refused_at_load(tmp_path):
             topcal.calibrator(method).fit(data).save(model)
         assert topcal.load(model).describe()["classes"]["b"]  # one support value, as fitted: fine
         for i, support in enumerate([[0.7], [0.9, 0.1], ["a", "b"], [0.1, 0.5, 0.9], 3, [None, 1]]):
+
             def edit(m, support=support):
                 m["state"]["support"][1] = support
 
@@ -190,8 +213,12 @@ def test_forged_support_is_refused_at_load(tmp_path):
 def test_ctrl_c_while_the_command_is_still_importing(tmp_path):
     fit, _, _ = _two_halves(tmp_path, ["a", "b", "c"])
     for _ in range(3):
-        proc = subprocess.Popen([str(TOPCAL), "fit", str(fit), "-o", str(tmp_path / "m2.json")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [str(TOPCAL), "fit", str(fit), "-o", str(tmp_path / "m2.json")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + 60
         while time.time() < deadline:  # numpy is loaded: topcal's imports are under way
             try:
@@ -209,8 +236,10 @@ def test_ctrl_c_while_the_command_is_still_importing(tmp_path):
 
 
 def test_importing_topcal_sets_no_signal_handler():
-    code = ("import signal, topcal; "
-            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    code = (
+        "import signal, topcal; "
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "True", r.stderr[-2000:]
 
@@ -230,21 +259,25 @@ def thresholds(tmp_path):
 def test_forged_thresholds_are_refused(thresholds, tmp_path):
     held, model, th = thresholds
     assert_ok(cli("apply", model, held, "--thresholds", th, "-o", tmp_path / "ok.csv"))
-    edits = {f"cutoff {v!r}": (lambda t, v=v: t["per_class"][0].__setitem__("cutoff", v))
-             for v in FORGED_CUTOFFS}
-    edits.update({
-        "overall cutoff -inf": lambda t: t["overall"].__setitem__("cutoff", "-inf"),
-        "renamed class": lambda t: t["per_class"][0].__setitem__("name", "zzz"),
-        "reordered classes": lambda t: t.__setitem__("per_class", t["per_class"][::-1]),
-        "classes not names": lambda t: t.__setitem__("classes", [1, 2, 3]),
-        "precision as text": lambda t: t.__setitem__("precision", "0.5"),
-        "counts out of order": lambda t: t["per_class"][1].__setitem__("n_accepted", 1e9),
-        "level 0": lambda t: t["per_class"][1].__setitem__("level", 0),
-        "huge integer": lambda t: t.__setitem__("n_samples", 10**400),
-        "missing field": lambda t: t["per_class"][2].pop("n_correct"),
-        "entry not an object": lambda t: t["per_class"].__setitem__(2, 0.5),
-        "digest not hex": lambda t: t["model"].__setitem__("sha256", "x" * 64),
-    })
+    edits = {
+        f"cutoff {v!r}": (lambda t, v=v: t["per_class"][0].__setitem__("cutoff", v))
+        for v in FORGED_CUTOFFS
+    }
+    edits.update(
+        {
+            "overall cutoff -inf": lambda t: t["overall"].__setitem__("cutoff", "-inf"),
+            "renamed class": lambda t: t["per_class"][0].__setitem__("name", "zzz"),
+            "reordered classes": lambda t: t.__setitem__("per_class", t["per_class"][::-1]),
+            "classes not names": lambda t: t.__setitem__("classes", [1, 2, 3]),
+            "precision as text": lambda t: t.__setitem__("precision", "0.5"),
+            "counts out of order": lambda t: t["per_class"][1].__setitem__("n_accepted", 1e9),
+            "level 0": lambda t: t["per_class"][1].__setitem__("level", 0),
+            "huge integer": lambda t: t.__setitem__("n_samples", 10**400),
+            "missing field": lambda t: t["per_class"][2].pop("n_correct"),
+            "entry not an object": lambda t: t["per_class"].__setitem__(2, 0.5),
+            "digest not hex": lambda t: t["model"].__setitem__("sha256", "x" * 64),
+        }
+    )
     for i, (what, edit) in enumerate(edits.items()):
         bad = _resign(th, "thresholds", edit, tmp_path / f"bad{i}.json")
         with pytest.raises(ModelFileError, match="malformed"):
@@ -268,14 +301,25 @@ def test_apply_csv_neutralises_formulas_and_keeps_numbers(tmp_path):
     frame.to_csv(tmp_path / "inj.csv", index=False)
     assert_ok(cli("fit", tmp_path / "inj.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     for extra in ((), ("--chunk-rows", 100)):
-        assert_ok(cli("apply", tmp_path / "m.json", tmp_path / "inj.csv", *extra,
-                      "-o", tmp_path / "out.csv"))
+        assert_ok(
+            cli(
+                "apply",
+                tmp_path / "m.json",
+                tmp_path / "inj.csv",
+                *extra,
+                "-o",
+                tmp_path / "out.csv",
+            )
+        )
         out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
         # only a cell's first character counts: p_+cmd is no formula
         assert "'=note" in out.columns and "p_+cmd" in out.columns
-        risky = [v for c in ("pred", "label", "'=note") for v in out[c]
-                 if v[:1] in ("=", "+", "@", "\t", "\r")
-                 or (v[:1] == "-" and v not in ("-1", "-2.5"))]
+        risky = [
+            v
+            for c in ("pred", "label", "'=note")
+            for v in out[c]
+            if v[:1] in ("=", "+", "@", "\t", "\r") or (v[:1] == "-" and v not in ("-1", "-2.5"))
+        ]
         assert not risky, risky[:5]
         assert set(out["pred"]) <= {"'" + n if n[0] in "=+@\t" else n for n in names}
         assert {"-1", "-2.5", "'-2+3"} <= set(out["label"]) | set(out["'=note"])
@@ -295,8 +339,9 @@ def test_class_names_with_control_characters_are_printed_escaped(tmp_path):
     runs = {
         "describe": cli("describe", model),
         "metrics": cli("metrics", held, "--model", model),
-        "threshold": cli("threshold", held, "--model", model, "--precision", 0.4,
-                         "-o", tmp_path / "t.json"),
+        "threshold": cli(
+            "threshold", held, "--model", model, "--precision", 0.4, "-o", tmp_path / "t.json"
+        ),
         "compare": cli("compare", held, "--methods", "hist"),
         "compare --csv": cli("compare", held, "--methods", "hist", "--csv"),
         "adapt": cli("adapt", model, held, "--bootstrap", 0, "-o", tmp_path / "a.json"),
@@ -321,8 +366,9 @@ def test_report_of_10000_character_class_names_takes_seconds(tmp_path):
 
     _probs([c * 10_000 for c in "abc"]).to_csv(tmp_path / "long.csv", index=False)
     # 90 s before (matplotlib laid out every character of every tick label and title)
-    r = cli("report", tmp_path / "long.csv", "--methods", "hist", "-o", tmp_path / "rep",
-            timeout=60)
+    r = cli(
+        "report", tmp_path / "long.csv", "--methods", "hist", "-o", tmp_path / "rep", timeout=60
+    )
     assert_ok(r)
     assert "a" * 10_000 in (tmp_path / "rep" / "index.html").read_text()  # the page keeps the names
     short = plain("$" + "a" * 10_000 + "z")
@@ -368,8 +414,11 @@ def test_em_priors_at_many_classes_equal_the_dense_posteriors():
     model = topcal.calibrator("hist").fit(p, y)
     use = topcal.TopLabelData.from_probs(use, classes=model.classes_)
     fast = estimate_priors(model, use, n_bootstrap=0, shrink=1.0).priors
-    dense = em_priors(source_posteriors(model, use), model.confusion_.source_priors(),
-                      prior_strength=PRIOR_STRENGTH["em"])
+    dense = em_priors(
+        source_posteriors(model, use),
+        model.confusion_.source_priors(),
+        prior_strength=PRIOR_STRENGTH["em"],
+    )
     np.testing.assert_allclose(fast, dense, rtol=0, atol=1e-8)  # EM's own tolerance
 
 
@@ -431,9 +480,13 @@ def test_sklearn_wrapper_says_which_class_it_calibrates_also_frozen_or_cross_fit
 def test_csv_neutralising_leaves_columns_without_text_alone(tmp_path):
     from topcal.io import write_frames
 
-    frame = pd.DataFrame({"n": pd.Series([1, 2], dtype=object),
-                          "b": pd.Series([True, None], dtype=object),
-                          "s": pd.Series(["=a", "-3"], dtype="string")})
+    frame = pd.DataFrame(
+        {
+            "n": pd.Series([1, 2], dtype=object),
+            "b": pd.Series([True, None], dtype=object),
+            "s": pd.Series(["=a", "-3"], dtype="string"),
+        }
+    )
     write_frames([frame], tmp_path / "x.csv")
     back = pd.read_csv(tmp_path / "x.csv", dtype=str, keep_default_na=False)
     assert back.to_dict("list") == {"n": ["1", "2"], "b": ["True", ""], "s": ["'=a", "-3"]}

@@ -1,4 +1,5 @@
-"""Regression tests of issue 24 (hardening, round two), part B: wrong answers with exit 0, friction, and
+"""Regression tests of issue 24 (hardening, round two), part B: wrong answers with exit 0, friction,
+and
 following the README as a new user. CLI cases run through the real ``topcal`` console script (the
 ``cli``/``assert_error`` helpers of _cli.py), API cases through the API, Dask cases on a real
 ``dask.distributed.LocalCluster``.
@@ -40,8 +41,6 @@ def base(tmp_path):
     return data, model
 
 
-
-
 # ----------------------------------------------------------------- wrong answers with exit 0
 # rows whose top class is c, a, b (so a label read by column position would be wrong)
 _ROWS = {"p_c": [0.9, 0.1, 0.2], "p_a": [0.05, 0.8, 0.1], "p_b": [0.05, 0.1, 0.7]}
@@ -61,8 +60,13 @@ def test_apply_names_pred_by_column_name_when_columns_are_reordered_or_a_subset(
     _, model = base
     want, want_sub = _reordered_inputs(tmp_path)
     m = topcal.load(model)
-    for src, extra in [("re.csv", ()), ("re.parquet", ()), ("re.npz", ()), ("re.csv", ("--chunk-rows", "1")),
-                       ("re.parquet", ("--chunk-rows", "2"))]:
+    for src, extra in [
+        ("re.csv", ()),
+        ("re.parquet", ()),
+        ("re.npz", ()),
+        ("re.csv", ("--chunk-rows", "1")),
+        ("re.parquet", ("--chunk-rows", "2")),
+    ]:
         out = tmp_path / f"out-{src}-{len(extra)}.csv"
         assert_ok(cli("apply", model, tmp_path / src, "-o", out, *extra))
         got = pd.read_csv(out)
@@ -82,8 +86,19 @@ def test_dask_apply_names_pred_by_column_name(base, tmp_path, cluster):
     _, model = base
     want, _ = _reordered_inputs(tmp_path)
     out = tmp_path / "dk.csv"
-    assert_ok(cli("apply", model, tmp_path / "re.parquet", "--engine", "dask", "--scheduler",
-                  cluster.scheduler.address, "-o", out))
+    assert_ok(
+        cli(
+            "apply",
+            model,
+            tmp_path / "re.parquet",
+            "--engine",
+            "dask",
+            "--scheduler",
+            cluster.scheduler.address,
+            "-o",
+            out,
+        )
+    )
     assert list(pd.read_csv(out)["pred"]) == want
 
 
@@ -97,9 +112,23 @@ def top_model(tmp_path):
     right = rng.uniform(size=n) < score
     other = {"a": "b", "b": "c", "c": "a"}
     label = np.where(right, pred, [other[p] for p in pred])
-    pd.DataFrame({"pred": pred, "score": 10 * score, "label": label}).to_csv(tmp_path / "top10.csv", index=False)
+    pd.DataFrame({"pred": pred, "score": 10 * score, "label": label}).to_csv(
+        tmp_path / "top10.csv", index=False
+    )
     model = tmp_path / "M10.json"
-    assert_ok(cli("fit", tmp_path / "top10.csv", "--score-range", "0", "10", "--method", "hist", "-o", model))
+    assert_ok(
+        cli(
+            "fit",
+            tmp_path / "top10.csv",
+            "--score-range",
+            "0",
+            "10",
+            "--method",
+            "hist",
+            "-o",
+            model,
+        )
+    )
     return model
 
 
@@ -107,18 +136,55 @@ def _adapted_priors(path):
     return json.loads(path.read_text())["model"]["state"]["estimate"]["priors"]
 
 
-def test_adapt_weighs_binned_use_rows_by_their_counts_and_takes_the_model_score_range(top_model, tmp_path):
+def test_adapt_weighs_binned_use_rows_by_their_counts_and_takes_the_model_score_range(
+    top_model, tmp_path
+):
     # one bin of 1,000 'a' and one each of b, c; the same 1,002 samples row by row
-    pd.DataFrame({"predicted_class": list("abc"), "bin_lo": [9.0] * 3, "bin_hi": [10.0] * 3, "tp": [1000, 1, 1],
-                  "fp": [0, 0, 0]}).to_csv(tmp_path / "usebin.csv", index=False)
+    pd.DataFrame(
+        {
+            "predicted_class": list("abc"),
+            "bin_lo": [9.0] * 3,
+            "bin_hi": [10.0] * 3,
+            "tp": [1000, 1, 1],
+            "fp": [0, 0, 0],
+        }
+    ).to_csv(tmp_path / "usebin.csv", index=False)
     # no --score-range: the use set is read on the model's range (0, 10)
-    pd.DataFrame({"pred": ["a"] * 1000 + ["b", "c"], "score": [9.5] * 1002}).to_csv(tmp_path / "rows.csv", index=False)
+    pd.DataFrame({"pred": ["a"] * 1000 + ["b", "c"], "score": [9.5] * 1002}).to_csv(
+        tmp_path / "rows.csv", index=False
+    )
     for est in ("em", "bbse"):
         a, b = tmp_path / f"bin-{est}.json", tmp_path / f"rows-{est}.json"
-        assert_ok(cli("adapt", top_model, tmp_path / "usebin.csv", "-o", a, "--shrink", "1", "--bootstrap", "5",
-                      "--estimator", est))
-        assert_ok(cli("adapt", top_model, tmp_path / "rows.csv", "-o", b, "--shrink", "1", "--bootstrap", "5",
-                      "--estimator", est))
+        assert_ok(
+            cli(
+                "adapt",
+                top_model,
+                tmp_path / "usebin.csv",
+                "-o",
+                a,
+                "--shrink",
+                "1",
+                "--bootstrap",
+                "5",
+                "--estimator",
+                est,
+            )
+        )
+        assert_ok(
+            cli(
+                "adapt",
+                top_model,
+                tmp_path / "rows.csv",
+                "-o",
+                b,
+                "--shrink",
+                "1",
+                "--bootstrap",
+                "5",
+                "--estimator",
+                est,
+            )
+        )
         pa, pb = _adapted_priors(a), _adapted_priors(b)
         np.testing.assert_allclose(pa, pb, atol=1e-9)
         assert pa[0] > 0.95, pa  # not ~1/3 each, as when each bin counted once
@@ -134,7 +200,8 @@ def test_priors_csv_with_a_byte_order_mark_is_read(top_model, tmp_path):
 
 
 def _lattice_data(n=3000, seed=0):
-    """Three-class probabilities on a 0.01 lattice (a random forest's outputs): many scores on bin edges."""
+    """Three-class probabilities on a 0.01 lattice (a random forest's outputs): many scores on bin
+    edges."""
     rng = np.random.default_rng(seed)
     P = rng.dirichlet([1, 1, 1], n)
     P[:, :2] = np.round(P[:, :2] * 100) / 100
@@ -145,8 +212,18 @@ def _lattice_data(n=3000, seed=0):
     return P, y
 
 
-@pytest.mark.parametrize("method, atol", [("hist", 0), ("cum-opt", 0), ("cum", 0), ("conf1", 0),
-                                          ("bts", 1e-12), ("btswa", 1e-12), ("kde-mon2", 1e-4)])
+@pytest.mark.parametrize(
+    "method, atol",
+    [
+        ("hist", 0),
+        ("cum-opt", 0),
+        ("cum", 0),
+        ("conf1", 0),
+        ("bts", 1e-12),
+        ("btswa", 1e-12),
+        ("kde-mon2", 1e-4),
+    ],
+)
 def test_update_equals_fit_bit_for_bit_on_discrete_scores(method, atol, tmp_path):
     from topcal.stats import EXACT_SCORES
 
@@ -160,7 +237,8 @@ def test_update_equals_fit_bit_for_bit_on_discrete_scores(method, atol, tmp_path
         for p in parts[1:]:
             inc.update(data.subset(p))
     assert full.evidence_.stats.exact and full.evidence_.stats.equals(inc.evidence_.stats)
-    # bit for bit where the fit sums integer counts; Platt's and the kde's sums to their rounding (docs/scale.md)
+    # bit for bit where the fit sums integer counts; Platt's and the kde's sums to their rounding
+    # (docs/scale.md)
     np.testing.assert_allclose(full.predict(data), inc.predict(data), rtol=0, atol=atol)
     # the exact scores survive the model file
     inc.save(tmp_path / "m.json")
@@ -169,8 +247,9 @@ def test_update_equals_fit_bit_for_bit_on_discrete_scores(method, atol, tmp_path
     np.testing.assert_array_equal(back.predict(data), inc.predict(data))
     # a class with more distinct scores than the limit goes to the grid, whatever the split
     rng = np.random.default_rng(3)
-    cont = topcal.TopLabelData.from_scores(rng.integers(0, 2, 4000), rng.random(4000), rng.integers(0, 2, 4000),
-                                           classes=["a", "b"])
+    cont = topcal.TopLabelData.from_scores(
+        rng.integers(0, 2, 4000), rng.random(4000), rng.integers(0, 2, 4000), classes=["a", "b"]
+    )
     halves = [topcal.ScoreStats.from_data(cont.subset(np.arange(i, 4000, 2))) for i in (0, 1)]
     whole = topcal.ScoreStats.from_data(cont)
     assert not whole.exact and halves[0].merge(halves[1]).equals(whole)
@@ -184,18 +263,67 @@ def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
     for i, part in enumerate(np.array_split(np.arange(len(y)), 3)):
         frame.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
     frame.to_csv(tmp_path / "all.csv", index=False)
-    assert_ok(cli("fit", tmp_path / "all.csv", "--method", "hist", "--renormalize", "-o", tmp_path / "all.json"))
-    assert_ok(cli("fit", tmp_path / "part0.csv", "--method", "hist", "--renormalize", "-o", tmp_path / "m1.json"))
-    assert_ok(cli("update", tmp_path / "m1.json", tmp_path / "part1.csv", "--renormalize", "-o", tmp_path / "m2.json"))
-    assert_ok(cli("update", tmp_path / "m2.json", tmp_path / "part2.csv", "--renormalize", "--chunk-rows", "300",
-                  "-o", tmp_path / "m3.json"))
+    assert_ok(
+        cli(
+            "fit",
+            tmp_path / "all.csv",
+            "--method",
+            "hist",
+            "--renormalize",
+            "-o",
+            tmp_path / "all.json",
+        )
+    )
+    assert_ok(
+        cli(
+            "fit",
+            tmp_path / "part0.csv",
+            "--method",
+            "hist",
+            "--renormalize",
+            "-o",
+            tmp_path / "m1.json",
+        )
+    )
+    assert_ok(
+        cli(
+            "update",
+            tmp_path / "m1.json",
+            tmp_path / "part1.csv",
+            "--renormalize",
+            "-o",
+            tmp_path / "m2.json",
+        )
+    )
+    assert_ok(
+        cli(
+            "update",
+            tmp_path / "m2.json",
+            tmp_path / "part2.csv",
+            "--renormalize",
+            "--chunk-rows",
+            "300",
+            "-o",
+            tmp_path / "m3.json",
+        )
+    )
     for m in ("all", "m3"):
-        assert_ok(cli("apply", tmp_path / f"{m}.json", tmp_path / "all.csv", "--renormalize",
-                      "-o", tmp_path / f"out-{m}.csv"))
+        assert_ok(
+            cli(
+                "apply",
+                tmp_path / f"{m}.json",
+                tmp_path / "all.csv",
+                "--renormalize",
+                "-o",
+                tmp_path / f"out-{m}.csv",
+            )
+        )
     a, b = pd.read_csv(tmp_path / "out-all.csv"), pd.read_csv(tmp_path / "out-m3.csv")
     np.testing.assert_array_equal(a["confidence"].to_numpy(), b["confidence"].to_numpy())
-    assert json.loads((tmp_path / "m3.json").read_text())["model"]["state"] == \
-        json.loads((tmp_path / "all.json").read_text())["model"]["state"]
+    assert (
+        json.loads((tmp_path / "m3.json").read_text())["model"]["state"]
+        == json.loads((tmp_path / "all.json").read_text())["model"]["state"]
+    )
 
 
 def test_counts_beyond_2_to_the_53_are_refused_and_models_below_it_load(tmp_path):
@@ -219,12 +347,41 @@ def test_counts_beyond_2_to_the_53_are_refused_and_models_below_it_load(tmp_path
 def test_one_column_in_two_roles_is_an_error(tmp_path):
     (tmp_path / "two.csv").write_text("x,y,s\na,a,0.9\nb,a,0.8\na,b,0.7\n")
     for cmd in (["metrics"], ["fit", "--method", "hist", "-o", tmp_path / "m.json"]):
-        r = cli(cmd[0], tmp_path / "two.csv", *cmd[1:], "--column", "pred=y", "--column", "label=y",
-                "--column", "score=s")
+        r = cli(
+            cmd[0],
+            tmp_path / "two.csv",
+            *cmd[1:],
+            "--column",
+            "pred=y",
+            "--column",
+            "label=y",
+            "--column",
+            "score=s",
+        )
         assert_error(r, "column 'y' is given two roles", "'label'", "'pred'")
-    r = cli("metrics", tmp_path / "two.csv", "--column", "pred=x", "--column", "label=y", "--column", "score=x")
+    r = cli(
+        "metrics",
+        tmp_path / "two.csv",
+        "--column",
+        "pred=x",
+        "--column",
+        "label=y",
+        "--column",
+        "score=x",
+    )
     assert_error(r, "column 'x' is given two roles")
-    assert_ok(cli("metrics", tmp_path / "two.csv", "--column", "pred=x", "--column", "label=y", "--column", "score=s"))
+    assert_ok(
+        cli(
+            "metrics",
+            tmp_path / "two.csv",
+            "--column",
+            "pred=x",
+            "--column",
+            "label=y",
+            "--column",
+            "score=s",
+        )
+    )
 
 
 def _resign(path, edit):
@@ -267,7 +424,9 @@ def test_temperature_fits_do_not_depend_on_row_order(tmp_path):
         rng = np.random.default_rng(seed)
         top = rng.choice([0.5, 0.6, 0.7], 17)
         rest = np.minimum(rng.random(17) * (1 - top), top)
-        P = np.array([np.roll(r, rng.integers(0, 3)) for r in np.column_stack([top, rest, 1 - top - rest])])
+        P = np.array(
+            [np.roll(r, rng.integers(0, 3)) for r in np.column_stack([top, rest, 1 - top - rest])]
+        )
         y = rng.integers(0, 3, 17)
         for method in ("cstswa", "tswa", "csts"):
             fits = []
@@ -283,14 +442,20 @@ def test_temperature_fits_do_not_depend_on_row_order(tmp_path):
     rng = np.random.default_rng(4)
     top = rng.choice([0.5, 0.6, 0.7], 17)
     rest = np.minimum(rng.random(17) * (1 - top), top)
-    P = np.array([np.roll(r, rng.integers(0, 3)) for r in np.column_stack([top, rest, 1 - top - rest])])
+    P = np.array(
+        [np.roll(r, rng.integers(0, 3)) for r in np.column_stack([top, rest, 1 - top - rest])]
+    )
     frame = pd.DataFrame(P, columns=["p_a", "p_b", "p_c"])
     frame["label"] = rng.choice(list("abc"), 17)
     frame.to_csv(tmp_path / "a.csv", index=False)
     frame.sample(frac=1, random_state=1).to_csv(tmp_path / "b.csv", index=False)
     for f in ("a", "b"):
-        assert_ok(cli("fit", tmp_path / f"{f}.csv", "--method", "cstswa", "-o", tmp_path / f"{f}.json"))
-    ta, tb = (json.loads((tmp_path / f"{f}.json").read_text())["model"]["state"] for f in ("a", "b"))
+        assert_ok(
+            cli("fit", tmp_path / f"{f}.csv", "--method", "cstswa", "-o", tmp_path / f"{f}.json")
+        )
+    ta, tb = (
+        json.loads((tmp_path / f"{f}.json").read_text())["model"]["state"] for f in ("a", "b")
+    )
     assert ta["temperature"] == tb["temperature"] and ta["awards"] == tb["awards"]
 
 
@@ -302,9 +467,13 @@ def test_sklearn_predict_not_argmax_warns_and_records_the_share():
 
     X, y = make_classification(1200, n_features=8, n_informative=5, n_classes=4, random_state=0)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # scikit-learn 1.9 deprecates probability=True
+        warnings.simplefilter(
+            "ignore", FutureWarning
+        )  # scikit-learn 1.9 deprecates probability=True
         svc = SVC(probability=True, random_state=0).fit(X[:600], y[:600])
-    with pytest.warns(topcal.errors.TopcalWarning, match=r"SVC.predict\(\) differs from the argmax"):
+    with pytest.warns(
+        topcal.errors.TopcalWarning, match=r"SVC.predict\(\) differs from the argmax"
+    ):
         cal = topcal.TopLabelCalibratedClassifier(svc, method="hist").fit(X[600:], y[600:])
     own = svc.predict(X[600:])
     top = cal.top_label_data(X[600:])
@@ -326,13 +495,15 @@ from sklearn.datasets import make_classification
 from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV
-X, y = make_classification(900, n_features=8, n_informative=8, n_redundant=0, class_sep=2.5, n_classes=6,
+X, y = make_classification(900, n_features=8, n_informative=8, n_redundant=0, class_sep=2.5,
+                           n_classes=6,
                            n_clusters_per_class=1, random_state=0)
 lr = LogisticRegression(max_iter=500).fit(X[:300], y[:300])
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     gs = GridSearchCV(topcal.TopLabelCalibratedClassifier(FrozenEstimator(lr)),
-                      {"method": ["hist", "cstswa", "kde-mon2"]}, cv=5, scoring="neg_log_loss").fit(X[300:420], y[300:420])
+                      {"method": ["hist", "cstswa", "kde-mon2"]}, cv=5,
+                      scoring="neg_log_loss").fit(X[300:420], y[300:420])
 deg = [str(x.message) for x in w if issubclass(x.category, topcal.errors.DegenerateClassWarning)]
 print(json.dumps({"degenerate": deg, "kept": len(gs.best_estimator_.fit_warnings_)}))
 """
@@ -348,10 +519,16 @@ def test_sklearn_prefit_error_names_frozen_estimator_and_grid_search_warns_once_
     X = np.random.default_rng(0).normal(size=(60, 3))
     y = np.arange(60) % 3
     with pytest.raises(topcal.errors.NotFittedError, match="FrozenEstimator"):
-        GridSearchCV(topcal.TopLabelCalibratedClassifier(LogisticRegression()), {"method": ["hist"]}, cv=3,
-                     error_score="raise").fit(X, y)
+        GridSearchCV(
+            topcal.TopLabelCalibratedClassifier(LogisticRegression()),
+            {"method": ["hist"]},
+            cv=3,
+            error_score="raise",
+        ).fit(X, y)
     # a fresh process: the once-per-kind registry starts empty (11 warnings, one per fold, before)
-    r = subprocess.run([sys.executable, "-c", _GRID_SCRIPT], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _GRID_SCRIPT], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     # 16 fits (3 methods x 5 folds + the refit), two methods that warn: one summary per kind
@@ -366,11 +543,15 @@ def test_folds_with_in_sample_or_eval_is_an_error(base, tmp_path):
     assert_error(r, "--folds is for K-fold cross-fitting", "--eval")
     r = cli("compare", data, "--in-sample", "--folds", "3", "--methods", "hist")
     assert_error(r, "--folds is for K-fold cross-fitting", "--in-sample")
-    r = cli("report", data, "--in-sample", "--folds", "3", "--methods", "hist", "-o", tmp_path / "rep")
+    r = cli(
+        "report", data, "--in-sample", "--folds", "3", "--methods", "hist", "-o", tmp_path / "rep"
+    )
     assert_error(r, "--folds is for K-fold cross-fitting", "--in-sample")
     assert not (tmp_path / "rep").exists()
     # --folds alone is honoured; the default is 5
-    out = json.loads(assert_ok(cli("compare", data, "--folds", "3", "--methods", "hist", "--json")).stdout)
+    out = json.loads(
+        assert_ok(cli("compare", data, "--folds", "3", "--methods", "hist", "--json")).stdout
+    )
     assert out["protocol"] == "kfold" and out["folds"] == 3
     out = json.loads(assert_ok(cli("compare", data, "--methods", "hist", "--json")).stdout)
     assert out["protocol"] == "kfold" and out["folds"] == 5
@@ -397,16 +578,22 @@ def test_chunked_errors_give_the_rows_of_the_file(base, tmp_path):
     _, model = base
     rows = ["p_a,p_b,p_c,label"] + ["0.2,0.3,0.5,c"] * 8 + ["0.2,x,0.5,c"]
     (tmp_path / "bad.csv").write_text("\n".join(rows) + "\n")
-    whole = assert_error(cli("fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"), "at row 8")
-    for cmd in (["fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"],
-                ["apply", model, tmp_path / "bad.csv", "-o", tmp_path / "o.csv"],
-                ["update", model, tmp_path / "bad.csv", "-o", tmp_path / "u.json"]):
+    whole = assert_error(
+        cli("fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"), "at row 8"
+    )
+    for cmd in (
+        ["fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"],
+        ["apply", model, tmp_path / "bad.csv", "-o", tmp_path / "o.csv"],
+        ["update", model, tmp_path / "bad.csv", "-o", tmp_path / "u.json"],
+    ):
         err = assert_error(cli(*cmd, "--chunk-rows", "3"), "at row 8")
         assert err == whole
     rows = ["p_a,p_b,p_c"] + ["0.2,0.3,0.5"] * 4 + ["0.2,0.3,0.9"]
     (tmp_path / "sum.csv").write_text("\n".join(rows) + "\n")
-    assert_error(cli("apply", model, tmp_path / "sum.csv", "-o", tmp_path / "o.csv", "--chunk-rows", "2"),
-                 "probs row 4 sums to 1.4")
+    assert_error(
+        cli("apply", model, tmp_path / "sum.csv", "-o", tmp_path / "o.csv", "--chunk-rows", "2"),
+        "probs row 4 sums to 1.4",
+    )
 
 
 def test_class_names_na_none_null_nan_are_read_from_csv(tmp_path):
@@ -415,8 +602,9 @@ def test_class_names_na_none_null_nan_are_read_from_csv(tmp_path):
     names = np.array(["NA", "None", "null", "nan"])
     pred = rng.integers(0, 4, n)
     lab = np.where(rng.random(n) < 0.7, pred, rng.integers(0, 4, n))
-    pd.DataFrame({"pred": names[pred], "score": rng.uniform(0.3, 1, n), "label": names[lab]}).to_csv(
-        tmp_path / "top.csv", index=False)
+    pd.DataFrame(
+        {"pred": names[pred], "score": rng.uniform(0.3, 1, n), "label": names[lab]}
+    ).to_csv(tmp_path / "top.csv", index=False)
     P = rng.dirichlet([1] * 4, n)
     frame = pd.DataFrame(P, columns=["p_" + c for c in names])
     frame["label"] = names[lab]
@@ -435,11 +623,17 @@ def test_class_names_na_none_null_nan_are_read_from_csv(tmp_path):
     # genuinely missing values are still found
     (tmp_path / "miss.csv").write_text("pred,score,label\na,0.9,a\nb,0.5,\n")
     for extra in ((), ("--chunk-rows", "1")):
-        assert_error(cli("fit", tmp_path / "miss.csv", "--method", "hist", "-o", tmp_path / "x.json", *extra),
-                     "missing value at row 1")
+        assert_error(
+            cli(
+                "fit", tmp_path / "miss.csv", "--method", "hist", "-o", tmp_path / "x.json", *extra
+            ),
+            "missing value at row 1",
+        )
     (tmp_path / "miss2.csv").write_text("pred,score,label\na,0.9,a\nb,,b\n")
-    assert_error(cli("fit", tmp_path / "miss2.csv", "--method", "hist", "-o", tmp_path / "x.json"),
-                 "'score' is empty (NaN) at row 1")
+    assert_error(
+        cli("fit", tmp_path / "miss2.csv", "--method", "hist", "-o", tmp_path / "x.json"),
+        "'score' is empty (NaN) at row 1",
+    )
 
 
 # ----------------------------------------------------------------- following the README
@@ -456,8 +650,9 @@ def _imagenet_head(tmp_path, n=2000):
         rng = np.random.default_rng(0)
         lab = rng.integers(0, 50, n)
         pred = np.where(rng.random(n) < 0.8, lab, rng.integers(0, 50, n))
-        lines = ["true_label,pred_label,confidence"] + [f"{a},{b},{c}" for a, b, c in
-                                                       zip(lab, pred, rng.uniform(0.2, 1, n))]
+        lines = ["true_label,pred_label,confidence"] + [
+            f"{a},{b},{c}" for a, b, c in zip(lab, pred, rng.uniform(0.2, 1, n))
+        ]
     path = tmp_path / "inet.csv"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -469,13 +664,23 @@ def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
     assert_ok(cli("fit", data, "--method", "hist", "-o", model))
     pd.read_csv(data).to_parquet(tmp_path / "inet.parquet", index=False)
     outs = []
-    for src, extra in ((data, ()), (data, ("--chunk-rows", "300")), (tmp_path / "inet.parquet", ())):
+    for src, extra in (
+        (data, ()),
+        (data, ("--chunk-rows", "300")),
+        (tmp_path / "inet.parquet", ()),
+    ):
         out = tmp_path / f"o{len(outs)}.csv"
         assert_ok(cli("apply", model, src, "-o", out, *extra))
         outs.append(pd.read_csv(out))
     got = outs[0]
     # the input's columns untouched, pred, and the calibrated value beside the input's confidence
-    assert list(got.columns) == ["true_label", "pred_label", "confidence", "pred", "calibrated_confidence"]
+    assert list(got.columns) == [
+        "true_label",
+        "pred_label",
+        "confidence",
+        "pred",
+        "calibrated_confidence",
+    ]
     frame = pd.read_csv(data)
     np.testing.assert_array_equal(got["confidence"], frame["confidence"])
     np.testing.assert_array_equal(got["pred"].astype(str), frame["pred_label"].astype(str))
@@ -486,8 +691,19 @@ def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
         pd.testing.assert_frame_equal(other, got)
     # the calibrated column is what metrics reads with --column score=...: the model's own NLL
     a = json.loads(assert_ok(cli("metrics", data, "--model", model, "--json")).stdout)
-    b = json.loads(assert_ok(cli("metrics", tmp_path / "o0.csv", "--column", "score=calibrated_confidence",
-                                 "--column", "label=true_label", "--json")).stdout)
+    b = json.loads(
+        assert_ok(
+            cli(
+                "metrics",
+                tmp_path / "o0.csv",
+                "--column",
+                "score=calibrated_confidence",
+                "--column",
+                "label=true_label",
+                "--json",
+            )
+        ).stdout
+    )
     assert a["overall"]["nll"] == pytest.approx(b["overall"]["nll"], rel=1e-12)
 
 
@@ -495,14 +711,18 @@ def test_metrics_column_score_wins_over_probability_columns(base, tmp_path):
     data, model = base
     out = tmp_path / "out.csv"
     assert_ok(cli("apply", model, data, "-o", out))
-    calibrated = json.loads(assert_ok(cli("metrics", data, "--model", model, "--json")).stdout)["overall"]["nll"]
+    calibrated = json.loads(assert_ok(cli("metrics", data, "--model", model, "--json")).stdout)[
+        "overall"
+    ]["nll"]
     raw = json.loads(assert_ok(cli("metrics", data, "--json")).stdout)["overall"]["nll"]
     for flags in (("--column", "score=confidence"), ("--score-column", "confidence")):
         got = json.loads(assert_ok(cli("metrics", out, *flags, "--json")).stdout)["overall"]["nll"]
         assert got == pytest.approx(calibrated, rel=1e-12) and got != pytest.approx(raw)
 
 
-def test_update_takes_what_fit_takes_and_adapted_or_unlabelled_give_the_right_message(base, tmp_path):
+def test_update_takes_what_fit_takes_and_adapted_or_unlabelled_give_the_right_message(
+    base, tmp_path
+):
     data, model = base
     rng = np.random.default_rng(0)
     P = rng.dirichlet([1, 1, 1], 300)
@@ -511,20 +731,33 @@ def test_update_takes_what_fit_takes_and_adapted_or_unlabelled_give_the_right_me
     b = topcal.calibrator("hist").fit(P, y)
     np.testing.assert_array_equal(a.predict(P), b.predict(P))
     names = np.array(list("abc"))[y]
-    a = topcal.calibrator("hist").fit(P[:150], names[:150], classes=list("abc")).update(P[150:], names[150:])
+    a = (
+        topcal.calibrator("hist")
+        .fit(P[:150], names[:150], classes=list("abc"))
+        .update(P[150:], names[150:])
+    )
     np.testing.assert_array_equal(a.predict(P), b.predict(P))
     frame = pd.DataFrame(P, columns=["p_a", "p_b", "p_c"])
-    a = topcal.calibrator("hist").fit(frame.iloc[:150], names[:150]).update(frame.iloc[150:], names[150:])
+    a = (
+        topcal.calibrator("hist")
+        .fit(frame.iloc[:150], names[:150])
+        .update(frame.iloc[150:], names[150:])
+    )
     np.testing.assert_array_equal(a.predict(frame), b.predict(P))
     # an adapted model: not "an old file format"
     adapted = tmp_path / "A.json"
     assert_ok(cli("adapt", model, data, "-o", adapted, "--bootstrap", "0"))
-    err = assert_error(cli("update", adapted, data, "-o", tmp_path / "U.json"), "adapted model",
-                       "update the model it was adapted from")
+    err = assert_error(
+        cli("update", adapted, data, "-o", tmp_path / "U.json"),
+        "adapted model",
+        "update the model it was adapted from",
+    )
     assert "format" not in err
     # metrics on unlabelled data
     (tmp_path / "unl.csv").write_text("p_a,p_b,p_c\n0.2,0.3,0.5\n0.6,0.3,0.1\n")
-    err = assert_error(cli("metrics", tmp_path / "unl.csv"), "metrics", "needs labelled data", "--label-column")
+    err = assert_error(
+        cli("metrics", tmp_path / "unl.csv"), "metrics", "needs labelled data", "--label-column"
+    )
     assert "uncalibrated" not in err
 
 
@@ -534,23 +767,35 @@ def test_update_right_after_fit_works_when_auto_chose_a_full_vector_method(tmp_p
     z = rng.normal(size=(n, K)) * 1.5
     pt = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
     y = (rng.random(n)[:, None] > np.cumsum(pt, axis=1)).sum(axis=1).clip(0, K - 1)
-    pm = np.exp(3 * z) / np.exp(3 * z).sum(axis=1, keepdims=True)  # over-confident: a temperature fixes it
+    pm = np.exp(3 * z) / np.exp(3 * z).sum(
+        axis=1, keepdims=True
+    )  # over-confident: a temperature fixes it
     frame = pd.DataFrame(pm, columns=[f"p_{c}" for c in "abcd"])
     frame["label"] = np.array(list("abcd"))[y]
     frame.iloc[:2000].to_csv(tmp_path / "d0.csv", index=False)
     frame.iloc[2000:].to_csv(tmp_path / "d1.csv", index=False)
     r = assert_ok(cli("fit", tmp_path / "d0.csv", "-o", tmp_path / "m.json"))
     chose = topcal.load(tmp_path / "m.json").method_
-    assert topcal.calibrators.get_class(chose).needs_full, r.stdout  # the case of the issue: auto chose sts/tswa/...
-    r = assert_ok(cli("update", tmp_path / "m.json", tmp_path / "d1.csv", "-o", tmp_path / "u.json"))
+    assert topcal.calibrators.get_class(chose).needs_full, (
+        r.stdout
+    )  # the case of the issue: auto chose sts/tswa/...
+    r = assert_ok(
+        cli("update", tmp_path / "m.json", tmp_path / "d1.csv", "-o", tmp_path / "u.json")
+    )
     assert f"instead of {chose}" in r.stdout and "cannot be updated from statistics" in r.stderr
     m = topcal.load(tmp_path / "u.json")
     assert (
         not topcal.calibrators.get_class(m.method_).needs_full
         and m.evidence_.stats.n_samples == 3000
     )
-    best = min((k for k, v in m.cv_.items() if v["nll"] is not None and not topcal.calibrators.get_class(k).needs_full),
-               key=lambda k: m.cv_[k]["nll"])
+    best = min(
+        (
+            k
+            for k, v in m.cv_.items()
+            if v["nll"] is not None and not topcal.calibrators.get_class(k).needs_full
+        ),
+        key=lambda k: m.cv_[k]["nll"],
+    )
     assert m.method_ == best
 
 

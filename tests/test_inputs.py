@@ -1,4 +1,5 @@
-"""One reader per input form (arrays, DataFrame, file), each to validated TopLabelData in one step."""
+"""One reader per input form (arrays, DataFrame, file), each to validated TopLabelData in one
+step."""
 
 import numpy as np
 import pandas as pd
@@ -63,29 +64,42 @@ def test_first_line_of_a_library_message():
 
 
 def test_model_read_options_gives_the_model_classes_only_where_a_column_names_them(tmp_path):
-    frame = pd.DataFrame({"pred": list("abcab") * 20, "score": np.linspace(1, 9, 100), "label": list("abcba") * 20})
+    frame = pd.DataFrame(
+        {"pred": list("abcab") * 20, "score": np.linspace(1, 9, 100), "label": list("abcba") * 20}
+    )
     frame.to_csv(tmp_path / "top.csv", index=False)
     model = topcal.calibrator("hist").fit(read_data(tmp_path / "top.csv", score_range=(0, 10)))
     opts = model_read_options(model, tmp_path / "top.csv", {}, model_classes=True)
     assert opts == {"score_range": (0.0, 10.0), "classes": ["a", "b", "c"]}
     assert model_read_options(model, tmp_path / "top.csv", {}) == {"score_range": (0.0, 10.0)}
     # probability columns: their classes and range are their own
-    pd.DataFrame({"p_a": [0.5, 0.2], "p_b": [0.5, 0.8], "label": ["a", "b"]}).to_csv(tmp_path / "v.csv", index=False)
+    pd.DataFrame({"p_a": [0.5, 0.2], "p_b": [0.5, 0.8], "label": ["a", "b"]}).to_csv(
+        tmp_path / "v.csv", index=False
+    )
     assert model_read_options(model, tmp_path / "v.csv", {}, model_classes=True) == {}
     # a given range is kept, the classes still come from the model
-    assert model_read_options(model, tmp_path / "top.csv", {"score_range": (0, 20)}, model_classes=True) == {
-        "score_range": (0, 20), "classes": ["a", "b", "c"]}
+    assert model_read_options(
+        model, tmp_path / "top.csv", {"score_range": (0, 20)}, model_classes=True
+    ) == {"score_range": (0, 20), "classes": ["a", "b", "c"]}
 
 
 def test_a_categorical_label_column_with_integer_class_names_is_read_by_name():
     # Parquet dictionary columns arrive as categoricals; their codes are no class names ("3", "5")
-    f = pd.DataFrame({"p_3": [0.9, 0.2, 0.6], "p_5": [0.1, 0.8, 0.4], "label": pd.Categorical(["3", "5", "5"])})
+    f = pd.DataFrame(
+        {"p_3": [0.9, 0.2, 0.6], "p_5": [0.1, 0.8, 0.4], "label": pd.Categorical(["3", "5", "5"])}
+    )
     want = read_frame(f.assign(label=["3", "5", "5"]))
     got = read_frame(f)
     assert got.classes == ("3", "5")
     np.testing.assert_array_equal(got.labels, want.labels)
     np.testing.assert_array_equal(got.labels, [0, 1, 1])
-    top = pd.DataFrame({"pred": pd.Categorical(["5", "3"]), "score": [0.7, 0.9], "label": pd.Categorical(["5", "5"])})
+    top = pd.DataFrame(
+        {
+            "pred": pd.Categorical(["5", "3"]),
+            "score": [0.7, 0.9],
+            "label": pd.Categorical(["5", "5"]),
+        }
+    )
     d = read_frame(top, classes=["3", "5"])
     np.testing.assert_array_equal(d.pred, [1, 0])
     np.testing.assert_array_equal(d.labels, [1, 1])
@@ -95,4 +109,7 @@ def test_a_categorical_label_column_with_names_takes_the_fast_path_to_the_same_d
     p, y = probs
     names = np.asarray(["a", "b", "c"])[y]
     f = pd.DataFrame(p, columns=["p_a", "p_b", "p_c"])
-    _same(read_frame(f.assign(label=pd.Categorical(names, categories=["c", "b", "a"]))), read_frame(f.assign(label=names)))
+    _same(
+        read_frame(f.assign(label=pd.Categorical(names, categories=["c", "b", "a"]))),
+        read_frame(f.assign(label=names)),
+    )

@@ -1,4 +1,5 @@
-"""predict_interval, predict_confidence(X, interval=...) and ``topcal apply --interval`` (issue 23, item 1)."""
+"""predict_interval, predict_confidence(X, interval=...) and ``topcal apply --interval`` (issue 23,
+item 1)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,17 @@ from topcal.errors import ModelFileError, ParameterError
 from _frames import probs_frame, write_parts
 
 TOPCAL = Path(sys.executable).with_name("topcal")
-COUNT_METHODS = [("hist", {}), ("hist", {"shrinkage": 0}), ("cum", {}), ("cum-opt", {"shrinkage": 0}),
-                 ("kde-mon2", {}), ("kde-opt", {"shrinkage": 0}), ("conf1", {})]
+COUNT_METHODS = [
+    ("hist", {}),
+    ("hist", {"shrinkage": 0}),
+    ("cum", {}),
+    ("cum-opt", {"shrinkage": 0}),
+    ("kde-mon2", {}),
+    ("kde-opt", {"shrinkage": 0}),
+    ("conf1", {}),
+]
 TEMP_METHODS = ["sts", "csts", "tswa", "cstswa", "bts", "btswa"]
-CURVES = [lambda s: s ** 2, lambda s: s, lambda s: expit(8 * (s - 0.6))]
+CURVES = [lambda s: s**2, lambda s: s, lambda s: expit(8 * (s - 0.6))]
 
 
 def score_data(n, seed, curves=CURVES):
@@ -36,13 +44,19 @@ def score_data(n, seed, curves=CURVES):
     for k, c in enumerate(curves):
         p[pred == k] = c(s[pred == k])
     labels = np.where(rng.random(pred.size) < p, pred, (pred + 1) % len(curves))
-    return TopLabelData.from_scores(pred, s, labels, classes=[f"c{k}" for k in range(len(curves))],
-                                    score_range=(0.0, 1.0))
+    return TopLabelData.from_scores(
+        pred, s, labels, classes=[f"c{k}" for k in range(len(curves))], score_range=(0.0, 1.0)
+    )
 
 
 def grid(k, s, n_classes=3):
-    return TopLabelData.from_scores(np.full(s.size, k), s, None, classes=[f"c{i}" for i in range(n_classes)],
-                                    score_range=(0.0, 1.0))
+    return TopLabelData.from_scores(
+        np.full(s.size, k),
+        s,
+        None,
+        classes=[f"c{i}" for i in range(n_classes)],
+        score_range=(0.0, 1.0),
+    )
 
 
 def fit(name, data, **params):
@@ -52,7 +66,8 @@ def fit(name, data, **params):
 
 
 def coverage(name, params, curves, n, seeds, truth=None):
-    """Pointwise coverage of the 0.9 intervals averaged over scores, classes and seeds, and the mean width."""
+    """Pointwise coverage of the 0.9 intervals averaged over scores, classes and seeds, and the mean
+    width."""
     hits, widths = [], []
     s = np.linspace(0.45, 0.95, 21)
     for seed in range(seeds):
@@ -66,8 +81,10 @@ def coverage(name, params, curves, n, seeds, truth=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,params", [("hist", {"shrinkage": 0}), ("hist", {}), ("kde-mon2", {}),
-                                         ("kde-opt", {"shrinkage": 0})])
+@pytest.mark.parametrize(
+    "name,params",
+    [("hist", {"shrinkage": 0}), ("hist", {}), ("kde-mon2", {}), ("kde-opt", {"shrinkage": 0})],
+)
 def test_count_intervals_cover_the_true_curve_and_shrink_with_class_size(name, params):
     cov, width = coverage(name, params, CURVES, 1500, 6)
     assert 0.8 <= cov <= 0.99, cov
@@ -88,7 +105,7 @@ def test_a_too_narrow_interval_would_fail_the_coverage_check():
 
 def test_cum_interval_covers_the_cumulative_precision():
     dens = np.linspace(0, 1, 20001)[1:-1]
-    w = dens ** 3 * (1 - dens)
+    w = dens**3 * (1 - dens)
 
     def truth(k, s):
         num = np.cumsum((w * CURVES[k](dens))[::-1])[::-1]
@@ -102,7 +119,9 @@ def test_cum_interval_covers_the_cumulative_precision():
 @pytest.mark.parametrize("name", ["bts", "btswa"])
 def test_binary_temperature_intervals_cover_in_model_truth(name):
     Ts = [(0.6, 0.4), (1.0, 0.0), (2.0, -0.5)]
-    curves = [lambda s, T=T, A=A: expit((logit(s) + (A if name == "btswa" else 0.0)) / T) for T, A in Ts]
+    curves = [
+        lambda s, T=T, A=A: expit((logit(s) + (A if name == "btswa" else 0.0)) / T) for T, A in Ts
+    ]
     cov, width = coverage(name, {}, curves, 400, 30)
     assert 0.8 <= cov <= 0.98, cov
     _, width_big = coverage(name, {}, curves, 4000, 3)
@@ -132,10 +151,16 @@ def test_full_vector_temperature_intervals_cover_in_model_truth(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,params", COUNT_METHODS + [(m, {}) for m in TEMP_METHODS] + [("auto", {})])
-def test_intervals_hold_the_point_never_reach_0_or_1_and_round_trip_bit_for_bit(name, params, tmp_path):
+@pytest.mark.parametrize(
+    "name,params", COUNT_METHODS + [(m, {}) for m in TEMP_METHODS] + [("auto", {})]
+)
+def test_intervals_hold_the_point_never_reach_0_or_1_and_round_trip_bit_for_bit(
+    name, params, tmp_path
+):
     frame = probs_frame(1500, K=3, seed=3)
-    p = frame[[f"p_c{j}" for j in range(3)]].to_numpy() ** 2  # overconfident: auto chooses a fitted method
+    p = (
+        frame[[f"p_c{j}" for j in range(3)]].to_numpy() ** 2
+    )  # overconfident: auto chooses a fitted method
     p /= p.sum(1, keepdims=True)
     y = frame["label"].str[1:].astype(int).to_numpy()
     with warnings.catch_warnings():
@@ -165,10 +190,12 @@ def test_uncalibrated_interval_is_the_point_itself():
 
 
 def test_unshrunk_zero_count_interval_stays_off_0_and_1():
-    """A class with only true positives: the paper's estimate is 1, the Jeffreys interval stays below it."""
+    """A class with only true positives: the paper's estimate is 1, the Jeffreys interval stays
+    below it."""
     s = np.linspace(0.5, 0.9, 30)
-    data = TopLabelData.from_scores(np.zeros(30, int), s, np.zeros(30, int), classes=["a", "b"],
-                                    score_range=(0.0, 1.0))
+    data = TopLabelData.from_scores(
+        np.zeros(30, int), s, np.zeros(30, int), classes=["a", "b"], score_range=(0.0, 1.0)
+    )
     model = fit("hist", data, shrinkage=0)
     lo, hi = model.predict_interval(data)
     assert np.all(model.predict(data) == 1.0)
@@ -206,11 +233,18 @@ def _strip(doc, drop):
     return doc
 
 
-@pytest.mark.parametrize("name,drop,what", [
-    ("csts", lambda st: st.pop("param_cov"), "parameter covariance"),
-    ("cum", lambda st: [c.pop("n_above") or c.pop("n_below") for c in st["class_state"] if c], "local counts"),
-    ("kde-mon2", lambda st: [c.pop("table_n") for c in st["class_state"] if c], "local counts"),
-])
+@pytest.mark.parametrize(
+    "name,drop,what",
+    [
+        ("csts", lambda st: st.pop("param_cov"), "parameter covariance"),
+        (
+            "cum",
+            lambda st: [c.pop("n_above") or c.pop("n_below") for c in st["class_state"] if c],
+            "local counts",
+        ),
+        ("kde-mon2", lambda st: [c.pop("table_n") for c in st["class_state"] if c], "local counts"),
+    ],
+)
 def test_old_model_files_without_interval_statistics_load_and_say_refit(name, drop, what, tmp_path):
     data = score_data(300, 0)
     frame = probs_frame(1500, K=3, seed=3)
@@ -249,7 +283,9 @@ def test_estimator_predict_confidence_with_interval():
 
 # ----------------------------------------------------------------- CLI through the console script
 def cli(*args):
-    return subprocess.run([str(TOPCAL), *map(str, args)], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(TOPCAL), *map(str, args)], capture_output=True, text=True, timeout=300
+    )
 
 
 def assert_one_line_error(r, fragment):
@@ -282,7 +318,9 @@ def test_cli_apply_interval_adds_limits_in_memory_and_streamed(fitted, chunk):
     lo, hi = model.predict_interval(p, 0.9)
     np.testing.assert_allclose(got["confidence_lo"].to_numpy(), lo, rtol=1e-15)
     np.testing.assert_allclose(got["confidence_hi"].to_numpy(), hi, rtol=1e-15)
-    assert np.all(got["confidence_lo"] <= got["confidence"]) and np.all(got["confidence"] <= got["confidence_hi"])
+    assert np.all(got["confidence_lo"] <= got["confidence"]) and np.all(
+        got["confidence"] <= got["confidence_hi"]
+    )
 
 
 @pytest.mark.slow
@@ -307,9 +345,23 @@ def test_cli_apply_interval_on_dask_local_cluster(tmp_path, cluster_address):
     frame = probs_frame(3000, K=3, seed=6)
     parts = write_parts(tmp_path, frame, 3)
     frame.to_csv(tmp_path / "all.csv", index=False)
-    assert cli("fit", tmp_path / "all.csv", "--method", "sts", "-o", tmp_path / "m.json").returncode == 0
-    r = cli("apply", tmp_path / "m.json", parts, "--engine", "dask", "--scheduler", cluster_address,
-            "--interval", 0.8, "-o", tmp_path / "out")
+    assert (
+        cli("fit", tmp_path / "all.csv", "--method", "sts", "-o", tmp_path / "m.json").returncode
+        == 0
+    )
+    r = cli(
+        "apply",
+        tmp_path / "m.json",
+        parts,
+        "--engine",
+        "dask",
+        "--scheduler",
+        cluster_address,
+        "--interval",
+        0.8,
+        "-o",
+        tmp_path / "out",
+    )
     assert r.returncode == 0, r.stderr
     got = pd.read_parquet(tmp_path / "out")
     model = persist.load(tmp_path / "m.json")
@@ -319,7 +371,8 @@ def test_cli_apply_interval_on_dask_local_cluster(tmp_path, cluster_address):
     np.testing.assert_allclose(got["confidence_hi"].to_numpy(), hi, rtol=1e-15)
 
 
-# ----------------------------------------------------------------- the band in the figures and the notebook view
+# ----------------------------------------------------------------- the band in the figures and the
+# notebook view
 def _old_file(model, tmp_path, drop):
     """``model`` saved, then loaded back from a file stripped of its interval statistics."""
     path = tmp_path / "m.json"
@@ -338,7 +391,9 @@ def test_curve_figure_data_has_a_band_that_brackets_each_curve_and_narrows_with_
     pred = np.repeat([0, 1], sizes)
     s = rng.beta(4, 2, pred.size)
     labels = np.where(rng.random(pred.size) < s, pred, 1 - pred)
-    data = TopLabelData.from_scores(pred, s, labels, classes=["small", "large"], score_range=(0.0, 1.0))
+    data = TopLabelData.from_scores(
+        pred, s, labels, classes=["small", "large"], score_range=(0.0, 1.0)
+    )
     models = {"hist": fit("hist", data), "kde-mon2": fit("kde-mon2", data), "bts": fit("bts", data)}
     grid = plots.calibration_curves(data, models)
     assert grid.band_level == 0.9 and grid.no_band == ()
@@ -353,12 +408,19 @@ def test_curve_figure_data_has_a_band_that_brackets_each_curve_and_narrows_with_
         widths.append(np.mean(p.bands["kde-mon2"][2] - p.bands["kde-mon2"][1]))
     assert widths[0] > 2 * widths[1]  # 60 positives vs 3000
     fig = plots.plot_calibration_curves(grid)
-    bands = [a for ax in fig.axes for a in ax.collections if (a.get_gid() or "").startswith("band:")]
-    assert sorted({b.get_gid() for b in bands}) == ["band:bts", "band:hist", "band:kde-mon2"] and len(bands) == 6
+    bands = [
+        a for ax in fig.axes for a in ax.collections if (a.get_gid() or "").startswith("band:")
+    ]
+    assert (
+        sorted({b.get_gid() for b in bands}) == ["band:bts", "band:hist", "band:kde-mon2"]
+        and len(bands) == 6
+    )
     # the drawn fill is the computed band: its outline spans lower to upper at every grid score
     verts = next(b for b in bands if b.get_gid() == "band:kde-mon2").get_paths()[0].vertices
     lo, hi = grid.panels[0].bands["kde-mon2"][1:]
-    assert verts[:, 1].min() == pytest.approx(lo.min()) and verts[:, 1].max() == pytest.approx(hi.max())
+    assert verts[:, 1].min() == pytest.approx(lo.min()) and verts[:, 1].max() == pytest.approx(
+        hi.max()
+    )
     assert all(not p.bands for p in plots.calibration_curves(data, models, band=None).panels)
 
 
@@ -367,15 +429,22 @@ def test_old_model_without_interval_statistics_draws_no_band_and_says_so(tmp_pat
     from topcal import plots
 
     data = score_data(300, 0)
-    old = _old_file(fit("kde-mon2", data, shrinkage=0), tmp_path,
-                    lambda st: [c.pop("table_n") for c in st["class_state"] if c])
+    old = _old_file(
+        fit("kde-mon2", data, shrinkage=0),
+        tmp_path,
+        lambda st: [c.pop("table_n") for c in st["class_state"] if c],
+    )
     grid = plots.calibration_curves(data, {"kde-mon2": old, "hist": fit("hist", data)})
     assert grid.no_band == ("kde-mon2",)
     assert all(set(p.bands) == {"hist"} and "kde-mon2" in p.curves for p in grid.panels)
     fig = plots.plot_calibration_curves(grid)
     assert {a.get_gid() for ax in fig.axes for a in ax.collections if a.get_gid()} >= {"band:hist"}
     shown = old._repr_html_()
-    assert "<img src='data:image/png;base64," in shown and "no interval band" in shown and "older topcal" in shown
+    assert (
+        "<img src='data:image/png;base64," in shown
+        and "no interval band" in shown
+        and "older topcal" in shown
+    )
 
 
 @pytest.mark.slow
@@ -393,7 +462,9 @@ def test_notebook_view_draws_the_band_and_says_what_it_is(monkeypatch):
 
     monkeypatch.setattr(plots, "plot_calibration_curves", keep)
     shown = model._repr_html_()
-    assert "shaded: the 90% interval on each fitted curve" in shown and "no interval band" not in shown
+    assert (
+        "shaded: the 90% interval on each fitted curve" in shown and "no interval band" not in shown
+    )
     ((curves, fig),) = drawn
     assert len([a for ax in fig.axes for a in ax.collections if a.get_gid() == "band:hist"]) == 3
     for k, p in enumerate(curves.panels):
@@ -409,26 +480,38 @@ def _uneven_scores_csv(path, seed=2):
     pred = np.repeat(np.array(["big", "small"]), [3000, 80])
     s = rng.beta(4, 2, pred.size)
     other = np.where(pred == "big", "small", "big")
-    pd.DataFrame({"pred": pred, "score": s, "label": np.where(rng.random(pred.size) < s, pred, other)}).to_csv(
-        path, index=False)
+    pd.DataFrame(
+        {"pred": pred, "score": s, "label": np.where(rng.random(pred.size) < s, pred, other)}
+    ).to_csv(path, index=False)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,param", [("hist", "shrinkage=0"), ("kde-mon2", "shrinkage=0"), ("kde-mon2", None),
-                                          ("bts", None)])
-def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_the_api(method, param, tmp_path):
+@pytest.mark.parametrize(
+    "method,param",
+    [("hist", "shrinkage=0"), ("kde-mon2", "shrinkage=0"), ("kde-mon2", None), ("bts", None)],
+)
+def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_the_api(
+    method, param, tmp_path
+):
     _uneven_scores_csv(tmp_path / "d.csv")
     extra = [] if param is None else ["--param", param]
     r = cli("fit", tmp_path / "d.csv", "--method", method, *extra, "-o", tmp_path / "m.json")
     assert r.returncode == 0, r.stderr
     model = persist.load(tmp_path / "m.json")
     api = model.describe()["classes"]
-    for k, c in enumerate(model.classes_):  # the API's value: the mean 90% width over 21 scores of the support
+    for k, c in enumerate(
+        model.classes_
+    ):  # the API's value: the mean 90% width over 21 scores of the support
         s = np.linspace(*model.support_[k], 21)
-        lo, hi = model.predict_interval(TopLabelData.from_scores(np.full(21, k), s, None, classes=model.classes_,
-                                                                 score_range=model.score_range_), 0.9)
+        lo, hi = model.predict_interval(
+            TopLabelData.from_scores(
+                np.full(21, k), s, None, classes=model.classes_, score_range=model.score_range_
+            ),
+            0.9,
+        )
         assert api[c]["interval_width_90"] == pytest.approx(np.mean(hi - lo), rel=1e-12)
-    # 80 vs 3000 rows: wider for the small class (a shrunk one borrows from the pooled curve, so by less)
+    # 80 vs 3000 rows: wider for the small class (a shrunk one borrows from the pooled curve, so by
+    # less)
     factor = 1.0 if param is None and method != "bts" else 1.5
     assert api["small"]["interval_width_90"] > factor * api["big"]["interval_width_90"] > 0
     r = cli("describe", tmp_path / "m.json")
@@ -438,14 +521,20 @@ def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_t
         shown = float(re.search(r"  interval_width_90: (\S+)", blocks[c]).group(1))
         assert shown == pytest.approx(api[c]["interval_width_90"], rel=1e-5)
     r = cli("describe", tmp_path / "m.json", "--json")
-    assert json.loads(r.stdout)["classes"]["small"]["interval_width_90"] == api["small"]["interval_width_90"]
+    assert (
+        json.loads(r.stdout)["classes"]["small"]["interval_width_90"]
+        == api["small"]["interval_width_90"]
+    )
 
 
 @pytest.mark.slow
 def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tmp_path):
     frame = probs_frame(2000, K=3, seed=7)
     frame.to_csv(tmp_path / "p.csv", index=False)
-    assert cli("fit", tmp_path / "p.csv", "--method", "csts", "-o", tmp_path / "t.json").returncode == 0
+    assert (
+        cli("fit", tmp_path / "p.csv", "--method", "csts", "-o", tmp_path / "t.json").returncode
+        == 0
+    )
     r = cli("describe", tmp_path / "t.json")
     assert r.returncode == 0, r.stderr
     model = persist.load(tmp_path / "t.json")
@@ -454,26 +543,37 @@ def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tm
         assert 0 < lo < info["temperature"] < hi
         assert f"  temperature_90: [{lo:.4g}, {hi:.4g}]" in r.stdout
     # a file written before intervals existed: describe still works and shows no width
-    _old_file(fit("kde-mon2", score_data(300, 0), shrinkage=0), tmp_path,
-              lambda st: [c.pop("table_n") for c in st["class_state"] if c])
+    _old_file(
+        fit("kde-mon2", score_data(300, 0), shrinkage=0),
+        tmp_path,
+        lambda st: [c.pop("table_n") for c in st["class_state"] if c],
+    )
     r = cli("describe", tmp_path / "old.json")
     assert r.returncode == 0 and "[c0]" in r.stdout and "bandwidth" in r.stdout, r.stderr
     assert "interval_width_90" not in r.stdout
-    assert "interval_width_90" in cli("describe", tmp_path / "m.json").stdout  # the same model, as saved
+    assert (
+        "interval_width_90" in cli("describe", tmp_path / "m.json").stdout
+    )  # the same model, as saved
 
 
-# ----------------------------------------------------------------- coverage bands at small class sizes
-SHAPES4 = [lambda s: s, lambda s: s ** 2.5, lambda s: s ** 0.4, lambda s: expit(10 * (s - 0.7))]
+# ----------------------------------------------------------------- coverage bands at small class
+# sizes
+SHAPES4 = [lambda s: s, lambda s: s**2.5, lambda s: s**0.4, lambda s: expit(10 * (s - 0.7))]
 
 
 def _cumulative_truth(curve, s, theta=None):
-    """P(correct | S' >= s) under Beta(4, 2) scores; below a cut-off theta, P(correct | S' <= theta)."""
+    """P(correct | S' >= s) under Beta(4, 2) scores; below a cut-off theta, P(correct | S' <=
+    theta)."""
     g = np.linspace(0, 1, 20001)[1:-1]
-    dens = g ** 3 * (1 - g)
+    dens = g**3 * (1 - g)
     out = np.interp(s, g, np.cumsum((dens * curve(g))[::-1])[::-1] / np.cumsum(dens[::-1])[::-1])
     if theta is not None:
         low = g <= theta
-        out = np.where(s < theta, (dens[low] @ curve(g[low])) / dens[low].sum() if low.any() else curve(theta), out)
+        out = np.where(
+            s < theta,
+            (dens[low] @ curve(g[low])) / dens[low].sum() if low.any() else curve(theta),
+            out,
+        )
     return out
 
 
@@ -494,14 +594,25 @@ def random_score_coverage(name, params, n, seeds, level=0.9):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,params,n", [("hist", {}, 20), ("hist", {"shrinkage": 0}, 20), ("cum", {}, 20),
-                                           ("cum", {}, 500), ("cum-opt", {}, 100), ("kde-opt", {}, 20),
-                                           ("kde-mon2", {}, 20)])
+@pytest.mark.parametrize(
+    "name,params,n",
+    [
+        ("hist", {}, 20),
+        ("hist", {"shrinkage": 0}, 20),
+        ("cum", {}, 20),
+        ("cum", {}, 500),
+        ("cum-opt", {}, 100),
+        ("kde-opt", {}, 20),
+        ("kde-mon2", {}, 20),
+    ],
+)
 def test_count_intervals_cover_within_three_points_of_nominal_on_small_classes(name, params, n):
     """Issue 23's band, 0.87-0.93 at level 0.9, where the earlier empirical-Bayes interval (the
-    pseudo-counts read as a prior's concentration) covered 0.78-0.86 for shrunk models. ``kde-opt`` at
+    pseudo-counts read as a prior's concentration) covered 0.78-0.86 for shrunk models. ``kde-opt``
+    at
     20 rows covered 0.85 here before its wide-bandwidth terms (the Taylor bias of a curve flattened
-    by a kernel spanning the class, and a sqrt(2) count scale); ``kde-mon2`` must stay in the band."""
+    by a kernel spanning the class, and a sqrt(2) count scale); ``kde-mon2`` must stay in the
+    band."""
     cov = random_score_coverage(name, params, n, 25)
     assert 0.87 <= cov <= 0.93, cov
 
@@ -541,7 +652,8 @@ def test_local_linear_sums_recover_a_line_and_the_kernel_effective_sample_size()
 
 def test_kde_interval_replaces_the_small_bandwidth_terms_only_for_a_bandwidth_spanning_the_class():
     """A class whose kernel spans its scores gets the exact effective sample size (about 1 per count
-    unit, not sqrt(2)) and a bias from |Nadaraya-Watson - local linear|; a narrow one keeps sqrt(2)."""
+    unit, not sqrt(2)) and a bias from |Nadaraya-Watson - local linear|; a narrow one keeps
+    sqrt(2)."""
     data = score_data(400, 5)
     wide = fit("kde", data, bandwidth=1.0, shrinkage=0)
     narrow = fit("kde", data, bandwidth=0.02, shrinkage=0)
@@ -553,4 +665,4 @@ def test_kde_interval_replaces_the_small_bandwidth_terms_only_for_a_bandwidth_sp
     assert wide._wide_terms(pred, s)[1].max() > 0.1
     assert np.all(narrow._wide_terms(pred, s)[1] == 0.0)
     lo, hi = wide.predict_interval(grid(0, s))
-    assert np.all((lo > 0) & (hi < 1)) and np.mean((lo <= s ** 2) & (s ** 2 <= hi)) >= 0.7
+    assert np.all((lo > 0) & (hi < 1)) and np.mean((lo <= s**2) & (s**2 <= hi)) >= 0.7

@@ -9,7 +9,9 @@ import pytest
 
 import topcal
 from topcal.calibrators import available_methods
-from topcal.calibrators import paper_calibrator as calibrator  # the paper's estimators (shrinkage=0)
+from topcal.calibrators import (
+    paper_calibrator as calibrator,
+)  # the paper's estimators (shrinkage=0)
 from topcal.calibrators.kde import (
     KDE,
     BandwidthWarning,
@@ -20,7 +22,6 @@ from topcal.calibrators.kde import _engine as eng
 from topcal.calibrators.kde import _rules as rules
 from topcal.cli import main
 from topcal.data import TopLabelData
-from topcal.datasets import load_phanns
 from topcal.errors import DataError, DegenerateClassWarning, ParameterError
 from topcal.persist import dumps, loads
 
@@ -113,7 +114,13 @@ def test_phanns_curves_stay_near_the_histogram_where_bins_are_full(phanns, phann
                 mean_kde = np.sum(w[m] * conf[m]) / n
                 frac = v.tp[m].sum() / n
                 se = np.sqrt(max(frac * (1 - frac), 0.01) / n)
-                assert abs(mean_kde - frac) < max(3.5 * se, 0.02), (name, phanns.classes[k], j, mean_kde, frac)
+                assert abs(mean_kde - frac) < max(3.5 * se, 0.02), (
+                    name,
+                    phanns.classes[k],
+                    j,
+                    mean_kde,
+                    frac,
+                )
                 checked += 1
         assert np.all((pred >= 0) & (pred <= 1))
     assert checked > 100
@@ -164,7 +171,13 @@ def test_kde_confidence_defined_where_both_sums_underflow():
     ],
 )
 def test_kde_confidence_rejects_bad_input(kwargs, match):
-    args = dict(eval_scores=[0.5], scores=[0.2, 0.8], tp_weight=[1.0, 0.0], fp_weight=[0.0, 1.0], bandwidth=0.1)
+    args = dict(
+        eval_scores=[0.5],
+        scores=[0.2, 0.8],
+        tp_weight=[1.0, 0.0],
+        fp_weight=[0.0, 1.0],
+        bandwidth=0.1,
+    )
     args.update(kwargs)
     with pytest.raises((DataError, ParameterError), match=match):
         kde_confidence(**args)
@@ -220,7 +233,15 @@ def test_binned_loo_matches_exact_loo():
     lo, hi = v.score.min(), v.score.max()
     u, inv = np.unique(v.score, return_inverse=True)
     ex = eng.ExactEngine(u, np.bincount(inv, v.tp), np.bincount(inv, v.fp), lo, hi)
-    T, F = eng.linear_bin(np.zeros(v.score.size, dtype=np.int64), v.score, v.tp, v.fp, np.array([lo]), np.array([hi]), 1)
+    T, F = eng.linear_bin(
+        np.zeros(v.score.size, dtype=np.int64),
+        v.score,
+        v.tp,
+        v.fp,
+        np.array([lo]),
+        np.array([hi]),
+        1,
+    )
     bi = eng.BinnedEngine(T[0], F[0], lo, hi)
     bs = np.array([0.01, 0.03, 0.1])
     np.testing.assert_allclose(bi.loo_nll(bs), ex.loo_nll(bs), rtol=1e-3)
@@ -254,7 +275,9 @@ def test_one_class_data_fits_as_that_class_among_others():
     data = _two_class_data(seed=8, n=2400)
     both = calibrator("kde-mon2").fit(data)
     v = data.class_view(0)
-    one = TopLabelData(("a",), np.zeros(v.score.size, dtype=np.int64), v.score, data.score_range, tp=v.tp, fp=v.fp)
+    one = TopLabelData(
+        ("a",), np.zeros(v.score.size, dtype=np.int64), v.score, data.score_range, tp=v.tp, fp=v.fp
+    )
     alone = calibrator("kde-mon2").fit(one)
     assert alone.support_[0] == both.support_[0] == (v.score.min(), v.score.max())
     assert alone.bandwidth_[0] == both.bandwidth_[0]
@@ -263,14 +286,20 @@ def test_one_class_data_fits_as_that_class_among_others():
 
 def test_auto_engine_choice_and_override():
     tiny = _two_class_data(n=200)  # ~100 rows a class: exact for every rule
-    small = _two_class_data(n=400)  # ~200: exact for kde and kde-opt, binned for kde-mon* (lockstep scan)
+    small = _two_class_data(
+        n=400
+    )  # ~200: exact for kde and kde-opt, binned for kde-mon* (lockstep scan)
     big = _two_class_data(n=1200)
     assert {s["engine"] for s in calibrator("kde-mon2").fit(tiny).class_state_} == {"exact"}
     assert {s["engine"] for s in calibrator("kde-mon2").fit(small).class_state_} == {"binned"}
     assert {s["engine"] for s in calibrator("kde-opt").fit(small).class_state_} == {"exact"}
-    assert {s["engine"] for s in calibrator("kde", bandwidth=0.05).fit(small).class_state_} == {"exact"}
+    assert {s["engine"] for s in calibrator("kde", bandwidth=0.05).fit(small).class_state_} == {
+        "exact"
+    }
     assert {s["engine"] for s in calibrator("kde-mon2").fit(big).class_state_} == {"binned"}
-    assert {s["engine"] for s in calibrator("kde-mon2", engine="exact").fit(big).class_state_} == {"exact"}
+    assert {s["engine"] for s in calibrator("kde-mon2", engine="exact").fit(big).class_state_} == {
+        "exact"
+    }
 
 
 @pytest.mark.slow
@@ -287,7 +316,9 @@ def test_prediction_table_is_close_to_the_exact_formula():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, engine", [("kde-mon2", "auto"), ("kde-mon2", "exact"), ("kde-opt", "binned")])
+@pytest.mark.parametrize(
+    "method, engine", [("kde-mon2", "auto"), ("kde-mon2", "exact"), ("kde-opt", "binned")]
+)
 def test_batched_fit_equals_fitting_each_class_alone(method, engine):
     data = _two_class_data(seed=7, n=2000)
     model = calibrator(method, engine=engine).fit(data)
@@ -298,7 +329,9 @@ def test_batched_fit_equals_fitting_each_class_alone(method, engine):
         assert alone.class_state_[1 - k] is None
         assert alone.bandwidth_[k] == model.bandwidth_[k]
         assert alone.support_[k] == model.support_[k]
-        np.testing.assert_array_equal(alone.class_state_[k]["table"], model.class_state_[k]["table"])
+        np.testing.assert_array_equal(
+            alone.class_state_[k]["table"], model.class_state_[k]["table"]
+        )
         s = np.linspace(0, 1, 301)
         np.testing.assert_array_equal(alone.curve(k, s).confidence, model.curve(k, s).confidence)
 
@@ -333,9 +366,13 @@ def test_reflection_keeps_the_mass_inside_the_score_range():
     the kernel mass of the top samples falls outside [0, 1]; with it none."""
     rng = np.random.default_rng(9)
     n = 400
-    score = np.concatenate([np.clip(1 - rng.exponential(0.03, n - 100), 0.5, 1.0), rng.uniform(0.3, 0.7, 100)])
+    score = np.concatenate(
+        [np.clip(1 - rng.exponential(0.03, n - 100), 0.5, 1.0), rng.uniform(0.3, 0.7, 100)]
+    )
     correct = rng.uniform(size=n) < 0.2 + 0.7 * (score - 0.3) / 0.7
-    data = TopLabelData.from_scores(np.zeros(n, dtype=int), score, np.where(correct, 0, 1), classes=["a", "b"])
+    data = TopLabelData.from_scores(
+        np.zeros(n, dtype=int), score, np.where(correct, 0, 1), classes=["a", "b"]
+    )
     b = 0.05
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)  # class b is never predicted
@@ -414,7 +451,9 @@ def test_no_bandwidth_is_nan_in_memory_and_null_in_json():
 def test_no_admissible_bandwidth_warns_and_uses_the_largest():
     """TP on both sides of a central FP cluster, symmetric: Conf is U-shaped
     (one sign change) for every b, so no b is monotone."""
-    s = np.concatenate([np.linspace(0.0, 0.2, 20), np.linspace(0.8, 1.0, 20), np.linspace(0.4, 0.6, 20)])
+    s = np.concatenate(
+        [np.linspace(0.0, 0.2, 20), np.linspace(0.8, 1.0, 20), np.linspace(0.4, 0.6, 20)]
+    )
     labels = np.array([0] * 40 + [1] * 20)
     data = TopLabelData.from_scores(np.zeros(60, dtype=int), s, labels, classes=["a", "b"])
     with warnings.catch_warnings():
@@ -487,7 +526,9 @@ def test_cli_fit_describe_apply_methods(tmp_path, capsys):
     rng = np.random.default_rng(11)
     n = 800
     probs = rng.dirichlet([1, 1, 1], n)
-    labels = np.where(rng.uniform(size=n) < probs.max(1) ** 2, probs.argmax(1), rng.integers(0, 3, n))
+    labels = np.where(
+        rng.uniform(size=n) < probs.max(1) ** 2, probs.argmax(1), rng.integers(0, 3, n)
+    )
     names = np.array(["cat", "dog", "emu"])
     frame = pd.DataFrame({f"p_{c}": probs[:, i] for i, c in enumerate(names)})
     frame["label"] = names[labels]
@@ -506,7 +547,10 @@ def test_cli_fit_describe_apply_methods(tmp_path, capsys):
     got = pd.read_csv(out_csv)["confidence"].to_numpy()
     data = TopLabelData.from_probs(probs, names[labels], classes=list(names))
     np.testing.assert_allclose(got, fitted.predict(data), rtol=1e-12)
-    assert main(["fit", str(csv), "--method", "kde-mon2", "--param", "engine=fast", "-o", str(model)]) == 2
+    assert (
+        main(["fit", str(csv), "--method", "kde-mon2", "--param", "engine=fast", "-o", str(model)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "'engine'" in err and "'fast'" in err
     assert main(["methods"]) == 0
@@ -523,7 +567,8 @@ def test_demo_table_includes_every_kde_rule(phanns):
     raw = table["methods"]["uncalibrated"]["nll"]["overall"]
     for m in ["kde"] + RULES:
         row = table["methods"][m]
-        # the table's numbers are the metrics of the method fitted and scored on the data (in-sample) ...
+        # the table's numbers are the metrics of the method fitted and scored on the data
+        # (in-sample) ...
         assert row == evaluate(phanns, topcal.calibrator(m).fit(phanns).predict(phanns)), m
         # ... every rule calibrates the PhANNs scores: lower NLL and ECE1 than the raw score
         assert row["nll"]["overall"] < min(raw, 0.2), m
@@ -538,7 +583,7 @@ def test_rules_of_thumb_are_silverman_and_scott_on_the_class_scores():
     data = TopLabelData.from_scores(np.zeros(n, dtype=int), score, labels, classes=["a", "b"])
     sd = np.std(score)
     q1, q3 = np.interp([0.25, 0.75], np.arange(1, n + 1) / n, score)
-    want = {"scott": 1.06 * sd * n ** -0.2, "silverman": 0.9 * min(sd, (q3 - q1) / 1.34) * n ** -0.2}
+    want = {"scott": 1.06 * sd * n**-0.2, "silverman": 0.9 * min(sd, (q3 - q1) / 1.34) * n**-0.2}
     assert want["scott"] != pytest.approx(want["silverman"], rel=1e-3)
     for rule, b in want.items():
         with warnings.catch_warnings():
@@ -558,7 +603,9 @@ def test_predict_equals_the_curve_bit_for_bit_on_every_row(shrinkage):
     score = rng.uniform(0.2, 1.0, n)
     labels = np.where(rng.uniform(size=n) < score, pred, (pred + 1) % 4)
     data = TopLabelData.from_scores(pred, score, labels, classes=list("abcd"))
-    test = TopLabelData.from_scores(rng.integers(0, 4, 500), rng.uniform(0, 1, 500), classes=list("abcd"))
+    test = TopLabelData.from_scores(
+        rng.integers(0, 4, 500), rng.uniform(0, 1, 500), classes=list("abcd")
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         model = topcal.calibrator("kde-mon2", shrinkage=shrinkage).fit(data)
@@ -672,7 +719,8 @@ def test_doubling_first_scan_per_class_and_in_lockstep_agree(monotone):
         assert changes == count(b)
         if monotone:  # a count that does not rise again with b: the full upward scan's answer
             assert (b, admissible) == _full_upward_scan(count, cand, 2)
-    # b_mon4 <= b_mon2 <= b_mon whatever the counts (admissible ones; an inadmissible rule gives b_hi)
+    # b_mon4 <= b_mon2 <= b_mon whatever the counts (admissible ones; an inadmissible rule gives
+    # b_hi)
     by_rule = [rules.scan_mon_lockstep(_CountBatch(counts), cands, n) for n in (0, 2, 4)]
     for mon, mon2, mon4 in zip(*by_rule):
         assert mon4[0] <= mon2[0] <= mon[0]
@@ -717,12 +765,17 @@ def test_mon_rules_scan_classes_above_128_rows_with_the_binned_engine_within_its
                 continue
             assert a["engine"] == ("exact" if rows[k] <= 128 else "binned")
             assert abs(a["bandwidth"] / e["bandwidth"] - 1) <= 0.01
-            np.testing.assert_allclose(auto.curve(k, x).confidence, exact.curve(k, x).confidence, rtol=0, atol=1e-3)
+            np.testing.assert_allclose(
+                auto.curve(k, x).confidence, exact.curve(k, x).confidence, rtol=0, atol=1e-3
+            )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt = calibrator("kde-opt").fit(data)
-    assert all(s["engine"] == ("exact" if r <= 512 else "binned")
-               for s, r in zip(opt.class_state_, rows) if s is not None and s["engine"] is not None)
+    assert all(
+        s["engine"] == ("exact" if r <= 512 else "binned")
+        for s, r in zip(opt.class_state_, rows)
+        if s is not None and s["engine"] is not None
+    )
 
 
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0)])

@@ -1,4 +1,5 @@
-"""KDE models fitted and saved before the KDE restructuring (issue 14) still load, predict and save the same.
+"""KDE models fitted and saved before the KDE restructuring (issue 14) still load, predict and save
+the same.
 
 ``tests/data/kde_main/`` was written by the code on main 34b9e46, before
 ``calibrators/kde.py`` was split into rules and calibrator: ``kde_main.json``
@@ -10,15 +11,18 @@ bit-for-bit fixtures): the same code gives results that differ in the last bits 
 and numpy builds (measured: curves within 1.2e-14 on numpy 2.4.6, while every SHA-256 moved),
 so a refit today must give the stored curves within ``CURVE_ATOL`` = 1e-12 and every number of
 the model payload within ``PAYLOAD_RTOL`` = 1e-9 relative (the stored keys, structure and
-strings; keys added since may be new); a loaded old file must predict its stored values within 1e-12 and save itself
+strings; keys added since may be new); a loaded old file must predict its stored values within 1e-12
+and save itself
 unchanged (that part is JSON only, and stays exact). Regenerate (only on purpose, when the model
 format or a result is meant to change) with ``python tests/test_kde_compat.py``.
 
-Regenerated on purpose on 2026-11-26 (issue 26, "fast by default"): kde-mon*'s classes of 129-512 rows
+Regenerated on purpose on 2026-11-26 (issue 26, "fast by default"): kde-mon*'s classes of 129-512
+rows
 moved from the exact to the binned engine (docs/kde.md, "Engines and accuracy"), which changed the
 ``sim_kde_mon`` and ``small_kde_mon2_shrunk`` cases (only those two entries were rewritten). Their
 entries and the whole ``small_kde_mon2_shrunk`` file as saved before are kept in
-``before_2026-11-26/``: such a file still loads, predicts its stored values and saves itself unchanged,
+``before_2026-11-26/``: such a file still loads, predicts its stored values and saves itself
+unchanged,
 and today's refit stays within the engines' stated agreement of it (curves within ``ENGINE_ATOL``).
 """
 
@@ -61,10 +65,15 @@ PAYLOAD_RTOL = 1e-9
 
 
 def assert_numbers_close(got, want, rtol=PAYLOAD_RTOL, where="payload"):
-    """Same JSON structure and strings; numbers within ``rtol`` (relative, absolute below 1e-300). Keys
-    added since the fixture was written (the fitted rows' fingerprint, interval statistics) may be new."""
+    """Same JSON structure and strings; numbers within ``rtol`` (relative, absolute below 1e-300).
+    Keys
+    added since the fixture was written (the fitted rows' fingerprint, interval statistics) may be
+    new."""
     if isinstance(want, dict):
-        assert isinstance(got, dict) and set(want) <= set(got), (where, sorted(set(want) - set(got)))
+        assert isinstance(got, dict) and set(want) <= set(got), (
+            where,
+            sorted(set(want) - set(got)),
+        )
         for k in want:
             assert_numbers_close(got[k], want[k], rtol, f"{where}.{k}")
     elif isinstance(want, list):
@@ -122,7 +131,9 @@ def _fingerprint(model, data) -> dict:
     return {
         "sha256": _sha(canonical_json(model.to_dict())),
         "predict_sha256": hashlib.sha256(pred.astype("<f8").tobytes()).hexdigest(),
-        "curves": [[float(v) for v in model.curve(k, grid).confidence] for k in range(len(model.classes_))],
+        "curves": [
+            [float(v) for v in model.curve(k, grid).confidence] for k in range(len(model.classes_))
+        ],
     }
 
 
@@ -161,8 +172,11 @@ def test_old_model_file_loads_predicts_and_saves_identically(name, stored):
     old_doc = json.loads(text)
     assert_numbers_close(_payload(json.loads(dumps(model))["model"]), _payload(old_doc["model"]))
     # the loaded model saves the same content (its per-class keys may come in another order)
-    assert {**json.loads(dumps(old)), "topcal_version": old_doc["topcal_version"],
-            "format_version": old_doc["format_version"]} == old_doc
+    assert {
+        **json.loads(dumps(old)),
+        "topcal_version": old_doc["topcal_version"],
+        "format_version": old_doc["format_version"],
+    } == old_doc
 
 
 BEFORE = HERE / "before_2026-11-26"
@@ -190,8 +204,11 @@ def test_model_file_saved_before_the_engine_change_still_loads_predicts_and_save
     assert fp["sha256"] == want["sha256"]
     np.testing.assert_allclose(fp["curves"], want["curves"], rtol=0, atol=CURVE_ATOL)
     old_doc = json.loads(text)
-    assert {**json.loads(dumps(old)), "topcal_version": old_doc["topcal_version"],
-            "format_version": old_doc["format_version"]} == old_doc
+    assert {
+        **json.loads(dumps(old)),
+        "topcal_version": old_doc["topcal_version"],
+        "format_version": old_doc["format_version"],
+    } == old_doc
 
 
 def _write_fixtures() -> None:  # pragma: no cover - run by hand
@@ -199,8 +216,13 @@ def _write_fixtures() -> None:  # pragma: no cover - run by hand
     doc = {}
     for name, case in CASES.items():
         model, data = _fit(name)
-        doc[name] = {"data": case[0], "method": case[1], "params": case[2], "paper": case[3],
-                     **_fingerprint(model, data)}
+        doc[name] = {
+            "data": case[0],
+            "method": case[1],
+            "params": case[2],
+            "paper": case[3],
+            **_fingerprint(model, data),
+        }
         if name in FILES:
             (HERE / f"{name}.json").write_text(dumps(model))
             doc[name]["predict"] = [float(v) for v in model.predict(data)]

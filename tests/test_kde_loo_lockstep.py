@@ -44,7 +44,9 @@ def _engines(bounds, seed=7):
     out.append(_engine(np.array([0.3, 0.8]), np.array([1.0, 0.0]), np.array([0.0, 1.0]), bounds))
     # weights below 1 (the whole weight is left out) and a lone TP among FPs
     s = rng.random(12)
-    out.append(_engine(s, np.r_[0.4, np.zeros(11)], np.r_[0.0, rng.random(11) * 0.9 + 0.05], bounds))
+    out.append(
+        _engine(s, np.r_[0.4, np.zeros(11)], np.r_[0.0, rng.random(11) * 0.9 + 0.05], bounds)
+    )
     # binned counts: the PhANNs classes (bin midpoints, TP and FP weight on one row)
     d = load_phanns()
     for k in range(d.n_classes):
@@ -84,7 +86,9 @@ def test_batched_loo_equals_the_per_class_loo(bounds, small_chunks, monkeypatch)
     sub = [len(engines) - 1, 0, 3]
     bws = [_bandwidths(engines[i], 5, 100 + i) for i in sub]
     got = batch.loo_nll(np.repeat(sub, 5), np.concatenate(bws))
-    np.testing.assert_array_equal(got, np.concatenate([engines[i].loo_nll(b) for i, b in zip(sub, bws)]))
+    np.testing.assert_array_equal(
+        got, np.concatenate([engines[i].loo_nll(b) for i, b in zip(sub, bws)])
+    )
 
 
 def _many_small_classes(seed, k=60, n=5000, discrete=False):
@@ -104,7 +108,9 @@ def _fit_both(data, **params):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("boundary, discrete", [(None, False), ("reflect", False), (None, True), ("reflect", True)])
+@pytest.mark.parametrize(
+    "boundary, discrete", [(None, False), ("reflect", False), (None, True), ("reflect", True)]
+)
 def test_lockstep_b_opt_is_the_per_class_b_opt(boundary, discrete):
     """The same bandwidth for every class, and so the same model, byte for byte."""
     data = _many_small_classes(seed=4, discrete=discrete)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def _class(seed, n, bounds=None):
     rng = np.random.default_rng(seed)
     s = np.sort(rng.beta(5, 2, n))
-    t = (rng.uniform(size=n) < s ** 2).astype(float)
+    t = (rng.uniform(size=n) < s**2).astype(float)
     e = eng.ExactEngine(s, t, 1.0 - t, float(s[0]), float(s[-1]), bounds)
     return e
 
@@ -29,7 +29,8 @@ def _class(seed, n, bounds=None):
 @pytest.mark.parametrize("n", [40, 300])
 def test_loo_nll_in_cache_sized_blocks_equals_the_whole_chunk_bit_for_bit(n, bounds, monkeypatch):
     """The kernel terms go through exp and the weighted sums a cache-sized block of bandwidths at a
-    time: the losses are those of a whole chunk of bandwidths in one buffer (as before 2026-11-27)."""
+    time: the losses are those of a whole chunk of bandwidths in one buffer (as before
+    2026-11-27)."""
     engine = _class(n, n, bounds)
     bs = (engine.hi - engine.lo) / 256 * 2.0 ** (np.arange(41) / 4)
     got = engine.loo_nll(bs)
@@ -39,7 +40,8 @@ def test_loo_nll_in_cache_sized_blocks_equals_the_whole_chunk_bit_for_bit(n, bou
 
 
 def test_loo_terms_in_place_equal_the_masked_arrays():
-    """loo_terms builds its matrix in place: the same entries, own places and largest finite entry."""
+    """loo_terms builds its matrix in place: the same entries, own places and largest finite
+    entry."""
     for bounds in (None, (0.0, 1.0)):
         engine = _class(3, 50, bounds)
         lt = engine.loo_terms()
@@ -76,8 +78,15 @@ def test_binned_batch_counts_do_not_depend_on_the_work_budget(bounds, monkeypatc
     rng = np.random.default_rng(11)
     engines = binned_engines(rng, 7, bounds)
     rows = np.array([0, 1, 2, 3, 4, 5, 6, 6, 4, 1])  # consecutive rows (views) and gathered ones
-    bw = np.array([(engines[r].hi - engines[r].lo) * f for r, f in zip(rows, rng.uniform(0.004, 0.5, rows.size))])
-    monkeypatch.setattr(eng.BinnedScanBatch, "WORK_BYTES", 1 << 40)  # every row of a level in one call
+    bw = np.array(
+        [
+            (engines[r].hi - engines[r].lo) * f
+            for r, f in zip(rows, rng.uniform(0.004, 0.5, rows.size))
+        ]
+    )
+    monkeypatch.setattr(
+        eng.BinnedScanBatch, "WORK_BYTES", 1 << 40
+    )  # every row of a level in one call
     want = eng.BinnedScanBatch(engines).sign_changes(rows, bw)
     monkeypatch.setattr(eng.BinnedScanBatch, "WORK_BYTES", 1)  # one row per call
     np.testing.assert_array_equal(eng.BinnedScanBatch(engines).sign_changes(rows, bw), want)
@@ -119,9 +128,13 @@ def eng_cands(e):
     return rules.candidates(e.lo, e.hi, float(np.diff(e.points).min()))
 
 
-@pytest.mark.parametrize("method, before_mb, bound_mb", [("kde-opt", 39.3, 5.6), ("kde-mon2", 9.7, 4.7), ("kde", 4.6, 3.5)])
+@pytest.mark.parametrize(
+    "method, before_mb, bound_mb",
+    [("kde-opt", 39.3, 5.6), ("kde-mon2", 9.7, 4.7), ("kde", 4.6, 3.5)],
+)
 def test_fit_peak_memory_at_10k_rows_and_10_classes(method, before_mb, bound_mb):
-    """tracemalloc peak of a fit on 10^4 rows x 10 classes (the benchmark's data; input 0.8 MB): kde-opt
+    """tracemalloc peak of a fit on 10^4 rows x 10 classes (the benchmark's data; input 0.8 MB):
+    kde-opt
     took 39 MB (a 32 MB chunk of LOO kernel terms), kde-mon2 9.7 MB, kde 4.6 MB before 2026-11-27;
     after: 5.07, 4.27 and 3.03 MB (the bounds ~10 % above; kde-opt's is below its 6.1 MB with every
     class's engine kept to the end of the fit, kde-mon2's below its 4.9 MB with the levels' grids

@@ -1,12 +1,13 @@
 """Property tests of Conf_KDE and the kde calibrators (hypothesis)."""
 
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from topcal.calibrators import paper_calibrator as calibrator  # the paper's estimators (shrinkage=0)
+from topcal.calibrators import (
+    paper_calibrator as calibrator,
+)  # the paper's estimators (shrinkage=0)
 from topcal.calibrators.kde import kde_confidence
 from topcal.data import TopLabelData
 from topcal.errors import DegenerateClassWarning
@@ -17,7 +18,8 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 
 @st.composite
 def class_samples(draw, min_size=4, max_size=40):
-    """Scores in [0, 1] (some repeated) with 0/1 correctness, both groups present, >= 2 distinct scores."""
+    """Scores in [0, 1] (some repeated) with 0/1 correctness, both groups present, >= 2 distinct
+    scores."""
     n = draw(st.integers(min_size, max_size))
     pool = draw(st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=n))
     idx = draw(st.lists(st.integers(0, len(pool) - 1), min_size=n, max_size=n))
@@ -32,7 +34,9 @@ def _data(score, correct, weights=None, scale=1.0):
     n = score.size
     tp = correct.astype(float) if weights is None else correct * weights
     fp = (~correct).astype(float) if weights is None else (~correct) * weights
-    return TopLabelData(("a", "b"), np.zeros(n, dtype=np.int64), score * scale, (0.0, scale), tp=tp, fp=fp)
+    return TopLabelData(
+        ("a", "b"), np.zeros(n, dtype=np.int64), score * scale, (0.0, scale), tp=tp, fp=fp
+    )
 
 
 def _fit(method, data, **params):
@@ -42,7 +46,9 @@ def _fit(method, data, **params):
 
 @pytest.mark.slow
 @SETTINGS
-@given(class_samples(), st.floats(1e-3, 10.0), st.lists(st.floats(-1.0, 2.0), min_size=1, max_size=20))
+@given(
+    class_samples(), st.floats(1e-3, 10.0), st.lists(st.floats(-1.0, 2.0), min_size=1, max_size=20)
+)
 def test_confidence_is_a_probability(sample, b, x):
     score, correct = sample
     c = kde_confidence(x, score, correct.astype(float), (~correct).astype(float), b)
@@ -63,10 +69,13 @@ def test_shuffling_samples_changes_nothing(sample, rnd, engine):
     b = _fit("kde-mon2", _data(score[perm], correct[perm]), engine=engine)
     np.testing.assert_allclose(b.bandwidth_, a.bandwidth_, rtol=1e-12, equal_nan=True)
     s = np.linspace(0, 1, 101)
-    # the binned engine adds weights in row order (np.bincount): a shuffle moves its sums by rounding
+    # the binned engine adds weights in row order (np.bincount): a shuffle moves its sums by
+    # rounding
     # only, which the confidence ratio can amplify to ~1e-11 where both densities are tiny
     atol = 1e-12 if engine == "exact" else 1e-9
-    np.testing.assert_allclose(b.curve(0, s).confidence, a.curve(0, s).confidence, rtol=0, atol=atol)
+    np.testing.assert_allclose(
+        b.curve(0, s).confidence, a.curve(0, s).confidence, rtol=0, atol=atol
+    )
 
 
 @SETTINGS
@@ -76,12 +85,17 @@ def test_scaling_scores_and_bandwidth_together_changes_nothing(sample, b, c):
     t, f = correct.astype(float), (~correct).astype(float)
     x = np.linspace(-0.2, 1.2, 57)
     np.testing.assert_allclose(
-        kde_confidence(x * c, score * c, t, f, b * c), kde_confidence(x, score, t, f, b), rtol=1e-9, atol=1e-12
+        kde_confidence(x * c, score * c, t, f, b * c),
+        kde_confidence(x, score, t, f, b),
+        rtol=1e-9,
+        atol=1e-12,
     )
     m1 = _fit("kde", _data(score, correct), bandwidth=b)
     mc = _fit("kde", _data(score, correct, scale=c), bandwidth=b * c)
     s = np.linspace(0, 1, 101)
-    np.testing.assert_allclose(mc.curve(0, s * c).confidence, m1.curve(0, s).confidence, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        mc.curve(0, s * c).confidence, m1.curve(0, s).confidence, rtol=1e-9, atol=1e-9
+    )
     r1 = _fit("kde-mon2", _data(score, correct))
     rc = _fit("kde-mon2", _data(score, correct, scale=c))
     np.testing.assert_allclose(rc.bandwidth_[0], r1.bandwidth_[0] * c, rtol=1e-6)
@@ -99,7 +113,9 @@ def test_large_bandwidth_tends_to_conf1(sample, x):
 
 @pytest.mark.slow
 @SETTINGS
-@given(class_samples(), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=15), st.floats(0.005, 0.5))
+@given(
+    class_samples(), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=15), st.floats(0.005, 0.5)
+)
 def test_adding_true_positives_never_lowers_the_curve(sample, extra, b):
     """The paper's HTJ trove argument (section 13): more TP, same FP -> Conf can only rise."""
     score, correct = sample
@@ -127,4 +143,6 @@ def test_integer_weights_equal_duplicated_samples(sample, draw, method):
     dup = _fit(method, _data(np.repeat(score, w), np.repeat(correct, w)))
     np.testing.assert_allclose(weighted.bandwidth_[0], dup.bandwidth_[0], rtol=1e-12)
     s = np.linspace(0, 1, 101)
-    np.testing.assert_allclose(weighted.curve(0, s).confidence, dup.curve(0, s).confidence, atol=1e-12)
+    np.testing.assert_allclose(
+        weighted.curve(0, s).confidence, dup.curve(0, s).confidence, atol=1e-12
+    )

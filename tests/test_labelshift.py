@@ -35,7 +35,8 @@ SOURCE = np.full(K, 0.25)
 
 
 def shifted(n, priors, seed, *, sep=1.6, labels=True):
-    """A classifier that is exactly calibrated for uniform priors, on data with class priors ``priors``.
+    """A classifier that is exactly calibrated for uniform priors, on data with class priors
+    ``priors``.
 
     x | y ~ N(sep e_y, I) in K dimensions (p(x | y) never changes); the
     probabilities are the Bayes posterior under uniform priors.
@@ -71,7 +72,14 @@ def test_em_and_bbse_recover_priors_from_exact_inputs():
     np.testing.assert_allclose(bbse_priors(C, mu * 1000, SOURCE), TARGET, atol=1e-10)
     # EM on exact posteriors of a discrete feature with known likelihoods lik[y, v] = p(v | y):
     # the use set holds each feature value v with its exact frequency under TARGET
-    lik = np.array([[0.8, 0.1, 0.05, 0.05], [0.1, 0.7, 0.1, 0.1], [0.05, 0.1, 0.8, 0.05], [0.05, 0.1, 0.05, 0.8]])
+    lik = np.array(
+        [
+            [0.8, 0.1, 0.05, 0.05],
+            [0.1, 0.7, 0.1, 0.1],
+            [0.05, 0.1, 0.8, 0.05],
+            [0.05, 0.1, 0.05, 0.8],
+        ]
+    )
     freq = TARGET @ lik
     counts = np.round(20000 * freq).astype(int)
     post = (lik * SOURCE[:, None]).T
@@ -89,9 +97,19 @@ def test_estimates_converge_as_n_grows(hist):
     for estimator in ("em", "bbse"):
         errs = {}
         for n in (300, 30000):
-            e = [np.abs(estimate_priors(hist, shifted(n, TARGET, s, labels=False)[0], estimator=estimator,
-                                        n_bootstrap=0, prior_strength=0).priors - TARGET).max()
-                 for s in (11, 12, 13)]
+            e = [
+                np.abs(
+                    estimate_priors(
+                        hist,
+                        shifted(n, TARGET, s, labels=False)[0],
+                        estimator=estimator,
+                        n_bootstrap=0,
+                        prior_strength=0,
+                    ).priors
+                    - TARGET
+                ).max()
+                for s in (11, 12, 13)
+            ]
             errs[n] = np.mean(e)
         assert errs[30000] < errs[300] / 3, (estimator, errs)
         assert errs[30000] < 0.02, (estimator, errs)
@@ -101,7 +119,11 @@ def test_estimates_converge_as_n_grows(hist):
 def test_bootstrap_interval_brackets_estimate_and_truth(hist):
     use = shifted(4000, TARGET, 21, labels=False)[0]
     est = estimate_priors(hist, use, n_bootstrap=30, seed=3)
-    assert est.lower is not None and np.all(est.lower <= est.priors + 1e-12) and np.all(est.priors <= est.upper + 1e-12)
+    assert (
+        est.lower is not None
+        and np.all(est.lower <= est.priors + 1e-12)
+        and np.all(est.priors <= est.upper + 1e-12)
+    )
     assert np.all(est.lower < TARGET + 0.01) and np.all(TARGET - 0.01 < est.upper)
     assert np.all(est.upper - est.lower > 0)
     again = estimate_priors(hist, use, n_bootstrap=30, seed=3)
@@ -122,14 +144,17 @@ def test_no_shift_by_default_changes_confidences_little(hist, source):
     ad = adapt(hist, use.without_labels(), n_bootstrap=0)  # estimated priors, safety step "auto"
     raw = adapt(hist, use.without_labels(), n_bootstrap=0, shrink=1.0)
     moved = np.abs(ad.predict(use) - hist.predict(use))
-    assert moved.max() < 0.03 and moved.mean() < 0.01  # estimates within ~0.02 of the truth, see above
+    assert (
+        moved.max() < 0.03 and moved.mean() < 0.01
+    )  # estimates within ~0.02 of the truth, see above
     assert moved.mean() <= np.abs(raw.predict(use) - hist.predict(use)).mean()
     assert np.abs(ad.weights_ - 1.0).max() < 0.08
 
 
 # ------------------------------------------------------------ safety step
 def test_safety_step_keeps_an_unreliable_estimate_from_doing_harm():
-    """A weak classifier (sep 0.3): the raw estimates raise the use set's NLL; the safety step sees it
+    """A weak classifier (sep 0.3): the raw estimates raise the use set's NLL; the safety step sees
+    it
     in simulation and leaves the model as it is, saying why."""
     src = shifted(2000, SOURCE, 0, sep=0.3)[0]
     model = topcal.calibrator("hist", n_bins=5).fit(src)
@@ -156,7 +181,8 @@ def test_safety_step_trusts_a_good_estimate(hist):
 
 @pytest.mark.parametrize("K_, m, all_fp_one_class", [(2, 3, True), (5, 9, False), (50, 120, False)])
 def test_sparse_cell_mix_and_em_equal_the_dense_ones(K_, m, all_fp_one_class):
-    """The simulation's sparse-plus-shared-vector false-positive mix is shrunk_fp_mix's, and EM on it
+    """The simulation's sparse-plus-shared-vector false-positive mix is shrunk_fp_mix's, and EM on
+    it
     gives the dense posteriors' estimate (rows with no FPs, and rows whose class holds every FP of
     the test set, included)."""
     rng = np.random.default_rng(K_)
@@ -182,45 +208,79 @@ def test_sparse_cell_mix_and_em_equal_the_dense_ones(K_, m, all_fp_one_class):
     np.testing.assert_allclose(sparse_post.toarray(), post, rtol=0, atol=1e-15)
     ps = N.sum(axis=0) / N.sum()
     w = rng.integers(0, 5, m).astype(float)
-    np.testing.assert_allclose(em_priors(sparse_post, ps, prior_strength=0.1, weights=w),
-                               em_priors(post, ps, prior_strength=0.1, weights=w), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        em_priors(sparse_post, ps, prior_strength=0.1, weights=w),
+        em_priors(post, ps, prior_strength=0.1, weights=w),
+        rtol=0,
+        atol=1e-12,
+    )
 
 
-@pytest.mark.parametrize("sep, n_bins, n_src, n_use, seed, estimator, factor, full", [
-    # choose_shrink's figures before the simulation went sparse (dense (cells x classes) arrays)
-    (1.6, 10, 20000, 300, 9, "em", 1.0, -0.11188651241513059),
-    (1.6, 10, 20000, 300, 9, "bbse", 1.0, -0.10041509736601499),
-    (0.3, 5, 2000, 100, 8, "em", 0.0, None),  # dense: error 0.59 > spread 0.401; now stops after round 1
-    (0.3, 5, 2000, 100, 8, "bbse", 0.0, 0.2872858023635636),
-])
-def test_safety_simulation_gives_the_dense_version_figures(sep, n_bins, n_src, n_use, seed, estimator, factor, full):
+@pytest.mark.parametrize(
+    "sep, n_bins, n_src, n_use, seed, estimator, factor, full",
+    [
+        # choose_shrink's figures before the simulation went sparse (dense (cells x classes) arrays)
+        (1.6, 10, 20000, 300, 9, "em", 1.0, -0.11188651241513059),
+        (1.6, 10, 20000, 300, 9, "bbse", 1.0, -0.10041509736601499),
+        (
+            0.3,
+            5,
+            2000,
+            100,
+            8,
+            "em",
+            0.0,
+            None,
+        ),  # dense: error 0.59 > spread 0.401; now stops after round 1
+        (0.3, 5, 2000, 100, 8, "bbse", 0.0, 0.2872858023635636),
+    ],
+)
+def test_safety_simulation_gives_the_dense_version_figures(
+    sep, n_bins, n_src, n_use, seed, estimator, factor, full
+):
     model = topcal.calibrator("hist", n_bins=n_bins).fit(shifted(n_src, SOURCE, 0, sep=sep)[0])
     use = shifted(n_use, TARGET, seed, sep=sep, labels=False)[0]
     est = estimate_priors(model, use, estimator=estimator, n_bootstrap=0, shrink=1.0)
-    got = choose_shrink(model.evidence_.confusion, est.priors, n_use, estimator=estimator,
-                        prior_strength=PRIOR_STRENGTH[estimator], fp_pseudocount=FP_PSEUDOCOUNT, seed=3)
+    got = choose_shrink(
+        model.evidence_.confusion,
+        est.priors,
+        n_use,
+        estimator=estimator,
+        prior_strength=PRIOR_STRENGTH[estimator],
+        fp_pseudocount=FP_PSEUDOCOUNT,
+        seed=3,
+    )
     assert got.factor == factor
     if full is None:
         assert "spread of the estimate 0.401 is within the simulated error 0.59" in got.reason
     else:
-        assert got.nll_change_full == pytest.approx(full, rel=1e-8)  # EM's path may differ by rounding
+        assert got.nll_change_full == pytest.approx(
+            full, rel=1e-8
+        )  # EM's path may differ by rounding
 
 
 def test_moment_reading_adapts_where_the_error_at_the_estimate_sees_only_noise():
-    """bbse's safety step reads the estimator's error at the moment-consistent truth (simulated with no
+    """bbse's safety step reads the estimator's error at the moment-consistent truth (simulated with
+    no
     shift and at the estimate, A = t^2 A + e(t)). On this weak classifier the error read at the
-    estimate alone overstates it (the shift it simulates is too small to pay: not adapted), while the
-    moment reading moves part of the way and lowers the use set's NLL; the rounds use common random numbers, so it is reproducible."""
+    estimate alone overstates it (the shift it simulates is too small to pay: not adapted), while
+    the
+    moment reading moves part of the way and lowers the use set's NLL; the rounds use common random
+    numbers, so it is reproducible."""
     model = topcal.calibrator("hist", n_bins=5).fit(shifted(2000, SOURCE, 0, sep=0.6)[0])
     use = shifted(300, TARGET, 3, sep=0.6)[0]
     est = estimate_priors(model, use.without_labels(), estimator="bbse", n_bootstrap=0, shrink=1.0)
-    kw = dict(estimator="bbse", prior_strength=PRIOR_STRENGTH["bbse"], fp_pseudocount=FP_PSEUDOCOUNT)
+    kw = dict(
+        estimator="bbse", prior_strength=PRIOR_STRENGTH["bbse"], fp_pseudocount=FP_PSEUDOCOUNT
+    )
     old = choose_shrink(model.evidence_.confusion, est.priors, 300, truth="estimate", **kw)
     new = choose_shrink(model.evidence_.confusion, est.priors, 300, truth="moment", **kw)
     assert old.factor == 0.0 and "not adapted" in old.reason
     assert 0.0 < new.factor < 1.0 and "with no shift and" in new.reason
     assert choose_shrink(model.evidence_.confusion, est.priors, 300, truth="moment", **kw) == new
-    ad = adapt(model, use.without_labels(), estimator="bbse", n_bootstrap=0)  # bbse's default reading
+    ad = adapt(
+        model, use.without_labels(), estimator="bbse", n_bootstrap=0
+    )  # bbse's default reading
     assert ad.estimate_.shrink == new.factor
     before = metrics.nll(use, model.predict(use)).overall
     assert metrics.nll(use, ad.predict(use)).overall < before - 0.01
@@ -229,7 +289,8 @@ def test_moment_reading_adapts_where_the_error_at_the_estimate_sees_only_noise()
 
 
 def test_safety_step_does_not_adapt_when_the_estimate_is_within_its_noise(hist):
-    """No shift: the estimate's spread is the estimator's noise, so the simulated truth is no shift and
+    """No shift: the estimate's spread is the estimator's noise, so the simulated truth is no shift
+    and
     lam is 0 (before that rule, round 2 could still pick lam 0.05-0.1 for the gain of moving the
     resample's own noisy frequencies towards the truth)."""
     use = shifted(400, SOURCE, 11, labels=False)[0]
@@ -298,8 +359,10 @@ def test_adapted_confidence_lowers_nll_under_shift(hist):
 
 
 def test_adapt_confidence_edges():
-    np.testing.assert_allclose(adapt_confidence([0.0, 1.0, 0.5, 0.5], [2.0, 2.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]),
-                               [0.0, 1.0, 0.0, 0.5])
+    np.testing.assert_allclose(
+        adapt_confidence([0.0, 1.0, 0.5, 0.5], [2.0, 2.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]),
+        [0.0, 1.0, 0.0, 0.5],
+    )
 
 
 def test_bcts_recovers_temperature_and_em_on_vectors():
@@ -342,7 +405,9 @@ def test_top_score_only_model_adapts(source):
     for estimator in ("em", "bbse"):
         ad = adapt(model, use.without_labels(), estimator=estimator, n_bootstrap=0)
         assert np.abs(ad.estimate_.priors - TARGET).max() < 0.05
-        assert metrics.nll(use, ad.predict(use)).overall < metrics.nll(use, model.predict(use)).overall
+        assert (
+            metrics.nll(use, ad.predict(use)).overall < metrics.nll(use, model.predict(use)).overall
+        )
 
 
 def test_calibrator_adapt_method_leaves_model_unchanged(hist):
@@ -417,7 +482,10 @@ def test_adapted_model_round_trips(hist, tmp_path):
     again = topcal.load(tmp_path / "h.json")
     np.testing.assert_array_equal(again.predict(use), half.predict(use))
     np.testing.assert_array_equal(again.estimate_.estimated, half.estimate_.estimated)
-    assert again.estimate_.shrink == 0.5 and again.describe()["label_shift"]["shrink_reason"] == "given (shrink=0.5)"
+    assert (
+        again.estimate_.shrink == 0.5
+        and again.describe()["label_shift"]["shrink_reason"] == "given (shrink=0.5)"
+    )
     assert "estimated_prior" in again.describe()["classes"]["ant"]
 
 
@@ -440,7 +508,9 @@ def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
     assert "confusion" in d
     del d["confusion"]
     old = type(hist).from_dict(d)
-    np.testing.assert_array_equal(old.predict(shifted(100, SOURCE, 1)[0]), hist.predict(shifted(100, SOURCE, 1)[0]))
+    np.testing.assert_array_equal(
+        old.predict(shifted(100, SOURCE, 1)[0]), hist.predict(shifted(100, SOURCE, 1)[0])
+    )
     assert old.evidence_.confusion is None
     with pytest.raises(DataError, match="true classes"):
         adapt(old, priors=TARGET)
@@ -491,8 +561,15 @@ def test_confusion_counts_equal_a_class_by_class_count(source, weighted):
         rng = np.random.default_rng(3)
         w = rng.uniform(0.1, 3.0, data.n_rows)
         right = data.labels == data.pred
-        data = TopLabelData(data.classes, data.pred, data.score, data.score_range, tp=np.where(right, w, 0.0),
-                            fp=np.where(right, 0.0, w), labels=data.labels)
+        data = TopLabelData(
+            data.classes,
+            data.pred,
+            data.score,
+            data.score_range,
+            tp=np.where(right, w, 0.0),
+            fp=np.where(right, 0.0, w),
+            labels=data.labels,
+        )
     stats = ConfusionStats.from_data(data, min_fp_per_region=60, max_regions=4)
     w = data.tp + data.fp
     for k in range(data.n_classes):
@@ -545,7 +622,9 @@ def files(tmp_path):
 def test_cli_adapt_describe_apply(files, capsys):
     t = files
     assert run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)[0] == 0
-    code, out, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "a.json", "--bootstrap", "20"], capsys)
+    code, out, err = run(
+        ["adapt", t / "m.json", t / "use.csv", "-o", t / "a.json", "--bootstrap", "20"], capsys
+    )
     assert code == 0, err
     assert "em on 1500 rows" in out and "lower" in out and "safety step: moved" in out
     code, out, _ = run(["describe", t / "a.json"], capsys)
@@ -556,23 +635,62 @@ def test_cli_adapt_describe_apply(files, capsys):
     model = topcal.load(t / "a.json")
     use = topcal.read_data(t / "use.csv", label_column=None)
     np.testing.assert_allclose(conf, model.predict(use), rtol=1e-12)
-    code, out, _ = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "s.json", "--shrink", "0.25",
-                        "--bootstrap", "0"], capsys)
+    code, out, _ = run(
+        [
+            "adapt",
+            t / "m.json",
+            t / "use.csv",
+            "-o",
+            t / "s.json",
+            "--shrink",
+            "0.25",
+            "--bootstrap",
+            "0",
+        ],
+        capsys,
+    )
     assert code == 0 and "moved 25%" in out and topcal.load(t / "s.json").estimate_.shrink == 0.25
-    code, out, err = run(["adapt", t / "m.json", "-o", t / "g.json", "--priors", t / "P.csv"], capsys)
+    code, out, err = run(
+        ["adapt", t / "m.json", "-o", t / "g.json", "--priors", t / "P.csv"], capsys
+    )
     assert code == 0, err
     np.testing.assert_allclose(topcal.load(t / "g.json").estimate_.priors, TARGET)
-    code, out, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "b.json", "--estimator", "bbse",
-                          "--test", t / "test.csv"], capsys)
+    code, out, err = run(
+        [
+            "adapt",
+            t / "m.json",
+            t / "use.csv",
+            "-o",
+            t / "b.json",
+            "--estimator",
+            "bbse",
+            "--test",
+            t / "test.csv",
+        ],
+        capsys,
+    )
     assert code == 2 and err.startswith("error:") and "em" in err
-    code, out, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "c.json", "--test", t / "test.csv",
-                          "--bootstrap", "0"], capsys)
+    code, out, err = run(
+        [
+            "adapt",
+            t / "m.json",
+            t / "use.csv",
+            "-o",
+            t / "c.json",
+            "--test",
+            t / "test.csv",
+            "--bootstrap",
+            "0",
+        ],
+        capsys,
+    )
     assert code == 0 and "BCTS" in out
 
 
 @pytest.mark.slow
 def test_describe_of_an_adapted_auto_model_shows_the_priors(files, capsys):
-    """auto's text switches to the chosen model; the adaptation wrapped around it must not vanish."""
+    """auto's text switches to the chosen model; the adaptation wrapped around it must not
+    vanish."""
     t = files
     assert run(["fit", t / "test.csv", "--method", "auto", "-o", t / "m.json"], capsys)[0] == 0
     assert run(["adapt", t / "m.json", "-o", t / "a.json", "--priors", t / "P.csv"], capsys)[0] == 0
@@ -591,10 +709,14 @@ def test_cli_adapt_errors(files, capsys):
     assert code == 2 and "'emu'" in err and "Traceback" not in err
     code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json"], capsys)
     assert code == 2 and "--priors" in err
-    code, _, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--bootstrap", "-1"], capsys)
+    code, _, err = run(
+        ["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--bootstrap", "-1"], capsys
+    )
     assert code == 2 and "--bootstrap" in err
     for bad in ("x", "1.5"):
-        code, _, err = run(["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--shrink", bad], capsys)
+        code, _, err = run(
+            ["adapt", t / "m.json", t / "use.csv", "-o", t / "x.json", "--shrink", bad], capsys
+        )
         assert code == 2 and "shrink" in err and "Traceback" not in err
     (t / "Q.csv").write_text("class,prior\nant,0.5\nant,0.5\n")
     code, _, err = run(["adapt", t / "m.json", "-o", t / "x.json", "--priors", t / "Q.csv"], capsys)
@@ -625,13 +747,26 @@ def test_report_with_adapted_panel(files, capsys):
     t = files
     run(["fit", t / "test.csv", "--method", "hist", "-o", t / "m.json"], capsys)
     run(["adapt", t / "m.json", t / "use.csv", "-o", t / "a.json", "--bootstrap", "5"], capsys)
-    code, out, err = run(["report", t / "test.csv", "--methods", "hist", "--adapted", t / "a.json",
-                          "-o", t / "rep"], capsys)
+    code, out, err = run(
+        ["report", t / "test.csv", "--methods", "hist", "--adapted", t / "a.json", "-o", t / "rep"],
+        capsys,
+    )
     assert code == 0, err
     assert "Label shift: hist adapted" in (t / "rep" / "index.html").read_text()
     assert any("label-shift" in p.name for p in (t / "rep" / "figures").iterdir())
-    code, out, err = run(["report", t / "test.csv", "--methods", "hist", "--adapted", t / "m.json",
-                          "-o", t / "rep2"], capsys)
+    code, out, err = run(
+        [
+            "report",
+            t / "test.csv",
+            "--methods",
+            "hist",
+            "--adapted",
+            t / "m.json",
+            "-o",
+            t / "rep2",
+        ],
+        capsys,
+    )
     assert code == 2 and "topcal adapt" in err
 
 

@@ -34,7 +34,9 @@ def test_netcal_npz_is_read_without_options(sim, tmp_path, capsys):
 def test_true_label_csv_is_read_without_options(sim, tmp_path, capsys):
     p, y = sim
     path = tmp_path / "imagenet-like.csv"
-    pd.DataFrame({"true_label": y, "pred_label": p.argmax(1), "confidence": p.max(1)}).to_csv(path, index=False)
+    pd.DataFrame({"true_label": y, "pred_label": p.argmax(1), "confidence": p.max(1)}).to_csv(
+        path, index=False
+    )
     data = read_data(path)
     assert not data.has_full and data.n_classes == 5
     np.testing.assert_array_equal(data.pred, p.argmax(1))
@@ -43,13 +45,27 @@ def test_true_label_csv_is_read_without_options(sim, tmp_path, capsys):
     assert main(["compare", str(path), "--methods", "hist,kde-mon2", "--csv"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "method,metric,class,value" and len(out) == 1 + 2 * 4 * 6
-    # apply reads this layout too (issue 24): the calibrated value goes beside the raw 'confidence' (nothing lost)
+    # apply reads this layout too (issue 24): the calibrated value goes beside the raw 'confidence'
+    # (nothing lost)
     pd.read_csv(path).drop(columns="true_label").to_csv(tmp_path / "new.csv", index=False)
     assert main(["fit", str(path), "-o", str(tmp_path / "h.json")]) == 0
     capsys.readouterr()
-    assert main(["apply", str(tmp_path / "h.json"), str(tmp_path / "new.csv"), "-o", str(tmp_path / "o.csv")]) == 0
+    assert (
+        main(
+            [
+                "apply",
+                str(tmp_path / "h.json"),
+                str(tmp_path / "new.csv"),
+                "-o",
+                str(tmp_path / "o.csv"),
+            ]
+        )
+        == 0
+    )
     # issue 34: apply says where the calibrated value went
-    assert "the calibrated confidence is in column 'calibrated_confidence'" in capsys.readouterr().out
+    assert (
+        "the calibrated confidence is in column 'calibrated_confidence'" in capsys.readouterr().out
+    )
     out = pd.read_csv(tmp_path / "o.csv")
     assert list(out.columns) == ["pred_label", "confidence", "pred", "calibrated_confidence"]
     np.testing.assert_allclose(out["confidence"], p.max(1))
@@ -71,7 +87,9 @@ def test_column_mapping_for_any_other_layout(sim, tmp_path, capsys):
     assert main(["fit", str(path), "-o", str(tmp_path / "m.json"), "--column", "colour=truth"]) == 2
     assert "unknown column role 'colour'" in capsys.readouterr().err
     assert main(["fit", str(path), "-o", str(tmp_path / "m.json"), "--column", "label=nope"]) == 2
-    assert "column 'nope' (given for the role 'label') is not in the data" in capsys.readouterr().err
+    assert (
+        "column 'nope' (given for the role 'label') is not in the data" in capsys.readouterr().err
+    )
 
 
 def test_compare_is_a_tidy_frame_of_compare_methods(sim):
@@ -87,8 +105,9 @@ def test_compare_is_a_tidy_frame_of_compare_methods(sim):
             assert got["overall"] == pytest.approx(ref["methods"][m][metric]["overall"])
             for c, v in ref["methods"][m][metric]["per_class"].items():
                 assert got[c] == pytest.approx(v, nan_ok=True)
-    held = topcal.compare(data.subset(np.arange(1000)), methods=["hist"],
-                          eval_data=(p[1000:], y[1000:]))
+    held = topcal.compare(
+        data.subset(np.arange(1000)), methods=["hist"], eval_data=(p[1000:], y[1000:])
+    )
     assert set(held["protocol"]) == {"holdout"}
     phanns = topcal.compare(topcal.datasets.load_phanns(), methods=["hist", "sts"], in_sample=True)
     assert phanns.attrs["skipped"] == ["sts"] and set(phanns["method"]) == {"hist"}
@@ -102,7 +121,9 @@ def test_compare_is_a_tidy_frame_of_compare_methods(sim):
 @pytest.mark.slow
 def test_report_writes_html_and_returns_its_path(sim, tmp_path):
     p, y = sim
-    path = topcal.make_report(p, y, output=tmp_path / "rep", methods=["hist", "kde-mon2"], dpi=40, folds=2)
+    path = topcal.make_report(
+        p, y, output=tmp_path / "rep", methods=["hist", "kde-mon2"], dpi=40, folds=2
+    )
     assert path == tmp_path / "rep" / "index.html" and path.is_file()
     assert "kde-mon2" in path.read_text(encoding="utf-8")
     with pytest.raises(DataError, match="does not exist"):
@@ -110,18 +131,25 @@ def test_report_writes_html_and_returns_its_path(sim, tmp_path):
 
 
 @pytest.mark.slow
-def test_topcal_report_is_the_package_and_its_old_call_still_works_with_a_future_warning(sim, tmp_path):
+def test_topcal_report_is_the_package_and_its_old_call_still_works_with_a_future_warning(
+    sim, tmp_path
+):
     import importlib
 
     import topcal.report as pkg
 
-    assert pkg is topcal.report is importlib.import_module("topcal.report") and pkg.build_report is not None
+    assert (
+        pkg is topcal.report is importlib.import_module("topcal.report")
+        and pkg.build_report is not None
+    )
     from topcal import report
 
     assert report is pkg
     p, y = sim
     with pytest.warns(FutureWarning, match=r"topcal\.make_report"):
-        path = topcal.report(p[:400], y[:400], output=tmp_path / "old", methods=["hist"], dpi=30, folds=None)
+        path = topcal.report(
+            p[:400], y[:400], output=tmp_path / "old", methods=["hist"], dpi=30, folds=None
+        )
     assert path == tmp_path / "old" / "index.html" and path.is_file()
 
 
@@ -136,4 +164,6 @@ def test_fitted_calibrators_show_their_curves_in_jupyter(sim):
     assert "no per-class curve" in table and table.count("<tr>") == 6
     auto = topcal.calibrator("auto", candidates=["hist", "sts"]).fit(p, y)
     shown = auto._repr_html_()
-    assert f"chose <code>{auto.method_}</code>" in shown and ("<img" in shown or "no per-class curve" in shown)
+    assert f"chose <code>{auto.method_}</code>" in shown and (
+        "<img" in shown or "no per-class curve" in shown
+    )

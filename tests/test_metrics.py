@@ -18,7 +18,7 @@ def sim():
     labels = rng.integers(0, k, n)
     logits[np.arange(n), labels] += 1.5
     data = TopLabelData.from_logits(logits, labels)
-    conf = np.clip(data.score ** 1.3, 0.001, 0.999)
+    conf = np.clip(data.score**1.3, 0.001, 0.999)
     return data, conf
 
 
@@ -31,7 +31,9 @@ def test_nll_and_brier_match_sklearn_per_class_and_overall(sim):
     assert b.overall == pytest.approx(brier_score_loss(y, conf), rel=1e-12)
     for k in range(data.n_classes):
         sel = data.pred == k
-        assert m.per_class[k] == pytest.approx(log_loss(y[sel], conf[sel], labels=[0, 1]), rel=1e-12)
+        assert m.per_class[k] == pytest.approx(
+            log_loss(y[sel], conf[sel], labels=[0, 1]), rel=1e-12
+        )
         assert b.per_class[k] == pytest.approx(brier_score_loss(y[sel], conf[sel]), rel=1e-12)
 
 
@@ -60,8 +62,12 @@ def test_ece_matches_sklearn_calibration_curve(sim, strategy):
         counts, _ = np.histogram(conf[sel], bins=edges)
         counts = counts[counts > 0]
         share = counts / counts.sum()
-        assert e1.per_class[k] == pytest.approx(np.sum(share * np.abs(prob_true - prob_pred)), abs=2e-3)
-        assert e2.per_class[k] == pytest.approx(np.sqrt(np.sum(share * (prob_true - prob_pred) ** 2)), abs=2e-3)
+        assert e1.per_class[k] == pytest.approx(
+            np.sum(share * np.abs(prob_true - prob_pred)), abs=2e-3
+        )
+        assert e2.per_class[k] == pytest.approx(
+            np.sqrt(np.sum(share * (prob_true - prob_pred) ** 2)), abs=2e-3
+        )
         weights.append(sel.sum())
     w = np.array(weights) / np.sum(weights)
     assert e1.overall == pytest.approx(np.sum(w * e1.per_class), rel=1e-12)
@@ -75,7 +81,9 @@ def test_ece_uniform_is_exact_against_sklearn_bins(sim):
     prob_true, prob_pred = calibration_curve(y[sel], conf[sel], n_bins=10)
     counts, _ = np.histogram(conf[sel], bins=np.linspace(0, 1, 11))
     share = counts[counts > 0] / sel.sum()
-    assert metrics.ece1(data, conf).per_class[0] == pytest.approx(np.sum(share * np.abs(prob_true - prob_pred)), rel=1e-10)
+    assert metrics.ece1(data, conf).per_class[0] == pytest.approx(
+        np.sum(share * np.abs(prob_true - prob_pred)), rel=1e-10
+    )
 
 
 def test_confusion_matrices_and_conf1(sim):

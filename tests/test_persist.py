@@ -18,7 +18,9 @@ def data():
     rng = np.random.default_rng(7)
     n = 2000
     probs = rng.dirichlet([0.5, 0.5, 0.5], n)
-    labels = np.where(rng.uniform(size=n) < probs.max(1) ** 0.7, probs.argmax(1), rng.integers(0, 3, n))
+    labels = np.where(
+        rng.uniform(size=n) < probs.max(1) ** 0.7, probs.argmax(1), rng.integers(0, 3, n)
+    )
     return TopLabelData.from_probs(probs, labels, classes=["x", "y", "z"])
 
 
@@ -32,7 +34,9 @@ def test_round_trip_is_bit_for_bit(method, data, tmp_path):
     a, b = model.predict(data), loaded.predict(data)
     assert a.tobytes() == b.tobytes()
     grid = np.linspace(0, 1, 1001)
-    assert model.curve("y", grid).confidence.tobytes() == loaded.curve("y", grid).confidence.tobytes()
+    assert (
+        model.curve("y", grid).confidence.tobytes() == loaded.curve("y", grid).confidence.tobytes()
+    )
     # saving the loaded model gives the same file
     assert persist.dumps(loaded) == persist.dumps(model)
 
@@ -82,7 +86,9 @@ def test_tampered_file_is_detected(data):
 
 
 def _rehash(doc):
-    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
     return json.dumps(doc)
 
 
@@ -90,7 +96,10 @@ def _rehash(doc):
     "edit, match",
     [
         (lambda m: m["state"]["class_state"][0].__setitem__("values", [2.0] * 10), "in \\[0, 1\\]"),
-        (lambda m: m["state"]["class_state"][0].__setitem__("edges", [0, 1]), "values must have 1 entries"),
+        (
+            lambda m: m["state"]["class_state"][0].__setitem__("edges", [0, 1]),
+            "values must have 1 entries",
+        ),
         (lambda m: m.__setitem__("classes", ["x"]), "inconsistent"),
         (lambda m: m["params"].__setitem__("n_bins", -3), "n_bins"),
         (lambda m: m["params"].__setitem__("evil", "os.system"), "unexpected keyword|malformed"),
@@ -106,14 +115,17 @@ def test_consistent_checksum_but_invalid_content(data, edit, match):
 
 
 def test_nan_in_file_is_rejected(data):
-    text = persist.dumps(topcal.calibrator("hist").fit(data)).replace('"n_tp": [', '"n_tp": [NaN, ', 1)
+    text = persist.dumps(topcal.calibrator("hist").fit(data)).replace(
+        '"n_tp": [', '"n_tp": [NaN, ', 1
+    )
     with pytest.raises(ModelFileError):
         persist.loads(text)
 
 
 @pytest.mark.slow
 def test_saved_digest_is_that_of_the_canonical_json_and_arrays_are_compact():
-    """Issue 26: the file and its digest come from one encoding of each array; the digest is still the
+    """Issue 26: the file and its digest come from one encoding of each array; the digest is still
+    the
     SHA-256 of canonical_json(model payload), so files of every version keep loading."""
     import hashlib
     import json

@@ -58,7 +58,9 @@ def test_joint_distribution_full(sim):
     np.testing.assert_allclose(np.diag(jd.reverse), conf1(sim))
     np.testing.assert_allclose(jd.confusion.sum(1), 1.0)
     fig = plots.plot_joint_distribution(jd)
-    shown = {ax.images[0].get_gid(): np.ma.filled(ax.images[0].get_array(), np.nan) for ax in fig.axes}
+    shown = {
+        ax.images[0].get_gid(): np.ma.filled(ax.images[0].get_array(), np.nan) for ax in fig.axes
+    }
     np.testing.assert_array_equal(np.where(cm > 0, cm, np.nan), shown["counts"])
     np.testing.assert_allclose(shown["confusion"], cm / cm.sum(1, keepdims=True))
     np.testing.assert_allclose(np.diag(shown["reverse"]), conf1(sim))
@@ -98,14 +100,16 @@ def test_calibration_curves_plot_the_calibrators_numbers(phanns):
         np.testing.assert_allclose([b.get_x() for b in bars], st["edges"][:-1][n > 0])
         # sparse (and lowest) bins are hatched
         sparse = [b.get_hatch() is not None for b in bars]
-        expect = (n[n > 0] < plots.SPARSE_MIN)
+        expect = n[n > 0] < plots.SPARSE_MIN
         expect[0] = True
         assert sparse == list(expect)
         (diag,) = by_gid(ax.lines, "uncalibrated")
         np.testing.assert_allclose(np.asarray(diag.get_data()), [[0, 10], [0, 1]])
         # the region below the lowest observed bin is shaded
         lo_span = min(by_gid(ax.patches, "extrapolated"), key=lambda p: p.get_x())
-        assert lo_span.get_x() == 0 and lo_span.get_width() == pytest.approx(models["hist"].support_[k][0])
+        assert lo_span.get_x() == 0 and lo_span.get_width() == pytest.approx(
+            models["hist"].support_[k][0]
+        )
 
 
 def test_calibration_curves_clouds_for_temperature_scaling(sim):
@@ -116,11 +120,15 @@ def test_calibration_curves_clouds_for_temperature_scaling(sim):
     for k, ax in enumerate(panels(fig)):
         (cloud,) = by_gid(ax.collections, "cloud:tswa")
         idx = np.flatnonzero(sim.pred == k)
-        np.testing.assert_allclose(cloud.get_offsets(), np.column_stack([sim.score[idx], pred[idx]]))
+        np.testing.assert_allclose(
+            cloud.get_offsets(), np.column_stack([sim.score[idx], pred[idx]])
+        )
         # btswa is a function of the score: drawn as a curve, equal to predict at those scores
         (line,) = by_gid(ax.lines, "curve:btswa")
         x, y = line.get_data()
-        probe = TopLabelData(sim.classes, np.full(3, k), np.array([x[100], x[200], x[300]]), sim.score_range)
+        probe = TopLabelData(
+            sim.classes, np.full(3, k), np.array([x[100], x[200], x[300]]), sim.score_range
+        )
         np.testing.assert_allclose(models["btswa"].predict(probe), y[[100, 200, 300]])
 
 
@@ -137,7 +145,9 @@ def test_kde_densities_binned(phanns):
         tpd, fpd = model.densities(k, x)
         np.testing.assert_allclose(tp_y, tpd)
         np.testing.assert_allclose(by_gid(ad.lines, "density:fp")[0].get_ydata(), fpd)
-        np.testing.assert_allclose(by_gid(ac.lines, "confidence")[0].get_ydata(), model.curve(k, x).confidence)
+        np.testing.assert_allclose(
+            by_gid(ac.lines, "confidence")[0].get_ydata(), model.curve(k, x).confidence
+        )
         assert not by_gid(ac.lines, "diluted")  # binned data has no full vectors
         assert f"b={model.bandwidth_[k]:.3g}" in ad.get_title()
     # the densities' ratio is the confidence inside the support
@@ -148,7 +158,9 @@ def test_kde_densities_binned(phanns):
 
 
 def _gauss(x, s, w, b):
-    return (w[None, :] * np.exp(-0.5 * ((x[:, None] - s[None, :]) / b) ** 2)).sum(1) / (b * np.sqrt(2 * np.pi))
+    return (w[None, :] * np.exp(-0.5 * ((x[:, None] - s[None, :]) / b) ** 2)).sum(1) / (
+        b * np.sqrt(2 * np.pi)
+    )
 
 
 def test_kde_densities_diluted_curve_full_vectors(sim):
@@ -215,7 +227,9 @@ def test_method_bars(phanns):
     ax = fig.axes[0]
     for m in ms.methods:
         heights = [p.get_height() for p in by_gid(ax.patches, f"bars:{m}")]
-        expect = [res["methods"][m]["nll"]["per_class"][c] for c in phanns.classes] + [res["methods"][m]["nll"]["overall"]]
+        expect = [res["methods"][m]["nll"]["per_class"][c] for c in phanns.classes] + [
+            res["methods"][m]["nll"]["overall"]
+        ]
         np.testing.assert_allclose(heights, expect)
     assert [t.get_text() for t in ax.get_xticklabels()] == list(phanns.classes) + ["overall"]
 
@@ -239,10 +253,14 @@ def test_histogram_overlay_and_paired_bars(sim):
     ps = plots.paired_scores(same, hold)
     fig = plots.plot_paired_bars(ps)
     ax = fig.axes[0]
-    np.testing.assert_allclose([p.get_height() for p in by_gid(ax.patches, "paired:1")],
-                               [same["methods"][m]["nll"]["overall"] for m in ("uncalibrated", "hist")])
-    np.testing.assert_allclose([p.get_height() for p in by_gid(ax.patches, "paired:2")],
-                               [hold["methods"][m]["nll"]["overall"] for m in ("uncalibrated", "hist")])
+    np.testing.assert_allclose(
+        [p.get_height() for p in by_gid(ax.patches, "paired:1")],
+        [same["methods"][m]["nll"]["overall"] for m in ("uncalibrated", "hist")],
+    )
+    np.testing.assert_allclose(
+        [p.get_height() for p in by_gid(ax.patches, "paired:2")],
+        [hold["methods"][m]["nll"]["overall"] for m in ("uncalibrated", "hist")],
+    )
 
 
 def test_histogram_overlay_rejects_mismatched_sets(sim, phanns):
@@ -254,8 +272,15 @@ def test_histogram_overlay_rejects_mismatched_sets(sim, phanns):
 def test_added_true_positives_only_raise_conf_kde(phanns):
     # a trove of extra HTJ true positives at high scores (the paper's Fig. 15)
     k = phanns.classes.index("HTJ")
-    extra = TopLabelData.from_binned(["HTJ"] * 3, [7.0, 8.0, 9.0], [7.1, 8.1, 9.1], [40, 80, 120], [0, 0, 0],
-                                     classes=phanns.classes, score_range=(0.0, 10.0))
+    extra = TopLabelData.from_binned(
+        ["HTJ"] * 3,
+        [7.0, 8.0, 9.0],
+        [7.1, 8.1, 9.1],
+        [40, 80, 120],
+        [0, 0, 0],
+        classes=phanns.classes,
+        score_range=(0.0, 10.0),
+    )
     used, pan = plots.added_samples_effect(phanns, extra, "kde", params={"bandwidth": 0.5})
     assert used == "kde" and [p.class_name for p in pan] == ["HTJ"]
     p = pan[0]

@@ -1,4 +1,5 @@
-"""Progress bars (issue 26, item 5): on stderr when it is a terminal, never when piped, never with --quiet."""
+"""Progress bars (issue 26, item 5): on stderr when it is a terminal, never when piped, never with
+--quiet."""
 
 from __future__ import annotations
 
@@ -24,11 +25,18 @@ TOPCAL = Path(sys.executable).with_name("topcal")
 
 
 def on_terminal(*args, timeout=180) -> tuple[int, str]:
-    """Run the console script with stderr on a pseudo-terminal (stdout piped); (exit code, what stderr showed)."""
+    """Run the console script with stderr on a pseudo-terminal (stdout piped); (exit code, what
+    stderr showed)."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal 100 columns wide
-    proc = subprocess.Popen([str(TOPCAL), *map(str, args)], stdout=subprocess.PIPE, stderr=slave,
-                            stdin=subprocess.DEVNULL)
+    fcntl.ioctl(
+        slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0)
+    )  # a terminal 100 columns wide
+    proc = subprocess.Popen(
+        [str(TOPCAL), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -50,7 +58,9 @@ def on_terminal(*args, timeout=180) -> tuple[int, str]:
 
 
 def piped(*args, timeout=180):
-    return subprocess.run([str(TOPCAL), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(TOPCAL), *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +93,12 @@ def test_quiet_silences_the_bar_on_a_terminal(data_csv, tmp_path):
 def test_compare_and_streamed_fit_show_bars_on_a_terminal(data_csv, tmp_path):
     code, err = on_terminal("compare", data_csv, "--methods", "hist,bts")
     assert code == 0, err
-    assert "cross-fitting" in err and "fits" in err and "fold 5/5" in err  # the bar and the step lines
-    code, err = on_terminal("fit", data_csv, "--method", "hist", "--chunk-rows", 500, "-o", tmp_path / "s.json")
+    assert (
+        "cross-fitting" in err and "fits" in err and "fold 5/5" in err
+    )  # the bar and the step lines
+    code, err = on_terminal(
+        "fit", data_csv, "--method", "hist", "--chunk-rows", 500, "-o", tmp_path / "s.json"
+    )
     assert code == 0, err
     assert "reading" in err and "rows" in err
     r = piped("fit", data_csv, "--method", "hist", "--chunk-rows", 500, "-o", tmp_path / "s2.json")
@@ -164,19 +178,34 @@ def test_long_runs_print_plain_lines_when_stderr_is_a_file(data_csv, tmp_path, m
     env = {**os.environ, "TOPCAL_PROGRESS_SECONDS": "0.3"}
     log = tmp_path / "err.log"
     with open(log, "w") as err:
-        r = subprocess.run([str(TOPCAL), "fit", str(data_csv), "-o", str(tmp_path / "m.json")],
-                           stdout=subprocess.PIPE, stderr=err, env=env, timeout=300)
+        r = subprocess.run(
+            [str(TOPCAL), "fit", str(data_csv), "-o", str(tmp_path / "m.json")],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=env,
+            timeout=300,
+        )
     text = log.read_text()
     assert r.returncode == 0, text
     lines = [ln for ln in text.splitlines() if ln.startswith("topcal")]
     assert len(lines) >= 2, text  # the cross-validation's plain lines, or the heartbeat
     assert "\r" not in text and "\x1b" not in text  # no terminal bar drawn into a file
-    r = subprocess.run([str(TOPCAL), "fit", str(data_csv), "-q", "-o", str(tmp_path / "q.json")],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [str(TOPCAL), "fit", str(data_csv), "-q", "-o", str(tmp_path / "q.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0 and not any(ln.startswith("topcal") for ln in r.stderr.splitlines())
     bad = {**os.environ, "TOPCAL_PROGRESS_SECONDS": "soon"}
-    r = subprocess.run([str(TOPCAL), "describe", str(tmp_path / "m.json")], capture_output=True,
-                       text=True, env=bad, timeout=120)
+    r = subprocess.run(
+        [str(TOPCAL), "describe", str(tmp_path / "m.json")],
+        capture_output=True,
+        text=True,
+        env=bad,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "TOPCAL_PROGRESS_SECONDS" in r.stderr
 
 

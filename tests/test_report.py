@@ -27,7 +27,8 @@ CLASSES = np.array(["ant", "bee", "cow", "dog", "eel"])
 
 
 def simulate(n, seed, *, sharpen=(0.6, 0.8, 1.0, 1.5, 2.0)):
-    """Labels drawn from softmax(z); reported probabilities softmax(z * sharpen) (per-class miscalibration)."""
+    """Labels drawn from softmax(z); reported probabilities softmax(z * sharpen) (per-class
+    miscalibration)."""
     return simulate_probs(n, seed, len(CLASSES), sharpen=sharpen)
 
 
@@ -64,7 +65,11 @@ def demo_report(tmp_path_factory):
             return True
 
     buf, err = io.StringIO(), Terminal()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err), warnings.catch_warnings():
+    with (
+        contextlib.redirect_stdout(buf),
+        contextlib.redirect_stderr(err),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
         assert main(["demo", "-o", str(out)]) == 0
     return out, buf.getvalue(), err.getvalue()
@@ -78,8 +83,20 @@ def _png_size(data: bytes):
 # -------------------------------------------------------------- content
 def test_full_report_has_every_figure_table_and_parameter(full_report):
     page = (full_report / "index.html").read_text()
-    for key in ("joint", "curves", "kde-rules", "densities", "clouds-sts", "clouds-csts", "clouds-tswa",
-                "clouds-cstswa", "nll", "overlay", "paired", "added"):
+    for key in (
+        "joint",
+        "curves",
+        "kde-rules",
+        "densities",
+        "clouds-sts",
+        "clouds-csts",
+        "clouds-tswa",
+        "clouds-cstswa",
+        "nll",
+        "overlay",
+        "paired",
+        "added",
+    ):
         assert f"id='fig-{key}'" in page, key
     figs = sorted((full_report / "figures").glob("*.png"))
     assert len(figs) == page.count("<img ")
@@ -102,7 +119,9 @@ def test_full_report_has_every_figure_table_and_parameter(full_report):
     from topcal import read_data
 
     tp, fp = read_data(str(full_report.parent / "a.npz")).class_counts()
-    assert page.count(f"<tr><td>ant</td><td>{tp[0]:.0f}</td><td>{fp[0]:.0f}</td>") >= 10  # one per method
+    assert (
+        page.count(f"<tr><td>ant</td><td>{tp[0]:.0f}</td><td>{fp[0]:.0f}</td>") >= 10
+    )  # one per method
 
 
 def test_full_report_metrics_match_the_library(full_report):
@@ -115,7 +134,9 @@ def test_full_report_metrics_match_the_library(full_report):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        nll = compare_methods(data, ["kde-mon2"], folds=5, seed=0)["methods"]["kde-mon2"]["nll"]["overall"]
+        nll = compare_methods(data, ["kde-mon2"], folds=5, seed=0)["methods"]["kde-mon2"]["nll"][
+            "overall"
+        ]
     assert "out of sample" in page
     row = re.search(r"<tr><td>kde-mon2</td>(.*?)</tr>", page).group(1)
     first = re.findall(r"<td[^>]*>([^<]*)</td>", row)[0]
@@ -144,11 +165,18 @@ def test_report_cli_errors(full_report, tmp_path, capsys):
     a = str(full_report.parent / "a.npz")
     other = tmp_path / "o.npz"
     p, lab = simulate(200, 5)
-    np.savez(other, probs=p[:, :4] / p[:, :4].sum(1, keepdims=True), labels=CLASSES[:4][np.minimum(lab, 3)],
-             classes=CLASSES[:4])
+    np.savez(
+        other,
+        probs=p[:, :4] / p[:, :4].sum(1, keepdims=True),
+        labels=CLASSES[:4][np.minimum(lab, 3)],
+        classes=CLASSES[:4],
+    )
     assert main(["report", a, "--eval", str(other), "-o", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: the second test set (--eval) must have the same classes") and err.count("\n") == 1
+    assert (
+        err.startswith("error: the second test set (--eval) must have the same classes")
+        and err.count("\n") == 1
+    )
     assert main(["report", a, "--methods", "hist,nope", "-o", str(tmp_path / "r")]) == 2
     assert "unknown method 'nope'" in capsys.readouterr().err
     blocker = tmp_path / "file"
@@ -171,31 +199,46 @@ def test_report_methods_option_limits_the_fits(tmp_path):
 
 
 def _caption(page, key):
-    return htmlmod.unescape(re.search(rf"<figure id='fig-{key}'>.*?<figcaption>(.*?)</figcaption>", page, re.S).group(1))
+    return htmlmod.unescape(
+        re.search(rf"<figure id='fig-{key}'>.*?<figcaption>(.*?)</figcaption>", page, re.S).group(1)
+    )
 
 
 def test_report_curve_figure_draws_an_interval_band_around_each_curve(full_report):
     from topcal.report.figures import report_figures
 
     page = (full_report / "index.html").read_text()
-    assert "Shaded band around each curve: the 90% interval on the fitted curve" in _caption(page, "curves")
+    assert "Shaded band around each curve: the 90% interval on the fitted curve" in _caption(
+        page, "curves"
+    )
     assert "No band for" not in _caption(page, "curves")
-    assert "Shaded band" not in _caption(page, "kde-rules")  # four bandwidths' curves: no bands there
+    assert "Shaded band" not in _caption(
+        page, "kde-rules"
+    )  # four bandwidths' curves: no bands there
     # the figure the report draws for its per-class curves holds one band per method and class
     p, lab = simulate(800, 9)
     data = TopLabelData.from_probs(p, lab, classes=CLASSES)
-    models = {n: fit_quietly(n, data, collect=Warning) for n in ("uncalibrated", "hist", "kde-mon2")}
+    models = {
+        n: fit_quietly(n, data, collect=Warning) for n in ("uncalibrated", "hist", "kde-mon2")
+    }
     shown = report_figures(data, models, {}, None, None, None, True, lambda msg: None)
     figs = {key: (cap, fig) for _, (key, _, cap, fig) in zip(range(2), shown)}  # joint, then curves
     cap, fig = figs["curves"]
-    bands = [a.get_gid() for ax in fig.axes for a in ax.collections if (a.get_gid() or "").startswith("band:")]
+    bands = [
+        a.get_gid()
+        for ax in fig.axes
+        for a in ax.collections
+        if (a.get_gid() or "").startswith("band:")
+    ]
     assert sorted(set(bands)) == ["band:hist", "band:kde-mon2"] and len(bands) == 2 * len(CLASSES)
     assert "90% interval" in cap
 
 
 # ------------------------------------------------------------- warnings
 def _fit_all(data, specs):
-    models = {name: fit_quietly(m, data, params=kw, collect=Warning) for name, (m, kw) in specs.items()}
+    models = {
+        name: fit_quietly(m, data, params=kw, collect=Warning) for name, (m, kw) in specs.items()
+    }
     return models, {"methods": score_models(models, data)}
 
 
@@ -212,8 +255,14 @@ def test_diagnose_flags_small_one_sided_narrow_and_wiggly_classes():
     labels[612:652] = "a"  # class c: never right
     labels[652:][~ok_d] = "a"
     data = TopLabelData.from_scores(pred, score, labels, classes=list("abcd"))
-    models, comp = _fit_all(data, {"uncalibrated": ("uncalibrated", {}), "hist": ("hist", {}),
-                                   "kde": ("kde", {"bandwidth": 0.004})})
+    models, comp = _fit_all(
+        data,
+        {
+            "uncalibrated": ("uncalibrated", {}),
+            "hist": ("hist", {}),
+            "kde": ("kde", {"bandwidth": 0.004}),
+        },
+    )
     found = {(f.kind, f.class_name) for f in diagnose(data, models, comp)}
     assert ("few-positives", "b") in found and ("no-fp", "b") in found
     assert ("no-tp", "c") in found and ("few-positives", "c") not in found
@@ -232,7 +281,9 @@ def test_diagnose_already_calibrated_and_overfit():
     # a tiny bandwidth fitted on 400 samples: in-sample great, on a second set much worse
     small = TopLabelData.from_probs(*simulate(400, 6), classes=CLASSES)
     second = TopLabelData.from_probs(*simulate(4_000, 7), classes=CLASSES)
-    models, comp = _fit_all(small, {"uncalibrated": ("uncalibrated", {}), "kde": ("kde", {"bandwidth": 0.002})})
+    models, comp = _fit_all(
+        small, {"uncalibrated": ("uncalibrated", {}), "kde": ("kde", {"bandwidth": 0.002})}
+    )
     hold = {"methods": {n: evaluate(second, m.predict(second)) for n, m in models.items()}}
     over = [f for f in diagnose(small, models, comp, hold) if f.kind == "overfit"]
     assert [f.method for f in over] == ["kde"]
@@ -243,29 +294,47 @@ def test_diagnose_already_calibrated_and_overfit():
 
 
 def test_diagnose_says_calibration_hurts_where_every_method_loses_to_the_raw_score():
-    """Issue 34: a class where calibration hurts out of sample was told "calibration gains little"."""
+    """Issue 34: a class where calibration hurts out of sample was told "calibration gains
+    little"."""
     small = TopLabelData.from_probs(*simulate(400, 6, sharpen=(1, 1, 1, 1, 1)), classes=CLASSES)
     second = TopLabelData.from_probs(*simulate(4_000, 7, sharpen=(1, 1, 1, 1, 1)), classes=CLASSES)
     # a tiny bandwidth on 400 calibrated samples, scored on other samples: worse than the raw score
-    models, _ = _fit_all(small, {"uncalibrated": ("uncalibrated", {}), "kde": ("kde", {"bandwidth": 0.002})})
+    models, _ = _fit_all(
+        small, {"uncalibrated": ("uncalibrated", {}), "kde": ("kde", {"bandwidth": 0.002})}
+    )
     found = diagnose(small, models, {"methods": score_models(models, second)})
     hurt = [f for f in found if f.kind == "calibration-hurts"]
     assert hurt and all("worse than the uncalibrated score" in f.text for f in hurt)
-    assert not {f.class_name for f in hurt} & {f.class_name for f in found if f.kind == "already-calibrated"}
+    assert not {f.class_name for f in hurt} & {
+        f.class_name for f in found if f.kind == "already-calibrated"
+    }
 
 
 def test_count_wiggles():
     x = np.linspace(0, 1, 500)
     assert count_wiggles(x) == 0
     assert count_wiggles(x + 0.004 * np.sin(60 * x)) == 0  # ripples below the 0.01 amplitude
-    assert count_wiggles(0.5 + 0.2 * np.sin(2 * np.pi * 2 * x)) == 4  # two periods: extrema at 1/8, 3/8, 5/8, 7/8
+    assert (
+        count_wiggles(0.5 + 0.2 * np.sin(2 * np.pi * 2 * x)) == 4
+    )  # two periods: extrema at 1/8, 3/8, 5/8, 7/8
     assert count_wiggles(np.array([0.0, 0.5, 0.48, 1.0])) == 2
 
 
 # ------------------------------------------------------- headless Chromium
-_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-          "--hide-scrollbars", "--enable-logging=stderr", "--log-level=0", "--virtual-time-budget=15000"]
+_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--enable-logging=stderr",
+    "--log-level=0",
+    "--virtual-time-budget=15000",
+]
 
 #: Injected in a copy of the page (the report itself has no script): records
 #: script errors, failed resource loads (capture phase) and console.error
@@ -273,13 +342,17 @@ _FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no
 _CHECK = """<script>
 window.__errors = [];
 window.addEventListener('error', function (e) {
-  var t = e.target; window.__errors.push(t && t !== window ? 'failed to load ' + (t.src || t.href) : String(e.message));
+  var t = e.target;
+  window.__errors.push(t && t !== window ? 'failed to load ' + (t.src || t.href)
+                                         : String(e.message));
 }, true);
 ['error', 'warn'].forEach(function (k) { var o = console[k]; console[k] = function () {
-  window.__errors.push(k + ': ' + Array.prototype.join.call(arguments, ' ')); o.apply(console, arguments); }; });
+  window.__errors.push(k + ': ' + Array.prototype.join.call(arguments, ' '));
+  o.apply(console, arguments); }; });
 window.addEventListener('load', function () {
   var imgs = Array.prototype.map.call(document.images, function (i) {
-    return {w: i.naturalWidth, h: i.naturalHeight, complete: i.complete, shown: i.getBoundingClientRect().width}; });
+    return {w: i.naturalWidth, h: i.naturalHeight, complete: i.complete,
+            shown: i.getBoundingClientRect().width}; });
   var p = document.createElement('pre'); p.id = 'topcal-check';
   p.textContent = JSON.stringify({errors: window.__errors, images: imgs, title: document.title});
   document.body.appendChild(p);
@@ -292,7 +365,10 @@ def _chromium():
         exe = shutil.which(name)
         if exe:
             return exe
-    msg = "headless Chromium is not installed (Debian package 'chromium'; 'make test' installs it when it can)"
+    msg = (
+        "headless Chromium is not installed (Debian package 'chromium'; 'make test' installs it "
+        "when it can)"
+    )
     if os.environ.get("CI") == "true":
         pytest.fail(msg + "; under CI=true this test must run")
     pytest.skip(msg)
@@ -301,8 +377,12 @@ def _chromium():
 def _run_chromium(exe, args, tmp_path):
     profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
     profile.mkdir()
-    r = subprocess.run([exe, *_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                       timeout=180)
+    r = subprocess.run(
+        [exe, *_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     return r
 
 
@@ -331,8 +411,11 @@ def test_report_renders_in_headless_chromium(which, full_report, demo_report, tm
         assert img["complete"] and img["w"] == w and img["h"] == h and img["shown"] > 0
     assert result["title"]
     shot = tmp_path / f"{which}-report.png"
-    r = _run_chromium(exe, [f"--screenshot={shot}", "--window-size=1280,2400", (out / "index.html").as_uri()],
-                      tmp_path)
+    r = _run_chromium(
+        exe,
+        [f"--screenshot={shot}", "--window-size=1280,2400", (out / "index.html").as_uri()],
+        tmp_path,
+    )
     assert shot.exists(), r.stderr[-2000:]
     data = shot.read_bytes()
     assert _png_size(data) == (1280, 2400) and len(data) > 20_000
@@ -343,18 +426,23 @@ def test_chromium_check_catches_broken_images(tmp_path):
     """Negative control: the same check reports a missing file and an undecodable image."""
     exe = _chromium()
     page = tmp_path / "broken.html"
-    page.write_text("<!DOCTYPE html><html><head><title>t</title></head><body>"
-                    "<img src='missing.png'><img src='data:image/png;base64,iVBORw0KGgoAAAA='></body></html>")
+    page.write_text(
+        "<!DOCTYPE html><html><head><title>t</title></head><body>"
+        "<img src='missing.png'><img src='data:image/png;base64,iVBORw0KGgoAAAA='></body></html>"
+    )
     check = tmp_path / "check.html"
     check.write_text(page.read_text().replace("<head>", "<head>" + _CHECK, 1))
     r = _run_chromium(exe, ["--dump-dom", check.as_uri()], tmp_path)
-    result = json.loads(htmlmod.unescape(re.search(r'<pre id="topcal-check">(.*?)</pre>', r.stdout, re.S).group(1)))
+    result = json.loads(
+        htmlmod.unescape(re.search(r'<pre id="topcal-check">(.*?)</pre>', r.stdout, re.S).group(1))
+    )
     assert any("missing.png" in e for e in result["errors"])
     assert [img["w"] for img in result["images"]] == [0, 0]
 
 
 def test_report_survives_degenerate_classes(tmp_path):
-    """A class never predicted and a class that is always right: warnings, no crash, densities skip them."""
+    """A class never predicted and a class that is always right: warnings, no crash, densities skip
+    them."""
     rng = np.random.default_rng(0)
     n = 1_500
     z = rng.normal(0, 1, (n, 4))
@@ -378,22 +466,38 @@ def test_report_survives_degenerate_classes(tmp_path):
 
 
 def test_report_cli_binned_extra_file_naming_one_class(tmp_path, capsys):
-    """A file of extra samples usually names only the classes it adds: it is aligned to the data's classes."""
+    """A file of extra samples usually names only the classes it adds: it is aligned to the data's
+    classes."""
     from topcal.datasets import load_phanns
 
     d = load_phanns()
     data_csv = tmp_path / "phanns.csv"
     rows = ["predicted_class,bin_lo,bin_hi,tp,fp"] + [
         f"{d.classes[p]},{float(lo)!r},{float(hi)!r},{tp:.0f},{fp:.0f}"
-        for p, (lo, hi), tp, fp in zip(d.pred, d.bin_edges, d.tp, d.fp)]
+        for p, (lo, hi), tp, fp in zip(d.pred, d.bin_edges, d.tp, d.fp)
+    ]
     data_csv.write_text("\n".join(rows) + "\n")
     extra = tmp_path / "extra.csv"
     extra.write_text("predicted_class,bin_lo,bin_hi,tp,fp\nHTJ,7.0,7.1,40,0\nHTJ,9.0,9.1,120,0\n")
     out = tmp_path / "r"
-    args = ["report", str(data_csv), "--score-range", "0", "10", "--methods", "hist", "--dpi", "40", "-o", str(out)]
+    args = [
+        "report",
+        str(data_csv),
+        "--score-range",
+        "0",
+        "10",
+        "--methods",
+        "hist",
+        "--dpi",
+        "40",
+        "-o",
+        str(out),
+    ]
     assert main(args + ["--add", str(extra)]) == 0
     page = (out / "index.html").read_text()
-    assert "id='fig-added'" in page and "HTJ: +160 TP, +0 FP" not in page  # the title is in the PNG, not the HTML
+    assert (
+        "id='fig-added'" in page and "HTJ: +160 TP, +0 FP" not in page
+    )  # the title is in the PNG, not the HTML
     assert "extra samples (--add)</b>: 160 samples" in page
     extra.write_text("predicted_class,bin_lo,bin_hi,tp,fp\nNope,7.0,7.1,40,0\n")
     capsys.readouterr()

@@ -1,4 +1,5 @@
-"""Shrinkage toward the pooled curve, the auto method, and held-out safety (issue: safe out of sample)."""
+"""Shrinkage toward the pooled curve, the auto method, and held-out safety (issue: safe out of
+sample)."""
 
 import json
 import warnings
@@ -14,7 +15,17 @@ from topcal.metrics import nll
 
 from _sim import simulate_probs
 
-SHRINKABLE = ["hist", "cum", "cum-median", "cum-opt", "kde", "kde-mon", "kde-mon2", "kde-mon4", "kde-opt"]
+SHRINKABLE = [
+    "hist",
+    "cum",
+    "cum-median",
+    "cum-opt",
+    "kde",
+    "kde-mon",
+    "kde-mon2",
+    "kde-mon4",
+    "kde-opt",
+]
 
 
 def _quiet(fn, *a, **k):
@@ -35,7 +46,9 @@ def logistic_classes(sizes, dev, seed):
         ok += list(rng.uniform(size=n) < p)
     pred, ok = np.array(pred), np.array(ok)
     labels = np.where(ok, pred, (pred + 1) % len(sizes))
-    return TopLabelData.from_scores(pred, np.array(score), labels=labels, classes=[str(i) for i in range(len(sizes))])
+    return TopLabelData.from_scores(
+        pred, np.array(score), labels=labels, classes=[str(i) for i in range(len(sizes))]
+    )
 
 
 def heldout_nll(method, data, folds=2, seed=0, **params):
@@ -43,7 +56,9 @@ def heldout_nll(method, data, folds=2, seed=0, **params):
     conf = []
     for f in range(folds):
         train = TopLabelData.concat([parts[g] for g in range(folds) if g != f])
-        conf.append(_quiet(lambda: topcal.calibrator(method, **params).fit(train).predict(parts[f])))
+        conf.append(
+            _quiet(lambda: topcal.calibrator(method, **params).fit(train).predict(parts[f]))
+        )
     return nll(TopLabelData.concat(parts), np.concatenate(conf)).overall
 
 
@@ -74,7 +89,9 @@ def test_shrinkage_zero_is_the_paper_and_small_m_tends_to_it(method):
     data = TopLabelData.from_probs(p, lab)
     paper = _quiet(lambda: topcal.paper_calibrator(method).fit(data))
     zero = _quiet(lambda: topcal.calibrator(method, shrinkage=0).fit(data))
-    np.testing.assert_array_equal(zero.predict(data), paper.predict(data))  # the very same estimator
+    np.testing.assert_array_equal(
+        zero.predict(data), paper.predict(data)
+    )  # the very same estimator
     assert "shrinkage" not in zero.to_dict()["state"]
     tiny = _quiet(lambda: topcal.calibrator(method, shrinkage=1e-9).fit(data))
     np.testing.assert_allclose(tiny.predict(data), paper.predict(data), atol=1e-6)
@@ -82,8 +99,11 @@ def test_shrinkage_zero_is_the_paper_and_small_m_tends_to_it(method):
 
 def test_hist_with_fixed_m_is_the_pseudo_count_formula_by_hand():
     # class a: bins (0, .5] holds 1 TP + 1 FP, (.5, 1] holds 3 TP; class b: 1 TP, 1 FP at 0.9
-    d = TopLabelData.from_scores(["a"] * 5 + ["b"] * 2, [0.2, 0.3, 0.6, 0.7, 0.9, 0.9, 0.9],
-                                 ["a", "b", "a", "a", "a", "b", "a"])
+    d = TopLabelData.from_scores(
+        ["a"] * 5 + ["b"] * 2,
+        [0.2, 0.3, 0.6, 0.7, 0.9, 0.9, 0.9],
+        ["a", "b", "a", "a", "a", "b", "a"],
+    )
     m = topcal.calibrator("hist", n_bins=2, shrinkage=2.0).fit(d)
     ref = m.reference_  # pooled: (0, .5] 1/2, (.5, 1] 4/5; shrunk toward (5 + 1/2) / (7 + 1)
     r0 = 5.5 / 8
@@ -132,7 +152,8 @@ def test_weight_of_the_reference_is_larger_for_small_classes():
 
 @pytest.mark.slow
 def test_shrunk_methods_beat_doing_nothing_held_out_on_small_classes():
-    # 60 classes of ~40 positives, over-confident scores: the regime where the paper's estimators fail
+    # 60 classes of ~40 positives, over-confident scores: the regime where the paper's estimators
+    # fail
     p, lab = simulate_probs(5000, 5, 60, sharpen=[1.5] * 60)
     data = TopLabelData.from_probs(p, lab)
     base = heldout_nll("uncalibrated", data)
@@ -182,8 +203,12 @@ def test_the_reference_keeps_no_statistics_and_the_model_still_updates(method):
     first, second = kfold_split(data, 2, seed=1)
     updated = _quiet(lambda: topcal.calibrator(method).fit(first).update(second))
     assert updated.reference_.evidence_.stats is None
-    np.testing.assert_allclose(updated.predict(data), _quiet(lambda: topcal.calibrator(method).fit(
-        updated.evidence_.stats.to_data())).predict(data))
+    np.testing.assert_allclose(
+        updated.predict(data),
+        _quiet(lambda: topcal.calibrator(method).fit(updated.evidence_.stats.to_data())).predict(
+            data
+        ),
+    )
 
 
 @pytest.mark.slow
@@ -196,7 +221,8 @@ def test_shrunk_fit_leaves_the_data_unchanged(method):
     m = _quiet(lambda: topcal.calibrator(method).fit(data))
     for a, b in zip(before, (data.score, data.tp, data.fp, data.pred)):
         np.testing.assert_array_equal(a, b)
-    # the one-class reference reads its own table's scalars: the same counts as through the class array
+    # the one-class reference reads its own table's scalars: the same counts as through the class
+    # array
     t0, n0 = m.reference_._local_counts(0, data.score)
     t1, n1 = m.reference_._local_counts_rows(np.zeros(data.n_rows, dtype=np.int64), data.score)
     np.testing.assert_array_equal(t0, t1)
@@ -242,8 +268,11 @@ def test_auto_picks_a_score_method_when_the_curve_is_not_a_sigmoid():
 
 def test_auto_keeps_the_raw_score_when_it_is_calibrated_and_data_are_few():
     p, lab = simulate_probs(300, 12, 30)  # calibrated by construction, ~10 per class
-    m = _quiet(lambda: topcal.calibrator("auto", candidates=["uncalibrated", "hist", "cum-opt"]).fit(
-        TopLabelData.from_probs(p, lab)))
+    m = _quiet(
+        lambda: topcal.calibrator("auto", candidates=["uncalibrated", "hist", "cum-opt"]).fit(
+            TopLabelData.from_probs(p, lab)
+        )
+    )
     assert m.method_ == "uncalibrated", m.cv_
     with pytest.warns(DegenerateClassWarning, match="too few"):
         tiny = topcal.calibrator("auto").fit(TopLabelData.from_probs(p[:6], lab[:6]))
@@ -268,8 +297,11 @@ def test_auto_records_its_choice_and_round_trips(tmp_path):
 def test_auto_survives_a_failing_candidate():
     p, lab = simulate_probs(1500, 14, 3)
     data = TopLabelData.from_probs(p, lab)
-    m = _quiet(lambda: topcal.calibrator("auto", folds=3, candidates=["uncalibrated", "csts", "hist"]).fit(
-        data.subset(np.flatnonzero(data.pred != 2))))  # class 2 never predicted: csts still fits
+    m = _quiet(
+        lambda: topcal.calibrator("auto", folds=3, candidates=["uncalibrated", "csts", "hist"]).fit(
+            data.subset(np.flatnonzero(data.pred != 2))
+        )
+    )  # class 2 never predicted: csts still fits
     assert m.method_ in ("uncalibrated", "csts", "hist")
 
 
@@ -311,7 +343,9 @@ def test_quasi_separated_class_fits_without_raising():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["sts", "csts", "tswa", "cstswa", "btswa", "kde-mon2", "hist", "auto"])
+@pytest.mark.parametrize(
+    "method", ["sts", "csts", "tswa", "cstswa", "btswa", "kde-mon2", "hist", "auto"]
+)
 def test_row_order_does_not_change_the_fit(method):
     p, lab = _forest_like(seed=2, n=900, k=4)
     data = TopLabelData.from_probs(p, lab)
@@ -326,8 +360,12 @@ def test_compare_reports_failures_and_warnings_instead_of_aborting():
     from topcal.evaluate import compare_methods
 
     data = topcal.datasets.load_phanns()
-    res = compare_methods(data, ["uncalibrated", "hist", "btswa"], folds=2,
-                          params={"hist": {"shrinkage": 0}, "btswa": {"max_iter": 500}})
+    res = compare_methods(
+        data,
+        ["uncalibrated", "hist", "btswa"],
+        folds=2,
+        params={"hist": {"shrinkage": 0}, "btswa": {"max_iter": 500}},
+    )
     assert set(res["methods"]) == {"uncalibrated", "hist", "btswa"} and not res["failed"]
     assert any("reaches confidence 0 or 1" in m for m in res["warnings"]["hist"])
     with pytest.raises(ParameterError, match="no parameter"):
@@ -340,20 +378,38 @@ def test_cli_fit_tswa_on_forest_outputs_and_compare_top_score_csv(tmp_path, caps
 
     p, lab = _forest_like(seed=4, n=800, k=4)
     np.savez(tmp_path / "rf.npz", probs=p, labels=lab, classes=np.array(["a", "b", "c", "d"]))
-    assert main(["fit", str(tmp_path / "rf.npz"), "--method", "tswa", "-o", str(tmp_path / "m.json")]) == 0
+    assert (
+        main(["fit", str(tmp_path / "rf.npz"), "--method", "tswa", "-o", str(tmp_path / "m.json")])
+        == 0
+    )
     assert np.all(topcal.load(tmp_path / "m.json").temperature_ < 20)
     # the true_label,pred_label,confidence layout of published ImageNet outputs, many small classes
     rng = np.random.default_rng(0)
     n, k = 600, 30
     pred = rng.integers(k, size=n)
     conf = rng.uniform(0.2, 1.0, n)
-    true = np.where(rng.uniform(size=n) < conf ** 2, pred, (pred + 1) % k)
+    true = np.where(rng.uniform(size=n) < conf**2, pred, (pred + 1) % k)
     import pandas as pd
 
-    pd.DataFrame({"true_label": true, "pred_label": pred, "confidence": conf}).to_csv(tmp_path / "t.csv", index=False)
+    pd.DataFrame({"true_label": true, "pred_label": pred, "confidence": conf}).to_csv(
+        tmp_path / "t.csv", index=False
+    )
     capsys.readouterr()
-    code = main(["compare", str(tmp_path / "t.csv"), "--label-column", "true_label", "--pred-column", "pred_label",
-                 "--score-column", "confidence", "--folds", "2", "--json"])
+    code = main(
+        [
+            "compare",
+            str(tmp_path / "t.csv"),
+            "--label-column",
+            "true_label",
+            "--pred-column",
+            "pred_label",
+            "--score-column",
+            "confidence",
+            "--folds",
+            "2",
+            "--json",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     res = json.loads(out.out)
@@ -390,15 +446,22 @@ def test_cell_merge_keeps_weights_and_weighted_mean_scores():
     fp = np.array([0.0, 0.0, 1.0, 0.0, 0.5, 1.0])
     s, t, f, c = shr.merge_rows_by_cell(cell, score, tp, fp, 4)
     got = np.array(sorted(zip(c, t > 0, s, t, f)), dtype=float)
-    want = [(0, 1, 0.2, 2.0, 0.0), (1, 0, (0.5 + 0.35) / 1.5, 0.0, 1.5),
-            (1, 1, (1.2 + 0.7) / 3.0, 3.0, 0.0), (3, 0, 0.9, 0.0, 1.0)]
+    want = [
+        (0, 1, 0.2, 2.0, 0.0),
+        (1, 0, (0.5 + 0.35) / 1.5, 0.0, 1.5),
+        (1, 1, (1.2 + 0.7) / 3.0, 3.0, 0.0),
+        (3, 0, 0.9, 0.0, 1.0),
+    ]
     np.testing.assert_allclose(got, want, rtol=1e-15)
 
 
-@pytest.mark.parametrize("params", [{}, {"strategy": "quantile", "shrinkage": "class"}, {"n_bins": 37}])
+@pytest.mark.parametrize(
+    "params", [{}, {"strategy": "quantile", "shrinkage": "class"}, {"n_bins": 37}]
+)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_histogram_pseudo_counts_from_cells_equal_those_from_rows(params, weighted):
-    """issue 26: hist chooses its pseudo-counts from per-(bin, reference bin) sums, not per-row lookups;
+    """issue 26: hist chooses its pseudo-counts from per-(bin, reference bin) sums, not per-row
+    lookups;
     the losses, pseudo-counts and fitted model are those of the per-row path, bit for bit (a class
     without rows and count weights included)."""
     rng = np.random.default_rng(3)
@@ -416,7 +479,9 @@ def test_histogram_pseudo_counts_from_cells_equal_those_from_rows(params, weight
     slow.cell_sums = False  # the per-row path
     _quiet(slow.fit, data)
     assert np.array_equal(fast.shrinkage_loss_, slow.shrinkage_loss_)
-    assert np.array_equal(fast.shrinkage_, slow.shrinkage_) and fast.reference_m_ == slow.reference_m_
+    assert (
+        np.array_equal(fast.shrinkage_, slow.shrinkage_) and fast.reference_m_ == slow.reference_m_
+    )
     assert json.dumps(fast.to_dict()["state"]) == json.dumps(slow.to_dict()["state"])
     assert np.array_equal(fast.predict(data), slow.predict(data))
 
@@ -424,7 +489,9 @@ def test_histogram_pseudo_counts_from_cells_equal_those_from_rows(params, weight
 def test_count_runs_keep_small_counts_exact_and_large_ones_within_the_width(monkeypatch):
     rng = np.random.default_rng(5)
     group = np.repeat([0, 1, 2], 4000)
-    t = np.concatenate([np.cumsum(rng.random(4000) < p)[::-1] for p in (0.9, 0.5, 0.05)]).astype(float)
+    t = np.concatenate([np.cumsum(rng.random(4000) < p)[::-1] for p in (0.9, 0.5, 0.05)]).astype(
+        float
+    )
     n = np.concatenate([np.arange(4000, 0, -1)] * 3).astype(float)
     run = shr.count_runs(t, n, group, 0.01)
     monkeypatch.setattr(shr, "_RUN_BLOCK", 7)  # block edges everywhere: the same runs
@@ -456,7 +523,9 @@ def test_cumulative_pseudo_counts_from_count_runs_match_the_per_row_loss(method,
     _quiet(slow.fit, data)
     np.testing.assert_allclose(fast.shrinkage_loss_, slow.shrinkage_loss_, rtol=1e-5)
     assert not np.array_equal(fast.shrinkage_loss_, slow.shrinkage_loss_)  # runs were merged
-    assert np.array_equal(fast.shrinkage_, slow.shrinkage_) and fast.reference_m_ == slow.reference_m_
+    assert (
+        np.array_equal(fast.shrinkage_, slow.shrinkage_) and fast.reference_m_ == slow.reference_m_
+    )
     assert json.dumps(fast.to_dict()["state"]) == json.dumps(slow.to_dict()["state"])
     assert np.array_equal(fast.predict(data), slow.predict(data))
 
@@ -469,27 +538,40 @@ def _rounded_and_binned_sets():
         "continuous": d,
         "rounded": TopLabelData.from_probs(rounded / rounded.sum(axis=1, keepdims=True), labels),
         "binned": topcal.datasets.load_phanns(),
-        "fractional": TopLabelData(d.classes, d.pred, np.round(d.score, 2), d.score_range, tp=0.7 * d.tp,
-                                   fp=1.3 * d.fp + 0.1),
+        "fractional": TopLabelData(
+            d.classes,
+            d.pred,
+            np.round(d.score, 2),
+            d.score_range,
+            tp=0.7 * d.tp,
+            fp=1.3 * d.fp + 0.1,
+        ),
     }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["cum", "cum-median", "cum-opt"])
-def test_cumulative_reference_from_the_class_tables_equals_the_pooled_fit_bit_for_bit(method, monkeypatch):
-    """issue 26: a shrunk cum fit makes its pooled reference from the classes' sorted tables (a merge
+def test_cumulative_reference_from_the_class_tables_equals_the_pooled_fit_bit_for_bit(
+    method, monkeypatch
+):
+    """issue 26: a shrunk cum fit makes its pooled reference from the classes' sorted tables (a
+    merge
     of K runs) and its cells' sums from the class fits' weights; on continuous, rounded (scores
     shared by classes), binned and fractionally weighted rows (the fit over the rows) the model,
     its saved file, pseudo-counts and predictions are those of the fit over the pooled rows."""
 
     sets = _rounded_and_binned_sets()
     for rule in ("auto", "class"):
-        fast = {k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()}
+        fast = {
+            k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()
+        }
         with monkeypatch.context() as mp:
             mp.setattr(
                 type(fast["binned"]), "_pooled_seed", lambda self, data: None
             )  # the fit over the rows
-            slow = {k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()}
+            slow = {
+                k: _quiet(topcal.calibrator(method, shrinkage=rule).fit, d) for k, d in sets.items()
+            }
         for k, d in sets.items():
             assert json.dumps(fast[k].to_dict()) == json.dumps(slow[k].to_dict()), k
             assert np.array_equal(fast[k].shrinkage_loss_, slow[k].shrinkage_loss_), k

@@ -19,7 +19,7 @@ from sklearn.utils.estimator_checks import check_estimator
 import topcal
 from _sim import simulate_probs
 from topcal import TopLabelCalibratedClassifier
-from topcal.errors import DataError, DegenerateClassWarning, NotFittedError, ParameterError
+from topcal.errors import DataError, NotFittedError, ParameterError
 from topcal.estimator import distribute_rest
 
 pytestmark = pytest.mark.filterwarnings("ignore::topcal.errors.DegenerateClassWarning")
@@ -66,6 +66,7 @@ def test_arrays_frames_and_tensors_give_the_same_fit(probs):
     np.testing.assert_array_equal(from_frame.predict(frame), want)
     np.testing.assert_array_equal(from_frame.predict(frame.assign(label=y)), want)  # labels ignored
     import torch  # in the experiments extra, which `make test` installs
+
     t = torch.tensor(p, requires_grad=True)
     from_tensor = topcal.calibrator("kde-mon2").fit(t, torch.tensor(y))
     np.testing.assert_array_equal(from_tensor.predict(t), want)
@@ -78,7 +79,9 @@ def test_logits_are_detected_and_named_classes(probs):
     a = topcal.calibrator("sts").fit(z, np.asarray(names)[y], classes=names)
     b = topcal.calibrator("sts").fit(topcal.TopLabelData.from_logits(z, y, classes=names))
     assert a.classes_ == tuple(names)
-    np.testing.assert_allclose(a.predict(z), b.predict(topcal.TopLabelData.from_logits(z, classes=names)))
+    np.testing.assert_allclose(
+        a.predict(z), b.predict(topcal.TopLabelData.from_logits(z, classes=names))
+    )
     np.testing.assert_allclose(a.predict(p, kind="probs"), a.predict(z), atol=1e-9)
 
 
@@ -112,20 +115,32 @@ def test_calibrator_is_the_last_step_of_a_pipeline(probs):
 
 # ------------------------------------------------------------ meta-estimator
 def _blobs(n=1500, seed=0, k=3):
-    return make_classification(n_samples=n, n_features=8, n_informative=5, n_classes=k, n_clusters_per_class=1,
-                               class_sep=0.8, random_state=seed)
+    return make_classification(
+        n_samples=n,
+        n_features=8,
+        n_informative=5,
+        n_classes=k,
+        n_clusters_per_class=1,
+        class_sep=0.8,
+        random_state=seed,
+    )
 
 
 #: Checks of scikit-learn's suite that cannot hold for a top-label calibrator,
 #: and why (run; allowed to fail); every other check must pass.
 TOP_LABEL_EXEMPT = {
     "check_classifiers_train": (
-        "asserts argmax(predict_proba) == predict; predict is the classifier's own prediction, and a "
-        "score-based calibrator can give it a confidence below 1/K (a bin where the predicted class is mostly "
-        "wrong), or equal to another class's share, so predict_proba honestly puts as much or more mass on "
-        "another class"),
+        "asserts argmax(predict_proba) == predict; predict is the classifier's own prediction, and "
+        "a "
+        "score-based calibrator can give it a confidence below 1/K (a bin where the predicted "
+        "class is mostly "
+        "wrong), or equal to another class's share, so predict_proba honestly puts as much or more "
+        "mass on "
+        "another class"
+    ),
 }
-#: Checks scikit-learn itself skips here: the array-API check needs SCIPY_ARRAY_API=1 and array-api-compat,
+#: Checks scikit-learn itself skips here: the array-API check needs SCIPY_ARRAY_API=1 and
+#: array-api-compat,
 #: and topcal computes in NumPy (array-API inputs are converted by the classifier, not by topcal).
 SKLEARN_SKIPS = {"check_array_api_input"}
 
@@ -134,10 +149,13 @@ def _run_checks(est, expected):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         results = check_estimator(est, on_fail=None, expected_failed_checks=expected)
-    bad = [(r["check_name"], r["status"], str(r["exception"])[:200]) for r in results
-           if r["status"] != "passed"
-           and not (r["status"] == "xfail" and r["check_name"] in expected)
-           and not (r["status"] == "skipped" and r["check_name"] in SKLEARN_SKIPS)]
+    bad = [
+        (r["check_name"], r["status"], str(r["exception"])[:200])
+        for r in results
+        if r["status"] != "passed"
+        and not (r["status"] == "xfail" and r["check_name"] in expected)
+        and not (r["status"] == "skipped" and r["check_name"] in SKLEARN_SKIPS)
+    ]
     assert not bad, bad
     assert len(results) > 40
     return {r["check_name"]: r["status"] for r in results}
@@ -145,7 +163,8 @@ def _run_checks(est, expected):
 
 @pytest.mark.slow
 def test_meta_estimator_passes_sklearn_checks_with_temperature_scaling():
-    # temperature scaling of a smooth classifier keeps the predicted class on top: every check applies
+    # temperature scaling of a smooth classifier keeps the predicted class on top: every check
+    # applies
     status = _run_checks(TopLabelCalibratedClassifier(GaussianNB(), method="sts", cv=3), {})
     assert status["check_classifiers_train"] == "passed"
     assert status["check_fit_idempotent"] == status["check_estimators_nan_inf"] == "passed"
@@ -153,25 +172,43 @@ def test_meta_estimator_passes_sklearn_checks_with_temperature_scaling():
 
 @pytest.mark.slow
 def test_meta_estimator_passes_sklearn_checks_with_score_methods():
-    status = _run_checks(TopLabelCalibratedClassifier(GaussianNB(), method="hist", cv=3), TOP_LABEL_EXEMPT)
+    status = _run_checks(
+        TopLabelCalibratedClassifier(GaussianNB(), method="hist", cv=3), TOP_LABEL_EXEMPT
+    )
     assert status["check_classifiers_train"] == "xfail"  # it does fail, for the documented reason
     # a classifier that takes sparse input: the meta-estimator passes it through
-    status = _run_checks(TopLabelCalibratedClassifier(DecisionTreeClassifier(max_depth=4, random_state=0),
-                                                      method="kde-mon2", cv=3), TOP_LABEL_EXEMPT)
+    status = _run_checks(
+        TopLabelCalibratedClassifier(
+            DecisionTreeClassifier(max_depth=4, random_state=0), method="kde-mon2", cv=3
+        ),
+        TOP_LABEL_EXEMPT,
+    )
     assert status["check_estimator_sparse_matrix"] == "passed"
 
 
 @pytest.mark.slow
 def test_pipeline_gridsearch_over_method_and_cross_val_score():
     X, y = _blobs(600)
-    pipe = make_pipeline(StandardScaler(), TopLabelCalibratedClassifier(LogisticRegression(), cv=3, method="hist"))
-    grid = GridSearchCV(pipe, {"toplabelcalibratedclassifier__method": ["hist", "kde-mon2", "sts"]},
-                        scoring="neg_log_loss", cv=3)
+    pipe = make_pipeline(
+        StandardScaler(), TopLabelCalibratedClassifier(LogisticRegression(), cv=3, method="hist")
+    )
+    grid = GridSearchCV(
+        pipe,
+        {"toplabelcalibratedclassifier__method": ["hist", "kde-mon2", "sts"]},
+        scoring="neg_log_loss",
+        cv=3,
+    )
     grid.fit(X, y)
     assert grid.best_params_["toplabelcalibratedclassifier__method"] in ("hist", "kde-mon2", "sts")
-    assert set(grid.cv_results_["param_toplabelcalibratedclassifier__method"]) == {"hist", "kde-mon2", "sts"}
+    assert set(grid.cv_results_["param_toplabelcalibratedclassifier__method"]) == {
+        "hist",
+        "kde-mon2",
+        "sts",
+    }
     assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
-    scores = cross_val_score(TopLabelCalibratedClassifier(LogisticRegression(), method="kde-mon2", cv=3), X, y, cv=3)
+    scores = cross_val_score(
+        TopLabelCalibratedClassifier(LogisticRegression(), method="kde-mon2", cv=3), X, y, cv=3
+    )
     assert scores.shape == (3,) and scores.min() > 0.5
 
 
@@ -182,7 +219,10 @@ def test_method_params_are_estimator_params():
     assert est.get_params()["n_bins"] == 4
     twin = clone(est)
     assert {k: v for k, v in twin.get_params(deep=False).items() if k != "estimator"} == {
-        "method": "hist", "cv": 3, "n_bins": 4}
+        "method": "hist",
+        "cv": 3,
+        "n_bins": 4,
+    }
     twin.set_params(n_bins=7, strategy="quantile")
     got = twin.fit(X, y).calibrator_.get_params()
     assert (got["n_bins"], got["strategy"]) == (7, "quantile")
@@ -204,7 +244,9 @@ def test_prefit_estimator_is_not_refitted():
     np.testing.assert_array_equal(cal.predict(X[1800:]), clf.predict(X[1800:]))
     # the calibrator is exactly kde-mon2 fitted on the classifier's held-out probabilities
     direct = topcal.calibrator("kde-mon2").fit(clf.predict_proba(X[1200:1800]), y[1200:1800])
-    np.testing.assert_allclose(cal.predict_confidence(X[1800:]), direct.predict(clf.predict_proba(X[1800:])))
+    np.testing.assert_allclose(
+        cal.predict_confidence(X[1800:]), direct.predict(clf.predict_proba(X[1800:]))
+    )
     with pytest.raises(NotFittedError, match="not fitted"):
         TopLabelCalibratedClassifier(LogisticRegression(), method="hist").fit(X, y)
 
@@ -240,14 +282,17 @@ def test_predict_proba_top_entry_is_the_confidence_and_strings_work():
     X, y = _blobs(1500, k=4)
     names = np.array(["ant", "bee", "cow", "dog"])[y]
     clf = LogisticRegression().fit(X[:500], names[:500])
-    cal = TopLabelCalibratedClassifier(clf, method="hist", n_bins=5).fit(X[500:1000], names[500:1000])
+    cal = TopLabelCalibratedClassifier(clf, method="hist", n_bins=5).fit(
+        X[500:1000], names[500:1000]
+    )
     proba = cal.predict_proba(X[1000:])
     conf = cal.predict_confidence(X[1000:])
     top = clf.predict_proba(X[1000:]).argmax(1)
     np.testing.assert_allclose(proba[np.arange(len(top)), top], conf)
     np.testing.assert_allclose(proba.sum(1), 1.0)
     assert list(cal.classes_) == ["ant", "bee", "cow", "dog"]
-    # with c >= 1/K the predicted class stays on top (other classes are capped at c, so ties can occur)
+    # with c >= 1/K the predicted class stays on top (other classes are capped at c, so ties can
+    # occur)
     ok = conf >= 1 / 4
     assert ok.sum() > 400
     np.testing.assert_allclose(proba[ok].max(1), conf[ok])
@@ -259,20 +304,28 @@ def test_predict_proba_top_entry_is_the_confidence_and_strings_work():
 
 
 def test_distribute_rest_shares_in_proportion_with_a_cap():
-    base = np.array([[0.5, 0.3, 0.2, 0.0], [0.4, 0.35, 0.25, 0.0], [1.0, 0.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]])
+    base = np.array(
+        [[0.5, 0.3, 0.2, 0.0], [0.4, 0.35, 0.25, 0.0], [1.0, 0.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]]
+    )
     top = np.array([0, 0, 0, 0])
     conf = np.array([0.8, 0.4, 0.7, 0.1])
     out = distribute_rest(base, top, conf)
     np.testing.assert_allclose(out.sum(1), 1.0)
     np.testing.assert_allclose(out[:, 0], conf)
     np.testing.assert_allclose(out[0], [0.8, 0.12, 0.08, 0.0])  # plain proportion, below the cap
-    np.testing.assert_allclose(out[1], [0.4, 0.35, 0.25, 0.0])  # 0.6 in proportion 0.35:0.25, under the cap
+    np.testing.assert_allclose(
+        out[1], [0.4, 0.35, 0.25, 0.0]
+    )  # 0.6 in proportion 0.35:0.25, under the cap
     np.testing.assert_allclose(out[2], [0.7, 0.1, 0.1, 0.1])  # no information: equal shares
-    np.testing.assert_allclose(out[3], [0.1, 0.45, 0.3, 0.15])  # c < 1/K: plain proportion, uncapped
+    np.testing.assert_allclose(
+        out[3], [0.1, 0.45, 0.3, 0.15]
+    )  # c < 1/K: plain proportion, uncapped
     capped = distribute_rest(np.array([[0.5, 0.45, 0.05]]), np.array([0]), np.array([0.5]))
     np.testing.assert_allclose(capped, [[0.5, 0.45, 0.05]])
     capped = distribute_rest(np.array([[0.4, 0.55, 0.05]]), np.array([1]), np.array([0.45]))
-    np.testing.assert_allclose(capped, [[0.45, 0.45, 0.10]])  # 0.55 * 0.4/... would exceed 0.45: capped
+    np.testing.assert_allclose(
+        capped, [[0.45, 0.45, 0.10]]
+    )  # 0.55 * 0.4/... would exceed 0.45: capped
 
 
 @pytest.mark.slow
@@ -284,7 +337,9 @@ def test_default_method_is_auto():
     est.fit(X, y)
     assert est.calibrator_.name == "auto"
     # the auto calibrator itself takes the classifier's probabilities as an array too
-    np.testing.assert_allclose(est.calibrator_.predict(est.estimator_.predict_proba(X)), est.predict_confidence(X))
+    np.testing.assert_allclose(
+        est.calibrator_.predict(est.estimator_.predict_proba(X)), est.predict_confidence(X)
+    )
     assert np.all((est.predict_confidence(X) >= 0) & (est.predict_confidence(X) <= 1))
 
 
@@ -297,8 +352,13 @@ def test_meta_estimator_adapts_to_a_use_set_with_other_class_frequencies():
     rest = np.arange(6000, 9000)
     use = np.concatenate([rest[y[rest] == 0], rest[y[rest] == 1][:150], rest[y[rest] == 2][:150]])
     true = np.bincount(y[use], minlength=3) / use.size
-    for ad in (cal.adapt(X[use], n_bootstrap=0), cal.adapt(priors={0: true[0], 1: true[1], 2: true[2]})):
-        assert ad is not cal and ad.estimator_ is clf and cal.calibrator_.name == "hist"  # the original is unchanged
+    for ad in (
+        cal.adapt(X[use], n_bootstrap=0),
+        cal.adapt(priors={0: true[0], 1: true[1], 2: true[2]}),
+    ):
+        assert (
+            ad is not cal and ad.estimator_ is clf and cal.calibrator_.name == "hist"
+        )  # the original is unchanged
         np.testing.assert_array_equal(ad.predict(X[use]), clf.predict(X[use]))
         data = ad.top_label_data(X[use], y[use])
         before = metrics.nll(data, cal.predict_confidence(X[use])).overall
@@ -307,6 +367,8 @@ def test_meta_estimator_adapts_to_a_use_set_with_other_class_frequencies():
         np.testing.assert_allclose(ad.predict_proba(X[use]).sum(1), 1.0)
     est = cal.adapt(X[use], n_bootstrap=0).calibrator_.estimate_.priors
     assert abs(est[0] - true[0]) < 0.1  # class 0 is three times as frequent as in the test set
-    same = cal.adapt(X[use], n_bootstrap=0, shrink=0)  # the safety step's factor passes through: 0 = unchanged
+    same = cal.adapt(
+        X[use], n_bootstrap=0, shrink=0
+    )  # the safety step's factor passes through: 0 = unchanged
     assert same.calibrator_.estimate_.shrink == 0.0
     np.testing.assert_array_equal(same.predict_confidence(X[use]), cal.predict_confidence(X[use]))

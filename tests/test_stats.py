@@ -24,9 +24,21 @@ from topcal.stats import DEFAULT_CELLS, ScoreStats, cell_index
 
 from _frames import assert_confusion_equal, on_grid
 
-# every method that can be fitted from score statistics (all but the full-vector temperature methods)
-COUNT_METHODS = ["uncalibrated", "conf1", "hist", "cum", "cum-median", "cum-opt", "kde", "kde-mon",
-                 "kde-mon2", "kde-mon4", "kde-opt"]
+# every method that can be fitted from score statistics (all but the full-vector temperature
+# methods)
+COUNT_METHODS = [
+    "uncalibrated",
+    "conf1",
+    "hist",
+    "cum",
+    "cum-median",
+    "cum-opt",
+    "kde",
+    "kde-mon",
+    "kde-mon2",
+    "kde-mon4",
+    "kde-opt",
+]
 TEMPERATURE_SCORE_METHODS = ["bts", "btswa"]
 
 
@@ -73,11 +85,18 @@ def test_update_over_any_split_equals_one_fit(name, n_parts):
     if isinstance(a, ScoreCalibrator):
         for sa, sb in zip(a.class_state_, b.class_state_):
             assert (sa is None) == (sb is None)
-            for key in ("tp", "fp", "n_above", "n_below"):  # the counts behind the curves: bit for bit
+            for key in (
+                "tp",
+                "fp",
+                "n_above",
+                "n_below",
+            ):  # the counts behind the curves: bit for bit
                 if sa is not None and key in sa:
                     np.testing.assert_array_equal(sa[key], sb[key])
         for k in range(len(a.classes_)):
-            np.testing.assert_allclose(a.curve(k).confidence, b.curve(k).confidence, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(
+                a.curve(k).confidence, b.curve(k).confidence, rtol=0, atol=1e-12
+            )
     np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=0, atol=1e-12)
 
 
@@ -118,7 +137,9 @@ def test_binned_input_keeps_its_bins_and_fits_as_before():
         raw = _quiet_fit(topcal.calibrator(name), data)
         via = _quiet_fit(topcal.calibrator(name), stats.to_data())
         for k in range(data.n_classes):
-            np.testing.assert_allclose(raw.curve(k).confidence, via.curve(k).confidence, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(
+                raw.curve(k).confidence, via.curve(k).confidence, rtol=0, atol=1e-12
+            )
 
 
 def test_stats_fit_is_close_to_raw_fit():
@@ -140,7 +161,9 @@ def test_update_survives_save_and_load(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loaded.update(data.subset(np.arange(half, data.n_rows)))
-    np.testing.assert_allclose(loaded.predict(data), _whole("kde-mon2", data).predict(data), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        loaded.predict(data), _whole("kde-mon2", data).predict(data), rtol=0, atol=1e-12
+    )
 
 
 def test_update_with_statistics_directly():
@@ -156,7 +179,9 @@ def test_format_1_files_load_and_update_asks_for_a_refit(tmp_path):
     doc = json.loads(persist.dumps(cal))
     del doc["model"]["stats"]
     doc["format_version"] = 1
-    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old = persist.load(tmp_path / "old.json")
     np.testing.assert_array_equal(old.predict(data), cal.predict(data))
@@ -168,7 +193,9 @@ def test_corrupt_stats_give_a_model_file_error(tmp_path):
     cal = _quiet_fit(topcal.calibrator("hist"), _sim())
     doc = json.loads(persist.dumps(cal))
     doc["model"]["stats"]["tp"] = doc["model"]["stats"]["tp"][:-1]
-    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
     with pytest.raises(ModelFileError, match="malformed"):
         persist.loads(json.dumps(doc))
 
@@ -183,7 +210,8 @@ def test_award_methods_cannot_update(name):
 
 
 def test_update_merges_the_label_shift_counts():
-    """Per-sample labelled updates add their confusion counts in the first fit's regions; statistics drop them."""
+    """Per-sample labelled updates add their confusion counts in the first fit's regions; statistics
+    drop them."""
     data = _sim(n=3000)
     whole = ConfusionStats.from_data(data)
     rng = np.random.default_rng(5)
@@ -219,15 +247,21 @@ def _updated_parts(name, data, parts, **params):
 
 def test_auto_update_keeps_its_choice_and_refits_the_chosen_method():
     data = _sim(n=1500)
-    cal = _quiet_fit(topcal.calibrator("auto", candidates=["uncalibrated", "hist", "kde-mon2"]),
-                     data.subset(np.arange(700)))
+    cal = _quiet_fit(
+        topcal.calibrator("auto", candidates=["uncalibrated", "hist", "kde-mon2"]),
+        data.subset(np.arange(700)),
+    )
     chosen, cv, cv_n = cal.method_, dict(cal.cv_), cal.cv_samples_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal.update(data.subset(np.arange(700, data.n_rows)))
     assert cal.method_ == chosen and cal.cv_ == cv and cal.cv_samples_ == cv_n == 700
-    np.testing.assert_allclose(cal.predict(data), _whole(chosen, data).predict(data), rtol=0, atol=1e-12)
-    np.testing.assert_array_equal(cal.n_tp_ + cal.n_fp_, np.bincount(data.pred, minlength=data.n_classes))
+    np.testing.assert_allclose(
+        cal.predict(data), _whole(chosen, data).predict(data), rtol=0, atol=1e-12
+    )
+    np.testing.assert_array_equal(
+        cal.n_tp_ + cal.n_fp_, np.bincount(data.pred, minlength=data.n_classes)
+    )
     # the file keeps statistics once, at the top
     doc = cal.to_dict()
     assert "stats" in doc and "stats" not in doc["state"]["model"]
@@ -250,29 +284,46 @@ def test_merge_mismatches_are_clear_errors():
     before = cal.evidence_.stats.n_samples
     cal.update(_sim(K=3))  # data naming some of the model's classes is fine
     assert cal.evidence_.stats.n_samples > before and cal.classes_ == _sim(K=4).classes
-    with pytest.raises(DataError, match="2-d array of scores"):  # what fit says of the same input (issue 24)
+    with pytest.raises(
+        DataError, match="2-d array of scores"
+    ):  # what fit says of the same input (issue 24)
         cal.update([1, 2, 3])
 
 
 # ---------------------------------------------- label-shift counts from statistics
 def test_grid_confusion_merges_and_draws_the_regions_of_the_data_on_the_grid():
-    """GridConfusion (one pass, regions after it) = ConfusionStats.from_data of the scores at their cell midpoints."""
+    """GridConfusion (one pass, regions after it) = ConfusionStats.from_data of the scores at their
+    cell midpoints."""
     data = _sim(n=4000, K=5, seed=2)
     whole = GridConfusion.from_data(data)
     rng = np.random.default_rng(1)
-    parts = [GridConfusion.from_data(data.subset(i)) for i in np.array_split(rng.permutation(data.n_rows), 9)]
-    for merged in (GridConfusion.merge_all(parts), GridConfusion.merge_all(parts[::-1]), parts[3].merge(*parts[:3], *parts[4:])):
+    parts = [
+        GridConfusion.from_data(data.subset(i))
+        for i in np.array_split(rng.permutation(data.n_rows), 9)
+    ]
+    for merged in (
+        GridConfusion.merge_all(parts),
+        GridConfusion.merge_all(parts[::-1]),
+        parts[3].merge(*parts[:3], *parts[4:]),
+    ):
         np.testing.assert_array_equal(merged.key, whole.key)
         np.testing.assert_array_equal(merged.count, whole.count)
     conf = whole.to_confusion()
     assert_confusion_equal(conf, ConfusionStats.from_data(on_grid(data)))
-    assert sum(e.size for e in conf.edges) > 5  # several regions per class: the quantile rule is exercised
-    raw = ConfusionStats.from_data(data)  # regions move by < one cell; the confusion matrix is the same
+    assert (
+        sum(e.size for e in conf.edges) > 5
+    )  # several regions per class: the quantile rule is exercised
+    raw = ConfusionStats.from_data(
+        data
+    )  # regions move by < one cell; the confusion matrix is the same
     np.testing.assert_array_equal(conf.confusion(), raw.confusion())
     for e, r in zip(conf.edges, raw.edges):
         assert e.size == r.size and np.all(np.abs(e - r) <= 0.5 / DEFAULT_CELLS + 1e-15)
     # sparse counting (few rows per part) and dense counting (the merge of all parts) agree
-    small = [GridConfusion.from_data(data.subset(i), n_cells=8) for i in np.array_split(np.arange(data.n_rows), 100)]
+    small = [
+        GridConfusion.from_data(data.subset(i), n_cells=8)
+        for i in np.array_split(np.arange(data.n_rows), 100)
+    ]
     dense = GridConfusion.from_data(data, n_cells=8)
     merged = GridConfusion.merge_all(small)
     np.testing.assert_array_equal(merged.key, dense.key)
@@ -325,8 +376,10 @@ def test_update_from_statistics_with_confusion_counts_equals_a_per_sample_update
 
 
 def test_fit_counts_its_statistics_on_first_use_bit_for_bit():
-    """Issue 26: a fit keeps a compact copy of its rows and counts the confusion and score statistics
-    when first asked; the counts equal the eager ones, and later changes to the caller's arrays do not
+    """Issue 26: a fit keeps a compact copy of its rows and counts the confusion and score
+    statistics
+    when first asked; the counts equal the eager ones, and later changes to the caller's arrays do
+    not
     reach them."""
     import topcal
     from topcal.confusion import ConfusionStats
@@ -351,7 +404,8 @@ def test_fit_counts_its_statistics_on_first_use_bit_for_bit():
 
 
 def test_auto_update_that_refits_another_method_says_so_after_save_and_load():
-    # the choice needs full vectors (sts); an update from statistics refits the best score method, and the
+    # the choice needs full vectors (sts); an update from statistics refits the best score method,
+    # and the
     # saved model keeps saying which method it replaced
     rng = np.random.default_rng(3)
     logits = rng.normal(size=(3000, 4)) * 3
@@ -359,20 +413,32 @@ def test_auto_update_that_refits_another_method_says_so_after_save_and_load():
     p /= p.sum(axis=1, keepdims=True)
     soft = np.exp(logits / 3)
     soft /= soft.sum(axis=1, keepdims=True)
-    labels = np.array([rng.choice(4, p=q) for q in soft])  # the network is overconfident by one temperature
+    labels = np.array(
+        [rng.choice(4, p=q) for q in soft]
+    )  # the network is overconfident by one temperature
     data = topcal.TopLabelData.from_probs(p, labels)
-    cal = _quiet_fit(topcal.calibrator("auto", candidates=["sts", "hist"]), data.subset(np.arange(2000)))
+    cal = _quiet_fit(
+        topcal.calibrator("auto", candidates=["sts", "hist"]), data.subset(np.arange(2000))
+    )
     assert cal.method_ == "sts"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal.update(data.subset(np.arange(2000, 3000)))
-    assert cal.method_ == "hist" and cal.refitted_from_ == "sts" and "instead of sts" in cal.summary_line()
+    assert (
+        cal.method_ == "hist"
+        and cal.refitted_from_ == "sts"
+        and "instead of sts" in cal.summary_line()
+    )
     again = persist.loads(persist.dumps(cal))
     assert again.refitted_from_ == "sts" and again.summary_line() == cal.summary_line()
-    fresh = persist.loads(persist.dumps(_quiet_fit(topcal.calibrator("auto", candidates=["sts", "hist"]), data)))
+    fresh = persist.loads(
+        persist.dumps(_quiet_fit(topcal.calibrator("auto", candidates=["sts", "hist"]), data))
+    )
     assert fresh.refitted_from_ is None and "refitted" not in persist.dumps(fresh)
     doc = json.loads(persist.dumps(cal))
     doc["model"]["state"]["refitted_from"] = "nope"
-    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
     with pytest.raises(topcal.TopcalError, match="refitted_from"):
         persist.loads(json.dumps(doc))

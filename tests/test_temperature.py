@@ -57,7 +57,9 @@ def simulate_binary(n, k, temps, awards, seed):
     t = np.asarray(temps, float)[pred]
     a = np.asarray(awards, float)[pred]
     right = rng.random(n) < expit((np.log(s / (1 - s)) + a) / t)
-    return TopLabelData.from_scores(pred, s, np.where(right, pred, (pred + 1) % k), classes=list("abcd")[:k])
+    return TopLabelData.from_scores(
+        pred, s, np.where(right, pred, (pred + 1) % k), classes=list("abcd")[:k]
+    )
 
 
 def fit(name, data, **params):
@@ -84,7 +86,9 @@ TRUE_A = np.array([0.8, -0.5, 0.0, 1.5])
         ("cstswa", TRUE_T, TRUE_A, 40.0, 150.0),
     ],
 )
-def test_recovers_simulated_parameters_with_error_shrinking_like_root_n(name, temps, awards, c_t, c_a):
+def test_recovers_simulated_parameters_with_error_shrinking_like_root_n(
+    name, temps, awards, c_t, c_a
+):
     errs = []
     for n in (4_000, 64_000):
         m = fit(name, simulate(n, K, temps, awards, seed=n))
@@ -96,7 +100,9 @@ def test_recovers_simulated_parameters_with_error_shrinking_like_root_n(name, te
     assert errs[1] < errs[0]
 
 
-@pytest.mark.parametrize("name, awards", [("bts", np.zeros(3)), ("btswa", np.array([0.7, -0.4, 0.0]))])
+@pytest.mark.parametrize(
+    "name, awards", [("bts", np.zeros(3)), ("btswa", np.array([0.7, -0.4, 0.0]))]
+)
 def test_binary_variants_recover_simulated_parameters(name, awards):
     temps = np.array([0.5, 1.0, 1.8])
     for n in (6_000, 96_000):
@@ -191,8 +197,12 @@ def test_csts_with_equal_temperatures_and_tswa_with_zero_awards_match_sts(mixed)
     t = sts.temperature_[0]
     ref = sts.predict(mixed)
     np.testing.assert_allclose(_with_params(fit("csts", mixed), t).predict(mixed), ref, rtol=1e-13)
-    np.testing.assert_allclose(_with_params(fit("tswa", mixed), t, 0.0).predict(mixed), ref, rtol=1e-13)
-    np.testing.assert_allclose(_with_params(fit("cstswa", mixed), t, 0.0).predict(mixed), ref, rtol=1e-13)
+    np.testing.assert_allclose(
+        _with_params(fit("tswa", mixed), t, 0.0).predict(mixed), ref, rtol=1e-13
+    )
+    np.testing.assert_allclose(
+        _with_params(fit("cstswa", mixed), t, 0.0).predict(mixed), ref, rtol=1e-13
+    )
 
 
 def test_richer_models_reach_lower_loss(mixed):
@@ -230,7 +240,9 @@ def test_logits_and_probabilities_give_the_same_fit(mixed):
 def test_bts_equals_csts_for_two_classes():
     rng = np.random.default_rng(5)
     y = softmax(rng.normal(0, 2, size=(5_000, 2)), axis=1)
-    labels = np.where(rng.random(5_000) < expit(1.6 * np.log(y.max(1) / y.min(1))), y.argmax(1), y.argmin(1))
+    labels = np.where(
+        rng.random(5_000) < expit(1.6 * np.log(y.max(1) / y.min(1))), y.argmax(1), y.argmin(1)
+    )
     data = TopLabelData.from_probs(y, labels)
     for full, binary in (("csts", "bts"), ("cstswa", "btswa")):
         a, b = fit(full, data), fit(binary, data)
@@ -278,12 +290,21 @@ def test_prediction_keeps_the_original_predicted_class():
 
 # ------------------------------------------- fit summary, AIC, persistence
 def test_describe_and_api_report_parameters_loss_and_aic(mixed):
-    for name, n_params in (("sts", 1), ("csts", 4), ("tswa", 5), ("cstswa", 8), ("bts", 4), ("btswa", 8)):
+    for name, n_params in (
+        ("sts", 1),
+        ("csts", 4),
+        ("tswa", 5),
+        ("cstswa", 8),
+        ("bts", 4),
+        ("btswa", 8),
+    ):
         m = fit(name, mixed)
         assert m.n_params_ == n_params
         assert m.aic_ == 2 * n_params + 2 * m.nll_
         np.testing.assert_allclose(m.nll_, m.loss_, rtol=1e-10)  # default loss is the top-label NLL
-        np.testing.assert_allclose(m.nll_ / mixed.n_rows, nll(mixed, m.predict(mixed)).overall, rtol=1e-9)
+        np.testing.assert_allclose(
+            m.nll_ / mixed.n_rows, nll(mixed, m.predict(mixed)).overall, rtol=1e-9
+        )
         d = m.describe()
         assert d["fit"]["aic"] == m.aic_ and d["fit"]["n_params"] == n_params
         for i, c in enumerate(m.classes_):
@@ -336,7 +357,9 @@ def test_binary_variant_fits_binned_phanns_counts():
 
 
 @pytest.mark.slow
-def test_demo_runs_the_binary_variants_and_skips_the_full_vector_methods(tmp_path, monkeypatch, mixed):
+def test_demo_runs_the_binary_variants_and_skips_the_full_vector_methods(
+    tmp_path, monkeypatch, mixed
+):
     from topcal.cli import main
     from topcal.evaluate import fit_methods
 
@@ -372,11 +395,15 @@ def test_one_sided_classes_warn_and_run_to_the_bounds():
     data = _one_sided()
     with pytest.warns(DegenerateClassWarning, match=r"\['a', 'b'\]"):
         csts = topcal.calibrator("csts").fit(data)
-    assert csts.temperature_[0] == pytest.approx(T_MIN) and csts.temperature_[1] == pytest.approx(T_MAX)
+    assert csts.temperature_[0] == pytest.approx(T_MIN) and csts.temperature_[1] == pytest.approx(
+        T_MAX
+    )
     assert T_MIN < csts.temperature_[2] < T_MAX
     c = csts.predict(data)
     ys = np.sort(data.full, axis=1)
-    clear = (data.pred == 0) & (np.log(ys[:, -1] / ys[:, -2]) > 0.03)  # a top margin 1000x this is decisive
+    clear = (data.pred == 0) & (
+        np.log(ys[:, -1] / ys[:, -2]) > 0.03
+    )  # a top margin 1000x this is decisive
     assert clear.sum() > 900 and np.all(c[clear] > 1 - 1e-9)  # only TP: confidence 1
     np.testing.assert_allclose(c[data.pred == 1], 1 / 3, atol=0.01)  # only FP, no award: ~1/K
     with pytest.warns(DegenerateClassWarning):
@@ -402,7 +429,9 @@ def test_class_never_predicted_falls_back_to_the_raw_score():
         new = TopLabelData.from_probs(y[3:4], [2], classes=list("abc"))
         np.testing.assert_allclose(m.predict(new), [0.6], rtol=1e-12)
         with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # a barely identified T: an unbounded interval, no warning
+            warnings.simplefilter(
+                "error", RuntimeWarning
+            )  # a barely identified T: an unbounded interval, no warning
             described = m.describe()
         assert "fallback" in described["classes"]["c"]
         for row in described["classes"].values():
@@ -412,7 +441,8 @@ def test_class_never_predicted_falls_back_to_the_raw_score():
 
 
 def test_clustered_top_scores_converge_to_the_group_accuracy():
-    """70% of the scores are exactly 1 (a vote fraction): only (logit s + A) / T is identified there.
+    """70% of the scores are exactly 1 (a vote fraction): only (logit s + A) / T is identified
+    there.
 
     In (log T, A) coordinates this is a curved ridge on which Newton crawls; the
     optimiser works in (log T, A / T), where it is straight.
@@ -464,8 +494,12 @@ def test_parameter_and_convergence_errors(mixed):
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 def test_binary_variants_have_a_curve_that_is_their_prediction(method):
     data = simulate(3000, 4, [0.6, 1.0, 1.6, 2.2], [0.0, 0.3, -0.2, 0.1], seed=8)
-    top = TopLabelData.from_scores(np.asarray(data.classes)[data.pred], data.score,
-                                   np.asarray(data.classes)[data.labels], classes=data.classes)
+    top = TopLabelData.from_scores(
+        np.asarray(data.classes)[data.pred],
+        data.score,
+        np.asarray(data.classes)[data.labels],
+        classes=data.classes,
+    )
     model = topcal.calibrator(method).fit(top)
     s = np.linspace(0.2, 1.0, 57)
     for k in range(4):

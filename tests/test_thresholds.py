@@ -1,4 +1,5 @@
-"""Acceptance thresholds with a precision guarantee (issue 23, item 2): topcal.thresholds, ``topcal threshold``,
+"""Acceptance thresholds with a precision guarantee (issue 23, item 2): topcal.thresholds, ``topcal
+threshold``,
 ``apply --thresholds``, the report's acceptance section."""
 
 import dataclasses
@@ -14,14 +15,26 @@ import topcal
 from topcal import TopLabelData
 from topcal.errors import DataError, ModelFileError, ParameterError, TopcalError
 from topcal.fingerprint import Fingerprint
-from topcal.thresholds import (GRID, POOL_FACTOR, STARTS, Thresholds, binomial_tail, fit_thresholds,
-                               fixed_sequence, load_thresholds, loads_thresholds, n_min, sgr_threshold)
+from topcal.thresholds import (
+    GRID,
+    POOL_FACTOR,
+    STARTS,
+    Thresholds,
+    binomial_tail,
+    fit_thresholds,
+    fixed_sequence,
+    load_thresholds,
+    loads_thresholds,
+    n_min,
+    sgr_threshold,
+)
 
 from _cli import assert_error, assert_ok, cli, snapshot
 
 
 def linear_population(n, seed, k=2):
-    """Scores uniform on (0, 1), P(right | score) = score, so the uncalibrated score is calibrated and the
+    """Scores uniform on (0, 1), P(right | score) = score, so the uncalibrated score is calibrated
+    and the
     precision of {score >= t} is (1 + t) / 2: target 0.8 is met exactly for t >= 0.6."""
     rng = np.random.default_rng(seed)
     pred = rng.integers(0, k, n)
@@ -39,8 +52,10 @@ def uncal():
 # ------------------------------------------------------------------ the test itself
 def test_binomial_tail_is_scipys_binomial_survival_function():
     c = np.array([0, 1, 5, 17, 20])
-    assert np.allclose(binomial_tail(c, 20, 0.8), np.where(c > 0, binom.sf(c - 1, 20, 0.8), 1.0), rtol=1e-10)
-    assert n_min(0.95, 0.05) == 59 and 0.95 ** 59 <= 0.05 < 0.95 ** 58
+    assert np.allclose(
+        binomial_tail(c, 20, 0.8), np.where(c > 0, binom.sf(c - 1, 20, 0.8), 1.0), rtol=1e-10
+    )
+    assert n_min(0.95, 0.05) == 59 and 0.95**59 <= 0.05 < 0.95**58
 
 
 def test_fixed_sequence_stops_at_the_first_non_rejection():
@@ -51,7 +66,8 @@ def test_fixed_sequence_stops_at_the_first_non_rejection():
 
 @pytest.mark.slow
 def test_ltt_guarantee_holds_over_many_splits(uncal):
-    """Violation rate (true precision at the chosen cut-off below the target) <= delta + 3 SE, per class and
+    """Violation rate (true precision at the chosen cut-off below the target) <= delta + 3 SE, per
+    class and
     global, over 300 labelled samples; the cut-offs are not vacuous (most samples find one)."""
     target, delta, reps = 0.8, 0.1, 300
     viol = np.zeros(3)
@@ -70,17 +86,22 @@ def test_ltt_guarantee_holds_over_many_splits(uncal):
 
 
 def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4, score=None):
-    """The procedure written out naively: each sequence walks the candidates from strict to loose, testing
-    with scipy's binomial survival function, and stops at the first cut-off it cannot reject; sequence j
+    """The procedure written out naively: each sequence walks the candidates from strict to loose,
+    testing
+    with scipy's binomial survival function, and stops at the first cut-off it cannot reject;
+    sequence j
     starts where factor^j times the fewest testable predictions are first accepted, each at
-    delta / starts. Candidates: the grid, or with ``score`` every distinct (confidence, score) pair, a row
+    delta / starts. Candidates: the grid, or with ``score`` every distinct (confidence, score) pair,
+    a row
     accepted when its pair is at least the candidate's in that order."""
     need = int(np.ceil(np.log(delta / starts) / np.log(precision) - 1e-12))
 
     def accepts(t):
         return conf >= t if score is None else (conf > t[0]) | ((conf == t[0]) & (score >= t[1]))
 
-    grid = sorted(GRID, reverse=True) if score is None else sorted(set(zip(conf, score)), reverse=True)
+    grid = (
+        sorted(GRID, reverse=True) if score is None else sorted(set(zip(conf, score)), reverse=True)
+    )
     total = len(conf)
     reached = [j for j in range(starts) if total >= need * factor**j]
     level = delta / starts
@@ -103,7 +124,9 @@ def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4, score=Non
 def test_sequences_take_the_loosest_rejection_of_any_start():
     from topcal.thresholds import sequences
 
-    assert sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0], 0.05) == 0  # stops at the first non-rejection
+    assert (
+        sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0], 0.05) == 0
+    )  # stops at the first non-rejection
     assert sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0, 2], 0.05) == 3  # the second start goes on
     assert sequences([0.3, 0.2, 0.04, 0.01], [0, 1], 0.05) == -1  # nothing before a start is tested
 
@@ -115,20 +138,31 @@ def test_fixed_sequences_match_a_brute_force_walk_and_nest(uncal):
         th = fit_thresholds(uncal, data, target, 0.1)
         for k, c in enumerate(th.per_class):
             rows = data.pred == k
-            want = brute_force_ltt(conf[rows], data.tp[rows] > 0, target, 0.1, score=data.score[rows])
+            want = brute_force_ltt(
+                conf[rows], data.tp[rows] > 0, target, 0.1, score=data.score[rows]
+            )
             assert (c.cutoff, c.score_cutoff) == ((None, None) if want is None else want)
-        want = brute_force_ltt(conf, data.tp > 0, target, 0.1, 6, 2, score=data.score)  # the global starts
-        assert (th.overall.cutoff, th.overall.score_cutoff) == ((None, None) if want is None else want)
-    # what is accepted at a looser cut-off contains what is accepted at a stricter one, and the accepted rows are
+        want = brute_force_ltt(
+            conf, data.tp > 0, target, 0.1, 6, 2, score=data.score
+        )  # the global starts
+        assert (th.overall.cutoff, th.overall.score_cutoff) == (
+            (None, None) if want is None else want
+        )
+    # what is accepted at a looser cut-off contains what is accepted at a stricter one, and the
+    # accepted rows are
     # those whose confidence reaches the cut-off; the lower bound is below the estimate
     c = th.overall
-    assert c.n_accepted == np.sum(c.accepts(conf, data.score)) == np.sum(conf >= c.cutoff)  # no ties here
+    assert (
+        c.n_accepted == np.sum(c.accepts(conf, data.score)) == np.sum(conf >= c.cutoff)
+    )  # no ties here
     assert c.precision_lower < c.precision and c.p_value <= 0.1
     bon = fit_thresholds(uncal, data, 0.9, 0.1, multiplicity="bonferroni")
     assert all(b.level == pytest.approx(0.05) for b in bon.per_class) and bon.overall.level == 0.1
 
 
-def test_thresholds_notebook_view_lists_each_class_cutoff_bounds_and_accepted_fraction_or_reason(uncal):
+def test_thresholds_notebook_view_lists_each_class_cutoff_bounds_and_accepted_fraction_or_reason(
+    uncal,
+):
     import dataclasses
     import html as htmlmod
     import re
@@ -139,18 +173,31 @@ def test_thresholds_notebook_view_lists_each_class_cutoff_bounds_and_accepted_fr
     labels = np.r_[np.where(big.tp > 0, 0, 1), np.ones(12, int)]
     data = TopLabelData.from_scores(pred, s, labels, classes=["0", "1"])
     th = fit_thresholds(uncal, data, 0.9, 0.05, pool_below=0)  # every class alone
-    th = dataclasses.replace(th, per_class=(dataclasses.replace(th.per_class[0], name="a<b"), th.per_class[1]))
+    th = dataclasses.replace(
+        th, per_class=(dataclasses.replace(th.per_class[0], name="a<b"), th.per_class[1])
+    )
     shown = th._repr_html_()
-    assert "precision &ge; 0.9 with probability &ge; 0.95" in shown and "per-class cut-offs" in shown
+    assert (
+        "precision &ge; 0.9 with probability &ge; 0.95" in shown and "per-class cut-offs" in shown
+    )
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", shown)
     assert len(rows) == 1 + 2 + 1  # header, two classes, global
     cells = [[htmlmod.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r)] for r in rows[1:]]
     a, one, everything = cells
     c = th.per_class[0]
-    assert a == ["a<b", f"{c.cutoff:.6g}", f"{c.precision:.4f}", f"{c.precision_lower:.4f}",
-                 f"{c.accepted_fraction:.1%} ({c.n_accepted:g} of {c.n_predicted:g})"]
+    assert a == [
+        "a<b",
+        f"{c.cutoff:.6g}",
+        f"{c.precision:.4f}",
+        f"{c.precision_lower:.4f}",
+        f"{c.accepted_fraction:.1%} ({c.n_accepted:g} of {c.n_predicted:g})",
+    ]
     assert c.precision_lower < c.precision and 0 < c.accepted_fraction < 1
-    assert one[0] == "1" and one[1] == "\u2013" and one[2].startswith("no cut-off: only 12 predictions")
+    assert (
+        one[0] == "1"
+        and one[1] == "\u2013"
+        and one[2].startswith("no cut-off: only 12 predictions")
+    )
     assert everything[0] == "(all)" and everything[1] == f"{th.overall.cutoff:.6g}"
     assert "<b>Thresholds</b>" in shown and "a&lt;b" in shown  # names escaped
     glob = fit_thresholds(uncal, data, 0.9, 0.05, mode="global")
@@ -171,7 +218,9 @@ def test_small_class_and_unreachable_target_get_no_cutoff_and_a_reason(uncal):
     # by default the small class is in the shared group (alone there: still too few rows)
     pooled = fit_thresholds(uncal, data, 0.9, 0.05)
     assert pooled.per_class[0].group is None and pooled.per_class[1].group == "shared"
-    assert pooled.per_class[1].cutoff is None and "in the shared group" in pooled.per_class[1].reason
+    assert (
+        pooled.per_class[1].cutoff is None and "in the shared group" in pooled.per_class[1].reason
+    )
     hard = fit_thresholds(uncal, data, 0.99, 0.05).per_class[0]  # only the top 2% reach 0.99
     assert hard.cutoff is None and "precision never reaches 0.99 at level delta=0.05" in hard.reason
     # rows of a class without a cut-off are never accepted
@@ -200,12 +249,20 @@ def test_fitting_data_is_refused_and_fingerprints_persist():
     with pytest.raises(DataError, match="fitted on"):
         fit_thresholds(again, data)
     # an update remembers both parts: the fingerprint of a fit on all rows
-    part = topcal.calibrator("hist").fit(data.subset(np.arange(1200))).update(data.subset(np.arange(1200, 2000)))
+    part = (
+        topcal.calibrator("hist")
+        .fit(data.subset(np.arange(1200)))
+        .update(data.subset(np.arange(1200, 2000)))
+    )
     assert part.evidence_.fingerprint == model.evidence_.fingerprint
     # a model file written before fingerprints loads, and cannot be checked (no error)
     doc = json.loads(topcal.persist.dumps(model))
     del doc["model"]["fingerprint"]
-    doc["sha256"] = __import__("hashlib").sha256(topcal.persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = (
+        __import__("hashlib")
+        .sha256(topcal.persist.canonical_json(doc["model"]).encode())
+        .hexdigest()
+    )
     old = topcal.persist.loads(json.dumps(doc))
     assert old.evidence_.fingerprint is None
     fit_thresholds(old, data)
@@ -215,9 +272,13 @@ def test_fitting_data_is_refused_and_fingerprints_persist():
 
 def test_bad_parameters_and_unlabelled_data_are_one_line_errors(uncal):
     data = linear_population(500, 2)
-    for kw, frag in [({"precision": 1.0}, "'precision' must be a number in (0, 1)"),
-                     ({"precision": 0}, "'precision'"), ({"delta": 1.5}, "'delta' must be a number in (0, 1)"),
-                     ({"delta": 0.0}, "'delta'"), ({"mode": "both"}, "'mode'")]:
+    for kw, frag in [
+        ({"precision": 1.0}, "'precision' must be a number in (0, 1)"),
+        ({"precision": 0}, "'precision'"),
+        ({"delta": 1.5}, "'delta' must be a number in (0, 1)"),
+        ({"delta": 0.0}, "'delta'"),
+        ({"mode": "both"}, "'mode'"),
+    ]:
         with pytest.raises(ParameterError, match=frag.replace("(", r"\(").replace(")", r"\)")):
             fit_thresholds(uncal, data, **kw)
     with pytest.raises(DataError, match="choosing thresholds needs labelled data"):
@@ -249,7 +310,9 @@ def test_json_round_trip_and_model_check(tmp_path, uncal):
 def test_fingerprint_merge_is_order_free():
     a, b = linear_population(300, 1), linear_population(400, 2)
     both = Fingerprint.of(TopLabelData.concat([a, b]))
-    assert Fingerprint.of(b).merge(Fingerprint.of(a)) == both == Fingerprint.from_dict(both.to_dict())
+    assert (
+        Fingerprint.of(b).merge(Fingerprint.of(a)) == both == Fingerprint.from_dict(both.to_dict())
+    )
     assert both.containment(a)[1] == pytest.approx(300 / 700, abs=0.15)
 
 
@@ -273,13 +336,32 @@ def files(tmp_path):
 @pytest.mark.slow
 def test_cli_threshold_then_apply_adds_accepted(files):
     t = files
-    r = assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "--delta", "0.1",
-                      "-o", t / "th.json"))
+    r = assert_ok(
+        cli(
+            "threshold",
+            t / "held.csv",
+            "--model",
+            t / "m.json",
+            "--precision",
+            "0.9",
+            "--delta",
+            "0.1",
+            "-o",
+            t / "th.json",
+        )
+    )
     assert "precision >= 0.9 with probability >= 0.9" in r.stdout and "c0" in r.stdout
     th = load_thresholds(t / "th.json")
     assert th.mode == "per-class" and th.precision == 0.9
-    assert "classes with their own cut-off" in r.stdout and "accepted by the cut-offs in use" in r.stdout
-    r = assert_ok(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "out.csv"))
+    assert (
+        "classes with their own cut-off" in r.stdout
+        and "accepted by the cut-offs in use" in r.stdout
+    )
+    r = assert_ok(
+        cli(
+            "apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "out.csv"
+        )
+    )
     out = pd.read_csv(t / "out.csv")
     new = topcal.read_data(t / "new.csv")  # the raw top scores break ties at a cut-off
     codes = np.array([th.classes.index(k) for k in out["pred"]])
@@ -289,12 +371,28 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     # issue 33: apply says how many rows it accepted
     assert f"accepted: {int(out['accepted'].sum())} of {len(out)} rows" in r.stdout
     # global mode: one cut-off, and no per-class rows or reasons printed
-    r = assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--global", "--bonferroni",
-                      "--precision", "0.9", "-o", t / "g.json"))
+    r = assert_ok(
+        cli(
+            "threshold",
+            t / "held.csv",
+            "--model",
+            t / "m.json",
+            "--global",
+            "--bonferroni",
+            "--precision",
+            "0.9",
+            "-o",
+            t / "g.json",
+        )
+    )
     assert "one cut-off for all classes" in r.stdout and "(all)" in r.stdout
     assert not any(ln.strip().startswith("c0") for ln in r.stdout.splitlines())
     g = load_thresholds(t / "g.json")
-    assert g.mode == "global" and g.multiplicity == "bonferroni" and g.per_class[0].level == pytest.approx(0.05 / 3)
+    assert (
+        g.mode == "global"
+        and g.multiplicity == "bonferroni"
+        and g.per_class[0].level == pytest.approx(0.05 / 3)
+    )
     assert g.overall.cutoff is not None and np.all(g.cutoffs() == g.overall.cutoff)
 
 
@@ -305,22 +403,39 @@ def test_cli_bad_inputs_are_one_line_errors(files):
     assert_error(cli(*base, "--precision", "1.2"), "'precision' must be a number in (0, 1)", "1.2")
     assert_error(cli(*base, "--delta", "0"), "'delta' must be a number in (0, 1)")
     assert_error(cli(*base, "--pool-below", "-3"), "--pool-below", "'auto' or a number")
-    assert_error(cli("threshold", t / "new.csv", "--model", t / "m.json", "-o", t / "th.json"),
-                 "needs labelled data")
-    assert_error(cli("threshold", t / "fit.csv", "--model", t / "m.json", "-o", t / "th.json"),
-                 "the model was fitted on", "held-out")
+    assert_error(
+        cli("threshold", t / "new.csv", "--model", t / "m.json", "-o", t / "th.json"),
+        "needs labelled data",
+    )
+    assert_error(
+        cli("threshold", t / "fit.csv", "--model", t / "m.json", "-o", t / "th.json"),
+        "the model was fitted on",
+        "held-out",
+    )
     assert not (t / "th.json").exists()
     # thresholds of another model
     assert_ok(cli(*base))
     assert_ok(cli("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
-    assert_error(cli("apply", t / "m2.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"),
-                 "another 'hist' model")
-    pd.DataFrame({"p_a": [0.6, 0.3], "p_b": [0.4, 0.7], "label": ["a", "b"]}).to_csv(t / "ab.csv", index=False)
+    assert_error(
+        cli(
+            "apply", t / "m2.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"
+        ),
+        "another 'hist' model",
+    )
+    pd.DataFrame({"p_a": [0.6, 0.3], "p_b": [0.4, 0.7], "label": ["a", "b"]}).to_csv(
+        t / "ab.csv", index=False
+    )
     assert_ok(cli("fit", t / "ab.csv", "--method", "hist", "-o", t / "ab.json"))
-    assert_error(cli("apply", t / "ab.json", t / "ab.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"),
-                 "the thresholds are for a model with classes")
-    assert_error(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "nope.json", "-o", t / "o.csv"),
-                 "does not exist")
+    assert_error(
+        cli("apply", t / "ab.json", t / "ab.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"),
+        "the thresholds are for a model with classes",
+    )
+    assert_error(
+        cli(
+            "apply", t / "m.json", t / "new.csv", "--thresholds", t / "nope.json", "-o", t / "o.csv"
+        ),
+        "does not exist",
+    )
     assert not (t / "o.csv").exists()
 
 
@@ -330,10 +445,17 @@ def test_cli_threshold_never_writes_over_an_input(files):
     os.link(t / "held.csv", t / "hard.csv")
     before = snapshot(t)
     for out in (t / "held.csv", t / "hard.csv", t / "m.json"):
-        assert_error(cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", out), "is the input file")
+        assert_error(
+            cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", out),
+            "is the input file",
+        )
     assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"))
-    assert_error(cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "th.json"),
-                 "is the input file")
+    assert_error(
+        cli(
+            "apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "th.json"
+        ),
+        "is the input file",
+    )
     after = snapshot(t)
     assert {k: v for k, v in after.items() if k != "th.json"} == before
 
@@ -342,15 +464,63 @@ def test_cli_threshold_never_writes_over_an_input(files):
 @pytest.mark.slow
 def test_report_with_thresholds_renders_the_acceptance_section(files):
     t = files
-    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "-o", t / "th.json"))
+    assert_ok(
+        cli(
+            "threshold",
+            t / "held.csv",
+            "--model",
+            t / "m.json",
+            "--precision",
+            "0.9",
+            "-o",
+            t / "th.json",
+        )
+    )
     before = snapshot(t)
-    assert_error(cli("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json", "-o", t / "rep"),
-                 "--thresholds and --model go together")
-    assert_error(cli("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json", "--model",
-                     t / "m.json", "-o", t / "th.json"), "report folder")
+    assert_error(
+        cli(
+            "report",
+            t / "held.csv",
+            "--methods",
+            "hist",
+            "--thresholds",
+            t / "th.json",
+            "-o",
+            t / "rep",
+        ),
+        "--thresholds and --model go together",
+    )
+    assert_error(
+        cli(
+            "report",
+            t / "held.csv",
+            "--methods",
+            "hist",
+            "--thresholds",
+            t / "th.json",
+            "--model",
+            t / "m.json",
+            "-o",
+            t / "th.json",
+        ),
+        "report folder",
+    )
     assert snapshot(t) == before
-    assert_ok(cli("report", t / "held.csv", "--methods", "hist", "--in-sample", "--thresholds", t / "th.json",
-                  "--model", t / "m.json", "-o", t / "rep"))
+    assert_ok(
+        cli(
+            "report",
+            t / "held.csv",
+            "--methods",
+            "hist",
+            "--in-sample",
+            "--thresholds",
+            t / "th.json",
+            "--model",
+            t / "m.json",
+            "-o",
+            t / "rep",
+        )
+    )
     page = (t / "rep" / "index.html").read_text()
     assert "Acceptance: precision &gt;= 0.9 at delta = 0.05 (per-class hist)" in page
     assert any("acceptance" in p.name for p in (t / "rep" / "figures").iterdir())
@@ -368,8 +538,12 @@ def test_acceptance_view_marks_the_cutoff(files):
     assert view.curves[0].name == "(all)" and len(view.curves) == 1 + len(th.classes)
     for c, ref in zip(view.curves[1:], sorted(th.per_class, key=lambda c: -c.n_predicted)):
         assert c.name == ref.name and c.cutoff == ref.cutoff
-        assert np.all(np.diff(c.accepted_fraction) > 0) and c.accepted_fraction[-1] == pytest.approx(1.0)
-        if ref.cutoff is not None:  # on the data it was chosen on, the dot is the reported (fraction, precision)
+        assert np.all(np.diff(c.accepted_fraction) > 0) and c.accepted_fraction[
+            -1
+        ] == pytest.approx(1.0)
+        if (
+            ref.cutoff is not None
+        ):  # on the data it was chosen on, the dot is the reported (fraction, precision)
             assert c.chosen == pytest.approx((ref.accepted_fraction, ref.precision))
     fig = plot_acceptance(view)
     gids = {a.get_gid() for ax in fig.axes for a in ax.get_lines()}
@@ -378,37 +552,96 @@ def test_acceptance_view_marks_the_cutoff(files):
 
 @pytest.mark.slow
 def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
-    # --thresholds on a real LocalCluster: the same accepted column as the local engine, the same refusals
+    # --thresholds on a real LocalCluster: the same accepted column as the local engine, the same
+    # refusals
     t = files
-    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "--precision", "0.9", "--delta", "0.1",
-                  "-o", t / "th.json"))
+    assert_ok(
+        cli(
+            "threshold",
+            t / "held.csv",
+            "--model",
+            t / "m.json",
+            "--precision",
+            "0.9",
+            "--delta",
+            "0.1",
+            "-o",
+            t / "th.json",
+        )
+    )
     pd.read_csv(t / "new.csv").to_parquet(t / "new.parquet")
     dask = ("--engine", "dask", "--scheduler", cluster_address)
-    assert_ok(cli("apply", t / "m.json", t / "new.parquet", "--thresholds", t / "th.json", "-o", t / "local.csv"))
-    r = assert_ok(cli("apply", t / "m.json", t / "new.parquet", *dask, "--thresholds", t / "th.json",
-                      "-o", t / "dask.csv"))
+    assert_ok(
+        cli(
+            "apply",
+            t / "m.json",
+            t / "new.parquet",
+            "--thresholds",
+            t / "th.json",
+            "-o",
+            t / "local.csv",
+        )
+    )
+    r = assert_ok(
+        cli(
+            "apply",
+            t / "m.json",
+            t / "new.parquet",
+            *dask,
+            "--thresholds",
+            t / "th.json",
+            "-o",
+            t / "dask.csv",
+        )
+    )
     assert "with accepted" in r.stdout
     local, got = pd.read_csv(t / "local.csv"), pd.read_csv(t / "dask.csv")
     assert got["accepted"].dtype == bool and 0 < got["accepted"].mean() < 1
     pd.testing.assert_frame_equal(got, local)
-    # thresholds of another model, and an input that already has an 'accepted' column: refused, nothing written
+    # thresholds of another model, and an input that already has an 'accepted' column: refused,
+    # nothing written
     assert_ok(cli("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
-    assert_error(cli("apply", t / "m2.json", t / "new.parquet", *dask, "--thresholds", t / "th.json",
-                     "-o", t / "o.csv"), "another 'hist' model")
+    assert_error(
+        cli(
+            "apply",
+            t / "m2.json",
+            t / "new.parquet",
+            *dask,
+            "--thresholds",
+            t / "th.json",
+            "-o",
+            t / "o.csv",
+        ),
+        "another 'hist' model",
+    )
     pd.read_csv(t / "new.csv").assign(accepted=1).to_parquet(t / "acc.parquet")
-    assert_error(cli("apply", t / "m.json", t / "acc.parquet", *dask, "--thresholds", t / "th.json",
-                     "-o", t / "o.csv"), "already has a 'accepted' column")
+    assert_error(
+        cli(
+            "apply",
+            t / "m.json",
+            t / "acc.parquet",
+            *dask,
+            "--thresholds",
+            t / "th.json",
+            "-o",
+            t / "o.csv",
+        ),
+        "already has a 'accepted' column",
+    )
     assert not (t / "o.csv").exists()
 
 
 def many_small_classes(n_classes=200, per_class=30, seed=0):
-    """ImageNet-like: many classes of a few dozen rows, precision 0.97 above score 0.8 (0.5 below)."""
+    """ImageNet-like: many classes of a few dozen rows, precision 0.97 above score 0.8 (0.5
+    below)."""
     rng = np.random.default_rng(seed)
     pred = np.repeat(np.arange(n_classes), per_class)
     score = rng.uniform(0.3, 1.0, pred.size)
     right = rng.uniform(size=pred.size) < np.where(score > 0.8, 0.97, 0.5)
     labels = np.where(right, pred, (pred + 1) % n_classes)
-    return TopLabelData.from_scores(pred, score, labels, classes=[f"c{i}" for i in range(n_classes)])
+    return TopLabelData.from_scores(
+        pred, score, labels, classes=[f"c{i}" for i in range(n_classes)]
+    )
 
 
 def test_many_small_classes_share_one_cutoff_that_accepts_like_the_global_one(uncal):
@@ -426,7 +659,10 @@ def test_many_small_classes_share_one_cutoff_that_accepts_like_the_global_one(un
     accepted = th.accept(data.pred, conf, data.score).mean()
     glob = dataclasses.replace(th, mode="global").accept(data.pred, conf, data.score).mean()
     assert accepted >= 0.9 * glob > 0
-    assert "200 classes with fewer than" in th.statements() and "0 classes with their own" in th.statements()
+    assert (
+        "200 classes with fewer than" in th.statements()
+        and "0 classes with their own" in th.statements()
+    )
     # the group's statement: precision of the accepted rows of the group, tested like the global one
     assert th.shared.precision_lower is not None and th.shared.precision_lower < th.shared.precision
     # bonferroni counts the group as one statement
@@ -461,14 +697,18 @@ def test_large_classes_are_tested_alone_small_ones_share():
 
 
 def test_ties_of_a_step_curve_are_broken_by_the_raw_score():
-    """Issue 33: hist ties many rows at one confidence; ordering by confidence, then raw score, gives
+    """Issue 33: hist ties many rows at one confidence; ordering by confidence, then raw score,
+    gives
     cut-offs inside a tie, so the accepted share can grow where the tie's top rows are right."""
     rng = np.random.default_rng(4)
     n = 6000
     pred = rng.integers(0, 2, n)
     score = rng.uniform(0.5, 1.0, n)
-    right = rng.uniform(size=n) < np.where(score > 0.75, 0.5 + 0.5 * (score - 0.75) / 0.25 + 0.02, 0.6)
+    right = rng.uniform(size=n) < np.where(
+        score > 0.75, 0.5 + 0.5 * (score - 0.75) / 0.25 + 0.02, 0.6
+    )
     labels = np.where(right, pred, 1 - pred)
+
     def make(idx):
         return TopLabelData.from_scores(pred[idx], score[idx], labels[idx], classes=["a", "b"])
 

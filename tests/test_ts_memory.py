@@ -1,7 +1,11 @@
-"""The temperature family's memory work of issue 26 changes no number (docs/benchmarks.md, "The temperature
-family: memory and speed"): narrower exp() scratch blocks, smaller split blocks, the others gathered by two
-shifted copies, the information evaluated during the fit, lockstep chunks of any size give the same fits
-bit for bit; and a fit's traced peak stays within twice the input score matrix where the issue measures it."""
+"""The temperature family's memory work of issue 26 changes no number (docs/benchmarks.md, "The
+temperature
+family: memory and speed"): narrower exp() scratch blocks, smaller split blocks, the others gathered
+by two
+shifted copies, the information evaluated during the fit, lockstep chunks of any size give the same
+fits
+bit for bit; and a fit's traced peak stays within twice the input score matrix where the issue
+measures it."""
 
 import tracemalloc
 import warnings
@@ -12,7 +16,12 @@ import pytest
 import topcal
 from topcal import TopLabelData
 from topcal.calibrators.temperature import _core, _lockstep
-from topcal.calibrators.temperature._core import MultinomialObjective, TopLabelObjective, lse_moments, split_top
+from topcal.calibrators.temperature._core import (
+    MultinomialObjective,
+    TopLabelObjective,
+    lse_moments,
+    split_top,
+)
 from topcal.data import canonical_order
 
 from _sim import bench_probs
@@ -53,7 +62,8 @@ def test_narrow_scratch_gives_the_numbers_of_one_wide_block(k, loss, awards, mon
 
 
 def split_by_index(z, pred, log_floor=None):
-    """split_top's formulation before issue 26: one block, the others gathered by index (take_along_axis)."""
+    """split_top's formulation before issue 26: one block, the others gathered by index
+    (take_along_axis)."""
     z = np.log(np.maximum(z, log_floor)) if log_floor is not None else z
     k = z.shape[1]
     cols = np.arange(k - 1)[None, :]
@@ -72,9 +82,14 @@ def test_split_by_shifted_copies_equals_the_gather_by_index(k, chunk, monkeypatc
     pred[::5] = (pred[::5] + 1) % k  # the predicted class need not be the argmax
     rows = np.random.default_rng(2).permutation(3000)
     monkeypatch.setattr(_core, "_CHUNK_ELEMENTS", chunk)
-    for got, want in [(split_top(p, pred, log_floor=1e-300), split_by_index(p, pred, 1e-300)),
-                      (split_top(np.log(p), pred), split_by_index(np.log(p), pred)),
-                      (split_top(p, pred[rows], log_floor=1e-300, rows=rows), split_by_index(p[rows], pred[rows], 1e-300))]:
+    for got, want in [
+        (split_top(p, pred, log_floor=1e-300), split_by_index(p, pred, 1e-300)),
+        (split_top(np.log(p), pred), split_by_index(np.log(p), pred)),
+        (
+            split_top(p, pred[rows], log_floor=1e-300, rows=rows),
+            split_by_index(p[rows], pred[rows], 1e-300),
+        ),
+    ]:
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
 
@@ -101,17 +116,26 @@ def test_lockstep_chunks_change_no_number(method, monkeypatch):
     for rows in (1, 150, 1 << 30):
         monkeypatch.setattr(_lockstep, "_LOCKSTEP_ROWS", rows)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a few small classes with only TP or FP: at their corner
+            warnings.simplefilter(
+                "ignore"
+            )  # a few small classes with only TP or FP: at their corner
             model = topcal.calibrator(method).fit(data)
-        fits.append((model.temperature_, model.awards_, model.loss_, model.class_nll_, model.n_iter_))
+        fits.append(
+            (model.temperature_, model.awards_, model.loss_, model.class_nll_, model.n_iter_)
+        )
     for other in fits[1:]:
         for a, b in zip(fits[0], other):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("n, k, methods", [(10_000, 100, ["sts", "tswa", "csts", "cstswa", "bts", "btswa"]),
-                                           (30_000, 20, ["sts", "csts", "bts"]),
-                                           (10_000, 10, ["csts", "cstswa"])])
+@pytest.mark.parametrize(
+    "n, k, methods",
+    [
+        (10_000, 100, ["sts", "tswa", "csts", "cstswa", "bts", "btswa"]),
+        (30_000, 20, ["sts", "csts", "bts"]),
+        (10_000, 10, ["csts", "cstswa"]),
+    ],
+)
 def test_fit_peak_memory_within_twice_the_input(n, k, methods):
     p, labels = bench_probs(n, k, 0)
     data = TopLabelData.from_probs(p, labels)
@@ -125,4 +149,6 @@ def test_fit_peak_memory_within_twice_the_input(n, k, methods):
                 peak = tracemalloc.get_traced_memory()[1]
             finally:
                 tracemalloc.stop()
-        assert peak <= 2.0 * p.nbytes, f"{method} at {n} x {k}: peak {peak / p.nbytes:.2f} x the input"
+        assert peak <= 2.0 * p.nbytes, (
+            f"{method} at {n} x {k}: peak {peak / p.nbytes:.2f} x the input"
+        )

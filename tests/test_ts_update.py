@@ -64,7 +64,9 @@ def _close_to(a, b, data):
     np.testing.assert_array_equal(a.n_tp_, b.n_tp_)
     np.testing.assert_array_equal(a.n_fp_, b.n_fp_)
     np.testing.assert_allclose(a.loss_, b.loss_, rtol=1e-9)
-    np.testing.assert_allclose(a.class_nll_, b.class_nll_, rtol=T_RTOL)  # first order in T for brier
+    np.testing.assert_allclose(
+        a.class_nll_, b.class_nll_, rtol=T_RTOL
+    )  # first order in T for brier
     np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=0, atol=1e-6)
 
 
@@ -97,7 +99,8 @@ def test_update_on_logits_and_with_tables_directly():
 
 
 def test_classes_one_sided_or_absent_in_a_part_match_the_fit():
-    """A class absent from the first part, and one with only TP in all the data (csts: T at its bound)."""
+    """A class absent from the first part, and one with only TP in all the data (csts: T at its
+    bound)."""
     base = _sim(n=1500, K=4, seed=7)
     data = TopLabelData.from_probs(base.full, np.where(base.pred == 1, 1, base.labels))
     assert np.all(data.tp[data.pred == 1] == 1) and np.any(data.pred == 2)
@@ -112,7 +115,9 @@ def test_classes_one_sided_or_absent_in_a_part_match_the_fit():
             cal.update(data.subset(rest))
         _close_to(cal, whole, data)
         if name == "csts":
-            assert whole.temperature_[1] == cal.temperature_[1] == pytest.approx(1e-3, rel=1e-15)  # the bound
+            assert (
+                whole.temperature_[1] == cal.temperature_[1] == pytest.approx(1e-3, rel=1e-15)
+            )  # the bound
 
 
 def test_update_survives_save_and_load(tmp_path):
@@ -137,7 +142,10 @@ def test_tables_have_a_size_bound_independent_of_the_samples():
             cal = _fit(name, params, _sim(n=n, K=6))
             doc = cal.to_dict()["stats"]
             assert len(doc["tables"]) == n_tables and doc["n_nodes"] == 257
-            assert all(len(rows) == 6 and all(len(r) == 3 * 257 for r in rows) for rows in doc["tables"].values())
+            assert all(
+                len(rows) == 6 and all(len(r) == 3 * 257 for r in rows)
+                for rows in doc["tables"].values()
+            )
             sizes.append(len(json.dumps(doc)))
         assert max(sizes) <= 20_000 * 6 * n_tables, sizes
         assert abs(sizes[0] - sizes[1]) < 0.2 * sizes[0]  # not growing with the samples
@@ -145,7 +153,10 @@ def test_tables_have_a_size_bound_independent_of_the_samples():
 
 def test_award_methods_and_keep_stats_false_ask_for_a_refit():
     data = _sim(n=600)
-    for params in ({"keep_stats": False}, {}):  # the default keeps no tables (they cost 20-100 fits)
+    for params in (
+        {"keep_stats": False},
+        {},
+    ):  # the default keeps no tables (they cost 20-100 fits)
         cal = _fit("csts", params, data)
         assert cal.evidence_.stats is None and "stats" not in cal.to_dict()
         with pytest.raises(ParameterError, match="keep_stats=False.*keep_stats=true"):
@@ -164,11 +175,15 @@ def test_format_2_temperature_files_load_and_ask_for_a_refit(tmp_path):
     del doc["model"]["stats"]
     del doc["model"]["params"]["keep_stats"]  # format 2 had neither
     doc["format_version"] = 2
-    doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old = persist.load(tmp_path / "old.json")
     np.testing.assert_array_equal(old.predict(data), cal.predict(data))
-    with pytest.raises(ParameterError, match="no loss tables.*refit"):  # format 2 loads as keep_stats=False
+    with pytest.raises(
+        ParameterError, match="no loss tables.*refit"
+    ):  # format 2 loads as keep_stats=False
         old.update(data)
 
 
@@ -179,12 +194,18 @@ def test_malformed_tables_are_model_file_errors():
     def broken(edit):
         doc = json.loads(json.dumps(good))
         edit(doc["model"]["stats"])
-        doc["sha256"] = persist.hashlib.sha256(persist.canonical_json(doc["model"]).encode()).hexdigest()
+        doc["sha256"] = persist.hashlib.sha256(
+            persist.canonical_json(doc["model"]).encode()
+        ).hexdigest()
         return json.dumps(doc)
 
-    edits = [lambda s: s["tables"]["nll"].pop(), lambda s: s.update(n_nodes=65),
-             lambda s: s.update(kind="score-counts"), lambda s: s["n_tp"].pop(),
-             lambda s: s["tables"]["nll"][0].pop()]
+    edits = [
+        lambda s: s["tables"]["nll"].pop(),
+        lambda s: s.update(n_nodes=65),
+        lambda s: s.update(kind="score-counts"),
+        lambda s: s["n_tp"].pop(),
+        lambda s: s["tables"]["nll"][0].pop(),
+    ]
     for edit in edits:
         with pytest.raises(ModelFileError, match="malformed"):
             persist.loads(broken(edit))
@@ -208,19 +229,80 @@ def test_cli_update_of_csts_equals_fit_on_all(tmp_path, capsys):
     frame.iloc[1600:].to_parquet(tmp_path / "c.parquet", row_group_size=300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert run(["fit", tmp_path / "all.csv", "--method", "csts", "--param", "keep_stats=true",
-                    "-o", tmp_path / "all.json"], capsys)[0] == 0
-        assert run(["fit", tmp_path / "a.csv", "--method", "csts", "--param", "keep_stats=true",
-                    "-o", tmp_path / "a.json"], capsys)[0] == 0
-        code, out, err = run(["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys)
+        assert (
+            run(
+                [
+                    "fit",
+                    tmp_path / "all.csv",
+                    "--method",
+                    "csts",
+                    "--param",
+                    "keep_stats=true",
+                    "-o",
+                    tmp_path / "all.json",
+                ],
+                capsys,
+            )[0]
+            == 0
+        )
+        assert (
+            run(
+                [
+                    "fit",
+                    tmp_path / "a.csv",
+                    "--method",
+                    "csts",
+                    "--param",
+                    "keep_stats=true",
+                    "-o",
+                    tmp_path / "a.json",
+                ],
+                capsys,
+            )[0]
+            == 0
+        )
+        code, out, err = run(
+            ["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys
+        )
         assert code == 0 and "900 + 700 samples" in out, err
-        code, out, err = run(["update", tmp_path / "ab.json", tmp_path / "c.parquet", "--chunk-rows", 250,
-                              "-o", tmp_path / "abc.json"], capsys)
+        code, out, err = run(
+            [
+                "update",
+                tmp_path / "ab.json",
+                tmp_path / "c.parquet",
+                "--chunk-rows",
+                250,
+                "-o",
+                tmp_path / "abc.json",
+            ],
+            capsys,
+        )
         assert code == 0 and "1600 + 800 samples" in out, err
     whole, upd = model_payload(tmp_path / "all.json"), model_payload(tmp_path / "abc.json")
     assert upd["n_tp"] == whole["n_tp"] and upd["n_fp"] == whole["n_fp"]
-    np.testing.assert_allclose(upd["state"]["temperature"], whole["state"]["temperature"], rtol=T_RTOL)
-    assert json.loads(open(tmp_path / "abc.json").read())["format_version"] == persist.FORMAT_VERSION == 3
-    code, out, err = run(["update", tmp_path / "a.json", tmp_path / "c.parquet", "--engine", "dask",
-                          "-o", tmp_path / "x.json"], capsys)
-    assert code == 2 and "keeps loss tables" in err and "--chunk-rows" in err and not (tmp_path / "x.json").exists()
+    np.testing.assert_allclose(
+        upd["state"]["temperature"], whole["state"]["temperature"], rtol=T_RTOL
+    )
+    assert (
+        json.loads(open(tmp_path / "abc.json").read())["format_version"]
+        == persist.FORMAT_VERSION
+        == 3
+    )
+    code, out, err = run(
+        [
+            "update",
+            tmp_path / "a.json",
+            tmp_path / "c.parquet",
+            "--engine",
+            "dask",
+            "-o",
+            tmp_path / "x.json",
+        ],
+        capsys,
+    )
+    assert (
+        code == 2
+        and "keeps loss tables" in err
+        and "--chunk-rows" in err
+        and not (tmp_path / "x.json").exists()
+    )

@@ -17,7 +17,14 @@ guard_cli_import()  # first: Ctrl-C during the imports below ends the command wi
 
 from . import datasets, metrics  # noqa: E402
 from ._version import __version__
-from .calibrators import Calibrator, Curve, ScoreCalibrator, available_methods, calibrator, paper_calibrator
+from .calibrators import (
+    Calibrator,
+    Curve,
+    ScoreCalibrator,
+    available_methods,
+    calibrator,
+    paper_calibrator,
+)
 from .data import TopLabelData
 from .errors import TopcalError
 from .evidence import Evidence
@@ -30,15 +37,19 @@ from .api import compare, make_report
 
 
 class _ReportPackage(type(report)):
-    """``topcal.report`` is the package (:mod:`topcal.report`, ``build_report`` and the report's parts);
+    """``topcal.report`` is the package (:mod:`topcal.report`, ``build_report`` and the report's
+    parts);
     calling it as the function it once was still writes the report, with a FutureWarning."""
 
     def __call__(self, *args, **kwargs):
         import warnings
 
-        warnings.warn("topcal.report(...) is now topcal.make_report(...) (topcal.report is the package "
-                      "topcal.report); calling the package will stop working in a future release",
-                      FutureWarning, stacklevel=2)
+        warnings.warn(
+            "topcal.report(...) is now topcal.make_report(...) (topcal.report is the package "
+            "topcal.report); calling the package will stop working in a future release",
+            FutureWarning,
+            stacklevel=2,
+        )
         return make_report(*args, **kwargs)
 
 

@@ -44,8 +44,17 @@ from pathlib import Path, PurePosixPath
 
 from .errors import TopcalError
 
-__all__ = ["check_output", "atomic_write", "write_text", "report_dir", "check_report_dir", "check_writable",
-           "MARKER", "PARTIAL", "owner_token"]
+__all__ = [
+    "check_output",
+    "atomic_write",
+    "write_text",
+    "report_dir",
+    "check_report_dir",
+    "check_writable",
+    "MARKER",
+    "PARTIAL",
+    "owner_token",
+]
 
 #: Marker file of a topcal-made folder; it lists the files topcal wrote there.
 MARKER = ".topcal-report"
@@ -88,11 +97,15 @@ def _new_file_mode() -> int:
 
 
 def check_writable(target) -> None:
-    """Raise TopcalError unless ``target`` is missing or a writable regular file (not a link, device or folder)."""
+    """Raise TopcalError unless ``target`` is missing or a writable regular file (not a link, device
+    or folder)."""
     target = Path(target)
     if target.is_symlink():
-        raise TopcalError(f"{str(target)!r} is a symbolic link; topcal neither writes through nor replaces links: "
-                          "give the real path or a new file name")
+        raise TopcalError(
+            f"{str(target)!r} is a symbolic link; topcal neither writes through nor replaces "
+            f"links: "
+            "give the real path or a new file name"
+        )
     try:
         st = target.stat()
     except FileNotFoundError:
@@ -102,11 +115,16 @@ def check_writable(target) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise TopcalError(f"{str(target)!r} is a folder; give a file name to write")
     if not stat.S_ISREG(st.st_mode):
-        raise TopcalError(f"{str(target)!r} is not a regular file (a device, pipe or socket); topcal neither writes "
-                          "through nor replaces special files: give a file name")
+        raise TopcalError(
+            f"{str(target)!r} is not a regular file (a device, pipe or socket); topcal neither "
+            f"writes "
+            "through nor replaces special files: give a file name"
+        )
     if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
-        raise TopcalError(f"{str(target)!r} is write-protected; topcal does not replace read-only files: make it "
-                          "writable (chmod u+w) or give another file name")
+        raise TopcalError(
+            f"{str(target)!r} is write-protected; topcal does not replace read-only files: make it "
+            "writable (chmod u+w) or give another file name"
+        )
 
 
 def _read(path: str) -> str:
@@ -139,7 +157,7 @@ def _start_time(pid: int) -> int | None:
         if os.readlink("/proc/self") != str(os.getpid()):
             return None
     text = _read(f"/proc/{pid}/stat")
-    fields = text[text.rfind(")") + 1:].split()
+    fields = text[text.rfind(")") + 1 :].split()
     return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
@@ -203,7 +221,8 @@ def _temp_prefix(name: str) -> str:
 
 @contextlib.contextmanager
 def atomic_write(path):
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed.
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is
+    removed.
 
     A target that is a link, a special file or write-protected is refused
     (:func:`check_writable`), before anything is written and again before the
@@ -214,7 +233,9 @@ def atomic_write(path):
     check_writable(target)
     folder = target.parent
     if not folder.is_dir():
-        raise TopcalError(f"cannot write {str(target)!r}: the folder {str(folder)!r} does not exist")
+        raise TopcalError(
+            f"cannot write {str(target)!r}: the folder {str(folder)!r} does not exist"
+        )
     _remove_stale(folder, target.name)
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target.name), suffix=".tmp", dir=folder)
@@ -243,12 +264,15 @@ def write_text(path, text: str) -> None:
 
 def read_text(path, what: str, error=TopcalError, type_hint: str = "") -> str:
     """The text of the file at ``path`` (a str, bytes or path object) for a reader of ``what`` (e.g.
-    "model file"); ``error`` (a TopcalError class) with a one-line message when it cannot be read."""
+    "model file"); ``error`` (a TopcalError class) with a one-line message when it cannot be
+    read."""
     if isinstance(path, (bytes, bytearray)):
         path = os.fsdecode(bytes(path))
     if not isinstance(path, (str, os.PathLike)):
-        raise error(f"the {what} must be given as a path (str, bytes or pathlib.Path), got "
-                    f"{type(path).__name__}{type_hint}")
+        raise error(
+            f"the {what} must be given as a path (str, bytes or pathlib.Path), got "
+            f"{type(path).__name__}{type_hint}"
+        )
     try:
         return Path(path).read_text()
     except FileNotFoundError:
@@ -258,13 +282,21 @@ def read_text(path, what: str, error=TopcalError, type_hint: str = "") -> str:
 
 
 def _inside(rel: str) -> bool:
-    """A marker entry that stays inside its folder: relative, no ``..``, no drive or backslash tricks."""
+    """A marker entry that stays inside its folder: relative, no ``..``, no drive or backslash
+    tricks."""
     p = PurePosixPath(rel)
-    return bool(rel) and not p.is_absolute() and ".." not in p.parts and "\\" not in rel and "\x00" not in rel
+    return (
+        bool(rel)
+        and not p.is_absolute()
+        and ".." not in p.parts
+        and "\\" not in rel
+        and "\x00" not in rel
+    )
 
 
 def _listed(folder: Path) -> set[str] | None:
-    """Files (relative, '/'-separated) the marker of ``folder`` says topcal wrote; None without a marker.
+    """Files (relative, '/'-separated) the marker of ``folder`` says topcal wrote; None without a
+    marker.
 
     Entries that would leave the folder are dropped: a marker is a file anyone can edit.
     """
@@ -302,7 +334,8 @@ def _foreign(folder: Path) -> list[str]:
 
 
 def _link_on_the_way(out: Path, rel: str) -> str | None:
-    """The first component of ``out/rel`` (below ``out``) that is a link or not a folder where one is needed."""
+    """The first component of ``out/rel`` (below ``out``) that is a link or not a folder where one
+    is needed."""
     cur = out
     parts = PurePosixPath(rel).parts
     for i, part in enumerate(parts):
@@ -316,17 +349,27 @@ def _link_on_the_way(out: Path, rel: str) -> str | None:
 
 def _check_folder_path(out: Path, what: str) -> None:
     if out.is_symlink():
-        raise TopcalError(f"the {what} {str(out)!r} is a symbolic link; topcal does not write through links: "
-                          "give the real folder or a new name")
+        raise TopcalError(
+            f"the {what} {str(out)!r} is a symbolic link; topcal does not write through links: "
+            "give the real folder or a new name"
+        )
     here = Path.cwd().resolve()
     real = out.resolve()
     if real == here or real in here.parents:
-        raise TopcalError(f"the {what} {str(out)!r} is the current folder or holds it; give a new folder name, "
-                          "e.g. -o results")
+        raise TopcalError(
+            f"the {what} {str(out)!r} is the current folder or holds it; give a new folder name, "
+            "e.g. -o results"
+        )
 
 
-def check_report_dir(out, force: bool = False, *, what: str = "report folder", writes=("index.html", "figures"),
-                     inputs=()) -> None:
+def check_report_dir(
+    out,
+    force: bool = False,
+    *,
+    what: str = "report folder",
+    writes=("index.html", "figures"),
+    inputs=(),
+) -> None:
     """Raise TopcalError unless ``out`` may receive a report (see the module docstring).
 
     ``writes``: top-level names topcal will write (checked for links with
@@ -336,29 +379,44 @@ def check_report_dir(out, force: bool = False, *, what: str = "report folder", w
     out = Path(out)
     _check_folder_path(out, what)
     if out.exists() and not out.is_dir():
-        raise TopcalError(f"the {what} {str(out)!r} exists and is not a folder; choose another -o DIR")
+        raise TopcalError(
+            f"the {what} {str(out)!r} exists and is not a folder; choose another -o DIR"
+        )
     real = out.resolve()
     for inp in inputs:
         if inp is None:
             continue
         p = Path(inp).resolve()
         if p == real or real in p.parents:
-            raise TopcalError(f"the {what} {str(out)!r} holds the input {str(inp)!r}, which writing the folder "
-                              "would replace; choose another -o DIR")
+            raise TopcalError(
+                f"the {what} {str(out)!r} holds the input {str(inp)!r}, which writing the folder "
+                "would replace; choose another -o DIR"
+            )
     if out.is_dir():
         foreign = _foreign(out)
         if foreign and not force:
-            shown = ", ".join(repr(f) for f in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            how = ("choose a new or empty folder, or pass --force to write index.html and figures/ into it "
-                   "(other files are kept)" if writes else
-                   "choose a new or empty folder (topcal replaces only a folder it wrote itself)")
-            raise TopcalError(f"the {what} {str(out)!r} holds files topcal did not write ({shown}); {how}")
+            shown = ", ".join(repr(f) for f in foreign[:3]) + (
+                f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+            )
+            how = (
+                "choose a new or empty folder, or pass --force to write index.html and figures/ "
+                "into it "
+                "(other files are kept)"
+                if writes
+                else "choose a new or empty folder (topcal replaces only a folder it wrote itself)"
+            )
+            raise TopcalError(
+                f"the {what} {str(out)!r} holds files topcal did not write ({shown}); {how}"
+            )
         if foreign:
             for rel in (*writes, MARKER):
                 bad = _link_on_the_way(out, rel)
                 if bad is not None:
-                    raise TopcalError(f"{bad!r} in the {what} {str(out)!r} is a link or not a folder; topcal does "
-                                      "not write through links: remove it or choose another folder")
+                    raise TopcalError(
+                        f"{bad!r} in the {what} {str(out)!r} is a link or not a folder; topcal "
+                        f"does "
+                        "not write through links: remove it or choose another folder"
+                    )
 
 
 def _unlink_inside(out: Path, rel: str) -> None:
@@ -371,8 +429,14 @@ def _unlink_inside(out: Path, rel: str) -> None:
 
 
 @contextlib.contextmanager
-def report_dir(out, force: bool = False, *, what: str = "report folder", writes=("index.html", "figures"),
-               inputs=()):
+def report_dir(
+    out,
+    force: bool = False,
+    *,
+    what: str = "report folder",
+    writes=("index.html", "figures"),
+    inputs=(),
+):
     """Yield a fresh staging folder; on success its files become the folder ``out``.
 
     ``out`` missing, empty or topcal-made: the staged folder replaces it as a
@@ -392,14 +456,21 @@ def report_dir(out, force: bool = False, *, what: str = "report folder", writes=
     try:
         yield stage
         written = sorted(_contents(stage))
-        (stage / MARKER).write_text("files written by topcal; it may replace this folder\n"
-                                    + "".join(f"{f}\n" for f in written), encoding="utf-8")
+        (stage / MARKER).write_text(
+            "files written by topcal; it may replace this folder\n"
+            + "".join(f"{f}\n" for f in written),
+            encoding="utf-8",
+        )
         os.chmod(stage, 0o777 & ~_umask())
-        check_report_dir(out, force, what=what, writes=writes, inputs=inputs)  # it may have changed meanwhile
+        check_report_dir(
+            out, force, what=what, writes=writes, inputs=inputs
+        )  # it may have changed meanwhile
         if not out.exists():
             os.rename(stage, out)
         elif not _foreign(out):
-            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".old", dir=out.parent))
+            old = Path(
+                tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".old", dir=out.parent)
+            )
             os.rmdir(old)
             os.rename(out, old)
             os.rename(stage, out)
@@ -408,8 +479,11 @@ def report_dir(out, force: bool = False, *, what: str = "report folder", writes=
             for rel in written + [MARKER]:
                 bad = _link_on_the_way(out, rel.rstrip("/"))
                 if bad is not None or (not rel.endswith("/") and (out / rel).is_dir()):
-                    raise TopcalError(f"{bad or rel!r} in the {what} {str(out)!r} is a link or a folder where topcal "
-                                      "writes a file; remove it or choose another folder")
+                    raise TopcalError(
+                        f"{bad or rel!r} in the {what} {str(out)!r} is a link or a folder where "
+                        f"topcal "
+                        "writes a file; remove it or choose another folder"
+                    )
             before = _listed(out) or set()
             for rel in written + [MARKER]:
                 dest = out / rel

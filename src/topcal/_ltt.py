@@ -11,8 +11,15 @@ import math
 
 import numpy as np
 
-__all__ = ["binomial_tail", "n_min", "accepted_counts", "ordered_counts", "fixed_sequence",
-           "sequences", "sgr_threshold"]
+__all__ = [
+    "binomial_tail",
+    "n_min",
+    "accepted_counts",
+    "ordered_counts",
+    "fixed_sequence",
+    "sequences",
+    "sgr_threshold",
+]
 
 
 def binomial_tail(correct, n, p: float) -> np.ndarray:
@@ -34,7 +41,8 @@ def binomial_tail(correct, n, p: float) -> np.ndarray:
 
 
 def n_min(precision: float, delta: float) -> int:
-    """The fewest accepted predictions whose precision can be shown >= ``precision`` at level ``delta``."""
+    """The fewest accepted predictions whose precision can be shown >= ``precision`` at level
+    ``delta``."""
     return int(math.ceil(math.log(delta) / math.log(precision) - 1e-12))
 
 
@@ -57,7 +65,8 @@ def fixed_sequence(p_values, level: float) -> int:
 
 
 def sequences(p_values, starts, level: float) -> int:
-    """Index of the loosest hypothesis any fixed sequence rejects (sequence j runs from ``starts[j]`` to
+    """Index of the loosest hypothesis any fixed sequence rejects (sequence j runs from
+    ``starts[j]`` to
     the end at ``level``, stopping at its first non-rejection); -1 when none rejects."""
     p = np.asarray(p_values)
     best = -1

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PROB_CLIP", "binary_nll", "dot", "softplus_both", "bin_index", "weighted_quantile_edges", "SortedTables"]
+__all__ = [
+    "PROB_CLIP",
+    "binary_nll",
+    "dot",
+    "softplus_both",
+    "bin_index",
+    "weighted_quantile_edges",
+    "SortedTables",
+]
 
 #: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a
 #: confident mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf.
@@ -20,12 +28,15 @@ PROB_CLIP = 1e-12
 
 
 def binary_nll(tp, fp, conf):
-    """Binary NLL of weights ``tp`` (label 1) and ``fp`` (label 0) at confidence ``conf``, elementwise.
+    """Binary NLL of weights ``tp`` (label 1) and ``fp`` (label 0) at confidence ``conf``,
+    elementwise.
 
     -[tp log c + fp log(1 - c)] with c clipped to [PROB_CLIP, 1 - PROB_CLIP].
     """
     c = np.clip(conf, PROB_CLIP, 1.0 - PROB_CLIP)
-    if np.ndim(c) == 0 or np.shape(c) != np.broadcast_shapes(np.shape(c), np.shape(tp), np.shape(fp)):
+    if np.ndim(c) == 0 or np.shape(c) != np.broadcast_shapes(
+        np.shape(c), np.shape(tp), np.shape(fp)
+    ):
         return -(tp * np.log(c) + fp * np.log1p(-c))
     # in place: the same operations (a product's operands commute exactly), two arrays of c's size
     # where the expression above holds four (issue 26, peak memory)
@@ -70,7 +81,9 @@ def bin_index(edges: np.ndarray, score: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(edges, score, side="left") - 1, 0, len(edges) - 2)
 
 
-def weighted_quantile_edges(score: np.ndarray, weight: np.ndarray, n_bins: int, lo: float, hi: float) -> np.ndarray:
+def weighted_quantile_edges(
+    score: np.ndarray, weight: np.ndarray, n_bins: int, lo: float, hi: float
+) -> np.ndarray:
     """Edges of ``n_bins`` bins holding (as near as ties allow) equal weight.
 
     Interior edges are the weighted quantiles j / n_bins of the scores; equal
@@ -89,7 +102,8 @@ def weighted_quantile_edges(score: np.ndarray, weight: np.ndarray, n_bins: int, 
 
 
 class SortedTables:
-    """``np.searchsorted(table, x, side="left")`` into one of several sorted tables, without sorting ``x``.
+    """``np.searchsorted(table, x, side="left")`` into one of several sorted tables, without sorting
+    ``x``.
 
     The tables (each ascending; stored end to end in ``values``, table g at
     ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of
@@ -137,7 +151,8 @@ class SortedTables:
         self._scale = np.divide(nb, span, out=np.zeros(G), where=span > 0)
         self._top = (nb - 1).astype(np.float64)
         self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
-        # entries with a +inf after each table (the stop of a scan that passes the table's last entry);
+        # entries with a +inf after each table (the stop of a scan that passes the table's last
+        # entry);
         # built with few full-length temporaries (issue 26: at most ~2 arrays of 8 bytes per entry
         # beside what is kept)
         small = np.int32 if G < np.iinfo(np.int32).max else np.intp
@@ -155,7 +170,8 @@ class SortedTables:
 
     def build(self) -> "SortedTables":
         """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
-        position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries (issue 26: a fit
+        position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries (issue 26: a
+        fit
         builds it when its own scratch is freed, not while it is held)."""
         if self._head is not None:
             return self
@@ -165,7 +181,9 @@ class SortedTables:
             head = np.zeros((n_buckets + 1, 2))
             start = head[:, 0]
         else:
-            head = np.zeros(n_buckets + 1, dtype=np.int32 if total < np.iinfo(np.int32).max else np.intp)
+            head = np.zeros(
+                n_buckets + 1, dtype=np.int32 if total < np.iinfo(np.int32).max else np.intp
+            )
             start = head
         # every padded entry's bucket: a table's +inf falls in its last bucket (its first where the
         # scale is 0, as every query there), so the count of padded entries in the buckets before
@@ -173,7 +191,9 @@ class SortedTables:
         # next table's first). The buckets of the padded entries never decrease: counted by chunks.
         for a in range(0, total, self._CHUNK):
             idx = np.arange(a, min(a + self._CHUNK, total))
-            table = np.searchsorted(self._offsets, idx, side="right") - 1  # each padded entry's table
+            table = (
+                np.searchsorted(self._offsets, idx, side="right") - 1
+            )  # each padded entry's table
             with np.errstate(invalid="ignore"):  # +inf times scale 0
                 q = self._bucket(self._values[idx], table)
             lo = int(q[0])
@@ -192,11 +212,13 @@ class SortedTables:
     #: Entries (or buckets) per pass when the grid is built (bounds its temporaries: 64 KB arrays).
     _CHUNK = 1 << 13
 
-    #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an index).
+    #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an
+    #: index).
     _COPY_TABLES = 10_000
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
-        """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the table's
+        """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the
+        table's
         buckets, plus its first bucket."""
         b = x - np.take(self._first, group)
         b *= np.take(self._scale, group)
@@ -223,7 +245,8 @@ class SortedTables:
             act = np.flatnonzero(head[:, 1] < x)
             del head
         else:
-            # the bucket's first position, as intp (an int32 index would be converted by every gather through it)
+            # the bucket's first position, as intp (an int32 index would be converted by every
+            # gather through it)
             j = np.take(self._head, q).astype(np.intp, copy=False)
             act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
@@ -231,9 +254,15 @@ class SortedTables:
                 break
             j[act] += 1
             act = act[v[j[act]] < x[act]]
-        if act.size:  # a crowded bucket: bisect (lo, hi] where v[hi] >= x (a later bucket or the +inf)
+        if (
+            act.size
+        ):  # a crowded bucket: bisect (lo, hi] where v[hi] >= x (a later bucket or the +inf)
             lo = j[act] + 1
-            nxt = self._head[q[act] + 1, 0].astype(np.intp) if self._paired else self._head[q[act] + 1]
+            nxt = (
+                self._head[q[act] + 1, 0].astype(np.intp)
+                if self._paired
+                else self._head[q[act] + 1]
+            )
             hi = np.minimum(nxt, self._ends[group] if group.ndim == 0 else self._ends[group[act]])
             xa = x[act]
             while True:
@@ -270,21 +299,25 @@ class SortedTables:
 
     @staticmethod
     def slot_starts(size) -> np.ndarray:
-        """Where each table's slots start in the layout of tables of ``size`` entries (one slot after
+        """Where each table's slots start in the layout of tables of ``size`` entries (one slot
+        after
         each table, which :meth:`layout` fills): the tables' starts in :meth:`positions`."""
         size = np.asarray(size, dtype=np.int64)
         return np.cumsum(size + 1) - (size + 1)
 
     @classmethod
     def layout_of(cls, size, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
-        """:meth:`layout` for tables of ``size`` entries each, without the tables (their values are not
+        """:meth:`layout` for tables of ``size`` entries each, without the tables (their values are
+        not
         needed: a caller may lay out values before it builds the tables, issue 26's peak memory)."""
         per_entry = np.asarray(per_entry)
         size = np.asarray(size, dtype=np.int64)
         starts = cls.slot_starts(size)
         ends = starts + size
         out = np.zeros((int(size.sum()) + size.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
-        if size.size <= cls._COPY_TABLES:  # a slice copy per table: no entry-length index arrays (memory)
+        if (
+            size.size <= cls._COPY_TABLES
+        ):  # a slice copy per table: no entry-length index arrays (memory)
             a = 0
             for start, n in zip(starts.tolist(), size.tolist()):
                 out[start : start + n] = per_entry[a : a + n]

@@ -128,11 +128,20 @@ class _Plain(_Silent):
     def update(self, n=1):
         self.n += n
         of = f"/{self.total:g}" if self.total else ""
-        _plain_line(f"topcal: {self.desc}: {self.n:g}{of} {self.unit}, "
-                    f"{time.monotonic() - self.t0:.0f} s")
+        _plain_line(
+            f"topcal: {self.desc}: {self.n:g}{of} {self.unit}, {time.monotonic() - self.t0:.0f} s"
+        )
 
 
-def bar(iterable=None, *, total=None, desc: str | None = None, unit: str = "it", leave: bool = False, **kwargs):
+def bar(
+    iterable=None,
+    *,
+    total=None,
+    desc: str | None = None,
+    unit: str = "it",
+    leave: bool = False,
+    **kwargs,
+):
     """A tqdm bar on stderr where :func:`enabled`, plain lines where :func:`plain`, else a silent
     stand-in (same methods)."""
     if enabled():
@@ -141,8 +150,16 @@ def bar(iterable=None, *, total=None, desc: str | None = None, unit: str = "it",
         except ImportError:  # pragma: no cover - tqdm is a core dependency
             pass
         else:
-            return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr,
-                        dynamic_ncols=True, **kwargs)
+            return tqdm(
+                iterable,
+                total=total,
+                desc=desc,
+                unit=unit,
+                leave=leave,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                **kwargs,
+            )
     if plain():
         return _Plain(iterable, total, desc=desc, unit=unit)
     return _Silent(iterable, total)

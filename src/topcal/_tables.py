@@ -1,4 +1,5 @@
-"""Plain-text and Markdown tables: the one table formatter of the command line and the experiments."""
+"""Plain-text and Markdown tables: the one table formatter of the command line and the
+experiments."""
 
 from __future__ import annotations
 
@@ -6,8 +7,17 @@ import re
 
 import numpy as np
 
-__all__ = ["format_value", "text_table", "format_table", "markdown_table", "FORMULA_START",
-           "csv_text", "is_formula", "printable", "EscapedStream"]
+__all__ = [
+    "format_value",
+    "text_table",
+    "format_table",
+    "markdown_table",
+    "FORMULA_START",
+    "csv_text",
+    "is_formula",
+    "printable",
+    "EscapedStream",
+]
 
 #: First characters that make a spreadsheet read a CSV cell as a formula (OWASP, "CSV Injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -70,14 +80,20 @@ def format_value(v, width: int = 9, digits: int = 4) -> str:
     """A number right-aligned in ``width``: integers without decimals, None/NaN as "-"."""
     if v is None or (isinstance(v, float) and np.isnan(v)):
         return "-".rjust(width)
-    if isinstance(v, (int, np.integer)) or (isinstance(v, float) and float(v).is_integer() and abs(v) >= 1):
+    if isinstance(v, (int, np.integer)) or (
+        isinstance(v, float) and float(v).is_integer() and abs(v) >= 1
+    ):
         return f"{v:>{width}.0f}"
     return f"{v:>{width}.{digits}f}"
 
 
-def text_table(header: list[str], rows: list[list[str]], first_width: int, widths: list[int]) -> str:
-    """Fixed-width text: the first column left-aligned in ``first_width``, the others right-aligned, a rule below
+def text_table(
+    header: list[str], rows: list[list[str]], first_width: int, widths: list[int]
+) -> str:
+    """Fixed-width text: the first column left-aligned in ``first_width``, the others right-aligned,
+    a rule below
     the header."""
+
     def cell(v):  # one line per row: a newline in a class name is shown as \x0a
         return printable(str(v), keep="")
 
@@ -104,6 +120,7 @@ def _md_row(cells) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list[str]], *, numeric: bool = True) -> str:
-    """A Markdown table of preformatted cells; ``numeric`` right-aligns every column but the first."""
+    """A Markdown table of preformatted cells; ``numeric`` right-aligns every column but the
+    first."""
     rule = "|---|" + ("---:|" if numeric else "---|") * (len(header) - 1)
     return "\n".join([_md_row(header), rule] + [_md_row(r) for r in rows])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import html
 
-from .calibrators.base import Calibrator, set_html_renderer
+from .calibrators.base import set_html_renderer
 from .calibrators.wrapper import Wrapper
 from .inputs import as_data
 
@@ -32,7 +32,8 @@ MAX_PANELS = 24
 
 
 def _other(value, data, what: str, *, kind: str):
-    """A second data set (path, TopLabelData, DataFrame, or a (scores, y) pair) on ``data``'s classes."""
+    """A second data set (path, TopLabelData, DataFrame, or a (scores, y) pair) on ``data``'s
+    classes."""
     from .report import align_classes
 
     if isinstance(value, tuple):
@@ -44,8 +45,18 @@ def _other(value, data, what: str, *, kind: str):
     return align_classes(other, data, what)
 
 
-def compare(data, y=None, methods=None, *, eval_data=None, folds: int = 5, in_sample: bool = False, classes=None,
-            kind: str = "auto", **options):
+def compare(
+    data,
+    y=None,
+    methods=None,
+    *,
+    eval_data=None,
+    folds: int = 5,
+    in_sample: bool = False,
+    classes=None,
+    kind: str = "auto",
+    **options,
+):
     """Fit methods and evaluate them; one row per (method, class, metric).
 
     Parameters
@@ -98,7 +109,9 @@ def compare(data, y=None, methods=None, *, eval_data=None, folds: int = 5, in_sa
     d = as_data(data, y, classes=classes, kind=kind)
     if eval_data is not None:
         if in_sample:
-            raise ParameterError("in_sample and eval_data exclude each other: eval_data is already a second test set")
+            raise ParameterError(
+                "in_sample and eval_data exclude each other: eval_data is already a second test set"
+            )
         options["eval_data"] = _other(eval_data, d, "eval_data", kind=kind)
     elif not in_sample:
         options["folds"] = folds
@@ -106,13 +119,28 @@ def compare(data, y=None, methods=None, *, eval_data=None, folds: int = 5, in_sa
     rows = [(m, c, metric, v, res.protocol) for m, metric, c, v in comparison_rows(res)]
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     frame["value"] = frame["value"].astype("float64")
-    frame.attrs.update(protocol=res.protocol, folds=res.folds, skipped=list(res.skipped), failed=dict(res.failed),
-                       warnings=dict(res.warnings))
+    frame.attrs.update(
+        protocol=res.protocol,
+        folds=res.folds,
+        skipped=list(res.skipped),
+        failed=dict(res.failed),
+        warnings=dict(res.warnings),
+    )
     return frame
 
 
-def make_report(data, y=None, *, output, methods=None, eval_data=None, extra=None, classes=None, kind: str = "auto",
-                **options):
+def make_report(
+    data,
+    y=None,
+    *,
+    output,
+    methods=None,
+    eval_data=None,
+    extra=None,
+    classes=None,
+    kind: str = "auto",
+    **options,
+):
     """Write the visual-check report (``topcal report``) and return the path of its ``index.html``.
 
     ``topcal.make_report``; calling the package ``topcal.report(...)``, its old name, still works
@@ -141,7 +169,9 @@ def make_report(data, y=None, *, output, methods=None, eval_data=None, extra=Non
         eval_data = _other(eval_data, d, "eval_data", kind=kind)
     if extra is not None:
         extra = _other(extra, d, "extra", kind=kind)
-    return build_report(d, output, methods=methods, eval_data=eval_data, extra=extra, **options).path
+    return build_report(
+        d, output, methods=methods, eval_data=eval_data, extra=extra, **options
+    ).path
 
 
 #: The old name, kept in this module (no package of that name here to shadow).
@@ -155,7 +185,14 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
     multi-class temperature scalings) have no per-class curve; for them the
     fitted parameters are shown as a table instead.
     """
-    from .plots import BAND_LEVEL, CurveGrid, CurvePanel, model_band, model_curve, plot_calibration_curves
+    from .plots import (
+        BAND_LEVEL,
+        CurveGrid,
+        CurvePanel,
+        model_band,
+        model_curve,
+        plot_calibration_curves,
+    )
     from .report import figure_png
 
     import numpy as np
@@ -164,42 +201,76 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
         inner = calibrator_html(model.inner_, dpi=dpi)
         name = html.escape(model.inner_.name)
         summary = html.escape(model.summary_line()).replace(name, f"<code>{name}</code>", 1)
-        return (f"<div><p><b>{html.escape(type(model).__name__)}</b> (method <code>{html.escape(model.name)}"
-                f"</code>) {summary}</p>{inner}</div>")
+        return (
+            f"<div><p><b>{html.escape(type(model).__name__)}</b> (method "
+            f"<code>{html.escape(model.name)}"
+            f"</code>) {summary}</p>{inner}</div>"
+        )
     k = len(model.classes_)
     lo, hi = model.score_range_
-    head = (f"<p><b>{html.escape(type(model).__name__)}</b> (method <code>{html.escape(model.name)}</code>), "
-            f"fitted on {float(np.sum(model.n_tp_) + np.sum(model.n_fp_)):,.0f} samples, {k} classes, "
-            f"score range {lo:g}–{hi:g}</p>")
+    head = (
+        f"<p><b>{html.escape(type(model).__name__)}</b> (method "
+        f"<code>{html.escape(model.name)}</code>), "
+        f"fitted on {float(np.sum(model.n_tp_) + np.sum(model.n_fp_)):,.0f} samples, {k} classes, "
+        f"score range {lo:g}–{hi:g}</p>"
+    )
     if model.needs_full:
         d = model.describe()
         keys = [key for key in next(iter(d["classes"].values()))]
         rows = "".join(
-            "<tr><td>" + html.escape(c) + "</td>"
-            + "".join(f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>"
-                      for v in (info.get(key) for key in keys)) + "</tr>"
-            for c, info in list(d["classes"].items())[:MAX_PANELS])
+            "<tr><td>"
+            + html.escape(c)
+            + "</td>"
+            + "".join(
+                f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>"
+                for v in (info.get(key) for key in keys)
+            )
+            + "</tr>"
+            for c, info in list(d["classes"].items())[:MAX_PANELS]
+        )
         more = f"<p>(first {MAX_PANELS} of {k} classes)</p>" if k > MAX_PANELS else ""
-        return (f"<div>{head}<p>confidence depends on the whole score vector: no per-class curve</p><table>"
-                f"<tr><th>class</th>{''.join(f'<th>{html.escape(x)}</th>' for x in keys)}</tr>{rows}</table>{more}</div>")
+        return (
+            f"<div>{head}<p>confidence depends on the whole score vector: no per-class "
+            f"curve</p><table>"
+            f"<tr><th>class</th>{''.join(f'<th>{html.escape(x)}</th>' for x in keys)}</tr>"
+            f"{rows}</table>{more}</div>"
+        )
     grid = np.linspace(lo, hi, 201)
     support = getattr(model, "support_", [None] * k)
     shown = range(min(k, MAX_PANELS))
     limits = [model_band(model, i, grid, BAND_LEVEL) for i in shown]
     panels = tuple(
-        CurvePanel(model.classes_[i], None, {model.name: (grid, model_curve(model, i, grid))}, {},
-                   support[i], float(model.n_tp_[i]), float(model.n_fp_[i]),
-                   {} if limits[i] is None else {model.name: (grid, *limits[i])})
-        for i in shown)
+        CurvePanel(
+            model.classes_[i],
+            None,
+            {model.name: (grid, model_curve(model, i, grid))},
+            {},
+            support[i],
+            float(model.n_tp_[i]),
+            float(model.n_fp_[i]),
+            {} if limits[i] is None else {model.name: (grid, *limits[i])},
+        )
+        for i in shown
+    )
     no_band = (model.name,) if any(b is None for b in limits) else ()
-    fig = plot_calibration_curves(CurveGrid((lo, hi), (model.name,), panels, band_level=BAND_LEVEL, no_band=no_band),
-                                  panel_size=2.2)
+    fig = plot_calibration_curves(
+        CurveGrid((lo, hi), (model.name,), panels, band_level=BAND_LEVEL, no_band=no_band),
+        panel_size=2.2,
+    )
     uri = "data:image/png;base64," + base64.b64encode(figure_png(fig, dpi=dpi)).decode("ascii")
     more = f"<p>(first {MAX_PANELS} of {k} classes)</p>" if k > MAX_PANELS else ""
-    band = (f"<p>no interval band: this model holds no interval statistics (saved by an older topcal; refit it to "
-            f"get them)</p>" if no_band else
-            f"<p>shaded: the {BAND_LEVEL:.0%} interval on each fitted curve (<code>predict_interval</code>)</p>")
-    return (f"<div>{head}<img src='{uri}' alt='calibration curves of {html.escape(model.name)}'>{band}{more}</div>")
+    band = (
+        "<p>no interval band: this model holds no interval statistics (saved by an older topcal; "
+        "refit it to "
+        "get them)</p>"
+        if no_band
+        else f"<p>shaded: the {BAND_LEVEL:.0%} interval on each fitted curve "
+        f"(<code>predict_interval</code>)</p>"
+    )
+    return (
+        f"<div>{head}<img src='{uri}' alt='calibration curves of "
+        f"{html.escape(model.name)}'>{band}{more}</div>"
+    )
 
 
 set_html_renderer(calibrator_html)

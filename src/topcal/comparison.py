@@ -25,7 +25,8 @@ __all__ = ["Comparison", "MethodMetrics", "MetricValues"]
 
 
 class _FieldMapping(Mapping):
-    """Read-only mapping view of a dataclass: its fields are the keys (equal to a dict of the same items)."""
+    """Read-only mapping view of a dataclass: its fields are the keys (equal to a dict of the same
+    items)."""
 
     def __getitem__(self, key):
         if isinstance(key, str) and key in self._keys():
@@ -73,7 +74,8 @@ class MetricValues(_FieldMapping):
 
 @dataclass(frozen=True, eq=False)
 class MethodMetrics(Mapping):
-    """The metrics of one method, by name (``nll``, ``brier``, ``ece1``, ``ece2``: the evaluated bundle).
+    """The metrics of one method, by name (``nll``, ``brier``, ``ece1``, ``ece2``: the evaluated
+    bundle).
 
     ``m.nll`` and ``m["nll"]`` are the same :class:`MetricValues`; a metric that
     was not evaluated raises AttributeError / KeyError.
@@ -102,10 +104,13 @@ class MethodMetrics(Mapping):
         metrics = self.__dict__.get("metrics", {})
         if name in metrics:
             return metrics[name]
-        raise AttributeError(f"no metric {name!r} was evaluated (metrics: {', '.join(metrics) or 'none'})")
+        raise AttributeError(
+            f"no metric {name!r} was evaluated (metrics: {', '.join(metrics) or 'none'})"
+        )
 
     def to_dict(self) -> dict:
-        """``{metric: {"overall", "per_class"}}``, as :func:`topcal.evaluate.evaluate` returns it."""
+        """``{metric: {"overall", "per_class"}}``, as :func:`topcal.evaluate.evaluate` returns
+        it."""
         return {name: v.to_dict() for name, v in self.metrics.items()}
 
 
@@ -140,7 +145,9 @@ class Comparison(_FieldMapping):
     choices: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        object.__setattr__(self, "methods", {n: MethodMetrics.of(m) for n, m in self.methods.items()})
+        object.__setattr__(
+            self, "methods", {n: MethodMetrics.of(m) for n, m in self.methods.items()}
+        )
 
     @classmethod
     def of(cls, value) -> "Comparison":
@@ -148,12 +155,25 @@ class Comparison(_FieldMapping):
         attributes; only "methods" is required, "protocol" defaults to "same")."""
         if isinstance(value, cls):
             return value
-        return cls(value.get("protocol", "same"), value.get("folds"), dict(value["methods"]),
-                   list(value.get("skipped", [])), dict(value.get("failed", {})), dict(value.get("warnings", {})),
-                   dict(value.get("choices", {})))
+        return cls(
+            value.get("protocol", "same"),
+            value.get("folds"),
+            dict(value["methods"]),
+            list(value.get("skipped", [])),
+            dict(value.get("failed", {})),
+            dict(value.get("warnings", {})),
+            dict(value.get("choices", {})),
+        )
 
     def to_dict(self) -> dict:
-        """The plain nested dict (JSON-ready; the form ``compare_methods`` returned before this class)."""
-        return {"protocol": self.protocol, "folds": self.folds,
-                "methods": {n: m.to_dict() for n, m in self.methods.items()}, "skipped": list(self.skipped),
-                "failed": dict(self.failed), "warnings": dict(self.warnings), "choices": dict(self.choices)}
+        """The plain nested dict (JSON-ready; the form ``compare_methods`` returned before this
+        class)."""
+        return {
+            "protocol": self.protocol,
+            "folds": self.folds,
+            "methods": {n: m.to_dict() for n, m in self.methods.items()},
+            "skipped": list(self.skipped),
+            "failed": dict(self.failed),
+            "warnings": dict(self.warnings),
+            "choices": dict(self.choices),
+        }

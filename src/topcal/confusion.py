@@ -39,8 +39,14 @@ from .data import TopLabelData, rows_by_class
 from .errors import DataError
 from .stats import DEFAULT_CELLS, cell_index, cell_midpoints
 
-__all__ = ["ConfusionStats", "GridConfusion", "fp_region_edges", "MIN_FP_PER_REGION", "MAX_REGIONS",
-           "zero_counts"]
+__all__ = [
+    "ConfusionStats",
+    "GridConfusion",
+    "fp_region_edges",
+    "MIN_FP_PER_REGION",
+    "MAX_REGIONS",
+    "zero_counts",
+]
 
 #: Fewest false positives per score region: with 40 FPs a mix share of 0.25
 #: has a standard error of ~0.07, small enough to be worth a separate region.
@@ -72,9 +78,15 @@ class ConfusionStats:
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def from_data(cls, data: TopLabelData, *, min_fp_per_region: int = MIN_FP_PER_REGION,
-                  max_regions: int = MAX_REGIONS) -> "ConfusionStats | None":
-        """Counts of labelled per-sample ``data``; None when true classes are unknown (binned data)."""
+    def from_data(
+        cls,
+        data: TopLabelData,
+        *,
+        min_fp_per_region: int = MIN_FP_PER_REGION,
+        max_regions: int = MAX_REGIONS,
+    ) -> "ConfusionStats | None":
+        """Counts of labelled per-sample ``data``; None when true classes are unknown (binned
+        data)."""
         if data.labels is None or data.tp is None:
             return None
         K = data.n_classes
@@ -98,7 +110,10 @@ class ConfusionStats:
         if data.labels is None or data.tp is None:
             return None
         if tuple(data.classes) != self.classes:
-            raise DataError(f"confusion counts of classes {list(data.classes)} do not match {list(self.classes)}")
+            raise DataError(
+                f"confusion counts of classes {list(data.classes)} do not match "
+                f"{list(self.classes)}"
+            )
         K = self.n_classes
         w = data.tp + data.fp
         counts = _counts_in_regions(self.edges, data.pred, data.score, data.labels, w, K)
@@ -108,15 +123,24 @@ class ConfusionStats:
         """These counts plus those of ``others``, counted in the same regions (a new object)."""
         for o in others:
             if not isinstance(o, ConfusionStats):
-                raise DataError(f"can only merge ConfusionStats with ConfusionStats, got {type(o).__name__}")
-            if o.classes != self.classes or any(not np.array_equal(a, b) for a, b in zip(o.edges, self.edges)):
-                raise DataError("cannot merge confusion counts of other classes or other score regions; "
-                                "count new data in the model's regions (ConfusionStats.count)")
-        counts = tuple(sum((o.counts[k] for o in others), start=c) for k, c in enumerate(self.counts))
+                raise DataError(
+                    f"can only merge ConfusionStats with ConfusionStats, got {type(o).__name__}"
+                )
+            if o.classes != self.classes or any(
+                not np.array_equal(a, b) for a, b in zip(o.edges, self.edges)
+            ):
+                raise DataError(
+                    "cannot merge confusion counts of other classes or other score regions; "
+                    "count new data in the model's regions (ConfusionStats.count)"
+                )
+        counts = tuple(
+            sum((o.counts[k] for o in others), start=c) for k, c in enumerate(self.counts)
+        )
         return ConfusionStats(self.classes, self.edges, counts)
 
     def add(self, data: TopLabelData) -> "ConfusionStats | None":
-        """These counts plus those of labelled per-sample ``data`` (on the same class list), in these regions.
+        """These counts plus those of labelled per-sample ``data`` (on the same class list), in
+        these regions.
 
         What ``update`` keeps: the regions stay those of the first fit (their
         edges are quantiles of its FP scores), the counts in them add up, so the
@@ -156,13 +180,17 @@ class ConfusionStats:
 
     # ----------------------------------------------------------- persistence
     def to_dict(self) -> dict:
-        """JSON-ready and sparse: per class and region, the [true class, count] pairs with count > 0.
+        """JSON-ready and sparse: per class and region, the [true class, count] pairs with count >
+        0.
 
         (Dense counts would be K x K numbers, mostly zeros: 10^6 for 1,000 classes.)
         """
         return {
             "edges": [e.tolist() for e in self.edges],
-            "counts": [[[[int(j), float(row[j])] for j in np.flatnonzero(row)] for row in c] for c in self.counts],
+            "counts": [
+                [[[int(j), float(row[j])] for j in np.flatnonzero(row)] for row in c]
+                for c in self.counts
+            ],
         }
 
     @classmethod
@@ -175,7 +203,9 @@ class ConfusionStats:
         for e, regions in zip(d["edges"], d["counts"]):
             e = np.asarray(e, dtype=np.float64).reshape(-1)
             if not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0) or len(regions) != e.size + 1:
-                raise ValueError("confusion counts need one region more than there are increasing finite edges")
+                raise ValueError(
+                    "confusion counts need one region more than there are increasing finite edges"
+                )
             if all(isinstance(r, list) and not r for r in regions):  # no counts: shared zeros
                 edges.append(e)
                 counts.append(zero_counts(e.size + 1, zero))
@@ -184,7 +214,9 @@ class ConfusionStats:
             for r, pairs in enumerate(regions):
                 for j, v in pairs:
                     if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < K:
-                        raise ValueError(f"confusion counts name class index {j!r}, outside 0..{K - 1}")
+                        raise ValueError(
+                            f"confusion counts name class index {j!r}, outside 0..{K - 1}"
+                        )
                     v = float(v)
                     if not (np.isfinite(v) and v >= 0):
                         raise ValueError("confusion counts must be finite and >= 0")
@@ -223,13 +255,20 @@ class GridConfusion:
     count: np.ndarray
 
     @classmethod
-    def from_data(cls, data: TopLabelData, *, n_cells: int = DEFAULT_CELLS) -> "GridConfusion | None":
-        """Counts of labelled per-sample ``data`` on its score range's grid; None for binned data."""
+    def from_data(
+        cls, data: TopLabelData, *, n_cells: int = DEFAULT_CELLS
+    ) -> "GridConfusion | None":
+        """Counts of labelled per-sample ``data`` on its score range's grid; None for binned
+        data."""
         if data.labels is None or data.tp is None:
             return None
         K = data.n_classes
-        key = (data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)) * K + data.labels
-        return cls._summed(tuple(data.classes), tuple(data.score_range), n_cells, key, data.tp + data.fp)
+        key = (
+            data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)
+        ) * K + data.labels
+        return cls._summed(
+            tuple(data.classes), tuple(data.score_range), n_cells, key, data.tp + data.fp
+        )
 
     @classmethod
     def _summed(cls, classes, score_range, n_cells, key, weight) -> "GridConfusion":
@@ -243,8 +282,13 @@ class GridConfusion:
             uniq, inv = np.unique(key, return_inverse=True)
             count = np.bincount(inv.reshape(-1), weights=weight, minlength=uniq.size)
         keep = count > 0
-        return cls(classes, (float(score_range[0]), float(score_range[1])), int(n_cells),
-                   uniq[keep].astype(np.int64), count[keep])
+        return cls(
+            classes,
+            (float(score_range[0]), float(score_range[1])),
+            int(n_cells),
+            uniq[keep].astype(np.int64),
+            count[keep],
+        )
 
     @staticmethod
     def merge_all(parts) -> "GridConfusion":
@@ -254,18 +298,31 @@ class GridConfusion:
             raise DataError("merge needs at least one GridConfusion")
         first = parts[0]
         for p in parts[1:]:
-            if (p.classes, p.score_range, p.n_cells) != (first.classes, first.score_range, first.n_cells):
-                raise DataError("cannot merge confusion counts of other classes, score range or grid")
-        return GridConfusion._summed(first.classes, first.score_range, first.n_cells,
-                                     np.concatenate([p.key for p in parts]), np.concatenate([p.count for p in parts]))
+            if (p.classes, p.score_range, p.n_cells) != (
+                first.classes,
+                first.score_range,
+                first.n_cells,
+            ):
+                raise DataError(
+                    "cannot merge confusion counts of other classes, score range or grid"
+                )
+        return GridConfusion._summed(
+            first.classes,
+            first.score_range,
+            first.n_cells,
+            np.concatenate([p.key for p in parts]),
+            np.concatenate([p.count for p in parts]),
+        )
 
     def merge(self, *others: "GridConfusion") -> "GridConfusion":
         """These counts plus those of ``others`` (a new object)."""
         return GridConfusion.merge_all([self, *others])
 
-    def to_confusion(self, *, min_fp_per_region: int = MIN_FP_PER_REGION,
-                     max_regions: int = MAX_REGIONS) -> ConfusionStats:
-        """Regions and counts by the rule of :meth:`ConfusionStats.from_data`, every score at its cell midpoint.
+    def to_confusion(
+        self, *, min_fp_per_region: int = MIN_FP_PER_REGION, max_regions: int = MAX_REGIONS
+    ) -> ConfusionStats:
+        """Regions and counts by the rule of :meth:`ConfusionStats.from_data`, every score at its
+        cell midpoint.
 
         Equal to ``ConfusionStats.from_data`` of the per-sample data with each
         score replaced by its cell midpoint (bit for bit for integer counts):
@@ -283,12 +340,16 @@ class GridConfusion:
             s, lab, w = mid[sl], j[sl], self.count[sl]
             wrong = lab != k
             edges.append(class_region_edges(s[wrong], w[wrong], min_fp_per_region, max_regions))
-        return ConfusionStats(self.classes, tuple(edges), _counts_in_regions(edges, k_of, mid, j, self.count, K))
+        return ConfusionStats(
+            self.classes, tuple(edges), _counts_in_regions(edges, k_of, mid, j, self.count, K)
+        )
 
 
-def _counts_in_regions(edges, pred: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray,
-                       K: int) -> tuple[np.ndarray, ...]:
-    """Per predicted class k, the (len(edges[k]) + 1, K) weighted counts of the true classes per region.
+def _counts_in_regions(
+    edges, pred: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray, K: int
+) -> tuple[np.ndarray, ...]:
+    """Per predicted class k, the (len(edges[k]) + 1, K) weighted counts of the true classes per
+    region.
 
     All rows in one pass: a row's region is the number of its class's edges below its score
     (``searchsorted(edges[k], s, side="left")``), read from one padded edge table. ``bincount``
@@ -310,8 +371,12 @@ def _counts_in_regions(edges, pred: np.ndarray, score: np.ndarray, labels: np.nd
     key = (first[pred] + region) * K + labels
     flat = np.bincount(key, weights=weight, minlength=int(first[-1]) * K)
     zero = np.zeros(K)
-    return tuple(flat[first[k] * K : first[k + 1] * K].reshape(-1, K) if present[k]
-                 else zero_counts(int(n_edges[k]) + 1, zero) for k in range(K))
+    return tuple(
+        flat[first[k] * K : first[k + 1] * K].reshape(-1, K)
+        if present[k]
+        else zero_counts(int(n_edges[k]) + 1, zero)
+        for k in range(K)
+    )
 
 
 def zero_counts(regions: int, zero: np.ndarray) -> np.ndarray:
@@ -320,8 +385,12 @@ def zero_counts(regions: int, zero: np.ndarray) -> np.ndarray:
     return np.broadcast_to(zero, (regions, zero.shape[0]))
 
 
-def class_region_edges(fp_score: np.ndarray, fp_weight: np.ndarray, min_fp_per_region: int = MIN_FP_PER_REGION,
-                       max_regions: int = MAX_REGIONS) -> np.ndarray:
+def class_region_edges(
+    fp_score: np.ndarray,
+    fp_weight: np.ndarray,
+    min_fp_per_region: int = MIN_FP_PER_REGION,
+    max_regions: int = MAX_REGIONS,
+) -> np.ndarray:
     """The region edges of one predicted class from its FP scores: one region per
     ``min_fp_per_region`` false positives (by weight), at least 1, at most ``max_regions``."""
     n_fp = float(fp_weight.sum())
@@ -346,5 +415,8 @@ def fp_region_edges(score: np.ndarray, weight: np.ndarray, n_regions: int) -> np
         order = np.argsort(score, kind="stable")
         s, cw = score[order], np.cumsum(weight[order])
         targets = cw[-1] * np.arange(1, n_regions) / n_regions
-        e, top = np.unique(s[np.minimum(np.searchsorted(cw, targets, side="left"), s.size - 1)]), s[-1]
+        e, top = (
+            np.unique(s[np.minimum(np.searchsorted(cw, targets, side="left"), s.size - 1)]),
+            s[-1],
+        )
     return e[e < top]

@@ -42,9 +42,26 @@ from .errors import ParameterError, TopcalError, first_line
 from .evidence import Evidence
 from .io import build_layout, layout_columns, read_frame, write_frames
 from .stats import DEFAULT_CELLS, ScoreStats
-from .stream import INTERVAL_COLUMNS, calibrate, check_new_columns, confidence_column, output_roles, with_confidence
+from .stream import (
+    INTERVAL_COLUMNS,
+    calibrate,
+    check_new_columns,
+    confidence_column,
+    output_roles,
+    with_confidence,
+)
 
-__all__ = ["stats", "fit", "update", "check_updatable", "apply", "apply_file", "read_parquet", "layout", "Session"]
+__all__ = [
+    "stats",
+    "fit",
+    "update",
+    "check_updatable",
+    "apply",
+    "apply_file",
+    "read_parquet",
+    "layout",
+    "Session",
+]
 
 
 def _require_dask():
@@ -53,7 +70,8 @@ def _require_dask():
         import dask.dataframe as dd
     except ImportError:  # pragma: no cover - the extra is installed by `make test`
         raise TopcalError(
-            "the Dask engine needs the optional dependency dask; install it with: pip install 'topcal[dask]'"
+            "the Dask engine needs the optional dependency dask; install it with: pip install "
+            "'topcal[dask]'"
         ) from None
     return dd
 
@@ -66,7 +84,9 @@ def read_parquet(path):
 
     p = str(path)
     if not (Path(p).exists() or glob.glob(p)):
-        raise TopcalError(f"no Parquet data at {p!r}; give a .parquet file, a directory of them, or a glob")
+        raise TopcalError(
+            f"no Parquet data at {p!r}; give a .parquet file, a directory of them, or a glob"
+        )
     try:
         return dd.read_parquet(p)
     except Exception as exc:  # dask/pyarrow raise many types for bad files
@@ -74,18 +94,24 @@ def read_parquet(path):
 
 
 def layout(ddf, *, classes=None, **options):
-    """The read layout (classes, score range) of a Dask DataFrame: distinct class values, in partition order."""
+    """The read layout (classes, score range) of a Dask DataFrame: distinct class values, in
+    partition order."""
     import pandas as pd
 
     _require_dask()
     cols = [str(c) for c in ddf.columns]
     class_cols, extra, binned, vector = layout_columns(cols, **options)
     uniques, numeric, lo_hi = {}, {}, [np.inf, -np.inf]
-    need = bool(class_cols) and classes is None and not vector  # a vector layout's classes are its columns
+    need = (
+        bool(class_cols) and classes is None and not vector
+    )  # a vector layout's classes are its columns
     if need:
         import dask
 
-        per_part = [ddf[c].map_partitions(lambda s: pd.Series(pd.unique(s)), meta=ddf[c]._meta) for c in class_cols]
+        per_part = [
+            ddf[c].map_partitions(lambda s: pd.Series(pd.unique(s)), meta=ddf[c]._meta)
+            for c in class_cols
+        ]
         found = dask.compute(*per_part)
         for c, vals in zip(class_cols, found):
             uniques[c] = pd.unique(np.asarray(vals))
@@ -119,7 +145,9 @@ def _reduce(ddf, count, split_every: int, lay):
     nodes = [delayed(_partition_stats)(part, lay.options, count) for part in ddf.to_delayed()]
     nodes = _watched(nodes)
     while len(nodes) > 1:
-        nodes = [delayed(_merge)(*nodes[i:i + split_every]) for i in range(0, len(nodes), split_every)]
+        nodes = [
+            delayed(_merge)(*nodes[i : i + split_every]) for i in range(0, len(nodes), split_every)
+        ]
     (result,) = dask.compute(nodes[0])
     if result is None:
         raise TopcalError("the Dask DataFrame has no rows; topcal needs at least one")
@@ -133,17 +161,21 @@ def _watched(nodes):
         return nodes
     try:
         from distributed import as_completed, get_client
+
         client = get_client()
     except (ImportError, ValueError):  # no distributed, or no client: the graph runs without a bar
         return nodes
     futures = client.compute(nodes)
-    for _ in _progress.bar(as_completed(futures), total=len(futures), desc="dask: partitions",
-                           unit=" partitions"):
+    for _ in _progress.bar(
+        as_completed(futures), total=len(futures), desc="dask: partitions", unit=" partitions"
+    ):
         pass
     return futures
 
 
-def stats(ddf, *, n_cells: int = DEFAULT_CELLS, split_every: int = 8, classes=None, **options) -> ScoreStats:
+def stats(
+    ddf, *, n_cells: int = DEFAULT_CELLS, split_every: int = 8, classes=None, **options
+) -> ScoreStats:
     """Mergeable statistics of a labelled Dask DataFrame, merged by a tree reduction.
 
     Parameters
@@ -164,9 +196,18 @@ def stats(ddf, *, n_cells: int = DEFAULT_CELLS, split_every: int = 8, classes=No
     return _reduce(ddf, functools.partial(ScoreStats.from_data, n_cells=n_cells), split_every, lay)
 
 
-def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int = DEFAULT_CELLS,
-        split_every: int = 8, classes=None, **options):
-    """Fit ``method`` on a labelled Dask DataFrame from merged statistics; returns the fitted calibrator.
+def fit(
+    ddf,
+    method: str = "auto",
+    *,
+    params: dict | None = None,
+    n_cells: int = DEFAULT_CELLS,
+    split_every: int = 8,
+    classes=None,
+    **options,
+):
+    """Fit ``method`` on a labelled Dask DataFrame from merged statistics; returns the fitted
+    calibrator.
 
     Per-sample partitions also give the label-shift counts
     (:class:`~topcal.confusion.GridConfusion`, merged alike), so the model can
@@ -175,8 +216,10 @@ def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int =
     from .calibrators import calibrator
     from .calibrators.registry import require_counts
 
-    require_counts(method, "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, "
-                   "bts, btswa, auto)")
+    require_counts(
+        method,
+        "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, bts, btswa, auto)",
+    )
     cal = calibrator(method, **(params or {}))
     _require_dask()
     lay = layout(ddf, classes=classes, **options)
@@ -185,7 +228,8 @@ def fit(ddf, method: str = "auto", *, params: dict | None = None, n_cells: int =
 
 
 def update(model, ddf, *, split_every: int = 8, **options):
-    """Add a labelled Dask DataFrame to a fitted ``model`` (:meth:`Calibrator.update`); returns the model.
+    """Add a labelled Dask DataFrame to a fitted ``model`` (:meth:`Calibrator.update`); returns the
+    model.
 
     Per partition, the statistics the model keeps (score counts) and, where
     the model has them, the confusion counts in its regions; merged in a tree
@@ -199,17 +243,22 @@ def update(model, ddf, *, split_every: int = 8, **options):
     options = model_read_options(model, None, options, columns=[str(c) for c in ddf.columns])
     lay = layout(ddf, classes=list(model.classes_), **options)
     # only the grid and the regions travel to the workers, not the model
-    count = functools.partial(Evidence.for_update, stats_of=functools.partial(ScoreStats.from_data, n_cells=old.n_cells),
-                              regions=model.evidence_.confusion)
+    count = functools.partial(
+        Evidence.for_update,
+        stats_of=functools.partial(ScoreStats.from_data, n_cells=old.n_cells),
+        regions=model.evidence_.confusion,
+    )
     return model.update(_reduce(ddf, count, split_every, lay))
 
 
 def check_updatable(model) -> ScoreStats:
-    """The model's score statistics, which a Dask cluster can add to; a clear error for loss tables or none."""
+    """The model's score statistics, which a Dask cluster can add to; a clear error for loss tables
+    or none."""
     old = require_stats(model)
     if not isinstance(old, ScoreStats):
         raise TopcalError(
-            f"a Dask cluster computes score counts, but this {model.name!r} model keeps loss tables; drop "
+            f"a Dask cluster computes score counts, but this {model.name!r} model keeps loss "
+            f"tables; drop "
             "--engine dask (--chunk-rows N reads the new data in bounded memory)"
         )
     return old
@@ -236,7 +285,9 @@ def _output(frame, data, classes, cols: dict, pred_col, score_col, pred_dtype):
 
 
 def _no_rows(interval, thresholds=None) -> dict:
-    out = {c: np.zeros(0) for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())}
+    out = {
+        c: np.zeros(0) for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())
+    }
     if thresholds is not None:
         out["accepted"] = np.zeros(0, dtype=bool)
     return out
@@ -252,19 +303,37 @@ def _thresholds(text: str):
     return Thresholds.from_dict(json.loads(text))
 
 
-def _apply_partition(frame, text: str, options: dict, pred_dtype, interval=None, pred_col=None, score_col=None,
-                     thresholds_text=None):
+def _apply_partition(
+    frame,
+    text: str,
+    options: dict,
+    pred_dtype,
+    interval=None,
+    pred_col=None,
+    score_col=None,
+    thresholds_text=None,
+):
     model = _model(text)
     th = None if thresholds_text is None else _thresholds(thresholds_text)
     if len(frame) == 0:
-        return _output(frame, None, model.classes_, _no_rows(interval, th), pred_col, score_col, pred_dtype)
+        return _output(
+            frame, None, model.classes_, _no_rows(interval, th), pred_col, score_col, pred_dtype
+        )
     data = read_frame(frame, **options)
-    return _output(frame, data, model.classes_, calibrate(model, data, interval, th), pred_col, score_col,
-                   pred_dtype)
+    return _output(
+        frame,
+        data,
+        model.classes_,
+        calibrate(model, data, interval, th),
+        pred_col,
+        score_col,
+        pred_dtype,
+    )
 
 
 def apply(model, ddf, *, interval=None, thresholds=None, **options):
-    """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and ``confidence`` added.
+    """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and ``confidence``
+    added.
 
     ``options`` are the column options of :func:`topcal.io.read_frame`
     (labels are ignored). With ``interval`` (a level in (0, 1)) also
@@ -286,12 +355,22 @@ def apply(model, ddf, *, interval=None, thresholds=None, **options):
     check_new_columns(ddf.columns, interval, thresholds)
     options = {**options, "label_column": None}
     pred_col, score_col = output_roles(ddf.columns, options)
-    confidence_column(ddf.columns, score_col)  # an input column it would overwrite: refused before any work
+    confidence_column(
+        ddf.columns, score_col
+    )  # an input column it would overwrite: refused before any work
     if options.get("score_range") is None:
         options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
     lay = layout(ddf, classes=list(model.classes_), **options)
     pred_dtype = pd.StringDtype("pyarrow")
-    meta = _output(ddf._meta, None, model.classes_, _no_rows(interval, thresholds), pred_col, score_col, pred_dtype)
+    meta = _output(
+        ddf._meta,
+        None,
+        model.classes_,
+        _no_rows(interval, thresholds),
+        pred_col,
+        score_col,
+        pred_dtype,
+    )
 
     from dask import delayed
 
@@ -299,8 +378,17 @@ def apply(model, ddf, *, interval=None, thresholds=None, **options):
         dumps(model, stats=False), pure=True
     )  # one graph key shared by every partition; no statistics
     th_text = None if thresholds is None else json.dumps(thresholds.to_dict())
-    return ddf.map_partitions(_apply_partition, text, lay.options, pred_dtype, interval, pred_col, score_col,
-                              th_text, meta=meta)
+    return ddf.map_partitions(
+        _apply_partition,
+        text,
+        lay.options,
+        pred_dtype,
+        interval,
+        pred_col,
+        score_col,
+        th_text,
+        meta=meta,
+    )
 
 
 def _is_vector(ddf, options) -> bool:
@@ -319,7 +407,8 @@ def _input_files(path) -> list:
 
 
 def apply_file(model, path, output, *, interval=None, thresholds=None, **options) -> None:
-    """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the current Dask client.
+    """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the
+    current Dask client.
 
     ``output`` ending in ``.csv`` is one CSV file, anything else a folder of
     Parquet files (``part.00000.parquet``, ...), which follows the report's
@@ -348,7 +437,9 @@ def apply_file(model, path, output, *, interval=None, thresholds=None, **options
     if not as_csv:  # refuse before the cluster computes anything
         check_report_dir(out, what="output folder", writes=(), inputs=inputs)
     ddf = read_parquet(path)
-    options = model_read_options(model, path, {**options, "label_column": None}, columns=list(ddf.columns))
+    options = model_read_options(
+        model, path, {**options, "label_column": None}, columns=list(ddf.columns)
+    )
     result = apply(model, ddf, interval=interval, thresholds=thresholds, **options)
     try:
         if as_csv:
@@ -363,7 +454,8 @@ def apply_file(model, path, output, *, interval=None, thresholds=None, **options
 
 
 def _in_order(ddf, ahead: int | None = None):
-    """The partitions of ``ddf`` as pandas DataFrames, in order, computed on the cluster ``ahead`` at a time
+    """The partitions of ``ddf`` as pandas DataFrames, in order, computed on the cluster ``ahead``
+    at a time
     (default: two per worker), so memory here holds a few partitions, never the data."""
     import collections
     import itertools
@@ -373,7 +465,10 @@ def _in_order(ddf, ahead: int | None = None):
         from distributed import get_client
 
         client = get_client()
-    except (ImportError, ValueError):  # no distributed client: Dask's own scheduler, one partition at a time
+    except (
+        ImportError,
+        ValueError,
+    ):  # no distributed client: Dask's own scheduler, one partition at a time
         for part in parts:
             yield part.compute()
         return
@@ -392,19 +487,26 @@ def _write_part(frame, path: str, schema) -> int:
 
 
 def _write_parts(ddf, folder) -> None:
-    """Every partition of ``ddf`` written by the worker that computed it, as one Parquet file of ``folder``
+    """Every partition of ``ddf`` written by the worker that computed it, as one Parquet file of
+    ``folder``
     (:func:`topcal.io.write_frames`), all with the schema of ``ddf``'s columns."""
     import dask
     import pyarrow as pa
     from dask import delayed
 
     schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
-    if any(pa.types.is_null(f.type) for f in schema):  # object columns of unknown type: each file infers its own
+    if any(
+        pa.types.is_null(f.type) for f in schema
+    ):  # object columns of unknown type: each file infers its own
         schema = None
     parts = ddf.to_delayed()
     width = max(5, len(str(len(parts) - 1)))  # names that sort as the partitions do
-    dask.compute(*(delayed(_write_part)(p, str(folder / f"part.{i:0{width}d}.parquet"), schema)
-                   for i, p in enumerate(parts)))
+    dask.compute(
+        *(
+            delayed(_write_part)(p, str(folder / f"part.{i:0{width}d}.parquet"), schema)
+            for i, p in enumerate(parts)
+        )
+    )
 
 
 def _one_line(exc) -> str:
@@ -412,7 +514,8 @@ def _one_line(exc) -> str:
 
 
 class Session:
-    """A Dask client for a ``with`` block: at ``address`` (a scheduler) or on a LocalCluster started and closed here.
+    """A Dask client for a ``with`` block: at ``address`` (a scheduler) or on a LocalCluster started
+    and closed here.
 
     Dask's own log lines (a worker's "Compute Failed" with its remote traceback,
     cancelled tasks at shutdown) are silenced: the error a task raised reaches
@@ -428,7 +531,9 @@ class Session:
         try:
             from distributed import Client, LocalCluster
         except ImportError:
-            raise TopcalError("--engine dask needs dask; install it with: pip install 'topcal[dask]'") from None
+            raise TopcalError(
+                "--engine dask needs dask; install it with: pip install 'topcal[dask]'"
+            ) from None
         self.cluster = None
         self.client = None
         self._log = logging.getLogger("distributed")
@@ -440,13 +545,19 @@ class Session:
             else:
                 import warnings
 
-                with warnings.catch_warnings():  # dask's own start-up notes ("Port 8787 is already in use")
+                with (
+                    warnings.catch_warnings()
+                ):  # dask's own start-up notes ("Port 8787 is already in use")
                     warnings.simplefilter("ignore")
-                    self.cluster = LocalCluster(dashboard_address=None, silence_logs=logging.CRITICAL)
+                    self.cluster = LocalCluster(
+                        dashboard_address=None, silence_logs=logging.CRITICAL
+                    )
                     self.client = Client(self.cluster)
         except Exception as exc:  # noqa: BLE001 - a bad address raises ValueError, TypeError, OSError, TimeoutError
             self._close()
-            where = f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"
+            where = (
+                f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"
+            )
             hint = "; give an address like tcp://HOST:8786" if self.address else ""
             raise TopcalError(f"cannot connect to {where}: {_one_line(exc)[:300]}{hint}") from None
         return self.client

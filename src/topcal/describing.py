@@ -17,14 +17,21 @@ __all__ = ["describe_text"]
 def describe_text(model) -> str:
     """:meth:`~topcal.calibrators.base.Calibrator.describe` of fitted ``model`` as text."""
     d = model.describe()
-    out: list[str] = [f"method: {d['method']}", f"params: {json.dumps(d['params'])}",
-                      f"score range: {d['score_range']}"]
+    out: list[str] = [
+        f"method: {d['method']}",
+        f"params: {json.dumps(d['params'])}",
+        f"score range: {d['score_range']}",
+    ]
     out.extend(_head(d))
     d = _body(d)
     for key, val in d.items():  # method-wide results, e.g. a joint fit's loss and AIC
         if isinstance(val, dict) and key not in ("params", "classes"):
-            out.append(f"{key}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
-                                              for k, v in val.items()))
+            out.append(
+                f"{key}: "
+                + ", ".join(
+                    f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in val.items()
+                )
+            )
     for name, info in d["classes"].items():
         out.append(f"\n[{name}]  TP={info['n_tp']:g}  FP={info['n_fp']:g}")
         for key, val in info.items():
@@ -77,11 +84,19 @@ def _wrapped(d: dict) -> dict:
     if "model" not in d:
         return d
     outer, inner = d, d["model"]
-    wrap = {k: v for k, v in outer.items()
-            if isinstance(v, dict) and k not in ("params", "classes", "model", "cross_validation")}
-    return {**inner, **wrap, "classes": {
-        c: {**info, **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info}}
-        for c, info in inner["classes"].items()}}
+    wrap = {
+        k: v
+        for k, v in outer.items()
+        if isinstance(v, dict) and k not in ("params", "classes", "model", "cross_validation")
+    }
+    return {
+        **inner,
+        **wrap,
+        "classes": {
+            c: {**info, **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info}}
+            for c, info in inner["classes"].items()
+        },
+    }
 
 
 def _auto_head(d: dict) -> list[str]:
@@ -89,15 +104,20 @@ def _auto_head(d: dict) -> list[str]:
     cv = d["cross_validation"]
     rule = cv.get("rule", "smallest cross-validated NLL")
     of = cv.get("of_samples", cv["samples"])
-    on = f"{cv['samples']:g} samples" if of <= cv["samples"] else \
-        f"a stratified subsample of {cv['samples']:g} of the {of:g} samples"
+    on = (
+        f"{cv['samples']:g} samples"
+        if of <= cv["samples"]
+        else f"a stratified subsample of {cv['samples']:g} of the {of:g} samples"
+    )
     out = [f"chosen: {d['chosen']} ({rule}; {cv['folds']}-fold, seed {cv['seed']}, on {on})"]
     if cv.get("best") not in (None, d["chosen"]):
         out.append(f"best mean: {cv['best']}")
     fitted = sum(info["n_tp"] + info["n_fp"] for info in d["classes"].values())
     if fitted > of:
-        out.append(f"updated since: the chosen method is fitted on {fitted:g} samples; "
-                   "fit auto again to re-choose")
+        out.append(
+            f"updated since: the chosen method is fitted on {fitted:g} samples; "
+            "fit auto again to re-choose"
+        )
     ranked = sorted(((v, k) for k, v in cv["nll"].items() if v is not None))
     if ranked:
         se, dse = cv.get("se", {}), cv.get("diff_se", {})

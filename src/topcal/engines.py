@@ -39,19 +39,32 @@ class Engine:
         raise NotImplementedError  # pragma: no cover - interface
 
     def update(self, model, path, *, progress=None, **options):
-        """Add the labelled data at ``path`` to ``model`` (:meth:`Calibrator.update`); returns it."""
+        """Add the labelled data at ``path`` to ``model`` (:meth:`Calibrator.update`); returns
+        it."""
         raise NotImplementedError  # pragma: no cover - interface
 
-    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, tally=None,
-              **options):
-        """Write ``path``'s rows with ``pred``, ``confidence`` (and interval limits, ``accepted``) to ``output``;
+    def apply(
+        self,
+        model,
+        path,
+        output,
+        *,
+        progress=None,
+        interval=None,
+        thresholds=None,
+        tally=None,
+        **options,
+    ):
+        """Write ``path``'s rows with ``pred``, ``confidence`` (and interval limits, ``accepted``)
+        to ``output``;
         returns the number of rows where the engine knows it, else None. ``tally`` (a dict) gets the
         accepted rows' count under "accepted" where the engine knows it."""
         raise NotImplementedError  # pragma: no cover - interface
 
     def _check_countable(self, cal) -> None:
-        require_counts(cal, "drop --chunk-rows/--engine dask to fit it in memory, or choose a "
-                       "score method")
+        require_counts(
+            cal, "drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
+        )
 
 
 class LocalEngine(Engine):
@@ -68,10 +81,29 @@ class LocalEngine(Engine):
     def update(self, model, path, *, progress=None, **options):
         return update_file(model, path, chunk_rows=None, **options)
 
-    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, tally=None,
-              **options):
-        return apply_file(model, path, output, chunk_rows=self.chunk_rows or DEFAULT_CHUNK_ROWS, progress=progress,
-                          interval=interval, thresholds=thresholds, tally=tally, **options)
+    def apply(
+        self,
+        model,
+        path,
+        output,
+        *,
+        progress=None,
+        interval=None,
+        thresholds=None,
+        tally=None,
+        **options,
+    ):
+        return apply_file(
+            model,
+            path,
+            output,
+            chunk_rows=self.chunk_rows or DEFAULT_CHUNK_ROWS,
+            progress=progress,
+            interval=interval,
+            thresholds=thresholds,
+            tally=tally,
+            **options,
+        )
 
 
 class StreamEngine(LocalEngine):
@@ -92,7 +124,8 @@ class StreamEngine(LocalEngine):
 
 
 class DaskEngine(Engine):
-    """Fit, update and apply on a Dask cluster: at ``address``, else a LocalCluster started per call."""
+    """Fit, update and apply on a Dask cluster: at ``address``, else a LocalCluster started per
+    call."""
 
     name = "dask"
     from_counts = True
@@ -118,11 +151,23 @@ class DaskEngine(Engine):
         with tdask.Session(self.address):
             return tdask.update(model, tdask.read_parquet(path), **options)
 
-    def apply(self, model, path, output, *, progress=None, interval=None, thresholds=None, tally=None,
-              **options):
+    def apply(
+        self,
+        model,
+        path,
+        output,
+        *,
+        progress=None,
+        interval=None,
+        thresholds=None,
+        tally=None,
+        **options,
+    ):
         tdask = self._dask()  # ``tally`` stays empty: the rows are counted on the workers
         with tdask.Session(self.address):
-            tdask.apply_file(model, path, output, interval=interval, thresholds=thresholds, **options)
+            tdask.apply_file(
+                model, path, output, interval=interval, thresholds=thresholds, **options
+            )
         return None
 
 
@@ -130,8 +175,11 @@ class DaskEngine(Engine):
 ENGINES = {"local": LocalEngine, "stream": StreamEngine, "dask": DaskEngine}
 
 
-def for_options(engine: str = "local", *, chunk_rows: int | None = None, scheduler: str | None = None) -> Engine:
-    """The engine the command-line options ``--engine``, ``--chunk-rows`` and ``--scheduler`` ask for."""
+def for_options(
+    engine: str = "local", *, chunk_rows: int | None = None, scheduler: str | None = None
+) -> Engine:
+    """The engine the command-line options ``--engine``, ``--chunk-rows`` and ``--scheduler`` ask
+    for."""
     if engine == "dask":
         return DaskEngine(scheduler)
     if engine != "local":

@@ -55,7 +55,8 @@ __all__ = ["TopLabelCalibratedClassifier", "distribute_rest"]
 
 
 class _Unfitted(NotFittedError, SklearnNotFittedError):
-    """Used before fit: topcal's NotFittedError and scikit-learn's alike (either ``except`` catches it)."""
+    """Used before fit: topcal's NotFittedError and scikit-learn's alike (either ``except`` catches
+    it)."""
 
 
 #: The parameters of the meta-estimator itself; every other keyword is a
@@ -110,7 +111,9 @@ def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.n
     alloc[done] = mass[done, None] * r[done] / suffix[done, :1]
     for j in range(k - 1):
         left = mass - j * conf
-        share = np.where(suffix[:, j] > 0, left / np.where(suffix[:, j] > 0, suffix[:, j], 1.0), 0.0)
+        share = np.where(
+            suffix[:, j] > 0, left / np.where(suffix[:, j] > 0, suffix[:, j], 1.0), 0.0
+        )
         stop = ~done & (share * r[:, j] <= conf + 1e-15)
         if stop.any():
             alloc[stop, :j] = conf[stop, None]
@@ -170,11 +173,16 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return out
 
     def set_params(self, **params) -> "TopLabelCalibratedClassifier":
-        new = {k: v for k, v in params.items() if "__" not in k and k not in _OWN_PARAMS
-               and k not in self._method_params}
+        new = {
+            k: v
+            for k, v in params.items()
+            if "__" not in k and k not in _OWN_PARAMS and k not in self._method_params
+        }
         for key, value in new.items():
             if key.startswith("_") or hasattr(type(self), key):
-                raise ParameterError(f"{key!r} cannot be a method parameter of TopLabelCalibratedClassifier")
+                raise ParameterError(
+                    f"{key!r} cannot be a method parameter of TopLabelCalibratedClassifier"
+                )
             setattr(self, key, value)
         self._method_params = self._method_params + tuple(new)
         rest = {k: v for k, v in params.items() if k not in new}
@@ -212,9 +220,12 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
                 check_is_fitted(est)
             except Exception:  # sklearn's NotFittedError, or a non-estimator
                 raise NotFittedError(
-                    f"{type(est).__name__} is not fitted: with cv=None the classifier must be fitted "
-                    "already (on other data); fit it first, or pass cv=5 to cross-fit it here; under "
-                    "GridSearchCV or cross_val_score (which clone it unfitted) wrap the fitted classifier "
+                    f"{type(est).__name__} is not fitted: with cv=None the classifier must be "
+                    f"fitted "
+                    "already (on other data); fit it first, or pass cv=5 to cross-fit it here; "
+                    "under "
+                    "GridSearchCV or cross_val_score (which clone it unfitted) wrap the fitted "
+                    "classifier "
                     "in sklearn.frozen.FrozenEstimator"
                 ) from None
             classes = np.asarray(est.classes_)
@@ -235,7 +246,8 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         unknown = classes[codes] != y
         if unknown.any():
             raise DataError(
-                f"y holds the class {y[np.flatnonzero(unknown)[0]]!r}, which the classifier does not know "
+                f"y holds the class {y[np.flatnonzero(unknown)[0]]!r}, which the classifier does "
+                f"not know "
                 f"(its classes are {list(classes)}); calibrate on data of the classifier's classes"
             )
         data = self._data(scores, kind, classes, codes)
@@ -275,11 +287,15 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
             return
         _SHOWN_DEGENERATE.add(key)
         more = f" (and {len(degenerate) - 1} more: fit_warnings_)" if len(degenerate) > 1 else ""
-        warnings.warn(degenerate[0] + more + "; shown once per kind in this process", DegenerateClassWarning,
-                      stacklevel=3)
+        warnings.warn(
+            degenerate[0] + more + "; shown once per kind in this process",
+            DegenerateClassWarning,
+            stacklevel=3,
+        )
 
     def _check_predict_is_argmax(self, est, X, classes, data=None) -> None:
-        """Warn when the classifier's ``predict`` is not the argmax of its scores on X (SVC(probability=True)).
+        """Warn when the classifier's ``predict`` is not the argmax of its scores on X
+        (SVC(probability=True)).
 
         The calibrated confidence is about the argmax class; ``predict`` stays the
         classifier's own. ``argmax_disagreement_`` keeps the share of rows that differ.
@@ -294,8 +310,10 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         if differ:
             warnings.warn(
                 f"{type(est).__name__}.predict() differs from the argmax of its "
-                f"{'predict_proba' if data.full_kind == 'probs' else 'decision_function'} on {differ} of "
-                f"{len(own)} calibration rows; predict_confidence and predict_proba calibrate the argmax class "
+                f"{'predict_proba' if data.full_kind == 'probs' else 'decision_function'} on "
+                f"{differ} of "
+                f"{len(own)} calibration rows; predict_confidence and predict_proba calibrate the "
+                f"argmax class "
                 "(top_label_data(X).pred), not what predict() returns on those rows",
                 TopcalWarning,
                 stacklevel=3,
@@ -341,7 +359,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         try:
             check_is_fitted(self, "calibrator_")
         except SklearnNotFittedError:
-            raise _Unfitted(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first") from None
+            raise _Unfitted(
+                f"this {type(self).__name__} is not fitted yet; call fit(X, y) first"
+            ) from None
 
     def _unlabelled(self, X) -> TopLabelData:
         self._check()
@@ -351,7 +371,8 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     def predict(self, X) -> np.ndarray:
         """The classifier's own predictions.
 
-        For classifiers whose ``predict`` is not the argmax of their scores (``SVC(probability=True)``
+        For classifiers whose ``predict`` is not the argmax of their scores
+        (``SVC(probability=True)``
         votes one-vs-one; its Platt probabilities may rank another class first) the calibrated
         confidence is about the argmax class, not this one: ``fit`` warns and records the share of
         calibration rows that differ in ``argmax_disagreement_``.
@@ -394,8 +415,16 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         base = np.exp(data.log_probs())
         return distribute_rest(base, data.pred, conf)
 
-    def adapt(self, X_use=None, *, priors=None, estimator: str = "em", n_bootstrap: int = 100,
-              seed: int = 0, shrink="auto") -> "TopLabelCalibratedClassifier":
+    def adapt(
+        self,
+        X_use=None,
+        *,
+        priors=None,
+        estimator: str = "em",
+        n_bootstrap: int = 100,
+        seed: int = 0,
+        shrink="auto",
+    ) -> "TopLabelCalibratedClassifier":
         """A copy whose confidences are adapted to a use set's class priors (label shift).
 
         Give the unlabelled use set ``X_use`` (priors estimated by
@@ -411,8 +440,14 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         data = None if X_use is None else self._unlabelled(X_use)
         if isinstance(priors, dict):
             priors = {str(k): v for k, v in priors.items()}
-        adapted = self.calibrator_.adapt(data, priors=priors, estimator=estimator, n_bootstrap=n_bootstrap,
-                                         seed=seed, shrink=shrink)
+        adapted = self.calibrator_.adapt(
+            data,
+            priors=priors,
+            estimator=estimator,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            shrink=shrink,
+        )
         new = copy.copy(self)
         new.calibrator_ = adapted
         return new

@@ -33,8 +33,24 @@ from .data import TopLabelData, kfold_split
 from .errors import ParameterError, TopcalError, TopcalWarning
 from .metrics import BUNDLE, bundle
 
-__all__ = ["compare_methods", "evaluate", "fit_quietly", "fit_and_score", "score_models", "kfold_split", "fit_methods", "check_params", "curve_findings",
-           "few_positives", "comparison_rows", "METRICS", "PROTOCOLS", "Comparison", "MethodMetrics", "MetricValues"]
+__all__ = [
+    "compare_methods",
+    "evaluate",
+    "fit_quietly",
+    "fit_and_score",
+    "score_models",
+    "kfold_split",
+    "fit_methods",
+    "check_params",
+    "curve_findings",
+    "few_positives",
+    "comparison_rows",
+    "METRICS",
+    "PROTOCOLS",
+    "Comparison",
+    "MethodMetrics",
+    "MetricValues",
+]
 
 #: Metric names in the order tables show them.
 METRICS = BUNDLE
@@ -53,8 +69,15 @@ def evaluate(data: TopLabelData, confidence, *, n_bins: int = 10, metrics=METRIC
     return {m.name: m.to_dict() for m in bundle(data, confidence, n_bins=n_bins, names=metrics)}
 
 
-def fit_quietly(method, data: TopLabelData, *, params: dict | None = None, notes: dict | None = None,
-                collect=TopcalWarning, **fit_options):
+def fit_quietly(
+    method,
+    data: TopLabelData,
+    *,
+    params: dict | None = None,
+    notes: dict | None = None,
+    collect=TopcalWarning,
+    **fit_options,
+):
     """Fit ``method`` on ``data`` without printing its warnings; return the fitted calibrator.
 
     ``method`` is a registered name (built with ``params``) or an unfitted
@@ -85,9 +108,19 @@ def fit_quietly(method, data: TopLabelData, *, params: dict | None = None, notes
     return model
 
 
-def fit_and_score(method: str, data: TopLabelData, score_on=None, *, params: dict | None = None,
-                  notes: dict | None = None, n_bins: int = 10, metrics=METRICS, collect=TopcalWarning):
-    """Fit ``method`` on ``data`` (:func:`fit_quietly`) and score it on each set of ``score_on`` (default ``data``).
+def fit_and_score(
+    method: str,
+    data: TopLabelData,
+    score_on=None,
+    *,
+    params: dict | None = None,
+    notes: dict | None = None,
+    n_bins: int = 10,
+    metrics=METRICS,
+    collect=TopcalWarning,
+):
+    """Fit ``method`` on ``data`` (:func:`fit_quietly`) and score it on each set of ``score_on``
+    (default ``data``).
 
     Returns ``(model, [metric dict per set])``, the dicts as :func:`evaluate` gives them.
     """
@@ -97,8 +130,12 @@ def fit_and_score(method: str, data: TopLabelData, score_on=None, *, params: dic
 
 
 def score_models(models: dict, data: TopLabelData, *, n_bins: int = 10, metrics=METRICS) -> dict:
-    """``{name: metric dict}`` of already fitted ``models`` on ``data`` (:func:`evaluate` of each)."""
-    return {name: evaluate(data, model.predict(data), n_bins=n_bins, metrics=metrics) for name, model in models.items()}
+    """``{name: metric dict}`` of already fitted ``models`` on ``data`` (:func:`evaluate` of
+    each)."""
+    return {
+        name: evaluate(data, model.predict(data), n_bins=n_bins, metrics=metrics)
+        for name, model in models.items()
+    }
 
 
 def check_params(params: dict | None, names) -> dict:
@@ -107,13 +144,16 @@ def check_params(params: dict | None, names) -> dict:
     for name, p in params.items():
         if name not in names:
             raise ParameterError(
-                f"parameters given for {name!r}, which is not among the methods run ({', '.join(names)})")
+                f"parameters given for {name!r}, which is not among the methods run "
+                f"({', '.join(names)})"
+            )
         calibrator(name, **p)._validate_params()  # unknown names and bad values fail here
     return params
 
 
 def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
-    """Warnings about a fitted score calibrator's curves: certainty (0 or 1) and bandwidths at the floor.
+    """Warnings about a fitted score calibrator's curves: certainty (0 or 1) and bandwidths at the
+    floor.
 
     A curve that reaches exactly 0 or 1 inside a class's observed scores
     claims certainty that finite counts cannot give (the paper's estimators
@@ -133,17 +173,26 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
         if np.any(y <= 0.0) or np.any(y >= 1.0):
             certain.append(c)
     if certain:
-        fix = ("use shrinkage (the default) or auto" if "shrinkage" in model.get_params() else
-               f"{name} has no shrinkage: compare a shrunk method (kde-mon2, hist) or auto")
-        out.append(f"{name}: the curve reaches confidence 0 or 1 for {_few(certain)}; a held-out mistake there costs "
-                   f"27.6 nats: {fix}")
+        fix = (
+            "use shrinkage (the default) or auto"
+            if "shrinkage" in model.get_params()
+            else f"{name} has no shrinkage: compare a shrunk method (kde-mon2, hist) or auto"
+        )
+        out.append(
+            f"{name}: the curve reaches confidence 0 or 1 for {_few(certain)}; a held-out mistake "
+            f"there costs "
+            f"27.6 nats: {fix}"
+        )
     floor = []
     for k, st in enumerate(getattr(model, "class_state_", []) or []):
         if isinstance(st, dict) and st.get("b_range") and np.isfinite(st.get("bandwidth", np.nan)):
             if st["bandwidth"] <= st["b_range"][0] * (1 + 1e-9):
                 floor.append(model.classes_[k])
     if floor:
-        out.append(f"{name}: the bandwidth sits at its smallest candidate for {_few(floor)}; the curve may follow noise")
+        out.append(
+            f"{name}: the bandwidth sits at its smallest candidate for {_few(floor)}; the curve "
+            f"may follow noise"
+        )
     return out
 
 
@@ -160,8 +209,11 @@ def few_positives(data: TopLabelData, minimum: float = 30) -> str | None:
     small = [c for c, v in zip(data.classes, n) if 0 < v < minimum]
     if not small:
         return None
-    return (f"{_few(small)} have fewer than {minimum:g} positives: per-class curves there rest on a handful of "
-            "samples (shrinkage borrows from the pooled curve; compare out of sample)")
+    return (
+        f"{_few(small)} have fewer than {minimum:g} positives: per-class curves there rest on a "
+        f"handful of "
+        "samples (shrinkage borrows from the pooled curve; compare out of sample)"
+    )
 
 
 def _split_names(names, data: TopLabelData, target: TopLabelData | None = None):
@@ -176,8 +228,9 @@ def _split_names(names, data: TopLabelData, target: TopLabelData | None = None):
     return run, skipped
 
 
-def fit_methods(data: TopLabelData, methods=None, *, params=None, progress=None,
-                diagnostics: dict | None = None) -> tuple[dict, list]:
+def fit_methods(
+    data: TopLabelData, methods=None, *, params=None, progress=None, diagnostics: dict | None = None
+) -> tuple[dict, list]:
     """Fit each runnable method on ``data``.
 
     Parameters
@@ -218,17 +271,30 @@ def fit_methods(data: TopLabelData, methods=None, *, params=None, progress=None,
 
 
 def auto_summary(model, fold: int | None = None) -> dict | None:
-    """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired SE), or None
-    for other models: ``{"fold", "chosen", "best", "rule", "blend", "table": [...]}`` (see ``Auto.cv_table``,
+    """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired SE), or
+    None
+    for other models: ``{"fold", "chosen", "best", "rule", "blend", "table": [...]}`` (see
+    ``Auto.cv_table``,
     ``Auto.blend_``)."""
     choice = model.choice() if isinstance(model, Wrapper) else None
     return None if choice is None else {"fold": fold, **choice}
 
 
-def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progress=None, params=None,
-                       failed=None, notes=None, choices=None):
-    """Out-of-fold confidences of every method (:func:`topcal.calibrators.crossfit.cross_fit`), what the
-    fits warned about in ``notes``, each fold's ``auto`` choice in ``choices``, failures in ``failed``."""
+def _kfold_predictions(
+    data: TopLabelData,
+    names,
+    n_folds: int,
+    seed: int,
+    progress=None,
+    params=None,
+    failed=None,
+    notes=None,
+    choices=None,
+):
+    """Out-of-fold confidences of every method (:func:`topcal.calibrators.crossfit.cross_fit`), what
+    the
+    fits warned about in ``notes``, each fold's ``auto`` choice in ``choices``, failures in
+    ``failed``."""
     failed = {} if failed is None else failed
 
     def fit(name, train, f, warm):
@@ -247,16 +313,31 @@ def _kfold_predictions(data: TopLabelData, names, n_folds: int, seed: int, progr
                 if msg not in notes.setdefault(name, []):
                     notes[name].append(msg)
 
-    run = cross_fit(data, [n for n in names if n not in failed], n_folds, seed=seed, params=params, fit=fit,
-                    on_model=on_model)
+    run = cross_fit(
+        data,
+        [n for n in names if n not in failed],
+        n_folds,
+        seed=seed,
+        params=params,
+        fit=fit,
+        on_model=on_model,
+    )
     for name, (f, msg) in run.errors.items():
         failed[name] = f"fold {f + 1}: {msg}"
     return run.target, run.confidence
 
 
-def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData | None = None,
-                    folds: int | None = None, seed: int = 0, n_bins: int = 10, params=None,
-                    progress=None) -> Comparison:
+def compare_methods(
+    data: TopLabelData,
+    methods=None,
+    *,
+    eval_data: TopLabelData | None = None,
+    folds: int | None = None,
+    seed: int = 0,
+    n_bins: int = 10,
+    params=None,
+    progress=None,
+) -> Comparison:
     """Fit each method and evaluate it under one of three protocols.
 
     Parameters
@@ -293,24 +374,36 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
         ``res.methods["hist"].nll.per_class``), ``skipped``, ``failed`` (``{name: str}``),
         ``warnings`` (``{name or "data": [str]}``) and ``choices`` (``{name: [auto_summary, ...]}``:
         what every fitted ``auto`` chose, one entry per fold under "kfold", and its cross-validation
-        table). It reads as the old nested dict too (``res["methods"]["hist"]["nll"]["per_class"]``);
+        table). It reads as the old nested dict too
+        (``res["methods"]["hist"]["nll"]["per_class"]``);
         ``res.to_dict()`` is that dict (JSON-ready).
     """
     if eval_data is not None and folds is not None:
-        raise ParameterError("give either eval_data (a second test set) or folds (cross-fitting), not both")
+        raise ParameterError(
+            "give either eval_data (a second test set) or folds (cross-fitting), not both"
+        )
     names = list(available_methods()) if methods is None else list(methods)
     run, skipped = _split_names(names, data, eval_data)
     params = check_params(params, run)
     failed: dict = {}
     notes: dict = {}
     choices: dict = {}
-    out: dict = {"protocol": "same", "folds": None, "methods": {}, "skipped": skipped, "failed": failed,
-                 "warnings": notes, "choices": choices}
+    out: dict = {
+        "protocol": "same",
+        "folds": None,
+        "methods": {},
+        "skipped": skipped,
+        "failed": failed,
+        "warnings": notes,
+        "choices": choices,
+    }
     small = few_positives(data)
     if small is not None:
         notes["data"] = [small]
     if folds is not None:
-        target, confs = _kfold_predictions(data, run, folds, seed, progress, params, failed, notes, choices)
+        target, confs = _kfold_predictions(
+            data, run, folds, seed, progress, params, failed, notes, choices
+        )
         out.update(protocol="kfold", folds=int(folds))
         for name in run:
             if name in confs:
@@ -323,8 +416,9 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
             if progress is not None:
                 progress(f"fitting {name}")
             try:
-                model, (scores,) = fit_and_score(name, data, [target], params=params.get(name), notes=notes,
-                                                 n_bins=n_bins)
+                model, (scores,) = fit_and_score(
+                    name, data, [target], params=params.get(name), notes=notes, n_bins=n_bins
+                )
             except TopcalError as exc:
                 failed[name] = f"{type(exc).__name__}: {exc}"
                 continue
@@ -339,7 +433,8 @@ def compare_methods(data: TopLabelData, methods=None, *, eval_data: TopLabelData
 
 
 def comparison_rows(result) -> list[tuple[str, str, str, float | None]]:
-    """Long-format rows (method, metric, class, value) of a :func:`compare_methods` result (or its dict form);
+    """Long-format rows (method, metric, class, value) of a :func:`compare_methods` result (or its
+    dict form);
     class "overall" for the overall value."""
     rows = []
     for m, metrics in Comparison.of(result).methods.items():

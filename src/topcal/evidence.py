@@ -128,8 +128,14 @@ class Evidence:
 
     __slots__ = ("_stats", "_confusion", "_fingerprint", "_marks", "_rows", "_pending")
 
-    def __init__(self, stats: Any = None, confusion: GridConfusion | ConfusionStats | None = None,
-                 fingerprint: Fingerprint | None = None, *, marks: Iterable[str] | None = None):
+    def __init__(
+        self,
+        stats: Any = None,
+        confusion: GridConfusion | ConfusionStats | None = None,
+        fingerprint: Fingerprint | None = None,
+        *,
+        marks: Iterable[str] | None = None,
+    ):
         self._stats, self._confusion, self._fingerprint = stats, confusion, fingerprint
         self._marks = None if marks is None else tuple(marks)  # None: the statistics' own mark
         self._rows: _Rows | None = None
@@ -143,8 +149,14 @@ class Evidence:
         )
 
     @classmethod
-    def kept(cls, data: TopLabelData, *, stats: Any = None, count_stats: bool = False,
-             fingerprint: Fingerprint | None = None) -> "Evidence":
+    def kept(
+        cls,
+        data: TopLabelData,
+        *,
+        stats: Any = None,
+        count_stats: bool = False,
+        fingerprint: Fingerprint | None = None,
+    ) -> "Evidence":
         """What a fit keeps of labelled ``data``: the given ``stats`` (or, with ``count_stats``,
         :class:`~topcal.stats.ScoreStats` on the default grid), the label-shift counts and the
         rows' ``fingerprint``. Counts of per-sample rows are made when first read, from a compact
@@ -198,8 +210,12 @@ class Evidence:
     @property
     def is_empty(self) -> bool:
         """Whether nothing is kept (a model fitted as a part of another, or a fold's)."""
-        return self._stats is None and self._confusion is None and self._fingerprint is None \
+        return (
+            self._stats is None
+            and self._confusion is None
+            and self._fingerprint is None
             and not self._pending
+        )
 
     @classmethod
     def for_fit(cls, data, *, n_cells: int = DEFAULT_CELLS) -> "Evidence":
@@ -209,8 +225,10 @@ class Evidence:
         No fingerprint: a model fitted from statistics (streamed, Dask) is the
         model ``fit`` gives on an Evidence of them, bit for bit, and that keeps none.
         """
-        return cls(ScoreStats.from_data(data, n_cells=n_cells),
-                   GridConfusion.from_data(data, n_cells=n_cells))
+        return cls(
+            ScoreStats.from_data(data, n_cells=n_cells),
+            GridConfusion.from_data(data, n_cells=n_cells),
+        )
 
     @classmethod
     def for_update(cls, data, *, stats_of: Callable, regions: ConfusionStats | None) -> "Evidence":
@@ -221,8 +239,9 @@ class Evidence:
         score methods); ``regions`` is the model's :class:`ConfusionStats`, whose
         regions the new rows are counted in (None: the model keeps no such counts).
         """
-        return cls(stats_of(data), None if regions is None else regions.count(data),
-                   Fingerprint.of(data))
+        return cls(
+            stats_of(data), None if regions is None else regions.count(data), Fingerprint.of(data)
+        )
 
     def merge(self, *others: "Evidence") -> "Evidence":
         """The evidence of all the parts; label-shift counts and fingerprint only where every part
@@ -239,8 +258,10 @@ class Evidence:
             return Evidence(stats, None, fingerprint)
         kinds = {type(p) for p in parts}
         if len(kinds) > 1:
-            raise DataError("evidence to merge holds label-shift counts of two kinds (score cells "
-                            "and a model's regions); count every part the same way")
+            raise DataError(
+                "evidence to merge holds label-shift counts of two kinds (score cells "
+                "and a model's regions); count every part the same way"
+            )
         return Evidence(stats, parts[0].merge(*parts[1:]), fingerprint)
 
     # -------------------------------------------------------- a model file's pieces
@@ -269,8 +290,12 @@ class Evidence:
         marks = d.get("fingerprints", [])  # files before fingerprints: none
         if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
             raise ValueError("fingerprints must be a list of strings")
-        return cls(stats, None if conf is None else ConfusionStats.from_dict(conf, classes),
-                   None if fp is None else Fingerprint.from_dict(fp), marks=marks)
+        return cls(
+            stats,
+            None if conf is None else ConfusionStats.from_dict(conf, classes),
+            None if fp is None else Fingerprint.from_dict(fp),
+            marks=marks,
+        )
 
 
 #: What a model that keeps nothing holds (a part of another model, a fold's model, an unfitted one).

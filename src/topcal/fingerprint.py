@@ -44,7 +44,8 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on uint64 (wrapping arithmetic); ``x`` is overwritten (a fresh array)."""
+    """splitmix64's finaliser on uint64 (wrapping arithmetic); ``x`` is overwritten (a fresh
+    array)."""
     t = np.right_shift(x, _S30)
     x ^= t
     x *= _M1
@@ -57,13 +58,18 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def _name_hash(name: str) -> np.uint64:
-    return np.uint64(int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little"))
+    return np.uint64(
+        int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+    )
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
-    """The float64 bits of ``a`` as uint64: a view where ``a`` is float64 (no copy), else a converted copy."""
+    """The float64 bits of ``a`` as uint64: a view where ``a`` is float64 (no copy), else a
+    converted copy."""
     a = np.asarray(a)
-    return (a if a.dtype == np.float64 else a.astype(np.float64)).view(np.uint64)  # same item size: any strides
+    return (a if a.dtype == np.float64 else a.astype(np.float64)).view(
+        np.uint64
+    )  # same item size: any strides
 
 
 def row_hashes(data: TopLabelData) -> np.ndarray:
@@ -78,12 +84,18 @@ def row_hashes(data: TopLabelData) -> np.ndarray:
             parts.append(names[data.labels])
         if data.bin_edges is not None:
             parts += [_bits(data.bin_edges[:, 0]), _bits(data.bin_edges[:, 1])]
-        if data.full is not None:  # the vector, columns keyed by class name (file order does not matter)
+        if (
+            data.full is not None
+        ):  # the vector, columns keyed by class name (file order does not matter)
             full = _bits(data.full)
             acc = np.empty(data.n_rows, dtype=np.uint64)
             step = max(1, _BLOCK_VALUES // max(data.n_classes, 1))
-            for a in range(0, data.n_rows, step):  # row blocks within a core's cache; sums wrap (any order)
-                np.sum(_mix(full[a : a + step] ^ names), axis=1, dtype=np.uint64, out=acc[a : a + step])
+            for a in range(
+                0, data.n_rows, step
+            ):  # row blocks within a core's cache; sums wrap (any order)
+                np.sum(
+                    _mix(full[a : a + step] ^ names), axis=1, dtype=np.uint64, out=acc[a : a + step]
+                )
             parts.append(acc)
         for p in parts:
             h = _mix(h ^ p)
@@ -102,8 +114,11 @@ class Fingerprint:
     def of(cls, data: TopLabelData) -> "Fingerprint":
         h = row_hashes(data)
         total = int(h.sum(dtype=np.uint64)) & _MASK  # uint64 sums wrap: mod 2^64
-        distinct = np.unique(np.partition(h, 8 * SKETCH_SIZE)[:8 * SKETCH_SIZE + 1]) if h.size > 16 * SKETCH_SIZE \
+        distinct = (
+            np.unique(np.partition(h, 8 * SKETCH_SIZE)[: 8 * SKETCH_SIZE + 1])
+            if h.size > 16 * SKETCH_SIZE
             else np.unique(h)
+        )
         if distinct.size < SKETCH_SIZE:  # many repeated rows: the sketch needs all distinct hashes
             distinct = np.unique(h)
         distinct = distinct[:SKETCH_SIZE]
@@ -112,7 +127,9 @@ class Fingerprint:
     def merge(self, other: "Fingerprint") -> "Fingerprint":
         """The fingerprint of both row sets together."""
         sketch = sorted(set(self.sketch) | set(other.sketch))[:SKETCH_SIZE]
-        return Fingerprint(self.n_rows + other.n_rows, (self.total + other.total) & _MASK, tuple(sketch))
+        return Fingerprint(
+            self.n_rows + other.n_rows, (self.total + other.total) & _MASK, tuple(sketch)
+        )
 
     def distinct_rows(self) -> float:
         """Estimated number of distinct fitting rows (k minimum values, Bar-Yossef et al. 2002)."""
@@ -134,7 +151,11 @@ class Fingerprint:
 
     def to_dict(self) -> dict:
         # hex strings: 64-bit integers do not survive every JSON reader
-        return {"n_rows": self.n_rows, "total": f"{self.total:016x}", "sketch": [f"{v:016x}" for v in self.sketch]}
+        return {
+            "n_rows": self.n_rows,
+            "total": f"{self.total:016x}",
+            "sketch": [f"{v:016x}" for v in self.sketch],
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "Fingerprint":

@@ -42,7 +42,8 @@ KINDS = ("auto", "probs", "logits")
 
 
 def to_array(x, name: str) -> np.ndarray:
-    """``x`` as a NumPy array (a tensor detached first); a one-line DataError when it cannot be one."""
+    """``x`` as a NumPy array (a tensor detached first); a one-line DataError when it cannot be
+    one."""
     if hasattr(x, "detach") and getattr(x, "requires_grad", False):
         x = x.detach()  # a tensor that tracks gradients: calibration needs its values only
     try:
@@ -69,7 +70,8 @@ def _matrix_kind(m: np.ndarray) -> str:
     if off.any():
         i = int(np.flatnonzero(off)[0])
         raise DataError(
-            f"X looks like probabilities (every value in [0, 1]) but row {i} sums to {sums[i]:.6g}, not 1; "
+            f"X looks like probabilities (every value in [0, 1]) but row {i} sums to "
+            f"{sums[i]:.6g}, not 1; "
             "pass kind='logits' if these are logits, or normalise the rows (kind='probs' and "
             "TopLabelData.from_probs(..., renormalize=True))"
         )
@@ -137,12 +139,20 @@ def as_data(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
     _check_kind(kind)
     if isinstance(X, TopLabelData):
         if y is not None:
-            raise DataError("y was given with a TopLabelData, which carries its own labels; pass one or the other")
+            raise DataError(
+                "y was given with a TopLabelData, which carries its own labels; pass one or the "
+                "other"
+            )
         return X
     if isinstance(X, (str, PathLike)):
         if y is not None:
-            raise DataError("y was given with a data file, which carries its own label column; pass one or the other")
+            raise DataError(
+                "y was given with a data file, which carries its own label column; pass one or the "
+                "other"
+            )
         return read_data(X, logits=kind == "logits", classes=classes)
     if _is_frame(X):
-        return read_frame(X, y=None if y is None else to_array(y, "y"), logits=kind == "logits", classes=classes)
+        return read_frame(
+            X, y=None if y is None else to_array(y, "y"), logits=kind == "logits", classes=classes
+        )
     return read_arrays(X, y, classes=classes, kind=kind)

@@ -49,27 +49,51 @@ class LabelShiftView:
     score_range: tuple[float, float]
 
 
-def label_shift_view(adapted: AdaptedCalibrator, *, max_curves: int = 9, n_points: int = 201) -> LabelShiftView:
-    """Priors and the ``max_curves`` most-moved curves of an adapted model (see :func:`topcal.labelshift.adapt`)."""
+def label_shift_view(
+    adapted: AdaptedCalibrator, *, max_curves: int = 9, n_points: int = 201
+) -> LabelShiftView:
+    """Priors and the ``max_curves`` most-moved curves of an adapted model (see
+    :func:`topcal.labelshift.adapt`)."""
     if not isinstance(adapted, AdaptedCalibrator):
-        raise TopcalError(f"the label-shift panel needs an adapted model (topcal adapt), got {type(adapted).__name__}")
+        raise TopcalError(
+            f"the label-shift panel needs an adapted model (topcal adapt), got "
+            f"{type(adapted).__name__}"
+        )
     e = adapted.estimate_
-    label = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} use rows ({e.basis})"
+    label = (
+        "given priors"
+        if e.estimator == "given"
+        else f"{e.estimator} on {e.n_use} use rows ({e.basis})"
+    )
     curves = []
     moved = []
     try:
         for i, c in enumerate(adapted.classes_):
             after = adapted.curve(i, n_points=n_points)  # raises for methods without score curves
             before = adapted.inner_.curve(i, n_points=n_points)
-            moved.append((float(np.mean(np.abs(after.confidence - before.confidence))), c, before.score,
-                          before.confidence, after.confidence))
+            moved.append(
+                (
+                    float(np.mean(np.abs(after.confidence - before.confidence))),
+                    c,
+                    before.score,
+                    before.confidence,
+                    after.confidence,
+                )
+            )
     except TopcalError:  # a method without per-class score curves (temperature family)
         moved = []
     moved.sort(key=lambda t: -t[0])
     curves = [(c, s, b, a) for _, c, s, b, a in moved[:max_curves]]
-    return LabelShiftView(tuple(adapted.classes_), e.source.copy(), e.priors.copy(),
-                          None if e.lower is None else e.lower.copy(), None if e.upper is None else e.upper.copy(),
-                          label, curves, tuple(adapted.score_range_))
+    return LabelShiftView(
+        tuple(adapted.classes_),
+        e.source.copy(),
+        e.priors.copy(),
+        None if e.lower is None else e.lower.copy(),
+        None if e.upper is None else e.upper.copy(),
+        label,
+        curves,
+        tuple(adapted.score_range_),
+    )
 
 
 def plot_label_shift(view: LabelShiftView, *, fig=None):
@@ -96,13 +120,29 @@ def plot_label_shift(view: LabelShiftView, *, fig=None):
         r.set_gid("priors:source")
     yerr = None
     if view.lower is not None:
-        yerr = np.vstack([np.maximum(view.priors - view.lower, 0), np.maximum(view.upper - view.priors, 0)])
-    b2 = ax.bar(x + wbar / 2, view.priors, wbar, color="tab:blue", yerr=yerr, capsize=2 if K <= 30 else 0,
-                error_kw={"lw": 0.8}, label="use set: " + view.label)
+        yerr = np.vstack(
+            [np.maximum(view.priors - view.lower, 0), np.maximum(view.upper - view.priors, 0)]
+        )
+    b2 = ax.bar(
+        x + wbar / 2,
+        view.priors,
+        wbar,
+        color="tab:blue",
+        yerr=yerr,
+        capsize=2 if K <= 30 else 0,
+        error_kw={"lw": 0.8},
+        label="use set: " + view.label,
+    )
     for r in b2:
         r.set_gid("priors:use")
     if K <= 30:
-        ax.set_xticks(x, plain_all(view.classes), rotation=45 if K > 8 else 0, ha="right" if K > 8 else "center", fontsize=8)
+        ax.set_xticks(
+            x,
+            plain_all(view.classes),
+            rotation=45 if K > 8 else 0,
+            ha="right" if K > 8 else "center",
+            fontsize=8,
+        )
     else:
         ax.set_xlabel("class index")
     ax.set_ylabel("class prior")

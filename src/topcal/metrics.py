@@ -84,12 +84,16 @@ def _check(data: TopLabelData, confidence) -> np.ndarray:
     c = np.asarray(confidence, dtype=np.float64)
     if c.shape != (data.n_rows,):
         raise DataError(
-            f"confidence has shape {c.shape} but the data has {data.n_rows} rows; give one confidence per row"
+            f"confidence has shape {c.shape} but the data has {data.n_rows} rows; give one "
+            f"confidence per row"
         )
     bad = ~np.isfinite(c) | (c < 0) | (c > 1)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise DataError(f"confidence {float(c[i]):g} at row {i} is not a probability in [0, 1]; rescale the scores first")
+        raise DataError(
+            f"confidence {float(c[i]):g} at row {i} is not a probability in [0, 1]; rescale the "
+            f"scores first"
+        )
     return c
 
 
@@ -135,7 +139,9 @@ def _ece_bins(conf: np.ndarray, w: np.ndarray, n_bins: int, strategy: str) -> np
     return bin_index(edges, conf)
 
 
-def ece(data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, strategy: str = "uniform") -> ClassMetric:
+def ece(
+    data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, strategy: str = "uniform"
+) -> ClassMetric:
     """Binned expected calibration error per class and top-label overall.
 
     Parameters
@@ -150,10 +156,18 @@ def ece(data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, stra
     """
     if norm not in (1, 2):
         raise ParameterError(f"ece: parameter 'norm' must be 1 or 2, got {norm!r}")
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or not 1 <= n_bins <= MAX_BINS:
-        raise ParameterError(f"ece: parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}")
+    if (
+        isinstance(n_bins, bool)
+        or not isinstance(n_bins, (int, np.integer))
+        or not 1 <= n_bins <= MAX_BINS
+    ):
+        raise ParameterError(
+            f"ece: parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}"
+        )
     if strategy not in ("uniform", "quantile"):
-        raise ParameterError(f"ece: parameter 'strategy' must be 'uniform' or 'quantile', got {strategy!r}")
+        raise ParameterError(
+            f"ece: parameter 'strategy' must be 'uniform' or 'quantile', got {strategy!r}"
+        )
     return _ece(data, _check(data, confidence), norm, n_bins, strategy)
 
 
@@ -184,11 +198,13 @@ def _ece(data: TopLabelData, c: np.ndarray, norm: int, n_bins: int, strategy: st
                 continue
             b = _ece_bins(c[m], w[m], n_bins, strategy)
             nb = int(b.max()) + 1
-            gaps.append((
-                np.bincount(b, weights=w[m], minlength=nb),
-                np.bincount(b, weights=data.tp[m], minlength=nb),
-                np.bincount(b, weights=w[m] * c[m], minlength=nb),
-            ))
+            gaps.append(
+                (
+                    np.bincount(b, weights=w[m], minlength=nb),
+                    np.bincount(b, weights=data.tp[m], minlength=nb),
+                    np.bincount(b, weights=w[m] * c[m], minlength=nb),
+                )
+            )
     for i, (wbi, tbi, cbi) in enumerate(gaps):
         if cnt[i] <= 0:
             continue
@@ -205,12 +221,16 @@ def _ece(data: TopLabelData, c: np.ndarray, norm: int, n_bins: int, strategy: st
     return ClassMetric(f"ece{norm}", data.classes, per, overall)
 
 
-def ece1(data: TopLabelData, confidence, *, n_bins: int = 10, strategy: str = "uniform") -> ClassMetric:
+def ece1(
+    data: TopLabelData, confidence, *, n_bins: int = 10, strategy: str = "uniform"
+) -> ClassMetric:
     """ECE1: L1 binned calibration error (see :func:`ece`)."""
     return ece(data, confidence, norm=1, n_bins=n_bins, strategy=strategy)
 
 
-def ece2(data: TopLabelData, confidence, *, n_bins: int = 10, strategy: str = "uniform") -> ClassMetric:
+def ece2(
+    data: TopLabelData, confidence, *, n_bins: int = 10, strategy: str = "uniform"
+) -> ClassMetric:
     """ECE2: L2 binned calibration error (see :func:`ece`)."""
     return ece(data, confidence, norm=2, n_bins=n_bins, strategy=strategy)
 
@@ -235,7 +255,9 @@ def confusion_matrix(data: TopLabelData) -> np.ndarray:
             "only has TP/FP counts (use conf1() for the diagonal of the reverse matrix)"
         )
     k = data.n_classes
-    return np.bincount(data.labels * k + data.pred, minlength=k * k).reshape(k, k).astype(np.float64)
+    return (
+        np.bincount(data.labels * k + data.pred, minlength=k * k).reshape(k, k).astype(np.float64)
+    )
 
 
 def reverse_confusion_matrix(data: TopLabelData) -> np.ndarray:
@@ -263,7 +285,8 @@ _BUNDLE_METRICS = {
 
 
 def bundle(data: TopLabelData, confidence, *, n_bins: int = 10, names=BUNDLE) -> list[ClassMetric]:
-    """The metrics ``names`` (default NLL, Brier, ECE1, ECE2) of ``confidence`` on ``data``, in that order.
+    """The metrics ``names`` (default NLL, Brier, ECE1, ECE2) of ``confidence`` on ``data``, in that
+    order.
 
     The one place topcal computes a set of metrics: :func:`summary`,
     :func:`topcal.evaluate.evaluate` (compare, report) and the ensemble
@@ -271,9 +294,17 @@ def bundle(data: TopLabelData, confidence, *, n_bins: int = 10, names=BUNDLE) ->
     """
     unknown = [n for n in names if n not in _BUNDLE_METRICS]
     if unknown:
-        raise ParameterError(f"unknown metric {unknown[0]!r}; options are {', '.join(_BUNDLE_METRICS)}")
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or not 1 <= n_bins <= MAX_BINS:
-        raise ParameterError(f"parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}")
+        raise ParameterError(
+            f"unknown metric {unknown[0]!r}; options are {', '.join(_BUNDLE_METRICS)}"
+        )
+    if (
+        isinstance(n_bins, bool)
+        or not isinstance(n_bins, (int, np.integer))
+        or not 1 <= n_bins <= MAX_BINS
+    ):
+        raise ParameterError(
+            f"parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}"
+        )
     c = _check(data, confidence)  # once for every metric of the bundle
     return [_BUNDLE_METRICS[n](data, c, n_bins) for n in names]
 
@@ -289,13 +320,19 @@ def summary(data: TopLabelData, confidence, *, n_bins: int = 10) -> dict:
     c1 = conf1(data)
     out = {"classes": {}, "overall": {}}
     for i, name in enumerate(data.classes):
-        row = {"tp": float(tp[i]), "fp": float(fp[i]), "conf1": None if np.isnan(c1[i]) else float(c1[i])}
+        row = {
+            "tp": float(tp[i]),
+            "fp": float(fp[i]),
+            "conf1": None if np.isnan(c1[i]) else float(c1[i]),
+        }
         for m in metrics:
             v = m.per_class[i]
             row[m.name] = None if np.isnan(v) else float(v)
         out["classes"][name] = row
     out["overall"] = {
-        "tp": float(tp.sum()), "fp": float(fp.sum()), "conf1": float(tp.sum() / (tp.sum() + fp.sum())),
+        "tp": float(tp.sum()),
+        "fp": float(fp.sum()),
+        "conf1": float(tp.sum() / (tp.sum() + fp.sum())),
         **{m.name: m.overall for m in metrics},
     }
     return out

@@ -47,7 +47,8 @@ READABLE_VERSIONS = (1, 2, 3)
 
 
 def canonical_json(obj) -> str:
-    """The canonical JSON text of ``obj`` whose SHA-256 a model file stores (sorted keys, no spaces)."""
+    """The canonical JSON text of ``obj`` whose SHA-256 a model file stores (sorted keys, no
+    spaces)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
@@ -58,7 +59,9 @@ def dumps(model, *, stats: bool = True) -> str:
     if not stats:
         payload = {k: v for k, v in payload.items() if k not in ("stats", "fingerprints")}
     try:
-        text, canonical = _both(payload, 1)  # each array encoded once, for the file and for the digest
+        text, canonical = _both(
+            payload, 1
+        )  # each array encoded once, for the file and for the digest
     except ValueError as exc:  # NaN/inf in state: a bug, not a user error
         raise TopcalError(f"model state is not finite and cannot be saved: {exc}") from None
     doc = {
@@ -93,21 +96,34 @@ def _pretty(obj, level: int = 0) -> str:
 
 
 def _both(obj, level: int) -> tuple[str, str]:
-    """(``_pretty`` text, :func:`canonical_json` text) of ``obj``, each list of scalars encoded once."""
+    """(``_pretty`` text, :func:`canonical_json` text) of ``obj``, each list of scalars encoded
+    once."""
     if isinstance(obj, _Encoded):
         return obj.text, obj.text
     pad = " " * (level + 1)
     if isinstance(obj, dict) and obj and all(type(k) is str for k in obj):
         parts = {k: _both(v, level + 1) for k, v in obj.items()}
         keys = {k: json.dumps(k) for k in obj}
-        pretty = "{\n" + ",\n".join(f"{pad}{keys[k]}: {parts[k][0]}" for k in obj) + "\n" + " " * level + "}"
+        pretty = (
+            "{\n"
+            + ",\n".join(f"{pad}{keys[k]}: {parts[k][0]}" for k in obj)
+            + "\n"
+            + " " * level
+            + "}"
+        )
         return pretty, "{" + ",".join(f"{keys[k]}:{parts[k][1]}" for k in sorted(obj)) + "}"
-    if isinstance(obj, list) and not _NESTING.isdisjoint(map(type, obj)):  # one C-level pass over the types
+    if isinstance(obj, list) and not _NESTING.isdisjoint(
+        map(type, obj)
+    ):  # one C-level pass over the types
         parts = [_both(v, level + 1) for v in obj]
         pretty = "[\n" + ",\n".join(pad + p for p, _ in parts) + "\n" + " " * level + "]"
         return pretty, "[" + ",".join(c for _, c in parts) + "]"
-    text = json.dumps(obj, allow_nan=False, separators=(",", ":"))  # compact: large arrays are most of a file
-    if isinstance(obj, (dict, list, tuple)) and not isinstance(obj, list):  # dicts with other keys, tuples
+    text = json.dumps(
+        obj, allow_nan=False, separators=(",", ":")
+    )  # compact: large arrays are most of a file
+    if isinstance(obj, (dict, list, tuple)) and not isinstance(
+        obj, list
+    ):  # dicts with other keys, tuples
         return text, canonical_json(obj)
     return text, text
 
@@ -128,37 +144,49 @@ def loads(text: str, *, source: str = "model"):
     try:
         doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
-        raise ModelFileError(f"{source} is not a valid topcal model file (nested too deeply); save the model again") from None
+        raise ModelFileError(
+            f"{source} is not a valid topcal model file (nested too deeply); save the model again"
+        ) from None
     except (json.JSONDecodeError, ValueError) as exc:
         raise ModelFileError(
             f"{source} is not a valid topcal model file (JSON error: {str(exc).splitlines()[0]}); "
             "it may be truncated: save the model again"
         ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ModelFileError(f"{source} is not a topcal model file (no \"format\": \"{FORMAT}\" field)")
+        raise ModelFileError(f'{source} is not a topcal model file (no "format": "{FORMAT}" field)')
     version = doc.get("format_version")
-    if type(version) is not int or version not in READABLE_VERSIONS:  # true == 1 in Python, but is no version
+    if (
+        type(version) is not int or version not in READABLE_VERSIONS
+    ):  # true == 1 in Python, but is no version
         raise ModelFileError(
             f"{source} has model format version {version!r}; this topcal reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}: refit the model with this version of topcal"
         )
     payload = doc.get("model")
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
-        raise ModelFileError(f"{source} is missing its 'model' or 'sha256' field; save the model again")
+        raise ModelFileError(
+            f"{source} is missing its 'model' or 'sha256' field; save the model again"
+        )
     try:
         canonical = canonical_json(payload)
     except (RecursionError, ValueError, OverflowError) as exc:
-        raise ModelFileError(f"{source} holds a model that cannot be read ({type(exc).__name__}); "
-                             "refit and save it again") from None
+        raise ModelFileError(
+            f"{source} holds a model that cannot be read ({type(exc).__name__}); "
+            "refit and save it again"
+        ) from None
     if hashlib.sha256(canonical.encode()).hexdigest() != doc["sha256"]:
         raise ModelFileError(
-            f"{source} was modified after it was saved (checksum mismatch); refit and save it again "
+            f"{source} was modified after it was saved (checksum mismatch); refit and save it "
+            f"again "
             "instead of editing the file"
         )
     method = payload.get("method")
-    if not is_registered(method):  # methods and registered wrappers (an adapted model: topcal adapt)
+    if not is_registered(
+        method
+    ):  # methods and registered wrappers (an adapted model: topcal adapt)
         raise ModelFileError(
-            f"{source} uses method {method!r}, unknown to this topcal. Options are: {', '.join(available_methods())}"
+            f"{source} uses method {method!r}, unknown to this topcal. Options are: "
+            f"{', '.join(available_methods())}"
         )
     try:
         return get_class(method, unlisted=True).from_dict(payload)
@@ -167,7 +195,8 @@ def loads(text: str, *, source: str = "model"):
     except Exception as exc:  # noqa: BLE001 - the file is untrusted input: anything odd in it is a bad file
         msg = str(exc).splitlines()[0] if str(exc) else ""
         raise ModelFileError(
-            f"{source} holds a malformed {method!r} model ({type(exc).__name__}: {msg[:200]}); refit and save it again"
+            f"{source} holds a malformed {method!r} model ({type(exc).__name__}: {msg[:200]}); "
+            f"refit and save it again"
         ) from None
 
 
@@ -177,9 +206,11 @@ def save(model, path) -> None:
 
 
 def load(path):
-    """Read a model saved with :func:`save` (or ``topcal fit -o``); ``path`` is a str, bytes or path object."""
-    text = read_text(path, "model file", ModelFileError,
-                     "; for a model's JSON text use topcal.persist.loads")
+    """Read a model saved with :func:`save` (or ``topcal fit -o``); ``path`` is a str, bytes or path
+    object."""
+    text = read_text(
+        path, "model file", ModelFileError, "; for a model's JSON text use topcal.persist.loads"
+    )
     path = os.fsdecode(path) if isinstance(path, (bytes, bytearray)) else path
     return loads(text, source=f"model file {str(path)!r}")
 

@@ -65,7 +65,8 @@ __all__ = ["ScoreStats", "DEFAULT_CELLS", "EXACT_SCORES"]
 #: points over each class's support, the same order of resolution).
 DEFAULT_CELLS = 4096
 
-#: A class with at most this many distinct per-sample scores keeps them exactly (point rows, lo == hi):
+#: A class with at most this many distinct per-sample scores keeps them exactly (point rows, lo ==
+#: hi):
 #: a random forest of 100 trees gives 101 values, k-NN k + 1, scores rounded to 0.01 101.
 EXACT_SCORES = 256
 
@@ -74,7 +75,11 @@ MAX_CELLS = 2**20
 
 
 def _check_cells(n_cells) -> int:
-    if isinstance(n_cells, bool) or not isinstance(n_cells, (int, np.integer)) or not 1 <= n_cells <= MAX_CELLS:
+    if (
+        isinstance(n_cells, bool)
+        or not isinstance(n_cells, (int, np.integer))
+        or not 1 <= n_cells <= MAX_CELLS
+    ):
         raise DataError(f"n_cells must be an integer in [1, {MAX_CELLS}], got {n_cells!r}")
     return int(n_cells)
 
@@ -101,11 +106,16 @@ class ScoreStats:
 
     __slots__ = ("classes", "score_range", "n_cells", "cls", "lo", "hi", "tp", "fp")
 
-    def __init__(self, classes, score_range, n_cells, cls, lo, hi, tp, fp, *, canonical: bool = False):
+    def __init__(
+        self, classes, score_range, n_cells, cls, lo, hi, tp, fp, *, canonical: bool = False
+    ):
         self.classes = tuple(str(c) for c in classes)
         self.score_range = (float(score_range[0]), float(score_range[1]))
         self.n_cells = _check_cells(n_cells)
-        arrays = [np.asarray(cls, dtype=np.int64), *(np.asarray(a, dtype=np.float64) for a in (lo, hi, tp, fp))]
+        arrays = [
+            np.asarray(cls, dtype=np.int64),
+            *(np.asarray(a, dtype=np.float64) for a in (lo, hi, tp, fp)),
+        ]
         if not canonical:
             arrays = _canonical(*arrays)
         self.cls, self.lo, self.hi, self.tp, self.fp = arrays
@@ -115,32 +125,62 @@ class ScoreStats:
     def from_data(cls, data: TopLabelData, *, n_cells: int = DEFAULT_CELLS) -> "ScoreStats":
         """The statistics of labelled ``data`` (per-sample scores on the grid; bins kept)."""
         if not isinstance(data, TopLabelData):
-            raise DataError(f"ScoreStats.from_data expects a TopLabelData, got {type(data).__name__}")
+            raise DataError(
+                f"ScoreStats.from_data expects a TopLabelData, got {type(data).__name__}"
+            )
         data.require_labels("counting statistics")
         n_cells = _check_cells(n_cells)
         if data.is_binned:
             keep = (data.tp + data.fp) > 0
             lo, hi = data.bin_edges[keep, 0], data.bin_edges[keep, 1]
-            return cls(data.classes, data.score_range, n_cells, data.pred[keep], lo, hi, data.tp[keep], data.fp[keep])
+            return cls(
+                data.classes,
+                data.score_range,
+                n_cells,
+                data.pred[keep],
+                lo,
+                hi,
+                data.tp[keep],
+                data.fp[keep],
+            )
         grid = cls._grid_counts(data, n_cells)
         exact = _exact_classes(data, grid)
         if not exact.any():
             return grid
-        # classes with few distinct scores: those scores themselves (point rows) instead of their cells
+        # classes with few distinct scores: those scores themselves (point rows) instead of their
+        # cells
         keep = exact[data.pred]
-        point = cls(data.classes, data.score_range, n_cells, data.pred[keep], data.score[keep], data.score[keep],
-                    data.tp[keep], data.fp[keep])
+        point = cls(
+            data.classes,
+            data.score_range,
+            n_cells,
+            data.pred[keep],
+            data.score[keep],
+            data.score[keep],
+            data.tp[keep],
+            data.fp[keep],
+        )
         on_grid = ~exact[grid.cls]
         return ScoreStats.merge_all([grid._rows(on_grid), point])
 
     def _rows(self, keep) -> "ScoreStats":
         """The rows ``keep`` (a mask) as statistics of their own (still canonical)."""
-        return ScoreStats(self.classes, self.score_range, self.n_cells, self.cls[keep], self.lo[keep],
-                          self.hi[keep], self.tp[keep], self.fp[keep], canonical=True)
+        return ScoreStats(
+            self.classes,
+            self.score_range,
+            self.n_cells,
+            self.cls[keep],
+            self.lo[keep],
+            self.hi[keep],
+            self.tp[keep],
+            self.fp[keep],
+            canonical=True,
+        )
 
     @classmethod
     def _grid_counts(cls, data: TopLabelData, n_cells: int) -> "ScoreStats":
-        """Per-sample rows counted on the grid: one counting pass over (class, cell) keys, in canonical order."""
+        """Per-sample rows counted on the grid: one counting pass over (class, cell) keys, in
+        canonical order."""
         K = data.n_classes
         key = data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)
         if K * n_cells <= 4 * key.size:  # dense counting: one pass, no sort
@@ -162,24 +202,33 @@ class ScoreStats:
     def empty(cls, classes, score_range, n_cells: int = DEFAULT_CELLS) -> "ScoreStats":
         """Statistics of no data (the start of an accumulation)."""
         z = np.zeros(0)
-        return cls(classes, score_range, n_cells, np.zeros(0, dtype=np.int64), z, z, z, z, canonical=True)
+        return cls(
+            classes, score_range, n_cells, np.zeros(0, dtype=np.int64), z, z, z, z, canonical=True
+        )
 
     # ---------------------------------------------------------------- merge
     def _check_mergeable(self, other: "ScoreStats") -> None:
         if not isinstance(other, ScoreStats):
-            raise DataError(f"can only merge ScoreStats with ScoreStats, got {type(other).__name__}")
+            raise DataError(
+                f"can only merge ScoreStats with ScoreStats, got {type(other).__name__}"
+            )
         if other.classes != self.classes:
             raise DataError(
-                f"cannot merge statistics of classes {list(other.classes)} into {list(self.classes)}; "
-                "read the new data with the same classes (same probability columns, or classes=[...])"
+                f"cannot merge statistics of classes {list(other.classes)} into "
+                f"{list(self.classes)}; "
+                "read the new data with the same classes (same probability columns, or "
+                "classes=[...])"
             )
         if other.score_range != self.score_range:
             raise DataError(
-                f"cannot merge statistics on score range {other.score_range} into {self.score_range}; "
+                f"cannot merge statistics on score range {other.score_range} into "
+                f"{self.score_range}; "
                 "declare the same score range"
             )
         if other.n_cells != self.n_cells:
-            raise DataError(f"cannot merge statistics on {other.n_cells} cells into {self.n_cells} cells")
+            raise DataError(
+                f"cannot merge statistics on {other.n_cells} cells into {self.n_cells} cells"
+            )
 
     def merge(self, *others: "ScoreStats") -> "ScoreStats":
         """The statistics of this data and ``others`` together (a new object)."""
@@ -196,12 +245,15 @@ class ScoreStats:
         first = parts[0]
         for p in parts[1:]:
             first._check_mergeable(p)
-        cat = [np.concatenate([getattr(p, a) for p in parts]) for a in ("cls", "lo", "hi", "tp", "fp")]
+        cat = [
+            np.concatenate([getattr(p, a) for p in parts]) for a in ("cls", "lo", "hi", "tp", "fp")
+        ]
         merged = ScoreStats(first.classes, first.score_range, first.n_cells, *cat)
         return merged._point_rows_to_grid()
 
     def _point_rows_to_grid(self) -> "ScoreStats":
-        """Move the point rows of every class that has a bin, or too many distinct scores, to their cells."""
+        """Move the point rows of every class that has a bin, or too many distinct scores, to their
+        cells."""
         point = self.lo == self.hi
         if not point.any():
             return self
@@ -215,11 +267,14 @@ class ScoreStats:
         j = cell_index(self.lo[move], self.score_range, self.n_cells)
         lo, hi = self.lo.copy(), self.hi.copy()
         lo[move], hi[move] = cell_edges(j, self.score_range, self.n_cells)
-        return ScoreStats(self.classes, self.score_range, self.n_cells, self.cls, lo, hi, self.tp, self.fp)
+        return ScoreStats(
+            self.classes, self.score_range, self.n_cells, self.cls, lo, hi, self.tp, self.fp
+        )
 
     @property
     def exact(self) -> bool:
-        """True when every row is a point row: the statistics are the samples' own scores, not cells."""
+        """True when every row is a point row: the statistics are the samples' own scores, not
+        cells."""
         return bool(self.cls.size) and bool(np.all(self.lo == self.hi))
 
     # ---------------------------------------------------------------- query
@@ -241,9 +296,14 @@ class ScoreStats:
     def equals(self, other: "ScoreStats") -> bool:
         """True when both hold the same statistics bit for bit."""
         return (
-            isinstance(other, ScoreStats) and self.classes == other.classes
-            and self.score_range == other.score_range and self.n_cells == other.n_cells
-            and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in ("cls", "lo", "hi", "tp", "fp"))
+            isinstance(other, ScoreStats)
+            and self.classes == other.classes
+            and self.score_range == other.score_range
+            and self.n_cells == other.n_cells
+            and all(
+                np.array_equal(getattr(self, a), getattr(other, a))
+                for a in ("cls", "lo", "hi", "tp", "fp")
+            )
         )
 
     def to_data(self) -> TopLabelData:
@@ -252,13 +312,21 @@ class ScoreStats:
             raise DataError("the statistics hold no samples; add labelled data first")
         mid = bin_midpoints(self.lo, self.hi, self.score_range)  # a point row's own score
         return TopLabelData(
-            self.classes, self.cls.copy(), mid, self.score_range, tp=self.tp.copy(), fp=self.fp.copy(),
+            self.classes,
+            self.cls.copy(),
+            mid,
+            self.score_range,
+            tp=self.tp.copy(),
+            fp=self.fp.copy(),
             bin_edges=None if self.exact else np.column_stack([self.lo, self.hi]),
         )
 
     def __repr__(self) -> str:
-        return (f"ScoreStats(classes={len(self.classes)}, rows={self.n_rows}, samples={self.n_samples:g}, "
-                f"score_range={self.score_range}, n_cells={self.n_cells})")
+        return (
+            f"ScoreStats(classes={len(self.classes)}, rows={self.n_rows}, "
+            f"samples={self.n_samples:g}, "
+            f"score_range={self.score_range}, n_cells={self.n_cells})"
+        )
 
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
@@ -291,13 +359,25 @@ class ScoreStats:
         tp, fp = (np.asarray(d[k], dtype=np.float64) for k in ("tp", "fp"))
         lo_x, hi_x = (np.asarray(d[k], dtype=np.float64) for k in ("lo", "hi"))
         m = c.shape[0] if c.ndim == 1 else -1
-        if any(a.ndim != 1 or a.shape[0] != m for a in (j, tp, fp)) or not (np.isfinite(tp).all() and np.isfinite(fp).all()):
+        if any(a.ndim != 1 or a.shape[0] != m for a in (j, tp, fp)) or not (
+            np.isfinite(tp).all() and np.isfinite(fp).all()
+        ):
             raise ValueError("statistics columns must be finite lists of one length")
         off = j < 0
-        if lo_x.ndim != 1 or lo_x.shape != hi_x.shape or lo_x.shape[0] != int(off.sum()) \
-                or not (np.isfinite(lo_x).all() and np.isfinite(hi_x).all()):
+        if (
+            lo_x.ndim != 1
+            or lo_x.shape != hi_x.shape
+            or lo_x.shape[0] != int(off.sum())
+            or not (np.isfinite(lo_x).all() and np.isfinite(hi_x).all())
+        ):
             raise ValueError("statistics bins (lo, hi) do not match the rows off the grid")
-        if m and (c.min() < 0 or c.max() >= len(classes) or j.max() >= n_cells or np.any(tp < 0) or np.any(fp < 0)):
+        if m and (
+            c.min() < 0
+            or c.max() >= len(classes)
+            or j.max() >= n_cells
+            or np.any(tp < 0)
+            or np.any(fp < 0)
+        ):
             raise ValueError("statistics rows are inconsistent (class index, cell or counts)")
         lo, hi = cell_edges(np.maximum(j, 0), score_range, n_cells)
         lo[off], hi[off] = lo_x, hi_x
@@ -310,7 +390,8 @@ class ScoreStats:
 
 
 def _exact_classes(data: TopLabelData, grid: ScoreStats) -> np.ndarray:
-    """Per class: whether its per-sample scores are few enough (:data:`EXACT_SCORES`) to keep exactly.
+    """Per class: whether its per-sample scores are few enough (:data:`EXACT_SCORES`) to keep
+    exactly.
 
     A class on more than EXACT_SCORES cells has more distinct scores than that: only the others are
     counted (one sort of their rows, none at all for continuous scores on many cells).
@@ -321,7 +402,9 @@ def _exact_classes(data: TopLabelData, grid: ScoreStats) -> np.ndarray:
     if not cand.any():
         return cand
     rows = cand[data.pred] & ((data.tp + data.fp) > 0)
-    pairs = np.unique(np.column_stack([data.pred[rows].astype(np.float64), data.score[rows]]), axis=0)
+    pairs = np.unique(
+        np.column_stack([data.pred[rows].astype(np.float64), data.score[rows]]), axis=0
+    )
     n_distinct = np.bincount(pairs[:, 0].astype(np.int64), minlength=K)
     return cand & (n_distinct <= EXACT_SCORES)
 
@@ -350,12 +433,14 @@ def cell_edges(j: np.ndarray, score_range, n_cells: int) -> tuple[np.ndarray, np
 
 
 def bin_midpoints(lo: np.ndarray, hi: np.ndarray, score_range) -> np.ndarray:
-    """The score a fit from statistics gives the rows of bins (lo, hi]: their midpoint, inside the range."""
+    """The score a fit from statistics gives the rows of bins (lo, hi]: their midpoint, inside the
+    range."""
     return np.clip(0.5 * (lo + hi), score_range[0], score_range[1])
 
 
 def cell_midpoints(j: np.ndarray, score_range, n_cells: int) -> np.ndarray:
-    """:func:`bin_midpoints` of cells ``j``: where a per-sample score in cell j sits in a fit from statistics."""
+    """:func:`bin_midpoints` of cells ``j``: where a per-sample score in cell j sits in a fit from
+    statistics."""
     return bin_midpoints(*cell_edges(j, score_range, n_cells), score_range)
 
 

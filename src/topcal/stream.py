@@ -23,17 +23,42 @@ from .calibrators.intervals import check_level
 from .calibrators.updating import require_stats
 from .errors import TopcalError
 from .evidence import Evidence
-from .io import (DEFAULT_CHUNK_ROWS, file_columns, iter_data, layout_columns, read_data, read_frame, read_stats,
-                 read_table, roles_from_options, scan_layout, write_frames)
+from .io import (
+    DEFAULT_CHUNK_ROWS,
+    file_columns,
+    iter_data,
+    layout_columns,
+    read_data,
+    read_frame,
+    read_stats,
+    read_table,
+    roles_from_options,
+    scan_layout,
+    write_frames,
+)
 from .stats import DEFAULT_CELLS
 
-__all__ = ["apply_file", "calibrate", "check_new_columns", "INTERVAL_COLUMNS", "fit_file", "update_file",
-           "model_read_options", "with_confidence", "predicted_codes", "confidence_column", "score_role",
-           "output_roles"]
+__all__ = [
+    "apply_file",
+    "calibrate",
+    "check_new_columns",
+    "INTERVAL_COLUMNS",
+    "fit_file",
+    "update_file",
+    "model_read_options",
+    "with_confidence",
+    "predicted_codes",
+    "confidence_column",
+    "score_role",
+    "output_roles",
+]
 
 
-def model_read_options(model, path, options: dict, *, columns=None, model_classes: bool = False) -> dict:
-    """Read options for new data of ``model``: its score range unless given (not for probability columns).
+def model_read_options(
+    model, path, options: dict, *, columns=None, model_classes: bool = False
+) -> dict:
+    """Read options for new data of ``model``: its score range unless given (not for probability
+    columns).
 
     With ``model_classes`` (labelled new data: ``update``, ``threshold``) also the model's class
     list, where the classes are read from a column (top-score and binned layouts; a ``.npz``
@@ -45,7 +70,9 @@ def model_read_options(model, path, options: dict, *, columns=None, model_classe
     if columns is None and Path(path).suffix.lower() != ".npz":
         columns = file_columns(path)
     vector = columns is None or layout_columns(columns, **opts)[3]  # None: a .npz file
-    if opts.get("score_range") is None and not vector:  # probability/logit columns are on (0, 1) anyway
+    if (
+        opts.get("score_range") is None and not vector
+    ):  # probability/logit columns are on (0, 1) anyway
         opts["score_range"] = tuple(model.score_range_)
     if model_classes and not vector:
         opts["classes"] = list(model.classes_)
@@ -59,20 +86,28 @@ INTERVAL_COLUMNS = ("confidence_lo", "confidence_hi")
 def check_new_columns(columns, interval, thresholds=None) -> None:
     """A one-line error where the input already has a column apply would add besides the confidence
     (:func:`confidence_column` decides that one)."""
-    for c in ((INTERVAL_COLUMNS if interval is not None else ()) + (("accepted",) if thresholds is not None else ())):
+    for c in (INTERVAL_COLUMNS if interval is not None else ()) + (
+        ("accepted",) if thresholds is not None else ()
+    ):
         if c in columns:
-            raise TopcalError(f"the input already has a {c!r} column; rename it so it is not overwritten")
+            raise TopcalError(
+                f"the input already has a {c!r} column; rename it so it is not overwritten"
+            )
 
 
 def calibrate(model, data, interval=None, thresholds=None, tally: dict | None = None) -> dict:
-    """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its limits; with
-    ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for ``model``) ``accepted``, whether
+    """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its limits;
+    with
+    ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for ``model``) ``accepted``,
+    whether
     the row's confidence reaches its class's cut-off."""
     out = {"confidence": model.predict(data)}
     if interval is not None:
         out["confidence_lo"], out["confidence_hi"] = model.predict_interval(data, interval)
     if thresholds is not None:
-        out["accepted"] = thresholds.accept(predicted_codes(data, model.classes_), out["confidence"], data.score)
+        out["accepted"] = thresholds.accept(
+            predicted_codes(data, model.classes_), out["confidence"], data.score
+        )
         if tally is not None:  # the rows accepted so far (apply prints the count)
             tally["accepted"] = tally.get("accepted", 0) + int(np.count_nonzero(out["accepted"]))
     return out
@@ -90,8 +125,10 @@ def predicted_codes(data, classes) -> np.ndarray:
 
 
 def confidence_column(columns, score_column: str | None = None) -> str:
-    """The output column of the calibrated confidence: ``confidence``, or ``calibrated_confidence`` when the
-    input's own ``confidence`` column is the top score read (the ``true_label,pred_label,confidence`` layout).
+    """The output column of the calibrated confidence: ``confidence``, or ``calibrated_confidence``
+    when the
+    input's own ``confidence`` column is the top score read (the
+    ``true_label,pred_label,confidence`` layout).
 
     Any other input column of that name would be overwritten: a one-line error.
     """
@@ -101,7 +138,9 @@ def confidence_column(columns, score_column: str | None = None) -> str:
     if score_column == "confidence" and "calibrated_confidence" not in cols:
         return "calibrated_confidence"
     name = "calibrated_confidence" if score_column == "confidence" else "confidence"
-    raise TopcalError(f"the input already has a {name!r} column; rename it so it is not overwritten")
+    raise TopcalError(
+        f"the input already has a {name!r} column; rename it so it is not overwritten"
+    )
 
 
 def score_role(columns, options: dict) -> str | None:
@@ -114,15 +153,19 @@ def score_role(columns, options: dict) -> str | None:
 
 
 def output_roles(columns, options: dict) -> tuple[str | None, str | None]:
-    """(the column the predicted classes are read from, the column read as the top score) of an input
-    with ``columns`` read with ``options``: what :func:`with_confidence` needs to know. Both None for
+    """(the column the predicted classes are read from, the column read as the top score) of an
+    input
+    with ``columns`` read with ``options``: what :func:`with_confidence` needs to know. Both None
+    for
     probability/logit columns, whose classes are the columns themselves."""
     cols = [str(c) for c in columns]
     pred = None if layout_columns(cols, **options)[3] else roles_from_options(cols, options)["pred"]
     return pred, score_role(cols, options)
 
 
-def with_confidence(frame, data, classes, conf, pred_column: str | None = None, score_column: str | None = None):
+def with_confidence(
+    frame, data, classes, conf, pred_column: str | None = None, score_column: str | None = None
+):
     """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (an array, or the dict of
     columns from :func:`calibrate`: confidence and its interval limits).
 
@@ -135,7 +178,11 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None, 
     import pandas as pd
 
     cols = conf if isinstance(conf, dict) else {"confidence": conf}
-    check_new_columns(frame.columns, 0.5 if "confidence_lo" in cols else None, True if "accepted" in cols else None)
+    check_new_columns(
+        frame.columns,
+        0.5 if "confidence_lo" in cols else None,
+        True if "accepted" in cols else None,
+    )
     conf_name = confidence_column(frame.columns, score_column)
     cols = {(conf_name if k == "confidence" else k): v for k, v in cols.items()}
     codes = np.zeros(0, dtype=np.int64) if data is None else predicted_codes(data, classes)
@@ -143,16 +190,29 @@ def with_confidence(frame, data, classes, conf, pred_column: str | None = None, 
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
         if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
-            raise TopcalError("the input's 'pred' column disagrees with the predicted classes; rename it")
+            raise TopcalError(
+                "the input's 'pred' column disagrees with the predicted classes; rename it"
+            )
     out["pred"] = pred
     for name, values in cols.items():
         out[name] = values
     return out
 
 
-def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, progress=None, interval=None,
-               thresholds=None, tally: dict | None = None, **options) -> int:
-    """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns the rows.
+def apply_file(
+    model,
+    path,
+    output,
+    *,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    progress=None,
+    interval=None,
+    thresholds=None,
+    tally: dict | None = None,
+    **options,
+) -> int:
+    """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns
+    the rows.
 
     With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and
     ``confidence_hi``, the limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`.
@@ -176,21 +236,36 @@ def apply_file(model, path, output, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, pro
         data = read_frame(frame, **opts)
         if tally is not None:
             tally["column"] = confidence_column(frame.columns, score_role(frame.columns, opts))
-        out = with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds, tally),
-                              score_column=score_role(frame.columns, opts))
+        out = with_confidence(
+            frame,
+            data,
+            model.classes_,
+            calibrate(model, data, interval, thresholds, tally),
+            score_column=score_role(frame.columns, opts),
+        )
         return write_frames([out], output)
     opts = model_read_options(model, path, opts)
     layout = scan_layout(path, chunk_rows, classes=list(model.classes_), **opts)
     pred_col, score_col = output_roles(file_columns(path), opts)
     if tally is not None:
         tally["column"] = confidence_column(file_columns(path), score_col)
-    chunks = (with_confidence(frame, data, model.classes_, calibrate(model, data, interval, thresholds, tally),
-                              pred_col, score_col) for frame, data in iter_data(path, chunk_rows, layout=layout))
+    chunks = (
+        with_confidence(
+            frame,
+            data,
+            model.classes_,
+            calibrate(model, data, interval, thresholds, tally),
+            pred_col,
+            score_col,
+        )
+        for frame, data in iter_data(path, chunk_rows, layout=layout)
+    )
     return write_frames(chunks, output, progress=progress)
 
 
 def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **options):
-    """Add the labelled rows of ``path`` to ``model`` (:meth:`Calibrator.update`); returns the model.
+    """Add the labelled rows of ``path`` to ``model`` (:meth:`Calibrator.update`); returns the
+    model.
 
     With ``chunk_rows`` the file is counted in chunks (bounded memory),
     else read whole; either way the same statistics.
@@ -203,9 +278,17 @@ def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **
     return model.update(new)
 
 
-def fit_file(model, path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, n_cells: int = DEFAULT_CELLS, progress=None,
-             **options):
-    """Fit ``model`` (an unfitted calibrator of a score method) on ``path`` read in chunks; returns it.
+def fit_file(
+    model,
+    path,
+    *,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    n_cells: int = DEFAULT_CELLS,
+    progress=None,
+    **options,
+):
+    """Fit ``model`` (an unfitted calibrator of a score method) on ``path`` read in chunks; returns
+    it.
 
     ``model.fit(evidence)`` on the file's :class:`~topcal.evidence.Evidence` (statistics and
     label-shift counts), counted in one pass (memory
@@ -213,6 +296,11 @@ def fit_file(model, path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, n_cells: int 
     min(rows, K^2 x n_cells) confusion triples). ``options`` are the column
     options of :func:`topcal.io.read_frame`.
     """
-    new = read_stats(path, chunk_rows, progress=progress, stats_of=functools.partial(Evidence.for_fit, n_cells=n_cells),
-                     **options)
+    new = read_stats(
+        path,
+        chunk_rows,
+        progress=progress,
+        stats_of=functools.partial(Evidence.for_fit, n_cells=n_cells),
+        **options,
+    )
     return model.fit(new)

@@ -56,7 +56,8 @@ def contract_data(n: int = 1500, k: int = 3, seed: int = 0) -> TopLabelData:
 
 
 def _degenerate_data(seed: int = 1) -> TopLabelData:
-    """Four classes: ``d`` never predicted, ``b`` always right, ``c`` always wrong, ``a`` one row."""
+    """Four classes: ``d`` never predicted, ``b`` always right, ``c`` always wrong, ``a`` one
+    row."""
     rng = np.random.default_rng(seed)
     rows, labels = [], []
     for cls, n, right in ((1, 300, 1.0), (2, 300, 0.0), (0, 1, 1.0)):
@@ -67,7 +68,9 @@ def _degenerate_data(seed: int = 1) -> TopLabelData:
         rows.append(p)
         ok = rng.uniform(size=n) < right
         labels.append(np.where(ok, cls, (cls + 1) % 3))
-    return TopLabelData.from_probs(np.vstack(rows), np.concatenate(labels), classes=["a", "b", "c", "d"])
+    return TopLabelData.from_probs(
+        np.vstack(rows), np.concatenate(labels), classes=["a", "b", "c", "d"]
+    )
 
 
 def _fail(name: str, check: str, detail: str) -> None:
@@ -94,7 +97,11 @@ def _fit(name: str, data):
 def _check_confidences(name: str, check: str, conf, n: int) -> None:
     conf = np.asarray(conf)
     if conf.shape != (n,) or conf.dtype.kind != "f":
-        _fail(name, check, f"predict gave shape {conf.shape}, dtype {conf.dtype}; expected ({n},) floats")
+        _fail(
+            name,
+            check,
+            f"predict gave shape {conf.shape}, dtype {conf.dtype}; expected ({n},) floats",
+        )
     if not np.all(np.isfinite(conf)) or conf.min() < 0 or conf.max() > 1:
         _fail(name, check, f"confidences outside [0, 1] or not finite: {conf.min()}..{conf.max()}")
 
@@ -110,7 +117,8 @@ def _check_holds(name: str, check: str, lo, conf, hi, tol: float = 1e-9) -> None
 
 
 def check_params(name: str, ctx: dict) -> None:
-    """Parameters stored untouched; ``set_params`` round-trips; unknown names rejected with options."""
+    """Parameters stored untouched; ``set_params`` round-trips; unknown names rejected with
+    options."""
     cal = calibrator(name)
     params = cal.get_params()
     if not isinstance(params, dict):
@@ -179,7 +187,8 @@ def check_interval(name: str, ctx: dict) -> None:
 
 
 def check_persistence(name: str, ctx: dict) -> None:
-    """Versioned JSON; reloaded predictions and intervals bit for bit; saving again, the same text."""
+    """Versioned JSON; reloaded predictions and intervals bit for bit; saving again, the same
+    text."""
     cal, data = ctx["model"], ctx["data"]
     text = persist.dumps(cal)
     doc = json.loads(text)
@@ -268,16 +277,22 @@ def check_engines(name: str, ctx: dict, atol: float, scheduler: str | None) -> N
                 _fail(name, "engines", f"a score method cannot be streamed: {exc}")
             return
         inner = streamed.inner_ if isinstance(streamed, Wrapper) else None
-        if inner is not None:  # a choosing method may choose otherwise on the grid: its choice, in memory
+        if (
+            inner is not None
+        ):  # a choosing method may choose otherwise on the grid: its choice, in memory
             whole = _quiet(type(inner)(**inner.get_params()).fit, data)
         a, b = _quiet(whole.predict, data), _quiet(streamed.predict, data)
         # the 95th percentile: a step curve's jumps move with the grid, so a few rows near a jump
         # may change by the jump's height
         gap = float(np.quantile(np.abs(a - b), 0.95))
         if gap > atol:
-            _fail(name, "engines", f"whole vs streamed differ by {gap:.3g} > {atol} (95th percentile)")
+            _fail(
+                name, "engines", f"whole vs streamed differ by {gap:.3g} > {atol} (95th percentile)"
+            )
         if scheduler is not None:
-            on_dask = _quiet(engines.for_options("dask", scheduler=scheduler).fit, calibrator(name), path)
+            on_dask = _quiet(
+                engines.for_options("dask", scheduler=scheduler).fit, calibrator(name), path
+            )
             if _quiet(on_dask.predict, data).tobytes() != b.tobytes():
                 _fail(name, "engines", "the Dask fit differs from the streamed fit")
 
@@ -295,8 +310,14 @@ CHECKS = (
 )
 
 
-def check_calibrator(method, *, data: TopLabelData | None = None, checks=CHECKS, atol: float = 0.02,
-                     scheduler: str | None = None) -> None:
+def check_calibrator(
+    method,
+    *,
+    data: TopLabelData | None = None,
+    checks=CHECKS,
+    atol: float = 0.02,
+    scheduler: str | None = None,
+) -> None:
     """Run the calibrator contract on one registered method (its name or its class).
 
     Parameters
@@ -320,13 +341,18 @@ def check_calibrator(method, *, data: TopLabelData | None = None, checks=CHECKS,
     """
     name = method if isinstance(method, str) else getattr(method, "name", None)
     if name not in available_methods():
-        raise TopcalError(f"{method!r} is no registered method. Options are: {', '.join(available_methods())}")
+        raise TopcalError(
+            f"{method!r} is no registered method. Options are: {', '.join(available_methods())}"
+        )
     unknown = set(checks) - set(CHECKS)
     if unknown:
         raise TopcalError(f"unknown checks {sorted(unknown)}. Options are: {', '.join(CHECKS)}")
     ctx = {"data": data if data is not None else contract_data()}
     order = [c for c in CHECKS if c in checks]
-    if any(c in order for c in ("interval", "persistence", "hostile")) and "fit_predict" not in order:
+    if (
+        any(c in order for c in ("interval", "persistence", "hostile"))
+        and "fit_predict" not in order
+    ):
         order.insert(0, "fit_predict")
     for check in order:
         if check == "params":

@@ -1,4 +1,5 @@
-"""The report's acceptance panel: per class, accepted fraction against precision, with the chosen cut-off.
+"""The report's acceptance panel: per class, accepted fraction against precision, with the chosen
+cut-off.
 
 Compute (:func:`acceptance_view`, pure) and draw (:func:`plot_acceptance`,
 matplotlib imported lazily, no pyplot state, no rcParams changes) are
@@ -16,7 +17,13 @@ from .data import TopLabelData, rows_by_class
 from .plots.draw import plain
 from .thresholds import Thresholds
 
-__all__ = ["AcceptanceCurve", "AcceptanceView", "acceptance_curve", "acceptance_view", "plot_acceptance"]
+__all__ = [
+    "AcceptanceCurve",
+    "AcceptanceView",
+    "acceptance_curve",
+    "acceptance_view",
+    "plot_acceptance",
+]
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,11 @@ class AcceptanceView:
     curves: tuple[AcceptanceCurve, ...]
 
 
-def acceptance_curve(name, conf, tp, fp, cutoff=None, reason=None, *, max_points: int = 400,
-                     accepted=None) -> AcceptanceCurve:
-    """Accepted fraction and precision at every distinct confidence of these rows (thinned to ``max_points``)."""
+def acceptance_curve(
+    name, conf, tp, fp, cutoff=None, reason=None, *, max_points: int = 400, accepted=None
+) -> AcceptanceCurve:
+    """Accepted fraction and precision at every distinct confidence of these rows (thinned to
+    ``max_points``)."""
     order = np.argsort(-conf, kind="stable")
     s = conf[order]
     ctp, cn = np.cumsum(tp[order]), np.cumsum(tp[order] + fp[order])
@@ -71,32 +80,59 @@ def acceptance_curve(name, conf, tp, fp, cutoff=None, reason=None, *, max_points
     prec = ctp[last] / cn[last]
     chosen = None
     if cutoff is not None:
-        acc = conf >= cutoff if accepted is None else accepted  # ``accepted``: the cut-off's own rule
+        acc = (
+            conf >= cutoff if accepted is None else accepted
+        )  # ``accepted``: the cut-off's own rule
         n = float(tp[acc].sum() + fp[acc].sum())
         if n > 0:
             chosen = (n / total, float(tp[acc].sum()) / n)
     return AcceptanceCurve(str(name), frac, prec, cutoff, chosen, reason)
 
 
-def acceptance_view(model, data: TopLabelData, thresholds: Thresholds, *, max_classes: int = 11) -> AcceptanceView:
-    """The panel's curves for ``model`` (the thresholds' model, checked) on labelled ``data``: all classes
+def acceptance_view(
+    model, data: TopLabelData, thresholds: Thresholds, *, max_classes: int = 11
+) -> AcceptanceView:
+    """The panel's curves for ``model`` (the thresholds' model, checked) on labelled ``data``: all
+    classes
     together, then the ``max_classes`` most predicted classes."""
     thresholds.check_model(model)
     data.require_labels("the acceptance panel")
     data = data.with_classes(model.classes_, "the data")
     conf = model.predict(data)
-    curves = [acceptance_curve("(all)", conf, data.tp, data.fp, thresholds.overall.cutoff, thresholds.overall.reason,
-                               accepted=thresholds.overall.accepts(conf, data.score))]
-    groups = sorted(rows_by_class(data.pred, data.n_classes), key=lambda t: -(data.tp[t[1]] + data.fp[t[1]]).sum())
+    curves = [
+        acceptance_curve(
+            "(all)",
+            conf,
+            data.tp,
+            data.fp,
+            thresholds.overall.cutoff,
+            thresholds.overall.reason,
+            accepted=thresholds.overall.accepts(conf, data.score),
+        )
+    ]
+    groups = sorted(
+        rows_by_class(data.pred, data.n_classes),
+        key=lambda t: -(data.tp[t[1]] + data.fp[t[1]]).sum(),
+    )
     for k, idx in groups[:max_classes]:
         c = thresholds.per_class[k]
-        curves.append(acceptance_curve(c.name, conf[idx], data.tp[idx], data.fp[idx], c.cutoff, c.reason,
-                                       accepted=c.accepts(conf[idx], data.score[idx])))
+        curves.append(
+            acceptance_curve(
+                c.name,
+                conf[idx],
+                data.tp[idx],
+                data.fp[idx],
+                c.cutoff,
+                c.reason,
+                accepted=c.accepts(conf[idx], data.score[idx]),
+            )
+        )
     return AcceptanceView(thresholds.precision, thresholds.delta, thresholds.mode, tuple(curves))
 
 
 def plot_acceptance(view: AcceptanceView, *, fig=None, ncols: int = 4):
-    """One panel per curve: precision against accepted fraction, the target as a line, the cut-off as a dot.
+    """One panel per curve: precision against accepted fraction, the target as a line, the cut-off
+    as a dot.
 
     Returns
     -------
@@ -112,7 +148,13 @@ def plot_acceptance(view: AcceptanceView, *, fig=None, ncols: int = 4):
     for ax in axes[n:]:
         ax.set_visible(False)
     for ax, c in zip(axes, view.curves):
-        (line,) = ax.plot(c.accepted_fraction, c.precision, color="tab:blue", lw=1.4, label="precision on this data")
+        (line,) = ax.plot(
+            c.accepted_fraction,
+            c.precision,
+            color="tab:blue",
+            lw=1.4,
+            label="precision on this data",
+        )
         line.set_gid(f"acceptance:{c.name}")
         ax.axhline(view.target, color="0.4", ls="--", lw=0.9, label=f"target {view.target:g}")
         if c.chosen is not None:

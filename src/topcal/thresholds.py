@@ -56,8 +56,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._fileio import read_text, write_text
-from ._ltt import (accepted_counts, binomial_tail, fixed_sequence, n_min, ordered_counts, sequences,
-                   sgr_threshold)
+from ._ltt import (
+    accepted_counts,
+    binomial_tail,
+    fixed_sequence,
+    n_min,
+    ordered_counts,
+    sequences,
+    sgr_threshold,
+)
 from ._params import Interval, Options, validate_params
 from ._version import __version__
 from .data import TopLabelData, preview
@@ -65,9 +72,27 @@ from .errors import DataError, ModelFileError, NotFittedError, TopcalError
 from .inputs import as_data
 from .persist import canonical_json
 
-__all__ = ["fit_thresholds", "Thresholds", "ClassCutoff", "GRID", "binomial_tail", "fixed_sequence",
-           "sgr_threshold", "ltt_cutoff", "STARTS", "START_FACTOR", "GLOBAL_STARTS", "POOL_FACTOR", "POOL_AUTO", "sequences", "check_not_fitting_data", "load_thresholds", "loads_thresholds",
-           "model_digest", "FORMAT"]
+__all__ = [
+    "fit_thresholds",
+    "Thresholds",
+    "ClassCutoff",
+    "GRID",
+    "binomial_tail",
+    "fixed_sequence",
+    "sgr_threshold",
+    "ltt_cutoff",
+    "STARTS",
+    "START_FACTOR",
+    "GLOBAL_STARTS",
+    "POOL_FACTOR",
+    "POOL_AUTO",
+    "sequences",
+    "check_not_fitting_data",
+    "load_thresholds",
+    "loads_thresholds",
+    "model_digest",
+    "FORMAT",
+]
 
 FORMAT = "topcal-thresholds"
 FORMAT_VERSION = 1
@@ -101,7 +126,8 @@ class ClassCutoff:
     precision_lower: float | None = None
     p_value: float | None = None
     reason: str | None = None
-    #: "shared" where the cut-off is the shared group's (the statement is the group's); None: its own
+    #: "shared" where the cut-off is the shared group's (the statement is the group's); None: its
+    #: own
     group: str | None = None
     #: the raw score that breaks ties at ``cutoff``: a row is accepted when its confidence is above
     #: ``cutoff``, or equal to it with a raw score >= ``score_cutoff`` (None: confidence >= cutoff)
@@ -115,19 +141,33 @@ class ClassCutoff:
         if self.score_cutoff is None:
             return conf >= self.cutoff
         if score is None:
-            raise TopcalError("these thresholds break ties of the confidence by the raw score: pass the "
-                              "rows' scores too")
-        return (conf > self.cutoff) | ((conf == self.cutoff) & (np.asarray(score) >= self.score_cutoff))
+            raise TopcalError(
+                "these thresholds break ties of the confidence by the raw score: pass the "
+                "rows' scores too"
+            )
+        return (conf > self.cutoff) | (
+            (conf == self.cutoff) & (np.asarray(score) >= self.score_cutoff)
+        )
 
     @property
     def accepted_fraction(self) -> float:
         return self.n_accepted / self.n_predicted if self.n_predicted > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "cutoff": self.cutoff, "level": self.level, "n_predicted": self.n_predicted,
-                "n_accepted": self.n_accepted, "n_correct": self.n_correct, "precision": self.precision,
-                "precision_lower": self.precision_lower, "p_value": self.p_value, "reason": self.reason,
-                "group": self.group, "score_cutoff": self.score_cutoff}
+        return {
+            "name": self.name,
+            "cutoff": self.cutoff,
+            "level": self.level,
+            "n_predicted": self.n_predicted,
+            "n_accepted": self.n_accepted,
+            "n_correct": self.n_correct,
+            "precision": self.precision,
+            "precision_lower": self.precision_lower,
+            "p_value": self.p_value,
+            "reason": self.reason,
+            "group": self.group,
+            "score_cutoff": self.score_cutoff,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "ClassCutoff":
@@ -142,11 +182,19 @@ class ClassCutoff:
         group = _field(d, "group", str, True) if "group" in d else None
         if group not in (None, "shared"):
             raise ValueError("group must be null or 'shared'")
-        score_cut = _field(d, "score_cutoff", Interval(None, None), True) if "score_cutoff" in d else None
-        out = cls(name, _field(d, "cutoff", unit, True), level,
-                  *(_field(d, k, count) for k in ("n_predicted", "n_accepted", "n_correct")),
-                  *(_field(d, k, unit, True) for k in ("precision", "precision_lower", "p_value")),
-                  _field(d, "reason", str, True), group, score_cut)
+        score_cut = (
+            _field(d, "score_cutoff", Interval(None, None), True) if "score_cutoff" in d else None
+        )
+        out = cls(
+            name,
+            _field(d, "cutoff", unit, True),
+            level,
+            *(_field(d, k, count) for k in ("n_predicted", "n_accepted", "n_correct")),
+            *(_field(d, k, unit, True) for k in ("precision", "precision_lower", "p_value")),
+            _field(d, "reason", str, True),
+            group,
+            score_cut,
+        )
         if not out.n_correct <= out.n_accepted <= out.n_predicted:
             raise ValueError(f"the counts of {name!r} need n_correct <= n_accepted <= n_predicted")
         if out.score_cutoff is not None and out.cutoff is None:
@@ -155,14 +203,19 @@ class ClassCutoff:
 
 
 #: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16
-#: (START_FACTOR^j) times the fewest testable predictions are accepted: one sequence that starts at the very
-#: top stops at the first error among a few dozen predictions (even at a true precision of 0.99); the later
-#: starts keep the search going. The union bound over the sequences keeps the family-wise error at delta.
+#: (START_FACTOR^j) times the fewest testable predictions are accepted: one sequence that starts at
+#: the very
+#: top stops at the first error among a few dozen predictions (even at a true precision of 0.99);
+#: the later
+#: starts keep the search going. The union bound over the sequences keeps the family-wise error at
+#: delta.
 #: Per class (often a few dozen rows) three starts keep the fewest testable predictions small.
 STARTS = 3
 START_FACTOR = 4
-#: The global cut-off (all rows: thousands) runs more, denser starts: 6 sequences from 1, 2, 4, ..., 32
-#: times the fewest testable predictions, so that some sequence starts within a factor 2 below any cut-off
+#: The global cut-off (all rows: thousands) runs more, denser starts: 6 sequences from 1, 2, 4, ...,
+#: 32
+#: times the fewest testable predictions, so that some sequence starts within a factor 2 below any
+#: cut-off
 #: and a dip of the precision near the top stops only the sequences that start above it.
 GLOBAL_STARTS = (6, 2)
 #: A class is tested alone when it has at least POOL_FACTOR times the fewest predictions its
@@ -175,10 +228,20 @@ POOL_FACTOR = 4
 POOL_AUTO = "auto"
 
 
-def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tuple[int, int] = (STARTS, START_FACTOR),
-               score=None) -> ClassCutoff:
+def ltt_cutoff(
+    name,
+    conf,
+    tp,
+    fp,
+    precision: float,
+    delta: float,
+    *,
+    starts: tuple[int, int] = (STARTS, START_FACTOR),
+    score=None,
+) -> ClassCutoff:
     """Learn-then-Test on one class's (or all) rows: the loosest cut-off any of the fixed sequences
-    rejects "precision < target" at; ``starts`` = (number S, factor f): sequence j starts where f^j times
+    rejects "precision < target" at; ``starts`` = (number S, factor f): sequence j starts where f^j
+    times
     the fewest testable predictions are accepted, each at ``delta`` / S (:func:`sequences`).
 
     Without ``score`` the candidates are the fixed :data:`GRID` of confidences. With ``score`` (the
@@ -191,9 +254,17 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tu
     n_starts, factor = starts
     need = n_min(precision, delta / n_starts)
     if total < need:
-        return ClassCutoff(name, None, delta, total, reason=(
-            f"only {total:g} predictions in the labelled data; at least {need} are needed to show precision "
-            f"{precision:g} at delta={delta:g}"))
+        return ClassCutoff(
+            name,
+            None,
+            delta,
+            total,
+            reason=(
+                f"only {total:g} predictions in the labelled data; at least {need} are needed to "
+                f"show precision "
+                f"{precision:g} at delta={delta:g}"
+            ),
+        )
     if score is None:
         cut = GRID[::-1]  # strictest first
         cut_score = None
@@ -201,20 +272,49 @@ def ltt_cutoff(name, conf, tp, fp, precision: float, delta: float, *, starts: tu
     else:
         cut, cut_score, n, c = ordered_counts(conf, np.asarray(score, dtype=np.float64), tp, fp)
     p = binomial_tail(c, n, precision)
-    # the starts (confidences only): where START_FACTOR^j times the fewest testable predictions are accepted
-    first = sorted({int(np.argmax(n >= need * factor**j)) for j in range(n_starts) if n[-1] >= need * factor**j})
+    # the starts (confidences only): where START_FACTOR^j times the fewest testable predictions are
+    # accepted
+    first = sorted(
+        {
+            int(np.argmax(n >= need * factor**j))
+            for j in range(n_starts)
+            if n[-1] >= need * factor**j
+        }
+    )
     best = sequences(p, first, delta / n_starts)
     stuck = first[0]
     if best < 0:
         i = stuck
-        return ClassCutoff(name, None, delta, total, float(n[i]), float(c[i]), float(c[i] / n[i]), None, float(p[i]),
-                           reason=(f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
-                                   f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
-                                   f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"))
+        return ClassCutoff(
+            name,
+            None,
+            delta,
+            total,
+            float(n[i]),
+            float(c[i]),
+            float(c[i] / n[i]),
+            None,
+            float(p[i]),
+            reason=(
+                f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
+                f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
+                f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"
+            ),
+        )
     nn, cc = float(n[best]), float(c[best])
     lower = float(betaincinv(cc, nn - cc + 1.0, delta)) if cc > 0 else 0.0
-    return ClassCutoff(name, float(cut[best]), delta, total, nn, cc, cc / nn, lower, float(p[best]),
-                       score_cutoff=None if cut_score is None else float(cut_score[best]))
+    return ClassCutoff(
+        name,
+        float(cut[best]),
+        delta,
+        total,
+        nn,
+        cc,
+        cc / nn,
+        lower,
+        float(p[best]),
+        score_cutoff=None if cut_score is None else float(cut_score[best]),
+    )
 
 
 def model_digest(model) -> str:
@@ -237,12 +337,16 @@ def check_not_fitting_data(model, data: TopLabelData) -> None:
     if fp is None:
         return
     same, share = fp.containment(data)
-    distinct = fp.distinct_rows() >= 0.5 * fp.n_rows  # rows mostly unique: a shared row is a shared sample
+    distinct = (
+        fp.distinct_rows() >= 0.5 * fp.n_rows
+    )  # rows mostly unique: a shared row is a shared sample
     if same or (distinct and share >= MAX_OVERLAP):
         what = "is the data" if same else f"contains about {share:.0%} of the rows"
         raise DataError(
-            f"the labelled data {what} the model was fitted on, so no guarantee holds on it; choose thresholds "
-            "on held-out labelled data (fit the calibrator on one part, run threshold on another)")
+            f"the labelled data {what} the model was fitted on, so no guarantee holds on it; "
+            f"choose thresholds "
+            "on held-out labelled data (fit the calibrator on one part, run threshold on another)"
+        )
 
 
 @dataclass(frozen=True)
@@ -264,13 +368,15 @@ class Thresholds:
     model_sha256: str
     n_samples: float
     grid: str = field(default="fixed-v1")
-    #: the shared group's cut-off (its statement covers the group's classes together); None: no group
+    #: the shared group's cut-off (its statement covers the group's classes together); None: no
+    #: group
     shared: ClassCutoff | None = None
     #: classes with fewer predictions than this joined the shared group (0: every class alone)
     pool_below: float = 0.0
 
     def cutoffs(self) -> np.ndarray:
-        """The cut-off each predicted class's rows must reach under ``mode`` (NaN: none accepted)."""
+        """The cut-off each predicted class's rows must reach under ``mode`` (NaN: none
+        accepted)."""
         if self.mode == "global":
             v = np.nan if self.overall.cutoff is None else self.overall.cutoff
             return np.full(len(self.classes), v)
@@ -280,15 +386,20 @@ class Thresholds:
         """Raise TopcalError unless ``model`` is the model these thresholds were chosen for."""
         if tuple(model.classes_) != self.classes:
             raise TopcalError(
-                f"the thresholds are for a model with classes {preview(self.classes)}, but this model has "
-                f"{preview(model.classes_)}; choose thresholds for this model with topcal threshold")
+                f"the thresholds are for a model with classes {preview(self.classes)}, but this "
+                f"model has "
+                f"{preview(model.classes_)}; choose thresholds for this model with topcal threshold"
+            )
         if model_digest(model) != self.model_sha256:
             raise TopcalError(
-                f"the thresholds were chosen for another {self.model_method!r} model (checksum differs: refitted "
-                "or updated since); choose them again for this model with topcal threshold")
+                f"the thresholds were chosen for another {self.model_method!r} model (checksum "
+                f"differs: refitted "
+                "or updated since); choose them again for this model with topcal threshold"
+            )
 
     def accept(self, pred, confidence, score=None) -> np.ndarray:
-        """Whether each row is accepted: its calibrated confidence reaches its predicted class's cut-off.
+        """Whether each row is accepted: its calibrated confidence reaches its predicted class's
+        cut-off.
 
         ``pred``: class indices in ``classes``; rows of a class without a cut-off are not accepted.
         ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
@@ -301,15 +412,26 @@ class Thresholds:
             return self.overall.accepts(conf, score)
         for k in np.unique(pred):
             rows = np.flatnonzero(pred == k)
-            out[rows] = self.per_class[k].accepts(conf[rows], None if score is None else np.asarray(score)[rows])
+            out[rows] = self.per_class[k].accepts(
+                conf[rows], None if score is None else np.asarray(score)[rows]
+            )
         return out
 
     def to_dict(self) -> dict:
-        return {"precision": self.precision, "delta": self.delta, "mode": self.mode,
-                "multiplicity": self.multiplicity, "grid": self.grid, "classes": list(self.classes),
-                "per_class": [c.to_dict() for c in self.per_class], "overall": self.overall.to_dict(),
-                "model": {"method": self.model_method, "sha256": self.model_sha256}, "n_samples": self.n_samples,
-                "shared": None if self.shared is None else self.shared.to_dict(), "pool_below": self.pool_below}
+        return {
+            "precision": self.precision,
+            "delta": self.delta,
+            "mode": self.mode,
+            "multiplicity": self.multiplicity,
+            "grid": self.grid,
+            "classes": list(self.classes),
+            "per_class": [c.to_dict() for c in self.per_class],
+            "overall": self.overall.to_dict(),
+            "model": {"method": self.model_method, "sha256": self.model_sha256},
+            "n_samples": self.n_samples,
+            "shared": None if self.shared is None else self.shared.to_dict(),
+            "pool_below": self.pool_below,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "Thresholds":
@@ -338,21 +460,42 @@ class Thresholds:
                 raise ValueError("the shared entry must be named '(shared)'")
         pool_below = _field(d, "pool_below", Interval(0, None)) if "pool_below" in d else 0.0
         unit = Interval(0, 1, "neither")
-        out = cls(_field(d, "precision", unit), _field(d, "delta", unit), _field(d, "mode", str),
-                  _field(d, "multiplicity", str), tuple(classes), per, overall,
-                  _field(model, "method", str), digest, _field(d, "n_samples", Interval(0, None)),
-                  grid, shared, pool_below)
-        if any(c.group == "shared" for c in per) and (out.shared is None or any(
-                c.group == "shared" and (c.cutoff, c.score_cutoff) != (out.shared.cutoff, out.shared.score_cutoff)
-                for c in per)):
+        out = cls(
+            _field(d, "precision", unit),
+            _field(d, "delta", unit),
+            _field(d, "mode", str),
+            _field(d, "multiplicity", str),
+            tuple(classes),
+            per,
+            overall,
+            _field(model, "method", str),
+            digest,
+            _field(d, "n_samples", Interval(0, None)),
+            grid,
+            shared,
+            pool_below,
+        )
+        if any(c.group == "shared" for c in per) and (
+            out.shared is None
+            or any(
+                c.group == "shared"
+                and (c.cutoff, c.score_cutoff) != (out.shared.cutoff, out.shared.score_cutoff)
+                for c in per
+            )
+        ):
             raise ValueError("a class of the shared group does not carry the group's cut-off")
         _validate(out.precision, out.delta, out.mode, out.multiplicity)
         return out
 
     def dumps(self) -> str:
         payload = self.to_dict()
-        doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "topcal_version": __version__,
-               "thresholds": payload, "sha256": hashlib.sha256(canonical_json(payload).encode()).hexdigest()}
+        doc = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "topcal_version": __version__,
+            "thresholds": payload,
+            "sha256": hashlib.sha256(canonical_json(payload).encode()).hexdigest(),
+        }
         return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
     def save(self, path) -> None:
@@ -363,8 +506,10 @@ class Thresholds:
     HTML_ROWS = 100
 
     def _repr_html_(self) -> str:
-        """The notebook view: per class (and global) the cut-off, the labelled sample's precision there,
+        """The notebook view: per class (and global) the cut-off, the labelled sample's precision
+        there,
         its lower bound, and the accepted fraction, or why a class has no cut-off."""
+
         def num(v, fmt):
             return "&ndash;" if v is None else format(v, fmt)
 
@@ -375,44 +520,74 @@ class Thresholds:
                 tds = "".join(f"<td>{v}</td>" for v in cells[:2]) + cells[2]
             else:
                 bound = "shared group's" if c.group == "shared" else num(c.precision_lower, ".4f")
-                cells += [num(c.precision, ".4f"), bound,
-                          f"{c.accepted_fraction:.1%} ({c.n_accepted:g} of {c.n_predicted:g})"]
+                cells += [
+                    num(c.precision, ".4f"),
+                    bound,
+                    f"{c.accepted_fraction:.1%} ({c.n_accepted:g} of {c.n_predicted:g})",
+                ]
                 tds = "".join(f"<td>{v}</td>" for v in cells)
             return f"<tr style='font-weight:bold'>{tds}</tr>" if strong else f"<tr>{tds}</tr>"
 
         shown = self.per_class[: self.HTML_ROWS]
-        more = (f"<p>(first {self.HTML_ROWS} of {len(self.per_class)} classes)</p>"
-                if len(self.per_class) > self.HTML_ROWS else "")
+        more = (
+            f"<p>(first {self.HTML_ROWS} of {len(self.per_class)} classes)</p>"
+            if len(self.per_class) > self.HTML_ROWS
+            else ""
+        )
         used = "per-class cut-offs" if self.mode == "per-class" else "the global cut-off"
         group = "" if self.shared is None else row(self.shared, strong=True)
-        head = (f"<p><b>Thresholds</b>: precision &ge; {self.precision:g} with probability &ge; "
-                f"{1 - self.delta:g} (delta {self.delta:g}, multiplicity {html.escape(self.multiplicity)}), "
-                f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses {used}</p>")
-        return (f"<div>{head}<table><tr><th>class</th><th>cut-off</th><th>precision</th>"
-                f"<th>lower bound</th><th>accepted</th></tr>{''.join(row(c) for c in shown)}"
-                f"{group}{row(self.overall, strong=True)}</table><p>{html.escape(self.statements())}</p>"
-                f"{more}</div>")
+        head = (
+            f"<p><b>Thresholds</b>: precision &ge; {self.precision:g} with probability &ge; "
+            f"{1 - self.delta:g} (delta {self.delta:g}, multiplicity "
+            f"{html.escape(self.multiplicity)}), "
+            f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses "
+            f"{used}</p>"
+        )
+        return (
+            f"<div>{head}<table><tr><th>class</th><th>cut-off</th><th>precision</th>"
+            f"<th>lower bound</th><th>accepted</th></tr>{''.join(row(c) for c in shown)}"
+            f"{group}{row(self.overall, strong=True)}</table>"
+            f"<p>{html.escape(self.statements())}</p>"
+            f"{more}</div>"
+        )
 
     def table(self) -> list[list]:
-        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes, then
-        "(shared)" where there is a group, then "(all)"); None where a class has no cut-off. A class of
+        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes,
+        then
+        "(shared)" where there is a group, then "(all)"); None where a class has no cut-off. A class
+        of
         the shared group has no lower bound of its own (the group's row holds it)."""
         rows = (*self.per_class, *(() if self.shared is None else (self.shared,)), self.overall)
-        return [[c.name, c.cutoff, c.n_accepted, c.n_predicted, c.precision, c.precision_lower, c.reason or ""]
-                for c in rows]
+        return [
+            [
+                c.name,
+                c.cutoff,
+                c.n_accepted,
+                c.n_predicted,
+                c.precision,
+                c.precision_lower,
+                c.reason or "",
+            ]
+            for c in rows
+        ]
 
     def statements(self) -> str:
-        """Which statement holds for which classes, in one line (the CLI and the report print it)."""
+        """Which statement holds for which classes, in one line (the CLI and the report print
+        it)."""
         if self.mode == "global":
-            return (f"one cut-off for all classes: precision >= {self.precision:g} over all accepted "
-                    f"predictions together, with probability >= {1 - self.delta:g}")
+            return (
+                f"one cut-off for all classes: precision >= {self.precision:g} over all accepted "
+                f"predictions together, with probability >= {1 - self.delta:g}"
+            )
         alone = sum(c.group is None for c in self.per_class)
         level = self.per_class[0].level if self.per_class else self.delta
         out = f"{alone} classes with their own cut-off (each tested at delta = {level:.3g})"
         if self.shared is not None:
             n = len(self.per_class) - alone
-            out += (f"; {n} classes with fewer than {self.pool_below:g} predictions share one cut-off, "
-                    f"whose statement is about their accepted predictions together")
+            out += (
+                f"; {n} classes with fewer than {self.pool_below:g} predictions share one cut-off, "
+                f"whose statement is about their accepted predictions together"
+            )
         return out
 
 
@@ -434,8 +609,10 @@ def _field(d: dict, key: str, kind, optional: bool = False):
             raise ValueError(f"{key} must be {kind}{' or null' if optional else ''}, got {v!r:.40}")
         return float(v)
     if not isinstance(v, kind):
-        raise ValueError(f"{key} must be a {kind.__name__}{' or null' if optional else ''}, got "
-                         f"{type(v).__name__}")
+        raise ValueError(
+            f"{key} must be a {kind.__name__}{' or null' if optional else ''}, got "
+            f"{type(v).__name__}"
+        )
     return v
 
 
@@ -449,18 +626,24 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
     except (json.JSONDecodeError, RecursionError, ValueError):
         raise ModelFileError(f"{source} is not valid JSON; run topcal threshold again") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ModelFileError(f"{source} is not a topcal thresholds file (no \"format\": \"{FORMAT}\" field)")
+        raise ModelFileError(
+            f'{source} is not a topcal thresholds file (no "format": "{FORMAT}" field)'
+        )
     if doc.get("format_version") != FORMAT_VERSION or type(doc.get("format_version")) is not int:
-        raise ModelFileError(f"{source} has thresholds format version {doc.get('format_version')!r}; this topcal "
-                             f"reads version {FORMAT_VERSION}: run topcal threshold again")
+        raise ModelFileError(
+            f"{source} has thresholds format version {doc.get('format_version')!r}; this topcal "
+            f"reads version {FORMAT_VERSION}: run topcal threshold again"
+        )
     payload = doc.get("thresholds")
     try:
         ok = hashlib.sha256(canonical_json(payload).encode()).hexdigest() == doc.get("sha256")
     except (TypeError, ValueError, RecursionError):
         ok = False
     if not isinstance(payload, dict) or not ok:
-        raise ModelFileError(f"{source} was modified after it was written (checksum mismatch); run topcal "
-                             "threshold again instead of editing it")
+        raise ModelFileError(
+            f"{source} was modified after it was written (checksum mismatch); run topcal "
+            "threshold again instead of editing it"
+        )
     try:
         return Thresholds.from_dict(payload)
     except TopcalError:
@@ -479,15 +662,33 @@ def load_thresholds(path) -> Thresholds:
 
 
 def _validate(precision, delta, mode, multiplicity) -> None:
-    validate_params("thresholds", {"precision": Interval(0, 1, "neither"), "delta": Interval(0, 1, "neither"),
-                                   "mode": Options(MODES), "multiplicity": Options(MULTIPLICITY)},
-                    {"precision": precision, "delta": delta, "mode": mode, "multiplicity": multiplicity})
+    validate_params(
+        "thresholds",
+        {
+            "precision": Interval(0, 1, "neither"),
+            "delta": Interval(0, 1, "neither"),
+            "mode": Options(MODES),
+            "multiplicity": Options(MULTIPLICITY),
+        },
+        {"precision": precision, "delta": delta, "mode": mode, "multiplicity": multiplicity},
+    )
 
 
-def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *, mode: str = "per-class",
-                   multiplicity: str = "per-class", pool_below=POOL_AUTO, y=None, classes=None,
-                   kind: str = "auto") -> Thresholds:
-    """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 - ``delta``.
+def fit_thresholds(
+    model,
+    data,
+    precision: float = 0.95,
+    delta: float = 0.05,
+    *,
+    mode: str = "per-class",
+    multiplicity: str = "per-class",
+    pool_below=POOL_AUTO,
+    y=None,
+    classes=None,
+    kind: str = "auto",
+) -> Thresholds:
+    """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 -
+    ``delta``.
 
     Parameters
     ----------
@@ -531,29 +732,58 @@ def fit_thresholds(model, data, precision: float = 0.95, delta: float = 0.05, *,
     shared = None
     if small.any():
         rows = np.flatnonzero(small[data.pred])
-        shared = ltt_cutoff("(shared)", conf[rows], tp[rows], fp[rows], precision, level, starts=GLOBAL_STARTS,
-                            score=score[rows])
+        shared = ltt_cutoff(
+            "(shared)",
+            conf[rows],
+            tp[rows],
+            fp[rows],
+            precision,
+            level,
+            starts=GLOBAL_STARTS,
+            score=score[rows],
+        )
     per = []
     for k, name in enumerate(model.classes_):
         idx = np.flatnonzero(data.pred == k)
         if small[k]:
             per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level, score[idx]))
         else:
-            per.append(ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level, score=score[idx]))
+            per.append(
+                ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level, score=score[idx])
+            )
     overall = ltt_cutoff("(all)", conf, tp, fp, precision, delta, starts=GLOBAL_STARTS, score=score)
-    return Thresholds(float(precision), float(delta), mode, multiplicity, tuple(model.classes_), tuple(per), overall,
-                      model.name, model_digest(model), data.n_samples, shared=shared, pool_below=float(below))
+    return Thresholds(
+        float(precision),
+        float(delta),
+        mode,
+        multiplicity,
+        tuple(model.classes_),
+        tuple(per),
+        overall,
+        model.name,
+        model_digest(model),
+        data.n_samples,
+        shared=shared,
+        pool_below=float(below),
+    )
 
 
-def _pool_below(pool_below, precision: float, delta: float, multiplicity: str, n_classes: int) -> float:
+def _pool_below(
+    pool_below, precision: float, delta: float, multiplicity: str, n_classes: int
+) -> float:
     """The class size (predictions) below which a class joins the shared group."""
     if isinstance(pool_below, str) and pool_below == POOL_AUTO:
         # at the level a class alone would be tested at if every class were (the strictest case)
         level = delta / n_classes if multiplicity == "bonferroni" else delta
         return float(POOL_FACTOR * n_min(precision, level / STARTS))
-    if isinstance(pool_below, bool) or not isinstance(pool_below, (int, float)) or not (
-            np.isfinite(pool_below) and pool_below >= 0):
-        raise TopcalError(f"pool_below must be 'auto' or a number of predictions >= 0, got {pool_below!r}")
+    if (
+        isinstance(pool_below, bool)
+        or not isinstance(pool_below, (int, float))
+        or not (np.isfinite(pool_below) and pool_below >= 0)
+    ):
+        raise TopcalError(
+            f"pool_below must be 'auto' or a number of predictions >= 0, got {pool_below!r}"
+        )
     return float(pool_below)
 
 
@@ -561,9 +791,24 @@ def _in_group(name, shared: ClassCutoff, conf, tp, fp, level: float, score) -> C
     """A class of the shared group: the group's cut-off, and the class's own counts there."""
     total = float(tp.sum() + fp.sum())
     if shared.cutoff is None:
-        return ClassCutoff(name, None, level, total, group="shared",
-                           reason=f"in the shared group, which has no cut-off: {shared.reason}")
+        return ClassCutoff(
+            name,
+            None,
+            level,
+            total,
+            group="shared",
+            reason=f"in the shared group, which has no cut-off: {shared.reason}",
+        )
     keep = shared.accepts(conf, score)
     n, c = float(tp[keep].sum() + fp[keep].sum()), float(tp[keep].sum())
-    return ClassCutoff(name, shared.cutoff, level, total, n, c, c / n if n > 0 else None, group="shared",
-                       score_cutoff=shared.score_cutoff)
+    return ClassCutoff(
+        name,
+        shared.cutoff,
+        level,
+        total,
+        n,
+        c,
+        c / n if n > 0 else None,
+        group="shared",
+        score_cutoff=shared.score_cutoff,
+    )

@@ -1,6 +1,7 @@
 """The fit of ``hier-platt`` and ``hier-beta`` on their rows (:class:`~.hierarchical`'s ``_Rows``):
 per-class penalised Newton, the approximate leave-one-out loss of a fit, the search over the prior
-strength, the posterior covariance (the model in :mod:`topcal.calibrators.hierarchical`'s docstring).
+strength, the posterior covariance (the model in :mod:`topcal.calibrators.hierarchical`'s
+docstring).
 
 Every row-length intermediate goes into the rows' buffers (S, T, E scratch, M margins, Q the two
 probability vectors; issue 26: memory), in the former allocating code's order of operations: the
@@ -16,8 +17,18 @@ from scipy.special import expit
 
 from .._numeric import PROB_CLIP, dot
 
-__all__ = ["LAMBDA_GRID", "NEWTON_STEPS", "TOL", "curvature", "newton", "alo_loss", "fit_strength", "grid_search",
-           "local_search", "posterior_cov"]
+__all__ = [
+    "LAMBDA_GRID",
+    "NEWTON_STEPS",
+    "TOL",
+    "curvature",
+    "newton",
+    "alo_loss",
+    "fit_strength",
+    "grid_search",
+    "local_search",
+    "posterior_cov",
+]
 
 #: Candidate prior strengths (pseudo-samples): 2^j, j = 0..24.
 LAMBDA_GRID = 2.0 ** np.arange(25)
@@ -85,33 +96,39 @@ def alo_loss(rows, theta, prior, lam, q) -> float:
     m = rows.margin(theta, rows.M)
     w1 = np.multiply(q, np.subtract(1.0, q, out=S), out=S)
     p = theta.shape[1]
-    Hinv = np.linalg.inv(rows.hessian(np.multiply(rows.w, w1, out=E), T) + lam * prior + 1e-12 * np.eye(p))
+    Hinv = np.linalg.inv(
+        rows.hessian(np.multiply(rows.w, w1, out=E), T) + lam * prior + 1e-12 * np.eye(p)
+    )
     rows.leverage(Hinv, lev, T)  # x' H^-1 x
     a = np.multiply(w1, lev, out=T)
     np.subtract(1.0, a, out=a)
     np.maximum(a, 1e-6, out=a)
     np.divide(lev, a, out=a)  # lev / max(1 - w1 lev, 1e-6)
-    # the left-out margin m + l' h / (1 - l'' h) of a unit of positive (l' = q - 1) and negative (l' = q) weight
+    # the left-out margin m + l' h / (1 - l'' h) of a unit of positive (l' = q - 1) and negative (l'
+    # = q) weight
     x = np.multiply(np.subtract(q, 1.0, out=S), a, out=S)
-    c = np.compress(rows.is_pos, np.add(m, x, out=x), out=E[:rows.tp_pos.size])
+    c = np.compress(rows.is_pos, np.add(m, x, out=x), out=E[: rows.tp_pos.size])
     np.clip(expit(c, out=c), PROB_CLIP, 1.0 - PROB_CLIP, out=c)
     out = -dot(rows.tp_pos, np.log(c, out=c))
     x = np.multiply(q, a, out=S)
-    c = np.compress(rows.is_neg, np.add(m, x, out=x), out=E[:rows.fp_neg.size])
+    c = np.compress(rows.is_neg, np.add(m, x, out=x), out=E[: rows.fp_neg.size])
     np.clip(expit(c, out=c), PROB_CLIP, 1.0 - PROB_CLIP, out=c)
     np.subtract(1.0, c, out=c)  # 1 - c: exact for c >= 1/2, 1e-16 off log1p(-c) below
     return out - dot(rows.fp_neg, np.log(c, out=c))
 
 
 def fit_strength(rows, center, prior, fits, losses, j, start) -> None:
-    """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j], losses[j]."""
+    """Fit strength LAMBDA_GRID[j] from ``start``; its fit and approximate LOO loss into fits[j],
+    losses[j]."""
     fits[j], q = newton(rows, start, center, prior, float(LAMBDA_GRID[j]))
     losses[j] = alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), q)
 
 
 def grid_search(rows, center, prior, warm_fits):
-    """(fits, losses) of the strength scan: every other grid point from the pooled end (each fit starts at
-    the last one), then the two neighbours of the best of those: 15 fits instead of 25, the same choice
+    """(fits, losses) of the strength scan: every other grid point from the pooled end (each fit
+    starts at
+    the last one), then the two neighbours of the best of those: 15 fits instead of 25, the same
+    choice
     where the loss is unimodal in log strength. Unfitted strengths have loss inf."""
     losses = np.full(LAMBDA_GRID.size, np.inf)
     fits = {}
@@ -127,10 +144,14 @@ def grid_search(rows, center, prior, warm_fits):
 
 
 def local_search(rows, center, prior, warm_fits, j0):
-    """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data fit's
-    choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid points that
-    way while the loss falls; then the two neighbours of the best. 3-5 fits where the fold's choice is the
-    all-data one's; on a loss unimodal in log strength the same choice as :func:`grid_search` (tested:
+    """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data
+    fit's
+    choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid
+    points that
+    way while the loss falls; then the two neighbours of the best. 3-5 fits where the fold's choice
+    is the
+    all-data one's; on a loss unimodal in log strength the same choice as :func:`grid_search`
+    (tested:
     test_crossfit.py)."""
     losses = np.full(LAMBDA_GRID.size, np.inf)
     fits = {}
@@ -138,7 +159,9 @@ def local_search(rows, center, prior, warm_fits, j0):
 
     def fit(j, near):
         if 0 <= j <= last and j not in fits:
-            fit_strength(rows, center, prior, fits, losses, j, warm_fits.get(j, fits.get(near, center)))
+            fit_strength(
+                rows, center, prior, fits, losses, j, warm_fits.get(j, fits.get(near, center))
+            )
 
     fit(j0, None)
     fit(j0 - 1, j0)

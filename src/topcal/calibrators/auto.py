@@ -51,7 +51,8 @@ full-vector choice (``sts``, ``tswa``, ``csts``) is never blended: a blend refit
 statistics. Its components are fitted on all the data like the choice; the model records the
 blend (methods, weights, out-of-fold gain and its SE) beside the table.
 
-**Large data** (``cv_rows``, default :data:`CV_ROWS` = 100,000): per-sample data with more rows makes
+**Large data** (``cv_rows``, default :data:`CV_ROWS` = 100,000): per-sample data with more rows
+makes
 its choice (and its blend's weights) on a stratified, seeded subsample of that many rows
 (:func:`topcal.data.stratified_subsample`), then fits the choice on all the rows. The choice's cost
 then stops growing with the data (at 10^6 rows x 10 classes auto took 88 s, 126 x per-class isotonic
@@ -80,21 +81,43 @@ from ..metrics import nll
 from .base import Calibrator, to_jsonable
 from .blend import Blend, blend_weights
 from .crossfit import cross_fit
-from .registry import (available_methods, calibrator, fits_from_counts, get_class, is_registered,
-                       register)
+from .registry import (
+    available_methods,
+    calibrator,
+    fits_from_counts,
+    get_class,
+    is_registered,
+    register,
+)
 from .wrapper import Wrapper
 
-__all__ = ["Auto", "DEFAULT_CANDIDATES", "TIERS", "TIER_LEGEND", "tier", "paired_se", "choose", "tabulate_cv", "TOLERANCE",
-           "BLEND_GATE", "BLEND_SIZE", "plan_blend", "CV_ROWS"]
+__all__ = [
+    "Auto",
+    "DEFAULT_CANDIDATES",
+    "TIERS",
+    "TIER_LEGEND",
+    "tier",
+    "paired_se",
+    "choose",
+    "tabulate_cv",
+    "TOLERANCE",
+    "BLEND_GATE",
+    "BLEND_SIZE",
+    "plan_blend",
+    "CV_ROWS",
+]
 
-#: Default of ``Auto(tolerance=...)`` and :func:`choose`: standard errors a simpler candidate may lose by.
+#: Default of ``Auto(tolerance=...)`` and :func:`choose`: standard errors a simpler candidate may
+#: lose by.
 TOLERANCE = 1.0
 
-#: A blend replaces the choice only where its out-of-fold NLL is lower than the choice's by more than
+#: A blend replaces the choice only where its out-of-fold NLL is lower than the choice's by more
+#: than
 #: this many standard errors of the paired difference (the gate measured on issue 22's grid).
 BLEND_GATE = 1.0
 
-#: Default of ``Auto(cv_rows=...)``: per-sample data with more rows chooses on a stratified subsample of this many.
+#: Default of ``Auto(cv_rows=...)``: per-sample data with more rows chooses on a stratified
+#: subsample of this many.
 CV_ROWS = 100_000
 
 #: Components of a blend: the choice and the best others by mean cross-validated NLL.
@@ -105,9 +128,26 @@ BLEND_SIZE = 3
 LARGE_SYSTEM_CANDIDATES, LARGE_SYSTEM_CLASSES = ("tswa",), 1000
 
 #: Candidates, simplest first.
-DEFAULT_CANDIDATES = ("uncalibrated", "pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2", "sts",
-                      "hier-platt", "hier-beta", "kde-mon2", "hist", "cum-opt", "vs", "sms", "tswa", "csts", "bts",
-                      "btswa")
+DEFAULT_CANDIDATES = (
+    "uncalibrated",
+    "pooled-platt",
+    "pooled-beta",
+    "pooled-hist",
+    "pooled-kde-mon2",
+    "sts",
+    "hier-platt",
+    "hier-beta",
+    "kde-mon2",
+    "hist",
+    "cum-opt",
+    "vs",
+    "sms",
+    "tswa",
+    "csts",
+    "bts",
+    "btswa",
+)
+
 
 class _Tiers(Mapping):
     """Registered method name -> its simplicity tier (the class attribute ``tier``; read-only)."""
@@ -131,9 +171,11 @@ class _Tiers(Mapping):
 TIERS = _Tiers()
 
 #: The tiers in words (describe, compare and the report print it under the table).
-TIER_LEGEND = ("0 uncalibrated, 1 one parametric curve for all classes, 1.5 one non-parametric curve for all "
-               "classes, 2 per-class curves shrunk toward a pooled one, 2.5 a shrunk class-to-class matrix, "
-               "3 per-class")
+TIER_LEGEND = (
+    "0 uncalibrated, 1 one parametric curve for all classes, 1.5 one non-parametric curve for all "
+    "classes, 2 per-class curves shrunk toward a pooled one, 2.5 a shrunk class-to-class matrix, "
+    "3 per-class"
+)
 
 
 def tier(name: str) -> float:
@@ -162,7 +204,8 @@ def paired_se(tp, fp, loss_tp, loss_fp, ref_tp=None, ref_fp=None) -> tuple[float
 
 
 def choose(cv: dict, tolerance: float = TOLERANCE) -> tuple[str, str]:
-    """(chosen, best) from a table ``{name: {"nll", "diff_se", ...}}`` (failed candidates: nll None).
+    """(chosen, best) from a table ``{name: {"nll", "diff_se", ...}}`` (failed candidates: nll
+    None).
 
     best: the smallest mean (first in table order on ties); chosen: among the candidates whose
     excess over the best is at most ``tolerance`` x the standard error of the paired difference,
@@ -170,13 +213,16 @@ def choose(cv: dict, tolerance: float = TOLERANCE) -> tuple[str, str]:
     """
     ok = [n for n, v in cv.items() if v["nll"] is not None]
     best = min(ok, key=lambda n: cv[n]["nll"])
-    near = [n for n in ok if cv[n]["nll"] - cv[best]["nll"] <= tolerance * (cv[n].get("diff_se") or 0.0)]
+    near = [
+        n for n in ok if cv[n]["nll"] - cv[best]["nll"] <= tolerance * (cv[n].get("diff_se") or 0.0)
+    ]
     chosen = min(near, key=lambda n: (tier(n), cv[n]["nll"]))
     return chosen, best
 
 
 def tabulate_cv(run, names) -> dict:
-    """auto's cross-validation table from a :class:`~.crossfit.CrossFit` ``run`` of the methods ``names``.
+    """auto's cross-validation table from a :class:`~.crossfit.CrossFit` ``run`` of the methods
+    ``names``.
 
     ``{name: {"nll": mean held-out NLL, "se": its standard error, "diff_se": standard error of the
     paired difference to the best (smallest mean), "per_class": [...], "error": None}}``; a method
@@ -193,22 +239,32 @@ def tabulate_cv(run, names) -> dict:
             se = paired_se(tp, fp, *run.losses(n))[1]
             cv[n] = {"nll": float(m.overall), "se": se, "per_class": per, "error": None}
         else:
-            cv[n] = {"nll": None, "se": None, "diff_se": None, "per_class": None, "error": run.errors[n][1]}
+            cv[n] = {
+                "nll": None,
+                "se": None,
+                "diff_se": None,
+                "per_class": None,
+                "error": run.errors[n][1],
+            }
     ok = [n for n in names if cv[n]["nll"] is not None]
     if not ok:
         raise TopcalError(
-            "auto: every candidate failed in cross-validation (" +
-            "; ".join(f"{n}: {cv[n]['error']}" for n in names) + "); choose a method yourself"
+            "auto: every candidate failed in cross-validation ("
+            + "; ".join(f"{n}: {cv[n]['error']}" for n in names)
+            + "); choose a method yourself"
         )
     lead = min(ok, key=lambda n: cv[n]["nll"])
-    best = run.losses(lead)  # the others' losses made again one at a time: two row arrays a candidate are not
-    for n in ok:             # all held at once (issue 26, peak memory; the same numbers)
+    best = run.losses(
+        lead
+    )  # the others' losses made again one at a time: two row arrays a candidate are not
+    for n in ok:  # all held at once (issue 26, peak memory; the same numbers)
         cv[n]["diff_se"] = paired_se(tp, fp, *run.losses(n), *best)[1]
     return cv
 
 
 def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
-    """The blend of ``chosen`` with the best other candidates, or None where it does not clearly win.
+    """The blend of ``chosen`` with the best other candidates, or None where it does not clearly
+    win.
 
     Components: ``chosen`` and the :data:`BLEND_SIZE` - 1 best others by mean (score methods that
     ran in every fold; a full-vector choice is never blended, since a blend must refit from score
@@ -219,15 +275,23 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
     """
     if not fits_from_counts(chosen):
         return None
-    others = sorted((n for n, v in cv.items() if v["nll"] is not None and n != chosen
-                     and n in run.confidence and fits_from_counts(n)), key=lambda n: cv[n]["nll"])
+    others = sorted(
+        (
+            n
+            for n, v in cv.items()
+            if v["nll"] is not None and n != chosen and n in run.confidence and fits_from_counts(n)
+        ),
+        key=lambda n: cv[n]["nll"],
+    )
     names = [chosen] + others[: BLEND_SIZE - 1]
     if len(names) < 2:
         return None
     target = run.target
     w = blend_weights(target.tp, target.fp, [run.confidence[n] for n in names])
     keep = [i for i in range(len(names)) if w[i] > 0]
-    if len(keep) < 2 or keep[0] != 0:  # the choice itself must stay in: otherwise it is another choice
+    if (
+        len(keep) < 2 or keep[0] != 0
+    ):  # the choice itself must stay in: otherwise it is another choice
         return None
     names, w = [names[i] for i in keep], w[keep]
     p = sum(wi * run.confidence[n] for wi, n in zip(w, names))
@@ -236,15 +300,24 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
     if not gain < -gate * se:
         return None
     mean = paired_se(target.tp, target.fp, lt, lf)[0]
-    return {"methods": names, "weights": [float(v) for v in w], "nll": float(mean), "gain": float(gain),
-            "se": float(se)}
+    return {
+        "methods": names,
+        "weights": [float(v) for v in w],
+        "nll": float(mean),
+        "gain": float(gain),
+        "se": float(se),
+    }
 
 
 def _fit_unrepeated(model, data, keep: str):
     """``model`` fitted on ``data`` as auto's own model: auto's fit has said which classes are never
     predicted, so the model's own saying it again is silenced (its other warnings pass)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*never predicted in the fitting data", category=DegenerateClassWarning)
+        warnings.filterwarnings(
+            "ignore",
+            message=".*never predicted in the fitting data",
+            category=DegenerateClassWarning,
+        )
         return model.fit(data, keep=keep)
 
 
@@ -261,7 +334,8 @@ class _Candidates:
 
     def __str__(self) -> str:
         return "None (the defaults) or a list of distinct method names from: " + ", ".join(
-            n for n in available_methods() if n != "auto")
+            n for n in available_methods() if n != "auto"
+        )
 
 
 @register
@@ -321,15 +395,19 @@ class Auto(Wrapper):
         ``update`` adds samples to the model, not to this).
     """
 
-    in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    in_paper = (
+        False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    )
     name = "auto"
     # fitted attributes that files of older versions, or an unblended choice, do not set
     model_: Calibrator | None = None
     blend_: dict | None = None
     refitted_from_: str | None = None
     rule_: str = "se"
-    summary = "the simplest candidate (uncalibrated, pooled, shrunk per-class, per-class) whose K-fold " \
-              f"cross-validated NLL is within {TOLERANCE:g} standard errors of the best"
+    summary = (
+        "the simplest candidate (uncalibrated, pooled, shrunk per-class, per-class) whose K-fold "
+        f"cross-validated NLL is within {TOLERANCE:g} standard errors of the best"
+    )
     _parameter_constraints = {
         "candidates": _Candidates(),
         "folds": Interval(2, 100, integer=True),
@@ -339,8 +417,16 @@ class Auto(Wrapper):
         "cv_rows": NoneOr(Interval(100, None, integer=True)),
     }
 
-    def __init__(self, *, candidates=None, folds: int = 5, seed: int = 0, tolerance: float = TOLERANCE,
-                 blend: float | None = BLEND_GATE, cv_rows: int | None = CV_ROWS):
+    def __init__(
+        self,
+        *,
+        candidates=None,
+        folds: int = 5,
+        seed: int = 0,
+        tolerance: float = TOLERANCE,
+        blend: float | None = BLEND_GATE,
+        cv_rows: int | None = CV_ROWS,
+    ):
         self.candidates = candidates
         self.folds = folds
         self.seed = seed
@@ -356,8 +442,14 @@ class Auto(Wrapper):
             # over 1,000 classes and more than half the rows that outgrows the data (2,000 x 10^4:
             # 28 x the input in memory, issue 37), each award on under two rows. Named, it runs.
             run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
-        if self.candidates is None:  # a default candidate may declare the most classes it runs on (sms)
-            run = [n for n in run if data.n_classes <= vars(get_class(n)).get("auto_max_classes", np.inf)]
+        if (
+            self.candidates is None
+        ):  # a default candidate may declare the most classes it runs on (sms)
+            run = [
+                n
+                for n in run
+                if data.n_classes <= vars(get_class(n)).get("auto_max_classes", np.inf)
+            ]
         if not run:
             raise ParameterError(
                 f"auto: none of the candidates {names} can run on data without full score vectors; "
@@ -377,7 +469,12 @@ class Auto(Wrapper):
                 DegenerateClassWarning,
                 stacklevel=3,
             )
-            self.method_, self.best_, self.cv_, self.blend_ = "uncalibrated", "uncalibrated", {}, None
+            self.method_, self.best_, self.cv_, self.blend_ = (
+                "uncalibrated",
+                "uncalibrated",
+                {},
+                None,
+            )
             self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
             self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
             return
@@ -385,7 +482,9 @@ class Auto(Wrapper):
         choice = data
         if self.cv_rows is not None and not data.is_binned and data.n_rows > self.cv_rows:
             choice = stratified_subsample(data, int(self.cv_rows), seed=int(self.seed or 0))
-        run = cross_fit(choice, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation")
+        run = cross_fit(
+            choice, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation"
+        )
         cv = tabulate_cv(run, names)
         best, self.best_ = choose(cv, float(self.tolerance))
         self.method_ = best
@@ -393,11 +492,16 @@ class Auto(Wrapper):
         self.cv_samples_ = float(choice.n_samples)
         del choice
         self.blend_ = None if self.blend is None else plan_blend(run, cv, best, float(self.blend))
-        del run  # the folds and every candidate's out-of-fold confidences: not held during the final fit
+        del (
+            run
+        )  # the folds and every candidate's out-of-fold confidences: not held during the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
-        model = calibrator(best) if self.blend_ is None else \
-            Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
+        model = (
+            calibrator(best)
+            if self.blend_ is None
+            else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
+        )
         self.model_ = _fit_unrepeated(model, data, self._part_keep())  # auto holds the evidence
 
     def _refit(self, stats) -> None:
@@ -409,24 +513,33 @@ class Auto(Wrapper):
         The cross-validation table stays that of the original fit, and
         ``cv_samples_`` says how many samples it was run on.
         """
-        cls = type(self.model_)  # the chosen method's class, or Blend (whose components are score methods)
+        cls = type(
+            self.model_
+        )  # the chosen method's class, or Blend (whose components are score methods)
         params = self.model_.get_params()
         if not fits_from_counts(cls):
-            # the full vector has no mergeable statistics: the best candidate that can be refitted from
+            # the full vector has no mergeable statistics: the best candidate that can be refitted
+            # from
             # them, by the first fit's cross-validation (a warning says which)
-            ok = [n for n, r in self.cv_.items()
-                  if r.get("nll") is not None and fits_from_counts(n)]
+            ok = [
+                n for n, r in self.cv_.items() if r.get("nll") is not None and fits_from_counts(n)
+            ]
             if not ok:
                 raise ParameterError(
-                    f"auto chose {self.method_!r}, which recalibrates the full score vector and has no "
-                    "mergeable statistics, and no score method ran in its cross-validation; refit auto on all "
+                    f"auto chose {self.method_!r}, which recalibrates the full score vector and "
+                    f"has no "
+                    "mergeable statistics, and no score method ran in its cross-validation; refit "
+                    "auto on all "
                     "the data (old and new) instead of updating"
                 )
             new = min(ok, key=lambda n: self.cv_[n]["nll"])
             warnings.warn(
-                f"auto: {self.method_!r}, its choice, recalibrates the full score vector and cannot be updated "
-                f"from statistics; the update refits {new!r}, the best score method in the first fit's "
-                f"cross-validation (NLL {self.cv_[new]['nll']:.4g} vs {self.cv_[self.method_]['nll']:.4g}); "
+                f"auto: {self.method_!r}, its choice, recalibrates the full score vector and "
+                f"cannot be updated "
+                f"from statistics; the update refits {new!r}, the best score method in the first "
+                f"fit's "
+                f"cross-validation (NLL {self.cv_[new]['nll']:.4g} vs "
+                f"{self.cv_[self.method_]['nll']:.4g}); "
                 "refit auto on all the data to choose again",
                 TopcalWarning,
                 stacklevel=4,
@@ -448,18 +561,32 @@ class Auto(Wrapper):
 
     def summary_line(self) -> str:
         if self.refitted_from_:
-            return (f"refitted {self.method_} instead of {self.refitted_from_}, which cannot be updated from "
-                    "statistics; see the warning")
-        if float(self.n_tp_.sum() + self.n_fp_.sum()) > self.fit_samples_:  # updated since the choice
-            return (f"kept its choice {self.method_}; cross-validation from the first fit, on "
-                    f"{self.cv_samples_:g} samples (fit auto again to re-choose)")
+            return (
+                f"refitted {self.method_} instead of {self.refitted_from_}, which cannot be "
+                f"updated from "
+                "statistics; see the warning"
+            )
+        if (
+            float(self.n_tp_.sum() + self.n_fp_.sum()) > self.fit_samples_
+        ):  # updated since the choice
+            return (
+                f"kept its choice {self.method_}; cross-validation from the first fit, on "
+                f"{self.cv_samples_:g} samples (fit auto again to re-choose)"
+            )
         line = f"chose {self.method_} by {int(self.folds)}-fold cross-validated NLL"
         if self.cv_samples_ < self.fit_samples_:
-            line += f" on a stratified subsample of {self.cv_samples_:g} of its {self.fit_samples_:g} samples"
+            line += (
+                f" on a stratified subsample of {self.cv_samples_:g} of its {self.fit_samples_:g} "
+                f"samples"
+            )
         b = self.blend_
         if b:
-            line += "; blended with " + ", ".join(f"{m} ({w:.2f})" for m, w in zip(b["methods"][1:], b["weights"][1:])) \
-                + f" (weight of {self.method_}: {b['weights'][0]:.2f}; out-of-fold NLL {b['gain']:+.4f}, {abs(b['gain']) / b['se']:.1f} SE)"
+            line += (
+                "; blended with "
+                + ", ".join(f"{m} ({w:.2f})" for m, w in zip(b["methods"][1:], b["weights"][1:]))
+                + f" (weight of {self.method_}: {b['weights'][0]:.2f}; out-of-fold NLL "
+                f"{b['gain']:+.4f}, {abs(b['gain']) / b['se']:.1f} SE)"
+            )
         return line
 
     def curve(self, k, score=None, *, n_points: int = 401):
@@ -467,7 +594,8 @@ class Auto(Wrapper):
         self._check_fitted()
         if not self.model_.has_curve:
             raise ParameterError(
-                f"auto chose {self.method_!r}, which recalibrates the score vector and has no curve of "
+                f"auto chose {self.method_!r}, which recalibrates the score vector and has no "
+                f"curve of "
                 "the score alone; plot its confidences against the score instead"
             )
         return self.model_.curve(k, score, n_points=n_points)
@@ -478,9 +606,12 @@ class Auto(Wrapper):
         d["blend"] = self.blend_
         d["model"] = self.model_.describe()
         d["cross_validation"] = {
-            "folds": int(self.folds), "seed": int(self.seed or 0), "samples": self.cv_samples_,
+            "folds": int(self.folds),
+            "seed": int(self.seed or 0),
+            "samples": self.cv_samples_,
             "of_samples": self.fit_samples_,
-            "rule": self.rule_text(), "best": self.best_,
+            "rule": self.rule_text(),
+            "best": self.best_,
             "nll": {n: v["nll"] for n, v in self.cv_.items()},
             "se": {n: v.get("se") for n, v in self.cv_.items()},
             "diff_se": {n: v.get("diff_se") for n, v in self.cv_.items()},
@@ -491,27 +622,47 @@ class Auto(Wrapper):
     def choice(self) -> dict:
         """The choice, the best mean, the rule in words, the blend and the cross-validation
         table."""
-        return {"chosen": self.method_, "best": self.best_, "rule": self.rule_text(),
-                "blend": self.blend_, "table": self.cv_table()}
+        return {
+            "chosen": self.method_,
+            "best": self.best_,
+            "rule": self.rule_text(),
+            "blend": self.blend_,
+            "table": self.cv_table(),
+        }
 
     def rule_text(self) -> str:
         """How the method was chosen, in words (describe, compare and the report print it)."""
         if self.rule_ == "min":
             return "smallest cross-validated NLL"
-        return (f"simplest candidate within {float(self.tolerance):g} standard error(s) of the best "
-                "cross-validated NLL (paired per-sample differences)")
+        return (
+            f"simplest candidate within {float(self.tolerance):g} standard error(s) of the best "
+            "cross-validated NLL (paired per-sample differences)"
+        )
 
     def cv_table(self) -> list[dict]:
-        """Every candidate's row: method, tier, mean CV NLL, its SE, SE of the paired difference to the best,
+        """Every candidate's row: method, tier, mean CV NLL, its SE, SE of the paired difference to
+        the best,
         chosen/best flags, error and its weight in the blend (None: not blended); sorted by mean NLL
         (failed candidates last)."""
         b = self.blend_ or {"methods": [], "weights": []}
         weight = dict(zip(b["methods"], b["weights"]))
-        rows = [{"method": n, "tier": tier(n), "nll": v["nll"], "se": v.get("se"), "diff_se": v.get("diff_se"),
-                 "chosen": n == self.method_, "best": n == self.best_, "error": v["error"],
-                 "blend_weight": weight.get(n)}
-                for n, v in self.cv_.items()]
-        return sorted(rows, key=lambda r: (r["nll"] is None, r["nll"] if r["nll"] is not None else 0.0))
+        rows = [
+            {
+                "method": n,
+                "tier": tier(n),
+                "nll": v["nll"],
+                "se": v.get("se"),
+                "diff_se": v.get("diff_se"),
+                "chosen": n == self.method_,
+                "best": n == self.best_,
+                "error": v["error"],
+                "blend_weight": weight.get(n),
+            }
+            for n, v in self.cv_.items()
+        ]
+        return sorted(
+            rows, key=lambda r: (r["nll"] is None, r["nll"] if r["nll"] is not None else 0.0)
+        )
 
     def _describe_classes(self) -> list[dict]:
         out = []
@@ -524,9 +675,15 @@ class Auto(Wrapper):
         return out
 
     def _get_state(self) -> dict:
-        state = {"method": self.method_, "model": self.model_.to_dict(),
-                 "cv": to_jsonable(self.cv_), "cv_samples": self.cv_samples_,
-                 "fit_samples": self.fit_samples_, "best": self.best_, "rule": self.rule_}
+        state = {
+            "method": self.method_,
+            "model": self.model_.to_dict(),
+            "cv": to_jsonable(self.cv_),
+            "cv_samples": self.cv_samples_,
+            "fit_samples": self.fit_samples_,
+            "best": self.best_,
+            "rule": self.rule_,
+        }
         if self.refitted_from_:  # an update refitted another method than the choice
             state["refitted_from"] = self.refitted_from_
         if self.blend_:
@@ -544,16 +701,27 @@ class Auto(Wrapper):
         if blend is None:
             model = get_class(method).from_dict(state["model"])
             if model.name != method or tuple(model.classes_) != tuple(self.classes_):
-                raise ValueError("the chosen model does not match the auto model's method and classes")
+                raise ValueError(
+                    "the chosen model does not match the auto model's method and classes"
+                )
         else:
-            if not isinstance(blend, dict) or not all(k in blend for k in ("methods", "weights", "gain", "se")):
+            if not isinstance(blend, dict) or not all(
+                k in blend for k in ("methods", "weights", "gain", "se")
+            ):
                 raise ValueError("blend must hold methods, weights, gain and se")
             model = Blend.from_dict(state["model"])
-            if list(model.methods) != list(blend["methods"]) or list(model.weights) != list(blend["weights"]) \
-                    or tuple(model.classes_) != tuple(self.classes_):
-                raise ValueError("the blended model does not match the blend's methods, weights and classes")
+            if (
+                list(model.methods) != list(blend["methods"])
+                or list(model.weights) != list(blend["weights"])
+                or tuple(model.classes_) != tuple(self.classes_)
+            ):
+                raise ValueError(
+                    "the blended model does not match the blend's methods, weights and classes"
+                )
             if blend["methods"][0] != method or (cv and not all(m in cv for m in blend["methods"])):
-                raise ValueError("a blend must start with the chosen method and blend candidates of the table")
+                raise ValueError(
+                    "a blend must start with the chosen method and blend candidates of the table"
+                )
         self.blend_ = blend
         self.method_, self.model_, self.cv_ = method, model, cv
         # files before the standard-error rule: the smallest mean was chosen, with no SE recorded
@@ -565,12 +733,16 @@ class Auto(Wrapper):
             raise ValueError("the best candidate is not in the cross-validation table")
         self.best_ = best
         # files before format 2: the cross-validation ran on all the model's data
-        self.cv_samples_ = float(state.get("cv_samples", float(self.n_tp_.sum() + self.n_fp_.sum())))
+        self.cv_samples_ = float(
+            state.get("cv_samples", float(self.n_tp_.sum() + self.n_fp_.sum()))
+        )
         # files before cv_rows: the cross-validation ran on all the data the choice was made for
         self.fit_samples_ = float(state.get("fit_samples", self.cv_samples_))
         if not self.fit_samples_ >= self.cv_samples_:
             raise ValueError("fit_samples must be at least cv_samples")
         was = state.get("refitted_from")  # optional: files before it, or never refitted, have none
         if was is not None and (not isinstance(was, str) or was not in cv or was == method):
-            raise ValueError("refitted_from must name another candidate of the cross-validation table")
+            raise ValueError(
+                "refitted_from must name another candidate of the cross-validation table"
+            )
         self.refitted_from_ = was

@@ -39,7 +39,14 @@ import numpy as np
 
 from .._params import validate_params
 from ..data import TopLabelData, check_sample_total, preview
-from ..errors import DataError, DegenerateClassWarning, ModelFileError, NotFittedError, ParameterError, TopcalError
+from ..errors import (
+    DataError,
+    DegenerateClassWarning,
+    ModelFileError,
+    NotFittedError,
+    ParameterError,
+    TopcalError,
+)
 from ..evidence import Evidence
 from ..fingerprint import Fingerprint
 from ..inputs import as_data
@@ -49,8 +56,16 @@ from .hooks import HOOKS, hook, register_hook, set_html_renderer
 from .modelfile import finite_array, support_list, to_jsonable
 from .registry import fits_from_counts, require_counts
 
-__all__ = ["Calibrator", "Curve", "KEEP", "to_jsonable", "finite_array", "support_list", "set_html_renderer",
-           "register_hook"]
+__all__ = [
+    "Calibrator",
+    "Curve",
+    "KEEP",
+    "to_jsonable",
+    "finite_array",
+    "support_list",
+    "set_html_renderer",
+    "register_hook",
+]
 
 #: What a fit keeps (``fit(..., keep=...)``), said by the caller that knows: "evidence" (the
 #: default) the model and its :class:`~topcal.evidence.Evidence`; "model" the model alone, with
@@ -58,6 +73,7 @@ __all__ = ["Calibrator", "Curve", "KEEP", "to_jsonable", "finite_array", "suppor
 #: reference, a pooled curve, a blend's component, auto's choice); "predictions" only what
 #: ``predict`` needs (a model scored and dropped: a cross-validation fold's, :mod:`.crossfit`).
 KEEP = ("evidence", "model", "predictions")
+
 
 @dataclass(frozen=True)
 class Curve:
@@ -98,8 +114,10 @@ class Calibrator:
     needs_full: ClassVar[bool] = False
     #: whether the method is one of the paper's (the experiments that reproduce the paper run those)
     in_paper: ClassVar[bool] = True
-    #: Whether the method is the do-nothing reference (the top score rescaled, ``uncalibrated``): the
-    #: report compares every method with it, lists no fitted parameters for it, and figures draw it as
+    #: Whether the method is the do-nothing reference (the top score rescaled, ``uncalibrated``):
+    #: the
+    #: report compares every method with it, lists no fitted parameters for it, and figures draw it
+    #: as
     #: the dashed diagonal or grey bars instead of a fitted curve.
     is_baseline: ClassVar[bool] = False
     #: Whether the curve is piecewise constant in the score (a step function, or one constant per
@@ -150,7 +168,8 @@ class Calibrator:
         if unknown:
             opts = ", ".join(allowed) if allowed else "none"
             raise ParameterError(
-                f"method {cls.name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its parameters are: {opts}"
+                f"method {cls.name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its "
+                f"parameters are: {opts}"
             )
 
     def set_params(self, **params) -> "Calibrator":
@@ -182,8 +201,17 @@ class Calibrator:
         validate_params(self.name, self._parameter_constraints, self.get_params())
 
     # ---------------------------------------------------------------- fit
-    def fit(self, data, y=None, *, classes=None, kind: str = "auto", keep: str = "evidence",
-            warm=None, fingerprint: Fingerprint | None = None) -> "Calibrator":
+    def fit(
+        self,
+        data,
+        y=None,
+        *,
+        classes=None,
+        kind: str = "auto",
+        keep: str = "evidence",
+        warm=None,
+        fingerprint: Fingerprint | None = None,
+    ) -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
 
         Parameters
@@ -240,7 +268,8 @@ class Calibrator:
                 stacklevel=2,
             )
         self._keep, self._evidence = keep, Evidence.EMPTY
-        # what the model remembers of its fitting rows, so that a guarantee is never computed on them
+        # what the model remembers of its fitting rows, so that a guarantee is never computed on
+        # them
         # (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
             fingerprint = Fingerprint.of(data)
@@ -280,7 +309,8 @@ class Calibrator:
 
     @property
     def has_curve(self) -> bool:
-        """Whether the fitted confidence is a function of (class, top score) alone, so ``curve`` works."""
+        """Whether the fitted confidence is a function of (class, top score) alone, so ``curve``
+        works."""
         return not self.needs_full
 
     #: full-vector methods: the top-score method to suggest for data without vectors
@@ -292,12 +322,20 @@ class Calibrator:
         if not self.needs_full:
             return
         alt = self._full_alternative
-        data.require_full(f"method {self.name!r}", None if alt is None else (
-            f"use the binary variant {alt!r} (temperature on the normalised top score) or a score-based "
-            "method (hist, ...)"))
+        data.require_full(
+            f"method {self.name!r}",
+            None
+            if alt is None
+            else (
+                f"use the binary variant {alt!r} (temperature on the normalised top score) or a "
+                f"score-based "
+                "method (hist, ...)"
+            ),
+        )
         if data.n_classes < 2:
             raise DataError(
-                f"method {self.name!r} needs at least 2 classes in the score vector, got {data.n_classes}"
+                f"method {self.name!r} needs at least 2 classes in the score vector, got "
+                f"{data.n_classes}"
                 + ("" if alt is None else f"; use {alt!r} on the top score instead")
             )
 
@@ -315,8 +353,10 @@ class Calibrator:
 
     def _no_stats_reason(self) -> str:
         """Why a fitted model of this method keeps no statistics (``updating.require_stats``)."""
-        return (f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
-                "statistics; refit it on all the data (old and new) instead of updating")
+        return (
+            f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
+            "statistics; refit it on all the data (old and new) instead of updating"
+        )
 
     def _stats_of(self, data: TopLabelData):
         """The mergeable statistics of labelled ``data`` in the form this model keeps (what
@@ -374,8 +414,9 @@ class Calibrator:
         self
         """
         old = updating.require_stats(self)
-        merged = updating.merged_evidence(self, old, data, y, classes=classes, kind=kind,
-                                          confusion=confusion)
+        merged = updating.merged_evidence(
+            self, old, data, y, classes=classes, kind=kind, confusion=confusion
+        )
         self._refit(merged.stats)
         self._evidence = merged
         return self
@@ -408,7 +449,8 @@ class Calibrator:
         self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
         self._set_state(d["state"])
         self._evidence = Evidence.from_dict(
-            d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range))
+            d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
+        )
 
     # ------------------------------------------------------------ predict
     def _class_index(self, k) -> int:
@@ -418,11 +460,16 @@ class Calibrator:
                 return int(k)
         elif str(k) in self.classes_:
             return self.classes_.index(str(k))
-        raise TopcalError(f"unknown class {k!r}; choose one of {list(self.classes_)} or an index 0..{len(self.classes_) - 1}")
+        raise TopcalError(
+            f"unknown class {k!r}; choose one of {list(self.classes_)} or an index "
+            f"0..{len(self.classes_) - 1}"
+        )
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "classes_"):
-            raise NotFittedError(f"this {self.name!r} calibrator is not fitted yet; call fit(data) first")
+            raise NotFittedError(
+                f"this {self.name!r} calibrator is not fitted yet; call fit(data) first"
+            )
 
     def _check_compatible(self, data: TopLabelData) -> TopLabelData:
         """``data`` on the model's class list (any subset of the model's classes may occur)."""
@@ -431,14 +478,17 @@ class Calibrator:
         if tuple(data.score_range) != tuple(self.score_range_):
             lo, hi = self.score_range_
             raise DataError(
-                f"the data's score range ({data.score_range[0]:g}, {data.score_range[1]:g}) differs from the "
+                f"the data's score range ({data.score_range[0]:g}, {data.score_range[1]:g}) "
+                f"differs from the "
                 f"model's ({lo:g}, {hi:g}); build the data with score_range=({lo:g}, {hi:g}) "
                 f"(--score-range {lo:g} {hi:g})"
             )
         if self.needs_full and data.has_full and set(data.classes) != set(self.classes_):
             raise DataError(
-                f"method {self.name!r} needs score vectors over the model's {len(self.classes_)} classes, but the "
-                f"data has {data.n_classes} columns ({preview(data.classes)}); give one column per model class"
+                f"method {self.name!r} needs score vectors over the model's {len(self.classes_)} "
+                f"classes, but the "
+                f"data has {data.n_classes} columns ({preview(data.classes)}); give one column per "
+                f"model class"
             )
         data = data.with_classes(self.classes_, "the data")
         if self.needs_full:  # with_classes drops vectors whose columns are not the model's classes
@@ -464,8 +514,9 @@ class Calibrator:
     def _predict(self, data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def predict_interval(self, data, level: float = 0.9, *, classes=None,
-                         kind: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    def predict_interval(
+        self, data, level: float = 0.9, *, classes=None, kind: str = "auto"
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper end of a ``level`` interval on each row's calibrated confidence.
 
         The interval is about the estimation error of the fitted calibration map
@@ -502,13 +553,15 @@ class Calibrator:
         return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 
     def _interval(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) per row of compatible ``data``: the per-family hook of :meth:`predict_interval`."""
+        """(lower, upper) per row of compatible ``data``: the per-family hook of
+        :meth:`predict_interval`."""
         raise ParameterError(f"method {self.name!r} has no confidence interval")
 
     def _no_interval_stats(self, what: str):
         """The one-line error of a model loaded from a file without what its intervals need."""
         return ModelFileError(
-            f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it with "
+            f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it "
+            f"with "
             f"topcal >= {intervals.INTERVAL_SINCE} to get intervals"
         )
 
@@ -539,7 +592,8 @@ class Calibrator:
 
     def _describe_intervals(self) -> list[dict]:
         """Per class, the mean width of the 90% interval over 21 scores evenly across the class's
-        support (``interval_width_90``); nothing for models without curves or interval statistics."""
+        support (``interval_width_90``); nothing for models without curves or interval
+        statistics."""
         if not self.has_curve or not hasattr(self, "support_"):
             return [{} for _ in self.classes_]
         have = [k for k, sup in enumerate(self.support_) if sup is not None]
@@ -570,9 +624,17 @@ class Calibrator:
         """Write the fitted model as versioned JSON (see :func:`topcal.persist.save`)."""
         hook("save")(self, path)
 
-    def adapt(self, data: TopLabelData | None = None, *, priors=None, estimator: str = "em",
-              source_data: TopLabelData | None = None, n_bootstrap: int = 100, seed: int = 0,
-              shrink="auto") -> "Calibrator":
+    def adapt(
+        self,
+        data: TopLabelData | None = None,
+        *,
+        priors=None,
+        estimator: str = "em",
+        source_data: TopLabelData | None = None,
+        n_bootstrap: int = 100,
+        seed: int = 0,
+        shrink="auto",
+    ) -> "Calibrator":
         """A copy of this model adapted to a use set's class priors (label shift).
 
         Give the unlabelled use set ``data`` (priors estimated by ``estimator``,
@@ -583,5 +645,13 @@ class Calibrator:
         :func:`topcal.labelshift.adapt` takes further options. This model is unchanged.
         """
         adapt = hook("adapt")
-        return adapt(self, data, priors=priors, estimator=estimator, source_data=source_data,
-                     n_bootstrap=n_bootstrap, seed=seed, shrink=shrink)
+        return adapt(
+            self,
+            data,
+            priors=priors,
+            estimator=estimator,
+            source_data=source_data,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            shrink=shrink,
+        )

@@ -1,7 +1,9 @@
-"""``blend``: a fixed convex mixture of a few fitted score methods (what ``auto`` returns when a blend
+"""``blend``: a fixed convex mixture of a few fitted score methods (what ``auto`` returns when a
+blend
 of its candidates clearly beats its single choice out of fold).
 
-Conf(S) = sum_j w_j Conf_j(S), weights w_j >= 0 summing to 1, each component a registered score method
+Conf(S) = sum_j w_j Conf_j(S), weights w_j >= 0 summing to 1, each component a registered score
+method
 fitted on the same data. The weights are not fitted here: ``auto`` chooses them from its candidates'
 out-of-fold confidences (:func:`blend_weights`) and fits the blend with them; ``Blend`` then refits
 its components (``fit``, ``update``) and keeps the weights.
@@ -39,7 +41,8 @@ def blend_weights(tp, fp, confidences) -> np.ndarray:
 
     ``confidences``: one array per component, of the same rows as ``tp``/``fp`` (weights of the
     rows' correct and wrong predictions). The loss is convex in w (the NLL of a linear mixture), so
-    the optimum is global; components under :data:`MIN_WEIGHT` are dropped and the rest renormalised.
+    the optimum is global; components under :data:`MIN_WEIGHT` are dropped and the rest
+    renormalised.
     """
     c = np.stack([np.asarray(v, dtype=np.float64) for v in confidences])  # (J, n)
     tp, fp = np.asarray(tp, dtype=np.float64), np.asarray(fp, dtype=np.float64)
@@ -54,9 +57,15 @@ def blend_weights(tp, fp, confidences) -> np.ndarray:
 
     from scipy.optimize import minimize  # here: import topcal stays without scipy.optimize
 
-    res = minimize(f, np.full(k, 1.0 / k), jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * k,
-                   constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(k)}],
-                   options={"ftol": 1e-12, "maxiter": 200})
+    res = minimize(
+        f,
+        np.full(k, 1.0 / k),
+        jac=True,
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * k,
+        constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(k)}],
+        options={"ftol": 1e-12, "maxiter": 200},
+    )
     w = np.clip(res.x, 0.0, None)
     if not np.isfinite(w).all() or w.sum() <= 0:  # pragma: no cover - SLSQP on a convex problem
         w = np.eye(k)[0]
@@ -68,13 +77,26 @@ class _Methods:
     """A tuple of 2+ distinct registered score-method names (no full-vector method, no wrapper)."""
 
     def ok(self, v) -> bool:
-        if isinstance(v, str) or not isinstance(v, (list, tuple)) or len(v) < 2 or len(set(v)) != len(v):
+        if (
+            isinstance(v, str)
+            or not isinstance(v, (list, tuple))
+            or len(v) < 2
+            or len(set(v)) != len(v)
+        ):
             return False
-        return all(isinstance(m, str) and is_registered(m) and m not in ("auto", "blend")
-                   and fits_from_counts(m) for m in v)
+        return all(
+            isinstance(m, str)
+            and is_registered(m)
+            and m not in ("auto", "blend")
+            and fits_from_counts(m)
+            for m in v
+        )
 
     def __str__(self) -> str:
-        return "a list of 2 or more distinct score methods (no full-vector method), e.g. ['hier-platt', 'hist']"
+        return (
+            "a list of 2 or more distinct score methods (no full-vector method), e.g. "
+            "['hier-platt', 'hist']"
+        )
 
 
 class _Weights:
@@ -87,7 +109,12 @@ class _Weights:
             w = np.asarray(v, dtype=np.float64)
         except (TypeError, ValueError):
             return False
-        return w.ndim == 1 and bool(np.isfinite(w).all()) and bool((w >= 0).all()) and abs(w.sum() - 1.0) < 1e-9
+        return (
+            w.ndim == 1
+            and bool(np.isfinite(w).all())
+            and bool((w >= 0).all())
+            and abs(w.sum() - 1.0) < 1e-9
+        )
 
     def __str__(self) -> str:
         return "a list of non-negative numbers summing to 1, one per method"
@@ -95,7 +122,8 @@ class _Weights:
 
 @register(listed=False)
 class Blend(Calibrator):
-    """A convex mixture of score methods' curves: Conf(S) = sum_j w_j Conf_j(S) (see the module docstring).
+    """A convex mixture of score methods' curves: Conf(S) = sum_j w_j Conf_j(S) (see the module
+    docstring).
 
     Parameters
     ----------
@@ -123,8 +151,10 @@ class Blend(Calibrator):
     def _validate_params(self) -> None:
         super()._validate_params()
         if len(self.weights) != len(self.methods):
-            raise ParameterError(f"blend: {len(self.methods)} methods but {len(self.weights)} weights; "
-                                 "give one weight per method")
+            raise ParameterError(
+                f"blend: {len(self.methods)} methods but {len(self.weights)} weights; "
+                "give one weight per method"
+            )
 
     tier = 2  # curves of several methods; never a candidate of auto itself
 
@@ -133,7 +163,9 @@ class Blend(Calibrator):
         for m in self.methods:
             model = get_class(m)()
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DegenerateClassWarning)  # the blend's own fit warns once
+                warnings.simplefilter(
+                    "ignore", DegenerateClassWarning
+                )  # the blend's own fit warns once
                 models.append(
                     model.fit(data, keep=self._part_keep())
                 )  # the blend holds the evidence
@@ -171,8 +203,12 @@ class Blend(Calibrator):
             raise ParameterError("this blend has a component without a curve of the score alone")
         curves = [m.curve(k, score, n_points=n_points) for m in self.models_]
         first = curves[0]
-        return Curve(first.class_name, first.score, np.clip(self._mix(c.confidence for c in curves), 0.0, 1.0),
-                     first.support)
+        return Curve(
+            first.class_name,
+            first.score,
+            np.clip(self._mix(c.confidence for c in curves), 0.0, 1.0),
+            first.support,
+        )
 
     @property
     def n_params_(self) -> int:
@@ -181,7 +217,8 @@ class Blend(Calibrator):
     def describe(self) -> dict:
         d = super().describe()
         d["blend"] = {"methods": list(self.methods), "weights": [float(w) for w in self.weights]}
-        # the components' own descriptions, in the order of ``methods`` (a list: ``--json`` shows them in full,
+        # the components' own descriptions, in the order of ``methods`` (a list: ``--json`` shows
+        # them in full,
         # the text form only the blend line above)
         d["components"] = [model.describe() for model in self.models_]
         return d
@@ -199,8 +236,13 @@ class Blend(Calibrator):
             raise ValueError(f"models must be a list of {len(self.methods)} fitted components")
         models = [get_class(m).from_dict(r) for m, r in zip(self.methods, raw)]
         for m, model in zip(self.methods, models):
-            if model.name != m or tuple(model.classes_) != tuple(self.classes_) \
-                    or tuple(model.score_range_) != tuple(self.score_range_):
-                raise ValueError(f"component {m!r} does not match the blend's method, classes or score range")
+            if (
+                model.name != m
+                or tuple(model.classes_) != tuple(self.classes_)
+                or tuple(model.score_range_) != tuple(self.score_range_)
+            ):
+                raise ValueError(
+                    f"component {m!r} does not match the blend's method, classes or score range"
+                )
         finite_array(list(self.weights), "weights", len(self.methods))
         self.models_ = models

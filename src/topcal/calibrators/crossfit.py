@@ -21,7 +21,8 @@ searches its prior strength from the all-data choice outward (a descent on the
 grid, 3-5 Newton solves instead of the grid scan's 15), which lands on the
 scan's strength wherever the approximate LOO loss is unimodal in the log
 strength (on every fold of the benchmark sets, full and subsampled to 2,000
-and 5,000 samples: 585 fold fits, confidences within 2.2e-9 relative). The optimisers stop at the same
+and 5,000 samples: 585 fold fits, confidences within 2.2e-9 relative). The optimisers stop at the
+same
 tolerance (relative 1e-10 on the loss), so the confidences agree with
 cold-started fits to about 1e-8 relative (tested: auto's cross-validation
 table within 1e-6 relative, the same choice; on the benchmark sets within
@@ -59,7 +60,9 @@ def scratch_options(name: str, warm=None) -> dict:
     return {"keep": "predictions", "warm": warm if get_class(name)._warm_starts else None}
 
 
-def scratch_fit(name: str, train: TopLabelData, fold: int | None = None, warm=None, params: dict | None = None):
+def scratch_fit(
+    name: str, train: TopLabelData, fold: int | None = None, warm=None, params: dict | None = None
+):
     """A fold's ``name`` model (:func:`scratch_options`) fitted on ``train``, warnings ignored."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -89,14 +92,23 @@ class CrossFit:
     errors: dict = field(default_factory=dict)
 
     def losses(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """Per row of ``target``, the held-out NLL of ``name`` if the prediction is right and if it is wrong."""
+        """Per row of ``target``, the held-out NLL of ``name`` if the prediction is right and if it
+        is wrong."""
         c = self.confidence[name]
         return binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c)
 
 
-def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params: dict | None = None,
-              fit: Callable | None = None, on_model: Callable | None = None,
-              desc: str = "cross-fitting") -> CrossFit:
+def cross_fit(
+    data: TopLabelData,
+    names,
+    n_folds: int,
+    *,
+    seed: int = 0,
+    params: dict | None = None,
+    fit: Callable | None = None,
+    on_model: Callable | None = None,
+    desc: str = "cross-fitting",
+) -> CrossFit:
     """Fit every method of ``names`` on each fold's training part and predict the fold.
 
     Parameters
@@ -131,12 +143,16 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
     errors: dict = {}
     warm = {}
     starts = [n for n in names if get_class(n)._warm_starts]
-    bar = _progress.bar(total=(n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts)), desc=desc,
-                        unit=" fits")
+    bar = _progress.bar(
+        total=(n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts)),
+        desc=desc,
+        unit=" fits",
+    )
     try:
         for name in starts:
             bar.update()
-            try:  # a failure here is not the method's: the folds' cold fits then say whether it fails
+            # a failure here is not the method's: the folds' cold fits then say whether it fails
+            try:
                 warm[name] = scratch_fit(name, data, params=(params or {}).get(name))
             except TopcalError:
                 pass
@@ -144,7 +160,9 @@ def cross_fit(data: TopLabelData, names, n_folds: int, *, seed: int = 0, params:
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:
                 raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
-            with sharing(train):  # what the methods derive alike from train, derived once (foldmemo.py)
+            with sharing(
+                train
+            ):  # what the methods derive alike from train, derived once (foldmemo.py)
                 for name in names:
                     bar.update()
                     if name in errors:

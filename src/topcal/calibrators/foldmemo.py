@@ -27,7 +27,8 @@ _MEMO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 @contextlib.contextmanager
 def sharing(data):
-    """Within the block, :func:`memo` on ``data`` (and on data derived by :func:`memo_data`) keeps results."""
+    """Within the block, :func:`memo` on ``data`` (and on data derived by :func:`memo_data`) keeps
+    results."""
     derived: list = []
     with _LOCK:
         _MEMO[data] = {"": derived}
@@ -46,7 +47,8 @@ def shared(data) -> bool:
 
 
 def memo(data, key: str, compute: Callable):
-    """``compute()``, kept under ``key`` for ``data`` while it is shared (computed again otherwise)."""
+    """``compute()``, kept under ``key`` for ``data`` while it is shared (computed again
+    otherwise)."""
     store = _MEMO.get(data)
     if store is None:
         return compute()

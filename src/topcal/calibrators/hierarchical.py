@@ -68,10 +68,13 @@ from ._hier_solve import LAMBDA_GRID, curvature, grid_search, local_search, newt
 __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
 
 #: The interval's strength: the smallest one whose approximate LOO loss is within this many nats per
-#: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py, docs/intervals.md)
+#: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py,
+#: docs/intervals.md)
 ALO_SLACK_PER_PARAM = 0.6
-#: Rows with equal (class, score) are merged into one (:func:`_merge_equal_rows`) where that divides their
-#: number by at least this factor (rounded or binned scores); below it the merge's sort costs more than it saves
+#: Rows with equal (class, score) are merged into one (:func:`_merge_equal_rows`) where that divides
+#: their
+#: number by at least this factor (rounded or binned scores); below it the merge's sort costs more
+#: than it saves
 MERGE_GAIN = 1.25
 
 
@@ -82,19 +85,26 @@ def score_logit(data: TopLabelData) -> np.ndarray:
 
 
 def _may_merge(score: np.ndarray) -> bool:
-    """False where the scores alone show that :func:`_merge_equal_rows` would not merge (its sort skipped).
+    """False where the scores alone show that :func:`_merge_equal_rows` would not merge (its sort
+    skipped).
 
-    A lower bound on the number of distinct scores, which bounds the distinct (class, score) pairs from
-    below: the number of occupied slots when each score's bits are hashed into a table of >= 8 x n slots,
-    less one (two equal scores share a slot but 0.0 and -0.0, so occupied slots - 1 <= distinct scores;
+    A lower bound on the number of distinct scores, which bounds the distinct (class, score) pairs
+    from
+    below: the number of occupied slots when each score's bits are hashed into a table of >= 8 x n
+    slots,
+    less one (two equal scores share a slot but 0.0 and -0.0, so occupied slots - 1 <= distinct
+    scores;
     each NaN counts as distinct in the merge, and shares one slot here). Where that bound times
     :data:`MERGE_GAIN` exceeds n, the merge would not pay (the same decision as counting the pairs);
-    otherwise (ties, or an unlucky hash) the exact count decides. One pass and a table of 8-16 n bytes, against
+    otherwise (ties, or an unlucky hash) the exact count decides. One pass and a table of 8-16 n
+    bytes, against
     a two-key sort (~20 x longer at 10^5 rows).
     """
     n = score.size
     slots = 1 << max(int(8 * n - 1).bit_length(), 4)
-    h = np.ascontiguousarray(score, dtype=np.float64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    h = np.ascontiguousarray(score, dtype=np.float64).view(np.uint64) * np.uint64(
+        0x9E3779B97F4A7C15
+    )
     h >>= np.uint64(64 - slots.bit_length() + 1)
     seen = np.zeros(slots, dtype=bool)
     seen[h] = True
@@ -102,9 +112,11 @@ def _may_merge(score: np.ndarray) -> bool:
 
 
 def _merge_equal_rows(data: TopLabelData, cols):
-    """(cols, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where that pays.
+    """(cols, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where
+    that pays.
 
-    ``cols``: the feature columns (a list of (n,) arrays). The features are a function of the score, and
+    ``cols``: the feature columns (a list of (n,) arrays). The features are a function of the score,
+    and
     the NLL, its derivatives and the approximate LOO loss are sums over rows linear in the TP and FP
     weights at the row's features, so a merged row holding the summed weights gives the same fit
     (lossless; up to the order of the sums: tested). Merged only where it divides the rows by
@@ -114,8 +126,11 @@ def _merge_equal_rows(data: TopLabelData, cols):
     if n < 2 or not _may_merge(data.score):
         return cols, data.tp, data.fp, data.pred
     # any order by (class, score) serves; a fold's canonical one is there already
-    order = (memo(data, "canonical_order", lambda: canonical_order(data)) if shared(data)
-             else np.lexsort((data.score, data.pred)))
+    order = (
+        memo(data, "canonical_order", lambda: canonical_order(data))
+        if shared(data)
+        else np.lexsort((data.score, data.pred))
+    )
     pred, score = data.pred[order], data.score[order]
     new = np.empty(n, dtype=bool)
     new[0] = True
@@ -125,8 +140,12 @@ def _merge_equal_rows(data: TopLabelData, cols):
     if starts.size * MERGE_GAIN > n:
         return cols, data.tp, data.fp, data.pred
     first = order[starts]
-    return ([c[first] for c in cols], np.add.reduceat(data.tp[order], starts),
-            np.add.reduceat(data.fp[order], starts), pred[starts])
+    return (
+        [c[first] for c in cols],
+        np.add.reduceat(data.tp[order], starts),
+        np.add.reduceat(data.fp[order], starts),
+        pred[starts],
+    )
 
 
 class _Rows:
@@ -172,12 +191,16 @@ class _Rows:
         self.pairs = [(i, j) for i in range(self.p) for j in range(i, self.p)]
 
     def __getattr__(self, name):
-        """The buffers, made on first use (after the caller has dropped what the rows were made from)."""
+        """The buffers, made on first use (after the caller has dropped what the rows were made
+        from)."""
         if name not in ("S", "T", "E", "M", "Q", "_sign"):
             raise AttributeError(name)
         n = self.tp.size
         self.S, self.T, self.E, self.M = (np.empty(n) for _ in range(4))
-        self.Q = (np.empty(n), np.empty(n))  # the Newton iterate's probabilities and the trial step's
+        self.Q = (
+            np.empty(n),
+            np.empty(n),
+        )  # the Newton iterate's probabilities and the trial step's
         self._sign = np.empty(n, dtype=bool)
         return getattr(self, name)
 
@@ -192,7 +215,8 @@ class _Rows:
         return np.multiply(self.cols[i], self.cols[j], out=scratch)
 
     def sums(self, v):
-        """Per-class sums of v (K,) (``np.add.reduceat`` over the class blocks: ~20 x ``np.bincount``)."""
+        """Per-class sums of v (K,) (``np.add.reduceat`` over the class blocks: ~20 x
+        ``np.bincount``)."""
         out = np.zeros(self.k)
         if self._starts.size:
             out[self._has] = np.add.reduceat(v, self._starts)
@@ -203,17 +227,23 @@ class _Rows:
         return np.repeat(v, self.counts)
 
     def loss(self, m, q):
-        """Per-class NLL at margins m; the rows' probabilities expit(m) into q (a buffer, not S, T, E, m).
+        """Per-class NLL at margins m; the rows' probabilities expit(m) into q (a buffer, not S, T,
+        E, m).
 
         The NLL is tp softplus(-m) + fp softplus(m) summed per class, softplus(+-m) = max(+-m, 0) +
-        log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both` (rows of weight 0/1 get
+        log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both` (rows of weight 0/1
+        get
         its numbers bit for bit), and expit(m) = (1 or e) / (1 + e) from the same e (within 4.5e-16
-        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every iterate);
-        "1 or e" is max(e, [m >= 0]) (e <= 1), the value of np.where(m >= 0, 1, e) at a tenth of its cost.
+        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every
+        iterate);
+        "1 or e" is max(e, [m >= 0]) (e <= 1), the value of np.where(m >= 0, 1, e) at a tenth of its
+        cost.
         """
         s, t, e = self.S, self.T, self.E
         np.abs(m, out=e)
-        np.negative(e, out=e)  # (np.copysign(m, -1) gives the same in one pass, at 4 x the time of these two)
+        np.negative(
+            e, out=e
+        )  # (np.copysign(m, -1) gives the same in one pass, at 4 x the time of these two)
         np.exp(e, out=e)
         np.log1p(e, out=s)
         np.multiply(self.w, s, out=s)
@@ -239,7 +269,9 @@ class _Rows:
 
     def gradient(self, r, scratch):
         """Per-class sums of r x (K, p)."""
-        return np.stack([self.sums(np.multiply(r, c, out=scratch)) for c in self.cols] + [self.sums(r)], axis=1)
+        return np.stack(
+            [self.sums(np.multiply(r, c, out=scratch)) for c in self.cols] + [self.sums(r)], axis=1
+        )
 
     def hessian(self, h, scratch):
         """Per-class sum of h x x' (K, p, p)."""
@@ -247,7 +279,9 @@ class _Rows:
         H = np.empty((self.k, p, p))
         for i, j in self.pairs:
             xx = self.pair(i, j, scratch)
-            H[:, i, j] = H[:, j, i] = self.sums(h if xx is None else np.multiply(h, xx, out=scratch))
+            H[:, i, j] = H[:, j, i] = self.sums(
+                h if xx is None else np.multiply(h, xx, out=scratch)
+            )
         return H
 
     def leverage(self, Hinv, out, scratch):
@@ -270,14 +304,17 @@ class _StrengthConstraint:
         return Interval(1e-6, 1e12).ok(v)
 
     def __str__(self) -> str:
-        return "'auto' (chosen by approximate leave-one-out NLL) or a number in [1e-06, 1e+12] " \
-               "(the prior's weight in pseudo-samples)"
+        return (
+            "'auto' (chosen by approximate leave-one-out NLL) or a number in [1e-06, 1e+12] "
+            "(the prior's weight in pseudo-samples)"
+        )
 
 
 class _Hierarchical(Calibrator):
     """Per-class logistic fits on features of the top score, shrunk toward the pooled fit.
 
-    Subclasses give the features (``_columns``: all but the constant last one), the parameters' names and the identity
+    Subclasses give the features (``_columns``: all but the constant last one), the parameters'
+    names and the identity
     parameters (``_identity``: the fit that returns the normalised score itself).
 
     Attributes
@@ -290,7 +327,9 @@ class _Hierarchical(Calibrator):
         The prior's weight lam.
     """
 
-    in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    in_paper = (
+        False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    )
     tier = 2  # per-class curves shrunk toward the pooled one
     _names: ClassVar[tuple] = ()
     _identity: ClassVar[tuple] = ()
@@ -321,11 +360,13 @@ class _Hierarchical(Calibrator):
         p = len(self._names)
         self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
         cols, tp, fp, g = _merge_equal_rows(data, self._columns(data))
-        # the pooled rows first, in the data's order, dropped before the per-class rows are made (memory);
+        # the pooled rows first, in the data's order, dropped before the per-class rows are made
+        # (memory);
         # one class (pooled-beta's curve) is its own pool: the same rows serve both
         one = _Rows(cols, tp, fp, g, 1)
         start = np.array([self._identity], dtype=np.float64)
-        # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of the
+        # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of
+        # the
         # same solve on all the data (fit's ``warm``) instead of the identity or the last strength's
         warm = self._warm
         warm_fits = {} if warm is None else warm._strength_fits
@@ -346,16 +387,20 @@ class _Hierarchical(Calibrator):
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
         if k == 1 and self._scratch:
-            # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is the pooled
-            # fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by Newton's stop); a scratch
-            # fit (a fold's, scored and dropped) searches no strength: confidences within 1.5e-9 relative of an
+            # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is
+            # the pooled
+            # fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by Newton's
+            # stop); a scratch
+            # fit (a fold's, scored and dropped) searches no strength: confidences within 1.5e-9
+            # relative of an
             # ordinary fit's on every fold of the benchmark sets (tested: test_crossfit.py)
             lam = float(LAMBDA_GRID[-1]) if self.shrinkage == "auto" else float(self.shrinkage)
             theta = center.copy()
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         elif self.shrinkage == "auto":
-            # a cross-validation fold's scratch fit searches the strength locally, from the all-data fit's
+            # a cross-validation fold's scratch fit searches the strength locally, from the all-data
+            # fit's
             # choice (local_search); every other fit scans the grid (grid_search)
             near_j = None if warm is None or not self._scratch else warm._strength_index
             if near_j is None:
@@ -367,14 +412,18 @@ class _Hierarchical(Calibrator):
             self._strength_index = j  # where a fold's local search starts (not saved)
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
-            # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p of the best
-            # (the strength is not known; docs/intervals.md), its fit's distance to the chosen one added
+            # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p
+            # of the best
+            # (the strength is not known; docs/intervals.md), its fit's distance to the chosen one
+            # added
             near = np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p)
             ji = int(near.min())  # a strength that was fitted (the others' losses are inf)
             interval_fit = (float(LAMBDA_GRID[ji]), fits[ji])
         else:
             lam = float(self.shrinkage)
-            theta = newton(rows, center.copy() if warm is None else warm.theta_, center, prior, lam)[0]
+            theta = newton(
+                rows, center.copy() if warm is None else warm.theta_, center, prior, lam
+            )[0]
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = rows.counts > 0
@@ -386,8 +435,11 @@ class _Hierarchical(Calibrator):
         theta_i = np.where(has[:, None], theta_i, theta0[None, :])
         d = self.theta_ - theta_i
         # a cross-validation fold's fit is scored and dropped: no interval statistics (crossfit.py)
-        self.cov_ = (None if self._scratch
-                     else posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :])
+        self.cov_ = (
+            None
+            if self._scratch
+            else posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :]
+        )
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))
@@ -408,7 +460,8 @@ class _Hierarchical(Calibrator):
         return p * int(np.sum((self.n_tp_ + self.n_fp_) > 0)) + p
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
-        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range)."""
+        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score
+        range)."""
         self._check_fitted()
         i = self._class_index(k)
         lo, hi = self.score_range_
@@ -418,18 +471,30 @@ class _Hierarchical(Calibrator):
 
     def describe(self) -> dict:
         d = super().describe()
-        d["hierarchical"] = {**{f"pooled_{n}": float(v) for n, v in zip(self._names, self.pooled_)},
-                             "strength": float(self.strength_),
-                             "rule": "auto" if self.shrinkage == "auto" else "fixed"}
+        d["hierarchical"] = {
+            **{f"pooled_{n}": float(v) for n, v in zip(self._names, self.pooled_)},
+            "strength": float(self.strength_),
+            "rule": "auto" if self.shrinkage == "auto" else "fixed",
+        }
         return d
 
     def _describe_classes(self) -> list[dict]:
-        return [{**{n: float(v) for n, v in zip(self._names, th)}, "support": None if s is None else list(s)}
-                for th, s in zip(self.theta_, self.support_)]
+        return [
+            {
+                **{n: float(v) for n, v in zip(self._names, th)},
+                "support": None if s is None else list(s),
+            }
+            for th, s in zip(self.theta_, self.support_)
+        ]
 
     def _get_state(self) -> dict:
-        out = {"theta": self.theta_, "pooled": self.pooled_, "prior": self.prior_, "strength": self.strength_,
-               "support": [None if s is None else list(s) for s in self.support_]}
+        out = {
+            "theta": self.theta_,
+            "pooled": self.pooled_,
+            "prior": self.prior_,
+            "strength": self.strength_,
+            "support": [None if s is None else list(s) for s in self.support_],
+        }
         if self.cov_ is not None:
             out["cov"] = self.cov_  # K x p x p; files before intervals have none
         return to_jsonable(out)
@@ -451,7 +516,9 @@ class _Hierarchical(Calibrator):
         sup = state["support"]
         self.support_ = support_list(sup, k)
         self.strength_loss_ = None
-        cov = state.get("cov")  # files before intervals have none: predict_interval asks for a refit
+        cov = state.get(
+            "cov"
+        )  # files before intervals have none: predict_interval asks for a refit
         if cov is not None:
             cov = np.asarray(cov, dtype=np.float64)
             if cov.shape != (k, p, p) or not np.all(np.isfinite(cov)):
@@ -478,7 +545,9 @@ class HierarchicalPlatt(_Hierarchical):
     """
 
     name = "hier-platt"
-    summary = "per-class Platt scaling of logit(top score) shrunk toward the pooled fit (strength by LOO)"
+    summary = (
+        "per-class Platt scaling of logit(top score) shrunk toward the pooled fit (strength by LOO)"
+    )
     _names = ("slope", "intercept")
     _identity = (1.0, 0.0)
 
@@ -511,7 +580,9 @@ class HierarchicalBeta(_Hierarchical):
     """
 
     name = "hier-beta"
-    summary = "per-class beta calibration of the top score shrunk toward the pooled fit (strength by LOO)"
+    summary = (
+        "per-class beta calibration of the top score shrunk toward the pooled fit (strength by LOO)"
+    )
     _names = ("a", "b", "c")
     _identity = (1.0, 1.0, 0.0)
 

@@ -29,8 +29,15 @@ from scipy.special import betaincinv, expit, ndtri
 from .._version import __version__
 from ..errors import ParameterError
 
-__all__ = ["check_level", "beta_interval", "count_interval", "margin_interval", "include_point",
-           "INTERVAL_SINCE", "widen"]
+__all__ = [
+    "check_level",
+    "beta_interval",
+    "count_interval",
+    "margin_interval",
+    "include_point",
+    "INTERVAL_SINCE",
+    "widen",
+]
 
 #: The topcal version from which fitted models store everything their intervals need.
 INTERVAL_SINCE = __version__
@@ -45,7 +52,9 @@ def check_level(level) -> float:
         raise ParameterError(f"interval level must be a number in (0, 1), e.g. 0.9; got {level!r}")
     v = float(level)
     if not (np.isfinite(v) and 0.0 < v < 1.0):
-        raise ParameterError(f"interval level must be in (0, 1) (0.9 for a 90% interval), got {level!r}")
+        raise ParameterError(
+            f"interval level must be in (0, 1) (0.9 for a 90% interval), got {level!r}"
+        )
     return v
 
 

@@ -90,8 +90,9 @@ def support_list(values, k: int) -> list:
         try:
             pair = None if v is None else tuple(float(x) for x in finite_array(v, "support", 2))
         except (TypeError, ValueError):
-            raise ValueError("support must hold a (low, high) pair of finite numbers per class") \
-                from None
+            raise ValueError(
+                "support must hold a (low, high) pair of finite numbers per class"
+            ) from None
         if pair is not None and not pair[0] <= pair[1]:
             raise ValueError("support must be a (low, high) pair with low <= high")
         out.append(pair)

@@ -49,10 +49,16 @@ POOLED_CLASS = "all classes"
 
 
 def pool(data: TopLabelData) -> TopLabelData:
-    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and bins kept."""
+    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and bins
+    kept."""
     return TopLabelData(
-        (POOLED_CLASS,), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
-        tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
+        (POOLED_CLASS,),
+        np.zeros(data.n_rows, dtype=np.int64),
+        data.score,
+        data.score_range,
+        tp=data.tp,
+        fp=data.fp,
+        bin_edges=data.bin_edges,
     )
 
 
@@ -67,7 +73,9 @@ class _Pooled(Calibrator):
         Each class's own score range in the fitting data.
     """
 
-    in_paper = False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    in_paper = (
+        False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+    )
     tier = 1  # one parametric curve for all classes (non-parametric ones: 1.5)
     #: the registered method fitted on the pooled data
     _inner: ClassVar[str] = ""
@@ -114,8 +122,13 @@ class _Pooled(Calibrator):
         d = self.model_.describe()
         out = {"method": self._inner, "samples": float(self.model_.n_tp_[0] + self.model_.n_fp_[0])}
         info = d["classes"][POOLED_CLASS]
-        out.update({k: v for k, v in info.items()
-                    if isinstance(v, (int, float, str)) and k not in ("n_tp", "n_fp")})
+        out.update(
+            {
+                k: v
+                for k, v in info.items()
+                if isinstance(v, (int, float, str)) and k not in ("n_tp", "n_fp")
+            }
+        )
         for key in ("shrinkage", "fit"):
             for k, v in d.get(key, {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -131,13 +144,19 @@ class _Pooled(Calibrator):
         return [{"support": list(s)} if s is not None else {"support": None} for s in self.support_]
 
     def _get_state(self) -> dict:
-        return {"model": self.model_.to_dict(),
-                "support": [None if s is None else list(s) for s in self.support_]}
+        return {
+            "model": self.model_.to_dict(),
+            "support": [None if s is None else list(s) for s in self.support_],
+        }
 
     def _set_state(self, state: dict) -> None:
         model = get_class(self._inner).from_dict(state["model"])
-        if tuple(model.classes_) != (POOLED_CLASS,) or tuple(model.score_range_) != tuple(self.score_range_):
-            raise ValueError(f"the pooled model must be one {self._inner!r} curve on the model's score range")
+        if tuple(model.classes_) != (POOLED_CLASS,) or tuple(model.score_range_) != tuple(
+            self.score_range_
+        ):
+            raise ValueError(
+                f"the pooled model must be one {self._inner!r} curve on the model's score range"
+            )
         sup = state["support"]
         if not isinstance(sup, list) or len(sup) != len(self.classes_):
             raise ValueError(f"support must be a list of {len(self.classes_)} entries")
@@ -169,9 +188,13 @@ class PooledPlatt(_Pooled):
 
     def _pooled_summary(self) -> dict:
         t = float(self.model_.temperature_[0])
-        return {"method": "platt", "samples": float(self.model_.n_tp_[0] + self.model_.n_fp_[0]),
-                "slope": 1.0 / t, "intercept": float(self.model_.awards_[0]) / t,
-                "nll": float(self.model_.nll_)}
+        return {
+            "method": "platt",
+            "samples": float(self.model_.n_tp_[0] + self.model_.n_fp_[0]),
+            "slope": 1.0 / t,
+            "intercept": float(self.model_.awards_[0]) / t,
+            "nll": float(self.model_.nll_),
+        }
 
     @property
     def slope_(self) -> float:
@@ -184,7 +207,8 @@ class PooledPlatt(_Pooled):
 
 @register
 class PooledBeta(_Pooled):
-    """Beta calibration (Kull et al. 2017), one curve for all classes: sigmoid(a ln s - b ln(1 - s) + c).
+    """Beta calibration (Kull et al. 2017), one curve for all classes: sigmoid(a ln s - b ln(1 - s)
+    + c).
 
     ``hier-beta`` fitted on all classes pooled (one class: nothing to shrink), on the
     normalised top score s clipped to [1e-12, 1 - 1e-12]. ``describe`` gives a, b, c.
@@ -197,7 +221,9 @@ class PooledBeta(_Pooled):
     name = "pooled-beta"
     summary = "beta calibration of the top score, one curve for all classes, 3 parameters"
     _inner = HierarchicalBeta.name
-    _warm_starts = True  # cross-validation folds start from the all-data curve (its optimum and its strength)
+    _warm_starts = (
+        True  # cross-validation folds start from the all-data curve (its optimum and its strength)
+    )
     _parameter_constraints = {"loss": HierarchicalBeta._parameter_constraints["loss"]}
 
     def __init__(self, *, loss: str = "nll"):
@@ -206,7 +232,8 @@ class PooledBeta(_Pooled):
 
 @register
 class PooledHistogram(_Pooled):
-    """A histogram of the pooled scores, one curve for all classes (shrunk toward the overall accuracy).
+    """A histogram of the pooled scores, one curve for all classes (shrunk toward the overall
+    accuracy).
 
     Parameters
     ----------

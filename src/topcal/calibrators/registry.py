@@ -8,15 +8,27 @@ from __future__ import annotations
 
 from ..errors import ParameterError
 
-__all__ = ["register", "get_class", "lookup", "available_methods", "is_registered", "calibrator", "paper_calibrator",
-           "BASELINE", "fits_from_counts", "require_counts"]
+__all__ = [
+    "register",
+    "get_class",
+    "lookup",
+    "available_methods",
+    "is_registered",
+    "calibrator",
+    "paper_calibrator",
+    "BASELINE",
+    "fits_from_counts",
+    "require_counts",
+]
 
-#: Name of the baseline method (the top score rescaled, ``counts.Uncalibrated``): the one entry every
+#: Name of the baseline method (the top score rescaled, ``counts.Uncalibrated``): the one entry
+#: every
 #: comparison of the report holds. Code above the calibrators names it through this constant only.
 BASELINE = "uncalibrated"
 
 _REGISTRY: dict[str, type] = {}
-#: registered names that are no method to fit (wrappers built from a fitted model, e.g. an adapted model)
+#: registered names that are no method to fit (wrappers built from a fitted model, e.g. an adapted
+#: model)
 _UNLISTED: set[str] = set()
 
 
@@ -28,6 +40,7 @@ def register(cls: type | None = None, *, listed: bool = True):
     through the registry, but it is no method of :func:`available_methods`,
     ``--method`` or :func:`calibrator`.
     """
+
     def add(c: type) -> type:
         if not c.name or c.name in _REGISTRY:
             raise RuntimeError(f"calibrator name {c.name!r} is empty or already registered")
@@ -50,16 +63,19 @@ def is_registered(name) -> bool:
 
 
 def get_class(name: str, *, unlisted: bool = False) -> type:
-    """The calibrator class registered as ``name`` (``unlisted``: wrappers too, for loading models)."""
+    """The calibrator class registered as ``name`` (``unlisted``: wrappers too, for loading
+    models)."""
     if isinstance(name, str) and name in _REGISTRY and (unlisted or name not in _UNLISTED):
         return _REGISTRY[name]
     raise ParameterError(f"unknown method {name!r}. Options are: {', '.join(available_methods())}")
 
 
 def lookup(name) -> type | None:
-    """The class registered as ``name`` (wrappers included), or None when ``name`` is no registered kind.
+    """The class registered as ``name`` (wrappers included), or None when ``name`` is no registered
+    kind.
 
-    For code that holds only a method's name (a comparison keyed by name) and asks about the method's
+    For code that holds only a method's name (a comparison keyed by name) and asks about the
+    method's
     declared properties (``is_baseline``, ``step_curve``, ``unranked_on``): ``getattr(lookup(name),
     "is_baseline", False)`` is False for a name that is no method.
     """
@@ -70,8 +86,13 @@ def fits_from_counts(method) -> bool:
     """Whether ``method`` (a registered name, a calibrator class or a calibrator) can be fitted and
     updated from score counts (streamed, Dask, ``update``, a blend's component): every method but
     those that recalibrate the full score vector (``needs_full``). The one place that says so."""
-    cls = get_class(method, unlisted=True) if isinstance(method, str) else \
-        method if isinstance(method, type) else type(method)
+    cls = (
+        get_class(method, unlisted=True)
+        if isinstance(method, str)
+        else method
+        if isinstance(method, type)
+        else type(method)
+    )
     return not cls.needs_full
 
 
@@ -80,8 +101,10 @@ def require_counts(method, advice: str) -> None:
     (:func:`fits_from_counts`), with ``advice``."""
     if not fits_from_counts(method):
         name = method if isinstance(method, str) else method.name
-        raise ParameterError(f"method {name!r} recalibrates the full score vector, which has no "
-                             f"mergeable statistics and cannot be fitted from counts; {advice}")
+        raise ParameterError(
+            f"method {name!r} recalibrates the full score vector, which has no "
+            f"mergeable statistics and cannot be fitted from counts; {advice}"
+        )
 
 
 def calibrator(name: str, **params):
@@ -100,7 +123,8 @@ def calibrator(name: str, **params):
 
 
 def paper_calibrator(name: str, **params):
-    """Like :func:`calibrator`, with the paper's unshrunk estimator (``shrinkage=0``) where the method has one.
+    """Like :func:`calibrator`, with the paper's unshrunk estimator (``shrinkage=0``) where the
+    method has one.
 
     For reproducing the paper's figures and tables; the default
     ``shrinkage="auto"`` is safer on data the fit did not see.

@@ -1,4 +1,5 @@
-"""The contract of the per-class score methods: ``ScoreCalibrator``, Conf_k(S) a function of the top score.
+"""The contract of the per-class score methods: ``ScoreCalibrator``, Conf_k(S) a function of the top
+score.
 
 The count and kde families subclass it (``_fit_class`` / ``_predict_class``, or the
 batched hooks); shrinkage toward the pooled curve (:mod:`.shrinkage`) and the
@@ -49,8 +50,10 @@ class ScoreCalibrator(Calibrator):
     #: Choose the pseudo-count on rows merged by cell where the method gives cells
     #: (:meth:`_count_cells`); False evaluates the loss on every row (for tests and benchmarks).
     merge_cells: ClassVar[bool] = True
-    #: Choose the pseudo-count of piecewise-constant counts from per-cell sums where the method gives
-    #: cells (:meth:`_count_keys`; the same result); False looks every row up (for tests and benchmarks).
+    #: Choose the pseudo-count of piecewise-constant counts from per-cell sums where the method
+    #: gives
+    #: cells (:meth:`_count_keys`; the same result); False looks every row up (for tests and
+    #: benchmarks).
     cell_sums: ClassVar[bool] = True
     #: With :meth:`_count_keys`: 0 merges rows of equal cells only (exact); a relative width > 0
     #: also merges runs of cells with counts equal within it (:func:`shrinkage.count_runs`).
@@ -112,7 +115,9 @@ class ScoreCalibrator(Calibrator):
         """
         raise NotImplementedError  # pragma: no cover - abstract
 
-    def _local_counts_rows(self, pred: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _local_counts_rows(
+        self, pred: np.ndarray, score: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_local_counts` of every row's own class (rows of classes without state: 0, 0).
 
         One pass per class present, over rows grouped once; methods with
@@ -126,18 +131,30 @@ class ScoreCalibrator(Calibrator):
         return t, n
 
     def _fit_shrinkage(self, data: TopLabelData) -> None:
-        """Fit the pooled reference curve and choose the pseudo-counts (see calibrators.shrinkage)."""
+        """Fit the pooled reference curve and choose the pseudo-counts (see
+        calibrators.shrinkage)."""
         pooled = TopLabelData(
-            ("all classes",), np.zeros(data.n_rows, dtype=np.int64), data.score, data.score_range,
-            tp=data.tp, fp=data.fp, bin_edges=data.bin_edges,
+            ("all classes",),
+            np.zeros(data.n_rows, dtype=np.int64),
+            data.score,
+            data.score_range,
+            tp=data.tp,
+            fp=data.fp,
+            bin_edges=data.bin_edges,
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             ref = self._fit_reference(pooled, data)
-        del pooled  # its rows' class (zeros): not held while the pseudo-counts are chosen (peak memory)
+        del (
+            pooled
+        )  # its rows' class (zeros): not held while the pseudo-counts are chosen (peak memory)
         keep = (data.tp + data.fp) > 0
-        if keep.all():  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
-            s, tp, fp, pred = (np.ascontiguousarray(a) for a in (data.score, data.tp, data.fp, data.pred))
+        if (
+            keep.all()
+        ):  # per-sample data: every row has weight; no copies (contiguous, as the copies are)
+            s, tp, fp, pred = (
+                np.ascontiguousarray(a) for a in (data.score, data.tp, data.fp, data.pred)
+            )
         else:
             s, tp, fp, pred = data.score[keep], data.tp[keep], data.fp[keep], data.pred[keep]
         del keep
@@ -145,7 +162,9 @@ class ScoreCalibrator(Calibrator):
         self.reference_rate_ = shr.jeffreys_rate(tp.sum(), tp.sum() + fp.sum())
         K = len(self.classes_)
         if self.cell_sums and type(self)._count_keys is not ScoreCalibrator._count_keys:
-            self._choose_m_by_cells(ref, pred, s, tp, fp)  # counts constant within cells: sum the rows by cell
+            self._choose_m_by_cells(
+                ref, pred, s, tp, fp
+            )  # counts constant within cells: sum the rows by cell
             return
         one = np.zeros(s.shape[0], dtype=np.int64)
         s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
@@ -154,7 +173,15 @@ class ScoreCalibrator(Calibrator):
         if self.piecewise_counts:
             rows = shr.merge_equal_rows(*rows)
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
-        del one, s0, tp0, fp0, t0, n0, rows  # row-length arrays of the reference's loss (peak memory)
+        del (
+            one,
+            s0,
+            tp0,
+            fp0,
+            t0,
+            n0,
+            rows,
+        )  # row-length arrays of the reference's loss (peak memory)
         s, tp, fp, pred = self._merged_rows(pred, s, tp, fp)
         r = self._reference(s)
         t, n = self._local_counts_rows(pred, s)
@@ -171,8 +198,10 @@ class ScoreCalibrator(Calibrator):
         return type(self)(**{**self.get_params(), "shrinkage": 0}).fit(pooled, keep="model")
 
     def _cell_sums(self, ref, pred, score, tp, fp):
-        """For :meth:`_choose_m_by_cells` with count runs: (TP and FP weight per cell, t and n per cell,
-        class per cell, the reference's cell of each cell, t and n per reference cell), the rows summed
+        """For :meth:`_choose_m_by_cells` with count runs: (TP and FP weight per cell, t and n per
+        cell,
+        class per cell, the reference's cell of each cell, t and n per reference cell), the rows
+        summed
         per cell (:meth:`_count_keys`) and each cell looked up in the reference's cells."""
         key, tc, nc, cell_class, cell_score = self._count_keys(pred, score)
         w_tp, w_fp = (np.bincount(key, w, minlength=tc.size) for w in (tp, fp))
@@ -193,7 +222,8 @@ class ScoreCalibrator(Calibrator):
         self.shrinkage_loss_ = losses
 
     def _choose_m_by_cells(self, ref, pred, s, tp, fp) -> None:
-        """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant counts, from cells.
+        """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant counts, from
+        cells.
 
         Every row's local counts are those of its cell (:meth:`_count_keys`), and its reference
         value that of its reference cell. With ``count_run_width`` 0 (``hist``) the rows are summed
@@ -217,19 +247,33 @@ class ScoreCalibrator(Calibrator):
             w_tp0, w_fp0 = (np.bincount(key0, w, minlength=t0c.size) for w in (tp, fp))
         c0 = t0c.size
         if width:
-            run0 = shr.count_runs(t0c, n0c, np.broadcast_to(np.int64(0), (c0,)), width)  # one group: no array
-            rows = shr.merge_rows_by_run(run0, int(run0[-1]) + 1, t0c, n0c, self.reference_rate_, w_tp0, w_fp0)
+            run0 = shr.count_runs(
+                t0c, n0c, np.broadcast_to(np.int64(0), (c0,)), width
+            )  # one group: no array
+            rows = shr.merge_rows_by_run(
+                run0, int(run0[-1]) + 1, t0c, n0c, self.reference_rate_, w_tp0, w_fp0
+            )
             rows = (*rows[:5], np.zeros(rows[5].size, dtype=np.int64))
         else:
             occ0 = np.flatnonzero(np.bincount(key0, minlength=c0))
-            rows = shr.merge_equal_rows(t0c[occ0], n0c[occ0], w_tp0[occ0], w_fp0[occ0], self.reference_rate_,
-                                        np.zeros(occ0.size, dtype=np.int64))
+            rows = shr.merge_equal_rows(
+                t0c[occ0],
+                n0c[occ0],
+                w_tp0[occ0],
+                w_fp0[occ0],
+                self.reference_rate_,
+                np.zeros(occ0.size, dtype=np.int64),
+            )
         del w_tp0, w_fp0
         self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
-        r0c = shr.shrink(t0c, n0c, self.reference_rate_, self.reference_m_)  # the reference per its cell
+        r0c = shr.shrink(
+            t0c, n0c, self.reference_rate_, self.reference_m_
+        )  # the reference per its cell
         if width:
             # a new run where the class, the reference's run or the class's counts change
-            joint = np.multiply(cell_class, int(run0[-1]) + 1, dtype=np.int64)  # (class, reference run) of every cell
+            joint = np.multiply(
+                cell_class, int(run0[-1]) + 1, dtype=np.int64
+            )  # (class, reference run) of every cell
             joint += run0[key0]
             r_cell = r0c[key0]
             del key0, r0c, run0, t0c, n0c  # (peak memory: cell-length arrays no longer needed)
@@ -242,7 +286,9 @@ class ScoreCalibrator(Calibrator):
             t, n, w_tp, w_fp, r, g = shr.merge_rows_by_run(run, n_runs, tc, nc, r_cell, w_tp, w_fp)
             self._set_shrinkage(shr.loo_nll_by_group(t, n, w_tp, w_fp, r, group[g], K))
             return
-        joint = np.multiply(key, c0, dtype=np.int64)  # (cell, reference cell) of every row (int64: keys may be int32)
+        joint = np.multiply(
+            key, c0, dtype=np.int64
+        )  # (cell, reference cell) of every row (int64: keys may be int32)
         joint += key0
         del key
         if tc.size * c0 <= 4 * joint.size + 1024:
@@ -267,7 +313,8 @@ class ScoreCalibrator(Calibrator):
         return None
 
     def _count_cells(self, pred: np.ndarray, score: np.ndarray):
-        """(cell of every row, number of cells) where the local counts are smooth within cells, else None.
+        """(cell of every row, number of cells) where the local counts are smooth within cells, else
+        None.
 
         Cells number 0 .. n_cells - 1 across all classes (a cell lies in one class). Methods
         whose counts are smooth in the score (``kde``: linear within a cell of the class's
@@ -322,7 +369,8 @@ class ScoreCalibrator(Calibrator):
         if self._shrunk():
             t, n, r = self._shrink_terms(data.pred, data.score)
             m = self.shrinkage_
-            # one pseudo-count for all classes ("auto", a number): the same value, without a gather per row
+            # one pseudo-count for all classes ("auto", a number): the same value, without a gather
+            # per row
             out = shr.shrink(t, n, r, m[0] if (m == m[0]).all() else m[data.pred])
             none = [k for k, st in enumerate(self.class_state_) if st is None]
             if none:  # no data of their own: the reference curve
@@ -347,7 +395,8 @@ class ScoreCalibrator(Calibrator):
     _count_scale: ClassVar[float] = 1.0
 
     def _counts_stored(self) -> bool:
-        """Whether the fitted state holds the local counts the intervals need (old files may not)."""
+        """Whether the fitted state holds the local counts the intervals need (old files may
+        not)."""
         return True
 
     def _interval_scale(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
@@ -356,21 +405,28 @@ class ScoreCalibrator(Calibrator):
         return self._count_scale
 
     def _interval_bias(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
-        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0: none;
+        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0:
+        none;
         the histogram's binning and the kernel's smoothing bias); the interval is widened for it."""
         return 0.0
 
     def _curve_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
         """The fitted confidence (shrunk where the model is) of each row's class at ``score``."""
-        return self._predict(TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_)))
+        return self._predict(
+            TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_))
+        )
 
-    def _interval_counts(self, pred: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The class's own local counts (t, n) behind each row's unshrunk confidence: what the interval
+    def _interval_counts(
+        self, pred: np.ndarray, score: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The class's own local counts (t, n) behind each row's unshrunk confidence: what the
+        interval
         is computed from (the histogram takes an empty bin's from the bin whose value it holds)."""
         return self._local_counts_rows(pred, score)
 
     def _interval(self, data: TopLabelData, level: float):
-        """Jeffreys posterior of the class's own local counts, widened for the estimate's bias and to
+        """Jeffreys posterior of the class's own local counts, widened for the estimate's bias and
+        to
         hold the (possibly shrunk) confidence (module :mod:`topcal.calibrators.intervals`)."""
         if not self.shrinkable:
             raise ParameterError(f"method {self.name!r} has no confidence interval")
@@ -380,7 +436,9 @@ class ScoreCalibrator(Calibrator):
         conf = self._predict(data)
         none = np.array([st is None for st in self.class_state_], dtype=bool)[pred]
         t, n = self._interval_counts(pred, score)
-        if none.any():  # no data of their own: the prior alone (shrunk: the curve is the reference's)
+        if (
+            none.any()
+        ):  # no data of their own: the prior alone (shrunk: the curve is the reference's)
             t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
         lo, hi = intervals.count_interval(t, n, level, scale=self._interval_scale(pred, score))
         if not self._shrunk():
@@ -411,7 +469,9 @@ class ScoreCalibrator(Calibrator):
     # per-class state persistence: shared by every score calibrator
     def _get_state(self) -> dict:
         out = {
-            "class_state": [None if s is None else self._dump_class_state(s) for s in self.class_state_],
+            "class_state": [
+                None if s is None else self._dump_class_state(s) for s in self.class_state_
+            ],
             "support": [None if s is None else list(s) for s in self.support_],
         }
         if self._shrunk():
@@ -440,7 +500,12 @@ class ScoreCalibrator(Calibrator):
             ref = type(self).from_dict(sh["reference"])
             if ref._shrunk() or len(ref.classes_) != 1:
                 raise ValueError("the shrinkage reference must be one unshrunk pooled curve")
-            self.shrinkage_, self.reference_m_, self.reference_rate_, self.reference_ = m, float(m0), float(r0), ref
+            self.shrinkage_, self.reference_m_, self.reference_rate_, self.reference_ = (
+                m,
+                float(m0),
+                float(r0),
+                ref,
+            )
 
     def _dump_class_state(self, state: dict) -> dict:
         """One class's state as JSON (the inverse of :meth:`_load_class_state`)."""

@@ -38,9 +38,22 @@ import numpy as np
 from .._numeric import PROB_CLIP
 from ..data import class_order
 
-__all__ = ["M_MIN", "M_GRID", "jeffreys_rate", "shrink", "loo_nll_grid", "loo_nll_by_group", "merge_equal_rows",
-           "merge_rows_by_cell", "CELL_MERGE_GAIN", "choose_m", "ShrinkageConstraint", "COUNT_RUN_WIDTH", "count_runs",
-           "merge_rows_by_run"]
+__all__ = [
+    "M_MIN",
+    "M_GRID",
+    "jeffreys_rate",
+    "shrink",
+    "loo_nll_grid",
+    "loo_nll_by_group",
+    "merge_equal_rows",
+    "merge_rows_by_cell",
+    "CELL_MERGE_GAIN",
+    "choose_m",
+    "ShrinkageConstraint",
+    "COUNT_RUN_WIDTH",
+    "count_runs",
+    "merge_rows_by_run",
+]
 
 #: Smallest pseudo-count under ``shrinkage="auto"``: one pseudo-sample of
 #: the reference curve at every score (the stated prior that keeps every
@@ -106,13 +119,18 @@ def loo_nll_grid(t, n, tp, fp, r, grid=M_GRID) -> np.ndarray:
         out -= tp[a] @ np.log(c)
     z = fp > 0
     if z.any():
-        c = np.clip((np.minimum(t[z], np.maximum(n[z] - 1.0, 0.0)) + m * r[z]) / den[z], PROB_CLIP, 1.0 - PROB_CLIP)
+        c = np.clip(
+            (np.minimum(t[z], np.maximum(n[z] - 1.0, 0.0)) + m * r[z]) / den[z],
+            PROB_CLIP,
+            1.0 - PROB_CLIP,
+        )
         out -= fp[z] @ np.log1p(-c)
     return out
 
 
 #: Rows per block in :func:`loo_nll_by_group`: a block x grid matrix of 0.8 MB, within a core's
-#: cache (larger blocks measured no faster and were the largest fixed cost of a shrunk fit's memory).
+#: cache (larger blocks measured no faster and were the largest fixed cost of a shrunk fit's
+#: memory).
 _BLOCK_ROWS = 2_048
 #: Rows of weight 1 in one group whose confidences :func:`loo_nll_by_group` multiplies before taking
 #: one logarithm (a logarithm costs ~30 multiplications here). Every factor is >= PROB_CLIP = 1e-12,
@@ -170,7 +188,8 @@ COUNT_RUN_WIDTH = 1e-2
 
 
 def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
-    """Runs of consecutive cells (a table's cells in score order, ``group`` its class) with nearly equal counts.
+    """Runs of consecutive cells (a table's cells in score order, ``group`` its class) with nearly
+    equal counts.
 
     The local counts behind a step curve (the ``cum`` family's suffix counts) change at every
     distinct score; the leave-one-out loss, a smooth function of (t, n - t), hardly changes
@@ -188,7 +207,9 @@ def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
     new = np.ones(t.size, dtype=bool)
     if t.size > 1:
         np.not_equal(group[1:], group[:-1], out=new[1:])
-    for a in range(0, max(t.size - 1, 0), _RUN_BLOCK):  # blocks of cells: small temporaries (peak memory)
+    for a in range(
+        0, max(t.size - 1, 0), _RUN_BLOCK
+    ):  # blocks of cells: small temporaries (peak memory)
         b = min(a + _RUN_BLOCK + 1, t.size)  # cells a..b-1: the changes at a+1..b-1
         for x in (t[a:b], n[a:b] - t[a:b]):
             key = np.maximum(x, low)
@@ -199,13 +220,16 @@ def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
             key += low
             np.copyto(key, x, where=x < low)
             new[a + 1 : b] |= key[1:] != key[:-1]
-    run = np.cumsum(new, dtype=np.int32 if t.size < np.iinfo(np.int32).max else np.int64)  # (peak memory)
+    run = np.cumsum(
+        new, dtype=np.int32 if t.size < np.iinfo(np.int32).max else np.int64
+    )  # (peak memory)
     run -= 1
     return run
 
 
 def merge_rows_by_run(run, n_runs, t, n, r, tp, fp):
-    """Rows of one run merged into one TP row and one FP row at their weighted mean counts and reference.
+    """Rows of one run merged into one TP row and one FP row at their weighted mean counts and
+    reference.
 
     The leave-one-out loss is linear in the weights and smooth in (t, n, r), so the merged
     loss differs from the per-row loss by second-order terms in the spread of the counts
@@ -216,7 +240,9 @@ def merge_rows_by_run(run, n_runs, t, n, r, tp, fp):
     """
     out = []
     run = np.asarray(run)
-    ordered = run.size > 0 and bool(np.all(run[1:] >= run[:-1]))  # count_runs' runs: sums by reduceat
+    ordered = run.size > 0 and bool(
+        np.all(run[1:] >= run[:-1])
+    )  # count_runs' runs: sums by reduceat
     if ordered:
         starts = np.flatnonzero(np.concatenate([[True], run[1:] != run[:-1]]))
         ids = run[starts]
@@ -228,7 +254,11 @@ def merge_rows_by_run(run, n_runs, t, n, r, tp, fp):
 
         def total(x):
             return np.bincount(run, x, minlength=n_runs)
-    for w, is_tp in ((np.asarray(tp, dtype=np.float64), True), (np.asarray(fp, dtype=np.float64), False)):
+
+    for w, is_tp in (
+        (np.asarray(tp, dtype=np.float64), True),
+        (np.asarray(fp, dtype=np.float64), False),
+    ):
         wsum = total(w)
         keep = np.flatnonzero(wsum > 0)
         ws = wsum[keep]
@@ -259,12 +289,17 @@ def merge_rows_by_cell(cell, score, tp, fp, n_cells):
     cell = np.asarray(cell, dtype=np.int64)
     score = np.asarray(score, dtype=np.float64)
     out = []
-    for w, is_tp in ((np.asarray(tp, dtype=np.float64), True), (np.asarray(fp, dtype=np.float64), False)):
+    for w, is_tp in (
+        (np.asarray(tp, dtype=np.float64), True),
+        (np.asarray(fp, dtype=np.float64), False),
+    ):
         wsum = np.bincount(cell, w, minlength=n_cells)
         ssum = np.bincount(cell, w * score, minlength=n_cells)
         c = np.flatnonzero(wsum > 0)
         s = ssum[c] / wsum[c]
-        out.append((s, wsum[c] if is_tp else np.zeros(c.size), np.zeros(c.size) if is_tp else wsum[c], c))
+        out.append(
+            (s, wsum[c] if is_tp else np.zeros(c.size), np.zeros(c.size) if is_tp else wsum[c], c)
+        )
     return tuple(np.concatenate([a, b]) for a, b in zip(*out))
 
 
@@ -299,12 +334,18 @@ def loo_nll_by_group(t, n, tp, fp, r, group, n_groups, grid=M_GRID) -> np.ndarra
         g = group[rows]
         tt, nn, rr = t[rows], n[rows], r[rows]
         nm1 = np.maximum(nn - 1.0, 0.0)
-        # TP left out: (max(t - 1, 0) + m r) / (n - 1 + m); FP left out: 1 - (min(t, n - 1) + m r) / (n - 1 + m)
-        for w, head, is_tp in ((tp[rows], np.maximum(tt - 1.0, 0.0), True), (fp[rows], np.minimum(tt, nm1), False)):
+        # TP left out: (max(t - 1, 0) + m r) / (n - 1 + m); FP left out: 1 - (min(t, n - 1) + m r) /
+        # (n - 1 + m)
+        for w, head, is_tp in (
+            (tp[rows], np.maximum(tt - 1.0, 0.0), True),
+            (fp[rows], np.minimum(tt, nm1), False),
+        ):
             sel = np.flatnonzero(w > 0)
             if not sel.size:
                 continue
-            c = np.multiply(m, rr[sel, None], out=buf[: sel.size])  # (rows, G), transformed in place
+            c = np.multiply(
+                m, rr[sel, None], out=buf[: sel.size]
+            )  # (rows, G), transformed in place
             c += head[sel, None]
             c /= np.add(nm1[sel, None], m, out=den[: sel.size])
             np.clip(c, PROB_CLIP, 1.0 - PROB_CLIP, out=c)
@@ -329,8 +370,13 @@ class ShrinkageConstraint:
             return v in self.rules
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             return False
-        return bool(0 <= v <= 1e12)  # also false for NaN; no float(): an int above 1.8e308 would overflow
+        return bool(
+            0 <= v <= 1e12
+        )  # also false for NaN; no float(): an int above 1.8e308 would overflow
 
     def __str__(self) -> str:
-        return "'auto' (one pseudo-count for all classes, by leave-one-out NLL), 'class' (one per class), " \
-               "or a number in [0, 1e12] (0: the paper's unshrunk estimator)"
+        return (
+            "'auto' (one pseudo-count for all classes, by leave-one-out NLL), 'class' (one per "
+            "class), "
+            "or a number in [0, 1e12] (0: the paper's unshrunk estimator)"
+        )

@@ -55,8 +55,11 @@ def check_fit_evidence(evidence: Evidence):
     if confusion is not None:
         if not isinstance(confusion, GridConfusion):
             raise DataError(f"confusion must be a GridConfusion, got {type(confusion).__name__}")
-        if (confusion.classes, confusion.score_range, confusion.n_cells) \
-                != (stats.classes, stats.score_range, stats.n_cells):
+        if (confusion.classes, confusion.score_range, confusion.n_cells) != (
+            stats.classes,
+            stats.score_range,
+            stats.n_cells,
+        ):
             raise DataError(
                 "the confusion counts are not on the statistics' classes, score range and grid"
             )

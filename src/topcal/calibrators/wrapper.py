@@ -34,10 +34,12 @@ class Wrapper(Calibrator):
     #: the wrapped fitted model (None until fitted or loaded); subclasses may make it a property
     inner_: Calibrator | None = None
 
-    #: whether the wrapper was fitted on data itself and holds its own evidence (statistics, label-shift
+    #: whether the wrapper was fitted on data itself and holds its own evidence (statistics,
+    #: label-shift
     #: counts: ``auto``) or its evidence is its inner model's (an adapted model)
     owns_evidence: bool = True
-    #: whether its predictions and curves are its inner model's (``auto``) or its own (an adapted model)
+    #: whether its predictions and curves are its inner model's (``auto``) or its own (an adapted
+    #: model)
     predicts_as_inner: bool = True
 
     @property

@@ -27,8 +27,12 @@ from .common import Parser, UsageError, one_line
 __all__ = ["main", "build_parser", "COMMAND_GROUPS"]
 
 #: The command groups, in the order of ``topcal --help``.
-COMMAND_GROUPS = (models.add_commands, evaluation.add_commands, trust.add_commands,
-                  experiment_commands.add_commands)
+COMMAND_GROUPS = (
+    models.add_commands,
+    evaluation.add_commands,
+    trust.add_commands,
+    experiment_commands.add_commands,
+)
 
 
 def build_parser():
@@ -42,7 +46,8 @@ def build_parser():
 
 
 def _add_quiet(sub) -> None:
-    """``-q/--quiet`` on every command (progress bars show only on a terminal; this silences them)."""
+    """``-q/--quiet`` on every command (progress bars show only on a terminal; this silences
+    them)."""
     import argparse
 
     for p in dict.fromkeys(sub.choices.values()):
@@ -51,7 +56,12 @@ def _add_quiet(sub) -> None:
             for a in nested:
                 _add_quiet(a)
         elif "--quiet" not in p._option_string_actions:
-            p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or progress lines on stderr")
+            p.add_argument(
+                "-q",
+                "--quiet",
+                action="store_true",
+                help="no progress bars or progress lines on stderr",
+            )
 
 
 #: Seconds between plain progress lines when stderr is no terminal (docs/cli.md).
@@ -59,7 +69,8 @@ PROGRESS_SECONDS = 10.0
 
 
 def _plain_seconds() -> float:
-    """The interval of plain progress lines: $TOPCAL_PROGRESS_SECONDS, else :data:`PROGRESS_SECONDS`."""
+    """The interval of plain progress lines: $TOPCAL_PROGRESS_SECONDS, else
+    :data:`PROGRESS_SECONDS`."""
     import os
 
     raw = os.environ.get("TOPCAL_PROGRESS_SECONDS")
@@ -70,8 +81,10 @@ def _plain_seconds() -> float:
     except ValueError:
         value = float("nan")
     if not (value > 0 and value < float("inf")):
-        raise UsageError(f"TOPCAL_PROGRESS_SECONDS={raw!r} must be a positive number of seconds "
-                         "(or unset it for the default, 10)")
+        raise UsageError(
+            f"TOPCAL_PROGRESS_SECONDS={raw!r} must be a positive number of seconds "
+            "(or unset it for the default, 10)"
+        )
     return value
 
 
@@ -80,9 +93,12 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def _terminate_cleanly():
-    """On SIGTERM (e.g. `kill`, a scheduler's time limit) and SIGHUP (the terminal closed) unwind like
-    Ctrl-C, so half-written outputs are removed; returns a function that restores the previous handlers.
-    (SIGKILL cannot be caught: its temporary files are removed by the next run writing the same output.)"""
+    """On SIGTERM (e.g. `kill`, a scheduler's time limit) and SIGHUP (the terminal closed) unwind
+    like
+    Ctrl-C, so half-written outputs are removed; returns a function that restores the previous
+    handlers.
+    (SIGKILL cannot be caught: its temporary files are removed by the next run writing the same
+    output.)"""
     import signal
     import threading
 
@@ -117,8 +133,11 @@ def main(argv=None) -> int:
         _progress.set_quiet(was_quiet or getattr(args, "quiet", False))
         if args.command is None:
             parser.print_help(sys.stderr)
-            print("error: no command given; choose one of the commands above, e.g. 'topcal fit --help'",
-                  file=sys.stderr)
+            print(
+                "error: no command given; choose one of the commands above, e.g. 'topcal fit "
+                "--help'",
+                file=sys.stderr,
+            )
             return 2
         _progress.set_plain(_plain_seconds())
         with _progress.heartbeat(args.command):
@@ -127,8 +146,11 @@ def main(argv=None) -> int:
         print(f"error: {printable(one_line(exc))}", file=sys.stderr)
         return 2
     except MemoryError:
-        print("error: out of memory; the input or a size parameter (bins, classes) is too large for this machine",
-              file=sys.stderr)
+        print(
+            "error: out of memory; the input or a size parameter (bins, classes) is too large for "
+            "this machine",
+            file=sys.stderr,
+        )
         return 2
     except RecursionError:
         print("error: the input is nested too deeply to read", file=sys.stderr)

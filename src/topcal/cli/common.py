@@ -18,9 +18,29 @@ from .._tables import format_table, format_value, text_table
 from ..calibrators.auto import TIER_LEGEND
 from ..errors import TopcalError
 
-__all__ = ["Parser", "UsageError", "choice_table", "add_data_options", "read_options", "read", "column_map", "add_scale_options",
-           "check_scale_args", "engine_for", "RowProgress", "parse_param", "progress", "one_line", "rows_hint",
-           "format_value", "format_table", "overall_table", "per_class_table", "MAX_TABLE_CLASSES", "similar_once"]
+__all__ = [
+    "Parser",
+    "UsageError",
+    "choice_table",
+    "add_data_options",
+    "read_options",
+    "read",
+    "column_map",
+    "add_scale_options",
+    "check_scale_args",
+    "engine_for",
+    "RowProgress",
+    "parse_param",
+    "progress",
+    "one_line",
+    "rows_hint",
+    "format_value",
+    "format_table",
+    "overall_table",
+    "per_class_table",
+    "MAX_TABLE_CLASSES",
+    "similar_once",
+]
 
 
 class Parser(argparse.ArgumentParser):
@@ -36,16 +56,43 @@ class UsageError(Exception):
 
 def add_data_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data columns")
-    g.add_argument("--label-column", default="label", help="column with the true class name (default: label)")
-    g.add_argument("--logits", action="store_true", help="read p_<class> columns as logits, not probabilities")
-    g.add_argument("--renormalize", action="store_true", help="divide probability rows by their sum instead of rejecting rows that do not sum to 1")
-    g.add_argument("--score-range", nargs=2, type=float, metavar=("LO", "HI"), help="scale of the 'score' column or of binned data's bins (default 0 1; PhANNs: 0 10); apply takes the model's")
-    g.add_argument("--prob-prefix", default="p_", help="prefix of probability columns (default: p_)")
-    g.add_argument("--pred-column", default="pred", help="predicted-class column for top-score data (default: pred)")
+    g.add_argument(
+        "--label-column", default="label", help="column with the true class name (default: label)"
+    )
+    g.add_argument(
+        "--logits", action="store_true", help="read p_<class> columns as logits, not probabilities"
+    )
+    g.add_argument(
+        "--renormalize",
+        action="store_true",
+        help="divide probability rows by their sum instead of rejecting rows that do not sum to 1",
+    )
+    g.add_argument(
+        "--score-range",
+        nargs=2,
+        type=float,
+        metavar=("LO", "HI"),
+        help="scale of the 'score' column or of binned data's bins (default 0 1; PhANNs: 0 10); "
+        "apply takes the model's",
+    )
+    g.add_argument(
+        "--prob-prefix", default="p_", help="prefix of probability columns (default: p_)"
+    )
+    g.add_argument(
+        "--pred-column",
+        default="pred",
+        help="predicted-class column for top-score data (default: pred)",
+    )
     g.add_argument("--score-column", default="score", help="top-score column (default: score)")
-    g.add_argument("--column", action="append", default=[], metavar="ROLE=NAME",
-                   help="read column NAME as ROLE (label, pred, score, predicted_class, bin_lo, bin_hi, tp, fp); "
-                        "repeatable")
+    g.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="ROLE=NAME",
+        help="read column NAME as ROLE (label, pred, score, predicted_class, bin_lo, bin_hi, tp, "
+        "fp); "
+        "repeatable",
+    )
 
 
 def read_options(args) -> dict:
@@ -66,7 +113,9 @@ def column_map(items) -> dict | None:
     for text in items:
         role, sep, name = text.partition("=")
         if not sep or not role.strip() or not name:
-            raise TopcalError(f"--column {text!r} must look like ROLE=NAME, e.g. --column label=true_class")
+            raise TopcalError(
+                f"--column {text!r} must look like ROLE=NAME, e.g. --column label=true_class"
+            )
         out[role.strip()] = name
     return out or None
 
@@ -74,18 +123,36 @@ def column_map(items) -> dict | None:
 def add_scale_options(p: argparse.ArgumentParser, *, streams_by_default: bool) -> None:
     g = p.add_argument_group("large data")
     if streams_by_default:
-        g.add_argument("--chunk-rows", type=int, default=None, metavar="N",
-                       help="rows read (and written) per chunk: memory depends on N, not on the file "
-                            "(default 1000000; .npz files are read whole)")
+        g.add_argument(
+            "--chunk-rows",
+            type=int,
+            default=None,
+            metavar="N",
+            help="rows read (and written) per chunk: memory depends on N, not on the file "
+            "(default 1000000; .npz files are read whole)",
+        )
     else:
-        g.add_argument("--chunk-rows", type=int, default=None, metavar="N",
-                       help="read CSV/Parquet in chunks of N rows and fit from the merged counts (bounded memory; "
-                            "scores on a grid of 4096 cells; not for full-vector methods)")
-    g.add_argument("--engine", choices=("local", "dask"), default="local",
-                   help="local (default) or dask: DATA is a Parquet file, directory or glob, processed by a "
-                        "Dask cluster (pip install 'topcal[dask]')")
-    g.add_argument("--scheduler", metavar="ADDRESS",
-                   help="Dask scheduler address (default: start a LocalCluster on this machine)")
+        g.add_argument(
+            "--chunk-rows",
+            type=int,
+            default=None,
+            metavar="N",
+            help="read CSV/Parquet in chunks of N rows and fit from the merged counts (bounded "
+            "memory; "
+            "scores on a grid of 4096 cells; not for full-vector methods)",
+        )
+    g.add_argument(
+        "--engine",
+        choices=("local", "dask"),
+        default="local",
+        help="local (default) or dask: DATA is a Parquet file, directory or glob, processed by a "
+        "Dask cluster (pip install 'topcal[dask]')",
+    )
+    g.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler address (default: start a LocalCluster on this machine)",
+    )
 
 
 def check_scale_args(args) -> None:
@@ -94,11 +161,14 @@ def check_scale_args(args) -> None:
     if args.scheduler and args.engine != "dask":
         raise TopcalError("--scheduler needs --engine dask")
     if args.engine == "dask" and args.chunk_rows is not None:
-        raise TopcalError("--chunk-rows is for --engine local; with dask the partitions are the chunks")
+        raise TopcalError(
+            "--chunk-rows is for --engine local; with dask the partitions are the chunks"
+        )
 
 
 def engine_for(args):
-    """The engine (:mod:`topcal.engines`) the options ``--engine``, ``--chunk-rows``, ``--scheduler`` ask for:
+    """The engine (:mod:`topcal.engines`) the options ``--engine``, ``--chunk-rows``,
+    ``--scheduler`` ask for:
     the one place the command line chooses where fit, update and apply run."""
     from ..engines import for_options
 
@@ -134,7 +204,8 @@ def parse_param(text: str):
 
 
 def progress():
-    """A function printing timed progress lines on stderr (only on a terminal, and not with --quiet)."""
+    """A function printing timed progress lines on stderr (only on a terminal, and not with
+    --quiet)."""
     t0 = time.perf_counter()
 
     def emit(msg: str) -> None:
@@ -161,7 +232,8 @@ def read(path, args):
 
 
 def overall_table(result) -> str:
-    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not ranked on ECE)."""
+    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not ranked on
+    ECE)."""
     from ..evaluate import METRICS, Comparison
     from ..report.page import ranked, unranked_notes
 
@@ -172,8 +244,13 @@ def overall_table(result) -> str:
     text = format_table(["method"] + [x.upper() for x in METRICS], rows)
     lines = text.splitlines()
     for i, m in enumerate(methods):
-        marks = [x.upper() for x in METRICS if m in ranked([m], x) and best[x] is not None
-                 and np.isclose(res[m][x].overall, best[x], rtol=1e-9)]
+        marks = [
+            x.upper()
+            for x in METRICS
+            if m in ranked([m], x)
+            and best[x] is not None
+            and np.isclose(res[m][x].overall, best[x], rtol=1e-9)
+        ]
         if marks:
             lines[i + 2] += "   best " + ",".join(marks)
     lines += [f"({note})" for note in unranked_notes(methods)]
@@ -181,8 +258,10 @@ def overall_table(result) -> str:
 
 
 def choice_table(fits: list) -> str:
-    """What ``auto`` chose (``evaluate.auto_summary`` of each fit, e.g. one per fold): candidates as rows,
-    per fit the mean cross-validated NLL, its SE and the SE of the paired difference to the best; the
+    """What ``auto`` chose (``evaluate.auto_summary`` of each fit, e.g. one per fold): candidates as
+    rows,
+    per fit the mean cross-validated NLL, its SE and the SE of the paired difference to the best;
+    the
     chosen candidate of each fit marked ``<``, the best mean ``*``, a blend's components ``+``."""
     names = []
     for fit in fits:
@@ -198,22 +277,36 @@ def choice_table(fits: list) -> str:
             if r is None or r["nll"] is None:
                 row += ["failed" if r is not None else None, None, None, ""]
             else:
-                row += [r["nll"], r["se"], r["diff_se"], ("<" if r["chosen"] else "") + ("*" if r["best"] else "")
-                        + ("+" if r.get("blend_weight") else "")]
+                row += [
+                    r["nll"],
+                    r["se"],
+                    r["diff_se"],
+                    ("<" if r["chosen"] else "")
+                    + ("*" if r["best"] else "")
+                    + ("+" if r.get("blend_weight") else ""),
+                ]
         rows.append(row)
     widths = [max(9, len(h)) for h in header[1:]]
-    cells = [[r[0]] + [c.rjust(w) if isinstance(c, str) else format_value(c, w) for c, w in zip(r[1:], widths)]
-             for r in rows]
+    cells = [
+        [r[0]]
+        + [c.rjust(w) if isinstance(c, str) else format_value(c, w) for c, w in zip(r[1:], widths)]
+        for r in rows
+    ]
     w0 = max(len(str(r[0])) for r in rows + [header])
-    return text_table(header, cells, w0, widths) + f"\n(< chosen, * smallest mean, + in the blend; tier {TIER_LEGEND})"
+    return (
+        text_table(header, cells, w0, widths)
+        + f"\n(< chosen, * smallest mean, + in the blend; tier {TIER_LEGEND})"
+    )
 
 
-#: Classes a console per-class table lists at most (the largest ones); --csv/--json give every class.
+#: Classes a console per-class table lists at most (the largest ones); --csv/--json give every
+#: class.
 MAX_TABLE_CLASSES = 30
 
 
 def per_class_table(result, metric: str = "nll", sizes=None) -> str:
-    """Classes as rows, methods as columns; with ``sizes`` (positives per class, in class order) and more than
+    """Classes as rows, methods as columns; with ``sizes`` (positives per class, in class order) and
+    more than
     :data:`MAX_TABLE_CLASSES` classes, only the largest ones, with a note."""
     from ..evaluate import Comparison
 
@@ -222,9 +315,16 @@ def per_class_table(result, metric: str = "nll", sizes=None) -> str:
     classes = list(res[methods[0]][metric].per_class)
     note = ""
     if sizes is not None and len(classes) > MAX_TABLE_CLASSES:
-        keep = set(np.argsort(-np.asarray(sizes, dtype=np.float64), kind="stable")[:MAX_TABLE_CLASSES].tolist())
-        note = (f"\n({MAX_TABLE_CLASSES} of {len(classes)} classes shown, those with the most positives; "
-                "--csv or --json list every class)")
+        keep = set(
+            np.argsort(-np.asarray(sizes, dtype=np.float64), kind="stable")[
+                :MAX_TABLE_CLASSES
+            ].tolist()
+        )
+        note = (
+            f"\n({MAX_TABLE_CLASSES} of {len(classes)} classes shown, those with the most "
+            f"positives; "
+            "--csv or --json list every class)"
+        )
         classes = [c for i, c in enumerate(classes) if i in keep]
     rows = [[c] + [res[m][metric].per_class[c] for m in methods] for c in classes]
     rows.append(["overall"] + [res[m][metric].overall for m in methods])
@@ -232,14 +332,20 @@ def per_class_table(result, metric: str = "nll", sizes=None) -> str:
 
 
 def similar_once(messages, max_lines: int = MAX_TABLE_CLASSES) -> list:
-    """Messages for the console, each kind once: messages that differ only in their bracketed lists (one per
-    fold, naming other classes) become the first of them plus a count; at most ``max_lines`` lines."""
+    """Messages for the console, each kind once: messages that differ only in their bracketed lists
+    (one per
+    fold, naming other classes) become the first of them plus a count; at most ``max_lines``
+    lines."""
     import re
 
     groups: dict = {}
     for m in messages:
         groups.setdefault(re.sub(r"\[[^\]]*\]|\([^)]*\)|\d+(\.\d+)?", "#", m), []).append(m)
-    lines = [ms[0] + (f" (and {len(ms) - 1} similar)" if len(ms) > 1 else "") for ms in groups.values()]
+    lines = [
+        ms[0] + (f" (and {len(ms) - 1} similar)" if len(ms) > 1 else "") for ms in groups.values()
+    ]
     if len(lines) > max_lines:
-        lines = lines[:max_lines] + [f"... and {len(lines) - max_lines} more (--json lists every warning)"]
+        lines = lines[:max_lines] + [
+            f"... and {len(lines) - max_lines} more (--json lists every warning)"
+        ]
     return lines

@@ -12,8 +12,17 @@ import sys
 
 from .._tables import csv_text, printable
 from ..errors import TopcalError
-from .common import (add_data_options, choice_table, format_table, overall_table, parse_param, per_class_table,
-                     progress, read, similar_once)
+from .common import (
+    add_data_options,
+    choice_table,
+    format_table,
+    overall_table,
+    parse_param,
+    per_class_table,
+    progress,
+    read,
+    similar_once,
+)
 
 __all__ = ["add_commands", "method_params"]
 
@@ -28,7 +37,10 @@ def _methods(text: str | None):
         return None
     names = [m.strip() for m in text.split(",") if m.strip()]
     if not names:
-        raise TopcalError("--methods is empty; give method names separated by commas, e.g. --methods hist,kde-mon2")
+        raise TopcalError(
+            "--methods is empty; give method names separated by commas, e.g. --methods "
+            "hist,kde-mon2"
+        )
     from ..calibrators import get_class
 
     for n in names:
@@ -42,27 +54,52 @@ def method_params(texts) -> dict:
     for text in texts or []:
         method, sep, rest = text.partition(":")
         if not sep or not method.strip() or "=" not in rest:
-            raise TopcalError(f"--param {text!r} must look like METHOD:NAME=VALUE, e.g. --param btswa:max_iter=500")
+            raise TopcalError(
+                f"--param {text!r} must look like METHOD:NAME=VALUE, e.g. --param "
+                f"btswa:max_iter=500"
+            )
         key, value = parse_param(rest)
         out.setdefault(method.strip(), {})[key] = value
     return out
 
 
 def _protocol_options(p, what: str) -> None:
-    p.add_argument("--folds", type=int, default=None, metavar="K",
-                   help=f"{what} by K-fold cross-fitting within DATA, out of sample (default 5)")
-    p.add_argument("--in-sample", action="store_true",
-                   help="instead fit and evaluate on the same data (the paper's practice; optimistic for flexible methods)")
+    p.add_argument(
+        "--folds",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"{what} by K-fold cross-fitting within DATA, out of sample (default 5)",
+    )
+    p.add_argument(
+        "--in-sample",
+        action="store_true",
+        help="instead fit and evaluate on the same data (the paper's practice; optimistic for "
+        "flexible methods)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the fold split (default 0)")
-    p.add_argument("--param", action="append", default=[], metavar="METHOD:NAME=VALUE",
-                   help="method parameter, repeatable (e.g. --param btswa:max_iter=500, --param hist:shrinkage=0)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="METHOD:NAME=VALUE",
+        help="method parameter, repeatable (e.g. --param btswa:max_iter=500, --param "
+        "hist:shrinkage=0)",
+    )
+
 
 def _folds(args, eval_given: bool = False) -> int | None:
-    """The K of K-fold cross-fitting (default 5), or None for --in-sample / --eval; --folds with either is an error."""
+    """The K of K-fold cross-fitting (default 5), or None for --in-sample / --eval; --folds with
+    either is an error."""
     if args.folds is not None and (args.in_sample or eval_given):
-        other = "--in-sample fits and evaluates on the same data" if args.in_sample else \
-            "--eval evaluates on the second test set"
-        raise TopcalError(f"--folds is for K-fold cross-fitting within DATA, but {other}; drop one of them")
+        other = (
+            "--in-sample fits and evaluates on the same data"
+            if args.in_sample
+            else "--eval evaluates on the second test set"
+        )
+        raise TopcalError(
+            f"--folds is for K-fold cross-fitting within DATA, but {other}; drop one of them"
+        )
     if args.in_sample or eval_given:
         return None
     return 5 if args.folds is None else args.folds
@@ -78,43 +115,95 @@ def add_commands(sub) -> None:
     add_data_options(p)
     p.set_defaults(func=_cmd_metrics)
 
-    p = sub.add_parser("report", help="write the visual check (figures, metrics, warnings) as DIR/index.html")
+    p = sub.add_parser(
+        "report", help="write the visual check (figures, metrics, warnings) as DIR/index.html"
+    )
     p.add_argument("data", help="labelled data: CSV, Parquet or .npz")
-    p.add_argument("--eval", metavar="DATA2", help="a second labelled test set to evaluate the fits on")
-    p.add_argument("--methods", metavar="M1,M2,...", help="methods to fit (default: all that can run on the data)")
-    p.add_argument("--add", metavar="EXTRA", help="extra labelled samples: show the curves before and after adding them")
-    p.add_argument("-o", "--output", required=True, metavar="DIR",
-                   help="folder to write index.html and figures/ into: new, empty or made by topcal (it is replaced)")
-    p.add_argument("--force", action="store_true",
-                   help="write into DIR even if it holds other files (they are kept; index.html and figures/ are replaced)")
+    p.add_argument(
+        "--eval", metavar="DATA2", help="a second labelled test set to evaluate the fits on"
+    )
+    p.add_argument(
+        "--methods",
+        metavar="M1,M2,...",
+        help="methods to fit (default: all that can run on the data)",
+    )
+    p.add_argument(
+        "--add",
+        metavar="EXTRA",
+        help="extra labelled samples: show the curves before and after adding them",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="folder to write index.html and figures/ into: new, empty or made by topcal (it is "
+        "replaced)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into DIR even if it holds other files (they are kept; index.html and figures/ "
+        "are replaced)",
+    )
     p.add_argument("--dpi", type=int, default=90, help="resolution of the figures (default 90)")
     _protocol_options(p, "rank methods")
-    p.add_argument("--adapted", metavar="MODEL", help="a model from 'topcal adapt': add the label-shift panel")
-    p.add_argument("--thresholds", metavar="T.json", help="cut-offs from 'topcal threshold' (with --model, the model "
-                   "they were chosen for): add the acceptance panel (accepted fraction against precision per class)")
+    p.add_argument(
+        "--adapted", metavar="MODEL", help="a model from 'topcal adapt': add the label-shift panel"
+    )
+    p.add_argument(
+        "--thresholds",
+        metavar="T.json",
+        help="cut-offs from 'topcal threshold' (with --model, the model "
+        "they were chosen for): add the acceptance panel (accepted fraction against precision per "
+        "class)",
+    )
     p.add_argument("--model", metavar="M.json", help="the model of --thresholds")
     add_data_options(p)
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("compare", help="compare methods out of sample: K-fold cross-fitting (default 5), or --eval DATA2")
+    p = sub.add_parser(
+        "compare",
+        help="compare methods out of sample: K-fold cross-fitting (default 5), or --eval DATA2",
+    )
     p.add_argument("data", help="labelled data to fit on")
-    p.add_argument("--eval", metavar="DATA2", help="evaluate on this second labelled test set instead of K folds")
+    p.add_argument(
+        "--eval",
+        metavar="DATA2",
+        help="evaluate on this second labelled test set instead of K folds",
+    )
     _protocol_options(p, "evaluate")
-    p.add_argument("--methods", metavar="M1,M2,...", help="methods to compare (default: all that can run)")
+    p.add_argument(
+        "--methods", metavar="M1,M2,...", help="methods to compare (default: all that can run)"
+    )
     p.add_argument("--bins", type=int, default=10, help="bins for ECE (default 10)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the full result as JSON")
-    fmt.add_argument("--csv", action="store_true", help="print long-format CSV: method,metric,class,value")
+    fmt.add_argument(
+        "--csv", action="store_true", help="print long-format CSV: method,metric,class,value"
+    )
     add_data_options(p)
     p.set_defaults(func=_cmd_compare)
 
-    p = sub.add_parser("demo", help="the visual-check report for the embedded PhANNs data, plus a short table")
-    p.add_argument("-o", "--output", default="topcal-demo-report", metavar="DIR",
-                   help="folder for index.html and figures/ (default: ./topcal-demo-report); it must be new, "
-                        "empty or made by topcal")
-    p.add_argument("--force", action="store_true",
-                   help="write into DIR even if it holds other files (they are kept; index.html and figures/ are replaced)")
+    p = sub.add_parser(
+        "demo", help="the visual-check report for the embedded PhANNs data, plus a short table"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default="topcal-demo-report",
+        metavar="DIR",
+        help="folder for index.html and figures/ (default: ./topcal-demo-report); it must be new, "
+        "empty or made by topcal",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into DIR even if it holds other files (they are kept; index.html and figures/ "
+        "are replaced)",
+    )
     p.set_defaults(func=_cmd_demo)
+
 
 def _cmd_metrics(args) -> int:
     from .._params import MAX_BINS
@@ -153,7 +242,10 @@ def _cmd_report(args) -> int:
     for path in (args.data, args.eval, args.add, args.thresholds, args.model):
         check_output(args.output, [path], "report folder")
     if (args.thresholds is None) != (args.model is None):
-        raise TopcalError("--thresholds and --model go together: the thresholds file and the model it was chosen for")
+        raise TopcalError(
+            "--thresholds and --model go together: the thresholds file and the model it was chosen "
+            "for"
+        )
     acceptance = None
     if args.thresholds:
         from ..persist import load
@@ -170,11 +262,26 @@ def _cmd_report(args) -> int:
 
         adapted = load(args.adapted)
         if not isinstance(adapted, AdaptedCalibrator):
-            raise TopcalError(f"--adapted {args.adapted!r} is a plain {adapted.name!r} model; make one with 'topcal adapt'")
-    res = build_report(data, args.output, eval_data=eval_data, methods=_methods(args.methods), extra=extra,
-                       data_label=Path(args.data).name, dpi=args.dpi, progress=progress(),
-                       folds=_folds(args), seed=args.seed, params=method_params(args.param),
-                       force=args.force, adapted=adapted, thresholds=acceptance)
+            raise TopcalError(
+                f"--adapted {args.adapted!r} is a plain {adapted.name!r} model; make one with "
+                f"'topcal adapt'"
+            )
+    res = build_report(
+        data,
+        args.output,
+        eval_data=eval_data,
+        methods=_methods(args.methods),
+        extra=extra,
+        data_label=Path(args.data).name,
+        dpi=args.dpi,
+        progress=progress(),
+        folds=_folds(args),
+        seed=args.seed,
+        params=method_params(args.param),
+        force=args.force,
+        adapted=adapted,
+        thresholds=acceptance,
+    )
     print(f"report: {res.path}")
     for line in _finding_lines(res.findings):
         print(f"  warning: {printable(line)}", file=sys.stderr)
@@ -182,18 +289,23 @@ def _cmd_report(args) -> int:
 
 
 def _finding_lines(findings) -> list:
-    """The report's warnings for the console: a kind that repeats (over many classes) is one line."""
+    """The report's warnings for the console: a kind that repeats (over many classes) is one
+    line."""
     from ..report import FindingGroup, group_findings
 
-    lines = [g.summary() if isinstance(g, FindingGroup) else g.text for g in group_findings(findings)]
+    lines = [
+        g.summary() if isinstance(g, FindingGroup) else g.text for g in group_findings(findings)
+    ]
     if len(lines) > MAX_PRINTED_FINDINGS:
-        lines = lines[:MAX_PRINTED_FINDINGS] + [f"... and {len(lines) - MAX_PRINTED_FINDINGS} more: see the "
-                                                "report's Warnings section"]
+        lines = lines[:MAX_PRINTED_FINDINGS] + [
+            f"... and {len(lines) - MAX_PRINTED_FINDINGS} more: see the report's Warnings section"
+        ]
     return lines
 
 
 _PROTOCOL_TEXT = {
-    "same": "fitted and evaluated on the same data (the paper's practice; optimistic for flexible methods)",
+    "same": "fitted and evaluated on the same data (the paper's practice; optimistic for flexible "
+    "methods)",
     "holdout": "fitted on DATA, evaluated on the second test set",
     "kfold": "{folds}-fold cross-fitting within DATA (stratified by predicted class)",
 }
@@ -216,10 +328,21 @@ def _cmd_compare(args) -> int:
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     quiet = args.json or args.csv
     if args.in_sample and eval_data is not None:
-        raise TopcalError("--in-sample and --eval exclude each other: --eval already evaluates on a second test set")
+        raise TopcalError(
+            "--in-sample and --eval exclude each other: --eval already evaluates on a second test "
+            "set"
+        )
     folds = _folds(args, eval_data is not None)
-    res = compare_methods(data, _methods(args.methods), eval_data=eval_data, folds=folds, seed=args.seed,
-                          n_bins=args.bins, params=method_params(args.param), progress=None if quiet else progress())
+    res = compare_methods(
+        data,
+        _methods(args.methods),
+        eval_data=eval_data,
+        folds=folds,
+        seed=args.seed,
+        n_bins=args.bins,
+        params=method_params(args.param),
+        progress=None if quiet else progress(),
+    )
     for name, msg in res.failed.items():
         print(printable(f"warning: {name} failed and is left out: {msg}"), file=sys.stderr)
     if quiet:
@@ -227,8 +350,10 @@ def _cmd_compare(args) -> int:
             for msg in msgs:
                 print(f"warning: {printable(msg)}", file=sys.stderr)
     if not res.methods:
-        raise TopcalError("none of the methods can run on this data (they need full score vectors); "
-                          "choose score-based methods such as hist, kde-mon2")
+        raise TopcalError(
+            "none of the methods can run on this data (they need full score vectors); "
+            "choose score-based methods such as hist, kde-mon2"
+        )
     if args.json:
         print(json.dumps(res.to_dict(), indent=1))
         return 0
@@ -263,21 +388,39 @@ def _cmd_demo(args) -> int:
     from ..report import build_report
 
     data = load_phanns()
-    print(f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores 0-10")
-    res = build_report(data, args.output, title="topcal demo: PhANNs test set", data_label="PhANNs test set (embedded)",
-                       progress=progress(), force=args.force)
+    print(
+        f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores "
+        f"0-10"
+    )
+    res = build_report(
+        data,
+        args.output,
+        title="topcal demo: PhANNs test set",
+        data_label="PhANNs test set (embedded)",
+        progress=progress(),
+        force=args.force,
+    )
     for metric in ("nll", "ece1"):
-        print(f"\nper-class {metric.upper()} ({res.comparison.folds}-fold cross-fitted: every sample scored by a "
-              "model fitted without it)")
+        print(
+            f"\nper-class {metric.upper()} ({res.comparison.folds}-fold cross-fitted: every sample "
+            f"scored by a "
+            "model fitted without it)"
+        )
         print(per_class_table(res.comparison, metric, sizes=sum(data.class_counts())))
-    print("\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself numbers)")
+    print(
+        "\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself "
+        "numbers)"
+    )
     print(overall_table(res.comparison))
     from ..calibrators import available_methods
     from ..report import default_methods
 
     left_out = [m for m in available_methods() if m not in default_methods(data)]
     if left_out:
-        print("\nnot run (need the full score vector, which the PhANNs counts lack): " + ", ".join(left_out))
+        print(
+            "\nnot run (need the full score vector, which the PhANNs counts lack): "
+            + ", ".join(left_out)
+        )
     if res.findings:
         print(f"\nwarnings ({len(res.findings)}):")
         for line in _finding_lines(res.findings):

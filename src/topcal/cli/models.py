@@ -6,32 +6,57 @@ import json
 
 from .._fileio import check_output
 from ..errors import TopcalError
-from .common import (RowProgress, add_data_options, add_scale_options, engine_for, format_table, parse_param,
-                     read_options, rows_hint)
+from .common import (
+    RowProgress,
+    add_data_options,
+    add_scale_options,
+    engine_for,
+    format_table,
+    parse_param,
+    read_options,
+    rows_hint,
+)
 
 __all__ = ["add_commands"]
 
 
 def add_commands(sub) -> None:
-    """Add ``fit``, ``update``, ``apply``, ``describe``, ``methods`` and ``adapt`` to the ``topcal`` subparsers."""
+    """Add ``fit``, ``update``, ``apply``, ``describe``, ``methods`` and ``adapt`` to the ``topcal``
+    subparsers."""
     from ..calibrators import available_methods
 
     methods = ", ".join(available_methods())
     p = sub.add_parser("fit", help="fit a calibrator and save it as JSON")
     p.add_argument("data", help="labelled data: CSV, Parquet or .npz")
-    p.add_argument("--method", default="auto", help="calibration method (default: auto, the simplest candidate "
-                   "within noise of the smallest 5-fold cross-validated NLL, or its blend with the two best others "
-                   f"where that clearly wins out of fold). Options: {methods}")
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter, repeatable (e.g. --param n_bins=20)")
+    p.add_argument(
+        "--method",
+        default="auto",
+        help="calibration method (default: auto, the simplest candidate "
+        "within noise of the smallest 5-fold cross-validated NLL, or its blend with the two best "
+        "others "
+        f"where that clearly wins out of fold). Options: {methods}",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="method parameter, repeatable (e.g. --param n_bins=20)",
+    )
     p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
     add_data_options(p)
     add_scale_options(p, streams_by_default=False)
     p.set_defaults(func=_cmd_fit)
 
-    p = sub.add_parser("update", help="add labelled data to a model: refit from its stored statistics (score counts; "
-                       "sts/csts fitted with --param keep_stats=true: loss tables) plus the new ones; "
-                       "tswa/cstswa must be refitted (auto that chose them refits its best score method)")
-    p.add_argument("model", help="model file from 'topcal fit' (format 2 or later; sts/csts: format 3)")
+    p = sub.add_parser(
+        "update",
+        help="add labelled data to a model: refit from its stored statistics (score counts; "
+        "sts/csts fitted with --param keep_stats=true: loss tables) plus the new ones; "
+        "tswa/cstswa must be refitted (auto that chose them refits its best score method)",
+    )
+    p.add_argument(
+        "model", help="model file from 'topcal fit' (format 2 or later; sts/csts: format 3)"
+    )
     p.add_argument("data", help="new labelled data: CSV, Parquet or .npz")
     p.add_argument("-o", "--output", required=True, help="updated model file to write (.json)")
     add_data_options(p)
@@ -41,13 +66,27 @@ def add_commands(sub) -> None:
     p = sub.add_parser("apply", help="add calibrated confidence to new predictions")
     p.add_argument("model", help="model file from 'topcal fit'")
     p.add_argument("data", help="data to calibrate (no label column needed)")
-    p.add_argument("-o", "--output", required=True, help="output file (.csv or .parquet): input columns + pred + "
-                   "confidence; with --engine dask a .csv file or a directory of Parquet files")
-    p.add_argument("--interval", type=float, default=None, metavar="LEVEL",
-                   help="also add confidence_lo and confidence_hi, a LEVEL interval (e.g. 0.9) on each "
-                        "confidence: the estimation error of the calibration map (docs/intervals.md)")
-    p.add_argument("--thresholds", metavar="T.json", help="cut-offs from 'topcal threshold' for this model: adds an "
-                   "'accepted' column (true where the confidence reaches the row's class cut-off)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output file (.csv or .parquet): input columns + pred + "
+        "confidence; with --engine dask a .csv file or a directory of Parquet files",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        metavar="LEVEL",
+        help="also add confidence_lo and confidence_hi, a LEVEL interval (e.g. 0.9) on each "
+        "confidence: the estimation error of the calibration map (docs/intervals.md)",
+    )
+    p.add_argument(
+        "--thresholds",
+        metavar="T.json",
+        help="cut-offs from 'topcal threshold' for this model: adds an "
+        "'accepted' column (true where the confidence reaches the row's class cut-off)",
+    )
     add_data_options(p)
     add_scale_options(p, streams_by_default=True)
     p.set_defaults(func=_cmd_apply)
@@ -60,21 +99,51 @@ def add_commands(sub) -> None:
     sub.add_parser("methods", help="list the calibration methods").set_defaults(func=_cmd_methods)
 
     p = sub.add_parser("adapt", help="adapt a model to a use set's class frequencies (label shift)")
-    p.add_argument("model", help="model file from 'topcal fit' (fitted on per-sample labelled data)")
-    p.add_argument("data", nargs="?", help="the unlabelled use set (optional with --priors: then only checked)")
+    p.add_argument(
+        "model", help="model file from 'topcal fit' (fitted on per-sample labelled data)"
+    )
+    p.add_argument(
+        "data", nargs="?", help="the unlabelled use set (optional with --priors: then only checked)"
+    )
     p.add_argument("-o", "--output", required=True, help="adapted model file to write (.json)")
-    p.add_argument("--priors", metavar="P.csv", help="use-set priors, CSV 'class,prior' (instead of estimating them)")
-    p.add_argument("--estimator", choices=("em", "bbse"), default="em", help="prior estimator (default: em)")
-    p.add_argument("--test", metavar="DATA", help="the labelled test set the model was fitted on, with full score "
-                   "vectors: em then runs on its bias-corrected temperature scaling (EM+BCTS)")
-    p.add_argument("--bootstrap", type=int, default=100, metavar="B", help="bootstrap resamples for the intervals (default 100; 0: none)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the safety step's simulations (default 0)")
-    p.add_argument("--shrink", default="auto", metavar="auto|LAMBDA",
-                   help="how far to move from the test set's priors towards the estimate: 'auto' (default) "
-                        "chooses it by simulated shift on the model's own counts (0 where the estimate would do "
-                        "harm); a number in [0, 1] fixes it (1: the estimate as it is)")
+    p.add_argument(
+        "--priors",
+        metavar="P.csv",
+        help="use-set priors, CSV 'class,prior' (instead of estimating them)",
+    )
+    p.add_argument(
+        "--estimator", choices=("em", "bbse"), default="em", help="prior estimator (default: em)"
+    )
+    p.add_argument(
+        "--test",
+        metavar="DATA",
+        help="the labelled test set the model was fitted on, with full score "
+        "vectors: em then runs on its bias-corrected temperature scaling (EM+BCTS)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=100,
+        metavar="B",
+        help="bootstrap resamples for the intervals (default 100; 0: none)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the bootstrap and the safety step's simulations (default 0)",
+    )
+    p.add_argument(
+        "--shrink",
+        default="auto",
+        metavar="auto|LAMBDA",
+        help="how far to move from the test set's priors towards the estimate: 'auto' (default) "
+        "chooses it by simulated shift on the model's own counts (0 where the estimate would do "
+        "harm); a number in [0, 1] fixes it (1: the estimate as it is)",
+    )
     add_data_options(p)
     p.set_defaults(func=_cmd_adapt)
+
 
 # ----------------------------------------------------------------- commands
 def _progress(args, what: str, engine):
@@ -99,7 +168,9 @@ def _cmd_fit(args) -> int:
     cal = calibrator(args.method, **params)
     check_output(args.output, [args.data], "model file")
     progress = _progress(args, "reading", engine) if engine.from_counts else None
-    cal = _run(progress, lambda: engine.fit(cal, args.data, progress=progress, **read_options(args)))
+    cal = _run(
+        progress, lambda: engine.fit(cal, args.data, progress=progress, **read_options(args))
+    )
     cal.save(args.output)
     n_samples = float(cal.n_tp_.sum() + cal.n_fp_.sum())
     chosen = f" ({cal.summary_line()})" if isinstance(cal, Wrapper) else ""
@@ -108,7 +179,10 @@ def _cmd_fit(args) -> int:
         if engine.from_counts
         else ""
     )
-    print(f"fitted {args.method}{chosen} on {n_samples:g} samples, {len(cal.classes_)} classes{how} -> {args.output}")
+    print(
+        f"fitted {args.method}{chosen} on {n_samples:g} samples, {len(cal.classes_)} classes{how} "
+        f"-> {args.output}"
+    )
     return 0
 
 
@@ -140,7 +214,9 @@ def _cmd_apply(args) -> int:
     if args.interval is not None:
         args.interval = check_level(args.interval)
     model = load(args.model)
-    check_output(args.output, [args.data, args.model] + ([args.thresholds] if args.thresholds else []))
+    check_output(
+        args.output, [args.data, args.model] + ([args.thresholds] if args.thresholds else [])
+    )
     thresholds = None
     if args.thresholds:
         from ..thresholds import load_thresholds
@@ -149,17 +225,37 @@ def _cmd_apply(args) -> int:
         thresholds.check_model(model)
     progress = _progress(args, "calibrating", engine)
     tally: dict = {}
-    rows = _run(progress, lambda: engine.apply(model, args.data, args.output, progress=progress,
-                                               interval=args.interval, thresholds=thresholds, tally=tally,
-                                               **read_options(args)))
-    what = f"{rows} rows with {model.name}" if rows is not None else f"{args.data} with {model.name} on {engine.name}"
+    rows = _run(
+        progress,
+        lambda: engine.apply(
+            model,
+            args.data,
+            args.output,
+            progress=progress,
+            interval=args.interval,
+            thresholds=thresholds,
+            tally=tally,
+            **read_options(args),
+        ),
+    )
+    what = (
+        f"{rows} rows with {model.name}"
+        if rows is not None
+        else f"{args.data} with {model.name} on {engine.name}"
+    )
     print(f"calibrated {what}{' (with accepted)' if thresholds else ''} -> {args.output}")
-    if tally.get("column", "confidence") != "confidence":  # the input's own 'confidence' is its raw score
-        print(f"the calibrated confidence is in column {tally['column']!r}; the input's 'confidence' "
-              "column (the raw score) is kept as it was")
+    if (
+        tally.get("column", "confidence") != "confidence"
+    ):  # the input's own 'confidence' is its raw score
+        print(
+            f"the calibrated confidence is in column {tally['column']!r}; the input's 'confidence' "
+            "column (the raw score) is kept as it was"
+        )
     if thresholds is not None and "accepted" in tally and rows:
-        print(f"accepted: {tally['accepted']} of {rows} rows ({tally['accepted'] / rows:.1%}) by the "
-              f"{'global cut-off' if thresholds.mode == 'global' else 'cut-offs of their classes'}")
+        print(
+            f"accepted: {tally['accepted']} of {rows} rows ({tally['accepted'] / rows:.1%}) by the "
+            f"{'global cut-off' if thresholds.mode == 'global' else 'cut-offs of their classes'}"
+        )
     return 0
 
 
@@ -187,16 +283,22 @@ def _cmd_adapt(args) -> int:
     from ..labelshift.estimates import MAX_BOOTSTRAP
 
     if args.bootstrap > MAX_BOOTSTRAP:
-        raise TopcalError(f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long before), "
-                          f"got {_short_int(args.bootstrap)}")
+        raise TopcalError(
+            f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long before), "
+            f"got {_short_int(args.bootstrap)}"
+        )
     if not 0 <= args.seed <= 2**32 - 1:
-        raise TopcalError(f"--seed must be an integer in [0, 4294967295], got {_short_int(args.seed)}")
+        raise TopcalError(
+            f"--seed must be an integer in [0, 4294967295], got {_short_int(args.seed)}"
+        )
     shrink = args.shrink
     if shrink != "auto":
         try:
             shrink = float(shrink)
         except ValueError:
-            raise TopcalError(f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}") from None
+            raise TopcalError(
+                f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}"
+            ) from None
     check_output(args.output, [args.model, args.data, args.priors, args.test], "adapted model file")
     model = load(args.model)
     if args.data is None and args.priors is None:
@@ -205,28 +307,57 @@ def _cmd_adapt(args) -> int:
     if args.data is not None:
         opts = read_options(args)
         opts["label_column"] = None  # the use set is unlabelled; a label column is ignored
-        use = read_data(args.data, **model_read_options(model, args.data, opts))  # the model's score range
-    test = read_data(args.test, **model_read_options(model, args.test, read_options(args))) if args.test else None
+        use = read_data(
+            args.data, **model_read_options(model, args.data, opts)
+        )  # the model's score range
+    test = (
+        read_data(args.test, **model_read_options(model, args.test, read_options(args)))
+        if args.test
+        else None
+    )
     if args.priors is not None:
         if test is not None:
-            raise TopcalError("--test is used to estimate priors; with --priors there is nothing to estimate")
+            raise TopcalError(
+                "--test is used to estimate priors; with --priors there is nothing to estimate"
+            )
         if shrink != "auto":
-            raise TopcalError("--shrink applies to estimated priors; priors given with --priors are used as they are")
+            raise TopcalError(
+                "--shrink applies to estimated priors; priors given with --priors are used as they "
+                "are"
+            )
         if use is not None:
             model.predict(use)  # only checks the use set fits the model (classes, score range)
         adapted = adapt(model, priors=read_priors(args.priors))
     else:
-        adapted = adapt(model, use, estimator=args.estimator, source_data=test, n_bootstrap=args.bootstrap,
-                        seed=args.seed, shrink=shrink)
+        adapted = adapt(
+            model,
+            use,
+            estimator=args.estimator,
+            source_data=test,
+            n_bootstrap=args.bootstrap,
+            seed=args.seed,
+            shrink=shrink,
+        )
     adapted.save(args.output)
     e = adapted.estimate_
-    how = "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
+    how = (
+        "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
+    )
     print(f"adapted {adapted.inner_.name} to {how} -> {args.output}")
     if e.estimator != "given":
-        print(f"safety step: moved {e.shrink:.0%} of the way from the test set's priors to the estimate ({e.shrink_reason})")
-    rows = [[c, e.source[i], e.priors[i]] + ([e.lower[i], e.upper[i]] if e.lower is not None else [])
-            + [adapted.weights_[i]] for i, c in enumerate(adapted.classes_)]
-    header = ["class", "source", "use"] + (["lower", "upper"] if e.lower is not None else []) + ["ratio"]
+        print(
+            f"safety step: moved {e.shrink:.0%} of the way from the test set's priors to the "
+            f"estimate ({e.shrink_reason})"
+        )
+    rows = [
+        [c, e.source[i], e.priors[i]]
+        + ([e.lower[i], e.upper[i]] if e.lower is not None else [])
+        + [adapted.weights_[i]]
+        for i, c in enumerate(adapted.classes_)
+    ]
+    header = (
+        ["class", "source", "use"] + (["lower", "upper"] if e.lower is not None else []) + ["ratio"]
+    )
     print(format_table(header, rows[:30]))
     if len(rows) > 30:
         print(f"... {len(rows) - 30} more classes: topcal describe {args.output}")

@@ -16,25 +16,55 @@ __all__ = ["add_commands"]
 
 def add_commands(sub) -> None:
     """Add ``threshold`` to the ``topcal`` subparsers."""
-    p = sub.add_parser("threshold", help="per-class cut-offs on the calibrated confidence whose accepted predictions "
-                       "have precision >= a target with probability >= 1 - delta (Learn-then-Test)")
-    p.add_argument("data", help="held-out labelled data (not the rows the model was fitted on): CSV, Parquet or .npz")
+    p = sub.add_parser(
+        "threshold",
+        help="per-class cut-offs on the calibrated confidence whose accepted predictions "
+        "have precision >= a target with probability >= 1 - delta (Learn-then-Test)",
+    )
+    p.add_argument(
+        "data",
+        help="held-out labelled data (not the rows the model was fitted on): CSV, Parquet or .npz",
+    )
     p.add_argument("--model", required=True, metavar="M", help="model file from 'topcal fit'")
-    p.add_argument("--precision", type=float, default=0.95, help="target precision, in (0, 1) (default 0.95)")
-    p.add_argument("--delta", type=float, default=0.05,
-                   help="the guarantee fails with probability at most delta, in (0, 1) (default 0.05)")
+    p.add_argument(
+        "--precision", type=float, default=0.95, help="target precision, in (0, 1) (default 0.95)"
+    )
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=0.05,
+        help="the guarantee fails with probability at most delta, in (0, 1) (default 0.05)",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--per-class", dest="mode", action="store_const", const="per-class",
-                   help="accept by each predicted class's own cut-off, and one shared cut-off for the "
-                        "classes too small to show the target alone (default)")
-    g.add_argument("--global", dest="mode", action="store_const", const="global",
-                   help="accept by one cut-off for all classes")
-    p.add_argument("--bonferroni", action="store_true",
-                   help="test each class at delta/K so that all classes' statements hold together "
-                        "(default: each class's at delta)")
-    p.add_argument("--pool-below", metavar="N", default=None, type=_pool_below,
-                   help="classes with fewer than N predictions share one cut-off (default auto: 4 x the "
-                        "fewest a class's test can use; 0: every class alone)")
+    g.add_argument(
+        "--per-class",
+        dest="mode",
+        action="store_const",
+        const="per-class",
+        help="accept by each predicted class's own cut-off, and one shared cut-off for the "
+        "classes too small to show the target alone (default)",
+    )
+    g.add_argument(
+        "--global",
+        dest="mode",
+        action="store_const",
+        const="global",
+        help="accept by one cut-off for all classes",
+    )
+    p.add_argument(
+        "--bonferroni",
+        action="store_true",
+        help="test each class at delta/K so that all classes' statements hold together "
+        "(default: each class's at delta)",
+    )
+    p.add_argument(
+        "--pool-below",
+        metavar="N",
+        default=None,
+        type=_pool_below,
+        help="classes with fewer than N predictions share one cut-off (default auto: 4 x the "
+        "fewest a class's test can use; 0: every class alone)",
+    )
     p.add_argument("-o", "--output", required=True, help="thresholds file to write (.json)")
     add_data_options(p)
     p.set_defaults(func=_cmd_threshold, mode="per-class")
@@ -50,7 +80,9 @@ def _pool_below(text: str):
     except ValueError:
         value = float("nan")
     if not (value >= 0 and value < float("inf")):
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a number of predictions >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be 'auto' or a number of predictions >= 0, got {text!r}"
+        )
     return value
 
 
@@ -63,13 +95,23 @@ def _cmd_threshold(args) -> int:
 
     check_output(args.output, [args.data, args.model], "thresholds file")
     model = load(args.model)
-    data = read_data(args.data, **model_read_options(model, args.data, read_options(args), model_classes=True))
-    th = fit_thresholds(model, data, args.precision, args.delta, mode=args.mode,
-                        multiplicity="bonferroni" if args.bonferroni else "per-class",
-                        **({} if args.pool_below is None else {"pool_below": args.pool_below}))
+    data = read_data(
+        args.data, **model_read_options(model, args.data, read_options(args), model_classes=True)
+    )
+    th = fit_thresholds(
+        model,
+        data,
+        args.precision,
+        args.delta,
+        mode=args.mode,
+        multiplicity="bonferroni" if args.bonferroni else "per-class",
+        **({} if args.pool_below is None else {"pool_below": args.pool_below}),
+    )
     th.save(args.output)
-    print(f"precision >= {th.precision:g} with probability >= {1 - th.delta:g} ({th.mode}) "
-          f"on {th.n_samples:g} held-out samples -> {args.output}")
+    print(
+        f"precision >= {th.precision:g} with probability >= {1 - th.delta:g} ({th.mode}) "
+        f"on {th.n_samples:g} held-out samples -> {args.output}"
+    )
     print(th.statements())
     header = ["class", "cut-off", "accepted", "predicted", "precision", "lower bound"]
     if th.mode == "global":  # the per-class rows and their reasons do not apply
@@ -90,6 +132,8 @@ def _cmd_threshold(args) -> int:
     if len(rows) > len(shown):
         print(f"... {len(rows) - len(shown)} more classes in {args.output}")
     accepted = sum(c.n_accepted for c in th.per_class)
-    print(f"accepted by the cut-offs in use: {accepted:g} of {th.n_samples:g} held-out predictions "
-          f"({accepted / th.n_samples:.1%}); --global would accept {th.overall.n_accepted:g}")
+    print(
+        f"accepted by the cut-offs in use: {accepted:g} of {th.n_samples:g} held-out predictions "
+        f"({accepted / th.n_samples:.1%}); --global would accept {th.overall.n_accepted:g}"
+    )
     return 0

@@ -24,7 +24,8 @@ outside the declared range are an error, never silently clipped.
 Where: :class:`TopLabelData` and its constructors in ``_table.py``; the
 checks they share (finite values, shapes, the score range) in ``_checks.py``;
 class names and the coding of labels in ``_labels.py``; rows grouped by
-class in ``_rows.py``; K-fold splits and stratified subsamples in ``_folds.py``. Everything public is
+class in ``_rows.py``; K-fold splits and stratified subsamples in ``_folds.py``. Everything public
+is
 imported from here.
 """
 
@@ -34,5 +35,19 @@ from ._labels import is_int_name, label_names, preview, sorted_names
 from ._rows import ClassView, canonical_order, class_order, rows_by_class
 from ._table import TopLabelData
 
-__all__ = ["TopLabelData", "ClassView", "LOG_PROB_FLOOR", "kfold_split", "stratified_subsample", "label_names", "sorted_names", "is_int_name",
-           "preview", "rows_by_class", "class_order", "MAX_SAMPLES", "check_sample_total", "canonical_order"]
+__all__ = [
+    "TopLabelData",
+    "ClassView",
+    "LOG_PROB_FLOOR",
+    "kfold_split",
+    "stratified_subsample",
+    "label_names",
+    "sorted_names",
+    "is_int_name",
+    "preview",
+    "rows_by_class",
+    "class_order",
+    "MAX_SAMPLES",
+    "check_sample_total",
+    "canonical_order",
+]

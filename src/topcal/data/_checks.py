@@ -1,6 +1,8 @@
-"""The numeric checks :class:`TopLabelData`'s constructors share (finite values, shapes, the score range).
+"""The numeric checks :class:`TopLabelData`'s constructors share (finite values, shapes, the score
+range).
 
-Every check raises a one-line :class:`~topcal.errors.DataError` naming the array, the row and the fix.
+Every check raises a one-line :class:`~topcal.errors.DataError` naming the array, the row and the
+fix.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ MAX_SAMPLES = 2.0**53
 def check_sample_total(total: float, what: str = "the data") -> None:
     """Raise a DataError when ``total`` samples exceed :data:`MAX_SAMPLES`."""
     if not total <= MAX_SAMPLES:
-        raise DataError(f"{what} holds {total:.3g} samples, more than 2^53 ({MAX_SAMPLES:.3g}), the largest count "
-                    "float64 adds exactly; scale the tp/fp counts down by a common factor")
+        raise DataError(
+            f"{what} holds {total:.3g} samples, more than 2^53 ({MAX_SAMPLES:.3g}), the largest "
+            f"count "
+            "float64 adds exactly; scale the tp/fp counts down by a common factor"
+        )
 
 
 #: Narrowest accepted score range, relative to max(1, |lo|, |hi|): below it
@@ -71,7 +76,8 @@ _BLOCK_ELEMENTS = 1 << 18
 
 
 def as_matrix(x, name: str) -> np.ndarray:
-    """An (n, K) float64 array, without copying one that already is; finiteness is checked by the caller."""
+    """An (n, K) float64 array, without copying one that already is; finiteness is checked by the
+    caller."""
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -90,7 +96,8 @@ def row_blocks(n: int, k: int):
 
 
 def check_finite_rows(block: np.ndarray, row_sums: np.ndarray, name: str, first_row: int) -> None:
-    """Raise for the first non-finite value of ``block``; ``row_sums`` finite proves there is none."""
+    """Raise for the first non-finite value of ``block``; ``row_sums`` finite proves there is
+    none."""
     if np.isfinite(row_sums).all():  # NaN or +-inf anywhere in a row makes its sum non-finite
         return
     bad = ~np.isfinite(block)
@@ -111,7 +118,8 @@ def check_range(score_range) -> tuple[float, float]:
         raise DataError(f"score_range must be finite with lo < hi, got ({lo:g}, {hi:g})")
     if hi - lo < MIN_RANGE_WIDTH * max(1.0, abs(lo), abs(hi)):
         raise DataError(
-            f"score_range ({lo:g}, {hi:g}) is too narrow: its width must be at least {MIN_RANGE_WIDTH:g} "
+            f"score_range ({lo:g}, {hi:g}) is too narrow: its width must be at least "
+            f"{MIN_RANGE_WIDTH:g} "
             "of its largest bound (or of 1); rescale the scores"
         )
     return lo, hi
@@ -125,6 +133,7 @@ def check_scores_in_range(score: np.ndarray, lo: float, hi: float, name: str = "
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"{name} {float(score[i]):g} at row {i} is outside the declared score range [{lo:g}, {hi:g}]; "
+            f"{name} {float(score[i]):g} at row {i} is outside the declared score range [{lo:g}, "
+            f"{hi:g}]; "
             "declare a score_range (--score-range LO HI) that covers every score"
         )

@@ -46,42 +46,60 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
         for name, arr in (("tp", data.tp), ("fp", data.fp)):
             if not np.all(arr == np.round(arr)):
                 raise DataError(
-                    f"K-fold on binned data deals each bin's {name} count across folds and needs integer "
+                    f"K-fold on binned data deals each bin's {name} count across folds and needs "
+                    f"integer "
                     "counts, but some are fractional; use --eval with a second test set instead"
                 )
             if arr.max() > MAX_DEAL_COUNT:
                 raise DataError(
-                    f"K-fold on binned data deals each bin's {name} count across folds, but a count is "
-                    f"{arr.max():g} (more than {MAX_DEAL_COUNT:g} samples in one bin cannot be dealt); "
+                    f"K-fold on binned data deals each bin's {name} count across folds, but a "
+                    f"count is "
+                    f"{arr.max():g} (more than {MAX_DEAL_COUNT:g} samples in one bin cannot be "
+                    f"dealt); "
                     "use --eval with a second test set instead"
                 )
         total = data.tp.sum() + data.fp.sum()
         if n_folds > total:
-            raise DataError(f"{n_folds} folds exceed the {total:g} samples in the data; use at most {total:g} folds")
+            raise DataError(
+                f"{n_folds} folds exceed the {total:g} samples in the data; use at most {total:g} "
+                f"folds"
+            )
         p = np.full(n_folds, 1.0 / n_folds)
         tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
         fp = rng.multinomial(data.fp.astype(np.int64), p).astype(np.float64)
         return [
-            TopLabelData(data.classes, data.pred, data.score, data.score_range, tp=tp[:, f], fp=fp[:, f],
-                         bin_edges=data.bin_edges)
+            TopLabelData(
+                data.classes,
+                data.pred,
+                data.score,
+                data.score_range,
+                tp=tp[:, f],
+                fp=fp[:, f],
+                bin_edges=data.bin_edges,
+            )
             for f in range(n_folds)
         ]
     if data.n_rows < n_folds:
-        raise DataError(f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most {data.n_rows} folds")
+        raise DataError(
+            f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most {data.n_rows} "
+            f"folds"
+        )
     fold_of = np.empty(data.n_rows, dtype=np.int64)
     start = int(rng.integers(n_folds))
     for k in range(data.n_classes):
         idx = np.flatnonzero(data.pred == k)
         idx = idx[rng.permutation(idx.size)]
         # each class continues the deal where the previous one stopped (the first starts at a random
-        # fold): every fold gets floor(n / K) or more rows, and small classes do not all land in fold 0
+        # fold): every fold gets floor(n / K) or more rows, and small classes do not all land in
+        # fold 0
         fold_of[idx] = (np.arange(idx.size) + start) % n_folds
         start = (start + idx.size) % n_folds
     return [data.subset(fold_of == f) for f in range(n_folds)]
 
 
 def stratified_subsample(data: TopLabelData, rows: int, *, seed: int = 0) -> TopLabelData:
-    """``rows`` of the per-sample ``data``'s rows, drawn without replacement, stratified by predicted class.
+    """``rows`` of the per-sample ``data``'s rows, drawn without replacement, stratified by
+    predicted class.
 
     Each class keeps its share of the rows: n_k x rows / n, rounded down, with the rows left over
     going to the classes with the largest remainders (ties: the lower class index), so the result
@@ -95,7 +113,9 @@ def stratified_subsample(data: TopLabelData, rows: int, *, seed: int = 0) -> Top
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
     if data.is_binned:
-        raise DataError("a subsample draws samples, but binned data has counts per bin; use all the bins")
+        raise DataError(
+            "a subsample draws samples, but binned data has counts per bin; use all the bins"
+        )
     n = data.n_rows
     if rows >= n:
         return data
@@ -108,5 +128,9 @@ def stratified_subsample(data: TopLabelData, rows: int, *, seed: int = 0) -> Top
     rng = np.random.default_rng(seed)
     order = np.argsort(data.pred, kind="stable")  # rows grouped by class, in data order within each
     starts = np.concatenate([[0], np.cumsum(counts)])
-    keep = [order[starts[k] + rng.permutation(counts[k])[: take[k]]] for k in range(data.n_classes) if take[k]]
+    keep = [
+        order[starts[k] + rng.permutation(counts[k])[: take[k]]]
+        for k in range(data.n_classes)
+        if take[k]
+    ]
     return data.subset(np.sort(np.concatenate(keep)))

@@ -30,7 +30,8 @@ def is_int_name(name: str) -> bool:
 
 
 def sorted_names(names) -> tuple[str, ...]:
-    """Distinct class names in order: numerically when every name is an integer ("2" before "10")."""
+    """Distinct class names in order: numerically when every name is an integer ("2" before
+    "10")."""
     uniq = set(str(n) for n in names)
     if uniq and all(is_int_name(n) for n in uniq):
         return tuple(sorted(uniq, key=int))
@@ -50,7 +51,8 @@ def check_classes(classes: Sequence) -> tuple[str, ...]:
             )
         if c in seen:
             raise DataError(
-                f"duplicate class name {c!r} (positions {seen[c]} and {i}); class names must be unique"
+                f"duplicate class name {c!r} (positions {seen[c]} and {i}); class names must be "
+                f"unique"
             )
         seen[c] = i
     return names
@@ -75,7 +77,9 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
     if arr.dtype.kind in "c":
         raise DataError(f"{name} holds complex numbers; class labels are names or integer indices")
     # integer class names: integers match by name (below), not by position
-    by_name = arr.dtype.kind in "iu" and classes is not None and all(is_int_name(c) for c in classes)
+    by_name = (
+        arr.dtype.kind in "iu" and classes is not None and all(is_int_name(c) for c in classes)
+    )
     if arr.dtype.kind in "iu" and not by_name:
         if classes is None:
             k = int(arr.max()) + 1 if n_hint is None else n_hint
@@ -99,7 +103,10 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
     if arr.dtype == object:
         missing = pd.isna(arr)  # None or NaN, one vectorised pass
         if missing.any():
-            raise DataError(f"{name} has a missing value at row {int(np.flatnonzero(missing)[0])}; every row needs a class")
+            raise DataError(
+                f"{name} has a missing value at row {int(np.flatnonzero(missing)[0])}; every row "
+                f"needs a class"
+            )
         # hash the objects first and turn only the distinct values into text
         try:
             obj_codes, obj_uniq = pd.factorize(arr)
@@ -108,9 +115,14 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
         nested = [j for j, v in enumerate(obj_uniq) if isinstance(v, _CONTAINERS)]
         if nested:
             v = obj_uniq[nested[0]]
-            i = int(np.flatnonzero(obj_codes == nested[0])[0]) if obj_codes is not None else next(
-                j for j, u in enumerate(arr) if u is v)
-            raise DataError(f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name")
+            i = (
+                int(np.flatnonzero(obj_codes == nested[0])[0])
+                if obj_codes is not None
+                else next(j for j, u in enumerate(arr) if u is v)
+            )
+            raise DataError(
+                f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name"
+            )
         first_codes, uniq = pd.factorize(np.asarray([str(u) for u in obj_uniq], dtype=object))
         first_codes = first_codes[obj_codes]
     elif arr.dtype.kind in "iu":  # integers: hash the numbers, name only the distinct ones
@@ -148,7 +160,8 @@ def _named(arr: np.ndarray) -> np.ndarray:
 
 
 def label_names(values, name: str = "labels") -> np.ndarray:
-    """Class labels as names (an object array of str): integers and integral floats as "3", text as is.
+    """Class labels as names (an object array of str): integers and integral floats as "3", text as
+    is.
 
     Raises DataError for missing values, complex numbers and cells holding
     lists or other containers.
@@ -175,9 +188,14 @@ def label_names(values, name: str = "labels") -> np.ndarray:
         if v is None or (isinstance(v, float) and v != v):
             raise DataError(f"{name} has a missing value at row {i}; every row needs a class")
         if isinstance(v, (list, tuple, dict, set, np.ndarray)):
-            raise DataError(f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name")
+            raise DataError(
+                f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name"
+            )
         if isinstance(v, (complex, np.complexfloating)):
-            raise DataError(f"{name} holds a complex number at row {i}; class labels are names or integer indices")
+            raise DataError(
+                f"{name} holds a complex number at row {i}; class labels are names or integer "
+                f"indices"
+            )
         if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 2**53:
             v = int(v)
         elif isinstance(v, bytes):

@@ -8,8 +8,17 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..errors import DataError
-from ._checks import (LOG_PROB_FLOOR, SUM_TOLERANCE, as_float_array, as_matrix, check_finite_rows, check_range,
-                      check_sample_total, check_scores_in_range, row_blocks)
+from ._checks import (
+    LOG_PROB_FLOOR,
+    SUM_TOLERANCE,
+    as_float_array,
+    as_matrix,
+    check_finite_rows,
+    check_range,
+    check_sample_total,
+    check_scores_in_range,
+    row_blocks,
+)
 from ._labels import check_classes, encode_labels, label_names, preview, sorted_names
 from ._rows import ClassView, rows_by_class
 
@@ -105,7 +114,9 @@ class TopLabelData:
         if renormalize:
             zero = sums <= 0
             if zero.any():
-                raise DataError(f"probs row {int(np.flatnonzero(zero)[0])} sums to 0 and cannot be renormalised")
+                raise DataError(
+                    f"probs row {int(np.flatnonzero(zero)[0])} sums to 0 and cannot be renormalised"
+                )
             p = p / sums[:, None]
         else:
             off = np.abs(sums - 1.0) > atol
@@ -130,7 +141,8 @@ class TopLabelData:
         """
         z = as_matrix(logits, "logits")
         pred = np.argmax(z, axis=1).astype(np.int64)
-        # the top entry of the softmax, 1 / sum_j exp(z_j - max z), block by block (no n x K softmax)
+        # the top entry of the softmax, 1 / sum_j exp(z_j - max z), block by block (no n x K
+        # softmax)
         score = np.empty(z.shape[0])
         for a, b in row_blocks(*z.shape):
             blk = z[a:b]
@@ -156,7 +168,10 @@ class TopLabelData:
             return cls(classes, pred, score, (0.0, 1.0), full=full, full_kind=kind)
         lab_arr = np.asarray(labels)
         if lab_arr.ndim == 1 and lab_arr.shape[0] != n:
-            raise DataError(f"labels has {lab_arr.shape[0]} rows but {kind} has {n}; they must match row for row")
+            raise DataError(
+                f"labels has {lab_arr.shape[0]} rows but {kind} has {n}; they must match row for "
+                f"row"
+            )
         codes, classes = encode_labels(lab_arr, classes, "labels", n_hint=k)
         return cls._labelled(classes, pred, score, (0.0, 1.0), codes, full=full, full_kind=kind)
 
@@ -196,10 +211,14 @@ class TopLabelData:
         s = as_float_array(score, "score", 1)
         p_arr = np.asarray(pred)
         if p_arr.ndim != 1 or p_arr.shape[0] != s.shape[0]:
-            raise DataError(f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must match row for row")
+            raise DataError(
+                f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must match "
+                f"row for row"
+            )
         if classes is not None:
             classes = check_classes(classes)
-        else:  # no names given: the distinct values of pred (and labels) are the classes, none added
+        # no names given: the distinct values of pred (and labels) are the classes, none added
+        else:
             parts = [label_names(p_arr, "pred")]
             if labels is not None:
                 parts.append(label_names(np.asarray(labels), "labels"))
@@ -208,7 +227,10 @@ class TopLabelData:
         if labels is not None:
             lab_arr = np.asarray(labels)
             if lab_arr.ndim == 1 and lab_arr.shape[0] != s.shape[0]:
-                raise DataError(f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they must match row for row")
+                raise DataError(
+                    f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they must "
+                    f"match row for row"
+                )
             codes, classes2 = encode_labels(lab_arr, classes, "labels")
             if len(classes2) > len(classes):  # integer labels widened the class list
                 classes = classes2
@@ -222,7 +244,9 @@ class TopLabelData:
     @classmethod
     def _labelled(cls, classes, pred, score, score_range, codes, **kw) -> "TopLabelData":
         correct = (codes == pred).astype(np.float64)
-        return cls(classes, pred, score, score_range, tp=correct, fp=1.0 - correct, labels=codes, **kw)
+        return cls(
+            classes, pred, score, score_range, tp=correct, fp=1.0 - correct, labels=codes, **kw
+        )
 
     @classmethod
     def from_binned(
@@ -274,11 +298,16 @@ class TopLabelData:
         for name, arr in (("tp", tp_w), ("fp", fp_w)):
             if (arr < 0).any():
                 i = int(np.flatnonzero(arr < 0)[0])
-                raise DataError(f"{name} count {arr[i]} at row {i} is negative; counts must be >= 0")
+                raise DataError(
+                    f"{name} count {arr[i]} at row {i} is negative; counts must be >= 0"
+                )
         bad = lo_e >= hi_e
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise DataError(f"bin at row {i} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with lo < hi")
+            raise DataError(
+                f"bin at row {i} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with "
+                f"lo < hi"
+            )
         if tp_w.sum() + fp_w.sum() <= 0:
             raise DataError("binned data holds no samples (all tp and fp counts are 0)")
         check_sample_total(tp_w.sum() + fp_w.sum(), "the binned data")
@@ -302,12 +331,19 @@ class TopLabelData:
             j = int(np.flatnonzero(overlap)[0])
             a, b = int(order[j]), int(order[j + 1])
             raise DataError(
-                f"bins at rows {a} ({lo_e[a]:g}, {hi_e[a]:g}] and {b} ({lo_e[b]:g}, {hi_e[b]:g}] of class "
-                f"{classes[codes[a]]!r} overlap; give each class disjoint bins (add up the counts of repeated bins)"
+                f"bins at rows {a} ({lo_e[a]:g}, {hi_e[a]:g}] and {b} ({lo_e[b]:g}, {hi_e[b]:g}] "
+                f"of class "
+                f"{classes[codes[a]]!r} overlap; give each class disjoint bins (add up the counts "
+                f"of repeated bins)"
             )
         mid = np.clip(0.5 * (lo_e + hi_e), lo, hi)
         return cls(
-            classes, codes, mid, (lo, hi), tp=tp_w, fp=fp_w,
+            classes,
+            codes,
+            mid,
+            (lo, hi),
+            tp=tp_w,
+            fp=fp_w,
             bin_edges=np.column_stack([lo_e, hi_e]),
         )
 
@@ -320,14 +356,26 @@ class TopLabelData:
         first = parts[0]
         for i, p in enumerate(parts[1:], 1):
             if p.classes != first.classes:
-                raise DataError(f"dataset {i} has classes {preview(p.classes)}, dataset 0 has {preview(first.classes)}; they must match")
+                raise DataError(
+                    f"dataset {i} has classes {preview(p.classes)}, dataset 0 has "
+                    f"{preview(first.classes)}; they must match"
+                )
             if p.score_range != first.score_range:
-                raise DataError(f"dataset {i} has score range {p.score_range}, dataset 0 has {first.score_range}; they must match")
+                raise DataError(
+                    f"dataset {i} has score range {p.score_range}, dataset 0 has "
+                    f"{first.score_range}; they must match"
+                )
             for attr in ("tp", "labels", "full", "bin_edges"):
                 if (getattr(p, attr) is None) != (getattr(first, attr) is None):
-                    raise DataError(f"dataset {i} and dataset 0 differ in whether they have {attr}; concatenate like with like")
+                    raise DataError(
+                        f"dataset {i} and dataset 0 differ in whether they have {attr}; "
+                        f"concatenate like with like"
+                    )
             if p.full_kind != first.full_kind:
-                raise DataError(f"dataset {i} holds {p.full_kind}, dataset 0 holds {first.full_kind}; they must match")
+                raise DataError(
+                    f"dataset {i} holds {p.full_kind}, dataset 0 holds {first.full_kind}; they "
+                    f"must match"
+                )
 
         def cat(attr):
             if getattr(first, attr) is None:
@@ -335,8 +383,16 @@ class TopLabelData:
             return np.concatenate([getattr(p, attr) for p in parts])
 
         return cls(
-            first.classes, cat("pred"), cat("score"), first.score_range, tp=cat("tp"), fp=cat("fp"),
-            labels=cat("labels"), full=cat("full"), full_kind=first.full_kind, bin_edges=cat("bin_edges"),
+            first.classes,
+            cat("pred"),
+            cat("score"),
+            first.score_range,
+            tp=cat("tp"),
+            fp=cat("fp"),
+            labels=cat("labels"),
+            full=cat("full"),
+            full_kind=first.full_kind,
+            bin_edges=cat("bin_edges"),
         )
 
     # -------------------------------------------------------------- queries
@@ -389,12 +445,18 @@ class TopLabelData:
             )
 
     def require_full(self, what: str, hint: str | None = None) -> None:
-        """Raise a DataError naming ``what`` if the full score vector is unknown; ``hint`` says what to do."""
+        """Raise a DataError naming ``what`` if the full score vector is unknown; ``hint`` says what
+        to do."""
         if not self.has_full:
             raise DataError(
-                f"{what} needs the full score vector Y(X) (probabilities or logits), but this data has only "
-                "top scores; " + (hint or "use a score-based method (hist, cum, kde-mon2, ...) or the binary "
-                                  "temperature variant")
+                f"{what} needs the full score vector Y(X) (probabilities or logits), but this data "
+                f"has only "
+                "top scores; "
+                + (
+                    hint
+                    or "use a score-based method (hist, cum, kde-mon2, ...) or the binary "
+                    "temperature variant"
+                )
             )
 
     def class_view(self, k: int) -> ClassView:
@@ -404,7 +466,8 @@ class TopLabelData:
         return ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
 
     def class_support(self, k: int, view: ClassView | None = None) -> tuple[float, float] | None:
-        """Where class ``k``'s positives lie: (lowest, highest) score with weight, or None if it has none.
+        """Where class ``k``'s positives lie: (lowest, highest) score with weight, or None if it has
+        none.
 
         For binned data the range spans the bins' edges. ``view`` (this data's
         :meth:`class_view` of ``k``) saves splitting again.
@@ -444,9 +507,12 @@ class TopLabelData:
         return np.log(np.maximum(self.full, LOG_PROB_FLOOR))
 
     def subset(self, index, *, keep_full: bool = True, keep_labels: bool = True) -> "TopLabelData":
-        """Rows ``index`` (integer indices or a boolean mask) as a new dataset (without the full score
-        vectors with ``keep_full=False``: a method of the top score alone need not copy them; without the
-        true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not either)."""
+        """Rows ``index`` (integer indices or a boolean mask) as a new dataset (without the full
+        score
+        vectors with ``keep_full=False``: a method of the top score alone need not copy them;
+        without the
+        true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not
+        either)."""
         idx = np.asarray(index)
         if idx.dtype == bool:
             idx = np.flatnonzero(idx)
@@ -457,8 +523,13 @@ class TopLabelData:
             return None if a is None else a[idx]
 
         return TopLabelData(
-            self.classes, self.pred[idx], self.score[idx], self.score_range, tp=take(self.tp),
-            fp=take(self.fp), labels=take(self.labels) if keep_labels else None,
+            self.classes,
+            self.pred[idx],
+            self.score[idx],
+            self.score_range,
+            tp=take(self.tp),
+            fp=take(self.fp),
+            labels=take(self.labels) if keep_labels else None,
             full=take(self.full) if keep_full else None,
             full_kind=self.full_kind if keep_full else None,
             bin_edges=take(self.bin_edges),
@@ -485,8 +556,10 @@ class TopLabelData:
         unknown = [c for c in self.classes if c not in known]
         if unknown:
             raise DataError(
-                f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} that the "
-                f"model does not know (its classes: {preview(classes, 8)}); fit the model on data with "
+                f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} "
+                f"that the "
+                f"model does not know (its classes: {preview(classes, 8)}); fit the model on data "
+                f"with "
                 "these classes, or drop their rows"
             )
         index = np.array([known[c] for c in self.classes], dtype=np.int64)
@@ -495,16 +568,28 @@ class TopLabelData:
             order = np.argsort(index)  # column j of the new matrix is old column order[j]
             full = self.full[:, order]
         return TopLabelData(
-            classes, index[self.pred], self.score, self.score_range, tp=self.tp, fp=self.fp,
-            labels=None if self.labels is None else index[self.labels], full=full,
-            full_kind=None if full is None else self.full_kind, bin_edges=self.bin_edges,
+            classes,
+            index[self.pred],
+            self.score,
+            self.score_range,
+            tp=self.tp,
+            fp=self.fp,
+            labels=None if self.labels is None else index[self.labels],
+            full=full,
+            full_kind=None if full is None else self.full_kind,
+            bin_edges=self.bin_edges,
         )
 
     def without_labels(self) -> "TopLabelData":
         """The same rows with labels dropped (what ``apply`` sees)."""
         return TopLabelData(
-            self.classes, self.pred, self.score, self.score_range, full=self.full,
-            full_kind=self.full_kind, bin_edges=self.bin_edges,
+            self.classes,
+            self.pred,
+            self.score,
+            self.score_range,
+            full=self.full,
+            full_kind=self.full_kind,
+            bin_edges=self.bin_edges,
         )
 
     def __repr__(self) -> str:

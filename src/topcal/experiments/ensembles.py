@@ -141,15 +141,19 @@ class ExperimentConfig:
         n_comb = math.comb(self.n_networks, self.ensemble_size)
         if self.n_ensembles > n_comb:
             raise ParameterError(
-                f"only {n_comb} distinct ensembles of {self.ensemble_size} exist among {self.n_networks} "
-                f"networks, but {self.n_ensembles} were asked for; lower --ensembles or train more networks"
+                f"only {n_comb} distinct ensembles of {self.ensemble_size} exist among "
+                f"{self.n_networks} "
+                f"networks, but {self.n_ensembles} were asked for; lower --ensembles or train more "
+                f"networks"
             )
         if self.train_size is not None and self.train_size < 1:
             raise ParameterError(f"train_size must be >= 1 or None, got {self.train_size!r}")
         if self.regime not in REGIMES:
             raise ParameterError(f"regime must be one of {list(REGIMES)}, got {self.regime!r}")
         if self.combine not in COMBINE_RULES:
-            raise ParameterError(f"combine must be one of {list(COMBINE_RULES)}, got {self.combine!r}")
+            raise ParameterError(
+                f"combine must be one of {list(COMBINE_RULES)}, got {self.combine!r}"
+            )
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
@@ -206,7 +210,9 @@ def combine_log_probs(member_log_probs, rule: str = "product") -> np.ndarray:
         raise ParameterError(f"combination rule must be one of {list(COMBINE_RULES)}, got {rule!r}")
     z = np.asarray(member_log_probs, dtype=np.float64)
     if z.ndim != 3:
-        raise DataError(f"member log-probabilities must have shape (members, samples, classes), got {z.shape}")
+        raise DataError(
+            f"member log-probabilities must have shape (members, samples, classes), got {z.shape}"
+        )
     s = z.sum(axis=0) if rule == "product" else z.mean(axis=0)
     mx = s.max(axis=1, keepdims=True)
     return s - (mx + np.log(np.exp(s - mx).sum(axis=1, keepdims=True)))
@@ -223,14 +229,17 @@ def draw_ensembles(n_networks: int, n_ensembles: int, size: int, seed) -> np.nda
     total = math.comb(n_networks, size)
     if size > n_networks or n_ensembles > total:
         raise ParameterError(
-            f"cannot draw {n_ensembles} distinct ensembles of {size} from {n_networks} networks ({total} exist)"
+            f"cannot draw {n_ensembles} distinct ensembles of {size} from {n_networks} networks "
+            f"({total} exist)"
         )
     rng = np.random.default_rng(seed)
     if total <= 100_000:
         from itertools import combinations
 
         allc = np.array(list(combinations(range(n_networks), size)), dtype=np.int64)
-        return allc[np.sort(rng.choice(total, size=n_ensembles, replace=False))][rng.permutation(n_ensembles)]
+        return allc[np.sort(rng.choice(total, size=n_ensembles, replace=False))][
+            rng.permutation(n_ensembles)
+        ]
     seen: set[tuple[int, ...]] = set()
     out = []
     while len(out) < n_ensembles:
@@ -281,12 +290,14 @@ def class_counts(data) -> np.ndarray:
     """Per predicted class: TP, FP, TP with score < 0.99 and FP with score < 0.99; shape (4, K)."""
     k = data.n_classes
     low = data.score < LOW_SCORE
-    return np.stack([
-        np.bincount(data.pred, weights=data.tp, minlength=k),
-        np.bincount(data.pred, weights=data.fp, minlength=k),
-        np.bincount(data.pred, weights=data.tp * low, minlength=k),
-        np.bincount(data.pred, weights=data.fp * low, minlength=k),
-    ])
+    return np.stack(
+        [
+            np.bincount(data.pred, weights=data.tp, minlength=k),
+            np.bincount(data.pred, weights=data.fp, minlength=k),
+            np.bincount(data.pred, weights=data.tp * low, minlength=k),
+            np.bincount(data.pred, weights=data.fp * low, minlength=k),
+        ]
+    )
 
 
 def _evaluate_one(outputs, members, methods, n_bins, failures, rule):
@@ -299,7 +310,8 @@ def _evaluate_one(outputs, members, methods, n_bins, failures, rule):
     vals = np.full((len(methods), 2, len(METRICS), k + 1), np.nan)
     for j, name in enumerate(methods):
         try:
-            # tiny classes of one ensemble among hundreds: their warnings are dropped (the class counts are reported)
+            # tiny classes of one ensemble among hundreds: their warnings are dropped (the class
+            # counts are reported)
             model = fit_quietly(paper_calibrator(name), sets[0], collect=DegenerateClassWarning)
             for s, d in enumerate(sets):
                 for q, m in enumerate(bundle(d, model.predict(d), n_bins=n_bins, names=METRICS)):
@@ -347,7 +359,9 @@ def evaluate_ensembles(
         get_class(name)  # unknown names fail here, with the list of options
     ens = np.asarray(ensembles, dtype=np.int64)
     if ens.ndim != 2 or ens.size == 0 or ens.min() < 0 or ens.max() >= outputs.n_networks:
-        raise ParameterError(f"ensembles must be a (E, size) array of network indices below {outputs.n_networks}")
+        raise ParameterError(
+            f"ensembles must be a (E, size) array of network indices below {outputs.n_networks}"
+        )
     it = range(ens.shape[0])
     if progress:
         from .mlp import progress_bar
@@ -362,7 +376,12 @@ def evaluate_ensembles(
         accs.append(a)
         counts.append(c)
     return EnsembleResults(
-        np.stack(vals), methods, outputs.classes, ens, np.stack(accs), np.stack(counts),
+        np.stack(vals),
+        methods,
+        outputs.classes,
+        ens,
+        np.stack(accs),
+        np.stack(counts),
         {k: {"ensembles": n, "first_error": msg} for k, (n, msg) in failures.items()},
         time.monotonic() - t0,
     )

@@ -75,7 +75,9 @@ def read_idx(path) -> np.ndarray:
     path = Path(path)
     raw = _read_bytes(path)
     if len(raw) < 4:
-        raise DataError(f"IDX file {str(path)!r} has {len(raw)} bytes; expected at least a 4-byte magic number")
+        raise DataError(
+            f"IDX file {str(path)!r} has {len(raw)} bytes; expected at least a 4-byte magic number"
+        )
     zero, type_code, ndim = raw[:2], raw[2], raw[3]
     if zero != b"\x00\x00" or type_code not in _IDX_TYPES or ndim == 0:
         raise DataError(
@@ -94,7 +96,8 @@ def read_idx(path) -> np.ndarray:
     found = len(raw) - header
     if found != expected:
         raise DataError(
-            f"IDX file {str(path)!r} declares shape {tuple(dims)} ({expected} data bytes) but holds "
+            f"IDX file {str(path)!r} declares shape {tuple(dims)} ({expected} data bytes) but "
+            f"holds "
             f"{found} data bytes; the file is truncated or not an IDX file"
         )
     arr = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
@@ -112,7 +115,10 @@ def write_idx(path, array, *, compress: bool | None = None) -> Path:
     codes = {v.newbyteorder("="): k for k, v in _IDX_TYPES.items()}
     native = arr.dtype.newbyteorder("=")
     if native not in codes:
-        raise ParameterError(f"write_idx: dtype {arr.dtype} has no IDX type code; use uint8, int8, int16, int32, float32 or float64")
+        raise ParameterError(
+            f"write_idx: dtype {arr.dtype} has no IDX type code; use uint8, int8, int16, int32, "
+            f"float32 or float64"
+        )
     if arr.ndim == 0 or arr.ndim > 255:
         raise ParameterError(f"write_idx: array must have 1 to 255 dimensions, has {arr.ndim}")
     head = bytes([0, 0, codes[native], arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
@@ -137,12 +143,15 @@ def find_idx_file(data_dir, stem: str) -> Path:
             return c
     if not d.is_dir():
         raise DataError(
-            f"data directory {str(d)!r} does not exist; pass --data-dir with the four MNIST-format IDX files "
-            "(on Debian: apt-get install dataset-fashion-mnist, files in /usr/share/datasets/fashion-mnist)"
+            f"data directory {str(d)!r} does not exist; pass --data-dir with the four MNIST-format "
+            f"IDX files "
+            "(on Debian: apt-get install dataset-fashion-mnist, files in "
+            "/usr/share/datasets/fashion-mnist)"
         )
     raise DataError(
         f"no {stem}[.gz] in {str(d)!r}; the directory must hold train-images-idx3-ubyte, "
-        "train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (gzipped or not)"
+        "train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (gzipped or "
+        "not)"
     )
 
 
@@ -183,18 +192,24 @@ class MnistData:
 def _check_pair(images: np.ndarray, labels: np.ndarray, img_path: Path, lab_path: Path) -> None:
     if images.ndim != 3:
         raise DataError(
-            f"IDX file {str(img_path)!r} holds an array of shape {images.shape}; expected images (n, rows, cols)"
+            f"IDX file {str(img_path)!r} holds an array of shape {images.shape}; expected images "
+            f"(n, rows, cols)"
         )
     if labels.ndim != 1:
-        raise DataError(f"IDX file {str(lab_path)!r} holds an array of shape {labels.shape}; expected labels (n,)")
+        raise DataError(
+            f"IDX file {str(lab_path)!r} holds an array of shape {labels.shape}; expected labels "
+            f"(n,)"
+        )
     if images.dtype != np.uint8 or labels.dtype != np.uint8:
         raise DataError(
-            f"IDX files {str(img_path)!r} / {str(lab_path)!r} hold {images.dtype} / {labels.dtype}; "
+            f"IDX files {str(img_path)!r} / {str(lab_path)!r} hold {images.dtype} / "
+            f"{labels.dtype}; "
             "expected unsigned bytes (type code 0x08) as in MNIST"
         )
     if images.shape[0] != labels.shape[0]:
         raise DataError(
-            f"{str(img_path)!r} has {images.shape[0]} images but {str(lab_path)!r} has {labels.shape[0]} labels; "
+            f"{str(img_path)!r} has {images.shape[0]} images but {str(lab_path)!r} has "
+            f"{labels.shape[0]} labels; "
             "they must match one for one"
         )
 
@@ -217,8 +232,12 @@ def load_mnist(data_dir) -> MnistData:
         )
     }
     arrays = {k: read_idx(p) for k, p in paths.items()}
-    _check_pair(arrays["train_images"], arrays["train_labels"], paths["train_images"], paths["train_labels"])
-    _check_pair(arrays["test_images"], arrays["test_labels"], paths["test_images"], paths["test_labels"])
+    _check_pair(
+        arrays["train_images"], arrays["train_labels"], paths["train_images"], paths["train_labels"]
+    )
+    _check_pair(
+        arrays["test_images"], arrays["test_labels"], paths["test_images"], paths["test_labels"]
+    )
     if arrays["train_images"].shape[1:] != arrays["test_images"].shape[1:]:
         raise DataError(
             f"training images are {arrays['train_images'].shape[1:]} but test images are "
@@ -249,7 +268,8 @@ def split_train_test1(n_train_total: int, n_test1: int, seed) -> tuple[np.ndarra
     """
     if not 0 < n_test1 < n_train_total:
         raise ParameterError(
-            f"test set 1 size must be between 1 and {n_train_total - 1} (the training images), got {n_test1}"
+            f"test set 1 size must be between 1 and {n_train_total - 1} (the training images), got "
+            f"{n_test1}"
         )
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n_train_total)

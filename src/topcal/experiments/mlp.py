@@ -63,7 +63,8 @@ def require_torch():
 
 
 def progress_bar(**kwargs):
-    """A tqdm progress bar on stderr where progress is shown (a terminal, no --quiet; topcal._progress)."""
+    """A tqdm progress bar on stderr where progress is shown (a terminal, no --quiet;
+    topcal._progress)."""
     return _progress.bar(**kwargs)
 
 
@@ -83,7 +84,9 @@ def pick_device(device: str = "auto"):
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TopcalError(f"device {device!r} was asked for but torch sees no CUDA GPU; use --device cpu")
+        raise TopcalError(
+            f"device {device!r} was asked for but torch sees no CUDA GPU; use --device cpu"
+        )
     return torch.device(device)
 
 
@@ -117,7 +120,9 @@ class TrainConfig:
 
     def __post_init__(self):
         if not self.hidden or any(int(h) < 1 for h in self.hidden):
-            raise ParameterError(f"hidden layer sizes must be positive integers, got {self.hidden!r}")
+            raise ParameterError(
+                f"hidden layer sizes must be positive integers, got {self.hidden!r}"
+            )
         if int(self.steps) < 1:
             raise ParameterError(f"steps must be >= 1, got {self.steps!r}")
         if int(self.batch_size) < 1:
@@ -125,7 +130,9 @@ class TrainConfig:
         if not (float(self.lr) > 0 and np.isfinite(self.lr)):
             raise ParameterError(f"lr must be a positive number, got {self.lr!r}")
         if self.precision not in ("float32", "bfloat16"):
-            raise ParameterError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
+            raise ParameterError(
+                f"precision must be 'float32' or 'bfloat16', got {self.precision!r}"
+            )
 
     def to_dict(self) -> dict:
         """JSON-ready dict (part of the cache key)."""
@@ -142,7 +149,11 @@ def network_seeds(seed: int, indices: Sequence[int]) -> list[tuple[int, int]]:
     """
     out = []
     for i in indices:
-        st = np.random.SeedSequence([int(seed), int(i)]).generate_state(4, dtype=np.uint32).astype(np.int64)
+        st = (
+            np.random.SeedSequence([int(seed), int(i)])
+            .generate_state(4, dtype=np.uint32)
+            .astype(np.int64)
+        )
         # two 31-bit halves -> a non-negative 62-bit seed (torch wants < 2**63)
         out.append((int((st[0] >> 1) << 31 | (st[1] >> 1)), int((st[2] >> 1) << 31 | (st[3] >> 1))))
     return out
@@ -161,9 +172,12 @@ def init_params(sizes: Sequence[int], init_seeds: Sequence[int], device=None, dt
     gens = [torch.Generator().manual_seed(s) for s in init_seeds]
     for n_in, n_out in zip(sizes[:-1], sizes[1:]):
         limit = float(np.sqrt(6.0 / (n_in + n_out)))
-        w = torch.stack([
-            (torch.rand(n_in, n_out, generator=g, dtype=torch.float64) * 2 - 1) * limit for g in gens
-        ]).to(device=device, dtype=dtype)
+        w = torch.stack(
+            [
+                (torch.rand(n_in, n_out, generator=g, dtype=torch.float64) * 2 - 1) * limit
+                for g in gens
+            ]
+        ).to(device=device, dtype=dtype)
         b = torch.zeros(len(gens), 1, n_out, device=device, dtype=dtype)
         params += [w.requires_grad_(), b.requires_grad_()]
     return params
@@ -251,7 +265,12 @@ def train_networks(
     opt = torch.optim.Adam(params, lr=config.lr)
     gens = [torch.Generator().manual_seed(s[1]) for s in seeds]
     start = 0
-    key = {"seeds": [list(s) for s in seeds], "config": config.to_dict(), "n_train": n, "sizes": sizes}
+    key = {
+        "seeds": [list(s) for s in seeds],
+        "config": config.to_dict(),
+        "n_train": n,
+        "sizes": sizes,
+    }
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and ckpt.is_file():
         try:
@@ -271,8 +290,13 @@ def train_networks(
 
     def save(step: int) -> None:
         _atomic_torch_save(
-            {"key": key, "step": step, "params": [p.detach().cpu() for p in params],
-             "opt": opt.state_dict(), "gens": [g.get_state() for g in gens]},
+            {
+                "key": key,
+                "step": step,
+                "params": [p.detach().cpu() for p in params],
+                "opt": opt.state_dict(),
+                "gens": [g.get_state() for g in gens],
+            },
             ckpt,
         )
 
@@ -291,7 +315,10 @@ def train_networks(
         with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=low):
             logits = forward(params, xb)
         # sum over networks of each network's mean loss: network i's gradient is its own
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(m * bs, -1), yb.reshape(-1)) * m
+        loss = (
+            torch.nn.functional.cross_entropy(logits.float().reshape(m * bs, -1), yb.reshape(-1))
+            * m
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -299,7 +326,11 @@ def train_networks(
             bar.update(1)
         if callback is not None:
             callback(step + 1)
-        if ckpt is not None and time.monotonic() - last > checkpoint_seconds and step + 1 < config.steps:
+        if (
+            ckpt is not None
+            and time.monotonic() - last > checkpoint_seconds
+            and step + 1 < config.steps
+        ):
             save(step + 1)
             last = time.monotonic()
     if bar is not None:
@@ -320,5 +351,5 @@ def predict_log_softmax(params: list, x, *, batch: int = 2000) -> np.ndarray:
     outs = []
     with torch.no_grad():
         for i in range(0, int(x.shape[0]), batch):
-            outs.append(torch.log_softmax(forward(params, x[i:i + batch]), dim=-1).cpu())
+            outs.append(torch.log_softmax(forward(params, x[i : i + batch]), dim=-1).cpu())
     return torch.cat(outs, dim=1).numpy().astype(np.float32, copy=False)

@@ -46,7 +46,9 @@ class NetworkCache:
             if not kf.exists():
                 kf.write_text(json.dumps(key, indent=1, sort_keys=True))
         except OSError as exc:
-            raise TopcalError(f"cannot use cache directory {str(self.dir)!r}: {exc.strerror or exc}") from None
+            raise TopcalError(
+                f"cannot use cache directory {str(self.dir)!r}: {exc.strerror or exc}"
+            ) from None
 
     def path(self, i: int) -> Path:
         """File of network ``i``."""
@@ -75,7 +77,8 @@ class NetworkCache:
                 return f["test1"], f["test2"]
         except (OSError, KeyError, ValueError) as exc:
             raise DataError(
-                f"cached network file {str(p)!r} is unreadable ({exc}); delete it and the run retrains that network"
+                f"cached network file {str(p)!r} is unreadable ({exc}); delete it and the run "
+                f"retrains that network"
             ) from None
 
 
@@ -120,8 +123,13 @@ class NetworkOutputs:
 
     def accuracy(self) -> np.ndarray:
         """Accuracy of each network on each test set, shape (M, 2)."""
-        return np.stack([(lp.argmax(axis=2) == y[None, :]).mean(axis=1)
-                         for lp, y in zip(self.log_probs, self.labels)], axis=1)
+        return np.stack(
+            [
+                (lp.argmax(axis=2) == y[None, :]).mean(axis=1)
+                for lp, y in zip(self.log_probs, self.labels)
+            ],
+            axis=1,
+        )
 
 
 def _prepare(data: MnistData, cfg: ExperimentConfig):
@@ -131,7 +139,8 @@ def _prepare(data: MnistData, cfg: ExperimentConfig):
     if cfg.train_size is not None:
         if cfg.train_size > train_idx.size:
             raise ParameterError(
-                f"train_size {cfg.train_size} exceeds the {train_idx.size} training images left after test set 1"
+                f"train_size {cfg.train_size} exceeds the {train_idx.size} training images left "
+                f"after test set 1"
             )
         rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 2]))
         train_idx = np.sort(rng.choice(train_idx, size=cfg.train_size, replace=False))
@@ -177,7 +186,9 @@ def network_outputs(
     """
     from . import mlp
 
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
+    if chunk is not None and (
+        isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1
+    ):
         raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}")
     if data is None:
         data = load_mnist(cfg.data_dir)
@@ -199,16 +210,26 @@ def network_outputs(
             torch.set_num_threads(int(threads) if threads else mlp.available_cpus())
         try:
             scale = np.float32(1.0 / 255.0)
-            xt = torch.from_numpy(_flat(data.train_images[train_idx]).astype(np.float32) * scale).to(dev)
+            xt = torch.from_numpy(
+                _flat(data.train_images[train_idx]).astype(np.float32) * scale
+            ).to(dev)
             yt = torch.from_numpy(data.train_labels[train_idx].astype(np.int64)).to(dev)
-            x1 = torch.from_numpy(_flat(data.train_images[test1_idx]).astype(np.float32) * scale).to(dev)
+            x1 = torch.from_numpy(
+                _flat(data.train_images[test1_idx]).astype(np.float32) * scale
+            ).to(dev)
             x2 = torch.from_numpy(_flat(data.test_images).astype(np.float32) * scale).to(dev)
-            batches = [missing[i:i + chunk] for i in range(0, len(missing), chunk)]
+            batches = [missing[i : i + chunk] for i in range(0, len(missing), chunk)]
             for b, idx in enumerate(batches):
                 label = f"nets {idx[0]}-{idx[-1]} ({b + 1}/{len(batches)})" if progress else False
                 params = mlp.train_networks(
-                    xt, yt, mlp.network_seeds(cfg.seed, idx), cfg.train, n_classes=n_classes, device=dev,
-                    checkpoint=cache.checkpoint_path(idx), checkpoint_seconds=checkpoint_seconds,
+                    xt,
+                    yt,
+                    mlp.network_seeds(cfg.seed, idx),
+                    cfg.train,
+                    n_classes=n_classes,
+                    device=dev,
+                    checkpoint=cache.checkpoint_path(idx),
+                    checkpoint_seconds=checkpoint_seconds,
                     progress=label,
                 )
                 o1 = mlp.predict_log_softmax(params, x1)
@@ -224,8 +245,11 @@ def network_outputs(
         a, b = cache.load(i)
         if a.shape != lp1.shape[1:] or b.shape != lp2.shape[1:]:
             raise DataError(
-                f"cached network file {str(cache.path(i))!r} has shapes {a.shape}/{b.shape}, expected "
+                f"cached network file {str(cache.path(i))!r} has shapes {a.shape}/{b.shape}, "
+                f"expected "
                 f"{lp1.shape[1:]}/{lp2.shape[1:]}; delete it and the run retrains that network"
             )
         lp1[i], lp2[i] = a, b
-    return NetworkOutputs((lp1, lp2), (y1, y2), classes, tuple(missing), train_seconds, str(cache.dir))
+    return NetworkOutputs(
+        (lp1, lp2), (y1, y2), classes, tuple(missing), train_seconds, str(cache.dir)
+    )

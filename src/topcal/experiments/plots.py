@@ -37,8 +37,15 @@ def _mpl():
     return Figure, matplotlib.colormaps
 
 
-def paired_bars(summary: dict, methods: Sequence[str], *, metric: str = "nll", classes: Sequence[str] | None = None,
-                ax=None, title: str | None = None):
+def paired_bars(
+    summary: dict,
+    methods: Sequence[str],
+    *,
+    metric: str = "nll",
+    classes: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+):
     """Paired bars of median ``metric`` per class: set 1 left, set 2 right, a colour per method.
 
     Parameters
@@ -65,7 +72,10 @@ def paired_bars(summary: dict, methods: Sequence[str], *, metric: str = "nll", c
     if classes is None:
         classes = list(next(iter(table.values()))["test1"])
     if ax is None:
-        fig = Figure(figsize=(max(6.0, 0.16 * len(classes) * 2 * len(methods) + 1.5), 3.2), layout="constrained")
+        fig = Figure(
+            figsize=(max(6.0, 0.16 * len(classes) * 2 * len(methods) + 1.5), 3.2),
+            layout="constrained",
+        )
         ax = fig.subplots()
     else:
         fig = ax.figure
@@ -79,10 +89,26 @@ def paired_bars(summary: dict, methods: Sequence[str], *, metric: str = "nll", c
             lo = np.array([np.nan if d["q25"] is None else d["q25"] for d in st])
             hi = np.array([np.nan if d["q75"] is None else d["q75"] for d in st])
             x = np.arange(len(classes)) - 0.4 + w * (2 * j + s + 0.5)
-            ax.bar(x, med, width=w, color=cmap(j % 10), alpha=1.0 if s == 0 else 0.55, hatch=hatch,
-                   edgecolor="white" if s == 0 else cmap(j % 10), linewidth=0.3,
-                   label=m if s == 0 else None)
-            ax.errorbar(x, med, yerr=[med - lo, hi - med], fmt="none", ecolor="0.25", elinewidth=0.5, capsize=0)
+            ax.bar(
+                x,
+                med,
+                width=w,
+                color=cmap(j % 10),
+                alpha=1.0 if s == 0 else 0.55,
+                hatch=hatch,
+                edgecolor="white" if s == 0 else cmap(j % 10),
+                linewidth=0.3,
+                label=m if s == 0 else None,
+            )
+            ax.errorbar(
+                x,
+                med,
+                yerr=[med - lo, hi - med],
+                fmt="none",
+                ecolor="0.25",
+                elinewidth=0.5,
+                capsize=0,
+            )
     ax.set_xticks(np.arange(len(classes)), [str(c) for c in classes])
     ax.set_xlim(-0.5, len(classes) - 0.5)
     ax.set_ylabel(f"median {metric.upper()}")
@@ -99,7 +125,9 @@ def curves_figure_size(n_classes: int) -> tuple[float, float]:
     joint = max(3.6, 0.4 * n_classes + 1.6)  # a panel of topcal.plots' joint distribution
     ncols = (n_classes + 1) // 2
     # whole tenths of an inch: a whole number of pixels at 90 dpi
-    return round(max(3 * joint, 2.4 * ncols + 0.4), 1), round((joint + 0.5) + (2 * 2.4 * 0.9 + 0.9), 1)
+    return round(max(3 * joint, 2.4 * ncols + 0.4), 1), round(
+        (joint + 0.5) + (2 * 2.4 * 0.9 + 0.9), 1
+    )
 
 
 def curves_figure(test1, models: dict, *, title: str | None = None):
@@ -121,7 +149,12 @@ def curves_figure(test1, models: dict, *, title: str | None = None):
     matplotlib.figure.Figure
     """
     Figure, _ = _mpl()
-    from ..plots import calibration_curves, joint_distribution, plot_calibration_curves, plot_joint_distribution
+    from ..plots import (
+        calibration_curves,
+        joint_distribution,
+        plot_calibration_curves,
+        plot_joint_distribution,
+    )
 
     k = test1.n_classes
     width, height = curves_figure_size(k)
@@ -149,7 +182,9 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
         present = [m for m in members if m in results.methods]
         if not present:
             continue
-        fig = paired_bars(summary, present, metric="nll", title=f"{group} methods, median NLL ({regime})")
+        fig = paired_bars(
+            summary, present, metric="nll", title=f"{group} methods, median NLL ({regime})"
+        )
         paths[f"nll_{group}"] = out / f"nll_{group}.png"
         _save(fig, paths[f"nll_{group}"])
     fig = Figure(figsize=(max(7.0, 0.42 * len(results.methods) + 2), 7.5), layout="constrained")
@@ -164,7 +199,9 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
     for name in ("kde-mon", "kde-mon2", "hist"):
         if name in results.methods and issubclass(get_class(name), ScoreCalibrator):
             try:
-                models[name] = fit_quietly(paper_calibrator(name), sets[0], collect=DegenerateClassWarning)
+                models[name] = fit_quietly(
+                    paper_calibrator(name), sets[0], collect=DegenerateClassWarning
+                )
             except TopcalError:
                 continue
     if models:
@@ -184,10 +221,24 @@ def _overall_bars(summary: dict, methods, metric: str, ax) -> None:
     table = summary["metrics"][metric]
     x = np.arange(len(methods))
     for s, (hatch, alpha) in enumerate(((None, 1.0), ("////", 0.55))):
-        med = np.array([np.nan if table[m][f"test{s + 1}"]["overall"]["median"] is None
-                        else table[m][f"test{s + 1}"]["overall"]["median"] for m in methods])
-        ax.bar(x - 0.2 + 0.4 * s, med, width=0.4, color=[f"C{j % 10}" for j in range(len(methods))],
-               alpha=alpha, hatch=hatch, edgecolor="white", linewidth=0.3)
+        med = np.array(
+            [
+                np.nan
+                if table[m][f"test{s + 1}"]["overall"]["median"] is None
+                else table[m][f"test{s + 1}"]["overall"]["median"]
+                for m in methods
+            ]
+        )
+        ax.bar(
+            x - 0.2 + 0.4 * s,
+            med,
+            width=0.4,
+            color=[f"C{j % 10}" for j in range(len(methods))],
+            alpha=alpha,
+            hatch=hatch,
+            edgecolor="white",
+            linewidth=0.3,
+        )
     ax.set_xticks(x, methods, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(f"overall {metric.upper()}", fontsize=8)
     ax.tick_params(axis="y", labelsize=7)

@@ -14,8 +14,11 @@ def _cell(v, digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def median_table(summary: dict, metric: str, *, markdown: bool = False, methods=None, digits: int = 4) -> str:
-    """Median ``metric`` per method (rows) and class (columns), test set 1 / test set 2 in each cell.
+def median_table(
+    summary: dict, metric: str, *, markdown: bool = False, methods=None, digits: int = 4
+) -> str:
+    """Median ``metric`` per method (rows) and class (columns), test set 1 / test set 2 in each
+    cell.
 
     Parameters
     ----------
@@ -33,8 +36,14 @@ def median_table(summary: dict, metric: str, *, markdown: bool = False, methods=
     cols = list(table[methods[0]]["test1"])
     rows = []
     for m in methods:
-        rows.append([m] + [f"{_cell(table[m]['test1'][c]['median'], digits)}/{_cell(table[m]['test2'][c]['median'], digits)}"
-                           for c in cols])
+        rows.append(
+            [m]
+            + [
+                f"{_cell(table[m]['test1'][c]['median'], digits)}/"
+                f"{_cell(table[m]['test2'][c]['median'], digits)}"
+                for c in cols
+            ]
+        )
     header = [f"{metric.upper()} set1/set2"] + cols
     if markdown:
         return markdown_table(header, rows, numeric=False)
@@ -47,8 +56,15 @@ def overall_table(summary: dict, *, methods=None, digits: int = 4) -> str:
     m0 = summary["metrics"]["nll"]
     methods = list(m0) if methods is None else [m for m in methods if m in m0]
     header = ["method"] + [f"{m.upper()} set {s}" for m in ("nll", "ece1", "ece2") for s in (1, 2)]
-    rows = [[meth] + [_cell(summary["metrics"][m][meth][f"test{s}"]["overall"]["median"], digits)
-                      for m in ("nll", "ece1", "ece2") for s in (1, 2)] for meth in methods]
+    rows = [
+        [meth]
+        + [
+            _cell(summary["metrics"][m][meth][f"test{s}"]["overall"]["median"], digits)
+            for m in ("nll", "ece1", "ece2")
+            for s in (1, 2)
+        ]
+        for meth in methods
+    ]
     return markdown_table(header, rows)
 
 
@@ -58,15 +74,21 @@ def _checks(summary: dict) -> list[str]:
         n = d["worse"] + d["better"] + d["equal"]
         share = d["share_of_ensembles_worse"]
         out.append(
-            f"{metric.upper()}: median on test set 2 worse than on test set 1 in {d['worse']} of {n} "
+            f"{metric.upper()}: median on test set 2 worse than on test set 1 in {d['worse']} of "
+            f"{n} "
             f"(method, class) cells, better in {d['better']}"
-            + ("" if share is None else f"; per ensemble, set 2 worse in {100 * share:.1f}% of pairs")
+            + (
+                ""
+                if share is None
+                else f"; per ensemble, set 2 worse in {100 * share:.1f}% of pairs"
+            )
         )
     return out
 
 
 def gap_table(summary: dict, *, baseline: str = BASELINE, digits: int = 4) -> str:
-    """Markdown table: per method the median (set 2 - set 1) gap of each metric, and its excess over ``baseline``.
+    """Markdown table: per method the median (set 2 - set 1) gap of each metric, and its excess over
+    ``baseline``.
 
     The untuned baseline's gap measures how much harder test set 2 is
     without any tuning; a method's excess over it estimates the bias from
@@ -83,8 +105,10 @@ def gap_table(summary: dict, *, baseline: str = BASELINE, digits: int = 4) -> st
     for meth in methods:
         cells = [_cell(gaps[m][meth], digits) for m in metrics]
         if has_base:
-            cells += [_cell(None if gaps[m][meth] is None else gaps[m][meth] - gaps[m][baseline], digits)
-                      for m in metrics]
+            cells += [
+                _cell(None if gaps[m][meth] is None else gaps[m][meth] - gaps[m][baseline], digits)
+                for m in metrics
+            ]
         rows.append([meth] + cells)
     return markdown_table(header, rows)
 
@@ -102,21 +126,31 @@ def format_report(res: dict) -> str:
     outputs, results = res["outputs"], res["results"]
     acc = outputs.accuracy()
     lines = [
-        f"networks: {outputs.n_networks} ({len(outputs.trained)} trained now in {outputs.train_seconds:.0f} s, "
+        f"networks: {outputs.n_networks} ({len(outputs.trained)} trained now in "
+        f"{outputs.train_seconds:.0f} s, "
         f"the rest from {outputs.cache_dir})",
         f"network accuracy, median over networks: test set 1 {float(np.median(acc[:, 0])):.4f}, "
         f"test set 2 {float(np.median(acc[:, 1])):.4f}",
         f"ensemble accuracy, median: test set 1 {s['accuracy']['test1']['median']:.4f}, "
         f"test set 2 {s['accuracy']['test2']['median']:.4f}",
-        f"ensembles: {results.values.shape[0]} of {results.ensembles.shape[1]} networks each, {res['config'].combine} rule; "
+        f"ensembles: {results.values.shape[0]} of {results.ensembles.shape[1]} networks each, "
+        f"{res['config'].combine} rule; "
         f"methods: {', '.join(results.methods)} "
         f"(evaluated in {results.seconds:.0f} s)",
     ]
     for metric in ("nll", "ece1", "ece2"):
-        lines += ["", f"median {metric.upper()} over ensembles (test set 1 / test set 2)", median_table(s, metric)]
+        lines += [
+            "",
+            f"median {metric.upper()} over ensembles (test set 1 / test set 2)",
+            median_table(s, metric),
+        ]
     lines += ["", "set 2 vs set 1 (bias from tuning on set 1 would make set 2 uniformly worse):"]
     lines += ["  " + x for x in _checks(s)]
-    lines += ["", "ranking by overall median NLL on test set 2 (mean rank over classes):", "  " + _ranking(s)]
+    lines += [
+        "",
+        "ranking by overall median NLL on test set 2 (mean rank over classes):",
+        "  " + _ranking(s),
+    ]
     if s.get("failures"):
         for m, f in s["failures"].items():
             lines.append(f"warning: {m} failed on {f['ensembles']} ensemble(s): {f['first_error']}")

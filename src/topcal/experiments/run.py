@@ -13,7 +13,13 @@ import numpy as np
 
 from .._fileio import atomic_write, write_text
 from ..errors import ParameterError, TopcalError
-from .ensembles import METRICS, EnsembleResults, ExperimentConfig, draw_ensembles, evaluate_ensembles
+from .ensembles import (
+    METRICS,
+    EnsembleResults,
+    ExperimentConfig,
+    draw_ensembles,
+    evaluate_ensembles,
+)
 from .idx import load_mnist
 from .networks import NetworkOutputs, network_outputs
 
@@ -52,7 +58,11 @@ def summarize(results: EnsembleResults) -> dict:
         out["metrics"][metric] = {
             m: {
                 f"test{s + 1}": {
-                    c: {"median": _f(med[j, s, qi, ci]), "q25": _f(q25[j, s, qi, ci]), "q75": _f(q75[j, s, qi, ci])}
+                    c: {
+                        "median": _f(med[j, s, qi, ci]),
+                        "q25": _f(q25[j, s, qi, ci]),
+                        "q75": _f(q75[j, s, qi, ci]),
+                    }
                     for ci, c in enumerate(names)
                 }
                 for s in range(2)
@@ -67,36 +77,55 @@ def summarize(results: EnsembleResults) -> dict:
             "better": int(np.sum(diff < 0)),
             "equal": int(np.sum(diff == 0)),
             "share_of_ensembles_worse": _f(np.mean(paired[ok] > 0)) if ok.any() else None,
-            "per_method_worse": {m: int(np.sum(diff[j] > 0)) for j, m in enumerate(results.methods)},
+            "per_method_worse": {
+                m: int(np.sum(diff[j] > 0)) for j, m in enumerate(results.methods)
+            },
             # median over ensembles of (overall on set 2 - overall on set 1): the generalisation gap
-            "median_gap": {m: _f(np.nanmedian(v[:, j, 1, qi, -1] - v[:, j, 0, qi, -1]))
-                           if np.isfinite(v[:, j, :, qi, -1]).any() else None
-                           for j, m in enumerate(results.methods)},
+            "median_gap": {
+                m: _f(np.nanmedian(v[:, j, 1, qi, -1] - v[:, j, 0, qi, -1]))
+                if np.isfinite(v[:, j, :, qi, -1]).any()
+                else None
+                for j, m in enumerate(results.methods)
+            },
         }
         out["ranking"][metric] = {}
         for s in range(2):
             per_class = med[:, s, qi, :-1]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                ranks = np.argsort(np.argsort(np.where(np.isnan(per_class), np.inf, per_class), axis=0), axis=0) + 1
+                ranks = (
+                    np.argsort(
+                        np.argsort(np.where(np.isnan(per_class), np.inf, per_class), axis=0), axis=0
+                    )
+                    + 1
+                )
             order = np.argsort(np.where(np.isnan(med[:, s, qi, -1]), np.inf, med[:, s, qi, -1]))
             out["ranking"][metric][f"test{s + 1}"] = [
-                {"method": results.methods[j], "overall_median": _f(med[j, s, qi, -1]),
-                 "mean_class_rank": float(ranks[j].mean())}
+                {
+                    "method": results.methods[j],
+                    "overall_median": _f(med[j, s, qi, -1]),
+                    "mean_class_rank": float(ranks[j].mean()),
+                }
                 for j in order
             ]
     cmed = np.median(results.counts, axis=0)  # (2, 4, K)
     out["class_counts"] = {
         f"test{s + 1}": {
-            c: {"tp": float(cmed[s, 0, ci]), "fp": float(cmed[s, 1, ci]), "tp_below_0.99": float(cmed[s, 2, ci]),
-                "fp_below_0.99": float(cmed[s, 3, ci])}
+            c: {
+                "tp": float(cmed[s, 0, ci]),
+                "fp": float(cmed[s, 1, ci]),
+                "tp_below_0.99": float(cmed[s, 2, ci]),
+                "fp_below_0.99": float(cmed[s, 3, ci]),
+            }
             for ci, c in enumerate(results.classes)
         }
         for s in range(2)
     }
     aq = np.percentile(results.accuracy, [25, 50, 75], axis=0)
-    out["accuracy"] = {f"test{s + 1}": {"q25": float(aq[0, s]), "median": float(aq[1, s]), "q75": float(aq[2, s])}
-                       for s in range(2)}
+    out["accuracy"] = {
+        f"test{s + 1}": {"q25": float(aq[0, s]), "median": float(aq[1, s]), "q75": float(aq[2, s])}
+        for s in range(2)
+    }
     out["failures"] = results.failures
     return out
 
@@ -114,8 +143,15 @@ def _summary_rows(summary: dict):
                     yield [metric, method, test_set, cls, st["median"], st["q25"], st["q75"]]
 
 
-def write_outputs(out_dir, cfg: ExperimentConfig, outputs: NetworkOutputs, results: EnsembleResults,
-                  summary: dict, *, figures: bool = True) -> dict:
+def write_outputs(
+    out_dir,
+    cfg: ExperimentConfig,
+    outputs: NetworkOutputs,
+    results: EnsembleResults,
+    summary: dict,
+    *,
+    figures: bool = True,
+) -> dict:
     """Write the run's files to ``out_dir``; return {kind: path}.
 
     * ``summary.json``: config, timings, network accuracies, :func:`summarize`;
@@ -131,13 +167,19 @@ def write_outputs(out_dir, cfg: ExperimentConfig, outputs: NetworkOutputs, resul
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TopcalError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+        raise TopcalError(
+            f"cannot create output directory {str(out)!r}: {exc.strerror or exc}"
+        ) from None
     paths = {}
     acc = outputs.accuracy()
     net_acc = {
-        f"test{s + 1}": {"q25": float(np.percentile(acc[:, s], 25)), "median": float(np.median(acc[:, s])),
-                         "q75": float(np.percentile(acc[:, s], 75)), "min": float(acc[:, s].min()),
-                         "max": float(acc[:, s].max())}
+        f"test{s + 1}": {
+            "q25": float(np.percentile(acc[:, s], 25)),
+            "median": float(np.median(acc[:, s])),
+            "q75": float(np.percentile(acc[:, s], 75)),
+            "min": float(acc[:, s].min()),
+            "max": float(acc[:, s].max()),
+        }
         for s in range(2)
     }
     import sys
@@ -158,19 +200,29 @@ def write_outputs(out_dir, cfg: ExperimentConfig, outputs: NetworkOutputs, resul
         **summary,
     }
     paths["summary"] = out / "summary.json"
-    write_text(paths["summary"], json.dumps(doc, indent=1))  # each file atomically: temp file + rename
+    write_text(
+        paths["summary"], json.dumps(doc, indent=1)
+    )  # each file atomically: temp file + rename
     paths["medians"] = out / "medians.csv"
     with atomic_write(paths["medians"]) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["metric", "method", "test_set", "class", "median", "q25", "q75"])
         for row in _summary_rows(summary):
-            w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
+            w.writerow(
+                ["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in row]
+            )
     paths["results"] = out / "results.npz"
     with atomic_write(paths["results"]) as tmp, open(tmp, "wb") as fh:
         np.savez_compressed(
-            fh, values=results.values, methods=np.array(results.methods),
-            classes=np.array(results.classes), metrics=np.array(METRICS), ensembles=results.ensembles,
-            accuracy=results.accuracy, counts=results.counts, network_accuracy=acc,
+            fh,
+            values=results.values,
+            methods=np.array(results.methods),
+            classes=np.array(results.classes),
+            metrics=np.array(METRICS),
+            ensembles=results.ensembles,
+            accuracy=results.accuracy,
+            counts=results.counts,
+            network_accuracy=acc,
         )
     if figures:
         from . import plots
@@ -203,8 +255,11 @@ def run_experiment(
 
     # the paper's methods; auto (a cross-validated choice among them) is left out: it would
     # refit every candidate K times per ensemble
-    methods = (tuple(m for m in available_methods() if get_class(m).in_paper) if cfg.methods is None
-               else tuple(cfg.methods))
+    methods = (
+        tuple(m for m in available_methods() if get_class(m).in_paper)
+        if cfg.methods is None
+        else tuple(cfg.methods)
+    )
     if not methods:
         raise ParameterError("no methods to evaluate; pass --methods a,b,c")
     for name in methods:
@@ -212,11 +267,27 @@ def run_experiment(
     cfg = replace(cfg, methods=methods)
     data = load_mnist(cfg.data_dir)
     cache_root = Path(out_dir) / "cache" if cache_root is None else Path(cache_root)
-    outputs = network_outputs(cfg, data, cache_root=cache_root, device=device, threads=threads, chunk=chunk,
-                              progress=progress)
-    ens = draw_ensembles(cfg.n_networks, cfg.n_ensembles, cfg.ensemble_size,
-                         np.random.SeedSequence([cfg.seed, 3]))  # stream 3: the ensemble draw
-    results = evaluate_ensembles(outputs, ens, methods, n_bins=cfg.n_bins, combine=cfg.combine, progress=progress)
+    outputs = network_outputs(
+        cfg,
+        data,
+        cache_root=cache_root,
+        device=device,
+        threads=threads,
+        chunk=chunk,
+        progress=progress,
+    )
+    ens = draw_ensembles(
+        cfg.n_networks, cfg.n_ensembles, cfg.ensemble_size, np.random.SeedSequence([cfg.seed, 3])
+    )  # stream 3: the ensemble draw
+    results = evaluate_ensembles(
+        outputs, ens, methods, n_bins=cfg.n_bins, combine=cfg.combine, progress=progress
+    )
     summary = summarize(results)
     paths = write_outputs(out_dir, cfg, outputs, results, summary, figures=figures)
-    return {"summary": summary, "paths": paths, "outputs": outputs, "results": results, "config": cfg}
+    return {
+        "summary": summary,
+        "paths": paths,
+        "outputs": outputs,
+        "results": results,
+        "config": cfg,
+    }

@@ -48,14 +48,52 @@ arrays are read by :func:`topcal.inputs.read_arrays`. :func:`write_frames`
 (``_writer.py``, :class:`FrameWriter`) writes every output table, whatever the engine.
 """
 
-from ._chunks import (DEFAULT_CHUNK_ROWS, Layout, build_layout, count_rows, file_columns, iter_data, iter_tables,
-                      parquet_files, read_stats, scan_layout)
+from ._chunks import (
+    DEFAULT_CHUNK_ROWS,
+    Layout,
+    build_layout,
+    count_rows,
+    file_columns,
+    iter_data,
+    iter_tables,
+    parquet_files,
+    read_stats,
+    scan_layout,
+)
 from ._file import read_data, read_table
-from ._frame import (BINNED_COLUMNS, COLUMN_ROLES, KNOWN_LAYOUTS, column_roles, layout_columns, read_frame,
-                     roles_from_options, top_score_chosen)
+from ._frame import (
+    BINNED_COLUMNS,
+    COLUMN_ROLES,
+    KNOWN_LAYOUTS,
+    column_roles,
+    layout_columns,
+    read_frame,
+    roles_from_options,
+    top_score_chosen,
+)
 from ._writer import FrameWriter, write_frames
 
-__all__ = ["read_table", "read_frame", "read_data", "BINNED_COLUMNS", "COLUMN_ROLES", "KNOWN_LAYOUTS",
-           "column_roles", "roles_from_options", "iter_tables", "scan_layout", "iter_data", "read_stats", "Layout",
-           "layout_columns", "build_layout", "top_score_chosen", "DEFAULT_CHUNK_ROWS", "FrameWriter", "file_columns",
-           "parquet_files", "count_rows", "write_frames"]
+__all__ = [
+    "read_table",
+    "read_frame",
+    "read_data",
+    "BINNED_COLUMNS",
+    "COLUMN_ROLES",
+    "KNOWN_LAYOUTS",
+    "column_roles",
+    "roles_from_options",
+    "iter_tables",
+    "scan_layout",
+    "iter_data",
+    "read_stats",
+    "Layout",
+    "layout_columns",
+    "build_layout",
+    "top_score_chosen",
+    "DEFAULT_CHUNK_ROWS",
+    "FrameWriter",
+    "file_columns",
+    "parquet_files",
+    "count_rows",
+    "write_frames",
+]

@@ -1,4 +1,5 @@
-"""Files larger than memory: CSV and Parquet read in chunks, all with the classes of a whole-file read.
+"""Files larger than memory: CSV and Parquet read in chunks, all with the classes of a whole-file
+read.
 
 :func:`scan_layout` finds the class list and score range a whole-file read
 would infer, reading only the class columns; :func:`iter_data` then reads
@@ -32,10 +33,14 @@ def _stream_path(path) -> Path:
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
         if not parquet_files(p):
-            raise DataError(f"directory {str(p)!r} holds no .parquet files; give a CSV or Parquet file")
+            raise DataError(
+                f"directory {str(p)!r} holds no .parquet files; give a CSV or Parquet file"
+            )
         return p
     if p.suffix.lower() not in _STREAM_SUFFIXES:
-        raise DataError(f"{str(p)!r} cannot be read in chunks; streaming reads .csv, .tsv or .parquet files")
+        raise DataError(
+            f"{str(p)!r} cannot be read in chunks; streaming reads .csv, .tsv or .parquet files"
+        )
     return p
 
 
@@ -60,8 +65,11 @@ def file_columns(path) -> list[str]:
         if parts is not None:
             import pyarrow.parquet as pq
 
-            names = [str(c) for c in pq.read_schema(parts[0]).names
-                     if not str(c).startswith("__index_level_")]
+            names = [
+                str(c)
+                for c in pq.read_schema(parts[0]).names
+                if not str(c).startswith("__index_level_")
+            ]
             check_unique(names, repr(str(parts[0])))
             return names
         check_header(p)
@@ -83,7 +91,11 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
     """
     import pandas as pd
 
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1:
+    if (
+        isinstance(chunk_rows, bool)
+        or not isinstance(chunk_rows, (int, np.integer))
+        or chunk_rows < 1
+    ):
         raise DataError(f"chunk_rows must be an integer >= 1, got {chunk_rows!r}")
     p = _stream_path(path)
     n = 0
@@ -94,7 +106,8 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
 
             for part in parts:
                 pf = pq.ParquetFile(part)
-                # one row group at a time (iter_batches buffers ahead: its memory grew with the file)
+                # one row group at a time (iter_batches buffers ahead: its memory grew with the
+                # file)
                 for g in range(pf.num_row_groups):
                     table = pf.read_row_group(g, columns=columns)
                     for start in range(0, table.num_rows, int(chunk_rows)):
@@ -105,8 +118,15 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
         else:
             check_header(p)
             dtype = {c: str for c in str_columns}
-            with pd.read_csv(p, sep=csv_sep(p), chunksize=int(chunk_rows),
-                             usecols=columns, dtype=dtype or None, low_memory=False, **CSV_NA) as reader:
+            with pd.read_csv(
+                p,
+                sep=csv_sep(p),
+                chunksize=int(chunk_rows),
+                usecols=columns,
+                dtype=dtype or None,
+                low_memory=False,
+                **CSV_NA,
+            ) as reader:
                 for frame in reader:
                     n += len(frame)
                     yield frame
@@ -134,8 +154,18 @@ class Layout:
         self.n_rows = n_rows
 
 
-def build_layout(columns, uniques: dict, numeric: dict, lo_hi, /, *, str_columns=(), n_rows=None, classes=None,
-                 **options) -> "Layout":
+def build_layout(
+    columns,
+    uniques: dict,
+    numeric: dict,
+    lo_hi,
+    /,
+    *,
+    str_columns=(),
+    n_rows=None,
+    classes=None,
+    **options,
+) -> "Layout":
     """The :class:`Layout` a whole-file read would use, from each class column's distinct values.
 
     ``uniques`` maps each class column to its distinct values in order of
@@ -146,10 +176,17 @@ def build_layout(columns, uniques: dict, numeric: dict, lo_hi, /, *, str_columns
 
     class_cols, _, binned, vector = layout_columns(columns, **options)
     opts = dict(options)
-    if binned and opts.get("score_range") is None and np.isfinite(lo_hi).all() and (lo_hi[0] < 0 or lo_hi[1] > 1):
+    if (
+        binned
+        and opts.get("score_range") is None
+        and np.isfinite(lo_hi).all()
+        and (lo_hi[0] < 0 or lo_hi[1] > 1)
+    ):
         # as a whole-file read: the range of binned counts is declared, never guessed from the bins
-        raise DataError(f"the bins reach from {lo_hi[0]:g} to {lo_hi[1]:g}, outside the default score range "
-                        "[0, 1]; declare a score_range (--score-range LO HI) that covers every bin")
+        raise DataError(
+            f"the bins reach from {lo_hi[0]:g} to {lo_hi[1]:g}, outside the default score range "
+            "[0, 1]; declare a score_range (--score-range LO HI) that covers every bin"
+        )
     if classes is not None and not vector:  # a vector layout's classes are its columns
         opts["classes"] = list(classes)
     elif classes is None and class_cols and not vector:
@@ -157,7 +194,11 @@ def build_layout(columns, uniques: dict, numeric: dict, lo_hi, /, *, str_columns
         sk = {}
         for c in class_cols:
             vals = list(uniques[c])
-            sk[c] = np.asarray([str(v) for v in vals], dtype=object) if not numeric[c] else np.asarray(vals)
+            sk[c] = (
+                np.asarray([str(v) for v in vals], dtype=object)
+                if not numeric[c]
+                else np.asarray(vals)
+            )
         m = max(len(v) for v in sk.values())
         frame = pd.DataFrame({c: np.resize(v, m) for c, v in sk.items()})
         roles = roles_from_options(columns, options)
@@ -173,7 +214,8 @@ def build_layout(columns, uniques: dict, numeric: dict, lo_hi, /, *, str_columns
 
 
 def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **options) -> Layout:
-    """Find the classes and score range a whole-file read would infer, reading only the class columns.
+    """Find the classes and score range a whole-file read would infer, reading only the class
+    columns.
 
     With ``classes`` given (e.g. a model's, for ``apply``) no class is
     inferred, but the class columns' types are still checked for CSV.
@@ -189,8 +231,11 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
     lo_hi = [np.inf, -np.inf]
     n = 0
     # Parquet columns have one type throughout: a scan is needed only to infer classes or the range
-    need_scan = bool(class_cols) and (is_csv or (classes is None and not vector)) \
+    need_scan = (
+        bool(class_cols)
+        and (is_csv or (classes is None and not vector))
         or (binned and options.get("score_range") is None)
+    )
     if need_scan:
         for frame in iter_tables(p, chunk_rows, columns=class_cols + extra):
             n += len(frame)
@@ -198,21 +243,36 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
                 uniques[c].append(pd.unique(frame[c]))
                 numeric[c] &= frame[c].dtype.kind in "iuf"
             if binned:
-                lo_hi[0] = min(lo_hi[0], float(pd.to_numeric(frame[extra[0]], errors="coerce").min()))
-                lo_hi[1] = max(lo_hi[1], float(pd.to_numeric(frame[extra[1]], errors="coerce").max()))
+                lo_hi[0] = min(
+                    lo_hi[0], float(pd.to_numeric(frame[extra[0]], errors="coerce").min())
+                )
+                lo_hi[1] = max(
+                    lo_hi[1], float(pd.to_numeric(frame[extra[1]], errors="coerce").max())
+                )
     for c in class_cols:
         parts = [np.asarray(u) if numeric[c] else np.asarray(u, dtype=object) for u in uniques[c]]
         uniques[c] = pd.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=object)
     str_columns = tuple(c for c in class_cols if is_csv and not numeric[c])
     try:
-        return build_layout(cols, uniques, numeric, lo_hi, str_columns=str_columns, n_rows=n if need_scan else None,
-                            classes=classes, **options)
+        return build_layout(
+            cols,
+            uniques,
+            numeric,
+            lo_hi,
+            str_columns=str_columns,
+            n_rows=n if need_scan else None,
+            classes=classes,
+            **options,
+        )
     except DataError as exc:
         raise DataError(f"{p.name}: {exc}") from None
 
 
-def iter_data(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | None = None, **options):
-    """Yield ``(frame, TopLabelData)`` per chunk of a CSV or Parquet file, all with one class list."""
+def iter_data(
+    path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | None = None, **options
+):
+    """Yield ``(frame, TopLabelData)`` per chunk of a CSV or Parquet file, all with one class
+    list."""
     layout = layout or scan_layout(path, chunk_rows, **options)
     start = 0
     for frame in iter_tables(path, chunk_rows, str_columns=layout.str_columns):
@@ -220,14 +280,23 @@ def iter_data(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | No
             data = read_frame(frame, **layout.options)
         except DataError as exc:
             # the chunk's row numbers as the file's (those of a whole-file read)
-            msg = re.sub(r"\b(rows?) (\d+)", lambda m: f"{m.group(1)} {int(m.group(2)) + start}", str(exc))
+            msg = re.sub(
+                r"\b(rows?) (\d+)", lambda m: f"{m.group(1)} {int(m.group(2)) + start}", str(exc)
+            )
             raise DataError(f"{Path(path).name}: {msg}") from None
         start += len(frame)
         yield frame, data
 
 
-def read_stats(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, n_cells: int = DEFAULT_CELLS, progress=None,
-               stats_of=None, **options) -> ScoreStats:
+def read_stats(
+    path,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    *,
+    n_cells: int = DEFAULT_CELLS,
+    progress=None,
+    stats_of=None,
+    **options,
+) -> ScoreStats:
     """The mergeable statistics of a labelled CSV or Parquet file, read in chunks (bounded memory).
 
     ``progress``, if given, is called with the number of rows read so far
@@ -250,7 +319,8 @@ def read_stats(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, n_cells: int = DEF
 
 
 def count_rows(path) -> int | None:
-    """Rows of a Parquet file from its metadata (None for other formats: unknown without reading)."""
+    """Rows of a Parquet file from its metadata (None for other formats: unknown without
+    reading)."""
     p = Path(path)
     try:
         parts = parquet_parts(p) if p.exists() else None

@@ -1,4 +1,5 @@
-"""The file reader: a whole CSV, TSV, Parquet or .npz file as :class:`TopLabelData` (:func:`read_data`)."""
+"""The file reader: a whole CSV, TSV, Parquet or .npz file as :class:`TopLabelData`
+(:func:`read_data`)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ def data_path(path) -> Path:
     if isinstance(path, (bytes, bytearray)):
         path = os.fsdecode(bytes(path))
     if not isinstance(path, (str, os.PathLike)):
-        raise DataError(f"a data file is read from its path (str, bytes or pathlib.Path), got "
-                        f"{type(path).__name__}; arrays and DataFrames go to fit/predict directly "
-                        "(or topcal.inputs.as_data)")
+        raise DataError(
+            f"a data file is read from its path (str, bytes or pathlib.Path), got "
+            f"{type(path).__name__}; arrays and DataFrames go to fit/predict directly "
+            "(or topcal.inputs.as_data)"
+        )
     return Path(path)
 
 
@@ -42,14 +45,18 @@ def read_table(path):
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
-        raise DataError(f"{str(p)!r} is a directory; give a CSV, Parquet or .npz file "
-                        "(a directory of Parquet files is read in chunks: --chunk-rows, or --engine dask)")
+        raise DataError(
+            f"{str(p)!r} is a directory; give a CSV, Parquet or .npz file "
+            "(a directory of Parquet files is read in chunks: --chunk-rows, or --engine dask)"
+        )
     suffix = p.suffix.lower()
     try:
         if suffix in (".csv", ".txt", ".tsv"):
             sep = csv_sep(p)
             check_header(p)
-            frame = pd.read_csv(p, sep=sep, low_memory=False, **CSV_NA)  # one type per column, not one per chunk
+            frame = pd.read_csv(
+                p, sep=sep, low_memory=False, **CSV_NA
+            )  # one type per column, not one per chunk
         elif suffix in (".parquet", ".pq"):
             import pyarrow.parquet as pq
 
@@ -90,10 +97,15 @@ def _npz_frame(p: Path):
         arrays = {k: z[k] for k in z.files}
     for key, arr in arrays.items():
         if arr.dtype.kind == "c":
-            raise DataError(f"array {key!r} in {str(p)!r} holds complex numbers; topcal reads real numbers and names")
+            raise DataError(
+                f"array {key!r} in {str(p)!r} holds complex numbers; topcal reads real numbers and "
+                f"names"
+            )
         if arr.dtype.kind not in "biufUS":
-            raise DataError(f"array {key!r} in {str(p)!r} has the unsupported type {arr.dtype}; "
-                            "use numbers or strings")
+            raise DataError(
+                f"array {key!r} in {str(p)!r} has the unsupported type {arr.dtype}; "
+                "use numbers or strings"
+            )
     arrays = _netcal_arrays(arrays)
     cols = {}
     classes = [str(c) for c in arrays.pop("classes")] if "classes" in arrays else None
@@ -101,22 +113,35 @@ def _npz_frame(p: Path):
         if key in arrays:
             m = arrays.pop(key)
             if m.ndim != 2:
-                raise DataError(f"{key} in {str(p)!r} must be 2-d (samples x classes), got shape {m.shape}")
+                raise DataError(
+                    f"{key} in {str(p)!r} must be 2-d (samples x classes), got shape {m.shape}"
+                )
             names = classes or [str(i) for i in range(m.shape[1])]
             if len(names) != m.shape[1]:
-                raise DataError(f"{str(p)!r} has {len(names)} classes but {key} has {m.shape[1]} columns")
+                raise DataError(
+                    f"{str(p)!r} has {len(names)} classes but {key} has {m.shape[1]} columns"
+                )
             for j, c in enumerate(names):
                 cols[prefix + c] = m[:, j]
     if "labels" in arrays and "label" not in arrays:
         arrays["label"] = arrays.pop("labels")
     lab = arrays.get("label")
-    if classes and lab is not None and lab.dtype.kind in "iu" and not any(is_int_name(c) for c in classes):
-        # integer labels beside non-numeric class names (scikit-learn's y and classes_): indices into
+    if (
+        classes
+        and lab is not None
+        and lab.dtype.kind in "iu"
+        and not any(is_int_name(c) for c in classes)
+    ):
+        # integer labels beside non-numeric class names (scikit-learn's y and classes_): indices
+        # into
         # 'classes', the one reading that can match; with numeric names they are matched as names
         if lab.ndim == 1 and lab.size and (lab.min() < 0 or lab.max() >= len(classes)):
             i = int(np.flatnonzero((lab < 0) | (lab >= len(classes)))[0])
-            raise DataError(f"labels in {str(p)!r} has index {int(lab[i])} at row {i}, outside 0..{len(classes) - 1}; "
-                            "integer labels beside class names are indices into 'classes'")
+            raise DataError(
+                f"labels in {str(p)!r} has index {int(lab[i])} at row {i}, outside "
+                f"0..{len(classes) - 1}; "
+                "integer labels beside class names are indices into 'classes'"
+            )
         if lab.ndim == 1:
             arrays["label"] = np.asarray(classes, dtype=object)[lab]
     for key, arr in arrays.items():
@@ -126,11 +151,14 @@ def _npz_frame(p: Path):
     try:
         return pd.DataFrame(cols)
     except ValueError as exc:
-        raise DataError(f"arrays in {str(p)!r} have different lengths ({exc}); give one value per sample") from None
+        raise DataError(
+            f"arrays in {str(p)!r} have different lengths ({exc}); give one value per sample"
+        ) from None
 
 
 def _netcal_arrays(arrays: dict) -> dict:
-    """netcal's records (``predictions``, ``ground_truth``) under the standard keys ``probs``, ``labels``."""
+    """netcal's records (``predictions``, ``ground_truth``) under the standard keys ``probs``,
+    ``labels``."""
     layout = KNOWN_LAYOUTS["netcal npz"]
     if layout["probs"] in arrays and not {"probs", "logits"} & set(arrays):
         arrays = dict(arrays)

@@ -21,7 +21,11 @@ COLUMN_ROLES = ("label", "pred", "score") + BINNED_COLUMNS
 #: Published layouts read as they are: name -> {role: column} (tables) or
 #: {standard npz key: their key} (npz).
 KNOWN_LAYOUTS = {
-    "true_label,pred_label,confidence": {"label": "true_label", "pred": "pred_label", "score": "confidence"},
+    "true_label,pred_label,confidence": {
+        "label": "true_label",
+        "pred": "pred_label",
+        "score": "confidence",
+    },
     "netcal npz": {"probs": "predictions", "labels": "ground_truth"},
 }
 
@@ -32,12 +36,15 @@ def check_unique(names, where: str) -> None:
     seen = set()
     for name in map(str, names):
         if name in seen:
-            raise DataError(f"{where} has the column {name!r} twice; column (and class) names must "
-                            "be unique")
+            raise DataError(
+                f"{where} has the column {name!r} twice; column (and class) names must be unique"
+            )
         seen.add(name)
 
 
-def column_roles(cols, columns=None, *, label_column="label", pred_column="pred", score_column="score") -> dict:
+def column_roles(
+    cols, columns=None, *, label_column="label", pred_column="pred", score_column="score"
+) -> dict:
     """Which column plays which role: ``{role: column}`` for the roles in :data:`COLUMN_ROLES`.
 
     ``columns`` (role -> column name) wins; then the named ``*_column``
@@ -48,22 +55,32 @@ def column_roles(cols, columns=None, *, label_column="label", pred_column="pred"
     roles = {"label": label_column, "pred": pred_column, "score": score_column}
     roles.update({c: c for c in BINNED_COLUMNS})
     layout = KNOWN_LAYOUTS["true_label,pred_label,confidence"]
-    if (pred_column not in cols and score_column not in cols and label_column not in cols
-            and all(layout[r] in cols for r in ("pred", "score"))):
+    if (
+        pred_column not in cols
+        and score_column not in cols
+        and label_column not in cols
+        and all(layout[r] in cols for r in ("pred", "score"))
+    ):
         roles.update(layout)
     for role, name in (columns or {}).items():
         if role not in COLUMN_ROLES:
             raise DataError(f"unknown column role {role!r}; roles are: {', '.join(COLUMN_ROLES)}")
         if str(name) not in cols:
             shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
-            raise DataError(f"column {name!r} (given for the role {role!r}) is not in the data; its columns are: {shown}")
+            raise DataError(
+                f"column {name!r} (given for the role {role!r}) is not in the data; its columns "
+                f"are: {shown}"
+            )
         roles[role] = str(name)
     used: dict[str, str] = {}
     for role, name in roles.items():  # one column in two roles (pred and label: every row "right")
         if name is not None and name in cols:
             if name in used:
-                raise DataError(f"column {name!r} is given two roles, {used[name]!r} and {role!r}; each role needs "
-                                "its own column")
+                raise DataError(
+                    f"column {name!r} is given two roles, {used[name]!r} and {role!r}; each role "
+                    f"needs "
+                    "its own column"
+                )
             used[name] = role
     return roles
 
@@ -72,14 +89,22 @@ def top_score_chosen(columns=None, pred_column: str = "pred", score_column: str 
     """Whether the options name a top-score column (``columns`` with a pred or score role, or a
     ``*_column`` name other than the default): then the pred/score columns are read even where
     probability columns exist (e.g. ``apply``'s output: its calibrated ``confidence``)."""
-    return bool({"pred", "score"} & set(columns or {})) or pred_column != "pred" or score_column != "score"
+    return (
+        bool({"pred", "score"} & set(columns or {}))
+        or pred_column != "pred"
+        or score_column != "score"
+    )
 
 
 def roles_from_options(cols, options: dict) -> dict:
     """:func:`column_roles` from read options (``columns`` and the ``*_column`` names)."""
-    return column_roles(cols, options.get("columns"), label_column=options.get("label_column", "label"),
-                        pred_column=options.get("pred_column", "pred"),
-                        score_column=options.get("score_column", "score"))
+    return column_roles(
+        cols,
+        options.get("columns"),
+        label_column=options.get("label_column", "label"),
+        pred_column=options.get("pred_column", "pred"),
+        score_column=options.get("score_column", "score"),
+    )
 
 
 def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, bool]:
@@ -93,10 +118,19 @@ def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, b
     label = roles["label"] if options.get("label_column", "label") is not None else None
     pred = roles["pred"]
     binned = all(roles[c] in cols for c in BINNED_COLUMNS)
-    prob_prefix, logit_prefix = options.get("prob_prefix", "p_"), options.get("logit_prefix", "logit_")
-    vector = not binned and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols) \
-        and not top_score_chosen(options.get("columns"), pred_column=options.get("pred_column", "pred"),
-                                 score_column=options.get("score_column", "score"))
+    prob_prefix, logit_prefix = (
+        options.get("prob_prefix", "p_"),
+        options.get("logit_prefix", "logit_"),
+    )
+    vector = (
+        not binned
+        and any(c.startswith(prob_prefix) or c.startswith(logit_prefix) for c in cols)
+        and not top_score_chosen(
+            options.get("columns"),
+            pred_column=options.get("pred_column", "pred"),
+            score_column=options.get("score_column", "score"),
+        )
+    )
     if binned:
         class_cols = [roles["predicted_class"]]
     elif vector:
@@ -135,26 +169,60 @@ def read_frame(
     """
     if y is not None:
         if label_column in frame.columns:
-            raise DataError(f"y was given but the DataFrame also has a {label_column!r} column; pass one or the other")
+            raise DataError(
+                f"y was given but the DataFrame also has a {label_column!r} column; pass one or "
+                f"the other"
+            )
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != len(frame):
-            raise DataError(f"y has shape {y.shape} but the DataFrame has {len(frame)} rows; give one label per row")
+            raise DataError(
+                f"y has shape {y.shape} but the DataFrame has {len(frame)} rows; give one label "
+                f"per row"
+            )
         frame = frame.assign(**{_LABEL_SLOT: y})
         label_column = _LABEL_SLOT
     try:
-        return _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column,
-                           score_column, score_range, renormalize, classes)
-    except (TypeError, OverflowError) as exc:  # cells pandas/numpy cannot turn into numbers or names
-        raise DataError(f"a column holds values topcal cannot read ({exc}); give numbers and class names") from None
+        return _read_frame(
+            frame,
+            columns,
+            label_column,
+            logits,
+            prob_prefix,
+            logit_prefix,
+            pred_column,
+            score_column,
+            score_range,
+            renormalize,
+            classes,
+        )
+    except (
+        TypeError,
+        OverflowError,
+    ) as exc:  # cells pandas/numpy cannot turn into numbers or names
+        raise DataError(
+            f"a column holds values topcal cannot read ({exc}); give numbers and class names"
+        ) from None
 
 
-def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix, pred_column, score_column,
-                score_range, renormalize, classes):
+def _read_frame(
+    frame,
+    columns,
+    label_column,
+    logits,
+    prob_prefix,
+    logit_prefix,
+    pred_column,
+    score_column,
+    score_range,
+    renormalize,
+    classes,
+):
     cols = [str(c) for c in frame.columns]
     check_unique(cols, "the data")  # a chunk of a Parquet file, a DataFrame of the caller
     top_score = top_score_chosen(columns, pred_column=pred_column, score_column=score_column)
-    roles = column_roles(cols, columns, label_column=label_column, pred_column=pred_column,
-                         score_column=score_column)
+    roles = column_roles(
+        cols, columns, label_column=label_column, pred_column=pred_column, score_column=score_column
+    )
     label_column, pred_column, score_column = roles["label"], roles["pred"], roles["score"]
     binned = {roles[c]: c for c in BINNED_COLUMNS if roles[c] != c}
     if binned:
@@ -167,25 +235,34 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
         logit_cols = [c for c in cols if c.startswith(logit_prefix)]
         prob_cols = [c for c in cols if c.startswith(prob_prefix)]
     vec_cols, prefix = (logit_cols, logit_prefix) if logit_cols else (prob_cols, prob_prefix)
-    names = [c[len(prefix):] for c in vec_cols] if not (logit_cols and prob_cols) else []
+    names = [c[len(prefix) :] for c in vec_cols] if not (logit_cols and prob_cols) else []
     labels = None
-    if label_column in cols:  # read once, on the class list it is coded on: the score columns' names, if any
-        labels = _class_values(frame[label_column], names or classes, f"label column {label_column!r}")
+    if (
+        label_column in cols
+    ):  # read once, on the class list it is coded on: the score columns' names, if any
+        labels = _class_values(
+            frame[label_column], names or classes, f"label column {label_column!r}"
+        )
     if is_binned:
         return TopLabelData.from_binned(
             label_names(frame["predicted_class"].to_numpy(), "predicted_class"),
-            *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]), classes=classes, score_range=score_range,
+            *(_numeric(frame, [c])[:, 0] for c in BINNED_COLUMNS[1:]),
+            classes=classes,
+            score_range=score_range,
         )
     if logit_cols and prob_cols:
         raise DataError(
-            f"data has both {prob_prefix}* and {logit_prefix}* columns; keep one set of score columns"
+            f"data has both {prob_prefix}* and {logit_prefix}* columns; keep one set of score "
+            f"columns"
         )
     if vec_cols:
         if classes is not None and [str(c) for c in classes] != names:
             raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
         matrix = _numeric(frame, vec_cols)
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
-            raise DataError("--score-range applies to pred/score columns; probability columns are on (0, 1)")
+            raise DataError(
+                "--score-range applies to pred/score columns; probability columns are on (0, 1)"
+            )
         try:
             if logit_cols or logits:
                 return TopLabelData.from_logits(matrix, labels, classes=names)
@@ -193,19 +270,26 @@ def _read_frame(frame, columns, label_column, logits, prob_prefix, logit_prefix,
         except DataError as exc:
             if labels is None or "labels" not in str(exc):
                 raise
-            raise DataError(f"{exc} (labels are matched to the class names in the {prefix}<class> column "
-                            "names, not to column positions)") from None
+            raise DataError(
+                f"{exc} (labels are matched to the class names in the {prefix}<class> column "
+                "names, not to column positions)"
+            ) from None
     if pred_column in cols and score_column in cols:
         pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
         if labels is not None and classes is None and not set(labels).intersection(pred):
             raise DataError(
-                f"no label in {label_column!r} names a predicted class in {pred_column!r} (labels like "
-                f"{sorted(set(labels))[:3]}, predictions like {sorted(set(pred))[:3]}); both columns must use "
+                f"no label in {label_column!r} names a predicted class in {pred_column!r} (labels "
+                f"like "
+                f"{sorted(set(labels))[:3]}, predictions like {sorted(set(pred))[:3]}); both "
+                f"columns must use "
                 "the same class names"
             )
         return TopLabelData.from_scores(
-            pred, _numeric(frame, [score_column])[:, 0], labels,
-            classes=classes, score_range=(0.0, 1.0) if score_range is None else score_range,
+            pred,
+            _numeric(frame, [score_column])[:, 0],
+            labels,
+            classes=classes,
+            score_range=(0.0, 1.0) if score_range is None else score_range,
         )
     raise DataError(
         f"cannot find score columns in {cols[:8]}{'...' if len(cols) > 8 else ''}: expected "
@@ -226,10 +310,16 @@ def _class_values(column, classes, name: str):
     import pandas as pd
 
     # indices are read as names where the names are integers ("3", "5"): then only names are safe
-    if classes is not None and isinstance(column.dtype, pd.CategoricalDtype) \
-            and column.cat.categories.dtype.kind not in "iufb" and not all(is_int_name(str(c)) for c in classes):
+    if (
+        classes is not None
+        and isinstance(column.dtype, pd.CategoricalDtype)
+        and column.cat.categories.dtype.kind not in "iufb"
+        and not all(is_int_name(str(c)) for c in classes)
+    ):
         lookup = {str(c): i for i, c in enumerate(classes)}
-        index = np.array([lookup.get(str(c), -1) for c in column.cat.categories] + [-1], dtype=np.int64)
+        index = np.array(
+            [lookup.get(str(c), -1) for c in column.cat.categories] + [-1], dtype=np.int64
+        )
         codes = index[column.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing -1
         if codes.size and codes.min() >= 0:
             return codes
@@ -245,9 +335,14 @@ def _numeric(frame, columns) -> np.ndarray:
         bad = np.isnan(col) & ~pd.isna(frame[c]).to_numpy()
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise DataError(f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i}; fix or remove it")
+            raise DataError(
+                f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i}; fix or "
+                f"remove it"
+            )
         if np.isnan(col).any():
             i = int(np.flatnonzero(np.isnan(col))[0])
-            raise DataError(f"column {c!r} is empty (NaN) at row {i}; remove or impute missing scores")
+            raise DataError(
+                f"column {c!r} is empty (NaN) at row {i}; remove or impute missing scores"
+            )
         out[:, j] = col
     return out

@@ -95,12 +95,17 @@ class FrameWriter:
                 csv_safe(frame).to_csv(self._fh, index=False, header=header)
         except OSError as exc:
             self.abort()
-            raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
+            raise DataError(
+                f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path"
+            ) from None
         except (ValueError, TypeError) as exc:  # pyarrow: a column changed type between chunks
             self.abort()
-            raise DataError(f"cannot write rows {self.rows}+ of {str(self.path)!r}: {first_line(exc)[:300]}; write a .csv "
-                            "instead, or make each column hold one type (a larger --chunk-rows reads more rows "
-                            "per type guess)") from None
+            raise DataError(
+                f"cannot write rows {self.rows}+ of {str(self.path)!r}: {first_line(exc)[:300]}; "
+                f"write a .csv "
+                "instead, or make each column hold one type (a larger --chunk-rows reads more rows "
+                "per type guess)"
+            ) from None
         self.rows += len(frame)
 
     def close(self) -> None:
@@ -111,7 +116,9 @@ class FrameWriter:
                 self._fh.close()
         except OSError as exc:
             self.abort()
-            raise DataError(f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path") from None
+            raise DataError(
+                f"cannot write {str(self.path)!r}: {exc.strerror or exc}; check the path"
+            ) from None
         self._writer = self._fh = None
         if not self._done:
             self._done = True
@@ -142,7 +149,8 @@ class FrameWriter:
 
 
 def write_frames(frames, path, *, schema=None, progress=None) -> int:
-    """Write the DataFrames ``frames`` (any iterable) one after another to the file ``path``; returns the rows.
+    """Write the DataFrames ``frames`` (any iterable) one after another to the file ``path``;
+    returns the rows.
 
     The one output writer (:class:`FrameWriter`: atomic, refuses links,
     devices and folders; ``.csv`` or ``.parquet``). ``progress``, if given, is

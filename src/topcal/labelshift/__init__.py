@@ -43,7 +43,15 @@ The package: :mod:`~topcal.labelshift.estimators` (EM, BBSE, BCTS, the adapted c
 
 from .adapted import AdaptedCalibrator, adapt, read_priors
 from .estimates import PriorEstimate, estimate_priors, source_posteriors
-from .estimators import ADAPTED_METHOD, ESTIMATORS, adapt_confidence, bbse_priors, bcts_probs, em_priors, fit_bcts
+from .estimators import (
+    ADAPTED_METHOD,
+    ESTIMATORS,
+    adapt_confidence,
+    bbse_priors,
+    bcts_probs,
+    em_priors,
+    fit_bcts,
+)
 from .safety import Shrink, choose_shrink
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Adapting a fitted calibrator to new class priors (:func:`adapt`): the :class:`AdaptedCalibrator`, and
+"""Adapting a fitted calibrator to new class priors (:func:`adapt`): the :class:`AdaptedCalibrator`,
+and
 reading priors from a CSV file."""
 
 from __future__ import annotations
@@ -14,8 +15,16 @@ from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData
 from ..errors import DataError, ModelFileError, ParameterError, TopcalError
 from .estimators import ADAPTED_METHOD, FP_PSEUDOCOUNT, PRIOR_SUM_TOL, adapt_confidence
-from .estimates import (PriorEstimate, check_nonneg, check_shrink, check_use_data, confusion_of, estimate_priors, fp_mix,
-                        top_label_posterior)
+from .estimates import (
+    PriorEstimate,
+    check_nonneg,
+    check_shrink,
+    check_use_data,
+    confusion_of,
+    estimate_priors,
+    fp_mix,
+    top_label_posterior,
+)
 
 __all__ = [
     "adapt",
@@ -23,15 +32,21 @@ __all__ = [
     "read_priors",
 ]
 
+
 def _given_priors(priors, classes: tuple[str, ...]) -> np.ndarray:
     K = len(classes)
     if isinstance(priors, dict):
         unknown = [str(c) for c in priors if str(c) not in classes]
         if unknown:
-            raise DataError(f"priors name class(es) {unknown} the model never saw (its classes: {list(classes)})")
+            raise DataError(
+                f"priors name class(es) {unknown} the model never saw (its classes: "
+                f"{list(classes)})"
+            )
         missing = [c for c in classes if c not in {str(k) for k in priors}]
         if missing:
-            raise DataError(f"priors miss class(es) {missing}; give every class a prior (0 for absent classes)")
+            raise DataError(
+                f"priors miss class(es) {missing}; give every class a prior (0 for absent classes)"
+            )
         by_name = {str(k): v for k, v in priors.items()}
         values = [by_name[c] for c in classes]
     else:
@@ -46,14 +61,27 @@ def _given_priors(priors, classes: tuple[str, ...]) -> np.ndarray:
         i = int(np.flatnonzero(~np.isfinite(p) | (p < 0))[0])
         raise DataError(f"prior of class {classes[i]!r} is {p[i]}; priors must be finite and >= 0")
     if abs(p.sum() - 1.0) > PRIOR_SUM_TOL:
-        raise DataError(f"priors sum to {p.sum():.6g}, not 1 (tolerance {PRIOR_SUM_TOL}); give class frequencies")
+        raise DataError(
+            f"priors sum to {p.sum():.6g}, not 1 (tolerance {PRIOR_SUM_TOL}); give class "
+            f"frequencies"
+        )
     return p / p.sum()
 
 
-def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, estimator: str = "em",
-          source_data: TopLabelData | None = None, prior_strength: float | None = None,
-          n_bootstrap: int = 100, level: float = 0.95, seed: int = 0,
-          fp_pseudocount: float = FP_PSEUDOCOUNT, shrink="auto") -> "AdaptedCalibrator":
+def adapt(
+    model: Calibrator,
+    data: TopLabelData | None = None,
+    *,
+    priors=None,
+    estimator: str = "em",
+    source_data: TopLabelData | None = None,
+    prior_strength: float | None = None,
+    n_bootstrap: int = 100,
+    level: float = 0.95,
+    seed: int = 0,
+    fp_pseudocount: float = FP_PSEUDOCOUNT,
+    shrink="auto",
+) -> "AdaptedCalibrator":
     """A copy of ``model`` whose confidences hold for the use set's class priors.
 
     Give either the unlabelled use set ``data`` (priors estimated with
@@ -64,7 +92,8 @@ def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, e
     ``level`` and ``seed`` are passed to :func:`estimate_priors`.
     ``priors`` may also be a :class:`PriorEstimate` (e.g. from
     :func:`estimate_priors` with another model fitted on the same test set),
-    whose intervals are kept. ``fp_pseudocount`` (default 10) shrinks each class's false-positive mix
+    whose intervals are kept. ``fp_pseudocount`` (default 10) shrinks each class's false-positive
+    mix
     towards the test set's overall one, in false positives (0: none). ``shrink`` (default
     "auto", estimated priors only) is the safety step: how far to move from the source priors
     towards the estimate, chosen by simulated shift on the model's own counts so that an
@@ -77,33 +106,63 @@ def adapt(model: Calibrator, data: TopLabelData | None = None, *, priors=None, e
         ``model`` itself is left unchanged.
     """
     if (data is None) == (priors is None):
-        raise ParameterError("give exactly one of data (the unlabelled use set, to estimate priors) or priors=...")
+        raise ParameterError(
+            "give exactly one of data (the unlabelled use set, to estimate priors) or priors=..."
+        )
     check_shrink(shrink)
     if priors is not None and shrink != "auto":
-        raise ParameterError("shrink applies to estimated priors; given priors are used as they are")
+        raise ParameterError(
+            "shrink applies to estimated priors; given priors are used as they are"
+        )
     base = model.base_ if isinstance(model, AdaptedCalibrator) else model
     stats = confusion_of(base)
     check_nonneg("fp_pseudocount", fp_pseudocount)
     ps = stats.source_priors()
     if isinstance(priors, PriorEstimate):
-        if tuple(priors.classes) != tuple(base.classes_) or not np.allclose(priors.source, ps, rtol=0, atol=1e-12):
-            raise DataError("the PriorEstimate was made with a model fitted on other test data (its classes or "
-                            "source priors differ); estimate again with this model")
+        if tuple(priors.classes) != tuple(base.classes_) or not np.allclose(
+            priors.source, ps, rtol=0, atol=1e-12
+        ):
+            raise DataError(
+                "the PriorEstimate was made with a model fitted on other test data (its classes or "
+                "source priors differ); estimate again with this model"
+            )
         est = priors
     elif priors is not None:
         p = _given_priors(priors, tuple(base.classes_))
         bad = [c for c, a, b in zip(base.classes_, p, ps) if a > 0 and b <= 0]
         if bad:
             raise DataError(
-                f"class(es) {bad} never occur in the test set the model was fitted on, so their prior ratio is "
+                f"class(es) {bad} never occur in the test set the model was fitted on, so their "
+                f"prior ratio is "
                 "undefined; give them prior 0 or refit on test data that includes them"
             )
-        est = PriorEstimate(tuple(base.classes_), ps, p, None, None, "given", 0, 0.95, 0, "given by the user",
-                            1.0, "priors given by the user are used as they are")
+        est = PriorEstimate(
+            tuple(base.classes_),
+            ps,
+            p,
+            None,
+            None,
+            "given",
+            0,
+            0.95,
+            0,
+            "given by the user",
+            1.0,
+            "priors given by the user are used as they are",
+        )
     else:
-        est = estimate_priors(base, data, estimator=estimator, source_data=source_data,
-                              prior_strength=prior_strength, n_bootstrap=n_bootstrap, level=level, seed=seed,
-                              fp_pseudocount=fp_pseudocount, shrink=shrink)
+        est = estimate_priors(
+            base,
+            data,
+            estimator=estimator,
+            source_data=source_data,
+            prior_strength=prior_strength,
+            n_bootstrap=n_bootstrap,
+            level=level,
+            seed=seed,
+            fp_pseudocount=fp_pseudocount,
+            shrink=shrink,
+        )
     return AdaptedCalibrator._build(base, est, float(fp_pseudocount))
 
 
@@ -131,7 +190,8 @@ class AdaptedCalibrator(Wrapper):
     name = ADAPTED_METHOD
     summary = "a fitted calibrator adapted to new class priors (topcal adapt)"
 
-    #: its evidence (statistics, label-shift counts) is its source model's; its confidences are its own
+    #: its evidence (statistics, label-shift counts) is its source model's; its confidences are its
+    #: own
     owns_evidence = False
     predicts_as_inner = False
     base_: Calibrator | None = None  # the source model, once built or loaded
@@ -146,17 +206,27 @@ class AdaptedCalibrator(Wrapper):
 
     def summary_line(self) -> str:
         e = self.estimate_
-        return f"{self.base_.name} adapted to the use set's class priors ({e.estimator}, {e.n_use:g} use rows)"
+        return (
+            f"{self.base_.name} adapted to the use set's class priors ({e.estimator}, {e.n_use:g} "
+            f"use rows)"
+        )
 
     def _keeps_stats(self) -> bool:
-        return False  # new labelled data go to the source model; the priors are estimated again after
+        return (
+            False  # new labelled data go to the source model; the priors are estimated again after
+        )
 
     def _no_stats_reason(self) -> str:
-        return ("this is an adapted model (topcal adapt), which is not updated itself: update the model it was "
-                "adapted from with the new labelled data, then adapt the updated model again")
+        return (
+            "this is an adapted model (topcal adapt), which is not updated itself: update the "
+            "model it was "
+            "adapted from with the new labelled data, then adapt the updated model again"
+        )
 
     @classmethod
-    def _build(cls, base: Calibrator, est: PriorEstimate, fp_pseudocount: float) -> "AdaptedCalibrator":
+    def _build(
+        cls, base: Calibrator, est: PriorEstimate, fp_pseudocount: float
+    ) -> "AdaptedCalibrator":
         obj = cls()
         obj._attach(base, est, fp_pseudocount)
         obj.n_tp_ = base.n_tp_
@@ -172,7 +242,9 @@ class AdaptedCalibrator(Wrapper):
         self.score_range_ = tuple(base.score_range_)
 
     def fit(self, data):
-        raise TopcalError("an adapted model is not refitted: fit the source method, then adapt it again")
+        raise TopcalError(
+            "an adapted model is not refitted: fit the source method, then adapt it again"
+        )
 
     @property
     def n_params_(self) -> int:
@@ -184,8 +256,13 @@ class AdaptedCalibrator(Wrapper):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         c = self.base_.predict(data)
-        _, wbar = fp_mix(self.base_.evidence_.confusion, data.pred, data.score, self.weights_,
-                          self.fp_pseudocount_)
+        _, wbar = fp_mix(
+            self.base_.evidence_.confusion,
+            data.pred,
+            data.score,
+            self.weights_,
+            self.fp_pseudocount_,
+        )
         return adapt_confidence(c, self.weights_[data.pred], wbar)
 
     def _interval(self, data: TopLabelData, level: float):
@@ -233,26 +310,43 @@ class AdaptedCalibrator(Wrapper):
         """The adapted Conf_k on a score grid (score-based source methods only)."""
         self._check_fitted()
         if not self.has_curve:
-            raise TopcalError(f"method {self.base_.name!r} has no per-class curve (it needs the full score vector)")
+            raise TopcalError(
+                f"method {self.base_.name!r} has no per-class curve (it needs the full score "
+                f"vector)"
+            )
         src = self.base_.curve(k, score, n_points=n_points)
         i = self.classes_.index(src.class_name)
         pred = np.full(src.score.shape, i)
         _, wbar = fp_mix(
             self.base_.evidence_.confusion, pred, src.score, self.weights_, self.fp_pseudocount_
         )
-        return Curve(src.class_name, src.score, adapt_confidence(src.confidence, self.weights_[i], wbar),
-                     src.support)
+        return Curve(
+            src.class_name,
+            src.score,
+            adapt_confidence(src.confidence, self.weights_[i], wbar),
+            src.support,
+        )
 
     def describe(self) -> dict:
-        """The source model's description plus, per class, source and use priors (with intervals)."""
+        """The source model's description plus, per class, source and use priors (with
+        intervals)."""
         self._check_fitted()
         d = self.base_.describe()
         e = self.estimate_
-        d["label_shift"] = {"adapted": True, "estimator": e.estimator, "basis": e.basis, "n_use": e.n_use,
-                            "fp_pseudocount": self.fp_pseudocount_, "shrink": e.shrink,
-                            "shrink_reason": e.shrink_reason,
-                            "interval": (f"{e.level:.0%} bootstrap percentile, {e.n_bootstrap} resamples"
-                                         if e.lower is not None else "none")}
+        d["label_shift"] = {
+            "adapted": True,
+            "estimator": e.estimator,
+            "basis": e.basis,
+            "n_use": e.n_use,
+            "fp_pseudocount": self.fp_pseudocount_,
+            "shrink": e.shrink,
+            "shrink_reason": e.shrink_reason,
+            "interval": (
+                f"{e.level:.0%} bootstrap percentile, {e.n_bootstrap} resamples"
+                if e.lower is not None
+                else "none"
+            ),
+        }
         for i, c in enumerate(self.classes_):
             info = d["classes"][c]
             info["source_prior"] = float(e.source[i])
@@ -265,8 +359,11 @@ class AdaptedCalibrator(Wrapper):
         return d
 
     def _get_state(self) -> dict:
-        return {"base": self.base_.to_dict(), "estimate": self.estimate_.to_dict(),
-                "fp_pseudocount": self.fp_pseudocount_}
+        return {
+            "base": self.base_.to_dict(),
+            "estimate": self.estimate_.to_dict(),
+            "fp_pseudocount": self.fp_pseudocount_,
+        }
 
     def _set_state(self, state: dict) -> None:
         base_doc = state["base"]
@@ -291,7 +388,9 @@ def read_priors(path) -> dict[str, float]:
     """Read use-set priors from a CSV with columns ``class,prior`` (one row per class)."""
     p = Path(path)
     try:
-        with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a byte-order mark (Excel) is not a name
+        with p.open(
+            newline="", encoding="utf-8-sig"
+        ) as fh:  # -sig: a byte-order mark (Excel) is not a name
             rows = list(csv.reader(fh))
     except FileNotFoundError:
         raise DataError(f"priors file {str(p)!r} does not exist; check the path") from None
@@ -299,18 +398,25 @@ def read_priors(path) -> dict[str, float]:
         raise DataError(f"cannot read priors file {str(p)!r}: {exc}") from None
     rows = [r for r in rows if any(x.strip() for x in r)]
     if not rows or [x.strip().lower() for x in rows[0]] != ["class", "prior"]:
-        raise DataError(f"priors file {str(p)!r} must be a CSV with the header 'class,prior' and one row per class")
+        raise DataError(
+            f"priors file {str(p)!r} must be a CSV with the header 'class,prior' and one row per "
+            f"class"
+        )
     out: dict[str, float] = {}
     for i, r in enumerate(rows[1:], 2):
         if len(r) != 2:
-            raise DataError(f"priors file {str(p)!r} line {i} has {len(r)} fields; expected 'class,prior'")
+            raise DataError(
+                f"priors file {str(p)!r} line {i} has {len(r)} fields; expected 'class,prior'"
+            )
         name = r[0].strip()
         if name in out:
             raise DataError(f"priors file {str(p)!r} names class {name!r} twice (line {i})")
         try:
             out[name] = float(r[1])
         except ValueError:
-            raise DataError(f"priors file {str(p)!r} line {i}: prior {r[1]!r} is not a number") from None
+            raise DataError(
+                f"priors file {str(p)!r} line {i}: prior {r[1]!r} is not a number"
+            ) from None
     return out
 
 

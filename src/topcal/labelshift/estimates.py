@@ -15,10 +15,20 @@ from ..data import TopLabelData, rows_by_class
 from .._params import Interval
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
 from .safety import CellMix, Shrink, choose_shrink, shrink_priors
-from .estimators import (ESTIMATORS, FP_PSEUDOCOUNT, PRIOR_STRENGTH, adapt_confidence, bbse_priors,
-                         bcts_probs, em_priors, fit_bcts, shrunk_fp_mix)
+from .estimators import (
+    ESTIMATORS,
+    FP_PSEUDOCOUNT,
+    PRIOR_STRENGTH,
+    adapt_confidence,
+    bbse_priors,
+    bcts_probs,
+    em_priors,
+    fit_bcts,
+    shrunk_fp_mix,
+)
 
-#: Most bootstrap resamples :func:`estimate_priors` runs (a request for 10^20 used to run until killed).
+#: Most bootstrap resamples :func:`estimate_priors` runs (a request for 10^20 used to run until
+#: killed).
 MAX_BOOTSTRAP = 100_000
 
 __all__ = [
@@ -33,6 +43,7 @@ __all__ = [
     "check_nonneg",
     "check_shrink",
 ]
+
 
 # --------------------------------------------------------------- estimates
 @dataclass(frozen=True, eq=False)
@@ -84,16 +95,28 @@ class PriorEstimate:
     def ratios(self) -> np.ndarray:
         """w = priors / source (0 where the source prior is 0)."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.source > 0, self.priors / np.where(self.source > 0, self.source, 1.0), 0.0)
+            return np.where(
+                self.source > 0, self.priors / np.where(self.source > 0, self.source, 1.0), 0.0
+            )
 
     def to_dict(self) -> dict:
         def lst(a):
             return None if a is None else [float(v) for v in a]
 
-        return {"source": lst(self.source), "priors": lst(self.priors), "lower": lst(self.lower),
-                "upper": lst(self.upper), "estimator": self.estimator, "n_use": int(self.n_use),
-                "level": float(self.level), "n_bootstrap": int(self.n_bootstrap), "basis": self.basis,
-                "shrink": float(self.shrink), "shrink_reason": self.shrink_reason, "estimated": lst(self.estimated)}
+        return {
+            "source": lst(self.source),
+            "priors": lst(self.priors),
+            "lower": lst(self.lower),
+            "upper": lst(self.upper),
+            "estimator": self.estimator,
+            "n_use": int(self.n_use),
+            "level": float(self.level),
+            "n_bootstrap": int(self.n_bootstrap),
+            "basis": self.basis,
+            "shrink": float(self.shrink),
+            "shrink_reason": self.shrink_reason,
+            "estimated": lst(self.estimated),
+        }
 
     @classmethod
     def from_dict(cls, d: dict, classes: tuple[str, ...]) -> "PriorEstimate":
@@ -110,12 +133,26 @@ class PriorEstimate:
 
         if d.get("estimator") not in ESTIMATORS + ("given",):
             raise ValueError(f"unknown estimator {d.get('estimator')!r}")
-        lam = float(d.get("shrink", 1.0))  # files written before the safety step: the estimate as it is
+        lam = float(
+            d.get("shrink", 1.0)
+        )  # files written before the safety step: the estimate as it is
         if not 0.0 <= lam <= 1.0:
             raise ValueError(f"shrink must be in [0, 1], got {lam}")
-        return cls(tuple(classes), arr("source"), arr("priors"), arr("lower", True), arr("upper", True),
-                   str(d["estimator"]), int(d["n_use"]), float(d["level"]), int(d["n_bootstrap"]),
-                   str(d.get("basis", "")), lam, str(d.get("shrink_reason", "")), arr("estimated", True))
+        return cls(
+            tuple(classes),
+            arr("source"),
+            arr("priors"),
+            arr("lower", True),
+            arr("upper", True),
+            str(d["estimator"]),
+            int(d["n_use"]),
+            float(d["level"]),
+            int(d["n_bootstrap"]),
+            str(d.get("basis", "")),
+            lam,
+            str(d.get("shrink_reason", "")),
+            arr("estimated", True),
+        )
 
 
 def source_model(model):
@@ -127,42 +164,56 @@ def source_model(model):
 
 
 def confusion_of(model) -> ConfusionStats:
-    """The confusion statistics of a fitted model (an adapted model's source's); one-line errors otherwise."""
+    """The confusion statistics of a fitted model (an adapted model's source's); one-line errors
+    otherwise."""
     if not isinstance(model, Calibrator):
-        raise TopcalError(f"label-shift adaptation needs a fitted topcal calibrator, got {type(model).__name__}")
+        raise TopcalError(
+            f"label-shift adaptation needs a fitted topcal calibrator, got {type(model).__name__}"
+        )
     if not hasattr(model, "classes_"):
-        raise NotFittedError(f"this {model.name!r} calibrator is not fitted yet; call fit(data) first")
+        raise NotFittedError(
+            f"this {model.name!r} calibrator is not fitted yet; call fit(data) first"
+        )
     model = source_model(model)
     stats = model.evidence_.confusion
     if stats is None:
         raise DataError(
-            f"this {model.name!r} model does not know the true classes behind its predictions (it was fitted on "
-            "binned TP/FP counts, from or updated with score statistics alone, or saved before topcal stored "
-            "them); label-shift adaptation needs test data with a true class per sample: refit on such data "
+            f"this {model.name!r} model does not know the true classes behind its predictions (it "
+            f"was fitted on "
+            "binned TP/FP counts, from or updated with score statistics alone, or saved before "
+            "topcal stored "
+            "them); label-shift adaptation needs test data with a true class per sample: refit on "
+            "such data "
             "(in memory, or streamed with --chunk-rows / --engine dask)"
         )
     return stats
 
 
 def check_use_data(model, data) -> None:
-    """Check a use set is a TopLabelData with exactly the model's classes, in its order (one-line DataError)."""
+    """Check a use set is a TopLabelData with exactly the model's classes, in its order (one-line
+    DataError)."""
     if not isinstance(data, TopLabelData):
         raise DataError(f"the use set must be a TopLabelData, got {type(data).__name__}")
     unseen = [c for c in data.classes if c not in model.classes_]
     if unseen:
         raise DataError(
-            f"the use set has class(es) {unseen} the model never saw (its classes: {list(model.classes_)}); "
-            "label shift only changes the frequencies of known classes: refit on test data that includes them"
+            f"the use set has class(es) {unseen} the model never saw (its classes: "
+            f"{list(model.classes_)}); "
+            "label shift only changes the frequencies of known classes: refit on test data that "
+            "includes them"
         )
     if tuple(data.classes) != tuple(model.classes_):
         raise DataError(
-            f"the use set's classes {list(data.classes)} differ from the model's {list(model.classes_)}; "
-            "pass classes=[...] (or the same probability columns, in the same order) as when fitting"
+            f"the use set's classes {list(data.classes)} differ from the model's "
+            f"{list(model.classes_)}; "
+            "pass classes=[...] (or the same probability columns, in the same order) as when "
+            "fitting"
         )
 
 
 def _vector_model(model):
-    """The temperature-family model behind ``model`` (itself, auto's choice, an adapted model's source), or None."""
+    """The temperature-family model behind ``model`` (itself, auto's choice, an adapted model's
+    source), or None."""
     base = model.innermost() if isinstance(model, Wrapper) else model  # auto: the method it chose
     if base.needs_full and hasattr(base, "temperature_") and hasattr(base, "awards_"):
         return base
@@ -173,11 +224,14 @@ def _uses_vectors(model, data) -> bool:
     return data.has_full and _vector_model(model) is not None
 
 
-def source_posteriors(model: Calibrator, data: TopLabelData, *, fp_pseudocount: float = FP_PSEUDOCOUNT) -> np.ndarray:
+def source_posteriors(
+    model: Calibrator, data: TopLabelData, *, fp_pseudocount: float = FP_PSEUDOCOUNT
+) -> np.ndarray:
     """P_s(y | x) of each row, shape (n, K), under the test set's class frequencies.
 
     For the temperature family (also when ``auto`` chose it) on data with full
-    score vectors: the method's calibrated vector, softmax((log y + A_k e_k) / T_k) with k the predicted
+    score vectors: the method's calibrated vector, softmax((log y + A_k e_k) / T_k) with k the
+    predicted
     class (sts, csts, tswa, cstswa). For every other model: the top-label
     posterior P(Y | k, S): the calibrated confidence c for the predicted class
     k and (1 - c) shared among the other classes as the true classes behind
@@ -199,13 +253,17 @@ def source_posteriors(model: Calibrator, data: TopLabelData, *, fp_pseudocount: 
     return top_label_posterior(stats, data, c, np.ones(stats.n_classes), fp_pseudocount)
 
 
-def fp_mix(stats: ConfusionStats, pred, score, weights, pseudocount: float) -> tuple[np.ndarray, np.ndarray]:
+def fp_mix(
+    stats: ConfusionStats, pred, score, weights, pseudocount: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the FP mix q (n, K; zero at the predicted class), and wbar_FP = q . w.
 
     The counts of the row's region, shrunk as :func:`~topcal.labelshift.estimators.shrunk_fp_mix`
     describes (towards the mix behind all the test set's false positives, weight ``pseudocount``).
     """
-    q = shrunk_fp_mix(stats.row_counts(pred, score), np.asarray(pred), stats.confusion(), pseudocount)
+    q = shrunk_fp_mix(
+        stats.row_counts(pred, score), np.asarray(pred), stats.confusion(), pseudocount
+    )
     return q, q @ weights
 
 
@@ -221,9 +279,19 @@ def top_label_posterior(stats, data, conf, weights, pseudocount) -> np.ndarray:
     return post
 
 
-def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "em", source_data=None,
-                    prior_strength: float | None = None, n_bootstrap: int = 100, level: float = 0.95,
-                    seed: int = 0, fp_pseudocount: float = FP_PSEUDOCOUNT, shrink="auto") -> PriorEstimate:
+def estimate_priors(
+    model: Calibrator,
+    data: TopLabelData,
+    *,
+    estimator: str = "em",
+    source_data=None,
+    prior_strength: float | None = None,
+    n_bootstrap: int = 100,
+    level: float = 0.95,
+    seed: int = 0,
+    fp_pseudocount: float = FP_PSEUDOCOUNT,
+    shrink="auto",
+) -> PriorEstimate:
     """Estimate the use set's class priors from its unlabelled predictions.
 
     Parameters
@@ -275,13 +343,21 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
     check_use_data(model, data)
     if estimator not in ESTIMATORS:
         raise ParameterError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
+    if (
+        isinstance(n_bootstrap, bool)
+        or not isinstance(n_bootstrap, (int, np.integer))
+        or n_bootstrap < 0
+    ):
         raise ParameterError(f"n_bootstrap must be an integer >= 0; got {n_bootstrap!r}")
     if n_bootstrap > MAX_BOOTSTRAP:
-        raise ParameterError(f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the estimator; "
-                             f"the percentile interval settles long before); got {str(n_bootstrap)[:30]}")
+        raise ParameterError(
+            f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the estimator; "
+            f"the percentile interval settles long before); got {str(n_bootstrap)[:30]}"
+        )
     if seed is not None and not Interval(0, 2**32 - 1, integer=True).ok(seed):
-        raise ParameterError(f"seed must be an integer in [0, 2**32 - 1] (or None); got {seed!r:.40}")
+        raise ParameterError(
+            f"seed must be an integer in [0, 2**32 - 1] (or None); got {seed!r:.40}"
+        )
     if isinstance(level, bool) or not (isinstance(level, (int, float)) and 0 < level < 1):
         raise ParameterError(f"level must be a number strictly between 0 and 1; got {level!r}")
     check_nonneg("fp_pseudocount", fp_pseudocount)
@@ -291,11 +367,14 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
     check_shrink(shrink)
     ps = stats.source_priors()
     n = data.n_rows
-    # rows of a binned use set (or any with tp/fp) stand for tp + fp samples each: those counts weigh them
+    # rows of a binned use set (or any with tp/fp) stand for tp + fp samples each: those counts
+    # weigh them
     counts = None if data.tp is None or np.all(data.tp + data.fp == 1.0) else data.tp + data.fp
     n_use = n if counts is None else float(counts.sum())
     if counts is not None and not n_use > 0:
-        raise DataError("the use set's rows hold no samples (every tp + fp is 0); give rows with counts")
+        raise DataError(
+            "the use set's rows hold no samples (every tp + fp is 0); give rows with counts"
+        )
 
     def resample(rng):
         """Bootstrap weights per row: n draws of rows, or of the samples behind weighted rows."""
@@ -309,34 +388,61 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
             basis = "BCTS full vectors"
         else:
             P = _em_posteriors(model, data, fp_pseudocount)
-            basis = "temperature-scaled full vectors" if _uses_vectors(model, data) else "top-label posterior"
+            basis = (
+                "temperature-scaled full vectors"
+                if _uses_vectors(model, data)
+                else "top-label posterior"
+            )
 
         def run(w=None, init=None):
-            return em_priors(P, ps, prior_strength=prior_strength, weights=counts if w is None else w, init=init)
+            return em_priors(
+                P, ps, prior_strength=prior_strength, weights=counts if w is None else w, init=init
+            )
     else:
         if source_data is not None:
-            raise ParameterError("source_data is used by estimator='em' only; bbse needs just the model")
+            raise ParameterError(
+                "source_data is used by estimator='em' only; bbse needs just the model"
+            )
         cells, C = _cells(stats, data)
         basis = "predicted class x score region cells"
 
         def run(w=None, init=None):
             w = counts if w is None else w
-            return bbse_priors(C, np.bincount(cells, weights=w, minlength=C.shape[0]), ps, prior_strength=prior_strength)
+            return bbse_priors(
+                C,
+                np.bincount(cells, weights=w, minlength=C.shape[0]),
+                ps,
+                prior_strength=prior_strength,
+            )
 
     point = run()
     lower = upper = None
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        boot = np.array([run(resample(rng), init=point)
-                         for _ in _progress.bar(range(int(n_bootstrap)), desc="bootstrap", unit=" resamples")])
+        boot = np.array(
+            [
+                run(resample(rng), init=point)
+                for _ in _progress.bar(range(int(n_bootstrap)), desc="bootstrap", unit=" resamples")
+            ]
+        )
         a = (1.0 - level) / 2
         lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
     if shrink == "auto":
-        # bbse is simulated exactly and EM on BCTS vectors errs less than the simulation's cell-level
-        # EM: the moment reading of the error; EM on the model's own posteriors keeps the conservative one
+        # bbse is simulated exactly and EM on BCTS vectors errs less than the simulation's
+        # cell-level
+        # EM: the moment reading of the error; EM on the model's own posteriors keeps the
+        # conservative one
         rule = "moment" if estimator == "bbse" or source_data is not None else "estimate"
-        chosen = choose_shrink(stats, point, max(int(round(n_use)), 1), estimator=estimator, prior_strength=prior_strength,
-                               fp_pseudocount=fp_pseudocount, seed=seed, truth=rule)
+        chosen = choose_shrink(
+            stats,
+            point,
+            max(int(round(n_use)), 1),
+            estimator=estimator,
+            prior_strength=prior_strength,
+            fp_pseudocount=fp_pseudocount,
+            seed=seed,
+            truth=rule,
+        )
     else:
         chosen = Shrink(float(shrink), f"given (shrink={float(shrink):g})")
     lam = chosen.factor
@@ -345,22 +451,42 @@ def estimate_priors(model: Calibrator, data: TopLabelData, *, estimator: str = "
         point = shrink_priors(ps, point, lam)
         if lower is not None:
             lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
-    return PriorEstimate(tuple(model.classes_), ps, point, lower, upper, estimator, int(round(n_use)), float(level),
-                         int(n_bootstrap), basis, lam, chosen.reason, estimated)
+    return PriorEstimate(
+        tuple(model.classes_),
+        ps,
+        point,
+        lower,
+        upper,
+        estimator,
+        int(round(n_use)),
+        float(level),
+        int(n_bootstrap),
+        basis,
+        lam,
+        chosen.reason,
+        estimated,
+    )
 
 
 def _bcts_posteriors(model, source_data, data) -> np.ndarray:
     if not isinstance(source_data, TopLabelData):
         raise DataError(f"source_data must be a TopLabelData, got {type(source_data).__name__}")
     if tuple(source_data.classes) != tuple(model.classes_):
-        raise DataError(f"source_data's classes {list(source_data.classes)} differ from the model's "
-                        f"{list(model.classes_)}; give the labelled test set the model was fitted on")
+        raise DataError(
+            f"source_data's classes {list(source_data.classes)} differ from the model's "
+            f"{list(model.classes_)}; give the labelled test set the model was fitted on"
+        )
     if source_data.labels is None:
         raise DataError("source_data needs per-sample true classes (the labelled test set)")
-    freq = np.bincount(source_data.labels, weights=source_data.tp + source_data.fp, minlength=len(model.classes_))
+    freq = np.bincount(
+        source_data.labels, weights=source_data.tp + source_data.fp, minlength=len(model.classes_)
+    )
     if not np.allclose(freq / freq.sum(), confusion_of(model).source_priors(), rtol=0, atol=1e-9):
-        raise DataError("source_data's class frequencies differ from those of the test set the model was fitted "
-                        "on; give that same labelled test set")
+        raise DataError(
+            "source_data's class frequencies differ from those of the test set the model was "
+            "fitted "
+            "on; give that same labelled test set"
+        )
     source_data.require_full("EM on BCTS-calibrated vectors (source_data)")
     data.require_full("EM on BCTS-calibrated vectors (the use set)")
     T, b = fit_bcts(source_data)
@@ -397,15 +523,20 @@ def check_shrink(value) -> None:
     """Raise ParameterError unless ``value`` is "auto" or a number in [0, 1]."""
     if isinstance(value, str) and value == "auto":
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not 0.0 <= value <= 1.0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not 0.0 <= value <= 1.0
+    ):
         raise ParameterError(f"shrink must be 'auto' or a number in [0, 1]; got {value!r}")
 
 
 def check_nonneg(name: str, value) -> None:
     """Raise ParameterError unless ``value`` is a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not np.isfinite(value)
+        or value < 0
+    ):
         raise ParameterError(f"{name} must be a finite number >= 0; got {value!r}")
-
-

@@ -1,4 +1,5 @@
-"""Prior estimators (EM, BBSE), bias-corrected temperature scaling and the closed-form adapted confidence;
+"""Prior estimators (EM, BBSE), bias-corrected temperature scaling and the closed-form adapted
+confidence;
 the constants every part of :mod:`topcal.labelshift` shares."""
 
 from __future__ import annotations
@@ -56,8 +57,16 @@ PRIOR_STRENGTH = {"em": 0.1, "bbse": 0.3}
 
 
 # ---------------------------------------------------------------- estimators
-def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights=None, tol: float = EM_TOL,
-              max_iter: int = EM_MAX_ITER, init=None) -> np.ndarray:
+def em_priors(
+    posteriors,
+    source_priors,
+    *,
+    prior_strength: float = 0.0,
+    weights=None,
+    tol: float = EM_TOL,
+    max_iter: int = EM_MAX_ITER,
+    init=None,
+) -> np.ndarray:
     """Maximum-likelihood use-set priors by EM (Saerens, Latinne and Decaestecker 2002).
 
     Parameters
@@ -98,7 +107,9 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
     else:
         P = np.asarray(posteriors, dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
-            base = np.where(ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0)  # p(x|y) up to a factor per row
+            base = np.where(
+                ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0
+            )  # p(x|y) up to a factor per row
         n_rows = base.shape[0]
 
         def row_dot(p):  # elementwise, not BLAS: threaded gemv is slower on a busy machine
@@ -126,7 +137,9 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
     def step(p):
         # one EM step: sum_i w_i p_j base_ij / sum_l p_l base_il (+ the Dirichlet pseudo-counts)
         den = den_of(p)
-        inv = np.divide(w, den, out=np.zeros_like(den), where=den > 0)  # rows no class explains add nothing
+        inv = np.divide(
+            w, den, out=np.zeros_like(den), where=den > 0
+        )  # rows no class explains add nothing
         new = p * col_dot(inv) + pseudo
         return new / new.sum()
 
@@ -165,7 +178,8 @@ def em_priors(posteriors, source_priors, *, prior_strength: float = 0.0, weights
 
 
 class SparsePlusRankOne:
-    """Posteriors of shape (n, K) held as D + h v^T: ``D`` a scipy sparse matrix, ``h`` (n,), ``v`` (K,).
+    """Posteriors of shape (n, K) held as D + h v^T: ``D`` a scipy sparse matrix, ``h`` (n,), ``v``
+    (K,).
 
     What :func:`em_priors` accepts besides a dense array when most of each row is one shared
     vector (cell-level posteriors whose false-positive mix is shrunk towards the test set's
@@ -178,7 +192,8 @@ class SparsePlusRankOne:
         self.v = np.asarray(v, dtype=np.float64)
 
     def products(self, ps):
-        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p and u @ base."""
+        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p and u @
+        base."""
         with np.errstate(divide="ignore", invalid="ignore"):
             ips = np.where(ps > 0, 1.0 / np.where(ps > 0, ps, 1.0), 0.0)
         Dt = self.D.T.tocsr()
@@ -250,7 +265,9 @@ class CellPosteriors:
         return out[self.rows]
 
 
-def bbse_priors(confusion, pred_counts, source_priors, *, prior_strength: float = 0.0) -> np.ndarray:
+def bbse_priors(
+    confusion, pred_counts, source_priors, *, prior_strength: float = 0.0
+) -> np.ndarray:
     """Black-box shift estimation (Lipton, Wang and Smola 2018).
 
     Parameters
@@ -378,18 +395,30 @@ def fit_bcts(data: TopLabelData) -> tuple[float, np.ndarray]:
         m = u.max(axis=1, keepdims=True)
         e = np.exp(u - m)
         se = e.sum(axis=1, keepdims=True)
-        loss = float(np.mean(np.log(se[:, 0]) + m[:, 0] - u[rows, y])) + ridge * float(theta[1:] @ theta[1:])
+        loss = float(np.mean(np.log(se[:, 0]) + m[:, 0] - u[rows, y])) + ridge * float(
+            theta[1:] @ theta[1:]
+        )
         p = e / se
         g_b = p.mean(axis=0) - np.bincount(y, minlength=K) / n + 2 * ridge * theta[1:]
         g_tau = float(np.mean((p * z).sum(axis=1) - z[rows, y]))
         return loss, np.concatenate([[-tau * g_tau], g_b])
 
     lo, hi = np.log(1e-3), np.log(1e3)  # the temperature bounds of topcal's temperature methods
-    res = minimize(fun, np.zeros(K + 1), jac=True, method="L-BFGS-B",
-                   bounds=[(lo, hi)] + [(None, None)] * K, options={"maxiter": 1000})
+    res = minimize(
+        fun,
+        np.zeros(K + 1),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(lo, hi)] + [(None, None)] * K,
+        options={"maxiter": 1000},
+    )
     if not res.success:
-        warnings.warn(f"bias-corrected temperature scaling stopped before converging ({res.message}); "
-                      "EM's prior estimate on its vectors may be off", TopcalWarning, stacklevel=3)
+        warnings.warn(
+            f"bias-corrected temperature scaling stopped before converging ({res.message}); "
+            "EM's prior estimate on its vectors may be off",
+            TopcalWarning,
+            stacklevel=3,
+        )
     return float(np.exp(res.x[0])), res.x[1:].copy()
 
 
@@ -399,5 +428,3 @@ def bcts_probs(data: TopLabelData, temperature: float, bias: np.ndarray) -> np.n
     u -= u.max(axis=1, keepdims=True)
     p = np.exp(u)
     return p / p.sum(axis=1, keepdims=True)
-
-

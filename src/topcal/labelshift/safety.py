@@ -53,10 +53,23 @@ import numpy as np
 from .._numeric import binary_nll
 from ..confusion import ConfusionStats
 from ..errors import ParameterError
-from .estimators import (CellPosteriors, SparsePlusRankOne, adapt_confidence, bbse_priors,
-                         em_priors, shrunk_fp_mix)
+from .estimators import (
+    CellPosteriors,
+    SparsePlusRankOne,
+    adapt_confidence,
+    bbse_priors,
+    em_priors,
+    shrunk_fp_mix,
+)
 
-__all__ = ["SHRINK_GRID", "SAFETY_SIMULATIONS", "CellMix", "Shrink", "choose_shrink", "shrink_priors"]
+__all__ = [
+    "SHRINK_GRID",
+    "SAFETY_SIMULATIONS",
+    "CellMix",
+    "Shrink",
+    "choose_shrink",
+    "shrink_priors",
+]
 
 #: Candidate shrink factors lam (0 = no adaptation, 1 = the estimate as it is).
 SHRINK_GRID = np.linspace(0.0, 1.0, 21)
@@ -82,7 +95,8 @@ class CellMix:
 
     @classmethod
     def of(cls, fi, fj, fv, cell_class, K: int, col, pseudocount: float) -> "CellMix":
-        """From false-positive counts (cell fi, true class fj, count fv) and all counts' column sums ``col``."""
+        """From false-positive counts (cell fi, true class fj, count fv) and all counts' column sums
+        ``col``."""
         from scipy import sparse
 
         m = cell_class.shape[0]
@@ -97,15 +111,23 @@ class CellMix:
         ok = gs > 0
         h = np.where(ok, a * scale / np.where(ok, gs, 1.0), 0.0)
         # the sparse part: the row's own FPs, minus the shared vector's entry at the cell's class
-        ri, rj, rv = [fi, rows[ok]], [fj, cell_class[ok]], [fv * scale[fi], -(h * overall[cell_class])[ok]]
-        bad = np.flatnonzero(~ok)  # all FPs of the test set are of this cell's class: spread over the others
+        ri, rj, rv = (
+            [fi, rows[ok]],
+            [fj, cell_class[ok]],
+            [fv * scale[fi], -(h * overall[cell_class])[ok]],
+        )
+        bad = np.flatnonzero(
+            ~ok
+        )  # all FPs of the test set are of this cell's class: spread over the others
         if bad.size and K > 1:
             bi, bj = np.repeat(bad, K), np.tile(np.arange(K), bad.size)
             keep = bj != cell_class[bi]
             ri.append(bi[keep])
             rj.append(bj[keep])
             rv.append(np.repeat(a[bad] * scale[bad] / (K - 1), K)[keep])
-        S = sparse.csr_matrix((np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(m, K))
+        S = sparse.csr_matrix(
+            (np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(m, K)
+        )
         return cls(S, h, overall, cell_class)
 
     @classmethod
@@ -140,7 +162,9 @@ class CellMix:
         from scipy import sparse
 
         m = self.cell_class.shape[0]
-        D = sparse.diags(1.0 - c) @ self.S + sparse.csr_matrix((c, (np.arange(m), self.cell_class)), shape=self.S.shape)
+        D = sparse.diags(1.0 - c) @ self.S + sparse.csr_matrix(
+            (c, (np.arange(m), self.cell_class)), shape=self.S.shape
+        )
         return SparsePlusRankOne(D, (1.0 - c) * self.h, self.v)
 
     def row_posteriors(self, c, cells) -> CellPosteriors:
@@ -151,7 +175,8 @@ class CellMix:
 
 @dataclass(frozen=True)
 class Shrink:
-    """The chosen shrink factor, why, and the simulated mean NLL change (nats per row) at it and at 1."""
+    """The chosen shrink factor, why, and the simulated mean NLL change (nats per row) at it and at
+    1."""
 
     factor: float
     reason: str
@@ -164,13 +189,24 @@ def shrink_priors(source, estimate, factor: float) -> np.ndarray:
     """(1 - factor) source + factor estimate, renormalised (exactly ``estimate`` at factor 1)."""
     if factor == 1.0:
         return np.asarray(estimate, dtype=np.float64).copy()
-    p = (1.0 - factor) * np.asarray(source, dtype=np.float64) + factor * np.asarray(estimate, dtype=np.float64)
+    p = (1.0 - factor) * np.asarray(source, dtype=np.float64) + factor * np.asarray(
+        estimate, dtype=np.float64
+    )
     return p / p.sum()
 
 
-def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, prior_strength: float,
-                  fp_pseudocount: float, n_sim: int = SAFETY_SIMULATIONS, seed: int = 0,
-                  truth: str = "estimate") -> Shrink:
+def choose_shrink(
+    stats: ConfusionStats,
+    priors,
+    n_use: int,
+    *,
+    estimator: str,
+    prior_strength: float,
+    fp_pseudocount: float,
+    n_sim: int = SAFETY_SIMULATIONS,
+    seed: int = 0,
+    truth: str = "estimate",
+) -> Shrink:
     """Choose how far to move from the source priors towards ``priors`` (module docstring).
 
     Parameters
@@ -207,7 +243,10 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     # shrunk mix the adaptation itself assumes (so the use sets hold (cell, class) pairs the
     # labelled resample may lack, as real ones do)
     tp = N[rows, cell_class]
-    T = shrunk_fp_mix(N, cell_class, stats.confusion(), fp_pseudocount) * (N.sum(axis=1) - tp)[:, None]
+    T = (
+        shrunk_fp_mix(N, cell_class, stats.confusion(), fp_pseudocount)
+        * (N.sum(axis=1) - tp)[:, None]
+    )
     T[rows, cell_class] = tp
     flat = T.ravel()
     nz = np.flatnonzero(flat > 0)
@@ -216,7 +255,9 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     with np.errstate(invalid="ignore", divide="ignore"):
         cond = np.where(col > 0, T / np.where(col > 0, col, 1.0), 0.0)  # P(cell | true class)
     if nz.size == 0 or n_use <= 0:
-        return Shrink(1.0, "nothing to simulate (no counts or no use rows): the estimate is used as it is")
+        return Shrink(
+            1.0, "nothing to simulate (no counts or no use rows): the estimate is used as it is"
+        )
     p_lab = flat[nz] / flat[nz].sum()
     n_lab = max(1, int(round(total)))
     grid = SHRINK_GRID
@@ -229,7 +270,8 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
     shared = np.random.default_rng(seed)
 
     def simulate(pi_true):
-        """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change per lam (n_sim, L).
+        """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change per lam
+        (n_sim, L).
 
         "moment" compares rounds: each draws the same resamples (common random numbers); "estimate"
         draws on from one generator (its two rounds are not compared)."""
@@ -243,17 +285,22 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
             use = rng.multinomial(int(n_use), p_use)
             li, lv = nz[lab > 0], lab[lab > 0].astype(np.float64)
             ui, uv = nz[use > 0], use[use > 0].astype(np.float64)
-            est, c, q, tp_u, m_cells, ps = simulated_estimate(li // K, li % K, lv, ui // K, ui % K, uv)
+            est, c, q, tp_u, m_cells, ps = simulated_estimate(
+                li // K, li % K, lv, ui // K, ui % K, uv
+            )
             err[s] = np.mean((ratios(est, ps) - ratios(pi_true, ps0)) ** 2)
             pis = (1.0 - grid)[:, None] * ps + grid[:, None] * est  # (L, K)
-            W = ratios(pis, ps)  # a class absent from the resample keeps ratio 1 (unchanged) at every lam
+            W = ratios(
+                pis, ps
+            )  # a class absent from the resample keeps ratio 1 (unchanged) at every lam
             c_lam = adapt_confidence(c[:, None], W[:, cell_class].T, q.dot(W.T))  # (m, L)
             nll = binary_nll(tp_u[:, None], (m_cells - tp_u)[:, None], c_lam).sum(axis=0)
             change[s] = (nll - binary_nll(tp_u, m_cells - tp_u, c).sum()) / n_use
         return err, change
 
     def simulated_estimate(ci, cj, cv, ui, uj, uv):
-        """The estimator on a labelled resample (cell, class, count) and a use set (cell, class, count).
+        """The estimator on a labelled resample (cell, class, count) and a use set (cell, class,
+        count).
 
         Returns the estimate, each cell's TP share c and false-positive mix q (a
         :class:`CellMix`), the use set's TPs and rows per cell, and the resample's priors. The
@@ -273,22 +320,33 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
             Ns[ci, cj] = cv
             est = bbse_priors(Ns, m_cells, ps, prior_strength=prior_strength)
         else:
-            est = em_priors(q.posteriors(c), ps, prior_strength=prior_strength, weights=m_cells, tol=SIM_EM_TOL)
+            est = em_priors(
+                q.posteriors(c), ps, prior_strength=prior_strength, weights=m_cells, tol=SIM_EM_TOL
+            )
         return est, c, q, tp_u, m_cells, ps
 
     spread = float(np.mean((ratios(pi_hat, ps0) - 1.0) ** 2))
-    lead = (f"{n_sim} simulated use sets of {n_use} rows drawn from the test set's counts, estimator "
-            f"{estimator} on a resample of them; prior-ratio spread of the estimate {spread:.3g}")
+    lead = (
+        f"{n_sim} simulated use sets of {n_use} rows drawn from the test set's counts, estimator "
+        f"{estimator} on a resample of them; prior-ratio spread of the estimate {spread:.3g}"
+    )
     if truth == "moment":
         err0, _ = simulate(ps0)
         if spread <= 0 or spread <= float(np.median(err0)):
-            return Shrink(0.0, f"{lead} is within what the estimator shows with no shift at all (median "
-                          f"{np.median(err0):.3g}): no shift to adapt to, not adapted", n_sim)
+            return Shrink(
+                0.0,
+                f"{lead} is within what the estimator shows with no shift at all (median "
+                f"{np.median(err0):.3g}): no shift to adapt to, not adapted",
+                n_sim,
+            )
         err1, _ = simulate(pi_hat)
         e0, e1 = float(err0.mean()), float(err1.mean())
         kappa = min(1.0, max(0.0, (spread - e0) / (spread + max(0.0, e1 - e0))))
-        how = (f"{lead}, simulated error {e0:.3g} with no shift and {e1:.3g} at the estimate, so a truth "
-               f"{np.sqrt(kappa):.0%} of the way to the estimate was simulated")
+        how = (
+            f"{lead}, simulated error {e0:.3g} with no shift and {e1:.3g} at the estimate, so a "
+            f"truth "
+            f"{np.sqrt(kappa):.0%} of the way to the estimate was simulated"
+        )
     else:
         # round 1: how far off is the estimator when the truth is as shifted as the estimate?
         err1, _ = simulate(pi_hat)
@@ -296,22 +354,42 @@ def choose_shrink(stats: ConfusionStats, priors, n_use: int, *, estimator: str, 
         kappa = max(0.0, 1.0 - e1 / spread) if spread > 0 else 0.0
         if kappa == 0.0:
             # no evidence of shift: any gain round 2 found would come from the resample's own noise
-            return Shrink(0.0, f"{lead} is within the simulated error {e1:.3g}: no shift to adapt to, not adapted", n_sim)
-        how = f"{lead}, simulated error {e1:.3g}, so a shift of {kappa:.0%} of the estimate's was simulated"
-    # the round that chooses lam: the truth shifted only as far as the estimate's spread beyond the noise
+            return Shrink(
+                0.0,
+                f"{lead} is within the simulated error {e1:.3g}: no shift to adapt to, not adapted",
+                n_sim,
+            )
+        how = (
+            f"{lead}, simulated error {e1:.3g}, so a shift of {kappa:.0%} of the estimate's was "
+            f"simulated"
+        )
+    # the round that chooses lam: the truth shifted only as far as the estimate's spread beyond the
+    # noise
     _, change = simulate(shrink_priors(ps0, pi_hat, float(np.sqrt(kappa))))
     mean = change.mean(axis=0)
     se = change.std(axis=0, ddof=1) / np.sqrt(n_sim) if n_sim > 1 else np.zeros_like(mean)
     i = int(np.argmin(mean))
     if grid[i] == 0 or mean[i] + 2.0 * se[i] >= 0:
-        return Shrink(0.0, f"{how}; no move towards the estimate lowered the NLL by twice its standard error "
-                      f"({mean[-1]:+.4f} nats/row in full): not adapted", n_sim, 0.0, float(mean[-1]))
+        return Shrink(
+            0.0,
+            f"{how}; no move towards the estimate lowered the NLL by twice its standard error "
+            f"({mean[-1]:+.4f} nats/row in full): not adapted",
+            n_sim,
+            0.0,
+            float(mean[-1]),
+        )
     # among the lam whose simulated NLL is within a standard error of the best, the largest: the
     # estimate's own priors unless moving back towards pi_s clearly pays (a lam of 0.95 where 1 is
     # as good doubles the prior-ratio error under strong shift, for nothing)
     best = i
     i = int(np.flatnonzero(mean <= mean[best] + se[best])[-1])
     lam = float(grid[i])
-    return Shrink(lam, f"{how}; moving {lam:.0%} of the way changed the NLL by {mean[i]:+.4f} nats/row (the "
-                  f"largest factor within a standard error of the lowest change, {mean[best]:+.4f} at "
-                  f"{grid[best]:.0%})", n_sim, float(mean[i]), float(mean[-1]))
+    return Shrink(
+        lam,
+        f"{how}; moving {lam:.0%} of the way changed the NLL by {mean[i]:+.4f} nats/row (the "
+        f"largest factor within a standard error of the lowest change, {mean[best]:+.4f} at "
+        f"{grid[best]:.0%})",
+        n_sim,
+        float(mean[i]),
+        float(mean[-1]),
+    )

@@ -31,13 +31,50 @@ importable from ``topcal.plots``. A new figure: a dataclass and compute function
 a plot function in ``draw``, both exported here.
 """
 
-from .compute import (is_score_curve, HistogramBars, JointDistribution, CurvePanel, CurveGrid, DensityPanel,
-    CloudPanel, class_histograms, joint_distribution, calibration_curves, kde_densities, ts_clouds, model_curve,
-    model_band, BAND_LEVEL, SPARSE_MIN, MAX_CLOUD_POINTS)
-from .evaluation import (MethodScores, HistogramOverlay, PairedScores, AddedSamplesPanel, method_scores,
-    histogram_overlay, paired_scores, added_samples_effect)
+from .compute import (
+    is_score_curve,
+    HistogramBars,
+    JointDistribution,
+    CurvePanel,
+    CurveGrid,
+    DensityPanel,
+    CloudPanel,
+    class_histograms,
+    joint_distribution,
+    calibration_curves,
+    kde_densities,
+    ts_clouds,
+    model_curve,
+    model_band,
+    BAND_LEVEL,
+    SPARSE_MIN,
+    MAX_CLOUD_POINTS,
+)
+from .evaluation import (
+    MethodScores,
+    HistogramOverlay,
+    PairedScores,
+    AddedSamplesPanel,
+    method_scores,
+    histogram_overlay,
+    paired_scores,
+    added_samples_effect,
+)
 from . import compute, draw, evaluation
-from .draw import (plot_joint_distribution, plot_calibration_curves, plot_kde_densities, plot_ts_clouds,
-    plot_method_bars, plot_histogram_overlay, plot_paired_bars, plot_added_samples, METHOD_COLORS)
+from .draw import (
+    plot_joint_distribution,
+    plot_calibration_curves,
+    plot_kde_densities,
+    plot_ts_clouds,
+    plot_method_bars,
+    plot_histogram_overlay,
+    plot_paired_bars,
+    plot_added_samples,
+    METHOD_COLORS,
+)
 
-__all__ = [*compute.__all__, *evaluation.__all__, *draw.__all__]  # each module lists its public names once
+__all__ = [
+    *compute.__all__,
+    *evaluation.__all__,
+    *draw.__all__,
+]  # each module lists its public names once

@@ -1,7 +1,9 @@
 """The figures' data: pure functions of data and fitted models returning small frozen dataclasses.
 
-No matplotlib here; :mod:`topcal.plots.draw` turns each dataclass into a Figure. Long because it holds
-eight figures' data, each a dataclass and its compute function (see the table in :mod:`topcal.plots`).
+No matplotlib here; :mod:`topcal.plots.draw` turns each dataclass into a Figure. Long because it
+holds
+eight figures' data, each a dataclass and its compute function (see the table in
+:mod:`topcal.plots`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ SPARSE_MIN = 10
 #: beyond it keeps PNGs small; the report says when it subsampled).
 MAX_CLOUD_POINTS = 2500
 
-#: Level of the interval band drawn around each fitted curve (``predict_interval``, docs/intervals.md).
+#: Level of the interval band drawn around each fitted curve (``predict_interval``,
+#: docs/intervals.md).
 BAND_LEVEL = 0.9
 
 
@@ -80,8 +83,9 @@ class HistogramBars:
     sparse: np.ndarray
 
 
-def class_histograms(data: TopLabelData, *, n_bins: int = 10, sparse_min: float = SPARSE_MIN,
-                     model=None) -> list[HistogramBars | None]:
+def class_histograms(
+    data: TopLabelData, *, n_bins: int = 10, sparse_min: float = SPARSE_MIN, model=None
+) -> list[HistogramBars | None]:
     """Per class, the histogram bars of Conf_Hist (None for classes never predicted).
 
     Parameters
@@ -95,8 +99,12 @@ def class_histograms(data: TopLabelData, *, n_bins: int = 10, sparse_min: float 
         Use its bins and counts instead of fitting one on ``data``.
     """
     if model is None:  # a side fit for the figure: its class warnings are the user's own fit's
-        model = fit_quietly(BARS_METHOD, data, params={"n_bins": n_bins, "shrinkage": 0},
-                            collect=DegenerateClassWarning)
+        model = fit_quietly(
+            BARS_METHOD,
+            data,
+            params={"n_bins": n_bins, "shrinkage": 0},
+            collect=DegenerateClassWarning,
+        )
     hist = model
     out: list[HistogramBars | None] = []
     for st in hist.class_state_:
@@ -174,7 +182,8 @@ class CurvePanel:
         Lowest and highest observed score of the class's positives.
     n_tp, n_fp : float
     bands : dict
-        method -> (score, lower, upper): the ``predict_interval`` limits on the curve's grid (methods
+        method -> (score, lower, upper): the ``predict_interval`` limits on the curve's grid
+        (methods
         in ``curves`` whose model holds interval statistics).
     """
 
@@ -210,7 +219,8 @@ def _subsample(idx: np.ndarray, max_points: int, seed: int = 0) -> np.ndarray:
 
 
 def is_score_curve(model) -> bool:
-    """Whether the model's confidence is a function of (class, score) alone (:attr:`Calibrator.has_curve`)."""
+    """Whether the model's confidence is a function of (class, score) alone
+    (:attr:`Calibrator.has_curve`)."""
     return model.has_curve
 
 
@@ -224,10 +234,17 @@ def model_curve(model, k: int, score: np.ndarray) -> np.ndarray:
 
 
 def model_band(model, k: int, score: np.ndarray, level: float = BAND_LEVEL):
-    """(lower, upper) of the ``level`` interval on Conf_k at ``score`` (:meth:`predict_interval`), or
-    None where the model holds no interval statistics (a file saved by an older topcal) or has no interval."""
+    """(lower, upper) of the ``level`` interval on Conf_k at ``score`` (:meth:`predict_interval`),
+    or
+    None where the model holds no interval statistics (a file saved by an older topcal) or has no
+    interval."""
     s = np.asarray(score, dtype=np.float64)
-    rows = TopLabelData(tuple(model.classes_), np.full(s.shape, int(k), dtype=np.int64), s, tuple(model.score_range_))
+    rows = TopLabelData(
+        tuple(model.classes_),
+        np.full(s.shape, int(k), dtype=np.int64),
+        s,
+        tuple(model.score_range_),
+    )
     try:
         return model.predict_interval(rows, level)
     except (ModelFileError, ParameterError):
@@ -235,15 +252,24 @@ def model_band(model, k: int, score: np.ndarray, level: float = BAND_LEVEL):
 
 
 def class_items(data: TopLabelData, only) -> list[tuple[int, str]]:
-    """(index, name) of every class, or of the class indices ``only`` (figures of many classes show a few)."""
+    """(index, name) of every class, or of the class indices ``only`` (figures of many classes show
+    a few)."""
     if only is None:
         return list(enumerate(data.classes))
     return [(int(k), data.classes[int(k)]) for k in only]
 
 
-def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_points: int = 401,
-                       sparse_min: float = SPARSE_MIN, max_cloud_points: int = MAX_CLOUD_POINTS,
-                       only=None, band: float | None = BAND_LEVEL) -> CurveGrid:
+def calibration_curves(
+    data: TopLabelData,
+    models: dict,
+    *,
+    n_bins: int = 10,
+    n_points: int = 401,
+    sparse_min: float = SPARSE_MIN,
+    max_cloud_points: int = MAX_CLOUD_POINTS,
+    only=None,
+    band: float | None = BAND_LEVEL,
+) -> CurveGrid:
     """Per class: Conf_Hist bars plus each fitted model's curve (or cloud).
 
     Parameters
@@ -293,11 +319,27 @@ def calibration_curves(data: TopLabelData, models: dict, *, n_bins: int = 10, n_
         idx = _subsample(idx, max_cloud_points)
         for name, p in preds.items():
             clouds[name] = (data.score[idx], p[idx])
-        panels.append(CurvePanel(cname, hists[k], curves, clouds, data.class_support(k), float(tp[k]), float(fp[k]),
-                                 bands))
+        panels.append(
+            CurvePanel(
+                cname,
+                hists[k],
+                curves,
+                clouds,
+                data.class_support(k),
+                float(tp[k]),
+                float(fp[k]),
+                bands,
+            )
+        )
     methods = tuple(n for n, m in models.items() if not m.is_baseline)
-    return CurveGrid(data.score_range, methods, tuple(panels), subsampled, band,
-                     tuple(m for m in methods if m in no_band))
+    return CurveGrid(
+        data.score_range,
+        methods,
+        tuple(panels),
+        subsampled,
+        band,
+        tuple(m for m in methods if m in no_band),
+    )
 
 
 @dataclass(frozen=True)
@@ -341,8 +383,8 @@ def _gauss_sum(x: np.ndarray, s: np.ndarray, w: np.ndarray, b: float) -> np.ndar
     keep = w > 0
     s, w = s[keep], w[keep]
     for start in range(0, s.size, 4096):
-        d = (x[:, None] - s[None, start:start + 4096]) / b
-        out += (np.exp(-0.5 * d * d) * w[None, start:start + 4096]).sum(axis=1)
+        d = (x[:, None] - s[None, start : start + 4096]) / b
+        out += (np.exp(-0.5 * d * d) * w[None, start : start + 4096]).sum(axis=1)
     return out / (b * math.sqrt(2 * math.pi))
 
 
@@ -366,8 +408,9 @@ def _class_probs(data: TopLabelData) -> np.ndarray:
     return np.exp(data.log_probs())
 
 
-def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int = 10,
-                  only=None) -> list[DensityPanel | None]:
+def kde_densities(
+    data: TopLabelData, model, *, n_points: int = 401, n_bins: int = 10, only=None
+) -> list[DensityPanel | None]:
     """Per class, the TP and FP densities of a fitted kernel-density model.
 
     Parameters
@@ -392,7 +435,8 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
     """
     if not (hasattr(model, "densities") and hasattr(model, "bandwidth_")):
         raise TopcalError(
-            f"kde_densities needs a fitted kernel-density model (kde, kde-mon2, ...), got {getattr(model, 'name', model)!r}"
+            f"kde_densities needs a fitted kernel-density model (kde, kde-mon2, ...), got "
+            f"{getattr(model, 'name', model)!r}"
         )
     lo, hi = data.score_range
     grid = np.linspace(lo, hi, n_points)
@@ -410,7 +454,9 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
             out.append(None)
             continue
         b = float(np.asarray(model.bandwidth_)[k])
-        if not (np.isfinite(b) and b > 0):  # degenerate class (only TP or only FP): no densities to show
+        if not (
+            np.isfinite(b) and b > 0
+        ):  # degenerate class (only TP or only FP): no densities to show
             out.append(None)
             continue
         tpd, fpd = (np.asarray(a, float) for a in model.densities(k, grid))
@@ -423,7 +469,9 @@ def kde_densities(data: TopLabelData, model, *, n_points: int = 401, n_bins: int
             centres, (is_tp, negw, rest) = _compress(yk, (is_tp, negw, 1.0 - is_tp), lo, hi)
             neg = _gauss_sum(grid, centres, negw, b)
             dil = np.asarray(kde_confidence(grid, centres, is_tp, rest, b), float)
-        out.append(DensityPanel(cname, grid, tpd, fpd, np.asarray(conf, float), b, neg, dil, hists[k], sup))
+        out.append(
+            DensityPanel(cname, grid, tpd, fpd, np.asarray(conf, float), b, neg, dil, hists[k], sup)
+        )
     return out
 
 
@@ -452,8 +500,14 @@ class CloudPanel:
     score_range: tuple[float, float] = (0.0, 1.0)
 
 
-def ts_clouds(data: TopLabelData, model: Calibrator, *, n_bins: int = 10,
-              max_points: int = MAX_CLOUD_POINTS, only=None) -> list[CloudPanel | None]:
+def ts_clouds(
+    data: TopLabelData,
+    model: Calibrator,
+    *,
+    n_bins: int = 10,
+    max_points: int = MAX_CLOUD_POINTS,
+    only=None,
+) -> list[CloudPanel | None]:
     """Score vs recalibrated confidence per class for one fitted model (any method).
 
     Parameters
@@ -474,5 +528,9 @@ def ts_clouds(data: TopLabelData, model: Calibrator, *, n_bins: int = 10,
             out.append(None)
             continue
         idx = _subsample(idx, max_points, seed=k)
-        out.append(CloudPanel(cname, data.score[idx], conf[idx], data.tp[idx] > 0, hists[k], data.score_range))
+        out.append(
+            CloudPanel(
+                cname, data.score[idx], conf[idx], data.tp[idx] > 0, hists[k], data.score_range
+            )
+        )
     return out

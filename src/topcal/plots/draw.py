@@ -51,15 +51,31 @@ METHOD_COLORS = {
     "btswa": "darkgoldenrod",
     "auto": "teal",
 }
-_FALLBACK_COLORS = [c for c in ("tab:brown", "navy", "crimson", "darkseagreen", "orchid", "steelblue", "sienna",
-                                "darkkhaki") if c not in METHOD_COLORS.values()]
+_FALLBACK_COLORS = [
+    c
+    for c in (
+        "tab:brown",
+        "navy",
+        "crimson",
+        "darkseagreen",
+        "orchid",
+        "steelblue",
+        "sienna",
+        "darkkhaki",
+    )
+    if c not in METHOD_COLORS.values()
+]
 
 
 def _color(name: str, order: list[str]) -> str:
     if name in METHOD_COLORS:
         return METHOD_COLORS[name]
     extra = [m for m in order if m not in METHOD_COLORS]
-    return _FALLBACK_COLORS[extra.index(name) % len(_FALLBACK_COLORS)] if name in extra else "tab:brown"
+    return (
+        _FALLBACK_COLORS[extra.index(name) % len(_FALLBACK_COLORS)]
+        if name in extra
+        else "tab:brown"
+    )
 
 
 #: Longest text :func:`plain` draws whole; longer names keep their start and end around an ellipsis
@@ -89,7 +105,9 @@ def _new_figure(figsize):
 
 def _grid_axes(fig, n: int, ncols: int, *, sharex=True, sharey=True):
     nrows = max(1, math.ceil(n / ncols))
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=sharex, sharey=sharey, squeeze=False)).ravel()
+    axes = np.atleast_1d(
+        fig.subplots(nrows, ncols, sharex=sharex, sharey=sharey, squeeze=False)
+    ).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
     return list(axes[:n]), axes.reshape(nrows, ncols)
@@ -134,14 +152,25 @@ def _gid_bars(bars, gid: str) -> None:
         patch.set_gid(gid)
 
 
-def _draw_hist(ax, h: HistogramBars, *, color="0.85", edge="black", label="_nolegend_", gid=BARS_METHOD):
+def _draw_hist(
+    ax, h: HistogramBars, *, color="0.85", edge="black", label="_nolegend_", gid=BARS_METHOD
+):
     ok = ~np.isnan(h.values)
     left = h.edges[:-1][ok]
     width = np.diff(h.edges)[ok]
     heights = h.values[ok]
     sparse = h.sparse[ok]
-    bars = ax.bar(left, heights, width=width, align="edge", color=color, edgecolor=edge, linewidth=0.7,
-                  label=label, zorder=1)
+    bars = ax.bar(
+        left,
+        heights,
+        width=width,
+        align="edge",
+        color=color,
+        edgecolor=edge,
+        linewidth=0.7,
+        label=label,
+        zorder=1,
+    )
     _gid_bars(bars, gid)
     for patch, sp in zip(bars.patches, sparse):
         patch.set_gid(gid)
@@ -179,14 +208,24 @@ def _fig_legend(fig, axes, ncol=None):
                 labels.append(lab)
     if labels:
         # entries per row that fit the width (a sub-figure of a larger figure has no get_figwidth)
-        width = fig.get_figwidth() if hasattr(fig, "get_figwidth") else fig.bbox.width / fig.figure.dpi
+        width = (
+            fig.get_figwidth() if hasattr(fig, "get_figwidth") else fig.bbox.width / fig.figure.dpi
+        )
         fit = max(1, int(width / 2.3))
-        fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
-                   ncol=ncol or min(len(labels), fit), fontsize=8, frameon=False, markerscale=3)
+        fig.legend(
+            [handles[lab] for lab in labels],
+            labels,
+            loc="outside lower center",
+            ncol=ncol or min(len(labels), fit),
+            fontsize=8,
+            frameon=False,
+            markerscale=3,
+        )
 
 
 def plot_joint_distribution(jd: JointDistribution, *, fig=None):
-    """Paper Figure 1: counts, confusion matrix and reverse confusion matrix (Conf1 on its diagonal).
+    """Paper Figure 1: counts, confusion matrix and reverse confusion matrix (Conf1 on its
+    diagonal).
 
     For binned data (no true class of false positives) a bar chart of Conf1
     and the TP/FP counts per class is drawn instead.
@@ -225,9 +264,20 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
     ax1, ax2, ax3 = fig.subplots(1, 3)
     panels = [
         (ax1, jd.counts, "joint counts (true x predicted)", "counts", "{:.0f}"),
-        (ax2, jd.confusion, "confusion matrix P(pred | true)\n(rows sum to 1)", "confusion", "{:.2f}"),
-        (ax3, jd.reverse, "reverse confusion P(true | pred)\n(columns sum to 1; diagonal = Conf1)", "reverse",
-         "{:.2f}"),
+        (
+            ax2,
+            jd.confusion,
+            "confusion matrix P(pred | true)\n(rows sum to 1)",
+            "confusion",
+            "{:.2f}",
+        ),
+        (
+            ax3,
+            jd.reverse,
+            "reverse confusion P(true | pred)\n(columns sum to 1; diagonal = Conf1)",
+            "reverse",
+            "{:.2f}",
+        ),
     ]
     from matplotlib.colors import LogNorm
 
@@ -238,8 +288,14 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
         else:
             shown = mat
             norm = None
-        im = ax.imshow(shown, cmap="Blues", norm=norm, vmin=None if norm else 0, vmax=None if norm else 1,
-                       aspect="equal")
+        im = ax.imshow(
+            shown,
+            cmap="Blues",
+            norm=norm,
+            vmin=None if norm else 0,
+            vmax=None if norm else 1,
+            aspect="equal",
+        )
         im.set_gid(gid)
         ax.set_title(title if gid != "counts" else title + "\n ", fontsize=9)
         fs = 7 if k <= 12 else 5 if k <= 20 else 0
@@ -250,8 +306,16 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
                     if np.isnan(v) or (gid == "counts" and v == 0):
                         continue
                     strong = float(im.norm(v)) > 0.6
-                    ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fs,
-                            color="white" if strong else "black", fontweight="bold" if i == j else "normal")
+                    ax.text(
+                        j,
+                        i,
+                        fmt.format(v),
+                        ha="center",
+                        va="center",
+                        fontsize=fs,
+                        color="white" if strong else "black",
+                        fontweight="bold" if i == j else "normal",
+                    )
         ticks = np.arange(k)
         ax.set_xticks(ticks, plain_all(jd.classes), rotation=60, ha="right", fontsize=7)
         ax.set_yticks(ticks, plain_all(jd.classes), fontsize=7)
@@ -260,8 +324,14 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
     return fig
 
 
-def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = None, title: str | None = None,
-                            panel_size: float = 2.6):
+def plot_calibration_curves(
+    grid: CurveGrid,
+    *,
+    fig=None,
+    ncols: int | None = None,
+    title: str | None = None,
+    panel_size: float = 2.6,
+):
     """Small multiples, one panel per class: histogram bars, method curves, dashed diagonal.
 
     Around each curve with interval limits (``grid.band_level``), a translucent band in the curve's
@@ -285,12 +355,29 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
             _draw_hist(ax, p.hist)
         _diagonal(ax, grid.score_range)
         for name, (s, c) in p.clouds.items():
-            sc = ax.scatter(s, c, s=3, alpha=0.35, color=_color(name, methods), lw=0, label=f"{name} (cloud)",
-                            zorder=3, rasterized=True)
+            sc = ax.scatter(
+                s,
+                c,
+                s=3,
+                alpha=0.35,
+                color=_color(name, methods),
+                lw=0,
+                label=f"{name} (cloud)",
+                zorder=3,
+                rasterized=True,
+            )
             sc.set_gid(f"cloud:{name}")
         for name, (s, lo, hi) in p.bands.items():
-            band = ax.fill_between(s, lo, hi, color=_color(name, methods), alpha=0.18, lw=0, zorder=3.5,
-                                   label="_nolegend_")
+            band = ax.fill_between(
+                s,
+                lo,
+                hi,
+                color=_color(name, methods),
+                alpha=0.18,
+                lw=0,
+                zorder=3.5,
+                label="_nolegend_",
+            )
             band.set_gid(f"band:{name}")
         for name, (s, c) in p.curves.items():
             if name == BARS_METHOD and p.hist is not None and len(p.hist.values) == 10:
@@ -299,8 +386,15 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
             ln.set_gid(f"curve:{name}")
         ax.set_title(f"{plain(p.class_name)}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
         if p.support is None:
-            ax.text(0.5, 0.55, "never predicted:\nraw score used", transform=ax.transAxes, ha="center",
-                    fontsize=8, color="0.3")
+            ax.text(
+                0.5,
+                0.55,
+                "never predicted:\nraw score used",
+                transform=ax.transAxes,
+                ha="center",
+                fontsize=8,
+                color="0.3",
+            )
         ax.set_xlim(*grid.score_range)
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)
@@ -308,11 +402,21 @@ def plot_calibration_curves(grid: CurveGrid, *, fig=None, ncols: int | None = No
     _label_outer(axes2d, n, "score", "confidence")
     from matplotlib.patches import Patch
 
-    extra = [Patch(fc="0.85", ec="black", label="Conf$_{Hist}$ (10 bins)"),
-             Patch(fc="white", ec="0.35", hatch="///", ls="--", label=f"sparse bin (<{SPARSE_MIN:g} or lowest)"),
-             Patch(fc="0.6", alpha=0.3, label="outside observed scores")]
+    extra = [
+        Patch(fc="0.85", ec="black", label="Conf$_{Hist}$ (10 bins)"),
+        Patch(
+            fc="white",
+            ec="0.35",
+            hatch="///",
+            ls="--",
+            label=f"sparse bin (<{SPARSE_MIN:g} or lowest)",
+        ),
+        Patch(fc="0.6", alpha=0.3, label="outside observed scores"),
+    ]
     if any(p.bands for p in grid.panels):
-        extra.append(Patch(fc="0.5", alpha=0.25, label=f"{grid.band_level:.0%} interval on the curve"))
+        extra.append(
+            Patch(fc="0.5", alpha=0.25, label=f"{grid.band_level:.0%} interval on the curve")
+        )
     _fig_legend(fig, axes + [_LegendProxy(extra)])
     if title:
         fig.suptitle(plain(title), fontsize=11)
@@ -364,13 +468,26 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
         l2.set_gid("density:fp")
         top = max(float(np.max(p.tp_density)), float(np.max(p.fp_density)), 1e-300) * 1.15
         if p.neg_density is not None:
-            (l3,) = ad.plot(p.score, p.neg_density, color="black", ls=":", lw=1.2,
-                            label="k-th score of other samples")
+            (l3,) = ad.plot(
+                p.score,
+                p.neg_density,
+                color="black",
+                ls=":",
+                lw=1.2,
+                label="k-th score of other samples",
+            )
             l3.set_gid("density:neg")
             peak = float(np.max(p.neg_density))
             if peak > top:
-                ad.text(0.97, 0.97, f"others peak {peak:.3g}\n(off scale)", transform=ad.transAxes, ha="right",
-                        va="top", fontsize=6)
+                ad.text(
+                    0.97,
+                    0.97,
+                    f"others peak {peak:.3g}\n(off scale)",
+                    transform=ad.transAxes,
+                    ha="right",
+                    va="top",
+                    fontsize=6,
+                )
         ad.set_ylim(0, top)
         ad.set_xlim(lo, hi)
         ad.set_title(f"{plain(p.class_name)}  b={p.bandwidth:.3g}", fontsize=8)
@@ -380,7 +497,13 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
         (l4,) = ac.plot(p.score, p.confidence, color="tab:blue", lw=1.5, label="Conf$_{KDE}$")
         l4.set_gid("confidence")
         if p.diluted is not None:
-            (l5,) = ac.plot(p.score, p.diluted, color="tab:red", lw=1.3, label="diluted (all samples' k-th score)")
+            (l5,) = ac.plot(
+                p.score,
+                p.diluted,
+                color="tab:red",
+                lw=1.3,
+                label="diluted (all samples' k-th score)",
+            )
             l5.set_gid("diluted")
         ac.set_ylim(0, 1.02)
         ac.set_xlim(lo, hi)
@@ -395,8 +518,9 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
     return fig
 
 
-def plot_ts_clouds(panels: list, *, method: str = "", fig=None, ncols: int | None = None,
-                   panel_size: float = 2.5):
+def plot_ts_clouds(
+    panels: list, *, method: str = "", fig=None, ncols: int | None = None, panel_size: float = 2.5
+):
     """Paper Figs. 10-12: per class, score vs recalibrated yhat_k (TP green, FP orange).
 
     The class's Conf_Hist bars and the dashed diagonal are drawn for
@@ -415,8 +539,17 @@ def plot_ts_clouds(panels: list, *, method: str = "", fig=None, ncols: int | Non
             _draw_hist(ax, p.hist, color="0.92", edge="0.5")
         _diagonal(ax, (lo, hi))
         for mask, color, lab in ((p.correct, "tab:green", "TP"), (~p.correct, "tab:orange", "FP")):
-            sc = ax.scatter(p.score[mask], p.confidence[mask], s=3, color=color, alpha=0.45, lw=0,
-                            label=f"{method} yhat$_k$ ({lab})", rasterized=True, zorder=3)
+            sc = ax.scatter(
+                p.score[mask],
+                p.confidence[mask],
+                s=3,
+                color=color,
+                alpha=0.45,
+                lw=0,
+                label=f"{method} yhat$_k$ ({lab})",
+                rasterized=True,
+                zorder=3,
+            )
             sc.set_gid(f"cloud:{lab.lower()}")
         ax.set_title(plain(p.class_name), fontsize=9)
         ax.set_xlim(lo, hi)
@@ -444,26 +577,40 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
     else:
         fig = ax.figure
     groups = list(scores.classes) + (["overall"] if include_overall else [])
-    vals = np.vstack([scores.per_class, scores.overall[None, :]]) if include_overall else scores.per_class
+    vals = (
+        np.vstack([scores.per_class, scores.overall[None, :]])
+        if include_overall
+        else scores.per_class
+    )
     x = np.arange(len(groups))
     width = 0.85 / m
     methods = list(scores.methods)
     for j, name in enumerate(methods):
         color = "0.8" if getattr(lookup(name), "is_baseline", False) else _color(name, methods)
-        bars = ax.bar(x - 0.425 + (j + 0.5) * width, np.nan_to_num(vals[:, j]), width=width, color=color,
-                      label=name, edgecolor="white", linewidth=0.3)
+        bars = ax.bar(
+            x - 0.425 + (j + 0.5) * width,
+            np.nan_to_num(vals[:, j]),
+            width=width,
+            color=color,
+            label=name,
+            edgecolor="white",
+            linewidth=0.3,
+        )
         _gid_bars(bars, f"bars:{name}")
     ax.set_xticks(x, plain_all(groups), rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(f"{scores.metric.upper()} per sample")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=min(m, 8), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    ax.legend(
+        fontsize=7, ncol=min(m, 8), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0)
+    )
     if include_overall:
         ax.axvline(len(groups) - 1.5, color="0.6", lw=0.8, ls=":")
     return fig
 
 
-def plot_histogram_overlay(overlay: HistogramOverlay, *, fig=None, ncols: int | None = None,
-                           panel_size: float = 2.5):
+def plot_histogram_overlay(
+    overlay: HistogramOverlay, *, fig=None, ncols: int | None = None, panel_size: float = 2.5
+):
     """Paper Fig. 4: per class, two test sets' Conf_Hist (solid black vs dashed red).
 
     Returns
@@ -475,8 +622,10 @@ def plot_histogram_overlay(overlay: HistogramOverlay, *, fig=None, ncols: int | 
     styles = (dict(color="black", ls="-"), dict(color="tab:red", ls="--"))
     for ax, cname, h1, h2 in zip(axes, overlay.classes, overlay.first, overlay.second):
         _diagonal(ax, overlay.score_range)
-        for h, st, lab, gid in ((h1, styles[0], overlay.labels[0], "hist:1"), (h2, styles[1], overlay.labels[1],
-                                                                               "hist:2")):
+        for h, st, lab, gid in (
+            (h1, styles[0], overlay.labels[0], "hist:1"),
+            (h2, styles[1], overlay.labels[1], "hist:2"),
+        ):
             if h is None:
                 continue
             y = np.concatenate([h.values, h.values[-1:]])
@@ -493,7 +642,8 @@ def plot_histogram_overlay(overlay: HistogramOverlay, *, fig=None, ncols: int | 
 
 
 def plot_paired_bars(scores: PairedScores, *, ax=None):
-    """Paper Figs. 18-19: per method, the metric on the fitting set (left) and the second set (right).
+    """Paper Figs. 18-19: per method, the metric on the fitting set (left) and the second set
+    (right).
 
     Returns
     -------
@@ -526,7 +676,9 @@ def plot_paired_bars(scores: PairedScores, *, ax=None):
     return fig
 
 
-def plot_added_samples(method: str, panels: list, *, fig=None, ncols: int | None = None, panel_size: float = 2.8):
+def plot_added_samples(
+    method: str, panels: list, *, fig=None, ncols: int | None = None, panel_size: float = 2.8
+):
     """Paper Fig. 15: a class's curve before (black) and after (red) adding new samples.
 
     Returns
@@ -543,14 +695,24 @@ def plot_added_samples(method: str, panels: list, *, fig=None, ncols: int | None
     for ax, p in zip(axes, panels):
         _shade_outside(ax, p.new_support, (lo, hi))
         _diagonal(ax, (lo, hi))
-        (l1,) = ax.plot(p.score, p.old, color="black", lw=1.5,
-                        label=f"{method}, original data")
-        (l2,) = ax.plot(p.score, p.new, color="tab:red", lw=1.5, label=f"{method}, with added samples")
+        (l1,) = ax.plot(p.score, p.old, color="black", lw=1.5, label=f"{method}, original data")
+        (l2,) = ax.plot(
+            p.score, p.new, color="tab:red", lw=1.5, label=f"{method}, with added samples"
+        )
         l1.set_gid("old")
         l2.set_gid("new")
-        ax.set_title(f"{plain(p.class_name)}: +{p.added_tp:.0f} TP, +{p.added_fp:.0f} FP", fontsize=9)
-        ax.text(0.03, 0.97, f"TP/FP {p.old_counts[0]:.0f}/{p.old_counts[1]:.0f} → "
-                f"{p.new_counts[0]:.0f}/{p.new_counts[1]:.0f}", transform=ax.transAxes, va="top", fontsize=7)
+        ax.set_title(
+            f"{plain(p.class_name)}: +{p.added_tp:.0f} TP, +{p.added_fp:.0f} FP", fontsize=9
+        )
+        ax.text(
+            0.03,
+            0.97,
+            f"TP/FP {p.old_counts[0]:.0f}/{p.old_counts[1]:.0f} → "
+            f"{p.new_counts[0]:.0f}/{p.new_counts[1]:.0f}",
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+        )
         ax.set_xlim(lo, hi)
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)

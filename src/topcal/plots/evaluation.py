@@ -15,8 +15,16 @@ from ..errors import DegenerateClassWarning, TopcalError
 from ..evaluate import Comparison, fit_quietly
 from .compute import class_histograms, class_items, is_score_curve, model_curve
 
-__all__ = ["MethodScores", "HistogramOverlay", "PairedScores", "AddedSamplesPanel", "method_scores",
-           "histogram_overlay", "paired_scores", "added_samples_effect"]
+__all__ = [
+    "MethodScores",
+    "HistogramOverlay",
+    "PairedScores",
+    "AddedSamplesPanel",
+    "method_scores",
+    "histogram_overlay",
+    "paired_scores",
+    "added_samples_effect",
+]
 
 
 @dataclass(frozen=True)
@@ -45,10 +53,20 @@ def method_scores(comparison, metric: str = "nll") -> MethodScores:
     res = Comparison.of(comparison).methods
     methods = tuple(res)
     if not methods:
-        raise TopcalError("the comparison holds no methods; give at least one method that can run on this data")
+        raise TopcalError(
+            "the comparison holds no methods; give at least one method that can run on this data"
+        )
     classes = tuple(res[methods[0]][metric].per_class)
-    per = np.array([[np.nan if res[m][metric].per_class[c] is None else res[m][metric].per_class[c]
-                     for m in methods] for c in classes], dtype=float)
+    per = np.array(
+        [
+            [
+                np.nan if res[m][metric].per_class[c] is None else res[m][metric].per_class[c]
+                for m in methods
+            ]
+            for c in classes
+        ],
+        dtype=float,
+    )
     overall = np.array([res[m][metric].overall for m in methods], dtype=float)
     return MethodScores(metric, classes, methods, per, overall)
 
@@ -64,15 +82,29 @@ class HistogramOverlay:
     labels: tuple[str, str]
 
 
-def histogram_overlay(data1: TopLabelData, data2: TopLabelData, *, n_bins: int = 10,
-                      labels: tuple[str, str] = ("test set 1", "test set 2"), only=None) -> HistogramOverlay:
-    """Conf_Hist of each class (or of the class indices ``only``) on two test sets with the same classes and scale."""
+def histogram_overlay(
+    data1: TopLabelData,
+    data2: TopLabelData,
+    *,
+    n_bins: int = 10,
+    labels: tuple[str, str] = ("test set 1", "test set 2"),
+    only=None,
+) -> HistogramOverlay:
+    """Conf_Hist of each class (or of the class indices ``only``) on two test sets with the same
+    classes and scale."""
     if data1.classes != data2.classes or data1.score_range != data2.score_range:
-        raise TopcalError("the two test sets must have the same classes and score range to be compared")
+        raise TopcalError(
+            "the two test sets must have the same classes and score range to be compared"
+        )
     items = class_items(data1, only)
     h1, h2 = class_histograms(data1, n_bins=n_bins), class_histograms(data2, n_bins=n_bins)
-    return HistogramOverlay(tuple(c for _, c in items), data1.score_range, tuple(h1[k] for k, _ in items),
-                            tuple(h2[k] for k, _ in items), tuple(labels))
+    return HistogramOverlay(
+        tuple(c for _, c in items),
+        data1.score_range,
+        tuple(h1[k] for k, _ in items),
+        tuple(h2[k] for k, _ in items),
+        tuple(labels),
+    )
 
 
 @dataclass(frozen=True)
@@ -98,15 +130,23 @@ class PairedScores:
     labels: tuple[str, str]
 
 
-def paired_scores(same, holdout, metric: str = "nll",
-                  labels: tuple[str, str] = ("fit set", "second set")) -> PairedScores:
+def paired_scores(
+    same, holdout, metric: str = "nll", labels: tuple[str, str] = ("fit set", "second set")
+) -> PairedScores:
     """Combine a "same" and a "holdout" comparison (same fitting data) into paired bars."""
     a, b = method_scores(same, metric), method_scores(holdout, metric)
     methods = tuple(m for m in a.methods if m in b.methods)
     ia = [a.methods.index(m) for m in methods]
     ib = [b.methods.index(m) for m in methods]
-    return PairedScores(metric, methods, a.overall[ia], b.overall[ib], a.per_class[:, ia], b.per_class[:, ib],
-                        tuple(labels))
+    return PairedScores(
+        metric,
+        methods,
+        a.overall[ia],
+        b.overall[ib],
+        a.per_class[:, ia],
+        b.per_class[:, ib],
+        tuple(labels),
+    )
 
 
 @dataclass(frozen=True)
@@ -138,10 +178,17 @@ class AddedSamplesPanel:
     new_counts: tuple[float, float]
 
 
-def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = "hist", *,
-                         params: dict | None = None, n_points: int = 401,
-                         only=None) -> tuple[str, list[AddedSamplesPanel]]:
-    """Refit ``method`` on ``data`` + ``extra`` and compare curves for the classes ``extra`` touches.
+def added_samples_effect(
+    data: TopLabelData,
+    extra: TopLabelData,
+    method: str = "hist",
+    *,
+    params: dict | None = None,
+    n_points: int = 401,
+    only=None,
+) -> tuple[str, list[AddedSamplesPanel]]:
+    """Refit ``method`` on ``data`` + ``extra`` and compare curves for the classes ``extra``
+    touches.
 
     Parameters
     ----------
@@ -161,7 +208,10 @@ def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = 
     both = TopLabelData.concat([data, extra])
     old = fit_quietly(method, data, params=params, collect=DegenerateClassWarning)
     if not is_score_curve(old):
-        raise TopcalError(f"the added-samples figure needs a score-based method (hist, kde-mon2, ...), not {method!r}")
+        raise TopcalError(
+            f"the added-samples figure needs a score-based method (hist, kde-mon2, ...), not "
+            f"{method!r}"
+        )
     new = fit_quietly(method, both, params=params, collect=DegenerateClassWarning)
     lo, hi = data.score_range
     grid = np.linspace(lo, hi, n_points)
@@ -171,9 +221,18 @@ def added_samples_effect(data: TopLabelData, extra: TopLabelData, method: str = 
     for k, cname in class_items(data, only):
         if etp[k] + efp[k] <= 0:
             continue
-        panels.append(AddedSamplesPanel(
-            cname, grid, model_curve(old, k, grid), model_curve(new, k, grid),
-            data.class_support(k), both.class_support(k), float(etp[k]), float(efp[k]),
-            (float(otp[k]), float(ofp[k])), (float(otp[k] + etp[k]), float(ofp[k] + efp[k])),
-        ))
+        panels.append(
+            AddedSamplesPanel(
+                cname,
+                grid,
+                model_curve(old, k, grid),
+                model_curve(new, k, grid),
+                data.class_support(k),
+                both.class_support(k),
+                float(etp[k]),
+                float(efp[k]),
+                (float(otp[k]), float(ofp[k])),
+                (float(otp[k] + etp[k]), float(ofp[k] + efp[k])),
+            )
+        )
     return method, panels

@@ -29,8 +29,19 @@ The package: :mod:`~topcal.report.checks` (the warnings), :mod:`~topcal.report.f
 """
 
 from .build import ReportResult, build_report, default_methods
-from .checks import (CLOSE_ECE1, MAX_EXTRAPOLATED, MAX_SIGN_CHANGES, MIN_POSITIVES, WIGGLE_AMPLITUDE, Finding,
-                     FindingGroup, align_classes, count_wiggles, diagnose, group_findings)
+from .checks import (
+    CLOSE_ECE1,
+    MAX_EXTRAPOLATED,
+    MAX_SIGN_CHANGES,
+    MIN_POSITIVES,
+    WIGGLE_AMPLITUDE,
+    Finding,
+    FindingGroup,
+    align_classes,
+    count_wiggles,
+    diagnose,
+    group_findings,
+)
 from .figures import figure_png
 
 __all__ = [

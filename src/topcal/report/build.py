@@ -1,4 +1,5 @@
-"""Building the report: fit, score, check, draw and write ``DIR/index.html`` (:func:`build_report`)."""
+"""Building the report: fit, score, check, draw and write ``DIR/index.html``
+(:func:`build_report`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from ..calibrators import available_methods, get_class
 from ..calibrators.registry import BASELINE
 from ..data import TopLabelData
 from ..errors import DegenerateClassWarning, TopcalError
-from ..evaluate import METRICS, Comparison, compare_methods, curve_findings, fit_methods, score_models
+from ..evaluate import (
+    METRICS,
+    Comparison,
+    compare_methods,
+    curve_findings,
+    fit_methods,
+    score_models,
+)
 from .checks import Finding, align_classes, diagnose
 from .figures import acceptance_figures, figure_png, label_shift_figures, report_figures
 from .page import CSS, data_summary, metric_table, params_html, protocol_html, warnings_html
@@ -60,11 +68,24 @@ def default_methods(data: TopLabelData) -> list[str]:
     return [m for m in available_methods() if data.has_full or not get_class(m).needs_full]
 
 
-def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None = None, methods=None,
-                 extra: TopLabelData | None = None, title: str = "topcal calibration report",
-                 data_label: str = "data", dpi: int = 90, progress=None, folds: int | None = 5,
-                 seed: int = 0, params: dict | None = None,
-                 force: bool = False, adapted=None, thresholds=None) -> ReportResult:
+def build_report(
+    data: TopLabelData,
+    out_dir,
+    *,
+    eval_data: TopLabelData | None = None,
+    methods=None,
+    extra: TopLabelData | None = None,
+    title: str = "topcal calibration report",
+    data_label: str = "data",
+    dpi: int = 90,
+    progress=None,
+    folds: int | None = 5,
+    seed: int = 0,
+    params: dict | None = None,
+    force: bool = False,
+    adapted=None,
+    thresholds=None,
+) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
     Parameters
@@ -123,21 +144,30 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
 
     data.require_labels("a calibration report")
     if adapted is not None and tuple(adapted.classes_) != tuple(data.classes):
-        raise TopcalError(f"the adapted model's classes {list(adapted.classes_)} differ from the "
-                          f"data's {list(data.classes)}; adapt a model fitted on this data")
+        raise TopcalError(
+            f"the adapted model's classes {list(adapted.classes_)} differ from the "
+            f"data's {list(data.classes)}; adapt a model fitted on this data"
+        )
     if thresholds is not None:
         model_t, th = thresholds
         th.check_model(model_t)
-        data.with_classes(model_t.classes_, "the data")  # classes the model does not know: fail before fitting
+        data.with_classes(
+            model_t.classes_, "the data"
+        )  # classes the model does not know: fail before fitting
     check_report_dir(out_dir, force)  # refuse early, before minutes of fitting
     if eval_data is not None:
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     if extra is not None:
         extra = align_classes(extra, data, "the extra samples (--add)")
-    if extra is not None and (extra.is_binned != data.is_binned or extra.has_full != data.has_full
-                              or extra.full_kind != data.full_kind):
-        raise TopcalError("the extra samples (--add) must be in the same form as the data (binned or per-sample, "
-                          "with or without full score vectors)")
+    if extra is not None and (
+        extra.is_binned != data.is_binned
+        or extra.has_full != data.has_full
+        or extra.full_kind != data.full_kind
+    ):
+        raise TopcalError(
+            "the extra samples (--add) must be in the same form as the data (binned or per-sample, "
+            "with or without full score vectors)"
+        )
     methods_given = methods is not None
     names = default_methods(data) if methods is None else list(methods)
     if BASELINE not in names:
@@ -153,8 +183,14 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
         log("evaluating on the fitting data")
         comparison = Comparison("same", methods=score_models(models, data), skipped=skipped)
     else:
-        comparison = compare_methods(data, list(models), folds=folds, seed=seed, params=params,
-                                     progress=lambda msg: log(f"cross-fitting: {msg}"))
+        comparison = compare_methods(
+            data,
+            list(models),
+            folds=folds,
+            seed=seed,
+            params=params,
+            progress=lambda msg: log(f"cross-fitting: {msg}"),
+        )
         diag["failed"].update(comparison.failed)
         comparison = replace(comparison, skipped=skipped)
     holdout = None
@@ -169,31 +205,84 @@ def build_report(data: TopLabelData, out_dir, *, eval_data: TopLabelData | None 
     seen = set()
     for n, msgs in list(diag["warnings"].items()) + list(comparison.warnings.items()):
         for msg in msgs:
-            if msg not in seen and "reaches confidence 0 or 1" not in msg and "smallest candidate" not in msg:
+            if (
+                msg not in seen
+                and "reaches confidence 0 or 1" not in msg
+                and "smallest candidate" not in msg
+            ):
                 seen.add(msg)
                 findings.append(Finding("fit-warning", msg, None, None if n == "data" else n))
     if skipped:
-        findings.append(Finding("skipped", "not run (they need full score vectors, which this data lacks): "
-                                + ", ".join(skipped) + "."))
+        findings.append(
+            Finding(
+                "skipped",
+                "not run (they need full score vectors, which this data lacks): "
+                + ", ".join(skipped)
+                + ".",
+            )
+        )
 
     with report_dir(out_dir, force) as stage:
         (stage / "figures").mkdir()
         fig_html, fig_list, toc, body = _write_pages(
-            stage, Path(out_dir), data, models, comparison, eval_data, holdout, extra, methods_given, findings,
-            skipped, title, data_label, dpi, t0, log, adapted, thresholds)
+            stage,
+            Path(out_dir),
+            data,
+            models,
+            comparison,
+            eval_data,
+            holdout,
+            extra,
+            methods_given,
+            findings,
+            skipped,
+            title,
+            data_label,
+            dpi,
+            t0,
+            log,
+            adapted,
+            thresholds,
+        )
     path = Path(out_dir) / "index.html"
     return ReportResult(path, comparison, holdout, findings, fig_list, skipped)
 
 
-def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra, methods_given, findings, skipped,
-                 title, data_label, dpi, t0, log, adapted, thresholds=None):
-    """Write figures/ and index.html into ``stage``; figure paths are given as they will be under ``out``."""
+def _write_pages(
+    stage,
+    out,
+    data,
+    models,
+    comparison,
+    eval_data,
+    holdout,
+    extra,
+    methods_given,
+    findings,
+    skipped,
+    title,
+    data_label,
+    dpi,
+    t0,
+    log,
+    adapted,
+    thresholds=None,
+):
+    """Write figures/ and index.html into ``stage``; figure paths are given as they will be under
+    ``out``."""
     fig_html, fig_list, toc = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
-                itertools.chain(report_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log),
-                                label_shift_figures(adapted), acceptance_figures(data, thresholds)), 1):
+            itertools.chain(
+                report_figures(
+                    data, models, comparison, eval_data, holdout, extra, methods_given, log
+                ),
+                label_shift_figures(adapted),
+                acceptance_figures(data, thresholds),
+            ),
+            1,
+        ):
             png = figure_png(fig, dpi=dpi)
             name = f"figures/{i:02d}-{key}.png"
             (stage / name).write_bytes(png)
@@ -203,35 +292,46 @@ def _write_pages(stage, out, data, models, comparison, eval_data, holdout, extra
             fig_html.append(
                 f"<figure id='fig-{key}'><h3>{i}. {html.escape(ftitle)}</h3>"
                 f"<img src='{uri}' alt='{html.escape(ftitle)}'>"
-                f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+            )
 
     log("writing HTML")
     warn_html = warnings_html(findings)
     per_class = "".join(
         f"<details><summary>{m.upper()} per class ({data.n_classes} classes)</summary>"
-        f"{metric_table(comparison, data.classes, m)}</details>" for m in METRICS)
+        f"{metric_table(comparison, data.classes, m)}</details>"
+        for m in METRICS
+    )
     hold_html = ""
     if holdout is not None:
-        hold_html = (f"<h3>Evaluated on the second test set</h3>{data_summary(eval_data, 'second test set')}"
-                     f"{metric_table(holdout, data.classes)}"
-                     + "".join(f"<details><summary>{m.upper()} per class (second set)</summary>"
-                               f"{metric_table(holdout, data.classes, m)}</details>" for m in METRICS))
+        hold_html = (
+            f"<h3>Evaluated on the second test set</h3>{data_summary(eval_data, 'second test set')}"
+            f"{metric_table(holdout, data.classes)}"
+            + "".join(
+                f"<details><summary>{m.upper()} per class (second set)</summary>"
+                f"{metric_table(holdout, data.classes, m)}</details>"
+                for m in METRICS
+            )
+        )
     params = "".join(params_html(n, m) for n, m in models.items() if not m.is_baseline)
     extra_html = data_summary(extra, "extra samples (--add)") if extra is not None else ""
     body = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1">
 <title>{html.escape(title)}</title><style>{CSS}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p class="muted">topcal {__version__} · {time.strftime('%Y-%m-%d %H:%M')} · methods: {html.escape(', '.join(models))}</p>
+<p class="muted">topcal {__version__} · {time.strftime("%Y-%m-%d %H:%M")} ·
+methods: {html.escape(", ".join(models))}</p>
 {data_summary(data, data_label)}{extra_html}
 <p>Calibration should be sanity-checked visually: look at every panel before trusting a method
 (Salamon et al., section 12).</p>
 <h2>Metrics</h2>
-<p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins; {protocol_html(comparison)}
+<p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins;
+{protocol_html(comparison)}
 Best per column in bold green.</p>
 {metric_table(comparison, data.classes)}{per_class}{hold_html}
 <h2>Warnings ({len(findings)})</h2>{warn_html}
-<h2>Figures</h2><ol class="muted">{''.join(toc)}</ol>{''.join(fig_html)}
+<h2>Figures</h2><ol class="muted">{"".join(toc)}</ol>{"".join(fig_html)}
 <h2>Fitted parameters</h2>{params}
 <p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
 </body></html>

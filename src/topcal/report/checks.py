@@ -1,4 +1,5 @@
-"""The report's warnings: what a careful analyst checks first (:func:`diagnose`), and aligning a second data set's classes."""
+"""The report's warnings: what a careful analyst checks first (:func:`diagnose`), and aligning a
+second data set's classes."""
 
 from __future__ import annotations
 
@@ -68,27 +69,36 @@ class Finding:
     @property
     def subject(self) -> str:
         """What the finding is about, in a few words: the class, the method, or both."""
-        if self.class_name is not None and self.method is not None and self.kind not in (
-                "already-calibrated", "calibration-hurts"):
+        if (
+            self.class_name is not None
+            and self.method is not None
+            and self.kind not in ("already-calibrated", "calibration-hurts")
+        ):
             return f"{self.method} on {self.class_name!r}"
         if self.class_name is not None:
             return repr(self.class_name)
         return self.method or "the data"
 
 
-#: A kind's summary line when it repeats (``group_findings``); kinds not listed use their first finding.
+#: A kind's summary line when it repeats (``group_findings``); kinds not listed use their first
+#: finding.
 KIND_TITLES = {
     "never-predicted": "classes never predicted: every method falls back to the raw score",
-    "few-positives": "classes with few positives: their curves rest on a handful of samples (treat as rough guesses)",
+    "few-positives": "classes with few positives: their curves rest on a handful of samples (treat "
+    "as rough guesses)",
     "no-tp": "classes without true positives: the shrunk defaults borrow from the other classes",
     "no-fp": "classes without false positives: the test set cannot show their error rate",
-    "wiggles": "curves that change direction more often than kde-mon4 allows: they probably fit noise",
-    "extrapolated": "classes whose observed scores leave much of the range extrapolated (shaded in the figures)",
+    "wiggles": "curves that change direction more often than kde-mon4 allows: they probably fit "
+    "noise",
+    "extrapolated": "classes whose observed scores leave much of the range extrapolated (shaded in "
+    "the figures)",
     "already-calibrated": "classes whose uncalibrated score is already close to calibrated",
-    "calibration-hurts": "classes where every method is worse than the uncalibrated score out of sample",
+    "calibration-hurts": "classes where every method is worse than the uncalibrated score out of "
+    "sample",
     "overfit": "methods much worse on the second test set: part of their fit is noise",
     "fit-warning": "warnings from fitting the methods (all of them: the report's Warnings section)",
-    "certainty": "methods whose curves reach confidence 0 or 1 (a held-out mistake there costs 27.6 nats)",
+    "certainty": "methods whose curves reach confidence 0 or 1 (a held-out mistake there costs "
+    "27.6 nats)",
 }
 
 
@@ -105,7 +115,9 @@ class FindingGroup:
 
     def summary(self, shown: int = 5) -> str:
         """One line: the count, what they are, and the worst ``shown`` subjects."""
-        subjects = list(dict.fromkeys(f.subject for f in self.findings))  # one mention each, worst first
+        subjects = list(
+            dict.fromkeys(f.subject for f in self.findings)
+        )  # one mention each, worst first
         worst = ", ".join(subjects[:shown])
         more = f" and {len(subjects) - shown} more" if len(subjects) > shown else ""
         return f"{len(self.findings)} {self.title}; worst: {worst}{more}."
@@ -166,9 +178,17 @@ def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
     return count
 
 
-def diagnose(data: TopLabelData, models: dict, comparison, holdout=None, *,
-             min_positives: float = MIN_POSITIVES, max_sign_changes: int = MAX_SIGN_CHANGES,
-             max_extrapolated: float = MAX_EXTRAPOLATED, close_ece1: float = CLOSE_ECE1) -> list[Finding]:
+def diagnose(
+    data: TopLabelData,
+    models: dict,
+    comparison,
+    holdout=None,
+    *,
+    min_positives: float = MIN_POSITIVES,
+    max_sign_changes: int = MAX_SIGN_CHANGES,
+    max_extrapolated: float = MAX_EXTRAPOLATED,
+    close_ece1: float = CLOSE_ECE1,
+) -> list[Finding]:
     """The warnings of the report.
 
     Parameters
@@ -202,19 +222,50 @@ def diagnose(data: TopLabelData, models: dict, comparison, holdout=None, *,
     for k, c in enumerate(data.classes):
         n = tp[k] + fp[k]
         if n == 0:
-            out.append(Finding("never-predicted", f"{c}: never predicted; every method falls back to the raw score.", c))
+            out.append(
+                Finding(
+                    "never-predicted",
+                    f"{c}: never predicted; every method falls back to the raw score.",
+                    c,
+                )
+            )
             continue
         if n < min_positives:
-            out.append(Finding("few-positives", f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its own "
-                               "curve rests on a handful of samples (the shrunk defaults lean on the pooled curve "
-                               "instead), treat it as a rough guess.", c, severity=min_positives - n))
+            out.append(
+                Finding(
+                    "few-positives",
+                    f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its own "
+                    "curve rests on a handful of samples (the shrunk defaults lean on the pooled "
+                    "curve "
+                    "instead), treat it as a rough guess.",
+                    c,
+                    severity=min_positives - n,
+                )
+            )
         if tp[k] == 0:
-            out.append(Finding("no-tp", f"{c}: no true positives; the paper's unshrunk estimators give every prediction "
-                               "of this class confidence 0, the shrunk defaults borrow from the other classes.", c, severity=n))
+            out.append(
+                Finding(
+                    "no-tp",
+                    f"{c}: no true positives; the paper's unshrunk estimators give every "
+                    f"prediction "
+                    "of this class confidence 0, the shrunk defaults borrow from the other "
+                    "classes.",
+                    c,
+                    severity=n,
+                )
+            )
         elif fp[k] == 0:
-            out.append(Finding("no-fp", f"{c}: no false positives (the test set cannot show its error rate); the "
-                               "paper's unshrunk estimators give every prediction of this class confidence 1, the "
-                               "shrunk defaults borrow from the other classes.", c, severity=n))
+            out.append(
+                Finding(
+                    "no-fp",
+                    f"{c}: no false positives (the test set cannot show its error rate); the "
+                    "paper's unshrunk estimators give every prediction of this class confidence 1, "
+                    "the "
+                    "shrunk defaults borrow from the other classes.",
+                    c,
+                    severity=n,
+                )
+            )
     for name, m in models.items():
         if m.step_curve or m.is_baseline or not plots.is_score_curve(m):
             continue  # a step function's jumps are no wiggles; the baseline fits nothing
@@ -225,9 +276,17 @@ def diagnose(data: TopLabelData, models: dict, comparison, holdout=None, *,
             y = plots.model_curve(m, k, np.linspace(sup[0], sup[1], 513))
             n_ch = count_wiggles(y)
             if n_ch > max_sign_changes:
-                out.append(Finding("wiggles", f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
-                                   f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
-                                   "(compare kde-mon2).", c, name, severity=n_ch))
+                out.append(
+                    Finding(
+                        "wiggles",
+                        f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
+                        f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
+                        "(compare kde-mon2).",
+                        c,
+                        name,
+                        severity=n_ch,
+                    )
+                )
     att_lo = lo + (hi - lo) / max(data.n_classes, 1)
     span = hi - att_lo
     for k, c in enumerate(data.classes):
@@ -237,9 +296,16 @@ def diagnose(data: TopLabelData, models: dict, comparison, holdout=None, *,
         outside = max(0.0, sup[0] - att_lo) + max(0.0, hi - sup[1])
         share = outside / span
         if share > max_extrapolated:
-            out.append(Finding("extrapolated", f"{c}: scores observed only in [{sup[0]:.3g}, {sup[1]:.3g}]; "
-                               f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is extrapolated "
-                               "(shaded in the figures).", c, severity=share))
+            out.append(
+                Finding(
+                    "extrapolated",
+                    f"{c}: scores observed only in [{sup[0]:.3g}, {sup[1]:.3g}]; "
+                    f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is extrapolated "
+                    "(shaded in the figures).",
+                    c,
+                    severity=share,
+                )
+            )
     res = Comparison.of(comparison).methods
     if BASELINE in res:
         uncal_nll = res[BASELINE].nll.per_class
@@ -249,30 +315,63 @@ def diagnose(data: TopLabelData, models: dict, comparison, holdout=None, *,
             e, u = uncal_ece[c], uncal_nll[c]
             if e is None or u is None or not others:
                 continue
-            best = min(others, key=lambda m: np.inf if res[m].nll.per_class[c] is None else res[m].nll.per_class[c])
+            best = min(
+                others,
+                key=lambda m: (
+                    np.inf if res[m].nll.per_class[c] is None else res[m].nll.per_class[c]
+                ),
+            )
             b = res[best].nll.per_class[c]
-            # every method loses to the raw score by more than the closeness ratio: "gains little" would hide
+            # every method loses to the raw score by more than the closeness ratio: "gains little"
+            # would hide
             # harm (issue 34: a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
             if b is not None and b > CLOSE_NLL_RATIO * u:
-                out.append(Finding("calibration-hurts", f"{c}: every method is worse than the uncalibrated score "
-                                   f"out of sample (NLL {u:.4f} vs {b:.4f} for the best, {best}); calibration "
-                                   "hurts this class.", c, BASELINE, severity=b / max(u, 1e-12)))
+                out.append(
+                    Finding(
+                        "calibration-hurts",
+                        f"{c}: every method is worse than the uncalibrated score "
+                        f"out of sample (NLL {u:.4f} vs {b:.4f} for the best, {best}); calibration "
+                        "hurts this class.",
+                        c,
+                        BASELINE,
+                        severity=b / max(u, 1e-12),
+                    )
+                )
             elif b is not None and e <= close_ece1 and u <= CLOSE_NLL_RATIO * b:
-                out.append(Finding("already-calibrated", f"{c}: the uncalibrated score is already close to calibrated "
-                                   f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains little.",
-                                   c, BASELINE, severity=close_ece1 - e))
+                out.append(
+                    Finding(
+                        "already-calibrated",
+                        f"{c}: the uncalibrated score is already close to calibrated "
+                        f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains "
+                        f"little.",
+                        c,
+                        BASELINE,
+                        severity=close_ece1 - e,
+                    )
+                )
     if holdout is not None:
         for name, r in Comparison.of(holdout).methods.items():
             a = res[name].nll.overall if name in res else None
             b = r.nll.overall
             if a is not None and a > 0 and b > 1.2 * a and name != BASELINE:
-                out.append(Finding("overfit", f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the second set "
-                                   f"(+{b / a - 1:.0%}); part of its fit is noise.", None, name, severity=b / a))
+                out.append(
+                    Finding(
+                        "overfit",
+                        f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the second set "
+                        f"(+{b / a - 1:.0%}); part of its fit is noise.",
+                        None,
+                        name,
+                        severity=b / a,
+                    )
+                )
     return out
 
 
-def align_classes(other: TopLabelData, data: TopLabelData, what: str = "the other data") -> TopLabelData:
-    """``other`` re-expressed on ``data``'s class list (a file of extra samples may name only some classes).
+def align_classes(
+    other: TopLabelData, data: TopLabelData, what: str = "the other data"
+) -> TopLabelData:
+    """``other`` re-expressed on ``data``'s class list (a file of extra samples may name only some
+    classes).
 
     Top-score and binned data whose classes are a subset of ``data``'s are
     re-indexed; full score vectors must have exactly ``data``'s columns.
@@ -285,13 +384,21 @@ def align_classes(other: TopLabelData, data: TopLabelData, what: str = "the othe
     """
     other.require_labels(what)
     if other.score_range != data.score_range:
-        raise TopcalError(f"{what} has score range {other.score_range} but the data has {data.score_range}; "
-                          "declare the same --score-range for both")
+        raise TopcalError(
+            f"{what} has score range {other.score_range} but the data has {data.score_range}; "
+            "declare the same --score-range for both"
+        )
     if other.classes == data.classes:
         return other
     unknown = [c for c in other.classes if c not in data.classes]
     if unknown or other.has_full:
-        why = (f"classes {unknown} are not in the data" if unknown else
-               "its score vectors have other columns than the data's")
-        raise TopcalError(f"{what} must have the same classes as the data: {why} (data classes: {list(data.classes)})")
+        why = (
+            f"classes {unknown} are not in the data"
+            if unknown
+            else "its score vectors have other columns than the data's"
+        )
+        raise TopcalError(
+            f"{what} must have the same classes as the data: {why} (data classes: "
+            f"{list(data.classes)})"
+        )
     return other.with_classes(data.classes, what)

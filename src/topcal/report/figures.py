@@ -1,4 +1,5 @@
-"""Which figures the report shows, for which classes and methods (the drawing itself is :mod:`topcal.plots`)."""
+"""Which figures the report shows, for which classes and methods (the drawing itself is
+:mod:`topcal.plots`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ __all__ = [
 ]
 
 
-# Which methods a figure shows by default, the paper's choices (the only method names of the report).
+# Which methods a figure shows by default, the paper's choices (the only method names of the
+# report).
 #: Methods drawn in the main curves figure when the user names none (paper Fig. 9).
 _MAIN_CURVES = ("kde-mon2", "cum-opt")
 #: The KDE bandwidth rules drawn side by side (paper Figs. 13, 14).
@@ -29,7 +31,8 @@ _KDE_RULES = ("kde-mon", "kde-mon2", "kde-mon4", "kde-opt")
 _DENSITY_PREFERENCE = ("kde-mon2", "kde-mon", "kde-mon4", "kde", "kde-opt")
 #: Binary temperature scaling of the top score, drawn when the user names no methods.
 _BINARY_TS = ("btswa", "bts")
-#: The method whose curve before and after the added samples is drawn, the first one fitted (paper Fig. 15);
+#: The method whose curve before and after the added samples is drawn, the first one fitted (paper
+#: Fig. 15);
 #: the last one is fitted for the figure when none of them is.
 _ADDED_PREFERENCE = ("kde-mon2", "kde-mon", "kde", "hist")
 
@@ -46,7 +49,8 @@ def _pick(preferred, fitted) -> list[str]:
 
 
 #: Per-class figures show at most this many classes, those with the most positives: a figure of
-#: thousands of panels (or a 10,000 x 10,000 confusion matrix) takes minutes and gigabytes and shows nothing.
+#: thousands of panels (or a 10,000 x 10,000 confusion matrix) takes minutes and gigabytes and shows
+#: nothing.
 MAX_FIGURE_CLASSES = 24
 
 
@@ -59,7 +63,8 @@ def figure_classes(data: TopLabelData) -> np.ndarray | None:
 
 
 def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
-    """Rows predicted as a kept class; true classes outside them pooled into one '(other classes)' class."""
+    """Rows predicted as a kept class; true classes outside them pooled into one '(other classes)'
+    class."""
     mapping = np.full(data.n_classes, keep.size, dtype=np.int64)
     mapping[keep] = np.arange(keep.size)
     sub = data.subset(np.isin(data.pred, keep))
@@ -70,15 +75,30 @@ def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
         while other in data.classes:
             other += "*"
         names += (other,)
-    return TopLabelData(names, mapping[sub.pred], sub.score, sub.score_range, tp=sub.tp, fp=sub.fp, labels=labels,
-                        bin_edges=sub.bin_edges)
+    return TopLabelData(
+        names,
+        mapping[sub.pred],
+        sub.score,
+        sub.score_range,
+        tp=sub.tp,
+        fp=sub.fp,
+        labels=labels,
+        bin_edges=sub.bin_edges,
+    )
 
 
 def _comparison_view(comparison, names) -> Comparison:
     """``comparison`` with per-class values of the classes ``names`` only."""
     comparison = Comparison.of(comparison)
-    methods = {m: MethodMetrics({x: MetricValues(v.overall, {c: v.per_class[c] for c in names})
-                                 for x, v in metrics.items()}) for m, metrics in comparison.methods.items()}
+    methods = {
+        m: MethodMetrics(
+            {
+                x: MetricValues(v.overall, {c: v.per_class[c] for c in names})
+                for x, v in metrics.items()
+            }
+        )
+        for m, metrics in comparison.methods.items()
+    }
     return replace(comparison, methods=methods)
 
 
@@ -86,11 +106,17 @@ def _band_caption(grid) -> str:
     """What the interval bands of a curve figure are, and which models draw none (old files)."""
     if grid.band_level is None:
         return ""
-    out = (f" Shaded band around each curve: the {grid.band_level:.0%} interval on the fitted curve (its estimation "
-           "error from the finite calibration data, docs/intervals.md).")
+    out = (
+        f" Shaded band around each curve: the {grid.band_level:.0%} interval on the fitted curve "
+        f"(its estimation "
+        "error from the finite calibration data, docs/intervals.md)."
+    )
     if grid.no_band:
-        out += (f" No band for {', '.join(grid.no_band)}: the model holds no interval statistics (saved by an older "
-                "topcal; refit it to get them).")
+        out += (
+            f" No band for {', '.join(grid.no_band)}: the model holds no interval statistics "
+            f"(saved by an older "
+            "topcal; refit it to get them)."
+        )
     return out
 
 
@@ -101,21 +127,32 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
     only = figure_classes(data)
     few = ""
     if only is not None:
-        few = (f" Only the {only.size} largest classes (most positives) of {data.n_classes} are shown; the tables "
-               "list every class.")
+        few = (
+            f" Only the {only.size} largest classes (most positives) of {data.n_classes} are "
+            f"shown; the tables "
+            "list every class."
+        )
         names = [data.classes[k] for k in only]
         comparison = _comparison_view(comparison, names)
         holdout = None if holdout is None else _comparison_view(holdout, names)
 
     log("figure: joint distribution")
     jd = plots.joint_distribution(data if only is None else _joint_view(data, only))
-    cap = ("Joint distribution of true and predicted class; the reverse confusion matrix (columns normalised) has "
-           "Conf1 on its diagonal." if jd.counts is not None else
-           "Binned data records no true class for false positives, so only the positives per predicted class and "
-           "Conf1 = |TP| / |P| are shown.")
+    cap = (
+        "Joint distribution of true and predicted class; the reverse confusion matrix (columns "
+        "normalised) has "
+        "Conf1 on its diagonal."
+        if jd.counts is not None
+        else "Binned data records no true class for false positives, so only the positives per "
+        "predicted class and "
+        "Conf1 = |TP| / |P| are shown."
+    )
     if only is not None:
-        cap += (f" Only rows predicted as the {only.size} largest classes of {data.n_classes}; every other true "
-                "class is pooled.")
+        cap += (
+            f" Only rows predicted as the {only.size} largest classes of {data.n_classes}; every "
+            f"other true "
+            "class is pooled."
+        )
     yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
 
     if methods_given:
@@ -124,97 +161,168 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
     else:
         main_score = {n: curve_models[n] for n in _pick(_MAIN_CURVES, curve_models)}
         if not main_score:
-            main_score = {n: m for n, m in curve_models.items() if not (m.is_baseline or m.constant_per_class)}
+            main_score = {
+                n: m for n, m in curve_models.items() if not (m.is_baseline or m.constant_per_class)
+            }
     log("figure: calibration curves")
     grid = plots.calibration_curves(data, main_score, only=only)
-    yield ("curves", "Calibration curves per class (paper Figs. 3, 7, 9)",
-           "Bars: Conf_Hist with 10 equal-width bins (hatched, dashed: fewer than 10 positives, or the lowest bin). "
-           "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, where every "
-           "curve is extrapolated." + _band_caption(grid) + few,
-           plots.plot_calibration_curves(grid))
+    yield (
+        "curves",
+        "Calibration curves per class (paper Figs. 3, 7, 9)",
+        "Bars: Conf_Hist with 10 equal-width bins (hatched, dashed: fewer than 10 positives, or "
+        "the lowest bin). "
+        "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, "
+        "where every "
+        "curve is extrapolated." + _band_caption(grid) + few,
+        plots.plot_calibration_curves(grid),
+    )
     rules = _pick(_KDE_RULES, curve_models)
     if len(rules) >= 2 and set(rules) != set(main_score):
         log("figure: KDE bandwidth rules")
-        grid = plots.calibration_curves(data, {n: curve_models[n] for n in rules}, only=only, band=None)
-        yield ("kde-rules", "KDE bandwidth rules (paper Figs. 13, 14)",
-               "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 and the "
-               "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise too." + few,
-               plots.plot_calibration_curves(grid))
+        grid = plots.calibration_curves(
+            data, {n: curve_models[n] for n in rules}, only=only, band=None
+        )
+        yield (
+            "kde-rules",
+            "KDE bandwidth rules (paper Figs. 13, 14)",
+            "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 "
+            "and the "
+            "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise "
+            "too." + few,
+            plots.plot_calibration_curves(grid),
+        )
     binary = _pick(_BINARY_TS, curve_models)
     if binary and not methods_given:
         log("figure: binary temperature scaling")
         grid = plots.calibration_curves(data, {n: curve_models[n] for n in binary}, only=only)
-        yield ("binary-ts", "Binary temperature scaling of the top score",
-               "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at most: a smooth "
-               "S-shape that cannot follow a non-monotone histogram." + _band_caption(grid) + few,
-               plots.plot_calibration_curves(grid))
+        yield (
+            "binary-ts",
+            "Binary temperature scaling of the top score",
+            "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at "
+            "most: a smooth "
+            "S-shape that cannot follow a non-monotone histogram." + _band_caption(grid) + few,
+            plots.plot_calibration_curves(grid),
+        )
     dens = _pick(_DENSITY_PREFERENCE, curve_models)
     if dens:
         name = dens[0]
         log(f"figure: kernel densities ({name})")
         panels = plots.kde_densities(data, curve_models[name], only=only)
         if any(p is not None for p in panels):
-            extra_cap = (" Black dotted: the k-th score of every sample not predicting k; red: the 'diluted' confidence "
-                         "that counts them as negatives (paper Fig. 6)." if data.has_full and data.labels is not None
-                         else "")
-            yield ("densities", f"Kernel densities behind {name} (paper Figs. 5, 6)",
-                   "Left of each pair: the TP (green) and FP (orange) weighted kernel sums; right: their ratio "
-                   f"Conf_KDE over the histogram.{extra_cap}{few}", plots.plot_kde_densities(panels))
+            extra_cap = (
+                " Black dotted: the k-th score of every sample not predicting k; red: the "
+                "'diluted' confidence "
+                "that counts them as negatives (paper Fig. 6)."
+                if data.has_full and data.labels is not None
+                else ""
+            )
+            yield (
+                "densities",
+                f"Kernel densities behind {name} (paper Figs. 5, 6)",
+                "Left of each pair: the TP (green) and FP (orange) weighted kernel sums; right: "
+                "their ratio "
+                f"Conf_KDE over the histogram.{extra_cap}{few}",
+                plots.plot_kde_densities(panels),
+            )
     for name, m in other_models.items():
         log(f"figure: clouds ({name})")
         panels = plots.ts_clouds(data, m, only=only)
-        what = ("score vs recalibrated ŷ_k of every positive: a temperature sends one score to different values "
-                "depending on how the rest of the probability is split (paper Figs. 10-12).")
-        yield (f"clouds-{name}", f"{name}: recalibrated confidence per class",
-               f"{what} Bars: Conf_Hist for reference.{few}",
-               plots.plot_ts_clouds(panels, method=name))
+        what = (
+            "score vs recalibrated ŷ_k of every positive: a temperature sends one score to "
+            "different values "
+            "depending on how the rest of the probability is split (paper Figs. 10-12)."
+        )
+        yield (
+            f"clouds-{name}",
+            f"{name}: recalibrated confidence per class",
+            f"{what} Bars: Conf_Hist for reference.{few}",
+            plots.plot_ts_clouds(panels, method=name),
+        )
     log("figure: NLL bars")
-    yield ("nll", "NLL per class and method (paper Fig. 17)",
-           "Mean top-label negative log-likelihood per positive, fitted and evaluated on the same data (lower is "
-           "better)." + few, plots.plot_method_bars(plots.method_scores(comparison, "nll")))
+    yield (
+        "nll",
+        "NLL per class and method (paper Fig. 17)",
+        "Mean top-label negative log-likelihood per positive, fitted and evaluated on the same "
+        "data (lower is "
+        "better)." + few,
+        plots.plot_method_bars(plots.method_scores(comparison, "nll")),
+    )
     if eval_data is not None and holdout is not None:
         log("figure: second test set")
-        yield ("overlay", "Histograms of the two test sets (paper Fig. 4)",
-               "Conf_Hist per class on the fitting set (black) and the second set (red, dashed); their differences "
-               "are noise the calibration cannot know about.",
-               plots.plot_histogram_overlay(plots.histogram_overlay(data, eval_data,
-                                                                    labels=("fitting set", "second set"),
-                                                                    only=only)))
-        yield ("paired", "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
-               "Overall NLL per method on the fitting set (left) and the second set (right). A method far worse on "
-               "the second set has fitted noise.",
-               plots.plot_paired_bars(plots.paired_scores(comparison, holdout, "nll",
-                                                          labels=("fitting set", "second set"))))
+        yield (
+            "overlay",
+            "Histograms of the two test sets (paper Fig. 4)",
+            "Conf_Hist per class on the fitting set (black) and the second set (red, dashed); "
+            "their differences "
+            "are noise the calibration cannot know about.",
+            plots.plot_histogram_overlay(
+                plots.histogram_overlay(
+                    data, eval_data, labels=("fitting set", "second set"), only=only
+                )
+            ),
+        )
+        yield (
+            "paired",
+            "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
+            "Overall NLL per method on the fitting set (left) and the second set (right). A method "
+            "far worse on "
+            "the second set has fitted noise.",
+            plots.plot_paired_bars(
+                plots.paired_scores(
+                    comparison, holdout, "nll", labels=("fitting set", "second set")
+                )
+            ),
+        )
     if extra is not None:
         method = next(iter(_pick(_ADDED_PREFERENCE, curve_models)), None)
         method = method or next(iter(curve_models), None) or _ADDED_PREFERENCE[-1]
         log(f"figure: added samples ({method})")
         used, panels = plots.added_samples_effect(data, extra, method, only=only)
         if panels:
-            yield ("added", f"Effect of the added samples on {used} (paper Fig. 15)",
-                   "Each class the extra file predicts: the curve fitted on the original data (black) and on the data "
-                   "plus the extra samples (red). With one fixed bandwidth, adding only true positives can only raise "
-                   "Conf_KDE (paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
-                   plots.plot_added_samples(used, panels))
+            yield (
+                "added",
+                f"Effect of the added samples on {used} (paper Fig. 15)",
+                "Each class the extra file predicts: the curve fitted on the original data (black) "
+                "and on the data "
+                "plus the extra samples (red). With one fixed bandwidth, adding only true "
+                "positives can only raise "
+                "Conf_KDE (paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
+                plots.plot_added_samples(used, panels),
+            )
 
 
 def acceptance_figures(data, acceptance):
-    """Yield the acceptance panel of ``acceptance`` = (model, Thresholds) on ``data`` (none without it)."""
+    """Yield the acceptance panel of ``acceptance`` = (model, Thresholds) on ``data`` (none without
+    it)."""
     if acceptance is None:
         return
     from ..threshold_plots import acceptance_view, plot_acceptance
 
     model, th = acceptance
     view = acceptance_view(model, data, th)
-    how = ("one cut-off for all classes" if th.mode == "global" else
-           "each class's own cut-off" + (" (classes tested at delta/K)" if th.multiplicity == "bonferroni" else ""))
-    caption = (f"Precision against the fraction of predictions accepted, on this data, when predictions with "
-               f"calibrated confidence >= c are accepted, for every c; dashed: the target {th.precision:g}; dot: the "
-               f"cut-off of the thresholds file ({how}), chosen on held-out data so that precision >= "
-               f"{th.precision:g} with probability >= {1 - th.delta:g} (Learn-then-Test, docs/thresholds.md). "
-               "If this data is the data the thresholds were chosen on, the curve is in-sample.")
-    yield ("acceptance", f"Acceptance: precision >= {th.precision:g} at delta = {th.delta:g} ({th.mode} {th.model_method})",
-           caption, plot_acceptance(view))
+    how = (
+        "one cut-off for all classes"
+        if th.mode == "global"
+        else "each class's own cut-off"
+        + (" (classes tested at delta/K)" if th.multiplicity == "bonferroni" else "")
+    )
+    caption = (
+        f"Precision against the fraction of predictions accepted, on this data, when predictions "
+        f"with "
+        f"calibrated confidence >= c are accepted, for every c; dashed: the target "
+        f"{th.precision:g}; dot: the "
+        f"cut-off of the thresholds file ({how}), chosen on held-out data so that precision >= "
+        f"{th.precision:g} with probability >= {1 - th.delta:g} (Learn-then-Test, "
+        f"docs/thresholds.md). "
+        "If this data is the data the thresholds were chosen on, the curve is in-sample."
+    )
+    yield (
+        "acceptance",
+        f"Acceptance: precision >= {th.precision:g} at delta = {th.delta:g} ({th.mode} "
+        f"{th.model_method})",
+        caption,
+        plot_acceptance(view),
+    )
 
 
 def label_shift_figures(adapted):
@@ -223,8 +331,16 @@ def label_shift_figures(adapted):
         return
     from ..labelshift_plots import label_shift_view, plot_label_shift
 
-    caption = ("Top: class priors of the test set and of the use set (with the bootstrap interval when estimated). "
-               "Below: confidence curves of the classes that moved most, before (test-set priors) and after "
-               "adaptation (use-set priors), assuming p(x | y) is unchanged (docs/label_shift.md).")
-    yield ("label-shift", f"Label shift: {adapted.inner_.name} adapted to the use set's priors",
-           caption, plot_label_shift(label_shift_view(adapted)))
+    caption = (
+        "Top: class priors of the test set and of the use set (with the bootstrap interval when "
+        "estimated). "
+        "Below: confidence curves of the classes that moved most, before (test-set priors) and "
+        "after "
+        "adaptation (use-set priors), assuming p(x | y) is unchanged (docs/label_shift.md)."
+    )
+    yield (
+        "label-shift",
+        f"Label shift: {adapted.inner_.name} adapted to the use set's priors",
+        caption,
+        plot_label_shift(label_shift_view(adapted)),
+    )

@@ -10,4 +10,11 @@ from .baseline import Conf1, Uncalibrated
 from .cumulative import Cumulative, CumulativeMedian, CumulativeOptimal
 from .histogram import Histogram
 
-__all__ = ["Histogram", "Cumulative", "CumulativeMedian", "CumulativeOptimal", "Uncalibrated", "Conf1"]
+__all__ = [
+    "Histogram",
+    "Cumulative",
+    "CumulativeMedian",
+    "CumulativeOptimal",
+    "Uncalibrated",
+    "Conf1",
+]

@@ -54,11 +54,16 @@ class Conf1(ScoreCalibrator):
     summary = "per-class accuracy |TP_k| / |P_k|, ignoring the score (paper eq. 1)"
     step_curve = True
     constant_per_class = True
-    # one constant per class matches the class's accuracy in every bin: its ECE is near 0 by construction
+    # one constant per class matches the class's accuracy in every bin: its ECE is near 0 by
+    # construction
     unranked_on = frozenset({"ece1", "ece2"})
-    unranked_note = ("conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's accuracy, so its "
-                     "ECE is near 0 by construction while it tells confident from doubtful predictions apart not at "
-                     "all.")
+    unranked_note = (
+        "conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's accuracy, so "
+        "its "
+        "ECE is near 0 by construction while it tells confident from doubtful predictions apart "
+        "not at "
+        "all."
+    )
 
     def __init__(self):
         pass

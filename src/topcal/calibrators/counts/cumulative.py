@@ -77,7 +77,8 @@ class _CumulativeBase(ScoreCalibrator):
         return self._state_of_counts(u, tp, fp)
 
     def _state_of_counts(self, u, tp, fp) -> dict:
-        """The state of a class from its distinct scores ``u`` (ascending) and their TP and FP weights."""
+        """The state of a class from its distinct scores ``u`` (ascending) and their TP and FP
+        weights."""
         # suffix sums: samples with score >= u[i]
         stp = np.cumsum(tp[::-1])[::-1]
         sp = np.cumsum((tp + fp)[::-1])[::-1]
@@ -88,14 +89,26 @@ class _CumulativeBase(ScoreCalibrator):
             # A cut-off at the lowest observed score changes nothing on the data;
             # we read it as "no cut-off" so scores below the data get Conf_Cum
             # there, i.e. the class's Conf1, rather than the lowest bin alone.
-            return {"scores": u, "values": cum, "theta": float(self.score_range_[0]), "below": float(cum[0]),
-                    "n_above": sp, "n_below": float(sp[0])}
+            return {
+                "scores": u,
+                "values": cum,
+                "theta": float(self.score_range_[0]),
+                "below": float(cum[0]),
+                "n_above": sp,
+                "n_below": float(sp[0]),
+            }
         # prefix sums up to j only (the same sequential sums as the full cumsum's entry j)
         ptp = np.cumsum(tp[: j + 1])[-1]
         pp = np.cumsum(tp[: j + 1] + fp[: j + 1])[-1]
         below = float(ptp / pp)  # Hist_k([lo, theta]): scores <= theta
-        return {"scores": u, "values": cum, "theta": float(u[j]), "below": below, "n_above": sp,
-                "n_below": float(pp)}
+        return {
+            "scores": u,
+            "values": cum,
+            "theta": float(u[j]),
+            "below": below,
+            "n_above": sp,
+            "n_below": float(pp),
+        }
 
     # ------------------------------------------------ shrinkage from the classes' tables (issue 26)
     def _fit_all_classes(self, data):
@@ -116,10 +129,13 @@ class _CumulativeBase(ScoreCalibrator):
             self._as_reference
         ):  # its owner's fit prepares its lookups once it has chosen the pseudo-counts
             return
-        if self._shrunk():  # the reference's shrunk value per slot (its counts layout is then dropped)
+        if (
+            self._shrunk()
+        ):  # the reference's shrunk value per slot (its counts layout is then dropped)
             self._reference_slots_values()
             self.reference_._tables.build()
-        # the bucket grid of the class tables: built now that the fit's scratch is freed (peak memory),
+        # the bucket grid of the class tables: built now that the fit's scratch is freed (peak
+        # memory),
         # not by the first lookup (apply time)
         self._tables.build()
 
@@ -147,7 +163,8 @@ class _CumulativeBase(ScoreCalibrator):
             self._pooled_counts = None
 
     def _pooled_seed(self, data):
-        """The pooled counts from the classes' own (a merge of K sorted runs, not a sort of all rows).
+        """The pooled counts from the classes' own (a merge of K sorted runs, not a sort of all
+        rows).
 
         The pooled curve's distinct scores are the union of the classes', and its TP and FP weight
         at a score the sum of the classes' there. Where no score is shared by two classes every
@@ -194,7 +211,8 @@ class _CumulativeBase(ScoreCalibrator):
         return u0, tp0, fp0, support
 
     def _cell_sums(self, ref, pred, score, tp, fp):
-        """:meth:`ScoreCalibrator._cell_sums` from the class fits' own weights per distinct score and
+        """:meth:`ScoreCalibrator._cell_sums` from the class fits' own weights per distinct score
+        and
         each class entry's pooled index (:meth:`_pooled_seed`): no lookup of the rows in the class
         tables nor of the cells in the reference's. The same sums: a row's cell is its score's key,
         whose weights the class fit summed over the same rows in the same order."""
@@ -209,7 +227,9 @@ class _CumulativeBase(ScoreCalibrator):
         end0 = u0.size + ins0  # the reference's slot after its last key (+inf)
         K = len(self.classes_)
         w_tp, w_fp = np.zeros(counts.shape[0]), np.zeros(counts.shape[0])
-        key0 = np.full(counts.shape[0], end0, dtype=_index_dtype(end0 + 1))  # int32 below 2^31 slots (memory)
+        key0 = np.full(
+            counts.shape[0], end0, dtype=_index_dtype(end0 + 1)
+        )  # int32 below 2^31 slots (memory)
         cells = np.ones(K, dtype=np.int64)
         a = b = 0  # a: this class's first slot; b: its first entry in rank
         for k, st in enumerate(self.class_state_):
@@ -228,17 +248,33 @@ class _CumulativeBase(ScoreCalibrator):
             key0[a + p + ins : a + u.size + ins] = slot0[p:]
             if ins:  # the class's own key below theta, no score of its data
                 cut = np.nextafter(st["theta"], -np.inf)
-                key0[a + p] = int(np.searchsorted(u0, cut, side="left")) + int(bool(ins0) and cut0 < cut)
+                key0[a + p] = int(np.searchsorted(u0, cut, side="left")) + int(
+                    bool(ins0) and cut0 < cut
+                )
             cells[k] = u.size + ins + 1
             a += u.size + ins + 1
         cell_class = np.repeat(np.arange(K, dtype=_index_dtype(K)), cells)
-        return w_tp, w_fp, counts[:, 0], counts[:, 1], cell_class, key0, counts0[:, 0], counts0[:, 1]
+        return (
+            w_tp,
+            w_fp,
+            counts[:, 0],
+            counts[:, 1],
+            cell_class,
+            key0,
+            counts0[:, 0],
+            counts0[:, 1],
+        )
 
     def _load_class_state(self, state: dict) -> dict:
         u = finite_array(state["scores"], "scores")
         v = finite_array(state["values"], "values", u.size)
         (theta, below) = finite_array([state["theta"], state["below"]], "theta/below")
-        if u.size == 0 or np.any(np.diff(u) <= 0) or np.any((v < 0) | (v > 1)) or not 0 <= below <= 1:
+        if (
+            u.size == 0
+            or np.any(np.diff(u) <= 0)
+            or np.any((v < 0) | (v > 1))
+            or not 0 <= below <= 1
+        ):
             raise ValueError("cumulative state is inconsistent")
         out = {"scores": u, "values": v, "theta": float(theta), "below": float(below)}
         if "n_above" in state:  # the counts behind the values (files since shrinkage)
@@ -247,7 +283,8 @@ class _CumulativeBase(ScoreCalibrator):
         return out
 
     def _index_states(self) -> None:
-        """Every class's lookup keys end to end, with a bucket grid (:class:`SortedTables`) to search them.
+        """Every class's lookup keys end to end, with a bucket grid (:class:`SortedTables`) to
+        search them.
 
         A lookup is then one bucket computation and a gather or two per row, for all rows of
         all classes together: no sort of the rows and no binary search in a long table (the
@@ -274,7 +311,9 @@ class _CumulativeBase(ScoreCalibrator):
             size = self._table_sizes()
             offsets = np.concatenate([[0], np.cumsum(size)])
             keys = np.empty(int(offsets[-1]))
-            for st, a in zip(self.class_state_, offsets.tolist()):  # _lookup_keys' keys, written in place
+            for st, a in zip(
+                self.class_state_, offsets.tolist()
+            ):  # _lookup_keys' keys, written in place
                 if st is not None:
                     u = st["scores"]
                     p, ins = _cut_slot(st)
@@ -282,17 +321,21 @@ class _CumulativeBase(ScoreCalibrator):
                     keys[a + p] = np.nextafter(st["theta"], -np.inf)
                     keys[a + p + ins : a + u.size + ins] = u[p:]
             # the class tables keep a (position, entry) pair per bucket (one gather per lookup); the
-            # pooled reference's, searched by shrunk applies only, the position (a quarter of the memory)
+            # pooled reference's, searched by shrunk applies only, the position (a quarter of the
+            # memory)
             self._tables_index = SortedTables(keys, offsets, paired=not self._as_reference)
         return self._tables_index
 
     def _table_sizes(self) -> np.ndarray:
         """Every class's number of lookup keys (:func:`_lookup_keys`; 0 without a state)."""
-        return np.array([0 if st is None else st["scores"].size + _cut_slot(st)[1] for st in self.class_state_],
-                        dtype=np.int64)
+        return np.array(
+            [0 if st is None else st["scores"].size + _cut_slot(st)[1] for st in self.class_state_],
+            dtype=np.int64,
+        )
 
     def _layout(self, counts: bool):
-        """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for the tables.
+        """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for the
+        tables.
 
         Written class by class into the layout (:meth:`SortedTables.slot_starts`) with slices: a
         class's keys up to and including its key below theta (:func:`_lookup_keys`) lie below theta
@@ -307,7 +350,11 @@ class _CumulativeBase(ScoreCalibrator):
             if st is None:
                 continue
             p, ins = _cut_slot(st)
-            a, m, b = start[k], start[k] + p + 1, start[k] + int(size[k])  # below: [a, m), above: [m, b)
+            a, m, b = (
+                start[k],
+                start[k] + p + 1,
+                start[k] + int(size[k]),
+            )  # below: [a, m), above: [m, b)
             e0 = p + 1 - ins  # the first entry above theta
             v = st["values"]
             if counts:
@@ -365,7 +412,8 @@ class _CumulativeBase(ScoreCalibrator):
 
     def _local_counts_rows(self, pred, score):
         """:meth:`_local_counts` of every row's own class (``pred`` an int array, or one class for
-        all rows), all classes in one lookup and one gather (rows of classes without a state: 0, 0)."""
+        all rows), all classes in one lookup and one gather (rows of classes without a state: 0,
+        0)."""
         tn = np.take(self._counts, self._tables.positions(score, pred), axis=0)
         return tn[:, 0], tn[:, 1]
 
@@ -374,18 +422,28 @@ class _CumulativeBase(ScoreCalibrator):
     count_run_width = shr.COUNT_RUN_WIDTH
 
     def _count_keys(self, pred, score):
-        """(slot of every row in the tables laid end to end, TP count and count per slot, class per slot,
-        score per slot; None, None for one class ``pred``). A slot is a class's lookup key (a distinct score of its fitting data, or
+        """(slot of every row in the tables laid end to end, TP count and count per slot, class per
+        slot,
+        score per slot; None, None for one class ``pred``). A slot is a class's lookup key (a
+        distinct score of its fitting data, or
         the float below theta) or the slot after its last: a fitting row's slot is the key equal to
         its score; the slot after the last gets +inf."""
-        counts = self._counts  # built first: the rows' positions are not held meanwhile (peak memory)
+        counts = (
+            self._counts
+        )  # built first: the rows' positions are not held meanwhile (peak memory)
         cell = self._tables.positions(np.asarray(score, dtype=np.float64), pred)
         if np.ndim(pred) == 0:  # one class for all rows (the reference): no per-slot class or score
             return cell, counts[:, 0], counts[:, 1], None, None
         keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in self.class_state_]
         per_class = np.array([k.size + 1 for k in keys])
         slot_score = np.concatenate([np.append(k, np.inf) for k in keys])
-        return cell, counts[:, 0], counts[:, 1], np.repeat(np.arange(per_class.size), per_class), slot_score
+        return (
+            cell,
+            counts[:, 0],
+            counts[:, 1],
+            np.repeat(np.arange(per_class.size), per_class),
+            slot_score,
+        )
 
     def _reference(self, score: np.ndarray) -> np.ndarray:
         """The reference curve at every score: its shrunk value per table slot, worked out once
@@ -394,12 +452,15 @@ class _CumulativeBase(ScoreCalibrator):
         return slots[self.reference_._tables.positions(np.asarray(score, dtype=np.float64), 0)]
 
     def _reference_slots_values(self) -> np.ndarray:
-        """The reference's shrunk value per slot of its table (made at the end of a fit, or by the first
+        """The reference's shrunk value per slot of its table (made at the end of a fit, or by the
+        first
         lookup after a load); the reference then drops its counts layout (rebuilt if asked for)."""
         ref = self.reference_
         key = (ref._tables, self.reference_m_, self.reference_rate_)
         cache = self._reference_slots
-        if cache is None or cache[0] is not key[0] or cache[1:3] != key[1:]:  # a new fit or load: new tables
+        if (
+            cache is None or cache[0] is not key[0] or cache[1:3] != key[1:]
+        ):  # a new fit or load: new tables
             counts = ref._counts
             ref._drop_counts_layout()  # kept as its shrunk values only (rebuilt if asked for)
             slots = shr.shrink(counts[:, 0], counts[:, 1], self.reference_rate_, self.reference_m_)
@@ -413,19 +474,22 @@ class _CumulativeBase(ScoreCalibrator):
             if st is None:
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
                 continue
-            out.append({
-                "theta": st["theta"],
-                "below_theta": st["below"],
-                "n_distinct_scores": int(st["scores"].size),
-                "conf_at_min_score": float(st["values"][0]),
-                "conf_at_max_score": float(st["values"][-1]),
-                "support": list(sup),
-            })
+            out.append(
+                {
+                    "theta": st["theta"],
+                    "below_theta": st["below"],
+                    "n_distinct_scores": int(st["scores"].size),
+                    "conf_at_min_score": float(st["values"][0]),
+                    "conf_at_max_score": float(st["values"][-1]),
+                    "support": list(sup),
+                }
+            )
         return out
 
 
 def _index_dtype(size: int):
-    """int32 for indices below ``size`` where it is below 2^31 (half the memory of int64), else int64."""
+    """int32 for indices below ``size`` where it is below 2^31 (half the memory of int64), else
+    int64."""
     return np.int32 if size < np.iinfo(np.int32).max else np.int64
 
 

@@ -39,7 +39,9 @@ def fill_empty_bins(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     dl = np.where(pos > 0, empty - left, np.inf)
     dr = np.where(pos < full.size, right - empty, np.inf)
     out[empty] = np.where(
-        dl < dr, values[left], np.where(dr < dl, values[right], 0.5 * (values[left] + values[right]))
+        dl < dr,
+        values[left],
+        np.where(dr < dl, values[right], 0.5 * (values[left] + values[right])),
     )
     return out
 
@@ -142,7 +144,8 @@ class Histogram(ScoreCalibrator):
         return a, b
 
     def _interval_counts(self, pred, score):
-        """A bin's own counts; an empty bin's those of the bin(s) whose value it holds (pooled on a tie)."""
+        """A bin's own counts; an empty bin's those of the bin(s) whose value it holds (pooled on a
+        tie)."""
         t = np.zeros(score.shape[0])
         n = np.zeros(score.shape[0])
         # one sort, not a pass per class (K passes: describe at 1,500 classes took minutes)
@@ -178,7 +181,8 @@ class Histogram(ScoreCalibrator):
         return bias
 
     def _count_keys(self, pred, score):
-        """(bin of every row numbered across classes, TP and positive count per bin, class per bin, None);
+        """(bin of every row numbered across classes, TP and positive count per bin, class per bin,
+        None);
         a class without state has one bin of counts 0. Classes sharing their edges (``uniform``)
         are binned in one search."""
         states = self.class_state_

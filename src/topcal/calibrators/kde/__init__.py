@@ -12,4 +12,13 @@ from .calibrator import BandwidthWarning, count_sign_changes
 from .formula import kde_confidence
 from .methods import KDE, KDEMon, KDEMon2, KDEMon4, KDEOpt
 
-__all__ = ["KDE", "KDEMon", "KDEMon2", "KDEMon4", "KDEOpt", "BandwidthWarning", "count_sign_changes", "kde_confidence"]
+__all__ = [
+    "KDE",
+    "KDEMon",
+    "KDEMon2",
+    "KDEMon4",
+    "KDEOpt",
+    "BandwidthWarning",
+    "count_sign_changes",
+    "kde_confidence",
+]

@@ -10,8 +10,17 @@ import math
 import numpy as np
 
 from ..._numeric import PROB_CLIP
-from ._kernels import (FINE_CELLS, KERNEL_REACH, RESOLVED_FRACTION, SCAN_POINTS, SCAN_STRIDE, count_sign_changes_rows,
-                       exact_confidence, exact_sums)
+from ._kernels import (
+    FINE_CELLS,
+    KERNEL_REACH,
+    RESOLVED_FRACTION,
+    SCAN_POINTS,
+    SCAN_STRIDE,
+    count_sign_changes_rows,
+    exact_confidence,
+    exact_sums,
+)
+
 
 def linear_bin(group, score, tp, fp, lo, hi, n_groups):
     """Linear binning of TP and FP weights onto each group's fine grid, in one pass.
@@ -48,7 +57,8 @@ def linear_bin(group, score, tp, fp, lo, hi, n_groups):
 
 
 def kernel_reach(b, step, m) -> int:
-    """Offsets 0 .. reach - 1 of a kernel sampled on ``m`` points of spacing ``step`` that can be nonzero.
+    """Offsets 0 .. reach - 1 of a kernel sampled on ``m`` points of spacing ``step`` that can be
+    nonzero.
 
     ``b`` and ``step`` are (rows, 1) or broadcastable; the reach covers every row: offsets j
     with j * step >= KERNEL_REACH * b have kernel value exp(-(j step / b)^2 / 2) = 0 exactly.
@@ -70,7 +80,8 @@ class Workspace:
         self._arrays = {}
 
     def get(self, name, shape, dtype=np.float64) -> np.ndarray:
-        """An uninitialised C-contiguous array of ``shape`` under ``name`` (its contents are the caller's)."""
+        """An uninitialised C-contiguous array of ``shape`` under ``name`` (its contents are the
+        caller's)."""
         need = math.prod(shape)  # Python ints: np.prod's call overhead was ~40 us a step
         a = self._arrays.get(name)
         if a is None or a.dtype != np.dtype(dtype) or a.size < need:
@@ -135,7 +146,8 @@ def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work: Workspace | None
 
 
 class BinnedScanBatch:
-    """The binned engine's scan for many classes at once, the counterpart of :class:`ExactScanBatch`.
+    """The binned engine's scan for many classes at once, the counterpart of
+    :class:`ExactScanBatch`.
 
     Each step evaluates one bandwidth for every class still searching: the classes are
     grouped by the level their bandwidth is convolved on, and each group is one batched FFT
@@ -162,24 +174,38 @@ class BinnedScanBatch:
         self.bounds = engines[0].bounds
         # engines built together by BinnedEngine.many, in order: views of their stacked transforms
         first = engines[0].stack
-        rows = [e.stack[1] if e.stack is not None and e.stack[0] is first[0] else -1 for e in engines] \
-            if first is not None else [-1]
+        rows = (
+            [e.stack[1] if e.stack is not None and e.stack[0] is first[0] else -1 for e in engines]
+            if first is not None
+            else [-1]
+        )
         shared = rows[0] >= 0 and rows == list(range(rows[0], rows[0] + len(engines)))
         self.levels = []
         for level in range(BinnedEngine.MAX_LEVEL + 1):
             lvs = [e._levels[level] for e in engines]
             if shared:
                 stacked = first[0][level]
-                ft_t, ft_p = (stacked[k][rows[0] : rows[0] + len(engines)] for k in ("ft_t", "ft_p"))
+                ft_t, ft_p = (
+                    stacked[k][rows[0] : rows[0] + len(engines)] for k in ("ft_t", "ft_p")
+                )
             else:
-                ft_t, ft_p = np.stack([lv["ft_t"] for lv in lvs]), np.stack([lv["ft_p"] for lv in lvs])
-            self.levels.append({
-                "ft_t": ft_t, "ft_p": ft_p,
-                "step": np.array([lv["step"] for lv in lvs]), "cells": lvs[0]["cells"], "nfft": lvs[0]["nfft"],
-            })
+                ft_t, ft_p = (
+                    np.stack([lv["ft_t"] for lv in lvs]),
+                    np.stack([lv["ft_p"] for lv in lvs]),
+                )
+            self.levels.append(
+                {
+                    "ft_t": ft_t,
+                    "ft_p": ft_p,
+                    "step": np.array([lv["step"] for lv in lvs]),
+                    "cells": lvs[0]["cells"],
+                    "nfft": lvs[0]["nfft"],
+                }
+            )
 
     def levels_of(self, rows, b) -> np.ndarray:
-        """:meth:`BinnedEngine.level_of` of class ``rows[i]`` at bandwidth ``b[i]``, for all i in one pass.
+        """:meth:`BinnedEngine.level_of` of class ``rows[i]`` at bandwidth ``b[i]``, for all i in
+        one pass.
 
         floor(log2(b / unit)) vectorised; where the log2 lies within 1e-6 of an integer (a level
         boundary: the candidates b_lo * 2^(i/4) fall on one at every 4th i) the engine's own
@@ -194,7 +220,8 @@ class BinnedScanBatch:
         return level
 
     def sign_changes(self, rows, bandwidths, at_most=None) -> np.ndarray:
-        """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]`` (always exact:
+        """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]`` (always
+        exact:
         ``at_most`` is accepted for the interface of :meth:`ExactScanBatch.sign_changes`)."""
         rows = np.asarray(rows, dtype=np.int64)
         b = np.asarray(bandwidths, dtype=np.float64)
@@ -213,13 +240,33 @@ class BinnedScanBatch:
                 # transforms; others gathered into the workspace (valid rows: mode "clip" writes
                 # straight into it, "raise" would buffer)
                 if np.array_equal(r_, np.arange(r_[0], r_[0] + r_.size)):
-                    ft_t, ft_p = lv["ft_t"][r_[0] : r_[0] + r_.size], lv["ft_p"][r_[0] : r_[0] + r_.size]
+                    ft_t, ft_p = (
+                        lv["ft_t"][r_[0] : r_[0] + r_.size],
+                        lv["ft_p"][r_[0] : r_[0] + r_.size],
+                    )
                 else:
                     shape = (r_.size, lv["ft_t"].shape[1])
-                    ft_t, ft_p = (np.take(lv[name], r_, axis=0, out=self.work.get(name, shape, np.complex128),
-                                          mode="clip") for name in ("ft_t", "ft_p"))
-                kt, kp = binned_sums(ft_t, ft_p, b[s_], lv["step"][r_], lv["cells"] + 1, lv["nfft"], self.lo[r_],
-                                     self.bounds, self.work)
+                    ft_t, ft_p = (
+                        np.take(
+                            lv[name],
+                            r_,
+                            axis=0,
+                            out=self.work.get(name, shape, np.complex128),
+                            mode="clip",
+                        )
+                        for name in ("ft_t", "ft_p")
+                    )
+                kt, kp = binned_sums(
+                    ft_t,
+                    ft_p,
+                    b[s_],
+                    lv["step"][r_],
+                    lv["cells"] + 1,
+                    lv["nfft"],
+                    self.lo[r_],
+                    self.bounds,
+                    self.work,
+                )
                 stride = SCAN_STRIDE >> lvl
                 conf, resolved = BinnedEngine._conf(kt[:, ::stride], kp[:, ::stride])
                 out[s_] = count_sign_changes_rows(conf, resolved)
@@ -287,12 +334,25 @@ class BinnedEngine:
         self.stack = _stack
         if _stack is not None:
             levels, row = _stack
-            self._levels = [_Level(lo, T, F, level, cells=lv["cells"], nfft=lv["nfft"], ft_t=lv["ft_t"][row],
-                                   ft_p=lv["ft_p"][row], step=self.delta * (1 << level))
-                            for level, lv in enumerate(levels)]
+            self._levels = [
+                _Level(
+                    lo,
+                    T,
+                    F,
+                    level,
+                    cells=lv["cells"],
+                    nfft=lv["nfft"],
+                    ft_t=lv["ft_t"][row],
+                    ft_p=lv["ft_p"][row],
+                    step=self.delta * (1 << level),
+                )
+                for level, lv in enumerate(levels)
+            ]
             return
-        self._levels = [_Level(lo, T, F, level, **lv, step=self.delta * (1 << level))
-                        for level, lv in enumerate(self._level_arrays(T, F, bounds))]
+        self._levels = [
+            _Level(lo, T, F, level, **lv, step=self.delta * (1 << level))
+            for level, lv in enumerate(self._level_arrays(T, F, bounds))
+        ]
 
     @property
     def x(self) -> np.ndarray:
@@ -305,7 +365,8 @@ class BinnedEngine:
 
     @classmethod
     def _level_arrays(cls, T, F, bounds):
-        """Per level: the transforms of the coarsened weights (rows of 2-D T, F transformed together,
+        """Per level: the transforms of the coarsened weights (rows of 2-D T, F transformed
+        together,
         each row as on its own). The coarsened weights themselves are not kept (a level's "T", "F"
         are rebuilt from the fine ones when asked for: the same values, see :class:`_Level`)."""
         out = []
@@ -317,8 +378,14 @@ class BinnedEngine:
             # 2 * cells suffices without reflection (see class docstring); with
             # it the correlation reaches offset 2 * cells, so 4 * cells.
             nfft = 2 * cells if bounds is None else 4 * cells
-            out.append({"cells": cells, "nfft": nfft,
-                        "ft_t": np.fft.rfft(t, nfft, axis=-1), "ft_p": np.fft.rfft(t + f, nfft, axis=-1)})
+            out.append(
+                {
+                    "cells": cells,
+                    "nfft": nfft,
+                    "ft_t": np.fft.rfft(t, nfft, axis=-1),
+                    "ft_p": np.fft.rfft(t + f, nfft, axis=-1),
+                }
+            )
         return out
 
     @classmethod
@@ -327,7 +394,10 @@ class BinnedEngine:
         coarsened and transformed for all rows at once (the same values as one by one); a
         :class:`BinnedScanBatch` of them reads the stacked transforms without copying."""
         levels = cls._level_arrays(np.asarray(T), np.asarray(F), bounds)
-        return [cls(T[i], F[i], float(lo[i]), float(hi[i]), bounds, _stack=(levels, i)) for i in range(len(T))]
+        return [
+            cls(T[i], F[i], float(lo[i]), float(hi[i]), bounds, _stack=(levels, i))
+            for i in range(len(T))
+        ]
 
     @staticmethod
     def _coarsen(w):
@@ -344,8 +414,16 @@ class BinnedEngine:
     def _sums_level(self, level, bandwidths):
         """Unshifted kernel sums on the level's grid: (KT, KP), each (nb, cells + 1)."""
         lv = self._levels[level]
-        return binned_sums(lv["ft_t"][None, :], lv["ft_p"][None, :], np.asarray(bandwidths, dtype=np.float64),
-                           lv["step"], lv["cells"] + 1, lv["nfft"], self.lo, self.bounds)
+        return binned_sums(
+            lv["ft_t"][None, :],
+            lv["ft_p"][None, :],
+            np.asarray(bandwidths, dtype=np.float64),
+            lv["step"],
+            lv["cells"] + 1,
+            lv["nfft"],
+            self.lo,
+            self.bounds,
+        )
 
     def _by_level(self, bandwidths):
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
@@ -412,8 +490,10 @@ class BinnedEngine:
             b = bs[:, None]
             selfk = np.ones_like(kt)
             if self.bounds is not None:
-                selfk = selfk + np.exp(-2.0 * ((lv["x"] - self.bounds[0])[None, :] / b) ** 2) + np.exp(
-                    -2.0 * ((lv["x"] - self.bounds[1])[None, :] / b) ** 2
+                selfk = (
+                    selfk
+                    + np.exp(-2.0 * ((lv["x"] - self.bounds[0])[None, :] / b) ** 2)
+                    + np.exp(-2.0 * ((lv["x"] - self.bounds[1])[None, :] / b) ** 2)
                 )
             floor = RESOLVED_FRACTION * kp.max(axis=1, keepdims=True)
             den = kp - selfk

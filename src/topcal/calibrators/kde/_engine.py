@@ -25,15 +25,62 @@ their batched scans); this module is the one name the rules and the
 calibrator import them by.
 """
 
-from ._binned import BinnedEngine, BinnedScanBatch, FFT_OUT, Workspace, binned_sums, kernel_reach, linear_bin
+from ._binned import (
+    BinnedEngine,
+    BinnedScanBatch,
+    FFT_OUT,
+    Workspace,
+    binned_sums,
+    kernel_reach,
+    linear_bin,
+)
 from ._exact import ExactEngine, ExactLooBatch, ExactScanBatch
-from ._kernels import (BOUND_STRIDE, CACHE_ELEMENTS, CHUNK_ELEMENTS, EXP_FLOOR, FINE_CELLS, KERNEL_REACH, RESOLVED_FRACTION,
-                       SCAN_POINTS, SCAN_STRIDE, SLOPE_TOL, count_alternations, count_sign_changes,
-                       count_sign_changes_rows, exact_confidence, exact_sums, local_linear_sums,
-                       nearest_sq_distance)
+from ._kernels import (
+    BOUND_STRIDE,
+    CACHE_ELEMENTS,
+    CHUNK_ELEMENTS,
+    EXP_FLOOR,
+    FINE_CELLS,
+    KERNEL_REACH,
+    RESOLVED_FRACTION,
+    SCAN_POINTS,
+    SCAN_STRIDE,
+    SLOPE_TOL,
+    count_alternations,
+    count_sign_changes,
+    count_sign_changes_rows,
+    exact_confidence,
+    exact_sums,
+    local_linear_sums,
+    nearest_sq_distance,
+)
 
-__all__ = ["BinnedEngine", "BinnedScanBatch", "ExactEngine", "ExactLooBatch", "ExactScanBatch", "Workspace",
-           "binned_sums", "kernel_reach", "linear_bin", "exact_sums", "local_linear_sums", "exact_confidence", "nearest_sq_distance",
-           "count_sign_changes", "count_sign_changes_rows", "count_alternations", "FINE_CELLS", "SCAN_STRIDE",
-           "SCAN_POINTS", "BOUND_STRIDE", "RESOLVED_FRACTION", "SLOPE_TOL", "EXP_FLOOR", "CACHE_ELEMENTS",
-           "KERNEL_REACH", "CHUNK_ELEMENTS", "FFT_OUT"]
+__all__ = [
+    "BinnedEngine",
+    "BinnedScanBatch",
+    "ExactEngine",
+    "ExactLooBatch",
+    "ExactScanBatch",
+    "Workspace",
+    "binned_sums",
+    "kernel_reach",
+    "linear_bin",
+    "exact_sums",
+    "local_linear_sums",
+    "exact_confidence",
+    "nearest_sq_distance",
+    "count_sign_changes",
+    "count_sign_changes_rows",
+    "count_alternations",
+    "FINE_CELLS",
+    "SCAN_STRIDE",
+    "SCAN_POINTS",
+    "BOUND_STRIDE",
+    "RESOLVED_FRACTION",
+    "SLOPE_TOL",
+    "EXP_FLOOR",
+    "CACHE_ELEMENTS",
+    "KERNEL_REACH",
+    "CHUNK_ELEMENTS",
+    "FFT_OUT",
+]

@@ -1,4 +1,5 @@
-"""The exact engine: every kernel summed (after merging equal scores), for one class or many in lockstep.
+"""The exact engine: every kernel summed (after merging equal scores), for one class or many in
+lockstep.
 
 Private module of :mod:`topcal.calibrators.kde` (see ``_engine.py``).
 """
@@ -8,9 +9,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..._numeric import PROB_CLIP
-from ._kernels import (BOUND_STRIDE, CACHE_ELEMENTS, CHUNK_ELEMENTS, EXP_FLOOR, RESOLVED_FRACTION, SCAN_POINTS, SLOPE_TOL,
-                       count_alternations, count_sign_changes_rows, exact_confidence, exact_sums, loo_confidences,
-                       loss_rows, reflect_points)
+from ._kernels import (
+    BOUND_STRIDE,
+    CACHE_ELEMENTS,
+    CHUNK_ELEMENTS,
+    EXP_FLOOR,
+    RESOLVED_FRACTION,
+    SCAN_POINTS,
+    SLOPE_TOL,
+    count_alternations,
+    count_sign_changes_rows,
+    exact_confidence,
+    exact_sums,
+    loo_confidences,
+    loss_rows,
+    reflect_points,
+)
+
 
 class ExactEngine:
     """Direct summation over the class's distinct scores (small classes).
@@ -45,7 +60,8 @@ class ExactEngine:
         return self._scan_d2
 
     def scan_terms(self):
-        """(shifted squared distances scan point x centre, shifts, TP weights, weights), not cached."""
+        """(shifted squared distances scan point x centre, shifts, TP weights, weights), not
+        cached."""
         p, t, f = reflect_points(self.points, self.tp, self.fp, self.bounds)
         w = t + f
         p, t, w = p[w > 0], t[w > 0], w[w > 0]
@@ -67,11 +83,15 @@ class ExactEngine:
         # as from the cache: the same operations on the same floats (the shift is the same
         # float, see nearest_sq_distance; the floor only where it changes an exponent), and
         # one product over all 513 points either way
-        one_chunk = SCAN_POINTS * (1 if self.bounds is None else 3) * self.points.size <= CHUNK_ELEMENTS
+        one_chunk = (
+            SCAN_POINTS * (1 if self.bounds is None else 3) * self.points.size <= CHUNK_ELEMENTS
+        )
         if not self.cacheable() or (bs.size == 1 and self._scan_d2 is None and one_chunk):
             confs, res = [], []
             for b in bs:
-                num, den, shift = exact_sums(self.scan_x, self.points, self.tp, self.fp, b, self.bounds)
+                num, den, shift = exact_sums(
+                    self.scan_x, self.points, self.tp, self.fp, b, self.bounds
+                )
                 log_kp = np.log(den) - shift * (0.5 / (b * b))
                 confs.append(np.clip(num / den, 0.0, 1.0))
                 res.append(log_kp >= log_kp.max() + np.log(RESOLVED_FRACTION))
@@ -113,7 +133,9 @@ class ExactEngine:
         np.square(dd, out=dd)
         self_i = np.tile(np.arange(n), copies)
         self_j = np.arange(copies * n)
-        order = np.lexsort((self_j, self_i))  # row-major order, as np.nonzero of the self mask gives
+        order = np.lexsort(
+            (self_j, self_i)
+        )  # row-major order, as np.nonzero of the self mask gives
         self_i, self_j = self_i[order], self_j[order]
         dd[self_i, self_j] = np.inf
         m = dd.min(axis=1)  # finite: a class here has >= 2 distinct scores
@@ -134,9 +156,15 @@ class ExactEngine:
             q_lo = -4.0 * (p - self.bounds[0]) ** 2
             q_hi = -4.0 * (p - self.bounds[1]) ** 2
         return {
-            "dd": dd, "m": m, "self_i": self_i, "self_j": self_j,
+            "dd": dd,
+            "m": m,
+            "self_i": self_i,
+            "self_j": self_j,
             "weights": np.stack([ta, fa, ta + fa], axis=1),  # (centres, 3)
-            "dd_max": dd_max, "q_lo": q_lo, "q_hi": q_hi, **rest,
+            "dd_max": dd_max,
+            "q_lo": q_lo,
+            "q_hi": q_hi,
+            **rest,
         }
 
     def loo_nll(self, bandwidths) -> np.ndarray:
@@ -182,7 +210,9 @@ class ExactEngine:
                 np.exp(part, out=part)
                 part[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
                 np.matmul(part, weights, out=sums[c : c + part.shape[0]])
-            out[a : a + b.size] = loss_rows(*loo_confidences(sums, m[None, :], inv[:, None], lt), t, f)
+            out[a : a + b.size] = loss_rows(
+                *loo_confidences(sums, m[None, :], inv[:, None], lt), t, f
+            )
         return out
 
     def kernel_points(self):
@@ -228,7 +258,8 @@ class ExactScanBatch:
         # the coarse scan grid of the lower bound (every BOUND_STRIDE-th scan point)
         self.dd_coarse = np.ascontiguousarray(self.dd[:, ::BOUND_STRIDE])
         self.shift_coarse = np.ascontiguousarray(self.shift[:, ::BOUND_STRIDE])
-        # log of the total weight: no kernel sum exceeds it, so log_kp >= log_total + log(RESOLVED_FRACTION)
+        # log of the total weight: no kernel sum exceeds it, so log_kp >= log_total +
+        # log(RESOLVED_FRACTION)
         # makes a point resolved whatever the maximum over the grid is
         self.log_total = np.log(self.tw[:, :, 1].sum(axis=1))
 
@@ -289,14 +320,19 @@ class ExactScanBatch:
         first = np.argmax(sure, axis=1)
         idx = np.where(idx >= 0, idx, first[:, None])  # last sure point at or before each point
         d = np.diff(np.take_along_axis(conf, idx, axis=1), axis=1)
-        gap = (cols[1:][None, :] - idx[:, :-1]) * BOUND_STRIDE  # scan steps back to the previous sure point
+        gap = (
+            cols[1:][None, :] - idx[:, :-1]
+        ) * BOUND_STRIDE  # scan steps back to the previous sure point
         s = np.sign(d)
-        s[np.abs(d) <= gap * SLOPE_TOL * (1.0 + 1e-6) + 1e-12] = 0.0  # not certain (or not a sure point: d = 0)
+        s[np.abs(d) <= gap * SLOPE_TOL * (1.0 + 1e-6) + 1e-12] = (
+            0.0  # not certain (or not a sure point: d = 0)
+        )
         s[~sure.any(axis=1)] = 0.0
         return count_alternations(s)
 
     def _sums(self, rows, b, dd_all, shift_all):
-        """Shifted kernel sums (num, den) and log kernel sum of the positives on the given points."""
+        """Shifted kernel sums (num, den) and log kernel sum of the positives on the given
+        points."""
         inv = 0.5 / (b * b)
         floor = self.dd_max[rows] * inv > -EXP_FLOOR
         npts = dd_all.shape[1]
@@ -327,7 +363,8 @@ class ExactScanBatch:
 
 
 class ExactLooBatch:
-    """The exact engine's leave-one-out NLL for many classes at once, bit for bit that of each class.
+    """The exact engine's leave-one-out NLL for many classes at once, bit for bit that of each
+    class.
 
     The counterpart of :class:`ExactScanBatch` for b_opt: one call evaluates any list of
     (class, bandwidth) pairs, so a lockstep search makes a few calls in all instead of a
@@ -339,7 +376,8 @@ class ExactLooBatch:
     per-sample passes run over one (pairs x samples) array padded to the widest class.
     The arithmetic per pair is that of :meth:`ExactEngine.loo_nll`, in the same order: the
     exponent floor is applied to a stretch where some pair in it needs it (it changes no
-    exponent of a pair that ``loo_nll`` leaves unfloored), and the two reductions whose round-off depends on how
+    exponent of a pair that ``loo_nll`` leaves unfloored), and the two reductions whose round-off
+    depends on how
     they are called (the weighted sums over centres, the sum over samples) are called
     per class with the shapes ``loo_nll`` gives them. Bit for bit matters: b_opt's
     refinement re-evaluates the best point so far (the middle of its new bracket, up to
@@ -359,7 +397,9 @@ class ExactLooBatch:
         self.t = [e.tp for e in engines]
         self.f = [e.fp for e in engines]
         reflect = terms[0]["q_lo"] is not None
-        names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (("q_lo", "q_hi") if reflect else ())
+        names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (
+            ("q_lo", "q_hi") if reflect else ()
+        )
         # padded samples: finite logs (kernel sums set to 1 below, rests 0); they are never summed
         self.rest = {name: np.zeros((c, n_max)) for name in names}
         for i, lt in enumerate(terms):
@@ -379,7 +419,7 @@ class ExactLooBatch:
     def size_of(engine) -> int:
         """Elements of the kernel block (samples x centres) of one class and bandwidth."""
         copies = 1 if engine.bounds is None else 3
-        return copies * engine.points.size ** 2
+        return copies * engine.points.size**2
 
     #: Largest kernel block (elements) of a class the batch takes: beyond it (~256 distinct
     #: scores) a class's own loo_nll is all arithmetic, which batching does not change
@@ -407,15 +447,26 @@ class ExactLooBatch:
         starts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
         runs = list(zip(starts.tolist(), np.append(starts[1:], rows.size).tolist()))
         n_max = self.m.shape[1]
-        la = np.empty((rows.size, n_max))  # log P(correct) of each TP left out, log P(wrong) of each FP
+        la = np.empty(
+            (rows.size, n_max)
+        )  # log P(correct) of each TP left out, log P(wrong) of each FP
         lz = np.empty((rows.size, n_max))
-        need = sum(self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0) for g0, g1 in runs)
+        need = sum(
+            self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0)
+            for g0, g1 in runs
+        )
         # LOO_FLAT_ELEMENTS (or less if less is needed), but room for any one piece below (at
         # most CACHE_ELEMENTS or one class's block); the values do not depend on its size (each
         # pair's arithmetic is its own)
-        flat = np.empty(max(min(self.LOO_FLAT_ELEMENTS, need), min(CACHE_ELEMENTS, need),
-                            max(n * w for n, w in self.shape)))
-        pending = []  # (first pair, end pair, class, view) scaled, not yet through exp and the product
+        flat = np.empty(
+            max(
+                min(self.LOO_FLAT_ELEMENTS, need),
+                min(CACHE_ELEMENTS, need),
+                max(n * w for n, w in self.shape),
+            )
+        )
+        # (first pair, end pair, class, view) scaled, not yet through exp and the product
+        pending = []
         pos = done = 0  # end of the filled buffer; end of the part through exp
         floor = False  # whether some exponent in the part not yet through exp is below EXP_FLOOR
 

@@ -1,4 +1,5 @@
-"""Shared pieces of the two kernel-density engines: grids and constants, sign counts, exact kernel sums.
+"""Shared pieces of the two kernel-density engines: grids and constants, sign counts, exact kernel
+sums.
 
 Private module of :mod:`topcal.calibrators.kde` (the engines are in ``_exact.py`` and
 ``_binned.py``; ``_engine.py`` is the one name the rules and the calibrator import).
@@ -94,7 +95,8 @@ def count_alternations(s: np.ndarray) -> np.ndarray:
 
 
 def _alternations(row, sign, m) -> np.ndarray:
-    """Per row of ``m``, the sign changes between consecutive entries of ``sign`` (row-major, rows ``row``)."""
+    """Per row of ``m``, the sign changes between consecutive entries of ``sign`` (row-major, rows
+    ``row``)."""
     change = sign[1:] != sign[:-1]
     change &= row[1:] == row[:-1]
     return np.bincount(row[1:][change], minlength=m)
@@ -141,7 +143,8 @@ def exact_sums(x, points, tp, fp, b, bounds=None):
     num = np.empty(x.shape[0])
     den = np.empty(x.shape[0])
     shift = np.empty(x.shape[0])
-    # chunks of at most CHUNK_ELEMENTS elements, each one matrix-vector product (the row partition of
+    # chunks of at most CHUNK_ELEMENTS elements, each one matrix-vector product (the row partition
+    # of
     # a BLAS product can change its round-off, and the tables are kept bit for bit); the
     # elementwise passes go over cache-sized blocks of a chunk in one buffer (fresh arrays
     # of many MB cost more in page faults than the arithmetic)
@@ -194,7 +197,8 @@ def loss_rows(c_tp, c_fp_wrong, tp, fp):
 
 
 def loo_confidences(sums, m, inv, lt):
-    """Leave-one-out (P(correct) of each TP, P(wrong) of each FP) from the shifted other-centre sums.
+    """Leave-one-out (P(correct) of each TP, P(wrong) of each FP) from the shifted other-centre
+    sums.
 
     ``sums``: (rows, samples, 3); ``m`` and the ``log_*_rest`` and ``q_*`` terms of ``lt``
     broadcast against (rows, samples), ``inv`` = 1 / 2b^2 as a column. Shared by

@@ -1,4 +1,5 @@
-"""Bandwidth rules of the kernel-density calibrators (``calibrators.kde``): the candidates and the scans.
+"""Bandwidth rules of the kernel-density calibrators (``calibrators.kde``): the candidates and the
+scans.
 
 Private module: the public API is :mod:`topcal.calibrators.kde`. Every rule is
 a small object in one registry, looked up by the calibrator class:
@@ -84,7 +85,7 @@ B_LO_CELLS = 16
 #: unless the TP and FP means coincide).
 B_HI_SPAN = 4.0
 #: Candidate spacing: 2^(1/4), four per doubling.
-CANDIDATE_RATIO = 2.0 ** 0.25
+CANDIDATE_RATIO = 2.0**0.25
 #: The upward scan evaluates every COARSE_STRIDE-th candidate (one per doubling of b) and the
 #: last; below the first admissible of them, the candidates after the coarse one before it.
 COARSE_STRIDE = 4
@@ -169,7 +170,10 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
         lo, hi = bracket[i]
         pts[i] = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
         bs_round[i] = np.exp(pts[i])
-        span[i] = (0, REFINE_POINTS + 1)  # bisection between the bracket's ends (points 1..7 inside)
+        span[i] = (
+            0,
+            REFINE_POINTS + 1,
+        )  # bisection between the bracket's ends (points 1..7 inside)
         pos[i] = (REFINE_POINTS + 1) // 2 - 1
 
     def refine_from(i, j, res):
@@ -188,12 +192,24 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
 
     active = list(range(n))
     while active:
-        bw = np.array([cands[i][coarse[i][pos[i]]] if phase[i] == 0
-                       else cands[i][fine[i][pos[i]]] if phase[i] == 3 else bs_round[i][pos[i]] for i in active])
+        bw = np.array(
+            [
+                cands[i][coarse[i][pos[i]]]
+                if phase[i] == 0
+                else cands[i][fine[i][pos[i]]]
+                if phase[i] == 3
+                else bs_round[i][pos[i]]
+                for i in active
+            ]
+        )
         # an inadmissible count is only compared with max_changes, except at a class's last
         # candidate (its count is recorded when no candidate is admissible)
-        at_most = np.array([np.inf if phase[i] == 0 and pos[i] + 1 == coarse[i].size else max_changes
-                            for i in active])
+        at_most = np.array(
+            [
+                np.inf if phase[i] == 0 and pos[i] + 1 == coarse[i].size else max_changes
+                for i in active
+            ]
+        )
         changes = batch.sign_changes(active, bw, at_most)
         for i, b, c in zip(active, bw, changes):
             good = c <= max_changes
@@ -202,7 +218,9 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
                 j = int(coarse[i][q])
                 if good and j == 0:
                     phase[i], result[i] = 2, (float(b), True, int(c))
-                elif good and j - 1 > coarse[i][q - 1]:  # candidates in between: the first admissible wins
+                elif (
+                    good and j - 1 > coarse[i][q - 1]
+                ):  # candidates in between: the first admissible wins
                     phase[i], pos[i] = 3, 0
                     fine[i] = np.arange(int(coarse[i][q - 1]) + 1, j)
                     at_coarse[i] = (j, (float(b), True, int(c)))
@@ -229,7 +247,10 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
                 else:
                     a, z = mid, z
                 if z - a == 1:
-                    bracket[i] = (round_point(bracket[i], pts[i], a), round_point(bracket[i], pts[i], z))
+                    bracket[i] = (
+                        round_point(bracket[i], pts[i], a),
+                        round_point(bracket[i], pts[i], z),
+                    )
                     next_round(i)
                 else:
                     span[i] = (a, z)
@@ -289,7 +310,8 @@ def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:
 
 
 def round_point(bracket, pts, i):
-    """Point ``i`` of a refinement round in log b: 0 the bracket's low end, 1..7 ``pts``, 8 its high end."""
+    """Point ``i`` of a refinement round in log b: 0 the bracket's low end, 1..7 ``pts``, 8 its high
+    end."""
     return bracket[0] if i == 0 else bracket[1] if i == REFINE_POINTS + 1 else pts[i - 1]
 
 
@@ -366,14 +388,14 @@ def silverman(score, w) -> float:
     sd, iqr = weighted_spread(score, w)
     n = float(w.sum())
     spread = min(sd, iqr / 1.34) if iqr > 0 else sd
-    return 0.9 * spread * n ** -0.2
+    return 0.9 * spread * n**-0.2
 
 
 def scott(score, w) -> float:
     """Scott's rule of thumb, 1.06 sd n^(-1/5) (weighted, n = total weight)."""
     sd, _ = weighted_spread(score, w)
     n = float(w.sum())
-    return 1.06 * sd * n ** -0.2
+    return 1.06 * sd * n**-0.2
 
 
 #: Rules of thumb for ``kde``'s ``bandwidth`` parameter: name -> b(kernel centres, weights).
@@ -382,7 +404,8 @@ RULES_OF_THUMB = {"silverman": silverman, "scott": scott}
 
 @dataclass(frozen=True)
 class MonotoneRule:
-    """b_mon*: the smallest candidate bandwidth whose slope changes sign at most ``max_changes`` times."""
+    """b_mon*: the smallest candidate bandwidth whose slope changes sign at most ``max_changes``
+    times."""
 
     max_changes: int
 
@@ -393,11 +416,13 @@ class MonotoneRule:
     binned_batch = eng.BinnedScanBatch
 
     def select(self, engine, cand) -> tuple[float, bool]:
-        """(b, admissible) for one class; ``admissible`` False: no candidate met the rule, b = b_hi."""
+        """(b, admissible) for one class; ``admissible`` False: no candidate met the rule, b =
+        b_hi."""
         return scan_mon(engine, cand, self.max_changes)
 
     def select_lockstep(self, batch, cands) -> list:
-        """The same search for many exact-engine classes at once: (b, admissible, sign changes) each."""
+        """The same search for many exact-engine classes at once: (b, admissible, sign changes)
+        each."""
         return scan_mon_lockstep(batch, cands, self.max_changes)
 
 
@@ -416,7 +441,8 @@ class LeaveOneOutRule:
         return scan_opt(engine, cand), True
 
     def select_lockstep(self, batch, cands) -> list:
-        """The same search for many exact-engine classes at once: (b, admissible (always), None) each.
+        """The same search for many exact-engine classes at once: (b, admissible (always), None)
+        each.
 
         The sign-change count of b is not part of this search; the caller counts it.
         """

@@ -80,5 +80,12 @@ def wide_bandwidth_tables(states, count_scale, wide_sd, bounds=None):
         inv.append((g.size - 1) / (g[-1] - g[0]) if g[-1] > g[0] else 0.0)
         offs.append(pos)
         pos += g.size
-    return (np.concatenate(ratio), np.concatenate(extra), np.array(offs, dtype=np.int64), np.array(lo),
-            np.array(hi), np.array(inv), np.array(nm1, dtype=np.int64))
+    return (
+        np.concatenate(ratio),
+        np.concatenate(extra),
+        np.array(offs, dtype=np.int64),
+        np.array(lo),
+        np.array(hi),
+        np.array(inv),
+        np.array(nm1, dtype=np.int64),
+    )

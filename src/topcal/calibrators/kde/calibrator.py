@@ -4,7 +4,8 @@ For predicted class k with positives split into true positives (TP) and
 false positives (FP), with weights t_i and f_i (1/0 per sample, counts for
 binned data),
 
-    Conf_KDE(S) = sum_TP t_i phi_b(S - s_i) / (sum_TP t_i phi_b(S - s_i) + sum_FP f_j phi_b(S - s_j)),
+    Conf_KDE(S) = sum_TP t_i phi_b(S - s_i) / (sum_TP t_i phi_b(S - s_i) + sum_FP f_j phi_b(S -
+    s_j)),
 
 phi_b the Gaussian kernel with **one bandwidth b for TP and FP** (the
 paper's eq. 8 sums over TP in K_FP: a typo). With one b this is the
@@ -120,7 +121,9 @@ class KDEBase(ScoreCalibrator):
             pred, score, tp, fp = data.pred[keep], data.score[keep], data.tp[keep], data.fp[keep]
         smin = np.full(K, np.inf)
         smax = np.full(K, -np.inf)
-        if K == 1 and score.size:  # one class (the pooled reference): plain min and max, the same values
+        if (
+            K == 1 and score.size
+        ):  # one class (the pooled reference): plain min and max, the same values
             smin[0], smax[0] = score.min(), score.max()
         else:
             np.minimum.at(smin, pred, score)
@@ -151,8 +154,15 @@ class KDEBase(ScoreCalibrator):
                 T, F = eng.linear_bin(pred, score, tp, fp, lo, hi, K)
             else:
                 sel = code[pred] >= 0
-                T, F = eng.linear_bin(code[pred[sel]], score[sel], tp[sel], fp[sel], lo[binned], hi[binned],
-                                      len(binned))
+                T, F = eng.linear_bin(
+                    code[pred[sel]],
+                    score[sel],
+                    tp[sel],
+                    fp[sel],
+                    lo[binned],
+                    hi[binned],
+                    len(binned),
+                )
             grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
             stacked = (T, F, binned)
         # rows of each exact-engine class in row order, from one stable sort (not a pred == k
@@ -171,9 +181,20 @@ class KDEBase(ScoreCalibrator):
                 continue
             support.append((float(lo[k]), float(hi[k])))
             T_k, F_k = float(self.n_tp_[k]), float(self.n_fp_[k])
-            # popped: the class's engine (and its caches: kde-opt's LOO terms, n^2) freed once fitted
-            states.append(self._fit_one(k, args[k], float(lo[k]), float(hi[k]), T_k, F_k,
-                                        smin[k] == smax[k], prepared=prepared.pop(k, None)))
+            # popped: the class's engine (and its caches: kde-opt's LOO terms, n^2) freed once
+            # fitted
+            states.append(
+                self._fit_one(
+                    k,
+                    args[k],
+                    float(lo[k]),
+                    float(hi[k]),
+                    T_k,
+                    F_k,
+                    smin[k] == smax[k],
+                    prepared=prepared.pop(k, None),
+                )
+            )
         self._warn_degenerate(states)
         return states, support
 
@@ -195,14 +216,16 @@ class KDEBase(ScoreCalibrator):
         return e, e.resolution()
 
     def _prepare_scans(self, args, lo, hi, smin, smax, stacked=None) -> dict:
-        """Bandwidth searches of the classes in lockstep (kde-mon*, kde-opt), exact- and binned-engine classes apart.
+        """Bandwidth searches of the classes in lockstep (kde-mon*, kde-opt), exact- and
+        binned-engine classes apart.
 
         Returns {k: (engine, rho, (b, admissible, sign_changes or None))} for the classes it
         searched, {k: (engine, rho, None)} for the exact-engine classes too large for the rule's
         batch (searched one by one in _fit_one with that engine); the others are built and searched
         one by one in _fit_one. The result per class is the one the rule's per-class search
         (``_rules.scan_mon``, ``scan_opt``) gives (same candidates, evaluations and decisions). The
-        rule names the batches it evaluates with (``exact_batch``, ``binned_batch``; None: one by one).
+        rule names the batches it evaluates with (``exact_batch``, ``binned_batch``; None: one by
+        one).
         ``stacked``: (T, F, classes) as linearly binned (row c: class ``classes[c]``), or None.
         """
         rule = self._bandwidth_rule
@@ -210,18 +233,35 @@ class KDEBase(ScoreCalibrator):
         if lockstep is None or not self.batch_classes:
             return {}
         exact_batch, binned_batch = rule.exact_batch, rule.binned_batch
-        scanned = [k for k, (kind, _) in sorted(args.items()) if smin[k] < smax[k] and self.n_tp_[k] > 0
-                   and self.n_fp_[k] > 0 and not (kind == "binned" and binned_batch is None)]
-        to_bin, built = [k for k in scanned if args[k][0] == "binned"], {}  # their engines built together
+        scanned = [
+            k
+            for k, (kind, _) in sorted(args.items())
+            if smin[k] < smax[k]
+            and self.n_tp_[k] > 0
+            and self.n_fp_[k] > 0
+            and not (kind == "binned" and binned_batch is None)
+        ]
+        to_bin, built = (
+            [k for k in scanned if args[k][0] == "binned"],
+            {},
+        )  # their engines built together
         if to_bin:
-            T, F = (stacked[:2] if stacked is not None and stacked[2] == to_bin  # all of them: no copy
-                    else [np.stack([args[k][1][j] for k in to_bin]) for j in (0, 1)])
-            built = dict(zip(to_bin, eng.BinnedEngine.many(T, F, lo[to_bin], hi[to_bin], self._bounds())))
+            T, F = (
+                stacked[:2]
+                if stacked is not None and stacked[2] == to_bin  # all of them: no copy
+                else [np.stack([args[k][1][j] for k in to_bin]) for j in (0, 1)]
+            )
+            built = dict(
+                zip(to_bin, eng.BinnedEngine.many(T, F, lo[to_bin], hi[to_bin], self._bounds()))
+            )
         items, binned, unbatched = [], [], {}
         for k in scanned:
             kind, arrays = args[k]
-            engine, rho = ((built[k], built[k].resolution()) if k in built
-                           else self._make_engine((kind, arrays), float(lo[k]), float(hi[k])))
+            engine, rho = (
+                (built[k], built[k].resolution())
+                if k in built
+                else self._make_engine((kind, arrays), float(lo[k]), float(hi[k]))
+            )
             item = (k, engine, rho, rules.candidates(float(lo[k]), float(hi[k]), rho))
             if kind == "binned":
                 binned.append(item)
@@ -230,7 +270,8 @@ class KDEBase(ScoreCalibrator):
             else:  # searched on its own in _fit_one, with the engine built here
                 unbatched[k] = (engine, rho, None)
         out = dict(unbatched)
-        # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25 MB a class)
+        # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25 MB a
+        # class)
         for a in range(0, len(binned), BINNED_BATCH):
             group = binned[a : a + BINNED_BATCH]
             results = lockstep(binned_batch([g[1] for g in group]), [g[3] for g in group])
@@ -243,8 +284,10 @@ class KDEBase(ScoreCalibrator):
             if it is not None:
                 size = exact_batch.size_of(it[1])
                 first = exact_batch.size_of(group[0][1]) if group else size
-                if not group or (size * (len(group) + 1) <= rules.BATCH_ELEMENTS
-                                 and size <= 1.25 * first + exact_batch.PAD_SLACK):
+                if not group or (
+                    size * (len(group) + 1) <= rules.BATCH_ELEMENTS
+                    and size <= 1.25 * first + exact_batch.PAD_SLACK
+                ):
                     group.append(it)
                     continue
             if group:
@@ -256,7 +299,8 @@ class KDEBase(ScoreCalibrator):
         return out
 
     def _warn_degenerate(self, states) -> None:
-        """One warning per kind of degenerate class (a thousand small classes give four lines, not 270)."""
+        """One warning per kind of degenerate class (a thousand small classes give four lines, not
+        270)."""
         kinds: dict[str, list] = {}
         for k, st in enumerate(states):
             if st is not None and st.get("degenerate"):
@@ -267,8 +311,12 @@ class KDEBase(ScoreCalibrator):
             warnings.warn(
                 f"{self.name}: {len(names)} class{'es' if len(names) > 1 else ''} {preview(names)} "
                 f"{'have' if len(names) > 1 else 'has'} {what}: no bandwidth to choose (NaN); "
-                + ("the class's own curve is constant and shrinkage pulls it toward the pooled curve"
-                   if shrunk else f"the curve is constant ({conf})"),
+                + (
+                    "the class's own curve is constant and shrinkage pulls it toward the pooled "
+                    "curve"
+                    if shrunk
+                    else f"the curve is constant ({conf})"
+                ),
                 DegenerateClassWarning,
                 stacklevel=6,
             )
@@ -283,8 +331,18 @@ class KDEBase(ScoreCalibrator):
             degenerate = "all positives share one score: Conf = |TP| / |P|"
         if degenerate is not None:
             return self._state(
-                bandwidth=self._degenerate_bandwidth(), engine=None, degenerate=degenerate, points=[0.5 * (lo + hi)], tp=[T], fp=[F],
-                lo=lo, hi=hi, table=[T / (T + F)] * 2, table_n=[T + F] * 2, sign_changes=0, b_range=None,
+                bandwidth=self._degenerate_bandwidth(),
+                engine=None,
+                degenerate=degenerate,
+                points=[0.5 * (lo + hi)],
+                tp=[T],
+                fp=[F],
+                lo=lo,
+                hi=hi,
+                table=[T / (T + F)] * 2,
+                table_n=[T + F] * 2,
+                sign_changes=0,
+                b_range=None,
                 admissible=True,
             )
         if prepared is None:
@@ -302,16 +360,29 @@ class KDEBase(ScoreCalibrator):
         table, table_n = self._table(engine, b, stride)
         pts, t, f = engine.kernel_points()
         return self._state(
-            bandwidth=float(b), engine=engine.name, degenerate=None, points=pts, tp=t, fp=f, lo=lo, hi=hi,
-            table=table, table_n=table_n, sign_changes=changes, b_range=b_range, admissible=admissible,
+            bandwidth=float(b),
+            engine=engine.name,
+            degenerate=None,
+            points=pts,
+            tp=t,
+            fp=f,
+            lo=lo,
+            hi=hi,
+            table=table,
+            table_n=table_n,
+            sign_changes=changes,
+            b_range=b_range,
+            admissible=admissible,
         )
 
     def _degenerate_bandwidth(self) -> float:
-        """The bandwidth recorded for a degenerate class: none (the rules have nothing to choose from)."""
+        """The bandwidth recorded for a degenerate class: none (the rules have nothing to choose
+        from)."""
         return NO_BANDWIDTH
 
     def _choose_bandwidth(self, k, engine, lo, hi, rho, scanned):
-        """Class ``k``'s bandwidth by the rule: (b, candidate range, admissible, sign changes or None).
+        """Class ``k``'s bandwidth by the rule: (b, candidate range, admissible, sign changes or
+        None).
 
         ``scanned`` is the lockstep scan's (b, admissible, sign changes), if it ran for this class.
         """
@@ -323,8 +394,10 @@ class KDEBase(ScoreCalibrator):
             b, admissible, changes = scanned
         if not admissible:
             warnings.warn(
-                f"{self.name}: class {self.classes_[k]!r}: no bandwidth in [{cand[0]:.4g}, {cand[-1]:.4g}] gives "
-                f"<= {self._bandwidth_rule.max_changes} slope sign changes; using the largest, {cand[-1]:.4g} "
+                f"{self.name}: class {self.classes_[k]!r}: no bandwidth in [{cand[0]:.4g}, "
+                f"{cand[-1]:.4g}] gives "
+                f"<= {self._bandwidth_rule.max_changes} slope sign changes; using the largest, "
+                f"{cand[-1]:.4g} "
                 "(smoothest curve); inspect the curve or use kde-mon4 / kde-opt",
                 BandwidthWarning,
                 stacklevel=7,
@@ -350,16 +423,20 @@ class KDEBase(ScoreCalibrator):
         }
 
     def _table(self, engine, b, stride):
-        """Conf and the kernel-weighted positive count (kernel value 1 at distance 0) on the table grid."""
+        """Conf and the kernel-weighted positive count (kernel value 1 at distance 0) on the table
+        grid."""
         if isinstance(engine, eng.BinnedEngine):
             return engine.confidence_on_fine(b, stride, with_count=True)
-        x = engine.lo + (engine.hi - engine.lo) / eng.FINE_CELLS * np.arange(0, eng.FINE_CELLS + 1, stride)
+        x = engine.lo + (engine.hi - engine.lo) / eng.FINE_CELLS * np.arange(
+            0, eng.FINE_CELLS + 1, stride
+        )
         num, den, shift = eng.exact_sums(x, engine.points, engine.tp, engine.fp, b, engine.bounds)
         return np.clip(num / den, 0.0, 1.0), den * np.exp(-shift * (0.5 / (b * b)))
 
     # ------------------------------------------------------------- predict
     def _index_states(self) -> None:
-        """Flatten every class's table for vectorised prediction; set bandwidth_ (after fit and load)."""
+        """Flatten every class's table for vectorised prediction; set bandwidth_ (after fit and
+        load)."""
         K = len(self.classes_)
         offs, tables, counts = [], [], []
         lo = np.zeros(K)
@@ -391,9 +468,18 @@ class KDEBase(ScoreCalibrator):
         self._wide = None  # the interval's wide-bandwidth tables, built on first use (_wide_terms)
 
     def _interp(self, k, score, with_count: bool = False):
-        """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape, or ``k`` one class."""
-        return interp_tables(self._tab, self._tab_n if with_count else None, self._tab_off[k],
-                              self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k], score)
+        """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape, or
+        ``k`` one class."""
+        return interp_tables(
+            self._tab,
+            self._tab_n if with_count else None,
+            self._tab_off[k],
+            self._tab_lo[k],
+            self._tab_hi[k],
+            self._tab_inv[k],
+            self._tab_nm1[k],
+            score,
+        )
 
     def _local_counts(self, k: int, score: np.ndarray):
         # one class: its table's scalars, not a per-row class array and gathers (the same values)
@@ -414,8 +500,10 @@ class KDEBase(ScoreCalibrator):
     #: Gaussian weights w over locally even scores is sqrt(2) sum w (docs/intervals.md).
     _count_scale = float(np.sqrt(2.0))
     #: A bandwidth at least this multiple of the class's score standard deviation spans the class:
-    #: there the interval's small-bandwidth approximations (the sqrt(2) count scale, the Taylor bias)
-    #: are replaced by the exact effective sample size and the local-linear bias (:meth:`_wide_terms`).
+    #: there the interval's small-bandwidth approximations (the sqrt(2) count scale, the Taylor
+    #: bias)
+    #: are replaced by the exact effective sample size and the local-linear bias
+    #: (:meth:`_wide_terms`).
     WIDE_BANDWIDTH_SD = 1.0
 
     def _wide_terms(self, pred, score):
@@ -427,15 +515,27 @@ class KDEBase(ScoreCalibrator):
         over each such class's table, and interpolated (held outside it, as the curve is)."""
         if getattr(self, "_wide", None) is None:
             bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
-            self._wide = wide_bandwidth_tables(self.class_state_, self._count_scale, self.WIDE_BANDWIDTH_SD, bounds)
+            self._wide = wide_bandwidth_tables(
+                self.class_state_, self._count_scale, self.WIDE_BANDWIDTH_SD, bounds
+            )
         r, x, off, lo, hi, inv, nm1 = self._wide
-        return interp_tables(r, x, off[pred], lo[pred], hi[pred], inv[pred], nm1[pred], np.asarray(score, dtype=np.float64))
+        return interp_tables(
+            r,
+            x,
+            off[pred],
+            lo[pred],
+            hi[pred],
+            inv[pred],
+            nm1[pred],
+            np.asarray(score, dtype=np.float64),
+        )
 
     def _interval_scale(self, pred, score):
         return self._wide_terms(pred, score)[0]
 
     def _interval_bias(self, pred, score):
-        """Smoothing bias of Nadaraya-Watson, (b^2 / 2) (Conf'' + 2 Conf' f' / f) (Wand & Jones 1995,
+        """Smoothing bias of Nadaraya-Watson, (b^2 / 2) (Conf'' + 2 Conf' f' / f) (Wand & Jones
+        1995,
         sec. 5.4), with Conf and the score density f (the kernel-weighted count) differentiated
         on the fitted curve and table at steps of b / 2; in classes with a wide bandwidth plus
         |Nadaraya-Watson - local linear| (:meth:`_wide_terms`)."""
@@ -453,7 +553,10 @@ class KDEBase(ScoreCalibrator):
         d2 = (c_up - 2 * c0 + c_dn) / (h * h)
         with np.errstate(divide="ignore", invalid="ignore"):
             dlogf = np.where(n0 > 0, (n_up - n_dn) / (2 * h * n0), 0.0)
-        bias[ok] = np.abs(np.nan_to_num(0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf))) + self._wide_terms(p, s)[1]
+        bias[ok] = (
+            np.abs(np.nan_to_num(0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf)))
+            + self._wide_terms(p, s)[1]
+        )
         return bias
 
     def _counts_stored(self) -> bool:
@@ -466,8 +569,13 @@ class KDEBase(ScoreCalibrator):
         gathering them per row: the same cells.
         """
         k = 0 if len(self.classes_) == 1 else pred
-        i, _ = table_cells(self._tab_lo[k], self._tab_hi[k], self._tab_inv[k], self._tab_nm1[k],
-                            np.asarray(score, dtype=np.float64))
+        i, _ = table_cells(
+            self._tab_lo[k],
+            self._tab_hi[k],
+            self._tab_inv[k],
+            self._tab_nm1[k],
+            np.asarray(score, dtype=np.float64),
+        )
         i += self._tab_off[k]
         return i, self._tab.size
 
@@ -482,10 +590,13 @@ class KDEBase(ScoreCalibrator):
         return out
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
-        """Linear interpolation in the class's own table (the same arithmetic as ``_predict_rows``)."""
+        """Linear interpolation in the class's own table (the same arithmetic as
+        ``_predict_rows``)."""
         tab, a, z = state["table"], state["table_lo"], state["table_hi"]
         inv = (tab.size - 1) / (z - a) if z > a else 0.0
-        return interp_tables(tab, None, 0, a, z, inv, tab.size - 1, np.asarray(score, dtype=np.float64))
+        return interp_tables(
+            tab, None, 0, a, z, inv, tab.size - 1, np.asarray(score, dtype=np.float64)
+        )
 
     # -------------------------------------------------------------- extras
     def densities(self, k, score) -> tuple[np.ndarray, np.ndarray]:
@@ -580,7 +691,12 @@ class KDEBase(ScoreCalibrator):
         out = []
         for st, sup in zip(self.class_state_, self.support_):
             if st is None:
-                out.append({"fallback": "uncalibrated (class never predicted in fitting data)", "bandwidth": None})
+                out.append(
+                    {
+                        "fallback": "uncalibrated (class never predicted in fitting data)",
+                        "bandwidth": None,
+                    }
+                )
                 continue
             d = {
                 "bandwidth": _json_bandwidth(st["bandwidth"]),

@@ -15,7 +15,9 @@ from . import _engine as eng
 __all__ = ["kde_confidence"]
 
 
-def kde_confidence(eval_scores, scores, tp_weight, fp_weight, bandwidth, *, boundary=None) -> np.ndarray:
+def kde_confidence(
+    eval_scores, scores, tp_weight, fp_weight, bandwidth, *, boundary=None
+) -> np.ndarray:
     """Conf_KDE at ``eval_scores`` from scores with TP/FP weights, by direct summation.
 
     Computed with a per-point shift in the exponent (log-sum-exp), so it is
@@ -59,9 +61,15 @@ def kde_confidence(eval_scores, scores, tp_weight, fp_weight, bandwidth, *, boun
             "kde_confidence: tp_weight and fp_weight must be >= 0 with a positive total; "
             "pass at least one sample with weight"
         )
-    if isinstance(bandwidth, bool) or not np.isscalar(bandwidth) or not (float(bandwidth) > 0) or not np.isfinite(bandwidth):
+    if (
+        isinstance(bandwidth, bool)
+        or not np.isscalar(bandwidth)
+        or not (float(bandwidth) > 0)
+        or not np.isfinite(bandwidth)
+    ):
         raise ParameterError(
-            f"kde_confidence: parameter 'bandwidth' must be a finite number > 0, got {bandwidth!r}; "
+            f"kde_confidence: parameter 'bandwidth' must be a finite number > 0, got "
+            f"{bandwidth!r}; "
             "pass the kernel standard deviation in score units"
         )
     bounds = _check_boundary(boundary)
@@ -78,7 +86,9 @@ def _check_boundary(boundary):
             f"kde_confidence: parameter 'boundary' must be None or (lo, hi), got {boundary!r}"
         ) from None
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-        raise ParameterError(f"kde_confidence: parameter 'boundary' must have lo < hi, got {boundary!r}")
+        raise ParameterError(
+            f"kde_confidence: parameter 'boundary' must have lo < hi, got {boundary!r}"
+        )
     return (lo, hi)
 
 

@@ -23,7 +23,9 @@ class BandwidthConstraint:
     def ok(self, v) -> bool:
         if isinstance(v, str):
             return v in rules.RULES_OF_THUMB
-        return Interval(0, 1e300, closed="right").ok(v)  # finite; an int above 1.8e308 is refused, not overflowed
+        return Interval(0, 1e300, closed="right").ok(
+            v
+        )  # finite; an int above 1.8e308 is refused, not overflowed
 
     def __str__(self) -> str:
         return "a number > 0 (score units) or one of 'silverman', 'scott'"
@@ -67,8 +69,14 @@ class KDE(KDEBase):
         "bandwidth": BandwidthConstraint(),
     }
 
-    def __init__(self, *, bandwidth="silverman", engine: str = "auto", boundary: str | None = None,
-                 shrinkage="auto"):
+    def __init__(
+        self,
+        *,
+        bandwidth="silverman",
+        engine: str = "auto",
+        boundary: str | None = None,
+        shrinkage="auto",
+    ):
         self.bandwidth = bandwidth
         self.engine = engine
         self.boundary = boundary
@@ -77,9 +85,12 @@ class KDE(KDEBase):
     def _fixed_bandwidth(self, score, w, lo, hi) -> float:
         if not isinstance(self.bandwidth, str):
             b = float(self.bandwidth)
-            if b < MIN_BANDWIDTH_SHARE * (hi - lo):  # b * b would underflow; such a kernel sees no neighbours
+            if b < MIN_BANDWIDTH_SHARE * (
+                hi - lo
+            ):  # b * b would underflow; such a kernel sees no neighbours
                 raise ParameterError(
-                    f"{self.name}: bandwidth {b:g} is below {MIN_BANDWIDTH_SHARE:g} of the score range width "
+                    f"{self.name}: bandwidth {b:g} is below {MIN_BANDWIDTH_SHARE:g} of the score "
+                    f"range width "
                     f"{hi - lo:g}; give a bandwidth in score units, e.g. 0.05 * (hi - lo)"
                 )
             return b
@@ -99,7 +110,8 @@ class KDE(KDEBase):
         return NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
 
     def _warn_degenerate(self, states) -> None:
-        """No warning: a fixed bandwidth has nothing to choose, a constant curve is the formula's value."""
+        """No warning: a fixed bandwidth has nothing to choose, a constant curve is the formula's
+        value."""
 
 
 @register
@@ -133,7 +145,9 @@ class KDEMon2(KDEBase):
     """
 
     name = "kde-mon2"
-    summary = "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's choice)"
+    summary = (
+        "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's choice)"
+    )
     _bandwidth_rule = rules.SELECTION_RULES["mon2"]
 
 

@@ -1,4 +1,5 @@
-"""The paper's four top-label temperature scalings (STS, CSTS, TSwA, CSTSwA) and the binary ones (bts, btswa).
+"""The paper's four top-label temperature scalings (STS, CSTS, TSwA, CSTSwA) and the binary ones
+(bts, btswa).
 
 ``calibrator.py`` holds the six calibrators; ``_core.py`` the shared
 objective, its analytic derivatives and the bounded Newton solver;

@@ -85,8 +85,10 @@ BINARY_SCORE_FLOOR = 1e-12
 #: stream it from memory K - 1 times): 8192 rows, fewer for wide rows so a
 #: block holds at most about _CHUNK_ELEMENTS entries (at K = 1000 a block of
 #: 8192 rows, 65 MB, made a fit's split 2.8 x slower than blocks of 256 rows;
-#: every row's numbers are the same whatever the blocks). Issue 26: about 2^14 entries (128 KB) a block,
-#: not 2^17: a block's gathered rows, their column indices and the gathered others are each that size,
+#: every row's numbers are the same whatever the blocks). Issue 26: about 2^14 entries (128 KB) a
+#: block,
+#: not 2^17: a block's gathered rows, their column indices and the gathered others are each that
+#: size,
 #: and at 10^4 x 10 three of them of 8192 rows were 2.3 x the input.
 _CHUNK = 8192
 _CHUNK_ELEMENTS = 1 << 14
@@ -96,8 +98,13 @@ def _chunk_rows(k: int) -> int:
     return min(_CHUNK, max(256, _CHUNK_ELEMENTS // max(k, 1)))
 
 
-def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None,
-              rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def split_top(
+    z: np.ndarray,
+    pred: np.ndarray,
+    *,
+    log_floor: float | None = None,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Split log scores into the top margin d (n,) and shifted others O (K-1, n).
 
     Parameters
@@ -133,10 +140,13 @@ def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None
         b = min(a + step, n)
         zc, pc = (z[a:b] if rows is None else z[rows[a:b]]), pred[a:b]
         if log_floor is not None:
-            zc = np.maximum(zc, log_floor, out=None if rows is None else zc)  # a gathered block is a copy already
+            zc = np.maximum(
+                zc, log_floor, out=None if rows is None else zc
+            )  # a gathered block is a copy already
             np.log(zc, out=zc)
         oc = others[:, a:b]
-        # other entry r is column r left of the predicted class, r + 1 right of it: two shifted copies (the
+        # other entry r is column r left of the predicted class, r + 1 right of it: two shifted
+        # copies (the
         # same numbers as a gather by index, take_along_axis, at a fraction of its time; issue 26)
         np.copyto(oc, zc[:, :-1].T)
         np.copyto(oc, zc[:, 1:].T, where=col >= pc)
@@ -146,10 +156,13 @@ def split_top(z: np.ndarray, pred: np.ndarray, *, log_floor: float | None = None
     return d, others
 
 
-def top_label_margin_rows(z: np.ndarray, pred: np.ndarray, beta, award, *, log_floor: float | None = None):
+def top_label_margin_rows(
+    z: np.ndarray, pred: np.ndarray, beta, award, *, log_floor: float | None = None
+):
     """The log-odds m of yhat_k (:func:`top_label_margin`) straight from the (n, K) scores.
 
-    For prediction: block by block over rows, m = beta (z_k + award) - log sum_{j != k} exp(beta z_j)
+    For prediction: block by block over rows, m = beta (z_k + award) - log sum_{j != k} exp(beta
+    z_j)
     (a log-sum-exp shifted by its largest term), without building the others matrix of
     :func:`split_top` or any softmax. ``beta``, ``award``: scalars or per-row arrays. Equal to
     the split path up to round-off (~1e-15).
@@ -158,7 +171,8 @@ def top_label_margin_rows(z: np.ndarray, pred: np.ndarray, beta, award, *, log_f
     out = np.empty(n)
     beta = np.asarray(beta, dtype=np.float64)
     award = np.asarray(award, dtype=np.float64)
-    # blocks of about 2^15 entries (256 KB; 2^17 copied all of a 10^4 x 10 input at once, issue 26): each row's
+    # blocks of about 2^15 entries (256 KB; 2^17 copied all of a 10^4 x 10 input at once, issue 26):
+    # each row's
     # numbers are its own (its max and sum run along the row), whatever the blocks
     step = max(1, (1 << 15) // max(k, 1))
     for a in range(0, n, step):
@@ -192,7 +206,8 @@ _BLOCK = 8192
 
 
 def _block_moments(oc, beta, ec, eoc, moments=True):
-    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc (may be one array)."""
+    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc (may be
+    one array)."""
     np.multiply(oc, beta, out=ec)
     np.exp(ec, out=ec)
     s0 = ec.sum(axis=0)
@@ -206,14 +221,22 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
     return lse, mean, np.maximum(var, 0.0)  # rounding can make a zero variance slightly negative
 
 
-#: The exp() scratch block of :func:`_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB) and _SCRATCH_COLS
-#: rows' columns (issue 26): two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input at 10^4 x 100,
-#: and at 10^4 x 10 1.5 x. One block serves both of :func:`_block_moments`'s passes (exp(beta O), then it
-#: times O, in place: the same products). The moments of a block of :data:`_BLOCK` rows are computed a
-#: sub-block of columns at a time (:func:`_moments`): every column's sums are its own (``sum(axis=0)`` adds
-#: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one wide
-#: block, bit for bit), and the sums over rows still run over the same blocks of :data:`_BLOCK` rows.
-#: Narrow sub-blocks cost time in Python (2^14 entries: 17-28% more CPU time per evaluation at K = 100,
+#: The exp() scratch block of :func:`_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB) and
+#: _SCRATCH_COLS
+#: rows' columns (issue 26): two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input
+#: at 10^4 x 100,
+#: and at 10^4 x 10 1.5 x. One block serves both of :func:`_block_moments`'s passes (exp(beta O),
+#: then it
+#: times O, in place: the same products). The moments of a block of :data:`_BLOCK` rows are computed
+#: a
+#: sub-block of columns at a time (:func:`_moments`): every column's sums are its own
+#: (``sum(axis=0)`` adds
+#: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one
+#: wide
+#: block, bit for bit), and the sums over rows still run over the same blocks of :data:`_BLOCK`
+#: rows.
+#: Narrow sub-blocks cost time in Python (2^14 entries: 17-28% more CPU time per evaluation at K =
+#: 100,
 #: two blocks of 2048 columns 12% at K = 10).
 _SCRATCH_ELEMENTS = 1 << 17
 _SCRATCH_COLS = 4096
@@ -227,7 +250,8 @@ def _scratch(others):
 
 
 def _moments(oc, beta, e, eo, moments=True):
-    """:func:`_block_moments` of a block ``oc`` of any width, a scratch-wide sub-block of columns at a time."""
+    """:func:`_block_moments` of a block ``oc`` of any width, a scratch-wide sub-block of columns at
+    a time."""
     w, step = oc.shape[1], e.shape[1]
     if w <= step:
         return _block_moments(oc, beta, e[:, :w], eo[:, :w], moments)
@@ -235,7 +259,9 @@ def _moments(oc, beta, e, eo, moments=True):
     per_sample = np.ndim(beta) > 0
     for a in range(0, w, step):
         b = min(a + step, w)
-        res = _block_moments(oc[:, a:b], beta[a:b] if per_sample else beta, e[:, : b - a], eo[:, : b - a], moments)
+        res = _block_moments(
+            oc[:, a:b], beta[a:b] if per_sample else beta, e[:, : b - a], eo[:, : b - a], moments
+        )
         for o, v in zip(out, res):
             o[a:b] = v
     return tuple(out) if moments else (out[0], None, None)
@@ -288,7 +314,8 @@ def top_label_margin(d, others, beta, award) -> np.ndarray:
 #: PROB_CLIP (1e-12), the clip of :func:`topcal.metrics.nll`: the fitted loss
 #: is the reported one (to within eps) and no sample costs more than
 #: -log(eps) = 27.6 nats. Without it, probabilities of exactly 0 (floored at
-#: 1e-300 in the logs until issue 35, at 1.18e-38 since) made a confident mistake cost ~690 / T nats,
+#: 1e-300 in the logs until issue 35, at 1.18e-38 since) made a confident mistake cost ~690 / T
+#: nats,
 #: and a couple of such samples set T on their own (random forests, naive Bayes).
 #: The loss is smooth in m, so Newton keeps its exact derivatives.
 _EPS = PROB_CLIP
@@ -336,7 +363,9 @@ def loss_derivs(m, tp, fp, loss, pq=None):
     ``pq``: (p, q) when the caller has them already.
     """
     p, q = (expit(m), expit(-m)) if pq is None else pq
-    if loss == "nll-raw":  # d/dm softplus(-m) = -q, d/dm softplus(m) = p; both second derivatives pq
+    if (
+        loss == "nll-raw"
+    ):  # d/dm softplus(-m) = -q, d/dm softplus(m) = p; both second derivatives pq
         return fp * p - tp * q, (tp + fp) * (p * q)
     if loss == "nll":
         # f_tp = -log u, u = eps + a p: f' = -a pq / u, f'' = -a pq (q - p) / u + (a pq / u)^2;
@@ -458,7 +487,8 @@ class TopLabelObjective:
         return self._at
 
     def margin(self, x, copy: bool = True) -> np.ndarray:
-        """Per-sample log-odds m at parameters x (a copy; ``copy=False``: the objective's own buffer, which
+        """Per-sample log-odds m at parameters x (a copy; ``copy=False``: the objective's own
+        buffer, which
         its next evaluation overwrites, for a caller that evaluates it no more: no n-sized copy)."""
         self._eval(x)
         return self._m.copy() if copy else self._m
@@ -503,7 +533,7 @@ def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
         db, tpb, fpb = d[a:b], tp[a:b], fp[a:b]
         step = max(1, _TAB_ELEMENTS // (r * (b - a)))
         for i in range(0, betas.size, step):
-            bet = betas[i:i + step, None]
+            bet = betas[i : i + step, None]
             e = np.exp(bet[:, :, None] * oc)
             s0 = e.sum(axis=1)
             e *= oc
@@ -519,7 +549,7 @@ def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
             for name in losses:
                 f_tp, f_fp = loss_parts(m, name, pq)
                 l1, l2 = loss_derivs(m, tpb, fpb, name, pq)
-                rows = out[name][i:i + step]
+                rows = out[name][i : i + step]
                 rows[:, 0] += f_tp @ tpb + f_fp @ fpb
                 rows[:, 1] += (l1 * dm_dt).sum(axis=1)
                 rows[:, 2] += (l2 * dm_dt * dm_dt + l1 * d2m_dt2).sum(axis=1)
@@ -577,4 +607,3 @@ class MultinomialObjective:
     def grad_hess(self, x):
         _, _, g, h = self._eval(x)
         return g.copy(), h.copy()
-

@@ -16,7 +16,8 @@ __all__ = ["TemperatureIntervals"]
 
 
 class _Held:
-    """A block's gradient and Hessian, evaluated already (:meth:`TemperatureIntervals._held_block`)."""
+    """A block's gradient and Hessian, evaluated already
+    (:meth:`TemperatureIntervals._held_block`)."""
 
     def __init__(self, g, h):
         self._gh = (g, h)
@@ -26,14 +27,17 @@ class _Held:
 
 
 class TemperatureIntervals:
-    """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval`` from it."""
+    """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval`` from
+    it."""
 
     #: None: a fold's fit, or a file saved before intervals
     param_cov_ = None
 
     def _cov_blocks(self, data: TopLabelData, fitted):
-        """(classes, objective, x) blocks for :meth:`_covariances` of each class's (log T, A / T) at the fit: the
-        inverse NLL Hessian (observed information), one objective at a time (a per-class fit's K objectives
+        """(classes, objective, x) blocks for :meth:`_covariances` of each class's (log T, A / T) at
+        the fit: the
+        inverse NLL Hessian (observed information), one objective at a time (a per-class fit's K
+        objectives
         are never all held at once).
 
         One NLL objective per fitted parameter block, evaluated once at the fitted
@@ -52,8 +56,15 @@ class TemperatureIntervals:
             if fitted.any():
                 d, others = self._split(data)
                 k = data.n_classes
-                obj = TopLabelObjective(d, others, data.tp, data.fp, loss="nll", n_awards=k if n_aw else 0,
-                                        groups=data.pred if n_aw else None)
+                obj = TopLabelObjective(
+                    d,
+                    others,
+                    data.tp,
+                    data.fp,
+                    loss="nll",
+                    n_awards=k if n_aw else 0,
+                    groups=data.pred if n_aw else None,
+                )
                 x = np.concatenate([[theta[fitted][0]], b if n_aw else []])
                 yield (np.flatnonzero(fitted), obj, x)
         else:
@@ -62,21 +73,27 @@ class TemperatureIntervals:
                 if not fitted[c]:
                     continue
                 d, others = (z[idx], None) if self._binary else self._split(data, idx)
-                obj = TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw)
+                obj = TopLabelObjective(
+                    d, others, data.tp[idx], data.fp[idx], loss="nll", n_awards=n_aw
+                )
                 yield ([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else [])))
 
     def _held_block(self, classes, obj, make, temps, awards, at):
-        """A block for :meth:`_covariances` evaluated now, on a fit's own objective while its rows are at hand.
+        """A block for :meth:`_covariances` evaluated now, on a fit's own objective while its rows
+        are at hand.
 
-        ``obj``: the fit's objective on the block's rows, ``make(loss)`` one with another loss; ``classes``:
-        the fitted classes (a mask, shared fit); ``temps``, ``awards``: the fitted values; ``at``: the
+        ``obj``: the fit's objective on the block's rows, ``make(loss)`` one with another loss;
+        ``classes``:
+        the fitted classes (a mask, shared fit); ``temps``, ``awards``: the fitted values; ``at``:
+        the
         class (per-class fit) or None (shared). The point is
         :meth:`_cov_blocks`'s (log T and A / T of the fitted values, the same operations), and an
-        NLL objective on the same rows gives the same numbers, so the covariance is that of a second pass
+        NLL objective on the same rows gives the same numbers, so the covariance is that of a second
+        pass
         over the data without one (issue 26: that pass split every row of the score matrix again).
         """
-        theta = np.log(temps if at is None else temps[at:at + 1])
-        b = (awards / temps) if at is None else (awards[at:at + 1] / temps[at:at + 1])
+        theta = np.log(temps if at is None else temps[at : at + 1])
+        b = (awards / temps) if at is None else (awards[at : at + 1] / temps[at : at + 1])
         if at is None:
             fitted = np.asarray(classes)
             x = np.concatenate([[theta[fitted][0]], b if self._has_award else []])
@@ -98,7 +115,9 @@ class TemperatureIntervals:
         for classes, obj, x in groups:
             _, h = obj.grad_hess(x)
             h = np.atleast_2d(h)
-            if self._shared and self._has_award:  # x = (log T, b_0 .. b_K-1): held offsets are not free
+            if (
+                self._shared and self._has_award
+            ):  # x = (log T, b_0 .. b_K-1): held offsets are not free
                 free = np.concatenate([[True], ~fixed_b & (np.asarray(self.fitted_classes_, bool))])
             else:
                 free = np.ones(h.shape[0], dtype=bool)
@@ -107,7 +126,9 @@ class TemperatureIntervals:
             if inv is not None:
                 full[np.ix_(free, free)] = inv
             for c in classes:
-                if fixed_b[c] and (self._has_award or not self._shared):  # its parameters sit at a bound
+                if fixed_b[c] and (
+                    self._has_award or not self._shared
+                ):  # its parameters sit at a bound
                     continue
                 j = (1 + int(c)) if (self._shared and self._has_award) else 1
                 cov[c, 0, 0] = full[0, 0]
@@ -119,12 +140,14 @@ class TemperatureIntervals:
         return cov
 
     def _interval(self, data: TopLabelData, level: float):
-        """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g = dm / d log T."""
+        """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g = dm /
+        d log T."""
         cov = self.param_cov_
         if cov is None:
             raise self._no_interval_stats("parameter covariance")
         m = self._margin(data)
-        h = 1e-4  # central difference in log T at fixed A / T (dm / d log T is smooth; error O(h^2))
+        # central difference in log T at fixed A / T (dm / d log T is smooth; error O(h^2))
+        h = 1e-4
         up = self._margin(data, self.temperature_ * np.exp(h), self.awards_ * np.exp(h))
         down = self._margin(data, self.temperature_ * np.exp(-h), self.awards_ * np.exp(-h))
         g = (up - down) / (2 * h)

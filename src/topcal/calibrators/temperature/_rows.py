@@ -1,5 +1,7 @@
-"""Row helpers of the temperature family: the parameter box, the top margins of full vectors, the logit
-of the top score, a guarded matrix inverse (private module of :mod:`topcal.calibrators.temperature`)."""
+"""Row helpers of the temperature family: the parameter box, the top margins of full vectors, the
+logit
+of the top score, a guarded matrix inverse (private module of
+:mod:`topcal.calibrators.temperature`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ from ...data import LOG_PROB_FLOOR, TopLabelData
 from ..foldmemo import memo, shared
 from ._core import BINARY_SCORE_FLOOR, T_MAX, T_MIN, split_top
 
-__all__ = ["LOG_T", "inverse_pd", "split_rows", "fit_split", "class_rows", "binary_logit", "warm_start"]
+__all__ = [
+    "LOG_T",
+    "inverse_pd",
+    "split_rows",
+    "fit_split",
+    "class_rows",
+    "binary_logit",
+    "warm_start",
+]
 
 #: The box of log T every fit searches.
 LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
@@ -41,7 +51,9 @@ def split_rows(data: TopLabelData, idx=None, source=None):
         full, kind, order = source
         rows = order if idx is None else order[idx]
         pred = data.pred if idx is None else data.pred[idx]
-        return split_top(full, pred, log_floor=None if kind == "logits" else LOG_PROB_FLOOR, rows=rows)
+        return split_top(
+            full, pred, log_floor=None if kind == "logits" else LOG_PROB_FLOOR, rows=rows
+        )
     full = data.full if idx is None else data.full[idx]
     pred = data.pred if idx is None else data.pred[idx]
     if data.full_kind == "logits":
@@ -50,8 +62,10 @@ def split_rows(data: TopLabelData, idx=None, source=None):
 
 
 def fit_split(data: TopLabelData, idx=None, source=None):
-    """:func:`split_rows` for a fit. In a cross-validation fold (:func:`~topcal.calibrators.foldmemo.shared`
-    data) the split of all the rows is made once for the fold's methods, and a class's rows (contiguous
+    """:func:`split_rows` for a fit. In a cross-validation fold
+    (:func:`~topcal.calibrators.foldmemo.shared`
+    data) the split of all the rows is made once for the fold's methods, and a class's rows
+    (contiguous
     in the canonical order) are a slice of it: the same numbers, as every row's split is its own."""
     if shared(data):
         d, others = memo(data, "split", lambda: split_rows(data, None, source))
@@ -64,10 +78,12 @@ def fit_split(data: TopLabelData, idx=None, source=None):
 
 
 def class_rows(order, heads, c: int) -> np.ndarray:
-    """Rows of class ``c``, ascending: ``order[heads[c]:heads[c + 1]]`` of the rows sorted by class (a stable
-    argsort), or where ``order`` is None (a fit's rows in their canonical order are sorted by class already:
+    """Rows of class ``c``, ascending: ``order[heads[c]:heads[c + 1]]`` of the rows sorted by class
+    (a stable
+    argsort), or where ``order`` is None (a fit's rows in their canonical order are sorted by class
+    already:
     no n-sized argsort, issue 26) the range ``heads[c]:heads[c + 1]``."""
-    return np.arange(heads[c], heads[c + 1]) if order is None else order[heads[c]:heads[c + 1]]
+    return np.arange(heads[c], heads[c + 1]) if order is None else order[heads[c] : heads[c + 1]]
 
 
 def binary_logit(data: TopLabelData) -> np.ndarray:
@@ -77,9 +93,12 @@ def binary_logit(data: TopLabelData) -> np.ndarray:
 
 
 def warm_start(warm, c, size: int) -> np.ndarray:
-    """Newton's starting point in the optimiser's coordinates (log T, A / T): zeros (T = 1, no award),
-    or for a cross-validation fold's fit (:mod:`topcal.calibrators.crossfit`) the optimum of the same
-    method on all the data, the fitted model ``warm``: class ``c``'s, or the shared ones for c None."""
+    """Newton's starting point in the optimiser's coordinates (log T, A / T): zeros (T = 1, no
+    award),
+    or for a cross-validation fold's fit (:mod:`topcal.calibrators.crossfit`) the optimum of the
+    same
+    method on all the data, the fitted model ``warm``: class ``c``'s, or the shared ones for c
+    None."""
     x = np.zeros(size)
     if warm is None:
         return x

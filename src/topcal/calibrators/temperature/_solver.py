@@ -25,7 +25,8 @@ _STALL_RTOL = 1e-9
 #: :func:`lockstep_newton` keeps a problem's result only where one more Newton step would move no
 #: parameter by more than this (relative): the optimum is then determined far beyond the rounding in
 #: which the lockstep and the per-problem sums differ. Elsewhere (a ridge along which Newton crawls
-#: until a stopping test fires, at a point that depends on that rounding) the caller solves it alone.
+#: until a stopping test fires, at a point that depends on that rounding) the caller solves it
+#: alone.
 _SETTLED = 1e-7
 #: Armijo sufficient-decrease constant (Nocedal and Wright, Numerical
 #: Optimization, 2nd ed., section 3.1 recommend c1 = 1e-4).
@@ -41,7 +42,9 @@ class NewtonResult:
     n_iter: int
 
 
-def bounded_newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit") -> NewtonResult:
+def bounded_newton(
+    obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit"
+) -> NewtonResult:
     """Minimise ``obj`` over the box [lo, hi] by projected Newton with backtracking.
 
     Coordinates at a bound whose gradient points outwards are held there
@@ -119,7 +122,8 @@ def bounded_newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: st
                 if dec <= 1e-9 * (abs(f) + 1.0):
                     return NewtonResult(x, f, it)
                 raise ConvergenceError(
-                    f"{what}: the line search failed at log T = {x[0]:.6g} (loss {f:.10g}, predicted "
+                    f"{what}: the line search failed at log T = {x[0]:.6g} (loss {f:.10g}, "
+                    f"predicted "
                     f"decrease {dec:.3g}); the loss surface is flat or noisy there: try loss='nll'"
                 )
         moved = float(np.max(np.abs(xn - x)))
@@ -167,7 +171,8 @@ def degenerate_corner(obj, tp_only: bool, lo, hi):
 @dataclass(frozen=True)
 class LockstepResult:
     """Outcome of :func:`lockstep_newton`, one row per problem; ``ok`` False where
-    :func:`bounded_newton` would have raised (that problem's ``x``, ``fun`` and ``n_iter`` are then unset)."""
+    :func:`bounded_newton` would have raised (that problem's ``x``, ``fun`` and ``n_iter`` are then
+    unset)."""
 
     x: np.ndarray
     fun: np.ndarray
@@ -176,9 +181,11 @@ class LockstepResult:
 
 
 def _newton_steps(g, h, free):
-    """The steps and Newton decrements of :func:`bounded_newton` for many problems of dimension 1 or 2.
+    """The steps and Newton decrements of :func:`bounded_newton` for many problems of dimension 1 or
+    2.
 
-    ``g`` (n, dim), ``h`` (n, dim, dim), ``free`` (n, dim). The |eigenvalues| of the free block, floored
+    ``g`` (n, dim), ``h`` (n, dim, dim), ``free`` (n, dim). The |eigenvalues| of the free block,
+    floored
     at 1e-12 of the largest, as there; the 2 x 2 eigen-decomposition in closed form by one Jacobi
     rotation (Golub and Van Loan, Matrix Computations, 4th ed., algorithm 8.5.1), whose eigenvalues
     a - t b and c + t b keep the small one's relative accuracy.
@@ -214,7 +221,8 @@ def _newton_steps(g, h, free):
 
 
 def _settled(x, g, h, lo, hi):
-    """Where one more Newton step from x would move no parameter by more than _SETTLED (relative)."""
+    """Where one more Newton step from x would move no parameter by more than _SETTLED
+    (relative)."""
     with np.errstate(invalid="ignore", over="ignore"):
         ok = np.isfinite(g).all(axis=1) & np.isfinite(h).all(axis=(1, 2))
         g, h = np.where(ok[:, None], g, 0.0), np.where(ok[:, None, None], h, 1.0)
@@ -231,11 +239,15 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
     |eigenvalue| floor, Armijo backtracking, and stopping tests), but the problems still running are
     evaluated together, so that many small problems cost a few vectorised passes instead of a Python
     loop each. Results match :func:`bounded_newton` up to the rounding of the sums (the two add the
-    rows in different orders), so only the problems that stop on a well-defined test are solved here:
+    rows in different orders), so only the problems that stop on a well-defined test are solved
+    here:
     those whose Newton decrement fell below ``_RTOL`` of the loss (parameters then correct to about
-    1e-10), or with no free coordinate or a zero loss. A problem on which :func:`bounded_newton` would
-    raise :class:`ConvergenceError`, or stop on one of its flat-loss tests (a failed line search at a
-    stationary point, a move below 1e-14, the stall test: where the loss is flat to rounding, where it
+    1e-10), or with no free coordinate or a zero loss. A problem on which :func:`bounded_newton`
+    would
+    raise :class:`ConvergenceError`, or stop on one of its flat-loss tests (a failed line search at
+    a
+    stationary point, a move below 1e-14, the stall test: where the loss is flat to rounding, where
+    it
     stops depends on that rounding), comes back with ``ok`` False, for the caller to solve alone.
 
     Parameters
@@ -272,7 +284,14 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
         stop = active.all(axis=1) | (fr <= 0.0)
         finish(run[stop], it)
         keep = ~stop
-        run, fr, gr, hr, xr, active = run[keep], fr[keep], gr[keep], hr[keep], xr[keep], active[keep]
+        run, fr, gr, hr, xr, active = (
+            run[keep],
+            fr[keep],
+            gr[keep],
+            hr[keep],
+            xr[keep],
+            active[keep],
+        )
         dx, dec = _newton_steps(gr, hr, ~active)
         scale = np.abs(fr) + 1.0
         tiny = dec <= 2.0 * _RTOL * scale
@@ -282,15 +301,29 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
             fn, gn, hn = obj.evaluate(xn, sel)
             take = np.isfinite(fn) & (fn <= fr[tiny] + 1e-13 * scale[tiny])
             x[sel[take]], f[sel[take]] = xn[take], fn[take]
-            settled = _settled(x[sel], np.where(take[:, None], gn, gr[tiny]),
-                               np.where(take[:, None, None], hn, hr[tiny]), lo, hi)
+            settled = _settled(
+                x[sel],
+                np.where(take[:, None], gn, gr[tiny]),
+                np.where(take[:, None, None], hn, hr[tiny]),
+                lo,
+                hi,
+            )
             finish(sel[take & settled], it + 1)
             finish(sel[~take & settled], it)
         keep = ~tiny
         if it == max_iter:
             break
-        run, fr, gr, xr, dx, dec, scale = run[keep], fr[keep], gr[keep], xr[keep], dx[keep], dec[keep], scale[keep]
-        # Armijo backtracking, each problem with its own step length; the problems still searching together
+        run, fr, gr, xr, dx, dec, scale = (
+            run[keep],
+            fr[keep],
+            gr[keep],
+            xr[keep],
+            dx[keep],
+            dec[keep],
+            scale[keep],
+        )
+        # Armijo backtracking, each problem with its own step length; the problems still searching
+        # together
         t = np.ones(run.size)
         searching = np.arange(run.size)
         accepted = np.zeros(run.size, dtype=bool)
@@ -298,14 +331,19 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
             sel = run[searching]
             xn = np.clip(xr[searching] + t[searching, None] * dx[searching], lo, hi)
             fn, gn, hn = obj.evaluate(xn, sel)
-            good = np.isfinite(fn) & (fn <= fr[searching] + _ARMIJO * np.einsum(
-                "ij,ij->i", gr[searching], xn - xr[searching]))
+            good = np.isfinite(fn) & (
+                fn
+                <= fr[searching]
+                + _ARMIJO * np.einsum("ij,ij->i", gr[searching], xn - xr[searching])
+            )
             done = sel[good]
             x[done], f[done], g[done], h[done] = xn[good], fn[good], gn[good], hn[good]
             accepted[searching[good]] = True
             searching = searching[~good]
             t[searching] *= 0.5
-            searching = searching[t[searching] >= 1e-12]  # no decrease representable: a flat stop or a failure
+            searching = searching[
+                t[searching] >= 1e-12
+            ]  # no decrease representable: a flat stop or a failure
         run, xr = run[accepted], xr[accepted]
         history[run, it + 1] = f[run]
         moved = np.max(np.abs(x[run] - xr), axis=1)

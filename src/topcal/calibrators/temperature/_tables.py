@@ -1,4 +1,5 @@
-"""Loss tables: the mergeable statistics of ``sts`` and ``csts``, so that ``update`` needs no old data.
+"""Loss tables: the mergeable statistics of ``sts`` and ``csts``, so that ``update`` needs no old
+data.
 
 A full score vector has no finite summary on a score grid, but the *loss* these
 two methods minimise does: it is a sum over rows, and the rows of predicted
@@ -70,16 +71,39 @@ class TabulatedObjective:
         t = (theta - NODES[i]) / h
         (f0, d0, s0), (f1, d1, s1) = self.table[i], self.table[i + 1]
         c = np.array([f0, h * d0, h * h * s0, f1, h * d1, h * h * s1])
-        t2, t3, t4, t5 = t * t, t ** 3, t ** 4, t ** 5
-        # the six quintic Hermite basis functions on [0, 1] (value, slope, curvature at 0, then at 1)
-        basis = np.array([1 - 10 * t3 + 15 * t4 - 6 * t5, t - 6 * t3 + 8 * t4 - 3 * t5,
-                          0.5 * t2 - 1.5 * t3 + 1.5 * t4 - 0.5 * t5, 10 * t3 - 15 * t4 + 6 * t5,
-                          -4 * t3 + 7 * t4 - 3 * t5, 0.5 * t3 - t4 + 0.5 * t5])
-        d1b = np.array([-30 * t2 + 60 * t3 - 30 * t4, 1 - 18 * t2 + 32 * t3 - 15 * t4,
-                        t - 4.5 * t2 + 6 * t3 - 2.5 * t4, 30 * t2 - 60 * t3 + 30 * t4,
-                        -12 * t2 + 28 * t3 - 15 * t4, 1.5 * t2 - 4 * t3 + 2.5 * t4])
-        d2b = np.array([-60 * t + 180 * t2 - 120 * t3, -36 * t + 96 * t2 - 60 * t3, 1 - 9 * t + 18 * t2 - 10 * t3,
-                        60 * t - 180 * t2 + 120 * t3, -24 * t + 84 * t2 - 60 * t3, 3 * t - 12 * t2 + 10 * t3])
+        t2, t3, t4, t5 = t * t, t**3, t**4, t**5
+        # the six quintic Hermite basis functions on [0, 1] (value, slope, curvature at 0, then at
+        # 1)
+        basis = np.array(
+            [
+                1 - 10 * t3 + 15 * t4 - 6 * t5,
+                t - 6 * t3 + 8 * t4 - 3 * t5,
+                0.5 * t2 - 1.5 * t3 + 1.5 * t4 - 0.5 * t5,
+                10 * t3 - 15 * t4 + 6 * t5,
+                -4 * t3 + 7 * t4 - 3 * t5,
+                0.5 * t3 - t4 + 0.5 * t5,
+            ]
+        )
+        d1b = np.array(
+            [
+                -30 * t2 + 60 * t3 - 30 * t4,
+                1 - 18 * t2 + 32 * t3 - 15 * t4,
+                t - 4.5 * t2 + 6 * t3 - 2.5 * t4,
+                30 * t2 - 60 * t3 + 30 * t4,
+                -12 * t2 + 28 * t3 - 15 * t4,
+                1.5 * t2 - 4 * t3 + 2.5 * t4,
+            ]
+        )
+        d2b = np.array(
+            [
+                -60 * t + 180 * t2 - 120 * t3,
+                -36 * t + 96 * t2 - 60 * t3,
+                1 - 9 * t + 18 * t2 - 10 * t3,
+                60 * t - 180 * t2 + 120 * t3,
+                -24 * t + 84 * t2 - 60 * t3,
+                3 * t - 12 * t2 + 10 * t3,
+            ]
+        )
         return float(c @ basis), float(c @ d1b) / h, float(c @ d2b) / (h * h)
 
     def value(self, x) -> float:
@@ -121,14 +145,19 @@ class LossTables:
             raise DataError(f"loss tables merge only with loss tables, got {type(other).__name__}")
         if other.n_classes != self.n_classes or set(other.tables) != set(self.tables):
             raise DataError(
-                f"loss tables of {other.n_classes} classes with losses {sorted(other.tables)} do not match "
+                f"loss tables of {other.n_classes} classes with losses {sorted(other.tables)} do "
+                f"not match "
                 f"those of {self.n_classes} classes with losses {sorted(self.tables)}"
             )
-        return LossTables({name: self.tables[name] + other.tables[name] for name in self.tables},
-                          self.n_tp + other.n_tp, self.n_fp + other.n_fp)
+        return LossTables(
+            {name: self.tables[name] + other.tables[name] for name in self.tables},
+            self.n_tp + other.n_tp,
+            self.n_fp + other.n_fp,
+        )
 
     def objective(self, name: str, classes) -> TabulatedObjective:
-        """The loss ``name`` summed over ``classes`` (indices or a boolean mask), as an objective."""
+        """The loss ``name`` summed over ``classes`` (indices or a boolean mask), as an
+        objective."""
         rows = self.tables[name][np.asarray(classes)]
         return TabulatedObjective(rows.sum(axis=0) if rows.ndim == 3 else rows)
 
@@ -144,7 +173,10 @@ class LossTables:
             "n_nodes": N_NODES,
             "n_tp": self.n_tp.tolist(),
             "n_fp": self.n_fp.tolist(),
-            "tables": {name: [row.reshape(-1).tolist() for row in t] for name, t in sorted(self.tables.items())},
+            "tables": {
+                name: [row.reshape(-1).tolist() for row in t]
+                for name, t in sorted(self.tables.items())
+            },
         }
 
     @classmethod
@@ -152,8 +184,13 @@ class LossTables:
         """Rebuild from :meth:`to_dict` output (raises ValueError when malformed)."""
         if d.get("kind") != "loss-tables":
             raise ValueError("statistics of a temperature model must be loss tables")
-        if d["n_nodes"] != N_NODES or not np.allclose(d["log_t_range"], [NODES[0], NODES[-1]], rtol=0, atol=1e-12):
-            raise ValueError(f"loss tables on another grid ({d['n_nodes']} nodes over log T in {d['log_t_range']})")
+        if d["n_nodes"] != N_NODES or not np.allclose(
+            d["log_t_range"], [NODES[0], NODES[-1]], rtol=0, atol=1e-12
+        ):
+            raise ValueError(
+                f"loss tables on another grid ({d['n_nodes']} nodes over log T in "
+                f"{d['log_t_range']})"
+            )
         n_tp = np.asarray(d["n_tp"], dtype=np.float64)
         n_fp = np.asarray(d["n_fp"], dtype=np.float64)
         if n_tp.shape != (n_classes,) or n_fp.shape != (n_classes,):
@@ -162,10 +199,18 @@ class LossTables:
         for name, rows in d["tables"].items():
             t = np.asarray(rows, dtype=np.float64)
             if t.shape != (n_classes, 3 * N_NODES):
-                raise ValueError(f"loss table {name!r} has shape {t.shape}, expected ({n_classes}, {3 * N_NODES})")
+                raise ValueError(
+                    f"loss table {name!r} has shape {t.shape}, expected ({n_classes}, "
+                    f"{3 * N_NODES})"
+                )
             tables[str(name)] = t.reshape(n_classes, N_NODES, 3)
         if not tables or not all(np.all(np.isfinite(t)) for t in tables.values()):
             raise ValueError("loss tables must be present and finite")
-        if not (np.all(np.isfinite(n_tp)) and np.all(n_tp >= 0) and np.all(np.isfinite(n_fp)) and np.all(n_fp >= 0)):
+        if not (
+            np.all(np.isfinite(n_tp))
+            and np.all(n_tp >= 0)
+            and np.all(np.isfinite(n_fp))
+            and np.all(n_fp >= 0)
+        ):
             raise ValueError("loss tables' counts must be finite and >= 0")
         return cls(tables, n_tp, n_fp)

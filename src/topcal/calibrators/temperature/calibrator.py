@@ -1,4 +1,5 @@
-"""Top-label temperature scaling: STS, CSTS, TSwA, CSTSwA and binary variants (paper sections 8-11, appendix).
+"""Top-label temperature scaling: STS, CSTS, TSwA, CSTSwA and binary variants (paper sections 8-11,
+appendix).
 
 All methods recalibrate the entry of the *predicted* class k = k(X) (always
 the class predicted by the original scores, even where an award moves the
@@ -25,11 +26,17 @@ import numpy as np
 from scipy.special import expit
 
 from ..._params import MAX_ITER, Interval, Options
-from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, class_order, preview, rows_by_class
+from ...data import (
+    LOG_PROB_FLOOR,
+    TopLabelData,
+    canonical_order,
+    class_order,
+    preview,
+    rows_by_class,
+)
 from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._core import (
     OFFSET_MAX,
-    BINARY_SCORE_FLOOR,
     T_MAX,
     T_MIN,
     MultinomialObjective,
@@ -50,6 +57,7 @@ from ._solver import degenerate_corner
 from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, warm_start
 
 __all__ = ["TemperatureBase"]
+
 
 class TemperatureBase(TemperatureIntervals, Calibrator):
     """Shared machinery of the temperature methods.
@@ -83,9 +91,11 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     _shared: ClassVar[bool] = False
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
-    _warm_starts = False  # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
+    # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
+    _warm_starts = False
     _fit_full = None  # during a fit: the score vectors, their kind and the order they are read in
-    #: bts/btswa solve their classes in lockstep (_lockstep.py); False: one bounded_newton per class (the tests
+    #: bts/btswa solve their classes in lockstep (_lockstep.py); False: one bounded_newton per class
+    #: (the tests
     #: compare the two)
     _lockstep: ClassVar[bool] = True
     #: the binary method to suggest for data without full score vectors
@@ -113,26 +123,39 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         return np.log(z, out=z)
 
     def _fit(self, data: TopLabelData) -> None:
-        # A canonical row order (by predicted class, top score, outcome, true class and the full vector, so
-        # rows tied on the top score are ordered too): sums over rows are then added in the same order whatever
-        # order the rows came in, so where the loss is flat (a ridge, a quasi-separated class) the optimiser
-        # stops at the same point. A fold's methods share the order, the ordered rows, their split (foldmemo.py).
+        # A canonical row order (by predicted class, top score, outcome, true class and the full
+        # vector, so
+        # rows tied on the top score are ordered too): sums over rows are then added in the same
+        # order whatever
+        # order the rows came in, so where the loss is flat (a ridge, a quasi-separated class) the
+        # optimiser
+        # stops at the same point. A fold's methods share the order, the ordered rows, their split
+        # (foldmemo.py).
         order = memo(data, "canonical_order", lambda: canonical_order(data))
         try:
             if np.any(order[1:] != order[:-1] + 1):
-                if self._objective_kind() == "multinomial" and not self._binary:  # reads the whole matrix
+                if (
+                    self._objective_kind() == "multinomial" and not self._binary
+                ):  # reads the whole matrix
                     data = data.subset(order)
-                else:  # bts/btswa read the top score alone, the others the matrix through the order (_split)
+                # bts/btswa read the top score alone, the others the matrix through the order
+                # (_split)
+                else:
                     if not self._binary:
                         self._fit_full = (data.full, data.full_kind, order)
                     full = data
-                    data = memo_data(full, "canonical_top", lambda: full.subset(order, keep_full=False, keep_labels=False))
+                    data = memo_data(
+                        full,
+                        "canonical_top",
+                        lambda: full.subset(order, keep_full=False, keep_labels=False),
+                    )
             self._fit_ordered(data)
         finally:
             self._fit_full = None
 
     def _split(self, data: TopLabelData, idx=None):
-        """:func:`._rows.fit_split` of ``data`` (rows ``idx``), through the fit's row order where one is set."""
+        """:func:`._rows.fit_split` of ``data`` (rows ``idx``), through the fit's row order where
+        one is set."""
         return fit_split(data, idx, self._fit_full)
 
     def _fit_ordered(self, data: TopLabelData) -> None:
@@ -148,16 +171,27 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
             obj = MultinomialObjective(self._log_scores(data), data.labels, tp + fp)
             start = self._warm_x(None, 1)
             try:
-                res = bounded_newton(obj, start, [LOG_T[0]], [LOG_T[1]], max_iter=self.max_iter, what=self.name)
+                res = bounded_newton(
+                    obj, start, [LOG_T[0]], [LOG_T[1]], max_iter=self.max_iter, what=self.name
+                )
             except ConvergenceError as exc:
-                res = self._fallback(obj, np.zeros(1), np.array([LOG_T[0]]), np.array([LOG_T[1]]), None,
-                                     self.name, exc)
+                res = self._fallback(
+                    obj,
+                    np.zeros(1),
+                    np.array([LOG_T[0]]),
+                    np.array([LOG_T[1]]),
+                    None,
+                    self.name,
+                    exc,
+                )
             temps[fitted] = np.exp(res.x[0])
             loss, n_iter, m, held = res.fun, res.n_iter, None, None
         elif self._shared:
             temps, awards, loss, n_iter, m, held = self._fit_shared(data, fitted, only_tp, only_fp)
         else:
-            temps, awards, loss, n_iter, m, held = self._fit_per_class(data, fitted, only_tp, only_fp)
+            temps, awards, loss, n_iter, m, held = self._fit_per_class(
+                data, fitted, only_tp, only_fp
+            )
         self.temperature_ = temps
         self.awards_ = awards
         self.fitted_classes_ = fitted
@@ -168,15 +202,24 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
-        del m, rows  # freed first; then the parameters' covariance (intervals, describe; from the ``held`` blocks)
-        self.param_cov_ = None if self._scratch else self._covariances(held or self._cov_blocks(data, fitted))
+        del (
+            m,
+            rows,
+            # freed first; then the parameters' covariance (intervals, describe; from the ``held``
+            # blocks)
+        )
+        self.param_cov_ = (
+            None if self._scratch else self._covariances(held or self._cov_blocks(data, fitted))
+        )
 
     def _warm_x(self, c, size: int) -> np.ndarray:
-        """Newton's start for class ``c`` (None: the shared parameters); see :func:`._rows.warm_start`."""
+        """Newton's start for class ``c`` (None: the shared parameters); see
+        :func:`._rows.warm_start`."""
         return warm_start(self._warm, c, size)
 
     def _class_flags(self):
-        """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about one-sided ones."""
+        """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about
+        one-sided ones."""
         tpc, fpc = self.n_tp_, self.n_fp_
         fitted = (tpc + fpc) > 0
         only_tp = fitted & (fpc == 0)
@@ -184,12 +227,18 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         if not self._shared or self._has_award:
             bad = [c for c, a, b in zip(self.classes_, only_tp, only_fp) if a or b]
             if bad:
-                what = "award offset" if self._shared else (
-                    "temperature and award" if self._has_award else "temperature")
+                what = (
+                    "award offset"
+                    if self._shared
+                    else ("temperature and award" if self._has_award else "temperature")
+                )
                 warnings.warn(
-                    f"{self.name}: class(es) {preview(bad)} have only true positives or only false positives; "
-                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= {OFFSET_MAX:g}), "
-                    "so their confidence is pinned near 1 (only TP) or as low as the method allows (only FP)",
+                    f"{self.name}: class(es) {preview(bad)} have only true positives or only false "
+                    f"positives; "
+                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= "
+                    f"{OFFSET_MAX:g}), "
+                    "so their confidence is pinned near 1 (only TP) or as low as the method allows "
+                    "(only FP)",
                     DegenerateClassWarning,
                     stacklevel=4,
                 )
@@ -201,8 +250,15 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         n_aw = k if self._has_award else 0
 
         def make(loss):
-            return TopLabelObjective(d, others, data.tp, data.fp, loss=loss, n_awards=n_aw,
-                                     groups=data.pred if n_aw else None)
+            return TopLabelObjective(
+                d,
+                others,
+                data.tp,
+                data.fp,
+                loss=loss,
+                n_awards=n_aw,
+                groups=data.pred if n_aw else None,
+            )
 
         x0 = self._warm_x(None, 1 + n_aw)
         lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
@@ -220,7 +276,11 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
         temps = np.where(fitted, np.exp(res.x[0]), 1.0)
         awards = np.where(fitted, res.x[1:] * np.exp(res.x[0]), 0.0) if n_aw else np.zeros(k)
-        held = None if self._scratch or not fitted.any() else [self._held_block(fitted, obj, make, temps, awards, None)]
+        held = (
+            None
+            if self._scratch or not fitted.any()
+            else [self._held_block(fitted, obj, make, temps, awards, None)]
+        )
         return temps, awards, res.fun, res.n_iter, obj.margin(res.x, copy=False), held
 
     def _fit_per_class(self, data, fitted, only_tp, only_fp):
@@ -234,21 +294,37 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         n_aw = 1 if self._has_award else 0
         lo = np.array([LOG_T[0]] + [-OFFSET_MAX] * n_aw)
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
-        order = None if np.all(data.pred[1:] >= data.pred[:-1]) else class_order(data.pred, k)  # see class_rows
+        order = (
+            None if np.all(data.pred[1:] >= data.pred[:-1]) else class_order(data.pred, k)
+        )  # see class_rows
         heads = np.concatenate([[0], np.cumsum(np.bincount(data.pred, minlength=k))])
         solved = {}
-        held = None if self._binary or self._scratch else []  # the information blocks (_held_block), class by class
-        if self._binary and self._lockstep:  # the classes' Newton solves together (_lockstep.py), the rest below
+        held = (
+            None if self._binary or self._scratch else []
+        )  # the information blocks (_held_block), class by class
+        if (
+            self._binary and self._lockstep
+        ):  # the classes' Newton solves together (_lockstep.py), the rest below
             which = fitted & ~only_tp & ~only_fp
-            for c in np.flatnonzero(fitted & ~which):  # a one-sided class at its corner, as below; else Newton
+            for c in np.flatnonzero(
+                fitted & ~which
+            ):  # a one-sided class at its corner, as below; else Newton
                 idx = class_rows(order, heads, c)
-                obj = TopLabelObjective(z[idx], None, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw)
+                obj = TopLabelObjective(
+                    z[idx], None, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw
+                )
                 res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
                 which[c] = res is None
                 if res is not None:
                     solved[c], m[idx] = res, obj.margin(res.x, copy=False)
-            x0 = np.array([self._warm_x(c, 1 + n_aw) for c in np.flatnonzero(which)]).reshape(-1, 1 + n_aw)
-            solved.update(solve_classes(z, data, which, order, x0, lo, hi, loss=self.loss, max_iter=self.max_iter, m=m))
+            x0 = np.array([self._warm_x(c, 1 + n_aw) for c in np.flatnonzero(which)]).reshape(
+                -1, 1 + n_aw
+            )
+            solved.update(
+                solve_classes(
+                    z, data, which, order, x0, lo, hi, loss=self.loss, max_iter=self.max_iter, m=m
+                )
+            )
         for c in np.flatnonzero(fitted):
             idx = class_rows(order, heads, c)
             res = solved.get(c)
@@ -256,21 +332,31 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 d, others = (z[idx], None) if self._binary else self._split(data, idx)
 
                 def make(loss, d=d, others=others, idx=idx):
-                    return TopLabelObjective(d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw)
+                    return TopLabelObjective(
+                        d, others, data.tp[idx], data.fp[idx], loss=loss, n_awards=n_aw
+                    )
 
                 if only_tp[c] or only_fp[c]:
                     obj = make(self.loss)
                     res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
                 if res is None:
-                    res, obj = self._solve(make, self._warm_x(c, 1 + n_aw), lo, hi, None,
-                                           f"{self.name} (class {data.classes[c]!r})")
+                    res, obj = self._solve(
+                        make,
+                        self._warm_x(c, 1 + n_aw),
+                        lo,
+                        hi,
+                        None,
+                        f"{self.name} (class {data.classes[c]!r})",
+                    )
                 m[idx] = obj.margin(res.x, copy=False)
             temps[c] = np.exp(res.x[0])
             if n_aw:
                 awards[c] = res.x[1] * temps[c]  # the optimiser's coordinate is b = A / T
             if held is not None:
                 held.append(self._held_block(None, obj, make, temps, awards, c))
-            obj = make = d = others = None  # this class's rows and scratch go before the next class's are split
+            obj = make = d = others = (
+                None  # this class's rows and scratch go before the next class's are split
+            )
             loss += res.fun
             n_iter += res.n_iter
         return temps, awards, loss, n_iter, m, held
@@ -285,7 +371,9 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         n_iter = 0
         if self.loss == "brier":
             try:
-                warm = bounded_newton(make("nll"), x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+                warm = bounded_newton(
+                    make("nll"), x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what
+                )
                 x0, n_iter = warm.x, warm.n_iter
             except ConvergenceError:
                 pass  # start the Brier fit from x0 instead
@@ -299,11 +387,15 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     def _fallback(self, obj, x0, lo, hi, fixed, what, exc):
         """When Newton fails: L-BFGS-B in the same box; if that fails too, the starting point.
 
-        Newton fails on valid data where the loss has no interior minimum in reach (a quasi-separated
+        Newton fails on valid data where the loss has no interior minimum in reach (a
+        quasi-separated
         class whose loss keeps falling along a ray toward a bound) or is flat to rounding. L-BFGS-B
-        (Byrd et al. 1995, scipy) needs only gradients and stops at a bound or on a flat stretch; either
-        way the result is the best point it saw, never worse than the start. A warning says which fit
-        needed it. It runs on one BLAS thread: its BLAS calls on 1-2 numbers cost ~5 ms each threaded
+        (Byrd et al. 1995, scipy) needs only gradients and stops at a bound or on a flat stretch;
+        either
+        way the result is the best point it saw, never worse than the start. A warning says which
+        fit
+        needed it. It runs on one BLAS thread: its BLAS calls on 1-2 numbers cost ~5 ms each
+        threaded
         on a busy machine (issue 26: 10 of 22 s of an auto fit on 2,000 rows of 100 classes).
         """
         from scipy.optimize import minimize
@@ -325,8 +417,14 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         note = "kept the starting point (T = 1, no award)"
         try:
             with threadpool_limits(1, user_api="blas"):
-                r = minimize(fun, x0[free], jac=True, method="L-BFGS-B", bounds=list(zip(lo[free], hi[free])),
-                             options={"maxiter": 1000})
+                r = minimize(
+                    fun,
+                    x0[free],
+                    jac=True,
+                    method="L-BFGS-B",
+                    bounds=list(zip(lo[free], hi[free])),
+                    options={"maxiter": 1000},
+                )
             if np.isfinite(r.fun) and r.fun <= f0:
                 x = x0.copy()
                 x[free] = r.x
@@ -350,12 +448,19 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
 
     def _no_stats_reason(self) -> str:
         if self._updatable:
-            return (f"this {self.name!r} model was fitted with keep_stats=False (the default), so it has no loss "
-                    "tables to merge; refit it on all the data (old and new), with keep_stats=True "
-                    "(--param keep_stats=true) to update it later")
-        return (f"method {self.name!r} has an award: its loss per class is a function of two parameters "
-                "(T and A), which no table of bounded size summarises (docs/scale.md); refit it on all the "
-                "data (old and new) instead of updating, or use csts/sts, which can be updated")
+            return (
+                f"this {self.name!r} model was fitted with keep_stats=False (the default), so it "
+                f"has no loss "
+                "tables to merge; refit it on all the data (old and new), with keep_stats=True "
+                "(--param keep_stats=true) to update it later"
+            )
+        return (
+            f"method {self.name!r} has an award: its loss per class is a function of two "
+            f"parameters "
+            "(T and A), which no table of bounded size summarises (docs/scale.md); refit it on all "
+            "the "
+            "data (old and new) instead of updating, or use csts/sts, which can be updated"
+        )
 
     def _table_names(self) -> tuple[str, ...]:
         """The losses the tables hold: the fit's objective(s) and the raw NLL that nll_ reports."""
@@ -364,7 +469,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         return ("nll", "brier", "nll-raw") if self.loss == "brier" else ("nll", "nll-raw")
 
     def _stats_of(self, data: TopLabelData):
-        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or loss tables (sts/csts).
+        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or loss
+        tables (sts/csts).
 
         The loss tables hold, per predicted class, each loss the fit needs and
         its first two derivatives in log T at 257 nodes over [1e-3, 1e3]
@@ -384,11 +490,16 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         top = [name for name in names if name != "multinomial"]
         for c, idx in rows_by_class(data.pred, k):  # one sort, not a pass per class
             d, others = split_rows(data, idx)
-            for name, t in tabulate_losses(d, others, data.tp[idx], data.fp[idx], NODES, top).items():
+            for name, t in tabulate_losses(
+                d, others, data.tp[idx], data.fp[idx], NODES, top
+            ).items():
                 tables[name][c] = t
             if "multinomial" in names:
-                obj = MultinomialObjective(self._log_scores(data.subset(idx)), data.labels[idx],
-                                           data.tp[idx] + data.fp[idx])
+                obj = MultinomialObjective(
+                    self._log_scores(data.subset(idx)),
+                    data.labels[idx],
+                    data.tp[idx] + data.fp[idx],
+                )
                 for i, theta in enumerate(NODES):
                     g, h = obj.grad_hess([theta])
                     tables["multinomial"][c, i] = (obj.value([theta]), g[0], h[0, 0])
@@ -402,13 +513,16 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         return LossTables.from_dict(d, len(classes))
 
     def _refit(self, stats) -> None:
-        """``update`` of sts/csts: the fit's own solver on the merged loss tables (bts/btswa: on counts)."""
+        """``update`` of sts/csts: the fit's own solver on the merged loss tables (bts/btswa: on
+        counts)."""
         if self._binary:
             return super()._refit(stats)
         self._validate_params()
         if set(stats.tables) != set(self._table_names()):
-            raise DataError(f"{self.name}: the statistics hold the losses {sorted(stats.tables)}, "
-                            f"this model needs {sorted(self._table_names())}")
+            raise DataError(
+                f"{self.name}: the statistics hold the losses {sorted(stats.tables)}, "
+                f"this model needs {sorted(self._table_names())}"
+            )
         self.n_tp_, self.n_fp_ = stats.n_tp.copy(), stats.n_fp.copy()
         fitted, only_tp, only_fp = self._class_flags()
         k = len(self.classes_)
@@ -424,10 +538,13 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 res = self._fallback(obj, np.zeros(1), lo, hi, None, self.name, exc)
             theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
         elif self._shared:
-            res, _ = self._solve(lambda name: stats.objective(name, fitted), np.zeros(1), lo, hi, None, self.name)
+            res, _ = self._solve(
+                lambda name: stats.objective(name, fitted), np.zeros(1), lo, hi, None, self.name
+            )
             theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
         else:
             for c in np.flatnonzero(fitted):
+
                 def make(name, c=c):
                     return stats.objective(name, [c])
 
@@ -435,7 +552,9 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 if only_tp[c] or only_fp[c]:
                     res = degenerate_corner(make(self.loss), bool(only_tp[c]), lo, hi)
                 if res is None:
-                    res, _ = self._solve(make, np.zeros(1), lo, hi, None, f"{self.name} (class {self.classes_[c]!r})")
+                    res, _ = self._solve(
+                        make, np.zeros(1), lo, hi, None, f"{self.name} (class {self.classes_[c]!r})"
+                    )
                 theta[c] = res.x[0]
                 loss += res.fun
                 n_iter += res.n_iter
@@ -444,14 +563,28 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         self.fitted_classes_ = fitted
         self.loss_ = float(loss)
         self.n_iter_ = int(n_iter)
-        self.class_nll_ = np.array([stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)])
+        self.class_nll_ = np.array(
+            [stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)]
+        )
         self.nll_ = float(self.class_nll_.sum())
         name = "multinomial" if self._objective_kind() == "multinomial" else "nll"
         if self._shared:
-            groups = [(np.flatnonzero(fitted), stats.objective(name, fitted), np.array([theta[fitted][0]]))] \
-                if fitted.any() else []
+            groups = (
+                [
+                    (
+                        np.flatnonzero(fitted),
+                        stats.objective(name, fitted),
+                        np.array([theta[fitted][0]]),
+                    )
+                ]
+                if fitted.any()
+                else []
+            )
         else:
-            groups = [([c], stats.objective(name, [c]), np.array([theta[c]])) for c in np.flatnonzero(fitted)]
+            groups = [
+                ([c], stats.objective(name, [c]), np.array([theta[c]]))
+                for c in np.flatnonzero(fitted)
+            ]
         self.param_cov_ = self._covariances(groups)
 
     def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
@@ -511,15 +644,23 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
                 continue
             row = {"temperature": float(self.temperature_[i])}
             cov = self.param_cov_
-            if cov is not None and np.isfinite(cov[i, 0, 0]):  # 90% interval of T from the delta method on log T
+            if cov is not None and np.isfinite(
+                cov[i, 0, 0]
+            ):  # 90% interval of T from the delta method on log T
                 half = 1.6448536269514722 * np.sqrt(cov[i, 0, 0])
-                with np.errstate(over="ignore"):  # log T barely identified: the interval is (0, inf), no warning
-                    row["temperature_90"] = [float(self.temperature_[i] * x) for x in np.exp([-half, half])]
+                with np.errstate(
+                    over="ignore"
+                ):  # log T barely identified: the interval is (0, inf), no warning
+                    row["temperature_90"] = [
+                        float(self.temperature_[i] * x) for x in np.exp([-half, half])
+                    ]
             if self._has_award:
                 row["award"] = float(self.awards_[i])
             row["nll"] = float(self.class_nll_[i])
             if self.n_tp_[i] == 0 or self.n_fp_[i] == 0:
-                row["degenerate"] = "only false positives" if self.n_tp_[i] == 0 else "only true positives"
+                row["degenerate"] = (
+                    "only false positives" if self.n_tp_[i] == 0 else "only true positives"
+                )
             if self._binary and self.support_[i] is not None:
                 row["support"] = list(self.support_[i])
             out.append(row)
@@ -536,8 +677,10 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         self._check_fitted()
         if not self.has_curve:
             raise ParameterError(
-                f"{self.name} recalibrates the full score vector: its confidence is not a function of the top "
-                "score alone, so it has no curve; plot its confidences against the score instead (or use bts/btswa)"
+                f"{self.name} recalibrates the full score vector: its confidence is not a function "
+                f"of the top "
+                "score alone, so it has no curve; plot its confidences against the score instead "
+                "(or use bts/btswa)"
             )
         i = self._class_index(k)
         lo, hi = self.score_range_
@@ -548,51 +691,76 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
     # ---------------------------------------------------------- persistence
     def _get_state(self) -> dict:
         if self._binary:  # the curve's support (bts/btswa)
-            return {**self._state_core(), "support": [None if v is None else list(v) for v in self.support_]}
+            return {
+                **self._state_core(),
+                "support": [None if v is None else list(v) for v in self.support_],
+            }
         return self._state_core()
 
     def _state_core(self) -> dict:
         cov = self.param_cov_
-        extra = {} if cov is None else {"param_cov": [None if not np.all(np.isfinite(c)) else c.reshape(-1)
-                                                      for c in cov]}
-        return to_jsonable({
-            **extra,
-            "temperature": self.temperature_,
-            "awards": self.awards_,
-            "fitted": [bool(v) for v in self.fitted_classes_],
-            "loss": self.loss_,
-            "nll": self.nll_,
-            "class_nll": self.class_nll_,
-            "n_iter": self.n_iter_,
-        })
+        extra = (
+            {}
+            if cov is None
+            else {"param_cov": [None if not np.all(np.isfinite(c)) else c.reshape(-1) for c in cov]}
+        )
+        return to_jsonable(
+            {
+                **extra,
+                "temperature": self.temperature_,
+                "awards": self.awards_,
+                "fitted": [bool(v) for v in self.fitted_classes_],
+                "loss": self.loss_,
+                "nll": self.nll_,
+                "class_nll": self.class_nll_,
+                "n_iter": self.n_iter_,
+            }
+        )
 
     def _set_state(self, state: dict) -> None:
         k = len(self.classes_)
         temps = finite_array(state["temperature"], "temperature", k)
-        # a fit keeps T in [T_MIN, T_MAX] and |A / T| <= OFFSET_MAX; outside them (a hand-edited file:
+        # a fit keeps T in [T_MIN, T_MAX] and |A / T| <= OFFSET_MAX; outside them (a hand-edited
+        # file:
         # T = 1e-320) log y / T overflows and every confidence is NaN
         if np.any(temps < T_MIN * (1 - 1e-9)) or np.any(temps > T_MAX * (1 + 1e-9)):
-            raise ValueError(f"temperatures must lie in [{T_MIN:g}, {T_MAX:g}], the range a fit searches")
+            raise ValueError(
+                f"temperatures must lie in [{T_MIN:g}, {T_MAX:g}], the range a fit searches"
+            )
         awards = finite_array(state["awards"], "awards", k)
         if np.any(np.abs(awards / temps) > OFFSET_MAX * (1 + 1e-9)):
             raise ValueError(f"awards must satisfy |A / T| <= {OFFSET_MAX:g}, as a fit keeps them")
         fitted = state["fitted"]
-        if not isinstance(fitted, list) or len(fitted) != k or not all(isinstance(v, bool) for v in fitted):
+        if (
+            not isinstance(fitted, list)
+            or len(fitted) != k
+            or not all(isinstance(v, bool) for v in fitted)
+        ):
             raise ValueError(f"fitted must be a list of {k} booleans")
         self.temperature_ = temps
         self.awards_ = awards
         self.fitted_classes_ = np.array(fitted, dtype=bool)
-        (self.loss_, self.nll_) = (float(v) for v in finite_array([state["loss"], state["nll"]], "loss"))
+        (self.loss_, self.nll_) = (
+            float(v) for v in finite_array([state["loss"], state["nll"]], "loss")
+        )
         self.class_nll_ = finite_array(state["class_nll"], "class_nll", k)
         self.n_iter_ = int(state["n_iter"])
-        cov = state.get("param_cov")  # files before intervals have none: predict_interval asks for a refit
+        cov = state.get(
+            "param_cov"
+        )  # files before intervals have none: predict_interval asks for a refit
         if cov is None:
             self.param_cov_ = None
         else:
             if not isinstance(cov, list) or len(cov) != k:
                 raise ValueError(f"param_cov must be a list of {k} entries")
-            self.param_cov_ = np.array([np.full((2, 2), np.nan) if c is None else finite_array(c, "param_cov", 4)
-                                        .reshape(2, 2) for c in cov]).reshape(k, 2, 2)
+            self.param_cov_ = np.array(
+                [
+                    np.full((2, 2), np.nan)
+                    if c is None
+                    else finite_array(c, "param_cov", 4).reshape(2, 2)
+                    for c in cov
+                ]
+            ).reshape(k, 2, 2)
         if self._binary:
             sup = state.get("support", [None] * k)  # files before the binary curves had none
             self.support_ = support_list(sup, k)

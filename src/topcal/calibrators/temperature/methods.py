@@ -20,7 +20,8 @@ __all__ = [
 
 @register
 class SharedTemperatureScaling(TemperatureBase):
-    """STS: one temperature for all samples, yhat = softmax(log y / T) (paper section 9; Guo et al. 2017).
+    """STS: one temperature for all samples, yhat = softmax(log y / T) (paper section 9; Guo et al.
+    2017).
 
     Parameters
     ----------
@@ -53,8 +54,14 @@ class SharedTemperatureScaling(TemperatureBase):
         "keep_stats": Boolean(),
     }
 
-    def __init__(self, *, loss: str = "nll", objective: str = "top-label", max_iter: int = 100,
-                 keep_stats: bool = False):
+    def __init__(
+        self,
+        *,
+        loss: str = "nll",
+        objective: str = "top-label",
+        max_iter: int = 100,
+        keep_stats: bool = False,
+    ):
         self.loss = loss
         self.objective = objective
         self.max_iter = max_iter
@@ -67,14 +74,16 @@ class SharedTemperatureScaling(TemperatureBase):
         super()._validate_params()
         if self.objective == "multinomial" and self.loss != "nll":
             raise ParameterError(
-                f"sts: objective='multinomial' is the multinomial NLL and needs loss='nll', got loss={self.loss!r}; "
+                f"sts: objective='multinomial' is the multinomial NLL and needs loss='nll', got "
+                f"loss={self.loss!r}; "
                 "use objective='top-label' for the Brier loss"
             )
 
 
 @register
 class ClassTemperatureScaling(TemperatureBase):
-    """CSTS: a temperature T_k per predicted class, fitted on that class's positives (paper section 10).
+    """CSTS: a temperature T_k per predicted class, fitted on that class's positives (paper section
+    10).
 
     Parameters
     ----------
@@ -86,7 +95,9 @@ class ClassTemperatureScaling(TemperatureBase):
     """
 
     name = "csts"
-    summary = "class-specific temperature scaling, softmax(log y / T_k), K parameters (paper section 10)"
+    summary = (
+        "class-specific temperature scaling, softmax(log y / T_k), K parameters (paper section 10)"
+    )
     needs_full = True
     _updatable = True
     _parameter_constraints = {**TemperatureBase._parameter_constraints, "keep_stats": Boolean()}
@@ -99,7 +110,8 @@ class ClassTemperatureScaling(TemperatureBase):
 
 @register
 class TemperatureScalingWithAwards(TemperatureBase):
-    """TSwA: softmax((log y + A_k e_k) / T), K awards and one shared T, one joint fit (paper section 11).
+    """TSwA: softmax((log y + A_k e_k) / T), K awards and one shared T, one joint fit (paper section
+    11).
 
     The only method here that does not decompose into per-class fits. A
     class with only TP (only FP) has its offset A_k / T held at +1e6 (-1e6),
@@ -112,7 +124,10 @@ class TemperatureScalingWithAwards(TemperatureBase):
     """
 
     name = "tswa"
-    summary = "temperature scaling with awards, softmax((log y + A_k e_k) / T), K + 1 parameters (section 11)"
+    summary = (
+        "temperature scaling with awards, softmax((log y + A_k e_k) / T), K + 1 parameters "
+        "(section 11)"
+    )
     needs_full = True
     _shared = True
     _has_award = True
@@ -121,7 +136,8 @@ class TemperatureScalingWithAwards(TemperatureBase):
 
 @register
 class ClassTemperatureScalingWithAwards(TemperatureBase):
-    """CSTSwA: a temperature T_k and an award A_k per predicted class, 2K parameters (paper appendix).
+    """CSTSwA: a temperature T_k and an award A_k per predicted class, 2K parameters (paper
+    appendix).
 
     Parameters
     ----------
@@ -171,6 +187,8 @@ class BinaryTemperatureScalingWithAwards(TemperatureBase):
     """
 
     name = "btswa"
-    summary = "binary temperature scaling with awards, sigmoid((logit(s) + A_k) / T_k), 2K parameters"
+    summary = (
+        "binary temperature scaling with awards, sigmoid((logit(s) + A_k) / T_k), 2K parameters"
+    )
     _binary = True
     _has_award = True

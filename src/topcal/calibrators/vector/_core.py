@@ -16,7 +16,6 @@ Everything runs over blocks of rows: the extra memory is a few blocks plus the (
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import expit
 
 from ...data import LOG_PROB_FLOOR, TopLabelData
@@ -186,7 +185,7 @@ class Layout:
             r[j * (k + 1) + j, 1 + j] = 1.0
             r[j * (k + 1) + k, 1 + k + j] = 1.0
         if self.off:
-            rows = np.array([j * (k + 1) + l for j in range(k) for l in range(k) if l != j])
+            rows = np.array([j * (k + 1) + i for j in range(k) for i in range(k) if i != j])
             r[rows, 1 + 2 * k + np.arange(k * (k - 1))] = 1.0
         return r
 
@@ -319,6 +318,8 @@ def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10):
     fresh one costs about a gradient's pass for ``sms``); otherwise it is computed again."""
     x = np.array(x0, dtype=np.float64)
     if obj.layout.size > NEWTON_MAX_PARAMS:
+        from scipy.optimize import minimize  # here: import topcal stays without scipy.optimize
+
         r = minimize(
             obj.value_grad,
             x,

@@ -12,6 +12,7 @@ import numpy as np
 
 __all__ = [
     "PROB_CLIP",
+    "inverse_pd",
     "binary_nll",
     "dot",
     "softplus_both",
@@ -330,3 +331,15 @@ class SortedTables:
             full = ends > starts
             out[ends[full]] = out[ends[full] - 1]
         return out
+
+
+def inverse_pd(h: np.ndarray):
+    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky fails)."""
+    if h.size == 0 or not np.all(np.isfinite(h)):
+        return None
+    try:
+        c = np.linalg.cholesky(h)
+    except np.linalg.LinAlgError:
+        return None
+    ci = np.linalg.inv(c)
+    return ci.T @ ci

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._numeric import inverse_pd
 from ...data import LOG_PROB_FLOOR, TopLabelData
 from ..foldmemo import memo, shared
 from ._core import BINARY_SCORE_FLOOR, T_MAX, T_MIN, split_top
@@ -23,18 +24,6 @@ __all__ = [
 
 #: The box of log T every fit searches.
 LOG_T = (float(np.log(T_MIN)), float(np.log(T_MAX)))
-
-
-def inverse_pd(h: np.ndarray):
-    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky fails)."""
-    if h.size == 0 or not np.all(np.isfinite(h)):
-        return None
-    try:
-        c = np.linalg.cholesky(h)
-    except np.linalg.LinAlgError:
-        return None
-    ci = np.linalg.inv(c)
-    return ci.T @ ci
 
 
 def split_rows(data: TopLabelData, idx=None, source=None):

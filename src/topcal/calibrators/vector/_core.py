@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from ..._numeric import inverse_pd
 from ...data import LOG_PROB_FLOOR, TopLabelData
 
 __all__ = [
@@ -294,18 +295,6 @@ class VectorObjective:
         h *= scale
         pen = np.diag(2.0 * self.r * self.n)
         return h + pen if summed else h / self.n + pen / self.n
-
-
-def inverse_pd(h: np.ndarray):
-    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky fails)."""
-    if h.size == 0 or not np.all(np.isfinite(h)):
-        return None
-    try:
-        c = np.linalg.cholesky(h)
-    except np.linalg.LinAlgError:
-        return None
-    ci = np.linalg.inv(c)
-    return ci.T @ ci
 
 
 def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10):

@@ -26,7 +26,7 @@ import topcal
 from topcal.errors import ModelFileError
 from topcal.persist import canonical_json
 
-from test_hardening import TOPCAL, assert_error, assert_ok, cli, snapshot
+from _cli import TOPCAL, assert_error, assert_ok, cli, snapshot
 
 pytestmark = pytest.mark.slow  # every test runs the console script (about 2 s a run)
 
@@ -84,7 +84,7 @@ def test_partial_files_not_provably_ours_and_dead_are_left_alone(tmp_path):
     after = snapshot(tmp_path)
     assert {k: v for k, v in after.items() if k != "out.csv"} == before
     assert (tmp_path / f".out.csv.topcal-partial-{dead}-0-0123456789ab-d").is_dir()
-    # (a dead run of this namespace is still removed: test_hardening2_a's killed-apply test)
+    # (a dead run of this namespace is still removed: the killed-apply test, test_hostile_data_loss)
 
 
 def test_long_output_names_get_a_short_temporary_name(tmp_path):
@@ -416,7 +416,7 @@ def test_em_priors_at_many_classes_equal_the_dense_posteriors():
     fast = estimate_priors(model, use, n_bootstrap=0, shrink=1.0).priors
     dense = em_priors(
         source_posteriors(model, use),
-        model.confusion_.source_priors(),
+        model.evidence_.confusion.source_priors(),
         prior_strength=PRIOR_STRENGTH["em"],
     )
     np.testing.assert_allclose(fast, dense, rtol=0, atol=1e-8)  # EM's own tolerance
@@ -459,7 +459,7 @@ def test_readers_given_no_path_raise_one_data_error(bad):
 
 # ======================================================== 7. the scikit-learn wrapper
 def test_sklearn_wrapper_says_which_class_it_calibrates_also_frozen_or_cross_fitted():
-    """Fixed in an earlier round (test_hardening2_b: a prefit SVC); here the other two ways in."""
+    """Fixed in an earlier round (a prefit SVC, test_hostile_wrong_answers); here the other two ways."""
     from sklearn.datasets import make_classification
     from sklearn.frozen import FrozenEstimator
     from sklearn.svm import SVC

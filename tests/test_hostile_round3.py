@@ -459,7 +459,7 @@ def test_readers_given_no_path_raise_one_data_error(bad):
 
 # ======================================================== 7. the scikit-learn wrapper
 def test_sklearn_wrapper_says_which_class_it_calibrates_also_frozen_or_cross_fitted():
-    """Fixed in an earlier round (a prefit SVC, test_hostile_wrong_answers); here the other two ways."""
+    """Fixed in an earlier round (a prefit SVC, test_hostile_wrong_answers); the other two ways."""
     from sklearn.datasets import make_classification
     from sklearn.frozen import FrozenEstimator
     from sklearn.svm import SVC

@@ -66,6 +66,7 @@ import pandas as pd
 
 import topcal
 from _vector_peers import VECTOR_PEERS, runs_on, vector_peer_predict
+from topcal.calibrators.auto import DEFAULT_CANDIDATES
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.evaluate import kfold_split
@@ -370,23 +371,7 @@ OLD_AUTO = dict(
 )
 
 #: auto's default candidates before issue 35 (no whole-vector scalings): the spec "auto-before"
-BEFORE_35 = (
-    "uncalibrated",
-    "pooled-platt",
-    "pooled-beta",
-    "pooled-hist",
-    "pooled-kde-mon2",
-    "sts",
-    "hier-platt",
-    "hier-beta",
-    "kde-mon2",
-    "hist",
-    "cum-opt",
-    "tswa",
-    "csts",
-    "bts",
-    "btswa",
-)
+BEFORE_35 = tuple(n for n in DEFAULT_CANDIDATES if n not in ("vs", "sms"))
 
 #: auto's cross-validation table per training part (``auto@T`` reuses the one of ``auto`` on the
 #: same part)

@@ -291,7 +291,7 @@ _REFORMAT = (
 )
 LONG_FILES: dict[str, str] = {
     "topcal/plots/draw.py": _REFORMAT.format(560, 722),
-    "topcal/thresholds.py": _REFORMAT.format(569, 814),
+    "topcal/thresholds.py": _REFORMAT.format(569, 825),
     "topcal/data/_table.py": _REFORMAT.format(517, 602),
     "topcal/calibrators/base.py": _REFORMAT.format(587, 657),
     "topcal/calibrators/kde/calibrator.py": _REFORMAT.format(600, 716),

@@ -106,6 +106,35 @@ MAX_OVERLAP = 0.5
 GRID = np.unique(np.concatenate([np.arange(2001) / 2000.0, 1.0 - np.logspace(-3.3, -9.0, 115)]))
 
 
+def _as_cut(c) -> tuple[float, float]:
+    """A cut-off as (confidence, tie-breaking score); NaN for none (no cut-off: nothing reaches it;
+    no score: confidence >= cut-off)."""
+    return (
+        np.nan if c.cutoff is None else c.cutoff,
+        np.nan if c.score_cutoff is None else c.score_cutoff,
+    )
+
+
+def _reaches(confidence, score, cut, score_cut) -> np.ndarray:
+    """Rows above the cut-off, or equal to it with a raw score at least the tie-breaking score
+    (any, where that is NaN); elementwise over arrays of cut-offs too (one per row)."""
+    conf = np.asarray(confidence, dtype=np.float64)
+    cut, score_cut = np.asarray(cut, dtype=np.float64), np.asarray(score_cut, dtype=np.float64)
+    tie_free = np.isnan(score_cut)
+    if score is None:
+        if not np.all(tie_free | np.isnan(cut)):
+            raise TopcalError(
+                "these thresholds break ties of the confidence by the raw score: pass the "
+                "rows' scores too"
+            )
+        tie_ok = tie_free
+    else:
+        with np.errstate(invalid="ignore"):
+            tie_ok = tie_free | (np.asarray(score, dtype=np.float64) >= score_cut)
+    with np.errstate(invalid="ignore"):  # NaN cut-off: no row reaches it
+        return (conf > cut) | ((conf == cut) & tie_ok)
+
+
 @dataclass(frozen=True)
 class ClassCutoff:
     """The cut-off of one predicted class (or of all classes: ``name`` "(all)").
@@ -135,19 +164,7 @@ class ClassCutoff:
 
     def accepts(self, confidence, score=None) -> np.ndarray:
         """Whether rows with these confidences (and raw scores) reach this cut-off."""
-        conf = np.asarray(confidence, dtype=np.float64)
-        if self.cutoff is None:
-            return np.zeros(conf.shape, dtype=bool)
-        if self.score_cutoff is None:
-            return conf >= self.cutoff
-        if score is None:
-            raise TopcalError(
-                "these thresholds break ties of the confidence by the raw score: pass the "
-                "rows' scores too"
-            )
-        return (conf > self.cutoff) | (
-            (conf == self.cutoff) & (np.asarray(score) >= self.score_cutoff)
-        )
+        return _reaches(confidence, score, *_as_cut(self))
 
     @property
     def accepted_fraction(self) -> float:
@@ -405,17 +422,11 @@ class Thresholds:
         ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
         where a cut-off has a ``score_cutoff``: files since issue 33).
         """
-        pred = np.asarray(pred)
-        conf = np.asarray(confidence, dtype=np.float64)
-        out = np.zeros(conf.shape, dtype=bool)
         if self.mode == "global":
-            return self.overall.accepts(conf, score)
-        for k in np.unique(pred):
-            rows = np.flatnonzero(pred == k)
-            out[rows] = self.per_class[k].accepts(
-                conf[rows], None if score is None else np.asarray(score)[rows]
-            )
-        return out
+            return self.overall.accepts(confidence, score)
+        cuts = np.array([_as_cut(c) for c in self.per_class], dtype=np.float64).reshape(-1, 2)
+        pred = np.asarray(pred)
+        return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1])
 
     def to_dict(self) -> dict:
         return {

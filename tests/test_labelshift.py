@@ -838,3 +838,66 @@ def test_label_shift_view_of_a_method_without_curves(source):
     view = label_shift_view(adapt(sts, priors=TARGET))
     assert view.curves == [] and view.lower is None
     assert len(plot_label_shift(view).axes) == 1
+
+
+def test_em_on_a_batch_of_weights_equals_em_on_each():
+    """The bootstrap's EM runs its resamples as columns of one matrix product (issue 37): each
+    column stops on its own, at the estimate EM gives for those weights alone."""
+    rng = np.random.default_rng(5)
+    n, K_ = 300, 6
+    post = rng.dirichlet(np.full(K_, 0.4), n)
+    ps = rng.dirichlet(np.full(K_, 5.0))
+    W = rng.multinomial(n, np.full(n, 1 / n), size=9).astype(float)
+    W[3] = 0.0
+    W[3, :5] = 1.0  # a resample of five rows: converges far from the others
+    batch = em_priors(post, ps, prior_strength=0.1, weights=W, init=ps[::-1] / ps.sum())
+    assert batch.shape == (9, K_)
+    for wb, got in zip(W, batch):
+        one = em_priors(post, ps, prior_strength=0.1, weights=wb, init=ps[::-1] / ps.sum())
+        # within EM's tolerance (1e-8 per step): the matrix product rounds differently from the
+        # vector one, which can stop a column a step earlier or later
+        np.testing.assert_allclose(got, one, rtol=0, atol=1e-7)
+        tight = em_priors(post, ps, prior_strength=0.1, weights=wb, tol=1e-14)
+        np.testing.assert_allclose(got, tight, rtol=0, atol=1e-6)
+    assert np.ptp(batch[:, 0]) > 0.01  # the resamples do differ
+
+
+def test_bootstrap_in_batches_equals_one_resample_at_a_time(hist, monkeypatch):
+    from topcal.labelshift import estimates
+
+    use = shifted(500, TARGET, 4, labels=False)[0]
+    kw = dict(n_bootstrap=13, shrink=1.0)
+    batched = estimate_priors(hist, use, **kw)
+    monkeypatch.setattr(estimates, "BOOTSTRAP_BATCH_CELLS", 1)  # one resample per pass
+    single = estimate_priors(hist, use, **kw)
+    np.testing.assert_allclose(batched.lower, single.lower, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(batched.upper, single.upper, rtol=0, atol=1e-7)
+    assert np.all(batched.upper - batched.lower > 0)
+
+
+def test_safety_draws_are_multinomial_and_sparse():
+    """Small tables keep the multinomial sampler's stream (the safety step's figures unchanged);
+    a table with far more categories than draws inverts the cumulative distribution instead."""
+    from topcal.labelshift.safety import INVERSION_RATIO, draw_counts
+
+    p = np.array([0.5, 0.0, 0.2, 0.3])
+    idx, counts = draw_counts(np.random.default_rng(1), p, 40)
+    full = np.random.default_rng(1).multinomial(40, p)
+    assert idx.tolist() == np.flatnonzero(full).tolist() and counts.tolist() == full[idx].tolist()
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.full(20_000, 0.3))
+    p[::7] = 0.0
+    p /= p.sum()
+    n = 50
+    assert p.size > INVERSION_RATIO * n
+    total = np.zeros(p.size)
+    for _ in range(2000):
+        idx, counts = draw_counts(rng, p, n)
+        assert counts.sum() == n and np.all(np.diff(idx) > 0) and np.all(counts > 0)
+        total[idx] += counts
+    assert total[::7].sum() == 0  # a category of probability 0 is never drawn
+    # the mean count per decile of categories is n p (within 5 binomial standard errors)
+    groups = np.array_split(np.argsort(p), 10)
+    for g in groups:
+        expect = 2000 * n * p[g].sum()
+        assert abs(total[g].sum() - expect) <= 5 * np.sqrt(expect) + 1, (total[g].sum(), expect)

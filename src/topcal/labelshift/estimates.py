@@ -396,7 +396,11 @@ def estimate_priors(
 
         def run(w=None, init=None):
             return em_priors(
-                P, ps, prior_strength=prior_strength, weights=counts if w is None else w, init=init
+                P,
+                ps,
+                prior_strength=prior_strength,
+                weights=counts if w is None else w,
+                init=init,
             )
     else:
         if source_data is not None:
@@ -419,11 +423,8 @@ def estimate_priors(
     lower = upper = None
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        boot = np.array(
-            [
-                run(resample(rng), init=point)
-                for _ in _progress.bar(range(int(n_bootstrap)), desc="bootstrap", unit=" resamples")
-            ]
+        boot = bootstrap(
+            run, resample, rng, int(n_bootstrap), point, n if estimator == "em" else None
         )
         a = (1.0 - level) / 2
         lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
@@ -491,6 +492,29 @@ def _bcts_posteriors(model, source_data, data) -> np.ndarray:
     data.require_full("EM on BCTS-calibrated vectors (the use set)")
     T, b = fit_bcts(source_data)
     return bcts_probs(data, T, b)
+
+
+#: Most weights (resamples x rows) one pass of the bootstrap holds: 100 resamples of 40,000 rows.
+BOOTSTRAP_BATCH_CELLS = 4_000_000
+
+
+def bootstrap(run, resample, rng, n_bootstrap: int, point, n_rows: int | None) -> np.ndarray:
+    """``n_bootstrap`` estimates, (B, K): ``run`` on the weights of each ``resample`` drawn from
+    ``rng`` in turn, starting from ``point``. With ``n_rows`` (EM), ``run`` takes a batch of
+    resamples' weights, (b, n_rows), in one pass of matrix products
+    (:func:`~topcal.labelshift.estimators.em_priors`); without, one resample at a time."""
+    batch = 1 if n_rows is None else min(n_bootstrap, BOOTSTRAP_BATCH_CELLS // max(n_rows, 1))
+    batch = max(batch, 1)
+    out = []
+    with _progress.bar(total=n_bootstrap, desc="bootstrap", unit=" resamples") as bar:
+        while len(out) < n_bootstrap:
+            size = min(batch, n_bootstrap - len(out))
+            if n_rows is None:
+                out.append(run(resample(rng), init=point))
+            else:
+                out.extend(run(np.stack([resample(rng) for _ in range(size)]), init=point))
+            bar.update(size)
+    return np.array(out)
 
 
 def _em_posteriors(model, data: TopLabelData, fp_pseudocount: float):

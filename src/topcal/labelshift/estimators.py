@@ -83,16 +83,18 @@ def em_priors(
         on pi_u: ``prior_strength K`` pseudo-samples drawn with the source
         priors, which pulls classes seen in few use rows towards no shift
         (the Bayesian view of Ye et al. 2024, "MAPLS").
-    weights : array of shape (n,), optional
-        Row weights (counts of repeated rows; the bootstrap uses them).
+    weights : array of shape (n,) or (B, n), optional
+        Row weights (counts of repeated rows). Two-dimensional: B sets of weights (the bootstrap's
+        resamples), each estimated on its own, all in one pass of matrix products.
     tol, max_iter : float, int
-        Stop when no prior changes by more than ``tol``, or after ``max_iter`` steps.
+        Stop when no prior changes by more than ``tol``, or after ``max_iter`` steps (each set of
+        weights on its own).
     init : array of shape (K,), optional
         Starting priors (default ``source_priors``).
 
     Returns
     -------
-    ndarray of shape (K,), the estimated pi_u (sums to 1).
+    ndarray of shape (K,), the estimated pi_u (sums to 1); (B, K) for weights of shape (B, n).
 
     Notes
     -----
@@ -112,69 +114,77 @@ def em_priors(
             )  # p(x|y) up to a factor per row
         n_rows = base.shape[0]
 
-        def row_dot(p):  # elementwise, not BLAS: threaded gemv is slower on a busy machine
-            return (base * p).sum(axis=1)
+        def row_dot(p):  # (K, B) -> (n, B)
+            return base @ p
 
-        def col_dot(u):
-            return (u[:, None] * base).sum(axis=0)
+        def col_dot(u):  # (n, B) -> (K, B)
+            return base.T @ u
 
-    pi = ps.copy() if init is None else np.asarray(init, dtype=np.float64).copy()
-    pseudo = float(prior_strength) * ps.size * ps / ps.sum()
-    w = np.ones(n_rows) if weights is None else np.asarray(weights, dtype=np.float64)
+    single = weights is None or np.ndim(weights) == 1
+    w = np.ones((1, n_rows)) if weights is None else np.atleast_2d(weights).astype(np.float64)
     if isinstance(posteriors, CellPosteriors):
-        w = posteriors.weights(w)  # onto its distinct rows
-
-    last = []  # (p, base @ p) of the latest vectors: objective(p2) and the next step(p2) share it
-
-    def den_of(p):
-        for q, d in last:
-            if q is p:
-                return d
-        d = row_dot(p)
-        last[:] = [(p, d)] + last[:2]
-        return d
-
-    def step(p):
-        # one EM step: sum_i w_i p_j base_ij / sum_l p_l base_il (+ the Dirichlet pseudo-counts)
-        den = den_of(p)
-        inv = np.divide(
-            w, den, out=np.zeros_like(den), where=den > 0
-        )  # rows no class explains add nothing
-        new = p * col_dot(inv) + pseudo
-        return new / new.sum()
-
-    def objective(p):
-        den = den_of(p)
-        pos = den > 0
-        with np.errstate(divide="ignore"):
-            # (every row explained, the usual case: the same sum without two masked copies)
-            fit = float(w @ np.log(den)) if pos.all() else float(w[pos] @ np.log(den[pos]))
-            return fit + float(pseudo[p > 0] @ np.log(p[p > 0]))
-
-    # SQUAREM (Varadhan and Roland 2008, scheme S3): extrapolate two EM steps, fall back to
-    # them when the extrapolation leaves the simplex or lowers the objective. Same fixed point
-    # as plain EM, in far fewer steps where some priors creep towards 0.
+        w = np.stack([posteriors.weights(wb) for wb in w])  # onto its distinct rows
+    w = w.T  # (n, B): one column per set of weights
+    start = ps if init is None else np.asarray(init, dtype=np.float64)
+    pi = np.repeat(start[:, None], w.shape[1], axis=1)
+    pseudo = (float(prior_strength) * ps.size * ps / ps.sum())[:, None]
+    live = np.arange(w.shape[1])  # the columns still moving
+    den = None  # row_dot of the live columns' priors, carried from the last iteration
     for _ in range(max_iter):
-        p1 = step(pi)
-        p2 = step(p1)
-        r, v = p1 - pi, p2 - 2 * p1 + pi
-        nv = np.linalg.norm(v)
-        new = p2
-        if nv > 0:
-            a = min(-np.linalg.norm(r) / nv, -1.0)
-            while a < -1.0:
-                cand = pi - 2 * a * r + a * a * v
-                if np.all(cand >= 0) and cand.sum() > 0:
-                    cand = step(cand / cand.sum())
-                    if objective(cand) >= objective(p2):
-                        new = cand
-                    break
-                a = (a - 1.0) / 2.0 if a < -1.5 else -1.0
-        done = np.max(np.abs(new - pi)) < tol
-        pi = new
-        if done:
+        if live.size == 0:
             break
-    return pi
+        pi[:, live], den, moved = _squarem_step(
+            pi[:, live], den, w[:, live], pseudo, row_dot, col_dot
+        )
+        keep = moved >= tol
+        live, den = live[keep], den[:, keep]
+    return pi[:, 0].copy() if single else pi.T.copy()
+
+
+def _squarem_step(pi, den, w, pseudo, row_dot, col_dot):
+    """One SQUAREM iteration (Varadhan and Roland 2008, scheme S3) of EM for the priors in each
+    column of ``pi`` (K, B) with row weights ``w`` (n, B): extrapolate two EM steps, fall back to
+    them where the extrapolation leaves the simplex or lowers the objective. Same fixed point as
+    plain EM, in far fewer steps where some priors creep towards 0.
+
+    ``den`` is ``row_dot(pi)`` (None: computed here). Returns the new priors, their ``row_dot``
+    and each column's largest change."""
+
+    def step(p, d, w):
+        # one EM step: sum_i w_i p_j base_ij / sum_l p_l base_il (+ the Dirichlet pseudo-counts);
+        # rows no class explains (d = 0) add nothing
+        new = p * col_dot(np.divide(w, d, out=np.zeros_like(d), where=d > 0)) + pseudo
+        return new / new.sum(axis=0)
+
+    def objective(p, d, w):
+        with np.errstate(divide="ignore"):
+            fit = np.einsum("ij,ij->j", w, np.log(np.where(d > 0, d, 1.0)))
+            return fit + (pseudo * np.log(np.where(p > 0, p, 1.0))).sum(axis=0)
+
+    den = row_dot(pi) if den is None else den
+    p1 = step(pi, den, w)
+    p2 = step(p1, row_dot(p1), w)
+    d2 = row_dot(p2)  # the objective's, and the next iteration's where p2 is kept
+    r, v = p1 - pi, p2 - 2 * p1 + pi
+    nr, nv = np.linalg.norm(r, axis=0), np.linalg.norm(v, axis=0)
+    new, d_new = p2.copy(), d2.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(nv > 0, np.minimum(-nr / np.where(nv > 0, nv, 1.0), -1.0), -1.0)
+    while (todo := np.flatnonzero(a < -1.0)).size:
+        at = a[todo]
+        cand = pi[:, todo] - 2 * at * r[:, todo] + at * at * v[:, todo]
+        ok = np.all(cand >= 0, axis=0) & (cand.sum(axis=0) > 0)
+        if ok.any():
+            cols = todo[ok]
+            cand = cand[:, ok] / cand[:, ok].sum(axis=0)
+            c = step(cand, row_dot(cand), w[:, cols])
+            dc = row_dot(c)
+            better = objective(c, dc, w[:, cols]) >= objective(p2[:, cols], d2[:, cols], w[:, cols])
+            new[:, cols[better]], d_new[:, cols[better]] = c[:, better], dc[:, better]
+            a[cols] = -1.0  # done: the extrapolation or the two plain steps
+        bad = todo[~ok]
+        a[bad] = np.where(a[bad] < -1.5, (a[bad] - 1.0) / 2.0, -1.0)
+    return new, d_new, np.max(np.abs(new - pi), axis=0)
 
 
 class SparsePlusRankOne:
@@ -199,11 +209,11 @@ class SparsePlusRankOne:
         Dt = self.D.T.tocsr()
         vi = self.v * ips
 
-        def row_dot(p):
-            return self.D @ (ips * p) + self.h * float(vi @ p)
+        def row_dot(p):  # (K, B) -> (n, B)
+            return self.D @ (ips[:, None] * p) + self.h[:, None] * (vi @ p)
 
-        def col_dot(u):
-            return ips * (Dt @ u) + vi * float(self.h @ u)
+        def col_dot(u):  # (n, B) -> (K, B)
+            return ips[:, None] * (Dt @ u) + vi[:, None] * (self.h @ u)
 
         return row_dot, col_dot, self.D.shape[0]
 
@@ -247,14 +257,21 @@ class CellPosteriors:
         cells, k, c = self.cells, self.k, self.c
         rest = 1.0 - c
 
-        def row_dot(p):
-            x = ips * p
-            mixed = self.S @ x + self.h * float(self.v @ x)  # each cell's mix . x
-            return rest * mixed[cells] + c * x[k]
+        from scipy import sparse
 
-        def col_dot(u):
-            a = np.bincount(cells, u * rest, m)  # per cell, the weight of its rows' mixes
-            return ips * (St @ a + self.v * float(self.h @ a) + np.bincount(k, u * c, K))
+        n = cells.shape[0]
+        # per cell, the weight of its rows' mixes; per class, its rows' own share
+        to_cell = sparse.csr_matrix((rest, (cells, np.arange(n))), shape=(m, n))
+        to_class = sparse.csr_matrix((c, (k, np.arange(n))), shape=(K, n))
+
+        def row_dot(p):  # (K, B) -> (n, B)
+            x = ips[:, None] * p
+            mixed = self.S @ x + self.h[:, None] * (self.v @ x)  # each cell's mix . x
+            return rest[:, None] * mixed[cells] + c[:, None] * x[k]
+
+        def col_dot(u):  # (n, B) -> (K, B)
+            a = to_cell @ u
+            return ips[:, None] * (St @ a + self.v[:, None] * (self.h @ a) + to_class @ u)
 
         return row_dot, col_dot, self.rows.shape[0]
 

@@ -85,6 +85,35 @@ SIM_EM_TOL = 1e-6
 TRUTH_RULES = ("estimate", "moment")
 
 
+#: Categories per draw above which :func:`draw_counts` inverts the cumulative distribution instead
+#: of calling ``Generator.multinomial`` (which walks every category). Below it the draws, and so
+#: every figure of the safety step, are those of the multinomial sampler; above it (1,000 classes
+#: and more) the same distribution from another stream, 8-18 x faster at 1,500 classes.
+INVERSION_RATIO = 16
+
+
+def draw_counts(rng, p, n: int, cdf=None):
+    """A multinomial draw of ``n`` items over the categories of probabilities ``p``, kept sparse:
+    the drawn categories (ascending) and their counts (float).
+
+    Where the categories outnumber the items by :data:`INVERSION_RATIO`, each item is drawn by
+    inverting the cumulative distribution ``cdf`` (of ``p``; computed when not given), at
+    n log(categories) rather than the categories' cost: at 1,500 classes the simulation's table has
+    ~2 million (cell, class) categories and the multinomial sampler took half of ``adapt``'s
+    time."""
+    if p.size <= INVERSION_RATIO * n:
+        counts = rng.multinomial(n, p)
+        idx = np.flatnonzero(counts)
+        return idx, counts[idx].astype(np.float64)
+    if cdf is None:
+        cdf = np.cumsum(p)
+    u = np.sort(rng.random(n)) * cdf[-1]  # sorted: the search walks the table once (4 x faster)
+    idx, counts = np.unique(
+        np.searchsorted(cdf, u, side="right").clip(max=cdf.size - 1), return_counts=True
+    )
+    return idx, counts.astype(np.float64)
+
+
 class CellMix:
     """Each cell's mix of true classes behind its false positives, as :func:`shrunk_fp_mix` gives
     it (same values), held as a sparse part plus a multiple of one shared vector (the test set's
@@ -259,6 +288,7 @@ def choose_shrink(
             1.0, "nothing to simulate (no counts or no use rows): the estimate is used as it is"
         )
     p_lab = flat[nz] / flat[nz].sum()
+    cdf_lab = np.cumsum(p_lab)
     n_lab = max(1, int(round(total)))
     grid = SHRINK_GRID
     pi_hat = np.asarray(priors, dtype=np.float64)
@@ -278,13 +308,13 @@ def choose_shrink(
         rng = np.random.default_rng(seed) if truth == "moment" else shared
         p_use = (cond * pi_true).ravel()[nz]
         p_use /= p_use.sum()
+        cdf_use = np.cumsum(p_use) if p_use.size > INVERSION_RATIO * n_use else None
         change = np.zeros((n_sim, grid.size))
         err = np.zeros(n_sim)
         for s in range(n_sim):
-            lab = rng.multinomial(n_lab, p_lab)
-            use = rng.multinomial(int(n_use), p_use)
-            li, lv = nz[lab > 0], lab[lab > 0].astype(np.float64)
-            ui, uv = nz[use > 0], use[use > 0].astype(np.float64)
+            li, lv = draw_counts(rng, p_lab, n_lab, cdf_lab)
+            ui, uv = draw_counts(rng, p_use, int(n_use), cdf_use)
+            li, ui = nz[li], nz[ui]
             est, c, q, tp_u, m_cells, ps = simulated_estimate(
                 li // K, li % K, lv, ui // K, ui % K, uv
             )

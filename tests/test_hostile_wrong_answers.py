@@ -799,18 +799,23 @@ def test_update_right_after_fit_works_when_auto_chose_a_full_vector_method(tmp_p
     assert m.method_ == best
 
 
-def test_update_with_rows_already_in_the_model_warns(base, tmp_path):
+def test_update_with_rows_already_in_the_model_is_refused(base, tmp_path):
+    """Issue 33: rows the model already holds would be counted twice; refused (was: a warning),
+    by the statistics' mark or the rows' fingerprint, whole or chunked, and nothing written."""
     data, model = base
     _probs_csv(tmp_path / "other.csv", seed=5)
     r = assert_ok(cli("update", model, tmp_path / "other.csv", "-o", tmp_path / "u1.json"))
     assert "counted twice" not in r.stderr
     for src, extra in ((data, ()), (tmp_path / "other.csv", ("--chunk-rows", "70"))):
-        r = assert_ok(cli("update", tmp_path / "u1.json", src, "-o", tmp_path / "u2.json", *extra))
-        assert "same as data already in the model" in r.stderr and "counted twice" in r.stderr
-    fps = json.loads((tmp_path / "u2.json").read_text())["model"]["fingerprints"]
-    assert len(fps) == 3 and fps[1] == fps[2]
-    # the API warns too (a project warning class)
+        r = cli("update", tmp_path / "u1.json", src, "-o", tmp_path / "u2.json", *extra)
+        assert_error(r, "count them twice", "update with rows the model has not seen")
+    assert not (tmp_path / "u2.json").exists()
+    fps = json.loads((tmp_path / "u1.json").read_text())["model"]["fingerprints"]
+    assert len(fps) == 2
+    # the API refuses too (a project error class), and the model is unchanged
     m = topcal.load(model)
+    before = topcal.persist.dumps(m)
     d = topcal.io.read_data(data)
-    with pytest.warns(topcal.errors.TopcalWarning, match="counted twice"):
+    with pytest.raises(topcal.errors.DataError, match="count them twice"):
         m.update(d)
+    assert topcal.persist.dumps(m) == before

@@ -239,11 +239,15 @@ def test_sgr_finds_a_valid_but_stricter_global_cutoff(uncal):
 def test_fitting_data_is_refused_and_fingerprints_persist():
     data = linear_population(2000, 7)
     model = topcal.calibrator("hist").fit(data)
-    with pytest.raises(DataError, match="is the data the model was fitted on"):
+    with pytest.raises(DataError, match="are the rows the model was fitted on"):
         fit_thresholds(model, data.subset(np.random.default_rng(0).permutation(2000)))
     bigger = TopLabelData.concat([data, linear_population(1000, 8)])
-    with pytest.raises(DataError, match="contains about"):
+    with pytest.raises(DataError, match="about 67% of the labelled rows are rows the model"):
         fit_thresholds(model, bigger)
+    # a superset of mostly new rows: it holds the fitting rows, so it is refused all the same
+    much_bigger = TopLabelData.concat([data, linear_population(6000, 8)])
+    with pytest.raises(DataError, match="contain about 100% of the model's fitting rows"):
+        fit_thresholds(model, much_bigger)
     again = topcal.persist.loads(topcal.persist.dumps(model))
     assert again.evidence_.fingerprint == model.evidence_.fingerprint
     with pytest.raises(DataError, match="fitted on"):

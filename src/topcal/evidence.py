@@ -220,14 +220,16 @@ class Evidence:
     @classmethod
     def for_fit(cls, data, *, n_cells: int = DEFAULT_CELLS) -> "Evidence":
         """The evidence of labelled ``data`` for a fit: score counts and label-shift counts on
-        ``n_cells`` cells.
+        ``n_cells`` cells, and the rows' fingerprint.
 
-        No fingerprint: a model fitted from statistics (streamed, Dask) is the
-        model ``fit`` gives on an Evidence of them, bit for bit, and that keeps none.
+        A model fitted from the merged evidence of parts (streamed, Dask) is the model ``fit``
+        gives on an Evidence of them, bit for bit, and keeps the fingerprint of all the rows (it
+        merges exactly: :mod:`topcal.fingerprint`), as a fit on the rows in memory does.
         """
         return cls(
             ScoreStats.from_data(data, n_cells=n_cells),
             GridConfusion.from_data(data, n_cells=n_cells),
+            Fingerprint.of(data),
         )
 
     @classmethod

@@ -17,6 +17,20 @@ full score vector (columns by class name), each as exact float bits, through
 the splitmix64 finaliser (Steele, Lea and Flood 2014). Both parts merge, so
 an update keeps the fingerprint of all the data it was fitted on. About
 2 KB in a model file; one pass over the rows.
+
+Exact bits do not survive a re-encoding of the same rows (rounded to 6 decimals, float32, logits
+instead of probabilities, the top-score layout, percentages renormalised), so a second, coarse
+sketch (``coarse``, ``n_coarse``) keys each labelled per-sample row by its predicted and true
+class names and its top score on a grid of :data:`COARSE_STEP`, and a row is found again when a
+row of the other data has the same names and a score within :data:`COARSE_REACH` steps. Rows
+scoring above :data:`COARSE_TOP` are left out: near 1 the scores of different rows crowd together
+(on real networks' held-out halves 0-1.4% of the fitting rows' coarse keys then recur by chance,
+against 100% after each re-encoding above). What recurs by chance is measured, too, further away
+(where no re-encoding moves a score) and taken off, so that large fits on crowded scores do not
+see their own new rows as old; an excess within 3 standard errors of the chance counts for
+nothing, and so does a sketch whose keys recur by chance half the time or more (too many rows too
+close together to tell apart by their top score). Both sketches merge like the statistics: a model
+fitted in chunks or on Dask keeps the fingerprint of the whole fit, bit for bit.
 """
 
 from __future__ import annotations
@@ -28,7 +42,15 @@ import numpy as np
 
 from .data import TopLabelData
 
-__all__ = ["Fingerprint", "row_hashes", "SKETCH_SIZE"]
+__all__ = [
+    "MAX_OVERLAP",
+    "WARN_OVERLAP",
+    "Fingerprint",
+    "Overlap",
+    "coarse_hashes",
+    "row_hashes",
+    "SKETCH_SIZE",
+]
 
 #: Hashes kept in the sketch: containment is estimated to about +-4 points
 #: (binomial standard error at 128 draws) - enough to tell "these are the
@@ -37,6 +59,20 @@ SKETCH_SIZE = 128
 _MASK = (1 << 64) - 1
 #: Score-vector entries hashed per block of rows (256 KB of uint64).
 _BLOCK_VALUES = 32_768
+#: The coarse keys' score grid: rounding to 6 decimals moves a score by at most half a step, float32
+#: by 6e-8 near 1.
+COARSE_STEP = 1e-6
+#: Steps either side within which a coarse key is found again: rounding to 6 decimals and
+#: renormalising a row of 10 classes moves its top score by up to ~5e-6 (2e-6 typically).
+COARSE_REACH = 3
+#: Rows scoring above this have no coarse key (module docstring); so do scores below 0.
+COARSE_TOP = 1.0 - 1e-3
+#: Share of the fitting rows found in some labelled data, or of the data's rows that are fitting
+#: rows, from which a guarantee (topcal.thresholds) or an update refuses the data.
+MAX_OVERLAP = 0.5
+#: Share of the data's rows that look like fitting rows from which they warn (held-out halves of
+#: real networks' outputs: 0-1.4% by chance).
+WARN_OVERLAP = 0.1
 
 
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
@@ -102,6 +138,49 @@ def row_hashes(data: TopLabelData) -> np.ndarray:
     return h
 
 
+def coarse_hashes(data: TopLabelData, shift: int = 0) -> np.ndarray:
+    """The coarse key's hash of each labelled per-sample row with a score in [0, COARSE_TOP]
+    (module docstring), its score's grid index moved by ``shift`` steps; (m,) uint64, m <= rows.
+    Empty for binned or unlabelled data."""
+    if data.labels is None or data.is_binned:
+        return np.zeros(0, dtype=np.uint64)
+    score = np.asarray(data.score, dtype=np.float64)
+    keep = (score >= 0.0) & (score <= COARSE_TOP)
+    names = np.array([_name_hash(c) for c in data.classes], dtype=np.uint64)
+    cell = np.rint(score[keep] / COARSE_STEP).astype(np.int64) + shift
+    with np.errstate(over="ignore"):
+        h = _mix(names[data.pred[keep]] ^ np.uint64(0x2545F4914F6CDD1D))
+        h = _mix(h ^ names[data.labels[keep]])
+        return _mix(h ^ cell.view(np.uint64))
+
+
+def _bottom(h: np.ndarray) -> tuple[int, ...]:
+    """The :data:`SKETCH_SIZE` smallest distinct values of ``h`` (a bottom-k sketch)."""
+    distinct = (
+        np.unique(np.partition(h, 8 * SKETCH_SIZE)[: 8 * SKETCH_SIZE + 1])
+        if h.size > 16 * SKETCH_SIZE
+        else np.unique(h)
+    )
+    if distinct.size < SKETCH_SIZE:  # many repeated rows: the sketch needs all distinct hashes
+        distinct = np.unique(h)
+    return tuple(int(v) for v in distinct[:SKETCH_SIZE])
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How much of some labelled data a model was fitted on (:meth:`Fingerprint.overlap`).
+
+    ``same``: the data are exactly the fitting rows (any order). ``of_fit``: the estimated share
+    of the fitting rows found in the data, bit for bit (a superset or a resample; 0 where the
+    fitting rows are mostly repeated, as binned counts are). ``of_data``:
+    the estimated share of the data's rows that are fitting rows, found bit for bit or
+    re-encoded (their coarse keys), at most 1."""
+
+    same: bool
+    of_fit: float
+    of_data: float
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """What a model remembers of its fitting rows (see the module docstring)."""
@@ -109,26 +188,28 @@ class Fingerprint:
     n_rows: int
     total: int
     sketch: tuple[int, ...]
+    #: the coarse keys' bottom-k sketch and the number of rows that have a coarse key (files
+    #: before them: none)
+    coarse: tuple[int, ...] = ()
+    n_coarse: int = 0
 
     @classmethod
     def of(cls, data: TopLabelData) -> "Fingerprint":
         h = row_hashes(data)
         total = int(h.sum(dtype=np.uint64)) & _MASK  # uint64 sums wrap: mod 2^64
-        distinct = (
-            np.unique(np.partition(h, 8 * SKETCH_SIZE)[: 8 * SKETCH_SIZE + 1])
-            if h.size > 16 * SKETCH_SIZE
-            else np.unique(h)
-        )
-        if distinct.size < SKETCH_SIZE:  # many repeated rows: the sketch needs all distinct hashes
-            distinct = np.unique(h)
-        distinct = distinct[:SKETCH_SIZE]
-        return cls(data.n_rows, total, tuple(int(v) for v in distinct))
+        c = coarse_hashes(data)
+        return cls(data.n_rows, total, _bottom(h), _bottom(c) if c.size else (), int(c.size))
 
     def merge(self, other: "Fingerprint") -> "Fingerprint":
         """The fingerprint of both row sets together."""
         sketch = sorted(set(self.sketch) | set(other.sketch))[:SKETCH_SIZE]
+        coarse = sorted(set(self.coarse) | set(other.coarse))[:SKETCH_SIZE]
         return Fingerprint(
-            self.n_rows + other.n_rows, (self.total + other.total) & _MASK, tuple(sketch)
+            self.n_rows + other.n_rows,
+            (self.total + other.total) & _MASK,
+            tuple(sketch),
+            tuple(coarse),
+            self.n_coarse + other.n_coarse,
         )
 
     def distinct_rows(self) -> float:
@@ -149,18 +230,59 @@ class Fingerprint:
         found = np.isin(np.array(self.sketch, dtype=np.uint64), h)
         return same, float(found.mean())
 
+    def overlap(self, data: TopLabelData) -> Overlap:
+        """How much of ``data`` the fitting rows are (:class:`Overlap`)."""
+        same, of_fit = self.containment(data)
+        if self.distinct_rows() < 0.5 * self.n_rows:
+            of_fit = 0.0  # rows mostly repeated (binned counts): a shared row is no shared sample
+        of_data = 0.0
+        c = coarse_hashes(data)
+        if self.coarse and c.size:  # the coarse keys judge (a bit-identical row has the same key)
+            keys = np.array(self.coarse, dtype=np.uint64)
+
+            def found(shifts):
+                near = np.concatenate([coarse_hashes(data, d) for d in shifts])
+                return float(np.isin(keys, near).mean())
+
+            # a fitting row's key found within COARSE_REACH steps (a re-encoded row, or chance),
+            # and the chance alone: found as many steps further away, where no re-encoding moves
+            # a score
+            reach = np.arange(-COARSE_REACH, COARSE_REACH + 1)
+            near, chance = found(reach), found(reach + 4 * COARSE_REACH + 2)
+            # counted where the excess is sure (3 standard errors) and the keys still tell rows
+            # apart (chance below one half; near 1 every key recurs and the sketch says nothing)
+            se = np.sqrt((near * (1 - near) + chance * (1 - chance)) / keys.size)
+            if chance < 0.5 and near - chance > 3 * se:
+                of_data = (near - chance) / (1.0 - chance) * self.n_coarse / c.size
+        elif data.n_rows:
+            # no coarse keys (binned rows, scores that are not probabilities, older files): the
+            # fitting rows found bit for bit, over the data's rows. Not where coarse keys exist:
+            # rows saturated at one score repeat bit for bit across samples
+            of_data = of_fit * self.distinct_rows() / data.n_rows
+        return Overlap(same, of_fit, 1.0 if same else min(of_data, 1.0))
+
     def to_dict(self) -> dict:
         # hex strings: 64-bit integers do not survive every JSON reader
-        return {
+        d = {
             "n_rows": self.n_rows,
             "total": f"{self.total:016x}",
             "sketch": [f"{v:016x}" for v in self.sketch],
         }
+        if self.n_coarse:  # (none: written as files before coarse keys were, and read back so)
+            d.update(coarse=[f"{v:016x}" for v in self.coarse], n_coarse=self.n_coarse)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Fingerprint":
         n = int(d["n_rows"])
         sketch = tuple(int(v, 16) for v in d["sketch"])
-        if n < 0 or len(sketch) > SKETCH_SIZE or any(not 0 <= v <= _MASK for v in sketch):
+        coarse = tuple(int(v, 16) for v in d.get("coarse", []))  # files before coarse keys: none
+        n_coarse = int(d.get("n_coarse", 0))
+        if (
+            n < 0
+            or not 0 <= n_coarse <= n
+            or any(len(s) > SKETCH_SIZE for s in (sketch, coarse))
+            or any(not 0 <= v <= _MASK for v in sketch + coarse)
+        ):
             raise ValueError("fingerprint is malformed")
-        return cls(n, int(d["total"], 16) & _MASK, sketch)
+        return cls(n, int(d["total"], 16) & _MASK, sketch, coarse, n_coarse)

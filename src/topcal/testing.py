@@ -276,6 +276,8 @@ def check_engines(name: str, ctx: dict, atol: float, scheduler: str | None) -> N
             if fits_from_counts(name):
                 _fail(name, "engines", f"a score method cannot be streamed: {exc}")
             return
+        if streamed.evidence_.fingerprint != whole.evidence_.fingerprint:
+            _fail(name, "engines", "the streamed fit keeps another fingerprint of its rows")
         inner = streamed.inner_ if isinstance(streamed, Wrapper) else None
         if (
             inner is not None
@@ -295,6 +297,8 @@ def check_engines(name: str, ctx: dict, atol: float, scheduler: str | None) -> N
             )
             if _quiet(on_dask.predict, data).tobytes() != b.tobytes():
                 _fail(name, "engines", "the Dask fit differs from the streamed fit")
+            if on_dask.evidence_.fingerprint != streamed.evidence_.fingerprint:
+                _fail(name, "engines", "the Dask fit keeps another fingerprint of its rows")
 
 
 #: The checks, in the order they run (each takes the method's name and a shared context).

@@ -51,6 +51,7 @@ import html
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,7 +69,8 @@ from ._ltt import (
 from ._params import Interval, Options, validate_params
 from ._version import __version__
 from .data import TopLabelData, preview
-from .errors import DataError, ModelFileError, NotFittedError, TopcalError
+from .errors import DataError, ModelFileError, NotFittedError, TopcalError, TopcalWarning
+from .fingerprint import MAX_OVERLAP, WARN_OVERLAP
 from .inputs import as_data
 from .persist import canonical_json
 
@@ -98,8 +100,6 @@ FORMAT = "topcal-thresholds"
 FORMAT_VERSION = 1
 MODES = ("per-class", "global")
 MULTIPLICITY = ("per-class", "bonferroni")
-#: Share of the model's fitting rows found in the labelled data above which it is refused.
-MAX_OVERLAP = 0.5
 
 #: The candidate cut-offs, fixed before any data are seen: 0, 0.0005, ..., 1 and, near 1
 #: where over-confident networks put most predictions, 1 - 10^-x for x from 3.3 to 9.
@@ -345,24 +345,36 @@ def _fingerprint(model):
 
 
 def check_not_fitting_data(model, data: TopLabelData) -> None:
-    """Raise DataError when ``data`` holds the rows ``model`` was fitted on (all, or most of them).
+    """Raise DataError when ``data`` holds the rows ``model`` was fitted on: all of them, most of
+    them (a superset or a resample), or mostly consists of them (bit for bit or re-encoded: see
+    :mod:`topcal.fingerprint`); warn where at least :data:`WARN_OVERLAP` of its rows are fitting
+    rows.
 
-    Models saved before fingerprints were kept (or fitted from statistics)
-    cannot be checked; then nothing is raised.
+    Models saved before fingerprints were kept cannot be checked; then nothing is raised.
     """
     fp = _fingerprint(model)
     if fp is None:
         return
-    same, share = fp.containment(data)
-    distinct = (
-        fp.distinct_rows() >= 0.5 * fp.n_rows
-    )  # rows mostly unique: a shared row is a shared sample
-    if same or (distinct and share >= MAX_OVERLAP):
-        what = "is the data" if same else f"contains about {share:.0%} of the rows"
+    ov = fp.overlap(data)
+    if ov.same or ov.of_fit >= MAX_OVERLAP or ov.of_data >= MAX_OVERLAP:
+        if ov.same:
+            what = "the labelled data are the rows the model was fitted on"
+        elif ov.of_data >= MAX_OVERLAP:
+            what = f"about {ov.of_data:.0%} of the labelled rows are rows the model was fitted on"
+        else:
+            what = f"the labelled data contain about {ov.of_fit:.0%} of the model's fitting rows"
         raise DataError(
-            f"the labelled data {what} the model was fitted on, so no guarantee holds on it; "
-            f"choose thresholds "
-            "on held-out labelled data (fit the calibrator on one part, run threshold on another)"
+            f"{what} (by its fingerprint of them, in any encoding), so no guarantee holds on them; "
+            "choose thresholds on held-out labelled data (fit the calibrator on one part, run "
+            "threshold on another)"
+        )
+    if ov.of_data >= WARN_OVERLAP:
+        warnings.warn(
+            f"about {ov.of_data:.0%} of the labelled rows look like rows the model was fitted on "
+            "(same classes, same score to 6 decimals); the guarantee assumes held-out rows, so "
+            "drop them if they are",
+            TopcalWarning,
+            stacklevel=2,
         )
 
 

@@ -16,6 +16,7 @@ from ..confusion import GridConfusion
 from ..data import TopLabelData
 from ..errors import DataError, ParameterError, TopcalWarning
 from ..evidence import Evidence, stats_mark
+from ..fingerprint import MAX_OVERLAP, WARN_OVERLAP
 from ..inputs import as_data
 from ..stats import ScoreStats
 
@@ -117,10 +118,26 @@ def merged_evidence(
         )
     seen = list(kept.marks)
     mark = stats_mark(new.stats)
-    if mark in seen:
+    share = 1.0 if mark in seen else 0.0
+    if isinstance(data, TopLabelData) and kept.fingerprint is not None:
+        share = max(share, kept.fingerprint.overlap(data).of_data)
+    if share >= MAX_OVERLAP:
+        raise DataError(
+            f"{model.name}.update: "
+            + (
+                "these rows are the same as data already in the model (its fit or an earlier "
+                "update, by the fingerprint of their statistics)"
+                if mark in seen
+                else f"about {share:.0%} of these rows are rows the model already holds (its fit "
+                "or an earlier update, by their fingerprint, in any encoding)"
+            )
+            + "; adding them would count them twice: update with rows the model has not seen"
+        )
+    if share >= WARN_OVERLAP:
         warnings.warn(
-            f"{model.name}.update: these rows are the same as data already in the model (its fit "
-            "or an earlier update, by the fingerprint of their statistics); they are counted twice",
+            f"{model.name}.update: about {share:.0%} of these rows look like rows the model "
+            "already holds (same classes, same score to 6 decimals); if they are, they are "
+            "counted twice",
             TopcalWarning,
             stacklevel=3,
         )

@@ -297,7 +297,6 @@ LONG_FILES: dict[str, str] = {
     "topcal/calibrators/kde/calibrator.py": _REFORMAT.format(600, 716),
     "topcal/calibrators/temperature/_core.py": _REFORMAT.format(580, 609),
     "topcal/calibrators/temperature/calibrator.py": _REFORMAT.format(598, 766),
-    "topcal/calibrators/auto.py": _REFORMAT.format(576, 748),
 }
 
 

@@ -294,7 +294,6 @@ LONG_FILES: dict[str, str] = {
     "topcal/thresholds.py": _REFORMAT.format(569, 825),
     "topcal/data/_table.py": _REFORMAT.format(517, 602),
     "topcal/calibrators/temperature/_core.py": _REFORMAT.format(580, 609),
-    "topcal/calibrators/temperature/calibrator.py": _REFORMAT.format(598, 766),
 }
 
 

@@ -293,7 +293,6 @@ LONG_FILES: dict[str, str] = {
     "topcal/plots/draw.py": _REFORMAT.format(560, 722),
     "topcal/thresholds.py": _REFORMAT.format(569, 825),
     "topcal/data/_table.py": _REFORMAT.format(517, 602),
-    "topcal/calibrators/temperature/_core.py": _REFORMAT.format(580, 609),
 }
 
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from ...data import TopLabelData, rows_by_class
 from ...errors import ConvergenceError, DataError, ParameterError
-from ._core import MultinomialObjective, bounded_newton, tabulate_losses
-from ._tables import NODES, LossTables
+from ._core import MultinomialObjective, bounded_newton
+from ._tables import NODES, LossTables, tabulate_losses
 from ._solver import degenerate_corner
 from ._rows import LOG_T, split_rows
 

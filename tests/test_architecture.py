@@ -291,7 +291,6 @@ _REFORMAT = (
 )
 LONG_FILES: dict[str, str] = {
     "topcal/plots/draw.py": _REFORMAT.format(560, 722),
-    "topcal/thresholds.py": _REFORMAT.format(569, 825),
     "topcal/data/_table.py": _REFORMAT.format(517, 602),
 }
 

@@ -362,7 +362,7 @@ def test_class_names_with_control_characters_are_printed_escaped(tmp_path):
 
 # ======================================================== 6. slow paths (timings: benchmarks/)
 def test_report_of_10000_character_class_names_takes_seconds(tmp_path):
-    from topcal.plots.draw import MAX_DRAWN, plain
+    from topcal.plots.primitives import MAX_DRAWN, plain
 
     _probs([c * 10_000 for c in "abc"]).to_csv(tmp_path / "long.csv", index=False)
     # 90 s before (matplotlib laid out every character of every tick label and title)

@@ -24,7 +24,8 @@ and expose ``curve(k)``.
 
 A fitted model holds one :class:`~topcal.evidence.Evidence` (``evidence_``): what
 its fit was told to keep (``fit(..., keep=...)``). ``update`` (:mod:`.updating`)
-merges evidence and refits; :mod:`.modelfile` is the JSON-ready form. The
+merges evidence and refits; :mod:`.modelfile` is the JSON-ready form. Those methods are
+:class:`~.keeping.EvidenceKeeping`'s, a base of :class:`Calibrator` in ``keeping.py``. The
 per-class score methods' shared machinery (shrinkage, count intervals) is :mod:`.score`.
 """
 
@@ -50,11 +51,10 @@ from ..errors import (
 from ..evidence import Evidence
 from ..fingerprint import Fingerprint
 from ..inputs import as_data
-from ..stats import ScoreStats
-from . import intervals, modelfile, updating
+from . import intervals
 from .hooks import HOOKS, hook, register_hook, set_html_renderer
+from .keeping import EvidenceKeeping
 from .modelfile import finite_array, support_list, to_jsonable
-from .registry import fits_from_counts, require_counts
 
 __all__ = [
     "Calibrator",
@@ -102,7 +102,7 @@ class Curve:
 DESCRIBE_LEVEL = 0.9
 
 
-class Calibrator:
+class Calibrator(EvidenceKeeping):
     """Base class of all calibrators. Subclasses set ``name`` and implement
     ``_fit``, ``_predict``, ``_get_state`` and ``_set_state``."""
 
@@ -339,118 +339,7 @@ class Calibrator:
                 + ("" if alt is None else f"; use {alt!r} on the top score instead")
             )
 
-    # ----------------------------------------------------------- evidence
-    @property
-    def evidence_(self) -> Evidence:
-        """What the fitted model knows of its data (:class:`~topcal.evidence.Evidence`): statistics,
-        label-shift counts, the fitting rows' fingerprint; empty parts where the fit kept none."""
-        self._check_fitted()
-        return self._evidence
-
-    def _keeps_stats(self) -> bool:
-        """Whether ``fit`` keeps mergeable statistics (by default ``registry.fits_from_counts``)."""
-        return fits_from_counts(self)
-
-    def _no_stats_reason(self) -> str:
-        """Why a fitted model of this method keeps no statistics (``updating.require_stats``)."""
-        return (
-            f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
-            "statistics; refit it on all the data (old and new) instead of updating"
-        )
-
-    def _stats_of(self, data: TopLabelData):
-        """The mergeable statistics of labelled ``data`` in the form this model keeps (what
-        ``update`` adds): :class:`~topcal.stats.ScoreStats` on the model's score cells (the
-        temperature methods that can update keep loss tables)."""
-        old = self._evidence.stats
-        return (
-            ScoreStats.from_data(data, n_cells=old.n_cells)
-            if old is not None
-            else ScoreStats.from_data(data)
-        )
-
-    def evidence_of(self, data: TopLabelData) -> Evidence:
-        """The evidence of labelled ``data`` in this model's form (what ``update`` adds): its kind
-        of statistics and the true classes counted in its regions. Raises where the model cannot be
-        updated (it keeps no statistics)."""
-        updating.require_stats(self)
-        return Evidence.for_update(data, stats_of=self._stats_of, regions=self._evidence.confusion)
-
-    def _fit_evidence(self, evidence: Evidence, keep: str) -> "Calibrator":
-        """``fit(evidence)``: see :func:`.updating.check_fit_evidence`."""
-        require_counts(self, "fit it in memory on the rows themselves")
-        stats, confusion = updating.check_fit_evidence(evidence)
-        self.fit(stats.to_data(), keep="model" if keep == "evidence" else keep)
-        if keep == "evidence":  # the evidence itself, not its re-count on the default grid
-            self._evidence = Evidence(
-                stats if self._keeps_stats() else None,
-                None if confusion is None else confusion.to_confusion(),
-                evidence.fingerprint,
-            )
-            self._keep = keep
-        return self
-
-    def update(
-        self, data, y=None, *, classes=None, kind: str = "auto", confusion=None
-    ) -> "Calibrator":
-        """Add labelled data and refit: merge the evidence, refit from it (:mod:`.updating`).
-
-        ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score
-        matrix's columns are the fitted classes, in order, unless ``classes``
-        names them, as in :meth:`predict`); or ``data`` is an :class:`~topcal.evidence.Evidence`
-        (:meth:`evidence_of` of each chunk or partition, merged), or bare
-        statistics of this model's kind (with their ``confusion`` counts in
-        this model's regions, if any). The result is the model
-        ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all the
-        parts, whatever the split and the order of updates (see
-        :mod:`topcal.stats`; for ``sts``/``csts``, the fit on all the data to
-        the tables' tolerance, ``docs/scale.md``). The label-shift counts are
-        merged too, in the model's own score regions; where the new evidence
-        has none (binned data, statistics alone) the model drops them, and
-        ``adapt`` asks for a refit.
-
-        Returns
-        -------
-        self
-        """
-        old = updating.require_stats(self)
-        merged = updating.merged_evidence(
-            self, old, data, y, classes=classes, kind=kind, confusion=confusion
-        )
-        self._refit(merged.stats)
-        self._evidence = merged
-        return self
-
-    def _refit(self, stats) -> None:
-        """Refit from merged statistics (``update``; Auto overrides this to keep its choice)."""
-        self.fit(stats.to_data(), keep="model")
-
-    @classmethod
-    def _stats_from_dict(cls, d: dict, classes: tuple, score_range: tuple):
-        """The statistics of a model file (:meth:`_stats_of`'s kind)."""
-        return ScoreStats.from_dict(d, classes, score_range)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: method, params, classes, score range, fitted state and the model's
-        evidence, each piece where kept (:func:`.modelfile.to_dict`)."""
-        self._check_fitted()
-        return modelfile.to_dict(self, self._get_state(), self._evidence)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Calibrator":
-        """Rebuild a fitted calibrator from :meth:`to_dict` output (:func:`.modelfile.from_dict`).
-
-        Raises ModelFileError for anything missing or inconsistent.
-        """
-        return modelfile.from_dict(cls, d)
-
-    def _load(self, d: dict, classes: tuple, score_range: tuple, n_tp, n_fp) -> None:
-        """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`)."""
-        self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
-        self._set_state(d["state"])
-        self._evidence = Evidence.from_dict(
-            d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
-        )
+    # evidence, update and the model file: EvidenceKeeping (keeping.py)
 
     # ------------------------------------------------------------ predict
     def _class_index(self, k) -> int:

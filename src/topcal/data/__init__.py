@@ -22,7 +22,8 @@ probabilities, (0, 10) for PhANNs (a sum of ten softmax outputs). Scores
 outside the declared range are an error, never silently clipped.
 
 Where: :class:`TopLabelData` and its constructors in ``_table.py``; the
-checks they share (finite values, shapes, the score range) in ``_checks.py``;
+checks they share (finite values, shapes, the score range) in ``_checks.py``, those of binned data
+in ``_bins.py``;
 class names and the coding of labels in ``_labels.py``; rows grouped by
 class in ``_rows.py``; K-fold splits and stratified subsamples in ``_folds.py``. Everything public
 is

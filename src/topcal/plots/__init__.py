@@ -26,9 +26,10 @@ Drawn artists carry a ``gid`` ("curve:<method>", "band:<method>", "hist", "uncal
 
 The package: :mod:`topcal.plots.compute` and :mod:`topcal.plots.evaluation` (the dataclasses and
 compute functions: per-class figures; figures of evaluated methods and second sets) and
-:mod:`topcal.plots.draw` (the plot functions and their panel-grid helpers); everything public is
-importable from ``topcal.plots``. A new figure: a dataclass and compute function in ``compute``,
-a plot function in ``draw``, both exported here.
+:mod:`topcal.plots.draw` (the plot functions; their colours, text and panel-grid helpers in
+:mod:`topcal.plots.primitives`); everything public is importable from ``topcal.plots``. A new
+figure: a dataclass and compute function in ``compute``, a plot function in ``draw``, both
+exported here.
 """
 
 from .compute import (

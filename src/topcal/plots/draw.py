@@ -1,7 +1,8 @@
 """Drawing the figures' data (:mod:`topcal.plots.compute`) as matplotlib Figures.
 
-matplotlib is imported inside the functions, so importing this module stays light. Long because it
-draws eight figures plus their shared panel-grid helpers (see the table in :mod:`topcal.plots`).
+matplotlib is imported inside the functions, so importing this module stays light. It draws
+eight figures (see the table in :mod:`topcal.plots`); what they share (colours, text drawn as
+written, panel grids, legends) is in :mod:`topcal.plots.primitives`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,25 @@ import math
 
 import numpy as np
 
-from ..calibrators.registry import BASELINE, lookup
+from ..calibrators.registry import lookup
 from ..errors import TopcalError
-from .compute import BARS_METHOD, CurveGrid, HistogramBars, JointDistribution, SPARSE_MIN
+from .compute import BARS_METHOD, CurveGrid, JointDistribution, SPARSE_MIN
 from .evaluation import HistogramOverlay, MethodScores, PairedScores
+from .primitives import (
+    METHOD_COLORS,
+    color_of,
+    diagonal,
+    draw_hist,
+    fig_legend,
+    gid_bars,
+    label_outer,
+    new_figure,
+    plain,
+    plain_all,
+    shade_outside,
+    small_multiples,
+    with_positives,
+)
 
 __all__ = [
     "plot_joint_distribution",
@@ -29,199 +45,6 @@ __all__ = [
     "plain_all",
 ]
 
-#: Colour of each method's curve and bar (paper colours where the paper fixes one: Conf_KDE blue,
-#: b_mon2 magenta, b_opt maroon, Conf_Cum* green, Conf_Hist black); no two methods share one, so
-#: every method of a bar chart is told apart (``uncalibrated`` bars are grey).
-METHOD_COLORS = {
-    "hist": "black",
-    "kde": "slateblue",
-    "kde-mon": "tab:cyan",
-    "kde-mon2": "tab:blue",
-    "kde-mon4": "magenta",
-    "kde-opt": "maroon",
-    "cum": "tab:red",
-    "cum-median": "tab:olive",
-    "cum-opt": "tab:green",
-    "conf1": "0.45",
-    "sts": "tab:orange",
-    "csts": "chocolate",
-    "tswa": "yellowgreen",
-    "cstswa": "tab:purple",
-    "bts": "tab:pink",
-    "btswa": "darkgoldenrod",
-    "auto": "teal",
-}
-_FALLBACK_COLORS = [
-    c
-    for c in (
-        "tab:brown",
-        "navy",
-        "crimson",
-        "darkseagreen",
-        "orchid",
-        "steelblue",
-        "sienna",
-        "darkkhaki",
-    )
-    if c not in METHOD_COLORS.values()
-]
-
-
-def _color(name: str, order: list[str]) -> str:
-    if name in METHOD_COLORS:
-        return METHOD_COLORS[name]
-    extra = [m for m in order if m not in METHOD_COLORS]
-    return (
-        _FALLBACK_COLORS[extra.index(name) % len(_FALLBACK_COLORS)]
-        if name in extra
-        else "tab:brown"
-    )
-
-
-#: Longest text :func:`plain` draws whole; longer names keep their start and end around an ellipsis
-#: (matplotlib took minutes to lay out a report's 10,000-character class names, issue 37).
-MAX_DRAWN = 80
-
-
-def plain(text) -> str:
-    """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start matplotlib's
-    math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones around "…"."""
-    text = str(text)
-    if len(text) > MAX_DRAWN:
-        text = text[: MAX_DRAWN - 30] + "…" + text[-29:]
-    return text.replace("$", r"\$")
-
-
-def plain_all(texts) -> list:
-    return [plain(t) for t in texts]
-
-
-# -------------------------------------------------------------------- draw
-def _new_figure(figsize):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=figsize, layout="constrained")
-
-
-def _grid_axes(fig, n: int, ncols: int, *, sharex=True, sharey=True):
-    nrows = max(1, math.ceil(n / ncols))
-    axes = np.atleast_1d(
-        fig.subplots(nrows, ncols, sharex=sharex, sharey=sharey, squeeze=False)
-    ).ravel()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return list(axes[:n]), axes.reshape(nrows, ncols)
-
-
-def _small_multiples(fig, n: int, ncols, panel_size: float, extra_height: float = 0.9):
-    """(fig, axes, axes2d) of ``n`` panels in ``ncols`` columns (default :func:`_default_ncols`);
-    a new figure sized for them unless ``fig`` is given."""
-    ncols = ncols or _default_ncols(n)
-    nrows = math.ceil(n / ncols)
-    fig = fig or _new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + extra_height))
-    axes, axes2d = _grid_axes(fig, n, ncols)
-    return fig, axes, axes2d
-
-
-def _with_positives(panels: list) -> list:
-    """The panels of classes with positives (None marks one without); an error if there are none."""
-    shown = [p for p in panels if p is not None]
-    if not shown:
-        raise TopcalError("no class has positives; nothing to plot")
-    return shown
-
-
-def _label_outer(axes2d, n: int, xlabel: str, ylabel: str):
-    nrows, ncols = axes2d.shape
-    for i, ax in enumerate(axes2d.ravel()[:n]):
-        r, c = divmod(i, ncols)
-        below_empty = (r + 1) * ncols + c >= n
-        if below_empty:
-            ax.set_xlabel(xlabel)
-            ax.tick_params(labelbottom=True)
-        if c == 0:
-            ax.set_ylabel(ylabel)
-
-
-def _default_ncols(n: int) -> int:
-    return 1 if n == 1 else 2 if n <= 4 else 3 if n <= 9 else 4
-
-
-def _gid_bars(bars, gid: str) -> None:
-    for patch in bars.patches:
-        patch.set_gid(gid)
-
-
-def _draw_hist(
-    ax, h: HistogramBars, *, color="0.85", edge="black", label="_nolegend_", gid=BARS_METHOD
-):
-    ok = ~np.isnan(h.values)
-    left = h.edges[:-1][ok]
-    width = np.diff(h.edges)[ok]
-    heights = h.values[ok]
-    sparse = h.sparse[ok]
-    bars = ax.bar(
-        left,
-        heights,
-        width=width,
-        align="edge",
-        color=color,
-        edgecolor=edge,
-        linewidth=0.7,
-        label=label,
-        zorder=1,
-    )
-    _gid_bars(bars, gid)
-    for patch, sp in zip(bars.patches, sparse):
-        patch.set_gid(gid)
-        if sp:
-            patch.set_linestyle((0, (3, 2)))
-            patch.set_hatch("///")
-            patch.set_facecolor("white")
-            patch.set_edgecolor("0.35")
-    return bars
-
-
-def _shade_outside(ax, support, score_range):
-    lo, hi = score_range
-    if support is None:
-        ax.axvspan(lo, hi, color="0.6", alpha=0.18, lw=0, zorder=0)
-        return
-    if support[0] > lo:
-        ax.axvspan(lo, support[0], color="0.6", alpha=0.18, lw=0, zorder=0, gid="extrapolated")
-    if support[1] < hi:
-        ax.axvspan(support[1], hi, color="0.6", alpha=0.18, lw=0, zorder=0, gid="extrapolated")
-
-
-def _diagonal(ax, score_range, label="uncalibrated score"):
-    lo, hi = score_range
-    (ln,) = ax.plot([lo, hi], [0, 1], ls="--", color="0.3", lw=1, label=label, zorder=2)
-    ln.set_gid(BASELINE)
-
-
-def _fig_legend(fig, axes, ncol=None):
-    handles, labels = {}, []
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in handles and not lab.startswith("_"):
-                handles[lab] = h
-                labels.append(lab)
-    if labels:
-        # entries per row that fit the width (a sub-figure of a larger figure has no get_figwidth)
-        width = (
-            fig.get_figwidth() if hasattr(fig, "get_figwidth") else fig.bbox.width / fig.figure.dpi
-        )
-        fit = max(1, int(width / 2.3))
-        fig.legend(
-            [handles[lab] for lab in labels],
-            labels,
-            loc="outside lower center",
-            ncol=ncol or min(len(labels), fit),
-            fontsize=8,
-            frameon=False,
-            markerscale=3,
-        )
-
 
 def plot_joint_distribution(jd: JointDistribution, *, fig=None):
     """Paper Figure 1: counts, confusion matrix and reverse confusion matrix (Conf1 on its
@@ -236,20 +59,20 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
     """
     k = len(jd.classes)
     if jd.counts is None:
-        fig = fig or _new_figure((max(6.0, 0.55 * k + 2), 4.2))
+        fig = fig or new_figure((max(6.0, 0.55 * k + 2), 4.2))
         ax1, ax2 = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1, 1]))
         x = np.arange(k)
         b1 = ax1.bar(x, jd.n_tp, color="tab:green", label="TP")
         b2 = ax1.bar(x, jd.n_fp, bottom=jd.n_tp, color="tab:orange", label="FP")
-        _gid_bars(b1, "counts:tp")
-        _gid_bars(b2, "counts:fp")
+        gid_bars(b1, "counts:tp")
+        gid_bars(b2, "counts:fp")
         tot = np.maximum(jd.n_tp + jd.n_fp, 1)
         if tot.max() > 50 * tot.min():
             ax1.set_yscale("log")  # stacked bars on log: FP segments of big classes stay visible
         ax1.set_title("positives per predicted class", fontsize=10)
         ax1.legend(fontsize=8)
         b3 = ax2.bar(x, np.nan_to_num(jd.conf1), color="tab:blue")
-        _gid_bars(b3, "conf1")
+        gid_bars(b3, "conf1")
         for xi, v in zip(x, jd.conf1):
             if not np.isnan(v):
                 ax2.text(xi, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
@@ -260,7 +83,7 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
             ax.set_xlabel("predicted class")
         return fig
     size = max(3.6, 0.4 * k + 1.6)
-    fig = fig or _new_figure((size * 3, size + 0.5))
+    fig = fig or new_figure((size * 3, size + 0.5))
     ax1, ax2, ax3 = fig.subplots(1, 3)
     panels = [
         (ax1, jd.counts, "joint counts (true x predicted)", "counts", "{:.0f}"),
@@ -347,20 +170,20 @@ def plot_calibration_curves(
     matplotlib.figure.Figure
     """
     n = len(grid.panels)
-    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size)
+    fig, axes, axes2d = small_multiples(fig, n, ncols, panel_size)
     methods = list(grid.methods)
     for ax, p in zip(axes, grid.panels):
-        _shade_outside(ax, p.support, grid.score_range)
+        shade_outside(ax, p.support, grid.score_range)
         if p.hist is not None:
-            _draw_hist(ax, p.hist)
-        _diagonal(ax, grid.score_range)
+            draw_hist(ax, p.hist)
+        diagonal(ax, grid.score_range)
         for name, (s, c) in p.clouds.items():
             sc = ax.scatter(
                 s,
                 c,
                 s=3,
                 alpha=0.35,
-                color=_color(name, methods),
+                color=color_of(name, methods),
                 lw=0,
                 label=f"{name} (cloud)",
                 zorder=3,
@@ -372,7 +195,7 @@ def plot_calibration_curves(
                 s,
                 lo,
                 hi,
-                color=_color(name, methods),
+                color=color_of(name, methods),
                 alpha=0.18,
                 lw=0,
                 zorder=3.5,
@@ -382,7 +205,7 @@ def plot_calibration_curves(
         for name, (s, c) in p.curves.items():
             if name == BARS_METHOD and p.hist is not None and len(p.hist.values) == 10:
                 continue  # the bars are this curve
-            (ln,) = ax.plot(s, c, color=_color(name, methods), lw=1.6, label=name, zorder=4)
+            (ln,) = ax.plot(s, c, color=color_of(name, methods), lw=1.6, label=name, zorder=4)
             ln.set_gid(f"curve:{name}")
         ax.set_title(f"{plain(p.class_name)}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
         if p.support is None:
@@ -399,7 +222,7 @@ def plot_calibration_curves(
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.25, lw=0.5)
-    _label_outer(axes2d, n, "score", "confidence")
+    label_outer(axes2d, n, "score", "confidence")
     from matplotlib.patches import Patch
 
     extra = [
@@ -417,14 +240,14 @@ def plot_calibration_curves(
         extra.append(
             Patch(fc="0.5", alpha=0.25, label=f"{grid.band_level:.0%} interval on the curve")
         )
-    _fig_legend(fig, axes + [_LegendProxy(extra)])
+    fig_legend(fig, axes + [_LegendProxy(extra)])
     if title:
         fig.suptitle(plain(title), fontsize=11)
     return fig
 
 
 class _LegendProxy:
-    """Feeds extra legend entries to :func:`_fig_legend`."""
+    """Feeds extra legend entries to :func:`fig_legend`."""
 
     def __init__(self, handles):
         self.handles = handles
@@ -446,11 +269,11 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
     -------
     matplotlib.figure.Figure
     """
-    shown = _with_positives(panels)
+    shown = with_positives(panels)
     n = len(shown)
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)
-    fig = fig or _new_figure((2 * panel_size * ncols + 0.3, panel_size * 0.95 * nrows + 0.9))
+    fig = fig or new_figure((2 * panel_size * ncols + 0.3, panel_size * 0.95 * nrows + 0.9))
     axes = np.atleast_2d(fig.subplots(nrows, 2 * ncols, squeeze=False))
     lo = min(p.score[0] for p in shown)
     hi = max(p.score[-1] for p in shown)
@@ -491,9 +314,9 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
         ad.set_ylim(0, top)
         ad.set_xlim(lo, hi)
         ad.set_title(f"{plain(p.class_name)}  b={p.bandwidth:.3g}", fontsize=8)
-        _shade_outside(ac, p.support, (lo, hi))
+        shade_outside(ac, p.support, (lo, hi))
         if p.hist is not None:
-            _draw_hist(ac, p.hist)
+            draw_hist(ac, p.hist)
         (l4,) = ac.plot(p.score, p.confidence, color="tab:blue", lw=1.5, label="Conf$_{KDE}$")
         l4.set_gid("confidence")
         if p.diluted is not None:
@@ -514,7 +337,7 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
         if r == nrows - 1 or i + ncols >= n:
             ad.set_xlabel("score", fontsize=7)
             ac.set_xlabel("score", fontsize=7)
-    _fig_legend(fig, [ax for ax in axes.ravel() if ax.get_visible()])
+    fig_legend(fig, [ax for ax in axes.ravel() if ax.get_visible()])
     return fig
 
 
@@ -530,14 +353,14 @@ def plot_ts_clouds(
     -------
     matplotlib.figure.Figure
     """
-    shown = _with_positives(panels)
+    shown = with_positives(panels)
     n = len(shown)
-    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size, 1.0)
+    fig, axes, axes2d = small_multiples(fig, n, ncols, panel_size, 1.0)
     lo, hi = shown[0].score_range
     for ax, p in zip(axes, shown):
         if p.hist is not None:
-            _draw_hist(ax, p.hist, color="0.92", edge="0.5")
-        _diagonal(ax, (lo, hi))
+            draw_hist(ax, p.hist, color="0.92", edge="0.5")
+        diagonal(ax, (lo, hi))
         for mask, color, lab in ((p.correct, "tab:green", "TP"), (~p.correct, "tab:orange", "FP")):
             sc = ax.scatter(
                 p.score[mask],
@@ -556,8 +379,8 @@ def plot_ts_clouds(
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.25, lw=0.5)
-    _label_outer(axes2d, n, "score y$_k$", "recalibrated ŷ$_k$")
-    _fig_legend(fig, axes)
+    label_outer(axes2d, n, "score y$_k$", "recalibrated ŷ$_k$")
+    fig_legend(fig, axes)
     if method:
         fig.suptitle(f"{method}: score vs recalibrated confidence", fontsize=11)
     return fig
@@ -572,7 +395,7 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
     """
     k, m = scores.per_class.shape
     if ax is None:
-        fig = _new_figure((max(7.0, min(12.5, 0.065 * (k + 1) * m + 3)), 4.2))
+        fig = new_figure((max(7.0, min(12.5, 0.065 * (k + 1) * m + 3)), 4.2))
         ax = fig.add_subplot()
     else:
         fig = ax.figure
@@ -586,7 +409,7 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
     width = 0.85 / m
     methods = list(scores.methods)
     for j, name in enumerate(methods):
-        color = "0.8" if getattr(lookup(name), "is_baseline", False) else _color(name, methods)
+        color = "0.8" if getattr(lookup(name), "is_baseline", False) else color_of(name, methods)
         bars = ax.bar(
             x - 0.425 + (j + 0.5) * width,
             np.nan_to_num(vals[:, j]),
@@ -596,7 +419,7 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
             edgecolor="white",
             linewidth=0.3,
         )
-        _gid_bars(bars, f"bars:{name}")
+        gid_bars(bars, f"bars:{name}")
     ax.set_xticks(x, plain_all(groups), rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(f"{scores.metric.upper()} per sample")
     ax.grid(axis="y", alpha=0.3)
@@ -618,10 +441,10 @@ def plot_histogram_overlay(
     matplotlib.figure.Figure
     """
     n = len(overlay.classes)
-    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size)
+    fig, axes, axes2d = small_multiples(fig, n, ncols, panel_size)
     styles = (dict(color="black", ls="-"), dict(color="tab:red", ls="--"))
     for ax, cname, h1, h2 in zip(axes, overlay.classes, overlay.first, overlay.second):
-        _diagonal(ax, overlay.score_range)
+        diagonal(ax, overlay.score_range)
         for h, st, lab, gid in (
             (h1, styles[0], overlay.labels[0], "hist:1"),
             (h2, styles[1], overlay.labels[1], "hist:2"),
@@ -636,8 +459,8 @@ def plot_histogram_overlay(
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.25, lw=0.5)
-    _label_outer(axes2d, n, "score", "Conf$_{Hist}$")
-    _fig_legend(fig, axes)
+    label_outer(axes2d, n, "score", "Conf$_{Hist}$")
+    fig_legend(fig, axes)
     return fig
 
 
@@ -651,15 +474,15 @@ def plot_paired_bars(scores: PairedScores, *, ax=None):
     """
     m = len(scores.methods)
     if ax is None:
-        fig = _new_figure((max(5.5, min(12.5, 0.6 * m + 2)), 3.8))
+        fig = new_figure((max(5.5, min(12.5, 0.6 * m + 2)), 3.8))
         ax = fig.add_subplot()
     else:
         fig = ax.figure
     x = np.arange(m)
     b1 = ax.bar(x - 0.2, scores.first, width=0.38, color="tab:blue", label=scores.labels[0])
     b2 = ax.bar(x + 0.2, scores.second, width=0.38, color="tab:orange", label=scores.labels[1])
-    _gid_bars(b1, "paired:1")
-    _gid_bars(b2, "paired:2")
+    gid_bars(b1, "paired:1")
+    gid_bars(b2, "paired:2")
     ax.set_xticks(x, plain_all(scores.methods), rotation=45, ha="right", fontsize=8)
     vals = np.concatenate([scores.first, scores.second])
     vals = vals[np.isfinite(vals)]
@@ -690,11 +513,11 @@ def plot_added_samples(
     n = len(panels)
     if n == 1:
         panel_size = max(panel_size, 4.2)  # room for the legend under a single panel
-    fig, axes, axes2d = _small_multiples(fig, n, ncols, panel_size)
+    fig, axes, axes2d = small_multiples(fig, n, ncols, panel_size)
     lo, hi = float(panels[0].score[0]), float(panels[0].score[-1])
     for ax, p in zip(axes, panels):
-        _shade_outside(ax, p.new_support, (lo, hi))
-        _diagonal(ax, (lo, hi))
+        shade_outside(ax, p.new_support, (lo, hi))
+        diagonal(ax, (lo, hi))
         (l1,) = ax.plot(p.score, p.old, color="black", lw=1.5, label=f"{method}, original data")
         (l2,) = ax.plot(
             p.score, p.new, color="tab:red", lw=1.5, label=f"{method}, with added samples"
@@ -717,6 +540,6 @@ def plot_added_samples(
         ax.set_ylim(0, 1.02)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.25, lw=0.5)
-    _label_outer(axes2d, n, "score", "confidence")
-    _fig_legend(fig, axes)
+    label_outer(axes2d, n, "score", "confidence")
+    fig_legend(fig, axes)
     return fig

@@ -3,7 +3,7 @@
 
 ``calibrator.py`` holds the six calibrators; ``_core.py`` the shared
 objective, its analytic derivatives and the bounded Newton solver;
-``_tables.py`` the additive loss tables that make ``update`` exact.
+``_tables.py`` the additive loss tables that make ``update`` exact (and their tabulation).
 docs/temperature.md explains them.
 """
 

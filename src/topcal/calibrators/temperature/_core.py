@@ -57,10 +57,10 @@ __all__ = [
     "NewtonResult",
     "bounded_newton",
     "LOSSES",
+    "BLOCK",
     "softplus",
     "loss_parts",
     "loss_derivs",
-    "tabulate_losses",
 ]
 
 #: Temperatures are confined to [1e-3, 1e3]. At the lower end a log score divided by T stays
@@ -202,7 +202,7 @@ def top_label_margin_rows(
 #: temporaries stay in cache and are reused, so main memory is read once per
 #: evaluation and no large temporary is allocated (fresh large arrays cost
 #: page faults on every call, which dominated an unblocked version).
-_BLOCK = 8192
+BLOCK = 8192
 
 
 def _block_moments(oc, beta, ec, eoc, moments=True):
@@ -227,13 +227,13 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
 #: at 10^4 x 100,
 #: and at 10^4 x 10 1.5 x. One block serves both of :func:`_block_moments`'s passes (exp(beta O),
 #: then it
-#: times O, in place: the same products). The moments of a block of :data:`_BLOCK` rows are computed
+#: times O, in place: the same products). The moments of a block of :data:`BLOCK` rows are computed
 #: a
 #: sub-block of columns at a time (:func:`_moments`): every column's sums are its own
 #: (``sum(axis=0)`` adds
 #: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one
 #: wide
-#: block, bit for bit), and the sums over rows still run over the same blocks of :data:`_BLOCK`
+#: block, bit for bit), and the sums over rows still run over the same blocks of :data:`BLOCK`
 #: rows.
 #: Narrow sub-blocks cost time in Python (2^14 entries: 17-28% more CPU time per evaluation at K =
 #: 100,
@@ -245,7 +245,7 @@ _SCRATCH_COLS = 4096
 def _scratch(others):
     """The exp() scratch of :func:`_block_moments`, as (ec, eoc): one block, both passes in it."""
     r, n = others.shape
-    e = np.empty((r, min(n, _BLOCK, _SCRATCH_COLS, max(64, _SCRATCH_ELEMENTS // max(r, 1)))))
+    e = np.empty((r, min(n, BLOCK, _SCRATCH_COLS, max(64, _SCRATCH_ELEMENTS // max(r, 1)))))
     return e, e
 
 
@@ -290,8 +290,8 @@ def lse_moments(others: np.ndarray, beta, *, moments: bool = True):
     out = [np.empty(n) for _ in range(3 if moments else 1)]
     e, eo = _scratch(others)
     per_sample = np.ndim(beta) > 0
-    for a in range(0, n, _BLOCK):
-        b = min(a + _BLOCK, n)
+    for a in range(0, n, BLOCK):
+        b = min(a + BLOCK, n)
         res = _moments(others[:, a:b], beta[a:b] if per_sample else beta, e, eo, moments)
         for o, v in zip(out, res):
             o[a:b] = v
@@ -321,7 +321,7 @@ def top_label_margin(d, others, beta, award) -> np.ndarray:
 _EPS = PROB_CLIP
 
 
-#: The per-sample losses in m that :func:`tabulate_losses` tabulates: the two fit
+#: The per-sample losses in m that :func:`~._tables.tabulate_losses` tabulates: the two fit
 #: objectives, and "nll-raw", the unclipped top-label NLL softplus(-m) (TP) and softplus(m) (FP)
 #: that ``nll_`` and ``class_nll_`` report.
 LOSSES = ("nll", "brier", "nll-raw")
@@ -438,8 +438,8 @@ class TopLabelObjective:
         s_ta = np.zeros(nG)
         s_l2 = np.zeros(nG)
         offsets = x[1:]
-        for a in range(0, n, _BLOCK):
-            b = min(a + _BLOCK, n)
+        for a in range(0, n, BLOCK):
+            b = min(a + BLOCK, n)
             tp, fp = self.tp[a:b], self.fp[a:b]
             grp = None if self.groups is None else self.groups[a:b]
             d = self.d[a:b]
@@ -503,59 +503,6 @@ class TopLabelObjective:
         return g.copy(), h.copy()
 
 
-#: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once (8 MB).
-_TAB_ELEMENTS = 1 << 20
-
-
-def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
-    """Summed losses and their first two derivatives in theta = log T at each of ``thetas``.
-
-    The loss tables behind ``update`` of the temperature methods without awards
-    (:mod:`topcal.calibrators.temperature._tables`): the margins m, their derivatives in
-    theta and every loss in ``losses`` (names in :data:`LOSSES`) with its
-    derivatives, summed over rows, the same quantities as
-    :class:`TopLabelObjective` at each node. Many nodes are evaluated at once on a
-    block of rows (a class has few rows when there are many classes: one node at a
-    time would spend its time in Python, not in exp()).
-
-    Returns
-    -------
-    dict loss -> ndarray (len(thetas), 3)
-        (value, d/dtheta, d2/dtheta2) at each node.
-    """
-    betas = np.exp(-np.asarray(thetas, dtype=np.float64))
-    out = {name: np.zeros((betas.size, 3)) for name in losses}
-    n = d.shape[0]
-    r = others.shape[0]
-    for a in range(0, n, _BLOCK):
-        b = min(a + _BLOCK, n)
-        oc = others[None, :, a:b]
-        db, tpb, fpb = d[a:b], tp[a:b], fp[a:b]
-        step = max(1, _TAB_ELEMENTS // (r * (b - a)))
-        for i in range(0, betas.size, step):
-            bet = betas[i : i + step, None]
-            e = np.exp(bet[:, :, None] * oc)
-            s0 = e.sum(axis=1)
-            e *= oc
-            mean = e.sum(axis=1) / s0
-            e *= oc
-            var = np.maximum(e.sum(axis=1) / s0 - mean * mean, 0.0)
-            dm_db = db - mean
-            m = db * bet - np.log(s0)
-            # as in TopLabelObjective: theta = log T, d beta / d theta = -beta
-            dm_dt = -bet * dm_db
-            d2m_dt2 = bet * dm_db - (bet * bet) * var
-            pq = (expit(m), expit(-m))  # shared by every loss
-            for name in losses:
-                f_tp, f_fp = loss_parts(m, name, pq)
-                l1, l2 = loss_derivs(m, tpb, fpb, name, pq)
-                rows = out[name][i : i + step]
-                rows[:, 0] += f_tp @ tpb + f_fp @ fpb
-                rows[:, 1] += (l1 * dm_dt).sum(axis=1)
-                rows[:, 2] += (l2 * dm_dt * dm_dt + l1 * d2m_dt2).sum(axis=1)
-    return out
-
-
 class MultinomialObjective:
     """Classic (Guo et al. 2017) temperature scaling loss: full multinomial NLL.
 
@@ -590,8 +537,8 @@ class MultinomialObjective:
             n = self.zt.shape[1]
             e, eo = _scratch(self.zt)
             f = g = h = 0.0
-            for a in range(0, n, _BLOCK):
-                b = min(a + _BLOCK, n)
+            for a in range(0, n, BLOCK):
+                b = min(a + BLOCK, n)
                 lse, mean, var = _moments(self.zt[:, a:b], beta, e, eo)
                 w, zy = self.w[a:b], self.zy[a:b]
                 dl_db = mean - zy  # per-sample d loss / d beta; d2 loss / d beta2 = var

@@ -6,7 +6,7 @@ two methods minimise does: it is a sum over rows, and the rows of predicted
 class k depend on one parameter only, theta = log T (T_k for ``csts``, the shared
 T for ``sts``). So a model keeps, per predicted class, the summed loss and its
 first two derivatives in theta at :data:`N_NODES` equally spaced nodes of the
-whole box theta in [log T_MIN, log T_MAX] (:func:`~._core.tabulate_losses`).
+whole box theta in [log T_MIN, log T_MAX] (:func:`tabulate_losses`).
 Tables of two parts add up (exactly up to float rounding), and ``update`` refits
 by running the same bounded Newton solver on the quintic Hermite interpolant of
 the summed table (C2, matches value, slope and curvature at every node), from the
@@ -33,10 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import DataError
-from ._core import T_MAX, T_MIN
+from scipy.special import expit
 
-__all__ = ["N_NODES", "NODES", "LossTables", "TabulatedObjective"]
+from ...errors import DataError
+from ._core import BLOCK, T_MAX, T_MIN, loss_derivs, loss_parts
+
+__all__ = ["N_NODES", "NODES", "LossTables", "TabulatedObjective", "tabulate_losses"]
 
 #: Nodes of the tables in theta = log T: 257 over [log 1e-3, log 1e3] (spacing 0.054).
 #: The interpolation error of the fitted T falls like spacing^6: on five CIFAR networks'
@@ -44,6 +46,59 @@ __all__ = ["N_NODES", "NODES", "LossTables", "TabulatedObjective"]
 #: small class), 257 nodes at most 5.1e-8 (docs/scale.md).
 N_NODES = 257
 NODES = np.linspace(np.log(T_MIN), np.log(T_MAX), N_NODES)
+
+
+#: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once (8 MB).
+_TAB_ELEMENTS = 1 << 20
+
+
+def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
+    """Summed losses and their first two derivatives in theta = log T at each of ``thetas``.
+
+    The loss tables behind ``update`` of the temperature methods without awards
+    (this module): the margins m, their derivatives in
+    theta and every loss in ``losses`` (names in :data:`~._core.LOSSES`) with its
+    derivatives, summed over rows, the same quantities as
+    :class:`~._core.TopLabelObjective` at each node. Many nodes are evaluated at once on a
+    block of rows (a class has few rows when there are many classes: one node at a
+    time would spend its time in Python, not in exp()).
+
+    Returns
+    -------
+    dict loss -> ndarray (len(thetas), 3)
+        (value, d/dtheta, d2/dtheta2) at each node.
+    """
+    betas = np.exp(-np.asarray(thetas, dtype=np.float64))
+    out = {name: np.zeros((betas.size, 3)) for name in losses}
+    n = d.shape[0]
+    r = others.shape[0]
+    for a in range(0, n, BLOCK):
+        b = min(a + BLOCK, n)
+        oc = others[None, :, a:b]
+        db, tpb, fpb = d[a:b], tp[a:b], fp[a:b]
+        step = max(1, _TAB_ELEMENTS // (r * (b - a)))
+        for i in range(0, betas.size, step):
+            bet = betas[i : i + step, None]
+            e = np.exp(bet[:, :, None] * oc)
+            s0 = e.sum(axis=1)
+            e *= oc
+            mean = e.sum(axis=1) / s0
+            e *= oc
+            var = np.maximum(e.sum(axis=1) / s0 - mean * mean, 0.0)
+            dm_db = db - mean
+            m = db * bet - np.log(s0)
+            # as in TopLabelObjective: theta = log T, d beta / d theta = -beta
+            dm_dt = -bet * dm_db
+            d2m_dt2 = bet * dm_db - (bet * bet) * var
+            pq = (expit(m), expit(-m))  # shared by every loss
+            for name in losses:
+                f_tp, f_fp = loss_parts(m, name, pq)
+                l1, l2 = loss_derivs(m, tpb, fpb, name, pq)
+                rows = out[name][i : i + step]
+                rows[:, 0] += f_tp @ tpb + f_fp @ fpb
+                rows[:, 1] += (l1 * dm_dt).sum(axis=1)
+                rows[:, 2] += (l2 * dm_dt * dm_dt + l1 * d2m_dt2).sum(axis=1)
+    return out
 
 
 class TabulatedObjective:

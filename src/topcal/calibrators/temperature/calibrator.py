@@ -14,7 +14,8 @@ score), the loss, the bounded Newton optimiser in (log T, A / T) and the
 degenerate cases are in docs/temperature.md. The six registered methods are in
 ``methods.py``; what they share is :class:`TemperatureBase` here (fit, update
 from loss tables, persistence, describe), its intervals are
-``_intervals.py``, the objective and solver ``_core.py`` / ``_solver.py``.
+``_intervals.py``, its update ``_updating.py`` and its file state ``_state.py`` (its bases), the
+objective and solver ``_core.py`` / ``_solver.py``.
 """
 
 from __future__ import annotations
@@ -26,15 +27,8 @@ import numpy as np
 from scipy.special import expit
 
 from ..._params import MAX_ITER, Interval, Options
-from ...data import (
-    LOG_PROB_FLOOR,
-    TopLabelData,
-    canonical_order,
-    class_order,
-    preview,
-    rows_by_class,
-)
-from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
+from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, class_order, preview
+from ...errors import ConvergenceError, DegenerateClassWarning, ParameterError
 from ._core import (
     OFFSET_MAX,
     T_MAX,
@@ -44,14 +38,14 @@ from ._core import (
     TopLabelObjective,
     bounded_newton,
     softplus,
-    tabulate_losses,
     top_label_margin,
     top_label_margin_rows,
 )
-from ._tables import NODES, LossTables
-from ..base import Calibrator, Curve, finite_array, support_list, to_jsonable
+from ..base import Calibrator, Curve
 from ..foldmemo import memo, memo_data
 from ._intervals import TemperatureIntervals
+from ._state import TemperatureState
+from ._updating import TemperatureUpdating
 from ._lockstep import solve_classes
 from ._solver import degenerate_corner
 from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, warm_start
@@ -59,7 +53,7 @@ from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, warm_
 __all__ = ["TemperatureBase"]
 
 
-class TemperatureBase(TemperatureIntervals, Calibrator):
+class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureIntervals, Calibrator):
     """Shared machinery of the temperature methods.
 
     Fitted attributes
@@ -439,153 +433,8 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         )
         return NewtonResult(x, obj.value(x), 0)
 
-    # --------------------------------------------------------------- update
-    #: sts and csts keep loss tables (one parameter per row group); the award methods cannot
-    _updatable: ClassVar[bool] = False
-
-    def _keeps_stats(self) -> bool:
-        return self._binary or (self._updatable and self.keep_stats)
-
-    def _no_stats_reason(self) -> str:
-        if self._updatable:
-            return (
-                f"this {self.name!r} model was fitted with keep_stats=False (the default), so it "
-                f"has no loss "
-                "tables to merge; refit it on all the data (old and new), with keep_stats=True "
-                "(--param keep_stats=true) to update it later"
-            )
-        return (
-            f"method {self.name!r} has an award: its loss per class is a function of two "
-            f"parameters "
-            "(T and A), which no table of bounded size summarises (docs/scale.md); refit it on all "
-            "the "
-            "data (old and new) instead of updating, or use csts/sts, which can be updated"
-        )
-
-    def _table_names(self) -> tuple[str, ...]:
-        """The losses the tables hold: the fit's objective(s) and the raw NLL that nll_ reports."""
-        if self._objective_kind() == "multinomial":
-            return ("multinomial", "nll-raw")
-        return ("nll", "brier", "nll-raw") if self.loss == "brier" else ("nll", "nll-raw")
-
-    def _stats_of(self, data: TopLabelData):
-        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or loss
-        tables (sts/csts).
-
-        The loss tables hold, per predicted class, each loss the fit needs and
-        its first two derivatives in log T at 257 nodes over [1e-3, 1e3]
-        (:mod:`topcal.calibrators.temperature._tables`); computing them costs 257
-        evaluations of the loss, 20-100 times a fit.
-        """
-        if self._binary:
-            return super()._stats_of(data)
-        if not self._updatable:
-            raise ParameterError(self._no_stats_reason())
-        data = self._check_compatible(data)  # on the model's class list (a no-op within fit)
-        self._check_data(data)
-        data.require_labels(f"loss tables of {self.name!r}")
-        k = data.n_classes
-        names = self._table_names()
-        tables = {name: np.zeros((k, len(NODES), 3)) for name in names}
-        top = [name for name in names if name != "multinomial"]
-        for c, idx in rows_by_class(data.pred, k):  # one sort, not a pass per class
-            d, others = split_rows(data, idx)
-            for name, t in tabulate_losses(
-                d, others, data.tp[idx], data.fp[idx], NODES, top
-            ).items():
-                tables[name][c] = t
-            if "multinomial" in names:
-                obj = MultinomialObjective(
-                    self._log_scores(data.subset(idx)),
-                    data.labels[idx],
-                    data.tp[idx] + data.fp[idx],
-                )
-                for i, theta in enumerate(NODES):
-                    g, h = obj.grad_hess([theta])
-                    tables["multinomial"][c, i] = (obj.value([theta]), g[0], h[0, 0])
-        tp, fp = data.class_counts()
-        return LossTables(tables, tp, fp)
-
-    @classmethod
-    def _stats_from_dict(cls, d, classes, score_range):
-        if cls._binary:
-            return super()._stats_from_dict(d, classes, score_range)
-        return LossTables.from_dict(d, len(classes))
-
-    def _refit(self, stats) -> None:
-        """``update`` of sts/csts: the fit's own solver on the merged loss tables (bts/btswa: on
-        counts)."""
-        if self._binary:
-            return super()._refit(stats)
-        self._validate_params()
-        if set(stats.tables) != set(self._table_names()):
-            raise DataError(
-                f"{self.name}: the statistics hold the losses {sorted(stats.tables)}, "
-                f"this model needs {sorted(self._table_names())}"
-            )
-        self.n_tp_, self.n_fp_ = stats.n_tp.copy(), stats.n_fp.copy()
-        fitted, only_tp, only_fp = self._class_flags()
-        k = len(self.classes_)
-        theta = np.zeros(k)
-        lo, hi = np.array([LOG_T[0]]), np.array([LOG_T[1]])
-        loss = 0.0
-        n_iter = 0
-        if self._objective_kind() == "multinomial":
-            obj = stats.objective("multinomial", fitted)
-            try:
-                res = bounded_newton(obj, [0.0], lo, hi, max_iter=self.max_iter, what=self.name)
-            except ConvergenceError as exc:
-                res = self._fallback(obj, np.zeros(1), lo, hi, None, self.name, exc)
-            theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
-        elif self._shared:
-            res, _ = self._solve(
-                lambda name: stats.objective(name, fitted), np.zeros(1), lo, hi, None, self.name
-            )
-            theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
-        else:
-            for c in np.flatnonzero(fitted):
-
-                def make(name, c=c):
-                    return stats.objective(name, [c])
-
-                res = None
-                if only_tp[c] or only_fp[c]:
-                    res = degenerate_corner(make(self.loss), bool(only_tp[c]), lo, hi)
-                if res is None:
-                    res, _ = self._solve(
-                        make, np.zeros(1), lo, hi, None, f"{self.name} (class {self.classes_[c]!r})"
-                    )
-                theta[c] = res.x[0]
-                loss += res.fun
-                n_iter += res.n_iter
-        self.temperature_ = np.where(fitted, np.exp(theta), 1.0)
-        self.awards_ = np.zeros(k)
-        self.fitted_classes_ = fitted
-        self.loss_ = float(loss)
-        self.n_iter_ = int(n_iter)
-        self.class_nll_ = np.array(
-            [stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)]
-        )
-        self.nll_ = float(self.class_nll_.sum())
-        name = "multinomial" if self._objective_kind() == "multinomial" else "nll"
-        if self._shared:
-            groups = (
-                [
-                    (
-                        np.flatnonzero(fitted),
-                        stats.objective(name, fitted),
-                        np.array([theta[fitted][0]]),
-                    )
-                ]
-                if fitted.any()
-                else []
-            )
-        else:
-            groups = [
-                ([c], stats.objective(name, [c]), np.array([theta[c]]))
-                for c in np.flatnonzero(fitted)
-            ]
-        self.param_cov_ = self._covariances(groups)
+    # update and persistence: the bases TemperatureUpdating (_updating.py) and TemperatureState
+    # (_state.py)
 
     def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
         """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given ones)."""
@@ -687,80 +536,3 @@ class TemperatureBase(TemperatureIntervals, Calibrator):
         s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
         grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
         return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
-
-    # ---------------------------------------------------------- persistence
-    def _get_state(self) -> dict:
-        if self._binary:  # the curve's support (bts/btswa)
-            return {
-                **self._state_core(),
-                "support": [None if v is None else list(v) for v in self.support_],
-            }
-        return self._state_core()
-
-    def _state_core(self) -> dict:
-        cov = self.param_cov_
-        extra = (
-            {}
-            if cov is None
-            else {"param_cov": [None if not np.all(np.isfinite(c)) else c.reshape(-1) for c in cov]}
-        )
-        return to_jsonable(
-            {
-                **extra,
-                "temperature": self.temperature_,
-                "awards": self.awards_,
-                "fitted": [bool(v) for v in self.fitted_classes_],
-                "loss": self.loss_,
-                "nll": self.nll_,
-                "class_nll": self.class_nll_,
-                "n_iter": self.n_iter_,
-            }
-        )
-
-    def _set_state(self, state: dict) -> None:
-        k = len(self.classes_)
-        temps = finite_array(state["temperature"], "temperature", k)
-        # a fit keeps T in [T_MIN, T_MAX] and |A / T| <= OFFSET_MAX; outside them (a hand-edited
-        # file:
-        # T = 1e-320) log y / T overflows and every confidence is NaN
-        if np.any(temps < T_MIN * (1 - 1e-9)) or np.any(temps > T_MAX * (1 + 1e-9)):
-            raise ValueError(
-                f"temperatures must lie in [{T_MIN:g}, {T_MAX:g}], the range a fit searches"
-            )
-        awards = finite_array(state["awards"], "awards", k)
-        if np.any(np.abs(awards / temps) > OFFSET_MAX * (1 + 1e-9)):
-            raise ValueError(f"awards must satisfy |A / T| <= {OFFSET_MAX:g}, as a fit keeps them")
-        fitted = state["fitted"]
-        if (
-            not isinstance(fitted, list)
-            or len(fitted) != k
-            or not all(isinstance(v, bool) for v in fitted)
-        ):
-            raise ValueError(f"fitted must be a list of {k} booleans")
-        self.temperature_ = temps
-        self.awards_ = awards
-        self.fitted_classes_ = np.array(fitted, dtype=bool)
-        (self.loss_, self.nll_) = (
-            float(v) for v in finite_array([state["loss"], state["nll"]], "loss")
-        )
-        self.class_nll_ = finite_array(state["class_nll"], "class_nll", k)
-        self.n_iter_ = int(state["n_iter"])
-        cov = state.get(
-            "param_cov"
-        )  # files before intervals have none: predict_interval asks for a refit
-        if cov is None:
-            self.param_cov_ = None
-        else:
-            if not isinstance(cov, list) or len(cov) != k:
-                raise ValueError(f"param_cov must be a list of {k} entries")
-            self.param_cov_ = np.array(
-                [
-                    np.full((2, 2), np.nan)
-                    if c is None
-                    else finite_array(c, "param_cov", 4).reshape(2, 2)
-                    for c in cov
-                ]
-            ).reshape(k, 2, 2)
-        if self._binary:
-            sup = state.get("support", [None] * k)  # files before the binary curves had none
-            self.support_ = support_list(sup, k)

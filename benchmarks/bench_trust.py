@@ -18,7 +18,9 @@ is measured. For targets 0.9, 0.95, 0.99 and delta 0.05, 0.1:
 * ``naive``: the loosest cut-off of the same grid whose calibration-half
   precision is >= the target (read off the calibration data: no guarantee);
 * ``sgr``: Selection with Guaranteed Risk (Geifman and El-Yaniv 2017),
-  :func:`topcal.thresholds.sgr_threshold`, global only.
+  :func:`topcal.thresholds.sgr_threshold`, global only, on the network's raw top score (the
+  softmax response, as its paper does; until issue 33 it ran on topcal's calibrated confidence,
+  a weakened peer).
 
 Reported per cell: the violation rate (share of splits whose test-half
 precision of the accepted predictions is below the target; a split without a
@@ -143,6 +145,9 @@ def run_set(name, method, splits, fit_share, seed):
     rest_tp, rest_fp = data.tp - fit_tp, data.fp - fit_fp
     keep = (rest_tp + rest_fp) > 0
     conf = model.predict(data)[keep]
+    raw = data.score[
+        keep
+    ]  # SGR's own input: the network's top score (its paper's softmax response)
     pred, rest_tp, rest_fp = (
         data.pred[keep],
         rest_tp[keep].astype(np.int64),
@@ -173,14 +178,17 @@ def run_set(name, method, splits, fit_share, seed):
             for delta in DELTAS:
                 cell = cells[(target, delta)]
                 res = {
-                    "g_ltt": ltt_cutoff(
-                        "all", conf, c_tp, c_fp, target, delta, starts=GLOBAL_STARTS
-                    ).cutoff,
-                    "g_naive": naive_g,
-                    "g_sgr": sgr_threshold(conf, c_tp, c_fp, target, delta),
+                    "g_ltt": (
+                        ltt_cutoff(
+                            "all", conf, c_tp, c_fp, target, delta, starts=GLOBAL_STARTS
+                        ).cutoff,
+                        conf,
+                    ),
+                    "g_naive": (naive_g, conf),
+                    "g_sgr": (sgr_threshold(raw, c_tp, c_fp, target, delta), raw),
                 }
-                for key, cut in res.items():
-                    v, n = test_outcome(cut, conf, t_tp, t_fp, target)
+                for key, (cut, values) in res.items():
+                    v, n = test_outcome(cut, values, t_tp, t_fp, target)
                     cell[key].append(v)
                     cell["acc"][key].append(n / total)
                 for key, cuts in (

@@ -152,7 +152,7 @@ def test_library_bars_follow_the_terminal_and_quiet(monkeypatch):
     assert sys.stderr.getvalue() == "" and b.n == 4
 
 
-def test_adapt_bootstrap_bar_on_a_terminal(monkeypatch):
+def test_adapt_bootstrap_and_safety_simulation_bars_on_a_terminal(monkeypatch):
     import topcal
     from topcal import _progress
 
@@ -169,6 +169,7 @@ def test_adapt_bootstrap_bar_on_a_terminal(monkeypatch):
     assert _progress.enabled()
     model.adapt(topcal.TopLabelData.from_probs(probs[:500]), n_bootstrap=5)
     assert "bootstrap" in term.getvalue() and "resamples" in term.getvalue()
+    assert "safety simulation" in term.getvalue() and "use sets" in term.getvalue()  # issue 34
 
 
 def test_long_runs_print_plain_lines_when_stderr_is_a_file(data_csv, tmp_path, monkeypatch):

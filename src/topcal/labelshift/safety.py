@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _progress
 from .._numeric import binary_nll
 from ..confusion import ConfusionStats
 from ..errors import ParameterError
@@ -311,7 +312,7 @@ def choose_shrink(
         cdf_use = np.cumsum(p_use) if p_use.size > INVERSION_RATIO * n_use else None
         change = np.zeros((n_sim, grid.size))
         err = np.zeros(n_sim)
-        for s in range(n_sim):
+        for s in _progress.bar(range(n_sim), desc="safety simulation", unit=" use sets"):
             li, lv = draw_counts(rng, p_lab, n_lab, cdf_lab)
             ui, uv = draw_counts(rng, p_use, int(n_use), cdf_use)
             li, ui = nz[li], nz[ui]

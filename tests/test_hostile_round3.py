@@ -276,6 +276,13 @@ def test_forged_thresholds_are_refused(thresholds, tmp_path):
             "missing field": lambda t: t["per_class"][2].pop("n_correct"),
             "entry not an object": lambda t: t["per_class"].__setitem__(2, 0.5),
             "digest not hex": lambda t: t["model"].__setitem__("sha256", "x" * 64),
+            # issue 33: what a cut-off is on
+            "on bogus": lambda t: t["overall"].__setitem__("on", "bogus"),
+            "on a number": lambda t: t["overall"].__setitem__("on", 1),
+            "on score with a tie score": lambda t: t["per_class"][0].update(
+                on="score", score_cutoff=0.5
+            ),
+            "on score, a string": lambda t: t["overall"].update(on="score", cutoff="-inf"),
         }
     )
     for i, (what, edit) in enumerate(edits.items()):

@@ -45,33 +45,44 @@ MODES = ("per-class", "global")
 MULTIPLICITY = ("per-class", "bonferroni")
 
 
-def _as_cut(c) -> tuple[float, float]:
-    """A cut-off as (confidence, tie-breaking score); NaN for none (no cut-off: nothing reaches it;
-    no score: confidence >= cut-off)."""
+#: What a cut-off is on: the calibrated confidence (ties broken by the raw score), or the raw
+#: top score itself (a global or shared cut-off, where the raw order accepted more: see
+#: topcal.thresholds).
+ON = ("confidence", "score")
+
+
+def _as_cut(c) -> tuple[float, float, float]:
+    """A cut-off as (value, tie-breaking score, 1 if on the raw score else 0); NaN for none (no
+    cut-off: nothing reaches it; no score: value >= cut-off)."""
     return (
         np.nan if c.cutoff is None else c.cutoff,
         np.nan if c.score_cutoff is None else c.score_cutoff,
+        float(c.on == "score"),
     )
 
 
-def _reaches(confidence, score, cut, score_cut) -> np.ndarray:
-    """Rows above the cut-off, or equal to it with a raw score at least the tie-breaking score
-    (any, where that is NaN); elementwise over arrays of cut-offs too (one per row)."""
+def _reaches(confidence, score, cut, score_cut, on_score=0.0) -> np.ndarray:
+    """Rows whose value (the confidence, or the raw score where ``on_score``) is above the
+    cut-off, or equal to it with a raw score at least the tie-breaking score (any, where that is
+    NaN); elementwise over arrays of cut-offs too (one per row)."""
     conf = np.asarray(confidence, dtype=np.float64)
     cut, score_cut = np.asarray(cut, dtype=np.float64), np.asarray(score_cut, dtype=np.float64)
+    on_score = np.asarray(on_score, dtype=np.float64) > 0
     tie_free = np.isnan(score_cut)
     if score is None:
-        if not np.all(tie_free | np.isnan(cut)):
+        if not np.all((tie_free & ~on_score) | np.isnan(cut)):
             raise TopcalError(
-                "these thresholds break ties of the confidence by the raw score: pass the "
-                "rows' scores too"
+                "these thresholds read the raw score (a cut-off on it, or ties of the confidence "
+                "broken by it): pass the rows' scores too"
             )
-        tie_ok = tie_free
+        tie_ok, value = tie_free, conf
     else:
+        score = np.asarray(score, dtype=np.float64)
         with np.errstate(invalid="ignore"):
-            tie_ok = tie_free | (np.asarray(score, dtype=np.float64) >= score_cut)
+            tie_ok = tie_free | on_score | (score >= score_cut)
+        value = np.where(on_score, score, conf) if on_score.any() else conf
     with np.errstate(invalid="ignore"):  # NaN cut-off: no row reaches it
-        return (conf > cut) | ((conf == cut) & tie_ok)
+        return (value > cut) | ((value == cut) & tie_ok)
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,8 @@ class ClassCutoff:
     #: the raw score that breaks ties at ``cutoff``: a row is accepted when its confidence is above
     #: ``cutoff``, or equal to it with a raw score >= ``score_cutoff`` (None: confidence >= cutoff)
     score_cutoff: float | None = None
+    #: what ``cutoff`` is on (:data:`ON`): "score" accepts rows whose raw top score is >= it
+    on: str = "confidence"
 
     def accepts(self, confidence, score=None) -> np.ndarray:
         """Whether rows with these confidences (and raw scores) reach this cut-off."""
@@ -123,6 +136,8 @@ class ClassCutoff:
             "reason": self.reason,
             "group": self.group,
             "score_cutoff": self.score_cutoff,
+            # (absent: "confidence", as in every file before the raw-score cut-offs)
+            **({"on": self.on} if self.on != "confidence" else {}),
         }
 
     @classmethod
@@ -141,16 +156,22 @@ class ClassCutoff:
         score_cut = (
             _field(d, "score_cutoff", Interval(None, None), True) if "score_cutoff" in d else None
         )
+        on = _field(d, "on", str) if "on" in d else "confidence"
+        if on not in ON:
+            raise ValueError(f"on must be one of {', '.join(ON)}")
         out = cls(
             name,
-            _field(d, "cutoff", unit, True),
+            _field(d, "cutoff", unit if on == "confidence" else Interval(None, None), True),
             level,
             *(_field(d, k, count) for k in ("n_predicted", "n_accepted", "n_correct")),
             *(_field(d, k, unit, True) for k in ("precision", "precision_lower", "p_value")),
             _field(d, "reason", str, True),
             group,
             score_cut,
+            on,
         )
+        if on == "score" and score_cut is not None:
+            raise ValueError(f"{name!r} is a cut-off on the raw score: it has no score_cutoff")
         if not out.n_correct <= out.n_accepted <= out.n_predicted:
             raise ValueError(f"the counts of {name!r} need n_correct <= n_accepted <= n_predicted")
         if out.score_cutoff is not None and out.cutoff is None:
@@ -221,9 +242,9 @@ class Thresholds:
         """
         if self.mode == "global":
             return self.overall.accepts(confidence, score)
-        cuts = np.array([_as_cut(c) for c in self.per_class], dtype=np.float64).reshape(-1, 2)
+        cuts = np.array([_as_cut(c) for c in self.per_class], dtype=np.float64).reshape(-1, 3)
         pred = np.asarray(pred)
-        return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1])
+        return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])
 
     def to_dict(self) -> dict:
         return {
@@ -287,7 +308,8 @@ class Thresholds:
             out.shared is None
             or any(
                 c.group == "shared"
-                and (c.cutoff, c.score_cutoff) != (out.shared.cutoff, out.shared.score_cutoff)
+                and (c.cutoff, c.score_cutoff, c.on)
+                != (out.shared.cutoff, out.shared.score_cutoff, out.shared.on)
                 for c in per
             )
         ):
@@ -384,8 +406,9 @@ class Thresholds:
         it)."""
         if self.mode == "global":
             return (
-                f"one cut-off for all classes: precision >= {self.precision:g} over all accepted "
-                f"predictions together, with probability >= {1 - self.delta:g}"
+                f"one cut-off for all classes{_on_text(self.overall)}: precision >= "
+                f"{self.precision:g} over all accepted predictions together, with probability >= "
+                f"{1 - self.delta:g}"
             )
         alone = sum(c.group is None for c in self.per_class)
         level = self.per_class[0].level if self.per_class else self.delta
@@ -393,10 +416,21 @@ class Thresholds:
         if self.shared is not None:
             n = len(self.per_class) - alone
             out += (
-                f"; {n} classes with fewer than {self.pool_below:g} predictions share one cut-off, "
-                f"whose statement is about their accepted predictions together"
+                f"; {n} classes with fewer than {self.pool_below:g} predictions share one cut-off"
+                f"{_on_text(self.shared)}, whose statement is about their accepted predictions "
+                "together"
             )
         return out
+
+
+def _on_text(c: ClassCutoff) -> str:
+    """What a pooled cut-off is on, where it is on the raw score (blank on the confidence)."""
+    if c.on != "score" or c.cutoff is None:
+        return ""
+    return (
+        f" (on the raw top score, >= {c.cutoff:.6g}: it accepted more of these rows than the "
+        "calibrated confidence; each tested at delta / 2)"
+    )
 
 
 def _field(d: dict, key: str, kind, optional: bool = False):

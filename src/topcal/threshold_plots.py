@@ -51,6 +51,8 @@ class AcceptanceCurve:
     cutoff: float | None
     chosen: tuple[float, float] | None
     reason: str | None
+    #: what the cut-off and the curve's order are on: "confidence" or the raw "score"
+    on: str = "confidence"
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,16 @@ class AcceptanceView:
 
 
 def acceptance_curve(
-    name, conf, tp, fp, cutoff=None, reason=None, *, max_points: int = 400, accepted=None
+    name,
+    conf,
+    tp,
+    fp,
+    cutoff=None,
+    reason=None,
+    *,
+    max_points: int = 400,
+    accepted=None,
+    on: str = "confidence",
 ) -> AcceptanceCurve:
     """Accepted fraction and precision at every distinct confidence of these rows (thinned to
     ``max_points``)."""
@@ -86,7 +97,7 @@ def acceptance_curve(
         n = float(tp[acc].sum() + fp[acc].sum())
         if n > 0:
             chosen = (n / total, float(tp[acc].sum()) / n)
-    return AcceptanceCurve(str(name), frac, prec, cutoff, chosen, reason)
+    return AcceptanceCurve(str(name), frac, prec, cutoff, chosen, reason, on)
 
 
 def acceptance_view(
@@ -99,15 +110,17 @@ def acceptance_view(
     data.require_labels("the acceptance panel")
     data = data.with_classes(model.classes_, "the data")
     conf = model.predict(data)
+    overall_on = data.score if thresholds.overall.on == "score" else conf
     curves = [
         acceptance_curve(
             "(all)",
-            conf,
+            overall_on,
             data.tp,
             data.fp,
             thresholds.overall.cutoff,
             thresholds.overall.reason,
             accepted=thresholds.overall.accepts(conf, data.score),
+            on=thresholds.overall.on,
         )
     ]
     groups = sorted(
@@ -119,12 +132,13 @@ def acceptance_view(
         curves.append(
             acceptance_curve(
                 c.name,
-                conf[idx],
+                (data.score if c.on == "score" else conf)[idx],
                 data.tp[idx],
                 data.fp[idx],
                 c.cutoff,
                 c.reason,
                 accepted=c.accepts(conf[idx], data.score[idx]),
+                on=c.on,
             )
         )
     return AcceptanceView(thresholds.precision, thresholds.delta, thresholds.mode, tuple(curves))
@@ -160,7 +174,8 @@ def plot_acceptance(view: AcceptanceView, *, fig=None, ncols: int = 4):
         if c.chosen is not None:
             (dot,) = ax.plot(*c.chosen, "o", color="tab:red", ms=6, label="cut-off (guaranteed)")
             dot.set_gid(f"cutoff:{c.name}")
-            ax.set_title(f"{plain(c.name)}: confidence >= {c.cutoff:.4g}", fontsize=8.5)
+            what = "raw score" if c.on == "score" else "confidence"
+            ax.set_title(f"{plain(c.name)}: {what} >= {c.cutoff:.4g}", fontsize=8.5)
         else:
             ax.set_title(f"{plain(c.name)}: no cut-off", fontsize=8.5)
         ax.set_xlim(0, 1.02)

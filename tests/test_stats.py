@@ -367,9 +367,12 @@ def test_update_from_statistics_with_confusion_counts_equals_a_per_sample_update
     assert_confusion_equal(cal.evidence_.confusion, ref.evidence_.confusion)
     with pytest.raises(ParameterError, match="counts are taken from its rows"):
         cal.update(b, confusion=new)
-    other = ConfusionStats.from_data(b)  # regions of other data: not this model's
+    fresh = _sim(n=600, seed=9)  # rows the model has not seen (b again is refused: issue 33)
+    other = ConfusionStats.from_data(fresh)  # regions of other data: not this model's
     with pytest.raises(DataError, match="other score regions"):
-        cal.update(ScoreStats.from_data(b), confusion=other)
+        cal.update(ScoreStats.from_data(fresh), confusion=other)
+    with pytest.raises(DataError, match="count them twice"):
+        cal.update(ScoreStats.from_data(b), confusion=new)
     binned = _quiet_fit(topcal.calibrator("hist"), load_phanns())
     with pytest.raises(ParameterError, match="keeps no confusion counts"):
         binned.update(binned.evidence_.stats, confusion=new)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import topcal
+from topcal.fingerprint import Fingerprint
 from topcal import persist
 from topcal.confusion import ConfusionStats, GridConfusion
 from topcal.evidence import Evidence
@@ -68,8 +69,10 @@ def test_dask_fit_equals_in_memory_fit_on_a_local_cluster(tmp_path, cluster):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal = tdask.fit(ddf, "kde-mon2")
-        ref = topcal.calibrator("kde-mon2").fit(
-            Evidence(ScoreStats.from_data(data), GridConfusion.from_data(data))
+        ref = topcal.calibrator("kde-mon2").fit(  # with the rows' fingerprint (issue 33)
+            Evidence(
+                ScoreStats.from_data(data), GridConfusion.from_data(data), Fingerprint.of(data)
+            )
         )
     assert persist.dumps(cal).split('"sha256"')[0] == persist.dumps(ref).split('"sha256"')[0]
     # the label-shift counts came through the tree too: those of the data with scores at their cell

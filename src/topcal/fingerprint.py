@@ -218,6 +218,12 @@ class Fingerprint:
             return float(len(self.sketch))
         return (SKETCH_SIZE - 1) / ((self.sketch[-1] + 1) / 2.0**64)
 
+    def distinct_coarse(self) -> float:
+        """Estimated number of distinct coarse keys of the fitting rows (as distinct_rows)."""
+        if len(self.coarse) < SKETCH_SIZE:
+            return float(len(self.coarse))
+        return (SKETCH_SIZE - 1) / ((self.coarse[-1] + 1) / 2.0**64)
+
     def containment(self, data: TopLabelData) -> tuple[bool, float]:
         """(same rows, estimated share of the fitting rows that occur in ``data``).
 
@@ -237,7 +243,9 @@ class Fingerprint:
             of_fit = 0.0  # rows mostly repeated (binned counts): a shared row is no shared sample
         of_data = 0.0
         c = coarse_hashes(data)
-        if self.coarse and c.size:  # the coarse keys judge (a bit-identical row has the same key)
+        if self.coarse and c.size and self.distinct_coarse() >= 0.5 * self.n_coarse:
+            # the coarse keys judge (a bit-identical row has the same key), where they tell the
+            # fitting rows apart (not on a few discrete scores, where many samples share a key)
             keys = np.array(self.coarse, dtype=np.uint64)
 
             def found(shifts):
@@ -254,10 +262,11 @@ class Fingerprint:
             se = np.sqrt((near * (1 - near) + chance * (1 - chance)) / keys.size)
             if chance < 0.5 and near - chance > 3 * se:
                 of_data = (near - chance) / (1.0 - chance) * self.n_coarse / c.size
-        elif data.n_rows:
-            # no coarse keys (binned rows, scores that are not probabilities, older files): the
-            # fitting rows found bit for bit, over the data's rows. Not where coarse keys exist:
-            # rows saturated at one score repeat bit for bit across samples
+        elif data.n_rows and not data.is_binned:  # (a binned row is a bin's counts, no sample)
+            # no coarse keys that tell rows apart (binned rows, scores that are not
+            # probabilities, a few discrete scores, older files): the fitting rows found bit for
+            # bit, over the data's rows. Not where telling coarse keys exist: rows saturated at
+            # one score repeat bit for bit across samples
             of_data = of_fit * self.distinct_rows() / data.n_rows
         return Overlap(same, of_fit, 1.0 if same else min(of_data, 1.0))
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
+
 import topcal
 from topcal import TopLabelData
 from topcal.cli import main
@@ -62,3 +64,15 @@ def test_apply_with_intervals_at_many_classes_under_warnings_as_errors(tmp_path,
     err = capsys.readouterr().err
     assert code == 0, err
     assert "overflow" not in err and "encountered" not in err
+
+
+@pytest.mark.parametrize("method", ["kde-mon2", "hist", "hier-beta"])
+def test_describe_at_many_classes_under_warnings_as_errors(method):
+    from topcal.describing import summary, summary_text
+
+    model = _quiet_fit(method, many_small_classes(5, 60, 900))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        d = model.describe()
+        assert summary(d)["n_classes"] == 60
+        assert "spread over the 60 classes" in summary_text(d)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import html
 
+from . import describing  # noqa: F401  (registers Jupyter's view of describe(): the summary)
 from .calibrators.base import set_html_renderer
 from .calibrators.wrapper import Wrapper
 from .inputs import as_data

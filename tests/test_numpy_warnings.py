@@ -76,3 +76,18 @@ def test_describe_at_many_classes_under_warnings_as_errors(method):
         d = model.describe()
         assert summary(d)["n_classes"] == 60
         assert "spread over the 60 classes" in summary_text(d)
+
+
+@pytest.mark.e2e
+def test_default_report_at_many_classes_under_warnings_as_errors(tmp_path):
+    """The default report (auto, its peers, the figures, the warnings) at 200 classes of 2-150 rows
+    reaches the user with no numpy warning (on ImageNet it printed "overflow encountered in
+    multiply" twice)."""
+    from topcal.report import build_report
+
+    data = many_small_classes(0, 200, 6_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fits' own topcal warnings (few positives, ...)
+        warnings.simplefilter("error", RuntimeWarning)
+        res = build_report(data, tmp_path / "r", dpi=30, classes=["worst:4", "most:4"])
+    assert res.focus == "auto" and len(res.figures) >= 3

@@ -142,3 +142,17 @@ def test_cli_classes_choose_the_panels_and_all_gives_every_method(tmp_path, caps
     page = (tmp_path / "c" / "index.html").read_text()
     for m in ("kde-opt", "cum-opt", "btswa", "auto"):
         assert f"<tr><td>{m}</td>" in page, m
+
+
+def test_peers_add_a_curve_method_where_the_choice_and_the_peers_have_none():
+    from topcal.report.focus import peers_of
+
+    table = [
+        {"method": m, "nll": v}
+        for m, v in (("sms", 0.16), ("vs", 0.17), ("tswa", 0.18), ("hier-beta", 0.19))
+    ] + [{"method": "uncalibrated", "nll": 0.3}, {"method": "bts", "nll": None}]
+    choice = {"chosen": "sms", "table": table}
+    assert peers_of(choice, 2, curve=False) == ["vs", "tswa", "hier-beta"]  # CIFAR-10: sms chosen
+    assert peers_of(choice, 2, curve=True) == ["vs", "tswa"]
+    other = {"chosen": "vs", "table": table}
+    assert peers_of(other, 2, curve=False) == ["sms", "tswa", "hier-beta"]

@@ -411,14 +411,16 @@ def _rows_table(s: dict, names, tags=None) -> list[str]:
     """One row per class of ``names`` (``tags``: a first column saying why it is listed)."""
     chosen = s["choice"]["chosen"] if s["choice"] else None
     has_cv = any(s["rows"][c]["cv_nll_model"] is not None for c in names)
-    header = ["class", "n", "TP", "FP", "accuracy", "width90"]
+    has_width = any(s["rows"][c]["interval_width_90"] is not None for c in names)
+    header = ["class", "n", "TP", "FP", "accuracy"] + (["width90"] if has_width else [])
     if has_cv:
         header += ["CV NLL raw", f"CV {chosen}"[:14]]
     rows = []
     for c in names:
         r = s["rows"][c]
         row = [_short(c), _g(r["n"]), _g(r["tp"]), _g(r["fp"]), _g(r["accuracy"], 3)]
-        row.append(_g(r["interval_width_90"], 3))
+        if has_width:
+            row.append(_g(r["interval_width_90"], 3))
         if has_cv:
             row += [_g(r["cv_nll_uncalibrated"], 3), _g(r["cv_nll_model"], 3)]
         rows.append(row)

@@ -7,8 +7,9 @@ out-of-sample metrics of every candidate, nothing fitted again. ``auto``'s row i
 slightly optimistic (``--methods all`` cross-fits ``auto`` itself, nested, at the cost of
 ``auto``'s whole cross-validation in every fold). The uncalibrated baseline and the
 :data:`PEERS` best other candidates are fitted on all the data too, for the figures and the
-fitted parameters. Before, the default fitted every method 5-fold with ``auto``'s inner
-cross-validation in every fold (1 min 41 s on 25,000 ImageNet rows, 1,000 classes; issue 34).
+fitted parameters (and, where none of those has a per-class curve, the best candidate that
+has). Before, the default fitted every method 5-fold with ``auto``'s inner cross-validation in
+every fold (1 min 41 s on 25,000 ImageNet rows, 1,000 classes; issue 34).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import numpy as np
 
 from ..calibrators.auto import Auto
 from ..calibrators.crossfit import recording
-from ..calibrators.registry import BASELINE
+from ..calibrators.registry import BASELINE, lookup
 from ..calibrators.wrapper import Wrapper
 from ..comparison import Comparison
 from ..data import TopLabelData
 from ..errors import TopcalError
 from ..evaluate import auto_summary, compare_methods, evaluate, fit_methods, score_models
 
-__all__ = ["PEERS", "AUTO", "focused_fits", "model_in_use"]
+__all__ = ["PEERS", "AUTO", "focused_fits", "model_in_use", "peers_of"]
 
 #: The best other candidates (by auto's cross-validated NLL) fitted on all the data beside auto.
 PEERS = 2
@@ -42,13 +43,19 @@ def model_in_use(models: dict) -> str | None:
     return next((n for n, m in models.items() if not m.is_baseline), None)
 
 
-def _peers(choice: dict, n: int) -> list[str]:
-    """The ``n`` best candidates of auto's table other than its choice and the baseline."""
-    return [
+def peers_of(choice: dict, n: int, curve: bool) -> list[str]:
+    """The ``n`` best candidates of auto's table other than its choice and the baseline, and where
+    neither they nor the choice (``curve``: whether it has one) have a per-class curve to draw,
+    the best one that has."""
+    ok = [
         r["method"]
         for r in choice["table"]
         if r["nll"] is not None and r["method"] not in (choice["chosen"], BASELINE)
-    ][:n]
+    ]
+    out = ok[:n]
+    if not curve and all(lookup(m).needs_full for m in out):
+        out += [m for m in ok[n:] if not lookup(m).needs_full][:1]
+    return out
 
 
 def _oof(run, choice: dict):
@@ -95,7 +102,7 @@ def focused_fits(
         )
     auto = models.get(AUTO)
     choice = auto.choice() if auto is not None else None
-    peers = _peers(choice, PEERS) if choice is not None else []
+    peers = peers_of(choice, PEERS, auto.has_curve) if choice is not None else []
     more: dict = {}
     others, _ = fit_methods(
         data,

@@ -156,3 +156,16 @@ def test_peers_add_a_curve_method_where_the_choice_and_the_peers_have_none():
     assert peers_of(choice, 2, curve=True) == ["vs", "tswa"]
     other = {"chosen": "vs", "table": table}
     assert peers_of(other, 2, curve=False) == ["sms", "tswa", "hier-beta"]
+
+
+@pytest.mark.e2e
+def test_the_first_screen_also_says_the_gain_on_a_second_test_set(tmp_path):
+    res = _quiet(lambda: build_report(_data(), tmp_path / "r", eval_data=_data(seed=4), dpi=30))
+    page = htmlmod.unescape((tmp_path / "r" / "index.html").read_text())
+    head = page[: page.index("<h2>Metrics</h2>")]
+    hold = res.holdout.methods
+    assert "Out of sample (5-fold)" in head and "On the second test set" in head
+    assert (
+        f"NLL {hold['auto'].nll.overall:.4f} against {hold['uncalibrated'].nll.overall:.4f}"
+        in head.split("On the second test set")[1]
+    )

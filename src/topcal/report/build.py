@@ -387,7 +387,7 @@ def _write_pages(
 <p class="muted">topcal {__version__} · {time.strftime("%Y-%m-%d %H:%M")} ·
 methods: {html.escape(", ".join(models))}</p>
 {data_summary(data, data_label)}{extra_html}
-{headline_html(models, comparison, focus)}
+{headline_html(models, comparison, focus, holdout)}
 <p>Calibration should be sanity-checked visually: look at every panel before trusting a method
 (Salamon et al., section 12).</p>
 <h2>Metrics</h2>

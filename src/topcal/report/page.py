@@ -324,10 +324,11 @@ def _warning_list(findings) -> str:
     return "<ul class='warn'>" + "".join(items) + "</ul>"
 
 
-def headline_html(models: dict, comparison, focus: str | None) -> str:
+def headline_html(models: dict, comparison, focus: str | None, holdout=None) -> str:
     """The first screen's answer: what ``auto`` chose and why, and what it gains over the
-    uncalibrated score out of sample (without ``auto``: the model in use against the baseline);
-    "" when there is no model but the baseline."""
+    uncalibrated score out of sample (without ``auto``: the model in use against the baseline),
+    and on the second test set where there is one; "" when there is no model but the
+    baseline."""
     if focus is None:
         return ""
     model = models[focus]
@@ -351,6 +352,8 @@ def headline_html(models: dict, comparison, focus: str | None) -> str:
     else:
         head = f"<b>The model in use: {name}</b> (the first method named)."
     gain = _gain_html(res, focus, choice)
+    if holdout is not None and focus in Comparison.of(holdout).methods:
+        gain += " " + _gain_html(Comparison.of(holdout), focus, choice)
     return f"<div class='headline'><p>{head}</p><p>{gain}</p></div>"
 
 

@@ -59,7 +59,7 @@ def test_fit_apply_describe_metrics_workflow(prob_csv, tmp_path, capsys):
     np.testing.assert_allclose(res["confidence"], expected, rtol=0, atol=0)
     assert list(res["pred"]) == list(np.array(data.classes)[data.pred])
 
-    code, out, err = run(["describe", model], capsys)
+    code, out, err = run(["describe", model, "--full"], capsys)
     assert code == 0 and "method: hist" in out and "[dog]" in out and "edges" in out
     code, out, err = run(["describe", model, "--json"], capsys)
     d = json.loads(out)
@@ -102,7 +102,7 @@ def test_top_score_and_binned_and_parquet_and_npz_inputs(tmp_path, capsys):
         capsys,
     )
     assert code == 0, err
-    code, out, err = run(["describe", tmp_path / "p.json"], capsys)
+    code, out, err = run(["describe", tmp_path / "p.json", "--class", "HTJ"], capsys)
     assert "theta" in out and "[HTJ]" in out
 
     np.savez(

@@ -514,7 +514,7 @@ def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_t
     # less)
     factor = 1.0 if param is None and method != "bts" else 1.5
     assert api["small"]["interval_width_90"] > factor * api["big"]["interval_width_90"] > 0
-    r = cli("describe", tmp_path / "m.json")
+    r = cli("describe", tmp_path / "m.json", "--full")
     assert r.returncode == 0, r.stderr
     blocks = dict(re.findall(r"\[(\w+)\][^\n]*\n((?:  .*\n?)*)", r.stdout))
     for c in model.classes_:
@@ -535,7 +535,7 @@ def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tm
         cli("fit", tmp_path / "p.csv", "--method", "csts", "-o", tmp_path / "t.json").returncode
         == 0
     )
-    r = cli("describe", tmp_path / "t.json")
+    r = cli("describe", tmp_path / "t.json", "--full")
     assert r.returncode == 0, r.stderr
     model = persist.load(tmp_path / "t.json")
     for c, info in model.describe()["classes"].items():
@@ -548,11 +548,11 @@ def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tm
         tmp_path,
         lambda st: [c.pop("table_n") for c in st["class_state"] if c],
     )
-    r = cli("describe", tmp_path / "old.json")
+    r = cli("describe", tmp_path / "old.json", "--full")
     assert r.returncode == 0 and "[c0]" in r.stdout and "bandwidth" in r.stdout, r.stderr
     assert "interval_width_90" not in r.stdout
     assert (
-        "interval_width_90" in cli("describe", tmp_path / "m.json").stdout
+        "interval_width_90" in cli("describe", tmp_path / "m.json", "--full").stdout
     )  # the same model, as saved
 
 

@@ -536,7 +536,7 @@ def test_cli_fit_describe_apply_methods(tmp_path, capsys):
     frame.to_csv(csv, index=False)
     model = tmp_path / "m.json"
     assert main(["fit", str(csv), "--method", "kde-mon2", "-o", str(model)]) == 0
-    assert main(["describe", str(model)]) == 0
+    assert main(["describe", str(model), "--full"]) == 0
     out = capsys.readouterr().out
     assert out.count("bandwidth:") == 3 and "slope_sign_changes" in out
     fitted = topcal.persist.load(model)

@@ -39,7 +39,8 @@ def _npz(path, probs, labels):
 
 @pytest.fixture(scope="module")
 def full_report(tmp_path_factory):
-    """`topcal report` on full-vector data with a second test set and extra samples."""
+    """`topcal report --methods all` (every method, the default before issue 34) on full-vector
+    data with a second test set and extra samples."""
     d = tmp_path_factory.mktemp("full")
     a = _npz(d / "a.npz", *simulate(2_500, 1))
     b = _npz(d / "b.npz", *simulate(2_500, 2))
@@ -49,7 +50,10 @@ def full_report(tmp_path_factory):
     out = d / "report"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        code = main(["report", a, "--eval", b, "--add", extra, "-o", str(out), "--dpi", "60"])
+        code = main(
+            ["report", a, "--eval", b, "--add", extra, "--methods", "all", "-o", str(out)]
+            + ["--dpi", "60"]
+        )
     assert code == 0
     return out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import html
 
+from . import describing  # noqa: F401  (registers Jupyter's view of describe(): the summary)
 from .calibrators.base import set_html_renderer
 from .calibrators.wrapper import Wrapper
 from .inputs import as_data
@@ -151,12 +152,15 @@ def make_report(
     data, y, classes, kind : as in :func:`compare`
     output : str or Path
         Folder to write ``index.html`` and ``figures/`` into.
-    methods : sequence of str, optional
+    methods : sequence of str or "all", optional
+        Default: ``auto``, its own cross-validation reused as its candidates' out-of-sample
+        table, the baseline and two peers; ``"all"``: every method, each cross-fitted (see
+        :func:`topcal.report.build_report`).
     eval_data, extra : optional
         A second test set, and extra samples (as in :func:`compare`).
     **options
         Passed to :func:`topcal.report.build_report` (``title``,
-        ``data_label``, ``dpi``, ``progress``).
+        ``data_label``, ``dpi``, ``progress``, ``classes``, ...).
 
     Returns
     -------

@@ -52,7 +52,7 @@ from ..evidence import Evidence
 from ..fingerprint import Fingerprint
 from ..inputs import as_data
 from . import intervals
-from .hooks import HOOKS, hook, register_hook, set_html_renderer
+from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
 from .keeping import EvidenceKeeping
 from .modelfile import finite_array, support_list, to_jsonable
 
@@ -461,20 +461,28 @@ class Calibrator(EvidenceKeeping):
         return 0
 
     def describe(self) -> dict[str, Any]:
-        """Fitted parameters: ``{"method", "params", "classes": {name: {...}}}``."""
+        """Fitted parameters: ``{"method", "params", "classes": {name: {...}}}`` (a
+        :class:`~.hooks.Description`: a dict that Jupyter shows as ``topcal describe``'s
+        summary)."""
         self._check_fitted()
         per_class = self._describe_classes()
         for row, extra in zip(per_class, self._describe_intervals()):
             row.update(extra)
-        return {
-            "method": self.name,
-            "params": self.get_params(),
-            "score_range": list(self.score_range_),
-            "classes": {
-                c: {"n_tp": float(self.n_tp_[i]), "n_fp": float(self.n_fp_[i]), **per_class[i]}
-                for i, c in enumerate(self.classes_)
-            },
-        }
+        return Description(
+            {
+                "method": self.name,
+                "params": self.get_params(),
+                "score_range": list(self.score_range_),
+                "classes": {
+                    c: {
+                        "n_tp": float(self.n_tp_[i]),
+                        "n_fp": float(self.n_fp_[i]),
+                        **per_class[i],
+                    }
+                    for i, c in enumerate(self.classes_)
+                },
+            }
+        )
 
     def _describe_classes(self) -> list[dict]:
         return [{} for _ in self.classes_]

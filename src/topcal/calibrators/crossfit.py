@@ -37,6 +37,7 @@ moved by 1.4 %).
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -50,7 +51,31 @@ from ..errors import DataError, TopcalError
 from .foldmemo import sharing
 from .registry import calibrator, get_class
 
-__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_options"]
+__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_options", "recording"]
+
+
+class _Recording(threading.local):
+    """The open :func:`recording` blocks' lists, per thread."""
+
+    def __init__(self):
+        self.stack: list = []
+
+
+_RECORDING = _Recording()
+
+
+@contextlib.contextmanager
+def recording():
+    """Within the block, every :class:`CrossFit` that :func:`cross_fit` returns in this thread is
+    also appended to the list the block yields (the report keeps ``auto``'s cross-validation, its
+    candidates' out-of-fold confidences, instead of running it again; outside such a block
+    nothing is kept beyond its caller's use)."""
+    runs: list = []
+    _RECORDING.stack.append(runs)
+    try:
+        yield runs
+    finally:
+        _RECORDING.stack.remove(runs)
 
 
 def scratch_options(name: str, warm=None) -> dict:
@@ -188,4 +213,7 @@ def cross_fit(
         if n not in errors:
             confidence[n] = np.concatenate(p)
         del p
-    return CrossFit(folds, TopLabelData.concat(folds), confidence, errors)
+    out = CrossFit(folds, TopLabelData.concat(folds), confidence, errors)
+    for runs in _RECORDING.stack:
+        runs.append(out)
+    return out

@@ -1,26 +1,29 @@
 """Conveniences on a fitted calibrator whose code lives in higher layers (docs/architecture.md).
 
-``Calibrator.save`` (:mod:`topcal.persist`), ``Calibrator.adapt`` (:mod:`topcal.labelshift`) and
-the Jupyter view (:mod:`topcal.api`): each of those modules registers its function here when
-imported, so calibrators never import upward.
+``Calibrator.save`` (:mod:`topcal.persist`), ``Calibrator.adapt`` (:mod:`topcal.labelshift`),
+the Jupyter view (:mod:`topcal.api`) and the Jupyter view of ``describe()``'s dict
+(:mod:`topcal.describing`): each of those modules registers its function here when imported, so
+calibrators never import upward.
 """
 
 from __future__ import annotations
 
 from ..errors import ParameterError, TopcalError
 
-__all__ = ["HOOKS", "hook", "register_hook", "set_html_renderer"]
+__all__ = ["HOOKS", "hook", "register_hook", "set_html_renderer", "Description"]
 
 #: Conveniences on a fitted calibrator whose code lives in higher layers
 #: (docs/architecture.md): "save" (topcal.persist), "adapt"
-#: (topcal.labelshift) and "html" (the Jupyter view, topcal.api). Each of
-#: those modules registers its function here when imported; ``import topcal``
-#: imports all three, so calibrators never import upward.
-HOOKS: dict = {"save": None, "adapt": None, "html": None}
+#: (topcal.labelshift), "html" (the Jupyter view, topcal.api) and "describe"
+#: (the summary text of a description, topcal.describing). Each of those
+#: modules registers its function here when imported; ``import topcal``
+#: imports all four, so calibrators never import upward.
+HOOKS: dict = {"save": None, "adapt": None, "html": None, "describe": None}
 
 
 def register_hook(name: str, func) -> None:
-    """Register ``func`` for the calibrator convenience ``name`` ("save", "adapt" or "html")."""
+    """Register ``func`` for the calibrator convenience ``name`` ("save", "adapt", "html" or
+    "describe")."""
     if name not in HOOKS:
         raise ParameterError(f"unknown calibrator hook {name!r}; options are {', '.join(HOOKS)}")
     HOOKS[name] = func
@@ -36,3 +39,23 @@ def hook(name: str):
 def set_html_renderer(func) -> None:
     """Register ``func(calibrator) -> str``, the HTML Jupyter shows for a fitted calibrator."""
     register_hook("html", func)
+
+
+class Description(dict):
+    """What ``Calibrator.describe()`` returns: a plain dict (JSON-ready, every key as before) that
+    IPython and Jupyter show as the summary ``topcal describe`` prints
+    (:func:`topcal.describing.summary_text`) instead of thousands of nested entries;
+    ``print(d)``, ``repr(d)`` and ``json.dumps(d)`` are a dict's."""
+
+    __slots__ = ()
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        if cycle or HOOKS["describe"] is None or "classes" not in self:
+            p.text(dict.__repr__(self))
+            return
+        p.text(
+            HOOKS["describe"](self)
+            + "\n(this is a dict: "
+            + ", ".join(map(str, self))
+            + ";\n print(dict(d)) shows every entry)"
+        )

@@ -120,13 +120,20 @@ def widen(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
     """
     z = float(ndtri(0.5 * (1.0 + level)))
     conf = np.asarray(conf, dtype=np.float64)
-    extra = z * np.abs(np.asarray(bias, dtype=np.float64))
+    with np.errstate(over="ignore"):  # |bias| near the float maximum: inf, see move()
+        extra = z * np.abs(np.asarray(bias, dtype=np.float64))
 
     def move(p, sign):
         d = np.abs(conf - p)
-        step = np.sqrt(d * d + extra * extra) - d
         p = np.clip(p, 1e-300, 1.0 - 1e-16)
+        # A bias estimate that is unbounded where the class has almost no density (kde's
+        # derivative terms over a near-zero count; nan_to_num turns them into 1.8e308) makes
+        # the step overflow to inf: the limit then saturates at the clip below, as intended
+        # (an unbounded bias leaves the whole range possible), so the overflow is harmless.
+        with np.errstate(over="ignore"):
+            step = np.sqrt(d * d + extra * extra) - d
+            shift = sign * step / (p * (1.0 - p))
         # log-odds held within +-36, where expit is still strictly inside (0, 1) in doubles
-        return expit(np.clip(np.log(p) - np.log1p(-p) + sign * step / (p * (1.0 - p)), -36.0, 36.0))
+        return expit(np.clip(np.log(p) - np.log1p(-p) + shift, -36.0, 36.0))
 
     return move(np.asarray(lo, dtype=np.float64), -1.0), move(np.asarray(hi, dtype=np.float64), 1.0)

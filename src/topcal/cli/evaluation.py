@@ -32,9 +32,13 @@ __all__ = ["add_commands", "method_params"]
 MAX_PRINTED_FINDINGS = 30
 
 
-def _methods(text: str | None):
+def _methods(text: str | None, allow_all: bool = False):
     if text is None:
         return None
+    if allow_all and text.strip() == "all":
+        from ..report import ALL
+
+        return ALL
     names = [m.strip() for m in text.split(",") if m.strip()]
     if not names:
         raise TopcalError(
@@ -125,7 +129,19 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--methods",
         metavar="M1,M2,...",
-        help="methods to fit (default: all that can run on the data)",
+        help="methods to fit, each cross-fitted; 'all': every method that can run on the data "
+        "(auto nested: slow at many classes). Default: auto on all the data, its candidates' "
+        "out-of-sample table from its own cross-validation, the uncalibrated baseline and auto's "
+        "two best other candidates",
+    )
+    p.add_argument(
+        "--classes",
+        action="append",
+        metavar="SPEC",
+        help="classes the per-class figures show, repeatable: a class name, worst:N (the model in "
+        "use's largest total out-of-sample NLL excess over the uncalibrated score), most:N (the "
+        "most predictions), or several separated by commas (default: every class up to 24, else "
+        "most:24)",
     )
     p.add_argument(
         "--add",
@@ -270,7 +286,7 @@ def _cmd_report(args) -> int:
         data,
         args.output,
         eval_data=eval_data,
-        methods=_methods(args.methods),
+        methods=_methods(args.methods, allow_all=True),
         extra=extra,
         data_label=Path(args.data).name,
         dpi=args.dpi,
@@ -281,21 +297,28 @@ def _cmd_report(args) -> int:
         force=args.force,
         adapted=adapted,
         thresholds=acceptance,
+        classes=args.classes,
     )
     print(f"report: {res.path}")
-    for line in _finding_lines(res.findings):
+    for line in _finding_lines(res.findings, res.focus):
         print(f"  warning: {printable(line)}", file=sys.stderr)
     return 0
 
 
-def _finding_lines(findings) -> list:
-    """The report's warnings for the console: a kind that repeats (over many classes) is one
-    line."""
+def _finding_lines(findings, focus=None) -> list:
+    """The report's warnings for the console: those about the model in use ``focus`` and the data
+    first, then one line for those about the other methods; a kind that repeats (over many
+    classes) is one line."""
     from ..report import FindingGroup, group_findings
+    from ..report.page import about
 
-    lines = [
-        g.summary() if isinstance(g, FindingGroup) else g.text for g in group_findings(findings)
-    ]
+    mine, other = about(findings, focus)
+    lines = [g.summary() if isinstance(g, FindingGroup) else g.text for g in group_findings(mine)]
+    if other:
+        names = ", ".join(dict.fromkeys(f.method for f in other))
+        lines.append(
+            f"{len(other)} more about the other methods ({names}): the report's Warnings section"
+        )
     if len(lines) > MAX_PRINTED_FINDINGS:
         lines = lines[:MAX_PRINTED_FINDINGS] + [
             f"... and {len(lines) - MAX_PRINTED_FINDINGS} more: see the report's Warnings section"
@@ -385,7 +408,7 @@ def _cmd_compare(args) -> int:
 
 def _cmd_demo(args) -> int:
     from ..datasets import load_phanns
-    from ..report import build_report
+    from ..report import ALL, build_report
 
     data = load_phanns()
     print(
@@ -397,6 +420,7 @@ def _cmd_demo(args) -> int:
         args.output,
         title="topcal demo: PhANNs test set",
         data_label="PhANNs test set (embedded)",
+        methods=ALL,  # the paper's showcase: every method and figure
         progress=progress(),
         force=args.force,
     )

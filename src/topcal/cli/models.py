@@ -91,9 +91,29 @@ def add_commands(sub) -> None:
     add_scale_options(p, streams_by_default=True)
     p.set_defaults(func=_cmd_apply)
 
-    p = sub.add_parser("describe", help="show a model's method and fitted parameters per class")
+    p = sub.add_parser(
+        "describe",
+        help="summarise a model: what was chosen and why, what it gains out of fold, the spread "
+        "over classes, the worst and smallest classes (--class, --full, --json for the rest)",
+    )
     p.add_argument("model")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument(
+        "--class",
+        dest="classes",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="show this class in full (every fitted entry, a blend's members' too); repeatable",
+    )
+    p.add_argument(
+        "--full", action="store_true", help="show every class in full (long at many classes)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print everything as JSON: describe()'s entries plus the summary under 'summary' "
+        "(with --class: only those classes)",
+    )
     p.set_defaults(func=_cmd_describe)
 
     sub.add_parser("methods", help="list the calibration methods").set_defaults(func=_cmd_methods)
@@ -260,16 +280,43 @@ def _cmd_apply(args) -> int:
 
 
 def _cmd_describe(args) -> int:
-    from ..describing import describe_text
+    from ..describing import class_text, describe_text, select_classes, summary, summary_text
     from ..persist import load
 
+    if args.full and args.classes:
+        raise TopcalError("--full shows every class; --class shows the named ones: give one")
     model = load(args.model)
     d = model.describe()
+    names = select_classes(d, args.classes) if args.classes else None
     if args.json:
-        print(json.dumps(d, indent=1))
-        return 0
-    print(describe_text(model))
+        out = {**d, "summary": summary(d)}
+        if names is not None:
+            out = _only_classes(out, set(names))
+        print(json.dumps(out, indent=1))
+    elif names is not None:
+        print(class_text(d, names))
+    elif args.full:
+        print(describe_text(d))
+    else:
+        print(summary_text(d))
     return 0
+
+
+def _only_classes(d, names: set):
+    """``d`` with every per-class table (a ``classes`` dict of the model's class names) cut to
+    ``names``, at any depth (a wrapper's inner model, a blend's members)."""
+    if isinstance(d, list):
+        return [_only_classes(v, names) for v in d]
+    if not isinstance(d, dict):
+        return d
+    return {
+        k: (
+            {c: v for c, v in val.items() if c in names}
+            if k == "classes" and isinstance(val, dict)
+            else _only_classes(val, names)
+        )
+        for k, val in d.items()
+    }
 
 
 def _cmd_adapt(args) -> int:

@@ -26,14 +26,29 @@ from ..evaluate import (
     score_models,
 )
 from .checks import Finding, align_classes, diagnose
+from .classes import check_classes
 from .figures import acceptance_figures, figure_png, label_shift_figures, report_figures
-from .page import CSS, data_summary, metric_table, params_html, protocol_html, warnings_html
+from .focus import focused_fits, model_in_use
+from .page import (
+    CSS,
+    data_summary,
+    headline_html,
+    metric_table,
+    params_html,
+    protocol_html,
+    warnings_html,
+)
 
 __all__ = [
     "build_report",
     "ReportResult",
     "default_methods",
+    "ALL",
 ]
+
+#: ``methods=ALL`` (``--methods all``): every method that can run on the data, cross-fitted (auto
+#: nested, with its inner cross-validation in every fold), as the report did by default before.
+ALL = "all"
 
 
 @dataclass
@@ -53,6 +68,9 @@ class ReportResult:
         Title and PNG path of each figure.
     skipped : list of str
         Methods not run (they need full score vectors).
+    focus : str or None
+        The model the report is about (``auto`` where fitted, else the first method other than
+        the baseline): its warnings come first.
     """
 
     path: Path
@@ -61,6 +79,7 @@ class ReportResult:
     findings: list
     figures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    focus: str | None = None
 
 
 def default_methods(data: TopLabelData) -> list[str]:
@@ -85,6 +104,7 @@ def build_report(
     force: bool = False,
     adapted=None,
     thresholds=None,
+    classes=None,
 ) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
@@ -100,9 +120,14 @@ def build_report(
     eval_data : TopLabelData, optional
         A second labelled test set: methods fitted on ``data`` are also
         evaluated on it, and Figs. 4, 18-19 are added.
-    methods : sequence of str, optional
-        Methods to fit (default: every registered method that can run on
-        ``data``; those needing full score vectors are skipped when absent).
+    methods : sequence of str or "all", optional
+        Methods to fit, each cross-fitted (those needing full score vectors
+        are skipped when absent); ``"all"`` (:data:`ALL`): every registered
+        method that can run on ``data``. Default: what the user decides about
+        (:mod:`~topcal.report.focus`): ``auto`` on all the data, its own
+        cross-validation reused as the out-of-sample table of its candidates,
+        the uncalibrated baseline and ``auto``'s best other candidates
+        (:data:`~topcal.report.focus.PEERS`), nothing cross-fitted again.
     extra : TopLabelData, optional
         Extra labelled samples to append (paper Fig. 15): curves fitted with
         and without them are compared.
@@ -131,6 +156,12 @@ def build_report(
         A model and the thresholds chosen for it (:func:`topcal.thresholds.fit_thresholds`):
         adds the acceptance panel (per class, accepted fraction against
         precision on ``data``, with the cut-off marked).
+    classes : sequence of str, optional
+        The classes the per-class figures show (``--classes``): class names and
+        ``worst:N`` (the model in use's largest total out-of-sample NLL excess over
+        the uncalibrated score), ``most:N`` (the most positives); default: all up
+        to 24 classes, else the 24 with the most positives
+        (:func:`~topcal.report.classes.choose_classes`).
 
     Returns
     -------
@@ -155,6 +186,7 @@ def build_report(
             model_t.classes_, "the data"
         )  # classes the model does not know: fail before fitting
     check_report_dir(out_dir, force)  # refuse early, before minutes of fitting
+    check_classes(classes, data)
     if eval_data is not None:
         eval_data = align_classes(eval_data, data, "the second test set (--eval)")
     if extra is not None:
@@ -168,18 +200,31 @@ def build_report(
             "the extra samples (--add) must be in the same form as the data (binned or per-sample, "
             "with or without full score vectors)"
         )
-    methods_given = methods is not None
-    names = default_methods(data) if methods is None else list(methods)
-    if BASELINE not in names:
-        names = [BASELINE] + names  # the baseline every table and warning compares against
+    focused = methods is None
+    every = isinstance(methods, str) and methods == ALL
+    if isinstance(methods, str) and not every:
+        methods = [methods]
+    methods_given = not (focused or every)
     diag: dict = {}
-    models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
+    note = ""
+    if focused:
+        models, comparison, note = focused_fits(
+            data, folds=folds, seed=seed, params=params, progress=log, diagnostics=diag
+        )
+        skipped: list = []
+    else:
+        names = default_methods(data) if every else list(methods)
+        if BASELINE not in names:
+            names = [BASELINE] + names  # the baseline every table and warning compares against
+        models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
     if eval_data is not None:
         need = [n for n, m in models.items() if m.needs_full and not eval_data.has_full]
         for n in need:
             models.pop(n)
             skipped.append(n)
-    if folds is None:
+    if focused:
+        comparison = replace(comparison, skipped=skipped)
+    elif folds is None:
         log("evaluating on the fitting data")
         comparison = Comparison("same", methods=score_models(models, data), skipped=skipped)
     else:
@@ -193,6 +238,7 @@ def build_report(
         )
         diag["failed"].update(comparison.failed)
         comparison = replace(comparison, skipped=skipped)
+    focus = model_in_use(models)
     holdout = None
     if eval_data is not None:
         holdout = Comparison("holdout", methods=score_models(models, eval_data), skipped=skipped)
@@ -212,7 +258,7 @@ def build_report(
             ):
                 seen.add(msg)
                 findings.append(Finding("fit-warning", msg, None, None if n == "data" else n))
-    if skipped:
+    if skipped and not focused:
         findings.append(
             Finding(
                 "skipped",
@@ -243,9 +289,10 @@ def build_report(
             log,
             adapted,
             thresholds,
+            {"classes": classes, "focus": focus, "note": note, "focused": focused},
         )
     path = Path(out_dir) / "index.html"
-    return ReportResult(path, comparison, holdout, findings, fig_list, skipped)
+    return ReportResult(path, comparison, holdout, findings, fig_list, skipped, focus)
 
 
 def _write_pages(
@@ -267,16 +314,33 @@ def _write_pages(
     log,
     adapted,
     thresholds=None,
+    view=None,
 ):
     """Write figures/ and index.html into ``stage``; figure paths are given as they will be under
-    ``out``."""
+    ``out``. ``view``: the classes shown (``--classes``), the model in use, the protocol's note
+    and whether the report is the focused default."""
+    view = view or {}
+    focus = view.get("focus")
+    main = None
+    if view.get("focused"):  # auto and its peers: the curves of what the user decides about
+        main = [n for n, m in models.items() if not m.is_baseline]
     fig_html, fig_list, toc = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
             itertools.chain(
                 report_figures(
-                    data, models, comparison, eval_data, holdout, extra, methods_given, log
+                    data,
+                    models,
+                    comparison,
+                    eval_data,
+                    holdout,
+                    extra,
+                    methods_given,
+                    log,
+                    classes=view.get("classes"),
+                    focus=focus,
+                    main=main,
                 ),
                 label_shift_figures(adapted),
                 acceptance_figures(data, thresholds),
@@ -296,7 +360,7 @@ def _write_pages(
             )
 
     log("writing HTML")
-    warn_html = warnings_html(findings)
+    warn_html = warnings_html(findings, focus)
     per_class = "".join(
         f"<details><summary>{m.upper()} per class ({data.n_classes} classes)</summary>"
         f"{metric_table(comparison, data.classes, m)}</details>"
@@ -323,11 +387,12 @@ def _write_pages(
 <p class="muted">topcal {__version__} · {time.strftime("%Y-%m-%d %H:%M")} ·
 methods: {html.escape(", ".join(models))}</p>
 {data_summary(data, data_label)}{extra_html}
+{headline_html(models, comparison, focus, holdout)}
 <p>Calibration should be sanity-checked visually: look at every panel before trusting a method
 (Salamon et al., section 12).</p>
 <h2>Metrics</h2>
 <p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins;
-{protocol_html(comparison)}
+{view.get("note") or protocol_html(comparison)}
 Best per column in bold green.</p>
 {metric_table(comparison, data.classes)}{per_class}{hold_html}
 <h2>Warnings ({len(findings)})</h2>{warn_html}

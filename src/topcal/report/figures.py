@@ -11,6 +11,7 @@ import numpy as np
 from .. import plots
 from ..data import TopLabelData
 from ..evaluate import Comparison, MethodMetrics, MetricValues
+from .classes import MAX_FIGURE_CLASSES, choose_classes
 
 __all__ = [
     "report_figures",
@@ -48,18 +49,10 @@ def _pick(preferred, fitted) -> list[str]:
     return [m for m in preferred if m in fitted]
 
 
-#: Per-class figures show at most this many classes, those with the most positives: a figure of
-#: thousands of panels (or a 10,000 x 10,000 confusion matrix) takes minutes and gigabytes and shows
-#: nothing.
-MAX_FIGURE_CLASSES = 24
-
-
 def figure_classes(data: TopLabelData) -> np.ndarray | None:
-    """Indices of the classes the per-class figures show (None: all of them), in class order."""
-    if data.n_classes <= MAX_FIGURE_CLASSES:
-        return None
-    tp, fp = data.class_counts()
-    return np.sort(np.argsort(-(tp + fp), kind="stable")[:MAX_FIGURE_CLASSES])
+    """Indices of the classes the per-class figures show by default (None: all of them), in class
+    order (:func:`~topcal.report.classes.choose_classes` without ``--classes``)."""
+    return choose_classes(data)[0]
 
 
 def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
@@ -120,18 +113,30 @@ def _band_caption(grid) -> str:
     return out
 
 
-def report_figures(data, models, comparison, eval_data, holdout, extra, methods_given, log):
-    """Yield (key, title, caption, Figure) for every figure that applies."""
+def report_figures(
+    data,
+    models,
+    comparison,
+    eval_data,
+    holdout,
+    extra,
+    methods_given,
+    log,
+    *,
+    classes=None,
+    focus=None,
+    main=None,
+):
+    """Yield (key, title, caption, Figure) for every figure that applies.
+
+    ``classes``: ``--classes``'s strings (:func:`~topcal.report.classes.choose_classes`; ``focus``:
+    the model in use, which ``worst:N`` ranks by); ``main``: the methods of the main curves figure
+    (default: the named methods, else the paper's choice).
+    """
     curve_models = {n: m for n, m in models.items() if plots.is_score_curve(m)}
     other_models = {n: m for n, m in models.items() if not plots.is_score_curve(m)}
-    only = figure_classes(data)
-    few = ""
+    only, few = choose_classes(data, classes, comparison, focus)
     if only is not None:
-        few = (
-            f" Only the {only.size} largest classes (most positives) of {data.n_classes} are "
-            f"shown; the tables "
-            "list every class."
-        )
         names = [data.classes[k] for k in only]
         comparison = _comparison_view(comparison, names)
         holdout = None if holdout is None else _comparison_view(holdout, names)
@@ -148,14 +153,16 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
         "Conf1 = |TP| / |P| are shown."
     )
     if only is not None:
+        which = "largest classes" if classes is None else "classes shown"
         cap += (
-            f" Only rows predicted as the {only.size} largest classes of {data.n_classes}; every "
-            f"other true "
-            "class is pooled."
+            f" Only rows predicted as the {only.size} {which} of {data.n_classes}; every other "
+            "true class is pooled."
         )
     yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
 
-    if methods_given:
+    if main is not None:
+        main_score = {n: curve_models[n] for n in main if n in curve_models}
+    elif methods_given:
         main = [n for n, m in models.items() if not m.is_baseline]
         main_score = {n: m for n, m in curve_models.items() if n in main}
     else:
@@ -242,9 +249,14 @@ def report_figures(data, models, comparison, eval_data, holdout, extra, methods_
     yield (
         "nll",
         "NLL per class and method (paper Fig. 17)",
-        "Mean top-label negative log-likelihood per positive, fitted and evaluated on the same "
-        "data (lower is "
-        "better)." + few,
+        "Mean top-label negative log-likelihood per positive, "
+        + (
+            "out of sample (as in the metrics table)"
+            if Comparison.of(comparison).protocol == "kfold"
+            else "fitted and evaluated on the same data"
+        )
+        + " (lower is better)."
+        + few,
         plots.plot_method_bars(plots.method_scores(comparison, "nll")),
     )
     if eval_data is not None and holdout is not None:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from ..calibrators.auto import TIER_LEGEND
-from ..calibrators.registry import lookup
+from ..calibrators.registry import BASELINE, lookup
 from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData
 from ..evaluate import METRICS, Comparison
@@ -21,6 +21,8 @@ __all__ = [
     "data_summary",
     "protocol_html",
     "warnings_html",
+    "headline_html",
+    "about",
     "ranked",
     "unranked_notes",
 ]
@@ -56,6 +58,7 @@ figcaption{font-size:.88em;color:#555;margin-top:.3em} .warn li{margin:.15em 0}
 details{margin:.5em 0} summary{cursor:pointer;font-weight:600}
 code{background:#f4f4f4;padding:0 .2em}
 .scroll{overflow-x:auto}
+.headline{border-left:4px solid #0a5;background:#f4faf6;padding:.3em 1em;margin:1em 0}
 """
 
 
@@ -276,13 +279,38 @@ def protocol_html(comparison) -> str:
     )
 
 
-def warnings_html(findings) -> str:
-    """The Warnings section: a kind that repeats is one line (count, the worst classes) over a
-    collapsed list."""
-    from .checks import FindingGroup, group_findings
+def about(findings, focus: str | None) -> tuple[list, list]:
+    """``findings`` split into those about the model in use ``focus`` (and the data, its classes
+    and the baseline comparisons) and those about the other methods (all in the first with no
+    ``focus``)."""
+    if focus is None:
+        return list(findings), []
+    mine = [f for f in findings if f.method in (None, focus, BASELINE)]
+    return mine, [f for f in findings if f.method not in (None, focus, BASELINE)]
 
+
+def warnings_html(findings, focus: str | None = None) -> str:
+    """The Warnings section: those about the model in use ``focus`` (and the data) first, those
+    about the other methods folded below; a kind that repeats is one line (count, the worst
+    classes) over a collapsed list."""
     if not findings:
         return "<p>No warnings.</p>"
+    mine, other = about(findings, focus)
+    out = _warning_list(mine) if mine else "<p>No warnings about it or the data.</p>"
+    if focus is not None:
+        out = f"<p class='muted'>About <code>{html.escape(focus)}</code> and the data:</p>" + out
+    if other:
+        names = ", ".join(dict.fromkeys(html.escape(f.method) for f in other))
+        out += (
+            f"<details><summary>{len(other)} more about the other methods ({names})</summary>"
+            f"{_warning_list(other)}</details>"
+        )
+    return out
+
+
+def _warning_list(findings) -> str:
+    from .checks import FindingGroup, group_findings
+
     items = []
     for g in group_findings(findings):
         if isinstance(g, FindingGroup):
@@ -294,3 +322,75 @@ def warnings_html(findings) -> str:
         else:
             items.append(f"<li>{html.escape(g.text)}</li>")
     return "<ul class='warn'>" + "".join(items) + "</ul>"
+
+
+def headline_html(models: dict, comparison, focus: str | None, holdout=None) -> str:
+    """The first screen's answer: what ``auto`` chose and why, and what it gains over the
+    uncalibrated score out of sample (without ``auto``: the model in use against the baseline),
+    and on the second test set where there is one; "" when there is no model but the
+    baseline."""
+    if focus is None:
+        return ""
+    model = models[focus]
+    choice = model.choice() if isinstance(model, Wrapper) else None
+    res = Comparison.of(comparison)
+    name = f"<code>{html.escape(focus)}</code>"
+    if choice is not None:
+        chosen = f"<code>{html.escape(choice['chosen'])}</code>"
+        head = f"<b>{name} chose {chosen}</b>"
+        blend = choice["blend"]
+        if blend:
+            head += (
+                ", blended with "
+                + ", ".join(
+                    f"<code>{html.escape(m)}</code> ({w:.2f})"
+                    for m, w in zip(blend["methods"][1:], blend["weights"][1:])
+                )
+                + f" (weight of {chosen}: {blend['weights'][0]:.2f})"
+            )
+        head += f": {html.escape(choice['rule'])}."
+    else:
+        head = f"<b>The model in use: {name}</b> (the first method named)."
+    gain = _gain_html(res, focus, choice)
+    if holdout is not None and focus in Comparison.of(holdout).methods:
+        gain += " " + _gain_html(Comparison.of(holdout), focus, choice)
+    return f"<div class='headline'><p>{head}</p><p>{gain}</p></div>"
+
+
+def _gain_html(res: Comparison, focus: str, choice) -> str:
+    """What ``focus`` gains over the baseline: out of sample from ``res`` (K folds or the second
+    set), or auto's own cross-validation where ``res`` is in-sample."""
+    if res.protocol == "same" or focus not in res.methods or BASELINE not in res.methods:
+        if choice is None:
+            return "Fitted and evaluated on the same data: no out-of-sample gain to show."
+        row = {r["method"]: r for r in choice["table"]}
+        raw = row.get(BASELINE, {}).get("nll")
+        mine = choice["blend"]["nll"] if choice["blend"] else row[choice["chosen"]]["nll"]
+        if raw is None or mine is None:
+            return "Its cross-validation holds no uncalibrated row to compare with."
+        return (
+            f"In its own cross-validation: NLL {mine:.4f} against {raw:.4f} uncalibrated "
+            f"({_change(mine, raw)})."
+        )
+    m, b = res.methods[focus], res.methods[BASELINE]
+    where = (
+        f"Out of sample ({res.folds}-fold)" if res.protocol == "kfold" else "On the second test set"
+    )
+    parts = [
+        f"{label} {m[x].overall:.4f} against {b[x].overall:.4f} uncalibrated "
+        f"({_change(m[x].overall, b[x].overall)})"
+        for x, label in (("nll", "NLL"), ("ece1", "ECE1"), ("brier", "Brier"))
+        if x in m and m[x].overall is not None and b[x].overall is not None
+    ]
+    verdict = (
+        "it helps"
+        if m["nll"].overall < b["nll"].overall
+        else "<b>it does not beat the uncalibrated score</b>"
+    )
+    return f"{where}, {verdict}: " + "; ".join(parts) + "."
+
+
+def _change(v: float, ref: float) -> str:
+    if ref == 0:
+        return f"{v - ref:+.4f}"
+    return f"{v - ref:+.4f}, {(v - ref) / ref:+.1%}"

@@ -3,7 +3,7 @@
 * :func:`fences` / :func:`blocks`: the fenced code blocks of a page.
 * :func:`commands`: the commands of a shell block, one per logical line (``\\`` continuations
   joined, comments and blank lines dropped), as the text a reader copies.
-* :func:`run_topcal`: one ``topcal ...`` line through the real console script, in a folder.
+* :func:`run_topcal`: one ``topcal ...`` line, in a folder (the command's code in this process).
 * :func:`exec_block`: one Python block, executed in a folder with a prepared namespace.
 * Simulated classifier outputs in the CLI's file layouts: :func:`probs_frame` (``p_<class>``
   columns) and :func:`top_score_frame` (``pred``, ``score``); :func:`sklearn_split` for the
@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -26,7 +25,6 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
-TOPCAL = Path(sys.executable).with_name("topcal")
 
 
 def fences(path) -> list[tuple[str, str]]:
@@ -55,15 +53,21 @@ def commands(block: str) -> list[str]:
     return out
 
 
-def run_topcal(command: str, cwd, *, timeout=300) -> subprocess.CompletedProcess:
-    """Run one ``topcal ...`` command line through the console script in ``cwd``; it must succeed
-    cleanly."""
+def run_topcal(command: str, cwd) -> subprocess.CompletedProcess:
+    """Run one ``topcal ...`` command line in ``cwd``, split as a shell would; it must succeed
+    cleanly.
+
+    The command's own code runs in this process (``_cli.call``: ``topcal.cli.main`` with its own
+    stdout, stderr, working folder and warnings): what a page promises is what the command does
+    with the files it names; the console script around it (start-up, exit codes, signals) is
+    tested by test_cli.py and the hostile files. ``XDG_CACHE_HOME`` is ``cwd/.cache`` (the
+    experiment's network cache).
+    """
+    from _cli import call
+
     args = shlex.split(command)
     assert args[0] == "topcal", command
-    env = dict(os.environ, MPLBACKEND="Agg", XDG_CACHE_HOME=str(Path(cwd) / ".cache"))
-    r = subprocess.run(
-        [str(TOPCAL), *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    r = call(*args[1:], cwd=cwd, env={"XDG_CACHE_HOME": str(Path(cwd) / ".cache")})
     assert r.returncode == 0, (command, r.stderr[-3000:])
     assert "Traceback" not in r.stderr, (command, r.stderr[-3000:])
     return r

@@ -11,6 +11,19 @@ from topcal.datasets import load_phanns
 # command slowed past 10 s by a loaded machine would add lines to the stderr a test reads.
 os.environ["TOPCAL_PROGRESS_SECONDS"] = "3600"
 
+# An idle Dask cluster polls: its event loop ticks every 20 ms, the workers sample their own stacks
+# every 10 ms and check memory every 100 ms. The session's cluster (below) idles for most of the run
+# and burned about 8 CPU-seconds a minute per pytest worker (a tenth of `make test`); these slower
+# polls (set before dask is imported, and inherited by the console scripts' own LocalClusters) cut
+# that to about 1. No test depends on Dask's profiler or its polling rates.
+for _key, _value in {
+    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "200ms",
+    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "2s",
+    "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+    "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "2s",
+}.items():
+    os.environ.setdefault(_key, _value)
+
 
 @pytest.fixture(scope="module")
 def phanns():

@@ -1,10 +1,11 @@
 """Every page of docs/ runs as written: each Python block, and each command of each shell block.
 
 Python blocks are executed in a temporary folder (names a block uses without defining them are
-given by the test, with simulated data); ``topcal ...`` lines run through the real console script
-in a folder holding the files they name (simulated classifier outputs). Lines that cannot run in
-the suite are listed in ``NOT_RUN`` with the reason, and each must still appear in its page, so the
-list cannot rot. docs/sklearn.md has its own test (tests/test_docs_sklearn.py).
+given by the test, with simulated data); ``topcal ...`` lines run (the command's code in process:
+``_docs.run_topcal``) in a folder holding the files they name (simulated classifier outputs).
+Lines that cannot run in the suite are listed in ``NOT_RUN`` with the reason, and each must still
+appear in its page, so the list cannot rot. docs/sklearn.md has its own test
+(tests/test_docs_sklearn.py).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The quick-start block (``make demo``, ``make test``) is what CI itself runs, so it is checked for
 its two lines only (running ``make test`` inside the tests would recurse). The other shell blocks
-run line by line through the real ``topcal`` console script, in a folder holding the files they
-name (a simulated classifier's outputs).
+run line by line (the ``topcal`` command's code in process: ``_docs.run_topcal``), in a folder
+holding the files they name (a simulated classifier's outputs).
 """
 
 import re

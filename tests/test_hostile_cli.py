@@ -1,8 +1,10 @@
-"""Regression tests of issue 10 (hardening): every reproducer, run through the real ``topcal``
-console script.
+"""Regression tests of issue 10 (hardening): every reproducer of the issue.
 
 Each test states the defect it guards. A run must end with the right answer, or exit 2 with one
-``error:`` line and no traceback, and must leave every pre-existing file as it was.
+``error:`` line and no traceback, and must leave every pre-existing file as it was. The errors,
+the writes that must leave files as they were and the killed runs go through the real ``topcal``
+console script; runs that make a test's model or whose answer (numbers, pages, warnings) is
+checked run the command in process (``call`` of _cli.py).
 """
 
 import json
@@ -19,13 +21,13 @@ import pytest
 import topcal
 from topcal import TopLabelData
 
-from _cli import TOPCAL, assert_error, assert_ok, cli, snapshot
+from _cli import TOPCAL, assert_error, assert_ok, call, cli, snapshot
 
 pytestmark = pytest.mark.e2e
 
 
 def metrics_json(path, *extra, cwd=None):
-    return json.loads(assert_ok(cli("metrics", path, "--json", *extra, cwd=cwd)).stdout)
+    return json.loads(assert_ok(call("metrics", path, "--json", *extra, cwd=cwd)).stdout)
 
 
 @pytest.fixture
@@ -116,11 +118,11 @@ def test_integer_pred_codes_add_no_unused_class(tmp_path):
 # ------------------------------------------------------------ 2. apply to a subset of classes
 def test_apply_accepts_a_batch_naming_some_classes_and_names_an_unknown_one(top_csv, tmp_path):
     model = tmp_path / "m.json"
-    assert_ok(cli("fit", top_csv, "--method", "hist", "-o", model))
+    assert_ok(call("fit", top_csv, "--method", "hist", "-o", model))
     pd.DataFrame({"pred": ["coat", "shirt", "coat"], "score": [0.4, 0.9, 0.95]}).to_csv(
         tmp_path / "b.csv", index=False
     )
-    assert_ok(cli("apply", model, tmp_path / "b.csv", "-o", tmp_path / "out.csv"))
+    assert_ok(call("apply", model, tmp_path / "b.csv", "-o", tmp_path / "out.csv"))
     out = pd.read_csv(tmp_path / "out.csv")
     cal = topcal.load(model)
     ref = cal.predict(
@@ -153,7 +155,7 @@ def test_apply_takes_the_score_range_from_the_model(tmp_path):
         tmp_path / "ph.csv", index=False
     )
     assert_ok(
-        cli(
+        call(
             "fit",
             tmp_path / "ph.csv",
             "--method",
@@ -166,7 +168,7 @@ def test_apply_takes_the_score_range_from_the_model(tmp_path):
         )
     )
     pd.DataFrame({"pred": ["HTJ"], "score": [7.5]}).to_csv(tmp_path / "new.csv", index=False)
-    assert_ok(cli("apply", tmp_path / "m.json", tmp_path / "new.csv", "-o", tmp_path / "o.csv"))
+    assert_ok(call("apply", tmp_path / "m.json", tmp_path / "new.csv", "-o", tmp_path / "o.csv"))
     assert 0 <= pd.read_csv(tmp_path / "o.csv")["confidence"][0] <= 1
     # a different declared range is an error, shown as plain numbers (not np.float64(...))
     err = assert_error(
@@ -197,7 +199,7 @@ def test_binned_data_uses_the_declared_score_range(tmp_path):
             "fp": [2, 1, 2],
         }
     ).to_csv(tmp_path / "bins.csv", index=False)
-    assert_ok(cli("fit", tmp_path / "bins.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_ok(call("fit", tmp_path / "bins.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     assert topcal.load(tmp_path / "m.json").score_range_ == (0.0, 1.0)  # was (0.5, 1.0)
     # the uncalibrated baseline is the score itself on (0, 1): class a's bin midpoints 0.625 and
     # 0.875
@@ -206,7 +208,7 @@ def test_binned_data_uses_the_declared_score_range(tmp_path):
     nll_a = -(3 * np.log(0.625) + 2 * np.log(0.375) + 5 * np.log(0.875) + 1 * np.log(0.125)) / 11
     assert s["classes"]["a"]["nll"] == pytest.approx(nll_a)
     pd.DataFrame({"pred": ["a", "b"], "score": [0.2, 0.9]}).to_csv(tmp_path / "s.csv", index=False)
-    assert_ok(cli("apply", tmp_path / "m.json", tmp_path / "s.csv", "-o", tmp_path / "o.csv"))
+    assert_ok(call("apply", tmp_path / "m.json", tmp_path / "s.csv", "-o", tmp_path / "o.csv"))
     # PhANNs-style bins on 0-10 need the range declared
     phanns = Path(topcal.__file__).parent / "_data" / "phanns_test_binned.csv"
     assert_error(cli("metrics", phanns), "outside the declared score range", "--score-range")
@@ -265,7 +267,7 @@ def test_report_writes_only_into_a_new_empty_or_topcal_made_folder(top_csv, tmp_
 
 # ------------------------------------------------------------ 6. atomic writes
 def test_failed_writes_leave_old_outputs_unchanged_and_no_temporary_files(top_csv, tmp_path):
-    assert_ok(cli("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_ok(call("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
     (tmp_path / "out.csv").write_text("old output\n")
     before = snapshot(tmp_path)
     # apply whose write fails part-way (file size limit): the old output stays whole
@@ -283,7 +285,7 @@ def test_failed_writes_leave_old_outputs_unchanged_and_no_temporary_files(top_cs
     assert snapshot(tmp_path) == before
     # report whose figures cannot be written: the old report is untouched, no staging folder left
     rep = tmp_path / "rep"
-    assert_ok(cli("report", top_csv, "--methods", "hist", "--in-sample", "-o", rep))
+    assert_ok(call("report", top_csv, "--methods", "hist", "--in-sample", "-o", rep))
     before = snapshot(tmp_path)
     r = cli("report", top_csv, "--methods", "hist,cum", "--in-sample", "-o", rep, fsize=5_000)
     assert_error(r, "cannot write")
@@ -299,7 +301,7 @@ def test_failed_writes_leave_old_outputs_unchanged_and_no_temporary_files(top_cs
 
 def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path):
     rep = tmp_path / "rep"
-    assert_ok(cli("report", top_csv, "--methods", "hist", "--in-sample", "-o", rep))
+    assert_ok(call("report", top_csv, "--methods", "hist", "--in-sample", "-o", rep))
     before = snapshot(tmp_path)
     proc = subprocess.Popen(
         [str(TOPCAL), "report", str(top_csv), "--in-sample", "-o", str(rep)],
@@ -323,7 +325,7 @@ def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path):
 def test_model_file_defects_are_one_line_errors(top_csv, tmp_path):
     from topcal.persist import FORMAT_VERSION, canonical_json
 
-    assert_ok(cli("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_ok(call("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
     text = (tmp_path / "m.json").read_text()
     doc = json.loads(text)
     bad = {
@@ -403,9 +405,9 @@ def test_parquet_output_of_a_mixed_type_column(tmp_path):
     pd.DataFrame(
         {"pred": "a", "score": 0.5, "label": np.where(np.arange(n) % 2, "a", "b"), "note": note}
     ).to_csv(tmp_path / "mixed.csv", index=False)
-    assert_ok(cli("fit", tmp_path / "mixed.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_ok(call("fit", tmp_path / "mixed.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     assert_ok(
-        cli("apply", tmp_path / "m.json", tmp_path / "mixed.csv", "-o", tmp_path / "o.parquet")
+        call("apply", tmp_path / "m.json", tmp_path / "mixed.csv", "-o", tmp_path / "o.parquet")
     )
     assert pd.read_parquet(tmp_path / "o.parquet")["note"].iloc[-1] == "x"
 
@@ -433,7 +435,7 @@ def test_report_on_many_classes_degrades_to_the_largest_classes(tmp_path):
         tmp_path / "many.csv", index=False
     )
     r = assert_ok(
-        cli(
+        call(
             "report",
             tmp_path / "many.csv",
             "--methods",
@@ -480,7 +482,7 @@ def test_messages(tmp_path):
     frame["label"] = np.array(list("abc"))[probs.argmax(1)]
     frame.to_csv(tmp_path / "d.csv", index=False)
     # 150 folds on 300 rows: every fold gets rows now
-    assert_ok(cli("compare", tmp_path / "d.csv", "--folds", 150, "--methods", "hist", "--json"))
+    assert_ok(call("compare", tmp_path / "d.csv", "--folds", 150, "--methods", "hist", "--json"))
     assert_error(
         cli("compare", tmp_path / "d.csv", "--folds", 301, "--methods", "hist"),
         "301 folds exceed",
@@ -493,6 +495,6 @@ def test_messages(tmp_path):
     frame = pd.DataFrame(probs, columns=[f"p_{i}" for i in range(k)])
     frame["label"] = [0, 0, 1, 0]
     frame.to_csv(tmp_path / "wide.csv", index=False)
-    r = assert_ok(cli("fit", tmp_path / "wide.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    r = assert_ok(call("fit", tmp_path / "wide.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     warn = [ln for ln in r.stderr.splitlines() if "never predicted" in ln]
     assert len(warn) == 1 and len(warn[0]) < 300 and "2999" in warn[0]

@@ -1,16 +1,17 @@
 """Regression tests of issue 24 (hardening, round two), part A: data loss, tracebacks and hangs, the
-report at
-many classes. Every case runs through the real ``topcal`` console script (the API cases in process);
-the Dask
-cases on a real ``distributed.LocalCluster``. A run ends with the right answer, or exit 2 and one
-``error:``
-line, and leaves every file it did not create as it was.
+report at many classes. A run ends with the right answer, or exit 2 and one ``error:`` line, and
+leaves every file it did not create as it was. The errors, the file-safety cases and the signals
+run through the real ``topcal`` console script; the answers of the other exit-0 runs (a report or
+comparison checked for its content, a model made for a test) come from the command in process
+(``call`` of _cli.py), the API cases from the API; the Dask cases on a real
+``distributed.LocalCluster``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 import topcal
 from topcal.errors import NotFittedError, ParameterError, TopcalError
 
-from _cli import TOPCAL, assert_error, assert_ok, cli, snapshot
+from _cli import TOPCAL, assert_error, assert_ok, call, cli, snapshot
 
 pytestmark = pytest.mark.e2e
 
@@ -57,13 +58,23 @@ def _probs(n=600, seed=0, names=("a", "b", "c")):
     return frame
 
 
-@pytest.fixture
-def base(tmp_path):
-    """base.csv (labelled, p_a,p_b,p_c,label), use.csv (unlabelled) and M.json (hist)."""
+@pytest.fixture(scope="module")
+def _base_files(tmp_path_factory):
+    """The files of :func:`base`, made once per module (M.json by the command in process)."""
+    d = tmp_path_factory.mktemp("base")
     frame = _probs()
-    frame.to_csv(tmp_path / "base.csv", index=False)
-    frame.drop(columns="label").iloc[:300].to_csv(tmp_path / "use.csv", index=False)
-    assert_ok(cli("fit", tmp_path / "base.csv", "--method", "hist", "-o", tmp_path / "M.json"))
+    frame.to_csv(d / "base.csv", index=False)
+    frame.drop(columns="label").iloc[:300].to_csv(d / "use.csv", index=False)
+    assert_ok(call("fit", d / "base.csv", "--method", "hist", "-o", d / "M.json"))
+    return d
+
+
+@pytest.fixture
+def base(tmp_path, _base_files):
+    """A folder of the test's own holding base.csv (labelled, p_a,p_b,p_c,label), use.csv
+    (unlabelled) and M.json (hist)."""
+    for name in ("base.csv", "use.csv", "M.json"):
+        shutil.copyfile(_base_files / name, tmp_path / name)
     return tmp_path
 
 
@@ -260,7 +271,7 @@ def test_report_with_class_names_matplotlib_reads_as_math(tmp_path):
     frame.to_csv(tmp_path / "d.csv", index=False)
     frame.drop(columns="label").iloc[:200].to_csv(tmp_path / "u.csv", index=False)
     assert_ok(
-        cli(
+        call(
             "report",
             tmp_path / "d.csv",
             "--methods",
@@ -272,9 +283,9 @@ def test_report_with_class_names_matplotlib_reads_as_math(tmp_path):
     )
     page = (tmp_path / "r" / "index.html").read_text()
     assert "under $5" in page and "$\\frac$" in page
-    assert_ok(cli("fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_ok(call("fit", tmp_path / "d.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     assert_ok(
-        cli(
+        call(
             "adapt",
             tmp_path / "m.json",
             tmp_path / "u.csv",
@@ -285,7 +296,7 @@ def test_report_with_class_names_matplotlib_reads_as_math(tmp_path):
         )
     )
     assert_ok(
-        cli(
+        call(
             "report",
             tmp_path / "d.csv",
             "--methods",
@@ -485,7 +496,7 @@ def test_dask_task_errors_are_one_error_line_without_log(base, cluster_address):
         {"pred": list("abcabc"), "score": [0.5, 0.6, 0.7, 0.8, 0.9, 0.6], "label": list("abcaba")}
     )
     top.to_csv(t / "top.csv", index=False)
-    assert_ok(cli("fit", t / "top.csv", "--method", "hist", "-o", t / "T.json"))
+    assert_ok(call("fit", t / "top.csv", "--method", "hist", "-o", t / "T.json"))
     new = top.copy()
     new.loc[2, "pred"] = "d"
     (t / "pqnew").mkdir()
@@ -526,7 +537,7 @@ def test_report_at_1000_classes_groups_warnings_and_keeps_figures_legible(many, 
     from PIL import Image
 
     r = assert_ok(
-        cli(
+        call(
             "report",
             many,
             "--methods",
@@ -534,7 +545,6 @@ def test_report_at_1000_classes_groups_warnings_and_keeps_figures_legible(many, 
             "--in-sample",
             "-o",
             tmp_path / "r",
-            timeout=600,
         )
     )
     warn = [ln for ln in r.stderr.splitlines() if ln.strip().startswith("warning:")]
@@ -561,7 +571,7 @@ def test_report_at_1000_classes_groups_warnings_and_keeps_figures_legible(many, 
 
 
 def test_compare_at_1000_classes_summarises(many):
-    r = assert_ok(cli("compare", many, "--methods", "hist,conf1", "--folds", 2, timeout=600))
+    r = assert_ok(call("compare", many, "--methods", "hist,conf1", "--folds", 2))
     table = r.stdout.split("per-class NLL")[1].split("warnings")[0]
     rows = [ln for ln in table.splitlines() if re.match(r"c\d+ ", ln)]
     assert len(rows) == 30 and "30 of 1000 classes shown" in table
@@ -602,7 +612,7 @@ def test_binary_ts_certainty_warning_does_not_recommend_shrinkage(tmp_path):
         pred == "a", "a", np.where(rng.uniform(size=n) < s, "b", "a")
     )  # class a: no false positives
     pd.DataFrame({"pred": pred, "score": s, "label": lab}).to_csv(tmp_path / "d.csv", index=False)
-    r = assert_ok(cli("compare", tmp_path / "d.csv", "--methods", "bts,btswa,hist", "--in-sample"))
+    r = assert_ok(call("compare", tmp_path / "d.csv", "--methods", "bts,btswa,hist", "--in-sample"))
     lines = [
         ln for ln in r.stdout.splitlines() if "reaches confidence 0 or 1" in ln and ("bts" in ln)
     ]

@@ -1,7 +1,7 @@
 """Regression tests of issue 24 (hardening, round two), part B: wrong answers with exit 0, friction,
-and
-following the README as a new user. CLI cases run through the real ``topcal`` console script (the
-``cli``/``assert_error`` helpers of _cli.py), API cases through the API, Dask cases on a real
+and following the README as a new user. CLI cases check the answers of commands run in process
+(``call`` of _cli.py) and the errors (exit 2, one ``error:`` line) through the real ``topcal``
+console script (``cli``/``assert_error``); API cases through the API, Dask cases on a real
 ``dask.distributed.LocalCluster``.
 """
 
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import topcal
-from _cli import assert_error, assert_ok, cli
+from _cli import assert_error, assert_ok, call, cli
 
 pytestmark = pytest.mark.e2e
 
@@ -31,13 +31,14 @@ def _probs_csv(path, n=600, seed=0):
     return frame
 
 
-@pytest.fixture
-def base(tmp_path):
-    """(base.csv, M = a hist model fitted on it)."""
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """(base.csv, M = a hist model fitted on it), made once: the tests only read them."""
+    tmp_path = tmp_path_factory.mktemp("base")
     data = tmp_path / "base.csv"
     _probs_csv(data)
     model = tmp_path / "M.json"
-    assert_ok(cli("fit", data, "--method", "hist", "-o", model))
+    assert_ok(call("fit", data, "--method", "hist", "-o", model))
     return data, model
 
 
@@ -68,7 +69,7 @@ def test_apply_names_pred_by_column_name_when_columns_are_reordered_or_a_subset(
         ("re.parquet", ("--chunk-rows", "2")),
     ]:
         out = tmp_path / f"out-{src}-{len(extra)}.csv"
-        assert_ok(cli("apply", model, tmp_path / src, "-o", out, *extra))
+        assert_ok(call("apply", model, tmp_path / src, "-o", out, *extra))
         got = pd.read_csv(out)
         assert list(got["pred"]) == want, (src, extra)
         # the confidence is that of the named class's curve at the top score
@@ -78,7 +79,7 @@ def test_apply_names_pred_by_column_name_when_columns_are_reordered_or_a_subset(
         np.testing.assert_allclose(got["confidence"], expect)
     for extra in [(), ("--chunk-rows", "1")]:
         out = tmp_path / f"sub-{len(extra)}.csv"
-        assert_ok(cli("apply", model, tmp_path / "sub.csv", "-o", out, *extra))
+        assert_ok(call("apply", model, tmp_path / "sub.csv", "-o", out, *extra))
         assert list(pd.read_csv(out)["pred"]) == want_sub
 
 
@@ -87,7 +88,7 @@ def test_dask_apply_names_pred_by_column_name(base, tmp_path, cluster):
     want, _ = _reordered_inputs(tmp_path)
     out = tmp_path / "dk.csv"
     assert_ok(
-        cli(
+        call(
             "apply",
             model,
             tmp_path / "re.parquet",
@@ -117,7 +118,7 @@ def top_model(tmp_path):
     )
     model = tmp_path / "M10.json"
     assert_ok(
-        cli(
+        call(
             "fit",
             tmp_path / "top10.csv",
             "--score-range",
@@ -156,7 +157,7 @@ def test_adapt_weighs_binned_use_rows_by_their_counts_and_takes_the_model_score_
     for est in ("em", "bbse"):
         a, b = tmp_path / f"bin-{est}.json", tmp_path / f"rows-{est}.json"
         assert_ok(
-            cli(
+            call(
                 "adapt",
                 top_model,
                 tmp_path / "usebin.csv",
@@ -171,7 +172,7 @@ def test_adapt_weighs_binned_use_rows_by_their_counts_and_takes_the_model_score_
             )
         )
         assert_ok(
-            cli(
+            call(
                 "adapt",
                 top_model,
                 tmp_path / "rows.csv",
@@ -195,7 +196,7 @@ def test_priors_csv_with_a_byte_order_mark_is_read(top_model, tmp_path):
     pri = tmp_path / "p.csv"
     pri.write_bytes("class,prior\na,0.5\nb,0.25\nc,0.25\n".encode("utf-8-sig"))
     out = tmp_path / "A.json"
-    assert_ok(cli("adapt", top_model, "--priors", pri, "-o", out))
+    assert_ok(call("adapt", top_model, "--priors", pri, "-o", out))
     assert _adapted_priors(out) == [0.5, 0.25, 0.25]
 
 
@@ -264,7 +265,7 @@ def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
         frame.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
     frame.to_csv(tmp_path / "all.csv", index=False)
     assert_ok(
-        cli(
+        call(
             "fit",
             tmp_path / "all.csv",
             "--method",
@@ -275,7 +276,7 @@ def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
         )
     )
     assert_ok(
-        cli(
+        call(
             "fit",
             tmp_path / "part0.csv",
             "--method",
@@ -286,7 +287,7 @@ def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
         )
     )
     assert_ok(
-        cli(
+        call(
             "update",
             tmp_path / "m1.json",
             tmp_path / "part1.csv",
@@ -296,7 +297,7 @@ def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
         )
     )
     assert_ok(
-        cli(
+        call(
             "update",
             tmp_path / "m2.json",
             tmp_path / "part2.csv",
@@ -309,7 +310,7 @@ def test_cli_update_equals_fit_on_discrete_scores(tmp_path):
     )
     for m in ("all", "m3"):
         assert_ok(
-            cli(
+            call(
                 "apply",
                 tmp_path / f"{m}.json",
                 tmp_path / "all.csv",
@@ -336,8 +337,8 @@ def test_counts_beyond_2_to_the_53_are_refused_and_models_below_it_load(tmp_path
     (tmp_path / "ok.csv").write_text(rows.format("5e15"))
     for method in ("hist", "kde-mon2", "cum-opt"):
         out = tmp_path / f"ok-{method}.json"
-        assert_ok(cli("fit", tmp_path / "ok.csv", "--method", method, "-o", out))
-        assert_ok(cli("describe", out))  # loadable
+        assert_ok(call("fit", tmp_path / "ok.csv", "--method", method, "-o", out))
+        assert_ok(call("describe", out))  # loadable
         # an update that takes the total past 2^53 is refused, and writes nothing (other rows:
         # the same ones again are refused as counted twice)
         (tmp_path / "ok2.csv").write_text(rows.format("5e15").replace(",30,2", ",31,2"))
@@ -373,7 +374,7 @@ def test_one_column_in_two_roles_is_an_error(tmp_path):
     )
     assert_error(r, "column 'x' is given two roles")
     assert_ok(
-        cli(
+        call(
             "metrics",
             tmp_path / "two.csv",
             "--column",
@@ -401,8 +402,8 @@ def _resign(path, edit):
 def test_resigned_temperature_out_of_range_is_refused_at_load(base, tmp_path):
     data, _ = base
     model = tmp_path / "sts.json"
-    assert_ok(cli("fit", data, "--method", "sts", "-o", model))
-    assert_ok(cli("apply", model, data, "-o", tmp_path / "ok.csv"))
+    assert_ok(call("fit", data, "--method", "sts", "-o", model))
+    assert_ok(call("apply", model, data, "-o", tmp_path / "ok.csv"))
     for t, fragment in ((1e-320, "temperatures must lie in"), (1e300, "temperatures must lie in")):
         bad = tmp_path / f"bad-{t:g}.json"
         bad.write_text(model.read_text())
@@ -453,7 +454,7 @@ def test_temperature_fits_do_not_depend_on_row_order(tmp_path):
     frame.sample(frac=1, random_state=1).to_csv(tmp_path / "b.csv", index=False)
     for f in ("a", "b"):
         assert_ok(
-            cli("fit", tmp_path / f"{f}.csv", "--method", "cstswa", "-o", tmp_path / f"{f}.json")
+            call("fit", tmp_path / f"{f}.csv", "--method", "cstswa", "-o", tmp_path / f"{f}.json")
         )
     ta, tb = (
         json.loads((tmp_path / f"{f}.json").read_text())["model"]["state"] for f in ("a", "b")
@@ -552,10 +553,10 @@ def test_folds_with_in_sample_or_eval_is_an_error(base, tmp_path):
     assert not (tmp_path / "rep").exists()
     # --folds alone is honoured; the default is 5
     out = json.loads(
-        assert_ok(cli("compare", data, "--folds", "3", "--methods", "hist", "--json")).stdout
+        assert_ok(call("compare", data, "--folds", "3", "--methods", "hist", "--json")).stdout
     )
     assert out["protocol"] == "kfold" and out["folds"] == 3
-    out = json.loads(assert_ok(cli("compare", data, "--methods", "hist", "--json")).stdout)
+    out = json.loads(assert_ok(call("compare", data, "--methods", "hist", "--json")).stdout)
     assert out["protocol"] == "kfold" and out["folds"] == 5
 
 
@@ -613,14 +614,14 @@ def test_class_names_na_none_null_nan_are_read_from_csv(tmp_path):
     frame.to_csv(tmp_path / "vec.csv", index=False)
     for src, extra in (("top.csv", ()), ("vec.csv", ()), ("vec.csv", ("--chunk-rows", "50"))):
         model = tmp_path / f"m-{src}-{len(extra)}.json"
-        assert_ok(cli("fit", tmp_path / src, "--method", "hist", "-o", model, *extra))
+        assert_ok(call("fit", tmp_path / src, "--method", "hist", "-o", model, *extra))
         assert set(topcal.load(model).classes_) == set(names)
         out = tmp_path / f"o-{src}-{len(extra)}.csv"
-        assert_ok(cli("apply", model, tmp_path / src, "-o", out, *extra))
+        assert_ok(call("apply", model, tmp_path / src, "-o", out, *extra))
         got = pd.read_csv(out, keep_default_na=False)
         want = names[P.argmax(axis=1)] if src == "vec.csv" else names[pred]
         assert list(got["pred"]) == list(want)
-    m = json.loads(assert_ok(cli("metrics", tmp_path / "top.csv", "--json")).stdout)
+    m = json.loads(assert_ok(call("metrics", tmp_path / "top.csv", "--json")).stdout)
     assert set(names) <= set(json.dumps(m).replace('"', " ").split())
     # genuinely missing values are still found
     (tmp_path / "miss.csv").write_text("pred,score,label\na,0.9,a\nb,0.5,\n")
@@ -663,7 +664,7 @@ def _imagenet_head(tmp_path, n=2000):
 def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
     data = _imagenet_head(tmp_path)
     model = tmp_path / "inet.json"
-    assert_ok(cli("fit", data, "--method", "hist", "-o", model))
+    assert_ok(call("fit", data, "--method", "hist", "-o", model))
     pd.read_csv(data).to_parquet(tmp_path / "inet.parquet", index=False)
     outs = []
     for src, extra in (
@@ -672,7 +673,7 @@ def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
         (tmp_path / "inet.parquet", ()),
     ):
         out = tmp_path / f"o{len(outs)}.csv"
-        assert_ok(cli("apply", model, src, "-o", out, *extra))
+        assert_ok(call("apply", model, src, "-o", out, *extra))
         outs.append(pd.read_csv(out))
     got = outs[0]
     # the input's columns untouched, pred, and the calibrated value beside the input's confidence
@@ -692,10 +693,10 @@ def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
     for other in outs[1:]:
         pd.testing.assert_frame_equal(other, got)
     # the calibrated column is what metrics reads with --column score=...: the model's own NLL
-    a = json.loads(assert_ok(cli("metrics", data, "--model", model, "--json")).stdout)
+    a = json.loads(assert_ok(call("metrics", data, "--model", model, "--json")).stdout)
     b = json.loads(
         assert_ok(
-            cli(
+            call(
                 "metrics",
                 tmp_path / "o0.csv",
                 "--column",
@@ -712,13 +713,13 @@ def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
 def test_metrics_column_score_wins_over_probability_columns(base, tmp_path):
     data, model = base
     out = tmp_path / "out.csv"
-    assert_ok(cli("apply", model, data, "-o", out))
-    calibrated = json.loads(assert_ok(cli("metrics", data, "--model", model, "--json")).stdout)[
+    assert_ok(call("apply", model, data, "-o", out))
+    calibrated = json.loads(assert_ok(call("metrics", data, "--model", model, "--json")).stdout)[
         "overall"
     ]["nll"]
-    raw = json.loads(assert_ok(cli("metrics", data, "--json")).stdout)["overall"]["nll"]
+    raw = json.loads(assert_ok(call("metrics", data, "--json")).stdout)["overall"]["nll"]
     for flags in (("--column", "score=confidence"), ("--score-column", "confidence")):
-        got = json.loads(assert_ok(cli("metrics", out, *flags, "--json")).stdout)["overall"]["nll"]
+        got = json.loads(assert_ok(call("metrics", out, *flags, "--json")).stdout)["overall"]["nll"]
         assert got == pytest.approx(calibrated, rel=1e-12) and got != pytest.approx(raw)
 
 
@@ -748,7 +749,7 @@ def test_update_takes_what_fit_takes_and_adapted_or_unlabelled_give_the_right_me
     np.testing.assert_array_equal(a.predict(frame), b.predict(P))
     # an adapted model: not "an old file format"
     adapted = tmp_path / "A.json"
-    assert_ok(cli("adapt", model, data, "-o", adapted, "--bootstrap", "0"))
+    assert_ok(call("adapt", model, data, "-o", adapted, "--bootstrap", "0"))
     err = assert_error(
         cli("update", adapted, data, "-o", tmp_path / "U.json"),
         "adapted model",
@@ -776,13 +777,13 @@ def test_update_right_after_fit_works_when_auto_chose_a_full_vector_method(tmp_p
     frame["label"] = np.array(list("abcd"))[y]
     frame.iloc[:2000].to_csv(tmp_path / "d0.csv", index=False)
     frame.iloc[2000:].to_csv(tmp_path / "d1.csv", index=False)
-    r = assert_ok(cli("fit", tmp_path / "d0.csv", "-o", tmp_path / "m.json"))
+    r = assert_ok(call("fit", tmp_path / "d0.csv", "-o", tmp_path / "m.json"))
     chose = topcal.load(tmp_path / "m.json").method_
     assert topcal.calibrators.get_class(chose).needs_full, (
         r.stdout
     )  # the case of the issue: auto chose sts/tswa/...
     r = assert_ok(
-        cli("update", tmp_path / "m.json", tmp_path / "d1.csv", "-o", tmp_path / "u.json")
+        call("update", tmp_path / "m.json", tmp_path / "d1.csv", "-o", tmp_path / "u.json")
     )
     assert f"instead of {chose}" in r.stdout and "cannot be updated from statistics" in r.stderr
     m = topcal.load(tmp_path / "u.json")
@@ -806,7 +807,7 @@ def test_update_with_rows_already_in_the_model_is_refused(base, tmp_path):
     by the statistics' mark or the rows' fingerprint, whole or chunked, and nothing written."""
     data, model = base
     _probs_csv(tmp_path / "other.csv", seed=5)
-    r = assert_ok(cli("update", model, tmp_path / "other.csv", "-o", tmp_path / "u1.json"))
+    r = assert_ok(call("update", model, tmp_path / "other.csv", "-o", tmp_path / "u1.json"))
     assert "counted twice" not in r.stderr
     for src, extra in ((data, ()), (tmp_path / "other.csv", ("--chunk-rows", "70"))):
         r = cli("update", tmp_path / "u1.json", src, "-o", tmp_path / "u2.json", *extra)

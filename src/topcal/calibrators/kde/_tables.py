@@ -171,26 +171,39 @@ class GridTables:
         self._centres(states, bounds)
 
     def _centres(self, states, bounds) -> None:
-        """The kernel centres of the classes that keep them, end to end: with their mirror images
-        where reflecting, and without those of weight 0, as :func:`exact_sums` takes them."""
+        """The kernel centres of the classes that keep them (with their mirror images where
+        reflecting, without those of weight 0, as :func:`exact_sums` takes them), as rows of
+        matrices: one per width, a power of 2, each class's row padded to the smallest width that
+        holds it (a centre at infinity of weight 0: its kernel term is 0 and no nearest centre)."""
         K = len(states)
         self.stride = np.ones(K, dtype=np.int64)
         self.inv_2b2 = np.zeros(K)
-        self.n_centres = np.zeros(K, dtype=np.int64)
-        pts, tps, ws = [np.zeros(0)], [np.zeros(0)], [np.zeros(0)]
+        self.width = np.zeros(K, dtype=np.int64)
+        self.row = np.zeros(K, dtype=np.int64)
+        rows: dict[int, list] = {}
         for k, st in enumerate(states):
             if self.kind[k] != "centres":
                 continue
             p, t, f = reflect_points(st["points"], st["tp"], st["fp"], bounds)
             w = t + f
-            pts.append(p[w > 0])
-            tps.append(t[w > 0])
-            ws.append(w[w > 0])
+            p, t, w = p[w > 0], t[w > 0], w[w > 0]
+            width = 1 << max(int(p.size - 1).bit_length(), 0)
+            pad = width - p.size
+            group = rows.setdefault(width, [])
+            self.width[k], self.row[k] = width, len(group)
+            group.append(
+                (
+                    np.pad(p, (0, pad), constant_values=np.inf),
+                    np.pad(t, (0, pad)),
+                    np.pad(w, (0, pad)),
+                )
+            )
             self.stride[k] = st["table_stride"]
             self.inv_2b2[k] = 0.5 / (st["bandwidth"] * st["bandwidth"])
-            self.n_centres[k] = pts[-1].size
-        self.centre_off = np.concatenate([[0], np.cumsum(self.n_centres)[:-1]]).astype(np.int64)
-        self.c_pts, self.c_tp, self.c_w = (np.concatenate(a) for a in (pts, tps, ws))
+        self.centre_rows = {
+            width: tuple(np.stack([g[j] for g in group]) for j in range(3))
+            for width, group in rows.items()
+        }
 
     def centre_values(self, k, i, frac, with_count: bool = False):
         """:meth:`values` for rows of classes that keep their kernel centres (``k``, ``i``,
@@ -215,34 +228,32 @@ class GridTables:
     def grid_sums(self, cls, j):
         """(Conf, count) at grid point ``j`` of class ``cls`` (arrays; classes that keep their
         centres): the shifted kernel sums of :func:`exact_sums` at the point the fit's table had
-        there, each point's over its own class's centres, in chunks of at most CHUNK_ELEMENTS
-        (point, centre) pairs. Each point's sums are made alone, in one order: a point's value does
-        not depend on which other points are asked for (nor, then, a prediction on the other
-        rows); it equals the fit's table's up to the round-off of its BLAS products."""
+        there, over the class's row of centres, points of one width together in blocks of at most
+        CHUNK_ELEMENTS terms. Each point's sums are those of its own row, of a width fixed by its
+        class: a point's value does not depend on which other points are asked for (nor, then, a
+        prediction on the other rows); it equals the fit's table's up to the round-off of the
+        summation order."""
         lo, hi = self.lo[cls], self.hi[cls]
         x = lo + (hi - lo) / FINE_CELLS * (j * self.stride[cls])
         inv = self.inv_2b2[cls]
-        per = self.n_centres[cls]
         conf, count = np.empty(x.size), np.empty(x.size)
-        cum = np.cumsum(per)
-        cuts = np.searchsorted(cum, np.arange(CHUNK_ELEMENTS, cum[-1], CHUNK_ELEMENTS), "right")
-        edges = np.unique(np.concatenate([[0], cuts, [x.size]]))
-        for a, z in zip(edges[:-1], edges[1:]):
-            n = per[a:z]
-            start = np.concatenate([[0], np.cumsum(n)[:-1]])
-            pt = np.repeat(np.arange(z - a), n)
-            ci = np.arange(n.sum()) - start[pt] + self.centre_off[cls[a:z]][pt]
-            d = x[a:z][pt] - self.c_pts[ci]
-            d *= d
-            shift = np.minimum.reduceat(d, start)
-            d -= shift[pt]
-            d *= -inv[a:z][pt]
-            np.maximum(d, EXP_FLOOR, out=d)
-            np.exp(d, out=d)
-            num = np.add.reduceat(d * self.c_tp[ci], start)
-            den = np.add.reduceat(d * self.c_w[ci], start)
-            conf[a:z] = np.clip(num / den, 0.0, 1.0)
-            count[a:z] = den * np.exp(-shift * inv[a:z])
+        width = self.width[cls]
+        for w, (pts, tp, wt) in self.centre_rows.items():
+            sel = np.flatnonzero(width == w)
+            for a in range(0, sel.size, max(1, CHUNK_ELEMENTS // w)):
+                part = sel[a : a + max(1, CHUNK_ELEMENTS // w)]
+                r = self.row[cls[part]]
+                d = x[part, None] - pts[r]
+                d *= d
+                shift = d.min(axis=1)
+                d -= shift[:, None]
+                d *= -inv[part, None]
+                np.maximum(d, EXP_FLOOR, out=d)
+                np.exp(d, out=d)
+                num = (d * tp[r]).sum(axis=1)
+                den = (d * wt[r]).sum(axis=1)
+                conf[part] = np.clip(num / den, 0.0, 1.0)
+                count[part] = den * np.exp(-shift * inv[part])
         return conf, count
 
     def cells(self, k, score):

@@ -17,6 +17,8 @@ range and the table's range (``table_lo``, ``table_hi``), and:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..base import finite_array, to_jsonable
@@ -107,7 +109,7 @@ def load_state(state: dict) -> dict:
         b = float("nan")  # no bandwidth (fitting.NO_BANDWIDTH)
     else:
         b = float(b)
-        if not (np.isfinite(b) and b > 0):
+        if not (math.isfinite(b) and b > 0):
             raise ValueError("bandwidth must be a positive number or null")
     if state["engine"] not in (None, "exact", "binned"):
         raise ValueError(f"unknown engine {state['engine']!r}")
@@ -118,18 +120,15 @@ def load_state(state: dict) -> dict:
         "degenerate": None if state["degenerate"] is None else str(state["degenerate"]),
         "sign_changes": int(state["sign_changes"]),
         "admissible": bool(state["admissible"]),
-        "b_range": None if br is None else [float(v) for v in finite_array(br, "b_range", 2)],
+        "b_range": None if br is None else _pair(br, "b_range"),
     }
     kind = layout(state)
     if kind == "knots":
         out["centres"] = _count(state["centres"], "centres", 1)
-    else:
-        pts = finite_array(state["points"], "points")
-        out["points"] = pts
-        out["tp"] = finite_array(state["tp"], "tp", pts.size)
-        out["fp"] = finite_array(state["fp"], "fp", pts.size)
+    else:  # one conversion and one check for the three lists (a model has a thousand classes)
+        out["points"], out["tp"], out["fp"] = _finite_rows(state, ("points", "tp", "fp"))
     lo, hi = float(state["table_lo"]), float(state["table_hi"])
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
         raise ValueError("table_lo and table_hi must be finite with table_lo <= table_hi")
     out["table_lo"], out["table_hi"] = lo, hi
     if kind == "table":
@@ -174,6 +173,27 @@ def load_state(state: dict) -> dict:
             table_cells=cells, knots=knots.astype(np.int64), conf=conf, count=count, wide=wide
         )
     return out
+
+
+def _pair(values, name: str) -> list:
+    """Two finite numbers (raise ValueError otherwise)."""
+    if not isinstance(values, list) or len(values) != 2:
+        raise ValueError(f"{name} must be a list of 2 finite numbers")
+    out = [float(v) for v in values]
+    if not all(map(math.isfinite, out)):
+        raise ValueError(f"{name} must be a list of 2 finite numbers")
+    return out
+
+
+def _finite_rows(state: dict, keys) -> np.ndarray:
+    """The lists ``keys`` of ``state`` as the rows of one array: finite numbers, one length."""
+    try:
+        rows = np.array([state[k] for k in keys], dtype=np.float64)
+    except ValueError:  # lists of different lengths, or not lists
+        rows = None
+    if rows is None or rows.ndim != 2 or not np.isfinite(rows).all():
+        raise ValueError(f"{', '.join(keys)} must be lists of finite numbers of one length")
+    return rows
 
 
 def _count(v, name: str, least: int) -> int:

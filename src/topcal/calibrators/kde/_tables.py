@@ -180,30 +180,28 @@ class GridTables:
         self.inv_2b2 = np.zeros(K)
         self.width = np.zeros(K, dtype=np.int64)
         self.row = np.zeros(K, dtype=np.int64)
-        rows: dict[int, list] = {}
+        kept = {}
         for k, st in enumerate(states):
             if self.kind[k] != "centres":
                 continue
             p, t, f = reflect_points(st["points"], st["tp"], st["fp"], bounds)
             w = t + f
-            p, t, w = p[w > 0], t[w > 0], w[w > 0]
-            width = 1 << max(int(p.size - 1).bit_length(), 0)
-            pad = width - p.size
-            group = rows.setdefault(width, [])
-            self.width[k], self.row[k] = width, len(group)
-            group.append(
-                (
-                    np.pad(p, (0, pad), constant_values=np.inf),
-                    np.pad(t, (0, pad)),
-                    np.pad(w, (0, pad)),
-                )
-            )
+            if not np.all(w > 0):
+                p, t, w = p[w > 0], t[w > 0], w[w > 0]
+            kept[k] = (p, t, w)
+            self.width[k] = 1 << max(int(p.size - 1).bit_length(), 0)
             self.stride[k] = st["table_stride"]
             self.inv_2b2[k] = 0.5 / (st["bandwidth"] * st["bandwidth"])
-        self.centre_rows = {
-            width: tuple(np.stack([g[j] for g in group]) for j in range(3))
-            for width, group in rows.items()
-        }
+        self.centre_rows = {}
+        for width in np.unique(self.width[list(kept)]).tolist():
+            ks = [k for k in kept if self.width[k] == width]
+            pts = np.full((len(ks), width), np.inf)
+            tp, wt = np.zeros((len(ks), width)), np.zeros((len(ks), width))
+            for r, k in enumerate(ks):
+                p, t, w = kept[k]
+                pts[r, : p.size], tp[r, : p.size], wt[r, : p.size] = p, t, w
+                self.row[k] = r
+            self.centre_rows[width] = (pts, tp, wt)
 
     def centre_values(self, k, i, frac, with_count: bool = False):
         """:meth:`values` for rows of classes that keep their kernel centres (``k``, ``i``,
@@ -212,7 +210,14 @@ class GridTables:
         table is."""
         span = FINE_CELLS + 2
         key = k.astype(np.int64) * span + i
-        need = np.unique(np.concatenate([key, key + 1]))
+        size = len(self.kind) * span
+        if size <= 1 << 25:  # the points needed, marked on every class's grid: no sort
+            mark = np.zeros(size, dtype=bool)
+            mark[key] = True
+            mark[key + 1] = True
+            need = np.flatnonzero(mark)
+        else:
+            need = np.unique(np.concatenate([key, key + 1]))
         conf, count = self.grid_sums(need // span, need % span)
         q = np.searchsorted(need, key)
         out = []
@@ -243,15 +248,16 @@ class GridTables:
             for a in range(0, sel.size, max(1, CHUNK_ELEMENTS // w)):
                 part = sel[a : a + max(1, CHUNK_ELEMENTS // w)]
                 r = self.row[cls[part]]
-                d = x[part, None] - pts[r]
-                d *= d
+                d = pts[r]
+                np.subtract(x[part, None], d, out=d)
+                np.square(d, out=d)
                 shift = d.min(axis=1)
                 d -= shift[:, None]
                 d *= -inv[part, None]
                 np.maximum(d, EXP_FLOOR, out=d)
                 np.exp(d, out=d)
-                num = (d * tp[r]).sum(axis=1)
-                den = (d * wt[r]).sum(axis=1)
+                num = np.einsum("ij,ij->i", d, tp[r])  # row by row: the same for any rows
+                den = np.einsum("ij,ij->i", d, wt[r])
                 conf[part] = np.clip(num / den, 0.0, 1.0)
                 count[part] = den * np.exp(-shift * inv[part])
         return conf, count

@@ -70,6 +70,7 @@ def test_lockstep_scan_gives_the_per_class_curves(method, boundary, discrete, en
     for batched in (True, False):
         cal = paper_calibrator(method, boundary=boundary, engine=engine)
         cal.batch_classes = batched
+        cal.compact = False  # the full tables, to compare
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             fits[batched] = cal.fit(data)
@@ -92,9 +93,11 @@ def test_lockstep_scan_gives_the_per_class_curves(method, boundary, discrete, en
 
 def test_lockstep_scan_respects_the_rule_on_every_class():
     data = _many_small_classes(seed=5)
+    cal = paper_calibrator("kde-mon2")
+    cal.compact = False  # every class's kernel centres (a binned one's too)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
-        cal = paper_calibrator("kde-mon2").fit(data)
+        cal.fit(data)
     for st in cal.class_state_:
         if st is None or st["degenerate"] is not None:
             continue

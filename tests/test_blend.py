@@ -220,6 +220,12 @@ def test_auto_returns_its_blend_where_it_wins_out_of_fold_and_its_choice_otherwi
         blended
     )
     assert blended.describe()["blend"]["methods"] == b["methods"]
+    # the table keeps every candidate's mean and SE, the per-class losses of the blend's members and
+    # the baseline only (issue 34: at 1,000 classes every candidate's were most of the file)
+    assert set(blended.cv_) == set(POOLED) and all(v["nll"] for v in blended.cv_.values())
+    kept = {n for n, v in blended.cv_.items() if v["per_class"] is not None}
+    assert kept == set(b["methods"]) | ({"uncalibrated"} & set(POOLED))
+    assert back.cv_ == blended.cv_
     lo, hi = blended.predict_interval(test, 0.9)
     assert np.all(lo <= blended.predict(test) + 1e-12)
     # update refits the blend's components from the merged statistics and keeps the weights

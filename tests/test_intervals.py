@@ -59,10 +59,15 @@ def grid(k, s, n_classes=3):
     )
 
 
-def fit(name, data, **params):
+def fit(name, data, *, compact=True, **params):
+    """``name`` fitted on ``data``; ``compact=False``: a kde model with its full tables, the layout
+    of files before 2026-11-27 (those whose older versions had no interval statistics)."""
+    model = calibrator(name, **params)
+    if not compact:
+        model.compact = False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return calibrator(name, **params).fit(data)
+        return model.fit(data)
 
 
 def coverage(name, params, curves, n, seeds, truth=None):
@@ -251,7 +256,10 @@ def test_old_model_files_without_interval_statistics_load_and_say_refit(name, dr
     p = frame[[f"p_c{j}" for j in range(3)]].to_numpy()
     y = frame["label"].str[1:].astype(int).to_numpy()
     params = {} if name == "csts" else {"shrinkage": 0}
-    model = fit(name, data, **params) if name != "csts" else calibrator(name).fit(p, y)
+    if name == "csts":
+        model = calibrator(name).fit(p, y)
+    else:  # a kde model as files before 2026-11-27 hold it: the full tables
+        model = fit(name, data, compact=name != "kde-mon2", **params)
     path = tmp_path / "m.json"
     model.save(path)
     doc = _strip(json.loads(path.read_text()), drop)
@@ -430,7 +438,7 @@ def test_old_model_without_interval_statistics_draws_no_band_and_says_so(tmp_pat
 
     data = score_data(300, 0)
     old = _old_file(
-        fit("kde-mon2", data, shrinkage=0),
+        fit("kde-mon2", data, shrinkage=0, compact=False),
         tmp_path,
         lambda st: [c.pop("table_n") for c in st["class_state"] if c],
     )
@@ -544,7 +552,7 @@ def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tm
         assert f"  temperature_90: [{lo:.4g}, {hi:.4g}]" in r.stdout
     # a file written before intervals existed: describe still works and shows no width
     _old_file(
-        fit("kde-mon2", score_data(300, 0), shrinkage=0),
+        fit("kde-mon2", score_data(300, 0), shrinkage=0, compact=False),
         tmp_path,
         lambda st: [c.pop("table_n") for c in st["class_state"] if c],
     )

@@ -273,12 +273,14 @@ def test_one_class_data_fits_as_that_class_among_others():
     # one class (the pooled reference's case) takes its support from plain min / max, not the
     # per-class reductions: the same support, bandwidth and table as the class fitted with another
     data = _two_class_data(seed=8, n=2400)
-    both = calibrator("kde-mon2").fit(data)
+    both, alone = calibrator("kde-mon2"), calibrator("kde-mon2")
+    both.compact = alone.compact = False  # the full tables, to compare
+    both.fit(data)
     v = data.class_view(0)
     one = TopLabelData(
         ("a",), np.zeros(v.score.size, dtype=np.int64), v.score, data.score_range, tp=v.tp, fp=v.fp
     )
-    alone = calibrator("kde-mon2").fit(one)
+    alone.fit(one)
     assert alone.support_[0] == both.support_[0] == (v.score.min(), v.score.max())
     assert alone.bandwidth_[0] == both.bandwidth_[0]
     np.testing.assert_array_equal(alone.class_state_[0]["table"], both.class_state_[0]["table"])
@@ -306,9 +308,12 @@ def test_auto_engine_choice_and_override():
 def test_prediction_table_is_close_to_the_exact_formula():
     data = _two_class_data(seed=6, n=1000)
     for m in ["kde-mon4", "kde-opt"]:
-        model = calibrator(m, engine="exact").fit(data)
+        model = calibrator(m, engine="exact").fit(data)  # as saved: compact tables
+        full = calibrator(m, engine="exact")
+        full.compact = False  # the same fit's kernel centres
+        full.fit(data)
         for k in range(2):
-            st = model.class_state_[k]
+            st = full.class_state_[k]
             lo, hi = model.support_[k]
             x = np.linspace(lo, hi, 3001)
             exact = kde_confidence(x, st["points"], st["tp"], st["fp"], st["bandwidth"])
@@ -321,11 +326,15 @@ def test_prediction_table_is_close_to_the_exact_formula():
 )
 def test_batched_fit_equals_fitting_each_class_alone(method, engine):
     data = _two_class_data(seed=7, n=2000)
-    model = calibrator(method, engine=engine).fit(data)
+    model = calibrator(method, engine=engine)
+    model.compact = False  # the full tables, to compare
+    model.fit(data)
     for k in range(2):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)  # the other class is missing
-            alone = calibrator(method, engine=engine).fit(data.subset(data.pred == k))
+            alone = calibrator(method, engine=engine)
+            alone.compact = False
+            alone.fit(data.subset(data.pred == k))
         assert alone.class_state_[1 - k] is None
         assert alone.bandwidth_[k] == model.bandwidth_[k]
         assert alone.support_[k] == model.support_[k]
@@ -502,13 +511,21 @@ def test_json_round_trip_is_exact(method, phanns, phanns_fits, tmp_path):
     assert again.describe() == json.loads(json.dumps(model.describe()))
 
 
-def test_tampered_table_is_rejected(phanns_fits):
-    doc = json.loads(dumps(phanns_fits["kde-mon2"]))
-    doc["model"]["state"]["class_state"][0]["table"][3] = 1.5
+def test_tampered_table_is_rejected(phanns, phanns_fits):
     from topcal.errors import ModelFileError
 
-    with pytest.raises(ModelFileError):
-        loads(json.dumps(doc))
+    full = calibrator("kde-mon2")
+    full.compact = False  # a full table, as files before 2026-11-27 hold
+    full.fit(phanns)
+    for model, key, value in ((full, "table", 1.5), (phanns_fits["kde-mon2"], "table_stride", 3)):
+        doc = json.loads(dumps(model))
+        st = doc["model"]["state"]["class_state"][0]
+        if key == "table":
+            st["table"][3] = value
+        else:  # kernel centres on a grid that is no power-of-2 share of the fine one
+            st[key] = value
+        with pytest.raises(ModelFileError):
+            loads(json.dumps(doc))
 
 
 def test_predict_equals_per_class_curve(phanns, phanns_fits):

@@ -128,29 +128,43 @@ def _both(obj, level: int) -> tuple[str, str]:
     return text, text
 
 
+class _NonFinite(ValueError):
+    """NaN, Infinity or -Infinity written in a model file."""
+
+
 def _reject_constant(name):
-    raise ValueError(f"non-finite number {name}")
+    raise _NonFinite(f"non-finite number {name}")
 
 
-def _finite_float(text):
-    value = float(text)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text} is out of the range of finite floats")
-    return value
+#: Why a file whose JSON holds a number beyond the range of doubles (read as infinity) is refused.
+_HUGE = "JSON error: a number is out of the range of finite floats"
 
 
 def loads(text: str, *, source: str = "model"):
-    """Rebuild a fitted calibrator from :func:`dumps` text."""
+    """Rebuild a fitted calibrator from :func:`dumps` text.
+
+    Numbers are parsed by the C parser; one beyond the range of doubles (read as infinity) is
+    found by the canonical text the checksum is computed on (``allow_nan=False``), which is made
+    anyway, and the few fields outside the model (a per-number check while parsing was the slow
+    part of reading a large model).
+    """
     try:
-        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        doc = json.loads(text, parse_constant=_reject_constant)
+        if isinstance(doc, dict):
+            canonical_json({k: v for k, v in doc.items() if k != "model"})
     except RecursionError:
         raise ModelFileError(
             f"{source} is not a valid topcal model file (nested too deeply); save the model again"
         ) from None
-    except (json.JSONDecodeError, ValueError) as exc:
+    except json.JSONDecodeError as exc:
         raise ModelFileError(
             f"{source} is not a valid topcal model file (JSON error: {str(exc).splitlines()[0]}); "
             "it may be truncated: save the model again"
+        ) from None
+    except ValueError as exc:  # NaN or Infinity written out, or a number beyond doubles
+        what = f"JSON error: {exc}" if isinstance(exc, _NonFinite) else _HUGE
+        raise ModelFileError(
+            f"{source} is not a valid topcal model file ({what}); save the model again"
         ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFileError(f'{source} is not a topcal model file (no "format": "{FORMAT}" field)')
@@ -169,7 +183,11 @@ def loads(text: str, *, source: str = "model"):
         )
     try:
         canonical = canonical_json(payload)
-    except (RecursionError, ValueError, OverflowError) as exc:
+    except ValueError:  # infinity: a number beyond the range of doubles
+        raise ModelFileError(
+            f"{source} is not a valid topcal model file ({_HUGE}); save the model again"
+        ) from None
+    except (RecursionError, OverflowError) as exc:
         raise ModelFileError(
             f"{source} holds a model that cannot be read ({type(exc).__name__}); "
             "refit and save it again"

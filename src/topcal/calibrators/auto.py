@@ -94,7 +94,14 @@ from .auto_select import (
 from .base import Calibrator, to_jsonable
 from .blend import Blend
 from .crossfit import cross_fit
-from .registry import available_methods, calibrator, fits_from_counts, get_class, register
+from .registry import (
+    BASELINE,
+    available_methods,
+    calibrator,
+    fits_from_counts,
+    get_class,
+    register,
+)
 from .wrapper import Wrapper
 
 __all__ = [
@@ -191,7 +198,10 @@ class Auto(Wrapper):
         ``{method: {"nll": mean, "se": its standard error, "diff_se": standard
         error of the paired difference to the best, "per_class": [...],
         "error": str or None}}``: held-out NLL of every candidate (mean over
-        samples; per class, mean over the class's positives).
+        samples; per class, mean over the class's positives: kept for the
+        chosen method, the blend's members and ``uncalibrated``, None for the
+        other candidates and for those that failed; files before 2026-11-27
+        hold every candidate's).
     cv_samples_ : float
         Samples the cross-validation ran on (fewer than ``fit_samples_`` where
         ``cv_rows`` cut the data).
@@ -297,6 +307,12 @@ class Auto(Wrapper):
         self.cv_samples_ = float(choice.n_samples)
         del choice
         self.blend_ = None if self.blend is None else plan_blend(run, cv, best, float(self.blend))
+        # per class, only the losses of the model in use (the choice, its blend's members) and of
+        # the baseline are kept: at 1,000 classes every candidate's were most of the table
+        keep = {best, BASELINE, *(self.blend_["methods"] if self.blend_ else ())}
+        for n, v in self.cv_.items():
+            if n not in keep:
+                v["per_class"] = None
         del (
             run
         )  # the folds and every candidate's out-of-fold confidences: not held during the final fit

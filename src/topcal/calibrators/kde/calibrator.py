@@ -34,16 +34,22 @@ import numpy as np
 from ..._params import NoneOr, Options
 from ...errors import ParameterError
 from . import _engine as eng
-from ._tables import interp_tables, table_cells, wide_bandwidth_tables
-from ..base import finite_array, to_jsonable
+from ._compact import CENTRES_MAX, COMPACT_TOLERANCE, TABLE_TOLERANCE
+from ._kernels import FINE_CELLS
+from ._states import compact_states, drop_tables, dump_state, load_state
+from ._tables import GridTables, interp_tables, layout, wide_bandwidth_tables
+from ..base import to_jsonable
 from ..score import ScoreCalibrator
 from ..shrinkage import ShrinkageConstraint
-from .fitting import NO_BANDWIDTH, BandwidthWarning, KDEFitting
+from .fitting import NO_BANDWIDTH, BandwidthWarning, KDEFitting  # noqa: F401  (methods.py)
 
 __all__ = [
     "KDEBase",
     "BandwidthWarning",
     "count_sign_changes",
+    "TABLE_TOLERANCE",
+    "COMPACT_TOLERANCE",
+    "CENTRES_MAX",
 ]
 
 count_sign_changes = eng.count_sign_changes
@@ -86,53 +92,77 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         self.boundary = boundary
         self.shrinkage = shrinkage
 
+    #: Store each class's table compactly once fitted (``_compact.py``, docs/kde.md,
+    #: "Persistence"): binned-engine classes at knots, exact-engine ones as their kernel centres.
+    #: False keeps the full tables and centres of every class (the layout of files before
+    #: 2026-11-27; for tests and benchmarks).
+    compact = True
+
+    # ----------------------------------------------------------------- fit
+    def _fit_all_classes(self, data):
+        """The classes' fits (:class:`~.fitting.KDEFitting`), binned-engine classes' tables at
+        knots (before the pseudo-counts are chosen, so they are chosen on the curves kept)."""
+        states, support = super()._fit_all_classes(data)
+        if self.compact:
+            states = compact_states(
+                states, self._count_scale, self.WIDE_BANDWIDTH_SD, self._bounds()
+            )
+        return states, support
+
+    def _fit_reference(self, pooled, data):
+        """The pooled reference (ScoreCalibrator's), its tables stored as this model's are."""
+        ref = type(self)(**{**self.get_params(), "shrinkage": 0})
+        ref.compact = self.compact
+        return ref.fit(pooled, keep="model")
+
+    def _fit(self, data) -> None:
+        """ScoreCalibrator's fit; then the exact-engine classes' full tables are dropped (their
+        values are computed again where needed, the same up to round-off), unless this fit is a
+        scratch one (a fold's: predicted once, then dropped)."""
+        super()._fit(data)
+        if self.compact and not self._scratch:
+            self.class_state_ = drop_tables(self.class_state_)
+            self._index_states()
+
     # ------------------------------------------------------------- predict
     def _index_states(self) -> None:
-        """Flatten every class's table for vectorised prediction; set bandwidth_ (after fit and
-        load)."""
-        K = len(self.classes_)
-        offs, tables, counts = [], [], []
-        lo = np.zeros(K)
-        hi = np.zeros(K)
-        inv = np.zeros(K)
-        nm1 = np.ones(K, dtype=np.int64)
-        bw = np.full(K, np.nan)
-        pos = 0
-        for k, st in enumerate(self.class_state_):
-            if st is None:
-                tab = np.array([0.0, 0.0])  # rows of these classes are overwritten
-                a, z = 0.0, 1.0
-                counts.append(np.zeros(2))
-            else:
-                tab, a, z = st["table"], st["table_lo"], st["table_hi"]
-                counts.append(st.get("table_n", np.full(tab.size, np.nan)))
-                bw[k] = st["bandwidth"]
-            offs.append(pos)
-            tables.append(tab)
-            lo[k], hi[k] = a, z
-            nm1[k] = tab.size - 1
-            inv[k] = (tab.size - 1) / (z - a) if z > a else 0.0
-            pos += tab.size
-        self._tab = np.concatenate(tables)
-        self._tab_n = np.concatenate(counts)
-        self._tab_off = np.array(offs, dtype=np.int64)
-        self._tab_lo, self._tab_hi, self._tab_inv, self._tab_nm1 = lo, hi, inv, nm1
-        self.bandwidth_ = bw
+        """Index every class's table for vectorised prediction (:class:`~._tables.GridTables`);
+        set bandwidth_ (after fit and load)."""
+        self._grid = GridTables(self.class_state_, self._bounds())
+        self._centres = np.array([kind == "centres" for kind in self._grid.kind], dtype=bool)
+        self.bandwidth_ = np.array(
+            [np.nan if st is None else st["bandwidth"] for st in self.class_state_]
+        )
         self._wide = None  # the interval's wide-bandwidth tables, built on first use (_wide_terms)
 
     def _interp(self, k, score, with_count: bool = False):
-        """Linear interpolation in the flat class tables; ``k``, ``score`` arrays of one shape, or
-        ``k`` one class."""
-        return interp_tables(
-            self._tab,
-            self._tab_n if with_count else None,
-            self._tab_off[k],
-            self._tab_lo[k],
-            self._tab_hi[k],
-            self._tab_inv[k],
-            self._tab_nm1[k],
-            score,
+        """Each score's value in its class's table (and the count with ``with_count``): linear
+        between the table's grid points, whose values are stored (full or at knots) or computed
+        from the class's kernel centres (:meth:`~._tables.GridTables.centre_values`). ``k``,
+        ``score`` arrays of one shape, or ``k`` one class."""
+        g = self._grid
+        s = np.asarray(score, dtype=np.float64)
+        i, frac = g.cells(k, s)
+        if np.ndim(k) == 0:
+            if self._centres[k]:
+                return self._grid.centre_values(np.full(s.shape, k), i, frac, with_count)
+            return g.values(k, i, frac, with_count)
+        cen = self._centres[k]
+        if not cen.any():
+            return g.values(k, i, frac, with_count)
+        if cen.all():
+            return self._grid.centre_values(k, i, frac, with_count)
+        rest = ~cen
+        parts = (
+            self._grid.centre_values(k[cen], i[cen], frac[cen], with_count),
+            g.values(k[rest], i[rest], frac[rest], with_count),
         )
+        out = []
+        for a, b in zip(*(p if with_count else (p,) for p in parts)):
+            v = np.empty(s.shape)
+            v[cen], v[rest] = a, b
+            out.append(v)
+        return tuple(out) if with_count else out[0]
 
     def _local_counts(self, k: int, score: np.ndarray):
         # one class: its table's scalars, not a per-row class array and gathers (the same values)
@@ -213,27 +243,17 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         return bias
 
     def _counts_stored(self) -> bool:
-        return bool(np.all(np.isfinite(self._tab_n)))
+        return self._grid.has_counts
 
     def _count_cells(self, pred, score):
-        """Cells of the flat tables (Conf and the count are linear in the score within one).
-
-        A model of one class (the pooled reference) reads its table's scalars instead of
-        gathering them per row: the same cells.
-        """
-        k = 0 if len(self.classes_) == 1 else pred
-        i, _ = table_cells(
-            self._tab_lo[k],
-            self._tab_hi[k],
-            self._tab_inv[k],
-            self._tab_nm1[k],
-            np.asarray(score, dtype=np.float64),
-        )
-        i += self._tab_off[k]
-        return i, self._tab.size
+        """Cells of the classes' table grids (Conf and the count are linear in the score within
+        one), numbered across all classes."""
+        i, _ = self._grid.cells(0 if len(self.classes_) == 1 else pred, score)
+        i += self._grid.grid_off[0 if len(self.classes_) == 1 else pred]
+        return i, self._grid.n_grid
 
     def _predict_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
-        """Every row in one gather from the flat tables (the batched-predict hook)."""
+        """Every row in one pass over the tables (the batched-predict hook)."""
         out = self._interp(pred, np.asarray(score, dtype=np.float64))
         none = [k for k, st in enumerate(self.class_state_) if st is None]
         if none:
@@ -242,14 +262,11 @@ class KDEBase(KDEFitting, ScoreCalibrator):
                 out[rows] = self._uncalibrated(score[rows])
         return out
 
-    def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
-        """Linear interpolation in the class's own table (the same arithmetic as
-        ``_predict_rows``)."""
-        tab, a, z = state["table"], state["table_lo"], state["table_hi"]
-        inv = (tab.size - 1) / (z - a) if z > a else 0.0
-        return interp_tables(
-            tab, None, 0, a, z, inv, tab.size - 1, np.asarray(score, dtype=np.float64)
-        )
+    def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
+        """Conf_k at ``score`` (``curve``): the class's table, as :meth:`_predict_rows` reads it."""
+        if self._shrunk() or self.class_state_[k] is None:
+            return super()._predict_scores(k, score)
+        return self._interp(int(k), np.asarray(score, dtype=np.float64))
 
     # -------------------------------------------------------------- extras
     def densities(self, k, score) -> tuple[np.ndarray, np.ndarray]:
@@ -279,6 +296,11 @@ class KDEBase(KDEFitting, ScoreCalibrator):
             )
         b = st["bandwidth"]
         x = np.atleast_1d(np.asarray(score, dtype=np.float64))
+        if layout(st) == "knots":  # from the table: outside it, a kernel at its end
+            inside = np.clip(x, st["table_lo"], st["table_hi"])
+            c, n = self._interp(i, inside, with_count=True)
+            n = n * np.exp(-0.5 * ((x - inside) / b) ** 2) / (_SQRT_2PI * b)
+            return c * n, (1.0 - c) * n
         bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
         pts, t, f = st["points"], st["tp"], st["fp"]
         zt = t > 0
@@ -299,46 +321,10 @@ class KDEBase(KDEFitting, ScoreCalibrator):
 
     # --------------------------------------------------------- persistence
     def _dump_class_state(self, state: dict) -> dict:
-        return to_jsonable({**state, "bandwidth": _json_bandwidth(state["bandwidth"])})
+        return dump_state(state)
 
     def _load_class_state(self, state: dict) -> dict:
-        b = state["bandwidth"]
-        if b is None:
-            b = NO_BANDWIDTH
-        else:
-            b = float(b)
-            if not (np.isfinite(b) and b > 0):
-                raise ValueError("bandwidth must be a positive number or null")
-        pts = finite_array(state["points"], "points")
-        tp = finite_array(state["tp"], "tp", pts.size)
-        fp = finite_array(state["fp"], "fp", pts.size)
-        table = finite_array(state["table"], "table")
-        if table.size < 2 or np.any((table < 0) | (table > 1)):
-            raise ValueError("table must hold at least 2 confidences in [0, 1]")
-        lo, hi = float(state["table_lo"]), float(state["table_hi"])
-        if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
-            raise ValueError("table_lo and table_hi must be finite with table_lo <= table_hi")
-        if state["engine"] not in (None, "exact", "binned"):
-            raise ValueError(f"unknown engine {state['engine']!r}")
-        br = state["b_range"]
-        extra = {}
-        if "table_n" in state:  # the counts behind the table (files since shrinkage)
-            extra["table_n"] = finite_array(state["table_n"], "table_n", table.size)
-        return {  # the keys in a fit's order (table_n last): a reloaded model saves the same file
-            "bandwidth": b,
-            "engine": state["engine"],
-            "degenerate": None if state["degenerate"] is None else str(state["degenerate"]),
-            "sign_changes": int(state["sign_changes"]),
-            "admissible": bool(state["admissible"]),
-            "b_range": None if br is None else [float(v) for v in finite_array(br, "b_range", 2)],
-            "points": pts,
-            "tp": tp,
-            "fp": fp,
-            "table_lo": lo,
-            "table_hi": hi,
-            "table": table,
-            **extra,
-        }
+        return load_state(state)
 
     def _describe_classes(self) -> list[dict]:
         out = []
@@ -356,8 +342,14 @@ class KDEBase(KDEFitting, ScoreCalibrator):
                 "engine": st["engine"],
                 "slope_sign_changes": st["sign_changes"],
                 "support": list(sup),
-                "kernel_centres": int(st["points"].size),
-                "table_points": int(st["table"].size),
+                "kernel_centres": int(st["points"].size if "points" in st else st["centres"]),
+                "table_points": int(
+                    st["table"].size
+                    if "table" in st
+                    else st["knots"].size
+                    if "knots" in st
+                    else FINE_CELLS // st["table_stride"] + 1
+                ),
             }
             if st["b_range"] is not None:
                 d["candidate_range"] = st["b_range"]

@@ -1,6 +1,8 @@
 """Regression tests of issue 37 (hardening, round three): each case ran into a traceback, a forged
 file accepted, lost work or raw terminal escapes before the fix. Runs go through the real ``topcal``
-console script where the finding was on the command line. The timings of issue 37's slow paths
+console script where the finding was on the command line (errors, partial files, signals, what a
+terminal is sent); models made for a test and runs whose output files are checked run the command
+in process (``call`` of _cli.py). The timings of issue 37's slow paths
 are measured side by side in benchmarks/bench_hostile_scale.py, not here; these tests check the
 answers at many classes.
 """
@@ -26,9 +28,9 @@ import topcal
 from topcal.errors import ModelFileError
 from topcal.persist import canonical_json
 
-from _cli import TOPCAL, assert_error, assert_ok, cli, snapshot
+from _cli import TOPCAL, assert_error, assert_ok, call, cli, snapshot
 
-pytestmark = pytest.mark.slow  # every test runs the console script (about 2 s a run)
+pytestmark = pytest.mark.slow  # most tests run the console script (about 1.5 CPU-s a run)
 
 
 def _probs(names, n=600, seed=0):
@@ -41,12 +43,12 @@ def _probs(names, n=600, seed=0):
 
 
 def _two_halves(tmp_path, names, stem="d"):
-    """stem1.csv (to fit), stem2.csv (held out) and stem.json (hist on stem1)."""
+    """stem1.csv (to fit), stem2.csv (held out) and stem.json (hist on stem1, made in process)."""
     frame = _probs(names)
     frame.iloc[:300].to_csv(tmp_path / f"{stem}1.csv", index=False)
     frame.iloc[300:].to_csv(tmp_path / f"{stem}2.csv", index=False)
     model = tmp_path / f"{stem}.json"
-    assert_ok(cli("fit", tmp_path / f"{stem}1.csv", "--method", "hist", "-o", model))
+    assert_ok(call("fit", tmp_path / f"{stem}1.csv", "--method", "hist", "-o", model))
     return tmp_path / f"{stem}1.csv", tmp_path / f"{stem}2.csv", model
 
 
@@ -149,9 +151,9 @@ def test_a_run_in_another_pid_namespace_keeps_its_partial_file(tmp_path):
 def test_report_acceptance_panel_with_dollar_class_names(tmp_path):
     fit, held, model = _two_halves(tmp_path, ["$\\alpha_{q$", "$x$", "c"])
     th = tmp_path / "th.json"
-    assert_ok(cli("threshold", held, "--model", model, "--precision", 0.5, "-o", th))
+    assert_ok(call("threshold", held, "--model", model, "--precision", 0.5, "-o", th))
     assert_ok(
-        cli(
+        call(
             "report",
             held,
             "--methods",
@@ -252,13 +254,13 @@ FORGED_CUTOFFS = [-1e308, "-inf", 2.0, True, "nan", "0.5", [0.5], -0.01]
 def thresholds(tmp_path):
     fit, held, model = _two_halves(tmp_path, ["a", "b", "c"])
     th = tmp_path / "th.json"
-    assert_ok(cli("threshold", held, "--model", model, "--precision", 0.5, "-o", th))
+    assert_ok(call("threshold", held, "--model", model, "--precision", 0.5, "-o", th))
     return held, model, tmp_path / "th.json"
 
 
 def test_forged_thresholds_are_refused(thresholds, tmp_path):
     held, model, th = thresholds
-    assert_ok(cli("apply", model, held, "--thresholds", th, "-o", tmp_path / "ok.csv"))
+    assert_ok(call("apply", model, held, "--thresholds", th, "-o", tmp_path / "ok.csv"))
     edits = {
         f"cutoff {v!r}": (lambda t, v=v: t["per_class"][0].__setitem__("cutoff", v))
         for v in FORGED_CUTOFFS
@@ -306,10 +308,10 @@ def test_apply_csv_neutralises_formulas_and_keeps_numbers(tmp_path):
     frame = _probs(names)
     frame["=note"] = ["-2+3", "-2.5"] * 300
     frame.to_csv(tmp_path / "inj.csv", index=False)
-    assert_ok(cli("fit", tmp_path / "inj.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_ok(call("fit", tmp_path / "inj.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     for extra in ((), ("--chunk-rows", 100)):
         assert_ok(
-            cli(
+            call(
                 "apply",
                 tmp_path / "m.json",
                 tmp_path / "inj.csv",
@@ -331,7 +333,7 @@ def test_apply_csv_neutralises_formulas_and_keeps_numbers(tmp_path):
         assert set(out["pred"]) <= {"'" + n if n[0] in "=+@\t" else n for n in names}
         assert {"-1", "-2.5", "'-2+3"} <= set(out["label"]) | set(out["'=note"])
     # compare --csv: class names neutralised there too
-    r = assert_ok(cli("compare", tmp_path / "inj.csv", "--methods", "hist", "--csv"))
+    r = assert_ok(call("compare", tmp_path / "inj.csv", "--methods", "hist", "--csv"))
     cells = [line.split(",")[2] for line in r.stdout.splitlines()[1:]]
     assert "'+cmd" in cells and "+cmd" not in cells and "-1" in cells
 

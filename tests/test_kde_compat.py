@@ -28,8 +28,8 @@ and today's refit stays within the engines' stated agreement of it (curves withi
 Since 2026-11-27 a fit stores its tables compactly (docs/kde.md, "Persistence"): the comparisons of
 numbers and structure above are made with a refit that keeps the full tables (``compact = False``,
 the layout of the fixtures), and today's compact refit predicts the stored curves within
-``COMPACT_ATOL`` (twice the compact tables' tolerance: a shrunk curve's bound); an old file still
-loads, predicts and saves itself as it was.
+``COMPACT_ATOL`` (three times the compact tables' tolerance: a shrunk curve's bound); an old file
+still loads, predicts and saves itself as it was.
 """
 
 import hashlib
@@ -70,7 +70,7 @@ def _payload(doc: dict) -> dict:
 CURVE_ATOL = 1e-12
 PAYLOAD_RTOL = 1e-9
 #: a compact refit's curves against the stored (full-table) ones (the module docstring)
-COMPACT_ATOL = 2 * COMPACT_TOLERANCE
+COMPACT_ATOL = 3 * COMPACT_TOLERANCE
 
 
 def assert_numbers_close(got, want, rtol=PAYLOAD_RTOL, where="payload"):

@@ -290,9 +290,9 @@ def test_added_true_positives_only_raise_conf_kde(phanns):
     both = fit("kde", TopLabelData.concat([phanns, extra]), bandwidth=0.5)
     np.testing.assert_allclose(p.old, old.curve(k, p.score).confidence)
     np.testing.assert_allclose(p.new, both.curve(k, p.score).confidence)
-    # up to the compact tables' tolerance (2.5e-4 a curve, docs/kde.md "Persistence"): the shrinkage
-    # reference, fitted on all classes pooled, is one, and it moves where the curves hold it
-    assert np.all(p.new >= p.old - 5e-4) and np.max(p.new - p.old) > 0.05
+    # up to the compact tables' tolerance (a shrunk curve within 7.5e-4 of its full tables',
+    # docs/kde.md "Persistence"; 2.2e-7 here: the pooled reference's knots move where both hold)
+    assert np.all(p.new >= p.old - 1.5e-3) and np.max(p.new - p.old) > 0.05
     fig = plots.plot_added_samples(used, pan)
     (ax,) = panels(fig)
     np.testing.assert_allclose(by_gid(ax.lines, "old")[0].get_ydata(), p.old)

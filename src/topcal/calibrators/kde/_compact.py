@@ -38,7 +38,8 @@ TABLE_TOLERANCE = 1e-3
 #: A table stored at knots reproduces the full table within this at every grid point (Conf
 #: absolutely; the count within this times count + 1), so a compact curve stays within the
 #: stated TABLE_TOLERANCE of the exact formula, and a shrunk one (pseudo-count m >= 1, as every
-#: rule but a fixed m < 1 chooses) moves by at most twice this (docs/kde.md, "Persistence").
+#: rule but a fixed m < 1 chooses) moves by at most three times this: its own table's, its count's
+#: weight against the pseudo-count's and the pooled reference's share (docs/kde.md, "Persistence").
 COMPACT_TOLERANCE = TABLE_TOLERANCE / 4
 #: Exact-engine classes with at most this many kernel centres store them (3 numbers each) instead
 #: of knots: the largest class the default engine choice keeps exact (``kde``, ``kde-opt``; 128

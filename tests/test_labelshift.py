@@ -627,7 +627,7 @@ def test_cli_adapt_describe_apply(files, capsys):
     )
     assert code == 0, err
     assert "em on 1500 rows" in out and "lower" in out and "safety step: moved" in out
-    code, out, _ = run(["describe", t / "a.json"], capsys)
+    code, out, _ = run(["describe", t / "a.json", "--full"], capsys)  # the full text (issue 34)
     assert code == 0 and "label_shift:" in out and "use_prior_interval" in out
     code, out, err = run(["apply", t / "a.json", t / "use.csv", "-o", t / "out.csv"], capsys)
     assert code == 0, err
@@ -694,7 +694,7 @@ def test_describe_of_an_adapted_auto_model_shows_the_priors(files, capsys):
     t = files
     assert run(["fit", t / "test.csv", "--method", "auto", "-o", t / "m.json"], capsys)[0] == 0
     assert run(["adapt", t / "m.json", "-o", t / "a.json", "--priors", t / "P.csv"], capsys)[0] == 0
-    code, out, _ = run(["describe", t / "a.json"], capsys)
+    code, out, _ = run(["describe", t / "a.json", "--full"], capsys)  # the full text (issue 34)
     assert code == 0 and "chosen model:" in out and "label_shift: adapted=True" in out
     assert out.count("use_prior:") == len(NAMES) and out.count("cv_nll_uncalibrated:") == len(NAMES)
 

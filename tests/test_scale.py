@@ -192,7 +192,7 @@ def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
         got = persist.load(tmp_path / "abc.json")
         data = read_data(tmp_path / "all.csv")
         np.testing.assert_allclose(got.predict(data), ref.predict(data), rtol=0, atol=1e-12)
-        code, out, err = run(["describe", tmp_path / "abc.json"], capsys)
+        code, out, err = run(["describe", tmp_path / "abc.json", "--full"], capsys)
         assert (
             code == 0
             and "on 1000 samples" in out

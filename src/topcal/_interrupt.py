@@ -30,8 +30,12 @@ def _is_cli() -> bool:
 
 
 def _interrupted(signum, frame):
+    # Exit at once rather than raise: an exception raised here while a C extension initialises
+    # (numpy's, under load) comes out as that library's ImportError and a traceback. Nothing is
+    # written yet before ``main`` (which releases this guard), so there is nothing to clean up.
     sys.stderr.write("error: interrupted\n")
-    raise SystemExit(130)
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def guard_cli_import() -> None:

@@ -625,20 +625,6 @@ def test_count_intervals_cover_within_three_points_of_nominal_on_small_classes(n
     assert 0.87 <= cov <= 0.93, cov
 
 
-def test_shrunk_interval_is_the_class_own_counts_interval_holding_the_shrunk_value():
-    """The pooled reference moves the point, not the interval: a shrunk model's interval is the
-    unshrunk one's (same local counts), widened only where it must hold the shrunk confidence
-    (``cum`` has no bias widening, so the two are comparable limit by limit)."""
-    data = score_data(40, 3, SHAPES4)
-    shrunk, plain = fit("cum", data), fit("cum", data, shrinkage=0)
-    test = grid(1, np.linspace(0.3, 0.95, 40), 4)
-    (lo, hi), (lo0, hi0) = shrunk.predict_interval(test), plain.predict_interval(test)
-    c = shrunk.predict(test)
-    np.testing.assert_allclose(lo, np.minimum(lo0, c))
-    np.testing.assert_allclose(hi, np.maximum(hi0, c))
-    assert np.abs(c - plain.predict(test)).max() > 0.02  # the reference did move the point
-
-
 def test_local_linear_sums_recover_a_line_and_the_kernel_effective_sample_size():
     """The wide-bandwidth terms of the kde interval: on labels that are a line in the score the
     local-linear value is the line while Nadaraya-Watson is pulled toward the mean; the effective

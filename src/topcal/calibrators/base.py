@@ -51,7 +51,7 @@ from ..errors import (
 from ..evidence import Evidence
 from ..fingerprint import Fingerprint
 from ..inputs import as_data
-from . import intervals
+from . import intervals, spread
 from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
 from .keeping import EvidenceKeeping
 from .modelfile import finite_array, support_list, to_jsonable
@@ -136,6 +136,12 @@ class Calibrator(EvidenceKeeping):
     #: non-parametric curve for all classes, 2 per-class curves shrunk toward a pooled one, 3
     #: per-class fits.
     tier: ClassVar[float] = 3
+    #: Whether one curve serves every class (``pooled-*``, ``sts``): the fit measures the classes'
+    #: spread around it and the interval adds it (:mod:`.spread`).
+    _pools_classes: ClassVar[bool] = False
+    #: The between-class spread table (:func:`.spread.measure`); None: not measured (a method
+    #: with per-class curves, a model file from before 2026-11-27, a cross-validation fold's fit).
+    _spread: dict | None = None
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
     #: Whether a cross-validation fold's fit may start from the optimum on all the data
@@ -278,6 +284,11 @@ class Calibrator(EvidenceKeeping):
             self._fit(data)
         finally:
             self._warm = None
+        self._spread = (
+            spread.measure(data, self._predict(data))
+            if self._pools_classes and keep != "predictions"
+            else None
+        )
         if keep == "evidence":
             # the mergeable statistics that let update() refit on old + new data and, per predicted
             # class and score region, the true classes behind its rows (label-shift adaptation; None
@@ -415,8 +426,8 @@ class Calibrator(EvidenceKeeping):
         the local counts (with the shrinkage pseudo-counts as its prior, or
         Jeffreys' for the unshrunk estimators); temperature methods: the delta
         method on the fitted (log) temperature and award; ``hier-*``: the delta
-        method on each class's approximate posterior; ``pooled-*``: the pooled
-        curve's inner model's interval. Everything needed is
+        method on each class's approximate posterior; ``pooled-*`` and ``sts``: the
+        curve's own interval plus the classes' spread around it (:mod:`.spread`). Everything needed is
         in the fitted model (and its JSON file): nothing is refitted.
 
         Parameters
@@ -438,8 +449,17 @@ class Calibrator(EvidenceKeeping):
             data = as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
         self._check_data(data)
         data = self._check_compatible(data)
-        lo, hi = self._interval(data, level)
+        lo, hi = self._interval_of_rows(data, level)
         return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+
+    def _interval_of_rows(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_interval` with the between-class spread added where the model measured one
+        (:mod:`.spread`): what ``predict_interval``, ``describe`` and a model wrapping this one
+        give."""
+        lo, hi = self._interval(data, level)
+        if self._spread is None:
+            return lo, hi
+        return spread.widen(self._spread, lo, hi, self._predict(data), data.score, level)
 
     def _interval(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) per row of compatible ``data``: the per-family hook of
@@ -502,7 +522,7 @@ class Calibrator(EvidenceKeeping):
         pred = np.repeat(np.asarray(have, dtype=np.int64), 21)
         grid = TopLabelData(tuple(self.classes_), pred, s, tuple(self.score_range_))
         try:
-            lo, hi = self._interval(grid, DESCRIBE_LEVEL)
+            lo, hi = self._interval_of_rows(grid, DESCRIBE_LEVEL)
         except (ModelFileError, ParameterError):  # old file, or a method without intervals
             return [{} for _ in self.classes_]
         width = np.mean((np.asarray(hi) - np.asarray(lo)).reshape(len(have), 21), axis=1)

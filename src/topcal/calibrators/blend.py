@@ -179,7 +179,7 @@ class Blend(Calibrator):
 
     def _interval(self, data: TopLabelData, level: float):
         """The weighted sum of the components' intervals (see the module docstring)."""
-        parts = [m._interval(data, level) for m in self.models_]
+        parts = [m._interval_of_rows(data, level) for m in self.models_]
         lo = np.clip(self._mix(p[0] for p in parts), 0.0, 1.0)
         hi = np.clip(self._mix(p[1] for p in parts), 0.0, 1.0)
         return lo, hi

@@ -8,8 +8,10 @@ Bernoulli(Conf) draw). docs/intervals.md states the assumptions per family.
 * Count methods (``hist``, the ``cum`` family, the ``kde`` family, ``conf1``)
   estimate Conf as a ratio of local counts t / n (shrunk: (t + m r) / (n + m),
   :mod:`topcal.calibrators.shrinkage`). The interval is the equal-tailed one of the
-  Jeffreys posterior Beta(t + 1/2, n - t + 1/2) of the class's own local counts,
-  shrunk or not, widened for the estimate's bias and to hold the calibrated value
+  Jeffreys posterior Beta(t + 1/2, n - t + 1/2) of the class's own local counts
+  (unshrunk), or of the shrunk posterior Beta(t + m_I r + 1/2, n - t + m_I (1 - r) + 1/2)
+  at the interval's pseudo-count m_I <= m (:func:`shrunk_interval`), widened for the
+  estimate's bias and to hold the calibrated value
   (:func:`widen`, :func:`include_point`; why the pooled reference does not narrow
   it: docs/intervals.md). No interval reaches 0 or 1 from finite counts.
 * Temperature methods: the delta method on the log-odds margin m(x) of the
@@ -33,6 +35,7 @@ __all__ = [
     "check_level",
     "beta_interval",
     "count_interval",
+    "shrunk_interval",
     "margin_interval",
     "include_point",
     "INTERVAL_SINCE",
@@ -84,6 +87,22 @@ def count_interval(t, n, level: float, *, scale=1.0) -> tuple[np.ndarray, np.nda
     f = (n - t) * scale
     t = t * scale
     return beta_interval(t + JEFFREYS, f + JEFFREYS, level)
+
+
+def shrunk_interval(t, n, r, m, level: float, *, scale=1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Interval of a shrunk local rate (t + m r) / (n + m): the equal-tailed interval of the Beta
+    posterior Beta(scale t + m r + 1/2, scale (n - t) + m (1 - r) + 1/2) of the class's own local
+    counts under the prior the shrinkage stands for (the classes' rates spread around the
+    reference r with concentration m; Jeffreys' half counts keep it off 0 and 1). ``m`` is the
+    interval's pseudo-count, :func:`topcal.calibrators.shrinkage.interval_m` (at most the fit's).
+    """
+    t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
+    n = np.maximum(np.asarray(n, dtype=np.float64), t)
+    m = np.asarray(m, dtype=np.float64)
+    r = np.asarray(r, dtype=np.float64)
+    a = t * scale + m * r + JEFFREYS
+    b = (n - t) * scale + m * (1.0 - r) + JEFFREYS
+    return beta_interval(a, b, level)
 
 
 def margin_interval(margin, se, level: float) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from typing import Any, Self
 from ..data import TopLabelData
 from ..evidence import Evidence
 from ..stats import ScoreStats
-from . import modelfile, updating
+from . import modelfile, spread, updating
 from .registry import fits_from_counts, require_counts
 
 __all__ = ["EvidenceKeeping"]
@@ -117,7 +117,7 @@ class EvidenceKeeping:
         """JSON-ready dict: method, params, classes, score range, fitted state and the model's
         evidence, each piece where kept (:func:`.modelfile.to_dict`)."""
         self._check_fitted()
-        return modelfile.to_dict(self, self._get_state(), self._evidence)
+        return modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
@@ -131,6 +131,7 @@ class EvidenceKeeping:
         """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`)."""
         self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
         self._set_state(d["state"])
+        self._spread = spread.check(d.get("spread"))
         self._evidence = Evidence.from_dict(
             d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
         )

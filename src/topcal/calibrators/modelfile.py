@@ -21,8 +21,9 @@ from ..errors import ModelFileError
 __all__ = ["to_dict", "from_dict", "to_jsonable", "finite_array", "support_list"]
 
 
-def to_dict(model, state: dict, evidence) -> dict[str, Any]:
-    """The dict of fitted ``model`` with its ``state`` and ``evidence`` (each piece where kept)."""
+def to_dict(model, state: dict, evidence, spread: dict | None = None) -> dict[str, Any]:
+    """The dict of fitted ``model`` with its ``state``, ``evidence`` (each piece where kept) and
+    between-class ``spread`` table (where measured, :mod:`.spread`)."""
     d = {
         "method": model.name,
         "params": model.get_params(),
@@ -32,6 +33,8 @@ def to_dict(model, state: dict, evidence) -> dict[str, Any]:
         "n_fp": [float(v) for v in model.n_fp_],
         "state": state,
     }
+    if spread is not None:
+        d["spread"] = spread
     d.update(evidence.to_dict())
     return d
 

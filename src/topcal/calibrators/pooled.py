@@ -14,11 +14,11 @@ one class ("all classes") and predicts that curve for every row:
 * ``pooled-kde-mon2``: the kernel density ratio with the b_mon2 bandwidth on
   the pooled scores, shrunk as ``kde-mon2``'s reference is.
 
-The interval (``predict_interval``) is the inner model's on the pooled data: the
-pooled curve's estimation error (the delta method for ``pooled-platt`` and
+The interval (``predict_interval``) is the inner model's on the pooled data (the
+pooled curve's estimation error: the delta method for ``pooled-platt`` and
 ``pooled-beta``, the local counts' Jeffreys interval for ``pooled-hist`` and
-``pooled-kde-mon2``), the same for every class; what it needs is in the inner
-model's saved state.
+``pooled-kde-mon2``) plus the classes' spread around the curve measured at the fit
+(:mod:`.spread`), the same for every class at a score.
 
 A pooled model keeps the per-class counts and score statistics every model
 keeps (``update`` refits the pooled curve on old + new data), and each
@@ -77,6 +77,7 @@ class _Pooled(Calibrator):
         False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     )
     tier = 1  # one parametric curve for all classes (non-parametric ones: 1.5)
+    _pools_classes = True  # the interval holds the classes' spread around the curve (.spread)
     #: the registered method fitted on the pooled data
     _inner: ClassVar[str] = ""
 

@@ -44,6 +44,9 @@ class ScoreCalibrator(Calibrator):
     #: Whether the method takes the ``shrinkage`` parameter: it estimates
     #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
     shrinkable: ClassVar[bool] = False
+    #: Per class, the pseudo-count the interval takes (:func:`.shrinkage.interval_m`); None:
+    #: unshrunk, or a model file from before 2026-11-27 (the interval of the own counts alone).
+    interval_m_: np.ndarray | None = None
     #: Whether the local counts (and the reference) are piecewise constant in the score (a
     #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
     piecewise_counts: ClassVar[bool] = False
@@ -220,6 +223,7 @@ class ScoreCalibrator(Calibrator):
             m = np.full(K, float(self.shrinkage))
         self.shrinkage_ = m
         self.shrinkage_loss_ = losses
+        self.interval_m_ = np.minimum(m, shr.interval_m(losses, rule=self.shrinkage, m=m))
 
     def _choose_m_by_cells(self, ref, pred, s, tp, fp) -> None:
         """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant counts, from
@@ -440,10 +444,24 @@ class ScoreCalibrator(Calibrator):
             none.any()
         ):  # no data of their own: the prior alone (shrunk: the curve is the reference's)
             t, n = np.where(none, 0.0, t), np.where(none, 0.0, n)
-        lo, hi = intervals.count_interval(t, n, level, scale=self._interval_scale(pred, score))
+        m_i = self.interval_m_
+        if self._shrunk() and m_i is not None:
+            # the class's own counts under the prior the shrinkage fitted, at the weakest
+            # pseudo-count the leave-one-out loss does not rule out (intervals.shrunk_interval)
+            r = self._reference(score)
+            lo, hi = intervals.shrunk_interval(
+                t, n, r, m_i[pred], level, scale=self._interval_scale(pred, score)
+            )
+        else:  # unshrunk, or a file from before 2026-11-27: the class's own counts alone
+            lo, hi = intervals.count_interval(t, n, level, scale=self._interval_scale(pred, score))
         if not self._shrunk():
             lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
         bias = self._interval_bias(pred, score)
+        if self.piecewise_counts and m_i is not None and self._shrunk():
+            # a shrunk histogram follows the reference within the class's bin with weight
+            # m / (n + m): only the class's own share n / (n + m) of the value is the bin's rate
+            m = self.shrinkage_[pred]
+            bias = bias * (n / np.maximum(n + m, 1e-300))
         if np.any(bias):
             lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
         return intervals.include_point(lo, hi, conf)
@@ -481,6 +499,8 @@ class ScoreCalibrator(Calibrator):
                 "reference_m": float(self.reference_m_),
                 "reference_rate": float(self.reference_rate_),
             }
+            if self.interval_m_ is not None:
+                out["shrinkage"]["interval_m"] = [float(v) for v in self.interval_m_]
         return out
 
     def _set_state(self, state: dict) -> None:
@@ -506,6 +526,13 @@ class ScoreCalibrator(Calibrator):
                 float(r0),
                 ref,
             )
+            # files before 2026-11-27 hold none: their intervals are the class's own counts'
+            mi = sh.get("interval_m")
+            if mi is not None:
+                mi = finite_array(mi, "shrinkage interval_m", len(self.classes_))
+                if np.any(mi <= 0) or np.any(mi > m):
+                    raise ValueError("interval pseudo-counts must lie in (0, m]")
+            self.interval_m_ = mi
 
     def _dump_class_state(self, state: dict) -> dict:
         """One class's state as JSON (the inverse of :meth:`_load_class_state`)."""

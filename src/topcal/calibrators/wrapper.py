@@ -90,4 +90,4 @@ class Wrapper(Calibrator):
 
     def _interval(self, data, level: float):
         """The inner model's interval (the wrapper's own choice taken as fixed, e.g. auto's)."""
-        return self.inner_._interval(data, level)
+        return self.inner_._interval_of_rows(data, level)

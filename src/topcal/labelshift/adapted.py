@@ -269,7 +269,7 @@ class AdaptedCalibrator(Wrapper):
         """The base model's interval moved to the new priors the way its confidence is (the map
         c -> w c / (w c + wbar (1 - c)) is increasing). The priors are held fixed: their own
         uncertainty (``topcal adapt --bootstrap``) is not in the interval (docs/intervals.md)."""
-        lo, hi = self.base_._interval(data, level)
+        lo, hi = self.base_._interval_of_rows(data, level)
         _, wbar = fp_mix(
             self.base_.evidence_.confusion,
             data.pred,

@@ -135,6 +135,9 @@ class KDEMon(KDEBase):
     name = "kde-mon"
     summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 19)"
     _bandwidth_rule = rules.SELECTION_RULES["mon"]
+    # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
+    # the local-linear bias term applies (their boundary bias at the top score, issue 33)
+    WIDE_BANDWIDTH_SD = 0.5
 
 
 @register
@@ -149,6 +152,9 @@ class KDEMon2(KDEBase):
         "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's choice)"
     )
     _bandwidth_rule = rules.SELECTION_RULES["mon2"]
+    # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
+    # the local-linear bias term applies (their boundary bias at the top score, issue 33)
+    WIDE_BANDWIDTH_SD = 0.5
 
 
 @register
@@ -161,6 +167,9 @@ class KDEMon4(KDEBase):
     name = "kde-mon4"
     summary = "kernel density ratio, smallest bandwidth with <= 4 slope sign changes"
     _bandwidth_rule = rules.SELECTION_RULES["mon4"]
+    # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
+    # the local-linear bias term applies (their boundary bias at the top score, issue 33)
+    WIDE_BANDWIDTH_SD = 0.5
 
 
 @register

@@ -42,6 +42,7 @@ class SharedTemperatureScaling(TemperatureBase):
     """
 
     name = "sts"
+    _pools_classes = True  # one temperature for every class: the interval holds their spread
     tier = 1  # one temperature for all classes
     _warm_starts = True  # one temperature: cross-validation folds start from the all-data optimum
     summary = "shared temperature scaling, softmax(log y / T), 1 parameter (paper section 9)"

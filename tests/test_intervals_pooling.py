@@ -1,0 +1,207 @@
+"""Intervals of models that pool classes (issue 33, item 3): a shrunk count model's interval at the
+weakest pseudo-count the data do not rule out, and the between-class spread that a curve serving
+every class (``pooled-*``, ``sts``) adds to its interval."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import expit, logit
+
+from topcal import TopLabelData
+from topcal.calibrators import calibrator, get_class, intervals, shrinkage, spread
+from topcal.errors import ModelFileError
+
+
+def platt_classes(n_classes, n, seed, spread_sd):
+    """Classes whose true curves are Platt curves expit(1.2 logit(s) + 0.3 + e_k), e_k ~ N(0, sd);
+    returns the data and the true curve of each class."""
+    rng = np.random.default_rng(seed)
+    e = rng.normal(0.0, spread_sd, n_classes)
+    pred = np.repeat(np.arange(n_classes), n)
+    s = np.clip(rng.beta(5, 2, pred.size), 1e-4, 1 - 1e-4)
+    p = expit(1.2 * logit(s) + 0.3 + e[pred])
+    labels = np.where(rng.random(pred.size) < p, pred, (pred + 1) % n_classes)
+    data = TopLabelData.from_scores(
+        pred, s, labels, classes=[f"c{k}" for k in range(n_classes)], score_range=(0.0, 1.0)
+    )
+    return data, (lambda k, x: expit(1.2 * logit(x) + 0.3 + e[k]))
+
+
+def at_scores(n_classes, s):
+    pred = np.repeat(np.arange(n_classes), s.size)
+    return TopLabelData.from_scores(
+        pred,
+        np.tile(s, n_classes),
+        None,
+        classes=[f"c{k}" for k in range(n_classes)],
+        score_range=(0.0, 1.0),
+    )
+
+
+def quiet_fit(name, data, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return calibrator(name, **params).fit(data)
+
+
+def test_interval_pseudo_count_is_the_weakest_within_the_slack():
+    g = shrinkage.M_GRID[:6]
+    losses = np.array([[9.0, 8.0, 5.0, 4.0, 4.5, 6.0], [7.0, 3.0, 2.0, 2.5, 3.0, 3.0]])
+    m = np.array([4.0, 4.0])
+    slack = shrinkage.INTERVAL_SLACK
+    tot = losses.sum(axis=0)
+    want = g[np.flatnonzero(tot <= tot.min() + slack)[0]]
+    got = shrinkage.interval_m(losses, rule="auto", m=m, grid=g)
+    assert np.all(got == want) and want < g[int(np.argmin(tot))]
+    per = shrinkage.interval_m(losses, rule="class", m=m, grid=g)
+    for k in range(2):
+        assert per[k] == g[np.flatnonzero(losses[k] <= losses[k].min() + slack)[0]]
+    np.testing.assert_array_equal(shrinkage.interval_m(losses, rule=3.0, m=m, grid=g), m)
+
+
+def test_shrunk_interval_is_the_beta_posterior_at_the_interval_pseudo_count():
+    """``cum`` (no bias widening): the limits are those of
+    Beta(t + m_I r + 1/2, n - t + m_I (1 - r) + 1/2),
+    widened only to hold the shrunk confidence; m_I <= the chosen m."""
+    data, _ = platt_classes(12, 60, 0, 0.3)
+    model = quiet_fit("cum", data)
+    assert model.interval_m_ is not None and np.all(model.interval_m_ <= model.shrinkage_)
+    test = at_scores(12, np.linspace(0.5, 0.97, 9))
+    t, n = model._interval_counts(test.pred, test.score)
+    r = model._reference(test.score)
+    lo, hi = intervals.shrunk_interval(t, n, r, model.interval_m_[test.pred], 0.9)
+    lo, hi = intervals.include_point(lo, hi, model.predict(test))
+    got = model.predict_interval(test, level=0.9)
+    np.testing.assert_allclose(got[0], lo, rtol=1e-12)
+    np.testing.assert_allclose(got[1], hi, rtol=1e-12)
+
+
+def test_many_similar_classes_narrow_the_shrunk_interval_and_it_still_covers():
+    """Forty classes from one population, 40 rows each: the shrunk hist interval is far narrower
+    than the class's own counts' (the unshrunk model's) and covers the true curves at about the
+    nominal level (0.87-0.97 over classes, scores and three seeds)."""
+    cov, w_shrunk, w_own = [], [], []
+    s = np.linspace(0.55, 0.98, 12)
+    for seed in range(3):
+        data, truth = platt_classes(40, 40, seed, 0.25)
+        shrunk, own = quiet_fit("hist", data), quiet_fit("hist", data, shrinkage=0)
+        test = at_scores(40, s)
+        lo, hi = shrunk.predict_interval(test, level=0.9)
+        lo0, hi0 = own.predict_interval(test, level=0.9)
+        p = truth(test.pred, test.score)
+        cov.append(np.mean((lo <= p) & (p <= hi)))
+        w_shrunk.append(np.mean(hi - lo))
+        w_own.append(np.mean(hi0 - lo0))
+    assert np.mean(w_shrunk) < 0.75 * np.mean(w_own)
+    assert 0.87 <= np.mean(cov) <= 0.97, cov
+
+
+def test_a_file_without_interval_pseudo_counts_keeps_the_own_counts_interval():
+    data, _ = platt_classes(6, 80, 1, 0.3)
+    model = quiet_fit("cum", data)
+    d = model.to_dict()
+    del d["state"]["shrinkage"]["interval_m"]
+    old = get_class("cum").from_dict(d)
+    assert old.interval_m_ is None
+    test = at_scores(6, np.linspace(0.5, 0.97, 9))
+    t, n = old._interval_counts(test.pred, test.score)
+    lo, hi = intervals.include_point(*intervals.count_interval(t, n, 0.9), old.predict(test))
+    got = old.predict_interval(test, level=0.9)
+    np.testing.assert_allclose(got[0], lo)
+    np.testing.assert_allclose(got[1], hi)
+    np.testing.assert_array_equal(old.predict(test), model.predict(test))
+    d["state"]["shrinkage"]["interval_m"] = [1e9] * 6  # above m: refused
+    with pytest.raises(ModelFileError, match="interval pseudo-counts"):
+        get_class("cum").from_dict(d)
+
+
+@pytest.mark.parametrize("name", ["pooled-platt", "pooled-beta", "pooled-hist"])
+def test_pooled_interval_holds_the_classes_spread(name):
+    """Classes whose curves differ around the pooled one: the spread table is positive and the
+    interval covers the classes' own curves at about the nominal level (it covered far less
+    without the spread); classes that share one curve get a spread near 0."""
+    s = np.linspace(0.6, 0.98, 10)
+    data, truth = platt_classes(50, 120, 2, 0.5)
+    model = quiet_fit(name, data)
+    assert model._spread is not None and np.mean(model._spread["tau"]) > 0.25
+    test = at_scores(50, s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning reaches the user
+        lo, hi = model.predict_interval(test, level=0.9)
+        inner = model.model_._interval(
+            TopLabelData.from_scores(
+                np.zeros(test.n_rows, dtype=np.int64),
+                test.score,
+                None,
+                classes=["all classes"],
+                score_range=(0.0, 1.0),
+            ),
+            0.9,
+        )
+    p = truth(test.pred, test.score)
+    covered = np.mean((lo <= p) & (p <= hi))
+    bare = np.mean((inner[0] <= p) & (p <= inner[1]))
+    assert covered >= 0.65 and covered > bare + 0.45, (covered, bare)
+    same, _ = platt_classes(50, 600, 3, 0.0)
+    assert np.mean(quiet_fit(name, same)._spread["tau"]) < 0.1
+
+
+def test_sts_interval_holds_the_classes_spread_and_round_trips():
+    rng = np.random.default_rng(4)
+    k, n = 8, 3000
+    z = rng.normal(0.0, 2.0, (n, k))
+    bias = np.linspace(-1.0, 1.0, k)  # classes over- and underconfident: one temperature misfits
+    y = np.array([rng.choice(k, p=np.exp(r + bias) / np.exp(r + bias).sum()) for r in z])
+    data = TopLabelData.from_logits(z, y)
+    model = quiet_fit("sts", data)
+    assert model._spread is not None and max(model._spread["tau"]) > 0.02
+    lo, hi = model.predict_interval(data, level=0.9)
+    conf = model.predict(data)
+    widened = np.mean(hi - lo)
+    model._spread = None
+    lo0, hi0 = model.predict_interval(data, level=0.9)
+    assert widened > 2 * np.mean(hi0 - lo0)
+    assert np.all((lo <= conf) & (conf <= hi) & (lo > 0) & (hi < 1))
+    fitted = quiet_fit("sts", data)
+    again = get_class("sts").from_dict(fitted.to_dict())
+    assert again._spread == fitted._spread
+    np.testing.assert_array_equal(again.predict_interval(data)[0], fitted.predict_interval(data)[0])
+
+
+def test_spread_table_is_checked_when_loaded():
+    data, _ = platt_classes(10, 100, 5, 0.4)
+    d = quiet_fit("pooled-platt", data).to_dict()
+    assert "spread" in d
+    for bad in (
+        {"edges": [0.0, 1.0], "tau": [-0.1]},
+        {"edges": [0.0, 0.5], "tau": [0.1, 0.2]},
+        {"edges": [1.0, 0.0], "tau": [0.1]},
+        {"tau": [0.1]},
+    ):
+        with pytest.raises(ModelFileError):
+            get_class("pooled-platt").from_dict({**d, "spread": bad})
+    old = dict(d)
+    del old["spread"]  # a file from before the spread: loads, interval without it
+    assert get_class("pooled-platt").from_dict(old)._spread is None
+
+
+def test_measure_recovers_a_known_spread():
+    """Method of moments on 200 classes of 400 rows whose rates are 0.7 + d_k, d_k = +-0.08: on the
+    log-odds scale, to first order, d_k / (0.7 x 0.3) = +-0.381; tau within 0.06 of it in every
+    bin."""
+    rng = np.random.default_rng(6)
+    k, n = 200, 400
+    d = np.where(np.arange(k) % 2 == 0, 0.08, -0.08)
+    pred = np.repeat(np.arange(k), n)
+    s = rng.uniform(0.5, 1.0, pred.size)
+    right = rng.random(pred.size) < 0.7 + d[pred]
+    labels = np.where(right, pred, (pred + 1) % k)
+    data = TopLabelData.from_scores(
+        pred, s, labels, classes=[str(i) for i in range(k)], score_range=(0.0, 1.0)
+    )
+    tab = spread.measure(data, np.full(pred.size, 0.7))
+    np.testing.assert_allclose(tab["tau"], 0.08 / 0.21, atol=0.06)
+    assert spread.measure(data.subset(np.arange(50)), np.full(50, 0.7)) is None  # one class

@@ -414,7 +414,9 @@ def test_curve_figure_data_has_a_band_that_brackets_each_curve_and_narrows_with_
             assert np.all(lo <= c) and np.all(c <= hi) and np.all(lo > 0) and np.all(hi < 1), name
             assert np.mean(hi - lo) > 0.01, name
         widths.append(np.mean(p.bands["kde-mon2"][2] - p.bands["kde-mon2"][1]))
-    assert widths[0] > 2 * widths[1]  # 60 positives vs 3000
+    # 60 positives vs 3000 (the small class borrows from the reference: narrower than its own
+    # counts would give, still wider than the large class)
+    assert widths[0] > 1.2 * widths[1]
     fig = plots.plot_calibration_curves(grid)
     bands = [
         a for ax in fig.axes for a in ax.collections if (a.get_gid() or "").startswith("band:")

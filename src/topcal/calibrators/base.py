@@ -427,8 +427,9 @@ class Calibrator(EvidenceKeeping):
         Jeffreys' for the unshrunk estimators); temperature methods: the delta
         method on the fitted (log) temperature and award; ``hier-*``: the delta
         method on each class's approximate posterior; ``pooled-*`` and ``sts``: the
-        curve's own interval plus the classes' spread around it (:mod:`.spread`). Everything needed is
-        in the fitted model (and its JSON file): nothing is refitted.
+        curve's own interval plus the classes' spread around it (:mod:`.spread`).
+        Everything needed is in the fitted model (and its JSON file): nothing is
+        refitted.
 
         Parameters
         ----------

@@ -457,11 +457,17 @@ class ScoreCalibrator(Calibrator):
         if not self._shrunk():
             lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
         bias = self._interval_bias(pred, score)
-        if self.piecewise_counts and m_i is not None and self._shrunk():
-            # a shrunk histogram follows the reference within the class's bin with weight
-            # m / (n + m): only the class's own share n / (n + m) of the value is the bin's rate
-            m = self.shrinkage_[pred]
-            bias = bias * (n / np.maximum(n + m, 1e-300))
+        if m_i is not None and self._shrunk():
+            # the shrunk value is n / (n + m) the class's own estimate and m / (n + m) the
+            # reference's: its binning or smoothing bias is theirs in those shares (where the class
+            # has no rows near the score, the reference's alone, not the own estimate's unbounded)
+            # (a histogram: its own share only; the reference's binning bias on top, read off its
+            # coarser pooled bins, took the real-data cell coverage to 0.94-0.97, docs/intervals.md)
+            own = n / np.maximum(n + self.shrinkage_[pred], 1e-300)
+            bias = own * bias
+            if not self.piecewise_counts:
+                zero = np.zeros(score.shape[0], np.int64)
+                bias += (1.0 - own) * self.reference_._interval_bias(zero, score)
         if np.any(bias):
             lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
         return intervals.include_point(lo, hi, conf)

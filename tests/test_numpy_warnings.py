@@ -32,18 +32,25 @@ def _grid(model, n=201):
 def test_kde_interval_where_the_bias_estimate_is_unbounded_warns_nothing_and_saturates():
     """kde-mon2's smoothing-bias estimate divides by the class's kernel-weighted count, which is
     near zero far from its scores: "overflow encountered in multiply" in intervals.widen reached
-    the console on ImageNet (40 classes of 2-80 rows show it). The limits saturate there, as the
-    clip on the log-odds intends."""
+    the console on ImageNet (40 classes of 2-80 rows show it). Unshrunk, the limits saturate
+    there, as the clip on the log-odds intends; shrunk (the default), the bias there is the
+    reference's (the class's own share of the value vanishes with its count): no row's interval
+    spans the whole range (issue 33)."""
     data = many_small_classes(0, 40, 800)
-    model = _quiet_fit("kde-mon2", data)
-    grid = _grid(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        lo, hi = model.predict_interval(grid, 0.9)
-        conf = model.predict(grid)
-    assert np.all((0 < lo) & (lo <= conf) & (conf <= hi) & (hi < 1))
-    wide = hi - lo > 1 - 1e-9  # an unbounded bias: the whole range
-    assert wide.any() and not wide.all()
+    for params, saturates in (({"shrinkage": 0}, True), ({}, False)):
+        model = _quiet_fit("kde-mon2", data, **params)
+        grid = _grid(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            lo, hi = model.predict_interval(grid, 0.9)
+            conf = model.predict(grid)
+        inside = (conf > 0) & (conf < 1)  # an unshrunk 0 or 1 lies outside its interval
+        assert np.all((0 < lo) & (hi < 1)) and np.all((lo <= conf) & (conf <= hi) | ~inside)
+        wide = hi - lo > 1 - 1e-9  # an unbounded bias: the whole range
+        if saturates:
+            assert wide.any() and not wide.all()
+        else:
+            assert np.max(hi - lo) < 0.95
 
 
 def test_apply_with_intervals_at_many_classes_under_warnings_as_errors(tmp_path, capsys):

@@ -236,10 +236,9 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         d2 = (c_up - 2 * c0 + c_dn) / (h * h)
         with np.errstate(divide="ignore", invalid="ignore"):
             dlogf = np.where(n0 > 0, (n_up - n_dn) / (2 * h * n0), 0.0)
-        bias[ok] = (
-            np.abs(np.nan_to_num(0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf)))
-            + self._wide_terms(p, s)[1]
-        )
+        with np.errstate(over="ignore", invalid="ignore"):  # 0 x inf where f vanishes: nan_to_num
+            taylor = np.abs(np.nan_to_num(0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf)))
+        bias[ok] = taylor + self._wide_terms(p, s)[1]
         return bias
 
     def _counts_stored(self) -> bool:

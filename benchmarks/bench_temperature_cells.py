@@ -82,9 +82,9 @@ def run_cell(cell, methods, repeat, old):
     print(row + f" {loadavg()} |", flush=True)
     if old is not None:
         for m in methods:
-            new, was = models[m], models["old " + m]
+            new, was, t_old = models[m], models["old " + m], best["old " + m]
             print(
-                f"|   {m}: old {best['old ' + m]:.3f} s, old ÷ new {best['old ' + m] / best[m]:.2f};"
+                f"|   {m}: old {t_old:.3f} s, old ÷ new {t_old / best[m]:.2f};"
                 f" NLL/n new - old {(new.nll_ - was.nll_) / n:+.2e}; params rel. diff "
                 f"T {_rel(new.temperature_, was.temperature_):.1e}, "
                 f"A {_rel(new.awards_, was.awards_):.1e}; Newton steps {new.n_iter_} "

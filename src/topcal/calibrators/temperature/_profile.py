@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import BLOCK, _moments, _scratch, loss_derivs, loss_parts
+from ._core import BLOCK, block_moments, loss_derivs, loss_parts, moment_scratch
 
 __all__ = ["ProfileObjective", "JointAt"]
 
@@ -94,7 +94,7 @@ class ProfileObjective:
         self._dt = np.empty(n)  # dm / dtheta
         self._d2t = np.empty(n)  # d2m / dtheta2
         self._m = np.empty(n)  # the margins at the last evaluation
-        self._scratch = _scratch(others)
+        self._scratch = moment_scratch(others)
         self._f = None  # the loss per group at the last evaluation
         self._rtol = _INNER_LOOSE  # the inner solve's tolerance (:meth:`_eval`)
         self._at = None
@@ -115,7 +115,7 @@ class ProfileObjective:
         for a in range(0, n, BLOCK):
             rows = slice(a, min(a + BLOCK, n))
             if beta is not None:
-                lse, mean, var = _moments(self.others[:, rows], beta, e_o, eo_o)
+                lse, mean, var = block_moments(self.others[:, rows], beta, e_o, eo_o)
                 d = self.d[rows]
                 dm_db = d - mean
                 np.subtract(d * beta, lse, out=self._c[rows])

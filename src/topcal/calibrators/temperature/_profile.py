@@ -53,14 +53,17 @@ class JointAt:
     parameters' covariance and the fitted margins, without another pass): ``grad_hess(x)`` and
     ``margin(x)`` for that x (the full (log T, b_0, ..., b_{K-1}))."""
 
-    def __init__(self, loss, g, h, m):
-        self.loss, self._gh, self._m = loss, (g, h), m
+    def __init__(self, loss, g, h, margins):
+        self.loss, self._gh, self._margins = loss, (g, h), margins
 
     def grad_hess(self, x):
         return self._gh[0].copy(), self._gh[1].copy()
 
     def margin(self, x, copy: bool = True):
-        return self._m.copy() if copy else self._m
+        """The margins (``copy=False``: in the profile objective's own buffer, which its next
+        evaluation overwrites)."""
+        m = self._margins()
+        return m.copy() if copy else m
 
 
 class ProfileObjective:
@@ -93,7 +96,6 @@ class ProfileObjective:
         self._c = np.empty(n)  # c = d beta - lse: m without the offset
         self._dt = np.empty(n)  # dm / dtheta
         self._d2t = np.empty(n)  # d2m / dtheta2
-        self._m = np.empty(n)  # the margins at the last evaluation
         self._scratch = moment_scratch(others)
         self._f = None  # the loss per group at the last evaluation
         self._rtol = _INNER_LOOSE  # the inner solve's tolerance (:meth:`_eval`)
@@ -103,7 +105,7 @@ class ProfileObjective:
     def _sums(self, b, full=False, beta=None):
         """Per group, the first and second derivatives of the loss in the offset at offsets b;
         with ``full`` also the loss per group, dL/dtheta, d2L/dtheta2 and d2L/dtheta db (per
-        group), the margins written to ``self._m``. With ``beta``, first the pass over the others
+        group). With ``beta``, first the pass over the others
         at that inverse temperature: every row's c = d beta - lse, dm/dtheta and d2m/dtheta2
         (kept for the evaluations at other offsets). Block by block, like
         :class:`._core.TopLabelObjective` (the temporaries stay in cache)."""
@@ -133,7 +135,6 @@ class ProfileObjective:
             s1 += np.bincount(grp, weights=l1, minlength=k)
             s2 += np.bincount(grp, weights=l2, minlength=k)
             if full:
-                self._m[rows] = m
                 f_tp, f_fp = loss_parts(m, self.loss, pq)
                 f += np.bincount(grp, weights=tp * f_tp + fp * f_fp, minlength=k)
                 dt, d2t = self._dt[rows], self._d2t[rows]
@@ -241,5 +242,15 @@ class ProfileObjective:
         h[0, 1:] = h[1:, 0] = s_ta
         h[1:, 1:][np.diag_indices(k)] = s2
         return np.concatenate([np.asarray(x, dtype=np.float64), self.b]), JointAt(
-            self.loss, gj, h, self._m
+            self.loss, gj, h, self._margins
         )
+
+    def _margins(self):
+        """The margins m = c + b at the last evaluation, written over c block by block (no n-sized
+        buffer of their own, issue 26's memory); the objective forgets that evaluation."""
+        if self._at is not None:
+            for a in range(0, self.d.shape[0], BLOCK):
+                rows = slice(a, min(a + BLOCK, self.d.shape[0]))
+                self._c[rows] += self.b[self.groups[rows]]
+            self._at = None
+        return self._c

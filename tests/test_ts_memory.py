@@ -104,7 +104,13 @@ def test_information_evaluated_during_the_fit_equals_a_pass_over_the_data(method
         model = topcal.calibrator(method, loss=loss).fit(data)
     ordered = data.subset(canonical_order(data))  # the rows as the fit ran over them
     again = model._covariances(model._cov_blocks(ordered, model.fitted_classes_))
-    np.testing.assert_array_equal(model.param_cov_, again)
+    if method == "tswa" and loss == "nll":
+        # issue 36: tswa's information comes from the profile fit's last evaluation, at the
+        # solver's (log T, A / T) rather than at log(T) and A / T recomputed from the stored T
+        # and A, with sigmoid(+-m) from one exp: the same numbers to rounding, not bit for bit
+        np.testing.assert_allclose(model.param_cov_, again, rtol=1e-9, atol=0)
+    else:
+        np.testing.assert_array_equal(model.param_cov_, again)
     assert np.isfinite(model.param_cov_[:, 0, 0]).all()
 
 

@@ -52,6 +52,8 @@ __all__ = [
     "split_top",
     "top_label_margin",
     "lse_moments",
+    "block_moments",
+    "moment_scratch",
     "TopLabelObjective",
     "MultinomialObjective",
     "NewtonResult",
@@ -221,7 +223,8 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
     return lse, mean, np.maximum(var, 0.0)  # rounding can make a zero variance slightly negative
 
 
-#: The exp() scratch block of :func:`_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB) and
+#: The exp() scratch block of :func:`moment_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB)
+#: and
 #: _SCRATCH_COLS
 #: rows' columns (issue 26): two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input
 #: at 10^4 x 100,
@@ -229,7 +232,7 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
 #: then it
 #: times O, in place: the same products). The moments of a block of :data:`BLOCK` rows are computed
 #: a
-#: sub-block of columns at a time (:func:`_moments`): every column's sums are its own
+#: sub-block of columns at a time (:func:`block_moments`): every column's sums are its own
 #: (``sum(axis=0)`` adds
 #: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one
 #: wide
@@ -242,25 +245,38 @@ _SCRATCH_ELEMENTS = 1 << 17
 _SCRATCH_COLS = 4096
 
 
-def _scratch(others):
+def moment_scratch(others):
     """The exp() scratch of :func:`_block_moments`, as (ec, eoc): one block, both passes in it."""
     r, n = others.shape
     e = np.empty((r, min(n, BLOCK, _SCRATCH_COLS, max(64, _SCRATCH_ELEMENTS // max(r, 1)))))
     return e, e
 
 
-def _moments(oc, beta, e, eo, moments=True):
+def _cols(e, w):
+    """The first ``w`` columns' worth of the scratch ``e`` as a C-contiguous (rows, w) array (its
+    memory's start, not the strided view ``e[:, :w]``): the same numbers in every operation, and
+    element-wise passes over it run as one loop (issue 36: a class of 31 rows at K = 1,000 ran
+    999 loops of 31)."""
+    r = e.shape[0]
+    return e.reshape(-1)[: r * w].reshape(r, w)
+
+
+def block_moments(oc, beta, e, eo, moments=True):
     """:func:`_block_moments` of a block ``oc`` of any width, a scratch-wide sub-block of columns at
     a time."""
     w, step = oc.shape[1], e.shape[1]
     if w <= step:
-        return _block_moments(oc, beta, e[:, :w], eo[:, :w], moments)
+        return _block_moments(oc, beta, _cols(e, w), _cols(eo, w), moments)
     out = [np.empty(w) for _ in range(3 if moments else 1)]
     per_sample = np.ndim(beta) > 0
     for a in range(0, w, step):
         b = min(a + step, w)
         res = _block_moments(
-            oc[:, a:b], beta[a:b] if per_sample else beta, e[:, : b - a], eo[:, : b - a], moments
+            oc[:, a:b],
+            beta[a:b] if per_sample else beta,
+            _cols(e, b - a),
+            _cols(eo, b - a),
+            moments,
         )
         for o, v in zip(out, res):
             o[a:b] = v
@@ -288,11 +304,11 @@ def lse_moments(others: np.ndarray, beta, *, moments: bool = True):
     """
     n = others.shape[1]
     out = [np.empty(n) for _ in range(3 if moments else 1)]
-    e, eo = _scratch(others)
+    e, eo = moment_scratch(others)
     per_sample = np.ndim(beta) > 0
     for a in range(0, n, BLOCK):
         b = min(a + BLOCK, n)
-        res = _moments(others[:, a:b], beta[a:b] if per_sample else beta, e, eo, moments)
+        res = block_moments(others[:, a:b], beta[a:b] if per_sample else beta, e, eo, moments)
         for o, v in zip(out, res):
             o[a:b] = v
     return tuple(out) if moments else out[0]
@@ -421,7 +437,7 @@ class TopLabelObjective:
         self.groups = groups
         self.dim = 1 + self.n_awards
         self._m = np.empty(d.shape[0])
-        self._scratch = None if others is None else _scratch(others)
+        self._scratch = None if others is None else moment_scratch(others)
         self._at = None
 
     def _eval(self, x):
@@ -449,7 +465,7 @@ class TopLabelObjective:
                 var = 0.0
             else:
                 e, eo = self._scratch
-                lse, mean, var = _moments(self.others[:, a:b], beta, e, eo)
+                lse, mean, var = block_moments(self.others[:, a:b], beta, e, eo)
                 m = d * beta - lse
                 dm_db = d - mean
             if g_aw:
@@ -535,11 +551,11 @@ class MultinomialObjective:
         if self._at is None or not np.array_equal(self._at[0], x):
             beta = float(np.exp(-x[0]))
             n = self.zt.shape[1]
-            e, eo = _scratch(self.zt)
+            e, eo = moment_scratch(self.zt)
             f = g = h = 0.0
             for a in range(0, n, BLOCK):
                 b = min(a + BLOCK, n)
-                lse, mean, var = _moments(self.zt[:, a:b], beta, e, eo)
+                lse, mean, var = block_moments(self.zt[:, a:b], beta, e, eo)
                 w, zy = self.w[a:b], self.zy[a:b]
                 dl_db = mean - zy  # per-sample d loss / d beta; d2 loss / d beta2 = var
                 f += w @ (lse - beta * zy)

@@ -10,6 +10,7 @@ from scipy.special import expit
 from ...data import TopLabelData, rows_by_class
 from .. import intervals
 from ._core import MultinomialObjective, TopLabelObjective
+from ._arrow import arrowhead_inverse
 from ._rows import binary_logit, inverse_pd
 
 __all__ = ["TemperatureIntervals"]
@@ -121,10 +122,18 @@ class TemperatureIntervals:
                 free = np.concatenate([[True], ~fixed_b & (np.asarray(self.fitted_classes_, bool))])
             else:
                 free = np.ones(h.shape[0], dtype=bool)
-            inv = inverse_pd(h[np.ix_(free, free)])
             full = np.full(h.shape, np.nan)
-            if inv is not None:
-                full[np.ix_(free, free)] = inv
+            sub = h[np.ix_(free, free)]
+            parts = arrowhead_inverse(sub) if sub.shape[0] > 2 else None
+            if parts is not None:  # tswa: the entries used below, in O(K) (_arrow.py)
+                idx = np.flatnonzero(free)
+                full[0, 0] = parts[0]
+                full[0, idx[1:]] = full[idx[1:], 0] = parts[1]
+                full[idx[1:], idx[1:]] = parts[2]
+            else:
+                inv = inverse_pd(sub)
+                if inv is not None:
+                    full[np.ix_(free, free)] = inv
             for c in classes:
                 if fixed_b[c] and (
                     self._has_award or not self._shared

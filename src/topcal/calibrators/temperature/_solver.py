@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConvergenceError
+from ._arrow import arrowhead_step
 
 #: Newton stops when half the Newton decrement (the model's predicted loss
 #: reduction) falls below this fraction of the loss, after taking that last
@@ -91,10 +92,7 @@ def bounded_newton(
             # smallest float, perfectly separated data) is the global minimum
             return NewtonResult(x, f, it)
         gf = g[free]
-        ev, vec = np.linalg.eigh(h[np.ix_(free, free)])
-        scale = max(float(np.max(np.abs(ev))), np.finfo(float).tiny)
-        ev = np.maximum(np.abs(ev), 1e-12 * scale)
-        step = -(vec @ ((vec.T @ gf) / ev))
+        step = _step(gf, h[np.ix_(free, free)])
         dec = float(-gf @ step)
         dx = np.zeros_like(x)
         dx[free] = step
@@ -140,6 +138,22 @@ def bounded_newton(
         f"{what}: Newton did not converge in max_iter={max_iter} iterations (loss {f:.10g}, "
         f"predicted decrease {dec:.3g}); raise max_iter"
     )
+
+
+def _step(g, h):
+    """-|h|^{-1} g with |h| the |eigenvalues| of ``h``, floored at 1e-12 of the largest: in O(K)
+    for arrowhead Hessians where that applies (:func:`._arrow.arrowhead_step`), else by ``eigh``."""
+    if g.size == 1:  # what eigh gives for 1 x 1, bit for bit, without its call
+        return -(
+            g / max(abs(float(h[0, 0])), 1e-12 * max(abs(float(h[0, 0])), np.finfo(float).tiny))
+        )
+    step = arrowhead_step(g, h) if g.size > 2 else None
+    if step is not None:
+        return step
+    ev, vec = np.linalg.eigh(h)
+    scale = max(float(np.max(np.abs(ev))), np.finfo(float).tiny)
+    ev = np.maximum(np.abs(ev), 1e-12 * scale)
+    return -(vec @ ((vec.T @ g) / ev))
 
 
 def degenerate_corner(obj, tp_only: bool, lo, hi):

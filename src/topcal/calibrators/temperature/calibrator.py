@@ -47,6 +47,7 @@ from ._intervals import TemperatureIntervals
 from ._state import TemperatureState
 from ._updating import TemperatureUpdating
 from ._lockstep import solve_classes
+from ._profile import ProfileObjective
 from ._solver import degenerate_corner
 from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, warm_start
 
@@ -267,7 +268,10 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             x0[1:][fixed[1:]] = 0.0
             x0[1:][only_tp] = OFFSET_MAX
             x0[1:][only_fp] = -OFFSET_MAX
-        res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
+        if n_aw:  # tswa: Newton in log T on the loss minimised over the offsets (_profile.py)
+            res, obj = self._solve_profile(d, others, data, make, x0, lo, hi, fixed)
+        else:
+            res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
         temps = np.where(fitted, np.exp(res.x[0]), 1.0)
         awards = np.where(fitted, res.x[1:] * np.exp(res.x[0]), 0.0) if n_aw else np.zeros(k)
         held = (
@@ -376,6 +380,43 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             res = bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
         except ConvergenceError as exc:
             res = self._fallback(obj, x0, lo, hi, fixed, what, exc)
+        return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj
+
+    def _solve_profile(self, d, others, data, make, x0, lo, hi, fixed):
+        """:meth:`_solve` for tswa by the profile loss (:class:`._profile.ProfileObjective`): the
+        same optimum, one pass over the others per step however many classes (issue 36). Where it
+        fails, the joint Newton of :meth:`_solve` (and its fallback) instead."""
+
+        def profile(loss, start):
+            obj = ProfileObjective(
+                d,
+                others,
+                data.tp,
+                data.fp,
+                data.pred,
+                start[1:],
+                fixed[1:],
+                lo[1],
+                hi[1],
+                loss=loss,
+            )
+            res = bounded_newton(
+                obj, start[:1], lo[:1], hi[:1], max_iter=self.max_iter, what=self.name
+            )
+            x, joint = obj.joint(res.x)
+            return NewtonResult(x, res.fun, res.n_iter), joint
+
+        n_iter, start = 0, x0
+        try:
+            if self.loss == "brier":  # from the NLL optimum, as _solve
+                try:
+                    warm, _ = profile("nll", x0)
+                    start, n_iter = warm.x, warm.n_iter
+                except ConvergenceError:
+                    pass
+            res, obj = profile(self.loss, start)
+        except ConvergenceError:
+            return self._solve(make, x0, lo, hi, fixed, self.name)
         return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj
 
     def _fallback(self, obj, x0, lo, hi, fixed, what, exc):

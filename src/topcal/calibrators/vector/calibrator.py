@@ -118,7 +118,12 @@ class _VectorBase(Calibrator):
         # a cross-validation fold's vs and sms share it (foldmemo.py; read-only here)
         self.beta_, self.mix_, x = memo(data, "vector_first_stage", first_stage)
         obj = VectorObjective(x, data.labels, w, layout, float(self.reg))
-        theta, loss, n_iter, ok = solve(obj, layout.start(), int(self.max_iter))
+        # a fold's sms and sms-beta share the solve (its result is read-only here)
+        theta, loss, n_iter, ok = memo(
+            data,
+            f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}",
+            lambda: solve(obj, layout.start(), int(self.max_iter)),
+        )
         if not ok:
             warnings.warn(
                 f"{self.name}: the optimiser stopped after {n_iter} iterations without meeting its "

@@ -14,11 +14,10 @@ Candidates (default), in order of simplicity (:data:`TIERS`):
    vectors ``vs`` (class-wise scales and biases of the whole vector shrunk
    toward one temperature);
 2.25. ``vs-hier-platt``: ``hier-platt`` on ``vs``'s top-label confidence (full vectors, by
-   default above ``sms``'s class limit only: below it ``sms-pooled-beta`` did better);
+   default above ``sms``'s class limit only: below it ``sms`` did better held out);
 2.5. ``sms``: ``vs`` plus a shrunk class-to-class matrix (full vectors, at most
    :attr:`~.vector.StructuredMatrixScaling.auto_max_classes` classes: above that
    its fit costs O(n K^2) a pass and its ridge leaves it at ``vs``);
-2.75. ``sms-pooled-beta``: one beta curve on ``sms``'s top-label confidence (as ``sms``);
 3. unshrunk per-class fits: ``bts``, ``btswa`` and, with full vectors,
    ``tswa``, ``csts``.
 

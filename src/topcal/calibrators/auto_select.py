@@ -56,7 +56,6 @@ DEFAULT_CANDIDATES = (
     "vs",
     "sms",
     "vs-hier-platt",
-    "sms-pooled-beta",
     "tswa",
     "csts",
     "bts",

@@ -66,7 +66,7 @@ class _Corrected(Calibrator):
         # the map's fit is memoised per fold (calibrator.py): a fold's sms candidate shares it
         self.map_ = self._map(reg=self.reg, max_iter=self.max_iter)
         self.map_.fit(data, keep=keep)
-        conf = self.map_.predict(data)
+        conf = self.map_._fit_confidence(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             self.curve_ = self._curve().fit(_as_scores(data, conf), keep=keep)

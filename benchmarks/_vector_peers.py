@@ -17,13 +17,14 @@ probability of the original top label.
   today's setuptools, invalid ``install_requires``, and probmetrics' Dirichlet wraps that package):
   softmax(W x + b) on x = log p (floored as above), W a full K x K matrix, minimising the mean
   multinomial NLL + lam / (K (K - 1)) * sum of W's off-diagonal entries squared + mu / K * |b|^2
-  (the diagonal is free), by L-BFGS-B with the analytic gradient from the identity. lam and mu: up
-  to :data:`ODIR_CV_MAX_CLASSES` classes chosen by 5-fold stratified inner cross-validation (mean
-  held-out multinomial NLL) over :data:`ODIR_GRID` x :data:`ODIR_GRID` (the decades of the
-  authors' grid for 10-class deep networks, 1e-5 .. 1e6; their extra 0.25 and 0.5 multiples of
-  lam left out for time); above it fixed at :data:`ODIR_FIXED` (with 100 classes one fit has
-  10,100 parameters and takes about a minute here, so a grid by inner CV would take hours): the
-  authors' tuned values for CIFAR-100 wide ResNet (lam 2.5, mu 0.01; also their DenseNet-40's lam).
+  (the diagonal is free), from the identity with analytic derivatives: Newton up to
+  :data:`ODIR_NEWTON_MAX_CLASSES` classes, L-BFGS-B above. lam and mu: up to
+  :data:`ODIR_CV_MAX_CLASSES` classes chosen by 5-fold stratified inner cross-validation (mean
+  held-out multinomial NLL) over :data:`ODIR_GRID` x :data:`ODIR_GRID` (1e-5 .. 1e6: the decades
+  of the 10-class grid in a public reproduction of the authors' deep-network experiments; its 0.25
+  and 0.5 multiples of lam left out for time); above it fixed at :data:`ODIR_FIXED` (with 100
+  classes one fit has 10,100 parameters and takes 2-8 minutes here, so a grid by inner CV would
+  take hours): the values that reproduction attributes to the authors for a CIFAR-100 wide ResNet.
 """
 
 from __future__ import annotations

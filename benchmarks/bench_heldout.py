@@ -104,6 +104,8 @@ PEERS = [
 #: the sets built here from scikit-learn's digits and Debian's Fashion-MNIST (module docstring)
 BUILT = ["digits-nb", "fashion-lr"]
 CLIP = 1e-12
+#: topcal methods that need full score vectors (skipped on top-score-only sets)
+FULL_ONLY = ("sts", "tswa", "csts", "cstswa", "vs", "sms", "vs-hier-platt", "sms-pooled-beta")
 TOP = ":top"
 QUICK_DATA = [
     "densenet-bc-100-cifar-100.npz:top",
@@ -371,7 +373,9 @@ OLD_AUTO = dict(
 )
 
 #: auto's default candidates before issue 35 (no whole-vector scalings): the spec "auto-before"
-BEFORE_35 = tuple(n for n in DEFAULT_CANDIDATES if n not in ("vs", "sms"))
+BEFORE_35 = tuple(
+    n for n in DEFAULT_CANDIDATES if n not in ("vs", "sms", "vs-hier-platt", "sms-pooled-beta")
+)
 
 #: auto's cross-validation table per training part (``auto@T`` reuses the one of ``auto`` on the
 #: same part)
@@ -421,8 +425,7 @@ def run(data_name, n_folds, methods, seed=0, log=print, fit_rows=None, data=None
             continue
         if spec == "auto-before" and not data.has_full:  # the same candidates as auto on top scores
             continue
-        full_only = ("sts", "tswa", "csts", "cstswa", "vs", "sms")
-        if spec.split("@")[0] in full_only and not data.has_full:
+        if spec.split("@")[0] in FULL_ONLY and not data.has_full:
             continue
         t0 = time.perf_counter()
         parts = []

@@ -20,6 +20,8 @@ from topcal.errors import DataError, ParameterError
 pytestmark = pytest.mark.filterwarnings("ignore::topcal.errors.DegenerateClassWarning")
 
 METHODS = ["vs", "sms"]
+#: the maps with a top-label curve on their confidence (issue 35, item 2)
+CORRECTED = ["vs-hier-platt", "sms-pooled-beta"]
 
 
 def _sim(n=3000, k=4, seed=0):
@@ -135,7 +137,7 @@ def test_confidence_is_that_of_the_original_top_label(name):
     assert np.all(m.predict(d)[moved] < 0.5 + 1e-12)
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", METHODS + CORRECTED)
 def test_beats_temperature_scaling_out_of_sample_on_class_dependent_miscalibration(name, data):
     test = TopLabelData.from_probs(*_sim(3000, seed=1))
     nll = {n: topcal.metrics.nll(test, _fit(n, data).predict(test)).overall for n in ("sts", name)}
@@ -151,7 +153,7 @@ def test_logits_and_their_probabilities_fit_alike():
     np.testing.assert_allclose(a.theta_, b.theta_, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", METHODS + CORRECTED)
 def test_round_trip_is_bit_for_bit_with_intervals(name, data, tmp_path):
     m = _fit(name, data)
     path = tmp_path / "m.json"
@@ -171,7 +173,7 @@ def test_a_malformed_model_file_is_rejected(data):
         type(_fit("vs", data)).from_dict(m)
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", METHODS + CORRECTED)
 def test_intervals_hold_the_confidence_and_narrow_with_more_data(name):
     small = TopLabelData.from_probs(*_sim(600, seed=2))
     large = TopLabelData.from_probs(*_sim(6000, seed=2))
@@ -197,7 +199,7 @@ def test_many_parameters_have_no_interval_and_say_so():
         m.predict_interval(d)
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", METHODS + CORRECTED)
 def test_update_asks_for_a_refit(name, data):
     m = _fit(name, data)
     with pytest.raises(ParameterError, match="refit"):
@@ -229,14 +231,15 @@ def test_auto_runs_them_on_full_vectors_and_sms_up_to_its_class_limit(data):
     from topcal.calibrators.vector import StructuredMatrixScaling
 
     m = _fit("auto", data)
-    assert {"vs", "sms"} <= set(m.cv_)
+    assert {"vs", "sms"} <= set(m.cv_) and "sms-pooled-beta" not in m.cv_
     assert m.cv_["vs"]["nll"] is not None and m.cv_["sms"]["nll"] is not None
     rng = np.random.default_rng(0)
     k = StructuredMatrixScaling.auto_max_classes + 1
     z = rng.normal(0, 2, (600, k))
     wide = TopLabelData.from_logits(z, rng.integers(0, k, 600))
     names = topcal.calibrator("auto")._names(wide)
-    assert "vs" in names and "sms" not in names
+    assert "vs" in names and "sms" not in names and "sms-pooled-beta" not in names
+    assert "vs-hier-platt" in names and "vs-hier-platt" not in set(m.cv_)  # above sms's limit only
     assert "sms" in topcal.calibrator("auto", candidates=["sts", "sms"])._names(
         wide
     )  # asked for: runs
@@ -253,3 +256,36 @@ def test_auto_chooses_a_whole_vector_map_where_it_wins_clearly():
         topcal.metrics.nll(test, m.predict(test)).overall
         < topcal.metrics.nll(test, ref.predict(test)).overall
     )
+
+
+@pytest.mark.parametrize("name", CORRECTED)
+def test_corrected_is_its_curve_on_the_maps_confidence_of_the_fitting_rows(name, data):
+    m = _fit(name, data)
+    base, curve = name.split("-", 1)
+    ref = _fit(base, data)
+    assert m.map_.theta_.tobytes() == ref.theta_.tobytes()
+
+    def scores(d, c):
+        return TopLabelData.from_scores(d.pred, c, labels=d.labels, classes=list(d.classes))
+
+    cur = _fit(curve, scores(data, ref.predict(data)))
+    test = TopLabelData.from_probs(*_sim(800, seed=7))
+    want = cur.predict(scores(test, ref.predict(test)))
+    np.testing.assert_allclose(m.predict(test), want, rtol=1e-12)
+    assert not np.allclose(want, ref.predict(test), atol=1e-3)  # the curve moves the confidence
+    d = m.describe()
+    assert d["method"] == name and d["curve"]["method"] == curve
+    assert d["fit"]["n_params"] == m.map_.n_params_ < m.n_params_
+    assert {"scale", "bias"} <= set(d["classes"][data.classes[0]])
+
+
+def test_auto_fits_the_map_once_per_fold_for_it_and_its_corrected_form(data, monkeypatch):
+    from topcal.calibrators.vector import calibrator as vc
+
+    calls = []
+    real = vc.solve
+    monkeypatch.setattr(vc, "solve", lambda obj, *a: calls.append(obj.layout.off) or real(obj, *a))
+    m = _fit("auto", data, candidates=["sts", "vs", "vs-hier-platt", "sms", "sms-pooled-beta"])
+    assert {"vs-hier-platt", "sms-pooled-beta"} <= set(m.cv_)
+    # 5 folds: one vs and one sms solve each, then the all-data fit of the choice (its map)
+    assert sorted(calls[:10]) == [False] * 5 + [True] * 5 and len(calls) <= 11

@@ -13,6 +13,8 @@ Candidates (default), in order of simplicity (:data:`TIERS`):
    and the shrunk count methods ``kde-mon2``, ``hist``, ``cum-opt``; with full
    vectors ``vs`` (class-wise scales and biases of the whole vector shrunk
    toward one temperature);
+2.25. ``vs-hier-platt``: ``hier-platt`` on ``vs``'s top-label confidence (full vectors, by
+   default above ``sms``'s class limit only: below it ``sms`` did better held out);
 2.5. ``sms``: ``vs`` plus a shrunk class-to-class matrix (full vectors, at most
    :attr:`~.vector.StructuredMatrixScaling.auto_max_classes` classes: above that
    its fit costs O(n K^2) a pass and its ridge leaves it at ``vs``);
@@ -259,11 +261,13 @@ class Auto(Wrapper):
             run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
         if (
             self.candidates is None
-        ):  # a default candidate may declare the most classes it runs on (sms)
+        ):  # a default candidate may declare the most (sms) or fewest (vs-hier-platt) classes
             run = [
                 n
                 for n in run
-                if data.n_classes <= vars(get_class(n)).get("auto_max_classes", np.inf)
+                if vars(get_class(n)).get("auto_min_classes", 0)
+                <= data.n_classes
+                <= vars(get_class(n)).get("auto_max_classes", np.inf)
             ]
         if not run:
             raise ParameterError(

@@ -55,6 +55,7 @@ DEFAULT_CANDIDATES = (
     "cum-opt",
     "vs",
     "sms",
+    "vs-hier-platt",
     "tswa",
     "csts",
     "bts",
@@ -99,7 +100,7 @@ TIERS = _Tiers()
 TIER_LEGEND = (
     "0 uncalibrated, 1 one parametric curve for all classes, 1.5 one non-parametric curve for all "
     "classes, 2 per-class curves shrunk toward a pooled one, 2.5 a shrunk class-to-class matrix, "
-    "3 per-class"
+    "2.25 vs with shrunk per-class curves on top, 2.75 sms with a pooled curve on top, 3 per-class"
 )
 
 

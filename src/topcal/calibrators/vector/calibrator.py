@@ -20,7 +20,7 @@ from ...data import TopLabelData
 from ...errors import DegenerateClassWarning, ParameterError
 from .. import intervals
 from ..base import Calibrator, finite_array, to_jsonable
-from ..foldmemo import memo
+from ..foldmemo import memo, shared
 from ..registry import register
 from ._core import (
     Layout,
@@ -105,20 +105,14 @@ class _VectorBase(Calibrator):
         k = data.n_classes
         layout = Layout(k, self._off)
         w = data.tp + data.fp
-
-        def first_stage():
-            x = log_scores(data)
-            step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
-            beta = temperature(x[::step], data.labels[::step], w[::step])
-            # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
-            # log-probability below about log(1 / (n K)) is not resolved by n rows
-            mix = 1.0 / (float(w.sum()) + 1.0)
-            return beta, mix, rescale(x, beta, mix)
-
-        # a cross-validation fold's vs and sms share it (foldmemo.py; read-only here)
-        self.beta_, self.mix_, x = memo(data, "vector_first_stage", first_stage)
+        self.beta_, self.mix_, x = self._first_stage(data)
         obj = VectorObjective(x, data.labels, w, layout, float(self.reg))
-        theta, loss, n_iter, ok = solve(obj, layout.start(), int(self.max_iter))
+        # a fold's sms and sms-beta share the solve (its result is read-only here)
+        theta, loss, n_iter, ok = memo(
+            data,
+            f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}",
+            lambda: solve(obj, layout.start(), int(self.max_iter)),
+        )
         if not ok:
             warnings.warn(
                 f"{self.name}: the optimiser stopped after {n_iter} iterations without meeting its "
@@ -141,6 +135,31 @@ class _VectorBase(Calibrator):
         self.nll_ = float(self.class_nll_.sum())
         if layout.size <= COV_MAX_PARAMS:
             self.param_cov_ = inverse_pd(obj.hessian(theta, 1, summed=True))
+
+    @staticmethod
+    def _first_stage(data: TopLabelData):
+        """(beta, mix, x): temperature scaling's inverse temperature on ``data``, the uniform mix
+        and the map's input x (n, K). A cross-validation fold's vs, sms and their corrected forms
+        share it (foldmemo.py; read-only)."""
+
+        def compute():
+            w = data.tp + data.fp
+            x = log_scores(data)
+            step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
+            beta = temperature(x[::step], data.labels[::step], w[::step])
+            # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
+            # log-probability below about log(1 / (n K)) is not resolved by n rows
+            mix = 1.0 / (float(w.sum()) + 1.0)
+            return beta, mix, rescale(x, beta, mix)
+
+        return memo(data, "vector_first_stage", compute)
+
+    def _fit_confidence(self, data: TopLabelData) -> np.ndarray:
+        """The fitted map's confidence on the rows it was just fitted on (in a fold: from the
+        shared first stage, without computing the features again)."""
+        x = self._first_stage(data)[2] if shared(data) else features(data, self.beta_, self.mix_)
+        with threadpool_limits(1, user_api="blas"):
+            return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
 
     def _set_theta(self, layout: Layout, theta) -> None:
         self.theta_ = np.asarray(theta, dtype=np.float64)

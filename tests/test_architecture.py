@@ -32,6 +32,9 @@ TEST_PRIVATE_MODULES = {
     "topcal._numeric",
     "topcal._progress",
     "topcal.calibrators.temperature._lockstep",
+    "topcal.calibrators.temperature._arrow",
+    "topcal.calibrators.temperature._rows",
+    "topcal.calibrators.temperature._solver",
 }
 
 

@@ -12,7 +12,7 @@ from topcal import TopLabelData
 from topcal.calibrators.temperature._arrow import arrowhead_inverse, arrowhead_step
 from topcal.calibrators.temperature._core import OFFSET_MAX, TopLabelObjective, split_top
 from topcal.calibrators.temperature._rows import LOG_T
-from topcal.calibrators.temperature._solver import _step, bounded_newton
+from topcal.calibrators.temperature._solver import bounded_newton, newton_step
 from topcal.data import LOG_PROB_FLOOR, canonical_order
 
 from _sim import bench_probs
@@ -45,7 +45,7 @@ def test_arrowhead_step_equals_the_dense_step(k, shift):
         assert (step is not None) == ((ev > 0).all() or (ev < 0).sum() == 1)
         if step is not None:
             np.testing.assert_allclose(step, dense_step(g, h), rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(_step(g, h), dense_step(g, h), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(newton_step(g, h), dense_step(g, h), rtol=1e-9, atol=1e-12)
 
 
 def test_arrowhead_step_declines_what_it_cannot_do():

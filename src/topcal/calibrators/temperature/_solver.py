@@ -92,7 +92,7 @@ def bounded_newton(
             # smallest float, perfectly separated data) is the global minimum
             return NewtonResult(x, f, it)
         gf = g[free]
-        step = _step(gf, h[np.ix_(free, free)])
+        step = newton_step(gf, h[np.ix_(free, free)])
         dec = float(-gf @ step)
         dx = np.zeros_like(x)
         dx[free] = step
@@ -140,7 +140,7 @@ def bounded_newton(
     )
 
 
-def _step(g, h):
+def newton_step(g, h):
     """-|h|^{-1} g with |h| the |eigenvalues| of ``h``, floored at 1e-12 of the largest: in O(K)
     for arrowhead Hessians where that applies (:func:`._arrow.arrowhead_step`), else by ``eigh``."""
     if g.size == 1:  # what eigh gives for 1 x 1, bit for bit, without its call

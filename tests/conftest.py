@@ -1,5 +1,8 @@
 """Fixtures shared by the test modules (helpers to import live in _sim.py and _frames.py)."""
 
+import contextlib
+import io
+import json
 import os
 import warnings
 
@@ -30,6 +33,51 @@ def phanns():
     """The embedded PhANNs test set (binned counts, 10 classes, scores 0-10), loaded once per
     module."""
     return load_phanns()
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal: progress is drawn there only."""
+
+    def isatty(self):
+        return True
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """``topcal demo -o DIR`` (``topcal.cli.main``, stderr a terminal, warnings ignored) run once
+    for the whole run, shared by the pytest workers (a file lock: the first worker runs it, the
+    others read it): ``(DIR, stdout, stderr)``. DIR is read-only to the tests (copy it to write).
+
+    The demo fits every method on the PhANNs data and draws the all-methods report (about 25
+    CPU-seconds); four tests in three files read its report and table.
+    """
+    import fcntl
+
+    from topcal.cli import main
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of this run
+    where = root / "shared-demo"
+    with open(root / "shared-demo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = where / "done.json"
+        if not done.exists():
+            where.mkdir(exist_ok=True)
+            out, err = io.StringIO(), _Terminal()
+            with (
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(err),
+                warnings.catch_warnings(),
+            ):
+                warnings.simplefilter("ignore")
+                code = main(["demo", "-o", str(where / "demo-report")])
+            done.write_text(
+                json.dumps({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+            )
+        ran = json.loads(done.read_text())
+    assert ran["code"] == 0, ran["stderr"][-3000:]
+    return where / "demo-report", ran["stdout"], ran["stderr"]
 
 
 @pytest.fixture(scope="session")

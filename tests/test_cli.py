@@ -216,10 +216,9 @@ def test_tampered_model_via_cli(prob_csv, tmp_path, capsys):
     assert code == 2 and "modified after it was saved" in err
 
 
-def test_demo_prints_per_class_table(capsys, tmp_path):
-    code, out, err = run(["demo", "-o", tmp_path / "report"], capsys)
-    assert code == 0
-    assert (tmp_path / "report" / "index.html").stat().st_size > 0
+def test_demo_prints_per_class_table(demo_run):
+    report, out, _ = demo_run  # topcal demo -o DIR, run once for the session (conftest)
+    assert (report / "index.html").stat().st_size > 0
     assert "Minor capsid" in out and "hist" in out and "cum-opt" in out
     assert "per-class NLL" in out and "per-class ECE1" in out
     assert "not run (need the full score vector" in out and "tswa" in out

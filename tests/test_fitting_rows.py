@@ -15,7 +15,7 @@ from topcal.errors import DataError, TopcalWarning
 from topcal.fingerprint import Fingerprint
 from topcal.thresholds import fit_thresholds
 
-from _cli import assert_error, assert_ok, cli
+from _cli import assert_error, assert_ok, call, cli
 
 K = 4
 NAMES = [f"c{j}" for j in range(K)]
@@ -166,9 +166,9 @@ def test_cli_threshold_refuses_reencoded_updated_chunked_and_dask_fitting_rows(
     names = np.asarray(NAMES)
     probs = pd.DataFrame(p, columns=[f"p_{c}" for c in NAMES]).assign(label=names[y])
     probs.to_parquet(t / "fit.parquet")
-    assert_ok(cli("fit", t / "fit.parquet", "--method", "hist", "-o", t / "m.json"))
+    assert_ok(call("fit", t / "fit.parquet", "--method", "hist", "-o", t / "m.json"))
     assert_ok(
-        cli(
+        call(
             "fit",
             t / "fit.parquet",
             "--method",
@@ -180,7 +180,7 @@ def test_cli_threshold_refuses_reencoded_updated_chunked_and_dask_fitting_rows(
         )
     )
     assert_ok(
-        cli(
+        call(
             "fit",
             t / "fit.parquet",
             "--method",
@@ -220,10 +220,10 @@ def test_cli_threshold_refuses_reencoded_updated_chunked_and_dask_fitting_rows(
     pd.DataFrame(q, columns=[f"p_{c}" for c in NAMES]).assign(label=names[z]).to_csv(
         t / "held.csv", index=False
     )
-    assert_ok(cli("update", t / "m.json", t / "held.csv", "-o", t / "u.json"))
+    assert_ok(call("update", t / "m.json", t / "held.csv", "-o", t / "u.json"))
     assert_error(cli("threshold", t / "held.csv", "--model", t / "u.json", *th), "fitted on")
     assert_error(
         cli("update", t / "u.json", t / "held.csv", "-o", t / "u2.json"), "count them twice"
     )
     assert not (t / "u2.json").exists()
-    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", *th))
+    assert_ok(call("threshold", t / "held.csv", "--model", t / "m.json", *th))

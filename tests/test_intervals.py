@@ -20,6 +20,7 @@ from topcal import TopLabelData, persist
 from topcal.calibrators import calibrator
 from topcal.errors import ModelFileError, ParameterError
 
+from _cli import call
 from _frames import probs_frame, write_parts
 
 TOPCAL = Path(sys.executable).with_name("topcal")
@@ -289,7 +290,7 @@ def test_estimator_predict_confidence_with_interval():
         est.predict_confidence(X[2500:], interval=2)
 
 
-# ----------------------------------------------------------------- CLI through the console script
+# ------------------------------------- CLI: answers in process (_cli.call), errors as the script
 def cli(*args):
     return subprocess.run(
         [str(TOPCAL), *map(str, args)], capture_output=True, text=True, timeout=300
@@ -307,7 +308,7 @@ def fitted(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     frame = probs_frame(3000, K=3, seed=4)
     frame.to_csv(d / "data.csv", index=False)
-    r = cli("fit", d / "data.csv", "--method", "kde-mon2", "-o", d / "m.json")
+    r = call("fit", d / "data.csv", "--method", "kde-mon2", "-o", d / "m.json")
     assert r.returncode == 0, r.stderr
     return d, frame
 
@@ -318,7 +319,7 @@ def test_cli_apply_interval_adds_limits_in_memory_and_streamed(fitted, chunk):
     d, frame = fitted
     out = d / f"out{chunk}.csv"
     extra = [] if chunk is None else ["--chunk-rows", chunk]
-    r = cli("apply", d / "m.json", d / "data.csv", "--interval", 0.9, "-o", out, *extra)
+    r = call("apply", d / "m.json", d / "data.csv", "--interval", 0.9, "-o", out, *extra)
     assert r.returncode == 0, r.stderr
     got = pd.read_csv(out)
     model = persist.load(d / "m.json")
@@ -354,10 +355,10 @@ def test_cli_apply_interval_on_dask_local_cluster(tmp_path, cluster_address):
     parts = write_parts(tmp_path, frame, 3)
     frame.to_csv(tmp_path / "all.csv", index=False)
     assert (
-        cli("fit", tmp_path / "all.csv", "--method", "sts", "-o", tmp_path / "m.json").returncode
+        call("fit", tmp_path / "all.csv", "--method", "sts", "-o", tmp_path / "m.json").returncode
         == 0
     )
-    r = cli(
+    r = call(
         "apply",
         tmp_path / "m.json",
         parts,
@@ -505,7 +506,7 @@ def test_describe_shows_the_per_class_interval_width_in_the_console_script_and_t
 ):
     _uneven_scores_csv(tmp_path / "d.csv")
     extra = [] if param is None else ["--param", param]
-    r = cli("fit", tmp_path / "d.csv", "--method", method, *extra, "-o", tmp_path / "m.json")
+    r = call("fit", tmp_path / "d.csv", "--method", method, *extra, "-o", tmp_path / "m.json")
     assert r.returncode == 0, r.stderr
     model = persist.load(tmp_path / "m.json")
     api = model.describe()["classes"]
@@ -542,7 +543,7 @@ def test_describe_shows_the_temperature_interval_and_no_width_for_an_old_file(tm
     frame = probs_frame(2000, K=3, seed=7)
     frame.to_csv(tmp_path / "p.csv", index=False)
     assert (
-        cli("fit", tmp_path / "p.csv", "--method", "csts", "-o", tmp_path / "t.json").returncode
+        call("fit", tmp_path / "p.csv", "--method", "csts", "-o", tmp_path / "t.json").returncode
         == 0
     )
     r = cli("describe", tmp_path / "t.json", "--full")

@@ -5,6 +5,7 @@ threshold``,
 import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -31,7 +32,7 @@ from topcal.thresholds import (
     sgr_threshold,
 )
 
-from _cli import assert_error, assert_ok, cli, snapshot
+from _cli import assert_error, assert_ok, call, cli, snapshot
 
 
 def linear_population(n, seed, k=2):
@@ -353,8 +354,10 @@ def test_fingerprint_merge_is_order_free():
 
 
 # ------------------------------------------------------------------ command line
-@pytest.fixture()
-def files(tmp_path):
+@pytest.fixture(scope="module")
+def files_once(tmp_path_factory):
+    """The command line's files and the hist model, made once per module (in process)."""
+    tmp_path = tmp_path_factory.mktemp("thresholds")
     rng = np.random.default_rng(0)
     n, K = 6000, 3
     z = rng.normal(size=(n, K)) * 2
@@ -365,7 +368,15 @@ def files(tmp_path):
     frame.iloc[:3000].to_csv(tmp_path / "fit.csv", index=False)
     frame.iloc[3000:].to_csv(tmp_path / "held.csv", index=False)
     frame.iloc[3000:].drop(columns="label").to_csv(tmp_path / "new.csv", index=False)
-    assert_ok(cli("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_ok(call("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    return tmp_path
+
+
+@pytest.fixture()
+def files(files_once, tmp_path):
+    """A copy of :func:`files_once` in the test's own folder (tests write and snapshot it)."""
+    for p in files_once.iterdir():
+        shutil.copy2(p, tmp_path / p.name)
     return tmp_path
 
 
@@ -373,7 +384,7 @@ def files(tmp_path):
 def test_cli_threshold_then_apply_adds_accepted(files):
     t = files
     r = assert_ok(
-        cli(
+        call(
             "threshold",
             t / "held.csv",
             "--model",
@@ -394,7 +405,7 @@ def test_cli_threshold_then_apply_adds_accepted(files):
         and "accepted by the cut-offs in use" in r.stdout
     )
     r = assert_ok(
-        cli(
+        call(
             "apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "out.csv"
         )
     )
@@ -408,7 +419,7 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     assert f"accepted: {int(out['accepted'].sum())} of {len(out)} rows" in r.stdout
     # global mode: one cut-off, and no per-class rows or reasons printed
     r = assert_ok(
-        cli(
+        call(
             "threshold",
             t / "held.csv",
             "--model",
@@ -433,7 +444,7 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     # apply with the global cut-off (on whichever family accepted more: the raw score reads the
     # input's top score) agrees with Thresholds.accept
     assert_ok(
-        cli("apply", t / "m.json", t / "new.csv", "--thresholds", t / "g.json", "-o", t / "g.csv")
+        call("apply", t / "m.json", t / "new.csv", "--thresholds", t / "g.json", "-o", t / "g.csv")
     )
     out = pd.read_csv(t / "g.csv")
     codes = np.array([g.classes.index(k) for k in out["pred"]])
@@ -459,8 +470,8 @@ def test_cli_bad_inputs_are_one_line_errors(files):
     )
     assert not (t / "th.json").exists()
     # thresholds of another model
-    assert_ok(cli(*base))
-    assert_ok(cli("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
+    assert_ok(call(*base))
+    assert_ok(call("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
     assert_error(
         cli(
             "apply", t / "m2.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"
@@ -470,7 +481,7 @@ def test_cli_bad_inputs_are_one_line_errors(files):
     pd.DataFrame({"p_a": [0.6, 0.3], "p_b": [0.4, 0.7], "label": ["a", "b"]}).to_csv(
         t / "ab.csv", index=False
     )
-    assert_ok(cli("fit", t / "ab.csv", "--method", "hist", "-o", t / "ab.json"))
+    assert_ok(call("fit", t / "ab.csv", "--method", "hist", "-o", t / "ab.json"))
     assert_error(
         cli("apply", t / "ab.json", t / "ab.csv", "--thresholds", t / "th.json", "-o", t / "o.csv"),
         "the thresholds are for a model with classes",
@@ -494,7 +505,7 @@ def test_cli_threshold_never_writes_over_an_input(files):
             cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", out),
             "is the input file",
         )
-    assert_ok(cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"))
+    assert_ok(call("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"))
     assert_error(
         cli(
             "apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "th.json"
@@ -510,7 +521,7 @@ def test_cli_threshold_never_writes_over_an_input(files):
 def test_report_with_thresholds_renders_the_acceptance_section(files):
     t = files
     assert_ok(
-        cli(
+        call(
             "threshold",
             t / "held.csv",
             "--model",
@@ -552,7 +563,7 @@ def test_report_with_thresholds_renders_the_acceptance_section(files):
     )
     assert snapshot(t) == before
     assert_ok(
-        cli(
+        call(
             "report",
             t / "held.csv",
             "--methods",
@@ -601,7 +612,7 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     # refusals
     t = files
     assert_ok(
-        cli(
+        call(
             "threshold",
             t / "held.csv",
             "--model",
@@ -617,7 +628,7 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     pd.read_csv(t / "new.csv").to_parquet(t / "new.parquet")
     dask = ("--engine", "dask", "--scheduler", cluster_address)
     assert_ok(
-        cli(
+        call(
             "apply",
             t / "m.json",
             t / "new.parquet",
@@ -628,7 +639,7 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
         )
     )
     r = assert_ok(
-        cli(
+        call(
             "apply",
             t / "m.json",
             t / "new.parquet",
@@ -645,7 +656,7 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     pd.testing.assert_frame_equal(got, local)
     # thresholds of another model, and an input that already has an 'accepted' column: refused,
     # nothing written
-    assert_ok(cli("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
+    assert_ok(call("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
     assert_error(
         cli(
             "apply",

@@ -116,7 +116,9 @@ def test_information_evaluated_during_the_fit_equals_a_pass_over_the_data(method
 
 @pytest.mark.parametrize("method", ["bts", "btswa"])
 def test_lockstep_chunks_change_no_number(method, monkeypatch):
-    p, labels = bench_probs(8000, 40, 4)
+    # 2,000 rows in 40 classes (1 to ~260 rows): 150-row chunks split the five largest; chunks of
+    # one row cost ~1 ms each
+    p, labels = bench_probs(2000, 40, 4)
     data = TopLabelData.from_probs(p, labels)
     fits = []
     for rows in (1, 150, 1 << 30):

@@ -498,3 +498,27 @@ def test_messages(tmp_path):
     r = assert_ok(call("fit", tmp_path / "wide.csv", "--method", "hist", "-o", tmp_path / "m.json"))
     warn = [ln for ln in r.stderr.splitlines() if "never predicted" in ln]
     assert len(warn) == 1 and len(warn[0]) < 300 and "2999" in warn[0]
+
+
+def test_console_script_answers_as_main(tmp_path):
+    """The tests run ``topcal ARGS`` in process (``_cli.cli``) unless a process is what they check:
+    the installed console script gives the same exit code, stdout and ``error:`` line as
+    ``topcal.cli.main`` on a success and on one-line errors of every kind (a missing file, a bad
+    option value, an unknown method, a malformed CSV)."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    cases = [
+        ("methods",),
+        ("fit", tmp_path / "missing.csv", "-o", tmp_path / "m.json"),
+        ("fit", bad, "--method", "no-such-method", "-o", tmp_path / "m.json"),
+        ("fit", bad, "-o", tmp_path / "m.json"),
+        ("apply", tmp_path / "m.json", bad, "--interval", "1.5"),
+    ]
+    for args in cases:
+        a, b = cli(*args, process=True), call(*args)
+        assert a.returncode == b.returncode, args
+        assert a.stdout == b.stdout, args
+        last = [ln for ln in a.stderr.splitlines() if ln.startswith("error:")]
+        assert last == [ln for ln in b.stderr.splitlines() if ln.startswith("error:")], args
+        assert "Traceback" not in a.stderr
+    assert not (tmp_path / "m.json").exists()

@@ -69,6 +69,10 @@ _FALLBACK_COLORS = [
         "steelblue",
         "sienna",
         "darkkhaki",
+        "indigo",
+        "lightcoral",
+        "cadetblue",
+        "olivedrab",
     )
     if c not in METHOD_COLORS.values()
 ]

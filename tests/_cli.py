@@ -25,8 +25,8 @@ def cli(*args, cwd=None, fsize=None, timeout=180, process=False):
     ``topcal.cli:main`` itself, so its exit code, stdout and stderr are the same, and an uncaught
     exception fails the test instead of printing a traceback) unless ``process`` is set or
     ``fsize`` caps the size of any file it writes (bytes) or the run uses the Dask engine: then the
-    real console script, for what only a process shows (start-up, file-size limits). ``test_console_script_answers_as_main``
-    checks that both give the same answers."""
+    real console script, for what only a process shows (start-up, file-size limits).
+    ``test_console_script_answers_as_main`` checks that both give the same answers."""
     # a Dask engine run keeps a process of its own: the client, its event loop and any cluster it
     # starts would outlive the call in this worker (a module's LocalCluster then failed to start)
     if fsize is None and not process and "dask" not in map(str, args):

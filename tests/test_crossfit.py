@@ -126,11 +126,12 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     from topcal._numeric import binary_nll
 
     data = SETS[which]()
-    names = [
-        n
-        for n in topcal.calibrators.auto.DEFAULT_CANDIDATES
-        if data.has_full or not topcal.calibrators.get_class(n).needs_full
-    ]
+    def runs(n):  # auto's own filter: full vectors, and the class counts a candidate declares
+        cls = topcal.calibrators.get_class(n)
+        lo, hi = vars(cls).get("auto_min_classes", 0), vars(cls).get("auto_max_classes", np.inf)
+        return (data.has_full or not cls.needs_full) and lo <= data.n_classes <= hi
+
+    names = [n for n in topcal.calibrators.auto.DEFAULT_CANDIDATES if runs(n)]
     model = _quiet(lambda: topcal.calibrator("auto").fit(data))
     target, conf = _row_refit(data, names, 5, 0)
     cv = {}

@@ -41,8 +41,8 @@ _FLOOR = 1e-12
 
 
 def arrow_parts(h: np.ndarray):
-    """(a, u, dvec) of a symmetric matrix of size >= 2 that is an arrowhead, else None (O(K^2)
-    check)."""
+    """(a, u, dvec) of a symmetric matrix of size >= 2 that is an arrowhead with finite entries,
+    else None (O(K^2) check)."""
     if h.ndim != 2 or h.shape[0] < 2:
         return None
     tail = h[1:, 1:]
@@ -50,7 +50,10 @@ def arrow_parts(h: np.ndarray):
     # off-diagonal entries of the trailing block: all zero for an arrowhead
     if np.count_nonzero(tail) != np.count_nonzero(dvec):
         return None
-    return float(h[0, 0]), h[1:, 0].copy(), dvec
+    a, u = float(h[0, 0]), h[1:, 0].copy()
+    if not (np.isfinite(a) and np.all(np.isfinite(u)) and np.all(np.isfinite(dvec))):
+        return None
+    return a, u, dvec
 
 
 def _secular(a, u2, dvec, lam):
@@ -75,8 +78,6 @@ def arrowhead_step(g: np.ndarray, h: np.ndarray):
     if parts is None:
         return None
     a, u, dvec = parts
-    if not (np.isfinite(a) and np.all(np.isfinite(u)) and np.all(np.isfinite(dvec))):
-        return None
     norm = max(abs(a) + float(np.sum(np.abs(u))), float(np.max(np.abs(dvec) + np.abs(u))))
     t = _FLOOR * norm
     if norm == 0.0 or float(np.min(dvec)) <= t:
@@ -110,8 +111,6 @@ def arrowhead_inverse(h: np.ndarray):
     if parts is None:
         return None
     a, u, dvec = parts
-    if not (np.isfinite(a) and np.all(np.isfinite(u)) and np.all(np.isfinite(dvec))):
-        return None
     if np.any(dvec <= 0.0):
         return None
     dinv_u = u / dvec

@@ -220,15 +220,7 @@ class GridTables:
             need = np.unique(np.concatenate([key, key + 1]))
         conf, count = self.grid_sums(need // span, need % span)
         q = np.searchsorted(need, key)
-        out = []
-        for tab in (conf, count) if with_count else (conf,):
-            t0 = tab[q]
-            t1 = tab[q + 1]
-            t1 -= t0
-            t1 *= frac
-            t1 += t0
-            out.append(t1)
-        return tuple(out) if with_count else out[0]
+        return _between(conf, count if with_count else None, q, frac)
 
     def grid_sums(self, cls, j):
         """(Conf, count) at grid point ``j`` of class ``cls`` (arrays; classes that keep their
@@ -277,15 +269,21 @@ class GridTables:
             q = self.segment[self.cell_off[k] + i]
             p0 = self.pos[q]
             x = (frac + (i - p0)) / (self.pos[q + 1] - p0)
-        out = []
-        for tab in (self.conf, self.count) if with_count else (self.conf,):
-            t0 = tab[q]
-            t1 = tab[q + 1]
-            t1 -= t0
-            t1 *= x
-            t1 += t0
-            out.append(t1)
-        return tuple(out) if with_count else out[0]
+        return _between(self.conf, self.count if with_count else None, q, x)
+
+
+def _between(conf, count, q, x):
+    """Conf (and, with ``count`` given, the count) a fraction ``x`` of the way from entry ``q`` to
+    ``q + 1`` of the tables, linearly (in place on the gathered copies)."""
+    out = []
+    for tab in (conf,) if count is None else (conf, count):
+        t0 = tab[q]
+        t1 = tab[q + 1]
+        t1 -= t0
+        t1 *= x
+        t1 += t0
+        out.append(t1)
+    return out[0] if count is None else tuple(out)
 
 
 def layout(state) -> str:

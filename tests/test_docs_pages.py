@@ -14,6 +14,8 @@ import contextlib
 import io
 import json
 import re
+import shutil
+import subprocess
 import time
 
 import numpy as np
@@ -21,6 +23,7 @@ import pandas as pd
 import pytest
 
 import topcal
+from topcal.cli import build_parser
 from _docs import (
     DOCS,
     blocks,
@@ -180,7 +183,7 @@ def visual_check(tmp_path_factory):
     return where, {}
 
 
-def test_cli_page(tmp_path, visual_check):
+def test_cli_page(tmp_path, visual_check, demo_run):
     sh = blocks(DOCS / "cli.md", "sh")
     top_score_frame(400, seed=1).to_csv(tmp_path / "test.csv", index=False)
     top_score_frame(200, seed=2, labelled=False).to_csv(tmp_path / "new.csv", index=False)
@@ -193,7 +196,15 @@ def test_cli_page(tmp_path, visual_check):
         tmp_path / "use.csv", index=False
     )
 
-    ran = run_lines("cli.md", sh[0], tmp_path)
+    # `topcal demo` is the session's one demo run (conftest's demo_run, `-o DIR`), its folder copied
+    # to where the page's line writes it: the demo fits every method (about 15 CPU-seconds); the
+    # default folder is the parser's (checked below).
+    shutil.copytree(demo_run[0], tmp_path / "topcal-demo-report")
+    demo = subprocess.CompletedProcess(["topcal", "demo"], 0, demo_run[1], demo_run[2])
+    ran = run_lines("cli.md", sh[0], tmp_path, {"topcal demo": demo})
+    assert "topcal demo" in ran and "NLL" in ran["topcal demo"].stdout.upper()
+    demo_args = build_parser().parse_args(["demo"])
+    assert demo_args.output == "topcal-demo-report"  # the folder the page names
     assert "kde-mon2" in ran["topcal methods"].stdout
     model = topcal.load(tmp_path / "model.json")
     assert model.name == "auto"

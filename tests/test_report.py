@@ -42,8 +42,8 @@ def full_report(tmp_path_factory):
     """`topcal report --methods all` (every method, the default before issue 34) on full-vector
     data with a second test set and extra samples."""
     d = tmp_path_factory.mktemp("full")
-    a = _npz(d / "a.npz", *simulate(2_500, 1))
-    b = _npz(d / "b.npz", *simulate(2_500, 2))
+    a = _npz(d / "a.npz", *simulate(1_200, 1))
+    b = _npz(d / "b.npz", *simulate(1_200, 2))
     p, lab = simulate(2_000, 3)
     keep = np.flatnonzero((lab == 2) & (p.argmax(1) == 2))[:150]  # extra true positives of "cow"
     extra = _npz(d / "extra.npz", p[keep], lab[keep])

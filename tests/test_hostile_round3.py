@@ -111,7 +111,7 @@ def test_a_run_in_another_pid_namespace_keeps_its_partial_file(tmp_path):
     run in this namespace writing the same output; the second used to delete the first's
     temporary."""
     _, use, model = _two_halves(tmp_path, ["a", "b", "c"])
-    big = pd.concat([pd.read_csv(use)] * 300, ignore_index=True)  # 90,000 rows, streamed in 50s
+    big = pd.concat([pd.read_csv(use)] * 100, ignore_index=True)  # 30,000 rows, streamed in 50s
     big.to_csv(tmp_path / "big.csv", index=False)
     # enough processes first that the namespace's pid of topcal is no process out here
     script = (
@@ -144,7 +144,7 @@ def test_a_run_in_another_pid_namespace_keeps_its_partial_file(tmp_path):
             inner.kill()
             inner.wait()
     assert inner.returncode == 0, err[-2000:]
-    assert len(pd.read_csv(tmp_path / "out.csv")) == 90_000 and not _temps(tmp_path)
+    assert len(pd.read_csv(tmp_path / "out.csv")) == 30_000 and not _temps(tmp_path)
 
 
 # ================================================================ 2. tracebacks

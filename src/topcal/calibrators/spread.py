@@ -55,6 +55,12 @@ MIN_BIN_SAMPLES = 200
 MAX_CONDITION = 1e10
 
 
+#: Fewest classes with two rows or more for the line's slope terms; with fewer, an offset alone
+#: (tau constant in c): three moments of a few classes are noise that the clipping at 0 turns into
+#: spread (``pooled-platt`` and ``sts`` on four classes sharing one curve covered 0.93-0.97).
+LINE_CLASSES = 20
+
+
 def _log_odds(p) -> np.ndarray:
     """logit(p), held within +-36 (a confidence of 0 or 1, the uncalibrated score's, included)."""
     p = np.clip(np.asarray(p, dtype=np.float64), 1e-300, 1.0)
@@ -98,7 +104,8 @@ def measure(data: TopLabelData, conf: np.ndarray) -> dict | None:
     span = [float(c[keep].min()), float(c[keep].max())] if keep.any() else [0.0, 0.0]
     if not a00 > 0:  # no class has two rows: nothing measured
         return {"cov": [0.0, 0.0, 0.0], "range": span}
-    if np.all(np.isfinite(lhs)) and np.linalg.cond(lhs) < MAX_CONDITION:
+    paired = int(np.count_nonzero(np.bincount(k, w, minlength=data.n_classes) >= 2))
+    if paired >= LINE_CLASSES and np.all(np.isfinite(lhs)) and np.linalg.cond(lhs) < MAX_CONDITION:
         th = np.linalg.solve(lhs, b)
     else:
         th = np.array([b[0] / a00, 0.0, 0.0])

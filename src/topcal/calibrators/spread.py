@@ -44,7 +44,7 @@ from scipy.special import expit, ndtri
 
 from ..data import TopLabelData
 
-__all__ = ["MAX_BINS", "MIN_BIN_SAMPLES", "measure", "at", "widen", "check"]
+__all__ = ["MAX_BINS", "MIN_BIN_SAMPLES", "measure", "at", "posterior", "widen", "check"]
 
 #: Most score bins of a per-bin table (model files from before the random line; kept to read them).
 MAX_BINS = 5
@@ -68,10 +68,12 @@ def _log_odds(p) -> np.ndarray:
 
 
 def measure(data: TopLabelData, conf: np.ndarray) -> dict | None:
-    """``{"cov": [s_bb, s_ab, s_aa], "range": [c_lo, c_hi]}``: the classes' random line around the
-    curve ``conf`` on labelled ``data`` (module docstring): tau(c)^2 = s_bb + 2 s_ab c + s_aa c^2
-    at log-odds c, held within the fitting rows' range of c (None with fewer than two classes or
-    :data:`MIN_BIN_SAMPLES` samples)."""
+    """``{"cov": [s_bb, s_ab, s_aa], "range": [c_lo, c_hi], "classes": [...]}``: the classes'
+    random line around the curve ``conf`` on labelled ``data`` (module docstring): tau(c)^2 =
+    s_bb + 2 s_ab c + s_aa c^2 at log-odds c, held within the fitting rows' range of c; per class
+    its own rows' information and residuals on the line, [sum v, sum v c, sum v c^2, sum r,
+    sum r c] (:func:`posterior`). None with fewer than two classes or :data:`MIN_BIN_SAMPLES`
+    samples."""
     tp = np.asarray(data.tp, dtype=np.float64)
     w = tp + np.asarray(data.fp, dtype=np.float64)
     present = np.unique(data.pred[w > 0])
@@ -102,8 +104,9 @@ def measure(data: TopLabelData, conf: np.ndarray) -> dict | None:
     )
     keep = w * v > 1e-12
     span = [float(c[keep].min()), float(c[keep].max())] if keep.any() else [0.0, 0.0]
+    own_rows = np.stack([s[0], s[1], s[2], t[0], t[1]], axis=1).tolist()
     if not a00 > 0:  # no class has two rows: nothing measured
-        return {"cov": [0.0, 0.0, 0.0], "range": span}
+        return {"cov": [0.0, 0.0, 0.0], "range": span, "classes": own_rows}
     paired = int(np.count_nonzero(np.bincount(k, w, minlength=data.n_classes) >= 2))
     if paired >= LINE_CLASSES and np.all(np.isfinite(lhs)) and np.linalg.cond(lhs) < MAX_CONDITION:
         th = np.linalg.solve(lhs, b)
@@ -111,7 +114,8 @@ def measure(data: TopLabelData, conf: np.ndarray) -> dict | None:
         th = np.array([b[0] / a00, 0.0, 0.0])
     e, vec = np.linalg.eigh(np.array([[th[0], th[1]], [th[1], th[2]]]))
     m = (vec * np.maximum(e, 0.0)) @ vec.T
-    return {"cov": [float(m[0, 0]), float(m[0, 1]), float(m[1, 1])], "range": span}
+    cov = [float(m[0, 0]), float(m[0, 1]), float(m[1, 1])]
+    return {"cov": cov, "range": span, "classes": own_rows}
 
 
 def at(spread: dict, score: np.ndarray, conf: np.ndarray) -> np.ndarray:
@@ -127,31 +131,81 @@ def at(spread: dict, score: np.ndarray, conf: np.ndarray) -> np.ndarray:
     return tau[b]
 
 
-def widen(spread: dict | None, lo, hi, conf, score, level: float):
-    """[lo, hi] with each side's distance from ``conf`` on the log-odds scale at least z tau at the
-    row (a per-bin table of an older file: z tau added in quadrature, as it was); no spread:
-    unchanged."""
+def posterior(spread: dict, pred: np.ndarray, conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, sd) of each row's class deviation d_k(c) from the curve (log-odds) given the class's
+    own fitting rows: the random line's prior N(0, Sigma) updated by the class's information I_k =
+    sum v x x' and residuals g_k = sum r x (x = (1, c)), the normal approximation of its
+    likelihood (empirical Bayes; Gelman et al., *Bayesian Data Analysis*, 3rd ed., section 5.4):
+    P_k = Sigma (I + I_k Sigma)^-1, m_k = P_k g_k; at the row x' m_k and sqrt(x' P_k x). A class
+    with few rows keeps about the prior (m_k near 0, sd near tau), one with many its own line."""
+    s_bb, s_ab, s_aa = spread["cov"]
+    own = np.asarray(spread["classes"], dtype=np.float64)
+    sig = np.array([[s_bb, s_ab], [s_ab, s_aa]])
+    info = np.stack([own[:, [0, 1]], own[:, [1, 2]]], axis=1)  # (K, 2, 2)
+    a = info @ sig  # I_k Sigma: (I + a) has determinant >= 1 (both positive semi-definite)
+    det = (1.0 + a[:, 0, 0]) * (1.0 + a[:, 1, 1]) - a[:, 0, 1] * a[:, 1, 0]
+    inv = (
+        np.stack(
+            [
+                np.stack([1.0 + a[:, 1, 1], -a[:, 0, 1]], axis=1),
+                np.stack([-a[:, 1, 0], 1.0 + a[:, 0, 0]], axis=1),
+            ],
+            axis=1,
+        )
+        / det[:, None, None]
+    )
+    post = sig @ inv
+    post = 0.5 * (post + np.swapaxes(post, 1, 2))
+    mean = np.einsum("kij,kj->ki", post, own[:, 3:])
+    c = np.clip(_log_odds(conf), *spread["range"])
+    x = np.stack([np.ones_like(c), c], axis=1)
+    k = np.asarray(pred, dtype=np.int64)
+    var = np.einsum("ni,nij,nj->n", x, post[k], x)
+    return np.einsum("ni,ni->n", x, mean[k]), np.sqrt(np.maximum(var, 0.0))
+
+
+def widen(spread: dict | None, lo, hi, conf, score, level: float, pred=None):
+    """[lo, hi] joined with the row's class's posterior interval on the log-odds scale, c + m -+ z
+    sd (:func:`posterior`; it holds the curve's estimation error: the residuals are about the
+    fitted curve): the curve's own interval and the point stay inside. A per-bin table of an older
+    file: z tau added in quadrature to each side, as it was. No spread: unchanged."""
     if spread is None:
         return lo, hi
     z = float(ndtri(0.5 * (1.0 + level)))
-    extra = z * at(spread, np.asarray(score, dtype=np.float64), conf)
     c = _log_odds(conf)
     d_lo, d_hi = c - _log_odds(lo), _log_odds(hi) - c
     if "cov" in spread:
-        return expit(c - np.maximum(d_lo, extra)), expit(c + np.maximum(d_hi, extra))
+        m, sd = posterior(spread, pred, conf)
+        return (
+            expit(np.minimum(c - d_lo, c + m - z * sd)),
+            expit(np.maximum(c + d_hi, c + m + z * sd)),
+        )
+    extra = z * at(spread, np.asarray(score, dtype=np.float64), conf)
     return (
         expit(c - np.sqrt(d_lo * d_lo + extra * extra)),
         expit(c + np.sqrt(d_hi * d_hi + extra * extra)),
     )
 
 
-def check(d) -> dict | None:
-    """A model file's spread, validated (None: a file without one)."""
+def check(d, n_classes: int) -> dict | None:
+    """A model file's spread for ``n_classes`` classes, validated (None: a file without one)."""
     if d is None:
         return None
-    if isinstance(d, dict) and set(d) == {"cov", "range"}:
+    if isinstance(d, dict) and set(d) == {"cov", "range", "classes"}:
         cov = np.asarray(d["cov"], dtype=np.float64)
         span = np.asarray(d["range"], dtype=np.float64)
+        own = np.asarray(d["classes"], dtype=np.float64)
+        if (
+            own.shape != (n_classes, 5)
+            or not np.all(np.isfinite(own))
+            or np.any(own[:, 0] < 0)
+            or np.any(own[:, 2] < 0)
+            or np.any(own[:, 1] ** 2 > own[:, 0] * own[:, 2] * (1.0 + 1e-9) + 1e-300)
+        ):
+            raise ValueError(
+                f"spread's classes must hold, for each of the {n_classes} classes, "
+                "[sum v, sum v c, sum v c^2, sum r, sum r c] with sum v, sum v c^2 >= 0"
+            )
         if (
             cov.shape != (3,)
             or span.shape != (2,)
@@ -167,9 +221,11 @@ def check(d) -> dict | None:
                 "spread's cov must be a covariance [s_bb, s_ab, s_aa] (s_bb, s_aa >= 0, "
                 "s_ab^2 <= s_bb s_aa) and its range [lo, hi] within +-36"
             )
-        return {"cov": cov.tolist(), "range": span.tolist()}
+        return {"cov": cov.tolist(), "range": span.tolist(), "classes": own.tolist()}
     if not isinstance(d, dict) or set(d) != {"edges", "tau"}:
-        raise ValueError("spread must hold cov and range (or, in older files, edges and tau)")
+        raise ValueError(
+            "spread must hold cov, range and classes (or, in older files, edges and tau)"
+        )
     edges = np.asarray(d["edges"], dtype=np.float64)
     tau = np.asarray(d["tau"], dtype=np.float64)
     if (

@@ -197,6 +197,7 @@ def test_spread_table_is_checked_when_loaded():
     assert get_class("pooled-platt").from_dict(old)._spread is None
 
 
+@pytest.mark.slow
 def test_measure_recovers_a_known_spread():
     """Pairs of a class's rows, no single row: classes whose rates are 0.7 + d_k, d_k = +-0.08, so
     on the log-odds scale, to first order, d_k / (0.7 x 0.3) = +-0.381 at every score: within 0.06
@@ -278,3 +279,54 @@ def test_a_file_with_a_per_bin_spread_keeps_its_old_interval():
     extra = 1.6448536269514722 * np.where(test.score < 0.8, 0.3, 0.6)
     np.testing.assert_allclose(lo, expit(c - np.hypot(c - logit(lo0), extra)), rtol=1e-9)
     np.testing.assert_allclose(hi, expit(c + np.hypot(logit(hi0) - c, extra)), rtol=1e-9)
+
+
+def test_a_class_far_from_the_curve_gets_its_own_posterior():
+    """Empirical Bayes around the pooled curve: 100 classes of 30 rows around one Platt curve and
+    one class of 400 rows far above it (+1.5 log-odds). That class's interval holds its own curve
+    and reaches up from the point (the pooled confidence, which the interval keeps inside); a small
+    class's own 30 rows narrow the prior's z tau on each side; every interval holds the curve's
+    own interval."""
+    rng = np.random.default_rng(12)
+    sizes = np.r_[np.full(100, 30), 400]
+    off = np.r_[rng.normal(0.0, 0.4, 100), 1.5]
+    pred = np.repeat(np.arange(101), sizes)
+    s = np.clip(rng.beta(5, 2, pred.size), 1e-4, 1 - 1e-4)
+    right = rng.random(pred.size) < expit(1.2 * logit(s) + 0.3 + off[pred])
+    labels = np.where(right, pred, (pred + 1) % 101)
+    data = TopLabelData.from_scores(
+        pred, s, labels, classes=[f"c{k}" for k in range(101)], score_range=(0.0, 1.0)
+    )
+    model = quiet_fit("pooled-beta", data)
+    test = at_scores(101, np.linspace(0.5, 0.95, 10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning reaches the user
+        lo, hi = model.predict_interval(test, level=0.9)
+    lo0, hi0 = model._interval(test, 0.9)
+    conf = model.predict(test)
+    eps = 1e-12  # the curve's own limits, mapped through the log-odds and back
+    assert np.all((lo <= lo0 + eps) & (hi0 <= hi + eps) & (lo <= conf) & (conf <= hi))
+    assert np.all((lo > 0) & (hi < 1))
+    big = test.pred == 100
+    truth = expit(1.2 * logit(test.score[big]) + 0.3 + 1.5)
+    assert np.all((lo[big] <= truth) & (truth <= hi[big]))
+    c = logit(conf)
+    assert np.all(logit(hi[big]) - c[big] > 3 * (c[big] - logit(lo[big])))
+    small = test.pred < 100
+    z = 1.6448536269514722
+    width = logit(hi) - logit(lo)
+    assert np.mean(width[small]) < 0.8 * np.mean(2 * z * tau_at(model, test)[small])
+
+
+def test_the_class_posteriors_are_checked_when_loaded():
+    data, _ = platt_classes(10, 100, 5, 0.4)
+    d = quiet_fit("pooled-platt", data).to_dict()
+    assert len(d["spread"]["classes"]) == 10
+    good = d["spread"]
+    for bad in (
+        {**good, "classes": good["classes"][:9]},  # one class short
+        {**good, "classes": [[0.0, 0.0, 0.1, 0.5, 0.1]] * 10},  # not a covariance
+        {**good, "classes": [[float("nan"), 0.0, 0.1, 0.0, 0.1]] * 10},
+    ):
+        with pytest.raises(ModelFileError):
+            get_class("pooled-platt").from_dict({**d, "spread": bad})

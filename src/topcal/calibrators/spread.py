@@ -49,7 +49,7 @@ __all__ = ["MAX_BINS", "MIN_BIN_SAMPLES", "measure", "at", "posterior", "widen",
 #: Most score bins of a per-bin table (model files from before the random line; kept to read them).
 MAX_BINS = 5
 #: Fewest samples (of at least two classes) a spread is measured on.
-MIN_BIN_SAMPLES = 200
+MIN_BIN_SAMPLES = 100
 #: Largest condition number of the normal equations of the line; above, the classes' pairs do not
 #: tell slope from level (one score, or nearly): an offset alone (Sigma's level term) is measured.
 MAX_CONDITION = 1e10
@@ -58,7 +58,7 @@ MAX_CONDITION = 1e10
 #: Fewest classes with two rows or more for the line's slope terms; with fewer, an offset alone
 #: (tau constant in c): three moments of a few classes are noise that the clipping at 0 turns into
 #: spread (``pooled-platt`` and ``sts`` on four classes sharing one curve covered 0.93-0.97).
-LINE_CLASSES = 20
+LINE_CLASSES = 8
 
 
 def _log_odds(p) -> np.ndarray:
@@ -71,9 +71,8 @@ def measure(data: TopLabelData, conf: np.ndarray) -> dict | None:
     """``{"cov": [s_bb, s_ab, s_aa], "range": [c_lo, c_hi], "classes": [...]}``: the classes'
     random line around the curve ``conf`` on labelled ``data`` (module docstring): tau(c)^2 =
     s_bb + 2 s_ab c + s_aa c^2 at log-odds c, held within the fitting rows' range of c; per class
-    its own rows' information and residuals on the line, [sum v, sum v c, sum v c^2, sum r,
-    sum r c] (:func:`posterior`). None with fewer than two classes or :data:`MIN_BIN_SAMPLES`
-    samples."""
+    the posterior of its own line given its rows (:func:`_class_posteriors`, :func:`posterior`).
+    None with fewer than two classes or :data:`MIN_BIN_SAMPLES` samples."""
     tp = np.asarray(data.tp, dtype=np.float64)
     w = tp + np.asarray(data.fp, dtype=np.float64)
     present = np.unique(data.pred[w > 0])
@@ -104,9 +103,9 @@ def measure(data: TopLabelData, conf: np.ndarray) -> dict | None:
     )
     keep = w * v > 1e-12
     span = [float(c[keep].min()), float(c[keep].max())] if keep.any() else [0.0, 0.0]
-    own_rows = np.stack([s[0], s[1], s[2], t[0], t[1]], axis=1).tolist()
     if not a00 > 0:  # no class has two rows: nothing measured
-        return {"cov": [0.0, 0.0, 0.0], "range": span, "classes": own_rows}
+        nothing = np.zeros((data.n_classes, 5)).tolist()
+        return {"cov": [0.0, 0.0, 0.0], "range": span, "classes": nothing}
     paired = int(np.count_nonzero(np.bincount(k, w, minlength=data.n_classes) >= 2))
     if paired >= LINE_CLASSES and np.all(np.isfinite(lhs)) and np.linalg.cond(lhs) < MAX_CONDITION:
         th = np.linalg.solve(lhs, b)
@@ -115,7 +114,51 @@ def measure(data: TopLabelData, conf: np.ndarray) -> dict | None:
     e, vec = np.linalg.eigh(np.array([[th[0], th[1]], [th[1], th[2]]]))
     m = (vec * np.maximum(e, 0.0)) @ vec.T
     cov = [float(m[0, 0]), float(m[0, 1]), float(m[1, 1])]
-    return {"cov": cov, "range": span, "classes": own_rows}
+    root = (vec * np.sqrt(np.maximum(e, 0.0))) @ vec.T
+    post = _class_posteriors(data, c, root, tp, w)
+    return {"cov": cov, "range": span, "classes": post.tolist()}
+
+
+#: Newton steps of a class's posterior mode (the penalised logistic fit is strongly concave: a
+#: few steps reach it to machine precision), and the largest step (in prior standard deviations).
+NEWTON_STEPS, MAX_STEP = 25, 4.0
+
+
+def _class_posteriors(data, c, root, tp, w) -> np.ndarray:
+    """(K, 5): per class [m_b, m_a, P_bb, P_ab, P_aa], the mode and covariance of the Laplace
+    posterior of its line u_k = (b_k, a_k) around the curve, prior N(0, Sigma) (``root`` its
+    symmetric square root L, u = L eta, eta ~ N(0, I)), likelihood the class's own rows
+    (log-odds c + x' u, x = (1, c)): the penalised logistic fit by Newton's method, vectorised
+    over classes, then m = L eta_hat and P = L H^-1 L at the mode."""
+    k, n_classes = data.pred, data.n_classes
+    zx = np.stack([np.ones_like(c), c], axis=1) @ root  # z_i = L x_i (L symmetric)
+    eta = np.zeros((n_classes, 2))
+    for _ in range(NEWTON_STEPS):
+        p = expit(c + np.einsum("ni,ni->n", zx, eta[k]))
+        g = np.stack([np.bincount(k, (tp - w * p) * zx[:, j], n_classes) for j in (0, 1)], 1)
+        g -= eta
+        h00, h01, h11 = (
+            np.bincount(k, w * p * (1.0 - p) * zx[:, i] * zx[:, j], n_classes) + (i == j)
+            for i, j in ((0, 0), (0, 1), (1, 1))
+        )
+        det = h00 * h11 - h01 * h01  # >= 1: H = sum w v z z' + I
+        step = np.stack([h11 * g[:, 0] - h01 * g[:, 1], h00 * g[:, 1] - h01 * g[:, 0]], 1)
+        step /= det[:, None]
+        size = np.sqrt((step * step).sum(axis=1))
+        eta += step * np.minimum(1.0, MAX_STEP / np.maximum(size, 1e-300))[:, None]
+        if float(size.max(initial=0.0)) < 1e-10:
+            break
+    p = expit(c + np.einsum("ni,ni->n", zx, eta[k]))
+    h00, h01, h11 = (
+        np.bincount(k, w * p * (1.0 - p) * zx[:, i] * zx[:, j], n_classes) + (i == j)
+        for i, j in ((0, 0), (0, 1), (1, 1))
+    )
+    det = h00 * h11 - h01 * h01
+    hinv = np.stack([np.stack([h11, -h01], 1), np.stack([-h01, h00], 1)], 1) / det[:, None, None]
+    cov = root @ hinv @ root
+    cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+    m = eta @ root
+    return np.column_stack([m, cov[:, 0, 0], cov[:, 0, 1], cov[:, 1, 1]])
 
 
 def at(spread: dict, score: np.ndarray, conf: np.ndarray) -> np.ndarray:
@@ -132,36 +175,15 @@ def at(spread: dict, score: np.ndarray, conf: np.ndarray) -> np.ndarray:
 
 
 def posterior(spread: dict, pred: np.ndarray, conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, sd) of each row's class deviation d_k(c) from the curve (log-odds) given the class's
-    own fitting rows: the random line's prior N(0, Sigma) updated by the class's information I_k =
-    sum v x x' and residuals g_k = sum r x (x = (1, c)), the normal approximation of its
-    likelihood (empirical Bayes; Gelman et al., *Bayesian Data Analysis*, 3rd ed., section 5.4):
-    P_k = Sigma (I + I_k Sigma)^-1, m_k = P_k g_k; at the row x' m_k and sqrt(x' P_k x). A class
-    with few rows keeps about the prior (m_k near 0, sd near tau), one with many its own line."""
-    s_bb, s_ab, s_aa = spread["cov"]
-    own = np.asarray(spread["classes"], dtype=np.float64)
-    sig = np.array([[s_bb, s_ab], [s_ab, s_aa]])
-    info = np.stack([own[:, [0, 1]], own[:, [1, 2]]], axis=1)  # (K, 2, 2)
-    a = info @ sig  # I_k Sigma: (I + a) has determinant >= 1 (both positive semi-definite)
-    det = (1.0 + a[:, 0, 0]) * (1.0 + a[:, 1, 1]) - a[:, 0, 1] * a[:, 1, 0]
-    inv = (
-        np.stack(
-            [
-                np.stack([1.0 + a[:, 1, 1], -a[:, 0, 1]], axis=1),
-                np.stack([-a[:, 1, 0], 1.0 + a[:, 0, 0]], axis=1),
-            ],
-            axis=1,
-        )
-        / det[:, None, None]
-    )
-    post = sig @ inv
-    post = 0.5 * (post + np.swapaxes(post, 1, 2))
-    mean = np.einsum("kij,kj->ki", post, own[:, 3:])
+    """(mean, sd) of each row's class deviation x' u_k from the curve (log-odds, x = (1, c)) given
+    the class's own fitting rows: the Laplace posterior stored per class (:func:`measure`; the
+    random line's prior N(0, Sigma) and the class's logistic likelihood around the curve:
+    empirical Bayes, Gelman et al., *Bayesian Data Analysis*, 3rd ed., section 5.4). A class with
+    few rows keeps about the prior (mean near 0, sd near tau), one with many its own line."""
+    post = np.asarray(spread["classes"], dtype=np.float64)[np.asarray(pred, dtype=np.int64)]
     c = np.clip(_log_odds(conf), *spread["range"])
-    x = np.stack([np.ones_like(c), c], axis=1)
-    k = np.asarray(pred, dtype=np.int64)
-    var = np.einsum("ni,nij,nj->n", x, post[k], x)
-    return np.einsum("ni,ni->n", x, mean[k]), np.sqrt(np.maximum(var, 0.0))
+    var = post[:, 2] + 2.0 * post[:, 3] * c + post[:, 4] * c * c
+    return post[:, 0] + post[:, 1] * c, np.sqrt(np.maximum(var, 0.0))
 
 
 def widen(spread: dict | None, lo, hi, conf, score, level: float, pred=None):
@@ -198,13 +220,13 @@ def check(d, n_classes: int) -> dict | None:
         if (
             own.shape != (n_classes, 5)
             or not np.all(np.isfinite(own))
-            or np.any(own[:, 0] < 0)
             or np.any(own[:, 2] < 0)
-            or np.any(own[:, 1] ** 2 > own[:, 0] * own[:, 2] * (1.0 + 1e-9) + 1e-300)
+            or np.any(own[:, 4] < 0)
+            or np.any(own[:, 3] ** 2 > own[:, 2] * own[:, 4] * (1.0 + 1e-9) + 1e-300)
         ):
             raise ValueError(
-                f"spread's classes must hold, for each of the {n_classes} classes, "
-                "[sum v, sum v c, sum v c^2, sum r, sum r c] with sum v, sum v c^2 >= 0"
+                f"spread's classes must hold, for each of the {n_classes} classes, its "
+                "posterior line [m_b, m_a, P_bb, P_ab, P_aa] (P a covariance)"
             )
         if (
             cov.shape != (3,)

@@ -248,21 +248,24 @@ def test_measure_follows_a_spread_that_grows_with_the_log_odds():
     assert tau[0] < 0.25 and 0.5 < tau[1] < 1.5, tau  # first order: compressed at the top
 
 
-def test_spread_of_one_shared_curve_is_the_curves_own_error():
-    """Classes sharing one curve: the pairs' residuals hold only the fitted curve's error, so the
-    interval with the spread is no wider than the curve's own interval widened to z tau (not
-    the two added in quadrature, which covered 0.94-0.98 on simulations like this)."""
-    data, truth = platt_classes(4, 500, 11, 0.0)
+def test_spread_of_one_shared_curve_is_joined_not_added_in_quadrature():
+    """Four classes near one curve: the pairs' residuals hold the fitted curve's error, so each
+    side is the farther of the curve's own limit and the class posterior's, c + m -+ z sd (adding
+    them in quadrature counted the curve's error twice: 0.94-0.98 on simulated classes sharing one
+    curve); with fewer than LINE_CLASSES classes the spread is an offset alone."""
+    data, _ = platt_classes(4, 500, 13, 0.3)
     model = quiet_fit("pooled-platt", data)
+    assert np.allclose(model._spread["cov"][1:], 0.0, atol=1e-12) and model._spread["cov"][0] > 0
     test = at_scores(4, np.linspace(0.6, 0.98, 10))
     lo, hi = model.predict_interval(test, level=0.9)
     lo0, hi0 = model._interval(test, 0.9)
-    conf = model.predict(test)
+    c = logit(model.predict(test))
+    m, sd = spread.posterior(model._spread, test.pred, model.predict(test))
     z = 1.6448536269514722
-    c = logit(conf)
-    want_hi = expit(c + np.maximum(logit(hi0) - c, z * tau_at(model, test)))
-    np.testing.assert_allclose(hi, want_hi, rtol=1e-9)
-    assert np.all((lo <= lo0) & (hi >= hi0) & (lo > 0) & (hi < 1))
+    np.testing.assert_allclose(logit(hi), np.maximum(logit(hi0), c + m + z * sd), rtol=1e-9)
+    np.testing.assert_allclose(logit(lo), np.minimum(logit(lo0), c + m - z * sd), rtol=1e-9)
+    assert np.any(logit(hi) > logit(hi0) + 1e-6)  # the posterior reaches past the curve's own
+    assert np.all((lo > 0) & (hi < 1))
 
 
 def test_a_file_with_a_per_bin_spread_keeps_its_old_interval():

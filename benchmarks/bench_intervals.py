@@ -25,6 +25,9 @@ predicted class's entry of that softmax.
 
 Pooled and hierarchical Platt/beta (in-model truths, redrawn for every seed): ``pooled-platt``
 every class expit(1.3 logit(s) + 0.4) (one curve: what the pooled model assumes);
+``pooled-platt differing`` (``--only "pooled-platt differing"``): 8 and 40 classes drawn as for
+``hier-platt`` below (the classes differ: the pooled curve is nobody's, and the interval must
+hold a class's own curve through the classes' spread);
 ``hier-platt`` eight classes expit(a_k logit(s) + b_k) with a_k = 1.3 exp(0.3 e1), b_k = 0.4 +
 0.5 e2; ``hier-beta`` eight classes expit(a_k ln s - b_k ln(1 - s) + c_k) with a_k = 1.2 exp(0.3
 e1), b_k = 0.8 exp(0.3 e2), c_k = 0.3 + 0.4 e3 (e standard normal, drawn per class and seed: the
@@ -252,6 +255,16 @@ def main(argv=None):
     if keep("pooled-platt"):
         one = lambda s: expit(1.3 * logit(s) + 0.4)  # noqa: E731
         run_score_methods([("pooled-platt", {})], args.sizes, args.seeds, args.level, [one] * 4)
+    if keep("pooled-platt differing"):  # the classes differ: the pooled curve is nobody's
+        for k in (8, 40):
+            run_score_methods(
+                [("pooled-platt", {})],
+                args.sizes,
+                args.seeds,
+                args.level,
+                lambda rng, k=k: platt_population(rng, k),
+                label=f" differing K={k}",
+            )
     if keep("hier-platt"):
         run_score_methods(
             [("hier-platt", {})], args.sizes, args.seeds, args.level, platt_population

@@ -59,13 +59,19 @@ def cells(data, idx, min_rows: int):
     return out
 
 
-def coverage(lo, hi, conf, correct, cell_rows, level: float) -> float:
-    """Share of cells whose accuracy lies in the mean interval widened by the truth's own SE."""
+def coverage(lo, hi, conf, correct, cell_rows, level: float, truth_se: str = "plugin") -> float:
+    """Share of cells whose accuracy lies in the mean interval widened by the truth's own SE
+    (``plugin``: sqrt(a (1 - a) / n), a (1 - a) at least 0.25 / n; ``jeffreys``: the standard
+    deviation of Beta(t + 1/2, n - t + 1/2), which does not call a cell of 25 right of 25 exact)."""
     z = float(ndtri(0.5 * (1.0 + level)))
     hits = []
     for c in cell_rows:
         a = correct[c].mean()
-        s = np.sqrt(max(a * (1.0 - a), 0.25 / c.size) / c.size)
+        if truth_se == "jeffreys":
+            t, n = correct[c].sum() + 0.5, c.size + 1.0
+            s = np.sqrt(t * (n - t) / (n * n * (n + 1.0)))
+        else:
+            s = np.sqrt(max(a * (1.0 - a), 0.25 / c.size) / c.size)
         p, lo_c, hi_c = conf[c].mean(), lo[c].mean(), hi[c].mean()
         h = (hi_c - p) if a >= p else (p - lo_c)
         hits.append(abs(a - p) <= np.sqrt(h * h + (z * s) ** 2))
@@ -93,6 +99,12 @@ def main(argv=None) -> None:
     ap.add_argument("--boot", type=int, default=40, help="bootstrap resamples (0: no bootstrap)")
     ap.add_argument("--cell", type=int, default=25, help="fewest check rows a cell")
     ap.add_argument("--level", type=float, default=0.9)
+    ap.add_argument(
+        "--truth-se",
+        choices=["plugin", "jeffreys"],
+        default="plugin",
+        help="the cell accuracy's own standard error (coverage's docstring)",
+    )
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     print(
@@ -116,11 +128,11 @@ def main(argv=None) -> None:
                 model = calibrator(m).fit(fit)
                 conf = model.predict(check)
                 lo, hi = model.predict_interval(check, level=a.level)
-                cov.append(coverage(lo, hi, conf, correct, cell_rows, a.level))
+                cov.append(coverage(lo, hi, conf, correct, cell_rows, a.level, a.truth_se))
                 wid.append(float(np.mean(hi - lo)))
                 if a.boot:
                     blo, bhi = bootstrap(m, fit, check, a.boot, a.level, rng)
-                    bcov.append(coverage(blo, bhi, conf, correct, cell_rows, a.level))
+                    bcov.append(coverage(blo, bhi, conf, correct, cell_rows, a.level, a.truth_se))
                     bwid.append(float(np.mean(bhi - blo)))
             b = (
                 f"{np.mean(bcov):.3f} | {np.mean(bwid):.3f} | {np.mean(wid) / np.mean(bwid):.2f}"

@@ -460,7 +460,7 @@ class Calibrator(EvidenceKeeping):
         lo, hi = self._interval(data, level)
         if self._spread is None:
             return lo, hi
-        return spread.widen(self._spread, lo, hi, self._predict(data), data.score, level)
+        return spread.widen(self._spread, lo, hi, self._predict(data), data.score, level, data.pred)
 
     def _interval(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) per row of compatible ``data``: the per-family hook of

@@ -131,7 +131,7 @@ class EvidenceKeeping:
         """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`)."""
         self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
         self._set_state(d["state"])
-        self._spread = spread.check(d.get("spread"))
+        self._spread = spread.check(d.get("spread"), len(classes))
         self._evidence = Evidence.from_dict(
             d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
         )

@@ -17,8 +17,8 @@ one class ("all classes") and predicts that curve for every row:
 The interval (``predict_interval``) is the inner model's on the pooled data (the
 pooled curve's estimation error: the delta method for ``pooled-platt`` and
 ``pooled-beta``, the local counts' Jeffreys interval for ``pooled-hist`` and
-``pooled-kde-mon2``) plus the classes' spread around the curve measured at the fit
-(:mod:`.spread`), the same for every class at a score.
+``pooled-kde-mon2``) joined with the row's class's posterior around the curve: the classes'
+spread measured at the fit as prior, the class's own fitting rows as likelihood (:mod:`.spread`).
 
 A pooled model keeps the per-class counts and score statistics every model
 keeps (``update`` refits the pooled curve on old + new data), and each

@@ -149,13 +149,16 @@ def grid_search(rows, center, prior, warm_fits):
     return fits, losses
 
 
-def local_search(rows, center, prior, warm_fits, j0, start=None):
+def local_search(rows, center, prior, warm_fits, j0, start=None, q_center=None):
     """(fits, losses) of a descent on the grid from index j0 (a cross-validation fold: the all-data
     fit's choice): j0 and its neighbours; where the best of them is at their edge, steps of two grid
     points that way while the loss falls; then the two neighbours of the best. 3-5 fits where the
     fold's choice is the all-data one's; on a loss unimodal in log strength the same choice as
     :func:`grid_search` (tested: test_crossfit.py). Each fit starts at ``warm_fits[j]``, else at
-    its neighbour's fit; ``start(j, near, fits)``, where given, chooses instead."""
+    its neighbour's fit; ``start(j, near, fits)``, where given, chooses instead. ``q_center``
+    (one class, its own pool: its penalised fit at every strength is the centre, the pooled fit,
+    to ~1e-16 relative): the rows' probabilities at the centre; no Newton solve then, each
+    strength's fit is the centre and its loss the approximate LOO loss there."""
     losses = np.full(LAMBDA_GRID.size, np.inf)
     fits = {}
     last = LAMBDA_GRID.size - 1
@@ -165,7 +168,11 @@ def local_search(rows, center, prior, warm_fits, j0, start=None):
             begin = (
                 warm_fits.get(j, fits.get(near, center)) if start is None else start(j, near, fits)
             )
-            fit_strength(rows, center, prior, fits, losses, j, begin)
+            if q_center is None:
+                fit_strength(rows, center, prior, fits, losses, j, begin)
+            else:
+                fits[j] = center.copy()
+                losses[j] = alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), q_center)
 
     fit(j0, None)
     fit(j0 - 1, j0)
@@ -182,7 +189,7 @@ def local_search(rows, center, prior, warm_fits, j0, start=None):
     return fits, losses
 
 
-def binned_search(rows, brows, center, prior, warm_fits):
+def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
     """(fits, losses, exact) of the strength scan on the binned rows ``brows``
     (:func:`._hier_rows.binned_rows`), finished on the rows.
 
@@ -198,6 +205,7 @@ def binned_search(rows, brows, center, prior, warm_fits):
     by the rows' loss less the binned one at the scan's best (the binned loss's error is mostly a
     level, the same at every strength); inf elsewhere. ``fits``: the rows' where fitted on them,
     elsewhere the binned ones shifted as the starts, from the nearest fit on the rows.
+    ``q_center``: as :func:`local_search`'s.
     """
     bfits = {}
     blosses = np.full(LAMBDA_GRID.size, np.inf)
@@ -215,7 +223,7 @@ def binned_search(rows, brows, center, prior, warm_fits):
         return bfits[j] if near is None else bfits[j] + (fits[near] - bfits[near])
 
     b = int(np.argmin(blosses))
-    fits, losses = local_search(rows, center, prior, warm_fits, b, start)
+    fits, losses = local_search(rows, center, prior, warm_fits, b, start, q_center)
     exact = np.isfinite(losses)
     done = np.array(sorted(fits))
     for j in set(bfits) - set(fits):

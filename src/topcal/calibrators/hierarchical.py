@@ -208,7 +208,10 @@ class _Hierarchical(Calibrator):
             if near_j is not None:
                 fits, losses = local_search(rows, center, prior, warm_fits, near_j)
             elif brows is not None:
-                fits, losses, exact = binned_search(rows, brows, center, prior, warm_fits)
+                # one class (pooled-beta's curve) is its own pool: every strength's fit is the
+                # pooled fit (see above), its LOO loss taken there, with the pooled fit's q
+                q_center = q if k == 1 else None
+                fits, losses, exact = binned_search(rows, brows, center, prior, warm_fits, q_center)
             else:
                 fits, losses = grid_search(rows, center, prior, warm_fits)
             if near_j is not None or brows is None:
@@ -224,8 +227,10 @@ class _Hierarchical(Calibrator):
             # chosen one added
             ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
             lam_i = float(LAMBDA_GRID[ji])
-            if not exact[ji]:  # a binned fit: its fit on the rows
-                fits[ji] = newton(rows, fits[ji], center, prior, lam_i)[0]
+            if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
+                fits[ji] = (
+                    center.copy() if k == 1 else newton(rows, fits[ji], center, prior, lam_i)[0]
+                )
             interval_fit = (lam_i, fits[ji])
         else:
             lam = float(self.shrinkage)

@@ -193,11 +193,12 @@ def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
     """(fits, losses, exact) of the strength scan on the binned rows ``brows``
     (:func:`._hier_rows.binned_rows`), finished on the rows.
 
-    On the binned rows, every other grid point from the pooled end (each fit starting at the last);
-    then :func:`local_search` on the rows from the best of those: the choice of :func:`grid_search`
-    where the loss is unimodal in log strength and the binned scan's best is the rows' best of
-    every other point (the binned loss is within ~1e-6 relative of the rows'), in 3-5 fits on the
-    rows instead of 15. A fit on the rows starts at ``warm_fits[j]`` or else at its strength's
+    On the binned rows, every other grid point from the pooled end (each fit starting at the
+    last), then the best one's two neighbours; then :func:`local_search` on the rows from the best
+    of those: the choice of :func:`grid_search` where the loss is unimodal in log strength and the
+    binned scan's best is the rows' best or its neighbour (the binned loss is within ~1e-6
+    relative of the rows'), in 3-5 fits on the rows instead of 15 (3 where the binned best is
+    the rows' best). A fit on the rows starts at ``warm_fits[j]`` or else at its strength's
     binned fit plus the difference between the fit on the rows and the binned one at the
     neighbour it is reached from (the binning's error in the fit changes little between
     neighbouring strengths: Newton's first step then ends within its tolerance). ``losses``: the
@@ -222,6 +223,10 @@ def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
             bfits[j] = newton(brows, bfits[near], center, prior, lam, BINNED_TOL)[0]
         return bfits[j] if near is None else bfits[j] + (fits[near] - bfits[near])
 
+    b = int(np.argmin(blosses))
+    for j in (b - 1, b + 1):  # the best's binned neighbours: the search on the rows starts at the
+        if 0 <= j < LAMBDA_GRID.size:  # best of the three (3 fits on the rows where it is theirs)
+            fit_strength(brows, center, prior, bfits, blosses, j, bfits[b], BINNED_TOL)
     b = int(np.argmin(blosses))
     fits, losses = local_search(rows, center, prior, warm_fits, b, start, q_center)
     exact = np.isfinite(losses)

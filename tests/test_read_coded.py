@@ -71,3 +71,17 @@ def test_label_names_of_text_and_of_mixed_objects():
     np.testing.assert_array_equal(label_names(mixed), np.array(["1", "True", "1", "a"] * 40))
     assert sorted_names(text) == ("10", "a", "b")
     assert sorted_names(mixed) == ("1", "1.0", "True", "a")  # str() of each, as before
+
+
+def test_number_columns_and_integer_labels_read_as_before():
+    """Probability columns of numbers are copied in one block (their NaN named as before);
+    integer labels beside integer class names are matched by name, as named labels are."""
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.ones(3), N)
+    y = rng.integers(0, 3, N)
+    frame = pd.DataFrame({"p_0": p[:, 0], "p_1": p[:, 1], "p_2": p[:, 2], "label": y})
+    _same(read_frame(frame), TopLabelData.from_probs(p, y.astype(str), classes=["0", "1", "2"]))
+    frame["p_1"] = frame["p_1"].where(np.arange(N) != 33)
+    frame["p_2"] = frame["p_2"].where(np.arange(N) != 5)
+    with pytest.raises(DataError, match="column 'p_1' is empty \\(NaN\\) at row 33"):
+        read_frame(frame)

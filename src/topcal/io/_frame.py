@@ -345,6 +345,15 @@ def _class_values(column, classes, name: str):
         codes = index[column.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing -1
         if codes.size and codes.min() >= 0:
             return codes
+    if (
+        classes is not None
+        and isinstance(column.dtype, np.dtype)
+        and column.dtype.kind in "iu"
+        and all(is_int_name(str(c)) for c in classes)
+    ):
+        # integers beside integer class names: matched by name by the builder (encode_labels),
+        # the same as naming every row first
+        return column.to_numpy()
     if isinstance(column.dtype, pd.CategoricalDtype):
         # no class list: each category named once (a name is a function of the value alone), the
         # rows by their codes; a missing row or an unnamable category takes the general path
@@ -416,6 +425,19 @@ def _distinct(values) -> np.ndarray:
 def _numeric(frame, columns) -> np.ndarray:
     import pandas as pd
 
+    if all(isinstance(t, np.dtype) and t.kind in "fiu" for t in frame[columns].dtypes):
+        # numbers already (the common case): nothing to coerce, NaN the only missing value; the
+        # frame's block in one copy (pandas holds it column-major: one transpose, no strided
+        # column writes)
+        out = np.ascontiguousarray(frame[columns].to_numpy(dtype=np.float64))
+        nan = np.isnan(out)
+        if nan.any():
+            j = int(np.flatnonzero(nan.any(axis=0))[0])
+            raise DataError(
+                f"column {columns[j]!r} is empty (NaN) at row {int(np.flatnonzero(nan[:, j])[0])}; "
+                "remove or impute missing scores"
+            )
+        return out
     out = np.empty((len(frame), len(columns)), dtype=np.float64)
     for j, c in enumerate(columns):
         col = pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

@@ -35,6 +35,8 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.temperature._arrow",
     "topcal.calibrators.temperature._rows",
     "topcal.calibrators.temperature._solver",
+    "topcal.calibrators._hier_rows",
+    "topcal.calibrators._hier_solve",
 }
 
 

@@ -341,23 +341,24 @@ def test_hierarchical_fits_merge_rows_of_equal_class_and_score_losslessly(name, 
     fit (strength, parameters, covariance, confidences) is the row-by-row fit's up to the order of
     sums
     (measured: parameters within 2e-14, covariance 1.2e-14, confidences 1.1e-15 relative)."""
-    from topcal.calibrators import hierarchical
+    from topcal.calibrators import _hier_rows
 
     d = _vectors(11, 3000, 8, sharp=1.5)
     data = TopLabelData.from_scores(
         d.pred, np.round(d.score, 2), labels=d.labels, classes=d.classes
     )
     seen = []
-    real = hierarchical.class_order
+    real = _hier_rows.class_order
 
     def spy(g, k):  # the fit's rows are grouped by class (the pooled rows of one class are not)
         seen.append(g.size)
         return real(g, k)
 
-    monkeypatch.setattr(hierarchical, "class_order", spy)
+    monkeypatch.setattr(_hier_rows, "class_order", spy)
     merged = _quiet(lambda: topcal.calibrator(name).fit(data))
     assert seen and seen[0] * 4 < data.n_rows  # the rows were merged (at most 8 x 100 distinct)
-    monkeypatch.setattr(hierarchical, "MERGE_GAIN", np.inf)
+    monkeypatch.setattr(_hier_rows, "MERGE_GAIN", np.inf)
+    monkeypatch.setattr(_hier_rows, "BIN_GAIN", np.inf)  # no binned strength scan either
     seen.clear()
     rows = _quiet(lambda: topcal.calibrator(name).fit(data))
     assert seen == [data.n_rows]

@@ -12,6 +12,7 @@ import pytest
 
 import topcal
 from topcal import TopLabelData
+from topcal.calibrators import _hier_rows
 from topcal.calibrators.temperature import _lockstep
 
 from _sim import bench_probs, many_small_classes, simulate_probs
@@ -68,7 +69,7 @@ def _fit(name, data, **params):
         ("pooled-beta", "auto"),
     ],
 )
-def test_buffered_fit_equals_the_former_allocating_fit(which, name, shrinkage):
+def test_buffered_fit_equals_the_former_allocating_fit(which, name, shrinkage, monkeypatch):
     """The fit in row buffers (calibrators/_hier_solve.py) against main's code before it
     (:data:`BEFORE`):
     parameters, strength, the strength scan's losses and the covariance equal to
@@ -77,7 +78,9 @@ def test_buffered_fit_equals_the_former_allocating_fit(which, name, shrinkage):
     The rule was bit for bit while the stored numbers and the run shared a numpy release; numpy 2.4
     (a fresh ``make test`` venv) moves a few entries by one unit in the last place (seen: 2 of 12
     parameters, 1.1e-16 absolute), so the tolerance is stated instead: 1e-12 relative (atol
-    1e-14)."""
+    1e-14). The strength scan on binned rows (issue 36) is off here: the fit on the rows alone is
+    this test's (the binned scan's agreement with it: tests/test_hier_binned.py)."""
+    monkeypatch.setattr(_hier_rows, "BIN_GAIN", np.inf)
     data = DATA[which]
     model = (
         _fit(name, data).model_ if name == "pooled-beta" else _fit(name, data, shrinkage=shrinkage)

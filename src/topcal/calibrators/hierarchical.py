@@ -17,7 +17,11 @@ Platt, ``pooled-platt``). The prior is invariant to affine changes of z.
 The strength lam is chosen from the data, one for all classes (empirical
 Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
 the two neighbours of the best of those; a cross-validation fold's fit walks
-downhill from the all-data fit's choice instead), by the approximate
+downhill from the all-data fit's choice instead; from 16,384 rows, with enough
+rows per class, the scan runs on binned rows, equal bins of logit(s) per
+class, and the fits on the rows walk downhill from its choice: 3-5 fits on the
+rows instead of 15, the same choice, parameters within 1e-6 relative:
+``_hier_solve.binned_search``, tests/test_hier_binned.py), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
 
@@ -58,12 +62,21 @@ from scipy.special import expit
 
 from . import intervals
 from .._params import Interval, Options
-from ..data import TopLabelData, canonical_order, class_order
+from ..data import TopLabelData
 from .temperature import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, support_list, to_jsonable
-from .foldmemo import memo, shared
 from .registry import register
-from ._hier_solve import LAMBDA_GRID, curvature, grid_search, local_search, newton, posterior_cov
+from ._hier_rows import Rows, binned_rows, merge_equal_rows
+from ._hier_solve import (
+    BINNED_TOL,
+    LAMBDA_GRID,
+    binned_search,
+    curvature,
+    grid_search,
+    local_search,
+    newton,
+    posterior_cov,
+)
 
 __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
 
@@ -71,228 +84,12 @@ __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"
 #: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py,
 #: docs/intervals.md)
 ALO_SLACK_PER_PARAM = 0.6
-#: Rows with equal (class, score) are merged into one (:func:`_merge_equal_rows`) where that divides
-#: their
-#: number by at least this factor (rounded or binned scores); below it the merge's sort costs more
-#: than it saves
-MERGE_GAIN = 1.25
 
 
 def score_logit(data: TopLabelData) -> np.ndarray:
     """logit of the normalised top score, clipped to [1e-12, 1 - 1e-12] first (as ``bts``)."""
     s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
     return np.log(s) - np.log1p(-s)
-
-
-def _may_merge(score: np.ndarray) -> bool:
-    """False where the scores alone show that :func:`_merge_equal_rows` would not merge (its sort
-    skipped).
-
-    A lower bound on the number of distinct scores, which bounds the distinct (class, score) pairs
-    from
-    below: the number of occupied slots when each score's bits are hashed into a table of >= 8 x n
-    slots,
-    less one (two equal scores share a slot but 0.0 and -0.0, so occupied slots - 1 <= distinct
-    scores;
-    each NaN counts as distinct in the merge, and shares one slot here). Where that bound times
-    :data:`MERGE_GAIN` exceeds n, the merge would not pay (the same decision as counting the pairs);
-    otherwise (ties, or an unlucky hash) the exact count decides. One pass and a table of 8-16 n
-    bytes, against
-    a two-key sort (~20 x longer at 10^5 rows).
-    """
-    n = score.size
-    slots = 1 << max(int(8 * n - 1).bit_length(), 4)
-    h = np.ascontiguousarray(score, dtype=np.float64).view(np.uint64) * np.uint64(
-        0x9E3779B97F4A7C15
-    )
-    h >>= np.uint64(64 - slots.bit_length() + 1)
-    seen = np.zeros(slots, dtype=bool)
-    seen[h] = True
-    return not (np.count_nonzero(seen) - 1) * MERGE_GAIN > n
-
-
-def _merge_equal_rows(data: TopLabelData, cols):
-    """(cols, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where
-    that pays.
-
-    ``cols``: the feature columns (a list of (n,) arrays). The features are a function of the score,
-    and
-    the NLL, its derivatives and the approximate LOO loss are sums over rows linear in the TP and FP
-    weights at the row's features, so a merged row holding the summed weights gives the same fit
-    (lossless; up to the order of the sums: tested). Merged only where it divides the rows by
-    :data:`MERGE_GAIN` (scores rounded to a few digits, binned data); otherwise the rows as given.
-    """
-    n = data.n_rows
-    if n < 2 or not _may_merge(data.score):
-        return cols, data.tp, data.fp, data.pred
-    # any order by (class, score) serves; a fold's canonical one is there already
-    order = (
-        memo(data, "canonical_order", lambda: canonical_order(data))
-        if shared(data)
-        else np.lexsort((data.score, data.pred))
-    )
-    pred, score = data.pred[order], data.score[order]
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(pred[1:], pred[:-1], out=new[1:])
-    new[1:] |= score[1:] != score[:-1]
-    starts = np.flatnonzero(new)
-    if starts.size * MERGE_GAIN > n:
-        return cols, data.tp, data.fp, data.pred
-    first = order[starts]
-    return (
-        [c[first] for c in cols],
-        np.add.reduceat(data.tp[order], starts),
-        np.add.reduceat(data.fp[order], starts),
-        pred[starts],
-    )
-
-
-class _Rows:
-    """Rows with weight, grouped by class: feature columns, tp, fp, class sizes.
-
-    The rows are stored class by class (a stable sort: each class keeps its rows' order, so a
-    per-class sum adds the same numbers in the same order). The features are the columns ``cols``
-    and a last, constant one (the intercept), which is never stored: a product with it is the other
-    factor itself, bit for bit, so it is skipped. The pairwise products of the columns (the
-    Hessian's and the leverages' terms, x_i x_j) are made where used, into a scratch buffer.
-
-    Memory (issue 26): every row-length intermediate of the Newton and LOO passes is written into a
-    few buffers kept with the rows (``out=``; no fresh row-length arrays, whose page faults cost as
-    much as the arithmetic): S, T, E (scratch), M (margins) and two probability buffers (the Newton
-    iterate's and the trial step's). The arithmetic is the former allocating code's, operation for
-    operation, so the fits are bit for bit those of before (tested: test_platt_beta_memory.py).
-    """
-
-    def __init__(self, cols, tp, fp, g, k):
-        keep = np.flatnonzero((tp + fp) > 0)
-        if k == 1:
-            self.counts = np.array([keep.size])
-            idx = None if keep.size == tp.size else keep  # None: all rows, in their order
-        else:
-            g = g.take(keep)
-            self.counts = np.bincount(g, minlength=k)
-            # the kept rows by class: class_order is np.argsort(g, kind="stable"), faster
-            idx = keep.take(class_order(g, k))
-        del keep, g
-        if idx is None:  # the caller's arrays (only read)
-            self.tp, self.fp, self.cols = tp, fp, list(cols)
-        else:
-            self.tp, self.fp = tp.take(idx), fp.take(idx)
-            self.cols = [c.take(idx) for c in cols]
-        del idx
-        self.w = self.tp + self.fp
-        self.k = k
-        self.p = len(self.cols) + 1  # the constant column last
-        self.is_pos, self.is_neg = self.tp > 0, self.fp > 0
-        self.tp_pos, self.fp_neg = self.tp[self.is_pos], self.fp[self.is_neg]
-        self._has = self.counts > 0
-        self._starts = (np.cumsum(self.counts) - self.counts)[self._has]
-        self.pairs = [(i, j) for i in range(self.p) for j in range(i, self.p)]
-
-    def __getattr__(self, name):
-        """The buffers, made on first use (after the caller has dropped what the rows were made
-        from)."""
-        if name not in ("S", "T", "E", "M", "Q", "_sign"):
-            raise AttributeError(name)
-        n = self.tp.size
-        self.S, self.T, self.E, self.M = (np.empty(n) for _ in range(4))
-        self.Q = (
-            np.empty(n),
-            np.empty(n),
-        )  # the Newton iterate's probabilities and the trial step's
-        self._sign = np.empty(n, dtype=bool)
-        return getattr(self, name)
-
-    def pair(self, i, j, scratch):
-        """x_i x_j per row: into ``scratch`` for two stored columns (computed where used: no stored
-        products), the column itself where j is the constant one, None (ones) for both constant."""
-        last = self.p - 1
-        if i == last:
-            return None
-        if j == last:
-            return self.cols[i]
-        return np.multiply(self.cols[i], self.cols[j], out=scratch)
-
-    def sums(self, v):
-        """Per-class sums of v (K,) (``np.add.reduceat`` over the class blocks: ~20 x
-        ``np.bincount``)."""
-        out = np.zeros(self.k)
-        if self._starts.size:
-            out[self._has] = np.add.reduceat(v, self._starts)
-        return out
-
-    def per_row(self, v):
-        """v (K,) spread to the rows (n,)."""
-        return np.repeat(v, self.counts)
-
-    def loss(self, m, q):
-        """Per-class NLL at margins m; the rows' probabilities expit(m) into q (a buffer, not S, T,
-        E, m).
-
-        The NLL is tp softplus(-m) + fp softplus(m) summed per class, softplus(+-m) = max(+-m, 0) +
-        log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both` (rows of weight 0/1
-        get
-        its numbers bit for bit), and expit(m) = (1 or e) / (1 + e) from the same e (within 4.5e-16
-        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every
-        iterate);
-        "1 or e" is max(e, [m >= 0]) (e <= 1), the value of np.where(m >= 0, 1, e) at a tenth of its
-        cost.
-        """
-        s, t, e = self.S, self.T, self.E
-        np.abs(m, out=e)
-        np.negative(
-            e, out=e
-        )  # (np.copysign(m, -1) gives the same in one pass, at 4 x the time of these two)
-        np.exp(e, out=e)
-        np.log1p(e, out=s)
-        np.multiply(self.w, s, out=s)
-        np.maximum(m, 0.0, out=t)
-        np.multiply(t, self.fp, out=t)
-        s += t
-        np.minimum(m, 0.0, out=t)  # -max(-m, 0) (up to the sign of a zero)
-        np.multiply(t, self.tp, out=t)
-        s -= t  # s + max(-m, 0) tp: s - x is s + (-x), bit for bit
-        np.greater_equal(m, 0.0, out=self._sign)
-        np.maximum(e, self._sign, out=q)
-        np.add(e, 1.0, out=t)
-        q /= t
-        return self.sums(s)
-
-    def margin(self, theta, out):
-        """x' theta_k per row, into ``out`` (T: scratch)."""
-        np.multiply(self.cols[0], self.per_row(theta[:, 0]), out=out)
-        for i in range(1, self.p - 1):
-            out += np.multiply(self.cols[i], self.per_row(theta[:, i]), out=self.T)
-        out += self.per_row(theta[:, self.p - 1])
-        return out
-
-    def gradient(self, r, scratch):
-        """Per-class sums of r x (K, p)."""
-        return np.stack(
-            [self.sums(np.multiply(r, c, out=scratch)) for c in self.cols] + [self.sums(r)], axis=1
-        )
-
-    def hessian(self, h, scratch):
-        """Per-class sum of h x x' (K, p, p)."""
-        p = self.p
-        H = np.empty((self.k, p, p))
-        for i, j in self.pairs:
-            xx = self.pair(i, j, scratch)
-            H[:, i, j] = H[:, j, i] = self.sums(
-                h if xx is None else np.multiply(h, xx, out=scratch)
-            )
-        return H
-
-    def leverage(self, Hinv, out, scratch):
-        """x' Hinv_k x per row (Hinv: (K, p, p), symmetric), into ``out``."""
-        out.fill(0.0)
-        for i, j in self.pairs:
-            # (1 or 2) x per_row(Hinv_ij): exact either way, so the factor goes in before the spread
-            v = self.per_row((1.0 if i == j else 2.0) * Hinv[:, i, j])
-            xx = self.pair(i, j, scratch)
-            out += v if xx is None else np.multiply(v, xx, out=scratch)
-        return out
 
 
 class _StrengthConstraint:
@@ -350,6 +147,11 @@ class _Hierarchical(Calibrator):
         """The features but the last, constant one (the intercept's), as (n,) columns."""
         raise NotImplementedError
 
+    @staticmethod
+    def _logit(cols: list) -> np.ndarray:  # pragma: no cover - abstract
+        """logit(s) of the rows from their feature columns (what the scan's bins are cut on)."""
+        raise NotImplementedError
+
     @classmethod
     def _features(cls, data: TopLabelData) -> np.ndarray:
         """The features (n, p): the columns and a column of ones."""
@@ -359,71 +161,87 @@ class _Hierarchical(Calibrator):
         k = data.n_classes
         p = len(self._names)
         self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
-        cols, tp, fp, g = _merge_equal_rows(data, self._columns(data))
+        cols, tp, fp, g = merge_equal_rows(data, self._columns(data))
+        # binned rows (where they pay) scan the strengths and give the fits on the rows their starts
+        binned = binned_rows(cols, tp, fp, g, k, self._logit(cols))
         # the pooled rows first, in the data's order, dropped before the per-class rows are made
-        # (memory);
-        # one class (pooled-beta's curve) is its own pool: the same rows serve both
-        one = _Rows(cols, tp, fp, g, 1)
+        # (memory); one class (pooled-beta's curve) is its own pool: the same rows serve both
+        one = Rows(cols, tp, fp, g, 1)
         start = np.array([self._identity], dtype=np.float64)
         # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of
-        # the
-        # same solve on all the data (fit's ``warm``) instead of the identity or the last strength's
+        # the same solve on all the data (fit's ``warm``) instead of the identity or the last
+        # strength's
         warm = self._warm
         warm_fits = {} if warm is None else warm._strength_fits
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
+        ridge = np.eye(p) / max(n, 1.0)
         begin = start if warm is None else warm.pooled_[None, :]
-        theta0, q = newton(one, begin, start, np.eye(p) / max(n, 1.0), 1e-6)
+        if warm is None and binned is not None:
+            begin = newton(Rows(*binned, 1), start, start, ridge, 1e-6, BINNED_TOL)[0]
+        theta0, q = newton(one, begin, start, ridge, 1e-6)
         theta0 = theta0[0]
         prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
         if k == 1:
             rows = one
         else:
             del one, q
-            rows = _Rows(cols, tp, fp, g, k)
+            rows = Rows(cols, tp, fp, g, k)
         del cols
+        brows = None if binned is None else Rows(*binned, k)
+        del binned
         # keep the prior proper where the pool is (nearly) separated: floor its eigenvalues
         vals, vecs = np.linalg.eigh(prior)
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
         if k == 1 and self._scratch:
             # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is
-            # the pooled
-            # fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by Newton's
-            # stop); a scratch
-            # fit (a fold's, scored and dropped) searches no strength: confidences within 1.5e-9
-            # relative of an
-            # ordinary fit's on every fold of the benchmark sets (tested: test_crossfit.py)
+            # the pooled fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by
+            # Newton's stop); a scratch fit (a fold's, scored and dropped) searches no strength:
+            # confidences within 1.5e-9 relative of an ordinary fit's on every fold of the benchmark
+            # sets (tested: test_crossfit.py)
             lam = float(LAMBDA_GRID[-1]) if self.shrinkage == "auto" else float(self.shrinkage)
             theta = center.copy()
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         elif self.shrinkage == "auto":
             # a cross-validation fold's scratch fit searches the strength locally, from the all-data
-            # fit's
-            # choice (local_search); every other fit scans the grid (grid_search)
+            # fit's choice (local_search); every other fit scans the grid (grid_search), on binned
+            # rows where they pay (binned_search)
             near_j = None if warm is None or not self._scratch else warm._strength_index
-            if near_j is None:
-                fits, losses = grid_search(rows, center, prior, warm_fits)
-            else:
+            if near_j is not None:
                 fits, losses = local_search(rows, center, prior, warm_fits, near_j)
+            elif brows is not None:
+                # one class (pooled-beta's curve) is its own pool: every strength's fit is the
+                # pooled fit (see above), its LOO loss taken there, with the pooled fit's q
+                q_center = q if k == 1 else None
+                fits, losses, exact = binned_search(rows, brows, center, prior, warm_fits, q_center)
+            else:
+                fits, losses = grid_search(rows, center, prior, warm_fits)
+            if near_j is not None or brows is None:
+                exact = np.isfinite(losses)
             self._strength_fits = fits  # warm starts for cross-validation folds (not saved)
-            j = int(np.argmin(losses))  # the smallest strength on ties
+            # the smallest strength on ties; only the fits on the rows compete
+            j = int(np.argmin(np.where(exact, losses, np.inf)))
             self._strength_index = j  # where a fold's local search starts (not saved)
             lam, theta = float(LAMBDA_GRID[j]), fits[j]
             self.strength_loss_ = losses
             # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p
-            # of the best
-            # (the strength is not known; docs/intervals.md), its fit's distance to the chosen one
-            # added
-            near = np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p)
-            ji = int(near.min())  # a strength that was fitted (the others' losses are inf)
-            interval_fit = (float(LAMBDA_GRID[ji]), fits[ji])
+            # of the best (the strength is not known; docs/intervals.md), its fit's distance to the
+            # chosen one added
+            ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
+            lam_i = float(LAMBDA_GRID[ji])
+            if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
+                fits[ji] = (
+                    center.copy() if k == 1 else newton(rows, fits[ji], center, prior, lam_i)[0]
+                )
+            interval_fit = (lam_i, fits[ji])
         else:
             lam = float(self.shrinkage)
-            theta = newton(
-                rows, center.copy() if warm is None else warm.theta_, center, prior, lam
-            )[0]
+            begin = center.copy() if warm is None else warm.theta_
+            if warm is None and brows is not None:
+                begin = newton(brows, begin, center, prior, lam, BINNED_TOL)[0]
+            theta = newton(rows, begin, center, prior, lam)[0]
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = rows.counts > 0
@@ -555,6 +373,10 @@ class HierarchicalPlatt(_Hierarchical):
     def _columns(data: TopLabelData) -> list:
         return [score_logit(data)]
 
+    @staticmethod
+    def _logit(cols: list) -> np.ndarray:
+        return cols[0]
+
     @property
     def slope_(self) -> np.ndarray:
         return self.theta_[:, 0]
@@ -590,3 +412,7 @@ class HierarchicalBeta(_Hierarchical):
     def _columns(data: TopLabelData) -> list:
         s = np.clip(data.normalized_score(), BINARY_SCORE_FLOOR, 1.0 - BINARY_SCORE_FLOOR)
         return [np.log(s), -np.log1p(-s)]
+
+    @staticmethod
+    def _logit(cols: list) -> np.ndarray:
+        return cols[0] + cols[1]  # ln s - ln(1 - s)

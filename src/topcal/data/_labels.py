@@ -32,6 +32,10 @@ def is_int_name(name: str) -> bool:
 def sorted_names(names) -> tuple[str, ...]:
     """Distinct class names in order: numerically when every name is an integer ("2" before
     "10")."""
+    if _all_text(names):  # a long array of names (a column): hash them first, name the distinct
+        import pandas as pd
+
+        names = pd.unique(names)
     uniq = set(str(n) for n in names)
     if uniq and all(is_int_name(n) for n in uniq):
         return tuple(sorted(uniq, key=int))
@@ -159,6 +163,20 @@ def _named(arr: np.ndarray) -> np.ndarray:
     return np.asarray(uniq).astype(str).astype(object)[codes]
 
 
+def _all_text(arr) -> bool:
+    """Whether ``arr`` is an object array (of more than a few entries) holding only str.
+
+    Then hashing it (``pd.factorize``, ``pd.unique``) groups exactly the equal names; for other
+    objects it would also group 1, 1.0 and True, which are named "1", "1" and "True"."""
+    if not (isinstance(arr, np.ndarray) and arr.dtype == object and arr.ndim == 1):
+        return False
+    if arr.size < 64:
+        return False
+    import pandas as pd
+
+    return pd.api.types.infer_dtype(arr, skipna=False) == "string"
+
+
 def label_names(values, name: str = "labels") -> np.ndarray:
     """Class labels as names (an object array of str): integers and integral floats as "3", text as
     is.
@@ -183,6 +201,11 @@ def label_names(values, name: str = "labels") -> np.ndarray:
         return arr.astype(str).astype(object)
     if kind in "US":
         return arr.astype(str).astype(object)
+    if _all_text(arr):  # text read from a file: every name is itself (one pass in C, no loop)
+        import pandas as pd
+
+        codes, uniq = pd.factorize(arr)
+        return np.asarray([str(u) for u in uniq], dtype=object)[codes]
     out = np.empty(arr.shape[0], dtype=object)
     for i, v in enumerate(arr):
         if v is None or (isinstance(v, float) and v != v):

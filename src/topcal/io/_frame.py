@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import TopLabelData, is_int_name, label_names
+from ..data import TopLabelData, is_int_name, label_names, sorted_names
 from ..errors import DataError
 
 BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
@@ -237,9 +237,16 @@ def _read_frame(
     vec_cols, prefix = (logit_cols, logit_prefix) if logit_cols else (prob_cols, prob_prefix)
     names = [c[len(prefix) :] for c in vec_cols] if not (logit_cols and prob_cols) else []
     labels = None
-    if (
-        label_column in cols
-    ):  # read once, on the class list it is coded on: the score columns' names, if any
+    # top scores without a class list: the class columns are read coded (_top_score_coded), the
+    # labels only where that cannot be done
+    coded_top = (
+        not vec_cols
+        and not is_binned
+        and classes is None
+        and {pred_column, score_column} <= set(cols)
+    )
+    if label_column in cols and not coded_top:
+        # read once, on the class list it is coded on: the score columns' names, if any
         labels = _class_values(
             frame[label_column], names or classes, f"label column {label_column!r}"
         )
@@ -275,8 +282,23 @@ def _read_frame(
                 "names, not to column positions)"
             ) from None
     if pred_column in cols and score_column in cols:
-        pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
-        if labels is not None and classes is None and not set(labels).intersection(pred):
+        has_labels = label_column in cols
+        coded = coded_top and _top_score_coded(
+            frame[pred_column], frame[label_column] if has_labels else None
+        )
+        if coded:
+            pred, labels, classes = coded
+        elif coded_top and has_labels:
+            labels = _class_values(frame[label_column], None, f"label column {label_column!r}")
+        if not coded:
+            pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
+        if coded == ():  # the coded reading found no label among the predicted classes
+            labels, pred = (_class_values(frame[c], None, c) for c in (label_column, pred_column))
+        if (
+            labels is not None
+            and (classes is None or coded == ())
+            and not set(_distinct(labels)).intersection(_distinct(pred))
+        ):
             raise DataError(
                 f"no label in {label_column!r} names a predicted class in {pred_column!r} (labels "
                 f"like "
@@ -323,12 +345,99 @@ def _class_values(column, classes, name: str):
         codes = index[column.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing -1
         if codes.size and codes.min() >= 0:
             return codes
+    if (
+        classes is not None
+        and isinstance(column.dtype, np.dtype)
+        and column.dtype.kind in "iu"
+        and all(is_int_name(str(c)) for c in classes)
+    ):
+        # integers beside integer class names: matched by name by the builder (encode_labels),
+        # the same as naming every row first
+        return column.to_numpy()
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        # no class list: each category named once (a name is a function of the value alone), the
+        # rows by their codes; a missing row or an unnamable category takes the general path
+        codes = column.cat.codes.to_numpy()
+        if codes.size and codes.min() >= 0:
+            try:
+                names = label_names(np.asarray(column.cat.categories, dtype=object), name)
+            except DataError:
+                pass
+            else:
+                return names[codes]
     return label_names(column.to_numpy(), name)
+
+
+def _coded(column):
+    """(codes, names) of a class column: a categorical's codes and its categories' names, or a
+    text column hashed once (``pd.factorize``); None where a row is missing, or the values are
+    neither categories nor text (numbers, mixed objects: the general path names them)."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        values = np.asarray(column.cat.categories, dtype=object)
+    else:
+        values = column.to_numpy()
+        if values.dtype != object or pd.api.types.infer_dtype(values, skipna=False) != "string":
+            return None
+        codes, values = pd.factorize(values)
+        values = np.asarray(values, dtype=object)
+    if not codes.size or codes.min() < 0:
+        return None
+    try:
+        return codes, label_names(values, "class")
+    except DataError:
+        return None
+
+
+def _top_score_coded(pred_column, label_column):
+    """(pred, labels, classes) of top-score columns without a class list, read coded: each
+    distinct value named once, the classes the sorted names of the values that occur (those of
+    :meth:`TopLabelData.from_scores`), pred and labels as indices into them (as the integers
+    themselves where every name is an integer: from_scores matches those by name). None where a
+    column is not coded (:func:`_coded`); () where no label names a predicted class (the general
+    path then says so)."""
+    parts = [_coded(c) for c in (pred_column, label_column) if c is not None]
+    if any(p is None for p in parts):
+        return None
+    used = [names[np.bincount(codes, minlength=names.size) > 0] for codes, names in parts]
+    if len(used) == 2 and not set(used[0]).intersection(used[1]):
+        return ()
+    classes = sorted_names(np.concatenate(used))
+    if all(is_int_name(c) for c in classes):  # integers are matched to integer names by name
+        index = {c: int(c) for c in classes}
+    else:
+        index = {c: i for i, c in enumerate(classes)}
+    coded = [
+        np.array([index.get(n, -1) for n in names], dtype=np.int64)[codes] for codes, names in parts
+    ]
+    return coded[0], coded[1] if len(coded) == 2 else None, classes
+
+
+def _distinct(values) -> np.ndarray:
+    """The distinct values of a class column read by :func:`_class_values` (names or indices)."""
+    import pandas as pd
+
+    return pd.unique(np.asarray(values))
 
 
 def _numeric(frame, columns) -> np.ndarray:
     import pandas as pd
 
+    if all(isinstance(t, np.dtype) and t.kind in "fiu" for t in frame[columns].dtypes):
+        # numbers already (the common case): nothing to coerce, NaN the only missing value; the
+        # frame's block in one copy (pandas holds it column-major: one transpose, no strided
+        # column writes)
+        out = np.ascontiguousarray(frame[columns].to_numpy(dtype=np.float64))
+        nan = np.isnan(out)
+        if nan.any():
+            j = int(np.flatnonzero(nan.any(axis=0))[0])
+            raise DataError(
+                f"column {columns[j]!r} is empty (NaN) at row {int(np.flatnonzero(nan[:, j])[0])}; "
+                "remove or impute missing scores"
+            )
+        return out
     out = np.empty((len(frame), len(columns)), dtype=np.float64)
     for j, c in enumerate(columns):
         col = pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

@@ -392,6 +392,8 @@ def topcal_predict(spec, train, test, key=None):
         warnings.simplefilter("ignore")
         if name == "auto-old":
             return topcal.calibrator("auto", **OLD_AUTO).fit(train).predict(test)
+        if name == "auto-all":  # every candidate to the K folds: auto before issue 36's first look
+            return topcal.calibrator("auto", screen=None).fit(train).predict(test)
         if name == "auto-before":
             return topcal.calibrator("auto", candidates=list(BEFORE_35)).fit(train).predict(test)
         if name == "auto":

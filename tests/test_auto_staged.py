@@ -12,7 +12,6 @@ import topcal
 from topcal import persist
 from topcal.calibrators import staging
 from topcal.data import TopLabelData
-from topcal.datasets import load_phanns
 from topcal.describing import summary_text
 from topcal.errors import ModelFileError
 from topcal.persist import canonical_json
@@ -134,14 +133,26 @@ def test_saved_model_round_trips_its_stages_and_old_files_load_as_before(raced):
         persist.loads(_signed(d))
 
 
-def test_no_first_look_without_screen_on_binned_or_on_few_rows():
+def test_no_first_look_without_screen_or_on_few_rows():
     data = _data(n=500)
-    few = ["uncalibrated", "pooled-platt", "hist"]
+    few = ["uncalibrated", "pooled-platt", "pooled-beta"]
     assert _fit(data, candidates=few, folds=2).stages_ is None  # fewer than 2 x 300 rows
-    assert staging.first_look(load_phanns(), few, rows=100) is None  # binned: its bins
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = topcal.calibrator("auto", candidates=few, screen=None, folds=2).fit(_data())
     assert m.stages_ is None and set(m.cv_) == set(few)
     with pytest.raises(topcal.errors.ParameterError, match="screen"):
         topcal.calibrator("auto", screen=10).fit(data)
+
+
+def test_update_of_a_full_vector_choice_decided_at_the_first_look_refits_its_best_score_method():
+    data = _data()
+    m = _fit(data, candidates=["uncalibrated", "pooled-platt", "vs"], folds=2)
+    assert m.method_ == "vs" and m.stages_["decided"] == 1 and "pooled-platt" not in m.cv_
+    with pytest.warns(topcal.errors.TopcalWarning, match="refits 'pooled-platt'"):
+        m.update(_data(n=300, seed=5))
+    # the first look's best score method, not the baseline (the only other one in the table)
+    assert m.method_ == "pooled-platt" and m.refitted_from_ == "vs"
+    back = persist.loads(persist.dumps(m))
+    assert back.method_ == "pooled-platt"
+    np.testing.assert_array_equal(back.predict(data), m.predict(data))

@@ -62,12 +62,8 @@ regression, before; docs/benchmarks.md), and 10^5 rows measure NLL differences o
 (the standard errors in the table say how well). Binned data always chooses on all its bins (its
 cost is its bins, not its counts). ``cv_rows=None`` always chooses on all the rows.
 
-**The first look** (``screen``, default :data:`~.staging.SCREEN_ROWS` = 2,000; issue 36,
-:mod:`.staging`): before the K folds, every candidate is fitted once on about ``screen`` rows of
-the choice's data and scored on up to 8 x as many others; only those within
-:data:`~.staging.MARGIN` = 3 standard errors of the paired difference of that stage's best (and
-the baseline, and any that failed) go on to the K-fold cross-validation. The model records the
-stage each candidate reached and its first-look NLL (``stages_``).
+**The first look** (``screen``; issue 36, :mod:`.staging`): before the K folds, one cheap fit of
+every candidate; only those within 3 standard errors of its best get the K folds (``stages_``).
 
 The model file records the choice, the best candidate, and every
 candidate's mean CV loss with its standard error and the standard error of
@@ -356,21 +352,22 @@ class Auto(Wrapper):
         if not fits_from_counts(cls):
             # the full vector has no mergeable statistics: the best candidate that can be refitted
             # from them, by the first fit's cross-validation (a warning says which)
-            ok = [
-                n for n, r in self.cv_.items() if r.get("nll") is not None and fits_from_counts(n)
-            ]
-            if not ok:
+            new, table = staging.best_score_method(self.cv_), self.cv_
+            if new in (None, BASELINE):  # the K folds held no other: the first look's best
+                look = (self.stages_ or {}).get("table", {})
+                if staging.best_score_method(look) not in (None, BASELINE):
+                    new, table = staging.best_score_method(look), look
+            if new is None:
                 raise ParameterError(
                     f"auto chose {self.method_!r}, which recalibrates the full score vector and "
                     "has no mergeable statistics, and no score method ran in its cross-validation; "
                     "refit auto on all the data (old and new) instead of updating"
                 )
-            new = min(ok, key=lambda n: self.cv_[n]["nll"])
             warnings.warn(
                 f"auto: {self.method_!r}, its choice, recalibrates the full score vector and "
                 f"cannot be updated from statistics; the update refits {new!r}, the best score "
-                f"method in the first fit's cross-validation (NLL {self.cv_[new]['nll']:.4g} vs "
-                f"{self.cv_[self.method_]['nll']:.4g}); refit auto on all the data to choose again",
+                f"method in the first fit's cross-validation (NLL {table[new]['nll']:.4g} vs "
+                f"{table[self.method_]['nll']:.4g}); refit auto on all the data to choose again",
                 TopcalWarning,
                 stacklevel=4,
             )
@@ -543,7 +540,9 @@ class Auto(Wrapper):
             raise ValueError("auto cannot choose itself")
         blend = state.get("blend")  # files before blends, and unblended choices: none
         cv = state["cv"]
-        if not isinstance(cv, dict) or (cv and method not in cv):
+        st = state.get("stages")  # an update may refit a candidate of the first look
+        look = st.get("table", {}) if isinstance(st, dict) else {}
+        if not isinstance(cv, dict) or (cv and method not in cv and method not in look):
             raise ValueError("the cross-validation table is missing the chosen method")
         if blend is None:
             model = get_class(method).from_dict(state["model"])

@@ -44,7 +44,7 @@ from ..errors import TopcalError
 from .auto_select import tabulate_cv
 from .crossfit import CrossFit, recorded, scratch_fit
 from .foldmemo import sharing
-from .registry import BASELINE
+from .registry import BASELINE, fits_from_counts
 
 __all__ = [
     "SCREEN_ROWS",
@@ -54,6 +54,7 @@ __all__ = [
     "first_look",
     "contenders",
     "decisive",
+    "best_score_method",
     "record",
     "check_record",
     "rule_text",
@@ -143,6 +144,13 @@ def decisive(table: dict, reached, margin: float = MARGIN) -> bool:
         or raw["nll"] is None
         or raw["nll"] - table[others[0]]["nll"] > margin * (raw.get("diff_se") or 0.0)
     )
+
+
+def best_score_method(table: dict) -> str | None:
+    """The score method (one that refits from mergeable statistics) with the smallest mean in
+    ``table`` (auto's table or the first look's), or None (``update`` of a full-vector choice)."""
+    ok = [n for n, v in table.items() if v.get("nll") is not None and fits_from_counts(n)]
+    return min(ok, key=lambda n: table[n]["nll"]) if ok else None
 
 
 def record(table: dict, reached, train: float, test: float, margin: float, decided: int) -> dict:

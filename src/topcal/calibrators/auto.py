@@ -303,7 +303,9 @@ class Auto(Wrapper):
             choice = stratified_subsample(data, int(self.cv_rows), seed=int(self.seed or 0))
         look = run = None  # the first look (staging.py), then the K folds for its contenders
         if self.screen is not None and len(names) > 1:
-            look = staging.first_look(choice, names, rows=int(self.screen), seed=self.seed or 0)
+            look = staging.first_look(
+                choice, names, rows=int(self.screen), seed=self.seed or 0, folds=n_folds
+            )
         if look is not None:  # one contender left: the K folds cannot change the choice
             names, margin = staging.contenders(look[0], staging.MARGIN), staging.MARGIN
             first = 1 if staging.decisive(look[0], names, margin) else 2

@@ -5,11 +5,15 @@ Stage 1 (:func:`first_look`): the per-sample data the choice is made on is dealt
 stratified folds of about ``rows`` rows (:func:`~topcal.data.kfold_split`); every candidate is
 fitted once on the first fold (a scratch fit, as a cross-validation fold's) and scored on the
 next folds, at most :data:`TEST_FOLDS` of them (so on up to 8 x ``rows`` held-out rows). The
-first fold holds ``max(rows, ROWS_PER_CLASS x classes)`` rows, at most half of the data, so that
-per-class candidates see enough rows of every class: a per-class fit on few rows a class lags its
-fit on the K folds' more rows (its learning curve), which favours the pooled candidates at the
-first look. Its table is auto's (:func:`~.auto_select.
-tabulate_cv`: mean NLL, standard error of the paired difference to the stage's best).
+first fold holds ``max(rows, ROWS_PER_CLASS x classes)`` rows, so that per-class candidates see
+enough rows of every class: a per-class fit on few rows a class lags its fit on the K folds' more
+rows (its learning curve), which favours the pooled candidates at the first look. Where that is
+more than half the rows, the first look is the first fold of auto's own K folds instead (fit on
+the other K - 1, scored on it): the same training size as the K folds (on ImageNet's 1,000
+classes, fits on 10,000-12,500 rows against the K folds' 20,000-32,000 dropped ``kde-mon2`` and
+``hier-platt``, members of the blend there: held out 0.3-0.7% worse). Its table is auto's
+(:func:`~.auto_select.tabulate_cv`: mean NLL, standard error of the paired difference to the
+stage's best).
 
 Stage 2: the candidates whose stage-1 excess over the best is at most :data:`MARGIN` standard
 errors of the paired difference (ties at the margin kept), those that failed in stage 1 (the
@@ -71,23 +75,23 @@ MARGIN = 3.0
 #: Folds (of the first fold's size) the first look scores on.
 TEST_FOLDS = 8
 
-#: The first fold holds at least this many rows per class (where the data has them): with 10, on
-#: ImageNet's 1,000 classes (10 rows a class against the K folds' 32), the shrunk per-class curves
-#: lagged their K-fold selves and stopped at the first look (held out 0.66% worse, issue 36)
+#: The first fold holds at least this many rows per class (else: one fold of the K folds)
 ROWS_PER_CLASS = 20
 
 
-def _split(data: TopLabelData, rows: int, seed: int) -> tuple[TopLabelData, TopLabelData] | None:
+def _split(data: TopLabelData, rows: int, seed: int, n_folds: int):
     """(first fold, test part) of the first look, or None where the data is too small for it."""
     if data.is_binned or data.n_rows < 2 * rows:
         return None
-    rows = min(max(rows, ROWS_PER_CLASS * data.n_classes), data.n_rows // 2)
-    m = max(2, data.n_rows // rows)
-    folds = kfold_split(data, m, seed=seed)
+    rows = max(rows, ROWS_PER_CLASS * data.n_classes)
+    if rows > data.n_rows // 2:  # few rows a class: fit on what a fold of the K folds fits on
+        folds = kfold_split(data, n_folds, seed=seed)
+        return TopLabelData.concat(folds[1:]), folds[0]
+    folds = kfold_split(data, max(2, data.n_rows // rows), seed=seed)
     return folds[0], TopLabelData.concat(folds[1 : 1 + TEST_FOLDS])
 
 
-def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0):
+def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: int = 5):
     """Stage 1 on ``data`` for the methods ``names``: ``(table, train samples, test samples)``,
     or None where the first look is skipped (binned data, fewer than 2 x ``rows`` rows).
 
@@ -96,7 +100,7 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0):
     recorded for :func:`~.crossfit.recording` blocks before the K folds' (the report reuses the
     last one: the first look's where it decided).
     """
-    split = _split(data, int(rows), seed)
+    split = _split(data, int(rows), seed, int(folds))
     if split is None:
         return None
     train, test = split

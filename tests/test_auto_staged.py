@@ -11,13 +11,13 @@ import pytest
 import topcal
 from topcal import persist
 from topcal.calibrators import staging
-from topcal.data import TopLabelData
+from topcal.data import TopLabelData, kfold_split
 from topcal.describing import summary_text
 from topcal.errors import ModelFileError
 from topcal.persist import canonical_json
 from topcal.report.page import choice_html
 
-from _sim import simulate_probs
+from _sim import many_small_classes, simulate_probs
 
 RACE = ["uncalibrated", "pooled-platt", "hier-platt", "hier-beta", "bts"]
 
@@ -156,3 +156,13 @@ def test_update_of_a_full_vector_choice_decided_at_the_first_look_refits_its_bes
     back = persist.loads(persist.dumps(m))
     assert back.method_ == "pooled-platt"
     np.testing.assert_array_equal(back.predict(data), m.predict(data))
+
+
+def test_with_few_rows_a_class_the_first_look_fits_on_one_fold_of_the_k_folds():
+    data = many_small_classes(2, 50, 1500)  # 20 rows a class would be 1,000 rows: over half
+    table, fitted, scored = staging.first_look(
+        data, ["uncalibrated", "pooled-platt"], rows=300, seed=1, folds=5
+    )
+    fold = kfold_split(data, 5, seed=1)[0]  # the K folds' own first fold, scored
+    assert scored == fold.n_samples and fitted == data.n_samples - fold.n_samples
+    assert table["pooled-platt"]["nll"] is not None

@@ -20,6 +20,14 @@ that fits every candidate once (auto fits each ``folds + 1`` times); with
 with ``--all-rows`` also auto with ``cv_rows=None`` (its choice made on all the rows, as before
 2026-11-27) and, for both, the top-label NLL on a second seeded data set of the same cell (seed 1:
 out of sample) and their ratio.
+
+``--table`` (issue 36) runs the issue's seven cells (10^4, 10^5, 10^6 x 10; 10^5, 10^6 x 100;
+10^4, 10^5 x 1,000) unless ``--cells`` names others, prints after each cell the stage every
+candidate of auto reached (the first look only, or the K folds; ``Auto.stages_``), and at the end
+the issue's table: auto ÷ scikit-learn's temperature calibration and auto's seconds per cell (and
+the old auto's with ``--old``). A contestant whose time, extrapolated linearly in n from the last
+cell of the same K, would exceed ``--max-seconds`` (default 300) is skipped there and the table says
+so; ``--repeat`` rounds are interleaved, the minimum kept.
 """
 
 from __future__ import annotations
@@ -55,6 +63,46 @@ def _cell_label(n: int) -> str:
     return (f"{lead}×" if lead != 1 else "") + f"10^{e}"
 
 
+#: The cells of issue 36's table.
+ISSUE_CELLS = ["1e4x10", "1e5x10", "1e6x10", "1e5x100", "1e6x100", "1e4x1000", "1e5x1000"]
+
+
+def stage_line(model) -> str:
+    """The stage each of auto's candidates reached, in one table row."""
+    st = getattr(model, "stages_", None)
+    if not st:
+        return f"|   stages: no first look ({len(model.cv_)} candidates, all to the K folds) |"
+    table = st["table"]
+    two = [n for n, v in table.items() if v["stage"] == 2]
+    one = sorted(
+        (n for n, v in table.items() if v["stage"] == 1 and n not in model.cv_),
+        key=lambda n: table[n]["nll"] if table[n]["nll"] is not None else 9e9,
+    )
+    best = table[st["best"]]["nll"]
+
+    def z(n):
+        v = table[n]
+        return "failed" if v["nll"] is None else f"{(v['nll'] - best) / (v['diff_se'] or 1):.1f}"
+
+    if st["decided"] == 1:
+        head = f"decided at the first look ({', '.join(model.cv_)})"
+    else:
+        head = f"{len(two)} to the K folds ({', '.join(two)})"
+    return (
+        f"|   stages (first look {st['rows']:g} + {st['test']:g} rows): {head}; "
+        f"{len(one)} stopped at the first look (SE behind {st['best']}: "
+        + ", ".join(f"{n} {z(n)}" for n in one)
+        + ") |"
+    )
+
+
+def _too_slow(last: dict, name: str, n: int, k: int, limit: float) -> bool:
+    """Whether ``name``'s time at n x k, extrapolated linearly in n from the last cell of the
+    same k, exceeds ``limit`` seconds."""
+    seen = last.get((name, k))
+    return seen is not None and seen[1] * n / seen[0] > limit
+
+
 def cells(args):
     """The --cells mode: auto vs scikit-learn's temperature calibration on simulated outputs."""
     from _measure import loadavg, make_data
@@ -70,8 +118,14 @@ def cells(args):
         + (" | old auto s | old ÷ new |" if old else " |")
         + " load |"
     )
+    last, issue = {}, {}
     for cell in args.cells:
         n, k = (int(float(v)) for v in cell.split("x"))
+        skip = {c for c in ("auto", "old") if _too_slow(last, c, n, k, args.max_seconds)}
+        if "auto" in skip:
+            print(f"| {_cell_label(n)} × {k} | skipped: auto would take > {args.max_seconds:g} s |")
+            issue[(n, k)] = None
+            continue
         probs, labels = make_data(n, k, 0)
         runs = {
             "auto": (
@@ -79,7 +133,7 @@ def cells(args):
                 topcal.TopLabelData.from_probs(probs, labels),
             )
         }
-        if old:
+        if old and "old" not in skip:
             runs["old"] = (
                 lambda d: old.calibrator("auto").fit(d),
                 old.TopLabelData.from_probs(probs, labels),
@@ -119,11 +173,19 @@ def cells(args):
             f"| {_cell_label(n)} × {k} | {a:.2f} | {ts:.3f} | {iso:.3f} | {a / ts:.1f} | "
             f"{a / iso:.0f}"
         )
-        if old:
+        if old and "old" in skip:
+            row += f" | skipped: > {args.max_seconds:g} s | -"
+        elif old:
             row += f" | {best['old']:.2f} | {best['old'] / a:.2f}"
             if best["old chose"] != best["auto chose"]:
                 row += f" (chose {best['old chose']} vs {best['auto chose']})"
         print(row + f" | {loadavg()} |", flush=True)
+        for c in ("auto", "old"):
+            if c in best:
+                last[(c, k)] = (n, best[c])
+        issue[(n, k)] = (a, ts, best.get("old"), loadavg())
+        if args.table:
+            print(stage_line(models["auto"]), flush=True)
         if args.all_rows:
             p2, y2 = make_data(n, k, 1)
             test = topcal.TopLabelData.from_probs(p2, y2)
@@ -154,7 +216,34 @@ def cells(args):
                 + " |",
                 flush=True,
             )
+    if args.table:
+        print_issue_table(issue, old is not None, args.max_seconds)
     return 0
+
+
+def print_issue_table(issue: dict, with_old: bool, limit: float) -> None:
+    """Issue 36's table: per cell auto ÷ scikit-learn's temperature calibration and auto's s."""
+    heads = [f"{_cell_label(n)} × {k:,}" for n, k in issue]
+    skipped = f"not measured: > {limit:g} s"
+    print("\n| n × K | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(heads))
+    lines = [
+        ("auto ÷ CCV-T", lambda a, ts, o: f"{a / ts:.2f}"),
+        ("auto s", lambda a, ts, o: f"{a:.2f}"),
+    ]
+    lines.append(("CCV-T s", lambda a, ts, o: f"{ts:.3f}"))
+    if with_old:
+        lines += [
+            ("old auto ÷ CCV-T", lambda a, ts, o: skipped if o is None else f"{o / ts:.2f}"),
+            ("old ÷ new", lambda a, ts, o: "-" if o is None else f"{o / a:.2f}"),
+        ]
+    for name, f in lines:
+        print(
+            f"| {name} | "
+            + " | ".join(skipped if v is None else f(*v[:3]) for v in issue.values())
+            + " |"
+        )
+    print("| load | " + " | ".join("-" if v is None else v[3] for v in issue.values()) + " |")
 
 
 def main(argv=None):
@@ -185,7 +274,21 @@ def main(argv=None):
     ap.add_argument(
         "--old", help="with --cells: a folder holding an older topcal as the package topcal_old"
     )
+    ap.add_argument(
+        "--table",
+        action="store_true",
+        help="issue 36's table (its seven cells unless --cells), with every candidate's stage",
+    )
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=300.0,
+        help="with --cells/--table: skip a contestant whose time, extrapolated from the last "
+        "cell of the same K, would exceed this",
+    )
     args = ap.parse_args(argv)
+    if args.table and not args.cells:
+        args.cells = ISSUE_CELLS
     if args.cells:
         return cells(args)
     for name in args.data:

@@ -392,6 +392,8 @@ def topcal_predict(spec, train, test, key=None):
         warnings.simplefilter("ignore")
         if name == "auto-old":
             return topcal.calibrator("auto", **OLD_AUTO).fit(train).predict(test)
+        if name == "auto-all":  # every candidate to the K folds: auto before issue 36's first look
+            return topcal.calibrator("auto", screen=None).fit(train).predict(test)
         if name == "auto-before":
             return topcal.calibrator("auto", candidates=list(BEFORE_35)).fit(train).predict(test)
         if name == "auto":
@@ -482,7 +484,7 @@ def summarize(df: pd.DataFrame, log=print) -> dict:
     """Per cell: uncalibrated, auto, the best peer and the ratios; the issue-22 targets over all
     cells."""
     ok = df[df.error == ""]
-    ratios, worse_uncal, worse_peer = [], [], []
+    ratios, worse_uncal, worse_peer, all_ratios, vs_all = [], [], [], [], []
     log(
         "held-out NLL (rows: data/folds/fitting rows; auto vs the uncalibrated score and the best "
         "peer)"
@@ -505,6 +507,12 @@ def summarize(df: pd.DataFrame, log=print) -> dict:
                 line += f"  auto/peer {r:.4f}"
                 if r > 1.005:
                     worse_peer.append(cell)
+            if "auto-all" in v:  # auto without its first look (issue 36), against the same peers
+                all_ratios.append(v["auto-all"] / peers[best_peer])
+        if "auto-all" in v and "auto" in v:
+            vs_all.append(v["auto"] / v["auto-all"])
+            line += f"  all {v['auto-all']:.4f} (auto/all {vs_all[-1]:.4f})"
+        if best_peer:
             if "auto-before" in v:  # auto's candidates before issue 35, against the same peers
                 b = v["auto-before"]
                 line += f"  before {b:.4f} ({b / peers[best_peer]:.4f})"
@@ -515,6 +523,12 @@ def summarize(df: pd.DataFrame, log=print) -> dict:
             f"uncalibrated in "
             f"{len(worse_uncal)} {worse_uncal}; auto > 1.005 x best peer in {len(worse_peer)} "
             f"{worse_peer}"
+        )
+    if vs_all:
+        log(
+            f"auto-all (screen=None): median auto-all/best peer "
+            f"{np.median(all_ratios) if all_ratios else np.nan:.4f}; auto/auto-all worst "
+            f"{max(vs_all):.4f}, median {np.median(vs_all):.4f}"
         )
     return {"ratios": ratios, "worse_uncal": worse_uncal, "worse_peer": worse_peer}
 

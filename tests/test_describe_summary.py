@@ -32,6 +32,7 @@ def thousand(tmp_path_factory):
             candidates=["uncalibrated", "pooled-platt", "hier-platt", "pooled-hist"],
             blend=0.0,
             folds=3,
+            screen=None,  # every candidate to the K folds: the blend's members come from them
         ).fit(data)
     assert model.blend_ is not None
     path = tmp_path_factory.mktemp("describe") / "m.json"
@@ -149,6 +150,8 @@ def test_json_holds_everything_and_the_documented_summary_keys(thousand, capsys)
         "diff_se",
         "error",
         "weight",
+        "stage",
+        "first_nll",
     }
     assert [m["method"] for m in s["members"]] == model.blend_["methods"]
     assert set(s["per_class"]["samples (TP + FP)"]) == {"min", "q10", "median", "q90", "max"}

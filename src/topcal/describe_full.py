@@ -129,7 +129,8 @@ def _auto_head(d: dict) -> list[str]:
     """auto's choice, its rule and the cross-validation table (then the chosen model)."""
     cv = d["cross_validation"]
     rule = cv.get("rule", "smallest cross-validated NLL")
-    out = [f"chosen: {d['chosen']} ({rule}; {cv['folds']}-fold, seed {cv['seed']}, on {_on(cv)})"]
+    folds = "one split" if cv["folds"] == 1 else f"{cv['folds']}-fold"
+    out = [f"chosen: {d['chosen']} ({rule}; {folds}, seed {cv['seed']}, on {_on(cv)})"]
     if cv.get("best") not in (None, d["chosen"]):
         out.append(f"best mean: {cv['best']}")
     out += updated_lines(d)
@@ -145,6 +146,10 @@ def _auto_head(d: dict) -> list[str]:
         ]
     for k, msg in cv["errors"].items():
         out.append(f"  {k} failed in cross-validation: {msg}")
+    look = (cv.get("stages") or {}).get("table", {})
+    for k, v in look.items():
+        if k not in cv["nll"] and v["nll"] is not None:
+            out.append(f"  {k:16s} stopped at the first look: NLL {v['nll']:.4f}")
     model = d["model"]
     if d.get("blend"):
         out.append(_blend_line(d["blend"]))

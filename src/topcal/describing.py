@@ -156,10 +156,11 @@ def summary(model) -> dict:
     ``chosen``, ``rule``, ``folds``, ``cv_samples``, ``uncalibrated_nll``, ``model_nll`` (the
     blend's where blended), ``gain`` (uncalibrated minus model, > 0 helps), ``table`` (every
     candidate: ``method``, ``tier``, ``nll``, ``se``, ``diff_se``, ``error``, ``weight`` in the
-    blend), ``blend_gain``, ``blend_se``); ``members`` (a blend's, else []: ``method``,
-    ``weight``, ``fitted`` (its method-wide results), ``per_class`` (spread of its per-class
-    numbers)); ``fitted`` (the model's own method-wide results); ``label_shift`` (an adapted
-    model's, else None); ``per_class`` (``{row: {min, q10, median, q90, max}}``); ``worst``
+    blend, ``stage`` it reached (1: the first look only, 2: the K folds, None: no first look) and
+    ``first_nll`` there), ``blend_gain``, ``blend_se``); ``members`` (a blend's, else []:
+    ``method``, ``weight``, ``fitted`` (its method-wide results), ``per_class`` (spread of its
+    per-class numbers)); ``fitted`` (the model's own method-wide results); ``label_shift`` (an
+    adapted model's, else None); ``per_class`` (``{row: {min, q10, median, q90, max}}``); ``worst``
     (``{"by": how ranked, "classes": [names]}``); ``smallest`` (names, fewest samples first);
     ``rows`` (``{class: {n, tp, fp, accuracy, interval_width_90, cv_nll_uncalibrated,
     cv_nll_model}}`` of the classes listed).
@@ -271,20 +272,28 @@ def _choice(d: dict) -> dict | None:
     blend = d.get("blend") or None
     weight = dict(zip(blend["methods"], blend["weights"])) if blend else {}
     se, dse = cv.get("se", {}), cv.get("diff_se", {})
+    look = (cv.get("stages") or {}).get("table", {})  # the first look (issue 36), if it ran
+    rows = [
+        {
+            "method": m,
+            "tier": tier(m),
+            "nll": v,
+            "se": se.get(m),
+            "diff_se": dse.get(m),
+            "error": cv["errors"].get(m),
+            "weight": weight.get(m),
+            "stage": (2 if cv.get("folds") != 1 else 1) if look else None,
+            "first_nll": look[m]["nll"] if m in look else None,
+        }
+        for m, v in cv["nll"].items()
+    ]
+    rows += [
+        {"method": m, "tier": tier(m), "nll": None, "se": None, "diff_se": None, "error": None,
+         "weight": None, "stage": 1, "first_nll": v["nll"]}
+        for m, v in look.items() if m not in cv["nll"]
+    ]  # fmt: skip
     table = sorted(
-        (
-            {
-                "method": m,
-                "tier": tier(m),
-                "nll": v,
-                "se": se.get(m),
-                "diff_se": dse.get(m),
-                "error": cv["errors"].get(m),
-                "weight": weight.get(m),
-            }
-            for m, v in cv["nll"].items()
-        ),
-        key=lambda r: (r["nll"] is None, r["nll"] or 0.0),
+        rows, key=lambda r: (r["stage"] == 1, r["nll"] is None, r["nll"] or r["first_nll"] or 0)
     )
     chosen = d["chosen"]
     model_nll = blend["nll"] if blend else cv["nll"].get(chosen)
@@ -342,7 +351,8 @@ def _summary_head(s: dict) -> list[str]:
         on = f"{_g(c['cv_samples'])} samples"
         if c["of_samples"] > c["cv_samples"]:
             on = f"a stratified subsample of {c['cv_samples']:g} of the {c['of_samples']:g} samples"
-        out += _wrap(f"chosen: {c['chosen']} ({c['rule']}; {c['folds']}-fold, on {on})")
+        folds = "one split" if c["folds"] == 1 else f"{c['folds']}-fold"
+        out += _wrap(f"chosen: {c['chosen']} ({c['rule']}; {folds}, on {on})")
         if c["blend_gain"] is not None:
             b = " + ".join(f"{m['weight']:.3f} {m['method']}" for m in s["members"])
             out += _wrap(
@@ -389,6 +399,7 @@ def _cv_table(c: dict) -> list[str]:
                     ("best mean", r["method"] == c["best"] and r["method"] != c["chosen"]),
                     (f"blend {r['weight'] or 0:.3f}", bool(r["weight"])),
                     (f"failed: {r['error']}"[:40], r["error"] is not None),
+                    (f"first look {r['first_nll'] or 0:.4f}", r["stage"] == 1 and r["nll"] is None),
                 )
                 if on
             )

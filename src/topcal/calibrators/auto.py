@@ -62,6 +62,9 @@ regression, before; docs/benchmarks.md), and 10^5 rows measure NLL differences o
 (the standard errors in the table say how well). Binned data always chooses on all its bins (its
 cost is its bins, not its counts). ``cv_rows=None`` always chooses on all the rows.
 
+**The first look** (``screen``; issue 36, :mod:`.staging`): before the K folds, one cheap fit of
+every candidate; only those within 3 standard errors of its best get the K folds (``stages_``).
+
 The model file records the choice, the best candidate, and every
 candidate's mean CV loss with its standard error and the standard error of
 its paired difference to the best; ``topcal describe``, ``topcal compare``
@@ -87,6 +90,7 @@ from .auto_select import (
     TIER_LEGEND,
     TIERS,
     TOLERANCE,
+    Candidates,
     choose,
     paired_se,
     plan_blend,
@@ -96,9 +100,9 @@ from .auto_select import (
 from .base import Calibrator, to_jsonable
 from .blend import Blend
 from .crossfit import cross_fit
+from . import staging
 from .registry import (
     BASELINE,
-    available_methods,
     calibrator,
     fits_from_counts,
     get_class,
@@ -135,23 +139,6 @@ def _fit_unrepeated(model, data, keep: str):
         return model.fit(data, keep=keep)
 
 
-class _Candidates:
-    """None, or a non-empty list of registered method names other than 'auto'."""
-
-    def ok(self, v) -> bool:
-        if v is None:
-            return True
-        if isinstance(v, str) or not isinstance(v, (list, tuple)) or not v:
-            return False
-        names = set(available_methods()) - {"auto"}
-        return all(isinstance(n, str) and n in names for n in v) and len(set(v)) == len(v)
-
-    def __str__(self) -> str:
-        return "None (the defaults) or a list of distinct method names from: " + ", ".join(
-            n for n in available_methods() if n != "auto"
-        )
-
-
 @register
 class Auto(Wrapper):
     """Choose the calibration method by K-fold cross-validated top-label NLL.
@@ -183,6 +170,11 @@ class Auto(Wrapper):
         subsample of this many rows (:func:`~topcal.data.stratified_subsample`,
         seed ``seed``); the choice is then fitted on all the rows. Binned data
         always uses all its bins. None: always all the rows.
+    screen : int >= 100 or None, default 2000 (:data:`~.staging.SCREEN_ROWS`)
+        Rows of the first look (:mod:`.staging`): every candidate fitted once on about this
+        many rows and scored on up to 8 x as many others; only those within 3 standard errors
+        of the best go on to the K-fold cross-validation. Skipped for binned data and for data
+        with fewer than twice as many rows. None: every candidate gets the K folds.
 
     Attributes
     ----------
@@ -210,6 +202,10 @@ class Auto(Wrapper):
     fit_samples_ : float
         Samples of the data the choice was made for (the first fit's; an
         ``update`` adds samples to the model, not to this).
+    stages_ : dict or None
+        The first look (:func:`~.staging.record`: its samples, margin, best, and per candidate
+        its first-look NLL and the stage it reached), or None where it did not run (files
+        before 2026-11-27 included: every candidate reached the K folds).
     """
 
     in_paper = (
@@ -221,17 +217,19 @@ class Auto(Wrapper):
     blend_: dict | None = None
     refitted_from_: str | None = None
     rule_: str = "se"
+    stages_: dict | None = None
     summary = (
         "the simplest candidate (uncalibrated, pooled, shrunk per-class, per-class) whose K-fold "
         f"cross-validated NLL is within {TOLERANCE:g} standard errors of the best"
     )
     _parameter_constraints = {
-        "candidates": _Candidates(),
+        "candidates": Candidates(),
         "folds": Interval(2, 100, integer=True),
         "seed": NoneOr(Interval(0, 2**32 - 1, integer=True)),
         "tolerance": Interval(0, 100),
         "blend": NoneOr(Interval(0, 100)),
         "cv_rows": NoneOr(Interval(100, None, integer=True)),
+        "screen": NoneOr(Interval(100, None, integer=True)),
     }
 
     def __init__(
@@ -243,6 +241,7 @@ class Auto(Wrapper):
         tolerance: float = TOLERANCE,
         blend: float | None = BLEND_GATE,
         cv_rows: int | None = CV_ROWS,
+        screen: int | None = staging.SCREEN_ROWS,
     ):
         self.candidates = candidates
         self.folds = folds
@@ -250,6 +249,7 @@ class Auto(Wrapper):
         self.tolerance = tolerance
         self.blend = blend
         self.cv_rows = cv_rows
+        self.screen = screen
 
     def _names(self, data: TopLabelData) -> list[str]:
         names = list(DEFAULT_CANDIDATES if self.candidates is None else self.candidates)
@@ -278,7 +278,7 @@ class Auto(Wrapper):
 
     def _fit(self, data: TopLabelData) -> None:
         names = self._names(data)
-        self.rule_ = "se"
+        self.rule_, self.stages_ = "se", None
         n_folds = int(self.folds)
         if data.n_samples < 2 * n_folds or (not data.is_binned and data.n_rows < 2 * n_folds):
             # nothing can be judged out of sample: doing nothing is the only safe choice
@@ -301,25 +301,36 @@ class Auto(Wrapper):
         choice = data
         if self.cv_rows is not None and not data.is_binned and data.n_rows > self.cv_rows:
             choice = stratified_subsample(data, int(self.cv_rows), seed=int(self.seed or 0))
-        run = cross_fit(
-            choice, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation"
-        )
-        cv = tabulate_cv(run, names)
+        look = run = None  # the first look (staging.py), then the K folds for its contenders
+        if self.screen is not None and len(names) > 1:
+            look = staging.first_look(
+                choice, names, rows=int(self.screen), seed=self.seed or 0, folds=n_folds
+            )
+        if look is not None:  # one contender left: the K folds cannot change the choice
+            names, margin = staging.contenders(look[0], staging.MARGIN), staging.MARGIN
+            first = 1 if staging.decisive(look[0], names, margin) else 2
+            self.stages_ = staging.record(look[0], names, look[1], look[2], margin, first)
+        if self.stages_ and self.stages_["decided"] == 1:
+            cv, self.cv_samples_ = {n: look[0][n] for n in names}, look[2]
+        else:
+            run = cross_fit(
+                choice, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation"
+            )
+            cv, self.cv_samples_ = tabulate_cv(run, names), float(choice.n_samples)
         best, self.best_ = choose(cv, float(self.tolerance))
         self.method_ = best
         self.cv_ = {n: cv[n] for n in names}
-        self.cv_samples_ = float(choice.n_samples)
-        del choice
-        self.blend_ = None if self.blend is None else plan_blend(run, cv, best, float(self.blend))
+        del choice, look
+        self.blend_ = (
+            None if self.blend is None or run is None else plan_blend(run, cv, best, self.blend)
+        )
         # per class, only the losses of the model in use (the choice, its blend's members) and of
         # the baseline are kept: at 1,000 classes every candidate's were most of the table
         keep = {best, BASELINE, *(self.blend_["methods"] if self.blend_ else ())}
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
-        del (
-            run
-        )  # the folds and every candidate's out-of-fold confidences: not held during the final fit
+        del run  # the folds, every candidate's out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
         model = (
@@ -338,34 +349,27 @@ class Auto(Wrapper):
         The cross-validation table stays that of the original fit, and
         ``cv_samples_`` says how many samples it was run on.
         """
-        cls = type(
-            self.model_
-        )  # the chosen method's class, or Blend (whose components are score methods)
+        cls = type(self.model_)  # the chosen method's class, or Blend (of score methods)
         params = self.model_.get_params()
         if not fits_from_counts(cls):
             # the full vector has no mergeable statistics: the best candidate that can be refitted
-            # from
-            # them, by the first fit's cross-validation (a warning says which)
-            ok = [
-                n for n, r in self.cv_.items() if r.get("nll") is not None and fits_from_counts(n)
-            ]
-            if not ok:
+            # from them, by the first fit's cross-validation (a warning says which)
+            new, table = staging.best_score_method(self.cv_), self.cv_
+            if new in (None, BASELINE):  # the K folds held no other: the first look's best
+                look = (self.stages_ or {}).get("table", {})
+                if staging.best_score_method(look) not in (None, BASELINE):
+                    new, table = staging.best_score_method(look), look
+            if new is None:
                 raise ParameterError(
                     f"auto chose {self.method_!r}, which recalibrates the full score vector and "
-                    f"has no "
-                    "mergeable statistics, and no score method ran in its cross-validation; refit "
-                    "auto on all "
-                    "the data (old and new) instead of updating"
+                    "has no mergeable statistics, and no score method ran in its cross-validation; "
+                    "refit auto on all the data (old and new) instead of updating"
                 )
-            new = min(ok, key=lambda n: self.cv_[n]["nll"])
             warnings.warn(
                 f"auto: {self.method_!r}, its choice, recalibrates the full score vector and "
-                f"cannot be updated "
-                f"from statistics; the update refits {new!r}, the best score method in the first "
-                f"fit's "
-                f"cross-validation (NLL {self.cv_[new]['nll']:.4g} vs "
-                f"{self.cv_[self.method_]['nll']:.4g}); "
-                "refit auto on all the data to choose again",
+                f"cannot be updated from statistics; the update refits {new!r}, the best score "
+                f"method in the first fit's cross-validation (NLL {table[new]['nll']:.4g} vs "
+                f"{table[self.method_]['nll']:.4g}); refit auto on all the data to choose again",
                 TopcalWarning,
                 stacklevel=4,
             )
@@ -399,6 +403,8 @@ class Auto(Wrapper):
                 f"{self.cv_samples_:g} samples (fit auto again to re-choose)"
             )
         line = f"chose {self.method_} by {int(self.folds)}-fold cross-validated NLL"
+        if self.stages_ and self.stages_["decided"] == 1:
+            line = f"chose {self.method_} at its first look (one split: the others far behind)"
         if self.cv_samples_ < self.fit_samples_:
             line += (
                 f" on a stratified subsample of {self.cv_samples_:g} of its {self.fit_samples_:g} "
@@ -431,7 +437,7 @@ class Auto(Wrapper):
         d["blend"] = self.blend_
         d["model"] = self.model_.describe()
         d["cross_validation"] = {
-            "folds": int(self.folds),
+            "folds": 1 if self.stages_ and self.stages_["decided"] == 1 else int(self.folds),
             "seed": int(self.seed or 0),
             "samples": self.cv_samples_,
             "of_samples": self.fit_samples_,
@@ -441,6 +447,7 @@ class Auto(Wrapper):
             "se": {n: v.get("se") for n, v in self.cv_.items()},
             "diff_se": {n: v.get("diff_se") for n, v in self.cv_.items()},
             "errors": {n: v["error"] for n, v in self.cv_.items() if v["error"]},
+            "stages": self.stages_,
         }
         return d
 
@@ -453,22 +460,25 @@ class Auto(Wrapper):
             "rule": self.rule_text(),
             "blend": self.blend_,
             "table": self.cv_table(),
+            "stages": self.stages_,
         }
 
     def rule_text(self) -> str:
         """How the method was chosen, in words (describe, compare and the report print it)."""
         if self.rule_ == "min":
             return "smallest cross-validated NLL"
+        first = staging.rule_text(self.stages_)
         return (
             f"simplest candidate within {float(self.tolerance):g} standard error(s) of the best "
-            "cross-validated NLL (paired per-sample differences)"
+            "cross-validated NLL (paired per-sample differences)" + (f"; {first}" if first else "")
         )
 
     def cv_table(self) -> list[dict]:
         """Every candidate's row: method, tier, mean CV NLL, its SE, SE of the paired difference to
         the best,
-        chosen/best flags, error and its weight in the blend (None: not blended); sorted by mean NLL
-        (failed candidates last)."""
+        chosen/best flags, error, its weight in the blend (None: not blended), the stage it reached
+        (None: no first look) and its first-look NLL; sorted by mean NLL (failed candidates, then
+        those that stopped at the first look, last)."""
         b = self.blend_ or {"methods": [], "weights": []}
         weight = dict(zip(b["methods"], b["weights"]))
         rows = [
@@ -485,8 +495,17 @@ class Auto(Wrapper):
             }
             for n, v in self.cv_.items()
         ]
+        look = (self.stages_ or {}).get("table", {})
+        for r in rows:
+            r["stage"], r["first_nll"] = (2, look[r["method"]]["nll"]) if look else (None, None)
+        rows += [
+            {"method": n, "tier": tier(n), "nll": None, "se": None, "diff_se": None,
+             "chosen": False, "best": False, "error": None, "blend_weight": None, "stage": 1,
+             "first_nll": v["nll"]}
+            for n, v in look.items() if v["stage"] == 1
+        ]  # fmt: skip
         return sorted(
-            rows, key=lambda r: (r["nll"] is None, r["nll"] if r["nll"] is not None else 0.0)
+            rows, key=lambda r: (r["stage"] == 1, r["nll"] is None, r["nll"] or r["first_nll"] or 0)
         )
 
     def _describe_classes(self) -> list[dict]:
@@ -513,6 +532,8 @@ class Auto(Wrapper):
             state["refitted_from"] = self.refitted_from_
         if self.blend_:
             state["blend"] = to_jsonable(self.blend_)
+        if self.stages_:
+            state["stages"] = to_jsonable(self.stages_)
         return state
 
     def _set_state(self, state: dict) -> None:
@@ -521,7 +542,9 @@ class Auto(Wrapper):
             raise ValueError("auto cannot choose itself")
         blend = state.get("blend")  # files before blends, and unblended choices: none
         cv = state["cv"]
-        if not isinstance(cv, dict) or (cv and method not in cv):
+        st = state.get("stages")  # an update may refit a candidate of the first look
+        look = st.get("table", {}) if isinstance(st, dict) else {}
+        if not isinstance(cv, dict) or (cv and method not in cv and method not in look):
             raise ValueError("the cross-validation table is missing the chosen method")
         if blend is None:
             model = get_class(method).from_dict(state["model"])
@@ -571,3 +594,6 @@ class Auto(Wrapper):
                 "refitted_from must name another candidate of the cross-validation table"
             )
         self.refitted_from_ = was
+        # files before the first look (2026-11-27), and fits without one: none
+        st = state.get("stages")
+        self.stages_ = None if st is None else staging.check_record(st, list(cv))

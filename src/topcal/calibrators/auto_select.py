@@ -233,3 +233,20 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
         "gain": float(gain),
         "se": float(se),
     }
+
+
+class Candidates:
+    """None, or a non-empty list of registered method names other than 'auto'."""
+
+    def ok(self, v) -> bool:
+        if v is None:
+            return True
+        if isinstance(v, str) or not isinstance(v, (list, tuple)) or not v:
+            return False
+        names = set(available_methods()) - {"auto"}
+        return all(isinstance(n, str) and n in names for n in v) and len(set(v)) == len(v)
+
+    def __str__(self) -> str:
+        return "None (the defaults) or a list of distinct method names from: " + ", ".join(
+            n for n in available_methods() if n != "auto"
+        )

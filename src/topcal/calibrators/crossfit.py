@@ -51,7 +51,7 @@ from ..errors import DataError, TopcalError
 from .foldmemo import sharing
 from .registry import calibrator, get_class
 
-__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_options", "recording"]
+__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_options", "recording", "recorded"]
 
 
 class _Recording(threading.local):
@@ -76,6 +76,13 @@ def recording():
         yield runs
     finally:
         _RECORDING.stack.remove(runs)
+
+
+def recorded(run) -> None:
+    """Append ``run`` (a :class:`CrossFit`) to the lists of the open :func:`recording` blocks of
+    this thread (:func:`cross_fit` does for its own; auto's first look for its one split)."""
+    for runs in _RECORDING.stack:
+        runs.append(run)
 
 
 def scratch_options(name: str, warm=None) -> dict:
@@ -214,6 +221,5 @@ def cross_fit(
             confidence[n] = np.concatenate(p)
         del p
     out = CrossFit(folds, TopLabelData.concat(folds), confidence, errors)
-    for runs in _RECORDING.stack:
-        runs.append(out)
+    recorded(out)
     return out

@@ -134,20 +134,26 @@ def focused_fits(
     target = run.target
     order = [BASELINE, AUTO] + sorted(
         (n for n in run.confidence if n != BASELINE),
-        key=lambda n: next(r["nll"] for r in choice["table"] if r["method"] == n),
+        key=lambda n: next(
+            r["nll"] if r["nll"] is not None else r.get("first_nll") or 0.0
+            for r in choice["table"]
+            if r["method"] == n
+        ),
     )
     confs = {**run.confidence, AUTO: np.clip(conf, 0.0, 1.0)}
     methods = {n: evaluate(target, confs[n]) for n in order}
     failed = {n: f"fold {f + 1}: {msg}" for n, (f, msg) in run.errors.items()}
-    comparison = Comparison(
-        "kfold", folds=int(auto.folds), methods=methods, failed=failed, choices=choices
-    )
+    first = bool(auto.stages_) and auto.stages_["decided"] == 1  # chosen at the first look
+    folds = 1 if first else int(auto.folds)
+    comparison = Comparison("kfold", folds=folds, methods=methods, failed=failed, choices=choices)
     on = f"{target.n_samples:,.0f}"
     if target.n_samples < data.n_samples:
-        on = f"a stratified subsample of {on} of the {data.n_samples:,.0f}"
+        on = f"{'' if first else 'a stratified subsample of '}{on} of the {data.n_samples:,.0f}"
+    how = "first look (one split, " if first else f"{int(auto.folds)}-fold cross-validation ("
+    every = "every candidate" if first or not auto.stages_ else "every candidate of its K folds"
     note = (
-        f"{AUTO}'s own {int(auto.folds)}-fold cross-validation (seed {auto.seed}, on {on} "
-        f"samples), reused: every candidate scored on the same held-out folds; {AUTO}'s row is "
+        f"{AUTO}'s own {how}seed {auto.seed}, on {on} "
+        f"samples), reused: {every} scored on the same held-out rows; {AUTO}'s row is "
         f"its choice's held-out confidences, and the choice was made on these folds, so that row "
         "is slightly optimistic (<code>--methods all</code> cross-fits it nested)."
     )

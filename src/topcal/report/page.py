@@ -230,6 +230,7 @@ def choice_html(model) -> str:
         f"<tr><td>{html.escape(r['method'])}</td><td>{r['tier']}</td><td>{_fmt(r['nll'])}</td><td>{_fmt(r['se'])}</td>"
         f"<td>{_fmt(r['diff_se'])}</td>"
         f"<td>{'chosen' if r['chosen'] else ''}{' best mean' if r['best'] else ''}"
+        f"{' first look only: NLL ' + _fmt(r['first_nll']) if r.get('stage') == 1 else ''}"
         f"{' blend weight ' + format(r['blend_weight'], '.3f') if r.get('blend_weight') else ''}"
         f"{html.escape(' failed: ' + r['error']) if r['error'] else ''}</td></tr>"
         for r in choice["table"]
@@ -268,7 +269,9 @@ def protocol_html(comparison) -> str:
     comparison = Comparison.of(comparison)
     if comparison.protocol == "kfold":
         return (
-            f"<b>out of sample</b>: {comparison.folds}-fold cross-fitting (every sample scored by "
+            f"<b>out of sample</b>: "
+            f"{'one split' if comparison.folds == 1 else f'{comparison.folds}-fold cross-fitting'}"
+            " (every sample scored by "
             f"a model "
             "fitted without it). The figures show the fits on all the data."
         )

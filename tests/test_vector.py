@@ -217,6 +217,28 @@ def test_intervals_hold_the_confidence_and_narrow_with_more_data(name):
     assert widths[1] < 0.6 * widths[0], widths
 
 
+@pytest.mark.parametrize("name", METHODS)
+def test_the_covariance_from_every_stride_th_row_moves_intervals_little(name, monkeypatch):
+    """Above COV_ROWS rows the covariance is the inverse information on every stride-th row: at
+    20,000 rows from 5,000 the 90% intervals' half-widths within 5% of the all-row ones (median
+    within 1%), the fit itself unchanged."""
+    from topcal.calibrators.vector import calibrator as vc
+
+    d = TopLabelData.from_probs(*_sim(20_000, seed=4))
+    test = TopLabelData.from_probs(*_sim(500, seed=9))
+    fits = []
+    for rows in (10**9, 5_000):
+        monkeypatch.setattr(vc, "COV_ROWS", rows)
+        m = _fit(name, d)
+        lo, hi = m.predict_interval(test, 0.9)
+        fits.append((m, hi - lo))
+    (a, wa), (b, wb) = fits
+    np.testing.assert_array_equal(a.theta_, b.theta_)
+    r = np.abs(wb / wa - 1)
+    assert r.max() < 0.05 and np.median(r) < 0.01, (r.max(), np.median(r))
+    assert r.max() > 0  # the strided path was taken
+
+
 def test_many_parameters_have_no_interval_and_say_so():
     rng = np.random.default_rng(0)
     k = 16  # sms: 16 * 17 + 1 = 273 parameters > COV_MAX_PARAMS

@@ -34,6 +34,7 @@ __all__ = [
     "inverse_pd",
     "NEWTON_MAX_PARAMS",
     "HESSIAN_ROWS",
+    "SUBSAMPLE_ROWS",
 ]
 
 #: Newton (exact gradient, Hessian on at most HESSIAN_ROWS evenly spaced rows) up to this many
@@ -44,6 +45,12 @@ NEWTON_MAX_PARAMS = 256
 #: a subsampled Newton step (the gradient and the line search use every row), which keeps a Newton
 #: iteration at a few passes over the data.
 HESSIAN_ROWS = 10_000
+#: From 4 x this many rows up (at 10^5 rows it saved nothing), :func:`solve` first fits the same
+#: penalised problem on this many evenly spaced rows (the penalty as for all rows), then finishes
+#: with Newton (or L-BFGS) on all rows from there: the full problem is convex with the same
+#: optimum, and from the subsample's optimum a few full passes reach it (at 10^6 x 10, sms: 5
+#: gradient passes over all rows instead of 12).
+SUBSAMPLE_ROWS = 50_000
 #: Entries of a block of rows (rows x K).
 _BLOCK = 1 << 16
 _LOG_FLOOR = float(np.log(LOG_PROB_FLOOR))
@@ -216,6 +223,21 @@ class VectorObjective:
         self.r = layout.penalty_weights(reg, self.n)
         self.n_eval = 0
 
+    def rows(self, stride: int) -> "VectorObjective":
+        """The same objective on every ``stride``-th row (views, no copy), keeping this one's
+        penalty weights: its optimum approximates this one's."""
+        sub = VectorObjective.__new__(VectorObjective)
+        sub.x, sub.labels, sub.w, sub.layout = (
+            self.x[::stride],
+            self.labels[::stride],
+            self.w[::stride],
+            self.layout,
+        )
+        sub.n = float(sub.w.sum())
+        sub.r = self.r
+        sub.n_eval = 0
+        return sub
+
     def value_grad(self, theta):
         theta = np.asarray(theta, dtype=np.float64)
         lay, x, w = self.layout, self.x, self.w
@@ -298,6 +320,23 @@ class VectorObjective:
 
 
 def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10):
+    """Minimise ``obj`` from ``x0`` (see :func:`_solve`); from 4 x :data:`SUBSAMPLE_ROWS` rows up,
+    first on :data:`SUBSAMPLE_ROWS` evenly spaced rows, then on all rows from that optimum (the
+    Newton steps there with a Hessian on :data:`SUBSAMPLE_ROWS` rows). Returns (theta, value,
+    n_iter, converged); n_iter counts both stages' iterations."""
+    n = obj.x.shape[0]
+    if n < 4 * SUBSAMPLE_ROWS:
+        return _solve(obj, x0, max_iter, tol)
+    stride = n // SUBSAMPLE_ROWS
+    sub = obj.rows(stride)
+    if not sub.n > 0:
+        return _solve(obj, x0, max_iter, tol)
+    x1, _, it1, _ = _solve(sub, x0, max_iter, tol)
+    theta, f, it2, ok = _solve(obj, x1, max_iter, tol, hessian_rows=SUBSAMPLE_ROWS)
+    return theta, f, it1 + it2, ok
+
+
+def _solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian_rows=None):
     """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo backtracking where
     the parameters are few (:data:`NEWTON_MAX_PARAMS`), else L-BFGS-B. Returns (theta, value,
     n_iter, converged).
@@ -317,7 +356,7 @@ def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10):
             options={"maxiter": int(max_iter), "ftol": 1e-13, "gtol": 1e-9, "maxcor": 20},
         )
         return r.x, float(r.fun), int(r.nit), bool(r.success)
-    stride = max(1, -(-obj.x.shape[0] // HESSIAN_ROWS))
+    stride = max(1, -(-obj.x.shape[0] // (hessian_rows or HESSIAN_ROWS)))
     f, g = obj.value_grad(x)
     stalls = 0
     h, last = None, None

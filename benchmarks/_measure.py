@@ -31,6 +31,19 @@ def peak_mb(fn) -> float:
         tracemalloc.stop()
 
 
+def old_topcal(folder):
+    """The older topcal exported as the package ``topcal_old`` in ``folder`` (``--old DIR``:
+    ``git archive <commit> src/topcal | tar -x -C DIR; mv DIR/src/topcal DIR/topcal_old``), or
+    None without a folder."""
+    if not folder:
+        return None
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("topcal_old")
+
+
 def loadavg() -> str:
     """The 1, 5 and 15 minute load averages (the machine is shared: say how loaded it was)."""
     try:

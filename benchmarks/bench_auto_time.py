@@ -105,13 +105,10 @@ def _too_slow(last: dict, name: str, n: int, k: int, limit: float) -> bool:
 
 def cells(args):
     """The --cells mode: auto vs scikit-learn's temperature calibration on simulated outputs."""
-    from _measure import loadavg, make_data
+    from _measure import loadavg, make_data, old_topcal
     from bench_scaling import isotonic_per_class, sklearn_ts
 
-    old = None
-    if args.old:
-        sys.path.insert(0, args.old)
-        import topcal_old as old
+    old = old_topcal(args.old)
     peers = [sklearn_ts(), isotonic_per_class()]
     print(
         "| n × K | auto s | sklearn-ts s | isotonic/class s | auto ÷ sklearn-ts | auto ÷ isotonic"

@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from _measure import loadavg, make_data
+from _measure import loadavg, make_data, old_topcal
 
 
 def isotonic_fit(data, labels, k):
@@ -60,10 +60,7 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     import topcal
 
-    old = None
-    if args.old:
-        sys.path.insert(0, args.old)
-        import topcal_old as old
+    old = old_topcal(args.old)
     print(f"repeat {args.repeat} (after a warm-up round), interleaved; minimum over rounds")
     print(
         "| n × K | method | fit s | ÷ isotonic | old fit s | old ÷ isotonic | new ÷ old | "

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import loadavg, make_data  # noqa: E402
+from _measure import loadavg, make_data, old_topcal  # noqa: E402
 
 CELLS = ["1e4x10", "1e5x10", "1e6x10", "1e4x100", "1e5x100", "1e6x100", "1e4x1000", "1e5x1000"]
 METHODS = ["sts", "tswa", "csts", "btswa"]
@@ -100,10 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--old", help="a folder holding an older topcal as the package topcal_old")
     args = ap.parse_args(argv)
-    old = None
-    if args.old:
-        sys.path.insert(0, args.old)
-        import topcal_old as old
+    old = old_topcal(args.old)
     print(
         "| n × K | CCV-T s | "
         + " | ".join(f"{m} s (÷ CCV-T)" for m in args.methods)

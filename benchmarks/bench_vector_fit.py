@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import make_data  # noqa: E402
+from _measure import make_data, old_topcal  # noqa: E402
 from bench_scaling import sklearn_ts  # noqa: E402
 
 from topcal.calibrators import get_class  # noqa: E402
@@ -48,10 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--sms-any-k", action="store_true")
     args = ap.parse_args(argv)
-    old = None
-    if args.old:
-        sys.path.insert(0, args.old)
-        import topcal_old as old
+    old = old_topcal(args.old)
     print(f"load before: {os.getloadavg()[0]:.2f}")
     sk = sklearn_ts()
     for text in args.cells:

@@ -511,3 +511,10 @@ def test_csv_neutralising_leaves_columns_without_text_alone(tmp_path):
     write_frames([frame], tmp_path / "x.csv")
     back = pd.read_csv(tmp_path / "x.csv", dtype=str, keep_default_na=False)
     assert back.to_dict("list") == {"n": ["1", "2"], "b": ["True", ""], "s": ["'=a", "-3"]}
+
+
+def test_a_none_parameter_error_says_how_to_write_none_on_the_command_line(tmp_path):
+    fit, _, _ = _two_halves(tmp_path, ["a", "b", "c"])
+    assert_error(call("fit", fit, "--param", "screen=None", "-o", tmp_path / "m.json"), "null")
+    assert_ok(call("fit", fit, "--param", "screen=null", "-o", tmp_path / "m.json"))
+    assert topcal.load(tmp_path / "m.json").get_params()["screen"] is None

@@ -90,7 +90,7 @@ class NoneOr:
         return v is None or self.inner.ok(v)
 
     def __str__(self) -> str:
-        return f"None or {self.inner}"
+        return f"None (null in --param NAME=null) or {self.inner}"
 
 
 def validate_params(owner: str, constraints: dict, params: dict) -> None:

@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import warnings
 
 import pytest
@@ -118,3 +119,19 @@ def cluster():
 def cluster_address(cluster):
     """The scheduler address of :func:`cluster`, for ``--scheduler``."""
     return cluster.scheduler.address
+
+
+@pytest.fixture
+def signals_as_from_a_terminal():
+    """Signals as a terminal's shell passes them on: the processes a test starts inherit the
+    default SIGINT action and a signal mask that blocks none of SIGINT, SIGTERM, SIGHUP.
+    A pytest run started in the background of a non-interactive shell ignores SIGINT, and a
+    CI harness may start it with SIGHUP blocked; both survive exec, so the command under test
+    would never see the signal. Python's SIGINT handler here (reset to the default at exec)
+    and an unblocked mask for the test, the previous ones after it."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+    yield
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    signal.signal(signal.SIGINT, previous)

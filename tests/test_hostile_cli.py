@@ -299,7 +299,7 @@ def test_failed_writes_leave_old_outputs_unchanged_and_no_temporary_files(top_cs
     ]
 
 
-def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path):
+def test_a_killed_report_leaves_the_old_one_whole(top_csv, tmp_path, signals_as_from_a_terminal):
     rep = tmp_path / "rep"
     assert_ok(call("report", top_csv, "--methods", "hist", "--in-sample", "-o", rep))
     before = snapshot(tmp_path)

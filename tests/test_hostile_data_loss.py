@@ -226,7 +226,9 @@ def _wait_for_temp(folder: Path, proc, limit=60.0):
     raise AssertionError("no temporary output appeared")
 
 
-def test_killed_apply_leaves_a_named_temp_that_the_next_run_removes(base):
+def test_killed_apply_leaves_a_named_temp_that_the_next_run_removes(
+    base, signals_as_from_a_terminal
+):
     t = base
     big = pd.concat([pd.read_csv(t / "use.csv")] * 200, ignore_index=True)  # 60,000 rows
     big.to_csv(t / "big.csv", index=False)

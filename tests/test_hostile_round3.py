@@ -212,19 +212,7 @@ def test_forged_support_is_refused_at_load(tmp_path):
     assert_error(cli("describe", tmp_path / "bad-hist-0.json"), "malformed", "support")
 
 
-@pytest.fixture
-def sigint_as_from_a_terminal():
-    """Ctrl-C as a terminal's shell passes it on: the processes these tests start inherit the
-    default SIGINT action. A pytest run started in the background of a non-interactive shell
-    (``make test &`` in a script) ignores SIGINT, and an ignored signal stays ignored across
-    exec, so the command under test would never see the Ctrl-C. Python's handler here (reset
-    to the default at exec) for the test, the previous one after it."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
-def test_ctrl_c_while_the_command_is_still_importing(tmp_path, sigint_as_from_a_terminal):
+def test_ctrl_c_while_the_command_is_still_importing(tmp_path, signals_as_from_a_terminal):
     fit, _, _ = _two_halves(tmp_path, ["a", "b", "c"])
     for _ in range(3):
         proc = subprocess.Popen(
@@ -249,7 +237,7 @@ def test_ctrl_c_while_the_command_is_still_importing(tmp_path, sigint_as_from_a_
     assert not (tmp_path / "m2.json").exists()
 
 
-def test_importing_topcal_sets_no_signal_handler(sigint_as_from_a_terminal):
+def test_importing_topcal_sets_no_signal_handler(signals_as_from_a_terminal):
     code = (
         "import signal, topcal; "
         "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"

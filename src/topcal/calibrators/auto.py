@@ -99,7 +99,7 @@ from .auto_select import (
 )
 from .base import Calibrator, to_jsonable
 from .blend import Blend
-from .crossfit import cross_fit
+from .crossfit import cross_fit, refit_start
 from . import staging
 from .registry import (
     BASELINE,
@@ -127,16 +127,16 @@ __all__ = [
 ]
 
 
-def _fit_unrepeated(model, data, keep: str):
-    """``model`` fitted on ``data`` as auto's own model: auto's fit has said which classes are never
-    predicted, so the model's own saying it again is silenced (its other warnings pass)."""
+def _fit_unrepeated(model, data, keep: str, warm=None):
+    """``model`` fitted on ``data`` (from ``warm``) as auto's own model: auto's fit has said which
+    classes are never predicted, so the model's own saying it again is silenced."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
             message=".*never predicted in the fitting data",
             category=DegenerateClassWarning,
         )
-        return model.fit(data, keep=keep)
+        return model.fit(data, keep=keep, warm=warm)
 
 
 @register
@@ -330,6 +330,7 @@ class Auto(Wrapper):
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
+        warm = refit_start(run, best if self.blend_ is None else None)
         del run  # the folds, every candidate's out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
@@ -338,7 +339,7 @@ class Auto(Wrapper):
             if self.blend_ is None
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
-        self.model_ = _fit_unrepeated(model, data, self._part_keep())  # auto holds the evidence
+        self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

@@ -51,7 +51,15 @@ from ..errors import DataError, TopcalError
 from .foldmemo import sharing
 from .registry import calibrator, get_class
 
-__all__ = ["CrossFit", "cross_fit", "scratch_fit", "scratch_options", "recording", "recorded"]
+__all__ = [
+    "CrossFit",
+    "cross_fit",
+    "refit_start",
+    "scratch_fit",
+    "scratch_options",
+    "recording",
+    "recorded",
+]
 
 
 class _Recording(threading.local):
@@ -116,18 +124,33 @@ class CrossFit:
     errors : dict
         ``{method: (fold index, "ErrorType: message")}`` for those that failed
         (the first failure; the method is not fitted in later folds).
+    warm : dict
+        ``{method: its all-data fit}`` that warm-started the folds (:func:`refit_start`).
     """
 
     folds: list
     target: TopLabelData
     confidence: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
+    warm: dict = field(default_factory=dict)
 
     def losses(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``target``, the held-out NLL of ``name`` if the prediction is right and if it
         is wrong."""
         c = self.confidence[name]
         return binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c)
+
+
+def refit_start(run: "CrossFit | None", name: str | None):
+    """The all-data fit of ``name`` in ``run`` where its method may start a refit on the same or
+    more rows there (``_warm_refit``: the vector maps, issue 36; auto's final fit), else None
+    (also for ``name`` None: a blend); ``run``'s all-data fits are dropped."""
+    if run is None:
+        return None
+    ok = name is not None and getattr(get_class(name), "_warm_refit", False)
+    warm = run.warm.get(name) if ok else None
+    run.warm.clear()
+    return warm
 
 
 def cross_fit(
@@ -220,6 +243,6 @@ def cross_fit(
         if n not in errors:
             confidence[n] = np.concatenate(p)
         del p
-    out = CrossFit(folds, TopLabelData.concat(folds), confidence, errors)
+    out = CrossFit(folds, TopLabelData.concat(folds), confidence, errors, warm)
     recorded(out)
     return out

@@ -472,12 +472,35 @@ def test_auto_refits_its_vector_choice_from_the_cross_validations_all_data_fit(d
 
     run = cross_fit(data, ["sts", "sms"], 3)
     assert set(run.warm) == {"sts", "sms"}
-    assert refit_start(run, "sts") is None and run.warm == {}
+    assert refit_start("sts", run) is None and run.warm == {}
     run = cross_fit(data, ["sts", "sms"], 3)
-    assert isinstance(refit_start(run, "sms"), topcal.calibrator("sms").__class__)
-    assert refit_start(run, None) is None and refit_start(None, "sms") is None
+    assert isinstance(refit_start("sms", None, run), topcal.calibrator("sms").__class__)
+    assert refit_start(None, run) is None and refit_start("sms", None) is None
     m = _fit("auto", data, candidates=["uncalibrated", "sms"], screen=None)
     assert m.method_ == "sms"
     ref = _fit("sms", data)
     assert m.model_.loss_ == pytest.approx(ref.loss_, rel=1e-9)
     assert m.model_.n_iter_ < ref.n_iter_
+
+
+def test_auto_decided_at_the_first_look_refits_from_its_fit(monkeypatch):
+    """Where the first look decides (the K folds skipped), auto's final fit of its vs/sms choice
+    starts from the first look's fit of it (fitted on the first fold's rows): the cold fit's
+    optimum (penalised NLL within 1e-9 relative)."""
+    from topcal.calibrators.vector import calibrator as vc
+
+    p, y = _sim(n=3000, k=4)
+    d = TopLabelData.from_probs(p, y)
+    starts = []
+    real = vc._VectorBase._fit_single
+
+    def spy(self, data):
+        starts.append((data.n_rows, None if self._warm is None else self._warm.beta_))
+        return real(self, data)
+
+    monkeypatch.setattr(vc._VectorBase, "_fit_single", spy)
+    m = _fit("auto", d, candidates=["uncalibrated", "sts", "sms"], screen=300)
+    assert (m.method_, m.stages_["decided"]) == ("sms", 1)
+    (look_rows, _), (final_rows, start) = starts[0], starts[-1]
+    assert look_rows == 300 and final_rows == 3000 and start is not None
+    assert m.model_.loss_ == pytest.approx(_fit("sms", d).loss_, rel=1e-9)

@@ -320,7 +320,6 @@ class Auto(Wrapper):
         best, self.best_ = choose(cv, float(self.tolerance))
         self.method_ = best
         self.cv_ = {n: cv[n] for n in names}
-        del choice, look
         self.blend_ = (
             None if self.blend is None or run is None else plan_blend(run, cv, best, self.blend)
         )
@@ -330,8 +329,8 @@ class Auto(Wrapper):
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
-        warm = refit_start(run, best if self.blend_ is None else None)
-        del run  # the folds, every candidate's out-of-fold confidences: not held in the final fit
+        warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
+        del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
         model = (

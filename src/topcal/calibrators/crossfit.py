@@ -125,7 +125,8 @@ class CrossFit:
         ``{method: (fold index, "ErrorType: message")}`` for those that failed
         (the first failure; the method is not fitted in later folds).
     warm : dict
-        ``{method: its all-data fit}`` that warm-started the folds (:func:`refit_start`).
+        ``{method: its all-data fit}`` that warm-started the folds (auto's first look: its fits
+        of the ``_warm_refit`` methods; :func:`refit_start`).
     """
 
     folds: list
@@ -141,15 +142,16 @@ class CrossFit:
         return binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c)
 
 
-def refit_start(run: "CrossFit | None", name: str | None):
-    """The all-data fit of ``name`` in ``run`` where its method may start a refit on the same or
-    more rows there (``_warm_refit``: the vector maps, issue 36; auto's final fit), else None
-    (also for ``name`` None: a blend); ``run``'s all-data fits are dropped."""
-    if run is None:
-        return None
-    ok = name is not None and getattr(get_class(name), "_warm_refit", False)
-    warm = run.warm.get(name) if ok else None
-    run.warm.clear()
+def refit_start(name: str | None, *runs):
+    """The fit of ``name`` in the first of ``runs`` that is not None (auto: the K folds' all-data
+    fits, else the first look's) where its method may start a refit on the same or more rows
+    there (``_warm_refit``: the vector maps, issue 36; auto's final fit), else None (also for
+    ``name`` None: a blend). Every run's fits are dropped."""
+    runs = [r for r in runs if r is not None]
+    ok = runs and name is not None and getattr(get_class(name), "_warm_refit", False)
+    warm = runs[0].warm.get(name) if ok else None
+    for r in runs:
+        r.warm.clear()
     return warm
 
 

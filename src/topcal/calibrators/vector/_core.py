@@ -370,25 +370,23 @@ def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian=N
     n_iter, converged); n_iter counts both stages' iterations.
 
     A warm start (``x0`` a nearby problem's optimum, ``hessian`` that problem's Hessian of this
-    objective, e.g. :meth:`VectorObjective.hessian` there, its penalty made this one's) goes to
-    all rows at once with that Hessian: from there a few passes reach the optimum, and the Hessian
-    is computed afresh only where the kept one stops converging fast (:func:`_solve`)."""
+    objective, e.g. :meth:`VectorObjective.hessian` there, its penalty made this one's) takes that
+    Hessian for its first steps (and the subsample's last one for the finish on all rows): from
+    there a few passes reach the optimum, and a Hessian is computed afresh only where the kept one
+    stops converging fast (:func:`_solve`). It stops at :data:`WARM_TOL` x ``tol``: with a kept
+    Hessian the last steps converge linearly, so a stop at ``tol`` leaves the parameters further
+    from the optimum than a cold solve's quadratic last step does; one more pass closes that."""
     n = obj.x.shape[0]
-    if hessian is not None:
-        # to WARM_TOL x tol: with a kept Hessian the last steps converge linearly, so a stop at
-        # tol leaves the parameters further from the optimum than a cold solve's quadratic last
-        # step does (auto's table moved by 1.4e-6 relative); one more gradient pass closes that
-        return _solve(
-            obj, x0, max_iter, tol * WARM_TOL, hessian_rows=SUBSAMPLE_ROWS, hessian=hessian
-        )
+    last = tol if hessian is None else tol * WARM_TOL
     if n < 4 * SUBSAMPLE_ROWS:
-        return _solve(obj, x0, max_iter, tol)
+        return _solve(obj, x0, max_iter, last, hessian=hessian)
     stride = n // SUBSAMPLE_ROWS
     sub = obj.rows(stride)
     if not sub.n > 0:
-        return _solve(obj, x0, max_iter, tol)
-    x1, _, it1, _ = _solve(sub, x0, max_iter, tol)
-    theta, f, it2, ok = _solve(obj, x1, max_iter, tol, hessian_rows=SUBSAMPLE_ROWS)
+        return _solve(obj, x0, max_iter, last, hessian=hessian)
+    x1, _, it1, _ = _solve(sub, x0, max_iter, tol, hessian=hessian)
+    h1 = None if hessian is None else sub.last_hessian
+    theta, f, it2, ok = _solve(obj, x1, max_iter, last, hessian_rows=SUBSAMPLE_ROWS, hessian=h1)
     return theta, f, it1 + it2, ok
 
 

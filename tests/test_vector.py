@@ -487,18 +487,18 @@ def test_auto_decided_at_the_first_look_refits_from_its_fit(monkeypatch):
     """Where the first look decides (the K folds skipped), auto's final fit of its vs/sms choice
     starts from the first look's fit of it (fitted on the first fold's rows): the cold fit's
     optimum (penalised NLL within 1e-9 relative)."""
-    from topcal.calibrators.vector import calibrator as vc
+    from topcal.calibrators.vector import StructuredMatrixScaling as Sms
 
     p, y = _sim(n=3000, k=4)
     d = TopLabelData.from_probs(p, y)
     starts = []
-    real = vc._VectorBase._fit_single
+    real = Sms._fit_single
 
     def spy(self, data):
         starts.append((data.n_rows, None if self._warm is None else self._warm.beta_))
         return real(self, data)
 
-    monkeypatch.setattr(vc._VectorBase, "_fit_single", spy)
+    monkeypatch.setattr(Sms, "_fit_single", spy)
     m = _fit("auto", d, candidates=["uncalibrated", "sts", "sms"], screen=300)
     assert (m.method_, m.stages_["decided"]) == ("sms", 1)
     (look_rows, _), (final_rows, start) = starts[0], starts[-1]

@@ -148,7 +148,7 @@ def refit_start(name: str | None, *runs):
     there (``_warm_refit``: the vector maps, issue 36; auto's final fit), else None (also for
     ``name`` None: a blend). Every run's fits are dropped."""
     runs = [r for r in runs if r is not None]
-    ok = runs and name is not None and getattr(get_class(name), "_warm_refit", False)
+    ok = runs and name is not None and get_class(name)._warm_refit
     warm = runs[0].warm.get(name) if ok else None
     for r in runs:
         r.warm.clear()

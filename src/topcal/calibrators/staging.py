@@ -114,7 +114,7 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     run.confidence[name] = model.predict(test)
-                if getattr(model, "_warm_refit", False):
+                if model._warm_refit:
                     run.warm[name] = model
             except TopcalError as exc:
                 run.errors[name] = (0, f"{type(exc).__name__}: {exc}")

@@ -247,6 +247,7 @@ class VectorObjective:
         self.n = float(self.w.sum())
         self.r = layout.penalty_weights(reg, self.n)
         self.n_eval = 0
+        self.last_hessian = None  # the solver's last (see _solve)
 
     def rows(self, stride: int) -> "VectorObjective":
         """The same objective on every ``stride``-th row (views, no copy), keeping this one's
@@ -261,6 +262,7 @@ class VectorObjective:
         sub.n = float(sub.w.sum())
         sub.r = self.r
         sub.n_eval = 0
+        sub.last_hessian = None
         return sub
 
     def value_grad(self, theta):

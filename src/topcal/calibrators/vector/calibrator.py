@@ -136,7 +136,7 @@ class _VectorBase(Calibrator):
             lambda: solve(obj, start, int(self.max_iter), hessian=hess),
         )
         self._nll_hessian = None
-        if self._scratch and getattr(obj, "last_hessian", None) is not None:
+        if self._scratch and obj.last_hessian is not None:
             self._nll_hessian = obj.last_hessian - np.diag(2.0 * obj.r)
         if not ok:
             warnings.warn(

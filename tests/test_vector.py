@@ -504,3 +504,27 @@ def test_auto_decided_at_the_first_look_refits_from_its_fit(monkeypatch):
     (look_rows, _), (final_rows, start) = starts[0], starts[-1]
     assert look_rows == 300 and final_rows == 3000 and start is not None
     assert m.model_.loss_ == pytest.approx(_fit("sms", d).loss_, rel=1e-9)
+
+
+def test_auto_starts_the_k_folds_all_data_fit_from_the_first_looks(monkeypatch):
+    """Where vs/sms reach the K folds, the all-data fit that starts the folds starts itself from
+    the first look's fit (on its first fold's rows), the folds from it, the final fit from it too;
+    the choice's model is the cold fit's optimum (penalised NLL within 1e-9 relative)."""
+    from topcal.calibrators.vector import StructuredMatrixScaling as Sms
+
+    p, y = _sim(n=3000, k=3)
+    d = TopLabelData.from_probs(p, y)
+    fits = []
+    real = Sms._fit_single
+
+    def spy(self, data):
+        w = self._warm
+        fits.append((data.n_rows, None if w is None else int(w.n_tp_.sum() + w.n_fp_.sum())))
+        return real(self, data)
+
+    monkeypatch.setattr(Sms, "_fit_single", spy)
+    m = _fit("auto", d, candidates=["uncalibrated", "vs", "sms"], screen=300)
+    assert (m.method_, m.stages_["decided"]) == ("sms", 2)
+    assert fits[0] == (300, None) and fits[1] == (3000, 300)  # first look; all-data from it
+    assert fits[2:7] == [(2400, 3000)] * 5 and fits[7] == (3000, 3000)  # folds; final
+    assert m.model_.loss_ == pytest.approx(_fit("sms", d).loss_, rel=1e-9)

@@ -288,12 +288,8 @@ class Auto(Wrapper):
                 DegenerateClassWarning,
                 stacklevel=3,
             )
-            self.method_, self.best_, self.cv_, self.blend_ = (
-                "uncalibrated",
-                "uncalibrated",
-                {},
-                None,
-            )
+            self.method_ = self.best_ = "uncalibrated"
+            self.cv_, self.blend_ = {}, None
             self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
             self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
             return
@@ -314,7 +310,12 @@ class Auto(Wrapper):
             cv, self.cv_samples_ = {n: look[0][n] for n in names}, look[2]
         else:
             run = cross_fit(
-                choice, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation"
+                choice,
+                names,
+                n_folds,
+                seed=int(self.seed or 0),
+                desc="auto: cross-validation",
+                begin=look and look[3].warm,  # the all-data vs/sms from the first look's
             )
             cv, self.cv_samples_ = tabulate_cv(run, names), float(choice.n_samples)
         best, self.best_ = choose(cv, float(self.tolerance))

@@ -165,6 +165,7 @@ def cross_fit(
     fit: Callable | None = None,
     on_model: Callable | None = None,
     desc: str = "cross-fitting",
+    begin: dict | None = None,
 ) -> CrossFit:
     """Fit every method of ``names`` on each fold's training part and predict the fold.
 
@@ -188,6 +189,9 @@ def cross_fit(
         what a fold's ``auto`` chose.
     desc : str
         The progress bar's label (shown on a terminal only).
+    begin : dict, optional
+        ``{method: fitted model}`` the all-data fits that warm-start the folds start from in
+        turn (auto: its first look's ``vs``/``sms``, fitted on fewer rows of the same data).
 
     A method whose fit or prediction raises a :class:`~topcal.errors.TopcalError`
     is recorded in ``errors`` and skipped in the later folds; the others go on.
@@ -210,7 +214,9 @@ def cross_fit(
             bar.update()
             # a failure here is not the method's: the folds' cold fits then say whether it fails
             try:
-                warm[name] = scratch_fit(name, data, params=(params or {}).get(name))
+                warm[name] = scratch_fit(
+                    name, data, warm=(begin or {}).get(name), params=(params or {}).get(name)
+                )
             except TopcalError:
                 pass
         for f in range(n_folds):

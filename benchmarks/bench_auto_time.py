@@ -13,7 +13,8 @@ Run: ``.venv/bin/python benchmarks/bench_auto_time.py [--data imagenet-densenet1
 (``CalibratedClassifierCV(FrozenEstimator, method="temperature")``, as ``bench_scaling.py``) and
 per-class isotonic regression, interleaved in one process, minimum of ``--repeat``; with
 ``--floor`` also, per cell, one all-data fit of each of auto's candidates (no cross-validation):
-their sum and the cheapest one ÷ scikit-learn's temperature calibration, the floor of any rule
+their sum and the cheapest one ÷ scikit-learn's temperature calibration (and auto's first look
+alone, plus one fit of each contender: :func:`look_floor`), the floor of any rule
 that fits every candidate once (auto fits each ``folds + 1`` times); with
 ``--old DIR`` also an older topcal exported as the package ``topcal_old`` in DIR (``git archive
 <commit> src/topcal | tar -x -C DIR; mv DIR/src/topcal DIR/topcal_old``), its auto on the same data;
@@ -213,9 +214,36 @@ def cells(args):
                 + " |",
                 flush=True,
             )
+            look_floor(models["auto"], runs["auto"][1], best, ts, args.repeat)
     if args.table:
         print_issue_table(issue, old is not None, args.max_seconds)
     return 0
+
+
+def look_floor(model, data, best: dict, ts: float, repeat: int) -> None:
+    """With ``--floor``: auto's first look alone (its candidates, on the rows auto chose on; the
+    minimum of ``repeat`` rounds, after the interleaved ones) and, added to it, one all-data fit of
+    each candidate that reached auto's K folds (or its decided pair): the floor of any rule with
+    this first look (issue 36)."""
+    from topcal.calibrators.auto import CV_ROWS
+    from topcal.calibrators.staging import SCREEN_ROWS, first_look
+    from topcal.data import stratified_subsample
+
+    if not model.stages_:
+        return
+    if data.n_rows > CV_ROWS:
+        data = stratified_subsample(data, CV_ROWS, seed=0)
+    look = 1e99
+    for _ in range(repeat):
+        t = time.perf_counter()
+        first_look(data, list(model.stages_["table"]), rows=SCREEN_ROWS)
+        look = min(look, time.perf_counter() - t)
+    fits = sum(best.get("fit " + c, 0.0) for c in model.cv_)
+    print(
+        f"|   first look alone {look:.2f} s = {look / ts:.1f} × sklearn-ts; with one all-data fit "
+        f"of each contender ({', '.join(model.cv_)}: {fits:.2f} s) {(look + fits) / ts:.1f} × |",
+        flush=True,
+    )
 
 
 def print_issue_table(issue: dict, with_old: bool, limit: float) -> None:

@@ -160,7 +160,7 @@ def test_update_of_a_full_vector_choice_decided_at_the_first_look_refits_its_bes
 
 def test_with_few_rows_a_class_the_first_look_fits_on_one_fold_of_the_k_folds():
     data = many_small_classes(2, 50, 1500)  # 20 rows a class would be 1,000 rows: over half
-    table, fitted, scored = staging.first_look(
+    table, fitted, scored, _ = staging.first_look(
         data, ["uncalibrated", "pooled-platt"], rows=300, seed=1, folds=5
     )
     fold = kfold_split(data, 5, seed=1)[0]  # the K folds' own first fold, scored

@@ -120,12 +120,16 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     ordinary fits on the same rows (only the sums of the table may differ in their last bits); 1e-6
     for the
     warm-started ones (sts, hier-*: the optimiser stops at 1e-10 relative on the loss
-    from another start)."""
+    from another start); 1e-5 where a vector map (vs, sms, warm-started since issue 36) is the
+    candidate or the lead: this helper's cold fits of sms stop ~1.5e-6 (parameters) from the
+    optimum, the warm ones ~1.5e-7 (fold 0 of "vectors", against a solve to 1e-20), so the paired
+    differences' standard errors differ by up to 1.4e-6 relative."""
     from topcal.calibrators.auto import choose, paired_se
     from topcal.metrics import nll
     from topcal._numeric import binary_nll
 
     data = SETS[which]()
+
     def runs(n):  # auto's own filter: full vectors, and the class counts a candidate declares
         cls = topcal.calibrators.get_class(n)
         lo, hi = vars(cls).get("auto_min_classes", 0), vars(cls).get("auto_max_classes", np.inf)
@@ -143,10 +147,12 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
         cv[n]["diff_se"] = paired_se(target.tp, target.fp, *loss[n], *loss[lead])[1]
     assert set(model.cv_) == set(cv)
     for n in cv:
+        classes = [topcal.calibrators.get_class(n), topcal.calibrators.get_class(lead)]
         rtol = (
-            1e-6
-            if topcal.calibrators.get_class(n)._warm_starts
-            or topcal.calibrators.get_class(lead)._warm_starts
+            1e-5
+            if any(getattr(c, "_warm_refit", False) for c in classes)
+            else 1e-6
+            if any(c._warm_starts for c in classes)
             else 1e-9
         )
         for key in ("nll", "se", "diff_se"):

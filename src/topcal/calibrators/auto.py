@@ -99,7 +99,7 @@ from .auto_select import (
 )
 from .base import Calibrator, to_jsonable
 from .blend import Blend
-from .crossfit import cross_fit
+from .crossfit import cross_fit, refit_start
 from . import staging
 from .registry import (
     BASELINE,
@@ -127,16 +127,16 @@ __all__ = [
 ]
 
 
-def _fit_unrepeated(model, data, keep: str):
-    """``model`` fitted on ``data`` as auto's own model: auto's fit has said which classes are never
-    predicted, so the model's own saying it again is silenced (its other warnings pass)."""
+def _fit_unrepeated(model, data, keep: str, warm=None):
+    """``model`` fitted on ``data`` (from ``warm``) as auto's own model: auto's fit has said which
+    classes are never predicted, so the model's own saying it again is silenced."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
             message=".*never predicted in the fitting data",
             category=DegenerateClassWarning,
         )
-        return model.fit(data, keep=keep)
+        return model.fit(data, keep=keep, warm=warm)
 
 
 @register
@@ -288,12 +288,8 @@ class Auto(Wrapper):
                 DegenerateClassWarning,
                 stacklevel=3,
             )
-            self.method_, self.best_, self.cv_, self.blend_ = (
-                "uncalibrated",
-                "uncalibrated",
-                {},
-                None,
-            )
+            self.method_ = self.best_ = "uncalibrated"
+            self.cv_, self.blend_ = {}, None
             self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
             self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
             return
@@ -314,13 +310,17 @@ class Auto(Wrapper):
             cv, self.cv_samples_ = {n: look[0][n] for n in names}, look[2]
         else:
             run = cross_fit(
-                choice, names, n_folds, seed=int(self.seed or 0), desc="auto: cross-validation"
+                choice,
+                names,
+                n_folds,
+                seed=int(self.seed or 0),
+                desc="auto: cross-validation",
+                begin=look and look[3].warm,  # the all-data vs/sms from the first look's
             )
             cv, self.cv_samples_ = tabulate_cv(run, names), float(choice.n_samples)
         best, self.best_ = choose(cv, float(self.tolerance))
         self.method_ = best
         self.cv_ = {n: cv[n] for n in names}
-        del choice, look
         self.blend_ = (
             None if self.blend is None or run is None else plan_blend(run, cv, best, self.blend)
         )
@@ -330,7 +330,8 @@ class Auto(Wrapper):
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
-        del run  # the folds, every candidate's out-of-fold confidences: not held in the final fit
+        warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
+        del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
         model = (
@@ -338,7 +339,7 @@ class Auto(Wrapper):
             if self.blend_ is None
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
-        self.model_ = _fit_unrepeated(model, data, self._part_keep())  # auto holds the evidence
+        self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

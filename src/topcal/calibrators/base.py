@@ -147,6 +147,9 @@ class Calibrator(EvidenceKeeping):
     #: Whether a cross-validation fold's fit may start from the optimum on all the data
     #: (``fit(..., warm=model)``, given by :mod:`.crossfit`): methods with an iterative optimiser.
     _warm_starts: ClassVar[bool] = False
+    #: Whether auto's final fit may start from its cross-validation's (or first look's) fit of the
+    #: method (:func:`.crossfit.refit_start`): the vector maps, whose optimum is well defined.
+    _warm_refit: ClassVar[bool] = False
     #: What the last ``fit`` was told to keep (:data:`KEEP`); a method's own fit reads it (no
     #: interval statistics for "predictions"). A loaded model is a full one.
     _keep: str = "evidence"

@@ -92,8 +92,10 @@ def _split(data: TopLabelData, rows: int, seed: int, n_folds: int):
 
 
 def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: int = 5):
-    """Stage 1 on ``data`` for the methods ``names``: ``(table, train samples, test samples)``,
-    or None where the first look is skipped (binned data, fewer than 2 x ``rows`` rows).
+    """Stage 1 on ``data`` for the methods ``names``: ``(table, train samples, test samples,
+    run)``, or None where the first look is skipped (binned data, fewer than 2 x ``rows`` rows);
+    ``run.warm`` holds the fits of the methods whose refit may start from them (``_warm_refit``:
+    where the first look decides, auto's final fit does; :func:`~.crossfit.refit_start`).
 
     ``table`` is :func:`~.auto_select.tabulate_cv`'s on the test part; a method that failed has
     its error there. The run (a :class:`~.crossfit.CrossFit` of one fold: the test part) is
@@ -112,6 +114,8 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     run.confidence[name] = model.predict(test)
+                if model._warm_refit:
+                    run.warm[name] = model
             except TopcalError as exc:
                 run.errors[name] = (0, f"{type(exc).__name__}: {exc}")
             model = None
@@ -120,7 +124,7 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
         table = tabulate_cv(run, list(names))
     except TopcalError:  # every candidate failed on the first fold: let stage 2 say
         table = {n: {"nll": None, "diff_se": None, "error": run.errors[n][1]} for n in names}
-    return table, float(train.n_samples), float(test.n_samples)
+    return table, float(train.n_samples), float(test.n_samples), run
 
 
 def contenders(table: dict, margin: float = MARGIN) -> list[str]:

@@ -26,6 +26,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
+from ..._numeric import one_blas_thread
 from ..._params import MAX_ITER, Interval, Options
 from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, class_order, preview
 from ...errors import ConvergenceError, DegenerateClassWarning, ParameterError
@@ -434,7 +435,6 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         on a busy machine (issue 26: 10 of 22 s of an auto fit on 2,000 rows of 100 classes).
         """
         from scipy.optimize import minimize
-        from threadpoolctl import threadpool_limits
 
         lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
         x0 = np.clip(np.asarray(x0, dtype=np.float64), lo, hi)
@@ -451,7 +451,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         x = x0
         note = "kept the starting point (T = 1, no award)"
         try:
-            with threadpool_limits(1, user_api="blas"):
+            with one_blas_thread():
                 r = minimize(
                     fun,
                     x0[free],

@@ -51,6 +51,8 @@ HESSIAN_ROWS = 10_000
 #: optimum, and from the subsample's optimum a few full passes reach it (at 10^6 x 10, sms: 5
 #: gradient passes over all rows instead of 12).
 SUBSAMPLE_ROWS = 50_000
+#: A warm-started :func:`solve` stops at this fraction of the cold solve's tolerance.
+WARM_TOL = 1e-2
 #: Entries of a block of rows (rows x K).
 _BLOCK = 1 << 16
 _LOG_FLOOR = float(np.log(LOG_PROB_FLOOR))
@@ -117,6 +119,12 @@ def temperature(x: np.ndarray, labels, w, start: float | None = None, max_iter: 
     for _ in range(max_iter):
         step = -g / h if h > 0 else -np.sign(g)
         step = float(np.clip(step, -2.0, 2.0))
+        if h > 0 and abs(step) <= 1e-6:
+            # converged (the next step would be ~1e-12): take the step unchecked, since at the
+            # optimum the line search's test compares losses equal to their rounding, fails, and
+            # backtracked 23 halvings (23 wasted passes of a 29-pass fit)
+            t = float(np.clip(t + step, lo, hi))
+            break
         s = 1.0
         while s > 1e-8:
             tn = float(np.clip(t + s * step, lo, hi))
@@ -184,6 +192,23 @@ class Layout:
             parts.append(gm[self._offmask])
         return np.concatenate(parts)
 
+    def jacobian_product(self, hm: np.ndarray) -> np.ndarray:
+        """R^T hm R (R: :meth:`jacobian`) by selection instead of two products: theta's
+        off-diagonal entries are entries of vec(M | b), and a and v_j both move M_jj alone."""
+        k = self.k
+        diag = np.arange(k) * (k + 2)  # M_jj in vec(M | b)
+        idx = np.concatenate([diag, np.arange(k) * (k + 1) + k])  # v's rows, then b's
+        if self.off:
+            idx = np.concatenate(
+                [idx, [j * (k + 1) + i for j in range(k) for i in range(k) if i != j]]
+            )
+        sub = hm[np.ix_(idx, idx)]
+        out = np.empty((self.size, self.size))
+        out[1:, 1:] = sub
+        out[0, 1:] = out[1:, 0] = sub[:k].sum(axis=0)
+        out[0, 0] = sub[:k, :k].sum()
+        return out
+
     def jacobian(self) -> np.ndarray:
         """R, (K (K + 1), size): vec of (M | b) (row j: M_j0 .. M_j,K-1, b_j) from theta."""
         k = self.k
@@ -222,6 +247,7 @@ class VectorObjective:
         self.n = float(self.w.sum())
         self.r = layout.penalty_weights(reg, self.n)
         self.n_eval = 0
+        self.last_hessian = None  # the solver's last (see _solve)
 
     def rows(self, stride: int) -> "VectorObjective":
         """The same objective on every ``stride``-th row (views, no copy), keeping this one's
@@ -236,6 +262,7 @@ class VectorObjective:
         sub.n = float(sub.w.sum())
         sub.r = self.r
         sub.n_eval = 0
+        sub.last_hessian = None
         return sub
 
     def value_grad(self, theta):
@@ -275,22 +302,7 @@ class VectorObjective:
         x, w = self.x[::stride], self.w[::stride]
         scale = (self.n / float(w.sum())) if w.sum() > 0 else 1.0
         if lay.off:
-            hm = np.zeros((k * (k + 1), k * (k + 1)))
-            diag = np.zeros((k, k + 1, k + 1))
-            for a, b in _blocks(x.shape[0], k * k):
-                xb, wb = x[a:b], w[a:b]
-                p, _ = _softmax_rows(lay.scores(xb, theta))
-                xt = np.concatenate([xb, np.ones((b - a, 1))], axis=1)
-                outer = (xt[:, :, None] * xt[:, None, :]).reshape(b - a, -1)
-                diag += ((p * wb[:, None]).T @ outer).reshape(k, k + 1, k + 1)
-                z = (p[:, :, None] * xt[:, None, :]).reshape(b - a, -1)
-                zw = z * np.sqrt(wb)[:, None]
-                hm -= zw.T @ zw
-            for j in range(k):
-                s = j * (k + 1)
-                hm[s : s + k + 1, s : s + k + 1] += diag[j]
-            jac = lay.jacobian()
-            h = jac.T @ hm @ jac
+            h = lay.jacobian_product(_kron_hessian(lay, theta, x, w))
         else:
             hvv, hvb, hbb = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
             dvv, dvb, dbb = np.zeros(k), np.zeros(k), np.zeros(k)
@@ -319,32 +331,81 @@ class VectorObjective:
         return h + pen if summed else h / self.n + pen / self.n
 
 
-def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10):
+def _kron_hessian(lay: Layout, theta, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The summed NLL's Hessian in vec(M | b) (K (K + 1) square; see :meth:`Layout.jacobian`):
+    block (j, l) = sum_i w_i (delta_jl p_ij - p_ij p_il) xt_i xt_i^T, xt = (x, 1). Each block is
+    symmetric and block (l, j) equals block (j, l), so one product of the K (K + 1) / 2 class pairs'
+    weights by the (K + 1) (K + 2) / 2 distinct entries of xt xt^T gives all of it: a third of the
+    multiply-adds of the full (n, K (K + 1)) Gram matrix."""
+    k = lay.k
+    pj, pl = np.triu_indices(k)
+    ta, tb = np.triu_indices(k + 1)
+    same = pj == pl
+    s = np.zeros((pj.size, ta.size))
+    # transposed (classes x rows): selecting rows of a C array copies blocks, columns do not. The
+    # blocks are small (each temporary a quarter of _blocks' entries, 128 KiB): larger fresh
+    # arrays come from the system each time (glibc trims the heap as they are freed), and the page
+    # faults of filling them made this 2 x slower than the products (measured on the 2-core box)
+    for a, b in _blocks(x.shape[0], 2 * (k + 1) * (k + 2)):
+        p, _ = _softmax_rows(lay.scores(x[a:b], theta))
+        p = np.ascontiguousarray(p.T)
+        pt = p * w[a:b]
+        xt = np.empty((k + 1, b - a))
+        xt[:k] = x[a:b].T
+        xt[k] = 1.0
+        c = pt[pj] * -p[pl]  # w p_j (delta_jl - p_l)
+        c[same] += pt
+        s += c @ (xt[ta] * xt[tb]).T
+    hm = np.zeros((k, k + 1, k, k + 1))
+    jj, ll, aa, bb = pj[:, None], pl[:, None], ta[None, :], tb[None, :]
+    hm[jj, aa, ll, bb] = s
+    hm[jj, bb, ll, aa] = s
+    hm[ll, aa, jj, bb] = s
+    hm[ll, bb, jj, aa] = s
+    return hm.reshape(k * (k + 1), k * (k + 1))
+
+
+def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian=None):
     """Minimise ``obj`` from ``x0`` (see :func:`_solve`); from 4 x :data:`SUBSAMPLE_ROWS` rows up,
     first on :data:`SUBSAMPLE_ROWS` evenly spaced rows, then on all rows from that optimum (the
     Newton steps there with a Hessian on :data:`SUBSAMPLE_ROWS` rows). Returns (theta, value,
-    n_iter, converged); n_iter counts both stages' iterations."""
+    n_iter, converged); n_iter counts both stages' iterations.
+
+    A warm start (``x0`` a nearby problem's optimum, ``hessian`` that problem's Hessian of this
+    objective, e.g. :meth:`VectorObjective.hessian` there, its penalty made this one's) takes that
+    Hessian for its first steps (and the subsample's last one for the finish on all rows): from
+    there a few passes reach the optimum, and a Hessian is computed afresh only where the kept one
+    stops converging fast (:func:`_solve`). It stops at :data:`WARM_TOL` x ``tol``: with a kept
+    Hessian the last steps converge linearly, so a stop at ``tol`` leaves the parameters further
+    from the optimum than a cold solve's quadratic last step does; one more pass closes that."""
     n = obj.x.shape[0]
+    last = tol if hessian is None else tol * WARM_TOL
     if n < 4 * SUBSAMPLE_ROWS:
-        return _solve(obj, x0, max_iter, tol)
+        return _solve(obj, x0, max_iter, last, hessian=hessian)
     stride = n // SUBSAMPLE_ROWS
     sub = obj.rows(stride)
     if not sub.n > 0:
-        return _solve(obj, x0, max_iter, tol)
-    x1, _, it1, _ = _solve(sub, x0, max_iter, tol)
-    theta, f, it2, ok = _solve(obj, x1, max_iter, tol, hessian_rows=SUBSAMPLE_ROWS)
+        return _solve(obj, x0, max_iter, last, hessian=hessian)
+    x1, _, it1, _ = _solve(sub, x0, max_iter, tol, hessian=hessian)
+    h1 = None if hessian is None else sub.last_hessian
+    theta, f, it2, ok = _solve(obj, x1, max_iter, last, hessian_rows=SUBSAMPLE_ROWS, hessian=h1)
     return theta, f, it1 + it2, ok
 
 
-def _solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian_rows=None):
+def _solve(
+    obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian_rows=None, hessian=None
+):
     """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo backtracking where
     the parameters are few (:data:`NEWTON_MAX_PARAMS`), else L-BFGS-B. Returns (theta, value,
-    n_iter, converged).
+    n_iter, converged); ``obj.last_hessian`` is then the last Hessian the steps used (None for
+    L-BFGS-B).
 
     The Hessian is kept from one iteration to the next while full steps are accepted and each
     shrinks the Newton decrement at least a hundredfold (near the optimum it barely changes; a
-    fresh one costs about a gradient's pass for ``sms``); otherwise it is computed again."""
+    fresh one costs about a gradient's pass for ``sms``); otherwise it is computed again. The
+    first steps use ``hessian`` where given (a warm start's), under the same test."""
     x = np.array(x0, dtype=np.float64)
+    obj.last_hessian = None
     if obj.layout.size > NEWTON_MAX_PARAMS:
         from scipy.optimize import minimize  # here: import topcal stays without scipy.optimize
 
@@ -359,11 +420,12 @@ def _solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian_
     stride = max(1, -(-obj.x.shape[0] // (hessian_rows or HESSIAN_ROWS)))
     f, g = obj.value_grad(x)
     stalls = 0
-    h, last = None, None
+    h, last = (None if hessian is None else np.array(hessian, dtype=np.float64)), None
     for it in range(1, int(max_iter) + 1):
         if h is None:
             h = obj.hessian(x, stride)
             h[np.diag_indices_from(h)] += 1e-12 * max(1.0, float(np.abs(np.diag(h)).max()))
+        obj.last_hessian = h
         try:
             step = -np.linalg.solve(h, g)
         except np.linalg.LinAlgError:

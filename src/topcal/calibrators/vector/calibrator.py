@@ -12,9 +12,8 @@ import warnings
 from typing import ClassVar
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
-from ..._numeric import binary_nll
+from ..._numeric import binary_nll, one_blas_thread
 from ..._params import MAX_ITER, Interval
 from ...data import TopLabelData
 from ...errors import DegenerateClassWarning, ParameterError
@@ -86,9 +85,15 @@ class _VectorBase(Calibrator):
     _off: ClassVar[bool] = False
     #: the parameters' covariance (None until fitted, or where the delta method is not run)
     param_cov_ = None
-    # folds start cold: the first stage already puts the map's start (temperature scaling) near its
-    # optimum, and an all-data fit per method for a warm start cost more than it saved (issue 35)
-    _warm_starts = False
+    # a fold's fit starts from the all-data fit's parameters, first-stage temperature and Hessian
+    # (issue 36: with the Hessian kept, a fold's solve is a few gradient passes; without it the
+    # all-data fit cost more than the folds saved, issue 35)
+    _warm_starts = True
+    #: auto's final fit may start from the cross-validation's all-data fit (auto.py)
+    _warm_refit: ClassVar[bool] = True
+    #: a scratch fit's Hessian of the mean NLL (penalty excluded) at its optimum, for a warm start
+    #: (not saved)
+    _nll_hessian = None
     _full_alternative = "bts"
     _parameter_constraints = {
         "reg": Interval(0, 1e6),
@@ -104,21 +109,35 @@ class _VectorBase(Calibrator):
         # the products here are small (K x K, rows x K): OpenBLAS's threads cost more than they
         # save, and on a loaded machine their spin-waits made an sms fit 100 x slower (0.015 s vs
         # 1.9 s for one Hessian)
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             self._fit_single(data)
 
     def _fit_single(self, data: TopLabelData) -> None:
         k = data.n_classes
         layout = Layout(k, self._off)
         w = data.tp + data.fp
-        self.beta_, self.mix_, x = self._first_stage(data)
+        warm = self._warm
+        if not (
+            isinstance(warm, type(self))
+            and len(warm.classes_) == k
+            and warm._nll_hessian is not None
+            and warm.reg == self.reg
+        ):
+            warm = None
+        self.beta_, self.mix_, x = self._first_stage(data, None if warm is None else warm.beta_)
         obj = VectorObjective(x, data.labels, w, layout, float(self.reg))
+        start, hess = layout.start(), None
+        if warm is not None:  # a fold: from the all-data optimum, with its Hessian (this penalty)
+            start, hess = warm.theta_, warm._nll_hessian + np.diag(2.0 * obj.r)
         # a fold's sms and sms-beta share the solve (its result is read-only here)
         theta, loss, n_iter, ok = memo(
             data,
             f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}",
-            lambda: solve(obj, layout.start(), int(self.max_iter)),
+            lambda: solve(obj, start, int(self.max_iter), hessian=hess),
         )
+        self._nll_hessian = None
+        if self._scratch and obj.last_hessian is not None:
+            self._nll_hessian = obj.last_hessian - np.diag(2.0 * obj.r)
         if not ok:
             warnings.warn(
                 f"{self.name}: the optimiser stopped after {n_iter} iterations without meeting its "
@@ -144,16 +163,17 @@ class _VectorBase(Calibrator):
             self.param_cov_ = inverse_pd(obj.hessian(theta, stride, summed=True))
 
     @staticmethod
-    def _first_stage(data: TopLabelData):
-        """(beta, mix, x): temperature scaling's inverse temperature on ``data``, the uniform mix
-        and the map's input x (n, K). A cross-validation fold's vs, sms and their corrected forms
-        share it (foldmemo.py; read-only)."""
+    def _first_stage(data: TopLabelData, start: float | None = None):
+        """(beta, mix, x): temperature scaling's inverse temperature on ``data`` (its Newton from
+        ``start``, e.g. the all-data fit's), the uniform mix and the map's input x (n, K). A
+        cross-validation fold's vs, sms and their corrected forms share it (foldmemo.py;
+        read-only)."""
 
         def compute():
             w = data.tp + data.fp
             x = log_scores(data)
             step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
-            beta = temperature(x[::step], data.labels[::step], w[::step])
+            beta = temperature(x[::step], data.labels[::step], w[::step], start=start)
             # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
             # log-probability below about log(1 / (n K)) is not resolved by n rows
             mix = 1.0 / (float(w.sum()) + 1.0)
@@ -165,7 +185,7 @@ class _VectorBase(Calibrator):
         """The fitted map's confidence on the rows it was just fitted on (in a fold: from the
         shared first stage, without computing the features again)."""
         x = self._first_stage(data)[2] if shared(data) else features(data, self.beta_, self.mix_)
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
 
     def _set_theta(self, layout: Layout, theta) -> None:
@@ -180,7 +200,7 @@ class _VectorBase(Calibrator):
 
     # -------------------------------------------------------------- predict
     def _predict(self, data: TopLabelData) -> np.ndarray:
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             x = features(data, self.beta_, self.mix_)
             return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
 
@@ -201,7 +221,7 @@ class _VectorBase(Calibrator):
                 "matrix was not positive definite); refit it, or use sts for intervals"
             )
         layout, x = self._layout(), features(data, self.beta_, self.mix_)
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             m = top_margin(layout, self.theta_, x, data.pred)
             var = margin_variance(layout, self.theta_, cov, x, data.pred)
         lo, hi = intervals.margin_interval(m, np.sqrt(np.maximum(var, 0.0)), level)

@@ -38,8 +38,10 @@ with ``--sizes 5 10``: many classes of a few rows each, the regime of the ImageN
 Usage::
 
     python benchmarks/bench_intervals.py [--seeds 20] [--sizes 20 100 500 5000] [--level 0.9]
-        [--only LABEL ...] [--boot N]
+        [--only LABEL ...] [--boot N] [--scores imagenet]
 
+``--scores imagenet``: scores with logit(s) ~ N(3.3, 3.5) instead of Beta(4, 2) (about ImageNet
+ResNet-101's; many rows far out in logit(s), where a class's slope weighs most).
 ``--boot N`` (the ``hier-*`` rows): also a per-class bootstrap of the same method, N refits on
 resamples drawn within each class, percentile interval, checked against the same truths (the
 real-data benchmark's peer, ``bench_intervals_real.py``).
@@ -74,8 +76,17 @@ AWARDS = [(0.7, 0.8), (1.0, -0.5), (1.5, 0.3), (2.0, -1.0)]
 MANY_CLASSES = 200
 
 
+#: the score distribution (``--scores``): Beta(4, 2), or ``imagenet``: logit(s) ~ N(3.3, 3.5), about
+#: the quintiles of ImageNet ResNet-101's top scores (logits 0.4, 2.1, 4.1, 6.8)
+SCORES = {
+    "beta": lambda rng, n: np.clip(rng.beta(4.0, 2.0, n), 1e-4, 1 - 1e-4),
+    "imagenet": lambda rng, n: np.clip(expit(rng.normal(3.3, 3.5, n)), 1e-12, 1 - 1e-12),
+}
+_scores = ["beta"]
+
+
 def draw_scores(rng, n):
-    return np.clip(rng.beta(4.0, 2.0, n), 1e-4, 1 - 1e-4)
+    return SCORES[_scores[0]](rng, n)
 
 
 def cumulative_truth(curve, s, theta=None):
@@ -269,7 +280,9 @@ def main(argv=None):
         default=0,
         help="also a per-class bootstrap (this many refits) of the hierarchical rows' methods",
     )
+    ap.add_argument("--scores", choices=sorted(SCORES), default="beta", help="see SCORES")
     args = ap.parse_args(argv)
+    _scores[0] = args.scores
     t0 = time.perf_counter()
     print(f"level {args.level}, {args.seeds} seeds, class sizes {args.sizes}")
     print("| method | class size | coverage (se) | mean width |")

@@ -74,25 +74,35 @@ def exact_loo(rows, theta, center, prior, lam: float) -> float:
     return loss
 
 
-def interval_strength(rows, fits: dict, exact, center, prior):
+def interval_strength(rows, fits: dict, exact, center, prior, start: int):
     """Grid index of the interval's strength (module docstring), or None where no class has at
-    most :data:`EXACT_LOO_ROWS_PER_PARAM` rows a parameter (the caller keeps the scan's
+    most :data:`EXACT_LOO_ROWS_PER_PARAM` units of weight a parameter (the caller keeps the scan's
     approximate losses and their slack).
 
-    ``fits``: the strength scan's fits by grid index, completed here (a binned one is refitted on
-    the rows, ``exact`` set; the best's and the chosen one's unfitted neighbours are fitted)."""
+    A descent on the grid from ``start`` (the fit's strength) to the best exact loss, then steps
+    toward weaker strengths while the loss stays within the slack (the loss taken as unimodal in
+    log strength, as the scan takes its own). ``fits``: the scan's fits by grid index, completed
+    here (a binned one refitted on the rows, ``exact`` set; a missing one fitted from its
+    neighbour's)."""
     has = rows.counts > 0
     small = has & (rows.sums(rows.w) <= EXACT_LOO_ROWS_PER_PARAM * rows.p)  # weight, not rows
-    slack = EXACT_SLACK_PER_PARAM * rows.p
     if not small.any():
         return None
+    slack = EXACT_SLACK_PER_PARAM * rows.p
     rs = _subset(rows, small)
     rl = _subset(rows, has & ~small) if (has & ~small).any() else None
+    last = LAMBDA_GRID.size - 1
     loss = {}
 
-    def evaluate(j):
+    def at(j, near):
+        """The loss at grid index j (fitted from ``near``'s fit where not fitted yet)."""
+        if j in loss:
+            return loss[j]
         lam = float(LAMBDA_GRID[j])
-        if not exact[j]:
+        if j not in fits:
+            fits[j] = newton(rows, fits[near], center, prior, lam)[0]
+            exact[j] = True
+        elif not exact[j]:
             fits[j] = newton(rows, fits[j], center, prior, lam)[0]
             exact[j] = True
         out = exact_loo(rs, fits[j], center, prior, lam)
@@ -101,23 +111,14 @@ def interval_strength(rows, fits: dict, exact, center, prior):
             rl.loss(rl.margin(fits[j], rl.M), q)
             out += alo_loss(rl, fits[j], prior, lam, q)
         loss[j] = out
+        return out
 
-    def add(j, near):
-        if 0 <= j < LAMBDA_GRID.size and j not in loss:
-            if j not in fits:
-                fits[j] = newton(rows, fits[near], center, prior, float(LAMBDA_GRID[j]))[0]
-                exact[j] = True
-            evaluate(j)
-
-    for j in sorted(fits):
-        evaluate(j)
-    best = min(loss, key=loss.get)
-    add(best - 1, best)
-    add(best + 1, best)
-    best = min(loss, key=loss.get)
-    ji = min(j for j in loss if loss[j] <= loss[best] + slack)
-    if ji > 0 and ji - 1 not in loss:  # the end between two even grid points
-        add(ji - 1, ji)
-        if loss[ji - 1] <= loss[best] + slack:
-            ji -= 1
+    best = start
+    at(best, best)
+    for step in (-1, 1):  # descend from the fit's strength, one grid step at a time
+        while 0 <= best + step <= last and at(best + step, best) < loss[best]:
+            best += step
+    ji = best
+    while ji > 0 and at(ji - 1, ji) <= loss[best] + slack:
+        ji -= 1
     return ji

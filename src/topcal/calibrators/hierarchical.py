@@ -235,7 +235,7 @@ class _Hierarchical(Calibrator):
             # (classes of a few rows: the exact leave-one-out loss, _hier_strength; not for a
             # cross-validation fold's scratch fit, which keeps no interval)
             small_ok = k > 1 and not self._scratch
-            ji = interval_strength(rows, fits, exact, center, prior) if small_ok else None
+            ji = interval_strength(rows, fits, exact, center, prior, j) if small_ok else None
             if ji is None:  # no small class (or one class): the scan's approximate losses
                 ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
             lam_i = float(LAMBDA_GRID[ji])

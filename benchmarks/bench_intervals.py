@@ -32,11 +32,19 @@ hold a class's own curve through the classes' spread);
 0.5 e2; ``hier-beta`` eight classes expit(a_k ln s - b_k ln(1 - s) + c_k) with a_k = 1.2 exp(0.3
 e1), b_k = 0.8 exp(0.3 e2), c_k = 0.3 + 0.4 e3 (e standard normal, drawn per class and seed: the
 classes are a sample from a population around a common centre, what the hierarchical prior
-assumes).
+assumes). ``hier-platt many`` / ``hier-beta many``: the same populations with 200 classes (run
+with ``--sizes 5 10``: many classes of a few rows each, the regime of the ImageNet bench sets).
 
 Usage::
 
     python benchmarks/bench_intervals.py [--seeds 20] [--sizes 20 100 500 5000] [--level 0.9]
+        [--only LABEL ...] [--boot N] [--scores imagenet]
+
+``--scores imagenet``: scores with logit(s) ~ N(3.3, 3.5) instead of Beta(4, 2) (about ImageNet
+ResNet-101's; many rows far out in logit(s), where a class's slope weighs most).
+``--boot N`` (the ``hier-*`` rows): also a per-class bootstrap of the same method, N refits on
+resamples drawn within each class, percentile interval, checked against the same truths (the
+real-data benchmark's peer, ``bench_intervals_real.py``).
 
 Prints one table: method, class size, mean pointwise coverage (with its standard error over
 seeds), and the mean interval width.
@@ -63,10 +71,22 @@ SHAPES = {
 #: (T, A) per class of the in-model temperature simulations
 TEMPS = [(0.6, 0.0), (1.0, 0.0), (1.6, 0.0), (2.5, 0.0)]
 AWARDS = [(0.7, 0.8), (1.0, -0.5), (1.5, 0.3), (2.0, -1.0)]
+#: classes of the "many" hierarchical simulations (``--only "hier-platt many"``, with ``--sizes 5
+#: 10``: ImageNet's 1,000 classes of ~5 fitting rows)
+MANY_CLASSES = 200
+
+
+#: the score distribution (``--scores``): Beta(4, 2), or ``imagenet``: logit(s) ~ N(3.3, 3.5), about
+#: the quintiles of ImageNet ResNet-101's top scores (logits 0.4, 2.1, 4.1, 6.8)
+SCORES = {
+    "beta": lambda rng, n: np.clip(rng.beta(4.0, 2.0, n), 1e-4, 1 - 1e-4),
+    "imagenet": lambda rng, n: np.clip(expit(rng.normal(3.3, 3.5, n)), 1e-12, 1 - 1e-12),
+}
+_scores = ["beta"]
 
 
 def draw_scores(rng, n):
-    return np.clip(rng.beta(4.0, 2.0, n), 1e-4, 1 - 1e-4)
+    return SCORES[_scores[0]](rng, n)
 
 
 def cumulative_truth(curve, s, theta=None):
@@ -107,11 +127,27 @@ def score_truth(method, curve, s, rng, theta=None):
     return curve(s)
 
 
-def run_score_methods(methods, sizes, seeds, level, curves, label=""):
+def class_bootstrap(name, params, data, tests, boot, level, rng):
+    """Per test set, the percentile interval of ``boot`` refits on resamples of ``data`` drawn
+    with replacement within each class (the real-data benchmark's peer)."""
+    by_class = [np.flatnonzero(data.pred == k) for k in range(data.n_classes)]
+    draws = [np.empty((boot, t.n_rows)) for t in tests]
+    for b in range(boot):
+        idx = np.concatenate([rng.choice(r, r.size) for r in by_class if r.size])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = calibrator(name, **params).fit(data.subset(idx))
+        for d, t in zip(draws, tests):
+            d[b] = model.predict(t)
+    tail = 50.0 * (1.0 - level)
+    return [(np.percentile(d, tail, axis=0), np.percentile(d, 100 - tail, axis=0)) for d in draws]
+
+
+def run_score_methods(methods, sizes, seeds, level, curves, label="", boot=0):
     rows = []
     for name, params in methods:
         for n in sizes:
-            cov, width = [], []
+            cov, width, bcov, bwidth = [], [], [], []
             for seed in range(seeds):
                 rng = np.random.default_rng(1000 * seed + n)
                 if callable(curves):  # truths drawn per seed (hierarchical rows)
@@ -124,21 +160,29 @@ def run_score_methods(methods, sizes, seeds, level, curves, label=""):
                     model = calibrator(name, **params).fit(data)
                 hit = []
                 w = []
+                tests, truths = [], []
                 for k, c in enumerate(curves_now):
                     s = draw_scores(rng, 200)
                     test = TopLabelData.from_scores(
                         np.full(s.size, k), s, None, classes=data.classes, score_range=(0.0, 1.0)
                     )
+                    tests.append(test)
                     lo, hi = model.predict_interval(test, level)
                     st = getattr(model, "class_state_", [None] * len(curves_now))[k]
                     theta = st.get("theta") if isinstance(st, dict) else None
                     truth = score_truth(
                         _label(name, params) if not label else label, c, s, rng, theta
                     )
+                    truths.append(truth)
                     hit.append((lo <= truth) & (truth <= hi))
                     w.append(hi - lo)
                 cov.append(np.mean(np.concatenate(hit)))
                 width.append(np.mean(np.concatenate(w)))
+                if boot:
+                    limits = class_bootstrap(name, params, data, tests, boot, level, rng)
+                    bh = [(lo <= t) & (t <= hi) for (lo, hi), t in zip(limits, truths)]
+                    bcov.append(np.mean(np.concatenate(bh)))
+                    bwidth.append(np.mean(np.concatenate([hi - lo for lo, hi in limits])))
             rows.append(
                 (
                     _label(name, params) + label,
@@ -149,6 +193,12 @@ def run_score_methods(methods, sizes, seeds, level, curves, label=""):
                 )
             )
             print_row(rows[-1], level)
+            if boot:
+                print(
+                    f"|   bootstrap ({boot} refits)    |       | {np.mean(bcov):.3f} "
+                    f"({np.std(bcov) / np.sqrt(seeds):.3f}) | {np.mean(bwidth):.3f} |",
+                    flush=True,
+                )
     return rows
 
 
@@ -224,7 +274,15 @@ def main(argv=None):
     ap.add_argument("--sizes", type=int, nargs="+", default=[20, 100, 500, 5000])
     ap.add_argument("--level", type=float, default=0.9)
     ap.add_argument("--only", nargs="*", default=None, help="method labels to run (default: all)")
+    ap.add_argument(
+        "--boot",
+        type=int,
+        default=0,
+        help="also a per-class bootstrap (this many refits) of the hierarchical rows' methods",
+    )
+    ap.add_argument("--scores", choices=sorted(SCORES), default="beta", help="see SCORES")
     args = ap.parse_args(argv)
+    _scores[0] = args.scores
     t0 = time.perf_counter()
     print(f"level {args.level}, {args.seeds} seeds, class sizes {args.sizes}")
     print("| method | class size | coverage (se) | mean width |")
@@ -267,10 +325,28 @@ def main(argv=None):
             )
     if keep("hier-platt"):
         run_score_methods(
-            [("hier-platt", {})], args.sizes, args.seeds, args.level, platt_population
+            [("hier-platt", {})],
+            args.sizes,
+            args.seeds,
+            args.level,
+            platt_population,
+            boot=args.boot,
         )
     if keep("hier-beta"):
-        run_score_methods([("hier-beta", {})], args.sizes, args.seeds, args.level, beta_population)
+        run_score_methods(
+            [("hier-beta", {})], args.sizes, args.seeds, args.level, beta_population, boot=args.boot
+        )
+    for name, population in (("hier-platt", platt_population), ("hier-beta", beta_population)):
+        if keep(f"{name} many"):  # ImageNet's regime: many classes of a few rows each
+            run_score_methods(
+                [(name, {})],
+                args.sizes,
+                args.seeds,
+                args.level,
+                lambda rng, population=population: population(rng, MANY_CLASSES),
+                label=f" many K={MANY_CLASSES}",
+                boot=args.boot,
+            )
     vec = [
         ("sts", {}, [(1.4, 0.0)] * 4),
         ("csts", {}, TEMPS),

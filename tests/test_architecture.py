@@ -37,6 +37,7 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.temperature._solver",
     "topcal.calibrators._hier_rows",
     "topcal.calibrators._hier_solve",
+    "topcal.calibrators._hier_strength",
 }
 
 

@@ -49,8 +49,10 @@ intervals of C_k at the chosen lam then under-cover): C_k is computed at the
 smallest fitted strength lam_I whose loss is within ``ALO_SLACK_PER_PARAM`` x p
 nats of the best, plus d_k d_k' with d_k the difference between the chosen fit
 and lam_I's (so x' C_k x holds the squared margin difference between the two
-fits). With a fixed ``shrinkage``, lam_I = lam. C_k is stored per class in the
-model file (``cov``; docs/intervals.md).
+fits). Where classes hold a few rows (at most 4 a parameter), the loss behind lam_I is the exact
+leave-one-out loss for those classes, within 1.0 nats a parameter (:mod:`._hier_strength`: the
+approximate one is poor at high leverage). With a fixed ``shrinkage``, lam_I = lam. C_k is stored
+per class in the model file (``cov``; docs/intervals.md).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from .temperature import BINARY_SCORE_FLOOR
 from .base import Calibrator, Curve, finite_array, support_list, to_jsonable
 from .registry import register
 from ._hier_rows import Rows, binned_rows, merge_equal_rows
+from ._hier_strength import interval_strength
 from ._hier_solve import (
     BINNED_TOL,
     LAMBDA_GRID,
@@ -229,7 +232,12 @@ class _Hierarchical(Calibrator):
             # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p
             # of the best (the strength is not known; docs/intervals.md), its fit's distance to the
             # chosen one added
-            ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
+            # (classes of a few rows: the exact leave-one-out loss, _hier_strength; not for a
+            # cross-validation fold's scratch fit, which keeps no interval)
+            small_ok = k > 1 and not self._scratch
+            ji = interval_strength(rows, fits, exact, center, prior, j) if small_ok else None
+            if ji is None:  # no small class (or one class): the scan's approximate losses
+                ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
             lam_i = float(LAMBDA_GRID[ji])
             if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
                 fits[ji] = (

@@ -176,10 +176,10 @@ class _Hierarchical(Calibrator):
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
         ridge = np.eye(p) / max(n, 1.0)
-        begin = start if warm is None else warm.pooled_[None, :]
-        if warm is None and binned is not None:
-            begin = newton(Rows(*binned, 1), start, start, ridge, 1e-6, BINNED_TOL)[0]
-        theta0, q = newton(one, begin, start, ridge, 1e-6)
+        begin, scale = (start, None) if warm is None else (warm.pooled_[None, :], None)
+        if warm is None and binned is not None:  # the binned fit: the start and its losses
+            begin, _, scale = newton(Rows(*binned, 1), start, start, ridge, 1e-6, BINNED_TOL)
+        theta0, q, _ = newton(one, begin, start, ridge, 1e-6, scale=scale)
         theta0 = theta0[0]
         prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
         if k == 1:
@@ -194,6 +194,7 @@ class _Hierarchical(Calibrator):
         vals, vecs = np.linalg.eigh(prior)
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
+        scales = {}  # by strength, the binned fit's losses (newton's scale) where scanned on them
         if k == 1 and self._scratch:
             # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is
             # the pooled fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by
@@ -215,7 +216,9 @@ class _Hierarchical(Calibrator):
                 # one class (pooled-beta's curve) is its own pool: every strength's fit is the
                 # pooled fit (see above), its LOO loss taken there, with the pooled fit's q
                 q_center = q if k == 1 else None
-                fits, losses, exact = binned_search(rows, brows, center, prior, warm_fits, q_center)
+                fits, losses, exact, scales = binned_search(
+                    rows, brows, center, prior, warm_fits, q_center
+                )
             else:
                 fits, losses = grid_search(rows, center, prior, warm_fits)
             if near_j is not None or brows is None:
@@ -233,15 +236,17 @@ class _Hierarchical(Calibrator):
             lam_i = float(LAMBDA_GRID[ji])
             if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
                 fits[ji] = (
-                    center.copy() if k == 1 else newton(rows, fits[ji], center, prior, lam_i)[0]
+                    center.copy()
+                    if k == 1
+                    else newton(rows, fits[ji], center, prior, lam_i, scale=scales.get(ji))[0]
                 )
             interval_fit = (lam_i, fits[ji])
         else:
             lam = float(self.shrinkage)
-            begin = center.copy() if warm is None else warm.theta_
+            begin, scale = center.copy() if warm is None else warm.theta_, None
             if warm is None and brows is not None:
-                begin = newton(brows, begin, center, prior, lam, BINNED_TOL)[0]
-            theta = newton(rows, begin, center, prior, lam)[0]
+                begin, _, scale = newton(brows, begin, center, prior, lam, BINNED_TOL)
+            theta = newton(rows, begin, center, prior, lam, scale=scale)[0]
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = rows.counts > 0

@@ -55,6 +55,7 @@ def test_scheme_2_hashes_the_float64_bits_in_blocks(monkeypatch):
     names = np.array([fingerprint._name_hash(c) for c in NAMES], dtype=np.uint64)
     whole = fingerprint._fold_vectors(d.full, names, 2)
     monkeypatch.setattr(fingerprint, "_BLOCK_CONVERT", 7 * 5)  # blocks of 7 rows
+    np.testing.assert_array_equal(fingerprint._fold_vectors(d.full, names, 2), whole)
     single = d.full.astype(np.float32)
     np.testing.assert_array_equal(
         fingerprint._fold_vectors(single, names, 2),
@@ -94,3 +95,29 @@ def test_two_schemes_do_not_merge():
         Fingerprint.from_dict(dict(Fingerprint.of(a).to_dict(), scheme=3))
     with pytest.raises(ValueError, match="unknown fingerprint scheme"):
         row_hashes(a, 3)
+
+
+def test_scheme_2_tells_rows_apart_that_differ_in_round_counts_only():
+    """Weights 1..300 as TP and FP weights of rows of one class and score: floats that differ in
+    their high bits only; a plain key-weighted sum of their bits would collide (their low 44 bits
+    are zero)."""
+    tp, fp = (v.ravel() * 1.0 for v in np.meshgrid(np.arange(1, 301), np.arange(1, 301)))
+    n = tp.size
+    d = TopLabelData(
+        ("a", "b"), np.zeros(n, dtype=np.int64), np.full(n, 0.7), (0.0, 1.0), tp=tp, fp=fp
+    )
+    assert np.unique(row_hashes(d)).size == n
+
+
+def test_scheme_2_tells_vectors_apart_that_differ_in_round_entries_only():
+    """Rows of 100 classes alike but for where two entries of 0.25 sit: their bits differ in the
+    high bits only; a key-weighted sum of the unswapped bits collides for about 1 in 4,096 pairs of
+    classes."""
+    k = 100
+    pairs = [(i, j) for i in range(1, k) for j in range(i + 1, k)]
+    p = np.zeros((len(pairs), k))
+    p[:, 0] = 0.5
+    for r, (i, j) in enumerate(pairs):
+        p[r, [i, j]] = 0.25
+    d = TopLabelData.from_probs(p, np.zeros(len(pairs), dtype=int))
+    assert np.unique(row_hashes(d)).size == len(pairs)

@@ -54,7 +54,7 @@ def test_scheme_2_hashes_the_float64_bits_in_blocks(monkeypatch):
     d = _data(300, 2)
     names = np.array([fingerprint._name_hash(c) for c in NAMES], dtype=np.uint64)
     whole = fingerprint._fold_vectors(d.full, names, 2)
-    monkeypatch.setattr(fingerprint, "_BLOCK_CONVERT", 7 * 5)  # blocks of 7 rows
+    monkeypatch.setattr(fingerprint, "_BLOCK_VALUES", 7 * 5)  # blocks of 7 rows
     np.testing.assert_array_equal(fingerprint._fold_vectors(d.full, names, 2), whole)
     single = d.full.astype(np.float32)
     np.testing.assert_array_equal(
@@ -111,8 +111,8 @@ def test_scheme_2_tells_rows_apart_that_differ_in_round_counts_only():
 
 def test_scheme_2_tells_vectors_apart_that_differ_in_round_entries_only():
     """Rows of 100 classes alike but for where two entries of 0.25 sit: their bits differ in the
-    high bits only; a key-weighted sum of the unswapped bits collides for about 1 in 4,096 pairs of
-    classes."""
+    high bits only; a key-weighted sum of the plain bits collides for about 1 in 4,096 pairs of
+    classes (1,856 distinct sums of 4,851 rows)."""
     k = 100
     pairs = [(i, j) for i in range(1, k) for j in range(i + 1, k)]
     p = np.zeros((len(pairs), k))

@@ -21,21 +21,20 @@ an update keeps the fingerprint of all the data it was fitted on. About
 Two versioned schemes (``scheme``, stored in the model file from the second on; new fingerprints:
 :data:`SCHEME`). Scheme 1 (files before schemes) mixes the parts in turn, and folds the full vector
 by mixing every entry's bits with its class's name and summing the mixes (about ten passes over the
-n x K entries). Scheme 2 (issue 36) folds the full vector by one integer matrix-vector product: the
-entries' bits, bytes swapped, times one odd 64-bit key per class name, summed mod 2^64 (a product
-carries a bit only upward: the swap puts the sign, exponent and leading mantissa bits, where round
-floats and widened float32 differ, at the bottom); it sums the other parts, each mixed by x ^ (x >>
-32), times its own odd key, y ^ (y >> 29), and mixes the sum once. Side by side, ``Fingerprint.of``
-takes 0.45-0.55 x scheme 1's time on 10^6 x 100 probabilities and 0.65-0.9 x on 10^5-10^6 x 10 (load
-4-5). Both are exact and order-free (wrapping integer sums). The fold is linear in the swapped bits:
-two rows alike in their classes, score and weights collide where their vectors' swapped differences
-have a key-weighted sum of 0 mod 2^64: never where one entry differs, with chance 2^-8 where several
-differ in their last mantissa byte only (a few ulps: the same sample, renormalised), else 2^-24 or
-less (plain keyed sums of unswapped bits collide for vectors of round entries, and of parts for
-round weights: both tested). A fingerprint compares data hashed by its own scheme (an older file's
-against new data hashed the old way: :meth:`Fingerprint.containment`); an update hashes its new rows
-by the model's scheme, and fingerprints of two schemes do not merge (:meth:`Fingerprint.merge`). A
-topcal before schemes finds a scheme-2 file's rows by their coarse keys only.
+n x K entries). Scheme 2 (issue 36) folds the full vector by one integer matrix-vector product: each
+entry's bits x ^ (x >> 29), times one odd 64-bit key per class name, summed mod 2^64 (a product
+carries a bit only upward: the shift brings the sign, exponent and leading mantissa bits, where
+round floats and widened float32 differ, down); it sums the other parts, each mixed by x ^ (x >>
+32), times its own odd key, y ^ (y >> 29), and mixes the sum once. Side by side, the vector's fold
+takes 0.33 x scheme 1's time on 10^6 x 100 probabilities (load 3). Both are exact and order-free
+(wrapping integer sums). The fold is linear in the shifted bits: two rows alike in their classes,
+score and weights collide where their vectors' shifted differences have a key-weighted sum of 0 mod
+2^64: never where one entry differs, with chance 2^-37 or less where several do (plain keyed sums of
+plain bits collide for vectors of round entries, and of parts for round weights: both tested). A
+fingerprint compares data hashed by its own scheme (an older file's against new data hashed the old
+way: :meth:`Fingerprint.containment`); an update hashes its new rows by the model's scheme, and
+fingerprints of two schemes do not merge (:meth:`Fingerprint.merge`). A topcal before schemes finds
+a scheme-2 file's rows by their coarse keys only.
 
 Exact bits do not survive a re-encoding of the same rows (rounded to 6 decimals, float32, logits
 instead of probabilities, the top-score layout, percentages renormalised), so a second, coarse
@@ -77,10 +76,8 @@ __all__ = [
 #: fitting rows" from "a few rows coincide".
 SKETCH_SIZE = 128
 _MASK = (1 << 64) - 1
-#: Score-vector entries hashed per block of rows (256 KB of uint64; scheme 1).
+#: Score-vector entries hashed per block of rows (256 KB of uint64).
 _BLOCK_VALUES = 32_768
-#: ... and per block by scheme 2 (byte-swapped copies of 2 MB).
-_BLOCK_CONVERT = 1 << 18
 #: How new fingerprints fold the full score vector (module docstring); files before the scheme
 #: was stored hold scheme 1.
 SCHEME = 2
@@ -164,14 +161,18 @@ def _fold_vectors(full: np.ndarray, names: np.ndarray, scheme: int) -> np.ndarra
         for a in range(0, n, step):  # row blocks within a core's cache; sums wrap (any order)
             np.sum(_mix(full[a : a + step] ^ names), axis=1, dtype=np.uint64, out=acc[a : a + step])
         return acc
-    # one odd key per class name: a product carries every bit of an entry upward, and the bytes
-    # swapped first put the sign, exponent and leading mantissa bits at the bottom (round floats,
-    # float32's widened: their differences have no low bits to carry otherwise)
+    # one odd key per class name: a product carries every bit of an entry upward, and x ^ (x >> 29)
+    # first brings the sign, exponent and leading mantissa bits down (round floats, float32's
+    # widened: their differences have no low bits to carry otherwise)
     keys = _mix(names ^ np.uint64(0xD1B54A32D192ED03)) | np.uint64(1)
-    step = max(1, _BLOCK_CONVERT // max(k, 1))
-    for a in range(0, n, step):  # a block's swapped float64 bits at a time (no n x K copy)
-        swapped = _bits(full[a : a + step]).byteswap()
-        np.matmul(swapped, keys, out=acc[a : a + step])  # integer: exact, wraps mod 2^64
+    step = max(1, _BLOCK_VALUES // max(k, 1))
+    t = np.empty((min(step, n), k), dtype=np.uint64)
+    for a in range(0, n, step):  # row blocks within a core's cache
+        x = _bits(full[a : a + step])
+        u = t[: x.shape[0]]
+        np.right_shift(x, _S29, out=u)
+        u ^= x
+        np.matmul(u, keys, out=acc[a : a + step])  # integer: exact, wraps mod 2^64
     return acc
 
 

@@ -216,7 +216,7 @@ class _Hierarchical(Calibrator):
             # rows where they pay (binned_search)
             near_j = None if warm is None or not self._scratch else warm._strength_index
             if near_j is not None:
-                fits, losses = local_search(rows, center, prior, warm_fits, near_j)
+                fits, losses, exact = local_search(rows, center, prior, warm_fits, near_j)
             elif brows is not None:
                 # one class (pooled-beta's curve) is its own pool: every strength's fit is the
                 # pooled fit (see above), its LOO loss taken there, with the pooled fit's q
@@ -226,7 +226,7 @@ class _Hierarchical(Calibrator):
                 )
             else:
                 fits, losses = grid_search(rows, center, prior, warm_fits)
-            if near_j is not None or brows is None:
+            if near_j is None and brows is None:
                 exact = np.isfinite(losses)
             self._strength_fits = fits  # warm starts for cross-validation folds (not saved)
             # the smallest strength on ties; only the fits on the rows compete

@@ -300,7 +300,7 @@ def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
         level = losses[b] - blosses[b]  # the binned loss's error at b (b: fitted on the rows first)
         loss = blosses[j] + level
         best = losses[exact].min()
-        if not loss - best > ESTIMATE_MARGIN * max(abs(level), BINNED_TOL * abs(best)):
+        if not loss - best > ESTIMATE_MARGIN * max(abs(level), 1e-9 * abs(best)):
             return None
         return start(j, near, fits)[0], loss
 

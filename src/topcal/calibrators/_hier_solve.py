@@ -65,6 +65,8 @@ class Solve(NamedTuple):
     theta: np.ndarray
     q: np.ndarray
     scale: np.ndarray
+    #: whether the rows' margin buffer M holds the fit's margins (valid until the next solve)
+    margins: bool = False
 
 
 def newton(rows, theta, center, prior, lam, tol=TOL, scale=None) -> Solve:
@@ -105,7 +107,7 @@ def newton(rows, theta, center, prior, lam, tol=TOL, scale=None) -> Solve:
         step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
         if np.all(0.5 * np.einsum("kp,kp->k", step, grad) <= tol * (1.0 + np.abs(scale))):
             theta = theta - step  # the last step, predicted within the tolerance
-            return Solve(theta, rows.probs(rows.margin(theta, rows.M), qn), scale)
+            return Solve(theta, rows.probs(rows.margin(theta, rows.M), qn), scale, True)
         if f is None:
             f = objective(theta, q)  # (q: the same numbers again)
         t = np.ones(rows.k)
@@ -120,22 +122,23 @@ def newton(rows, theta, center, prior, lam, tol=TOL, scale=None) -> Solve:
             fn = objective(new, qn)
         bad = ~(fn <= f + 1e-12 * np.abs(f))
         new[bad], fn[bad] = theta[bad], f[bad]
-        if bad.any():
+        if bad.any():  # (M: the margins of their last trial step)
             np.copyto(qn, q, where=rows.per_row(bad))
         done = np.abs(f - fn) <= tol * (1.0 + np.abs(f))
         theta, f, q, qn = new, fn, qn, q
         scale = f
         if done.all():
             break
-    return Solve(theta, q, scale)
+    return Solve(theta, q, scale, not bad.any())
 
 
-def alo_loss(rows, theta, prior, lam, q) -> float:
+def alo_loss(rows, theta, prior, lam, q, margins=False) -> float:
     """Approximate leave-one-out NLL (summed over units of weight) of the penalised per-class fit
-    theta (q: its rows' probabilities, from :func:`newton`)."""
+    theta (q: its rows' probabilities, from :func:`newton`; ``margins``: its :attr:`Solve.margins`,
+    whether the rows' M holds theta's margins)."""
     S, T, E = rows.S, rows.T, rows.E
     lev = rows.Q[1] if q is rows.Q[0] else rows.Q[0]  # the buffer q is not in
-    m = rows.margin(theta, rows.M)
+    m = rows.M if margins else rows.margin(theta, rows.M)
     w1 = np.multiply(q, np.subtract(1.0, q, out=S), out=S)
     p = theta.shape[1]
     Hinv = np.linalg.inv(
@@ -165,7 +168,7 @@ def fit_strength(rows, center, prior, fits, losses, j, start, tol=TOL, scale=Non
     where ``scales`` (a dict) is given."""
     solve = newton(rows, start, center, prior, float(LAMBDA_GRID[j]), tol, scale)
     fits[j] = solve.theta
-    losses[j] = alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), solve.q)
+    losses[j] = alo_loss(rows, fits[j], prior, float(LAMBDA_GRID[j]), solve.q, solve.margins)
     if scales is not None:
         scales[j] = solve.scale
 
@@ -280,7 +283,7 @@ def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
             return warm_fits[j], None
         if j not in bfits:  # an odd strength: its binned fit, from the neighbour's
             lam = float(LAMBDA_GRID[j])
-            bfits[j], _, scales[j] = newton(brows, bfits[near], center, prior, lam, BINNED_TOL)
+            bfits[j], _, scales[j], _ = newton(brows, bfits[near], center, prior, lam, BINNED_TOL)
         shift = 0.0 if near is None else fits[near] - bfits[near]
         return bfits[j] + shift, scales[j]
 
@@ -315,10 +318,12 @@ def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
     return fits, losses, exact, scales
 
 
-def posterior_cov(rows, theta, prior, lam) -> np.ndarray:
-    """(K, p, p) approximate posterior covariance of each class's parameters (module docstring)."""
+def posterior_cov(rows, theta, prior, lam, q=None) -> np.ndarray:
+    """(K, p, p) approximate posterior covariance of each class's parameters (module docstring);
+    ``q``: the rows' probabilities at theta where known (its solve's)."""
     p = theta.shape[1]
-    q = expit(rows.margin(theta, rows.M), out=rows.Q[0])
+    if q is None:
+        q = expit(rows.margin(theta, rows.M), out=rows.Q[0])
     D = rows.hessian(curvature(rows, q), rows.T)
     P = lam * prior
     eye = np.eye(p)

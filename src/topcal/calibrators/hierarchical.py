@@ -183,8 +183,8 @@ class _Hierarchical(Calibrator):
             acc = np.clip(float(one.tp.sum()) / max(n, 1e-300), 1e-6, 1.0 - 1e-6)
             flat = np.zeros((1, p))
             flat[0, -1] = np.log(acc) - np.log1p(-acc)
-            begin, _, scale = newton(Rows(*binned, 1), flat, start, ridge, 1e-6, BINNED_TOL)
-        theta0, q, _ = newton(one, begin, start, ridge, 1e-6, scale=scale)
+            begin, _, scale, _ = newton(Rows(*binned, 1), flat, start, ridge, 1e-6, BINNED_TOL)
+        theta0, q, _, _ = newton(one, begin, start, ridge, 1e-6, scale=scale)
         theta0 = theta0[0]
         prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
         if k == 1:
@@ -200,6 +200,7 @@ class _Hierarchical(Calibrator):
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
         scales = {}  # by strength, the binned fit's losses (newton's scale) where scanned on them
+        q_i = None  # the rows' probabilities at the interval's fit, where its solve was the last
         if k == 1 and self._scratch:
             # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is
             # the pooled fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by
@@ -240,18 +241,19 @@ class _Hierarchical(Calibrator):
             ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
             lam_i = float(LAMBDA_GRID[ji])
             if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
-                fits[ji] = (
-                    center.copy()
-                    if k == 1
-                    else newton(rows, fits[ji], center, prior, lam_i, scale=scales.get(ji))[0]
-                )
+                if k == 1:
+                    fits[ji] = center.copy()
+                else:
+                    fits[ji], q_i, _, _ = newton(
+                        rows, fits[ji], center, prior, lam_i, scale=scales.get(ji)
+                    )
             interval_fit = (lam_i, fits[ji])
         else:
             lam = float(self.shrinkage)
             begin, scale = center.copy() if warm is None else warm.theta_, None
             if warm is None and brows is not None:
-                begin, _, scale = newton(brows, begin, center, prior, lam, BINNED_TOL)
-            theta = newton(rows, begin, center, prior, lam, scale=scale)[0]
+                begin, _, scale, _ = newton(brows, begin, center, prior, lam, BINNED_TOL)
+            theta, q_i, _, _ = newton(rows, begin, center, prior, lam, scale=scale)
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = rows.counts > 0
@@ -266,7 +268,7 @@ class _Hierarchical(Calibrator):
         self.cov_ = (
             None
             if self._scratch
-            else posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :]
+            else posterior_cov(rows, theta_i, prior, lam_i, q_i) + d[:, :, None] * d[:, None, :]
         )
 
     def _predict(self, data: TopLabelData) -> np.ndarray:

@@ -263,8 +263,8 @@ def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
     no loss evaluation). A strength the search on the rows reaches is not fitted on them where its
     binned loss, shifted by the binning's error at the scan's best, is worse than the best loss on
     the rows by more than :data:`ESTIMATE_MARGIN` x that error (its fit: its start; on the bench
-    cells two of the three fits on the rows are left out where the neighbours are clearly worse;
-    the same strength as the fit on the rows alone in 38 of 38 seeded fits). ``losses``: the
+    cells one or both neighbours of the chosen strength; the same strength as the fit on the rows
+    alone in 38 of 38 seeded fits). ``losses``: the
     rows' where fitted on them (``exact``); at the other scanned strengths the binned ones shifted
     by the rows' loss less the binned one at the scan's best (the binned loss's error is mostly a
     level, the same at every strength); inf elsewhere. ``fits``: the rows' where fitted on them,

@@ -253,7 +253,7 @@ def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
     last), then the best one's two neighbours; then :func:`local_search` on the rows from the best
     of those: the choice of :func:`grid_search` where the loss is unimodal in log strength and the
     binned scan's best is the rows' best or its neighbour (the binned loss is within ~1e-6
-    relative of the rows'), in 3-5 fits on the rows instead of 15 (3 where the binned best is
+    relative of the rows'), in 1-5 fits on the rows instead of 15 (1-3 where the binned best is
     the rows' best). A fit on the rows starts at ``warm_fits[j]`` or else at its strength's
     binned fit plus the difference between the fit on the rows and the binned one at the
     neighbour it is reached from (the binning's error in the fit changes little between

@@ -19,8 +19,9 @@ Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
 the two neighbours of the best of those; a cross-validation fold's fit walks
 downhill from the all-data fit's choice instead; from 16,384 rows, with enough
 rows per class, the scan runs on binned rows, equal bins of logit(s) per
-class, and the fits on the rows walk downhill from its choice: 3-5 fits on the
-rows instead of 15, the same choice, parameters within 1e-6 relative:
+class, and the fits on the rows walk downhill from its choice: 1-5 fits on the
+rows instead of 15 (neighbours whose binned losses are clearly worse are not
+fitted), the same choice, parameters within 1e-6 relative:
 ``_hier_solve.binned_search``, tests/test_hier_binned.py), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to

@@ -7,7 +7,6 @@ import pytest
 
 import topcal
 from topcal import TopLabelData
-from topcal import fingerprint
 from topcal.evidence import Evidence
 from topcal.fingerprint import SCHEME, Fingerprint, row_hashes
 from topcal.stats import ScoreStats
@@ -50,18 +49,17 @@ def test_scheme_2_is_new_order_free_and_tells_vectors_apart():
     assert np.flatnonzero(changed != row_hashes(d)).tolist() == [3]
 
 
-def test_scheme_2_hashes_the_float64_bits_in_blocks(monkeypatch):
-    d = _data(300, 2)
-    names = np.array([fingerprint._name_hash(c) for c in NAMES], dtype=np.uint64)
-    whole = fingerprint._fold_vectors(d.full, names, 2)
-    monkeypatch.setattr(fingerprint, "_BLOCK_VALUES", 7 * 5)  # blocks of 7 rows
-    np.testing.assert_array_equal(fingerprint._fold_vectors(d.full, names, 2), whole)
+def test_scheme_2_hashes_rows_alone_in_any_block_and_the_float64_bits():
+    """A row's hash is its own: the same in the whole data (hashed in blocks of rows) as in any
+    part; float32 scores hash as their float64 values."""
+    d = _data(20_000, 2)  # 100,000 vector entries: several blocks
+    whole = row_hashes(d)
+    for index in (np.arange(7), np.arange(19_990, 20_000), np.arange(0, 20_000, 997)):
+        np.testing.assert_array_equal(row_hashes(d.subset(index)), whole[index])
     single = d.full.astype(np.float32)
-    np.testing.assert_array_equal(
-        fingerprint._fold_vectors(single, names, 2),
-        fingerprint._fold_vectors(single.astype(np.float64), names, 2),
-    )
-    np.testing.assert_array_equal(fingerprint._fold_vectors(d.full[:, :], names, 2), whole)
+    a = TopLabelData.from_probs(single, d.labels, NAMES, renormalize=True)
+    b = TopLabelData.from_probs(single.astype(np.float64), d.labels, NAMES, renormalize=True)
+    np.testing.assert_array_equal(row_hashes(a), row_hashes(b))
 
 
 def test_old_scheme_files_compare_update_and_save_by_their_scheme():

@@ -161,7 +161,7 @@ class _Hierarchical(Calibrator):
     def _fit(self, data: TopLabelData) -> None:
         k = data.n_classes
         p = len(self._names)
-        self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
+        self.support_ = data.class_supports()
         cols, tp, fp, g = merge_equal_rows(data, self._columns(data))
         # binned rows (where they pay) scan the strengths and give the fits on the rows their starts
         binned = binned_rows(cols, tp, fp, g, k, self._logit(cols))

@@ -153,3 +153,21 @@ def test_class_order_is_the_stable_argsort():
     for k in (3, 1000, 70_000):  # uint16 radix path, and above 2^16 classes the plain sort
         pred = rng.integers(0, k, 50_000)
         np.testing.assert_array_equal(class_order(pred, k), np.argsort(pred, kind="stable"))
+
+
+def test_class_supports_are_every_class_support():
+    """One sort for all classes: per-sample rows (zero weights and a never-predicted class left
+    out) and binned rows (the bins' edges)."""
+    rng = np.random.default_rng(5)
+    n = 500
+    pred = rng.integers(0, 4, n)  # class 4 is never predicted
+    tp = (rng.random(n) < 0.6) * rng.choice([0.0, 1.0, 2.5], n)
+    fp = np.where(tp > 0, 0.0, rng.choice([0.0, 1.0], n))
+    d = TopLabelData(tuple("abcde"), pred, rng.random(n), (0.0, 1.0), tp=tp, fp=fp)
+    want = [d.class_support(k) for k in range(5)]
+    assert d.class_supports() == want and want[4] is None and all(want[:4])
+    edges = np.linspace(0.2, 1.0, 9)
+    cls, lo, hi = np.repeat(np.arange(3), 8), np.tile(edges[:-1], 3), np.tile(edges[1:], 3)
+    counts = rng.integers(0, 3, cls.size) * 1.0
+    b = TopLabelData.from_binned(cls, lo, hi, counts, rng.integers(0, 3, cls.size) * 1.0)
+    assert b.class_supports() == [b.class_support(k) for k in range(b.n_classes)]

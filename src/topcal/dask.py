@@ -247,6 +247,7 @@ def update(model, ddf, *, split_every: int = 8, **options):
         Evidence.for_update,
         stats_of=functools.partial(ScoreStats.from_data, n_cells=old.n_cells),
         regions=model.evidence_.confusion,
+        like=model.evidence_.fingerprint,  # the new rows hashed by the model's scheme
     )
     return model.update(_reduce(ddf, count, split_every, lay))
 

@@ -43,7 +43,7 @@ import numpy as np
 from .confusion import ConfusionStats, GridConfusion
 from .data import TopLabelData
 from .errors import DataError
-from .fingerprint import Fingerprint
+from .fingerprint import SCHEME, Fingerprint
 from .stats import DEFAULT_CELLS, ScoreStats
 
 __all__ = ["Evidence", "merge_all", "stats_mark"]
@@ -233,25 +233,37 @@ class Evidence:
         )
 
     @classmethod
-    def for_update(cls, data, *, stats_of: Callable, regions: ConfusionStats | None) -> "Evidence":
+    def for_update(
+        cls,
+        data,
+        *,
+        stats_of: Callable,
+        regions: ConfusionStats | None,
+        like: Fingerprint | None = None,
+    ) -> "Evidence":
         """The evidence of labelled ``data`` for an update of a model.
 
         ``stats_of`` computes the model's kind of statistics (a model's
         ``evidence_of`` uses its own, ``ScoreStats.from_data`` on its grid for the
         score methods); ``regions`` is the model's :class:`ConfusionStats`, whose
-        regions the new rows are counted in (None: the model keeps no such counts).
+        regions the new rows are counted in (None: the model keeps no such counts);
+        ``like``, the model's fingerprint, whose hash scheme the new rows are hashed by
+        (so that the two merge; None: the current scheme).
         """
+        scheme = SCHEME if like is None else like.scheme
         return cls(
-            stats_of(data), None if regions is None else regions.count(data), Fingerprint.of(data)
+            stats_of(data),
+            None if regions is None else regions.count(data),
+            Fingerprint.of(data, scheme),
         )
 
     def merge(self, *others: "Evidence") -> "Evidence":
         """The evidence of all the parts; label-shift counts and fingerprint only where every part
-        has them."""
+        has them (a fingerprint: hashed by one scheme, :mod:`topcal.fingerprint`)."""
         stats = self.stats.merge(*(o.stats for o in others))
         prints = [self.fingerprint, *(o.fingerprint for o in others)]
         fingerprint = None
-        if all(p is not None for p in prints):
+        if all(p is not None for p in prints) and len({p.scheme for p in prints}) == 1:
             fingerprint = prints[0]
             for p in prints[1:]:
                 fingerprint = fingerprint.merge(p)

@@ -191,12 +191,7 @@ class Rows:
         "1 or e" is max(e, [m >= 0]) (e <= 1), the value of np.where(m >= 0, 1, e) at a tenth of its
         cost.
         """
-        s, t, e = self.S, self.T, self.E
-        np.abs(m, out=e)
-        np.negative(
-            e, out=e
-        )  # (np.copysign(m, -1) gives the same in one pass, at 4 x the time of these two)
-        np.exp(e, out=e)
+        s, t, e = self.S, self.T, self._exp_neg_abs(m)
         np.log1p(e, out=s)
         np.multiply(self.w, s, out=s)
         np.maximum(m, 0.0, out=t)
@@ -205,11 +200,27 @@ class Rows:
         np.minimum(m, 0.0, out=t)  # -max(-m, 0) (up to the sign of a zero)
         np.multiply(t, self.tp, out=t)
         s -= t  # s + max(-m, 0) tp: s - x is s + (-x), bit for bit
+        self._expit(m, e, q)
+        return self.sums(s)
+
+    def probs(self, m, q):
+        """The rows' probabilities expit(m) into q, as :meth:`loss` makes them (bit for bit; no
+        loss: one exp per row, not an exp and a log1p)."""
+        self._expit(m, self._exp_neg_abs(m), q)
+        return q
+
+    def _exp_neg_abs(self, m):
+        """exp(-|m|) into E."""
+        e = self.E
+        np.abs(m, out=e)
+        np.negative(e, out=e)  # (np.copysign(m, -1): the same in one pass, 4 x the time of two)
+        return np.exp(e, out=e)
+
+    def _expit(self, m, e, q):
+        """expit(m) = (1 or e) / (1 + e) into q, from e = exp(-|m|) (T: scratch)."""
         np.greater_equal(m, 0.0, out=self._sign)
         np.maximum(e, self._sign, out=q)
-        np.add(e, 1.0, out=t)
-        q /= t
-        return self.sums(s)
+        q /= np.add(e, 1.0, out=self.T)
 
     def margin(self, theta, out):
         """x' theta_k per row, into ``out`` (T: scratch)."""

@@ -19,8 +19,9 @@ Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
 the two neighbours of the best of those; a cross-validation fold's fit walks
 downhill from the all-data fit's choice instead; from 16,384 rows, with enough
 rows per class, the scan runs on binned rows, equal bins of logit(s) per
-class, and the fits on the rows walk downhill from its choice: 3-5 fits on the
-rows instead of 15, the same choice, parameters within 1e-6 relative:
+class, and the fits on the rows walk downhill from its choice: 1-5 fits on the
+rows instead of 15 (neighbours whose binned losses are clearly worse are not
+fitted), the same choice, parameters within 1e-6 relative:
 ``_hier_solve.binned_search``, tests/test_hier_binned.py), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
@@ -163,7 +164,7 @@ class _Hierarchical(Calibrator):
     def _fit(self, data: TopLabelData) -> None:
         k = data.n_classes
         p = len(self._names)
-        self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
+        self.support_ = data.class_supports()
         cols, tp, fp, g = merge_equal_rows(data, self._columns(data))
         # binned rows (where they pay) scan the strengths and give the fits on the rows their starts
         binned = binned_rows(cols, tp, fp, g, k, self._logit(cols))
@@ -179,10 +180,15 @@ class _Hierarchical(Calibrator):
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
         ridge = np.eye(p) / max(n, 1.0)
-        begin = start if warm is None else warm.pooled_[None, :]
-        if warm is None and binned is not None:
-            begin = newton(Rows(*binned, 1), start, start, ridge, 1e-6, BINNED_TOL)[0]
-        theta0, q = newton(one, begin, start, ridge, 1e-6)
+        begin, scale = (start, None) if warm is None else (warm.pooled_[None, :], None)
+        if warm is None and binned is not None:  # the binned fit: the start and its losses
+            # from the constant fit (the pooled accuracy; 3-4 loss passes on the binned rows
+            # instead of 6-13 from the identity, whose overconfident scores cost long steps)
+            acc = np.clip(float(one.tp.sum()) / max(n, 1e-300), 1e-6, 1.0 - 1e-6)
+            flat = np.zeros((1, p))
+            flat[0, -1] = np.log(acc) - np.log1p(-acc)
+            begin, _, scale, _ = newton(Rows(*binned, 1), flat, start, ridge, 1e-6, BINNED_TOL)
+        theta0, q, _, _ = newton(one, begin, start, ridge, 1e-6, scale=scale)
         theta0 = theta0[0]
         prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
         if k == 1:
@@ -197,6 +203,8 @@ class _Hierarchical(Calibrator):
         vals, vecs = np.linalg.eigh(prior)
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
+        scales = {}  # by strength, the binned fit's losses (newton's scale) where scanned on them
+        q_i = None  # the rows' probabilities at the interval's fit, where its solve was the last
         if k == 1 and self._scratch:
             # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is
             # the pooled fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by
@@ -213,15 +221,17 @@ class _Hierarchical(Calibrator):
             # rows where they pay (binned_search)
             near_j = None if warm is None or not self._scratch else warm._strength_index
             if near_j is not None:
-                fits, losses = local_search(rows, center, prior, warm_fits, near_j)
+                fits, losses, exact = local_search(rows, center, prior, warm_fits, near_j)
             elif brows is not None:
                 # one class (pooled-beta's curve) is its own pool: every strength's fit is the
                 # pooled fit (see above), its LOO loss taken there, with the pooled fit's q
                 q_center = q if k == 1 else None
-                fits, losses, exact = binned_search(rows, brows, center, prior, warm_fits, q_center)
+                fits, losses, exact, scales = binned_search(
+                    rows, brows, center, prior, warm_fits, q_center
+                )
             else:
                 fits, losses = grid_search(rows, center, prior, warm_fits)
-            if near_j is not None or brows is None:
+            if near_j is None and brows is None:
                 exact = np.isfinite(losses)
             self._strength_fits = fits  # warm starts for cross-validation folds (not saved)
             # the smallest strength on ties; only the fits on the rows compete
@@ -240,16 +250,19 @@ class _Hierarchical(Calibrator):
                 ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
             lam_i = float(LAMBDA_GRID[ji])
             if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
-                fits[ji] = (
-                    center.copy() if k == 1 else newton(rows, fits[ji], center, prior, lam_i)[0]
-                )
+                if k == 1:
+                    fits[ji] = center.copy()
+                else:
+                    fits[ji], q_i, _, _ = newton(
+                        rows, fits[ji], center, prior, lam_i, scale=scales.get(ji)
+                    )
             interval_fit = (lam_i, fits[ji])
         else:
             lam = float(self.shrinkage)
-            begin = center.copy() if warm is None else warm.theta_
+            begin, scale = center.copy() if warm is None else warm.theta_, None
             if warm is None and brows is not None:
-                begin = newton(brows, begin, center, prior, lam, BINNED_TOL)[0]
-            theta = newton(rows, begin, center, prior, lam)[0]
+                begin, _, scale, _ = newton(brows, begin, center, prior, lam, BINNED_TOL)
+            theta, q_i, _, _ = newton(rows, begin, center, prior, lam, scale=scale)
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         has = rows.counts > 0
@@ -264,7 +277,7 @@ class _Hierarchical(Calibrator):
         self.cov_ = (
             None
             if self._scratch
-            else posterior_cov(rows, theta_i, prior, lam_i) + d[:, :, None] * d[:, None, :]
+            else posterior_cov(rows, theta_i, prior, lam_i, q_i) + d[:, :, None] * d[:, None, :]
         )
 
     def _predict(self, data: TopLabelData) -> np.ndarray:

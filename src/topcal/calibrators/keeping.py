@@ -59,7 +59,10 @@ class EvidenceKeeping:
         of statistics and the true classes counted in its regions. Raises where the model cannot be
         updated (it keeps no statistics)."""
         updating.require_stats(self)
-        return Evidence.for_update(data, stats_of=self._stats_of, regions=self._evidence.confusion)
+        kept = self._evidence
+        return Evidence.for_update(
+            data, stats_of=self._stats_of, regions=kept.confusion, like=kept.fingerprint
+        )
 
     def _fit_evidence(self, evidence: Evidence, keep: str) -> Self:
         """``fit(evidence)``: see :func:`.updating.check_fit_evidence`."""

@@ -20,7 +20,7 @@ from ._checks import (
     row_blocks,
 )
 from ._labels import check_classes, encode_labels, label_names, preview, sorted_names
-from ._rows import ClassView, rows_by_class
+from ._rows import ClassView, class_order, rows_by_class
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -431,6 +431,29 @@ class TopLabelData:
             return float(e[:, 0].min()), float(e[:, 1].max())
         s = v.score[has]
         return float(s.min()), float(s.max())
+
+    def class_supports(self) -> list:
+        """:meth:`class_support` of every class k = 0..K-1, from one sort of the rows with weight
+        (no per-class split: the minimum and maximum of each class's block)."""
+        self.require_labels("splitting into TP/FP")
+        k = self.n_classes
+        idx = np.flatnonzero((self.tp + self.fp) > 0)
+        out: list = [None] * k
+        if not idx.size:
+            return out
+        pred = self.pred[idx]
+        counts = np.bincount(pred, minlength=k)
+        order = idx[class_order(pred, k)]
+        has = np.flatnonzero(counts)
+        starts = (np.cumsum(counts) - counts)[has]
+        if self.is_binned:
+            lo, hi = self.bin_edges[order, 0], self.bin_edges[order, 1]
+        else:
+            lo = hi = self.score[order]
+        lows, highs = np.minimum.reduceat(lo, starts), np.maximum.reduceat(hi, starts)
+        for c, a, b in zip(has, lows, highs):
+            out[c] = (float(a), float(b))
+        return out
 
     def class_views(self):
         """:meth:`class_view` of every class k = 0..K-1 in order, from one sort of the rows."""

@@ -7,6 +7,7 @@ import pytest
 
 import topcal
 from topcal import TopLabelData
+from topcal.errors import TopcalWarning
 from topcal.evidence import Evidence
 from topcal.fingerprint import SCHEME, Fingerprint, row_hashes
 from topcal.stats import ScoreStats
@@ -87,7 +88,9 @@ def test_two_schemes_do_not_merge():
         Fingerprint.of(a, scheme=1).merge(Fingerprint.of(b))
     ea = Evidence(ScoreStats.from_data(a), None, Fingerprint.of(a, scheme=1))
     eb = Evidence(ScoreStats.from_data(b), None, Fingerprint.of(b))
-    assert ea.merge(eb).fingerprint is None  # unknown, as where a part has none
+    with pytest.warns(TopcalWarning, match="schemes 1 and 2 and do not merge.*evidence_of"):
+        merged = ea.merge(eb)
+    assert merged.fingerprint is None  # unknown, as where a part has none: said
     assert ea.merge(Evidence(ScoreStats.from_data(b), None, Fingerprint.of(b, 1))).fingerprint
     with pytest.raises(ValueError, match="malformed"):
         Fingerprint.from_dict(dict(Fingerprint.of(a).to_dict(), scheme=3))

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from .confusion import ConfusionStats, GridConfusion
 from .data import TopLabelData
-from .errors import DataError
+from .errors import DataError, TopcalWarning
 from .fingerprint import SCHEME, Fingerprint
 from .stats import DEFAULT_CELLS, ScoreStats
 
@@ -263,7 +264,17 @@ class Evidence:
         stats = self.stats.merge(*(o.stats for o in others))
         prints = [self.fingerprint, *(o.fingerprint for o in others)]
         fingerprint = None
-        if all(p is not None for p in prints) and len({p.scheme for p in prints}) == 1:
+        schemes = sorted({p.scheme for p in prints if p is not None})
+        if len(schemes) > 1:
+            warnings.warn(
+                f"these evidence parts' fingerprints were hashed by schemes {schemes[0]} and "
+                f"{schemes[-1]} and do not merge, so the merged evidence keeps none (threshold "
+                "cannot then refuse the fitting rows); build a model's new part with "
+                "model.evidence_of(data), which hashes by the model's scheme",
+                TopcalWarning,
+                stacklevel=2,
+            )
+        elif all(p is not None for p in prints):
             fingerprint = prints[0]
             for p in prints[1:]:
                 fingerprint = fingerprint.merge(p)

@@ -166,6 +166,10 @@ class Rows:
             return self.cols[i]
         return np.multiply(self.cols[i], self.cols[j], out=scratch)
 
+    def row_classes(self) -> np.ndarray:
+        """The class of every stored row (n,): the rows are stored class by class."""
+        return np.repeat(np.arange(self.k), self.counts)
+
     def sums(self, v):
         """Per-class sums of v (K,) (``np.add.reduceat`` over the class blocks: ~20 x
         ``np.bincount``)."""

@@ -38,7 +38,7 @@ EXACT_SLACK_PER_PARAM = 1.0
 
 def _subset(rows, keep_class):
     """The rows of the classes ``keep_class`` (K,) bool, as Rows of all K classes (others empty)."""
-    g = np.repeat(np.arange(rows.k), rows.counts)
+    g = rows.row_classes()
     keep = keep_class[g]
     return type(rows)([c[keep] for c in rows.cols], rows.tp[keep], rows.fp[keep], g[keep], rows.k)
 
@@ -47,7 +47,7 @@ def exact_loo(rows, theta, center, prior, lam: float) -> float:
     """Leave-one-out NLL (summed over units of weight, as :func:`._hier_solve.alo_loss`) of the
     penalised per-class fit ``theta`` at ``lam``, each unit left out and its class refitted."""
     k = rows.k
-    g = np.repeat(np.arange(k), rows.counts)
+    g = rows.row_classes()
     X = np.column_stack(rows.cols + [np.ones(g.size)])
     units = []  # (row, is_tp) of every unit, ranked within its class
     for is_tp, w in ((True, rows.tp), (False, rows.fp)):

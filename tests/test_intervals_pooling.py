@@ -124,10 +124,12 @@ def test_shrunk_interval_is_the_beta_posterior_at_the_interval_pseudo_count():
 def test_many_similar_classes_narrow_the_shrunk_interval_and_it_still_covers():
     """Forty classes from one population, 40 rows each: the shrunk hist interval is far narrower
     than the class's own counts' (the unshrunk model's) and covers the true curves at about the
-    nominal level (0.87-0.97 over classes, scores and three seeds)."""
+    nominal level (0.87-0.93 over classes, scores and ten seeds: 0.893; a seed's coverage varies
+    by about 0.07, so three seeds did not tell; with the fixed 5-nat slack before 2026-11-28,
+    0.938 at width 0.207 for 0.169)."""
     cov, w_shrunk, w_own = [], [], []
     s = np.linspace(0.55, 0.98, 12)
-    for seed in range(3):
+    for seed in range(10):
         data, truth = platt_classes(40, 40, seed, 0.25)
         shrunk, own = quiet_fit("hist", data), quiet_fit("hist", data, shrinkage=0)
         test = at_scores(40, s)
@@ -138,7 +140,7 @@ def test_many_similar_classes_narrow_the_shrunk_interval_and_it_still_covers():
         w_shrunk.append(np.mean(hi - lo))
         w_own.append(np.mean(hi0 - lo0))
     assert np.mean(w_shrunk) < 0.75 * np.mean(w_own)
-    assert 0.87 <= np.mean(cov) <= 0.97, cov
+    assert 0.87 <= np.mean(cov) <= 0.93, cov
 
 
 def test_a_file_without_interval_pseudo_counts_keeps_the_own_counts_interval():

@@ -33,7 +33,8 @@ hold a class's own curve through the classes' spread);
 e1), b_k = 0.8 exp(0.3 e2), c_k = 0.3 + 0.4 e3 (e standard normal, drawn per class and seed: the
 classes are a sample from a population around a common centre, what the hierarchical prior
 assumes). ``hier-platt many`` / ``hier-beta many``: the same populations with 200 classes (run
-with ``--sizes 5 10``: many classes of a few rows each, the regime of the ImageNet bench sets).
+with ``--sizes 5 10``: many classes of a few rows each, the regime of the ImageNet bench sets);
+``hist many`` / ``kde-mon2 many``: the count methods on ``hier-platt``'s 200-class population.
 
 Usage::
 
@@ -336,7 +337,9 @@ def main(argv=None):
         run_score_methods(
             [("hier-beta", {})], args.sizes, args.seeds, args.level, beta_population, boot=args.boot
         )
-    for name, population in (("hier-platt", platt_population), ("hier-beta", beta_population)):
+    many = [("hier-platt", platt_population), ("hier-beta", beta_population)]
+    many += [(m, platt_population) for m in ("hist", "kde-mon2")]  # count methods, Platt truths
+    for name, population in many:
         if keep(f"{name} many"):  # ImageNet's regime: many classes of a few rows each
             run_score_methods(
                 [(name, {})],

@@ -54,17 +54,54 @@ def quiet_fit(name, data, **params):
 
 def test_interval_pseudo_count_is_the_weakest_within_the_slack():
     g = shrinkage.M_GRID[:6]
-    losses = np.array([[9.0, 8.0, 5.0, 4.0, 4.5, 6.0], [7.0, 3.0, 2.0, 2.5, 3.0, 3.0]])
-    m = np.array([4.0, 4.0])
-    slack = shrinkage.INTERVAL_SLACK
+    # five classes with rows and one without (all 0): the "auto" slack counts the five
+    # summed: 3.6 nats above the best one step down, within interval_slack(5) = 3.85 only
+    one = np.array([4.0, 0.72, 0.2, 0.0, 0.5, 1.4]) + 2.0
+    losses = np.vstack([one + 0.1 * k for k in range(5)] + [np.zeros(6)])
+    m = np.full(6, 4.0)
     tot = losses.sum(axis=0)
+    slack = shrinkage.interval_slack(5)
     want = g[np.flatnonzero(tot <= tot.min() + slack)[0]]
     got = shrinkage.interval_m(losses, rule="auto", m=m, grid=g)
     assert np.all(got == want) and want < g[int(np.argmin(tot))]
+    # with the zero row counted as a class the slack would be interval_slack(6): another answer
+    assert g[np.flatnonzero(tot <= tot.min() + shrinkage.interval_slack(6))[0]] != want
     per = shrinkage.interval_m(losses, rule="class", m=m, grid=g)
-    for k in range(2):
-        assert per[k] == g[np.flatnonzero(losses[k] <= losses[k].min() + slack)[0]]
+    for k in range(5):
+        ok = losses[k] <= losses[k].min() + shrinkage.INTERVAL_SLACK
+        assert per[k] == g[np.flatnonzero(ok)[0]]
     np.testing.assert_array_equal(shrinkage.interval_m(losses, rule=3.0, m=m, grid=g), m)
+
+
+def test_interval_slack_is_the_t_likelihood_ratio_range_of_one_pseudo_count():
+    """q^2 / 2 with q Student's t quantile (K - 1 degrees of freedom, 95% two-sided): 5.06 nats at
+    four classes (the 5 nats the crossing-curve simulations were tuned to), falling with the
+    classes to the chi-square's 1.92 (3.841 / 2); the weakest pseudo-count below two classes."""
+    got = [shrinkage.interval_slack(k) for k in (4, 8, 100, 1000)]
+    np.testing.assert_allclose(got, [5.064, 2.796, 1.969, 1.925], atol=5e-4)
+    assert np.all(np.diff([shrinkage.interval_slack(k) for k in range(2, 400)]) < 0)
+    assert shrinkage.interval_slack(10**6) == pytest.approx(3.841459 / 2, abs=1e-4)
+    assert shrinkage.interval_slack(1) == np.inf and shrinkage.interval_slack(0) == np.inf
+    losses = np.array([[3.0, 1.0, 0.5, 2.0]])
+    assert shrinkage.interval_m(losses, rule="auto", m=np.ones(1), grid=shrinkage.M_GRID[:4]) == 1
+
+
+def test_many_classes_narrow_the_interval_pseudo_count_toward_the_chosen_one():
+    """300 classes of 5 rows (ImageNet's regime): the loss summed over 300 classes pins the
+    pseudo-count down, so the interval's is within 1.94 nats (not the 5 four classes need), the
+    same or a stronger one, and the intervals no wider (strictly narrower where it moved)."""
+    data, _ = platt_classes(300, 5, 1, 0.4)
+    model = quiet_fit("hist", data)
+    tot = model.shrinkage_loss_.sum(axis=0)
+    g = shrinkage.M_GRID
+    assert model.interval_m_[0] == g[np.flatnonzero(tot <= tot.min() + 1.944)[0]]
+    old = g[np.flatnonzero(tot <= tot.min() + 5.0)[0]]
+    assert old < model.interval_m_[0] <= model.shrinkage_[0]
+    test = at_scores(300, np.linspace(0.5, 0.98, 5))
+    lo, hi = model.predict_interval(test, level=0.9)
+    model.interval_m_ = np.full(300, old)
+    lo5, hi5 = model.predict_interval(test, level=0.9)
+    assert np.mean(hi - lo) < 0.97 * np.mean(hi5 - lo5)
 
 
 def test_shrunk_interval_is_the_beta_posterior_at_the_interval_pseudo_count():
@@ -87,10 +124,12 @@ def test_shrunk_interval_is_the_beta_posterior_at_the_interval_pseudo_count():
 def test_many_similar_classes_narrow_the_shrunk_interval_and_it_still_covers():
     """Forty classes from one population, 40 rows each: the shrunk hist interval is far narrower
     than the class's own counts' (the unshrunk model's) and covers the true curves at about the
-    nominal level (0.87-0.97 over classes, scores and three seeds)."""
+    nominal level (0.87-0.93 over classes, scores and ten seeds: 0.893; a seed's coverage varies
+    by about 0.07, so three seeds did not tell; with the fixed 5-nat slack before 2026-11-28,
+    0.938 at width 0.207 for 0.169)."""
     cov, w_shrunk, w_own = [], [], []
     s = np.linspace(0.55, 0.98, 12)
-    for seed in range(3):
+    for seed in range(10):
         data, truth = platt_classes(40, 40, seed, 0.25)
         shrunk, own = quiet_fit("hist", data), quiet_fit("hist", data, shrinkage=0)
         test = at_scores(40, s)
@@ -101,7 +140,7 @@ def test_many_similar_classes_narrow_the_shrunk_interval_and_it_still_covers():
         w_shrunk.append(np.mean(hi - lo))
         w_own.append(np.mean(hi0 - lo0))
     assert np.mean(w_shrunk) < 0.75 * np.mean(w_own)
-    assert 0.87 <= np.mean(cov) <= 0.97, cov
+    assert 0.87 <= np.mean(cov) <= 0.93, cov
 
 
 def test_a_file_without_interval_pseudo_counts_keeps_the_own_counts_interval():

@@ -71,10 +71,10 @@ def fit_split(data: TopLabelData, idx=None, source=None):
 #: in a cross-validation fold it is made once anyway (:func:`fit_split`); elsewhere only up to this
 #: many other entries (32 MB), else class by class (one class's split at a time: peak memory).
 LOCKSTEP_SPLIT = 1 << 22
-#: ... and only where the classes hold at most this many rows on average (the lockstep's chunk,
-#: ``_lockstep._LOCKSTEP_ROWS``): 5 folds of csts at 10^5 x 10 (8,000 rows a class) took 1.28 x
-#: the per-class loop's time in lockstep, at 10^4 x 10 (800) 0.82 x, at 10^4 x 100 0.76 x.
-LOCKSTEP_CLASS_ROWS = 4096
+#: ... and only where the classes hold at most this many rows on average: csts's 5 folds at K = 10
+#: (5 rounds interleaved, load 2.3-2.9), loop ÷ lockstep time 1.05-1.20 at 800 rows a class,
+#: 0.99 at 1,200 and 1,600, 0.89 at 2,400, 0.90 at 8,000 (the loop's own blocks are larger).
+LOCKSTEP_CLASS_ROWS = 1024
 
 
 def lockstep_split(data: TopLabelData, source=None):

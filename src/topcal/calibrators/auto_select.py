@@ -162,8 +162,7 @@ def tabulate_cv(run, names) -> dict:
         if n in run.confidence:
             m = nll(target, run.confidence[n])
             per = [float(v) if np.isfinite(v) else None for v in m.per_class]
-            se = paired_se(tp, fp, *run.losses(n))[1]
-            cv[n] = {"nll": float(m.overall), "se": se, "per_class": per, "error": None}
+            cv[n] = {"nll": float(m.overall), "se": None, "per_class": per, "error": None}
         else:
             cv[n] = {
                 "nll": None,
@@ -180,11 +179,14 @@ def tabulate_cv(run, names) -> dict:
             + "); choose a method yourself"
         )
     lead = min(ok, key=lambda n: cv[n]["nll"])
-    best = run.losses(
-        lead
-    )  # the others' losses made again one at a time: two row arrays a candidate are not
-    for n in ok:  # all held at once (issue 26, peak memory; the same numbers)
-        cv[n]["diff_se"] = paired_se(tp, fp, *run.losses(n), *best)[1]
+    # the others' losses made one at a time, once each (issue 36: not again for the paired
+    # difference): two row arrays a candidate are not all held at once (issue 26, peak memory)
+    best = run.losses(lead)
+    for n in ok:
+        loss = run.losses(n)
+        cv[n]["se"] = paired_se(tp, fp, *loss)[1]
+        cv[n]["diff_se"] = paired_se(tp, fp, *loss, *best)[1]
+        loss = None
     return cv
 
 

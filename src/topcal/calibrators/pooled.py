@@ -40,26 +40,16 @@ from .counts import Histogram
 from .hierarchical import HierarchicalBeta
 from .kde import KDEMon2
 from .registry import get_class, register
+from .score import POOLED_CLASS, pooled_rows
 from .temperature import BinaryTemperatureScalingWithAwards
 
 __all__ = ["PooledPlatt", "PooledBeta", "PooledHistogram", "PooledKDEMon2", "POOLED_CLASS", "pool"]
 
-#: The one class name of the pooled data the inner model is fitted on.
-POOLED_CLASS = "all classes"
-
 
 def pool(data: TopLabelData) -> TopLabelData:
     """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and bins
-    kept."""
-    return TopLabelData(
-        (POOLED_CLASS,),
-        np.zeros(data.n_rows, dtype=np.int64),
-        data.score,
-        data.score_range,
-        tp=data.tp,
-        fp=data.fp,
-        bin_edges=data.bin_edges,
-    )
+    kept (:func:`.score.pooled_rows`: in a fold, the rows kde-mon2's reference is fitted on)."""
+    return pooled_rows(data)
 
 
 class _Pooled(Calibrator):

@@ -19,8 +19,30 @@ from ..errors import DegenerateClassWarning, ParameterError
 from . import intervals
 from . import shrinkage as shr
 from .base import Calibrator, Curve, finite_array, support_list, to_jsonable
+from .foldmemo import memo, memo_data
 
 __all__ = ["ScoreCalibrator"]
+
+
+#: The one class of pooled rows (:func:`pooled_rows`).
+POOLED_CLASS = "all classes"
+
+
+def pooled_rows(data: TopLabelData) -> TopLabelData:
+    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and bins
+    kept. Inside a fold's :func:`~.foldmemo.sharing` block made once per data object, and pooled
+    rows pool to themselves (the same rows), so what is memoised on them is found again."""
+
+    def make():
+        zeros = np.zeros(data.n_rows, dtype=np.int64)
+        return TopLabelData(
+            (POOLED_CLASS,), zeros, data.score, data.score_range, tp=data.tp, fp=data.fp,
+            bin_edges=data.bin_edges,
+        )  # fmt: skip
+
+    out = memo_data(data, "pooled", make)
+    memo(out, "pooled", lambda: out)
+    return out
 
 
 class ScoreCalibrator(Calibrator):
@@ -135,19 +157,14 @@ class ScoreCalibrator(Calibrator):
 
     def _fit_shrinkage(self, data: TopLabelData) -> None:
         """Fit the pooled reference curve and choose the pseudo-counts (see
-        calibrators.shrinkage)."""
-        pooled = TopLabelData(
-            ("all classes",),
-            np.zeros(data.n_rows, dtype=np.int64),
-            data.score,
-            data.score_range,
-            tp=data.tp,
-            fp=data.fp,
-            bin_edges=data.bin_edges,
-        )
+        calibrators.shrinkage). In a fold (foldmemo), one reference per method and parameters:
+        kde-mon2's is pooled-kde-mon2's inner model's (issue 36)."""
+        pooled = pooled_rows(data)
+        params = sorted({**self.get_params(), "shrinkage": 0}.items())
+        key = f"reference {type(self).__name__} {params!r} {getattr(self, 'compact', None)}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
-            ref = self._fit_reference(pooled, data)
+            ref = memo(pooled, key, lambda p=pooled: self._fit_reference(p, data))
         del (
             pooled
         )  # its rows' class (zeros): not held while the pseudo-counts are chosen (peak memory)

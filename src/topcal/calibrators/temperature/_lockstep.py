@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from ._core import loss_derivs, loss_parts
+from ._core import block_moments, loss_derivs, loss_parts, moment_scratch
 from ._solver import NewtonResult, lockstep_newton
 
 __all__ = ["BinaryClassesObjective", "solve_classes"]
@@ -39,9 +39,12 @@ class BinaryClassesObjective:
     class (``np.bincount``) equal its sums up to rounding.
     """
 
-    def __init__(self, d, tp, fp, heads, counts, *, loss="nll", n_awards=0):
+    def __init__(self, d, tp, fp, heads, counts, *, loss="nll", n_awards=0, others=None):
         self.d, self.tp, self.fp, self.loss, self.n_awards = d, tp, fp, loss, int(n_awards)
         self.heads, self.counts = heads, counts
+        # csts/cstswa (issue 36): the rows' other entries (K - 1, n), as TopLabelObjective's
+        self.others = others
+        self._scratch = None if others is None else moment_scratch(others)
 
     def _blocks(self, x, sel):
         """(row indices or slice, problem of each row within sel, d, tp, fp, beta, m, carried) of
@@ -91,9 +94,14 @@ class BinaryClassesObjective:
                 beta = beta_c[seg]
                 d = self.d[idx]
                 m = d * beta
+                dm_db, var = d, None
+                if self.others is not None:  # m = d beta - L(beta): L' = E[O], L'' = Var[O]
+                    lse, mean, var = block_moments(self.others[:, idx], beta, *self._scratch)
+                    m -= lse
+                    dm_db = d - mean
                 if self.n_awards:
                     m += x[seg, 1]
-                yield idx, seg, d, self.tp[idx], self.fp[idx], beta, m, carried
+                yield idx, seg, dm_db, self.tp[idx], self.fp[idx], beta, m, carried, var
             j = j1
 
     def margin(self, x, sel):
@@ -109,13 +117,14 @@ class BinaryClassesObjective:
         pieces': bit for
         bit one sum over the class)."""
         sums = np.zeros((6 if self.n_awards else 3, sel.size))
-        for _, seg, d, tp, fp, beta, m, carried in self._blocks(x, sel):
+        for _, seg, d, tp, fp, beta, m, carried, var in self._blocks(x, sel):
             pq = (expit(m), expit(-m))
             f_tp, f_fp = loss_parts(m, self.loss, pq)
             l1, l2 = loss_derivs(m, tp, fp, self.loss, pq)
-            dm_dt = -beta * d  # as in TopLabelObjective with dm/dbeta = d, Var[O] = 0
+            dm_dt = -beta * d  # as in TopLabelObjective, d here dm/dbeta = d - E[O]
+            d2m_dt2 = beta * d if var is None else beta * d - (beta * beta) * var
             l2_dmdt = l2 * dm_dt
-            terms = [tp * f_tp + fp * f_fp, l1 * dm_dt, l2_dmdt * dm_dt + l1 * (beta * d)]
+            terms = [tp * f_tp + fp * f_fp, l1 * dm_dt, l2_dmdt * dm_dt + l1 * d2m_dt2]
             if self.n_awards:
                 terms += [l1, l2_dmdt, l2]
             for row, t in zip(sums, terms):
@@ -133,16 +142,18 @@ class BinaryClassesObjective:
         return sums[0], sums[[1, 3]].T.copy(), sums[[2, 4, 4, 5]].T.reshape(-1, 2, 2)
 
 
-def solve_classes(z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int, m) -> dict:
+def solve_classes(
+    z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int, m, others=None
+) -> dict:
     """{class: NewtonResult} of the classes ``which`` solved together; their margins written into
     ``m``.
 
-    ``z``: logit of every row's top score; ``order``: the rows grouped by class (ascending within a
-    class; None: the rows are so already); ``x0`` (classes, dim): each class's start. A Brier fit
-    starts, as ``_solve`` does, from
-    the NLL optimum. A class on which a Newton solve fails (where bounded_newton raises) is left
-    out:
-    the caller solves it alone, with the L-BFGS-B fallback and its warning.
+    ``z``: logit of every row's top score, or (``others``: the other entries, (K - 1, n), of the
+    full-vector csts/cstswa) its margin ``d`` of :func:`._core.split_top`; ``order``: the rows
+    grouped by class (ascending within a class; None: the rows are so already); ``x0`` (classes,
+    dim): each class's start. A Brier fit starts, as ``_solve`` does, from the NLL optimum. A class
+    on which a Newton solve fails (where bounded_newton raises) is left out: the caller solves it
+    alone, with the L-BFGS-B fallback and its warning.
     """
     cls = np.flatnonzero(which)
     if cls.size == 0:
@@ -153,11 +164,15 @@ def solve_classes(z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int
         order[1:] > order[:-1]
     )  # a fit's data is in canonical order, by class
     z, tp, fp = (z, data.tp, data.fp) if ordered else (z[order], data.tp[order], data.fp[order])
+    if others is not None and not ordered:
+        others = others[:, order]
     n_aw = len(lo) - 1
     ok, its = np.ones(cls.size, dtype=bool), np.zeros(cls.size, dtype=np.int64)
 
     def solve(name, start):
-        obj = BinaryClassesObjective(z, tp, fp, heads, counts[cls], loss=name, n_awards=n_aw)
+        obj = BinaryClassesObjective(
+            z, tp, fp, heads, counts[cls], loss=name, n_awards=n_aw, others=others
+        )
         return obj, lockstep_newton(obj, start, lo, hi, max_iter=max_iter)
 
     if (

@@ -50,7 +50,15 @@ from ._updating import TemperatureUpdating
 from ._lockstep import solve_classes
 from ._profile import ProfileObjective
 from ._solver import degenerate_corner
-from ._rows import LOG_T, binary_logit, class_rows, fit_split, split_rows, warm_start
+from ._rows import (
+    LOG_T,
+    binary_logit,
+    class_rows,
+    fit_split,
+    lockstep_split,
+    split_rows,
+    warm_start,
+)
 
 __all__ = ["TemperatureBase"]
 
@@ -90,9 +98,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
     # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
     _warm_starts = False
     _fit_full = None  # during a fit: the score vectors, their kind and the order they are read in
-    #: bts/btswa solve their classes in lockstep (_lockstep.py); False: one bounded_newton per class
-    #: (the tests
-    #: compare the two)
+    #: bts/btswa, csts/cstswa solve their classes in lockstep (_lockstep.py; csts/cstswa where
+    #: _rows.lockstep_split allows); False: one bounded_newton per class (the tests compare them)
     _lockstep: ClassVar[bool] = True
     #: the binary method to suggest for data without full score vectors
     _full_alternative: ClassVar[str | None] = "bts"
@@ -120,13 +127,10 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
 
     def _fit(self, data: TopLabelData) -> None:
         # A canonical row order (by predicted class, top score, outcome, true class and the full
-        # vector, so
-        # rows tied on the top score are ordered too): sums over rows are then added in the same
-        # order whatever
-        # order the rows came in, so where the loss is flat (a ridge, a quasi-separated class) the
-        # optimiser
-        # stops at the same point. A fold's methods share the order, the ordered rows, their split
-        # (foldmemo.py).
+        # vector, so rows tied on the top score are ordered too): sums over rows are then added in
+        # the same order whatever order the rows came in, so where the loss is flat (a ridge, a
+        # quasi-separated class) the optimiser stops at the same point. A fold's methods share the
+        # order, the ordered rows, their split (foldmemo.py).
         order = memo(data, "canonical_order", lambda: canonical_order(data))
         try:
             if np.any(order[1:] != order[:-1] + 1):
@@ -134,8 +138,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
                     self._objective_kind() == "multinomial" and not self._binary
                 ):  # reads the whole matrix
                     data = data.subset(order)
-                # bts/btswa read the top score alone, the others the matrix through the order
-                # (_split)
+                # bts/btswa read the top score alone, others the matrix through the order (_split)
                 else:
                     if not self._binary:
                         self._fit_full = (data.full, data.full_kind, order)
@@ -198,12 +201,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
-        del (
-            m,
-            rows,
-            # freed first; then the parameters' covariance (intervals, describe; from the ``held``
-            # blocks)
-        )
+        # freed first; then the parameters' covariance (intervals, describe; from the held blocks)
+        del m, rows
         self.param_cov_ = (
             None if self._scratch else self._covariances(held or self._cov_blocks(data, fitted))
         )
@@ -261,10 +260,9 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         fixed = np.zeros(1 + n_aw, bool)
         if n_aw:
-            # Awards of classes never predicted have no data (held at 0); a
-            # class with only TP (FP) would push its award to +inf (-inf): its
-            # offset A / T is held at the bound so the joint Newton system
-            # stays regular.
+            # Awards of classes never predicted have no data (held at 0); a class with only TP
+            # (FP) would push its award to +inf (-inf): its offset A / T is held at the bound so
+            # the joint Newton system stays regular.
             fixed[1:] = ~fitted | only_tp | only_fp
             x0[1:][fixed[1:]] = 0.0
             x0[1:][only_tp] = OFFSET_MAX
@@ -301,16 +299,27 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         held = (
             None if self._binary or self._scratch else []
         )  # the information blocks (_held_block), class by class
-        if (
-            self._binary and self._lockstep
+        whole = (  # csts/cstswa: a scratch fit's rows split at once, where cheap (lockstep_split)
+            None
+            if self._binary or not self._scratch or order is not None or not self._lockstep
+            else lockstep_split(data, self._fit_full)
+        )
+        if self._lockstep and (
+            self._binary or whole is not None
         ):  # the classes' Newton solves together (_lockstep.py), the rest below
+            zz, oo = (z, None) if self._binary else whole
             which = fitted & ~only_tp & ~only_fp
             for c in np.flatnonzero(
                 fitted & ~which
             ):  # a one-sided class at its corner, as below; else Newton
                 idx = class_rows(order, heads, c)
                 obj = TopLabelObjective(
-                    z[idx], None, data.tp[idx], data.fp[idx], loss=self.loss, n_awards=n_aw
+                    zz[idx],
+                    None if oo is None else oo[:, idx],
+                    data.tp[idx],
+                    data.fp[idx],
+                    loss=self.loss,
+                    n_awards=n_aw,
                 )
                 res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
                 which[c] = res is None
@@ -321,9 +330,20 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             )
             solved.update(
                 solve_classes(
-                    z, data, which, order, x0, lo, hi, loss=self.loss, max_iter=self.max_iter, m=m
+                    zz,
+                    data,
+                    which,
+                    order,
+                    x0,
+                    lo,
+                    hi,
+                    loss=self.loss,
+                    max_iter=self.max_iter,
+                    m=m,
+                    others=oo,
                 )
             )
+            zz = oo = whole = None
         for c in np.flatnonzero(fitted):
             idx = class_rows(order, heads, c)
             res = solved.get(c)
@@ -474,8 +494,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         )
         return NewtonResult(x, obj.value(x), 0)
 
-    # update and persistence: the bases TemperatureUpdating (_updating.py) and TemperatureState
-    # (_state.py)
+    # update and persistence: bases TemperatureUpdating (_updating.py), TemperatureState (_state.py)
 
     def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
         """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given ones)."""

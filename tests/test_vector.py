@@ -132,6 +132,7 @@ def test_a_subsample_first_reaches_the_same_penalised_optimum(data, off, lbfgs, 
     x, w = features(data, 0.7), data.tp + data.fp
     if lbfgs:
         monkeypatch.setattr(_core, "NEWTON_MAX_PARAMS", 0)
+        monkeypatch.setattr(_core, "NEWTON_MAX_CLASSES_VS", 0)
     monkeypatch.setattr(_core, "SUBSAMPLE_ROWS", 10**9)  # all rows alone
     whole = VectorObjective(x, data.labels, w, lay, 1.0)
     t0, f0, _, ok0 = _core.solve(whole, lay.start(), 500)

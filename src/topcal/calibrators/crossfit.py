@@ -212,15 +212,18 @@ def cross_fit(
         unit=" fits",
     )
     try:
-        for name in starts:
-            bar.update()
-            # a failure here is not the method's: the folds' cold fits then say whether it fails
-            try:
-                warm[name] = scratch_fit(
-                    name, data, warm=(begin or {}).get(name), params=(params or {}).get(name)
-                )
-            except TopcalError:
-                pass
+        # the all-data fits share what they derive alike from data, as a fold's do (a vs and its
+        # vs-hier-platt: one first stage, one solve)
+        with sharing(data):
+            for name in starts:
+                bar.update()
+                # a failure here is not the method's: the folds' cold fits then say whether it fails
+                try:
+                    warm[name] = scratch_fit(
+                        name, data, warm=(begin or {}).get(name), params=(params or {}).get(name)
+                    )
+                except TopcalError:
+                    pass
         for f in range(n_folds):
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:

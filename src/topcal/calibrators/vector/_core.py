@@ -33,18 +33,32 @@ __all__ = [
     "margin_variance",
     "inverse_pd",
     "NEWTON_MAX_PARAMS",
+    "NEWTON_MAX_CLASSES_VS",
     "HESSIAN_ROWS",
+    "HESSIAN_WORK",
     "SUBSAMPLE_ROWS",
 ]
 
 #: Newton (exact gradient, Hessian on at most HESSIAN_ROWS evenly spaced rows) up to this many
 #: parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would cost n K^2).
 NEWTON_MAX_PARAMS = 256
+#: ``vs`` (no off-diagonal part: 2K + 1 parameters, a Hessian of O(rows K^2) on at most
+#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes (issue 36): at 8 x 10^4 x
+#: 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and 21.4 s, to the
+#: same optimum, and its Hessian lets the cross-validation folds and auto's final fit start warm
+#: (2-5 passes instead of 12-13; docs/vector.md).
+NEWTON_MAX_CLASSES_VS = 2048
 #: Rows the Newton solver's Hessian is computed on (every ceil(n / HESSIAN_ROWS)-th row): the step
 #: is
 #: a subsampled Newton step (the gradient and the line search use every row), which keeps a Newton
 #: iteration at a few passes over the data.
 HESSIAN_ROWS = 10_000
+#: ... but at most this many row x class^2 multiply-adds a Hessian (and at least 2,000 rows):
+#: from K = 548 classes up the Hessian is computed on fewer rows (at K = 1,000: 3,000 rows, 1.2 s
+#: instead of 4 s; the steps from it needed the same passes to the same optimum).
+HESSIAN_WORK = 3 * 10**9
+#: The fewest rows of a Hessian capped by :data:`HESSIAN_WORK`.
+_HESSIAN_MIN_ROWS = 2_000
 #: From 4 x this many rows up (at 10^5 rows it saved nothing), :func:`solve` first fits the same
 #: penalised problem on this many evenly spaced rows (the penalty as for all rows), then finishes
 #: with Newton (or L-BFGS) on all rows from there: the full problem is convex with the same
@@ -392,11 +406,19 @@ def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian=N
     return theta, f, it1 + it2, ok
 
 
+def _newton(layout: Layout) -> bool:
+    """Whether :func:`_solve` uses Newton for ``layout`` (else L-BFGS-B)."""
+    if not layout.off:
+        return layout.k <= NEWTON_MAX_CLASSES_VS or layout.size <= NEWTON_MAX_PARAMS
+    return layout.size <= NEWTON_MAX_PARAMS
+
+
 def _solve(
     obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian_rows=None, hessian=None
 ):
     """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo backtracking where
-    the parameters are few (:data:`NEWTON_MAX_PARAMS`), else L-BFGS-B. Returns (theta, value,
+    the parameters are few (:data:`NEWTON_MAX_PARAMS`; ``vs`` up to :data:`NEWTON_MAX_CLASSES_VS`
+    classes), else L-BFGS-B. Returns (theta, value,
     n_iter, converged); ``obj.last_hessian`` is then the last Hessian the steps used (None for
     L-BFGS-B).
 
@@ -406,7 +428,7 @@ def _solve(
     first steps use ``hessian`` where given (a warm start's), under the same test."""
     x = np.array(x0, dtype=np.float64)
     obj.last_hessian = None
-    if obj.layout.size > NEWTON_MAX_PARAMS:
+    if not _newton(obj.layout):
         from scipy.optimize import minimize  # here: import topcal stays without scipy.optimize
 
         r = minimize(
@@ -417,7 +439,9 @@ def _solve(
             options={"maxiter": int(max_iter), "ftol": 1e-13, "gtol": 1e-9, "maxcor": 20},
         )
         return r.x, float(r.fun), int(r.nit), bool(r.success)
-    stride = max(1, -(-obj.x.shape[0] // (hessian_rows or HESSIAN_ROWS)))
+    k2 = obj.layout.k**2
+    rows = min(hessian_rows or HESSIAN_ROWS, max(_HESSIAN_MIN_ROWS, HESSIAN_WORK // max(k2, 1)))
+    stride = max(1, -(-obj.x.shape[0] // rows))
     f, g = obj.value_grad(x)
     stalls = 0
     h, last = (None if hessian is None else np.array(hessian, dtype=np.float64)), None

@@ -43,10 +43,10 @@ __all__ = [
 #: parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would cost n K^2).
 NEWTON_MAX_PARAMS = 256
 #: ``vs`` (no off-diagonal part: 2K + 1 parameters, a Hessian of O(rows K^2) on at most
-#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes (issue 36): at 8 x 10^4 x
-#: 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and 21.4 s, to the
-#: same optimum, and its Hessian lets the cross-validation folds and auto's final fit start warm
-#: (2-5 passes instead of 12-13; docs/vector.md).
+#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes (issue 36): at
+#: 8 x 10^4 x 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and
+#: 21.4 s, to the same optimum, and its Hessian lets the cross-validation folds and auto's final
+#: fit start warm (2-5 passes instead of 12-13; docs/vector.md).
 NEWTON_MAX_CLASSES_VS = 2048
 #: Rows the Newton solver's Hessian is computed on (every ceil(n / HESSIAN_ROWS)-th row): the step
 #: is
@@ -94,10 +94,17 @@ def rescale(x: np.ndarray, beta: float, mix: float = 0.0) -> np.ndarray:
     for a, b in _blocks(x.shape[0], k):
         xb = x[a:b]
         mx = xb.max(axis=1, keepdims=True)
-        xb -= mx + np.log(np.exp(xb - mx).sum(axis=1, keepdims=True))
         if mix > 0:
-            xb += np.log1p(-mix)
-            np.logaddexp(xb, np.log(mix / k), out=xb)
+            # log((1 - mix) e / sum(e) + mix / K), e = exp(x - max): one exp and one log an entry
+            # (the log-softmax and then logaddexp took two of each and a log1p: at 10^5 x 1,000
+            # 2.5 s a call)
+            xb -= mx
+            np.exp(xb, out=xb)
+            xb *= (1.0 - mix) / xb.sum(axis=1, keepdims=True)
+            xb += mix / k
+            np.log(xb, out=xb)
+        else:
+            xb -= mx + np.log(np.exp(xb - mx).sum(axis=1, keepdims=True))
     return x
 
 

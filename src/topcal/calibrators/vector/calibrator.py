@@ -129,6 +129,7 @@ class _VectorBase(Calibrator):
         start, hess = layout.start(), None
         if warm is not None:  # a fold: from the all-data optimum, with its Hessian (this penalty)
             start, hess = warm.theta_, warm._nll_hessian + np.diag(2.0 * obj.r)
+
         def compute():
             return (*solve(obj, start, int(self.max_iter), hessian=hess), obj.last_hessian)
 

@@ -14,7 +14,9 @@ fingerprint, the mergeable statistics, the label-shift counts). Its
 confidences are those of an ordinary fit on the same rows, bit for bit,
 except for the methods whose optimum is well defined and found by an
 iterative optimiser (``_warm_starts``: ``sts``, ``hier-platt``,
-``hier-beta``, ``pooled-beta``, ``vs``, ``sms``): those are first fitted on all the data, and
+``hier-beta``, ``pooled-beta``, ``vs``, ``sms``, and the maps of ``vs-hier-platt`` and
+``sms-pooled-beta``): those are first fitted on all the data (sharing what they derive alike
+from it, as a fold's fits do: :mod:`.foldmemo`), and
 each fold's fit starts from that optimum instead of the fixed starting point
 (a fold's optimum lies near the whole data's). A hierarchical fold's fit also
 searches its prior strength from the all-data choice outward (a descent on the

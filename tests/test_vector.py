@@ -597,3 +597,24 @@ def test_a_corrected_maps_fold_starts_from_the_all_data_map(name, data, monkeypa
     assert final.map_.loss_ == pytest.approx(_fit(name, data).map_.loss_, rel=1e-9)
     other = topcal.calibrator("vs").fit(data, keep="predictions")
     assert topcal.calibrator(name).fit(fold, warm=other).map_.n_iter_ == cold.map_.n_iter_
+
+
+@pytest.mark.parametrize("name", CORRECTED)
+def test_a_corrected_fit_reads_the_log_scores_once(name, data, monkeypatch):
+    """The curve's input (the map's confidence on its fitting rows) comes from the map's own first
+    stage: one n x K log of the scores a fit, not two (issue 36)."""
+    calls = []
+    real = TopLabelData.log_probs
+    monkeypatch.setattr(TopLabelData, "log_probs", lambda s: calls.append(1) or real(s))
+    m = _fit(name, data)
+    assert len(calls) == 1
+    calls.clear()
+    np.testing.assert_allclose(
+        m.curve_.predict(
+            TopLabelData.from_scores(
+                data.pred, m.map_.predict(data), labels=data.labels, classes=list(data.classes)
+            )
+        ),
+        m.predict(data),
+        rtol=1e-12,
+    )

@@ -19,6 +19,7 @@ from ...data import TopLabelData
 from ...errors import DegenerateClassWarning
 from .. import intervals
 from ..base import Calibrator
+from ..foldmemo import sharing
 from ..hierarchical import HierarchicalPlatt
 from ..pooled import PooledBeta
 from ..registry import register
@@ -73,8 +74,12 @@ class _Corrected(Calibrator):
         self.map_ = self._map(reg=self.reg, max_iter=self.max_iter)
         warm = self._warm
         warm = warm.map_ if isinstance(warm, type(self)) and warm.reg == self.reg else None
-        self.map_.fit(data, keep=keep, warm=warm)
-        conf = self.map_._fit_confidence(data)
+        # the map's confidence on its fitting rows from the fit's own input x (its first stage,
+        # kept while the block lasts), not from the features computed again: at 10^5 x 1,000
+        # auto's final fit recomputed them (a log and a rescale of the n x K scores, ~4 s)
+        with sharing(data):
+            self.map_.fit(data, keep=keep, warm=warm)
+            conf = self.map_._fit_confidence(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             self.curve_ = self._curve().fit(_as_scores(data, conf), keep=keep)

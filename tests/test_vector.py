@@ -468,12 +468,12 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
 
 def test_auto_refits_its_vector_choice_from_the_cross_validations_all_data_fit(data):
     """auto's final fit of a vs/sms choice starts from the cross-validation's all-data fit
-    (crossfit.refit_start), which is then dropped; of another method, never."""
+    (crossfit.refit_start), which is then dropped; of a method without _warm_refit, never."""
     from topcal.calibrators.crossfit import cross_fit, refit_start
 
-    run = cross_fit(data, ["sts", "sms"], 3)
-    assert set(run.warm) == {"sts", "sms"}
-    assert refit_start("sts", run) is None and run.warm == {}
+    run = cross_fit(data, ["hier-platt", "sms"], 3)
+    assert set(run.warm) == {"hier-platt", "sms"}
+    assert refit_start("hier-platt", run) is None and run.warm == {}
     run = cross_fit(data, ["sts", "sms"], 3)
     assert isinstance(refit_start("sms", None, run), topcal.calibrator("sms").__class__)
     assert refit_start(None, run) is None and refit_start("sms", None) is None
@@ -618,3 +618,32 @@ def test_a_corrected_fit_reads_the_log_scores_once(name, data, monkeypatch):
         m.predict(data),
         rtol=1e-12,
     )
+
+
+def test_auto_starts_the_k_folds_all_data_sts_from_the_first_looks(monkeypatch):
+    """sts (one convex problem in log T, ``_warm_refit``; issue 36): the all-data fit that starts
+    the K folds starts itself from the first look's sts, the folds from it; the cross-validation
+    table is the cold path's (within 1e-6 relative)."""
+    from topcal.calibrators import staging
+    from topcal.calibrators.temperature.methods import SharedTemperatureScaling as Sts
+
+    p, y = _sim(n=3000, k=3)
+    d = TopLabelData.from_probs(p, y)
+    monkeypatch.setattr(staging, "MARGIN", 1e9)  # every candidate to the K folds
+    fits = []
+    real = Sts._fit
+
+    def spy(self, data):
+        w = self._warm
+        fits.append((data.n_rows, None if w is None else int(w.n_tp_.sum() + w.n_fp_.sum())))
+        return real(self, data)
+
+    monkeypatch.setattr(Sts, "_fit", spy)
+    kw = dict(candidates=["uncalibrated", "sts", "vs"], screen=300)
+    m = _fit("auto", d, **kw)
+    assert m.stages_["decided"] == 2 and "sts" in m.cv_
+    assert fits[0] == (300, None) and fits[1] == (3000, 300)
+    assert fits[2:7] == [(2400, 3000)] * 5
+    monkeypatch.setattr(Sts, "_warm_refit", False)  # the cold all-data fit, as before
+    ref = _fit("auto", d, **kw)
+    assert ref.cv_["sts"]["nll"] == pytest.approx(m.cv_["sts"]["nll"], rel=1e-6)

@@ -373,3 +373,19 @@ def test_hierarchical_fits_merge_rows_of_equal_class_and_score_losslessly(name, 
     np.testing.assert_allclose(a.theta_, b.theta_, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(a.cov_, b.cov_, rtol=1e-10, atol=1e-16)
     np.testing.assert_allclose(merged.predict(data), rows.predict(data), rtol=1e-12, atol=0)
+
+
+def test_a_sharing_block_nested_in_one_of_the_same_data_keeps_the_outer_results():
+    """cross_fit's all-data fits share their work (foldmemo.sharing on the data); where that data
+    is already shared (a fold's auto inside compare's K folds), the inner block keeps the outer
+    block's results and leaves them to it."""
+    from topcal.calibrators import foldmemo
+
+    data = _vectors(7, 100, 3)
+    with foldmemo.sharing(data):
+        assert foldmemo.memo(data, "k", lambda: 1) == 1
+        with foldmemo.sharing(data):
+            assert foldmemo.memo(data, "k", lambda: 2) == 1
+            assert foldmemo.memo(data, "j", lambda: 3) == 3
+        assert foldmemo.shared(data) and foldmemo.memo(data, "j", lambda: 4) == 3
+    assert not foldmemo.shared(data) and foldmemo.memo(data, "k", lambda: 5) == 5

@@ -132,6 +132,7 @@ def test_a_subsample_first_reaches_the_same_penalised_optimum(data, off, lbfgs, 
     x, w = features(data, 0.7), data.tp + data.fp
     if lbfgs:
         monkeypatch.setattr(_core, "NEWTON_MAX_PARAMS", 0)
+        monkeypatch.setattr(_core, "NEWTON_MAX_CLASSES_VS", 0)
     monkeypatch.setattr(_core, "SUBSAMPLE_ROWS", 10**9)  # all rows alone
     whole = VectorObjective(x, data.labels, w, lay, 1.0)
     t0, f0, _, ok0 = _core.solve(whole, lay.start(), 500)
@@ -467,12 +468,12 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
 
 def test_auto_refits_its_vector_choice_from_the_cross_validations_all_data_fit(data):
     """auto's final fit of a vs/sms choice starts from the cross-validation's all-data fit
-    (crossfit.refit_start), which is then dropped; of another method, never."""
+    (crossfit.refit_start), which is then dropped; of a method without _warm_refit, never."""
     from topcal.calibrators.crossfit import cross_fit, refit_start
 
-    run = cross_fit(data, ["sts", "sms"], 3)
-    assert set(run.warm) == {"sts", "sms"}
-    assert refit_start("sts", run) is None and run.warm == {}
+    run = cross_fit(data, ["hier-platt", "sms"], 3)
+    assert set(run.warm) == {"hier-platt", "sms"}
+    assert refit_start("hier-platt", run) is None and run.warm == {}
     run = cross_fit(data, ["sts", "sms"], 3)
     assert isinstance(refit_start("sms", None, run), topcal.calibrator("sms").__class__)
     assert refit_start(None, run) is None and refit_start("sms", None) is None
@@ -528,3 +529,121 @@ def test_auto_starts_the_k_folds_all_data_fit_from_the_first_looks(monkeypatch):
     assert fits[0] == (300, None) and fits[1] == (3000, 300)  # first look; all-data from it
     assert fits[2:7] == [(2400, 3000)] * 5 and fits[7] == (3000, 3000)  # folds; final
     assert m.model_.loss_ == pytest.approx(_fit("sms", d).loss_, rel=1e-9)
+
+
+def test_vs_at_many_classes_is_fitted_by_newton_on_capped_hessian_rows(monkeypatch):
+    """vs is fitted by Newton up to NEWTON_MAX_CLASSES_VS classes whatever NEWTON_MAX_PARAMS says
+    (issue 36), its Hessian on at most HESSIAN_WORK / K^2 rows (at least _HESSIAN_MIN_ROWS): the
+    L-BFGS-B optimum (penalised NLL within 1e-9 relative, parameters within 1e-5)."""
+    from topcal.calibrators.vector import _core
+
+    p, y = _sim(n=2000, k=12, seed=3)
+    d = TopLabelData.from_probs(p, y)
+    lay = Layout(12, False)
+    x, w = features(d, 0.8, 1 / 2001), d.tp + d.fp
+    monkeypatch.setattr(_core, "NEWTON_MAX_PARAMS", 0)  # sms's limit: not vs's
+    monkeypatch.setattr(_core, "HESSIAN_WORK", 500 * 144)  # 500 rows at K = 12 ...
+    monkeypatch.setattr(_core, "_HESSIAN_MIN_ROWS", 100)
+    strides = []
+    real = VectorObjective.hessian
+    monkeypatch.setattr(
+        VectorObjective, "hessian", lambda s, th, st=1, **k: strides.append(st) or real(s, th, st)
+    )
+    newton = VectorObjective(x, d.labels, w, lay, 1.0)
+    t0, f0, _, ok0 = _core.solve(newton, lay.start(), 500)
+    assert ok0 and newton.last_hessian is not None and strides and set(strides) == {4}
+    monkeypatch.setattr(_core, "NEWTON_MAX_CLASSES_VS", 0)
+    lbfgs = VectorObjective(x, d.labels, w, lay, 1.0)
+    t1, f1, _, ok1 = _core.solve(lbfgs, lay.start(), 500)
+    assert ok1 and lbfgs.last_hessian is None
+    assert f0 == pytest.approx(f1, rel=1e-9)
+    np.testing.assert_allclose(t0, t1, rtol=0, atol=1e-5)
+    assert not np.allclose(t0, lay.start(), atol=1e-2)
+    monkeypatch.setattr(_core, "NEWTON_MAX_CLASSES_VS", 2048)
+    monkeypatch.setattr(_core, "_HESSIAN_MIN_ROWS", 1000)  # ... but not under the floor
+    strides.clear()
+    _core.solve(VectorObjective(x, d.labels, w, Layout(12, False), 1.0), lay.start(), 500)
+    assert set(strides) == {2}
+    # sms keeps its parameter limit: L-BFGS-B here
+    sms = VectorObjective(x, d.labels, w, Layout(12, True), 1.0)
+    _core.solve(sms, Layout(12, True).start(), 5)
+    assert sms.last_hessian is None
+
+
+@pytest.mark.parametrize("name", CORRECTED)
+def test_a_corrected_maps_fold_starts_from_the_all_data_map(name, data, monkeypatch):
+    """vs-hier-platt / sms-pooled-beta warm-start their map as vs / sms do (issue 36): a fold's map
+    from the all-data fit's, without a Hessian, to the cold fit's optimum (loss within 1e-9
+    relative, confidences within 1e-4); auto's final fit from it too; another method's is
+    ignored."""
+    from topcal.calibrators.vector import _core
+
+    fold = data.subset(np.flatnonzero(np.arange(data.n_rows) % 5 != 0))
+    whole = topcal.calibrator(name).fit(data, keep="predictions")
+    assert whole.map_._nll_hessian is not None
+    hessians = []
+    real = _core.VectorObjective.hessian
+    monkeypatch.setattr(
+        _core.VectorObjective, "hessian", lambda s, *a, **k: hessians.append(1) or real(s, *a, **k)
+    )
+    warm = topcal.calibrator(name).fit(fold, keep="predictions", warm=whole)
+    assert hessians == []
+    cold = topcal.calibrator(name).fit(fold, keep="predictions")
+    assert warm.map_.loss_ == pytest.approx(cold.map_.loss_, rel=1e-9)
+    assert warm.map_.n_iter_ < cold.map_.n_iter_
+    np.testing.assert_allclose(warm.predict(data), cold.predict(data), rtol=1e-4)
+    final = topcal.calibrator(name).fit(data, warm=whole)
+    assert final.map_.n_iter_ <= 2
+    assert final.map_.loss_ == pytest.approx(_fit(name, data).map_.loss_, rel=1e-9)
+    other = topcal.calibrator("vs").fit(data, keep="predictions")
+    assert topcal.calibrator(name).fit(fold, warm=other).map_.n_iter_ == cold.map_.n_iter_
+
+
+@pytest.mark.parametrize("name", CORRECTED)
+def test_a_corrected_fit_reads_the_log_scores_once(name, data, monkeypatch):
+    """The curve's input (the map's confidence on its fitting rows) comes from the map's own first
+    stage: one n x K log of the scores a fit, not two (issue 36)."""
+    calls = []
+    real = TopLabelData.log_probs
+    monkeypatch.setattr(TopLabelData, "log_probs", lambda s: calls.append(1) or real(s))
+    m = _fit(name, data)
+    assert len(calls) == 1
+    calls.clear()
+    np.testing.assert_allclose(
+        m.curve_.predict(
+            TopLabelData.from_scores(
+                data.pred, m.map_.predict(data), labels=data.labels, classes=list(data.classes)
+            )
+        ),
+        m.predict(data),
+        rtol=1e-12,
+    )
+
+
+def test_auto_starts_the_k_folds_all_data_sts_from_the_first_looks(monkeypatch):
+    """sts (one convex problem in log T, ``_warm_refit``; issue 36): the all-data fit that starts
+    the K folds starts itself from the first look's sts, the folds from it; the cross-validation
+    table is the cold path's (within 1e-6 relative)."""
+    from topcal.calibrators import staging
+    from topcal.calibrators.temperature.methods import SharedTemperatureScaling as Sts
+
+    p, y = _sim(n=3000, k=3)
+    d = TopLabelData.from_probs(p, y)
+    monkeypatch.setattr(staging, "MARGIN", 1e9)  # every candidate to the K folds
+    fits = []
+    real = Sts._fit
+
+    def spy(self, data):
+        w = self._warm
+        fits.append((data.n_rows, None if w is None else int(w.n_tp_.sum() + w.n_fp_.sum())))
+        return real(self, data)
+
+    monkeypatch.setattr(Sts, "_fit", spy)
+    kw = dict(candidates=["uncalibrated", "sts", "vs"], screen=300)
+    m = _fit("auto", d, **kw)
+    assert m.stages_["decided"] == 2 and "sts" in m.cv_
+    assert fits[0] == (300, None) and fits[1] == (3000, 300)
+    assert fits[2:7] == [(2400, 3000)] * 5
+    monkeypatch.setattr(Sts, "_warm_refit", False)  # the cold all-data fit, as before
+    ref = _fit("auto", d, **kw)
+    assert ref.cv_["sts"]["nll"] == pytest.approx(m.cv_["sts"]["nll"], rel=1e-6)

@@ -14,7 +14,9 @@ fingerprint, the mergeable statistics, the label-shift counts). Its
 confidences are those of an ordinary fit on the same rows, bit for bit,
 except for the methods whose optimum is well defined and found by an
 iterative optimiser (``_warm_starts``: ``sts``, ``hier-platt``,
-``hier-beta``, ``pooled-beta``, ``vs``, ``sms``): those are first fitted on all the data, and
+``hier-beta``, ``pooled-beta``, ``vs``, ``sms``, and the maps of ``vs-hier-platt`` and
+``sms-pooled-beta``): those are first fitted on all the data (sharing what they derive alike
+from it, as a fold's fits do: :mod:`.foldmemo`), and
 each fold's fit starts from that optimum instead of the fixed starting point
 (a fold's optimum lies near the whole data's). A hierarchical fold's fit also
 searches its prior strength from the all-data choice outward (a descent on the
@@ -212,15 +214,18 @@ def cross_fit(
         unit=" fits",
     )
     try:
-        for name in starts:
-            bar.update()
-            # a failure here is not the method's: the folds' cold fits then say whether it fails
-            try:
-                warm[name] = scratch_fit(
-                    name, data, warm=(begin or {}).get(name), params=(params or {}).get(name)
-                )
-            except TopcalError:
-                pass
+        # the all-data fits share what they derive alike from data, as a fold's do (a vs and its
+        # vs-hier-platt: one first stage, one solve)
+        with sharing(data):
+            for name in starts:
+                bar.update()
+                # a failure here is not the method's: the folds' cold fits then say whether it fails
+                try:
+                    warm[name] = scratch_fit(
+                        name, data, warm=(begin or {}).get(name), params=(params or {}).get(name)
+                    )
+                except TopcalError:
+                    pass
         for f in range(n_folds):
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:

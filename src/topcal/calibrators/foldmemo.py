@@ -28,10 +28,18 @@ _MEMO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 @contextlib.contextmanager
 def sharing(data):
     """Within the block, :func:`memo` on ``data`` (and on data derived by :func:`memo_data`) keeps
-    results."""
+    results. Nested in a block of the same data (a fold's ``auto``, whose cross-validation shares
+    its all-data fits' work), it keeps the outer block's results and leaves them to it."""
     derived: list = []
     with _LOCK:
-        _MEMO[data] = {"": derived}
+        if data in _MEMO:
+            nested = True
+        else:
+            nested = False
+            _MEMO[data] = {"": derived}
+    if nested:
+        yield
+        return
     try:
         yield
     finally:

@@ -33,18 +33,32 @@ __all__ = [
     "margin_variance",
     "inverse_pd",
     "NEWTON_MAX_PARAMS",
+    "NEWTON_MAX_CLASSES_VS",
     "HESSIAN_ROWS",
+    "HESSIAN_WORK",
     "SUBSAMPLE_ROWS",
 ]
 
 #: Newton (exact gradient, Hessian on at most HESSIAN_ROWS evenly spaced rows) up to this many
 #: parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would cost n K^2).
 NEWTON_MAX_PARAMS = 256
+#: ``vs`` (no off-diagonal part: 2K + 1 parameters, a Hessian of O(rows K^2) on at most
+#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes (issue 36): at
+#: 8 x 10^4 x 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and
+#: 21.4 s, to the same optimum, and its Hessian lets the cross-validation folds and auto's final
+#: fit start warm (2-5 passes instead of 12-13; docs/vector.md).
+NEWTON_MAX_CLASSES_VS = 2048
 #: Rows the Newton solver's Hessian is computed on (every ceil(n / HESSIAN_ROWS)-th row): the step
 #: is
 #: a subsampled Newton step (the gradient and the line search use every row), which keeps a Newton
 #: iteration at a few passes over the data.
 HESSIAN_ROWS = 10_000
+#: ... but at most this many row x class^2 multiply-adds a Hessian (and at least 2,000 rows):
+#: from K = 548 classes up the Hessian is computed on fewer rows (at K = 1,000: 3,000 rows, 1.2 s
+#: instead of 4 s; the steps from it needed the same passes to the same optimum).
+HESSIAN_WORK = 3 * 10**9
+#: The fewest rows of a Hessian capped by :data:`HESSIAN_WORK`.
+_HESSIAN_MIN_ROWS = 2_000
 #: From 4 x this many rows up (at 10^5 rows it saved nothing), :func:`solve` first fits the same
 #: penalised problem on this many evenly spaced rows (the penalty as for all rows), then finishes
 #: with Newton (or L-BFGS) on all rows from there: the full problem is convex with the same
@@ -80,10 +94,17 @@ def rescale(x: np.ndarray, beta: float, mix: float = 0.0) -> np.ndarray:
     for a, b in _blocks(x.shape[0], k):
         xb = x[a:b]
         mx = xb.max(axis=1, keepdims=True)
-        xb -= mx + np.log(np.exp(xb - mx).sum(axis=1, keepdims=True))
         if mix > 0:
-            xb += np.log1p(-mix)
-            np.logaddexp(xb, np.log(mix / k), out=xb)
+            # log((1 - mix) e / sum(e) + mix / K), e = exp(x - max): one exp and one log an entry
+            # (the log-softmax and then logaddexp took two of each and a log1p: at 10^5 x 1,000
+            # 2.5 s a call)
+            xb -= mx
+            np.exp(xb, out=xb)
+            xb *= (1.0 - mix) / xb.sum(axis=1, keepdims=True)
+            xb += mix / k
+            np.log(xb, out=xb)
+        else:
+            xb -= mx + np.log(np.exp(xb - mx).sum(axis=1, keepdims=True))
     return x
 
 
@@ -276,11 +297,14 @@ class VectorObjective:
         for a, b in _blocks(x.shape[0], k):
             xb, wb, yb = x[a:b], w[a:b], self.labels[a:b]
             rows = np.arange(b - a)
-            u = lay.scores(xb, theta)
-            true = u[rows, yb].copy()
-            p, lse = _softmax_rows(u)
-            f += float(wb @ (lse - true))
-            p *= wb[:, None]
+            p = lay.scores(xb, theta)
+            true = p[rows, yb].copy()
+            mx = p.max(axis=1, keepdims=True)
+            p -= mx
+            np.exp(p, out=p)
+            s = p.sum(axis=1)
+            f += float(wb @ (mx[:, 0] + np.log(s) - true))
+            p *= (wb / s)[:, None]  # w P: the softmax's division and the weights in one pass
             p[rows, yb] -= wb  # R = w (P - Y)
             gb += p.sum(axis=0)
             if gm is not None:
@@ -320,12 +344,13 @@ class VectorObjective:
             hvv[np.diag_indices(k)] += dvv
             hvb[np.diag_indices(k)] += dvb
             hbb[np.diag_indices(k)] += dbb
-            d = np.block([[hvv, hvb], [hvb.T, hbb]])  # in (M_jj, b_j)
-            jac = np.zeros((2 * k, lay.size))
-            jac[:k, 0] = 1.0
-            jac[np.arange(k), 1 + np.arange(k)] = 1.0
-            jac[k + np.arange(k), 1 + k + np.arange(k)] = 1.0
-            h = jac.T @ d @ jac
+            # in theta = (a, v, b): a moves every M_jj alone, so theta's Hessian is the one in
+            # (M_jj, b_j) bordered by its first k rows' sums (by selection: the product with the
+            # Jacobian, O(K^3), was about half of a Hessian at K = 1,000)
+            h = np.empty((lay.size, lay.size))
+            h[1:, 1:] = np.block([[hvv, hvb], [hvb.T, hbb]])  # in (M_jj, b_j)
+            h[0, 1:] = h[1:, 0] = h[1 : 1 + k, 1:].sum(axis=0)
+            h[0, 0] = h[1 : 1 + k, 1 : 1 + k].sum()
         h *= scale
         pen = np.diag(2.0 * self.r * self.n)
         return h + pen if summed else h / self.n + pen / self.n
@@ -392,11 +417,19 @@ def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian=N
     return theta, f, it1 + it2, ok
 
 
+def _newton(layout: Layout) -> bool:
+    """Whether :func:`_solve` uses Newton for ``layout`` (else L-BFGS-B)."""
+    if not layout.off:
+        return layout.k <= NEWTON_MAX_CLASSES_VS or layout.size <= NEWTON_MAX_PARAMS
+    return layout.size <= NEWTON_MAX_PARAMS
+
+
 def _solve(
     obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian_rows=None, hessian=None
 ):
     """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo backtracking where
-    the parameters are few (:data:`NEWTON_MAX_PARAMS`), else L-BFGS-B. Returns (theta, value,
+    the parameters are few (:data:`NEWTON_MAX_PARAMS`; ``vs`` up to :data:`NEWTON_MAX_CLASSES_VS`
+    classes), else L-BFGS-B. Returns (theta, value,
     n_iter, converged); ``obj.last_hessian`` is then the last Hessian the steps used (None for
     L-BFGS-B).
 
@@ -406,7 +439,7 @@ def _solve(
     first steps use ``hessian`` where given (a warm start's), under the same test."""
     x = np.array(x0, dtype=np.float64)
     obj.last_hessian = None
-    if obj.layout.size > NEWTON_MAX_PARAMS:
+    if not _newton(obj.layout):
         from scipy.optimize import minimize  # here: import topcal stays without scipy.optimize
 
         r = minimize(
@@ -417,7 +450,9 @@ def _solve(
             options={"maxiter": int(max_iter), "ftol": 1e-13, "gtol": 1e-9, "maxcor": 20},
         )
         return r.x, float(r.fun), int(r.nit), bool(r.success)
-    stride = max(1, -(-obj.x.shape[0] // (hessian_rows or HESSIAN_ROWS)))
+    k2 = obj.layout.k**2
+    rows = min(hessian_rows or HESSIAN_ROWS, max(_HESSIAN_MIN_ROWS, HESSIAN_WORK // max(k2, 1)))
+    stride = max(1, -(-obj.x.shape[0] // rows))
     f, g = obj.value_grad(x)
     stalls = 0
     h, last = (None if hessian is None else np.array(hessian, dtype=np.float64)), None
@@ -431,7 +466,9 @@ def _solve(
         except np.linalg.LinAlgError:
             step = -g
         dec = -float(g @ step)
-        if last is not None and not dec <= 0.01 * last:
+        # (a kept Hessian's step that already meets the tolerance is taken: a fresh Hessian for the
+        # last step cost 3 s at 10^5 x 1,000 and changed nothing)
+        if last is not None and not dec <= 0.01 * last and not dec / 2 <= tol * max(1.0, abs(f)):
             h = None  # a kept Hessian that no longer converges fast: a fresh one
             last = None
             continue

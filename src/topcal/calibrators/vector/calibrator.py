@@ -129,15 +129,18 @@ class _VectorBase(Calibrator):
         start, hess = layout.start(), None
         if warm is not None:  # a fold: from the all-data optimum, with its Hessian (this penalty)
             start, hess = warm.theta_, warm._nll_hessian + np.diag(2.0 * obj.r)
-        # a fold's sms and sms-beta share the solve (its result is read-only here)
-        theta, loss, n_iter, ok = memo(
-            data,
-            f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}",
-            lambda: solve(obj, start, int(self.max_iter), hessian=hess),
+
+        def compute():
+            return (*solve(obj, start, int(self.max_iter), hessian=hess), obj.last_hessian)
+
+        # a fold's (and the folds' all-data) vs and vs-hier-platt, sms and sms-pooled-beta share
+        # the solve and its last Hessian (read-only here)
+        theta, loss, n_iter, ok, last = memo(
+            data, f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}", compute
         )
         self._nll_hessian = None
-        if self._scratch and obj.last_hessian is not None:
-            self._nll_hessian = obj.last_hessian - np.diag(2.0 * obj.r)
+        if self._scratch and last is not None:
+            self._nll_hessian = last - np.diag(2.0 * obj.r)
         if not ok:
             warnings.warn(
                 f"{self.name}: the optimiser stopped after {n_iter} iterations without meeting its "

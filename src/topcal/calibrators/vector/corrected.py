@@ -19,6 +19,7 @@ from ...data import TopLabelData
 from ...errors import DegenerateClassWarning
 from .. import intervals
 from ..base import Calibrator
+from ..foldmemo import sharing
 from ..hierarchical import HierarchicalPlatt
 from ..pooled import PooledBeta
 from ..registry import register
@@ -56,6 +57,11 @@ class _Corrected(Calibrator):
     _parameter_constraints = VectorScaling._parameter_constraints
     _map: ClassVar[type] = VectorScaling
     _curve: ClassVar[type] = HierarchicalPlatt
+    # the map's fit starts from the warm model's map (its parameters, first stage and Hessian), as
+    # ``vs``/``sms`` do: the cross-validation folds from the all-data fit, auto's final fit from
+    # the folds' all-data fit or the first look's (issue 36); the curve starts cold
+    _warm_starts = True
+    _warm_refit: ClassVar[bool] = True
 
     def __init__(self, *, reg: float = 1.0, max_iter: int = 500):
         self.reg = reg
@@ -66,8 +72,14 @@ class _Corrected(Calibrator):
         # the map's solve and first stage are memoised per fold (calibrator.py): shared with the
         # fold's vs / sms candidate
         self.map_ = self._map(reg=self.reg, max_iter=self.max_iter)
-        self.map_.fit(data, keep=keep)
-        conf = self.map_._fit_confidence(data)
+        warm = self._warm
+        warm = warm.map_ if isinstance(warm, type(self)) and warm.reg == self.reg else None
+        # the map's confidence on its fitting rows from the fit's own input x (its first stage,
+        # kept while the block lasts), not from the features computed again: at 10^5 x 1,000
+        # auto's final fit recomputed them (a log and a rescale of the n x K scores, ~4 s)
+        with sharing(data):
+            self.map_.fit(data, keep=keep, warm=warm)
+            conf = self.map_._fit_confidence(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
             self.curve_ = self._curve().fit(_as_scores(data, conf), keep=keep)

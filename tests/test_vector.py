@@ -647,3 +647,38 @@ def test_auto_starts_the_k_folds_all_data_sts_from_the_first_looks(monkeypatch):
     monkeypatch.setattr(Sts, "_warm_refit", False)  # the cold all-data fit, as before
     ref = _fit("auto", d, **kw)
     assert ref.cv_["sts"]["nll"] == pytest.approx(m.cv_["sts"]["nll"], rel=1e-6)
+
+
+def test_newton_factors_each_hessian_once_and_reuses_it_for_kept_steps(monkeypatch):
+    """A kept Hessian (a warm start's, or one that still converges fast) is factored once: its
+    later steps reuse the LU factors (issue 36: at 1,000 classes each fresh solve of the 2,001
+    square system cost as much as a pass over the rows). The optimum is the cold solve's."""
+    import scipy.linalg
+
+    from topcal.calibrators.vector import _core
+
+    p, y = _sim(n=3000, k=12, seed=4)
+    d = TopLabelData.from_probs(p, y)
+    lay = Layout(12, False)
+    x, w = features(d, 0.8, 1 / 3001), d.tp + d.fp
+    cold = VectorObjective(x, d.labels, w, lay, 1.0)
+    t0, f0, _, ok0 = _core.solve(cold, lay.start(), 500)
+    assert ok0
+    factored, hessians = [], []
+    real_lu, real_h = scipy.linalg.lu_factor, VectorObjective.hessian
+    monkeypatch.setattr(
+        scipy.linalg, "lu_factor", lambda h, **k: factored.append(1) or real_lu(h, **k)
+    )
+    monkeypatch.setattr(
+        VectorObjective, "hessian", lambda s, *a, **k: hessians.append(1) or real_h(s, *a, **k)
+    )
+    part = VectorObjective(x[::2], d.labels[::2], w[::2], lay, 1.0)  # a fold, from the optimum
+    warm_h = cold.hessian(t0, 1) + np.diag(2.0 * part.r)
+    hessians.clear()
+    t1, f1, it, ok1 = _core.solve(part, t0, 500, hessian=warm_h)
+    assert ok1 and it >= 2  # several steps ...
+    assert len(factored) == 1 + len(hessians) < it + 1  # ... on factors made once per Hessian
+    ref = VectorObjective(x[::2], d.labels[::2], w[::2], lay, 1.0)
+    t2, f2, _, _ = _core.solve(ref, lay.start(), 500)
+    assert f1 == pytest.approx(f2, rel=1e-9)
+    np.testing.assert_allclose(t1, t2, rtol=0, atol=1e-5)

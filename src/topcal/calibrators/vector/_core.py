@@ -15,6 +15,8 @@ Everything runs over blocks of rows: the extra memory is a few blocks plus the (
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.special import expit
 
@@ -456,15 +458,15 @@ def _solve(
     f, g = obj.value_grad(x)
     stalls = 0
     h, last = (None if hessian is None else np.array(hessian, dtype=np.float64)), None
+    lu = None  # h's LU factors: a kept Hessian's later steps cost O(size^2), not O(size^3)
     for it in range(1, int(max_iter) + 1):
         if h is None:
             h = obj.hessian(x, stride)
             h[np.diag_indices_from(h)] += 1e-12 * max(1.0, float(np.abs(np.diag(h)).max()))
+        if obj.last_hessian is not h:
+            lu = _factor(h)
         obj.last_hessian = h
-        try:
-            step = -np.linalg.solve(h, g)
-        except np.linalg.LinAlgError:
-            step = -g
+        step = -g if lu is None else -_lu_solve(lu, g)
         dec = -float(g @ step)
         # (a kept Hessian's step that already meets the tolerance is taken: a fresh Hessian for the
         # last step cost 3 s at 10^5 x 1,000 and changed nothing)
@@ -493,6 +495,26 @@ def _solve(
         if stalls >= 5:
             return x, f, it, True
     return x, f, int(max_iter), False
+
+
+def _factor(h: np.ndarray):
+    """LU factors of ``h`` (:func:`scipy.linalg.lu_factor`, what ``np.linalg.solve`` computes and
+    drops), or None where ``h`` is singular (the step is then the negative gradient)."""
+    from scipy.linalg import lu_factor  # here: a Newton fit's import, not topcal's
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # LinAlgWarning on an ill-conditioned h: checked below
+        try:
+            lu = lu_factor(h, check_finite=False)
+        except (np.linalg.LinAlgError, ValueError):
+            return None
+    return lu if np.all(np.isfinite(lu[0])) and np.all(np.diag(lu[0]) != 0) else None
+
+
+def _lu_solve(lu, g: np.ndarray) -> np.ndarray:
+    from scipy.linalg import lu_solve
+
+    return lu_solve(lu, g, check_finite=False)
 
 
 def top_margin(layout: Layout, theta, x: np.ndarray, pred: np.ndarray) -> np.ndarray:

@@ -438,16 +438,11 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
     issue 36) and auto's final fit from it reach the cold fit's penalised optimum: the loss within
     1e-9 relative (both solves stop at a Newton decrement of 1e-10 of it), the temperature within
     1e-9, the confidences within 1e-4 relative; the fold's solve computes no Hessian."""
-    from topcal.calibrators.vector import _core
 
     fold = data.subset(np.flatnonzero(np.arange(data.n_rows) % 5 != 0))
     whole = topcal.calibrator(name).fit(data, keep="predictions")
     assert whole._nll_hessian is not None  # a scratch fit keeps it for the folds
-    hessians = []
-    real = _core.VectorObjective.hessian
-    monkeypatch.setattr(
-        _core.VectorObjective, "hessian", lambda s, *a, **k: hessians.append(1) or real(s, *a, **k)
-    )
+    hessians = _count_hessians(monkeypatch)
     warm = topcal.calibrator(name).fit(fold, keep="predictions", warm=whole)
     assert hessians == []
     cold = topcal.calibrator(name).fit(fold, keep="predictions")
@@ -507,6 +502,31 @@ def test_auto_decided_at_the_first_look_refits_from_its_fit(monkeypatch):
     assert m.model_.loss_ == pytest.approx(_fit("sms", d).loss_, rel=1e-9)
 
 
+def _count_hessians(monkeypatch) -> list:
+    """Wrap ``VectorObjective.hessian`` to append 1 to the returned list per Hessian computed."""
+    hessians = []
+    real = VectorObjective.hessian
+    monkeypatch.setattr(
+        VectorObjective, "hessian", lambda s, *a, **k: hessians.append(1) or real(s, *a, **k)
+    )
+    return hessians
+
+
+def _record_warm_starts(monkeypatch, cls, method: str) -> list:
+    """Wrap ``cls.method`` (a fit on data) to record, per fit, (its rows, the rows of the fit it
+    starts from or None where it starts cold)."""
+    fits = []
+    real = getattr(cls, method)
+
+    def spy(self, data):
+        w = self._warm
+        fits.append((data.n_rows, None if w is None else int(w.n_tp_.sum() + w.n_fp_.sum())))
+        return real(self, data)
+
+    monkeypatch.setattr(cls, method, spy)
+    return fits
+
+
 def test_auto_starts_the_k_folds_all_data_fit_from_the_first_looks(monkeypatch):
     """Where vs/sms reach the K folds, the all-data fit that starts the folds starts itself from
     the first look's fit (on its first fold's rows), the folds from it, the final fit from it too;
@@ -515,15 +535,7 @@ def test_auto_starts_the_k_folds_all_data_fit_from_the_first_looks(monkeypatch):
 
     p, y = _sim(n=3000, k=3)
     d = TopLabelData.from_probs(p, y)
-    fits = []
-    real = Sms._fit_single
-
-    def spy(self, data):
-        w = self._warm
-        fits.append((data.n_rows, None if w is None else int(w.n_tp_.sum() + w.n_fp_.sum())))
-        return real(self, data)
-
-    monkeypatch.setattr(Sms, "_fit_single", spy)
+    fits = _record_warm_starts(monkeypatch, Sms, "_fit_single")
     m = _fit("auto", d, candidates=["uncalibrated", "vs", "sms"], screen=300)
     assert (m.method_, m.stages_["decided"]) == ("sms", 2)
     assert fits[0] == (300, None) and fits[1] == (3000, 300)  # first look; all-data from it
@@ -576,16 +588,11 @@ def test_a_corrected_maps_fold_starts_from_the_all_data_map(name, data, monkeypa
     from the all-data fit's, without a Hessian, to the cold fit's optimum (loss within 1e-9
     relative, confidences within 1e-4); auto's final fit from it too; another method's is
     ignored."""
-    from topcal.calibrators.vector import _core
 
     fold = data.subset(np.flatnonzero(np.arange(data.n_rows) % 5 != 0))
     whole = topcal.calibrator(name).fit(data, keep="predictions")
     assert whole.map_._nll_hessian is not None
-    hessians = []
-    real = _core.VectorObjective.hessian
-    monkeypatch.setattr(
-        _core.VectorObjective, "hessian", lambda s, *a, **k: hessians.append(1) or real(s, *a, **k)
-    )
+    hessians = _count_hessians(monkeypatch)
     warm = topcal.calibrator(name).fit(fold, keep="predictions", warm=whole)
     assert hessians == []
     cold = topcal.calibrator(name).fit(fold, keep="predictions")
@@ -630,15 +637,7 @@ def test_auto_starts_the_k_folds_all_data_sts_from_the_first_looks(monkeypatch):
     p, y = _sim(n=3000, k=3)
     d = TopLabelData.from_probs(p, y)
     monkeypatch.setattr(staging, "MARGIN", 1e9)  # every candidate to the K folds
-    fits = []
-    real = Sts._fit
-
-    def spy(self, data):
-        w = self._warm
-        fits.append((data.n_rows, None if w is None else int(w.n_tp_.sum() + w.n_fp_.sum())))
-        return real(self, data)
-
-    monkeypatch.setattr(Sts, "_fit", spy)
+    fits = _record_warm_starts(monkeypatch, Sts, "_fit")
     kw = dict(candidates=["uncalibrated", "sts", "vs"], screen=300)
     m = _fit("auto", d, **kw)
     assert m.stages_["decided"] == 2 and "sts" in m.cv_
@@ -664,14 +663,11 @@ def test_newton_factors_each_hessian_once_and_reuses_it_for_kept_steps(monkeypat
     cold = VectorObjective(x, d.labels, w, lay, 1.0)
     t0, f0, _, ok0 = _core.solve(cold, lay.start(), 500)
     assert ok0
-    factored, hessians = [], []
-    real_lu, real_h = scipy.linalg.lu_factor, VectorObjective.hessian
+    factored, real_lu = [], scipy.linalg.lu_factor
     monkeypatch.setattr(
         scipy.linalg, "lu_factor", lambda h, **k: factored.append(1) or real_lu(h, **k)
     )
-    monkeypatch.setattr(
-        VectorObjective, "hessian", lambda s, *a, **k: hessians.append(1) or real_h(s, *a, **k)
-    )
+    hessians = _count_hessians(monkeypatch)
     part = VectorObjective(x[::2], d.labels[::2], w[::2], lay, 1.0)  # a fold, from the optimum
     warm_h = cold.hessian(t0, 1) + np.diag(2.0 * part.r)
     hessians.clear()

@@ -32,10 +32,8 @@ def sharing(data):
     its all-data fits' work), it keeps the outer block's results and leaves them to it."""
     derived: list = []
     with _LOCK:
-        if data in _MEMO:
-            nested = True
-        else:
-            nested = False
+        nested = data in _MEMO
+        if not nested:
             _MEMO[data] = {"": derived}
     if nested:
         yield

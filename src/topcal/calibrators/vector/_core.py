@@ -458,12 +458,12 @@ def _solve(
     f, g = obj.value_grad(x)
     stalls = 0
     h, last = (None if hessian is None else np.array(hessian, dtype=np.float64)), None
-    lu = None  # h's LU factors: a kept Hessian's later steps cost O(size^2), not O(size^3)
+    # h's LU factors, made once per Hessian: a kept Hessian's later steps cost O(size^2)
+    lu = None if h is None else _factor(h)
     for it in range(1, int(max_iter) + 1):
         if h is None:
             h = obj.hessian(x, stride)
             h[np.diag_indices_from(h)] += 1e-12 * max(1.0, float(np.abs(np.diag(h)).max()))
-        if obj.last_hessian is not h:
             lu = _factor(h)
         obj.last_hessian = h
         step = -g if lu is None else -_lu_solve(lu, g)

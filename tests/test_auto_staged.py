@@ -10,7 +10,7 @@ import pytest
 
 import topcal
 from topcal import persist
-from topcal.calibrators import staging
+from topcal.calibrators import crossfit, staging
 from topcal.data import TopLabelData, kfold_split
 from topcal.describing import summary_text
 from topcal.errors import ModelFileError
@@ -166,3 +166,33 @@ def test_with_few_rows_a_class_the_first_look_fits_on_one_fold_of_the_k_folds():
     fold = kfold_split(data, 5, seed=1)[0]  # the K folds' own first fold, scored
     assert scored == fold.n_samples and fitted == data.n_samples - fold.n_samples
     assert table["pooled-platt"]["nll"] is not None
+
+
+def test_the_k_folds_take_their_first_fold_from_a_first_look_made_on_it(monkeypatch):
+    data = many_small_classes(2, 50, 1500)
+    names = ["uncalibrated", "pooled-platt", "hier-platt"]  # hier-platt's folds start warm
+    look = staging.first_look(data, names, rows=300, seed=1, folds=5)[3]
+    other = staging.first_look(data, names, rows=300, seed=2, folds=5)[3]  # another split
+    fits = []
+    real = crossfit.scratch_fit
+
+    def counting(name, train, *a, **kw):
+        fits.append((name, train.n_samples))
+        return real(name, train, *a, **kw)
+
+    monkeypatch.setattr(crossfit, "scratch_fit", counting)
+    runs = {}
+    for key, done in (("fresh", None), ("reused", look), ("other", other)):
+        fits.clear()
+        runs[key] = crossfit.cross_fit(data, names, 5, seed=1, done=done)
+        runs[key].n_fits = {n: sum(f[0] == n for f in fits) for n in names}
+    # 5 fold fits (and hier-platt's all-data fit) fresh; one fewer where fold 0 is the look's
+    assert runs["fresh"].n_fits == {"uncalibrated": 5, "pooled-platt": 5, "hier-platt": 6}
+    assert runs["reused"].n_fits == {"uncalibrated": 4, "pooled-platt": 4, "hier-platt": 5}
+    assert runs["other"].n_fits == runs["fresh"].n_fits  # not its fold 0: nothing taken
+    fold0 = kfold_split(data, 5, seed=1)[0].n_rows
+    for n in names:
+        a, b = runs["fresh"].confidence[n], runs["reused"].confidence[n]
+        np.testing.assert_array_equal(a[fold0:], b[fold0:])
+        np.testing.assert_allclose(b[:fold0], look.confidence[n])
+        np.testing.assert_allclose(a[:fold0], b[:fold0], rtol=1e-6)  # warm vs cold start

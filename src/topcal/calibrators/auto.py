@@ -316,6 +316,7 @@ class Auto(Wrapper):
                 seed=int(self.seed or 0),
                 desc="auto: cross-validation",
                 begin=look and look[3].warm,  # the all-data vs/sms from the first look's
+                done=look and look[3],  # its fold, where it is the K folds' first
             )
             cv, self.cv_samples_ = tabulate_cv(run, names), float(choice.n_samples)
         best, self.best_ = choose(cv, float(self.tolerance))
@@ -393,8 +394,7 @@ class Auto(Wrapper):
         if self.refitted_from_:
             return (
                 f"refitted {self.method_} instead of {self.refitted_from_}, which cannot be "
-                f"updated from "
-                "statistics; see the warning"
+                "updated from statistics; see the warning"
             )
         if (
             float(self.n_tp_.sum() + self.n_fp_.sum()) > self.fit_samples_

@@ -146,6 +146,21 @@ class CrossFit:
         return binary_nll(1.0, 0.0, c), binary_nll(0.0, 1.0, c)
 
 
+def _reusable(done, fold, names) -> dict:
+    """``{method: fold-0 confidences}`` that :func:`cross_fit` takes from ``done``."""
+    if done is None or len(done.folds) != 1:
+        return {}
+    d = done.folds[0]
+    same = (
+        d.n_rows == fold.n_rows
+        and np.array_equal(d.pred, fold.pred)
+        and np.array_equal(d.score, fold.score)
+        and np.array_equal(d.tp, fold.tp)
+        and np.array_equal(d.fp, fold.fp)
+    )
+    return {n: done.confidence[n] for n in names if same and n in done.confidence}
+
+
 def refit_start(name: str | None, *runs):
     """The fit of ``name`` in the first of ``runs`` that is not None (auto: the K folds' all-data
     fits, else the first look's) where its method may start a refit on the same or more rows
@@ -170,6 +185,7 @@ def cross_fit(
     on_model: Callable | None = None,
     desc: str = "cross-fitting",
     begin: dict | None = None,
+    done=None,
 ) -> CrossFit:
     """Fit every method of ``names`` on each fold's training part and predict the fold.
 
@@ -196,6 +212,12 @@ def cross_fit(
     begin : dict, optional
         ``{method: fitted model}`` the all-data fits that warm-start the folds start from in
         turn (auto: its first look's ``vs``/``sms``, fitted on fewer rows of the same data).
+    done : CrossFit, optional
+        A run of one fold whose fold is fold 0 of these folds and whose fits were made on the
+        other K - 1 (auto's first look where it is the K folds' first fold): its methods' fold-0
+        confidences are taken from it instead of fitting fold 0 again (the same fit on the same
+        rows, but started cold where the method has ``_warm_starts``: within its optimiser's
+        tolerance of the warm fold's). Ignored unless its fold holds exactly fold 0's rows.
 
     A method whose fit or prediction raises a :class:`~topcal.errors.TopcalError`
     is recorded in ``errors`` and skipped in the later folds; the others go on.
@@ -207,9 +229,10 @@ def cross_fit(
     parts: dict = {n: [] for n in names}
     errors: dict = {}
     warm = {}
+    reuse = _reusable(done, folds[0], names)
     starts = [n for n in names if get_class(n)._warm_starts]
     bar = _progress.bar(
-        total=(n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts)),
+        total=(n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts)) - len(reuse),
         desc=desc,
         unit=" fits",
     )
@@ -236,6 +259,9 @@ def cross_fit(
                 for name in names:
                     bar.update()
                     if name in errors:
+                        continue
+                    if f == 0 and name in reuse:
+                        parts[name].append(reuse[name])
                         continue
                     try:
                         model = fit(name, train, f, warm.get(name))

@@ -11,7 +11,9 @@ rows (its learning curve), which favours the pooled candidates at the first look
 more than half the rows, the first look is the first fold of auto's own K folds instead (fit on
 the other K - 1, scored on it): the same training size as the K folds (on ImageNet's 1,000
 classes, fits on 10,000-12,500 rows against the K folds' 20,000-32,000 dropped ``kde-mon2`` and
-``hier-platt``, members of the blend there: held out 0.3-0.7% worse). Its table is auto's
+``hier-platt``, members of the blend there: held out 0.3-0.7% worse); the K folds then take
+the contenders' confidences on that fold from it instead of fitting it again
+(:func:`~.crossfit.cross_fit`'s ``done``). Its table is auto's
 (:func:`~.auto_select.tabulate_cv`: mean NLL, standard error of the paired difference to the
 stage's best).
 
@@ -105,7 +107,7 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
     split = _split(data, int(rows), seed, int(folds))
     if split is None:
         return None
-    train, test = split
+    train, test = split  # (test: where the first fold is too big, the K folds' first fold)
     run = CrossFit([test], test)
     with sharing(train):  # the temperature family's common preparation of train, once
         for name in names:

@@ -169,8 +169,10 @@ def test_with_few_rows_a_class_the_first_look_fits_on_one_fold_of_the_k_folds():
 
 
 def test_the_k_folds_take_their_first_fold_from_a_first_look_made_on_it(monkeypatch):
-    data = many_small_classes(2, 50, 1500)
-    names = ["uncalibrated", "pooled-platt", "hier-platt"]  # hier-platt's folds start warm
+    p, y = simulate_probs(1200, 4, 40, sharpen=np.linspace(0.5, 2.0, 40))
+    data = TopLabelData.from_probs(p, y)  # 40 classes: 20 rows a class is over half the rows
+    # hier-platt's and sts's folds start warm (from an all-data fit; sts: from the look's fit)
+    names = ["uncalibrated", "pooled-platt", "hier-platt", "sts"]
     look = staging.first_look(data, names, rows=300, seed=1, folds=5)[3]
     other = staging.first_look(data, names, rows=300, seed=2, folds=5)[3]  # another split
     fits = []
@@ -184,15 +186,25 @@ def test_the_k_folds_take_their_first_fold_from_a_first_look_made_on_it(monkeypa
     runs = {}
     for key, done in (("fresh", None), ("reused", look), ("other", other)):
         fits.clear()
-        runs[key] = crossfit.cross_fit(data, names, 5, seed=1, done=done)
+        runs[key] = crossfit.cross_fit(data, names, 5, seed=1, done=done, begin=done and done.warm)
         runs[key].n_fits = {n: sum(f[0] == n for f in fits) for n in names}
-    # 5 fold fits (and hier-platt's all-data fit) fresh; one fewer where fold 0 is the look's
-    assert runs["fresh"].n_fits == {"uncalibrated": 5, "pooled-platt": 5, "hier-platt": 6}
-    assert runs["reused"].n_fits == {"uncalibrated": 4, "pooled-platt": 4, "hier-platt": 5}
-    assert runs["other"].n_fits == runs["fresh"].n_fits  # not its fold 0: nothing taken
+    # 5 fold fits (and the warm ones' all-data fit) fresh; one fewer where fold 0 is the look's,
+    # and no all-data fit where the look's fit (on the other 4 folds) is the start
+    fresh = {"uncalibrated": 5, "pooled-platt": 5, "hier-platt": 6, "sts": 6}
+    assert runs["fresh"].n_fits == fresh
+    assert runs["reused"].n_fits == {
+        "uncalibrated": 4,
+        "pooled-platt": 4,
+        "hier-platt": 5,
+        "sts": 4,
+    }
+    assert runs["reused"].warm["sts"] is look.warm["sts"]
+    assert runs["other"].n_fits == fresh  # not its fold 0: nothing taken
     fold0 = kfold_split(data, 5, seed=1)[0].n_rows
     for n in names:
         a, b = runs["fresh"].confidence[n], runs["reused"].confidence[n]
-        np.testing.assert_array_equal(a[fold0:], b[fold0:])
+        if n in ("uncalibrated", "pooled-platt"):  # the same fits on the other folds
+            np.testing.assert_array_equal(a[fold0:], b[fold0:])
+        np.testing.assert_allclose(a[fold0:], b[fold0:], rtol=1e-6)  # sts: another warm start
         np.testing.assert_allclose(b[:fold0], look.confidence[n])
         np.testing.assert_allclose(a[:fold0], b[:fold0], rtol=1e-6)  # warm vs cold start

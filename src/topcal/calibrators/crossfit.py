@@ -217,7 +217,8 @@ def cross_fit(
         other K - 1 (auto's first look where it is the K folds' first fold): its methods' fold-0
         confidences are taken from it instead of fitting fold 0 again (the same fit on the same
         rows, but started cold where the method has ``_warm_starts``: within its optimiser's
-        tolerance of the warm fold's). Ignored unless its fold holds exactly fold 0's rows.
+        tolerance of the warm fold's), and the folds start from its fit in ``begin`` instead
+        of an all-data fit. Ignored unless its fold holds exactly fold 0's rows.
 
     A method whose fit or prediction raises a :class:`~topcal.errors.TopcalError`
     is recorded in ``errors`` and skipped in the later folds; the others go on.
@@ -242,6 +243,9 @@ def cross_fit(
         with sharing(data):
             for name in starts:
                 bar.update()
+                if name in reuse and name in (begin or {}) and not (params or {}).get(name):
+                    warm[name] = begin[name]  # fitted on the other K - 1 folds: as near a start
+                    continue
                 # a failure here is not the method's: the folds' cold fits then say whether it fails
                 try:
                     warm[name] = scratch_fit(

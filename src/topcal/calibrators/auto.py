@@ -5,10 +5,10 @@ Candidates (default), in order of simplicity (:data:`TIERS`):
 0. ``uncalibrated``: the raw score;
 1. one parametric curve for all classes: ``pooled-platt``, ``pooled-beta`` and,
    with full score vectors, ``sts`` (one temperature);
-1.5. one non-parametric curve for all classes: ``pooled-hist``, ``pooled-kde-mon2``
-   (2 or 3 parameters are simpler than 15 bins or a kernel curve: within noise of
-   each other, the parametric curve generalises better on ImageNet's 2-5 rows a
-   class, docs/benchmarks.md);
+1.5. one non-parametric curve for all classes: ``pooled-hist`` (``pooled-kde-mon2`` by
+   ``candidates=``: :data:`DEFAULT_CANDIDATES` says why; 2 or 3 parameters are simpler than
+   15 bins or a kernel curve: within noise of each other, the parametric curve generalises
+   better on ImageNet's 2-5 rows a class, docs/benchmarks.md);
 2. per-class curves shrunk toward a pooled one: ``hier-platt``, ``hier-beta``
    and the shrunk count methods ``kde-mon2``, ``hist``, ``cum-opt``; with full
    vectors ``vs`` (class-wise scales and biases of the whole vector shrunk

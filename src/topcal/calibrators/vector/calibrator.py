@@ -25,6 +25,7 @@ from ._core import (
     Layout,
     VectorObjective,
     conf_from_margin,
+    data_margin,
     features,
     inverse_pd,
     log_scores,
@@ -174,20 +175,28 @@ class _VectorBase(Calibrator):
 
         def compute():
             w = data.tp + data.fp
-            x = log_scores(data)
-            step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
-            beta = temperature(x[::step], data.labels[::step], w[::step], start=start)
+            step = max(1, -(-data.n_rows // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
             # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
             # log-probability below about log(1 / (n K)) is not resolved by n rows
             mix = 1.0 / (float(w.sum()) + 1.0)
-            return beta, mix, rescale(x, beta, mix)
+            if step == 1:  # the temperature reads every row: their log once, rescaled in place
+                x = log_scores(data)
+                beta = temperature(x, data.labels, w, start=start)
+                return beta, mix, rescale(x, beta, mix)
+            # the log of the strided rows alone, then x from the scores in one pass (issue 36: the
+            # whole array's log, then its rescale, passed over n x K five times)
+            x = log_scores(data, slice(None, None, step))
+            beta = temperature(x, data.labels[::step], w[::step], start=start)
+            return beta, mix, features(data, beta, mix)
 
         return memo(data, "vector_first_stage", compute)
 
     def _fit_confidence(self, data: TopLabelData) -> np.ndarray:
         """The fitted map's confidence on the rows it was just fitted on (in a fold: from the
         shared first stage, without computing the features again)."""
-        x = self._first_stage(data)[2] if shared(data) else features(data, self.beta_, self.mix_)
+        if not shared(data):
+            return self._predict(data)
+        x = self._first_stage(data)[2]
         with one_blas_thread():
             return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
 
@@ -204,8 +213,9 @@ class _VectorBase(Calibrator):
     # -------------------------------------------------------------- predict
     def _predict(self, data: TopLabelData) -> np.ndarray:
         with one_blas_thread():
-            x = features(data, self.beta_, self.mix_)
-            return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
+            return conf_from_margin(
+                data_margin(self._layout(), self.theta_, data, self.beta_, self.mix_)
+            )
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""

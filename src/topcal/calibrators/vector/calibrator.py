@@ -8,6 +8,7 @@ the *original* scores predict, k(X), also where the map moves the argmax.
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from typing import ClassVar
 
@@ -212,10 +213,22 @@ class _VectorBase(Calibrator):
 
     # -------------------------------------------------------------- predict
     def _predict(self, data: TopLabelData) -> np.ndarray:
-        with one_blas_thread():
-            return conf_from_margin(
-                data_margin(self._layout(), self.theta_, data, self.beta_, self.mix_)
-            )
+        return conf_from_margin(self._margin(data))
+
+    def _margin(self, data: TopLabelData) -> np.ndarray:
+        """The top label's log-odds on ``data``'s rows (read-only where shared): inside a
+        :func:`~..foldmemo.sharing` block of ``data`` (a cross-validation fold's test part, the
+        first look's) kept for every model with the same map (a fold's ``vs`` and the map of its
+        ``vs-hier-platt`` are one solve: issue 36, at 1,000 classes one pass over the scores
+        costs about 3 exp/log an entry)."""
+        state = np.concatenate([[float(self._off), self.beta_, self.mix_], self.theta_])
+        key = "vector_margin:" + hashlib.sha1(state.tobytes()).hexdigest()
+
+        def compute():
+            with one_blas_thread():
+                return data_margin(self._layout(), self.theta_, data, self.beta_, self.mix_)
+
+        return memo(data, key, compute)
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""

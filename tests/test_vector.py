@@ -686,17 +686,16 @@ def test_newton_factors_each_hessian_once_and_reuses_it_for_kept_steps(monkeypat
 
 
 @pytest.mark.parametrize("kind", ["probs", "logits"])
-def test_features_block_by_block_are_the_whole_array_steps_bit_for_bit(kind, monkeypatch):
-    """Issue 36: the first stage logs only its strided rows for the temperature, then builds x
-    from the scores block by block, and a prediction makes no n x K array at all; every number is
-    the whole-array steps' (log of every row, the strided rows' temperature, rescale in place),
-    bit for bit, and the scores are logged once a row (plus the strided rows)."""
-    from topcal.calibrators.vector import _core, calibrator
+def test_a_prediction_reads_the_scores_block_by_block_bit_for_bit(kind, monkeypatch):
+    """Issue 36: a vs prediction makes no n x K array (the map's input and its margin block by
+    block from the scores, each row logged once); every number is the whole-array steps' (the
+    log of every row, rescaled in place, then the margins), bit for bit."""
+    from topcal.calibrators.vector import _core
 
     p, y = _sim(n=3000, k=6, seed=2)
     d = TopLabelData.from_probs(p, y) if kind == "probs" else TopLabelData.from_logits(np.log(p), y)
+    m = _fit("vs", d)
     monkeypatch.setattr(_core, "_BLOCK", 600)  # 100 rows a block: many blocks
-    monkeypatch.setattr(calibrator, "FIRST_STAGE_ROWS", 500)  # every 6th row
     logged = []
     real = TopLabelData.log_probs
 
@@ -705,21 +704,12 @@ def test_features_block_by_block_are_the_whole_array_steps_bit_for_bit(kind, mon
         return real(s, rows)
 
     monkeypatch.setattr(TopLabelData, "log_probs", spy)
-    beta, mix, x = calibrator.VectorScaling._first_stage(d)
-    assert sum(logged) == 3000 + 500
-    whole = real(d)
-    if kind == "logits":
-        np.maximum(whole, np.log(topcal.data.LOG_PROB_FLOOR), out=whole)
-    w = d.tp + d.fp
-    assert beta == _core.temperature(whole[::6], d.labels[::6], w[::6])
-    assert mix == 1 / 3001
-    assert np.array_equal(x, _core.rescale(whole, beta, mix))
-    m = _fit("vs", d)
+    got = m._margin(d)
+    assert logged == [100] * 30
     lay = Layout(6, False)
-    ref = _core.top_margin(lay, m.theta_, _core.rescale(real(d), m.beta_, m.mix_), d.pred)
-    if kind == "probs":
-        assert np.array_equal(_core.data_margin(lay, m.theta_, d, m.beta_, m.mix_), ref)
-    assert np.array_equal(m._margin(d), _core.data_margin(lay, m.theta_, d, m.beta_, m.mix_))
+    ref = _core.top_margin(lay, m.theta_, _core.features(d, m.beta_, m.mix_), d.pred)
+    assert np.array_equal(got, ref)
+    assert np.array_equal(m.predict(d), _core.conf_from_margin(ref))
 
 
 def test_a_folds_vs_and_vs_hier_platt_predict_its_rows_once(monkeypatch):

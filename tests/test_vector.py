@@ -732,7 +732,7 @@ def test_a_folds_vs_and_vs_hier_platt_predict_its_rows_once(monkeypatch):
     for n in ("vs", "vs-hier-platt"):
         assert np.array_equal(run.confidence[n], run2.confidence[n])
     monkeypatch.setattr(  # each model's margins its own, as before
-        calibrator._VectorBase,
+        calibrator.VectorScaling,
         "_margin",
         lambda m, data: real(m._layout(), m.theta_, data, m.beta_, m.mix_),
     )

@@ -612,9 +612,14 @@ def test_a_corrected_fit_reads_the_log_scores_once(name, data, monkeypatch):
     stage: one n x K log of the scores a fit, not two (issue 36)."""
     calls = []
     real = TopLabelData.log_probs
-    monkeypatch.setattr(TopLabelData, "log_probs", lambda s: calls.append(1) or real(s))
+
+    def spy(s, rows=None):
+        calls.append(len(range(s.n_rows)[rows]) if rows is not None else s.n_rows)
+        return real(s, rows)
+
+    monkeypatch.setattr(TopLabelData, "log_probs", spy)
     m = _fit(name, data)
-    assert len(calls) == 1
+    assert sum(calls) == data.n_rows
     calls.clear()
     np.testing.assert_allclose(
         m.curve_.predict(
@@ -678,3 +683,59 @@ def test_newton_factors_each_hessian_once_and_reuses_it_for_kept_steps(monkeypat
     t2, f2, _, _ = _core.solve(ref, lay.start(), 500)
     assert f1 == pytest.approx(f2, rel=1e-9)
     np.testing.assert_allclose(t1, t2, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["probs", "logits"])
+def test_a_prediction_reads_the_scores_block_by_block_bit_for_bit(kind, monkeypatch):
+    """Issue 36: a vs prediction makes no n x K array (the map's input and its margin block by
+    block from the scores, each row logged once); every number is the whole-array steps' (the
+    log of every row, rescaled in place, then the margins), bit for bit."""
+    from topcal.calibrators.vector import _core
+
+    p, y = _sim(n=3000, k=6, seed=2)
+    d = TopLabelData.from_probs(p, y) if kind == "probs" else TopLabelData.from_logits(np.log(p), y)
+    m = _fit("vs", d)
+    monkeypatch.setattr(_core, "_BLOCK", 600)  # 100 rows a block: many blocks
+    logged = []
+    real = TopLabelData.log_probs
+
+    def spy(s, rows=None):
+        logged.append(len(range(s.n_rows)[rows]) if rows is not None else s.n_rows)
+        return real(s, rows)
+
+    monkeypatch.setattr(TopLabelData, "log_probs", spy)
+    got = m._margin(d)
+    assert logged == [100] * 30
+    lay = Layout(6, False)
+    ref = _core.top_margin(lay, m.theta_, _core.features(d, m.beta_, m.mix_), d.pred)
+    assert np.array_equal(got, ref)
+    assert np.array_equal(m.predict(d), _core.conf_from_margin(ref))
+
+
+def test_a_folds_vs_and_vs_hier_platt_predict_its_rows_once(monkeypatch):
+    """In a cross-validation fold (and the first look), vs and the map of vs-hier-platt are one
+    solve: their margins on the fold's test rows are computed once (issue 36), the same numbers
+    as each model's own prediction outside the fold."""
+    from topcal.calibrators import crossfit
+    from topcal.calibrators.vector import calibrator
+
+    p, y = _sim(n=1500, k=5, seed=3)
+    d = TopLabelData.from_probs(p, y)
+    calls = []
+    real = calibrator.data_margin
+    monkeypatch.setattr(calibrator, "data_margin", lambda *a: calls.append(1) or real(*a))
+    run = crossfit.cross_fit(d, ["vs", "vs-hier-platt"], 3)
+    assert len(calls) == 3  # one per fold, not two
+    calls.clear()
+    run2 = crossfit.cross_fit(d, ["vs", "vs-hier-platt", "sms"], 3)
+    assert len(calls) == 6  # sms has its own map
+    for n in ("vs", "vs-hier-platt"):
+        assert np.array_equal(run.confidence[n], run2.confidence[n])
+    monkeypatch.setattr(  # each model's margins its own, as before
+        calibrator.VectorScaling,
+        "_margin",
+        lambda m, data: real(m._layout(), m.theta_, data, m.beta_, m.mix_),
+    )
+    ref = crossfit.cross_fit(d, ["vs", "vs-hier-platt"], 3)
+    for n in ("vs", "vs-hier-platt"):
+        assert np.array_equal(run.confidence[n], ref.confidence[n])

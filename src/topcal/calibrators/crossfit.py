@@ -257,9 +257,9 @@ def cross_fit(
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:
                 raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
-            with sharing(
-                train
-            ):  # what the methods derive alike from train, derived once (foldmemo.py)
+            # what the methods derive alike from train, and from the fold they predict, derived
+            # once (foldmemo.py)
+            with sharing(train), sharing(folds[f]):
                 for name in names:
                     bar.update()
                     if name in errors:

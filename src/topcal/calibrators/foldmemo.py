@@ -9,6 +9,8 @@ Inside :func:`sharing` (the fold's fits), :func:`memo` keeps such a result per d
 the fold's other methods; outside it (every fit a user runs) :func:`memo` just computes, so
 a user's arrays changed between two fits are never read stale. The results are shared, so the
 methods treat them as read-only (as they treat their data). They are dropped when the block ends.
+The fold's test part (and the first look's) is shared too while the fold's models predict it:
+models of one map (a fold's ``vs`` and the map of its ``vs-hier-platt``) compute its margins once.
 """
 
 from __future__ import annotations

@@ -109,7 +109,8 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
         return None
     train, test = split  # (test: where the first fold is too big, the K folds' first fold)
     run = CrossFit([test], test)
-    with sharing(train):  # the temperature family's common preparation of train, once
+    # the temperature family's common preparation of train, once; the vector maps' margins on test
+    with sharing(train), sharing(test):
         for name in names:
             try:
                 model = scratch_fit(name, train)

@@ -470,14 +470,17 @@ class TopLabelData:
             np.bincount(self.pred, weights=self.fp, minlength=k),
         )
 
-    def log_probs(self) -> np.ndarray:
+    def log_probs(self, rows: slice | None = None) -> np.ndarray:
         """log Y(X), shape (n, K): log-softmax of logits, or log of probabilities
-        with exact zeros floored at :data:`LOG_PROB_FLOOR`."""
+        with exact zeros floored at :data:`LOG_PROB_FLOOR`. With ``rows`` (a slice), those rows
+        only: the numbers of ``log_probs()[rows]`` (each row's are its own), without the (n, K)
+        array (a fit that reads the scores block by block, or a strided subsample)."""
         self.require_full("log-probabilities")
+        full = self.full if rows is None else self.full[rows]
         if self.full_kind == "logits":
-            z = self.full - self.full.max(axis=1, keepdims=True)
+            z = full - full.max(axis=1, keepdims=True)
             return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        out = np.maximum(self.full, LOG_PROB_FLOOR)
+        out = np.maximum(full, LOG_PROB_FLOOR)
         return np.log(out, out=out)  # one n x K array, not two (at 10^5 x 1,000: 0.8 GB each)
 
     def subset(self, index, *, keep_full: bool = True, keep_labels: bool = True) -> "TopLabelData":

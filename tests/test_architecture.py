@@ -23,7 +23,8 @@ PKG = SRC / "topcal"
 #: differences, and the small numeric helpers (``SortedTables`` against
 #: ``np.searchsorted``), below the calibrator API that wraps them; the binary
 #: temperature scalings' many-class objective (``_lockstep``, out of ``_core`` since
-#: issue 26) against the per-class one. Nothing else in the tests reaches private names.
+#: issue 26) against the per-class one; sts's local-model solver (``_local``, issue 36) against
+#: bounded_newton. Nothing else in the tests reaches private names.
 TEST_PRIVATE_MODULES = {
     "topcal.calibrators.kde._engine",
     "topcal.calibrators.kde._rules",
@@ -35,6 +36,7 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.temperature._arrow",
     "topcal.calibrators.temperature._rows",
     "topcal.calibrators.temperature._solver",
+    "topcal.calibrators.temperature._local",
     "topcal.calibrators._hier_rows",
     "topcal.calibrators._hier_solve",
     "topcal.calibrators._hier_strength",

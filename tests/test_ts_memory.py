@@ -109,6 +109,10 @@ def test_information_evaluated_during_the_fit_equals_a_pass_over_the_data(method
         # solver's (log T, A / T) rather than at log(T) and A / T recomputed from the stored T
         # and A, with sigmoid(+-m) from one exp: the same numbers to rounding, not bit for bit
         np.testing.assert_allclose(model.param_cov_, again, rtol=1e-9, atol=0)
+    elif method == "sts":
+        # issue 36: at the fit's own last point, where log(T) recomputed from the stored T differs
+        # from it by an ulp (no second pass): the same numbers to rounding
+        np.testing.assert_allclose(model.param_cov_, again, rtol=1e-12, atol=0)
     else:
         np.testing.assert_array_equal(model.param_cov_, again)
     assert np.isfinite(model.param_cov_[:, 0, 0]).all()

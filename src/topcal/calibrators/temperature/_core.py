@@ -199,6 +199,11 @@ def top_label_margin_rows(
     return out
 
 
+#: The fewest other entries (K - 1) for which sts keeps its rows' moments for :mod:`._local`'s
+#: model: a model evaluation costs about one exp() pass over 5-10 other entries, and a fit takes
+#: 2-4 model solves of 5-10 evaluations each to save 2-4 passes.
+LOCAL_OTHERS = 64
+
 #: Samples per block. Every evaluation runs block by block: a (K - 1, 8192)
 #: float64 block (0.6 MB for K = 10), its scratch copy and the per-sample
 #: temporaries stay in cache and are reused, so main memory is read once per
@@ -427,7 +432,7 @@ class TopLabelObjective:
     :meth:`grad_hess` and :meth:`margin` at the same x share it.
     """
 
-    def __init__(self, d, others, tp, fp, *, loss="nll", n_awards=0, groups=None):
+    def __init__(self, d, others, tp, fp, *, loss="nll", n_awards=0, groups=None, rows=False):
         self.d = d
         self.others = others
         self.tp = tp
@@ -439,6 +444,12 @@ class TopLabelObjective:
         self._m = np.empty(d.shape[0])
         self._scratch = None if others is None else moment_scratch(others)
         self._at = None
+        #: ``rows``: each row's (lse, E[O], Var[O]) at the last evaluation kept, for sts's local
+        #: model (:mod:`._local`); three n-sized arrays, written by each pass
+        #: (only where the others have LOCAL_OTHERS rows or more: below, its O(n) steps cost
+        #: about what the passes they save do)
+        keep = rows and others is not None and others.shape[0] >= LOCAL_OTHERS
+        self.rows = np.empty((3, d.shape[0])) if keep else None
 
     def _eval(self, x):
         x = np.asarray(x, dtype=np.float64)
@@ -466,6 +477,8 @@ class TopLabelObjective:
             else:
                 e, eo = self._scratch
                 lse, mean, var = block_moments(self.others[:, a:b], beta, e, eo)
+                if self.rows is not None:
+                    self.rows[:, a:b] = lse, mean, var
                 m = d * beta - lse
                 dm_db = d - mean
             if g_aw:

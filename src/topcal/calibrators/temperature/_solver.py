@@ -18,7 +18,7 @@ from ._arrow import arrowhead_step
 #: loss summed over 1e6 samples, and where the parameters are not identified
 #: (a ridge, e.g. every top score clipped to the same value) the decrement
 #: shrinks only linearly and would take hundreds of steps to get there.
-_RTOL = 1e-10
+RTOL = 1e-10
 #: Stall test: stop when _STALL successive Newton steps lowered the loss by
 #: less than _STALL_RTOL of it in total (see :func:`bounded_newton`).
 _STALL = 10
@@ -31,7 +31,7 @@ _STALL_RTOL = 1e-9
 _SETTLED = 1e-7
 #: Armijo sufficient-decrease constant (Nocedal and Wright, Numerical
 #: Optimization, 2nd ed., section 3.1 recommend c1 = 1e-4).
-_ARMIJO = 1e-4
+ARMIJO = 1e-4
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def bounded_newton(
         dec = float(-gf @ step)
         dx = np.zeros_like(x)
         dx[free] = step
-        if dec <= 2.0 * _RTOL * (abs(f) + 1.0):
+        if dec <= 2.0 * RTOL * (abs(f) + 1.0):
             xn = np.clip(x + dx, lo, hi)
             fn = obj.value(xn)
             # the step is tiny: accept it unless the loss rises beyond its rounding
@@ -110,7 +110,7 @@ def bounded_newton(
         while True:
             xn = np.clip(x + t * dx, lo, hi)
             fn = obj.value(xn)
-            if np.isfinite(fn) and fn <= f + _ARMIJO * float(g @ (xn - x)):
+            if np.isfinite(fn) and fn <= f + ARMIJO * float(g @ (xn - x)):
                 break
             t *= 0.5
             if t < 1e-12:
@@ -255,7 +255,7 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
     loop each. Results match :func:`bounded_newton` up to the rounding of the sums (the two add the
     rows in different orders), so only the problems that stop on a well-defined test are solved
     here:
-    those whose Newton decrement fell below ``_RTOL`` of the loss (parameters then correct to about
+    those whose Newton decrement fell below ``RTOL`` of the loss (parameters then correct to about
     1e-10), or with no free coordinate or a zero loss. A problem on which :func:`bounded_newton`
     would
     raise :class:`ConvergenceError`, or stop on one of its flat-loss tests (a failed line search at
@@ -308,7 +308,7 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
         )
         dx, dec = _newton_steps(gr, hr, ~active)
         scale = np.abs(fr) + 1.0
-        tiny = dec <= 2.0 * _RTOL * scale
+        tiny = dec <= 2.0 * RTOL * scale
         if tiny.any():  # the step is tiny: accept it unless the loss rises beyond its rounding
             sel = run[tiny]
             xn = np.clip(xr[tiny] + dx[tiny], lo, hi)
@@ -348,7 +348,7 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
             good = np.isfinite(fn) & (
                 fn
                 <= fr[searching]
-                + _ARMIJO * np.einsum("ij,ij->i", gr[searching], xn - xr[searching])
+                + ARMIJO * np.einsum("ij,ij->i", gr[searching], xn - xr[searching])
             )
             done = sel[good]
             x[done], f[done], g[done], h[done] = xn[good], fn[good], gn[good], hn[good]

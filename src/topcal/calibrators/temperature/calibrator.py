@@ -47,6 +47,7 @@ from ..foldmemo import memo, memo_data
 from ._intervals import TemperatureIntervals
 from ._state import TemperatureState
 from ._updating import TemperatureUpdating
+from ._local import newton
 from ._lockstep import solve_classes
 from ._profile import ProfileObjective
 from ._solver import degenerate_corner
@@ -253,6 +254,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
                 loss=loss,
                 n_awards=n_aw,
                 groups=data.pred if n_aw else None,
+                rows=not n_aw,  # sts: its rows' moments kept for _local.newton's model
             )
 
         x0 = self._warm_x(None, 1 + n_aw)
@@ -390,7 +392,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         n_iter = 0
         if self.loss == "brier":
             try:
-                warm = bounded_newton(
+                warm = newton(
                     make("nll"), x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what
                 )
                 x0, n_iter = warm.x, warm.n_iter
@@ -398,7 +400,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
                 pass  # start the Brier fit from x0 instead
         obj = make(self.loss)
         try:
-            res = bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+            res = newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
         except ConvergenceError as exc:
             res = self._fallback(obj, x0, lo, hi, fixed, what, exc)
         return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj

@@ -130,3 +130,21 @@ def test_an_sts_fit_evaluates_its_information_at_its_own_last_point(monkeypatch)
     assert passes[-1] == pytest.approx(np.log(model.temperature_[model.fitted_classes_][0]))
     assert len(passes) == len(set(passes)) <= 5
     assert np.isfinite(model.param_cov_[model.fitted_classes_, 0, 0]).all()
+
+
+def test_the_split_by_runs_of_one_class_is_the_split_by_masks_bit_for_bit(monkeypatch):
+    p, _ = bench_probs(1500, 100, 3)
+    pred = p.argmax(axis=1)
+    pred[::7] = 0  # not always the argmax
+    order = np.argsort(pred, kind="stable")  # a fit's canonical order: runs of one class
+    want = split_top(p, pred[order], log_floor=1e-300, rows=order)
+    for runs in (_core._RUNS, 10**9):  # some blocks by runs, some masked; every block by runs
+        monkeypatch.setattr(_core, "_RUNS", runs)
+        for got, w in zip(split_top(p, pred[order], log_floor=1e-300, rows=order), want):
+            np.testing.assert_array_equal(got, w)
+    monkeypatch.setattr(_core, "_RUNS", 0)  # the masked copies only
+    for got, w in zip(split_top(p, pred[order], log_floor=1e-300, rows=order), want):
+        np.testing.assert_array_equal(got, w)
+    z = np.log(p[order])  # logits, no gather: the same
+    for got, w in zip(split_top(z, pred[order]), want):
+        np.testing.assert_array_equal(got, w)

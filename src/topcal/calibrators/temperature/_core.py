@@ -96,6 +96,12 @@ _CHUNK = 8192
 _CHUNK_ELEMENTS = 1 << 14
 
 
+#: :func:`split_top` copies a block's rows run by run of one predicted class where K is at least
+#: _RUN_CLASSES and the block holds fewer than _RUNS runs (at K = 1,000 a block is 256 rows).
+_RUN_CLASSES = 64
+_RUNS = 16
+
+
 def _chunk_rows(k: int) -> int:
     return min(_CHUNK, max(256, _CHUNK_ELEMENTS // max(k, 1)))
 
@@ -148,10 +154,19 @@ def split_top(
             np.log(zc, out=zc)
         oc = others[:, a:b]
         # other entry r is column r left of the predicted class, r + 1 right of it: two shifted
-        # copies (the
-        # same numbers as a gather by index, take_along_axis, at a fraction of its time; issue 26)
-        np.copyto(oc, zc[:, :-1].T)
-        np.copyto(oc, zc[:, 1:].T, where=col >= pc)
+        # copies (the same numbers as a gather by index, take_along_axis, at a fraction of its
+        # time; issue 26). Where the block's rows come in a few runs of one predicted class (a
+        # fit's canonical order at many classes), each run's two parts are copied once instead
+        # (issue 36: one copy of the block, not one and a masked one)
+        cut = np.flatnonzero(pc[1:] != pc[:-1]) + 1
+        if k >= _RUN_CLASSES and cut.size < _RUNS:
+            for u, v in zip(np.concatenate([[0], cut]), np.concatenate([cut, [b - a]])):
+                c = int(pc[u])
+                np.copyto(oc[:c, u:v], zc[u:v, :c].T)
+                np.copyto(oc[c:, u:v], zc[u:v, c + 1 :].T)
+        else:
+            np.copyto(oc, zc[:, :-1].T)
+            np.copyto(oc, zc[:, 1:].T, where=col >= pc)
         omax = oc.max(axis=0)
         oc -= omax
         np.subtract(zc[np.arange(b - a), pc], omax, out=d[a:b])

@@ -347,8 +347,7 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
             fn, gn, hn = obj.evaluate(xn, sel)
             good = np.isfinite(fn) & (
                 fn
-                <= fr[searching]
-                + ARMIJO * np.einsum("ij,ij->i", gr[searching], xn - xr[searching])
+                <= fr[searching] + ARMIJO * np.einsum("ij,ij->i", gr[searching], xn - xr[searching])
             )
             done = sel[good]
             x[done], f[done], g[done], h[done] = xn[good], fn[good], gn[good], hn[good]

@@ -148,3 +148,22 @@ def test_the_split_by_runs_of_one_class_is_the_split_by_masks_bit_for_bit(monkey
     z = np.log(p[order])  # logits, no gather: the same
     for got, w in zip(split_top(z, pred[order]), want):
         np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("passes", [1, 2, 3])
+def test_a_spent_pass_budget_or_a_wrong_model_still_ends_at_the_optimum(passes, monkeypatch):
+    want = bounded_newton(objective(rows=False), [0.0], LO, HI)
+    monkeypatch.setattr(_local, "_PASSES", passes)  # bounded_newton goes on from the best point
+    got = newton(objective(), [0.0], LO, HI)
+    assert abs(np.exp(got.x[0] - want.x[0]) - 1.0) <= STEP
+    monkeypatch.undo()
+    real = LocalModel.__init__
+
+    def wrong(self, obj, theta0):  # a model with the wrong slope: trials rejected, the budget spent
+        real(self, obj, theta0)
+        self.mean = self.mean + 0.5
+
+    monkeypatch.setattr(LocalModel, "__init__", wrong)
+    got = newton(objective(), [1.3], LO, HI)
+    assert abs(np.exp(got.x[0] - want.x[0]) - 1.0) <= STEP
+    assert got.fun == pytest.approx(want.fun, rel=1e-12, abs=0)

@@ -96,40 +96,45 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
     hi = np.asarray(hi, dtype=np.float64)
     x = np.clip(np.asarray(x0, dtype=np.float64), lo, hi)
     f = obj.value(x)
-    radius, n_iter = None, 0
-    for _ in range(_PASSES):
-        g, h = obj.grad_hess(x)
-        if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(h))) or f <= 0:
+    radius, n_iter, passes, model = None, 0, 1, None
+    while passes < _PASSES:  # every trial below is one exact pass, accepted or not
+        if model is None:  # at a new point: its exact test, then a model around it
+            g, h = obj.grad_hess(x)
+            if not (np.isfinite(f) and np.isfinite(g).all() and np.isfinite(h).all()) or f <= 0:
+                break
+            if (x[0] <= lo[0] and g[0] > 0) or (x[0] >= hi[0] and g[0] < 0):
+                break  # held at a bound: bounded_newton's first test returns it as it is
+            step = float(np.clip(x + newton_step(g, h), lo, hi)[0] - x[0])
+            if -float(g[0]) * step <= 2.0 * RTOL * (abs(f) + 1.0) and abs(step) <= STEP:
+                return NewtonResult(x, f, n_iter)
+            model = LocalModel(obj, float(x[0]))
+            radius = max(4.0 * abs(step), _RADIUS) if radius is None else radius
+        # the model's minimum in the trust region; kept where the exact loss falls by Armijo's rule
+        try:
+            trial = bounded_newton(
+                model,
+                x,
+                np.maximum(lo, x - radius),
+                np.minimum(hi, x + radius),
+                max_iter=max_iter,
+                what=what,
+            )
+        except ConvergenceError:
             break
-        if (x[0] <= lo[0] and g[0] > 0) or (x[0] >= hi[0] and g[0] < 0):
-            break  # held at a bound: bounded_newton's first test returns it as it is
-        step = float(np.clip(x + newton_step(g, h), lo, hi)[0] - x[0])
-        if -float(g[0]) * step <= 2.0 * RTOL * (abs(f) + 1.0) and abs(step) <= STEP:
-            return NewtonResult(x, f, n_iter)
-        model = LocalModel(obj, float(x[0]))
-        radius = max(4.0 * abs(step), _RADIUS) if radius is None else radius
-        while True:  # the model's minimum in the trust region, until the loss falls enough
-            box_lo = np.maximum(lo, x - radius)
-            box_hi = np.minimum(hi, x + radius)
-            try:
-                trial = bounded_newton(model, x, box_lo, box_hi, max_iter=max_iter, what=what)
-            except ConvergenceError:
-                trial = None
-            move = 0.0 if trial is None else float(trial.x[0] - x[0])
-            if move == 0.0:
-                break
-            ft = obj.value(trial.x)
-            if np.isfinite(ft) and ft <= f + ARMIJO * float(g[0]) * move:
-                pred = model.value(x) - trial.fun
-                if abs(move) >= 0.5 * radius and (f - ft) >= 0.75 * pred:
-                    radius *= 4.0  # the model holds to the boundary: reach further
-                elif (f - ft) < 0.25 * pred:
-                    radius = 0.5 * abs(move)
-                x, f, n_iter = trial.x, ft, n_iter + 1
-                break
-            radius = 0.25 * abs(move)
+        move = float(trial.x[0] - x[0])
         if move == 0.0:
             break
+        ft = obj.value(trial.x)
+        passes += 1
+        if not (np.isfinite(ft) and ft <= f + ARMIJO * float(g[0]) * move):
+            radius = 0.25 * abs(move)  # the model did not hold so far: the same model, nearer
+            continue
+        pred = model.value(x) - trial.fun
+        if abs(move) >= 0.5 * radius and (f - ft) >= 0.75 * pred:
+            radius *= 4.0  # the model holds to the boundary: reach further
+        elif (f - ft) < 0.25 * pred:
+            radius = 0.5 * abs(move)
+        x, f, n_iter, model = trial.x, ft, n_iter + 1, None
     # not settled by the model (a flat or bounded loss, or a failed step): bounded_newton goes on
     res = bounded_newton(obj, x, lo, hi, max_iter=max_iter, what=what)
     return NewtonResult(res.x, res.fun, res.n_iter + n_iter)

@@ -105,7 +105,8 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
             if (x[0] <= lo[0] and g[0] > 0) or (x[0] >= hi[0] and g[0] < 0):
                 break  # held at a bound: bounded_newton's first test returns it as it is
             step = float(np.clip(x + newton_step(g, h), lo, hi)[0] - x[0])
-            if -float(g[0]) * step <= 2.0 * RTOL * (abs(f) + 1.0) and abs(step) <= STEP:
+            tiny = -float(g[0]) * step <= 2.0 * RTOL * (abs(f) + 1.0)
+            if tiny and abs(step) <= STEP:
                 return NewtonResult(x, f, n_iter)
             model = LocalModel(obj, float(x[0]))
             radius = max(4.0 * abs(step), _RADIUS) if radius is None else radius
@@ -126,7 +127,10 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
             break
         ft = obj.value(trial.x)
         passes += 1
-        if not (np.isfinite(ft) and ft <= f + ARMIJO * float(g[0]) * move):
+        # (a flat loss, the decrement tiny but the step not: kept unless the loss rises beyond its
+        # rounding, as bounded_newton's last step)
+        fall = f + (1e-13 * (abs(f) + 1.0) if tiny else ARMIJO * float(g[0]) * move)
+        if not (np.isfinite(ft) and ft <= fall):
             radius = 0.25 * abs(move)  # the model did not hold so far: the same model, nearer
             continue
         pred = model.value(x) - trial.fun

@@ -101,7 +101,7 @@ class TemperatureIntervals:
         else:
             x = np.array([theta[0]] + ([b[0]] if self._has_award else []))
         nll = obj if obj.loss == "nll" else make("nll")
-        last = getattr(nll, "_at", None)
+        last = nll._at if isinstance(nll, TopLabelObjective) else None
         if at is None and last is not None and np.allclose(last[0], x, rtol=4e-16, atol=0):
             # sts: the fit's own last point (log(exp(log T)) may differ from it by an ulp): its
             # Hessian, not a second pass over the data and a third for the margins (issue 36)

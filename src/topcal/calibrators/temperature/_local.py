@@ -30,7 +30,7 @@ import numpy as np
 from scipy.special import expit
 
 from ...errors import ConvergenceError
-from ._core import BLOCK, loss_derivs, loss_parts
+from ._core import BLOCK, TopLabelObjective, loss_derivs, loss_parts
 from ._solver import ARMIJO, RTOL, NewtonResult, bounded_newton, newton_step
 
 __all__ = ["LocalModel", "newton", "STEP"]
@@ -90,7 +90,8 @@ class LocalModel:
 def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit"):
     """:func:`._solver.bounded_newton`'s minimum of ``obj``, by the local model's steps where
     ``obj`` keeps its rows (one parameter: sts), else by bounded_newton itself."""
-    if getattr(obj, "rows", None) is None or obj.dim != 1 or (fixed is not None and np.any(fixed)):
+    keeps = isinstance(obj, TopLabelObjective) and obj.rows is not None and obj.dim == 1
+    if not keeps or (fixed is not None and np.any(fixed)):
         return bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=max_iter, what=what)
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)

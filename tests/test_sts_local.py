@@ -138,11 +138,11 @@ def test_the_split_by_runs_of_one_class_is_the_split_by_masks_bit_for_bit(monkey
     pred[::7] = 0  # not always the argmax
     order = np.argsort(pred, kind="stable")  # a fit's canonical order: runs of one class
     want = split_top(p, pred[order], log_floor=1e-300, rows=order)
-    for runs in (_core._RUNS, 10**9):  # some blocks by runs, some masked; every block by runs
-        monkeypatch.setattr(_core, "_RUNS", runs)
+    for runs in (_core.SPLIT_RUNS, 10**9):  # some blocks by runs, some masked; every block by runs
+        monkeypatch.setattr(_core, "SPLIT_RUNS", runs)
         for got, w in zip(split_top(p, pred[order], log_floor=1e-300, rows=order), want):
             np.testing.assert_array_equal(got, w)
-    monkeypatch.setattr(_core, "_RUNS", 0)  # the masked copies only
+    monkeypatch.setattr(_core, "SPLIT_RUNS", 0)  # the masked copies only
     for got, w in zip(split_top(p, pred[order], log_floor=1e-300, rows=order), want):
         np.testing.assert_array_equal(got, w)
     z = np.log(p[order])  # logits, no gather: the same

@@ -97,9 +97,9 @@ _CHUNK_ELEMENTS = 1 << 14
 
 
 #: :func:`split_top` copies a block's rows run by run of one predicted class where K is at least
-#: _RUN_CLASSES and the block holds fewer than _RUNS runs (at K = 1,000 a block is 256 rows).
-_RUN_CLASSES = 64
-_RUNS = 16
+#: RUN_CLASSES and the block holds fewer than SPLIT_RUNS runs (at K = 1,000 a block is 256 rows).
+RUN_CLASSES = 64
+SPLIT_RUNS = 16
 
 
 def _chunk_rows(k: int) -> int:
@@ -159,7 +159,7 @@ def split_top(
         # fit's canonical order at many classes), each run's two parts are copied once instead
         # (issue 36: one copy of the block, not one and a masked one)
         cut = np.flatnonzero(pc[1:] != pc[:-1]) + 1
-        if k >= _RUN_CLASSES and cut.size < _RUNS:
+        if k >= RUN_CLASSES and cut.size < SPLIT_RUNS:
             for u, v in zip(np.concatenate([[0], cut]), np.concatenate([cut, [b - a]])):
                 c = int(pc[u])
                 np.copyto(oc[:c, u:v], zc[u:v, :c].T)

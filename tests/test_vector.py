@@ -502,6 +502,19 @@ def test_auto_decided_at_the_first_look_refits_from_its_fit(monkeypatch):
     assert m.model_.loss_ == pytest.approx(_fit("sms", d).loss_, rel=1e-9)
 
 
+def _count_logged_rows(monkeypatch) -> list:
+    """A list that gets, for each call of ``TopLabelData.log_probs``, the rows it logged."""
+    logged = []
+    real = TopLabelData.log_probs
+
+    def spy(s, rows=None):
+        logged.append(len(range(s.n_rows)[rows]) if rows is not None else s.n_rows)
+        return real(s, rows)
+
+    monkeypatch.setattr(TopLabelData, "log_probs", spy)
+    return logged
+
+
 def _count_hessians(monkeypatch) -> list:
     """Wrap ``VectorObjective.hessian`` to append 1 to the returned list per Hessian computed."""
     hessians = []
@@ -610,14 +623,7 @@ def test_a_corrected_maps_fold_starts_from_the_all_data_map(name, data, monkeypa
 def test_a_corrected_fit_reads_the_log_scores_once(name, data, monkeypatch):
     """The curve's input (the map's confidence on its fitting rows) comes from the map's own first
     stage: one n x K log of the scores a fit, not two (issue 36)."""
-    calls = []
-    real = TopLabelData.log_probs
-
-    def spy(s, rows=None):
-        calls.append(len(range(s.n_rows)[rows]) if rows is not None else s.n_rows)
-        return real(s, rows)
-
-    monkeypatch.setattr(TopLabelData, "log_probs", spy)
+    calls = _count_logged_rows(monkeypatch)
     m = _fit(name, data)
     assert sum(calls) == data.n_rows
     calls.clear()
@@ -696,14 +702,7 @@ def test_a_prediction_reads_the_scores_block_by_block_bit_for_bit(kind, monkeypa
     d = TopLabelData.from_probs(p, y) if kind == "probs" else TopLabelData.from_logits(np.log(p), y)
     m = _fit("vs", d)
     monkeypatch.setattr(_core, "_BLOCK", 600)  # 100 rows a block: many blocks
-    logged = []
-    real = TopLabelData.log_probs
-
-    def spy(s, rows=None):
-        logged.append(len(range(s.n_rows)[rows]) if rows is not None else s.n_rows)
-        return real(s, rows)
-
-    monkeypatch.setattr(TopLabelData, "log_probs", spy)
+    logged = _count_logged_rows(monkeypatch)
     got = m._margin(d)
     assert logged == [100] * 30
     lay = Layout(6, False)

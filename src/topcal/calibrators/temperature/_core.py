@@ -54,6 +54,7 @@ __all__ = [
     "lse_moments",
     "block_moments",
     "moment_scratch",
+    "Evaluated",
     "TopLabelObjective",
     "MultinomialObjective",
     "NewtonResult",
@@ -422,7 +423,21 @@ def loss_derivs(m, tp, fp, loss, pq=None):
     return 2.0 * r * pq, 2.0 * pq * ((tp + fp) * pq + r * (q - p))
 
 
-class TopLabelObjective:
+class Evaluated:
+    """``value`` and ``grad_hess`` of an objective from its ``_eval(x)``, a tuple (x, summed loss,
+    gradient (dim,), Hessian (dim, dim), ...) kept for the last point evaluated."""
+
+    def value(self, x) -> float:
+        """Summed loss at x."""
+        return self._eval(x)[1]
+
+    def grad_hess(self, x):
+        """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x (copies)."""
+        at = self._eval(x)
+        return at[2].copy(), at[3].copy()
+
+
+class TopLabelObjective(Evaluated):
     """Summed top-label loss as a function of x = (log T, b_0, ..., b_{G-1}), b_g = A_g / T.
 
     Parameters
@@ -537,17 +552,8 @@ class TopLabelObjective:
         self._eval(x)
         return self._m.copy() if copy else self._m
 
-    def value(self, x) -> float:
-        """Summed loss at x."""
-        return self._eval(x)[1]
 
-    def grad_hess(self, x):
-        """Gradient (dim,) and Hessian (dim, dim) of the summed loss at x."""
-        _, _, g, h = self._eval(x)
-        return g.copy(), h.copy()
-
-
-class MultinomialObjective:
+class MultinomialObjective(Evaluated):
     """Classic (Guo et al. 2017) temperature scaling loss: full multinomial NLL.
 
     sum_i w_i [log sum_j exp(beta z_ij) - beta z_{i,y_i}] with z shifted so
@@ -591,10 +597,3 @@ class MultinomialObjective:
                 h += w @ (beta * beta * var + beta * dl_db)
             self._at = (x.copy(), float(f), np.array([-beta * g]), np.array([[h]]))
         return self._at
-
-    def value(self, x) -> float:
-        return self._eval(x)[1]
-
-    def grad_hess(self, x):
-        _, _, g, h = self._eval(x)
-        return g.copy(), h.copy()

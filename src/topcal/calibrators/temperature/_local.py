@@ -30,7 +30,7 @@ import numpy as np
 from scipy.special import expit
 
 from ...errors import ConvergenceError
-from ._core import BLOCK, TopLabelObjective, loss_derivs, loss_parts
+from ._core import BLOCK, Evaluated, TopLabelObjective, loss_derivs, loss_parts
 from ._solver import ARMIJO, RTOL, NewtonResult, bounded_newton, newton_step
 
 __all__ = ["LocalModel", "newton", "STEP"]
@@ -44,7 +44,7 @@ _PASSES = 12
 _RADIUS = 1e-3
 
 
-class LocalModel:
+class LocalModel(Evaluated):
     """F~ of the module docstring around the objective's last evaluated point ``theta0`` (its rows
     copied: the objective's next pass writes over them), for :func:`._solver.bounded_newton`."""
 
@@ -78,13 +78,6 @@ class LocalModel:
                 h += float((l2 * dm_dt) @ dm_dt + l1 @ d2m_dt2)
             self._at = (x.copy(), f, np.array([g]), np.array([[h]]))
         return self._at
-
-    def value(self, x) -> float:
-        return self._eval(x)[1]
-
-    def grad_hess(self, x):
-        _, _, g, h = self._eval(x)
-        return g.copy(), h.copy()
 
 
 def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit"):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import BLOCK, block_moments, loss_derivs, loss_parts, moment_scratch
+from ._core import BLOCK, Evaluated, block_moments, loss_derivs, loss_parts, moment_scratch
 
 __all__ = ["ProfileObjective", "JointAt"]
 
@@ -66,7 +66,7 @@ class JointAt:
         return m.copy() if copy else m
 
 
-class ProfileObjective:
+class ProfileObjective(Evaluated):
     """F(theta) = min_b L(theta, b) of tswa, for :func:`._solver.bounded_newton` with x = (theta,).
 
     Parameters
@@ -224,13 +224,6 @@ class ProfileObjective:
         slope = np.where(free, -s_ta / np.where(free, s2, 1.0), 0.0)
         move = np.clip(slope * (theta - float(x[0])), -_PREDICT_MAX, _PREDICT_MAX)
         return np.clip(self.b + move, self.lo, self.hi)
-
-    def value(self, x) -> float:
-        return self._eval(x)[1]
-
-    def grad_hess(self, x):
-        _, _, g, h, _ = self._eval(x)
-        return g.copy(), h.copy()
 
     def joint(self, x):
         """(full parameters (theta, b), :class:`JointAt`) at the profile's point ``x``."""

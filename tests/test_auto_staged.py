@@ -1,6 +1,7 @@
 """auto's first look (issue 36): every candidate fitted once on a few rows, the K folds only for
 the contenders; the stage each reached in the model, describe, the report and the file."""
 
+import dataclasses
 import hashlib
 import json
 import warnings
@@ -184,7 +185,10 @@ def test_the_k_folds_take_their_first_fold_from_a_first_look_made_on_it(monkeypa
 
     monkeypatch.setattr(crossfit, "scratch_fit", counting)
     runs = {}
-    for key, done in (("fresh", None), ("reused", look), ("other", other)):
+    unmarked = dataclasses.replace(look, first_of_k=False)  # same fold, fits not on the others
+    assert look.first_of_k and not staging.first_look(_data(), names, rows=300)[3].first_of_k
+    cases = (("fresh", None), ("reused", look), ("other", other), ("unmarked", unmarked))
+    for key, done in cases:
         fits.clear()
         runs[key] = crossfit.cross_fit(data, names, 5, seed=1, done=done, begin=done and done.warm)
         runs[key].n_fits = {n: sum(f[0] == n for f in fits) for n in names}
@@ -199,7 +203,7 @@ def test_the_k_folds_take_their_first_fold_from_a_first_look_made_on_it(monkeypa
         "sts": 4,
     }
     assert runs["reused"].warm["sts"] is look.warm["sts"]
-    assert runs["other"].n_fits == fresh  # not its fold 0: nothing taken
+    assert runs["other"].n_fits == runs["unmarked"].n_fits == fresh  # nothing taken
     fold0 = kfold_split(data, 5, seed=1)[0].n_rows
     for n in names:
         a, b = runs["fresh"].confidence[n], runs["reused"].confidence[n]

@@ -131,6 +131,10 @@ class CrossFit:
     warm : dict
         ``{method: its all-data fit}`` that warm-started the folds (auto's first look: its fits
         of the ``_warm_refit`` methods; :func:`refit_start`).
+    first_of_k : bool
+        Set on a run of one fold whose fits were made on the other folds of a K-fold split whose
+        first fold it is (auto's first look where few rows a class make it so): what
+        :func:`cross_fit`'s ``done`` needs.
     """
 
     folds: list
@@ -138,6 +142,8 @@ class CrossFit:
     confidence: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     warm: dict = field(default_factory=dict)
+    #: (a run of one fold) its fits were made on the other K - 1 of the K folds it is the first of
+    first_of_k: bool = False
 
     def losses(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``target``, the held-out NLL of ``name`` if the prediction is right and if it
@@ -148,7 +154,7 @@ class CrossFit:
 
 def _reusable(done, fold, names) -> dict:
     """``{method: fold-0 confidences}`` that :func:`cross_fit` takes from ``done``."""
-    if done is None or len(done.folds) != 1:
+    if done is None or not done.first_of_k or len(done.folds) != 1:
         return {}
     d = done.folds[0]
     same = (

@@ -82,15 +82,16 @@ ROWS_PER_CLASS = 20
 
 
 def _split(data: TopLabelData, rows: int, seed: int, n_folds: int):
-    """(first fold, test part) of the first look, or None where the data is too small for it."""
+    """(first fold, test part, whether the test part is the K folds' first fold) of the first
+    look, or None where the data is too small for it."""
     if data.is_binned or data.n_rows < 2 * rows:
         return None
     rows = max(rows, ROWS_PER_CLASS * data.n_classes)
     if rows > data.n_rows // 2:  # few rows a class: fit on what a fold of the K folds fits on
         folds = kfold_split(data, n_folds, seed=seed)
-        return TopLabelData.concat(folds[1:]), folds[0]
+        return TopLabelData.concat(folds[1:]), folds[0], True
     folds = kfold_split(data, max(2, data.n_rows // rows), seed=seed)
-    return folds[0], TopLabelData.concat(folds[1 : 1 + TEST_FOLDS])
+    return folds[0], TopLabelData.concat(folds[1 : 1 + TEST_FOLDS]), False
 
 
 def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: int = 5):
@@ -107,8 +108,8 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
     split = _split(data, int(rows), seed, int(folds))
     if split is None:
         return None
-    train, test = split  # (test: where the first fold is too big, the K folds' first fold)
-    run = CrossFit([test], test)
+    train, test, first_of_k = split  # (first_of_k: test is the K folds' first fold)
+    run = CrossFit([test], test, first_of_k=first_of_k)
     # the temperature family's common preparation of train, once; the vector maps' margins on test
     with sharing(train), sharing(test):
         for name in names:

@@ -224,7 +224,8 @@ def cross_fit(
         confidences are taken from it instead of fitting fold 0 again (the same fit on the same
         rows, but started cold where the method has ``_warm_starts``: within its optimiser's
         tolerance of the warm fold's), and the folds start from its fit in ``begin`` instead
-        of an all-data fit. Ignored unless its fold holds exactly fold 0's rows.
+        of an all-data fit. Ignored unless it is marked ``first_of_k`` and its fold holds exactly
+        fold 0's rows.
 
     A method whose fit or prediction raises a :class:`~topcal.errors.TopcalError`
     is recorded in ``errors`` and skipped in the later folds; the others go on.
@@ -239,7 +240,7 @@ def cross_fit(
     reuse = _reusable(done, folds[0], names)
     starts = [n for n in names if get_class(n)._warm_starts]
     bar = _progress.bar(
-        total=(n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts)) - len(reuse),
+        total=(n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts)),
         desc=desc,
         unit=" fits",
     )

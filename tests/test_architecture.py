@@ -24,7 +24,8 @@ PKG = SRC / "topcal"
 #: ``np.searchsorted``), below the calibrator API that wraps them; the binary
 #: temperature scalings' many-class objective (``_lockstep``, out of ``_core`` since
 #: issue 26) against the per-class one; sts's local-model solver (``_local``, issue 36) against
-#: bounded_newton. Nothing else in the tests reaches private names.
+#: bounded_newton; the recycling of scratch arrays (``_recycle``, issue 36) against aliasing.
+#: Nothing else in the tests reaches private names.
 TEST_PRIVATE_MODULES = {
     "topcal.calibrators.kde._engine",
     "topcal.calibrators.kde._rules",
@@ -32,6 +33,7 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.vector._core",
     "topcal._numeric",
     "topcal._progress",
+    "topcal._recycle",
     "topcal.calibrators.temperature._lockstep",
     "topcal.calibrators.temperature._arrow",
     "topcal.calibrators.temperature._rows",

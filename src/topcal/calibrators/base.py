@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .. import _recycle
 from .._params import validate_params
 from ..data import TopLabelData, check_sample_total, preview
 from ..errors import (
@@ -284,7 +285,8 @@ class Calibrator(EvidenceKeeping):
             fingerprint = Fingerprint.of(data)
         self._warm = warm
         try:
-            self._fit(data)
+            with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
+                self._fit(data)
         finally:
             self._warm = None
         self._spread = (

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from ... import _recycle
 from ..._numeric import PROB_CLIP
 from ._solver import NewtonResult, bounded_newton  # noqa: F401  (the solver, in its own module; re-exported)
 
@@ -142,7 +143,7 @@ def split_top(
     """
     n, k = z.shape if rows is None else (rows.shape[0], z.shape[1])
     d = np.empty(n)
-    others = np.empty((k - 1, n), dtype=np.float64)
+    others = _recycle.empty((k - 1, n))  # recycled where a dropped one is free (_recycle.py)
     step = _chunk_rows(k)
     col = np.arange(k - 1)[:, None]
     for a in range(0, n, step):

@@ -184,7 +184,9 @@ class Layout:
         self.k = int(k)
         self.off = bool(off)
         self.size = 1 + 2 * self.k + (self.k * (self.k - 1) if self.off else 0)
-        self._offmask = ~np.eye(self.k, dtype=bool)
+        # the off-diagonal entries' mask (K x K: only where they are parameters; at 10^4 classes
+        # it was 100 MB a layout)
+        self._offmask = ~np.eye(self.k, dtype=bool) if self.off else None
 
     def start(self) -> np.ndarray:
         """a = 1, everything else 0: the identity map (yhat = Y(X))."""
@@ -220,8 +222,9 @@ class Layout:
         return r
 
     def pack_grad(self, gm: np.ndarray, gb: np.ndarray) -> np.ndarray:
-        """theta's gradient from the gradient in M ((a + v) on the diagonal, W off it; gm) and b."""
-        d = np.diag(gm)
+        """theta's gradient from the gradient in M ((a + v) on the diagonal, W off it; gm) and b;
+        without the off-diagonal part ``gm`` is M's diagonal alone (K,)."""
+        d = np.diag(gm) if gm.ndim == 2 else gm
         parts = [[d.sum()], d, gb]
         if self.off:
             parts.append(gm[self._offmask])
@@ -326,8 +329,8 @@ class VectorObjective:
             else:
                 gd += np.einsum("ij,ij->j", p, xb)
         self.n_eval += 1
-        if gm is None:
-            gm = np.diag(gd)
+        if gm is None:  # the diagonal alone (a K x K matrix of it was 800 MB at 10^4 classes)
+            gm = gd
         g = lay.pack_grad(gm, gb) / self.n + 2.0 * self.r * theta
         return f / self.n + float(self.r @ (theta * theta)), g
 

@@ -81,3 +81,18 @@ def test_a_fit_recycling_every_array_equals_one_recycling_none(monkeypatch, kind
     assert pooled[0] == plain[0]
     assert {n: v["nll"] for n, v in pooled[1].items()} == {n: v["nll"] for n, v in plain[1].items()}
     np.testing.assert_array_equal(pooled[2], plain[2])
+
+
+def test_subset_into_a_recycled_buffer_reads_the_rows_indexing_reads(monkeypatch):
+    rng = np.random.default_rng(1)
+    p = rng.dirichlet(np.ones(6), 400)
+    data = TopLabelData.from_probs(p, rng.integers(0, 6, 400))
+    monkeypatch.setattr(_recycle, "MIN_BYTES", 0)
+    with _recycle.recycling():
+        for index in (np.array([-1, 0, 399, -400, 5]), data.pred == 2, np.arange(0, 400, 7)):
+            part = data.subset(index)
+            assert part.full.base is not None  # from the pool
+            np.testing.assert_array_equal(part.full, p[index])
+            np.testing.assert_array_equal(part.pred, data.pred[index])
+        with pytest.raises(IndexError):
+            data.subset(np.array([0, 400]))

@@ -507,12 +507,18 @@ class TopLabelData:
         if idx.size == 0:
             raise DataError("subset is empty; select at least one row")
 
+        n = self.pred.shape[0]
+        in_range = idx.dtype.kind in "iu" and -n <= int(idx.min()) and int(idx.max()) < n
+
         def take(a):
             if a is None:
                 return None
-            if a.ndim == 1:
+            if a.ndim == 1 or not in_range:  # (out of range: numpy's IndexError, as ever)
                 return a[idx]
-            return np.take(a, idx, axis=0, out=_recycle.empty((idx.size, *a.shape[1:]), a.dtype))
+            # the score vectors: into a recycled buffer where one is free; "wrap" reads an index
+            # in [-n, n) as indexing does, without the buffering of "raise" (2-3 x slower)
+            out = _recycle.empty((idx.size, *a.shape[1:]), a.dtype)
+            return np.take(a, idx, axis=0, out=out, mode="wrap")
 
         return TopLabelData(
             self.classes,

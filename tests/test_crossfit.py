@@ -389,3 +389,28 @@ def test_a_sharing_block_nested_in_one_of_the_same_data_keeps_the_outer_results(
             assert foldmemo.memo(data, "j", lambda: 3) == 3
         assert foldmemo.shared(data) and foldmemo.memo(data, "j", lambda: 4) == 3
     assert not foldmemo.shared(data) and foldmemo.memo(data, "k", lambda: 5) == 5
+
+
+@pytest.mark.parametrize("binned", [False, True])
+def test_kfold_groups_hold_their_folds_one_after_the_other(binned):
+    from topcal.data import kfold_split
+    from topcal.errors import ParameterError
+
+    rng = np.random.default_rng(4)
+    p = rng.dirichlet(np.ones(4), 600)
+    data = TopLabelData.from_probs(p, rng.integers(0, 4, 600))
+    if binned:
+        data = TopLabelData.from_binned(
+            ["a", "b", "a"], [0.1, 0.5, 0.8], [0.2, 0.6, 0.9], [5.0, 7.0, 9.0], [3.0, 2.0, 1.0]
+        )
+    folds = kfold_split(data, 5, seed=2)
+    groups = [[0], [1, 2, 3, 4], [3, 1]]
+    for g, part in zip(groups, kfold_split(data, 5, seed=2, groups=groups)):
+        whole = TopLabelData.concat([folds[f] for f in g])
+        for attr in ("pred", "score", "tp", "fp", "labels", "full"):
+            a, b = getattr(whole, attr), getattr(part, attr)
+            assert (a is None and b is None) or np.array_equal(a, b)
+    with pytest.raises(ParameterError, match="groups"):
+        kfold_split(data, 5, groups=[[5]])
+    with pytest.raises(ParameterError, match="groups"):
+        kfold_split(data, 5, groups=[[]])

@@ -88,10 +88,11 @@ def _split(data: TopLabelData, rows: int, seed: int, n_folds: int):
         return None
     rows = max(rows, ROWS_PER_CLASS * data.n_classes)
     if rows > data.n_rows // 2:  # few rows a class: fit on what a fold of the K folds fits on
-        folds = kfold_split(data, n_folds, seed=seed)
-        return TopLabelData.concat(folds[1:]), folds[0], True
-    folds = kfold_split(data, max(2, data.n_rows // rows), seed=seed)
-    return folds[0], TopLabelData.concat(folds[1 : 1 + TEST_FOLDS]), False
+        groups = [range(1, n_folds), [0]]
+        return (*kfold_split(data, n_folds, seed=seed, groups=groups), True)
+    n = max(2, data.n_rows // rows)
+    groups = [[0], range(1, min(n, 1 + TEST_FOLDS))]
+    return (*kfold_split(data, n, seed=seed, groups=groups), False)
 
 
 def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: int = 5):

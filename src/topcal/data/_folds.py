@@ -11,7 +11,9 @@ from ._table import TopLabelData
 MAX_DEAL_COUNT = 2.0**53
 
 
-def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopLabelData]:
+def kfold_split(
+    data: TopLabelData, n_folds: int, *, seed: int = 0, groups=None
+) -> list[TopLabelData]:
     """Split labelled ``data`` into ``n_folds`` disjoint folds.
 
     Per-sample data is stratified by predicted
@@ -29,11 +31,15 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
     n_folds : int >= 2
     seed : int, default 0
         Seed of the shuffle (per-sample) or of the multinomial deal (binned).
+    groups : sequence of sequences of fold indices, optional
+        Return one dataset per group instead: its folds' rows one fold after the other, what
+        ``TopLabelData.concat`` of those folds holds, without copying the folds first (auto's
+        first look: one fold and the next eight, at 10^5 x 1,000 1.4 GB of copies instead of 0.8).
 
     Returns
     -------
     list of TopLabelData
-        The folds; together they hold every sample exactly once. For binned
+        The folds (or groups); together they hold every sample exactly once. For binned
         data every fold has all the bins (some with zero counts).
     """
     if isinstance(n_folds, bool) or not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
@@ -41,6 +47,10 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
     data.require_labels("K-fold cross-fitting")
+    if groups is not None:
+        groups = [[int(f) for f in g] for g in groups]
+        if not all(g and all(0 <= f < n_folds for f in g) for g in groups):
+            raise ParameterError(f"groups must name folds 0..{n_folds - 1}, got {groups!r}")
     rng = np.random.default_rng(seed)
     if data.is_binned:
         for name, arr in (("tp", data.tp), ("fp", data.fp)):
@@ -67,7 +77,7 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
         p = np.full(n_folds, 1.0 / n_folds)
         tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
         fp = rng.multinomial(data.fp.astype(np.int64), p).astype(np.float64)
-        return [
+        folds = [
             TopLabelData(
                 data.classes,
                 data.pred,
@@ -79,6 +89,9 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
             )
             for f in range(n_folds)
         ]
+        if groups is None:
+            return folds
+        return [TopLabelData.concat([folds[f] for f in g]) for g in groups]
     if data.n_rows < n_folds:
         raise DataError(
             f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most {data.n_rows} "
@@ -94,7 +107,9 @@ def kfold_split(data: TopLabelData, n_folds: int, *, seed: int = 0) -> list[TopL
         # fold 0
         fold_of[idx] = (np.arange(idx.size) + start) % n_folds
         start = (start + idx.size) % n_folds
-    return [data.subset(fold_of == f) for f in range(n_folds)]
+    if groups is None:
+        return [data.subset(fold_of == f) for f in range(n_folds)]
+    return [data.subset(np.concatenate([np.flatnonzero(fold_of == f) for f in g])) for g in groups]
 
 
 def stratified_subsample(data: TopLabelData, rows: int, *, seed: int = 0) -> TopLabelData:

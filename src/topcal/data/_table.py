@@ -335,8 +335,8 @@ class TopLabelData:
             if attr != "full" or len(arrays) < 2:
                 return np.concatenate(arrays)
             # the score vectors: in a recycled buffer where one is free (_recycle.py)
-            out = _recycle.empty((sum(a.shape[0] for a in arrays), *arrays[0].shape[1:]))
-            return np.concatenate(arrays, out=out)
+            shape = (sum(a.shape[0] for a in arrays), *arrays[0].shape[1:])
+            return np.concatenate(arrays, out=_recycle.empty(shape, np.result_type(*arrays)))
 
         return cls(
             first.classes,

@@ -96,3 +96,16 @@ def test_subset_into_a_recycled_buffer_reads_the_rows_indexing_reads(monkeypatch
             np.testing.assert_array_equal(part.pred, data.pred[index])
         with pytest.raises(IndexError):
             data.subset(np.array([0, 400]))
+
+
+def test_concat_into_a_recycled_buffer_keeps_the_parts_dtype(monkeypatch):
+    import dataclasses
+
+    rng = np.random.default_rng(2)
+    data = TopLabelData.from_probs(rng.dirichlet(np.ones(3), 40), rng.integers(0, 3, 40))
+    low = dataclasses.replace(data, full=data.full.astype(np.float32))
+    monkeypatch.setattr(_recycle, "MIN_BYTES", 0)
+    with _recycle.recycling():
+        both = TopLabelData.concat([low, low])
+    assert both.full.dtype == np.float32
+    np.testing.assert_array_equal(both.full, np.concatenate([low.full, low.full]))

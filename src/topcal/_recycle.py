@@ -31,14 +31,19 @@ MIN_BYTES = 16 << 20
 #: take the all-data fit's: 1.25 x at 5 folds).
 MAX_SLACK = 1.5
 
-_STATE = threading.local()
+
+class _State(threading.local):
+    pool: list | None = None  # this thread's open block's buffers
+
+
+_STATE = _State()
 
 
 @contextlib.contextmanager
 def recycling():
     """Within the block, :func:`empty` of this thread reuses the memory of large arrays that
     nothing holds any more; it is freed when the outermost block ends."""
-    outer = getattr(_STATE, "pool", None)
+    outer = _STATE.pool
     if outer is not None:  # nested: the outer block's pool serves
         yield
         return
@@ -59,7 +64,7 @@ def empty(shape, dtype=np.float64) -> np.ndarray:
     """An uninitialised C-contiguous array of ``shape`` (``np.empty``), inside a
     :func:`recycling` block made from a pooled buffer that no array uses any more where one is
     large enough (the smallest such)."""
-    pool = getattr(_STATE, "pool", None)
+    pool = _STATE.pool
     dtype = np.dtype(dtype)
     size = int(np.prod(shape, dtype=np.int64))
     nbytes = size * dtype.itemsize

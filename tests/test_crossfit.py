@@ -412,5 +412,6 @@ def test_kfold_groups_hold_their_folds_one_after_the_other(binned):
             assert (a is None and b is None) or np.array_equal(a, b)
     with pytest.raises(ParameterError, match="groups"):
         kfold_split(data, 5, groups=[[5]])
-    with pytest.raises(ParameterError, match="groups"):
-        kfold_split(data, 5, groups=[[]])
+    for bad in ([[]], [[1, 1]], [[1.5]], [[True]]):  # empty, a fold twice, not an index
+        with pytest.raises(ParameterError, match="groups"):
+            kfold_split(data, 5, groups=bad)

@@ -31,6 +31,7 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.kde._rules",
     "topcal.calibrators.temperature._core",
     "topcal.calibrators.vector._core",
+    "topcal.calibrators.vector._solve",
     "topcal._numeric",
     "topcal._progress",
     "topcal._recycle",

@@ -120,10 +120,13 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     ordinary fits on the same rows (only the sums of the table may differ in their last bits); 1e-6
     for the
     warm-started ones (sts, hier-*: the optimiser stops at 1e-10 relative on the loss
-    from another start); 1e-5 where a vector map (vs, sms, warm-started since issue 36) is the
-    candidate or the lead: this helper's cold fits of sms stop ~1.5e-6 (parameters) from the
-    optimum, the warm ones ~1.5e-7 (fold 0 of "vectors", against a solve to 1e-20), so the paired
-    differences' standard errors differ by up to 1.4e-6 relative."""
+    from another start); where a vector map (vs, sms, warm-started since issue 36) is the
+    candidate or the lead, 1e-5 on the mean NLL and 1e-3 on the standard errors: a fold's vs/sms
+    is an approximate fit (docs/vector.md#fold-fits: its first-stage temperature one Newton step
+    from the all-data one, its solve stopped before its last step), whose confidences differ from
+    this helper's cold fits by ~1e-4 relative on these small sets (720-1,680 training rows a fold):
+    mean NLLs up to 6.5e-6 apart, standard errors 1.4e-4, paired differences' standard errors
+    7.5e-4 (vs against the lead sms: two close maps, both approximate)."""
     from topcal.calibrators.auto import choose, paired_se
     from topcal.metrics import nll
     from topcal._numeric import binary_nll
@@ -148,16 +151,12 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     assert set(model.cv_) == set(cv)
     for n in cv:
         classes = [topcal.calibrators.get_class(n), topcal.calibrators.get_class(lead)]
-        rtol = (
-            1e-5
-            if any(getattr(c, "_warm_refit", False) for c in classes)
-            else 1e-6
-            if any(c._warm_starts for c in classes)
-            else 1e-9
-        )
+        vector = any(getattr(c, "_warm_refit", False) for c in classes)
+        rtol = 1e-5 if vector else 1e-6 if any(c._warm_starts for c in classes) else 1e-9
         for key in ("nll", "se", "diff_se"):
+            tol = 1e-3 if vector and key != "nll" else rtol
             np.testing.assert_allclose(
-                model.cv_[n][key], cv[n][key], rtol=rtol, atol=0, err_msg=f"{n} {key}"
+                model.cv_[n][key], cv[n][key], rtol=tol, atol=0, err_msg=f"{n} {key}"
             )
     assert (model.method_, model.best_) == choose(cv, 1.0)
 

@@ -15,7 +15,6 @@ Everything runs over blocks of rows: the extra memory is a few blocks plus the (
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 from scipy.special import expit
@@ -32,45 +31,11 @@ __all__ = [
     "feature_blocks",
     "data_margin",
     "temperature",
-    "solve",
     "top_margin",
     "margin_variance",
     "inverse_pd",
-    "NEWTON_MAX_PARAMS",
-    "NEWTON_MAX_CLASSES_VS",
-    "HESSIAN_ROWS",
-    "HESSIAN_WORK",
-    "SUBSAMPLE_ROWS",
 ]
 
-#: Newton (exact gradient, Hessian on at most HESSIAN_ROWS evenly spaced rows) up to this many
-#: parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would cost n K^2).
-NEWTON_MAX_PARAMS = 256
-#: ``vs`` (no off-diagonal part: 2K + 1 parameters, a Hessian of O(rows K^2) on at most
-#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes (issue 36): at
-#: 8 x 10^4 x 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and
-#: 21.4 s, to the same optimum, and its Hessian lets the cross-validation folds and auto's final
-#: fit start warm (2-5 passes instead of 12-13; docs/vector.md).
-NEWTON_MAX_CLASSES_VS = 2048
-#: Rows the Newton solver's Hessian is computed on (every ceil(n / HESSIAN_ROWS)-th row): the step
-#: is
-#: a subsampled Newton step (the gradient and the line search use every row), which keeps a Newton
-#: iteration at a few passes over the data.
-HESSIAN_ROWS = 10_000
-#: ... but at most this many row x class^2 multiply-adds a Hessian (and at least 2,000 rows):
-#: from K = 548 classes up the Hessian is computed on fewer rows (at K = 1,000: 3,000 rows, 1.2 s
-#: instead of 4 s; the steps from it needed the same passes to the same optimum).
-HESSIAN_WORK = 3 * 10**9
-#: The fewest rows of a Hessian capped by :data:`HESSIAN_WORK`.
-_HESSIAN_MIN_ROWS = 2_000
-#: From 4 x this many rows up (at 10^5 rows it saved nothing), :func:`solve` first fits the same
-#: penalised problem on this many evenly spaced rows (the penalty as for all rows), then finishes
-#: with Newton (or L-BFGS) on all rows from there: the full problem is convex with the same
-#: optimum, and from the subsample's optimum a few full passes reach it (at 10^6 x 10, sms: 5
-#: gradient passes over all rows instead of 12).
-SUBSAMPLE_ROWS = 50_000
-#: A warm-started :func:`solve` stops at this fraction of the cold solve's tolerance.
-WARM_TOL = 1e-2
 #: Entries of a block of rows (rows x K).
 _BLOCK = 1 << 16
 _LOG_FLOOR = float(np.log(LOG_PROB_FLOOR))
@@ -127,10 +92,14 @@ def features(data: TopLabelData, beta: float, mix: float = 0.0) -> np.ndarray:
     return rescale(log_scores(data), beta, mix)
 
 
-def temperature(x: np.ndarray, labels, w, start: float | None = None, max_iter: int = 100) -> float:
+def temperature(
+    x: np.ndarray, labels, w, start: float | None = None, max_iter: int = 100, one_step=False
+) -> float:
     """The inverse temperature beta of multinomial temperature scaling, softmax(beta x): Newton in
     t = log beta (dCE / dbeta = E_p[x] - x_y, d2CE / dbeta2 = Var_p[x]), beta in [1e-3, 1e3],
-    from ``start`` (default 1)."""
+    from ``start`` (default 1). ``one_step`` (a cross-validation fold, from the all-data fit's
+    beta): one Newton step from ``start``, not checked by a line search (where the curvature is
+    positive): one pass over the rows, beta to about the square of the step (relative)."""
     labels = np.asarray(labels, np.int64)
     n = float(np.sum(w))
     lo, hi = np.log(1e-3), np.log(1e3)
@@ -151,6 +120,8 @@ def temperature(x: np.ndarray, labels, w, start: float | None = None, max_iter: 
 
     t = float(np.clip(np.log(start), lo, hi)) if start else 0.0
     f, g, h = parts(t)
+    if one_step and h > 0:
+        return float(np.exp(np.clip(t + float(np.clip(-g / h, -2.0, 2.0)), lo, hi)))
     for _ in range(max_iter):
         step = -g / h if h > 0 else -np.sign(g)
         step = float(np.clip(step, -2.0, 2.0))
@@ -273,19 +244,38 @@ def _softmax_rows(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class VectorObjective:
     """Penalised mean multinomial NLL of the map on features ``x`` (n, K), true classes ``labels``,
-    row weights ``w``; ``reg``: the penalty's multiplier (see the module docstring)."""
+    row weights ``w``; ``reg``: the penalty's multiplier (see the module docstring).
 
-    def __init__(self, x, labels, w, layout: Layout, reg: float):
+    With ``pred`` (each row's original predicted class), every gradient pass also keeps the rows'
+    :func:`top_margin` at its parameters (:meth:`margin_at`): the fit's confidence on its own rows
+    without another pass over them (issue 36: at 10^5 x 1,000 that pass was ~0.9 s a fit)."""
+
+    def __init__(self, x, labels, w, layout: Layout, reg: float, pred=None):
         self.x, self.labels, self.w, self.layout = (
             x,
             np.asarray(labels, np.int64),
             np.asarray(w, np.float64),
             layout,
         )
+        self.pred = None if pred is None else np.asarray(pred, np.int64)
         self.n = float(self.w.sum())
         self.r = layout.penalty_weights(reg, self.n)
         self.n_eval = 0
         self.last_hessian = None  # the solver's last (see _solve)
+        self.last_margin = None  # (theta, margins) of the last gradient pass with pred
+
+    def margin_at(self, theta) -> np.ndarray | None:
+        """:func:`top_margin` of every row at ``theta`` from the last gradient pass, where that pass
+        was at ``theta`` (else None). A row whose other entries are all below about 1e-290 of its
+        largest (a margin above ~670) is computed again alone, as top_margin does: the pass's sum
+        of them lost its precision there."""
+        if self.last_margin is None or not np.array_equal(self.last_margin[0], theta):
+            return None
+        m = self.last_margin[1]
+        bad = np.flatnonzero(~np.isfinite(m))
+        if bad.size:
+            m[bad] = _margin_block(self.layout, theta, self.x[bad], self.pred[bad])
+        return m
 
     def rows(self, stride: int) -> "VectorObjective":
         """The same objective on every ``stride``-th row (views, no copy), keeping this one's
@@ -301,6 +291,7 @@ class VectorObjective:
         sub.r = self.r
         sub.n_eval = 0
         sub.last_hessian = None
+        sub.pred, sub.last_margin = None, None
         return sub
 
     def value_grad(self, theta):
@@ -311,15 +302,30 @@ class VectorObjective:
         gm = np.zeros((k, k)) if lay.off else None
         gd = np.zeros(k)
         gb = np.zeros(k)
+        pred = self.pred
+        margin = None if pred is None else np.empty(x.shape[0])
         for a, b in _blocks(x.shape[0], k):
             xb, wb, yb = x[a:b], w[a:b], self.labels[a:b]
             rows = np.arange(b - a)
             p = lay.scores(xb, theta)
             true = p[rows, yb].copy()
             mx = p.max(axis=1, keepdims=True)
+            if margin is not None:
+                pk = pred[a:b]
+                top = p[rows, pk] - mx[:, 0]
             p -= mx
             np.exp(p, out=p)
-            s = p.sum(axis=1)
+            if margin is None:
+                s = p.sum(axis=1)
+            else:  # the other entries' sum apart (exact where the top dominates): the margin
+                ek = p[rows, pk]
+                p[rows, pk] = 0.0
+                s = p.sum(axis=1)
+                p[rows, pk] = ek
+                with np.errstate(divide="ignore"):
+                    lo = np.log(s)
+                margin[a:b] = np.where(s > 1e-290, top - lo, np.nan)
+                s += ek
             f += float(wb @ (mx[:, 0] + np.log(s) - true))
             p *= (wb / s)[:, None]  # w P: the softmax's division and the weights in one pass
             p[rows, yb] -= wb  # R = w (P - Y)
@@ -329,6 +335,8 @@ class VectorObjective:
             else:
                 gd += np.einsum("ij,ij->j", p, xb)
         self.n_eval += 1
+        if margin is not None:
+            self.last_margin = (theta.copy(), margin)
         if gm is None:  # the diagonal alone (a K x K matrix of it was 800 MB at 10^4 classes)
             gm = gd
         g = lay.pack_grad(gm, gb) / self.n + 2.0 * self.r * theta
@@ -405,131 +413,6 @@ def _kron_hessian(lay: Layout, theta, x: np.ndarray, w: np.ndarray) -> np.ndarra
     hm[ll, aa, jj, bb] = s
     hm[ll, bb, jj, aa] = s
     return hm.reshape(k * (k + 1), k * (k + 1))
-
-
-def solve(obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian=None):
-    """Minimise ``obj`` from ``x0`` (see :func:`_solve`); from 4 x :data:`SUBSAMPLE_ROWS` rows up,
-    first on :data:`SUBSAMPLE_ROWS` evenly spaced rows, then on all rows from that optimum (the
-    Newton steps there with a Hessian on :data:`SUBSAMPLE_ROWS` rows). Returns (theta, value,
-    n_iter, converged); n_iter counts both stages' iterations.
-
-    A warm start (``x0`` a nearby problem's optimum, ``hessian`` that problem's Hessian of this
-    objective, e.g. :meth:`VectorObjective.hessian` there, its penalty made this one's) takes that
-    Hessian for its first steps (and the subsample's last one for the finish on all rows): from
-    there a few passes reach the optimum, and a Hessian is computed afresh only where the kept one
-    stops converging fast (:func:`_solve`). It stops at :data:`WARM_TOL` x ``tol``: with a kept
-    Hessian the last steps converge linearly, so a stop at ``tol`` leaves the parameters further
-    from the optimum than a cold solve's quadratic last step does; one more pass closes that."""
-    n = obj.x.shape[0]
-    last = tol if hessian is None else tol * WARM_TOL
-    if n < 4 * SUBSAMPLE_ROWS:
-        return _solve(obj, x0, max_iter, last, hessian=hessian)
-    stride = n // SUBSAMPLE_ROWS
-    sub = obj.rows(stride)
-    if not sub.n > 0:
-        return _solve(obj, x0, max_iter, last, hessian=hessian)
-    x1, _, it1, _ = _solve(sub, x0, max_iter, tol, hessian=hessian)
-    h1 = None if hessian is None else sub.last_hessian
-    theta, f, it2, ok = _solve(obj, x1, max_iter, last, hessian_rows=SUBSAMPLE_ROWS, hessian=h1)
-    return theta, f, it1 + it2, ok
-
-
-def _newton(layout: Layout) -> bool:
-    """Whether :func:`_solve` uses Newton for ``layout`` (else L-BFGS-B)."""
-    if not layout.off:
-        return layout.k <= NEWTON_MAX_CLASSES_VS or layout.size <= NEWTON_MAX_PARAMS
-    return layout.size <= NEWTON_MAX_PARAMS
-
-
-def _solve(
-    obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian_rows=None, hessian=None
-):
-    """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo backtracking where
-    the parameters are few (:data:`NEWTON_MAX_PARAMS`; ``vs`` up to :data:`NEWTON_MAX_CLASSES_VS`
-    classes), else L-BFGS-B. Returns (theta, value,
-    n_iter, converged); ``obj.last_hessian`` is then the last Hessian the steps used (None for
-    L-BFGS-B).
-
-    The Hessian is kept from one iteration to the next while full steps are accepted and each
-    shrinks the Newton decrement at least a hundredfold (near the optimum it barely changes; a
-    fresh one costs about a gradient's pass for ``sms``); otherwise it is computed again. The
-    first steps use ``hessian`` where given (a warm start's), under the same test."""
-    x = np.array(x0, dtype=np.float64)
-    obj.last_hessian = None
-    if not _newton(obj.layout):
-        from scipy.optimize import minimize  # here: import topcal stays without scipy.optimize
-
-        r = minimize(
-            obj.value_grad,
-            x,
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": int(max_iter), "ftol": 1e-13, "gtol": 1e-9, "maxcor": 20},
-        )
-        return r.x, float(r.fun), int(r.nit), bool(r.success)
-    k2 = obj.layout.k**2
-    rows = min(hessian_rows or HESSIAN_ROWS, max(_HESSIAN_MIN_ROWS, HESSIAN_WORK // max(k2, 1)))
-    stride = max(1, -(-obj.x.shape[0] // rows))
-    f, g = obj.value_grad(x)
-    stalls = 0
-    h, last = (None if hessian is None else np.array(hessian, dtype=np.float64)), None
-    # h's LU factors, made once per Hessian: a kept Hessian's later steps cost O(size^2)
-    lu = None if h is None else _factor(h)
-    for it in range(1, int(max_iter) + 1):
-        if h is None:
-            h = obj.hessian(x, stride)
-            h[np.diag_indices_from(h)] += 1e-12 * max(1.0, float(np.abs(np.diag(h)).max()))
-            lu = _factor(h)
-        obj.last_hessian = h
-        step = -g if lu is None else -_lu_solve(lu, g)
-        dec = -float(g @ step)
-        # (a kept Hessian's step that already meets the tolerance is taken: a fresh Hessian for the
-        # last step cost 3 s at 10^5 x 1,000 and changed nothing)
-        if last is not None and not dec <= 0.01 * last and not dec / 2 <= tol * max(1.0, abs(f)):
-            h = None  # a kept Hessian that no longer converges fast: a fresh one
-            last = None
-            continue
-        if not dec > 0:
-            step, dec = -g, float(g @ g)
-        t = 1.0
-        while True:
-            fn, gn = obj.value_grad(x + t * step)
-            if np.isfinite(fn) and fn <= f - 1e-4 * t * dec:
-                break
-            t *= 0.5
-            if t < 1e-10:
-                return x, f, it, dec / 2 <= 1e3 * tol * max(1.0, abs(f))
-        gain = f - fn
-        x, f, g = x + t * step, fn, gn
-        last = dec if t == 1.0 else None
-        if t < 1.0:
-            h = None
-        if dec / 2 <= tol * max(1.0, abs(f)):
-            return x, f, it, True
-        stalls = stalls + 1 if gain <= 1e-14 * max(1.0, abs(f)) else 0
-        if stalls >= 5:
-            return x, f, it, True
-    return x, f, int(max_iter), False
-
-
-def _factor(h: np.ndarray):
-    """LU factors of ``h`` (:func:`scipy.linalg.lu_factor`, what ``np.linalg.solve`` computes and
-    drops), or None where ``h`` is singular (the step is then the negative gradient)."""
-    from scipy.linalg import lu_factor  # here: a Newton fit's import, not topcal's
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # LinAlgWarning on an ill-conditioned h: checked below
-        try:
-            lu = lu_factor(h, check_finite=False)
-        except (np.linalg.LinAlgError, ValueError):
-            return None
-    return lu if np.all(np.isfinite(lu[0])) and np.all(np.diag(lu[0]) != 0) else None
-
-
-def _lu_solve(lu, g: np.ndarray) -> np.ndarray:
-    from scipy.linalg import lu_solve
-
-    return lu_solve(lu, g, check_finite=False)
 
 
 def _margin_block(layout: Layout, theta, xb: np.ndarray, pc: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ from .. import intervals
 from ..base import Calibrator, finite_array, to_jsonable
 from ..foldmemo import memo, shared
 from ..registry import register
+from ._solve import solve
 from ._core import (
     Layout,
     VectorObjective,
@@ -32,7 +33,6 @@ from ._core import (
     log_scores,
     margin_variance,
     rescale,
-    solve,
     temperature,
     top_margin,
 )
@@ -96,6 +96,10 @@ class _VectorBase(Calibrator):
     #: a scratch fit's Hessian of the mean NLL (penalty excluded) at its optimum, for a warm start
     #: (not saved)
     _nll_hessian = None
+    #: a cross-validation fold's fit (_fit_single; not saved)
+    _fold = False
+    #: the foldmemo key of the fit's solve (its margins for _fit_confidence; not saved)
+    _solve_key = ""
     _full_alternative = "bts"
     _parameter_constraints = {
         "reg": Interval(0, 1e6),
@@ -126,20 +130,33 @@ class _VectorBase(Calibrator):
             and warm.reg == self.reg
         ):
             warm = None
-        self.beta_, self.mix_, x = self._first_stage(data, None if warm is None else warm.beta_)
-        obj = VectorObjective(x, data.labels, w, layout, float(self.reg))
+        # a cross-validation fold (a scratch fit started from a fit on more rows: the all-data
+        # fit) keeps that fit's first-stage temperature and stops its solve at FOLD_TOL
+        # (approximate cross-validation; docs/vector.md#fold-fits)
+        fold = (
+            warm is not None
+            and self._scratch
+            and float(np.sum(warm.n_tp_) + np.sum(warm.n_fp_)) > data.n_samples
+        )
+        self._fold = fold
+        self.beta_, self.mix_, x = self._first_stage(
+            data, None if warm is None else warm.beta_, fold=fold
+        )
+        obj = VectorObjective(x, data.labels, w, layout, float(self.reg), pred=data.pred)
         start, hess = layout.start(), None
         if warm is not None:  # a fold: from the all-data optimum, with its Hessian (this penalty)
             start, hess = warm.theta_, warm._nll_hessian + np.diag(2.0 * obj.r)
 
         def compute():
-            return (*solve(obj, start, int(self.max_iter), hessian=hess), obj.last_hessian)
+            theta, loss, n_iter, ok = solve(obj, start, int(self.max_iter), hessian=hess, fold=fold)
+            # the rows' margins from the solve's last pass where it was at theta (else None)
+            return theta, loss, n_iter, ok, obj.last_hessian, obj.margin_at(theta)
 
         # a fold's (and the folds' all-data) vs and vs-hier-platt, sms and sms-pooled-beta share
-        # the solve and its last Hessian (read-only here)
-        theta, loss, n_iter, ok, last = memo(
-            data, f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}", compute
-        )
+        # the solve, its last Hessian and margins (read-only here)
+        key = f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}:{fold:d}"
+        self._solve_key = key
+        theta, loss, n_iter, ok, last, margin = memo(data, key, compute)
         self._nll_hessian = None
         if self._scratch and last is not None:
             self._nll_hessian = last - np.diag(2.0 * obj.r)
@@ -159,7 +176,7 @@ class _VectorBase(Calibrator):
         if self._scratch:
             self.nll_ = float("nan")
             return
-        m = top_margin(layout, theta, x, data.pred)
+        m = top_margin(layout, theta, x, data.pred) if margin is None else margin
         rows = binary_nll(data.tp, data.fp, conf_from_margin(m))
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
@@ -168,9 +185,10 @@ class _VectorBase(Calibrator):
             self.param_cov_ = inverse_pd(obj.hessian(theta, stride, summed=True))
 
     @staticmethod
-    def _first_stage(data: TopLabelData, start: float | None = None):
+    def _first_stage(data: TopLabelData, start: float | None = None, fold: bool = False):
         """(beta, mix, x): temperature scaling's inverse temperature on ``data`` (its Newton from
-        ``start``, e.g. the all-data fit's), the uniform mix and the map's input x (n, K). A
+        ``start``, e.g. the all-data fit's; ``fold``: one unchecked step from it, a
+        cross-validation fold's), the uniform mix and the map's input x (n, K). A
         cross-validation fold's vs, sms and their corrected forms share it (foldmemo.py;
         read-only)."""
 
@@ -181,20 +199,25 @@ class _VectorBase(Calibrator):
             # scores (3.22 s against 3.36 s; docs/vector.md#log-scores)
             x = log_scores(data)
             step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
-            beta = temperature(x[::step], data.labels[::step], w[::step], start=start)
+            beta = temperature(
+                x[::step], data.labels[::step], w[::step], start=start, one_step=fold
+            )
             # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
             # log-probability below about log(1 / (n K)) is not resolved by n rows
             mix = 1.0 / (float(w.sum()) + 1.0)
             return beta, mix, rescale(x, beta, mix)
 
-        return memo(data, "vector_first_stage", compute)
+        return memo(data, f"vector_first_stage:{fold:d}", compute)
 
     def _fit_confidence(self, data: TopLabelData) -> np.ndarray:
         """The fitted map's confidence on the rows it was just fitted on (in a fold: from the
         shared first stage, without computing the features again)."""
         if not shared(data):
             return self._predict(data)
-        x = self._first_stage(data)[2]
+        margin = memo(data, self._solve_key, lambda: None)  # the fit's own solve: just memoised
+        if margin is not None and margin[5] is not None:
+            return conf_from_margin(margin[5])
+        x = self._first_stage(data, fold=self._fold)[2]
         with one_blas_thread():
             return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))
 
@@ -386,7 +409,7 @@ class StructuredMatrixScaling(_VectorBase):
     tier = 2.5  # vs plus an off-diagonal matrix, shrunk harder
     #: ``auto`` runs it by default only up to this many classes: there it is fitted by Newton (at
     #: most
-    #: :data:`._core.NEWTON_MAX_PARAMS` parameters); above, each pass costs O(n K^2) and the ridge
+    #: :data:`._solve.NEWTON_MAX_PARAMS` parameters); above, each pass costs O(n K^2) and the ridge
     #: reg K (K - 1) / n leaves W near 0 on data of realistic size (vs is then as good)
     auto_max_classes: ClassVar[int] = 15
     summary = (

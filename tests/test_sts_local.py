@@ -69,6 +69,41 @@ def test_a_warm_start_takes_two_passes_and_a_cold_one_fewer_than_bounded_newton(
     assert cold.x[0] == pytest.approx(cold_old.x[0], rel=1e-9)
 
 
+@pytest.mark.filterwarnings("ignore::topcal.errors.DegenerateClassWarning")
+def test_a_folds_fit_takes_the_models_first_step_unconfirmed_in_one_pass(monkeypatch):
+    """``fold`` (a cross-validation fold from the all-data optimum; issue 36): the local model's
+    first step is the result, after the one pass at the start (the warm fit above: two), T within
+    1e-7 relative of bounded_newton's optimum; a step longer than FOLD_MOVE is confirmed as
+    before; an sts fold fit reads the others once and leaves its training NLL unset."""
+    passes = counting(monkeypatch)
+    whole = newton(objective(), [0.0], LO, HI)
+    part = np.arange(3000) % 5 != 2
+    want = bounded_newton(objective(take=part, rows=False), [0.0], LO, HI)
+    passes.clear()
+    got = newton(objective(take=part), whole.x, LO, HI, fold=True)
+    assert len(passes) == 1 and got.n_iter == 1
+    assert abs(np.exp(got.x[0] - want.x[0]) - 1.0) <= 1e-7
+    assert got.fun == pytest.approx(want.fun, rel=1e-9)
+    monkeypatch.setattr(_local, "FOLD_MOVE", 1e-9)  # the step is longer: confirmed
+    passes.clear()
+    newton(objective(take=part), whole.x, LO, HI, fold=True)
+    assert len(passes) == 2
+    monkeypatch.setattr(_local, "FOLD_MOVE", 0.05)
+    p, y = bench_probs(3000, 80, 0)
+    data = TopLabelData.from_probs(p, y)
+    fold = data.subset(np.flatnonzero(np.arange(3000) % 5 != 2))
+    all_fit = topcal.calibrator("sts").fit(data, keep="predictions")
+    cold = topcal.calibrator("sts").fit(fold, keep="predictions")
+    passes.clear()
+    warm = topcal.calibrator("sts").fit(fold, keep="predictions", warm=all_fit)
+    assert len(passes) == 1 and np.isnan(warm.nll_) and not np.isnan(cold.nll_)
+    np.testing.assert_allclose(warm.temperature_, cold.temperature_, rtol=1e-7)
+    np.testing.assert_allclose(warm.predict(data), cold.predict(data), rtol=1e-6)
+    # auto's final fit from it (not a fold: the same rows): confirmed, its NLL computed
+    final = topcal.calibrator("sts").fit(data, warm=all_fit)
+    assert not np.isnan(final.nll_)
+
+
 def test_the_model_agrees_with_the_exact_objective_at_its_point_and_to_third_order_near_it():
     obj = objective()
     x0 = np.array([1.2])

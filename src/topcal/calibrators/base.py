@@ -318,6 +318,18 @@ class Calibrator(EvidenceKeeping):
         model, no interval statistics)."""
         return self._keep == "predictions"
 
+    def _fold_fit(self, data: TopLabelData) -> bool:
+        """Whether this fit is a cross-validation fold's (:mod:`.crossfit`): a scratch fit started
+        from a fit of the same method on more samples (the all-data fit whose optimum the fold's
+        lies near). Such a fit may stop short of its own optimum's last digits (a method's fold
+        rule, e.g. docs/vector.md#fold-fits): its model is scored on the fold and dropped."""
+        warm = self._warm
+        return (
+            self._scratch
+            and isinstance(warm, type(self))
+            and float(np.sum(warm.n_tp_) + np.sum(warm.n_fp_)) > float(data.n_samples)
+        )
+
     def _part_keep(self) -> str:
         """What a model fitted as a part of this one keeps: no evidence (this model's is the one),
         and nothing beyond its predictions where this fit keeps no more (a fold's)."""

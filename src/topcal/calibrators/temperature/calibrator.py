@@ -1,21 +1,19 @@
 """Top-label temperature scaling: STS, CSTS, TSwA, CSTSwA and binary variants (paper sections 8-11,
 appendix).
 
-All methods recalibrate the entry of the *predicted* class k = k(X) (always
-the class predicted by the original scores, even where an award moves the
-argmax: the paper's remark after the TSwA equation) and are fitted by
-minimising the top-label binary loss over the positives (paper eq. 14;
+All methods recalibrate the entry of the *predicted* class k = k(X) (always the class predicted
+by the original scores, even where an award moves the argmax: the paper's remark after the TSwA
+equation) and are fitted by minimising the top-label binary loss over the positives (paper eq. 14;
 eq. 15, Brier, with ``loss="brier"``)::
 
     Loss_NLL = - sum_TP log yhat_k - sum_FP log(1 - yhat_k)
 
-The definitions (sts, csts, tswa, cstswa; bts, btswa on the normalised top
-score), the loss, the bounded Newton optimiser in (log T, A / T) and the
-degenerate cases are in docs/temperature.md. The six registered methods are in
-``methods.py``; what they share is :class:`TemperatureBase` here (fit, update
-from loss tables, persistence, describe), its intervals are
-``_intervals.py``, its update ``_updating.py`` and its file state ``_state.py`` (its bases), the
-objective and solver ``_core.py`` / ``_solver.py``.
+The definitions (sts, csts, tswa, cstswa; bts, btswa on the normalised top score), the loss, the
+bounded Newton optimiser in (log T, A / T) and the degenerate cases are in docs/temperature.md.
+The six registered methods are in ``methods.py``; what they share is :class:`TemperatureBase` here
+(fit, update from loss tables, persistence, describe), its intervals are ``_intervals.py``, its
+update ``_updating.py`` and its file state ``_state.py`` (its bases), the objective and solver
+``_core.py`` / ``_solver.py``.
 """
 
 from __future__ import annotations
@@ -135,14 +133,11 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         order = memo(data, "canonical_order", lambda: canonical_order(data))
         try:
             if np.any(order[1:] != order[:-1] + 1):
-                if (
-                    self._objective_kind() == "multinomial" and not self._binary
-                ):  # reads the whole matrix
+                multinomial = self._objective_kind() == "multinomial" and not self._binary
+                if multinomial:  # reads the whole matrix
                     data = data.subset(order)
-                # bts/btswa read the top score alone, others the matrix through the order (_split)
-                else:
-                    if not self._binary:
-                        self._fit_full = (data.full, data.full_kind, order)
+                else:  # bts/btswa read the top score alone, others the matrix through the order
+                    self._fit_full = None if self._binary else (data.full, data.full_kind, order)
                     full = data
                     data = memo_data(
                         full,
@@ -197,6 +192,9 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         self.fitted_classes_ = fitted
         self.loss_ = float(loss)
         self.n_iter_ = int(n_iter)
+        if m is None and self._shared and self._fold_fit(data):  # a fold's sts: no training NLL
+            self.class_nll_, self.nll_, self.param_cov_ = np.full(k, np.nan), float("nan"), None
+            return
         if m is None:
             m = self._margin(data)
         rows = tp * softplus(-m) + fp * softplus(m)
@@ -269,10 +267,11 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             x0[1:][fixed[1:]] = 0.0
             x0[1:][only_tp] = OFFSET_MAX
             x0[1:][only_fp] = -OFFSET_MAX
+        fold = not n_aw and self._fold_fit(data)  # sts in a fold: _local.newton's unconfirmed step
         if n_aw:  # tswa: Newton in log T on the loss minimised over the offsets (_profile.py)
             res, obj = self._solve_profile(d, others, data, make, x0, lo, hi, fixed)
         else:
-            res, obj = self._solve(make, x0, lo, hi, fixed, self.name)
+            res, obj = self._solve(make, x0, lo, hi, fixed, self.name, fold=fold)
         temps = np.where(fitted, np.exp(res.x[0]), 1.0)
         awards = np.where(fitted, res.x[1:] * np.exp(res.x[0]), 0.0) if n_aw else np.zeros(k)
         held = (
@@ -280,7 +279,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             if self._scratch or not fitted.any()
             else [self._held_block(fitted, obj, make, temps, awards, None)]
         )
-        return temps, awards, res.fun, res.n_iter, obj.margin(res.x, copy=False), held
+        m = None if fold else obj.margin(res.x, copy=False)
+        return temps, awards, res.fun, res.n_iter, m, held
 
     def _fit_per_class(self, data, fitted, only_tp, only_fp):
         k = data.n_classes
@@ -382,8 +382,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             n_iter += res.n_iter
         return temps, awards, loss, n_iter, m, held
 
-    def _solve(self, make, x0, lo, hi, fixed, what):
-        """Newton on the chosen loss; a Brier fit starts from the NLL optimum.
+    def _solve(self, make, x0, lo, hi, fixed, what, fold: bool = False):
+        """Newton on the chosen loss (``fold``: see _local.newton); Brier from the NLL optimum.
 
         The Brier loss is flat where confidences saturate (its gradient in m
         carries a factor p(1 - p)), so from T = 1 on sharp scores Newton can
@@ -400,7 +400,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
                 pass  # start the Brier fit from x0 instead
         obj = make(self.loss)
         try:
-            res = newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what)
+            res = newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what, fold=fold)
         except ConvergenceError as exc:
             res = self._fallback(obj, x0, lo, hi, fixed, what, exc)
         return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj

@@ -133,11 +133,7 @@ class _VectorBase(Calibrator):
         # a cross-validation fold (a scratch fit started from a fit on more rows: the all-data
         # fit) keeps that fit's first-stage temperature and stops its solve at FOLD_TOL
         # (approximate cross-validation; docs/vector.md#fold-fits)
-        fold = (
-            warm is not None
-            and self._scratch
-            and float(np.sum(warm.n_tp_) + np.sum(warm.n_fp_)) > data.n_samples
-        )
+        fold = warm is not None and self._fold_fit(data)
         self._fold = fold
         self.beta_, self.mix_, x = self._first_stage(
             data, None if warm is None else warm.beta_, fold=fold

@@ -709,11 +709,12 @@ def test_newton_factors_each_hessian_once_and_reuses_it_for_kept_steps(monkeypat
 
 @pytest.mark.parametrize("off", [False, True])
 def test_a_gradient_pass_keeps_the_rows_top_margins(off):
-    """With the rows' predicted classes, a gradient pass keeps every row's top_margin at its
-    parameters (issue 36): equal to top_margin's within 1e-12 (the sum of the other entries is
-    taken apart from the top's, so a dominant top loses no digits), rows whose others all
-    underflow (a margin of ~1,400 here) computed again alone; None at other parameters; the value
-    and gradient those of a pass without them to rounding."""
+    """With the rows' predicted classes, a gradient pass keeps what gives every row's top_margin
+    at its parameters (issue 36): m = t - log(s - e^t) equal to top_margin's within 1e-12 where
+    the top holds less than 1 - 1e-5 of its row, within 1e-9 up to 1 - 1e-6 (the subtraction's
+    digits), the rows above that (here: margins of ~1,400, the others underflowing) computed again
+    alone; None at other parameters; the value and gradient those of a pass without them, bit
+    for bit."""
     from topcal.calibrators.vector._core import top_margin
 
     p, y = _sim(n=700, k=5, seed=2)
@@ -727,15 +728,16 @@ def test_a_gradient_pass_keeps_the_rows_top_margins(off):
     th[0] = 2.0
     obj = VectorObjective(x, d.labels, d.tp + d.fp, lay, 1.0, pred=d.pred)
     f, g = obj.value_grad(th)
-    assert not np.all(np.isfinite(obj.last_margin[1][:3]))  # lost in the pass ...
     m = obj.margin_at(th)
     ref = top_margin(lay, th, x, d.pred)
-    assert np.all(ref[:3] > 1000)  # ... and computed again
-    np.testing.assert_allclose(m, ref, rtol=1e-12, atol=1e-12)
+    assert np.all(ref[:3] > 1000) and np.all(ref[3:] < 600)
+    np.testing.assert_allclose(m, ref, rtol=0, atol=1e-9)
+    low = ref < np.log(1e5)
+    assert low.sum() > 600
+    np.testing.assert_allclose(m[low], ref[low], rtol=1e-12, atol=1e-12)
     assert obj.margin_at(th + 1e-3) is None
     f0, g0 = VectorObjective(x, d.labels, d.tp + d.fp, lay, 1.0).value_grad(th)
-    assert f == pytest.approx(f0, rel=1e-13)
-    np.testing.assert_allclose(g, g0, rtol=1e-10, atol=1e-14)
+    assert f == f0 and np.array_equal(g, g0)
 
 
 @pytest.mark.parametrize("name", ["vs", "vs-hier-platt"])

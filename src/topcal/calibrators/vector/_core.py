@@ -266,15 +266,21 @@ class VectorObjective:
 
     def margin_at(self, theta) -> np.ndarray | None:
         """:func:`top_margin` of every row at ``theta`` from the last gradient pass, where that pass
-        was at ``theta`` (else None). A row whose other entries are all below about 1e-290 of its
-        largest (a margin above ~670) is computed again alone, as top_margin does: the pass's sum
-        of them lost its precision there."""
+        was at ``theta`` (else None): m = t - log(s - exp(t)) from the pass's shifted top score t
+        and its row's sum s of exp(u - max u). Where the top holds more than 1 - 1e-6 of the sum
+        the subtraction loses digits (up to ~1e-10 in m at that bound): those rows are computed
+        again alone, as top_margin does."""
         if self.last_margin is None or not np.array_equal(self.last_margin[0], theta):
             return None
-        m = self.last_margin[1]
-        bad = np.flatnonzero(~np.isfinite(m))
-        if bad.size:
-            m[bad] = _margin_block(self.layout, theta, self.x[bad], self.pred[bad])
+        t, s = self.last_margin[1]
+        e = np.exp(t)
+        m = np.empty_like(t)
+        ok = e <= (1.0 - 1e-6) * s
+        m[ok] = t[ok] - np.log(s[ok] - e[ok])
+        bad = np.flatnonzero(~ok)
+        for a in range(0, bad.size, 4096):  # block by block, as top_margin
+            r = bad[a : a + 4096]
+            m[r] = _margin_block(self.layout, theta, self.x[r], self.pred[r])
         return m
 
     def rows(self, stride: int) -> "VectorObjective":
@@ -303,29 +309,21 @@ class VectorObjective:
         gd = np.zeros(k)
         gb = np.zeros(k)
         pred = self.pred
-        margin = None if pred is None else np.empty(x.shape[0])
+        margin = None if pred is None else np.empty((2, x.shape[0]))
         for a, b in _blocks(x.shape[0], k):
             xb, wb, yb = x[a:b], w[a:b], self.labels[a:b]
             rows = np.arange(b - a)
             p = lay.scores(xb, theta)
             true = p[rows, yb].copy()
             mx = p.max(axis=1, keepdims=True)
-            if margin is not None:
-                pk = pred[a:b]
-                top = p[rows, pk] - mx[:, 0]
+            if margin is not None:  # the top's shifted score; its margin from it and s later
+                margin[0, a:b] = p[rows, pred[a:b]]
+                margin[0, a:b] -= mx[:, 0]
             p -= mx
             np.exp(p, out=p)
-            if margin is None:
-                s = p.sum(axis=1)
-            else:  # the other entries' sum apart (exact where the top dominates): the margin
-                ek = p[rows, pk]
-                p[rows, pk] = 0.0
-                s = p.sum(axis=1)
-                p[rows, pk] = ek
-                with np.errstate(divide="ignore"):
-                    lo = np.log(s)
-                margin[a:b] = np.where(s > 1e-290, top - lo, np.nan)
-                s += ek
+            s = p.sum(axis=1)
+            if margin is not None:
+                margin[1, a:b] = s
             f += float(wb @ (mx[:, 0] + np.log(s) - true))
             p *= (wb / s)[:, None]  # w P: the softmax's division and the weights in one pass
             p[rows, yb] -= wb  # R = w (P - Y)

@@ -243,7 +243,10 @@ class Calibrator(EvidenceKeeping):
             knows, e.g. a model fitted inside another's or a cross-validation fold's.
         warm : fitted calibrator of the same method, optional
             A fit on all the data whose optimum a fold's fit may start from
-            (methods with an iterative optimiser; others ignore it).
+            (methods with an iterative optimiser; others ignore it). With
+            ``keep="predictions"`` and a ``warm`` fitted on more samples the fit
+            is taken for a cross-validation fold's, which ``vs``, ``sms`` and
+            ``sts`` approximate (:meth:`_fold_fit`; docs/vector.md#fold-fits).
         fingerprint : Fingerprint, optional
             The fingerprint of these same rows, already computed by the caller;
             taken instead of hashing every row again.

@@ -521,24 +521,24 @@ def _count_logged_rows(monkeypatch) -> list:
     return logged
 
 
-def _count_hessians(monkeypatch) -> list:
-    """Wrap ``VectorObjective.hessian`` to append 1 to the returned list per Hessian computed."""
-    hessians = []
-    real = VectorObjective.hessian
+def _count_calls(monkeypatch, method: str) -> list:
+    """Wrap ``VectorObjective.<method>`` to append 1 to the returned list per call."""
+    calls = []
+    real = getattr(VectorObjective, method)
     monkeypatch.setattr(
-        VectorObjective, "hessian", lambda s, *a, **k: hessians.append(1) or real(s, *a, **k)
+        VectorObjective, method, lambda s, *a, **k: calls.append(1) or real(s, *a, **k)
     )
-    return hessians
+    return calls
+
+
+def _count_hessians(monkeypatch) -> list:
+    """The Hessians computed (:func:`_count_calls`)."""
+    return _count_calls(monkeypatch, "hessian")
 
 
 def _count_passes(monkeypatch) -> list:
-    """Wrap ``VectorObjective.value_grad`` to append 1 to the returned list per gradient pass."""
-    passes = []
-    real = VectorObjective.value_grad
-    monkeypatch.setattr(
-        VectorObjective, "value_grad", lambda s, *a, **k: passes.append(1) or real(s, *a, **k)
-    )
-    return passes
+    """The gradient passes (:func:`_count_calls`)."""
+    return _count_calls(monkeypatch, "value_grad")
 
 
 def _record_warm_starts(monkeypatch, cls, method: str) -> list:
@@ -675,6 +675,20 @@ def test_auto_starts_the_k_folds_all_data_sts_from_the_first_looks(monkeypatch):
     assert ref.cv_["sts"]["nll"] == pytest.approx(m.cv_["sts"]["nll"], rel=1e-6)
 
 
+def _whole_problem():
+    """A 3,000 x 12 vs problem solved cold on all its rows: (data, layout, x, w, objective, its
+    optimum, converged), for the fold tests (a fold: every other row)."""
+    from topcal.calibrators.vector import _solve
+
+    p, y = _sim(n=3000, k=12, seed=4)
+    d = TopLabelData.from_probs(p, y)
+    lay = Layout(12, False)
+    x, w = features(d, 0.8, 1 / 3001), d.tp + d.fp
+    whole = VectorObjective(x, d.labels, w, lay, 1.0)
+    t0, _, _, ok = _solve.solve(whole, lay.start(), 500)
+    return d, lay, x, w, whole, t0, ok
+
+
 def test_newton_factors_each_hessian_once_and_reuses_it_for_kept_steps(monkeypatch):
     """A kept Hessian (a warm start's, or one that still converges fast) is factored once: its
     later steps reuse the LU factors (issue 36: at 1,000 classes each fresh solve of the 2,001
@@ -683,12 +697,7 @@ def test_newton_factors_each_hessian_once_and_reuses_it_for_kept_steps(monkeypat
 
     from topcal.calibrators.vector import _solve
 
-    p, y = _sim(n=3000, k=12, seed=4)
-    d = TopLabelData.from_probs(p, y)
-    lay = Layout(12, False)
-    x, w = features(d, 0.8, 1 / 3001), d.tp + d.fp
-    cold = VectorObjective(x, d.labels, w, lay, 1.0)
-    t0, f0, _, ok0 = _solve.solve(cold, lay.start(), 500)
+    d, lay, x, w, cold, t0, ok0 = _whole_problem()
     assert ok0
     factored, real_lu = [], scipy.linalg.lu_factor
     monkeypatch.setattr(
@@ -770,12 +779,7 @@ def test_a_folds_solve_stops_where_its_newton_decrement_meets_fold_tol(monkeypat
     within it is returned untouched (a mutant that takes the last step anyway fails that)."""
     from topcal.calibrators.vector import _solve
 
-    p, y = _sim(n=3000, k=12, seed=4)
-    d = TopLabelData.from_probs(p, y)
-    lay = Layout(12, False)
-    x, w = features(d, 0.8, 1 / 3001), d.tp + d.fp
-    whole = VectorObjective(x, d.labels, w, lay, 1.0)
-    t0, _, _, _ = _solve.solve(whole, lay.start(), 500)
+    d, lay, x, w, whole, t0, _ = _whole_problem()
     part = VectorObjective(x[::2], d.labels[::2], w[::2], lay, 1.0)
     warm_h = whole.hessian(t0, 1) + np.diag(2.0 * part.r)
     passes = _count_passes(monkeypatch)

@@ -330,7 +330,12 @@ def test_a_folds_temperature_fits_share_one_order_and_split_and_fit_as_alone(mon
         together = {n: scratch_fit(n, data).predict(data) for n in names}
         assert foldmemo.shared(data)
         kept = foldmemo.memo(data, "canonical_order", lambda: None)
+        # kept() reads without computing or keeping anything
+        assert foldmemo.kept(data, "canonical_order") is kept
+        assert foldmemo.kept(data, "nothing") is None
+        assert foldmemo.memo(data, "nothing", lambda: 3) == 3
     assert len(calls) == 1 and kept is not None and kept.shape == (data.n_rows,)
+    assert foldmemo.kept(data, "canonical_order") is None  # the block's results are gone
     for n in names:
         np.testing.assert_array_equal(together[n], alone[n], err_msg=n)
     assert not foldmemo.shared(data)

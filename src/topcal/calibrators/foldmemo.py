@@ -20,7 +20,7 @@ import threading
 import weakref
 from typing import Callable
 
-__all__ = ["sharing", "shared", "memo", "memo_data"]
+__all__ = ["sharing", "shared", "memo", "memo_data", "kept"]
 
 _LOCK = threading.Lock()
 #: data object -> {key: result}; only for the data objects of an open :func:`sharing` block
@@ -63,6 +63,13 @@ def memo(data, key: str, compute: Callable):
     if key not in store:
         store[key] = compute()
     return store[key]
+
+
+def kept(data, key: str):
+    """What :func:`memo` keeps under ``key`` for ``data`` (None where nothing is kept: ``data``
+    not shared, or not computed yet); computes nothing and keeps nothing."""
+    store = _MEMO.get(data)
+    return None if store is None else store.get(key)
 
 
 def memo_data(data, key: str, compute: Callable):

@@ -20,7 +20,7 @@ from ...data import TopLabelData
 from ...errors import DegenerateClassWarning, ParameterError
 from .. import intervals
 from ..base import Calibrator, finite_array, to_jsonable
-from ..foldmemo import memo, shared
+from ..foldmemo import kept, memo, shared
 from ..registry import register
 from ._solve import solve
 from ._core import (
@@ -131,8 +131,8 @@ class _VectorBase(Calibrator):
         ):
             warm = None
         # a cross-validation fold (a scratch fit started from a fit on more rows: the all-data
-        # fit) keeps that fit's first-stage temperature and stops its solve at FOLD_TOL
-        # (approximate cross-validation; docs/vector.md#fold-fits)
+        # fit) takes one Newton step from that fit's first-stage temperature and stops its solve
+        # at FOLD_TOL (approximate cross-validation; docs/vector.md#fold-fits)
         fold = warm is not None and self._fold_fit(data)
         self._fold = fold
         self.beta_, self.mix_, x = self._first_stage(
@@ -210,9 +210,9 @@ class _VectorBase(Calibrator):
         shared first stage, without computing the features again)."""
         if not shared(data):
             return self._predict(data)
-        margin = memo(data, self._solve_key, lambda: None)  # the fit's own solve: just memoised
-        if margin is not None and margin[5] is not None:
-            return conf_from_margin(margin[5])
+        solved = kept(data, self._solve_key)  # the fit's own solve, just memoised
+        if solved is not None and solved[5] is not None:
+            return conf_from_margin(solved[5])
         x = self._first_stage(data, fold=self._fold)[2]
         with one_blas_thread():
             return conf_from_margin(top_margin(self._layout(), self.theta_, x, data.pred))

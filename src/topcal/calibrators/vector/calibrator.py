@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+import weakref
 from typing import ClassVar
 
 import numpy as np
@@ -54,6 +55,17 @@ COV_ROWS = 200_000
 COV_MAX_PARAMS = 256
 
 
+def _rows_key(data: TopLabelData):
+    """(weak reference to ``data``, digest of its rows): the rows' predicted classes, top scores,
+    weights and every 1,000th-or-so full score vector, hashed (blake2b: ~1 ms at 10^5 rows), so that
+    a data object changed in place is not taken for the rows a fit was made on."""
+    h = hashlib.blake2b(digest_size=16)
+    step = max(1, data.n_rows // 1000)
+    for a in (data.pred, data.score, data.tp, data.fp, data.full[::step]):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return weakref.ref(data), h.hexdigest()
+
+
 class _VectorBase(Calibrator):
     """Shared fit, predict, intervals, description and persistence of ``vs`` and ``sms``.
 
@@ -96,6 +108,9 @@ class _VectorBase(Calibrator):
     #: a scratch fit's Hessian of the mean NLL (penalty excluded) at its optimum, for a warm start
     #: (not saved)
     _nll_hessian = None
+    #: an all-data scratch fit's (data key, margins of its rows) for a final fit on the same rows
+    #: (_fit_single; not saved)
+    _own = None
     #: a cross-validation fold's fit (_fit_single; not saved)
     _fold = False
     #: the foldmemo key of the fit's solve (its margins for _fit_confidence; not saved)
@@ -135,18 +150,33 @@ class _VectorBase(Calibrator):
         # at FOLD_TOL (approximate cross-validation; docs/vector.md#fold-fits)
         fold = warm is not None and self._fold_fit(data)
         self._fold = fold
-        self.beta_, self.mix_, x = self._first_stage(
-            data, None if warm is None else warm.beta_, fold=fold
-        )
-        obj = VectorObjective(x, data.labels, w, layout, float(self.reg), pred=data.pred)
-        start, hess = layout.start(), None
-        if warm is not None:  # a fold: from the all-data optimum, with its Hessian (this penalty)
-            start, hess = warm.theta_, warm._nll_hessian + np.diag(2.0 * obj.r)
+        # auto's final fit on the very rows its cross-validation's all-data fit was made on: that
+        # fit's optimum as it is (docs/vector.md#same-rows)
+        own = None
+        if warm is not None and not self._scratch and warm.max_iter == self.max_iter:
+            own = warm._own_margin(data)
+        obj = None
+        if own is None:
+            self.beta_, self.mix_, x = self._first_stage(
+                data, None if warm is None else warm.beta_, fold=fold
+            )
+            obj = VectorObjective(x, data.labels, w, layout, float(self.reg), pred=data.pred)
+            start, hess = layout.start(), None
+            if warm is not None:  # a fold: from the all-data optimum, its Hessian (this penalty)
+                start, hess = warm.theta_, warm._nll_hessian + np.diag(2.0 * obj.r)
 
-        def compute():
-            theta, loss, n_iter, ok = solve(obj, start, int(self.max_iter), hessian=hess, fold=fold)
-            # the rows' margins from the solve's last pass where it was at theta (else None)
-            return theta, loss, n_iter, ok, obj.last_hessian, obj.margin_at(theta)
+            def compute():
+                theta, loss, n_iter, ok = solve(
+                    obj, start, int(self.max_iter), hessian=hess, fold=fold
+                )
+                # the rows' margins from the solve's last pass where it was at theta (else None)
+                return theta, loss, n_iter, ok, obj.last_hessian, obj.margin_at(theta)
+
+        else:
+            self.beta_, self.mix_ = warm.beta_, warm.mix_
+
+            def compute():
+                return warm.theta_, warm.loss_, warm.n_iter_, warm.converged_, None, own
 
         # a fold's (and the folds' all-data) vs and vs-hier-platt, sms and sms-pooled-beta share
         # the solve, its last Hessian and margins (read-only here)
@@ -171,14 +201,28 @@ class _VectorBase(Calibrator):
         self.class_nll_ = np.full(k, np.nan)  # a cross-validation fold's model: scored and dropped
         if self._scratch:
             self.nll_ = float("nan")
+            # an all-data fit (not a fold's) keeps its rows' margins for a final fit on them
+            self._own = None if fold or margin is None else (_rows_key(data), margin)
             return
-        m = top_margin(layout, theta, x, data.pred) if margin is None else margin
-        rows = binary_nll(data.tp, data.fp, conf_from_margin(m))
+        if margin is None:
+            margin = top_margin(layout, theta, x, data.pred)
+        rows = binary_nll(data.tp, data.fp, conf_from_margin(margin))
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
         if layout.size <= COV_MAX_PARAMS:
+            if obj is None:
+                x = features(data, self.beta_, self.mix_)
+                obj = VectorObjective(x, data.labels, w, layout, float(self.reg), pred=data.pred)
             stride = max(1, -(-x.shape[0] // COV_ROWS))
             self.param_cov_ = inverse_pd(obj.hessian(theta, stride, summed=True))
+
+    def _own_margin(self, data: TopLabelData):
+        """This scratch fit's margins of its own rows where ``data`` is those very rows, unchanged
+        (the same object, the same :func:`_rows_key`), else None."""
+        if self._own is None:
+            return None
+        (ref, digest), margin = self._own
+        return margin if ref() is data and _rows_key(data)[1] == digest else None
 
     @staticmethod
     def _first_stage(data: TopLabelData, start: float | None = None, fold: bool = False):

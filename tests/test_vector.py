@@ -492,8 +492,8 @@ def test_a_final_fit_takes_the_all_data_fit_only_on_its_unchanged_rows(data, mon
         arr[0] = arr[0] * 0.5 if change != "tp" else 1.0 - arr[0]
         passes.clear()
         m = topcal.calibrator("vs").fit(d, keep="model", warm=w)
-        assert passes, change  # solved, not taken
-        assert not np.array_equal(m.theta_, w.theta_)
+        assert passes, change  # solved from it (its own iterations), not taken
+        assert m.n_iter_ <= 2 < w.n_iter_
     fold = own.subset(np.flatnonzero(np.arange(own.n_rows) % 5 != 0))
     part = topcal.calibrator("vs").fit(fold, keep="predictions", warm=whole)
     assert part._own is None

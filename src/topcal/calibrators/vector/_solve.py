@@ -76,7 +76,10 @@ def solve(
     there a few passes reach the optimum, and a Hessian is computed afresh only where the kept one
     stops converging fast (:func:`_solve`). It stops at :data:`WARM_TOL` x ``tol``: with a kept
     Hessian the last steps converge linearly, so a stop at ``tol`` leaves the parameters further
-    from the optimum than a cold solve's quadratic last step does; one more pass closes that.
+    from the optimum than a cold solve's quadratic last step does; one more pass closes that. It
+    stops at the first point already within that tolerance, without the step from it (a pass
+    that moved the loss by less than 1e-12 of itself: at 10^5 x 1,000 1.3-1.5 s of auto's
+    all-data fit).
 
     ``fold`` (a cross-validation fold's fit from the all-data optimum and its Hessian): the
     solve runs on all rows and stops at the first point whose Newton decrement is within
@@ -84,16 +87,19 @@ def solve(
     n = obj.x.shape[0]
     if fold and hessian is not None:
         return _solve(obj, x0, max_iter, FOLD_TOL, hessian=hessian, settle=True)
-    last = tol if hessian is None else tol * WARM_TOL
+    warm = hessian is not None
+    last = tol * WARM_TOL if warm else tol
     if n < 4 * SUBSAMPLE_ROWS:
-        return _solve(obj, x0, max_iter, last, hessian=hessian)
+        return _solve(obj, x0, max_iter, last, hessian=hessian, settle=warm)
     stride = n // SUBSAMPLE_ROWS
     sub = obj.rows(stride)
     if not sub.n > 0:
         return _solve(obj, x0, max_iter, last, hessian=hessian)
     x1, _, it1, _ = _solve(sub, x0, max_iter, tol, hessian=hessian)
     h1 = None if hessian is None else sub.last_hessian
-    theta, f, it2, ok = _solve(obj, x1, max_iter, last, hessian_rows=SUBSAMPLE_ROWS, hessian=h1)
+    theta, f, it2, ok = _solve(
+        obj, x1, max_iter, last, hessian_rows=SUBSAMPLE_ROWS, hessian=h1, settle=warm
+    )
     return theta, f, it1 + it2, ok
 
 

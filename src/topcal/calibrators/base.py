@@ -246,7 +246,10 @@ class Calibrator(EvidenceKeeping):
             (methods with an iterative optimiser; others ignore it). With
             ``keep="predictions"`` and a ``warm`` fitted on more samples the fit
             is taken for a cross-validation fold's, which ``vs``, ``sms`` and
-            ``sts`` approximate (:meth:`_fold_fit`; docs/vector.md#fold-fits).
+            ``sts`` approximate (:meth:`_fold_fit`; docs/vector.md#fold-fits). A
+            ``vs``/``sms`` fit (and their maps in ``vs-hier-platt``/``sms-pooled-beta``)
+            on the very data object, unchanged, that a scratch ``warm`` was fitted on
+            takes that fit's optimum (auto's final fit: docs/vector.md#same-rows).
         fingerprint : Fingerprint, optional
             The fingerprint of these same rows, already computed by the caller;
             taken instead of hashing every row again.
@@ -323,14 +326,15 @@ class Calibrator(EvidenceKeeping):
 
     def _fold_fit(self, data: TopLabelData) -> bool:
         """Whether this fit is a cross-validation fold's (:mod:`.crossfit`): a scratch fit started
-        from a fit of the same method on more samples (the all-data fit whose optimum the fold's
-        lies near). Such a fit may stop short of its own optimum's last digits (a method's fold
-        rule, e.g. docs/vector.md#fold-fits): its model is scored on the fold and dropped."""
+        from a fit of the same method on at least as many samples (the all-data fit, or where
+        auto's first look was the first of its K folds, that fold's fit: optima the fold's lies
+        near). Such a fit may stop short of its own optimum's last digits (a method's fold rule,
+        e.g. docs/vector.md#fold-fits): its model is scored on the fold and dropped."""
         warm = self._warm
         return (
             self._scratch
             and isinstance(warm, type(self))
-            and float(np.sum(warm.n_tp_) + np.sum(warm.n_fp_)) > float(data.n_samples)
+            and float(np.sum(warm.n_tp_) + np.sum(warm.n_fp_)) >= float(data.n_samples)
         )
 
     def _part_keep(self) -> str:

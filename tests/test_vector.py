@@ -477,6 +477,23 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
     assert topcal.calibrator(name).fit(fold, warm=other).n_iter_ == cold.n_iter_
 
 
+def test_a_fit_from_a_sibling_folds_fit_is_a_fold_fit(data):
+    """A scratch fit started from a fit on as many samples (a sibling fold's: auto's first look as
+    the first of its K folds) is a fold fit, approximating the cold fit as one from the all-data
+    fit does (loss within 1e-6, confidences within 1e-4); from a fit on fewer samples it is not."""
+    m = data.n_rows * 4 // 5
+    a, b = data.subset(np.arange(m)), data.subset(np.arange(data.n_rows - m, data.n_rows))
+    assert a.n_samples == b.n_samples
+    sibling = topcal.calibrator("vs").fit(a, keep="predictions")
+    warm = topcal.calibrator("vs").fit(b, keep="predictions", warm=sibling)
+    cold = topcal.calibrator("vs").fit(b, keep="predictions")
+    assert warm._fold and not cold._fold
+    assert warm.loss_ == pytest.approx(cold.loss_, rel=1e-6)
+    np.testing.assert_allclose(warm.predict(data), cold.predict(data), rtol=1e-4)
+    small = topcal.calibrator("vs").fit(data.subset(np.arange(m // 2)), keep="predictions")
+    assert not topcal.calibrator("vs").fit(b, keep="predictions", warm=small)._fold
+
+
 def test_a_final_fit_takes_the_all_data_fit_only_on_its_unchanged_rows(data, monkeypatch):
     """A fit made on the very data object a scratch fit was made on takes that fit's optimum
     (docs/vector.md#same-rows); where the object's rows changed in place since (a score vector,

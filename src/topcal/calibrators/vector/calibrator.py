@@ -55,12 +55,18 @@ COV_ROWS = 200_000
 COV_MAX_PARAMS = 256
 
 
+#: Score vectors :func:`_rows_key` hashes: evenly spaced rows, at most this many entries in all.
+KEY_ENTRIES = 1 << 17
+
+
 def _rows_key(data: TopLabelData):
     """(weak reference to ``data``, digest of its rows): the rows' predicted classes, top scores,
-    weights and every 1,000th-or-so full score vector, hashed (blake2b: ~1 ms at 10^5 rows), so that
-    a data object changed in place is not taken for the rows a fit was made on."""
+    weights and up to 1,000 evenly spaced full score vectors (at most :data:`KEY_ENTRIES`
+    entries: a copy of at most 1 MB), hashed (blake2b: ~1 ms at 10^5 rows), so that a data object
+    changed in place is not taken for the rows a fit was made on."""
     h = hashlib.blake2b(digest_size=16)
-    step = max(1, data.n_rows // 1000)
+    rows = max(1, min(1000, KEY_ENTRIES // max(1, data.n_classes)))
+    step = max(1, -(-data.n_rows // rows))
     for a in (data.pred, data.score, data.tp, data.fp, data.full[::step]):
         h.update(np.ascontiguousarray(a).tobytes())
     return weakref.ref(data), h.hexdigest()

@@ -244,8 +244,8 @@ class Calibrator(EvidenceKeeping):
         warm : fitted calibrator of the same method, optional
             A fit on all the data whose optimum a fold's fit may start from
             (methods with an iterative optimiser; others ignore it). With
-            ``keep="predictions"`` and a ``warm`` fitted on more samples the fit
-            is taken for a cross-validation fold's, which ``vs``, ``sms`` and
+            ``keep="predictions"`` and a ``warm`` fitted on as many samples or more
+            the fit is taken for a cross-validation fold's, which ``vs``, ``sms`` and
             ``sts`` approximate (:meth:`_fold_fit`; docs/vector.md#fold-fits). A
             ``vs``/``sms`` fit (and their maps in ``vs-hier-platt``/``sms-pooled-beta``)
             on the very data object, unchanged, that a scratch ``warm`` was fitted on

@@ -55,19 +55,19 @@ COV_ROWS = 200_000
 COV_MAX_PARAMS = 256
 
 
-#: Score vectors :func:`_rows_key` hashes: evenly spaced rows, at most this many entries in all.
-KEY_ENTRIES = 1 << 17
-
-
 def _rows_key(data: TopLabelData):
     """(weak reference to ``data``, digest of its rows): the rows' predicted classes, top scores,
-    weights and up to 1,000 evenly spaced full score vectors (at most :data:`KEY_ENTRIES`
-    entries: a copy of at most 1 MB), hashed (blake2b: ~1 ms at 10^5 rows), so that a data object
-    changed in place is not taken for the rows a fit was made on."""
+    weights and one fixed, irregular weighted sum of each row's score vector (every entry read,
+    one matrix-vector product: a changed entry or two swapped entries change it), hashed
+    (blake2b), so that a data object changed in place is not taken for the rows a fit was made
+    on. It allocates O(n + K), not a copy of the vectors (at 2,000 x 10^4 a sampled copy was 80 MB
+    of auto's peak)."""
+    k = data.full.shape[1]
+    mix = 1.0 + np.modf(np.arange(1, k + 1) * 0.6180339887498949)[0]  # distinct weights in [1, 2)
     h = hashlib.blake2b(digest_size=16)
-    rows = max(1, min(1000, KEY_ENTRIES // max(1, data.n_classes)))
-    step = max(1, -(-data.n_rows // rows))
-    for a in (data.pred, data.score, data.tp, data.fp, data.full[::step]):
+    with one_blas_thread():  # the same summation order on every call
+        sums = data.full @ mix
+    for a in (data.pred, data.score, data.tp, data.fp, sums):
         h.update(np.ascontiguousarray(a).tobytes())
     return weakref.ref(data), h.hexdigest()
 

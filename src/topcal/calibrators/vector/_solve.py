@@ -94,7 +94,7 @@ def solve(
     stride = n // SUBSAMPLE_ROWS
     sub = obj.rows(stride)
     if not sub.n > 0:
-        return _solve(obj, x0, max_iter, last, hessian=hessian)
+        return _solve(obj, x0, max_iter, last, hessian=hessian, settle=warm)
     x1, _, it1, _ = _solve(sub, x0, max_iter, tol, hessian=hessian)
     h1 = None if hessian is None else sub.last_hessian
     theta, f, it2, ok = _solve(

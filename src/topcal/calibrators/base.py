@@ -31,6 +31,7 @@ per-class score methods' shared machinery (shrinkage, count intervals) is :mod:`
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from dataclasses import dataclass
@@ -103,6 +104,12 @@ class Curve:
 DESCRIBE_LEVEL = 0.9
 
 
+@functools.cache
+def _init_params(init) -> tuple[str, ...]:
+    """The parameter names of a constructor (every fit reads them: 86 signatures a default auto)."""
+    return tuple(p.name for p in inspect.signature(init).parameters.values() if p.name != "self")
+
+
 class Calibrator(EvidenceKeeping):
     """Base class of all calibrators. Subclasses set ``name`` and implement
     ``_fit``, ``_predict``, ``_get_state`` and ``_set_state``."""
@@ -116,10 +123,8 @@ class Calibrator(EvidenceKeeping):
     #: whether the method is one of the paper's (the experiments that reproduce the paper run those)
     in_paper: ClassVar[bool] = True
     #: Whether the method is the do-nothing reference (the top score rescaled, ``uncalibrated``):
-    #: the
-    #: report compares every method with it, lists no fitted parameters for it, and figures draw it
-    #: as
-    #: the dashed diagonal or grey bars instead of a fitted curve.
+    #: the report compares every method with it, lists no fitted parameters for it, and figures
+    #: draw it as the dashed diagonal or grey bars instead of a fitted curve.
     is_baseline: ClassVar[bool] = False
     #: Whether the curve is piecewise constant in the score (a step function, or one constant per
     #: class): its jumps are no wiggles, so the report's wiggle check skips it.
@@ -132,10 +137,9 @@ class Calibrator(EvidenceKeeping):
     unranked_on: ClassVar[frozenset] = frozenset()
     #: Why the method is not ranked on ``unranked_on``: one sentence for the reader.
     unranked_note: ClassVar[str] = ""
-    #: Simplicity for ``auto``'s choice (lower: simpler; among candidates within noise of the best,
-    #: ``auto`` takes the lowest): 0 nothing fitted, 1 one parametric curve for all classes, 1.5 one
-    #: non-parametric curve for all classes, 2 per-class curves shrunk toward a pooled one, 3
-    #: per-class fits.
+    #: Simplicity for ``auto``'s choice (lower: simpler; auto takes the lowest within noise of the
+    #: best): 0 nothing fitted, 1 one parametric curve for all classes, 1.5 one non-parametric
+    #: curve for all classes, 2 per-class curves shrunk toward a pooled one, 3 per-class fits.
     tier: ClassVar[float] = 3
     #: Whether one curve serves every class (``pooled-*``, ``sts``): the fit measures the classes'
     #: spread around it and the interval adds it (:mod:`.spread`).
@@ -162,8 +166,7 @@ class Calibrator(EvidenceKeeping):
     # ------------------------------------------------------------- params
     @classmethod
     def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.name != "self"]
+        return list(_init_params(cls.__init__))
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The constructor parameters, as given (``deep`` is accepted for
@@ -285,8 +288,7 @@ class Calibrator(EvidenceKeeping):
             )
         self._keep, self._evidence = keep, Evidence.EMPTY
         # what the model remembers of its fitting rows, so that a guarantee is never computed on
-        # them
-        # (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it
+        # them (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
             fingerprint = Fingerprint.of(data)
         self._warm = warm
@@ -303,8 +305,7 @@ class Calibrator(EvidenceKeeping):
         if keep == "evidence":
             # the mergeable statistics that let update() refit on old + new data and, per predicted
             # class and score region, the true classes behind its rows (label-shift adaptation; None
-            # for binned data); score counts on the default grid are counted on first read from a
-            # copy of the rows
+            # for binned data); score counts on the default grid: on first read, from a row copy
             keeps = self._keeps_stats()
             count = keeps and type(self)._stats_of is Calibrator._stats_of
             self._evidence = Evidence.kept(

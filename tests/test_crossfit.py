@@ -216,6 +216,25 @@ def test_softplus_both_equals_logaddexp_within_two_ulp():
     np.testing.assert_array_max_ulp(pos, np.logaddexp(0.0, m), maxulp=2)
 
 
+@pytest.mark.parametrize("k", [1, 2, 10, 16, 17, 40])
+def test_row_max_equals_numpys_row_max(k):
+    """The column-by-column maximum (short rows) is numpy's, NaN and infinities included, on a
+    strided view too."""
+    from topcal._numeric import ROW_MAX_LOOP, row_max
+
+    rng = np.random.default_rng(k)
+    x = rng.normal(0, 3, (300, 2 * k))[:, ::2]  # a view: no contiguous rows
+    x[5, 0], x[7, k - 1], x[9, :] = np.nan, np.inf, -np.inf
+    x[11, k // 2] = np.nan
+    assert (k <= ROW_MAX_LOOP) == (k <= 16)
+    for keep in (False, True):
+        got, want = row_max(x, keepdims=keep), x.max(axis=1, keepdims=keep)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)  # NaN where numpy has NaN
+    with pytest.raises(ValueError):
+        row_max(np.empty((3, 0)))
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_canonical_order_equals_the_sort_on_every_key(tied):
     from topcal.data import canonical_order

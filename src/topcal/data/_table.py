@@ -8,6 +8,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .. import _recycle
+from .._numeric import row_max
 from ..errors import DataError
 from ._bins import check_bins
 from ._checks import (
@@ -142,15 +143,14 @@ class TopLabelData:
         """
         z = as_matrix(logits, "logits")
         pred = np.argmax(z, axis=1).astype(np.int64)
-        # the top entry of the softmax, 1 / sum_j exp(z_j - max z), block by block (no n x K
-        # softmax)
+        # the softmax's top entry, 1 / sum_j exp(z_j - max z), block by block (no n x K softmax)
         score = np.empty(z.shape[0])
         for a, b in row_blocks(*z.shape):
             blk = z[a:b]
             with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
                 row_sums = blk.sum(axis=1)
             check_finite_rows(blk, row_sums, "logits", a)
-            e = np.exp(blk - blk.max(axis=1, keepdims=True))
+            e = np.exp(blk - row_max(blk, keepdims=True))
             score[a:b] = 1.0 / e.sum(axis=1)
         return cls._build_full(z, "logits", pred, score, labels, classes)
 
@@ -485,7 +485,7 @@ class TopLabelData:
         full = self.full if rows is None else self.full[rows]
         out = _recycle.empty(full.shape)  # one n x K array (at 10^5 x 1,000: 0.8 GB), recycled
         if self.full_kind == "logits":
-            np.subtract(full, full.max(axis=1, keepdims=True), out=out)
+            np.subtract(full, row_max(full, keepdims=True), out=out)
             lse = np.zeros(full.shape[0])
             for a in range(0, full.shape[0], 4096):  # the exponentials a block at a time
                 lse[a : a + 4096] = np.exp(out[a : a + 4096]).sum(axis=1)

@@ -41,7 +41,7 @@ import numpy as np
 from scipy.special import expit
 
 from ... import _recycle
-from ..._numeric import PROB_CLIP
+from ..._numeric import PROB_CLIP, row_max
 from ._solver import NewtonResult, bounded_newton  # noqa: F401  (the solver, in its own module; re-exported)
 
 __all__ = [
@@ -206,7 +206,7 @@ def top_label_margin_rows(
         bb = beta[a:b, None] if beta.ndim else beta
         y *= bb
         y[rows, pc] = -np.inf  # the others only
-        mx = y.max(axis=1)
+        mx = row_max(y)
         y -= mx[:, None]
         np.exp(y, out=y)
         lse = mx + np.log(y.sum(axis=1))

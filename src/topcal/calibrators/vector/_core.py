@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from ..._numeric import inverse_pd
+from ..._numeric import inverse_pd, row_max
 from ...data import LOG_PROB_FLOOR, TopLabelData
 
 __all__ = [
@@ -63,7 +63,7 @@ def rescale(x: np.ndarray, beta: float, mix: float = 0.0) -> np.ndarray:
     k = x.shape[1]
     for a, b in _blocks(x.shape[0], k):
         xb = x[a:b]
-        mx = xb.max(axis=1, keepdims=True)
+        mx = row_max(xb, keepdims=True)
         if mix > 0:
             # log((1 - mix) e / sum(e) + mix / K), e = exp(x - max): one exp and one log an entry
             # (the log-softmax and then logaddexp took two of each and a log1p: at 10^5 x 1,000
@@ -234,7 +234,7 @@ class Layout:
 
 def _softmax_rows(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(P, log-sum-exp) of each row of u; u is overwritten by P."""
-    mx = u.max(axis=1, keepdims=True)
+    mx = row_max(u, keepdims=True)
     u -= mx
     np.exp(u, out=u)
     s = u.sum(axis=1, keepdims=True)
@@ -315,7 +315,7 @@ class VectorObjective:
             rows = np.arange(b - a)
             p = lay.scores(xb, theta)
             true = p[rows, yb].copy()
-            mx = p.max(axis=1, keepdims=True)
+            mx = row_max(p, keepdims=True)
             if margin is not None:  # the top's shifted score; its margin from it and s later
                 margin[0, a:b] = p[rows, pred[a:b]]
                 margin[0, a:b] -= mx[:, 0]

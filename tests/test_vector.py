@@ -515,17 +515,28 @@ def test_a_fit_from_a_sibling_folds_fit_is_a_fold_fit(data):
 def test_a_final_fit_takes_the_all_data_fit_only_on_its_unchanged_rows(data, monkeypatch):
     """A fit made on the very data object a scratch fit was made on takes that fit's optimum
     (docs/vector.md#same-rows); where the object's rows changed in place since (an entry of any
-    row's score vector, two entries swapped, a top score, a weight), it is solved again, and a
+    row's score vector, two entries swapped, a top score, a weight, a wrong row's true class),
+    it is solved again, and a
     fold's scratch fit keeps no margins."""
     own = data.subset(np.arange(data.n_rows))
     whole = topcal.calibrator("vs").fit(own, keep="predictions")
     assert whole._own_margin(own) is not None and whole._own_margin(data) is None
     passes = _count_passes(monkeypatch)
-    for change, row in (("full", 0), ("full", -1), ("swap", -2), ("score", 0), ("tp", 0)):
+    for change, row in (
+        ("full", 0),
+        ("full", -1),
+        ("swap", -2),
+        ("score", 0),
+        ("tp", 0),
+        ("labels", 0),
+    ):
         d = own.subset(np.arange(own.n_rows))
         w = topcal.calibrator("vs").fit(d, keep="predictions")
         if change == "swap":  # two entries of one score vector swapped: the same sum
             d.full[row, [1, 2]] = d.full[row, [2, 1]]
+        elif change == "labels":  # a wrong row's true class, another wrong one: tp, fp the same
+            r = np.flatnonzero(d.tp == 0)[row]
+            d.labels[r] = next(c for c in range(d.n_classes) if c not in (d.pred[r], d.labels[r]))
         else:
             arr = getattr(d, change)
             arr[row] = arr[row] * 0.5 if change != "tp" else 1.0 - arr[row]

@@ -56,9 +56,9 @@ COV_MAX_PARAMS = 256
 
 
 def _rows_key(data: TopLabelData):
-    """(weak reference to ``data``, digest of its rows): the rows' predicted classes, top scores,
-    weights and one fixed, irregular weighted sum of each row's score vector (every entry read,
-    one matrix-vector product: a changed entry or two swapped entries change it), hashed
+    """(weak reference to ``data``, digest of its rows): the rows' predicted and true classes, top
+    scores, weights and one fixed, irregular weighted sum of each row's score vector (every entry
+    read, one matrix-vector product: a changed entry or two swapped entries change it), hashed
     (blake2b), so that a data object changed in place is not taken for the rows a fit was made
     on. It allocates O(n + K), not a copy of the vectors (at 2,000 x 10^4 a sampled copy was 80 MB
     of auto's peak)."""
@@ -67,7 +67,7 @@ def _rows_key(data: TopLabelData):
     h = hashlib.blake2b(digest_size=16)
     with one_blas_thread():  # the same summation order on every call
         sums = data.full @ mix
-    for a in (data.pred, data.score, data.tp, data.fp, sums):
+    for a in (data.pred, data.labels, data.score, data.tp, data.fp, sums):
         h.update(np.ascontiguousarray(a).tobytes())
     return weakref.ref(data), h.hexdigest()
 

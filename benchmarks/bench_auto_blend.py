@@ -4,9 +4,9 @@ Protocol of ``bench_auto_rules.py`` / ``bench_heldout.py --quick``: for each top
 split (:func:`topcal.data.kfold_split`, seed 0; K = 2 by default), each training part subsampled
 to 2,000 and 5,000 rows (:func:`bench_heldout.subsample`, the same seeds). On each training part one
 cross-fit of ``auto``'s default candidates (5 folds, seed 0:
-:func:`topcal.calibrators.crossfit.cross_fit`,
-the table :func:`topcal.calibrators.auto.tabulate_cv`, the choice
-:func:`~topcal.calibrators.auto.choose`:
+:func:`topcal.calibrators.select.crossfit.cross_fit`,
+the table :func:`topcal.calibrators.select.auto.tabulate_cv`, the choice
+:func:`~topcal.calibrators.select.auto.choose`:
 exactly ``auto``'s), and from the same out-of-fold confidences these variants:
 
 * ``auto``: the chosen candidate (today's ``auto``); ``best``: the smallest CV mean;
@@ -17,18 +17,18 @@ exactly ``auto``'s), and from the same out-of-fold confidences these variants:
 * ``c-logit`` / ``c-prob``: non-negative stacking of three candidates (the chosen one and the best
   others by CV mean), weights on the simplex (grid of step 0.02) minimising the out-of-fold NLL;
 * ``impl``, ``impl-g0``, ``impl-all``: ``auto``'s own blend
-(:func:`topcal.calibrators.auto.plan_blend`:
+(:func:`topcal.calibrators.select.auto.plan_blend`:
   the choice and the two best other score candidates, convex weights fitted exactly) with its gate
   of
-  :data:`~topcal.calibrators.auto.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold gain)
-  and
+  :data:`~topcal.calibrators.select.auto.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold
+  gain) and
   no gate;
 * ``hindsight``: the single candidate with the lowest held-out NLL of the cell, picked after seeing
   the test folds (every candidate is fitted on each training part for it): a bound on any rule that
   returns one candidate;
 * ``X+gate``: variant X only where its out-of-fold gain over the chosen candidate exceeds one
-  standard error of the paired per-sample difference (:func:`topcal.calibrators.auto.paired_se`),
-  else the chosen candidate.
+  standard error of the paired per-sample difference
+  (:func:`topcal.calibrators.select.auto.paired_se`), else the chosen candidate.
 
 Every candidate a variant uses is refitted on the whole training part and the variant's weights
 applied to its predictions of the held-out fold. A cell (set, K, fitting rows) is scored as in
@@ -61,15 +61,15 @@ import bench_heldout as bh  # noqa: E402
 from bench_auto_rules import DATA  # noqa: E402
 
 import topcal  # noqa: E402
-from topcal.calibrators.auto import (
+from topcal.calibrators.select.auto import (
     DEFAULT_CANDIDATES,
     BLEND_GATE,
     choose,
     paired_se,
     plan_blend,
     tabulate_cv,
-)  # noqa: E402
-from topcal.calibrators.crossfit import cross_fit  # noqa: E402
+)
+from topcal.calibrators.select.crossfit import cross_fit  # noqa: E402
 from topcal.calibrators.registry import get_class  # noqa: E402
 from topcal.data import TopLabelData, kfold_split  # noqa: E402
 from topcal.metrics import nll  # noqa: E402

@@ -17,7 +17,7 @@ import numpy as np
 from _measure import loadavg, make_data, old_topcal
 
 import topcal
-from topcal.calibrators.crossfit import cross_fit
+from topcal.calibrators.select.crossfit import cross_fit
 
 
 def main(argv=None):

@@ -13,12 +13,12 @@ to either half with probability 1/2: a binomial draw per row). On the
 calibration half the cut-offs are chosen; on the test half their precision
 is measured. For targets 0.9, 0.95, 0.99 and delta 0.05, 0.1:
 
-* ``ltt``: :func:`topcal.thresholds.ltt_cutoff` (the library's Learn-then-Test),
+* ``ltt``: :func:`topcal.thresholds.core.ltt_cutoff` (the library's Learn-then-Test),
   global, and per predicted class (each class at delta);
 * ``naive``: the loosest cut-off of the same grid whose calibration-half
   precision is >= the target (read off the calibration data: no guarantee);
 * ``sgr``: Selection with Guaranteed Risk (Geifman and El-Yaniv 2017),
-  :func:`topcal.thresholds.sgr_threshold`, global only, on the network's raw top score (the
+  :func:`topcal.thresholds.core.sgr_threshold`, global only, on the network's raw top score (the
   softmax response, as its paper does; until issue 33 it ran on topcal's calibrated confidence,
   a weakened peer).
 
@@ -52,7 +52,7 @@ import pandas as pd
 import topcal
 from topcal.data import TopLabelData, rows_by_class
 from topcal.datasets import load_phanns
-from topcal.thresholds import GLOBAL_STARTS, GRID, ltt_cutoff, sgr_threshold
+from topcal.thresholds.core import GLOBAL_STARTS, GRID, ltt_cutoff, sgr_threshold
 
 from _measure import loadavg
 

@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 import topcal
-from topcal.thresholds import fit_thresholds, sgr_threshold
+from topcal.thresholds.core import fit_thresholds, sgr_threshold
 
 from _measure import loadavg
 from bench_trust import BENCH, load

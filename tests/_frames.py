@@ -53,7 +53,7 @@ def on_grid(data, n_cells=4096):
     """Per-sample ``data`` with every score moved to its ScoreStats cell midpoint (what a fit from
     statistics sees)."""
     from topcal.data import TopLabelData
-    from topcal.stats import cell_index, cell_midpoints
+    from topcal.evidence.stats import cell_index, cell_midpoints
 
     mid = cell_midpoints(
         cell_index(data.score, data.score_range, n_cells), data.score_range, n_cells

@@ -40,9 +40,9 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.temperature._rows",
     "topcal.calibrators.temperature._solver",
     "topcal.calibrators.temperature._local",
-    "topcal.calibrators._hier_rows",
-    "topcal.calibrators._hier_solve",
-    "topcal.calibrators._hier_strength",
+    "topcal.calibrators.pooled._rows",
+    "topcal.calibrators.pooled._solve",
+    "topcal.calibrators.pooled._strength",
 }
 
 
@@ -372,8 +372,8 @@ NAME_FREE = [
     "plots",
     "cli",
     "evaluate.py",
-    "labelshift_plots.py",
-    "threshold_plots.py",
+    "labelshift/plots.py",
+    "thresholds/plots.py",
     "persist.py",
     "engines.py",
 ]

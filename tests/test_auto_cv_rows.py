@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 
-from topcal.describing import describe_text
+from topcal.describe.summary import describe_text
 import pytest
 
 import topcal

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from topcal.describing import describe_text
+from topcal.describe.summary import describe_text
 import pytest
 from scipy.special import expit, logit
 
 import topcal
-from topcal.calibrators.auto import choose, paired_se, tier
+from topcal.calibrators.select.auto import choose, paired_se, tier
 from topcal.data import TopLabelData
 from topcal.metrics import nll
 

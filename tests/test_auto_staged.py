@@ -11,9 +11,9 @@ import pytest
 
 import topcal
 from topcal import persist
-from topcal.calibrators import crossfit, staging
+from topcal.calibrators.select import crossfit, staging
 from topcal.data import TopLabelData, kfold_split
-from topcal.describing import summary_text
+from topcal.describe.summary import summary_text
 from topcal.errors import ModelFileError
 from topcal.persist import canonical_json
 from topcal.report.page import choice_html

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from topcal.describing import describe_text
+from topcal.describe.summary import describe_text
 import pandas as pd
 import pytest
 from scipy.special import expit
@@ -18,9 +18,9 @@ from scipy.special import expit
 import topcal
 from topcal import TopLabelData, persist
 from topcal.calibrators import calibrator
-from topcal.calibrators.auto import BLEND_GATE, paired_se, plan_blend, tabulate_cv
-from topcal.calibrators.blend import Blend, blend_weights
-from topcal.calibrators.crossfit import cross_fit
+from topcal.calibrators.select.auto import BLEND_GATE, paired_se, plan_blend, tabulate_cv
+from topcal.calibrators.select.blend import Blend, blend_weights
+from topcal.calibrators.select.crossfit import cross_fit
 from topcal.errors import ParameterError
 from topcal.metrics import nll
 from topcal.persist import canonical_json

@@ -17,7 +17,7 @@ from _sim import many_small_classes
 import topcal
 from topcal import TopLabelData
 from topcal.calibrators.temperature.calibrator import TemperatureBase
-from topcal.calibrators.crossfit import cross_fit
+from topcal.calibrators.select.crossfit import cross_fit
 from topcal.calibrators.temperature._core import TopLabelObjective
 from topcal.calibrators.temperature._lockstep import BinaryClassesObjective
 

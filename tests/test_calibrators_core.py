@@ -317,7 +317,7 @@ def test_step_curve_constant_and_unranked_declarations():
 
 def test_auto_tiers_come_from_the_classes():
     # auto's simplicity order is each method class's declared tier, not a list of names
-    from topcal.calibrators import auto
+    from topcal.calibrators.select import auto
     from topcal.calibrators.registry import get_class
 
     for name in topcal.available_methods():
@@ -336,7 +336,7 @@ def test_auto_tiers_come_from_the_classes():
 
 
 def test_auto_prefers_a_parametric_pooled_curve_within_noise_and_the_data_otherwise():
-    from topcal.calibrators.auto import choose
+    from topcal.calibrators.select.auto import choose
 
     cv = {
         "uncalibrated": {"nll": 0.40, "diff_se": 0.01},

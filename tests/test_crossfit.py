@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import topcal
-from topcal import fingerprint as fingerprint_module
+from topcal.evidence import fingerprint as fingerprint_module
 from topcal.data import TopLabelData
-from topcal.fingerprint import Fingerprint
+from topcal.evidence.fingerprint import Fingerprint
 
 
 def _quiet(f):
@@ -127,7 +127,7 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     this helper's cold fits by ~1e-4 relative on these small sets (720-1,680 training rows a fold):
     mean NLLs up to 6.5e-6 apart, standard errors 1.4e-4, paired differences' standard errors
     7.5e-4 (vs against the lead sms: two close maps, both approximate)."""
-    from topcal.calibrators.auto import choose, paired_se
+    from topcal.calibrators.select.auto import choose, paired_se
     from topcal.metrics import nll
     from topcal._numeric import binary_nll
 
@@ -138,7 +138,7 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
         lo, hi = vars(cls).get("auto_min_classes", 0), vars(cls).get("auto_max_classes", np.inf)
         return (data.has_full or not cls.needs_full) and lo <= data.n_classes <= hi
 
-    names = [n for n in topcal.calibrators.auto.DEFAULT_CANDIDATES if runs(n)]
+    names = [n for n in topcal.calibrators.select.auto.DEFAULT_CANDIDATES if runs(n)]
     model = _quiet(lambda: topcal.calibrator("auto").fit(data))
     target, conf = _row_refit(data, names, 5, 0)
     cv = {}
@@ -294,7 +294,7 @@ def test_a_folds_local_strength_search_finds_the_grid_searchs_strength(which):
     (another start). A fold's pooled-beta (one class: its own pool) searches no strength: its
     confidences
     are an ordinary fit's within 1e-8 relative."""
-    from topcal.calibrators.crossfit import scratch_fit
+    from topcal.calibrators.select.crossfit import scratch_fit
     from topcal.data import kfold_split
 
     data = _small_classes(5) if which == "small" else SETS[which]()
@@ -329,7 +329,7 @@ def test_a_folds_temperature_fits_share_one_order_and_split_and_fit_as_alone(mon
     alone bit
     for bit; outside the block nothing is kept."""
     from topcal.calibrators import foldmemo
-    from topcal.calibrators.crossfit import scratch_fit
+    from topcal.calibrators.select.crossfit import scratch_fit
     from topcal.calibrators.temperature import calibrator as tcal
 
     data = _vectors(7, 800, 6)
@@ -370,7 +370,7 @@ def test_hierarchical_fits_merge_rows_of_equal_class_and_score_losslessly(name, 
     fit (strength, parameters, covariance, confidences) is the row-by-row fit's up to the order of
     sums
     (measured: parameters within 2e-14, covariance 1.2e-14, confidences 1.1e-15 relative)."""
-    from topcal.calibrators import _hier_rows
+    from topcal.calibrators.pooled import _rows as _hier_rows
 
     d = _vectors(11, 3000, 8, sharp=1.5)
     data = TopLabelData.from_scores(

@@ -9,7 +9,7 @@ import pytest
 from _sim import bench_probs
 
 from topcal import TopLabelData
-from topcal.calibrators.crossfit import cross_fit
+from topcal.calibrators.select.crossfit import cross_fit
 from topcal.calibrators.temperature import calibrator as tcal
 from topcal.calibrators.temperature._core import TopLabelObjective, split_top
 from topcal.calibrators.temperature._lockstep import BinaryClassesObjective

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 import topcal
-from topcal.fingerprint import Fingerprint
+from topcal.evidence.fingerprint import Fingerprint
 from topcal import persist
-from topcal.confusion import ConfusionStats, GridConfusion
-from topcal.evidence import Evidence
-from topcal.stats import ScoreStats
+from topcal.evidence.confusion import ConfusionStats, GridConfusion
+from topcal.evidence.core import Evidence
+from topcal.evidence.stats import ScoreStats
 
 from _frames import (
     assert_confusion_equal,

@@ -13,12 +13,12 @@ import pytest
 
 import topcal
 from topcal.cli import main
-from topcal.describing import EVERY_CLASS, LISTED, class_text, summary, summary_text
+from topcal.describe.summary import EVERY_CLASS, LISTED, class_text, summary, summary_text
 
 from _sim import many_small_classes
 
 #: Every candidate auto may tabulate (the longest CV table the summary can hold).
-ALL_CANDIDATES = list(topcal.calibrators.auto.DEFAULT_CANDIDATES)
+ALL_CANDIDATES = list(topcal.calibrators.select.auto.DEFAULT_CANDIDATES)
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ import pytest
 import topcal
 from topcal import persist
 from topcal.calibrators.base import Calibrator
-from topcal.calibrators.blend import Blend
+from topcal.calibrators.select.blend import Blend
 from topcal.errors import ParameterError
-from topcal.evidence import Evidence
-from topcal.thresholds import model_digest
+from topcal.evidence.core import Evidence
+from topcal.thresholds.core import model_digest
 
 from _sim import simulate_probs
 

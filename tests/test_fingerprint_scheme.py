@@ -8,9 +8,9 @@ import pytest
 import topcal
 from topcal import TopLabelData
 from topcal.errors import TopcalWarning
-from topcal.evidence import Evidence
-from topcal.fingerprint import SCHEME, Fingerprint, row_hashes
-from topcal.stats import ScoreStats
+from topcal.evidence.core import Evidence
+from topcal.evidence.fingerprint import SCHEME, Fingerprint, row_hashes
+from topcal.evidence.stats import ScoreStats
 
 NAMES = ["a", "b", "c", "d", "e"]
 

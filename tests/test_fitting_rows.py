@@ -12,8 +12,8 @@ import topcal
 import topcal.engines
 from topcal import TopLabelData
 from topcal.errors import DataError, TopcalWarning
-from topcal.fingerprint import Fingerprint
-from topcal.thresholds import fit_thresholds
+from topcal.evidence.fingerprint import Fingerprint
+from topcal.thresholds.core import fit_thresholds
 
 from _cli import assert_error, assert_ok, call, cli
 

@@ -1,11 +1,11 @@
 """issue 36, item 3: the strength scan of hier-platt / hier-beta / pooled-beta on binned rows, the
-fits finished on the rows (calibrators/_hier_solve.py ``binned_search``).
+fits finished on the rows (calibrators/pooled/_solve.py ``binned_search``).
 
 The stated tolerance against the fit on the rows alone (every strength fitted on the rows, as
 before): the same strength, parameters within 1e-6 relative (measured: <= 4e-9), every class's
 NLL within 1e-9 relative, the parameter covariance within 1e-6 relative; and fewer Newton solves
 on the rows (a neighbour of the chosen strength whose binned loss is clearly worse is not fitted
-on the rows: ``_hier_solve.ESTIMATE_MARGIN``)."""
+on the rows: ``_solve.ESTIMATE_MARGIN``)."""
 
 import warnings
 
@@ -14,7 +14,7 @@ import pytest
 
 import topcal
 from topcal import TopLabelData
-from topcal.calibrators import _hier_rows, _hier_solve, hierarchical
+from topcal.calibrators.pooled import _rows as _hier_rows, _solve as _hier_solve, hierarchical
 
 from _sim import bench_probs, simulate_probs
 

@@ -1,5 +1,5 @@
 """The interval strength of ``hier-platt`` / ``hier-beta`` where classes are small: the exact
-leave-one-out loss (calibrators/_hier_strength.py, docs/intervals.md)."""
+leave-one-out loss (calibrators/pooled/_strength.py, docs/intervals.md)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 from scipy.special import expit, log_expit, ndtri
 
 from topcal import TopLabelData, persist
-from topcal.calibrators import _hier_strength, calibrator
-from topcal.calibrators._hier_rows import Rows
-from topcal.calibrators._hier_solve import newton
+from topcal.calibrators.pooled import _strength as _hier_strength
+from topcal.calibrators import calibrator
+from topcal.calibrators.pooled._rows import Rows
+from topcal.calibrators.pooled._solve import newton
 
 
 def small_classes(n_classes=30, rows=5, seed=0, spread=3.5, centre=3.3):

@@ -435,7 +435,7 @@ def test_em_priors_at_many_classes_equal_the_dense_posteriors():
 def test_label_shift_counts_of_classes_without_rows_take_no_memory():
     import tracemalloc
 
-    from topcal.confusion import ConfusionStats
+    from topcal.evidence.confusion import ConfusionStats
 
     rng = np.random.default_rng(0)
     n, k = 200, 3000  # most classes never predicted: their K counts each were 9 x the input

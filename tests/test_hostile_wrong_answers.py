@@ -226,7 +226,7 @@ def _lattice_data(n=3000, seed=0):
     ],
 )
 def test_update_equals_fit_bit_for_bit_on_discrete_scores(method, atol, tmp_path):
-    from topcal.stats import EXACT_SCORES
+    from topcal.evidence.stats import EXACT_SCORES
 
     P, y = _lattice_data()
     data = topcal.TopLabelData.from_probs(P, y, classes=list("abc"), renormalize=True)

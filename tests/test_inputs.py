@@ -7,7 +7,7 @@ import pytest
 
 import topcal
 from topcal.errors import DataError, first_line
-from topcal.inputs import as_data, read_arrays
+from topcal.io.inputs import as_data, read_arrays
 from topcal.io import read_data, read_frame
 from topcal.stream import model_read_options
 

@@ -48,7 +48,7 @@ from topcal.calibrators import calibrator, paper_calibrator  # noqa: E402
 from topcal.calibrators.kde.calibrator import COMPACT_TOLERANCE  # noqa: E402
 from topcal.data import TopLabelData  # noqa: E402
 from topcal.datasets import load_phanns  # noqa: E402
-from topcal.fingerprint import Fingerprint  # noqa: E402
+from topcal.evidence.fingerprint import Fingerprint  # noqa: E402
 from topcal.persist import canonical_json, dumps, loads  # noqa: E402
 
 HERE = Path(__file__).parent / "data" / "kde_main"

@@ -8,7 +8,7 @@ import pytest
 
 import topcal
 from topcal import metrics
-from topcal.confusion import ConfusionStats
+from topcal.evidence.confusion import ConfusionStats
 from topcal.data import TopLabelData
 from topcal.errors import DataError, ModelFileError, ParameterError, TopcalError
 from topcal.labelshift import (
@@ -554,7 +554,7 @@ def test_confusion_stats_regions(source):
 def test_confusion_counts_equal_a_class_by_class_count(source, weighted):
     """from_data counts all rows in one pass; the naive reading, class by class with
     searchsorted over that class's rows, gives the same edges and counts bit for bit."""
-    from topcal.confusion import class_region_edges
+    from topcal.evidence.confusion import class_region_edges
 
     data = source
     if weighted:  # non-unit weights: the weighted-quantile path and float sums
@@ -726,7 +726,7 @@ def test_cli_adapt_errors(files, capsys):
 # ------------------------------------------------------------------- report
 @pytest.mark.slow
 def test_label_shift_view_and_plot(hist):
-    from topcal.labelshift_plots import label_shift_view, plot_label_shift
+    from topcal.labelshift.plots import label_shift_view, plot_label_shift
 
     use = shifted(3000, TARGET, 40, labels=False)[0]
     ad = adapt(hist, use, n_bootstrap=10)
@@ -771,7 +771,7 @@ def test_report_with_adapted_panel(files, capsys):
 
 
 def test_region_edges_same_by_partition_and_by_weighted_sort():
-    from topcal.confusion import fp_region_edges as edges
+    from topcal.evidence.confusion import fp_region_edges as edges
 
     rng = np.random.default_rng(5)
     for _ in range(300):
@@ -832,7 +832,7 @@ def test_source_data_must_be_the_fitting_set(hist):
 
 
 def test_label_shift_view_of_a_method_without_curves(source):
-    from topcal.labelshift_plots import label_shift_view, plot_label_shift
+    from topcal.labelshift.plots import label_shift_view, plot_label_shift
 
     sts = topcal.calibrator("sts").fit(source)
     view = label_shift_view(adapt(sts, priors=TARGET))

@@ -75,7 +75,7 @@ def test_apply_with_intervals_at_many_classes_under_warnings_as_errors(tmp_path,
 
 @pytest.mark.parametrize("method", ["kde-mon2", "hist", "hier-beta"])
 def test_describe_at_many_classes_under_warnings_as_errors(method):
-    from topcal.describing import summary, summary_text
+    from topcal.describe.summary import summary, summary_text
 
     model = _quiet_fit(method, many_small_classes(5, 60, 900))
     with warnings.catch_warnings():

@@ -12,7 +12,7 @@ import pytest
 
 import topcal
 from topcal import TopLabelData
-from topcal.calibrators import _hier_rows, _hier_strength
+from topcal.calibrators.pooled import _rows as _hier_rows, _strength as _hier_strength
 from topcal.calibrators.temperature import _lockstep
 
 from _sim import bench_probs, many_small_classes, simulate_probs
@@ -70,7 +70,7 @@ def _fit(name, data, **params):
     ],
 )
 def test_buffered_fit_equals_the_former_allocating_fit(which, name, shrinkage, monkeypatch):
-    """The fit in row buffers (calibrators/_hier_solve.py) against main's code before it
+    """The fit in row buffers (calibrators/pooled/_solve.py) against main's code before it
     (:data:`BEFORE`):
     parameters, strength, the strength scan's losses and the covariance equal to
     :data:`STORED_RTOL`.

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from topcal import TopLabelData
-from topcal.calibrators.crossfit import recording
+from topcal.calibrators.select.crossfit import recording
 from topcal.cli import main
 from topcal.report import build_report
 from topcal.report.checks import Finding

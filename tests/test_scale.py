@@ -10,11 +10,11 @@ import pytest
 
 import topcal
 from topcal import persist
-from topcal.confusion import ConfusionStats
+from topcal.evidence.confusion import ConfusionStats
 from topcal.datasets import load_phanns
 from topcal.errors import DataError
 from topcal.io import iter_tables, read_data, read_stats
-from topcal.stats import ScoreStats
+from topcal.evidence.stats import ScoreStats
 from topcal.stream import fit_file, update_file
 
 from _frames import (

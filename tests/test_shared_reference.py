@@ -7,7 +7,7 @@ import numpy as np
 from _sim import many_small_classes
 
 from topcal.calibrators import get_class
-from topcal.calibrators.crossfit import scratch_fit
+from topcal.calibrators.select.crossfit import scratch_fit
 from topcal.calibrators.foldmemo import sharing
 from topcal.calibrators.score import pooled_rows
 

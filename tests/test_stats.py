@@ -15,12 +15,12 @@ import pytest
 import topcal
 from topcal import persist
 from topcal.calibrators import ScoreCalibrator
-from topcal.confusion import ConfusionStats, GridConfusion
+from topcal.evidence.confusion import ConfusionStats, GridConfusion
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.errors import DataError, ModelFileError, ParameterError
-from topcal.evidence import Evidence
-from topcal.stats import DEFAULT_CELLS, ScoreStats, cell_index
+from topcal.evidence.core import Evidence
+from topcal.evidence.stats import DEFAULT_CELLS, ScoreStats, cell_index
 
 from _frames import assert_confusion_equal, on_grid
 
@@ -385,7 +385,7 @@ def test_fit_counts_its_statistics_on_first_use_bit_for_bit():
     not
     reach them."""
     import topcal
-    from topcal.confusion import ConfusionStats
+    from topcal.evidence.confusion import ConfusionStats
 
     rng = np.random.default_rng(3)
     probs = rng.dirichlet(np.ones(4), 3000)

@@ -1,5 +1,5 @@
-"""Acceptance thresholds with a precision guarantee (issue 23, item 2): topcal.thresholds, ``topcal
-threshold``,
+"""Acceptance thresholds with a precision guarantee (issue 23, item 2): topcal.thresholds.core,
+``topcal threshold``,
 ``apply --thresholds``, the report's acceptance section."""
 
 import dataclasses
@@ -15,8 +15,8 @@ from scipy.stats import binom
 import topcal
 from topcal import TopLabelData
 from topcal.errors import DataError, ModelFileError, ParameterError, TopcalError
-from topcal.fingerprint import Fingerprint
-from topcal.thresholds import (
+from topcal.evidence.fingerprint import Fingerprint
+from topcal.thresholds.core import (
     GLOBAL_STARTS,
     GRID,
     POOL_FACTOR,
@@ -150,7 +150,7 @@ def brute_force_ltt(conf, right, precision, delta, starts=3, factor=4, score=Non
 
 
 def test_sequences_take_the_loosest_rejection_of_any_start():
-    from topcal.thresholds import sequences
+    from topcal.thresholds.core import sequences
 
     assert (
         sequences([0.01, 0.2, 0.01, 0.01, 0.3], [0], 0.05) == 0
@@ -584,7 +584,7 @@ def test_report_with_thresholds_renders_the_acceptance_section(files):
 
 @pytest.mark.slow
 def test_acceptance_view_marks_the_cutoff(files):
-    from topcal.threshold_plots import acceptance_view, plot_acceptance
+    from topcal.thresholds.plots import acceptance_view, plot_acceptance
 
     t = files
     model = topcal.load(t / "m.json")

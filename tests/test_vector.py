@@ -11,7 +11,7 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_softmax, softmax
 
 import topcal
-from topcal.describing import describe_text
+from topcal.describe.summary import describe_text
 from topcal import TopLabelData, persist
 from topcal.calibrators.vector import COV_MAX_PARAMS
 from topcal.calibrators.vector._core import Layout, VectorObjective, features
@@ -552,7 +552,7 @@ def test_a_final_fit_takes_the_all_data_fit_only_on_its_unchanged_rows(data, mon
 def test_auto_refits_its_vector_choice_from_the_cross_validations_all_data_fit(data):
     """auto's final fit of a vs/sms choice starts from the cross-validation's all-data fit
     (crossfit.refit_start), which is then dropped; of a method without _warm_refit, never."""
-    from topcal.calibrators.crossfit import cross_fit, refit_start
+    from topcal.calibrators.select.crossfit import cross_fit, refit_start
 
     run = cross_fit(data, ["hier-platt", "sms"], 3)
     assert set(run.warm) == {"hier-platt", "sms"}
@@ -743,7 +743,7 @@ def test_auto_starts_the_k_folds_all_data_sts_from_the_first_looks(monkeypatch):
     """sts (one convex problem in log T, ``_warm_refit``; issue 36): the all-data fit that starts
     the K folds starts itself from the first look's sts, the folds from it; the cross-validation
     table is the cold path's (within 1e-6 relative)."""
-    from topcal.calibrators import staging
+    from topcal.calibrators.select import staging
     from topcal.calibrators.temperature.methods import SharedTemperatureScaling as Sts
 
     p, y = _sim(n=3000, k=3)
@@ -909,7 +909,7 @@ def test_a_folds_vs_and_vs_hier_platt_predict_its_rows_once(monkeypatch):
     """In a cross-validation fold (and the first look), vs and the map of vs-hier-platt are one
     solve: their margins on the fold's test rows are computed once (issue 36), the same numbers
     as each model's own prediction outside the fold."""
-    from topcal.calibrators import crossfit
+    from topcal.calibrators.select import crossfit
     from topcal.calibrators.vector import calibrator
 
     p, y = _sim(n=1500, k=5, seed=3)

@@ -27,11 +27,11 @@ from .calibrators import (
 )
 from .data import TopLabelData
 from .errors import TopcalError
-from .evidence import Evidence
+from .evidence.core import Evidence
 from .io import read_data, read_stats
 from .persist import load, save
-from .stats import ScoreStats
-from .thresholds import Thresholds, fit_thresholds, load_thresholds
+from .evidence.stats import ScoreStats
+from .thresholds.core import Thresholds, fit_thresholds, load_thresholds
 from . import report
 from .api import compare, make_report
 

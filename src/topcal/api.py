@@ -7,7 +7,7 @@
   which Jupyter shows for a calibrator left at the end of a cell
   (``Calibrator._repr_html_``; registered when :mod:`topcal` is imported).
 
-Each accepts data the way calibrators do (:func:`topcal.inputs.as_data`): a
+Each accepts data the way calibrators do (:func:`topcal.io.inputs.as_data`): a
 :class:`TopLabelData`, a score matrix with its labels ``y``, a DataFrame or a
 data file. They are thin: fitting, protocols and ranking are those of
 :func:`topcal.evaluate.compare_methods` and :func:`topcal.report.build_report`.
@@ -18,10 +18,10 @@ from __future__ import annotations
 import base64
 import html
 
-from . import describing  # noqa: F401  (registers Jupyter's view of describe(): the summary)
+from .describe import summary as describing  # noqa: F401  (registers Jupyter's view of describe(): the summary)
 from .calibrators.base import set_html_renderer
 from .calibrators.wrapper import Wrapper
-from .inputs import as_data
+from .io.inputs import as_data
 
 __all__ = ["compare", "make_report", "report", "calibrator_html", "COMPARE_COLUMNS"]
 

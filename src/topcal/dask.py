@@ -1,11 +1,11 @@
 """Fit and apply on Dask DataFrames (optional: ``pip install topcal[dask]``).
 
-* :func:`stats` computes :class:`~topcal.stats.ScoreStats` per partition and
+* :func:`stats` computes :class:`~topcal.evidence.stats.ScoreStats` per partition and
   merges them in a tree (``split_every`` at a time), so the driver only ever
   holds a few statistics objects, each bounded by K x n_cells rows.
 * :func:`fit` fits a method on the merged statistics on the driver: the same
   model as ``calibrator.fit(evidence)`` on the statistics and
-  label-shift counts (:class:`~topcal.confusion.GridConfusion`) of all the
+  label-shift counts (:class:`~topcal.evidence.confusion.GridConfusion`) of all the
   rows in one process (both bit for bit; tested on a LocalCluster), so the
   model can be adapted.
 * :func:`update` adds a Dask DataFrame's statistics, and its confusion counts
@@ -39,9 +39,9 @@ from . import _progress
 from .calibrators.intervals import check_level
 from .calibrators.updating import require_stats
 from .errors import ParameterError, TopcalError, first_line
-from .evidence import Evidence
+from .evidence.core import Evidence
 from .io import build_layout, layout_columns, read_frame, write_frames
-from .stats import DEFAULT_CELLS, ScoreStats
+from .evidence.stats import DEFAULT_CELLS, ScoreStats
 from .stream import (
     INTERVAL_COLUMNS,
     calibrate,
@@ -210,7 +210,7 @@ def fit(
     calibrator.
 
     Per-sample partitions also give the label-shift counts
-    (:class:`~topcal.confusion.GridConfusion`, merged alike), so the model can
+    (:class:`~topcal.evidence.confusion.GridConfusion`, merged alike), so the model can
     be adapted (``calibrator.fit(evidence)``).
     """
     from .calibrators import calibrator
@@ -299,7 +299,7 @@ def _thresholds(text: str):
     """The thresholds a partition applies, from their JSON text (read once per worker process)."""
     import json
 
-    from .thresholds import Thresholds
+    from .thresholds.core import Thresholds
 
     return Thresholds.from_dict(json.loads(text))
 
@@ -340,7 +340,7 @@ def apply(model, ddf, *, interval=None, thresholds=None, **options):
     (labels are ignored). With ``interval`` (a level in (0, 1)) also
     ``confidence_lo`` and ``confidence_hi`` (:meth:`predict_interval`; the
     model file each partition reads carries what they need). With
-    ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for
+    ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for
     ``model``) also ``accepted``. The columns are those of a local ``apply``
     (:func:`topcal.stream.with_confidence`).
     """

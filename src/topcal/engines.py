@@ -2,7 +2,7 @@
 
 * ``local``: the file is read whole (fit, update); apply streams it in
   chunks, since its output is row by row anyway.
-* ``stream``: fit and update gather :class:`~topcal.evidence.Evidence` chunk
+* ``stream``: fit and update gather :class:`~topcal.evidence.core.Evidence` chunk
   by chunk (``chunk_rows``), in memory bounded by the statistics.
 * ``dask``: the same Evidence gathered per partition on a Dask cluster (a
   scheduler's ``address``, else a LocalCluster started for the call).

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _progress
 from .calibrators import available_methods, calibrator, get_class
-from .calibrators.crossfit import cross_fit, scratch_options
+from .calibrators.select.crossfit import cross_fit, scratch_options
 from .calibrators.wrapper import Wrapper
 from .comparison import Comparison, MethodMetrics, MetricValues
 from .data import TopLabelData, kfold_split
@@ -291,8 +291,8 @@ def _kfold_predictions(
     notes=None,
     choices=None,
 ):
-    """Out-of-fold confidences of every method (:func:`topcal.calibrators.crossfit.cross_fit`), what
-    the
+    """Out-of-fold confidences of every method
+    (:func:`topcal.calibrators.select.crossfit.cross_fit`), what the
     fits warned about in ``notes``, each fold's ``auto`` choice in ``choices``, failures in
     ``failed``."""
     failed = {} if failed is None else failed

@@ -7,7 +7,7 @@ A model file is one JSON object::
      "sha256": "<hash of the canonical JSON of 'model'>"}
 
 Version 2 added ``stats``: the model's mergeable statistics
-(:class:`topcal.stats.ScoreStats`: per class, per non-empty score cell, the
+(:class:`topcal.evidence.stats.ScoreStats`: per class, per non-empty score cell, the
 TP and FP counts) that ``update`` refits from; absent for methods that
 recalibrate the full score vector. Version 3 adds the loss tables of ``sts``
 and ``csts`` as their ``stats`` (:mod:`topcal.calibrators.temperature`'s

@@ -6,7 +6,7 @@ parses arguments and prints): :func:`apply_file` reads a CSV/Parquet file
 and writes it out (:func:`topcal.io.write_frames`, the one output writer:
 atomic, no partial output); :func:`fit_file` fits a model from a file's statistics and
 :func:`update_file` adds them to a model, both with the label-shift
-confusion counts (:class:`~topcal.evidence.Evidence`). New data
+confusion counts (:class:`~topcal.evidence.core.Evidence`). New data
 for a model are read with the model's class list and, for top-score and
 binned layouts, its score range unless given (:func:`model_read_options`).
 """
@@ -22,7 +22,7 @@ from ._fileio import check_output
 from .calibrators.intervals import check_level
 from .calibrators.updating import require_stats
 from .errors import TopcalError
-from .evidence import Evidence
+from .evidence.core import Evidence
 from .io import (
     DEFAULT_CHUNK_ROWS,
     file_columns,
@@ -36,7 +36,7 @@ from .io import (
     scan_layout,
     write_frames,
 )
-from .stats import DEFAULT_CELLS
+from .evidence.stats import DEFAULT_CELLS
 
 __all__ = [
     "apply_file",
@@ -98,7 +98,7 @@ def check_new_columns(columns, interval, thresholds=None) -> None:
 def calibrate(model, data, interval=None, thresholds=None, tally: dict | None = None) -> dict:
     """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its limits;
     with
-    ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for ``model``) ``accepted``,
+    ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for ``model``) ``accepted``,
     whether
     the row's confidence reaches its class's cut-off."""
     out = {"confidence": model.predict(data)}
@@ -216,7 +216,7 @@ def apply_file(
 
     With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and
     ``confidence_hi``, the limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`.
-    With ``thresholds`` (a :class:`topcal.thresholds.Thresholds` chosen for
+    With ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for
     ``model``) an ``accepted`` column says whether each row's confidence
     reaches its class's cut-off, and ``tally`` (a dict, if given) gets the
     count of accepted rows under ``"accepted"``, and the calibrated
@@ -290,7 +290,7 @@ def fit_file(
     """Fit ``model`` (an unfitted calibrator of a score method) on ``path`` read in chunks; returns
     it.
 
-    ``model.fit(evidence)`` on the file's :class:`~topcal.evidence.Evidence` (statistics and
+    ``model.fit(evidence)`` on the file's :class:`~topcal.evidence.core.Evidence` (statistics and
     label-shift counts), counted in one pass (memory
     bounded by the statistics: K x n_cells rows, and at most
     min(rows, K^2 x n_cells) confusion triples). ``options`` are the column

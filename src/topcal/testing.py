@@ -40,7 +40,7 @@ from .calibrators.registry import fits_from_counts
 from .calibrators.wrapper import Wrapper
 from .data import TopLabelData
 from .errors import NotFittedError, TopcalError
-from .stats import ScoreStats
+from .evidence.stats import ScoreStats
 
 __all__ = ["check_calibrator", "contract_data", "CHECKS"]
 

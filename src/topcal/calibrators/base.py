@@ -5,7 +5,7 @@
 * ``fit(data)`` returns ``self`` and sets attributes ending in ``_``.
 * ``predict(data)`` returns the calibrated confidence of each row: the
   probability that the row's predicted class is right.
-* ``data`` is a :class:`TopLabelData` or anything :func:`topcal.inputs.as_data`
+* ``data`` is a :class:`TopLabelData` or anything :func:`topcal.io.inputs.as_data`
   reads: ``fit(scores, y)`` / ``predict(scores)`` with a 2-d array of
   probabilities or logits (NumPy, torch on the CPU, ...), a DataFrame with
   ``p_<class>`` columns, or a data file.
@@ -22,7 +22,7 @@ function Conf_k(S) of the top score alone (histogram, cumulative, kernel
 density); they fit class by class from the class's TP/FP scores and weights
 and expose ``curve(k)``.
 
-A fitted model holds one :class:`~topcal.evidence.Evidence` (``evidence_``): what
+A fitted model holds one :class:`~topcal.evidence.core.Evidence` (``evidence_``): what
 its fit was told to keep (``fit(..., keep=...)``). ``update`` (:mod:`.updating`)
 merges evidence and refits; :mod:`.modelfile` is the JSON-ready form. Those methods are
 :class:`~.keeping.EvidenceKeeping`'s, a base of :class:`Calibrator` in ``keeping.py``. The
@@ -50,9 +50,9 @@ from ..errors import (
     ParameterError,
     TopcalError,
 )
-from ..evidence import Evidence
-from ..fingerprint import Fingerprint
-from ..inputs import as_data
+from ..evidence.core import Evidence
+from ..evidence.fingerprint import Fingerprint
+from ..io.inputs import as_data
 from . import intervals, spread
 from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
 from .keeping import EvidenceKeeping
@@ -70,7 +70,7 @@ __all__ = [
 ]
 
 #: What a fit keeps (``fit(..., keep=...)``), said by the caller that knows: "evidence" (the
-#: default) the model and its :class:`~topcal.evidence.Evidence`; "model" the model alone, with
+#: default) the model and its :class:`~topcal.evidence.core.Evidence`; "model" the model alone, with
 #: what its intervals need (a part of another model, whose owner holds the evidence: a shrinkage
 #: reference, a pooled curve, a blend's component, auto's choice); "predictions" only what
 #: ``predict`` needs (a model scored and dropped: a cross-validation fold's, :mod:`.crossfit`).
@@ -232,7 +232,7 @@ class Calibrator(EvidenceKeeping):
         data : TopLabelData, array-like of shape (n, K), DataFrame, path or Evidence
             The labelled data, or a classifier's scores (probabilities or
             logits; NumPy, torch on the CPU, anything with ``__array__``), or
-            the :class:`~topcal.evidence.Evidence` of labelled data (streamed
+            the :class:`~topcal.evidence.core.Evidence` of labelled data (streamed
             and Dask fits, :meth:`_fit_evidence`).
         y : array-like of shape (n,), optional
             True classes (names or column indices) when ``data`` is scores.
@@ -240,7 +240,7 @@ class Calibrator(EvidenceKeeping):
             Names of the K score columns (default "0".."K-1", or the sorted
             distinct names in ``y``).
         kind : {"auto", "probs", "logits"}, default "auto"
-            What the score matrix holds (see :mod:`topcal.inputs`).
+            What the score matrix holds (see :mod:`topcal.io.inputs`).
         keep : {"evidence", "model", "predictions"}, default "evidence"
             What the fitted model keeps (:data:`KEEP`): said by the caller that
             knows, e.g. a model fitted inside another's or a cross-validation fold's.
@@ -288,7 +288,7 @@ class Calibrator(EvidenceKeeping):
             )
         self._keep, self._evidence = keep, Evidence.EMPTY
         # what the model remembers of its fitting rows, so that a guarantee is never computed on
-        # them (topcal.thresholds); a fit from evidence takes the rows' fingerprint from it
+        # them (topcal.thresholds.core); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
             fingerprint = Fingerprint.of(data)
         self._warm = warm

@@ -1,6 +1,6 @@
 """What several methods derive alike from one cross-validation fold's training rows, derived once.
 
-:func:`~topcal.calibrators.crossfit.cross_fit` fits every candidate on the same training part
+:func:`~topcal.calibrators.select.crossfit.cross_fit` fits every candidate on the same training part
 of a fold, a :class:`~topcal.data.TopLabelData` it builds itself and hands to no one for
 change. The temperature family's fits all begin alike on it: a canonical row order, the rows
 in that order, the split of their score vectors into top margins and other entries

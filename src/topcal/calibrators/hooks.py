@@ -2,8 +2,8 @@
 
 ``Calibrator.save`` (:mod:`topcal.persist`), ``Calibrator.adapt`` (:mod:`topcal.labelshift`),
 the Jupyter view (:mod:`topcal.api`) and the Jupyter view of ``describe()``'s dict
-(:mod:`topcal.describing`): each of those modules registers its function here when imported, so
-calibrators never import upward.
+(:mod:`topcal.describe.summary`): each of those modules registers its function here when imported,
+so calibrators never import upward.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ __all__ = ["HOOKS", "hook", "register_hook", "set_html_renderer", "Description"]
 #: Conveniences on a fitted calibrator whose code lives in higher layers
 #: (docs/architecture.md): "save" (topcal.persist), "adapt"
 #: (topcal.labelshift), "html" (the Jupyter view, topcal.api) and "describe"
-#: (the summary text of a description, topcal.describing). Each of those
+#: (the summary text of a description, topcal.describe.summary). Each of those
 #: modules registers its function here when imported; ``import topcal``
 #: imports all four, so calibrators never import upward.
 HOOKS: dict = {"save": None, "adapt": None, "html": None, "describe": None}
@@ -44,7 +44,7 @@ def set_html_renderer(func) -> None:
 class Description(dict):
     """What ``Calibrator.describe()`` returns: a plain dict (JSON-ready, every key as before) that
     IPython and Jupyter show as the summary ``topcal describe`` prints
-    (:func:`topcal.describing.summary_text`) instead of thousands of nested entries;
+    (:func:`topcal.describe.summary.summary_text`) instead of thousands of nested entries;
     ``print(d)``, ``repr(d)`` and ``json.dumps(d)`` are a dict's."""
 
     __slots__ = ()

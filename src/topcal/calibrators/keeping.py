@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any, Self
 
 from ..data import TopLabelData
-from ..evidence import Evidence
-from ..stats import ScoreStats
+from ..evidence.core import Evidence
+from ..evidence.stats import ScoreStats
 from . import modelfile, spread, updating
 from .registry import fits_from_counts, require_counts
 
@@ -27,7 +27,8 @@ class EvidenceKeeping:
 
     @property
     def evidence_(self) -> Evidence:
-        """What the fitted model knows of its data (:class:`~topcal.evidence.Evidence`): statistics,
+        """What the fitted model knows of its data (:class:`~topcal.evidence.core.Evidence`):
+        statistics,
         label-shift counts, the fitting rows' fingerprint; empty parts where the fit kept none."""
         self._check_fitted()
         return self._evidence
@@ -45,7 +46,7 @@ class EvidenceKeeping:
 
     def _stats_of(self, data: TopLabelData):
         """The mergeable statistics of labelled ``data`` in the form this model keeps (what
-        ``update`` adds): :class:`~topcal.stats.ScoreStats` on the model's score cells (the
+        ``update`` adds): :class:`~topcal.evidence.stats.ScoreStats` on the model's score cells (the
         temperature methods that can update keep loss tables)."""
         old = self._evidence.stats
         return (
@@ -83,13 +84,14 @@ class EvidenceKeeping:
 
         ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score
         matrix's columns are the fitted classes, in order, unless ``classes``
-        names them, as in :meth:`predict`); or ``data`` is an :class:`~topcal.evidence.Evidence`
+        names them, as in :meth:`predict`); or ``data`` is an
+        :class:`~topcal.evidence.core.Evidence`
         (:meth:`evidence_of` of each chunk or partition, merged), or bare
         statistics of this model's kind (with their ``confusion`` counts in
         this model's regions, if any). The result is the model
         ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all the
         parts, whatever the split and the order of updates (see
-        :mod:`topcal.stats`; for ``sts``/``csts``, the fit on all the data to
+        :mod:`topcal.evidence.stats`; for ``sts``/``csts``, the fit on all the data to
         the tables' tolerance, ``docs/scale.md``). The label-shift counts are
         merged too, in the model's own score regions; where the new evidence
         has none (binned data, statistics alone) the model drops them, and

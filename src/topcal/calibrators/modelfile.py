@@ -1,7 +1,7 @@
 """A fitted calibrator as a JSON-ready dict, and back (:mod:`topcal.persist` writes versioned JSON).
 
 The dict holds the method, its parameters, classes, score range, per-class TP/FP counts, the
-method's fitted ``state`` and, once, the model's :class:`~topcal.evidence.Evidence`
+method's fitted ``state`` and, once, the model's :class:`~topcal.evidence.core.Evidence`
 (``confusion``, ``stats`` with their part marks ``fingerprints``, ``fingerprint``). A model
 fitted inside another's (auto's choice, a blend's components, a pooled curve, a shrinkage
 reference) keeps none (``fit(..., keep="model")``): its owner's is the one. Files written before

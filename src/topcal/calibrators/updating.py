@@ -2,7 +2,7 @@
 
 A model's :meth:`~topcal.calibrators.base.Calibrator.update` reads the new data
 in any form it accepts (:func:`merged_evidence`), merges the new
-:class:`~topcal.evidence.Evidence` with the model's (statistics, label-shift
+:class:`~topcal.evidence.core.Evidence` with the model's (statistics, label-shift
 counts in the model's regions, fingerprint of the rows, one mark per part) and
 refits from the merged statistics; ``fit(evidence)`` checks what a fit from
 statistics needs (:func:`check_fit_evidence`).
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import warnings
 
-from ..confusion import GridConfusion
+from ..evidence.confusion import GridConfusion
 from ..data import TopLabelData
 from ..errors import DataError, ParameterError, TopcalWarning
-from ..evidence import Evidence, stats_mark
-from ..fingerprint import MAX_OVERLAP, WARN_OVERLAP
-from ..inputs import as_data
-from ..stats import ScoreStats
+from ..evidence.core import Evidence, stats_mark
+from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP
+from ..io.inputs import as_data
+from ..evidence.stats import ScoreStats
 
 __all__ = ["check_fit_evidence", "merged_evidence", "require_stats"]
 
@@ -39,14 +39,15 @@ def require_stats(model):
 
 
 def check_fit_evidence(evidence: Evidence):
-    """(stats, confusion) of the :class:`~topcal.evidence.Evidence` a model is fitted from.
+    """(stats, confusion) of the :class:`~topcal.evidence.core.Evidence` a model is fitted from.
 
     A fit from evidence is ``fit(evidence.stats.to_data())`` keeping the given statistics as they
     are (their grid included), so a later ``update`` adds to exactly what it was fitted on.
     Statistics carry no true classes, so the label-shift counts come in ``evidence.confusion``: a
-    :class:`~topcal.confusion.GridConfusion` counted on the same grid gives the model the regions
-    and counts of :meth:`~topcal.confusion.GridConfusion.to_confusion`. Without it the model cannot
-    be adapted.
+    :class:`~topcal.evidence.confusion.GridConfusion` counted on the same grid gives the model the
+    regions
+    and counts of :meth:`~topcal.evidence.confusion.GridConfusion.to_confusion`. Without it the
+    model cannot be adapted.
     """
     stats, confusion = evidence.stats, evidence.confusion
     if not isinstance(stats, ScoreStats):

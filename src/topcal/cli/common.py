@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _progress
 from .._tables import format_table, format_value, text_table
-from ..calibrators.auto import TIER_LEGEND
+from ..calibrators.select.auto import TIER_LEGEND
 from ..errors import TopcalError
 
 __all__ = [

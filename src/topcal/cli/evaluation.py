@@ -265,7 +265,7 @@ def _cmd_report(args) -> int:
     acceptance = None
     if args.thresholds:
         from ..persist import load
-        from ..thresholds import load_thresholds
+        from ..thresholds.core import load_thresholds
 
         acceptance = (load(args.model), load_thresholds(args.thresholds))
     data = read(args.data, args)

@@ -239,7 +239,7 @@ def _cmd_apply(args) -> int:
     )
     thresholds = None
     if args.thresholds:
-        from ..thresholds import load_thresholds
+        from ..thresholds.core import load_thresholds
 
         thresholds = load_thresholds(args.thresholds)
         thresholds.check_model(model)
@@ -280,7 +280,7 @@ def _cmd_apply(args) -> int:
 
 
 def _cmd_describe(args) -> int:
-    from ..describing import class_text, describe_text, select_classes, summary, summary_text
+    from ..describe.summary import class_text, describe_text, select_classes, summary, summary_text
     from ..persist import load
 
     if args.full and args.classes:

@@ -1,7 +1,7 @@
 """Commands that say which predictions can be acted on: ``threshold``.
 
 Thin: read the model and the held-out labelled data, call
-:func:`topcal.thresholds.fit_thresholds`, write the thresholds file and print
+:func:`topcal.thresholds.core.fit_thresholds`, write the thresholds file and print
 the per-class table.
 """
 
@@ -71,7 +71,7 @@ def add_commands(sub) -> None:
 
 
 def _pool_below(text: str):
-    from ..thresholds import POOL_AUTO
+    from ..thresholds.core import POOL_AUTO
 
     if text == POOL_AUTO:
         return text
@@ -91,7 +91,7 @@ def _cmd_threshold(args) -> int:
     from ..io import read_data
     from ..persist import load
     from ..stream import model_read_options
-    from ..thresholds import fit_thresholds
+    from ..thresholds.core import fit_thresholds
 
     check_output(args.output, [args.data, args.model], "thresholds file")
     model = load(args.model)

@@ -35,7 +35,7 @@ Bounded memory: :func:`iter_data` reads CSV in chunks of ``chunk_rows`` rows
 and Parquet one row group at a time, sliced into chunks of at most
 ``chunk_rows`` rows, so memory depends on the chunk and the row group, not
 the file; :func:`read_stats` folds the chunks into
-mergeable statistics (:class:`topcal.stats.ScoreStats`). The class list and
+mergeable statistics (:class:`topcal.evidence.stats.ScoreStats`). The class list and
 the score range, which a whole-file read infers from all rows, are found
 first by a pass over the class columns only (:func:`scan_layout`), so every
 chunk is read with the same classes as one whole-file read would be.
@@ -44,7 +44,7 @@ One reader per input form, each from the input to validated data in one
 step, all through one column-role mapping: :func:`read_frame` (a DataFrame;
 ``_frame.py``), :func:`read_data` (a whole file; ``_file.py``),
 :func:`iter_data` / :func:`read_stats` (a file in chunks; ``_chunks.py``);
-arrays are read by :func:`topcal.inputs.read_arrays`. :func:`write_frames`
+arrays are read by :func:`topcal.io.inputs.read_arrays`. :func:`write_frames`
 (``_writer.py``, :class:`FrameWriter`) writes every output table, whatever the engine.
 """
 

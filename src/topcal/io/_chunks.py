@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, first_line
-from ..stats import DEFAULT_CELLS, ScoreStats
+from ..evidence.stats import DEFAULT_CELLS, ScoreStats
 from ._file import CSV_NA, check_header, csv_sep, data_path
 from ._frame import check_unique, layout_columns, read_frame, roles_from_options
 
@@ -303,7 +303,7 @@ def read_stats(
     after each chunk. ``stats_of``, if given, computes a chunk's statistics
     instead of ``ScoreStats.from_data(chunk, n_cells=n_cells)`` (a model's
     ``stats_of``: the loss tables of ``sts``/``csts``; or
-    :class:`topcal.evidence.Evidence`, statistics with confusion counts); they
+    :class:`topcal.evidence.core.Evidence`, statistics with confusion counts); they
     must have ``merge``, and the merged value is returned.
     """
     layout = scan_layout(path, chunk_rows, **options)

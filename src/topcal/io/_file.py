@@ -32,7 +32,7 @@ def data_path(path) -> Path:
         raise DataError(
             f"a data file is read from its path (str, bytes or pathlib.Path), got "
             f"{type(path).__name__}; arrays and DataFrames go to fit/predict directly "
-            "(or topcal.inputs.as_data)"
+            "(or topcal.io.inputs.as_data)"
         )
     return Path(path)
 

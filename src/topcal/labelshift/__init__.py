@@ -11,7 +11,7 @@ class k at score s changes in closed form (derivation: ``docs/label_shift.md``):
 
 where q_kj(s) is the share of true class j among the false positives of k
 near score s. The fitted calibrator stores those shares per predicted class
-and score region (:class:`topcal.confusion.ConfusionStats`).
+and score region (:class:`topcal.evidence.confusion.ConfusionStats`).
 
 This module
 

@@ -10,7 +10,7 @@ import numpy as np
 from .. import _progress
 from ..calibrators.base import Calibrator
 from ..calibrators.wrapper import Wrapper
-from ..confusion import ConfusionStats
+from ..evidence.confusion import ConfusionStats
 from ..data import TopLabelData, rows_by_class
 from .._params import Interval
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError

@@ -4,7 +4,7 @@ estimate (:func:`choose_shrink`), chosen by simulated shift on the test set's ow
 An estimated prior is used as pi = (1 - lam) pi_s + lam pi_hat. lam = 1 is the estimate, lam = 0
 no adaptation. The right lam depends on how well the estimator works *for this model and this
 use-set size*, which the model's stored counts (per predicted class and score region, the
-weight of each true class: :class:`~topcal.confusion.ConfusionStats`) let us simulate:
+weight of each true class: :class:`~topcal.evidence.confusion.ConfusionStats`) let us simulate:
 
 1. the population: the stored counts N, with each cell's false positives spread over the true
    classes by the same shrunk mix the adaptation uses (``fp_pseudocount``); a draw N* of the
@@ -52,7 +52,7 @@ import numpy as np
 
 from .. import _progress
 from .._numeric import binary_nll
-from ..confusion import ConfusionStats
+from ..evidence.confusion import ConfusionStats
 from ..errors import ParameterError
 from .estimators import (
     CellPosteriors,

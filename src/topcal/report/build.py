@@ -153,7 +153,7 @@ def build_report(
         A model adapted to a use set's priors (``topcal adapt``): adds the
         label-shift panel (source vs use priors, curves before and after).
     thresholds : (Calibrator, Thresholds), optional
-        A model and the thresholds chosen for it (:func:`topcal.thresholds.fit_thresholds`):
+        A model and the thresholds chosen for it (:func:`topcal.thresholds.core.fit_thresholds`):
         adds the acceptance panel (per class, accepted fraction against
         precision on ``data``, with the cut-off marked).
     classes : sequence of str, optional

@@ -308,7 +308,7 @@ def acceptance_figures(data, acceptance):
     it)."""
     if acceptance is None:
         return
-    from ..threshold_plots import acceptance_view, plot_acceptance
+    from ..thresholds.plots import acceptance_view, plot_acceptance
 
     model, th = acceptance
     view = acceptance_view(model, data, th)
@@ -341,7 +341,7 @@ def label_shift_figures(adapted):
     """Yield the label-shift figure of an adapted model (none without one)."""
     if adapted is None:
         return
-    from ..labelshift_plots import label_shift_view, plot_label_shift
+    from ..labelshift.plots import label_shift_view, plot_label_shift
 
     caption = (
         "Top: class priors of the test set and of the use set (with the bootstrap interval when "

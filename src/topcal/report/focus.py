@@ -1,8 +1,8 @@
 """The report's default: fit what the user is deciding about, once (issue 34, item 3).
 
 ``auto`` is fitted on all the data, and its own cross-validation (every candidate cross-fitted on
-the same seeded folds: :func:`~topcal.calibrators.crossfit.recording` keeps the run) gives the
-out-of-sample metrics of every candidate, nothing fitted again. ``auto``'s row is its choice's
+the same seeded folds: :func:`~topcal.calibrators.select.crossfit.recording` keeps the run) gives
+the out-of-sample metrics of every candidate, nothing fitted again. ``auto``'s row is its choice's
 (its blend's) out-of-fold confidences: the choice was made on those folds, so that row is
 slightly optimistic (``--methods all`` cross-fits ``auto`` itself, nested, at the cost of
 ``auto``'s whole cross-validation in every fold). The uncalibrated baseline and the
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..calibrators.auto import Auto
-from ..calibrators.crossfit import recording
+from ..calibrators.select.auto import Auto
+from ..calibrators.select.crossfit import recording
 from ..calibrators.registry import BASELINE, lookup
 from ..calibrators.wrapper import Wrapper
 from ..comparison import Comparison

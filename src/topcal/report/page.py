@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from ..calibrators.auto import TIER_LEGEND
+from ..calibrators.select.auto import TIER_LEGEND
 from ..calibrators.registry import BASELINE, lookup
 from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData

@@ -106,8 +106,8 @@ def binary_logit(data: TopLabelData) -> np.ndarray:
 def warm_start(warm, c, size: int) -> np.ndarray:
     """Newton's starting point in the optimiser's coordinates (log T, A / T): zeros (T = 1, no
     award),
-    or for a cross-validation fold's fit (:mod:`topcal.calibrators.crossfit`) the optimum of the
-    same
+    or for a cross-validation fold's fit (:mod:`topcal.calibrators.select.crossfit`) the optimum of
+    the same
     method on all the data, the fitted model ``warm``: class ``c``'s, or the shared ones for c
     None."""
     x = np.zeros(size)

@@ -20,8 +20,8 @@ from ...errors import DegenerateClassWarning
 from .. import intervals
 from ..base import Calibrator
 from ..foldmemo import sharing
-from ..hierarchical import HierarchicalPlatt
-from ..pooled import PooledBeta
+from ..pooled.hierarchical import HierarchicalPlatt
+from ..pooled.methods import PooledBeta
 from ..registry import register
 from .calibrator import StructuredMatrixScaling, VectorScaling
 

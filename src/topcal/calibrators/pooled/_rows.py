@@ -1,13 +1,13 @@
 """The rows of a ``hier-platt`` / ``hier-beta`` fit (:mod:`.hierarchical`): rows of equal (class,
 score) merged where that pays, the rows grouped by class with the solver's buffers (:class:`Rows`),
-and the binned rows of the strength scan (:func:`binned_rows`; :mod:`._hier_solve`)."""
+and the binned rows of the strength scan (:func:`binned_rows`; :mod:`._solve`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..data import TopLabelData, canonical_order, class_order
-from .foldmemo import memo, shared
+from ...data import TopLabelData, canonical_order, class_order
+from ..foldmemo import memo, shared
 
 __all__ = [
     "BINS",
@@ -271,7 +271,7 @@ def binned_rows(cols, tp, fp, g, k, u):
     NLL of a bin is then its rows' up to the second-order term (1/2) l''(m) sum_i w_i (m_i - m)^2
     (the first-order term vanishes at the mean): about h^2 / 24 x l'' x slope^2 per unit of weight
     for bins h wide in u. Used to find where the fits on the rows start
-    (:func:`._hier_solve.binned_search`), never as the fit. None where the binned rows would not
+    (:func:`._solve.binned_search`), never as the fit. None where the binned rows would not
     divide the rows by :data:`BIN_GAIN`, or below :data:`BIN_MIN_ROWS` rows.
     """
     n = tp.size

@@ -33,15 +33,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..data import TopLabelData
-from ..errors import DegenerateClassWarning, ModelFileError
-from .base import Calibrator, Curve, finite_array
-from .counts import Histogram
+from ...data import TopLabelData
+from ...errors import DegenerateClassWarning, ModelFileError
+from ..base import Calibrator, Curve, finite_array
+from ..counts import Histogram
 from .hierarchical import HierarchicalBeta
-from .kde import KDEMon2
-from .registry import get_class, register
-from .score import POOLED_CLASS, pooled_rows
-from .temperature import BinaryTemperatureScalingWithAwards
+from ..kde import KDEMon2
+from ..registry import get_class, register
+from ..score import POOLED_CLASS, pooled_rows
+from ..temperature import BinaryTemperatureScalingWithAwards
 
 __all__ = ["PooledPlatt", "PooledBeta", "PooledHistogram", "PooledKDEMon2", "POOLED_CLASS", "pool"]
 

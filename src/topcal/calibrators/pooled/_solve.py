@@ -1,6 +1,6 @@
 """The fit of ``hier-platt`` and ``hier-beta`` on their rows (:class:`~.hierarchical`'s ``Rows``):
 per-class penalised Newton, the approximate leave-one-out loss of a fit, the search over the prior
-strength, the posterior covariance (the model in :mod:`topcal.calibrators.hierarchical`'s
+strength, the posterior covariance (the model in :mod:`topcal.calibrators.pooled.hierarchical`'s
 docstring).
 
 Every row-length intermediate goes into the rows' buffers (S, T, E scratch, M margins, Q the two
@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import expit
 
-from .._numeric import PROB_CLIP, dot
+from ..._numeric import PROB_CLIP, dot
 
 __all__ = [
     "LAMBDA_GRID",
@@ -247,7 +247,7 @@ def local_search(rows, center, prior, warm_fits, j0, start=None, q_center=None, 
 
 def binned_search(rows, brows, center, prior, warm_fits, q_center=None):
     """(fits, losses, exact, scales) of the strength scan on the binned rows ``brows``
-    (:func:`._hier_rows.binned_rows`), finished on the rows.
+    (:func:`._rows.binned_rows`), finished on the rows.
 
     On the binned rows, every other grid point from the pooled end (each fit starting at the
     last), then the best one's two neighbours; then :func:`local_search` on the rows from the best

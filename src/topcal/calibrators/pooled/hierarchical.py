@@ -22,7 +22,7 @@ rows per class, the scan runs on binned rows, equal bins of logit(s) per
 class, and the fits on the rows walk downhill from its choice: 1-5 fits on the
 rows instead of 15 (neighbours whose binned losses are clearly worse are not
 fitted), the same choice, parameters within 1e-6 relative:
-``_hier_solve.binned_search``, tests/test_hier_binned.py), by the approximate
+``_solve.binned_search``, tests/test_hier_binned.py), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
 
@@ -51,7 +51,7 @@ smallest fitted strength lam_I whose loss is within ``ALO_SLACK_PER_PARAM`` x p
 nats of the best, plus d_k d_k' with d_k the difference between the chosen fit
 and lam_I's (so x' C_k x holds the squared margin difference between the two
 fits). Where classes hold a few rows (at most 4 a parameter), the loss behind lam_I is the exact
-leave-one-out loss for those classes, within 1.0 nats a parameter (:mod:`._hier_strength`: the
+leave-one-out loss for those classes, within 1.0 nats a parameter (:mod:`._strength`: the
 approximate one is poor at high leverage). With a fixed ``shrinkage``, lam_I = lam. C_k is stored
 per class in the model file (``cov``; docs/intervals.md).
 """
@@ -63,15 +63,15 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from . import intervals
-from .._params import Interval, Options
-from ..data import TopLabelData
-from .temperature import BINARY_SCORE_FLOOR
-from .base import Calibrator, Curve, finite_array, support_list, to_jsonable
-from .registry import register
-from ._hier_rows import Rows, binned_rows, merge_equal_rows
-from ._hier_strength import interval_strength
-from ._hier_solve import (
+from .. import intervals
+from ..._params import Interval, Options
+from ...data import TopLabelData
+from ..temperature import BINARY_SCORE_FLOOR
+from ..base import Calibrator, Curve, finite_array, support_list, to_jsonable
+from ..registry import register
+from ._rows import Rows, binned_rows, merge_equal_rows
+from ._strength import interval_strength
+from ._solve import (
     BINNED_TOL,
     LAMBDA_GRID,
     binned_search,
@@ -242,7 +242,7 @@ class _Hierarchical(Calibrator):
             # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p
             # of the best (the strength is not known; docs/intervals.md), its fit's distance to the
             # chosen one added
-            # (classes of a few rows: the exact leave-one-out loss, _hier_strength; not for a
+            # (classes of a few rows: the exact leave-one-out loss, _strength; not for a
             # cross-validation fold's scratch fit, which keeps no interval)
             small_ok = k > 1 and not self._scratch
             ji = interval_strength(rows, fits, exact, center, prior, j) if small_ok else None

@@ -31,9 +31,9 @@ from os import PathLike
 
 import numpy as np
 
-from .data import SUM_TOLERANCE, TopLabelData
-from .errors import DataError, first_line
-from .io import read_data, read_frame
+from ..data import SUM_TOLERANCE, TopLabelData
+from ..errors import DataError, first_line
+from . import read_data, read_frame
 
 __all__ = ["as_data", "read_arrays", "to_array", "KINDS"]
 

@@ -14,7 +14,7 @@ classes, fits on 10,000-12,500 rows against the K folds' 20,000-32,000 dropped `
 ``hier-platt``, members of the blend there: held out 0.3-0.7% worse); the K folds then take
 the contenders' confidences on that fold from it instead of fitting it again
 (:func:`~.crossfit.cross_fit`'s ``done``). Its table is auto's
-(:func:`~.auto_select.tabulate_cv`: mean NLL, standard error of the paired difference to the
+(:func:`~.rules.tabulate_cv`: mean NLL, standard error of the paired difference to the
 stage's best).
 
 Stage 2: the candidates whose stage-1 excess over the best is at most :data:`MARGIN` standard
@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import warnings
 
-from ..data import TopLabelData, kfold_split
-from ..errors import TopcalError
-from .auto_select import tabulate_cv
+from ...data import TopLabelData, kfold_split
+from ...errors import TopcalError
+from .rules import tabulate_cv
 from .crossfit import CrossFit, recorded, scratch_fit
-from .foldmemo import sharing
-from .registry import BASELINE, fits_from_counts
+from ..foldmemo import sharing
+from ..registry import BASELINE, fits_from_counts
 
 __all__ = [
     "SCREEN_ROWS",
@@ -101,7 +101,7 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
     ``run.warm`` holds the fits of the methods whose refit may start from them (``_warm_refit``:
     where the first look decides, auto's final fit does; :func:`~.crossfit.refit_start`).
 
-    ``table`` is :func:`~.auto_select.tabulate_cv`'s on the test part; a method that failed has
+    ``table`` is :func:`~.rules.tabulate_cv`'s on the test part; a method that failed has
     its error there. The run (a :class:`~.crossfit.CrossFit` of one fold: the test part) is
     recorded for :func:`~.crossfit.recording` blocks before the K folds' (the report reuses the
     last one: the first look's where it decided).

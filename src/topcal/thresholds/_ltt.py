@@ -1,4 +1,4 @@
-"""The numeric core of Learn-then-Test and of SGR (:mod:`topcal.thresholds` builds on it).
+"""The numeric core of Learn-then-Test and of SGR (:mod:`topcal.thresholds.core` builds on it).
 
 Binomial tail p-values, the fewest testable predictions, accepted counts per candidate cut-off,
 fixed-sequence testing (one sequence, several starts), and Selection with Guaranteed Risk

@@ -2,11 +2,11 @@
 
 A calibrator is a function of its evidence. For the score methods that is,
 per predicted class and score cell, the TP and FP counts
-(:class:`~topcal.stats.ScoreStats`); for ``sts``/``csts`` fitted with
+(:class:`~topcal.evidence.stats.ScoreStats`); for ``sts``/``csts`` fitted with
 ``keep_stats=True``, additive loss tables. Beside them, for label-shift
 adaptation, the true classes behind each class's predictions per score
-region (:class:`~topcal.confusion.GridConfusion` on the score cells while a
-fit gathers it, :class:`~topcal.confusion.ConfusionStats` in a fitted
+region (:class:`~topcal.evidence.confusion.GridConfusion` on the score cells while a
+fit gathers it, :class:`~topcal.evidence.confusion.ConfusionStats` in a fitted
 model's regions). Both parts are sums over rows, so evidence gathered from
 chunks of a file, partitions of a Dask DataFrame or batches arriving over
 time merges into the evidence of all of it, in any grouping:
@@ -42,8 +42,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .confusion import ConfusionStats, GridConfusion
-from .data import TopLabelData
-from .errors import DataError, TopcalWarning
+from ..data import TopLabelData
+from ..errors import DataError, TopcalWarning
 from .fingerprint import SCHEME, Fingerprint
 from .stats import DEFAULT_CELLS, ScoreStats
 
@@ -120,7 +120,7 @@ class Evidence:
         model's regions (ConfusionStats), or None (binned data, statistics
         alone: the model cannot be adapted).
     fingerprint : Fingerprint or None
-        What is remembered of the rows themselves (:mod:`topcal.fingerprint`),
+        What is remembered of the rows themselves (:mod:`topcal.evidence.fingerprint`),
         so that a guarantee is never computed on them; None where no rows
         were seen (statistics alone).
     marks : tuple of str
@@ -159,7 +159,8 @@ class Evidence:
         fingerprint: Fingerprint | None = None,
     ) -> "Evidence":
         """What a fit keeps of labelled ``data``: the given ``stats`` (or, with ``count_stats``,
-        :class:`~topcal.stats.ScoreStats` on the default grid), the label-shift counts and the
+        :class:`~topcal.evidence.stats.ScoreStats` on the default grid), the label-shift counts and
+        the
         rows' ``fingerprint``. Counts of per-sample rows are made when first read, from a compact
         copy of the rows; those of binned or weighted rows at once."""
         rows = _Rows.of(data)
@@ -225,7 +226,7 @@ class Evidence:
 
         A model fitted from the merged evidence of parts (streamed, Dask) is the model ``fit``
         gives on an Evidence of them, bit for bit, and keeps the fingerprint of all the rows (it
-        merges exactly: :mod:`topcal.fingerprint`), as a fit on the rows in memory does.
+        merges exactly: :mod:`topcal.evidence.fingerprint`), as a fit on the rows in memory does.
         """
         return cls(
             ScoreStats.from_data(data, n_cells=n_cells),
@@ -260,7 +261,7 @@ class Evidence:
 
     def merge(self, *others: "Evidence") -> "Evidence":
         """The evidence of all the parts; label-shift counts and fingerprint only where every part
-        has them (a fingerprint: hashed by one scheme, :mod:`topcal.fingerprint`)."""
+        has them (a fingerprint: hashed by one scheme, :mod:`topcal.evidence.fingerprint`)."""
         stats = self.stats.merge(*(o.stats for o in others))
         prints = [self.fingerprint, *(o.fingerprint for o in others)]
         fingerprint = None

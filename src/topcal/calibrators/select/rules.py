@@ -1,8 +1,8 @@
 """auto's candidates and choice: the defaults, simplicity tiers, paired standard errors, the
 cross-validation table, the rule and the blend.
 
-Moved out of :mod:`topcal.calibrators.auto` (which re-exports every name here, and whose docstring
-describes the rule and the blend) so that each file stays under 600 lines (issue 38).
+Moved out of :mod:`topcal.calibrators.select.auto` (which re-exports every name here, and whose
+docstring describes the rule and the blend) so that each file stays under 600 lines (issue 38).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._numeric import binary_nll, dot
-from ..errors import TopcalError
-from ..metrics import nll
+from ..._numeric import binary_nll, dot
+from ...errors import TopcalError
+from ...metrics import nll
 from .blend import blend_weights
-from .registry import available_methods, fits_from_counts, get_class, is_registered
+from ..registry import available_methods, fits_from_counts, get_class, is_registered
 
 __all__ = [
     "DEFAULT_CANDIDATES",

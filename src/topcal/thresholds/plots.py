@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import TopLabelData, rows_by_class
-from .plots.draw import plain
-from .thresholds import Thresholds
+from ..data import TopLabelData, rows_by_class
+from ..plots.draw import plain
+from .core import Thresholds
 
 __all__ = [
     "AcceptanceCurve",

@@ -11,7 +11,7 @@ the method's own numeric entries.
 :func:`summary` is the summary as a dict (its keys are listed in docs/cli.md, "describe");
 :func:`summary_text` renders it in at most about 60 lines at any class count (every class as one
 row up to :data:`EVERY_CLASS` classes; above, the spread over classes and the :data:`LISTED` worst
-and smallest); :func:`describe_text` (:mod:`topcal.describe_full`) is every entry of every class
+and smallest); :func:`describe_text` (:mod:`topcal.describe.full`) is every entry of every class
 (or of the classes named).
 """
 
@@ -22,13 +22,13 @@ import textwrap
 
 import numpy as np
 
-from ._tables import text_table
-from .calibrators.auto_select import tier
-from .calibrators.hooks import register_hook
-from .calibrators.registry import BASELINE
-from .describe_full import body_of, class_lines, describe_text, description_of, entry_text
-from .describe_full import updated_lines
-from .errors import TopcalError
+from .._tables import text_table
+from ..calibrators.select.rules import tier
+from ..calibrators.hooks import register_hook
+from ..calibrators.registry import BASELINE
+from .full import body_of, class_lines, describe_text, description_of, entry_text
+from .full import updated_lines
+from ..errors import TopcalError
 
 __all__ = [
     "describe_text",

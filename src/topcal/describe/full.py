@@ -1,5 +1,5 @@
 """Every entry of a fitted model's description as text (``topcal describe --full``), and the
-pieces of ``describe()``'s dict the summary (:mod:`topcal.describing`) reads the same way.
+pieces of ``describe()``'s dict the summary (:mod:`topcal.describe.summary`) reads the same way.
 
 One plain function of ``model.describe()``'s dict: the method, its parameters and score range,
 what a wrapper or a blend adds in head lines (auto's choice and cross-validation table, a blend's

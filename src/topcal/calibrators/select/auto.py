@@ -77,10 +77,10 @@ import warnings
 
 import numpy as np
 
-from .._params import Interval, NoneOr
-from ..data import TopLabelData, stratified_subsample
-from ..errors import DegenerateClassWarning, ParameterError, TopcalWarning
-from .auto_select import (
+from ..._params import Interval, NoneOr
+from ...data import TopLabelData, stratified_subsample
+from ...errors import DegenerateClassWarning, ParameterError, TopcalWarning
+from .rules import (
     BLEND_GATE,
     BLEND_SIZE,
     CV_ROWS,
@@ -97,18 +97,12 @@ from .auto_select import (
     tabulate_cv,
     tier,
 )
-from .base import Calibrator, to_jsonable
+from ..base import Calibrator, to_jsonable
 from .blend import Blend
 from .crossfit import cross_fit, refit_start
 from . import staging
-from .registry import (
-    BASELINE,
-    calibrator,
-    fits_from_counts,
-    get_class,
-    register,
-)
-from .wrapper import Wrapper
+from ..registry import BASELINE, calibrator, fits_from_counts, get_class, register
+from ..wrapper import Wrapper
 
 __all__ = [
     "Auto",

@@ -24,11 +24,11 @@ import warnings
 
 import numpy as np
 
-from .._numeric import PROB_CLIP
-from ..data import TopLabelData
-from ..errors import DegenerateClassWarning, ParameterError
-from .base import Calibrator, Curve, finite_array
-from .registry import fits_from_counts, get_class, is_registered, register
+from ..._numeric import PROB_CLIP
+from ...data import TopLabelData
+from ...errors import DegenerateClassWarning, ParameterError
+from ..base import Calibrator, Curve, finite_array
+from ..registry import fits_from_counts, get_class, is_registered, register
 
 __all__ = ["Blend", "blend_weights", "MIN_WEIGHT"]
 

@@ -48,12 +48,12 @@ from typing import Callable
 
 import numpy as np
 
-from .. import _progress
-from .._numeric import binary_nll
-from ..data import TopLabelData, kfold_split
-from ..errors import DataError, TopcalError
-from .foldmemo import sharing
-from .registry import calibrator, get_class
+from ... import _progress
+from ..._numeric import binary_nll
+from ...data import TopLabelData, kfold_split
+from ...errors import DataError, TopcalError
+from ..foldmemo import sharing
+from ..registry import calibrator, get_class
 
 __all__ = [
     "CrossFit",

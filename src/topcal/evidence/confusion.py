@@ -23,7 +23,7 @@ its streamed and Dask forms count new data in the model's regions
 (:meth:`ConfusionStats.count`) and add. A *fit* in one pass over data that do
 not fit in memory cannot know its FP quantiles in advance, so it counts
 :class:`GridConfusion` instead -- per predicted class, score cell (the grid of
-:class:`~topcal.stats.ScoreStats`) and true class -- and draws the regions
+:class:`~topcal.evidence.stats.ScoreStats`) and true class -- and draws the regions
 after the pass by the same rule, on scores moved to their cell midpoints (what
 a fit from statistics sees of them): :meth:`GridConfusion.to_confusion` equals
 ``ConfusionStats.from_data`` of the data with every score on its cell midpoint.
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import TopLabelData, rows_by_class
-from .errors import DataError
+from ..data import TopLabelData, rows_by_class
+from ..errors import DataError
 from .stats import DEFAULT_CELLS, cell_index, cell_midpoints
 
 __all__ = [
@@ -232,7 +232,7 @@ class GridConfusion:
 
     What a one-pass fit counts where the regions of :class:`ConfusionStats`
     (quantiles of the FP scores) cannot be known in advance. Cells are those of
-    :class:`~topcal.stats.ScoreStats` (``n_cells`` equal cells of the score
+    :class:`~topcal.evidence.stats.ScoreStats` (``n_cells`` equal cells of the score
     range). Only non-empty (class, cell, true class) triples are kept, in key
     order, so any split merged in any order gives the same counts bit for bit
     (integer counts). Size: at most the number of distinct triples, itself at

@@ -47,7 +47,7 @@ which it is (``ClassCutoff.on``). Both families' statements hold together with p
 Assumptions: the labelled rows and the rows the cut-offs are applied to are
 exchangeable (i.i.d. from one distribution), per predicted class; the
 calibrator was fitted on other rows (enforced: the model's
-:class:`~topcal.fingerprint.Fingerprint`). See docs/thresholds.md.
+:class:`~topcal.evidence.fingerprint.Fingerprint`). See docs/thresholds.md.
 """
 
 from __future__ import annotations
@@ -66,11 +66,11 @@ from ._ltt import (
     sequences,
     sgr_threshold,
 )
-from .data import TopLabelData
-from .errors import DataError, NotFittedError, TopcalError, TopcalWarning
-from .fingerprint import MAX_OVERLAP, WARN_OVERLAP
-from .inputs import as_data
-from .threshold_cutoffs import (
+from ..data import TopLabelData
+from ..errors import DataError, NotFittedError, TopcalError, TopcalWarning
+from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP
+from ..io.inputs import as_data
+from .cutoffs import (
     FORMAT,
     ClassCutoff,
     Thresholds,
@@ -258,8 +258,8 @@ def _fingerprint(model):
 def check_not_fitting_data(model, data: TopLabelData) -> None:
     """Raise DataError when ``data`` holds the rows ``model`` was fitted on: all of them, most of
     them (a superset or a resample), or mostly consists of them (bit for bit or re-encoded: see
-    :mod:`topcal.fingerprint`); warn where at least :data:`WARN_OVERLAP` of its rows are fitting
-    rows.
+    :mod:`topcal.evidence.fingerprint`); warn where at least :data:`WARN_OVERLAP` of its rows are
+    fitting rows.
 
     Models saved before fingerprints were kept cannot be checked; then nothing is raised.
     """

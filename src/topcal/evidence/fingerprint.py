@@ -1,6 +1,6 @@
 """A cheap fingerprint of the rows a model was fitted on.
 
-A guarantee computed on labelled data (:mod:`topcal.thresholds`) is void when
+A guarantee computed on labelled data (:mod:`topcal.thresholds.core`) is void when
 those rows are the ones the calibrator was fitted on. To refuse them, a
 fitted model keeps a :class:`Fingerprint` of its fitting rows:
 
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import TopLabelData
+from ..data import TopLabelData
 
 __all__ = [
     "MAX_OVERLAP",
@@ -91,7 +91,7 @@ COARSE_REACH = 3
 #: Rows scoring above this have no coarse key (module docstring); so do scores below 0.
 COARSE_TOP = 1.0 - 1e-3
 #: Share of the fitting rows found in some labelled data, or of the data's rows that are fitting
-#: rows, from which a guarantee (topcal.thresholds) or an update refuses the data.
+#: rows, from which a guarantee (topcal.thresholds.core) or an update refuses the data.
 MAX_OVERLAP = 0.5
 #: Share of the data's rows that look like fitting rows from which they warn (held-out halves of
 #: real networks' outputs: 0-1.4% by chance).
@@ -282,7 +282,7 @@ class Fingerprint:
 
     def merge(self, other: "Fingerprint") -> "Fingerprint":
         """The fingerprint of both row sets together (both hashed by one scheme: ValueError
-        otherwise; :meth:`~topcal.evidence.Evidence.merge` keeps none then)."""
+        otherwise; :meth:`~topcal.evidence.core.Evidence.merge` keeps none then)."""
         if other.scheme != self.scheme:
             raise ValueError(
                 f"fingerprints of hash schemes {self.scheme} and {other.scheme} do not merge"

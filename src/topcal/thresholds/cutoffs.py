@@ -1,11 +1,11 @@
-"""The cut-offs :func:`topcal.thresholds.fit_thresholds` chooses, and their file.
+"""The cut-offs :func:`topcal.thresholds.core.fit_thresholds` chooses, and their file.
 
 :class:`ClassCutoff` (one class's, the shared group's or the global cut-off with its counts and
 test), :class:`Thresholds` (all of them with the guarantee they carry: ``accept``, the notebook
 view, the statements), :func:`model_digest` (which model they belong to) and the versioned JSON
 file with a checksum (:meth:`Thresholds.save`, :func:`load_thresholds`, :func:`loads_thresholds`),
-every field checked on load. Moved out of :mod:`topcal.thresholds` as is (issue 38: no file over
-600 lines); that module chooses the cut-offs (Learn-then-Test) and re-exports every name here.
+every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (issue 38: no file
+over 600 lines); that module chooses the cut-offs (Learn-then-Test) and re-exports every name here.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._fileio import read_text, write_text
-from ._params import Interval, Options, validate_params
-from ._version import __version__
-from .data import preview
-from .errors import ModelFileError, TopcalError
-from .persist import canonical_json
+from .._fileio import read_text, write_text
+from .._params import Interval, Options, validate_params
+from .._version import __version__
+from ..data import preview
+from ..errors import ModelFileError, TopcalError
+from ..persist import canonical_json
 
 __all__ = [
     "Thresholds",
@@ -47,7 +47,7 @@ MULTIPLICITY = ("per-class", "bonferroni")
 
 #: What a cut-off is on: the calibrated confidence (ties broken by the raw score), or the raw
 #: top score itself (a global or shared cut-off, where the raw order accepted more: see
-#: topcal.thresholds).
+#: topcal.thresholds.core).
 ON = ("confidence", "score")
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_expit
 
-from ._hier_solve import LAMBDA_GRID, alo_loss, newton
+from ._solve import LAMBDA_GRID, alo_loss, newton
 
 __all__ = ["EXACT_LOO_ROWS_PER_PARAM", "EXACT_SLACK_PER_PARAM", "exact_loo", "interval_strength"]
 
@@ -44,7 +44,7 @@ def _subset(rows, keep_class):
 
 
 def exact_loo(rows, theta, center, prior, lam: float) -> float:
-    """Leave-one-out NLL (summed over units of weight, as :func:`._hier_solve.alo_loss`) of the
+    """Leave-one-out NLL (summed over units of weight, as :func:`._solve.alo_loss`) of the
     penalised per-class fit ``theta`` at ``lam``, each unit left out and its class refitted."""
     k = rows.k
     g = rows.row_classes()

@@ -55,8 +55,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .data import TopLabelData
-from .errors import DataError
+from ..data import TopLabelData
+from ..errors import DataError
 
 __all__ = ["ScoreStats", "DEFAULT_CELLS", "EXACT_SCORES"]
 

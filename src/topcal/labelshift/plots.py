@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import TopcalError
-from .labelshift import AdaptedCalibrator
-from .plots.draw import plain, plain_all
+from ..errors import TopcalError
+from . import AdaptedCalibrator
+from ..plots.draw import plain, plain_all
 
 __all__ = ["LabelShiftView", "label_shift_view", "plot_label_shift"]
 

@@ -145,7 +145,7 @@ class Calibrator(EvidenceKeeping):
     #: spread around it and the interval adds it (:mod:`.spread`).
     _pools_classes: ClassVar[bool] = False
     #: The between-class spread table (:func:`.spread.measure`); None: not measured (a method
-    #: with per-class curves, a model file from before 2026-11-27, a cross-validation fold's fit).
+    #: with per-class curves, an older model file, a cross-validation fold's fit).
     _spread: dict | None = None
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}

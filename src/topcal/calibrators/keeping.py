@@ -2,7 +2,7 @@
 and the model file.
 
 :class:`EvidenceKeeping` is a base of :class:`~.base.Calibrator`, moved out of ``base.py`` as is
-(issue 38: no file over 600 lines): ``evidence_`` and ``evidence_of``, a fit from evidence,
+(no file over 600 lines): ``evidence_`` and ``evidence_of``, a fit from evidence,
 ``update`` (:mod:`.updating` merges, ``_refit`` refits), the statistics a model keeps
 (``_stats_of``, ``_keeps_stats``) and ``to_dict`` / ``from_dict`` (:mod:`.modelfile`). It uses the
 contract's ``fit``, ``_check_fitted``, ``_get_state`` and ``_set_state``, and the ``_evidence`` and

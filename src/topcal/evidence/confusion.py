@@ -365,7 +365,7 @@ def _counts_in_regions(
     for j in range(width):
         region += table[pred, j] < score
     # only classes with rows get their own counts: at 10^4 classes a K x K table of zeros was 5 x a
-    # 2,000-row input (issue 37); the others share one read-only block of zeros
+    # 2,000-row input; the others share one read-only block of zeros
     present = np.bincount(pred, minlength=K) > 0
     first = np.concatenate([[0], np.cumsum(np.where(present, n_edges + 1, 0))])  # first regions
     key = (first[pred] + region) * K + labels

@@ -520,7 +520,7 @@ def bootstrap(run, resample, rng, n_bootstrap: int, point, n_rows: int | None) -
 def _em_posteriors(model, data: TopLabelData, fp_pseudocount: float):
     """What EM runs on: :func:`source_posteriors`; the top-label posterior as sparse plus rank one
     (:class:`CellMix`), the same values, so a step costs the rows and their cells' nonzeros, not
-    rows x classes (issue 37: 1,500 classes took minutes)."""
+    rows x classes (1,500 classes took minutes)."""
     if _uses_vectors(source_model(model), data):
         return source_posteriors(model, data, fp_pseudocount=fp_pseudocount)
     stats = confusion_of(model)

@@ -77,7 +77,7 @@ SHRINK_GRID = np.linspace(0.0, 1.0, 21)
 #: Simulated use sets per round (two rounds); the choice is a mean over them, with its standard
 #: error. Not tuned. Cost: the estimator's runs on the resamples. The resamples are kept sparse
 #: (:class:`CellMix`), so EM costs their nonzeros, not cells x classes: 0.1-0.3 s for 100 classes,
-#: 2.4 s (em) and 14 s (bbse, its dense NNLS) for ImageNet's 1,000 (measured 2026-11-24, 2 cores).
+#: 2.4 s (em) and 14 s (bbse, its dense NNLS) for ImageNet's 1,000 (measured on 2 cores).
 SAFETY_SIMULATIONS = 20
 #: EM's tolerance inside the simulation (the real estimate uses EM_TOL): a lam grid step of 0.05
 #: is far coarser than any prior moving by 1e-6.

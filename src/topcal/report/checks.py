@@ -324,7 +324,7 @@ def diagnose(
             b = res[best].nll.per_class[c]
             # every method loses to the raw score by more than the closeness ratio: "gains little"
             # would hide
-            # harm (issue 34: a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
+            # harm (a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
             if b is not None and b > CLOSE_NLL_RATIO * u:
                 out.append(
                     Finding(

@@ -4,7 +4,7 @@
 test), :class:`Thresholds` (all of them with the guarantee they carry: ``accept``, the notebook
 view, the statements), :func:`model_digest` (which model they belong to) and the versioned JSON
 file with a checksum (:meth:`Thresholds.save`, :func:`load_thresholds`, :func:`loads_thresholds`),
-every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (issue 38: no file
+every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (no file
 over 600 lines); that module chooses the cut-offs (Learn-then-Test) and re-exports every name here.
 """
 
@@ -144,7 +144,7 @@ class ClassCutoff:
     def from_dict(cls, d: dict) -> "ClassCutoff":
         """Rebuild from :meth:`to_dict` output; every field checked (raises ValueError): a
         hand-edited cut-off of -inf, 2 or true would accept rows no guarantee covers. ``group`` and
-        ``score_cutoff`` are absent from files before issue 33 (read as None)."""
+        ``score_cutoff`` may be absent from a file (read as None)."""
         if not isinstance(d, dict):
             raise ValueError(f"a cut-off entry must be an object, got {type(d).__name__}")
         unit, count = Interval(0, 1), Interval(0, None)
@@ -238,7 +238,7 @@ class Thresholds:
 
         ``pred``: class indices in ``classes``; rows of a class without a cut-off are not accepted.
         ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
-        where a cut-off has a ``score_cutoff``: files since issue 33).
+        where a cut-off has a ``score_cutoff``).
         """
         if self.mode == "global":
             return self.overall.accepts(confidence, score)
@@ -265,7 +265,7 @@ class Thresholds:
     @classmethod
     def from_dict(cls, d: dict) -> "Thresholds":
         """Rebuild from :meth:`to_dict` output; every field checked like a model file's
-        (raises ValueError). ``shared`` and ``pool_below`` are absent from files before issue 33."""
+        (raises ValueError). ``shared`` and ``pool_below`` may be absent from a file."""
         classes, per_class = _field(d, "classes", list), _field(d, "per_class", list)
         if not all(isinstance(c, str) for c in classes) or len(set(classes)) != len(classes):
             raise ValueError("classes must be distinct names (strings)")

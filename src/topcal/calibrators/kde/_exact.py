@@ -426,7 +426,7 @@ class ExactLooBatch:
     #: (measured: no gain), and keeping its terms would only raise the peak memory.
     MAX_BLOCK = 65_536
 
-    #: Elements of the flat buffer of kernel terms (1 MB; 8 MB before 2026-11-27, ~10x a
+    #: Elements of the flat buffer of kernel terms (1 MB; 8 MB once, ~10x a
     #: 10^4 x 10 input: more buys nothing, exp runs over cache-sized stretches of it).
     LOO_FLAT_ELEMENTS = CACHE_ELEMENTS
 

@@ -108,7 +108,7 @@ OPT_ROUNDS = 3
 EXACT_MAX_ROWS = 512
 #: The same limit for the mon rules' scan: their binned classes are scanned in
 #: lockstep, where a (class, bandwidth) costs ~0.1 ms, less than the exact
-#: engine's 513 x rows terms above ~100 rows (measured 2026-11-26: 10^4 rows x 10
+#: engine's 513 x rows terms above ~100 rows (measured: 10^4 rows x 10
 #: classes of 220-512 rows fit 2.3 x faster with them binned). PhANNs' classes
 #: (100 binned rows each) stay exact.
 SCAN_EXACT_MAX_ROWS = 128

@@ -34,12 +34,10 @@ al. 1984), the one of
 the lowest tier, and within a tier the one with the smallest mean. So on few
 samples a simpler fit that is as good as the best within noise wins over a
 richer one that won by chance, and where the data can tell, the best wins.
-From 2026-11-25 to 27 the default was 0.75: on the 32 cells of issue 22's grid
-(``benchmarks/bench_auto_tolerance.py``) it fixed one cell where a pooled curve chosen at 0.96 SE
-generalised 9% worse. The blend below fixes that cell at 1 SE too, with the same median over
-the grid, and on the full benchmark sets 0.75 lost 0.24% on DenseNet-BC-100 CIFAR-100 (5-fold)
-where 1 loses 0.2% on LeNet-5 CIFAR-10 (2-fold) and stays ahead of every peer there
-(docs/benchmarks.md, "auto-blend").
+Why 1 and not 0.75: on the 32 cells of the auto-rule grid
+(``benchmarks/bench_auto_tolerance.py``) 0.75 fixed one cell where a pooled curve chosen at
+0.96 SE generalised 9% worse, but the blend below fixes that cell at 1 SE too, and on the full
+benchmark sets 0.75 lost 0.24% on DenseNet-BC-100 CIFAR-100 (docs/benchmarks.md, "auto-blend").
 The choice is global (one method for every class). A candidate that fails
 in a fold is dropped (recorded with its error), never fatal.
 
@@ -62,7 +60,7 @@ regression, before; docs/benchmarks.md), and 10^5 rows measure NLL differences o
 (the standard errors in the table say how well). Binned data always chooses on all its bins (its
 cost is its bins, not its counts). ``cv_rows=None`` always chooses on all the rows.
 
-**The first look** (``screen``; issue 36, :mod:`.staging`): before the K folds, one cheap fit of
+**The first look** (``screen``, :mod:`.staging`): before the K folds, one cheap fit of
 every candidate; only those within 3 standard errors of its best get the K folds (``stages_``).
 
 The model file records the choice, the best candidate, and every
@@ -188,7 +186,7 @@ class Auto(Wrapper):
         "error": str or None}}``: held-out NLL of every candidate (mean over
         samples; per class, mean over the class's positives: kept for the
         chosen method, the blend's members and ``uncalibrated``, None for the
-        other candidates and for those that failed; files before 2026-11-27
+        other candidates and for those that failed; older files
         hold every candidate's).
     cv_samples_ : float
         Samples the cross-validation ran on (fewer than ``fit_samples_`` where
@@ -198,8 +196,8 @@ class Auto(Wrapper):
         ``update`` adds samples to the model, not to this).
     stages_ : dict or None
         The first look (:func:`~.staging.record`: its samples, margin, best, and per candidate
-        its first-look NLL and the stage it reached), or None where it did not run (files
-        before 2026-11-27 included: every candidate reached the K folds).
+        its first-look NLL and the stage it reached), or None where it did not run (older files
+        included: every candidate reached the K folds).
     """
 
     in_paper = (
@@ -251,7 +249,7 @@ class Auto(Wrapper):
         if self.candidates is None and data.n_classes > max(data.n_rows / 2, LARGE_SYSTEM_CLASSES):
             # tswa fits K awards and a temperature in one Newton system of (K + 1)^2 entries: with
             # over 1,000 classes and more than half the rows that outgrows the data (2,000 x 10^4:
-            # 28 x the input in memory, issue 37), each award on under two rows. Named, it runs.
+            # 28 x the input in memory), each award on under two rows. Named, it runs.
             run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
         if (
             self.candidates is None
@@ -589,6 +587,6 @@ class Auto(Wrapper):
                 "refitted_from must name another candidate of the cross-validation table"
             )
         self.refitted_from_ = was
-        # files before the first look (2026-11-27), and fits without one: none
+        # files written before the first look existed, and fits without one: none
         st = state.get("stages")
         self.stages_ = None if st is None else staging.check_record(st, list(cv))

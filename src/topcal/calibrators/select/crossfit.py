@@ -29,7 +29,7 @@ tolerance (relative 1e-10 on the loss), so the confidences agree with
 cold-started fits to about 1e-8 relative (tested: auto's cross-validation
 table within 1e-6 relative, the same choice; on the benchmark sets within
 1e-10). The warm start saves about a third of a fold's sts fit and a sixth
-of a hierarchical one (issue 26). Per-class and award temperature fits start
+of a hierarchical one. Per-class and award temperature fits start
 cold: a class with (almost) only true or false positives has a loss flat
 toward a bound, where the optimiser's stop depends on its start (on the
 ImageNet set, about 40 rows a class, a warm-started ``btswa``'s fold NLL
@@ -170,7 +170,7 @@ def _reusable(done, fold, names) -> dict:
 def refit_start(name: str | None, *runs):
     """The fit of ``name`` in the first of ``runs`` that is not None (auto: the K folds' all-data
     fits, else the first look's) where its method may start a refit on the same or more rows
-    there (``_warm_refit``: the vector maps, issue 36; auto's final fit), else None (also for
+    there (``_warm_refit``: the vector maps; auto's final fit), else None (also for
     ``name`` None: a blend). Every run's fits are dropped."""
     runs = [r for r in runs if r is not None]
     ok = runs and name is not None and get_class(name)._warm_refit
@@ -285,7 +285,7 @@ def cross_fit(
                         continue
                     if on_model is not None:
                         on_model(name, f, model, train)
-                    model = None  # not held while the next method fits (issue 26, peak memory)
+                    model = None  # not held while the next method fits (peak memory)
             train = None
     finally:
         bar.close()

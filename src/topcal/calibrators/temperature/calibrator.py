@@ -407,7 +407,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
 
     def _solve_profile(self, d, others, data, make, x0, lo, hi, fixed):
         """:meth:`_solve` for tswa by the profile loss (:class:`._profile.ProfileObjective`): the
-        same optimum, one pass over the others per step however many classes (issue 36). Where it
+        same optimum, one pass over the others per step however many classes. Where it
         fails, the joint Newton of :meth:`_solve` (and its fallback) instead."""
 
         def profile(loss, start):
@@ -454,7 +454,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         fit
         needed it. It runs on one BLAS thread: its BLAS calls on 1-2 numbers cost ~5 ms each
         threaded
-        on a busy machine (issue 26: 10 of 22 s of an auto fit on 2,000 rows of 100 classes).
+        on a busy machine (10 of 22 s of an auto fit on 2,000 rows of 100 classes).
         """
         from scipy.optimize import minimize
 

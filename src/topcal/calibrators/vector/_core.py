@@ -248,7 +248,7 @@ class VectorObjective:
 
     With ``pred`` (each row's original predicted class), every gradient pass also keeps the rows'
     :func:`top_margin` at its parameters (:meth:`margin_at`): the fit's confidence on its own rows
-    without another pass over them (issue 36: at 10^5 x 1,000 that pass was ~0.9 s a fit)."""
+    without another pass over them (at 10^5 x 1,000 that pass was ~0.9 s a fit)."""
 
     def __init__(self, x, labels, w, layout: Layout, reg: float, pred=None):
         self.x, self.labels, self.w, self.layout = (
@@ -434,7 +434,7 @@ def top_margin(layout: Layout, theta, x: np.ndarray, pred: np.ndarray) -> np.nda
 
 def data_margin(layout: Layout, theta, data: TopLabelData, beta: float, mix: float) -> np.ndarray:
     """:func:`top_margin` of :func:`features` of ``data`` (the same numbers), block by block from
-    the scores: a prediction makes no (n, K) array (issue 36: at 10^5 x 1,000 a fresh one cost
+    the scores: a prediction makes no (n, K) array (at 10^5 x 1,000 a fresh one cost
     0.6-4 s of page faults, the log and the rescale of it 2.5 s)."""
     out = np.empty(data.n_rows)
     for a, b, xb in feature_blocks(data, beta, mix):

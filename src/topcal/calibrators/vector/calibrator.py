@@ -106,8 +106,8 @@ class _VectorBase(Calibrator):
     #: the parameters' covariance (None until fitted, or where the delta method is not run)
     param_cov_ = None
     # a fold's fit starts from the all-data fit's parameters, first-stage temperature and Hessian
-    # (issue 36: with the Hessian kept, a fold's solve is a few gradient passes; without it the
-    # all-data fit cost more than the folds saved, issue 35)
+    # (with the Hessian kept, a fold's solve is a few gradient passes; without it the
+    # all-data fit cost more than the folds saved)
     _warm_starts = True
     #: auto's final fit may start from the cross-validation's all-data fit (auto.py)
     _warm_refit: ClassVar[bool] = True
@@ -285,7 +285,7 @@ class _VectorBase(Calibrator):
         """The top label's log-odds on ``data``'s rows (read-only where shared): inside a
         :func:`~..foldmemo.sharing` block of ``data`` (a cross-validation fold's test part, the
         first look's) kept for every model with the same map (a fold's ``vs`` and the map of its
-        ``vs-hier-platt`` are one solve: issue 36, at 1,000 classes one pass over the scores
+        ``vs-hier-platt`` are one solve: at 1,000 classes one pass over the scores
         costs about 3 exp/log an entry)."""
         state = np.concatenate([[float(self._off), self.beta_, self.mix_], self.theta_])
         key = "vector_margin:" + hashlib.sha1(state.tobytes()).hexdigest()

@@ -341,30 +341,9 @@ def estimate_priors(
     """
     stats = confusion_of(model)
     check_use_data(model, data)
-    if estimator not in ESTIMATORS:
-        raise ParameterError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
-    if (
-        isinstance(n_bootstrap, bool)
-        or not isinstance(n_bootstrap, (int, np.integer))
-        or n_bootstrap < 0
-    ):
-        raise ParameterError(f"n_bootstrap must be an integer >= 0; got {n_bootstrap!r}")
-    if n_bootstrap > MAX_BOOTSTRAP:
-        raise ParameterError(
-            f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the estimator; "
-            f"the percentile interval settles long before); got {str(n_bootstrap)[:30]}"
-        )
-    if seed is not None and not Interval(0, 2**32 - 1, integer=True).ok(seed):
-        raise ParameterError(
-            f"seed must be an integer in [0, 2**32 - 1] (or None); got {seed!r:.40}"
-        )
-    if isinstance(level, bool) or not (isinstance(level, (int, float)) and 0 < level < 1):
-        raise ParameterError(f"level must be a number strictly between 0 and 1; got {level!r}")
-    check_nonneg("fp_pseudocount", fp_pseudocount)
-    if prior_strength is None:
-        prior_strength = PRIOR_STRENGTH[estimator]
-    check_nonneg("prior_strength", prior_strength)
-    check_shrink(shrink)
+    prior_strength = _checked_options(
+        estimator, n_bootstrap, seed, level, fp_pseudocount, prior_strength, shrink
+    )
     ps = stats.source_priors()
     n = data.n_rows
     # rows of a binned use set (or any with tp/fp) stand for tp + fp samples each: those counts
@@ -382,43 +361,9 @@ def estimate_priors(
             return np.bincount(rng.integers(0, n, n), minlength=n)
         return rng.multinomial(int(round(n_use)), counts / n_use).astype(np.float64)
 
-    if estimator == "em":
-        if source_data is not None:
-            P = _bcts_posteriors(model, source_data, data)
-            basis = "BCTS full vectors"
-        else:
-            P = _em_posteriors(model, data, fp_pseudocount)
-            basis = (
-                "temperature-scaled full vectors"
-                if _uses_vectors(model, data)
-                else "top-label posterior"
-            )
-
-        def run(w=None, init=None):
-            return em_priors(
-                P,
-                ps,
-                prior_strength=prior_strength,
-                weights=counts if w is None else w,
-                init=init,
-            )
-    else:
-        if source_data is not None:
-            raise ParameterError(
-                "source_data is used by estimator='em' only; bbse needs just the model"
-            )
-        cells, C = _cells(stats, data)
-        basis = "predicted class x score region cells"
-
-        def run(w=None, init=None):
-            w = counts if w is None else w
-            return bbse_priors(
-                C,
-                np.bincount(cells, weights=w, minlength=C.shape[0]),
-                ps,
-                prior_strength=prior_strength,
-            )
-
+    run, basis = _estimator_run(
+        model, data, stats, estimator, source_data, counts, ps, prior_strength, fp_pseudocount
+    )
     point = run()
     lower = upper = None
     if n_bootstrap > 0:
@@ -430,9 +375,8 @@ def estimate_priors(
         lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
     if shrink == "auto":
         # bbse is simulated exactly and EM on BCTS vectors errs less than the simulation's
-        # cell-level
-        # EM: the moment reading of the error; EM on the model's own posteriors keeps the
-        # conservative one
+        # cell-level EM: the moment reading of the error; EM on the model's own posteriors keeps
+        # the conservative one
         rule = "moment" if estimator == "bbse" or source_data is not None else "estimate"
         chosen = choose_shrink(
             stats,
@@ -468,6 +412,80 @@ def estimate_priors(
         estimated,
     )
 
+
+
+def _checked_options(estimator, n_bootstrap, seed, level, fp_pseudocount, prior_strength, shrink):
+    """Check :func:`estimate_priors`' options; return the prior strength (its default if None)."""
+    if estimator not in ESTIMATORS:
+        raise ParameterError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
+    if (
+        isinstance(n_bootstrap, bool)
+        or not isinstance(n_bootstrap, (int, np.integer))
+        or n_bootstrap < 0
+    ):
+        raise ParameterError(f"n_bootstrap must be an integer >= 0; got {n_bootstrap!r}")
+    if n_bootstrap > MAX_BOOTSTRAP:
+        raise ParameterError(
+            f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the estimator; "
+            f"the percentile interval settles long before); got {str(n_bootstrap)[:30]}"
+        )
+    if seed is not None and not Interval(0, 2**32 - 1, integer=True).ok(seed):
+        raise ParameterError(
+            f"seed must be an integer in [0, 2**32 - 1] (or None); got {seed!r:.40}"
+        )
+    if isinstance(level, bool) or not (isinstance(level, (int, float)) and 0 < level < 1):
+        raise ParameterError(f"level must be a number strictly between 0 and 1; got {level!r}")
+    check_nonneg("fp_pseudocount", fp_pseudocount)
+    if prior_strength is None:
+        prior_strength = PRIOR_STRENGTH[estimator]
+    check_nonneg("prior_strength", prior_strength)
+    check_shrink(shrink)
+    return prior_strength
+
+
+def _estimator_run(
+    model, data, stats, estimator, source_data, counts, ps, prior_strength, fp_pseudocount
+):
+    """The estimator as ``run(weights=None, init=None) -> priors`` on the use set's rows, and what
+    it runs on (the estimate's ``basis``)."""
+    if estimator == "em":
+        if source_data is not None:
+            P = _bcts_posteriors(model, source_data, data)
+            basis = "BCTS full vectors"
+        else:
+            P = _em_posteriors(model, data, fp_pseudocount)
+            basis = (
+                "temperature-scaled full vectors"
+                if _uses_vectors(model, data)
+                else "top-label posterior"
+            )
+
+        def run(w=None, init=None):
+            return em_priors(
+                P,
+                ps,
+                prior_strength=prior_strength,
+                weights=counts if w is None else w,
+                init=init,
+            )
+
+        return run, basis
+    if source_data is not None:
+        raise ParameterError(
+            "source_data is used by estimator='em' only; bbse needs just the model"
+        )
+    cells, C = _cells(stats, data)
+
+    def run(w=None, init=None):
+        w = counts if w is None else w
+        return bbse_priors(
+            C,
+            np.bincount(cells, weights=w, minlength=C.shape[0]),
+            ps,
+            prior_strength=prior_strength,
+        )
+
+    return run, "predicted class x score region cells"
 
 def _bcts_posteriors(model, source_data, data) -> np.ndarray:
     if not isinstance(source_data, TopLabelData):

@@ -413,7 +413,6 @@ def estimate_priors(
     )
 
 
-
 def _checked_options(estimator, n_bootstrap, seed, level, fp_pseudocount, prior_strength, shrink):
     """Check :func:`estimate_priors`' options; return the prior strength (its default if None)."""
     if estimator not in ESTIMATORS:
@@ -486,6 +485,7 @@ def _estimator_run(
         )
 
     return run, "predicted class x score region cells"
+
 
 def _bcts_posteriors(model, source_data, data) -> np.ndarray:
     if not isinstance(source_data, TopLabelData):

@@ -416,9 +416,7 @@ class _Simulation:
             li, lv = draw_counts(rng, self.p_lab, self.n_lab, self.cdf_lab)
             ui, uv = draw_counts(rng, p_use, int(n_use), cdf_use)
             li, ui = nz[li], nz[ui]
-            est, c, q, tp_u, m_cells, ps = self._estimate(
-                li // K, li % K, lv, ui // K, ui % K, uv
-            )
+            est, c, q, tp_u, m_cells, ps = self._estimate(li // K, li % K, lv, ui // K, ui % K, uv)
             err[s] = np.mean((_ratios(est, ps) - _ratios(pi_true, self.source)) ** 2)
             pis = (1.0 - grid)[:, None] * ps + grid[:, None] * est  # (L, K)
             # a class absent from the resample keeps ratio 1 (unchanged) at every lam

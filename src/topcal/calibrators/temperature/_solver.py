@@ -80,11 +80,7 @@ def bounded_newton(
     history = [f]
     for it in range(max_iter + 1):
         g, h = obj.grad_hess(x)
-        if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(h))):
-            raise ConvergenceError(
-                f"{what}: the loss became non-finite at log T = {x[0]:.6g}; check the scores for "
-                "extreme values (|logit| > 1e6) or refit with max_iter larger"
-            )
+        _check_finite(f, g, h, x, what)
         active = fixed | ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
         free = np.flatnonzero(~active)
         if free.size == 0 or f <= 0.0:
@@ -106,24 +102,9 @@ def bounded_newton(
             return NewtonResult(x, f, it)
         if it == max_iter:
             break
-        t = 1.0
-        while True:
-            xn = np.clip(x + t * dx, lo, hi)
-            fn = obj.value(xn)
-            if np.isfinite(fn) and fn <= f + ARMIJO * float(g @ (xn - x)):
-                break
-            t *= 0.5
-            if t < 1e-12:
-                # No decrease is representable: x is stationary to float precision
-                # when the predicted decrease is below the rounding of f.
-                obj.value(x)
-                if dec <= 1e-9 * (abs(f) + 1.0):
-                    return NewtonResult(x, f, it)
-                raise ConvergenceError(
-                    f"{what}: the line search failed at log T = {x[0]:.6g} (loss {f:.10g}, "
-                    f"predicted "
-                    f"decrease {dec:.3g}); the loss surface is flat or noisy there: try loss='nll'"
-                )
+        xn, fn = _line_search(obj, x, f, g, dx, lo, hi, dec, what)
+        if xn is None:
+            return NewtonResult(x, f, it)
         moved = float(np.max(np.abs(xn - x)))
         x, f = xn, fn
         history.append(f)
@@ -138,6 +119,36 @@ def bounded_newton(
         f"{what}: Newton did not converge in max_iter={max_iter} iterations (loss {f:.10g}, "
         f"predicted decrease {dec:.3g}); raise max_iter"
     )
+
+
+def _check_finite(f, g, h, x, what):
+    if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(h))):
+        raise ConvergenceError(
+            f"{what}: the loss became non-finite at log T = {x[0]:.6g}; check the scores for "
+            "extreme values (|logit| > 1e6) or refit with max_iter larger"
+        )
+
+
+def _line_search(obj, x, f, g, dx, lo, hi, dec, what):
+    """Halve the projected step ``dx`` until the Armijo condition holds: ``(xn, obj(xn))``, or
+    ``(None, None)`` where x is stationary to float precision (``obj`` evaluated at x again)."""
+    t = 1.0
+    while True:
+        xn = np.clip(x + t * dx, lo, hi)
+        fn = obj.value(xn)
+        if np.isfinite(fn) and fn <= f + ARMIJO * float(g @ (xn - x)):
+            return xn, fn
+        t *= 0.5
+        if t < 1e-12:
+            # No decrease is representable: x is stationary to float precision
+            # when the predicted decrease is below the rounding of f.
+            obj.value(x)
+            if dec <= 1e-9 * (abs(f) + 1.0):
+                return None, None
+            raise ConvergenceError(
+                f"{what}: the line search failed at log T = {x[0]:.6g} (loss {f:.10g}, predicted "
+                f"decrease {dec:.3g}); the loss surface is flat or noisy there: try loss='nll'"
+            )
 
 
 def newton_step(g, h):
@@ -311,16 +322,19 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
         tiny = dec <= 2.0 * RTOL * scale
         if tiny.any():  # the step is tiny: accept it unless the loss rises beyond its rounding
             sel = run[tiny]
-            xn = np.clip(xr[tiny] + dx[tiny], lo, hi)
-            fn, gn, hn = obj.evaluate(xn, sel)
-            take = np.isfinite(fn) & (fn <= fr[tiny] + 1e-13 * scale[tiny])
-            x[sel[take]], f[sel[take]] = xn[take], fn[take]
-            settled = _settled(
-                x[sel],
-                np.where(take[:, None], gn, gr[tiny]),
-                np.where(take[:, None, None], hn, hr[tiny]),
+            take, settled = _tiny_steps(
+                obj,
+                sel,
+                xr[tiny],
+                dx[tiny],
+                fr[tiny],
+                gr[tiny],
+                hr[tiny],
+                scale[tiny],
                 lo,
                 hi,
+                x,
+                f,
             )
             finish(sel[take & settled], it + 1)
             finish(sel[~take & settled], it)
@@ -336,27 +350,7 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
             dec[keep],
             scale[keep],
         )
-        # Armijo backtracking, each problem with its own step length; the problems still searching
-        # together
-        t = np.ones(run.size)
-        searching = np.arange(run.size)
-        accepted = np.zeros(run.size, dtype=bool)
-        while searching.size:
-            sel = run[searching]
-            xn = np.clip(xr[searching] + t[searching, None] * dx[searching], lo, hi)
-            fn, gn, hn = obj.evaluate(xn, sel)
-            good = np.isfinite(fn) & (
-                fn
-                <= fr[searching] + ARMIJO * np.einsum("ij,ij->i", gr[searching], xn - xr[searching])
-            )
-            done = sel[good]
-            x[done], f[done], g[done], h[done] = xn[good], fn[good], gn[good], hn[good]
-            accepted[searching[good]] = True
-            searching = searching[~good]
-            t[searching] *= 0.5
-            searching = searching[
-                t[searching] >= 1e-12
-            ]  # no decrease representable: a flat stop or a failure
+        accepted = _lockstep_line_search(obj, run, xr, fr, gr, dx, lo, hi, (x, f, g, h))
         run, xr = run[accepted], xr[accepted]
         history[run, it + 1] = f[run]
         moved = np.max(np.abs(x[run] - xr), axis=1)
@@ -365,3 +359,44 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
             still &= history[run, it + 1 - _STALL] - f[run] > _STALL_RTOL * (np.abs(f[run]) + 1.0)
         run = run[still]
     return LockstepResult(x, f, n_iter, ok)
+
+
+def _tiny_steps(obj, sel, xr, dx, fr, gr, hr, scale, lo, hi, x, f):
+    """Take the tiny Newton steps of problems ``sel`` where the loss does not rise beyond its
+    rounding (``x``, ``f`` updated in place): which were taken, and which problems are settled."""
+    xn = np.clip(xr + dx, lo, hi)
+    fn, gn, hn = obj.evaluate(xn, sel)
+    take = np.isfinite(fn) & (fn <= fr + 1e-13 * scale)
+    x[sel[take]], f[sel[take]] = xn[take], fn[take]
+    settled = _settled(
+        x[sel],
+        np.where(take[:, None], gn, gr),
+        np.where(take[:, None, None], hn, hr),
+        lo,
+        hi,
+    )
+    return take, settled
+
+
+def _lockstep_line_search(obj, run, xr, fr, gr, dx, lo, hi, state):
+    """Armijo backtracking, each problem with its own step length, the problems still searching
+    evaluated together; the accepted points are written into ``state`` = (x, f, g, h). Returns
+    which of ``run`` found a decrease (the others: none representable, a flat stop or a
+    failure)."""
+    x, f, g, h = state
+    t = np.ones(run.size)
+    searching = np.arange(run.size)
+    accepted = np.zeros(run.size, dtype=bool)
+    while searching.size:
+        sel = run[searching]
+        xn = np.clip(xr[searching] + t[searching, None] * dx[searching], lo, hi)
+        fn, gn, hn = obj.evaluate(xn, sel)
+        slope = np.einsum("ij,ij->i", gr[searching], xn - xr[searching])
+        good = np.isfinite(fn) & (fn <= fr[searching] + ARMIJO * slope)
+        done = sel[good]
+        x[done], f[done], g[done], h[done] = xn[good], fn[good], gn[good], hn[good]
+        accepted[searching[good]] = True
+        searching = searching[~good]
+        t[searching] *= 0.5
+        searching = searching[t[searching] >= 1e-12]
+    return accepted

@@ -273,55 +273,16 @@ def train_networks(
     }
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and ckpt.is_file():
-        try:
-            # weights_only: tensors and plain containers only, never arbitrary pickled objects
-            state = torch.load(ckpt, map_location=device, weights_only=True)
-            ok = state.get("key") == key
-        except Exception:  # a torn or foreign file: start over, it is only a cache
-            ok = False
-        if ok:
-            with torch.no_grad():
-                for p, saved in zip(params, state["params"]):
-                    p.copy_(saved)
-            opt.load_state_dict(state["opt"])
-            for g, gs in zip(gens, state["gens"]):
-                g.set_state(gs)
-            start = int(state["step"])
-
-    def save(step: int) -> None:
-        _atomic_torch_save(
-            {
-                "key": key,
-                "step": step,
-                "params": [p.detach().cpu() for p in params],
-                "opt": opt.state_dict(),
-                "gens": [g.get_state() for g in gens],
-            },
-            ckpt,
-        )
+        start = _resume(torch, ckpt, key, params, opt, gens, device)
 
     bar = None
     if progress:
         desc = progress if isinstance(progress, str) else f"training {m} nets"
         bar = progress_bar(total=config.steps, initial=start, desc=desc, unit="step", leave=False)
     last = time.monotonic()
-    bs = config.batch_size
     dev_type = torch.device(device).type if device is not None else "cpu"
-    low = config.precision == "bfloat16"
     for step in range(start, config.steps):
-        idx = torch.stack([torch.randint(n, (bs,), generator=g) for g in gens]).to(device)
-        xb = x_train[idx]  # (m, bs, n_in)
-        yb = y_train[idx]
-        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=low):
-            logits = forward(params, xb)
-        # sum over networks of each network's mean loss: network i's gradient is its own
-        loss = (
-            torch.nn.functional.cross_entropy(logits.float().reshape(m * bs, -1), yb.reshape(-1))
-            * m
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        _adam_step(torch, params, opt, gens, x_train, y_train, config, device, dev_type)
         if bar is not None:
             bar.update(1)
         if callback is not None:
@@ -331,13 +292,61 @@ def train_networks(
             and time.monotonic() - last > checkpoint_seconds
             and step + 1 < config.steps
         ):
-            save(step + 1)
+            _save(ckpt, key, step + 1, params, opt, gens)
             last = time.monotonic()
     if bar is not None:
         bar.close()
     if ckpt is not None and ckpt.exists():
         ckpt.unlink()
     return [p.detach() for p in params]
+
+
+def _save(ckpt, key, step, params, opt, gens) -> None:
+    _atomic_torch_save(
+        {
+            "key": key,
+            "step": step,
+            "params": [p.detach().cpu() for p in params],
+            "opt": opt.state_dict(),
+            "gens": [g.get_state() for g in gens],
+        },
+        ckpt,
+    )
+
+
+def _resume(torch, ckpt, key, params, opt, gens, device) -> int:
+    """Load a checkpoint of the same networks and configuration into ``params``, ``opt`` and
+    ``gens``: the step it reached, or 0 (nothing loaded) for a torn or foreign file."""
+    try:
+        # weights_only: tensors and plain containers only, never arbitrary pickled objects
+        state = torch.load(ckpt, map_location=device, weights_only=True)
+        ok = state.get("key") == key
+    except Exception:  # a torn or foreign file: start over, it is only a cache
+        ok = False
+    if not ok:
+        return 0
+    with torch.no_grad():
+        for p, saved in zip(params, state["params"]):
+            p.copy_(saved)
+    opt.load_state_dict(state["opt"])
+    for g, gs in zip(gens, state["gens"]):
+        g.set_state(gs)
+    return int(state["step"])
+
+
+def _adam_step(torch, params, opt, gens, x_train, y_train, config, device, dev_type) -> None:
+    """One Adam step of every network on its own minibatch (drawn with replacement)."""
+    n, m, bs = int(x_train.shape[0]), len(gens), config.batch_size
+    idx = torch.stack([torch.randint(n, (bs,), generator=g) for g in gens]).to(device)
+    xb = x_train[idx]  # (m, bs, n_in)
+    yb = y_train[idx]
+    with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=config.precision == "bfloat16"):
+        logits = forward(params, xb)
+    # sum over networks of each network's mean loss: network i's gradient is its own
+    loss = torch.nn.functional.cross_entropy(logits.float().reshape(m * bs, -1), yb.reshape(-1)) * m
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
 
 
 def predict_log_softmax(params: list, x, *, batch: int = 2000) -> np.ndarray:

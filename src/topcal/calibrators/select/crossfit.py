@@ -236,7 +236,6 @@ def cross_fit(
     fit = scratch_fit if fit is None else fit
     parts: dict = {n: [] for n in names}
     errors: dict = {}
-    warm = {}
     reuse = _reusable(done, folds[0], names)
     starts = [n for n in names if get_class(n)._warm_starts]
     bar = _progress.bar(
@@ -245,21 +244,7 @@ def cross_fit(
         unit=" fits",
     )
     try:
-        # the all-data fits share what they derive alike from data, as a fold's do (a vs and its
-        # vs-hier-platt: one first stage, one solve)
-        with sharing(data):
-            for name in starts:
-                bar.update()
-                if name in reuse and name in (begin or {}) and not (params or {}).get(name):
-                    warm[name] = begin[name]  # fitted on the other K - 1 folds: as near a start
-                    continue
-                # a failure here is not the method's: the folds' cold fits then say whether it fails
-                try:
-                    warm[name] = scratch_fit(
-                        name, data, warm=(begin or {}).get(name), params=(params or {}).get(name)
-                    )
-                except TopcalError:
-                    pass
+        warm = _all_data_fits(data, starts, reuse, begin or {}, params or {}, bar)
         for f in range(n_folds):
             train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
             if train.n_samples <= 0:
@@ -274,18 +259,7 @@ def cross_fit(
                     if f == 0 and name in reuse:
                         parts[name].append(reuse[name])
                         continue
-                    try:
-                        model = fit(name, train, f, warm.get(name))
-                        with warnings.catch_warnings() if quiet else contextlib.nullcontext():
-                            if quiet:
-                                warnings.simplefilter("ignore")
-                            parts[name].append(model.predict(folds[f]))
-                    except TopcalError as exc:
-                        errors[name] = (f, f"{type(exc).__name__}: {exc}")
-                        continue
-                    if on_model is not None:
-                        on_model(name, f, model, train)
-                    model = None  # not held while the next method fits (peak memory)
+                    _fold_fit(name, train, folds[f], f, warm, fit, quiet, on_model, parts, errors)
             train = None
     finally:
         bar.close()
@@ -298,3 +272,38 @@ def cross_fit(
     out = CrossFit(folds, TopLabelData.concat(folds), confidence, errors, warm)
     recorded(out)
     return out
+
+
+def _all_data_fits(data, starts, reuse, begin, params, bar) -> dict:
+    """The all-data fits that warm-start the folds of the methods ``starts``, by name (a method
+    whose all-data fit fails has none: the folds' cold fits then say whether it fails)."""
+    warm = {}
+    # the all-data fits share what they derive alike from data, as a fold's do (a vs and its
+    # vs-hier-platt: one first stage, one solve)
+    with sharing(data):
+        for name in starts:
+            bar.update()
+            if name in reuse and name in begin and not params.get(name):
+                warm[name] = begin[name]  # fitted on the other K - 1 folds: as near a start
+                continue
+            try:
+                warm[name] = scratch_fit(name, data, warm=begin.get(name), params=params.get(name))
+            except TopcalError:
+                pass
+    return warm
+
+
+def _fold_fit(name, train, fold, f, warm, fit, quiet, on_model, parts, errors) -> None:
+    """Fit ``name`` on fold ``f``'s training part and append its confidences on the fold to
+    ``parts[name]``, or record its error in ``errors``."""
+    try:
+        model = fit(name, train, f, warm.get(name))
+        with warnings.catch_warnings() if quiet else contextlib.nullcontext():
+            if quiet:
+                warnings.simplefilter("ignore")
+            parts[name].append(model.predict(fold))
+    except TopcalError as exc:
+        errors[name] = (f, f"{type(exc).__name__}: {exc}")
+        return
+    if on_model is not None:
+        on_model(name, f, model, train)

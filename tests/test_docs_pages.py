@@ -449,3 +449,98 @@ def test_thresholds_page(tmp_path):
         ns["accepted"], out["accepted"].to_numpy()
     )  # the CLI's and Python's agree
     assert np.nanmin(ns["th"].cutoffs()) >= 0.5
+
+
+# ------------------------------------------------------------------ user pages and research records
+#: the project's measurement record: a log by design, as the research records under docs/research/
+RECORDS = {"benchmarks.md"}
+RESEARCH = DOCS / "research"
+MAX_PAGE_LINES = 300
+
+
+def user_pages() -> list:
+    return sorted(p for p in DOCS.glob("*.md") if p.name not in RECORDS)
+
+
+@pytest.mark.parametrize("page", user_pages(), ids=lambda p: p.name)
+def test_user_pages_are_short_and_say_no_issue_numbers(page):
+    """A user page says what a method does, when to use it and what to trust; the history of how
+    it came to be (issues, tried-and-rejected tables, seeds and loads) is in docs/research/."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_PAGE_LINES, (page.name, len(lines), "move records to docs/research/")
+    for i, line in enumerate(lines, 1):
+        assert not re.search(r"\b[Ii]ssues? #?\d+", line), (page.name, i, line)
+
+
+def test_readme_says_no_issue_numbers():
+    from _docs import README
+
+    for i, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
+        assert not re.search(r"\b[Ii]ssues? #?\d+", line), ("README.md", i, line)
+
+
+def test_research_records_are_indexed_and_linked():
+    records = sorted(p.name for p in RESEARCH.glob("*.md") if p.name != "README.md")
+    index = (RESEARCH / "README.md").read_text(encoding="utf-8")
+    for name in records:
+        assert f"]({name})" in index, name
+        page = DOCS / name
+        if page.exists():  # a page's record is linked from the page
+            assert f"](research/{name}" in page.read_text(encoding="utf-8"), name
+    for page in RESEARCH.glob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+            assert (RESEARCH / target).exists(), (page.name, target)
+
+
+def _anchors(path) -> set[str]:
+    """The anchors of a Markdown page: its headings' GitHub slugs and its explicit ``<a id>``s."""
+    text = path.read_text(encoding="utf-8")
+    found = set(re.findall(r'<a (?:id|name)="([^"]+)"', text))
+    for heading in re.findall(
+        r"^#{1,6} (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M), flags=re.M
+    ):
+        plain = re.sub(r"<[^>]+>", "", heading).strip().lower()
+        found.add(re.sub(r"[^\w\- ]", "", plain).replace(" ", "-"))
+    return found
+
+
+def test_anchors_linked_from_docs_readme_src_and_tests_exist():
+    """Every ``page.md#anchor`` that the docs, the README, src docstrings or the tests name."""
+    from _docs import README, ROOT
+
+    links = []  # (where, page path, anchor)
+    md = [README, *DOCS.glob("*.md"), *RESEARCH.glob("*.md")]
+    for path in md:
+        for target, anchor in re.findall(
+            r"\]\(([^)#:]*)#([^)]+)\)", path.read_text(encoding="utf-8")
+        ):
+            page = (path.parent / target) if target else path
+            links.append((path.name, page, anchor))
+    for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]:
+        for target, anchor in re.findall(
+            r"(docs/[\w/-]+\.md)#([\w-]+)", path.read_text(encoding="utf-8")
+        ):
+            links.append((path.name, ROOT / target, anchor))
+    assert len(links) > 20
+    for where, page, anchor in links:
+        assert page.exists(), (where, page)
+        assert anchor in _anchors(page), (where, page.name, anchor)
+
+
+def test_sections_named_from_src_and_tests_exist():
+    """``docs/kde.md, "Persistence"``: a section of a user page that a docstring or a test names by
+    its heading (the measurement record, benchmarks.md, is not held to it)."""
+    from _docs import ROOT
+
+    named = []
+    for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]:
+        text = re.sub(r"\s*\n\s*(?:#:?)?\s*", " ", path.read_text(encoding="utf-8"))
+        named += [(path.name, *m) for m in re.findall(r'(docs/[\w/-]+\.md),? "([^"]+)"', text)]
+    assert len(named) >= 5
+    for where, target, name in named:
+        page = ROOT / target
+        if page.name in RECORDS:
+            continue
+        headings = re.findall(r"^#{1,6} (.+)$", page.read_text(encoding="utf-8"), flags=re.M)
+        assert name in _anchors(page) or any(name in h for h in headings), (where, target, name)

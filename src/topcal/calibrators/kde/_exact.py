@@ -182,7 +182,7 @@ class ExactEngine:
         if self._loo is None:
             self._loo = self.loo_terms()
         lt = self._loo
-        dd, m, weights = lt["dd"], lt["m"], lt["weights"]
+        dd, m = lt["dd"], lt["m"]
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
         # chunks of bandwidths as large as CHUNK_ELEMENTS allows (the per-sample passes and the
@@ -192,24 +192,11 @@ class ExactEngine:
         # those of the whole chunk at once, bit for bit (and the buffer is not 32 MB)
         step = max(1, CHUNK_ELEMENTS // max(dd.size, 1))
         sub = max(1, CACHE_ELEMENTS // max(dd.size, 1))
-        # the exponent floor changes only exponents below it: skipped for bandwidths where the
-        # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
-        dd_max = lt["dd_max"]
-        self_i, self_j = lt["self_i"], lt["self_j"]
         buf = np.empty((min(sub, bs.size),) + dd.shape)
         for a in range(0, bs.size, step):
             b = bs[a : a + step]
             inv = 0.5 / (b * b)
-            sums = np.empty((b.size, dd.shape[0], 3))  # (nb, n, 3): other centres only, shifted
-            for c in range(0, b.size, sub):
-                part = buf[: min(sub, b.size - c)]
-                # dd x (-1 / 2b^2): the same product as (-dd) x (1 / 2b^2), negation being exact
-                np.multiply(dd[None, :, :], -inv[c : c + sub, None, None], out=part)
-                if dd_max * inv[c : c + sub].max() > -EXP_FLOOR:
-                    np.maximum(part, EXP_FLOOR, out=part)
-                np.exp(part, out=part)
-                part[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
-                np.matmul(part, weights, out=sums[c : c + part.shape[0]])
+            sums = _loo_sums(lt, inv, buf, sub)
             out[a : a + b.size] = loss_rows(
                 *loo_confidences(sums, m[None, :], inv[:, None], lt), t, f
             )
@@ -217,6 +204,27 @@ class ExactEngine:
 
     def kernel_points(self):
         return self.points, self.tp, self.fp
+
+
+def _loo_sums(lt, inv, buf, sub) -> np.ndarray:
+    """The leave-one-out kernel sums (nb, n, 3) at bandwidths with 1 / 2b^2 = ``inv``: other
+    centres only, shifted; ``sub`` bandwidths at a time in ``buf``."""
+    dd, weights = lt["dd"], lt["weights"]
+    # the exponent floor changes only exponents below it: skipped for bandwidths where the
+    # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
+    dd_max = lt["dd_max"]
+    self_i, self_j = lt["self_i"], lt["self_j"]
+    sums = np.empty((inv.size, dd.shape[0], 3))
+    for c in range(0, inv.size, sub):
+        part = buf[: min(sub, inv.size - c)]
+        # dd x (-1 / 2b^2): the same product as (-dd) x (1 / 2b^2), negation being exact
+        np.multiply(dd[None, :, :], -inv[c : c + sub, None, None], out=part)
+        if dd_max * inv[c : c + sub].max() > -EXP_FLOOR:
+            np.maximum(part, EXP_FLOOR, out=part)
+        np.exp(part, out=part)
+        part[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
+        np.matmul(part, weights, out=sums[c : c + part.shape[0]])
+    return sums
 
 
 class ExactScanBatch:

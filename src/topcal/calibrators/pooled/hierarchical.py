@@ -22,7 +22,7 @@ rows per class, the scan runs on binned rows, equal bins of logit(s) per
 class, and the fits on the rows walk downhill from its choice: 1-5 fits on the
 rows instead of 15 (neighbours whose binned losses are clearly worse are not
 fitted), the same choice, parameters within 1e-6 relative:
-``_solve.binned_search``, tests/test_hier_binned.py), by the approximate
+``_solve.binned_search``, tests/unit/calibrators/pooled/test_hier_binned.py), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
 

@@ -47,7 +47,8 @@ FIRST_STAGE_ROWS = 20_000
 #: The parameters' covariance is the inverse observed information on at most this many evenly
 #: spaced rows (every ceil(n / COV_ROWS)-th, its NLL part rescaled to all n rows): at 10^6 x 10 the
 #: all-row Hessian of sms was 1.5-3 s, a third of the fit; the 90% intervals' half-widths moved
-#: by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in tests/test_vector.py).
+#: by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in
+#: tests/unit/calibrators/vector/test_vector.py).
 COV_ROWS = 200_000
 
 #: The parameters' covariance (for ``predict_interval``) is computed and stored up to this many

@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "sklearn.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sklearn.md"
 
 
 def _blocks():

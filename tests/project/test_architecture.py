@@ -9,11 +9,12 @@ import ast
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 PKG = SRC / "topcal"
 
@@ -244,7 +245,7 @@ def test_src_imports_no_private_names():
 @pytest.mark.slow
 def test_tests_import_no_private_names_but_the_listed_ones():
     bad = set()
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for line, target, name in imports_of("tests." + path.stem, path):
             if name or private_module_violation("tests", target, TEST_PRIVATE_MODULES):
                 bad.add(f"{path.name}:{line} uses {target}{'.' + name if name else ''}")
@@ -292,29 +293,90 @@ def test_import_topcal_stays_light(heavy):
     assert not re.search(rf"\|\s+{re.escape(heavy)}$", proc.stderr, re.M)
 
 
-#: The most lines a file in src/ may have, and the files allowed more, each with the reason.
-MAX_LINES = 600
-#: Files over the limit, each with the reason it is not split (none since issue 38 split the eight
-#: files its reformat to 100-character lines had grown past the limit).
-LONG_FILES: dict[str, str] = {}
+#: A file longer than this is worth a look (a warning, not a failure: a class's code stays in its
+#: family's package rather than being cut into mixins across files to meet a cap) ...
+LONG_FILE_LINES = 600
+#: ... and one longer than this is refused.
+MAX_FILE_LINES = 1200
+#: The most lines a function or method may have (its ``def`` to its last line, docstring included).
+MAX_FUNCTION_LINES = 80
+#: Functions allowed more, keyed by (file under src/topcal, qualified name), each with the reason.
+LONG_FUNCTIONS = {
+    **dict.fromkeys(
+        [("cli/models.py", "add_commands"), ("cli/evaluation.py", "add_commands")]
+        + [("experiments/cli.py", "add_commands")],
+        "an argument table: one add_argument call per option, read top to bottom like --help",
+    ),
+}
+#: Functions over the limit that are still to be split (the list may only shrink: an entry whose
+#: function is back under the limit fails the test until it is removed).
+TO_SPLIT = {
+    ("report/build.py", "build_report"),
+    ("report/build.py", "_write_pages"),
+    ("report/figures.py", "report_figures"),
+    ("report/checks.py", "diagnose"),
+    ("report/focus.py", "focused_fits"),
+    ("data/_folds.py", "kfold_split"),
+    ("data/_labels.py", "encode_labels"),
+    ("io/_frame.py", "_read_frame"),
+    ("evaluate.py", "compare_methods"),
+    ("calibrators/base.py", "Calibrator.fit"),
+    ("describe/summary.py", "summary"),
+    ("plots/draw.py", "plot_joint_distribution"),
+    ("plots/draw.py", "plot_calibration_curves"),
+    ("plots/draw.py", "plot_kde_densities"),
+    ("plots/compute.py", "calibration_curves"),
+    ("labelshift/adapted.py", "adapt"),
+    ("labelshift/estimators.py", "em_priors"),
+    ("cli/models.py", "_cmd_adapt"),
+    ("api.py", "calibrator_html"),
+    ("api.py", "compare"),
+    ("thresholds/core.py", "ltt_cutoff"),
+    ("thresholds/core.py", "fit_thresholds"),
+    ("calibrators/vector/calibrator.py", "_VectorBase._fit_single"),
+}
 
 
-def test_no_source_file_is_over_the_size_limit_unless_listed_with_a_reason():
-    long = {
-        str(p.relative_to(SRC)): n
-        for p in PKG.rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
-    unlisted = {f: n for f, n in long.items() if f not in LONG_FILES}
+def function_lengths():
+    """{(file under src/topcal, qualified name): lines} of every function and method."""
+    out = {}
+    for path in PKG.rglob("*.py"):
+        rel = str(path.relative_to(PKG))
+
+        def walk(node, prefix):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    name = prefix + child.name
+                    out[(rel, name)] = child.end_lineno - child.lineno + 1
+                    walk(child, name + ".")
+                elif isinstance(child, ast.ClassDef):
+                    walk(child, prefix + child.name + ".")
+
+        walk(ast.parse(path.read_text(encoding="utf-8")), "")
+    return out
+
+
+def test_no_function_is_over_the_size_limit_unless_listed():
+    long = {k: n for k, n in function_lengths().items() if n > MAX_FUNCTION_LINES}
+    unlisted = {k: n for k, n in long.items() if k not in LONG_FUNCTIONS and k not in TO_SPLIT}
     assert not unlisted, (
-        f"files over {MAX_LINES} lines (split them, or list them with a reason): {unlisted}"
+        f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {unlisted}"
     )
-    stale = [f for f in LONG_FILES if f not in long]
-    assert not stale, (
-        f"listed as long but no longer over {MAX_LINES} lines (remove them from LONG_FILES): "
-        f"{stale}"
-    )
-    assert all(len(reason) > 20 for reason in LONG_FILES.values())
+    stale = [k for k in [*LONG_FUNCTIONS, *TO_SPLIT] if k not in long]
+    assert not stale, f"listed as long but no longer over {MAX_FUNCTION_LINES} lines: {stale}"
+    assert len(LONG_FUNCTIONS) <= 8 and all(len(r) > 20 for r in LONG_FUNCTIONS.values())
+
+
+def test_file_size_is_a_warning_below_the_hard_limit():
+    sizes = {
+        str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in PKG.rglob("*.py")
+    }
+    too_long = {f: n for f, n in sizes.items() if n > MAX_FILE_LINES}
+    assert not too_long, f"files over {MAX_FILE_LINES} lines: {too_long}"
+    long = {f: n for f, n in sorted(sizes.items()) if n > LONG_FILE_LINES}
+    if long:
+        warnings.warn(f"files over {LONG_FILE_LINES} lines (worth a look): {long}", stacklevel=1)
 
 
 # ------------------------------------------------- no branches on method names

@@ -16,7 +16,7 @@ from topcal.calibrators.select.auto import choose, paired_se, tier
 from topcal.data import TopLabelData
 from topcal.metrics import nll
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCH = Path(__file__).resolve().parents[4] / "benchmarks"
 POOLED = ["pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2"]
 
 

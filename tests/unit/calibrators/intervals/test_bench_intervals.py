@@ -13,7 +13,7 @@ import pytest
 from topcal import TopLabelData
 from topcal.calibrators import calibrator
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "benchmarks"))
 import bench_intervals  # noqa: E402
 import bench_intervals_real  # noqa: E402
 

@@ -763,7 +763,7 @@ def test_mon_rules_scan_classes_above_128_rows_with_the_binned_engine_within_its
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     from _sim import simulate_probs
 
     p, y = simulate_probs(1000, 3, 6, sharpen=[2.0, 0.5, 1.0, 1.5, 0.8, 1.2])  # 77-272 rows a class

@@ -563,7 +563,7 @@ def test_folds_with_in_sample_or_eval_is_an_error(base, tmp_path):
 def test_docs_name_the_real_describe_keys_and_compare_protocol():
     from pathlib import Path
 
-    docs = Path(__file__).resolve().parents[1] / "docs"
+    docs = Path(__file__).resolve().parents[2] / "docs"
     rep = (docs / "report.md").read_text()
     assert "topcal compare preds.csv                       # 5-fold cross-fitting" in rep
     temp = (docs / "temperature.md").read_text()

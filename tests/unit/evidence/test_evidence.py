@@ -27,7 +27,7 @@ from topcal.thresholds.core import model_digest
 
 from _sim import simulate_probs
 
-PKG = Path(__file__).resolve().parents[1] / "src" / "topcal"
+PKG = Path(__file__).resolve().parents[3] / "src" / "topcal"
 
 #: The issue's limits: each count below 10, the public surface at most 25 names.
 MAX_DICT_WRITES = 9

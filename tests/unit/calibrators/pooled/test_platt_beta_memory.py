@@ -48,7 +48,7 @@ STORED_RTOL, STORED_ATOL = 1e-12, 1e-14
 #: "data|method|shrinkage" (JSON
 #: floats round-trip exactly).
 BEFORE = json.loads(
-    (Path(__file__).parent / "data" / "hier_fits_before_2026-11-27.json").read_text()
+    (Path(__file__).resolve().parents[3] / "data" / "hier_fits_before_2026-11-27.json").read_text()
 )
 
 
@@ -79,9 +79,11 @@ def test_buffered_fit_equals_the_former_allocating_fit(which, name, shrinkage, m
     (a fresh ``make test`` venv) moves a few entries by one unit in the last place (seen: 2 of 12
     parameters, 1.1e-16 absolute), so the tolerance is stated instead: 1e-12 relative (atol
     1e-14). The strength scan on binned rows (issue 36) is off here: the fit on the rows alone is
-    this test's (the binned scan's agreement with it: tests/test_hier_binned.py). So is the exact
+    this test's (the binned scan's agreement with it:
+    tests/unit/calibrators/pooled/test_hier_binned.py). So is the exact
     leave-one-out loss of small classes in the interval's strength (issue 33, after the stored
-    fits: tests/test_hier_strength.py): the covariance is the approximate loss's, as stored."""
+    fits: tests/unit/calibrators/pooled/test_hier_strength.py): the covariance is the approximate
+    loss's, as stored."""
     monkeypatch.setattr(_hier_rows, "BIN_GAIN", np.inf)
     monkeypatch.setattr(_hier_strength, "EXACT_LOO_ROWS_PER_PARAM", 0)
     data = DATA[which]

@@ -14,7 +14,8 @@ the model payload within ``PAYLOAD_RTOL`` = 1e-9 relative (the stored keys, stru
 strings; keys added since may be new); a loaded old file must predict its stored values within 1e-12
 and save itself
 unchanged (that part is JSON only, and stays exact). Regenerate (only on purpose, when the model
-format or a result is meant to change) with ``python tests/test_kde_compat.py``.
+format or a result is meant to change) with ``python
+tests/unit/calibrators/kde/test_kde_old_models.py``.
 
 Regenerated on purpose on 2026-11-26 (issue 26, "fast by default"): kde-mon*'s classes of 129-512
 rows
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from _sim import simulate_probs  # noqa: E402
 
 from topcal.calibrators import calibrator, paper_calibrator  # noqa: E402
@@ -51,7 +52,7 @@ from topcal.datasets import load_phanns  # noqa: E402
 from topcal.evidence.fingerprint import Fingerprint  # noqa: E402
 from topcal.persist import canonical_json, dumps, loads  # noqa: E402
 
-HERE = Path(__file__).parent / "data" / "kde_main"
+HERE = Path(__file__).resolve().parents[3] / "data" / "kde_main"
 #: payload fields whose content changed on purpose since the fixtures: the mergeable statistics keep
 #: the exact scores of classes with few distinct scores (issue 24, so update = fit there)
 CHANGED_FIELDS = ("stats",)

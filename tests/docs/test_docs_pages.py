@@ -5,7 +5,7 @@ given by the test, with simulated data); ``topcal ...`` lines run (the command's
 ``_docs.run_topcal``) in a folder holding the files they name (simulated classifier outputs).
 Lines that cannot run in the suite are listed in ``NOT_RUN`` with the reason, and each must still
 appear in its page, so the list cannot rot. docs/sklearn.md has its own test
-(tests/test_docs_sklearn.py).
+(tests/docs/test_docs_sklearn.py).
 """
 
 from __future__ import annotations
@@ -100,11 +100,11 @@ PAGES = {
     "temperature.md": (1, 0),
     "thresholds.md": (1, 1),
 }
-OWN_TEST = {"sklearn.md"}  # tests/test_docs_sklearn.py
+OWN_TEST = {"sklearn.md"}  # tests/docs/test_docs_sklearn.py
 NO_CODE_LANGS = {
     "text",
     "layers",
-}  # program output; architecture.md's layer table (tests/test_architecture.py)
+}  # program output; architecture.md's layer table (tests/project/test_architecture.py)
 
 
 def run_lines(page: str, block: str, where, done: dict | None = None) -> dict[str, object]:

@@ -14,7 +14,7 @@ FAST   := not slow and not e2e and not browser
 XDIST  := -n 2 --dist loadfile
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test test-fast lint install system-deps bench bench-heldout clean
+.PHONY: demo test test-fast lint wheel-check install system-deps bench bench-heldout clean
 
 # The core package alone (what `make demo` needs): no torch, no dask.
 $(CORE_STAMP): pyproject.toml
@@ -50,6 +50,7 @@ demo: $(CORE_STAMP)
 # Everything CI runs: the lint, then every lane of the suite.
 test: $(STAMP) system-deps lint
 	$(PY) -m pytest -q $(XDIST)
+	$(MAKE) --no-print-directory wheel-check
 
 # The inner loop: no slow, end-to-end or browser test (under a minute on the idle machine).
 test-fast: $(STAMP)
@@ -58,6 +59,12 @@ test-fast: $(STAMP)
 # ruff (pinned in the test extra): pyflakes' errors and the 100-character line limit.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+
+# The package as a user gets it: sdist and wheel built (python -m build), metadata checked
+# (twine), the wheel alone installed into fresh venvs outside the tree, where the README's
+# snippet runs on every supported Python found here and `topcal demo` on $(PYTHON).
+wheel-check: $(STAMP)
+	.ci/wheel_check.sh $(PY) --demo $(PYTHON) --supported
 
 # Competitors for benchmarks/. netcal is installed without its declared
 # dependencies (they would replace the pinned torch); these are the ones it imports.

@@ -56,9 +56,11 @@ test: $(STAMP) system-deps lint
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "$(FAST)"
 
-# ruff (pinned in the test extra): pyflakes' errors and the 100-character line limit.
+# ruff (pinned in the test extra): pyflakes' errors and the 100-character line limit;
+# mypy (pinned too): the types of src/, configured in pyproject.toml ([tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
 
 # The package as a user gets it: sdist and wheel built (python -m build), metadata checked
 # (twine), the wheel alone installed into fresh venvs outside the tree, where the README's

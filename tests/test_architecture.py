@@ -194,9 +194,26 @@ def test_no_upward_imports():
     assert not upward, "upward imports:\n" + "\n".join(upward)
 
 
+def type_only_lines(path: Path) -> set[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:``: read by the type checker, never run."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                   "typing.TYPE_CHECKING"):
+            for inner in node.body:
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    lines.add(inner.lineno)
+    return lines
+
+
 def test_no_import_cycles():
+    # a type-only import (an annotation naming a class of a module that imports this one)
+    # makes no cycle at run time; it still follows the layers (test_no_upward_imports)
+    skip = {mod: type_only_lines(path) for mod, path in MODULES.items()}
     graph = {
-        mod: sorted({t for _, t, _ in found if t in MODULES and t != mod})
+        mod: sorted(
+            {t for line, t, _ in found if t in MODULES and t != mod and line not in skip[mod]}
+        )
         for mod, found in EDGES.items()
     }
     # Tarjan's strongly connected components
@@ -295,8 +312,14 @@ def test_import_topcal_stays_light(heavy):
 #: The most lines a file in src/ may have, and the files allowed more, each with the reason.
 MAX_LINES = 600
 #: Files over the limit, each with the reason it is not split (none since issue 38 split the eight
-#: files its reformat to 100-character lines had grown past the limit).
-LONG_FILES: dict[str, str] = {}
+#: files its reformat to 100-character lines had grown past the limit, until the public API's
+#: annotations took two files at the limit a few lines past it).
+LONG_FILES: dict[str, str] = {
+    "topcal/data/_table.py": "TopLabelData, the one validated object every method reads: its "
+    "constructors annotated parameter by parameter; splitting the class would scatter it",
+    "topcal/calibrators/base.py": "Calibrator, the interface every method shares, its public "
+    "methods annotated parameter by parameter; a split would cut the class into mixins",
+}
 
 
 def test_no_source_file_is_over_the_size_limit_unless_listed_with_a_reason():

@@ -9,12 +9,12 @@ PIP    := $(PY) -m pip --quiet --disable-pip-version-check
 CORE_STAMP := $(VENV)/.topcal-core-installed
 STAMP  := $(VENV)/.topcal-installed
 # The test lanes (markers in pyproject.toml): the fast one for the inner loop, all of them for CI.
-FAST   := not slow and not e2e and not browser
+FAST   := not slow and not e2e and not browser and not examples
 # Two workers on the 2-core machine; a module's tests stay on one worker (module-scoped fixtures).
 XDIST  := -n 2 --dist loadfile
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test test-fast lint wheel-check install system-deps bench bench-heldout clean
+.PHONY: demo test test-fast lint wheel-check examples install system-deps bench bench-heldout clean
 
 # The core package alone (what `make demo` needs): no torch, no dask.
 $(CORE_STAMP): pyproject.toml
@@ -47,9 +47,9 @@ system-deps:
 demo: $(CORE_STAMP)
 	$(VENV)/bin/topcal demo
 
-# Everything CI runs: the lint, then every lane of the suite.
+# The lint, every lane of the suite but the examples (`make docs` runs those), the built wheel.
 test: $(STAMP) system-deps lint
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q $(XDIST) -m "not examples"
 	$(MAKE) --no-print-directory wheel-check
 
 # The inner loop: no slow, end-to-end or browser test (under a minute on the idle machine).
@@ -59,8 +59,12 @@ test-fast: $(STAMP)
 # ruff (pinned in the test extra): pyflakes' errors and the 100-character line limit;
 # mypy (pinned too): the types of src/, configured in pyproject.toml ([tool.mypy]).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
+
+# The scripts of examples/ (the `examples` lane of tests/test_examples.py), one per worker.
+examples: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m examples tests/test_examples.py
 
 # The package as a user gets it: sdist and wheel built (python -m build), metadata checked
 # (twine), the wheel alone installed into fresh venvs outside the tree, where the README's

@@ -14,7 +14,7 @@ FAST   := not slow and not e2e and not browser and not examples
 XDIST  := -n 2 --dist loadfile
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test test-fast lint wheel-check examples install system-deps bench bench-heldout clean
+.PHONY: demo test test-fast lint wheel-check examples docs install system-deps bench bench-heldout clean
 
 # The core package alone (what `make demo` needs): no torch, no dask.
 $(CORE_STAMP): pyproject.toml
@@ -26,7 +26,7 @@ $(CORE_STAMP): pyproject.toml
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e ".[test,experiments,dask]"
+	$(PIP) install -e ".[test,experiments,dask,docs]"
 	@touch $(CORE_STAMP) $(STAMP)
 
 install: $(STAMP)
@@ -64,7 +64,16 @@ lint: $(STAMP)
 
 # The scripts of examples/ (the `examples` lane of tests/test_examples.py), one per worker.
 examples: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m examples tests/test_examples.py
+	$(PY) -m pytest -q -n 2 -m examples tests/test_examples.py tests/test_docs_reference.py
+
+# The documentation site (mkdocs.yml): the examples lane first, writing the examples' figures and
+# summaries into docs/examples/output/ (not kept in git), then the site into site/ with
+# --strict: a warning, a broken link or a missing include fails.
+docs: $(STAMP)
+	rm -rf docs/examples/output
+	TOPCAL_EXAMPLES_OUT=$(CURDIR)/docs/examples/output \
+	  $(PY) -m pytest -q -n 2 -m examples tests/test_examples.py tests/test_docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The package as a user gets it: sdist and wheel built (python -m build), metadata checked
 # (twine), the wheel alone installed into fresh venvs outside the tree, where the README's

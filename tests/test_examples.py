@@ -27,6 +27,7 @@ pytestmark = pytest.mark.examples
 
 #: script -> the bench file it reads (None: data it makes or scikit-learn ships)
 SCRIPTS = {
+    "quickstart.py": None,
     "sklearn_pipeline.py": None,
     "pytorch_logits.py": None,
     "imagenet_thresholds.py": "imagenet-resnet101.csv",
@@ -47,7 +48,7 @@ def run(script: str, tmp_path) -> tuple[Path, dict[str, str]]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{BENCH / needs} is missing under CI=true", pytrace=False)
         pytest.skip(f"{BENCH / needs} is not here")
-    out = Path(os.environ.get("TOPCAL_EXAMPLES_OUT") or tmp_path)
+    out = Path(os.environ.get("TOPCAL_EXAMPLES_OUT") or tmp_path).resolve()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
     ), TOPCAL_BENCH_DATA=str(BENCH), MPLBACKEND="Agg")
@@ -65,6 +66,17 @@ def run(script: str, tmp_path) -> tuple[Path, dict[str, str]]:
 
 def number(text: str) -> float:
     return float(re.match(r"[-+0-9.e]+", text).group())
+
+
+def test_quickstart(tmp_path):
+    out, got = run("quickstart.py", tmp_path)
+    assert got["classes"] == "11, samples: 46801"
+    assert number(got["top-label NLL, kde-mon2 (in sample)"]) < number(
+        got["top-label NLL, uncalibrated score / 10"]
+    )
+    assert 0 < number(got["Minor capsid at score 9"]) < 0.3  # the paper's worst class
+    assert got["reloaded model predicts the same"] == "True"
+    assert (out / "quickstart-model.json").stat().st_size > 1000
 
 
 def test_sklearn_pipeline(tmp_path):

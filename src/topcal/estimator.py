@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import re
 import warnings
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
@@ -47,6 +48,7 @@ from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from ._typing import ArrayLike, MatrixLike
 from .calibrators import calibrator, get_class
 from .data import TopLabelData
 from .errors import DataError, DegenerateClassWarning, NotFittedError, ParameterError, TopcalWarning
@@ -157,7 +159,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     n_features_in_ : int
     """
 
-    def __init__(self, estimator, *, method: str = "auto", cv=None, **params):
+    def __init__(
+        self, estimator: Any, *, method: str = "auto", cv: Any = None, **params: Any
+    ) -> None:
         self.estimator = estimator
         self.method = method
         self.cv = cv
@@ -172,7 +176,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
             out[key] = getattr(self, key)
         return out
 
-    def set_params(self, **params) -> "TopLabelCalibratedClassifier":
+    def set_params(self, **params: Any) -> "TopLabelCalibratedClassifier":
         new = {
             k: v
             for k, v in params.items()
@@ -203,7 +207,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return tags
 
     # ---------------------------------------------------------------- fit
-    def fit(self, X, y):
+    def fit(self, X: MatrixLike, y: MatrixLike) -> "TopLabelCalibratedClassifier":
         """Calibrate on (X, y); with ``cv=K`` also fit the classifier (see the class docstring).
 
         Returns
@@ -368,7 +372,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         s, kind = self._scores(self.estimator_, X, self.classes_)
         return self._data(s, kind, self.classes_)
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: MatrixLike) -> np.ndarray:
         """The classifier's own predictions.
 
         For classifiers whose ``predict`` is not the argmax of their scores
@@ -380,7 +384,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         self._check()
         return self.estimator_.predict(X)
 
-    def predict_confidence(self, X, interval: float | None = None):
+    def predict_confidence(
+        self, X: MatrixLike, interval: float | None = None
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Calibrated top-label confidence of each row: the probability that the
         predicted class (the argmax of the classifier's scores) is right.
 
@@ -407,7 +413,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         lo, hi = self.calibrator_.predict_interval(data, interval)
         return conf, lo, hi
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: MatrixLike) -> np.ndarray:
         """Probabilities (n, n_classes) with the calibrated confidence as the top
         entry; how the rest is shared: see the module docstring."""
         data = self._unlabelled(X)
@@ -417,13 +423,13 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
 
     def adapt(
         self,
-        X_use=None,
+        X_use: MatrixLike = None,
         *,
-        priors=None,
+        priors: ArrayLike | dict[str, float] | None = None,
         estimator: str = "em",
         n_bootstrap: int = 100,
         seed: int = 0,
-        shrink="auto",
+        shrink: float | str = "auto",
     ) -> "TopLabelCalibratedClassifier":
         """A copy whose confidences are adapted to a use set's class priors (label shift).
 
@@ -452,7 +458,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         new.calibrator_ = adapted
         return new
 
-    def top_label_data(self, X, y=None) -> TopLabelData:
+    def top_label_data(self, X: MatrixLike, y: MatrixLike = None) -> TopLabelData:
         """The classifier's scores for X (and labels y) as :class:`TopLabelData`,
         e.g. for :func:`topcal.report` or :func:`topcal.compare`."""
         if y is None:

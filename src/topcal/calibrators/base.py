@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import _recycle
 from .._params import validate_params
+from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData, check_sample_total, preview
 from ..errors import (
     DataError,
@@ -185,7 +186,7 @@ class Calibrator(EvidenceKeeping):
                 f"parameters are: {opts}"
             )
 
-    def set_params(self, **params) -> "Calibrator":
+    def set_params(self, **params: Any) -> "Calibrator":
         """Set constructor parameters (values checked at the next ``fit``); returns self."""
         self._check_param_names(params)
         for k, v in params.items():
@@ -216,13 +217,13 @@ class Calibrator(EvidenceKeeping):
     # ---------------------------------------------------------------- fit
     def fit(
         self,
-        data,
-        y=None,
+        data: TopLabelData | Evidence | ArrayLike | PathLike,
+        y: ArrayLike | None = None,
         *,
-        classes=None,
+        classes: ArrayLike | None = None,
         kind: str = "auto",
         keep: str = "evidence",
-        warm=None,
+        warm: Calibrator | None = None,
         fingerprint: Fingerprint | None = None,
     ) -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
@@ -420,7 +421,13 @@ class Calibrator(EvidenceKeeping):
             data.require_full(f"method {self.name!r}")
         return data
 
-    def predict(self, data, *, classes=None, kind: str = "auto") -> np.ndarray:
+    def predict(
+        self,
+        data: TopLabelData | ArrayLike | PathLike,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
+    ) -> np.ndarray:
         """Calibrated confidence of each row, shape (n_rows,), values in [0, 1].
 
         ``data`` as in :meth:`fit` (labels, if any, are ignored); a score
@@ -440,7 +447,12 @@ class Calibrator(EvidenceKeeping):
         raise NotImplementedError
 
     def predict_interval(
-        self, data, level: float = 0.9, *, classes=None, kind: str = "auto"
+        self,
+        data: TopLabelData | ArrayLike | PathLike,
+        level: float = 0.9,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
     ) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper end of a ``level`` interval on each row's calibrated confidence.
 
@@ -544,7 +556,7 @@ class Calibrator(EvidenceKeeping):
             return [{} for _ in self.classes_]
         # one call for every class's 21 scores: per-class calls cost K passes over K classes
         # (np.linspace of arrays differs from the scalar one in the last bit: one call per class)
-        s = np.concatenate([np.linspace(*self.support_[k], 21) for k in have])
+        s = np.concatenate([np.linspace(*self.support_[k], 21) for k in have])  # type: ignore[call-overload]
         pred = np.repeat(np.asarray(have, dtype=np.int64), 21)
         grid = TopLabelData(tuple(self.classes_), pred, s, tuple(self.score_range_))
         try:
@@ -552,7 +564,7 @@ class Calibrator(EvidenceKeeping):
         except (ModelFileError, ParameterError):  # old file, or a method without intervals
             return [{} for _ in self.classes_]
         width = np.mean((np.asarray(hi) - np.asarray(lo)).reshape(len(have), 21), axis=1)
-        out = [{} for _ in self.classes_]
+        out: list[dict] = [{} for _ in self.classes_]
         for k, w in zip(have, width.tolist()):
             out[k] = {"interval_width_90": w}
         return out
@@ -563,7 +575,7 @@ class Calibrator(EvidenceKeeping):
     def _set_state(self, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def save(self, path) -> None:
+    def save(self, path: PathLike) -> None:
         """Write the fitted model as versioned JSON (see :func:`topcal.persist.save`)."""
         hook("save")(self, path)
 
@@ -571,12 +583,12 @@ class Calibrator(EvidenceKeeping):
         self,
         data: TopLabelData | None = None,
         *,
-        priors=None,
+        priors: ArrayLike | dict[str, float] | None = None,
         estimator: str = "em",
         source_data: TopLabelData | None = None,
         n_bootstrap: int = 100,
         seed: int = 0,
-        shrink="auto",
+        shrink: float | str = "auto",
     ) -> "Calibrator":
         """A copy of this model adapted to a use set's class priors (label shift).
 

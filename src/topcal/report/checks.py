@@ -123,7 +123,9 @@ class FindingGroup:
         return f"{len(self.findings)} {self.title}; worst: {worst}{more}."
 
 
-def group_findings(findings, *, expand: int = 8) -> list:
+def group_findings(
+    findings: list[Finding], *, expand: int = 8
+) -> list[Finding | FindingGroup]:
     """Findings grouped by kind, in order of first appearance; within a kind, worst first.
 
     Returns a list whose items are a :class:`Finding` (a kind with at most
@@ -181,8 +183,8 @@ def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
 def diagnose(
     data: TopLabelData,
     models: dict,
-    comparison,
-    holdout=None,
+    comparison: Comparison,
+    holdout: Comparison | None = None,
     *,
     min_positives: float = MIN_POSITIVES,
     max_sign_changes: int = MAX_SIGN_CHANGES,

@@ -21,7 +21,9 @@ import numpy as np
 
 from .._fileio import read_text, write_text
 from .._params import Interval, Options, validate_params
+from .._typing import ArrayLike, PathLike
 from .._version import __version__
+from ..calibrators.base import Calibrator
 from ..data import preview
 from ..errors import ModelFileError, TopcalError
 from ..persist import canonical_json
@@ -159,7 +161,7 @@ class ClassCutoff:
         on = _field(d, "on", str) if "on" in d else "confidence"
         if on not in ON:
             raise ValueError(f"on must be one of {', '.join(ON)}")
-        out = cls(
+        out = cls(  # type: ignore[call-arg]  # the checker does not count the unpacked fields
             name,
             _field(d, "cutoff", unit if on == "confidence" else Interval(None, None), True),
             level,
@@ -217,7 +219,7 @@ class Thresholds:
             return np.full(len(self.classes), v)
         return np.array([np.nan if c.cutoff is None else c.cutoff for c in self.per_class])
 
-    def check_model(self, model) -> None:
+    def check_model(self, model: Calibrator) -> None:
         """Raise TopcalError unless ``model`` is the model these thresholds were chosen for."""
         if tuple(model.classes_) != self.classes:
             raise TopcalError(
@@ -232,7 +234,9 @@ class Thresholds:
                 "or updated since); choose them again for this model with topcal threshold"
             )
 
-    def accept(self, pred, confidence, score=None) -> np.ndarray:
+    def accept(
+        self, pred: ArrayLike, confidence: ArrayLike, score: ArrayLike | None = None
+    ) -> np.ndarray:
         """Whether each row is accepted: its calibrated confidence reaches its predicted class's
         cut-off.
 
@@ -328,7 +332,7 @@ class Thresholds:
         }
         return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
-    def save(self, path) -> None:
+    def save(self, path: PathLike) -> None:
         """Write as versioned JSON, atomically."""
         write_text(path, self.dumps())
 
@@ -496,10 +500,10 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
         raise ModelFileError(f"{source} is malformed ({why}); run topcal threshold again") from None
 
 
-def load_thresholds(path) -> Thresholds:
+def load_thresholds(path: PathLike) -> Thresholds:
     """Read a file written by :meth:`Thresholds.save` (or ``topcal threshold -o``)."""
     text = read_text(path, "thresholds file", ModelFileError)
-    path = os.fsdecode(path) if isinstance(path, (bytes, bytearray)) else path
+    path = os.fsdecode(bytes(path)) if isinstance(path, (bytes, bytearray)) else path
     return loads_thresholds(text, source=f"thresholds file {str(path)!r}")
 
 

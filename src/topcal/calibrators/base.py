@@ -55,6 +55,7 @@ from ..evidence.fingerprint import Fingerprint
 from ..io.inputs import as_data
 from . import intervals, spread
 from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
+from .fullvector import VectorPredicting, fit_map
 from .keeping import EvidenceKeeping
 from .modelfile import finite_array, support_list, to_jsonable
 
@@ -110,9 +111,9 @@ def _init_params(init) -> tuple[str, ...]:
     return tuple(p.name for p in inspect.signature(init).parameters.values() if p.name != "self")
 
 
-class Calibrator(EvidenceKeeping):
-    """Base class of all calibrators. Subclasses set ``name`` and implement
-    ``_fit``, ``_predict``, ``_get_state`` and ``_set_state``."""
+class Calibrator(VectorPredicting, EvidenceKeeping):
+    """Base class of all calibrators. Subclasses set ``name`` and implement ``_fit``,
+    ``_predict``, ``_get_state`` and ``_set_state`` (``predict_proba``: fullvector.py)."""
 
     #: Registry key, also the ``method`` field of saved models.
     name: ClassVar[str] = ""
@@ -286,7 +287,7 @@ class Calibrator(EvidenceKeeping):
                 DegenerateClassWarning,
                 stacklevel=2,
             )
-        self._keep, self._evidence = keep, Evidence.EMPTY
+        self._keep, self._evidence, self._vector = keep, Evidence.EMPTY, None
         # what the model remembers of its fitting rows, so that a guarantee is never computed on
         # them (topcal.thresholds.core); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
@@ -295,6 +296,8 @@ class Calibrator(EvidenceKeeping):
         try:
             with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
                 self._fit(data)
+            if keep == "evidence" and self._vector is None:  # a fit may have fitted its own
+                self._vector = fit_map(self, data)  # the calibrated vector's map (fullvector.py)
         finally:
             self._warm = None
         self._spread = (
@@ -364,8 +367,7 @@ class Calibrator(EvidenceKeeping):
             if alt is None
             else (
                 f"use the binary variant {alt!r} (temperature on the normalised top score) or a "
-                f"score-based "
-                "method (hist, ...)"
+                "score-based method (hist, ...)"
             ),
         )
         if data.n_classes < 2:
@@ -404,16 +406,15 @@ class Calibrator(EvidenceKeeping):
             lo, hi = self.score_range_
             raise DataError(
                 f"the data's score range ({data.score_range[0]:g}, {data.score_range[1]:g}) "
-                f"differs from the "
-                f"model's ({lo:g}, {hi:g}); build the data with score_range=({lo:g}, {hi:g}) "
+                f"differs from the model's ({lo:g}, {hi:g}); build the data with "
+                f"score_range=({lo:g}, {hi:g}) "
                 f"(--score-range {lo:g} {hi:g})"
             )
         if self.needs_full and data.has_full and set(data.classes) != set(self.classes_):
             raise DataError(
                 f"method {self.name!r} needs score vectors over the model's {len(self.classes_)} "
-                f"classes, but the "
-                f"data has {data.n_classes} columns ({preview(data.classes)}); give one column per "
-                f"model class"
+                f"classes, but the data has {data.n_classes} columns ({preview(data.classes)}); "
+                "give one column per model class"
             )
         data = data.with_classes(self.classes_, "the data")
         if self.needs_full:  # with_classes drops vectors whose columns are not the model's classes
@@ -496,8 +497,7 @@ class Calibrator(EvidenceKeeping):
         """The one-line error of a model loaded from a file without what its intervals need."""
         return ModelFileError(
             f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it "
-            f"with "
-            f"topcal >= {intervals.INTERVAL_SINCE} to get intervals"
+            f"with topcal >= {intervals.INTERVAL_SINCE} to get intervals"
         )
 
     # ----------------------------------------------------------- describe

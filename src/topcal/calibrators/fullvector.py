@@ -200,6 +200,11 @@ class VectorPredicting:
             )
         conf = self.predict(data)
         data = self._check_compatible(data)
+        if not data.has_full:  # vectors over other classes than the model's are dropped
+            raise DataError(
+                f"a calibrated probability vector needs one score column per class of the model "
+                f"({len(self.classes_)}), but the data's columns are other classes"
+            )
         return self._full_rows(data, conf)
 
     def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:

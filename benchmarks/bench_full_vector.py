@@ -10,7 +10,10 @@ temperature scaling (``_vector_peers.py``; their defaults) and of Dirichlet cali
 written from the paper in ``_vector_peers.py``; up to ``--dirichlet-max`` classes: with 100 a fit
 takes minutes); ``ratio``: topcal's over the best of SMS/SVS/TS; the top-label NLL of topcal's
 vector's predicted entry against ``auto``'s ``predict`` (the same numbers: the top entry is the
-confidence); ``moved``: the share of rows whose vector's argmax is not the original prediction.
+confidence); ``moved``: the share of rows whose vector's argmax is not the original prediction,
+and the accuracy of either; ``capped rest``: the NLL of the rule not taken (the other entries
+capped at the confidence, :func:`topcal.calibrators.fullvector.distribute_rest` of the map's
+vector).
 
 **Speed** (``--speed``): ``apply`` and ``apply --full`` of one model on the same file
 (``--rows`` x ``--classes`` Parquet probabilities, default 10^5 x 1,000), side by side in this
@@ -33,6 +36,7 @@ import numpy as np
 import topcal
 from _vector_peers import vector_peer_predict
 from bench_heldout import load
+from topcal.calibrators.fullvector import distribute_rest
 from topcal.data import TopLabelData
 from topcal.evaluate import kfold_split
 from topcal.metrics import nll, vector_nll
@@ -53,7 +57,7 @@ def held_out(name: str, n_folds: int, dirichlet_max: int, log=print) -> dict:
     folds = kfold_split(data, n_folds, seed=0)
     target = TopLabelData.concat(folds)
     vectors = {m: [] for m in ["topcal", *PEERS]}
-    confs, secs = [], {m: 0.0 for m in vectors}
+    confs, capped, secs = [], [], {m: 0.0 for m in vectors}
     for f in range(n_folds):
         train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
         test = folds[f]
@@ -64,6 +68,10 @@ def held_out(name: str, n_folds: int, dirichlet_max: int, log=print) -> dict:
         vectors["topcal"].append(model.predict_proba(test))
         confs.append(model.predict(test))
         secs["topcal"] += time.perf_counter() - t
+        # the rule not taken: the other classes capped at the confidence (distribute_rest of the
+        # map's own vector), so the predicted class stays on top wherever c >= 1/K
+        whole = model.vector_map_.predict_proba(test)
+        capped.append(distribute_rest(whole, test.pred, confs[-1]))
         for peer in PEERS:
             if peer == "dirichlet-odir" and data.n_classes > dirichlet_max:
                 vectors[peer] = None
@@ -88,14 +96,20 @@ def held_out(name: str, n_folds: int, dirichlet_max: int, log=print) -> dict:
     out["top_nll_vector"] = nll(target, top[rows, target.pred]).overall
     out["top_nll_auto"] = nll(target, np.concatenate(confs)).overall
     out["moved"] = float(np.mean(top.argmax(axis=1) != target.pred))
+    out["capped"] = vector_nll(target, np.concatenate(capped)).overall
+    out["acc_pred"] = float(np.mean(target.pred == target.labels))
+    out["acc_vector"] = float(np.mean(top.argmax(axis=1) == target.labels))
     out["secs"] = secs
     log(out)
     return out
 
 
 def table(rows: list[dict]) -> str:
-    head = "| set | K | topcal | pm-sms | pm-svs | pm-ts | dirichlet | ratio | top NLL | moved |"
-    lines = [head, "|" + "---|" * 10]
+    head = (
+        "| set | K | topcal | pm-sms | pm-svs | pm-ts | dirichlet | ratio | top NLL | moved "
+        "| accuracy: pred, vector's argmax | capped rest |"
+    )
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
 
         def f(v):
@@ -104,7 +118,8 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['set']} | {r['classes']} | {f(r['topcal'])} | {f(r['pm-sms'])} | "
             f"{f(r['pm-svs'])} | {f(r['pm-ts'])} | {f(r['dirichlet-odir'])} | {r['ratio']:.4f} | "
-            f"{r['top_nll_vector']:.4f} (auto {r['top_nll_auto']:.4f}) | {r['moved']:.2%} |"
+            f"{r['top_nll_vector']:.4f} (auto {r['top_nll_auto']:.4f}) | {r['moved']:.2%} | "
+            f"{r['acc_pred']:.4f}, {r['acc_vector']:.4f} | {r['capped']:.4f} |"
         )
     return "\n".join(lines)
 

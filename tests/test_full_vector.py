@@ -280,3 +280,31 @@ def test_apply_full_on_dask_equals_local(files, cluster):
     r = cli("apply", tmp / "m.json", tmp / "top.parquet", "-o", tmp / "x.csv", "--full",
             "--engine", "dask", "--scheduler", addr)  # fmt: skip
     assert_error(r, "full score vectors")
+
+
+def test_metrics_command_gives_full_vector_losses_where_vectors_are_given(files):
+    tmp, _ = files
+    fit = pd.read_csv(tmp / "fit.csv")
+    data = topcal.io.read_data(tmp / "fit.csv")
+    model = persist.load(tmp / "m.json")
+    r = assert_ok(call("metrics", tmp / "fit.csv", "--model", tmp / "m.json", "--json"))
+    got = json.loads(r.stdout)["vector"]
+    proba = model.predict_proba(data)
+    assert got["nll"] == topcal.metrics.vector_nll(data, proba).overall
+    assert got["brier"] == topcal.metrics.vector_brier(data, proba).overall
+    # no model: the raw scores' own vectors
+    raw = json.loads(assert_ok(call("metrics", tmp / "fit.csv", "--json")).stdout)["vector"]
+    from sklearn.metrics import log_loss
+
+    p = fit.filter(like="p_").to_numpy()
+    codes = pd.Categorical(fit["label"], categories=["ant", "bee", "cow", "dog"]).codes
+    np.testing.assert_allclose(raw["nll"], log_loss(codes, p, labels=[0, 1, 2, 3]), rtol=1e-9)
+    assert got["nll"] < raw["nll"]  # fitted on these rows: the calibrated vector is better
+    text = assert_ok(call("metrics", tmp / "fit.csv", "--model", tmp / "m.json")).stdout
+    assert f"full vector (predict_proba): NLL {got['nll']:.4f}" in text
+    # top scores only: no vector, no line
+    top = pd.DataFrame({"pred": fit.filter(like="p_").idxmax(axis=1).str[2:],
+                        "score": p.max(1), "label": fit["label"]})  # fmt: skip
+    top.to_csv(tmp / "top.csv", index=False)
+    r = assert_ok(call("metrics", tmp / "top.csv", "--model", tmp / "m.json", "--json"))
+    assert "vector" not in json.loads(r.stdout)

@@ -15,8 +15,9 @@ else a map fitted beside the model on the same rows when the model is fitted wit
 :attr:`~.vector.StructuredMatrixScaling.auto_max_classes`). The model file keeps it under
 ``"vector"``.
 
-A model without a map (fitted on top scores, binned counts or statistics alone: a streamed or
-Dask fit, or ``update`` of one) shares 1 - c in proportion to the **uncalibrated** vector, each
+The do-nothing reference (``uncalibrated``) gives the scores' own vector. A model without a map
+(fitted on top scores, binned counts or statistics alone: a streamed or Dask fit, or ``update``
+of one) shares 1 - c in proportion to the **uncalibrated** vector, each
 share capped at c where c >= 1/K (:func:`distribute_rest`), and warns that the rest is not
 calibrated. Data without full vectors has no vector to give: a DataError.
 """
@@ -123,7 +124,12 @@ def fit_map(model, data: TopLabelData, warm=None):
     """The vector map fitted beside ``model`` on its fitting ``data`` (from ``warm``, a fit of the
     same map method, e.g. auto's cross-validation's), or None where ``data`` has no full vectors
     over 2 classes or more, or ``model`` has its own map."""
-    if not data.has_full or data.n_classes < 2 or model._vector_map() is not None:
+    if (
+        model.is_baseline  # its vector is the scores' own
+        or not data.has_full
+        or data.n_classes < 2
+        or model._vector_map() is not None
+    ):
         return None
     cls = get_class(map_name(data.n_classes))
     warm = warm if isinstance(warm, cls) else None
@@ -212,6 +218,8 @@ class VectorPredicting:
         vmap = self.vector_map_
         if vmap is not None:
             return combine(conf, data.pred, vmap._rest(data))
+        if self.is_baseline:  # the do-nothing reference: the scores' own vector
+            return distribute_rest(np.exp(data.log_probs()), data.pred, conf)
         warnings.warn(
             f"this {self.name!r} model has no whole-vector map (it was fitted without full score "
             "vectors): the entries other than the predicted class are the uncalibrated scores' "

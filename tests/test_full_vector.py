@@ -308,3 +308,26 @@ def test_metrics_command_gives_full_vector_losses_where_vectors_are_given(files)
     top.to_csv(tmp / "top.csv", index=False)
     r = assert_ok(call("metrics", tmp / "top.csv", "--model", tmp / "m.json", "--json"))
     assert "vector" not in json.loads(r.stdout)
+
+
+@pytest.mark.slow
+def test_the_vector_map_s_memory_and_fit_vector_false():
+    """The map is fitted after the model, from the scores: its peak (the n x K features, sms's
+    blocks) is the fit's where the method's own is lower; ``vector=False`` fits the model alone."""
+    import tracemalloc
+
+    from _sim import bench_probs
+
+    p, y = bench_probs(10_000, 10, 0)
+    data = topcal.TopLabelData.from_probs(p, y)
+    topcal.calibrator("hist").fit(data)  # imports and caches first
+    peaks = {}
+    for vector in (True, False):
+        tracemalloc.start()
+        try:
+            model = topcal.calibrator("hist").fit(data, vector=vector)
+            peaks[vector] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert (model.vector_map_ is None) == (not vector)
+    assert peaks[False] < peaks[True] <= 4.0 * p.nbytes, peaks

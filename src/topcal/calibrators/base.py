@@ -112,8 +112,8 @@ def _init_params(init) -> tuple[str, ...]:
 
 
 class Calibrator(VectorPredicting, EvidenceKeeping):
-    """Base class of all calibrators. Subclasses set ``name`` and implement ``_fit``,
-    ``_predict``, ``_get_state`` and ``_set_state`` (``predict_proba``: fullvector.py)."""
+    """Base of all calibrators: subclasses set ``name``, implement ``_fit``, ``_predict``,
+    ``_get_state``, ``_set_state``."""
 
     #: Registry key, also the ``method`` field of saved models.
     name: ClassVar[str] = ""
@@ -225,6 +225,7 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         keep: str = "evidence",
         warm=None,
         fingerprint: Fingerprint | None = None,
+        vector: bool = True,
     ) -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
 
@@ -257,6 +258,8 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         fingerprint : Fingerprint, optional
             The fingerprint of these same rows, already computed by the caller;
             taken instead of hashing every row again.
+        vector : bool, default True
+            Also fit ``predict_proba``'s vector map (:mod:`.fullvector`; with full vectors).
 
         Returns
         -------
@@ -273,11 +276,9 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         data.require_labels(f"fitting {self.name!r}")
         check_sample_total(data.n_samples, "the fitting data (with any updates)")
         self._check_data(data)
-        self.classes_ = data.classes
-        self.score_range_ = data.score_range
+        self.classes_, self.score_range_ = data.classes, data.score_range
         tp, fp = data.class_counts()
-        self.n_tp_ = tp
-        self.n_fp_ = fp
+        self.n_tp_, self.n_fp_ = tp, fp
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
             warnings.warn(
@@ -288,6 +289,7 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
                 stacklevel=2,
             )
         self._keep, self._evidence, self._vector = keep, Evidence.EMPTY, None
+        self._map_wanted = keep == "evidence" and bool(vector)
         # what the model remembers of its fitting rows, so that a guarantee is never computed on
         # them (topcal.thresholds.core); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
@@ -296,15 +298,13 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         try:
             with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
                 self._fit(data)
-            if keep == "evidence" and self._vector is None:  # a fit may have fitted its own
+            if self._map_wanted and self._vector is None:  # a fit may have fitted its own
                 self._vector = fit_map(self, data)  # the calibrated vector's map (fullvector.py)
         finally:
             self._warm = None
-        self._spread = (
-            spread.measure(data, self._predict(data))
-            if self._pools_classes and keep != "predictions"
-            else None
-        )
+        self._spread = None
+        if self._pools_classes and keep != "predictions":
+            self._spread = spread.measure(data, self._predict(data))
         if keep == "evidence":
             # the mergeable statistics that let update() refit on old + new data and, per predicted
             # class and score region, the true classes behind its rows (label-shift adaptation; None

@@ -10,7 +10,8 @@ scores are full vectors, a fitted model also gives a whole probability vector:
 The vector map is the model's own whole-vector map where it has one (``vs``, ``sms``, their
 corrected forms ``vs-hier-platt`` / ``sms-pooled-beta``, ``auto`` having chosen one of them),
 else a map fitted beside the model on the same rows when the model is fitted with
-``keep="evidence"`` (the default; parts of other models and cross-validation folds fit none):
+``keep="evidence"`` (the default; parts of other models and cross-validation folds fit none;
+``fit(..., vector=False)`` neither: the map holds the n x K features while it fits):
 ``sms`` up to :data:`SMS_MAX_CLASSES` classes, ``vs`` above (auto's own class limit for ``sms``,
 :attr:`~.vector.StructuredMatrixScaling.auto_max_classes`). The model file keeps it under
 ``"vector"``.
@@ -158,6 +159,8 @@ class VectorPredicting:
 
     #: the vector map fitted beside the model (None: none fitted, or the model has its own)
     _vector = None
+    #: during and after ``fit``: whether the fit was told to fit the map (``fit(..., vector=)``)
+    _map_wanted = False
 
     def _vector_map(self):
         """The model's own whole-vector map (a fitted ``vs``/``sms``), or None: a method with one

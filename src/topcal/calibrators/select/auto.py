@@ -339,7 +339,7 @@ class Auto(Wrapper):
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
         self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
-        if self._keep == "evidence":
+        if self._map_wanted:
             self._vector = fit_map(self, data, map_warm)
 
     def _refit(self, stats) -> None:

@@ -212,6 +212,13 @@ def test_apply_full_writes_the_models_vectors_in_every_path(files):
         assert list(frame.columns[: len(new.columns)]) == list(new.columns)
     for v in outs.values():
         np.testing.assert_array_equal(v, outs["b.parquet"])
+    # the rows whose calibrated vector ranks another class first are counted and said
+    pred = pd.read_csv(tmp / "a.csv")["pred"].map(classes.index).to_numpy()
+    moved = int(np.count_nonzero(outs["a.csv"].argmax(1) != pred))
+    assert 0 < moved < len(pred) / 5
+    assert f"{moved} of {len(pred)} rows" in r.stdout and "ranks another class above pred" in (
+        r.stdout
+    )
     model = persist.load(tmp / "m.json")
     want = model.predict_proba(new.drop(columns="id"))
     np.testing.assert_array_equal(outs["b.parquet"], want)

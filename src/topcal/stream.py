@@ -130,12 +130,16 @@ def calibrate(
     with ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for ``model``)
     ``accepted``, whether the row's confidence reaches its class's cut-off; with ``full`` the
     calibrated vectors (:meth:`~topcal.calibrators.base.Calibrator.predict_proba`, whose predicted
-    entry is the confidence, bit for bit), written as :func:`full_columns`."""
+    entry is the confidence, bit for bit), written as :func:`full_columns`, and ``tally`` gets the
+    count of rows whose vector's argmax is another class than ``pred`` under ``"moved"``."""
     if full:
         require_vectors(data.has_full)
         vectors = model.predict_proba(data)
-        conf = vectors[np.arange(data.n_rows), predicted_codes(data, model.classes_)]
-        out = {"confidence": conf}
+        codes = predicted_codes(data, model.classes_)
+        out = {"confidence": vectors[np.arange(data.n_rows), codes]}
+        if tally is not None:  # rows whose calibrated vector ranks another class above pred
+            moved = int(np.count_nonzero(vectors.argmax(axis=1) != codes))
+            tally["moved"] = tally.get("moved", 0) + moved
     else:
         out = {"confidence": model.predict(data)}
     if interval is not None:

@@ -280,6 +280,11 @@ def _cmd_apply(args) -> int:
             f"the calibrated confidence is in column {tally['column']!r}; the input's 'confidence' "
             "column (the raw score) is kept as it was"
         )
+    if tally.get("moved") and rows:
+        print(
+            f"{tally['moved']} of {rows} rows ({tally['moved'] / rows:.1%}): the calibrated "
+            "vector ranks another class above pred (a decision on the vector takes that class)"
+        )
     if thresholds is not None and "accepted" in tally and rows:
         print(
             f"accepted: {tally['accepted']} of {rows} rows ({tally['accepted'] / rows:.1%}) by the "

@@ -390,3 +390,13 @@ def test_meta_estimator_adapts_to_a_use_set_with_other_class_frequencies():
     )  # the safety step's factor passes through: 0 = unchanged
     assert same.calibrator_.estimate_.shrink == 0.0
     np.testing.assert_array_equal(same.predict_confidence(X[use]), cal.predict_confidence(X[use]))
+
+
+def test_an_unfitted_meta_estimator_says_so_in_both_libraries_terms():
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+    est = TopLabelCalibratedClassifier(LogisticRegression(), method="hist", cv=3)
+    for method in (est.predict, est.predict_proba, est.predict_confidence):
+        for caught in (NotFittedError, SklearnNotFittedError):
+            with pytest.raises(caught, match="not fitted yet"):
+                method(np.zeros((2, 8)))

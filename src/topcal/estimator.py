@@ -242,8 +242,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         """Warn when the classifier's ``predict`` is not the argmax of its scores on X
         (SVC(probability=True)).
 
-        The calibrated confidence is about the argmax class; ``predict`` stays the
-        classifier's own. ``argmax_disagreement_`` keeps the share of rows that differ.
+        The calibrated confidence is about the argmax class; ``predict`` is the calibrated
+        vector's argmax, not the classifier's own. ``argmax_disagreement_`` keeps the share of
+        rows that differ.
         """
         if data is None:
             s, kind = self._scores(est, X, classes)
@@ -358,7 +359,8 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         (``predict_confidence``); the other entries share the rest as the calibrator's
         whole-vector map says (``calibrator_.vector_map_``; the module docstring). Rows sum to 1.
         """
-        return self.calibrator_.predict_proba(self._unlabelled(X))
+        data = self._unlabelled(X)  # checks that this estimator is fitted first
+        return self.calibrator_.predict_proba(data)
 
     def adapt(
         self,

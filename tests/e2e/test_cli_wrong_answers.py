@@ -482,7 +482,12 @@ def test_sklearn_predict_not_argmax_warns_and_records_the_share():
     top = cal.top_label_data(X[600:])
     argmax = cal.classes_[top.pred]
     assert cal.argmax_disagreement_ == np.mean(own != argmax) > 0
-    np.testing.assert_array_equal(cal.predict(X[600:]), own)  # predict stays the classifier's
+    # predict follows the calibrated vector: the argmax of predict_proba on every row, also on
+    # the rows where SVC's one-vs-one vote disagrees with its own probabilities
+    for rows in (slice(None, 600), slice(600, None)):
+        proba = cal.predict_proba(X[rows])
+        np.testing.assert_array_equal(cal.predict(X[rows]), cal.classes_[proba.argmax(1)])
+        np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=1e-12)
     # a classifier whose predict is the argmax: no warning, share 0
     lr = LogisticRegression(max_iter=500).fit(X[:600], y[:600])
     with warnings.catch_warnings():

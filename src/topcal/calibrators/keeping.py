@@ -16,7 +16,7 @@ from typing import Any, Self
 from ..data import TopLabelData
 from ..evidence.core import Evidence
 from ..evidence.stats import ScoreStats
-from . import modelfile, spread, updating
+from . import fullvector, modelfile, spread, updating
 from .registry import fits_from_counts, require_counts
 
 __all__ = ["EvidenceKeeping"]
@@ -105,8 +105,9 @@ class EvidenceKeeping:
         merged = updating.merged_evidence(
             self, old, data, y, classes=classes, kind=kind, confusion=confusion
         )
+        vector = self._vector  # statistics hold no vectors: the first fit's map is kept
         self._refit(merged.stats)
-        self._evidence = merged
+        self._evidence, self._vector = merged, vector
         return self
 
     def _refit(self, stats) -> None:
@@ -122,7 +123,10 @@ class EvidenceKeeping:
         """JSON-ready dict: method, params, classes, score range, fitted state and the model's
         evidence, each piece where kept (:func:`.modelfile.to_dict`)."""
         self._check_fitted()
-        return modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
+        d = modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
+        if self._vector is not None:  # the vector map fitted beside the model (fullvector.py)
+            d["vector"] = self._vector.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
@@ -137,6 +141,7 @@ class EvidenceKeeping:
         self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
         self._set_state(d["state"])
         self._spread = spread.check(d.get("spread"), len(classes))
+        self._vector = fullvector.load_map(d.get("vector"), classes)
         self._evidence = Evidence.from_dict(
             d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
         )

@@ -225,7 +225,7 @@ def _cmd_metrics(args) -> int:
     from .._params import MAX_BINS
     from ..calibrators import calibrator
     from ..calibrators.registry import BASELINE
-    from ..metrics import SUMMARY_COLUMNS, summary
+    from ..metrics import SUMMARY_COLUMNS, summary, vector_brier, vector_nll
     from ..persist import load
 
     if not 1 <= args.bins <= MAX_BINS:
@@ -235,6 +235,10 @@ def _cmd_metrics(args) -> int:
     model = load(args.model) if args.model else calibrator(BASELINE).fit(data)
     s = summary(data, model.predict(data), n_bins=args.bins)
     s["method"] = model.name
+    if data.has_full and data.labels is not None:  # the calibrated vector's own losses
+        proba = model.predict_proba(data)
+        s["vector"] = {"nll": vector_nll(data, proba).overall,
+                       "brier": vector_brier(data, proba).overall}  # fmt: skip
     if args.json:
         print(json.dumps(s, indent=1))
         return 0
@@ -243,6 +247,9 @@ def _cmd_metrics(args) -> int:
     rows.append(["overall"] + [s["overall"][c] for c in cols])
     print(f"method: {model.name}")
     print(format_table(["class"] + cols, rows))
+    if "vector" in s:
+        v = s["vector"]
+        print(f"full vector (predict_proba): NLL {v['nll']:.4f}, Brier {v['brier']:.4f}")
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..calibrators.base import Calibrator, Curve, register_hook
+from ..calibrators.fullvector import combine
 from ..calibrators.registry import get_class, register
 from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData
@@ -264,6 +265,17 @@ class AdaptedCalibrator(Wrapper):
             self.fp_pseudocount_,
         )
         return adapt_confidence(c, self.weights_[data.pred], wbar)
+
+    def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:
+        """``predict_proba``'s rows: the adapted confidence at k(X); the source's vector map's
+        other entries times the prior ratios w_j, renormalised (Bayes' rule under label shift)."""
+        vmap = self.vector_map_
+        if vmap is None:
+            return super()._full_rows(data, conf)
+        rest = vmap._rest(data) * self.weights_
+        total = rest.sum(axis=1, keepdims=True)
+        np.divide(rest, total, out=rest, where=total > 0)
+        return combine(conf, data.pred, rest)
 
     def _interval(self, data: TopLabelData, level: float):
         """The base model's interval moved to the new priors the way its confidence is (the map

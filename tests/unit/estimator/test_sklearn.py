@@ -20,7 +20,7 @@ import topcal
 from _sim import simulate_probs
 from topcal import TopLabelCalibratedClassifier
 from topcal.errors import DataError, NotFittedError, ParameterError
-from topcal.estimator import distribute_rest
+from topcal.calibrators.fullvector import distribute_rest
 
 pytestmark = pytest.mark.filterwarnings("ignore::topcal.errors.DegenerateClassWarning")
 
@@ -126,19 +126,6 @@ def _blobs(n=1500, seed=0, k=3):
     )
 
 
-#: Checks of scikit-learn's suite that cannot hold for a top-label calibrator,
-#: and why (run; allowed to fail); every other check must pass.
-TOP_LABEL_EXEMPT = {
-    "check_classifiers_train": (
-        "asserts argmax(predict_proba) == predict; predict is the classifier's own prediction, and "
-        "a "
-        "score-based calibrator can give it a confidence below 1/K (a bin where the predicted "
-        "class is mostly "
-        "wrong), or equal to another class's share, so predict_proba honestly puts as much or more "
-        "mass on "
-        "another class"
-    ),
-}
 #: Checks scikit-learn itself skips here: the array-API check needs SCIPY_ARRAY_API=1 and
 #: array-api-compat,
 #: and topcal computes in NumPy (array-API inputs are converted by the classifier, not by topcal).
@@ -171,17 +158,26 @@ def test_meta_estimator_passes_sklearn_checks_with_temperature_scaling():
 
 
 @pytest.mark.slow
-def test_meta_estimator_passes_sklearn_checks_with_score_methods():
+@pytest.mark.parametrize("method", ["hist", "auto"])
+def test_meta_estimator_passes_every_sklearn_check_with_logistic_regression(method):
+    # predict is the argmax of the calibrated vector, so check_classifiers_train's
+    # argmax(predict_proba) == predict holds on every row for any method
     status = _run_checks(
-        TopLabelCalibratedClassifier(GaussianNB(), method="hist", cv=3), TOP_LABEL_EXEMPT
+        TopLabelCalibratedClassifier(LogisticRegression(), method=method, cv=3), {}
     )
-    assert status["check_classifiers_train"] == "xfail"  # it does fail, for the documented reason
+    assert status["check_classifiers_train"] == "passed"
+
+
+@pytest.mark.slow
+def test_meta_estimator_passes_sklearn_checks_with_score_methods():
+    status = _run_checks(TopLabelCalibratedClassifier(GaussianNB(), method="hist", cv=3), {})
+    assert status["check_classifiers_train"] == "passed"
     # a classifier that takes sparse input: the meta-estimator passes it through
     status = _run_checks(
         TopLabelCalibratedClassifier(
             DecisionTreeClassifier(max_depth=4, random_state=0), method="kde-mon2", cv=3
         ),
-        TOP_LABEL_EXEMPT,
+        {},
     )
     assert status["check_estimator_sparse_matrix"] == "passed"
 
@@ -241,14 +237,31 @@ def test_prefit_estimator_is_not_refitted():
     cal = TopLabelCalibratedClassifier(clf, method="kde-mon2").fit(X[1200:1800], y[1200:1800])
     assert cal.estimator_ is clf
     np.testing.assert_array_equal(clf.coef_, coef)
-    np.testing.assert_array_equal(cal.predict(X[1800:]), clf.predict(X[1800:]))
+    _assert_predict_is_the_vectors_argmax(cal, X[1800:], clf.predict(X[1800:]))
     # the calibrator is exactly kde-mon2 fitted on the classifier's held-out probabilities
     direct = topcal.calibrator("kde-mon2").fit(clf.predict_proba(X[1200:1800]), y[1200:1800])
     np.testing.assert_allclose(
         cal.predict_confidence(X[1800:]), direct.predict(clf.predict_proba(X[1800:]))
     )
-    with pytest.raises(NotFittedError, match="not fitted"):
-        TopLabelCalibratedClassifier(LogisticRegression(), method="hist").fit(X, y)
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+    for caught in (NotFittedError, SklearnNotFittedError):
+        with pytest.raises(
+            caught,
+            match=r"^This LogisticRegression instance is not fitted yet.*"
+            r"cv=5.*FrozenEstimator",
+        ):
+            TopLabelCalibratedClassifier(LogisticRegression(), method="hist").fit(X, y)
+
+
+def _assert_predict_is_the_vectors_argmax(cal, X, own):
+    """predict == classes_[argmax(predict_proba)] on every row, and the classifier's own
+    prediction ``own`` on nearly all."""
+    proba = cal.predict_proba(X)
+    pred = cal.predict(X)
+    np.testing.assert_array_equal(pred, cal.classes_[proba.argmax(1)])
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=1e-12)
+    assert np.mean(pred == own) > 0.9
 
 
 def test_cross_fitting_uses_out_of_fold_scores():
@@ -263,7 +276,7 @@ def test_cross_fitting_uses_out_of_fold_scores():
     direct = topcal.calibrator("hist").fit(oof, y)
     final = LogisticRegression().fit(X, y)
     np.testing.assert_allclose(cal.predict_confidence(X), direct.predict(final.predict_proba(X)))
-    np.testing.assert_array_equal(cal.predict(X), final.predict(X))
+    _assert_predict_is_the_vectors_argmax(cal, X, final.predict(X))
 
 
 @pytest.mark.parametrize("k", [2, 4])
@@ -275,7 +288,7 @@ def test_decision_function_estimators_are_calibrated_on_logits(k):
     proba = cal.predict_proba(X[:600])
     assert proba.shape == (600, k)
     np.testing.assert_allclose(proba.sum(1), 1.0)
-    np.testing.assert_array_equal(cal.predict(X[:600]), svc.predict(X[:600]))
+    _assert_predict_is_the_vectors_argmax(cal, X[:600], svc.predict(X[:600]))
 
 
 def test_predict_proba_top_entry_is_the_confidence_and_strings_work():
@@ -291,14 +304,15 @@ def test_predict_proba_top_entry_is_the_confidence_and_strings_work():
     np.testing.assert_allclose(proba[np.arange(len(top)), top], conf)
     np.testing.assert_allclose(proba.sum(1), 1.0)
     assert list(cal.classes_) == ["ant", "bee", "cow", "dog"]
-    # with c >= 1/K the predicted class stays on top (other classes are capped at c, so ties can
-    # occur)
-    ok = conf >= 1 / 4
-    assert ok.sum() > 400
-    np.testing.assert_allclose(proba[ok].max(1), conf[ok])
-    sure = conf > 0.5
-    assert sure.sum() > 300
-    np.testing.assert_array_equal(cal.classes_[proba[sure].argmax(1)], cal.predict(X[1000:])[sure])
+    # the other entries are the calibrator's vector map's (sms at 4 classes), scaled to 1 - c
+    vmap = cal.calibrator_.vector_map_
+    assert vmap.name == "sms" and vmap is cal.calibrator_._vector
+    rows = np.arange(len(top))
+    others = proba.copy()
+    others[rows, top] = 0
+    expect = vmap._rest(cal.top_label_data(X[1000:])) * (1 - conf)[:, None]
+    np.testing.assert_allclose(others, expect, rtol=1e-12, atol=1e-15)
+    _assert_predict_is_the_vectors_argmax(cal, X[1000:], clf.predict(X[1000:]))
     with pytest.raises(DataError, match="does not know"):
         cal.fit(X[500:1000], np.where(names[500:1000] == "ant", "elk", names[500:1000]))
 
@@ -359,7 +373,11 @@ def test_meta_estimator_adapts_to_a_use_set_with_other_class_frequencies():
         assert (
             ad is not cal and ad.estimator_ is clf and cal.calibrator_.name == "hist"
         )  # the original is unchanged
-        np.testing.assert_array_equal(ad.predict(X[use]), clf.predict(X[use]))
+        # the vector moves to the new priors too (its other entries times the prior ratios), so
+        # the decision follows them: more rows go to the now frequent class 0, more are right
+        proba = ad.predict_proba(X[use])
+        np.testing.assert_array_equal(ad.predict(X[use]), ad.classes_[proba.argmax(1)])
+        assert np.mean(ad.predict(X[use]) == y[use]) >= np.mean(clf.predict(X[use]) == y[use])
         data = ad.top_label_data(X[use], y[use])
         before = metrics.nll(data, cal.predict_confidence(X[use])).overall
         after = metrics.nll(data, ad.predict_confidence(X[use])).overall
@@ -372,3 +390,13 @@ def test_meta_estimator_adapts_to_a_use_set_with_other_class_frequencies():
     )  # the safety step's factor passes through: 0 = unchanged
     assert same.calibrator_.estimate_.shrink == 0.0
     np.testing.assert_array_equal(same.predict_confidence(X[use]), cal.predict_confidence(X[use]))
+
+
+def test_an_unfitted_meta_estimator_says_so_in_both_libraries_terms():
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+    est = TopLabelCalibratedClassifier(LogisticRegression(), method="hist", cv=3)
+    for method in (est.predict, est.predict_proba, est.predict_confidence):
+        for caught in (NotFittedError, SklearnNotFittedError):
+            with pytest.raises(caught, match="not fitted yet"):
+                method(np.zeros((2, 8)))

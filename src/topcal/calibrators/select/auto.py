@@ -98,6 +98,7 @@ from .rules import (
 from ..base import Calibrator, to_jsonable
 from .blend import Blend
 from .crossfit import cross_fit, refit_start
+from ..fullvector import fit_map, map_name
 from . import staging
 from ..registry import BASELINE, calibrator, fits_from_counts, get_class, register
 from ..wrapper import Wrapper
@@ -323,6 +324,9 @@ class Auto(Wrapper):
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
+        # the vector map (fullvector.py) starts from the cross-validation's all-data fit of it
+        runs = [r for r in (run, look and look[3]) if r is not None]
+        map_warm = runs[0].warm.get(map_name(data.n_classes)) if runs and data.has_full else None
         warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
         del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
@@ -333,6 +337,8 @@ class Auto(Wrapper):
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
         self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
+        if self._map_wanted:
+            self._vector = fit_map(self, data, map_warm)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

@@ -29,6 +29,7 @@ from ._core import (
     VectorObjective,
     conf_from_margin,
     data_margin,
+    data_rest,
     features,
     inverse_pd,
     log_scores,
@@ -296,6 +297,15 @@ class _VectorBase(Calibrator):
                 return data_margin(self._layout(), self.theta_, data, self.beta_, self.mix_)
 
         return memo(data, key, compute)
+
+    def _vector_map(self) -> "_VectorBase":
+        """The map is the model itself: its whole vector is the calibrated one."""
+        return self
+
+    def _rest(self, data: TopLabelData) -> np.ndarray:
+        """The map's distribution over each row's other classes (:func:`._core.data_rest`)."""
+        with one_blas_thread():
+            return data_rest(self._layout(), self.theta_, data, self.beta_, self.mix_)
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""

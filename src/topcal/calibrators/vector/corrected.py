@@ -87,6 +87,10 @@ class _Corrected(Calibrator):
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return self.curve_.predict(_as_scores(data, self.map_.predict(data)))
 
+    def _vector_map(self) -> Calibrator:
+        """The whole-vector map under the curve: the calibrated vector's other entries are its."""
+        return self.map_
+
     def _interval(self, data: TopLabelData, level: float):
         """The curve's interval at the ends of the map's: both estimation errors, added."""
         lo_c, hi_c = self.map_._interval(data, level)

@@ -13,12 +13,30 @@ import numpy as np
 from ..errors import DataError
 
 
+#: The longest class name :func:`preview` shows whole, and about the most text it gives a list
+#: (longer names are cut, later names left out), so a message naming classes stays one short line.
+PREVIEW_NAME_CHARS = 30
+PREVIEW_CHARS = 90
+
+
+def _short_name(name: str) -> str:
+    if len(name) <= PREVIEW_NAME_CHARS:
+        return repr(name)
+    return repr(name[: PREVIEW_NAME_CHARS - 3]) + "..."
+
+
 def preview(names, limit: int = 5) -> str:
-    """A short text for a possibly long list of names: count and the first few."""
+    """A short text for a possibly long list of names: the first few (at most ``limit``, each cut
+    to :data:`PREVIEW_NAME_CHARS`, about :data:`PREVIEW_CHARS` in all) and the count."""
     names = [str(n) for n in names]
-    if len(names) <= limit:
-        return repr(names)
-    return "[" + ", ".join(repr(n) for n in names[:limit]) + f", ... ({len(names)} in all)]"
+    shown = []
+    for n in names[:limit]:
+        if shown and sum(len(t) + 2 for t in shown) + len(_short_name(n)) > PREVIEW_CHARS:
+            break
+        shown.append(_short_name(n))
+    if len(shown) == len(names):
+        return "[" + ", ".join(shown) + "]"
+    return "[" + ", ".join(shown) + f", ... ({len(names)} in all)]"
 
 
 def is_int_name(name: str) -> bool:

@@ -555,10 +555,8 @@ class TopLabelData:
         if unknown:
             raise DataError(
                 f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} "
-                f"that the "
-                f"model does not know (its classes: {preview(classes, 8)}); fit the model on data "
-                f"with "
-                "these classes, or drop their rows"
+                f"that the model does not know (its classes: {preview(classes, 3)}); fit on data "
+                "with them, or drop their rows"
             )
         index = np.array([known[c] for c in self.classes], dtype=np.int64)
         full = None

@@ -55,7 +55,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..data import TopLabelData
+from ..data import TopLabelData, preview
 from ..errors import DataError
 
 __all__ = ["ScoreStats", "DEFAULT_CELLS", "EXACT_SCORES"]
@@ -214,8 +214,8 @@ class ScoreStats:
             )
         if other.classes != self.classes:
             raise DataError(
-                f"cannot merge statistics of classes {list(other.classes)} into "
-                f"{list(self.classes)}; "
+                f"cannot merge statistics of classes {preview(other.classes)} into "
+                f"{preview(self.classes)}; "
                 "read the new data with the same classes (same probability columns, or "
                 "classes=[...])"
             )

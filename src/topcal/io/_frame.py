@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import TopLabelData, is_int_name, label_names, sorted_names
+from ..data import TopLabelData, is_int_name, label_names, preview, sorted_names
 from ..errors import DataError
 
 BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
@@ -264,7 +264,9 @@ def _read_frame(
         )
     if vec_cols:
         if classes is not None and [str(c) for c in classes] != names:
-            raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
+            raise DataError(
+                f"classes {preview(classes)} do not match the score columns {preview(vec_cols)}"
+            )
         matrix = _numeric(frame, vec_cols)
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
             raise DataError(

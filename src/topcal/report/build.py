@@ -15,7 +15,7 @@ from .._fileio import check_report_dir, report_dir
 from .._version import __version__
 from ..calibrators import available_methods, get_class
 from ..calibrators.registry import BASELINE
-from ..data import TopLabelData
+from ..data import TopLabelData, preview
 from ..errors import DegenerateClassWarning, TopcalError
 from ..evaluate import (
     METRICS,
@@ -176,8 +176,8 @@ def build_report(
     data.require_labels("a calibration report")
     if adapted is not None and tuple(adapted.classes_) != tuple(data.classes):
         raise TopcalError(
-            f"the adapted model's classes {list(adapted.classes_)} differ from the "
-            f"data's {list(data.classes)}; adapt a model fitted on this data"
+            f"the adapted model's classes {preview(adapted.classes_)} differ from the "
+            f"data's {preview(data.classes)}; adapt a model fitted on this data"
         )
     if thresholds is not None:
         model_t, th = thresholds

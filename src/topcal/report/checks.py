@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import plots
 from ..calibrators.registry import BASELINE
-from ..data import TopLabelData
+from ..data import TopLabelData, preview
 from ..errors import TopcalError
 from ..evaluate import Comparison
 
@@ -393,12 +393,12 @@ def align_classes(
     unknown = [c for c in other.classes if c not in data.classes]
     if unknown or other.has_full:
         why = (
-            f"classes {unknown} are not in the data"
+            f"classes {preview(unknown)} are not in the data"
             if unknown
             else "its score vectors have other columns than the data's"
         )
         raise TopcalError(
             f"{what} must have the same classes as the data: {why} (data classes: "
-            f"{list(data.classes)})"
+            f"{preview(data.classes)})"
         )
     return other.with_classes(data.classes, what)

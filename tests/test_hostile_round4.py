@@ -87,3 +87,62 @@ def test_python_class_mismatch_messages_are_capped(many):
         with pytest.raises(TopcalError) as info:
             call_it()
         assert len(str(info.value)) <= MAX_ERROR_CHARS, len(str(info.value))
+
+
+# ============================================== R9: outputs round-trip, formulas still neutralised
+def test_csv_quote_rule_round_trips():
+    from topcal._tables import csv_text, csv_untext, is_formula
+
+    kept = ["-", "+ve", "-1", "+0.5", "-2e-3", "-2+3", "a=b", "'", "'-", "'+ve", "x'"]
+    quoted = ["=1+1", "@a", "\tx", "\rx", "+HYPERLINK(1)", "-2+3+cmd|' /C calc'!A0", "-A1!B2"]
+    for t in kept:
+        assert not is_formula(t) and csv_text(t) == t, t
+    for t in quoted:
+        assert is_formula(t) and csv_text(t) == "'" + t, t
+    for t in kept + quoted + ["'=x", "''@a", "'@", "''", "'+f(x)"]:
+        assert csv_untext(csv_text(t)) == t, t
+    assert csv_text("'=x") == "''=x"  # the user's own quote before a formula is kept on reading
+
+
+@pytest.fixture(scope="module")
+def quoted_classes(tmp_path_factory):
+    """A top-score set whose classes and copied-through column hold signs, quotes and formulas."""
+    d = tmp_path_factory.mktemp("quoted")
+    rng = np.random.default_rng(5)
+    names = np.array(["@a", "-", "+ve", "=1+1", "'=x", "ok"], dtype=object)
+    n = 1200
+    pred = rng.integers(0, len(names), n)
+    score = rng.uniform(0.3, 1.0, n)
+    label = np.where(rng.random(n) < score, pred, (pred + 1) % len(names))
+    note = np.array(["-", "+ve", "-2+3", "=SUM(A1)", "'=y", "plain"], dtype=object)
+    frame = pd.DataFrame(
+        {"pred": names[pred], "score": score, "label": names[label], "note": note[pred]}
+    )
+    frame.to_csv(d / "in.csv", index=False)
+    assert_ok(call("fit", d / "in.csv", "--method", "hist", "-o", d / "m.json"))
+    return d, frame
+
+
+@pytest.mark.parametrize("extra", [(), ("--chunk-rows", "250")])
+def test_apply_keeps_the_users_text_and_reads_its_output_back(quoted_classes, tmp_path, extra):
+    d, frame = quoted_classes
+    out = tmp_path / "o.csv"
+    assert_ok(call("apply", d / "m.json", d / "in.csv", *extra, "-o", out))
+    raw = pd.read_csv(out, dtype=str, keep_default_na=False)
+    # the user's text, except where a spreadsheet would run it
+    assert set(raw["note"]) == {"-", "+ve", "-2+3", "'=SUM(A1)", "'=y", "plain"}
+    # a CSV's "'=x" reads as "=x" (the quote before a formula is a spreadsheet's, docs/cli.md)
+    assert set(raw["label"]) == {"'@a", "-", "+ve", "'=1+1", "'=x", "ok"}
+    model = topcal.load(d / "m.json")
+    assert set(model.classes_) == {"@a", "-", "+ve", "=1+1", "=x", "ok"}
+    # topcal reads back what it wrote: the classes are the model's, the metrics those of the input
+    back = topcal.read_data(out)
+    assert set(back.classes) == set(model.classes_)
+    r1 = assert_ok(call("metrics", out, "--model", d / "m.json"))
+    r2 = assert_ok(call("metrics", d / "in.csv", "--model", d / "m.json"))
+    assert r1.stdout == r2.stdout.replace(str(d / "in.csv"), str(out))
+    # read in chunks too (the streamed reader's names and cells)
+    assert_ok(
+        call("fit", out, "--method", "hist", "--chunk-rows", "100", "-o", tmp_path / "s.json")
+    )
+    assert set(topcal.load(tmp_path / "s.json").classes_) == set(model.classes_)

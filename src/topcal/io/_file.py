@@ -10,6 +10,7 @@ import numpy as np
 from ..data import TopLabelData, is_int_name
 from ..errors import DataError, first_line
 from ._frame import KNOWN_LAYOUTS, check_unique, read_frame
+from ._writer import csv_restore
 
 #: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas' default
 #: list would read them as missing); a number column holding such text is refused by name.
@@ -57,6 +58,7 @@ def read_table(path):
             frame = pd.read_csv(
                 p, sep=sep, low_memory=False, **CSV_NA
             )  # one type per column, not one per chunk
+            frame = csv_restore(frame)  # text topcal wrote reads back as the text it was given
         elif suffix in (".parquet", ".pq"):
             import pyarrow.parquet as pq
 

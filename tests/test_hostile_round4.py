@@ -146,3 +146,61 @@ def test_apply_keeps_the_users_text_and_reads_its_output_back(quoted_classes, tm
         call("fit", out, "--method", "hist", "--chunk-rows", "100", "-o", tmp_path / "s.json")
     )
     assert set(topcal.load(tmp_path / "s.json").classes_) == set(model.classes_)
+
+
+# ============================================== R8: a model's digest does not change on load
+def _resigned(path, edit, out):
+    import hashlib
+    import json
+
+    from topcal.persist import canonical_json
+
+    doc = json.loads(path.read_text())
+    edit(doc)
+    key = "model" if "model" in doc and "method" in doc["model"] else "thresholds"
+    payload = doc[key] if key in doc else {k: v for k, v in doc.items() if k != "sha256"}
+    doc["sha256"] = hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+    out.write_text(json.dumps(doc))
+    return doc["sha256"]
+
+
+def test_an_old_auto_model_keeps_its_digest_and_its_thresholds(tmp_path):
+    from topcal.thresholds.cutoffs import model_digest
+
+    frame = _scores(4, 3000, seed=3)
+    frame.iloc[:2000].to_csv(tmp_path / "fit.csv", index=False)
+    frame.iloc[2000:].to_csv(tmp_path / "held.csv", index=False)
+    m = tmp_path / "m.json"
+    assert_ok(
+        call(
+            "fit",
+            tmp_path / "fit.csv",
+            "--param",
+            'candidates=["hist","kde-mon2"]',
+            "--param",
+            "folds=2",
+            "-o",
+            m,
+        )
+    )
+
+    def drop_new_params(doc):  # as written before auto's `screen` existed
+        del doc["model"]["params"]["screen"]
+
+    old = tmp_path / "old.json"
+    digest = _resigned(m, drop_new_params, old)
+    model = topcal.load(old)
+    assert model_digest(model) == digest  # loading added the defaults, and the digest is the file's
+    assert model_digest(topcal.persist.loads(topcal.persist.dumps(model))) == digest
+    assert model.screen == topcal.calibrator("auto").screen  # the default, in memory
+    # a thresholds file chosen with the old topcal names the old file's digest
+    thr = tmp_path / "thr.json"
+    assert_ok(
+        call("threshold", tmp_path / "held.csv", "--model", old, "--precision", "0.6", "-o", thr)
+    )
+    import json
+
+    assert json.loads(thr.read_text())["thresholds"]["model"]["sha256"] == digest
+    assert_ok(
+        call("apply", old, tmp_path / "held.csv", "--thresholds", thr, "-o", tmp_path / "out.csv")
+    )

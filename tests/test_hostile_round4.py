@@ -204,3 +204,72 @@ def test_an_old_auto_model_keeps_its_digest_and_its_thresholds(tmp_path):
     assert_ok(
         call("apply", old, tmp_path / "held.csv", "--thresholds", thr, "-o", tmp_path / "out.csv")
     )
+
+
+# ============================================== public functions: one clear error, never a bare one
+def test_public_functions_raise_project_errors():
+    from topcal.data import kfold_split
+    from topcal.errors import DataError, ParameterError
+
+    d = topcal.datasets.load_phanns()
+    with pytest.raises(ParameterError, match="groups must be a list of lists"):
+        kfold_split(d, 5, groups=5)
+    with pytest.raises(DataError, match="needs a TopLabelData, got NoneType"):
+        kfold_split(None, 5)
+    for bad, what in (
+        ([0.5], "integer row indices"),
+        (np.array([[0, 1]]), "shape"),
+        ([10**9], "out of range"),
+        (np.ones(3, bool), "one entry per row"),
+    ):
+        with pytest.raises(DataError, match=what):
+            d.subset(bad)
+
+
+def test_thresholds_accept_checks_its_rows(tmp_path):
+    from topcal.errors import DataError
+
+    data = topcal.io.read_frame(_scores(3, 3000, seed=4))
+    fit, held = data.subset(np.arange(1500)), data.subset(np.arange(1500, 3000))
+    model = topcal.calibrator("hist").fit(fit)
+    th = topcal.fit_thresholds(model, held, precision=0.6)
+    conf = model.predict(held)
+    codes = held.pred
+    ok = th.accept(codes, conf, held.score)
+    assert ok.shape == (held.n_rows,)
+    with pytest.raises(DataError, match="one length"):
+        th.accept(codes[:1], conf, held.score)  # numpy broadcast it silently
+    with pytest.raises(DataError, match="not a class index 0..2"):
+        th.accept(np.full(held.n_rows, 3), conf, held.score)
+    with pytest.raises(DataError, match="not a class index"):
+        th.accept(np.full(held.n_rows, -1), conf, held.score)
+
+
+def test_dask_engine_on_a_csv_says_it_reads_parquet(tmp_path):
+    pytest.importorskip("dask")
+    from topcal.dask import read_parquet
+
+    frame = _scores(3, 100)
+    frame.to_csv(tmp_path / "x.csv", index=False)
+    with pytest.raises(TopcalError, match="reads Parquet data, and .* is a .csv file"):
+        read_parquet(tmp_path / "x.csv")
+
+
+def test_precision_is_echoed_as_given(tmp_path):
+    frame = _scores(3, 4000, seed=6)
+    frame.iloc[:2000].to_csv(tmp_path / "fit.csv", index=False)
+    frame.iloc[2000:].to_csv(tmp_path / "held.csv", index=False)
+    assert_ok(call("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    r = call(
+        "threshold",
+        tmp_path / "held.csv",
+        "--model",
+        tmp_path / "m.json",
+        "--precision",
+        "0.9999999999",
+        "-o",
+        tmp_path / "t.json",
+    )
+    text = r.stdout + r.stderr
+    assert ">= 1 " not in text and ">= 1\n" not in text
+    assert "0.9999999999" in text, text[-500:]

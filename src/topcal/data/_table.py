@@ -501,19 +501,35 @@ class TopLabelData:
         without the
         true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not
         either)."""
-        idx = np.asarray(index)
+        n = self.pred.shape[0]
+        try:
+            idx = np.asarray(index)
+        except (TypeError, ValueError):
+            idx = np.asarray([None])  # ragged: reported below as what it is not
         if idx.dtype == bool:
+            if idx.shape != (n,):
+                raise DataError(
+                    f"a boolean subset mask needs one entry per row ({n}), got shape {idx.shape}"
+                )
             idx = np.flatnonzero(idx)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise DataError(
+                "subset takes a 1-d sequence of integer row indices or a boolean mask, got "
+                f"{'dtype ' + str(idx.dtype) if idx.ndim == 1 else f'shape {idx.shape}'}"
+            )
         if idx.size == 0:
             raise DataError("subset is empty; select at least one row")
-
-        n = self.pred.shape[0]
-        in_range = idx.dtype.kind in "iu" and -n <= int(idx.min()) and int(idx.max()) < n
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            raise DataError(
+                f"subset index {lo if lo < -n else hi} is out of range for {n} rows "
+                f"(valid: {-n}..{n - 1})"
+            )
 
         def take(a):
             if a is None:
                 return None
-            if a.ndim == 1 or not in_range:  # (out of range: numpy's IndexError, as ever)
+            if a.ndim == 1:
                 return a[idx]
             # the score vectors: into a recycled buffer where one is free; "wrap" reads an index
             # in [-n, n) as indexing does, without the buffering of "raise" (2-3 x slower)

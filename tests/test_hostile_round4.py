@@ -273,3 +273,61 @@ def test_precision_is_echoed_as_given(tmp_path):
     text = r.stdout + r.stderr
     assert ">= 1 " not in text and ">= 1\n" not in text
     assert "0.9999999999" in text, text[-500:]
+
+
+# ============================================== hand-edited (re-signed) model files: one line each
+@pytest.fixture(scope="module")
+def edited_models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("edited")
+    small, big = _scores(3, 90, seed=1), _scores(3, 3000, seed=1)
+    big.to_csv(d / "big.csv", index=False)
+    small.to_csv(d / "small.csv", index=False)
+    for name, frame, cal in (
+        ("kde-table", big, topcal.calibrator("kde-mon2")),
+        ("kde-centres", small, topcal.calibrator("kde-mon2")),
+        ("auto", big, topcal.calibrator("auto", candidates=["hist", "kde-mon2"], folds=2)),
+    ):
+        cal.fit(topcal.io.read_frame(frame)).save(d / f"{name}.json")
+    return d
+
+
+def _edit_model(doc, how):
+    st = doc["model"]["state"]
+    if how == "huge count":
+        for cs in st["class_state"]:
+            cs["count"] = [1e308] * len(cs["count"])
+    elif how == "negative tp":
+        for cs in st["class_state"]:
+            cs["tp"] = [-1.0 - abs(v) for v in cs["tp"]]
+    elif how == "nll text":
+        next(iter(st["cv"].values()))["nll"] = "x"
+    elif how == "short per_class":
+        for v in st["cv"].values():
+            v["per_class"] = [0.5, 0.5]
+
+
+@pytest.mark.parametrize(
+    "source, how, fragment",
+    [
+        ("kde-table", "huge count", "count must hold sample counts"),
+        ("kde-centres", "negative tp", "tp and fp must hold weights >= 0"),
+        ("auto", "nll text", "must be numbers or null"),
+        ("auto", "short per_class", "must be null or 3 numbers"),
+    ],
+)
+def test_edited_model_files_are_one_line_errors(edited_models, tmp_path, source, how, fragment):
+    from topcal.errors import ModelFileError
+
+    bad = tmp_path / "bad.json"
+    _resigned(edited_models / f"{source}.json", lambda doc: _edit_model(doc, how), bad)
+    with pytest.raises(ModelFileError, match=fragment):
+        topcal.load(bad)
+    data = edited_models / ("small.csv" if source == "kde-centres" else "big.csv")
+    for argv in (
+        ("apply", bad, data, "--interval", "0.9", "-o", tmp_path / "o.csv"),
+        ("describe", bad),
+        ("describe", bad, "--full"),
+    ):
+        line = assert_error(call(*argv), "malformed", fragment)
+        assert len(line) <= MAX_ERROR_CHARS
+    assert not (tmp_path / "o.csv").exists()

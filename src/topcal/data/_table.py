@@ -110,14 +110,15 @@ class TopLabelData:
             if blk.min() < 0:
                 r, c = np.argwhere(blk < 0)[0]
                 raise DataError(
-                    f"probs has a negative value ({blk[r, c]}) at row {a + r}, column {c}; "
+                    f"probs has a negative value ({blk[r, c]}) at row {a + r + 1}, column {c + 1}; "
                     "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
                 )
         if renormalize:
             zero = sums <= 0
             if zero.any():
                 raise DataError(
-                    f"probs row {int(np.flatnonzero(zero)[0])} sums to 0 and cannot be renormalised"
+                    f"probs row {int(np.flatnonzero(zero)[0]) + 1} sums to 0 and cannot be "
+                    "renormalised"
                 )
             p = p / sums[:, None]
         else:
@@ -125,7 +126,7 @@ class TopLabelData:
             if off.any():
                 i = int(np.flatnonzero(off)[0])
                 raise DataError(
-                    f"probs row {i} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
+                    f"probs row {i + 1} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
                     "pass renormalize=True (--renormalize) to divide each row by its sum, "
                     "or from_logits (--logits) if these are logits"
                 )

@@ -140,7 +140,7 @@ def _npz_frame(p: Path):
         if lab.ndim == 1 and lab.size and (lab.min() < 0 or lab.max() >= len(classes)):
             i = int(np.flatnonzero((lab < 0) | (lab >= len(classes)))[0])
             raise DataError(
-                f"labels in {str(p)!r} has index {int(lab[i])} at row {i}, outside "
+                f"labels in {str(p)!r} has index {int(lab[i])} at row {i + 1}, outside "
                 f"0..{len(classes) - 1}; "
                 "integer labels beside class names are indices into 'classes'"
             )

@@ -436,8 +436,8 @@ def _numeric(frame, columns) -> np.ndarray:
         if nan.any():
             j = int(np.flatnonzero(nan.any(axis=0))[0])
             raise DataError(
-                f"column {columns[j]!r} is empty (NaN) at row {int(np.flatnonzero(nan[:, j])[0])}; "
-                "remove or impute missing scores"
+                f"column {columns[j]!r} is empty (NaN) at row "
+                f"{int(np.flatnonzero(nan[:, j])[0]) + 1}; remove or impute missing scores"
             )
         return out
     out = np.empty((len(frame), len(columns)), dtype=np.float64)
@@ -447,13 +447,13 @@ def _numeric(frame, columns) -> np.ndarray:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise DataError(
-                f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i}; fix or "
+                f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i + 1}; fix or "
                 f"remove it"
             )
         if np.isnan(col).any():
             i = int(np.flatnonzero(np.isnan(col))[0])
             raise DataError(
-                f"column {c!r} is empty (NaN) at row {i}; remove or impute missing scores"
+                f"column {c!r} is empty (NaN) at row {i + 1}; remove or impute missing scores"
             )
         out[:, j] = col
     return out

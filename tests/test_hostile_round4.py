@@ -331,3 +331,30 @@ def test_edited_model_files_are_one_line_errors(edited_models, tmp_path, source,
         line = assert_error(call(*argv), "malformed", fragment)
         assert len(line) <= MAX_ERROR_CHARS
     assert not (tmp_path / "o.csv").exists()
+
+
+# ============================================== tables: one format per column, stopped != failed
+def test_table_columns_are_formatted_alike():
+    from topcal._tables import format_table
+
+    text = format_table(
+        ["class", "accepted", "tier", "precision"],
+        [["a", 0.0, 1.0, 1.0], ["b", 12.0, 1.5, 0.95], ["c", 3, 2, None]],
+    )
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()[2:]}
+    assert rows["a"] == ["0", "1.0000", "1.0000"]  # a zero count is 0, not 0.0000
+    assert rows["b"] == ["12", "1.5000", "0.9500"]
+    assert rows["c"] == ["3", "2.0000", "-"]
+
+
+@pytest.mark.slow
+def test_compare_shows_first_look_stops_as_stopped_and_tiers_as_given(tmp_path):
+    _scores(5, 8000, seed=2).to_csv(tmp_path / "d.csv", index=False)
+    r = assert_ok(call("compare", tmp_path / "d.csv", "--methods", "auto", "--folds", "2"))
+    table = r.stdout.split("\ncandidate ")[1].split("\n(")[0].splitlines()[2:]
+    cells = {line.split()[0]: line.split()[1:] for line in table}
+    stopped = [n for n, c in cells.items() if "stopped" in c]
+    assert stopped and "failed" not in r.stdout  # no candidate failed here; some were set aside
+    assert "stopped: set aside by the first look" in r.stdout
+    tiers = {c[0] for c in cells.values()}
+    assert tiers <= {"0", "1", "1.5", "2", "2.25", "2.5", "2.75", "3"} and "1.5" in tiers

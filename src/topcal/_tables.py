@@ -9,6 +9,7 @@ import numpy as np
 
 __all__ = [
     "format_value",
+    "format_column",
     "text_table",
     "format_table",
     "markdown_table",
@@ -110,6 +111,33 @@ def format_value(v, width: int = 9, digits: int = 4) -> str:
     return f"{v:>{width}.{digits}f}"
 
 
+def _is_whole(v) -> bool:
+    return isinstance(v, (int, np.integer)) or (isinstance(v, float) and float(v).is_integer())
+
+
+def format_column(values, width: int = 9, digits: int = 4) -> list[str]:
+    """A column of numbers right-aligned in ``width``, all alike: without decimals where every
+    value is a whole number (counts: 0, not 0.0000), else each with ``digits`` decimals (a tier of
+    1 beside 1.5 is 1.0000); None/NaN as "-", text as it is."""
+    nums = [
+        v
+        for v in values
+        if isinstance(v, (int, float, np.integer, np.floating))
+        and not isinstance(v, bool)
+        and not np.isnan(v)
+    ]
+    places = 0 if all(_is_whole(float(v)) for v in nums) else digits
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            out.append(v.rjust(width))
+        elif v is None or (isinstance(v, (float, np.floating)) and np.isnan(v)):
+            out.append("-".rjust(width))
+        else:
+            out.append(f"{v:>{width}.{places}f}")
+    return out
+
+
 def text_table(
     header: list[str], rows: list[list[str]], first_width: int, widths: list[int]
 ) -> str:
@@ -134,7 +162,8 @@ def format_table(header: list[str], rows: list[list], first_width: int | None = 
     """A plain fixed-width text table of numbers (:func:`format_value`), columns at least 9 wide."""
     w0 = first_width or max(len(printable(str(r[0]), keep="")) for r in rows + [header])
     widths = [max(9, len(h)) for h in header[1:]]
-    cells = [[r[0]] + [format_value(v, w) for v, w in zip(r[1:], widths)] for r in rows]
+    columns = [format_column([r[j + 1] for r in rows], w) for j, w in enumerate(widths)]
+    cells = [[r[0]] + [col[i] for col in columns] for i, r in enumerate(rows)]
     return text_table(header, cells, w0, widths)
 
 

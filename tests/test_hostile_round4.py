@@ -358,3 +358,39 @@ def test_compare_shows_first_look_stops_as_stopped_and_tiers_as_given(tmp_path):
     assert "stopped: set aside by the first look" in r.stdout
     tiers = {c[0] for c in cells.values()}
     assert tiers <= {"0", "1", "1.5", "2", "2.25", "2.5", "2.75", "3"} and "1.5" in tiers
+
+
+# ============================================== the report: control bytes, headline, advice
+@pytest.mark.slow
+def test_report_escapes_control_bytes_and_points_to_its_warnings(tmp_path):
+    import re
+
+    from topcal.report import build_report
+
+    frame = _scores(4, 400, seed=7)
+    names = {"class_0000": "\x1b]0;pwned\x07a", "class_0001": "b\x00c", "class_0002": "d\u202ee"}
+    frame = frame.replace({"pred": names, "label": names})
+    data = topcal.io.read_frame(frame)
+    import warnings
+
+    with warnings.catch_warnings():  # a figure drew no missing glyph either
+        warnings.filterwarnings("error", message="Glyph .* missing")
+        res = build_report(data, tmp_path / "r", methods=["hist"], dpi=30)
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", page)
+    assert "\\x1b]0;pwned\\x07a" in page and "b\\x00c" in page and "d\\u202ee" in page
+    assert res.findings and 'id="warnings"' in page
+    head = page.split("class='headline'")[1].split("</div>")[0]
+    mine = [f for f in res.findings if f.method in (None, "hist", "uncalibrated")]
+    assert f"<a href='#warnings'>{len(mine):,} warning" in head
+
+
+def test_wiggle_advice_names_kde_mon2_only_where_it_was_not_weighed():
+    from topcal.report.checks import _smoother
+
+    data = topcal.io.read_frame(_scores(3, 1500, seed=8))
+    hist = topcal.calibrator("hist").fit(data)
+    auto = topcal.calibrator("auto", candidates=["hist", "kde-mon2"], folds=2).fit(data)
+    assert _smoother(hist) == "compare kde-mon2"
+    assert "compare kde-mon2" not in _smoother(auto)
+    assert "chosen by cross-validated NLL" in _smoother(auto)

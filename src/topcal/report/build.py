@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .._fileio import check_report_dir, report_dir
+from .._tables import printable
 from .._version import __version__
 from ..calibrators import available_methods, get_class
 from ..calibrators.registry import BASELINE
@@ -387,7 +388,7 @@ def _write_pages(
 <p class="muted">topcal {__version__} · {time.strftime("%Y-%m-%d %H:%M")} ·
 methods: {html.escape(", ".join(models))}</p>
 {data_summary(data, data_label)}{extra_html}
-{headline_html(models, comparison, focus, holdout)}
+{headline_html(models, comparison, focus, holdout, findings)}
 <p>Calibration should be sanity-checked visually: look at every panel before trusting a method
 (Salamon et al., section 12).</p>
 <h2>Metrics</h2>
@@ -395,11 +396,14 @@ methods: {html.escape(", ".join(models))}</p>
 {view.get("note") or protocol_html(comparison)}
 Best per column in bold green.</p>
 {metric_table(comparison, data.classes)}{per_class}{hold_html}
-<h2>Warnings ({len(findings)})</h2>{warn_html}
+<h2 id="warnings">Warnings ({len(findings)})</h2>{warn_html}
 <h2>Figures</h2><ol class="muted">{"".join(toc)}</ol>{"".join(fig_html)}
 <h2>Fitted parameters</h2>{params}
 <p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
 </body></html>
 """
+    # control characters (a class name's escape sequence, NUL, bidi overrides) are no HTML text:
+    # shown escaped, as the command line shows them (\x1b)
+    body = printable(body, keep="\n\t")
     (stage / "index.html").write_text(body, encoding="utf-8")
     return fig_html, fig_list, toc, body

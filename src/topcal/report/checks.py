@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import plots
 from ..calibrators.registry import BASELINE
+from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData, preview
 from ..errors import TopcalError
 from ..evaluate import Comparison
@@ -281,7 +282,7 @@ def diagnose(
                         "wiggles",
                         f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
                         f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
-                        "(compare kde-mon2).",
+                        f"({_smoother(m)}).",
                         c,
                         name,
                         severity=n_ch,
@@ -402,3 +403,15 @@ def align_classes(
             f"{preview(data.classes)})"
         )
     return other.with_classes(data.classes, what)
+
+
+def _smoother(model) -> str:
+    """What to try instead of a curve that wiggles: kde-mon2, unless the model is a choice by
+    cross-validation (``auto``), which already weighed kde-mon2 and the other candidates."""
+    choice = model.choice() if isinstance(model, Wrapper) else None
+    if choice is None:
+        return "compare kde-mon2"
+    return (
+        f"{choice['chosen']} was chosen by cross-validated NLL over the smoother candidates; "
+        "see its table under Fitted parameters"
+    )

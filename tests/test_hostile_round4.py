@@ -394,3 +394,13 @@ def test_wiggle_advice_names_kde_mon2_only_where_it_was_not_weighed():
     assert _smoother(hist) == "compare kde-mon2"
     assert "compare kde-mon2" not in _smoother(auto)
     assert "chosen by cross-validated NLL" in _smoother(auto)
+
+
+def test_thresholds_page_states_the_pool_size_the_code_uses():
+    from pathlib import Path
+
+    from topcal.thresholds.core import _pool_below
+
+    size = _pool_below("auto", 0.9, 0.05, "per-class", 10)
+    page = (Path(__file__).parents[1] / "docs" / "thresholds.md").read_text(encoding="utf-8")
+    assert f"fewest its test can use: {size:.0f} at precision 0.9 and δ = 0.05" in page

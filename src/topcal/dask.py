@@ -85,6 +85,11 @@ def read_parquet(path):
     from pathlib import Path
 
     p = str(path)
+    if Path(p).suffix.lower() in (".csv", ".tsv", ".txt", ".npz"):
+        raise TopcalError(
+            f"the Dask engine reads Parquet data, and {p!r} is a {Path(p).suffix} file; write it "
+            "as Parquet (e.g. pandas' to_parquet), or read it in chunks with --chunk-rows"
+        )
     if not (Path(p).exists() or glob.glob(p)):
         raise TopcalError(
             f"no Parquet data at {p!r}; give a .parquet file, a directory of them, or a glob"

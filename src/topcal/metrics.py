@@ -95,8 +95,8 @@ def _check(data: TopLabelData, confidence) -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"confidence {float(c[i]):g} at row {i} is not a probability in [0, 1]; rescale the "
-            f"scores first"
+            f"confidence {float(c[i]):g} at row {i + 1} is not a probability in [0, 1]; rescale "
+            "the scores first"
         )
     return c
 

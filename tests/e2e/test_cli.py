@@ -134,16 +134,16 @@ def _csv(tmp_path, name, text):
 
 
 BAD_FILES = [
-    ("nan.csv", "p_a,p_b,label\n0.5,,a\n0.2,0.8,b\n", "empty \\(NaN\\) at row 0"),
+    ("nan.csv", "p_a,p_b,label\n0.5,,a\n0.2,0.8,b\n", "empty \\(NaN\\) at row 1"),
     ("inf.csv", "p_a,p_b,label\n0.5,inf,a\n", "non-finite"),
     ("neg.csv", "p_a,p_b,label\n1.2,-0.2,a\n", "negative value"),
     ("sum.csv", "p_a,p_b,label\n0.5,0.2,a\n", "sums to 0.7.*--renormalize"),
-    ("lab.csv", "p_a,p_b,label\n0.5,0.5,zebra\n", "'zebra' at row 0, which is not one of"),
+    ("lab.csv", "p_a,p_b,label\n0.5,0.5,zebra\n", "'zebra' at row 1, which is not one of"),
     ("empty.csv", "p_a,p_b,label\n", "has no rows"),
     ("blank.csv", "", "empty"),
     ("dup.csv", "p_a,p_a,label\n0.5,0.5,a\n", "column 'p_a' twice"),
     ("range.csv", "pred,score,label\na,11,a\n", "outside the declared score range"),
-    ("text.csv", "p_a,p_b,label\n0.5,abc,a\n", "non-numeric value 'abc' at row 0"),
+    ("text.csv", "p_a,p_b,label\n0.5,abc,a\n", "non-numeric value 'abc' at row 1"),
     ("cols.csv", "x,y\n1,2\n", "cannot find score columns"),
     ("bins.csv", "predicted_class,bin_lo,bin_hi,tp,fp\na,0.5,0.4,1,0\n", "bin_lo 0.5 >= bin_hi"),
     ("ext.xlsx", "whatever", "cannot tell the format"),

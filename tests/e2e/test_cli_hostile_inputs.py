@@ -379,7 +379,7 @@ def test_argument_and_data_defects_are_one_line_errors(top_csv, tmp_path):
     pd.DataFrame({"pred": ["a", "b"], "score": [0.9, 0.8], "label": [["a"], ["b"]]}).to_parquet(
         tmp_path / "l.parquet"
     )
-    assert_error(cli("metrics", tmp_path / "l.parquet"), "row 0", "one class name")
+    assert_error(cli("metrics", tmp_path / "l.parquet"), "row 1", "one class name")
     pd.DataFrame(
         {
             "predicted_class": ["a", "b"],

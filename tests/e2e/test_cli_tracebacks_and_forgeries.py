@@ -321,21 +321,22 @@ def test_apply_csv_neutralises_formulas_and_keeps_numbers(tmp_path):
             )
         )
         out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
-        # only a cell's first character counts: p_+cmd is no formula
+        # only a cell's first character counts: p_+cmd is no formula; a sign without a function
+        # call, DDE command or reference ("+cmd", "-2+3") is the user's text, left as it is
         assert "'=note" in out.columns and "p_+cmd" in out.columns
         risky = [
             v
             for c in ("pred", "label", "'=note")
             for v in out[c]
-            if v[:1] in ("=", "+", "@", "\t", "\r") or (v[:1] == "-" and v not in ("-1", "-2.5"))
+            if v[:1] in ("=", "@", "\t", "\r") or (v[:1] in "+-" and set(v) & set("(|!"))
         ]
         assert not risky, risky[:5]
-        assert set(out["pred"]) <= {"'" + n if n[0] in "=+@\t" else n for n in names}
-        assert {"-1", "-2.5", "'-2+3"} <= set(out["label"]) | set(out["'=note"])
+        assert set(out["pred"]) <= {"'" + n if n[0] in "=@\t" else n for n in names}
+        assert {"-1", "-2.5", "-2+3", "+cmd"} <= set(out["label"]) | set(out["'=note"])
     # compare --csv: class names neutralised there too
     r = assert_ok(call("compare", tmp_path / "inj.csv", "--methods", "hist", "--csv"))
     cells = [line.split(",")[2] for line in r.stdout.splitlines()[1:]]
-    assert "'+cmd" in cells and "+cmd" not in cells and "-1" in cells
+    assert "'@SUM(A1)" in cells and "@SUM(A1)" not in cells and "-1" in cells and "+cmd" in cells
 
 
 # ======================================================== 5. terminal escapes in class names

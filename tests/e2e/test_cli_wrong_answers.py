@@ -587,20 +587,20 @@ def test_chunked_errors_give_the_rows_of_the_file(base, tmp_path):
     rows = ["p_a,p_b,p_c,label"] + ["0.2,0.3,0.5,c"] * 8 + ["0.2,x,0.5,c"]
     (tmp_path / "bad.csv").write_text("\n".join(rows) + "\n")
     whole = assert_error(
-        cli("fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"), "at row 8"
+        cli("fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"), "at row 9"
     )
     for cmd in (
         ["fit", tmp_path / "bad.csv", "--method", "hist", "-o", tmp_path / "m.json"],
         ["apply", model, tmp_path / "bad.csv", "-o", tmp_path / "o.csv"],
         ["update", model, tmp_path / "bad.csv", "-o", tmp_path / "u.json"],
     ):
-        err = assert_error(cli(*cmd, "--chunk-rows", "3"), "at row 8")
+        err = assert_error(cli(*cmd, "--chunk-rows", "3"), "at row 9")
         assert err == whole
     rows = ["p_a,p_b,p_c"] + ["0.2,0.3,0.5"] * 4 + ["0.2,0.3,0.9"]
     (tmp_path / "sum.csv").write_text("\n".join(rows) + "\n")
     assert_error(
         cli("apply", model, tmp_path / "sum.csv", "-o", tmp_path / "o.csv", "--chunk-rows", "2"),
-        "probs row 4 sums to 1.4",
+        "probs row 5 sums to 1.4",
     )
 
 
@@ -635,12 +635,12 @@ def test_class_names_na_none_null_nan_are_read_from_csv(tmp_path):
             cli(
                 "fit", tmp_path / "miss.csv", "--method", "hist", "-o", tmp_path / "x.json", *extra
             ),
-            "missing value at row 1",
+            "missing value at row 2",
         )
     (tmp_path / "miss2.csv").write_text("pred,score,label\na,0.9,a\nb,,b\n")
     assert_error(
         cli("fit", tmp_path / "miss2.csv", "--method", "hist", "-o", tmp_path / "x.json"),
-        "'score' is empty (NaN) at row 1",
+        "'score' is empty (NaN) at row 2",
     )
 
 

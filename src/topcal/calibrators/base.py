@@ -389,7 +389,7 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         elif str(k) in self.classes_:
             return self.classes_.index(str(k))
         raise TopcalError(
-            f"unknown class {k!r}; choose one of {list(self.classes_)} or an index "
+            f"unknown class {k!r:.60}; choose one of {preview(self.classes_)} or an index "
             f"0..{len(self.classes_) - 1}"
         )
 

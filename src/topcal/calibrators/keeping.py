@@ -25,6 +25,11 @@ __all__ = ["EvidenceKeeping"]
 class EvidenceKeeping:
     """A fitted model's evidence, its update and its model file (a base of ``Calibrator``)."""
 
+    #: Parameters a loaded model file did not name (added to topcal after it was written), with the
+    #: value loading gave them: written back left out while they keep that value, so that a loaded
+    #: model's dict, and the digest a thresholds file holds of it, are the file's own.
+    _unnamed_params: dict = {}
+
     @property
     def evidence_(self) -> Evidence:
         """What the fitted model knows of its data (:class:`~topcal.evidence.core.Evidence`):
@@ -128,6 +133,15 @@ class EvidenceKeeping:
             d["vector"] = self._vector.to_dict()
         return d
 
+    def _file_params(self) -> dict:
+        """The parameters a model file holds: :meth:`get_params` less those a loaded file did not
+        name and that still have the value loading gave them."""
+        return {
+            k: v
+            for k, v in self.get_params().items()
+            if not (k in self._unnamed_params and v is self._unnamed_params[k])
+        }
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
         """Rebuild a fitted calibrator from :meth:`to_dict` output (:func:`.modelfile.from_dict`).
@@ -139,6 +153,8 @@ class EvidenceKeeping:
     def _load(self, d: dict, classes: tuple, score_range: tuple, n_tp, n_fp) -> None:
         """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`)."""
         self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
+        named = d["params"]
+        self._unnamed_params = {k: v for k, v in self.get_params().items() if k not in named}
         self._set_state(d["state"])
         self._spread = spread.check(d.get("spread"), len(classes))
         self._vector = fullvector.load_map(d.get("vector"), classes)

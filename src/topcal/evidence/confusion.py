@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import TopLabelData, rows_by_class
+from ..data import TopLabelData, preview, rows_by_class
 from ..errors import DataError
 from .stats import DEFAULT_CELLS, cell_index, cell_midpoints
 
@@ -111,8 +111,8 @@ class ConfusionStats:
             return None
         if tuple(data.classes) != self.classes:
             raise DataError(
-                f"confusion counts of classes {list(data.classes)} do not match "
-                f"{list(self.classes)}"
+                f"confusion counts of classes {preview(data.classes)} do not match "
+                f"{preview(self.classes)}"
             )
         K = self.n_classes
         w = data.tp + data.fp

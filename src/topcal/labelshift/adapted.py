@@ -13,7 +13,7 @@ from ..calibrators.base import Calibrator, Curve, register_hook
 from ..calibrators.fullvector import combine
 from ..calibrators.registry import get_class, register
 from ..calibrators.wrapper import Wrapper
-from ..data import TopLabelData
+from ..data import TopLabelData, preview
 from ..errors import DataError, ModelFileError, ParameterError, TopcalError
 from .estimators import ADAPTED_METHOD, FP_PSEUDOCOUNT, PRIOR_SUM_TOL, adapt_confidence
 from .estimates import (
@@ -40,13 +40,14 @@ def _given_priors(priors, classes: tuple[str, ...]) -> np.ndarray:
         unknown = [str(c) for c in priors if str(c) not in classes]
         if unknown:
             raise DataError(
-                f"priors name class(es) {unknown} the model never saw (its classes: "
-                f"{list(classes)})"
+                f"priors name class(es) {preview(unknown)} the model never saw (its classes: "
+                f"{preview(classes)})"
             )
         missing = [c for c in classes if c not in {str(k) for k in priors}]
         if missing:
             raise DataError(
-                f"priors miss class(es) {missing}; give every class a prior (0 for absent classes)"
+                f"priors miss class(es) {preview(missing)}; give every class a prior (0 for "
+                "absent classes)"
             )
         by_name = {str(k): v for k, v in priors.items()}
         values = [by_name[c] for c in classes]
@@ -133,9 +134,9 @@ def adapt(
         bad = [c for c, a, b in zip(base.classes_, p, ps) if a > 0 and b <= 0]
         if bad:
             raise DataError(
-                f"class(es) {bad} never occur in the test set the model was fitted on, so their "
-                f"prior ratio is "
-                "undefined; give them prior 0 or refit on test data that includes them"
+                f"class(es) {preview(bad)} never occur in the test set the model was fitted on, so "
+                "their prior ratio is undefined; give them prior 0 or refit on test data that "
+                "includes them"
             )
         est = PriorEstimate(
             tuple(base.classes_),
@@ -252,8 +253,7 @@ class AdaptedCalibrator(Wrapper):
         return self.base_.n_params_ + len(self.classes_)
 
     def _check_compatible(self, data) -> TopLabelData:
-        check_use_data(self, data)
-        return super()._check_compatible(data)
+        return super()._check_compatible(check_use_data(self, data))
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         c = self.base_.predict(data)

@@ -12,7 +12,7 @@ from .. import _progress
 from ..calibrators.base import Calibrator
 from ..calibrators.wrapper import Wrapper
 from ..evidence.confusion import ConfusionStats
-from ..data import TopLabelData, rows_by_class
+from ..data import TopLabelData, preview, rows_by_class
 from .._params import Interval
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
 from .safety import CellMix, Shrink, choose_shrink, shrink_priors
@@ -191,26 +191,18 @@ def confusion_of(model) -> ConfusionStats:
     return stats
 
 
-def check_use_data(model, data) -> None:
-    """Check a use set is a TopLabelData with exactly the model's classes, in its order
-    (one-line DataError)."""
+def check_use_data(model, data) -> TopLabelData:
+    """A use set on the model's class list: any subset of the model's classes, in any order, may
+    occur (a use set need not predict every class); one-line DataError otherwise."""
     if not isinstance(data, TopLabelData):
         raise DataError(f"the use set must be a TopLabelData, got {type(data).__name__}")
-    unseen = [c for c in data.classes if c not in model.classes_]
-    if unseen:
+    if data.has_full and set(data.classes) != set(model.classes_):
         raise DataError(
-            f"the use set has class(es) {unseen} the model never saw (its classes: "
-            f"{list(model.classes_)}); "
-            "label shift only changes the frequencies of known classes: refit on test data that "
-            "includes them"
+            f"the use set's score columns {preview(data.classes)} are not the model's "
+            f"{len(model.classes_)} classes ({preview(model.classes_)}); give one column per "
+            "model class, as when fitting"
         )
-    if tuple(data.classes) != tuple(model.classes_):
-        raise DataError(
-            f"the use set's classes {list(data.classes)} differ from the model's "
-            f"{list(model.classes_)}; "
-            "pass classes=[...] (or the same probability columns, in the same order) as when "
-            "fitting"
-        )
+    return data.with_classes(model.classes_, "the use set")
 
 
 def _vector_model(model):
@@ -239,7 +231,7 @@ def source_posteriors(
     test set, in the row's score region.
     """
     stats = confusion_of(model)
-    check_use_data(model, data)
+    data = check_use_data(model, data)
     base = source_model(model)
     if _uses_vectors(base, data):
         vec = _vector_model(base)
@@ -333,7 +325,7 @@ def estimate_priors(
         The interval reflects the use set's sampling noise only, not the test set's.
     """
     stats = confusion_of(model)
-    check_use_data(model, data)
+    data = check_use_data(model, data)
     prior_strength = _checked_options(
         estimator, n_bootstrap, seed, level, fp_pseudocount, prior_strength, shrink
     )
@@ -495,8 +487,8 @@ def _bcts_posteriors(model, source_data, data) -> np.ndarray:
         raise DataError(f"source_data must be a TopLabelData, got {type(source_data).__name__}")
     if tuple(source_data.classes) != tuple(model.classes_):
         raise DataError(
-            f"source_data's classes {list(source_data.classes)} differ from the model's "
-            f"{list(model.classes_)}; give the labelled test set the model was fitted on"
+            f"source_data's classes {preview(source_data.classes)} differ from the model's "
+            f"{preview(model.classes_)}; give the labelled test set the model was fitted on"
         )
     if source_data.labels is None:
         raise DataError("source_data needs per-sample true classes (the labelled test set)")

@@ -25,7 +25,7 @@ from .._typing import ArrayLike, PathLike
 from .._version import __version__
 from ..calibrators.base import Calibrator
 from ..data import preview
-from ..errors import ModelFileError, TopcalError
+from ..errors import DataError, ModelFileError, TopcalError
 from ..persist import canonical_json
 
 __all__ = [
@@ -244,11 +244,36 @@ class Thresholds:
         ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
         where a cut-off has a ``score_cutoff``).
         """
+        confidence, score, pred = self._check_rows(pred, confidence, score)
         if self.mode == "global":
             return self.overall.accepts(confidence, score)
         cuts = np.array([_as_cut(c) for c in self.per_class], dtype=np.float64).reshape(-1, 3)
-        pred = np.asarray(pred)
         return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])
+
+    def _check_rows(self, pred, confidence, score):
+        """``accept``'s arguments as 1-d arrays of one length, ``pred`` class indices; one-line
+        DataError otherwise (numpy would broadcast a length-1 array, or fail on an index)."""
+        try:
+            conf = np.asarray(confidence, dtype=np.float64)
+            p = np.asarray(pred)
+            sc = None if score is None else np.asarray(score, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"accept needs numeric arrays: {str(exc)[:100]}") from None
+        arrays = {"pred": p, "confidence": conf, **({} if sc is None else {"score": sc})}
+        shapes = {k: a.shape for k, a in arrays.items()}
+        if any(len(v) != 1 for v in shapes.values()) or len(set(shapes.values())) != 1:
+            raise DataError(
+                "accept needs 1-d pred, confidence (and score) of one length, got shapes "
+                + ", ".join(f"{k} {v}" for k, v in shapes.items())
+            )
+        k = len(self.classes)
+        if p.size and (p.dtype.kind not in "iu" or p.min() < 0 or p.max() >= k):
+            bad = p[0] if p.dtype.kind not in "iu" else (p.min() if p.min() < 0 else p.max())
+            raise DataError(
+                f"pred holds {bad!r:.40}, not a class index 0..{k - 1} of these thresholds' "
+                f"{k} classes"
+            )
+        return conf, sc, p
 
     def to_dict(self) -> dict:
         return {
@@ -371,8 +396,8 @@ class Thresholds:
         used = "per-class cut-offs" if self.mode == "per-class" else "the global cut-off"
         group = "" if self.shared is None else row(self.shared, strong=True)
         head = (
-            f"<p><b>Thresholds</b>: precision &ge; {self.precision:g} with probability &ge; "
-            f"{1 - self.delta:g} (delta {self.delta:g}, multiplicity "
+            f"<p><b>Thresholds</b>: precision &ge; {self.precision:.12g} with probability &ge; "
+            f"{1 - self.delta:.12g} (delta {self.delta:.12g}, multiplicity "
             f"{html.escape(self.multiplicity)}), "
             f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses "
             f"{used}</p>"
@@ -411,8 +436,9 @@ class Thresholds:
         if self.mode == "global":
             return (
                 f"one cut-off for all classes{_on_text(self.overall)}: precision >= "
-                f"{self.precision:g} over all accepted predictions together, with probability >= "
-                f"{1 - self.delta:g}"
+                f"{self.precision:.12g} over all accepted predictions together, with probability "
+                ">= "
+                f"{1 - self.delta:.12g}"
             )
         alone = sum(c.group is None for c in self.per_class)
         level = self.per_class[0].level if self.per_class else self.delta

@@ -190,16 +190,16 @@ def test_blockwise_validation_names_the_first_bad_entry(kind):
     x[3100, 5] = np.inf
     build = TopLabelData.from_probs if kind == "probs" else TopLabelData.from_logits
     with pytest.raises(
-        DataError, match=rf"{kind} has a non-finite value \(nan\) at row 2500, column 17"
+        DataError, match=rf"{kind} has a non-finite value \(nan\) at row 2501, column 18"
     ):
         build(x)
     x[2500, 17] = 0.0
-    with pytest.raises(DataError, match=r"non-finite value \(inf\) at row 3100, column 5"):
+    with pytest.raises(DataError, match=r"non-finite value \(inf\) at row 3101, column 6"):
         build(x)
     if kind == "probs":
         x[3100, 5] = 0.0
         x[3999, 299] = -1e-9
-        with pytest.raises(DataError, match=r"negative value \(-1e-09\) at row 3999, column 299"):
+        with pytest.raises(DataError, match=r"negative value \(-1e-09\) at row 4000, column 300"):
             build(x, renormalize=True)
     huge = np.full((3, 4), 1e308)  # finite values whose row sums overflow are accepted, silently
     with warnings.catch_warnings():

@@ -7,6 +7,7 @@ import pytest
 import topcal
 from topcal import _recycle
 from topcal.data import TopLabelData
+from topcal.errors import DataError
 
 BIG = (2 * _recycle.MIN_BYTES // 800, 100)  # twice the size the pool starts at
 
@@ -94,7 +95,7 @@ def test_subset_into_a_recycled_buffer_reads_the_rows_indexing_reads(monkeypatch
             assert part.full.base is not None  # from the pool
             np.testing.assert_array_equal(part.full, p[index])
             np.testing.assert_array_equal(part.pred, data.pred[index])
-        with pytest.raises(IndexError):
+        with pytest.raises(DataError, match="out of range"):
             data.subset(np.array([0, 400]))
 
 

@@ -91,16 +91,16 @@ def test_concat_and_subset_roundtrip():
     [
         (
             lambda: TopLabelData.from_probs([[0.5, np.nan]], [0]),
-            r"non-finite value \(nan\) at row 0, column 1",
+            r"non-finite value \(nan\) at row 1, column 2",
         ),
         (lambda: TopLabelData.from_probs([[0.5, np.inf]], [0]), "non-finite"),
         (lambda: TopLabelData.from_probs([[1.2, -0.2]], [0]), "negative value"),
         (lambda: TopLabelData.from_probs([[0.5, 0.4]], [0]), "sums to 0.9.*renormalize=True"),
         (
             lambda: TopLabelData.from_probs([[0.5, 0.5]], ["z"], classes=["a", "b"]),
-            "'z' at row 0, which is not one of",
+            "'z' at row 1, which is not one of",
         ),
-        (lambda: TopLabelData.from_probs([[0.5, 0.5]], [5]), "index 5 at row 0"),
+        (lambda: TopLabelData.from_probs([[0.5, 0.5]], [5]), "index 5 at row 1"),
         (
             lambda: TopLabelData.from_probs([[0.5, 0.5], [0.5, 0.5]], [0]),
             "labels has 1 rows but probs has 2",

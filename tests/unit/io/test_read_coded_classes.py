@@ -53,10 +53,10 @@ def test_coded_reading_keeps_the_errors():
     label = label.copy()
     label[17] = None
     frame = pd.DataFrame({"pred": pred, "score": score, "label": label})
-    with pytest.raises(DataError, match="missing value at row 17"):
+    with pytest.raises(DataError, match="missing value at row 18"):
         read_frame(frame)
     frame["label"] = pd.Categorical(label)
-    with pytest.raises(DataError, match="missing value at row 17"):
+    with pytest.raises(DataError, match="missing value at row 18"):
         read_frame(frame)
     frame["label"] = pd.Categorical(np.full(N, "q", dtype=object))
     with pytest.raises(DataError, match="no label in 'label' names a predicted class"):
@@ -83,5 +83,5 @@ def test_number_columns_and_integer_labels_read_as_before():
     _same(read_frame(frame), TopLabelData.from_probs(p, y.astype(str), classes=["0", "1", "2"]))
     frame["p_1"] = frame["p_1"].where(np.arange(N) != 33)
     frame["p_2"] = frame["p_2"].where(np.arange(N) != 5)
-    with pytest.raises(DataError, match="column 'p_1' is empty \\(NaN\\) at row 33"):
+    with pytest.raises(DataError, match="column 'p_1' is empty \\(NaN\\) at row 34"):
         read_frame(frame)

@@ -123,7 +123,7 @@ def test_metric_input_errors(sim):
         metrics.nll(data, conf[:-1])
     bad = conf.copy()
     bad[3] = 1.5
-    with pytest.raises(DataError, match="at row 3 is not a probability"):
+    with pytest.raises(DataError, match="at row 4 is not a probability"):
         metrics.brier(data, bad)
     with pytest.raises(ParameterError, match="'norm' must be 1 or 2"):
         metrics.ece(data, conf, norm=3)

@@ -114,7 +114,7 @@ def test_chunked_reader_bounds_and_errors(tmp_path):
     bad.loc[150, "p_c0"] = "oops"
     bad.to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(
-        DataError, match=r"non-numeric value .oops. at row 150"
+        DataError, match=r"non-numeric value .oops. at row 151"
     ):  # the file's row, not the chunk's
         read_stats(tmp_path / "bad.csv", 100)
 
@@ -334,7 +334,7 @@ def test_streamed_apply_leaves_no_partial_output(tmp_path, capsys):
         ],
         capsys,
     )
-    assert code == 2 and "at row 900" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "at row 901" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.csv").exists() and not list(tmp_path.glob(".*.tmp"))
 
 

@@ -402,5 +402,6 @@ def test_thresholds_page_states_the_pool_size_the_code_uses():
     from topcal.thresholds.core import _pool_below
 
     size = _pool_below("auto", 0.9, 0.05, "per-class", 10)
-    page = (Path(__file__).resolve().parents[2] / "docs" / "thresholds.md").read_text(encoding="utf-8")
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    page = (docs / "thresholds.md").read_text(encoding="utf-8")
     assert f"fewest its test can use: {size:.0f} at precision 0.9 and δ = 0.05" in page

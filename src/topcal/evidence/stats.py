@@ -55,7 +55,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..data import TopLabelData
 from .._typing import ArrayLike
 from ..data import TopLabelData, preview
 from ..errors import DataError

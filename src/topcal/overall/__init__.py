@@ -1,0 +1,123 @@
+"""Overall calibration metrics, each with an interval: the figures a table of results quotes.
+
+Every function takes labelled :class:`~topcal.data.TopLabelData` and one confidence per row (the
+top-label probability that the predicted class is right) and returns an :class:`Estimate`: the
+value, a two-sided interval at ``level`` (90% by default) and, where the metric is undefined, the
+reason instead of a number. docs/metrics.md defines each metric and says which to trust for what.
+
+Rows carry weights (``tp`` for a right prediction, ``fp`` for a wrong one), so binned counts and
+per-sample rows give the same numbers. Intervals:
+
+* means (NLL, Brier, their paired differences, the calibration loss): the normal interval of a
+  mean of per-sample values, mean +- z * sd / sqrt(n) (central limit theorem; exact in the
+  weights);
+* the calibration errors (``ece15``, ``smece``, ``ece_debiased``, ``ece_top_label``): a
+  percentile bootstrap over samples, seeded. It never refits anything per resample: the bins (and
+  smooth ECE's bandwidth) are those of the whole data; each metric is a function of weighted sums
+  over a few thousand cells (a bin split into sub-bins, by label), so a resample draws a Poisson(n)
+  count per cell (the Poisson bootstrap, Hanley and MacGibbon 2006) instead of touching every row.
+  Within a cell the resampled rows carry the cell's mean confidence: the point estimate is exact,
+  the resamples are approximate at the sub-bin's width (1/960 for ``ece15``).
+"""
+
+from __future__ import annotations
+
+from ..data import TopLabelData
+from ._binned import ece15, ece15_of, ece_debiased, ece_debiased_of, ece_top_label, ece_top_label_of
+from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_bins, check_level, rows_of
+from ._means import (
+    brier,
+    calibration_loss,
+    calibration_losses,
+    improvement,
+    improvement_of,
+    losses,
+    mean_estimate,
+    nll,
+)
+from ._smooth import GRIDS, smece, smece_bandwidth, smece_of
+
+__all__ = [
+    "Estimate",
+    "overall_metrics",
+    "OVERALL",
+    "LEVEL",
+    "RESAMPLES",
+    "nll",
+    "brier",
+    "ece15",
+    "smece",
+    "smece_bandwidth",
+    "ece_debiased",
+    "ece_top_label",
+    "calibration_loss",
+    "improvement",
+]
+
+#: The overall metrics :func:`overall_metrics` returns, in table order.
+OVERALL = (
+    "nll",
+    "brier",
+    "ece15",
+    "smece",
+    "ece_debiased",
+    "ece_top_label",
+    "calibration_loss",
+    "calibration_loss_brier",
+)
+
+
+def overall_metrics(
+    data: TopLabelData,
+    confidence,
+    *,
+    reference=None,
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    n_bins: int = 10,
+    folds: int = RECAL_FOLDS,
+) -> dict:
+    """Every overall metric of ``confidence`` on ``data`` with its interval.
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+    confidence : array-like of shape (n_rows,)
+    reference : array-like of shape (n_rows,), optional
+        The confidences to improve on (e.g. the uncalibrated scores): adds ``nll_improvement``
+        and ``brier_improvement``, reference's score minus this one's, with paired intervals.
+    level : float, default 0.9
+    resamples : int, default 1000
+        Bootstrap resamples of the calibration errors.
+    seed : int, default 0
+        Seed of the bootstrap and of the calibration loss's folds.
+    n_bins : int, default 10
+        Bins per class of ``ece_top_label`` (``ece15`` has 15, ``ece_debiased`` 15 equal-mass).
+    folds : int, default 5
+        Folds of the calibration loss's recalibration.
+
+    Returns
+    -------
+    dict
+        ``{name: Estimate}`` for the names of :data:`OVERALL` (then the improvements).
+    """
+    check_bins(n_bins)
+    check_level(level, resamples, seed)
+    r = rows_of(data, confidence)
+    out = {
+        "nll": mean_estimate(list(losses("nll", r.c)), [r.tp, r.fp], level),
+        "brier": mean_estimate(list(losses("brier", r.c)), [r.tp, r.fp], level),
+        "ece15": ece15_of(r, 15, level, resamples, seed),
+        "smece": smece_of(r, level, resamples, seed, GRIDS["relplot"]),
+        "ece_debiased": ece_debiased_of(r, 15, level, resamples, seed),
+        "ece_top_label": ece_top_label_of(r, n_bins, level, resamples, seed),
+    }
+    cl = calibration_losses(r, ("nll", "brier"), folds, seed, level)
+    out["calibration_loss"] = cl["nll"]
+    out["calibration_loss_brier"] = cl["brier"]
+    if reference is not None:
+        ref = rows_of(data, reference).c
+        out["nll_improvement"] = improvement_of(r, ref, "nll", level)
+        out["brier_improvement"] = improvement_of(r, ref, "brier", level)
+    return out

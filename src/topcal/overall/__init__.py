@@ -23,6 +23,7 @@ per-sample rows give the same numbers. Intervals:
 from __future__ import annotations
 
 from ..data import TopLabelData
+from ._classes import CLASS_COLUMNS, KEYWORDS, per_class, pick_classes
 from ._binned import ece15, ece15_of, ece_debiased, ece_debiased_of, ece_top_label, ece_top_label_of
 from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_bins, check_level, rows_of
 from ._means import (
@@ -52,7 +53,26 @@ __all__ = [
     "ece_top_label",
     "calibration_loss",
     "improvement",
+    "per_class",
+    "pick_classes",
+    "CLASS_COLUMNS",
+    "KEYWORDS",
+    "DESCRIPTIONS",
 ]
+
+#: One line per overall metric, for tables (docs/metrics.md has the definitions).
+DESCRIPTIONS = {
+    "nll": "top-label log loss (proper score)",
+    "brier": "top-label Brier score (proper score)",
+    "nll_improvement": "NLL of the uncalibrated score minus this (paired)",
+    "brier_improvement": "Brier of the uncalibrated score minus this (paired)",
+    "ece15": "pooled 15-bin ECE (Guo et al.; TorchMetrics)",
+    "smece": "smooth ECE (Blasiok & Nakkiran; relplot)",
+    "ece_debiased": "debiased L2 ECE, equal-mass bins (Kumar et al.)",
+    "ece_top_label": "top-label ECE per predicted class (Gupta & Ramdas)",
+    "calibration_loss": "NLL minus NLL after out-of-fold recalibration",
+    "calibration_loss_brier": "Brier minus Brier after out-of-fold recalibration",
+}
 
 #: The overall metrics :func:`overall_metrics` returns, in table order.
 OVERALL = (

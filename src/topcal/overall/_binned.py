@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
 
 from .._numeric import weighted_quantile_edges
 from ..data import TopLabelData
@@ -26,15 +25,28 @@ from ._common import (
 
 @dataclass(frozen=True)
 class Cells:
-    """Weighted sums over cells (a key and a label, sorted by key) and the matrix ``to_group``
-    (cells x groups, sparse) that adds cells up into the metric's bins."""
+    """Weighted sums over cells (a key and a label, sorted by key), and how cells add up into the
+    metric's groups (bins): ``starts`` where each group begins; a group of at most two cells (one
+    key, both labels) is added by ``pair`` (its second cell, or -1), a larger one by the 0/1
+    matrix ``to_group`` (cells x groups, for a few groups)."""
 
     n: np.ndarray  # weight of the cell
     t: np.ndarray  # weight of its right predictions (n or 0)
     s: np.ndarray  # weighted sum of its confidences
     key: np.ndarray  # the cell's key (sub-bin) without the label
     inverse: np.ndarray  # the cell of each (row, label) kept, rows' label 1 then label 0
-    to_group: object
+    starts: np.ndarray
+    pair: np.ndarray | None
+    to_group: np.ndarray | None
+
+    def add(self, x: np.ndarray) -> np.ndarray:
+        """``x`` (last axis: cells) summed per group."""
+        if self.pair is not None:
+            out = x[..., self.starts]
+            two = self.pair >= 0
+            out[..., two] += x[..., self.pair[two]]
+            return out
+        return x @ self.to_group
 
 
 def cells_of(r: Rows, key: np.ndarray, group_of_key) -> Cells:
@@ -48,20 +60,23 @@ def cells_of(r: Rows, key: np.ndarray, group_of_key) -> Cells:
     n = np.bincount(inv, weights=w, minlength=cells.size)
     s = np.bincount(inv, weights=cw, minlength=cells.size)
     t = np.where(cells % 2 == 1, n, 0.0)
-    groups = np.unique(group_of_key(cells // 2), return_inverse=True)[1].ravel()
-    to_group = csr_matrix(
-        (np.ones(cells.size), (np.arange(cells.size), groups)), shape=(cells.size, groups.max() + 1)
-    )
-    return Cells(n, t, s, cells // 2, inv, to_group)
+    group = group_of_key(cells // 2)
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    size = np.diff(np.r_[starts, cells.size])
+    pair = to_group = None
+    if size.max() <= 2:
+        pair = np.where(size == 2, starts + 1, -1)
+    else:
+        to_group = np.zeros((cells.size, starts.size))
+        to_group[np.arange(cells.size), np.repeat(np.arange(starts.size), size)] = 1.0
+    return Cells(n, t, s, cells // 2, inv, starts, pair, to_group)
 
 
 def sums(cells: Cells, factor=None):
     """(W, T, S) summed per group, for the data (``factor`` None) or per resample (rows)."""
     if factor is None:
-        return tuple(cells.to_group.T @ x for x in (cells.n, cells.t, cells.s))
-    return tuple(
-        np.asarray(cells.to_group.T @ (factor * x).T).T for x in (cells.n, cells.t, cells.s)
-    )
+        return tuple(cells.add(x) for x in (cells.n, cells.t, cells.s))
+    return tuple(cells.add(factor * x) for x in (cells.n, cells.t, cells.s))
 
 
 # Cells holding at least this much weight draw their Poisson count from its normal
@@ -110,7 +125,8 @@ def basic_interval(value: float, draws: np.ndarray, level: float, transform=None
 
 
 def l1_gap(w, t, s):
-    return np.abs(t - s).sum(axis=-1) / w.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):  # an empty resample: NaN, dropped
+        return np.abs(t - s).sum(axis=-1) / w.sum(axis=-1)
 
 
 def binned(r: Rows, key, group_of_key, stat, level, resamples, seed, tag, transform=None):
@@ -187,7 +203,7 @@ def debiased_sq(w, t, s):
         acc = np.where(w > 0, t / w, 0.0)
         conf = np.where(w > 0, s / w, 0.0)
         corr = np.where(w > 1, acc * (1 - acc) / (w - 1), 0.0)
-    return (w * ((acc - conf) ** 2 - corr)).sum(axis=-1) / w.sum(axis=-1)
+        return (w * ((acc - conf) ** 2 - corr)).sum(axis=-1) / w.sum(axis=-1)
 
 
 def ece_debiased(

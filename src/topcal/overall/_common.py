@@ -17,8 +17,6 @@ LEVEL = 0.9
 RESAMPLES = 1000
 # Sub-bins per equal-width bin: what a resample knows of the confidences inside a bin.
 SUB_BINS = 64
-# Cells of smooth ECE's bootstrap (each spreads over 4 grid intervals).
-SMECE_CELLS = 1024
 # Resamples drawn together (bounds memory at ~100 x cells floats).
 CHUNK = 100
 # The calibration loss's recalibration: Platt scaling on logit(confidence), 5 folds, fitted on

@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import fftconvolve
-from scipy.sparse import csr_matrix
 
 from ..data import TopLabelData
 from ..errors import ParameterError
 from ._binned import basic_interval, cells_of, poisson_factors
-from ._common import CHUNK, LEVEL, RESAMPLES, SMECE_CELLS, Estimate, Rows, check_level, rows_of
+from ._common import CHUNK, LEVEL, RESAMPLES, Estimate, Rows, check_level, rows_of
 
 # -------------------------------------------------------------------------------- smooth ECE
 
@@ -52,15 +50,18 @@ class Grid:
         half = min(int(np.ceil(8 * sigma / h)), 2 * (g - 1))
         off = np.arange(-half, half + 1) * h
         ker = np.exp(-0.5 * (off / sigma) ** 2) / (np.sqrt(2 * np.pi) * sigma)
-        full = fftconvolve(ext, ker.reshape((1,) * (v.ndim - 1) + (ker.size,)), "same", axes=-1)
-        return full[..., g - 1 : 2 * g - 1]
+        n = 1 << int(np.ceil(np.log2(ext.shape[-1] + ker.size - 1)))
+        full = np.fft.irfft(np.fft.rfft(ext, n) * np.fft.rfft(ker, n), n)
+        start = g - 1 + half  # the convolution's index of node 0
+        return full[..., start : start + g]
 
     def error(self, mass: np.ndarray, res: np.ndarray, sigma: float) -> np.ndarray:
         """Smooth ECE at bandwidth ``sigma``: the integral over [0, 1] of |kernel-smoothed
         residual mass| over the samples' weight."""
         r = np.abs(self.smooth(res, sigma))
         if self.boundary == "relplot":
-            return r.sum(axis=-1) / self.smooth(mass, sigma).sum(axis=-1)
+            with np.errstate(invalid="ignore", divide="ignore"):  # an empty resample: dropped
+                return r.sum(axis=-1) / self.smooth(mass, sigma).sum(axis=-1)
         trap = r.sum(axis=-1) - 0.5 * (r[..., 0] + r[..., -1])
         return trap / (self.nodes - 1) / mass.sum(axis=-1)
 
@@ -127,25 +128,23 @@ def smece_of(r: Rows, level, resamples, seed, grid: Grid) -> Estimate:
     value = float(grid.error(mass, res, sigma))
     if r.total < 2:
         return Estimate(value, reason="one sample: no interval")
-    # cells: 1/1024-wide intervals by label; a resample scales each cell's profile on the grid
-    key = np.clip((r.c * SMECE_CELLS).astype(np.int64), 0, SMECE_CELLS - 1)
+    # cells: the grid's intervals by label; a resample scales each cell's share of its two nodes
+    g = grid.nodes - 1
+    key = np.clip((r.c * g).astype(np.int64), 0, g - 1)
     cells = cells_of(r, key, lambda k: k)
-    x = r.c * (grid.nodes - 1)
-    node = np.clip(x.astype(np.int64), 0, grid.nodes - 2)
-    frac = x - node
-    keep = np.concatenate([r.tp, r.fp]) > 0
-    w = np.concatenate([r.tp, r.fp])[keep]
-    rr = np.concatenate([r.tp * (r.c - 1), r.fp * r.c])[keep]
-    cell, nd, fr = cells.inverse, np.tile(node, 2)[keep], np.tile(frac, 2)[keep]
-    shape = (cells.n.size, grid.nodes)
-    profile = [
-        csr_matrix((np.r_[v * (1 - fr), v * fr], (np.r_[cell, cell], np.r_[nd, nd + 1])), shape)
-        for v in (w, rr)
-    ]
+    frac = np.concatenate([r.tp * (r.c * g - key), r.fp * (r.c * g - key)])
+    frac = frac[np.concatenate([r.tp, r.fp]) > 0]
+    right = np.bincount(cells.inverse, weights=frac, minlength=cells.n.size) / cells.n
+    resid = cells.s - cells.t  # the cell's sum of (confidence - label)
+    ukey = cells.key[cells.starts]
     rng = np.random.default_rng([seed, 4])
     draws = []
     for start in range(0, resamples, CHUNK):
         f = poisson_factors(rng, cells.n, min(CHUNK, resamples - start))
-        m, q = (np.asarray(p.T @ f.T).T for p in profile)
+        m = np.zeros((f.shape[0], grid.nodes))
+        q = np.zeros((f.shape[0], grid.nodes))
+        for out, x in ((m, cells.n), (q, resid)):
+            out[:, ukey] += cells.add(f * (x * (1 - right)))
+            out[:, ukey + 1] += cells.add(f * (x * right))
         draws.append(grid.error(m, q, sigma))
     return basic_interval(value, np.concatenate(draws), level)

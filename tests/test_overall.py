@@ -135,13 +135,20 @@ def test_ece15_is_the_pooled_binned_gap_with_one_in_the_last_bin():
     assert overall.ece15(data, conf, resamples=20).value == pytest.approx(want, abs=1e-12)
 
 
-def test_debiased_ece_is_kumar_et_al_on_a_hand_example():
-    # one equal-mass bin: (acc - conf)^2 - acc (1 - acc) / (n - 1)
+def test_debiased_ece_on_hand_examples():
+    # one equal-mass bin: mean residual squared minus its variance over n
     conf = np.array([0.9, 0.8, 0.7, 0.6])
     labels = np.array([0, 1, 0, 1])
     data = TopLabelData.from_scores(np.zeros(4, int), conf, labels, classes=["x", "y"])
-    acc = np.mean(labels == 0)
-    want = np.sqrt(max((acc - conf.mean()) ** 2 - acc * (1 - acc) / 3, 0.0))
+    d = (labels == 0) - conf
+    want = np.sqrt(max(d.mean() ** 2 - d.var(ddof=1) / 4, 0.0))
+    assert overall.ece_debiased(data, conf, n_bins=1, resamples=20).value == pytest.approx(want)
+    # a constant confidence in the bin: Kumar et al.'s (acc - conf)^2 - acc (1 - acc) / (n - 1)
+    conf = np.full(5, 0.9)
+    labels = np.array([0, 0, 0, 1, 1])
+    data = TopLabelData.from_scores(np.zeros(5, int), conf, labels, classes=["x", "y"])
+    acc = 0.6
+    want = np.sqrt((acc - 0.9) ** 2 - acc * (1 - acc) / 4)
     assert overall.ece_debiased(data, conf, n_bins=1, resamples=20).value == pytest.approx(want)
 
 
@@ -291,4 +298,4 @@ def test_every_interval_covers_the_truth_at_its_level():
             e = got[name]
             hits[name] += e.lo <= t <= e.hi
     cover = {name: h / reps for name, h in hits.items()}
-    assert all(0.87 <= v <= 0.93 for v in cover.values()), cover
+    assert all(0.87 <= v <= 0.93 for v in cover.values()), str(cover)

@@ -423,6 +423,35 @@ _PROTOCOL_TEXT = {
 }
 
 
+def ranking_table(ranking: dict) -> str:
+    """Methods in rank order (lowest NLL first) with the paired 90% intervals of their NLL behind
+    the best and their improvement over the uncalibrated score."""
+
+    def span(e) -> str:
+        if e is None or e["value"] is None:
+            return "-"
+        if e["lo"] is None:
+            return f"{e['value']:+.4f}"
+        return f"{e['value']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]"
+
+    head = f"{'rank':>4}  {'method':<16} {'NLL':>8}  {'behind best (paired)':<28} gain over uncal."
+    lines = [head.rstrip(), "-" * len(head.rstrip())]
+    for name, r in ranking.items():
+        lines.append(
+            f"{r['rank']:>4}  {printable(name):<16} {r['nll']['value']:>8.4f}  "
+            f"{span(r['vs_best']) if r['rank'] > 1 else 'best':<28} {span(r['vs_baseline'])}"
+        )
+    lines.append(
+        "(90% intervals of the per-sample NLL difference on the same rows: an interval above 0 "
+        "is a gap beyond noise)"
+    )
+    return "\n".join(lines)
+
+
+#: The per-class NLL table of ``compare`` shows this many methods (the best ranked): 100 columns.
+MAX_CLASS_TABLE_METHODS = 6
+
+
 def _cmd_compare(args) -> int:
     from ..evaluate import compare_methods, comparison_rows
 
@@ -475,14 +504,52 @@ def _cmd_compare(args) -> int:
         for m, metric, c, v in comparison_rows(res):
             w.writerow([m, metric, csv_text(str(c)), "" if v is None else repr(float(v))])
         return 0
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        _compare_text(res, data)
+    for line in text.getvalue().splitlines():
+        print(wrap_line(line))
+    return 0
+
+
+def wrap_line(line: str, width: int = 100) -> str:
+    """A line of prose longer than ``width`` wrapped, its continuations indented (tables are
+    narrower than ``width`` and pass unchanged)."""
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _compare_text(res, data) -> None:
+    """``compare``'s text output: the ranking, the metrics, per-class NLL, auto's choices, notes."""
+    from ..comparison import Comparison
+
     print("protocol: " + _PROTOCOL_TEXT[res.protocol].format(folds=res.folds))
+    print(ranking_table(res.ranking))
+    print()
     print(overall_table(res))
-    print("\nper-class NLL")
+    shown = list(res.ranking)[:MAX_CLASS_TABLE_METHODS] or list(res.methods)
+    print(
+        "\nper-class NLL"
+        + (
+            f" (the {len(shown)} best-ranked methods; --json or --csv: all)"
+            if len(shown) < len(res.methods)
+            else ""
+        )
+    )
     tp, fp = data.class_counts()
-    print(per_class_table(res, "nll", sizes=tp + fp))
+    part = Comparison.of({"methods": {m: res.methods[m] for m in shown}})
+    print(per_class_table(part, "nll", sizes=tp + fp))
     for name, fits in res.choices.items():
-        print(f"\n{name}: {fits[0]['rule']}")
-        print(choice_table(fits))
+        more = f" (fold 1 of {len(fits)}; --json: every fold)" if len(fits) > 1 else ""
+        print(f"\n{name}: {fits[0]['rule']}{more}")
+        print(choice_table(fits[:1]))
     if res.skipped:
         print("\nnot run (need full score vectors): " + ", ".join(res.skipped))
     if res.failed:
@@ -492,7 +559,6 @@ def _cmd_compare(args) -> int:
         print(f"\nwarnings ({len(notes)}):")
         for m in similar_once(notes):
             print(f"  - {m}")
-    return 0
 
 
 def _cmd_demo(args) -> int:

@@ -54,6 +54,7 @@ __all__ = [
     "calibration_loss",
     "improvement",
     "per_class",
+    "paired_ranking",
     "pick_classes",
     "CLASS_COLUMNS",
     "KEYWORDS",
@@ -140,4 +141,49 @@ def overall_metrics(
         ref = rows_of(data, reference).c
         out["nll_improvement"] = improvement_of(r, ref, "nll", level)
         out["brier_improvement"] = improvement_of(r, ref, "brier", level)
+    return out
+
+
+def paired_ranking(data: TopLabelData, confidences: dict, *, baseline=None, level=LEVEL) -> dict:
+    """Methods ranked by NLL on the same rows, with paired intervals.
+
+    Parameters
+    ----------
+    data : TopLabelData (labelled)
+    confidences : dict of str -> array-like of shape (n_rows,)
+        Each method's confidence on ``data``'s rows.
+    baseline : str, optional
+        The name among ``confidences`` of the reference (e.g. the uncalibrated score).
+    level : float, default 0.9
+
+    Returns
+    -------
+    dict
+        ``{method: {"rank", "nll", "vs_best", "vs_baseline"}}`` in rank order (1 = lowest NLL),
+        each metric ``{"value", "lo", "hi"}``: the method's NLL; its NLL minus the best method's
+        (the paired normal interval of the per-sample difference: 0 for the best itself, an
+        interval above 0 means behind by more than noise); the baseline's NLL minus the
+        method's (its improvement; None without a baseline).
+    """
+    check_level(level, RESAMPLES, 0)
+    rows = {name: rows_of(data, c) for name, c in confidences.items()}
+    est = {
+        name: mean_estimate(list(losses("nll", r.c)), [r.tp, r.fp], level)
+        for name, r in rows.items()
+    }
+    order = sorted(est, key=lambda n: est[n].value)
+    out = {}
+    for i, name in enumerate(order):
+        r = rows[name]
+        behind = improvement_of(r, rows[order[0]].c, "nll", level)  # best's loss - this one's
+        gap = Estimate(-behind.value, -behind.hi, -behind.lo) if i else Estimate(0.0, 0.0, 0.0)
+        ref = None
+        if baseline is not None and baseline in rows:
+            ref = improvement_of(r, rows[baseline].c, "nll", level).to_dict()
+        out[name] = {
+            "rank": i + 1,
+            "nll": est[name].to_dict(),
+            "vs_best": gap.to_dict(),
+            "vs_baseline": ref,
+        }
     return out

@@ -33,6 +33,7 @@ class Cells:
     n: np.ndarray  # weight of the cell
     t: np.ndarray  # weight of its right predictions (n or 0)
     s: np.ndarray  # weighted sum of its confidences
+    d2: np.ndarray  # weighted sum of its squared residuals (label - confidence)^2
     key: np.ndarray  # the cell's key (sub-bin) without the label
     inverse: np.ndarray  # the cell of each (row, label) kept, rows' label 1 then label 0
     starts: np.ndarray
@@ -55,10 +56,12 @@ def cells_of(r: Rows, key: np.ndarray, group_of_key) -> Cells:
     keep = w > 0
     both, w = both[keep], w[keep]
     cw = np.concatenate([r.tp * r.c, r.fp * r.c])[keep]
+    sq = np.concatenate([r.tp * (1 - r.c) ** 2, r.fp * r.c**2])[keep]
     cells, inv = np.unique(both, return_inverse=True)
     inv = inv.ravel()
     n = np.bincount(inv, weights=w, minlength=cells.size)
     s = np.bincount(inv, weights=cw, minlength=cells.size)
+    d2 = np.bincount(inv, weights=sq, minlength=cells.size)
     t = np.where(cells % 2 == 1, n, 0.0)
     group = group_of_key(cells // 2)
     starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
@@ -69,14 +72,15 @@ def cells_of(r: Rows, key: np.ndarray, group_of_key) -> Cells:
     else:
         to_group = np.zeros((cells.size, starts.size))
         to_group[np.arange(cells.size), np.repeat(np.arange(starts.size), size)] = 1.0
-    return Cells(n, t, s, cells // 2, inv, starts, pair, to_group)
+    return Cells(n, t, s, d2, cells // 2, inv, starts, pair, to_group)
 
 
 def sums(cells: Cells, factor=None):
-    """(W, T, S) summed per group, for the data (``factor`` None) or per resample (rows)."""
+    """(W, T, S, D2) summed per group, for the data (``factor`` None) or per resample (rows)."""
+    parts = (cells.n, cells.t, cells.s, cells.d2)
     if factor is None:
-        return tuple(cells.add(x) for x in (cells.n, cells.t, cells.s))
-    return tuple(cells.add(factor * x) for x in (cells.n, cells.t, cells.s))
+        return tuple(cells.add(x) for x in parts)
+    return tuple(cells.add(factor * x) for x in parts)
 
 
 # Cells holding at least this much weight draw their Poisson count from its normal
@@ -100,7 +104,7 @@ def poisson_factors(rng, n: np.ndarray, b: int) -> np.ndarray:
 
 
 def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.ndarray:
-    """``stat(W, T, S)`` over ``resamples`` Poisson resamples of the samples (seeded by ``seed``
+    """``stat(W, T, S, D2)`` over ``resamples`` Poisson resamples of the samples (seeded by ``seed``
     and the metric's ``tag``, so one metric's draws do not depend on which others run)."""
     rng = np.random.default_rng([seed, tag])
     out = []
@@ -124,7 +128,7 @@ def basic_interval(value: float, draws: np.ndarray, level: float, transform=None
     return Estimate(float(value), float(lo), float(hi))
 
 
-def l1_gap(w, t, s):
+def l1_gap(w, t, s, d2):
     with np.errstate(invalid="ignore", divide="ignore"):  # an empty resample: NaN, dropped
         return np.abs(t - s).sum(axis=-1) / w.sum(axis=-1)
 
@@ -196,14 +200,16 @@ def ece_top_label_of(r: Rows, n_bins, level, resamples, seed) -> Estimate:
     return binned(r, key, lambda k: k, l1_gap, level, resamples, seed, 2)
 
 
-def debiased_sq(w, t, s):
-    """Kumar et al.'s debiased squared L2 error: sum_b (n_b/n) [(acc_b - conf_b)^2
-    - acc_b (1 - acc_b) / (n_b - 1)]; a bin of one sample contributes its plug-in term."""
+def debiased_sq(w, t, s, d2):
+    """The debiased squared L2 error: sum_b (n_b/n) [m_b^2 - v_b / n_b], m_b the bin's mean
+    residual (label - confidence) and v_b its sample variance: m_b^2 is biased up by Var(m_b) =
+    v / n_b, which v_b / n_b estimates without bias. Where the confidence is constant in a bin
+    this is Kumar et al.'s acc_b (1 - acc_b) / (n_b - 1); a bin of one sample keeps its plug-in
+    term."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.where(w > 0, t / w, 0.0)
-        conf = np.where(w > 0, s / w, 0.0)
-        corr = np.where(w > 1, acc * (1 - acc) / (w - 1), 0.0)
-        return (w * ((acc - conf) ** 2 - corr)).sum(axis=-1) / w.sum(axis=-1)
+        m = np.where(w > 0, (t - s) / w, 0.0)
+        var = np.where(w > 1, (d2 - w * m**2) / (w - 1), 0.0)
+        return (w * m**2 - np.where(w > 1, var, 0.0)).sum(axis=-1) / w.sum(axis=-1)
 
 
 def ece_debiased(

@@ -69,9 +69,14 @@ def test_fit_apply_describe_metrics_workflow(prob_csv, tmp_path, capsys):
     assert code == 0
     s = json.loads(out)
     assert s["method"] == "hist"
-    assert s["overall"]["nll"] == pytest.approx(topcal.metrics.nll(data, expected).overall)
+    nll = s["overall"]["nll"]
+    assert nll["value"] == pytest.approx(topcal.metrics.nll(data, expected).overall)
+    assert nll["lo"] < nll["value"] < nll["hi"]
+    want = {"nll", "brier", "ece15", "smece", "ece_debiased", "calibration_loss", "ece_top_label"}
+    assert want | {"nll_improvement", "brier_improvement"} <= set(s["overall"])
+    assert set(s["classes"]) == set(data.classes)
     code, out, err = run(["metrics", prob_csv], capsys)
-    assert code == 0 and "uncalibrated" in out and "overall" in out
+    assert code == 0 and "uncalibrated" in out and "ece15" in out and "improvement" not in out
 
 
 def test_top_score_and_binned_and_parquet_and_npz_inputs(tmp_path, capsys):

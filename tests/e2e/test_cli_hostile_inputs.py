@@ -48,7 +48,7 @@ def top_csv(tmp_path):
 def test_numeric_class_names_are_names_not_column_positions(tmp_path):
     (tmp_path / "n.csv").write_text("p_1,p_0,label\n0.9,0.1,1\n0.2,0.8,0\n0.7,0.3,1\n")
     s = metrics_json(tmp_path / "n.csv")
-    assert s["overall"]["tp"] == 3 and s["overall"]["fp"] == 0  # was: accuracy 0
+    assert s["counts"]["tp"] == 3 and s["counts"]["fp"] == 0  # was: accuracy 0
 
     # columns sorted as strings (p_0, p_1, p_10, p_11, p_2, ...) and a perfect classifier: accuracy
     # 1
@@ -62,7 +62,7 @@ def test_numeric_class_names_are_names_not_column_positions(tmp_path):
     frame["label"] = lab
     frame.to_csv(tmp_path / "sorted.csv", index=False)
     s = metrics_json(tmp_path / "sorted.csv")
-    assert s["overall"]["tp"] == n and s["overall"]["fp"] == 0
+    assert s["counts"]["tp"] == n and s["counts"]["fp"] == 0
 
     # labels 1..K with columns p_1..p_K are accepted
     (tmp_path / "one.csv").write_text(
@@ -71,8 +71,8 @@ def test_numeric_class_names_are_names_not_column_positions(tmp_path):
     s = metrics_json(tmp_path / "one.csv")
     assert (
         list(s["classes"]) == ["1", "2", "3"]
-        and s["overall"]["tp"] == 3
-        and s["overall"]["fp"] == 1
+        and s["counts"]["tp"] == 3
+        and s["counts"]["fp"] == 1
     )
 
     # pred a/b with labels 1/2 is refused, not read as extra classes
@@ -88,7 +88,7 @@ def test_npz_without_classes_reads_labels_as_indices_and_with_classes_as_names(t
     probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
     np.savez(tmp_path / "idx.npz", probs=probs, labels=np.array([0, 1, 1]))
     s = metrics_json(tmp_path / "idx.npz")
-    assert list(s["classes"]) == ["0", "1"] and s["overall"]["tp"] == 2
+    assert list(s["classes"]) == ["0", "1"] and s["counts"]["tp"] == 2
     np.savez(
         tmp_path / "named.npz",
         probs=probs,
@@ -96,17 +96,17 @@ def test_npz_without_classes_reads_labels_as_indices_and_with_classes_as_names(t
         classes=np.array(["y", "x"]),
     )
     s = metrics_json(tmp_path / "named.npz")
-    assert s["overall"]["tp"] == 2
+    assert s["counts"]["tp"] == 2
     # integer labels beside non-numeric names (scikit-learn's y and classes_) index the classes
     np.savez(
         tmp_path / "sk.npz", probs=probs, labels=np.array([0, 1, 1]), classes=np.array(["y", "x"])
     )
-    assert metrics_json(tmp_path / "sk.npz")["overall"]["tp"] == 2
+    assert metrics_json(tmp_path / "sk.npz")["counts"]["tp"] == 2
     # beside numeric names they are names: label 1 is class "1", whatever its position
     np.savez(
         tmp_path / "num.npz", probs=probs, labels=np.array([1, 0, 0]), classes=np.array(["1", "0"])
     )
-    assert metrics_json(tmp_path / "num.npz")["overall"]["tp"] == 2
+    assert metrics_json(tmp_path / "num.npz")["counts"]["tp"] == 2
 
 
 def test_integer_pred_codes_add_no_unused_class(tmp_path):

@@ -712,19 +712,18 @@ def test_apply_reads_the_imagenet_layout_fit_reads(tmp_path):
             )
         ).stdout
     )
-    assert a["overall"]["nll"] == pytest.approx(b["overall"]["nll"], rel=1e-12)
+    assert a["overall"]["nll"]["value"] == pytest.approx(b["overall"]["nll"]["value"], rel=1e-12)
 
 
 def test_metrics_column_score_wins_over_probability_columns(base, tmp_path):
     data, model = base
     out = tmp_path / "out.csv"
     assert_ok(call("apply", model, data, "-o", out))
-    calibrated = json.loads(assert_ok(call("metrics", data, "--model", model, "--json")).stdout)[
-        "overall"
-    ]["nll"]
-    raw = json.loads(assert_ok(call("metrics", data, "--json")).stdout)["overall"]["nll"]
+    nll = lambda r: json.loads(assert_ok(r).stdout)["overall"]["nll"]["value"]
+    calibrated = nll(call("metrics", data, "--model", model, "--json"))
+    raw = nll(call("metrics", data, "--json"))
     for flags in (("--column", "score=confidence"), ("--score-column", "confidence")):
-        got = json.loads(assert_ok(call("metrics", out, *flags, "--json")).stdout)["overall"]["nll"]
+        got = nll(call("metrics", out, *flags, "--json"))
         assert got == pytest.approx(calibrated, rel=1e-12) and got != pytest.approx(raw)
 
 

@@ -292,7 +292,9 @@ def test_comparison_is_typed_and_still_reads_as_the_old_nested_dict():
         and "choices" in res
         and "nope" not in res
     )
-    assert list(res) == ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
+    head = ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
+    assert list(res)[:7] == head
+    assert list(res)[7:] == ["ranking"] and list(res.ranking)[0] in res.methods
     with pytest.raises(KeyError):
         res["nope"]
     with pytest.raises(AttributeError, match="no metric 'auc'"):
@@ -334,7 +336,16 @@ def test_cli_json_is_the_comparison_as_a_plain_dict(tmp_path, capsys):
         == 0
     )
     doc = json.loads(capsys.readouterr().out)
-    assert list(doc) == ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
+    head = ["protocol", "folds", "methods", "skipped", "failed", "warnings", "choices"]
+    assert list(doc) == head + ["ranking"]
+    rank = doc["ranking"]
+    assert [r["rank"] for r in rank.values()] == [1, 2, 3]
+    nll = [r["nll"]["value"] for r in rank.values()]
+    best = min(m["nll"]["overall"] for m in doc["methods"].values())
+    assert nll == sorted(nll) and nll[0] == pytest.approx(best, rel=1e-12)
+    second = list(rank.values())[1]["vs_best"]
+    assert second["value"] == pytest.approx(nll[1] - nll[0]) and second["lo"] < second["hi"]
+    assert rank["uncalibrated"]["vs_baseline"]["value"] == 0
     res = Comparison.of(doc)
     assert res.folds == 2 and set(res.methods) == {"uncalibrated", "conf1", "hist"}
     assert res.methods["conf1"].ece1.overall == doc["methods"]["conf1"]["ece1"]["overall"]

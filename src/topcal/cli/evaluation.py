@@ -316,7 +316,8 @@ def _cmd_metrics(args) -> int:
     )
     print(overall_lines(res, args.level))
     if vector is not None:
-        print(f"full vector (predict_proba): NLL {vector['nll']:.4f}, Brier {vector['brier']:.4f}")
+        nll, brier = vector["nll"], vector["brier"]
+        print(f"full vector (predict_proba): NLL {nll:.4f}, Brier {brier:.4f}")
     if args.full or chosen:
         names = list(table) if args.full else chosen
         cols = list(CLASS_COLUMNS)

@@ -23,7 +23,7 @@ from .estimates import (
     check_use_data,
     confusion_of,
     estimate_priors,
-    fp_mix,
+    fp_weight,
     top_label_posterior,
 )
 
@@ -257,7 +257,7 @@ class AdaptedCalibrator(Wrapper):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         c = self.base_.predict(data)
-        _, wbar = fp_mix(
+        wbar = fp_weight(
             self.base_.evidence_.confusion,
             data.pred,
             data.score,
@@ -282,7 +282,7 @@ class AdaptedCalibrator(Wrapper):
         c -> w c / (w c + wbar (1 - c)) is increasing). The priors are held fixed: their own
         uncertainty (``topcal adapt --bootstrap``) is not in the interval (docs/intervals.md)."""
         lo, hi = self.base_._interval_of_rows(data, level)
-        _, wbar = fp_mix(
+        wbar = fp_weight(
             self.base_.evidence_.confusion,
             data.pred,
             data.score,
@@ -329,7 +329,7 @@ class AdaptedCalibrator(Wrapper):
         src = self.base_.curve(k, score, n_points=n_points)
         i = self.classes_.index(src.class_name)
         pred = np.full(src.score.shape, i)
-        _, wbar = fp_mix(
+        wbar = fp_weight(
             self.base_.evidence_.confusion, pred, src.score, self.weights_, self.fp_pseudocount_
         )
         return Curve(

@@ -12,11 +12,12 @@ from .. import _progress
 from ..calibrators.base import Calibrator
 from ..calibrators.wrapper import Wrapper
 from ..evidence.confusion import ConfusionStats
-from ..data import TopLabelData, preview, rows_by_class
+from ..data import TopLabelData, preview
 from .._params import Interval
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
 from .safety import CellMix, Shrink, choose_shrink, shrink_priors
 from .estimators import (
+    BBSE_DENSE_CELLS,
     ESTIMATORS,
     FP_PSEUDOCOUNT,
     PRIOR_STRENGTH,
@@ -25,7 +26,6 @@ from .estimators import (
     bcts_probs,
     em_priors,
     fit_bcts,
-    shrunk_fp_mix,
 )
 
 #: Most bootstrap resamples :func:`estimate_priors` runs (a request for 10^20 used to run
@@ -40,6 +40,7 @@ __all__ = [
     "confusion_of",
     "check_use_data",
     "fp_mix",
+    "fp_weight",
     "top_label_posterior",
     "check_nonneg",
     "check_shrink",
@@ -251,14 +252,27 @@ def fp_mix(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the FP mix q (n, K; zero at the predicted class), and wbar_FP = q . w.
 
-    The counts of the row's region, shrunk as
-    :func:`~topcal.labelshift.estimators.shrunk_fp_mix` describes (towards the mix behind
-    all the test set's false positives, weight ``pseudocount``).
+    The counts of the row's region, shrunk as :func:`~topcal.labelshift.estimators.shrunk_fp_mix`
+    describes (towards the mix behind all the test set's false positives, weight ``pseudocount``).
+    Dense in the classes: :func:`fp_weight` where only wbar_FP is needed.
     """
-    q = shrunk_fp_mix(
-        stats.row_counts(pred, score), np.asarray(pred), stats.confusion(), pseudocount
-    )
+    mix = CellMix.of_stats(stats, pseudocount)
+    cells = stats.cells(pred, score)
+    q = mix.S[cells].toarray() + mix.h[cells][:, None] * mix.v
     return q, q @ weights
+
+
+def fp_weight(stats: ConfusionStats, pred, score, weights, pseudocount: float) -> np.ndarray:
+    """Per row, wbar_FP = q . w of :func:`fp_mix`, computed per cell of the model's counts (their
+    nonzeros, not rows x classes)."""
+    mix = CellMix.of_stats(stats, pseudocount)
+    w = np.asarray(weights, dtype=np.float64)
+    # over the mix's own sum (1 up to rounding): the same weights in every class give exactly
+    # those weights, so an adaptation to the source priors returns the confidence bit for bit
+    d = mix.dot(np.stack([w, np.ones_like(w)], axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_cell = np.where(d[:, 1] > 0, d[:, 0] / np.where(d[:, 1] > 0, d[:, 1], 1.0), 0.0)
+    return per_cell[stats.cells(pred, score)]
 
 
 def top_label_posterior(stats, data, conf, weights, pseudocount) -> np.ndarray:
@@ -469,6 +483,8 @@ def _estimator_run(
             "source_data is used by estimator='em' only; bbse needs just the model"
         )
     cells, C = _cells(stats, data)
+    if np.prod(C.shape) <= BBSE_DENSE_CELLS:  # a few classes: the dense table once, not per run
+        C = C.toarray()
 
     def run(w=None, init=None):
         w = counts if w is None else w
@@ -543,19 +559,14 @@ def _em_posteriors(model, data: TopLabelData, fp_pseudocount: float):
 
 
 def _cell_index(stats: ConfusionStats, data: TopLabelData) -> np.ndarray:
-    """Each row's (predicted class, score region) cell, numbered as the rows of
-    ``np.vstack(stats.counts)``."""
-    offsets = np.cumsum([0] + [c.shape[0] for c in stats.counts])
-    cells = np.empty(data.n_rows, dtype=np.int64)
-    for k, idx in rows_by_class(data.pred, stats.n_classes):  # one sort, not a pass per class
-        cells[idx] = offsets[k] + stats.region(k, data.score[idx])
-    return cells
+    """Each row's (predicted class, score region) cell, numbered as the rows of ``stats.table``."""
+    return stats.cells(data.pred, data.score)
 
 
-def _cells(stats: ConfusionStats, data: TopLabelData) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's (predicted class, score region) cell index, and the source counts per
-    cell."""
-    return _cell_index(stats, data), np.vstack(stats.counts)
+def _cells(stats: ConfusionStats, data: TopLabelData):
+    """Each row's (predicted class, score region) cell index, and the source counts per cell
+    (sparse, cells x classes)."""
+    return _cell_index(stats, data), stats.table
 
 
 def check_shrink(value) -> None:

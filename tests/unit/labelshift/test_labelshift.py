@@ -27,7 +27,7 @@ from topcal.labelshift import (
 from topcal.labelshift.estimators import FP_PSEUDOCOUNT, PRIOR_STRENGTH, shrunk_fp_mix
 from topcal.labelshift.safety import CellMix
 
-from _frames import run
+from _frames import dense_layout, run
 
 K = 4
 NAMES = ["ant", "bee", "cow", "dog"]
@@ -518,8 +518,26 @@ def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
 
 def test_malformed_confusion_is_a_model_file_error(hist):
     d = json.loads(json.dumps(hist.to_dict()))
+    good = d["confusion"]
+    bad = [
+        {"class": [99] + good["class"][1:]},  # a class index out of range
+        {"count": [-1.0] + good["count"][1:]},
+        {"count": [float("nan")] + good["count"][1:]},
+        {"class": [0.5] + good["class"][1:]},
+        {"cell": [10**6] + good["cell"][1:]},  # a cell no class has
+        {"cell": good["cell"][::-1], "class": good["class"][::-1]},  # out of order
+        {"count": good["count"][1:]},  # lists of different lengths
+        {"edged": [0], "edges": [[0.5, 0.4]]},  # decreasing edges
+        {"layout": "dense-v9"},
+    ]
+    for change in bad:
+        d["confusion"] = {**good, **change}
+        with pytest.raises(ModelFileError):
+            type(hist).from_dict(d)
+    old = dense_layout(hist.evidence_.confusion)  # the older layout is checked as before
     n_regions = len(hist.evidence_.confusion.edges[0]) + 1
     for pair in ([99, 1.0], [0, -1.0], [0.5, 1.0], [1, float("nan")]):
+        d["confusion"] = json.loads(json.dumps(old))
         d["confusion"]["counts"][0] = [[pair]] + [[]] * (n_regions - 1)
         with pytest.raises(ModelFileError):
             type(hist).from_dict(d)
@@ -534,8 +552,25 @@ def test_confusion_stats_sparse_round_trip(source):
     back = ConfusionStats.from_dict(d, stats.classes)
     for a, b in zip(stats.counts, back.counts):
         np.testing.assert_array_equal(a, b)
-    n_pairs = sum(len(p) for c in d["counts"] for p in c)
-    assert n_pairs == sum(int((c > 0).sum()) for c in stats.counts)
+    assert len(d["count"]) == sum(int((c > 0).sum()) for c in stats.counts)
+    # a file of the older dense-per-class layout loads to the same counts
+    old = ConfusionStats.from_dict(json.loads(json.dumps(dense_layout(stats))), stats.classes)
+    for a, b in zip(stats.counts, old.counts):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(stats.edges, old.edges):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_old_dense_confusion_in_a_model_file_still_loads(hist, source):
+    d = json.loads(json.dumps(hist.to_dict()))
+    d["confusion"] = dense_layout(hist.evidence_.confusion)
+    old = type(hist).from_dict(d)
+    np.testing.assert_array_equal(
+        old.evidence_.confusion.confusion(), hist.evidence_.confusion.confusion()
+    )
+    use = shifted(500, TARGET, 3, labels=False)[0]
+    a = adapt(old, use, n_bootstrap=0, shrink=1.0).predict(use)
+    np.testing.assert_array_equal(a, adapt(hist, use, n_bootstrap=0, shrink=1.0).predict(use))
 
 
 def test_confusion_stats_regions(source):

@@ -18,7 +18,8 @@ from topcal.errors import DataError, ParameterError
 BENCH = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "bench"
 if not BENCH.exists():
     BENCH = Path("/work/shared/data/bench")
-PEERS = json.loads((Path(__file__).resolve().parents[2] / "data" / "metrics_peers.json").read_text())
+PEERS_FILE = Path(__file__).resolve().parents[2] / "data" / "metrics_peers.json"
+PEERS = json.loads(PEERS_FILE.read_text())
 
 
 def _bench(name: str) -> TopLabelData:

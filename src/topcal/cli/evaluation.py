@@ -293,7 +293,8 @@ def _cmd_metrics(args) -> int:
     vector = None
     if data.has_full:  # the calibrated vector's own losses (predict_proba)
         proba = model.predict_proba(data)
-        vector = {"nll": vector_nll(data, proba).overall, "brier": vector_brier(data, proba).overall}
+        vector = {"nll": vector_nll(data, proba).overall}
+        vector["brier"] = vector_brier(data, proba).overall
     if args.json:
         out = {
             "method": model.name,

@@ -1,10 +1,12 @@
 """What a caller tells a fit beyond its data, what to keep and where to start.
 
 A fit computes from its arguments alone. What a caller wants back from a fit besides the model
-travels in one :class:`FitContext` passed to ``fit(..., context=...)``: today the list where a
-fit that cross-validates (``auto``) appends the cross-validation runs it makes, so that the
-report reuses ``auto``'s out-of-fold confidences of its candidates instead of cross-fitting them
-again. No thread-local or module-level state is read instead.
+travels in one :class:`FitContext` passed to ``fit(..., context=...)``: the list where a fit
+that cross-validates (``auto``) appends the cross-validation runs it makes, so that the report
+reuses ``auto``'s out-of-fold confidences of its candidates instead of cross-fitting them again;
+and whether the warm start was fitted on these very rows (so that ``auto``'s final fit takes the
+all-data fit's optimum). No thread-local state, module-level memo or object identity is read
+instead.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ class FitContext:
         :class:`~topcal.calibrators.select.crossfit.CrossFit` it runs, in order (``auto``: its
         first look's split, then its K folds where they ran). Fits that do not cross-validate
         leave it alone.
+    same_rows : bool, default False
+        The fit's warm start (``fit(..., warm=...)``) was fitted on these very rows, unchanged
+        (``auto``'s final fit after its K folds on all its rows): a method may take the warm
+        fit's optimum as it is instead of solving again (the vector maps:
+        docs/vector.md#same-rows). Only the caller knows it; nothing checks it.
     """
 
     runs: list = field(default_factory=list)
+    same_rows: bool = False

@@ -98,6 +98,7 @@ from .rules import (
     tier,
 )
 from ..base import Calibrator, to_jsonable
+from ..context import FitContext
 from .blend import Blend
 from .crossfit import cross_fit, refit_start
 from ..fullvector import fit_map, map_name
@@ -122,16 +123,17 @@ __all__ = [
 ]
 
 
-def _fit_unrepeated(model, data, keep: str, warm=None):
-    """``model`` fitted on ``data`` (from ``warm``) as auto's own model: auto's fit has said which
-    classes are never predicted, so the model's own saying it again is silenced."""
+def _fit_unrepeated(model, data, keep: str, warm=None, same_rows: bool = False):
+    """``model`` fitted on ``data`` (from ``warm``, fitted on these very rows where
+    ``same_rows``) as auto's own model: auto's fit has said which classes are never predicted,
+    so the model's own saying it again is silenced."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
             message=".*never predicted in the fitting data",
             category=DegenerateClassWarning,
         )
-        return model.fit(data, keep=keep, warm=warm)
+        return model.fit(data, keep=keep, warm=warm, context=FitContext(same_rows=same_rows))
 
 
 @register
@@ -338,6 +340,8 @@ class Auto(Wrapper):
         runs = [r for r in (run, look and look[3]) if r is not None]
         map_warm = runs[0].warm.get(map_name(data.n_classes)) if runs and data.has_full else None
         warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
+        # the K folds' all-data fit was made on these very rows: the final fit may take it as is
+        same = warm is not None and run is not None and choice is data and best in run.on_data
         del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
@@ -346,7 +350,8 @@ class Auto(Wrapper):
             if self.blend_ is None
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
-        self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
+        # the final model holds the evidence
+        self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm, same_rows=same)
         if self._map_wanted:
             self._vector = fit_map(self, data, map_warm)
 

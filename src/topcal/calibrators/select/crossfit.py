@@ -103,6 +103,8 @@ class CrossFit:
     confidence: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     warm: dict = field(default_factory=dict)
+    #: the methods whose fit in ``warm`` was made on this run's data (not taken from ``begin``)
+    on_data: set = field(default_factory=set)
     #: (a run of one fold) its fits were made on the other K - 1 of the K folds it is the
     #: first of
     first_of_k: bool = False
@@ -203,12 +205,13 @@ def cross_fit(
     total = (n_folds + 1) * len(starts) + n_folds * (len(names) - len(starts))
     bar = _progress.bar(total=total, desc=desc, unit=" fits")
     try:
-        warm = _all_data_fits(data, starts, reuse, begin or {}, params or {}, bar)
+        warm, on_data = _all_data_fits(data, starts, reuse, begin or {}, params or {}, bar)
         for f in range(n_folds):
             _one_fold(f, folds, names, (fit, quiet, on_model), warm, reuse, parts, errors, bar)
     finally:
         bar.close()
     out = CrossFit(folds, TopLabelData.concat(folds), _joined(parts, errors), errors, warm)
+    out.on_data = on_data
     if record is not None:
         record.append(out)
     return out
@@ -229,8 +232,8 @@ def _joined(parts, errors) -> dict:
 def _all_data_fits(data, starts, reuse, begin, params, bar) -> dict:
     """The all-data fits that warm-start the folds of the methods ``starts``, by name (a
     method whose all-data fit fails has none: the folds' cold fits then say whether it
-    fails)."""
-    warm = {}
+    fails), and the names of those fitted here on ``data`` (the others taken from ``begin``)."""
+    warm, on_data = {}, set()
     # the all-data fits share what they derive alike from data, as a fold's do (a vs and its
     # vs-hier-platt: one first stage, one solve)
     with sharing(data):
@@ -241,9 +244,10 @@ def _all_data_fits(data, starts, reuse, begin, params, bar) -> dict:
                 continue
             try:
                 warm[name] = scratch_fit(name, data, warm=begin.get(name), params=params.get(name))
+                on_data.add(name)
             except TopcalError:
                 pass
-    return warm
+    return warm, on_data
 
 
 def _one_fold(f, folds, names, fitting, warm, reuse, parts, errors, bar) -> None:

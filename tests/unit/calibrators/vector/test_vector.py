@@ -11,6 +11,7 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_softmax, softmax
 
 import topcal
+from topcal.calibrators.context import FitContext
 from topcal.describe.summary import describe_text
 from topcal import TopLabelData, persist
 from topcal.calibrators.vector import COV_MAX_PARAMS
@@ -439,9 +440,9 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
     Newton step from the all-data one (within 1e-4 relative: about the square of that 0.9% step),
     its solve stopped at a Newton decrement of FOLD_TOL of the loss without the last step (the loss
     within 1e-6, the confidences within 1e-4 relative), in at most 4 gradient passes (the cold fit:
-    6) and without a Hessian. auto's final fit from it on its very rows takes its optimum without
-    a pass (the cold fit's: loss within 1e-9); on the same rows in another object it solves from
-    there (at most 2 iterations)."""
+    6) and without a Hessian. auto's final fit from it on its very rows
+    (``FitContext(same_rows=True)``) takes its optimum without a pass (the cold fit's: loss
+    within 1e-9); not told so, it solves from there (at most 2 iterations)."""
 
     fold = data.subset(np.flatnonzero(np.arange(data.n_rows) % 5 != 0))
     whole = topcal.calibrator(name).fit(data, keep="predictions")
@@ -459,7 +460,8 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
     np.testing.assert_allclose(warm.predict(data), cold.predict(data), rtol=1e-4)
     # auto's final fit on the very rows of the warm start: that fit's optimum, no gradient pass
     passes.clear()
-    final = topcal.calibrator(name).fit(data, keep="model", warm=whole)
+    same_rows = FitContext(same_rows=True)
+    final = topcal.calibrator(name).fit(data, keep="model", warm=whole, context=same_rows)
     assert passes == [] and np.array_equal(final.theta_, whole.theta_)
     assert final.n_iter_ == whole.n_iter_ and final.beta_ == whole.beta_
     ref = topcal.calibrator(name).fit(data, keep="model")
@@ -467,32 +469,13 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
     assert final.nll_ == pytest.approx(ref.nll_, rel=1e-9)
     np.testing.assert_allclose(final.class_nll_, ref.class_nll_, rtol=1e-9)
     np.testing.assert_allclose(final.param_cov_, ref.param_cov_, rtol=1e-3, atol=1e-8)
-    # the same rows in another object: solved from the warm start, near the optimum at once
-    same = data.subset(np.arange(data.n_rows))
-    again = topcal.calibrator(name).fit(same, keep="model", warm=whole)
+    # not told the rows are the same: solved from the warm start, near the optimum at once
+    again = topcal.calibrator(name).fit(data, keep="model", warm=whole)
     assert passes and again.loss_ == pytest.approx(ref.loss_, rel=1e-9)
     assert again.n_iter_ <= 2 < ref.n_iter_
     # a start of another method (or none kept) is ignored
     other = topcal.calibrator("vs" if name == "sms" else "sms").fit(data, keep="predictions")
     assert topcal.calibrator(name).fit(fold, warm=other).n_iter_ == cold.n_iter_
-
-
-def test_the_rows_key_copies_no_score_vectors():
-    """The key a scratch fit keeps of its rows (for a final fit on them) reads every score vector
-    without copying them: at 2,000 x 10^4 its first version copied 80 MB (auto's peak 4.38 ->
-    4.93 x the input)."""
-    import tracemalloc
-
-    p, y = _sim(n=400, k=3000)
-    d = TopLabelData.from_probs(p, y)
-    whole = topcal.calibrator("vs", max_iter=2).fit(d, keep="predictions")
-    tracemalloc.start()
-    try:
-        assert whole._own_margin(d) is not None
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert d.full.nbytes > 8 << 20 and peak < 2 << 20
 
 
 def test_a_fit_from_a_sibling_folds_fit_is_a_fold_fit(data):
@@ -512,41 +495,50 @@ def test_a_fit_from_a_sibling_folds_fit_is_a_fold_fit(data):
     assert not topcal.calibrator("vs").fit(b, keep="predictions", warm=small)._fold
 
 
-def test_a_final_fit_takes_the_all_data_fit_only_on_its_unchanged_rows(data, monkeypatch):
-    """A fit made on the very data object a scratch fit was made on takes that fit's optimum
-    (docs/vector.md#same-rows); where the object's rows changed in place since (an entry of any
-    row's score vector, two entries swapped, a top score, a weight, a wrong row's true class),
-    it is solved again, and a
-    fold's scratch fit keeps no margins."""
-    own = data.subset(np.arange(data.n_rows))
-    whole = topcal.calibrator("vs").fit(own, keep="predictions")
-    assert whole._own_margin(own) is not None and whole._own_margin(data) is None
+def test_a_final_fit_takes_the_all_data_fit_only_where_its_caller_says_the_rows_are_the_same(
+    data, monkeypatch
+):
+    """A fit takes a scratch fit's optimum as it is only where its caller says it is made on the
+    very rows of that fit (``FitContext(same_rows=True)``: auto's final fit after its K folds on
+    all its rows; docs/vector.md#same-rows); told nothing, it is solved from it, and a fold's
+    scratch fit keeps no margins."""
+    whole = topcal.calibrator("vs").fit(data, keep="predictions")
+    assert whole._own is not None
     passes = _count_passes(monkeypatch)
-    for change, row in (
-        ("full", 0),
-        ("full", -1),
-        ("swap", -2),
-        ("score", 0),
-        ("tp", 0),
-        ("labels", 0),
-    ):
-        d = own.subset(np.arange(own.n_rows))
-        w = topcal.calibrator("vs").fit(d, keep="predictions")
-        if change == "swap":  # two entries of one score vector swapped: the same sum
-            d.full[row, [1, 2]] = d.full[row, [2, 1]]
-        elif change == "labels":  # a wrong row's true class, another wrong one: tp, fp the same
-            r = np.flatnonzero(d.tp == 0)[row]
-            d.labels[r] = next(c for c in range(d.n_classes) if c not in (d.pred[r], d.labels[r]))
-        else:
-            arr = getattr(d, change)
-            arr[row] = arr[row] * 0.5 if change != "tp" else 1.0 - arr[row]
-        passes.clear()
-        m = topcal.calibrator("vs").fit(d, keep="model", warm=w)
-        assert passes, change  # solved from it (its own iterations), not taken
-        assert m.n_iter_ <= 2 < w.n_iter_
-    fold = own.subset(np.flatnonzero(np.arange(own.n_rows) % 5 != 0))
+    told = topcal.calibrator("vs").fit(
+        data, keep="model", warm=whole, context=FitContext(same_rows=True)
+    )
+    assert passes == [] and np.array_equal(told.theta_, whole.theta_)
+    m = topcal.calibrator("vs").fit(data, keep="model", warm=whole)
+    assert passes  # solved from it (its own iterations), not taken
+    assert m.n_iter_ <= 2 < whole.n_iter_
+    fold = data.subset(np.flatnonzero(np.arange(data.n_rows) % 5 != 0))
     part = topcal.calibrator("vs").fit(fold, keep="predictions", warm=whole)
     assert part._own is None
+
+
+def test_auto_says_same_rows_only_for_an_all_data_fit_made_on_its_rows(data, monkeypatch):
+    """auto's final fit is told the rows are the same only where the K folds' all-data fit was
+    fitted on all of auto's rows (not one taken from the first look, nor on a subsample)."""
+    from topcal.calibrators.select.crossfit import cross_fit
+
+    run = cross_fit(data, ["sts", "sms"], 3)
+    assert run.on_data == {"sms"} | ({"sts"} if "sts" in run.warm else set())
+    begun = cross_fit(data, ["sms"], 3, begin={"sms": run.warm["sms"]})
+    assert begun.on_data == {"sms"}  # begin is a start, the fit is still made on data
+    seen = []
+    real = topcal.calibrator("sms").__class__._fit
+
+    def spy(self, d, _real=real):
+        seen.append(self._context is not None and self._context.same_rows)
+        return _real(self, d)
+
+    monkeypatch.setattr(topcal.calibrator("sms").__class__, "_fit", spy)
+    _fit("auto", data, candidates=["uncalibrated", "sms"], screen=None)
+    assert seen[-1] is True  # the final fit, after the folds' all-data fit on these rows
+    seen.clear()
+    _fit("auto", data, candidates=["uncalibrated", "sms"], screen=None, cv_rows=data.n_rows // 2)
+    assert seen[-1] is False  # the choice was made on a subsample
 
 
 def test_auto_refits_its_vector_choice_from_the_cross_validations_all_data_fit(data):
@@ -711,7 +703,7 @@ def test_a_corrected_maps_fold_starts_from_the_all_data_map(name, data, monkeypa
     assert warm.map_.loss_ == pytest.approx(cold.map_.loss_, rel=1e-6)
     assert warm.map_.n_iter_ < cold.map_.n_iter_
     np.testing.assert_allclose(warm.predict(data), cold.predict(data), rtol=1e-4)
-    final = topcal.calibrator(name).fit(data, warm=whole)
+    final = topcal.calibrator(name).fit(data, warm=whole, context=FitContext(same_rows=True))
     assert np.array_equal(final.map_.theta_, whole.map_.theta_)
     assert final.map_.n_iter_ == whole.map_.n_iter_
     np.testing.assert_allclose(final.predict(data), _fit(name, data).predict(data), rtol=1e-9)

@@ -278,17 +278,7 @@ class Auto(Wrapper):
         self.rule_, self.stages_ = "se", None
         n_folds = int(self.folds)
         if data.n_samples < 2 * n_folds or (not data.is_binned and data.n_rows < 2 * n_folds):
-            # nothing can be judged out of sample: doing nothing is the only safe choice
-            warnings.warn(
-                f"auto: {data.n_samples:g} samples are too few for {n_folds}-fold cross-validation "
-                f"(at least {2 * n_folds} needed); keeping the uncalibrated score",
-                DegenerateClassWarning,
-                stacklevel=3,
-            )
-            self.method_ = self.best_ = "uncalibrated"
-            self.cv_, self.blend_ = {}, None
-            self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
-            self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
+            self._keep_uncalibrated(data, n_folds)
             return
         self.fit_samples_ = float(data.n_samples)
         choice = data
@@ -354,6 +344,20 @@ class Auto(Wrapper):
         self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm, same_rows=same)
         if self._map_wanted:
             self._vector = fit_map(self, data, map_warm)
+
+    def _keep_uncalibrated(self, data: TopLabelData, n_folds: int) -> None:
+        """Too few samples to judge anything out of sample: doing nothing is the only safe
+        choice."""
+        warnings.warn(
+            f"auto: {data.n_samples:g} samples are too few for {n_folds}-fold cross-validation "
+            f"(at least {2 * n_folds} needed); keeping the uncalibrated score",
+            DegenerateClassWarning,
+            stacklevel=4,
+        )
+        self.method_ = self.best_ = "uncalibrated"
+        self.cv_, self.blend_ = {}, None
+        self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
+        self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.

@@ -312,9 +312,8 @@ def _kfold_predictions(
     def fit(name, train, f, warm):
         if progress is not None:
             progress(f"fold {f + 1}/{n_folds}: fitting {name}")
-        return fit_quietly(
-            name, train, params=(params or {}).get(name), notes=notes, **scratch_options(name, warm)
-        )
+        options = scratch_options(name, warm, fold=True)
+        return fit_quietly(name, train, params=(params or {}).get(name), notes=notes, **options)
 
     def on_model(name, f, model, train):
         summary = auto_summary(model, f + 1)

@@ -337,14 +337,17 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         return self._keep == "predictions"
 
     def _fold_fit(self, data: TopLabelData) -> bool:
-        """Whether this fit is a cross-validation fold's (:mod:`.crossfit`): a scratch fit started
-        from a fit of the same method on at least as many samples (the all-data fit, or where
-        auto's first look was the first of its K folds, that fold's fit: optima the fold's lies
-        near). Such a fit may stop short of its own optimum's last digits (a method's fold rule,
-        e.g. docs/vector.md#fold-fits): its model is scored on the fold and dropped."""
-        warm = self._warm
+        """Whether this fit is a cross-validation fold's that may stop short of its own
+        optimum's last digits (a method's fold rule, e.g. docs/vector.md#fold-fits): its caller
+        says it is a fold's (``FitContext(fold=True)``: :mod:`.select.crossfit`), it keeps only
+        its predictions, and it starts from a fit of the same method on at least as many samples
+        (the all-data fit, or a sibling fold's where auto's first look was the first of its K
+        folds: optima the fold's lies near)."""
+        warm, context = self._warm, self._context
         return (
-            self._scratch
+            context is not None
+            and context.fold
+            and self._scratch
             and isinstance(warm, type(self))
             and float(np.sum(warm.n_tp_) + np.sum(warm.n_fp_)) >= float(data.n_samples)
         )

@@ -45,6 +45,7 @@ from ... import _progress
 from ..._numeric import binary_nll
 from ...data import TopLabelData, kfold_split
 from ...errors import DataError, TopcalError
+from ..context import FitContext
 from ..foldmemo import sharing
 from ..registry import calibrator, get_class
 
@@ -57,21 +58,24 @@ __all__ = [
 ]
 
 
-def scratch_options(name: str, warm=None) -> dict:
-    """The ``fit`` options of a fold's ``name`` model: keep nothing for later
+def scratch_options(name: str, warm=None, fold: bool = False) -> dict:
+    """The ``fit`` options of a scratch ``name`` model: keep nothing for later
     (``keep="predictions"``), start from the fitted model ``warm``'s optimum where the
-    method has an optimiser (see the module docstring)."""
-    return {"keep": "predictions", "warm": warm if get_class(name)._warm_starts else None}
+    method has an optimiser (see the module docstring); ``fold``: a cross-validation fold's fit
+    (its :class:`~topcal.calibrators.context.FitContext`)."""
+    warm = warm if get_class(name)._warm_starts else None
+    return {"keep": "predictions", "warm": warm, "context": FitContext(fold=bool(fold))}
 
 
 def scratch_fit(
     name: str, train: TopLabelData, fold: int | None = None, warm=None, params: dict | None = None
 ):
-    """A fold's ``name`` model (:func:`scratch_options`) fitted on ``train``, warnings
-    ignored."""
+    """A scratch ``name`` model (:func:`scratch_options`) fitted on ``train``, warnings
+    ignored; ``fold``: the index of the cross-validation fold it is fitted for, or None."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return calibrator(name, **(params or {})).fit(train, **scratch_options(name, warm))
+        options = scratch_options(name, warm, fold=fold is not None)
+        return calibrator(name, **(params or {})).fit(train, **options)
 
 
 @dataclass

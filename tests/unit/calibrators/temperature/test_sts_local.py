@@ -8,6 +8,7 @@ import pytest
 from _sim import bench_probs
 
 import topcal
+from topcal.calibrators.context import FitContext
 from topcal import TopLabelData
 from topcal.calibrators.temperature import _core, _local
 from topcal.calibrators.temperature._core import TopLabelObjective, split_top
@@ -95,7 +96,8 @@ def test_a_folds_fit_takes_the_models_first_step_unconfirmed_in_one_pass(monkeyp
     all_fit = topcal.calibrator("sts").fit(data, keep="predictions")
     cold = topcal.calibrator("sts").fit(fold, keep="predictions")
     passes.clear()
-    warm = topcal.calibrator("sts").fit(fold, keep="predictions", warm=all_fit)
+    as_fold = FitContext(fold=True)
+    warm = topcal.calibrator("sts").fit(fold, keep="predictions", warm=all_fit, context=as_fold)
     assert len(passes) == 1 and np.isnan(warm.nll_) and not np.isnan(cold.nll_)
     np.testing.assert_allclose(warm.temperature_, cold.temperature_, rtol=1e-7)
     np.testing.assert_allclose(warm.predict(data), cold.predict(data), rtol=1e-6)

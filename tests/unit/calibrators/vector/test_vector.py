@@ -449,7 +449,8 @@ def test_a_warm_started_fit_reaches_the_cold_fits_optimum(name, data, monkeypatc
     assert whole._nll_hessian is not None  # a scratch fit keeps it for the folds
     hessians = _count_hessians(monkeypatch)
     passes = _count_passes(monkeypatch)
-    warm = topcal.calibrator(name).fit(fold, keep="predictions", warm=whole)
+    as_fold = FitContext(fold=True)
+    warm = topcal.calibrator(name).fit(fold, keep="predictions", warm=whole, context=as_fold)
     assert hessians == [] and len(passes) <= 4
     passes.clear()
     cold = topcal.calibrator(name).fit(fold, keep="predictions")
@@ -486,13 +487,16 @@ def test_a_fit_from_a_sibling_folds_fit_is_a_fold_fit(data):
     a, b = data.subset(np.arange(m)), data.subset(np.arange(data.n_rows - m, data.n_rows))
     assert a.n_samples == b.n_samples
     sibling = topcal.calibrator("vs").fit(a, keep="predictions")
-    warm = topcal.calibrator("vs").fit(b, keep="predictions", warm=sibling)
+    as_fold = FitContext(fold=True)
+    warm = topcal.calibrator("vs").fit(b, keep="predictions", warm=sibling, context=as_fold)
     cold = topcal.calibrator("vs").fit(b, keep="predictions")
     assert warm._fold and not cold._fold
     assert warm.loss_ == pytest.approx(cold.loss_, rel=1e-6)
     np.testing.assert_allclose(warm.predict(data), cold.predict(data), rtol=1e-4)
     small = topcal.calibrator("vs").fit(data.subset(np.arange(m // 2)), keep="predictions")
-    assert not topcal.calibrator("vs").fit(b, keep="predictions", warm=small)._fold
+    assert not topcal.calibrator("vs").fit(b, keep="predictions", warm=small, context=as_fold)._fold
+    # not told it is a fold's (a user's scratch fit from a warm start): solved to its optimum
+    assert not topcal.calibrator("vs").fit(b, keep="predictions", warm=sibling)._fold
 
 
 def test_a_final_fit_takes_the_all_data_fit_only_where_its_caller_says_the_rows_are_the_same(
@@ -513,7 +517,9 @@ def test_a_final_fit_takes_the_all_data_fit_only_where_its_caller_says_the_rows_
     assert passes  # solved from it (its own iterations), not taken
     assert m.n_iter_ <= 2 < whole.n_iter_
     fold = data.subset(np.flatnonzero(np.arange(data.n_rows) % 5 != 0))
-    part = topcal.calibrator("vs").fit(fold, keep="predictions", warm=whole)
+    part = topcal.calibrator("vs").fit(
+        fold, keep="predictions", warm=whole, context=FitContext(fold=True)
+    )
     assert part._own is None
 
 
@@ -697,7 +703,8 @@ def test_a_corrected_maps_fold_starts_from_the_all_data_map(name, data, monkeypa
     whole = topcal.calibrator(name).fit(data, keep="predictions")
     assert whole.map_._nll_hessian is not None
     hessians = _count_hessians(monkeypatch)
-    warm = topcal.calibrator(name).fit(fold, keep="predictions", warm=whole)
+    as_fold = FitContext(fold=True)
+    warm = topcal.calibrator(name).fit(fold, keep="predictions", warm=whole, context=as_fold)
     assert hessians == []
     cold = topcal.calibrator(name).fit(fold, keep="predictions")
     assert warm.map_.loss_ == pytest.approx(cold.map_.loss_, rel=1e-6)

@@ -62,9 +62,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 
-# The scripts of examples/ (the `examples` lane of tests/test_examples.py), one per worker.
+# The scripts of examples/ (the `examples` lane of tests/e2e/test_examples.py), one per worker.
 examples: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m examples tests/test_examples.py tests/test_docs_reference.py
+	$(PY) -m pytest -q -n 2 -m examples tests/e2e/test_examples.py tests/docs/test_docs_reference.py
 
 # The documentation site (mkdocs.yml): the examples lane first, writing the examples' figures and
 # summaries into docs/examples/output/ (not kept in git), then the site into site/ with
@@ -72,7 +72,7 @@ examples: $(STAMP)
 docs: $(STAMP)
 	rm -rf docs/examples/output
 	TOPCAL_EXAMPLES_OUT=$(CURDIR)/docs/examples/output \
-	  $(PY) -m pytest -q -n 2 -m examples tests/test_examples.py tests/test_docs_reference.py
+	  $(PY) -m pytest -q -n 2 -m examples tests/e2e/test_examples.py tests/docs/test_docs_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The package as a user gets it: sdist and wheel built (python -m build), metadata checked

@@ -27,11 +27,13 @@ import numpy as np
 from . import _progress
 from .calibrators import available_methods, calibrator, get_class
 from .calibrators.select.crossfit import cross_fit, scratch_options
+from .calibrators.registry import BASELINE
 from .calibrators.wrapper import Wrapper
 from .comparison import Comparison, MethodMetrics, MetricValues
 from .data import TopLabelData, kfold_split
 from .errors import ParameterError, TopcalError, TopcalWarning
 from .metrics import BUNDLE, bundle
+from .overall import paired_ranking
 
 __all__ = [
     "compare_methods",
@@ -408,7 +410,9 @@ def compare_methods(
         for name in run:
             if name in confs:
                 out["methods"][name] = evaluate(target, confs[name], n_bins=n_bins)
+        confs = {name: confs[name] for name in run if name in confs}
     else:
+        confs = {}
         target = data if eval_data is None else eval_data
         if eval_data is not None:
             out["protocol"] = "holdout"
@@ -429,6 +433,9 @@ def compare_methods(
             if summary is not None:
                 choices[name] = [summary]
             out["methods"][name] = scores
+            confs[name] = model.predict(target)
+    if confs:
+        out["ranking"] = paired_ranking(target, confs, baseline=BASELINE)
     return Comparison(**{**out, "warnings": {k: v for k, v in notes.items() if v}})
 
 

@@ -39,6 +39,8 @@ __all__ = [
     "conf1",
     "nll",
     "brier",
+    "vector_nll",
+    "vector_brier",
     "ece",
     "ece1",
     "ece2",
@@ -93,8 +95,8 @@ def _check(data: TopLabelData, confidence) -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"confidence {float(c[i]):g} at row {i} is not a probability in [0, 1]; rescale the "
-            f"scores first"
+            f"confidence {float(c[i]):g} at row {i + 1} is not a probability in [0, 1]; rescale "
+            "the scores first"
         )
     return c
 
@@ -129,6 +131,48 @@ def brier(data: TopLabelData, confidence: ArrayLike) -> ClassMetric:
 
 def _brier(data: TopLabelData, c: np.ndarray) -> ClassMetric:  # c checked by the caller
     return _per_class_mean(data, data.tp * (1.0 - c) ** 2 + data.fp * c**2, "brier")
+
+
+def _check_vectors(data: TopLabelData, proba) -> np.ndarray:
+    """``proba`` checked as one probability vector per row of labelled per-sample ``data``."""
+    if not isinstance(data, TopLabelData):
+        raise DataError(f"metrics expect a TopLabelData, got {type(data).__name__}")
+    data.require_labels("computing a full-vector metric")
+    if data.labels is None:
+        raise DataError("full-vector metrics need each row's true class; binned counts have none")
+    p = np.asarray(proba, dtype=np.float64)
+    if p.shape != (data.n_rows, data.n_classes):
+        raise DataError(
+            f"the probability vectors have shape {p.shape} but the data has {data.n_rows} rows "
+            f"and {data.n_classes} classes; give one probability per row and class"
+        )
+    bad = ~np.isfinite(p) | (p < 0) | (p > 1)
+    off = np.abs(p.sum(axis=1) - 1.0) > 1e-6
+    if bad.any() or off.any():
+        i = int(np.flatnonzero(bad.any(axis=1) | off)[0])
+        raise DataError(
+            f"row {i} of the probability vectors is not a probability vector (entries in [0, 1] "
+            "summing to 1); give calibrated probabilities, not scores"
+        )
+    return p
+
+
+def vector_nll(data: TopLabelData, proba) -> ClassMetric:
+    """Full-vector negative log-likelihood (multinomial log loss), mean per sample: -log p_y with
+    p_y clipped to [PROB_CLIP, 1], ``proba`` one row per sample and one column per class of
+    ``data.classes``; ``per_class`` by predicted class, as the top-label metrics."""
+    p = _check_vectors(data, proba)
+    py = p[np.arange(data.n_rows), data.labels]
+    return _per_class_mean(data, -np.log(np.maximum(py, PROB_CLIP)), "vector_nll")
+
+
+def vector_brier(data: TopLabelData, proba) -> ClassMetric:
+    """Full-vector Brier score, mean per sample: sum_j (p_j - [y = j])^2 (0 to 2)."""
+    p = _check_vectors(data, proba)
+    rows = np.arange(data.n_rows)
+    py = p[rows, data.labels]
+    loss = np.einsum("ij,ij->i", p, p) - 2.0 * py + 1.0
+    return _per_class_mean(data, np.maximum(loss, 0.0), "vector_brier")
 
 
 def _ece_bins(conf: np.ndarray, w: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:

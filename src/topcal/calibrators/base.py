@@ -56,6 +56,7 @@ from ..evidence.fingerprint import Fingerprint
 from ..io.inputs import as_data
 from . import intervals, spread
 from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
+from .fullvector import VectorPredicting, fit_map
 from .keeping import EvidenceKeeping
 from .modelfile import finite_array, support_list, to_jsonable
 
@@ -111,9 +112,9 @@ def _init_params(init) -> tuple[str, ...]:
     return tuple(p.name for p in inspect.signature(init).parameters.values() if p.name != "self")
 
 
-class Calibrator(EvidenceKeeping):
-    """Base class of all calibrators. Subclasses set ``name`` and implement
-    ``_fit``, ``_predict``, ``_get_state`` and ``_set_state``."""
+class Calibrator(VectorPredicting, EvidenceKeeping):
+    """Base of all calibrators: subclasses set ``name``, implement ``_fit``, ``_predict``,
+    ``_get_state``, ``_set_state``."""
 
     #: Registry key, also the ``method`` field of saved models.
     name: ClassVar[str] = ""
@@ -146,7 +147,7 @@ class Calibrator(EvidenceKeeping):
     #: spread around it and the interval adds it (:mod:`.spread`).
     _pools_classes: ClassVar[bool] = False
     #: The between-class spread table (:func:`.spread.measure`); None: not measured (a method
-    #: with per-class curves, a model file from before 2026-11-27, a cross-validation fold's fit).
+    #: with per-class curves, an older model file, a cross-validation fold's fit).
     _spread: dict | None = None
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
@@ -225,6 +226,7 @@ class Calibrator(EvidenceKeeping):
         keep: str = "evidence",
         warm: Calibrator | None = None,
         fingerprint: Fingerprint | None = None,
+        vector: bool = True,
     ) -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
 
@@ -257,6 +259,8 @@ class Calibrator(EvidenceKeeping):
         fingerprint : Fingerprint, optional
             The fingerprint of these same rows, already computed by the caller;
             taken instead of hashing every row again.
+        vector : bool, default True
+            Also fit ``predict_proba``'s vector map (:mod:`.fullvector`; with full vectors).
 
         Returns
         -------
@@ -273,11 +277,9 @@ class Calibrator(EvidenceKeeping):
         data.require_labels(f"fitting {self.name!r}")
         check_sample_total(data.n_samples, "the fitting data (with any updates)")
         self._check_data(data)
-        self.classes_ = data.classes
-        self.score_range_ = data.score_range
+        self.classes_, self.score_range_ = data.classes, data.score_range
         tp, fp = data.class_counts()
-        self.n_tp_ = tp
-        self.n_fp_ = fp
+        self.n_tp_, self.n_fp_ = tp, fp
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
             warnings.warn(
@@ -287,7 +289,8 @@ class Calibrator(EvidenceKeeping):
                 DegenerateClassWarning,
                 stacklevel=2,
             )
-        self._keep, self._evidence = keep, Evidence.EMPTY
+        self._keep, self._evidence, self._vector = keep, Evidence.EMPTY, None
+        self._map_wanted = keep == "evidence" and bool(vector)
         # what the model remembers of its fitting rows, so that a guarantee is never computed on
         # them (topcal.thresholds.core); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
@@ -296,13 +299,13 @@ class Calibrator(EvidenceKeeping):
         try:
             with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
                 self._fit(data)
+            if self._map_wanted and self._vector is None:  # a fit may have fitted its own
+                self._vector = fit_map(self, data)  # the calibrated vector's map (fullvector.py)
         finally:
             self._warm = None
-        self._spread = (
-            spread.measure(data, self._predict(data))
-            if self._pools_classes and keep != "predictions"
-            else None
-        )
+        self._spread = None
+        if self._pools_classes and keep != "predictions":
+            self._spread = spread.measure(data, self._predict(data))
         if keep == "evidence":
             # the mergeable statistics that let update() refit on old + new data and, per predicted
             # class and score region, the true classes behind its rows (label-shift adaptation; None
@@ -365,8 +368,7 @@ class Calibrator(EvidenceKeeping):
             if alt is None
             else (
                 f"use the binary variant {alt!r} (temperature on the normalised top score) or a "
-                f"score-based "
-                "method (hist, ...)"
+                "score-based method (hist, ...)"
             ),
         )
         if data.n_classes < 2:
@@ -387,7 +389,7 @@ class Calibrator(EvidenceKeeping):
         elif str(k) in self.classes_:
             return self.classes_.index(str(k))
         raise TopcalError(
-            f"unknown class {k!r}; choose one of {list(self.classes_)} or an index "
+            f"unknown class {k!r:.60}; choose one of {preview(self.classes_)} or an index "
             f"0..{len(self.classes_) - 1}"
         )
 
@@ -405,16 +407,15 @@ class Calibrator(EvidenceKeeping):
             lo, hi = self.score_range_
             raise DataError(
                 f"the data's score range ({data.score_range[0]:g}, {data.score_range[1]:g}) "
-                f"differs from the "
-                f"model's ({lo:g}, {hi:g}); build the data with score_range=({lo:g}, {hi:g}) "
+                f"differs from the model's ({lo:g}, {hi:g}); build the data with "
+                f"score_range=({lo:g}, {hi:g}) "
                 f"(--score-range {lo:g} {hi:g})"
             )
         if self.needs_full and data.has_full and set(data.classes) != set(self.classes_):
             raise DataError(
                 f"method {self.name!r} needs score vectors over the model's {len(self.classes_)} "
-                f"classes, but the "
-                f"data has {data.n_classes} columns ({preview(data.classes)}); give one column per "
-                f"model class"
+                f"classes, but the data has {data.n_classes} columns ({preview(data.classes)}); "
+                "give one column per model class"
             )
         data = data.with_classes(self.classes_, "the data")
         if self.needs_full:  # with_classes drops vectors whose columns are not the model's classes
@@ -508,8 +509,7 @@ class Calibrator(EvidenceKeeping):
         """The one-line error of a model loaded from a file without what its intervals need."""
         return ModelFileError(
             f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it "
-            f"with "
-            f"topcal >= {intervals.INTERVAL_SINCE} to get intervals"
+            f"with topcal >= {intervals.INTERVAL_SINCE} to get intervals"
         )
 
     # ----------------------------------------------------------- describe

@@ -68,7 +68,7 @@ class ScoreCalibrator(Calibrator):
     #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
     shrinkable: ClassVar[bool] = False
     #: Per class, the pseudo-count the interval takes (:func:`.shrinkage.interval_m`); None:
-    #: unshrunk, or a model file from before 2026-11-27 (the interval of the own counts alone).
+    #: unshrunk, or an older model file (the interval of the own counts alone).
     interval_m_: np.ndarray | None = None
     #: Whether the local counts (and the reference) are piecewise constant in the score (a
     #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
@@ -161,7 +161,7 @@ class ScoreCalibrator(Calibrator):
     def _fit_shrinkage(self, data: TopLabelData) -> None:
         """Fit the pooled reference curve and choose the pseudo-counts (see
         calibrators.shrinkage). In a fold (foldmemo), one reference per method and parameters:
-        kde-mon2's is pooled-kde-mon2's inner model's (issue 36)."""
+        kde-mon2's is pooled-kde-mon2's inner model's."""
         pooled = pooled_rows(data)
         params = sorted({**self.get_params(), "shrinkage": 0}.items())
         key = f"reference {type(self).__name__} {params!r} {getattr(self, 'compact', None)}"
@@ -473,7 +473,7 @@ class ScoreCalibrator(Calibrator):
             lo, hi = intervals.shrunk_interval(
                 t, n, r, m_i[pred], level, scale=self._interval_scale(pred, score)
             )
-        else:  # unshrunk, or a file from before 2026-11-27: the class's own counts alone
+        else:  # unshrunk, or an older file: the class's own counts alone
             lo, hi = intervals.count_interval(t, n, level, scale=self._interval_scale(pred, score))
         if not self._shrunk():
             lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
@@ -555,7 +555,7 @@ class ScoreCalibrator(Calibrator):
                 float(r0),
                 ref,
             )
-            # files before 2026-11-27 hold none: their intervals are the class's own counts'
+            # older files hold none: their intervals are the class's own counts'
             mi = sh.get("interval_m")
             if mi is not None:
                 mi = finite_array(mi, "shrinkage interval_m", len(self.classes_))

@@ -111,14 +111,15 @@ class TopLabelData:
             if blk.min() < 0:
                 r, c = np.argwhere(blk < 0)[0]
                 raise DataError(
-                    f"probs has a negative value ({blk[r, c]}) at row {a + r}, column {c}; "
+                    f"probs has a negative value ({blk[r, c]}) at row {a + r + 1}, column {c + 1}; "
                     "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
                 )
         if renormalize:
             zero = sums <= 0
             if zero.any():
                 raise DataError(
-                    f"probs row {int(np.flatnonzero(zero)[0])} sums to 0 and cannot be renormalised"
+                    f"probs row {int(np.flatnonzero(zero)[0]) + 1} sums to 0 and cannot be "
+                    "renormalised"
                 )
             p = p / sums[:, None]
         else:
@@ -126,7 +127,7 @@ class TopLabelData:
             if off.any():
                 i = int(np.flatnonzero(off)[0])
                 raise DataError(
-                    f"probs row {i} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
+                    f"probs row {i + 1} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
                     "pass renormalize=True (--renormalize) to divide each row by its sum, "
                     "or from_logits (--logits) if these are logits"
                 )
@@ -508,19 +509,35 @@ class TopLabelData:
         without the
         true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not
         either)."""
-        idx = np.asarray(index)
+        n = self.pred.shape[0]
+        try:
+            idx = np.asarray(index)
+        except (TypeError, ValueError):
+            idx = np.asarray([None])  # ragged: reported below as what it is not
         if idx.dtype == bool:
+            if idx.shape != (n,):
+                raise DataError(
+                    f"a boolean subset mask needs one entry per row ({n}), got shape {idx.shape}"
+                )
             idx = np.flatnonzero(idx)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise DataError(
+                "subset takes a 1-d sequence of integer row indices or a boolean mask, got "
+                f"{'dtype ' + str(idx.dtype) if idx.ndim == 1 else f'shape {idx.shape}'}"
+            )
         if idx.size == 0:
             raise DataError("subset is empty; select at least one row")
-
-        n = self.pred.shape[0]
-        in_range = idx.dtype.kind in "iu" and -n <= int(idx.min()) and int(idx.max()) < n
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            raise DataError(
+                f"subset index {lo if lo < -n else hi} is out of range for {n} rows "
+                f"(valid: {-n}..{n - 1})"
+            )
 
         def take(a):
             if a is None:
                 return None
-            if a.ndim == 1 or not in_range:  # (out of range: numpy's IndexError, as ever)
+            if a.ndim == 1:
                 return a[idx]
             # the score vectors: into a recycled buffer where one is free; "wrap" reads an index
             # in [-n, n) as indexing does, without the buffering of "raise" (2-3 x slower)
@@ -562,10 +579,8 @@ class TopLabelData:
         if unknown:
             raise DataError(
                 f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} "
-                f"that the "
-                f"model does not know (its classes: {preview(classes, 8)}); fit the model on data "
-                f"with "
-                "these classes, or drop their rows"
+                f"that the model does not know (its classes: {preview(classes, 3)}); fit on data "
+                "with them, or drop their rows"
             )
         index = np.array([known[c] for c in self.classes], dtype=np.int64)
         full = None

@@ -55,8 +55,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..data import TopLabelData
 from .._typing import ArrayLike
+from ..data import TopLabelData, preview
 from ..errors import DataError
 
 __all__ = ["ScoreStats", "DEFAULT_CELLS", "EXACT_SCORES"]
@@ -230,8 +230,8 @@ class ScoreStats:
             )
         if other.classes != self.classes:
             raise DataError(
-                f"cannot merge statistics of classes {list(other.classes)} into "
-                f"{list(self.classes)}; "
+                f"cannot merge statistics of classes {preview(other.classes)} into "
+                f"{preview(self.classes)}; "
                 "read the new data with the same classes (same probability columns, or "
                 "classes=[...])"
             )

@@ -2,7 +2,7 @@
 written, new figures and grids of panels, shared legends, histogram bars, the dashed diagonal and
 the shaded extrapolation.
 
-Moved out of ``draw.py`` as is (issue 38: no file over 600 lines), the helpers under public names
+Moved out of ``draw.py`` as is (no file over 600 lines), the helpers under public names
 (``draw.py`` imports them; it re-exports ``METHOD_COLORS``, ``plain`` and ``plain_all``).
 matplotlib is imported inside the functions, so importing this module stays light.
 """
@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .._tables import printable
 from ..calibrators.registry import BASELINE
 from ..errors import TopcalError
 from .compute import BARS_METHOD, HistogramBars
@@ -90,14 +91,15 @@ def color_of(name: str, order: list[str]) -> str:
 
 
 #: Longest text :func:`plain` draws whole; longer names keep their start and end around an ellipsis
-#: (matplotlib took minutes to lay out a report's 10,000-character class names, issue 37).
+#: (matplotlib took minutes to lay out a report's 10,000-character class names).
 MAX_DRAWN = 80
 
 
 def plain(text) -> str:
     """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start matplotlib's
-    math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones around "…"."""
-    text = str(text)
+    math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones around "…"; control
+    characters written as escapes (``\\x1b``: no font has a glyph for them)."""
+    text = printable(str(text), keep="\n")
     if len(text) > MAX_DRAWN:
         text = text[: MAX_DRAWN - 30] + "…" + text[-29:]
     return text.replace("$", r"\$")

@@ -9,7 +9,8 @@ import numpy as np
 
 from .. import plots
 from ..calibrators.registry import BASELINE
-from ..data import TopLabelData
+from ..calibrators.wrapper import Wrapper
+from ..data import TopLabelData, preview
 from ..errors import TopcalError
 from ..evaluate import Comparison
 
@@ -283,7 +284,7 @@ def diagnose(
                         "wiggles",
                         f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
                         f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
-                        "(compare kde-mon2).",
+                        f"({_smoother(m)}).",
                         c,
                         name,
                         severity=n_ch,
@@ -326,7 +327,7 @@ def diagnose(
             b = res[best].nll.per_class[c]
             # every method loses to the raw score by more than the closeness ratio: "gains little"
             # would hide
-            # harm (issue 34: a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
+            # harm (a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
             if b is not None and b > CLOSE_NLL_RATIO * u:
                 out.append(
                     Finding(
@@ -395,12 +396,24 @@ def align_classes(
     unknown = [c for c in other.classes if c not in data.classes]
     if unknown or other.has_full:
         why = (
-            f"classes {unknown} are not in the data"
+            f"classes {preview(unknown)} are not in the data"
             if unknown
             else "its score vectors have other columns than the data's"
         )
         raise TopcalError(
             f"{what} must have the same classes as the data: {why} (data classes: "
-            f"{list(data.classes)})"
+            f"{preview(data.classes)})"
         )
     return other.with_classes(data.classes, what)
+
+
+def _smoother(model) -> str:
+    """What to try instead of a curve that wiggles: kde-mon2, unless the model is a choice by
+    cross-validation (``auto``), which already weighed kde-mon2 and the other candidates."""
+    choice = model.choice() if isinstance(model, Wrapper) else None
+    if choice is None:
+        return "compare kde-mon2"
+    return (
+        f"{choice['chosen']} was chosen by cross-validated NLL over the smoother candidates; "
+        "see its table under Fitted parameters"
+    )

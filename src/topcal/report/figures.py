@@ -326,15 +326,15 @@ def acceptance_figures(data, acceptance):
         f"Precision against the fraction of predictions accepted, on this data, when predictions "
         f"with "
         f"calibrated confidence >= c are accepted, for every c; dashed: the target "
-        f"{th.precision:g}; dot: the "
+        f"{th.precision:.12g}; dot: the "
         f"cut-off of the thresholds file ({how}), chosen on held-out data so that precision >= "
-        f"{th.precision:g} with probability >= {1 - th.delta:g} (Learn-then-Test, "
+        f"{th.precision:.12g} with probability >= {1 - th.delta:.12g} (Learn-then-Test, "
         f"docs/thresholds.md). "
         "If this data is the data the thresholds were chosen on, the curve is in-sample."
     )
     yield (
         "acceptance",
-        f"Acceptance: precision >= {th.precision:g} at delta = {th.delta:g} ({th.mode} "
+        f"Acceptance: precision >= {th.precision:.12g} at delta = {th.delta:.12g} ({th.mode} "
         f"{th.model_method})",
         caption,
         plot_acceptance(view),

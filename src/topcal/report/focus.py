@@ -1,4 +1,4 @@
-"""The report's default: fit what the user is deciding about, once (issue 34, item 3).
+"""The report's default: fit what the user is deciding about, once.
 
 ``auto`` is fitted on all the data, and its own cross-validation (every candidate cross-fitted on
 the same seeded folds: :func:`~topcal.calibrators.select.crossfit.recording` keeps the run) gives
@@ -9,7 +9,7 @@ slightly optimistic (``--methods all`` cross-fits ``auto`` itself, nested, at th
 :data:`PEERS` best other candidates are fitted on all the data too, for the figures and the
 fitted parameters (and, where none of those has a per-class curve, the best candidate that
 has). Before, the default fitted every method 5-fold with ``auto``'s inner cross-validation in
-every fold (1 min 41 s on 25,000 ImageNet rows, 1,000 classes; issue 34).
+every fold (1 min 41 s on 25,000 ImageNet rows, 1,000 classes).
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def ltt_cutoff(
             reason=(
                 f"only {total:g} predictions in the labelled data; at least {need} are needed to "
                 f"show precision "
-                f"{precision:g} at delta={delta:g}"
+                f"{precision:.12g} at delta={delta:.12g}"
             ),
         )
     if score is None:
@@ -205,7 +205,8 @@ def ltt_cutoff(
             None,
             float(p[i]),
             reason=(
-                f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
+                f"precision never reaches {precision:.12g} at level delta={delta:.12g}: at the "
+                "strictest "
                 f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
                 f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"
             ),

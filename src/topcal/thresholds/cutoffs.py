@@ -4,7 +4,7 @@
 test), :class:`Thresholds` (all of them with the guarantee they carry: ``accept``, the notebook
 view, the statements), :func:`model_digest` (which model they belong to) and the versioned JSON
 file with a checksum (:meth:`Thresholds.save`, :func:`load_thresholds`, :func:`loads_thresholds`),
-every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (issue 38: no file
+every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (no file
 over 600 lines); that module chooses the cut-offs (Learn-then-Test) and re-exports every name here.
 """
 
@@ -25,7 +25,7 @@ from .._typing import ArrayLike, PathLike
 from .._version import __version__
 from ..calibrators.base import Calibrator
 from ..data import preview
-from ..errors import ModelFileError, TopcalError
+from ..errors import DataError, ModelFileError, TopcalError
 from ..persist import canonical_json
 
 __all__ = [
@@ -146,7 +146,7 @@ class ClassCutoff:
     def from_dict(cls, d: dict) -> "ClassCutoff":
         """Rebuild from :meth:`to_dict` output; every field checked (raises ValueError): a
         hand-edited cut-off of -inf, 2 or true would accept rows no guarantee covers. ``group`` and
-        ``score_cutoff`` are absent from files before issue 33 (read as None)."""
+        ``score_cutoff`` may be absent from a file (read as None)."""
         if not isinstance(d, dict):
             raise ValueError(f"a cut-off entry must be an object, got {type(d).__name__}")
         unit, count = Interval(0, 1), Interval(0, None)
@@ -242,13 +242,38 @@ class Thresholds:
 
         ``pred``: class indices in ``classes``; rows of a class without a cut-off are not accepted.
         ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
-        where a cut-off has a ``score_cutoff``: files since issue 33).
+        where a cut-off has a ``score_cutoff``).
         """
+        confidence, score, pred = self._check_rows(pred, confidence, score)
         if self.mode == "global":
             return self.overall.accepts(confidence, score)
         cuts = np.array([_as_cut(c) for c in self.per_class], dtype=np.float64).reshape(-1, 3)
-        pred = np.asarray(pred)
         return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])
+
+    def _check_rows(self, pred, confidence, score):
+        """``accept``'s arguments as 1-d arrays of one length, ``pred`` class indices; one-line
+        DataError otherwise (numpy would broadcast a length-1 array, or fail on an index)."""
+        try:
+            conf = np.asarray(confidence, dtype=np.float64)
+            p = np.asarray(pred)
+            sc = None if score is None else np.asarray(score, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"accept needs numeric arrays: {str(exc)[:100]}") from None
+        arrays = {"pred": p, "confidence": conf, **({} if sc is None else {"score": sc})}
+        shapes = {k: a.shape for k, a in arrays.items()}
+        if any(len(v) != 1 for v in shapes.values()) or len(set(shapes.values())) != 1:
+            raise DataError(
+                "accept needs 1-d pred, confidence (and score) of one length, got shapes "
+                + ", ".join(f"{k} {v}" for k, v in shapes.items())
+            )
+        k = len(self.classes)
+        if p.size and (p.dtype.kind not in "iu" or p.min() < 0 or p.max() >= k):
+            bad = p[0] if p.dtype.kind not in "iu" else (p.min() if p.min() < 0 else p.max())
+            raise DataError(
+                f"pred holds {bad!r:.40}, not a class index 0..{k - 1} of these thresholds' "
+                f"{k} classes"
+            )
+        return conf, sc, p
 
     def to_dict(self) -> dict:
         return {
@@ -269,7 +294,7 @@ class Thresholds:
     @classmethod
     def from_dict(cls, d: dict) -> "Thresholds":
         """Rebuild from :meth:`to_dict` output; every field checked like a model file's
-        (raises ValueError). ``shared`` and ``pool_below`` are absent from files before issue 33."""
+        (raises ValueError). ``shared`` and ``pool_below`` may be absent from a file."""
         classes, per_class = _field(d, "classes", list), _field(d, "per_class", list)
         if not all(isinstance(c, str) for c in classes) or len(set(classes)) != len(classes):
             raise ValueError("classes must be distinct names (strings)")
@@ -371,8 +396,8 @@ class Thresholds:
         used = "per-class cut-offs" if self.mode == "per-class" else "the global cut-off"
         group = "" if self.shared is None else row(self.shared, strong=True)
         head = (
-            f"<p><b>Thresholds</b>: precision &ge; {self.precision:g} with probability &ge; "
-            f"{1 - self.delta:g} (delta {self.delta:g}, multiplicity "
+            f"<p><b>Thresholds</b>: precision &ge; {self.precision:.12g} with probability &ge; "
+            f"{1 - self.delta:.12g} (delta {self.delta:.12g}, multiplicity "
             f"{html.escape(self.multiplicity)}), "
             f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses "
             f"{used}</p>"
@@ -411,8 +436,9 @@ class Thresholds:
         if self.mode == "global":
             return (
                 f"one cut-off for all classes{_on_text(self.overall)}: precision >= "
-                f"{self.precision:g} over all accepted predictions together, with probability >= "
-                f"{1 - self.delta:g}"
+                f"{self.precision:.12g} over all accepted predictions together, with probability "
+                ">= "
+                f"{1 - self.delta:.12g}"
             )
         alone = sum(c.group is None for c in self.per_class)
         level = self.per_class[0].level if self.per_class else self.delta

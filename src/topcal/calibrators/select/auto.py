@@ -34,12 +34,10 @@ al. 1984), the one of
 the lowest tier, and within a tier the one with the smallest mean. So on few
 samples a simpler fit that is as good as the best within noise wins over a
 richer one that won by chance, and where the data can tell, the best wins.
-From 2026-11-25 to 27 the default was 0.75: on the 32 cells of issue 22's grid
-(``benchmarks/bench_auto_tolerance.py``) it fixed one cell where a pooled curve chosen at 0.96 SE
-generalised 9% worse. The blend below fixes that cell at 1 SE too, with the same median over
-the grid, and on the full benchmark sets 0.75 lost 0.24% on DenseNet-BC-100 CIFAR-100 (5-fold)
-where 1 loses 0.2% on LeNet-5 CIFAR-10 (2-fold) and stays ahead of every peer there
-(docs/benchmarks.md, "auto-blend").
+Why 1 and not 0.75: on the 32 cells of the auto-rule grid
+(``benchmarks/bench_auto_tolerance.py``) 0.75 fixed one cell where a pooled curve chosen at
+0.96 SE generalised 9% worse, but the blend below fixes that cell at 1 SE too, and on the full
+benchmark sets 0.75 lost 0.24% on DenseNet-BC-100 CIFAR-100 (docs/benchmarks.md, "auto-blend").
 The choice is global (one method for every class). A candidate that fails
 in a fold is dropped (recorded with its error), never fatal.
 
@@ -62,7 +60,7 @@ regression, before; docs/benchmarks.md), and 10^5 rows measure NLL differences o
 (the standard errors in the table say how well). Binned data always chooses on all its bins (its
 cost is its bins, not its counts). ``cv_rows=None`` always chooses on all the rows.
 
-**The first look** (``screen``; issue 36, :mod:`.staging`): before the K folds, one cheap fit of
+**The first look** (``screen``, :mod:`.staging`): before the K folds, one cheap fit of
 every candidate; only those within 3 standard errors of its best get the K folds (``stages_``).
 
 The model file records the choice, the best candidate, and every
@@ -72,6 +70,8 @@ and the report show them.
 """
 
 from __future__ import annotations
+
+import math
 
 import warnings
 
@@ -100,6 +100,7 @@ from .rules import (
 from ..base import Calibrator, to_jsonable
 from .blend import Blend
 from .crossfit import cross_fit, refit_start
+from ..fullvector import fit_map, map_name
 from . import staging
 from ..registry import BASELINE, calibrator, fits_from_counts, get_class, register
 from ..wrapper import Wrapper
@@ -188,7 +189,7 @@ class Auto(Wrapper):
         "error": str or None}}``: held-out NLL of every candidate (mean over
         samples; per class, mean over the class's positives: kept for the
         chosen method, the blend's members and ``uncalibrated``, None for the
-        other candidates and for those that failed; files before 2026-11-27
+        other candidates and for those that failed; older files
         hold every candidate's).
     cv_samples_ : float
         Samples the cross-validation ran on (fewer than ``fit_samples_`` where
@@ -198,8 +199,8 @@ class Auto(Wrapper):
         ``update`` adds samples to the model, not to this).
     stages_ : dict or None
         The first look (:func:`~.staging.record`: its samples, margin, best, and per candidate
-        its first-look NLL and the stage it reached), or None where it did not run (files
-        before 2026-11-27 included: every candidate reached the K folds).
+        its first-look NLL and the stage it reached), or None where it did not run (older files
+        included: every candidate reached the K folds).
     """
 
     in_paper = (
@@ -251,7 +252,7 @@ class Auto(Wrapper):
         if self.candidates is None and data.n_classes > max(data.n_rows / 2, LARGE_SYSTEM_CLASSES):
             # tswa fits K awards and a temperature in one Newton system of (K + 1)^2 entries: with
             # over 1,000 classes and more than half the rows that outgrows the data (2,000 x 10^4:
-            # 28 x the input in memory, issue 37), each award on under two rows. Named, it runs.
+            # 28 x the input in memory), each award on under two rows. Named, it runs.
             run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
         if (
             self.candidates is None
@@ -325,6 +326,9 @@ class Auto(Wrapper):
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
+        # the vector map (fullvector.py) starts from the cross-validation's all-data fit of it
+        runs = [r for r in (run, look and look[3]) if r is not None]
+        map_warm = runs[0].warm.get(map_name(data.n_classes)) if runs and data.has_full else None
         warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
         del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
@@ -335,6 +339,8 @@ class Auto(Wrapper):
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
         self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
+        if self._map_wanted:
+            self._vector = fit_map(self, data, map_warm)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.
@@ -541,6 +547,7 @@ class Auto(Wrapper):
         look = st.get("table", {}) if isinstance(st, dict) else {}
         if not isinstance(cv, dict) or (cv and method not in cv and method not in look):
             raise ValueError("the cross-validation table is missing the chosen method")
+        _check_cv_table(cv, len(self.classes_))
         if blend is None:
             model = get_class(method).from_dict(state["model"])
             if model.name != method or tuple(model.classes_) != tuple(self.classes_):
@@ -589,6 +596,33 @@ class Auto(Wrapper):
                 "refitted_from must name another candidate of the cross-validation table"
             )
         self.refitted_from_ = was
-        # files before the first look (2026-11-27), and fits without one: none
+        # files written before the first look existed, and fits without one: none
         st = state.get("stages")
         self.stages_ = None if st is None else staging.check_record(st, list(cv))
+
+
+def _number_or_none(v) -> bool:
+    return v is None or (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    )
+
+
+def _check_cv_table(cv: dict, n_classes: int) -> None:
+    """A model file's cross-validation table: per candidate a dict whose losses are finite numbers
+    or null, ``per_class`` null or one per class, ``error`` null or text (raise ValueError)."""
+    for name, v in cv.items():
+        if not isinstance(v, dict) or "nll" not in v or "error" not in v:
+            raise ValueError(f"the cross-validation entry of {name!r} must hold nll and error")
+        if not all(_number_or_none(v.get(k)) for k in ("nll", "se", "diff_se")):
+            raise ValueError(f"the cross-validation losses of {name!r} must be numbers or null")
+        if not (v["error"] is None or isinstance(v["error"], str)):
+            raise ValueError(f"the cross-validation error of {name!r} must be text or null")
+        pc = v.get("per_class")
+        if pc is not None and (
+            not isinstance(pc, list)
+            or len(pc) != n_classes
+            or not all(_number_or_none(x) for x in pc)
+        ):
+            raise ValueError(
+                f"the per-class losses of {name!r} must be null or {n_classes} numbers (or nulls)"
+            )

@@ -1,4 +1,4 @@
-"""``auto``'s first look (issue 36): one cheap split for every candidate, full K-fold only for the
+"""``auto``'s first look: one cheap split for every candidate, full K-fold only for the
 contenders.
 
 Stage 1 (:func:`first_look`): the per-sample data the choice is made on is dealt into seeded

@@ -157,7 +157,7 @@ def _check_vectors(data: TopLabelData, proba) -> np.ndarray:
     return p
 
 
-def vector_nll(data: TopLabelData, proba) -> ClassMetric:
+def vector_nll(data: TopLabelData, proba: ArrayLike) -> ClassMetric:
     """Full-vector negative log-likelihood (multinomial log loss), mean per sample: -log p_y with
     p_y clipped to [PROB_CLIP, 1], ``proba`` one row per sample and one column per class of
     ``data.classes``; ``per_class`` by predicted class, as the top-label metrics."""
@@ -166,7 +166,7 @@ def vector_nll(data: TopLabelData, proba) -> ClassMetric:
     return _per_class_mean(data, -np.log(np.maximum(py, PROB_CLIP)), "vector_nll")
 
 
-def vector_brier(data: TopLabelData, proba) -> ClassMetric:
+def vector_brier(data: TopLabelData, proba: ArrayLike) -> ClassMetric:
     """Full-vector Brier score, mean per sample: sum_j (p_j - [y = j])^2 (0 to 2)."""
     p = _check_vectors(data, proba)
     rows = np.arange(data.n_rows)

@@ -441,6 +441,10 @@ METHOD_NAME_LITERALS = {
         "add_commands",
     ): "--method's default 'auto'; --shrink's value 'auto' is no method",
     ("cli/models.py", "_cmd_adapt"): "--shrink's value 'auto' is no method",
+    (
+        "cli/evaluation.py",
+        "_cmd_metrics",
+    ): "'conf1' names the accuracy among the counts (the paper's Conf1 metric), no model",
 }
 #: The code that must not branch on method names: the service, figure, report and command-line
 #: layers

@@ -55,6 +55,7 @@ from ..evidence.core import Evidence
 from ..evidence.fingerprint import Fingerprint
 from ..io.inputs import as_data
 from . import intervals, spread
+from .context import FitContext
 from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
 from .fullvector import VectorPredicting, fit_map
 from .keeping import EvidenceKeeping
@@ -162,6 +163,8 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     _keep: str = "evidence"
     #: During ``fit``: the fitted model it may start from (``warm``), or None.
     _warm = None
+    #: during a fit: the caller's :class:`~.context.FitContext`, or None
+    _context = None
     #: The model's evidence (:attr:`evidence_`); empty until a fit keeps some.
     _evidence: Evidence = Evidence.EMPTY
 
@@ -227,6 +230,7 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         warm: Calibrator | None = None,
         fingerprint: Fingerprint | None = None,
         vector: bool = True,
+        context: FitContext | None = None,
     ) -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
 
@@ -261,6 +265,9 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             taken instead of hashing every row again.
         vector : bool, default True
             Also fit ``predict_proba``'s vector map (:mod:`.fullvector`; with full vectors).
+        context : FitContext, optional
+            What the caller wants back besides the model (:mod:`.context`: ``auto`` appends its
+            cross-validation runs to ``context.runs``).
 
         Returns
         -------
@@ -295,14 +302,14 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         # them (topcal.thresholds.core); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
             fingerprint = Fingerprint.of(data)
-        self._warm = warm
+        self._warm, self._context = warm, context
         try:
             with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
                 self._fit(data)
             if self._map_wanted and self._vector is None:  # a fit may have fitted its own
                 self._vector = fit_map(self, data)  # the calibrated vector's map (fullvector.py)
         finally:
-            self._warm = None
+            self._warm = self._context = None
         self._spread = None
         if self._pools_classes and keep != "predictions":
             self._spread = spread.measure(data, self._predict(data))

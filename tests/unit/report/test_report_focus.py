@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from topcal import TopLabelData
-from topcal.calibrators.select.crossfit import recording
+import topcal.calibrators.select.auto as auto_module
+import topcal.evaluate as evaluate_module
 from topcal.cli import main
 from topcal.report import build_report
 from topcal.report.checks import Finding
@@ -92,11 +93,23 @@ def test_warnings_about_the_model_in_use_come_first_and_the_rest_fold():
 
 # ---------------------------------------------------------------- end to end
 @pytest.mark.e2e
-def test_default_report_reuses_autos_cross_validation_and_says_its_choice_first(tmp_path):
+def test_default_report_reuses_autos_cross_validation_and_says_its_choice_first(
+    tmp_path, monkeypatch
+):
     data = _data()
-    with recording() as runs:
-        res = _quiet(lambda: build_report(data, tmp_path / "r", dpi=40))
+    runs = []  # every cross-fit the report runs: auto's own, and any other (there must be none)
+    for module in (auto_module, evaluate_module):
+        real = module.cross_fit
+
+        def spy(*args, _real=real, **kwargs):
+            out = _real(*args, **kwargs)
+            runs.append(out)
+            return out
+
+        monkeypatch.setattr(module, "cross_fit", spy)
+    res = _quiet(lambda: build_report(data, tmp_path / "r", dpi=40))
     assert len(runs) == 1  # auto's own cross-validation; nothing cross-fitted again
+    monkeypatch.undo()
     auto = _quiet(lambda: __import__("topcal").calibrator("auto").fit(data))
     methods = list(res.comparison.methods)
     assert methods[:2] == ["uncalibrated", "auto"] and set(auto.cv_) <= set(methods)

@@ -293,9 +293,16 @@ class Auto(Wrapper):
         if self.cv_rows is not None and not data.is_binned and data.n_rows > self.cv_rows:
             choice = stratified_subsample(data, int(self.cv_rows), seed=int(self.seed or 0))
         look = run = None  # the first look (staging.py), then the K folds for its contenders
+        # the runs are appended where the caller asked for them (the report reuses them)
+        record = None if self._context is None else self._context.runs
         if self.screen is not None and len(names) > 1:
             look = staging.first_look(
-                choice, names, rows=int(self.screen), seed=self.seed or 0, folds=n_folds
+                choice,
+                names,
+                rows=int(self.screen),
+                seed=self.seed or 0,
+                folds=n_folds,
+                record=record,
             )
         if look is not None:  # one contender left: the K folds cannot change the choice
             names, margin = staging.contenders(look[0], staging.MARGIN), staging.MARGIN
@@ -312,6 +319,7 @@ class Auto(Wrapper):
                 desc="auto: cross-validation",
                 begin=look and look[3].warm,  # the all-data vs/sms from the first look's
                 done=look and look[3],  # its fold, where it is the K folds' first
+                record=record,
             )
             cv, self.cv_samples_ = tabulate_cv(run, names), float(choice.n_samples)
         best, self.best_ = choose(cv, float(self.tolerance))

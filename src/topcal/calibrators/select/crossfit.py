@@ -35,7 +35,6 @@ table within 1e-5 relative of the cold path's).
 from __future__ import annotations
 
 import contextlib
-import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -55,41 +54,7 @@ __all__ = [
     "refit_start",
     "scratch_fit",
     "scratch_options",
-    "recording",
-    "recorded",
 ]
-
-
-class _Recording(threading.local):
-    """The open :func:`recording` blocks' lists, per thread."""
-
-    def __init__(self):
-        self.stack: list = []
-
-
-_RECORDING = _Recording()
-
-
-@contextlib.contextmanager
-def recording():
-    """Within the block, every :class:`CrossFit` that :func:`cross_fit` returns in this
-    thread is also appended to the list the block yields (the report keeps ``auto``'s
-    cross-validation, its candidates' out-of-fold confidences, instead of running it again;
-    outside such a block nothing is kept beyond its caller's use)."""
-    runs: list = []
-    _RECORDING.stack.append(runs)
-    try:
-        yield runs
-    finally:
-        _RECORDING.stack.remove(runs)
-
-
-def recorded(run) -> None:
-    """Append ``run`` (a :class:`CrossFit`) to the lists of the open :func:`recording`
-    blocks of this thread (:func:`cross_fit` does for its own; auto's first look for its one
-    split)."""
-    for runs in _RECORDING.stack:
-        runs.append(run)
 
 
 def scratch_options(name: str, warm=None) -> dict:
@@ -189,6 +154,7 @@ def cross_fit(
     desc: str = "cross-fitting",
     begin: dict | None = None,
     done=None,
+    record: list | None = None,
 ) -> CrossFit:
     """Fit every method of ``names`` on each fold's training part and predict the fold.
 
@@ -210,7 +176,7 @@ def cross_fit(
     on_model : callable(name, fold, model, train), optional
         Called after each fold's fit (folds counted from 0).
     desc : str
-        The progress bar's label (shown on a terminal only).
+        The progress bar's label.
     begin : dict, optional
         ``{method: fitted model}`` the all-data fits that warm-start the folds start from in
         turn (auto: its first look's ``vs``/``sms``, fitted on fewer rows of the same data).
@@ -220,6 +186,8 @@ def cross_fit(
         same fit, started cold: within the optimiser's tolerance of a warm one), and the folds
         start from its fit in ``begin``. Ignored unless it is marked ``first_of_k`` and its
         fold holds exactly fold 0's rows.
+    record : list, optional
+        Where the run is appended (a fit context's ``runs``).
 
     A method whose fit or prediction raises a :class:`~topcal.errors.TopcalError` is
     recorded in ``errors`` and skipped in the later folds; the others go on.
@@ -237,25 +205,12 @@ def cross_fit(
     try:
         warm = _all_data_fits(data, starts, reuse, begin or {}, params or {}, bar)
         for f in range(n_folds):
-            train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
-            if train.n_samples <= 0:
-                raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
-            # what the methods derive alike from train, and from the fold they predict,
-            # derived once (foldmemo.py)
-            with sharing(train), sharing(folds[f]):
-                for name in names:
-                    bar.update()
-                    if name in errors:
-                        continue
-                    if f == 0 and name in reuse:
-                        parts[name].append(reuse[name])
-                        continue
-                    _fold_fit(name, train, folds[f], f, warm, fit, quiet, on_model, parts, errors)
-            train = None
+            _one_fold(f, folds, names, (fit, quiet, on_model), warm, reuse, parts, errors, bar)
     finally:
         bar.close()
     out = CrossFit(folds, TopLabelData.concat(folds), _joined(parts, errors), errors, warm)
-    recorded(out)
+    if record is not None:
+        record.append(out)
     return out
 
 
@@ -289,6 +244,26 @@ def _all_data_fits(data, starts, reuse, begin, params, bar) -> dict:
             except TopcalError:
                 pass
     return warm
+
+
+def _one_fold(f, folds, names, fitting, warm, reuse, parts, errors, bar) -> None:
+    """Fit every method still running on fold ``f``'s training part (the other folds) and keep
+    its confidences on the fold (``fitting``: the fit callable, whether it is quiet, on_model)."""
+    n_folds = len(folds)
+    train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
+    if train.n_samples <= 0:
+        raise DataError(f"fold {f}'s training part holds no samples; use fewer folds")
+    # what the methods derive alike from train, and from the fold they predict, derived once
+    # (foldmemo.py)
+    with sharing(train), sharing(folds[f]):
+        for name in names:
+            bar.update()
+            if name in errors:
+                continue
+            if f == 0 and name in reuse:
+                parts[name].append(reuse[name])
+                continue
+            _fold_fit(name, train, folds[f], f, warm, *fitting, parts, errors)
 
 
 def _fold_fit(name, train, fold, f, warm, fit, quiet, on_model, parts, errors) -> None:

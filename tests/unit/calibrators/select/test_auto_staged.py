@@ -212,3 +212,23 @@ def test_the_k_folds_take_their_first_fold_from_a_first_look_made_on_it(monkeypa
         np.testing.assert_allclose(a[fold0:], b[fold0:], rtol=1e-6)  # sts: another warm start
         np.testing.assert_allclose(b[:fold0], look.confidence[n])
         np.testing.assert_allclose(a[:fold0], b[:fold0], rtol=1e-6)  # warm vs cold start
+
+
+def test_auto_appends_its_runs_to_the_fit_context_it_is_given_and_keeps_none_without():
+    from topcal.calibrators.context import FitContext
+
+    data = _data()
+    context = FitContext()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = topcal.calibrator("auto", candidates=RACE, screen=300).fit(data, context=context)
+        plain = topcal.calibrator("auto", candidates=RACE, screen=300).fit(data)
+    # the first look's split, then the K folds for its contenders (where it did not decide)
+    k_folds = [] if model.stages_["decided"] == 1 else [5]
+    assert [len(r.folds) for r in context.runs] == [1] + k_folds
+    assert all(isinstance(r, crossfit.CrossFit) for r in context.runs)
+    assert set(model.cv_) <= set(context.runs[-1].confidence)
+    assert model._context is None  # held during the fit only
+    # the context changes nothing the fit computes
+    assert model.method_ == plain.method_ and model.cv_ == plain.cv_
+    np.testing.assert_array_equal(model.predict(data), plain.predict(data))

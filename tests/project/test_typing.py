@@ -24,9 +24,17 @@ def _public_callables():
     out = []
 
     def add_class(name, cls):
+        seen = set()
+        # its own methods and those of its topcal bases (the mixins Calibrator is made of)
+        for base in cls.__mro__:
+            if base.__module__.startswith("topcal"):
+                add_members(name, base, seen)
+
+    def add_members(name, cls, seen):
         for attr, value in vars(cls).items():
-            if attr.startswith("_") and attr not in ("__init__", "__call__"):
+            if attr in seen or (attr.startswith("_") and attr not in ("__init__", "__call__")):
                 continue
+            seen.add(attr)
             if isinstance(value, (staticmethod, classmethod)):
                 value = value.__func__
             if isinstance(value, property):

@@ -34,9 +34,11 @@ calibrated. Data without full vectors has no vector to give: a DataError.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 
+from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData
 from ..errors import DataError, TopcalWarning
 from ..io.inputs import as_data
@@ -176,7 +178,7 @@ class VectorPredicting:
         return None
 
     @property
-    def vector_map_(self):
+    def vector_map_(self) -> Any:
         """The fitted whole-vector map the calibrated vector's other entries come from: the
         model's own (``vs``, ``sms``, auto's choice of one), else the one fitted beside it, else
         None (the rest is then not calibrated; see :meth:`predict_proba`)."""
@@ -184,7 +186,13 @@ class VectorPredicting:
         own = self._vector_map()
         return own if own is not None else self._vector
 
-    def predict_proba(self, data, *, classes=None, kind: str = "auto") -> np.ndarray:
+    def predict_proba(
+        self,
+        data: TopLabelData | ArrayLike | PathLike,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
+    ) -> np.ndarray:
         """Calibrated probability vectors, shape (n_rows, K) in ``classes_`` order.
 
         Row i's entry at its predicted class k(X) (the argmax of its scores) is ``predict``'s
@@ -216,13 +224,13 @@ class VectorPredicting:
                 "confidence (predict) instead"
             )
         conf = self.predict(data)
-        data = self._check_compatible(data)
-        if not data.has_full:  # vectors over other classes than the model's are dropped
+        checked: TopLabelData = self._check_compatible(data)
+        if not checked.has_full:  # vectors over other classes than the model's are dropped
             raise DataError(
                 f"a calibrated probability vector needs one score column per class of the model "
                 f"({len(self.classes_)}), but the data's columns are other classes"
             )
-        return self._full_rows(data, conf)
+        return self._full_rows(checked, conf)
 
     def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:
         """:meth:`predict_proba` of compatible ``data`` whose confidences are ``conf``."""

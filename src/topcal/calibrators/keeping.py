@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData
 from ..evidence.core import Evidence
 from ..evidence.stats import ScoreStats
@@ -29,6 +30,8 @@ class EvidenceKeeping:
     #: value loading gave them: written back left out while they keep that value, so that a loaded
     #: model's dict, and the digest a thresholds file holds of it, are the file's own.
     _unnamed_params: dict = {}
+    #: The vector map fitted beside the model (its value: fullvector.VectorPredicting).
+    _vector: Any
 
     @property
     def evidence_(self) -> Evidence:
@@ -66,8 +69,9 @@ class EvidenceKeeping:
         updated (it keeps no statistics)."""
         updating.require_stats(self)
         kept = self._evidence
+        # a fitted model's confusion counts are ConfusionStats (GridConfusion: a fit in progress)
         return Evidence.for_update(
-            data, stats_of=self._stats_of, regions=kept.confusion, like=kept.fingerprint
+            data, stats_of=self._stats_of, regions=kept.confusion, like=kept.fingerprint  # type: ignore[arg-type]
         )
 
     def _fit_evidence(self, evidence: Evidence, keep: str) -> Self:
@@ -84,7 +88,15 @@ class EvidenceKeeping:
             self._keep = keep
         return self
 
-    def update(self, data, y=None, *, classes=None, kind: str = "auto", confusion=None) -> Self:
+    def update(
+        self,
+        data: TopLabelData | Evidence | ScoreStats | ArrayLike | PathLike,
+        y: ArrayLike | None = None,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
+        confusion: Any = None,
+    ) -> Self:
         """Add labelled data and refit: merge the evidence, refit from it (:mod:`.updating`).
 
         ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score

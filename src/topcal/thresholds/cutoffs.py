@@ -248,7 +248,8 @@ class Thresholds:
         if self.mode == "global":
             return self.overall.accepts(confidence, score)
         cuts = np.array([_as_cut(c) for c in self.per_class], dtype=np.float64).reshape(-1, 3)
-        return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])
+        # pred: the class indices _check_rows made of the argument
+        return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])  # type: ignore[index]
 
     def _check_rows(self, pred, confidence, score):
         """``accept``'s arguments as 1-d arrays of one length, ``pred`` class indices; one-line

@@ -310,7 +310,7 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
         if tiny.any():  # the step is tiny: accept it unless the loss rises beyond its rounding
             sel = run[tiny]
             tried = _take(tiny, xr, dx, fr, gr, hr, scale)
-            take, settled = _tiny_steps(obj, sel, *tried, lo, hi, x, f)
+            take, settled = _tiny_steps(obj, sel, *tried, lo, hi, x, f)  # type: ignore[call-arg]
             finish(sel[take & settled], it + 1)
             finish(sel[~take & settled], it)
         keep = ~tiny

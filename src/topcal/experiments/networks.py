@@ -199,19 +199,9 @@ def network_outputs(
     missing = [i for i in range(cfg.n_networks) if not cache.has(i)]
     t0 = time.monotonic()
     if missing:
-        _train_missing(
-            data,
-            cfg,
-            cache,
-            missing,
-            train_idx,
-            test1_idx,
-            device,
-            threads,
-            chunk,
-            checkpoint_seconds,
-            progress,
-        )
+        run = {"device": device, "threads": threads, "chunk": chunk, "progress": progress}
+        run["checkpoint_seconds"] = checkpoint_seconds
+        _train_missing(data, cfg, cache, missing, (train_idx, test1_idx), **run)
     train_seconds = time.monotonic() - t0
     lp1 = np.empty((cfg.n_networks, y1.size, n_classes), dtype=np.float32)
     lp2 = np.empty((cfg.n_networks, y2.size, n_classes), dtype=np.float32)
@@ -230,21 +220,13 @@ def network_outputs(
 
 
 def _train_missing(
-    data,
-    cfg,
-    cache,
-    missing,
-    train_idx,
-    test1_idx,
-    device,
-    threads,
-    chunk,
-    checkpoint_seconds,
-    progress,
+    data, cfg, cache, missing, rows, *, device, threads, chunk, checkpoint_seconds, progress
 ) -> None:
     """Train networks ``missing`` in batches of ``chunk`` and cache their outputs on both test
-    sets."""
+    sets (``rows``: the training rows and test set 1's)."""
     from . import mlp
+
+    train_idx, test1_idx = rows
 
     torch = mlp.require_torch()
     dev = mlp.pick_device(device)

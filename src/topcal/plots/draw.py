@@ -59,92 +59,87 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
     """
     k = len(jd.classes)
     if jd.counts is None:
-        fig = fig or new_figure((max(6.0, 0.55 * k + 2), 4.2))
-        ax1, ax2 = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1, 1]))
-        x = np.arange(k)
-        b1 = ax1.bar(x, jd.n_tp, color="tab:green", label="TP")
-        b2 = ax1.bar(x, jd.n_fp, bottom=jd.n_tp, color="tab:orange", label="FP")
-        gid_bars(b1, "counts:tp")
-        gid_bars(b2, "counts:fp")
-        tot = np.maximum(jd.n_tp + jd.n_fp, 1)
-        if tot.max() > 50 * tot.min():
-            ax1.set_yscale("log")  # stacked bars on log: FP segments of big classes stay visible
-        ax1.set_title("positives per predicted class", fontsize=10)
-        ax1.legend(fontsize=8)
-        b3 = ax2.bar(x, np.nan_to_num(jd.conf1), color="tab:blue")
-        gid_bars(b3, "conf1")
-        for xi, v in zip(x, jd.conf1):
-            if not np.isnan(v):
-                ax2.text(xi, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
-        ax2.set_ylim(0, 1.1)
-        ax2.set_title("Conf1 = |TP| / |P| per predicted class", fontsize=10)
-        for ax in (ax1, ax2):
-            ax.set_xticks(x, plain_all(jd.classes), rotation=60, ha="right", fontsize=8)
-            ax.set_xlabel("predicted class")
-        return fig
+        return _binned_joint(jd, fig)
     size = max(3.6, 0.4 * k + 1.6)
     fig = fig or new_figure((size * 3, size + 0.5))
     ax1, ax2, ax3 = fig.subplots(1, 3)
     panels = [
         (ax1, jd.counts, "joint counts (true x predicted)", "counts", "{:.0f}"),
-        (
-            ax2,
-            jd.confusion,
-            "confusion matrix P(pred | true)\n(rows sum to 1)",
-            "confusion",
-            "{:.2f}",
-        ),
-        (
-            ax3,
-            jd.reverse,
-            "reverse confusion P(true | pred)\n(columns sum to 1; diagonal = Conf1)",
-            "reverse",
-            "{:.2f}",
-        ),
-    ]
+        (ax2, jd.confusion, "confusion matrix P(pred | true)\n(rows sum to 1)", "confusion",
+         "{:.2f}"),
+        (ax3, jd.reverse,
+         "reverse confusion P(true | pred)\n(columns sum to 1; diagonal = Conf1)", "reverse",
+         "{:.2f}"),
+    ]  # fmt: skip
+    for panel in panels:
+        _matrix_panel(*panel, jd.classes)
+    return fig
+
+
+def _binned_joint(jd: JointDistribution, fig):
+    """:func:`plot_joint_distribution` of binned data: TP/FP counts and Conf1 per class."""
+    k = len(jd.classes)
+    fig = fig or new_figure((max(6.0, 0.55 * k + 2), 4.2))
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1, 1]))
+    x = np.arange(k)
+    b1 = ax1.bar(x, jd.n_tp, color="tab:green", label="TP")
+    b2 = ax1.bar(x, jd.n_fp, bottom=jd.n_tp, color="tab:orange", label="FP")
+    gid_bars(b1, "counts:tp")
+    gid_bars(b2, "counts:fp")
+    tot = np.maximum(jd.n_tp + jd.n_fp, 1)
+    if tot.max() > 50 * tot.min():
+        ax1.set_yscale("log")  # stacked bars on log: FP segments of big classes stay visible
+    ax1.set_title("positives per predicted class", fontsize=10)
+    ax1.legend(fontsize=8)
+    b3 = ax2.bar(x, np.nan_to_num(jd.conf1), color="tab:blue")
+    gid_bars(b3, "conf1")
+    for xi, v in zip(x, jd.conf1):
+        if not np.isnan(v):
+            ax2.text(xi, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
+    ax2.set_ylim(0, 1.1)
+    ax2.set_title("Conf1 = |TP| / |P| per predicted class", fontsize=10)
+    for ax in (ax1, ax2):
+        ax.set_xticks(x, plain_all(jd.classes), rotation=60, ha="right", fontsize=8)
+        ax.set_xlabel("predicted class")
+    return fig
+
+
+def _matrix_panel(ax, mat, title, gid, fmt, classes) -> None:
+    """One matrix of :func:`plot_joint_distribution`, each cell's value written in it where the
+    classes are few."""
     from matplotlib.colors import LogNorm
 
-    for ax, mat, title, gid, fmt in panels:
-        if gid == "counts":
-            shown = np.where(mat > 0, mat, np.nan)
-            norm = LogNorm(vmin=1, vmax=max(2.0, float(np.nanmax(mat))))
-        else:
-            shown = mat
-            norm = None
-        im = ax.imshow(
-            shown,
-            cmap="Blues",
-            norm=norm,
-            vmin=None if norm else 0,
-            vmax=None if norm else 1,
-            aspect="equal",
-        )
-        im.set_gid(gid)
-        ax.set_title(title if gid != "counts" else title + "\n ", fontsize=9)
-        fs = 7 if k <= 12 else 5 if k <= 20 else 0
-        if fs:
-            for i in range(k):
-                for j in range(k):
-                    v = mat[i, j]
-                    if np.isnan(v) or (gid == "counts" and v == 0):
-                        continue
-                    strong = float(im.norm(v)) > 0.6
-                    ax.text(
-                        j,
-                        i,
-                        fmt.format(v),
-                        ha="center",
-                        va="center",
-                        fontsize=fs,
-                        color="white" if strong else "black",
-                        fontweight="bold" if i == j else "normal",
-                    )
-        ticks = np.arange(k)
-        ax.set_xticks(ticks, plain_all(jd.classes), rotation=60, ha="right", fontsize=7)
-        ax.set_yticks(ticks, plain_all(jd.classes), fontsize=7)
-        ax.set_xlabel("predicted class", fontsize=8)
-        ax.set_ylabel("true class", fontsize=8)
-    return fig
+    k = len(classes)
+    if gid == "counts":
+        shown = np.where(mat > 0, mat, np.nan)
+        norm = LogNorm(vmin=1, vmax=max(2.0, float(np.nanmax(mat))))
+    else:
+        shown = mat
+        norm = None
+    im = ax.imshow(
+        shown,
+        cmap="Blues",
+        norm=norm,
+        vmin=None if norm else 0,
+        vmax=None if norm else 1,
+        aspect="equal",
+    )
+    im.set_gid(gid)
+    ax.set_title(title if gid != "counts" else title + "\n ", fontsize=9)
+    fs = 7 if k <= 12 else 5 if k <= 20 else 0
+    for i, j in np.ndindex(k, k) if fs else ():
+        v = mat[i, j]
+        if np.isnan(v) or (gid == "counts" and v == 0):
+            continue
+        strong = float(im.norm(v)) > 0.6
+        color, weight = "white" if strong else "black", "bold" if i == j else "normal"
+        ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fs, color=color,
+                fontweight=weight)  # fmt: skip
+    ticks = np.arange(k)
+    ax.set_xticks(ticks, plain_all(classes), rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(ticks, plain_all(classes), fontsize=7)
+    ax.set_xlabel("predicted class", fontsize=8)
+    ax.set_ylabel("true class", fontsize=8)
 
 
 def plot_calibration_curves(
@@ -173,55 +168,7 @@ def plot_calibration_curves(
     fig, axes, axes2d = small_multiples(fig, n, ncols, panel_size)
     methods = list(grid.methods)
     for ax, p in zip(axes, grid.panels):
-        shade_outside(ax, p.support, grid.score_range)
-        if p.hist is not None:
-            draw_hist(ax, p.hist)
-        diagonal(ax, grid.score_range)
-        for name, (s, c) in p.clouds.items():
-            sc = ax.scatter(
-                s,
-                c,
-                s=3,
-                alpha=0.35,
-                color=color_of(name, methods),
-                lw=0,
-                label=f"{name} (cloud)",
-                zorder=3,
-                rasterized=True,
-            )
-            sc.set_gid(f"cloud:{name}")
-        for name, (s, lo, hi) in p.bands.items():
-            band = ax.fill_between(
-                s,
-                lo,
-                hi,
-                color=color_of(name, methods),
-                alpha=0.18,
-                lw=0,
-                zorder=3.5,
-                label="_nolegend_",
-            )
-            band.set_gid(f"band:{name}")
-        for name, (s, c) in p.curves.items():
-            if name == BARS_METHOD and p.hist is not None and len(p.hist.values) == 10:
-                continue  # the bars are this curve
-            (ln,) = ax.plot(s, c, color=color_of(name, methods), lw=1.6, label=name, zorder=4)
-            ln.set_gid(f"curve:{name}")
-        ax.set_title(f"{plain(p.class_name)}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
-        if p.support is None:
-            ax.text(
-                0.5,
-                0.55,
-                "never predicted:\nraw score used",
-                transform=ax.transAxes,
-                ha="center",
-                fontsize=8,
-                color="0.3",
-            )
-        ax.set_xlim(*grid.score_range)
-        ax.set_ylim(0, 1.02)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.25, lw=0.5)
+        _curve_panel(ax, p, methods, grid.score_range)
     label_outer(axes2d, n, "score", "confidence")
     from matplotlib.patches import Patch
 
@@ -244,6 +191,46 @@ def plot_calibration_curves(
     if title:
         fig.suptitle(plain(title), fontsize=11)
     return fig
+
+
+def _curve_panel(ax, p, methods, score_range) -> None:
+    """One class's panel of :func:`plot_calibration_curves`."""
+    shade_outside(ax, p.support, score_range)
+    if p.hist is not None:
+        draw_hist(ax, p.hist)
+    diagonal(ax, score_range)
+    for name, (s, c) in p.clouds.items():
+        sc = ax.scatter(
+            s,
+            c,
+            s=3,
+            alpha=0.35,
+            color=color_of(name, methods),
+            lw=0,
+            label=f"{name} (cloud)",
+            zorder=3,
+            rasterized=True,
+        )
+        sc.set_gid(f"cloud:{name}")
+    for name, (s, lo, hi) in p.bands.items():
+        band = ax.fill_between(
+            s, lo, hi, color=color_of(name, methods), alpha=0.18, lw=0, zorder=3.5,
+            label="_nolegend_",
+        )  # fmt: skip
+        band.set_gid(f"band:{name}")
+    for name, (s, c) in p.curves.items():
+        if name == BARS_METHOD and p.hist is not None and len(p.hist.values) == 10:
+            continue  # the bars are this curve
+        (ln,) = ax.plot(s, c, color=color_of(name, methods), lw=1.6, label=name, zorder=4)
+        ln.set_gid(f"curve:{name}")
+    ax.set_title(f"{plain(p.class_name)}  (TP {p.n_tp:.0f}, FP {p.n_fp:.0f})", fontsize=8.5)
+    if p.support is None:
+        ax.text(0.5, 0.55, "never predicted:\nraw score used", transform=ax.transAxes,
+                ha="center", fontsize=8, color="0.3")  # fmt: skip
+    ax.set_xlim(*score_range)
+    ax.set_ylim(0, 1.02)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.25, lw=0.5)
 
 
 class _LegendProxy:
@@ -285,52 +272,8 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
             ac.set_visible(False)
             continue
         p = shown[i]
-        (l1,) = ad.plot(p.score, p.tp_density, color="tab:green", lw=1.4, label="TP density")
-        (l2,) = ad.plot(p.score, p.fp_density, color="tab:orange", lw=1.4, label="FP density")
-        l1.set_gid("density:tp")
-        l2.set_gid("density:fp")
-        top = max(float(np.max(p.tp_density)), float(np.max(p.fp_density)), 1e-300) * 1.15
-        if p.neg_density is not None:
-            (l3,) = ad.plot(
-                p.score,
-                p.neg_density,
-                color="black",
-                ls=":",
-                lw=1.2,
-                label="k-th score of other samples",
-            )
-            l3.set_gid("density:neg")
-            peak = float(np.max(p.neg_density))
-            if peak > top:
-                ad.text(
-                    0.97,
-                    0.97,
-                    f"others peak {peak:.3g}\n(off scale)",
-                    transform=ad.transAxes,
-                    ha="right",
-                    va="top",
-                    fontsize=6,
-                )
-        ad.set_ylim(0, top)
-        ad.set_xlim(lo, hi)
-        ad.set_title(f"{plain(p.class_name)}  b={p.bandwidth:.3g}", fontsize=8)
-        shade_outside(ac, p.support, (lo, hi))
-        if p.hist is not None:
-            draw_hist(ac, p.hist)
-        (l4,) = ac.plot(p.score, p.confidence, color="tab:blue", lw=1.5, label="Conf$_{KDE}$")
-        l4.set_gid("confidence")
-        if p.diluted is not None:
-            (l5,) = ac.plot(
-                p.score,
-                p.diluted,
-                color="tab:red",
-                lw=1.3,
-                label="diluted (all samples' k-th score)",
-            )
-            l5.set_gid("diluted")
-        ac.set_ylim(0, 1.02)
-        ac.set_xlim(lo, hi)
-        ac.set_title("confidence", fontsize=8)
+        _density_panel(ad, p, (lo, hi))
+        _kde_confidence_panel(ac, p, (lo, hi))
         for ax in (ad, ac):
             ax.tick_params(labelsize=6)
             ax.grid(alpha=0.25, lw=0.5)
@@ -340,6 +283,45 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
     fig_legend(fig, [ax for ax in axes.ravel() if ax.get_visible()])
     return fig
 
+
+
+def _density_panel(ad, p, span) -> None:
+    """The TP and FP kernel densities of one class (:func:`plot_kde_densities`)."""
+    (l1,) = ad.plot(p.score, p.tp_density, color="tab:green", lw=1.4, label="TP density")
+    (l2,) = ad.plot(p.score, p.fp_density, color="tab:orange", lw=1.4, label="FP density")
+    l1.set_gid("density:tp")
+    l2.set_gid("density:fp")
+    top = max(float(np.max(p.tp_density)), float(np.max(p.fp_density)), 1e-300) * 1.15
+    if p.neg_density is not None:
+        (l3,) = ad.plot(
+            p.score, p.neg_density, color="black", ls=":", lw=1.2,
+            label="k-th score of other samples",
+        )  # fmt: skip
+        l3.set_gid("density:neg")
+        peak = float(np.max(p.neg_density))
+        if peak > top:
+            ad.text(0.97, 0.97, f"others peak {peak:.3g}\n(off scale)", transform=ad.transAxes,
+                    ha="right", va="top", fontsize=6)  # fmt: skip
+    ad.set_ylim(0, top)
+    ad.set_xlim(*span)
+    ad.set_title(f"{plain(p.class_name)}  b={p.bandwidth:.3g}", fontsize=8)
+
+
+def _kde_confidence_panel(ac, p, span) -> None:
+    """Conf_KDE of one class over its histogram (:func:`plot_kde_densities`)."""
+    shade_outside(ac, p.support, span)
+    if p.hist is not None:
+        draw_hist(ac, p.hist)
+    (l4,) = ac.plot(p.score, p.confidence, color="tab:blue", lw=1.5, label="Conf$_{KDE}$")
+    l4.set_gid("confidence")
+    if p.diluted is not None:
+        (l5,) = ac.plot(
+            p.score, p.diluted, color="tab:red", lw=1.3, label="diluted (all samples' k-th score)"
+        )
+        l5.set_gid("diluted")
+    ac.set_ylim(0, 1.02)
+    ac.set_xlim(*span)
+    ac.set_title("confidence", fontsize=8)
 
 def plot_ts_clouds(
     panels: list, *, method: str = "", fig=None, ncols: int | None = None, panel_size: float = 2.5

@@ -404,3 +404,42 @@ def test_thresholds_page_states_the_pool_size_the_code_uses():
     size = _pool_below("auto", 0.9, 0.05, "per-class", 10)
     page = (Path(__file__).parents[1] / "docs" / "thresholds.md").read_text(encoding="utf-8")
     assert f"fewest its test can use: {size:.0f} at precision 0.9 and δ = 0.05" in page
+
+
+# ============================================== R1: every route of an update checks the overlap
+@pytest.fixture(scope="module")
+def fitted_hist(tmp_path_factory):
+    d = tmp_path_factory.mktemp("update")
+    frame = _scores(3, 6000, seed=9)
+    frame.iloc[:3000].to_csv(d / "fit.csv", index=False)
+    frame.iloc[3000:].to_csv(d / "new.csv", index=False)
+    # 80% fitting rows (the sketches estimate a share to about +-6 points here)
+    pd.concat([frame.iloc[:2400], frame.iloc[3000:3600]]).to_csv(d / "mixed.csv", index=False)
+    assert_ok(call("fit", d / "fit.csv", "--method", "hist", "-o", d / "m.json"))
+    return d
+
+
+@pytest.mark.parametrize("extra", [(), ("--chunk-rows", "500")])
+def test_update_refuses_the_fitting_rows_on_every_route(fitted_hist, tmp_path, extra):
+    d = fitted_hist
+    for name, what in (("fit.csv", "same as data already in"), ("mixed.csv", "of these rows are")):
+        r = call("update", d / "m.json", d / name, *extra, "-o", tmp_path / "u.json")
+        assert_error(r, what, "count them twice")  # chunked, mixed.csv passed before
+    assert not (tmp_path / "u.json").exists()
+    r = assert_ok(call("update", d / "m.json", d / "new.csv", *extra, "-o", tmp_path / "u.json"))
+    assert "warning" not in r.stderr
+
+
+def test_update_from_evidence_checks_the_overlap(fitted_hist):
+    from topcal.errors import DataError
+
+    model = topcal.load(fitted_hist / "m.json")
+    fit = topcal.read_data(fitted_hist / "fit.csv", classes=list(model.classes_))
+    with pytest.raises(DataError, match="count them twice"):
+        model.update(model.evidence_of(fit))
+    mixed = topcal.read_data(fitted_hist / "mixed.csv", classes=list(model.classes_))
+    with pytest.raises(DataError, match="about [7-9][0-9]% of these rows are rows the model"):
+        model.update(model.evidence_of(mixed))
+    new = topcal.read_data(fitted_hist / "new.csv", classes=list(model.classes_))
+    model.update(model.evidence_of(new))  # honest rows pass
+    assert model.evidence_.fingerprint.n_rows == 6000

@@ -357,6 +357,32 @@ class Fingerprint:
             of_data = of_fit * self.distinct_rows() / data.n_rows
         return Overlap(same, of_fit, 1.0 if same else min(of_data, 1.0))
 
+    def shared(self, other: "Fingerprint") -> float:
+        """Estimated share of ``other``'s rows that are rows of this fingerprint, bit for bit, from
+        the two sketches alone (an update that arrives as statistics: streamed, Dask, an
+        :class:`~topcal.evidence.core.Evidence`). The bottom-k sketch of the union holds every
+        hash of either set below its largest; those in both sketches estimate the sets' Jaccard
+        index J, and J x the union's distinct rows their common rows. 0 where the schemes differ
+        or either set's rows mostly repeat (binned counts, a few discrete scores: a shared row is
+        no shared sample there)."""
+        if (
+            other.scheme != self.scheme
+            or not self.sketch
+            or not other.sketch
+            or not other.n_rows
+            or self.distinct_rows() < 0.5 * self.n_rows
+            or other.distinct_rows() < 0.5 * other.n_rows
+        ):
+            return 0.0
+        union = sorted(set(self.sketch) | set(other.sketch))[:SKETCH_SIZE]
+        both = set(self.sketch) & set(other.sketch)
+        jaccard = sum(v in both for v in union) / len(union)
+        if len(union) < SKETCH_SIZE:
+            distinct = float(len(union))
+        else:
+            distinct = (SKETCH_SIZE - 1) / ((union[-1] + 1) / 2.0**64)
+        return min(jaccard * distinct / other.n_rows, 1.0)
+
     def to_dict(self) -> dict:
         # hex strings: 64-bit integers do not survive every JSON reader
         d = {

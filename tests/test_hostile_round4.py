@@ -443,3 +443,31 @@ def test_update_from_evidence_checks_the_overlap(fitted_hist):
     new = topcal.read_data(fitted_hist / "new.csv", classes=list(model.classes_))
     model.update(model.evidence_of(new))  # honest rows pass
     assert model.evidence_.fingerprint.n_rows == 6000
+
+
+# ============================================== R7: honest data on discrete scores is not refused
+def _votes(n, seed, trees=200, k=3):
+    """A forest's outputs: each row's probabilities are votes / trees, so values recur."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(k, 0.3), n)
+    counts = np.array([rng.multinomial(trees, q) for q in p])
+    y = np.array([rng.choice(k, p=q) for q in p])
+    return topcal.TopLabelData.from_probs(counts / trees, y, classes=["a", "b", "c"])
+
+
+def test_honest_vote_data_is_not_taken_for_fitting_rows():
+    import warnings
+
+    from topcal.errors import DataError
+    from topcal.thresholds.core import check_not_fitting_data
+
+    for seed in range(3):
+        fit, held = _votes(3000, 2 * seed), _votes(3000, 2 * seed + 1)
+        model = topcal.calibrator("hist").fit(fit)
+        ov = model.evidence_.fingerprint.overlap(held)
+        assert ov.of_fit == 0.0 and ov.of_data == 0.0, ov  # 0.22-0.33 of recurring values before
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_not_fitting_data(model, held)
+        with pytest.raises(DataError, match="rows the model was fitted on"):
+            check_not_fitting_data(model, fit.subset(np.arange(2500)))  # a re-use still is

@@ -228,6 +228,20 @@ def coarse_hashes(data: TopLabelData, shift: int = 0) -> np.ndarray:
         return _mix(h ^ cell.view(np.uint64))
 
 
+def _chance(h: np.ndarray) -> float:
+    """How often another sample's distinct row values recur in rows hashed ``h`` by chance alone:
+    the share of one random half's sketch found in the other half, taken to the whole's size as
+    1 - (1 - c)^2 (each value found with probability 1 - (1 - p)^m in m rows). 0 where every
+    row is distinct (continuous scores: no value recurs)."""
+    if h.size < 4 or np.unique(h).size == h.size:
+        return 0.0
+    order = np.random.default_rng(0).permutation(h.size)  # fixed: the same data, the same answer
+    a, b = h[order[: h.size // 2]], h[order[h.size // 2 :]]
+    sketch = np.array(_bottom(a), dtype=np.uint64)
+    c = float(np.isin(sketch, b).mean()) if sketch.size else 0.0
+    return 1.0 - (1.0 - c) ** 2
+
+
 def _bottom(h: np.ndarray) -> tuple[int, ...]:
     """The :data:`SKETCH_SIZE` smallest distinct values of ``h`` (a bottom-k sketch)."""
     distinct = (
@@ -314,14 +328,24 @@ class Fingerprint:
         """(same rows, estimated share of the fitting rows that occur in ``data``).
 
         ``same rows``: ``data`` holds exactly the fitting rows (any order). ``data`` is hashed
-        by this fingerprint's scheme.
+        by this fingerprint's scheme. The share counts what recurs beyond chance: where rows'
+        values recur across samples (a forest's votes, a few score levels), honest data hold many
+        of the fitting rows' values; :func:`_chance` measures that recurrence inside ``data``
+        and only an excess sure to 3 standard errors counts (the rescaled excess).
         """
         h = row_hashes(data, self.scheme)
         same = data.n_rows == self.n_rows and (int(h.sum(dtype=np.uint64)) & _MASK) == self.total
         if not self.sketch:
             return same, 0.0
-        found = np.isin(np.array(self.sketch, dtype=np.uint64), h)
-        return same, float(found.mean())
+        found = float(np.isin(np.array(self.sketch, dtype=np.uint64), h).mean())
+        chance = _chance(h)
+        k = len(self.sketch)
+        se = np.sqrt((found * (1 - found) + chance * (1 - chance)) / k)
+        if chance <= 0.0 or found >= 1.0:
+            return same, found
+        if found - chance <= 3 * se:
+            return same, 0.0
+        return same, (found - chance) / (1.0 - chance)
 
     def overlap(self, data: TopLabelData) -> Overlap:
         """How much of ``data`` the fitting rows are (:class:`Overlap`)."""

@@ -36,6 +36,13 @@ way: :meth:`Fingerprint.containment`); an update hashes its new rows by the mode
 fingerprints of two schemes do not merge (:meth:`Fingerprint.merge`). A topcal before schemes finds
 a scheme-2 file's rows by their coarse keys only.
 
+Rows found bit for bit count only beyond chance: where row values recur across samples (a
+forest's votes / trees, a few score levels) honest held-out data hold many of the fitting rows'
+values, so the recurrence inside the data (one random half's sketch found in the other half) is
+taken off, and an excess within 3 standard errors counts for nothing. An update that arrives as
+statistics with its rows' fingerprint (streamed, Dask, an Evidence) is compared sketch against
+sketch (:meth:`Fingerprint.shared`).
+
 Exact bits do not survive a re-encoding of the same rows (rounded to 6 decimals, float32, logits
 instead of probabilities, the top-score layout, percentages renormalised), so a second, coarse
 sketch (``coarse``, ``n_coarse``) keys each labelled per-sample row by its predicted and true

@@ -386,22 +386,22 @@ def test_report_escapes_control_bytes_and_points_to_its_warnings(tmp_path):
 
 
 def test_wiggle_advice_names_kde_mon2_only_where_it_was_not_weighed():
-    from topcal.report.checks import _smoother
+    from topcal.report.checks import smoother_advice
 
     data = topcal.io.read_frame(_scores(3, 1500, seed=8))
     hist = topcal.calibrator("hist").fit(data)
     auto = topcal.calibrator("auto", candidates=["hist", "kde-mon2"], folds=2).fit(data)
-    assert _smoother(hist) == "compare kde-mon2"
-    assert "compare kde-mon2" not in _smoother(auto)
-    assert "chosen by cross-validated NLL" in _smoother(auto)
+    assert smoother_advice(hist) == "compare kde-mon2"
+    assert "compare kde-mon2" not in smoother_advice(auto)
+    assert "chosen by cross-validated NLL" in smoother_advice(auto)
 
 
 def test_thresholds_page_states_the_pool_size_the_code_uses():
     from pathlib import Path
 
-    from topcal.thresholds.core import _pool_below
-
-    size = _pool_below("auto", 0.9, 0.05, "per-class", 10)
+    held = topcal.io.read_frame(_scores(3, 3000, seed=11))
+    model = topcal.calibrator("hist").fit(topcal.io.read_frame(_scores(3, 3000, seed=12)))
+    size = topcal.fit_thresholds(model, held, precision=0.9, delta=0.05).pool_below
     page = (Path(__file__).parents[1] / "docs" / "thresholds.md").read_text(encoding="utf-8")
     assert f"fewest its test can use: {size:.0f} at precision 0.9 and δ = 0.05" in page
 

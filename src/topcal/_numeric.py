@@ -63,7 +63,7 @@ def binary_nll(tp, fp, conf):
     ):
         return -(tp * np.log(c) + fp * np.log1p(-c))
     # in place: the same operations (a product's operands commute exactly), two arrays of c's size
-    # where the expression above holds four (issue 26, peak memory)
+    # where the expression above holds four (peak memory)
     out = np.log(c)
     out *= tp
     np.negative(c, out=c)
@@ -168,7 +168,7 @@ class SortedTables:
     #: that but measured no faster, at twice the memory. ``paired`` tables keep, per bucket, its
     #: first position and the entry there as a float64 pair (one gather per query; 32 bytes per
     #: entry); the others the position only (int32 below 2^31 entries; 8 bytes per entry) and
-    #: gather the entry from the values, a second random access per query (issue 26: at 10^6
+    #: gather the entry from the values, a second random access per query (at 10^6
     #: rows ~10-30% slower lookups, for a quarter of the memory).
     BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
@@ -193,7 +193,7 @@ class SortedTables:
         self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
         # entries with a +inf after each table (the stop of a scan that passes the table's last
         # entry);
-        # built with few full-length temporaries (issue 26: at most ~2 arrays of 8 bytes per entry
+        # built with few full-length temporaries (at most ~2 arrays of 8 bytes per entry
         # beside what is kept)
         small = np.int32 if G < np.iinfo(np.int32).max else np.intp
         self._values = np.full(values.size + G, np.inf)
@@ -210,7 +210,7 @@ class SortedTables:
 
     def build(self) -> "SortedTables":
         """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
-        position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries (issue 26: a
+        position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries (a
         fit
         builds it when its own scratch is freed, not while it is held)."""
         if self._head is not None:
@@ -349,7 +349,7 @@ class SortedTables:
     def layout_of(cls, size, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
         """:meth:`layout` for tables of ``size`` entries each, without the tables (their values are
         not
-        needed: a caller may lay out values before it builds the tables, issue 26's peak memory)."""
+        needed: a caller may lay out values before it builds the tables, for peak memory)."""
         per_entry = np.asarray(per_entry)
         size = np.asarray(size, dtype=np.int64)
         starts = cls.slot_starts(size)

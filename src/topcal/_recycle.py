@@ -1,4 +1,4 @@
-"""Large scratch arrays recycled within one long fit (issue 36).
+"""Large scratch arrays recycled within one long fit.
 
 A cross-validated fit at many rows and classes makes, fold after fold, the same few arrays of
 the data's size (a fold's training rows, their log-scores, their split into top margins and

@@ -134,6 +134,9 @@ class Comparison(_FieldMapping):
     choices : dict of str -> list of dict
         What every fitted ``auto`` chose (one entry per fold under "kfold")
         and its cross-validation table (:func:`topcal.evaluate.auto_summary`).
+    ranking : dict of str -> dict
+        The methods ranked by NLL with paired 90% intervals
+        (:func:`topcal.overall.paired_ranking`), in rank order.
     """
 
     protocol: str
@@ -143,6 +146,7 @@ class Comparison(_FieldMapping):
     failed: dict = field(default_factory=dict)
     warnings: dict = field(default_factory=dict)
     choices: dict = field(default_factory=dict)
+    ranking: dict = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(
@@ -163,6 +167,7 @@ class Comparison(_FieldMapping):
             dict(value.get("failed", {})),
             dict(value.get("warnings", {})),
             dict(value.get("choices", {})),
+            dict(value.get("ranking", {})),
         )
 
     def to_dict(self) -> dict:
@@ -176,4 +181,5 @@ class Comparison(_FieldMapping):
             "failed": dict(self.failed),
             "warnings": dict(self.warnings),
             "choices": dict(self.choices),
+            "ranking": dict(self.ranking),
         }

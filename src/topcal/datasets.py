@@ -17,7 +17,7 @@ def load_phanns() -> TopLabelData:
     of an ensemble of 10 networks, so ``score_range`` is (0, 10). The counts
     were recovered from the cumulative-confidence table the PhANNs repository
     publishes (Adrian-Cantu/PhANNs, ``web_server/test_set_stats.csv``, last
-    changed 2020-10-05), which they reproduce bit-exactly: 46,801 samples,
+    the October 2020 version), which they reproduce bit-exactly: 46,801 samples,
     40,080 correct, 100 bins (lo, lo + 0.1] per class. 20 of the 1,100 cells
     (all-TP bins above 9.2 in four classes, and one Collar false positive at
     5.8-6.0) are not pinned down by the published ratios; there the smoothest

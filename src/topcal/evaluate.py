@@ -27,11 +27,13 @@ import numpy as np
 from . import _progress
 from .calibrators import available_methods, calibrator, get_class
 from .calibrators.select.crossfit import cross_fit, scratch_options
+from .calibrators.registry import BASELINE
 from .calibrators.wrapper import Wrapper
 from .comparison import Comparison, MethodMetrics, MetricValues
 from .data import TopLabelData, kfold_split
 from .errors import ParameterError, TopcalError, TopcalWarning
 from .metrics import BUNDLE, bundle
+from .overall import paired_ranking
 
 __all__ = [
     "compare_methods",
@@ -229,7 +231,13 @@ def _split_names(names, data: TopLabelData, target: TopLabelData | None = None):
 
 
 def fit_methods(
-    data: TopLabelData, methods=None, *, params=None, progress=None, diagnostics: dict | None = None
+    data: TopLabelData,
+    methods=None,
+    *,
+    params=None,
+    progress=None,
+    diagnostics: dict | None = None,
+    context=None,
 ) -> tuple[dict, list]:
     """Fit each runnable method on ``data``.
 
@@ -246,6 +254,8 @@ def fit_methods(
         Filled with ``"failed"`` (``{method: error message}``: a method that
         raises is left out, the others go on) and ``"warnings"``
         (``{method: [messages]}``: what the fits warned about).
+    context : FitContext, optional
+        Passed to every fit (:mod:`topcal.calibrators.context`).
 
     Returns
     -------
@@ -261,7 +271,9 @@ def fit_methods(
         if progress is not None:
             progress(f"fitting {name}")
         try:
-            fitted[name] = fit_quietly(name, data, params=params.get(name), notes=notes)
+            fitted[name] = fit_quietly(
+                name, data, params=params.get(name), notes=notes, context=context
+            )
         except TopcalError as exc:
             failed[name] = f"{type(exc).__name__}: {exc}"
     if diagnostics is not None:
@@ -408,7 +420,9 @@ def compare_methods(
         for name in run:
             if name in confs:
                 out["methods"][name] = evaluate(target, confs[name], n_bins=n_bins)
+        confs = {name: confs[name] for name in run if name in confs}
     else:
+        confs = {}
         target = data if eval_data is None else eval_data
         if eval_data is not None:
             out["protocol"] = "holdout"
@@ -429,6 +443,9 @@ def compare_methods(
             if summary is not None:
                 choices[name] = [summary]
             out["methods"][name] = scores
+            confs[name] = model.predict(target)
+    if confs:
+        out["ranking"] = paired_ranking(target, confs, baseline=BASELINE)
     return Comparison(**{**out, "warnings": {k: v for k, v in notes.items() if v}})
 
 

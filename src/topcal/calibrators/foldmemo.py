@@ -4,7 +4,7 @@
 of a fold, a :class:`~topcal.data.TopLabelData` it builds itself and hands to no one for
 change. The temperature family's fits all begin alike on it: a canonical row order, the rows
 in that order, the split of their score vectors into top margins and other entries
-(``sts``, ``tswa`` and ``csts`` the same split; at 10^5 x 10 about 0.1 s a method, issue 26).
+(``sts``, ``tswa`` and ``csts`` the same split; at 10^5 x 10 about 0.1 s a method).
 Inside :func:`sharing` (the fold's fits), :func:`memo` keeps such a result per data object for
 the fold's other methods; outside it (every fit a user runs) :func:`memo` just computes, so
 a user's arrays changed between two fits are never read stale. The results are shared, so the

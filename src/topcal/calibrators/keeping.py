@@ -2,7 +2,7 @@
 and the model file.
 
 :class:`EvidenceKeeping` is a base of :class:`~.base.Calibrator`, moved out of ``base.py`` as is
-(issue 38: no file over 600 lines): ``evidence_`` and ``evidence_of``, a fit from evidence,
+(no file over 600 lines): ``evidence_`` and ``evidence_of``, a fit from evidence,
 ``update`` (:mod:`.updating` merges, ``_refit`` refits), the statistics a model keeps
 (``_stats_of``, ``_keeps_stats``) and ``to_dict`` / ``from_dict`` (:mod:`.modelfile`). It uses the
 contract's ``fit``, ``_check_fitted``, ``_get_state`` and ``_set_state``, and the ``_evidence`` and
@@ -16,7 +16,7 @@ from typing import Any, Self
 from ..data import TopLabelData
 from ..evidence.core import Evidence
 from ..evidence.stats import ScoreStats
-from . import modelfile, spread, updating
+from . import fullvector, modelfile, spread, updating
 from .registry import fits_from_counts, require_counts
 
 __all__ = ["EvidenceKeeping"]
@@ -110,8 +110,9 @@ class EvidenceKeeping:
         merged = updating.merged_evidence(
             self, old, data, y, classes=classes, kind=kind, confusion=confusion
         )
+        vector = self._vector  # statistics hold no vectors: the first fit's map is kept
         self._refit(merged.stats)
-        self._evidence = merged
+        self._evidence, self._vector = merged, vector
         return self
 
     def _refit(self, stats) -> None:
@@ -127,7 +128,10 @@ class EvidenceKeeping:
         """JSON-ready dict: method, params, classes, score range, fitted state and the model's
         evidence, each piece where kept (:func:`.modelfile.to_dict`)."""
         self._check_fitted()
-        return modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
+        d = modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
+        if self._vector is not None:  # the vector map fitted beside the model (fullvector.py)
+            d["vector"] = self._vector.to_dict()
+        return d
 
     def _file_params(self) -> dict:
         """The parameters a model file holds: :meth:`get_params` less those a loaded file did not
@@ -153,6 +157,7 @@ class EvidenceKeeping:
         self._unnamed_params = {k: v for k, v in self.get_params().items() if k not in named}
         self._set_state(d["state"])
         self._spread = spread.check(d.get("spread"), len(classes))
+        self._vector = fullvector.load_map(d.get("vector"), classes)
         self._evidence = Evidence.from_dict(
             d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
         )

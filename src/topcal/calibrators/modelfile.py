@@ -4,8 +4,8 @@ The dict holds the method, its parameters, classes, score range, per-class TP/FP
 method's fitted ``state`` and, once, the model's :class:`~topcal.evidence.core.Evidence`
 (``confusion``, ``stats`` with their part marks ``fingerprints``, ``fingerprint``). A model
 fitted inside another's (auto's choice, a blend's components, a pooled curve, a shrinkage
-reference) keeps none (``fit(..., keep="model")``): its owner's is the one. Files written before
-2026-11-27 hold label-shift counts and a fingerprint inside such nested models too (an ``auto``
+reference) keeps none (``fit(..., keep="model")``): its owner's is the one. Older files
+hold label-shift counts and a fingerprint inside such nested models too (an ``auto``
 file: the same counts and fingerprint twice); they still load, the nested model reads them as
 its own and writes them back as they were (so a thresholds file's model digest still matches).
 """

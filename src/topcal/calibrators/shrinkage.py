@@ -82,7 +82,7 @@ def shrink(t, n, r, m):
     if np.ndim(t) == 0 or np.shape(t) != full or np.shape(n) != full:
         return np.clip(np.add(t, np.multiply(m, r)) / np.add(n, m), 0.0, 1.0)
     # in place, in the fresh t and n: the same operations as (t + m r) / (n + m), with two arrays of
-    # the rows' size where four were (issue 26, peak memory; a third for m r where r or m is one)
+    # the rows' size where four were (peak memory; a third for m r where r or m is one)
     n += m
     t += np.multiply(m, r)
     t /= n

@@ -4,8 +4,8 @@ A pooled model (``pooled-*``) or one temperature for all classes (``sts``) predi
 the score for every class. Its parameters' estimation error (the inner model's interval) is small
 with many rows, but a given class's true curve is not the pooled one: the classes differ, and
 choosing a pooled model says only that the data cannot tell *how*. The interval of a class's
-confidence must therefore hold the spread of the classes' curves around the pooled one (issue 33:
-without it ``pooled-beta`` covered 0.73-0.87 of real (class, score) cells at nominal 0.90, ``sts``
+confidence must therefore hold the spread of the classes' curves around the pooled one
+(without it ``pooled-beta`` covered 0.73-0.87 of real (class, score) cells at nominal 0.90, ``sts``
 0.75).
 
 :func:`measure` estimates that spread on the fitting data, on the log-odds scale, as a random
@@ -19,7 +19,7 @@ of one class E[r_i r_j] = v_i v_j x_i' Sigma x_j, while a row alone says nothing
 the 3 x 3 normal equations of sum over pairs (r_i r_j - v_i v_j x_i' Sigma x_j)^2 / (v_i v_j)
 (pairs weighted by their noise), from per-class power sums; its negative eigenvalues are set to 0.
 
-Why not per score bin (until 2026-11-27, up to 5 bins): sum_k (R_k^2 - V_k) / sum_k V_k^2 counts
+Why not per score bin (an earlier version: up to 5 bins): sum_k (R_k^2 - V_k) / sum_k V_k^2 counts
 every row's own square in the denominator (V_k^2 = sum of pairs + sum v_i^2) but not in the
 numerator, biased low by the share of single rows, most of them at 5 rows a class (ImageNet), and
 a bin holding about one row a class gives a noise-dominated tau (0 in some bins, 5-9 in the top

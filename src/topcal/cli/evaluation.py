@@ -111,11 +111,43 @@ def _folds(args, eval_given: bool = False) -> int | None:
 
 def add_commands(sub) -> None:
     """Add ``metrics``, ``report``, ``compare`` and ``demo`` to the ``topcal`` subparsers."""
-    p = sub.add_parser("metrics", help="per-class and overall NLL, Brier, ECE1, ECE2, Conf1")
+    p = sub.add_parser(
+        "metrics",
+        help="overall NLL, Brier and calibration errors with 90%% intervals; per class on request",
+    )
     p.add_argument("data", help="labelled data")
-    p.add_argument("--model", help="model to evaluate (default: the uncalibrated score)")
-    p.add_argument("--bins", type=int, default=10, help="bins for ECE (default 10)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--model",
+        help="model to evaluate (default: the uncalibrated score); adds its improvement over "
+        "the uncalibrated score",
+    )
+    p.add_argument(
+        "--bins", type=int, default=10, help="bins per class of ece_top_label (default 10)"
+    )
+    p.add_argument("--level", type=float, default=0.9, help="level of the intervals (default 0.9)")
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help="bootstrap resamples of the calibration errors (default 1000)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the bootstrap and of the folds (default 0)"
+    )
+    p.add_argument(
+        "--classes",
+        action="append",
+        metavar="SPEC",
+        help="also print the per-class table for these classes, repeatable: a class name, "
+        "worst:N (largest share of the top-label ECE), most:N (most predictions), or several "
+        "separated by commas",
+    )
+    p.add_argument("--full", action="store_true", help="also print the per-class table in full")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: overall {metric: {value, lo, hi}}, counts, and every class",
+    )
     add_data_options(p)
     p.set_defaults(func=_cmd_metrics)
 
@@ -225,25 +257,93 @@ def _cmd_metrics(args) -> int:
     from .._params import MAX_BINS
     from ..calibrators import calibrator
     from ..calibrators.registry import BASELINE
-    from ..metrics import SUMMARY_COLUMNS, summary
+    from ..metrics import vector_brier, vector_nll
+    from ..overall import CLASS_COLUMNS, overall_metrics, per_class, pick_classes
     from ..persist import load
 
     if not 1 <= args.bins <= MAX_BINS:
         raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
+    if not 0 < args.level < 1:
+        raise TopcalError(f"--level must be between 0 and 1 (e.g. 0.9), got {args.level}")
+    if not 10 <= args.resamples <= 100_000:
+        raise TopcalError(f"--resamples must be between 10 and 100000, got {args.resamples}")
+    if args.seed < 0:
+        raise TopcalError(f"--seed must be >= 0, got {args.seed}")
+    if args.full and args.classes:
+        raise TopcalError("--full prints every class; --classes chooses some: give one of them")
     data = read(args.data, args)
     data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
-    model = load(args.model) if args.model else calibrator(BASELINE).fit(data)
-    s = summary(data, model.predict(data), n_bins=args.bins)
-    s["method"] = model.name
+    base = calibrator(BASELINE).fit(data)
+    model = load(args.model) if args.model else base
+    conf = model.predict(data)
+    table = per_class(data, conf, n_bins=args.bins)
+    chosen = pick_classes(data, table, args.classes) if args.classes else None
+    res = overall_metrics(
+        data,
+        conf,
+        reference=base.predict(data) if args.model else None,
+        level=args.level,
+        resamples=args.resamples,
+        seed=args.seed,
+        n_bins=args.bins,
+    )
+    tp, fp = data.class_counts()
+    counts = {"tp": float(tp.sum()), "fp": float(fp.sum())}
+    counts["conf1"] = counts["tp"] / (counts["tp"] + counts["fp"])
+    vector = None
+    if data.has_full:  # the calibrated vector's own losses (predict_proba)
+        proba = model.predict_proba(data)
+        vector = {"nll": vector_nll(data, proba).overall}
+        vector["brier"] = vector_brier(data, proba).overall
     if args.json:
-        print(json.dumps(s, indent=1))
+        out = {
+            "method": model.name,
+            "level": args.level,
+            "resamples": args.resamples,
+            "seed": args.seed,
+            "counts": counts,
+            "overall": {name: e.to_dict() for name, e in res.items()},
+            "classes": table,
+        }
+        if vector is not None:
+            out["vector"] = vector
+        print(json.dumps(out, indent=1, allow_nan=False))
         return 0
-    cols = list(SUMMARY_COLUMNS)
-    rows = [[name] + [r[c] for c in cols] for name, r in s["classes"].items()]
-    rows.append(["overall"] + [s["overall"][c] for c in cols])
-    print(f"method: {model.name}")
-    print(format_table(["class"] + cols, rows))
+    what = "uncalibrated score" if model is base else f"{model.name} ({args.model})"
+    print(f"method: {what}")
+    print(
+        f"{counts['tp'] + counts['fp']:g} samples, {data.n_classes} classes, accuracy "
+        f"{counts['conf1']:.4f}; {args.level:.0%} intervals"
+    )
+    print(overall_lines(res, args.level))
+    if vector is not None:
+        nll, brier = vector["nll"], vector["brier"]
+        print(f"full vector (predict_proba): NLL {nll:.4f}, Brier {brier:.4f}")
+    if args.full or chosen:
+        names = list(table) if args.full else chosen
+        cols = list(CLASS_COLUMNS)
+        print("\nper class" + ("" if args.full else f" ({len(names)} of {data.n_classes})"))
+        print(format_table(["class"] + cols, [[c] + [table[c][k] for k in cols] for c in names]))
+    else:
+        print("\nper class: --classes worst:N|most:N|NAME or --full (definitions: docs/metrics.md)")
     return 0
+
+
+def overall_lines(res: dict, level: float) -> str:
+    """The overall metrics ``{name: Estimate}`` as a text table: name, value, interval, what it is
+    (or why it is missing)."""
+    from ..overall import DESCRIPTIONS
+
+    head = f"{'metric':<22} {'value':>9}  {f'{level:.0%} interval':<20}  what"
+    lines = [head, "-" * len(head)]
+    for name, e in res.items():
+        value = "undefined" if e.value is None else f"{e.value:.4f}"
+        span = "" if e.lo is None else f"[{e.lo:.4f}, {e.hi:.4f}]"
+        what = e.reason or DESCRIPTIONS.get(name, "")
+        if e.value is not None and e.lo is not None and not e.lo <= e.value <= e.hi:
+            what += " (biased up; the interval is bias-corrected)"
+        lines.append(f"{name:<22} {value:>9}  {span:<20}  {printable(what)}")
+    return "\n".join(lines)
 
 
 def _cmd_report(args) -> int:
@@ -334,6 +434,35 @@ _PROTOCOL_TEXT = {
 }
 
 
+def ranking_table(ranking: dict) -> str:
+    """Methods in rank order (lowest NLL first) with the paired 90% intervals of their NLL behind
+    the best and their improvement over the uncalibrated score."""
+
+    def span(e) -> str:
+        if e is None or e["value"] is None:
+            return "-"
+        if e["lo"] is None:
+            return f"{e['value']:+.4f}"
+        return f"{e['value']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]"
+
+    head = f"{'rank':>4}  {'method':<16} {'NLL':>8}  {'behind best (paired)':<28} gain over uncal."
+    lines = [head.rstrip(), "-" * len(head.rstrip())]
+    for name, r in ranking.items():
+        lines.append(
+            f"{r['rank']:>4}  {printable(name):<16} {r['nll']['value']:>8.4f}  "
+            f"{span(r['vs_best']) if r['rank'] > 1 else 'best':<28} {span(r['vs_baseline'])}"
+        )
+    lines.append(
+        "(90% intervals of the per-sample NLL difference on the same rows: an interval above 0 "
+        "is a gap beyond noise)"
+    )
+    return "\n".join(lines)
+
+
+#: The per-class NLL table of ``compare`` shows this many methods (the best ranked): 100 columns.
+MAX_CLASS_TABLE_METHODS = 6
+
+
 def _cmd_compare(args) -> int:
     from ..evaluate import compare_methods, comparison_rows
 
@@ -386,14 +515,52 @@ def _cmd_compare(args) -> int:
         for m, metric, c, v in comparison_rows(res):
             w.writerow([m, metric, csv_text(str(c)), "" if v is None else repr(float(v))])
         return 0
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        _compare_text(res, data)
+    for line in text.getvalue().splitlines():
+        print(wrap_line(line))
+    return 0
+
+
+def wrap_line(line: str, width: int = 100) -> str:
+    """A line of prose longer than ``width`` wrapped, its continuations indented (tables are
+    narrower than ``width`` and pass unchanged)."""
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _compare_text(res, data) -> None:
+    """``compare``'s text output: the ranking, the metrics, per-class NLL, auto's choices, notes."""
+    from ..comparison import Comparison
+
     print("protocol: " + _PROTOCOL_TEXT[res.protocol].format(folds=res.folds))
+    print(ranking_table(res.ranking))
+    print()
     print(overall_table(res))
-    print("\nper-class NLL")
+    shown = list(res.ranking)[:MAX_CLASS_TABLE_METHODS] or list(res.methods)
+    print(
+        "\nper-class NLL"
+        + (
+            f" (the {len(shown)} best-ranked methods; --json or --csv: all)"
+            if len(shown) < len(res.methods)
+            else ""
+        )
+    )
     tp, fp = data.class_counts()
-    print(per_class_table(res, "nll", sizes=tp + fp))
+    part = Comparison.of({"methods": {m: res.methods[m] for m in shown}})
+    print(per_class_table(part, "nll", sizes=tp + fp))
     for name, fits in res.choices.items():
-        print(f"\n{name}: {fits[0]['rule']}")
-        print(choice_table(fits))
+        more = f" (fold 1 of {len(fits)}; --json: every fold)" if len(fits) > 1 else ""
+        print(f"\n{name}: {fits[0]['rule']}{more}")
+        print(choice_table(fits[:1]))
     if res.skipped:
         print("\nnot run (need full score vectors): " + ", ".join(res.skipped))
     if res.failed:
@@ -403,7 +570,6 @@ def _cmd_compare(args) -> int:
         print(f"\nwarnings ({len(notes)}):")
         for m in similar_once(notes):
             print(f"  - {m}")
-    return 0
 
 
 def _cmd_demo(args) -> int:

@@ -15,8 +15,8 @@ from ..errors import DataError
 #: log(max(p, LOG_PROB_FLOOR)), the smallest normal float32 number (about 1.18e-38). Below it a
 #: float32 softmax output (most networks') holds only exact zeros and denormals, and a float64
 #: output (a naive Bayes classifier's) differs only in how far it underflowed: with the former floor
-#: 1e-300, exact zeros sat hundreds of nats below such entries and set the temperature (issue 35;
-#: digits with naive Bayes: held-out NLL of sts 0.60, 0.39 at this floor). probmetrics floors its
+#: 1e-300, exact zeros sat hundreds of nats below such entries and set the temperature
+#: (digits with naive Bayes: held-out NLL of sts 0.60, 0.39 at this floor). probmetrics floors its
 #: logits at the same value; scikit-learn takes log(p + 1e-12). Entries above it are unchanged.
 LOG_PROB_FLOOR = float(np.finfo(np.float32).tiny)
 

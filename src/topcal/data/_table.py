@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .. import _recycle
 from .._numeric import row_max
+from .._typing import ArrayLike
 from ..errors import DataError
 from ._bins import check_bins
 from ._checks import (
@@ -72,8 +73,8 @@ class TopLabelData:
     @classmethod
     def from_probs(
         cls,
-        probs,
-        labels=None,
+        probs: ArrayLike,
+        labels: ArrayLike | None = None,
         classes: Sequence | None = None,
         *,
         renormalize: bool = False,
@@ -136,7 +137,9 @@ class TopLabelData:
         return cls._build_full(p, "probs", pred, np.clip(score, 0.0, 1.0), labels, classes)
 
     @classmethod
-    def from_logits(cls, logits, labels=None, classes: Sequence | None = None) -> "TopLabelData":
+    def from_logits(
+        cls, logits: ArrayLike, labels: ArrayLike | None = None, classes: Sequence | None = None
+    ) -> "TopLabelData":
         """Build from logits (unnormalised log-probabilities), shape (n, K).
 
         The predicted class is the argmax of the logits, the top score its
@@ -181,9 +184,9 @@ class TopLabelData:
     @classmethod
     def from_scores(
         cls,
-        pred,
-        score,
-        labels=None,
+        pred: ArrayLike,
+        score: ArrayLike,
+        labels: ArrayLike | None = None,
         classes: Sequence | None = None,
         *,
         score_range: tuple[float, float] = (0.0, 1.0),
@@ -226,6 +229,7 @@ class TopLabelData:
             if labels is not None:
                 parts.append(label_names(np.asarray(labels), "labels"))
             classes = sorted_names(np.concatenate(parts))
+        # classes is a tuple of names from here; the checker keeps the argument's declared type
         pred_codes, classes = encode_labels(p_arr, classes, "pred")
         if labels is not None:
             lab_arr = np.asarray(labels)
@@ -234,14 +238,14 @@ class TopLabelData:
                     f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they must "
                     f"match row for row"
                 )
-            codes, classes2 = encode_labels(lab_arr, classes, "labels")
+            codes, classes2 = encode_labels(lab_arr, classes, "labels")  # type: ignore[arg-type]
             if len(classes2) > len(classes):  # integer labels widened the class list
                 classes = classes2
-                pred_codes, _ = encode_labels(p_arr, classes, "pred")
+                pred_codes, _ = encode_labels(p_arr, classes, "pred")  # type: ignore[arg-type]
         check_scores_in_range(s, lo, hi)
         s = np.clip(s, lo, hi)
         if labels is None:
-            return cls(classes, pred_codes, s, (lo, hi))
+            return cls(classes, pred_codes, s, (lo, hi))  # type: ignore[arg-type]
         return cls._labelled(classes, pred_codes, s, (lo, hi), codes)
 
     @classmethod
@@ -254,11 +258,11 @@ class TopLabelData:
     @classmethod
     def from_binned(
         cls,
-        predicted_class,
-        bin_lo,
-        bin_hi,
-        tp,
-        fp,
+        predicted_class: ArrayLike,
+        bin_lo: ArrayLike,
+        bin_hi: ArrayLike,
+        tp: ArrayLike,
+        fp: ArrayLike,
         classes: Sequence | None = None,
         *,
         score_range: tuple[float, float] | None = None,
@@ -286,12 +290,13 @@ class TopLabelData:
             never guessed from the bins, which would change the
             uncalibrated baseline). Every bin must lie inside it.
         """
+        # classes: a tuple of names (check_bins); the checker keeps the argument's declared type
         classes, codes, lo_e, hi_e, tp_w, fp_w, (lo, hi) = check_bins(
             predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range
         )
         mid = np.clip(0.5 * (lo_e + hi_e), lo, hi)
         return cls(
-            classes,
+            classes,  # type: ignore[arg-type]
             codes,
             mid,
             (lo, hi),
@@ -463,7 +468,7 @@ class TopLabelData:
             out[c] = (float(a), float(b))
         return out
 
-    def class_views(self):
+    def class_views(self) -> Iterator[ClassView]:
         """:meth:`class_view` of every class k = 0..K-1 in order, from one sort of the rows."""
         self.require_labels("splitting into TP/FP")
         for _, idx in rows_by_class(self.pred, self.n_classes, skip_empty=False):
@@ -496,7 +501,9 @@ class TopLabelData:
         np.maximum(full, LOG_PROB_FLOOR, out=out)
         return np.log(out, out=out)
 
-    def subset(self, index, *, keep_full: bool = True, keep_labels: bool = True) -> "TopLabelData":
+    def subset(
+        self, index: ArrayLike, *, keep_full: bool = True, keep_labels: bool = True
+    ) -> "TopLabelData":
         """Rows ``index`` (integer indices or a boolean mask) as a new dataset (without the full
         score
         vectors with ``keep_full=False``: a method of the top score alone need not copy them;

@@ -272,7 +272,7 @@ def _choice(d: dict) -> dict | None:
     blend = d.get("blend") or None
     weight = dict(zip(blend["methods"], blend["weights"])) if blend else {}
     se, dse = cv.get("se", {}), cv.get("diff_se", {})
-    look = (cv.get("stages") or {}).get("table", {})  # the first look (issue 36), if it ran
+    look = (cv.get("stages") or {}).get("table", {})  # the first look, if it ran
     rows = [
         {
             "method": m,

@@ -21,7 +21,7 @@ an update keeps the fingerprint of all the data it was fitted on. About
 Two versioned schemes (``scheme``, stored in the model file from the second on; new fingerprints:
 :data:`SCHEME`). Scheme 1 (files before schemes) mixes the parts in turn, and folds the full vector
 by mixing every entry's bits with its class's name and summing the mixes (about ten passes over the
-n x K entries). Scheme 2 (issue 36) folds the full vector by one integer matrix-vector product: each
+n x K entries). Scheme 2 folds the full vector by one integer matrix-vector product: each
 entry's bits x ^ (x >> 29), times one odd 64-bit key per class name, summed mod 2^64 (a product
 carries a bit only upward: the shift brings the sign, exponent and leading mantissa bits, where
 round floats and widened float32 differ, down); it sums the other parts, each mixed by x ^ (x >>

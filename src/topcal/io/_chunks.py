@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
+from ..data import TopLabelData
 from ..errors import DataError, first_line
 from ..evidence.stats import DEFAULT_CELLS, ScoreStats
+from .._typing import PathLike
 from .._tables import csv_untext
 from ._file import CSV_NA, check_header, csv_sep, data_path
 from ._writer import csv_restore
@@ -239,7 +242,7 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
     cols = file_columns(p)
     class_cols, extra, binned, vector = layout_columns(cols, **options)
     is_csv = parquet_parts(p) is None
-    uniques = {c: [] for c in class_cols}
+    uniques: dict[str, Any] = {c: [] for c in class_cols}
     numeric = {c: True for c in class_cols}
     lo_hi = [np.inf, -np.inf]
     n = 0
@@ -302,13 +305,13 @@ def iter_data(
 
 
 def read_stats(
-    path,
+    path: PathLike,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     *,
     n_cells: int = DEFAULT_CELLS,
-    progress=None,
-    stats_of=None,
-    **options,
+    progress: Callable[[int], object] | None = None,
+    stats_of: Callable[[TopLabelData], Any] | None = None,
+    **options: Any,
 ) -> ScoreStats:
     """The mergeable statistics of a labelled CSV or Parquet file, read in chunks (bounded memory).
 

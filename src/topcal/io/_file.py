@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..data import TopLabelData, is_int_name
+from .._typing import PathLike
 from ..errors import DataError, first_line
 from ._frame import KNOWN_LAYOUTS, check_unique, read_frame
 from ._writer import csv_restore
@@ -170,7 +172,7 @@ def _netcal_arrays(arrays: dict) -> dict:
     return arrays
 
 
-def read_data(path, **options) -> TopLabelData:
+def read_data(path: PathLike, **options: Any) -> TopLabelData:
     """Read a data file into :class:`TopLabelData`; ``options`` as in :func:`read_frame`."""
     frame = read_table(path)
     try:

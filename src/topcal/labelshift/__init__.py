@@ -31,8 +31,8 @@ This module
   (:func:`adapt`), giving an :class:`AdaptedCalibrator`: a calibrator like any
   other (``predict``, ``curve``, ``describe``, saved as JSON, ``topcal apply``).
 
-A meta-estimator wrapping a classifier and a calibrator (issue 11's
-``TopLabelCalibratedClassifier``) adapts by calling :func:`adapt` on its
+The meta-estimator wrapping a classifier and a calibrator
+(``TopLabelCalibratedClassifier``) adapts by calling :func:`adapt` on its
 fitted calibrator with the use set's predictions as a TopLabelData.
 
 The package: :mod:`~topcal.labelshift.estimators` (EM, BBSE, BCTS, the adapted confidence),

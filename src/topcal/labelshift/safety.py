@@ -77,7 +77,7 @@ SHRINK_GRID = np.linspace(0.0, 1.0, 21)
 #: Simulated use sets per round (two rounds); the choice is a mean over them, with its standard
 #: error. Not tuned. Cost: the estimator's runs on the resamples. The resamples are kept sparse
 #: (:class:`CellMix`), so EM costs their nonzeros, not cells x classes: 0.1-0.3 s for 100 classes,
-#: 2.4 s (em) and 14 s (bbse, its dense NNLS) for ImageNet's 1,000 (measured 2026-11-24, 2 cores).
+#: 2.4 s (em) and 14 s (bbse, its dense NNLS) for ImageNet's 1,000 (measured on 2 cores).
 SAFETY_SIMULATIONS = 20
 #: EM's tolerance inside the simulation (the real estimate uses EM_TOL): a lam grid step of 0.05
 #: is far coarser than any prior moving by 1e-6.
@@ -163,21 +163,14 @@ class CellMix:
     @classmethod
     def of_stats(cls, stats: ConfusionStats, pseudocount: float) -> "CellMix":
         """The mix of every (predicted class, score region) cell of a model's counts, cells numbered
-        class by class (as ``np.vstack(stats.counts)`` rows), without a cells x classes array."""
+        as :meth:`ConfusionStats.cells` numbers them, without a cells x classes array."""
         K = stats.n_classes
-        sizes = [c.shape[0] for c in stats.counts]
-        start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        cell_class = np.repeat(np.arange(K), sizes)
-        fi, fj, fv, col = [], [], [], np.zeros(K)
-        for k, c in enumerate(stats.counts):
-            r, j = np.nonzero(c)
-            v = c[r, j]
-            col += np.bincount(j, v, K)
-            fp = j != k
-            fi.append(start[k] + r[fp])
-            fj.append(j[fp])
-            fv.append(v[fp])
-        fi, fj, fv = (np.concatenate(a) for a in (fi, fj, fv))
+        cell_class, t = stats.cell_class, stats.table
+        cell = np.repeat(np.arange(t.shape[0]), np.diff(t.indptr))
+        j, v = t.indices, t.data
+        col = np.bincount(j, v, K)
+        fp = j != cell_class[cell]
+        fi, fj, fv = cell[fp], j[fp], v[fp]
         return cls.of(fi, fj, fv, cell_class, K, col, pseudocount)
 
     def dot(self, B) -> np.ndarray:
@@ -265,104 +258,38 @@ def choose_shrink(
     """
     if truth not in TRUTH_RULES:
         raise ParameterError(f"truth must be one of {', '.join(TRUTH_RULES)}; got {truth!r}")
-    N = np.vstack(stats.counts)
-    m, K = N.shape
-    cell_class = np.repeat(np.arange(K), [c.shape[0] for c in stats.counts])
-    rows = np.arange(m)
-    # the population: each cell's true positives as counted, its false positives spread by the
-    # shrunk mix the adaptation itself assumes (so the use sets hold (cell, class) pairs the
-    # labelled resample may lack, as real ones do)
-    tp = N[rows, cell_class]
-    T = (
-        shrunk_fp_mix(N, cell_class, stats.confusion(), fp_pseudocount)
-        * (N.sum(axis=1) - tp)[:, None]
-    )
-    T[rows, cell_class] = tp
-    flat = T.ravel()
-    nz = np.flatnonzero(flat > 0)
-    total = float(N.sum())
-    col = T.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cond = np.where(col > 0, T / np.where(col > 0, col, 1.0), 0.0)  # P(cell | true class)
-    if nz.size == 0 or n_use <= 0:
+    sim = _Simulation(stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth)
+    if sim.nz.size == 0 or n_use <= 0:
         return Shrink(
             1.0, "nothing to simulate (no counts or no use rows): the estimate is used as it is"
         )
-    p_lab = flat[nz] / flat[nz].sum()
-    cdf_lab = np.cumsum(p_lab)
-    n_lab = max(1, int(round(total)))
-    grid = SHRINK_GRID
     pi_hat = np.asarray(priors, dtype=np.float64)
-    ps0 = stats.source_priors()
-
-    def ratios(p, src):
-        return np.where(src > 0, p / np.where(src > 0, src, 1.0), 1.0)
-
-    shared = np.random.default_rng(seed)
-
-    def simulate(pi_true):
-        """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change per lam
-        (n_sim, L).
-
-        "moment" compares rounds: each draws the same resamples (common random numbers); "estimate"
-        draws on from one generator (its two rounds are not compared)."""
-        rng = np.random.default_rng(seed) if truth == "moment" else shared
-        p_use = (cond * pi_true).ravel()[nz]
-        p_use /= p_use.sum()
-        cdf_use = np.cumsum(p_use) if p_use.size > INVERSION_RATIO * n_use else None
-        change = np.zeros((n_sim, grid.size))
-        err = np.zeros(n_sim)
-        for s in _progress.bar(range(n_sim), desc="safety simulation", unit=" use sets"):
-            li, lv = draw_counts(rng, p_lab, n_lab, cdf_lab)
-            ui, uv = draw_counts(rng, p_use, int(n_use), cdf_use)
-            li, ui = nz[li], nz[ui]
-            est, c, q, tp_u, m_cells, ps = simulated_estimate(
-                li // K, li % K, lv, ui // K, ui % K, uv
-            )
-            err[s] = np.mean((ratios(est, ps) - ratios(pi_true, ps0)) ** 2)
-            pis = (1.0 - grid)[:, None] * ps + grid[:, None] * est  # (L, K)
-            W = ratios(
-                pis, ps
-            )  # a class absent from the resample keeps ratio 1 (unchanged) at every lam
-            c_lam = adapt_confidence(c[:, None], W[:, cell_class].T, q.dot(W.T))  # (m, L)
-            nll = binary_nll(tp_u[:, None], (m_cells - tp_u)[:, None], c_lam).sum(axis=0)
-            change[s] = (nll - binary_nll(tp_u, m_cells - tp_u, c).sum()) / n_use
-        return err, change
-
-    def simulated_estimate(ci, cj, cv, ui, uj, uv):
-        """The estimator on a labelled resample (cell, class, count) and a use set (cell, class,
-        count).
-
-        Returns the estimate, each cell's TP share c and false-positive mix q (a
-        :class:`CellMix`), the use set's TPs and rows per cell, and the resample's priors. The
-        mix is kept sparse plus one shared vector, so 1,000 classes cost the draws' nonzeros.
-        """
-        col_s = np.bincount(cj, cv, K)
-        ps = col_s / col_s.sum()
-        is_tp = cj == cell_class[ci]
-        n_cell = np.bincount(ci, cv, m)
-        tp_s = np.bincount(ci[is_tp], cv[is_tp], m)
-        tp_u = np.bincount(ui[uj == cell_class[ui]], uv[uj == cell_class[ui]], m)
-        m_cells = np.bincount(ui, uv, m)
-        c = (tp_s + 0.5) / (n_cell + 1.0)  # a cell's TP share, never 0 or 1
-        q = CellMix.of(ci[~is_tp], cj[~is_tp], cv[~is_tp], cell_class, K, col_s, fp_pseudocount)
-        if estimator == "bbse":
-            Ns = np.zeros((m, K))
-            Ns[ci, cj] = cv
-            est = bbse_priors(Ns, m_cells, ps, prior_strength=prior_strength)
-        else:
-            est = em_priors(
-                q.posteriors(c), ps, prior_strength=prior_strength, weights=m_cells, tol=SIM_EM_TOL
-            )
-        return est, c, q, tp_u, m_cells, ps
-
-    spread = float(np.mean((ratios(pi_hat, ps0) - 1.0) ** 2))
+    ps0 = sim.source
+    spread = float(np.mean((_ratios(pi_hat, ps0) - 1.0) ** 2))
     lead = (
         f"{n_sim} simulated use sets of {n_use} rows drawn from the test set's counts, estimator "
         f"{estimator} on a resample of them; prior-ratio spread of the estimate {spread:.3g}"
     )
-    if truth == "moment":
-        err0, _ = simulate(ps0)
+    shift = _simulated_shift(sim, pi_hat, spread, lead)
+    if isinstance(shift, Shrink):
+        return shift
+    kappa, how = shift
+    # the round that chooses lam: the truth shifted only as far as the estimate's spread beyond the
+    # noise
+    _, change = sim.run(shrink_priors(ps0, pi_hat, float(np.sqrt(kappa))))
+    return _chosen_factor(change, how, n_sim)
+
+
+def _ratios(p, src):
+    return np.where(src > 0, p / np.where(src > 0, src, 1.0), 1.0)
+
+
+def _simulated_shift(sim: "_Simulation", pi_hat, spread: float, lead: str):
+    """How much of the estimate's shift to simulate: ``(kappa, how)``, or the Shrink of 0 where the
+    estimate's spread is within what the estimator shows by chance."""
+    ps0, n_sim = sim.source, sim.n_sim
+    if sim.truth == "moment":
+        err0, _ = sim.run(ps0)
         if spread <= 0 or spread <= float(np.median(err0)):
             return Shrink(
                 0.0,
@@ -370,33 +297,35 @@ def choose_shrink(
                 f"{np.median(err0):.3g}): no shift to adapt to, not adapted",
                 n_sim,
             )
-        err1, _ = simulate(pi_hat)
+        err1, _ = sim.run(pi_hat)
         e0, e1 = float(err0.mean()), float(err1.mean())
         kappa = min(1.0, max(0.0, (spread - e0) / (spread + max(0.0, e1 - e0))))
         how = (
             f"{lead}, simulated error {e0:.3g} with no shift and {e1:.3g} at the estimate, so a "
-            f"truth "
-            f"{np.sqrt(kappa):.0%} of the way to the estimate was simulated"
+            f"truth {np.sqrt(kappa):.0%} of the way to the estimate was simulated"
         )
-    else:
-        # round 1: how far off is the estimator when the truth is as shifted as the estimate?
-        err1, _ = simulate(pi_hat)
-        e1 = float(err1.mean())
-        kappa = max(0.0, 1.0 - e1 / spread) if spread > 0 else 0.0
-        if kappa == 0.0:
-            # no evidence of shift: any gain round 2 found would come from the resample's own noise
-            return Shrink(
-                0.0,
-                f"{lead} is within the simulated error {e1:.3g}: no shift to adapt to, not adapted",
-                n_sim,
-            )
-        how = (
-            f"{lead}, simulated error {e1:.3g}, so a shift of {kappa:.0%} of the estimate's was "
-            f"simulated"
+        return kappa, how
+    # round 1: how far off is the estimator when the truth is as shifted as the estimate?
+    err1, _ = sim.run(pi_hat)
+    e1 = float(err1.mean())
+    kappa = max(0.0, 1.0 - e1 / spread) if spread > 0 else 0.0
+    if kappa == 0.0:
+        # no evidence of shift: any gain round 2 found would come from the resample's own noise
+        return Shrink(
+            0.0,
+            f"{lead} is within the simulated error {e1:.3g}: no shift to adapt to, not adapted",
+            n_sim,
         )
-    # the round that chooses lam: the truth shifted only as far as the estimate's spread beyond the
-    # noise
-    _, change = simulate(shrink_priors(ps0, pi_hat, float(np.sqrt(kappa))))
+    how = (
+        f"{lead}, simulated error {e1:.3g}, so a shift of {kappa:.0%} of the estimate's was "
+        f"simulated"
+    )
+    return kappa, how
+
+
+def _chosen_factor(change: np.ndarray, how: str, n_sim: int) -> Shrink:
+    """The shrink factor from the simulated NLL changes per factor (n_sim, L)."""
+    grid = SHRINK_GRID
     mean = change.mean(axis=0)
     se = change.std(axis=0, ddof=1) / np.sqrt(n_sim) if n_sim > 1 else np.zeros_like(mean)
     i = int(np.argmin(mean))
@@ -424,3 +353,102 @@ def choose_shrink(
         float(mean[i]),
         float(mean[-1]),
     )
+
+
+class _Simulation:
+    """Simulated use sets and labelled resamples drawn from a model's confusion counts.
+
+    The population: each cell's true positives as counted, its false positives spread by the
+    shrunk mix the adaptation itself assumes (so the use sets hold (cell, class) pairs the
+    labelled resample may lack, as real ones do)."""
+
+    def __init__(self, stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth):
+        N = stats.table.toarray()
+        m, K = N.shape
+        self.m, self.K = m, K
+        self.cell_class = cell_class = stats.cell_class
+        rows = np.arange(m)
+        tp = N[rows, cell_class]
+        T = (
+            shrunk_fp_mix(N, cell_class, stats.confusion(), fp_pseudocount)
+            * (N.sum(axis=1) - tp)[:, None]
+        )
+        T[rows, cell_class] = tp
+        flat = T.ravel()
+        self.nz = nz = np.flatnonzero(flat > 0)
+        total = float(N.sum())
+        col = T.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # P(cell | true class)
+            self.cond = np.where(col > 0, T / np.where(col > 0, col, 1.0), 0.0)
+        if nz.size == 0 or n_use <= 0:
+            return
+        self.p_lab = flat[nz] / flat[nz].sum()
+        self.cdf_lab = np.cumsum(self.p_lab)
+        self.n_lab = max(1, int(round(total)))
+        self.source = stats.source_priors()
+        self.n_use, self.n_sim, self.seed, self.truth = n_use, n_sim, seed, truth
+        self.estimator, self.prior_strength = estimator, prior_strength
+        self.fp_pseudocount = fp_pseudocount
+        self.shared = np.random.default_rng(seed)
+
+    def run(self, pi_true):
+        """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change per lam
+        (n_sim, L).
+
+        "moment" compares rounds: each draws the same resamples (common random numbers); "estimate"
+        draws on from one generator (its two rounds are not compared)."""
+        grid, n_sim, n_use, nz, K = SHRINK_GRID, self.n_sim, self.n_use, self.nz, self.K
+        rng = np.random.default_rng(self.seed) if self.truth == "moment" else self.shared
+        p_use = (self.cond * pi_true).ravel()[nz]
+        p_use /= p_use.sum()
+        cdf_use = np.cumsum(p_use) if p_use.size > INVERSION_RATIO * n_use else None
+        change = np.zeros((n_sim, grid.size))
+        err = np.zeros(n_sim)
+        for s in _progress.bar(range(n_sim), desc="safety simulation", unit=" use sets"):
+            li, lv = draw_counts(rng, self.p_lab, self.n_lab, self.cdf_lab)
+            ui, uv = draw_counts(rng, p_use, int(n_use), cdf_use)
+            li, ui = nz[li], nz[ui]
+            est, c, q, tp_u, m_cells, ps = self._estimate(li // K, li % K, lv, ui // K, ui % K, uv)
+            err[s] = np.mean((_ratios(est, ps) - _ratios(pi_true, self.source)) ** 2)
+            pis = (1.0 - grid)[:, None] * ps + grid[:, None] * est  # (L, K)
+            # a class absent from the resample keeps ratio 1 (unchanged) at every lam
+            W = _ratios(pis, ps)
+            c_lam = adapt_confidence(c[:, None], W[:, self.cell_class].T, q.dot(W.T))  # (m, L)
+            nll = binary_nll(tp_u[:, None], (m_cells - tp_u)[:, None], c_lam).sum(axis=0)
+            change[s] = (nll - binary_nll(tp_u, m_cells - tp_u, c).sum()) / n_use
+        return err, change
+
+    def _estimate(self, ci, cj, cv, ui, uj, uv):
+        """The estimator on a labelled resample (cell, class, count) and a use set (cell, class,
+        count).
+
+        Returns the estimate, each cell's TP share c and false-positive mix q (a
+        :class:`CellMix`), the use set's TPs and rows per cell, and the resample's priors. The
+        mix is kept sparse plus one shared vector, so 1,000 classes cost the draws' nonzeros.
+        """
+        m, K, cell_class = self.m, self.K, self.cell_class
+        col_s = np.bincount(cj, cv, K)
+        ps = col_s / col_s.sum()
+        is_tp = cj == cell_class[ci]
+        n_cell = np.bincount(ci, cv, m)
+        tp_s = np.bincount(ci[is_tp], cv[is_tp], m)
+        tp_u = np.bincount(ui[uj == cell_class[ui]], uv[uj == cell_class[ui]], m)
+        m_cells = np.bincount(ui, uv, m)
+        c = (tp_s + 0.5) / (n_cell + 1.0)  # a cell's TP share, never 0 or 1
+        q = CellMix.of(
+            ci[~is_tp], cj[~is_tp], cv[~is_tp], cell_class, K, col_s, self.fp_pseudocount
+        )
+        if self.estimator == "bbse":
+            Ns = np.zeros((m, K))
+            Ns[ci, cj] = cv
+            est = bbse_priors(Ns, m_cells, ps, prior_strength=self.prior_strength)
+        else:
+            est = em_priors(
+                q.posteriors(c),
+                ps,
+                prior_strength=self.prior_strength,
+                weights=m_cells,
+                tol=SIM_EM_TOL,
+            )
+        return est, c, q, tp_u, m_cells, ps

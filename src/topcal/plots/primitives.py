@@ -2,7 +2,7 @@
 written, new figures and grids of panels, shared legends, histogram bars, the dashed diagonal and
 the shaded extrapolation.
 
-Moved out of ``draw.py`` as is (issue 38: no file over 600 lines), the helpers under public names
+Moved out of ``draw.py`` as is (no file over 600 lines), the helpers under public names
 (``draw.py`` imports them; it re-exports ``METHOD_COLORS``, ``plain`` and ``plain_all``).
 matplotlib is imported inside the functions, so importing this module stays light.
 """
@@ -91,7 +91,7 @@ def color_of(name: str, order: list[str]) -> str:
 
 
 #: Longest text :func:`plain` draws whole; longer names keep their start and end around an ellipsis
-#: (matplotlib took minutes to lay out a report's 10,000-character class names, issue 37).
+#: (matplotlib took minutes to lay out a report's 10,000-character class names).
 MAX_DRAWN = 80
 
 

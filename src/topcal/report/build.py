@@ -10,8 +10,10 @@ import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Sequence
 
 from .._fileio import check_report_dir, report_dir
+from .._typing import ArrayLike, PathLike
 from .._tables import printable
 from .._version import __version__
 from ..calibrators import available_methods, get_class
@@ -90,22 +92,22 @@ def default_methods(data: TopLabelData) -> list[str]:
 
 def build_report(
     data: TopLabelData,
-    out_dir,
+    out_dir: PathLike,
     *,
     eval_data: TopLabelData | None = None,
-    methods=None,
+    methods: Sequence[str] | str | None = None,
     extra: TopLabelData | None = None,
     title: str = "topcal calibration report",
     data_label: str = "data",
     dpi: int = 90,
-    progress=None,
+    progress: Any = None,
     folds: int | None = 5,
     seed: int = 0,
     params: dict | None = None,
     force: bool = False,
-    adapted=None,
-    thresholds=None,
-    classes=None,
+    adapted: Any = None,
+    thresholds: Any = None,
+    classes: ArrayLike | None = None,
 ) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 

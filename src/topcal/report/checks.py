@@ -125,7 +125,9 @@ class FindingGroup:
         return f"{len(self.findings)} {self.title}; worst: {worst}{more}."
 
 
-def group_findings(findings, *, expand: int = 8) -> list:
+def group_findings(
+    findings: list[Finding], *, expand: int = 8
+) -> list[Finding | FindingGroup]:
     """Findings grouped by kind, in order of first appearance; within a kind, worst first.
 
     Returns a list whose items are a :class:`Finding` (a kind with at most
@@ -183,8 +185,8 @@ def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
 def diagnose(
     data: TopLabelData,
     models: dict,
-    comparison,
-    holdout=None,
+    comparison: Comparison,
+    holdout: Comparison | None = None,
     *,
     min_positives: float = MIN_POSITIVES,
     max_sign_changes: int = MAX_SIGN_CHANGES,
@@ -326,7 +328,7 @@ def diagnose(
             b = res[best].nll.per_class[c]
             # every method loses to the raw score by more than the closeness ratio: "gains little"
             # would hide
-            # harm (issue 34: a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
+            # harm (a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
             if b is not None and b > CLOSE_NLL_RATIO * u:
                 out.append(
                     Finding(

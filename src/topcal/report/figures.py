@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from .. import plots
 from ..data import TopLabelData
 from ..evaluate import Comparison, MethodMetrics, MetricValues
 from .classes import MAX_FIGURE_CLASSES, choose_classes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "report_figures",
@@ -38,7 +42,7 @@ _BINARY_TS = ("btswa", "bts")
 _ADDED_PREFERENCE = ("kde-mon2", "kde-mon", "kde", "hist")
 
 
-def figure_png(fig, *, dpi: int = 90) -> bytes:
+def figure_png(fig: Figure, *, dpi: int = 90) -> bytes:
     """A matplotlib Figure as PNG bytes (Agg, no global state)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)

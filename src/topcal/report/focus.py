@@ -1,7 +1,7 @@
-"""The report's default: fit what the user is deciding about, once (issue 34, item 3).
+"""The report's default: fit what the user is deciding about, once.
 
 ``auto`` is fitted on all the data, and its own cross-validation (every candidate cross-fitted on
-the same seeded folds: :func:`~topcal.calibrators.select.crossfit.recording` keeps the run) gives
+the same seeded folds, appended to the fit's :class:`~topcal.calibrators.context.FitContext`) gives
 the out-of-sample metrics of every candidate, nothing fitted again. ``auto``'s row is its choice's
 (its blend's) out-of-fold confidences: the choice was made on those folds, so that row is
 slightly optimistic (``--methods all`` cross-fits ``auto`` itself, nested, at the cost of
@@ -9,7 +9,7 @@ slightly optimistic (``--methods all`` cross-fits ``auto`` itself, nested, at th
 :data:`PEERS` best other candidates are fitted on all the data too, for the figures and the
 fitted parameters (and, where none of those has a per-class curve, the best candidate that
 has). Before, the default fitted every method 5-fold with ``auto``'s inner cross-validation in
-every fold (1 min 41 s on 25,000 ImageNet rows, 1,000 classes; issue 34).
+every fold (1 min 41 s on 25,000 ImageNet rows, 1,000 classes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..calibrators.select.auto import Auto
-from ..calibrators.select.crossfit import recording
+from ..calibrators.context import FitContext
 from ..calibrators.registry import BASELINE, lookup
 from ..calibrators.wrapper import Wrapper
 from ..comparison import Comparison
@@ -96,10 +96,16 @@ def focused_fits(
     if folds is not None:
         own.setdefault("folds", int(folds))
     own.setdefault("seed", int(seed))
-    with recording() as runs:
-        models, _ = fit_methods(
-            data, [AUTO], params={AUTO: own}, progress=progress, diagnostics=diagnostics
-        )
+    context = FitContext()  # auto's cross-validation runs, reused below
+    models, _ = fit_methods(
+        data,
+        [AUTO],
+        params={AUTO: own},
+        progress=progress,
+        diagnostics=diagnostics,
+        context=context,
+    )
+    runs = context.runs
     auto = models.get(AUTO)
     choice = auto.choice() if auto is not None else None
     peers = peers_of(choice, PEERS, auto.has_curve) if choice is not None else []

@@ -66,6 +66,8 @@ from ._ltt import (
     sequences,
     sgr_threshold,
 )
+from .._typing import ArrayLike, PathLike
+from ..calibrators.base import Calibrator
 from ..data import TopLabelData
 from ..errors import DataError, NotFittedError, TopcalError, TopcalWarning
 from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP
@@ -291,16 +293,16 @@ def check_not_fitting_data(model, data: TopLabelData) -> None:
 
 
 def fit_thresholds(
-    model,
-    data,
+    model: Calibrator,
+    data: TopLabelData | ArrayLike | PathLike,
     precision: float = 0.95,
     delta: float = 0.05,
     *,
     mode: str = "per-class",
     multiplicity: str = "per-class",
-    pool_below=POOL_AUTO,
-    y=None,
-    classes=None,
+    pool_below: float | str = POOL_AUTO,
+    y: ArrayLike | None = None,
+    classes: ArrayLike | None = None,
     kind: str = "auto",
 ) -> Thresholds:
     """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 -

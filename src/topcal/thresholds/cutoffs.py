@@ -4,7 +4,7 @@
 test), :class:`Thresholds` (all of them with the guarantee they carry: ``accept``, the notebook
 view, the statements), :func:`model_digest` (which model they belong to) and the versioned JSON
 file with a checksum (:meth:`Thresholds.save`, :func:`load_thresholds`, :func:`loads_thresholds`),
-every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (issue 38: no file
+every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (no file
 over 600 lines); that module chooses the cut-offs (Learn-then-Test) and re-exports every name here.
 """
 
@@ -21,7 +21,9 @@ import numpy as np
 
 from .._fileio import read_text, write_text
 from .._params import Interval, Options, validate_params
+from .._typing import ArrayLike, PathLike
 from .._version import __version__
+from ..calibrators.base import Calibrator
 from ..data import preview
 from ..errors import DataError, ModelFileError, TopcalError
 from ..persist import canonical_json
@@ -144,7 +146,7 @@ class ClassCutoff:
     def from_dict(cls, d: dict) -> "ClassCutoff":
         """Rebuild from :meth:`to_dict` output; every field checked (raises ValueError): a
         hand-edited cut-off of -inf, 2 or true would accept rows no guarantee covers. ``group`` and
-        ``score_cutoff`` are absent from files before issue 33 (read as None)."""
+        ``score_cutoff`` may be absent from a file (read as None)."""
         if not isinstance(d, dict):
             raise ValueError(f"a cut-off entry must be an object, got {type(d).__name__}")
         unit, count = Interval(0, 1), Interval(0, None)
@@ -159,7 +161,7 @@ class ClassCutoff:
         on = _field(d, "on", str) if "on" in d else "confidence"
         if on not in ON:
             raise ValueError(f"on must be one of {', '.join(ON)}")
-        out = cls(
+        out = cls(  # type: ignore[call-arg]  # the checker does not count the unpacked fields
             name,
             _field(d, "cutoff", unit if on == "confidence" else Interval(None, None), True),
             level,
@@ -217,7 +219,7 @@ class Thresholds:
             return np.full(len(self.classes), v)
         return np.array([np.nan if c.cutoff is None else c.cutoff for c in self.per_class])
 
-    def check_model(self, model) -> None:
+    def check_model(self, model: Calibrator) -> None:
         """Raise TopcalError unless ``model`` is the model these thresholds were chosen for."""
         if tuple(model.classes_) != self.classes:
             raise TopcalError(
@@ -232,13 +234,15 @@ class Thresholds:
                 "or updated since); choose them again for this model with topcal threshold"
             )
 
-    def accept(self, pred, confidence, score=None) -> np.ndarray:
+    def accept(
+        self, pred: ArrayLike, confidence: ArrayLike, score: ArrayLike | None = None
+    ) -> np.ndarray:
         """Whether each row is accepted: its calibrated confidence reaches its predicted class's
         cut-off.
 
         ``pred``: class indices in ``classes``; rows of a class without a cut-off are not accepted.
         ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
-        where a cut-off has a ``score_cutoff``: files since issue 33).
+        where a cut-off has a ``score_cutoff``).
         """
         confidence, score, pred = self._check_rows(pred, confidence, score)
         if self.mode == "global":
@@ -290,7 +294,7 @@ class Thresholds:
     @classmethod
     def from_dict(cls, d: dict) -> "Thresholds":
         """Rebuild from :meth:`to_dict` output; every field checked like a model file's
-        (raises ValueError). ``shared`` and ``pool_below`` are absent from files before issue 33."""
+        (raises ValueError). ``shared`` and ``pool_below`` may be absent from a file."""
         classes, per_class = _field(d, "classes", list), _field(d, "per_class", list)
         if not all(isinstance(c, str) for c in classes) or len(set(classes)) != len(classes):
             raise ValueError("classes must be distinct names (strings)")
@@ -353,7 +357,7 @@ class Thresholds:
         }
         return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
-    def save(self, path) -> None:
+    def save(self, path: PathLike) -> None:
         """Write as versioned JSON, atomically."""
         write_text(path, self.dumps())
 
@@ -522,10 +526,10 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
         raise ModelFileError(f"{source} is malformed ({why}); run topcal threshold again") from None
 
 
-def load_thresholds(path) -> Thresholds:
+def load_thresholds(path: PathLike) -> Thresholds:
     """Read a file written by :meth:`Thresholds.save` (or ``topcal threshold -o``)."""
     text = read_text(path, "thresholds file", ModelFileError)
-    path = os.fsdecode(path) if isinstance(path, (bytes, bytearray)) else path
+    path = os.fsdecode(bytes(path)) if isinstance(path, (bytes, bytearray)) else path
     return loads_thresholds(text, source=f"thresholds file {str(path)!r}")
 
 

@@ -110,7 +110,7 @@ class _CumulativeBase(ScoreCalibrator):
             "n_below": float(pp),
         }
 
-    # ------------------------------------------------ shrinkage from the classes' tables (issue 26)
+    # ------------------------------------------------ shrinkage from the classes' tables
     def _fit_all_classes(self, data):
         """The default class-by-class fit; a shrunk fit keeps each class's TP and FP weights per
         distinct score until its reference is made (:meth:`_pooled_seed`), and a reference seeded
@@ -293,7 +293,7 @@ class _CumulativeBase(ScoreCalibrator):
         of a score tells both its entry and whether it lies below theta: each slot holds the
         value the score takes there, Conf (:attr:`_conf`) and the (TP count, count) pair of its
         local counts (:attr:`_counts`), the products the per-row code forms. Those two layouts
-        are built on first use (issue 26, memory: a shrunk model needs only the counts, its
+        are built on first use (memory: a shrunk model needs only the counts, its
         reference only its shrunk values, an unshrunk fit only Conf), and so are the tables
         (:attr:`_tables`; a fit makes them at its end, :meth:`_fit`). Classes without a state
         get an empty table (zeros); their rows are handled by the callers.
@@ -306,7 +306,7 @@ class _CumulativeBase(ScoreCalibrator):
     def _tables(self) -> SortedTables:
         """The lookup tables (:meth:`_index_states`), made on first use: a fit lays out its counts
         (:meth:`_layout`, from the tables' sizes alone) and makes them at its end, when its scratch
-        is freed (issue 26, peak memory)."""
+        is freed (peak memory)."""
         if self._tables_index is _UNSET:
             size = self._table_sizes()
             offsets = np.concatenate([[0], np.cumsum(size)])
@@ -340,7 +340,7 @@ class _CumulativeBase(ScoreCalibrator):
         Written class by class into the layout (:meth:`SortedTables.slot_starts`) with slices: a
         class's keys up to and including its key below theta (:func:`_lookup_keys`) lie below theta
         and take the one bin's value, the rest are its scores from the first above theta on, each
-        with its own entry, and the slot after the last repeats the last entry (issue 26: no
+        with its own entry, and the slot after the last repeats the last entry (no
         per-key index arrays and no second copy of the layout, peak memory)."""
         size = self._table_sizes()
         start = SortedTables.slot_starts(size).tolist()

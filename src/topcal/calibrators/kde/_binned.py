@@ -157,7 +157,7 @@ class BinnedScanBatch:
     """
 
     #: Work arrays of one FFT call, at most (unless one row needs more): rows go WORK_BYTES
-    #: // (nfft x BYTES_PER_POINT) per call. Before 2026-11-27 every row of a level went in
+    #: // (nfft x BYTES_PER_POINT) per call. Once every row of a level went in
     #: one call, 6 arrays of 64 KB a row on the finest level (10 classes: 3.9 MB, ~5x a
     #: 10^4 x 10 input); a call of a few rows costs the same per row (the FFTs dominate).
     WORK_BYTES = 1 << 20

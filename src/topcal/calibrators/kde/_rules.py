@@ -108,7 +108,7 @@ OPT_ROUNDS = 3
 EXACT_MAX_ROWS = 512
 #: The same limit for the mon rules' scan: their binned classes are scanned in
 #: lockstep, where a (class, bandwidth) costs ~0.1 ms, less than the exact
-#: engine's 513 x rows terms above ~100 rows (measured 2026-11-26: 10^4 rows x 10
+#: engine's 513 x rows terms above ~100 rows (measured: 10^4 rows x 10
 #: classes of 220-512 rows fit 2.3 x faster with them binned). PhANNs' classes
 #: (100 binned rows each) stay exact.
 SCAN_EXACT_MAX_ROWS = 128
@@ -150,113 +150,119 @@ def scan_mon_lockstep(batch, cands, max_changes) -> list:
     lower bound above max_changes (the same decisions). Returns (b, admissible, sign changes at
     b) per class.
     """
-    n = len(cands)
-    # per class: phase 0 = scanning the coarse candidates, 3 = the candidates between the last
-    # two coarse ones, 1 = refining, 2 = done
-    phase = [0] * n
-    pos = [0] * n  # candidate index, or point index within the round
-    coarse = [coarse_indices(c.size) for c in cands]
-    fine = [None] * n  # phase 3: the candidate indices between the last two coarse ones
-    at_coarse = [None] * n  # phase 3: (index, result) of the first admissible coarse candidate
-    rnd = [0] * n
-    bracket = [None] * n  # (lo, hi) in log b while refining
-    pts = [None] * n
-    bs_round = [None] * n
-    span = [None] * n  # (last inadmissible, first admissible) point of the round, 0 and 8 the ends
-    result = [None] * n
-    best = [None] * n
-
-    def start_round(i):
-        lo, hi = bracket[i]
-        pts[i] = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
-        bs_round[i] = np.exp(pts[i])
-        span[i] = (
-            0,
-            REFINE_POINTS + 1,
-        )  # bisection between the bracket's ends (points 1..7 inside)
-        pos[i] = (REFINE_POINTS + 1) // 2 - 1
-
-    def refine_from(i, j, res):
-        phase[i] = 1
-        bracket[i] = (np.log(cands[i][j - 1]), np.log(cands[i][j]))
-        best[i] = res
-        start_round(i)
-
-    def next_round(i):
-        rnd[i] += 1
-        if rnd[i] == REFINE_ROUNDS:
-            phase[i] = 2
-            result[i] = best[i]
-        else:
-            start_round(i)
-
-    active = list(range(n))
+    searches = [_MonSearch(c) for c in cands]
+    active = list(range(len(cands)))
     while active:
-        bw = np.array(
-            [
-                cands[i][coarse[i][pos[i]]]
-                if phase[i] == 0
-                else cands[i][fine[i][pos[i]]]
-                if phase[i] == 3
-                else bs_round[i][pos[i]]
-                for i in active
-            ]
-        )
+        bw = np.array([searches[i].bandwidth() for i in active])
         # an inadmissible count is only compared with max_changes, except at a class's last
         # candidate (its count is recorded when no candidate is admissible)
-        at_most = np.array(
-            [
-                np.inf if phase[i] == 0 and pos[i] + 1 == coarse[i].size else max_changes
-                for i in active
-            ]
-        )
+        at_most = np.array([searches[i].bound(max_changes) for i in active])
         changes = batch.sign_changes(active, bw, at_most)
         for i, b, c in zip(active, bw, changes):
-            good = c <= max_changes
-            if phase[i] == 0:
-                q = pos[i]
-                j = int(coarse[i][q])
-                if good and j == 0:
-                    phase[i], result[i] = 2, (float(b), True, int(c))
-                elif (
-                    good and j - 1 > coarse[i][q - 1]
-                ):  # candidates in between: the first admissible wins
-                    phase[i], pos[i] = 3, 0
-                    fine[i] = np.arange(int(coarse[i][q - 1]) + 1, j)
-                    at_coarse[i] = (j, (float(b), True, int(c)))
-                elif good:
-                    refine_from(i, j, (float(b), True, int(c)))
-                elif q + 1 == coarse[i].size:
-                    phase[i], result[i] = 2, (float(b), False, int(c))
-                else:
-                    pos[i] = q + 1
-            elif phase[i] == 3:
-                p = pos[i]
-                if good:
-                    refine_from(i, int(fine[i][p]), (float(b), True, int(c)))
-                elif p + 1 == fine[i].size:
-                    refine_from(i, *at_coarse[i])
-                else:
-                    pos[i] = p + 1
+            searches[i].step(float(b), int(c), c <= max_changes)
+        active = [i for i in active if searches[i].phase != _DONE]
+    return [s.result for s in searches]
+
+
+#: :class:`_MonSearch`'s phases: the coarse candidates, refining, done, and the candidates between
+#: the last two coarse ones
+_COARSE, _REFINE, _DONE, _FINE = 0, 1, 2, 3
+
+
+class _MonSearch:
+    """One class's state in :func:`scan_mon_lockstep`: which bandwidth it asks for next, and what
+    the answer to it decides."""
+
+    def __init__(self, cands):
+        self.cands = cands
+        self.phase = _COARSE
+        self.pos = 0  # candidate index, or point index within the round
+        self.coarse = coarse_indices(cands.size)
+        self.fine = None  # _FINE: the candidate indices between the last two coarse ones
+        self.at_coarse = None  # _FINE: (index, result) of the first admissible coarse candidate
+        self.rnd = 0
+        self.bracket = None  # (lo, hi) in log b while refining
+        self.pts = self.bs_round = None
+        self.span = None  # (last inadmissible, first admissible) point of the round, 0 and 8 ends
+        self.result = self.best = None
+
+    def bandwidth(self):
+        if self.phase == _COARSE:
+            return self.cands[self.coarse[self.pos]]
+        if self.phase == _FINE:
+            return self.cands[self.fine[self.pos]]
+        return self.bs_round[self.pos]
+
+    def bound(self, max_changes):
+        last = self.phase == _COARSE and self.pos + 1 == self.coarse.size
+        return np.inf if last else max_changes
+
+    def _start_round(self):
+        lo, hi = self.bracket
+        self.pts = lo + (hi - lo) * np.arange(1, REFINE_POINTS + 1) / (REFINE_POINTS + 1)
+        self.bs_round = np.exp(self.pts)
+        # bisection between the bracket's ends (points 1..7 inside)
+        self.span = (0, REFINE_POINTS + 1)
+        self.pos = (REFINE_POINTS + 1) // 2 - 1
+
+    def _refine_from(self, j, res):
+        self.phase = _REFINE
+        self.bracket = (np.log(self.cands[j - 1]), np.log(self.cands[j]))
+        self.best = res
+        self._start_round()
+
+    def step(self, b: float, c: int, good: bool):
+        """Take the sign changes ``c`` at the asked bandwidth ``b`` (``good``: admissible)."""
+        if self.phase == _COARSE:
+            self._step_coarse(b, c, good)
+        elif self.phase == _FINE:
+            p = self.pos
+            if good:
+                self._refine_from(int(self.fine[p]), (b, True, c))
+            elif p + 1 == self.fine.size:
+                self._refine_from(*self.at_coarse)
             else:
-                a, z = span[i]
-                mid = pos[i] + 1
-                if good:
-                    best[i] = (float(b), True, int(c))
-                    a, z = a, mid
-                else:
-                    a, z = mid, z
-                if z - a == 1:
-                    bracket[i] = (
-                        round_point(bracket[i], pts[i], a),
-                        round_point(bracket[i], pts[i], z),
-                    )
-                    next_round(i)
-                else:
-                    span[i] = (a, z)
-                    pos[i] = (a + z) // 2 - 1
-        active = [i for i in active if phase[i] != 2]
-    return result
+                self.pos = p + 1
+        else:
+            self._step_refine(b, c, good)
+
+    def _step_coarse(self, b, c, good):
+        q, coarse = self.pos, self.coarse
+        j = int(coarse[q])
+        if good and j == 0:
+            self.phase, self.result = _DONE, (b, True, c)
+        elif good and j - 1 > coarse[q - 1]:  # candidates in between: the first admissible wins
+            self.phase, self.pos = _FINE, 0
+            self.fine = np.arange(int(coarse[q - 1]) + 1, j)
+            self.at_coarse = (j, (b, True, c))
+        elif good:
+            self._refine_from(j, (b, True, c))
+        elif q + 1 == coarse.size:
+            self.phase, self.result = _DONE, (b, False, c)
+        else:
+            self.pos = q + 1
+
+    def _step_refine(self, b, c, good):
+        a, z = self.span
+        mid = self.pos + 1
+        if good:
+            self.best = (b, True, c)
+            z = mid
+        else:
+            a = mid
+        if z - a == 1:
+            self.bracket = (
+                round_point(self.bracket, self.pts, a),
+                round_point(self.bracket, self.pts, z),
+            )
+            self.rnd += 1
+            if self.rnd == REFINE_ROUNDS:
+                self.phase, self.result = _DONE, self.best
+            else:
+                self._start_round()
+        else:
+            self.span = (a, z)
+            self.pos = (a + z) // 2 - 1
 
 
 def scan_mon(engine, cand, max_changes: int) -> tuple[float, bool]:

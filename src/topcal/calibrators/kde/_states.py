@@ -5,7 +5,7 @@ Every layout keeps the bandwidth, engine, degenerate note, sign changes, admissi
 range and the table's range (``table_lo``, ``table_hi``), and:
 
 * ``"table"``: the kernel centres and weights (``points``, ``tp``, ``fp``) and the full prediction
-  table (``table``, ``table_n``): what a fit holds until it ends, what files before 2026-11-27
+  table (``table``, ``table_n``): what a fit holds until it ends, what older files
   hold (they load and save as they were), and what degenerate classes keep (two points);
 * ``"centres"``: the kernel centres and weights and the table's grid (``table_stride``: every
   that many fine cells), whose values are computed where a prediction needs them

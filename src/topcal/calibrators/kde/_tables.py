@@ -112,8 +112,8 @@ def wide_bandwidth_tables(states, count_scale, wide_sd, bounds=None):
 class GridTables:
     """Every class's prediction table as its values at knots of its grid, end to end.
 
-    A class's grid has ``cells`` cells over [table_lo, table_hi]. A full table (files before
-    2026-11-27, degenerate classes) has a knot at every grid point; a compact one
+    A class's grid has ``cells`` cells over [table_lo, table_hi]. A full table (older
+    files, degenerate classes) has a knot at every grid point; a compact one
     (``_states.py``) at some; a class that keeps its kernel centres has none here (its grid values
     are computed where needed, :meth:`centre_values`), nor has a class without state (two zero
     knots: its rows are overwritten). ``cells`` and ``values`` give every row's grid cell and the

@@ -94,8 +94,8 @@ class KDEBase(KDEFitting, ScoreCalibrator):
 
     #: Store each class's table compactly once fitted (``_compact.py``, docs/kde.md,
     #: "Persistence"): binned-engine classes at knots, exact-engine ones as their kernel centres.
-    #: False keeps the full tables and centres of every class (the layout of files before
-    #: 2026-11-27; for tests and benchmarks).
+    #: False keeps the full tables and centres of every class (the layout of older
+    #: files; for tests and benchmarks).
     compact = True
 
     # ----------------------------------------------------------------- fit

@@ -136,7 +136,7 @@ class KDEMon(KDEBase):
     summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 19)"
     _bandwidth_rule = rules.SELECTION_RULES["mon"]
     # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
-    # the local-linear bias term applies (their boundary bias at the top score, issue 33)
+    # the local-linear bias term applies (their boundary bias at the top score)
     WIDE_BANDWIDTH_SD = 0.5
 
 
@@ -153,7 +153,7 @@ class KDEMon2(KDEBase):
     )
     _bandwidth_rule = rules.SELECTION_RULES["mon2"]
     # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
-    # the local-linear bias term applies (their boundary bias at the top score, issue 33)
+    # the local-linear bias term applies (their boundary bias at the top score)
     WIDE_BANDWIDTH_SD = 0.5
 
 
@@ -168,7 +168,7 @@ class KDEMon4(KDEBase):
     summary = "kernel density ratio, smallest bandwidth with <= 4 slope sign changes"
     _bandwidth_rule = rules.SELECTION_RULES["mon4"]
     # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
-    # the local-linear bias term applies (their boundary bias at the top score, issue 33)
+    # the local-linear bias term applies (their boundary bias at the top score)
     WIDE_BANDWIDTH_SD = 0.5
 
 

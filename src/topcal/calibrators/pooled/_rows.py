@@ -109,7 +109,7 @@ class Rows:
     factor itself, bit for bit, so it is skipped. The pairwise products of the columns (the
     Hessian's and the leverages' terms, x_i x_j) are made where used, into a scratch buffer.
 
-    Memory (issue 26): every row-length intermediate of the Newton and LOO passes is written into a
+    Memory: every row-length intermediate of the Newton and LOO passes is written into a
     few buffers kept with the rows (``out=``; no fresh row-length arrays, whose page faults cost as
     much as the arithmetic): S, T, E (scratch), M (margins) and two probability buffers (the Newton
     iterate's and the trial step's). The arithmetic is the former allocating code's, operation for

@@ -34,12 +34,10 @@ al. 1984), the one of
 the lowest tier, and within a tier the one with the smallest mean. So on few
 samples a simpler fit that is as good as the best within noise wins over a
 richer one that won by chance, and where the data can tell, the best wins.
-From 2026-11-25 to 27 the default was 0.75: on the 32 cells of issue 22's grid
-(``benchmarks/bench_auto_tolerance.py``) it fixed one cell where a pooled curve chosen at 0.96 SE
-generalised 9% worse. The blend below fixes that cell at 1 SE too, with the same median over
-the grid, and on the full benchmark sets 0.75 lost 0.24% on DenseNet-BC-100 CIFAR-100 (5-fold)
-where 1 loses 0.2% on LeNet-5 CIFAR-10 (2-fold) and stays ahead of every peer there
-(docs/benchmarks.md, "auto-blend").
+Why 1 and not 0.75: on the 32 cells of the auto-rule grid
+(``benchmarks/bench_auto_tolerance.py``) 0.75 fixed one cell where a pooled curve chosen at
+0.96 SE generalised 9% worse, but the blend below fixes that cell at 1 SE too, and on the full
+benchmark sets 0.75 lost 0.24% on DenseNet-BC-100 CIFAR-100 (docs/benchmarks.md, "auto-blend").
 The choice is global (one method for every class). A candidate that fails
 in a fold is dropped (recorded with its error), never fatal.
 
@@ -62,7 +60,7 @@ regression, before; docs/benchmarks.md), and 10^5 rows measure NLL differences o
 (the standard errors in the table say how well). Binned data always chooses on all its bins (its
 cost is its bins, not its counts). ``cv_rows=None`` always chooses on all the rows.
 
-**The first look** (``screen``; issue 36, :mod:`.staging`): before the K folds, one cheap fit of
+**The first look** (``screen``, :mod:`.staging`): before the K folds, one cheap fit of
 every candidate; only those within 3 standard errors of its best get the K folds (``stages_``).
 
 The model file records the choice, the best candidate, and every
@@ -102,6 +100,7 @@ from .rules import (
 from ..base import Calibrator, to_jsonable
 from .blend import Blend
 from .crossfit import cross_fit, refit_start
+from ..fullvector import fit_map, map_name
 from . import staging
 from ..registry import BASELINE, calibrator, fits_from_counts, get_class, register
 from ..wrapper import Wrapper
@@ -190,7 +189,7 @@ class Auto(Wrapper):
         "error": str or None}}``: held-out NLL of every candidate (mean over
         samples; per class, mean over the class's positives: kept for the
         chosen method, the blend's members and ``uncalibrated``, None for the
-        other candidates and for those that failed; files before 2026-11-27
+        other candidates and for those that failed; older files
         hold every candidate's).
     cv_samples_ : float
         Samples the cross-validation ran on (fewer than ``fit_samples_`` where
@@ -200,8 +199,8 @@ class Auto(Wrapper):
         ``update`` adds samples to the model, not to this).
     stages_ : dict or None
         The first look (:func:`~.staging.record`: its samples, margin, best, and per candidate
-        its first-look NLL and the stage it reached), or None where it did not run (files
-        before 2026-11-27 included: every candidate reached the K folds).
+        its first-look NLL and the stage it reached), or None where it did not run (older files
+        included: every candidate reached the K folds).
     """
 
     in_paper = (
@@ -253,7 +252,7 @@ class Auto(Wrapper):
         if self.candidates is None and data.n_classes > max(data.n_rows / 2, LARGE_SYSTEM_CLASSES):
             # tswa fits K awards and a temperature in one Newton system of (K + 1)^2 entries: with
             # over 1,000 classes and more than half the rows that outgrows the data (2,000 x 10^4:
-            # 28 x the input in memory, issue 37), each award on under two rows. Named, it runs.
+            # 28 x the input in memory), each award on under two rows. Named, it runs.
             run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
         if (
             self.candidates is None
@@ -294,9 +293,16 @@ class Auto(Wrapper):
         if self.cv_rows is not None and not data.is_binned and data.n_rows > self.cv_rows:
             choice = stratified_subsample(data, int(self.cv_rows), seed=int(self.seed or 0))
         look = run = None  # the first look (staging.py), then the K folds for its contenders
+        # the runs are appended where the caller asked for them (the report reuses them)
+        record = None if self._context is None else self._context.runs
         if self.screen is not None and len(names) > 1:
             look = staging.first_look(
-                choice, names, rows=int(self.screen), seed=self.seed or 0, folds=n_folds
+                choice,
+                names,
+                rows=int(self.screen),
+                seed=self.seed or 0,
+                folds=n_folds,
+                record=record,
             )
         if look is not None:  # one contender left: the K folds cannot change the choice
             names, margin = staging.contenders(look[0], staging.MARGIN), staging.MARGIN
@@ -313,6 +319,7 @@ class Auto(Wrapper):
                 desc="auto: cross-validation",
                 begin=look and look[3].warm,  # the all-data vs/sms from the first look's
                 done=look and look[3],  # its fold, where it is the K folds' first
+                record=record,
             )
             cv, self.cv_samples_ = tabulate_cv(run, names), float(choice.n_samples)
         best, self.best_ = choose(cv, float(self.tolerance))
@@ -327,6 +334,9 @@ class Auto(Wrapper):
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
+        # the vector map (fullvector.py) starts from the cross-validation's all-data fit of it
+        runs = [r for r in (run, look and look[3]) if r is not None]
+        map_warm = runs[0].warm.get(map_name(data.n_classes)) if runs and data.has_full else None
         warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
         del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
@@ -337,6 +347,8 @@ class Auto(Wrapper):
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
         self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
+        if self._map_wanted:
+            self._vector = fit_map(self, data, map_warm)
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.
@@ -592,7 +604,7 @@ class Auto(Wrapper):
                 "refitted_from must name another candidate of the cross-validation table"
             )
         self.refitted_from_ = was
-        # files before the first look (2026-11-27), and fits without one: none
+        # files written before the first look existed, and fits without one: none
         st = state.get("stages")
         self.stages_ = None if st is None else staging.check_record(st, list(cv))
 

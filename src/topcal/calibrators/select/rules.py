@@ -2,7 +2,7 @@
 cross-validation table, the rule and the blend.
 
 Moved out of :mod:`topcal.calibrators.select.auto` (which re-exports every name here, and whose
-docstring describes the rule and the blend) so that each file stays under 600 lines (issue 38).
+docstring describes the rule and the blend) so that each file stays under 600 lines.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CV_ROWS = 100_000
 #: (see ``Auto._names``).
 LARGE_SYSTEM_CANDIDATES, LARGE_SYSTEM_CLASSES = ("tswa",), 1000
 
-#: Candidates, simplest first. Not ``pooled-kde-mon2`` (from 2026-11-28): never chosen nor blended
+#: Candidates, simplest first. Not ``pooled-kde-mon2``: never chosen nor blended
 #: on the 29 held-out cells of bench_heldout.py (--quick, and --folds 2 on every set), whose
 #: choices and NLL it left unchanged when dropped; its b_mon2 bandwidth on the pooled scores is
 #: set by the sparse low scores and flattens the curve near 1 (its intervals covered 0.79 of
@@ -73,8 +73,8 @@ DEFAULT_CANDIDATES = (
 TOLERANCE = 1.0
 
 #: A blend replaces the choice only where its out-of-fold NLL is lower than the choice's by more
-#: than
-#: this many standard errors of the paired difference (the gate measured on issue 22's grid).
+#: than this many standard errors of the paired difference (the gate measured on the auto-rule
+#: grid, docs/benchmarks.md).
 BLEND_GATE = 1.0
 
 #: Components of a blend: the choice and the best others by mean cross-validated NLL.
@@ -185,8 +185,8 @@ def tabulate_cv(run, names) -> dict:
             + "); choose a method yourself"
         )
     lead = min(ok, key=lambda n: cv[n]["nll"])
-    # the others' losses made one at a time, once each (issue 36: not again for the paired
-    # difference): two row arrays a candidate are not all held at once (issue 26, peak memory)
+    # the others' losses made one at a time, once each (not again for the paired
+    # difference): two row arrays a candidate are not all held at once (peak memory)
     best = run.losses(lead)
     for n in ok:
         loss = run.losses(n)

@@ -1,5 +1,5 @@
 """Newton steps and covariances for arrowhead Hessians (private module of
-:mod:`topcal.calibrators.temperature`; issue 36).
+:mod:`topcal.calibrators.temperature`).
 
 tswa's parameters are one log-temperature and K award offsets b_g; a sample's log-odds depend on
 log T and on its own class's offset only, so the (K + 1) x (K + 1) Hessian is an *arrowhead*:

@@ -89,7 +89,7 @@ BINARY_SCORE_FLOOR = 1e-12
 #: stream it from memory K - 1 times): 8192 rows, fewer for wide rows so a
 #: block holds at most about _CHUNK_ELEMENTS entries (at K = 1000 a block of
 #: 8192 rows, 65 MB, made a fit's split 2.8 x slower than blocks of 256 rows;
-#: every row's numbers are the same whatever the blocks). Issue 26: about 2^14 entries (128 KB) a
+#: every row's numbers are the same whatever the blocks). About 2^14 entries (128 KB) a
 #: block,
 #: not 2^17: a block's gathered rows, their column indices and the gathered others are each that
 #: size,
@@ -157,9 +157,9 @@ def split_top(
         oc = others[:, a:b]
         # other entry r is column r left of the predicted class, r + 1 right of it: two shifted
         # copies (the same numbers as a gather by index, take_along_axis, at a fraction of its
-        # time; issue 26). Where the block's rows come in a few runs of one predicted class (a
+        # time). Where the block's rows come in a few runs of one predicted class (a
         # fit's canonical order at many classes), each run's two parts are copied once instead
-        # (issue 36: one copy of the block, not one and a masked one)
+        # (one copy of the block, not one and a masked one)
         cut = np.flatnonzero(pc[1:] != pc[:-1]) + 1
         if k >= RUN_CLASSES and cut.size < SPLIT_RUNS:
             for u, v in zip(np.concatenate([[0], cut]), np.concatenate([cut, [b - a]])):
@@ -190,7 +190,7 @@ def top_label_margin_rows(
     out = np.empty(n)
     beta = np.asarray(beta, dtype=np.float64)
     award = np.asarray(award, dtype=np.float64)
-    # blocks of about 2^15 entries (256 KB; 2^17 copied all of a 10^4 x 10 input at once, issue 26):
+    # blocks of about 2^15 entries (256 KB; 2^17 copied all of a 10^4 x 10 input at once):
     # each row's
     # numbers are its own (its max and sum run along the row), whatever the blocks
     step = max(1, (1 << 15) // max(k, 1))
@@ -248,7 +248,7 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
 #: The exp() scratch block of :func:`moment_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB)
 #: and
 #: _SCRATCH_COLS
-#: rows' columns (issue 26): two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input
+#: rows' columns: two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input
 #: at 10^4 x 100,
 #: and at 10^4 x 10 1.5 x. One block serves both of :func:`_block_moments`'s passes (exp(beta O),
 #: then it
@@ -277,7 +277,7 @@ def moment_scratch(others):
 def _cols(e, w):
     """The first ``w`` columns' worth of the scratch ``e`` as a C-contiguous (rows, w) array (its
     memory's start, not the strided view ``e[:, :w]``): the same numbers in every operation, and
-    element-wise passes over it run as one loop (issue 36: a class of 31 rows at K = 1,000 ran
+    element-wise passes over it run as one loop (a class of 31 rows at K = 1,000 ran
     999 loops of 31)."""
     r = e.shape[0]
     return e.reshape(-1)[: r * w].reshape(r, w)
@@ -352,7 +352,7 @@ def top_label_margin(d, others, beta, award) -> np.ndarray:
 #: PROB_CLIP (1e-12), the clip of :func:`topcal.metrics.nll`: the fitted loss
 #: is the reported one (to within eps) and no sample costs more than
 #: -log(eps) = 27.6 nats. Without it, probabilities of exactly 0 (floored at
-#: 1e-300 in the logs until issue 35, at 1.18e-38 since) made a confident mistake cost ~690 / T
+#: 1e-300 in the logs once, 1.18e-38 now) made a confident mistake cost ~690 / T
 #: nats,
 #: and a couple of such samples set T on their own (random forests, naive Bayes).
 #: The loss is smooth in m, so Newton keeps its exact derivatives.
@@ -408,7 +408,7 @@ def loss_derivs(m, tp, fp, loss, pq=None):
     if loss == "nll":
         # f_tp = -log u, u = eps + a p: f' = -a pq / u, f'' = -a pq (q - p) / u + (a pq / u)^2;
         # f_fp the same with p and q swapped and m -> -m
-        # (in place on fresh arrays, the same operations: fewer row-sized temporaries, issue 26)
+        # (in place on fresh arrays, the same operations: fewer row-sized temporaries)
         a = 1.0 - 2.0 * _EPS
         pq = p * q
         gt = np.divide(a * pq, np.add(a * p, _EPS))

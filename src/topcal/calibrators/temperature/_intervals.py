@@ -91,7 +91,7 @@ class TemperatureIntervals:
         :meth:`_cov_blocks`'s (log T and A / T of the fitted values, the same operations), and an
         NLL objective on the same rows gives the same numbers, so the covariance is that of a second
         pass
-        over the data without one (issue 26: that pass split every row of the score matrix again).
+        over the data without one (that pass split every row of the score matrix again).
         """
         theta = np.log(temps if at is None else temps[at : at + 1])
         b = (awards / temps) if at is None else (awards[at : at + 1] / temps[at : at + 1])
@@ -104,7 +104,7 @@ class TemperatureIntervals:
         last = nll._at if isinstance(nll, TopLabelObjective) else None
         if at is None and last is not None and np.allclose(last[0], x, rtol=4e-16, atol=0):
             # sts: the fit's own last point (log(exp(log T)) may differ from it by an ulp): its
-            # Hessian, not a second pass over the data and a third for the margins (issue 36)
+            # Hessian, not a second pass over the data and a third for the margins
             x = last[0]
         return (np.flatnonzero(classes) if at is None else [at], _Held(*nll.grad_hess(x)), x)
 

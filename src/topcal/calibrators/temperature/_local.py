@@ -1,5 +1,5 @@
 """sts's one temperature by steps on a local model of the rows (private module of
-:mod:`topcal.calibrators.temperature`; issue 36).
+:mod:`topcal.calibrators.temperature`).
 
 sts minimises F(theta) = sum_i loss(m_i), m_i = d_i beta - lse_i(beta), beta = exp(-theta), and
 every exact evaluation is a pass over the (K - 1, n) other entries (an exp() each; at 10^5 x 1,000
@@ -87,7 +87,7 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
     """:func:`._solver.bounded_newton`'s minimum of ``obj``, by the local model's steps where
     ``obj`` keeps its rows (one parameter: sts), else by bounded_newton itself.
 
-    ``fold`` (a cross-validation fold's fit from the all-data optimum, issue 36): the model's
+    ``fold`` (a cross-validation fold's fit from the all-data optimum): the model's
     first step, where it moves log T by at most :data:`FOLD_MOVE`, is the result, without the
     exact pass that would confirm it (the model lands within ~1e-8 of the fold's optimum from
     there: module docstring); its ``fun`` is then the model's value."""

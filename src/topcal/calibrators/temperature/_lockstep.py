@@ -1,5 +1,5 @@
 """The per-class fits of bts and btswa solved in lockstep (private module of
-:mod:`topcal.calibrators.temperature`; issue 26).
+:mod:`topcal.calibrators.temperature`).
 
 bts and btswa fit each class alone (one or two parameters, m = logit(s) / T + A / T), which one
 :func:`._solver.bounded_newton` per class did with a Python-level loop: about half of an ``auto``
@@ -42,7 +42,7 @@ class BinaryClassesObjective:
     def __init__(self, d, tp, fp, heads, counts, *, loss="nll", n_awards=0, others=None):
         self.d, self.tp, self.fp, self.loss, self.n_awards = d, tp, fp, loss, int(n_awards)
         self.heads, self.counts = heads, counts
-        # csts/cstswa (issue 36): the rows' other entries (K - 1, n), as TopLabelObjective's
+        # csts/cstswa: the rows' other entries (K - 1, n), as TopLabelObjective's
         self.others = others
         self._scratch = None if others is None else moment_scratch(others)
 

@@ -1,5 +1,5 @@
 """tswa's fit as a one-dimensional Newton on the profile loss (private module of
-:mod:`topcal.calibrators.temperature`; issue 36).
+:mod:`topcal.calibrators.temperature`).
 
 tswa minimises L(theta, b) over theta = log T and K award offsets b_g = A_g / T, where a sample's
 log-odds m = c(theta) + b_g, c = d beta - log sum_j exp(beta O_j), depend on theta and on its own
@@ -240,7 +240,7 @@ class ProfileObjective(Evaluated):
 
     def _margins(self):
         """The margins m = c + b at the last evaluation, written over c block by block (no n-sized
-        buffer of their own, issue 26's memory); the objective forgets that evaluation."""
+        buffer of their own memory); the objective forgets that evaluation."""
         if self._at is not None:
             for a in range(0, self.d.shape[0], BLOCK):
                 rows = slice(a, min(a + BLOCK, self.d.shape[0]))

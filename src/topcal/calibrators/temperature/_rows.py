@@ -67,7 +67,7 @@ def fit_split(data: TopLabelData, idx=None, source=None):
     return split_rows(data, idx, source)
 
 
-#: csts/cstswa solve their classes in lockstep (issue 36) on the split of all the rows at once:
+#: csts/cstswa solve their classes in lockstep on the split of all the rows at once:
 #: in a cross-validation fold it is made once anyway (:func:`fit_split`); elsewhere only up to this
 #: many other entries (32 MB), else class by class (one class's split at a time: peak memory).
 LOCKSTEP_SPLIT = 1 << 22
@@ -93,7 +93,7 @@ def class_rows(order, heads, c: int) -> np.ndarray:
     (a stable
     argsort), or where ``order`` is None (a fit's rows in their canonical order are sorted by class
     already:
-    no n-sized argsort, issue 26) the range ``heads[c]:heads[c + 1]``."""
+    no n-sized argsort) the range ``heads[c]:heads[c + 1]``."""
     return np.arange(heads[c], heads[c + 1]) if order is None else order[heads[c] : heads[c + 1]]
 
 

@@ -1,7 +1,7 @@
 """The model-file state of the temperature family: temperatures, awards, fitted classes, losses,
 the parameters' covariances and (bts/btswa) the curves' supports, written and checked on load. A
 base of :class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module),
-moved out of ``calibrator.py`` as is (issue 38: no file over 600 lines)."""
+moved out of ``calibrator.py`` as is (no file over 600 lines)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class SharedTemperatureScaling(TemperatureBase):
     tier = 1  # one temperature for all classes
     _warm_starts = True  # one temperature: cross-validation folds start from the all-data optimum
     # ... and that all-data fit from auto's first look's, auto's final fit from it (one convex
-    # problem in log T; issue 36: at 10^5 x 1,000 a cold all-data sts fit took 14 s, a warm 2.6 s)
+    # problem in log T: at 10^5 x 1,000 a cold all-data sts fit took 14 s, a warm 2.6 s)
     _warm_refit = True
     summary = "shared temperature scaling, softmax(log y / T), 1 parameter (paper section 9)"
     needs_full = True

@@ -30,6 +30,7 @@ __all__ = [
     "features",
     "feature_blocks",
     "data_margin",
+    "data_rest",
     "temperature",
     "top_margin",
     "margin_variance",
@@ -248,7 +249,7 @@ class VectorObjective:
 
     With ``pred`` (each row's original predicted class), every gradient pass also keeps the rows'
     :func:`top_margin` at its parameters (:meth:`margin_at`): the fit's confidence on its own rows
-    without another pass over them (issue 36: at 10^5 x 1,000 that pass was ~0.9 s a fit)."""
+    without another pass over them (at 10^5 x 1,000 that pass was ~0.9 s a fit)."""
 
     def __init__(self, x, labels, w, layout: Layout, reg: float, pred=None):
         self.x, self.labels, self.w, self.layout = (
@@ -434,11 +435,25 @@ def top_margin(layout: Layout, theta, x: np.ndarray, pred: np.ndarray) -> np.nda
 
 def data_margin(layout: Layout, theta, data: TopLabelData, beta: float, mix: float) -> np.ndarray:
     """:func:`top_margin` of :func:`features` of ``data`` (the same numbers), block by block from
-    the scores: a prediction makes no (n, K) array (issue 36: at 10^5 x 1,000 a fresh one cost
+    the scores: a prediction makes no (n, K) array (at 10^5 x 1,000 a fresh one cost
     0.6-4 s of page faults, the log and the rescale of it 2.5 s)."""
     out = np.empty(data.n_rows)
     for a, b, xb in feature_blocks(data, beta, mix):
         out[a:b] = _margin_block(layout, theta, xb, data.pred[a:b])
+    return out
+
+
+def data_rest(layout: Layout, theta, data: TopLabelData, beta: float, mix: float) -> np.ndarray:
+    """The map's distribution over each row's other classes, (n, K): softmax of u with the
+    original predicted class's entry left out (0 there; the others sum to 1). Computed like
+    :func:`data_margin`, block by block from the scores; with the confidence c = sigmoid(m) the
+    map's whole vector is c at k(X) and (1 - c) times this elsewhere."""
+    n, k = data.full.shape
+    out = np.empty((n, k))
+    for a, b, xb in feature_blocks(data, beta, mix):
+        u = layout.scores(xb, theta)
+        u[np.arange(b - a), data.pred[a:b]] = -np.inf
+        out[a:b] = _softmax_rows(u)[0]
     return out
 
 

@@ -1,5 +1,5 @@
 """The solver of ``vs`` and ``sms`` (private module of :mod:`topcal.calibrators.vector`; split from
-``_core.py``, issue 36): Newton with a subsampled Hessian, kept while it converges fast, or L-BFGS-B
+``_core.py``): Newton with a subsampled Hessian, kept while it converges fast, or L-BFGS-B
 where the parameters are many; the first stage on a subsample of the rows at large n; warm starts
 from a nearby optimum and its Hessian, and a cross-validation fold's stop (docs/vector.md).
 
@@ -32,7 +32,7 @@ __all__ = [
 #: parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would cost n K^2).
 NEWTON_MAX_PARAMS = 256
 #: ``vs`` (no off-diagonal part: 2K + 1 parameters, a Hessian of O(rows K^2) on at most
-#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes (issue 36): at
+#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes: at
 #: 8 x 10^4 x 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and
 #: 21.4 s, to the same optimum, and its Hessian lets the cross-validation folds and auto's final
 #: fit start warm (2-5 passes instead of 12-13; docs/vector.md).
@@ -58,7 +58,7 @@ SUBSAMPLE_ROWS = 50_000
 WARM_TOL = 1e-2
 #: A cross-validation fold's :func:`solve` (``fold``: from the all-data optimum, with its Hessian)
 #: stops at the first point whose Newton decrement is at most 2 x this x the loss, without taking
-#: that last step (approximate cross-validation, issue 36; docs/vector.md#fold-fits).
+#: that last step (approximate cross-validation; docs/vector.md#fold-fits).
 FOLD_TOL = 1e-10
 
 

@@ -29,6 +29,7 @@ from ._core import (
     VectorObjective,
     conf_from_margin,
     data_margin,
+    data_rest,
     features,
     inverse_pd,
     log_scores,
@@ -47,7 +48,8 @@ FIRST_STAGE_ROWS = 20_000
 #: The parameters' covariance is the inverse observed information on at most this many evenly
 #: spaced rows (every ceil(n / COV_ROWS)-th, its NLL part rescaled to all n rows): at 10^6 x 10 the
 #: all-row Hessian of sms was 1.5-3 s, a third of the fit; the 90% intervals' half-widths moved
-#: by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in tests/test_vector.py).
+#: by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in
+#: tests/unit/calibrators/vector/test_vector.py).
 COV_ROWS = 200_000
 
 #: The parameters' covariance (for ``predict_interval``) is computed and stored up to this many
@@ -106,8 +108,8 @@ class _VectorBase(Calibrator):
     #: the parameters' covariance (None until fitted, or where the delta method is not run)
     param_cov_ = None
     # a fold's fit starts from the all-data fit's parameters, first-stage temperature and Hessian
-    # (issue 36: with the Hessian kept, a fold's solve is a few gradient passes; without it the
-    # all-data fit cost more than the folds saved, issue 35)
+    # (with the Hessian kept, a fold's solve is a few gradient passes; without it the
+    # all-data fit cost more than the folds saved)
     _warm_starts = True
     #: auto's final fit may start from the cross-validation's all-data fit (auto.py)
     _warm_refit: ClassVar[bool] = True
@@ -285,7 +287,7 @@ class _VectorBase(Calibrator):
         """The top label's log-odds on ``data``'s rows (read-only where shared): inside a
         :func:`~..foldmemo.sharing` block of ``data`` (a cross-validation fold's test part, the
         first look's) kept for every model with the same map (a fold's ``vs`` and the map of its
-        ``vs-hier-platt`` are one solve: issue 36, at 1,000 classes one pass over the scores
+        ``vs-hier-platt`` are one solve: at 1,000 classes one pass over the scores
         costs about 3 exp/log an entry)."""
         state = np.concatenate([[float(self._off), self.beta_, self.mix_], self.theta_])
         key = "vector_margin:" + hashlib.sha1(state.tobytes()).hexdigest()
@@ -295,6 +297,15 @@ class _VectorBase(Calibrator):
                 return data_margin(self._layout(), self.theta_, data, self.beta_, self.mix_)
 
         return memo(data, key, compute)
+
+    def _vector_map(self) -> "_VectorBase":
+        """The map is the model itself: its whole vector is the calibrated one."""
+        return self
+
+    def _rest(self, data: TopLabelData) -> np.ndarray:
+        """The map's distribution over each row's other classes (:func:`._core.data_rest`)."""
+        with one_blas_thread():
+            return data_rest(self._layout(), self.theta_, data, self.beta_, self.mix_)
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""

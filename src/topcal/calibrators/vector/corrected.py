@@ -1,7 +1,7 @@
 """Whole-vector maps with a top-label curve on their confidence: ``vs-hier-platt``,
 ``sms-pooled-beta``.
 
-Issue 35, item 2: the whole-vector map decides how the probability mass moves between classes; a
+the whole-vector map decides how the probability mass moves between classes; a
 top-label curve then recalibrates the one number topcal scores, the map's confidence in the
 original top label: ``hier-platt`` (per-class Platt curves shrunk toward the pooled one) on
 ``vs``'s, one ``pooled-beta`` curve (3 parameters) on ``sms``'s. The curve is fitted on the map's
@@ -59,7 +59,7 @@ class _Corrected(Calibrator):
     _curve: ClassVar[type] = HierarchicalPlatt
     # the map's fit starts from the warm model's map (its parameters, first stage and Hessian), as
     # ``vs``/``sms`` do: the cross-validation folds from the all-data fit, auto's final fit from
-    # the folds' all-data fit or the first look's (issue 36); the curve starts cold
+    # the folds' all-data fit or the first look's; the curve starts cold
     _warm_starts = True
     _warm_refit: ClassVar[bool] = True
 
@@ -86,6 +86,10 @@ class _Corrected(Calibrator):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return self.curve_.predict(_as_scores(data, self.map_.predict(data)))
+
+    def _vector_map(self) -> Calibrator:
+        """The whole-vector map under the curve: the calibrated vector's other entries are its."""
+        return self.map_
 
     def _interval(self, data: TopLabelData, level: float):
         """The curve's interval at the ends of the map's: both estimation errors, added."""

@@ -386,22 +386,89 @@ def test_report_escapes_control_bytes_and_points_to_its_warnings(tmp_path):
 
 
 def test_wiggle_advice_names_kde_mon2_only_where_it_was_not_weighed():
-    from topcal.report.checks import _smoother
+    from topcal.report.checks import smoother_advice
 
     data = topcal.io.read_frame(_scores(3, 1500, seed=8))
     hist = topcal.calibrator("hist").fit(data)
     auto = topcal.calibrator("auto", candidates=["hist", "kde-mon2"], folds=2).fit(data)
-    assert _smoother(hist) == "compare kde-mon2"
-    assert "compare kde-mon2" not in _smoother(auto)
-    assert "chosen by cross-validated NLL" in _smoother(auto)
+    assert smoother_advice(hist) == "compare kde-mon2"
+    assert "compare kde-mon2" not in smoother_advice(auto)
+    assert "chosen by cross-validated NLL" in smoother_advice(auto)
 
 
 def test_thresholds_page_states_the_pool_size_the_code_uses():
     from pathlib import Path
 
-    from topcal.thresholds.core import _pool_below
-
-    size = _pool_below("auto", 0.9, 0.05, "per-class", 10)
+    held = topcal.io.read_frame(_scores(3, 3000, seed=11))
+    model = topcal.calibrator("hist").fit(topcal.io.read_frame(_scores(3, 3000, seed=12)))
+    size = topcal.fit_thresholds(model, held, precision=0.9, delta=0.05).pool_below
     docs = Path(__file__).resolve().parents[2] / "docs"
     page = (docs / "thresholds.md").read_text(encoding="utf-8")
     assert f"fewest its test can use: {size:.0f} at precision 0.9 and δ = 0.05" in page
+
+
+# ============================================== R1: every route of an update checks the overlap
+@pytest.fixture(scope="module")
+def fitted_hist(tmp_path_factory):
+    d = tmp_path_factory.mktemp("update")
+    frame = _scores(3, 6000, seed=9)
+    frame.iloc[:3000].to_csv(d / "fit.csv", index=False)
+    frame.iloc[3000:].to_csv(d / "new.csv", index=False)
+    # 80% fitting rows (the sketches estimate a share to about +-6 points here)
+    pd.concat([frame.iloc[:2400], frame.iloc[3000:3600]]).to_csv(d / "mixed.csv", index=False)
+    assert_ok(call("fit", d / "fit.csv", "--method", "hist", "-o", d / "m.json"))
+    return d
+
+
+@pytest.mark.parametrize("extra", [(), ("--chunk-rows", "500")])
+def test_update_refuses_the_fitting_rows_on_every_route(fitted_hist, tmp_path, extra):
+    d = fitted_hist
+    for name, what in (("fit.csv", "same as data already in"), ("mixed.csv", "of these rows are")):
+        r = call("update", d / "m.json", d / name, *extra, "-o", tmp_path / "u.json")
+        assert_error(r, what, "count them twice")  # chunked, mixed.csv passed before
+    assert not (tmp_path / "u.json").exists()
+    r = assert_ok(call("update", d / "m.json", d / "new.csv", *extra, "-o", tmp_path / "u.json"))
+    assert "warning" not in r.stderr
+
+
+def test_update_from_evidence_checks_the_overlap(fitted_hist):
+    from topcal.errors import DataError
+
+    model = topcal.load(fitted_hist / "m.json")
+    fit = topcal.read_data(fitted_hist / "fit.csv", classes=list(model.classes_))
+    with pytest.raises(DataError, match="count them twice"):
+        model.update(model.evidence_of(fit))
+    mixed = topcal.read_data(fitted_hist / "mixed.csv", classes=list(model.classes_))
+    with pytest.raises(DataError, match="about [7-9][0-9]% of these rows are rows the model"):
+        model.update(model.evidence_of(mixed))
+    new = topcal.read_data(fitted_hist / "new.csv", classes=list(model.classes_))
+    model.update(model.evidence_of(new))  # honest rows pass
+    assert model.evidence_.fingerprint.n_rows == 6000
+
+
+# ============================================== R7: honest data on discrete scores is not refused
+def _votes(n, seed, trees=200, k=3):
+    """A forest's outputs: each row's probabilities are votes / trees, so values recur."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(k, 0.3), n)
+    counts = np.array([rng.multinomial(trees, q) for q in p])
+    y = np.array([rng.choice(k, p=q) for q in p])
+    return topcal.TopLabelData.from_probs(counts / trees, y, classes=["a", "b", "c"])
+
+
+def test_honest_vote_data_is_not_taken_for_fitting_rows():
+    import warnings
+
+    from topcal.errors import DataError
+    from topcal.thresholds.core import check_not_fitting_data
+
+    for seed in range(3):
+        fit, held = _votes(3000, 2 * seed), _votes(3000, 2 * seed + 1)
+        model = topcal.calibrator("hist").fit(fit)
+        ov = model.evidence_.fingerprint.overlap(held)
+        assert ov.of_fit == 0.0 and ov.of_data == 0.0, ov  # 0.22-0.33 of recurring values before
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_not_fitting_data(model, held)
+        with pytest.raises(DataError, match="rows the model was fitted on"):
+            check_not_fitting_data(model, fit.subset(np.arange(2500)))  # a re-use still is

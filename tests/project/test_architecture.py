@@ -25,8 +25,9 @@ PKG = SRC / "topcal"
 #: ``np.searchsorted``), below the calibrator API that wraps them; the binary
 #: temperature scalings' many-class objective (``_lockstep``, out of ``_core`` since
 #: issue 26) against the per-class one; sts's local-model solver (``_local``, issue 36) against
-#: bounded_newton; the recycling of scratch arrays (``_recycle``, issue 36) against aliasing.
-#: Nothing else in the tests reaches private names.
+#: bounded_newton; the recycling of scratch arrays (``_recycle``, issue 36) against aliasing; the
+#: CSV quote rule and its inverse, and the column formatting of tables (``_tables``, issue 52),
+#: against the rules docs/cli.md states. Nothing else in the tests reaches private names.
 TEST_PRIVATE_MODULES = {
     "topcal.calibrators.kde._engine",
     "topcal.calibrators.kde._rules",
@@ -44,6 +45,7 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.pooled._rows",
     "topcal.calibrators.pooled._solve",
     "topcal.calibrators.pooled._strength",
+    "topcal._tables",
 }
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "include_point",
     "INTERVAL_SINCE",
     "widen",
+    "widen_toward",
 ]
 
 #: The topcal version from which fitted models store everything their intervals need.
@@ -138,21 +139,54 @@ def widen(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
     which is the same to first order and keeps the limits strictly inside (0, 1).
     """
     z = float(ndtri(0.5 * (1.0 + level)))
+    return _move(lo, conf, z * _abs(bias), -1.0), _move(hi, conf, z * _abs(bias), 1.0)
+
+
+def widen_toward(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi] widened on one side for a signed estimated bias of ``conf`` (a step's: the truth
+    at the score lies about ``bias`` above the bin's rate): that side's distance d from ``conf``
+    grows to sqrt(d^2 + (z1 bias)^2), z1 the one-sided normal quantile of ``level`` (the error
+    goes one way); the other side is kept, since the sign is an estimate too.
+
+    A limit p moved by e goes to p^2 / (p + e) below (1 - q^2 / (q + e), q = 1 - p, above):
+    about p - e where e is small against p, increasing in p (levels stay nested), never 0 or 1.
+    """
+    z1 = float(ndtri(level))
     conf = np.asarray(conf, dtype=np.float64)
-    with np.errstate(over="ignore"):  # |bias| near the float maximum: inf, see move()
-        extra = z * np.abs(np.asarray(bias, dtype=np.float64))
+    bias = np.asarray(bias, dtype=np.float64)
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    extra = z1 * _abs(bias)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        d_lo, d_hi = np.abs(conf - lo), np.abs(hi - conf)
+        e_lo = np.sqrt(d_lo * d_lo + extra * extra) - d_lo
+        e_hi = np.sqrt(d_hi * d_hi + extra * extra) - d_hi
+        q = 1.0 - hi
+        new_lo = np.nan_to_num(lo * lo / (lo + e_lo))
+        new_hi = 1.0 - np.nan_to_num(q * q / (q + e_hi))
+    # never 0 or 1 where the limit was not (1 - q^2 / (q + e) rounds to 1 for q near 1e-9)
+    new_lo = np.maximum(new_lo, np.minimum(lo, 1e-300))
+    new_hi = np.minimum(new_hi, np.maximum(hi, 1.0 - 2.0**-53))
+    return np.where(bias < 0, new_lo, lo), np.where(bias > 0, new_hi, hi)
 
-    def move(p, sign):
-        d = np.abs(conf - p)
-        p = np.clip(p, 1e-300, 1.0 - 1e-16)
-        # A bias estimate that is unbounded where the class has almost no density (kde's
-        # derivative terms over a near-zero count; nan_to_num turns them into 1.8e308) makes
-        # the step overflow to inf: the limit then saturates at the clip below, as intended
-        # (an unbounded bias leaves the whole range possible), so the overflow is harmless.
-        with np.errstate(over="ignore"):
-            step = np.sqrt(d * d + extra * extra) - d
-            shift = sign * step / (p * (1.0 - p))
-        # log-odds held within +-36, where expit is still strictly inside (0, 1) in doubles
-        return expit(np.clip(np.log(p) - np.log1p(-p) + shift, -36.0, 36.0))
 
-    return move(np.asarray(lo, dtype=np.float64), -1.0), move(np.asarray(hi, dtype=np.float64), 1.0)
+def _abs(bias) -> np.ndarray:
+    with np.errstate(over="ignore"):  # |bias| near the float maximum: inf, see _move
+        return np.abs(np.asarray(bias, dtype=np.float64))
+
+
+def _move(p, conf, extra, sign) -> np.ndarray:
+    """Limit ``p`` moved away from ``conf`` (``sign``: -1 down, 1 up) so that its distance d
+    becomes sqrt(d^2 + extra^2), on the log-odds scale at its local slope."""
+    conf = np.asarray(conf, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    d = np.abs(conf - p)
+    p = np.clip(p, 1e-300, 1.0 - 1e-16)
+    # A bias estimate that is unbounded where the class has almost no density (kde's
+    # derivative terms over a near-zero count; nan_to_num turns them into 1.8e308) makes
+    # the step overflow to inf: the limit then saturates at the clip below, as intended
+    # (an unbounded bias leaves the whole range possible), so the overflow is harmless.
+    with np.errstate(over="ignore"):
+        step = np.sqrt(d * d + extra * extra) - d
+        shift = sign * step / (p * (1.0 - p))
+    # log-odds held within +-36, where expit is still strictly inside (0, 1) in doubles
+    return expit(np.clip(np.log(p) - np.log1p(-p) + shift, -36.0, 36.0))

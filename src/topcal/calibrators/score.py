@@ -478,19 +478,25 @@ class ScoreCalibrator(Calibrator):
         if not self._shrunk():
             lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
         bias = self._interval_bias(pred, score)
+        step = None
         if m_i is not None and self._shrunk():
             # the shrunk value is n / (n + m) the class's own estimate and m / (n + m) the
             # reference's: its binning or smoothing bias is theirs in those shares (where the class
             # has no rows near the score, the reference's alone, not the own estimate's unbounded)
-            # (a histogram: its own share only; the reference's binning bias on top, read off its
-            # coarser pooled bins, took the real-data cell coverage to 0.94-0.97, docs/intervals.md)
             own = n / np.maximum(n + self.shrinkage_[pred], 1e-300)
-            bias = own * bias
-            if not self.piecewise_counts:
-                zero = np.zeros(score.shape[0], np.int64)
-                bias += (1.0 - own) * self.reference_._interval_bias(zero, score)
+            zero = np.zeros(score.shape[0], np.int64)
+            ref = (1.0 - own) * self.reference_._interval_bias(zero, score)
+            if self.piecewise_counts:  # a step: the reference's share below, on its side only
+                bias, step = own * bias, np.where(none, 0.0, ref)
+            else:
+                bias = own * bias + ref
         if np.any(bias):
             lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
+        if step is not None and np.any(step):
+            # the reference's step has the class's bins, and its bias at a score a known sign (the
+            # truth moves along the slope from the bin's rate): the interval grows on that side;
+            # left out, a smooth truth was covered 0.68 (0.51 at 3,000 rows a class, issue 52)
+            lo, hi = intervals.widen_toward(lo, hi, conf, step, level)
         return intervals.include_point(lo, hi, conf)
 
     def curve(

@@ -201,9 +201,10 @@ def widen(spread: dict | None, lo, hi, conf, score, level: float, pred=None):
     d_lo, d_hi = c - _log_odds(lo), _log_odds(hi) - c
     if "cov" in spread:
         m, sd = posterior(spread, pred, conf)
+        # the own limits kept exactly (the log-odds round trip moves them by an ulp)
         return (
-            expit(np.minimum(c - d_lo, c + m - z * sd)),
-            expit(np.maximum(c + d_hi, c + m + z * sd)),
+            np.minimum(lo, expit(np.minimum(c - d_lo, c + m - z * sd))),
+            np.maximum(hi, expit(np.maximum(c + d_hi, c + m + z * sd))),
         )
     extra = z * at(spread, np.asarray(score, dtype=np.float64), conf)
     return (

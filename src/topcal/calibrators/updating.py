@@ -122,6 +122,9 @@ def merged_evidence(
     share = 1.0 if mark in seen else 0.0
     if isinstance(data, TopLabelData) and kept.fingerprint is not None:
         share = max(share, kept.fingerprint.overlap(data).of_data)
+    elif kept.fingerprint is not None and new.fingerprint is not None:
+        # statistics with their rows' fingerprint (streamed, Dask, evidence_of): the sketches
+        share = max(share, kept.fingerprint.shared(new.fingerprint))
     if share >= MAX_OVERLAP:
         raise DataError(
             f"{model.name}.update: "

@@ -139,3 +139,32 @@ def check_scores_in_range(score: np.ndarray, lo: float, hi: float, name: str = "
             f"{hi:g}]; "
             "declare a score_range (--score-range LO HI) that covers every score"
         )
+
+
+def check_row_index(index, n: int) -> np.ndarray:
+    """``index`` (integer row indices, negative from the end, or a boolean mask of ``n`` entries)
+    as a 1-d integer array of rows in range; one-line DataError otherwise."""
+    try:
+        idx = np.asarray(index)
+    except (TypeError, ValueError):
+        idx = np.asarray([None])  # ragged: reported below as what it is not
+    if idx.dtype == bool:
+        if idx.shape != (n,):
+            raise DataError(
+                f"a boolean subset mask needs one entry per row ({n}), got shape {idx.shape}"
+            )
+        idx = np.flatnonzero(idx)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise DataError(
+            "subset takes a 1-d sequence of integer row indices or a boolean mask, got "
+            f"{'dtype ' + str(idx.dtype) if idx.ndim == 1 else f'shape {idx.shape}'}"
+        )
+    if idx.size == 0:
+        raise DataError("subset is empty; select at least one row")
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < -n or hi >= n:
+        raise DataError(
+            f"subset index {lo if lo < -n else hi} is out of range for {n} rows "
+            f"(valid: {-n}..{n - 1})"
+        )
+    return idx

@@ -19,6 +19,7 @@ from ._checks import (
     as_matrix,
     check_finite_rows,
     check_range,
+    check_row_index,
     check_scores_in_range,
     row_blocks,
 )
@@ -509,30 +510,7 @@ class TopLabelData:
         without the
         true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not
         either)."""
-        n = self.pred.shape[0]
-        try:
-            idx = np.asarray(index)
-        except (TypeError, ValueError):
-            idx = np.asarray([None])  # ragged: reported below as what it is not
-        if idx.dtype == bool:
-            if idx.shape != (n,):
-                raise DataError(
-                    f"a boolean subset mask needs one entry per row ({n}), got shape {idx.shape}"
-                )
-            idx = np.flatnonzero(idx)
-        if idx.ndim != 1 or idx.dtype.kind not in "iu":
-            raise DataError(
-                "subset takes a 1-d sequence of integer row indices or a boolean mask, got "
-                f"{'dtype ' + str(idx.dtype) if idx.ndim == 1 else f'shape {idx.shape}'}"
-            )
-        if idx.size == 0:
-            raise DataError("subset is empty; select at least one row")
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < -n or hi >= n:
-            raise DataError(
-                f"subset index {lo if lo < -n else hi} is out of range for {n} rows "
-                f"(valid: {-n}..{n - 1})"
-            )
+        idx = check_row_index(index, self.pred.shape[0])
 
         def take(a):
             if a is None:

@@ -36,6 +36,13 @@ way: :meth:`Fingerprint.containment`); an update hashes its new rows by the mode
 fingerprints of two schemes do not merge (:meth:`Fingerprint.merge`). A topcal before schemes finds
 a scheme-2 file's rows by their coarse keys only.
 
+Rows found bit for bit count only beyond chance: where row values recur across samples (a
+forest's votes / trees, a few score levels) honest held-out data hold many of the fitting rows'
+values, so the recurrence inside the data (one random half's sketch found in the other half) is
+taken off, and an excess within 3 standard errors counts for nothing. An update that arrives as
+statistics with its rows' fingerprint (streamed, Dask, an Evidence) is compared sketch against
+sketch (:meth:`Fingerprint.shared`).
+
 Exact bits do not survive a re-encoding of the same rows (rounded to 6 decimals, float32, logits
 instead of probabilities, the top-score layout, percentages renormalised), so a second, coarse
 sketch (``coarse``, ``n_coarse``) keys each labelled per-sample row by its predicted and true
@@ -228,6 +235,20 @@ def coarse_hashes(data: TopLabelData, shift: int = 0) -> np.ndarray:
         return _mix(h ^ cell.view(np.uint64))
 
 
+def _chance(h: np.ndarray) -> float:
+    """How often another sample's distinct row values recur in rows hashed ``h`` by chance alone:
+    the share of one random half's sketch found in the other half, taken to the whole's size as
+    1 - (1 - c)^2 (each value found with probability 1 - (1 - p)^m in m rows). 0 where every
+    row is distinct (continuous scores: no value recurs)."""
+    if h.size < 4 or np.unique(h).size == h.size:
+        return 0.0
+    order = np.random.default_rng(0).permutation(h.size)  # fixed: the same data, the same answer
+    a, b = h[order[: h.size // 2]], h[order[h.size // 2 :]]
+    sketch = np.array(_bottom(a), dtype=np.uint64)
+    c = float(np.isin(sketch, b).mean()) if sketch.size else 0.0
+    return 1.0 - (1.0 - c) ** 2
+
+
 def _bottom(h: np.ndarray) -> tuple[int, ...]:
     """The :data:`SKETCH_SIZE` smallest distinct values of ``h`` (a bottom-k sketch)."""
     distinct = (
@@ -314,14 +335,24 @@ class Fingerprint:
         """(same rows, estimated share of the fitting rows that occur in ``data``).
 
         ``same rows``: ``data`` holds exactly the fitting rows (any order). ``data`` is hashed
-        by this fingerprint's scheme.
+        by this fingerprint's scheme. The share counts what recurs beyond chance: where rows'
+        values recur across samples (a forest's votes, a few score levels), honest data hold many
+        of the fitting rows' values; :func:`_chance` measures that recurrence inside ``data``
+        and only an excess sure to 3 standard errors counts (the rescaled excess).
         """
         h = row_hashes(data, self.scheme)
         same = data.n_rows == self.n_rows and (int(h.sum(dtype=np.uint64)) & _MASK) == self.total
         if not self.sketch:
             return same, 0.0
-        found = np.isin(np.array(self.sketch, dtype=np.uint64), h)
-        return same, float(found.mean())
+        found = float(np.isin(np.array(self.sketch, dtype=np.uint64), h).mean())
+        chance = _chance(h)
+        k = len(self.sketch)
+        se = np.sqrt((found * (1 - found) + chance * (1 - chance)) / k)
+        if chance <= 0.0 or found >= 1.0:
+            return same, found
+        if found - chance <= 3 * se:
+            return same, 0.0
+        return same, (found - chance) / (1.0 - chance)
 
     def overlap(self, data: TopLabelData) -> Overlap:
         """How much of ``data`` the fitting rows are (:class:`Overlap`)."""
@@ -356,6 +387,32 @@ class Fingerprint:
             # one score repeat bit for bit across samples
             of_data = of_fit * self.distinct_rows() / data.n_rows
         return Overlap(same, of_fit, 1.0 if same else min(of_data, 1.0))
+
+    def shared(self, other: "Fingerprint") -> float:
+        """Estimated share of ``other``'s rows that are rows of this fingerprint, bit for bit, from
+        the two sketches alone (an update that arrives as statistics: streamed, Dask, an
+        :class:`~topcal.evidence.core.Evidence`). The bottom-k sketch of the union holds every
+        hash of either set below its largest; those in both sketches estimate the sets' Jaccard
+        index J, and J x the union's distinct rows their common rows. 0 where the schemes differ
+        or either set's rows mostly repeat (binned counts, a few discrete scores: a shared row is
+        no shared sample there)."""
+        if (
+            other.scheme != self.scheme
+            or not self.sketch
+            or not other.sketch
+            or not other.n_rows
+            or self.distinct_rows() < 0.5 * self.n_rows
+            or other.distinct_rows() < 0.5 * other.n_rows
+        ):
+            return 0.0
+        union = sorted(set(self.sketch) | set(other.sketch))[:SKETCH_SIZE]
+        both = set(self.sketch) & set(other.sketch)
+        jaccard = sum(v in both for v in union) / len(union)
+        if len(union) < SKETCH_SIZE:
+            distinct = float(len(union))
+        else:
+            distinct = (SKETCH_SIZE - 1) / ((union[-1] + 1) / 2.0**64)
+        return min(jaccard * distinct / other.n_rows, 1.0)
 
     def to_dict(self) -> dict:
         # hex strings: 64-bit integers do not survive every JSON reader

@@ -20,6 +20,7 @@ __all__ = [
     "group_findings",
     "diagnose",
     "count_wiggles",
+    "smoother_advice",
     "align_classes",
     "KIND_TITLES",
     "MIN_POSITIVES",
@@ -284,7 +285,7 @@ def diagnose(
                         "wiggles",
                         f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
                         f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
-                        f"({_smoother(m)}).",
+                        f"({smoother_advice(m)}).",
                         c,
                         name,
                         severity=n_ch,
@@ -407,7 +408,7 @@ def align_classes(
     return other.with_classes(data.classes, what)
 
 
-def _smoother(model) -> str:
+def smoother_advice(model) -> str:
     """What to try instead of a curve that wiggles: kde-mon2, unless the model is a choice by
     cross-validation (``auto``), which already weighed kde-mon2 and the other candidates."""
     choice = model.choice() if isinstance(model, Wrapper) else None

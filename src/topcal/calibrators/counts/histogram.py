@@ -171,13 +171,18 @@ class Histogram(ScoreCalibrator):
                 continue
             e = st["edges"]
             mid = 0.5 * (e[:-1] + e[1:])
-            if mid.size < 2:
+            # the slope between the midpoints of bins with rows: an empty bin's value is its
+            # neighbour's copy, and a difference across it would halve the slope at the data's edge
+            full = np.flatnonzero(st["tp"] + st["fp"] > 0)
+            if full.size < 2:
                 continue
-            c = self._curve_rows(np.full(mid.size, k), mid)
-            slope = np.gradient(c, mid)
+            c = self._curve_rows(np.full(full.size, k), mid[full])
+            slope = np.zeros(mid.size)
+            slope[full] = np.gradient(c, mid[full])
             a, b = self._source_bins(st)
             i = bin_index(e, score[rows])
-            bias[rows] = slope[i] * (score[rows] - 0.5 * (mid[a[i]] + mid[b[i]]))
+            along = 0.5 * (slope[a[i]] + slope[b[i]])
+            bias[rows] = along * (score[rows] - 0.5 * (mid[a[i]] + mid[b[i]]))
         return bias
 
     def _count_keys(self, pred, score):

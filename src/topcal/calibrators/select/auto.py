@@ -71,7 +71,6 @@ and the report show them.
 
 from __future__ import annotations
 
-import math
 
 import warnings
 
@@ -91,6 +90,7 @@ from .rules import (
     TIERS,
     TOLERANCE,
     Candidates,
+    check_cv_table,
     choose,
     paired_se,
     plan_blend,
@@ -564,7 +564,7 @@ class Auto(Wrapper):
         look = st.get("table", {}) if isinstance(st, dict) else {}
         if not isinstance(cv, dict) or (cv and method not in cv and method not in look):
             raise ValueError("the cross-validation table is missing the chosen method")
-        _check_cv_table(cv, len(self.classes_))
+        check_cv_table(cv, len(self.classes_))
         if blend is None:
             model = get_class(method).from_dict(state["model"])
             if model.name != method or tuple(model.classes_) != tuple(self.classes_):
@@ -617,29 +617,3 @@ class Auto(Wrapper):
         st = state.get("stages")
         self.stages_ = None if st is None else staging.check_record(st, list(cv))
 
-
-def _number_or_none(v) -> bool:
-    return v is None or (
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    )
-
-
-def _check_cv_table(cv: dict, n_classes: int) -> None:
-    """A model file's cross-validation table: per candidate a dict whose losses are finite numbers
-    or null, ``per_class`` null or one per class, ``error`` null or text (raise ValueError)."""
-    for name, v in cv.items():
-        if not isinstance(v, dict) or "nll" not in v or "error" not in v:
-            raise ValueError(f"the cross-validation entry of {name!r} must hold nll and error")
-        if not all(_number_or_none(v.get(k)) for k in ("nll", "se", "diff_se")):
-            raise ValueError(f"the cross-validation losses of {name!r} must be numbers or null")
-        if not (v["error"] is None or isinstance(v["error"], str)):
-            raise ValueError(f"the cross-validation error of {name!r} must be text or null")
-        pc = v.get("per_class")
-        if pc is not None and (
-            not isinstance(pc, list)
-            or len(pc) != n_classes
-            or not all(_number_or_none(x) for x in pc)
-        ):
-            raise ValueError(
-                f"the per-class losses of {name!r} must be null or {n_classes} numbers (or nulls)"
-            )

@@ -7,6 +7,8 @@ docstring describes the rule and the blend) so that each file stays under 600 li
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 
 import numpy as np
@@ -18,6 +20,7 @@ from .blend import blend_weights
 from ..registry import available_methods, fits_from_counts, get_class, is_registered
 
 __all__ = [
+    "check_cv_table",
     "DEFAULT_CANDIDATES",
     "TIERS",
     "TIER_LEGEND",
@@ -255,3 +258,30 @@ class Candidates:
         return "None (the defaults) or a list of distinct method names from: " + ", ".join(
             n for n in available_methods() if n != "auto"
         )
+
+
+def _number_or_none(v) -> bool:
+    return v is None or (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    )
+
+
+def check_cv_table(cv: dict, n_classes: int) -> None:
+    """A model file's cross-validation table: per candidate a dict whose losses are finite numbers
+    or null, ``per_class`` null or one per class, ``error`` null or text (raise ValueError)."""
+    for name, v in cv.items():
+        if not isinstance(v, dict) or "nll" not in v or "error" not in v:
+            raise ValueError(f"the cross-validation entry of {name!r} must hold nll and error")
+        if not all(_number_or_none(v.get(k)) for k in ("nll", "se", "diff_se")):
+            raise ValueError(f"the cross-validation losses of {name!r} must be numbers or null")
+        if not (v["error"] is None or isinstance(v["error"], str)):
+            raise ValueError(f"the cross-validation error of {name!r} must be text or null")
+        pc = v.get("per_class")
+        if pc is not None and (
+            not isinstance(pc, list)
+            or len(pc) != n_classes
+            or not all(_number_or_none(x) for x in pc)
+        ):
+            raise ValueError(
+                f"the per-class losses of {name!r} must be null or {n_classes} numbers (or nulls)"
+            )

@@ -188,7 +188,9 @@ def test_pooled_interval_holds_the_classes_spread(name):
     p = truth(test.pred, test.score)
     covered = np.mean((lo <= p) & (p <= hi))
     bare = np.mean((inner[0] <= p) & (p <= inner[1]))
-    assert covered >= 0.65 and covered > bare + 0.45, (covered, bare)
+    # (the curve's own interval took the step's bias on its side in issue 52: bare 0.35 -> 0.39,
+    # covered 0.82 -> 0.84; the margin was 0.45)
+    assert covered >= 0.65 and covered > bare + 0.4, (covered, bare)
     same, _ = platt_classes(50, 600, 3, 0.0)
     assert np.mean(tau_at(quiet_fit(name, same), test)) < 0.1
 

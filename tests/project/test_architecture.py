@@ -425,7 +425,7 @@ METHOD_NAME_LITERALS = {
     ): "a fixed colour per method, so a method keeps its colour in every figure",
     (
         "plots/draw.py",
-        "plot_joint_distribution",
+        "_binned_joint",
     ): "gid 'conf1' names the Conf1 bars of Fig. 1 (the metric)",
     (
         "plots/compute.py",

@@ -336,7 +336,6 @@ TO_SPLIT = {
     ("report/checks.py", "diagnose"),
     ("report/focus.py", "focused_fits"),
     ("data/_folds.py", "kfold_split"),
-    ("data/_labels.py", "encode_labels"),
     ("io/_frame.py", "_read_frame"),
     ("evaluate.py", "compare_methods"),
     ("calibrators/base.py", "Calibrator.fit"),

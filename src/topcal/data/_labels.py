@@ -103,56 +103,14 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
         arr.dtype.kind in "iu" and classes is not None and all(is_int_name(c) for c in classes)
     )
     if arr.dtype.kind in "iu" and not by_name:
-        if classes is None:
-            k = int(arr.max()) + 1 if n_hint is None else n_hint
-            classes = tuple(str(i) for i in range(k))
-        bad = (arr < 0) | (arr >= len(classes))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise DataError(
-                f"{name} has index {arr[i]} at row {i + 1}, outside 0..{len(classes) - 1}; "
-                "labels given as integers must index the class list"
-            )
-        return arr.astype(np.int64), classes
+        return _indices(arr, classes, name, n_hint)
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)):
             i = int(np.flatnonzero(~np.isfinite(arr))[0])
             raise DataError(f"{name} has a missing value at row {i + 1}; every row needs a class")
         if np.all(arr == np.round(arr)):
             return encode_labels(arr.astype(np.int64), classes, name, n_hint)
-    import pandas as pd  # factorize hashes the labels once: ~10x faster than a Python loop
-
-    if arr.dtype == object:
-        missing = pd.isna(arr)  # None or NaN, one vectorised pass
-        if missing.any():
-            raise DataError(
-                f"{name} has a missing value at row {int(np.flatnonzero(missing)[0]) + 1}; "
-                "every row needs a class"
-            )
-        # hash the objects first and turn only the distinct values into text
-        try:
-            obj_codes, obj_uniq = pd.factorize(arr)
-        except TypeError:  # an unhashable cell (list, dict, set, array)
-            obj_codes, obj_uniq = None, [v for v in arr if isinstance(v, _CONTAINERS)][:1]
-        nested = [j for j, v in enumerate(obj_uniq) if isinstance(v, _CONTAINERS)]
-        if nested:
-            v = obj_uniq[nested[0]]
-            i = (
-                int(np.flatnonzero(obj_codes == nested[0])[0])
-                if obj_codes is not None
-                else next(j for j, u in enumerate(arr) if u is v)
-            )
-            raise DataError(
-                f"{name} holds a {type(v).__name__} at row {i + 1}; each row needs one class name"
-            )
-        first_codes, uniq = pd.factorize(np.asarray([str(u) for u in obj_uniq], dtype=object))
-        first_codes = first_codes[obj_codes]
-    elif arr.dtype.kind in "iu":  # integers: hash the numbers, name only the distinct ones
-        first_codes, uniq = pd.factorize(arr)
-        uniq = uniq.astype(str)
-    else:
-        first_codes, uniq = pd.factorize(arr.astype(str))
-    uniq = [str(u) for u in uniq]
+    first_codes, uniq = _factorized(arr, name)
     if classes is None:
         classes = sorted_names(uniq)
         if n_hint is not None and len(classes) != n_hint:
@@ -170,6 +128,65 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
             f"{preview(classes, 8)}; fix the label or add the class to the class list"
         )
     return codes, classes
+
+
+def _indices(arr, classes, name, n_hint):
+    """Integer labels read as indices into ``classes`` (``"0".."K-1"`` where there are none)."""
+    if classes is None:
+        k = int(arr.max()) + 1 if n_hint is None else n_hint
+        classes = tuple(str(i) for i in range(k))
+    bad = (arr < 0) | (arr >= len(classes))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            f"{name} has index {arr[i]} at row {i + 1}, outside 0..{len(classes) - 1}; "
+            "labels given as integers must index the class list"
+        )
+    return arr.astype(np.int64), classes
+
+
+def _factorized(arr, name):
+    """Each row's code among the distinct labels, and those labels as text (in order of first
+    appearance)."""
+    import pandas as pd  # factorize hashes the labels once: ~10x faster than a Python loop
+
+    if arr.dtype == object:
+        return _factorized_objects(arr, name)
+    if arr.dtype.kind in "iu":  # integers: hash the numbers, name only the distinct ones
+        first_codes, uniq = pd.factorize(arr)
+        return first_codes, [str(u) for u in uniq.astype(str)]
+    first_codes, uniq = pd.factorize(arr.astype(str))
+    return first_codes, [str(u) for u in uniq]
+
+
+def _factorized_objects(arr, name):
+    """:func:`_factorized` of an object array: missing and nested cells refused in one line."""
+    import pandas as pd
+
+    missing = pd.isna(arr)  # None or NaN, one vectorised pass
+    if missing.any():
+        raise DataError(
+            f"{name} has a missing value at row {int(np.flatnonzero(missing)[0]) + 1}; "
+            "every row needs a class"
+        )
+    # hash the objects first and turn only the distinct values into text
+    try:
+        obj_codes, obj_uniq = pd.factorize(arr)
+    except TypeError:  # an unhashable cell (list, dict, set, array)
+        obj_codes, obj_uniq = None, [v for v in arr if isinstance(v, _CONTAINERS)][:1]
+    nested = [j for j, v in enumerate(obj_uniq) if isinstance(v, _CONTAINERS)]
+    if nested:
+        v = obj_uniq[nested[0]]
+        i = (
+            int(np.flatnonzero(obj_codes == nested[0])[0])
+            if obj_codes is not None
+            else next(j for j, u in enumerate(arr) if u is v)
+        )
+        raise DataError(
+            f"{name} holds a {type(v).__name__} at row {i + 1}; each row needs one class name"
+        )
+    first_codes, uniq = pd.factorize(np.asarray([str(u) for u in obj_uniq], dtype=object))
+    return first_codes[obj_codes], [str(u) for u in uniq]
 
 
 def _named(arr: np.ndarray) -> np.ndarray:

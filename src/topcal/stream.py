@@ -241,7 +241,7 @@ def with_confidence(
     for name, values in cols.items():
         out[name] = values
     if vectors is not None:  # one block of K columns (K inserts one by one fragment the frame)
-        block = pd.DataFrame(vectors, columns=full_columns(classes), index=out.index)
+        block = pd.DataFrame(vectors, columns=full_columns(classes), index=out.index, copy=False)
         out = pd.concat([out, block], axis=1)
     return out
 

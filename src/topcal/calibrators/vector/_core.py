@@ -450,10 +450,16 @@ def data_rest(layout: Layout, theta, data: TopLabelData, beta: float, mix: float
     map's whole vector is c at k(X) and (1 - c) times this elsewhere."""
     n, k = data.full.shape
     out = np.empty((n, k))
+    a0, v, bias, w = layout.unpack(theta)
+    scale = a0 + v
     for a, b, xb in feature_blocks(data, beta, mix):
-        u = layout.scores(xb, theta)
+        u = out[a:b]  # :meth:`Layout.scores` written in place, then its softmax
+        np.multiply(xb, scale, out=u)
+        u += bias
+        if w is not None:
+            u += xb @ w.T
         u[np.arange(b - a), data.pred[a:b]] = -np.inf
-        out[a:b] = _softmax_rows(u)[0]
+        _softmax_rows(u)
     return out
 
 

@@ -138,7 +138,7 @@ def calibrate(
         codes = predicted_codes(data, model.classes_)
         out = {"confidence": vectors[np.arange(data.n_rows), codes]}
         if tally is not None:  # rows whose calibrated vector ranks another class above pred
-            moved = int(np.count_nonzero(vectors.argmax(axis=1) != codes))
+            moved = int(np.count_nonzero(vectors.max(axis=1) > out["confidence"]))
             tally["moved"] = tally.get("moved", 0) + moved
     else:
         out = {"confidence": model.predict(data)}

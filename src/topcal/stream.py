@@ -138,7 +138,7 @@ def calibrate(
         codes = predicted_codes(data, model.classes_)
         out = {"confidence": vectors[np.arange(data.n_rows), codes]}
         if tally is not None:  # rows whose calibrated vector ranks another class above pred
-            moved = int(np.count_nonzero(vectors.argmax(axis=1) != codes))
+            moved = int(np.count_nonzero(vectors.max(axis=1) > out["confidence"]))
             tally["moved"] = tally.get("moved", 0) + moved
     else:
         out = {"confidence": model.predict(data)}
@@ -241,7 +241,7 @@ def with_confidence(
     for name, values in cols.items():
         out[name] = values
     if vectors is not None:  # one block of K columns (K inserts one by one fragment the frame)
-        block = pd.DataFrame(vectors, columns=full_columns(classes), index=out.index)
+        block = pd.DataFrame(vectors, columns=full_columns(classes), index=out.index, copy=False)
         out = pd.concat([out, block], axis=1)
     return out
 

@@ -106,7 +106,13 @@ class FrameWriter:
                 table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
                 if self._writer is None:
                     self._schema = table.schema
-                    self._writer = pq.ParquetWriter(self.tmp, self._schema)
+                    # no dictionary for floating-point columns: their values rarely repeat, and
+                    # pyarrow's attempt before falling back to plain encoding was most of a write
+                    # (20,000 x 1,000 float64: 6.1 s against 1.7 s without; the same values)
+                    dictionary = [f.name for f in self._schema if not pa.types.is_floating(f.type)]
+                    self._writer = pq.ParquetWriter(
+                        self.tmp, self._schema, use_dictionary=dictionary or False
+                    )
                 self._writer.write_table(table)
             else:
                 header = self._fh is None  # once, even when the first frame has no rows

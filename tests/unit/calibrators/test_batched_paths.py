@@ -687,7 +687,7 @@ def test_cumulative_fit_peak_memory_is_a_small_multiple_of_the_input(shrinkage, 
     data = TopLabelData.from_probs(z, labels)
     tracemalloc.start()
     try:
-        # the method's own memory (the calibrated vector's map is bounded in its own test)
+        # the method alone: the vector map's own peak is test_full_vector's
         calibrator("cum-opt", shrinkage=shrinkage).fit(data, vector=False)
         peak = tracemalloc.get_traced_memory()[1]
     finally:

@@ -265,7 +265,7 @@ def test_temperature_fit_reads_the_score_matrix_through_its_row_order_without_co
     data = _vectors(8, 60000, 20)
     tracemalloc.start()
     try:
-        # the method's own memory (the calibrated vector's map is bounded in its own test)
+        # the method alone: the vector map's own peak is test_full_vector's
         model = _quiet(lambda: topcal.calibrator(name).fit(data, vector=False))
         peak = tracemalloc.get_traced_memory()[1]
     finally:

@@ -43,6 +43,7 @@ from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData
 from ..errors import DataError, TopcalWarning
 from ..io.inputs import as_data
+from .context import FitContext
 from .registry import get_class
 
 __all__ = ["VectorPredicting", "distribute_rest", "combine", "map_name", "SMS_MAX_CLASSES"]
@@ -132,10 +133,11 @@ def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.n
     return out
 
 
-def fit_map(model, data: TopLabelData, warm=None):
+def fit_map(model, data: TopLabelData, warm=None, same_rows: bool = False):
     """The vector map fitted beside ``model`` on its fitting ``data`` (from ``warm``, a fit of the
-    same map method, e.g. auto's cross-validation's), or None where ``data`` has no full vectors
-    over 2 classes or more, or ``model`` has its own map."""
+    same map method, e.g. auto's cross-validation's; ``same_rows``: fitted on these very rows),
+    or None where ``data`` has no full vectors over 2 classes or more, or ``model`` has its own
+    map."""
     if (
         model.is_baseline  # its vector is the scores' own
         or not data.has_full
@@ -149,7 +151,8 @@ def fit_map(model, data: TopLabelData, warm=None):
         # the map's own notes (never-predicted classes, a stopped optimiser) are about a helper
         # of the model, not the model; the model's fit has said what matters about the data
         warnings.simplefilter("ignore", TopcalWarning)
-        return cls().fit(data, keep="model", warm=warm)
+        context = FitContext(same_rows=same_rows and warm is not None)
+        return cls().fit(data, keep="model", warm=warm, context=context)
 
 
 def load_map(d, classes: tuple):

@@ -331,7 +331,9 @@ class Auto(Wrapper):
         map_warm = runs[0].warm.get(map_name(data.n_classes)) if runs and data.has_full else None
         warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
         # the K folds' all-data fit was made on these very rows: the final fit may take it as is
-        same = warm is not None and run is not None and choice is data and best in run.on_data
+        on_rows = set() if run is None or choice is not data else run.on_data
+        same = warm is not None and best in on_rows
+        map_same = map_warm is not None and map_name(data.n_classes) in on_rows
         del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
@@ -343,7 +345,7 @@ class Auto(Wrapper):
         # the final model holds the evidence
         self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm, same_rows=same)
         if self._map_wanted:
-            self._vector = fit_map(self, data, map_warm)
+            self._vector = fit_map(self, data, map_warm, same_rows=map_same)
 
     def _keep_uncalibrated(self, data: TopLabelData, n_folds: int) -> None:
         """Too few samples to judge anything out of sample: doing nothing is the only safe

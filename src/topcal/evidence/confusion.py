@@ -87,6 +87,8 @@ class ConfusionStats:
     classes: tuple[str, ...]
     edges: tuple[np.ndarray, ...]
     table: "sparse.csr_matrix"
+    #: the older per-class layout these counts were read from (written back as read), or None
+    _dense_source = None
 
     def __post_init__(self):
         n_edges = np.fromiter((e.size for e in self.edges), dtype=np.int64, count=len(self.edges))
@@ -278,7 +280,12 @@ class ConfusionStats:
     # ----------------------------------------------------------- persistence
     def to_dict(self) -> dict:
         """JSON-ready and sparse: the edges of the classes that have any, and the (cell, true
-        class, count) triples with count > 0 (integers where every count is one)."""
+        class, count) triples with count > 0 (integers where every count is one). Counts read
+        from an older file's per-class layout are written back as they were read, so that a
+        loaded model saves (and digests) as its file did."""
+        dense = self._dense_source
+        if dense is not None:
+            return {"edges": dense["edges"], "counts": dense["counts"]}
         t = self.table
         edged = [k for k, e in enumerate(self.edges) if e.size]
         data = t.data
@@ -365,7 +372,10 @@ class ConfusionStats:
         table = sparse.csr_matrix((v, (r, j)), shape=(offset, K))
         table.sum_duplicates()
         table.eliminate_zeros()
-        return cls(tuple(classes), tuple(edges), table)
+        out = cls(tuple(classes), tuple(edges), table)
+        # written back as read (to_dict): the counts are immutable, so the layout stays true
+        object.__setattr__(out, "_dense_source", {"edges": d["edges"], "counts": d["counts"]})
+        return out
 
 
 @dataclass(frozen=True, eq=False)

@@ -54,8 +54,9 @@ from topcal.persist import canonical_json, dumps, loads  # noqa: E402
 
 HERE = Path(__file__).resolve().parents[3] / "data" / "kde_main"
 #: payload fields whose content changed on purpose since the fixtures: the mergeable statistics keep
-#: the exact scores of classes with few distinct scores (issue 24, so update = fit there)
-CHANGED_FIELDS = ("stats",)
+#: the exact scores of classes with few distinct scores (so update = fit there), and the label-shift
+#: counts are stored sparse, as (cell, true class, count) triples (the same counts: checked below)
+CHANGED_FIELDS = ("stats", "confusion")
 #: hashes of the float bits of the rows (``fingerprint``) and of the statistics (``fingerprints``):
 #: the fixtures' rows are simulated again here by numpy, whose last bits move between releases
 #: (numpy 2.4 changed them; the curves stay within CURVE_ATOL), and no tolerance applies to a hash;
@@ -193,6 +194,11 @@ def test_old_model_file_loads_predicts_and_saves_identically(name, stored):
     # a file saved today holds the old file's structure and numbers within tolerance
     old_doc = json.loads(text)
     assert_numbers_close(_payload(json.loads(dumps(model))["model"]), _payload(old_doc["model"]))
+    # its label-shift counts are the old file's, in the sparse layout
+    got, want = model.evidence_.confusion, old.evidence_.confusion
+    for a, b in zip(got.edges, want.edges, strict=True):
+        np.testing.assert_allclose(a, b, rtol=PAYLOAD_RTOL)
+    np.testing.assert_allclose(got.table.toarray(), want.table.toarray(), rtol=PAYLOAD_RTOL)
     # the loaded model saves the same content (its per-class keys may come in another order)
     assert {
         **json.loads(dumps(old)),

@@ -114,15 +114,20 @@ def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.nda
     return np.concatenate(out)
 
 
-def basic_interval(value: float, draws: np.ndarray, level: float, transform=None) -> Estimate:
+def basic_interval(
+    value: float, draws: np.ndarray, level: float, transform=None, reflect: bool = True
+) -> Estimate:
     """The basic bootstrap interval [2 v - q_hi, 2 v - q_lo] (Davison and Hinkley 1997, 5.2),
     floored at 0: a calibration error's plug-in estimate is biased upward, and its resamples
     are biased upward again by about as much, so the percentile interval would sit above the
-    truth; reflecting it about the estimate removes that bias to first order. ``transform``
-    (monotone) maps the value and the ends last."""
+    truth; reflecting it about the estimate removes that bias to first order. An estimator
+    already unbiased takes the percentile interval [q_lo, q_hi] (``reflect=False``).
+    ``transform`` (monotone) maps the value and the ends last."""
     draws = draws[np.isfinite(draws)]
     q_lo, q_hi = np.quantile(draws, [0.5 - level / 2, 0.5 + level / 2])
-    lo, hi = max(2 * value - q_hi, 0.0), max(2 * value - q_lo, 0.0)
+    if reflect:
+        q_lo, q_hi = 2 * value - q_hi, 2 * value - q_lo
+    lo, hi = max(q_lo, 0.0), max(q_hi, 0.0)
     if transform is not None:
         value, lo, hi = transform(value), transform(lo), transform(hi)
     return Estimate(float(value), float(lo), float(hi))
@@ -133,13 +138,16 @@ def l1_gap(w, t, s, d2):
         return np.abs(t - s).sum(axis=-1) / w.sum(axis=-1)
 
 
-def binned(r: Rows, key, group_of_key, stat, level, resamples, seed, tag, transform=None):
+def binned(
+    r: Rows, key, group_of_key, stat, level, resamples, seed, tag, transform=None, reflect=True
+):
     cells = cells_of(r, key, group_of_key)
     value = float(stat(*sums(cells)))
     if r.total < 2:
         v = transform(value) if transform else value
         return Estimate(v, reason="one sample: no interval")
-    return basic_interval(value, bootstrap(cells, stat, resamples, seed, tag), level, transform)
+    draws = bootstrap(cells, stat, resamples, seed, tag)
+    return basic_interval(value, draws, level, transform, reflect)
 
 
 def uniform_key(c: np.ndarray, n_bins: int) -> np.ndarray:
@@ -243,6 +251,6 @@ def ece_debiased_of(r: Rows, n_bins, level, resamples, seed) -> Estimate:
         SUB_BINS - 1,
     )
     root = lambda x: float(np.sqrt(max(x, 0.0)))
-    return binned(
-        r, key, lambda k: k // SUB_BINS, debiased_sq, level, resamples, seed, 3, transform=root
-    )
+    # unbiased already: the percentile interval (a reflection would correct a bias it lacks)
+    group = lambda k: k // SUB_BINS
+    return binned(r, key, group, debiased_sq, level, resamples, seed, 3, root, reflect=False)

@@ -299,3 +299,20 @@ def test_every_interval_covers_the_truth_at_its_level():
             hits[name] += e.lo <= t <= e.hi
     cover = {name: h / reps for name, h in hits.items()}
     assert all(0.87 <= v <= 0.93 for v in cover.values()), str(cover)
+
+
+def test_calibration_loss_falls_after_topcal_calibrates_imagenet_out_of_sample():
+    """Raw ResNet-101 ImageNet outputs: fit on one half, score the other half."""
+    import topcal
+
+    data = _bench("imagenet-resnet101.csv")
+    rng = np.random.default_rng(0)
+    rows = rng.permutation(data.n_rows)
+    fit, held = data.subset(rows[: data.n_rows // 2]), data.subset(rows[data.n_rows // 2 :])
+    model = topcal.calibrator("hier-beta").fit(fit)
+    before = overall.calibration_loss(held, held.normalized_score())
+    after = overall.calibration_loss(held, model.predict(held))
+    assert before.lo > 0.01  # the raw scores are overconfident
+    assert after.hi < before.lo and after.value < 0.25 * before.value
+    gain = overall.improvement(held, model.predict(held), held.normalized_score())
+    assert gain.lo > 0

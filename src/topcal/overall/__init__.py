@@ -65,8 +65,8 @@ __all__ = [
 DESCRIPTIONS = {
     "nll": "top-label log loss (proper score)",
     "brier": "top-label Brier score (proper score)",
-    "nll_improvement": "NLL of the uncalibrated score minus this (paired)",
-    "brier_improvement": "Brier of the uncalibrated score minus this (paired)",
+    "nll_improvement": "NLL of the reference (uncalibrated) minus this (paired)",
+    "brier_improvement": "Brier of the reference (uncalibrated) minus this (paired)",
     "ece15": "pooled 15-bin ECE (Guo et al.; TorchMetrics)",
     "smece": "smooth ECE (Blasiok & Nakkiran; relplot)",
     "ece_debiased": "debiased L2 ECE, equal-mass bins (Kumar et al.)",

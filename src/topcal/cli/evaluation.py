@@ -312,9 +312,9 @@ def _cmd_metrics(args) -> int:
         print(json.dumps(out, indent=1, allow_nan=False))
         return 0
     what = "uncalibrated score" if model is base else f"{model.name} ({args.model})"
-    print(f"method: {what}")
+    print(printable(f"method: {what}"))
     if args.reference:
-        print(f"improvements over: {ref.name} ({args.reference})")
+        print(printable(f"improvements over: {ref.name} ({args.reference})"))
     print(
         f"{counts['tp'] + counts['fp']:g} samples, {data.n_classes} classes, accuracy "
         f"{counts['accuracy']:.4f}; {args.level:.0%} intervals"

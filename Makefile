@@ -9,12 +9,12 @@ PIP    := $(PY) -m pip --quiet --disable-pip-version-check
 CORE_STAMP := $(VENV)/.topcal-core-installed
 STAMP  := $(VENV)/.topcal-installed
 # The test lanes (markers in pyproject.toml): the fast one for the inner loop, all of them for CI.
-FAST   := not slow and not e2e and not browser
+FAST   := not slow and not e2e and not browser and not examples
 # Two workers on the 2-core machine; a module's tests stay on one worker (module-scoped fixtures).
 XDIST  := -n 2 --dist loadfile
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test test-fast lint install system-deps bench bench-heldout clean
+.PHONY: demo test test-fast lint wheel-check wheel-check-all examples docs install system-deps bench bench-heldout clean
 
 # The core package alone (what `make demo` needs): no torch, no dask.
 $(CORE_STAMP): pyproject.toml
@@ -26,7 +26,7 @@ $(CORE_STAMP): pyproject.toml
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e ".[test,experiments,dask]"
+	$(PIP) install -e ".[test,experiments,dask,docs]"
 	@touch $(CORE_STAMP) $(STAMP)
 
 install: $(STAMP)
@@ -47,17 +47,45 @@ system-deps:
 demo: $(CORE_STAMP)
 	$(VENV)/bin/topcal demo
 
-# Everything CI runs: the lint, then every lane of the suite.
+# The lint, every lane of the suite but the examples (`make docs` runs those), the built wheel.
 test: $(STAMP) system-deps lint
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q $(XDIST) -m "not examples"
+	$(MAKE) --no-print-directory wheel-check
 
 # The inner loop: no slow, end-to-end or browser test (under a minute on the idle machine).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "$(FAST)"
 
-# ruff (pinned in the test extra): pyflakes' errors and the 100-character line limit.
+# ruff (pinned in the test extra): pyflakes' errors and the 100-character line limit;
+# mypy (pinned too): the types of src/, configured in pyproject.toml ([tool.mypy]).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
+
+# The scripts of examples/ (the `examples` lane of tests/e2e/test_examples.py), one per worker.
+examples: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m examples tests/e2e/test_examples.py tests/docs/test_docs_reference.py
+
+# The documentation site (mkdocs.yml): the examples lane first, writing the examples' figures and
+# summaries into docs/examples/output/ (not kept in git), then the site into site/ with
+# --strict: a warning, a broken link or a missing include fails.
+docs: $(STAMP)
+	rm -rf docs/examples/output
+	TOPCAL_EXAMPLES_OUT=$(CURDIR)/docs/examples/output \
+	  $(PY) -m pytest -q -n 2 -m examples tests/e2e/test_examples.py tests/docs/test_docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The package as a user gets it: sdist and wheel built (python -m build), metadata checked
+# (twine), the wheel alone installed into a fresh venv outside the tree, where `topcal demo` and
+# the README's snippet run on $(PYTHON) and mypy reads the installed types.
+wheel-check: $(STAMP)
+	.ci/wheel_check.sh $(PY) --demo $(PYTHON)
+
+# The same wheel on every Python version pyproject.toml's classifiers name (3.11-3.13; each found
+# as python3.X or under pyenv; a missing one fails under CI=true): the README's snippet on each.
+# CI runs it after make test (a fresh venv per version: about a minute of CPU each).
+wheel-check-all: $(STAMP)
+	.ci/wheel_check.sh $(PY) --supported
 
 # Competitors for benchmarks/. netcal is installed without its declared
 # dependencies (they would replace the pinned torch); these are the ones it imports.

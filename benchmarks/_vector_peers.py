@@ -61,7 +61,7 @@ def _probmetrics(name, train, test):
     cal = get_calibrator(_PM[name])
     cal.fit(np.exp(train.log_probs()).astype(np.float32), train.labels)
     p = cal.predict_proba(np.exp(test.log_probs()).astype(np.float32))
-    return _top(np.asarray(p, dtype=np.float64), test)
+    return np.asarray(p, dtype=np.float64)
 
 
 def _guo(train, test, matrix: bool):
@@ -88,7 +88,7 @@ def _guo(train, test, matrix: bool):
     t0 = np.concatenate([np.eye(k).ravel() if matrix else np.ones(k), np.zeros(k)])
     t = minimize(loss, t0, jac=True, method="L-BFGS-B", options={"maxiter": 2000}).x
     xt = _logp(test)
-    return _top(softmax(scores(xt, t), axis=1), test)
+    return softmax(scores(xt, t), axis=1)
 
 
 def _logp(data):
@@ -197,7 +197,7 @@ def _odir_single(train, test):
     t = odir_fit(x, y, lam, mu)
     m = t.reshape(k, k + 1)
     u = _logp(test) @ m[:, :k].T + m[:, k]
-    return _top(softmax(u, axis=1), test)
+    return softmax(u, axis=1)
 
 
 def runs_on(name, data) -> bool:
@@ -205,11 +205,15 @@ def runs_on(name, data) -> bool:
     return data.has_full and (name != "matrix-scaling" or data.n_classes <= MATRIX_MAX_CLASSES)
 
 
-def vector_peer_predict(name, train, test):
+def vector_peer_predict(name, train, test, full: bool = False):
+    """The peer's calibrated probability of ``test``'s original top labels (``full``: its whole
+    calibrated vectors, (n, K))."""
     if name in _PM:
-        return _probmetrics(name, train, test)
-    if name in ("vector-scaling", "matrix-scaling"):
-        return _guo(train, test, matrix=name == "matrix-scaling")
-    if name == "dirichlet-odir":
-        return _odir(train, test)
-    raise KeyError(name)
+        p = _probmetrics(name, train, test)
+    elif name in ("vector-scaling", "matrix-scaling"):
+        p = _guo(train, test, matrix=name == "matrix-scaling")
+    elif name == "dirichlet-odir":
+        p = _odir(train, test)
+    else:
+        raise KeyError(name)
+    return p if full else _top(p, test)

@@ -69,3 +69,15 @@ def assert_confusion_equal(a, b):
     for ea, eb, ca, cb in zip(a.edges, b.edges, a.counts, b.counts, strict=True):
         np.testing.assert_array_equal(ea, eb)
         np.testing.assert_array_equal(ca, cb)
+
+
+def dense_layout(stats) -> dict:
+    """The confusion piece as topcal wrote it before the sparse layout: per class and region,
+    the [true class, count] pairs."""
+    return {
+        "edges": [e.tolist() for e in stats.edges],
+        "counts": [
+            [[[int(j), float(row[j])] for j in np.flatnonzero(row)] for row in c]
+            for c in stats.counts
+        ],
+    }

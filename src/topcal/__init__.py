@@ -36,7 +36,7 @@ from . import report
 from .api import compare, make_report
 
 
-class _ReportPackage(type(report)):
+class _ReportPackage(type(report)):  # type: ignore[misc]  # the module type, read at run time
     """``topcal.report`` is the package (:mod:`topcal.report`, ``build_report`` and the report's
     parts);
     calling it as the function it once was still writes the report, with a FutureWarning."""

@@ -9,21 +9,28 @@ import numpy as np
 
 __all__ = [
     "format_value",
+    "format_column",
     "text_table",
     "format_table",
     "markdown_table",
     "FORMULA_START",
     "csv_text",
+    "csv_untext",
     "is_formula",
+    "needs_quote",
     "printable",
     "EscapedStream",
 ]
 
-#: First characters that make a spreadsheet read a CSV cell as a formula (OWASP, "CSV Injection").
+#: First characters that make a spreadsheet evaluate a CSV cell (OWASP, "CSV Injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-#: A plain decimal number ("-1", "+0.5", "-2e-3"): never a formula, so left as it is.
-_NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-
+#: Of those, the ones that make any cell a formula (or, tab and carriage return, a cell some
+#: spreadsheets strip and then evaluate).
+_ALWAYS_FORMULA = ("=", "@", "\t", "\r")
+#: After a leading ``+`` or ``-``, what a formula needs to do more than arithmetic: call a function
+#: ``(``, run a DDE command ``|`` or reach another sheet or file ``!``. Without one ("-", "+ve",
+#: "-2.5", "-2+3") a spreadsheet at worst computes or shows an error; the text is left as it is.
+_SIGNED_FORMULA = re.compile(r"[(|!]")
 
 #: Characters a terminal acts on instead of showing: C0 controls, DEL, C1 controls (0x9b starts an
 #: escape sequence too) and the bidirectional-text controls (they reorder what is shown).
@@ -65,15 +72,32 @@ class EscapedStream:
 
 
 def is_formula(text: str) -> bool:
-    """Whether a spreadsheet would evaluate ``text`` as a formula (:data:`FORMULA_START`, and not
-    a number)."""
-    return text.startswith(FORMULA_START) and re.fullmatch(_NUMBER, text) is None
+    """Whether a spreadsheet would run ``text`` as a formula: it starts with ``=``, ``@``, a tab or
+    a carriage return, or with ``+`` or ``-`` and holds ``(``, ``|`` or ``!`` (docs/cli.md,
+    "Hostile names")."""
+    if text.startswith(_ALWAYS_FORMULA):
+        return True
+    return text.startswith(("+", "-")) and _SIGNED_FORMULA.search(text) is not None
+
+
+def needs_quote(text: str) -> bool:
+    """Whether :func:`csv_text` adds a ``'``: a formula, or a formula behind leading ``'`` (so that
+    :func:`csv_untext` can tell the quote it strips from the user's own)."""
+    return is_formula(text.lstrip("'"))
 
 
 def csv_text(text: str) -> str:
-    """``text`` as a CSV cell a spreadsheet shows as text: a leading ``'`` where it would be a
-    formula (OWASP's neutralisation); anything else unchanged."""
-    return "'" + text if is_formula(text) else text
+    """``text`` as a CSV cell a spreadsheet shows as text: a leading ``'`` where it would be run as
+    a formula (OWASP's neutralisation) or is such a cell already quoted; anything else unchanged.
+    :func:`csv_untext` undoes it exactly."""
+    return "'" + text if needs_quote(text) else text
+
+
+def csv_untext(text: str) -> str:
+    """The text :func:`csv_text` was given: one leading ``'`` removed where it added one (a ``'``
+    before a formula); anything else unchanged. ``csv_untext(csv_text(t)) == t`` for every
+    ``t``."""
+    return text[1:] if text.startswith("'") and needs_quote(text) else text
 
 
 def format_value(v, width: int = 9, digits: int = 4) -> str:
@@ -85,6 +109,33 @@ def format_value(v, width: int = 9, digits: int = 4) -> str:
     ):
         return f"{v:>{width}.0f}"
     return f"{v:>{width}.{digits}f}"
+
+
+def _is_whole(v) -> bool:
+    return isinstance(v, (int, np.integer)) or (isinstance(v, float) and float(v).is_integer())
+
+
+def format_column(values, width: int = 9, digits: int = 4) -> list[str]:
+    """A column of numbers right-aligned in ``width``, all alike: without decimals where every
+    value is a whole number (counts: 0, not 0.0000), else each with ``digits`` decimals (a tier of
+    1 beside 1.5 is 1.0000); None/NaN as "-", text as it is."""
+    nums = [
+        v
+        for v in values
+        if isinstance(v, (int, float, np.integer, np.floating))
+        and not isinstance(v, bool)
+        and not np.isnan(v)
+    ]
+    places = 0 if all(_is_whole(float(v)) for v in nums) else digits
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            out.append(v.rjust(width))
+        elif v is None or (isinstance(v, (float, np.floating)) and np.isnan(v)):
+            out.append("-".rjust(width))
+        else:
+            out.append(f"{v:>{width}.{places}f}")
+    return out
 
 
 def text_table(
@@ -111,7 +162,8 @@ def format_table(header: list[str], rows: list[list], first_width: int | None = 
     """A plain fixed-width text table of numbers (:func:`format_value`), columns at least 9 wide."""
     w0 = first_width or max(len(printable(str(r[0]), keep="")) for r in rows + [header])
     widths = [max(9, len(h)) for h in header[1:]]
-    cells = [[r[0]] + [format_value(v, w) for v, w in zip(r[1:], widths)] for r in rows]
+    columns = [format_column([r[j + 1] for r in rows], w) for j, w in enumerate(widths)]
+    cells = [[r[0]] + [col[i] for col in columns] for i, r in enumerate(rows)]
     return text_table(header, cells, w0, widths)
 
 

@@ -17,11 +17,18 @@ from __future__ import annotations
 
 import base64
 import html
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .describe import summary as describing  # noqa: F401  (registers Jupyter's view of describe(): the summary)
 from .calibrators.base import set_html_renderer
 from .calibrators.wrapper import Wrapper
 from .io.inputs import as_data
+from ._typing import ArrayLike, PathLike
+from .data import TopLabelData
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["compare", "make_report", "report", "calibrator_html", "COMPARE_COLUMNS"]
 
@@ -47,17 +54,17 @@ def _other(value, data, what: str, *, kind: str):
 
 
 def compare(
-    data,
-    y=None,
-    methods=None,
+    data: TopLabelData | ArrayLike | PathLike,
+    y: ArrayLike | None = None,
+    methods: list[str] | None = None,
     *,
-    eval_data=None,
+    eval_data: Any = None,
     folds: int = 5,
     in_sample: bool = False,
-    classes=None,
+    classes: ArrayLike | None = None,
     kind: str = "auto",
-    **options,
-):
+    **options: Any,
+) -> pd.DataFrame:
     """Fit methods and evaluate them; one row per (method, class, metric).
 
     Parameters
@@ -131,17 +138,17 @@ def compare(
 
 
 def make_report(
-    data,
-    y=None,
+    data: TopLabelData | ArrayLike | PathLike,
+    y: ArrayLike | None = None,
     *,
-    output,
-    methods=None,
-    eval_data=None,
-    extra=None,
-    classes=None,
+    output: PathLike,
+    methods: list[str] | None = None,
+    eval_data: Any = None,
+    extra: Any = None,
+    classes: ArrayLike | None = None,
     kind: str = "auto",
-    **options,
-):
+    **options: Any,
+) -> Path:
     """Write the visual-check report (``topcal report``) and return the path of its ``index.html``.
 
     ``topcal.make_report``; calling the package ``topcal.report(...)``, its old name, still works

@@ -44,9 +44,11 @@ from .io import build_layout, layout_columns, read_frame, write_frames
 from .evidence.stats import DEFAULT_CELLS, ScoreStats
 from .stream import (
     INTERVAL_COLUMNS,
+    VECTOR_KEY,
     calibrate,
     check_new_columns,
     confidence_column,
+    require_vectors,
     output_roles,
     with_confidence,
 )
@@ -83,6 +85,11 @@ def read_parquet(path):
     from pathlib import Path
 
     p = str(path)
+    if Path(p).suffix.lower() in (".csv", ".tsv", ".txt", ".npz"):
+        raise TopcalError(
+            f"the Dask engine reads Parquet data, and {p!r} is a {Path(p).suffix} file; write it "
+            "as Parquet (e.g. pandas' to_parquet), or read it in chunks with --chunk-rows"
+        )
     if not (Path(p).exists() or glob.glob(p)):
         raise TopcalError(
             f"no Parquet data at {p!r}; give a .parquet file, a directory of them, or a glob"
@@ -285,12 +292,15 @@ def _output(frame, data, classes, cols: dict, pred_col, score_col, pred_dtype):
     return out
 
 
-def _no_rows(interval, thresholds=None) -> dict:
+def _no_rows(interval, thresholds=None, full_classes=None) -> dict:
+    """:func:`calibrate`'s columns for no rows (``full_classes``: a model's, for ``full``)."""
     out = {
         c: np.zeros(0) for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())
     }
     if thresholds is not None:
         out["accepted"] = np.zeros(0, dtype=bool)
+    if full_classes is not None:
+        out[VECTOR_KEY] = np.zeros((0, len(full_classes)))
     return out
 
 
@@ -313,28 +323,29 @@ def _apply_partition(
     pred_col=None,
     score_col=None,
     thresholds_text=None,
+    full=False,
 ):
     model = _model(text)
     th = None if thresholds_text is None else _thresholds(thresholds_text)
     if len(frame) == 0:
-        return _output(
-            frame, None, model.classes_, _no_rows(interval, th), pred_col, score_col, pred_dtype
-        )
+        cols = _no_rows(interval, th, model.classes_ if full else None)
+        return _output(frame, None, model.classes_, cols, pred_col, score_col, pred_dtype)
     data = read_frame(frame, **options)
     return _output(
         frame,
         data,
         model.classes_,
-        calibrate(model, data, interval, th),
+        calibrate(model, data, interval, th, full=full),
         pred_col,
         score_col,
         pred_dtype,
     )
 
 
-def apply(model, ddf, *, interval=None, thresholds=None, **options):
+def apply(model, ddf, *, interval=None, thresholds=None, full=False, **options):
     """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and ``confidence``
-    added.
+    added (with ``full`` also the calibrated vectors, one column per class:
+    :func:`topcal.stream.full_columns`).
 
     ``options`` are the column options of :func:`topcal.io.read_frame`
     (labels are ignored). With ``interval`` (a level in (0, 1)) also
@@ -353,8 +364,10 @@ def apply(model, ddf, *, interval=None, thresholds=None, **options):
         interval = check_level(interval)
     if thresholds is not None:
         thresholds.check_model(model)
-    check_new_columns(ddf.columns, interval, thresholds)
+    check_new_columns(ddf.columns, interval, thresholds, model.classes_ if full else None)
     options = {**options, "label_column": None}
+    if full:
+        require_vectors(_is_vector(ddf, options))
     pred_col, score_col = output_roles(ddf.columns, options)
     confidence_column(
         ddf.columns, score_col
@@ -367,7 +380,7 @@ def apply(model, ddf, *, interval=None, thresholds=None, **options):
         ddf._meta,
         None,
         model.classes_,
-        _no_rows(interval, thresholds),
+        _no_rows(interval, thresholds, model.classes_ if full else None),
         pred_col,
         score_col,
         pred_dtype,
@@ -388,6 +401,7 @@ def apply(model, ddf, *, interval=None, thresholds=None, **options):
         pred_col,
         score_col,
         th_text,
+        full,
         meta=meta,
     )
 
@@ -407,7 +421,9 @@ def _input_files(path) -> list:
     return [Path(q) for q in glob.glob(str(path))] or [p]
 
 
-def apply_file(model, path, output, *, interval=None, thresholds=None, **options) -> None:
+def apply_file(
+    model, path, output, *, interval=None, thresholds=None, full=False, **options
+) -> None:
     """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the
     current Dask client.
 
@@ -441,7 +457,7 @@ def apply_file(model, path, output, *, interval=None, thresholds=None, **options
     options = model_read_options(
         model, path, {**options, "label_column": None}, columns=list(ddf.columns)
     )
-    result = apply(model, ddf, interval=interval, thresholds=thresholds, **options)
+    result = apply(model, ddf, interval=interval, thresholds=thresholds, full=full, **options)
     try:
         if as_csv:
             write_frames(_in_order(result), out)

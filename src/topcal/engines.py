@@ -53,10 +53,11 @@ class Engine:
         interval=None,
         thresholds=None,
         tally=None,
+        full=False,
         **options,
     ):
-        """Write ``path``'s rows with ``pred``, ``confidence`` (and interval limits, ``accepted``)
-        to ``output``;
+        """Write ``path``'s rows with ``pred``, ``confidence`` (and interval limits, ``accepted``,
+        with ``full`` the calibrated vectors: :func:`topcal.stream.apply_file`) to ``output``;
         returns the number of rows where the engine knows it, else None. ``tally`` (a dict) gets the
         accepted rows' count under "accepted" where the engine knows it."""
         raise NotImplementedError  # pragma: no cover - interface
@@ -91,6 +92,7 @@ class LocalEngine(Engine):
         interval=None,
         thresholds=None,
         tally=None,
+        full=False,
         **options,
     ):
         return apply_file(
@@ -102,6 +104,7 @@ class LocalEngine(Engine):
             interval=interval,
             thresholds=thresholds,
             tally=tally,
+            full=full,
             **options,
         )
 
@@ -161,12 +164,13 @@ class DaskEngine(Engine):
         interval=None,
         thresholds=None,
         tally=None,
+        full=False,
         **options,
     ):
         tdask = self._dask()  # ``tally`` stays empty: the rows are counted on the workers
         with tdask.Session(self.address):
             tdask.apply_file(
-                model, path, output, interval=interval, thresholds=thresholds, **options
+                model, path, output, interval=interval, thresholds=thresholds, full=full, **options
             )
         return None
 

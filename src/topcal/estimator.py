@@ -23,15 +23,20 @@ folds and scores the held-out fold, K times (stratified folds for an
 integer), one calibrator is fitted on those out-of-fold scores, and the
 classifier is then refitted on all of (X, y) for prediction.
 
-``predict_proba``: the top entry of each row (the class ``predict`` returns
-when the classifier's ``predict`` is the argmax of its scores, as for
-scikit-learn's classifiers) is the calibrated confidence c; the remaining
-mass 1 - c is shared among the other classes in proportion to the
-classifier's own probabilities for them (softmax of its logits), each capped
-at c so the predicted class stays the most probable (the excess going to the
-uncapped classes). When c < 1/K no such split exists; the other classes then
-get 1 - c in plain proportion, and the top entry is no longer the largest.
-Rows whose other classes all have probability 0 share 1 - c equally.
+``predict_proba``: the calibrated full vector of the fitted calibrator
+(:meth:`topcal.calibrators.base.Calibrator.predict_proba`): the entry of the class the
+classifier's scores rank first, k(X), is the calibrated top-label confidence c (what
+``predict_confidence`` returns); the other classes share 1 - c as the calibrator's whole-vector
+map (``vs``/``sms``: the calibrator's own, auto's choice, or one fitted beside it on the same
+scores) distributes the mass among them. Rows sum to 1.
+
+``predict``: the argmax of ``predict_proba``, the first column on exact ties (scikit-learn's
+contract, ``predict == classes_[argmax(predict_proba)]``, on every row). It is k(X) wherever c is
+at least every other calibrated entry; where the calibrated vector finds another class more
+probable than the miscalibrated top one (c below that class's share, always so when c < 1/K),
+``predict`` follows the vector. It can therefore differ from the classifier's own ``predict``
+on a few rows (and does for classifiers whose ``predict`` is not the argmax of their scores,
+such as ``SVC(probability=True)``, which votes one-vs-one).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from __future__ import annotations
 import copy
 import re
 import warnings
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
@@ -47,11 +53,12 @@ from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from ._typing import ArrayLike, MatrixLike
 from .calibrators import calibrator, get_class
 from .data import TopLabelData
 from .errors import DataError, DegenerateClassWarning, NotFittedError, ParameterError, TopcalWarning
 
-__all__ = ["TopLabelCalibratedClassifier", "distribute_rest"]
+__all__ = ["TopLabelCalibratedClassifier"]
 
 
 class _Unfitted(NotFittedError, SklearnNotFittedError):
@@ -65,64 +72,6 @@ _OWN_PARAMS = ("estimator", "method", "cv")
 
 #: Kinds of degenerate-class summaries already shown in this process (see ``_pass_on``).
 _SHOWN_DEGENERATE: set[str] = set()
-
-
-def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.ndarray:
-    """Full probability rows whose entry ``top`` is ``conf`` (see the module docstring).
-
-    Parameters
-    ----------
-    base : ndarray (n, K)
-        The classifier's probabilities (rows summing to 1).
-    top : ndarray of int (n,)
-        Column of each row's predicted class.
-    conf : ndarray (n,)
-        Calibrated confidence of each row, in [0, 1].
-
-    Returns
-    -------
-    ndarray (n, K), rows summing to 1.
-    """
-    n, k = base.shape
-    rows = np.arange(n)
-    out = np.zeros((n, k))
-    out[rows, top] = conf
-    if k == 1:
-        return out
-    rest = base.astype(np.float64, copy=True)
-    rest[rows, top] = 0.0
-    rest = np.clip(rest, 0.0, None)
-    total = rest.sum(axis=1)
-    empty = total <= 0
-    rest[empty] = 1.0
-    rest[empty, top[empty]] = 0.0
-    mass = 1.0 - conf
-    feasible = conf * (k - 1) >= mass - 1e-12
-    # others sorted from the largest down: the first j take the cap c, the
-    # rest share what is left in proportion; j is the first count for which
-    # the next-largest share no longer exceeds c
-    keyed = rest.copy()
-    keyed[rows, top] = -1.0  # the predicted class sorts last and is left out
-    order = np.argsort(-keyed, axis=1, kind="stable")[:, : k - 1]
-    r = np.take_along_axis(rest, order, axis=1)
-    suffix = np.cumsum(r[:, ::-1], axis=1)[:, ::-1]  # suffix[:, j] = sum of r[:, j:]
-    alloc = np.zeros_like(r)
-    done = ~feasible
-    alloc[done] = mass[done, None] * r[done] / suffix[done, :1]
-    for j in range(k - 1):
-        left = mass - j * conf
-        share = np.where(
-            suffix[:, j] > 0, left / np.where(suffix[:, j] > 0, suffix[:, j], 1.0), 0.0
-        )
-        stop = ~done & (share * r[:, j] <= conf + 1e-15)
-        if stop.any():
-            alloc[stop, :j] = conf[stop, None]
-            alloc[stop, j:] = share[stop, None] * r[stop, j:]
-            done |= stop
-    if not done.all():  # every other class capped: only when c == 1/K exactly
-        alloc[~done] = conf[~done, None]
-    np.put_along_axis(out, order, alloc, axis=1)
-    return out
 
 
 class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
@@ -157,7 +106,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     n_features_in_ : int
     """
 
-    def __init__(self, estimator, *, method: str = "auto", cv=None, **params):
+    def __init__(
+        self, estimator: Any, *, method: str = "auto", cv: Any = None, **params: Any
+    ) -> None:
         self.estimator = estimator
         self.method = method
         self.cv = cv
@@ -172,7 +123,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
             out[key] = getattr(self, key)
         return out
 
-    def set_params(self, **params) -> "TopLabelCalibratedClassifier":
+    def set_params(self, **params: Any) -> "TopLabelCalibratedClassifier":
         new = {
             k: v
             for k, v in params.items()
@@ -203,7 +154,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return tags
 
     # ---------------------------------------------------------------- fit
-    def fit(self, X, y):
+    def fit(self, X: MatrixLike, y: MatrixLike) -> "TopLabelCalibratedClassifier":
         """Calibrate on (X, y); with ``cv=K`` also fit the classifier (see the class docstring).
 
         Returns
@@ -219,14 +170,12 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
             try:
                 check_is_fitted(est)
             except Exception:  # sklearn's NotFittedError, or a non-estimator
-                raise NotFittedError(
-                    f"{type(est).__name__} is not fitted: with cv=None the classifier must be "
-                    f"fitted "
-                    "already (on other data); fit it first, or pass cv=5 to cross-fit it here; "
-                    "under "
-                    "GridSearchCV or cross_val_score (which clone it unfitted) wrap the fitted "
-                    "classifier "
-                    "in sklearn.frozen.FrozenEstimator"
+                raise _Unfitted(
+                    f"This {type(est).__name__} instance is not fitted yet, and with cv=None "
+                    "TopLabelCalibratedClassifier does not fit it: fit the classifier first (on "
+                    "other data), or pass cv=5 to cross-fit it here; under GridSearchCV or "
+                    "cross_val_score (which clone it unfitted) wrap the fitted classifier in "
+                    "sklearn.frozen.FrozenEstimator"
                 ) from None
             classes = np.asarray(est.classes_)
             scores, kind = self._scores(est, X, classes)
@@ -297,8 +246,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         """Warn when the classifier's ``predict`` is not the argmax of its scores on X
         (SVC(probability=True)).
 
-        The calibrated confidence is about the argmax class; ``predict`` stays the
-        classifier's own. ``argmax_disagreement_`` keeps the share of rows that differ.
+        The calibrated confidence is about the argmax class; ``predict`` is the calibrated
+        vector's argmax, not the classifier's own. ``argmax_disagreement_`` keeps the share of
+        rows that differ.
         """
         if data is None:
             s, kind = self._scores(est, X, classes)
@@ -311,10 +261,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
             warnings.warn(
                 f"{type(est).__name__}.predict() differs from the argmax of its "
                 f"{'predict_proba' if data.full_kind == 'probs' else 'decision_function'} on "
-                f"{differ} of "
-                f"{len(own)} calibration rows; predict_confidence and predict_proba calibrate the "
-                f"argmax class "
-                "(top_label_data(X).pred), not what predict() returns on those rows",
+                f"{differ} of {len(own)} calibration rows; predict_confidence and predict_proba "
+                "calibrate the argmax class (top_label_data(X).pred), and predict follows the "
+                f"calibrated vector (its argmax), not {type(est).__name__}.predict()",
                 TopcalWarning,
                 stacklevel=3,
             )
@@ -368,19 +317,21 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         s, kind = self._scores(self.estimator_, X, self.classes_)
         return self._data(s, kind, self.classes_)
 
-    def predict(self, X) -> np.ndarray:
-        """The classifier's own predictions.
+    def predict(self, X: MatrixLike) -> np.ndarray:
+        """The class of largest calibrated probability: ``classes_[argmax(predict_proba(X))]``
+        (the first on exact ties), so ``predict`` and ``predict_proba`` always agree.
 
-        For classifiers whose ``predict`` is not the argmax of their scores
-        (``SVC(probability=True)``
-        votes one-vs-one; its Platt probabilities may rank another class first) the calibrated
-        confidence is about the argmax class, not this one: ``fit`` warns and records the share of
-        calibration rows that differ in ``argmax_disagreement_``.
+        Usually the class the classifier's scores rank first; another where the calibrated
+        vector finds that class more probable than the top one (see the module docstring).
+        ``argmax_disagreement_`` keeps the share of calibration rows where the classifier's own
+        ``predict`` is not the argmax of its scores (``SVC(probability=True)``).
         """
-        self._check()
-        return self.estimator_.predict(X)
+        proba = self.predict_proba(X)  # checks that this estimator is fitted first
+        return self.classes_[np.argmax(proba, axis=1)]
 
-    def predict_confidence(self, X, interval: float | None = None):
+    def predict_confidence(
+        self, X: MatrixLike, interval: float | None = None
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Calibrated top-label confidence of each row: the probability that the
         predicted class (the argmax of the classifier's scores) is right.
 
@@ -407,23 +358,25 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         lo, hi = self.calibrator_.predict_interval(data, interval)
         return conf, lo, hi
 
-    def predict_proba(self, X) -> np.ndarray:
-        """Probabilities (n, n_classes) with the calibrated confidence as the top
-        entry; how the rest is shared: see the module docstring."""
-        data = self._unlabelled(X)
-        conf = self.calibrator_.predict(data)
-        base = np.exp(data.log_probs())
-        return distribute_rest(base, data.pred, conf)
+    def predict_proba(self, X: MatrixLike) -> np.ndarray:
+        """Calibrated probabilities, shape (n, n_classes) in ``classes_`` order.
+
+        The entry of the class the classifier's scores rank first is the calibrated confidence
+        (``predict_confidence``); the other entries share the rest as the calibrator's
+        whole-vector map says (``calibrator_.vector_map_``; the module docstring). Rows sum to 1.
+        """
+        data = self._unlabelled(X)  # checks that this estimator is fitted first
+        return self.calibrator_.predict_proba(data)
 
     def adapt(
         self,
-        X_use=None,
+        X_use: MatrixLike = None,
         *,
-        priors=None,
+        priors: ArrayLike | dict[str, float] | None = None,
         estimator: str = "em",
         n_bootstrap: int = 100,
         seed: int = 0,
-        shrink="auto",
+        shrink: float | str = "auto",
     ) -> "TopLabelCalibratedClassifier":
         """A copy whose confidences are adapted to a use set's class priors (label shift).
 
@@ -452,7 +405,7 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         new.calibrator_ = adapted
         return new
 
-    def top_label_data(self, X, y=None) -> TopLabelData:
+    def top_label_data(self, X: MatrixLike, y: MatrixLike = None) -> TopLabelData:
         """The classifier's scores for X (and labels y) as :class:`TopLabelData`,
         e.g. for :func:`topcal.report` or :func:`topcal.compare`."""
         if y is None:

@@ -231,7 +231,13 @@ def _split_names(names, data: TopLabelData, target: TopLabelData | None = None):
 
 
 def fit_methods(
-    data: TopLabelData, methods=None, *, params=None, progress=None, diagnostics: dict | None = None
+    data: TopLabelData,
+    methods=None,
+    *,
+    params=None,
+    progress=None,
+    diagnostics: dict | None = None,
+    context=None,
 ) -> tuple[dict, list]:
     """Fit each runnable method on ``data``.
 
@@ -248,6 +254,8 @@ def fit_methods(
         Filled with ``"failed"`` (``{method: error message}``: a method that
         raises is left out, the others go on) and ``"warnings"``
         (``{method: [messages]}``: what the fits warned about).
+    context : FitContext, optional
+        Passed to every fit (:mod:`topcal.calibrators.context`).
 
     Returns
     -------
@@ -263,7 +271,9 @@ def fit_methods(
         if progress is not None:
             progress(f"fitting {name}")
         try:
-            fitted[name] = fit_quietly(name, data, params=params.get(name), notes=notes)
+            fitted[name] = fit_quietly(
+                name, data, params=params.get(name), notes=notes, context=context
+            )
         except TopcalError as exc:
             failed[name] = f"{type(exc).__name__}: {exc}"
     if diagnostics is not None:
@@ -302,9 +312,8 @@ def _kfold_predictions(
     def fit(name, train, f, warm):
         if progress is not None:
             progress(f"fold {f + 1}/{n_folds}: fitting {name}")
-        return fit_quietly(
-            name, train, params=(params or {}).get(name), notes=notes, **scratch_options(name, warm)
-        )
+        options = scratch_options(name, warm, fold=True)
+        return fit_quietly(name, train, params=(params or {}).get(name), notes=notes, **options)
 
     def on_model(name, f, model, train):
         summary = auto_summary(model, f + 1)

@@ -21,11 +21,13 @@ class with no positives) and one overall value:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from ._numeric import PROB_CLIP, bin_index, binary_nll, weighted_quantile_edges
 from ._params import MAX_BINS
+from ._typing import ArrayLike
 from .data import TopLabelData
 from .errors import DataError, ParameterError
 
@@ -37,6 +39,8 @@ __all__ = [
     "conf1",
     "nll",
     "brier",
+    "vector_nll",
+    "vector_brier",
     "ece",
     "ece1",
     "ece2",
@@ -91,8 +95,8 @@ def _check(data: TopLabelData, confidence) -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"confidence {float(c[i]):g} at row {i} is not a probability in [0, 1]; rescale the "
-            f"scores first"
+            f"confidence {float(c[i]):g} at row {i + 1} is not a probability in [0, 1]; rescale "
+            "the scores first"
         )
     return c
 
@@ -107,7 +111,7 @@ def _per_class_mean(data: TopLabelData, loss_rows: np.ndarray, name: str) -> Cla
     return ClassMetric(name, data.classes, per, float(tot.sum() / cnt.sum()))
 
 
-def nll(data: TopLabelData, confidence) -> ClassMetric:
+def nll(data: TopLabelData, confidence: ArrayLike) -> ClassMetric:
     """Top-label binary negative log-likelihood (paper eq. 14), mean per sample.
 
     -[tp log c + fp log(1 - c)] per row, with c clipped to
@@ -120,13 +124,55 @@ def _nll(data: TopLabelData, c: np.ndarray) -> ClassMetric:  # c checked by the 
     return _per_class_mean(data, binary_nll(data.tp, data.fp, c), "nll")
 
 
-def brier(data: TopLabelData, confidence) -> ClassMetric:
+def brier(data: TopLabelData, confidence: ArrayLike) -> ClassMetric:
     """Top-label Brier score (paper eq. 15), mean per sample: tp (1 - c)^2 + fp c^2."""
     return _brier(data, _check(data, confidence))
 
 
 def _brier(data: TopLabelData, c: np.ndarray) -> ClassMetric:  # c checked by the caller
     return _per_class_mean(data, data.tp * (1.0 - c) ** 2 + data.fp * c**2, "brier")
+
+
+def _check_vectors(data: TopLabelData, proba) -> np.ndarray:
+    """``proba`` checked as one probability vector per row of labelled per-sample ``data``."""
+    if not isinstance(data, TopLabelData):
+        raise DataError(f"metrics expect a TopLabelData, got {type(data).__name__}")
+    data.require_labels("computing a full-vector metric")
+    if data.labels is None:
+        raise DataError("full-vector metrics need each row's true class; binned counts have none")
+    p = np.asarray(proba, dtype=np.float64)
+    if p.shape != (data.n_rows, data.n_classes):
+        raise DataError(
+            f"the probability vectors have shape {p.shape} but the data has {data.n_rows} rows "
+            f"and {data.n_classes} classes; give one probability per row and class"
+        )
+    bad = ~np.isfinite(p) | (p < 0) | (p > 1)
+    off = np.abs(p.sum(axis=1) - 1.0) > 1e-6
+    if bad.any() or off.any():
+        i = int(np.flatnonzero(bad.any(axis=1) | off)[0])
+        raise DataError(
+            f"row {i} of the probability vectors is not a probability vector (entries in [0, 1] "
+            "summing to 1); give calibrated probabilities, not scores"
+        )
+    return p
+
+
+def vector_nll(data: TopLabelData, proba: ArrayLike) -> ClassMetric:
+    """Full-vector negative log-likelihood (multinomial log loss), mean per sample: -log p_y with
+    p_y clipped to [PROB_CLIP, 1], ``proba`` one row per sample and one column per class of
+    ``data.classes``; ``per_class`` by predicted class, as the top-label metrics."""
+    p = _check_vectors(data, proba)
+    py = p[np.arange(data.n_rows), data.labels]
+    return _per_class_mean(data, -np.log(np.maximum(py, PROB_CLIP)), "vector_nll")
+
+
+def vector_brier(data: TopLabelData, proba: ArrayLike) -> ClassMetric:
+    """Full-vector Brier score, mean per sample: sum_j (p_j - [y = j])^2 (0 to 2)."""
+    p = _check_vectors(data, proba)
+    rows = np.arange(data.n_rows)
+    py = p[rows, data.labels]
+    loss = np.einsum("ij,ij->i", p, p) - 2.0 * py + 1.0
+    return _per_class_mean(data, np.maximum(loss, 0.0), "vector_brier")
 
 
 def _ece_bins(conf: np.ndarray, w: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
@@ -140,7 +186,12 @@ def _ece_bins(conf: np.ndarray, w: np.ndarray, n_bins: int, strategy: str) -> np
 
 
 def ece(
-    data: TopLabelData, confidence, *, norm: int = 1, n_bins: int = 10, strategy: str = "uniform"
+    data: TopLabelData,
+    confidence: ArrayLike,
+    *,
+    norm: int = 1,
+    n_bins: int = 10,
+    strategy: str = "uniform",
 ) -> ClassMetric:
     """Binned expected calibration error per class and top-label overall.
 
@@ -188,7 +239,9 @@ def _ece(data: TopLabelData, c: np.ndarray, norm: int, n_bins: int, strategy: st
         cls = cells // n_bins
         start = np.searchsorted(cls, np.arange(k), side="left")
         stop = np.searchsorted(cls, np.arange(k), side="right")
-        gaps = [(wb[a:z], tb[a:z], cb[a:z]) for a, z in zip(start, stop)]
+        gaps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [
+            (wb[a:z], tb[a:z], cb[a:z]) for a, z in zip(start, stop)
+        ]
     else:
         gaps = []
         for i in range(k):
@@ -222,14 +275,14 @@ def _ece(data: TopLabelData, c: np.ndarray, norm: int, n_bins: int, strategy: st
 
 
 def ece1(
-    data: TopLabelData, confidence, *, n_bins: int = 10, strategy: str = "uniform"
+    data: TopLabelData, confidence: ArrayLike, *, n_bins: int = 10, strategy: str = "uniform"
 ) -> ClassMetric:
     """ECE1: L1 binned calibration error (see :func:`ece`)."""
     return ece(data, confidence, norm=1, n_bins=n_bins, strategy=strategy)
 
 
 def ece2(
-    data: TopLabelData, confidence, *, n_bins: int = 10, strategy: str = "uniform"
+    data: TopLabelData, confidence: ArrayLike, *, n_bins: int = 10, strategy: str = "uniform"
 ) -> ClassMetric:
     """ECE2: L2 binned calibration error (see :func:`ece`)."""
     return ece(data, confidence, norm=2, n_bins=n_bins, strategy=strategy)
@@ -284,7 +337,9 @@ _BUNDLE_METRICS = {
 }
 
 
-def bundle(data: TopLabelData, confidence, *, n_bins: int = 10, names=BUNDLE) -> list[ClassMetric]:
+def bundle(
+    data: TopLabelData, confidence: ArrayLike, *, n_bins: int = 10, names: Sequence[str] = BUNDLE
+) -> list[ClassMetric]:
     """The metrics ``names`` (default NLL, Brier, ECE1, ECE2) of ``confidence`` on ``data``, in that
     order.
 
@@ -313,12 +368,12 @@ def bundle(data: TopLabelData, confidence, *, n_bins: int = 10, names=BUNDLE) ->
 SUMMARY_COLUMNS = ("tp", "fp", "conf1") + BUNDLE
 
 
-def summary(data: TopLabelData, confidence, *, n_bins: int = 10) -> dict:
+def summary(data: TopLabelData, confidence: ArrayLike, *, n_bins: int = 10) -> dict:
     """Per-class and overall NLL, Brier, ECE1, ECE2, Conf1 and counts, JSON-ready."""
     metrics = bundle(data, confidence, n_bins=n_bins)
     tp, fp = data.class_counts()
     c1 = conf1(data)
-    out = {"classes": {}, "overall": {}}
+    out: dict[str, dict] = {"classes": {}, "overall": {}}
     for i, name in enumerate(data.classes):
         row = {
             "tp": float(tp[i]),

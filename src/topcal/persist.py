@@ -29,10 +29,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Any
 
 from ._version import __version__
 from ._fileio import read_text, write_text
+from ._typing import PathLike
 from .calibrators.base import register_hook
+from .calibrators.base import Calibrator
 from .calibrators.registry import available_methods, get_class, is_registered
 from .errors import ModelFileError, TopcalError
 from . import labelshift  # noqa: F401  (registers the adapted model, so its files load through the registry)
@@ -102,7 +105,7 @@ def _both(obj, level: int) -> tuple[str, str]:
         return obj.text, obj.text
     pad = " " * (level + 1)
     if isinstance(obj, dict) and obj and all(type(k) is str for k in obj):
-        parts = {k: _both(v, level + 1) for k, v in obj.items()}
+        parts: Any = {k: _both(v, level + 1) for k, v in obj.items()}
         keys = {k: json.dumps(k) for k in obj}
         pretty = (
             "{\n"
@@ -218,12 +221,12 @@ def loads(text: str, *, source: str = "model"):
         ) from None
 
 
-def save(model, path) -> None:
+def save(model: Calibrator, path: PathLike) -> None:
     """Write ``model`` (fitted) to ``path`` as JSON, atomically (temp file + rename)."""
     write_text(path, dumps(model))
 
 
-def load(path):
+def load(path: PathLike) -> Calibrator:
     """Read a model saved with :func:`save` (or ``topcal fit -o``); ``path`` is a str, bytes or path
     object."""
     text = read_text(

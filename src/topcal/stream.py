@@ -21,7 +21,7 @@ import numpy as np
 from ._fileio import check_output
 from .calibrators.intervals import check_level
 from .calibrators.updating import require_stats
-from .errors import TopcalError
+from .errors import DataError, TopcalError
 from .evidence.core import Evidence
 from .io import (
     DEFAULT_CHUNK_ROWS,
@@ -43,6 +43,10 @@ __all__ = [
     "calibrate",
     "check_new_columns",
     "INTERVAL_COLUMNS",
+    "FULL_PREFIX",
+    "VECTOR_KEY",
+    "full_columns",
+    "require_vectors",
     "fit_file",
     "update_file",
     "model_read_options",
@@ -83,11 +87,35 @@ def model_read_options(
 INTERVAL_COLUMNS = ("confidence_lo", "confidence_hi")
 
 
-def check_new_columns(columns, interval, thresholds=None) -> None:
+#: ``apply --full`` adds one column per class, ``calibrated_<class>``, after the others.
+FULL_PREFIX = "calibrated_"
+#: The key of :func:`calibrate`'s output holding the (n, K) calibrated vectors.
+VECTOR_KEY = "vector"
+
+
+def full_columns(classes) -> list[str]:
+    """The names of ``apply --full``'s columns, one per class of ``classes`` (a model's)."""
+    return [FULL_PREFIX + str(c) for c in classes]
+
+
+def require_vectors(has_vectors: bool) -> None:
+    """The one-line error of ``apply --full`` on an input without full score vectors."""
+    if not has_vectors:
+        raise DataError(
+            "--full writes a calibrated probability per class, which needs the full score vectors "
+            "(p_<class> or logit_<class> columns, one per class); this input has only top scores: "
+            "drop --full to write the calibrated confidence alone"
+        )
+
+
+def check_new_columns(columns, interval, thresholds=None, full_classes=None) -> None:
     """A one-line error where the input already has a column apply would add besides the confidence
-    (:func:`confidence_column` decides that one)."""
-    for c in (INTERVAL_COLUMNS if interval is not None else ()) + (
-        ("accepted",) if thresholds is not None else ()
+    (:func:`confidence_column` decides that one); ``full_classes``: the model's classes, whose
+    :func:`full_columns` ``apply --full`` adds."""
+    for c in (
+        (INTERVAL_COLUMNS if interval is not None else ())
+        + (("accepted",) if thresholds is not None else ())
+        + tuple(full_columns(full_classes or ()))
     ):
         if c in columns:
             raise TopcalError(
@@ -95,13 +123,25 @@ def check_new_columns(columns, interval, thresholds=None) -> None:
             )
 
 
-def calibrate(model, data, interval=None, thresholds=None, tally: dict | None = None) -> dict:
+def calibrate(
+    model, data, interval=None, thresholds=None, tally: dict | None = None, full: bool = False
+) -> dict:
     """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its limits;
-    with
-    ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for ``model``) ``accepted``,
-    whether
-    the row's confidence reaches its class's cut-off."""
-    out = {"confidence": model.predict(data)}
+    with ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for ``model``)
+    ``accepted``, whether the row's confidence reaches its class's cut-off; with ``full`` the
+    calibrated vectors (:meth:`~topcal.calibrators.base.Calibrator.predict_proba`, whose predicted
+    entry is the confidence, bit for bit), written as :func:`full_columns`, and ``tally`` gets the
+    count of rows whose vector's argmax is another class than ``pred`` under ``"moved"``."""
+    if full:
+        require_vectors(data.has_full)
+        vectors = model.predict_proba(data)
+        codes = predicted_codes(data, model.classes_)
+        out = {"confidence": vectors[np.arange(data.n_rows), codes]}
+        if tally is not None:  # rows whose calibrated vector ranks another class above pred
+            moved = int(np.count_nonzero(vectors.argmax(axis=1) != codes))
+            tally["moved"] = tally.get("moved", 0) + moved
+    else:
+        out = {"confidence": model.predict(data)}
     if interval is not None:
         out["confidence_lo"], out["confidence_hi"] = model.predict_interval(data, interval)
     if thresholds is not None:
@@ -110,6 +150,8 @@ def calibrate(model, data, interval=None, thresholds=None, tally: dict | None = 
         )
         if tally is not None:  # the rows accepted so far (apply prints the count)
             tally["accepted"] = tally.get("accepted", 0) + int(np.count_nonzero(out["accepted"]))
+    if full:
+        out[VECTOR_KEY] = vectors
     return out
 
 
@@ -177,11 +219,13 @@ def with_confidence(
     """
     import pandas as pd
 
-    cols = conf if isinstance(conf, dict) else {"confidence": conf}
+    cols = dict(conf) if isinstance(conf, dict) else {"confidence": conf}
+    vectors = cols.pop(VECTOR_KEY, None)
     check_new_columns(
         frame.columns,
         0.5 if "confidence_lo" in cols else None,
         True if "accepted" in cols else None,
+        None if vectors is None else classes,
     )
     conf_name = confidence_column(frame.columns, score_column)
     cols = {(conf_name if k == "confidence" else k): v for k, v in cols.items()}
@@ -196,6 +240,9 @@ def with_confidence(
     out["pred"] = pred
     for name, values in cols.items():
         out[name] = values
+    if vectors is not None:  # one block of K columns (K inserts one by one fragment the frame)
+        block = pd.DataFrame(vectors, columns=full_columns(classes), index=out.index)
+        out = pd.concat([out, block], axis=1)
     return out
 
 
@@ -209,10 +256,15 @@ def apply_file(
     interval=None,
     thresholds=None,
     tally: dict | None = None,
+    full: bool = False,
     **options,
 ) -> int:
     """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns
     the rows.
+
+    With ``full`` also one calibrated probability per class (:func:`full_columns`, in the
+    model's class order; rows sum to 1, the predicted class's entry is the confidence): the
+    input needs full score vectors (a one-line DataError before anything is read otherwise).
 
     With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and
     ``confidence_hi``, the limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`.
@@ -234,17 +286,21 @@ def apply_file(
     if Path(path).suffix.lower() == ".npz":  # no chunked reader for .npz
         frame = read_table(path)
         data = read_frame(frame, **opts)
+        if full:
+            require_vectors(data.has_full)
         if tally is not None:
             tally["column"] = confidence_column(frame.columns, score_role(frame.columns, opts))
         out = with_confidence(
             frame,
             data,
             model.classes_,
-            calibrate(model, data, interval, thresholds, tally),
+            calibrate(model, data, interval, thresholds, tally, full),
             score_column=score_role(frame.columns, opts),
         )
         return write_frames([out], output)
     opts = model_read_options(model, path, opts)
+    if full:  # refused before the file is scanned
+        require_vectors(layout_columns(file_columns(path), **opts)[3])
     layout = scan_layout(path, chunk_rows, classes=list(model.classes_), **opts)
     pred_col, score_col = output_roles(file_columns(path), opts)
     if tally is not None:
@@ -254,7 +310,7 @@ def apply_file(
             frame,
             data,
             model.classes_,
-            calibrate(model, data, interval, thresholds, tally),
+            calibrate(model, data, interval, thresholds, tally, full),
             pred_col,
             score_col,
         )

@@ -206,6 +206,29 @@ def check_persistence(name: str, ctx: dict) -> None:
         _fail(name, "persistence", "saving the reloaded model gives another file")
 
 
+def check_vector(name: str, ctx: dict) -> None:
+    """predict_proba: one probability vector per row (rows sum to 1), the predicted class's entry
+    the confidence bit for bit, from a vector map (the baseline: the scores' own); row-wise; the
+    same vectors after a JSON round trip."""
+    cal, data, conf = ctx["model"], ctx["data"], ctx["conf"]
+    proba = _quiet(cal.predict_proba, data)
+    if proba.shape != (data.n_rows, data.n_classes) or not np.all(np.isfinite(proba)):
+        _fail(name, "vector", f"predict_proba has shape {proba.shape} or non-finite values")
+    if proba.min() < 0 or np.abs(proba.sum(axis=1) - 1.0).max() > 1e-9:
+        _fail(name, "vector", "predict_proba's rows are not probability vectors")
+    at_pred = proba[np.arange(data.n_rows), cal._check_compatible(data).pred]
+    if at_pred.tobytes() != conf.tobytes():
+        _fail(name, "vector", "the predicted class's entry is not the confidence")
+    if cal.vector_map_ is None and not get_class(name).is_baseline:
+        _fail(name, "vector", "a model fitted on full vectors has no vector map")
+    perm = np.random.default_rng(4).permutation(data.n_rows)
+    if not np.allclose(_quiet(cal.predict_proba, data.subset(perm)), proba[perm], rtol=1e-12):
+        _fail(name, "vector", "predicting permuted rows does not permute the vectors")
+    back = persist.loads(persist.dumps(cal))
+    if _quiet(back.predict_proba, data).tobytes() != proba.tobytes():
+        _fail(name, "vector", "reloaded vectors differ")
+
+
 def check_update(name: str, ctx: dict, atol: float) -> None:
     """fit(A).update(B) is a fit on the statistics of A + B within atol, or a one-line TopcalError.
 
@@ -307,6 +330,7 @@ CHECKS = (
     "fit_predict",
     "interval",
     "persistence",
+    "vector",
     "update",
     "hostile",
     "degenerate",
@@ -354,7 +378,7 @@ def check_calibrator(
     ctx = {"data": data if data is not None else contract_data()}
     order = [c for c in CHECKS if c in checks]
     if (
-        any(c in order for c in ("interval", "persistence", "hostile"))
+        any(c in order for c in ("interval", "persistence", "vector", "hostile"))
         and "fit_predict" not in order
     ):
         order.insert(0, "fit_predict")
@@ -367,6 +391,8 @@ def check_calibrator(
             check_interval(name, ctx)
         elif check == "persistence":
             check_persistence(name, ctx)
+        elif check == "vector":
+            check_vector(name, ctx)
         elif check == "update":
             check_update(name, ctx, atol)
         elif check == "hostile":

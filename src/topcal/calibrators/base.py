@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import _recycle
 from .._params import validate_params
+from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData, check_sample_total, preview
 from ..errors import (
     DataError,
@@ -54,7 +55,9 @@ from ..evidence.core import Evidence
 from ..evidence.fingerprint import Fingerprint
 from ..io.inputs import as_data
 from . import intervals, spread
+from .context import FitContext
 from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
+from .fullvector import VectorPredicting, fit_map
 from .keeping import EvidenceKeeping
 from .modelfile import finite_array, support_list, to_jsonable
 
@@ -110,9 +113,9 @@ def _init_params(init) -> tuple[str, ...]:
     return tuple(p.name for p in inspect.signature(init).parameters.values() if p.name != "self")
 
 
-class Calibrator(EvidenceKeeping):
-    """Base class of all calibrators. Subclasses set ``name`` and implement
-    ``_fit``, ``_predict``, ``_get_state`` and ``_set_state``."""
+class Calibrator(VectorPredicting, EvidenceKeeping):
+    """Base of all calibrators: subclasses set ``name``, implement ``_fit``, ``_predict``,
+    ``_get_state``, ``_set_state``."""
 
     #: Registry key, also the ``method`` field of saved models.
     name: ClassVar[str] = ""
@@ -160,6 +163,8 @@ class Calibrator(EvidenceKeeping):
     _keep: str = "evidence"
     #: During ``fit``: the fitted model it may start from (``warm``), or None.
     _warm = None
+    #: during a fit: the caller's :class:`~.context.FitContext`, or None
+    _context = None
     #: The model's evidence (:attr:`evidence_`); empty until a fit keeps some.
     _evidence: Evidence = Evidence.EMPTY
 
@@ -185,7 +190,7 @@ class Calibrator(EvidenceKeeping):
                 f"parameters are: {opts}"
             )
 
-    def set_params(self, **params) -> "Calibrator":
+    def set_params(self, **params: Any) -> "Calibrator":
         """Set constructor parameters (values checked at the next ``fit``); returns self."""
         self._check_param_names(params)
         for k, v in params.items():
@@ -216,14 +221,16 @@ class Calibrator(EvidenceKeeping):
     # ---------------------------------------------------------------- fit
     def fit(
         self,
-        data,
-        y=None,
+        data: TopLabelData | Evidence | ArrayLike | PathLike,
+        y: ArrayLike | None = None,
         *,
-        classes=None,
+        classes: ArrayLike | None = None,
         kind: str = "auto",
         keep: str = "evidence",
-        warm=None,
+        warm: Calibrator | None = None,
         fingerprint: Fingerprint | None = None,
+        vector: bool = True,
+        context: FitContext | None = None,
     ) -> "Calibrator":
         """Fit one calibration function per predicted class on labelled ``data``.
 
@@ -256,6 +263,11 @@ class Calibrator(EvidenceKeeping):
         fingerprint : Fingerprint, optional
             The fingerprint of these same rows, already computed by the caller;
             taken instead of hashing every row again.
+        vector : bool, default True
+            Also fit ``predict_proba``'s vector map (:mod:`.fullvector`; with full vectors).
+        context : FitContext, optional
+            What the caller wants back besides the model (:mod:`.context`: ``auto`` appends its
+            cross-validation runs to ``context.runs``).
 
         Returns
         -------
@@ -272,11 +284,9 @@ class Calibrator(EvidenceKeeping):
         data.require_labels(f"fitting {self.name!r}")
         check_sample_total(data.n_samples, "the fitting data (with any updates)")
         self._check_data(data)
-        self.classes_ = data.classes
-        self.score_range_ = data.score_range
+        self.classes_, self.score_range_ = data.classes, data.score_range
         tp, fp = data.class_counts()
-        self.n_tp_ = tp
-        self.n_fp_ = fp
+        self.n_tp_, self.n_fp_ = tp, fp
         empty = [c for c, n in zip(data.classes, tp + fp) if n == 0]
         if empty:
             warnings.warn(
@@ -286,22 +296,23 @@ class Calibrator(EvidenceKeeping):
                 DegenerateClassWarning,
                 stacklevel=2,
             )
-        self._keep, self._evidence = keep, Evidence.EMPTY
+        self._keep, self._evidence, self._vector = keep, Evidence.EMPTY, None
+        self._map_wanted = keep == "evidence" and bool(vector)
         # what the model remembers of its fitting rows, so that a guarantee is never computed on
         # them (topcal.thresholds.core); a fit from evidence takes the rows' fingerprint from it
         if keep == "evidence" and fingerprint is None:
             fingerprint = Fingerprint.of(data)
-        self._warm = warm
+        self._warm, self._context = warm, context
         try:
             with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
                 self._fit(data)
+            if self._map_wanted and self._vector is None:  # a fit may have fitted its own
+                self._vector = fit_map(self, data)  # the calibrated vector's map (fullvector.py)
         finally:
-            self._warm = None
-        self._spread = (
-            spread.measure(data, self._predict(data))
-            if self._pools_classes and keep != "predictions"
-            else None
-        )
+            self._warm = self._context = None
+        self._spread = None
+        if self._pools_classes and keep != "predictions":
+            self._spread = spread.measure(data, self._predict(data))
         if keep == "evidence":
             # the mergeable statistics that let update() refit on old + new data and, per predicted
             # class and score region, the true classes behind its rows (label-shift adaptation; None
@@ -326,14 +337,17 @@ class Calibrator(EvidenceKeeping):
         return self._keep == "predictions"
 
     def _fold_fit(self, data: TopLabelData) -> bool:
-        """Whether this fit is a cross-validation fold's (:mod:`.crossfit`): a scratch fit started
-        from a fit of the same method on at least as many samples (the all-data fit, or where
-        auto's first look was the first of its K folds, that fold's fit: optima the fold's lies
-        near). Such a fit may stop short of its own optimum's last digits (a method's fold rule,
-        e.g. docs/vector.md#fold-fits): its model is scored on the fold and dropped."""
-        warm = self._warm
+        """Whether this fit is a cross-validation fold's that may stop short of its own
+        optimum's last digits (a method's fold rule, e.g. docs/vector.md#fold-fits): its caller
+        says it is a fold's (``FitContext(fold=True)``: :mod:`.select.crossfit`), it keeps only
+        its predictions, and it starts from a fit of the same method on at least as many samples
+        (the all-data fit, or a sibling fold's where auto's first look was the first of its K
+        folds: optima the fold's lies near)."""
+        warm, context = self._warm, self._context
         return (
-            self._scratch
+            context is not None
+            and context.fold
+            and self._scratch
             and isinstance(warm, type(self))
             and float(np.sum(warm.n_tp_) + np.sum(warm.n_fp_)) >= float(data.n_samples)
         )
@@ -364,8 +378,7 @@ class Calibrator(EvidenceKeeping):
             if alt is None
             else (
                 f"use the binary variant {alt!r} (temperature on the normalised top score) or a "
-                f"score-based "
-                "method (hist, ...)"
+                "score-based method (hist, ...)"
             ),
         )
         if data.n_classes < 2:
@@ -386,7 +399,7 @@ class Calibrator(EvidenceKeeping):
         elif str(k) in self.classes_:
             return self.classes_.index(str(k))
         raise TopcalError(
-            f"unknown class {k!r}; choose one of {list(self.classes_)} or an index "
+            f"unknown class {k!r:.60}; choose one of {preview(self.classes_)} or an index "
             f"0..{len(self.classes_) - 1}"
         )
 
@@ -404,23 +417,28 @@ class Calibrator(EvidenceKeeping):
             lo, hi = self.score_range_
             raise DataError(
                 f"the data's score range ({data.score_range[0]:g}, {data.score_range[1]:g}) "
-                f"differs from the "
-                f"model's ({lo:g}, {hi:g}); build the data with score_range=({lo:g}, {hi:g}) "
+                f"differs from the model's ({lo:g}, {hi:g}); build the data with "
+                f"score_range=({lo:g}, {hi:g}) "
                 f"(--score-range {lo:g} {hi:g})"
             )
         if self.needs_full and data.has_full and set(data.classes) != set(self.classes_):
             raise DataError(
                 f"method {self.name!r} needs score vectors over the model's {len(self.classes_)} "
-                f"classes, but the "
-                f"data has {data.n_classes} columns ({preview(data.classes)}); give one column per "
-                f"model class"
+                f"classes, but the data has {data.n_classes} columns ({preview(data.classes)}); "
+                "give one column per model class"
             )
         data = data.with_classes(self.classes_, "the data")
         if self.needs_full:  # with_classes drops vectors whose columns are not the model's classes
             data.require_full(f"method {self.name!r}")
         return data
 
-    def predict(self, data, *, classes=None, kind: str = "auto") -> np.ndarray:
+    def predict(
+        self,
+        data: TopLabelData | ArrayLike | PathLike,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
+    ) -> np.ndarray:
         """Calibrated confidence of each row, shape (n_rows,), values in [0, 1].
 
         ``data`` as in :meth:`fit` (labels, if any, are ignored); a score
@@ -440,7 +458,12 @@ class Calibrator(EvidenceKeeping):
         raise NotImplementedError
 
     def predict_interval(
-        self, data, level: float = 0.9, *, classes=None, kind: str = "auto"
+        self,
+        data: TopLabelData | ArrayLike | PathLike,
+        level: float = 0.9,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
     ) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper end of a ``level`` interval on each row's calibrated confidence.
 
@@ -496,8 +519,7 @@ class Calibrator(EvidenceKeeping):
         """The one-line error of a model loaded from a file without what its intervals need."""
         return ModelFileError(
             f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it "
-            f"with "
-            f"topcal >= {intervals.INTERVAL_SINCE} to get intervals"
+            f"with topcal >= {intervals.INTERVAL_SINCE} to get intervals"
         )
 
     # ----------------------------------------------------------- describe
@@ -544,7 +566,7 @@ class Calibrator(EvidenceKeeping):
             return [{} for _ in self.classes_]
         # one call for every class's 21 scores: per-class calls cost K passes over K classes
         # (np.linspace of arrays differs from the scalar one in the last bit: one call per class)
-        s = np.concatenate([np.linspace(*self.support_[k], 21) for k in have])
+        s = np.concatenate([np.linspace(*self.support_[k], 21) for k in have])  # type: ignore[call-overload]
         pred = np.repeat(np.asarray(have, dtype=np.int64), 21)
         grid = TopLabelData(tuple(self.classes_), pred, s, tuple(self.score_range_))
         try:
@@ -552,7 +574,7 @@ class Calibrator(EvidenceKeeping):
         except (ModelFileError, ParameterError):  # old file, or a method without intervals
             return [{} for _ in self.classes_]
         width = np.mean((np.asarray(hi) - np.asarray(lo)).reshape(len(have), 21), axis=1)
-        out = [{} for _ in self.classes_]
+        out: list[dict] = [{} for _ in self.classes_]
         for k, w in zip(have, width.tolist()):
             out[k] = {"interval_width_90": w}
         return out
@@ -563,7 +585,7 @@ class Calibrator(EvidenceKeeping):
     def _set_state(self, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def save(self, path) -> None:
+    def save(self, path: PathLike) -> None:
         """Write the fitted model as versioned JSON (see :func:`topcal.persist.save`)."""
         hook("save")(self, path)
 
@@ -571,12 +593,12 @@ class Calibrator(EvidenceKeeping):
         self,
         data: TopLabelData | None = None,
         *,
-        priors=None,
+        priors: ArrayLike | dict[str, float] | None = None,
         estimator: str = "em",
         source_data: TopLabelData | None = None,
         n_bootstrap: int = 100,
         seed: int = 0,
-        shrink="auto",
+        shrink: float | str = "auto",
     ) -> "Calibrator":
         """A copy of this model adapted to a use set's class priors (label shift).
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData
 from ..evidence.core import Evidence
 from ..evidence.stats import ScoreStats
-from . import modelfile, spread, updating
+from . import fullvector, modelfile, spread, updating
 from .registry import fits_from_counts, require_counts
 
 __all__ = ["EvidenceKeeping"]
@@ -24,6 +25,13 @@ __all__ = ["EvidenceKeeping"]
 
 class EvidenceKeeping:
     """A fitted model's evidence, its update and its model file (a base of ``Calibrator``)."""
+
+    #: Parameters a loaded model file did not name (added to topcal after it was written), with the
+    #: value loading gave them: written back left out while they keep that value, so that a loaded
+    #: model's dict, and the digest a thresholds file holds of it, are the file's own.
+    _unnamed_params: dict = {}
+    #: The vector map fitted beside the model (its value: fullvector.VectorPredicting).
+    _vector: Any
 
     @property
     def evidence_(self) -> Evidence:
@@ -61,8 +69,9 @@ class EvidenceKeeping:
         updated (it keeps no statistics)."""
         updating.require_stats(self)
         kept = self._evidence
+        # a fitted model's confusion counts are ConfusionStats (GridConfusion: a fit in progress)
         return Evidence.for_update(
-            data, stats_of=self._stats_of, regions=kept.confusion, like=kept.fingerprint
+            data, stats_of=self._stats_of, regions=kept.confusion, like=kept.fingerprint  # type: ignore[arg-type]
         )
 
     def _fit_evidence(self, evidence: Evidence, keep: str) -> Self:
@@ -79,7 +88,15 @@ class EvidenceKeeping:
             self._keep = keep
         return self
 
-    def update(self, data, y=None, *, classes=None, kind: str = "auto", confusion=None) -> Self:
+    def update(
+        self,
+        data: TopLabelData | Evidence | ScoreStats | ArrayLike | PathLike,
+        y: ArrayLike | None = None,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
+        confusion: Any = None,
+    ) -> Self:
         """Add labelled data and refit: merge the evidence, refit from it (:mod:`.updating`).
 
         ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score
@@ -105,8 +122,9 @@ class EvidenceKeeping:
         merged = updating.merged_evidence(
             self, old, data, y, classes=classes, kind=kind, confusion=confusion
         )
+        vector = self._vector  # statistics hold no vectors: the first fit's map is kept
         self._refit(merged.stats)
-        self._evidence = merged
+        self._evidence, self._vector = merged, vector
         return self
 
     def _refit(self, stats) -> None:
@@ -122,7 +140,19 @@ class EvidenceKeeping:
         """JSON-ready dict: method, params, classes, score range, fitted state and the model's
         evidence, each piece where kept (:func:`.modelfile.to_dict`)."""
         self._check_fitted()
-        return modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
+        d = modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
+        if self._vector is not None:  # the vector map fitted beside the model (fullvector.py)
+            d["vector"] = self._vector.to_dict()
+        return d
+
+    def _file_params(self) -> dict:
+        """The parameters a model file holds: :meth:`get_params` less those a loaded file did not
+        name and that still have the value loading gave them."""
+        return {
+            k: v
+            for k, v in self.get_params().items()
+            if not (k in self._unnamed_params and v is self._unnamed_params[k])
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
@@ -135,8 +165,11 @@ class EvidenceKeeping:
     def _load(self, d: dict, classes: tuple, score_range: tuple, n_tp, n_fp) -> None:
         """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`)."""
         self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = classes, score_range, n_tp, n_fp
+        named = d["params"]
+        self._unnamed_params = {k: v for k, v in self.get_params().items() if k not in named}
         self._set_state(d["state"])
         self._spread = spread.check(d.get("spread"), len(classes))
+        self._vector = fullvector.load_map(d.get("vector"), classes)
         self._evidence = Evidence.from_dict(
             d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
         )

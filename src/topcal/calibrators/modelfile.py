@@ -26,7 +26,7 @@ def to_dict(model, state: dict, evidence, spread: dict | None = None) -> dict[st
     between-class ``spread`` table (where measured, :mod:`.spread`)."""
     d = {
         "method": model.name,
-        "params": model.get_params(),
+        "params": model._file_params(),  # a loaded file's own, parameters added since left out
         "classes": list(model.classes_),
         "score_range": [float(v) for v in model.score_range_],
         "n_tp": [float(v) for v in model.n_tp_],

@@ -6,7 +6,12 @@ choices, error messages, the docs and the ``method`` field of saved models.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..errors import ParameterError
+
+if TYPE_CHECKING:
+    from .base import Calibrator
 
 __all__ = [
     "register",
@@ -26,13 +31,13 @@ __all__ = [
 #: comparison of the report holds. Code above the calibrators names it through this constant only.
 BASELINE = "uncalibrated"
 
-_REGISTRY: dict[str, type] = {}
+_REGISTRY: dict[str, type[Calibrator]] = {}
 #: registered names that are no method to fit (wrappers built from a fitted model, e.g. an adapted
 #: model)
 _UNLISTED: set[str] = set()
 
 
-def register(cls: type | None = None, *, listed: bool = True):
+def register(cls: type[Calibrator] | None = None, *, listed: bool = True) -> Any:
     """Class decorator: add ``cls`` to the registry under ``cls.name``.
 
     ``listed=False`` registers a model kind that is built from a fitted model
@@ -41,7 +46,7 @@ def register(cls: type | None = None, *, listed: bool = True):
     ``--method`` or :func:`calibrator`.
     """
 
-    def add(c: type) -> type:
+    def add(c: type[Calibrator]) -> type[Calibrator]:
         if not c.name or c.name in _REGISTRY:
             raise RuntimeError(f"calibrator name {c.name!r} is empty or already registered")
         _REGISTRY[c.name] = c
@@ -62,7 +67,7 @@ def is_registered(name) -> bool:
     return isinstance(name, str) and name in _REGISTRY
 
 
-def get_class(name: str, *, unlisted: bool = False) -> type:
+def get_class(name: str, *, unlisted: bool = False) -> type[Calibrator]:
     """The calibrator class registered as ``name`` (``unlisted``: wrappers too, for loading
     models)."""
     if isinstance(name, str) and name in _REGISTRY and (unlisted or name not in _UNLISTED):
@@ -70,7 +75,7 @@ def get_class(name: str, *, unlisted: bool = False) -> type:
     raise ParameterError(f"unknown method {name!r}. Options are: {', '.join(available_methods())}")
 
 
-def lookup(name) -> type | None:
+def lookup(name: object) -> type[Calibrator] | None:
     """The class registered as ``name`` (wrappers included), or None when ``name`` is no registered
     kind.
 
@@ -86,7 +91,7 @@ def fits_from_counts(method) -> bool:
     """Whether ``method`` (a registered name, a calibrator class or a calibrator) can be fitted and
     updated from score counts (streamed, Dask, ``update``, a blend's component): every method but
     those that recalibrate the full score vector (``needs_full``). The one place that says so."""
-    cls = (
+    cls: Any = (
         get_class(method, unlisted=True)
         if isinstance(method, str)
         else method
@@ -107,7 +112,7 @@ def require_counts(method, advice: str) -> None:
         )
 
 
-def calibrator(name: str, **params):
+def calibrator(name: str, **params: Any) -> Calibrator:
     """An unfitted calibrator of method ``name`` with ``params``.
 
     Unknown parameter names are rejected (never silently swallowed).
@@ -122,7 +127,7 @@ def calibrator(name: str, **params):
     return cls(**params)
 
 
-def paper_calibrator(name: str, **params):
+def paper_calibrator(name: str, **params: Any) -> Calibrator:
     """Like :func:`calibrator`, with the paper's unshrunk estimator (``shrinkage=0``) where the
     method has one.
 

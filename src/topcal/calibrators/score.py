@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..data import ClassView, TopLabelData, rows_by_class
+from .._typing import ArrayLike
 from ..errors import DegenerateClassWarning, ParameterError
 from . import intervals
 from . import shrinkage as shr
@@ -83,6 +84,8 @@ class ScoreCalibrator(Calibrator):
     #: With :meth:`_count_keys`: 0 merges rows of equal cells only (exact); a relative width > 0
     #: also merges runs of cells with counts equal within it (:func:`shrinkage.count_runs`).
     count_run_width: ClassVar[float] = 0.0
+    #: The shrinkage parameter: each subclass's ``__init__`` takes it (declared for the checker).
+    shrinkage: float | str
 
     def _shrunk(self) -> bool:
         return self.shrinkable and not (
@@ -189,10 +192,11 @@ class ScoreCalibrator(Calibrator):
         one = np.zeros(s.shape[0], dtype=np.int64)
         s0, tp0, fp0, _ = ref._merged_rows(one, s, tp, fp)
         t0, n0 = ref._local_counts(0, s0)
-        rows = (t0, n0, tp0, fp0, self.reference_rate_, np.zeros(s0.shape[0], dtype=np.int64))
+        zero = np.zeros(s0.shape[0], dtype=np.int64)
+        rows: tuple = (t0, n0, tp0, fp0, self.reference_rate_, zero)
         if self.piecewise_counts:
             rows = shr.merge_equal_rows(*rows)
-        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
+        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])  # type: ignore[call-arg]
         del (
             one,
             s0,
@@ -209,7 +213,7 @@ class ScoreCalibrator(Calibrator):
         del t, n, r
         if self.piecewise_counts:
             rows = shr.merge_equal_rows(*rows)
-        self._set_shrinkage(shr.loo_nll_by_group(*rows, K))
+        self._set_shrinkage(shr.loo_nll_by_group(*rows, K))  # type: ignore[call-arg]
 
     def _fit_reference(self, pooled: TopLabelData, data: TopLabelData):
         """The pooled reference: this method unshrunk, fitted on the ``pooled`` rows as a part of
@@ -271,7 +275,7 @@ class ScoreCalibrator(Calibrator):
             run0 = shr.count_runs(
                 t0c, n0c, np.broadcast_to(np.int64(0), (c0,)), width
             )  # one group: no array
-            rows = shr.merge_rows_by_run(
+            rows: tuple = shr.merge_rows_by_run(
                 run0, int(run0[-1]) + 1, t0c, n0c, self.reference_rate_, w_tp0, w_fp0
             )
             rows = (*rows[:5], np.zeros(rows[5].size, dtype=np.int64))
@@ -286,7 +290,7 @@ class ScoreCalibrator(Calibrator):
                 np.zeros(occ0.size, dtype=np.int64),
             )
         del w_tp0, w_fp0
-        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])
+        self.reference_m_ = shr.choose_m(shr.loo_nll_by_group(*rows, 1)[0])  # type: ignore[call-arg]
         r0c = shr.shrink(
             t0c, n0c, self.reference_rate_, self.reference_m_
         )  # the reference per its cell
@@ -320,7 +324,7 @@ class ScoreCalibrator(Calibrator):
             w_tp, w_fp = (np.bincount(inv, w, minlength=occ.size) for w in (tp, fp))
         ck, rk = occ // c0, occ % c0
         rows = shr.merge_equal_rows(tc[ck], nc[ck], w_tp, w_fp, r0c[rk], cell_class[ck])
-        self._set_shrinkage(shr.loo_nll_by_group(*rows, K))
+        self._set_shrinkage(shr.loo_nll_by_group(*rows, K))  # type: ignore[call-arg]
 
     def _count_keys(self, pred: np.ndarray, score: np.ndarray):
         """Where the local counts are constant within cells: (cell of every row, t per cell, n per
@@ -489,7 +493,9 @@ class ScoreCalibrator(Calibrator):
             lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
         return intervals.include_point(lo, hi, conf)
 
-    def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
+    def curve(
+        self, k: int | str, score: ArrayLike | None = None, *, n_points: int = 401
+    ) -> Curve:
         """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).
 
         Parameters
@@ -509,7 +515,7 @@ class ScoreCalibrator(Calibrator):
 
     # per-class state persistence: shared by every score calibrator
     def _get_state(self) -> dict:
-        out = {
+        out: dict[str, Any] = {
             "class_state": [
                 None if s is None else self._dump_class_state(s) for s in self.class_state_
             ],
@@ -566,7 +572,7 @@ class ScoreCalibrator(Calibrator):
         return state
 
     def _describe_classes(self) -> list[dict]:
-        out = []
+        out: list[dict] = []
         for st, sup in zip(self.class_state_, self.support_):
             if st is None:
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})

@@ -88,6 +88,10 @@ class Wrapper(Calibrator):
     def _predict(self, data):
         return self.inner_.predict(data)
 
+    def _vector_map(self):
+        """The inner model's vector map (its own, or the one fitted beside it)."""
+        return self.inner_.vector_map_
+
     def _interval(self, data, level: float):
         """The inner model's interval (the wrapper's own choice taken as fixed, e.g. auto's)."""
         return self.inner_._interval_of_rows(data, level)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from .. import _progress
-from .._tables import format_table, format_value, text_table
+from .._tables import format_column, format_table, format_value, text_table
 from ..calibrators.select.auto import TIER_LEGEND
 from ..errors import TopcalError
 
@@ -273,9 +273,11 @@ def choice_table(fits: list) -> str:
         row = [n, None]
         for fit in fits:
             r = next((r for r in fit["table"] if r["method"] == n), None)
-            row[1] = r["tier"] if r is not None else row[1]
+            row[1] = f"{r['tier']:g}" if r is not None else row[1]
             if r is None or r["nll"] is None:
-                row += ["failed" if r is not None else None, None, None, ""]
+                # set aside by the first look (no error) is not a failure
+                gone = None if r is None else "stopped" if r.get("error") is None else "failed"
+                row += [gone, None, None, ""]
             else:
                 row += [
                     r["nll"],
@@ -287,15 +289,17 @@ def choice_table(fits: list) -> str:
                 ]
         rows.append(row)
     widths = [max(9, len(h)) for h in header[1:]]
-    cells = [
-        [r[0]]
-        + [c.rjust(w) if isinstance(c, str) else format_value(c, w) for c, w in zip(r[1:], widths)]
-        for r in rows
-    ]
+    columns = [format_column([r[j + 1] for r in rows], w) for j, w in enumerate(widths)]
+    cells = [[r[0]] + [col[i] for col in columns] for i, r in enumerate(rows)]
     w0 = max(len(str(r[0])) for r in rows + [header])
+    stopped = (
+        "; stopped: set aside by the first look, more than 3 SE behind"
+        if any(c.strip() == "stopped" for col in columns for c in col)
+        else ""
+    )
     return (
         text_table(header, cells, w0, widths)
-        + f"\n(< chosen, * smallest mean, + in the blend; tier {TIER_LEGEND})"
+        + f"\n(< chosen, * smallest mean, + in the blend{stopped}; tier {TIER_LEGEND})"
     )
 
 

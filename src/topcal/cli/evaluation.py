@@ -263,6 +263,7 @@ def _cmd_metrics(args) -> int:
     from .._params import MAX_BINS
     from ..calibrators import calibrator
     from ..calibrators.registry import BASELINE
+    from ..metrics import vector_brier, vector_nll
     from ..overall import CLASS_COLUMNS, overall_metrics, per_class, pick_classes
     from ..persist import load
 
@@ -297,7 +298,12 @@ def _cmd_metrics(args) -> int:
     )
     tp, fp = data.class_counts()
     counts = {"tp": float(tp.sum()), "fp": float(fp.sum())}
-    counts["accuracy"] = counts["tp"] / (counts["tp"] + counts["fp"])
+    counts["conf1"] = counts["tp"] / (counts["tp"] + counts["fp"])
+    vector = None
+    if data.has_full:  # the calibrated vector's own losses (predict_proba)
+        proba = model.predict_proba(data)
+        vector = {"nll": vector_nll(data, proba).overall}
+        vector["brier"] = vector_brier(data, proba).overall
     if args.json:
         out = {
             "method": model.name,
@@ -309,6 +315,8 @@ def _cmd_metrics(args) -> int:
             "overall": {name: e.to_dict() for name, e in res.items()},
             "classes": table,
         }
+        if vector is not None:
+            out["vector"] = vector
         print(json.dumps(out, indent=1, allow_nan=False))
         return 0
     what = "uncalibrated score" if model is base else f"{model.name} ({args.model})"
@@ -317,9 +325,12 @@ def _cmd_metrics(args) -> int:
         print(printable(f"improvements over: {ref.name} ({args.reference})"))
     print(
         f"{counts['tp'] + counts['fp']:g} samples, {data.n_classes} classes, accuracy "
-        f"{counts['accuracy']:.4f}; {args.level:.0%} intervals"
+        f"{counts['conf1']:.4f}; {args.level:.0%} intervals"
     )
     print(overall_lines(res, args.level))
+    if vector is not None:
+        nll, brier = vector["nll"], vector["brier"]
+        print(f"full vector (predict_proba): NLL {nll:.4f}, Brier {brier:.4f}")
     if args.full or chosen:
         names = list(table) if args.full else chosen
         cols = list(CLASS_COLUMNS)

@@ -87,6 +87,12 @@ def add_commands(sub) -> None:
         help="cut-offs from 'topcal threshold' for this model: adds an "
         "'accepted' column (true where the confidence reaches the row's class cut-off)",
     )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="also add calibrated_<class>, one calibrated probability per class (rows sum to 1; "
+        "the predicted class's is the confidence); needs p_<class> or logit_<class> columns",
+    )
     add_data_options(p)
     add_scale_options(p, streams_by_default=True)
     p.set_defaults(func=_cmd_apply)
@@ -255,6 +261,7 @@ def _cmd_apply(args) -> int:
             interval=args.interval,
             thresholds=thresholds,
             tally=tally,
+            full=args.full,
             **read_options(args),
         ),
     )
@@ -263,13 +270,20 @@ def _cmd_apply(args) -> int:
         if rows is not None
         else f"{args.data} with {model.name} on {engine.name}"
     )
-    print(f"calibrated {what}{' (with accepted)' if thresholds else ''} -> {args.output}")
+    extra = [w for w, on in (("accepted", thresholds), ("full vectors", args.full)) if on]
+    with_ = f" (with {' and '.join(extra)})" if extra else ""
+    print(f"calibrated {what}{with_} -> {args.output}")
     if (
         tally.get("column", "confidence") != "confidence"
     ):  # the input's own 'confidence' is its raw score
         print(
             f"the calibrated confidence is in column {tally['column']!r}; the input's 'confidence' "
             "column (the raw score) is kept as it was"
+        )
+    if tally.get("moved") and rows:
+        print(
+            f"{tally['moved']} of {rows} rows ({tally['moved'] / rows:.1%}): the calibrated "
+            "vector ranks another class above pred (a decision on the vector takes that class)"
         )
     if thresholds is not None and "accepted" in tally and rows:
         print(

@@ -109,7 +109,7 @@ def _cmd_threshold(args) -> int:
     )
     th.save(args.output)
     print(
-        f"precision >= {th.precision:g} with probability >= {1 - th.delta:g} ({th.mode}) "
+        f"precision >= {th.precision:.12g} with probability >= {1 - th.delta:.12g} ({th.mode}) "
         f"on {th.n_samples:g} held-out samples -> {args.output}"
     )
     print(th.statements())

@@ -35,12 +35,14 @@ def check_bins(predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range):
     for name, arr in (("tp", tp_w), ("fp", fp_w)):
         if (arr < 0).any():
             i = int(np.flatnonzero(arr < 0)[0])
-            raise DataError(f"{name} count {arr[i]} at row {i} is negative; counts must be >= 0")
+            raise DataError(
+                f"{name} count {arr[i]} at row {i + 1} is negative; counts must be >= 0"
+            )
     bad = lo_e >= hi_e
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"bin at row {i} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with "
+            f"bin at row {i + 1} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with "
             f"lo < hi"
         )
     if tp_w.sum() + fp_w.sum() <= 0:
@@ -66,7 +68,8 @@ def check_bins(predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range):
         j = int(np.flatnonzero(overlap)[0])
         a, b = int(order[j]), int(order[j + 1])
         raise DataError(
-            f"bins at rows {a} ({lo_e[a]:g}, {hi_e[a]:g}] and {b} ({lo_e[b]:g}, {hi_e[b]:g}] "
+            f"bins at rows {a + 1} ({lo_e[a]:g}, {hi_e[a]:g}] and {b + 1} "
+            f"({lo_e[b]:g}, {hi_e[b]:g}] "
             f"of class "
             f"{classes[codes[a]]!r} overlap; give each class disjoint bins (add up the counts "
             f"of repeated bins)"

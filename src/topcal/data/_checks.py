@@ -60,9 +60,9 @@ def as_float_array(x, name: str, ndim: int) -> np.ndarray:
     if bad.any():
         where = np.argwhere(bad)[0]
         if ndim == 1:
-            loc = f"row {where[0]}"
+            loc = f"row {where[0] + 1}"
         else:
-            loc = f"row {where[0]}, column {where[1]}"
+            loc = f"row {where[0] + 1}, column {where[1] + 1}"
         raise DataError(
             f"{name} has a non-finite value ({arr[tuple(where)]}) at {loc}; "
             "remove or impute NaN/inf before calibrating"
@@ -104,7 +104,8 @@ def check_finite_rows(block: np.ndarray, row_sums: np.ndarray, name: str, first_
     if bad.any():  # else the sum overflowed from finite values
         r, c = np.argwhere(bad)[0]
         raise DataError(
-            f"{name} has a non-finite value ({block[r, c]}) at row {first_row + r}, column {c}; "
+            f"{name} has a non-finite value ({block[r, c]}) at row {first_row + r + 1}, "
+            f"column {c + 1}; "
             "remove or impute NaN/inf before calibrating"
         )
 
@@ -133,7 +134,8 @@ def check_scores_in_range(score: np.ndarray, lo: float, hi: float, name: str = "
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"{name} {float(score[i]):g} at row {i} is outside the declared score range [{lo:g}, "
+            f"{name} {float(score[i]):g} at row {i + 1} is outside the declared score range "
+            f"[{lo:g}, "
             f"{hi:g}]; "
             "declare a score_range (--score-range LO HI) that covers every score"
         )

@@ -47,9 +47,17 @@ def kfold_split(
         raise ParameterError(f"folds must be an integer >= 2, got {n_folds!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
+    if not isinstance(data, TopLabelData):
+        raise DataError(f"kfold_split needs a TopLabelData, got {type(data).__name__}")
     data.require_labels("K-fold cross-fitting")
     if groups is not None:
-        groups = [list(g) for g in groups]
+        try:
+            groups = [list(g) for g in groups]
+        except TypeError:
+            raise ParameterError(
+                f"groups must be a list of lists of fold indices 0..{n_folds - 1}, got "
+                f"{groups!r:.60}"
+            ) from None
         if not all(
             g
             and len(set(g)) == len(g)
@@ -59,7 +67,7 @@ def kfold_split(
         ):
             raise ParameterError(
                 f"groups must be non-empty lists of distinct fold indices 0..{n_folds - 1}, got "
-                f"{groups!r}"
+                f"{groups!r:.60}"
             )
     rng = np.random.default_rng(seed)
     if data.is_binned:

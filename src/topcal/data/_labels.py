@@ -13,12 +13,30 @@ import numpy as np
 from ..errors import DataError
 
 
+#: The longest class name :func:`preview` shows whole, and about the most text it gives a list
+#: (longer names are cut, later names left out), so a message naming classes stays one short line.
+PREVIEW_NAME_CHARS = 30
+PREVIEW_CHARS = 90
+
+
+def _short_name(name: str) -> str:
+    if len(name) <= PREVIEW_NAME_CHARS:
+        return repr(name)
+    return repr(name[: PREVIEW_NAME_CHARS - 3]) + "..."
+
+
 def preview(names, limit: int = 5) -> str:
-    """A short text for a possibly long list of names: count and the first few."""
+    """A short text for a possibly long list of names: the first few (at most ``limit``, each cut
+    to :data:`PREVIEW_NAME_CHARS`, about :data:`PREVIEW_CHARS` in all) and the count."""
     names = [str(n) for n in names]
-    if len(names) <= limit:
-        return repr(names)
-    return "[" + ", ".join(repr(n) for n in names[:limit]) + f", ... ({len(names)} in all)]"
+    shown = []
+    for n in names[:limit]:
+        if shown and sum(len(t) + 2 for t in shown) + len(_short_name(n)) > PREVIEW_CHARS:
+            break
+        shown.append(_short_name(n))
+    if len(shown) == len(names):
+        return "[" + ", ".join(shown) + "]"
+    return "[" + ", ".join(shown) + f", ... ({len(names)} in all)]"
 
 
 def is_int_name(name: str) -> bool:
@@ -92,14 +110,14 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise DataError(
-                f"{name} has index {arr[i]} at row {i}, outside 0..{len(classes) - 1}; "
+                f"{name} has index {arr[i]} at row {i + 1}, outside 0..{len(classes) - 1}; "
                 "labels given as integers must index the class list"
             )
         return arr.astype(np.int64), classes
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)):
             i = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise DataError(f"{name} has a missing value at row {i}; every row needs a class")
+            raise DataError(f"{name} has a missing value at row {i + 1}; every row needs a class")
         if np.all(arr == np.round(arr)):
             return encode_labels(arr.astype(np.int64), classes, name, n_hint)
     import pandas as pd  # factorize hashes the labels once: ~10x faster than a Python loop
@@ -108,8 +126,8 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
         missing = pd.isna(arr)  # None or NaN, one vectorised pass
         if missing.any():
             raise DataError(
-                f"{name} has a missing value at row {int(np.flatnonzero(missing)[0])}; every row "
-                f"needs a class"
+                f"{name} has a missing value at row {int(np.flatnonzero(missing)[0]) + 1}; "
+                "every row needs a class"
             )
         # hash the objects first and turn only the distinct values into text
         try:
@@ -125,7 +143,7 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
                 else next(j for j, u in enumerate(arr) if u is v)
             )
             raise DataError(
-                f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name"
+                f"{name} holds a {type(v).__name__} at row {i + 1}; each row needs one class name"
             )
         first_codes, uniq = pd.factorize(np.asarray([str(u) for u in obj_uniq], dtype=object))
         first_codes = first_codes[obj_codes]
@@ -148,7 +166,7 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"{name} has {str(arr[i])!r} at row {i}, which is not one of the classes "
+            f"{name} has {str(arr[i])!r} at row {i + 1}, which is not one of the classes "
             f"{preview(classes, 8)}; fix the label or add the class to the class list"
         )
     return codes, classes
@@ -195,7 +213,7 @@ def label_names(values, name: str = "labels") -> np.ndarray:
     if kind == "f":
         if not np.all(np.isfinite(arr)):
             i = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise DataError(f"{name} has a missing value at row {i}; every row needs a class")
+            raise DataError(f"{name} has a missing value at row {i + 1}; every row needs a class")
         if np.all(arr == np.round(arr)) and np.all(np.abs(arr) < 2**53):
             return _named(arr.astype(np.int64))
         return arr.astype(str).astype(object)
@@ -209,14 +227,14 @@ def label_names(values, name: str = "labels") -> np.ndarray:
     out = np.empty(arr.shape[0], dtype=object)
     for i, v in enumerate(arr):
         if v is None or (isinstance(v, float) and v != v):
-            raise DataError(f"{name} has a missing value at row {i}; every row needs a class")
+            raise DataError(f"{name} has a missing value at row {i + 1}; every row needs a class")
         if isinstance(v, (list, tuple, dict, set, np.ndarray)):
             raise DataError(
-                f"{name} holds a {type(v).__name__} at row {i}; each row needs one class name"
+                f"{name} holds a {type(v).__name__} at row {i + 1}; each row needs one class name"
             )
         if isinstance(v, (complex, np.complexfloating)):
             raise DataError(
-                f"{name} holds a complex number at row {i}; class labels are names or integer "
+                f"{name} holds a complex number at row {i + 1}; class labels are names or integer "
                 f"indices"
             )
         if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 2**53:

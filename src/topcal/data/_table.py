@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .. import _recycle
 from .._numeric import row_max
+from .._typing import ArrayLike
 from ..errors import DataError
 from ._bins import check_bins
 from ._checks import (
@@ -71,8 +72,8 @@ class TopLabelData:
     @classmethod
     def from_probs(
         cls,
-        probs,
-        labels=None,
+        probs: ArrayLike,
+        labels: ArrayLike | None = None,
         classes: Sequence | None = None,
         *,
         renormalize: bool = False,
@@ -110,14 +111,15 @@ class TopLabelData:
             if blk.min() < 0:
                 r, c = np.argwhere(blk < 0)[0]
                 raise DataError(
-                    f"probs has a negative value ({blk[r, c]}) at row {a + r}, column {c}; "
+                    f"probs has a negative value ({blk[r, c]}) at row {a + r + 1}, column {c + 1}; "
                     "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
                 )
         if renormalize:
             zero = sums <= 0
             if zero.any():
                 raise DataError(
-                    f"probs row {int(np.flatnonzero(zero)[0])} sums to 0 and cannot be renormalised"
+                    f"probs row {int(np.flatnonzero(zero)[0]) + 1} sums to 0 and cannot be "
+                    "renormalised"
                 )
             p = p / sums[:, None]
         else:
@@ -125,7 +127,7 @@ class TopLabelData:
             if off.any():
                 i = int(np.flatnonzero(off)[0])
                 raise DataError(
-                    f"probs row {i} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
+                    f"probs row {i + 1} sums to {sums[i]:.6g}, not 1 (tolerance {atol}); "
                     "pass renormalize=True (--renormalize) to divide each row by its sum, "
                     "or from_logits (--logits) if these are logits"
                 )
@@ -134,7 +136,9 @@ class TopLabelData:
         return cls._build_full(p, "probs", pred, np.clip(score, 0.0, 1.0), labels, classes)
 
     @classmethod
-    def from_logits(cls, logits, labels=None, classes: Sequence | None = None) -> "TopLabelData":
+    def from_logits(
+        cls, logits: ArrayLike, labels: ArrayLike | None = None, classes: Sequence | None = None
+    ) -> "TopLabelData":
         """Build from logits (unnormalised log-probabilities), shape (n, K).
 
         The predicted class is the argmax of the logits, the top score its
@@ -179,9 +183,9 @@ class TopLabelData:
     @classmethod
     def from_scores(
         cls,
-        pred,
-        score,
-        labels=None,
+        pred: ArrayLike,
+        score: ArrayLike,
+        labels: ArrayLike | None = None,
         classes: Sequence | None = None,
         *,
         score_range: tuple[float, float] = (0.0, 1.0),
@@ -224,6 +228,7 @@ class TopLabelData:
             if labels is not None:
                 parts.append(label_names(np.asarray(labels), "labels"))
             classes = sorted_names(np.concatenate(parts))
+        # classes is a tuple of names from here; the checker keeps the argument's declared type
         pred_codes, classes = encode_labels(p_arr, classes, "pred")
         if labels is not None:
             lab_arr = np.asarray(labels)
@@ -232,14 +237,14 @@ class TopLabelData:
                     f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they must "
                     f"match row for row"
                 )
-            codes, classes2 = encode_labels(lab_arr, classes, "labels")
+            codes, classes2 = encode_labels(lab_arr, classes, "labels")  # type: ignore[arg-type]
             if len(classes2) > len(classes):  # integer labels widened the class list
                 classes = classes2
-                pred_codes, _ = encode_labels(p_arr, classes, "pred")
+                pred_codes, _ = encode_labels(p_arr, classes, "pred")  # type: ignore[arg-type]
         check_scores_in_range(s, lo, hi)
         s = np.clip(s, lo, hi)
         if labels is None:
-            return cls(classes, pred_codes, s, (lo, hi))
+            return cls(classes, pred_codes, s, (lo, hi))  # type: ignore[arg-type]
         return cls._labelled(classes, pred_codes, s, (lo, hi), codes)
 
     @classmethod
@@ -252,11 +257,11 @@ class TopLabelData:
     @classmethod
     def from_binned(
         cls,
-        predicted_class,
-        bin_lo,
-        bin_hi,
-        tp,
-        fp,
+        predicted_class: ArrayLike,
+        bin_lo: ArrayLike,
+        bin_hi: ArrayLike,
+        tp: ArrayLike,
+        fp: ArrayLike,
         classes: Sequence | None = None,
         *,
         score_range: tuple[float, float] | None = None,
@@ -284,12 +289,13 @@ class TopLabelData:
             never guessed from the bins, which would change the
             uncalibrated baseline). Every bin must lie inside it.
         """
+        # classes: a tuple of names (check_bins); the checker keeps the argument's declared type
         classes, codes, lo_e, hi_e, tp_w, fp_w, (lo, hi) = check_bins(
             predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range
         )
         mid = np.clip(0.5 * (lo_e + hi_e), lo, hi)
         return cls(
-            classes,
+            classes,  # type: ignore[arg-type]
             codes,
             mid,
             (lo, hi),
@@ -461,7 +467,7 @@ class TopLabelData:
             out[c] = (float(a), float(b))
         return out
 
-    def class_views(self):
+    def class_views(self) -> Iterator[ClassView]:
         """:meth:`class_view` of every class k = 0..K-1 in order, from one sort of the rows."""
         self.require_labels("splitting into TP/FP")
         for _, idx in rows_by_class(self.pred, self.n_classes, skip_empty=False):
@@ -494,26 +500,44 @@ class TopLabelData:
         np.maximum(full, LOG_PROB_FLOOR, out=out)
         return np.log(out, out=out)
 
-    def subset(self, index, *, keep_full: bool = True, keep_labels: bool = True) -> "TopLabelData":
+    def subset(
+        self, index: ArrayLike, *, keep_full: bool = True, keep_labels: bool = True
+    ) -> "TopLabelData":
         """Rows ``index`` (integer indices or a boolean mask) as a new dataset (without the full
         score
         vectors with ``keep_full=False``: a method of the top score alone need not copy them;
         without the
         true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not
         either)."""
-        idx = np.asarray(index)
+        n = self.pred.shape[0]
+        try:
+            idx = np.asarray(index)
+        except (TypeError, ValueError):
+            idx = np.asarray([None])  # ragged: reported below as what it is not
         if idx.dtype == bool:
+            if idx.shape != (n,):
+                raise DataError(
+                    f"a boolean subset mask needs one entry per row ({n}), got shape {idx.shape}"
+                )
             idx = np.flatnonzero(idx)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise DataError(
+                "subset takes a 1-d sequence of integer row indices or a boolean mask, got "
+                f"{'dtype ' + str(idx.dtype) if idx.ndim == 1 else f'shape {idx.shape}'}"
+            )
         if idx.size == 0:
             raise DataError("subset is empty; select at least one row")
-
-        n = self.pred.shape[0]
-        in_range = idx.dtype.kind in "iu" and -n <= int(idx.min()) and int(idx.max()) < n
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            raise DataError(
+                f"subset index {lo if lo < -n else hi} is out of range for {n} rows "
+                f"(valid: {-n}..{n - 1})"
+            )
 
         def take(a):
             if a is None:
                 return None
-            if a.ndim == 1 or not in_range:  # (out of range: numpy's IndexError, as ever)
+            if a.ndim == 1:
                 return a[idx]
             # the score vectors: into a recycled buffer where one is free; "wrap" reads an index
             # in [-n, n) as indexing does, without the buffering of "raise" (2-3 x slower)
@@ -555,10 +579,8 @@ class TopLabelData:
         if unknown:
             raise DataError(
                 f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} "
-                f"that the "
-                f"model does not know (its classes: {preview(classes, 8)}); fit the model on data "
-                f"with "
-                "these classes, or drop their rows"
+                f"that the model does not know (its classes: {preview(classes, 3)}); fit on data "
+                "with them, or drop their rows"
             )
         index = np.array([known[c] for c in self.classes], dtype=np.int64)
         full = None

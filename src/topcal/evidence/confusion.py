@@ -34,8 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
-from ..data import TopLabelData, rows_by_class
+from ..data import TopLabelData, preview, rows_by_class
 from ..errors import DataError
 from .stats import DEFAULT_CELLS, cell_index, cell_midpoints
 
@@ -45,7 +46,7 @@ __all__ = [
     "fp_region_edges",
     "MIN_FP_PER_REGION",
     "MAX_REGIONS",
-    "zero_counts",
+    "SPARSE_LAYOUT",
 ]
 
 #: Fewest false positives per score region: with 40 FPs a mix share of 0.25
@@ -53,11 +54,22 @@ __all__ = [
 MIN_FP_PER_REGION = 40
 #: Most score regions per predicted class (a coarse, piecewise-constant mix).
 MAX_REGIONS = 4
+#: The ``layout`` of :meth:`ConfusionStats.to_dict`: (cell, true class, count) triples. Files
+#: without a layout hold the older per-class, per-region lists of pairs (still read).
+SPARSE_LAYOUT = "cells"
+#: The edges of a class with one region (shared: a class without edges costs no array).
+_NO_EDGES = np.empty(0)
+_NO_EDGES.flags.writeable = False
 
 
 @dataclass(frozen=True, eq=False)
 class ConfusionStats:
-    """Per predicted class and score region, weighted counts of each true class.
+    """Per predicted class and score region, weighted counts of each true class (sparse).
+
+    The (predicted class, score region) pairs are the *cells*, numbered class by class: class k's
+    regions are cells ``cell_start[k]`` to ``cell_start[k + 1] - 1``. Only the (cell, true class)
+    pairs that hold rows are stored, so the memory and the model file follow the data, not K^2: a
+    class never predicted costs one cell offset and one empty edge array (shared).
 
     Attributes
     ----------
@@ -67,14 +79,22 @@ class ConfusionStats:
         (increasing, possibly empty = one region). A score s falls in region
         ``searchsorted(edges, s, side="left")``: regions are (e_{i-1}, e_i],
         half-open on the left like the histogram bins.
-    counts : tuple of K ndarrays, shape (n_regions_k, K)
-        ``counts[k][r, j]``: weight of rows predicted as k, in region r of k,
-        whose true class is j. ``counts[k][:, k]`` are the true positives.
+    table : scipy.sparse.csr_matrix, shape (n_cells, K)
+        ``table[cell_start[k] + r, j]``: weight of rows predicted as k, in region r of k, whose
+        true class is j (canonical: sorted indices, no duplicates, no explicit zeros).
     """
 
     classes: tuple[str, ...]
     edges: tuple[np.ndarray, ...]
-    counts: tuple[np.ndarray, ...]
+    table: "sparse.csr_matrix"
+
+    def __post_init__(self):
+        n_edges = np.fromiter((e.size for e in self.edges), dtype=np.int64, count=len(self.edges))
+        start = np.zeros(n_edges.size + 1, dtype=np.int64)
+        np.cumsum(n_edges + 1, out=start[1:])
+        if self.table.shape != (int(start[-1]), len(self.classes)):
+            raise ValueError("confusion table's shape does not match its classes and regions")
+        object.__setattr__(self, "cell_start", start)
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -92,14 +112,48 @@ class ConfusionStats:
         K = data.n_classes
         w = data.tp + data.fp
         # the FP scores of each class, in row order (one grouping of the FP rows only); the
-        # counts in one pass over all rows (_counts_in_regions)
+        # counts in one pass over all rows (_cell_table)
         fp_rows = np.flatnonzero(data.labels != data.pred)
-        edges = [np.empty(0)] * K
+        edges = [_NO_EDGES] * K
         for k, idx in rows_by_class(data.pred[fp_rows], K):
             rows = fp_rows[idx]
-            edges[k] = class_region_edges(data.score[rows], w[rows], min_fp_per_region, max_regions)
-        counts = _counts_in_regions(edges, data.pred, data.score, data.labels, w, K)
-        return cls(tuple(data.classes), tuple(edges), counts)
+            e = class_region_edges(data.score[rows], w[rows], min_fp_per_region, max_regions)
+            edges[k] = e if e.size else _NO_EDGES
+        return cls._counted(
+            tuple(data.classes), tuple(edges), data.pred, data.score, data.labels, w
+        )
+
+    @classmethod
+    def _counted(cls, classes, edges, pred, score, labels, weight) -> "ConfusionStats":
+        start = _cell_starts(edges)
+        cells = start[pred] + _regions(edges, pred, score)
+        return cls(classes, edges, _cell_table(cells, labels, weight, int(start[-1]), len(classes)))
+
+    @classmethod
+    def of_counts(cls, classes, edges, counts) -> "ConfusionStats":
+        """From dense per-class counts (``counts[k]`` of shape (len(edges[k]) + 1, K)), as older
+        topcal kept them."""
+        K = len(classes)
+        rows, cols, vals, offset = [], [], [], 0
+        for e, c in zip(edges, counts):
+            c = np.asarray(c, dtype=np.float64)
+            r, j = np.nonzero(c)
+            rows.append(offset + r)
+            cols.append(j)
+            vals.append(c[r, j])
+            offset += np.asarray(e).size + 1
+        table = sparse.csr_matrix(
+            (
+                np.concatenate(vals or [np.empty(0)]),
+                (
+                    np.concatenate(rows or [np.empty(0, np.int64)]),
+                    np.concatenate(cols or [np.empty(0, np.int64)]),
+                ),
+            ),
+            shape=(offset, K),
+        )
+        table.sum_duplicates()
+        return cls(tuple(classes), tuple(_edges_of(e) for e in edges), table)
 
     def count(self, data: TopLabelData) -> "ConfusionStats | None":
         """The counts of labelled per-sample ``data`` (on the same class list) in these regions.
@@ -111,13 +165,12 @@ class ConfusionStats:
             return None
         if tuple(data.classes) != self.classes:
             raise DataError(
-                f"confusion counts of classes {list(data.classes)} do not match "
-                f"{list(self.classes)}"
+                f"confusion counts of classes {preview(data.classes)} do not match "
+                f"{preview(self.classes)}"
             )
-        K = self.n_classes
-        w = data.tp + data.fp
-        counts = _counts_in_regions(self.edges, data.pred, data.score, data.labels, w, K)
-        return ConfusionStats(self.classes, self.edges, counts)
+        return ConfusionStats._counted(
+            self.classes, self.edges, data.pred, data.score, data.labels, data.tp + data.fp
+        )
 
     def merge(self, *others: "ConfusionStats") -> "ConfusionStats":
         """These counts plus those of ``others``, counted in the same regions (a new object)."""
@@ -127,16 +180,19 @@ class ConfusionStats:
                     f"can only merge ConfusionStats with ConfusionStats, got {type(o).__name__}"
                 )
             if o.classes != self.classes or any(
-                not np.array_equal(a, b) for a, b in zip(o.edges, self.edges)
+                a is not b and not np.array_equal(a, b) for a, b in zip(o.edges, self.edges)
             ):
                 raise DataError(
                     "cannot merge confusion counts of other classes or other score regions; "
                     "count new data in the model's regions (ConfusionStats.count)"
                 )
-        counts = tuple(
-            sum((o.counts[k] for o in others), start=c) for k, c in enumerate(self.counts)
-        )
-        return ConfusionStats(self.classes, self.edges, counts)
+        table = self.table
+        for o in others:  # cell by cell, in the order given: the sums of dense tables
+            table = table + o.table
+        table = sparse.csr_matrix(table)
+        table.eliminate_zeros()
+        table.sort_indices()
+        return ConfusionStats(self.classes, self.edges, table)
 
     def add(self, data: TopLabelData) -> "ConfusionStats | None":
         """These counts plus those of labelled per-sample ``data`` (on the same class list), in
@@ -155,15 +211,59 @@ class ConfusionStats:
     def n_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def n_cells(self) -> int:
+        return int(self.cell_start[-1])
+
+    @property
+    def cell_class(self) -> np.ndarray:
+        """(n_cells,) the predicted class of each cell."""
+        return np.repeat(np.arange(self.n_classes), np.diff(self.cell_start))
+
+    def cells(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """Each row's (predicted class, score region) cell."""
+        pred = np.asarray(pred, dtype=np.int64)
+        return self.cell_start[pred] + _regions(self.edges, pred, np.asarray(score, np.float64))
+
+    def class_counts(self, k: int) -> np.ndarray:
+        """Dense (n_regions_k, K) counts of predicted class ``k``."""
+        return self.table[int(self.cell_start[k]) : int(self.cell_start[k + 1])].toarray()
+
+    @property
+    def counts(self) -> tuple[np.ndarray, ...]:
+        """Dense per-class counts, ``counts[k]`` of shape (n_regions_k, K) (K x K numbers in all:
+        for a few classes only; the library itself reads :attr:`table`)."""
+        return tuple(self.class_counts(k) for k in range(self.n_classes))
+
+    def confusion_sparse(self) -> "sparse.csr_matrix":
+        """(K, K) weighted counts, sparse: row = predicted class, column = true class."""
+        coo = self.table.tocoo()
+        out = sparse.csr_matrix(
+            (coo.data, (self.cell_class[coo.row], coo.col)), shape=(self.n_classes,) * 2
+        )
+        out.sum_duplicates()
+        return out
+
     def confusion(self) -> np.ndarray:
-        """(K, K) weighted counts: row = predicted class, column = true class."""
-        return np.vstack([c.sum(axis=0) for c in self.counts])
+        """(K, K) weighted counts: row = predicted class, column = true class (dense: K^2
+        numbers; :meth:`confusion_sparse` at many classes)."""
+        return self.confusion_sparse().toarray()
+
+    def column_sums(self) -> np.ndarray:
+        """(K,) weight of each true class."""
+        t = self.table
+        return np.bincount(t.indices, weights=t.data, minlength=self.n_classes)
+
+    def fp_totals(self) -> np.ndarray:
+        """(K,) weight of the false positives behind any predicted class, by true class."""
+        t = self.table
+        row = np.repeat(self.cell_class, np.diff(t.indptr))
+        fp = t.indices != row
+        return np.bincount(t.indices[fp], weights=t.data[fp], minlength=self.n_classes)
 
     def source_priors(self) -> np.ndarray:
         """Class frequencies of the labelled data (column sums of the confusion, normalised)."""
-        col = np.zeros(self.n_classes)  # confusion()'s column sums, in its order, without K x K
-        for c in self.counts:
-            col += c.sum(axis=0)
+        col = self.column_sums()
         return col / col.sum()
 
     def region(self, k: int, score: np.ndarray) -> np.ndarray:
@@ -171,46 +271,79 @@ class ConfusionStats:
         return np.searchsorted(self.edges[k], np.asarray(score, dtype=np.float64), side="left")
 
     def row_counts(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
-        """(n, K): the counts of the region each row (predicted class, score) falls in."""
-        pred = np.asarray(pred)
-        out = np.empty((pred.shape[0], self.n_classes))
-        for k, idx in rows_by_class(pred, self.n_classes):  # one sort, not a pass per class
-            out[idx] = self.counts[k][self.region(k, score[idx])]
-        return out
+        """(n, K): the counts of the region each row (predicted class, score) falls in (dense:
+        for a few classes)."""
+        return self.table[self.cells(pred, score)].toarray()
 
     # ----------------------------------------------------------- persistence
     def to_dict(self) -> dict:
-        """JSON-ready and sparse: per class and region, the [true class, count] pairs with count >
-        0.
-
-        (Dense counts would be K x K numbers, mostly zeros: 10^6 for 1,000 classes.)
-        """
+        """JSON-ready and sparse: the edges of the classes that have any, and the (cell, true
+        class, count) triples with count > 0 (integers where every count is one)."""
+        t = self.table
+        edged = [k for k, e in enumerate(self.edges) if e.size]
+        data = t.data
+        counts = (
+            data.astype(np.int64).tolist()
+            if np.all(data == np.round(data)) and (data.size == 0 or data.max() < 2**53)
+            else data.tolist()
+        )
         return {
-            "edges": [e.tolist() for e in self.edges],
-            "counts": [
-                [[[int(j), float(row[j])] for j in np.flatnonzero(row)] for row in c]
-                for c in self.counts
-            ],
+            "layout": SPARSE_LAYOUT,
+            "edged": edged,
+            "edges": [self.edges[k].tolist() for k in edged],
+            "cell": np.repeat(np.arange(t.shape[0]), np.diff(t.indptr)).tolist(),
+            "class": t.indices.tolist(),
+            "count": counts,
         }
 
     @classmethod
     def from_dict(cls, d: dict, classes: tuple[str, ...]) -> "ConfusionStats":
-        """Rebuild from :meth:`to_dict` output (raises ValueError when malformed)."""
+        """Rebuild from :meth:`to_dict` output, or from the dense per-class layout of older files
+        (raises ValueError when malformed)."""
+        if "layout" not in d:
+            return cls._from_dense_dict(d, tuple(classes))
+        if d["layout"] != SPARSE_LAYOUT:
+            raise ValueError(f"confusion statistics have unknown layout {d['layout']!r}")
+        K = len(classes)
+        edged = _int_array(d["edged"], "edged")
+        if edged.size and (edged[0] < 0 or edged[-1] >= K or np.any(np.diff(edged) <= 0)):
+            raise ValueError("confusion statistics name edged classes out of order or range")
+        if len(d["edges"]) != edged.size:
+            raise ValueError("confusion statistics have the wrong number of edge lists")
+        edges = [_NO_EDGES] * K
+        for k, e in zip(edged.tolist(), d["edges"]):
+            edges[k] = _checked_edges(e)
+        start = _cell_starts(edges)
+        cell, j = _int_array(d["cell"], "cell"), _int_array(d["class"], "class")
+        v = np.asarray(d["count"], dtype=np.float64).reshape(-1)
+        if not cell.size == j.size == v.size:
+            raise ValueError("confusion statistics' cell, class and count lists differ in length")
+        if cell.size and (cell.min() < 0 or cell.max() >= start[-1]):
+            raise ValueError("confusion counts name a cell outside the classes' regions")
+        if j.size and (j.min() < 0 or j.max() >= K):
+            raise ValueError(f"confusion counts name class index outside 0..{K - 1}")
+        if not (np.all(np.isfinite(v)) and np.all(v > 0)):
+            raise ValueError("confusion counts must be finite and > 0")
+        key = cell * K + j
+        if np.any(np.diff(key) <= 0):
+            raise ValueError("confusion counts must be in (cell, class) order, each pair once")
+        indptr = np.searchsorted(cell, np.arange(int(start[-1]) + 1))
+        table = sparse.csr_matrix((v, j, indptr), shape=(int(start[-1]), K))
+        return cls(tuple(classes), tuple(edges), table)
+
+    @classmethod
+    def _from_dense_dict(cls, d: dict, classes: tuple[str, ...]) -> "ConfusionStats":
+        """The per-class, per-region lists of [true class, count] pairs of older files."""
         K = len(classes)
         if len(d["edges"]) != K or len(d["counts"]) != K:
             raise ValueError("confusion statistics have the wrong number of classes")
-        edges, counts, zero = [], [], np.zeros(K)
+        edges, rows, cols, vals, offset = [], [], [], [], 0
         for e, regions in zip(d["edges"], d["counts"]):
-            e = np.asarray(e, dtype=np.float64).reshape(-1)
-            if not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0) or len(regions) != e.size + 1:
+            e = _checked_edges(e)
+            if not isinstance(regions, list) or len(regions) != e.size + 1:
                 raise ValueError(
                     "confusion counts need one region more than there are increasing finite edges"
                 )
-            if all(isinstance(r, list) and not r for r in regions):  # no counts: shared zeros
-                edges.append(e)
-                counts.append(zero_counts(e.size + 1, zero))
-                continue
-            c = np.zeros((e.size + 1, K))
             for r, pairs in enumerate(regions):
                 for j, v in pairs:
                     if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < K:
@@ -220,10 +353,19 @@ class ConfusionStats:
                     v = float(v)
                     if not (np.isfinite(v) and v >= 0):
                         raise ValueError("confusion counts must be finite and >= 0")
-                    c[r, j] = v
+                    rows.append(offset + r)
+                    cols.append(j)
+                    vals.append(v)
             edges.append(e)
-            counts.append(c)
-        return cls(tuple(classes), tuple(edges), tuple(counts))
+            offset += e.size + 1
+        last = dict(zip(zip(rows, cols), vals))  # a pair named twice: its last count, as before
+        r = np.fromiter((a for a, _ in last), dtype=np.int64, count=len(last))
+        j = np.fromiter((b for _, b in last), dtype=np.int64, count=len(last))
+        v = np.fromiter(last.values(), dtype=np.float64, count=len(last))
+        table = sparse.csr_matrix((v, (r, j)), shape=(offset, K))
+        table.sum_duplicates()
+        table.eliminate_zeros()
+        return cls(tuple(classes), tuple(edges), table)
 
 
 @dataclass(frozen=True, eq=False)
@@ -333,56 +475,92 @@ class GridConfusion:
         cell_key, j = np.divmod(self.key, K)
         k_of, cell = np.divmod(cell_key, self.n_cells)
         mid = cell_midpoints(cell, self.score_range, self.n_cells)
-        bounds = np.searchsorted(k_of, np.arange(K + 1))  # keys are sorted by predicted class first
-        edges = []
-        for k in range(K):
-            sl = slice(bounds[k], bounds[k + 1])
-            s, lab, w = mid[sl], j[sl], self.count[sl]
-            wrong = lab != k
-            edges.append(class_region_edges(s[wrong], w[wrong], min_fp_per_region, max_regions))
-        return ConfusionStats(
-            self.classes, tuple(edges), _counts_in_regions(edges, k_of, mid, j, self.count, K)
-        )
+        edges = [_NO_EDGES] * K
+        wrong = j != k_of
+        fk = k_of[wrong]  # keys are sorted by predicted class first: so are the FP keys
+        classes, first = np.unique(fk, return_index=True)
+        bounds = np.append(first, fk.size)
+        s, w = mid[wrong], self.count[wrong]
+        for i, k in enumerate(classes.tolist()):  # only the classes with false positives
+            sl = slice(bounds[i], bounds[i + 1])
+            e = class_region_edges(s[sl], w[sl], min_fp_per_region, max_regions)
+            edges[k] = e if e.size else _NO_EDGES
+        return ConfusionStats._counted(self.classes, tuple(edges), k_of, mid, j, self.count)
 
 
-def _counts_in_regions(
-    edges, pred: np.ndarray, score: np.ndarray, labels: np.ndarray, weight: np.ndarray, K: int
-) -> tuple[np.ndarray, ...]:
-    """Per predicted class k, the (len(edges[k]) + 1, K) weighted counts of the true classes per
-    region.
+def _cell_starts(edges) -> np.ndarray:
+    """(K + 1,) the first cell of each class (its regions are numbered from there)."""
+    n = np.fromiter((e.size + 1 for e in edges), dtype=np.int64, count=len(edges))
+    return np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
 
-    All rows in one pass: a row's region is the number of its class's edges below its score
-    (``searchsorted(edges[k], s, side="left")``), read from one padded edge table. ``bincount``
-    adds each cell's weights in row order, as counting class by class did, so the counts are
-    the same bit for bit.
-    """
-    n_edges = np.array([e.size for e in edges], dtype=np.int64)
-    width = int(n_edges.max()) if K else 0
-    table = np.full((K, max(width, 1)), np.inf)
-    for k, e in enumerate(edges):
-        table[k, : e.size] = e
+
+def _regions(edges, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Each row's region within its class: the number of its class's edges below its score
+    (``searchsorted(edges[k], s, side="left")``), read from one padded table of the classes that
+    have edges (a class without any is region 0)."""
+    edged = np.fromiter((k for k, e in enumerate(edges) if e.size), dtype=np.int64)
     region = np.zeros(pred.shape[0], dtype=np.int64)
-    for j in range(width):
-        region += table[pred, j] < score
-    # only classes with rows get their own counts: at 10^4 classes a K x K table of zeros was 5 x a
-    # 2,000-row input; the others share one read-only block of zeros
-    present = np.bincount(pred, minlength=K) > 0
-    first = np.concatenate([[0], np.cumsum(np.where(present, n_edges + 1, 0))])  # first regions
-    key = (first[pred] + region) * K + labels
-    flat = np.bincount(key, weights=weight, minlength=int(first[-1]) * K)
-    zero = np.zeros(K)
-    return tuple(
-        flat[first[k] * K : first[k + 1] * K].reshape(-1, K)
-        if present[k]
-        else zero_counts(int(n_edges[k]) + 1, zero)
-        for k in range(K)
-    )
+    if edged.size == 0:
+        return region
+    width = max(edges[k].size for k in edged.tolist())
+    table = np.full((edged.size + 1, width), np.inf)  # the last row: classes without edges
+    for i, k in enumerate(edged.tolist()):
+        table[i, : edges[k].size] = edges[k]
+    slot = np.full(len(edges), edged.size, dtype=np.int64)
+    slot[edged] = np.arange(edged.size)
+    row = slot[pred]
+    for c in range(width):
+        region += table[row, c] < score
+    return region
 
 
-def zero_counts(regions: int, zero: np.ndarray) -> np.ndarray:
-    """(regions, K) zeros as a read-only view of ``zero`` (K zeros shared by every class without
-    rows: no memory of its own)."""
-    return np.broadcast_to(zero, (regions, zero.shape[0]))
+def _cell_table(cells, labels, weight, n_cells: int, K: int) -> "sparse.csr_matrix":
+    """The (n_cells, K) sparse weighted counts of (cell, true class) pairs.
+
+    ``bincount`` adds each pair's weights in row order (as the dense per-class counting did), so
+    the counts are the same bit for bit; only the pairs present are kept (dense counting where
+    every pair fits in a few times the rows)."""
+    key = cells.astype(np.int64) * K + labels
+    size = n_cells * K
+    if size <= 4 * key.size:
+        count = np.bincount(key, weights=weight, minlength=size)
+        uniq = np.flatnonzero(count > 0)
+        count = count[uniq]
+    else:
+        uniq, inv = np.unique(key, return_inverse=True)
+        count = np.bincount(inv.reshape(-1), weights=weight, minlength=uniq.size)
+        keep = count > 0
+        uniq, count = uniq[keep], count[keep]
+    row, col = np.divmod(uniq, K)
+    indptr = np.searchsorted(row, np.arange(n_cells + 1))
+    return sparse.csr_matrix((count, col, indptr), shape=(n_cells, K))
+
+
+def _edges_of(e) -> np.ndarray:
+    e = np.asarray(e, dtype=np.float64).reshape(-1)
+    return e if e.size else _NO_EDGES
+
+
+def _checked_edges(e) -> np.ndarray:
+    e = np.asarray(e, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0):
+        raise ValueError(
+            "confusion counts need one region more than there are increasing finite edges"
+        )
+    return e if e.size else _NO_EDGES
+
+
+def _int_array(values, what: str) -> np.ndarray:
+    a = np.asarray(values)
+    if a.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ValueError(f"confusion statistics' {what} must be a list of integers")
+    return a.astype(np.int64)
+
+
+def _names(classes) -> str:
+    return preview(classes)
 
 
 def class_region_edges(

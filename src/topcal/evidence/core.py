@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
 
@@ -126,6 +126,9 @@ class Evidence:
     marks : tuple of str
         One :func:`stats_mark` per data part behind the statistics (the fit, each update).
     """
+
+    #: What a model that keeps nothing holds (set below the class).
+    EMPTY: ClassVar["Evidence"]
 
     __slots__ = ("_stats", "_confusion", "_fingerprint", "_marks", "_rows", "_pending")
 
@@ -220,7 +223,7 @@ class Evidence:
         )
 
     @classmethod
-    def for_fit(cls, data, *, n_cells: int = DEFAULT_CELLS) -> "Evidence":
+    def for_fit(cls, data: TopLabelData, *, n_cells: int = DEFAULT_CELLS) -> "Evidence":
         """The evidence of labelled ``data`` for a fit: score counts and label-shift counts on
         ``n_cells`` cells, and the rows' fingerprint.
 
@@ -237,7 +240,7 @@ class Evidence:
     @classmethod
     def for_update(
         cls,
-        data,
+        data: TopLabelData,
         *,
         stats_of: Callable,
         regions: ConfusionStats | None,
@@ -288,7 +291,8 @@ class Evidence:
                 "evidence to merge holds label-shift counts of two kinds (score cells "
                 "and a model's regions); count every part the same way"
             )
-        return Evidence(stats, parts[0].merge(*parts[1:]), fingerprint)
+        # one kind (checked above): each merges with its own kind
+        return Evidence(stats, parts[0].merge(*parts[1:]), fingerprint)  # type: ignore[arg-type]
 
     # -------------------------------------------------------- a model file's pieces
     def to_dict(self) -> dict:
@@ -296,7 +300,8 @@ class Evidence:
         their ``fingerprints`` (the parts' marks) and ``fingerprint``."""
         d: dict = {}
         if self.confusion is not None:
-            d["confusion"] = self.confusion.to_dict()
+            # a model's evidence: GridConfusion is a fit in progress, which no file stores
+            d["confusion"] = self.confusion.to_dict()  # type: ignore[union-attr]
         if self.stats is not None:
             d["stats"] = self.stats.to_dict()
             if self.marks:

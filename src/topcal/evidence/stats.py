@@ -51,11 +51,12 @@ those methods are fitted in memory.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..data import TopLabelData
+from .._typing import ArrayLike
+from ..data import TopLabelData, preview
 from ..errors import DataError
 
 __all__ = ["ScoreStats", "DEFAULT_CELLS", "EXACT_SCORES"]
@@ -107,8 +108,18 @@ class ScoreStats:
     __slots__ = ("classes", "score_range", "n_cells", "cls", "lo", "hi", "tp", "fp")
 
     def __init__(
-        self, classes, score_range, n_cells, cls, lo, hi, tp, fp, *, canonical: bool = False
-    ):
+        self,
+        classes: Sequence[str],
+        score_range: tuple[float, float],
+        n_cells: int,
+        cls: ArrayLike,
+        lo: ArrayLike,
+        hi: ArrayLike,
+        tp: ArrayLike,
+        fp: ArrayLike,
+        *,
+        canonical: bool = False,
+    ) -> None:
         self.classes = tuple(str(c) for c in classes)
         self.score_range = (float(score_range[0]), float(score_range[1]))
         self.n_cells = _check_cells(n_cells)
@@ -199,7 +210,12 @@ class ScoreStats:
         return cls(data.classes, data.score_range, n_cells, c, lo, hi, tp, fp, canonical=True)
 
     @classmethod
-    def empty(cls, classes, score_range, n_cells: int = DEFAULT_CELLS) -> "ScoreStats":
+    def empty(
+        cls,
+        classes: Sequence[str],
+        score_range: tuple[float, float],
+        n_cells: int = DEFAULT_CELLS,
+    ) -> "ScoreStats":
         """Statistics of no data (the start of an accumulation)."""
         z = np.zeros(0)
         return cls(
@@ -214,8 +230,8 @@ class ScoreStats:
             )
         if other.classes != self.classes:
             raise DataError(
-                f"cannot merge statistics of classes {list(other.classes)} into "
-                f"{list(self.classes)}; "
+                f"cannot merge statistics of classes {preview(other.classes)} into "
+                f"{preview(self.classes)}; "
                 "read the new data with the same classes (same probability columns, or "
                 "classes=[...])"
             )
@@ -351,7 +367,9 @@ class ScoreStats:
         }
 
     @classmethod
-    def from_dict(cls, d: dict, classes, score_range) -> "ScoreStats":
+    def from_dict(
+        cls, d: dict, classes: Sequence[str], score_range: tuple[float, float]
+    ) -> "ScoreStats":
         """Rebuild from :meth:`to_dict` output (raises ValueError when malformed)."""
         n_cells = _check_cells(d["n_cells"]) if isinstance(d["n_cells"], int) else _check_cells(-1)
         c = np.asarray(d["class"], dtype=np.int64)

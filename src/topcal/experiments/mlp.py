@@ -1,28 +1,26 @@
 """Many small MLPs trained at once with batched weights (PyTorch).
 
-The paper's networks are 784-300-100-10 multilayer perceptrons with ReLU
-hidden layers and a softmax output, trained with categorical cross-entropy
-and Adam (learning rate 1e-3) on minibatches of 1,000 images drawn with
-replacement. Training M of them one after another wastes a small machine:
-each step is three modest matrix products. Here the weights of M networks
-are stacked (layer 1: shape (M, 784, 300)) and one ``torch.baddbmm`` runs
-layer 1 of all M networks, each on its own minibatch. That pays on a GPU;
-on a 2-core CPU one network's minibatch of 1,000 already fills both cores
-and batching measured no faster (``benchmarks/bench_training.py``), so
-there the batch size (``chunk``) mostly sets the granularity of the cache.
+The paper's networks are 784-300-100-10 multilayer perceptrons with ReLU hidden layers and a
+softmax output, trained with categorical cross-entropy and Adam (learning rate 1e-3) on
+minibatches of 1,000 images drawn with replacement. Training M of them one after another
+wastes a small machine: each step is three modest matrix products. Here the weights of M
+networks are stacked (layer 1: shape (M, 784, 300)) and one ``torch.baddbmm`` runs layer 1
+of all M networks, each on its own minibatch. That pays on a GPU; on a 2-core CPU one
+network's minibatch of 1,000 already fills both cores and batching measured no faster
+(``benchmarks/bench_training.py``), so there the batch size (``chunk``) mostly sets the
+granularity of the cache.
 
 Independence is kept exactly where it matters:
 
-* every network has its own seeded generator for its initial weights and
-  another for its minibatch indices, both derived from ``(seed, index)``, so
-  network *i* is the same network whether it is trained alone or in a batch
-  of 100 (up to float round-off of the batched products);
-* the loss is the *sum* over networks of each network's mean cross-entropy,
-  so network i's gradient is its own; and one Adam over the stacked tensors
-  equals M independent Adams because Adam is elementwise.
+* every network has its own seeded generator for its initial weights and another for its
+  minibatch indices, both derived from ``(seed, index)``, so network *i* is the same network
+  whether it is trained alone or in a batch of 100 (up to float round-off of the batched
+  products);
+* the loss is the *sum* over networks of each network's mean cross-entropy, so network i's
+  gradient is its own; and one Adam over the stacked tensors equals M independent Adams
+  because Adam is elementwise.
 
-torch is imported lazily (:func:`require_torch`), so ``import topcal`` never
-needs it.
+torch is imported lazily (:func:`require_torch`), so ``import topcal`` never needs it.
 """
 
 from __future__ import annotations
@@ -105,11 +103,10 @@ class TrainConfig:
     lr : float, default 1e-3
         Adam learning rate (betas 0.9, 0.999, eps 1e-8, as Keras and PyTorch).
     precision : {"float32", "bfloat16"}, default "float32"
-        "bfloat16" runs the training matrix products in bfloat16 under
-        ``torch.autocast`` (weights, Adam and the loss stay float32): about
-        5x faster on CPUs with AMX (Sapphire Rapids and later), slower on
-        CPUs without bfloat16 units. Test-set outputs are always computed in
-        float32.
+        "bfloat16" runs the training matrix products in bfloat16 under ``torch.autocast``
+        (weights, Adam and the loss stay float32): about 5x faster on CPUs with AMX
+        (Sapphire Rapids and later), slower on CPUs without bfloat16 units. Test-set outputs
+        are always computed in float32.
     """
 
     hidden: tuple[int, ...] = (300, 100)
@@ -144,8 +141,8 @@ class TrainConfig:
 def network_seeds(seed: int, indices: Sequence[int]) -> list[tuple[int, int]]:
     """(init seed, minibatch seed) of each network, from ``SeedSequence([seed, index])``.
 
-    Depends only on the run seed and the network's index, never on which
-    other networks share its batch.
+    Depends only on the run seed and the network's index, never on which other networks
+    share its batch.
     """
     out = []
     for i in indices:
@@ -162,9 +159,9 @@ def network_seeds(seed: int, indices: Sequence[int]) -> list[tuple[int, int]]:
 def init_params(sizes: Sequence[int], init_seeds: Sequence[int], device=None, dtype=None) -> list:
     """Stacked initial parameters of M networks: [W1, b1, W2, b2, ...].
 
-    ``W_l`` has shape (M, n_in, n_out), ``b_l`` shape (M, 1, n_out). Weights
-    are Glorot-uniform, biases zero (Keras' Dense defaults; the paper's
-    networks were Keras-style), each network from its own generator.
+    ``W_l`` has shape (M, n_in, n_out), ``b_l`` shape (M, 1, n_out). Weights are
+    Glorot-uniform, biases zero (Keras' Dense defaults; the paper's networks were
+    Keras-style), each network from its own generator.
     """
     torch = require_torch()
     dtype = dtype or torch.float32
@@ -242,10 +239,10 @@ def train_networks(
     n_classes : int
     device : torch.device, optional
     checkpoint : path, optional
-        Where to save the training state (parameters, Adam moments, each
-        network's generator state, step) every ``checkpoint_seconds``; if the
-        file exists and belongs to the same networks and configuration,
-        training resumes from it. Removed when training completes.
+        Where to save the training state (parameters, Adam moments, each network's generator
+        state, step) every ``checkpoint_seconds``; if the file exists and belongs to the
+        same networks and configuration, training resumes from it. Removed when training
+        completes.
     checkpoint_seconds : float, default 120
     progress : bool or str, default True
         Show a tqdm bar (a string is used as its description).
@@ -265,12 +262,8 @@ def train_networks(
     opt = torch.optim.Adam(params, lr=config.lr)
     gens = [torch.Generator().manual_seed(s[1]) for s in seeds]
     start = 0
-    key = {
-        "seeds": [list(s) for s in seeds],
-        "config": config.to_dict(),
-        "n_train": n,
-        "sizes": sizes,
-    }
+    key = {"seeds": [list(s) for s in seeds], "config": config.to_dict(), "n_train": n}
+    key["sizes"] = sizes
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and ckpt.is_file():
         start = _resume(torch, ckpt, key, params, opt, gens, device)
@@ -287,11 +280,8 @@ def train_networks(
             bar.update(1)
         if callback is not None:
             callback(step + 1)
-        if (
-            ckpt is not None
-            and time.monotonic() - last > checkpoint_seconds
-            and step + 1 < config.steps
-        ):
+        due = ckpt is not None and time.monotonic() - last > checkpoint_seconds
+        if due and step + 1 < config.steps:
             _save(ckpt, key, step + 1, params, opt, gens)
             last = time.monotonic()
     if bar is not None:

@@ -184,8 +184,6 @@ def network_outputs(
         Save the training state of the running batch this often.
     progress : bool, default True
     """
-    from . import mlp
-
     if chunk is not None and (
         isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1
     ):
@@ -201,43 +199,19 @@ def network_outputs(
     missing = [i for i in range(cfg.n_networks) if not cache.has(i)]
     t0 = time.monotonic()
     if missing:
-        torch = mlp.require_torch()
-        dev = mlp.pick_device(device)
-        if chunk is None:
-            chunk = 10 if dev.type == "cpu" else 100
-        old_threads = torch.get_num_threads()
-        if dev.type == "cpu":
-            torch.set_num_threads(int(threads) if threads else mlp.available_cpus())
-        try:
-            scale = np.float32(1.0 / 255.0)
-            xt = torch.from_numpy(
-                _flat(data.train_images[train_idx]).astype(np.float32) * scale
-            ).to(dev)
-            yt = torch.from_numpy(data.train_labels[train_idx].astype(np.int64)).to(dev)
-            x1 = torch.from_numpy(
-                _flat(data.train_images[test1_idx]).astype(np.float32) * scale
-            ).to(dev)
-            x2 = torch.from_numpy(_flat(data.test_images).astype(np.float32) * scale).to(dev)
-            batches = [missing[i : i + chunk] for i in range(0, len(missing), chunk)]
-            for b, idx in enumerate(batches):
-                label = f"nets {idx[0]}-{idx[-1]} ({b + 1}/{len(batches)})" if progress else False
-                params = mlp.train_networks(
-                    xt,
-                    yt,
-                    mlp.network_seeds(cfg.seed, idx),
-                    cfg.train,
-                    n_classes=n_classes,
-                    device=dev,
-                    checkpoint=cache.checkpoint_path(idx),
-                    checkpoint_seconds=checkpoint_seconds,
-                    progress=label,
-                )
-                o1 = mlp.predict_log_softmax(params, x1)
-                o2 = mlp.predict_log_softmax(params, x2)
-                for j, i in enumerate(idx):
-                    cache.save(i, o1[j], o2[j])
-        finally:
-            torch.set_num_threads(old_threads)
+        _train_missing(
+            data,
+            cfg,
+            cache,
+            missing,
+            train_idx,
+            test1_idx,
+            device,
+            threads,
+            chunk,
+            checkpoint_seconds,
+            progress,
+        )
     train_seconds = time.monotonic() - t0
     lp1 = np.empty((cfg.n_networks, y1.size, n_classes), dtype=np.float32)
     lp2 = np.empty((cfg.n_networks, y2.size, n_classes), dtype=np.float32)
@@ -253,3 +227,59 @@ def network_outputs(
     return NetworkOutputs(
         (lp1, lp2), (y1, y2), classes, tuple(missing), train_seconds, str(cache.dir)
     )
+
+
+def _train_missing(
+    data,
+    cfg,
+    cache,
+    missing,
+    train_idx,
+    test1_idx,
+    device,
+    threads,
+    chunk,
+    checkpoint_seconds,
+    progress,
+) -> None:
+    """Train networks ``missing`` in batches of ``chunk`` and cache their outputs on both test
+    sets."""
+    from . import mlp
+
+    torch = mlp.require_torch()
+    dev = mlp.pick_device(device)
+    if chunk is None:
+        chunk = 10 if dev.type == "cpu" else 100
+    old_threads = torch.get_num_threads()
+    if dev.type == "cpu":
+        torch.set_num_threads(int(threads) if threads else mlp.available_cpus())
+    try:
+        scale = np.float32(1.0 / 255.0)
+        xt = torch.from_numpy(_flat(data.train_images[train_idx]).astype(np.float32) * scale).to(
+            dev
+        )
+        yt = torch.from_numpy(data.train_labels[train_idx].astype(np.int64)).to(dev)
+        x1 = torch.from_numpy(_flat(data.train_images[test1_idx]).astype(np.float32) * scale).to(
+            dev
+        )
+        x2 = torch.from_numpy(_flat(data.test_images).astype(np.float32) * scale).to(dev)
+        batches = [missing[i : i + chunk] for i in range(0, len(missing), chunk)]
+        for b, idx in enumerate(batches):
+            label = f"nets {idx[0]}-{idx[-1]} ({b + 1}/{len(batches)})" if progress else False
+            params = mlp.train_networks(
+                xt,
+                yt,
+                mlp.network_seeds(cfg.seed, idx),
+                cfg.train,
+                n_classes=data.n_classes,
+                device=dev,
+                checkpoint=cache.checkpoint_path(idx),
+                checkpoint_seconds=checkpoint_seconds,
+                progress=label,
+            )
+            o1 = mlp.predict_log_softmax(params, x1)
+            o2 = mlp.predict_log_softmax(params, x2)
+            for j, i in enumerate(idx):
+                cache.save(i, o1[j], o2[j])
+    finally:
+        torch.set_num_threads(old_threads)

@@ -83,32 +83,7 @@ def paired_bars(
     w = 0.8 / (2 * n)
     cmap = colormaps["tab10"]
     for j, m in enumerate(methods):
-        for s, hatch in ((0, None), (1, "////")):
-            st = [table[m][f"test{s + 1}"][c] for c in classes]
-            med = np.array([np.nan if d["median"] is None else d["median"] for d in st])
-            lo = np.array([np.nan if d["q25"] is None else d["q25"] for d in st])
-            hi = np.array([np.nan if d["q75"] is None else d["q75"] for d in st])
-            x = np.arange(len(classes)) - 0.4 + w * (2 * j + s + 0.5)
-            ax.bar(
-                x,
-                med,
-                width=w,
-                color=cmap(j % 10),
-                alpha=1.0 if s == 0 else 0.55,
-                hatch=hatch,
-                edgecolor="white" if s == 0 else cmap(j % 10),
-                linewidth=0.3,
-                label=m if s == 0 else None,
-            )
-            ax.errorbar(
-                x,
-                med,
-                yerr=[med - lo, hi - med],
-                fmt="none",
-                ecolor="0.25",
-                elinewidth=0.5,
-                capsize=0,
-            )
+        _method_bars(ax, table[m], m, j, w, classes, cmap)
     ax.set_xticks(np.arange(len(classes)), [str(c) for c in classes])
     ax.set_xlim(-0.5, len(classes) - 0.5)
     ax.set_ylabel(f"median {metric.upper()}")
@@ -118,6 +93,30 @@ def paired_bars(
     if title:
         ax.set_title(title, fontsize="medium")
     return fig
+
+
+def _method_bars(ax, rows, m, j, w, classes, cmap) -> None:
+    """Method ``m``'s (the ``j``-th) bars and quartile whiskers on both test sets."""
+    for s, hatch in ((0, None), (1, "////")):
+        st = [rows[f"test{s + 1}"][c] for c in classes]
+        med = np.array([np.nan if d["median"] is None else d["median"] for d in st])
+        lo = np.array([np.nan if d["q25"] is None else d["q25"] for d in st])
+        hi = np.array([np.nan if d["q75"] is None else d["q75"] for d in st])
+        x = np.arange(len(classes)) - 0.4 + w * (2 * j + s + 0.5)
+        ax.bar(
+            x,
+            med,
+            width=w,
+            color=cmap(j % 10),
+            alpha=1.0 if s == 0 else 0.55,
+            hatch=hatch,
+            edgecolor="white" if s == 0 else cmap(j % 10),
+            linewidth=0.3,
+            label=m if s == 0 else None,
+        )
+        ax.errorbar(
+            x, med, yerr=[med - lo, hi - med], fmt="none", ecolor="0.25", elinewidth=0.5, capsize=0
+        )
 
 
 def curves_figure_size(n_classes: int) -> tuple[float, float]:

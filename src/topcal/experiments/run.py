@@ -69,45 +69,10 @@ def summarize(results: EnsembleResults) -> dict:
             }
             for j, m in enumerate(results.methods)
         }
-        diff = med[:, 1, qi, :-1] - med[:, 0, qi, :-1]  # methods x classes
-        paired = v[:, :, 1, qi, :-1] - v[:, :, 0, qi, :-1]
-        ok = np.isfinite(paired)
-        out["set2_vs_set1"][metric] = {
-            "worse": int(np.sum(diff > 0)),
-            "better": int(np.sum(diff < 0)),
-            "equal": int(np.sum(diff == 0)),
-            "share_of_ensembles_worse": _f(np.mean(paired[ok] > 0)) if ok.any() else None,
-            "per_method_worse": {
-                m: int(np.sum(diff[j] > 0)) for j, m in enumerate(results.methods)
-            },
-            # median over ensembles of (overall on set 2 - overall on set 1): the generalisation gap
-            "median_gap": {
-                m: _f(np.nanmedian(v[:, j, 1, qi, -1] - v[:, j, 0, qi, -1]))
-                if np.isfinite(v[:, j, :, qi, -1]).any()
-                else None
-                for j, m in enumerate(results.methods)
-            },
+        out["set2_vs_set1"][metric] = _set2_vs_set1(v, med, qi, results.methods)
+        out["ranking"][metric] = {
+            f"test{s + 1}": _ranking(med[:, s, qi, :], results.methods) for s in range(2)
         }
-        out["ranking"][metric] = {}
-        for s in range(2):
-            per_class = med[:, s, qi, :-1]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                ranks = (
-                    np.argsort(
-                        np.argsort(np.where(np.isnan(per_class), np.inf, per_class), axis=0), axis=0
-                    )
-                    + 1
-                )
-            order = np.argsort(np.where(np.isnan(med[:, s, qi, -1]), np.inf, med[:, s, qi, -1]))
-            out["ranking"][metric][f"test{s + 1}"] = [
-                {
-                    "method": results.methods[j],
-                    "overall_median": _f(med[j, s, qi, -1]),
-                    "mean_class_rank": float(ranks[j].mean()),
-                }
-                for j in order
-            ]
     cmed = np.median(results.counts, axis=0)  # (2, 4, K)
     out["class_counts"] = {
         f"test{s + 1}": {
@@ -128,6 +93,48 @@ def summarize(results: EnsembleResults) -> dict:
     }
     out["failures"] = results.failures
     return out
+
+
+def _set2_vs_set1(v, med, qi, methods) -> dict:
+    """How metric ``qi`` moves from test set 1 to test set 2 (:func:`summarize`)."""
+    diff = med[:, 1, qi, :-1] - med[:, 0, qi, :-1]  # methods x classes
+    paired = v[:, :, 1, qi, :-1] - v[:, :, 0, qi, :-1]
+    ok = np.isfinite(paired)
+    return {
+        "worse": int(np.sum(diff > 0)),
+        "better": int(np.sum(diff < 0)),
+        "equal": int(np.sum(diff == 0)),
+        "share_of_ensembles_worse": _f(np.mean(paired[ok] > 0)) if ok.any() else None,
+        "per_method_worse": {m: int(np.sum(diff[j] > 0)) for j, m in enumerate(methods)},
+        # median over ensembles of (overall on set 2 - overall on set 1): the generalisation gap
+        "median_gap": {
+            m: _f(np.nanmedian(v[:, j, 1, qi, -1] - v[:, j, 0, qi, -1]))
+            if np.isfinite(v[:, j, :, qi, -1]).any()
+            else None
+            for j, m in enumerate(methods)
+        },
+    }
+
+
+def _ranking(med_s, methods) -> list:
+    """Methods by their overall median (``med_s``: methods x (classes + overall)), with the mean
+    rank over classes of the per-class medians."""
+    per_class = med_s[:, :-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ranks = (
+            np.argsort(np.argsort(np.where(np.isnan(per_class), np.inf, per_class), axis=0), axis=0)
+            + 1
+        )
+    order = np.argsort(np.where(np.isnan(med_s[:, -1]), np.inf, med_s[:, -1]))
+    return [
+        {
+            "method": methods[j],
+            "overall_median": _f(med_s[j, -1]),
+            "mean_class_rank": float(ranks[j].mean()),
+        }
+        for j in order
+    ]
 
 
 def _f(x) -> float | None:
@@ -172,37 +179,10 @@ def write_outputs(
         ) from None
     paths = {}
     acc = outputs.accuracy()
-    net_acc = {
-        f"test{s + 1}": {
-            "q25": float(np.percentile(acc[:, s], 25)),
-            "median": float(np.median(acc[:, s])),
-            "q75": float(np.percentile(acc[:, s], 75)),
-            "min": float(acc[:, s].min()),
-            "max": float(acc[:, s].max()),
-        }
-        for s in range(2)
-    }
-    import sys
-
-    from .._version import __version__
-
-    versions = {"topcal": __version__, "numpy": np.__version__, "python": sys.version.split()[0]}
-    if "torch" in sys.modules:
-        versions["torch"] = sys.modules["torch"].__version__
-    doc = {
-        "config": cfg.to_dict(),
-        "versions": versions,
-        "n_networks_trained_now": len(outputs.trained),
-        "train_seconds": outputs.train_seconds,
-        "evaluate_seconds": results.seconds,
-        "cache_dir": outputs.cache_dir,
-        "network_accuracy": net_acc,
-        **summary,
-    }
+    doc = {**_run_record(cfg, outputs, results, acc), **summary}
     paths["summary"] = out / "summary.json"
-    write_text(
-        paths["summary"], json.dumps(doc, indent=1)
-    )  # each file atomically: temp file + rename
+    # each file atomically: temp file + rename
+    write_text(paths["summary"], json.dumps(doc, indent=1))
     paths["medians"] = out / "medians.csv"
     with atomic_write(paths["medians"]) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -229,6 +209,36 @@ def write_outputs(
 
         paths.update(plots.write_figures(out, results, summary, outputs, cfg))
     return paths
+
+
+def _run_record(cfg, outputs, results, acc) -> dict:
+    """The run's configuration, versions, timings and network accuracies (``summary.json``)."""
+    import sys
+
+    from .._version import __version__
+
+    net_acc = {
+        f"test{s + 1}": {
+            "q25": float(np.percentile(acc[:, s], 25)),
+            "median": float(np.median(acc[:, s])),
+            "q75": float(np.percentile(acc[:, s], 75)),
+            "min": float(acc[:, s].min()),
+            "max": float(acc[:, s].max()),
+        }
+        for s in range(2)
+    }
+    versions = {"topcal": __version__, "numpy": np.__version__, "python": sys.version.split()[0]}
+    if "torch" in sys.modules:
+        versions["torch"] = sys.modules["torch"].__version__
+    return {
+        "config": cfg.to_dict(),
+        "versions": versions,
+        "n_networks_trained_now": len(outputs.trained),
+        "train_seconds": outputs.train_seconds,
+        "evaluate_seconds": results.seconds,
+        "cache_dir": outputs.cache_dir,
+        "network_accuracy": net_acc,
+    }
 
 
 def run_experiment(

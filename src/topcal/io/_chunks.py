@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
+from ..data import TopLabelData
 from ..errors import DataError, first_line
 from ..evidence.stats import DEFAULT_CELLS, ScoreStats
+from .._typing import PathLike
+from .._tables import csv_untext
 from ._file import CSV_NA, check_header, csv_sep, data_path
+from ._writer import csv_restore
 from ._frame import check_unique, layout_columns, read_frame, roles_from_options
 
 #: Rows per chunk when streaming (about 100 MB for ten probability columns).
@@ -76,11 +81,20 @@ def file_columns(path) -> list[str]:
         import csv
 
         with open(p, newline="", encoding="utf-8", errors="replace") as fh:
-            return next(csv.reader(fh, delimiter=csv_sep(p)))
+            return [csv_untext(c) for c in next(csv.reader(fh, delimiter=csv_sep(p)))]
     except DataError:
         raise
     except Exception as exc:
         raise DataError(f"cannot read {str(p)!r}: {first_line(exc)}") from None
+
+
+def _raw_names(p: Path) -> dict:
+    """A CSV file's column names as :func:`file_columns` gives them -> as the file spells them."""
+    import csv
+
+    with open(p, newline="", encoding="utf-8", errors="replace") as fh:
+        header = next(csv.reader(fh, delimiter=csv_sep(p)), [])
+    return {csv_untext(c): c for c in header}
 
 
 def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str_columns=()):
@@ -117,19 +131,21 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
                     del table
         else:
             check_header(p)
-            dtype = {c: str for c in str_columns}
+            # names as file_columns gives them (csv_untext); the file's own spelling to read them
+            raw = _raw_names(p)
+            dtype = {raw.get(c, c): str for c in str_columns}
             with pd.read_csv(
                 p,
                 sep=csv_sep(p),
                 chunksize=int(chunk_rows),
-                usecols=columns,
+                usecols=None if columns is None else [raw.get(c, c) for c in columns],
                 dtype=dtype or None,
                 low_memory=False,
                 **CSV_NA,
             ) as reader:
                 for frame in reader:
                     n += len(frame)
-                    yield frame
+                    yield csv_restore(frame)
     except DataError:
         raise
     except GeneratorExit:
@@ -226,7 +242,7 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
     cols = file_columns(p)
     class_cols, extra, binned, vector = layout_columns(cols, **options)
     is_csv = parquet_parts(p) is None
-    uniques = {c: [] for c in class_cols}
+    uniques: dict[str, Any] = {c: [] for c in class_cols}
     numeric = {c: True for c in class_cols}
     lo_hi = [np.inf, -np.inf]
     n = 0
@@ -289,13 +305,13 @@ def iter_data(
 
 
 def read_stats(
-    path,
+    path: PathLike,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     *,
     n_cells: int = DEFAULT_CELLS,
-    progress=None,
-    stats_of=None,
-    **options,
+    progress: Callable[[int], object] | None = None,
+    stats_of: Callable[[TopLabelData], Any] | None = None,
+    **options: Any,
 ) -> ScoreStats:
     """The mergeable statistics of a labelled CSV or Parquet file, read in chunks (bounded memory).
 

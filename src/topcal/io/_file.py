@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..data import TopLabelData, is_int_name
+from .._typing import PathLike
 from ..errors import DataError, first_line
 from ._frame import KNOWN_LAYOUTS, check_unique, read_frame
+from ._writer import csv_restore
 
 #: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas' default
 #: list would read them as missing); a number column holding such text is refused by name.
@@ -57,6 +60,7 @@ def read_table(path):
             frame = pd.read_csv(
                 p, sep=sep, low_memory=False, **CSV_NA
             )  # one type per column, not one per chunk
+            frame = csv_restore(frame)  # text topcal wrote reads back as the text it was given
         elif suffix in (".parquet", ".pq"):
             import pyarrow.parquet as pq
 
@@ -138,7 +142,7 @@ def _npz_frame(p: Path):
         if lab.ndim == 1 and lab.size and (lab.min() < 0 or lab.max() >= len(classes)):
             i = int(np.flatnonzero((lab < 0) | (lab >= len(classes)))[0])
             raise DataError(
-                f"labels in {str(p)!r} has index {int(lab[i])} at row {i}, outside "
+                f"labels in {str(p)!r} has index {int(lab[i])} at row {i + 1}, outside "
                 f"0..{len(classes) - 1}; "
                 "integer labels beside class names are indices into 'classes'"
             )
@@ -168,7 +172,7 @@ def _netcal_arrays(arrays: dict) -> dict:
     return arrays
 
 
-def read_data(path, **options) -> TopLabelData:
+def read_data(path: PathLike, **options: Any) -> TopLabelData:
     """Read a data file into :class:`TopLabelData`; ``options`` as in :func:`read_frame`."""
     frame = read_table(path)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import TopLabelData, is_int_name, label_names, sorted_names
+from ..data import TopLabelData, is_int_name, label_names, preview, sorted_names
 from ..errors import DataError
 
 BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
@@ -264,7 +264,9 @@ def _read_frame(
         )
     if vec_cols:
         if classes is not None and [str(c) for c in classes] != names:
-            raise DataError(f"classes {list(classes)} do not match the score columns {vec_cols}")
+            raise DataError(
+                f"classes {preview(classes)} do not match the score columns {preview(vec_cols)}"
+            )
         matrix = _numeric(frame, vec_cols)
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
             raise DataError(
@@ -434,8 +436,8 @@ def _numeric(frame, columns) -> np.ndarray:
         if nan.any():
             j = int(np.flatnonzero(nan.any(axis=0))[0])
             raise DataError(
-                f"column {columns[j]!r} is empty (NaN) at row {int(np.flatnonzero(nan[:, j])[0])}; "
-                "remove or impute missing scores"
+                f"column {columns[j]!r} is empty (NaN) at row "
+                f"{int(np.flatnonzero(nan[:, j])[0]) + 1}; remove or impute missing scores"
             )
         return out
     out = np.empty((len(frame), len(columns)), dtype=np.float64)
@@ -445,13 +447,13 @@ def _numeric(frame, columns) -> np.ndarray:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise DataError(
-                f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i}; fix or "
+                f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i + 1}; fix or "
                 f"remove it"
             )
         if np.isnan(col).any():
             i = int(np.flatnonzero(np.isnan(col))[0])
             raise DataError(
-                f"column {c!r} is empty (NaN) at row {i}; remove or impute missing scores"
+                f"column {c!r} is empty (NaN) at row {i + 1}; remove or impute missing scores"
             )
         out[:, j] = col
     return out

@@ -11,14 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._fileio import atomic_write
-from .._tables import FORMULA_START, csv_text, is_formula
+from .._tables import FORMULA_START, csv_text, csv_untext
 from ..errors import DataError, first_line
 
 
-def csv_safe(frame):
-    """``frame`` with every text cell and column name a spreadsheet would evaluate as a formula
-    (a class named ``=HYPERLINK(...)``) prefixed with ``'`` (:func:`topcal._tables.csv_text`,
-    OWASP); numbers and other text unchanged. A copy only where something changes."""
+#: First characters of a cell :func:`topcal._tables.csv_text` may change (or, read back,
+#: :func:`topcal._tables.csv_untext`): a formula's, and the quote it adds.
+_QUOTABLE_START = FORMULA_START + ("'",)
+
+
+def _map_text(frame, fix):
+    """``frame`` with ``fix`` applied to every text cell, category and column name that starts
+    with one of :data:`_QUOTABLE_START` (numbers unchanged). A copy only where something
+    changes."""
     import numpy as np
     import pandas as pd
 
@@ -26,21 +31,23 @@ def csv_safe(frame):
     for j in range(frame.shape[1]):
         col = frame.iloc[:, j]
         if isinstance(col.dtype, pd.CategoricalDtype):  # apply's pred: its class names, once each
-            cats = [csv_text(c) if isinstance(c, str) else c for c in col.cat.categories]
+            cats = [fix(c) if isinstance(c, str) else c for c in col.cat.categories]
             if cats != list(col.cat.categories):
                 new[j] = col.cat.rename_categories(cats)
         elif col.dtype == object or isinstance(col.dtype, pd.StringDtype):
             values = col.to_numpy(dtype=object)
             try:
-                risky = np.flatnonzero(col.str.startswith(FORMULA_START, na=False).to_numpy())
+                risky = np.flatnonzero(col.str.startswith(_QUOTABLE_START, na=False).to_numpy())
             except AttributeError:  # no text in the object column (numbers, booleans): no .str
                 risky = [i for i, v in enumerate(values) if isinstance(v, str)]
-            bad = [i for i in risky if is_formula(values[i])]
-            if bad:
+            changed = [(i, fix(values[i])) for i in risky if isinstance(values[i], str)]
+            changed = [(i, v) for i, v in changed if v != values[i]]
+            if changed:
                 values = values.copy()
-                values[bad] = ["'" + values[i] for i in bad]
+                for i, v in changed:
+                    values[i] = v
                 new[j] = pd.Series(values, index=col.index, name=col.name)
-    names = [csv_text(c) if isinstance(c, str) else c for c in frame.columns]
+    names = [fix(c) if isinstance(c, str) else c for c in frame.columns]
     if not new and names == list(frame.columns):
         return frame
     out = frame.copy()
@@ -48,6 +55,19 @@ def csv_safe(frame):
         out.isetitem(j, col)
     out.columns = names
     return out
+
+
+def csv_safe(frame):
+    """``frame`` with every text cell and column name a spreadsheet would run as a formula (a class
+    named ``=HYPERLINK(...)``) prefixed with ``'`` (:func:`topcal._tables.csv_text`, OWASP);
+    numbers and other text unchanged. :func:`csv_restore` undoes it."""
+    return _map_text(frame, csv_text)
+
+
+def csv_restore(frame):
+    """A frame read from CSV with the ``'`` that :func:`csv_safe` added removed again (from cells
+    and column names), so that topcal reads the text it wrote as the text it was given."""
+    return _map_text(frame, csv_untext)
 
 
 class FrameWriter:

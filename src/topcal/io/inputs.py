@@ -70,7 +70,7 @@ def _matrix_kind(m: np.ndarray) -> str:
     if off.any():
         i = int(np.flatnonzero(off)[0])
         raise DataError(
-            f"X looks like probabilities (every value in [0, 1]) but row {i} sums to "
+            f"X looks like probabilities (every value in [0, 1]) but row {i + 1} sums to "
             f"{sums[i]:.6g}, not 1; "
             "pass kind='logits' if these are logits, or normalise the rows (kind='probs' and "
             "TopLabelData.from_probs(..., renormalize=True))"

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from ..calibrators.base import Calibrator, Curve, register_hook
+from ..calibrators.fullvector import combine
 from ..calibrators.registry import get_class, register
 from ..calibrators.wrapper import Wrapper
-from ..data import TopLabelData
+from ..data import TopLabelData, preview
 from ..errors import DataError, ModelFileError, ParameterError, TopcalError
 from .estimators import ADAPTED_METHOD, FP_PSEUDOCOUNT, PRIOR_SUM_TOL, adapt_confidence
 from .estimates import (
@@ -22,7 +23,7 @@ from .estimates import (
     check_use_data,
     confusion_of,
     estimate_priors,
-    fp_mix,
+    fp_weight,
     top_label_posterior,
 )
 
@@ -39,13 +40,14 @@ def _given_priors(priors, classes: tuple[str, ...]) -> np.ndarray:
         unknown = [str(c) for c in priors if str(c) not in classes]
         if unknown:
             raise DataError(
-                f"priors name class(es) {unknown} the model never saw (its classes: "
-                f"{list(classes)})"
+                f"priors name class(es) {preview(unknown)} the model never saw (its classes: "
+                f"{preview(classes)})"
             )
         missing = [c for c in classes if c not in {str(k) for k in priors}]
         if missing:
             raise DataError(
-                f"priors miss class(es) {missing}; give every class a prior (0 for absent classes)"
+                f"priors miss class(es) {preview(missing)}; give every class a prior (0 for "
+                "absent classes)"
             )
         by_name = {str(k): v for k, v in priors.items()}
         values = [by_name[c] for c in classes]
@@ -132,9 +134,9 @@ def adapt(
         bad = [c for c, a, b in zip(base.classes_, p, ps) if a > 0 and b <= 0]
         if bad:
             raise DataError(
-                f"class(es) {bad} never occur in the test set the model was fitted on, so their "
-                f"prior ratio is "
-                "undefined; give them prior 0 or refit on test data that includes them"
+                f"class(es) {preview(bad)} never occur in the test set the model was fitted on, so "
+                "their prior ratio is undefined; give them prior 0 or refit on test data that "
+                "includes them"
             )
         est = PriorEstimate(
             tuple(base.classes_),
@@ -251,12 +253,11 @@ class AdaptedCalibrator(Wrapper):
         return self.base_.n_params_ + len(self.classes_)
 
     def _check_compatible(self, data) -> TopLabelData:
-        check_use_data(self, data)
-        return super()._check_compatible(data)
+        return super()._check_compatible(check_use_data(self, data))
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         c = self.base_.predict(data)
-        _, wbar = fp_mix(
+        wbar = fp_weight(
             self.base_.evidence_.confusion,
             data.pred,
             data.score,
@@ -265,12 +266,23 @@ class AdaptedCalibrator(Wrapper):
         )
         return adapt_confidence(c, self.weights_[data.pred], wbar)
 
+    def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:
+        """``predict_proba``'s rows: the adapted confidence at k(X); the source's vector map's
+        other entries times the prior ratios w_j, renormalised (Bayes' rule under label shift)."""
+        vmap = self.vector_map_
+        if vmap is None:
+            return super()._full_rows(data, conf)
+        rest = vmap._rest(data) * self.weights_
+        total = rest.sum(axis=1, keepdims=True)
+        np.divide(rest, total, out=rest, where=total > 0)
+        return combine(conf, data.pred, rest)
+
     def _interval(self, data: TopLabelData, level: float):
         """The base model's interval moved to the new priors the way its confidence is (the map
         c -> w c / (w c + wbar (1 - c)) is increasing). The priors are held fixed: their own
         uncertainty (``topcal adapt --bootstrap``) is not in the interval (docs/intervals.md)."""
         lo, hi = self.base_._interval_of_rows(data, level)
-        _, wbar = fp_mix(
+        wbar = fp_weight(
             self.base_.evidence_.confusion,
             data.pred,
             data.score,
@@ -317,7 +329,7 @@ class AdaptedCalibrator(Wrapper):
         src = self.base_.curve(k, score, n_points=n_points)
         i = self.classes_.index(src.class_name)
         pred = np.full(src.score.shape, i)
-        _, wbar = fp_mix(
+        wbar = fp_weight(
             self.base_.evidence_.confusion, pred, src.score, self.weights_, self.fp_pseudocount_
         )
         return Curve(

@@ -1,5 +1,6 @@
-"""Estimating a use set's class priors from a fitted calibrator (:func:`estimate_priors`), with
-bootstrap intervals (:class:`PriorEstimate`), and the model's posteriors they start from."""
+"""Estimating a use set's class priors from a fitted calibrator (:func:`estimate_priors`),
+with bootstrap intervals (:class:`PriorEstimate`), and the model's posteriors they start
+from."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from .. import _progress
 from ..calibrators.base import Calibrator
 from ..calibrators.wrapper import Wrapper
 from ..evidence.confusion import ConfusionStats
-from ..data import TopLabelData, rows_by_class
+from ..data import TopLabelData, preview
 from .._params import Interval
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError
 from .safety import CellMix, Shrink, choose_shrink, shrink_priors
 from .estimators import (
+    BBSE_DENSE_CELLS,
     ESTIMATORS,
     FP_PSEUDOCOUNT,
     PRIOR_STRENGTH,
@@ -24,11 +26,10 @@ from .estimators import (
     bcts_probs,
     em_priors,
     fit_bcts,
-    shrunk_fp_mix,
 )
 
-#: Most bootstrap resamples :func:`estimate_priors` runs (a request for 10^20 used to run until
-#: killed).
+#: Most bootstrap resamples :func:`estimate_priors` runs (a request for 10^20 used to run
+#: until killed).
 MAX_BOOTSTRAP = 100_000
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "confusion_of",
     "check_use_data",
     "fp_mix",
+    "fp_weight",
     "top_label_posterior",
     "check_nonneg",
     "check_shrink",
@@ -58,8 +60,8 @@ class PriorEstimate:
     priors : ndarray (K,)
         Use-set priors (estimated or given).
     lower, upper : ndarray (K,) or None
-        Bootstrap percentile interval at ``level`` (None when given by the
-        user or ``n_bootstrap`` was 0).
+        Bootstrap percentile interval at ``level`` (None when given by the user or
+        ``n_bootstrap`` was 0).
     estimator : str
         "em", "bbse" or "given".
     n_use : int
@@ -69,8 +71,8 @@ class PriorEstimate:
     basis : str
         What the estimate was computed from (e.g. "top-label posterior").
     shrink : float
-        The safety step's factor lam (:mod:`~topcal.labelshift.safety`): ``priors`` are
-        (1 - lam) source + lam ``estimated``, the intervals likewise; 1 when not shrunk.
+        The safety step's factor lam (:mod:`~topcal.labelshift.safety`): ``priors`` are (1 -
+        lam) source + lam ``estimated``, the intervals likewise; 1 when not shrunk.
     shrink_reason : str
         Why that factor (empty for priors given by the user).
     estimated : ndarray (K,) or None
@@ -156,16 +158,17 @@ class PriorEstimate:
 
 
 def source_model(model):
-    """The model whose evidence ``model``'s is: down a chain of wrappers that hold none of their own
-    (an adapted model's source, :attr:`Wrapper.owns_evidence`), else ``model`` itself."""
+    """The model whose evidence ``model``'s is: down a chain of wrappers that hold none of
+    their own (an adapted model's source, :attr:`Wrapper.owns_evidence`), else ``model``
+    itself."""
     while isinstance(model, Wrapper) and not model.owns_evidence:
         model = model.inner_
     return model
 
 
 def confusion_of(model) -> ConfusionStats:
-    """The confusion statistics of a fitted model (an adapted model's source's); one-line errors
-    otherwise."""
+    """The confusion statistics of a fitted model (an adapted model's source's); one-line
+    errors otherwise."""
     if not isinstance(model, Calibrator):
         raise TopcalError(
             f"label-shift adaptation needs a fitted topcal calibrator, got {type(model).__name__}"
@@ -189,31 +192,23 @@ def confusion_of(model) -> ConfusionStats:
     return stats
 
 
-def check_use_data(model, data) -> None:
-    """Check a use set is a TopLabelData with exactly the model's classes, in its order (one-line
-    DataError)."""
+def check_use_data(model, data) -> TopLabelData:
+    """A use set on the model's class list: any subset of the model's classes, in any order, may
+    occur (a use set need not predict every class); one-line DataError otherwise."""
     if not isinstance(data, TopLabelData):
         raise DataError(f"the use set must be a TopLabelData, got {type(data).__name__}")
-    unseen = [c for c in data.classes if c not in model.classes_]
-    if unseen:
+    if data.has_full and set(data.classes) != set(model.classes_):
         raise DataError(
-            f"the use set has class(es) {unseen} the model never saw (its classes: "
-            f"{list(model.classes_)}); "
-            "label shift only changes the frequencies of known classes: refit on test data that "
-            "includes them"
+            f"the use set's score columns {preview(data.classes)} are not the model's "
+            f"{len(model.classes_)} classes ({preview(model.classes_)}); give one column per "
+            "model class, as when fitting"
         )
-    if tuple(data.classes) != tuple(model.classes_):
-        raise DataError(
-            f"the use set's classes {list(data.classes)} differ from the model's "
-            f"{list(model.classes_)}; "
-            "pass classes=[...] (or the same probability columns, in the same order) as when "
-            "fitting"
-        )
+    return data.with_classes(model.classes_, "the use set")
 
 
 def _vector_model(model):
-    """The temperature-family model behind ``model`` (itself, auto's choice, an adapted model's
-    source), or None."""
+    """The temperature-family model behind ``model`` (itself, auto's choice, an adapted
+    model's source), or None."""
     base = model.innermost() if isinstance(model, Wrapper) else model  # auto: the method it chose
     if base.needs_full and hasattr(base, "temperature_") and hasattr(base, "awards_"):
         return base
@@ -229,16 +224,15 @@ def source_posteriors(
 ) -> np.ndarray:
     """P_s(y | x) of each row, shape (n, K), under the test set's class frequencies.
 
-    For the temperature family (also when ``auto`` chose it) on data with full
-    score vectors: the method's calibrated vector, softmax((log y + A_k e_k) / T_k) with k the
-    predicted
-    class (sts, csts, tswa, cstswa). For every other model: the top-label
-    posterior P(Y | k, S): the calibrated confidence c for the predicted class
-    k and (1 - c) shared among the other classes as the true classes behind
-    k's false positives in the test set, in the row's score region.
+    For the temperature family (also when ``auto`` chose it) on data with full score
+    vectors: the method's calibrated vector, softmax((log y + A_k e_k) / T_k) with k the
+    predicted class (sts, csts, tswa, cstswa). For every other model: the top-label
+    posterior P(Y | k, S): the calibrated confidence c for the predicted class k and (1 - c)
+    shared among the other classes as the true classes behind k's false positives in the
+    test set, in the row's score region.
     """
     stats = confusion_of(model)
-    check_use_data(model, data)
+    data = check_use_data(model, data)
     base = source_model(model)
     if _uses_vectors(base, data):
         vec = _vector_model(base)
@@ -260,11 +254,25 @@ def fp_mix(
 
     The counts of the row's region, shrunk as :func:`~topcal.labelshift.estimators.shrunk_fp_mix`
     describes (towards the mix behind all the test set's false positives, weight ``pseudocount``).
+    Dense in the classes: :func:`fp_weight` where only wbar_FP is needed.
     """
-    q = shrunk_fp_mix(
-        stats.row_counts(pred, score), np.asarray(pred), stats.confusion(), pseudocount
-    )
+    mix = CellMix.of_stats(stats, pseudocount)
+    cells = stats.cells(pred, score)
+    q = mix.S[cells].toarray() + mix.h[cells][:, None] * mix.v
     return q, q @ weights
+
+
+def fp_weight(stats: ConfusionStats, pred, score, weights, pseudocount: float) -> np.ndarray:
+    """Per row, wbar_FP = q . w of :func:`fp_mix`, computed per cell of the model's counts (their
+    nonzeros, not rows x classes)."""
+    mix = CellMix.of_stats(stats, pseudocount)
+    w = np.asarray(weights, dtype=np.float64)
+    # over the mix's own sum (1 up to rounding): the same weights in every class give exactly
+    # those weights, so an adaptation to the source priors returns the confidence bit for bit
+    d = mix.dot(np.stack([w, np.ones_like(w)], axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_cell = np.where(d[:, 1] > 0, d[:, 0] / np.where(d[:, 1] > 0, d[:, 1], 1.0), 0.0)
+    return per_cell[stats.cells(pred, score)]
 
 
 def top_label_posterior(stats, data, conf, weights, pseudocount) -> np.ndarray:
@@ -301,21 +309,16 @@ def estimate_priors(
     data : TopLabelData
         The use set (labels, if any, are ignored).
     estimator : {"em", "bbse"}, default "em"
-        "em": EM (Saerens et al. 2002) on :func:`source_posteriors`, or on
-        BCTS-calibrated full vectors when ``source_data`` is given.
-        "bbse": confusion-matrix inversion with the predicted class and score
-        region as the black-box prediction (Lipton et al. 2018); needs only
-        predicted classes and scores.
+        "em": EM (Saerens et al. 2002) on :func:`source_posteriors`, or on BCTS-calibrated
+        full vectors when ``source_data`` is given. "bbse": confusion-matrix inversion with the
+        predicted class and score region as the black-box prediction (Lipton et al. 2018).
     source_data : TopLabelData, optional
-        The labelled test set the model was fitted on, with full score
-        vectors: EM then runs on its bias-corrected temperature scaling
-        (:func:`fit_bcts`), i.e. EM+BCTS of Alexandari et al. (2020). The use
-        set needs full vectors too. Only for ``estimator="em"``.
+        The labelled test set the model was fitted on, with full score vectors (and a use set
+        with them too): EM on its bias-corrected temperature scaling (:func:`fit_bcts`), i.e.
+        EM+BCTS of Alexandari et al. (2020). Only for ``estimator="em"``.
     prior_strength : float, optional
-        Pseudo-samples per class at the source priors: EM's Dirichlet prior
-        (:func:`em_priors`), BBSE's mixing weight (:func:`bbse_priors`); 0
-        for the plain estimators. Default :data:`PRIOR_STRENGTH` (0.1 for em,
-        0.3 for bbse).
+        Pseudo-samples per class at the source priors: EM's Dirichlet prior, BBSE's mixing
+        weight; 0 for the plain estimators. Default :data:`PRIOR_STRENGTH` (em 0.1, bbse 0.3).
     n_bootstrap : int, default 100
         Bootstrap resamples of the use set's rows for the interval; 0 for none.
     level : float, default 0.95
@@ -323,98 +326,104 @@ def estimate_priors(
     seed : int, default 0
         Seed of the bootstrap.
     fp_pseudocount : float, default 10
-        Shrinkage of each class's FP mix towards the overall one (EM on the
-        top-label posterior only), in false positives.
+        Shrinkage of each class's FP mix towards the overall one (EM on the top-label
+        posterior only), in false positives.
     shrink : "auto" or float in [0, 1], default "auto"
-        The safety step: the priors returned are (1 - lam) source + lam
-        estimate. "auto" chooses lam by simulated shift on the model's own
-        counts (:func:`~topcal.labelshift.safety.choose_shrink`): 0 where the
-        estimator would do harm for this model and use-set size (``truth="moment"``
-        for bbse and for EM with ``source_data``, ``"estimate"`` otherwise). A number
-        fixes lam (1: the estimator's priors as they are).
+        The safety step: the priors returned are (1 - lam) source + lam estimate. "auto"
+        chooses lam by simulated shift on the model's own counts (:func:`choose_shrink`): 0
+        where the estimator would do harm for this model and use-set size. A number fixes lam.
 
     Returns
     -------
     PriorEstimate
-        The interval reflects the use set's sampling noise only; the test
-        set's own noise (in the stored counts) is not included.
+        The interval reflects the use set's sampling noise only, not the test set's.
     """
     stats = confusion_of(model)
-    check_use_data(model, data)
+    data = check_use_data(model, data)
     prior_strength = _checked_options(
         estimator, n_bootstrap, seed, level, fp_pseudocount, prior_strength, shrink
     )
     ps = stats.source_priors()
-    n = data.n_rows
-    # rows of a binned use set (or any with tp/fp) stand for tp + fp samples each: those counts
-    # weigh them
+    counts, n_use = _use_counts(data)
+    run, basis = _estimator_run(
+        model, data, stats, estimator, source_data, counts, ps, prior_strength, fp_pseudocount
+    )
+    estimated = run()
+    lower, upper = (None, None)
+    if n_bootstrap > 0:
+        lower, upper = _bootstrap_interval(
+            run, data.n_rows, counts, n_use, estimated, estimator, int(n_bootstrap), level, seed
+        )
+    chosen = _safety_step(
+        stats, estimated, n_use, estimator, source_data, prior_strength, fp_pseudocount, seed,
+        shrink,
+    )  # fmt: skip
+    lam = chosen.factor
+    point = estimated if lam == 1.0 else shrink_priors(ps, estimated, lam)
+    if lam != 1.0 and lower is not None:
+        lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
+    estimated = None if lam == 1.0 else estimated
+    return PriorEstimate(
+        tuple(model.classes_), ps, point, lower, upper, estimator, int(round(n_use)),
+        float(level), int(n_bootstrap), basis, lam, chosen.reason, estimated,
+    )  # fmt: skip
+
+
+def _safety_step(
+    stats, point, n_use, estimator, source_data, prior_strength, fp_pseudocount, seed, shrink
+) -> Shrink:
+    """How far to move from the source priors to the estimate ``point`` (``shrink``: "auto",
+    by :func:`~topcal.labelshift.safety.choose_shrink`, or the given factor)."""
+    if shrink != "auto":
+        return Shrink(float(shrink), f"given (shrink={float(shrink):g})")
+    # bbse is simulated exactly and EM on BCTS vectors errs less than the simulation's
+    # cell-level EM: the moment reading of the error; EM on the model's own posteriors keeps
+    # the conservative one
+    rule = "moment" if estimator == "bbse" or source_data is not None else "estimate"
+    return choose_shrink(
+        stats,
+        point,
+        max(int(round(n_use)), 1),
+        estimator=estimator,
+        prior_strength=prior_strength,
+        fp_pseudocount=fp_pseudocount,
+        seed=seed,
+        truth=rule,
+    )
+
+
+def _use_counts(data):
+    """The samples behind each row of the use set (None: one each) and their total: rows of
+    a binned use set (or any with tp/fp) stand for tp + fp samples each, and those counts
+    weigh them."""
     counts = None if data.tp is None or np.all(data.tp + data.fp == 1.0) else data.tp + data.fp
-    n_use = n if counts is None else float(counts.sum())
+    n_use = data.n_rows if counts is None else float(counts.sum())
     if counts is not None and not n_use > 0:
         raise DataError(
             "the use set's rows hold no samples (every tp + fp is 0); give rows with counts"
         )
+    return counts, n_use
+
+
+def _bootstrap_interval(run, n, counts, n_use, point, estimator, n_bootstrap, level, seed):
+    """The percentile interval of the estimate over bootstrap resamples of the use set."""
 
     def resample(rng):
-        """Bootstrap weights per row: n draws of rows, or of the samples behind weighted rows."""
+        """Bootstrap weights per row: n draws of rows, or of the samples behind weighted
+        rows."""
         if counts is None:
             return np.bincount(rng.integers(0, n, n), minlength=n)
         return rng.multinomial(int(round(n_use)), counts / n_use).astype(np.float64)
 
-    run, basis = _estimator_run(
-        model, data, stats, estimator, source_data, counts, ps, prior_strength, fp_pseudocount
-    )
-    point = run()
-    lower = upper = None
-    if n_bootstrap > 0:
-        rng = np.random.default_rng(seed)
-        boot = bootstrap(
-            run, resample, rng, int(n_bootstrap), point, n if estimator == "em" else None
-        )
-        a = (1.0 - level) / 2
-        lower, upper = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
-    if shrink == "auto":
-        # bbse is simulated exactly and EM on BCTS vectors errs less than the simulation's
-        # cell-level EM: the moment reading of the error; EM on the model's own posteriors keeps
-        # the conservative one
-        rule = "moment" if estimator == "bbse" or source_data is not None else "estimate"
-        chosen = choose_shrink(
-            stats,
-            point,
-            max(int(round(n_use)), 1),
-            estimator=estimator,
-            prior_strength=prior_strength,
-            fp_pseudocount=fp_pseudocount,
-            seed=seed,
-            truth=rule,
-        )
-    else:
-        chosen = Shrink(float(shrink), f"given (shrink={float(shrink):g})")
-    lam = chosen.factor
-    estimated = None if lam == 1.0 else point
-    if lam != 1.0:
-        point = shrink_priors(ps, point, lam)
-        if lower is not None:
-            lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
-    return PriorEstimate(
-        tuple(model.classes_),
-        ps,
-        point,
-        lower,
-        upper,
-        estimator,
-        int(round(n_use)),
-        float(level),
-        int(n_bootstrap),
-        basis,
-        lam,
-        chosen.reason,
-        estimated,
-    )
+    rng = np.random.default_rng(seed)
+    boot = bootstrap(run, resample, rng, n_bootstrap, point, n if estimator == "em" else None)
+    a = (1.0 - level) / 2
+    return np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
 
 
 def _checked_options(estimator, n_bootstrap, seed, level, fp_pseudocount, prior_strength, shrink):
-    """Check :func:`estimate_priors`' options; return the prior strength (its default if None)."""
+    """Check :func:`estimate_priors`' options; return the prior strength (its default if
+    None)."""
     if estimator not in ESTIMATORS:
         raise ParameterError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
     if (
@@ -445,8 +454,8 @@ def _checked_options(estimator, n_bootstrap, seed, level, fp_pseudocount, prior_
 def _estimator_run(
     model, data, stats, estimator, source_data, counts, ps, prior_strength, fp_pseudocount
 ):
-    """The estimator as ``run(weights=None, init=None) -> priors`` on the use set's rows, and what
-    it runs on (the estimate's ``basis``)."""
+    """The estimator as ``run(weights=None, init=None) -> priors`` on the use set's rows,
+    and what it runs on (the estimate's ``basis``)."""
     if estimator == "em":
         if source_data is not None:
             P = _bcts_posteriors(model, source_data, data)
@@ -474,6 +483,8 @@ def _estimator_run(
             "source_data is used by estimator='em' only; bbse needs just the model"
         )
     cells, C = _cells(stats, data)
+    if np.prod(C.shape) <= BBSE_DENSE_CELLS:  # a few classes: the dense table once, not per run
+        C = C.toarray()
 
     def run(w=None, init=None):
         w = counts if w is None else w
@@ -492,8 +503,8 @@ def _bcts_posteriors(model, source_data, data) -> np.ndarray:
         raise DataError(f"source_data must be a TopLabelData, got {type(source_data).__name__}")
     if tuple(source_data.classes) != tuple(model.classes_):
         raise DataError(
-            f"source_data's classes {list(source_data.classes)} differ from the model's "
-            f"{list(model.classes_)}; give the labelled test set the model was fitted on"
+            f"source_data's classes {preview(source_data.classes)} differ from the model's "
+            f"{preview(model.classes_)}; give the labelled test set the model was fitted on"
         )
     if source_data.labels is None:
         raise DataError("source_data needs per-sample true classes (the labelled test set)")
@@ -512,14 +523,15 @@ def _bcts_posteriors(model, source_data, data) -> np.ndarray:
     return bcts_probs(data, T, b)
 
 
-#: Most weights (resamples x rows) one pass of the bootstrap holds: 100 resamples of 40,000 rows.
+#: Most weights (resamples x rows) one pass of the bootstrap holds: 100 resamples of 40,000
+#: rows.
 BOOTSTRAP_BATCH_CELLS = 4_000_000
 
 
 def bootstrap(run, resample, rng, n_bootstrap: int, point, n_rows: int | None) -> np.ndarray:
-    """``n_bootstrap`` estimates, (B, K): ``run`` on the weights of each ``resample`` drawn from
-    ``rng`` in turn, starting from ``point``. With ``n_rows`` (EM), ``run`` takes a batch of
-    resamples' weights, (b, n_rows), in one pass of matrix products
+    """``n_bootstrap`` estimates, (B, K): ``run`` on the weights of each ``resample`` drawn
+    from ``rng`` in turn, starting from ``point``. With ``n_rows`` (EM), ``run`` takes a
+    batch of resamples' weights, (b, n_rows), in one pass of matrix products
     (:func:`~topcal.labelshift.estimators.em_priors`); without, one resample at a time."""
     batch = 1 if n_rows is None else min(n_bootstrap, BOOTSTRAP_BATCH_CELLS // max(n_rows, 1))
     batch = max(batch, 1)
@@ -536,9 +548,9 @@ def bootstrap(run, resample, rng, n_bootstrap: int, point, n_rows: int | None) -
 
 
 def _em_posteriors(model, data: TopLabelData, fp_pseudocount: float):
-    """What EM runs on: :func:`source_posteriors`; the top-label posterior as sparse plus rank one
-    (:class:`CellMix`), the same values, so a step costs the rows and their cells' nonzeros, not
-    rows x classes (1,500 classes took minutes)."""
+    """What EM runs on: :func:`source_posteriors`; the top-label posterior as sparse plus
+    rank one (:class:`CellMix`), the same values, so a step costs the rows and their cells'
+    nonzeros, not rows x classes (1,500 classes took minutes)."""
     if _uses_vectors(source_model(model), data):
         return source_posteriors(model, data, fp_pseudocount=fp_pseudocount)
     stats = confusion_of(model)
@@ -547,18 +559,14 @@ def _em_posteriors(model, data: TopLabelData, fp_pseudocount: float):
 
 
 def _cell_index(stats: ConfusionStats, data: TopLabelData) -> np.ndarray:
-    """Each row's (predicted class, score region) cell, numbered as the rows of
-    ``np.vstack(stats.counts)``."""
-    offsets = np.cumsum([0] + [c.shape[0] for c in stats.counts])
-    cells = np.empty(data.n_rows, dtype=np.int64)
-    for k, idx in rows_by_class(data.pred, stats.n_classes):  # one sort, not a pass per class
-        cells[idx] = offsets[k] + stats.region(k, data.score[idx])
-    return cells
+    """Each row's (predicted class, score region) cell, numbered as the rows of ``stats.table``."""
+    return stats.cells(data.pred, data.score)
 
 
-def _cells(stats: ConfusionStats, data: TopLabelData) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's (predicted class, score region) cell index, and the source counts per cell."""
-    return _cell_index(stats, data), np.vstack(stats.counts)
+def _cells(stats: ConfusionStats, data: TopLabelData):
+    """Each row's (predicted class, score region) cell index, and the source counts per cell
+    (sparse, cells x classes)."""
+    return _cell_index(stats, data), stats.table
 
 
 def check_shrink(value) -> None:

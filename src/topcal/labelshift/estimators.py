@@ -314,16 +314,22 @@ def bbse_priors(
     system is solved for pi_u directly by non-negative least squares (which
     also handles more prediction cells than classes), then normalised.
     """
-    from scipy.optimize import nnls
+    from scipy import sparse
 
-    C = np.asarray(confusion, dtype=np.float64)
-    col = C.sum(axis=0)
-    seen = col > 0
-    cond = C[:, seen] / col[seen]  # P_s(i | y = j)
     mu = np.asarray(pred_counts, dtype=np.float64)
     mu = mu / mu.sum()
-    pi_seen, _ = nnls(cond, mu, maxiter=50 * cond.shape[1])
-    pi = np.zeros(C.shape[1])
+    if sparse.issparse(confusion) and np.prod(confusion.shape) > BBSE_DENSE_CELLS:
+        pi_seen, seen = _bbse_sparse(sparse.csc_matrix(confusion, dtype=np.float64), mu)
+    else:
+        from scipy.optimize import nnls
+
+        C = confusion.toarray() if sparse.issparse(confusion) else confusion
+        C = np.asarray(C, dtype=np.float64)
+        col = C.sum(axis=0)
+        seen = col > 0
+        cond = C[:, seen] / col[seen]  # P_s(i | y = j)
+        pi_seen, _ = nnls(cond, mu, maxiter=50 * cond.shape[1])
+    pi = np.zeros(confusion.shape[1])
     pi[seen] = pi_seen
     ps = np.asarray(source_priors, dtype=np.float64)
     if pi.sum() <= 0:  # nothing explains the use set: keep the source priors
@@ -331,6 +337,25 @@ def bbse_priors(
     n = float(np.sum(pred_counts))
     beta = float(prior_strength) * ps.size
     return (n * pi / pi.sum() + beta * ps / ps.sum()) / (n + beta)
+
+
+#: Largest cells x classes table :func:`bbse_priors` solves densely (exact NNLS); beyond it, the
+#: sparse bounded least squares of :func:`_bbse_sparse` (a dense table of 10^5 classes would be
+#: 80 GB, and NNLS's active set costs K^3).
+BBSE_DENSE_CELLS = 4_000_000
+
+
+def _bbse_sparse(C, mu) -> tuple[np.ndarray, np.ndarray]:
+    """min ||cond pi - mu|| over pi >= 0 with ``cond`` = P_s(cell | class), sparse (bounded
+    least squares by LSMR steps: the nonzeros per iteration, not cells x classes)."""
+    from scipy import sparse
+    from scipy.optimize import lsq_linear
+
+    col = np.asarray(C.sum(axis=0)).ravel()
+    seen = col > 0
+    cond = C[:, np.flatnonzero(seen)] @ sparse.diags(1.0 / col[seen])
+    res = lsq_linear(cond.tocsr(), mu, bounds=(0.0, np.inf), lsmr_tol="auto", max_iter=200)
+    return np.clip(res.x, 0.0, None), seen
 
 
 def adapt_confidence(confidence, w_pos, w_fp) -> np.ndarray:

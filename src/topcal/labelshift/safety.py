@@ -163,21 +163,14 @@ class CellMix:
     @classmethod
     def of_stats(cls, stats: ConfusionStats, pseudocount: float) -> "CellMix":
         """The mix of every (predicted class, score region) cell of a model's counts, cells numbered
-        class by class (as ``np.vstack(stats.counts)`` rows), without a cells x classes array."""
+        as :meth:`ConfusionStats.cells` numbers them, without a cells x classes array."""
         K = stats.n_classes
-        sizes = [c.shape[0] for c in stats.counts]
-        start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        cell_class = np.repeat(np.arange(K), sizes)
-        fi, fj, fv, col = [], [], [], np.zeros(K)
-        for k, c in enumerate(stats.counts):
-            r, j = np.nonzero(c)
-            v = c[r, j]
-            col += np.bincount(j, v, K)
-            fp = j != k
-            fi.append(start[k] + r[fp])
-            fj.append(j[fp])
-            fv.append(v[fp])
-        fi, fj, fv = (np.concatenate(a) for a in (fi, fj, fv))
+        cell_class, t = stats.cell_class, stats.table
+        cell = np.repeat(np.arange(t.shape[0]), np.diff(t.indptr))
+        j, v = t.indices, t.data
+        col = np.bincount(j, v, K)
+        fp = j != cell_class[cell]
+        fi, fj, fv = cell[fp], j[fp], v[fp]
         return cls.of(fi, fj, fv, cell_class, K, col, pseudocount)
 
     def dot(self, B) -> np.ndarray:
@@ -370,10 +363,10 @@ class _Simulation:
     labelled resample may lack, as real ones do)."""
 
     def __init__(self, stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth):
-        N = np.vstack(stats.counts)
+        N = stats.table.toarray()
         m, K = N.shape
         self.m, self.K = m, K
-        self.cell_class = cell_class = np.repeat(np.arange(K), [c.shape[0] for c in stats.counts])
+        self.cell_class = cell_class = stats.cell_class
         rows = np.arange(m)
         tp = N[rows, cell_class]
         T = (

@@ -47,7 +47,7 @@ class Estimate:
 
     def to_dict(self) -> dict:
         """``{"value", "lo", "hi"}`` (plus ``"reason"`` where one is missing), JSON-ready."""
-        out = {"value": self.value, "lo": self.lo, "hi": self.hi}
+        out: dict = {"value": self.value, "lo": self.lo, "hi": self.hi}
         if self.reason is not None:
             out["reason"] = self.reason
         return out

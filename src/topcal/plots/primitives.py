@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .._tables import printable
 from ..calibrators.registry import BASELINE
 from ..errors import TopcalError
 from .compute import BARS_METHOD, HistogramBars
@@ -96,8 +97,9 @@ MAX_DRAWN = 80
 
 def plain(text) -> str:
     """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start matplotlib's
-    math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones around "…"."""
-    text = str(text)
+    math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones around "…"; control
+    characters written as escapes (``\\x1b``: no font has a glyph for them)."""
+    text = printable(str(text), keep="\n")
     if len(text) > MAX_DRAWN:
         text = text[: MAX_DRAWN - 30] + "…" + text[-29:]
     return text.replace("$", r"\$")

@@ -10,12 +10,15 @@ import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Sequence
 
 from .._fileio import check_report_dir, report_dir
+from .._typing import ArrayLike, PathLike
+from .._tables import printable
 from .._version import __version__
 from ..calibrators import available_methods, get_class
 from ..calibrators.registry import BASELINE
-from ..data import TopLabelData
+from ..data import TopLabelData, preview
 from ..errors import DegenerateClassWarning, TopcalError
 from ..evaluate import (
     METRICS,
@@ -89,22 +92,22 @@ def default_methods(data: TopLabelData) -> list[str]:
 
 def build_report(
     data: TopLabelData,
-    out_dir,
+    out_dir: PathLike,
     *,
     eval_data: TopLabelData | None = None,
-    methods=None,
+    methods: Sequence[str] | str | None = None,
     extra: TopLabelData | None = None,
     title: str = "topcal calibration report",
     data_label: str = "data",
     dpi: int = 90,
-    progress=None,
+    progress: Any = None,
     folds: int | None = 5,
     seed: int = 0,
     params: dict | None = None,
     force: bool = False,
-    adapted=None,
-    thresholds=None,
-    classes=None,
+    adapted: Any = None,
+    thresholds: Any = None,
+    classes: ArrayLike | None = None,
 ) -> ReportResult:
     """Fit methods on ``data`` and write the visual check to ``out_dir/index.html``.
 
@@ -176,8 +179,8 @@ def build_report(
     data.require_labels("a calibration report")
     if adapted is not None and tuple(adapted.classes_) != tuple(data.classes):
         raise TopcalError(
-            f"the adapted model's classes {list(adapted.classes_)} differ from the "
-            f"data's {list(data.classes)}; adapt a model fitted on this data"
+            f"the adapted model's classes {preview(adapted.classes_)} differ from the "
+            f"data's {preview(data.classes)}; adapt a model fitted on this data"
         )
     if thresholds is not None:
         model_t, th = thresholds
@@ -387,7 +390,7 @@ def _write_pages(
 <p class="muted">topcal {__version__} · {time.strftime("%Y-%m-%d %H:%M")} ·
 methods: {html.escape(", ".join(models))}</p>
 {data_summary(data, data_label)}{extra_html}
-{headline_html(models, comparison, focus, holdout)}
+{headline_html(models, comparison, focus, holdout, findings)}
 <p>Calibration should be sanity-checked visually: look at every panel before trusting a method
 (Salamon et al., section 12).</p>
 <h2>Metrics</h2>
@@ -395,11 +398,14 @@ methods: {html.escape(", ".join(models))}</p>
 {view.get("note") or protocol_html(comparison)}
 Best per column in bold green.</p>
 {metric_table(comparison, data.classes)}{per_class}{hold_html}
-<h2>Warnings ({len(findings)})</h2>{warn_html}
+<h2 id="warnings">Warnings ({len(findings)})</h2>{warn_html}
 <h2>Figures</h2><ol class="muted">{"".join(toc)}</ol>{"".join(fig_html)}
 <h2>Fitted parameters</h2>{params}
 <p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
 </body></html>
 """
+    # control characters (a class name's escape sequence, NUL, bidi overrides) are no HTML text:
+    # shown escaped, as the command line shows them (\x1b)
+    body = printable(body, keep="\n\t")
     (stage / "index.html").write_text(body, encoding="utf-8")
     return fig_html, fig_list, toc, body

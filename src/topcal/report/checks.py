@@ -9,7 +9,8 @@ import numpy as np
 
 from .. import plots
 from ..calibrators.registry import BASELINE
-from ..data import TopLabelData
+from ..calibrators.wrapper import Wrapper
+from ..data import TopLabelData, preview
 from ..errors import TopcalError
 from ..evaluate import Comparison
 
@@ -123,7 +124,9 @@ class FindingGroup:
         return f"{len(self.findings)} {self.title}; worst: {worst}{more}."
 
 
-def group_findings(findings, *, expand: int = 8) -> list:
+def group_findings(
+    findings: list[Finding], *, expand: int = 8
+) -> list[Finding | FindingGroup]:
     """Findings grouped by kind, in order of first appearance; within a kind, worst first.
 
     Returns a list whose items are a :class:`Finding` (a kind with at most
@@ -181,8 +184,8 @@ def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
 def diagnose(
     data: TopLabelData,
     models: dict,
-    comparison,
-    holdout=None,
+    comparison: Comparison,
+    holdout: Comparison | None = None,
     *,
     min_positives: float = MIN_POSITIVES,
     max_sign_changes: int = MAX_SIGN_CHANGES,
@@ -281,7 +284,7 @@ def diagnose(
                         "wiggles",
                         f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
                         f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
-                        "(compare kde-mon2).",
+                        f"({_smoother(m)}).",
                         c,
                         name,
                         severity=n_ch,
@@ -393,12 +396,24 @@ def align_classes(
     unknown = [c for c in other.classes if c not in data.classes]
     if unknown or other.has_full:
         why = (
-            f"classes {unknown} are not in the data"
+            f"classes {preview(unknown)} are not in the data"
             if unknown
             else "its score vectors have other columns than the data's"
         )
         raise TopcalError(
             f"{what} must have the same classes as the data: {why} (data classes: "
-            f"{list(data.classes)})"
+            f"{preview(data.classes)})"
         )
     return other.with_classes(data.classes, what)
+
+
+def _smoother(model) -> str:
+    """What to try instead of a curve that wiggles: kde-mon2, unless the model is a choice by
+    cross-validation (``auto``), which already weighed kde-mon2 and the other candidates."""
+    choice = model.choice() if isinstance(model, Wrapper) else None
+    if choice is None:
+        return "compare kde-mon2"
+    return (
+        f"{choice['chosen']} was chosen by cross-validated NLL over the smoother candidates; "
+        "see its table under Fitted parameters"
+    )

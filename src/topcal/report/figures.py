@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from .. import plots
 from ..data import TopLabelData
 from ..evaluate import Comparison, MethodMetrics, MetricValues
 from .classes import MAX_FIGURE_CLASSES, choose_classes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "report_figures",
@@ -38,7 +42,7 @@ _BINARY_TS = ("btswa", "bts")
 _ADDED_PREFERENCE = ("kde-mon2", "kde-mon", "kde", "hist")
 
 
-def figure_png(fig, *, dpi: int = 90) -> bytes:
+def figure_png(fig: Figure, *, dpi: int = 90) -> bytes:
     """A matplotlib Figure as PNG bytes (Agg, no global state)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
@@ -322,15 +326,15 @@ def acceptance_figures(data, acceptance):
         f"Precision against the fraction of predictions accepted, on this data, when predictions "
         f"with "
         f"calibrated confidence >= c are accepted, for every c; dashed: the target "
-        f"{th.precision:g}; dot: the "
+        f"{th.precision:.12g}; dot: the "
         f"cut-off of the thresholds file ({how}), chosen on held-out data so that precision >= "
-        f"{th.precision:g} with probability >= {1 - th.delta:g} (Learn-then-Test, "
+        f"{th.precision:.12g} with probability >= {1 - th.delta:.12g} (Learn-then-Test, "
         f"docs/thresholds.md). "
         "If this data is the data the thresholds were chosen on, the curve is in-sample."
     )
     yield (
         "acceptance",
-        f"Acceptance: precision >= {th.precision:g} at delta = {th.delta:g} ({th.mode} "
+        f"Acceptance: precision >= {th.precision:.12g} at delta = {th.delta:.12g} ({th.mode} "
         f"{th.model_method})",
         caption,
         plot_acceptance(view),

@@ -1,7 +1,7 @@
 """The report's default: fit what the user is deciding about, once.
 
 ``auto`` is fitted on all the data, and its own cross-validation (every candidate cross-fitted on
-the same seeded folds: :func:`~topcal.calibrators.select.crossfit.recording` keeps the run) gives
+the same seeded folds, appended to the fit's :class:`~topcal.calibrators.context.FitContext`) gives
 the out-of-sample metrics of every candidate, nothing fitted again. ``auto``'s row is its choice's
 (its blend's) out-of-fold confidences: the choice was made on those folds, so that row is
 slightly optimistic (``--methods all`` cross-fits ``auto`` itself, nested, at the cost of
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..calibrators.select.auto import Auto
-from ..calibrators.select.crossfit import recording
+from ..calibrators.context import FitContext
 from ..calibrators.registry import BASELINE, lookup
 from ..calibrators.wrapper import Wrapper
 from ..comparison import Comparison
@@ -97,10 +97,16 @@ def focused_fits(
     if folds is not None:
         own.setdefault("folds", int(folds))
     own.setdefault("seed", int(seed))
-    with recording() as runs:
-        models, _ = fit_methods(
-            data, [AUTO], params={AUTO: own}, progress=progress, diagnostics=diagnostics
-        )
+    context = FitContext()  # auto's cross-validation runs, reused below
+    models, _ = fit_methods(
+        data,
+        [AUTO],
+        params={AUTO: own},
+        progress=progress,
+        diagnostics=diagnostics,
+        context=context,
+    )
+    runs = context.runs
     auto = models.get(AUTO)
     choice = auto.choice() if auto is not None else None
     peers = peers_of(choice, PEERS, auto.has_curve) if choice is not None else []

@@ -327,10 +327,13 @@ def _warning_list(findings) -> str:
     return "<ul class='warn'>" + "".join(items) + "</ul>"
 
 
-def headline_html(models: dict, comparison, focus: str | None, holdout=None) -> str:
+def headline_html(
+    models: dict, comparison, focus: str | None, holdout=None, findings=()
+) -> str:
     """The first screen's answer: what ``auto`` chose and why, and what it gains over the
     uncalibrated score out of sample (without ``auto``: the model in use against the baseline),
-    and on the second test set where there is one; "" when there is no model but the
+    and on the second test set where there is one, with a link to the warnings about it (the
+    number, and the classes where calibration hurts); "" when there is no model but the
     baseline."""
     if focus is None:
         return ""
@@ -357,7 +360,28 @@ def headline_html(models: dict, comparison, focus: str | None, holdout=None) -> 
     gain = _gain_html(res, focus, choice)
     if holdout is not None and focus in Comparison.of(holdout).methods:
         gain += " " + _gain_html(Comparison.of(holdout), focus, choice)
-    return f"<div class='headline'><p>{head}</p><p>{gain}</p></div>"
+    pointer = _warnings_pointer(findings, focus)
+    return f"<div class='headline'><p>{head}</p><p>{gain}</p>{pointer}</div>"
+
+
+def _warnings_pointer(findings, focus: str) -> str:
+    """One line under the headline: how many warnings concern the model in use and the data, the
+    classes where every method is worse than the uncalibrated score first, linked to the list."""
+    mine, _ = about(findings, focus)
+    if not mine:
+        return ""
+    hurts = {f.class_name for f in mine if f.kind == "calibration-hurts"}
+    worse = (
+        f", among them {len(hurts)} {'class' if len(hurts) == 1 else 'classes'} where every method "
+        "is worse than the uncalibrated score out of sample"
+        if hurts
+        else ""
+    )
+    n = len(mine)
+    return (
+        f"<p>Read first: <a href='#warnings'>{n:,} warning{'s' if n != 1 else ''}</a> about it "
+        f"and the data{worse}.</p>"
+    )
 
 
 def _gain_html(res: Comparison, focus: str, choice) -> str:

@@ -66,6 +66,8 @@ from ._ltt import (
     sequences,
     sgr_threshold,
 )
+from .._typing import ArrayLike, PathLike
+from ..calibrators.base import Calibrator
 from ..data import TopLabelData
 from ..errors import DataError, NotFittedError, TopcalError, TopcalWarning
 from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP
@@ -169,7 +171,7 @@ def ltt_cutoff(
             reason=(
                 f"only {total:g} predictions in the labelled data; at least {need} are needed to "
                 f"show precision "
-                f"{precision:g} at delta={delta:g}"
+                f"{precision:.12g} at delta={delta:.12g}"
             ),
         )
     if score is None:
@@ -203,7 +205,8 @@ def ltt_cutoff(
             None,
             float(p[i]),
             reason=(
-                f"precision never reaches {precision:g} at level delta={delta:g}: at the strictest "
+                f"precision never reaches {precision:.12g} at level delta={delta:.12g}: at the "
+                "strictest "
                 f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
                 f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"
             ),
@@ -290,16 +293,16 @@ def check_not_fitting_data(model, data: TopLabelData) -> None:
 
 
 def fit_thresholds(
-    model,
-    data,
+    model: Calibrator,
+    data: TopLabelData | ArrayLike | PathLike,
     precision: float = 0.95,
     delta: float = 0.05,
     *,
     mode: str = "per-class",
     multiplicity: str = "per-class",
-    pool_below=POOL_AUTO,
-    y=None,
-    classes=None,
+    pool_below: float | str = POOL_AUTO,
+    y: ArrayLike | None = None,
+    classes: ArrayLike | None = None,
     kind: str = "auto",
 ) -> Thresholds:
     """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 -

@@ -21,9 +21,11 @@ import numpy as np
 
 from .._fileio import read_text, write_text
 from .._params import Interval, Options, validate_params
+from .._typing import ArrayLike, PathLike
 from .._version import __version__
+from ..calibrators.base import Calibrator
 from ..data import preview
-from ..errors import ModelFileError, TopcalError
+from ..errors import DataError, ModelFileError, TopcalError
 from ..persist import canonical_json
 
 __all__ = [
@@ -159,7 +161,7 @@ class ClassCutoff:
         on = _field(d, "on", str) if "on" in d else "confidence"
         if on not in ON:
             raise ValueError(f"on must be one of {', '.join(ON)}")
-        out = cls(
+        out = cls(  # type: ignore[call-arg]  # the checker does not count the unpacked fields
             name,
             _field(d, "cutoff", unit if on == "confidence" else Interval(None, None), True),
             level,
@@ -217,7 +219,7 @@ class Thresholds:
             return np.full(len(self.classes), v)
         return np.array([np.nan if c.cutoff is None else c.cutoff for c in self.per_class])
 
-    def check_model(self, model) -> None:
+    def check_model(self, model: Calibrator) -> None:
         """Raise TopcalError unless ``model`` is the model these thresholds were chosen for."""
         if tuple(model.classes_) != self.classes:
             raise TopcalError(
@@ -232,7 +234,9 @@ class Thresholds:
                 "or updated since); choose them again for this model with topcal threshold"
             )
 
-    def accept(self, pred, confidence, score=None) -> np.ndarray:
+    def accept(
+        self, pred: ArrayLike, confidence: ArrayLike, score: ArrayLike | None = None
+    ) -> np.ndarray:
         """Whether each row is accepted: its calibrated confidence reaches its predicted class's
         cut-off.
 
@@ -240,11 +244,37 @@ class Thresholds:
         ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
         where a cut-off has a ``score_cutoff``).
         """
+        confidence, score, pred = self._check_rows(pred, confidence, score)
         if self.mode == "global":
             return self.overall.accepts(confidence, score)
         cuts = np.array([_as_cut(c) for c in self.per_class], dtype=np.float64).reshape(-1, 3)
-        pred = np.asarray(pred)
-        return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])
+        # pred: the class indices _check_rows made of the argument
+        return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])  # type: ignore[index]
+
+    def _check_rows(self, pred, confidence, score):
+        """``accept``'s arguments as 1-d arrays of one length, ``pred`` class indices; one-line
+        DataError otherwise (numpy would broadcast a length-1 array, or fail on an index)."""
+        try:
+            conf = np.asarray(confidence, dtype=np.float64)
+            p = np.asarray(pred)
+            sc = None if score is None else np.asarray(score, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"accept needs numeric arrays: {str(exc)[:100]}") from None
+        arrays = {"pred": p, "confidence": conf, **({} if sc is None else {"score": sc})}
+        shapes = {k: a.shape for k, a in arrays.items()}
+        if any(len(v) != 1 for v in shapes.values()) or len(set(shapes.values())) != 1:
+            raise DataError(
+                "accept needs 1-d pred, confidence (and score) of one length, got shapes "
+                + ", ".join(f"{k} {v}" for k, v in shapes.items())
+            )
+        k = len(self.classes)
+        if p.size and (p.dtype.kind not in "iu" or p.min() < 0 or p.max() >= k):
+            bad = p[0] if p.dtype.kind not in "iu" else (p.min() if p.min() < 0 else p.max())
+            raise DataError(
+                f"pred holds {bad!r:.40}, not a class index 0..{k - 1} of these thresholds' "
+                f"{k} classes"
+            )
+        return conf, sc, p
 
     def to_dict(self) -> dict:
         return {
@@ -328,7 +358,7 @@ class Thresholds:
         }
         return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
-    def save(self, path) -> None:
+    def save(self, path: PathLike) -> None:
         """Write as versioned JSON, atomically."""
         write_text(path, self.dumps())
 
@@ -367,8 +397,8 @@ class Thresholds:
         used = "per-class cut-offs" if self.mode == "per-class" else "the global cut-off"
         group = "" if self.shared is None else row(self.shared, strong=True)
         head = (
-            f"<p><b>Thresholds</b>: precision &ge; {self.precision:g} with probability &ge; "
-            f"{1 - self.delta:g} (delta {self.delta:g}, multiplicity "
+            f"<p><b>Thresholds</b>: precision &ge; {self.precision:.12g} with probability &ge; "
+            f"{1 - self.delta:.12g} (delta {self.delta:.12g}, multiplicity "
             f"{html.escape(self.multiplicity)}), "
             f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses "
             f"{used}</p>"
@@ -407,8 +437,9 @@ class Thresholds:
         if self.mode == "global":
             return (
                 f"one cut-off for all classes{_on_text(self.overall)}: precision >= "
-                f"{self.precision:g} over all accepted predictions together, with probability >= "
-                f"{1 - self.delta:g}"
+                f"{self.precision:.12g} over all accepted predictions together, with probability "
+                ">= "
+                f"{1 - self.delta:.12g}"
             )
         alone = sum(c.group is None for c in self.per_class)
         level = self.per_class[0].level if self.per_class else self.delta
@@ -496,10 +527,10 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
         raise ModelFileError(f"{source} is malformed ({why}); run topcal threshold again") from None
 
 
-def load_thresholds(path) -> Thresholds:
+def load_thresholds(path: PathLike) -> Thresholds:
     """Read a file written by :meth:`Thresholds.save` (or ``topcal threshold -o``)."""
     text = read_text(path, "thresholds file", ModelFileError)
-    path = os.fsdecode(path) if isinstance(path, (bytes, bytearray)) else path
+    path = os.fsdecode(bytes(path)) if isinstance(path, (bytes, bytearray)) else path
     return loads_thresholds(text, source=f"thresholds file {str(path)!r}")
 
 

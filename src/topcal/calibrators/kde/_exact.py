@@ -182,7 +182,7 @@ class ExactEngine:
         if self._loo is None:
             self._loo = self.loo_terms()
         lt = self._loo
-        dd, m, weights = lt["dd"], lt["m"], lt["weights"]
+        dd, m = lt["dd"], lt["m"]
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
         # chunks of bandwidths as large as CHUNK_ELEMENTS allows (the per-sample passes and the
@@ -192,24 +192,11 @@ class ExactEngine:
         # those of the whole chunk at once, bit for bit (and the buffer is not 32 MB)
         step = max(1, CHUNK_ELEMENTS // max(dd.size, 1))
         sub = max(1, CACHE_ELEMENTS // max(dd.size, 1))
-        # the exponent floor changes only exponents below it: skipped for bandwidths where the
-        # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
-        dd_max = lt["dd_max"]
-        self_i, self_j = lt["self_i"], lt["self_j"]
         buf = np.empty((min(sub, bs.size),) + dd.shape)
         for a in range(0, bs.size, step):
             b = bs[a : a + step]
             inv = 0.5 / (b * b)
-            sums = np.empty((b.size, dd.shape[0], 3))  # (nb, n, 3): other centres only, shifted
-            for c in range(0, b.size, sub):
-                part = buf[: min(sub, b.size - c)]
-                # dd x (-1 / 2b^2): the same product as (-dd) x (1 / 2b^2), negation being exact
-                np.multiply(dd[None, :, :], -inv[c : c + sub, None, None], out=part)
-                if dd_max * inv[c : c + sub].max() > -EXP_FLOOR:
-                    np.maximum(part, EXP_FLOOR, out=part)
-                np.exp(part, out=part)
-                part[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
-                np.matmul(part, weights, out=sums[c : c + part.shape[0]])
+            sums = _loo_sums(lt, inv, buf, sub)
             out[a : a + b.size] = loss_rows(
                 *loo_confidences(sums, m[None, :], inv[:, None], lt), t, f
             )
@@ -217,6 +204,27 @@ class ExactEngine:
 
     def kernel_points(self):
         return self.points, self.tp, self.fp
+
+
+def _loo_sums(lt, inv, buf, sub) -> np.ndarray:
+    """The leave-one-out kernel sums (nb, n, 3) at bandwidths with 1 / 2b^2 = ``inv``: other
+    centres only, shifted; ``sub`` bandwidths at a time in ``buf``."""
+    dd, weights = lt["dd"], lt["weights"]
+    # the exponent floor changes only exponents below it: skipped for bandwidths where the
+    # largest finite one stays above (the left-out entries are -inf, exp 0, zeroed below)
+    dd_max = lt["dd_max"]
+    self_i, self_j = lt["self_i"], lt["self_j"]
+    sums = np.empty((inv.size, dd.shape[0], 3))
+    for c in range(0, inv.size, sub):
+        part = buf[: min(sub, inv.size - c)]
+        # dd x (-1 / 2b^2): the same product as (-dd) x (1 / 2b^2), negation being exact
+        np.multiply(dd[None, :, :], -inv[c : c + sub, None, None], out=part)
+        if dd_max * inv[c : c + sub].max() > -EXP_FLOOR:
+            np.maximum(part, EXP_FLOOR, out=part)
+        np.exp(part, out=part)
+        part[:, self_i, self_j] = 0.0  # the sample's own kernel (and mirrors) left out
+        np.matmul(part, weights, out=sums[c : c + part.shape[0]])
+    return sums
 
 
 class ExactScanBatch:
@@ -447,9 +455,8 @@ class ExactLooBatch:
         starts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
         runs = list(zip(starts.tolist(), np.append(starts[1:], rows.size).tolist()))
         n_max = self.m.shape[1]
-        la = np.empty(
-            (rows.size, n_max)
-        )  # log P(correct) of each TP left out, log P(wrong) of each FP
+        # log P(correct) of each TP left out, log P(wrong) of each FP
+        la = np.empty((rows.size, n_max))
         lz = np.empty((rows.size, n_max))
         need = sum(
             self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0)
@@ -465,55 +472,14 @@ class ExactLooBatch:
                 max(n * w for n, w in self.shape),
             )
         )
-        # (first pair, end pair, class, view) scaled, not yet through exp and the product
-        pending = []
-        pos = done = 0  # end of the filled buffer; end of the part through exp
-        floor = False  # whether some exponent in the part not yet through exp is below EXP_FLOOR
-
-        def to_exp():
-            # as loo_nll: the floor only where some exponent needs it (elsewhere it is the identity)
-            if floor:
-                np.maximum(flat[done:pos], EXP_FLOOR, out=flat[done:pos])
-            np.exp(flat[done:pos], out=flat[done:pos])
-
-        def finish():
-            to_exp()
-            p0, p1 = pending[0][0], pending[-1][1]
-            sums = np.ones((p1 - p0, n_max, 3))  # padded samples: finite logs, never summed
-            for g0, g1, i, view in pending:
-                si, sj = self.self_ij[i]
-                view[:, si, sj] = 0.0  # the sample's own kernel (and mirrors) left out
-                sums[g0 - p0 : g1 - p0, : view.shape[1]] = np.matmul(view, self.weights[i])
-            pending.clear()
-            # the per-sample passes for the pairs of this buffer (arrays of a few MB at most)
-            r = rows[p0:p1]
-            lt = {name: v[r] for name, v in self.rest.items()}
-            lt.setdefault("q_lo", None)
-            c_t, c_f = loo_confidences(sums, self.m[r], inv[p0:p1, None], lt)
-            # loss_rows: the clip and log elementwise, the sums over samples per class below
-            np.log(np.clip(c_t, PROB_CLIP, 1.0 - PROB_CLIP), out=la[p0:p1])
-            np.log(np.clip(c_f, PROB_CLIP, 1.0 - PROB_CLIP), out=lz[p0:p1])
-
+        buf = _LooBuffer(self, flat, rows, inv, la, lz)
         for g0, g1 in runs:
             i = int(rows[g0])
             n, w = self.shape[i]
             sub = max(1, CACHE_ELEMENTS // (n * w))  # loo_nll's elementwise blocks
             for a in range(g0, g1, sub):
-                z = min(a + sub, g1)
-                size = (z - a) * n * w
-                if pos + size > flat.size:
-                    finish()
-                    pos = done = 0
-                    floor = False
-                elif pos > done and pos - done + size > CACHE_ELEMENTS:  # keep the stretch in cache
-                    to_exp()
-                    done, floor = pos, False
-                view = flat[pos : pos + size].reshape(z - a, n, w)
-                np.multiply(self.neg[i][None, :, :], inv[a:z, None, None], out=view)
-                pending.append((a, z, i, view))
-                pos += size
-                floor = floor or self.dd_max[i] * inv[a:z].max() > -EXP_FLOOR
-        finish()
+                buf.push(i, a, min(a + sub, g1))
+        buf.finish()
         out = np.empty(rows.size)
         for g0, g1 in runs:
             i = int(rows[g0])
@@ -525,3 +491,69 @@ class ExactLooBatch:
                 e = min(s + chunk, g1)
                 out[s:e] = -(la[s:e, :n][:, a] @ ta) - (lz[s:e, :n][:, z] @ fz)
         return out
+
+
+class _LooBuffer:
+    """The kernel terms of :meth:`ExactLooBatch.loo_nll`'s (class, bandwidth) pairs in one flat
+    buffer: scaled as pushed, through exp a cache-sized stretch at a time, and through the
+    weighted sums and the per-sample passes when the buffer is full (:meth:`finish`), the logs of
+    the left-out confidences written into ``la`` and ``lz``."""
+
+    def __init__(self, batch, flat, rows, inv, la, lz):
+        self.batch, self.flat, self.rows, self.inv, self.la, self.lz = (
+            batch,
+            flat,
+            rows,
+            inv,
+            la,
+            lz,
+        )
+        # (first pair, end pair, class, view) scaled, not yet through exp and the product
+        self.pending = []
+        self.pos = self.done = 0  # end of the filled buffer; end of the part through exp
+        self.floor = False  # whether some exponent not yet through exp is below EXP_FLOOR
+
+    def push(self, i, a, z):
+        """Scale class ``i``'s terms at the bandwidths of pairs a..z-1 into the buffer."""
+        b = self.batch
+        n, w = b.shape[i]
+        size = (z - a) * n * w
+        if self.pos + size > self.flat.size:
+            self.finish()
+            self.pos = self.done = 0
+            self.floor = False
+        elif self.pos > self.done and self.pos - self.done + size > CACHE_ELEMENTS:
+            self._to_exp()  # keep the stretch in cache
+            self.done, self.floor = self.pos, False
+        view = self.flat[self.pos : self.pos + size].reshape(z - a, n, w)
+        np.multiply(b.neg[i][None, :, :], self.inv[a:z, None, None], out=view)
+        self.pending.append((a, z, i, view))
+        self.pos += size
+        self.floor = self.floor or b.dd_max[i] * self.inv[a:z].max() > -EXP_FLOOR
+
+    def _to_exp(self):
+        # as loo_nll: the floor only where some exponent needs it (elsewhere it is the identity)
+        part = self.flat[self.done : self.pos]
+        if self.floor:
+            np.maximum(part, EXP_FLOOR, out=part)
+        np.exp(part, out=part)
+
+    def finish(self):
+        b, pending = self.batch, self.pending
+        self._to_exp()
+        p0, p1 = pending[0][0], pending[-1][1]
+        n_max = b.m.shape[1]
+        sums = np.ones((p1 - p0, n_max, 3))  # padded samples: finite logs, never summed
+        for g0, g1, i, view in pending:
+            si, sj = b.self_ij[i]
+            view[:, si, sj] = 0.0  # the sample's own kernel (and mirrors) left out
+            sums[g0 - p0 : g1 - p0, : view.shape[1]] = np.matmul(view, b.weights[i])
+        pending.clear()
+        # the per-sample passes for the pairs of this buffer (arrays of a few MB at most)
+        r = self.rows[p0:p1]
+        lt = {name: v[r] for name, v in b.rest.items()}
+        lt.setdefault("q_lo", None)
+        c_t, c_f = loo_confidences(sums, b.m[r], self.inv[p0:p1, None], lt)
+        # loss_rows: the clip and log elementwise, the sums over samples per class below
+        np.log(np.clip(c_t, PROB_CLIP, 1.0 - PROB_CLIP), out=self.la[p0:p1])
+        np.log(np.clip(c_f, PROB_CLIP, 1.0 - PROB_CLIP), out=self.lz[p0:p1])

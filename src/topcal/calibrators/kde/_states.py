@@ -127,6 +127,8 @@ def load_state(state: dict) -> dict:
         out["centres"] = _count(state["centres"], "centres", 1)
     else:  # one conversion and one check for the three lists (a model has a thousand classes)
         out["points"], out["tp"], out["fp"] = _finite_rows(state, ("points", "tp", "fp"))
+        if np.any(out["tp"] < 0) or np.any(out["fp"] < 0) or not out["points"].size:
+            raise ValueError("tp and fp must hold weights >= 0 of at least one kernel centre")
     lo, hi = float(state["table_lo"]), float(state["table_hi"])
     if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
         raise ValueError("table_lo and table_hi must be finite with table_lo <= table_hi")
@@ -137,7 +139,8 @@ def load_state(state: dict) -> dict:
             raise ValueError("table must hold at least 2 confidences in [0, 1]")
         out["table"] = table
         if "table_n" in state:  # the counts behind the table (files since shrinkage)
-            out["table_n"] = finite_array(state["table_n"], "table_n", table.size)
+            n = finite_array(state["table_n"], "table_n", table.size)
+            out["table_n"] = _counts(n, "table_n")
     elif kind == "centres":
         stride = _count(state["table_stride"], "table_stride", 1)
         if FINE_CELLS % stride or stride > FINE_CELLS:
@@ -158,9 +161,7 @@ def load_state(state: dict) -> dict:
         conf = finite_array(state["conf"], "conf", knots.size)
         if np.any((conf < 0) | (conf > 1)):
             raise ValueError("conf must hold confidences in [0, 1]")
-        count = finite_array(state["count"], "count", knots.size)
-        if np.any(count < 0):
-            raise ValueError("count must hold counts >= 0")
+        count = _counts(finite_array(state["count"], "count", knots.size), "count")
         wide = state["wide"]
         if wide is not None:
             n = _count(wide["cells"], "wide cells", 1)
@@ -173,6 +174,17 @@ def load_state(state: dict) -> dict:
             table_cells=cells, knots=knots.astype(np.int64), conf=conf, count=count, wide=wide
         )
     return out
+
+
+#: The largest sample count a model file may state at a point: doubles' exact integers (no data
+#: set holds more rows); a larger one (a hand-edited 1e308) only makes the interval's ends NaN.
+MAX_COUNT = 2.0**53
+
+
+def _counts(values: np.ndarray, name: str) -> np.ndarray:
+    if np.any((values < 0) | (values > MAX_COUNT)):
+        raise ValueError(f"{name} must hold sample counts in [0, 2**53]")
+    return values
 
 
 def _pair(values, name: str) -> list:

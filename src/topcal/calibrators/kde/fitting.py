@@ -58,28 +58,7 @@ class KDEFitting:
         ``TopLabelData.class_support`` gives it.
         """
         K = data.n_classes
-        keep = (data.tp + data.fp) > 0
-        if keep.all():  # per-sample data: every row has weight; skip the copies
-            pred, score, tp, fp = data.pred, data.score, data.tp, data.fp
-        else:
-            pred, score, tp, fp = data.pred[keep], data.score[keep], data.tp[keep], data.fp[keep]
-        smin = np.full(K, np.inf)
-        smax = np.full(K, -np.inf)
-        if (
-            K == 1 and score.size
-        ):  # one class (the pooled reference): plain min and max, the same values
-            smin[0], smax[0] = score.min(), score.max()
-        else:
-            np.minimum.at(smin, pred, score)
-            np.maximum.at(smax, pred, score)
-        if data.is_binned:  # support = outer bin edges, as in ScoreCalibrator._fit
-            edges = data.bin_edges[keep]
-            lo = np.full(K, np.inf)
-            hi = np.full(K, -np.inf)
-            np.minimum.at(lo, pred, edges[:, 0])
-            np.maximum.at(hi, pred, edges[:, 1])
-        else:
-            lo, hi = smin, smax
+        pred, score, tp, fp, smin, smax, lo, hi = _class_ranges(data)
         rows = np.bincount(pred, minlength=K)
         kinds = []
         rule = self._bandwidth_rule
@@ -89,26 +68,8 @@ class KDEFitting:
                 kinds.append("exact" if rows[k] <= exact_max else "binned")
             else:
                 kinds.append(self.engine)
-        grids, stacked = {}, None
         binned = [k for k in range(K) if kinds[k] == "binned" and rows[k] > 0 and hi[k] > lo[k]]
-        if binned:
-            code = np.full(K, -1, dtype=np.int64)
-            code[binned] = np.arange(len(binned))
-            if len(binned) == K:
-                T, F = eng.linear_bin(pred, score, tp, fp, lo, hi, K)
-            else:
-                sel = code[pred] >= 0
-                T, F = eng.linear_bin(
-                    code[pred[sel]],
-                    score[sel],
-                    tp[sel],
-                    fp[sel],
-                    lo[binned],
-                    hi[binned],
-                    len(binned),
-                )
-            grids = {k: (T[c], F[c]) for c, k in enumerate(binned)}
-            stacked = (T, F, binned)
+        grids, stacked = _binned_grids(binned, pred, score, tp, fp, lo, hi, K)
         # rows of each exact-engine class in row order, from one stable sort (not a pred == k
         # pass per class; no sort when every class is binned)
         args = {k: ("binned", g) for k, g in grids.items()}
@@ -221,25 +182,7 @@ class KDEFitting:
             results = lockstep(binned_batch([g[1] for g in group]), [g[3] for g in group])
             for (k, engine, rho, _), res in zip(group, results):
                 out[k] = (engine, rho, res)
-        # groups of similar size (padding to the group's widest class) within a memory budget
-        items.sort(key=lambda it: exact_batch.size_of(it[1]))
-        group = []
-        for it in items + [None]:
-            if it is not None:
-                size = exact_batch.size_of(it[1])
-                first = exact_batch.size_of(group[0][1]) if group else size
-                if not group or (
-                    size * (len(group) + 1) <= rules.BATCH_ELEMENTS
-                    and size <= 1.25 * first + exact_batch.PAD_SLACK
-                ):
-                    group.append(it)
-                    continue
-            if group:
-                engines = [g[1] for g in group]
-                results = lockstep(exact_batch(engines), [g[3] for g in group])
-                for (k, engine, rho, _), res in zip(group, results):
-                    out[k] = (engine, rho, res)
-            group = [it] if it is not None else []
+        out.update(_exact_groups(items, exact_batch, lockstep))
         return out
 
     def _warn_degenerate(self, states) -> None:
@@ -376,3 +319,78 @@ class KDEFitting:
         )
         num, den, shift = eng.exact_sums(x, engine.points, engine.tp, engine.fp, b, engine.bounds)
         return np.clip(num / den, 0.0, 1.0), den * np.exp(-shift * (0.5 / (b * b)))
+
+
+def _class_ranges(data: TopLabelData):
+    """The rows with weight (pred, score, tp, fp), each class's score range (smin, smax) and
+    support (lo, hi: the outer bin edges of binned data, as ``TopLabelData.class_support``)."""
+    K = data.n_classes
+    keep = (data.tp + data.fp) > 0
+    if keep.all():  # per-sample data: every row has weight; skip the copies
+        pred, score, tp, fp = data.pred, data.score, data.tp, data.fp
+    else:
+        pred, score, tp, fp = data.pred[keep], data.score[keep], data.tp[keep], data.fp[keep]
+    smin = np.full(K, np.inf)
+    smax = np.full(K, -np.inf)
+    if K == 1 and score.size:  # one class (the pooled reference): plain min and max, the same
+        smin[0], smax[0] = score.min(), score.max()
+    else:
+        np.minimum.at(smin, pred, score)
+        np.maximum.at(smax, pred, score)
+    if data.is_binned:  # support = outer bin edges, as in ScoreCalibrator._fit
+        edges = data.bin_edges[keep]
+        lo = np.full(K, np.inf)
+        hi = np.full(K, -np.inf)
+        np.minimum.at(lo, pred, edges[:, 0])
+        np.maximum.at(hi, pred, edges[:, 1])
+    else:
+        lo, hi = smin, smax
+    return pred, score, tp, fp, smin, smax, lo, hi
+
+
+def _binned_grids(binned, pred, score, tp, fp, lo, hi, K):
+    """The binned-engine classes ``binned`` linearly binned together in one pass: ``({class: (T,
+    F)}, (T, F, binned))``, or ``({}, None)`` where there are none."""
+    if not binned:
+        return {}, None
+    code = np.full(K, -1, dtype=np.int64)
+    code[binned] = np.arange(len(binned))
+    if len(binned) == K:
+        T, F = eng.linear_bin(pred, score, tp, fp, lo, hi, K)
+    else:
+        sel = code[pred] >= 0
+        T, F = eng.linear_bin(
+            code[pred[sel]],
+            score[sel],
+            tp[sel],
+            fp[sel],
+            lo[binned],
+            hi[binned],
+            len(binned),
+        )
+    return {k: (T[c], F[c]) for c, k in enumerate(binned)}, (T, F, binned)
+
+
+def _exact_groups(items, exact_batch, lockstep) -> dict:
+    """The exact-engine classes' searches in lockstep, in groups of similar size (padding to the
+    group's widest class) within a memory budget: {k: (engine, rho, result)}."""
+    out = {}
+    items = sorted(items, key=lambda it: exact_batch.size_of(it[1]))
+    group = []
+    for it in items + [None]:
+        if it is not None:
+            size = exact_batch.size_of(it[1])
+            first = exact_batch.size_of(group[0][1]) if group else size
+            if not group or (
+                size * (len(group) + 1) <= rules.BATCH_ELEMENTS
+                and size <= 1.25 * first + exact_batch.PAD_SLACK
+            ):
+                group.append(it)
+                continue
+        if group:
+            engines = [g[1] for g in group]
+            results = lockstep(exact_batch(engines), [g[3] for g in group])
+            for (k, engine, rho, _), res in zip(group, results):
+                out[k] = (engine, rho, res)
+        group = [it] if it is not None else []
+    return out

@@ -6,8 +6,8 @@ docstring).
 Every row-length intermediate goes into the rows' buffers (S, T, E scratch, M margins, Q the two
 probability vectors, for memory), in the former allocating code's order of operations: the
 same fits (bit for bit under the same numpy; tested to 1e-12 relative, since another numpy release
-moves last bits: tests/test_platt_beta_memory.py against that code's numbers, stored in
-a JSON fixture in tests/data).
+moves last bits: tests/unit/calibrators/pooled/test_platt_beta_memory.py against that code's
+numbers, stored in a JSON fixture in tests/data).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ rows per class, the scan runs on binned rows, equal bins of logit(s) per
 class, and the fits on the rows walk downhill from its choice: 1-5 fits on the
 rows instead of 15 (neighbours whose binned losses are clearly worse are not
 fitted), the same choice, parameters within 1e-6 relative:
-``_solve.binned_search``, tests/test_hier_binned.py), by the approximate
+``_solve.binned_search``, tests/unit/calibrators/pooled/test_hier_binned.py), by the approximate
 leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
 at x_i out of its class's penalised fit moves its margin to
 
@@ -171,30 +171,16 @@ class _Hierarchical(Calibrator):
         # the pooled rows first, in the data's order, dropped before the per-class rows are made
         # (memory); one class (pooled-beta's curve) is its own pool: the same rows serve both
         one = Rows(cols, tp, fp, g, 1)
-        start = np.array([self._identity], dtype=np.float64)
         # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of
         # the same solve on all the data (fit's ``warm``) instead of the identity or the last
         # strength's
         warm = self._warm
-        warm_fits = {} if warm is None else warm._strength_fits
-        # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
-        n = float(one.w.sum())
-        ridge = np.eye(p) / max(n, 1.0)
-        begin, scale = (start, None) if warm is None else (warm.pooled_[None, :], None)
-        if warm is None and binned is not None:  # the binned fit: the start and its losses
-            # from the constant fit (the pooled accuracy; 3-4 loss passes on the binned rows
-            # instead of 6-13 from the identity, whose overconfident scores cost long steps)
-            acc = np.clip(float(one.tp.sum()) / max(n, 1e-300), 1e-6, 1.0 - 1e-6)
-            flat = np.zeros((1, p))
-            flat[0, -1] = np.log(acc) - np.log1p(-acc)
-            begin, _, scale, _ = newton(Rows(*binned, 1), flat, start, ridge, 1e-6, BINNED_TOL)
-        theta0, q, _, _ = newton(one, begin, start, ridge, 1e-6, scale=scale)
-        theta0 = theta0[0]
-        prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
+        theta0, q, prior = self._pooled_fit(one, binned, warm, p)
         if k == 1:
             rows = one
         else:
             del one, q
+            q = None
             rows = Rows(cols, tp, fp, g, k)
         del cols
         brows = None if binned is None else Rows(*binned, k)
@@ -203,7 +189,6 @@ class _Hierarchical(Calibrator):
         vals, vecs = np.linalg.eigh(prior)
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
-        scales = {}  # by strength, the binned fit's losses (newton's scale) where scanned on them
         q_i = None  # the rows' probabilities at the interval's fit, where its solve was the last
         if k == 1 and self._scratch:
             # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is
@@ -216,47 +201,9 @@ class _Hierarchical(Calibrator):
             self.strength_loss_ = None
             interval_fit = (lam, theta)
         elif self.shrinkage == "auto":
-            # a cross-validation fold's scratch fit searches the strength locally, from the all-data
-            # fit's choice (local_search); every other fit scans the grid (grid_search), on binned
-            # rows where they pay (binned_search)
-            near_j = None if warm is None or not self._scratch else warm._strength_index
-            if near_j is not None:
-                fits, losses, exact = local_search(rows, center, prior, warm_fits, near_j)
-            elif brows is not None:
-                # one class (pooled-beta's curve) is its own pool: every strength's fit is the
-                # pooled fit (see above), its LOO loss taken there, with the pooled fit's q
-                q_center = q if k == 1 else None
-                fits, losses, exact, scales = binned_search(
-                    rows, brows, center, prior, warm_fits, q_center
-                )
-            else:
-                fits, losses = grid_search(rows, center, prior, warm_fits)
-            if near_j is None and brows is None:
-                exact = np.isfinite(losses)
-            self._strength_fits = fits  # warm starts for cross-validation folds (not saved)
-            # the smallest strength on ties; only the fits on the rows compete
-            j = int(np.argmin(np.where(exact, losses, np.inf)))
-            self._strength_index = j  # where a fold's local search starts (not saved)
-            lam, theta = float(LAMBDA_GRID[j]), fits[j]
-            self.strength_loss_ = losses
-            # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p
-            # of the best (the strength is not known; docs/intervals.md), its fit's distance to the
-            # chosen one added
-            # (classes of a few rows: the exact leave-one-out loss, _strength; not for a
-            # cross-validation fold's scratch fit, which keeps no interval)
-            small_ok = k > 1 and not self._scratch
-            ji = interval_strength(rows, fits, exact, center, prior, j) if small_ok else None
-            if ji is None:  # no small class (or one class): the scan's approximate losses
-                ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
-            lam_i = float(LAMBDA_GRID[ji])
-            if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
-                if k == 1:
-                    fits[ji] = center.copy()
-                else:
-                    fits[ji], q_i, _, _ = newton(
-                        rows, fits[ji], center, prior, lam_i, scale=scales.get(ji)
-                    )
-            interval_fit = (lam_i, fits[ji])
+            lam, theta, interval_fit, q_i = self._search_strength(
+                rows, brows, center, prior, warm, q, k, p
+            )
         else:
             lam = float(self.shrinkage)
             begin, scale = center.copy() if warm is None else warm.theta_, None
@@ -279,6 +226,73 @@ class _Hierarchical(Calibrator):
             if self._scratch
             else posterior_cov(rows, theta_i, prior, lam_i, q_i) + d[:, :, None] * d[:, None, :]
         )
+
+    def _pooled_fit(self, one, binned, warm, p):
+        """The pooled curve's parameters, the rows' probabilities there and the prior's precision
+        (the pooled fit's Hessian per row), from the pooled rows ``one``."""
+        start = np.array([self._identity], dtype=np.float64)
+        # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
+        n = float(one.w.sum())
+        ridge = np.eye(p) / max(n, 1.0)
+        begin, scale = (start, None) if warm is None else (warm.pooled_[None, :], None)
+        if warm is None and binned is not None:  # the binned fit: the start and its losses
+            # from the constant fit (the pooled accuracy; 3-4 loss passes on the binned rows
+            # instead of 6-13 from the identity, whose overconfident scores cost long steps)
+            acc = np.clip(float(one.tp.sum()) / max(n, 1e-300), 1e-6, 1.0 - 1e-6)
+            flat = np.zeros((1, p))
+            flat[0, -1] = np.log(acc) - np.log1p(-acc)
+            begin, _, scale, _ = newton(Rows(*binned, 1), flat, start, ridge, 1e-6, BINNED_TOL)
+        theta0, q, _, _ = newton(one, begin, start, ridge, 1e-6, scale=scale)
+        prior = one.hessian(curvature(one, q), one.T)[0] / max(n, 1.0)
+        return theta0[0], q, prior
+
+    def _search_strength(self, rows, brows, center, prior, warm, q, k, p):
+        """shrinkage="auto": the strength by the (approximate) leave-one-out loss, its fit, and
+        the interval's strength and fit; ``(lam, theta, (lam_i, theta_i), q_i)``.
+
+        A cross-validation fold's scratch fit searches the strength locally, from the all-data
+        fit's choice (local_search); every other fit scans the grid (grid_search), on binned
+        rows where they pay (binned_search)."""
+        warm_fits = {} if warm is None else warm._strength_fits
+        scales = {}  # by strength, the binned fit's losses (newton's scale) where scanned on them
+        q_i = None
+        near_j = None if warm is None or not self._scratch else warm._strength_index
+        if near_j is not None:
+            fits, losses, exact = local_search(rows, center, prior, warm_fits, near_j)
+        elif brows is not None:
+            # one class (pooled-beta's curve) is its own pool: every strength's fit is the
+            # pooled fit (see _fit), its LOO loss taken there, with the pooled fit's q
+            q_center = q if k == 1 else None
+            fits, losses, exact, scales = binned_search(
+                rows, brows, center, prior, warm_fits, q_center
+            )
+        else:
+            fits, losses = grid_search(rows, center, prior, warm_fits)
+        if near_j is None and brows is None:
+            exact = np.isfinite(losses)
+        self._strength_fits = fits  # warm starts for cross-validation folds (not saved)
+        # the smallest strength on ties; only the fits on the rows compete
+        j = int(np.argmin(np.where(exact, losses, np.inf)))
+        self._strength_index = j  # where a fold's local search starts (not saved)
+        lam, theta = float(LAMBDA_GRID[j]), fits[j]
+        self.strength_loss_ = losses
+        # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p
+        # of the best (the strength is not known; docs/intervals.md), its fit's distance to the
+        # chosen one added (classes of a few rows: the exact leave-one-out loss, _strength; not
+        # for a cross-validation fold's scratch fit, which keeps no interval)
+        small_ok = k > 1 and not self._scratch
+        ji = interval_strength(rows, fits, exact, center, prior, j) if small_ok else None
+        if ji is None:  # no small class (or one class): the scan's approximate losses
+            ji = int(np.flatnonzero(losses <= losses[j] + ALO_SLACK_PER_PARAM * p).min())
+        lam_i = float(LAMBDA_GRID[ji])
+        if not exact[ji]:  # a binned fit: its fit on the rows (one class: the pooled fit)
+            if k == 1:
+                fits[ji] = center.copy()
+            else:
+                fits[ji], q_i, _, _ = newton(
+                    rows, fits[ji], center, prior, lam_i, scale=scales.get(ji)
+                )
+        return lam, theta, (lam_i, fits[ji]), q_i
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(np.einsum("np,np->n", self._features(data), self.theta_[data.pred]))

@@ -71,6 +71,8 @@ and the report show them.
 
 from __future__ import annotations
 
+import math
+
 import warnings
 
 import numpy as np
@@ -96,8 +98,10 @@ from .rules import (
     tier,
 )
 from ..base import Calibrator, to_jsonable
+from ..context import FitContext
 from .blend import Blend
 from .crossfit import cross_fit, refit_start
+from ..fullvector import fit_map, map_name
 from . import staging
 from ..registry import BASELINE, calibrator, fits_from_counts, get_class, register
 from ..wrapper import Wrapper
@@ -119,16 +123,17 @@ __all__ = [
 ]
 
 
-def _fit_unrepeated(model, data, keep: str, warm=None):
-    """``model`` fitted on ``data`` (from ``warm``) as auto's own model: auto's fit has said which
-    classes are never predicted, so the model's own saying it again is silenced."""
+def _fit_unrepeated(model, data, keep: str, warm=None, same_rows: bool = False):
+    """``model`` fitted on ``data`` (from ``warm``, fitted on these very rows where
+    ``same_rows``) as auto's own model: auto's fit has said which classes are never predicted,
+    so the model's own saying it again is silenced."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
             message=".*never predicted in the fitting data",
             category=DegenerateClassWarning,
         )
-        return model.fit(data, keep=keep, warm=warm)
+        return model.fit(data, keep=keep, warm=warm, context=FitContext(same_rows=same_rows))
 
 
 @register
@@ -273,26 +278,23 @@ class Auto(Wrapper):
         self.rule_, self.stages_ = "se", None
         n_folds = int(self.folds)
         if data.n_samples < 2 * n_folds or (not data.is_binned and data.n_rows < 2 * n_folds):
-            # nothing can be judged out of sample: doing nothing is the only safe choice
-            warnings.warn(
-                f"auto: {data.n_samples:g} samples are too few for {n_folds}-fold cross-validation "
-                f"(at least {2 * n_folds} needed); keeping the uncalibrated score",
-                DegenerateClassWarning,
-                stacklevel=3,
-            )
-            self.method_ = self.best_ = "uncalibrated"
-            self.cv_, self.blend_ = {}, None
-            self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
-            self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
+            self._keep_uncalibrated(data, n_folds)
             return
         self.fit_samples_ = float(data.n_samples)
         choice = data
         if self.cv_rows is not None and not data.is_binned and data.n_rows > self.cv_rows:
             choice = stratified_subsample(data, int(self.cv_rows), seed=int(self.seed or 0))
         look = run = None  # the first look (staging.py), then the K folds for its contenders
+        # the runs are appended where the caller asked for them (the report reuses them)
+        record = None if self._context is None else self._context.runs
         if self.screen is not None and len(names) > 1:
             look = staging.first_look(
-                choice, names, rows=int(self.screen), seed=self.seed or 0, folds=n_folds
+                choice,
+                names,
+                rows=int(self.screen),
+                seed=self.seed or 0,
+                folds=n_folds,
+                record=record,
             )
         if look is not None:  # one contender left: the K folds cannot change the choice
             names, margin = staging.contenders(look[0], staging.MARGIN), staging.MARGIN
@@ -309,6 +311,7 @@ class Auto(Wrapper):
                 desc="auto: cross-validation",
                 begin=look and look[3].warm,  # the all-data vs/sms from the first look's
                 done=look and look[3],  # its fold, where it is the K folds' first
+                record=record,
             )
             cv, self.cv_samples_ = tabulate_cv(run, names), float(choice.n_samples)
         best, self.best_ = choose(cv, float(self.tolerance))
@@ -323,7 +326,12 @@ class Auto(Wrapper):
         for n, v in self.cv_.items():
             if n not in keep:
                 v["per_class"] = None
+        # the vector map (fullvector.py) starts from the cross-validation's all-data fit of it
+        runs = [r for r in (run, look and look[3]) if r is not None]
+        map_warm = runs[0].warm.get(map_name(data.n_classes)) if runs and data.has_full else None
         warm = refit_start(best if self.blend_ is None else None, run, look and look[3])
+        # the K folds' all-data fit was made on these very rows: the final fit may take it as is
+        same = warm is not None and run is not None and choice is data and best in run.on_data
         del choice, look, run  # the folds, out-of-fold confidences: not held in the final fit
         # auto updates from its own score statistics, never from a chosen full-vector method's
         # (sts/csts keep no loss tables by default)
@@ -332,7 +340,24 @@ class Auto(Wrapper):
             if self.blend_ is None
             else Blend(methods=tuple(self.blend_["methods"]), weights=tuple(self.blend_["weights"]))
         )
-        self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm)  # holds the evidence
+        # the final model holds the evidence
+        self.model_ = _fit_unrepeated(model, data, self._part_keep(), warm, same_rows=same)
+        if self._map_wanted:
+            self._vector = fit_map(self, data, map_warm)
+
+    def _keep_uncalibrated(self, data: TopLabelData, n_folds: int) -> None:
+        """Too few samples to judge anything out of sample: doing nothing is the only safe
+        choice."""
+        warnings.warn(
+            f"auto: {data.n_samples:g} samples are too few for {n_folds}-fold cross-validation "
+            f"(at least {2 * n_folds} needed); keeping the uncalibrated score",
+            DegenerateClassWarning,
+            stacklevel=4,
+        )
+        self.method_ = self.best_ = "uncalibrated"
+        self.cv_, self.blend_ = {}, None
+        self.cv_samples_ = self.fit_samples_ = float(data.n_samples)
+        self.model_ = _fit_unrepeated(calibrator("uncalibrated"), data, self._part_keep())
 
     def _refit(self, stats) -> None:
         """``update``: refit the chosen method from the merged statistics; keep the choice.
@@ -539,6 +564,7 @@ class Auto(Wrapper):
         look = st.get("table", {}) if isinstance(st, dict) else {}
         if not isinstance(cv, dict) or (cv and method not in cv and method not in look):
             raise ValueError("the cross-validation table is missing the chosen method")
+        _check_cv_table(cv, len(self.classes_))
         if blend is None:
             model = get_class(method).from_dict(state["model"])
             if model.name != method or tuple(model.classes_) != tuple(self.classes_):
@@ -590,3 +616,30 @@ class Auto(Wrapper):
         # files written before the first look existed, and fits without one: none
         st = state.get("stages")
         self.stages_ = None if st is None else staging.check_record(st, list(cv))
+
+
+def _number_or_none(v) -> bool:
+    return v is None or (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    )
+
+
+def _check_cv_table(cv: dict, n_classes: int) -> None:
+    """A model file's cross-validation table: per candidate a dict whose losses are finite numbers
+    or null, ``per_class`` null or one per class, ``error`` null or text (raise ValueError)."""
+    for name, v in cv.items():
+        if not isinstance(v, dict) or "nll" not in v or "error" not in v:
+            raise ValueError(f"the cross-validation entry of {name!r} must hold nll and error")
+        if not all(_number_or_none(v.get(k)) for k in ("nll", "se", "diff_se")):
+            raise ValueError(f"the cross-validation losses of {name!r} must be numbers or null")
+        if not (v["error"] is None or isinstance(v["error"], str)):
+            raise ValueError(f"the cross-validation error of {name!r} must be text or null")
+        pc = v.get("per_class")
+        if pc is not None and (
+            not isinstance(pc, list)
+            or len(pc) != n_classes
+            or not all(_number_or_none(x) for x in pc)
+        ):
+            raise ValueError(
+                f"the per-class losses of {name!r} must be null or {n_classes} numbers (or nulls)"
+            )

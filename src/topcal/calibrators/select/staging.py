@@ -50,7 +50,7 @@ import warnings
 from ...data import TopLabelData, kfold_split
 from ...errors import TopcalError
 from .rules import tabulate_cv
-from .crossfit import CrossFit, recorded, scratch_fit
+from .crossfit import CrossFit, scratch_fit
 from ..foldmemo import sharing
 from ..registry import BASELINE, fits_from_counts
 
@@ -95,7 +95,9 @@ def _split(data: TopLabelData, rows: int, seed: int, n_folds: int):
     return (*kfold_split(data, n, seed=seed, groups=groups), False)
 
 
-def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: int = 5):
+def first_look(
+    data: TopLabelData, names, *, rows: int, seed: int = 0, folds: int = 5, record=None
+):
     """Stage 1 on ``data`` for the methods ``names``: ``(table, train samples, test samples,
     run)``, or None where the first look is skipped (binned data, fewer than 2 x ``rows`` rows);
     ``run.warm`` holds the fits of the methods whose refit may start from them (``_warm_refit``:
@@ -103,8 +105,8 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
 
     ``table`` is :func:`~.rules.tabulate_cv`'s on the test part; a method that failed has
     its error there. The run (a :class:`~.crossfit.CrossFit` of one fold: the test part) is
-    recorded for :func:`~.crossfit.recording` blocks before the K folds' (the report reuses the
-    last one: the first look's where it decided).
+    appended to ``record`` where given, before the K folds' (the report reuses the last one: the
+    first look's where it decided).
     """
     split = _split(data, int(rows), seed, int(folds))
     if split is None:
@@ -124,7 +126,8 @@ def first_look(data: TopLabelData, names, *, rows: int, seed: int = 0, folds: in
             except TopcalError as exc:
                 run.errors[name] = (0, f"{type(exc).__name__}: {exc}")
             model = None
-    recorded(run)
+    if record is not None:
+        record.append(run)
     try:
         table = tabulate_cv(run, list(names))
     except TopcalError:  # every candidate failed on the first fold: let stage 2 say

@@ -10,27 +10,26 @@ import numpy as np
 from ...errors import ConvergenceError
 from ._arrow import arrowhead_step
 
-#: Newton stops when half the Newton decrement (the model's predicted loss
-#: reduction) falls below this fraction of the loss, after taking that last
-#: step when it does not raise the loss: parameters are then correct to about
-#: 1e-10 relative (quadratic convergence squares the ~1e-5 error before it).
-#: A looser test would stop early; a tighter one is below the rounding of a
-#: loss summed over 1e6 samples, and where the parameters are not identified
-#: (a ridge, e.g. every top score clipped to the same value) the decrement
-#: shrinks only linearly and would take hundreds of steps to get there.
+#: Newton stops when half the Newton decrement (the model's predicted loss reduction) falls
+#: below this fraction of the loss, after taking that last step when it does not raise the
+#: loss: parameters are then correct to about 1e-10 relative (quadratic convergence squares
+#: the ~1e-5 error before it). A looser test would stop early; a tighter one is below the
+#: rounding of a loss summed over 1e6 samples, and where the parameters are not identified
+#: (a ridge, e.g. every top score clipped to the same value) the decrement shrinks only
+#: linearly and would take hundreds of steps to get there.
 RTOL = 1e-10
-#: Stall test: stop when _STALL successive Newton steps lowered the loss by
-#: less than _STALL_RTOL of it in total (see :func:`bounded_newton`).
+#: Stall test: stop when _STALL successive Newton steps lowered the loss by less than
+#: _STALL_RTOL of it in total (see :func:`bounded_newton`).
 _STALL = 10
 _STALL_RTOL = 1e-9
-#: :func:`lockstep_newton` keeps a problem's result only where one more Newton step would move no
-#: parameter by more than this (relative): the optimum is then determined far beyond the rounding in
-#: which the lockstep and the per-problem sums differ. Elsewhere (a ridge along which Newton crawls
-#: until a stopping test fires, at a point that depends on that rounding) the caller solves it
-#: alone.
+#: :func:`lockstep_newton` keeps a problem's result only where one more Newton step would
+#: move no parameter by more than this (relative): the optimum is then determined far beyond
+#: the rounding in which the lockstep and the per-problem sums differ. Elsewhere (a ridge
+#: along which Newton crawls until a stopping test fires, at a point that depends on that
+#: rounding) the caller solves it alone.
 _SETTLED = 1e-7
-#: Armijo sufficient-decrease constant (Nocedal and Wright, Numerical
-#: Optimization, 2nd ed., section 3.1 recommend c1 = 1e-4).
+#: Armijo sufficient-decrease constant (Nocedal and Wright, Numerical Optimization, 2nd ed.,
+#: section 3.1 recommend c1 = 1e-4).
 ARMIJO = 1e-4
 
 
@@ -48,11 +47,10 @@ def bounded_newton(
 ) -> NewtonResult:
     """Minimise ``obj`` over the box [lo, hi] by projected Newton with backtracking.
 
-    Coordinates at a bound whose gradient points outwards are held there
-    (active set); the Newton system on the free ones uses |eigenvalues| of
-    the Hessian (floored), so a non-convex region still gives a descent
-    direction. The step is projected onto the box and halved until the
-    Armijo condition holds.
+    Coordinates at a bound whose gradient points outwards are held there (active set); the
+    Newton system on the free ones uses |eigenvalues| of the Hessian (floored), so a
+    non-convex region still gives a descent direction. The step is projected onto the box
+    and halved until the Armijo condition holds.
 
     Parameters
     ----------
@@ -67,9 +65,8 @@ def bounded_newton(
     Raises
     ------
     ConvergenceError
-        If the loss or its derivatives become non-finite, the line search
-        cannot decrease the loss away from a stationary point, or
-        ``max_iter`` Newton steps do not converge.
+        If the loss or its derivatives become non-finite, the line search cannot decrease
+        the loss away from a stationary point, or ``max_iter`` Newton steps do not converge.
     """
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -84,8 +81,8 @@ def bounded_newton(
         active = fixed | ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
         free = np.flatnonzero(~active)
         if free.size == 0 or f <= 0.0:
-            # all losses here are >= 0: a loss of 0 (every term below the
-            # smallest float, perfectly separated data) is the global minimum
+            # all losses here are >= 0: a loss of 0 (every term below the smallest float,
+            # perfectly separated data) is the global minimum
             return NewtonResult(x, f, it)
         gf = g[free]
         step = newton_step(gf, h[np.ix_(free, free)])
@@ -111,9 +108,9 @@ def bounded_newton(
         if moved <= 1e-14 * (1.0 + float(np.max(np.abs(x)))):
             return NewtonResult(x, f, it + 1)
         if len(history) > _STALL and history[-1 - _STALL] - f <= _STALL_RTOL * (abs(f) + 1.0):
-            # The loss is flat to 1e-9 over the last steps although the quadratic
-            # model still predicts a decrease: the parameters are (nearly) not
-            # identified, a ridge along which any point is as good.
+            # The loss is flat to 1e-9 over the last steps although the quadratic model
+            # still predicts a decrease: the parameters are (nearly) not identified, a ridge
+            # along which any point is as good.
             return NewtonResult(x, f, it + 1)
     raise ConvergenceError(
         f"{what}: Newton did not converge in max_iter={max_iter} iterations (loss {f:.10g}, "
@@ -130,8 +127,9 @@ def _check_finite(f, g, h, x, what):
 
 
 def _line_search(obj, x, f, g, dx, lo, hi, dec, what):
-    """Halve the projected step ``dx`` until the Armijo condition holds: ``(xn, obj(xn))``, or
-    ``(None, None)`` where x is stationary to float precision (``obj`` evaluated at x again)."""
+    """Halve the projected step ``dx`` until the Armijo condition holds: ``(xn, obj(xn))``,
+    or ``(None, None)`` where x is stationary to float precision (``obj`` evaluated at x
+    again)."""
     t = 1.0
     while True:
         xn = np.clip(x + t * dx, lo, hi)
@@ -140,8 +138,8 @@ def _line_search(obj, x, f, g, dx, lo, hi, dec, what):
             return xn, fn
         t *= 0.5
         if t < 1e-12:
-            # No decrease is representable: x is stationary to float precision
-            # when the predicted decrease is below the rounding of f.
+            # No decrease is representable: x is stationary to float precision when the
+            # predicted decrease is below the rounding of f.
             obj.value(x)
             if dec <= 1e-9 * (abs(f) + 1.0):
                 return None, None
@@ -152,8 +150,9 @@ def _line_search(obj, x, f, g, dx, lo, hi, dec, what):
 
 
 def newton_step(g, h):
-    """-|h|^{-1} g with |h| the |eigenvalues| of ``h``, floored at 1e-12 of the largest: in O(K)
-    for arrowhead Hessians where that applies (:func:`._arrow.arrowhead_step`), else by ``eigh``."""
+    """-|h|^{-1} g with |h| the |eigenvalues| of ``h``, floored at 1e-12 of the largest: in
+    O(K) for arrowhead Hessians where that applies (:func:`._arrow.arrowhead_step`), else by
+    ``eigh``."""
     if g.size == 1:  # what eigh gives for 1 x 1, bit for bit, without its call
         return -(
             g / max(abs(float(h[0, 0])), 1e-12 * max(abs(float(h[0, 0])), np.finfo(float).tiny))
@@ -170,16 +169,13 @@ def newton_step(g, h):
 def degenerate_corner(obj, tp_only: bool, lo, hi):
     """The bound a one-sided class runs to, if the loss is minimal there (KKT), else None.
 
-    Only TP: T -> T_MIN (and A / T -> +OFFSET_MAX, i.e. A = +1e3): yhat_k -> 1
-    for a strict top.
-    Only FP: with an award, A / T -> -OFFSET_MAX and T -> T_MIN (A = -1e3, yhat_k -> 0);
-    without one, T -> T_MAX (yhat_k -> about 1/K, the lowest reachable).
-    For the full-vector methods the loss is monotone towards that corner
-    (dm/dbeta = d - E[O] >= 0 and dm/db = 1; at the FP corner with an
-    award, m ~ -1e6 and the loss is flat to float precision), so the
-    check passes; for the
-    binary variant a class with scores on both sides of s = 1/2 may have
-    an interior optimum, which Newton then finds.
+    Only TP: T -> T_MIN (and A / T -> +OFFSET_MAX, i.e. A = +1e3): yhat_k -> 1 for a strict
+    top. Only FP: with an award, A / T -> -OFFSET_MAX and T -> T_MIN (A = -1e3, yhat_k ->
+    0); without one, T -> T_MAX (yhat_k -> about 1/K, the lowest reachable). For the
+    full-vector methods the loss is monotone towards that corner (dm/dbeta = d - E[O] >= 0
+    and dm/db = 1; at the FP corner with an award, m ~ -1e6 and the loss is flat to float
+    precision), so the check passes; for the binary variant a class with scores on both
+    sides of s = 1/2 may have an interior optimum, which Newton then finds.
     """
     if len(lo) == 1:
         x = lo.copy() if tp_only else hi.copy()
@@ -196,8 +192,8 @@ def degenerate_corner(obj, tp_only: bool, lo, hi):
 @dataclass(frozen=True)
 class LockstepResult:
     """Outcome of :func:`lockstep_newton`, one row per problem; ``ok`` False where
-    :func:`bounded_newton` would have raised (that problem's ``x``, ``fun`` and ``n_iter`` are then
-    unset)."""
+    :func:`bounded_newton` would have raised (that problem's ``x``, ``fun`` and ``n_iter``
+    are then unset)."""
 
     x: np.ndarray
     fun: np.ndarray
@@ -206,14 +202,14 @@ class LockstepResult:
 
 
 def _newton_steps(g, h, free):
-    """The steps and Newton decrements of :func:`bounded_newton` for many problems of dimension 1 or
-    2.
+    """The steps and Newton decrements of :func:`bounded_newton` for many problems of
+    dimension 1 or 2.
 
-    ``g`` (n, dim), ``h`` (n, dim, dim), ``free`` (n, dim). The |eigenvalues| of the free block,
-    floored
-    at 1e-12 of the largest, as there; the 2 x 2 eigen-decomposition in closed form by one Jacobi
-    rotation (Golub and Van Loan, Matrix Computations, 4th ed., algorithm 8.5.1), whose eigenvalues
-    a - t b and c + t b keep the small one's relative accuracy.
+    ``g`` (n, dim), ``h`` (n, dim, dim), ``free`` (n, dim). The |eigenvalues| of the free
+    block, floored at 1e-12 of the largest, as there; the 2 x 2 eigen-decomposition in
+    closed form by one Jacobi rotation (Golub and Van Loan, Matrix Computations, 4th ed.,
+    algorithm 8.5.1), whose eigenvalues a - t b and c + t b keep the small one's relative
+    accuracy.
     """
     n, dim = g.shape
     tiny = np.finfo(float).tiny
@@ -260,26 +256,25 @@ def _settled(x, g, h, lo, hi):
 def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
     """:func:`bounded_newton` on many independent problems at once, each by its own rules.
 
-    Every problem takes the same steps as :func:`bounded_newton` would alone (the same active set,
+    Every problem takes the same steps as :func:`bounded_newton` would alone (the same
+    active set,
     |eigenvalue| floor, Armijo backtracking, and stopping tests), but the problems still running are
-    evaluated together, so that many small problems cost a few vectorised passes instead of a Python
-    loop each. Results match :func:`bounded_newton` up to the rounding of the sums (the two add the
-    rows in different orders), so only the problems that stop on a well-defined test are solved
-    here:
-    those whose Newton decrement fell below ``RTOL`` of the loss (parameters then correct to about
-    1e-10), or with no free coordinate or a zero loss. A problem on which :func:`bounded_newton`
-    would
-    raise :class:`ConvergenceError`, or stop on one of its flat-loss tests (a failed line search at
-    a
-    stationary point, a move below 1e-14, the stall test: where the loss is flat to rounding, where
-    it
-    stops depends on that rounding), comes back with ``ok`` False, for the caller to solve alone.
+    evaluated together, so that many small problems cost a few vectorised passes instead of
+    a Python loop each. Results match :func:`bounded_newton` up to the rounding of the sums
+    (the two add the rows in different orders), so only the problems that stop on a
+    well-defined test are solved here: those whose Newton decrement fell below ``RTOL`` of
+    the loss (parameters then correct to about 1e-10), or with no free coordinate or a zero
+    loss. A problem on which :func:`bounded_newton` would raise :class:`ConvergenceError`,
+    or stop on one of its flat-loss tests (a failed line search at a stationary point, a
+    move below 1e-14, the stall test: where the loss is flat to rounding, where it stops
+    depends on that rounding), comes back with ``ok`` False, for the caller to solve alone.
 
     Parameters
     ----------
     obj : object with ``evaluate(x, sel)``
-        Returns the losses (len(sel),), gradients (len(sel), dim) and Hessians (len(sel), dim, dim)
-        of problems ``sel`` (ascending indices) at their parameters ``x`` (len(sel), dim).
+        Returns the losses (len(sel),), gradients (len(sel), dim) and Hessians (len(sel),
+        dim, dim) of problems ``sel`` (ascending indices) at their parameters ``x``
+        (len(sel), dim).
     x0 : array (n, dim)
     lo, hi : array (dim,)
     max_iter : int
@@ -304,52 +299,24 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
             break
         fr, gr, hr, xr = f[run], g[run], h[run], x[run]
         finite = np.isfinite(fr) & np.isfinite(gr).all(axis=1) & np.isfinite(hr).all(axis=(1, 2))
-        run, fr, gr, hr, xr = run[finite], fr[finite], gr[finite], hr[finite], xr[finite]
+        run, fr, gr, hr, xr = _take(finite, run, fr, gr, hr, xr)
         active = ((xr <= lo) & (gr > 0)) | ((xr >= hi) & (gr < 0))
         stop = active.all(axis=1) | (fr <= 0.0)
         finish(run[stop], it)
-        keep = ~stop
-        run, fr, gr, hr, xr, active = (
-            run[keep],
-            fr[keep],
-            gr[keep],
-            hr[keep],
-            xr[keep],
-            active[keep],
-        )
+        run, fr, gr, hr, xr, active = _take(~stop, run, fr, gr, hr, xr, active)
         dx, dec = _newton_steps(gr, hr, ~active)
         scale = np.abs(fr) + 1.0
         tiny = dec <= 2.0 * RTOL * scale
         if tiny.any():  # the step is tiny: accept it unless the loss rises beyond its rounding
             sel = run[tiny]
-            take, settled = _tiny_steps(
-                obj,
-                sel,
-                xr[tiny],
-                dx[tiny],
-                fr[tiny],
-                gr[tiny],
-                hr[tiny],
-                scale[tiny],
-                lo,
-                hi,
-                x,
-                f,
-            )
+            tried = _take(tiny, xr, dx, fr, gr, hr, scale)
+            take, settled = _tiny_steps(obj, sel, *tried, lo, hi, x, f)  # type: ignore[call-arg]
             finish(sel[take & settled], it + 1)
             finish(sel[~take & settled], it)
         keep = ~tiny
         if it == max_iter:
             break
-        run, fr, gr, xr, dx, dec, scale = (
-            run[keep],
-            fr[keep],
-            gr[keep],
-            xr[keep],
-            dx[keep],
-            dec[keep],
-            scale[keep],
-        )
+        run, fr, gr, xr, dx, dec, scale = _take(keep, run, fr, gr, xr, dx, dec, scale)
         accepted = _lockstep_line_search(obj, run, xr, fr, gr, dx, lo, hi, (x, f, g, h))
         run, xr = run[accepted], xr[accepted]
         history[run, it + 1] = f[run]
@@ -361,9 +328,15 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
     return LockstepResult(x, f, n_iter, ok)
 
 
+def _take(mask, *arrays) -> tuple:
+    """Each of ``arrays`` at ``mask``."""
+    return tuple(a[mask] for a in arrays)
+
+
 def _tiny_steps(obj, sel, xr, dx, fr, gr, hr, scale, lo, hi, x, f):
-    """Take the tiny Newton steps of problems ``sel`` where the loss does not rise beyond its
-    rounding (``x``, ``f`` updated in place): which were taken, and which problems are settled."""
+    """Take the tiny Newton steps of problems ``sel`` where the loss does not rise beyond
+    its rounding (``x``, ``f`` updated in place): which were taken, and which problems are
+    settled."""
     xn = np.clip(xr + dx, lo, hi)
     fn, gn, hn = obj.evaluate(xn, sel)
     take = np.isfinite(fn) & (fn <= fr + 1e-13 * scale)
@@ -379,10 +352,10 @@ def _tiny_steps(obj, sel, xr, dx, fr, gr, hr, scale, lo, hi, x, f):
 
 
 def _lockstep_line_search(obj, run, xr, fr, gr, dx, lo, hi, state):
-    """Armijo backtracking, each problem with its own step length, the problems still searching
-    evaluated together; the accepted points are written into ``state`` = (x, f, g, h). Returns
-    which of ``run`` found a decrease (the others: none representable, a flat stop or a
-    failure)."""
+    """Armijo backtracking, each problem with its own step length, the problems still
+    searching evaluated together; the accepted points are written into ``state`` = (x, f, g,
+    h). Returns which of ``run`` found a decrease (the others: none representable, a flat
+    stop or a failure)."""
     x, f, g, h = state
     t = np.ones(run.size)
     searching = np.arange(run.size)

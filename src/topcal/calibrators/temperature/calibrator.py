@@ -306,46 +306,23 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             if self._binary or not self._scratch or order is not None or not self._lockstep
             else lockstep_split(data, self._fit_full)
         )
-        if self._lockstep and (
-            self._binary or whole is not None
-        ):  # the classes' Newton solves together (_lockstep.py), the rest below
+        if self._lockstep and (self._binary or whole is not None):
+            # the classes' Newton solves together (_lockstep.py), the rest below
             zz, oo = (z, None) if self._binary else whole
-            which = fitted & ~only_tp & ~only_fp
-            for c in np.flatnonzero(
-                fitted & ~which
-            ):  # a one-sided class at its corner, as below; else Newton
-                idx = class_rows(order, heads, c)
-                obj = TopLabelObjective(
-                    zz[idx],
-                    None if oo is None else oo[:, idx],
-                    data.tp[idx],
-                    data.fp[idx],
-                    loss=self.loss,
-                    n_awards=n_aw,
-                )
-                res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
-                which[c] = res is None
-                if res is not None:
-                    solved[c], m[idx] = res, obj.margin(res.x, copy=False)
-            x0 = np.array([self._warm_x(c, 1 + n_aw) for c in np.flatnonzero(which)]).reshape(
-                -1, 1 + n_aw
+            whole = None
+            solved = self._solve_lockstep(
+                data,
+                zz,
+                oo,
+                fitted & ~only_tp & ~only_fp,
+                fitted,
+                only_tp,
+                order,
+                heads,
+                (lo, hi),
+                m,
             )
-            solved.update(
-                solve_classes(
-                    zz,
-                    data,
-                    which,
-                    order,
-                    x0,
-                    lo,
-                    hi,
-                    loss=self.loss,
-                    max_iter=self.max_iter,
-                    m=m,
-                    others=oo,
-                )
-            )
-            zz = oo = whole = None
+            zz = oo = None
         for c in np.flatnonzero(fitted):
             idx = class_rows(order, heads, c)
             res = solved.get(c)
@@ -381,6 +358,47 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             loss += res.fun
             n_iter += res.n_iter
         return temps, awards, loss, n_iter, m, held
+
+    def _solve_lockstep(self, data, zz, oo, which, fitted, only_tp, order, heads, box, m):
+        """The classes' solves in lockstep (:func:`solve_classes`), a one-sided class at its
+        corner (:func:`degenerate_corner`) where it has one; the margins into ``m``. Returns
+        {class: result}."""
+        lo, hi = box
+        n_aw = 1 if self._has_award else 0
+        solved = {}
+        for c in np.flatnonzero(fitted & ~which):  # a one-sided class at its corner; else Newton
+            idx = class_rows(order, heads, c)
+            obj = TopLabelObjective(
+                zz[idx],
+                None if oo is None else oo[:, idx],
+                data.tp[idx],
+                data.fp[idx],
+                loss=self.loss,
+                n_awards=n_aw,
+            )
+            res = degenerate_corner(obj, bool(only_tp[c]), lo, hi)
+            which[c] = res is None
+            if res is not None:
+                solved[c], m[idx] = res, obj.margin(res.x, copy=False)
+        x0 = np.array([self._warm_x(c, 1 + n_aw) for c in np.flatnonzero(which)]).reshape(
+            -1, 1 + n_aw
+        )
+        solved.update(
+            solve_classes(
+                zz,
+                data,
+                which,
+                order,
+                x0,
+                lo,
+                hi,
+                loss=self.loss,
+                max_iter=self.max_iter,
+                m=m,
+                others=oo,
+            )
+        )
+        return solved
 
     def _solve(self, make, x0, lo, hi, fixed, what, fold: bool = False):
         """Newton on the chosen loss (``fold``: see _local.newton); Brier from the NLL optimum.

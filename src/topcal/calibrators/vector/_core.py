@@ -30,6 +30,7 @@ __all__ = [
     "features",
     "feature_blocks",
     "data_margin",
+    "data_rest",
     "temperature",
     "top_margin",
     "margin_variance",
@@ -439,6 +440,20 @@ def data_margin(layout: Layout, theta, data: TopLabelData, beta: float, mix: flo
     out = np.empty(data.n_rows)
     for a, b, xb in feature_blocks(data, beta, mix):
         out[a:b] = _margin_block(layout, theta, xb, data.pred[a:b])
+    return out
+
+
+def data_rest(layout: Layout, theta, data: TopLabelData, beta: float, mix: float) -> np.ndarray:
+    """The map's distribution over each row's other classes, (n, K): softmax of u with the
+    original predicted class's entry left out (0 there; the others sum to 1). Computed like
+    :func:`data_margin`, block by block from the scores; with the confidence c = sigmoid(m) the
+    map's whole vector is c at k(X) and (1 - c) times this elsewhere."""
+    n, k = data.full.shape
+    out = np.empty((n, k))
+    for a, b, xb in feature_blocks(data, beta, mix):
+        u = layout.scores(xb, theta)
+        u[np.arange(b - a), data.pred[a:b]] = -np.inf
+        out[a:b] = _softmax_rows(u)[0]
     return out
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-import weakref
 from typing import ClassVar
 
 import numpy as np
@@ -29,6 +28,7 @@ from ._core import (
     VectorObjective,
     conf_from_margin,
     data_margin,
+    data_rest,
     features,
     inverse_pd,
     log_scores,
@@ -47,29 +47,13 @@ FIRST_STAGE_ROWS = 20_000
 #: The parameters' covariance is the inverse observed information on at most this many evenly
 #: spaced rows (every ceil(n / COV_ROWS)-th, its NLL part rescaled to all n rows): at 10^6 x 10 the
 #: all-row Hessian of sms was 1.5-3 s, a third of the fit; the 90% intervals' half-widths moved
-#: by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in tests/test_vector.py).
+#: by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in
+#: tests/unit/calibrators/vector/test_vector.py).
 COV_ROWS = 200_000
 
 #: The parameters' covariance (for ``predict_interval``) is computed and stored up to this many
 #: parameters (its JSON grows with their square): vs up to K = 127 classes, sms up to K = 15.
 COV_MAX_PARAMS = 256
-
-
-def _rows_key(data: TopLabelData):
-    """(weak reference to ``data``, digest of its rows): the rows' predicted and true classes, top
-    scores, weights and one fixed, irregular weighted sum of each row's score vector (every entry
-    read, one matrix-vector product: a changed entry or two swapped entries change it), hashed
-    (blake2b), so that a data object changed in place is not taken for the rows a fit was made
-    on. It allocates O(n + K), not a copy of the vectors (at 2,000 x 10^4 a sampled copy was 80 MB
-    of auto's peak)."""
-    k = data.full.shape[1]
-    mix = 1.0 + np.modf(np.arange(1, k + 1) * 0.6180339887498949)[0]  # distinct weights in [1, 2)
-    h = hashlib.blake2b(digest_size=16)
-    with one_blas_thread():  # the same summation order on every call
-        sums = data.full @ mix
-    for a in (data.pred, data.labels, data.score, data.tp, data.fp, sums):
-        h.update(np.ascontiguousarray(a).tobytes())
-    return weakref.ref(data), h.hexdigest()
 
 
 class _VectorBase(Calibrator):
@@ -114,8 +98,8 @@ class _VectorBase(Calibrator):
     #: a scratch fit's Hessian of the mean NLL (penalty excluded) at its optimum, for a warm start
     #: (not saved)
     _nll_hessian = None
-    #: an all-data scratch fit's (data key, margins of its rows) for a final fit on the same rows
-    #: (_fit_single; not saved)
+    #: an all-data scratch fit's margins of its rows, for a final fit its caller says is on the
+    #: same rows (``FitContext.same_rows``; _fit_single; not saved)
     _own = None
     #: a cross-validation fold's fit (_fit_single; not saved)
     _fold = False
@@ -159,8 +143,9 @@ class _VectorBase(Calibrator):
         # auto's final fit on the very rows its cross-validation's all-data fit was made on: that
         # fit's optimum as it is (docs/vector.md#same-rows)
         own = None
-        if warm is not None and not self._scratch and warm.max_iter == self.max_iter:
-            own = warm._own_margin(data)
+        same = self._context is not None and self._context.same_rows
+        if same and warm is not None and not self._scratch and warm.max_iter == self.max_iter:
+            own = warm._own
         obj = None
         if own is None:
             self.beta_, self.mix_, x = self._first_stage(
@@ -208,7 +193,7 @@ class _VectorBase(Calibrator):
         if self._scratch:
             self.nll_ = float("nan")
             # an all-data fit (not a fold's) keeps its rows' margins for a final fit on them
-            self._own = None if fold or margin is None else (_rows_key(data), margin)
+            self._own = None if fold or margin is None else margin
             return
         if margin is None:
             margin = top_margin(layout, theta, x, data.pred)
@@ -221,14 +206,6 @@ class _VectorBase(Calibrator):
                 obj = VectorObjective(x, data.labels, w, layout, float(self.reg), pred=data.pred)
             stride = max(1, -(-x.shape[0] // COV_ROWS))
             self.param_cov_ = inverse_pd(obj.hessian(theta, stride, summed=True))
-
-    def _own_margin(self, data: TopLabelData):
-        """This scratch fit's margins of its own rows where ``data`` is those very rows, unchanged
-        (the same object, the same :func:`_rows_key`), else None."""
-        if self._own is None:
-            return None
-        (ref, digest), margin = self._own
-        return margin if ref() is data and _rows_key(data)[1] == digest else None
 
     @staticmethod
     def _first_stage(data: TopLabelData, start: float | None = None, fold: bool = False):
@@ -295,6 +272,15 @@ class _VectorBase(Calibrator):
                 return data_margin(self._layout(), self.theta_, data, self.beta_, self.mix_)
 
         return memo(data, key, compute)
+
+    def _vector_map(self) -> "_VectorBase":
+        """The map is the model itself: its whole vector is the calibrated one."""
+        return self
+
+    def _rest(self, data: TopLabelData) -> np.ndarray:
+        """The map's distribution over each row's other classes (:func:`._core.data_rest`)."""
+        with one_blas_thread():
+            return data_rest(self._layout(), self.theta_, data, self.beta_, self.mix_)
 
     def _interval(self, data: TopLabelData, level: float):
         """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""

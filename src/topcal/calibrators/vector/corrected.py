@@ -78,7 +78,7 @@ class _Corrected(Calibrator):
         # kept while the block lasts), not from the features computed again: at 10^5 x 1,000
         # auto's final fit recomputed them (a log and a rescale of the n x K scores, ~4 s)
         with sharing(data):
-            self.map_.fit(data, keep=keep, warm=warm)
+            self.map_.fit(data, keep=keep, warm=warm, context=self._context)
             conf = self.map_._fit_confidence(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
@@ -86,6 +86,10 @@ class _Corrected(Calibrator):
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return self.curve_.predict(_as_scores(data, self.map_.predict(data)))
+
+    def _vector_map(self) -> Calibrator:
+        """The whole-vector map under the curve: the calibrated vector's other entries are its."""
+        return self.map_
 
     def _interval(self, data: TopLabelData, level: float):
         """The curve's interval at the ends of the map's: both estimation errors, added."""

@@ -94,6 +94,7 @@ PAGES = {
     "experiment.md": (0, 2),
     "kde.md": (1, 0),
     "label_shift.md": (0, 1),
+    "metrics.md": (1, 0),
     "python.md": (2, 0),
     "report.md": (1, 2),
     "scale.md": (2, 2),
@@ -347,6 +348,17 @@ def _keys(comment: str):
     """The keys a comment {"a", ["b"]} lists: (required, optional)."""
     optional = set(re.findall(r'\["(\w+)"\]', comment))
     return set(re.findall(r'"(\w+)"', comment)) - optional, optional
+
+
+def test_metrics_page(tmp_path):
+    from topcal.overall import OVERALL
+
+    ns = exec_block(blocks(DOCS / "metrics.md", "python")[0], tmp_path, name="metrics.md")
+    res = ns["res"]
+    assert set(OVERALL) | {"nll_improvement", "brier_improvement"} == set(res)
+    gain = res["nll_improvement"]
+    assert 0 < gain.lo < gain.value < gain.hi  # hist in sample beats the raw PhANNs score
+    assert all(np.isfinite(e.value) and e.lo <= e.hi for e in res.values())
 
 
 def test_temperature_page(tmp_path):

@@ -75,6 +75,12 @@ def test_fit_apply_describe_metrics_workflow(prob_csv, tmp_path, capsys):
     want = {"nll", "brier", "ece15", "smece", "ece_debiased", "calibration_loss", "ece_top_label"}
     assert want | {"nll_improvement", "brier_improvement"} <= set(s["overall"])
     assert set(s["classes"]) == set(data.classes)
+    args = ["metrics", prob_csv, "--model", model, "--reference", model, "--json"]
+    code, out, err = run(args, capsys)
+    again = json.loads(out)
+    assert again["reference"] == "hist" and again["overall"]["nll_improvement"]["value"] == 0
+    code, out, err = run(["metrics", prob_csv, "--reference", model], capsys)
+    assert code != 0 and "give --model too" in err
     code, out, err = run(["metrics", prob_csv], capsys)
     assert code == 0 and "uncalibrated" in out and "ece15" in out and "improvement" not in out
 

@@ -348,7 +348,7 @@ def test_class_names_with_control_characters_are_printed_escaped(tmp_path):
     raw = ("\x1b", "\x07", "\x9b", "\u202e", "\r")
     runs = {
         "describe": cli("describe", model),
-        "metrics": cli("metrics", held, "--model", model),
+        "metrics": cli("metrics", held, "--model", model, "--full"),
         "threshold": cli(
             "threshold", held, "--model", model, "--precision", 0.4, "-o", tmp_path / "t.json"
         ),

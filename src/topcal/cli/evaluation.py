@@ -12,6 +12,7 @@ import sys
 
 from .._tables import csv_text, printable
 from ..errors import TopcalError
+from .scoring import overall_lines, ranking_table, wrap_line
 from .common import (
     add_data_options,
     choice_table,
@@ -120,6 +121,11 @@ def add_commands(sub) -> None:
         "--model",
         help="model to evaluate (default: the uncalibrated score); adds its improvement over "
         "the uncalibrated score",
+    )
+    p.add_argument(
+        "--reference",
+        metavar="M2.json",
+        help="with --model: give the improvement over this model instead of the uncalibrated score",
     )
     p.add_argument(
         "--bins", type=int, default=10, help="bins per class of ece_top_label (default 10)"
@@ -271,17 +277,20 @@ def _cmd_metrics(args) -> int:
         raise TopcalError(f"--seed must be >= 0, got {args.seed}")
     if args.full and args.classes:
         raise TopcalError("--full prints every class; --classes chooses some: give one of them")
+    if args.reference and not args.model:
+        raise TopcalError("--reference is what --model is compared with: give --model too")
     data = read(args.data, args)
     data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
     base = calibrator(BASELINE).fit(data)
     model = load(args.model) if args.model else base
+    ref = load(args.reference) if args.reference else base
     conf = model.predict(data)
     table = per_class(data, conf, n_bins=args.bins)
     chosen = pick_classes(data, table, args.classes) if args.classes else None
     res = overall_metrics(
         data,
         conf,
-        reference=base.predict(data) if args.model else None,
+        reference=ref.predict(data) if args.model else None,
         level=args.level,
         resamples=args.resamples,
         seed=args.seed,
@@ -298,6 +307,7 @@ def _cmd_metrics(args) -> int:
     if args.json:
         out = {
             "method": model.name,
+            "reference": ref.name if args.model else None,
             "level": args.level,
             "resamples": args.resamples,
             "seed": args.seed,
@@ -310,7 +320,9 @@ def _cmd_metrics(args) -> int:
         print(json.dumps(out, indent=1, allow_nan=False))
         return 0
     what = "uncalibrated score" if model is base else f"{model.name} ({args.model})"
-    print(f"method: {what}")
+    print(printable(f"method: {what}"))
+    if args.reference:
+        print(printable(f"improvements over: {ref.name} ({args.reference})"))
     print(
         f"{counts['tp'] + counts['fp']:g} samples, {data.n_classes} classes, accuracy "
         f"{counts['conf1']:.4f}; {args.level:.0%} intervals"
@@ -327,23 +339,6 @@ def _cmd_metrics(args) -> int:
     else:
         print("\nper class: --classes worst:N|most:N|NAME or --full (definitions: docs/metrics.md)")
     return 0
-
-
-def overall_lines(res: dict, level: float) -> str:
-    """The overall metrics ``{name: Estimate}`` as a text table: name, value, interval, what it is
-    (or why it is missing)."""
-    from ..overall import DESCRIPTIONS
-
-    head = f"{'metric':<22} {'value':>9}  {f'{level:.0%} interval':<20}  what"
-    lines = [head, "-" * len(head)]
-    for name, e in res.items():
-        value = "undefined" if e.value is None else f"{e.value:.4f}"
-        span = "" if e.lo is None else f"[{e.lo:.4f}, {e.hi:.4f}]"
-        what = e.reason or DESCRIPTIONS.get(name, "")
-        if e.value is not None and e.lo is not None and not e.lo <= e.value <= e.hi:
-            what += " (biased up; the interval is bias-corrected)"
-        lines.append(f"{name:<22} {value:>9}  {span:<20}  {printable(what)}")
-    return "\n".join(lines)
 
 
 def _cmd_report(args) -> int:
@@ -434,31 +429,6 @@ _PROTOCOL_TEXT = {
 }
 
 
-def ranking_table(ranking: dict) -> str:
-    """Methods in rank order (lowest NLL first) with the paired 90% intervals of their NLL behind
-    the best and their improvement over the uncalibrated score."""
-
-    def span(e) -> str:
-        if e is None or e["value"] is None:
-            return "-"
-        if e["lo"] is None:
-            return f"{e['value']:+.4f}"
-        return f"{e['value']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]"
-
-    head = f"{'rank':>4}  {'method':<16} {'NLL':>8}  {'behind best (paired)':<28} gain over uncal."
-    lines = [head.rstrip(), "-" * len(head.rstrip())]
-    for name, r in ranking.items():
-        lines.append(
-            f"{r['rank']:>4}  {printable(name):<16} {r['nll']['value']:>8.4f}  "
-            f"{span(r['vs_best']) if r['rank'] > 1 else 'best':<28} {span(r['vs_baseline'])}"
-        )
-    lines.append(
-        "(90% intervals of the per-sample NLL difference on the same rows: an interval above 0 "
-        "is a gap beyond noise)"
-    )
-    return "\n".join(lines)
-
-
 #: The per-class NLL table of ``compare`` shows this many methods (the best ranked): 100 columns.
 MAX_CLASS_TABLE_METHODS = 6
 
@@ -524,17 +494,6 @@ def _cmd_compare(args) -> int:
     for line in text.getvalue().splitlines():
         print(wrap_line(line))
     return 0
-
-
-def wrap_line(line: str, width: int = 100) -> str:
-    """A line of prose longer than ``width`` wrapped, its continuations indented (tables are
-    narrower than ``width`` and pass unchanged)."""
-    import textwrap
-
-    if len(line) <= width:
-        return line
-    indent = " " * (len(line) - len(line.lstrip()) + 2)
-    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _compare_text(res, data) -> None:

@@ -65,8 +65,8 @@ __all__ = [
 DESCRIPTIONS = {
     "nll": "top-label log loss (proper score)",
     "brier": "top-label Brier score (proper score)",
-    "nll_improvement": "NLL of the uncalibrated score minus this (paired)",
-    "brier_improvement": "Brier of the uncalibrated score minus this (paired)",
+    "nll_improvement": "NLL of the reference (uncalibrated) minus this (paired)",
+    "brier_improvement": "Brier of the reference (uncalibrated) minus this (paired)",
     "ece15": "pooled 15-bin ECE (Guo et al.; TorchMetrics)",
     "smece": "smooth ECE (Blasiok & Nakkiran; relplot)",
     "ece_debiased": "debiased L2 ECE, equal-mass bins (Kumar et al.)",
@@ -159,11 +159,12 @@ def paired_ranking(data: TopLabelData, confidences: dict, *, baseline=None, leve
     Returns
     -------
     dict
-        ``{method: {"rank", "nll", "vs_best", "vs_baseline"}}`` in rank order (1 = lowest NLL),
-        each metric ``{"value", "lo", "hi"}``: the method's NLL; its NLL minus the best method's
-        (the paired normal interval of the per-sample difference: 0 for the best itself, an
-        interval above 0 means behind by more than noise); the baseline's NLL minus the
-        method's (its improvement; None without a baseline).
+        ``{method: {"rank", "nll", "vs_best", "vs_baseline", "calibration_loss"}}`` in rank
+        order (1 = lowest NLL), each metric ``{"value", "lo", "hi"}``: the method's NLL; its NLL
+        minus the best method's (the paired normal interval of the per-sample difference: 0 for
+        the best itself, an interval above 0 means behind by more than noise); the baseline's
+        NLL minus the method's (its improvement; None without a baseline); its calibration loss
+        (:func:`calibration_loss`, seed 0).
     """
     check_level(level, RESAMPLES, 0)
     rows = {name: rows_of(data, c) for name, c in confidences.items()}
@@ -185,5 +186,8 @@ def paired_ranking(data: TopLabelData, confidences: dict, *, baseline=None, leve
             "nll": est[name].to_dict(),
             "vs_best": gap.to_dict(),
             "vs_baseline": ref,
+            "calibration_loss": calibration_losses(r, ("nll",), RECAL_FOLDS, 0, level)[
+                "nll"
+            ].to_dict(),
         }
     return out

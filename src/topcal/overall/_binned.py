@@ -114,15 +114,20 @@ def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.nda
     return np.concatenate(out)
 
 
-def basic_interval(value: float, draws: np.ndarray, level: float, transform=None) -> Estimate:
-    """The basic bootstrap interval [2 v - q_hi, 2 v - q_lo] (Davison and Hinkley 1997, 5.2),
-    floored at 0: a calibration error's plug-in estimate is biased upward, and its resamples
-    are biased upward again by about as much, so the percentile interval would sit above the
-    truth; reflecting it about the estimate removes that bias to first order. ``transform``
-    (monotone) maps the value and the ends last."""
+def basic_interval(
+    value: float, draws: np.ndarray, level: float, transform=None, world: float | None = None
+) -> Estimate:
+    """The basic bootstrap interval [v - (q_hi - w), v - (q_lo - w)] (Davison and Hinkley 1997,
+    5.2), floored at 0: the resamples' spread about ``world`` w, the value the resamples estimate
+    (their population is the data), mirrored about the estimate v. For a plug-in calibration
+    error w = v: its estimate is biased upward and its resamples again by about as much, so the
+    mirror removes the bias to first order. A debiased estimator estimates the plug-in value of
+    the data in the resamples, so w is that plug-in value. ``transform`` (monotone) maps the value
+    and the ends last."""
     draws = draws[np.isfinite(draws)]
     q_lo, q_hi = np.quantile(draws, [0.5 - level / 2, 0.5 + level / 2])
-    lo, hi = max(2 * value - q_hi, 0.0), max(2 * value - q_lo, 0.0)
+    w = value if world is None else world
+    lo, hi = max(value - (q_hi - w), 0.0), max(value - (q_lo - w), 0.0)
     if transform is not None:
         value, lo, hi = transform(value), transform(lo), transform(hi)
     return Estimate(float(value), float(lo), float(hi))
@@ -133,13 +138,19 @@ def l1_gap(w, t, s, d2):
         return np.abs(t - s).sum(axis=-1) / w.sum(axis=-1)
 
 
-def binned(r: Rows, key, group_of_key, stat, level, resamples, seed, tag, transform=None):
+def binned(
+    r: Rows, key, group_of_key, stat, level, resamples, seed, tag, transform=None, world=None
+):
+    """``stat`` on cells of ``key`` with its basic bootstrap interval; ``world``: the statistic
+    whose value on the data the resamples estimate (default ``stat`` itself)."""
     cells = cells_of(r, key, group_of_key)
     value = float(stat(*sums(cells)))
     if r.total < 2:
         v = transform(value) if transform else value
         return Estimate(v, reason="one sample: no interval")
-    return basic_interval(value, bootstrap(cells, stat, resamples, seed, tag), level, transform)
+    draws = bootstrap(cells, stat, resamples, seed, tag)
+    w = None if world is None else float(world(*sums(cells)))
+    return basic_interval(value, draws, level, transform, w)
 
 
 def uniform_key(c: np.ndarray, n_bins: int) -> np.ndarray:
@@ -200,6 +211,12 @@ def ece_top_label_of(r: Rows, n_bins, level, resamples, seed) -> Estimate:
     return binned(r, key, lambda k: k, l1_gap, level, resamples, seed, 2)
 
 
+def plugin_sq(w, t, s, d2):
+    """The plug-in squared L2 error sum_b (n_b/n) m_b^2 (what :func:`debiased_sq` corrects)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.where(w > 0, (t - s) ** 2 / w, 0.0)).sum(axis=-1) / w.sum(axis=-1)
+
+
 def debiased_sq(w, t, s, d2):
     """The debiased squared L2 error: sum_b (n_b/n) [m_b^2 - v_b / n_b], m_b the bin's mean
     residual (label - confidence) and v_b its sample variance: m_b^2 is biased up by Var(m_b) =
@@ -243,6 +260,5 @@ def ece_debiased_of(r: Rows, n_bins, level, resamples, seed) -> Estimate:
         SUB_BINS - 1,
     )
     root = lambda x: float(np.sqrt(max(x, 0.0)))
-    return binned(
-        r, key, lambda k: k // SUB_BINS, debiased_sq, level, resamples, seed, 3, transform=root
-    )
+    group = lambda k: k // SUB_BINS
+    return binned(r, key, group, debiased_sq, level, resamples, seed, 3, root, world=plugin_sq)

@@ -23,6 +23,7 @@ from ..calibrators.wrapper import Wrapper
 from ..comparison import Comparison
 from ..data import TopLabelData
 from ..errors import TopcalError
+from ..overall import paired_ranking
 from ..evaluate import auto_summary, compare_methods, evaluate, fit_methods, score_models
 
 __all__ = ["PEERS", "AUTO", "focused_fits", "model_in_use", "peers_of"]
@@ -151,7 +152,10 @@ def focused_fits(
     failed = {n: f"fold {f + 1}: {msg}" for n, (f, msg) in run.errors.items()}
     first = bool(auto.stages_) and auto.stages_["decided"] == 1  # chosen at the first look
     folds = 1 if first else int(auto.folds)
-    comparison = Comparison("kfold", folds=folds, methods=methods, failed=failed, choices=choices)
+    ranking = paired_ranking(target, {n: confs[n] for n in order}, baseline=BASELINE)
+    comparison = Comparison(
+        "kfold", folds=folds, methods=methods, failed=failed, choices=choices, ranking=ranking
+    )
     on = f"{target.n_samples:,.0f}"
     if target.n_samples < data.n_samples:
         on = f"{'' if first else 'a stratified subsample of '}{on} of the {data.n_samples:,.0f}"

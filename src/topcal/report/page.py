@@ -414,7 +414,30 @@ def _gain_html(res: Comparison, focus: str, choice) -> str:
         if m["nll"].overall < b["nll"].overall
         else "<b>it does not beat the uncalibrated score</b>"
     )
-    return f"{where}, {verdict}: " + "; ".join(parts) + "."
+    return _lead_html(res, focus, where) + f"{where}, {verdict}: " + "; ".join(parts) + "."
+
+
+def _lead_html(res: Comparison, focus: str, where: str) -> str:
+    """The improvement in NLL over the uncalibrated score with its paired 90% interval, and the
+    calibration loss before and after (docs/metrics.md); "" without the ranking."""
+    rank = res.ranking
+    if focus not in rank or BASELINE not in rank or rank[focus]["vs_baseline"] is None:
+        return ""
+    gain = rank[focus]["vs_baseline"]
+    span = lambda e: "" if e["lo"] is None else f" [{e['lo']:+.4f}, {e['hi']:+.4f}]"
+    loss = lambda n: rank[n]["calibration_loss"]
+    before, after = loss(BASELINE), loss(focus)
+    text = (
+        f"<b>{where}, NLL improvement over the uncalibrated score: {gain['value']:+.4f}"
+        f"{span(gain)}</b> (90%, paired over the same samples)."
+    )
+    if before["value"] is not None and after["value"] is not None:
+        text += (
+            f" Calibration loss (the NLL a recalibration fitted out of fold still removes): "
+            f"{before['value']:.4f}{span(before)} uncalibrated, {after['value']:.4f}"
+            f"{span(after)} with <code>{html.escape(focus)}</code>."
+        )
+    return text + "</p><p>"
 
 
 def _change(v: float, ref: float) -> str:

@@ -99,10 +99,15 @@ def truths() -> dict:
         bc = np.clip(np.ceil(xc * 10).astype(int) - 1, 0, 9)
         top += share * np.abs(np.bincount(bc, wc * (gc - xc), 10)).sum()
     out["ece_top_label"] = top
-    from topcal.overall._means import platt
+    from scipy.optimize import minimize
 
     z = np.log(x) - np.log1p(-x)
-    a, c0 = platt(z, w * g, w * (1 - g))
+
+    def platt_loss(theta):  # the population's expected NLL after Platt scaling
+        u = theta[0] * z + theta[1]
+        return np.dot(w, g * np.logaddexp(0, -u) + (1 - g) * np.logaddexp(0, u))
+
+    a, c0 = minimize(platt_loss, [1.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-8}).x
     p = 1 / (1 + np.exp(-(a * z + c0)))
     out["calibration_loss"] = out["nll"] - np.dot(w, nll(p))
     out["calibration_loss_brier"] = out["brier"] - np.dot(w, brier(p))
@@ -162,12 +167,11 @@ def test_debiased_ece_is_unbiased_where_the_plug_in_is_not():
     for _ in range(60):
         data, _ = simulate(400, rng)
         c = data.normalized_score()
-        r = overall._common.rows_of(data, c)
         deb.append(overall.ece_debiased(data, c, resamples=10).value ** 2)
         edges = np.quantile(c, np.linspace(0, 1, 16))
         b = np.clip(np.searchsorted(edges, c, side="left") - 1, 0, 14)
         n = np.bincount(b, minlength=15)
-        gap = np.bincount(b, r.tp - c, 15) / np.maximum(n, 1)
+        gap = np.bincount(b, data.tp - c, 15) / np.maximum(n, 1)
         plug.append(np.dot(n / n.sum(), gap**2))
     se = np.std(deb) / np.sqrt(len(deb))
     assert abs(np.mean(deb) - truth) < 3 * se + 2e-4
@@ -300,3 +304,20 @@ def test_every_interval_covers_the_truth_at_its_level():
             hits[name] += e.lo <= t <= e.hi
     cover = {name: h / reps for name, h in hits.items()}
     assert all(0.87 <= v <= 0.93 for v in cover.values()), str(cover)
+
+
+def test_calibration_loss_falls_after_topcal_calibrates_imagenet_out_of_sample():
+    """Raw ResNet-101 ImageNet outputs: fit on one half, score the other half."""
+    import topcal
+
+    data = _bench("imagenet-resnet101.csv")
+    rng = np.random.default_rng(0)
+    rows = rng.permutation(data.n_rows)
+    fit, held = data.subset(rows[: data.n_rows // 2]), data.subset(rows[data.n_rows // 2 :])
+    model = topcal.calibrator("hier-beta").fit(fit)
+    before = overall.calibration_loss(held, held.normalized_score())
+    after = overall.calibration_loss(held, model.predict(held))
+    assert before.lo > 0.01  # the raw scores are overconfident
+    assert after.hi < before.lo and after.value < 0.25 * before.value
+    gain = overall.improvement(held, model.predict(held), held.normalized_score())
+    assert gain.lo > 0

@@ -121,6 +121,19 @@ def test_default_report_reuses_autos_cross_validation_and_says_its_choice_first(
     assert f"<b><code>auto</code> chose <code>{auto.method_}</code></b>" in head
     gain = re.search(r"NLL ([\d.]+) against ([\d.]+) uncalibrated", htmlmod.unescape(head))
     assert float(gain.group(1)) == pytest.approx(res.comparison.methods["auto"].nll.overall, 1e-3)
+    # it leads with the improvement and its paired interval, then the calibration loss
+    num = r"([+-]?[\d.]+)"
+    lead = re.search(
+        rf"NLL improvement over the uncalibrated score: {num} \[{num}, {num}\]",
+        htmlmod.unescape(head),
+    )
+    nll = res.comparison.methods
+    want = nll["uncalibrated"].nll.overall - nll["auto"].nll.overall
+    assert float(lead.group(1)) == pytest.approx(want, abs=1e-4)
+    assert float(lead.group(2)) < float(lead.group(1)) < float(lead.group(3))
+    loss = res.comparison.ranking
+    assert head.index("NLL improvement") < head.index("Calibration loss")
+    assert f"{loss['uncalibrated']['calibration_loss']['value']:.4f}" in head
     assert "auto's own 5-fold cross-validation" in page and "slightly optimistic" in page
     peers = [n for n in res.comparison.methods if n not in ("uncalibrated", "auto")]
     fitted = page.split("methods: ")[1].split("</p>")[0]

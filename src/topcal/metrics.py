@@ -133,7 +133,7 @@ def _brier(data: TopLabelData, c: np.ndarray) -> ClassMetric:  # c checked by th
     return _per_class_mean(data, data.tp * (1.0 - c) ** 2 + data.fp * c**2, "brier")
 
 
-def _check_vectors(data: TopLabelData, proba) -> np.ndarray:
+def check_vectors(data: TopLabelData, proba: ArrayLike) -> np.ndarray:
     """``proba`` checked as one probability vector per row of labelled per-sample ``data``."""
     if not isinstance(data, TopLabelData):
         raise DataError(f"metrics expect a TopLabelData, got {type(data).__name__}")
@@ -151,8 +151,8 @@ def _check_vectors(data: TopLabelData, proba) -> np.ndarray:
     if bad.any() or off.any():
         i = int(np.flatnonzero(bad.any(axis=1) | off)[0])
         raise DataError(
-            f"row {i} of the probability vectors is not a probability vector (entries in [0, 1] "
-            "summing to 1); give calibrated probabilities, not scores"
+            f"row {i + 1} of the probability vectors is not a probability vector (entries in "
+            "[0, 1] summing to 1); give calibrated probabilities, not scores"
         )
     return p
 
@@ -161,14 +161,14 @@ def vector_nll(data: TopLabelData, proba: ArrayLike) -> ClassMetric:
     """Full-vector negative log-likelihood (multinomial log loss), mean per sample: -log p_y with
     p_y clipped to [PROB_CLIP, 1], ``proba`` one row per sample and one column per class of
     ``data.classes``; ``per_class`` by predicted class, as the top-label metrics."""
-    p = _check_vectors(data, proba)
+    p = check_vectors(data, proba)
     py = p[np.arange(data.n_rows), data.labels]
     return _per_class_mean(data, -np.log(np.maximum(py, PROB_CLIP)), "vector_nll")
 
 
 def vector_brier(data: TopLabelData, proba: ArrayLike) -> ClassMetric:
     """Full-vector Brier score, mean per sample: sum_j (p_j - [y = j])^2 (0 to 2)."""
-    p = _check_vectors(data, proba)
+    p = check_vectors(data, proba)
     rows = np.arange(data.n_rows)
     py = p[rows, data.labels]
     loss = np.einsum("ij,ij->i", p, p) - 2.0 * py + 1.0

@@ -264,7 +264,7 @@ def _cmd_metrics(args) -> int:
     from ..calibrators import calibrator
     from ..calibrators.registry import BASELINE
     from ..metrics import vector_brier, vector_nll
-    from ..overall import CLASS_COLUMNS, overall_metrics, per_class, pick_classes
+    from ..overall import CLASS_COLUMNS, classwise_ece, overall_metrics, per_class, pick_classes
     from ..persist import load
 
     if not 1 <= args.bins <= MAX_BINS:
@@ -304,6 +304,9 @@ def _cmd_metrics(args) -> int:
         proba = model.predict_proba(data)
         vector = {"nll": vector_nll(data, proba).overall}
         vector["brier"] = vector_brier(data, proba).overall
+        vector["classwise_ece"] = classwise_ece(
+            data, proba, level=args.level, resamples=args.resamples, seed=args.seed
+        )
     if args.json:
         out = {
             "method": model.name,
@@ -316,7 +319,7 @@ def _cmd_metrics(args) -> int:
             "classes": table,
         }
         if vector is not None:
-            out["vector"] = vector
+            out["vector"] = {**vector, "classwise_ece": vector["classwise_ece"].to_dict()}
         print(json.dumps(out, indent=1, allow_nan=False))
         return 0
     what = "uncalibrated score" if model is base else f"{model.name} ({args.model})"
@@ -329,8 +332,12 @@ def _cmd_metrics(args) -> int:
     )
     print(overall_lines(res, args.level))
     if vector is not None:
-        nll, brier = vector["nll"], vector["brier"]
-        print(f"full vector (predict_proba): NLL {nll:.4f}, Brier {brier:.4f}")
+        nll, brier, cw = vector["nll"], vector["brier"], vector["classwise_ece"]
+        span = "" if cw.lo is None else f" [{cw.lo:.4f}, {cw.hi:.4f}]"
+        print(
+            f"full vector (predict_proba): NLL {nll:.4f}, Brier {brier:.4f}, "
+            f"class-wise ECE {cw.value:.4f}{span}"
+        )
     if args.full or chosen:
         names = list(table) if args.full else chosen
         cols = list(CLASS_COLUMNS)

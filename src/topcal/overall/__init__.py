@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ..data import TopLabelData
 from ._classes import CLASS_COLUMNS, KEYWORDS, per_class, pick_classes
+from ._classwise import classwise_ece
 from ._binned import ece15, ece15_of, ece_debiased, ece_debiased_of, ece_top_label, ece_top_label_of
 from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_bins, check_level, rows_of
 from ._means import (
@@ -51,6 +52,7 @@ __all__ = [
     "smece_bandwidth",
     "ece_debiased",
     "ece_top_label",
+    "classwise_ece",
     "calibration_loss",
     "improvement",
     "per_class",
@@ -73,6 +75,7 @@ DESCRIPTIONS = {
     "ece_top_label": "top-label ECE per predicted class (Gupta & Ramdas)",
     "calibration_loss": "NLL minus NLL after out-of-fold recalibration",
     "calibration_loss_brier": "Brier minus Brier after out-of-fold recalibration",
+    "classwise_ece": "class-wise ECE of the full vector (Kull et al.)",
 }
 
 #: The overall metrics :func:`overall_metrics` returns, in table order.

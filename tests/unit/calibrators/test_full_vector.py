@@ -299,6 +299,8 @@ def test_metrics_command_gives_full_vector_losses_where_vectors_are_given(files)
     proba = model.predict_proba(data)
     assert got["nll"] == topcal.metrics.vector_nll(data, proba).overall
     assert got["brier"] == topcal.metrics.vector_brier(data, proba).overall
+    cw = topcal.overall.classwise_ece(data, proba)  # Kull et al.'s, with its interval
+    assert got["classwise_ece"] == cw.to_dict()
     # no model: the raw scores' own vectors
     raw = json.loads(assert_ok(call("metrics", tmp / "fit.csv", "--json")).stdout)["vector"]
     from sklearn.metrics import log_loss

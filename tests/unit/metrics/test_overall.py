@@ -321,3 +321,37 @@ def test_calibration_loss_falls_after_topcal_calibrates_imagenet_out_of_sample()
     assert after.hi < before.lo and after.value < 0.25 * before.value
     gain = overall.improvement(held, model.predict(held), held.normalized_score())
     assert gain.lo > 0
+
+
+def _classwise_brute(p, y, n_bins=15):
+    """Kull et al.'s class-wise ECE written out: per class, equal-width bins of its column."""
+    n, k = p.shape
+    total = 0.0
+    for j in range(k):
+        b = np.minimum((p[:, j] * n_bins).astype(int), n_bins - 1)
+        for i in range(n_bins):
+            m = b == i
+            if m.any():
+                total += m.sum() / n * abs(np.mean(y[m] == j) - p[m, j].mean())
+    return total / k
+
+
+def test_classwise_ece_is_kull_et_als_definition_with_an_interval_that_covers_it():
+    from topcal.overall import classwise_ece
+
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(3000, 4)) * 2.0
+    p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    y = np.array([rng.choice(4, p=row) for row in p ** 1.5 / (p ** 1.5).sum(1, keepdims=True)])
+    data = TopLabelData.from_probs(p, y)
+    est = classwise_ece(data, p, resamples=200, seed=1)
+    assert est.value == pytest.approx(_classwise_brute(p, y), rel=1e-12)
+    assert est.lo <= est.value <= est.hi and est.hi - est.lo < 0.05
+    again = classwise_ece(data, p, resamples=200, seed=1)
+    assert (again.lo, again.hi) == (est.lo, est.hi)  # seeded
+    # a calibrated vector (labels drawn from it) has a smaller class-wise ECE than a sharpened one
+    y_cal = np.array([rng.choice(4, p=row) for row in p])
+    cal = TopLabelData.from_probs(p, y_cal)
+    assert classwise_ece(cal, p, resamples=50).value < est.value
+    with pytest.raises(DataError, match="probability vectors have shape"):
+        classwise_ece(data, p[:, :3])

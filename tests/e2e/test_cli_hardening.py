@@ -472,3 +472,191 @@ def test_honest_vote_data_is_not_taken_for_fitting_rows():
             check_not_fitting_data(model, held)
         with pytest.raises(DataError, match="rows the model was fitted on"):
             check_not_fitting_data(model, fit.subset(np.arange(2500)))  # a re-use still is
+
+
+# -- one command, disjoint parts: threshold DATA --fit METHOD --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("split")
+    _scores(3, 3000).to_csv(d / "all.csv", index=False)
+    return d
+
+
+def test_threshold_fit_splits_one_file_and_apply_uses_it(one_file):
+    d = one_file
+    r = assert_ok(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--fit-fraction",
+            "0.4",
+            "--seed",
+            "7",
+            "--precision",
+            "0.8",
+            "-o",
+            d / "th.json",
+            "--model-out",
+            d / "m.json",
+        )
+    )
+    assert "of 3000 rows" in r.stdout and "seed 7" in r.stdout
+    th, model = topcal.load_thresholds(d / "th.json"), topcal.load(d / "m.json")
+    s = th.split
+    assert (s.fraction, s.seed, s.n_fit + s.n_cutoff) == (0.4, 7, 3000)
+    assert abs(s.n_fit - 1200) <= 3  # stratified: each class's share rounded once
+    assert th.n_samples == s.n_cutoff
+    assert model.evidence_.stats.n_samples == s.n_fit
+    th.check_model(model)
+    assert_ok(
+        call(
+            "apply", d / "m.json", d / "all.csv", "--thresholds", d / "th.json", "-o", d / "out.csv"
+        )
+    )
+    # the same command gives the same split, a different seed another one
+    assert_ok(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--fit-fraction",
+            "0.4",
+            "--seed",
+            "7",
+            "--precision",
+            "0.8",
+            "-o",
+            d / "th2.json",
+            "--model-out",
+            d / "m2.json",
+        )
+    )
+    assert topcal.load_thresholds(d / "th2.json").split == s
+    assert_ok(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--seed",
+            "8",
+            "-o",
+            d / "th3.json",
+            "--model-out",
+            d / "m3.json",
+        )
+    )
+    assert topcal.load_thresholds(d / "th3.json").split.rows_sha256 != s.rows_sha256
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--fit-fraction", "0"], "fit_fraction must be a number in (0, 1)"),
+        (["--fit-fraction", "1"], "fit_fraction must be a number in (0, 1)"),
+        (["--fit-fraction", "nan"], "fit_fraction must be a number in (0, 1)"),
+        (["--fit-fraction", "0.001"], "leaves the fitting part empty"),
+        (["--seed", "-1"], "seed must be an integer >= 0"),
+        (["--param", "nope=3"], "nope"),
+    ],
+)
+def test_threshold_fit_refuses_bad_settings(one_file, tmp_path, extra, fragment):
+    small = tmp_path / "small.csv"
+    _scores(3, 300).to_csv(small, index=False)
+    line = assert_error(
+        call(
+            "threshold",
+            small,
+            "--fit",
+            "hist",
+            "-o",
+            tmp_path / "t.json",
+            "--model-out",
+            tmp_path / "m.json",
+            *extra,
+        ),
+        fragment,
+    )
+    assert len(line) <= MAX_ERROR_CHARS
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "m.json").exists()
+
+
+def test_threshold_fit_never_overwrites_its_input_or_mixes_options(one_file, tmp_path):
+    d = one_file
+    before = (d / "all.csv").read_bytes()
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "-o",
+            d / "all.csv",
+            "--model-out",
+            tmp_path / "m.json",
+        ),
+        "input file",
+    )
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "-o",
+            tmp_path / "t.json",
+            "--model-out",
+            d / "all.csv",
+        ),
+        "input file",
+    )
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "-o",
+            tmp_path / "t.json",
+            "--model-out",
+            tmp_path / "t.json",
+        ),
+        "two paths",
+    )
+    assert_error(
+        call("threshold", d / "all.csv", "--fit", "hist", "-o", tmp_path / "t.json"), "--model-out"
+    )
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--model",
+            tmp_path / "x.json",
+            "-o",
+            tmp_path / "t.json",
+        ),
+        "not allowed with",
+    )
+    assert_ok(call("fit", d / "all.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--model",
+            tmp_path / "m.json",
+            "--seed",
+            "0",
+            "-o",
+            tmp_path / "t.json",
+        ),
+        "--seed goes with --fit",
+    )
+    assert (d / "all.csv").read_bytes() == before
+    assert not (tmp_path / "t.json").exists()

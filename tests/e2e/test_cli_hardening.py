@@ -660,3 +660,68 @@ def test_threshold_fit_never_overwrites_its_input_or_mixes_options(one_file, tmp
     )
     assert (d / "all.csv").read_bytes() == before
     assert not (tmp_path / "t.json").exists()
+
+
+# ============================ R6: a model file whose fingerprint cannot be checked says so, once
+def _old_model(tmp_path, drop):
+    """A hist model file as an older topcal wrote it: without its fingerprint's coarse keys
+    (``drop="coarse"``) or without a fingerprint (``drop="all"``), signed again."""
+    frame = _scores(3, 3000, seed=5)
+    frame.to_csv(tmp_path / "fit.csv", index=False)
+    assert_ok(call("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+
+    def edit(doc):
+        fp = doc["model"]["fingerprint"]
+        if drop == "all":
+            doc["model"]["fingerprint"] = None
+        else:
+            del fp["coarse"], fp["n_coarse"]
+
+    _resigned(tmp_path / "m.json", edit, tmp_path / "old.json")
+    return frame
+
+
+@pytest.mark.parametrize("drop, fragment", [("coarse", "bit for bit only"), ("all", "could not")])
+def test_an_unchecked_fingerprint_warns_once_in_threshold(tmp_path, drop, fragment):
+    frame = _old_model(tmp_path, drop)
+    rounded = frame.assign(score=frame["score"].round(4))  # the fitting rows, re-encoded
+    rounded.to_csv(tmp_path / "r.csv", index=False)
+    r = assert_ok(
+        call(
+            "threshold",
+            tmp_path / "r.csv",
+            "--model",
+            tmp_path / "old.json",
+            "--precision",
+            "0.8",
+            "-o",
+            tmp_path / "t.json",
+        )
+    )
+    lines = [ln for ln in r.stderr.splitlines() if fragment in ln]
+    assert len(lines) == 1 and len(lines[0]) <= MAX_ERROR_CHARS, r.stderr
+    # a model file with its whole fingerprint says nothing of the kind on held-out rows
+    _scores(3, 3000, seed=6).to_csv(tmp_path / "h.csv", index=False)
+    r = assert_ok(
+        call(
+            "threshold",
+            tmp_path / "h.csv",
+            "--model",
+            tmp_path / "m.json",
+            "--precision",
+            "0.8",
+            "-o",
+            tmp_path / "t2.json",
+        )
+    )
+    assert "fingerprint" not in r.stderr
+
+
+def test_an_unchecked_fingerprint_warns_in_update(tmp_path):
+    from topcal.errors import TopcalWarning
+
+    _old_model(tmp_path, "coarse")
+    model = topcal.load(tmp_path / "old.json")
+    _scores(3, 500, seed=9).to_csv(tmp_path / "new.csv", index=False)
+    with pytest.warns(TopcalWarning, match="bit for bit only"):
+        model.update(topcal.read_data(tmp_path / "new.csv"))

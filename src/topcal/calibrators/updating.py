@@ -16,7 +16,7 @@ from ..evidence.confusion import GridConfusion
 from ..data import TopLabelData
 from ..errors import DataError, ParameterError, TopcalWarning
 from ..evidence.core import Evidence, stats_mark
-from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP
+from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP, unchecked
 from ..io.inputs import as_data
 from ..evidence.stats import ScoreStats
 
@@ -120,6 +120,8 @@ def merged_evidence(
     seen = list(kept.marks)
     mark = stats_mark(new.stats)
     share = 1.0 if mark in seen else 0.0
+    if isinstance(data, TopLabelData) and (why := unchecked(kept.fingerprint, data)):
+        warnings.warn(f"{model.name}.update: {why}", TopcalWarning, stacklevel=3)
     if isinstance(data, TopLabelData) and kept.fingerprint is not None:
         share = max(share, kept.fingerprint.overlap(data).of_data)
     elif kept.fingerprint is not None and new.fingerprint is not None:

@@ -74,6 +74,7 @@ __all__ = [
     "Overlap",
     "coarse_hashes",
     "row_hashes",
+    "unchecked",
     "SCHEME",
     "SKETCH_SIZE",
 ]
@@ -259,6 +260,27 @@ def _bottom(h: np.ndarray) -> tuple[int, ...]:
     if distinct.size < SKETCH_SIZE:  # many repeated rows: the sketch needs all distinct hashes
         distinct = np.unique(h)
     return tuple(int(v) for v in distinct[:SKETCH_SIZE])
+
+
+def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
+    """Why the overlap of ``data`` with the rows behind ``fp`` cannot be checked in full (one
+    line for a warning), or None where it can: no fingerprint at all (a model file written before
+    fingerprints, or statistics of unknown rows merged in), or one without coarse keys (a file
+    written before them) while ``data`` have some, so that re-encoded fitting rows (rounded,
+    float32, logits) cannot be recognised, only bit-identical ones."""
+    if fp is None:
+        return (
+            "the model file keeps no fingerprint of its fitting rows (written by an older topcal, "
+            "or statistics of unknown rows added), so whether these rows are fitting rows could "
+            "not be checked"
+        )
+    if not fp.coarse and data.n_rows and coarse_hashes(data).size:
+        return (
+            "the model file's fingerprint predates its re-encoding sketch: fitting rows are "
+            "recognised bit for bit only, not rounded or otherwise re-encoded (fit it again to "
+            "check them)"
+        )
+    return None
 
 
 @dataclass(frozen=True)

@@ -725,3 +725,38 @@ def test_an_unchecked_fingerprint_warns_in_update(tmp_path):
     _scores(3, 500, seed=9).to_csv(tmp_path / "new.csv", index=False)
     with pytest.warns(TopcalWarning, match="bit for bit only"):
         model.update(topcal.read_data(tmp_path / "new.csv"))
+
+
+# ===================== R4/R5: a superset of the fitting rows, a part of them repeated, as they are
+@pytest.fixture()
+def fit3(tmp_path):
+    frame = _scores(3, 3000, seed=11)
+    frame.to_csv(tmp_path / "fit.csv", index=False)
+    assert_ok(call("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    return tmp_path, frame
+
+
+def test_update_with_a_superset_of_the_fitting_rows_is_refused(fit3):
+    d, frame = fit3
+    superset = pd.concat([frame, _scores(3, 3200, seed=12)]).sample(frac=1, random_state=0)
+    superset.to_csv(d / "super.csv", index=False)
+    line = assert_error(
+        call("update", d / "m.json", d / "super.csv", "-o", d / "u.json"), "superset", "count"
+    )
+    assert len(line) <= MAX_ERROR_CHARS and not (d / "u.json").exists()
+    # new rows alone are still welcome
+    _scores(3, 3200, seed=12).to_csv(d / "new.csv", index=False)
+    assert_ok(call("update", d / "m.json", d / "new.csv", "-o", d / "u.json"))
+
+
+def test_a_part_of_the_fitting_rows_repeated_counts_as_fitting_rows(fit3):
+    d, frame = fit3
+    part = frame.sample(frac=0.3, random_state=1)
+    pd.concat([part, part, part]).to_csv(d / "rep.csv", index=False)
+    assert_error(
+        call("threshold", d / "rep.csv", "--model", d / "m.json", "-o", d / "t.json"),
+        "about 100% of the labelled rows",
+    )
+    assert_error(
+        call("update", d / "m.json", d / "rep.csv", "-o", d / "u.json"), "about 100% of these"
+    )

@@ -401,7 +401,9 @@ class Fingerprint:
             # apart (chance below one half; near 1 every key recurs and the sketch says nothing)
             se = np.sqrt((near * (1 - near) + chance * (1 - chance)) / keys.size)
             if chance < 0.5 and near - chance > 3 * se:
-                of_data = (near - chance) / (1.0 - chance) * self.n_coarse / c.size
+                # the fitting rows' keys found, over the data's distinct keys: a part of the
+                # fitting rows repeated counts as all fitting rows, not as its share of c.size
+                of_data = (near - chance) / (1.0 - chance) * self.n_coarse / np.unique(c).size
         elif data.n_rows and not data.is_binned:  # (a binned row is a bin's counts, no sample)
             # no coarse keys that tell rows apart (binned rows, scores that are not
             # probabilities, a few discrete scores, older files): the fitting rows found bit for

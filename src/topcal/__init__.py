@@ -32,6 +32,7 @@ from .io import read_data, read_stats
 from .persist import load, save
 from .evidence.stats import ScoreStats
 from .thresholds.core import Thresholds, fit_thresholds, load_thresholds
+from .thresholds.split import fit_and_threshold
 from . import report
 from .api import compare, make_report
 
@@ -86,6 +87,7 @@ __all__ = [
     "ScoreStats",
     "Evidence",
     "fit_thresholds",
+    "fit_and_threshold",
     "load_thresholds",
     "Thresholds",
     "datasets",

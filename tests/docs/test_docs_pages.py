@@ -99,7 +99,7 @@ PAGES = {
     "report.md": (1, 2),
     "scale.md": (2, 2),
     "temperature.md": (1, 0),
-    "thresholds.md": (1, 1),
+    "thresholds.md": (2, 2),
 }
 OWN_TEST = {"sklearn.md"}  # tests/docs/test_docs_sklearn.py
 NO_CODE_LANGS = {
@@ -451,12 +451,21 @@ def test_thresholds_page(tmp_path):
     top_score_frame(800, seed=51, **kind).to_csv(tmp_path / "fit.csv", index=False)
     top_score_frame(1500, seed=52, **kind).to_csv(tmp_path / "held.csv", index=False)
     top_score_frame(500, seed=53, labelled=False, **kind).to_csv(tmp_path / "new.csv", index=False)
+    # the recommended path: one labelled file, split into the calibrator's and the cut-offs' rows
+    pd.concat([pd.read_csv(tmp_path / n) for n in ("fit.csv", "held.csv")]).to_csv(
+        tmp_path / "labelled.csv", index=False
+    )
     run_lines("thresholds.md", blocks(DOCS / "thresholds.md", "sh")[0], tmp_path)
+    th = topcal.load_thresholds(tmp_path / "thresholds.json")
+    assert th.split.n_fit + th.split.n_cutoff == 2300
+    one = exec_block(blocks(DOCS / "thresholds.md", "python")[0], tmp_path, name="thresholds.md")
+    assert one["th"].split == th.split
+    run_lines("thresholds.md", blocks(DOCS / "thresholds.md", "sh")[1], tmp_path)
     out = pd.read_csv(tmp_path / "out.csv")
     assert out["accepted"].any() and not out["accepted"].all()
     assert (tmp_path / "rep" / "index.html").is_file()
 
-    ns = exec_block(blocks(DOCS / "thresholds.md", "python")[0], tmp_path, name="thresholds.md")
+    ns = exec_block(blocks(DOCS / "thresholds.md", "python")[1], tmp_path, name="thresholds.md")
     np.testing.assert_array_equal(
         ns["accepted"], out["accepted"].to_numpy()
     )  # the CLI's and Python's agree

@@ -472,3 +472,291 @@ def test_honest_vote_data_is_not_taken_for_fitting_rows():
             check_not_fitting_data(model, held)
         with pytest.raises(DataError, match="rows the model was fitted on"):
             check_not_fitting_data(model, fit.subset(np.arange(2500)))  # a re-use still is
+
+
+# -- one command, disjoint parts: threshold DATA --fit METHOD --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("split")
+    _scores(3, 3000).to_csv(d / "all.csv", index=False)
+    return d
+
+
+def test_threshold_fit_splits_one_file_and_apply_uses_it(one_file):
+    d = one_file
+    r = assert_ok(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--fit-fraction",
+            "0.4",
+            "--seed",
+            "7",
+            "--precision",
+            "0.8",
+            "-o",
+            d / "th.json",
+            "--model-out",
+            d / "m.json",
+        )
+    )
+    assert "of 3000 rows" in r.stdout and "seed 7" in r.stdout
+    th, model = topcal.load_thresholds(d / "th.json"), topcal.load(d / "m.json")
+    s = th.split
+    assert (s.fraction, s.seed, s.n_fit + s.n_cutoff) == (0.4, 7, 3000)
+    assert abs(s.n_fit - 1200) <= 3  # stratified: each class's share rounded once
+    assert th.n_samples == s.n_cutoff
+    assert model.evidence_.stats.n_samples == s.n_fit
+    th.check_model(model)
+    assert_ok(
+        call(
+            "apply", d / "m.json", d / "all.csv", "--thresholds", d / "th.json", "-o", d / "out.csv"
+        )
+    )
+    # the same command gives the same split, a different seed another one
+    assert_ok(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--fit-fraction",
+            "0.4",
+            "--seed",
+            "7",
+            "--precision",
+            "0.8",
+            "-o",
+            d / "th2.json",
+            "--model-out",
+            d / "m2.json",
+        )
+    )
+    assert topcal.load_thresholds(d / "th2.json").split == s
+    assert_ok(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--seed",
+            "8",
+            "-o",
+            d / "th3.json",
+            "--model-out",
+            d / "m3.json",
+        )
+    )
+    assert topcal.load_thresholds(d / "th3.json").split.rows_sha256 != s.rows_sha256
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--fit-fraction", "0"], "fit_fraction must be a number in (0, 1)"),
+        (["--fit-fraction", "1"], "fit_fraction must be a number in (0, 1)"),
+        (["--fit-fraction", "nan"], "fit_fraction must be a number in (0, 1)"),
+        (["--fit-fraction", "0.001"], "leaves the fitting part empty"),
+        (["--seed", "-1"], "seed must be an integer >= 0"),
+        (["--param", "nope=3"], "nope"),
+    ],
+)
+def test_threshold_fit_refuses_bad_settings(one_file, tmp_path, extra, fragment):
+    small = tmp_path / "small.csv"
+    _scores(3, 300).to_csv(small, index=False)
+    line = assert_error(
+        call(
+            "threshold",
+            small,
+            "--fit",
+            "hist",
+            "-o",
+            tmp_path / "t.json",
+            "--model-out",
+            tmp_path / "m.json",
+            *extra,
+        ),
+        fragment,
+    )
+    assert len(line) <= MAX_ERROR_CHARS
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "m.json").exists()
+
+
+def test_threshold_fit_never_overwrites_its_input_or_mixes_options(one_file, tmp_path):
+    d = one_file
+    before = (d / "all.csv").read_bytes()
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "-o",
+            d / "all.csv",
+            "--model-out",
+            tmp_path / "m.json",
+        ),
+        "input file",
+    )
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "-o",
+            tmp_path / "t.json",
+            "--model-out",
+            d / "all.csv",
+        ),
+        "input file",
+    )
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "-o",
+            tmp_path / "t.json",
+            "--model-out",
+            tmp_path / "t.json",
+        ),
+        "two paths",
+    )
+    assert_error(
+        call("threshold", d / "all.csv", "--fit", "hist", "-o", tmp_path / "t.json"), "--model-out"
+    )
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--fit",
+            "hist",
+            "--model",
+            tmp_path / "x.json",
+            "-o",
+            tmp_path / "t.json",
+        ),
+        "not allowed with",
+    )
+    assert_ok(call("fit", d / "all.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    assert_error(
+        call(
+            "threshold",
+            d / "all.csv",
+            "--model",
+            tmp_path / "m.json",
+            "--seed",
+            "0",
+            "-o",
+            tmp_path / "t.json",
+        ),
+        "--seed goes with --fit",
+    )
+    assert (d / "all.csv").read_bytes() == before
+    assert not (tmp_path / "t.json").exists()
+
+
+# ============================ R6: a model file whose fingerprint cannot be checked says so, once
+def _old_model(tmp_path, drop):
+    """A hist model file as an older topcal wrote it: without its fingerprint's coarse keys
+    (``drop="coarse"``) or without a fingerprint (``drop="all"``), signed again."""
+    frame = _scores(3, 3000, seed=5)
+    frame.to_csv(tmp_path / "fit.csv", index=False)
+    assert_ok(call("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+
+    def edit(doc):
+        fp = doc["model"]["fingerprint"]
+        if drop == "all":
+            doc["model"]["fingerprint"] = None
+        else:
+            del fp["coarse"], fp["n_coarse"]
+
+    _resigned(tmp_path / "m.json", edit, tmp_path / "old.json")
+    return frame
+
+
+@pytest.mark.parametrize("drop, fragment", [("coarse", "bit for bit only"), ("all", "could not")])
+def test_an_unchecked_fingerprint_warns_once_in_threshold(tmp_path, drop, fragment):
+    frame = _old_model(tmp_path, drop)
+    rounded = frame.assign(score=frame["score"].round(4))  # the fitting rows, re-encoded
+    rounded.to_csv(tmp_path / "r.csv", index=False)
+    r = assert_ok(
+        call(
+            "threshold",
+            tmp_path / "r.csv",
+            "--model",
+            tmp_path / "old.json",
+            "--precision",
+            "0.8",
+            "-o",
+            tmp_path / "t.json",
+        )
+    )
+    lines = [ln for ln in r.stderr.splitlines() if fragment in ln]
+    assert len(lines) == 1 and len(lines[0]) <= MAX_ERROR_CHARS, r.stderr
+    # a model file with its whole fingerprint says nothing of the kind on held-out rows
+    _scores(3, 3000, seed=6).to_csv(tmp_path / "h.csv", index=False)
+    r = assert_ok(
+        call(
+            "threshold",
+            tmp_path / "h.csv",
+            "--model",
+            tmp_path / "m.json",
+            "--precision",
+            "0.8",
+            "-o",
+            tmp_path / "t2.json",
+        )
+    )
+    assert "fingerprint" not in r.stderr
+
+
+def test_an_unchecked_fingerprint_warns_in_update(tmp_path):
+    from topcal.errors import TopcalWarning
+
+    _old_model(tmp_path, "coarse")
+    model = topcal.load(tmp_path / "old.json")
+    _scores(3, 500, seed=9).to_csv(tmp_path / "new.csv", index=False)
+    with pytest.warns(TopcalWarning, match="bit for bit only"):
+        model.update(topcal.read_data(tmp_path / "new.csv"))
+
+
+# ===================== R4/R5: a superset of the fitting rows, a part of them repeated, as they are
+@pytest.fixture()
+def fit3(tmp_path):
+    frame = _scores(3, 3000, seed=11)
+    frame.to_csv(tmp_path / "fit.csv", index=False)
+    assert_ok(call("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
+    return tmp_path, frame
+
+
+def test_update_with_a_superset_of_the_fitting_rows_is_refused(fit3):
+    d, frame = fit3
+    superset = pd.concat([frame, _scores(3, 3200, seed=12)]).sample(frac=1, random_state=0)
+    superset.to_csv(d / "super.csv", index=False)
+    line = assert_error(
+        call("update", d / "m.json", d / "super.csv", "-o", d / "u.json"), "superset", "count"
+    )
+    assert len(line) <= MAX_ERROR_CHARS and not (d / "u.json").exists()
+    # new rows alone are still welcome
+    _scores(3, 3200, seed=12).to_csv(d / "new.csv", index=False)
+    assert_ok(call("update", d / "m.json", d / "new.csv", "-o", d / "u.json"))
+
+
+def test_a_part_of_the_fitting_rows_repeated_counts_as_fitting_rows(fit3):
+    d, frame = fit3
+    part = frame.sample(frac=0.3, random_state=1)
+    pd.concat([part, part, part]).to_csv(d / "rep.csv", index=False)
+    assert_error(
+        call("threshold", d / "rep.csv", "--model", d / "m.json", "-o", d / "t.json"),
+        "about 100% of the labelled rows",
+    )
+    assert_error(
+        call("update", d / "m.json", d / "rep.csv", "-o", d / "u.json"), "about 100% of these"
+    )

@@ -16,7 +16,7 @@ from ..evidence.confusion import GridConfusion
 from ..data import TopLabelData
 from ..errors import DataError, ParameterError, TopcalWarning
 from ..evidence.core import Evidence, stats_mark
-from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP
+from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP, unchecked
 from ..io.inputs import as_data
 from ..evidence.stats import ScoreStats
 
@@ -120,12 +120,16 @@ def merged_evidence(
     seen = list(kept.marks)
     mark = stats_mark(new.stats)
     share = 1.0 if mark in seen else 0.0
+    if isinstance(data, TopLabelData) and (why := unchecked(kept.fingerprint, data)):
+        warnings.warn(f"{model.name}.update: {why}", TopcalWarning, stacklevel=3)
+    held = 0.0  # the share of the rows the model holds that these rows contain (a superset)
     if isinstance(data, TopLabelData) and kept.fingerprint is not None:
-        share = max(share, kept.fingerprint.overlap(data).of_data)
+        ov = kept.fingerprint.overlap(data)
+        share, held = max(share, ov.of_data), ov.of_fit
     elif kept.fingerprint is not None and new.fingerprint is not None:
         # statistics with their rows' fingerprint (streamed, Dask, evidence_of): the sketches
         share = max(share, kept.fingerprint.shared(new.fingerprint))
-    if share >= MAX_OVERLAP:
+    if share >= MAX_OVERLAP or held >= MAX_OVERLAP:
         raise DataError(
             f"{model.name}.update: "
             + (
@@ -134,6 +138,9 @@ def merged_evidence(
                 if mark in seen
                 else f"about {share:.0%} of these rows are rows the model already holds (its fit "
                 "or an earlier update, by their fingerprint, in any encoding)"
+                if share >= MAX_OVERLAP
+                else f"these rows contain about {held:.0%} of the rows the model already holds "
+                "(its fit or an earlier update, by their fingerprint: a superset of them)"
             )
             + "; adding them would count them twice: update with rows the model has not seen"
         )

@@ -1,15 +1,16 @@
 """Commands that say which predictions can be acted on: ``threshold``.
 
 Thin: read the model and the held-out labelled data, call
-:func:`topcal.thresholds.core.fit_thresholds`, write the thresholds file and print
-the per-class table.
+:func:`topcal.thresholds.core.fit_thresholds` (or, with ``--fit``, read one labelled file and
+call :func:`topcal.thresholds.split.fit_and_threshold`), write the thresholds file (and the
+model) and print the per-class table.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .common import add_data_options, format_table, read_options
+from .common import UsageError, add_data_options, format_table, parse_param, read_options
 
 __all__ = ["add_commands"]
 
@@ -23,9 +24,37 @@ def add_commands(sub) -> None:
     )
     p.add_argument(
         "data",
-        help="held-out labelled data (not the rows the model was fitted on): CSV, Parquet or .npz",
+        help="held-out labelled data (not the rows the model was fitted on): CSV, Parquet or "
+        ".npz; with --fit, one labelled file that is split into the two parts",
     )
-    p.add_argument("--model", required=True, metavar="M", help="model file from 'topcal fit'")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", metavar="M", help="model file from 'topcal fit'")
+    which.add_argument(
+        "--fit",
+        metavar="METHOD",
+        help="fit a calibrator of this method on part of DATA and choose the cut-offs on the "
+        "rest (disjoint rows, split per predicted class; recommended); needs --model-out",
+    )
+    split = p.add_argument_group("with --fit")
+    split.add_argument(
+        "--fit-fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        help="share of each predicted class's rows that fits the calibrator, in (0, 1) "
+        "(default 0.5)",
+    )
+    split.add_argument(
+        "--seed", type=int, default=None, help="the split's random seed, >= 0 (default 0)"
+    )
+    split.add_argument("--model-out", metavar="M", help="model file to write (.json)")
+    split.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter of the --fit method (repeatable)",
+    )
     p.add_argument(
         "--precision", type=float, default=0.95, help="target precision, in (0, 1) (default 0.95)"
     )
@@ -86,6 +115,61 @@ def _pool_below(text: str):
     return value
 
 
+def _settings(args) -> dict:
+    return dict(
+        mode=args.mode,
+        multiplicity="bonferroni" if args.bonferroni else "per-class",
+        **({} if args.pool_below is None else {"pool_below": args.pool_below}),
+    )
+
+
+def _fit_and_threshold(args):
+    """``threshold DATA --fit METHOD``: split, fit, choose; write the model and the thresholds."""
+    from .._fileio import check_output
+    from ..calibrators import calibrator
+    from ..io import read_data
+    from ..thresholds.split import fit_and_threshold
+
+    if not args.model_out:
+        raise UsageError("--fit needs --model-out M: the model file the thresholds belong to")
+    check_output(args.output, [args.data], "thresholds file")
+    check_output(args.model_out, [args.data], "model file")
+    if _same_path(args.model_out, args.output):
+        raise UsageError(
+            f"--model-out and -o are one file ({args.model_out!r}); give the model and the "
+            "thresholds two paths"
+        )
+    cal = calibrator(args.fit, **dict(parse_param(t) for t in args.param))
+    data = read_data(args.data, **read_options(args))
+    model, th = fit_and_threshold(
+        data,
+        cal,
+        args.precision,
+        args.delta,
+        fit_fraction=0.5 if args.fit_fraction is None else args.fit_fraction,
+        seed=0 if args.seed is None else args.seed,
+        **_settings(args),
+    )
+    model.save(args.model_out)
+    th.save(args.output)
+    s = th.split
+    print(
+        f"fitted {args.fit} on {s.n_fit} of {s.n_fit + s.n_cutoff} rows (fraction "
+        f"{s.fraction:.6g} of each predicted class, seed {s.seed}) -> {args.model_out}; cut-offs "
+        f"chosen on the other {s.n_cutoff}"
+    )
+    return th
+
+
+def _same_path(a: str, b: str) -> bool:
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
 def _cmd_threshold(args) -> int:
     from .._fileio import check_output
     from ..io import read_data
@@ -93,21 +177,26 @@ def _cmd_threshold(args) -> int:
     from ..stream import model_read_options
     from ..thresholds.core import fit_thresholds
 
-    check_output(args.output, [args.data, args.model], "thresholds file")
-    model = load(args.model)
-    data = read_data(
-        args.data, **model_read_options(model, args.data, read_options(args), model_classes=True)
-    )
-    th = fit_thresholds(
-        model,
-        data,
-        args.precision,
-        args.delta,
-        mode=args.mode,
-        multiplicity="bonferroni" if args.bonferroni else "per-class",
-        **({} if args.pool_below is None else {"pool_below": args.pool_below}),
-    )
-    th.save(args.output)
+    if args.fit is None:
+        given = {
+            "--fit-fraction": args.fit_fraction,
+            "--seed": args.seed,
+            "--model-out": args.model_out,
+            "--param": args.param or None,
+        }
+        used = [o for o, v in given.items() if v is not None]
+        if used:
+            raise UsageError(f"{used[0]} goes with --fit METHOD, not with --model")
+        check_output(args.output, [args.data, args.model], "thresholds file")
+        model = load(args.model)
+        data = read_data(
+            args.data,
+            **model_read_options(model, args.data, read_options(args), model_classes=True),
+        )
+        th = fit_thresholds(model, data, args.precision, args.delta, **_settings(args))
+        th.save(args.output)
+    else:
+        th = _fit_and_threshold(args)
     print(
         f"precision >= {th.precision:.12g} with probability >= {1 - th.delta:.12g} ({th.mode}) "
         f"on {th.n_samples:g} held-out samples -> {args.output}"

@@ -74,6 +74,7 @@ __all__ = [
     "Overlap",
     "coarse_hashes",
     "row_hashes",
+    "unchecked",
     "SCHEME",
     "SKETCH_SIZE",
 ]
@@ -261,6 +262,27 @@ def _bottom(h: np.ndarray) -> tuple[int, ...]:
     return tuple(int(v) for v in distinct[:SKETCH_SIZE])
 
 
+def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
+    """Why the overlap of ``data`` with the rows behind ``fp`` cannot be checked in full (one
+    line for a warning), or None where it can: no fingerprint at all (a model file written before
+    fingerprints, or statistics of unknown rows merged in), or one without coarse keys (a file
+    written before them) while ``data`` have some, so that re-encoded fitting rows (rounded,
+    float32, logits) cannot be recognised, only bit-identical ones."""
+    if fp is None:
+        return (
+            "the model file keeps no fingerprint of its fitting rows (written by an older topcal, "
+            "or statistics of unknown rows added), so whether these rows are fitting rows could "
+            "not be checked"
+        )
+    if not fp.coarse and data.n_rows and coarse_hashes(data).size:
+        return (
+            "the model file's fingerprint predates its re-encoding sketch: fitting rows are "
+            "recognised bit for bit only, not rounded or otherwise re-encoded (fit it again to "
+            "check them)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Overlap:
     """How much of some labelled data a model was fitted on (:meth:`Fingerprint.overlap`).
@@ -379,7 +401,9 @@ class Fingerprint:
             # apart (chance below one half; near 1 every key recurs and the sketch says nothing)
             se = np.sqrt((near * (1 - near) + chance * (1 - chance)) / keys.size)
             if chance < 0.5 and near - chance > 3 * se:
-                of_data = (near - chance) / (1.0 - chance) * self.n_coarse / c.size
+                # the fitting rows' keys found, over the data's distinct keys: a part of the
+                # fitting rows repeated counts as all fitting rows, not as its share of c.size
+                of_data = (near - chance) / (1.0 - chance) * self.n_coarse / np.unique(c).size
         elif data.n_rows and not data.is_binned:  # (a binned row is a bin's counts, no sample)
             # no coarse keys that tell rows apart (binned rows, scores that are not
             # probabilities, a few discrete scores, older files): the fitting rows found bit for

@@ -70,7 +70,7 @@ from .._typing import ArrayLike, PathLike
 from ..calibrators.base import Calibrator
 from ..data import TopLabelData
 from ..errors import DataError, NotFittedError, TopcalError, TopcalWarning
-from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP
+from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP, unchecked
 from ..io.inputs import as_data
 from .cutoffs import (
     FORMAT,
@@ -264,9 +264,13 @@ def check_not_fitting_data(model, data: TopLabelData) -> None:
     :mod:`topcal.evidence.fingerprint`); warn where at least :data:`WARN_OVERLAP` of its rows are
     fitting rows.
 
-    Models saved before fingerprints were kept cannot be checked; then nothing is raised.
+    Models saved before fingerprints (or their coarse keys) were kept cannot be checked (in
+    full); then one warning says so.
     """
     fp = _fingerprint(model)
+    why = unchecked(fp, data)
+    if why is not None:
+        warnings.warn(why, TopcalWarning, stacklevel=2)
     if fp is None:
         return
     ov = fp.overlap(data)

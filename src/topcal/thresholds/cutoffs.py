@@ -27,6 +27,7 @@ from ..calibrators.base import Calibrator
 from ..data import preview
 from ..errors import DataError, ModelFileError, TopcalError
 from ..persist import canonical_json
+from .split import Split
 
 __all__ = [
     "Thresholds",
@@ -210,6 +211,9 @@ class Thresholds:
     shared: ClassCutoff | None = None
     #: classes with fewer predictions than this joined the shared group (0: every class alone)
     pool_below: float = 0.0
+    #: how one labelled file was cut into the calibrator's rows and these cut-offs' rows
+    #: (:func:`topcal.thresholds.split.fit_and_threshold`); None: the model was fitted elsewhere
+    split: Split | None = None
 
     def cutoffs(self) -> np.ndarray:
         """The cut-off each predicted class's rows must reach under ``mode`` (NaN: none
@@ -290,6 +294,8 @@ class Thresholds:
             "n_samples": self.n_samples,
             "shared": None if self.shared is None else self.shared.to_dict(),
             "pool_below": self.pool_below,
+            # (absent: the model was fitted on another file, as in every file before splits)
+            **({} if self.split is None else {"split": self.split.to_dict()}),
         }
 
     @classmethod
@@ -318,6 +324,7 @@ class Thresholds:
             if shared.name != "(shared)":
                 raise ValueError("the shared entry must be named '(shared)'")
         pool_below = _field(d, "pool_below", Interval(0, None)) if "pool_below" in d else 0.0
+        split = Split.from_dict(d["split"]) if "split" in d else None
         unit = Interval(0, 1, "neither")
         out = cls(
             _field(d, "precision", unit),
@@ -333,6 +340,7 @@ class Thresholds:
             grid,
             shared,
             pool_below,
+            split,
         )
         if any(c.group == "shared" for c in per) and (
             out.shared is None

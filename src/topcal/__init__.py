@@ -32,7 +32,7 @@ from .io import read_data, read_stats
 from .persist import load, save
 from .evidence.stats import ScoreStats
 from .thresholds.core import Thresholds, fit_thresholds, load_thresholds
-from .thresholds.split import fit_and_threshold
+from .thresholds.core import fit_and_threshold
 from . import report
 from .api import compare, make_report
 

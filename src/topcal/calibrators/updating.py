@@ -119,9 +119,19 @@ def merged_evidence(
         )
     seen = list(kept.marks)
     mark = stats_mark(new.stats)
-    share = 1.0 if mark in seen else 0.0
+    _refuse_overlap(model, kept, data, new, mark in seen)
+    merged = Evidence(old, current, kept.fingerprint).merge(new)
+    # rows seen: old and new (fingerprint unknown once statistics alone came)
+    return Evidence(merged.stats, merged.confusion, merged.fingerprint, marks=seen + [mark])
+
+
+def _refuse_overlap(model, kept, data, new, repeated: bool) -> None:
+    """Refuse new rows (``data``, their evidence ``new``) that are mostly rows the model already
+    holds, or hold most of them (a superset); warn where many are (``repeated``: the same
+    statistics as a part already in)."""
+    share = 1.0 if repeated else 0.0
     if isinstance(data, TopLabelData) and (why := unchecked(kept.fingerprint, data)):
-        warnings.warn(f"{model.name}.update: {why}", TopcalWarning, stacklevel=3)
+        warnings.warn(f"{model.name}.update: {why}", TopcalWarning, stacklevel=4)
     held = 0.0  # the share of the rows the model holds that these rows contain (a superset)
     if isinstance(data, TopLabelData) and kept.fingerprint is not None:
         ov = kept.fingerprint.overlap(data)
@@ -135,7 +145,7 @@ def merged_evidence(
             + (
                 "these rows are the same as data already in the model (its fit or an earlier "
                 "update, by the fingerprint of their statistics)"
-                if mark in seen
+                if repeated
                 else f"about {share:.0%} of these rows are rows the model already holds (its fit "
                 "or an earlier update, by their fingerprint, in any encoding)"
                 if share >= MAX_OVERLAP
@@ -150,8 +160,5 @@ def merged_evidence(
             "already holds (same classes, same score to 6 decimals); if they are, they are "
             "counted twice",
             TopcalWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-    merged = Evidence(old, current, kept.fingerprint).merge(new)
-    # rows seen: old and new (fingerprint unknown once statistics alone came)
-    return Evidence(merged.stats, merged.confusion, merged.fingerprint, marks=seen + [mark])

@@ -260,25 +260,12 @@ def add_commands(sub) -> None:
 
 
 def _cmd_metrics(args) -> int:
-    from .._params import MAX_BINS
     from ..calibrators import calibrator
     from ..calibrators.registry import BASELINE
-    from ..metrics import vector_brier, vector_nll
-    from ..overall import CLASS_COLUMNS, classwise_ece, overall_metrics, per_class, pick_classes
+    from ..overall import CLASS_COLUMNS, overall_metrics, per_class, pick_classes
     from ..persist import load
 
-    if not 1 <= args.bins <= MAX_BINS:
-        raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
-    if not 0 < args.level < 1:
-        raise TopcalError(f"--level must be between 0 and 1 (e.g. 0.9), got {args.level}")
-    if not 10 <= args.resamples <= 100_000:
-        raise TopcalError(f"--resamples must be between 10 and 100000, got {args.resamples}")
-    if args.seed < 0:
-        raise TopcalError(f"--seed must be >= 0, got {args.seed}")
-    if args.full and args.classes:
-        raise TopcalError("--full prints every class; --classes chooses some: give one of them")
-    if args.reference and not args.model:
-        raise TopcalError("--reference is what --model is compared with: give --model too")
+    _check_metrics_options(args)
     data = read(args.data, args)
     data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
     base = calibrator(BASELINE).fit(data)
@@ -299,14 +286,7 @@ def _cmd_metrics(args) -> int:
     tp, fp = data.class_counts()
     counts = {"tp": float(tp.sum()), "fp": float(fp.sum())}
     counts["conf1"] = counts["tp"] / (counts["tp"] + counts["fp"])
-    vector = None
-    if data.has_full:  # the calibrated vector's own losses (predict_proba)
-        proba = model.predict_proba(data)
-        vector = {"nll": vector_nll(data, proba).overall}
-        vector["brier"] = vector_brier(data, proba).overall
-        vector["classwise_ece"] = classwise_ece(
-            data, proba, level=args.level, resamples=args.resamples, seed=args.seed
-        )
+    vector = _vector_metrics(model, data, args) if data.has_full else None
     if args.json:
         out = {
             "method": model.name,
@@ -332,12 +312,7 @@ def _cmd_metrics(args) -> int:
     )
     print(overall_lines(res, args.level))
     if vector is not None:
-        nll, brier, cw = vector["nll"], vector["brier"], vector["classwise_ece"]
-        span = "" if cw.lo is None else f" [{cw.lo:.4f}, {cw.hi:.4f}]"
-        print(
-            f"full vector (predict_proba): NLL {nll:.4f}, Brier {brier:.4f}, "
-            f"class-wise ECE {cw.value:.4f}{span}"
-        )
+        print(_vector_line(vector))
     if args.full or chosen:
         names = list(table) if args.full else chosen
         cols = list(CLASS_COLUMNS)
@@ -347,6 +322,46 @@ def _cmd_metrics(args) -> int:
         print("\nper class: --classes worst:N|most:N|NAME or --full (definitions: docs/metrics.md)")
     return 0
 
+
+
+def _check_metrics_options(args) -> None:
+    from .._params import MAX_BINS
+
+    if not 1 <= args.bins <= MAX_BINS:
+        raise TopcalError(f"--bins must be between 1 and {MAX_BINS}, got {args.bins}")
+    if not 0 < args.level < 1:
+        raise TopcalError(f"--level must be between 0 and 1 (e.g. 0.9), got {args.level}")
+    if not 10 <= args.resamples <= 100_000:
+        raise TopcalError(f"--resamples must be between 10 and 100000, got {args.resamples}")
+    if args.seed < 0:
+        raise TopcalError(f"--seed must be >= 0, got {args.seed}")
+    if args.full and args.classes:
+        raise TopcalError("--full prints every class; --classes chooses some: give one of them")
+    if args.reference and not args.model:
+        raise TopcalError("--reference is what --model is compared with: give --model too")
+
+
+def _vector_metrics(model, data, args) -> dict:
+    """The calibrated vector's own scores (``predict_proba``): NLL, Brier, class-wise ECE."""
+    from ..metrics import vector_brier, vector_nll
+    from ..overall import classwise_ece
+
+    proba = model.predict_proba(data)
+    vector = {"nll": vector_nll(data, proba).overall}
+    vector["brier"] = vector_brier(data, proba).overall
+    vector["classwise_ece"] = classwise_ece(
+        data, proba, level=args.level, resamples=args.resamples, seed=args.seed
+    )
+    return vector
+
+
+def _vector_line(vector: dict) -> str:
+    nll, brier, cw = vector["nll"], vector["brier"], vector["classwise_ece"]
+    span = "" if cw.lo is None else f" [{cw.lo:.4f}, {cw.hi:.4f}]"
+    return (
+        f"full vector (predict_proba): NLL {nll:.4f}, Brier {brier:.4f}, "
+        f"class-wise ECE {cw.value:.4f}{span}"
+    )
 
 def _cmd_report(args) -> int:
     from pathlib import Path

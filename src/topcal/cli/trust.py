@@ -128,7 +128,7 @@ def _fit_and_threshold(args):
     from .._fileio import check_output
     from ..calibrators import calibrator
     from ..io import read_data
-    from ..thresholds.split import fit_and_threshold
+    from ..thresholds.core import fit_and_threshold
 
     if not args.model_out:
         raise UsageError("--fit needs --model-out M: the model file the thresholds belong to")

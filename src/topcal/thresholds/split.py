@@ -22,13 +22,10 @@ import math
 
 import numpy as np
 
-from .._typing import ArrayLike, PathLike
-from ..calibrators.base import Calibrator
-from ..data import TopLabelData
-from ..errors import DataError, ParameterError
-from ..io.inputs import as_data
+from .._typing import ArrayLike
+from ..errors import ParameterError
 
-__all__ = ["Split", "split_rows", "fit_and_threshold", "STRATIFY"]
+__all__ = ["Split", "split_rows", "check_split_args", "STRATIFY"]
 
 #: What the split is stratified by (the only kind: the predicted class, never the label).
 STRATIFY = "predicted class"
@@ -78,7 +75,7 @@ class Split:
         return cls(float(frac), d["seed"], d["n_fit"], d["n_cutoff"], digest)
 
 
-def _check_split_args(fraction, seed) -> None:
+def check_split_args(fraction, seed) -> None:
     if (
         isinstance(fraction, bool)
         or not isinstance(fraction, (int, float, np.floating))
@@ -100,7 +97,7 @@ def split_rows(pred: ArrayLike, fraction: float, seed: int) -> tuple[np.ndarray,
     floor(fraction * n + u) of its n rows (u uniform in [0, 1) per class, so the expected share
     is exactly ``fraction``) go to the fitting part. Depends on ``pred``, ``fraction`` and
     ``seed`` only."""
-    _check_split_args(fraction, seed)
+    check_split_args(fraction, seed)
     pred = np.asarray(pred)
     n = pred.shape[0]
     rng = np.random.default_rng(int(seed))
@@ -116,84 +113,3 @@ def split_rows(pred: ArrayLike, fraction: float, seed: int) -> tuple[np.ndarray,
     digest = hashlib.sha256(n.to_bytes(8, "little") + np.packbits(mask).tobytes()).hexdigest()
     n_fit = int(mask.sum())
     return mask, Split(float(fraction), int(seed), n_fit, n - n_fit, digest)
-
-
-def fit_and_threshold(
-    data: TopLabelData | ArrayLike | PathLike,
-    method: str | Calibrator = "hist",
-    precision: float = 0.95,
-    delta: float = 0.05,
-    *,
-    fit_fraction: float = 0.5,
-    seed: int = 0,
-    mode: str = "per-class",
-    multiplicity: str = "per-class",
-    pool_below: float | str = "auto",
-    y: ArrayLike | None = None,
-    classes: ArrayLike | None = None,
-    kind: str = "auto",
-):
-    """Fit a calibrator and choose cut-offs on disjoint parts of one labelled dataset.
-
-    Parameters
-    ----------
-    data : TopLabelData, array-like of shape (n, K), DataFrame or path
-        Labelled data, one row a sample (not binned counts: their rows are not samples).
-    method : str or unfitted Calibrator, default "hist"
-        The calibrator to fit on the fitting part (a method name, or an instance with its
-        parameters set).
-    precision, delta : float in (0, 1)
-        The target precision and the error probability of the guarantee.
-    fit_fraction : float in (0, 1), default 0.5
-        The share of each predicted class's rows that fits the calibrator; the rest choose the
-        cut-offs.
-    seed : int >= 0, default 0
-        The split's random seed.
-    mode, multiplicity, pool_below
-        As in :func:`topcal.fit_thresholds`.
-
-    Returns
-    -------
-    (model, thresholds) : the fitted calibrator and its :class:`Thresholds`, whose ``split``
-    records the split.
-    """
-    from ..calibrators import calibrator
-    from .core import fit_thresholds
-    from .cutoffs import validate_settings
-
-    validate_settings(precision, delta, mode, multiplicity)
-    _check_split_args(fit_fraction, seed)
-    if isinstance(method, Calibrator):
-        if hasattr(method, "classes_"):
-            raise ParameterError(
-                "method is a fitted calibrator; pass a method name or an unfitted calibrator"
-            )
-        model = method
-    else:
-        model = calibrator(method)
-    if not isinstance(data, TopLabelData):
-        data = as_data(data, y, classes=classes, kind=kind)
-    data.require_labels("fitting and choosing thresholds")
-    if data.bin_edges is not None:
-        raise DataError(
-            "binned counts cannot be split into samples; fit on one file of samples and choose "
-            "thresholds on another (topcal fit, then topcal threshold --model)"
-        )
-    mask, split = split_rows(data.pred, fit_fraction, seed)
-    if split.n_fit == 0 or split.n_cutoff == 0:
-        part = "fitting" if split.n_fit == 0 else "cut-off"
-        raise DataError(
-            f"fit_fraction {fit_fraction:.6g} of {data.pred.shape[0]} rows leaves the {part} part "
-            "empty; give more labelled rows or a fraction nearer 0.5"
-        )
-    model.fit(data.subset(mask))
-    th = fit_thresholds(
-        model,
-        data.subset(~mask),
-        precision,
-        delta,
-        mode=mode,
-        multiplicity=multiplicity,
-        pool_below=pool_below,
-    )
-    return model, dataclasses.replace(th, split=split)

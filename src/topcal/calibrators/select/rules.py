@@ -8,6 +8,7 @@ docstring describes the rule and the blend) so that each file stays under 600 li
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -159,7 +160,7 @@ def tabulate_cv(run, names) -> dict:
     :class:`~topcal.errors.TopcalError` when every method failed.
     """
     target = run.target
-    cv = {}
+    cv: dict[str, dict[str, Any]] = {}
     tp, fp = target.tp, target.fp
     for n in names:
         if n in run.confidence:

@@ -34,7 +34,7 @@ class TemperatureIntervals:
     it."""
 
     #: None: a fold's fit, or a file saved before intervals
-    param_cov_ = None
+    param_cov_: np.ndarray | None = None
 
     # from the calibrator it is mixed into (TemperatureBase)
     _has_award: ClassVar[bool]
@@ -49,6 +49,7 @@ class TemperatureIntervals:
     _objective_kind: Callable[[], str]
     _log_scores: Callable[[TopLabelData], np.ndarray]
     _split: Callable[..., Any]
+    _margin: Callable[..., np.ndarray]
     _no_interval_stats: Callable[[str], Exception]
 
     def _cov_blocks(self, data: TopLabelData, fitted):

@@ -72,9 +72,9 @@ and the report show them.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
 
 import warnings
+from typing import Any, cast
 
 import numpy as np
 

@@ -206,7 +206,8 @@ class SortedTables:
             self._values[: values.size] = values
         self._offsets = offsets[:-1] + np.arange(G)
         self._ends = self._offsets + size  # the +inf after each table
-        self._head = None  # the bucket grid: built by the first search (:meth:`build`)
+        # the bucket grid: built by the first search (:meth:`build`)
+        self._head: np.ndarray | None = None
 
     def build(self) -> "SortedTables":
         """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
@@ -218,7 +219,7 @@ class SortedTables:
         n_buckets = int(self._bucket0[-1])
         total = self._values.size
         if self._paired:
-            head = np.zeros((n_buckets + 1, 2))
+            head: np.ndarray = np.zeros((n_buckets + 1, 2))
             start = head[:, 0]
         else:
             head = np.zeros(

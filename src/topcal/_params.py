@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .errors import ParameterError
 
@@ -43,7 +43,7 @@ class Interval:
             if v < self.lo or (v == self.lo and self.closed in ("right", "neither")):
                 return False
         if self.hi is not None:
-            if v > self.hi or (v == self.hi and self.closed in ("left", "neither")):
+            if cast(float, v) > self.hi or (v == self.hi and self.closed in ("left", "neither")):
                 return False
         return True
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any, cast
 
 __all__ = ["Comparison", "MethodMetrics", "MetricValues"]
 
@@ -41,7 +42,7 @@ class _FieldMapping(Mapping):
 
     @classmethod
     def _keys(cls) -> tuple:
-        return tuple(f.name for f in fields(cls))
+        return tuple(f.name for f in fields(cast(Any, cls)))  # cls: a dataclass subclass
 
 
 @dataclass(frozen=True, eq=False)

@@ -163,7 +163,7 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
     a kde bandwidth at the smallest candidate means the rule found nothing
     smoother to accept.
     """
-    out = []
+    out: list[str] = []
     if model.is_baseline or not hasattr(model, "curve") or not hasattr(model, "support_"):
         return out
     certain = []
@@ -266,6 +266,7 @@ def fit_methods(
     names = list(available_methods()) if methods is None else list(methods)
     run, skipped = _split_names(names, data)
     params = check_params(params, run)
+    notes: dict[str, list[str]]
     fitted, failed, notes = {}, {}, {}
     for name in _progress.bar(run, desc="fitting", unit=" methods"):
         if progress is not None:

@@ -1,4 +1,4 @@
-"""The public API is annotated, and the type checker's ratchet (pyproject.toml) spares it.
+"""The public API is annotated, and no module is excused from the type checker (pyproject.toml).
 
 ``make lint`` runs mypy on src/ (0 errors); ``make wheel-check`` type-checks the README snippet
 against the installed wheel (py.typed). This file checks what mypy does not: that every public
@@ -85,15 +85,14 @@ def test_public_callable_is_annotated(name, func):
 
 
 def test_the_ratchet_spares_the_public_api():
-    """No module that defines a public name is excused from type checking."""
+    """No module is excused from type checking (the ratchet list, emptied, is gone: add none)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     excused = {
         m for o in config.get("overrides", []) if o.get("ignore_errors") for m in o["module"]
     }
-    assert excused, "the ratchet list moved: update this test"
     homes = {inspect.getmodule(f).__name__ for _, f in PUBLIC}
     assert homes, homes
-    assert not homes & excused, f"public API modules excused from mypy: {homes & excused}"
+    assert not excused, f"modules excused from mypy (ignore_errors): {sorted(excused)}"
 
 
 def test_the_package_ships_its_type_marker():

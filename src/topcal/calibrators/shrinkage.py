@@ -225,7 +225,7 @@ def count_runs(t, n, group, width=COUNT_RUN_WIDTH) -> np.ndarray:
             key += low
             np.copyto(key, x, where=x < low)
             new[a + 1 : b] |= key[1:] != key[:-1]
-    run = np.cumsum(
+    run: np.ndarray = np.cumsum(
         new, dtype=np.int32 if t.size < np.iinfo(np.int32).max else np.int64
     )  # (peak memory)
     run -= 1

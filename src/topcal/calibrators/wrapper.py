@@ -18,6 +18,8 @@ asks ``isinstance(model, Wrapper)`` and uses this contract:
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from .base import Calibrator, Curve
 
 __all__ = ["Wrapper"]
@@ -79,7 +81,7 @@ class Wrapper(Calibrator):
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
         self._check_fitted()
-        return self.inner_.curve(k, score, n_points=n_points)
+        return cast(Any, self.inner_).curve(k, score, n_points=n_points)  # has_curve models
 
     @property
     def n_params_(self) -> int:

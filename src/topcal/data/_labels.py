@@ -6,7 +6,7 @@ only where the class names are not integers themselves (:func:`encode_labels`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def preview(names, limit: int = 5) -> str:
     """A short text for a possibly long list of names: the first few (at most ``limit``, each cut
     to :data:`PREVIEW_NAME_CHARS`, about :data:`PREVIEW_CHARS` in all) and the count."""
     names = [str(n) for n in names]
-    shown = []
+    shown: list[str] = []
     for n in names[:limit]:
         if shown and sum(len(t) + 2 for t in shown) + len(_short_name(n)) > PREVIEW_CHARS:
             break
@@ -254,7 +254,11 @@ def label_names(values, name: str = "labels") -> np.ndarray:
                 f"{name} holds a complex number at row {i + 1}; class labels are names or integer "
                 f"indices"
             )
-        if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 2**53:
+        if (
+            isinstance(v, (float, np.floating))
+            and float(v).is_integer()
+            and abs(cast(float, v)) < 2**53
+        ):
             v = int(v)
         elif isinstance(v, bytes):
             v = v.decode("utf-8", errors="replace")

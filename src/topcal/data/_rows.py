@@ -22,7 +22,7 @@ class ClassView(NamedTuple):
     score: np.ndarray
     tp: np.ndarray
     fp: np.ndarray
-    index: np.ndarray
+    index: np.ndarray  # type: ignore[assignment]  # the field shadows tuple.index on purpose
 
 
 def class_order(pred: np.ndarray, n_classes: int) -> np.ndarray:

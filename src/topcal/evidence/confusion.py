@@ -31,7 +31,8 @@ a fit from statistics sees of them): :meth:`GridConfusion.to_confusion` equals
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from scipy import sparse
@@ -88,7 +89,9 @@ class ConfusionStats:
     edges: tuple[np.ndarray, ...]
     table: "sparse.csr_matrix"
     #: the older per-class layout these counts were read from (written back as read), or None
-    _dense_source = None
+    _dense_source: ClassVar[dict | None] = None
+    if TYPE_CHECKING:  # derived in __post_init__ (not a constructor argument)
+        cell_start: np.ndarray = field(init=False)
 
     def __post_init__(self):
         n_edges = np.fromiter((e.size for e in self.edges), dtype=np.int64, count=len(self.edges))
@@ -366,10 +369,10 @@ class ConfusionStats:
             edges.append(e)
             offset += e.size + 1
         last = dict(zip(zip(rows, cols), vals))  # a pair named twice: its last count, as before
-        r = np.fromiter((a for a, _ in last), dtype=np.int64, count=len(last))
+        ri = np.fromiter((a for a, _ in last), dtype=np.int64, count=len(last))
         j = np.fromiter((b for _, b in last), dtype=np.int64, count=len(last))
         v = np.fromiter(last.values(), dtype=np.float64, count=len(last))
-        table = sparse.csr_matrix((v, (r, j)), shape=(offset, K))
+        table = sparse.csr_matrix((v, (ri, j)), shape=(offset, K))
         table.sum_duplicates()
         table.eliminate_zeros()
         out = cls(tuple(classes), tuple(edges), table)

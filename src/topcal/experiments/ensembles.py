@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -116,9 +116,9 @@ class ExperimentConfig:
         """
         if regime not in REGIMES:
             raise ParameterError(f"regime must be one of {list(REGIMES)}, got {regime!r}")
-        d = dict(REGIMES[regime])
+        d: dict[str, Any] = dict(REGIMES[regime])
         train_keys = {"steps", "batch_size", "lr", "hidden", "precision"}
-        train_kw = {k: d.pop(k) for k in ("steps", "precision")}
+        train_kw: dict[str, Any] = {k: d.pop(k) for k in ("steps", "precision")}
         for k, v in overrides.items():
             if v is None:
                 continue
@@ -241,7 +241,7 @@ def draw_ensembles(n_networks: int, n_ensembles: int, size: int, seed) -> np.nda
             rng.permutation(n_ensembles)
         ]
     seen: set[tuple[int, ...]] = set()
-    out = []
+    out: list[tuple[int, ...]] = []
     while len(out) < n_ensembles:
         row = tuple(sorted(rng.choice(n_networks, size=size, replace=False).tolist()))
         if row not in seen:

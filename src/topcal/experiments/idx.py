@@ -26,7 +26,7 @@ from ..errors import DataError, ParameterError
 __all__ = ["read_idx", "write_idx", "find_idx_file", "MnistData", "load_mnist", "split_train_test1"]
 
 #: IDX type codes -> big-endian NumPy dtypes (the format's own table).
-_IDX_TYPES = {
+_IDX_TYPES: dict[int, np.dtype] = {
     0x08: np.dtype(">u1"),
     0x09: np.dtype(">i1"),
     0x0B: np.dtype(">i2"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from ..calibrators.registry import get_class, register
 from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData, preview
 from ..errors import DataError, ModelFileError, ParameterError, TopcalError
+from ..evidence.confusion import ConfusionStats
 from .estimators import ADAPTED_METHOD, FP_PSEUDOCOUNT, PRIOR_SUM_TOL, adapt_confidence
 from .estimates import (
     PriorEstimate,
@@ -202,7 +204,7 @@ class AdaptedCalibrator(Wrapper):
         pass
 
     @property
-    def inner_(self) -> Calibrator:
+    def inner_(self) -> Calibrator:  # type: ignore[override]  # read-only here (Wrapper allows it)
         """The source model (``base_``)."""
         return self.base_
 
@@ -258,7 +260,7 @@ class AdaptedCalibrator(Wrapper):
     def _predict(self, data: TopLabelData) -> np.ndarray:
         c = self.base_.predict(data)
         wbar = fp_weight(
-            self.base_.evidence_.confusion,
+            cast(ConfusionStats, self.base_.evidence_.confusion),  # (set in fit: confusion_of)
             data.pred,
             data.score,
             self.weights_,
@@ -283,7 +285,7 @@ class AdaptedCalibrator(Wrapper):
         uncertainty (``topcal adapt --bootstrap``) is not in the interval (docs/intervals.md)."""
         lo, hi = self.base_._interval_of_rows(data, level)
         wbar = fp_weight(
-            self.base_.evidence_.confusion,
+            cast(ConfusionStats, self.base_.evidence_.confusion),  # (set in fit: confusion_of)
             data.pred,
             data.score,
             self.weights_,
@@ -326,11 +328,15 @@ class AdaptedCalibrator(Wrapper):
                 f"method {self.base_.name!r} has no per-class curve (it needs the full score "
                 f"vector)"
             )
-        src = self.base_.curve(k, score, n_points=n_points)
+        src = cast(Any, self.base_).curve(k, score, n_points=n_points)  # has_curve models
         i = self.classes_.index(src.class_name)
         pred = np.full(src.score.shape, i)
         wbar = fp_weight(
-            self.base_.evidence_.confusion, pred, src.score, self.weights_, self.fp_pseudocount_
+            cast(ConfusionStats, self.base_.evidence_.confusion),
+            pred,
+            src.score,
+            self.weights_,
+            self.fp_pseudocount_,
         )
         return Curve(
             src.class_name,

@@ -5,6 +5,7 @@ from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -535,7 +536,7 @@ def bootstrap(run, resample, rng, n_bootstrap: int, point, n_rows: int | None) -
     (:func:`~topcal.labelshift.estimators.em_priors`); without, one resample at a time."""
     batch = 1 if n_rows is None else min(n_bootstrap, BOOTSTRAP_BATCH_CELLS // max(n_rows, 1))
     batch = max(batch, 1)
-    out = []
+    out: list[Any] = []
     with _progress.bar(total=n_bootstrap, desc="bootstrap", unit=" resamples") as bar:
         while len(out) < n_bootstrap:
             size = min(batch, n_bootstrap - len(out))

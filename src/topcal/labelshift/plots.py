@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def label_shift_view(
     try:
         for i, c in enumerate(adapted.classes_):
             after = adapted.curve(i, n_points=n_points)  # raises for methods without score curves
-            before = adapted.inner_.curve(i, n_points=n_points)
+            before = cast(Any, adapted.inner_).curve(i, n_points=n_points)
             moved.append(
                 (
                     float(np.mean(np.abs(after.confidence - before.confidence))),

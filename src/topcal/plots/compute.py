@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -442,7 +443,7 @@ def kde_densities(
     grid = np.linspace(lo, hi, n_points)
     hists = class_histograms(data, n_bins=n_bins)
     probs = None
-    kde_confidence = None
+    kde_confidence: Callable[..., Any] | None = None
     if data.has_full and data.labels is not None:
         from ..calibrators.kde import kde_confidence  # noqa: F811
 

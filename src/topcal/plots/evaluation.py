@@ -7,6 +7,7 @@ are in :mod:`topcal.plots.draw`, the per-class curve figures in :mod:`topcal.plo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -103,7 +104,7 @@ def histogram_overlay(
         data1.score_range,
         tuple(h1[k] for k, _ in items),
         tuple(h2[k] for k, _ in items),
-        tuple(labels),
+        cast("tuple[str, str]", tuple(labels)),
     )
 
 
@@ -145,7 +146,7 @@ def paired_scores(
         b.overall[ib],
         a.per_class[:, ia],
         b.per_class[:, ib],
-        tuple(labels),
+        cast("tuple[str, str]", tuple(labels)),
     )
 
 

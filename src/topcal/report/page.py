@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def metric_table(comparison, classes, metric: str | None = None) -> str:
     res = Comparison.of(comparison).methods
     methods = list(res)
     if metric is None:  # overall: methods as rows, metrics as columns
-        vals = {m: [res[m][x].overall for x in METRICS] for m in methods}
+        vals: Any = {m: [res[m][x].overall for x in METRICS] for m in methods}
         best = [
             min((vals[m][j] for m in ranked(methods, x)), default=None)
             for j, x in enumerate(METRICS)
@@ -127,7 +128,7 @@ def metric_table(comparison, classes, metric: str | None = None) -> str:
         finite = [v for m, v in zip(methods, vals) if v is not None and m in keep]
         b = min(finite) if finite else None
 
-        def best(m, v):
+        def is_best(m, v):
             return (
                 m in keep
                 and v is not None
@@ -136,7 +137,7 @@ def metric_table(comparison, classes, metric: str | None = None) -> str:
             )
 
         cells = "".join(
-            f"<td class='{'best' if best(m, v) else ''}'>{_fmt(v)}</td>"
+            f"<td class='{'best' if is_best(m, v) else ''}'>{_fmt(v)}</td>"
             for m, v in zip(methods, vals)
         )
         name = f"<b>{html.escape(c)}</b>" if c == "overall" else html.escape(c)

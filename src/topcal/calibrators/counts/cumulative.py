@@ -16,6 +16,8 @@ cut-off at the class's lowest observed score is no cut-off (plain Conf_Cum);
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ...data import ClassView
@@ -324,7 +326,7 @@ class _CumulativeBase(ScoreCalibrator):
             # pooled reference's, searched by shrunk applies only, the position (a quarter of the
             # memory)
             self._tables_index = SortedTables(keys, offsets, paired=not self._as_reference)
-        return self._tables_index
+        return cast(SortedTables, self._tables_index)  # (no longer _UNSET)
 
     def _table_sizes(self) -> np.ndarray:
         """Every class's number of lookup keys (:func:`_lookup_keys`; 0 without a state)."""
@@ -374,7 +376,7 @@ class _CumulativeBase(ScoreCalibrator):
     def _conf(self) -> np.ndarray:
         if self._conf_layout is _UNSET:
             self._conf_layout = self._layout(counts=False)
-        return self._conf_layout
+        return cast(np.ndarray, self._conf_layout)  # (no longer _UNSET)
 
     @property
     def _counts(self):
@@ -469,7 +471,7 @@ class _CumulativeBase(ScoreCalibrator):
         return cache[-1]
 
     def _describe_classes(self) -> list[dict]:
-        out = []
+        out: list[dict] = []
         for st, sup in zip(self.class_state_, self.support_):
             if st is None:
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})

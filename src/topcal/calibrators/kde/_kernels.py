@@ -196,7 +196,7 @@ def loss_rows(c_tp, c_fp_wrong, tp, fp):
     return -(la @ tp[a]) - (lz @ fp[z])
 
 
-def loo_confidences(sums, m, inv, lt):
+def loo_confidences(sums, m, inv, lt) -> tuple[np.ndarray, np.ndarray]:
     """Leave-one-out (P(correct) of each TP, P(wrong) of each FP) from the shifted other-centre
     sums.
 

@@ -164,11 +164,11 @@ def load_state(state: dict) -> dict:
         count = _counts(finite_array(state["count"], "count", knots.size), "count")
         wide = state["wide"]
         if wide is not None:
-            n = _count(wide["cells"], "wide cells", 1)
+            n_wide = _count(wide["cells"], "wide cells", 1)
             wide = (
-                n,
-                finite_array(wide["scale"], "wide scale", n + 1),
-                finite_array(wide["bias"], "wide bias", n + 1),
+                n_wide,
+                finite_array(wide["scale"], "wide scale", n_wide + 1),
+                finite_array(wide["bias"], "wide bias", n_wide + 1),
             )
         out.update(
             table_cells=cells, knots=knots.astype(np.int64), conf=conf, count=count, wide=wide

@@ -29,6 +29,8 @@ formula ``kde_confidence`` is in ``formula.py``). The bandwidth rules and scans 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..._params import NoneOr, Options
@@ -73,7 +75,7 @@ class KDEBase(KDEFitting, ScoreCalibrator):
 
     #: How each class's bandwidth is chosen: an entry of ``_rules.SELECTION_RULES``
     #: (kde-mon*, kde-opt); ``kde`` takes a fixed one instead (see :meth:`_choose_bandwidth`).
-    _bandwidth_rule = None
+    _bandwidth_rule: Any = None
 
     _parameter_constraints = {
         "engine": Options(("auto", "exact", "binned")),

@@ -10,6 +10,7 @@ lines). It reads the class attributes ``_bandwidth_rule`` and ``batch_classes`` 
 from __future__ import annotations
 
 import warnings
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -48,6 +49,16 @@ class BandwidthWarning(DegenerateClassWarning):
 class KDEFitting:
     """The fit of every class of a KDE rule: ScoreCalibrator's batched-fit hook and its parts."""
 
+    # from KDEBase and ScoreCalibrator, which it is mixed into
+    _bandwidth_rule: Any
+    batch_classes: bool
+    engine: str
+    shrinkage: float | str
+    name: ClassVar[str]
+    classes_: tuple[str, ...]
+    n_tp_: np.ndarray
+    n_fp_: np.ndarray
+
     def _fit_all_classes(self, data: TopLabelData) -> tuple[list, list]:
         """Fit every class (the batched-fit hook of ScoreCalibrator) in a few passes over the rows.
 
@@ -78,6 +89,8 @@ class KDEFitting:
                 if k not in grids:
                     args[k] = ("exact", (score[idx], tp[idx], fp[idx]))
         prepared = self._prepare_scans(args, lo, hi, smin, smax, stacked)
+        states: list[Any]
+        support: list[Any]
         states, support = [], []
         for k in range(K):
             if rows[k] == 0:
@@ -376,7 +389,7 @@ def _exact_groups(items, exact_batch, lockstep) -> dict:
     group's widest class) within a memory budget: {k: (engine, rho, result)}."""
     out = {}
     items = sorted(items, key=lambda it: exact_batch.size_of(it[1]))
-    group = []
+    group: list[Any] = []
     for it in items + [None]:
         if it is not None:
             size = exact_batch.size_of(it[1])

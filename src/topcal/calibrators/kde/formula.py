@@ -7,6 +7,8 @@ curve: add negatives as FP).
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ...errors import DataError, ParameterError
@@ -64,7 +66,7 @@ def kde_confidence(
     if (
         isinstance(bandwidth, bool)
         or not np.isscalar(bandwidth)
-        or not (float(bandwidth) > 0)
+        or not (float(cast(float, bandwidth)) > 0)
         or not np.isfinite(bandwidth)
     ):
         raise ParameterError(
@@ -73,7 +75,7 @@ def kde_confidence(
             "pass the kernel standard deviation in score units"
         )
     bounds = _check_boundary(boundary)
-    return eng.exact_confidence(x, s, t, f, float(bandwidth), bounds)
+    return eng.exact_confidence(x, s, t, f, float(cast(float, bandwidth)), bounds)
 
 
 def _check_boundary(boundary):

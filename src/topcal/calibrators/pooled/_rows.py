@@ -4,6 +4,8 @@ and the binned rows of the strength scan (:func:`binned_rows`; :mod:`._solve`)."
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ...data import TopLabelData, canonical_order, class_order
@@ -262,7 +264,7 @@ class Rows:
         return out
 
 
-def binned_rows(cols, tp, fp, g, k, u):
+def binned_rows(cols, tp, fp, g, k, u) -> tuple[Any, Any, Any, Any] | None:
     """(cols, tp, fp, class) of approximate rows for the strength scan; None where they do not pay.
 
     The rows of each class are put in equal bins of ``u`` (logit(s): the features
@@ -296,7 +298,7 @@ def binned_rows(cols, tp, fp, g, k, u):
         parts.append((wt, total, cell))
     if (parts[0][2].size + parts[1][2].size) * BIN_GAIN > n:
         return None
-    out_cols = [[] for _ in cols]
+    out_cols: list[list[Any]] = [[] for _ in cols]
     weights, classes = [], []
     for wt, total, cell in parts:
         w = total[cell]

@@ -92,7 +92,7 @@ def interval_strength(rows, fits: dict, exact, center, prior, start: int):
     rs = _subset(rows, small)
     rl = _subset(rows, has & ~small) if (has & ~small).any() else None
     last = LAMBDA_GRID.size - 1
-    loss = {}
+    loss: dict[int, float] = {}
 
     def at(j, near):
         """The loss at grid index j (fitted from ``near``'s fit where not fitted yet)."""

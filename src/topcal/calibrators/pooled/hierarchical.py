@@ -58,7 +58,7 @@ per class in the model file (``cov``; docs/intervals.md).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from scipy.special import expit
@@ -206,7 +206,7 @@ class _Hierarchical(Calibrator):
             )
         else:
             lam = float(self.shrinkage)
-            begin, scale = center.copy() if warm is None else warm.theta_, None
+            begin, scale = center.copy() if warm is None else cast(Any, warm).theta_, None
             if warm is None and brows is not None:
                 begin, _, scale, _ = newton(brows, begin, center, prior, lam, BINNED_TOL)
             theta, q_i, _, _ = newton(rows, begin, center, prior, lam, scale=scale)

@@ -29,7 +29,7 @@ its curve is the common one.
 from __future__ import annotations
 
 import warnings
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -66,10 +66,14 @@ class _Pooled(Calibrator):
     in_paper = (
         False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
     )
-    tier = 1  # one parametric curve for all classes (non-parametric ones: 1.5)
+    tier: ClassVar[float] = 1  # one parametric curve for all classes (non-parametric ones: 1.5)
     _pools_classes = True  # the interval holds the classes' spread around the curve (.spread)
     #: the registered method fitted on the pooled data
     _inner: ClassVar[str] = ""
+    #: the fitted inner model (an instance of the registered ``_inner`` method)
+    model_: Any
+    #: during fit, the all-data fit of this method a fold starts from (crossfit.py), or None
+    _warm: _Pooled | None
 
     def _inner_params(self) -> dict:
         return self.get_params()

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 
 import warnings
+from typing import Any, cast
 
 import numpy as np
 
@@ -405,7 +406,7 @@ class Auto(Wrapper):
         self.n_tp_, self.n_fp_ = data.class_counts()
 
     @property
-    def inner_(self) -> Calibrator:
+    def inner_(self) -> Calibrator:  # type: ignore[override]  # read-only here (Wrapper allows it)
         """The chosen method, fitted on all the data (``model_``)."""
         return self.model_
 
@@ -449,7 +450,7 @@ class Auto(Wrapper):
                 f"curve of "
                 "the score alone; plot its confidences against the score instead"
             )
-        return self.model_.curve(k, score, n_points=n_points)
+        return cast(Any, self.model_).curve(k, score, n_points=n_points)  # has_curve models
 
     def describe(self) -> dict:
         d = super().describe()

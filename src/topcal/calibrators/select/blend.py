@@ -21,6 +21,8 @@ Registered unlisted: model files of it load through the registry, but it is no `
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -140,7 +142,7 @@ class Blend(Calibrator):
 
     in_paper = False
     name = "blend"
-    models_: tuple = ()  # the fitted components (none until fitted)
+    models_: Sequence[Any] = ()  # the fitted components (none until fitted)
     summary = "a fixed convex mixture of score methods' curves (auto's blend)"
     _parameter_constraints = {"methods": _Methods(), "weights": _Weights()}
 
@@ -172,7 +174,10 @@ class Blend(Calibrator):
         self.models_ = models
 
     def _mix(self, arrays) -> np.ndarray:
-        return sum(float(w) * np.asarray(a, dtype=np.float64) for w, a in zip(self.weights, arrays))
+        mixed = sum(
+            float(w) * np.asarray(a, dtype=np.float64) for w, a in zip(self.weights, arrays)
+        )  # an array (0 only for no components)
+        return cast(np.ndarray, mixed)
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return np.clip(self._mix(m.predict(data) for m in self.models_), 0.0, 1.0)

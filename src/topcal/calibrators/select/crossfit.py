@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -140,10 +140,10 @@ def refit_start(name: str | None, *runs):
     all-data fits, else the first look's) where its method may start a refit on the same or
     more rows there (``_warm_refit``: the vector maps; auto's final fit), else None (also
     for ``name`` None: a blend). Every run's fits are dropped."""
-    runs = [r for r in runs if r is not None]
-    ok = runs and name is not None and get_class(name)._warm_refit
-    warm = runs[0].warm.get(name) if ok else None
-    for r in runs:
+    live = [r for r in runs if r is not None]
+    ok = live and name is not None and get_class(name)._warm_refit
+    warm = live[0].warm.get(name) if ok else None
+    for r in live:
         r.warm.clear()
     return warm
 
@@ -233,7 +233,7 @@ def _joined(parts, errors) -> dict:
     return confidence
 
 
-def _all_data_fits(data, starts, reuse, begin, params, bar) -> dict:
+def _all_data_fits(data, starts, reuse, begin, params, bar) -> tuple[dict, set]:
     """The all-data fits that warm-start the folds of the methods ``starts``, by name (a
     method whose all-data fit fails has none: the folds' cold fits then say whether it
     fails), and the names of those fitted here on ``data`` (the others taken from ``begin``)."""
@@ -254,7 +254,9 @@ def _all_data_fits(data, starts, reuse, begin, params, bar) -> dict:
     return warm, on_data
 
 
-def _one_fold(f, folds, names, fitting, warm, reuse, parts, errors, bar) -> None:
+def _one_fold(
+    f, folds, names, fitting: tuple[Any, Any, Any], warm, reuse, parts, errors, bar
+) -> None:
     """Fit every method still running on fold ``f``'s training part (the other folds) and keep
     its confidences on the fold (``fitting``: the fit callable, whether it is quiet, on_model)."""
     n_folds = len(folds)

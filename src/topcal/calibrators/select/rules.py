@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -162,7 +163,7 @@ def tabulate_cv(run, names) -> dict:
     :class:`~topcal.errors.TopcalError` when every method failed.
     """
     target = run.target
-    cv = {}
+    cv: dict[str, dict[str, Any]] = {}
     tp, fp = target.tp, target.fp
     for n in names:
         if n in run.confidence:

@@ -37,6 +37,8 @@ differentiate (the tests check each against finite differences).
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 from scipy.special import expit
 
@@ -427,6 +429,8 @@ def loss_derivs(m, tp, fp, loss, pq=None):
 class Evaluated:
     """``value`` and ``grad_hess`` of an objective from its ``_eval(x)``, a tuple (x, summed loss,
     gradient (dim,), Hessian (dim, dim), ...) kept for the last point evaluated."""
+
+    _eval: Callable[[Any], tuple]  # from the objective it is mixed into
 
     def value(self, x) -> float:
         """Summed loss at x."""

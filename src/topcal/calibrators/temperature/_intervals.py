@@ -4,12 +4,14 @@ inverse NLL Hessian at the fit as their covariance (docs/intervals.md). A mixin 
 
 from __future__ import annotations
 
+from typing import Any, Callable, ClassVar
+
 import numpy as np
 from scipy.special import expit
 
 from ...data import TopLabelData, rows_by_class
 from .. import intervals
-from ._core import MultinomialObjective, TopLabelObjective
+from ._core import Evaluated, MultinomialObjective, TopLabelObjective
 from ._arrow import arrowhead_inverse
 from ._rows import binary_logit, inverse_pd
 
@@ -32,7 +34,23 @@ class TemperatureIntervals:
     it."""
 
     #: None: a fold's fit, or a file saved before intervals
-    param_cov_ = None
+    param_cov_: np.ndarray | None = None
+
+    # from the calibrator it is mixed into (TemperatureBase)
+    _has_award: ClassVar[bool]
+    _shared: ClassVar[bool]
+    _binary: ClassVar[bool]
+    classes_: tuple[str, ...]
+    n_tp_: np.ndarray
+    n_fp_: np.ndarray
+    temperature_: np.ndarray
+    awards_: np.ndarray
+    fitted_classes_: np.ndarray
+    _objective_kind: Callable[[], str]
+    _log_scores: Callable[[TopLabelData], np.ndarray]
+    _split: Callable[..., Any]
+    _margin: Callable[..., np.ndarray]
+    _no_interval_stats: Callable[[str], Exception]
 
     def _cov_blocks(self, data: TopLabelData, fitted):
         """(classes, objective, x) blocks for :meth:`_covariances` of each class's (log T, A / T) at
@@ -51,7 +69,9 @@ class TemperatureIntervals:
         n_aw = 1 if self._has_award else 0
         if self._objective_kind() == "multinomial":
             if fitted.any():
-                obj = MultinomialObjective(self._log_scores(data), data.labels, data.tp + data.fp)
+                obj: Evaluated = MultinomialObjective(
+                    self._log_scores(data), data.labels, data.tp + data.fp
+                )
                 yield (np.flatnonzero(fitted), obj, np.array([theta[fitted][0]]))
         elif self._shared:
             if fitted.any():

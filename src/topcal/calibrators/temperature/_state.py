@@ -5,6 +5,8 @@ moved out of ``calibrator.py`` as is (no file over 600 lines)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from ._core import OFFSET_MAX, T_MAX, T_MIN
@@ -15,6 +17,10 @@ __all__ = ["TemperatureState"]
 
 class TemperatureState:
     """``_get_state`` / ``_set_state`` of :class:`TemperatureBase` (the model file's ``state``)."""
+
+    # from the calibrator it is mixed into
+    _binary: ClassVar[bool]
+    classes_: tuple[str, ...]
 
     def _get_state(self) -> dict:
         if self._binary:  # the curve's support (bts/btswa)

@@ -6,7 +6,7 @@ btswa from score counts (docs/scale.md). A base of
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -26,6 +26,27 @@ class TemperatureUpdating:
 
     #: sts and csts keep loss tables (one parameter per row group); the award methods cannot
     _updatable: ClassVar[bool] = False
+
+    # from the calibrator it is mixed into (TemperatureBase, its Calibrator and the intervals)
+    name: ClassVar[str]
+    _binary: ClassVar[bool]
+    _shared: ClassVar[bool]
+    keep_stats: bool
+    loss: str
+    max_iter: int
+    classes_: tuple[str, ...]
+    n_tp_: np.ndarray
+    n_fp_: np.ndarray
+    param_cov_: np.ndarray | None
+    _objective_kind: Callable[[], str]
+    _log_scores: Callable[[TopLabelData], np.ndarray]
+    _check_compatible: Callable[[TopLabelData], TopLabelData]
+    _check_data: Callable[[TopLabelData], None]
+    _validate_params: Callable[[], None]
+    _class_flags: Callable[[], Any]
+    _solve: Callable[..., Any]
+    _fallback: Callable[..., Any]
+    _covariances: Callable[..., np.ndarray]
 
     def _keeps_stats(self) -> bool:
         return self._binary or (self._updatable and self.keep_stats)
@@ -62,7 +83,8 @@ class TemperatureUpdating:
         evaluations of the loss, 20-100 times a fit.
         """
         if self._binary:
-            return super()._stats_of(data)
+            # (EvidenceKeeping's, later in TemperatureBase's MRO: mypy sees object here)
+            return super()._stats_of(data)  # type: ignore[misc]
         if not self._updatable:
             raise ParameterError(self._no_stats_reason())
         data = self._check_compatible(data)  # on the model's class list (a no-op within fit)
@@ -100,7 +122,7 @@ class TemperatureUpdating:
         """``update`` of sts/csts: the fit's own solver on the merged loss tables (bts/btswa: on
         counts)."""
         if self._binary:
-            return super()._refit(stats)
+            return super()._refit(stats)  # type: ignore[misc]  # (as in _stats_of)
         self._validate_params()
         if set(stats.tables) != set(self._table_names()):
             raise DataError(
@@ -152,6 +174,7 @@ class TemperatureUpdating:
         )
         self.nll_ = float(self.class_nll_.sum())
         name = "multinomial" if self._objective_kind() == "multinomial" else "nll"
+        groups: list[tuple[Any, Any, np.ndarray]]
         if self._shared:
             groups = (
                 [

@@ -19,7 +19,7 @@ update ``_updating.py`` and its file state ``_state.py`` (its bases), the object
 from __future__ import annotations
 
 import warnings
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.special import expit
@@ -571,7 +571,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             if not self.fitted_classes_[i]:
                 out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
                 continue
-            row = {"temperature": float(self.temperature_[i])}
+            row: dict[str, Any] = {"temperature": float(self.temperature_[i])}
             cov = self.param_cov_
             if cov is not None and np.isfinite(
                 cov[i, 0, 0]

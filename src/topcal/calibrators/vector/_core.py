@@ -262,7 +262,7 @@ class VectorObjective:
         self.n = float(self.w.sum())
         self.r = layout.penalty_weights(reg, self.n)
         self.n_eval = 0
-        self.last_hessian = None  # the solver's last (see _solve)
+        self.last_hessian: np.ndarray | None = None  # the solver's last (see _solve)
         self.last_margin = None  # (theta, margins) of the last gradient pass with pred
 
     def margin_at(self, theta) -> np.ndarray | None:

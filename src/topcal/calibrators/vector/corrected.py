@@ -11,7 +11,7 @@ confidences of its own fitting rows (docs/vector.md says what this gained held o
 from __future__ import annotations
 
 import warnings
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -55,8 +55,8 @@ class _Corrected(Calibrator):
     in_paper = False
     _full_alternative = "bts"
     _parameter_constraints = VectorScaling._parameter_constraints
-    _map: ClassVar[type] = VectorScaling
-    _curve: ClassVar[type] = HierarchicalPlatt
+    _map: ClassVar[type[Any]] = VectorScaling
+    _curve: ClassVar[type[Any]] = HierarchicalPlatt
     # the map's fit starts from the warm model's map (its parameters, first stage and Hessian), as
     # ``vs``/``sms`` do: the cross-validation folds from the all-data fit, auto's final fit from
     # the folds' all-data fit or the first look's; the curve starts cold

@@ -9,8 +9,9 @@ seed, of the classes in ``data`` only: what ``update`` adds and ``threshold`` ch
 from the fit) and ``use`` (as ``more``, without labels: what ``apply`` and ``adapt`` read).
 
 Each command runs as its own process (``python -m topcal.cli``, as a user runs it) under
-``/usr/bin/time``: wall seconds, peak resident memory, and the wall time as a multiple of
-``fit --method hist``'s (the unit). ``fit`` (auto) writes the model the later commands read.
+``/usr/bin/time``: wall and CPU seconds (user + system: steadier than the wall time on a shared
+machine), each also as a multiple of ``fit --method hist``'s (the unit), and peak resident memory.
+``fit`` (auto) writes the model the later commands read (``--model hist``: hist's).
 Commands that fail are reported with the last line of their error and the run goes on.
 
 Run: ``python benchmarks/bench_many_classes.py --classes 1e4 1e5 1e6 [--rows 1e6] [--csv]
@@ -72,22 +73,22 @@ def write(path: Path, pred, score, label) -> None:
         frame.to_parquet(path, index=False)
 
 
-def run(args: list[str], work: Path) -> tuple[float, float, int, str]:
-    """(wall s, peak RSS GB, exit status, last stderr line or stdout's line count) of ``topcal
-    ARGS``."""
+def run(args: list[str], work: Path) -> tuple[float, float, float, int, str]:
+    """(wall s, CPU s, peak RSS GB, exit status, last stderr line or stdout's line count) of
+    ``topcal ARGS``."""
     stats = work / "time.txt"
-    cmd = ["/usr/bin/time", "-o", str(stats), "-f", "%e %M"]
+    cmd = ["/usr/bin/time", "-o", str(stats), "-f", "%e %U %S %M"]
     cmd += [sys.executable, "-m", "topcal.cli", *args]
     with open(work / "stderr.txt", "w") as err:
         r = subprocess.run(cmd, cwd=work, stdout=subprocess.PIPE, stderr=err, text=True)
     last = stats.read_text().split()
-    wall, rss = float(last[-2]), int(last[-1]) / 1e6
+    wall, cpu, rss = float(last[-4]), float(last[-3]) + float(last[-2]), int(last[-1]) / 1e6
     if r.returncode != 0:
         lines = [ln for ln in (work / "stderr.txt").read_text().splitlines() if ln.strip()]
         note = lines[-1][:100] if lines else ""
     else:
         note = f"{len(r.stdout.splitlines())} lines out"
-    return wall, rss, r.returncode, note
+    return wall, cpu, rss, r.returncode, note
 
 
 def steps(ext: str, dask: bool, model: str = "model.json") -> dict[str, list[str]]:
@@ -129,7 +130,10 @@ def main(argv=None) -> int:
     n, ext = int(args.rows), (".csv" if args.csv else ".parquet")
     only = {s for s in args.only.split(",") if s}
     print(f"machine: {os.cpu_count()} cores; load {loadavg()}; {n:,} rows; zipf {args.zipf}")
-    print(f"{'classes':>9s} {'command':15s} {'wall s':>8s} {'x hist':>7s} {'peak GB':>8s}  notes")
+    print(
+        f"{'classes':>9s} {'command':15s} {'wall s':>8s} {'x hist':>7s} {'CPU s':>8s} "
+        f"{'x hist':>7s} {'peak GB':>8s}  notes"
+    )
     for K in (int(k) for k in args.classes):
         work = Path(args.work or tempfile.mkdtemp(prefix="topcal-many-")) / f"k{K}"
         work.mkdir(parents=True, exist_ok=True)
@@ -149,15 +153,22 @@ def main(argv=None) -> int:
         for name, cmd in steps(ext, args.dask, model).items():
             if only and name not in only:
                 continue
-            wall, rss, rc, note = run(cmd, work)
+            wall, cpu, rss, rc, note = run(cmd, work)
             if name == "fit-hist" and rc == 0:
-                unit = wall
+                unit = (wall, cpu)
             if name in ("fit-hist", "fit") and rc == 0:
                 model = work / cmd[cmd.index("-o") + 1]
                 note += f"; model {model.stat().st_size / 1e6:.1f} MB"
-            ratio = f"{wall / unit:7.2f}" if unit else f"{'-':>7s}"
+            ratio = [
+                f"{x / u:7.2f}" if unit else f"{'-':>7s}"
+                for x, u in zip((wall, cpu), unit or (1, 1))
+            ]
             status = "" if rc == 0 else f"EXIT {rc}: "
-            print(f"{K:9d} {name:15s} {wall:8.1f} {ratio} {rss:8.2f}  {status}{note}", flush=True)
+            print(
+                f"{K:9d} {name:15s} {wall:8.1f} {ratio[0]} {cpu:8.1f} {ratio[1]} {rss:8.2f}  "
+                f"{status}{note}",
+                flush=True,
+            )
         print(f"{K:9d} load after: {loadavg()}")
         if args.work is None:
             shutil.rmtree(work.parent, ignore_errors=True)

@@ -97,7 +97,7 @@ PAGES = {
     "metrics.md": (1, 0),
     "python.md": (2, 0),
     "report.md": (1, 2),
-    "scale.md": (2, 2),
+    "scale.md": (2, 3),
     "temperature.md": (1, 0),
     "thresholds.md": (2, 2),
 }
@@ -443,6 +443,21 @@ def test_scale_page(tmp_path):
         pd.read_parquet(p) for p in sorted((tmp_path / "calibrated").glob("*.parquet"))
     )
     assert len(written) == 600 and written["confidence"].between(0, 1).all()
+
+    # many classes: a language model's next tokens (pred, score, label), 2,000 tokens
+    rng = np.random.default_rng(47)
+    tokens = np.minimum(rng.zipf(1.3, 3000), 2000)
+    score = rng.beta(5.0, 1.5, 3000)
+    label = np.where(rng.random(3000) < score**1.3, tokens, np.roll(tokens, 1))
+    frame = pd.DataFrame({"pred": tokens, "score": score, "label": label})
+    frame.to_parquet(tmp_path / "next.parquet")
+    seen = set(frame["pred"]) | set(frame["label"])
+    use = frame[frame["pred"].isin(seen)].iloc[:500].drop(columns="label")
+    use.to_parquet(tmp_path / "new.parquet")
+    res = run_lines("scale.md", sh[2], tmp_path)
+    assert all(r.returncode == 0 for r in res.values()), res
+    out = pd.read_parquet(tmp_path / "new_calibrated.parquet")
+    assert len(out) == 500 and out["confidence"].between(0, 1).all()
 
 
 def test_thresholds_page(tmp_path):

@@ -82,6 +82,10 @@ SAFETY_SIMULATIONS = 20
 #: EM's tolerance inside the simulation (the real estimate uses EM_TOL): a lam grid step of 0.05
 #: is far coarser than any prior moving by 1e-6.
 SIM_EM_TOL = 1e-6
+#: Largest cells x classes population the simulation holds as a dense table; beyond it, its
+#: counted entries plus each cell's mass spread over one shared vector (the same distribution,
+#: drawn by another stream).
+SIM_DENSE_CELLS = 4_000_000
 #: The readings of the estimator's error (module docstring).
 TRUTH_RULES = ("estimate", "moment")
 
@@ -259,7 +263,7 @@ def choose_shrink(
     if truth not in TRUTH_RULES:
         raise ParameterError(f"truth must be one of {', '.join(TRUTH_RULES)}; got {truth!r}")
     sim = _Simulation(stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth)
-    if sim.nz.size == 0 or n_use <= 0:
+    if sim.empty or n_use <= 0:
         return Shrink(
             1.0, "nothing to simulate (no counts or no use rows): the estimate is used as it is"
         )
@@ -363,10 +367,27 @@ class _Simulation:
     labelled resample may lack, as real ones do)."""
 
     def __init__(self, stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth):
-        N = stats.table.toarray()
-        m, K = N.shape
+        m, K = stats.table.shape
         self.m, self.K = m, K
-        self.cell_class = cell_class = stats.cell_class
+        self.cell_class = stats.cell_class
+        self.dense = m * K <= SIM_DENSE_CELLS
+        if self.dense:
+            total = self._dense_population(stats, fp_pseudocount)
+        else:
+            total = self._sparse_population(stats, fp_pseudocount)
+        if self.empty or n_use <= 0:
+            return
+        self.n_lab = max(1, int(round(total)))
+        self.source = stats.source_priors()
+        self.n_use, self.n_sim, self.seed, self.truth = n_use, n_sim, seed, truth
+        self.estimator, self.prior_strength = estimator, prior_strength
+        self.fp_pseudocount = fp_pseudocount
+        self.shared = np.random.default_rng(seed)
+
+    def _dense_population(self, stats, fp_pseudocount) -> float:
+        """The population as a cells x classes table (a few classes)."""
+        N = stats.table.toarray()
+        m, cell_class = self.m, self.cell_class
         rows = np.arange(m)
         tp = N[rows, cell_class]
         T = (
@@ -376,21 +397,91 @@ class _Simulation:
         T[rows, cell_class] = tp
         flat = T.ravel()
         self.nz = nz = np.flatnonzero(flat > 0)
-        total = float(N.sum())
+        self.empty = nz.size == 0
         col = T.sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             # P(cell | true class)
             self.cond = np.where(col > 0, T / np.where(col > 0, col, 1.0), 0.0)
-        if nz.size == 0 or n_use <= 0:
-            return
-        self.p_lab = flat[nz] / flat[nz].sum()
-        self.cdf_lab = np.cumsum(self.p_lab)
-        self.n_lab = max(1, int(round(total)))
-        self.source = stats.source_priors()
-        self.n_use, self.n_sim, self.seed, self.truth = n_use, n_sim, seed, truth
-        self.estimator, self.prior_strength = estimator, prior_strength
-        self.fp_pseudocount = fp_pseudocount
-        self.shared = np.random.default_rng(seed)
+        if not self.empty:
+            self.p_lab = flat[nz] / flat[nz].sum()
+            self.cdf_lab = np.cumsum(self.p_lab)
+        return float(N.sum())
+
+    def _sparse_population(self, stats, fp_pseudocount) -> float:
+        """The same population held as its counted (cell, class) entries plus, per cell, a mass
+        spread over the other classes in proportion to one shared vector (:class:`CellMix`'s
+        form): the cells' nonzeros, not cells x classes (10^5 classes)."""
+        t, K, cell_class = stats.table, self.K, self.cell_class
+        mix = CellMix.of_stats(stats, fp_pseudocount)
+        rows = np.repeat(np.arange(self.m), np.diff(t.indptr))
+        own = t.indices == cell_class[rows]
+        tp = np.bincount(rows[own], t.data[own], self.m)
+        fp = np.bincount(rows, t.data, self.m) - tp
+        S = mix.S.tocoo()
+        keep = S.data > 0  # the negative entries only cancel the shared vector at the own class
+        key = np.concatenate([S.row[keep] * K + S.col[keep], np.flatnonzero(tp) * K])
+        key = key + np.concatenate([np.zeros(int(keep.sum()), np.int64), cell_class[tp > 0]])
+        mass = np.concatenate([(S.data * fp[S.row])[keep], tp[tp > 0]])
+        order = np.argsort(key, kind="stable")
+        self.keys, self.mass = key[order], mass[order]
+        self.spread, self.v = fp * mix.h, mix.v  # per cell: mass spread over v, own class out
+        self.col = np.bincount(self.keys % K, self.mass, K) + self.v * (
+            self.spread.sum() - np.bincount(cell_class, self.spread, K)
+        )
+        self.empty = self.mass.sum() + self.spread.sum() <= 0
+        return float(t.data.sum())
+
+    def _sampler(self, pi_true=None):
+        """``draw(rng) -> (flat keys cell * K + class, counts)``: the labelled population
+        (``pi_true`` None: ``n_lab`` items) or a use set under priors ``pi_true`` (``n_use``)."""
+        if self.dense:
+            if pi_true is None:
+                return lambda rng: self._keyed(
+                    draw_counts(rng, self.p_lab, self.n_lab, self.cdf_lab)
+                )
+            p_use = (self.cond * pi_true).ravel()[self.nz]
+            p_use /= p_use.sum()
+            cdf_use = np.cumsum(p_use) if p_use.size > INVERSION_RATIO * self.n_use else None
+            return lambda rng: self._keyed(draw_counts(rng, p_use, int(self.n_use), cdf_use))
+        K, cell_class = self.K, self.cell_class
+        if pi_true is None:
+            r, n = np.ones(K), self.n_lab
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = np.where(self.col > 0, pi_true / np.where(self.col > 0, self.col, 1.0), 0.0)
+            n = int(self.n_use)
+        entry = self.mass * r[self.keys % K]
+        u = self.v * r
+        spread = self.spread * (u.sum() - u[cell_class])
+        spread = np.where(spread > 0, spread, 0.0)
+        e_sum, a_sum = entry.sum(), spread.sum()
+        p_entry, p_cell = entry / max(e_sum, 1e-300), spread / max(a_sum, 1e-300)
+        cdf_u = np.cumsum(u)
+
+        def draw(rng):
+            n_e = int(rng.binomial(n, e_sum / (e_sum + a_sum)))
+            ei, ec = draw_counts(rng, p_entry, n_e) if n_e else (np.empty(0, np.int64), np.empty(0))
+            ci, cc = draw_counts(rng, p_cell, n - n_e) if n > n_e else (ei[:0], ec[:0])
+            cells = np.repeat(ci, cc.astype(np.int64))
+            cls = np.zeros(cells.size, dtype=np.int64)
+            todo = np.arange(cells.size)
+            for _ in range(100):  # the other classes in proportion to u: redraw the own class
+                cls[todo] = np.searchsorted(cdf_u, rng.random(todo.size) * cdf_u[-1], "right")
+                cls[todo] = cls[todo].clip(max=K - 1)
+                todo = todo[cls[todo] == cell_class[cells[todo]]]
+                if todo.size == 0:
+                    break
+            allk = np.concatenate([self.keys[ei], cells * K + cls])
+            allc = np.concatenate([ec, np.ones(cells.size)])
+            keys, inv = np.unique(allk, return_inverse=True)
+            counts = np.bincount(inv.reshape(-1), allc, keys.size)
+            return keys, counts
+
+        return draw
+
+    def _keyed(self, drawn):
+        idx, counts = drawn
+        return self.nz[idx], counts
 
     def run(self, pi_true):
         """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change per lam
@@ -398,17 +489,14 @@ class _Simulation:
 
         "moment" compares rounds: each draws the same resamples (common random numbers); "estimate"
         draws on from one generator (its two rounds are not compared)."""
-        grid, n_sim, n_use, nz, K = SHRINK_GRID, self.n_sim, self.n_use, self.nz, self.K
+        grid, n_sim, n_use, K = SHRINK_GRID, self.n_sim, self.n_use, self.K
         rng = np.random.default_rng(self.seed) if self.truth == "moment" else self.shared
-        p_use = (self.cond * pi_true).ravel()[nz]
-        p_use /= p_use.sum()
-        cdf_use = np.cumsum(p_use) if p_use.size > INVERSION_RATIO * n_use else None
+        draw_lab, draw_use = self._sampler(), self._sampler(pi_true)
         change = np.zeros((n_sim, grid.size))
         err = np.zeros(n_sim)
         for s in _progress.bar(range(n_sim), desc="safety simulation", unit=" use sets"):
-            li, lv = draw_counts(rng, self.p_lab, self.n_lab, self.cdf_lab)
-            ui, uv = draw_counts(rng, p_use, int(n_use), cdf_use)
-            li, ui = nz[li], nz[ui]
+            li, lv = draw_lab(rng)
+            ui, uv = draw_use(rng)
             est, c, q, tp_u, m_cells, ps = self._estimate(li // K, li % K, lv, ui // K, ui % K, uv)
             err[s] = np.mean((_ratios(est, ps) - _ratios(pi_true, self.source)) ** 2)
             pis = (1.0 - grid)[:, None] * ps + grid[:, None] * est  # (L, K)
@@ -440,8 +528,13 @@ class _Simulation:
             ci[~is_tp], cj[~is_tp], cv[~is_tp], cell_class, K, col_s, self.fp_pseudocount
         )
         if self.estimator == "bbse":
-            Ns = np.zeros((m, K))
-            Ns[ci, cj] = cv
+            if self.dense:
+                Ns = np.zeros((m, K))
+                Ns[ci, cj] = cv
+            else:
+                from scipy import sparse
+
+                Ns = sparse.csr_matrix((cv, (ci, cj)), shape=(m, K))
             est = bbse_priors(Ns, m_cells, ps, prior_strength=self.prior_strength)
         else:
             est = em_priors(

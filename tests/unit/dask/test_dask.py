@@ -287,3 +287,28 @@ def test_dask_apply_output_is_the_local_apply_output(tmp_path, capsys, cluster, 
     assert list(got.columns) == list(want.columns)
     np.testing.assert_array_equal(got["confidence"].to_numpy(), want["confidence"].to_numpy())
     assert list(got["pred"].astype(str)) == list(want["pred"].astype(str))
+
+
+def test_dask_statistics_equal_in_memory_ones_at_many_classes(tmp_path, cluster):
+    """10^5 classes (Zipf-predicted tokens), 2 x 10^4 rows on the 2-worker cluster: the score
+    statistics and the label-shift counts (sparse; dense ones were rows x K per class) equal the
+    in-memory ones."""
+    import dask.dataframe as dd
+
+    from topcal import dask as tdask
+
+    from test_many_classes import zipf_rows
+
+    frame = zipf_rows(20_000, 0)
+    d = write_parts(tmp_path, frame, 4)
+    ddf = dd.read_parquet(str(d))
+    data = read_data_frame(frame)
+    assert tdask.stats(ddf).equals(ScoreStats.from_data(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = tdask.fit(ddf, "hist")
+    assert tuple(cal.classes_) == tuple(data.classes)
+    assert_confusion_equal(cal.evidence_.confusion, ConfusionStats.from_data(on_grid(data)))
+    np.testing.assert_array_equal(
+        cal.evidence_.confusion.column_sums(), ConfusionStats.from_data(data).column_sums()
+    )

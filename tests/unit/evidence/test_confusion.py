@@ -173,3 +173,24 @@ def test_memory_follows_the_rows_at_many_classes():
     assert (back.table != stats.table).nnz == 0
     merged = stats.merge(stats.count(data))
     np.testing.assert_array_equal(merged.column_sums(), 2 * stats.column_sums())
+
+
+@pytest.mark.parametrize("estimator", ["em", "bbse"])
+def test_safety_simulation_held_sparse_decides_as_the_dense_one(monkeypatch, estimator):
+    """Past SIM_DENSE_CELLS the simulation draws from the counted entries plus each cell's spread
+    (another stream, the same population): the same decisions on a clear shift and on none."""
+    from topcal.labelshift import safety
+
+    source = top_scores(20000, 30, 5, zipf=1.4)
+    model = topcal.calibrator("hist").fit(source)
+    for use_zipf, want in ((1.1, "adapted"), (1.4, "not adapted")):
+        use = top_scores(5000, 30, 6, zipf=use_zipf).without_labels()
+        got = []
+        for limit in (safety.SIM_DENSE_CELLS, 0):
+            monkeypatch.setattr(safety, "SIM_DENSE_CELLS", limit)
+            est = estimate_priors(model, use, estimator=estimator, n_bootstrap=0)
+            got.append(est.shrink)
+        if want == "adapted":
+            assert min(got) >= 0.9, got
+        else:
+            assert got == [0.0, 0.0], got

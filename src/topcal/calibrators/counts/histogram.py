@@ -165,20 +165,31 @@ class Histogram(ScoreCalibrator):
         midpoint), the slope read off the fitted curve between the neighbouring bins' midpoints (an
         empty bin: the midpoint of the bin(s) whose value it holds)."""
         bias = np.zeros(score.shape[0])
-        for k, rows in rows_by_class(pred, len(self.class_state_)):
+        todo = [
+            (k, rows)
+            for k, rows in rows_by_class(pred, len(self.class_state_))
+            if self.class_state_[k] is not None and self.class_state_[k]["edges"].size > 2
+        ]
+        if not todo:
+            return bias
+        # every class's bin midpoints in one call of the curve (a call per class costs K each:
+        # K^2 at 10^5 classes); the curve is computed row by row, so the values are the same
+        mids = [0.5 * (e[:-1] + e[1:]) for e in (self.class_state_[k]["edges"] for k, _ in todo)]
+        sizes = [m.size for m in mids]
+        curves = np.split(
+            self._curve_rows(np.repeat([k for k, _ in todo], sizes), np.concatenate(mids)),
+            np.cumsum(sizes)[:-1],
+        )
+        for (k, rows), mid, c in zip(todo, mids, curves):
             st = self.class_state_[k]
-            if st is None:
-                continue
             e = st["edges"]
-            mid = 0.5 * (e[:-1] + e[1:])
             # the slope between the midpoints of bins with rows: an empty bin's value is its
             # neighbour's copy, and a difference across it would halve the slope at the data's edge
             full = np.flatnonzero(st["tp"] + st["fp"] > 0)
             if full.size < 2:
                 continue
-            c = self._curve_rows(np.full(full.size, k), mid[full])
             slope = np.zeros(mid.size)
-            slope[full] = np.gradient(c, mid[full])
+            slope[full] = np.gradient(c[full], mid[full])
             a, b = self._source_bins(st)
             i = bin_index(e, score[rows])
             along = 0.5 * (slope[a[i]] + slope[b[i]])

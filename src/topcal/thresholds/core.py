@@ -446,7 +446,7 @@ def fit_and_threshold(
     y: ArrayLike | None = None,
     classes: ArrayLike | None = None,
     kind: str = "auto",
-):
+) -> tuple[Calibrator, Thresholds]:
     """Fit a calibrator and choose cut-offs on disjoint parts of one labelled dataset.
 
     Parameters

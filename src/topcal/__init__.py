@@ -1,9 +1,8 @@
 """topcal: post-hoc top-label confidence calibration.
 
-Fit, per predicted class, a function turning a classifier's score into the
-probability that the prediction is right; check it by eye; save it as JSON;
-apply it to new predictions. Implements Salamon et al., "Estimating
-Classification Confidence Using Kernel Densities".
+Fit, per predicted class, a function turning a classifier's score into the probability that
+the prediction is right; check it by eye; save it as JSON; apply it to new predictions.
+Implements Salamon et al., "Estimating Classification Confidence Using Kernel Densities".
 
 >>> import topcal
 >>> data = topcal.datasets.load_phanns()
@@ -38,9 +37,9 @@ from .api import compare, make_report
 
 
 class _ReportPackage(type(report)):  # type: ignore[misc]  # the module type, read at run time
-    """``topcal.report`` is the package (:mod:`topcal.report`, ``build_report`` and the report's
-    parts);
-    calling it as the function it once was still writes the report, with a FutureWarning."""
+    """``topcal.report`` is the package (:mod:`topcal.report`, ``build_report`` and the
+    report's parts); calling it as the function it once was still writes the report, with a
+    FutureWarning."""
 
     def __call__(self, *args, **kwargs):
         import warnings
@@ -58,7 +57,8 @@ report.__class__ = _ReportPackage  # the package, callable: no function shadows 
 
 
 def __getattr__(name):
-    # the scikit-learn meta-estimator needs scikit-learn (topcal[sklearn]); import it on first use
+    # the scikit-learn meta-estimator needs scikit-learn (topcal[sklearn]); import it on
+    # first use
     if name == "TopLabelCalibratedClassifier":
         from .estimator import TopLabelCalibratedClassifier
 

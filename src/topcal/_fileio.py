@@ -1,34 +1,29 @@
 """Safe output files: every writer of topcal goes through these helpers.
 
-* :func:`check_output` refuses an output path that is one of the inputs
-  (also through a hard link or a symbolic link), so no command can overwrite
-  the data it reads.
-* :func:`atomic_write` writes to a temporary file in the target's folder and
-  renames it over the target only when the write succeeded; on any failure
-  the temporary file is removed and a pre-existing target is left untouched.
-  It **refuses** (never writes through, never replaces) a target that is a
-  symbolic link, a device, pipe or socket, or a write-protected file: topcal
-  only replaces regular files it may write.
-* :func:`report_dir` does the same for a folder of files (the HTML report,
-  Dask's Parquet output): the new folder is built beside the target and
-  swapped in at the end. It only replaces a folder that is empty or that
-  topcal made (it holds the marker file :data:`MARKER` listing the files
-  topcal wrote there, and nothing else); a folder holding other files is
-  refused unless ``force=True``, which then writes topcal's files into it
-  and deletes nothing it did not write. Marker entries that leave the folder
-  (``..``, absolute paths) or pass through a link are ignored, and a link
-  where topcal would write is refused.
+* :func:`check_output` refuses an output path that is one of the inputs (also through a hard
+  link or a symbolic link), so no command can overwrite the data it reads.
+* :func:`atomic_write` writes to a temporary file in the target's folder and renames it over
+  the target only when the write succeeded; on any failure the temporary file is removed and
+  a pre-existing target is left untouched. It **refuses** (never writes through, never
+  replaces) a target that is a symbolic link, a device, pipe or socket, or a write-protected
+  file: topcal only replaces regular files it may write.
+* :func:`report_dir` does the same for a folder of files (the HTML report, Dask's Parquet
+  output): the new folder is built beside the target and swapped in at the end. It only
+  replaces a folder that is empty or that topcal made (it holds the marker file
+  :data:`MARKER` listing the files topcal wrote there, and nothing else); a folder holding
+  other files is refused unless ``force=True``, which then writes topcal's files into it and
+  deletes nothing it did not write. Marker entries that leave the folder (``..``, absolute
+  paths) or pass through a link are ignored, and a link where topcal would write is refused.
 
 Temporary files and folders are named
-``.<target>.topcal-partial-<pid>-<start>-<owner>-<random>`` (``.tmp`` for
-files): the process id, its start time (clock ticks since boot) and a token of
-the PID namespace on this boot of this kernel (:func:`owner_token`). A run
-killed outright (SIGKILL, power loss) leaves one behind, and the next run
-writing the same target removes it only when it is *provably ours and dead*:
-same owner token (a pid means nothing in another container's PID namespace, or
-on another host sharing the folder over NFS) and no process of that pid, or one
-that started at another time (the pid was reused). Anything else (another
-namespace's or host's run, a name of an older topcal) is left alone.
+``.<target>.topcal-partial-<pid>-<start>-<owner>-<random>`` (``.tmp`` for files): the
+process id, its start time (clock ticks since boot) and a token of the PID namespace on this
+boot of this kernel (:func:`owner_token`). A run killed outright (SIGKILL, power loss)
+leaves one behind, and the next run writing the same target removes it only when it is
+*provably ours and dead*: same owner token (a pid means nothing in another container's PID
+namespace, or on another host sharing the folder over NFS) and no process of that pid, or
+one that started at another time (the pid was reused). Anything else (another namespace's or
+host's run, a name of an older topcal) is left alone.
 """
 
 from __future__ import annotations
@@ -76,7 +71,8 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def check_output(output, inputs, what: str = "output file") -> None:
-    """Raise TopcalError when ``output`` is one of ``inputs`` (same path, hard or symbolic link)."""
+    """Raise TopcalError when ``output`` is one of ``inputs`` (same path, hard or symbolic
+    link)."""
     out = Path(output)
     for inp in inputs:
         if inp is not None and _same(out, Path(inp)):
@@ -97,33 +93,33 @@ def _new_file_mode() -> int:
 
 
 def check_writable(target) -> None:
-    """Raise TopcalError unless ``target`` is missing or a writable regular file (not a link, device
-    or folder)."""
+    """Raise TopcalError unless ``target`` is missing or a writable regular file (not a
+    link, device or folder)."""
     target = Path(target)
     if target.is_symlink():
         raise TopcalError(
-            f"{str(target)!r} is a symbolic link; topcal neither writes through nor replaces "
-            f"links: "
-            "give the real path or a new file name"
+            f"{str(target)!r} is a symbolic link; topcal neither writes through nor "
+            "replaces links: give the real path or a new file name"
         )
     try:
         st = target.stat()
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise TopcalError(f"cannot write {str(target)!r}: {_why(exc)}; check the path") from None
+        raise TopcalError(
+            f"cannot write {str(target)!r}: {_why(exc)}; check the path"
+        ) from None
     if stat.S_ISDIR(st.st_mode):
         raise TopcalError(f"{str(target)!r} is a folder; give a file name to write")
     if not stat.S_ISREG(st.st_mode):
         raise TopcalError(
-            f"{str(target)!r} is not a regular file (a device, pipe or socket); topcal neither "
-            f"writes "
-            "through nor replaces special files: give a file name"
+            f"{str(target)!r} is not a regular file (a device, pipe or socket); topcal "
+            "neither writes through nor replaces special files: give a file name"
         )
     if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
         raise TopcalError(
-            f"{str(target)!r} is write-protected; topcal does not replace read-only files: make it "
-            "writable (chmod u+w) or give another file name"
+            f"{str(target)!r} is write-protected; topcal does not replace read-only files: "
+            "make it writable (chmod u+w) or give another file name"
         )
 
 
@@ -136,9 +132,9 @@ def _read(path: str) -> str:
 
 
 def owner_token() -> str:
-    """12 hex digits naming this process's PID namespace on this boot of this kernel: a hash of the
-    boot id and the namespace's inode (Linux), else of the host name. Two processes with the same
-    token see the same pids; any other token's pids are not ours to judge."""
+    """12 hex digits naming this process's PID namespace on this boot of this kernel: a hash
+    of the boot id and the namespace's inode (Linux), else of the host name. Two processes
+    with the same token see the same pids; any other token's pids are not ours to judge."""
     ns = ""
     with contextlib.suppress(OSError):
         ns = os.readlink("/proc/self/ns/pid")
@@ -151,8 +147,9 @@ def owner_token() -> str:
 
 
 def _start_time(pid: int) -> int | None:
-    """Start time of ``pid`` (clock ticks since boot, /proc/PID/stat field 22); None when unknown or
-    when /proc shows another PID namespace than ours (then its numbers are not our pids)."""
+    """Start time of ``pid`` (clock ticks since boot, /proc/PID/stat field 22); None when
+    unknown or when /proc shows another PID namespace than ours (then its numbers are not
+    our pids)."""
     with contextlib.suppress(OSError):
         if os.readlink("/proc/self") != str(os.getpid()):
             return None
@@ -162,8 +159,9 @@ def _start_time(pid: int) -> int | None:
 
 
 def _stem(name: str) -> str:
-    """``name`` as it appears in its temporary's name: long names shortened (with a hash, so names
-    differing only at the end stay apart) to keep the temporary's name under the 255-byte limit."""
+    """``name`` as it appears in its temporary's name: long names shortened (with a hash, so
+    names differing only at the end stay apart) to keep the temporary's name under the
+    255-byte limit."""
     if len(os.fsencode(name)) <= 120:
         return name
     short = name
@@ -183,7 +181,8 @@ def _alive(pid: int) -> bool:
 
 
 def _dead_and_ours(pid: int, start: int, owner: str) -> bool:
-    """Whether the run that named a temporary ``pid``, ``start``, ``owner`` is provably gone."""
+    """Whether the run that named a temporary ``pid``, ``start``, ``owner`` is provably
+    gone."""
     if owner != owner_token() or pid == os.getpid():
         return False  # another PID namespace or host: its pids say nothing here
     if not _alive(pid):
@@ -193,8 +192,8 @@ def _dead_and_ours(pid: int, start: int, owner: str) -> bool:
 
 
 def _remove_stale(folder: Path, name: str) -> None:
-    """Remove the temporaries of ``name`` in ``folder`` left by killed runs, where provably ours and
-    dead (module docstring); leave every other file alone."""
+    """Remove the temporaries of ``name`` in ``folder`` left by killed runs, where provably
+    ours and dead (module docstring); leave every other file alone."""
     fields = r"(\d{1,10})-(\d{1,20})-([0-9a-f]{12})-"  # pid, start time, owner token
     pattern = re.compile(re.escape(f".{_stem(name)}.{PARTIAL}-") + fields)
     try:
@@ -221,13 +220,12 @@ def _temp_prefix(name: str) -> str:
 
 @contextlib.contextmanager
 def atomic_write(path):
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is
-    removed.
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure
+    it is removed.
 
     A target that is a link, a special file or write-protected is refused
-    (:func:`check_writable`), before anything is written and again before the
-    rename. OSErrors (missing folder, no permission, full disk) become
-    one-line TopcalErrors.
+    (:func:`check_writable`), before anything is written and again before the rename.
+    OSErrors (missing folder, no permission, full disk) become one-line TopcalErrors.
     """
     target = Path(path)
     check_writable(target)
@@ -238,9 +236,13 @@ def atomic_write(path):
         )
     _remove_stale(folder, target.name)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target.name), suffix=".tmp", dir=folder)
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=_temp_prefix(target.name), suffix=".tmp", dir=folder
+        )
     except OSError as exc:
-        raise TopcalError(f"cannot write {str(target)!r}: {_why(exc)}; check the path") from None
+        raise TopcalError(
+            f"cannot write {str(target)!r}: {_why(exc)}; check the path"
+        ) from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -250,7 +252,9 @@ def atomic_write(path):
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except OSError as exc:
-        raise TopcalError(f"cannot write {str(target)!r}: {_why(exc)}; check the path") from None
+        raise TopcalError(
+            f"cannot write {str(target)!r}: {_why(exc)}; check the path"
+        ) from None
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -263,9 +267,9 @@ def write_text(path, text: str) -> None:
 
 
 def read_text(path, what: str, error=TopcalError, type_hint: str = "") -> str:
-    """The text of the file at ``path`` (a str, bytes or path object) for a reader of ``what`` (e.g.
-    "model file"); ``error`` (a TopcalError class) with a one-line message when it cannot be
-    read."""
+    """The text of the file at ``path`` (a str, bytes or path object) for a reader of
+    ``what`` (e.g. "model file"); ``error`` (a TopcalError class) with a one-line message
+    when it cannot be read."""
     if isinstance(path, (bytes, bytearray)):
         path = os.fsdecode(bytes(path))
     if not isinstance(path, (str, os.PathLike)):
@@ -282,8 +286,8 @@ def read_text(path, what: str, error=TopcalError, type_hint: str = "") -> str:
 
 
 def _inside(rel: str) -> bool:
-    """A marker entry that stays inside its folder: relative, no ``..``, no drive or backslash
-    tricks."""
+    """A marker entry that stays inside its folder: relative, no ``..``, no drive or
+    backslash tricks."""
     p = PurePosixPath(rel)
     return (
         bool(rel)
@@ -295,8 +299,8 @@ def _inside(rel: str) -> bool:
 
 
 def _listed(folder: Path) -> set[str] | None:
-    """Files (relative, '/'-separated) the marker of ``folder`` says topcal wrote; None without a
-    marker.
+    """Files (relative, '/'-separated) the marker of ``folder`` says topcal wrote; None
+    without a marker.
 
     Entries that would leave the folder are dropped: a marker is a file anyone can edit.
     """
@@ -320,7 +324,8 @@ def _contents(folder: Path) -> set[str]:
         for name in dirs:
             sub = Path(root) / name
             if sub.is_symlink():
-                out.add((rel / name).as_posix() + "@")  # a link is never topcal's (it writes none)
+                # a link is never topcal's (it writes none)
+                out.add((rel / name).as_posix() + "@")
             elif not any(sub.iterdir()):
                 out.add((rel / name).as_posix() + "/")
     return out
@@ -330,12 +335,14 @@ def _foreign(folder: Path) -> list[str]:
     """Entries of ``folder`` that topcal did not write there (sorted; links end in '@')."""
     listed = _listed(folder) or set()
     dirs = {p.rsplit("/", 1)[0] + "/" for p in listed if "/" in p}
-    return sorted(p for p in _contents(folder) if p != MARKER and p not in listed and p not in dirs)
+    return sorted(
+        p for p in _contents(folder) if p != MARKER and p not in listed and p not in dirs
+    )
 
 
 def _link_on_the_way(out: Path, rel: str) -> str | None:
-    """The first component of ``out/rel`` (below ``out``) that is a link or not a folder where one
-    is needed."""
+    """The first component of ``out/rel`` (below ``out``) that is a link or not a folder
+    where one is needed."""
     cur = out
     parts = PurePosixPath(rel).parts
     for i, part in enumerate(parts):
@@ -350,15 +357,15 @@ def _link_on_the_way(out: Path, rel: str) -> str | None:
 def _check_folder_path(out: Path, what: str) -> None:
     if out.is_symlink():
         raise TopcalError(
-            f"the {what} {str(out)!r} is a symbolic link; topcal does not write through links: "
-            "give the real folder or a new name"
+            f"the {what} {str(out)!r} is a symbolic link; topcal does not write through "
+            "links: give the real folder or a new name"
         )
     here = Path.cwd().resolve()
     real = out.resolve()
     if real == here or real in here.parents:
         raise TopcalError(
-            f"the {what} {str(out)!r} is the current folder or holds it; give a new folder name, "
-            "e.g. -o results"
+            f"the {what} {str(out)!r} is the current folder or holds it; give a new folder "
+            "name, e.g. -o results"
         )
 
 
@@ -372,9 +379,8 @@ def check_report_dir(
 ) -> None:
     """Raise TopcalError unless ``out`` may receive a report (see the module docstring).
 
-    ``writes``: top-level names topcal will write (checked for links with
-    ``force``); ``inputs``: paths read by the command, which must not lie
-    inside ``out``.
+    ``writes``: top-level names topcal will write (checked for links with ``force``);
+    ``inputs``: paths read by the command, which must not lie inside ``out``.
     """
     out = Path(out)
     _check_folder_path(out, what)
@@ -389,8 +395,8 @@ def check_report_dir(
         p = Path(inp).resolve()
         if p == real or real in p.parents:
             raise TopcalError(
-                f"the {what} {str(out)!r} holds the input {str(inp)!r}, which writing the folder "
-                "would replace; choose another -o DIR"
+                f"the {what} {str(out)!r} holds the input {str(inp)!r}, which writing the "
+                "folder would replace; choose another -o DIR"
             )
     if out.is_dir():
         foreign = _foreign(out)
@@ -399,9 +405,8 @@ def check_report_dir(
                 f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
             )
             how = (
-                "choose a new or empty folder, or pass --force to write index.html and figures/ "
-                "into it "
-                "(other files are kept)"
+                "choose a new or empty folder, or pass --force to write index.html and "
+                "figures/ into it (other files are kept)"
                 if writes
                 else "choose a new or empty folder (topcal replaces only a folder it wrote itself)"
             )
@@ -413,9 +418,9 @@ def check_report_dir(
                 bad = _link_on_the_way(out, rel)
                 if bad is not None:
                     raise TopcalError(
-                        f"{bad!r} in the {what} {str(out)!r} is a link or not a folder; topcal "
-                        f"does "
-                        "not write through links: remove it or choose another folder"
+                        f"{bad!r} in the {what} {str(out)!r} is a link or not a folder; "
+                        "topcal does not write through links: remove it or choose another "
+                        "folder"
                     )
 
 
@@ -439,18 +444,20 @@ def report_dir(
 ):
     """Yield a fresh staging folder; on success its files become the folder ``out``.
 
-    ``out`` missing, empty or topcal-made: the staged folder replaces it as a
-    whole (an interrupted run leaves the old folder as it was). With
-    ``force=True`` and other files in ``out``: the staged files are moved in
-    one by one, replacing files of the same name, and only files an earlier
-    topcal run listed in the marker are deleted. Links on the way are refused.
+    ``out`` missing, empty or topcal-made: the staged folder replaces it as a whole (an
+    interrupted run leaves the old folder as it was). With ``force=True`` and other files in
+    ``out``: the staged files are moved in one by one, replacing files of the same name, and
+    only files an earlier topcal run listed in the marker are deleted. Links on the way are
+    refused.
     """
     out = Path(os.path.abspath(out))
     check_report_dir(out, force, what=what, writes=writes, inputs=inputs)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale(out.parent, out.name)
-        stage = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".tmp", dir=out.parent))
+        stage = Path(
+            tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".tmp", dir=out.parent)
+        )
     except OSError as exc:
         raise TopcalError(f"cannot create the {what} {str(out)!r}: {_why(exc)}") from None
     try:
@@ -480,9 +487,8 @@ def report_dir(
                 bad = _link_on_the_way(out, rel.rstrip("/"))
                 if bad is not None or (not rel.endswith("/") and (out / rel).is_dir()):
                     raise TopcalError(
-                        f"{bad or rel!r} in the {what} {str(out)!r} is a link or a folder where "
-                        f"topcal "
-                        "writes a file; remove it or choose another folder"
+                        f"{bad or rel!r} in the {what} {str(out)!r} is a link or a folder "
+                        "where topcal writes a file; remove it or choose another folder"
                     )
             before = _listed(out) or set()
             for rel in written + [MARKER]:

@@ -3,10 +3,10 @@ scipy): one line ``error: interrupted`` and exit code 130, as after start-up, no
 ``KeyboardInterrupt`` traceback from inside some library's import.
 
 Python runs the package's ``__init__`` before any code of the command, so the guard is set
-there, first, and only when the process is the command (the ``topcal`` script or
-``python -m topcal.cli``): importing topcal as a library changes no signal handler.
-:func:`release` (called by the command's ``main``) puts Python's own handler back, from where
-``main`` turns Ctrl-C into the same line.
+there, first, and only when the process is the command (the ``topcal`` script or ``python -m
+topcal.cli``): importing topcal as a library changes no signal handler. :func:`release`
+(called by the command's ``main``) puts Python's own handler back, from where ``main`` turns
+Ctrl-C into the same line.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sys
 
 __all__ = ["guard_cli_import", "release"]
 
-#: Names of the console script (pip writes ``topcal``; ``topcal.exe`` / ``-script.py`` on Windows).
+#: Names of the console script (pip writes ``topcal``; ``topcal.exe`` / ``-script.py`` on
+#: Windows).
 _SCRIPT_NAMES = ("topcal", "topcal.exe", "topcal-script.py")
 
 
@@ -30,16 +31,18 @@ def _is_cli() -> bool:
 
 
 def _interrupted(signum, frame):
-    # Exit at once rather than raise: an exception raised here while a C extension initialises
-    # (numpy's, under load) comes out as that library's ImportError and a traceback. Nothing is
-    # written yet before ``main`` (which releases this guard), so there is nothing to clean up.
+    # Exit at once rather than raise: an exception raised here while a C extension
+    # initialises (numpy's, under load) comes out as that library's ImportError and a
+    # traceback. Nothing is written yet before ``main`` (which releases this guard), so
+    # there is nothing to clean up.
     sys.stderr.write("error: interrupted\n")
     sys.stderr.flush()
     os._exit(130)
 
 
 def guard_cli_import() -> None:
-    """In the ``topcal`` command, answer Ctrl-C with one line and exit 130 until :func:`release`."""
+    """In the ``topcal`` command, answer Ctrl-C with one line and exit 130 until
+    :func:`release`."""
     try:
         if _is_cli() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupted)

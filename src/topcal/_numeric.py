@@ -1,9 +1,8 @@
 """Small numeric helpers shared by the metrics and the calibrators.
 
-They sit at the bottom of the layers (docs/architecture.md) so that the
-metrics and the calibration methods use one definition each: the
-probability clip, the clipped binary log loss, the weighted quantile bin
-edges and the bin index of a score.
+They sit at the bottom of the layers (docs/architecture.md) so that the metrics and the
+calibration methods use one definition each: the probability clip, the clipped binary log
+loss, the weighted quantile bin edges and the bin index of a score.
 """
 
 from __future__ import annotations
@@ -23,10 +22,10 @@ __all__ = [
     "SortedTables",
 ]
 
-#: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a
-#: confident mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf.
-#: (scikit-learn's log_loss clips at the dtype's eps, ~2.2e-16; at 1e-12 the
-#: upper clip 1 - 1e-12 is still resolved by float64, to ~1e-4 relative.)
+#: Confidences are clipped to [PROB_CLIP, 1 - PROB_CLIP] inside the NLL, so a confident
+#: mistake costs at most -log(1e-12) ~ 27.6 nats instead of inf. (scikit-learn's log_loss
+#: clips at the dtype's eps, ~2.2e-16; at 1e-12 the upper clip 1 - 1e-12 is still resolved
+#: by float64, to ~1e-4 relative.)
 PROB_CLIP = 1e-12
 
 
@@ -38,9 +37,9 @@ def one_blas_thread():
     """A context in which the BLAS libraries run on one thread (threadpoolctl).
 
     ``threadpool_limits(1, user_api="blas")`` scans the process's loaded libraries on every
-    entry (0.8 ms on the 2-core box; an auto fit at 10^4 x 10 entered it 16 times); the controller
-    made by that scan is kept here and made again only after a module import (a new extension
-    module can bring its own BLAS, e.g. scipy.optimize's)."""
+    entry (0.8 ms on the 2-core box; an auto fit at 10^4 x 10 entered it 16 times); the
+    controller made by that scan is kept here and made again only after a module import (a
+    new extension module can bring its own BLAS, e.g. scipy.optimize's)."""
     import sys
 
     if _BLAS_CONTROLLER[0] != len(sys.modules):
@@ -62,8 +61,8 @@ def binary_nll(tp, fp, conf):
         np.shape(c), np.shape(tp), np.shape(fp)
     ):
         return -(tp * np.log(c) + fp * np.log1p(-c))
-    # in place: the same operations (a product's operands commute exactly), two arrays of c's size
-    # where the expression above holds four (peak memory)
+    # in place: the same operations (a product's operands commute exactly), two arrays of
+    # c's size where the expression above holds four (peak memory)
     out = np.log(c)
     out *= tp
     np.negative(c, out=c)
@@ -77,23 +76,23 @@ def binary_nll(tp, fp, conf):
 def dot(a, b) -> float:
     """sum(a * b) of two 1-d float arrays, without BLAS.
 
-    OpenBLAS runs its dot product on several threads above about 10^4
-    elements; on a busy machine waking them costs ~100 x the sum itself
-    (10^5 elements on 2 loaded cores: 35 ms against 0.34 ms). ``einsum``
-    sums in one thread (its own order: a result may differ from BLAS's in
-    the last bits).
+    OpenBLAS runs its dot product on several threads above about 10^4 elements; on a busy
+    machine waking them costs ~100 x the sum itself (10^5 elements on 2 loaded cores: 35 ms
+    against 0.34 ms). ``einsum`` sums in one thread (its own order: a result may differ from
+    BLAS's in the last bits).
     """
     return float(np.einsum("i,i->", a, b))
 
 
-#: Up to this many columns :func:`row_max` runs column by column: numpy's reduction along a short
-#: contiguous last axis is slow (10 columns: 4-5 x the column loop; 16: 2-3 x; 24: even).
+#: Up to this many columns :func:`row_max` runs column by column: numpy's reduction along a
+#: short contiguous last axis is slow (10 columns: 4-5 x the column loop; 16: 2-3 x; 24:
+#: even).
 ROW_MAX_LOOP = 16
 
 
 def row_max(x: np.ndarray, keepdims: bool = False) -> np.ndarray:
-    """``x.max(axis=1, keepdims=keepdims)`` of a 2-d array, the same values (NaN propagated),
-    taken column by column where the rows are short (:data:`ROW_MAX_LOOP`)."""
+    """``x.max(axis=1, keepdims=keepdims)`` of a 2-d array, the same values (NaN
+    propagated), taken column by column where the rows are short (:data:`ROW_MAX_LOOP`)."""
     if not 0 < x.shape[1] <= ROW_MAX_LOOP:
         return x.max(axis=1, keepdims=keepdims)
     m = x[:, 0].copy()
@@ -103,11 +102,12 @@ def row_max(x: np.ndarray, keepdims: bool = False) -> np.ndarray:
 
 
 def softplus_both(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(softplus(-m), softplus(m)), softplus(x) = log(1 + e^x), with one exp and one log1p for both.
+    """(softplus(-m), softplus(m)), softplus(x) = log(1 + e^x), with one exp and one log1p
+    for both.
 
-    softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): what ``np.logaddexp(0, +-m)`` computes, within
-    2 ulp (bit for bit on AVX2 processors, up to 1 ulp apart where numpy takes its AVX-512 paths;
-    tested), at about half the cost of the two calls.
+    softplus(+-m) = max(+-m, 0) + log1p(exp(-|m|)): what ``np.logaddexp(0, +-m)`` computes,
+    within 2 ulp (bit for bit on AVX2 processors, up to 1 ulp apart where numpy takes its
+    AVX-512 paths; tested), at about half the cost of the two calls.
     """
     s = np.log1p(np.exp(-np.abs(m)))
     return np.maximum(-m, 0.0) + s, np.maximum(m, 0.0) + s
@@ -126,9 +126,9 @@ def weighted_quantile_edges(
 ) -> np.ndarray:
     """Edges of ``n_bins`` bins holding (as near as ties allow) equal weight.
 
-    Interior edges are the weighted quantiles j / n_bins of the scores; equal
-    edges (heavy ties) are merged, so fewer bins may result. The outer edges
-    are the declared score range.
+    Interior edges are the weighted quantiles j / n_bins of the scores; equal edges (heavy
+    ties) are merged, so fewer bins may result. The outer edges are the declared score
+    range.
     """
     order = np.argsort(score, kind="stable")
     s, w = score[order], weight[order]
@@ -142,34 +142,33 @@ def weighted_quantile_edges(
 
 
 class SortedTables:
-    """``np.searchsorted(table, x, side="left")`` into one of several sorted tables, without sorting
-    ``x``.
+    """``np.searchsorted(table, x, side="left")`` into one of several sorted tables, without
+    sorting ``x``.
 
     The tables (each ascending; stored end to end in ``values``, table g at
-    ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of
-    ``BUCKETS_PER_ENTRY`` buckets per entry over their own range, and each bucket the
-    position of its first entry. A
-    query finds its bucket by arithmetic, gathers its position and the entry there (two
-    random accesses, where a binary search into a long table makes ~log2 of its length)
-    and steps over the few entries of its bucket that lie below it; rows
-    still stepping after ``LINEAR_STEPS`` finish by bisection within their bucket, so
-    crowded buckets (scores piled up in a narrow range) cost O(log) and never a long scan.
+    ``values[offsets[g]:offsets[g + 1]]``) get a uniform grid of ``BUCKETS_PER_ENTRY``
+    buckets per entry over their own range, and each bucket the position of its first entry.
+    A query finds its bucket by arithmetic, gathers its position and the entry there (two
+    random accesses, where a binary search into a long table makes ~log2 of its length) and
+    steps over the few entries of its bucket that lie below it; rows still stepping after
+    ``LINEAR_STEPS`` finish by bisection within their bucket, so crowded buckets (scores
+    piled up in a narrow range) cost O(log) and never a long scan.
 
-    Exact: the bucket of a value, ``floor((value - first) * scale)`` clipped, is monotone
-    in the value under floating-point rounding too (a subtraction and a multiplication by
-    the same positive number, rounded, never reverse an order), and the entries are
-    bucketed by the same expression as the queries, so every entry in an earlier bucket
-    is below the query and every one in a later bucket of its table is above it. The
-    indices are those of ``np.searchsorted`` (tested against it).
+    Exact: the bucket of a value, ``floor((value - first) * scale)`` clipped, is monotone in
+    the value under floating-point rounding too (a subtraction and a multiplication by the
+    same positive number, rounded, never reverse an order), and the entries are bucketed by
+    the same expression as the queries, so every entry in an earlier bucket is below the
+    query and every one in a later bucket of its table is above it. The indices are those of
+    ``np.searchsorted`` (tested against it).
     """
 
     #: Buckets per table entry. On the top scores of softmax outputs (crowded towards 1) 2
-    #: leaves a quarter of the queries a step or more past their bucket's first entry; 4 halves
-    #: that but measured no faster, at twice the memory. ``paired`` tables keep, per bucket, its
-    #: first position and the entry there as a float64 pair (one gather per query; 32 bytes per
-    #: entry); the others the position only (int32 below 2^31 entries; 8 bytes per entry) and
-    #: gather the entry from the values, a second random access per query (at 10^6
-    #: rows ~10-30% slower lookups, for a quarter of the memory).
+    #: leaves a quarter of the queries a step or more past their bucket's first entry; 4
+    #: halves that but measured no faster, at twice the memory. ``paired`` tables keep, per
+    #: bucket, its first position and the entry there as a float64 pair (one gather per
+    #: query; 32 bytes per entry); the others the position only (int32 below 2^31 entries; 8
+    #: bytes per entry) and gather the entry from the values, a second random access per
+    #: query (at 10^6 rows ~10-30% slower lookups, for a quarter of the memory).
     BUCKETS_PER_ENTRY = 2
     #: Single steps before the rows still below their bucket's entries bisect instead.
     LINEAR_STEPS = 2
@@ -191,10 +190,9 @@ class SortedTables:
         self._scale = np.divide(nb, span, out=np.zeros(G), where=span > 0)
         self._top = (nb - 1).astype(np.float64)
         self._bucket0 = np.concatenate([[0], np.cumsum(nb)])
-        # entries with a +inf after each table (the stop of a scan that passes the table's last
-        # entry);
-        # built with few full-length temporaries (at most ~2 arrays of 8 bytes per entry
-        # beside what is kept)
+        # entries with a +inf after each table (the stop of a scan that passes the table's
+        # last entry); built with few full-length temporaries (at most ~2 arrays of 8 bytes
+        # per entry beside what is kept)
         small = np.int32 if G < np.iinfo(np.int32).max else np.intp
         self._values = np.full(values.size + G, np.inf)
         if G > 1:
@@ -210,10 +208,9 @@ class SortedTables:
         self._head: np.ndarray | None = None
 
     def build(self) -> "SortedTables":
-        """Build the bucket grid now (else the first :meth:`positions` does): each bucket's first
-        position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries (a
-        fit
-        builds it when its own scratch is freed, not while it is held)."""
+        """Build the bucket grid now (else the first :meth:`positions` does): each bucket's
+        first position (and entry, ``paired``), with temporaries of :data:`_CHUNK` entries
+        (a fit builds it when its own scratch is freed, not while it is held)."""
         if self._head is not None:
             return self
         n_buckets = int(self._bucket0[-1])
@@ -226,10 +223,11 @@ class SortedTables:
                 n_buckets + 1, dtype=np.int32 if total < np.iinfo(np.int32).max else np.intp
             )
             start = head
-        # every padded entry's bucket: a table's +inf falls in its last bucket (its first where the
-        # scale is 0, as every query there), so the count of padded entries in the buckets before
-        # one is the padded position of its first entry (the bucket after a table's last is the
-        # next table's first). The buckets of the padded entries never decrease: counted by chunks.
+        # every padded entry's bucket: a table's +inf falls in its last bucket (its first
+        # where the scale is 0, as every query there), so the count of padded entries in the
+        # buckets before one is the padded position of its first entry (the bucket after a
+        # table's last is the next table's first). The buckets of the padded entries never
+        # decrease: counted by chunks.
         for a in range(0, total, self._CHUNK):
             idx = np.arange(a, min(a + self._CHUNK, total))
             table = (
@@ -240,30 +238,35 @@ class SortedTables:
             lo = int(q[0])
             count = np.bincount(q - lo)
             start[lo + 1 : lo + 1 + count.size] += count
-        np.cumsum(start, out=start)  # the last row, past the last bucket, only bounds the bisection
+        # the last row, past the last bucket, only bounds the bisection
+        np.cumsum(start, out=start)
         if self._paired:
             for a in range(0, n_buckets, self._CHUNK):
                 b = min(a + self._CHUNK, n_buckets)
-                # (a one-entry table's later buckets start past its +inf, and are never searched)
-                head[a:b, 1] = self._values[np.minimum(head[a:b, 0].astype(np.intp), total - 1)]
+                # (a one-entry table's later buckets start past its +inf, and are never
+                # searched)
+                head[a:b, 1] = self._values[
+                    np.minimum(head[a:b, 0].astype(np.intp), total - 1)
+                ]
             head[-1, 1] = np.inf
         self._head = head
         return self
 
-    #: Entries (or buckets) per pass when the grid is built (bounds its temporaries: 64 KB arrays).
+    #: Entries (or buckets) per pass when the grid is built (bounds its temporaries: 64 KB
+    #: arrays).
     _CHUNK = 1 << 13
 
-    #: Up to this many tables :meth:`layout` copies table by table (else one scatter through an
-    #: index).
+    #: Up to this many tables :meth:`layout` copies table by table (else one scatter through
+    #: an index).
     _COPY_TABLES = 10_000
 
     def _bucket(self, x: np.ndarray, group) -> np.ndarray:
-        """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to the
-        table's
-        buckets, plus its first bucket."""
+        """Global bucket of each ``x`` in its table: floor of (x - first) * scale clipped to
+        the table's buckets, plus its first bucket."""
         b = x - np.take(self._first, group)
         b *= np.take(self._scale, group)
-        np.fmax(b, 0.0, out=b)  # fmax/fmin: an infinite query times scale 0 (NaN) goes to bucket 0
+        # fmax/fmin: an infinite query times scale 0 (NaN) goes to bucket 0
+        np.fmax(b, 0.0, out=b)
         np.fmin(b, np.take(self._top, group), out=b)
         q = b.astype(np.intp)
         q += np.take(self._bucket0, group)
@@ -278,7 +281,8 @@ class SortedTables:
         x = np.asarray(x, dtype=np.float64)
         group = np.asarray(group, dtype=np.intp)
         v = self._values
-        with np.errstate(invalid="ignore"):  # inf * 0 for an infinite query into a one-value table
+        # inf * 0 for an infinite query into a one-value table
+        with np.errstate(invalid="ignore"):
             q = self._bucket(x, group)
         if self.build()._paired:
             head = np.take(self._head, q, axis=0)  # (position, its entry): one gather for both
@@ -286,8 +290,8 @@ class SortedTables:
             act = np.flatnonzero(head[:, 1] < x)
             del head
         else:
-            # the bucket's first position, as intp (an int32 index would be converted by every
-            # gather through it)
+            # the bucket's first position, as intp (an int32 index would be converted by
+            # every gather through it)
             j = np.take(self._head, q).astype(np.intp, copy=False)
             act = np.flatnonzero(v[j] < x)
         for _ in range(self.LINEAR_STEPS):
@@ -304,7 +308,9 @@ class SortedTables:
                 if self._paired
                 else self._head[q[act] + 1]
             )
-            hi = np.minimum(nxt, self._ends[group] if group.ndim == 0 else self._ends[group[act]])
+            hi = np.minimum(
+                nxt, self._ends[group] if group.ndim == 0 else self._ends[group[act]]
+            )
             xa = x[act]
             while True:
                 more = lo < hi
@@ -329,7 +335,8 @@ class SortedTables:
         return j
 
     def layout(self, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
-        """Values per table entry (first axis, in ``values``' order) laid out for :meth:`positions`.
+        """Values per table entry (first axis, in ``values``' order) laid out for
+        :meth:`positions`.
 
         The slot after each table, where queries above its last entry land, holds ``after``
         (one row per table) or, by default, a copy of the table's last entry (zeros for an
@@ -340,22 +347,26 @@ class SortedTables:
 
     @staticmethod
     def slot_starts(size) -> np.ndarray:
-        """Where each table's slots start in the layout of tables of ``size`` entries (one slot
-        after
-        each table, which :meth:`layout` fills): the tables' starts in :meth:`positions`."""
+        """Where each table's slots start in the layout of tables of ``size`` entries (one
+        slot after each table, which :meth:`layout` fills): the tables' starts in
+        :meth:`positions`."""
         size = np.asarray(size, dtype=np.int64)
         return np.cumsum(size + 1) - (size + 1)
 
     @classmethod
-    def layout_of(cls, size, per_entry: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
-        """:meth:`layout` for tables of ``size`` entries each, without the tables (their values are
-        not
-        needed: a caller may lay out values before it builds the tables, for peak memory)."""
+    def layout_of(
+        cls, size, per_entry: np.ndarray, after: np.ndarray | None = None
+    ) -> np.ndarray:
+        """:meth:`layout` for tables of ``size`` entries each, without the tables (their
+        values are not needed: a caller may lay out values before it builds the tables, for
+        peak memory)."""
         per_entry = np.asarray(per_entry)
         size = np.asarray(size, dtype=np.int64)
         starts = cls.slot_starts(size)
         ends = starts + size
-        out = np.zeros((int(size.sum()) + size.size,) + per_entry.shape[1:], dtype=per_entry.dtype)
+        out = np.zeros(
+            (int(size.sum()) + size.size,) + per_entry.shape[1:], dtype=per_entry.dtype
+        )
         if (
             size.size <= cls._COPY_TABLES
         ):  # a slice copy per table: no entry-length index arrays (memory)
@@ -364,7 +375,9 @@ class SortedTables:
                 out[start : start + n] = per_entry[a : a + n]
                 a += n
         else:
-            out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = per_entry
+            out[np.arange(per_entry.shape[0]) + np.repeat(np.arange(size.size), size)] = (
+                per_entry
+            )
         if after is not None:
             out[ends] = after
         else:
@@ -374,7 +387,8 @@ class SortedTables:
 
 
 def inverse_pd(h: np.ndarray):
-    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky fails)."""
+    """Inverse of a symmetric positive definite matrix, None where it is not (Cholesky
+    fails)."""
     if h.size == 0 or not np.all(np.isfinite(h)):
         return None
     try:

@@ -1,8 +1,7 @@
 """Declarative parameter checks (scikit-learn's ``_parameter_constraints`` idea).
 
-Each calibrator declares, once, what each of its parameters may be; the check
-runs in ``fit`` and its message names the parameter, what is allowed and what
-was received.
+Each calibrator declares, once, what each of its parameters may be; the check runs in
+``fit`` and its message names the parameter, what is allowed and what was received.
 """
 
 from __future__ import annotations
@@ -13,11 +12,19 @@ from typing import Any, cast
 
 from .errors import ParameterError
 
-__all__ = ["Interval", "Options", "Boolean", "NoneOr", "validate_params", "MAX_BINS", "MAX_ITER"]
+__all__ = [
+    "Interval",
+    "Options",
+    "Boolean",
+    "NoneOr",
+    "validate_params",
+    "MAX_BINS",
+    "MAX_ITER",
+]
 
-#: Upper bound of every bin-count parameter (histogram bins, ECE bins): more
-#: bins than this hold almost no samples each, and the tables would need
-#: memory in proportion (a request for 10^12 bins used to end in MemoryError).
+#: Upper bound of every bin-count parameter (histogram bins, ECE bins): more bins than this
+#: hold almost no samples each, and the tables would need memory in proportion (a request
+#: for 10^12 bins used to end in MemoryError).
 MAX_BINS = 100_000
 #: Upper bound of iteration-count parameters (optimiser steps).
 MAX_ITER = 1_000_000
@@ -36,14 +43,17 @@ class Interval:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             return False
         if self.integer and not isinstance(v, numbers.Integral) and not float(v).is_integer():
-            return False  # (an int is compared as an int: float() of one above 1.8e308 overflows)
+            # (an int is compared as an int: float() of one above 1.8e308 overflows)
+            return False
         if v != v:  # NaN
             return False
         if self.lo is not None:
             if v < self.lo or (v == self.lo and self.closed in ("right", "neither")):
                 return False
         if self.hi is not None:
-            if cast(float, v) > self.hi or (v == self.hi and self.closed in ("left", "neither")):
+            if cast(float, v) > self.hi or (
+                v == self.hi and self.closed in ("left", "neither")
+            ):
                 return False
         return True
 
@@ -98,7 +108,9 @@ def validate_params(owner: str, constraints: dict, params: dict) -> None:
     for name, rule in constraints.items():
         v = params[name]
         if not rule.ok(v):
-            raise ParameterError(f"{owner}: parameter {name!r} must be {rule}, got {_short(v)}")
+            raise ParameterError(
+                f"{owner}: parameter {name!r} must be {rule}, got {_short(v)}"
+            )
 
 
 def _short(v) -> str:

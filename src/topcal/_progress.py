@@ -1,19 +1,17 @@
 """Progress on stderr for long work, shown only where someone is watching.
 
-One place decides whether progress is shown: :func:`enabled` is true when stderr
-is a terminal and nobody asked for quiet (``topcal ... --quiet`` calls
-:func:`set_quiet`; the library's callers may too). Everything long (auto's
-cross-validation, ``compare``, ``report``, streamed fit/apply, Dask, ``adapt``'s
-bootstrap, the experiments) draws its bar with :func:`bar`; where progress is not
-enabled, or tqdm is not installed, the bar is a silent stand-in with the same
-methods, so callers never branch.
+One place decides whether progress is shown: :func:`enabled` is true when stderr is a
+terminal and nobody asked for quiet (``topcal ... --quiet`` calls :func:`set_quiet`; the
+library's callers may too). Everything long (auto's cross-validation, ``compare``,
+``report``, streamed fit/apply, Dask, ``adapt``'s bootstrap, the experiments) draws its bar
+with :func:`bar`; where progress is not enabled, or tqdm is not installed, the bar is a
+silent stand-in with the same methods, so callers never branch.
 
 Plain lines: where stderr is no terminal (CI, ``nohup``, ``2> log``, a notebook's
-``!topcal``), the command line calls :func:`set_plain` so that long work still
-says it is alive: the bars and step lines become a plain line at most every
-``seconds``, and :func:`heartbeat` prints one when nothing else did for that long
-(a fit, an EM or a read without a bar). Short runs print nothing. The library
-alone never prints plain lines.
+``!topcal``), the command line calls :func:`set_plain` so that long work still says it is
+alive: the bars and step lines become a plain line at most every ``seconds``, and
+:func:`heartbeat` prints one when nothing else did for that long (a fit, an EM or a read
+without a bar). Short runs print nothing. The library alone never prints plain lines.
 """
 
 from __future__ import annotations
@@ -35,9 +33,11 @@ _LAST = [0.0]  # when the last plain line (or the start of the plain run) was pr
 
 
 def set_plain(seconds: float | None) -> float | None:
-    """Plain progress lines at most every ``seconds`` where stderr is no terminal (None: off).
+    """Plain progress lines at most every ``seconds`` where stderr is no terminal (None:
+    off).
 
-    Returns the previous setting. Starts the clock: the first line comes ``seconds`` from now.
+    Returns the previous setting. Starts the clock: the first line comes ``seconds`` from
+    now.
     """
     global _PLAIN
     old, _PLAIN = _PLAIN, (None if seconds is None else float(seconds))
@@ -59,7 +59,8 @@ def _plain_line(msg: str, *, force: bool = False) -> None:
         _LAST[0] = now
         try:
             print(printable(msg), file=sys.stderr, flush=True)
-        except (OSError, ValueError):  # stderr closed or full: progress is never worth an error
+        # stderr closed or full: progress is never worth an error
+        except (OSError, ValueError):
             pass
 
 
@@ -86,7 +87,8 @@ def enabled() -> bool:
 
 
 class _Silent:
-    """What :func:`bar` gives where nothing is shown: iterates, counts, closes, prints nothing."""
+    """What :func:`bar` gives where nothing is shown: iterates, counts, closes, prints
+    nothing."""
 
     def __init__(self, iterable=None, total=None, **_):
         self.iterable, self.total, self.n = iterable, total, 0
@@ -118,7 +120,11 @@ class _Plain(_Silent):
 
     def __init__(self, iterable=None, total=None, desc=None, unit="it", **_):
         super().__init__(iterable, total)
-        self.desc, self.unit, self.t0 = desc or "working", unit.strip() or "it", time.monotonic()
+        self.desc, self.unit, self.t0 = (
+            desc or "working",
+            unit.strip() or "it",
+            time.monotonic(),
+        )
 
     def __iter__(self):
         for item in super().__iter__():
@@ -129,7 +135,8 @@ class _Plain(_Silent):
         self.n += n
         of = f"/{self.total:g}" if self.total else ""
         _plain_line(
-            f"topcal: {self.desc}: {self.n:g}{of} {self.unit}, {time.monotonic() - self.t0:.0f} s"
+            f"topcal: {self.desc}: {self.n:g}{of} {self.unit}, "
+            f"{time.monotonic() - self.t0:.0f} s"
         )
 
 
@@ -142,8 +149,8 @@ def bar(
     leave: bool = False,
     **kwargs,
 ):
-    """A tqdm bar on stderr where :func:`enabled`, plain lines where :func:`plain`, else a silent
-    stand-in (same methods)."""
+    """A tqdm bar on stderr where :func:`enabled`, plain lines where :func:`plain`, else a
+    silent stand-in (same methods)."""
     if enabled():
         try:
             from tqdm.auto import tqdm
@@ -166,13 +173,15 @@ def bar(
 
 
 def write(msg: str) -> None:
-    """One progress message line on stderr where :func:`enabled` (above any bar being drawn); where
-    :func:`plain`, the line if the last plain line is at least the plain interval old."""
+    """One progress message line on stderr where :func:`enabled` (above any bar being
+    drawn); where :func:`plain`, the line if the last plain line is at least the plain
+    interval old."""
     if not enabled():
         if plain():
             _plain_line(f"topcal: {msg.strip()}")
         return
-    msg = printable(msg)  # a class name in a progress line is shown, not obeyed by the terminal
+    # a class name in a progress line is shown, not obeyed by the terminal
+    msg = printable(msg)
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a core dependency
@@ -183,8 +192,8 @@ def write(msg: str) -> None:
 
 @contextlib.contextmanager
 def heartbeat(what: str):
-    """Around a command: where :func:`plain`, a line ``topcal WHAT: working, N s`` whenever no other
-    plain line came for the plain interval (a daemon thread; stops with the block)."""
+    """Around a command: where :func:`plain`, a line ``topcal WHAT: working, N s`` whenever
+    no other plain line came for the plain interval (a daemon thread; stops with the block)."""
     if not plain():
         yield
         return

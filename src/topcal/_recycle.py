@@ -1,17 +1,17 @@
 """Large scratch arrays recycled within one long fit.
 
-A cross-validated fit at many rows and classes makes, fold after fold, the same few arrays of
-the data's size (a fold's training rows, their log-scores, their split into top margins and
-other entries) and drops each at the end of its fold. On a virtual machine that hands freed
-memory back to its host (free page reporting, as on the 2-core benchmark machine) every fresh
-array then pays a page fault per 4 KB page: at 10^5 x 1,000 a 640 MB array cost about 2 s to
-touch again, about a fifth of ``auto``'s fit. Inside :func:`recycling`, :func:`empty` hands out
-a dropped array's memory again instead.
+A cross-validated fit at many rows and classes makes, fold after fold, the same few arrays
+of the data's size (a fold's training rows, their log-scores, their split into top margins
+and other entries) and drops each at the end of its fold. On a virtual machine that hands
+freed memory back to its host (free page reporting, as on the 2-core benchmark machine)
+every fresh array then pays a page fault per 4 KB page: at 10^5 x 1,000 a 640 MB array cost
+about 2 s to touch again, about a fifth of ``auto``'s fit. Inside :func:`recycling`,
+:func:`empty` hands out a dropped array's memory again instead.
 
-An array is handed out again only when nothing holds it any more: the pool keeps the owner of
-each buffer, every view of it (numpy points a view's ``base`` at the owner) holds a reference,
-so the owner's reference count says whether any array still uses its memory. Outside a
-:func:`recycling` block :func:`empty` is ``np.empty``.
+An array is handed out again only when nothing holds it any more: the pool keeps the owner
+of each buffer, every view of it (numpy points a view's ``base`` at the owner) holds a
+reference, so the owner's reference count says whether any array still uses its memory.
+Outside a :func:`recycling` block :func:`empty` is ``np.empty``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ __all__ = ["recycling", "empty"]
 #: Arrays smaller than this are left to numpy's allocator (only the data-sized ones matter).
 MIN_BYTES = 16 << 20
 
-#: A dropped buffer serves an array of at least 1 / MAX_SLACK of its size (a fold's training rows
-#: take the all-data fit's: 1.25 x at 5 folds).
+#: A dropped buffer serves an array of at least 1 / MAX_SLACK of its size (a fold's training
+#: rows take the all-data fit's: 1.25 x at 5 folds).
 MAX_SLACK = 1.5
 
 
@@ -55,15 +55,15 @@ def recycling():
 
 
 def _free(pool: list, i: int) -> bool:
-    # references to the owner: the pool's list entry and getrefcount's argument; a live view of
-    # it adds one (no local name may hold it here)
+    # references to the owner: the pool's list entry and getrefcount's argument; a live view
+    # of it adds one (no local name may hold it here)
     return sys.getrefcount(pool[i]) <= 2
 
 
 def empty(shape, dtype=np.float64) -> np.ndarray:
     """An uninitialised C-contiguous array of ``shape`` (``np.empty``), inside a
-    :func:`recycling` block made from a pooled buffer that no array uses any more where one is
-    large enough (the smallest such)."""
+    :func:`recycling` block made from a pooled buffer that no array uses any more where one
+    is large enough (the smallest such)."""
     pool = _STATE.pool
     dtype = np.dtype(dtype)
     size = int(np.prod(shape, dtype=np.int64))
@@ -76,8 +76,8 @@ def empty(shape, dtype=np.float64) -> np.ndarray:
     if fits:
         owner = pool[min(fits, key=lambda i: pool[i].nbytes)]
     else:
-        # a dropped buffer too small for this array is let go (the arrays of a fit come in a few
-        # sizes that recur: kept, it would only hold memory)
+        # a dropped buffer too small for this array is let go (the arrays of a fit come in a
+        # few sizes that recur: kept, it would only hold memory)
         for i in sorted(free, reverse=True):
             if pool[i].nbytes < nbytes:
                 del pool[i]

@@ -3,13 +3,13 @@
 * :func:`compare`: ``topcal compare`` as a tidy pandas DataFrame;
 * :func:`make_report`: ``topcal report``, returning the path of the HTML page
   (``topcal.make_report``; ``topcal.report`` is the package :mod:`topcal.report`);
-* :func:`calibrator_html`: a fitted calibrator's per-class curves as HTML,
-  which Jupyter shows for a calibrator left at the end of a cell
-  (``Calibrator._repr_html_``; registered when :mod:`topcal` is imported).
+* :func:`calibrator_html`: a fitted calibrator's per-class curves as HTML, which Jupyter
+  shows for a calibrator left at the end of a cell (``Calibrator._repr_html_``; registered
+  when :mod:`topcal` is imported).
 
 Each accepts data the way calibrators do (:func:`topcal.io.inputs.as_data`): a
-:class:`TopLabelData`, a score matrix with its labels ``y``, a DataFrame or a
-data file. They are thin: fitting, protocols and ranking are those of
+:class:`TopLabelData`, a score matrix with its labels ``y``, a DataFrame or a data file.
+They are thin: fitting, protocols and ranking are those of
 :func:`topcal.evaluate.compare_methods` and :func:`topcal.report.build_report`.
 """
 
@@ -40,8 +40,8 @@ MAX_PANELS = 24
 
 
 def _other(value, data, what: str, *, kind: str):
-    """A second data set (path, TopLabelData, DataFrame, or a (scores, y) pair) on ``data``'s
-    classes."""
+    """A second data set (path, TopLabelData, DataFrame, or a (scores, y) pair) on
+    ``data``'s classes."""
     from .report import align_classes
 
     if isinstance(value, tuple):
@@ -74,32 +74,31 @@ def compare(
     y : array-like, optional
         True classes when ``data`` is a score matrix.
     methods : sequence of str, optional
-        Method names (default: every registered one; those needing full
-        score vectors are skipped on top-score data).
+        Method names (default: every registered one; those needing full score vectors are
+        skipped on top-score data).
     eval_data : optional
-        A second labelled test set (same forms as ``data``; a score matrix
-        as a ``(scores, y)`` tuple): fit on ``data``, evaluate on it.
+        A second labelled test set (same forms as ``data``; a score matrix as a ``(scores,
+        y)`` tuple): fit on ``data``, evaluate on it.
     folds : int, default 5
-        Without ``eval_data``: K-fold cross-fitting within ``data`` (every
-        row scored by a model fitted without it), as ``topcal compare``.
+        Without ``eval_data``: K-fold cross-fitting within ``data`` (every row scored by a
+        model fitted without it), as ``topcal compare``.
     in_sample : bool, default False
-        Fit and evaluate on the same data instead (the paper's practice;
-        optimistic for flexible methods), as ``topcal compare --in-sample``.
+        Fit and evaluate on the same data instead (the paper's practice; optimistic for
+        flexible methods), as ``topcal compare --in-sample``.
     classes : sequence of str, optional
         Names of the score columns.
     kind : {"auto", "probs", "logits"}
     **options
-        Passed to :func:`topcal.evaluate.compare_methods` (``seed``,
-        ``n_bins``, ``params``, ...).
+        Passed to :func:`topcal.evaluate.compare_methods` (``seed``, ``n_bins``, ``params``,
+        ...).
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``method, class, metric, value, protocol``; ``class`` is
-        "overall" for the overall value, ``value`` NaN where a class has no
-        positives. ``df.attrs`` holds ``protocol``, ``folds``, ``skipped``
-        (methods not run for lack of full score vectors) and, as
-        ``compare_methods`` reports them, ``failed`` and ``warnings``.
+        Columns ``method, class, metric, value, protocol``; ``class`` is "overall" for the
+        overall value, ``value`` NaN where a class has no positives. ``df.attrs`` holds
+        ``protocol``, ``folds``, ``skipped`` (methods not run for lack of full score
+        vectors) and, as ``compare_methods`` reports them, ``failed`` and ``warnings``.
 
     Examples
     --------
@@ -118,7 +117,8 @@ def compare(
     if eval_data is not None:
         if in_sample:
             raise ParameterError(
-                "in_sample and eval_data exclude each other: eval_data is already a second test set"
+                "in_sample and eval_data exclude each other: eval_data is already a second "
+                "test set"
             )
         options["eval_data"] = _other(eval_data, d, "eval_data", kind=kind)
     elif not in_sample:
@@ -149,10 +149,11 @@ def make_report(
     kind: str = "auto",
     **options: Any,
 ) -> Path:
-    """Write the visual-check report (``topcal report``) and return the path of its ``index.html``.
+    """Write the visual-check report (``topcal report``) and return the path of its
+    ``index.html``.
 
-    ``topcal.make_report``; calling the package ``topcal.report(...)``, its old name, still works
-    with a FutureWarning.
+    ``topcal.make_report``; calling the package ``topcal.report(...)``, its old name, still
+    works with a FutureWarning.
 
     Parameters
     ----------
@@ -166,8 +167,8 @@ def make_report(
     eval_data, extra : optional
         A second test set, and extra samples (as in :func:`compare`).
     **options
-        Passed to :func:`topcal.report.build_report` (``title``,
-        ``data_label``, ``dpi``, ``progress``, ``classes``, ...).
+        Passed to :func:`topcal.report.build_report` (``title``, ``data_label``, ``dpi``,
+        ``progress``, ``classes``, ...).
 
     Returns
     -------
@@ -192,9 +193,9 @@ report = make_report
 def calibrator_html(model, *, dpi: int = 72) -> str:
     """A fitted calibrator as HTML: a summary line and its per-class curves.
 
-    Methods whose confidence depends on the whole score vector (the
-    multi-class temperature scalings) have no per-class curve; for them the
-    fitted parameters are shown as a table instead.
+    Methods whose confidence depends on the whole score vector (the multi-class temperature
+    scalings) have no per-class curve; for them the fitted parameters are shown as a table
+    instead.
     """
     from .plots import (
         BAND_LEVEL,
@@ -208,21 +209,21 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
 
     import numpy as np
 
-    if isinstance(model, Wrapper) and model.predicts_as_inner:  # e.g. auto: show the model it chose
+    # e.g. auto: show the model it chose
+    if isinstance(model, Wrapper) and model.predicts_as_inner:
         inner = calibrator_html(model.inner_, dpi=dpi)
         name = html.escape(model.inner_.name)
         summary = html.escape(model.summary_line()).replace(name, f"<code>{name}</code>", 1)
         return (
             f"<div><p><b>{html.escape(type(model).__name__)}</b> (method "
-            f"<code>{html.escape(model.name)}"
-            f"</code>) {summary}</p>{inner}</div>"
+            f"<code>{html.escape(model.name)}</code>) {summary}</p>{inner}</div>"
         )
     k = len(model.classes_)
     lo, hi = model.score_range_
     head = (
         f"<p><b>{html.escape(type(model).__name__)}</b> (method "
-        f"<code>{html.escape(model.name)}</code>), "
-        f"fitted on {float(np.sum(model.n_tp_) + np.sum(model.n_fp_)):,.0f} samples, {k} classes, "
+        f"<code>{html.escape(model.name)}</code>), fitted on "
+        f"{float(np.sum(model.n_tp_) + np.sum(model.n_fp_)):,.0f} samples, {k} classes, "
         f"score range {lo:g}–{hi:g}</p>"
     )
     if model.needs_full:
@@ -233,7 +234,9 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
             + html.escape(c)
             + "</td>"
             + "".join(
-                f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>"
+                f"<td>{v:.4g}</td>"
+                if isinstance(v, float)
+                else f"<td>{html.escape(str(v))}</td>"
                 for v in (info.get(key) for key in keys)
             )
             + "</tr>"
@@ -271,9 +274,8 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
     uri = "data:image/png;base64," + base64.b64encode(figure_png(fig, dpi=dpi)).decode("ascii")
     more = f"<p>(first {MAX_PANELS} of {k} classes)</p>" if k > MAX_PANELS else ""
     band = (
-        "<p>no interval band: this model holds no interval statistics (saved by an older topcal; "
-        "refit it to "
-        "get them)</p>"
+        "<p>no interval band: this model holds no interval statistics (saved by an older "
+        "topcal; refit it to get them)</p>"
         if no_band
         else f"<p>shaded: the {BAND_LEVEL:.0%} interval on each fitted curve "
         f"(<code>predict_interval</code>)</p>"

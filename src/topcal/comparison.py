@@ -1,19 +1,19 @@
 """The typed result of :func:`topcal.evaluate.compare_methods`: :class:`Comparison`.
 
-A comparison holds, per method, its metrics (:class:`MethodMetrics`), each an
-overall value and one per class (:class:`MetricValues`), and what happened
-on the way: the protocol, the methods skipped or failed, the fits' warnings
+A comparison holds, per method, its metrics (:class:`MethodMetrics`), each an overall value
+and one per class (:class:`MetricValues`), and what happened on the way: the protocol, the
+methods skipped or failed, the fits' warnings
 and what ``auto`` chose. Read it by attribute::
 
     res.methods["hist"].nll.per_class["A"]
     res.protocol, res.folds, res.failed
 
-Each of the three is also a read-only :class:`~collections.abc.Mapping` with
-the old dictionary's keys, so code written for the plain nested dict keeps
-working (``res["methods"]["hist"]["nll"]["per_class"]["A"]``, ``.get``,
-``in``, iteration, ``==`` against a dict); ``to_dict()`` is that dict, ready
-for :func:`json.dumps`. :meth:`Comparison.of` turns such a dict (or a
-comparison) into a comparison, for functions that accept either.
+Each of the three is also a read-only :class:`~collections.abc.Mapping` with the old
+dictionary's keys, so code written for the plain nested dict keeps working
+(``res["methods"]["hist"]["nll"]["per_class"]["A"]``, ``.get``, ``in``, iteration, ``==``
+against a dict); ``to_dict()`` is that dict, ready for :func:`json.dumps`.
+:meth:`Comparison.of` turns such a dict (or a comparison) into a comparison, for functions
+that accept either.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ __all__ = ["Comparison", "MethodMetrics", "MetricValues"]
 
 
 class _FieldMapping(Mapping):
-    """Read-only mapping view of a dataclass: its fields are the keys (equal to a dict of the same
-    items)."""
+    """Read-only mapping view of a dataclass: its fields are the keys (equal to a dict of
+    the same items)."""
 
     def __getitem__(self, key):
         if isinstance(key, str) and key in self._keys():
@@ -75,11 +75,11 @@ class MetricValues(_FieldMapping):
 
 @dataclass(frozen=True, eq=False)
 class MethodMetrics(Mapping):
-    """The metrics of one method, by name (``nll``, ``brier``, ``ece1``, ``ece2``: the evaluated
-    bundle).
+    """The metrics of one method, by name (``nll``, ``brier``, ``ece1``, ``ece2``: the
+    evaluated bundle).
 
-    ``m.nll`` and ``m["nll"]`` are the same :class:`MetricValues`; a metric that
-    was not evaluated raises AttributeError / KeyError.
+    ``m.nll`` and ``m["nll"]`` are the same :class:`MetricValues`; a metric that was not
+    evaluated raises AttributeError / KeyError.
     """
 
     metrics: dict = field(default_factory=dict)
@@ -110,8 +110,8 @@ class MethodMetrics(Mapping):
         )
 
     def to_dict(self) -> dict:
-        """``{metric: {"overall", "per_class"}}``, as :func:`topcal.evaluate.evaluate` returns
-        it."""
+        """``{metric: {"overall", "per_class"}}``, as :func:`topcal.evaluate.evaluate`
+        returns it."""
         return {name: v.to_dict() for name, v in self.metrics.items()}
 
 
@@ -133,8 +133,8 @@ class Comparison(_FieldMapping):
     warnings : dict of str -> list of str
         What the fits warned about, per method ("data": about the data).
     choices : dict of str -> list of dict
-        What every fitted ``auto`` chose (one entry per fold under "kfold")
-        and its cross-validation table (:func:`topcal.evaluate.auto_summary`).
+        What every fitted ``auto`` chose (one entry per fold under "kfold") and its
+        cross-validation table (:func:`topcal.evaluate.auto_summary`).
     ranking : dict of str -> dict
         The methods ranked by NLL with paired 90% intervals
         (:func:`topcal.overall.paired_ranking`), in rank order.
@@ -156,8 +156,8 @@ class Comparison(_FieldMapping):
 
     @classmethod
     def of(cls, value) -> "Comparison":
-        """``value`` as a comparison: a comparison itself, or a dict of the old form (keys as the
-        attributes; only "methods" is required, "protocol" defaults to "same")."""
+        """``value`` as a comparison: a comparison itself, or a dict of the old form (keys
+        as the attributes; only "methods" is required, "protocol" defaults to "same")."""
         if isinstance(value, cls):
             return value
         return cls(
@@ -172,8 +172,8 @@ class Comparison(_FieldMapping):
         )
 
     def to_dict(self) -> dict:
-        """The plain nested dict (JSON-ready; the form ``compare_methods`` returned before this
-        class)."""
+        """The plain nested dict (JSON-ready; the form ``compare_methods`` returned before
+        this class)."""
         return {
             "protocol": self.protocol,
             "folds": self.folds,

@@ -1,31 +1,30 @@
 """Fit and apply on Dask DataFrames (optional: ``pip install topcal[dask]``).
 
-* :func:`stats` computes :class:`~topcal.evidence.stats.ScoreStats` per partition and
-  merges them in a tree (``split_every`` at a time), so the driver only ever
-  holds a few statistics objects, each bounded by K x n_cells rows.
-* :func:`fit` fits a method on the merged statistics on the driver: the same
-  model as ``calibrator.fit(evidence)`` on the statistics and
-  label-shift counts (:class:`~topcal.evidence.confusion.GridConfusion`) of all the
-  rows in one process (both bit for bit; tested on a LocalCluster), so the
-  model can be adapted.
-* :func:`update` adds a Dask DataFrame's statistics, and its confusion counts
-  in the model's regions, to a fitted model.
-* :func:`apply` is a ``map_partitions``: every partition is read like a file
-  chunk, calibrated and formatted like a local ``apply``'s chunk
-  (:func:`topcal.stream.with_confidence`); the result is a lazy Dask
-  DataFrame (input columns + ``pred`` + ``confidence``). :func:`apply_file`
-  writes it through the one output writer (:func:`topcal.io.write_frames`).
+* :func:`stats` computes :class:`~topcal.evidence.stats.ScoreStats` per partition and merges
+  them in a tree (``split_every`` at a time), so the driver only ever holds a few statistics
+  objects, each bounded by K x n_cells rows.
+* :func:`fit` fits a method on the merged statistics on the driver: the same model as
+  ``calibrator.fit(evidence)`` on the statistics and label-shift counts
+  (:class:`~topcal.evidence.confusion.GridConfusion`) of all the rows in one process (both
+  bit for bit; tested on a LocalCluster), so the model can be adapted.
+* :func:`update` adds a Dask DataFrame's statistics, and its confusion counts in the model's
+  regions, to a fitted model.
+* :func:`apply` is a ``map_partitions``: every partition is read like a file chunk,
+  calibrated and formatted like a local ``apply``'s chunk
+  (:func:`topcal.stream.with_confidence`); the result is a lazy Dask DataFrame (input
+  columns + ``pred`` + ``confidence``). :func:`apply_file` writes it through the one output
+  writer (:func:`topcal.io.write_frames`).
 
-Partitions use the column conventions of :mod:`topcal.io`; the class list is
-found first from the distinct values of the class columns (as a whole-file
-read would infer it), so every partition is encoded alike. The model travels
-to the workers as its JSON text (never pickled), parsed once per worker.
+Partitions use the column conventions of :mod:`topcal.io`; the class list is found first
+from the distinct values of the class columns (as a whole-file read would infer it), so
+every partition is encoded alike. The model travels to the workers as its JSON text (never
+pickled), parsed once per worker.
 
-Only methods that fit from score statistics run here (everything except the
-full-vector temperature methods ``sts``, ``csts``, ``tswa``, ``cstswa``);
-``apply`` works with every method. Categorical input columns (dictionary
-columns in Parquet, whose categories differ by partition) come back as text
-columns with the same values, so every output partition has one schema.
+Only methods that fit from score statistics run here (everything except the full-vector
+temperature methods ``sts``, ``csts``, ``tswa``, ``cstswa``); ``apply`` works with every
+method. Categorical input columns (dictionary columns in Parquet, whose categories differ by
+partition) come back as text columns with the same values, so every output partition has one
+schema.
 """
 
 from __future__ import annotations
@@ -87,8 +86,9 @@ def read_parquet(path):
     p = str(path)
     if Path(p).suffix.lower() in (".csv", ".tsv", ".txt", ".npz"):
         raise TopcalError(
-            f"the Dask engine reads Parquet data, and {p!r} is a {Path(p).suffix} file; write it "
-            "as Parquet (e.g. pandas' to_parquet), or read it in chunks with --chunk-rows"
+            f"the Dask engine reads Parquet data, and {p!r} is a {Path(p).suffix} file; "
+            "write it as Parquet (e.g. pandas' to_parquet), or read it in chunks with "
+            "--chunk-rows"
         )
     if not (Path(p).exists() or glob.glob(p)):
         raise TopcalError(
@@ -143,7 +143,8 @@ def _merge(*parts):
 
 
 def _reduce(ddf, count, split_every: int, lay):
-    """``count`` of every partition (a picklable function of a TopLabelData), merged in a tree."""
+    """``count`` of every partition (a picklable function of a TopLabelData), merged in a
+    tree."""
     import dask
     from dask import delayed
 
@@ -153,7 +154,8 @@ def _reduce(ddf, count, split_every: int, lay):
     nodes = _watched(nodes)
     while len(nodes) > 1:
         nodes = [
-            delayed(_merge)(*nodes[i : i + split_every]) for i in range(0, len(nodes), split_every)
+            delayed(_merge)(*nodes[i : i + split_every])
+            for i in range(0, len(nodes), split_every)
         ]
     (result,) = dask.compute(nodes[0])
     if result is None:
@@ -162,15 +164,17 @@ def _reduce(ddf, count, split_every: int, lay):
 
 
 def _watched(nodes):
-    """The partition counts as futures, with a progress bar as they finish, where progress is shown
-    and a distributed client is running; else the nodes as they are (the tree is the same)."""
+    """The partition counts as futures, with a progress bar as they finish, where progress
+    is shown and a distributed client is running; else the nodes as they are (the tree is
+    the same)."""
     if not _progress.enabled() or len(nodes) < 2:
         return nodes
     try:
         from distributed import as_completed, get_client
 
         client = get_client()
-    except (ImportError, ValueError):  # no distributed, or no client: the graph runs without a bar
+    # no distributed, or no client: the graph runs without a bar
+    except (ImportError, ValueError):
         return nodes
     futures = client.compute(nodes)
     for _ in _progress.bar(
@@ -200,7 +204,9 @@ def stats(
     """
     _require_dask()
     lay = layout(ddf, classes=classes, **options)
-    return _reduce(ddf, functools.partial(ScoreStats.from_data, n_cells=n_cells), split_every, lay)
+    return _reduce(
+        ddf, functools.partial(ScoreStats.from_data, n_cells=n_cells), split_every, lay
+    )
 
 
 def fit(
@@ -213,35 +219,37 @@ def fit(
     classes=None,
     **options,
 ):
-    """Fit ``method`` on a labelled Dask DataFrame from merged statistics; returns the fitted
-    calibrator.
+    """Fit ``method`` on a labelled Dask DataFrame from merged statistics; returns the
+    fitted calibrator.
 
     Per-sample partitions also give the label-shift counts
-    (:class:`~topcal.evidence.confusion.GridConfusion`, merged alike), so the model can
-    be adapted (``calibrator.fit(evidence)``).
+    (:class:`~topcal.evidence.confusion.GridConfusion`, merged alike), so the model can be
+    adapted (``calibrator.fit(evidence)``).
     """
     from .calibrators import calibrator
     from .calibrators.registry import require_counts
 
     require_counts(
         method,
-        "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, bts, btswa, auto)",
+        "fit it in memory, or choose a score method (hist, kde-mon2, cum-opt, bts, btswa, "
+        "auto)",
     )
     cal = calibrator(method, **(params or {}))
     _require_dask()
     lay = layout(ddf, classes=classes, **options)
-    evidence = _reduce(ddf, functools.partial(Evidence.for_fit, n_cells=n_cells), split_every, lay)
+    evidence = _reduce(
+        ddf, functools.partial(Evidence.for_fit, n_cells=n_cells), split_every, lay
+    )
     return cal.fit(evidence)
 
 
 def update(model, ddf, *, split_every: int = 8, **options):
-    """Add a labelled Dask DataFrame to a fitted ``model`` (:meth:`Calibrator.update`); returns the
-    model.
+    """Add a labelled Dask DataFrame to a fitted ``model`` (:meth:`Calibrator.update`);
+    returns the model.
 
-    Per partition, the statistics the model keeps (score counts) and, where
-    the model has them, the confusion counts in its regions; merged in a tree
-    and added on the driver. New data take the model's classes and score range
-    unless ``options`` give one.
+    Per partition, the statistics the model keeps (score counts) and, where the model has
+    them, the confusion counts in its regions; merged in a tree and added on the driver. New
+    data take the model's classes and score range unless ``options`` give one.
     """
     from .stream import model_read_options
 
@@ -260,14 +268,14 @@ def update(model, ddf, *, split_every: int = 8, **options):
 
 
 def check_updatable(model) -> ScoreStats:
-    """The model's score statistics, which a Dask cluster can add to; a clear error for loss tables
-    or none."""
+    """The model's score statistics, which a Dask cluster can add to; a clear error for loss
+    tables or none."""
     old = require_stats(model)
     if not isinstance(old, ScoreStats):
         raise TopcalError(
-            f"a Dask cluster computes score counts, but this {model.name!r} model keeps loss "
-            f"tables; drop "
-            "--engine dask (--chunk-rows N reads the new data in bounded memory)"
+            f"a Dask cluster computes score counts, but this {model.name!r} model keeps "
+            "loss tables; drop --engine dask (--chunk-rows N reads the new data in bounded "
+            "memory)"
         )
     return old
 
@@ -280,9 +288,10 @@ def _model(text: str):
 
 
 def _output(frame, data, classes, cols: dict, pred_col, score_col, pred_dtype):
-    """Apply's output for one partition: :func:`topcal.stream.with_confidence`, the formatting every
-    engine uses, with categorical columns as text (``pred``, and Parquet dictionary columns, whose
-    categories differ by partition), so every partition has one schema."""
+    """Apply's output for one partition: :func:`topcal.stream.with_confidence`, the
+    formatting every engine uses, with categorical columns as text (``pred``, and Parquet
+    dictionary columns, whose categories differ by partition), so every partition has one
+    schema."""
     import pandas as pd
 
     out = with_confidence(frame, data, classes, cols, pred_col, score_col)
@@ -295,7 +304,8 @@ def _output(frame, data, classes, cols: dict, pred_col, score_col, pred_dtype):
 def _no_rows(interval, thresholds=None, full_classes=None) -> dict:
     """:func:`calibrate`'s columns for no rows (``full_classes``: a model's, for ``full``)."""
     out = {
-        c: np.zeros(0) for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())
+        c: np.zeros(0)
+        for c in ("confidence",) + (INTERVAL_COLUMNS if interval is not None else ())
     }
     if thresholds is not None:
         out["accepted"] = np.zeros(0, dtype=bool)
@@ -306,7 +316,8 @@ def _no_rows(interval, thresholds=None, full_classes=None) -> dict:
 
 @functools.lru_cache(maxsize=4)
 def _thresholds(text: str):
-    """The thresholds a partition applies, from their JSON text (read once per worker process)."""
+    """The thresholds a partition applies, from their JSON text (read once per worker
+    process)."""
     import json
 
     from .thresholds.core import Thresholds
@@ -343,16 +354,15 @@ def _apply_partition(
 
 
 def apply(model, ddf, *, interval=None, thresholds=None, full=False, **options):
-    """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and ``confidence``
-    added (with ``full`` also the calibrated vectors, one column per class:
+    """Calibrated confidence of every row: a lazy Dask DataFrame with ``pred`` and
+    ``confidence`` added (with ``full`` also the calibrated vectors, one column per class:
     :func:`topcal.stream.full_columns`).
 
-    ``options`` are the column options of :func:`topcal.io.read_frame`
-    (labels are ignored). With ``interval`` (a level in (0, 1)) also
-    ``confidence_lo`` and ``confidence_hi`` (:meth:`predict_interval`; the
-    model file each partition reads carries what they need). With
-    ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for
-    ``model``) also ``accepted``. The columns are those of a local ``apply``
+    ``options`` are the column options of :func:`topcal.io.read_frame` (labels are ignored).
+    With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and ``confidence_hi``
+    (:meth:`predict_interval`; the model file each partition reads carries what they need).
+    With ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for ``model``)
+    also ``accepted``. The columns are those of a local ``apply``
     (:func:`topcal.stream.with_confidence`).
     """
     import pandas as pd
@@ -373,7 +383,9 @@ def apply(model, ddf, *, interval=None, thresholds=None, full=False, **options):
         ddf.columns, score_col
     )  # an input column it would overwrite: refused before any work
     if options.get("score_range") is None:
-        options["score_range"] = tuple(model.score_range_) if not _is_vector(ddf, options) else None
+        options["score_range"] = (
+            tuple(model.score_range_) if not _is_vector(ddf, options) else None
+        )
     lay = layout(ddf, classes=list(model.classes_), **options)
     pred_dtype = pd.StringDtype("pyarrow")
     meta = _output(
@@ -411,7 +423,8 @@ def _is_vector(ddf, options) -> bool:
 
 
 def _input_files(path) -> list:
-    """The files a Parquet path (file, directory or glob) names, for the output-folder check."""
+    """The files a Parquet path (file, directory or glob) names, for the output-folder
+    check."""
     import glob
     from pathlib import Path
 
@@ -424,24 +437,22 @@ def _input_files(path) -> list:
 def apply_file(
     model, path, output, *, interval=None, thresholds=None, full=False, **options
 ) -> None:
-    """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on the
-    current Dask client.
+    """Calibrate the Parquet data at ``path`` (file, directory or glob) into ``output`` on
+    the current Dask client.
 
-    ``output`` ending in ``.csv`` is one CSV file, anything else a folder of
-    Parquet files (``part.00000.parquet``, ...), which follows the report's
-    rule (:func:`topcal._fileio.report_dir`): it must be new, empty or written
-    by topcal (marker file ``.topcal-report``), never one holding other files
-    or the input. Either is written beside the target first and moved into
-    place only when complete (a failed run leaves no partial output, and an
-    existing output stays as it was). New data take the model's score range
-    unless ``options`` give one (:func:`topcal.stream.model_read_options`).
+    ``output`` ending in ``.csv`` is one CSV file, anything else a folder of Parquet files
+    (``part.00000.parquet``, ...), which follows the report's rule
+    (:func:`topcal._fileio.report_dir`): it must be new, empty or written by topcal (marker
+    file ``.topcal-report``), never one holding other files or the input. Either is written
+    beside the target first and moved into place only when complete (a failed run leaves no
+    partial output, and an existing output stays as it was). New data take the model's score
+    range unless ``options`` give one (:func:`topcal.stream.model_read_options`).
 
-    Both go through the one output writer, :func:`topcal.io.write_frames`:
-    for a folder, every worker writes its partitions' files (the output scales
-    with the cluster, as Dask's own ``to_parquet``); for a CSV file, the
-    partitions are computed on the cluster a few ahead and written in order
-    by this process (one file is written in order anyway, as Dask's
-    ``to_csv(single_file=True)`` does).
+    Both go through the one output writer, :func:`topcal.io.write_frames`: for a folder,
+    every worker writes its partitions' files (the output scales with the cluster, as Dask's
+    own ``to_parquet``); for a CSV file, the partitions are computed on the cluster a few
+    ahead and written in order by this process (one file is written in order anyway, as
+    Dask's ``to_csv(single_file=True)`` does).
     """
     from pathlib import Path
 
@@ -467,13 +478,15 @@ def apply_file(
     except TopcalError:
         raise
     except Exception as exc:  # dask/pyarrow: unreadable partitions, full disk, ...
-        raise TopcalError(f"cannot calibrate {str(path)!r} with dask: {first_line(exc)}") from None
+        raise TopcalError(
+            f"cannot calibrate {str(path)!r} with dask: {first_line(exc)}"
+        ) from None
 
 
 def _in_order(ddf, ahead: int | None = None):
-    """The partitions of ``ddf`` as pandas DataFrames, in order, computed on the cluster ``ahead``
-    at a time
-    (default: two per worker), so memory here holds a few partitions, never the data."""
+    """The partitions of ``ddf`` as pandas DataFrames, in order, computed on the cluster
+    ``ahead`` at a time (default: two per worker), so memory here holds a few partitions,
+    never the data."""
     import collections
     import itertools
 
@@ -504,9 +517,9 @@ def _write_part(frame, path: str, schema) -> int:
 
 
 def _write_parts(ddf, folder) -> None:
-    """Every partition of ``ddf`` written by the worker that computed it, as one Parquet file of
-    ``folder``
-    (:func:`topcal.io.write_frames`), all with the schema of ``ddf``'s columns."""
+    """Every partition of ``ddf`` written by the worker that computed it, as one Parquet
+    file of ``folder`` (:func:`topcal.io.write_frames`), all with the schema of ``ddf``'s
+    columns."""
     import dask
     import pyarrow as pa
     from dask import delayed
@@ -531,12 +544,12 @@ def _one_line(exc) -> str:
 
 
 class Session:
-    """A Dask client for a ``with`` block: at ``address`` (a scheduler) or on a LocalCluster started
-    and closed here.
+    """A Dask client for a ``with`` block: at ``address`` (a scheduler) or on a LocalCluster
+    started and closed here.
 
-    Dask's own log lines (a worker's "Compute Failed" with its remote traceback,
-    cancelled tasks at shutdown) are silenced: the error a task raised reaches
-    the command, which prints it as its one ``error:`` line.
+    Dask's own log lines (a worker's "Compute Failed" with its remote traceback, cancelled
+    tasks at shutdown) are silenced: the error a task raised reaches the command, which
+    prints it as its one ``error:`` line.
     """
 
     def __init__(self, address: str | None):
@@ -573,10 +586,14 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - a bad address raises ValueError, TypeError, OSError, TimeoutError
             self._close()
             where = (
-                f"the Dask scheduler {self.address!r}" if self.address else "a local Dask cluster"
+                f"the Dask scheduler {self.address!r}"
+                if self.address
+                else "a local Dask cluster"
             )
             hint = "; give an address like tcp://HOST:8786" if self.address else ""
-            raise TopcalError(f"cannot connect to {where}: {_one_line(exc)[:300]}{hint}") from None
+            raise TopcalError(
+                f"cannot connect to {where}: {_one_line(exc)[:300]}{hint}"
+            ) from None
         return self.client
 
     def _close(self):

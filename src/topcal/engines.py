@@ -1,18 +1,18 @@
 """Where fit, update and apply run: one interface, three engines.
 
-* ``local``: the file is read whole (fit, update); apply streams it in
-  chunks, since its output is row by row anyway.
-* ``stream``: fit and update gather :class:`~topcal.evidence.core.Evidence` chunk
-  by chunk (``chunk_rows``), in memory bounded by the statistics.
-* ``dask``: the same Evidence gathered per partition on a Dask cluster (a
-  scheduler's ``address``, else a LocalCluster started for the call).
+* ``local``: the file is read whole (fit, update); apply streams it in chunks, since its
+  output is row by row anyway.
+* ``stream``: fit and update gather :class:`~topcal.evidence.core.Evidence` chunk by chunk
+  (``chunk_rows``), in memory bounded by the statistics.
+* ``dask``: the same Evidence gathered per partition on a Dask cluster (a scheduler's
+  ``address``, else a LocalCluster started for the call).
 
-Every engine takes a fitted or unfitted calibrator, a path and the read
-options of :func:`topcal.io.read_frame`, and leaves the model logic to the
-calibrator (``fit``, ``fit(evidence)``, ``update``). Every engine's apply
-formats its output with :func:`topcal.stream.with_confidence` and writes it
-with the one output writer, :func:`topcal.io.write_frames`. The command line
-picks an engine in one place (:func:`for_options`) and never asks which it got.
+Every engine takes a fitted or unfitted calibrator, a path and the read options of
+:func:`topcal.io.read_frame`, and leaves the model logic to the calibrator (``fit``,
+``fit(evidence)``, ``update``). Every engine's apply formats its output with
+:func:`topcal.stream.with_confidence` and writes it with the one output writer,
+:func:`topcal.io.write_frames`. The command line picks an engine in one place
+(:func:`for_options`) and never asks which it got.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ class Engine:
         raise NotImplementedError  # pragma: no cover - interface
 
     def update(self, model, path, *, progress=None, **options):
-        """Add the labelled data at ``path`` to ``model`` (:meth:`Calibrator.update`); returns
-        it."""
+        """Add the labelled data at ``path`` to ``model`` (:meth:`Calibrator.update`);
+        returns it."""
         raise NotImplementedError  # pragma: no cover - interface
 
     def apply(
@@ -56,15 +56,17 @@ class Engine:
         full=False,
         **options,
     ):
-        """Write ``path``'s rows with ``pred``, ``confidence`` (and interval limits, ``accepted``,
-        with ``full`` the calibrated vectors: :func:`topcal.stream.apply_file`) to ``output``;
-        returns the number of rows where the engine knows it, else None. ``tally`` (a dict) gets the
-        accepted rows' count under "accepted" where the engine knows it."""
+        """Write ``path``'s rows with ``pred``, ``confidence`` (and interval limits,
+        ``accepted``, with ``full`` the calibrated vectors:
+        :func:`topcal.stream.apply_file`) to ``output``; returns the number of rows where
+        the engine knows it, else None. ``tally`` (a dict) gets the accepted rows' count
+        under "accepted" where the engine knows it."""
         raise NotImplementedError  # pragma: no cover - interface
 
     def _check_countable(self, cal) -> None:
         require_counts(
-            cal, "drop --chunk-rows/--engine dask to fit it in memory, or choose a score method"
+            cal,
+            "drop --chunk-rows/--engine dask to fit it in memory, or choose a score method",
         )
 
 
@@ -123,12 +125,14 @@ class StreamEngine(LocalEngine):
         return fit_file(cal, path, chunk_rows=self.chunk_rows, progress=progress, **options)
 
     def update(self, model, path, *, progress=None, **options):
-        return update_file(model, path, chunk_rows=self.chunk_rows, progress=progress, **options)
+        return update_file(
+            model, path, chunk_rows=self.chunk_rows, progress=progress, **options
+        )
 
 
 class DaskEngine(Engine):
-    """Fit, update and apply on a Dask cluster: at ``address``, else a LocalCluster started per
-    call."""
+    """Fit, update and apply on a Dask cluster: at ``address``, else a LocalCluster started
+    per call."""
 
     name = "dask"
     from_counts = True
@@ -146,7 +150,9 @@ class DaskEngine(Engine):
         self._check_countable(cal)
         tdask = self._dask()
         with tdask.Session(self.address):
-            return tdask.fit(tdask.read_parquet(path), cal.name, params=cal.get_params(), **options)
+            return tdask.fit(
+                tdask.read_parquet(path), cal.name, params=cal.get_params(), **options
+            )
 
     def update(self, model, path, *, progress=None, **options):
         tdask = self._dask()
@@ -170,7 +176,13 @@ class DaskEngine(Engine):
         tdask = self._dask()  # ``tally`` stays empty: the rows are counted on the workers
         with tdask.Session(self.address):
             tdask.apply_file(
-                model, path, output, interval=interval, thresholds=thresholds, full=full, **options
+                model,
+                path,
+                output,
+                interval=interval,
+                thresholds=thresholds,
+                full=full,
+                **options,
             )
         return None
 
@@ -182,8 +194,8 @@ ENGINES = {"local": LocalEngine, "stream": StreamEngine, "dask": DaskEngine}
 def for_options(
     engine: str = "local", *, chunk_rows: int | None = None, scheduler: str | None = None
 ) -> Engine:
-    """The engine the command-line options ``--engine``, ``--chunk-rows`` and ``--scheduler`` ask
-    for."""
+    """The engine the command-line options ``--engine``, ``--chunk-rows`` and
+    ``--scheduler`` ask for."""
     if engine == "dask":
         return DaskEngine(scheduler)
     if engine != "local":

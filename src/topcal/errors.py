@@ -1,9 +1,9 @@
 """Exception and warning types of topcal.
 
-Every error a user can cause is a :class:`TopcalError`, which subclasses
-:class:`ValueError` so that code written against scikit-learn-style libraries
-(``except ValueError``) keeps working. Messages are one line: what was wrong,
-where (column, row, parameter), and how to fix it.
+Every error a user can cause is a :class:`TopcalError`, which subclasses :class:`ValueError`
+so that code written against scikit-learn-style libraries (``except ValueError``) keeps
+working. Messages are one line: what was wrong, where (column, row, parameter), and how to
+fix it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ class DegenerateClassWarning(TopcalWarning):
 
 
 def first_line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message, or its type's name when it has none (for one-line errors
-    that quote a library's exception: pandas, pyarrow and Dask messages run over several lines)."""
+    """The first line of ``exc``'s message, or its type's name when it has none (for
+    one-line errors that quote a library's exception: pandas, pyarrow and Dask messages run
+    over several lines)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

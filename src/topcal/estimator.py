@@ -10,33 +10,32 @@
 
 Needs scikit-learn (``pip install topcal[sklearn]``).
 
-Scores. The wrapped classifier's ``predict_proba`` is used when it has one
-(probabilities), else its ``decision_function`` (read as logits; a binary
-classifier's single margin d becomes the logits (0, d)).
+Scores. The wrapped classifier's ``predict_proba`` is used when it has one (probabilities),
+else its ``decision_function`` (read as logits; a binary classifier's single margin d
+becomes the logits (0, d)).
 
-Fitting. ``cv=None`` (default): the classifier is already fitted and is not
-refitted; ``fit(X, y)`` fits only the calibrator, on the classifier's scores
-for (X, y), which must be data the classifier was not trained on.
-``cv=K`` (an integer, or any scikit-learn CV splitter): like
-``CalibratedClassifierCV(ensemble=False)``: the classifier is fitted on K - 1
-folds and scores the held-out fold, K times (stratified folds for an
-integer), one calibrator is fitted on those out-of-fold scores, and the
-classifier is then refitted on all of (X, y) for prediction.
+Fitting. ``cv=None`` (default): the classifier is already fitted and is not refitted;
+``fit(X, y)`` fits only the calibrator, on the classifier's scores for (X, y), which must be
+data the classifier was not trained on. ``cv=K`` (an integer, or any scikit-learn CV
+splitter): like ``CalibratedClassifierCV(ensemble=False)``: the classifier is fitted on K -
+1 folds and scores the held-out fold, K times (stratified folds for an integer), one
+calibrator is fitted on those out-of-fold scores, and the classifier is then refitted on all
+of (X, y) for prediction.
 
 ``predict_proba``: the calibrated full vector of the fitted calibrator
 (:meth:`topcal.calibrators.base.Calibrator.predict_proba`): the entry of the class the
 classifier's scores rank first, k(X), is the calibrated top-label confidence c (what
-``predict_confidence`` returns); the other classes share 1 - c as the calibrator's whole-vector
-map (``vs``/``sms``: the calibrator's own, auto's choice, or one fitted beside it on the same
-scores) distributes the mass among them. Rows sum to 1.
+``predict_confidence`` returns); the other classes share 1 - c as the calibrator's
+whole-vector map (``vs``/``sms``: the calibrator's own, auto's choice, or one fitted beside
+it on the same scores) distributes the mass among them. Rows sum to 1.
 
 ``predict``: the argmax of ``predict_proba``, the first column on exact ties (scikit-learn's
-contract, ``predict == classes_[argmax(predict_proba)]``, on every row). It is k(X) wherever c is
-at least every other calibrated entry; where the calibrated vector finds another class more
-probable than the miscalibrated top one (c below that class's share, always so when c < 1/K),
-``predict`` follows the vector. It can therefore differ from the classifier's own ``predict``
-on a few rows (and does for classifiers whose ``predict`` is not the argmax of their scores,
-such as ``SVC(probability=True)``, which votes one-vs-one).
+contract, ``predict == classes_[argmax(predict_proba)]``, on every row). It is k(X) wherever
+c is at least every other calibrated entry; where the calibrated vector finds another class
+more probable than the miscalibrated top one (c below that class's share, always so when c <
+1/K), ``predict`` follows the vector. It can therefore differ from the classifier's own
+``predict`` on a few rows (and does for classifiers whose ``predict`` is not the argmax of
+their scores, such as ``SVC(probability=True)``, which votes one-vs-one).
 """
 
 from __future__ import annotations
@@ -56,18 +55,24 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from ._typing import ArrayLike, MatrixLike
 from .calibrators import calibrator, get_class
 from .data import TopLabelData
-from .errors import DataError, DegenerateClassWarning, NotFittedError, ParameterError, TopcalWarning
+from .errors import (
+    DataError,
+    DegenerateClassWarning,
+    NotFittedError,
+    ParameterError,
+    TopcalWarning,
+)
 
 __all__ = ["TopLabelCalibratedClassifier"]
 
 
 class _Unfitted(NotFittedError, SklearnNotFittedError):
-    """Used before fit: topcal's NotFittedError and scikit-learn's alike (either ``except`` catches
-    it)."""
+    """Used before fit: topcal's NotFittedError and scikit-learn's alike (either ``except``
+    catches it)."""
 
 
-#: The parameters of the meta-estimator itself; every other keyword is a
-#: parameter of the calibration method.
+#: The parameters of the meta-estimator itself; every other keyword is a parameter of the
+#: calibration method.
 _OWN_PARAMS = ("estimator", "method", "cv")
 
 #: Kinds of degenerate-class summaries already shown in this process (see ``_pass_on``).
@@ -80,23 +85,21 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     Parameters
     ----------
     estimator : scikit-learn classifier
-        Fitted (``cv=None``) or to be fitted here (``cv=K``). Needs
-        ``predict_proba`` or ``decision_function``.
+        Fitted (``cv=None``) or to be fitted here (``cv=K``). Needs ``predict_proba`` or
+        ``decision_function``.
     method : str, default "auto"
         A topcal method name (``topcal.available_methods()``).
     cv : None, int or CV splitter, default None
-        None: ``estimator`` is already fitted and is not refitted. An
-        integer K or a splitter: cross-fit (see the module docstring).
+        None: ``estimator`` is already fitted and is not refitted. An integer K or a
+        splitter: cross-fit (see the module docstring).
     **params
-        Parameters of the method, e.g. ``n_bins=20`` for "hist"; they are
-        parameters of this estimator too (``get_params``, ``set_params``,
-        grid search).
+        Parameters of the method, e.g. ``n_bins=20`` for "hist"; they are parameters of this
+        estimator too (``get_params``, ``set_params``, grid search).
 
     Attributes
     ----------
     estimator_ : classifier
-        The fitted classifier used for prediction (``estimator`` itself when
-        ``cv=None``).
+        The fitted classifier used for prediction (``estimator`` itself when ``cv=None``).
     calibrator_ : topcal Calibrator
         The fitted calibrator (save it with ``topcal.save``).
     classes_ : ndarray
@@ -155,7 +158,8 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
 
     # ---------------------------------------------------------------- fit
     def fit(self, X: MatrixLike, y: MatrixLike) -> "TopLabelCalibratedClassifier":
-        """Calibrate on (X, y); with ``cv=K`` also fit the classifier (see the class docstring).
+        """Calibrate on (X, y); with ``cv=K`` also fit the classifier (see the class
+        docstring).
 
         Returns
         -------
@@ -171,11 +175,11 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
                 check_is_fitted(est)
             except Exception:  # sklearn's NotFittedError, or a non-estimator
                 raise _Unfitted(
-                    f"This {type(est).__name__} instance is not fitted yet, and with cv=None "
-                    "TopLabelCalibratedClassifier does not fit it: fit the classifier first (on "
-                    "other data), or pass cv=5 to cross-fit it here; under GridSearchCV or "
-                    "cross_val_score (which clone it unfitted) wrap the fitted classifier in "
-                    "sklearn.frozen.FrozenEstimator"
+                    f"This {type(est).__name__} instance is not fitted yet, and with "
+                    "cv=None TopLabelCalibratedClassifier does not fit it: fit the "
+                    "classifier first (on other data), or pass cv=5 to cross-fit it here; "
+                    "under GridSearchCV or cross_val_score (which clone it unfitted) wrap "
+                    "the fitted classifier in sklearn.frozen.FrozenEstimator"
                 ) from None
             classes = np.asarray(est.classes_)
             scores, kind = self._scores(est, X, classes)
@@ -195,9 +199,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         unknown = classes[codes] != y
         if unknown.any():
             raise DataError(
-                f"y holds the class {y[np.flatnonzero(unknown)[0]]!r}, which the classifier does "
-                f"not know "
-                f"(its classes are {list(classes)}); calibrate on data of the classifier's classes"
+                f"y holds the class {y[np.flatnonzero(unknown)[0]]!r}, which the "
+                f"classifier does not know (its classes are {list(classes)}); calibrate on "
+                "data of the classifier's classes"
             )
         data = self._data(scores, kind, classes, codes)
         with warnings.catch_warnings(record=True) as caught:
@@ -214,13 +218,14 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return self
 
     def _pass_on(self, caught) -> None:
-        """Re-emit the calibrator's warnings, its DegenerateClassWarnings as at most one per fit.
+        """Re-emit the calibrator's warnings, its DegenerateClassWarnings as at most one per
+        fit.
 
-        GridSearchCV and cross_val_score fit a clone per fold and candidate, and scikit-learn's
-        parallel helper resets Python's once-per-message registry for each: every fold repeated
-        the same degenerate-class warning. Here one summary per fit, and a summary whose kind
-        (text without class names and numbers) was shown before in this process is not repeated;
-        ``fit_warnings_`` keeps every message of this fit.
+        GridSearchCV and cross_val_score fit a clone per fold and candidate, and
+        scikit-learn's parallel helper resets Python's once-per-message registry for each:
+        every fold repeated the same degenerate-class warning. Here one summary per fit, and
+        a summary whose kind (text without class names and numbers) was shown before in this
+        process is not repeated; ``fit_warnings_`` keeps every message of this fit.
         """
         self.fit_warnings_ = [str(w.message) for w in caught]
         degenerate = []
@@ -235,7 +240,9 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         if key in _SHOWN_DEGENERATE:
             return
         _SHOWN_DEGENERATE.add(key)
-        more = f" (and {len(degenerate) - 1} more: fit_warnings_)" if len(degenerate) > 1 else ""
+        more = (
+            f" (and {len(degenerate) - 1} more: fit_warnings_)" if len(degenerate) > 1 else ""
+        )
         warnings.warn(
             degenerate[0] + more + "; shown once per kind in this process",
             DegenerateClassWarning,
@@ -247,8 +254,8 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         (SVC(probability=True)).
 
         The calibrated confidence is about the argmax class; ``predict`` is the calibrated
-        vector's argmax, not the classifier's own. ``argmax_disagreement_`` keeps the share of
-        rows that differ.
+        vector's argmax, not the classifier's own. ``argmax_disagreement_`` keeps the share
+        of rows that differ.
         """
         if data is None:
             s, kind = self._scores(est, X, classes)
@@ -260,10 +267,11 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         if differ:
             warnings.warn(
                 f"{type(est).__name__}.predict() differs from the argmax of its "
-                f"{'predict_proba' if data.full_kind == 'probs' else 'decision_function'} on "
-                f"{differ} of {len(own)} calibration rows; predict_confidence and predict_proba "
-                "calibrate the argmax class (top_label_data(X).pred), and predict follows the "
-                f"calibrated vector (its argmax), not {type(est).__name__}.predict()",
+                f"{'predict_proba' if data.full_kind == 'probs' else 'decision_function'} "
+                f"on {differ} of {len(own)} calibration rows; predict_confidence and "
+                "predict_proba calibrate the argmax class (top_label_data(X).pred), and "
+                "predict follows the calibrated vector (its argmax), not "
+                f"{type(est).__name__}.predict()",
                 TopcalWarning,
                 stacklevel=3,
             )
@@ -318,13 +326,14 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return self._data(s, kind, self.classes_)
 
     def predict(self, X: MatrixLike) -> np.ndarray:
-        """The class of largest calibrated probability: ``classes_[argmax(predict_proba(X))]``
-        (the first on exact ties), so ``predict`` and ``predict_proba`` always agree.
+        """The class of largest calibrated probability:
+        ``classes_[argmax(predict_proba(X))]`` (the first on exact ties), so ``predict`` and
+        ``predict_proba`` always agree.
 
         Usually the class the classifier's scores rank first; another where the calibrated
         vector finds that class more probable than the top one (see the module docstring).
-        ``argmax_disagreement_`` keeps the share of calibration rows where the classifier's own
-        ``predict`` is not the argmax of its scores (``SVC(probability=True)``).
+        ``argmax_disagreement_`` keeps the share of calibration rows where the classifier's
+        own ``predict`` is not the argmax of its scores (``SVC(probability=True)``).
         """
         proba = self.predict_proba(X)  # checks that this estimator is fitted first
         return self.classes_[np.argmax(proba, axis=1)]
@@ -332,24 +341,24 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     def predict_confidence(
         self, X: MatrixLike, interval: float | None = None
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Calibrated top-label confidence of each row: the probability that the
-        predicted class (the argmax of the classifier's scores) is right.
+        """Calibrated top-label confidence of each row: the probability that the predicted
+        class (the argmax of the classifier's scores) is right.
 
         Parameters
         ----------
         X : array-like of shape (n, n_features)
         interval : float in (0, 1), optional
             Also return a level-``interval`` interval on each confidence
-            (:meth:`topcal.calibrators.base.Calibrator.predict_interval`; what it
-            covers: docs/intervals.md).
+            (:meth:`topcal.calibrators.base.Calibrator.predict_interval`; what it covers:
+            docs/intervals.md).
 
         Returns
         -------
         conf : ndarray (n,)
             Without ``interval``.
         (conf, lower, upper) : tuple of three ndarrays (n,)
-            With ``interval`` (as scikit-learn's ``predict(X, return_std=True)``
-            returns a tuple).
+            With ``interval`` (as scikit-learn's ``predict(X, return_std=True)`` returns a
+            tuple).
         """
         data = self._unlabelled(X)  # checks the estimator is fitted first
         conf = self.calibrator_.predict(data)
@@ -361,9 +370,10 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     def predict_proba(self, X: MatrixLike) -> np.ndarray:
         """Calibrated probabilities, shape (n, n_classes) in ``classes_`` order.
 
-        The entry of the class the classifier's scores rank first is the calibrated confidence
-        (``predict_confidence``); the other entries share the rest as the calibrator's
-        whole-vector map says (``calibrator_.vector_map_``; the module docstring). Rows sum to 1.
+        The entry of the class the classifier's scores rank first is the calibrated
+        confidence (``predict_confidence``); the other entries share the rest as the
+        calibrator's whole-vector map says (``calibrator_.vector_map_``; the module
+        docstring). Rows sum to 1.
         """
         data = self._unlabelled(X)  # checks that this estimator is fitted first
         return self.calibrator_.predict_proba(data)
@@ -380,14 +390,13 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
     ) -> "TopLabelCalibratedClassifier":
         """A copy whose confidences are adapted to a use set's class priors (label shift).
 
-        Give the unlabelled use set ``X_use`` (priors estimated by
-        ``estimator``, "em" or "bbse"; ``shrink`` is the safety step, "auto"
-        or a number in [0, 1]) or ``priors=`` (dict class -> prior,
-        or one value per class in ``classes_`` order); see
-        :func:`topcal.labelshift.adapt`. The classifier is shared, not
-        refitted; this object is unchanged. ``predict`` stays the
-        classifier's; ``predict_confidence`` and ``predict_proba`` use the
-        adapted calibrator (``calibrator_.estimate_`` holds the priors).
+        Give the unlabelled use set ``X_use`` (priors estimated by ``estimator``, "em" or
+        "bbse"; ``shrink`` is the safety step, "auto" or a number in [0, 1]) or ``priors=``
+        (dict class -> prior, or one value per class in ``classes_`` order); see
+        :func:`topcal.labelshift.adapt`. The classifier is shared, not refitted; this object
+        is unchanged. ``predict`` stays the classifier's; ``predict_confidence`` and
+        ``predict_proba`` use the adapted calibrator (``calibrator_.estimate_`` holds the
+        priors).
         """
         self._check()
         data = None if X_use is None else self._unlabelled(X_use)
@@ -406,8 +415,8 @@ class TopLabelCalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEsti
         return new
 
     def top_label_data(self, X: MatrixLike, y: MatrixLike = None) -> TopLabelData:
-        """The classifier's scores for X (and labels y) as :class:`TopLabelData`,
-        e.g. for :func:`topcal.report` or :func:`topcal.compare`."""
+        """The classifier's scores for X (and labels y) as :class:`TopLabelData`, e.g. for
+        :func:`topcal.report` or :func:`topcal.compare`."""
         if y is None:
             return self._unlabelled(X)
         self._check()

@@ -1,21 +1,20 @@
 """Fitting several methods and comparing their metrics, under three protocols.
 
-* ``"same"``: fit and evaluate on the same data (the paper's practice; it
-  flatters flexible methods);
-* ``"holdout"``: fit on ``data``, evaluate on a second test set ``eval_data``
-  (the paper's appendix, two MNIST test sets);
-* ``"kfold"``: K-fold cross-fitting within ``data``: every row's confidence
-  comes from a model fitted on the other K - 1 folds (the paper's third
-  approach to parameter fitting).
+* ``"same"``: fit and evaluate on the same data (the paper's practice; it flatters flexible
+  methods);
+* ``"holdout"``: fit on ``data``, evaluate on a second test set ``eval_data`` (the paper's
+  appendix, two MNIST test sets);
+* ``"kfold"``: K-fold cross-fitting within ``data``: every row's confidence comes from a
+  model fitted on the other K - 1 folds (the paper's third approach to parameter fitting).
 
-Folds come from :func:`topcal.data.kfold_split` (stratified by predicted class;
-binned counts dealt by a seeded multinomial draw).
+Folds come from :func:`topcal.data.kfold_split` (stratified by predicted class; binned
+counts dealt by a seeded multinomial draw).
 
-This module is topcal's one fit-and-score service: :func:`fit_quietly` is
-how the report, ``compare``, the figures and the experiments fit a method on
-the user's behalf (warnings collected for the caller to show, not printed
-mid-table), :func:`evaluate` the one metric bundle they all show (built on
-:func:`topcal.metrics.bundle`), :func:`fit_and_score` the two together.
+This module is topcal's one fit-and-score service: :func:`fit_quietly` is how the report,
+``compare``, the figures and the experiments fit a method on the user's behalf (warnings
+collected for the caller to show, not printed mid-table), :func:`evaluate` the one metric
+bundle they all show (built on :func:`topcal.metrics.bundle`), :func:`fit_and_score` the two
+together.
 """
 
 from __future__ import annotations
@@ -68,7 +67,9 @@ def evaluate(data: TopLabelData, confidence, *, n_bins: int = 10, metrics=METRIC
     dict
         ``{metric: {"overall": float, "per_class": {class: float or None}}}``.
     """
-    return {m.name: m.to_dict() for m in bundle(data, confidence, n_bins=n_bins, names=metrics)}
+    return {
+        m.name: m.to_dict() for m in bundle(data, confidence, n_bins=n_bins, names=metrics)
+    }
 
 
 def fit_quietly(
@@ -80,25 +81,24 @@ def fit_quietly(
     collect=TopcalWarning,
     **fit_options,
 ):
-    """Fit ``method`` on ``data`` without printing its warnings; return the fitted calibrator.
+    """Fit ``method`` on ``data`` without printing its warnings; return the fitted
+    calibrator.
 
-    ``method`` is a registered name (built with ``params``) or an unfitted
-    calibrator (e.g. :func:`topcal.calibrators.paper_calibrator`'s).
+    ``method`` is a registered name (built with ``params``) or an unfitted calibrator (e.g.
+    :func:`topcal.calibrators.paper_calibrator`'s).
 
-    Warnings of category ``collect`` (default: every topcal warning) raised
-    while fitting are collected, deduplicated and in order, into
-    ``notes[method]`` for the caller to show (``compare``'s "warnings", the
-    report's findings); other warnings pass through unchanged. Without
-    ``notes`` the collected messages are dropped: only for side fits (a
-    figure's reference histogram, one of many ensembles) whose data the
-    caller's own fits already report on. ``fit_options`` go to ``fit`` (``keep``, ``warm``).
-    Errors propagate.
+    Warnings of category ``collect`` (default: every topcal warning) raised while fitting
+    are collected, deduplicated and in order, into ``notes[method]`` for the caller to show
+    (``compare``'s "warnings", the report's findings); other warnings pass through
+    unchanged. Without ``notes`` the collected messages are dropped: only for side fits (a
+    figure's reference histogram, one of many ensembles) whose data the caller's own fits
+    already report on. ``fit_options`` go to ``fit`` (``keep``, ``warm``). Errors propagate.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", collect)
-        model = (calibrator(method, **(params or {})) if isinstance(method, str) else method).fit(
-            data, **fit_options
-        )
+        model = (
+            calibrator(method, **(params or {})) if isinstance(method, str) else method
+        ).fit(data, **fit_options)
     seen = notes.setdefault(model.name, []) if notes is not None else []
     for w in caught:
         if issubclass(w.category, collect):
@@ -121,8 +121,8 @@ def fit_and_score(
     metrics=METRICS,
     collect=TopcalWarning,
 ):
-    """Fit ``method`` on ``data`` (:func:`fit_quietly`) and score it on each set of ``score_on``
-    (default ``data``).
+    """Fit ``method`` on ``data`` (:func:`fit_quietly`) and score it on each set of
+    ``score_on`` (default ``data``).
 
     Returns ``(model, [metric dict per set])``, the dicts as :func:`evaluate` gives them.
     """
@@ -131,7 +131,9 @@ def fit_and_score(
     return model, [evaluate(d, model.predict(d), n_bins=n_bins, metrics=metrics) for d in sets]
 
 
-def score_models(models: dict, data: TopLabelData, *, n_bins: int = 10, metrics=METRICS) -> dict:
+def score_models(
+    models: dict, data: TopLabelData, *, n_bins: int = 10, metrics=METRICS
+) -> dict:
     """``{name: metric dict}`` of already fitted ``models`` on ``data`` (:func:`evaluate` of
     each)."""
     return {
@@ -154,14 +156,13 @@ def check_params(params: dict | None, names) -> dict:
 
 
 def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
-    """Warnings about a fitted score calibrator's curves: certainty (0 or 1) and bandwidths at the
-    floor.
+    """Warnings about a fitted score calibrator's curves: certainty (0 or 1) and bandwidths
+    at the floor.
 
-    A curve that reaches exactly 0 or 1 inside a class's observed scores
-    claims certainty that finite counts cannot give (the paper's estimators
-    with shrinkage=0 do this wherever a bin or kernel sees only one outcome);
-    a kde bandwidth at the smallest candidate means the rule found nothing
-    smoother to accept.
+    A curve that reaches exactly 0 or 1 inside a class's observed scores claims certainty
+    that finite counts cannot give (the paper's estimators with shrinkage=0 do this wherever
+    a bin or kernel sees only one outcome); a kde bandwidth at the smallest candidate means
+    the rule found nothing smoother to accept.
     """
     out: list[str] = []
     if model.is_baseline or not hasattr(model, "curve") or not hasattr(model, "support_"):
@@ -181,19 +182,22 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
             else f"{name} has no shrinkage: compare a shrunk method (kde-mon2, hist) or auto"
         )
         out.append(
-            f"{name}: the curve reaches confidence 0 or 1 for {_few(certain)}; a held-out mistake "
-            f"there costs "
-            f"27.6 nats: {fix}"
+            f"{name}: the curve reaches confidence 0 or 1 for {_few(certain)}; a held-out "
+            f"mistake there costs 27.6 nats: {fix}"
         )
     floor = []
     for k, st in enumerate(getattr(model, "class_state_", []) or []):
-        if isinstance(st, dict) and st.get("b_range") and np.isfinite(st.get("bandwidth", np.nan)):
+        if (
+            isinstance(st, dict)
+            and st.get("b_range")
+            and np.isfinite(st.get("bandwidth", np.nan))
+        ):
             if st["bandwidth"] <= st["b_range"][0] * (1 + 1e-9):
                 floor.append(model.classes_[k])
     if floor:
         out.append(
-            f"{name}: the bandwidth sits at its smallest candidate for {_few(floor)}; the curve "
-            f"may follow noise"
+            f"{name}: the bandwidth sits at its smallest candidate for {_few(floor)}; the "
+            "curve may follow noise"
         )
     return out
 
@@ -212,9 +216,9 @@ def few_positives(data: TopLabelData, minimum: float = 30) -> str | None:
     if not small:
         return None
     return (
-        f"{_few(small)} have fewer than {minimum:g} positives: per-class curves there rest on a "
-        f"handful of "
-        "samples (shrinkage borrows from the pooled curve; compare out of sample)"
+        f"{_few(small)} have fewer than {minimum:g} positives: per-class curves there rest "
+        "on a handful of samples (shrinkage borrows from the pooled curve; compare out of "
+        "sample)"
     )
 
 
@@ -251,17 +255,17 @@ def fit_methods(
     progress : callable(str), optional
         Called with a short message before each fit.
     diagnostics : dict, optional
-        Filled with ``"failed"`` (``{method: error message}``: a method that
-        raises is left out, the others go on) and ``"warnings"``
-        (``{method: [messages]}``: what the fits warned about).
+        Filled with ``"failed"`` (``{method: error message}``: a method that raises is left
+        out, the others go on) and ``"warnings"`` (``{method: [messages]}``: what the fits
+        warned about).
     context : FitContext, optional
         Passed to every fit (:mod:`topcal.calibrators.context`).
 
     Returns
     -------
     (dict, list)
-        ``{name: fitted calibrator}`` in the given order, and the names skipped
-        because ``data`` has no full score vectors.
+        ``{name: fitted calibrator}`` in the given order, and the names skipped because
+        ``data`` has no full score vectors.
     """
     names = list(available_methods()) if methods is None else list(methods)
     run, skipped = _split_names(names, data)
@@ -284,11 +288,11 @@ def fit_methods(
 
 
 def auto_summary(model, fold: int | None = None) -> dict | None:
-    """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired SE), or
+    """What an ``auto`` model chose and its cross-validation table (mean NLL, SE, paired
+    SE), or
     None
     for other models: ``{"fold", "chosen", "best", "rule", "blend", "table": [...]}`` (see
-    ``Auto.cv_table``,
-    ``Auto.blend_``)."""
+    ``Auto.cv_table``, ``Auto.blend_``)."""
     choice = model.choice() if isinstance(model, Wrapper) else None
     return None if choice is None else {"fold": fold, **choice}
 
@@ -305,16 +309,17 @@ def _kfold_predictions(
     choices=None,
 ):
     """Out-of-fold confidences of every method
-    (:func:`topcal.calibrators.select.crossfit.cross_fit`), what the
-    fits warned about in ``notes``, each fold's ``auto`` choice in ``choices``, failures in
-    ``failed``."""
+    (:func:`topcal.calibrators.select.crossfit.cross_fit`), what the fits warned about in
+    ``notes``, each fold's ``auto`` choice in ``choices``, failures in ``failed``."""
     failed = {} if failed is None else failed
 
     def fit(name, train, f, warm):
         if progress is not None:
             progress(f"fold {f + 1}/{n_folds}: fitting {name}")
         options = scratch_options(name, warm, fold=True)
-        return fit_quietly(name, train, params=(params or {}).get(name), notes=notes, **options)
+        return fit_quietly(
+            name, train, params=(params or {}).get(name), notes=notes, **options
+        )
 
     def on_model(name, f, model, train):
         summary = auto_summary(model, f + 1)
@@ -361,9 +366,8 @@ def compare_methods(
     eval_data : TopLabelData, optional
         A second labelled test set to evaluate on ("holdout" protocol).
     folds : int, optional
-        Cross-fit with this many folds within ``data`` ("kfold" protocol).
-        Exclusive with ``eval_data``. Neither: fit and evaluate on ``data``
-        ("same").
+        Cross-fit with this many folds within ``data`` ("kfold" protocol). Exclusive with
+        ``eval_data``. Neither: fit and evaluate on ``data`` ("same").
     seed : int, default 0
         Seed of the fold split.
     n_bins : int, default 10
@@ -373,22 +377,22 @@ def compare_methods(
     progress : callable(str), optional
         Called with a short message before each fit.
 
-    Methods that need the full score vector are skipped (and listed under
-    ``"skipped"``) when the data has only top scores. A method whose fit
-    raises is listed under ``"failed"`` with its error and the others go on.
-    What the fits warned about (and curves that reach 0 or 1, bandwidths at
-    their floor, classes with few positives) is listed under ``"warnings"``.
+    Methods that need the full score vector are skipped (and listed under ``"skipped"``)
+    when the data has only top scores. A method whose fit raises is listed under
+    ``"failed"`` with its error and the others go on. What the fits warned about (and curves
+    that reach 0 or 1, bandwidths at their floor, classes with few positives) is listed
+    under ``"warnings"``.
 
     Returns
     -------
     Comparison
         ``protocol``, ``folds``, ``methods`` (``{name: MethodMetrics}``, e.g.
         ``res.methods["hist"].nll.per_class``), ``skipped``, ``failed`` (``{name: str}``),
-        ``warnings`` (``{name or "data": [str]}``) and ``choices`` (``{name: [auto_summary, ...]}``:
-        what every fitted ``auto`` chose, one entry per fold under "kfold", and its cross-validation
-        table). It reads as the old nested dict too
-        (``res["methods"]["hist"]["nll"]["per_class"]``);
-        ``res.to_dict()`` is that dict (JSON-ready).
+        ``warnings`` (``{name or "data": [str]}``) and ``choices`` (``{name: [auto_summary,
+        ...]}``: what every fitted ``auto`` chose, one entry per fold under "kfold", and its
+        cross-validation table). It reads as the old nested dict too
+        (``res["methods"]["hist"]["nll"]["per_class"]``); ``res.to_dict()`` is that dict
+        (JSON-ready).
     """
     if eval_data is not None and folds is not None:
         raise ParameterError(
@@ -450,9 +454,8 @@ def compare_methods(
 
 
 def comparison_rows(result) -> list[tuple[str, str, str, float | None]]:
-    """Long-format rows (method, metric, class, value) of a :func:`compare_methods` result (or its
-    dict form);
-    class "overall" for the overall value."""
+    """Long-format rows (method, metric, class, value) of a :func:`compare_methods` result
+    (or its dict form); class "overall" for the overall value."""
     rows = []
     for m, metrics in Comparison.of(result).methods.items():
         for metric, v in metrics.items():

@@ -1,21 +1,20 @@
 """Top-label metrics: plain functions of (data, confidence).
 
-Every loss here is the *binary* loss of the top-label problem (Gupta and
-Ramdas 2022; paper eqs. 14-15): for class k only the positives P_k (rows
-predicted as k) count; a true positive has label 1, a false positive label 0,
-and ``confidence`` is the predicted probability of label 1. Rows are weighted
-by their TP/FP counts, so binned and per-sample data give the same numbers.
+Every loss here is the *binary* loss of the top-label problem (Gupta and Ramdas 2022; paper
+eqs. 14-15): for class k only the positives P_k (rows predicted as k) count; a true positive
+has label 1, a false positive label 0, and ``confidence`` is the predicted probability of
+label 1. Rows are weighted by their TP/FP counts, so binned and per-sample data give the
+same numbers.
 
-Each metric returns a :class:`ClassMetric`: one value per class (NaN for a
-class with no positives) and one overall value:
+Each metric returns a :class:`ClassMetric`: one value per class (NaN for a class with no
+positives) and one overall value:
 
-* NLL and Brier: ``overall`` is the mean over all samples; ``per_class`` the
-  mean over the class's positives.
-* ECE1 / ECE2: ``per_class`` is the binned calibration error of the class's
-  positives (L1: sum_b w_b |acc_b - conf_b|, L2: sqrt(sum_b w_b (acc_b -
-  conf_b)^2), w_b the share of the class's weight in bin b); ``overall`` is
-  the top-label ECE, the positive-weighted mean over classes (for ECE2, the
-  root of the weighted mean of squares).
+* NLL and Brier: ``overall`` is the mean over all samples; ``per_class`` the mean over the
+  class's positives.
+* ECE1 / ECE2: ``per_class`` is the binned calibration error of the class's positives (L1:
+  sum_b w_b |acc_b - conf_b|, L2: sqrt(sum_b w_b (acc_b - conf_b)^2), w_b the share of the
+  class's weight in bin b); ``overall`` is the top-label ECE, the positive-weighted mean
+  over classes (for ECE2, the root of the weighted mean of squares).
 """
 
 from __future__ import annotations
@@ -76,7 +75,8 @@ class ClassMetric:
         return {
             "overall": float(self.overall),
             "per_class": {
-                c: (None if np.isnan(v) else float(v)) for c, v in zip(self.classes, self.per_class)
+                c: (None if np.isnan(v) else float(v))
+                for c, v in zip(self.classes, self.per_class)
             },
         }
 
@@ -95,8 +95,8 @@ def _check(data: TopLabelData, confidence) -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"confidence {float(c[i]):g} at row {i + 1} is not a probability in [0, 1]; rescale "
-            "the scores first"
+            f"confidence {float(c[i]):g} at row {i + 1} is not a probability in [0, 1]; "
+            "rescale the scores first"
         )
     return c
 
@@ -114,8 +114,7 @@ def _per_class_mean(data: TopLabelData, loss_rows: np.ndarray, name: str) -> Cla
 def nll(data: TopLabelData, confidence: ArrayLike) -> ClassMetric:
     """Top-label binary negative log-likelihood (paper eq. 14), mean per sample.
 
-    -[tp log c + fp log(1 - c)] per row, with c clipped to
-    [PROB_CLIP, 1 - PROB_CLIP].
+    -[tp log c + fp log(1 - c)] per row, with c clipped to [PROB_CLIP, 1 - PROB_CLIP].
     """
     return _nll(data, _check(data, confidence))
 
@@ -139,12 +138,14 @@ def check_vectors(data: TopLabelData, proba: ArrayLike) -> np.ndarray:
         raise DataError(f"metrics expect a TopLabelData, got {type(data).__name__}")
     data.require_labels("computing a full-vector metric")
     if data.labels is None:
-        raise DataError("full-vector metrics need each row's true class; binned counts have none")
+        raise DataError(
+            "full-vector metrics need each row's true class; binned counts have none"
+        )
     p = np.asarray(proba, dtype=np.float64)
     if p.shape != (data.n_rows, data.n_classes):
         raise DataError(
-            f"the probability vectors have shape {p.shape} but the data has {data.n_rows} rows "
-            f"and {data.n_classes} classes; give one probability per row and class"
+            f"the probability vectors have shape {p.shape} but the data has {data.n_rows} "
+            f"rows and {data.n_classes} classes; give one probability per row and class"
         )
     bad = ~np.isfinite(p) | (p < 0) | (p > 1)
     off = np.abs(p.sum(axis=1) - 1.0) > 1e-6
@@ -158,9 +159,9 @@ def check_vectors(data: TopLabelData, proba: ArrayLike) -> np.ndarray:
 
 
 def vector_nll(data: TopLabelData, proba: ArrayLike) -> ClassMetric:
-    """Full-vector negative log-likelihood (multinomial log loss), mean per sample: -log p_y with
-    p_y clipped to [PROB_CLIP, 1], ``proba`` one row per sample and one column per class of
-    ``data.classes``; ``per_class`` by predicted class, as the top-label metrics."""
+    """Full-vector negative log-likelihood (multinomial log loss), mean per sample: -log p_y
+    with p_y clipped to [PROB_CLIP, 1], ``proba`` one row per sample and one column per
+    class of ``data.classes``; ``per_class`` by predicted class, as the top-label metrics."""
     p = check_vectors(data, proba)
     py = p[np.arange(data.n_rows), data.labels]
     return _per_class_mean(data, -np.log(np.maximum(py, PROB_CLIP)), "vector_nll")
@@ -180,8 +181,8 @@ def _ece_bins(conf: np.ndarray, w: np.ndarray, n_bins: int, strategy: str) -> np
         edges = np.linspace(0.0, 1.0, n_bins + 1)
     else:
         edges = weighted_quantile_edges(conf, w, n_bins, 0.0, 1.0)
-    # bins (a, b], the first one closed: same convention as the histogram
-    # calibrator and scikit-learn's calibration_curve
+    # bins (a, b], the first one closed: same convention as the histogram calibrator and
+    # scikit-learn's calibration_curve
     return bin_index(edges, conf)
 
 
@@ -222,7 +223,9 @@ def ece(
     return _ece(data, _check(data, confidence), norm, n_bins, strategy)
 
 
-def _ece(data: TopLabelData, c: np.ndarray, norm: int, n_bins: int, strategy: str) -> ClassMetric:
+def _ece(
+    data: TopLabelData, c: np.ndarray, norm: int, n_bins: int, strategy: str
+) -> ClassMetric:
     """:func:`ece` of confidences ``c`` already checked (and parameters already validated)."""
     k = data.n_classes
     w = data.tp + data.fp
@@ -299,8 +302,8 @@ def conf1(data: TopLabelData) -> np.ndarray:
 def confusion_matrix(data: TopLabelData) -> np.ndarray:
     """Counts C[i, j] of samples with true class i predicted as j, shape (K, K).
 
-    Needs per-sample labels: binned data does not say which class a false
-    positive truly was.
+    Needs per-sample labels: binned data does not say which class a false positive truly
+    was.
     """
     if data.labels is None:
         raise DataError(
@@ -309,13 +312,15 @@ def confusion_matrix(data: TopLabelData) -> np.ndarray:
         )
     k = data.n_classes
     return (
-        np.bincount(data.labels * k + data.pred, minlength=k * k).reshape(k, k).astype(np.float64)
+        np.bincount(data.labels * k + data.pred, minlength=k * k)
+        .reshape(k, k)
+        .astype(np.float64)
     )
 
 
 def reverse_confusion_matrix(data: TopLabelData) -> np.ndarray:
-    """P(true class i | predicted class j): the confusion matrix with each column
-    (predicted class) normalised to sum to 1; its diagonal is Conf1.
+    """P(true class i | predicted class j): the confusion matrix with each column (predicted
+    class) normalised to sum to 1; its diagonal is Conf1.
 
     Columns of classes never predicted are NaN.
     """
@@ -338,14 +343,18 @@ _BUNDLE_METRICS = {
 
 
 def bundle(
-    data: TopLabelData, confidence: ArrayLike, *, n_bins: int = 10, names: Sequence[str] = BUNDLE
+    data: TopLabelData,
+    confidence: ArrayLike,
+    *,
+    n_bins: int = 10,
+    names: Sequence[str] = BUNDLE,
 ) -> list[ClassMetric]:
-    """The metrics ``names`` (default NLL, Brier, ECE1, ECE2) of ``confidence`` on ``data``, in that
-    order.
+    """The metrics ``names`` (default NLL, Brier, ECE1, ECE2) of ``confidence`` on ``data``,
+    in that order.
 
     The one place topcal computes a set of metrics: :func:`summary`,
-    :func:`topcal.evaluate.evaluate` (compare, report) and the ensemble
-    experiment all call it.
+    :func:`topcal.evaluate.evaluate` (compare, report) and the ensemble experiment all call
+    it.
     """
     unknown = [n for n in names if n not in _BUNDLE_METRICS]
     if unknown:
@@ -364,7 +373,8 @@ def bundle(
     return [_BUNDLE_METRICS[n](data, c, n_bins) for n in names]
 
 
-#: The values of each row of :func:`summary` (per class and overall), in the order tables show them.
+#: The values of each row of :func:`summary` (per class and overall), in the order tables
+#: show them.
 SUMMARY_COLUMNS = ("tp", "fp", "conf1") + BUNDLE
 
 

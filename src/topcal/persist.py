@@ -7,21 +7,19 @@ A model file is one JSON object::
      "sha256": "<hash of the canonical JSON of 'model'>"}
 
 Version 2 added ``stats``: the model's mergeable statistics
-(:class:`topcal.evidence.stats.ScoreStats`: per class, per non-empty score cell, the
-TP and FP counts) that ``update`` refits from; absent for methods that
-recalibrate the full score vector. Version 3 adds the loss tables of ``sts``
-and ``csts`` as their ``stats`` (:mod:`topcal.calibrators.temperature`'s
-``_stats_of``: per class, the loss and its derivatives on a grid of log T), and
-the ``keep_stats`` parameter of those two methods. Version 1 and 2 files still
-load and predict as before; where they hold no statistics (version 1, or
-version 2 temperature models) ``update`` asks to refit them once.
+(:class:`topcal.evidence.stats.ScoreStats`: per class, per non-empty score cell, the TP and
+FP counts) that ``update`` refits from; absent for methods that recalibrate the full score
+vector. Version 3 adds the loss tables of ``sts`` and ``csts`` as their ``stats``
+(:mod:`topcal.calibrators.temperature`'s ``_stats_of``: per class, the loss and its
+derivatives on a grid of log T), and the ``keep_stats`` parameter of those two methods.
+Version 1 and 2 files still load and predict as before; where they hold no statistics
+(version 1, or version 2 temperature models) ``update`` asks to refit them once.
 
-Floats are written with Python's shortest round-trip repr, so a loaded model
-predicts bit for bit what the saved one did. Loading only parses JSON and
-numbers, so a file can never run code. A file that is not JSON, is
-truncated, has another format version, names an unknown method, or whose
-content no longer matches its checksum (edited by hand or corrupted) raises
-:class:`~topcal.errors.ModelFileError`.
+Floats are written with Python's shortest round-trip repr, so a loaded model predicts bit
+for bit what the saved one did. Loading only parses JSON and numbers, so a file can never
+run code. A file that is not JSON, is truncated, has another format version, names an
+unknown method, or whose content no longer matches its checksum (edited by hand or
+corrupted) raises :class:`~topcal.errors.ModelFileError`.
 """
 
 from __future__ import annotations
@@ -44,8 +42,8 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load", "canoni
 
 FORMAT = "topcal-model"
 FORMAT_VERSION = 3
-#: Versions this topcal reads (1: before statistics were stored; 2: before the
-#: temperature methods' loss tables).
+#: Versions this topcal reads (1: before statistics were stored; 2: before the temperature
+#: methods' loss tables).
 READABLE_VERSIONS = (1, 2, 3)
 
 
@@ -56,8 +54,8 @@ def canonical_json(obj) -> str:
 
 
 def dumps(model, *, stats: bool = True) -> str:
-    """The JSON text of a fitted calibrator (without its mergeable statistics: ``stats=False``,
-    for a copy that only predicts)."""
+    """The JSON text of a fitted calibrator (without its mergeable statistics:
+    ``stats=False``, for a copy that only predicts)."""
     payload = model.to_dict()
     if not stats:
         payload = {k: v for k, v in payload.items() if k not in ("stats", "fingerprints")}
@@ -89,18 +87,19 @@ class _Encoded:
 
 
 def _pretty(obj, level: int = 0) -> str:
-    """JSON with one key per line and every list of numbers on one line, compact (no spaces).
+    """JSON with one key per line and every list of numbers on one line, compact (no
+    spaces).
 
-    ``json.dumps(indent=...)`` puts each number of a long list on its own
-    line and runs the pure-Python encoder (seconds for a model with large
-    statistics); lists of scalars here go through the C encoder.
+    ``json.dumps(indent=...)`` puts each number of a long list on its own line and runs the
+    pure-Python encoder (seconds for a model with large statistics); lists of scalars here
+    go through the C encoder.
     """
     return _both(obj, level)[0]
 
 
 def _both(obj, level: int) -> tuple[str, str]:
-    """(``_pretty`` text, :func:`canonical_json` text) of ``obj``, each list of scalars encoded
-    once."""
+    """(``_pretty`` text, :func:`canonical_json` text) of ``obj``, each list of scalars
+    encoded once."""
     if isinstance(obj, _Encoded):
         return obj.text, obj.text
     pad = " " * (level + 1)
@@ -139,17 +138,18 @@ def _reject_constant(name):
     raise _NonFinite(f"non-finite number {name}")
 
 
-#: Why a file whose JSON holds a number beyond the range of doubles (read as infinity) is refused.
+#: Why a file whose JSON holds a number beyond the range of doubles (read as infinity) is
+#: refused.
 _HUGE = "JSON error: a number is out of the range of finite floats"
 
 
 def loads(text: str, *, source: str = "model"):
     """Rebuild a fitted calibrator from :func:`dumps` text.
 
-    Numbers are parsed by the C parser; one beyond the range of doubles (read as infinity) is
-    found by the canonical text the checksum is computed on (``allow_nan=False``), which is made
-    anyway, and the few fields outside the model (a per-number check while parsing was the slow
-    part of reading a large model).
+    Numbers are parsed by the C parser; one beyond the range of doubles (read as infinity)
+    is found by the canonical text the checksum is computed on (``allow_nan=False``), which
+    is made anyway, and the few fields outside the model (a per-number check while parsing
+    was the slow part of reading a large model).
     """
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
@@ -157,12 +157,13 @@ def loads(text: str, *, source: str = "model"):
             canonical_json({k: v for k, v in doc.items() if k != "model"})
     except RecursionError:
         raise ModelFileError(
-            f"{source} is not a valid topcal model file (nested too deeply); save the model again"
+            f"{source} is not a valid topcal model file (nested too deeply); save the "
+            "model again"
         ) from None
     except json.JSONDecodeError as exc:
         raise ModelFileError(
-            f"{source} is not a valid topcal model file (JSON error: {str(exc).splitlines()[0]}); "
-            "it may be truncated: save the model again"
+            f"{source} is not a valid topcal model file (JSON error: "
+            f"{str(exc).splitlines()[0]}); it may be truncated: save the model again"
         ) from None
     except ValueError as exc:  # NaN or Infinity written out, or a number beyond doubles
         what = f"JSON error: {exc}" if isinstance(exc, _NonFinite) else _HUGE
@@ -170,14 +171,17 @@ def loads(text: str, *, source: str = "model"):
             f"{source} is not a valid topcal model file ({what}); save the model again"
         ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ModelFileError(f'{source} is not a topcal model file (no "format": "{FORMAT}" field)')
+        raise ModelFileError(
+            f'{source} is not a topcal model file (no "format": "{FORMAT}" field)'
+        )
     version = doc.get("format_version")
     if (
         type(version) is not int or version not in READABLE_VERSIONS
     ):  # true == 1 in Python, but is no version
         raise ModelFileError(
             f"{source} has model format version {version!r}; this topcal reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}: refit the model with this version of topcal"
+            f"{', '.join(map(str, READABLE_VERSIONS))}: refit the model with this version "
+            "of topcal"
         )
     payload = doc.get("model")
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
@@ -197,9 +201,8 @@ def loads(text: str, *, source: str = "model"):
         ) from None
     if hashlib.sha256(canonical.encode()).hexdigest() != doc["sha256"]:
         raise ModelFileError(
-            f"{source} was modified after it was saved (checksum mismatch); refit and save it "
-            f"again "
-            "instead of editing the file"
+            f"{source} was modified after it was saved (checksum mismatch); refit and save "
+            "it again instead of editing the file"
         )
     method = payload.get("method")
     if not is_registered(
@@ -216,8 +219,8 @@ def loads(text: str, *, source: str = "model"):
     except Exception as exc:  # noqa: BLE001 - the file is untrusted input: anything odd in it is a bad file
         msg = str(exc).splitlines()[0] if str(exc) else ""
         raise ModelFileError(
-            f"{source} holds a malformed {method!r} model ({type(exc).__name__}: {msg[:200]}); "
-            f"refit and save it again"
+            f"{source} holds a malformed {method!r} model ({type(exc).__name__}: "
+            f"{msg[:200]}); refit and save it again"
         ) from None
 
 
@@ -227,10 +230,13 @@ def save(model: Calibrator, path: PathLike) -> None:
 
 
 def load(path: PathLike) -> Calibrator:
-    """Read a model saved with :func:`save` (or ``topcal fit -o``); ``path`` is a str, bytes or path
-    object."""
+    """Read a model saved with :func:`save` (or ``topcal fit -o``); ``path`` is a str, bytes
+    or path object."""
     text = read_text(
-        path, "model file", ModelFileError, "; for a model's JSON text use topcal.persist.loads"
+        path,
+        "model file",
+        ModelFileError,
+        "; for a model's JSON text use topcal.persist.loads",
     )
     path = os.fsdecode(path) if isinstance(path, (bytes, bytearray)) else path
     return loads(text, source=f"model file {str(path)!r}")

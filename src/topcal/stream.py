@@ -1,14 +1,13 @@
 """Files larger than memory, with a fitted model: streamed ``apply`` and ``update``.
 
-The library side of ``topcal apply`` and ``topcal update`` (the CLI only
-parses arguments and prints): :func:`apply_file` reads a CSV/Parquet file
-(or a directory of Parquet files) chunk by chunk, calibrates each chunk
-and writes it out (:func:`topcal.io.write_frames`, the one output writer:
-atomic, no partial output); :func:`fit_file` fits a model from a file's statistics and
-:func:`update_file` adds them to a model, both with the label-shift
-confusion counts (:class:`~topcal.evidence.core.Evidence`). New data
-for a model are read with the model's class list and, for top-score and
-binned layouts, its score range unless given (:func:`model_read_options`).
+The library side of ``topcal apply`` and ``topcal update`` (the CLI only parses arguments
+and prints): :func:`apply_file` reads a CSV/Parquet file (or a directory of Parquet files)
+chunk by chunk, calibrates each chunk and writes it out (:func:`topcal.io.write_frames`, the
+one output writer: atomic, no partial output); :func:`fit_file` fits a model from a file's
+statistics and :func:`update_file` adds them to a model, both with the label-shift confusion
+counts (:class:`~topcal.evidence.core.Evidence`). New data for a model are read with the
+model's class list and, for top-score and binned layouts, its score range unless given
+(:func:`model_read_options`).
 """
 
 from __future__ import annotations
@@ -61,12 +60,12 @@ __all__ = [
 def model_read_options(
     model, path, options: dict, *, columns=None, model_classes: bool = False
 ) -> dict:
-    """Read options for new data of ``model``: its score range unless given (not for probability
-    columns).
+    """Read options for new data of ``model``: its score range unless given (not for
+    probability columns).
 
-    With ``model_classes`` (labelled new data: ``update``, ``threshold``) also the model's class
-    list, where the classes are read from a column (top-score and binned layouts; a ``.npz``
-    file's are its own).
+    With ``model_classes`` (labelled new data: ``update``, ``threshold``) also the model's
+    class list, where the classes are read from a column (top-score and binned layouts; a
+    ``.npz`` file's are its own).
     """
     opts = dict(options)
     if opts.get("score_range") is not None and not model_classes:
@@ -102,16 +101,16 @@ def require_vectors(has_vectors: bool) -> None:
     """The one-line error of ``apply --full`` on an input without full score vectors."""
     if not has_vectors:
         raise DataError(
-            "--full writes a calibrated probability per class, which needs the full score vectors "
-            "(p_<class> or logit_<class> columns, one per class); this input has only top scores: "
-            "drop --full to write the calibrated confidence alone"
+            "--full writes a calibrated probability per class, which needs the full score "
+            "vectors (p_<class> or logit_<class> columns, one per class); this input has "
+            "only top scores: drop --full to write the calibrated confidence alone"
         )
 
 
 def check_new_columns(columns, interval, thresholds=None, full_classes=None) -> None:
-    """A one-line error where the input already has a column apply would add besides the confidence
-    (:func:`confidence_column` decides that one); ``full_classes``: the model's classes, whose
-    :func:`full_columns` ``apply --full`` adds."""
+    """A one-line error where the input already has a column apply would add besides the
+    confidence (:func:`confidence_column` decides that one); ``full_classes``: the model's
+    classes, whose :func:`full_columns` ``apply --full`` adds."""
     for c in (
         (INTERVAL_COLUMNS if interval is not None else ())
         + (("accepted",) if thresholds is not None else ())
@@ -126,12 +125,13 @@ def check_new_columns(columns, interval, thresholds=None, full_classes=None) -> 
 def calibrate(
     model, data, interval=None, thresholds=None, tally: dict | None = None, full: bool = False
 ) -> dict:
-    """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its limits;
-    with ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for ``model``)
-    ``accepted``, whether the row's confidence reaches its class's cut-off; with ``full`` the
-    calibrated vectors (:meth:`~topcal.calibrators.base.Calibrator.predict_proba`, whose predicted
-    entry is the confidence, bit for bit), written as :func:`full_columns`, and ``tally`` gets the
-    count of rows whose vector's argmax is another class than ``pred`` under ``"moved"``."""
+    """The columns apply adds for ``data``: ``confidence``; with ``interval`` (a level) its
+    limits; with ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for
+    ``model``) ``accepted``, whether the row's confidence reaches its class's cut-off; with
+    ``full`` the calibrated vectors
+    (:meth:`~topcal.calibrators.base.Calibrator.predict_proba`, whose predicted entry is the
+    confidence, bit for bit), written as :func:`full_columns`, and ``tally`` gets the count
+    of rows whose vector's argmax is another class than ``pred`` under ``"moved"``."""
     if full:
         require_vectors(data.has_full)
         vectors = model.predict_proba(data)
@@ -149,7 +149,9 @@ def calibrate(
             predicted_codes(data, model.classes_), out["confidence"], data.score
         )
         if tally is not None:  # the rows accepted so far (apply prints the count)
-            tally["accepted"] = tally.get("accepted", 0) + int(np.count_nonzero(out["accepted"]))
+            tally["accepted"] = tally.get("accepted", 0) + int(
+                np.count_nonzero(out["accepted"])
+            )
     if full:
         out[VECTOR_KEY] = vectors
     return out
@@ -158,19 +160,18 @@ def calibrate(
 def predicted_codes(data, classes) -> np.ndarray:
     """Each row's predicted class as an index into ``classes`` (a model's class list).
 
-    ``data.pred`` indexes ``data.classes``, which for probability columns are the
-    file's columns in the file's order (maybe reordered, maybe a subset of the
-    model's classes): the one translation every ``apply`` path (whole file,
-    chunks, .npz, Dask partitions) uses to name its ``pred``.
+    ``data.pred`` indexes ``data.classes``, which for probability columns are the file's
+    columns in the file's order (maybe reordered, maybe a subset of the model's classes):
+    the one translation every ``apply`` path (whole file, chunks, .npz, Dask partitions)
+    uses to name its ``pred``.
     """
     return data.with_classes(classes, "the data to calibrate").pred
 
 
 def confidence_column(columns, score_column: str | None = None) -> str:
-    """The output column of the calibrated confidence: ``confidence``, or ``calibrated_confidence``
-    when the
-    input's own ``confidence`` column is the top score read (the
-    ``true_label,pred_label,confidence`` layout).
+    """The output column of the calibrated confidence: ``confidence``, or
+    ``calibrated_confidence`` when the input's own ``confidence`` column is the top score
+    read (the ``true_label,pred_label,confidence`` layout).
 
     Any other input column of that name would be overwritten: a one-line error.
     """
@@ -186,7 +187,8 @@ def confidence_column(columns, score_column: str | None = None) -> str:
 
 
 def score_role(columns, options: dict) -> str | None:
-    """The column read as the top score (None for probability/logit columns and binned data)."""
+    """The column read as the top score (None for probability/logit columns and binned
+    data)."""
     cols = [str(c) for c in columns]
     _, _, binned, vector = layout_columns(cols, **options)
     if binned or vector:
@@ -195,27 +197,28 @@ def score_role(columns, options: dict) -> str | None:
 
 
 def output_roles(columns, options: dict) -> tuple[str | None, str | None]:
-    """(the column the predicted classes are read from, the column read as the top score) of an
-    input
-    with ``columns`` read with ``options``: what :func:`with_confidence` needs to know. Both None
-    for
-    probability/logit columns, whose classes are the columns themselves."""
+    """(the column the predicted classes are read from, the column read as the top score) of
+    an input with ``columns`` read with ``options``: what :func:`with_confidence` needs to
+    know. Both None for probability/logit columns, whose classes are the columns themselves."""
     cols = [str(c) for c in columns]
-    pred = None if layout_columns(cols, **options)[3] else roles_from_options(cols, options)["pred"]
+    pred = (
+        None
+        if layout_columns(cols, **options)[3]
+        else roles_from_options(cols, options)["pred"]
+    )
     return pred, score_role(cols, options)
 
 
 def with_confidence(
     frame, data, classes, conf, pred_column: str | None = None, score_column: str | None = None
 ):
-    """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (an array, or the dict of
-    columns from :func:`calibrate`: confidence and its interval limits).
+    """``frame`` + ``pred`` (class names, categorical) + ``confidence`` (an array, or the
+    dict of columns from :func:`calibrate`: confidence and its interval limits).
 
-    The one formatting of apply's output, for every engine. An input column
-    ``pred`` that is not the column the predicted classes were read from
-    (``pred_column``, see :func:`output_roles`) must agree with them (else it
-    would be overwritten). ``data`` None: ``frame`` has no rows (an empty Dask
-    partition, or the schema of one).
+    The one formatting of apply's output, for every engine. An input column ``pred`` that is
+    not the column the predicted classes were read from (``pred_column``, see
+    :func:`output_roles`) must agree with them (else it would be overwritten). ``data``
+    None: ``frame`` has no rows (an empty Dask partition, or the schema of one).
     """
     import pandas as pd
 
@@ -233,7 +236,9 @@ def with_confidence(
     pred = pd.Categorical.from_codes(codes, categories=list(classes))
     out = frame.copy()
     if "pred" in out.columns and pred_column != "pred":
-        if not np.array_equal(out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)):
+        if not np.array_equal(
+            out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)
+        ):
             raise TopcalError(
                 "the input's 'pred' column disagrees with the predicted classes; rename it"
             )
@@ -241,7 +246,9 @@ def with_confidence(
     for name, values in cols.items():
         out[name] = values
     if vectors is not None:  # one block of K columns (K inserts one by one fragment the frame)
-        block = pd.DataFrame(vectors, columns=full_columns(classes), index=out.index, copy=False)
+        block = pd.DataFrame(
+            vectors, columns=full_columns(classes), index=out.index, copy=False
+        )
         out = pd.concat([out, block], axis=1)
     return out
 
@@ -259,25 +266,24 @@ def apply_file(
     full: bool = False,
     **options,
 ) -> int:
-    """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence); returns
-    the rows.
+    """Calibrate every row of ``path`` into ``output`` (input columns + pred + confidence);
+    returns the rows.
 
     With ``full`` also one calibrated probability per class (:func:`full_columns`, in the
     model's class order; rows sum to 1, the predicted class's entry is the confidence): the
     input needs full score vectors (a one-line DataError before anything is read otherwise).
 
-    With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and
-    ``confidence_hi``, the limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`.
-    With ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for
-    ``model``) an ``accepted`` column says whether each row's confidence
-    reaches its class's cut-off, and ``tally`` (a dict, if given) gets the
-    count of accepted rows under ``"accepted"``, and the calibrated
-    confidence's column name under ``"column"`` (:func:`confidence_column`).
+    With ``interval`` (a level in (0, 1)) also ``confidence_lo`` and ``confidence_hi``, the
+    limits of :meth:`~topcal.calibrators.base.Calibrator.predict_interval`. With
+    ``thresholds`` (a :class:`topcal.thresholds.core.Thresholds` chosen for ``model``) an
+    ``accepted`` column says whether each row's confidence reaches its class's cut-off, and
+    ``tally`` (a dict, if given) gets the count of accepted rows under ``"accepted"``, and
+    the calibrated confidence's column name under ``"column"`` (:func:`confidence_column`).
 
-    CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does
-    not grow with the file); ``.npz`` is read whole. ``options`` are the
-    column options of :func:`topcal.io.read_frame` (labels are ignored).
-    ``progress``, if given, is called with the rows written so far.
+    CSV and Parquet are streamed in chunks of ``chunk_rows`` (memory does not grow with the
+    file); ``.npz`` is read whole. ``options`` are the column options of
+    :func:`topcal.io.read_frame` (labels are ignored). ``progress``, if given, is called
+    with the rows written so far.
     """
     if interval is not None:
         interval = check_level(interval)
@@ -320,11 +326,11 @@ def apply_file(
 
 
 def update_file(model, path, *, chunk_rows: int | None = None, progress=None, **options):
-    """Add the labelled rows of ``path`` to ``model`` (:meth:`Calibrator.update`); returns the
-    model.
+    """Add the labelled rows of ``path`` to ``model`` (:meth:`Calibrator.update`); returns
+    the model.
 
-    With ``chunk_rows`` the file is counted in chunks (bounded memory),
-    else read whole; either way the same statistics.
+    With ``chunk_rows`` the file is counted in chunks (bounded memory), else read whole;
+    either way the same statistics.
     """
     require_stats(model)  # before reading the file
     opts = model_read_options(model, path, options, model_classes=True)
@@ -343,14 +349,13 @@ def fit_file(
     progress=None,
     **options,
 ):
-    """Fit ``model`` (an unfitted calibrator of a score method) on ``path`` read in chunks; returns
-    it.
+    """Fit ``model`` (an unfitted calibrator of a score method) on ``path`` read in chunks;
+    returns it.
 
-    ``model.fit(evidence)`` on the file's :class:`~topcal.evidence.core.Evidence` (statistics and
-    label-shift counts), counted in one pass (memory
-    bounded by the statistics: K x n_cells rows, and at most
-    min(rows, K^2 x n_cells) confusion triples). ``options`` are the column
-    options of :func:`topcal.io.read_frame`.
+    ``model.fit(evidence)`` on the file's :class:`~topcal.evidence.core.Evidence`
+    (statistics and label-shift counts), counted in one pass (memory bounded by the
+    statistics: K x n_cells rows, and at most min(rows, K^2 x n_cells) confusion triples).
+    ``options`` are the column options of :func:`topcal.io.read_frame`.
     """
     new = read_stats(
         path,

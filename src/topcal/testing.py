@@ -1,26 +1,26 @@
 """The contract every registered calibrator passes: :func:`check_calibrator`.
 
-Like scikit-learn's ``check_estimator``, one function runs the checks a new
-method must pass before it is registered, so that per-method copies of the
-same checks do not grow in the test suite:
+Like scikit-learn's ``check_estimator``, one function runs the checks a new method must pass
+before it is registered, so that per-method copies of the same checks do not grow in the
+test suite:
 
-* parameters: stored untouched, ``set_params`` round-trips, unknown names
-  rejected with the options;
-* fit / predict / interval: ``fit`` returns ``self``; one confidence per row,
-  finite, in [0, 1]; row-wise (permuting the rows permutes the output);
-  ``lower <= confidence <= upper`` inside [0, 1];
-* persistence: versioned JSON (no pickle), bit-exact predictions and
-  intervals after a reload, the same file when saved again;
+* parameters: stored untouched, ``set_params`` round-trips, unknown names rejected with the
+  options;
+* fit / predict / interval: ``fit`` returns ``self``; one confidence per row, finite, in [0,
+  1]; row-wise (permuting the rows permutes the output); ``lower <= confidence <= upper``
+  inside [0, 1];
+* persistence: versioned JSON (no pickle), bit-exact predictions and intervals after a
+  reload, the same file when saved again;
 * ``update``: the model a fit on all the data gives (within ``atol``), or a
   :class:`~topcal.errors.TopcalError` with a one-line message;
-* hostile inputs: predicting before ``fit`` or on other classes fails with a
-  one-line :class:`~topcal.errors.TopcalError`; a bad interval level too;
-* degenerate classes (never predicted, all right, all wrong, one row): a fit
-  that gives finite confidences in [0, 1];
-* engines: a file fitted whole, streamed in chunks and (given a Dask
-  scheduler) on a cluster gives the same model; streamed = Dask bit for bit
-  (the same statistics), whole = streamed within ``atol`` (the statistics'
-  grid), or a clear error where a method cannot fit from counts.
+* hostile inputs: predicting before ``fit`` or on other classes fails with a one-line
+  :class:`~topcal.errors.TopcalError`; a bad interval level too;
+* degenerate classes (never predicted, all right, all wrong, one row): a fit that gives
+  finite confidences in [0, 1];
+* engines: a file fitted whole, streamed in chunks and (given a Dask scheduler) on a cluster
+  gives the same model; streamed = Dask bit for bit (the same statistics), whole = streamed
+  within ``atol`` (the statistics' grid), or a clear error where a method cannot fit from
+  counts.
 
 A failed check raises :class:`AssertionError` naming the method and the check.
 """
@@ -56,8 +56,8 @@ def contract_data(n: int = 1500, k: int = 3, seed: int = 0) -> TopLabelData:
 
 
 def _degenerate_data(seed: int = 1) -> TopLabelData:
-    """Four classes: ``d`` never predicted, ``b`` always right, ``c`` always wrong, ``a`` one
-    row."""
+    """Four classes: ``d`` never predicted, ``b`` always right, ``c`` always wrong, ``a``
+    one row."""
     rng = np.random.default_rng(seed)
     rows, labels = [], []
     for cls, n, right in ((1, 300, 1.0), (2, 300, 0.0), (0, 1, 1.0)):
@@ -103,12 +103,17 @@ def _check_confidences(name: str, check: str, conf, n: int) -> None:
             f"predict gave shape {conf.shape}, dtype {conf.dtype}; expected ({n},) floats",
         )
     if not np.all(np.isfinite(conf)) or conf.min() < 0 or conf.max() > 1:
-        _fail(name, check, f"confidences outside [0, 1] or not finite: {conf.min()}..{conf.max()}")
+        _fail(
+            name,
+            check,
+            f"confidences outside [0, 1] or not finite: {conf.min()}..{conf.max()}",
+        )
 
 
 def _check_holds(name: str, check: str, lo, conf, hi, tol: float = 1e-9) -> None:
     """lower <= confidence <= upper wherever the confidence is strictly inside (0, 1) (the
-    documented contract of ``predict_interval``: an estimate of exactly 0 or 1 may lie outside)."""
+    documented contract of ``predict_interval``: an estimate of exactly 0 or 1 may lie
+    outside)."""
     inside = (conf > 0) & (conf < 1)
     bad = inside & ((lo > conf + tol) | (hi < conf - tol))
     if bad.any():
@@ -125,7 +130,11 @@ def check_params(name: str, ctx: dict) -> None:
         _fail(name, "params", "get_params() is no dict")
     again = calibrator(name, **params).get_params()
     if again != params:
-        _fail(name, "params", f"calibrator(name, **get_params()) changed them: {params} -> {again}")
+        _fail(
+            name,
+            "params",
+            f"calibrator(name, **get_params()) changed them: {params} -> {again}",
+        )
     if cal.set_params(**params) is not cal:
         _fail(name, "params", "set_params does not return self")
     try:
@@ -159,7 +168,8 @@ def check_fit_predict(name: str, ctx: dict) -> None:
 
 
 def check_interval(name: str, ctx: dict) -> None:
-    """lower <= confidence <= upper, all in [0, 1], one per row; a bad level is a clear error."""
+    """lower <= confidence <= upper, all in [0, 1], one per row; a bad level is a clear
+    error."""
     cal, data, conf = ctx["model"], ctx["data"], ctx["conf"]
     lo, hi = _quiet(cal.predict_interval, data, 0.9)
     for side, arr in (("lower", lo), ("upper", hi)):
@@ -173,7 +183,9 @@ def check_interval(name: str, ctx: dict) -> None:
     if not get_class(name).is_baseline and not (
         np.all(lo[inside] > 0) and np.all(hi[inside] < 1) and np.all(hi[inside] > lo[inside])
     ):  # the baseline estimates nothing: its interval is the point itself
-        _fail(name, "interval", "an interval from finite counts reaches 0 or 1, or has no width")
+        _fail(
+            name, "interval", "an interval from finite counts reaches 0 or 1, or has no width"
+        )
     lo80, hi80 = _quiet(cal.predict_interval, data, 0.8)
     if np.any(hi80 - lo80 > hi - lo + 1e-9):
         _fail(name, "interval", "an 80% interval is wider than the 90% one")
@@ -187,8 +199,8 @@ def check_interval(name: str, ctx: dict) -> None:
 
 
 def check_persistence(name: str, ctx: dict) -> None:
-    """Versioned JSON; reloaded predictions and intervals bit for bit; saving again, the same
-    text."""
+    """Versioned JSON; reloaded predictions and intervals bit for bit; saving again, the
+    same text."""
     cal, data = ctx["model"], ctx["data"]
     text = persist.dumps(cal)
     doc = json.loads(text)
@@ -207,9 +219,9 @@ def check_persistence(name: str, ctx: dict) -> None:
 
 
 def check_vector(name: str, ctx: dict) -> None:
-    """predict_proba: one probability vector per row (rows sum to 1), the predicted class's entry
-    the confidence bit for bit, from a vector map (the baseline: the scores' own); row-wise; the
-    same vectors after a JSON round trip."""
+    """predict_proba: one probability vector per row (rows sum to 1), the predicted class's
+    entry the confidence bit for bit, from a vector map (the baseline: the scores' own);
+    row-wise; the same vectors after a JSON round trip."""
     cal, data, conf = ctx["model"], ctx["data"], ctx["conf"]
     proba = _quiet(cal.predict_proba, data)
     if proba.shape != (data.n_rows, data.n_classes) or not np.all(np.isfinite(proba)):
@@ -230,10 +242,12 @@ def check_vector(name: str, ctx: dict) -> None:
 
 
 def check_update(name: str, ctx: dict, atol: float) -> None:
-    """fit(A).update(B) is a fit on the statistics of A + B within atol, or a one-line TopcalError.
+    """fit(A).update(B) is a fit on the statistics of A + B within atol, or a one-line
+    TopcalError.
 
     ``update`` refits from merged statistics (``ScoreStats``, scores on a fine grid), so the
-    reference is the fit on all the data's statistics (the documented contract of ``update``)."""
+    reference is the fit on all the data's statistics (the documented contract of
+    ``update``)."""
     data = ctx["data"]
     half = np.arange(data.n_rows) < data.n_rows // 2
     first, second = data.subset(np.flatnonzero(half)), data.subset(np.flatnonzero(~half))
@@ -243,15 +257,18 @@ def check_update(name: str, ctx: dict, atol: float) -> None:
     except Exception as exc:  # noqa: BLE001 - a clear refusal passes
         _one_line(name, "update", exc)
         return
-    # a method that chooses among methods (``auto``) keeps its choice on update and refits the
-    # chosen model (``inner_``) with its parameters: the reference is that model fitted on all
+    # a method that chooses among methods (``auto``) keeps its choice on update and refits
+    # the chosen model (``inner_``) with its parameters: the reference is that model fitted
+    # on all
     inner = model.inner_ if isinstance(model, Wrapper) else None
     ref = calibrator(name) if inner is None else type(inner)(**inner.get_params())
     stats_data = ScoreStats.from_data(data).to_data()
     whole = _quiet(ref.fit, stats_data if fits_from_counts(ref) else data)
     gap = np.abs(_quiet(model.predict, data) - _quiet(whole.predict, data)).max()
     if gap > atol:
-        _fail(name, "update", f"fit(A).update(B) differs from fit(A + B) by {gap:.3g} > {atol}")
+        _fail(
+            name, "update", f"fit(A).update(B) differs from fit(A + B) by {gap:.3g} > {atol}"
+        )
 
 
 def check_hostile(name: str, ctx: dict) -> None:
@@ -268,7 +285,8 @@ def check_hostile(name: str, ctx: dict) -> None:
 
 
 def check_degenerate(name: str, ctx: dict) -> None:
-    """Never-predicted, all-right, all-wrong and one-row classes: finite confidences in [0, 1]."""
+    """Never-predicted, all-right, all-wrong and one-row classes: finite confidences in [0,
+    1]."""
     data = _degenerate_data()
     try:
         cal = _fit(name, data)
@@ -282,7 +300,8 @@ def check_degenerate(name: str, ctx: dict) -> None:
 
 
 def check_engines(name: str, ctx: dict, atol: float, scheduler: str | None) -> None:
-    """Whole file = streamed (within atol) = Dask (bit for bit), or a clear refusal from counts."""
+    """Whole file = streamed (within atol) = Dask (bit for bit), or a clear refusal from
+    counts."""
     data = ctx["data"]
     import pandas as pd
 
@@ -307,12 +326,14 @@ def check_engines(name: str, ctx: dict, atol: float, scheduler: str | None) -> N
         ):  # a choosing method may choose otherwise on the grid: its choice, in memory
             whole = _quiet(type(inner)(**inner.get_params()).fit, data)
         a, b = _quiet(whole.predict, data), _quiet(streamed.predict, data)
-        # the 95th percentile: a step curve's jumps move with the grid, so a few rows near a jump
-        # may change by the jump's height
+        # the 95th percentile: a step curve's jumps move with the grid, so a few rows near a
+        # jump may change by the jump's height
         gap = float(np.quantile(np.abs(a - b), 0.95))
         if gap > atol:
             _fail(
-                name, "engines", f"whole vs streamed differ by {gap:.3g} > {atol} (95th percentile)"
+                name,
+                "engines",
+                f"whole vs streamed differ by {gap:.3g} > {atol} (95th percentile)",
             )
         if scheduler is not None:
             on_dask = _quiet(
@@ -357,8 +378,8 @@ def check_calibrator(
     checks : sequence of str, default CHECKS
         Which checks to run (a subset of :data:`CHECKS`).
     atol : float, default 0.02
-        Largest confidence gap allowed between an update and a fit on all the data, and between
-        a whole and a streamed fit (the statistics' grid).
+        Largest confidence gap allowed between an update and a fit on all the data, and
+        between a whole and a streamed fit (the statistics' grid).
     scheduler : str, optional
         A Dask scheduler address: the engines check then also fits on that cluster.
 
@@ -370,11 +391,14 @@ def check_calibrator(
     name = method if isinstance(method, str) else getattr(method, "name", None)
     if name not in available_methods():
         raise TopcalError(
-            f"{method!r} is no registered method. Options are: {', '.join(available_methods())}"
+            f"{method!r} is no registered method. Options are: "
+            f"{', '.join(available_methods())}"
         )
     unknown = set(checks) - set(CHECKS)
     if unknown:
-        raise TopcalError(f"unknown checks {sorted(unknown)}. Options are: {', '.join(CHECKS)}")
+        raise TopcalError(
+            f"unknown checks {sorted(unknown)}. Options are: {', '.join(CHECKS)}"
+        )
     ctx = {"data": data if data is not None else contract_data()}
     order = [c for c in CHECKS if c in checks]
     if (

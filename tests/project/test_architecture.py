@@ -340,7 +340,6 @@ TO_SPLIT = {
     ("evaluate.py", "compare_methods"),
     ("calibrators/base.py", "Calibrator.fit"),
     ("describe/summary.py", "summary"),
-    ("plots/compute.py", "calibration_curves"),
     ("labelshift/adapted.py", "adapt"),
     ("labelshift/estimators.py", "em_priors"),
     ("cli/models.py", "_cmd_adapt"),
@@ -380,6 +379,23 @@ def test_no_function_is_over_the_size_limit_unless_listed():
     stale = [k for k in [*LONG_FUNCTIONS, *TO_SPLIT] if k not in long]
     assert not stale, f"listed as long but no longer over {MAX_FUNCTION_LINES} lines: {stale}"
     assert len(LONG_FUNCTIONS) <= 8 and all(len(r) > 20 for r in LONG_FUNCTIONS.values())
+
+
+#: Lines of 96-100 characters allowed in src/ (a line cap met by breaking prose mid-phrase leaves
+#: many at the limit; prose is reflowed to 92 characters, code formatted at 95).
+MAX_LINES_AT_THE_LIMIT = 400
+
+
+def test_few_lines_sit_at_the_line_limit():
+    at_limit = [
+        f"{p.relative_to(SRC)}:{i}"
+        for p in sorted(PKG.rglob("*.py"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if 96 <= len(line) <= 100
+    ]
+    assert len(at_limit) <= MAX_LINES_AT_THE_LIMIT, (
+        f"{len(at_limit)} lines of 96-100 characters (reflow prose, split code): {at_limit[:20]}"
+    )
 
 
 def test_file_size_is_a_warning_below_the_hard_limit():

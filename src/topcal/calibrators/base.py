@@ -1,30 +1,28 @@
 """The calibrator contract shared by every method.
 
-* Parameters are keyword-only ``__init__`` arguments, stored untouched and
-  checked in ``fit`` against ``_parameter_constraints``.
+* Parameters are keyword-only ``__init__`` arguments, stored untouched and checked in
+  ``fit`` against ``_parameter_constraints``.
 * ``fit(data)`` returns ``self`` and sets attributes ending in ``_``.
-* ``predict(data)`` returns the calibrated confidence of each row: the
-  probability that the row's predicted class is right.
-* ``data`` is a :class:`TopLabelData` or anything :func:`topcal.io.inputs.as_data`
-  reads: ``fit(scores, y)`` / ``predict(scores)`` with a 2-d array of
-  probabilities or logits (NumPy, torch on the CPU, ...), a DataFrame with
-  ``p_<class>`` columns, or a data file.
-* ``get_params(deep=True)`` / ``set_params(**params)`` follow scikit-learn,
-  so ``sklearn.base.clone`` copies an unfitted calibrator.
-* ``describe()`` returns the fitted parameters per class (JSON-ready);
-  ``to_dict()`` / ``from_dict()`` (and :mod:`topcal.persist`) save and load.
+* ``predict(data)`` returns the calibrated confidence of each row: the probability that the
+  row's predicted class is right.
+* ``data`` is a :class:`TopLabelData` or anything :func:`topcal.io.inputs.as_data` reads:
+  ``fit(scores, y)`` / ``predict(scores)`` with a 2-d array of probabilities or logits
+  (NumPy, torch on the CPU, ...), a DataFrame with ``p_<class>`` columns, or a data file.
+* ``get_params(deep=True)`` / ``set_params(**params)`` follow scikit-learn, so
+  ``sklearn.base.clone`` copies an unfitted calibrator.
+* ``describe()`` returns the fitted parameters per class (JSON-ready); ``to_dict()`` /
+  ``from_dict()`` (and :mod:`topcal.persist`) save and load.
 
-Calibration is always per predicted class: class k's function is fitted on
-the positives of k (the rows with k(X) = k) and nothing else.
+Calibration is always per predicted class: class k's function is fitted on the positives of
+k (the rows with k(X) = k) and nothing else.
 
-:class:`~.score.ScoreCalibrator` is the base of methods whose confidence is a
-function Conf_k(S) of the top score alone (histogram, cumulative, kernel
-density); they fit class by class from the class's TP/FP scores and weights
-and expose ``curve(k)``.
+:class:`~.score.ScoreCalibrator` is the base of methods whose confidence is a function
+Conf_k(S) of the top score alone (histogram, cumulative, kernel density); they fit class by
+class from the class's TP/FP scores and weights and expose ``curve(k)``.
 
-A fitted model holds one :class:`~topcal.evidence.core.Evidence` (``evidence_``): what
-its fit was told to keep (``fit(..., keep=...)``). ``update`` (:mod:`.updating`)
-merges evidence and refits; :mod:`.modelfile` is the JSON-ready form. Those methods are
+A fitted model holds one :class:`~topcal.evidence.core.Evidence` (``evidence_``): what its
+fit was told to keep (``fit(..., keep=...)``). ``update`` (:mod:`.updating`) merges evidence
+and refits; :mod:`.modelfile` is the JSON-ready form. Those methods are
 :class:`~.keeping.EvidenceKeeping`'s, a base of :class:`Calibrator` in ``keeping.py``. The
 per-class score methods' shared machinery (shrinkage, count intervals) is :mod:`.score`.
 """
@@ -73,10 +71,11 @@ __all__ = [
 ]
 
 #: What a fit keeps (``fit(..., keep=...)``), said by the caller that knows: "evidence" (the
-#: default) the model and its :class:`~topcal.evidence.core.Evidence`; "model" the model alone, with
-#: what its intervals need (a part of another model, whose owner holds the evidence: a shrinkage
-#: reference, a pooled curve, a blend's component, auto's choice); "predictions" only what
-#: ``predict`` needs (a model scored and dropped: a cross-validation fold's, :mod:`.crossfit`).
+#: default) the model and its :class:`~topcal.evidence.core.Evidence`; "model" the model
+#: alone, with what its intervals need (a part of another model, whose owner holds the
+#: evidence: a shrinkage reference, a pooled curve, a blend's component, auto's choice);
+#: "predictions" only what ``predict`` needs (a model scored and dropped: a cross-validation
+#: fold's, :mod:`.crossfit`).
 KEEP = ("evidence", "model", "predictions")
 
 
@@ -92,9 +91,8 @@ class Curve:
     confidence : ndarray, shape (m,)
         Conf_k(score).
     support : (float, float) or None
-        Lowest and highest score of the class's positives in the fitting
-        data: outside it the curve is extrapolated (plots shade it). None
-        when the class had no positives.
+        Lowest and highest score of the class's positives in the fitting data: outside it
+        the curve is extrapolated (plots shade it). None when the class had no positives.
     """
 
     class_name: str
@@ -109,8 +107,11 @@ DESCRIBE_LEVEL = 0.9
 
 @functools.cache
 def _init_params(init) -> tuple[str, ...]:
-    """The parameter names of a constructor (every fit reads them: 86 signatures a default auto)."""
-    return tuple(p.name for p in inspect.signature(init).parameters.values() if p.name != "self")
+    """The parameter names of a constructor (every fit reads them: 86 signatures a default
+    auto)."""
+    return tuple(
+        p.name for p in inspect.signature(init).parameters.values() if p.name != "self"
+    )
 
 
 class Calibrator(VectorPredicting, EvidenceKeeping):
@@ -123,43 +124,49 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     summary: ClassVar[str] = ""
     #: Whether the method needs the full score vector Y(X).
     needs_full: ClassVar[bool] = False
-    #: whether the method is one of the paper's (the experiments that reproduce the paper run those)
+    #: whether the method is one of the paper's (the experiments that reproduce the paper
+    #: run those)
     in_paper: ClassVar[bool] = True
-    #: Whether the method is the do-nothing reference (the top score rescaled, ``uncalibrated``):
-    #: the report compares every method with it, lists no fitted parameters for it, and figures
-    #: draw it as the dashed diagonal or grey bars instead of a fitted curve.
+    #: Whether the method is the do-nothing reference (the top score rescaled,
+    #: ``uncalibrated``): the report compares every method with it, lists no fitted
+    #: parameters for it, and figures draw it as the dashed diagonal or grey bars instead of
+    #: a fitted curve.
     is_baseline: ClassVar[bool] = False
-    #: Whether the curve is piecewise constant in the score (a step function, or one constant per
-    #: class): its jumps are no wiggles, so the report's wiggle check skips it.
+    #: Whether the curve is piecewise constant in the score (a step function, or one
+    #: constant per class): its jumps are no wiggles, so the report's wiggle check skips it.
     step_curve: ClassVar[bool] = False
-    #: Whether the confidence is one constant per class, ignoring the score (``conf1``): figures of
-    #: calibration curves leave it out unless asked for by name.
+    #: Whether the confidence is one constant per class, ignoring the score (``conf1``):
+    #: figures of calibration curves leave it out unless asked for by name.
     constant_per_class: ClassVar[bool] = False
-    #: Metrics (names of :data:`topcal.metrics.BUNDLE`) the method is shown on but not ranked on
-    #: (never marked best), with the reason in ``unranked_note`` (printed under the tables).
+    #: Metrics (names of :data:`topcal.metrics.BUNDLE`) the method is shown on but not
+    #: ranked on (never marked best), with the reason in ``unranked_note`` (printed under
+    #: the tables).
     unranked_on: ClassVar[frozenset] = frozenset()
     #: Why the method is not ranked on ``unranked_on``: one sentence for the reader.
     unranked_note: ClassVar[str] = ""
-    #: Simplicity for ``auto``'s choice (lower: simpler; auto takes the lowest within noise of the
-    #: best): 0 nothing fitted, 1 one parametric curve for all classes, 1.5 one non-parametric
-    #: curve for all classes, 2 per-class curves shrunk toward a pooled one, 3 per-class fits.
+    #: Simplicity for ``auto``'s choice (lower: simpler; auto takes the lowest within noise
+    #: of the best): 0 nothing fitted, 1 one parametric curve for all classes, 1.5 one
+    #: non-parametric curve for all classes, 2 per-class curves shrunk toward a pooled one,
+    #: 3 per-class fits.
     tier: ClassVar[float] = 3
-    #: Whether one curve serves every class (``pooled-*``, ``sts``): the fit measures the classes'
-    #: spread around it and the interval adds it (:mod:`.spread`).
+    #: Whether one curve serves every class (``pooled-*``, ``sts``): the fit measures the
+    #: classes' spread around it and the interval adds it (:mod:`.spread`).
     _pools_classes: ClassVar[bool] = False
-    #: The between-class spread table (:func:`.spread.measure`); None: not measured (a method
-    #: with per-class curves, an older model file, a cross-validation fold's fit).
+    #: The between-class spread table (:func:`.spread.measure`); None: not measured (a
+    #: method with per-class curves, an older model file, a cross-validation fold's fit).
     _spread: dict | None = None
     #: Parameter name -> constraint (see :mod:`topcal._params`).
     _parameter_constraints: ClassVar[dict] = {}
     #: Whether a cross-validation fold's fit may start from the optimum on all the data
-    #: (``fit(..., warm=model)``, given by :mod:`.crossfit`): methods with an iterative optimiser.
+    #: (``fit(..., warm=model)``, given by :mod:`.crossfit`): methods with an iterative
+    #: optimiser.
     _warm_starts: ClassVar[bool] = False
-    #: Whether auto's final fit may start from its cross-validation's (or first look's) fit of the
-    #: method (:func:`.crossfit.refit_start`): the vector maps, whose optimum is well defined.
+    #: Whether auto's final fit may start from its cross-validation's (or first look's) fit
+    #: of the method (:func:`.crossfit.refit_start`): the vector maps, whose optimum is well
+    #: defined.
     _warm_refit: ClassVar[bool] = False
-    #: What the last ``fit`` was told to keep (:data:`KEEP`); a method's own fit reads it (no
-    #: interval statistics for "predictions"). A loaded model is a full one.
+    #: What the last ``fit`` was told to keep (:data:`KEEP`); a method's own fit reads it
+    #: (no interval statistics for "predictions"). A loaded model is a full one.
     _keep: str = "evidence"
     #: During ``fit``: the fitted model it may start from (``warm``), or None.
     _warm = None
@@ -174,20 +181,21 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         return list(_init_params(cls.__init__))
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters, as given (``deep`` is accepted for
-        scikit-learn; calibrators hold no nested estimators)."""
+        """The constructor parameters, as given (``deep`` is accepted for scikit-learn;
+        calibrators hold no nested estimators)."""
         return {k: getattr(self, k) for k in self._param_names()}
 
     @classmethod
     def _check_param_names(cls, params) -> None:
-        """Raise ParameterError naming any key of ``params`` that is not a constructor parameter."""
+        """Raise ParameterError naming any key of ``params`` that is not a constructor
+        parameter."""
         allowed = cls._param_names()
         unknown = sorted(set(params) - set(allowed))
         if unknown:
             opts = ", ".join(allowed) if allowed else "none"
             raise ParameterError(
-                f"method {cls.name!r} has no parameter(s) {', '.join(map(repr, unknown))}; its "
-                f"parameters are: {opts}"
+                f"method {cls.name!r} has no parameter(s) {', '.join(map(repr, unknown))}; "
+                f"its parameters are: {opts}"
             )
 
     def set_params(self, **params: Any) -> "Calibrator":
@@ -202,15 +210,15 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         return f"{type(self).__name__}({args})"
 
     def __sklearn_tags__(self):
-        """scikit-learn's estimator tags (asked only by scikit-learn, e.g. a
-        Pipeline whose last step is a calibrator): fit needs labels."""
+        """scikit-learn's estimator tags (asked only by scikit-learn, e.g. a Pipeline whose
+        last step is a calibrator): fit needs labels."""
         from sklearn.utils import Tags, TargetTags
 
         return Tags(estimator_type=None, target_tags=TargetTags(required=True))
 
     def _repr_html_(self) -> str | None:
-        """Jupyter's rich display: the per-class curves of a fitted calibrator
-        (None, i.e. the plain repr, while unfitted)."""
+        """Jupyter's rich display: the per-class curves of a fitted calibrator (None, i.e.
+        the plain repr, while unfitted)."""
         if not hasattr(self, "classes_") or HOOKS["html"] is None:
             return None
         return HOOKS["html"](self)
@@ -237,44 +245,46 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         Parameters
         ----------
         data : TopLabelData, array-like of shape (n, K), DataFrame, path or Evidence
-            The labelled data, or a classifier's scores (probabilities or
-            logits; NumPy, torch on the CPU, anything with ``__array__``), or
-            the :class:`~topcal.evidence.core.Evidence` of labelled data (streamed
-            and Dask fits, :meth:`_fit_evidence`).
+            The labelled data, or a classifier's scores (probabilities or logits; NumPy,
+            torch on the CPU, anything with ``__array__``), or the
+            :class:`~topcal.evidence.core.Evidence` of labelled data (streamed and Dask
+            fits, :meth:`_fit_evidence`).
         y : array-like of shape (n,), optional
             True classes (names or column indices) when ``data`` is scores.
         classes : sequence of str, optional
-            Names of the K score columns (default "0".."K-1", or the sorted
-            distinct names in ``y``).
+            Names of the K score columns (default "0".."K-1", or the sorted distinct names
+            in ``y``).
         kind : {"auto", "probs", "logits"}, default "auto"
             What the score matrix holds (see :mod:`topcal.io.inputs`).
         keep : {"evidence", "model", "predictions"}, default "evidence"
-            What the fitted model keeps (:data:`KEEP`): said by the caller that
-            knows, e.g. a model fitted inside another's or a cross-validation fold's.
+            What the fitted model keeps (:data:`KEEP`): said by the caller that knows, e.g.
+            a model fitted inside another's or a cross-validation fold's.
         warm : fitted calibrator of the same method, optional
-            A fit on all the data whose optimum a fold's fit may start from
-            (methods with an iterative optimiser; others ignore it). With
-            ``keep="predictions"`` and a ``warm`` fitted on as many samples or more
-            the fit is taken for a cross-validation fold's, which ``vs``, ``sms`` and
-            ``sts`` approximate (:meth:`_fold_fit`; docs/vector.md#fold-fits). A
-            ``vs``/``sms`` fit (and their maps in ``vs-hier-platt``/``sms-pooled-beta``)
-            on the very data object, unchanged, that a scratch ``warm`` was fitted on
-            takes that fit's optimum (auto's final fit: docs/vector.md#same-rows).
+            A fit on all the data whose optimum a fold's fit may start from (methods with an
+            iterative optimiser; others ignore it). With ``keep="predictions"`` and a
+            ``warm`` fitted on as many samples or more the fit is taken for a
+            cross-validation fold's, which ``vs``, ``sms`` and ``sts`` approximate
+            (:meth:`_fold_fit`; docs/vector.md#fold-fits). A ``vs``/``sms`` fit (and their
+            maps in ``vs-hier-platt``/``sms-pooled-beta``) on the very data object,
+            unchanged, that a scratch ``warm`` was fitted on takes that fit's optimum
+            (auto's final fit: docs/vector.md#same-rows).
         fingerprint : Fingerprint, optional
-            The fingerprint of these same rows, already computed by the caller;
-            taken instead of hashing every row again.
+            The fingerprint of these same rows, already computed by the caller; taken
+            instead of hashing every row again.
         vector : bool, default True
             Also fit ``predict_proba``'s vector map (:mod:`.fullvector`; with full vectors).
         context : FitContext, optional
-            What the caller wants back besides the model (:mod:`.context`: ``auto`` appends its
-            cross-validation runs to ``context.runs``).
+            What the caller wants back besides the model (:mod:`.context`: ``auto`` appends
+            its cross-validation runs to ``context.runs``).
 
         Returns
         -------
         self
         """
         if keep not in KEEP:
-            raise ParameterError(f"keep must be one of {', '.join(map(repr, KEEP))}, got {keep!r}")
+            raise ParameterError(
+                f"keep must be one of {', '.join(map(repr, KEEP))}, got {keep!r}"
+            )
         if isinstance(data, Evidence):
             if y is not None:
                 raise ParameterError("y goes with a score matrix, not with an Evidence")
@@ -298,8 +308,9 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             )
         self._keep, self._evidence, self._vector = keep, Evidence.EMPTY, None
         self._map_wanted = keep == "evidence" and bool(vector)
-        # what the model remembers of its fitting rows, so that a guarantee is never computed on
-        # them (topcal.thresholds.core); a fit from evidence takes the rows' fingerprint from it
+        # what the model remembers of its fitting rows, so that a guarantee is never
+        # computed on them (topcal.thresholds.core); a fit from evidence takes the rows'
+        # fingerprint from it
         if keep == "evidence" and fingerprint is None:
             fingerprint = Fingerprint.of(data)
         self._warm, self._context = warm, context
@@ -307,16 +318,18 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
                 self._fit(data)
             if self._map_wanted and self._vector is None:  # a fit may have fitted its own
-                self._vector = fit_map(self, data)  # the calibrated vector's map (fullvector.py)
+                # the calibrated vector's map (fullvector.py)
+                self._vector = fit_map(self, data)
         finally:
             self._warm = self._context = None
         self._spread = None
         if self._pools_classes and keep != "predictions":
             self._spread = spread.measure(data, self._predict(data))
         if keep == "evidence":
-            # the mergeable statistics that let update() refit on old + new data and, per predicted
-            # class and score region, the true classes behind its rows (label-shift adaptation; None
-            # for binned data); score counts on the default grid: on first read, from a row copy
+            # the mergeable statistics that let update() refit on old + new data and, per
+            # predicted class and score region, the true classes behind its rows
+            # (label-shift adaptation; None for binned data); score counts on the default
+            # grid: on first read, from a row copy
             keeps = self._keeps_stats()
             count = keeps and type(self)._stats_of is Calibrator._stats_of
             self._evidence = Evidence.kept(
@@ -332,17 +345,17 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
 
     @property
     def _scratch(self) -> bool:
-        """Whether this fit keeps only what ``predict`` needs (``keep="predictions"``: a fold's
-        model, no interval statistics)."""
+        """Whether this fit keeps only what ``predict`` needs (``keep="predictions"``: a
+        fold's model, no interval statistics)."""
         return self._keep == "predictions"
 
     def _fold_fit(self, data: TopLabelData) -> bool:
         """Whether this fit is a cross-validation fold's that may stop short of its own
-        optimum's last digits (a method's fold rule, e.g. docs/vector.md#fold-fits): its caller
-        says it is a fold's (``FitContext(fold=True)``: :mod:`.select.crossfit`), it keeps only
-        its predictions, and it starts from a fit of the same method on at least as many samples
-        (the all-data fit, or a sibling fold's where auto's first look was the first of its K
-        folds: optima the fold's lies near)."""
+        optimum's last digits (a method's fold rule, e.g. docs/vector.md#fold-fits): its
+        caller says it is a fold's (``FitContext(fold=True)``: :mod:`.select.crossfit`), it
+        keeps only its predictions, and it starts from a fit of the same method on at least
+        as many samples (the all-data fit, or a sibling fold's where auto's first look was
+        the first of its K folds: optima the fold's lies near)."""
         warm, context = self._warm, self._context
         return (
             context is not None
@@ -353,14 +366,14 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         )
 
     def _part_keep(self) -> str:
-        """What a model fitted as a part of this one keeps: no evidence (this model's is the one),
-        and nothing beyond its predictions where this fit keeps no more (a fold's)."""
+        """What a model fitted as a part of this one keeps: no evidence (this model's is the
+        one), and nothing beyond its predictions where this fit keeps no more (a fold's)."""
         return "predictions" if self._keep == "predictions" else "model"
 
     @property
     def has_curve(self) -> bool:
-        """Whether the fitted confidence is a function of (class, top score) alone, so ``curve``
-        works."""
+        """Whether the fitted confidence is a function of (class, top score) alone, so
+        ``curve`` works."""
         return not self.needs_full
 
     #: full-vector methods: the top-score method to suggest for data without vectors
@@ -377,8 +390,8 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             None
             if alt is None
             else (
-                f"use the binary variant {alt!r} (temperature on the normalised top score) or a "
-                "score-based method (hist, ...)"
+                f"use the binary variant {alt!r} (temperature on the normalised top score) "
+                "or a score-based method (hist, ...)"
             ),
         )
         if data.n_classes < 2:
@@ -416,19 +429,20 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         if tuple(data.score_range) != tuple(self.score_range_):
             lo, hi = self.score_range_
             raise DataError(
-                f"the data's score range ({data.score_range[0]:g}, {data.score_range[1]:g}) "
-                f"differs from the model's ({lo:g}, {hi:g}); build the data with "
-                f"score_range=({lo:g}, {hi:g}) "
-                f"(--score-range {lo:g} {hi:g})"
+                f"the data's score range ({data.score_range[0]:g}, "
+                f"{data.score_range[1]:g}) differs from the model's ({lo:g}, {hi:g}); "
+                f"build the data with score_range=({lo:g}, {hi:g}) (--score-range {lo:g} "
+                f"{hi:g})"
             )
         if self.needs_full and data.has_full and set(data.classes) != set(self.classes_):
             raise DataError(
-                f"method {self.name!r} needs score vectors over the model's {len(self.classes_)} "
-                f"classes, but the data has {data.n_classes} columns ({preview(data.classes)}); "
-                "give one column per model class"
+                f"method {self.name!r} needs score vectors over the model's "
+                f"{len(self.classes_)} classes, but the data has {data.n_classes} columns "
+                f"({preview(data.classes)}); give one column per model class"
             )
         data = data.with_classes(self.classes_, "the data")
-        if self.needs_full:  # with_classes drops vectors whose columns are not the model's classes
+        # with_classes drops vectors whose columns are not the model's classes
+        if self.needs_full:
             data.require_full(f"method {self.name!r}")
         return data
 
@@ -441,14 +455,15 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     ) -> np.ndarray:
         """Calibrated confidence of each row, shape (n_rows,), values in [0, 1].
 
-        ``data`` as in :meth:`fit` (labels, if any, are ignored); a score
-        matrix's columns are the fitted classes, in order, unless ``classes``
-        names them. For binned data, one value per bin (at the bin's
-        midpoint score).
+        ``data`` as in :meth:`fit` (labels, if any, are ignored); a score matrix's columns
+        are the fitted classes, in order, unless ``classes`` names them. For binned data,
+        one value per bin (at the bin's midpoint score).
         """
         self._check_fitted()
         if not isinstance(data, TopLabelData):
-            data = as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+            data = as_data(
+                data, classes=self.classes_ if classes is None else classes, kind=kind
+            )
         self._check_data(data)
         data = self._check_compatible(data)
         out = np.asarray(self._predict(data), dtype=np.float64)
@@ -467,17 +482,15 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper end of a ``level`` interval on each row's calibrated confidence.
 
-        The interval is about the estimation error of the fitted calibration map
-        at the row's class and score (how well the fitting data pin Conf_k(S)
-        down), not about the row's outcome; docs/intervals.md states what is
-        random for each method family. Count methods: the Beta posterior of
-        the local counts (with the shrinkage pseudo-counts as its prior, or
-        Jeffreys' for the unshrunk estimators); temperature methods: the delta
-        method on the fitted (log) temperature and award; ``hier-*``: the delta
-        method on each class's approximate posterior; ``pooled-*`` and ``sts``: the
-        curve's own interval plus the classes' spread around it (:mod:`.spread`).
-        Everything needed is in the fitted model (and its JSON file): nothing is
-        refitted.
+        The interval is about the estimation error of the fitted calibration map at the
+        row's class and score (how well the fitting data pin Conf_k(S) down), not about the
+        row's outcome; docs/intervals.md states what is random for each method family. Count
+        methods: the Beta posterior of the local counts (with the shrinkage pseudo-counts as
+        its prior, or Jeffreys' for the unshrunk estimators); temperature methods: the delta
+        method on the fitted (log) temperature and award; ``hier-*``: the delta method on
+        each class's approximate posterior; ``pooled-*`` and ``sts``: the curve's own
+        interval plus the classes' spread around it (:mod:`.spread`). Everything needed is
+        in the fitted model (and its JSON file): nothing is refitted.
 
         Parameters
         ----------
@@ -488,27 +501,33 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         Returns
         -------
         (lower, upper) : tuple of two ndarrays, shape (n_rows,)
-            0 < lower <= predict(data) <= upper < 1 wherever the confidence is
-            strictly inside (0, 1). ``uncalibrated`` estimates nothing: its
-            interval is the point itself.
+            0 < lower <= predict(data) <= upper < 1 wherever the confidence is strictly
+            inside (0, 1). ``uncalibrated`` estimates nothing: its interval is the point
+            itself.
         """
         level = intervals.check_level(level)
         self._check_fitted()
         if not isinstance(data, TopLabelData):
-            data = as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+            data = as_data(
+                data, classes=self.classes_ if classes is None else classes, kind=kind
+            )
         self._check_data(data)
         data = self._check_compatible(data)
         lo, hi = self._interval_of_rows(data, level)
         return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 
-    def _interval_of_rows(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_interval` with the between-class spread added where the model measured one
-        (:mod:`.spread`): what ``predict_interval``, ``describe`` and a model wrapping this one
-        give."""
+    def _interval_of_rows(
+        self, data: TopLabelData, level: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_interval` with the between-class spread added where the model measured
+        one (:mod:`.spread`): what ``predict_interval``, ``describe`` and a model wrapping
+        this one give."""
         lo, hi = self._interval(data, level)
         if self._spread is None:
             return lo, hi
-        return spread.widen(self._spread, lo, hi, self._predict(data), data.score, level, data.pred)
+        return spread.widen(
+            self._spread, lo, hi, self._predict(data), data.score, level, data.pred
+        )
 
     def _interval(self, data: TopLabelData, level: float) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) per row of compatible ``data``: the per-family hook of
@@ -518,8 +537,8 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     def _no_interval_stats(self, what: str):
         """The one-line error of a model loaded from a file without what its intervals need."""
         return ModelFileError(
-            f"this {self.name!r} model file holds no {what} (saved by an older topcal); refit it "
-            f"with topcal >= {intervals.INTERVAL_SINCE} to get intervals"
+            f"this {self.name!r} model file holds no {what} (saved by an older topcal); "
+            f"refit it with topcal >= {intervals.INTERVAL_SINCE} to get intervals"
         )
 
     # ----------------------------------------------------------- describe
@@ -556,16 +575,17 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         return [{} for _ in self.classes_]
 
     def _describe_intervals(self) -> list[dict]:
-        """Per class, the mean width of the 90% interval over 21 scores evenly across the class's
-        support (``interval_width_90``); nothing for models without curves or interval
-        statistics."""
+        """Per class, the mean width of the 90% interval over 21 scores evenly across the
+        class's support (``interval_width_90``); nothing for models without curves or
+        interval statistics."""
         if not self.has_curve or not hasattr(self, "support_"):
             return [{} for _ in self.classes_]
         have = [k for k, sup in enumerate(self.support_) if sup is not None]
         if not have:
             return [{} for _ in self.classes_]
         # one call for every class's 21 scores: per-class calls cost K passes over K classes
-        # (np.linspace of arrays differs from the scalar one in the last bit: one call per class)
+        # (np.linspace of arrays differs from the scalar one in the last bit: one call per
+        # class)
         s = np.concatenate([np.linspace(*self.support_[k], 21) for k in have])  # type: ignore[call-overload]
         pred = np.repeat(np.asarray(have, dtype=np.int64), 21)
         grid = TopLabelData(tuple(self.classes_), pred, s, tuple(self.score_range_))
@@ -602,12 +622,12 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     ) -> "Calibrator":
         """A copy of this model adapted to a use set's class priors (label shift).
 
-        Give the unlabelled use set ``data`` (priors estimated by ``estimator``,
-        "em" or "bbse"; ``source_data``, the labelled test set with full
-        vectors, makes "em" run on BCTS vectors) or ``priors=`` (dict class ->
-        prior, or one value per class). ``shrink`` ("auto" or a number in
-        [0, 1]): how far to move towards estimated priors (the safety step).
-        :func:`topcal.labelshift.adapt` takes further options. This model is unchanged.
+        Give the unlabelled use set ``data`` (priors estimated by ``estimator``, "em" or
+        "bbse"; ``source_data``, the labelled test set with full vectors, makes "em" run on
+        BCTS vectors) or ``priors=`` (dict class -> prior, or one value per class).
+        ``shrink`` ("auto" or a number in [0, 1]): how far to move towards estimated priors
+        (the safety step). :func:`topcal.labelshift.adapt` takes further options. This model
+        is unchanged.
         """
         adapt = hook("adapt")
         return adapt(

@@ -1,16 +1,18 @@
-"""What several methods derive alike from one cross-validation fold's training rows, derived once.
+"""What several methods derive alike from one cross-validation fold's training rows, derived
+once.
 
-:func:`~topcal.calibrators.select.crossfit.cross_fit` fits every candidate on the same training part
-of a fold, a :class:`~topcal.data.TopLabelData` it builds itself and hands to no one for
-change. The temperature family's fits all begin alike on it: a canonical row order, the rows
-in that order, the split of their score vectors into top margins and other entries
-(``sts``, ``tswa`` and ``csts`` the same split; at 10^5 x 10 about 0.1 s a method).
-Inside :func:`sharing` (the fold's fits), :func:`memo` keeps such a result per data object for
-the fold's other methods; outside it (every fit a user runs) :func:`memo` just computes, so
-a user's arrays changed between two fits are never read stale. The results are shared, so the
-methods treat them as read-only (as they treat their data). They are dropped when the block ends.
-The fold's test part (and the first look's) is shared too while the fold's models predict it:
-models of one map (a fold's ``vs`` and the map of its ``vs-hier-platt``) compute its margins once.
+:func:`~topcal.calibrators.select.crossfit.cross_fit` fits every candidate on the same
+training part of a fold, a :class:`~topcal.data.TopLabelData` it builds itself and hands to
+no one for change. The temperature family's fits all begin alike on it: a canonical row
+order, the rows in that order, the split of their score vectors into top margins and other
+entries (``sts``, ``tswa`` and ``csts`` the same split; at 10^5 x 10 about 0.1 s a method).
+Inside :func:`sharing` (the fold's fits), :func:`memo` keeps such a result per data object
+for the fold's other methods; outside it (every fit a user runs) :func:`memo` just computes,
+so a user's arrays changed between two fits are never read stale. The results are shared, so
+the methods treat them as read-only (as they treat their data). They are dropped when the
+block ends. The fold's test part (and the first look's) is shared too while the fold's
+models predict it: models of one map (a fold's ``vs`` and the map of its ``vs-hier-platt``)
+compute its margins once.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ _MEMO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 @contextlib.contextmanager
 def sharing(data):
-    """Within the block, :func:`memo` on ``data`` (and on data derived by :func:`memo_data`) keeps
-    results. Nested in a block of the same data (a fold's ``auto``, whose cross-validation shares
-    its all-data fits' work), it keeps the outer block's results and leaves them to it."""
+    """Within the block, :func:`memo` on ``data`` (and on data derived by :func:`memo_data`)
+    keeps results. Nested in a block of the same data (a fold's ``auto``, whose
+    cross-validation shares its all-data fits' work), it keeps the outer block's results and
+    leaves them to it."""
     derived: list = []
     with _LOCK:
         nested = data in _MEMO
@@ -66,15 +69,15 @@ def memo(data, key: str, compute: Callable):
 
 
 def kept(data, key: str):
-    """What :func:`memo` keeps under ``key`` for ``data`` (None where nothing is kept: ``data``
-    not shared, or not computed yet); computes nothing and keeps nothing."""
+    """What :func:`memo` keeps under ``key`` for ``data`` (None where nothing is kept:
+    ``data`` not shared, or not computed yet); computes nothing and keeps nothing."""
     store = _MEMO.get(data)
     return None if store is None else store.get(key)
 
 
 def memo_data(data, key: str, compute: Callable):
-    """:func:`memo` of a data object derived from ``data`` (e.g. its rows reordered), itself shared
-    for as long as ``data`` is: what is memoised on it is kept too."""
+    """:func:`memo` of a data object derived from ``data`` (e.g. its rows reordered), itself
+    shared for as long as ``data`` is: what is memoised on it is kept too."""
     store = _MEMO.get(data)
     if store is None:
         return compute()

@@ -1,34 +1,33 @@
 """The calibrated full vector of a fitted model: :meth:`VectorPredicting.predict_proba`.
 
-topcal calibrates one number per row, the confidence c in the predicted class k(X). Where the
-scores are full vectors, a fitted model also gives a whole probability vector:
+topcal calibrates one number per row, the confidence c in the predicted class k(X). Where
+the scores are full vectors, a fitted model also gives a whole probability vector:
 
 * its entry at k(X) is c, the model's calibrated confidence, unchanged;
-* its other entries are (1 - c) times the **vector map**'s distribution over the other classes
-  (the map's softmax with class k(X) left out, renormalised).
+* its other entries are (1 - c) times the **vector map**'s distribution over the other
+  classes (the map's softmax with class k(X) left out, renormalised).
 
-The vector's argmax is k(X) wherever c is at least every other entry. On the rows where the map
-finds another class more probable than c (always so where c < 1/K) it is that class, and a
-decision on the vector takes it (the estimator's ``predict``): on the bench sets such rows were
-1.8-8.9% (41% for a 12%-accurate network), and on six of seven sets the vector's argmax was right
-more often than k(X).
-Capping the others just below c instead (k(X) always on top where c >= 1/K) cost 5% of
-full-vector NLL on a CIFAR-10 wide ResNet (docs/benchmarks.md): the mass moved off the capped
-class is where the label often is.
+The vector's argmax is k(X) wherever c is at least every other entry. On the rows where the
+map finds another class more probable than c (always so where c < 1/K) it is that class, and
+a decision on the vector takes it (the estimator's ``predict``): on the bench sets such rows
+were 1.8-8.9% (41% for a 12%-accurate network), and on six of seven sets the vector's argmax
+was right more often than k(X). Capping the others just below c instead (k(X) always on top
+where c >= 1/K) cost 5% of full-vector NLL on a CIFAR-10 wide ResNet (docs/benchmarks.md):
+the mass moved off the capped class is where the label often is.
 
 The vector map is the model's own whole-vector map where it has one (``vs``, ``sms``, their
-corrected forms ``vs-hier-platt`` / ``sms-pooled-beta``, ``auto`` having chosen one of them),
-else a map fitted beside the model on the same rows when the model is fitted with
+corrected forms ``vs-hier-platt`` / ``sms-pooled-beta``, ``auto`` having chosen one of
+them), else a map fitted beside the model on the same rows when the model is fitted with
 ``keep="evidence"`` (the default; parts of other models and cross-validation folds fit none;
-``fit(..., vector=False)`` neither: the map holds the n x K features while it fits):
-``sms`` up to :data:`SMS_MAX_CLASSES` classes, ``vs`` above (auto's own class limit for ``sms``,
+``fit(..., vector=False)`` neither: the map holds the n x K features while it fits): ``sms``
+up to :data:`SMS_MAX_CLASSES` classes, ``vs`` above (auto's own class limit for ``sms``,
 :attr:`~.vector.StructuredMatrixScaling.auto_max_classes`). The model file keeps it under
 ``"vector"``.
 
-The do-nothing reference (``uncalibrated``) gives the scores' own vector. A model without a map
-(fitted on top scores, binned counts or statistics alone: a streamed or Dask fit, or ``update``
-of one) shares 1 - c in proportion to the **uncalibrated** vector, each
-share capped at c where c >= 1/K (:func:`distribute_rest`), and warns that the rest is not
+The do-nothing reference (``uncalibrated``) gives the scores' own vector. A model without a
+map (fitted on top scores, binned counts or statistics alone: a streamed or Dask fit, or
+``update`` of one) shares 1 - c in proportion to the **uncalibrated** vector, each share
+capped at c where c >= 1/K (:func:`distribute_rest`), and warns that the rest is not
 calibrated. Data without full vectors has no vector to give: a DataError.
 """
 
@@ -48,8 +47,9 @@ from .registry import get_class
 
 __all__ = ["VectorPredicting", "distribute_rest", "combine", "map_name", "SMS_MAX_CLASSES"]
 
-#: Up to this many classes the map fitted beside a model is ``sms``, above it ``vs`` (sms's fit
-#: costs O(n K^2) a pass and its ridge leaves its off-diagonal part near 0 with many classes).
+#: Up to this many classes the map fitted beside a model is ``sms``, above it ``vs`` (sms's
+#: fit costs O(n K^2) a pass and its ridge leaves its off-diagonal part near 0 with many
+#: classes).
 SMS_MAX_CLASSES = 15
 
 #: The methods a separately fitted vector map may be (the model file's ``"vector"``).
@@ -62,8 +62,8 @@ def map_name(n_classes: int) -> str:
 
 
 def combine(conf: np.ndarray, pred: np.ndarray, rest: np.ndarray) -> np.ndarray:
-    """Full rows: ``conf`` at ``pred``, (1 - conf) times ``rest`` (each row's distribution over the
-    other classes, 0 at ``pred``) elsewhere; written into ``rest`` and returned."""
+    """Full rows: ``conf`` at ``pred``, (1 - conf) times ``rest`` (each row's distribution
+    over the other classes, 0 at ``pred``) elsewhere; written into ``rest`` and returned."""
     rest *= (1.0 - conf)[:, None]
     rest[np.arange(len(pred)), pred] = conf
     return rest
@@ -72,11 +72,12 @@ def combine(conf: np.ndarray, pred: np.ndarray, rest: np.ndarray) -> np.ndarray:
 def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.ndarray:
     """Full probability rows whose entry ``top`` is ``conf``, the rest shared by ``base``.
 
-    The remaining mass 1 - c is shared among the other classes in proportion to ``base`` (the
-    classifier's own, uncalibrated probabilities), each capped at c so the predicted class stays
-    the most probable (the excess going to the uncapped classes). When c < 1/K no such split
-    exists; the other classes then get 1 - c in plain proportion, and the top entry is no longer
-    the largest. Rows whose other classes all have probability 0 share 1 - c equally.
+    The remaining mass 1 - c is shared among the other classes in proportion to ``base``
+    (the classifier's own, uncalibrated probabilities), each capped at c so the predicted
+    class stays the most probable (the excess going to the uncapped classes). When c < 1/K
+    no such split exists; the other classes then get 1 - c in plain proportion, and the top
+    entry is no longer the largest. Rows whose other classes all have probability 0 share 1
+    - c equally.
 
     Parameters
     ----------
@@ -106,9 +107,9 @@ def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.n
     rest[empty, top[empty]] = 0.0
     mass = 1.0 - conf
     feasible = conf * (k - 1) >= mass - 1e-12
-    # others sorted from the largest down: the first j take the cap c, the
-    # rest share what is left in proportion; j is the first count for which
-    # the next-largest share no longer exceeds c
+    # others sorted from the largest down: the first j take the cap c, the rest share what
+    # is left in proportion; j is the first count for which the next-largest share no longer
+    # exceeds c
     keyed = rest.copy()
     keyed[rows, top] = -1.0  # the predicted class sorts last and is left out
     order = np.argsort(-keyed, axis=1, kind="stable")[:, : k - 1]
@@ -134,10 +135,10 @@ def distribute_rest(base: np.ndarray, top: np.ndarray, conf: np.ndarray) -> np.n
 
 
 def fit_map(model, data: TopLabelData, warm=None, same_rows: bool = False):
-    """The vector map fitted beside ``model`` on its fitting ``data`` (from ``warm``, a fit of the
-    same map method, e.g. auto's cross-validation's; ``same_rows``: fitted on these very rows),
-    or None where ``data`` has no full vectors over 2 classes or more, or ``model`` has its own
-    map."""
+    """The vector map fitted beside ``model`` on its fitting ``data`` (from ``warm``, a fit
+    of the same map method, e.g. auto's cross-validation's; ``same_rows``: fitted on these
+    very rows), or None where ``data`` has no full vectors over 2 classes or more, or
+    ``model`` has its own map."""
     if (
         model.is_baseline  # its vector is the scores' own
         or not data.has_full
@@ -148,8 +149,9 @@ def fit_map(model, data: TopLabelData, warm=None, same_rows: bool = False):
     cls = get_class(map_name(data.n_classes))
     warm = warm if isinstance(warm, cls) else None
     with warnings.catch_warnings():
-        # the map's own notes (never-predicted classes, a stopped optimiser) are about a helper
-        # of the model, not the model; the model's fit has said what matters about the data
+        # the map's own notes (never-predicted classes, a stopped optimiser) are about a
+        # helper of the model, not the model; the model's fit has said what matters about
+        # the data
         warnings.simplefilter("ignore", TopcalWarning)
         context = FitContext(same_rows=same_rows and warm is not None)
         return cls().fit(data, keep="model", warm=warm, context=context)
@@ -168,24 +170,25 @@ def load_map(d, classes: tuple):
 
 
 class VectorPredicting:
-    """A fitted model's calibrated full vector (a base of ``Calibrator``; the module docstring
-    states the rule)."""
+    """A fitted model's calibrated full vector (a base of ``Calibrator``; the module
+    docstring states the rule)."""
 
     #: the vector map fitted beside the model (None: none fitted, or the model has its own)
     _vector = None
-    #: during and after ``fit``: whether the fit was told to fit the map (``fit(..., vector=)``)
+    #: during and after ``fit``: whether the fit was told to fit the map (``fit(...,
+    #: vector=)``)
     _map_wanted = False
 
     def _vector_map(self):
-        """The model's own whole-vector map (a fitted ``vs``/``sms``), or None: a method with one
-        overrides this."""
+        """The model's own whole-vector map (a fitted ``vs``/``sms``), or None: a method
+        with one overrides this."""
         return None
 
     @property
     def vector_map_(self) -> Any:
         """The fitted whole-vector map the calibrated vector's other entries come from: the
-        model's own (``vs``, ``sms``, auto's choice of one), else the one fitted beside it, else
-        None (the rest is then not calibrated; see :meth:`predict_proba`)."""
+        model's own (``vs``, ``sms``, auto's choice of one), else the one fitted beside it,
+        else None (the rest is then not calibrated; see :meth:`predict_proba`)."""
         self._check_fitted()
         own = self._vector_map()
         return own if own is not None else self._vector
@@ -199,16 +202,16 @@ class VectorPredicting:
     ) -> np.ndarray:
         """Calibrated probability vectors, shape (n_rows, K) in ``classes_`` order.
 
-        Row i's entry at its predicted class k(X) (the argmax of its scores) is ``predict``'s
-        calibrated confidence c; the other entries are 1 - c shared by :attr:`vector_map_`'s
-        distribution over the other classes. Rows sum to 1. The vector's argmax is k(X) where
-        c is at least every other entry, and another class where the vector map finds it more
-        probable than c (a decision taken on the vector follows it:
-        :class:`~topcal.TopLabelCalibratedClassifier`'s ``predict``).
+        Row i's entry at its predicted class k(X) (the argmax of its scores) is
+        ``predict``'s calibrated confidence c; the other entries are 1 - c shared by
+        :attr:`vector_map_`'s distribution over the other classes. Rows sum to 1. The
+        vector's argmax is k(X) where c is at least every other entry, and another class
+        where the vector map finds it more probable than c (a decision taken on the vector
+        follows it: :class:`~topcal.TopLabelCalibratedClassifier`'s ``predict``).
 
-        A model without a vector map (fitted on top scores, counts or statistics alone) shares
-        1 - c in proportion to the uncalibrated scores (:func:`distribute_rest`) and warns
-        (TopcalWarning) that those entries are not calibrated.
+        A model without a vector map (fitted on top scores, counts or statistics alone)
+        shares 1 - c in proportion to the uncalibrated scores (:func:`distribute_rest`) and
+        warns (TopcalWarning) that those entries are not calibrated.
 
         Parameters
         ----------
@@ -220,19 +223,21 @@ class VectorPredicting:
         """
         self._check_fitted()
         if not isinstance(data, TopLabelData):
-            data = as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+            data = as_data(
+                data, classes=self.classes_ if classes is None else classes, kind=kind
+            )
         if not data.has_full:
             raise DataError(
-                "a calibrated probability vector needs the full score vectors (probabilities or "
-                "logits, one column per class), but this data has only top scores; use the "
-                "confidence (predict) instead"
+                "a calibrated probability vector needs the full score vectors "
+                "(probabilities or logits, one column per class), but this data has only "
+                "top scores; use the confidence (predict) instead"
             )
         conf = self.predict(data)
         checked: TopLabelData = self._check_compatible(data)
         if not checked.has_full:  # vectors over other classes than the model's are dropped
             raise DataError(
-                f"a calibrated probability vector needs one score column per class of the model "
-                f"({len(self.classes_)}), but the data's columns are other classes"
+                "a calibrated probability vector needs one score column per class of the "
+                f"model ({len(self.classes_)}), but the data's columns are other classes"
             )
         return self._full_rows(checked, conf)
 
@@ -244,10 +249,10 @@ class VectorPredicting:
         if self.is_baseline:  # the do-nothing reference: the scores' own vector
             return distribute_rest(np.exp(data.log_probs()), data.pred, conf)
         warnings.warn(
-            f"this {self.name!r} model has no whole-vector map (fitted without full score vectors, "
-            "or with vector=False): the entries other than the predicted class are the "
-            "uncalibrated scores' shares of 1 - confidence, not calibrated; fit it on full "
-            "vectors to calibrate them",
+            f"this {self.name!r} model has no whole-vector map (fitted without full score "
+            "vectors, or with vector=False): the entries other than the predicted class "
+            "are the uncalibrated scores' shares of 1 - confidence, not calibrated; fit "
+            "it on full vectors to calibrate them",
             TopcalWarning,
             stacklevel=3,
         )

@@ -1,26 +1,24 @@
 """Intervals on calibrated confidences: the numerics behind ``predict_interval``.
 
-An interval states how well the fitted calibration map Conf_k(S) is pinned down by
-the finite fitting data at a row's class and score: the estimation error of the
-map, not the spread of the individual prediction's outcome (which is a
-Bernoulli(Conf) draw). docs/intervals.md states the assumptions per family.
+An interval states how well the fitted calibration map Conf_k(S) is pinned down by the
+finite fitting data at a row's class and score: the estimation error of the map, not the
+spread of the individual prediction's outcome (which is a Bernoulli(Conf) draw).
+docs/intervals.md states the assumptions per family.
 
-* Count methods (``hist``, the ``cum`` family, the ``kde`` family, ``conf1``)
-  estimate Conf as a ratio of local counts t / n (shrunk: (t + m r) / (n + m),
-  :mod:`topcal.calibrators.shrinkage`). The interval is the equal-tailed one of the
-  Jeffreys posterior Beta(t + 1/2, n - t + 1/2) of the class's own local counts
-  (unshrunk), or of the shrunk posterior Beta(t + m_I r + 1/2, n - t + m_I (1 - r) + 1/2)
-  at the interval's pseudo-count m_I <= m (:func:`shrunk_interval`), widened for the
-  estimate's bias and to hold the calibrated value
-  (:func:`widen`, :func:`include_point`; why the pooled reference does not narrow
-  it: docs/intervals.md). No interval reaches 0 or 1 from finite counts.
-* Temperature methods: the delta method on the log-odds margin m(x) of the
-  fitted parameters x = (log T, A / T), with the covariance of x the inverse
-  observed information of the NLL at the fit: m +- z se(m), mapped through
-  the logistic function (strictly inside (0, 1)).
+* Count methods (``hist``, the ``cum`` family, the ``kde`` family, ``conf1``) estimate Conf
+  as a ratio of local counts t / n (shrunk: (t + m r) / (n + m),
+  :mod:`topcal.calibrators.shrinkage`). The interval is the equal-tailed one of the Jeffreys
+  posterior Beta(t + 1/2, n - t + 1/2) of the class's own local counts (unshrunk), or of the
+  shrunk posterior Beta(t + m_I r + 1/2, n - t + m_I (1 - r) + 1/2) at the interval's
+  pseudo-count m_I <= m (:func:`shrunk_interval`), widened for the estimate's bias and to
+  hold the calibrated value (:func:`widen`, :func:`include_point`; why the pooled reference
+  does not narrow it: docs/intervals.md). No interval reaches 0 or 1 from finite counts.
+* Temperature methods: the delta method on the log-odds margin m(x) of the fitted parameters
+  x = (log T, A / T), with the covariance of x the inverse observed information of the NLL
+  at the fit: m +- z se(m), mapped through the logistic function (strictly inside (0, 1)).
 
-Level checks live here too, so the CLI, the estimator and the calibrators say
-the same thing about a bad level.
+Level checks live here too, so the CLI, the estimator and the calibrators say the same thing
+about a bad level.
 """
 
 from __future__ import annotations
@@ -53,7 +51,9 @@ JEFFREYS = 0.5
 def check_level(level) -> float:
     """``level`` as a float strictly inside (0, 1); a one-line ParameterError otherwise."""
     if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)):
-        raise ParameterError(f"interval level must be a number in (0, 1), e.g. 0.9; got {level!r}")
+        raise ParameterError(
+            f"interval level must be a number in (0, 1), e.g. 0.9; got {level!r}"
+        )
     v = float(level)
     if not (np.isfinite(v) and 0.0 < v < 1.0):
         raise ParameterError(
@@ -80,8 +80,8 @@ def count_interval(t, n, level: float, *, scale=1.0) -> tuple[np.ndarray, np.nda
     level : float
         Interval level in (0, 1).
     scale : float or ndarray, default 1
-        Multiplies the data counts t, n (not the prior): the effective sample size
-        per count unit (kernel-weighted counts, docs/intervals.md).
+        Multiplies the data counts t, n (not the prior): the effective sample size per count
+        unit (kernel-weighted counts, docs/intervals.md).
     """
     t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
     n = np.maximum(np.asarray(n, dtype=np.float64), t)
@@ -91,11 +91,12 @@ def count_interval(t, n, level: float, *, scale=1.0) -> tuple[np.ndarray, np.nda
 
 
 def shrunk_interval(t, n, r, m, level: float, *, scale=1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Interval of a shrunk local rate (t + m r) / (n + m): the equal-tailed interval of the Beta
-    posterior Beta(scale t + m r + 1/2, scale (n - t) + m (1 - r) + 1/2) of the class's own local
-    counts under the prior the shrinkage stands for (the classes' rates spread around the
-    reference r with concentration m; Jeffreys' half counts keep it off 0 and 1). ``m`` is the
-    interval's pseudo-count, :func:`topcal.calibrators.shrinkage.interval_m` (at most the fit's).
+    """Interval of a shrunk local rate (t + m r) / (n + m): the equal-tailed interval of the
+    Beta posterior Beta(scale t + m r + 1/2, scale (n - t) + m (1 - r) + 1/2) of the class's
+    own local counts under the prior the shrinkage stands for (the classes' rates spread
+    around the reference r with concentration m; Jeffreys' half counts keep it off 0 and 1).
+    ``m`` is the interval's pseudo-count, :func:`topcal.calibrators.shrinkage.interval_m`
+    (at most the fit's).
     """
     t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
     n = np.maximum(np.asarray(n, dtype=np.float64), t)
@@ -107,7 +108,8 @@ def shrunk_interval(t, n, r, m, level: float, *, scale=1.0) -> tuple[np.ndarray,
 
 
 def margin_interval(margin, se, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """expit(margin -+ z se): a normal interval on the log-odds scale, mapped to a probability."""
+    """expit(margin -+ z se): a normal interval on the log-odds scale, mapped to a
+    probability."""
     z = float(ndtri(0.5 * (1.0 + level)))
     margin = np.asarray(margin, dtype=np.float64)
     se = np.asarray(se, dtype=np.float64)
@@ -117,11 +119,11 @@ def margin_interval(margin, se, level: float) -> tuple[np.ndarray, np.ndarray]:
 def include_point(lo, hi, conf) -> tuple[np.ndarray, np.ndarray]:
     """Widen [lo, hi] to hold ``conf`` where ``conf`` is strictly inside (0, 1).
 
-    An equal-tailed posterior interval may miss its posterior mean where the Beta
-    is very skewed (a pseudo-count of a few hundredths); the calibrated value is
-    the model's answer, so the interval is widened to hold it. An unshrunk
-    estimator's 0 or 1 is not taken in: those are not certainties (the interval
-    says so) and no interval reaches 0 or 1 from finite counts.
+    An equal-tailed posterior interval may miss its posterior mean where the Beta is very
+    skewed (a pseudo-count of a few hundredths); the calibrated value is the model's answer,
+    so the interval is widened to hold it. An unshrunk estimator's 0 or 1 is not taken in:
+    those are not certainties (the interval says so) and no interval reaches 0 or 1 from
+    finite counts.
     """
     conf = np.asarray(conf, dtype=np.float64)
     inside = (conf > 0.0) & (conf < 1.0)
@@ -131,9 +133,9 @@ def include_point(lo, hi, conf) -> tuple[np.ndarray, np.ndarray]:
 
 
 def widen(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi] widened for an estimated bias of ``conf``: each side's distance d from ``conf``
-    becomes sqrt(d^2 + (z bias)^2), the interval of a normal estimate whose mean squared error
-    is its variance plus bias^2 (z the normal quantile of ``level``).
+    """[lo, hi] widened for an estimated bias of ``conf``: each side's distance d from
+    ``conf`` becomes sqrt(d^2 + (z bias)^2), the interval of a normal estimate whose mean
+    squared error is its variance plus bias^2 (z the normal quantile of ``level``).
 
     The move is applied on the log-odds scale at the limit's local slope (d / (p (1 - p))),
     which is the same to first order and keeps the limits strictly inside (0, 1).
@@ -143,13 +145,15 @@ def widen(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def widen_toward(lo, hi, conf, bias, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi] widened on one side for a signed estimated bias of ``conf`` (a step's: the truth
-    at the score lies about ``bias`` above the bin's rate): that side's distance d from ``conf``
-    grows to sqrt(d^2 + (z1 bias)^2), z1 the one-sided normal quantile of ``level`` (the error
-    goes one way); the other side is kept, since the sign is an estimate too.
+    """[lo, hi] widened on one side for a signed estimated bias of ``conf`` (a step's: the
+    truth at the score lies about ``bias`` above the bin's rate): that side's distance d
+    from ``conf`` grows to sqrt(d^2 + (z1 bias)^2), z1 the one-sided normal quantile of
+    ``level`` (the error goes one way); the other side is kept, since the sign is an
+    estimate too.
 
     A limit p moved by e goes to p^2 / (p + e) below (1 - q^2 / (q + e), q = 1 - p, above):
-    about p - e where e is small against p, increasing in p (levels stay nested), never 0 or 1.
+    about p - e where e is small against p, increasing in p (levels stay nested), never 0 or
+    1.
     """
     z1 = float(ndtri(level))
     conf = np.asarray(conf, dtype=np.float64)
@@ -182,9 +186,9 @@ def _move(p, conf, extra, sign) -> np.ndarray:
     d = np.abs(conf - p)
     p = np.clip(p, 1e-300, 1.0 - 1e-16)
     # A bias estimate that is unbounded where the class has almost no density (kde's
-    # derivative terms over a near-zero count; nan_to_num turns them into 1.8e308) makes
-    # the step overflow to inf: the limit then saturates at the clip below, as intended
-    # (an unbounded bias leaves the whole range possible), so the overflow is harmless.
+    # derivative terms over a near-zero count; nan_to_num turns them into 1.8e308) makes the
+    # step overflow to inf: the limit then saturates at the clip below, as intended (an
+    # unbounded bias leaves the whole range possible), so the overflow is harmless.
     with np.errstate(over="ignore"):
         step = np.sqrt(d * d + extra * extra) - d
         shift = sign * step / (p * (1.0 - p))

@@ -1,13 +1,14 @@
-"""A fitted calibrator as a JSON-ready dict, and back (:mod:`topcal.persist` writes versioned JSON).
+"""A fitted calibrator as a JSON-ready dict, and back (:mod:`topcal.persist` writes
+versioned JSON).
 
 The dict holds the method, its parameters, classes, score range, per-class TP/FP counts, the
 method's fitted ``state`` and, once, the model's :class:`~topcal.evidence.core.Evidence`
 (``confusion``, ``stats`` with their part marks ``fingerprints``, ``fingerprint``). A model
 fitted inside another's (auto's choice, a blend's components, a pooled curve, a shrinkage
-reference) keeps none (``fit(..., keep="model")``): its owner's is the one. Older files
-hold label-shift counts and a fingerprint inside such nested models too (an ``auto``
-file: the same counts and fingerprint twice); they still load, the nested model reads them as
-its own and writes them back as they were (so a thresholds file's model digest still matches).
+reference) keeps none (``fit(..., keep="model")``): its owner's is the one. Older files hold
+label-shift counts and a fingerprint inside such nested models too (an ``auto`` file: the
+same counts and fingerprint twice); they still load, the nested model reads them as its own
+and writes them back as they were (so a thresholds file's model digest still matches).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ __all__ = ["to_dict", "from_dict", "to_jsonable", "finite_array", "support_list"
 
 
 def to_dict(model, state: dict, evidence, spread: dict | None = None) -> dict[str, Any]:
-    """The dict of fitted ``model`` with its ``state``, ``evidence`` (each piece where kept) and
-    between-class ``spread`` table (where measured, :mod:`.spread`)."""
+    """The dict of fitted ``model`` with its ``state``, ``evidence`` (each piece where kept)
+    and between-class ``spread`` table (where measured, :mod:`.spread`)."""
     d = {
         "method": model.name,
         "params": model._file_params(),  # a loaded file's own, parameters added since left out
@@ -40,7 +41,8 @@ def to_dict(model, state: dict, evidence, spread: dict | None = None) -> dict[st
 
 
 def from_dict(cls, d: dict[str, Any]):
-    """A fitted ``cls`` from :func:`to_dict` output; ModelFileError for anything missing or odd."""
+    """A fitted ``cls`` from :func:`to_dict` output; ModelFileError for anything missing or
+    odd."""
     try:
         params = dict(d["params"])
         if "shrinkage" in cls._param_names():
@@ -91,7 +93,9 @@ def support_list(values, k: int) -> list:
     out = []
     for v in values:
         try:
-            pair = None if v is None else tuple(float(x) for x in finite_array(v, "support", 2))
+            pair = (
+                None if v is None else tuple(float(x) for x in finite_array(v, "support", 2))
+            )
         except (TypeError, ValueError):
             raise ValueError(
                 "support must hold a (low, high) pair of finite numbers per class"

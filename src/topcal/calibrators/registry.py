@@ -1,7 +1,7 @@
 """One registry maps method names to calibrator classes.
 
-The same names feed :func:`topcal.calibrator`, the CLI's ``--method``
-choices, error messages, the docs and the ``method`` field of saved models.
+The same names feed :func:`topcal.calibrator`, the CLI's ``--method`` choices, error
+messages, the docs and the ``method`` field of saved models.
 """
 
 from __future__ import annotations
@@ -26,24 +26,23 @@ __all__ = [
     "require_counts",
 ]
 
-#: Name of the baseline method (the top score rescaled, ``counts.Uncalibrated``): the one entry
-#: every
-#: comparison of the report holds. Code above the calibrators names it through this constant only.
+#: Name of the baseline method (the top score rescaled, ``counts.Uncalibrated``): the one
+#: entry every comparison of the report holds. Code above the calibrators names it through
+#: this constant only.
 BASELINE = "uncalibrated"
 
 _REGISTRY: dict[str, type[Calibrator]] = {}
-#: registered names that are no method to fit (wrappers built from a fitted model, e.g. an adapted
-#: model)
+#: registered names that are no method to fit (wrappers built from a fitted model, e.g. an
+#: adapted model)
 _UNLISTED: set[str] = set()
 
 
 def register(cls: type[Calibrator] | None = None, *, listed: bool = True) -> Any:
     """Class decorator: add ``cls`` to the registry under ``cls.name``.
 
-    ``listed=False`` registers a model kind that is built from a fitted model
-    rather than fitted from data (the adapted model): model files of it load
-    through the registry, but it is no method of :func:`available_methods`,
-    ``--method`` or :func:`calibrator`.
+    ``listed=False`` registers a model kind that is built from a fitted model rather than
+    fitted from data (the adapted model): model files of it load through the registry, but
+    it is no method of :func:`available_methods`, ``--method`` or :func:`calibrator`.
     """
 
     def add(c: type[Calibrator]) -> type[Calibrator]:
@@ -63,7 +62,8 @@ def available_methods() -> list[str]:
 
 
 def is_registered(name) -> bool:
-    """Whether a saved model of kind ``name`` can be loaded (a method, or a registered wrapper)."""
+    """Whether a saved model of kind ``name`` can be loaded (a method, or a registered
+    wrapper)."""
     return isinstance(name, str) and name in _REGISTRY
 
 
@@ -72,25 +72,27 @@ def get_class(name: str, *, unlisted: bool = False) -> type[Calibrator]:
     models)."""
     if isinstance(name, str) and name in _REGISTRY and (unlisted or name not in _UNLISTED):
         return _REGISTRY[name]
-    raise ParameterError(f"unknown method {name!r}. Options are: {', '.join(available_methods())}")
+    raise ParameterError(
+        f"unknown method {name!r}. Options are: {', '.join(available_methods())}"
+    )
 
 
 def lookup(name: object) -> type[Calibrator] | None:
-    """The class registered as ``name`` (wrappers included), or None when ``name`` is no registered
-    kind.
+    """The class registered as ``name`` (wrappers included), or None when ``name`` is no
+    registered kind.
 
     For code that holds only a method's name (a comparison keyed by name) and asks about the
-    method's
-    declared properties (``is_baseline``, ``step_curve``, ``unranked_on``): ``getattr(lookup(name),
-    "is_baseline", False)`` is False for a name that is no method.
+    method's declared properties (``is_baseline``, ``step_curve``, ``unranked_on``):
+    ``getattr(lookup(name), "is_baseline", False)`` is False for a name that is no method.
     """
     return _REGISTRY.get(name) if isinstance(name, str) else None
 
 
 def fits_from_counts(method) -> bool:
-    """Whether ``method`` (a registered name, a calibrator class or a calibrator) can be fitted and
-    updated from score counts (streamed, Dask, ``update``, a blend's component): every method but
-    those that recalibrate the full score vector (``needs_full``). The one place that says so."""
+    """Whether ``method`` (a registered name, a calibrator class or a calibrator) can be
+    fitted and updated from score counts (streamed, Dask, ``update``, a blend's component):
+    every method but those that recalibrate the full score vector (``needs_full``). The one
+    place that says so."""
     cls: Any = (
         get_class(method, unlisted=True)
         if isinstance(method, str)
@@ -128,11 +130,11 @@ def calibrator(name: str, **params: Any) -> Calibrator:
 
 
 def paper_calibrator(name: str, **params: Any) -> Calibrator:
-    """Like :func:`calibrator`, with the paper's unshrunk estimator (``shrinkage=0``) where the
-    method has one.
+    """Like :func:`calibrator`, with the paper's unshrunk estimator (``shrinkage=0``) where
+    the method has one.
 
-    For reproducing the paper's figures and tables; the default
-    ``shrinkage="auto"`` is safer on data the fit did not see.
+    For reproducing the paper's figures and tables; the default ``shrinkage="auto"`` is
+    safer on data the fit did not see.
     """
     if "shrinkage" in get_class(name)._param_names():
         params = {"shrinkage": 0, **params}

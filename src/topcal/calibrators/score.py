@@ -1,10 +1,10 @@
-"""The contract of the per-class score methods: ``ScoreCalibrator``, Conf_k(S) a function of the top
-score.
+"""The contract of the per-class score methods: ``ScoreCalibrator``, Conf_k(S) a function of
+the top score.
 
-The count and kde families subclass it (``_fit_class`` / ``_predict_class``, or the
-batched hooks); shrinkage toward the pooled curve (:mod:`.shrinkage`) and the
-Beta-posterior intervals of the local counts (:mod:`.intervals`) are done here
-once for all of them. :class:`~.base.Calibrator` is the contract of every method.
+The count and kde families subclass it (``_fit_class`` / ``_predict_class``, or the batched
+hooks); shrinkage toward the pooled curve (:mod:`.shrinkage`) and the Beta-posterior
+intervals of the local counts (:mod:`.intervals`) are done here once for all of them.
+:class:`~.base.Calibrator` is the contract of every method.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ POOLED_CLASS = "all classes"
 
 
 def pooled_rows(data: TopLabelData) -> TopLabelData:
-    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and bins
-    kept. Inside a fold's :func:`~.foldmemo.sharing` block made once per data object, and pooled
-    rows pool to themselves (the same rows), so what is memoised on them is found again."""
+    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and
+    bins kept. Inside a fold's :func:`~.foldmemo.sharing` block made once per data object,
+    and pooled rows pool to themselves (the same rows), so what is memoised on them is found
+    again."""
 
     def make():
         zeros = np.zeros(data.n_rows, dtype=np.int64)
@@ -49,23 +50,22 @@ def pooled_rows(data: TopLabelData) -> TopLabelData:
 class ScoreCalibrator(Calibrator):
     """Calibrators whose confidence for class k is a function Conf_k(S) of the score.
 
-    Subclasses implement ``_fit_class(view, k) -> dict`` (JSON-ready per-class
-    state) and ``_predict_class(state, score) -> ndarray``. Classes with no
-    positives in the fitting data get ``None`` state and the uncalibrated
-    score (S - lo) / (hi - lo) as their confidence (a warning is raised at fit).
+    Subclasses implement ``_fit_class(view, k) -> dict`` (JSON-ready per-class state) and
+    ``_predict_class(state, score) -> ndarray``. Classes with no positives in the fitting
+    data get ``None`` state and the uncalibrated score (S - lo) / (hi - lo) as their
+    confidence (a warning is raised at fit).
 
-    Methods that fit or predict many classes faster together override the
-    batched hooks, whose defaults go class by class through the two above:
-    ``_fit_all_classes(data) -> (states, support)`` and
-    ``_predict_rows(pred, score) -> ndarray``; ``_index_states()`` runs
-    whenever ``class_state_`` is set (fit or load), for methods that predict
-    from tables built out of the states. The batched hooks must give what the
-    per-class ones give (``kde`` fits every class in a few passes over the
-    rows and predicts all rows in one gather).
+    Methods that fit or predict many classes faster together override the batched hooks,
+    whose defaults go class by class through the two above: ``_fit_all_classes(data) ->
+    (states, support)`` and ``_predict_rows(pred, score) -> ndarray``; ``_index_states()``
+    runs whenever ``class_state_`` is set (fit or load), for methods that predict from
+    tables built out of the states. The batched hooks must give what the per-class ones give
+    (``kde`` fits every class in a few passes over the rows and predicts all rows in one
+    gather).
     """
 
-    #: Whether the method takes the ``shrinkage`` parameter: it estimates
-    #: Conf_k(S) from local counts and implements :meth:`_local_counts`.
+    #: Whether the method takes the ``shrinkage`` parameter: it estimates Conf_k(S) from
+    #: local counts and implements :meth:`_local_counts`.
     shrinkable: ClassVar[bool] = False
     #: Per class, the pseudo-count the interval takes (:func:`.shrinkage.interval_m`); None:
     #: unshrunk, or an older model file (the interval of the own counts alone).
@@ -74,17 +74,19 @@ class ScoreCalibrator(Calibrator):
     #: histogram): rows sharing them are merged before the pseudo-count's loss is evaluated.
     piecewise_counts: ClassVar[bool] = False
     #: Choose the pseudo-count on rows merged by cell where the method gives cells
-    #: (:meth:`_count_cells`); False evaluates the loss on every row (for tests and benchmarks).
-    merge_cells: ClassVar[bool] = True
-    #: Choose the pseudo-count of piecewise-constant counts from per-cell sums where the method
-    #: gives
-    #: cells (:meth:`_count_keys`; the same result); False looks every row up (for tests and
+    #: (:meth:`_count_cells`); False evaluates the loss on every row (for tests and
     #: benchmarks).
+    merge_cells: ClassVar[bool] = True
+    #: Choose the pseudo-count of piecewise-constant counts from per-cell sums where the
+    #: method gives cells (:meth:`_count_keys`; the same result); False looks every row up
+    #: (for tests and benchmarks).
     cell_sums: ClassVar[bool] = True
-    #: With :meth:`_count_keys`: 0 merges rows of equal cells only (exact); a relative width > 0
-    #: also merges runs of cells with counts equal within it (:func:`shrinkage.count_runs`).
+    #: With :meth:`_count_keys`: 0 merges rows of equal cells only (exact); a relative width
+    #: > 0 also merges runs of cells with counts equal within it
+    #: (:func:`shrinkage.count_runs`).
     count_run_width: ClassVar[float] = 0.0
-    #: The shrinkage parameter: each subclass's ``__init__`` takes it (declared for the checker).
+    #: The shrinkage parameter: each subclass's ``__init__`` takes it (declared for the
+    #: checker).
     shrinkage: float | str
 
     def _shrunk(self) -> bool:
@@ -103,7 +105,8 @@ class ScoreCalibrator(Calibrator):
         self._index_states()
 
     def _fit_all_classes(self, data: TopLabelData) -> tuple[list, list]:
-        """Per-class states and supports (None for classes without positives): the batched-fit hook.
+        """Per-class states and supports (None for classes without positives): the
+        batched-fit hook.
 
         The default fits class by class with :meth:`_fit_class`.
         """
@@ -146,10 +149,11 @@ class ScoreCalibrator(Calibrator):
     def _local_counts_rows(
         self, pred: np.ndarray, score: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_local_counts` of every row's own class (rows of classes without state: 0, 0).
+        """:meth:`_local_counts` of every row's own class (rows of classes without state: 0,
+        0).
 
-        One pass per class present, over rows grouped once; methods with
-        flat per-class tables override it with a single gather.
+        One pass per class present, over rows grouped once; methods with flat per-class
+        tables override it with a single gather.
         """
         t = np.zeros(score.shape[0])
         n = np.zeros(score.shape[0])
@@ -160,8 +164,8 @@ class ScoreCalibrator(Calibrator):
 
     def _fit_shrinkage(self, data: TopLabelData) -> None:
         """Fit the pooled reference curve and choose the pseudo-counts (see
-        calibrators.shrinkage). In a fold (foldmemo), one reference per method and parameters:
-        kde-mon2's is pooled-kde-mon2's inner model's."""
+        calibrators.shrinkage). In a fold (foldmemo), one reference per method and
+        parameters: kde-mon2's is pooled-kde-mon2's inner model's."""
         pooled = pooled_rows(data)
         params = sorted({**self.get_params(), "shrinkage": 0}.items())
         key = f"reference {type(self).__name__} {params!r} {getattr(self, 'compact', None)}"
@@ -216,17 +220,17 @@ class ScoreCalibrator(Calibrator):
         self._set_shrinkage(shr.loo_nll_by_group(*rows, K))  # type: ignore[call-arg]
 
     def _fit_reference(self, pooled: TopLabelData, data: TopLabelData):
-        """The pooled reference: this method unshrunk, fitted on the ``pooled`` rows as a part of
-        this model (``keep="model"``). The ``cum`` family seeds it with what its class fits already
-        know of the pooled rows (their counts, from the classes' sorted tables)."""
+        """The pooled reference: this method unshrunk, fitted on the ``pooled`` rows as a
+        part of this model (``keep="model"``). The ``cum`` family seeds it with what its
+        class fits already know of the pooled rows (their counts, from the classes' sorted
+        tables)."""
         return type(self)(**{**self.get_params(), "shrinkage": 0}).fit(pooled, keep="model")
 
     def _cell_sums(self, ref, pred, score, tp, fp):
-        """For :meth:`_choose_m_by_cells` with count runs: (TP and FP weight per cell, t and n per
-        cell,
-        class per cell, the reference's cell of each cell, t and n per reference cell), the rows
-        summed
-        per cell (:meth:`_count_keys`) and each cell looked up in the reference's cells."""
+        """For :meth:`_choose_m_by_cells` with count runs: (TP and FP weight per cell, t and
+        n per cell, class per cell, the reference's cell of each cell, t and n per reference
+        cell), the rows summed per cell (:meth:`_count_keys`) and each cell looked up in the
+        reference's cells."""
         key, tc, nc, cell_class, cell_score = self._count_keys(pred, score)
         w_tp, w_fp = (np.bincount(key, w, minlength=tc.size) for w in (tp, fp))
         del key
@@ -234,7 +238,8 @@ class ScoreCalibrator(Calibrator):
         return w_tp, w_fp, tc, nc, cell_class, key0, t0c, n0c
 
     def _set_shrinkage(self, losses: np.ndarray) -> None:
-        """The pseudo-counts from the per-class losses over the grid, by the ``shrinkage`` rule."""
+        """The pseudo-counts from the per-class losses over the grid, by the ``shrinkage``
+        rule."""
         K = len(self.classes_)
         if self.shrinkage == "auto":
             m = np.full(K, shr.choose_m(losses.sum(axis=0)))
@@ -247,18 +252,18 @@ class ScoreCalibrator(Calibrator):
         self.interval_m_ = np.minimum(m, shr.interval_m(losses, rule=self.shrinkage, m=m))
 
     def _choose_m_by_cells(self, ref, pred, s, tp, fp) -> None:
-        """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant counts, from
-        cells.
+        """:meth:`_fit_shrinkage`'s choice of the pseudo-counts for piecewise-constant
+        counts, from cells.
 
-        Every row's local counts are those of its cell (:meth:`_count_keys`), and its reference
-        value that of its reference cell. With ``count_run_width`` 0 (``hist``) the rows are summed
-        per (cell, reference cell) in one pass (bincount) and the few merged rows go to
-        :func:`shrinkage.merge_equal_rows` as the rows themselves did: the same merged rows,
-        weights summed in another order (exact for 0/1 weights), hence the same losses and
-        pseudo-counts. Otherwise (the ``cum`` family: a cell per distinct score, whose rows all
-        have that score, so it lies in one reference cell) the rows are summed per cell, and
-        consecutive cells with nearly equal counts and reference form runs
-        (:func:`shrinkage.count_runs`) merged at their weighted mean counts
+        Every row's local counts are those of its cell (:meth:`_count_keys`), and its
+        reference value that of its reference cell. With ``count_run_width`` 0 (``hist``)
+        the rows are summed per (cell, reference cell) in one pass (bincount) and the few
+        merged rows go to :func:`shrinkage.merge_equal_rows` as the rows themselves did: the
+        same merged rows, weights summed in another order (exact for 0/1 weights), hence the
+        same losses and pseudo-counts. Otherwise (the ``cum`` family: a cell per distinct
+        score, whose rows all have that score, so it lies in one reference cell) the rows
+        are summed per cell, and consecutive cells with nearly equal counts and reference
+        form runs (:func:`shrinkage.count_runs`) merged at their weighted mean counts
         (:func:`shrinkage.merge_rows_by_run`; tolerance in docs/shrinkage.md).
         """
         K = len(self.classes_)
@@ -327,19 +332,20 @@ class ScoreCalibrator(Calibrator):
         self._set_shrinkage(shr.loo_nll_by_group(*rows, K))  # type: ignore[call-arg]
 
     def _count_keys(self, pred: np.ndarray, score: np.ndarray):
-        """Where the local counts are constant within cells: (cell of every row, t per cell, n per
-        cell, class of every cell, the score of every row of each cell or None); else None.
-        ``pred`` is an int array like ``score``, or one class (an int) for all rows (then the class
-        and score per cell may be None).
+        """Where the local counts are constant within cells: (cell of every row, t per cell,
+        n per cell, class of every cell, the score of every row of each cell or None); else
+        None. ``pred`` is an int array like ``score``, or one class (an int) for all rows
+        (then the class and score per cell may be None).
 
-        Cells number 0 .. n_cells - 1 across all classes; a class without state has one cell of
-        counts 0. Used to choose the pseudo-count from per-cell sums rather than per-row lookups.
+        Cells number 0 .. n_cells - 1 across all classes; a class without state has one cell
+        of counts 0. Used to choose the pseudo-count from per-cell sums rather than per-row
+        lookups.
         """
         return None
 
     def _count_cells(self, pred: np.ndarray, score: np.ndarray):
-        """(cell of every row, number of cells) where the local counts are smooth within cells, else
-        None.
+        """(cell of every row, number of cells) where the local counts are smooth within
+        cells, else None.
 
         Cells number 0 .. n_cells - 1 across all classes (a cell lies in one class). Methods
         whose counts are smooth in the score (``kde``: linear within a cell of the class's
@@ -352,8 +358,8 @@ class ScoreCalibrator(Calibrator):
         """The rows the pseudo-count's loss is evaluated on: (score, tp, fp, pred).
 
         The rows themselves, or, where :meth:`_count_cells` gives cells, ``merge_cells`` is
-        on and merging divides the rows by at least ``shrinkage.CELL_MERGE_GAIN``, one TP and
-        one FP row per occupied cell at the weighted mean score
+        on and merging divides the rows by at least ``shrinkage.CELL_MERGE_GAIN``, one TP
+        and one FP row per occupied cell at the weighted mean score
         (:func:`shrinkage.merge_rows_by_cell`; documented tolerance in docs/shrinkage.md).
         """
         cells = self._count_cells(pred, score) if self.merge_cells else None
@@ -369,7 +375,8 @@ class ScoreCalibrator(Calibrator):
         return s, t, f, cell_class[c]
 
     def _shrink_terms(self, pred: np.ndarray, score: np.ndarray):
-        """(t, n, r) of every row: its class's local counts and the reference curve at its score.
+        """(t, n, r) of every row: its class's local counts and the reference curve at its
+        score.
 
         The reference once for all rows, the class counts in one grouped pass; methods whose
         lookups want the rows sorted by score override it to sort once for both.
@@ -394,8 +401,8 @@ class ScoreCalibrator(Calibrator):
         if self._shrunk():
             t, n, r = self._shrink_terms(data.pred, data.score)
             m = self.shrinkage_
-            # one pseudo-count for all classes ("auto", a number): the same value, without a gather
-            # per row
+            # one pseudo-count for all classes ("auto", a number): the same value, without a
+            # gather per row
             out = shr.shrink(t, n, r, m[0] if (m == m[0]).all() else m[data.pred])
             none = [k for k, st in enumerate(self.class_state_) if st is None]
             if none:  # no data of their own: the reference curve
@@ -415,8 +422,8 @@ class ScoreCalibrator(Calibrator):
         return out
 
     # ------------------------------------------------------------ intervals
-    #: Effective sample size per unit of the local count n (1 for plain counts; the
-    #: kernel methods' kernel-weighted counts count more, docs/intervals.md).
+    #: Effective sample size per unit of the local count n (1 for plain counts; the kernel
+    #: methods' kernel-weighted counts count more, docs/intervals.md).
     _count_scale: ClassVar[float] = 1.0
 
     def _counts_stored(self) -> bool:
@@ -425,18 +432,19 @@ class ScoreCalibrator(Calibrator):
         return True
 
     def _interval_scale(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
-        """Effective sample size per unit of each row's local count n: ``_count_scale`` unless the
-        method knows better row by row (the kernel methods at wide bandwidths)."""
+        """Effective sample size per unit of each row's local count n: ``_count_scale``
+        unless the method knows better row by row (the kernel methods at wide bandwidths)."""
         return self._count_scale
 
     def _interval_bias(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray | float:
-        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score (0:
-        none;
-        the histogram's binning and the kernel's smoothing bias); the interval is widened for it."""
+        """Estimated bias of each row's confidence as an estimate of Conf_k at its own score
+        (0: none; the histogram's binning and the kernel's smoothing bias); the interval is
+        widened for it."""
         return 0.0
 
     def _curve_rows(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
-        """The fitted confidence (shrunk where the model is) of each row's class at ``score``."""
+        """The fitted confidence (shrunk where the model is) of each row's class at
+        ``score``."""
         return self._predict(
             TopLabelData(tuple(self.classes_), pred, score, tuple(self.score_range_))
         )
@@ -444,15 +452,15 @@ class ScoreCalibrator(Calibrator):
     def _interval_counts(
         self, pred: np.ndarray, score: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The class's own local counts (t, n) behind each row's unshrunk confidence: what the
-        interval
-        is computed from (the histogram takes an empty bin's from the bin whose value it holds)."""
+        """The class's own local counts (t, n) behind each row's unshrunk confidence: what
+        the interval is computed from (the histogram takes an empty bin's from the bin whose
+        value it holds)."""
         return self._local_counts_rows(pred, score)
 
     def _interval(self, data: TopLabelData, level: float):
-        """Jeffreys posterior of the class's own local counts, widened for the estimate's bias and
-        to
-        hold the (possibly shrunk) confidence (module :mod:`topcal.calibrators.intervals`)."""
+        """Jeffreys posterior of the class's own local counts, widened for the estimate's
+        bias and to hold the (possibly shrunk) confidence (module
+        :mod:`topcal.calibrators.intervals`)."""
         if not self.shrinkable:
             raise ParameterError(f"method {self.name!r} has no confidence interval")
         if not self._counts_stored():
@@ -468,7 +476,8 @@ class ScoreCalibrator(Calibrator):
         m_i = self.interval_m_
         if self._shrunk() and m_i is not None:
             # the class's own counts under the prior the shrinkage fitted, at the weakest
-            # pseudo-count the leave-one-out loss does not rule out (intervals.shrunk_interval)
+            # pseudo-count the leave-one-out loss does not rule out
+            # (intervals.shrunk_interval)
             r = self._reference(score)
             lo, hi = intervals.shrunk_interval(
                 t, n, r, m_i[pred], level, scale=self._interval_scale(pred, score)
@@ -476,13 +485,15 @@ class ScoreCalibrator(Calibrator):
         else:  # unshrunk, or an older file: the class's own counts alone
             lo, hi = intervals.count_interval(t, n, level, scale=self._interval_scale(pred, score))
         if not self._shrunk():
-            lo[none], hi[none] = conf[none], conf[none]  # the uncalibrated score: nothing estimated
+            # the uncalibrated score: nothing estimated
+            lo[none], hi[none] = conf[none], conf[none]
         bias = self._interval_bias(pred, score)
         step = None
         if m_i is not None and self._shrunk():
             # the shrunk value is n / (n + m) the class's own estimate and m / (n + m) the
-            # reference's: its binning or smoothing bias is theirs in those shares (where the class
-            # has no rows near the score, the reference's alone, not the own estimate's unbounded)
+            # reference's: its binning or smoothing bias is theirs in those shares (where
+            # the class has no rows near the score, the reference's alone, not the own
+            # estimate's unbounded)
             own = n / np.maximum(n + self.shrinkage_[pred], 1e-300)
             zero = np.zeros(score.shape[0], np.int64)
             ref = (1.0 - own) * self.reference_._interval_bias(zero, score)
@@ -493,16 +504,16 @@ class ScoreCalibrator(Calibrator):
         if np.any(bias):
             lo, hi = intervals.widen(lo, hi, conf, np.where(none, 0.0, bias), level)
         if step is not None and np.any(step):
-            # the reference's step has the class's bins, and its bias at a score a known sign (the
-            # truth moves along the slope from the bin's rate): the interval grows on that side;
-            # left out, a smooth truth was covered 0.68 (0.51 at 3,000 rows a class, issue 52)
+            # the reference's step has the class's bins, and its bias at a score a known
+            # sign (the truth moves along the slope from the bin's rate): the interval grows
+            # on that side; left out, a smooth truth was covered 0.68 (0.51 at 3,000 rows a
+            # class, issue 52)
             lo, hi = intervals.widen_toward(lo, hi, conf, step, level)
         return intervals.include_point(lo, hi, conf)
 
-    def curve(
-        self, k: int | str, score: ArrayLike | None = None, *, n_points: int = 401
-    ) -> Curve:
-        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).
+    def curve(self, k: int | str, score: ArrayLike | None = None, *, n_points: int = 401) -> Curve:
+        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score
+        range).
 
         Parameters
         ----------

@@ -1,11 +1,11 @@
-"""``update`` and fits from evidence: the checks and the merge, apart from the calibrator contract.
+"""``update`` and fits from evidence: the checks and the merge, apart from the calibrator
+contract.
 
-A model's :meth:`~topcal.calibrators.base.Calibrator.update` reads the new data
-in any form it accepts (:func:`merged_evidence`), merges the new
-:class:`~topcal.evidence.core.Evidence` with the model's (statistics, label-shift
-counts in the model's regions, fingerprint of the rows, one mark per part) and
-refits from the merged statistics; ``fit(evidence)`` checks what a fit from
-statistics needs (:func:`check_fit_evidence`).
+A model's :meth:`~topcal.calibrators.base.Calibrator.update` reads the new data in any form
+it accepts (:func:`merged_evidence`), merges the new :class:`~topcal.evidence.core.Evidence`
+with the model's (statistics, label-shift counts in the model's regions, fingerprint of the
+rows, one mark per part) and refits from the merged statistics; ``fit(evidence)`` checks
+what a fit from statistics needs (:func:`check_fit_evidence`).
 """
 
 from __future__ import annotations
@@ -24,39 +24,44 @@ __all__ = ["check_fit_evidence", "merged_evidence", "require_stats"]
 
 
 def require_stats(model):
-    """The fitted ``model``'s mergeable statistics (what ``update`` adds to); a clear error where it
-    keeps none (a full-vector method, an adapted model, a file saved before they were kept)."""
+    """The fitted ``model``'s mergeable statistics (what ``update`` adds to); a clear error
+    where it keeps none (a full-vector method, an adapted model, a file saved before they
+    were kept)."""
     kept = model.evidence_
     if not model._keeps_stats():
         raise ParameterError(model._no_stats_reason())
     if kept.stats is None:
         raise ParameterError(
-            f"this {model.name!r} model holds no statistics (it was saved by a topcal before it "
-            "kept them: model format 1, or format 2 for the temperature methods); refit it on all "
-            "the data once, then update it"
+            f"this {model.name!r} model holds no statistics (it was saved by a topcal "
+            "before it kept them: model format 1, or format 2 for the temperature "
+            "methods); refit it on all the data once, then update it"
         )
     return kept.stats
 
 
 def check_fit_evidence(evidence: Evidence):
-    """(stats, confusion) of the :class:`~topcal.evidence.core.Evidence` a model is fitted from.
+    """(stats, confusion) of the :class:`~topcal.evidence.core.Evidence` a model is fitted
+    from.
 
-    A fit from evidence is ``fit(evidence.stats.to_data())`` keeping the given statistics as they
-    are (their grid included), so a later ``update`` adds to exactly what it was fitted on.
-    Statistics carry no true classes, so the label-shift counts come in ``evidence.confusion``: a
-    :class:`~topcal.evidence.confusion.GridConfusion` counted on the same grid gives the model the
-    regions
-    and counts of :meth:`~topcal.evidence.confusion.GridConfusion.to_confusion`. Without it the
-    model cannot be adapted.
+    A fit from evidence is ``fit(evidence.stats.to_data())`` keeping the given statistics as
+    they are (their grid included), so a later ``update`` adds to exactly what it was fitted
+    on. Statistics carry no true classes, so the label-shift counts come in
+    ``evidence.confusion``: a :class:`~topcal.evidence.confusion.GridConfusion` counted on
+    the same grid gives the model the regions and counts of
+    :meth:`~topcal.evidence.confusion.GridConfusion.to_confusion`. Without it the model
+    cannot be adapted.
     """
     stats, confusion = evidence.stats, evidence.confusion
     if not isinstance(stats, ScoreStats):
         raise DataError(
-            f"a fit from statistics needs score counts (ScoreStats), got {type(stats).__name__}"
+            "a fit from statistics needs score counts (ScoreStats), got "
+            f"{type(stats).__name__}"
         )
     if confusion is not None:
         if not isinstance(confusion, GridConfusion):
-            raise DataError(f"confusion must be a GridConfusion, got {type(confusion).__name__}")
+            raise DataError(
+                f"confusion must be a GridConfusion, got {type(confusion).__name__}"
+            )
         if (confusion.classes, confusion.score_range, confusion.n_cells) != (
             stats.classes,
             stats.score_range,
@@ -71,9 +76,9 @@ def check_fit_evidence(evidence: Evidence):
 def merged_evidence(
     model, old, data, y=None, *, classes=None, kind: str = "auto", confusion=None
 ) -> Evidence:
-    """The model's evidence merged with that of the new ``data`` (see ``Calibrator.update``);
-    ``old`` is the model's statistics. Warns where the new part's statistics equal a part
-    already in."""
+    """The model's evidence merged with that of the new ``data`` (see
+    ``Calibrator.update``); ``old`` is the model's statistics. Warns where the new part's
+    statistics equal a part already in."""
     kept = model.evidence_
     current = kept.confusion
     statistics = (hasattr(data, "merge") and hasattr(data, "n_samples")) or isinstance(
@@ -82,7 +87,9 @@ def merged_evidence(
     if not isinstance(data, (TopLabelData, type(old), Evidence)) and (
         y is not None or not statistics
     ):
-        data = as_data(data, y, classes=model.classes_ if classes is None else classes, kind=kind)
+        data = as_data(
+            data, y, classes=model.classes_ if classes is None else classes, kind=kind
+        )
     elif y is not None:
         raise ParameterError(
             "y goes with a score matrix; a TopLabelData or statistics carry their own labels"
@@ -99,14 +106,16 @@ def merged_evidence(
     elif isinstance(data, (Evidence, type(old))):
         if isinstance(data, Evidence):
             if confusion is not None:
-                raise ParameterError("give the confusion counts inside the Evidence, not beside it")
+                raise ParameterError(
+                    "give the confusion counts inside the Evidence, not beside it"
+                )
             new = data
         else:
             new = Evidence(data, confusion)
         if not isinstance(new.stats, type(old)):
             raise DataError(
-                f"{model.name}.update: the evidence holds {type(new.stats).__name__}, this model "
-                f"keeps {type(old).__name__}"
+                f"{model.name}.update: the evidence holds {type(new.stats).__name__}, this "
+                f"model keeps {type(old).__name__}"
             )
         if new.confusion is not None and current is None:
             raise ParameterError(
@@ -114,8 +123,8 @@ def merged_evidence(
             )
     else:
         raise DataError(
-            f"{model.name}.update expects a TopLabelData or {type(old).__name__} (this model's "
-            f"statistics), or an Evidence, got {type(data).__name__}"
+            f"{model.name}.update expects a TopLabelData or {type(old).__name__} (this "
+            f"model's statistics), or an Evidence, got {type(data).__name__}"
         )
     seen = list(kept.marks)
     mark = stats_mark(new.stats)
@@ -126,9 +135,9 @@ def merged_evidence(
 
 
 def _refuse_overlap(model, kept, data, new, repeated: bool) -> None:
-    """Refuse new rows (``data``, their evidence ``new``) that are mostly rows the model already
-    holds, or hold most of them (a superset); warn where many are (``repeated``: the same
-    statistics as a part already in)."""
+    """Refuse new rows (``data``, their evidence ``new``) that are mostly rows the model
+    already holds, or hold most of them (a superset); warn where many are (``repeated``: the
+    same statistics as a part already in)."""
     share = 1.0 if repeated else 0.0
     if isinstance(data, TopLabelData) and (why := unchecked(kept.fingerprint, data)):
         warnings.warn(f"{model.name}.update: {why}", TopcalWarning, stacklevel=4)
@@ -137,7 +146,8 @@ def _refuse_overlap(model, kept, data, new, repeated: bool) -> None:
         ov = kept.fingerprint.overlap(data)
         share, held = max(share, ov.of_data), ov.of_fit
     elif kept.fingerprint is not None and new.fingerprint is not None:
-        # statistics with their rows' fingerprint (streamed, Dask, evidence_of): the sketches
+        # statistics with their rows' fingerprint (streamed, Dask, evidence_of): the
+        # sketches
         share = max(share, kept.fingerprint.shared(new.fingerprint))
     if share >= MAX_OVERLAP or held >= MAX_OVERLAP:
         raise DataError(

@@ -1,14 +1,13 @@
 """The ``topcal`` command line: a thin layer over the library.
 
-It parses arguments, reads files into TopLabelData, calls the library and
-writes files. Any user mistake ends with exit code 2 and one line
-``error: ...`` on stderr, never a traceback.
+It parses arguments, reads files into TopLabelData, calls the library and writes files. Any
+user mistake ends with exit code 2 and one line ``error: ...`` on stderr, never a traceback.
 
-One module per command group, each with an ``add_commands(sub)`` that adds
-its subcommands (``set_defaults(func=...)``; ``func(args)`` returns the exit
-code); :data:`COMMAND_GROUPS` lists them, in help order. Shared options,
-progress lines and tables live in :mod:`topcal.cli.common`. A new command goes
-into the group it belongs to, or a new module added to :data:`COMMAND_GROUPS`.
+One module per command group, each with an ``add_commands(sub)`` that adds its subcommands
+(``set_defaults(func=...)``; ``func(args)`` returns the exit code); :data:`COMMAND_GROUPS`
+lists them, in help order. Shared options, progress lines and tables live in
+:mod:`topcal.cli.common`. A new command goes into the group it belongs to, or a new module
+added to :data:`COMMAND_GROUPS`.
 """
 
 from __future__ import annotations
@@ -93,12 +92,10 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def _terminate_cleanly():
-    """On SIGTERM (e.g. `kill`, a scheduler's time limit) and SIGHUP (the terminal closed) unwind
-    like
-    Ctrl-C, so half-written outputs are removed; returns a function that restores the previous
-    handlers.
-    (SIGKILL cannot be caught: its temporary files are removed by the next run writing the same
-    output.)"""
+    """On SIGTERM (e.g. `kill`, a scheduler's time limit) and SIGHUP (the terminal closed)
+    unwind like Ctrl-C, so half-written outputs are removed; returns a function that
+    restores the previous handlers. (SIGKILL cannot be caught: its temporary files are
+    removed by the next run writing the same output.)"""
     import signal
     import threading
 
@@ -126,7 +123,8 @@ def main(argv=None) -> int:
     was_quiet = _progress.quiet()
     was_plain = _progress.set_plain(None)
     stdout = sys.stdout
-    sys.stdout = EscapedStream(stdout)  # class names with terminal escapes are shown, not obeyed
+    # class names with terminal escapes are shown, not obeyed
+    sys.stdout = EscapedStream(stdout)
     try:
         _interrupt.release()  # from here on Ctrl-C is a KeyboardInterrupt, answered below
         args = parser.parse_args(argv)
@@ -147,8 +145,8 @@ def main(argv=None) -> int:
         return 2
     except MemoryError:
         print(
-            "error: out of memory; the input or a size parameter (bins, classes) is too large for "
-            "this machine",
+            "error: out of memory; the input or a size parameter (bins, classes) is too "
+            "large for this machine",
             file=sys.stderr,
         )
         return 2
@@ -159,8 +157,8 @@ def main(argv=None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # output piped into e.g. `head`, which closed early: not an error of ours;
-        # point stdout at devnull so the interpreter's final flush stays quiet
+        # output piped into e.g. `head`, which closed early: not an error of ours; point
+        # stdout at devnull so the interpreter's final flush stays quiet
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,8 +1,9 @@
-"""What the command groups share: argument groups, option parsing, progress lines and tables.
+"""What the command groups share: argument groups, option parsing, progress lines and
+tables.
 
-One place for the options every data-reading command takes (``--label-column``
-and friends, the large-data options), for ``--param`` parsing, for the
-fixed-width text tables and for the one-line error handling argparse needs.
+One place for the options every data-reading command takes (``--label-column`` and friends,
+the large-data options), for ``--param`` parsing, for the fixed-width text tables and for
+the one-line error handling argparse needs.
 """
 
 from __future__ import annotations
@@ -57,10 +58,14 @@ class UsageError(Exception):
 def add_data_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data columns")
     g.add_argument(
-        "--label-column", default="label", help="column with the true class name (default: label)"
+        "--label-column",
+        default="label",
+        help="column with the true class name (default: label)",
     )
     g.add_argument(
-        "--logits", action="store_true", help="read p_<class> columns as logits, not probabilities"
+        "--logits",
+        action="store_true",
+        help="read p_<class> columns as logits, not probabilities",
     )
     g.add_argument(
         "--renormalize",
@@ -90,8 +95,7 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="ROLE=NAME",
         help="read column NAME as ROLE (label, pred, score, predicted_class, bin_lo, bin_hi, tp, "
-        "fp); "
-        "repeatable",
+        "fp); repeatable",
     )
 
 
@@ -138,8 +142,7 @@ def add_scale_options(p: argparse.ArgumentParser, *, streams_by_default: bool) -
             default=None,
             metavar="N",
             help="read CSV/Parquet in chunks of N rows and fit from the merged counts (bounded "
-            "memory; "
-            "scores on a grid of 4096 cells; not for full-vector methods)",
+            "memory; scores on a grid of 4096 cells; not for full-vector methods)",
         )
     g.add_argument(
         "--engine",
@@ -168,8 +171,8 @@ def check_scale_args(args) -> None:
 
 def engine_for(args):
     """The engine (:mod:`topcal.engines`) the options ``--engine``, ``--chunk-rows``,
-    ``--scheduler`` ask for:
-    the one place the command line chooses where fit, update and apply run."""
+    ``--scheduler`` ask for: the one place the command line chooses where fit, update and
+    apply run."""
     from ..engines import for_options
 
     check_scale_args(args)
@@ -194,7 +197,9 @@ class RowProgress:
 
 def parse_param(text: str):
     if "=" not in text:
-        raise TopcalError(f"--param {text!r} must look like NAME=VALUE, e.g. --param n_bins=20")
+        raise TopcalError(
+            f"--param {text!r} must look like NAME=VALUE, e.g. --param n_bins=20"
+        )
     key, raw = text.split("=", 1)
     try:
         value = json.loads(raw)
@@ -232,14 +237,16 @@ def read(path, args):
 
 
 def overall_table(result) -> str:
-    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not ranked on
-    ECE)."""
+    """Methods as rows, overall NLL/Brier/ECE1/ECE2 as columns (best marked *; conf1 not
+    ranked on ECE)."""
     from ..evaluate import METRICS, Comparison
     from ..report.page import ranked, unranked_notes
 
     res = Comparison.of(result).methods
     methods = list(res)
-    best = {x: min((res[m][x].overall for m in ranked(methods, x)), default=None) for x in METRICS}
+    best = {
+        x: min((res[m][x].overall for m in ranked(methods, x)), default=None) for x in METRICS
+    }
     rows = [[m] + [res[m][x].overall for x in METRICS] for m in methods]
     text = format_table(["method"] + [x.upper() for x in METRICS], rows)
     lines = text.splitlines()
@@ -258,11 +265,10 @@ def overall_table(result) -> str:
 
 
 def choice_table(fits: list) -> str:
-    """What ``auto`` chose (``evaluate.auto_summary`` of each fit, e.g. one per fold): candidates as
-    rows,
-    per fit the mean cross-validated NLL, its SE and the SE of the paired difference to the best;
-    the
-    chosen candidate of each fit marked ``<``, the best mean ``*``, a blend's components ``+``."""
+    """What ``auto`` chose (``evaluate.auto_summary`` of each fit, e.g. one per fold):
+    candidates as rows, per fit the mean cross-validated NLL, its SE and the SE of the
+    paired difference to the best; the chosen candidate of each fit marked ``<``, the best
+    mean ``*``, a blend's components ``+``."""
     names = []
     for fit in fits:
         names += [r["method"] for r in fit["table"] if r["method"] not in names]
@@ -303,15 +309,15 @@ def choice_table(fits: list) -> str:
     )
 
 
-#: Classes a console per-class table lists at most (the largest ones); --csv/--json give every
-#: class.
+#: Classes a console per-class table lists at most (the largest ones); --csv/--json give
+#: every class.
 MAX_TABLE_CLASSES = 30
 
 
 def per_class_table(result, metric: str = "nll", sizes=None) -> str:
-    """Classes as rows, methods as columns; with ``sizes`` (positives per class, in class order) and
-    more than
-    :data:`MAX_TABLE_CLASSES` classes, only the largest ones, with a note."""
+    """Classes as rows, methods as columns; with ``sizes`` (positives per class, in class
+    order) and more than :data:`MAX_TABLE_CLASSES` classes, only the largest ones, with a
+    note."""
     from ..evaluate import Comparison
 
     res = Comparison.of(result).methods
@@ -326,8 +332,7 @@ def per_class_table(result, metric: str = "nll", sizes=None) -> str:
         )
         note = (
             f"\n({MAX_TABLE_CLASSES} of {len(classes)} classes shown, those with the most "
-            f"positives; "
-            "--csv or --json list every class)"
+            "positives; --csv or --json list every class)"
         )
         classes = [c for i, c in enumerate(classes) if i in keep]
     rows = [[c] + [res[m][metric].per_class[c] for m in methods] for c in classes]
@@ -336,17 +341,17 @@ def per_class_table(result, metric: str = "nll", sizes=None) -> str:
 
 
 def similar_once(messages, max_lines: int = MAX_TABLE_CLASSES) -> list:
-    """Messages for the console, each kind once: messages that differ only in their bracketed lists
-    (one per
-    fold, naming other classes) become the first of them plus a count; at most ``max_lines``
-    lines."""
+    """Messages for the console, each kind once: messages that differ only in their
+    bracketed lists (one per fold, naming other classes) become the first of them plus a
+    count; at most ``max_lines`` lines."""
     import re
 
     groups: dict = {}
     for m in messages:
         groups.setdefault(re.sub(r"\[[^\]]*\]|\([^)]*\)|\d+(\.\d+)?", "#", m), []).append(m)
     lines = [
-        ms[0] + (f" (and {len(ms) - 1} similar)" if len(ms) > 1 else "") for ms in groups.values()
+        ms[0] + (f" (and {len(ms) - 1} similar)" if len(ms) > 1 else "")
+        for ms in groups.values()
     ]
     if len(lines) > max_lines:
         lines = lines[:max_lines] + [

@@ -1,7 +1,8 @@
-"""Commands that score methods on labelled data: ``metrics``, ``compare``, ``report``, ``demo``.
+"""Commands that score methods on labelled data: ``metrics``, ``compare``, ``report``,
+``demo``.
 
-Thin: parse, read, call the library (:mod:`topcal.evaluate`, :mod:`topcal.report`),
-print. Progress lines go to stderr, results to stdout.
+Thin: parse, read, call the library (:mod:`topcal.evaluate`, :mod:`topcal.report`), print.
+Progress lines go to stderr, results to stdout.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from .common import (
 __all__ = ["add_commands", "method_params"]
 
 
-#: Lines of the report's warnings printed on stderr (all of them are on the page); a kind that
-#: repeats over classes is already one line.
+#: Lines of the report's warnings printed on stderr (all of them are on the page); a kind
+#: that repeats over classes is already one line.
 MAX_PRINTED_FINDINGS = 30
 
 
@@ -94,8 +95,8 @@ def _protocol_options(p, what: str) -> None:
 
 
 def _folds(args, eval_given: bool = False) -> int | None:
-    """The K of K-fold cross-fitting (default 5), or None for --in-sample / --eval; --folds with
-    either is an error."""
+    """The K of K-fold cross-fitting (default 5), or None for --in-sample / --eval; --folds
+    with either is an error."""
     if args.folds is not None and (args.in_sample or eval_given):
         other = (
             "--in-sample fits and evaluates on the same data"
@@ -130,7 +131,9 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--bins", type=int, default=10, help="bins per class of ece_top_label (default 10)"
     )
-    p.add_argument("--level", type=float, default=0.9, help="level of the intervals (default 0.9)")
+    p.add_argument(
+        "--level", type=float, default=0.9, help="level of the intervals (default 0.9)"
+    )
     p.add_argument(
         "--resamples",
         type=int,
@@ -138,7 +141,10 @@ def add_commands(sub) -> None:
         help="bootstrap resamples of the calibration errors (default 1000)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the bootstrap and of the folds (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the bootstrap and of the folds (default 0)",
     )
     p.add_argument(
         "--classes",
@@ -148,7 +154,9 @@ def add_commands(sub) -> None:
         "worst:N (largest share of the top-label ECE), most:N (most predictions), or several "
         "separated by commas",
     )
-    p.add_argument("--full", action="store_true", help="also print the per-class table in full")
+    p.add_argument(
+        "--full", action="store_true", help="also print the per-class table in full"
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -168,18 +176,18 @@ def add_commands(sub) -> None:
         "--methods",
         metavar="M1,M2,...",
         help="methods to fit, each cross-fitted; 'all': every method that can run on the data "
-        "(auto nested: slow at many classes). Default: auto on all the data, its candidates' "
-        "out-of-sample table from its own cross-validation, the uncalibrated baseline and auto's "
-        "two best other candidates",
+        "(auto nested: slow at many classes). Default: auto on all the data, its "
+        "candidates' out-of-sample table from its own cross-validation, the uncalibrated "
+        "baseline and auto's two best other candidates",
     )
     p.add_argument(
         "--classes",
         action="append",
         metavar="SPEC",
         help="classes the per-class figures show, repeatable: a class name, worst:N (the model in "
-        "use's largest total out-of-sample NLL excess over the uncalibrated score), most:N (the "
-        "most predictions), or several separated by commas (default: every class up to 24, else "
-        "most:24)",
+        "use's largest total out-of-sample NLL excess over the uncalibrated score), "
+        "most:N (the most predictions), or several separated by commas (default: every "
+        "class up to 24, else most:24)",
     )
     p.add_argument(
         "--add",
@@ -200,17 +208,21 @@ def add_commands(sub) -> None:
         help="write into DIR even if it holds other files (they are kept; index.html and figures/ "
         "are replaced)",
     )
-    p.add_argument("--dpi", type=int, default=90, help="resolution of the figures (default 90)")
+    p.add_argument(
+        "--dpi", type=int, default=90, help="resolution of the figures (default 90)"
+    )
     _protocol_options(p, "rank methods")
     p.add_argument(
-        "--adapted", metavar="MODEL", help="a model from 'topcal adapt': add the label-shift panel"
+        "--adapted",
+        metavar="MODEL",
+        help="a model from 'topcal adapt': add the label-shift panel",
     )
     p.add_argument(
         "--thresholds",
         metavar="T.json",
         help="cut-offs from 'topcal threshold' (with --model, the model "
-        "they were chosen for): add the acceptance panel (accepted fraction against precision per "
-        "class)",
+        "they were chosen for): add the acceptance panel (accepted fraction against "
+        "precision per class)",
     )
     p.add_argument("--model", metavar="M.json", help="the model of --thresholds")
     add_data_options(p)
@@ -267,7 +279,9 @@ def _cmd_metrics(args) -> int:
 
     _check_metrics_options(args)
     data = read(args.data, args)
-    data.require_labels("metrics (NLL, Brier and ECE compare confidences with the true classes)")
+    data.require_labels(
+        "metrics (NLL, Brier and ECE compare confidences with the true classes)"
+    )
     base = calibrator(BASELINE).fit(data)
     model = load(args.model) if args.model else base
     ref = load(args.reference) if args.reference else base
@@ -317,11 +331,14 @@ def _cmd_metrics(args) -> int:
         names = list(table) if args.full else chosen
         cols = list(CLASS_COLUMNS)
         print("\nper class" + ("" if args.full else f" ({len(names)} of {data.n_classes})"))
-        print(format_table(["class"] + cols, [[c] + [table[c][k] for k in cols] for c in names]))
+        print(
+            format_table(["class"] + cols, [[c] + [table[c][k] for k in cols] for c in names])
+        )
     else:
-        print("\nper class: --classes worst:N|most:N|NAME or --full (definitions: docs/metrics.md)")
+        print(
+            "\nper class: --classes worst:N|most:N|NAME or --full (definitions: docs/metrics.md)"
+        )
     return 0
-
 
 
 def _check_metrics_options(args) -> None:
@@ -336,7 +353,9 @@ def _check_metrics_options(args) -> None:
     if args.seed < 0:
         raise TopcalError(f"--seed must be >= 0, got {args.seed}")
     if args.full and args.classes:
-        raise TopcalError("--full prints every class; --classes chooses some: give one of them")
+        raise TopcalError(
+            "--full prints every class; --classes chooses some: give one of them"
+        )
     if args.reference and not args.model:
         raise TopcalError("--reference is what --model is compared with: give --model too")
 
@@ -347,7 +366,7 @@ def _vector_metrics(model, data, args) -> dict:
     from ..overall import classwise_ece
 
     proba = model.predict_proba(data)
-    vector = {"nll": vector_nll(data, proba).overall}
+    vector: dict = {"nll": vector_nll(data, proba).overall}
     vector["brier"] = vector_brier(data, proba).overall
     vector["classwise_ece"] = classwise_ece(
         data, proba, level=args.level, resamples=args.resamples, seed=args.seed
@@ -363,6 +382,7 @@ def _vector_line(vector: dict) -> str:
         f"class-wise ECE {cw.value:.4f}{span}"
     )
 
+
 def _cmd_report(args) -> int:
     from pathlib import Path
 
@@ -376,8 +396,8 @@ def _cmd_report(args) -> int:
         check_output(args.output, [path], "report folder")
     if (args.thresholds is None) != (args.model is None):
         raise TopcalError(
-            "--thresholds and --model go together: the thresholds file and the model it was chosen "
-            "for"
+            "--thresholds and --model go together: the thresholds file and the model it "
+            "was chosen for"
         )
     acceptance = None
     if args.thresholds:
@@ -423,22 +443,26 @@ def _cmd_report(args) -> int:
 
 
 def _finding_lines(findings, focus=None) -> list:
-    """The report's warnings for the console: those about the model in use ``focus`` and the data
-    first, then one line for those about the other methods; a kind that repeats (over many
-    classes) is one line."""
+    """The report's warnings for the console: those about the model in use ``focus`` and the
+    data first, then one line for those about the other methods; a kind that repeats (over
+    many classes) is one line."""
     from ..report import FindingGroup, group_findings
     from ..report.page import about
 
     mine, other = about(findings, focus)
-    lines = [g.summary() if isinstance(g, FindingGroup) else g.text for g in group_findings(mine)]
+    lines = [
+        g.summary() if isinstance(g, FindingGroup) else g.text for g in group_findings(mine)
+    ]
     if other:
         names = ", ".join(dict.fromkeys(f.method for f in other))
         lines.append(
-            f"{len(other)} more about the other methods ({names}): the report's Warnings section"
+            f"{len(other)} more about the other methods ({names}): the report's Warnings "
+            "section"
         )
     if len(lines) > MAX_PRINTED_FINDINGS:
         lines = lines[:MAX_PRINTED_FINDINGS] + [
-            f"... and {len(lines) - MAX_PRINTED_FINDINGS} more: see the report's Warnings section"
+            f"... and {len(lines) - MAX_PRINTED_FINDINGS} more: see the report's Warnings "
+            "section"
         ]
     return lines
 
@@ -451,7 +475,8 @@ _PROTOCOL_TEXT = {
 }
 
 
-#: The per-class NLL table of ``compare`` shows this many methods (the best ranked): 100 columns.
+#: The per-class NLL table of ``compare`` shows this many methods (the best ranked): 100
+#: columns.
 MAX_CLASS_TABLE_METHODS = 6
 
 
@@ -473,8 +498,8 @@ def _cmd_compare(args) -> int:
     quiet = args.json or args.csv
     if args.in_sample and eval_data is not None:
         raise TopcalError(
-            "--in-sample and --eval exclude each other: --eval already evaluates on a second test "
-            "set"
+            "--in-sample and --eval exclude each other: --eval already evaluates on a "
+            "second test set"
         )
     folds = _folds(args, eval_data is not None)
     res = compare_methods(
@@ -519,7 +544,8 @@ def _cmd_compare(args) -> int:
 
 
 def _compare_text(res, data) -> None:
-    """``compare``'s text output: the ranking, the metrics, per-class NLL, auto's choices, notes."""
+    """``compare``'s text output: the ranking, the metrics, per-class NLL, auto's choices,
+    notes."""
     from ..comparison import Comparison
 
     print("protocol: " + _PROTOCOL_TEXT[res.protocol].format(folds=res.folds))
@@ -559,8 +585,8 @@ def _cmd_demo(args) -> int:
 
     data = load_phanns()
     print(
-        f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} classes, scores "
-        f"0-10"
+        f"PhANNs test set (embedded): {data.n_samples:g} samples, {data.n_classes} "
+        "classes, scores 0-10"
     )
     res = build_report(
         data,
@@ -573,14 +599,13 @@ def _cmd_demo(args) -> int:
     )
     for metric in ("nll", "ece1"):
         print(
-            f"\nper-class {metric.upper()} ({res.comparison.folds}-fold cross-fitted: every sample "
-            f"scored by a "
-            "model fitted without it)"
+            f"\nper-class {metric.upper()} ({res.comparison.folds}-fold cross-fitted: "
+            "every sample scored by a model fitted without it)"
         )
         print(per_class_table(res.comparison, metric, sizes=sum(data.class_counts())))
     print(
-        "\noverall (out of sample; `topcal report --in-sample` gives the paper's fitted-on-itself "
-        "numbers)"
+        "\noverall (out of sample; `topcal report --in-sample` gives the paper's "
+        "fitted-on-itself numbers)"
     )
     print(overall_table(res.comparison))
     from ..calibrators import available_methods

@@ -1,4 +1,5 @@
-"""Commands on model files: ``fit``, ``update``, ``apply``, ``describe``, ``adapt``, ``methods``."""
+"""Commands on model files: ``fit``, ``update``, ``apply``, ``describe``, ``adapt``,
+``methods``."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ __all__ = ["add_commands"]
 
 
 def add_commands(sub) -> None:
-    """Add ``fit``, ``update``, ``apply``, ``describe``, ``methods`` and ``adapt`` to the ``topcal``
-    subparsers."""
+    """Add ``fit``, ``update``, ``apply``, ``describe``, ``methods`` and ``adapt`` to the
+    ``topcal`` subparsers."""
     from ..calibrators import available_methods
 
     methods = ", ".join(available_methods())
@@ -32,9 +33,8 @@ def add_commands(sub) -> None:
         "--method",
         default="auto",
         help="calibration method (default: auto, the simplest candidate "
-        "within noise of the smallest 5-fold cross-validated NLL, or its blend with the two best "
-        "others "
-        f"where that clearly wins out of fold). Options: {methods}",
+        "within noise of the smallest 5-fold cross-validated NLL, or its blend with the "
+        f"two best others where that clearly wins out of fold). Options: {methods}",
     )
     p.add_argument(
         "--param",
@@ -122,14 +122,20 @@ def add_commands(sub) -> None:
     )
     p.set_defaults(func=_cmd_describe)
 
-    sub.add_parser("methods", help="list the calibration methods").set_defaults(func=_cmd_methods)
+    sub.add_parser("methods", help="list the calibration methods").set_defaults(
+        func=_cmd_methods
+    )
 
-    p = sub.add_parser("adapt", help="adapt a model to a use set's class frequencies (label shift)")
+    p = sub.add_parser(
+        "adapt", help="adapt a model to a use set's class frequencies (label shift)"
+    )
     p.add_argument(
         "model", help="model file from 'topcal fit' (fitted on per-sample labelled data)"
     )
     p.add_argument(
-        "data", nargs="?", help="the unlabelled use set (optional with --priors: then only checked)"
+        "data",
+        nargs="?",
+        help="the unlabelled use set (optional with --priors: then only checked)",
     )
     p.add_argument("-o", "--output", required=True, help="adapted model file to write (.json)")
     p.add_argument(
@@ -138,7 +144,10 @@ def add_commands(sub) -> None:
         help="use-set priors, CSV 'class,prior' (instead of estimating them)",
     )
     p.add_argument(
-        "--estimator", choices=("em", "bbse"), default="em", help="prior estimator (default: em)"
+        "--estimator",
+        choices=("em", "bbse"),
+        default="em",
+        help="prior estimator (default: em)",
     )
     p.add_argument(
         "--test",
@@ -164,8 +173,8 @@ def add_commands(sub) -> None:
         default="auto",
         metavar="auto|LAMBDA",
         help="how far to move from the test set's priors towards the estimate: 'auto' (default) "
-        "chooses it by simulated shift on the model's own counts (0 where the estimate would do "
-        "harm); a number in [0, 1] fixes it (1: the estimate as it is)",
+        "chooses it by simulated shift on the model's own counts (0 where the estimate "
+        "would do harm); a number in [0, 1] fixes it (1: the estimate as it is)",
     )
     add_data_options(p)
     p.set_defaults(func=_cmd_adapt)
@@ -206,8 +215,8 @@ def _cmd_fit(args) -> int:
         else ""
     )
     print(
-        f"fitted {args.method}{chosen} on {n_samples:g} samples, {len(cal.classes_)} classes{how} "
-        f"-> {args.output}"
+        f"fitted {args.method}{chosen} on {n_samples:g} samples, {len(cal.classes_)} "
+        f"classes{how} -> {args.output}"
     )
     return 0
 
@@ -222,12 +231,15 @@ def _cmd_update(args) -> int:
     model = load(args.model)
     before = require_stats(model).n_samples
     progress = _progress(args, "reading", engine) if engine.from_counts else None
-    _run(progress, lambda: engine.update(model, args.data, progress=progress, **read_options(args)))
+    _run(
+        progress,
+        lambda: engine.update(model, args.data, progress=progress, **read_options(args)),
+    )
     model.save(args.output)
     kept = f" ({model.summary_line()})" if isinstance(model, Wrapper) else ""
     print(
-        f"updated {model.name}{kept}: {before:g} + {model.evidence_.stats.n_samples - before:g} "
-        f"samples -> {args.output}"
+        f"updated {model.name}{kept}: {before:g} + "
+        f"{model.evidence_.stats.n_samples - before:g} samples -> {args.output}"
     )
     return 0
 
@@ -277,8 +289,8 @@ def _cmd_apply(args) -> int:
         tally.get("column", "confidence") != "confidence"
     ):  # the input's own 'confidence' is its raw score
         print(
-            f"the calibrated confidence is in column {tally['column']!r}; the input's 'confidence' "
-            "column (the raw score) is kept as it was"
+            f"the calibrated confidence is in column {tally['column']!r}; the input's "
+            "'confidence' column (the raw score) is kept as it was"
         )
     if tally.get("moved") and rows:
         print(
@@ -287,14 +299,21 @@ def _cmd_apply(args) -> int:
         )
     if thresholds is not None and "accepted" in tally and rows:
         print(
-            f"accepted: {tally['accepted']} of {rows} rows ({tally['accepted'] / rows:.1%}) by the "
+            f"accepted: {tally['accepted']} of {rows} rows "
+            f"({tally['accepted'] / rows:.1%}) by the "
             f"{'global cut-off' if thresholds.mode == 'global' else 'cut-offs of their classes'}"
         )
     return 0
 
 
 def _cmd_describe(args) -> int:
-    from ..describe.summary import class_text, describe_text, select_classes, summary, summary_text
+    from ..describe.summary import (
+        class_text,
+        describe_text,
+        select_classes,
+        summary,
+        summary_text,
+    )
     from ..persist import load
 
     if args.full and args.classes:
@@ -317,8 +336,8 @@ def _cmd_describe(args) -> int:
 
 
 def _only_classes(d, names: set):
-    """``d`` with every per-class table (a ``classes`` dict of the model's class names) cut to
-    ``names``, at any depth (a wrapper's inner model, a blend's members)."""
+    """``d`` with every per-class table (a ``classes`` dict of the model's class names) cut
+    to ``names``, at any depth (a wrapper's inner model, a blend's members)."""
     if isinstance(d, list):
         return [_only_classes(v, names) for v in d]
     if not isinstance(d, dict):
@@ -345,8 +364,8 @@ def _cmd_adapt(args) -> int:
 
     if args.bootstrap > MAX_BOOTSTRAP:
         raise TopcalError(
-            f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long before), "
-            f"got {_short_int(args.bootstrap)}"
+            f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long "
+            f"before), got {_short_int(args.bootstrap)}"
         )
     if not 0 <= args.seed <= 2**32 - 1:
         raise TopcalError(
@@ -360,10 +379,14 @@ def _cmd_adapt(args) -> int:
             raise TopcalError(
                 f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}"
             ) from None
-    check_output(args.output, [args.model, args.data, args.priors, args.test], "adapted model file")
+    check_output(
+        args.output, [args.model, args.data, args.priors, args.test], "adapted model file"
+    )
     model = load(args.model)
     if args.data is None and args.priors is None:
-        raise TopcalError("give the use set (DATA) to estimate its class priors, or --priors P.csv")
+        raise TopcalError(
+            "give the use set (DATA) to estimate its class priors, or --priors P.csv"
+        )
     use = None
     if args.data is not None:
         opts = read_options(args)
@@ -383,8 +406,8 @@ def _cmd_adapt(args) -> int:
             )
         if shrink != "auto":
             raise TopcalError(
-                "--shrink applies to estimated priors; priors given with --priors are used as they "
-                "are"
+                "--shrink applies to estimated priors; priors given with --priors are used "
+                "as they are"
             )
         if use is not None:
             model.predict(use)  # only checks the use set fits the model (classes, score range)
@@ -402,7 +425,9 @@ def _cmd_adapt(args) -> int:
     adapted.save(args.output)
     e = adapted.estimate_
     how = (
-        "given priors" if e.estimator == "given" else f"{e.estimator} on {e.n_use} rows ({e.basis})"
+        "given priors"
+        if e.estimator == "given"
+        else f"{e.estimator} on {e.n_use} rows ({e.basis})"
     )
     print(f"adapted {adapted.inner_.name} to {how} -> {args.output}")
     if e.estimator != "given":
@@ -417,7 +442,9 @@ def _cmd_adapt(args) -> int:
         for i, c in enumerate(adapted.classes_)
     ]
     header = (
-        ["class", "source", "use"] + (["lower", "upper"] if e.lower is not None else []) + ["ratio"]
+        ["class", "source", "use"]
+        + (["lower", "upper"] if e.lower is not None else [])
+        + ["ratio"]
     )
     print(format_table(header, rows[:30]))
     if len(rows) > 30:

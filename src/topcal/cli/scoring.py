@@ -1,5 +1,5 @@
-"""Text tables of the metrics with intervals: ``metrics``' overall table, ``compare``'s ranking,
-and the wrapping that keeps ``compare``'s prose within 100 columns."""
+"""Text tables of the metrics with intervals: ``metrics``' overall table, ``compare``'s
+ranking, and the wrapping that keeps ``compare``'s prose within 100 columns."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ __all__ = ["overall_lines", "ranking_table", "wrap_line"]
 
 
 def overall_lines(res: dict, level: float) -> str:
-    """The overall metrics ``{name: Estimate}`` as a text table: name, value, interval, what it is
-    (or why it is missing)."""
+    """The overall metrics ``{name: Estimate}`` as a text table: name, value, interval, what
+    it is (or why it is missing)."""
     from ..overall import DESCRIPTIONS
 
     head = f"{'metric':<22} {'value':>9}  {f'{level:.0%} interval':<20}  what"
@@ -26,8 +26,8 @@ def overall_lines(res: dict, level: float) -> str:
 
 
 def ranking_table(ranking: dict) -> str:
-    """Methods in rank order (lowest NLL first) with the paired 90% intervals of their NLL behind
-    the best and their improvement over the uncalibrated score."""
+    """Methods in rank order (lowest NLL first) with the paired 90% intervals of their NLL
+    behind the best and their improvement over the uncalibrated score."""
 
     def span(e) -> str:
         if e is None or e["value"] is None:
@@ -44,8 +44,8 @@ def ranking_table(ranking: dict) -> str:
             f"{span(r['vs_best']) if r['rank'] > 1 else 'best':<28} {span(r['vs_baseline'])}"
         )
     lines.append(
-        "(90% intervals of the per-sample NLL difference on the same rows: an interval above 0 "
-        "is a gap beyond noise)"
+        "(90% intervals of the per-sample NLL difference on the same rows: an interval "
+        "above 0 is a gap beyond noise)"
     )
     return "\n".join(lines)
 

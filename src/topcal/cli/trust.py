@@ -1,9 +1,9 @@
 """Commands that say which predictions can be acted on: ``threshold``.
 
 Thin: read the model and the held-out labelled data, call
-:func:`topcal.thresholds.core.fit_thresholds` (or, with ``--fit``, read one labelled file and
-call :func:`topcal.thresholds.split.fit_and_threshold`), write the thresholds file (and the
-model) and print the per-class table.
+:func:`topcal.thresholds.core.fit_thresholds` (or, with ``--fit``, read one labelled file
+and call :func:`topcal.thresholds.split.fit_and_threshold`), write the thresholds file (and
+the model) and print the per-class table.
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ def add_commands(sub) -> None:
         help="a parameter of the --fit method (repeatable)",
     )
     p.add_argument(
-        "--precision", type=float, default=0.95, help="target precision, in (0, 1) (default 0.95)"
+        "--precision",
+        type=float,
+        default=0.95,
+        help="target precision, in (0, 1) (default 0.95)",
     )
     p.add_argument(
         "--delta",
@@ -124,7 +127,8 @@ def _settings(args) -> dict:
 
 
 def _fit_and_threshold(args):
-    """``threshold DATA --fit METHOD``: split, fit, choose; write the model and the thresholds."""
+    """``threshold DATA --fit METHOD``: split, fit, choose; write the model and the
+    thresholds."""
     from .._fileio import check_output
     from ..calibrators import calibrator
     from ..io import read_data
@@ -155,8 +159,8 @@ def _fit_and_threshold(args):
     s = th.split
     print(
         f"fitted {args.fit} on {s.n_fit} of {s.n_fit + s.n_cutoff} rows (fraction "
-        f"{s.fraction:.6g} of each predicted class, seed {s.seed}) -> {args.model_out}; cut-offs "
-        f"chosen on the other {s.n_cutoff}"
+        f"{s.fraction:.6g} of each predicted class, seed {s.seed}) -> {args.model_out}; "
+        f"cut-offs chosen on the other {s.n_cutoff}"
     )
     return th
 
@@ -198,8 +202,8 @@ def _cmd_threshold(args) -> int:
     else:
         th = _fit_and_threshold(args)
     print(
-        f"precision >= {th.precision:.12g} with probability >= {1 - th.delta:.12g} ({th.mode}) "
-        f"on {th.n_samples:g} held-out samples -> {args.output}"
+        f"precision >= {th.precision:.12g} with probability >= {1 - th.delta:.12g} "
+        f"({th.mode}) on {th.n_samples:g} held-out samples -> {args.output}"
     )
     print(th.statements())
     header = ["class", "cut-off", "accepted", "predicted", "precision", "lower bound"]
@@ -222,7 +226,8 @@ def _cmd_threshold(args) -> int:
         print(f"... {len(rows) - len(shown)} more classes in {args.output}")
     accepted = sum(c.n_accepted for c in th.per_class)
     print(
-        f"accepted by the cut-offs in use: {accepted:g} of {th.n_samples:g} held-out predictions "
-        f"({accepted / th.n_samples:.1%}); --global would accept {th.overall.n_accepted:g}"
+        f"accepted by the cut-offs in use: {accepted:g} of {th.n_samples:g} held-out "
+        f"predictions ({accepted / th.n_samples:.1%}); --global would accept "
+        f"{th.overall.n_accepted:g}"
     )
     return 0

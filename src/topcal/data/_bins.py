@@ -17,9 +17,9 @@ __all__ = ["check_bins"]
 
 
 def check_bins(predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range):
-    """The checked columns of binned data: ``(classes, codes, bin_lo, bin_hi, tp, fp, (lo, hi))``
-    (float64 arrays, the class names as a tuple, the score range as checked); raises DataError for
-    anything :meth:`~topcal.data.TopLabelData.from_binned` refuses."""
+    """The checked columns of binned data: ``(classes, codes, bin_lo, bin_hi, tp, fp, (lo,
+    hi))`` (float64 arrays, the class names as a tuple, the score range as checked); raises
+    DataError for anything :meth:`~topcal.data.TopLabelData.from_binned` refuses."""
     lo_e = as_float_array(bin_lo, "bin_lo", 1)
     hi_e = as_float_array(bin_hi, "bin_hi", 1)
     tp_w = as_float_array(tp, "tp", 1)
@@ -42,8 +42,8 @@ def check_bins(predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range):
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"bin at row {i + 1} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, hi] with "
-            f"lo < hi"
+            f"bin at row {i + 1} has bin_lo {lo_e[i]} >= bin_hi {hi_e[i]}; bins are (lo, "
+            "hi] with lo < hi"
         )
     if tp_w.sum() + fp_w.sum() <= 0:
         raise DataError("binned data holds no samples (all tp and fp counts are 0)")
@@ -68,10 +68,8 @@ def check_bins(predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range):
         j = int(np.flatnonzero(overlap)[0])
         a, b = int(order[j]), int(order[j + 1])
         raise DataError(
-            f"bins at rows {a + 1} ({lo_e[a]:g}, {hi_e[a]:g}] and {b + 1} "
-            f"({lo_e[b]:g}, {hi_e[b]:g}] "
-            f"of class "
-            f"{classes[codes[a]]!r} overlap; give each class disjoint bins (add up the counts "
-            f"of repeated bins)"
+            f"bins at rows {a + 1} ({lo_e[a]:g}, {hi_e[a]:g}] and {b + 1} ({lo_e[b]:g}, "
+            f"{hi_e[b]:g}] of class {classes[codes[a]]!r} overlap; give each class "
+            "disjoint bins (add up the counts of repeated bins)"
         )
     return classes, codes, lo_e, hi_e, tp_w, fp_w, (lo, hi)

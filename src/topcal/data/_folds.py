@@ -16,14 +16,12 @@ def kfold_split(
 ) -> list[TopLabelData]:
     """Split labelled ``data`` into ``n_folds`` disjoint folds.
 
-    Per-sample data is stratified by predicted
-    class: within each class the rows are shuffled (seeded) and dealt round-robin
-    to the folds, so every fold holds about 1/K of every class. Binned data has
-    no individual samples to shuffle, so each bin's integer TP and FP counts are
-    split across the K folds by a seeded multinomial draw with equal
-    probabilities (a random deal of the bin's samples); each fold is again a
-    binned dataset on the same bins. Non-integer counts (weights) cannot be
-    dealt and are rejected.
+    Per-sample data is stratified by predicted class: within each class the rows are
+    shuffled (seeded) and dealt round-robin to the folds, so every fold holds about 1/K of
+    every class. Binned data has no individual samples to shuffle, so each bin's integer TP
+    and FP counts are split across the K folds by a seeded multinomial draw with equal
+    probabilities (a random deal of the bin's samples); each fold is again a binned dataset
+    on the same bins. Non-integer counts (weights) cannot be dealt and are rejected.
 
     Parameters
     ----------
@@ -33,9 +31,9 @@ def kfold_split(
         Seed of the shuffle (per-sample) or of the multinomial deal (binned).
     groups : sequence of sequences of distinct fold indices, optional
         Return one dataset per group instead: its folds' rows one fold after the other, what
-        ``TopLabelData.concat`` of those folds holds, without copying the folds first (auto's
-        first look: one fold and the next eight, at 10^5 x 1,000 1.4 GB of copies instead of 0.8).
-        Groups may share folds.
+        ``TopLabelData.concat`` of those folds holds, without copying the folds first
+        (auto's first look: one fold and the next eight, at 10^5 x 1,000 1.4 GB of copies
+        instead of 0.8). Groups may share folds.
 
     Returns
     -------
@@ -66,31 +64,29 @@ def kfold_split(
             for g in groups
         ):
             raise ParameterError(
-                f"groups must be non-empty lists of distinct fold indices 0..{n_folds - 1}, got "
-                f"{groups!r:.60}"
+                "groups must be non-empty lists of distinct fold indices "
+                f"0..{n_folds - 1}, got {groups!r:.60}"
             )
     rng = np.random.default_rng(seed)
     if data.is_binned:
         for name, arr in (("tp", data.tp), ("fp", data.fp)):
             if not np.all(arr == np.round(arr)):
                 raise DataError(
-                    f"K-fold on binned data deals each bin's {name} count across folds and needs "
-                    f"integer "
-                    "counts, but some are fractional; use --eval with a second test set instead"
+                    f"K-fold on binned data deals each bin's {name} count across folds and "
+                    "needs integer counts, but some are fractional; use --eval with a "
+                    "second test set instead"
                 )
             if arr.max() > MAX_DEAL_COUNT:
                 raise DataError(
-                    f"K-fold on binned data deals each bin's {name} count across folds, but a "
-                    f"count is "
-                    f"{arr.max():g} (more than {MAX_DEAL_COUNT:g} samples in one bin cannot be "
-                    f"dealt); "
-                    "use --eval with a second test set instead"
+                    f"K-fold on binned data deals each bin's {name} count across folds, "
+                    f"but a count is {arr.max():g} (more than {MAX_DEAL_COUNT:g} samples "
+                    "in one bin cannot be dealt); use --eval with a second test set instead"
                 )
         total = data.tp.sum() + data.fp.sum()
         if n_folds > total:
             raise DataError(
-                f"{n_folds} folds exceed the {total:g} samples in the data; use at most {total:g} "
-                f"folds"
+                f"{n_folds} folds exceed the {total:g} samples in the data; use at most "
+                f"{total:g} folds"
             )
         p = np.full(n_folds, 1.0 / n_folds)
         tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
@@ -112,34 +108,37 @@ def kfold_split(
         return [TopLabelData.concat([folds[f] for f in g]) for g in groups]
     if data.n_rows < n_folds:
         raise DataError(
-            f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most {data.n_rows} "
-            f"folds"
+            f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most "
+            f"{data.n_rows} folds"
         )
     fold_of = np.empty(data.n_rows, dtype=np.int64)
     start = int(rng.integers(n_folds))
     for k in range(data.n_classes):
         idx = np.flatnonzero(data.pred == k)
         idx = idx[rng.permutation(idx.size)]
-        # each class continues the deal where the previous one stopped (the first starts at a random
-        # fold): every fold gets floor(n / K) or more rows, and small classes do not all land in
-        # fold 0
+        # each class continues the deal where the previous one stopped (the first starts at
+        # a random fold): every fold gets floor(n / K) or more rows, and small classes do
+        # not all land in fold 0
         fold_of[idx] = (np.arange(idx.size) + start) % n_folds
         start = (start + idx.size) % n_folds
     if groups is None:
         return [data.subset(fold_of == f) for f in range(n_folds)]
-    return [data.subset(np.concatenate([np.flatnonzero(fold_of == f) for f in g])) for g in groups]
+    return [
+        data.subset(np.concatenate([np.flatnonzero(fold_of == f) for f in g])) for g in groups
+    ]
 
 
 def stratified_subsample(data: TopLabelData, rows: int, *, seed: int = 0) -> TopLabelData:
     """``rows`` of the per-sample ``data``'s rows, drawn without replacement, stratified by
     predicted class.
 
-    Each class keeps its share of the rows: n_k x rows / n, rounded down, with the rows left over
-    going to the classes with the largest remainders (ties: the lower class index), so the result
-    holds exactly ``rows`` rows and every class's fraction differs from the data's by less than one
-    row. Which rows: a seeded permutation within each class. The rows keep their order in ``data``.
-    ``rows`` at or above the data's row count returns ``data`` itself. Binned data has no samples
-    to draw (its cost is its bins, not its counts) and is rejected.
+    Each class keeps its share of the rows: n_k x rows / n, rounded down, with the rows left
+    over going to the classes with the largest remainders (ties: the lower class index), so
+    the result holds exactly ``rows`` rows and every class's fraction differs from the
+    data's by less than one row. Which rows: a seeded permutation within each class. The
+    rows keep their order in ``data``. ``rows`` at or above the data's row count returns
+    ``data`` itself. Binned data has no samples to draw (its cost is its bins, not its
+    counts) and is rejected.
     """
     if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
         raise ParameterError(f"rows must be an integer >= 1, got {rows!r}")
@@ -159,7 +158,8 @@ def stratified_subsample(data: TopLabelData, rows: int, *, seed: int = 0) -> Top
     if left > 0:  # largest remainders first; a stable sort keeps the lower class first on ties
         take[np.argsort(-(exact - take), kind="stable")[:left]] += 1
     rng = np.random.default_rng(seed)
-    order = np.argsort(data.pred, kind="stable")  # rows grouped by class, in data order within each
+    # rows grouped by class, in data order within each
+    order = np.argsort(data.pred, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)])
     keep = [
         order[starts[k] + rng.permutation(counts[k])[: take[k]]]

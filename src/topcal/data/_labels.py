@@ -1,7 +1,8 @@
-"""Class names and labels: their text, their order, and their coding as indices of a class list.
+"""Class names and labels: their text, their order, and their coding as indices of a class
+list.
 
-Labels are class *names* ("3" is the class named "3"); integer labels are indices
-only where the class names are not integers themselves (:func:`encode_labels`).
+Labels are class *names* ("3" is the class named "3"); integer labels are indices only where
+the class names are not integers themselves (:func:`encode_labels`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import numpy as np
 from ..errors import DataError
 
 
-#: The longest class name :func:`preview` shows whole, and about the most text it gives a list
-#: (longer names are cut, later names left out), so a message naming classes stays one short line.
+#: The longest class name :func:`preview` shows whole, and about the most text it gives a
+#: list (longer names are cut, later names left out), so a message naming classes stays one
+#: short line.
 PREVIEW_NAME_CHARS = 30
 PREVIEW_CHARS = 90
 
@@ -26,8 +28,9 @@ def _short_name(name: str) -> str:
 
 
 def preview(names, limit: int = 5) -> str:
-    """A short text for a possibly long list of names: the first few (at most ``limit``, each cut
-    to :data:`PREVIEW_NAME_CHARS`, about :data:`PREVIEW_CHARS` in all) and the count."""
+    """A short text for a possibly long list of names: the first few (at most ``limit``,
+    each cut to :data:`PREVIEW_NAME_CHARS`, about :data:`PREVIEW_CHARS` in all) and the
+    count."""
     names = [str(n) for n in names]
     shown: list[str] = []
     for n in names[:limit]:
@@ -50,7 +53,8 @@ def is_int_name(name: str) -> bool:
 def sorted_names(names) -> tuple[str, ...]:
     """Distinct class names in order: numerically when every name is an integer ("2" before
     "10")."""
-    if _all_text(names):  # a long array of names (a column): hash them first, name the distinct
+    # a long array of names (a column): hash them first, name the distinct
+    if _all_text(names):
         import pandas as pd
 
         names = pd.unique(names)
@@ -73,8 +77,8 @@ def check_classes(classes: Sequence) -> tuple[str, ...]:
             )
         if c in seen:
             raise DataError(
-                f"duplicate class name {c!r} (positions {seen[c]} and {i}); class names must be "
-                f"unique"
+                f"duplicate class name {c!r} (positions {seen[c]} and {i}); class names "
+                "must be unique"
             )
         seen[c] = i
     return names
@@ -83,13 +87,15 @@ def check_classes(classes: Sequence) -> tuple[str, ...]:
 _CONTAINERS = (list, tuple, dict, set, np.ndarray)
 
 
-def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: int | None = None):
+def encode_labels(
+    values, classes: tuple[str, ...] | None, name: str, n_hint: int | None = None
+):
     """Map class labels (names or integer indices) to integer indices.
 
-    Labels are class *names*. Integer-typed labels are read as names too when
-    every class name is an integer ("0", "7", ...); otherwise, and when there
-    are no names at all (score columns without names: classes "0".."K-1"),
-    as indices into ``classes``. Returns (codes, classes).
+    Labels are class *names*. Integer-typed labels are read as names too when every class
+    name is an integer ("0", "7", ...); otherwise, and when there are no names at all (score
+    columns without names: classes "0".."K-1"), as indices into ``classes``. Returns (codes,
+    classes).
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -97,7 +103,9 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
     if arr.size == 0:
         raise DataError(f"{name} is empty; topcal needs at least one row")
     if arr.dtype.kind in "c":
-        raise DataError(f"{name} holds complex numbers; class labels are names or integer indices")
+        raise DataError(
+            f"{name} holds complex numbers; class labels are names or integer indices"
+        )
     # integer class names: integers match by name (below), not by position
     by_name = (
         arr.dtype.kind in "iu" and classes is not None and all(is_int_name(c) for c in classes)
@@ -107,7 +115,9 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)):
             i = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise DataError(f"{name} has a missing value at row {i + 1}; every row needs a class")
+            raise DataError(
+                f"{name} has a missing value at row {i + 1}; every row needs a class"
+            )
         if np.all(arr == np.round(arr)):
             return encode_labels(arr.astype(np.int64), classes, name, n_hint)
     first_codes, uniq = _factorized(arr, name)
@@ -131,7 +141,8 @@ def encode_labels(values, classes: tuple[str, ...] | None, name: str, n_hint: in
 
 
 def _indices(arr, classes, name, n_hint):
-    """Integer labels read as indices into ``classes`` (``"0".."K-1"`` where there are none)."""
+    """Integer labels read as indices into ``classes`` (``"0".."K-1"`` where there are
+    none)."""
     if classes is None:
         k = int(arr.max()) + 1 if n_hint is None else n_hint
         classes = tuple(str(i) for i in range(k))
@@ -146,8 +157,8 @@ def _indices(arr, classes, name, n_hint):
 
 
 def _factorized(arr, name):
-    """Each row's code among the distinct labels, and those labels as text (in order of first
-    appearance)."""
+    """Each row's code among the distinct labels, and those labels as text (in order of
+    first appearance)."""
     import pandas as pd  # factorize hashes the labels once: ~10x faster than a Python loop
 
     if arr.dtype == object:
@@ -190,8 +201,8 @@ def _factorized_objects(arr, name):
 
 
 def _named(arr: np.ndarray) -> np.ndarray:
-    """``arr.astype(str).astype(object)`` for integers or booleans, naming each distinct value once
-    (the same strings; one object per distinct value instead of one per row)."""
+    """``arr.astype(str).astype(object)`` for integers or booleans, naming each distinct
+    value once (the same strings; one object per distinct value instead of one per row)."""
     import pandas as pd
 
     codes, uniq = pd.factorize(arr)
@@ -201,8 +212,8 @@ def _named(arr: np.ndarray) -> np.ndarray:
 def _all_text(arr) -> bool:
     """Whether ``arr`` is an object array (of more than a few entries) holding only str.
 
-    Then hashing it (``pd.factorize``, ``pd.unique``) groups exactly the equal names; for other
-    objects it would also group 1, 1.0 and True, which are named "1", "1" and "True"."""
+    Then hashing it (``pd.factorize``, ``pd.unique``) groups exactly the equal names; for
+    other objects it would also group 1, 1.0 and True, which are named "1", "1" and "True"."""
     if not (isinstance(arr, np.ndarray) and arr.dtype == object and arr.ndim == 1):
         return False
     if arr.size < 64:
@@ -213,24 +224,28 @@ def _all_text(arr) -> bool:
 
 
 def label_names(values, name: str = "labels") -> np.ndarray:
-    """Class labels as names (an object array of str): integers and integral floats as "3", text as
-    is.
+    """Class labels as names (an object array of str): integers and integral floats as "3",
+    text as is.
 
-    Raises DataError for missing values, complex numbers and cells holding
-    lists or other containers.
+    Raises DataError for missing values, complex numbers and cells holding lists or other
+    containers.
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise DataError(f"{name} must be 1-d (one label per row), got shape {arr.shape}")
     kind = arr.dtype.kind
     if kind == "c":
-        raise DataError(f"{name} holds complex numbers; class labels are names or integer indices")
+        raise DataError(
+            f"{name} holds complex numbers; class labels are names or integer indices"
+        )
     if kind in "iub":
         return _named(arr)
     if kind == "f":
         if not np.all(np.isfinite(arr)):
             i = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise DataError(f"{name} has a missing value at row {i + 1}; every row needs a class")
+            raise DataError(
+                f"{name} has a missing value at row {i + 1}; every row needs a class"
+            )
         if np.all(arr == np.round(arr)) and np.all(np.abs(arr) < 2**53):
             return _named(arr.astype(np.int64))
         return arr.astype(str).astype(object)
@@ -244,15 +259,18 @@ def label_names(values, name: str = "labels") -> np.ndarray:
     out = np.empty(arr.shape[0], dtype=object)
     for i, v in enumerate(arr):
         if v is None or (isinstance(v, float) and v != v):
-            raise DataError(f"{name} has a missing value at row {i + 1}; every row needs a class")
+            raise DataError(
+                f"{name} has a missing value at row {i + 1}; every row needs a class"
+            )
         if isinstance(v, (list, tuple, dict, set, np.ndarray)):
             raise DataError(
-                f"{name} holds a {type(v).__name__} at row {i + 1}; each row needs one class name"
+                f"{name} holds a {type(v).__name__} at row {i + 1}; each row needs one "
+                "class name"
             )
         if isinstance(v, (complex, np.complexfloating)):
             raise DataError(
-                f"{name} holds a complex number at row {i + 1}; class labels are names or integer "
-                f"indices"
+                f"{name} holds a complex number at row {i + 1}; class labels are names or "
+                "integer indices"
             )
         if (
             isinstance(v, (float, np.floating))

@@ -14,9 +14,9 @@ import numpy as np
 class ClassView(NamedTuple):
     """The positives of one predicted class k: rows with k(X) = k.
 
-    ``score`` are their scores (declared scale), ``tp`` and ``fp`` their
-    true-positive and false-positive weights, ``index`` their row numbers in
-    the data. ``tp.sum()`` is |TP_k| and ``fp.sum()`` is |FP_k|.
+    ``score`` are their scores (declared scale), ``tp`` and ``fp`` their true-positive and
+    false-positive weights, ``index`` their row numbers in the data. ``tp.sum()`` is |TP_k|
+    and ``fp.sum()`` is |FP_k|.
     """
 
     score: np.ndarray
@@ -26,7 +26,8 @@ class ClassView(NamedTuple):
 
 
 def class_order(pred: np.ndarray, n_classes: int) -> np.ndarray:
-    """Row indices grouped by class, ascending within a class: ``np.argsort(pred, kind="stable")``.
+    """Row indices grouped by class, ascending within a class: ``np.argsort(pred,
+    kind="stable")``.
 
     The same permutation, faster: with fewer than 2^16 classes the codes are sorted as
     uint16, for which numpy's stable sort is a radix sort (measured ~13x faster than on
@@ -41,8 +42,8 @@ def class_order(pred: np.ndarray, n_classes: int) -> np.ndarray:
 def rows_by_class(pred: np.ndarray, n_classes: int, *, skip_empty: bool = True):
     """Yield (k, row indices with pred == k, ascending) per class, from one stable sort.
 
-    O(n log n) once instead of a ``pred == k`` pass per class (O(n K)).
-    With ``skip_empty`` classes without rows are left out.
+    O(n log n) once instead of a ``pred == k`` pass per class (O(n K)). With ``skip_empty``
+    classes without rows are left out.
     """
     pred = np.asarray(pred)
     counts = np.bincount(pred, minlength=n_classes)
@@ -68,7 +69,8 @@ def canonical_order(data) -> np.ndarray:  # data: a TopLabelData (_table imports
     order = np.lexsort((data.score, data.pred))
     pred, score = data.pred[order], data.score[order]
     if not np.any((pred[1:] == pred[:-1]) & (score[1:] == score[:-1])):
-        return order  # no two rows tie on (class, score): the later keys cannot reorder anything
+        # no two rows tie on (class, score): the later keys cannot reorder anything
+        return order
     keys = [data.pred, data.score]
     for a in (data.labels, data.tp, data.fp):
         if a is not None:

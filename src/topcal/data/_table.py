@@ -31,9 +31,9 @@ from ._rows import ClassView, class_order, rows_by_class
 class TopLabelData:
     """Validated top-label data: predicted class, top score and correctness per row.
 
-    Build it with one of the constructors (:meth:`from_probs`,
-    :meth:`from_logits`, :meth:`from_scores`, :meth:`from_binned`) or with
-    :func:`topcal.io.read_data`; the fields are then trusted by every method.
+    Build it with one of the constructors (:meth:`from_probs`, :meth:`from_logits`,
+    :meth:`from_scores`, :meth:`from_binned`) or with :func:`topcal.io.read_data`; the
+    fields are then trusted by every method.
 
     Attributes
     ----------
@@ -46,8 +46,8 @@ class TopLabelData:
     score_range : (float, float)
         The declared scale of the scores.
     tp, fp : ndarray of float64, shape (n,), or None
-        True-positive and false-positive weight of each row (counts for
-        binned rows); None when the data carries no labels (``apply``).
+        True-positive and false-positive weight of each row (counts for binned rows); None
+        when the data carries no labels (``apply``).
     labels : ndarray of int64, shape (n,), or None
         True class of each sample (per-sample labelled data only).
     full : ndarray of float64, shape (n, K), or None
@@ -82,22 +82,21 @@ class TopLabelData:
     ) -> "TopLabelData":
         """Build from class probabilities Y(X), shape (n, K).
 
-        The predicted class is the argmax (the first one on ties) and the top
-        score its probability, so ``score_range`` is (0, 1).
+        The predicted class is the argmax (the first one on ties) and the top score its
+        probability, so ``score_range`` is (0, 1).
 
         Parameters
         ----------
         probs : array-like of shape (n, K)
             Non-negative rows summing to 1 (within ``atol``).
         labels : array-like of shape (n,), optional
-            True classes, as names in ``classes`` or integer indices. Omit
-            for data to be calibrated only (``predict``/``apply``).
+            True classes, as names in ``classes`` or integer indices. Omit for data to be
+            calibrated only (``predict``/``apply``).
         classes : sequence of str, optional
-            Names of the K columns. Default: the sorted distinct string
-            labels, or "0".."K-1".
+            Names of the K columns. Default: the sorted distinct string labels, or
+            "0".."K-1".
         renormalize : bool, default False
-            Divide each row by its sum instead of rejecting rows that do not
-            sum to 1.
+            Divide each row by its sum instead of rejecting rows that do not sum to 1.
         atol : float, default 1e-4
             Tolerance on |row sum - 1|.
         """
@@ -106,14 +105,16 @@ class TopLabelData:
         sums = np.empty(p.shape[0])
         for a, b in row_blocks(*p.shape):
             blk = p[a:b]
-            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+            # non-finite sums are checked next
+            with np.errstate(over="ignore", invalid="ignore"):
                 sums[a:b] = blk.sum(axis=1)
             check_finite_rows(blk, sums[a:b], "probs", a)
             if blk.min() < 0:
                 r, c = np.argwhere(blk < 0)[0]
                 raise DataError(
-                    f"probs has a negative value ({blk[r, c]}) at row {a + r + 1}, column {c + 1}; "
-                    "probabilities must be >= 0 (pass logits with from_logits / --logits instead)"
+                    f"probs has a negative value ({blk[r, c]}) at row {a + r + 1}, column "
+                    f"{c + 1}; probabilities must be >= 0 (pass logits with from_logits / "
+                    "--logits instead)"
                 )
         if renormalize:
             zero = sums <= 0
@@ -138,21 +139,26 @@ class TopLabelData:
 
     @classmethod
     def from_logits(
-        cls, logits: ArrayLike, labels: ArrayLike | None = None, classes: Sequence | None = None
+        cls,
+        logits: ArrayLike,
+        labels: ArrayLike | None = None,
+        classes: Sequence | None = None,
     ) -> "TopLabelData":
         """Build from logits (unnormalised log-probabilities), shape (n, K).
 
-        The predicted class is the argmax of the logits, the top score its
-        softmax probability (``score_range`` (0, 1)). The logits are kept as
-        the full vector so temperature scaling works on them directly.
+        The predicted class is the argmax of the logits, the top score its softmax
+        probability (``score_range`` (0, 1)). The logits are kept as the full vector so
+        temperature scaling works on them directly.
         """
         z = as_matrix(logits, "logits")
         pred = np.argmax(z, axis=1).astype(np.int64)
-        # the softmax's top entry, 1 / sum_j exp(z_j - max z), block by block (no n x K softmax)
+        # the softmax's top entry, 1 / sum_j exp(z_j - max z), block by block (no n x K
+        # softmax)
         score = np.empty(z.shape[0])
         for a, b in row_blocks(*z.shape):
             blk = z[a:b]
-            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are checked next
+            # non-finite sums are checked next
+            with np.errstate(over="ignore", invalid="ignore"):
                 row_sums = blk.sum(axis=1)
             check_finite_rows(blk, row_sums, "logits", a)
             e = np.exp(blk - row_max(blk, keepdims=True))
@@ -175,11 +181,13 @@ class TopLabelData:
         lab_arr = np.asarray(labels)
         if lab_arr.ndim == 1 and lab_arr.shape[0] != n:
             raise DataError(
-                f"labels has {lab_arr.shape[0]} rows but {kind} has {n}; they must match row for "
-                f"row"
+                f"labels has {lab_arr.shape[0]} rows but {kind} has {n}; they must match "
+                "row for row"
             )
         codes, classes = encode_labels(lab_arr, classes, "labels", n_hint=k)
-        return cls._labelled(classes, pred, score, (0.0, 1.0), codes, full=full, full_kind=kind)
+        return cls._labelled(
+            classes, pred, score, (0.0, 1.0), codes, full=full, full_kind=kind
+        )
 
     @classmethod
     def from_scores(
@@ -193,9 +201,9 @@ class TopLabelData:
     ) -> "TopLabelData":
         """Build from a predicted class and a top score per sample.
 
-        Use this when only the top score is known, or when it is on another
-        scale (``score_range=(0, 10)`` for PhANNs' sum of ten softmax outputs;
-        a random forest's vote fraction is on (0, 1)).
+        Use this when only the top score is known, or when it is on another scale
+        (``score_range=(0, 10)`` for PhANNs' sum of ten softmax outputs; a random forest's
+        vote fraction is on (0, 1)).
 
         Parameters
         ----------
@@ -206,10 +214,10 @@ class TopLabelData:
         labels : array-like of shape (n,), optional
             True classes (names or indices, like ``pred``).
         classes : sequence of str, optional
-            All class names. Default: the distinct values of pred and labels
-            (sorted; numerically when all are integers). With names given,
-            integer pred/labels are indices into them unless the names are
-            themselves integers (then they are matched as names).
+            All class names. Default: the distinct values of pred and labels (sorted;
+            numerically when all are integers). With names given, integer pred/labels are
+            indices into them unless the names are themselves integers (then they are
+            matched as names).
         score_range : (lo, hi), default (0, 1)
             The scale of the scores; travels with the data and the models.
         """
@@ -218,25 +226,27 @@ class TopLabelData:
         p_arr = np.asarray(pred)
         if p_arr.ndim != 1 or p_arr.shape[0] != s.shape[0]:
             raise DataError(
-                f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must match "
-                f"row for row"
+                f"pred has shape {p_arr.shape} but score has {s.shape[0]} rows; they must "
+                "match row for row"
             )
         if classes is not None:
             classes = check_classes(classes)
-        # no names given: the distinct values of pred (and labels) are the classes, none added
+        # no names given: the distinct values of pred (and labels) are the classes, none
+        # added
         else:
             parts = [label_names(p_arr, "pred")]
             if labels is not None:
                 parts.append(label_names(np.asarray(labels), "labels"))
             classes = sorted_names(np.concatenate(parts))
-        # classes is a tuple of names from here; the checker keeps the argument's declared type
+        # classes is a tuple of names from here; the checker keeps the argument's declared
+        # type
         pred_codes, classes = encode_labels(p_arr, classes, "pred")
         if labels is not None:
             lab_arr = np.asarray(labels)
             if lab_arr.ndim == 1 and lab_arr.shape[0] != s.shape[0]:
                 raise DataError(
-                    f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they must "
-                    f"match row for row"
+                    f"labels has {lab_arr.shape[0]} rows but score has {s.shape[0]}; they "
+                    "must match row for row"
                 )
             codes, classes2 = encode_labels(lab_arr, classes, "labels")  # type: ignore[arg-type]
             if len(classes2) > len(classes):  # integer labels widened the class list
@@ -269,11 +279,11 @@ class TopLabelData:
     ) -> "TopLabelData":
         """Build from per-class, per-bin true/false-positive counts.
 
-        Each row is one score bin (bin_lo, bin_hi] of one predicted class,
-        with ``tp`` samples predicted as that class and right, ``fp`` predicted
-        as it and wrong (the form of ``topcal.datasets.load_phanns()``). The
-        row's score is the bin midpoint; counts act as weights, so every
-        method fits binned data with the same code as per-sample data.
+        Each row is one score bin (bin_lo, bin_hi] of one predicted class, with ``tp``
+        samples predicted as that class and right, ``fp`` predicted as it and wrong (the
+        form of ``topcal.datasets.load_phanns()``). The row's score is the bin midpoint;
+        counts act as weights, so every method fits binned data with the same code as
+        per-sample data.
 
         Parameters
         ----------
@@ -286,11 +296,12 @@ class TopLabelData:
         classes : sequence of str, optional
             All class names, default the distinct names in order of appearance.
         score_range : (lo, hi), optional
-            The scale of the scores, default (0, 1) (as for per-sample data;
-            never guessed from the bins, which would change the
-            uncalibrated baseline). Every bin must lie inside it.
+            The scale of the scores, default (0, 1) (as for per-sample data; never guessed
+            from the bins, which would change the uncalibrated baseline). Every bin must lie
+            inside it.
         """
-        # classes: a tuple of names (check_bins); the checker keeps the argument's declared type
+        # classes: a tuple of names (check_bins); the checker keeps the argument's declared
+        # type
         classes, codes, lo_e, hi_e, tp_w, fp_w, (lo, hi) = check_bins(
             predicted_class, bin_lo, bin_hi, tp, fp, classes, score_range
         )
@@ -331,8 +342,8 @@ class TopLabelData:
                     )
             if p.full_kind != first.full_kind:
                 raise DataError(
-                    f"dataset {i} holds {p.full_kind}, dataset 0 holds {first.full_kind}; they "
-                    f"must match"
+                    f"dataset {i} holds {p.full_kind}, dataset 0 holds {first.full_kind}; "
+                    "they must match"
                 )
 
         def cat(attr):
@@ -408,13 +419,12 @@ class TopLabelData:
             )
 
     def require_full(self, what: str, hint: str | None = None) -> None:
-        """Raise a DataError naming ``what`` if the full score vector is unknown; ``hint`` says what
-        to do."""
+        """Raise a DataError naming ``what`` if the full score vector is unknown; ``hint``
+        says what to do."""
         if not self.has_full:
             raise DataError(
-                f"{what} needs the full score vector Y(X) (probabilities or logits), but this data "
-                f"has only "
-                "top scores; "
+                f"{what} needs the full score vector Y(X) (probabilities or logits), but "
+                "this data has only top scores; "
                 + (
                     hint
                     or "use a score-based method (hist, cum, kde-mon2, ...) or the binary "
@@ -428,9 +438,11 @@ class TopLabelData:
         idx = np.flatnonzero(self.pred == k)
         return ClassView(self.score[idx], self.tp[idx], self.fp[idx], idx)
 
-    def class_support(self, k: int, view: ClassView | None = None) -> tuple[float, float] | None:
-        """Where class ``k``'s positives lie: (lowest, highest) score with weight, or None if it has
-        none.
+    def class_support(
+        self, k: int, view: ClassView | None = None
+    ) -> tuple[float, float] | None:
+        """Where class ``k``'s positives lie: (lowest, highest) score with weight, or None
+        if it has none.
 
         For binned data the range spans the bins' edges. ``view`` (this data's
         :meth:`class_view` of ``k``) saves splitting again.
@@ -446,8 +458,8 @@ class TopLabelData:
         return float(s.min()), float(s.max())
 
     def class_supports(self) -> list:
-        """:meth:`class_support` of every class k = 0..K-1, from one sort of the rows with weight
-        (no per-class split: the minimum and maximum of each class's block)."""
+        """:meth:`class_support` of every class k = 0..K-1, from one sort of the rows with
+        weight (no per-class split: the minimum and maximum of each class's block)."""
         self.require_labels("splitting into TP/FP")
         k = self.n_classes
         idx = np.flatnonzero((self.tp + self.fp) > 0)
@@ -484,9 +496,9 @@ class TopLabelData:
         )
 
     def log_probs(self, rows: slice | None = None) -> np.ndarray:
-        """log Y(X), shape (n, K): log-softmax of logits, or log of probabilities
-        with exact zeros floored at :data:`LOG_PROB_FLOOR`. With ``rows`` (a slice), those rows
-        only: the numbers of ``log_probs()[rows]`` (each row's are its own), without the (n, K)
+        """log Y(X), shape (n, K): log-softmax of logits, or log of probabilities with exact
+        zeros floored at :data:`LOG_PROB_FLOOR`. With ``rows`` (a slice), those rows only:
+        the numbers of ``log_probs()[rows]`` (each row's are its own), without the (n, K)
         array (a fit that reads the scores block by block, or a strided subsample)."""
         self.require_full("log-probabilities")
         full = self.full if rows is None else self.full[rows]
@@ -504,12 +516,10 @@ class TopLabelData:
     def subset(
         self, index: ArrayLike, *, keep_full: bool = True, keep_labels: bool = True
     ) -> "TopLabelData":
-        """Rows ``index`` (integer indices or a boolean mask) as a new dataset (without the full
-        score
-        vectors with ``keep_full=False``: a method of the top score alone need not copy them;
-        without the
-        true classes with ``keep_labels=False``: a fit from the TP and FP weights alone need not
-        either)."""
+        """Rows ``index`` (integer indices or a boolean mask) as a new dataset (without the
+        full score vectors with ``keep_full=False``: a method of the top score alone need
+        not copy them; without the true classes with ``keep_labels=False``: a fit from the
+        TP and FP weights alone need not either)."""
         idx = check_row_index(index, self.pred.shape[0])
 
         def take(a):
@@ -517,8 +527,9 @@ class TopLabelData:
                 return None
             if a.ndim == 1:
                 return a[idx]
-            # the score vectors: into a recycled buffer where one is free; "wrap" reads an index
-            # in [-n, n) as indexing does, without the buffering of "raise" (2-3 x slower)
+            # the score vectors: into a recycled buffer where one is free; "wrap" reads an
+            # index in [-n, n) as indexing does, without the buffering of "raise" (2-3 x
+            # slower)
             out = _recycle.empty((idx.size, *a.shape[1:]), a.dtype)
             return np.take(a, idx, axis=0, out=out, mode="wrap")
 
@@ -538,11 +549,10 @@ class TopLabelData:
     def with_classes(self, classes: Sequence, what: str = "the data") -> "TopLabelData":
         """The same rows re-expressed on the class list ``classes`` (e.g. a model's).
 
-        ``self.classes`` may be any subset of ``classes``, in any order (a
-        batch of new predictions names only the classes it predicts). Full
-        score vectors are kept when their columns are exactly ``classes``
-        (reordered as needed) and dropped otherwise: only the top score then
-        remains known.
+        ``self.classes`` may be any subset of ``classes``, in any order (a batch of new
+        predictions names only the classes it predicts). Full score vectors are kept when
+        their columns are exactly ``classes`` (reordered as needed) and dropped otherwise:
+        only the top score then remains known.
 
         Raises
         ------
@@ -556,9 +566,9 @@ class TopLabelData:
         unknown = [c for c in self.classes if c not in known]
         if unknown:
             raise DataError(
-                f"{what} names {'a class' if len(unknown) == 1 else 'classes'} {preview(unknown)} "
-                f"that the model does not know (its classes: {preview(classes, 3)}); fit on data "
-                "with them, or drop their rows"
+                f"{what} names {'a class' if len(unknown) == 1 else 'classes'} "
+                f"{preview(unknown)} that the model does not know (its classes: "
+                f"{preview(classes, 3)}); fit on data with them, or drop their rows"
             )
         index = np.array([known[c] for c in self.classes], dtype=np.int64)
         full = None

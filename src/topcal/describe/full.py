@@ -1,11 +1,13 @@
 """Every entry of a fitted model's description as text (``topcal describe --full``), and the
-pieces of ``describe()``'s dict the summary (:mod:`topcal.describe.summary`) reads the same way.
+pieces of ``describe()``'s dict the summary (:mod:`topcal.describe.summary`) reads the same
+way.
 
-One plain function of ``model.describe()``'s dict: the method, its parameters and score range,
-what a wrapper or a blend adds in head lines (auto's choice and cross-validation table, a blend's
-weights), then the method-wide results and each class's entries. What to print is read from
-the dict's entries (``cross_validation``: auto's; ``components``: a blend's; ``label_shift``: an
-adapted model's; ``model``: a wrapper's inner model), never from a method's name.
+One plain function of ``model.describe()``'s dict: the method, its parameters and score
+range, what a wrapper or a blend adds in head lines (auto's choice and cross-validation
+table, a blend's weights), then the method-wide results and each class's entries. What to
+print is read from the dict's entries (``cross_validation``: auto's; ``components``: a
+blend's; ``label_shift``: an adapted model's; ``model``: a wrapper's inner model), never
+from a method's name.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ __all__ = [
 
 
 def describe_text(model, classes=None) -> str:
-    """Every entry of ``model.describe()`` as text (``topcal describe --full``); with ``classes``
-    (names), only those classes' entries."""
+    """Every entry of ``model.describe()`` as text (``topcal describe --full``); with
+    ``classes`` (names), only those classes' entries."""
     d = description_of(model)
     out: list[str] = [
         f"method: {d['method']}",
@@ -49,17 +51,22 @@ def entry_text(val) -> str:
         shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val[:12])
         return f"[{shown}, ...] ({len(val)} values)"
     if isinstance(val, list):
-        return "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val) + "]"
+        return (
+            "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in val) + "]"
+        )
     if isinstance(val, float):
         return f"{val:.6g}"
     return str(val)
 
 
 def _method_wide(d: dict) -> list[str]:
-    """Method-wide results, e.g. a joint fit's loss and AIC, a hierarchical fit's pooled curve."""
+    """Method-wide results, e.g. a joint fit's loss and AIC, a hierarchical fit's pooled
+    curve."""
     return [
         f"{key}: "
-        + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in val.items())
+        + ", ".join(
+            f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in val.items()
+        )
         for key, val in d.items()
         if isinstance(val, dict) and key not in ("params", "classes")
     ]
@@ -78,14 +85,16 @@ def _head(d: dict) -> list[str]:
     if "components" in d:
         b = d["blend"]
         return [
-            "blend of " + ", ".join(f"{m} ({w:.3f})" for m, w in zip(b["methods"], b["weights"]))
+            "blend of "
+            + ", ".join(f"{m} ({w:.3f})" for m, w in zip(b["methods"], b["weights"]))
         ]
     return []
 
 
 def body_of(d: dict) -> dict:
     """The description whose method-wide and per-class entries are printed."""
-    if "label_shift" in d:  # an adapted model: its source's description and what adapting added
+    # an adapted model: its source's description and what adapting added
+    if "label_shift" in d:
         return _wrapped(d)
     if "cross_validation" in d:  # auto: the chosen model's, without the blend the head shows
         d = {k: v for k, v in d.items() if k != "blend"}
@@ -98,8 +107,8 @@ def body_of(d: dict) -> dict:
 
 
 def _wrapped(d: dict) -> dict:
-    """A wrapper's inner description (``d["model"]``) with what the wrapper adds per class and
-    method-wide."""
+    """A wrapper's inner description (``d["model"]``) with what the wrapper adds per class
+    and method-wide."""
     if "model" not in d:
         return d
     outer, inner = d, d["model"]
@@ -112,7 +121,10 @@ def _wrapped(d: dict) -> dict:
         **inner,
         **wrap,
         "classes": {
-            c: {**info, **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info}}
+            c: {
+                **info,
+                **{k: v for k, v in outer["classes"].get(c, {}).items() if k not in info},
+            }
             for c, info in inner["classes"].items()
         },
     }

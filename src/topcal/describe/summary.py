@@ -1,18 +1,19 @@
-"""A fitted model's description for people: the summary ``topcal describe`` prints, one class in
-full (``--class``), every class in full (``--full``) and the summary as JSON (``--json``).
+"""A fitted model's description for people: the summary ``topcal describe`` prints, one
+class in full (``--class``), every class in full (``--full``) and the summary as JSON
+(``--json``).
 
 Everything is read from ``model.describe()``'s dict (a
-:class:`~topcal.calibrators.hooks.Description`), never from a model file's layout or a method's
-name: auto's choice and cross-validation table (``cross_validation``, ``chosen``, ``blend``), a
-blend's members (``components``), an adapted model's label shift (``label_shift``), a wrapper's
-inner model (``model``), per class the counts (``n_tp``, ``n_fp``), the 90% interval width and
-the method's own numeric entries.
+:class:`~topcal.calibrators.hooks.Description`), never from a model file's layout or a
+method's name: auto's choice and cross-validation table (``cross_validation``, ``chosen``,
+``blend``), a blend's members (``components``), an adapted model's label shift
+(``label_shift``), a wrapper's inner model (``model``), per class the counts (``n_tp``,
+``n_fp``), the 90% interval width and the method's own numeric entries.
 
 :func:`summary` is the summary as a dict (its keys are listed in docs/cli.md, "describe");
-:func:`summary_text` renders it in at most about 60 lines at any class count (every class as one
-row up to :data:`EVERY_CLASS` classes; above, the spread over classes and the :data:`LISTED` worst
-and smallest); :func:`describe_text` (:mod:`topcal.describe.full`) is every entry of every class
-(or of the classes named).
+:func:`summary_text` renders it in at most about 60 lines at any class count (every class as
+one row up to :data:`EVERY_CLASS` classes; above, the spread over classes and the
+:data:`LISTED` worst and smallest); :func:`describe_text` (:mod:`topcal.describe.full`) is
+every entry of every class (or of the classes named).
 """
 
 from __future__ import annotations
@@ -42,18 +43,21 @@ __all__ = [
 
 #: Up to this many classes the summary lists every class, one row each.
 EVERY_CLASS = 12
-#: Classes in each of the summary's lists (the worst, the smallest) above :data:`EVERY_CLASS`.
+#: Classes in each of the summary's lists (the worst, the smallest) above
+#: :data:`EVERY_CLASS`.
 LISTED = 5
-#: A method's own per-class numbers shown as spread rows, at most (the first ones it reports).
+#: A method's own per-class numbers shown as spread rows, at most (the first ones it
+#: reports).
 MAX_OWN_ROWS = 6
 #: Text width of the summary (tables and wrapped lines).
 WIDTH = 100
-#: Class names longer than this are cut in the summary's tables (``--class`` shows them whole).
+#: Class names longer than this are cut in the summary's tables (``--class`` shows them
+#: whole).
 NAME_WIDTH = 28
 
-#: Per-class entries that are no fitted parameter to summarise: the counts and the interval width
-#: (rows of their own), the support, and the size of a stored table (its kernel centres, grid
-#: points, distinct scores: bookkeeping, shown by --class).
+#: Per-class entries that are no fitted parameter to summarise: the counts and the interval
+#: width (rows of their own), the support, and the size of a stored table (its kernel
+#: centres, grid points, distinct scores: bookkeeping, shown by --class).
 _NOT_OWN = (
     "n_tp",
     "n_fp",
@@ -64,12 +68,21 @@ _NOT_OWN = (
     "n_distinct_scores",
 )
 #: Entries of a description that are not method-wide results.
-_STRUCTURE = ("params", "classes", "model", "components", "cross_validation", "blend", "chosen")
+_STRUCTURE = (
+    "params",
+    "classes",
+    "model",
+    "components",
+    "cross_validation",
+    "blend",
+    "chosen",
+)
 
 
 # --------------------------------------------------------------------------- --class
 def select_classes(model, names) -> list[str]:
-    """``names`` checked against the model's classes (one-line error naming the unknown ones)."""
+    """``names`` checked against the model's classes (one-line error naming the unknown
+    ones)."""
     d = description_of(model)
     known = list(d["classes"])
     unknown = [n for n in names if n not in d["classes"]]
@@ -83,8 +96,8 @@ def select_classes(model, names) -> list[str]:
 
 
 def class_text(model, names) -> str:
-    """The named classes in full (``topcal describe --class NAME``): the model's head lines, then
-    per class every entry, and a blend's members' entries for the class."""
+    """The named classes in full (``topcal describe --class NAME``): the model's head lines,
+    then per class every entry, and a blend's members' entries for the class."""
     d = description_of(model)
     names = select_classes(d, names)
     out = [f"method: {d['method']}"] + _wrap(f"params: {json.dumps(d['params'])}")
@@ -99,7 +112,9 @@ def class_text(model, names) -> str:
                 for k, v in comp["classes"][name].items()
                 if k not in ("n_tp", "n_fp", "support")
             }
-            text = ", ".join(f"{k}={entry_text(v)}" for k, v in own.items()) or "(no own entries)"
+            text = (
+                ", ".join(f"{k}={entry_text(v)}" for k, v in own.items()) or "(no own entries)"
+            )
             out += _wrap(f"  member {w:.3f} {comp['method']}: {text}", indent=6)
     return "\n".join(out)
 
@@ -150,20 +165,22 @@ def _scalars(d: dict) -> dict:
 
 
 def summary(model) -> dict:
-    """The summary of a fitted model (``topcal describe --json``'s ``"summary"``), JSON-ready.
+    """The summary of a fitted model (``topcal describe --json``'s ``"summary"``),
+    JSON-ready.
 
-    Keys: ``method``, ``n_classes``, ``samples``, ``score_range``; ``choice`` (auto's, else None:
-    ``chosen``, ``rule``, ``folds``, ``cv_samples``, ``uncalibrated_nll``, ``model_nll`` (the
-    blend's where blended), ``gain`` (uncalibrated minus model, > 0 helps), ``table`` (every
-    candidate: ``method``, ``tier``, ``nll``, ``se``, ``diff_se``, ``error``, ``weight`` in the
-    blend, ``stage`` it reached (1: the first look only, 2: the K folds, None: no first look) and
-    ``first_nll`` there), ``blend_gain``, ``blend_se``); ``members`` (a blend's, else []:
-    ``method``, ``weight``, ``fitted`` (its method-wide results), ``per_class`` (spread of its
-    per-class numbers)); ``fitted`` (the model's own method-wide results); ``label_shift`` (an
-    adapted model's, else None); ``per_class`` (``{row: {min, q10, median, q90, max}}``); ``worst``
-    (``{"by": how ranked, "classes": [names]}``); ``smallest`` (names, fewest samples first);
-    ``rows`` (``{class: {n, tp, fp, accuracy, interval_width_90, cv_nll_uncalibrated,
-    cv_nll_model}}`` of the classes listed).
+    Keys: ``method``, ``n_classes``, ``samples``, ``score_range``; ``choice`` (auto's, else
+    None: ``chosen``, ``rule``, ``folds``, ``cv_samples``, ``uncalibrated_nll``,
+    ``model_nll`` (the blend's where blended), ``gain`` (uncalibrated minus model, > 0
+    helps), ``table`` (every candidate: ``method``, ``tier``, ``nll``, ``se``, ``diff_se``,
+    ``error``, ``weight`` in the blend, ``stage`` it reached (1: the first look only, 2: the
+    K folds, None: no first look) and ``first_nll`` there), ``blend_gain``, ``blend_se``);
+    ``members`` (a blend's, else []: ``method``, ``weight``, ``fitted`` (its method-wide
+    results), ``per_class`` (spread of its per-class numbers)); ``fitted`` (the model's own
+    method-wide results); ``label_shift`` (an adapted model's, else None); ``per_class``
+    (``{row: {min, q10, median, q90, max}}``); ``worst`` (``{"by": how ranked, "classes":
+    [names]}``); ``smallest`` (names, fewest samples first); ``rows`` (``{class: {n, tp, fp,
+    accuracy, interval_width_90, cv_nll_uncalibrated, cv_nll_model}}`` of the classes
+    listed).
     """
     d = description_of(model)
     body = body_of(d)
@@ -194,7 +211,8 @@ def summary(model) -> dict:
                 "per_class": {
                     k: s
                     for k in own
-                    if (s := _spread(_num(comp["classes"][c].get(k)) for c in names)) is not None
+                    if (s := _spread(_num(comp["classes"][c].get(k)) for c in names))
+                    is not None
                 },
             }
         )
@@ -206,7 +224,9 @@ def summary(model) -> dict:
     rows = {
         "samples (TP + FP)": n,
         "accuracy (TP / n)": acc,
-        "90% interval width": np.array([_nan(classes[c].get("interval_width_90")) for c in names]),
+        "90% interval width": np.array(
+            [_nan(classes[c].get("interval_width_90")) for c in names]
+        ),
         f"CV NLL change, {chosen} - {BASELINE}": change,
     }
     own_skip = ("source_prior", "use_prior", "estimated_prior") if d.get("label_shift") else ()
@@ -224,8 +244,8 @@ def summary(model) -> dict:
             key=lambda i: (-change[i] * n[i], -n[i]),
         )
         by = (
-            f"total out-of-fold NLL change (n x ({chosen} minus {BASELINE}); where calibration "
-            "hurts most or helps least)"
+            f"total out-of-fold NLL change (n x ({chosen} minus {BASELINE}); where "
+            "calibration hurts most or helps least)"
         )
     else:
         order = sorted(np.flatnonzero(has).tolist(), key=lambda i: (acc[i], -n[i]))
@@ -293,7 +313,8 @@ def _choice(d: dict) -> dict | None:
         for m, v in look.items() if m not in cv["nll"]
     ]  # fmt: skip
     table = sorted(
-        rows, key=lambda r: (r["stage"] == 1, r["nll"] is None, r["nll"] or r["first_nll"] or 0)
+        rows,
+        key=lambda r: (r["stage"] == 1, r["nll"] is None, r["nll"] or r["first_nll"] or 0),
     )
     chosen = d["chosen"]
     model_nll = blend["nll"] if blend else cv["nll"].get(chosen)
@@ -328,7 +349,11 @@ def _g(v, digits: int = 4) -> str:
 
 def _wrap(text: str, indent: int = 4) -> list[str]:
     return textwrap.wrap(
-        text, WIDTH, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
+        text,
+        WIDTH,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
     ) or [text]
 
 
@@ -338,13 +363,15 @@ def _short(name: str) -> str:
 
 def _fitted_text(fitted: dict) -> str:
     return "; ".join(
-        f"{key} " + ", ".join(f"{k}={v if isinstance(v, str) else _g(v)}" for k, v in val.items())
+        f"{key} "
+        + ", ".join(f"{k}={v if isinstance(v, str) else _g(v)}" for k, v in val.items())
         for key, val in fitted.items()
     )
 
 
 def _summary_head(s: dict) -> list[str]:
-    """What was chosen and why, what it gains out of fold, a blend's members, the label shift."""
+    """What was chosen and why, what it gains out of fold, a blend's members, the label
+    shift."""
     out = []
     c = s["choice"]
     if c is not None:
@@ -399,7 +426,10 @@ def _cv_table(c: dict) -> list[str]:
                     ("best mean", r["method"] == c["best"] and r["method"] != c["chosen"]),
                     (f"blend {r['weight'] or 0:.3f}", bool(r["weight"])),
                     (f"failed: {r['error']}"[:40], r["error"] is not None),
-                    (f"first look {r['first_nll'] or 0:.4f}", r["stage"] == 1 and r["nll"] is None),
+                    (
+                        f"first look {r['first_nll'] or 0:.4f}",
+                        r["stage"] == 1 and r["nll"] is None,
+                    ),
                 )
                 if on
             )
@@ -463,8 +493,8 @@ def summary_text(model) -> str:
     if s["choice"] is not None:
         head += f" (chose {s['choice']['chosen']})"
     out = _wrap(
-        f"{head}, fitted on {_g(s['samples'])} samples, {s['n_classes']:,} classes, score range "
-        f"{_g(s['score_range'][0])} to {_g(s['score_range'][1])}"
+        f"{head}, fitted on {_g(s['samples'])} samples, {s['n_classes']:,} classes, score "
+        f"range {_g(s['score_range'][0])} to {_g(s['score_range'][1])}"
     )
     out += _wrap(f"params: {json.dumps(d['params'])}")
     if s["choice"] is not None:
@@ -472,7 +502,9 @@ def summary_text(model) -> str:
     out += _summary_head(s)
     c = s["choice"]
     if c is not None and c["table"]:
-        out.append("cross-validated NLL of every candidate (diff SE: SE of the paired difference)")
+        out.append(
+            "cross-validated NLL of every candidate (diff SE: SE of the paired difference)"
+        )
         out += _cv_table(c)
     k = s["n_classes"]
     if k <= EVERY_CLASS:
@@ -486,9 +518,14 @@ def summary_text(model) -> str:
             f"the worst {len(worst)} classes by {s['worst']['by']}, then the smallest "
             f"{len(small)} (fewest samples):"
         )
-        out += _rows_table(s, worst + small, ["worst"] * len(worst) + ["smallest"] * len(small))
-    out.append("more: --class NAME (one class in full; repeatable), --full (every class), --json")
+        out += _rows_table(
+            s, worst + small, ["worst"] * len(worst) + ["smallest"] * len(small)
+        )
+    out.append(
+        "more: --class NAME (one class in full; repeatable), --full (every class), --json"
+    )
     return "\n".join(out)
 
 
-register_hook("describe", summary_text)  # Jupyter's view of model.describe() (calibrators below)
+# Jupyter's view of model.describe() (calibrators below)
+register_hook("describe", summary_text)

@@ -1,31 +1,28 @@
 """What label-shift adaptation needs from the labelled test set: :class:`ConfusionStats`.
 
-Under label shift (class frequencies change, p(x | y) does not), the top-label
-confidence of predicted class k moves by the prior ratio of its true
-positives against the *mix of true classes behind its false positives*
-(see ``docs/label_shift.md``). A fitted calibrator therefore keeps, per
-predicted class k and per score region of k, the weighted count of rows of
-each true class j: the confusion counts of the test set, split by score.
-The regions are equal-FP-mass quantile bins of the class's false-positive
-scores, as many as the false positives allow (at least
-:data:`MIN_FP_PER_REGION` per region, at most :data:`MAX_REGIONS`), so the
-mix can change with the score where the data carry that information.
+Under label shift (class frequencies change, p(x | y) does not), the top-label confidence of
+predicted class k moves by the prior ratio of its true positives against the *mix of true
+classes behind its false positives* (see ``docs/label_shift.md``). A fitted calibrator
+therefore keeps, per predicted class k and per score region of k, the weighted count of rows
+of each true class j: the confusion counts of the test set, split by score. The regions are
+equal-FP-mass quantile bins of the class's false-positive scores, as many as the false
+positives allow (at least :data:`MIN_FP_PER_REGION` per region, at most
+:data:`MAX_REGIONS`), so the mix can change with the score where the data carry that
+information.
 
-The same counts give the confusion matrix BBSE-style estimators invert and
-the source class priors (column sums).
+The same counts give the confusion matrix BBSE-style estimators invert and the source class
+priors (column sums).
 
-Counts need the true class of every row, so binned data (TP/FP counts only,
-as in the PhANNs file) have no such statistics: :meth:`ConfusionStats.from_data`
-returns ``None`` for them.
+Counts need the true class of every row, so binned data (TP/FP counts only, as in the PhANNs
+file) have no such statistics: :meth:`ConfusionStats.from_data` returns ``None`` for them.
 
-Counts in fixed regions add up (:meth:`ConfusionStats.merge`): ``update`` and
-its streamed and Dask forms count new data in the model's regions
-(:meth:`ConfusionStats.count`) and add. A *fit* in one pass over data that do
-not fit in memory cannot know its FP quantiles in advance, so it counts
-:class:`GridConfusion` instead -- per predicted class, score cell (the grid of
-:class:`~topcal.evidence.stats.ScoreStats`) and true class -- and draws the regions
-after the pass by the same rule, on scores moved to their cell midpoints (what
-a fit from statistics sees of them): :meth:`GridConfusion.to_confusion` equals
+Counts in fixed regions add up (:meth:`ConfusionStats.merge`): ``update`` and its streamed
+and Dask forms count new data in the model's regions (:meth:`ConfusionStats.count`) and add.
+A *fit* in one pass over data that do not fit in memory cannot know its FP quantiles in
+advance, so it counts :class:`GridConfusion` instead -- per predicted class, score cell (the
+grid of :class:`~topcal.evidence.stats.ScoreStats`) and true class -- and draws the regions
+after the pass by the same rule, on scores moved to their cell midpoints (what a fit from
+statistics sees of them): :meth:`GridConfusion.to_confusion` equals
 ``ConfusionStats.from_data`` of the data with every score on its cell midpoint.
 """
 
@@ -50,13 +47,13 @@ __all__ = [
     "SPARSE_LAYOUT",
 ]
 
-#: Fewest false positives per score region: with 40 FPs a mix share of 0.25
-#: has a standard error of ~0.07, small enough to be worth a separate region.
+#: Fewest false positives per score region: with 40 FPs a mix share of 0.25 has a standard
+#: error of ~0.07, small enough to be worth a separate region.
 MIN_FP_PER_REGION = 40
 #: Most score regions per predicted class (a coarse, piecewise-constant mix).
 MAX_REGIONS = 4
-#: The ``layout`` of :meth:`ConfusionStats.to_dict`: (cell, true class, count) triples. Files
-#: without a layout hold the older per-class, per-region lists of pairs (still read).
+#: The ``layout`` of :meth:`ConfusionStats.to_dict`: (cell, true class, count) triples.
+#: Files without a layout hold the older per-class, per-region lists of pairs (still read).
 SPARSE_LAYOUT = "cells"
 #: The edges of a class with one region (shared: a class without edges costs no array).
 _NO_EDGES = np.empty(0)
@@ -67,34 +64,38 @@ _NO_EDGES.flags.writeable = False
 class ConfusionStats:
     """Per predicted class and score region, weighted counts of each true class (sparse).
 
-    The (predicted class, score region) pairs are the *cells*, numbered class by class: class k's
-    regions are cells ``cell_start[k]`` to ``cell_start[k + 1] - 1``. Only the (cell, true class)
-    pairs that hold rows are stored, so the memory and the model file follow the data, not K^2: a
-    class never predicted costs one cell offset and one empty edge array (shared).
+    The (predicted class, score region) pairs are the *cells*, numbered class by class:
+    class k's regions are cells ``cell_start[k]`` to ``cell_start[k + 1] - 1``. Only the
+    (cell, true class) pairs that hold rows are stored, so the memory and the model file
+    follow the data, not K^2: a class never predicted costs one cell offset and one empty
+    edge array (shared).
 
     Attributes
     ----------
     classes : tuple of str, length K
     edges : tuple of K ndarrays
-        Interior region boundaries of each predicted class on the score scale
-        (increasing, possibly empty = one region). A score s falls in region
-        ``searchsorted(edges, s, side="left")``: regions are (e_{i-1}, e_i],
-        half-open on the left like the histogram bins.
+        Interior region boundaries of each predicted class on the score scale (increasing,
+        possibly empty = one region). A score s falls in region ``searchsorted(edges, s,
+        side="left")``: regions are (e_{i-1}, e_i], half-open on the left like the histogram
+        bins.
     table : scipy.sparse.csr_matrix, shape (n_cells, K)
-        ``table[cell_start[k] + r, j]``: weight of rows predicted as k, in region r of k, whose
-        true class is j (canonical: sorted indices, no duplicates, no explicit zeros).
+        ``table[cell_start[k] + r, j]``: weight of rows predicted as k, in region r of k,
+        whose true class is j (canonical: sorted indices, no duplicates, no explicit zeros).
     """
 
     classes: tuple[str, ...]
     edges: tuple[np.ndarray, ...]
     table: "sparse.csr_matrix"
-    #: the older per-class layout these counts were read from (written back as read), or None
+    #: the older per-class layout these counts were read from (written back as read), or
+    #: None
     _dense_source: ClassVar[dict | None] = None
     if TYPE_CHECKING:  # derived in __post_init__ (not a constructor argument)
         cell_start: np.ndarray = field(init=False)
 
     def __post_init__(self):
-        n_edges = np.fromiter((e.size for e in self.edges), dtype=np.int64, count=len(self.edges))
+        n_edges = np.fromiter(
+            (e.size for e in self.edges), dtype=np.int64, count=len(self.edges)
+        )
         start = np.zeros(n_edges.size + 1, dtype=np.int64)
         np.cumsum(n_edges + 1, out=start[1:])
         if self.table.shape != (int(start[-1]), len(self.classes)):
@@ -110,8 +111,8 @@ class ConfusionStats:
         min_fp_per_region: int = MIN_FP_PER_REGION,
         max_regions: int = MAX_REGIONS,
     ) -> "ConfusionStats | None":
-        """Counts of labelled per-sample ``data``; None when true classes are unknown (binned
-        data)."""
+        """Counts of labelled per-sample ``data``; None when true classes are unknown
+        (binned data)."""
         if data.labels is None or data.tp is None:
             return None
         K = data.n_classes
@@ -132,12 +133,14 @@ class ConfusionStats:
     def _counted(cls, classes, edges, pred, score, labels, weight) -> "ConfusionStats":
         start = _cell_starts(edges)
         cells = start[pred] + _regions(edges, pred, score)
-        return cls(classes, edges, _cell_table(cells, labels, weight, int(start[-1]), len(classes)))
+        return cls(
+            classes, edges, _cell_table(cells, labels, weight, int(start[-1]), len(classes))
+        )
 
     @classmethod
     def of_counts(cls, classes, edges, counts) -> "ConfusionStats":
-        """From dense per-class counts (``counts[k]`` of shape (len(edges[k]) + 1, K)), as older
-        topcal kept them."""
+        """From dense per-class counts (``counts[k]`` of shape (len(edges[k]) + 1, K)), as
+        older topcal kept them."""
         K = len(classes)
         rows, cols, vals, offset = [], [], [], 0
         for e, c in zip(edges, counts):
@@ -161,10 +164,11 @@ class ConfusionStats:
         return cls(tuple(classes), tuple(_edges_of(e) for e in edges), table)
 
     def count(self, data: TopLabelData) -> "ConfusionStats | None":
-        """The counts of labelled per-sample ``data`` (on the same class list) in these regions.
+        """The counts of labelled per-sample ``data`` (on the same class list) in these
+        regions.
 
-        What streamed and Dask updates compute per chunk or partition; they add
-        up with :meth:`merge`. None when ``data`` has no true classes (binned data).
+        What streamed and Dask updates compute per chunk or partition; they add up with
+        :meth:`merge`. None when ``data`` has no true classes (binned data).
         """
         if data.labels is None or data.tp is None:
             return None
@@ -178,11 +182,13 @@ class ConfusionStats:
         )
 
     def merge(self, *others: "ConfusionStats") -> "ConfusionStats":
-        """These counts plus those of ``others``, counted in the same regions (a new object)."""
+        """These counts plus those of ``others``, counted in the same regions (a new
+        object)."""
         for o in others:
             if not isinstance(o, ConfusionStats):
                 raise DataError(
-                    f"can only merge ConfusionStats with ConfusionStats, got {type(o).__name__}"
+                    "can only merge ConfusionStats with ConfusionStats, got "
+                    f"{type(o).__name__}"
                 )
             if o.classes != self.classes or any(
                 a is not b and not np.array_equal(a, b) for a, b in zip(o.edges, self.edges)
@@ -200,13 +206,13 @@ class ConfusionStats:
         return ConfusionStats(self.classes, self.edges, table)
 
     def add(self, data: TopLabelData) -> "ConfusionStats | None":
-        """These counts plus those of labelled per-sample ``data`` (on the same class list), in
-        these regions.
+        """These counts plus those of labelled per-sample ``data`` (on the same class list),
+        in these regions.
 
-        What ``update`` keeps: the regions stay those of the first fit (their
-        edges are quantiles of its FP scores), the counts in them add up, so the
-        confusion matrix and source priors equal those of all the data exactly.
-        None when ``data`` has no true classes (binned data).
+        What ``update`` keeps: the regions stay those of the first fit (their edges are
+        quantiles of its FP scores), the counts in them add up, so the confusion matrix and
+        source priors equal those of all the data exactly. None when ``data`` has no true
+        classes (binned data).
         """
         new = self.count(data)
         return None if new is None else self.merge(new)
@@ -228,7 +234,9 @@ class ConfusionStats:
     def cells(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
         """Each row's (predicted class, score region) cell."""
         pred = np.asarray(pred, dtype=np.int64)
-        return self.cell_start[pred] + _regions(self.edges, pred, np.asarray(score, np.float64))
+        return self.cell_start[pred] + _regions(
+            self.edges, pred, np.asarray(score, np.float64)
+        )
 
     def class_counts(self, k: int) -> np.ndarray:
         """Dense (n_regions_k, K) counts of predicted class ``k``."""
@@ -236,8 +244,8 @@ class ConfusionStats:
 
     @property
     def counts(self) -> tuple[np.ndarray, ...]:
-        """Dense per-class counts, ``counts[k]`` of shape (n_regions_k, K) (K x K numbers in all:
-        for a few classes only; the library itself reads :attr:`table`)."""
+        """Dense per-class counts, ``counts[k]`` of shape (n_regions_k, K) (K x K numbers in
+        all: for a few classes only; the library itself reads :attr:`table`)."""
         return tuple(self.class_counts(k) for k in range(self.n_classes))
 
     def confusion_sparse(self) -> "sparse.csr_matrix":
@@ -267,7 +275,8 @@ class ConfusionStats:
         return np.bincount(t.indices[fp], weights=t.data[fp], minlength=self.n_classes)
 
     def source_priors(self) -> np.ndarray:
-        """Class frequencies of the labelled data (column sums of the confusion, normalised)."""
+        """Class frequencies of the labelled data (column sums of the confusion,
+        normalised)."""
         col = self.column_sums()
         return col / col.sum()
 
@@ -276,16 +285,16 @@ class ConfusionStats:
         return np.searchsorted(self.edges[k], np.asarray(score, dtype=np.float64), side="left")
 
     def row_counts(self, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
-        """(n, K): the counts of the region each row (predicted class, score) falls in (dense:
-        for a few classes)."""
+        """(n, K): the counts of the region each row (predicted class, score) falls in
+        (dense: for a few classes)."""
         return self.table[self.cells(pred, score)].toarray()
 
     # ----------------------------------------------------------- persistence
     def to_dict(self) -> dict:
-        """JSON-ready and sparse: the edges of the classes that have any, and the (cell, true
-        class, count) triples with count > 0 (integers where every count is one). Counts read
-        from an older file's per-class layout are written back as they were read, so that a
-        loaded model saves (and digests) as its file did."""
+        """JSON-ready and sparse: the edges of the classes that have any, and the (cell,
+        true class, count) triples with count > 0 (integers where every count is one).
+        Counts read from an older file's per-class layout are written back as they were
+        read, so that a loaded model saves (and digests) as its file did."""
         dense = self._dense_source
         if dense is not None:
             return {"edges": dense["edges"], "counts": dense["counts"]}
@@ -308,8 +317,8 @@ class ConfusionStats:
 
     @classmethod
     def from_dict(cls, d: dict, classes: tuple[str, ...]) -> "ConfusionStats":
-        """Rebuild from :meth:`to_dict` output, or from the dense per-class layout of older files
-        (raises ValueError when malformed)."""
+        """Rebuild from :meth:`to_dict` output, or from the dense per-class layout of older
+        files (raises ValueError when malformed)."""
         if "layout" not in d:
             return cls._from_dense_dict(d, tuple(classes))
         if d["layout"] != SPARSE_LAYOUT:
@@ -327,7 +336,9 @@ class ConfusionStats:
         cell, j = _int_array(d["cell"], "cell"), _int_array(d["class"], "class")
         v = np.asarray(d["count"], dtype=np.float64).reshape(-1)
         if not cell.size == j.size == v.size:
-            raise ValueError("confusion statistics' cell, class and count lists differ in length")
+            raise ValueError(
+                "confusion statistics' cell, class and count lists differ in length"
+            )
         if cell.size and (cell.min() < 0 or cell.max() >= start[-1]):
             raise ValueError("confusion counts name a cell outside the classes' regions")
         if j.size and (j.min() < 0 or j.max() >= K):
@@ -352,7 +363,8 @@ class ConfusionStats:
             e = _checked_edges(e)
             if not isinstance(regions, list) or len(regions) != e.size + 1:
                 raise ValueError(
-                    "confusion counts need one region more than there are increasing finite edges"
+                    "confusion counts need one region more than there are increasing "
+                    "finite edges"
                 )
             for r, pairs in enumerate(regions):
                 for j, v in pairs:
@@ -368,7 +380,8 @@ class ConfusionStats:
                     vals.append(v)
             edges.append(e)
             offset += e.size + 1
-        last = dict(zip(zip(rows, cols), vals))  # a pair named twice: its last count, as before
+        # a pair named twice: its last count, as before
+        last = dict(zip(zip(rows, cols), vals))
         ri = np.fromiter((a for a, _ in last), dtype=np.int64, count=len(last))
         j = np.fromiter((b for _, b in last), dtype=np.int64, count=len(last))
         v = np.fromiter(last.values(), dtype=np.float64, count=len(last))
@@ -385,13 +398,13 @@ class ConfusionStats:
 class GridConfusion:
     """Per predicted class, score cell and true class, weighted counts (sparse; mergeable).
 
-    What a one-pass fit counts where the regions of :class:`ConfusionStats`
-    (quantiles of the FP scores) cannot be known in advance. Cells are those of
-    :class:`~topcal.evidence.stats.ScoreStats` (``n_cells`` equal cells of the score
-    range). Only non-empty (class, cell, true class) triples are kept, in key
-    order, so any split merged in any order gives the same counts bit for bit
-    (integer counts). Size: at most the number of distinct triples, itself at
-    most min(rows, K * K * n_cells); 16 bytes each in memory.
+    What a one-pass fit counts where the regions of :class:`ConfusionStats` (quantiles of
+    the FP scores) cannot be known in advance. Cells are those of
+    :class:`~topcal.evidence.stats.ScoreStats` (``n_cells`` equal cells of the score range).
+    Only non-empty (class, cell, true class) triples are kept, in key order, so any split
+    merged in any order gives the same counts bit for bit (integer counts). Size: at most
+    the number of distinct triples, itself at most min(rows, K * K * n_cells); 16 bytes each
+    in memory.
 
     Attributes
     ----------
@@ -476,13 +489,12 @@ class GridConfusion:
     def to_confusion(
         self, *, min_fp_per_region: int = MIN_FP_PER_REGION, max_regions: int = MAX_REGIONS
     ) -> ConfusionStats:
-        """Regions and counts by the rule of :meth:`ConfusionStats.from_data`, every score at its
-        cell midpoint.
+        """Regions and counts by the rule of :meth:`ConfusionStats.from_data`, every score
+        at its cell midpoint.
 
-        Equal to ``ConfusionStats.from_data`` of the per-sample data with each
-        score replaced by its cell midpoint (bit for bit for integer counts):
-        the weighted quantiles of the FP cells pick the same order statistics
-        as the per-sample ones.
+        Equal to ``ConfusionStats.from_data`` of the per-sample data with each score
+        replaced by its cell midpoint (bit for bit for integer counts): the weighted
+        quantiles of the FP cells pick the same order statistics as the per-sample ones.
         """
         K = len(self.classes)
         cell_key, j = np.divmod(self.key, K)
@@ -509,8 +521,8 @@ def _cell_starts(edges) -> np.ndarray:
 
 def _regions(edges, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
     """Each row's region within its class: the number of its class's edges below its score
-    (``searchsorted(edges[k], s, side="left")``), read from one padded table of the classes that
-    have edges (a class without any is region 0)."""
+    (``searchsorted(edges[k], s, side="left")``), read from one padded table of the classes
+    that have edges (a class without any is region 0)."""
     edged = np.fromiter((k for k, e in enumerate(edges) if e.size), dtype=np.int64)
     region = np.zeros(pred.shape[0], dtype=np.int64)
     if edged.size == 0:
@@ -530,9 +542,9 @@ def _regions(edges, pred: np.ndarray, score: np.ndarray) -> np.ndarray:
 def _cell_table(cells, labels, weight, n_cells: int, K: int) -> "sparse.csr_matrix":
     """The (n_cells, K) sparse weighted counts of (cell, true class) pairs.
 
-    ``bincount`` adds each pair's weights in row order (as the dense per-class counting did), so
-    the counts are the same bit for bit; only the pairs present are kept (dense counting where
-    every pair fits in a few times the rows)."""
+    ``bincount`` adds each pair's weights in row order (as the dense per-class counting
+    did), so the counts are the same bit for bit; only the pairs present are kept (dense
+    counting where every pair fits in a few times the rows)."""
     key = cells.astype(np.int64) * K + labels
     size = n_cells * K
     if size <= 4 * key.size:
@@ -592,8 +604,8 @@ def class_region_edges(
 def fp_region_edges(score: np.ndarray, weight: np.ndarray, n_regions: int) -> np.ndarray:
     """Interior edges splitting the FP scores into ``n_regions`` of (about) equal weight.
 
-    Ties that make edges coincide merge regions; an edge at the largest FP
-    score is dropped (it would leave an FP-free top region).
+    Ties that make edges coincide merge regions; an edge at the largest FP score is dropped
+    (it would leave an FP-free top region).
     """
     if n_regions <= 1 or score.size == 0:
         return np.empty(0)

@@ -1,25 +1,24 @@
 """Evidence: everything a fitted model knows of its labelled data, in a form that adds up.
 
-A calibrator is a function of its evidence. For the score methods that is,
-per predicted class and score cell, the TP and FP counts
-(:class:`~topcal.evidence.stats.ScoreStats`); for ``sts``/``csts`` fitted with
-``keep_stats=True``, additive loss tables. Beside them, for label-shift
-adaptation, the true classes behind each class's predictions per score
-region (:class:`~topcal.evidence.confusion.GridConfusion` on the score cells while a
-fit gathers it, :class:`~topcal.evidence.confusion.ConfusionStats` in a fitted
-model's regions). Both parts are sums over rows, so evidence gathered from
-chunks of a file, partitions of a Dask DataFrame or batches arriving over
-time merges into the evidence of all of it, in any grouping:
+A calibrator is a function of its evidence. For the score methods that is, per predicted
+class and score cell, the TP and FP counts (:class:`~topcal.evidence.stats.ScoreStats`); for
+``sts``/``csts`` fitted with ``keep_stats=True``, additive loss tables. Beside them, for
+label-shift adaptation, the true classes behind each class's predictions per score region
+(:class:`~topcal.evidence.confusion.GridConfusion` on the score cells while a fit gathers
+it, :class:`~topcal.evidence.confusion.ConfusionStats` in a fitted model's regions). Both
+parts are sums over rows, so evidence gathered from chunks of a file, partitions of a Dask
+DataFrame or batches arriving over time merges into the evidence of all of it, in any
+grouping:
 
 * a fit from data in memory, a streamed fit and a Dask fit all gather
   :meth:`Evidence.for_fit` per part, :func:`merge_all` them and call
   ``calibrator.fit(evidence)``;
-* an update gathers :meth:`Evidence.for_update` (the model's kind of
-  statistics, the counts in the model's own regions) and calls
-  ``model.update(evidence)``: merge with the model's evidence, refit.
+* an update gathers :meth:`Evidence.for_update` (the model's kind of statistics, the counts
+  in the model's own regions) and calls ``model.update(evidence)``: merge with the model's
+  evidence, refit.
 
-An engine (in memory, streamed, Dask, a future Spark) only has to produce
-Evidence; what a method does with it is the calibrator's business.
+An engine (in memory, streamed, Dask, a future Spark) only has to produce Evidence; what a
+method does with it is the calibrator's business.
 
 A fitted model holds one Evidence (``model.evidence_``): the statistics, the label-shift
 counts, the fingerprint of its fitting rows and one mark per data part behind the statistics
@@ -51,10 +50,12 @@ __all__ = ["Evidence", "merge_all", "stats_mark"]
 
 
 def stats_mark(stats) -> str:
-    """A short hash of a data part's mergeable statistics: equal rows give equal statistics, hence
-    equal marks, whichever path (in memory, chunks, Dask) counted them; ``update`` warns on a
-    repeat."""
-    return hashlib.sha256(json.dumps(stats.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    """A short hash of a data part's mergeable statistics: equal rows give equal statistics,
+    hence equal marks, whichever path (in memory, chunks, Dask) counted them; ``update``
+    warns on a repeat."""
+    return hashlib.sha256(json.dumps(stats.to_dict(), sort_keys=True).encode()).hexdigest()[
+        :16
+    ]
 
 
 def _codes(values: np.ndarray, n_classes: int) -> np.ndarray:
@@ -66,9 +67,9 @@ def _codes(values: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 class _Rows:
-    """A compact copy of labelled per-sample data's predicted class, top score and true class: 8
-    bytes (score) plus two small integer codes per row, a fraction of the score matrix. Copies, not
-    references: the caller may change its arrays after the fit."""
+    """A compact copy of labelled per-sample data's predicted class, top score and true
+    class: 8 bytes (score) plus two small integer codes per row, a fraction of the score
+    matrix. Copies, not references: the caller may change its arrays after the fit."""
 
     __slots__ = ("classes", "score_range", "pred", "score", "labels")
 
@@ -80,8 +81,8 @@ class _Rows:
 
     @classmethod
     def of(cls, data: TopLabelData) -> "_Rows | None":
-        """The copy, or None where it would not give back the same counts (binned or weighted rows,
-        no true classes): count those at once."""
+        """The copy, or None where it would not give back the same counts (binned or
+        weighted rows, no true classes): count those at once."""
         if data.is_binned or data.labels is None or data.tp is None:
             return None
         right = data.labels == data.pred
@@ -90,7 +91,8 @@ class _Rows:
         return cls(data)
 
     def data(self) -> TopLabelData:
-        """The labelled per-sample data the counts are made from (codes as int64, weights 0/1)."""
+        """The labelled per-sample data the counts are made from (codes as int64, weights
+        0/1)."""
         pred, labels = self.pred.astype(np.int64), self.labels.astype(np.int64)
         right = labels == pred
         return TopLabelData(
@@ -112,17 +114,16 @@ class Evidence:
     Attributes
     ----------
     stats : ScoreStats, the temperature family's loss tables, or None
-        The statistics a method refits from (anything with ``merge``); None where the
-        model keeps none (full-vector methods, a part of another model).
+        The statistics a method refits from (anything with ``merge``); None where the model
+        keeps none (full-vector methods, a part of another model).
     confusion : GridConfusion, ConfusionStats or None
-        The true classes behind the predictions: on the score cells
-        (GridConfusion: a fit in progress, regions drawn afterwards), in a
-        model's regions (ConfusionStats), or None (binned data, statistics
-        alone: the model cannot be adapted).
+        The true classes behind the predictions: on the score cells (GridConfusion: a fit in
+        progress, regions drawn afterwards), in a model's regions (ConfusionStats), or None
+        (binned data, statistics alone: the model cannot be adapted).
     fingerprint : Fingerprint or None
-        What is remembered of the rows themselves (:mod:`topcal.evidence.fingerprint`),
-        so that a guarantee is never computed on them; None where no rows
-        were seen (statistics alone).
+        What is remembered of the rows themselves (:mod:`topcal.evidence.fingerprint`), so
+        that a guarantee is never computed on them; None where no rows were seen (statistics
+        alone).
     marks : tuple of str
         One :func:`stats_mark` per data part behind the statistics (the fit, each update).
     """
@@ -161,11 +162,11 @@ class Evidence:
         count_stats: bool = False,
         fingerprint: Fingerprint | None = None,
     ) -> "Evidence":
-        """What a fit keeps of labelled ``data``: the given ``stats`` (or, with ``count_stats``,
-        :class:`~topcal.evidence.stats.ScoreStats` on the default grid), the label-shift counts and
-        the
-        rows' ``fingerprint``. Counts of per-sample rows are made when first read, from a compact
-        copy of the rows; those of binned or weighted rows at once."""
+        """What a fit keeps of labelled ``data``: the given ``stats`` (or, with
+        ``count_stats``, :class:`~topcal.evidence.stats.ScoreStats` on the default grid),
+        the label-shift counts and the rows' ``fingerprint``. Counts of per-sample rows are
+        made when first read, from a compact copy of the rows; those of binned or weighted
+        rows at once."""
         rows = _Rows.of(data)
         if rows is None:  # binned or weighted rows: counted now
             stats = ScoreStats.from_data(data) if count_stats else stats
@@ -224,12 +225,13 @@ class Evidence:
 
     @classmethod
     def for_fit(cls, data: TopLabelData, *, n_cells: int = DEFAULT_CELLS) -> "Evidence":
-        """The evidence of labelled ``data`` for a fit: score counts and label-shift counts on
-        ``n_cells`` cells, and the rows' fingerprint.
+        """The evidence of labelled ``data`` for a fit: score counts and label-shift counts
+        on ``n_cells`` cells, and the rows' fingerprint.
 
-        A model fitted from the merged evidence of parts (streamed, Dask) is the model ``fit``
-        gives on an Evidence of them, bit for bit, and keeps the fingerprint of all the rows (it
-        merges exactly: :mod:`topcal.evidence.fingerprint`), as a fit on the rows in memory does.
+        A model fitted from the merged evidence of parts (streamed, Dask) is the model
+        ``fit`` gives on an Evidence of them, bit for bit, and keeps the fingerprint of all
+        the rows (it merges exactly: :mod:`topcal.evidence.fingerprint`), as a fit on the
+        rows in memory does.
         """
         return cls(
             ScoreStats.from_data(data, n_cells=n_cells),
@@ -248,12 +250,12 @@ class Evidence:
     ) -> "Evidence":
         """The evidence of labelled ``data`` for an update of a model.
 
-        ``stats_of`` computes the model's kind of statistics (a model's
-        ``evidence_of`` uses its own, ``ScoreStats.from_data`` on its grid for the
-        score methods); ``regions`` is the model's :class:`ConfusionStats`, whose
-        regions the new rows are counted in (None: the model keeps no such counts);
-        ``like``, the model's fingerprint, whose hash scheme the new rows are hashed by
-        (so that the two merge; None: the current scheme).
+        ``stats_of`` computes the model's kind of statistics (a model's ``evidence_of`` uses
+        its own, ``ScoreStats.from_data`` on its grid for the score methods); ``regions`` is
+        the model's :class:`ConfusionStats`, whose regions the new rows are counted in
+        (None: the model keeps no such counts); ``like``, the model's fingerprint, whose
+        hash scheme the new rows are hashed by (so that the two merge; None: the current
+        scheme).
         """
         scheme = SCHEME if like is None else like.scheme
         return cls(
@@ -263,18 +265,19 @@ class Evidence:
         )
 
     def merge(self, *others: "Evidence") -> "Evidence":
-        """The evidence of all the parts; label-shift counts and fingerprint only where every part
-        has them (a fingerprint: hashed by one scheme, :mod:`topcal.evidence.fingerprint`)."""
+        """The evidence of all the parts; label-shift counts and fingerprint only where
+        every part has them (a fingerprint: hashed by one scheme,
+        :mod:`topcal.evidence.fingerprint`)."""
         stats = self.stats.merge(*(o.stats for o in others))
         prints = [self.fingerprint, *(o.fingerprint for o in others)]
         fingerprint = None
         schemes = sorted({p.scheme for p in prints if p is not None})
         if len(schemes) > 1:
             warnings.warn(
-                f"these evidence parts' fingerprints were hashed by schemes {schemes[0]} and "
-                f"{schemes[-1]} and do not merge, so the merged evidence keeps none (threshold "
-                "cannot then refuse the fitting rows); build a model's new part with "
-                "model.evidence_of(data), which hashes by the model's scheme",
+                f"these evidence parts' fingerprints were hashed by schemes {schemes[0]} "
+                f"and {schemes[-1]} and do not merge, so the merged evidence keeps none "
+                "(threshold cannot then refuse the fitting rows); build a model's new "
+                "part with model.evidence_of(data), which hashes by the model's scheme",
                 TopcalWarning,
                 stacklevel=2,
             )
@@ -296,8 +299,8 @@ class Evidence:
 
     # -------------------------------------------------------- a model file's pieces
     def to_dict(self) -> dict:
-        """The pieces a model file stores (each only where kept): ``confusion``, ``stats`` with
-        their ``fingerprints`` (the parts' marks) and ``fingerprint``."""
+        """The pieces a model file stores (each only where kept): ``confusion``, ``stats``
+        with their ``fingerprints`` (the parts' marks) and ``fingerprint``."""
         d: dict = {}
         if self.confusion is not None:
             # a model's evidence: GridConfusion is a fit in progress, which no file stores
@@ -312,9 +315,9 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, d: dict, classes: tuple, stats_from_dict: Callable) -> "Evidence":
-        """The pieces of a model file (:meth:`to_dict`; files without some of them: None); raises
-        ValueError or KeyError on a malformed piece. ``stats_from_dict(d)`` reads the model's kind
-        of statistics."""
+        """The pieces of a model file (:meth:`to_dict`; files without some of them: None);
+        raises ValueError or KeyError on a malformed piece. ``stats_from_dict(d)`` reads the
+        model's kind of statistics."""
         conf = d.get("confusion")
         stats = None if d.get("stats") is None else stats_from_dict(d["stats"])
         fp = d.get("fingerprint")
@@ -329,7 +332,8 @@ class Evidence:
         )
 
 
-#: What a model that keeps nothing holds (a part of another model, a fold's model, an unfitted one).
+#: What a model that keeps nothing holds (a part of another model, a fold's model, an
+#: unfitted one).
 Evidence.EMPTY = Evidence()
 
 

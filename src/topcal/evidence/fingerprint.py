@@ -1,61 +1,62 @@
 """A cheap fingerprint of the rows a model was fitted on.
 
-A guarantee computed on labelled data (:mod:`topcal.thresholds.core`) is void when
-those rows are the ones the calibrator was fitted on. To refuse them, a
-fitted model keeps a :class:`Fingerprint` of its fitting rows:
+A guarantee computed on labelled data (:mod:`topcal.thresholds.core`) is void when those
+rows are the ones the calibrator was fitted on. To refuse them, a fitted model keeps a
+:class:`Fingerprint` of its fitting rows:
 
-* ``n_rows`` and ``total``, the sum (mod 2^64) of one 64-bit hash per row:
-  the same rows in any order give the same total;
-* ``sketch``, the :data:`SKETCH_SIZE` smallest distinct row hashes (a
-  bottom-k sketch, Broder 1997): the share of them found among another data
-  set's row hashes estimates the share of the fitting rows that set
-  contains (a superset, or a resample of the fitting data, is caught too).
+* ``n_rows`` and ``total``, the sum (mod 2^64) of one 64-bit hash per row: the same rows in
+  any order give the same total;
+* ``sketch``, the :data:`SKETCH_SIZE` smallest distinct row hashes (a bottom-k sketch,
+  Broder 1997): the share of them found among another data set's row hashes estimates the
+  share of the fitting rows that set contains (a superset, or a resample of the fitting
+  data, is caught too).
 
-A row's hash mixes its predicted and true class *names* (so the class order
-of a file does not matter), its score, its TP/FP weights, its bin and its
-full score vector (columns by class name), each as exact float bits, through
-the splitmix64 finaliser (Steele, Lea and Flood 2014). Both parts merge, so
-an update keeps the fingerprint of all the data it was fitted on. About
-2 KB in a model file; one pass over the rows.
+A row's hash mixes its predicted and true class *names* (so the class order of a file does
+not matter), its score, its TP/FP weights, its bin and its full score vector (columns by
+class name), each as exact float bits, through the splitmix64 finaliser (Steele, Lea and
+Flood 2014). Both parts merge, so an update keeps the fingerprint of all the data it was
+fitted on. About 2 KB in a model file; one pass over the rows.
 
-Two versioned schemes (``scheme``, stored in the model file from the second on; new fingerprints:
-:data:`SCHEME`). Scheme 1 (files before schemes) mixes the parts in turn, and folds the full vector
-by mixing every entry's bits with its class's name and summing the mixes (about ten passes over the
-n x K entries). Scheme 2 folds the full vector by one integer matrix-vector product: each
-entry's bits x ^ (x >> 29), times one odd 64-bit key per class name, summed mod 2^64 (a product
-carries a bit only upward: the shift brings the sign, exponent and leading mantissa bits, where
-round floats and widened float32 differ, down); it sums the other parts, each mixed by x ^ (x >>
-32), times its own odd key, y ^ (y >> 29), and mixes the sum once. Side by side, the vector's fold
-takes 0.33 x scheme 1's time on 10^6 x 100 probabilities (load 3). Both are exact and order-free
-(wrapping integer sums). The fold is linear in the shifted bits: two rows alike in their classes,
-score and weights collide where their vectors' shifted differences have a key-weighted sum of 0 mod
-2^64: never where one entry differs, with chance 2^-37 or less where several do (plain keyed sums of
-plain bits collide for vectors of round entries, and of parts for round weights: both tested). A
-fingerprint compares data hashed by its own scheme (an older file's against new data hashed the old
-way: :meth:`Fingerprint.containment`); an update hashes its new rows by the model's scheme, and
-fingerprints of two schemes do not merge (:meth:`Fingerprint.merge`). A topcal before schemes finds
-a scheme-2 file's rows by their coarse keys only.
+Two versioned schemes (``scheme``, stored in the model file from the second on; new
+fingerprints: :data:`SCHEME`). Scheme 1 (files before schemes) mixes the parts in turn, and
+folds the full vector by mixing every entry's bits with its class's name and summing the
+mixes (about ten passes over the n x K entries). Scheme 2 folds the full vector by one
+integer matrix-vector product: each entry's bits x ^ (x >> 29), times one odd 64-bit key per
+class name, summed mod 2^64 (a product carries a bit only upward: the shift brings the sign,
+exponent and leading mantissa bits, where round floats and widened float32 differ, down); it
+sums the other parts, each mixed by x ^ (x >> 32), times its own odd key, y ^ (y >> 29), and
+mixes the sum once. Side by side, the vector's fold takes 0.33 x scheme 1's time on 10^6 x
+100 probabilities (load 3). Both are exact and order-free (wrapping integer sums). The fold
+is linear in the shifted bits: two rows alike in their classes, score and weights collide
+where their vectors' shifted differences have a key-weighted sum of 0 mod 2^64: never where
+one entry differs, with chance 2^-37 or less where several do (plain keyed sums of plain
+bits collide for vectors of round entries, and of parts for round weights: both tested). A
+fingerprint compares data hashed by its own scheme (an older file's against new data hashed
+the old way: :meth:`Fingerprint.containment`); an update hashes its new rows by the model's
+scheme, and fingerprints of two schemes do not merge (:meth:`Fingerprint.merge`). A topcal
+before schemes finds a scheme-2 file's rows by their coarse keys only.
 
 Rows found bit for bit count only beyond chance: where row values recur across samples (a
-forest's votes / trees, a few score levels) honest held-out data hold many of the fitting rows'
-values, so the recurrence inside the data (one random half's sketch found in the other half) is
-taken off, and an excess within 3 standard errors counts for nothing. An update that arrives as
-statistics with its rows' fingerprint (streamed, Dask, an Evidence) is compared sketch against
-sketch (:meth:`Fingerprint.shared`).
+forest's votes / trees, a few score levels) honest held-out data hold many of the fitting
+rows' values, so the recurrence inside the data (one random half's sketch found in the other
+half) is taken off, and an excess within 3 standard errors counts for nothing. An update
+that arrives as statistics with its rows' fingerprint (streamed, Dask, an Evidence) is
+compared sketch against sketch (:meth:`Fingerprint.shared`).
 
-Exact bits do not survive a re-encoding of the same rows (rounded to 6 decimals, float32, logits
-instead of probabilities, the top-score layout, percentages renormalised), so a second, coarse
-sketch (``coarse``, ``n_coarse``) keys each labelled per-sample row by its predicted and true
-class names and its top score on a grid of :data:`COARSE_STEP`, and a row is found again when a
-row of the other data has the same names and a score within :data:`COARSE_REACH` steps. Rows
-scoring above :data:`COARSE_TOP` are left out: near 1 the scores of different rows crowd together
-(on real networks' held-out halves 0-1.4% of the fitting rows' coarse keys then recur by chance,
-against 100% after each re-encoding above). What recurs by chance is measured, too, further away
-(where no re-encoding moves a score) and taken off, so that large fits on crowded scores do not
-see their own new rows as old; an excess within 3 standard errors of the chance counts for
-nothing, and so does a sketch whose keys recur by chance half the time or more (too many rows too
-close together to tell apart by their top score). Both sketches merge like the statistics: a model
-fitted in chunks or on Dask keeps the fingerprint of the whole fit, bit for bit.
+Exact bits do not survive a re-encoding of the same rows (rounded to 6 decimals, float32,
+logits instead of probabilities, the top-score layout, percentages renormalised), so a
+second, coarse sketch (``coarse``, ``n_coarse``) keys each labelled per-sample row by its
+predicted and true class names and its top score on a grid of :data:`COARSE_STEP`, and a row
+is found again when a row of the other data has the same names and a score within
+:data:`COARSE_REACH` steps. Rows scoring above :data:`COARSE_TOP` are left out: near 1 the
+scores of different rows crowd together (on real networks' held-out halves 0-1.4% of the
+fitting rows' coarse keys then recur by chance, against 100% after each re-encoding above).
+What recurs by chance is measured, too, further away (where no re-encoding moves a score)
+and taken off, so that large fits on crowded scores do not see their own new rows as old; an
+excess within 3 standard errors of the chance counts for nothing, and so does a sketch whose
+keys recur by chance half the time or more (too many rows too close together to tell apart
+by their top score). Both sketches merge like the statistics: a model fitted in chunks or on
+Dask keeps the fingerprint of the whole fit, bit for bit.
 """
 
 from __future__ import annotations
@@ -79,30 +80,31 @@ __all__ = [
     "SKETCH_SIZE",
 ]
 
-#: Hashes kept in the sketch: containment is estimated to about +-4 points
-#: (binomial standard error at 128 draws) - enough to tell "these are the
-#: fitting rows" from "a few rows coincide".
+#: Hashes kept in the sketch: containment is estimated to about +-4 points (binomial
+#: standard error at 128 draws) - enough to tell "these are the fitting rows" from "a few
+#: rows coincide".
 SKETCH_SIZE = 128
 _MASK = (1 << 64) - 1
 #: Score-vector entries hashed per block of rows (256 KB of uint64).
 _BLOCK_VALUES = 32_768
-#: How new fingerprints fold the full score vector (module docstring); files before the scheme
-#: was stored hold scheme 1.
+#: How new fingerprints fold the full score vector (module docstring); files before the
+#: scheme was stored hold scheme 1.
 SCHEME = 2
 _SCHEMES = (1, 2)
-#: The coarse keys' score grid: rounding to 6 decimals moves a score by at most half a step, float32
-#: by 6e-8 near 1.
+#: The coarse keys' score grid: rounding to 6 decimals moves a score by at most half a step,
+#: float32 by 6e-8 near 1.
 COARSE_STEP = 1e-6
 #: Steps either side within which a coarse key is found again: rounding to 6 decimals and
 #: renormalising a row of 10 classes moves its top score by up to ~5e-6 (2e-6 typically).
 COARSE_REACH = 3
 #: Rows scoring above this have no coarse key (module docstring); so do scores below 0.
 COARSE_TOP = 1.0 - 1e-3
-#: Share of the fitting rows found in some labelled data, or of the data's rows that are fitting
-#: rows, from which a guarantee (topcal.thresholds.core) or an update refuses the data.
+#: Share of the fitting rows found in some labelled data, or of the data's rows that are
+#: fitting rows, from which a guarantee (topcal.thresholds.core) or an update refuses the
+#: data.
 MAX_OVERLAP = 0.5
-#: Share of the data's rows that look like fitting rows from which they warn (held-out halves of
-#: real networks' outputs: 0-1.4% by chance).
+#: Share of the data's rows that look like fitting rows from which they warn (held-out
+#: halves of real networks' outputs: 0-1.4% by chance).
 WARN_OVERLAP = 0.1
 
 
@@ -125,9 +127,9 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
-#: scheme 2's odd key per part of a row (predicted class, score, tp, fp, true class, bin edges,
-#: the folded vector; fewer where a row has fewer parts): the splitmix64 generator's first
-#: outputs from seed 0 (made odd)
+#: scheme 2's odd key per part of a row (predicted class, score, tp, fp, true class, bin
+#: edges, the folded vector; fewer where a row has fewer parts): the splitmix64 generator's
+#: first outputs from seed 0 (made odd)
 _PART_KEYS = tuple(
     np.uint64(v | 1)
     for v in (
@@ -167,11 +169,16 @@ def _fold_vectors(full: np.ndarray, names: np.ndarray, scheme: int) -> np.ndarra
         full = _bits(full)
         step = max(1, _BLOCK_VALUES // max(k, 1))
         for a in range(0, n, step):  # row blocks within a core's cache; sums wrap (any order)
-            np.sum(_mix(full[a : a + step] ^ names), axis=1, dtype=np.uint64, out=acc[a : a + step])
+            np.sum(
+                _mix(full[a : a + step] ^ names),
+                axis=1,
+                dtype=np.uint64,
+                out=acc[a : a + step],
+            )
         return acc
-    # one odd key per class name: a product carries every bit of an entry upward, and x ^ (x >> 29)
-    # first brings the sign, exponent and leading mantissa bits down (round floats, float32's
-    # widened: their differences have no low bits to carry otherwise)
+    # one odd key per class name: a product carries every bit of an entry upward, and x ^ (x
+    # >> 29) first brings the sign, exponent and leading mantissa bits down (round floats,
+    # float32's widened: their differences have no low bits to carry otherwise)
     keys = _mix(names ^ np.uint64(0xD1B54A32D192ED03)) | np.uint64(1)
     step = max(1, _BLOCK_VALUES // max(k, 1))
     t = np.empty((min(step, n), k), dtype=np.uint64)
@@ -185,8 +192,8 @@ def _fold_vectors(full: np.ndarray, names: np.ndarray, scheme: int) -> np.ndarra
 
 
 def row_hashes(data: TopLabelData, scheme: int = SCHEME) -> np.ndarray:
-    """One 64-bit hash per row of ``data``, shape (n_rows,), dtype uint64, by ``scheme`` (module
-    docstring)."""
+    """One 64-bit hash per row of ``data``, shape (n_rows,), dtype uint64, by ``scheme``
+    (module docstring)."""
     if scheme not in _SCHEMES:
         raise ValueError(f"unknown fingerprint scheme {scheme!r}")
     names = np.array([_name_hash(c) for c in data.classes], dtype=np.uint64)
@@ -197,7 +204,8 @@ def row_hashes(data: TopLabelData, scheme: int = SCHEME) -> np.ndarray:
         parts.append(names[data.labels])
     if data.bin_edges is not None:
         parts += [_bits(data.bin_edges[:, 0]), _bits(data.bin_edges[:, 1])]
-    with np.errstate(over="ignore"):  # every _mix gets a fresh array (a ^ b), which it overwrites
+    # every _mix gets a fresh array (a ^ b), which it overwrites
+    with np.errstate(over="ignore"):
         if data.full is not None:  # columns keyed by class name (file order does not matter)
             parts.append(_fold_vectors(np.asarray(data.full), names, scheme))
         if scheme == 1:
@@ -205,9 +213,9 @@ def row_hashes(data: TopLabelData, scheme: int = SCHEME) -> np.ndarray:
             for p in parts:
                 h = _mix(h ^ p)
             return h
-        # scheme 2: each part's high half folded onto its low half (a difference in high bits
-        # only, as of round floats, reaches the low ones), times its own odd key (low bits reach
-        # the high ones), the high bits folded back; the parts summed; one mix
+        # scheme 2: each part's high half folded onto its low half (a difference in high
+        # bits only, as of round floats, reaches the low ones), times its own odd key (low
+        # bits reach the high ones), the high bits folded back; the parts summed; one mix
         h = names[data.pred] * _PART_KEYS[0]
         t, u = np.empty_like(h), np.empty_like(h)
         for p, key in zip(parts, _PART_KEYS[1:]):
@@ -222,8 +230,8 @@ def row_hashes(data: TopLabelData, scheme: int = SCHEME) -> np.ndarray:
 
 def coarse_hashes(data: TopLabelData, shift: int = 0) -> np.ndarray:
     """The coarse key's hash of each labelled per-sample row with a score in [0, COARSE_TOP]
-    (module docstring), its score's grid index moved by ``shift`` steps; (m,) uint64, m <= rows.
-    Empty for binned or unlabelled data."""
+    (module docstring), its score's grid index moved by ``shift`` steps; (m,) uint64, m <=
+    rows. Empty for binned or unlabelled data."""
     if data.labels is None or data.is_binned:
         return np.zeros(0, dtype=np.uint64)
     score = np.asarray(data.score, dtype=np.float64)
@@ -237,13 +245,14 @@ def coarse_hashes(data: TopLabelData, shift: int = 0) -> np.ndarray:
 
 
 def _chance(h: np.ndarray) -> float:
-    """How often another sample's distinct row values recur in rows hashed ``h`` by chance alone:
-    the share of one random half's sketch found in the other half, taken to the whole's size as
-    1 - (1 - c)^2 (each value found with probability 1 - (1 - p)^m in m rows). 0 where every
-    row is distinct (continuous scores: no value recurs)."""
+    """How often another sample's distinct row values recur in rows hashed ``h`` by chance
+    alone: the share of one random half's sketch found in the other half, taken to the
+    whole's size as 1 - (1 - c)^2 (each value found with probability 1 - (1 - p)^m in m
+    rows). 0 where every row is distinct (continuous scores: no value recurs)."""
     if h.size < 4 or np.unique(h).size == h.size:
         return 0.0
-    order = np.random.default_rng(0).permutation(h.size)  # fixed: the same data, the same answer
+    # fixed: the same data, the same answer
+    order = np.random.default_rng(0).permutation(h.size)
     a, b = h[order[: h.size // 2]], h[order[h.size // 2 :]]
     sketch = np.array(_bottom(a), dtype=np.uint64)
     c = float(np.isin(sketch, b).mean()) if sketch.size else 0.0
@@ -263,22 +272,22 @@ def _bottom(h: np.ndarray) -> tuple[int, ...]:
 
 
 def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
-    """Why the overlap of ``data`` with the rows behind ``fp`` cannot be checked in full (one
-    line for a warning), or None where it can: no fingerprint at all (a model file written before
-    fingerprints, or statistics of unknown rows merged in), or one without coarse keys (a file
-    written before them) while ``data`` have some, so that re-encoded fitting rows (rounded,
-    float32, logits) cannot be recognised, only bit-identical ones."""
+    """Why the overlap of ``data`` with the rows behind ``fp`` cannot be checked in full
+    (one line for a warning), or None where it can: no fingerprint at all (a model file
+    written before fingerprints, or statistics of unknown rows merged in), or one without
+    coarse keys (a file written before them) while ``data`` have some, so that re-encoded
+    fitting rows (rounded, float32, logits) cannot be recognised, only bit-identical ones."""
     if fp is None:
         return (
-            "the model file keeps no fingerprint of its fitting rows (written by an older topcal, "
-            "or statistics of unknown rows added), so whether these rows are fitting rows could "
-            "not be checked"
+            "the model file keeps no fingerprint of its fitting rows (written by an older "
+            "topcal, or statistics of unknown rows added), so whether these rows are "
+            "fitting rows could not be checked"
         )
     if not fp.coarse and data.n_rows and coarse_hashes(data).size:
         return (
-            "the model file's fingerprint predates its re-encoding sketch: fitting rows are "
-            "recognised bit for bit only, not rounded or otherwise re-encoded (fit it again to "
-            "check them)"
+            "the model file's fingerprint predates its re-encoding sketch: fitting rows "
+            "are recognised bit for bit only, not rounded or otherwise re-encoded (fit it "
+            "again to check them)"
         )
     return None
 
@@ -287,10 +296,10 @@ def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
 class Overlap:
     """How much of some labelled data a model was fitted on (:meth:`Fingerprint.overlap`).
 
-    ``same``: the data are exactly the fitting rows (any order). ``of_fit``: the estimated share
-    of the fitting rows found in the data, bit for bit (a superset or a resample; 0 where the
-    fitting rows are mostly repeated, as binned counts are). ``of_data``:
-    the estimated share of the data's rows that are fitting rows, found bit for bit or
+    ``same``: the data are exactly the fitting rows (any order). ``of_fit``: the estimated
+    share of the fitting rows found in the data, bit for bit (a superset or a resample; 0
+    where the fitting rows are mostly repeated, as binned counts are). ``of_data``: the
+    estimated share of the data's rows that are fitting rows, found bit for bit or
     re-encoded (their coarse keys), at most 1."""
 
     same: bool
@@ -309,13 +318,14 @@ class Fingerprint:
     #: before them: none)
     coarse: tuple[int, ...] = ()
     n_coarse: int = 0
-    #: how the rows' full score vectors were folded into their hashes (module docstring; files
-    #: before schemes were stored: 1)
+    #: how the rows' full score vectors were folded into their hashes (module docstring;
+    #: files before schemes were stored: 1)
     scheme: int = 1
 
     @classmethod
     def of(cls, data: TopLabelData, scheme: int = SCHEME) -> "Fingerprint":
-        """The fingerprint of ``data``'s rows, hashed by ``scheme`` (an update's: its model's)."""
+        """The fingerprint of ``data``'s rows, hashed by ``scheme`` (an update's: its
+        model's)."""
         h = row_hashes(data, scheme)
         total = int(h.sum(dtype=np.uint64)) & _MASK  # uint64 sums wrap: mod 2^64
         c = coarse_hashes(data)
@@ -342,7 +352,8 @@ class Fingerprint:
         )
 
     def distinct_rows(self) -> float:
-        """Estimated number of distinct fitting rows (k minimum values, Bar-Yossef et al. 2002)."""
+        """Estimated number of distinct fitting rows (k minimum values, Bar-Yossef et al.
+        2002)."""
         if len(self.sketch) < SKETCH_SIZE:
             return float(len(self.sketch))
         return (SKETCH_SIZE - 1) / ((self.sketch[-1] + 1) / 2.0**64)
@@ -356,14 +367,17 @@ class Fingerprint:
     def containment(self, data: TopLabelData) -> tuple[bool, float]:
         """(same rows, estimated share of the fitting rows that occur in ``data``).
 
-        ``same rows``: ``data`` holds exactly the fitting rows (any order). ``data`` is hashed
-        by this fingerprint's scheme. The share counts what recurs beyond chance: where rows'
-        values recur across samples (a forest's votes, a few score levels), honest data hold many
-        of the fitting rows' values; :func:`_chance` measures that recurrence inside ``data``
-        and only an excess sure to 3 standard errors counts (the rescaled excess).
+        ``same rows``: ``data`` holds exactly the fitting rows (any order). ``data`` is
+        hashed by this fingerprint's scheme. The share counts what recurs beyond chance:
+        where rows' values recur across samples (a forest's votes, a few score levels),
+        honest data hold many of the fitting rows' values; :func:`_chance` measures that
+        recurrence inside ``data`` and only an excess sure to 3 standard errors counts (the
+        rescaled excess).
         """
         h = row_hashes(data, self.scheme)
-        same = data.n_rows == self.n_rows and (int(h.sum(dtype=np.uint64)) & _MASK) == self.total
+        same = (
+            data.n_rows == self.n_rows and (int(h.sum(dtype=np.uint64)) & _MASK) == self.total
+        )
         if not self.sketch:
             return same, 0.0
         found = float(np.isin(np.array(self.sketch, dtype=np.uint64), h).mean())
@@ -380,46 +394,50 @@ class Fingerprint:
         """How much of ``data`` the fitting rows are (:class:`Overlap`)."""
         same, of_fit = self.containment(data)
         if self.distinct_rows() < 0.5 * self.n_rows:
-            of_fit = 0.0  # rows mostly repeated (binned counts): a shared row is no shared sample
+            # rows mostly repeated (binned counts): a shared row is no shared sample
+            of_fit = 0.0
         of_data = 0.0
         c = coarse_hashes(data)
         if self.coarse and c.size and self.distinct_coarse() >= 0.5 * self.n_coarse:
-            # the coarse keys judge (a bit-identical row has the same key), where they tell the
-            # fitting rows apart (not on a few discrete scores, where many samples share a key)
+            # the coarse keys judge (a bit-identical row has the same key), where they tell
+            # the fitting rows apart (not on a few discrete scores, where many samples share
+            # a key)
             keys = np.array(self.coarse, dtype=np.uint64)
 
             def found(shifts):
                 near = np.concatenate([coarse_hashes(data, d) for d in shifts])
                 return float(np.isin(keys, near).mean())
 
-            # a fitting row's key found within COARSE_REACH steps (a re-encoded row, or chance),
-            # and the chance alone: found as many steps further away, where no re-encoding moves
-            # a score
+            # a fitting row's key found within COARSE_REACH steps (a re-encoded row, or
+            # chance), and the chance alone: found as many steps further away, where no
+            # re-encoding moves a score
             reach = np.arange(-COARSE_REACH, COARSE_REACH + 1)
             near, chance = found(reach), found(reach + 4 * COARSE_REACH + 2)
-            # counted where the excess is sure (3 standard errors) and the keys still tell rows
-            # apart (chance below one half; near 1 every key recurs and the sketch says nothing)
+            # counted where the excess is sure (3 standard errors) and the keys still tell
+            # rows apart (chance below one half; near 1 every key recurs and the sketch says
+            # nothing)
             se = np.sqrt((near * (1 - near) + chance * (1 - chance)) / keys.size)
             if chance < 0.5 and near - chance > 3 * se:
                 # the fitting rows' keys found, over the data's distinct keys: a part of the
-                # fitting rows repeated counts as all fitting rows, not as its share of c.size
+                # fitting rows repeated counts as all fitting rows, not as its share of
+                # c.size
                 of_data = (near - chance) / (1.0 - chance) * self.n_coarse / np.unique(c).size
         elif data.n_rows and not data.is_binned:  # (a binned row is a bin's counts, no sample)
             # no coarse keys that tell rows apart (binned rows, scores that are not
-            # probabilities, a few discrete scores, older files): the fitting rows found bit for
-            # bit, over the data's rows. Not where telling coarse keys exist: rows saturated at
-            # one score repeat bit for bit across samples
+            # probabilities, a few discrete scores, older files): the fitting rows found bit
+            # for bit, over the data's rows. Not where telling coarse keys exist: rows
+            # saturated at one score repeat bit for bit across samples
             of_data = of_fit * self.distinct_rows() / data.n_rows
         return Overlap(same, of_fit, 1.0 if same else min(of_data, 1.0))
 
     def shared(self, other: "Fingerprint") -> float:
-        """Estimated share of ``other``'s rows that are rows of this fingerprint, bit for bit, from
-        the two sketches alone (an update that arrives as statistics: streamed, Dask, an
-        :class:`~topcal.evidence.core.Evidence`). The bottom-k sketch of the union holds every
-        hash of either set below its largest; those in both sketches estimate the sets' Jaccard
-        index J, and J x the union's distinct rows their common rows. 0 where the schemes differ
-        or either set's rows mostly repeat (binned counts, a few discrete scores: a shared row is
-        no shared sample there)."""
+        """Estimated share of ``other``'s rows that are rows of this fingerprint, bit for
+        bit, from the two sketches alone (an update that arrives as statistics: streamed,
+        Dask, an :class:`~topcal.evidence.core.Evidence`). The bottom-k sketch of the union
+        holds every hash of either set below its largest; those in both sketches estimate
+        the sets' Jaccard index J, and J x the union's distinct rows their common rows. 0
+        where the schemes differ or either set's rows mostly repeat (binned counts, a few
+        discrete scores: a shared row is no shared sample there)."""
         if (
             other.scheme != self.scheme
             or not self.sketch
@@ -455,7 +473,8 @@ class Fingerprint:
     def from_dict(cls, d: dict) -> "Fingerprint":
         n = int(d["n_rows"])
         sketch = tuple(int(v, 16) for v in d["sketch"])
-        coarse = tuple(int(v, 16) for v in d.get("coarse", []))  # files before coarse keys: none
+        # files before coarse keys: none
+        coarse = tuple(int(v, 16) for v in d.get("coarse", []))
         n_coarse = int(d.get("n_coarse", 0))
         scheme = d.get("scheme", 1)  # files before schemes: 1
         if (

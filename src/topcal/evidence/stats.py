@@ -1,52 +1,45 @@
 """Mergeable sufficient statistics: :class:`ScoreStats`.
 
-Every per-class score method (``hist``, the ``cum`` and ``kde`` families,
-``conf1``, the binary temperature variants ``bts``/``btswa``, and ``auto``
-over them) needs, per predicted class, only how many true and false
-positives fall at each score. :class:`ScoreStats` holds exactly that, as
-sparse counts on a fixed grid, and counts add up: across chunks of a file,
-partitions of a Dask DataFrame, and time (:meth:`topcal.calibrators.base.Calibrator.update`).
+Every per-class score method (``hist``, the ``cum`` and ``kde`` families, ``conf1``, the
+binary temperature variants ``bts``/``btswa``, and ``auto`` over them) needs, per predicted
+class, only how many true and false positives fall at each score. :class:`ScoreStats` holds
+exactly that, as sparse counts on a fixed grid, and counts add up: across chunks of a file,
+partitions of a Dask DataFrame, and time
+(:meth:`topcal.calibrators.base.Calibrator.update`).
 
 The grid
 --------
-Per-sample scores are counted on ``n_cells`` equal cells of the declared
-score range, (lo + j h, lo + (j + 1) h] with h = (hi - lo) / n_cells, left
-open like the histogram's bins (a score equal to lo goes to cell 0). Binned
-input (e.g. the PhANNs counts) keeps its own bins: their counts are already
-the statistics. A statistic is a row (class, bin lo, bin hi, TP, FP); rows
-with the same class and bin merge by adding their counts; rows are kept in
-one canonical order (class, bin), so any split of the same data, merged in
-any order, gives the same statistics bit for bit (integer counts below 2^53
-add exactly in float64).
+Per-sample scores are counted on ``n_cells`` equal cells of the declared score range, (lo +
+j h, lo + (j + 1) h] with h = (hi - lo) / n_cells, left open like the histogram's bins (a
+score equal to lo goes to cell 0). Binned input (e.g. the PhANNs counts) keeps its own bins:
+their counts are already the statistics. A statistic is a row (class, bin lo, bin hi, TP,
+FP); rows with the same class and bin merge by adding their counts; rows are kept in one
+canonical order (class, bin), so any split of the same data, merged in any order, gives the
+same statistics bit for bit (integer counts below 2^53 add exactly in float64).
 
 Exact scores
 ------------
-A class with few distinct per-sample scores (at most :data:`EXACT_SCORES`:
-random forests, k-NN, rounded outputs) keeps them exactly: one row per
-distinct score s, with lo = hi = s (a *point* row), instead of cells. A merge
-keeps a class's point rows while the union of its distinct scores stays
-within the limit and no part holds the class on the grid; otherwise every
-point row of the class moves to its cell (the row ``from_data`` would have
-given), so the result still depends only on the union of the data, not on
-the split or the order. Statistics made only of point rows describe the
-samples themselves (:meth:`ScoreStats.to_data` gives per-sample rows
-weighted by their counts), so a fit from them, and an ``update``, is the fit
-on the raw scores: bit for bit for the methods whose fit sums integer
-counts (``hist``, ``cum``, ``conf1``, ...; tested), to the last bits of a sum
+A class with few distinct per-sample scores (at most :data:`EXACT_SCORES`: random forests,
+k-NN, rounded outputs) keeps them exactly: one row per distinct score s, with lo = hi = s (a
+*point* row), instead of cells. A merge keeps a class's point rows while the union of its
+distinct scores stays within the limit and no part holds the class on the grid; otherwise
+every point row of the class moves to its cell (the row ``from_data`` would have given), so
+the result still depends only on the union of the data, not on the split or the order.
+Statistics made only of point rows describe the samples themselves
+(:meth:`ScoreStats.to_data` gives per-sample rows weighted by their counts), so a fit from
+them, and an ``update``, is the fit on the raw scores: bit for bit for the methods whose fit
+sums integer counts (``hist``, ``cum``, ``conf1``, ...; tested), to the last bits of a sum
 for the others.
 
 Fitting from statistics is fitting the binned data they describe
-(:meth:`ScoreStats.to_data`): a score on the grid is represented by its cell
-(midpoint for the score, edges for the support), so against a fit on the raw
-scores a score moves by at most h / 2 (1.2e-4 of the range with the default
-4096 cells); this approximation remains for classes with many distinct
-scores. Only empty cells are left out, so the size is bounded by
-``K * max(n_cells, EXACT_SCORES)`` rows (5 numbers each), whatever the number
-of samples.
+(:meth:`ScoreStats.to_data`): a score on the grid is represented by its cell (midpoint for
+the score, edges for the support), so against a fit on the raw scores a score moves by at
+most h / 2 (1.2e-4 of the range with the default 4096 cells); this approximation remains for
+classes with many distinct scores. Only empty cells are left out, so the size is bounded by
+``K * max(n_cells, EXACT_SCORES)`` rows (5 numbers each), whatever the number of samples.
 
-What is not here: the full score vector Y(X) that ``sts``, ``csts``,
-``tswa`` and ``cstswa`` recalibrate has no finite summary on a score grid;
-those methods are fitted in memory.
+What is not here: the full score vector Y(X) that ``sts``, ``csts``, ``tswa`` and ``cstswa``
+recalibrate has no finite summary on a score grid; those methods are fitted in memory.
 """
 
 from __future__ import annotations
@@ -61,14 +54,14 @@ from ..errors import DataError
 
 __all__ = ["ScoreStats", "DEFAULT_CELLS", "EXACT_SCORES"]
 
-#: Cells of the default grid over the declared score range (2^12: a score
-#: moves by at most 1.2e-4 of the range; the kde binned engine uses 4097
-#: points over each class's support, the same order of resolution).
+#: Cells of the default grid over the declared score range (2^12: a score moves by at most
+#: 1.2e-4 of the range; the kde binned engine uses 4097 points over each class's support,
+#: the same order of resolution).
 DEFAULT_CELLS = 4096
 
-#: A class with at most this many distinct per-sample scores keeps them exactly (point rows, lo ==
-#: hi):
-#: a random forest of 100 trees gives 101 values, k-NN k + 1, scores rounded to 0.01 101.
+#: A class with at most this many distinct per-sample scores keeps them exactly (point rows,
+#: lo == hi): a random forest of 100 trees gives 101 values, k-NN k + 1, scores rounded to
+#: 0.01 101.
 EXACT_SCORES = 256
 
 #: Largest grid accepted (keeps a model's statistics below ~K * 1M rows).
@@ -158,8 +151,8 @@ class ScoreStats:
         exact = _exact_classes(data, grid)
         if not exact.any():
             return grid
-        # classes with few distinct scores: those scores themselves (point rows) instead of their
-        # cells
+        # classes with few distinct scores: those scores themselves (point rows) instead of
+        # their cells
         keep = exact[data.pred]
         point = cls(
             data.classes,
@@ -190,8 +183,8 @@ class ScoreStats:
 
     @classmethod
     def _grid_counts(cls, data: TopLabelData, n_cells: int) -> "ScoreStats":
-        """Per-sample rows counted on the grid: one counting pass over (class, cell) keys, in
-        canonical order."""
+        """Per-sample rows counted on the grid: one counting pass over (class, cell) keys,
+        in canonical order."""
         K = data.n_classes
         key = data.pred * n_cells + cell_index(data.score, data.score_range, n_cells)
         if K * n_cells <= 4 * key.size:  # dense counting: one pass, no sort
@@ -219,7 +212,15 @@ class ScoreStats:
         """Statistics of no data (the start of an accumulation)."""
         z = np.zeros(0)
         return cls(
-            classes, score_range, n_cells, np.zeros(0, dtype=np.int64), z, z, z, z, canonical=True
+            classes,
+            score_range,
+            n_cells,
+            np.zeros(0, dtype=np.int64),
+            z,
+            z,
+            z,
+            z,
+            canonical=True,
         )
 
     # ---------------------------------------------------------------- merge
@@ -231,15 +232,13 @@ class ScoreStats:
         if other.classes != self.classes:
             raise DataError(
                 f"cannot merge statistics of classes {preview(other.classes)} into "
-                f"{preview(self.classes)}; "
-                "read the new data with the same classes (same probability columns, or "
-                "classes=[...])"
+                f"{preview(self.classes)}; read the new data with the same classes (same "
+                "probability columns, or classes=[...])"
             )
         if other.score_range != self.score_range:
             raise DataError(
                 f"cannot merge statistics on score range {other.score_range} into "
-                f"{self.score_range}; "
-                "declare the same score range"
+                f"{self.score_range}; declare the same score range"
             )
         if other.n_cells != self.n_cells:
             raise DataError(
@@ -262,14 +261,15 @@ class ScoreStats:
         for p in parts[1:]:
             first._check_mergeable(p)
         cat = [
-            np.concatenate([getattr(p, a) for p in parts]) for a in ("cls", "lo", "hi", "tp", "fp")
+            np.concatenate([getattr(p, a) for p in parts])
+            for a in ("cls", "lo", "hi", "tp", "fp")
         ]
         merged = ScoreStats(first.classes, first.score_range, first.n_cells, *cat)
         return merged._point_rows_to_grid()
 
     def _point_rows_to_grid(self) -> "ScoreStats":
-        """Move the point rows of every class that has a bin, or too many distinct scores, to their
-        cells."""
+        """Move the point rows of every class that has a bin, or too many distinct scores,
+        to their cells."""
         point = self.lo == self.hi
         if not point.any():
             return self
@@ -289,8 +289,8 @@ class ScoreStats:
 
     @property
     def exact(self) -> bool:
-        """True when every row is a point row: the statistics are the samples' own scores, not
-        cells."""
+        """True when every row is a point row: the statistics are the samples' own scores,
+        not cells."""
         return bool(self.cls.size) and bool(np.all(self.lo == self.hi))
 
     # ---------------------------------------------------------------- query
@@ -340,18 +340,17 @@ class ScoreStats:
     def __repr__(self) -> str:
         return (
             f"ScoreStats(classes={len(self.classes)}, rows={self.n_rows}, "
-            f"samples={self.n_samples:g}, "
-            f"score_range={self.score_range}, n_cells={self.n_cells})"
+            f"samples={self.n_samples:g}, score_range={self.score_range}, "
+            f"n_cells={self.n_cells})"
         )
 
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
         """JSON-ready dict (classes and score range are the model's).
 
-        Rows on the grid are stored by cell index (``cell``); other rows
-        (bins of binned input, and point rows: exact scores, lo == hi) have
-        ``cell`` -1 and their edges in ``lo`` and ``hi``, in order. Integral
-        counts are written as integers.
+        Rows on the grid are stored by cell index (``cell``); other rows (bins of binned
+        input, and point rows: exact scores, lo == hi) have ``cell`` -1 and their edges in
+        ``lo`` and ``hi``, in order. Integral counts are written as integers.
         """
         j = cell_index(0.5 * (self.lo + self.hi), self.score_range, self.n_cells)
         a, b = cell_edges(j, self.score_range, self.n_cells)
@@ -371,7 +370,9 @@ class ScoreStats:
         cls, d: dict, classes: Sequence[str], score_range: tuple[float, float]
     ) -> "ScoreStats":
         """Rebuild from :meth:`to_dict` output (raises ValueError when malformed)."""
-        n_cells = _check_cells(d["n_cells"]) if isinstance(d["n_cells"], int) else _check_cells(-1)
+        n_cells = (
+            _check_cells(d["n_cells"]) if isinstance(d["n_cells"], int) else _check_cells(-1)
+        )
         c = np.asarray(d["class"], dtype=np.int64)
         j = np.asarray(d["cell"], dtype=np.int64)
         tp, fp = (np.asarray(d[k], dtype=np.float64) for k in ("tp", "fp"))
@@ -408,11 +409,12 @@ class ScoreStats:
 
 
 def _exact_classes(data: TopLabelData, grid: ScoreStats) -> np.ndarray:
-    """Per class: whether its per-sample scores are few enough (:data:`EXACT_SCORES`) to keep
-    exactly.
+    """Per class: whether its per-sample scores are few enough (:data:`EXACT_SCORES`) to
+    keep exactly.
 
-    A class on more than EXACT_SCORES cells has more distinct scores than that: only the others are
-    counted (one sort of their rows, none at all for continuous scores on many cells).
+    A class on more than EXACT_SCORES cells has more distinct scores than that: only the
+    others are counted (one sort of their rows, none at all for continuous scores on many
+    cells).
     """
     K = data.n_classes
     cand = np.bincount(grid.cls, minlength=K) <= EXACT_SCORES
@@ -451,14 +453,14 @@ def cell_edges(j: np.ndarray, score_range, n_cells: int) -> tuple[np.ndarray, np
 
 
 def bin_midpoints(lo: np.ndarray, hi: np.ndarray, score_range) -> np.ndarray:
-    """The score a fit from statistics gives the rows of bins (lo, hi]: their midpoint, inside the
-    range."""
+    """The score a fit from statistics gives the rows of bins (lo, hi]: their midpoint,
+    inside the range."""
     return np.clip(0.5 * (lo + hi), score_range[0], score_range[1])
 
 
 def cell_midpoints(j: np.ndarray, score_range, n_cells: int) -> np.ndarray:
-    """:func:`bin_midpoints` of cells ``j``: where a per-sample score in cell j sits in a fit from
-    statistics."""
+    """:func:`bin_midpoints` of cells ``j``: where a per-sample score in cell j sits in a
+    fit from statistics."""
     return bin_midpoints(*cell_edges(j, score_range, n_cells), score_range)
 
 

@@ -1,9 +1,8 @@
 """The paper's experiments (needs the ``experiments`` extra: torch, tqdm).
 
-:mod:`~topcal.experiments.ensembles` reproduces the appendix "MNIST Training
-Details": MLP ensembles on MNIST-format data with two test sets and medians
-over many ensembles (``topcal experiment ensembles``). Importing this package
-does not import torch; training does.
+:mod:`~topcal.experiments.ensembles` reproduces the appendix "MNIST Training Details": MLP
+ensembles on MNIST-format data with two test sets and medians over many ensembles (``topcal
+experiment ensembles``). Importing this package does not import torch; training does.
 """
 
 from .ensembles import (

@@ -36,24 +36,20 @@ def add_commands(sub) -> None:
         "ensembles",
         help="MLP ensembles on MNIST-format data, two test sets, medians over many ensembles",
         description=(
-            "The paper's appendix experiment: train M 784-300-100-10 MLPs, draw E ensembles of 10, "
-            "fit every "
-            "method on test set 1 of each ensemble and report median NLL/ECE1/ECE2 on test sets 1 "
-            "and 2. "
-            f"Defaults: --regime under = {u['steps']} steps in {u['precision']}, "
-            f"M={u['n_networks']}, "
-            f"E={u['n_ensembles']}; --regime over = {o['steps']} steps in {o['precision']}, "
-            f"M={o['n_networks']}, "
-            f"E={o['n_ensembles']}. "
-            "The paper's scale: --networks 1000 --ensembles 1000."
+            "The paper's appendix experiment: train M 784-300-100-10 MLPs, draw E "
+            "ensembles of 10, fit every method on test set 1 of each ensemble and report "
+            "median NLL/ECE1/ECE2 on test sets 1 and 2. Defaults: --regime under = "
+            f"{u['steps']} steps in {u['precision']}, M={u['n_networks']}, "
+            f"E={u['n_ensembles']}; --regime over = {o['steps']} steps in "
+            f"{o['precision']}, M={o['n_networks']}, E={o['n_ensembles']}. The paper's "
+            "scale: --networks 1000 --ensembles 1000."
         ),
     )
     e.add_argument(
         "--data-dir",
         default=DEFAULT_DATA_DIR,
         help=f"directory with the four MNIST-format IDX files, gzipped or not (default: "
-        f"{DEFAULT_DATA_DIR}, "
-        "Fashion-MNIST from Debian's dataset-fashion-mnist)",
+        f"{DEFAULT_DATA_DIR}, Fashion-MNIST from Debian's dataset-fashion-mnist)",
     )
     e.add_argument(
         "--regime",
@@ -79,9 +75,8 @@ def add_commands(sub) -> None:
         "--precision",
         choices=["float32", "bfloat16"],
         help="training matmuls in float32 or bfloat16 autocast (several times faster on CPUs with "
-        "AMX, "
-        "slower on CPUs without bfloat16 units; weights, Adam and test-set outputs stay float32) "
-        "(default: by regime: under float32, over bfloat16)",
+        "AMX, slower on CPUs without bfloat16 units; weights, Adam and test-set outputs "
+        "stay float32) (default: by regime: under float32, over bfloat16)",
     )
     e.add_argument(
         "--test1-size",
@@ -112,10 +107,16 @@ def add_commands(sub) -> None:
         help="ensemble rule: 'product' = softmax of the summed log outputs (the paper's), "
         "'geometric' = softmax of their mean (normalised geometric mean) (default: product)",
     )
-    e.add_argument("-o", "--out", help="output directory (default: ./topcal-experiment-<regime>)")
-    e.add_argument("--cache-dir", help=f"network output cache (default: {default_cache_dir()})")
     e.add_argument(
-        "--device", default="auto", help="auto (GPU when present), cpu or cuda[:N] (default: auto)"
+        "-o", "--out", help="output directory (default: ./topcal-experiment-<regime>)"
+    )
+    e.add_argument(
+        "--cache-dir", help=f"network output cache (default: {default_cache_dir()})"
+    )
+    e.add_argument(
+        "--device",
+        default="auto",
+        help="auto (GPU when present), cpu or cuda[:N] (default: auto)",
     )
     e.add_argument(
         "--threads",

@@ -1,24 +1,23 @@
 """The paper's ensemble experiment (appendix "MNIST Training Details").
 
-1. Split the official training images into a training set and test set 1
-   (seeded); the official test images are test set 2.
-2. Train M networks (:mod:`topcal.experiments.mlp`) and cache each network's
-   log-softmax outputs on both test sets (:class:`~topcal.experiments.networks.NetworkCache`), so an
+1. Split the official training images into a training set and test set 1 (seeded); the
+   official test images are test set 2.
+2. Train M networks (:mod:`topcal.experiments.mlp`) and cache each network's log-softmax
+   outputs on both test sets (:class:`~topcal.experiments.networks.NetworkCache`), so an
    interrupted run resumes and later analyses reuse them.
-3. Draw E ensembles of ``ensemble_size`` distinct networks; an ensemble's
-   output is the softmax of its members' summed log-softmax outputs
-   (:func:`combine_log_probs`).
-4. For each ensemble, fit every method on test set 1 (each method tunes its
-   own bandwidths, temperatures, awards or cut-offs there), evaluate NLL,
-   ECE1 and ECE2 on test set 1 and test set 2.
+3. Draw E ensembles of ``ensemble_size`` distinct networks; an ensemble's output is the
+   softmax of its members' summed log-softmax outputs (:func:`combine_log_probs`).
+4. For each ensemble, fit every method on test set 1 (each method tunes its own bandwidths,
+   temperatures, awards or cut-offs there), evaluate NLL, ECE1 and ECE2 on test set 1 and
+   test set 2.
 5. Report medians and quartiles over ensembles per class and method
    (:mod:`topcal.experiments.run`: :func:`~topcal.experiments.run.summarize`,
    :func:`~topcal.experiments.run.write_outputs`,
    :func:`~topcal.experiments.run.run_experiment`).
 
-This module holds the configuration, the ensemble draw and combination and
-the evaluation (steps 1, 3, 4); the network cache and outputs (step 2) are
-in :mod:`topcal.experiments.networks`.
+This module holds the configuration, the ensemble draw and combination and the evaluation
+(steps 1, 3, 4); the network cache and outputs (step 2) are in
+:mod:`topcal.experiments.networks`.
 """
 
 from __future__ import annotations
@@ -45,11 +44,10 @@ __all__ = [
     "class_counts",
 ]
 
-#: The paper's two training regimes and this project's defaults for them.
-#: ``steps`` are the paper's; ``n_networks``/``n_ensembles`` are sized for a
-#: 2-core machine (the paper: 1,000 networks, 1,000 ensembles). The
-#: over-trained networks train with bfloat16 matrix products by default: 25x
-#: more steps would otherwise take hours on two cores (see TrainConfig).
+#: The paper's two training regimes and this project's defaults for them. ``steps`` are the
+#: paper's; ``n_networks``/``n_ensembles`` are sized for a 2-core machine (the paper: 1,000
+#: networks, 1,000 ensembles). The over-trained networks train with bfloat16 matrix products
+#: by default: 25x more steps would otherwise take hours on two cores (see TrainConfig).
 REGIMES = {
     "under": {"steps": 400, "precision": "float32", "n_networks": 40, "n_ensembles": 200},
     "over": {"steps": 10_000, "precision": "bfloat16", "n_networks": 12, "n_ensembles": 50},
@@ -58,8 +56,8 @@ REGIMES = {
 #: Metrics reported for every method, in the order of the result arrays.
 METRICS = ("nll", "ece1", "ece2")
 
-#: A true positive with a top score below this counts as "low-score" in the
-#: fully-trained check (the paper: "only four TP scores less than 0.99").
+#: A true positive with a top score below this counts as "low-score" in the fully-trained
+#: check (the paper: "only four TP scores less than 0.99").
 LOW_SCORE = 0.99
 
 
@@ -72,8 +70,8 @@ class ExperimentConfig:
     data_dir : str
         Directory with the four MNIST-format IDX files.
     regime : {"under", "over"}
-        Label of the run; sets the defaults of ``steps``, ``n_networks`` and
-        ``n_ensembles`` in :meth:`for_regime`.
+        Label of the run; sets the defaults of ``steps``, ``n_networks`` and ``n_ensembles``
+        in :meth:`for_regime`.
     n_networks : int
         M, the number of trained networks.
     n_ensembles : int
@@ -108,11 +106,13 @@ class ExperimentConfig:
     combine: str = "product"
 
     @classmethod
-    def for_regime(cls, data_dir: str, regime: str = "under", **overrides) -> "ExperimentConfig":
+    def for_regime(
+        cls, data_dir: str, regime: str = "under", **overrides
+    ) -> "ExperimentConfig":
         """Config with the regime's defaults; ``overrides`` that are None are ignored.
 
-        ``steps``, ``batch_size``, ``lr``, ``hidden`` and ``precision`` go to
-        the TrainConfig.
+        ``steps``, ``batch_size``, ``lr``, ``hidden`` and ``precision`` go to the
+        TrainConfig.
         """
         if regime not in REGIMES:
             raise ParameterError(f"regime must be one of {list(REGIMES)}, got {regime!r}")
@@ -135,16 +135,16 @@ class ExperimentConfig:
                 raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
         if self.ensemble_size > self.n_networks:
             raise ParameterError(
-                f"ensemble_size ({self.ensemble_size}) is larger than the number of networks "
-                f"({self.n_networks}); train more networks (--networks) or use smaller ensembles"
+                f"ensemble_size ({self.ensemble_size}) is larger than the number of "
+                f"networks ({self.n_networks}); train more networks (--networks) or use "
+                "smaller ensembles"
             )
         n_comb = math.comb(self.n_networks, self.ensemble_size)
         if self.n_ensembles > n_comb:
             raise ParameterError(
                 f"only {n_comb} distinct ensembles of {self.ensemble_size} exist among "
-                f"{self.n_networks} "
-                f"networks, but {self.n_ensembles} were asked for; lower --ensembles or train more "
-                f"networks"
+                f"{self.n_networks} networks, but {self.n_ensembles} were asked for; lower "
+                "--ensembles or train more networks"
             )
         if self.train_size is not None and self.train_size < 1:
             raise ParameterError(f"train_size must be >= 1 or None, got {self.train_size!r}")
@@ -182,36 +182,36 @@ COMBINE_RULES = ("product", "geometric")
 def combine_log_probs(member_log_probs, rule: str = "product") -> np.ndarray:
     """Ensemble log-probabilities: log softmax(sum_i log p_i) (or of the mean).
 
-    The paper's "softmax of their summed log outputs":
-    softmax(sum_i log p_i)_k = prod_i p_ik / sum_j prod_i p_ij, the
-    members' probabilities multiplied and renormalised (a product of
-    experts). Note that this is *not* the normalised geometric mean
-    softmax(mean_i log p_i): it is that mean's logits times n, i.e. the
-    geometric mean at temperature 1/n, so ten agreeing members give a much
-    sharper (more over-confident) top score than any one of them.
-    ``rule="geometric"`` gives the normalised geometric mean
-    softmax(mean_i log p_i) instead, whose top scores stay on the members'
-    scale. Both rules predict the same class.
+    The paper's "softmax of their summed log outputs": softmax(sum_i log p_i)_k = prod_i
+    p_ik / sum_j prod_i p_ij, the members' probabilities multiplied and renormalised (a
+    product of experts). Note that this is *not* the normalised geometric mean
+    softmax(mean_i log p_i): it is that mean's logits times n, i.e. the geometric mean at
+    temperature 1/n, so ten agreeing members give a much sharper (more over-confident) top
+    score than any one of them. ``rule="geometric"`` gives the normalised geometric mean
+    softmax(mean_i log p_i) instead, whose top scores stay on the members' scale. Both rules
+    predict the same class.
 
     Parameters
     ----------
     member_log_probs : array-like of shape (n_members, n_samples, K)
     rule : {"product", "geometric"}, default "product"
-        "product": the paper's softmax of the summed log outputs;
-        "geometric": softmax of their mean.
+        "product": the paper's softmax of the summed log outputs; "geometric": softmax of
+        their mean.
 
     Returns
     -------
     ndarray of float64, shape (n_samples, K)
-        Normalised log-probabilities (valid logits for
-        :meth:`TopLabelData.from_logits`).
+        Normalised log-probabilities (valid logits for :meth:`TopLabelData.from_logits`).
     """
     if rule not in COMBINE_RULES:
-        raise ParameterError(f"combination rule must be one of {list(COMBINE_RULES)}, got {rule!r}")
+        raise ParameterError(
+            f"combination rule must be one of {list(COMBINE_RULES)}, got {rule!r}"
+        )
     z = np.asarray(member_log_probs, dtype=np.float64)
     if z.ndim != 3:
         raise DataError(
-            f"member log-probabilities must have shape (members, samples, classes), got {z.shape}"
+            "member log-probabilities must have shape (members, samples, classes), got "
+            f"{z.shape}"
         )
     s = z.sum(axis=0) if rule == "product" else z.mean(axis=0)
     mx = s.max(axis=1, keepdims=True)
@@ -229,8 +229,8 @@ def draw_ensembles(n_networks: int, n_ensembles: int, size: int, seed) -> np.nda
     total = math.comb(n_networks, size)
     if size > n_networks or n_ensembles > total:
         raise ParameterError(
-            f"cannot draw {n_ensembles} distinct ensembles of {size} from {n_networks} networks "
-            f"({total} exist)"
+            f"cannot draw {n_ensembles} distinct ensembles of {size} from {n_networks} "
+            f"networks ({total} exist)"
         )
     rng = np.random.default_rng(seed)
     if total <= 100_000:
@@ -258,20 +258,20 @@ class EnsembleResults:
     Attributes
     ----------
     values : ndarray of shape (E, n_methods, 2, 3, K + 1)
-        ``values[e, j, s, q, k]``: ensemble e, method j, test set s (0 =
-        set 1, 1 = set 2), metric q (:data:`METRICS`), class k (index K =
-        overall). NaN where a method failed on an ensemble.
+        ``values[e, j, s, q, k]``: ensemble e, method j, test set s (0 = set 1, 1 = set 2),
+        metric q (:data:`METRICS`), class k (index K = overall). NaN where a method failed
+        on an ensemble.
     methods : tuple of str
     classes : tuple of str
     ensembles : ndarray of int64, shape (E, size)
     accuracy : ndarray of shape (E, 2)
         Each ensemble's accuracy on test set 1 and 2.
     counts : ndarray of shape (E, 2, 4, K)
-        Per ensemble, test set and class: TP, FP, low-score TP and
-        low-score FP counts (top score < :data:`LOW_SCORE`).
+        Per ensemble, test set and class: TP, FP, low-score TP and low-score FP counts (top
+        score < :data:`LOW_SCORE`).
     failures : dict
-        Method name -> number of ensembles on which it raised a TopcalError
-        (with the first message).
+        Method name -> number of ensembles on which it raised a TopcalError (with the first
+        message).
     seconds : float
         Wall time of the evaluation.
     """
@@ -287,7 +287,8 @@ class EnsembleResults:
 
 
 def class_counts(data) -> np.ndarray:
-    """Per predicted class: TP, FP, TP with score < 0.99 and FP with score < 0.99; shape (4, K)."""
+    """Per predicted class: TP, FP, TP with score < 0.99 and FP with score < 0.99; shape (4,
+    K)."""
     k = data.n_classes
     low = data.score < LOW_SCORE
     return np.stack(
@@ -310,11 +311,15 @@ def _evaluate_one(outputs, members, methods, n_bins, failures, rule):
     vals = np.full((len(methods), 2, len(METRICS), k + 1), np.nan)
     for j, name in enumerate(methods):
         try:
-            # tiny classes of one ensemble among hundreds: their warnings are dropped (the class
-            # counts are reported)
-            model = fit_quietly(paper_calibrator(name), sets[0], collect=DegenerateClassWarning)
+            # tiny classes of one ensemble among hundreds: their warnings are dropped (the
+            # class counts are reported)
+            model = fit_quietly(
+                paper_calibrator(name), sets[0], collect=DegenerateClassWarning
+            )
             for s, d in enumerate(sets):
-                for q, m in enumerate(bundle(d, model.predict(d), n_bins=n_bins, names=METRICS)):
+                for q, m in enumerate(
+                    bundle(d, model.predict(d), n_bins=n_bins, names=METRICS)
+                ):
                     vals[j, s, q, :k] = m.per_class
                     vals[j, s, q, k] = m.overall
         except TopcalError as exc:
@@ -360,7 +365,8 @@ def evaluate_ensembles(
     ens = np.asarray(ensembles, dtype=np.int64)
     if ens.ndim != 2 or ens.size == 0 or ens.min() < 0 or ens.max() >= outputs.n_networks:
         raise ParameterError(
-            f"ensembles must be a (E, size) array of network indices below {outputs.n_networks}"
+            "ensembles must be a (E, size) array of network indices below "
+            f"{outputs.n_networks}"
         )
     it = range(ens.shape[0])
     if progress:

@@ -1,12 +1,11 @@
 """Reading (and writing) MNIST-format IDX files, and the paper's three-way split.
 
-The IDX format (LeCun et al., http://yann.lecun.com/exdb/mnist/) is a 4-byte
-magic number ``0x00 0x00 <type code> <ndim>``, then ``ndim`` big-endian
-uint32 dimension sizes, then the values in row-major order. MNIST and
-Fashion-MNIST ship four such files, usually gzipped:
+The IDX format (LeCun et al., http://yann.lecun.com/exdb/mnist/) is a 4-byte magic number
+``0x00 0x00 <type code> <ndim>``, then ``ndim`` big-endian uint32 dimension sizes, then the
+values in row-major order. MNIST and Fashion-MNIST ship four such files, usually gzipped:
 
-``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``.
+``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
+``t10k-labels-idx1-ubyte``.
 
 Everything here is NumPy only (no torch), so it is cheap to import.
 """
@@ -23,7 +22,14 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["read_idx", "write_idx", "find_idx_file", "MnistData", "load_mnist", "split_train_test1"]
+__all__ = [
+    "read_idx",
+    "write_idx",
+    "find_idx_file",
+    "MnistData",
+    "load_mnist",
+    "split_train_test1",
+]
 
 #: IDX type codes -> big-endian NumPy dtypes (the format's own table).
 _IDX_TYPES: dict[int, np.dtype] = {
@@ -63,20 +69,21 @@ def read_idx(path) -> np.ndarray:
     Returns
     -------
     ndarray
-        Shape given by the file's dimensions, native byte order (uint8 for
-        MNIST images and labels).
+        Shape given by the file's dimensions, native byte order (uint8 for MNIST images and
+        labels).
 
     Raises
     ------
     DataError
-        For an unreadable, truncated or malformed file; the message names the
-        file, what was expected and what was found.
+        For an unreadable, truncated or malformed file; the message names the file, what was
+        expected and what was found.
     """
     path = Path(path)
     raw = _read_bytes(path)
     if len(raw) < 4:
         raise DataError(
-            f"IDX file {str(path)!r} has {len(raw)} bytes; expected at least a 4-byte magic number"
+            f"IDX file {str(path)!r} has {len(raw)} bytes; expected at least a 4-byte "
+            "magic number"
         )
     zero, type_code, ndim = raw[:2], raw[2], raw[3]
     if zero != b"\x00\x00" or type_code not in _IDX_TYPES or ndim == 0:
@@ -96,9 +103,8 @@ def read_idx(path) -> np.ndarray:
     found = len(raw) - header
     if found != expected:
         raise DataError(
-            f"IDX file {str(path)!r} declares shape {tuple(dims)} ({expected} data bytes) but "
-            f"holds "
-            f"{found} data bytes; the file is truncated or not an IDX file"
+            f"IDX file {str(path)!r} declares shape {tuple(dims)} ({expected} data bytes) "
+            f"but holds {found} data bytes; the file is truncated or not an IDX file"
         )
     arr = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
     return arr.astype(dtype.newbyteorder("="), copy=True)
@@ -107,8 +113,8 @@ def read_idx(path) -> np.ndarray:
 def write_idx(path, array, *, compress: bool | None = None) -> Path:
     """Write ``array`` as an IDX file (gzipped when ``compress`` or the name ends in .gz).
 
-    Used by the tests to make synthetic MNIST-format data; handy for any
-    image set one wants to push through the experiment.
+    Used by the tests to make synthetic MNIST-format data; handy for any image set one wants
+    to push through the experiment.
     """
     path = Path(path)
     arr = np.asarray(array)
@@ -116,8 +122,8 @@ def write_idx(path, array, *, compress: bool | None = None) -> Path:
     native = arr.dtype.newbyteorder("=")
     if native not in codes:
         raise ParameterError(
-            f"write_idx: dtype {arr.dtype} has no IDX type code; use uint8, int8, int16, int32, "
-            f"float32 or float64"
+            f"write_idx: dtype {arr.dtype} has no IDX type code; use uint8, int8, int16, "
+            "int32, float32 or float64"
         )
     if arr.ndim == 0 or arr.ndim > 255:
         raise ParameterError(f"write_idx: array must have 1 to 255 dimensions, has {arr.ndim}")
@@ -132,8 +138,8 @@ def write_idx(path, array, *, compress: bool | None = None) -> Path:
 def find_idx_file(data_dir, stem: str) -> Path:
     """The file for ``stem`` (e.g. ``"train-images-idx3-ubyte"``) in ``data_dir``.
 
-    Accepts the plain and gzipped names and the ``train-images.idx3-ubyte``
-    spelling some mirrors use.
+    Accepts the plain and gzipped names and the ``train-images.idx3-ubyte`` spelling some
+    mirrors use.
     """
     d = Path(data_dir)
     alt = stem.replace("-idx", ".idx")
@@ -143,15 +149,14 @@ def find_idx_file(data_dir, stem: str) -> Path:
             return c
     if not d.is_dir():
         raise DataError(
-            f"data directory {str(d)!r} does not exist; pass --data-dir with the four MNIST-format "
-            f"IDX files "
-            "(on Debian: apt-get install dataset-fashion-mnist, files in "
-            "/usr/share/datasets/fashion-mnist)"
+            f"data directory {str(d)!r} does not exist; pass --data-dir with the four "
+            "MNIST-format IDX files (on Debian: apt-get install dataset-fashion-mnist, "
+            "files in /usr/share/datasets/fashion-mnist)"
         )
     raise DataError(
         f"no {stem}[.gz] in {str(d)!r}; the directory must hold train-images-idx3-ubyte, "
-        "train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (gzipped or "
-        "not)"
+        "train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte "
+        "(gzipped or not)"
     )
 
 
@@ -189,28 +194,28 @@ class MnistData:
         return h.hexdigest()[:16]
 
 
-def _check_pair(images: np.ndarray, labels: np.ndarray, img_path: Path, lab_path: Path) -> None:
+def _check_pair(
+    images: np.ndarray, labels: np.ndarray, img_path: Path, lab_path: Path
+) -> None:
     if images.ndim != 3:
         raise DataError(
-            f"IDX file {str(img_path)!r} holds an array of shape {images.shape}; expected images "
-            f"(n, rows, cols)"
+            f"IDX file {str(img_path)!r} holds an array of shape {images.shape}; expected "
+            "images (n, rows, cols)"
         )
     if labels.ndim != 1:
         raise DataError(
-            f"IDX file {str(lab_path)!r} holds an array of shape {labels.shape}; expected labels "
-            f"(n,)"
+            f"IDX file {str(lab_path)!r} holds an array of shape {labels.shape}; expected "
+            "labels (n,)"
         )
     if images.dtype != np.uint8 or labels.dtype != np.uint8:
         raise DataError(
             f"IDX files {str(img_path)!r} / {str(lab_path)!r} hold {images.dtype} / "
-            f"{labels.dtype}; "
-            "expected unsigned bytes (type code 0x08) as in MNIST"
+            f"{labels.dtype}; expected unsigned bytes (type code 0x08) as in MNIST"
         )
     if images.shape[0] != labels.shape[0]:
         raise DataError(
             f"{str(img_path)!r} has {images.shape[0]} images but {str(lab_path)!r} has "
-            f"{labels.shape[0]} labels; "
-            "they must match one for one"
+            f"{labels.shape[0]} labels; they must match one for one"
         )
 
 
@@ -233,10 +238,16 @@ def load_mnist(data_dir) -> MnistData:
     }
     arrays = {k: read_idx(p) for k, p in paths.items()}
     _check_pair(
-        arrays["train_images"], arrays["train_labels"], paths["train_images"], paths["train_labels"]
+        arrays["train_images"],
+        arrays["train_labels"],
+        paths["train_images"],
+        paths["train_labels"],
     )
     _check_pair(
-        arrays["test_images"], arrays["test_labels"], paths["test_images"], paths["test_labels"]
+        arrays["test_images"],
+        arrays["test_labels"],
+        paths["test_images"],
+        paths["test_labels"],
     )
     if arrays["train_images"].shape[1:] != arrays["test_images"].shape[1:]:
         raise DataError(
@@ -249,9 +260,8 @@ def load_mnist(data_dir) -> MnistData:
 def split_train_test1(n_train_total: int, n_test1: int, seed) -> tuple[np.ndarray, np.ndarray]:
     """Seeded split of the official training images into training set and test set 1.
 
-    The paper splits MNIST's 60,000 training images into 50,000 for training
-    and 10,000 for "test set 1"; the official 10,000 test images are "test
-    set 2".
+    The paper splits MNIST's 60,000 training images into 50,000 for training and 10,000 for
+    "test set 1"; the official 10,000 test images are "test set 2".
 
     Parameters
     ----------
@@ -268,8 +278,8 @@ def split_train_test1(n_train_total: int, n_test1: int, seed) -> tuple[np.ndarra
     """
     if not 0 < n_test1 < n_train_total:
         raise ParameterError(
-            f"test set 1 size must be between 1 and {n_train_total - 1} (the training images), got "
-            f"{n_test1}"
+            f"test set 1 size must be between 1 and {n_train_total - 1} (the training "
+            f"images), got {n_test1}"
         )
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n_train_total)

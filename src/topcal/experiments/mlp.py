@@ -152,11 +152,15 @@ def network_seeds(seed: int, indices: Sequence[int]) -> list[tuple[int, int]]:
             .astype(np.int64)
         )
         # two 31-bit halves -> a non-negative 62-bit seed (torch wants < 2**63)
-        out.append((int((st[0] >> 1) << 31 | (st[1] >> 1)), int((st[2] >> 1) << 31 | (st[3] >> 1))))
+        out.append(
+            (int((st[0] >> 1) << 31 | (st[1] >> 1)), int((st[2] >> 1) << 31 | (st[3] >> 1)))
+        )
     return out
 
 
-def init_params(sizes: Sequence[int], init_seeds: Sequence[int], device=None, dtype=None) -> list:
+def init_params(
+    sizes: Sequence[int], init_seeds: Sequence[int], device=None, dtype=None
+) -> list:
     """Stacked initial parameters of M networks: [W1, b1, W2, b2, ...].
 
     ``W_l`` has shape (M, n_in, n_out), ``b_l`` shape (M, 1, n_out). Weights are
@@ -271,7 +275,9 @@ def train_networks(
     bar = None
     if progress:
         desc = progress if isinstance(progress, str) else f"training {m} nets"
-        bar = progress_bar(total=config.steps, initial=start, desc=desc, unit="step", leave=False)
+        bar = progress_bar(
+            total=config.steps, initial=start, desc=desc, unit="step", leave=False
+        )
     last = time.monotonic()
     dev_type = torch.device(device).type if device is not None else "cpu"
     for step in range(start, config.steps):
@@ -330,10 +336,15 @@ def _adam_step(torch, params, opt, gens, x_train, y_train, config, device, dev_t
     idx = torch.stack([torch.randint(n, (bs,), generator=g) for g in gens]).to(device)
     xb = x_train[idx]  # (m, bs, n_in)
     yb = y_train[idx]
-    with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=config.precision == "bfloat16"):
+    with torch.autocast(
+        dev_type, dtype=torch.bfloat16, enabled=config.precision == "bfloat16"
+    ):
         logits = forward(params, xb)
     # sum over networks of each network's mean loss: network i's gradient is its own
-    loss = torch.nn.functional.cross_entropy(logits.float().reshape(m * bs, -1), yb.reshape(-1)) * m
+    loss = (
+        torch.nn.functional.cross_entropy(logits.float().reshape(m * bs, -1), yb.reshape(-1))
+        * m
+    )
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

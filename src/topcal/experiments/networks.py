@@ -1,9 +1,8 @@
 """Step 2 of the ensemble experiment (:mod:`topcal.experiments.ensembles`): the networks.
 
-:class:`NetworkCache` keeps each trained network's log-softmax outputs on
-both test sets on disk (an interrupted run resumes, later analyses reuse
-them); :func:`network_outputs` trains the missing networks
-(:mod:`topcal.experiments.mlp`) and returns :class:`NetworkOutputs`.
+:class:`NetworkCache` keeps each trained network's log-softmax outputs on both test sets on
+disk (an interrupted run resumes, later analyses reuse them); :func:`network_outputs` trains
+the missing networks (:mod:`topcal.experiments.mlp`) and returns :class:`NetworkOutputs`.
 """
 
 from __future__ import annotations
@@ -30,10 +29,10 @@ class NetworkCache:
     """Per-network log-softmax outputs on both test sets, on disk.
 
     One directory per network configuration (named by a hash of
-    :meth:`ExperimentConfig.network_key`), holding ``key.json`` and one
-    ``net_NNNNN.npz`` per network with ``test1`` and ``test2`` (float32,
-    shape (n, K)). Files are written atomically, so a killed run leaves only
-    complete files; the next run trains just the missing networks.
+    :meth:`ExperimentConfig.network_key`), holding ``key.json`` and one ``net_NNNNN.npz``
+    per network with ``test1`` and ``test2`` (float32, shape (n, K)). Files are written
+    atomically, so a killed run leaves only complete files; the next run trains just the
+    missing networks.
     """
 
     def __init__(self, root, key: dict):
@@ -113,7 +112,8 @@ class NetworkOutputs:
         return int(self.log_probs[0].shape[0])
 
     def ensemble_data(self, members: np.ndarray, rule: str = "product"):
-        """The ensemble of networks ``members`` on (test set 1, test set 2), as two TopLabelData."""
+        """The ensemble of networks ``members`` on (test set 1, test set 2), as two
+        TopLabelData."""
         from ..data import TopLabelData
 
         return tuple(
@@ -139,8 +139,8 @@ def _prepare(data: MnistData, cfg: ExperimentConfig):
     if cfg.train_size is not None:
         if cfg.train_size > train_idx.size:
             raise ParameterError(
-                f"train_size {cfg.train_size} exceeds the {train_idx.size} training images left "
-                f"after test set 1"
+                f"train_size {cfg.train_size} exceeds the {train_idx.size} training images "
+                "left after test set 1"
             )
         rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 2]))
         train_idx = np.sort(rng.choice(train_idx, size=cfg.train_size, replace=False))
@@ -176,10 +176,10 @@ def network_outputs(
     threads : int, optional
         ``torch.set_num_threads``; default: the CPUs this process may use.
     chunk : int, optional
-        Networks trained together in one batch. Default: 10 on CPU (with
-        minibatches of 1,000 one network already keeps two cores busy, and
-        larger batches measured slower: ``benchmarks/bench_training.py``),
-        100 on a GPU. Networks do not depend on it beyond float round-off.
+        Networks trained together in one batch. Default: 10 on CPU (with minibatches of
+        1,000 one network already keeps two cores busy, and larger batches measured slower:
+        ``benchmarks/bench_training.py``), 100 on a GPU. Networks do not depend on it beyond
+        float round-off.
     checkpoint_seconds : float, default 120
         Save the training state of the running batch this often.
     progress : bool, default True
@@ -209,9 +209,9 @@ def network_outputs(
         a, b = cache.load(i)
         if a.shape != lp1.shape[1:] or b.shape != lp2.shape[1:]:
             raise DataError(
-                f"cached network file {str(cache.path(i))!r} has shapes {a.shape}/{b.shape}, "
-                f"expected "
-                f"{lp1.shape[1:]}/{lp2.shape[1:]}; delete it and the run retrains that network"
+                f"cached network file {str(cache.path(i))!r} has shapes "
+                f"{a.shape}/{b.shape}, expected {lp1.shape[1:]}/{lp2.shape[1:]}; delete it "
+                "and the run retrains that network"
             )
         lp1[i], lp2[i] = a, b
     return NetworkOutputs(
@@ -222,8 +222,8 @@ def network_outputs(
 def _train_missing(
     data, cfg, cache, missing, rows, *, device, threads, chunk, checkpoint_seconds, progress
 ) -> None:
-    """Train networks ``missing`` in batches of ``chunk`` and cache their outputs on both test
-    sets (``rows``: the training rows and test set 1's)."""
+    """Train networks ``missing`` in batches of ``chunk`` and cache their outputs on both
+    test sets (``rows``: the training rows and test set 1's)."""
     from . import mlp
 
     train_idx, test1_idx = rows
@@ -237,13 +237,13 @@ def _train_missing(
         torch.set_num_threads(int(threads) if threads else mlp.available_cpus())
     try:
         scale = np.float32(1.0 / 255.0)
-        xt = torch.from_numpy(_flat(data.train_images[train_idx]).astype(np.float32) * scale).to(
-            dev
-        )
+        xt = torch.from_numpy(
+            _flat(data.train_images[train_idx]).astype(np.float32) * scale
+        ).to(dev)
         yt = torch.from_numpy(data.train_labels[train_idx].astype(np.int64)).to(dev)
-        x1 = torch.from_numpy(_flat(data.train_images[test1_idx]).astype(np.float32) * scale).to(
-            dev
-        )
+        x1 = torch.from_numpy(
+            _flat(data.train_images[test1_idx]).astype(np.float32) * scale
+        ).to(dev)
         x2 = torch.from_numpy(_flat(data.test_images).astype(np.float32) * scale).to(dev)
         batches = [missing[i : i + chunk] for i in range(0, len(missing), chunk)]
         for b, idx in enumerate(batches):

@@ -1,13 +1,13 @@
 """Figures of the ensemble experiment (matplotlib, imported lazily).
 
-* :func:`paired_bars`: median metric per class and method, test set 1 bar
-  left (solid) and test set 2 bar right (hatched), one colour per method,
-  quartiles as whiskers: the paper's Figures 18-19.
-* :func:`curves_figure`: one ensemble's joint distribution (confusion
-  matrix) and per-class calibration curves: the paper's Figure 16.
+* :func:`paired_bars`: median metric per class and method, test set 1 bar left (solid) and
+  test set 2 bar right (hatched), one colour per method, quartiles as whiskers: the paper's
+  Figures 18-19.
+* :func:`curves_figure`: one ensemble's joint distribution (confusion matrix) and per-class
+  calibration curves: the paper's Figure 16.
 
-Plot functions take computed results plus ``ax=None`` and return the
-figure; they never change global matplotlib settings.
+Plot functions take computed results plus ``ax=None`` and return the figure; they never
+change global matplotlib settings.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from .._fileio import atomic_write
 
 __all__ = ["METHOD_GROUPS", "paired_bars", "curves_figure", "write_figures"]
 
-#: The paper's two comparisons: Figure 18 (temperature scaling family) and
-#: Figure 19 (bandwidth rules of the kernel-density calibrator).
+#: The paper's two comparisons: Figure 18 (temperature scaling family) and Figure 19
+#: (bandwidth rules of the kernel-density calibrator).
 METHOD_GROUPS = {
     "temperature": ("sts", "csts", "tswa", "cstswa"),
     "bandwidth": ("kde-mon", "kde-mon2", "kde-mon4", "kde-opt"),
@@ -46,7 +46,8 @@ def paired_bars(
     ax=None,
     title: str | None = None,
 ):
-    """Paired bars of median ``metric`` per class: set 1 left, set 2 right, a colour per method.
+    """Paired bars of median ``metric`` per class: set 1 left, set 2 right, a colour per
+    method.
 
     Parameters
     ----------
@@ -87,7 +88,9 @@ def paired_bars(
     ax.set_xticks(np.arange(len(classes)), [str(c) for c in classes])
     ax.set_xlim(-0.5, len(classes) - 0.5)
     ax.set_ylabel(f"median {metric.upper()}")
-    ax.set_xlabel("predicted class (solid: test set 1, hatched: test set 2; whiskers: quartiles)")
+    ax.set_xlabel(
+        "predicted class (solid: test set 1, hatched: test set 2; whiskers: quartiles)"
+    )
     ax.legend(ncol=min(n, 6), fontsize="small", frameon=False, loc="upper left")
     ax.margins(y=0.15)
     if title:
@@ -115,7 +118,13 @@ def _method_bars(ax, rows, m, j, w, classes, cmap) -> None:
             label=m if s == 0 else None,
         )
         ax.errorbar(
-            x, med, yerr=[med - lo, hi - med], fmt="none", ecolor="0.25", elinewidth=0.5, capsize=0
+            x,
+            med,
+            yerr=[med - lo, hi - med],
+            fmt="none",
+            ecolor="0.25",
+            elinewidth=0.5,
+            capsize=0,
         )
 
 
@@ -130,10 +139,11 @@ def curves_figure_size(n_classes: int) -> tuple[float, float]:
 
 
 def curves_figure(test1, models: dict, *, title: str | None = None):
-    """Paper Figure 16 for one ensemble: the joint distribution on top, the per-class curves below.
+    """Paper Figure 16 for one ensemble: the joint distribution on top, the per-class curves
+    below.
 
-    Drawn by :mod:`topcal.plots` (the same figures ``topcal report`` shows),
-    into two sub-figures of one figure.
+    Drawn by :mod:`topcal.plots` (the same figures ``topcal report`` shows), into two
+    sub-figures of one figure.
 
     Parameters
     ----------
@@ -176,7 +186,9 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
 
     Figure, _ = _mpl()
     paths = {}
-    regime = f"{cfg.regime}-trained, M={cfg.n_networks}, E={cfg.n_ensembles}, {cfg.combine} rule"
+    regime = (
+        f"{cfg.regime}-trained, M={cfg.n_networks}, E={cfg.n_ensembles}, {cfg.combine} rule"
+    )
     for group, members in METHOD_GROUPS.items():
         present = [m for m in members if m in results.methods]
         if not present:
@@ -186,7 +198,9 @@ def write_figures(out: Path, results, summary: dict, outputs, cfg) -> dict:
         )
         paths[f"nll_{group}"] = out / f"nll_{group}.png"
         _save(fig, paths[f"nll_{group}"])
-    fig = Figure(figsize=(max(7.0, 0.42 * len(results.methods) + 2), 7.5), layout="constrained")
+    fig = Figure(
+        figsize=(max(7.0, 0.42 * len(results.methods) + 2), 7.5), layout="constrained"
+    )
     axes = fig.subplots(3, 1)
     for ax, metric in zip(axes, ("nll", "ece1", "ece2")):
         _overall_bars(summary, results.methods, metric, ax)

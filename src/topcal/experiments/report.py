@@ -17,8 +17,8 @@ def _cell(v, digits: int = 4) -> str:
 def median_table(
     summary: dict, metric: str, *, markdown: bool = False, methods=None, digits: int = 4
 ) -> str:
-    """Median ``metric`` per method (rows) and class (columns), test set 1 / test set 2 in each
-    cell.
+    """Median ``metric`` per method (rows) and class (columns), test set 1 / test set 2 in
+    each cell.
 
     Parameters
     ----------
@@ -48,14 +48,18 @@ def median_table(
     if markdown:
         return markdown_table(header, rows, numeric=False)
     w = max(len(x) for r in rows for x in r[1:])
-    return text_table(header, rows, max(len(h) for h in [header[0]] + methods), [w] * len(cols))
+    return text_table(
+        header, rows, max(len(h) for h in [header[0]] + methods), [w] * len(cols)
+    )
 
 
 def overall_table(summary: dict, *, methods=None, digits: int = 4) -> str:
     """Markdown table: overall median NLL, ECE1, ECE2 per method on test sets 1 and 2."""
     m0 = summary["metrics"]["nll"]
     methods = list(m0) if methods is None else [m for m in methods if m in m0]
-    header = ["method"] + [f"{m.upper()} set {s}" for m in ("nll", "ece1", "ece2") for s in (1, 2)]
+    header = ["method"] + [
+        f"{m.upper()} set {s}" for m in ("nll", "ece1", "ece2") for s in (1, 2)
+    ]
     rows = [
         [meth]
         + [
@@ -74,9 +78,8 @@ def _checks(summary: dict) -> list[str]:
         n = d["worse"] + d["better"] + d["equal"]
         share = d["share_of_ensembles_worse"]
         out.append(
-            f"{metric.upper()}: median on test set 2 worse than on test set 1 in {d['worse']} of "
-            f"{n} "
-            f"(method, class) cells, better in {d['better']}"
+            f"{metric.upper()}: median on test set 2 worse than on test set 1 in "
+            f"{d['worse']} of {n} (method, class) cells, better in {d['better']}"
             + (
                 ""
                 if share is None
@@ -87,12 +90,11 @@ def _checks(summary: dict) -> list[str]:
 
 
 def gap_table(summary: dict, *, baseline: str = BASELINE, digits: int = 4) -> str:
-    """Markdown table: per method the median (set 2 - set 1) gap of each metric, and its excess over
-    ``baseline``.
+    """Markdown table: per method the median (set 2 - set 1) gap of each metric, and its
+    excess over ``baseline``.
 
-    The untuned baseline's gap measures how much harder test set 2 is
-    without any tuning; a method's excess over it estimates the bias from
-    tuning on test set 1.
+    The untuned baseline's gap measures how much harder test set 2 is without any tuning; a
+    method's excess over it estimates the bias from tuning on test set 1.
     """
     metrics = list(summary["set2_vs_set1"])
     gaps = {m: summary["set2_vs_set1"][m].get("median_gap", {}) for m in metrics}
@@ -106,7 +108,10 @@ def gap_table(summary: dict, *, baseline: str = BASELINE, digits: int = 4) -> st
         cells = [_cell(gaps[m][meth], digits) for m in metrics]
         if has_base:
             cells += [
-                _cell(None if gaps[m][meth] is None else gaps[m][meth] - gaps[m][baseline], digits)
+                _cell(
+                    None if gaps[m][meth] is None else gaps[m][meth] - gaps[m][baseline],
+                    digits,
+                )
                 for m in metrics
             ]
         rows.append([meth] + cells)
@@ -127,15 +132,13 @@ def format_report(res: dict) -> str:
     acc = outputs.accuracy()
     lines = [
         f"networks: {outputs.n_networks} ({len(outputs.trained)} trained now in "
-        f"{outputs.train_seconds:.0f} s, "
-        f"the rest from {outputs.cache_dir})",
-        f"network accuracy, median over networks: test set 1 {float(np.median(acc[:, 0])):.4f}, "
-        f"test set 2 {float(np.median(acc[:, 1])):.4f}",
+        f"{outputs.train_seconds:.0f} s, the rest from {outputs.cache_dir})",
+        "network accuracy, median over networks: test set 1 "
+        f"{float(np.median(acc[:, 0])):.4f}, test set 2 {float(np.median(acc[:, 1])):.4f}",
         f"ensemble accuracy, median: test set 1 {s['accuracy']['test1']['median']:.4f}, "
         f"test set 2 {s['accuracy']['test2']['median']:.4f}",
-        f"ensembles: {results.values.shape[0]} of {results.ensembles.shape[1]} networks each, "
-        f"{res['config'].combine} rule; "
-        f"methods: {', '.join(results.methods)} "
+        f"ensembles: {results.values.shape[0]} of {results.ensembles.shape[1]} networks "
+        f"each, {res['config'].combine} rule; methods: {', '.join(results.methods)} "
         f"(evaluated in {results.seconds:.0f} s)",
     ]
     for metric in ("nll", "ece1", "ece2"):
@@ -144,7 +147,10 @@ def format_report(res: dict) -> str:
             f"median {metric.upper()} over ensembles (test set 1 / test set 2)",
             median_table(s, metric),
         ]
-    lines += ["", "set 2 vs set 1 (bias from tuning on set 1 would make set 2 uniformly worse):"]
+    lines += [
+        "",
+        "set 2 vs set 1 (bias from tuning on set 1 would make set 2 uniformly worse):",
+    ]
     lines += ["  " + x for x in _checks(s)]
     lines += [
         "",
@@ -153,6 +159,8 @@ def format_report(res: dict) -> str:
     ]
     if s.get("failures"):
         for m, f in s["failures"].items():
-            lines.append(f"warning: {m} failed on {f['ensembles']} ensemble(s): {f['first_error']}")
+            lines.append(
+                f"warning: {m} failed on {f['ensembles']} ensemble(s): {f['first_error']}"
+            )
     lines += ["", "files: " + ", ".join(str(p) for p in res["paths"].values())]
     return "\n".join(lines)

@@ -32,21 +32,17 @@ def summarize(results: EnsembleResults) -> dict:
     Returns
     -------
     dict
-        ``"metrics"``: {metric: {method: {"test1"|"test2": {class|"overall":
-        {"median", "q25", "q75"}}}}};
-        ``"set2_vs_set1"``: per metric, how many (method, class) cells have
-        a larger median on test set 2 than on test set 1 ("worse"), a
-        smaller one ("better") or an equal one, the share of
-        (ensemble, method, class) pairs with set 2 worse, and per method
-        the median over ensembles of the overall set 2 - set 1 difference
-        ("median_gap"; compare with the untuned "uncalibrated" score's gap,
-        which measures how much the two sets differ without any tuning);
-        ``"ranking"``: per metric and test set, methods ordered by their
-        overall median, with the mean rank over classes of the per-class
-        medians;
-        ``"class_counts"``: per test set and class, the median TP, FP,
-        low-score TP and low-score FP counts over ensembles;
-        ``"accuracy"``: ensemble accuracy quartiles per test set.
+        ``"metrics"``: {metric: {method: {"test1"|"test2": {class|"overall": {"median",
+        "q25", "q75"}}}}}; ``"set2_vs_set1"``: per metric, how many (method, class) cells
+        have a larger median on test set 2 than on test set 1 ("worse"), a smaller one
+        ("better") or an equal one, the share of (ensemble, method, class) pairs with set 2
+        worse, and per method the median over ensembles of the overall set 2 - set 1
+        difference ("median_gap"; compare with the untuned "uncalibrated" score's gap, which
+        measures how much the two sets differ without any tuning); ``"ranking"``: per metric
+        and test set, methods ordered by their overall median, with the mean rank over
+        classes of the per-class medians; ``"class_counts"``: per test set and class, the
+        median TP, FP, low-score TP and low-score FP counts over ensembles; ``"accuracy"``:
+        ensemble accuracy quartiles per test set.
     """
     v = results.values
     names = list(results.classes) + ["overall"]
@@ -88,7 +84,11 @@ def summarize(results: EnsembleResults) -> dict:
     }
     aq = np.percentile(results.accuracy, [25, 50, 75], axis=0)
     out["accuracy"] = {
-        f"test{s + 1}": {"q25": float(aq[0, s]), "median": float(aq[1, s]), "q75": float(aq[2, s])}
+        f"test{s + 1}": {
+            "q25": float(aq[0, s]),
+            "median": float(aq[1, s]),
+            "q75": float(aq[2, s]),
+        }
         for s in range(2)
     }
     out["failures"] = results.failures
@@ -106,7 +106,8 @@ def _set2_vs_set1(v, med, qi, methods) -> dict:
         "equal": int(np.sum(diff == 0)),
         "share_of_ensembles_worse": _f(np.mean(paired[ok] > 0)) if ok.any() else None,
         "per_method_worse": {m: int(np.sum(diff[j] > 0)) for j, m in enumerate(methods)},
-        # median over ensembles of (overall on set 2 - overall on set 1): the generalisation gap
+        # median over ensembles of (overall on set 2 - overall on set 1): the generalisation
+        # gap
         "median_gap": {
             m: _f(np.nanmedian(v[:, j, 1, qi, -1] - v[:, j, 0, qi, -1]))
             if np.isfinite(v[:, j, :, qi, -1]).any()
@@ -117,13 +118,15 @@ def _set2_vs_set1(v, med, qi, methods) -> dict:
 
 
 def _ranking(med_s, methods) -> list:
-    """Methods by their overall median (``med_s``: methods x (classes + overall)), with the mean
-    rank over classes of the per-class medians."""
+    """Methods by their overall median (``med_s``: methods x (classes + overall)), with the
+    mean rank over classes of the per-class medians."""
     per_class = med_s[:, :-1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         ranks = (
-            np.argsort(np.argsort(np.where(np.isnan(per_class), np.inf, per_class), axis=0), axis=0)
+            np.argsort(
+                np.argsort(np.where(np.isnan(per_class), np.inf, per_class), axis=0), axis=0
+            )
             + 1
         )
     order = np.argsort(np.where(np.isnan(med_s[:, -1]), np.inf, med_s[:, -1]))
@@ -162,11 +165,10 @@ def write_outputs(
     """Write the run's files to ``out_dir``; return {kind: path}.
 
     * ``summary.json``: config, timings, network accuracies, :func:`summarize`;
-    * ``medians.csv``: one row per metric, method, test set and class
-      (median, q25, q75);
+    * ``medians.csv``: one row per metric, method, test set and class (median, q25, q75);
     * ``results.npz``: the per-ensemble arrays (for later analyses);
-    * ``nll_*.png`` paired-bar figures (paper Figures 18-19) and
-      ``curves.png`` (paper Figure 16) when ``figures``.
+    * ``nll_*.png`` paired-bar figures (paper Figures 18-19) and ``curves.png`` (paper
+      Figure 16) when ``figures``.
     """
     import csv
 
@@ -227,7 +229,11 @@ def _run_record(cfg, outputs, results, acc) -> dict:
         }
         for s in range(2)
     }
-    versions = {"topcal": __version__, "numpy": np.__version__, "python": sys.version.split()[0]}
+    versions = {
+        "topcal": __version__,
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
+    }
     if "torch" in sys.modules:
         versions["torch"] = sys.modules["torch"].__version__
     return {
@@ -257,9 +263,9 @@ def run_experiment(
     Returns
     -------
     dict
-        ``{"summary": dict, "paths": {kind: Path}, "outputs": NetworkOutputs,
-        "results": EnsembleResults, "config": ExperimentConfig}`` (the
-        config with its method list filled in).
+        ``{"summary": dict, "paths": {kind: Path}, "outputs": NetworkOutputs, "results":
+        EnsembleResults, "config": ExperimentConfig}`` (the config with its method list
+        filled in).
     """
     from ..calibrators import available_methods, get_class
 
@@ -287,7 +293,10 @@ def run_experiment(
         progress=progress,
     )
     ens = draw_ensembles(
-        cfg.n_networks, cfg.n_ensembles, cfg.ensemble_size, np.random.SeedSequence([cfg.seed, 3])
+        cfg.n_networks,
+        cfg.n_ensembles,
+        cfg.ensemble_size,
+        np.random.SeedSequence([cfg.seed, 3]),
     )  # stream 3: the ensemble draw
     results = evaluate_ensembles(
         outputs, ens, methods, n_bins=cfg.n_bins, combine=cfg.combine, progress=progress

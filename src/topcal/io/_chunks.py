@@ -1,10 +1,9 @@
-"""Files larger than memory: CSV and Parquet read in chunks, all with the classes of a whole-file
-read.
+"""Files larger than memory: CSV and Parquet read in chunks, all with the classes of a
+whole-file read.
 
-:func:`scan_layout` finds the class list and score range a whole-file read
-would infer, reading only the class columns; :func:`iter_data` then reads
-every chunk with them; :func:`read_stats` folds the chunks into mergeable
-statistics.
+:func:`scan_layout` finds the class list and score range a whole-file read would infer,
+reading only the class columns; :func:`iter_data` then reads every chunk with them;
+:func:`read_stats` folds the chunks into mergeable statistics.
 """
 
 from __future__ import annotations
@@ -44,7 +43,8 @@ def _stream_path(path) -> Path:
         return p
     if p.suffix.lower() not in _STREAM_SUFFIXES:
         raise DataError(
-            f"{str(p)!r} cannot be read in chunks; streaming reads .csv, .tsv or .parquet files"
+            f"{str(p)!r} cannot be read in chunks; streaming reads .csv, .tsv or .parquet "
+            "files"
         )
     return p
 
@@ -52,7 +52,9 @@ def _stream_path(path) -> Path:
 def parquet_files(directory) -> list[Path]:
     """The .parquet/.pq files of a directory (a partitioned data set), in name order."""
     d = Path(directory)
-    return sorted(f for f in d.iterdir() if f.is_file() and f.suffix.lower() in (".parquet", ".pq"))
+    return sorted(
+        f for f in d.iterdir() if f.is_file() and f.suffix.lower() in (".parquet", ".pq")
+    )
 
 
 def parquet_parts(p: Path) -> list[Path] | None:
@@ -89,7 +91,8 @@ def file_columns(path) -> list[str]:
 
 
 def _raw_names(p: Path) -> dict:
-    """A CSV file's column names as :func:`file_columns` gives them -> as the file spells them."""
+    """A CSV file's column names as :func:`file_columns` gives them -> as the file spells
+    them."""
     import csv
 
     with open(p, newline="", encoding="utf-8", errors="replace") as fh:
@@ -100,8 +103,8 @@ def _raw_names(p: Path) -> dict:
 def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str_columns=()):
     """Yield the rows of a CSV or Parquet file as DataFrames of at most ``chunk_rows`` rows.
 
-    ``columns`` limits the columns read; ``str_columns`` are read as text
-    (CSV), so their type does not change from chunk to chunk.
+    ``columns`` limits the columns read; ``str_columns`` are read as text (CSV), so their
+    type does not change from chunk to chunk.
     """
     import pandas as pd
 
@@ -120,8 +123,8 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
 
             for part in parts:
                 pf = pq.ParquetFile(part)
-                # one row group at a time (iter_batches buffers ahead: its memory grew with the
-                # file)
+                # one row group at a time (iter_batches buffers ahead: its memory grew with
+                # the file)
                 for g in range(pf.num_row_groups):
                     table = pf.read_row_group(g, columns=columns)
                     for start in range(0, table.num_rows, int(chunk_rows)):
@@ -131,7 +134,8 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
                     del table
         else:
             check_header(p)
-            # names as file_columns gives them (csv_untext); the file's own spelling to read them
+            # names as file_columns gives them (csv_untext); the file's own spelling to read
+            # them
             raw = _raw_names(p)
             dtype = {raw.get(c, c): str for c in str_columns}
             with pd.read_csv(
@@ -159,9 +163,9 @@ def iter_tables(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, columns=None, str
 class Layout:
     """What a streamed file holds: its read options, fixed for every chunk.
 
-    Attributes: ``options`` (for :func:`read_frame`, with ``classes`` and
-    ``score_range`` filled in where a whole-file read would infer them),
-    ``str_columns`` (class columns read as text) and ``n_rows``.
+    Attributes: ``options`` (for :func:`read_frame`, with ``classes`` and ``score_range``
+    filled in where a whole-file read would infer them), ``str_columns`` (class columns read
+    as text) and ``n_rows``.
     """
 
     def __init__(self, options: dict, str_columns: tuple, n_rows: int | None):
@@ -182,11 +186,12 @@ def build_layout(
     classes=None,
     **options,
 ) -> "Layout":
-    """The :class:`Layout` a whole-file read would use, from each class column's distinct values.
+    """The :class:`Layout` a whole-file read would use, from each class column's distinct
+    values.
 
-    ``uniques`` maps each class column to its distinct values in order of
-    first appearance, ``numeric`` to whether it is numeric throughout;
-    ``lo_hi`` is the lowest bin_lo and highest bin_hi (binned data).
+    ``uniques`` maps each class column to its distinct values in order of first appearance,
+    ``numeric`` to whether it is numeric throughout; ``lo_hi`` is the lowest bin_lo and
+    highest bin_hi (binned data).
     """
     import pandas as pd
 
@@ -198,10 +203,12 @@ def build_layout(
         and np.isfinite(lo_hi).all()
         and (lo_hi[0] < 0 or lo_hi[1] > 1)
     ):
-        # as a whole-file read: the range of binned counts is declared, never guessed from the bins
+        # as a whole-file read: the range of binned counts is declared, never guessed from
+        # the bins
         raise DataError(
-            f"the bins reach from {lo_hi[0]:g} to {lo_hi[1]:g}, outside the default score range "
-            "[0, 1]; declare a score_range (--score-range LO HI) that covers every bin"
+            f"the bins reach from {lo_hi[0]:g} to {lo_hi[1]:g}, outside the default score "
+            "range [0, 1]; declare a score_range (--score-range LO HI) that covers every "
+            "bin"
         )
     if classes is not None and not vector:  # a vector layout's classes are its columns
         opts["classes"] = list(classes)
@@ -224,17 +231,23 @@ def build_layout(
         else:
             lo = 0.0 if opts.get("score_range") is None else float(opts["score_range"][0])
             frame[roles["score"]] = lo
-        mapped = {r: n for r, n in (opts.get("columns") or {}).items() if str(n) in frame.columns}
-        opts["classes"] = list(read_frame(frame, **{**opts, "columns": mapped or None}).classes)
+        mapped = {
+            r: n for r, n in (opts.get("columns") or {}).items() if str(n) in frame.columns
+        }
+        opts["classes"] = list(
+            read_frame(frame, **{**opts, "columns": mapped or None}).classes
+        )
     return Layout(opts, tuple(str_columns), n_rows)
 
 
-def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **options) -> Layout:
-    """Find the classes and score range a whole-file read would infer, reading only the class
-    columns.
+def scan_layout(
+    path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **options
+) -> Layout:
+    """Find the classes and score range a whole-file read would infer, reading only the
+    class columns.
 
-    With ``classes`` given (e.g. a model's, for ``apply``) no class is
-    inferred, but the class columns' types are still checked for CSV.
+    With ``classes`` given (e.g. a model's, for ``apply``) no class is inferred, but the
+    class columns' types are still checked for CSV.
     """
     import pandas as pd
 
@@ -246,7 +259,8 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
     numeric = {c: True for c in class_cols}
     lo_hi = [np.inf, -np.inf]
     n = 0
-    # Parquet columns have one type throughout: a scan is needed only to infer classes or the range
+    # Parquet columns have one type throughout: a scan is needed only to infer classes or
+    # the range
     need_scan = (
         bool(class_cols)
         and (is_csv or (classes is None and not vector))
@@ -266,7 +280,9 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
                     lo_hi[1], float(pd.to_numeric(frame[extra[1]], errors="coerce").max())
                 )
     for c in class_cols:
-        parts = [np.asarray(u) if numeric[c] else np.asarray(u, dtype=object) for u in uniques[c]]
+        parts = [
+            np.asarray(u) if numeric[c] else np.asarray(u, dtype=object) for u in uniques[c]
+        ]
         uniques[c] = pd.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=object)
     str_columns = tuple(c for c in class_cols if is_csv and not numeric[c])
     try:
@@ -287,8 +303,8 @@ def scan_layout(path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, classes=None, **o
 def iter_data(
     path, chunk_rows: int = DEFAULT_CHUNK_ROWS, *, layout: Layout | None = None, **options
 ):
-    """Yield ``(frame, TopLabelData)`` per chunk of a CSV or Parquet file, all with one class
-    list."""
+    """Yield ``(frame, TopLabelData)`` per chunk of a CSV or Parquet file, all with one
+    class list."""
     layout = layout or scan_layout(path, chunk_rows, **options)
     start = 0
     for frame in iter_tables(path, chunk_rows, str_columns=layout.str_columns):
@@ -297,7 +313,9 @@ def iter_data(
         except DataError as exc:
             # the chunk's row numbers as the file's (those of a whole-file read)
             msg = re.sub(
-                r"\b(rows?) (\d+)", lambda m: f"{m.group(1)} {int(m.group(2)) + start}", str(exc)
+                r"\b(rows?) (\d+)",
+                lambda m: f"{m.group(1)} {int(m.group(2)) + start}",
+                str(exc),
             )
             raise DataError(f"{Path(path).name}: {msg}") from None
         start += len(frame)
@@ -313,20 +331,22 @@ def read_stats(
     stats_of: Callable[[TopLabelData], Any] | None = None,
     **options: Any,
 ) -> ScoreStats:
-    """The mergeable statistics of a labelled CSV or Parquet file, read in chunks (bounded memory).
+    """The mergeable statistics of a labelled CSV or Parquet file, read in chunks (bounded
+    memory).
 
-    ``progress``, if given, is called with the number of rows read so far
-    after each chunk. ``stats_of``, if given, computes a chunk's statistics
-    instead of ``ScoreStats.from_data(chunk, n_cells=n_cells)`` (a model's
-    ``stats_of``: the loss tables of ``sts``/``csts``; or
-    :class:`topcal.evidence.core.Evidence`, statistics with confusion counts); they
-    must have ``merge``, and the merged value is returned.
+    ``progress``, if given, is called with the number of rows read so far after each chunk.
+    ``stats_of``, if given, computes a chunk's statistics instead of
+    ``ScoreStats.from_data(chunk, n_cells=n_cells)`` (a model's ``stats_of``: the loss
+    tables of ``sts``/``csts``; or :class:`topcal.evidence.core.Evidence`, statistics with
+    confusion counts); they must have ``merge``, and the merged value is returned.
     """
     layout = scan_layout(path, chunk_rows, **options)
     stats = None
     rows = 0
     for frame, data in iter_data(path, chunk_rows, layout=layout):
-        part = ScoreStats.from_data(data, n_cells=n_cells) if stats_of is None else stats_of(data)
+        part = (
+            ScoreStats.from_data(data, n_cells=n_cells) if stats_of is None else stats_of(data)
+        )
         stats = part if stats is None else stats.merge(part)
         rows += len(frame)
         if progress is not None:

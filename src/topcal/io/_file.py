@@ -14,8 +14,9 @@ from ..errors import DataError, first_line
 from ._frame import KNOWN_LAYOUTS, check_unique, read_frame
 from ._writer import csv_restore
 
-#: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas' default
-#: list would read them as missing); a number column holding such text is refused by name.
+#: Only an empty CSV field is missing: "NA", "None", "null", "nan" are class names (pandas'
+#: default list would read them as missing); a number column holding such text is refused by
+#: name.
 CSV_NA = {"keep_default_na": False, "na_values": [""]}
 
 
@@ -25,8 +26,8 @@ def csv_sep(p: Path) -> str:
 
 
 def data_path(path) -> Path:
-    """``path`` (str, bytes or path object) as a Path; a one-line DataError for anything else (an
-    array or a DataFrame given where a file is read)."""
+    """``path`` (str, bytes or path object) as a Path; a one-line DataError for anything
+    else (an array or a DataFrame given where a file is read)."""
     import os
 
     if isinstance(path, (bytes, bytearray)):
@@ -102,8 +103,8 @@ def _npz_frame(p: Path):
     for key, arr in arrays.items():
         if arr.dtype.kind == "c":
             raise DataError(
-                f"array {key!r} in {str(p)!r} holds complex numbers; topcal reads real numbers and "
-                f"names"
+                f"array {key!r} in {str(p)!r} holds complex numbers; topcal reads real "
+                "numbers and names"
             )
         if arr.dtype.kind not in "biufUS":
             raise DataError(
@@ -136,15 +137,15 @@ def _npz_frame(p: Path):
         and lab.dtype.kind in "iu"
         and not any(is_int_name(c) for c in classes)
     ):
-        # integer labels beside non-numeric class names (scikit-learn's y and classes_): indices
-        # into
-        # 'classes', the one reading that can match; with numeric names they are matched as names
+        # integer labels beside non-numeric class names (scikit-learn's y and classes_):
+        # indices into 'classes', the one reading that can match; with numeric names they
+        # are matched as names
         if lab.ndim == 1 and lab.size and (lab.min() < 0 or lab.max() >= len(classes)):
             i = int(np.flatnonzero((lab < 0) | (lab >= len(classes)))[0])
             raise DataError(
                 f"labels in {str(p)!r} has index {int(lab[i])} at row {i + 1}, outside "
-                f"0..{len(classes) - 1}; "
-                "integer labels beside class names are indices into 'classes'"
+                f"0..{len(classes) - 1}; integer labels beside class names are indices "
+                "into 'classes'"
             )
         if lab.ndim == 1:
             arrays["label"] = np.asarray(classes, dtype=object)[lab]
@@ -161,8 +162,8 @@ def _npz_frame(p: Path):
 
 
 def _netcal_arrays(arrays: dict) -> dict:
-    """netcal's records (``predictions``, ``ground_truth``) under the standard keys ``probs``,
-    ``labels``."""
+    """netcal's records (``predictions``, ``ground_truth``) under the standard keys
+    ``probs``, ``labels``."""
     layout = KNOWN_LAYOUTS["netcal npz"]
     if layout["probs"] in arrays and not {"probs", "logits"} & set(arrays):
         arrays = dict(arrays)

@@ -1,7 +1,8 @@
-"""The DataFrame reader: which column plays which role, and the frame as :class:`TopLabelData`.
+"""The DataFrame reader: which column plays which role, and the frame as
+:class:`TopLabelData`.
 
-The column conventions are those of :mod:`topcal.io`; every reader (a whole
-file, a chunk of one, a Dask partition, a DataFrame a user passes) ends here.
+The column conventions are those of :mod:`topcal.io`; every reader (a whole file, a chunk of
+one, a Dask partition, a DataFrame a user passes) ends here.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ BINNED_COLUMNS = ("predicted_class", "bin_lo", "bin_hi", "tp", "fp")
 COLUMN_ROLES = ("label", "pred", "score") + BINNED_COLUMNS
 
 
-#: Published layouts read as they are: name -> {role: column} (tables) or
-#: {standard npz key: their key} (npz).
+#: Published layouts read as they are: name -> {role: column} (tables) or {standard npz key:
+#: their key} (npz).
 KNOWN_LAYOUTS = {
     "true_label,pred_label,confidence": {
         "label": "true_label",
@@ -31,13 +32,14 @@ KNOWN_LAYOUTS = {
 
 
 def check_unique(names, where: str) -> None:
-    """Raise DataError when two of ``names`` (as text) are equal; ``where`` (e.g. "'a.csv'") names
-    the source."""
+    """Raise DataError when two of ``names`` (as text) are equal; ``where`` (e.g. "'a.csv'")
+    names the source."""
     seen = set()
     for name in map(str, names):
         if name in seen:
             raise DataError(
-                f"{where} has the column {name!r} twice; column (and class) names must be unique"
+                f"{where} has the column {name!r} twice; column (and class) names must be "
+                "unique"
             )
         seen.add(name)
 
@@ -45,11 +47,12 @@ def check_unique(names, where: str) -> None:
 def column_roles(
     cols, columns=None, *, label_column="label", pred_column="pred", score_column="score"
 ) -> dict:
-    """Which column plays which role: ``{role: column}`` for the roles in :data:`COLUMN_ROLES`.
+    """Which column plays which role: ``{role: column}`` for the roles in
+    :data:`COLUMN_ROLES`.
 
-    ``columns`` (role -> column name) wins; then the named ``*_column``
-    options; when none of those names is a column and the columns are a known
-    published layout (:data:`KNOWN_LAYOUTS`), that layout's names.
+    ``columns`` (role -> column name) wins; then the named ``*_column`` options; when none
+    of those names is a column and the columns are a known published layout
+    (:data:`KNOWN_LAYOUTS`), that layout's names.
     """
     cols = [str(c) for c in cols]
     roles = {"label": label_column, "pred": pred_column, "score": score_column}
@@ -64,31 +67,36 @@ def column_roles(
         roles.update(layout)
     for role, name in (columns or {}).items():
         if role not in COLUMN_ROLES:
-            raise DataError(f"unknown column role {role!r}; roles are: {', '.join(COLUMN_ROLES)}")
+            raise DataError(
+                f"unknown column role {role!r}; roles are: {', '.join(COLUMN_ROLES)}"
+            )
         if str(name) not in cols:
             shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
             raise DataError(
-                f"column {name!r} (given for the role {role!r}) is not in the data; its columns "
-                f"are: {shown}"
+                f"column {name!r} (given for the role {role!r}) is not in the data; its "
+                f"columns are: {shown}"
             )
         roles[role] = str(name)
     used: dict[str, str] = {}
-    for role, name in roles.items():  # one column in two roles (pred and label: every row "right")
+    # one column in two roles (pred and label: every row "right")
+    for role, name in roles.items():
         if name is not None and name in cols:
             if name in used:
                 raise DataError(
-                    f"column {name!r} is given two roles, {used[name]!r} and {role!r}; each role "
-                    f"needs "
-                    "its own column"
+                    f"column {name!r} is given two roles, {used[name]!r} and {role!r}; "
+                    "each role needs its own column"
                 )
             used[name] = role
     return roles
 
 
-def top_score_chosen(columns=None, pred_column: str = "pred", score_column: str = "score") -> bool:
-    """Whether the options name a top-score column (``columns`` with a pred or score role, or a
-    ``*_column`` name other than the default): then the pred/score columns are read even where
-    probability columns exist (e.g. ``apply``'s output: its calibrated ``confidence``)."""
+def top_score_chosen(
+    columns=None, pred_column: str = "pred", score_column: str = "score"
+) -> bool:
+    """Whether the options name a top-score column (``columns`` with a pred or score role,
+    or a ``*_column`` name other than the default): then the pred/score columns are read
+    even where probability columns exist (e.g. ``apply``'s output: its calibrated
+    ``confidence``)."""
     return (
         bool({"pred", "score"} & set(columns or {}))
         or pred_column != "pred"
@@ -110,8 +118,8 @@ def roles_from_options(cols, options: dict) -> dict:
 def layout_columns(columns, /, **options) -> tuple[list[str], list[str], bool, bool]:
     """(class columns, extra columns, binned?, vector?) of a file with ``columns``.
 
-    The class columns are those whose distinct values decide the class list
-    (and, with the extra columns, the binned score range) of a whole-file read.
+    The class columns are those whose distinct values decide the class list (and, with the
+    extra columns, the binned score range) of a whole-file read.
     """
     cols = [str(c) for c in columns]
     roles = roles_from_options(cols, options)
@@ -163,21 +171,20 @@ def read_frame(
 ) -> TopLabelData:
     """Build :class:`TopLabelData` from a DataFrame by the column conventions above.
 
-    ``columns`` maps roles (:data:`COLUMN_ROLES`) to column names. ``y``
-    (one true class per row) gives the labels beside the frame instead of in
-    its label column.
+    ``columns`` maps roles (:data:`COLUMN_ROLES`) to column names. ``y`` (one true class per
+    row) gives the labels beside the frame instead of in its label column.
     """
     if y is not None:
         if label_column in frame.columns:
             raise DataError(
-                f"y was given but the DataFrame also has a {label_column!r} column; pass one or "
-                f"the other"
+                f"y was given but the DataFrame also has a {label_column!r} column; pass "
+                "one or the other"
             )
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != len(frame):
             raise DataError(
-                f"y has shape {y.shape} but the DataFrame has {len(frame)} rows; give one label "
-                f"per row"
+                f"y has shape {y.shape} but the DataFrame has {len(frame)} rows; give one "
+                "label per row"
             )
         frame = frame.assign(**{_LABEL_SLOT: y})
         label_column = _LABEL_SLOT
@@ -221,7 +228,11 @@ def _read_frame(
     check_unique(cols, "the data")  # a chunk of a Parquet file, a DataFrame of the caller
     top_score = top_score_chosen(columns, pred_column=pred_column, score_column=score_column)
     roles = column_roles(
-        cols, columns, label_column=label_column, pred_column=pred_column, score_column=score_column
+        cols,
+        columns,
+        label_column=label_column,
+        pred_column=pred_column,
+        score_column=score_column,
     )
     label_column, pred_column, score_column = roles["label"], roles["pred"], roles["score"]
     binned = {roles[c]: c for c in BINNED_COLUMNS if roles[c] != c}
@@ -230,15 +241,16 @@ def _read_frame(
         cols = [str(c) for c in frame.columns]
     is_binned = all(c in cols for c in BINNED_COLUMNS)
     if top_score or is_binned:
-        logit_cols = prob_cols = []  # the named top score, not the probability columns beside it
+        # the named top score, not the probability columns beside it
+        logit_cols = prob_cols = []
     else:
         logit_cols = [c for c in cols if c.startswith(logit_prefix)]
         prob_cols = [c for c in cols if c.startswith(prob_prefix)]
     vec_cols, prefix = (logit_cols, logit_prefix) if logit_cols else (prob_cols, prob_prefix)
     names = [c[len(prefix) :] for c in vec_cols] if not (logit_cols and prob_cols) else []
     labels = None
-    # top scores without a class list: the class columns are read coded (_top_score_coded), the
-    # labels only where that cannot be done
+    # top scores without a class list: the class columns are read coded (_top_score_coded),
+    # the labels only where that cannot be done
     coded_top = (
         not vec_cols
         and not is_binned
@@ -265,17 +277,21 @@ def _read_frame(
     if vec_cols:
         if classes is not None and [str(c) for c in classes] != names:
             raise DataError(
-                f"classes {preview(classes)} do not match the score columns {preview(vec_cols)}"
+                f"classes {preview(classes)} do not match the score columns "
+                f"{preview(vec_cols)}"
             )
         matrix = _numeric(frame, vec_cols)
         if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
             raise DataError(
-                "--score-range applies to pred/score columns; probability columns are on (0, 1)"
+                "--score-range applies to pred/score columns; probability columns are on "
+                "(0, 1)"
             )
         try:
             if logit_cols or logits:
                 return TopLabelData.from_logits(matrix, labels, classes=names)
-            return TopLabelData.from_probs(matrix, labels, classes=names, renormalize=renormalize)
+            return TopLabelData.from_probs(
+                matrix, labels, classes=names, renormalize=renormalize
+            )
         except DataError as exc:
             if labels is None or "labels" not in str(exc):
                 raise
@@ -295,18 +311,18 @@ def _read_frame(
         if not coded:
             pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
         if coded == ():  # the coded reading found no label among the predicted classes
-            labels, pred = (_class_values(frame[c], None, c) for c in (label_column, pred_column))
+            labels, pred = (
+                _class_values(frame[c], None, c) for c in (label_column, pred_column)
+            )
         if (
             labels is not None
             and (classes is None or coded == ())
             and not set(_distinct(labels)).intersection(_distinct(pred))
         ):
             raise DataError(
-                f"no label in {label_column!r} names a predicted class in {pred_column!r} (labels "
-                f"like "
-                f"{sorted(set(labels))[:3]}, predictions like {sorted(set(pred))[:3]}); both "
-                f"columns must use "
-                "the same class names"
+                f"no label in {label_column!r} names a predicted class in {pred_column!r} "
+                f"(labels like {sorted(set(labels))[:3]}, predictions like "
+                f"{sorted(set(pred))[:3]}); both columns must use the same class names"
             )
         return TopLabelData.from_scores(
             pred,
@@ -323,17 +339,18 @@ def _read_frame(
 
 
 def _class_values(column, classes, name: str):
-    """A class column as an array; a categorical of names with a known class list as indices.
+    """A class column as an array; a categorical of names with a known class list as
+    indices.
 
-    The fast path (one lookup per category instead of per row; Parquet
-    dictionary columns arrive as categoricals) gives the indices that
-    name-matching would give; anything else (missing or unknown names,
-    numeric categories) takes the general path (:func:`topcal.data.label_names`)
-    and its messages.
+    The fast path (one lookup per category instead of per row; Parquet dictionary columns
+    arrive as categoricals) gives the indices that name-matching would give; anything else
+    (missing or unknown names, numeric categories) takes the general path
+    (:func:`topcal.data.label_names`) and its messages.
     """
     import pandas as pd
 
-    # indices are read as names where the names are integers ("3", "5"): then only names are safe
+    # indices are read as names where the names are integers ("3", "5"): then only names are
+    # safe
     if (
         classes is not None
         and isinstance(column.dtype, pd.CategoricalDtype)
@@ -353,12 +370,13 @@ def _class_values(column, classes, name: str):
         and column.dtype.kind in "iu"
         and all(is_int_name(str(c)) for c in classes)
     ):
-        # integers beside integer class names: matched by name by the builder (encode_labels),
-        # the same as naming every row first
+        # integers beside integer class names: matched by name by the builder
+        # (encode_labels), the same as naming every row first
         return column.to_numpy()
     if isinstance(column.dtype, pd.CategoricalDtype):
-        # no class list: each category named once (a name is a function of the value alone), the
-        # rows by their codes; a missing row or an unnamable category takes the general path
+        # no class list: each category named once (a name is a function of the value alone),
+        # the rows by their codes; a missing row or an unnamable category takes the general
+        # path
         codes = column.cat.codes.to_numpy()
         if codes.size and codes.min() >= 0:
             try:
@@ -371,9 +389,9 @@ def _class_values(column, classes, name: str):
 
 
 def _coded(column):
-    """(codes, names) of a class column: a categorical's codes and its categories' names, or a
-    text column hashed once (``pd.factorize``); None where a row is missing, or the values are
-    neither categories nor text (numbers, mixed objects: the general path names them)."""
+    """(codes, names) of a class column: a categorical's codes and its categories' names, or
+    a text column hashed once (``pd.factorize``); None where a row is missing, or the values
+    are neither categories nor text (numbers, mixed objects: the general path names them)."""
     import pandas as pd
 
     if isinstance(column.dtype, pd.CategoricalDtype):
@@ -381,7 +399,10 @@ def _coded(column):
         values = np.asarray(column.cat.categories, dtype=object)
     else:
         values = column.to_numpy()
-        if values.dtype != object or pd.api.types.infer_dtype(values, skipna=False) != "string":
+        if (
+            values.dtype != object
+            or pd.api.types.infer_dtype(values, skipna=False) != "string"
+        ):
             return None
         codes, values = pd.factorize(values)
         values = np.asarray(values, dtype=object)
@@ -395,11 +416,11 @@ def _coded(column):
 
 def _top_score_coded(pred_column, label_column):
     """(pred, labels, classes) of top-score columns without a class list, read coded: each
-    distinct value named once, the classes the sorted names of the values that occur (those of
-    :meth:`TopLabelData.from_scores`), pred and labels as indices into them (as the integers
-    themselves where every name is an integer: from_scores matches those by name). None where a
-    column is not coded (:func:`_coded`); () where no label names a predicted class (the general
-    path then says so)."""
+    distinct value named once, the classes the sorted names of the values that occur (those
+    of :meth:`TopLabelData.from_scores`), pred and labels as indices into them (as the
+    integers themselves where every name is an integer: from_scores matches those by name).
+    None where a column is not coded (:func:`_coded`); () where no label names a predicted
+    class (the general path then says so)."""
     parts = [_coded(c) for c in (pred_column, label_column) if c is not None]
     if any(p is None for p in parts):
         return None
@@ -412,13 +433,15 @@ def _top_score_coded(pred_column, label_column):
     else:
         index = {c: i for i, c in enumerate(classes)}
     coded = [
-        np.array([index.get(n, -1) for n in names], dtype=np.int64)[codes] for codes, names in parts
+        np.array([index.get(n, -1) for n in names], dtype=np.int64)[codes]
+        for codes, names in parts
     ]
     return coded[0], coded[1] if len(coded) == 2 else None, classes
 
 
 def _distinct(values) -> np.ndarray:
-    """The distinct values of a class column read by :func:`_class_values` (names or indices)."""
+    """The distinct values of a class column read by :func:`_class_values` (names or
+    indices)."""
     import pandas as pd
 
     return pd.unique(np.asarray(values))
@@ -428,9 +451,9 @@ def _numeric(frame, columns) -> np.ndarray:
     import pandas as pd
 
     if all(isinstance(t, np.dtype) and t.kind in "fiu" for t in frame[columns].dtypes):
-        # numbers already (the common case): nothing to coerce, NaN the only missing value; the
-        # frame's block in one copy (pandas holds it column-major: one transpose, no strided
-        # column writes)
+        # numbers already (the common case): nothing to coerce, NaN the only missing value;
+        # the frame's block in one copy (pandas holds it column-major: one transpose, no
+        # strided column writes)
         out = np.ascontiguousarray(frame[columns].to_numpy(dtype=np.float64))
         nan = np.isnan(out)
         if nan.any():
@@ -442,13 +465,15 @@ def _numeric(frame, columns) -> np.ndarray:
         return out
     out = np.empty((len(frame), len(columns)), dtype=np.float64)
     for j, c in enumerate(columns):
-        col = pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        col = pd.to_numeric(frame[c], errors="coerce").to_numpy(
+            dtype=np.float64, na_value=np.nan
+        )
         bad = np.isnan(col) & ~pd.isna(frame[c]).to_numpy()
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise DataError(
-                f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row {i + 1}; fix or "
-                f"remove it"
+                f"column {c!r} has a non-numeric value {frame[c].iloc[i]!r} at row "
+                f"{i + 1}; fix or remove it"
             )
         if np.isnan(col).any():
             i = int(np.flatnonzero(np.isnan(col))[0])

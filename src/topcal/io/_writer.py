@@ -1,9 +1,9 @@
-"""The one writer of output tables (``apply``): DataFrames to a CSV or Parquet file, atomically.
+"""The one writer of output tables (``apply``): DataFrames to a CSV or Parquet file,
+atomically.
 
-Every engine writes its output through :func:`write_frames`: the local and
-streamed ``apply`` its chunks into one file; the Dask engine each partition
-into one file of a Parquet folder (on the workers), or its partitions in
-order into one CSV file.
+Every engine writes its output through :func:`write_frames`: the local and streamed
+``apply`` its chunks into one file; the Dask engine each partition into one file of a
+Parquet folder (on the workers), or its partitions in order into one CSV file.
 """
 
 from __future__ import annotations
@@ -21,23 +21,26 @@ _QUOTABLE_START = FORMULA_START + ("'",)
 
 
 def _map_text(frame, fix):
-    """``frame`` with ``fix`` applied to every text cell, category and column name that starts
-    with one of :data:`_QUOTABLE_START` (numbers unchanged). A copy only where something
-    changes."""
+    """``frame`` with ``fix`` applied to every text cell, category and column name that
+    starts with one of :data:`_QUOTABLE_START` (numbers unchanged). A copy only where
+    something changes."""
     import numpy as np
     import pandas as pd
 
     new = {}
     for j in range(frame.shape[1]):
         col = frame.iloc[:, j]
-        if isinstance(col.dtype, pd.CategoricalDtype):  # apply's pred: its class names, once each
+        # apply's pred: its class names, once each
+        if isinstance(col.dtype, pd.CategoricalDtype):
             cats = [fix(c) if isinstance(c, str) else c for c in col.cat.categories]
             if cats != list(col.cat.categories):
                 new[j] = col.cat.rename_categories(cats)
         elif col.dtype == object or isinstance(col.dtype, pd.StringDtype):
             values = col.to_numpy(dtype=object)
             try:
-                risky = np.flatnonzero(col.str.startswith(_QUOTABLE_START, na=False).to_numpy())
+                risky = np.flatnonzero(
+                    col.str.startswith(_QUOTABLE_START, na=False).to_numpy()
+                )
             except AttributeError:  # no text in the object column (numbers, booleans): no .str
                 risky = [i for i, v in enumerate(values) if isinstance(v, str)]
             changed = [(i, fix(values[i])) for i in risky if isinstance(values[i], str)]
@@ -58,26 +61,28 @@ def _map_text(frame, fix):
 
 
 def csv_safe(frame):
-    """``frame`` with every text cell and column name a spreadsheet would run as a formula (a class
-    named ``=HYPERLINK(...)``) prefixed with ``'`` (:func:`topcal._tables.csv_text`, OWASP);
-    numbers and other text unchanged. :func:`csv_restore` undoes it."""
+    """``frame`` with every text cell and column name a spreadsheet would run as a formula
+    (a class named ``=HYPERLINK(...)``) prefixed with ``'``
+    (:func:`topcal._tables.csv_text`, OWASP); numbers and other text unchanged.
+    :func:`csv_restore` undoes it."""
     return _map_text(frame, csv_text)
 
 
 def csv_restore(frame):
-    """A frame read from CSV with the ``'`` that :func:`csv_safe` added removed again (from cells
-    and column names), so that topcal reads the text it wrote as the text it was given."""
+    """A frame read from CSV with the ``'`` that :func:`csv_safe` added removed again (from
+    cells and column names), so that topcal reads the text it wrote as the text it was
+    given."""
     return _map_text(frame, csv_untext)
 
 
 class FrameWriter:
     """Write DataFrames chunk by chunk to one CSV or Parquet file, atomically.
 
-    Chunks go to a temporary file beside ``path`` (:func:`topcal._fileio.atomic_write`,
-    as every other writer), renamed onto ``path`` by :meth:`close`; :meth:`abort`
-    (or an exception inside a ``with`` block) removes it, so a failed run never
-    leaves a partial output. Parquet chunks keep the first chunk's schema, or
-    ``schema`` (a pyarrow schema) when given (one row group per chunk).
+    Chunks go to a temporary file beside ``path`` (:func:`topcal._fileio.atomic_write`, as
+    every other writer), renamed onto ``path`` by :meth:`close`; :meth:`abort` (or an
+    exception inside a ``with`` block) removes it, so a failed run never leaves a partial
+    output. Parquet chunks keep the first chunk's schema, or ``schema`` (a pyarrow schema)
+    when given (one row group per chunk).
     """
 
     def __init__(self, path, schema=None):
@@ -106,10 +111,13 @@ class FrameWriter:
                 table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
                 if self._writer is None:
                     self._schema = table.schema
-                    # no dictionary for floating-point columns: their values rarely repeat, and
-                    # pyarrow's attempt before falling back to plain encoding was most of a write
-                    # (20,000 x 1,000 float64: 6.1 s against 1.7 s without; the same values)
-                    dictionary = [f.name for f in self._schema if not pa.types.is_floating(f.type)]
+                    # no dictionary for floating-point columns: their values rarely repeat,
+                    # and pyarrow's attempt before falling back to plain encoding was most
+                    # of a write (20,000 x 1,000 float64: 6.1 s against 1.7 s without; the
+                    # same values)
+                    dictionary = [
+                        f.name for f in self._schema if not pa.types.is_floating(f.type)
+                    ]
                     self._writer = pq.ParquetWriter(
                         self.tmp, self._schema, use_dictionary=dictionary or False
                     )
@@ -127,10 +135,9 @@ class FrameWriter:
         except (ValueError, TypeError) as exc:  # pyarrow: a column changed type between chunks
             self.abort()
             raise DataError(
-                f"cannot write rows {self.rows}+ of {str(self.path)!r}: {first_line(exc)[:300]}; "
-                f"write a .csv "
-                "instead, or make each column hold one type (a larger --chunk-rows reads more rows "
-                "per type guess)"
+                f"cannot write rows {self.rows}+ of {str(self.path)!r}: "
+                f"{first_line(exc)[:300]}; write a .csv instead, or make each column hold "
+                "one type (a larger --chunk-rows reads more rows per type guess)"
             ) from None
         self.rows += len(frame)
 
@@ -175,12 +182,12 @@ class FrameWriter:
 
 
 def write_frames(frames, path, *, schema=None, progress=None) -> int:
-    """Write the DataFrames ``frames`` (any iterable) one after another to the file ``path``;
-    returns the rows.
+    """Write the DataFrames ``frames`` (any iterable) one after another to the file
+    ``path``; returns the rows.
 
-    The one output writer (:class:`FrameWriter`: atomic, refuses links,
-    devices and folders; ``.csv`` or ``.parquet``). ``progress``, if given, is
-    called with the rows written so far after each frame.
+    The one output writer (:class:`FrameWriter`: atomic, refuses links, devices and folders;
+    ``.csv`` or ``.parquet``). ``progress``, if given, is called with the rows written so
+    far after each frame.
     """
     with FrameWriter(path, schema) as w:
         for frame in frames:

@@ -1,28 +1,26 @@
 """Turning what users already hold into :class:`TopLabelData`.
 
-Calibrators' ``fit`` and ``predict`` (and :func:`topcal.compare`,
-:func:`topcal.report`) accept, besides a :class:`TopLabelData`:
+Calibrators' ``fit`` and ``predict`` (and :func:`topcal.compare`, :func:`topcal.report`)
+accept, besides a :class:`TopLabelData`:
 
-* a 2-d array of scores, one row a sample, one column a class: NumPy arrays,
-  nested lists, or anything with ``__array__`` (a CPU torch tensor, a JAX or
-  CuPy-on-host array), with the true classes ``y`` as a second argument;
-* a pandas DataFrame following the column conventions of :mod:`topcal.io`
-  (``p_<class>`` or ``logit_<class>`` columns, ``pred``/``score``, binned
-  counts), its labels in a ``label`` column or given as ``y``;
-* a path to a data file (CSV, Parquet, .npz), read by
-  :func:`topcal.io.read_data`.
+* a 2-d array of scores, one row a sample, one column a class: NumPy arrays, nested lists,
+  or anything with ``__array__`` (a CPU torch tensor, a JAX or CuPy-on-host array), with the
+  true classes ``y`` as a second argument;
+* a pandas DataFrame following the column conventions of :mod:`topcal.io` (``p_<class>`` or
+  ``logit_<class>`` columns, ``pred``/``score``, binned counts), its labels in a ``label``
+  column or given as ``y``;
+* a path to a data file (CSV, Parquet, .npz), read by :func:`topcal.io.read_data`.
 
-One reader per form, each from the input to validated data in one step:
-:func:`read_arrays` (arrays), :func:`topcal.io.read_frame` (a DataFrame,
-with ``y`` beside it or a label column in it) and
-:func:`topcal.io.read_data` (a file); :func:`as_data` only picks one.
+One reader per form, each from the input to validated data in one step: :func:`read_arrays`
+(arrays), :func:`topcal.io.read_frame` (a DataFrame, with ``y`` beside it or a label column
+in it) and :func:`topcal.io.read_data` (a file); :func:`as_data` only picks one.
 
-Probabilities or logits? ``kind="auto"`` (the default) reads a matrix as
-probabilities when every entry lies in [0, 1] and every row sums to 1
-(within :data:`topcal.data.SUM_TOLERANCE`), and as logits when some entry is
-negative or above 1. A matrix inside [0, 1] whose rows do not sum to 1 is
-rejected rather than guessed at (it is more likely a bug, e.g. a missing
-column, than logits); pass ``kind="probs"`` or ``kind="logits"`` to say.
+Probabilities or logits? ``kind="auto"`` (the default) reads a matrix as probabilities when
+every entry lies in [0, 1] and every row sums to 1 (within
+:data:`topcal.data.SUM_TOLERANCE`), and as logits when some entry is negative or above 1. A
+matrix inside [0, 1] whose rows do not sum to 1 is rejected rather than guessed at (it is
+more likely a bug, e.g. a missing column, than logits); pass ``kind="probs"`` or
+``kind="logits"`` to say.
 """
 
 from __future__ import annotations
@@ -42,8 +40,8 @@ KINDS = ("auto", "probs", "logits")
 
 
 def to_array(x, name: str) -> np.ndarray:
-    """``x`` as a NumPy array (a tensor detached first); a one-line DataError when it cannot be
-    one."""
+    """``x`` as a NumPy array (a tensor detached first); a one-line DataError when it cannot
+    be one."""
     if hasattr(x, "detach") and getattr(x, "requires_grad", False):
         x = x.detach()  # a tensor that tracks gradients: calibration needs its values only
     try:
@@ -71,9 +69,8 @@ def _matrix_kind(m: np.ndarray) -> str:
         i = int(np.flatnonzero(off)[0])
         raise DataError(
             f"X looks like probabilities (every value in [0, 1]) but row {i + 1} sums to "
-            f"{sums[i]:.6g}, not 1; "
-            "pass kind='logits' if these are logits, or normalise the rows (kind='probs' and "
-            "TopLabelData.from_probs(..., renormalize=True))"
+            f"{sums[i]:.6g}, not 1; pass kind='logits' if these are logits, or normalise "
+            "the rows (kind='probs' and TopLabelData.from_probs(..., renormalize=True))"
         )
     return "probs"
 
@@ -84,12 +81,12 @@ def _check_kind(kind: str) -> None:
 
 
 def read_arrays(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
-    """The array form: a 2-d score matrix ``X`` (rows x classes) and optional true classes ``y``.
+    """The array form: a 2-d score matrix ``X`` (rows x classes) and optional true classes
+    ``y``.
 
-    ``X`` is anything NumPy reads as an array (nested lists, a CPU tensor);
-    ``kind`` says whether it holds probabilities or logits ("auto": see the
-    module docstring). One step from the arrays to validated
-    :class:`TopLabelData` (``from_probs`` / ``from_logits``).
+    ``X`` is anything NumPy reads as an array (nested lists, a CPU tensor); ``kind`` says
+    whether it holds probabilities or logits ("auto": see the module docstring). One step
+    from the arrays to validated :class:`TopLabelData` (``from_probs`` / ``from_logits``).
     """
     _check_kind(kind)
     m = to_array(X, "X")
@@ -99,7 +96,9 @@ def read_arrays(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
             "for top scores only, build TopLabelData.from_scores(pred, score, labels)"
         )
     if m.dtype.kind not in "biuf":
-        raise DataError(f"X must be numeric, got dtype {m.dtype}; pass probabilities or logits")
+        raise DataError(
+            f"X must be numeric, got dtype {m.dtype}; pass probabilities or logits"
+        )
     m = m.astype(np.float64, copy=False)
     labels = None if y is None else to_array(y, "y")
     if labels is not None and labels.ndim == 2 and labels.shape[1] == 1:
@@ -116,17 +115,17 @@ def read_arrays(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
 def as_data(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
     """Build :class:`TopLabelData` from any accepted input (see the module docstring).
 
-    Chooses the reader of the input's form: :func:`topcal.io.read_data`
-    (a path), :func:`topcal.io.read_frame` (a DataFrame) or
-    :func:`read_arrays` (anything else); each validates once.
+    Chooses the reader of the input's form: :func:`topcal.io.read_data` (a path),
+    :func:`topcal.io.read_frame` (a DataFrame) or :func:`read_arrays` (anything else); each
+    validates once.
 
     Parameters
     ----------
     X : TopLabelData, array-like of shape (n, K), pandas DataFrame, or path
         Scores of n samples over K classes (probabilities or logits).
     y : array-like of shape (n,), optional
-        True classes, as names or integer column indices. Omit for data
-        that is only to be calibrated (``predict``).
+        True classes, as names or integer column indices. Omit for data that is only to be
+        calibrated (``predict``).
     classes : sequence of str, optional
         Names of the K columns (default: as :meth:`TopLabelData.from_probs`).
     kind : {"auto", "probs", "logits"}, default "auto"
@@ -140,19 +139,22 @@ def as_data(X, y=None, *, classes=None, kind: str = "auto") -> TopLabelData:
     if isinstance(X, TopLabelData):
         if y is not None:
             raise DataError(
-                "y was given with a TopLabelData, which carries its own labels; pass one or the "
-                "other"
+                "y was given with a TopLabelData, which carries its own labels; pass one "
+                "or the other"
             )
         return X
     if isinstance(X, (str, PathLike)):
         if y is not None:
             raise DataError(
-                "y was given with a data file, which carries its own label column; pass one or the "
-                "other"
+                "y was given with a data file, which carries its own label column; pass "
+                "one or the other"
             )
         return read_data(X, logits=kind == "logits", classes=classes)
     if _is_frame(X):
         return read_frame(
-            X, y=None if y is None else to_array(y, "y"), logits=kind == "logits", classes=classes
+            X,
+            y=None if y is None else to_array(y, "y"),
+            logits=kind == "logits",
+            classes=classes,
         )
     return read_arrays(X, y, classes=classes, kind=kind)

@@ -1,6 +1,5 @@
-"""Adapting a fitted calibrator to new class priors (:func:`adapt`): the :class:`AdaptedCalibrator`,
-and
-reading priors from a CSV file."""
+"""Adapting a fitted calibrator to new class priors (:func:`adapt`): the
+:class:`AdaptedCalibrator`, and reading priors from a CSV file."""
 
 from __future__ import annotations
 
@@ -63,7 +62,9 @@ def _given_priors(priors, classes: tuple[str, ...]) -> np.ndarray:
         raise DataError(f"priors must hold one value per class ({K}), got shape {p.shape}")
     if not np.all(np.isfinite(p)) or np.any(p < 0):
         i = int(np.flatnonzero(~np.isfinite(p) | (p < 0))[0])
-        raise DataError(f"prior of class {classes[i]!r} is {p[i]}; priors must be finite and >= 0")
+        raise DataError(
+            f"prior of class {classes[i]!r} is {p[i]}; priors must be finite and >= 0"
+        )
     if abs(p.sum() - 1.0) > PRIOR_SUM_TOL:
         raise DataError(
             f"priors sum to {p.sum():.6g}, not 1 (tolerance {PRIOR_SUM_TOL}); give class "
@@ -88,21 +89,19 @@ def adapt(
 ) -> "AdaptedCalibrator":
     """A copy of ``model`` whose confidences hold for the use set's class priors.
 
-    Give either the unlabelled use set ``data`` (priors estimated with
-    ``estimator``, see :func:`estimate_priors`) or ``priors`` (a dict class ->
-    prior naming every class, or a sequence in the model's class order; must
-    sum to 1). Adapting an adapted model starts again from its source model.
-    ``estimator``, ``source_data``, ``prior_strength``, ``n_bootstrap``,
-    ``level`` and ``seed`` are passed to :func:`estimate_priors`.
-    ``priors`` may also be a :class:`PriorEstimate` (e.g. from
-    :func:`estimate_priors` with another model fitted on the same test set),
-    whose intervals are kept. ``fp_pseudocount`` (default 10) shrinks each class's false-positive
-    mix
-    towards the test set's overall one, in false positives (0: none). ``shrink`` (default
-    "auto", estimated priors only) is the safety step: how far to move from the source priors
-    towards the estimate, chosen by simulated shift on the model's own counts so that an
-    unreliable estimator leaves the model (nearly) as it is; a number in [0, 1] fixes it
-    (1: the estimate as it is). See :func:`estimate_priors` and :mod:`topcal.labelshift.safety`.
+    Give either the unlabelled use set ``data`` (priors estimated with ``estimator``, see
+    :func:`estimate_priors`) or ``priors`` (a dict class -> prior naming every class, or a
+    sequence in the model's class order; must sum to 1). Adapting an adapted model starts
+    again from its source model. ``estimator``, ``source_data``, ``prior_strength``,
+    ``n_bootstrap``, ``level`` and ``seed`` are passed to :func:`estimate_priors`.
+    ``priors`` may also be a :class:`PriorEstimate` (e.g. from :func:`estimate_priors` with
+    another model fitted on the same test set), whose intervals are kept. ``fp_pseudocount``
+    (default 10) shrinks each class's false-positive mix towards the test set's overall one,
+    in false positives (0: none). ``shrink`` (default "auto", estimated priors only) is the
+    safety step: how far to move from the source priors towards the estimate, chosen by
+    simulated shift on the model's own counts so that an unreliable estimator leaves the
+    model (nearly) as it is; a number in [0, 1] fixes it (1: the estimate as it is). See
+    :func:`estimate_priors` and :mod:`topcal.labelshift.safety`.
 
     Returns
     -------
@@ -111,7 +110,8 @@ def adapt(
     """
     if (data is None) == (priors is None):
         raise ParameterError(
-            "give exactly one of data (the unlabelled use set, to estimate priors) or priors=..."
+            "give exactly one of data (the unlabelled use set, to estimate priors) or "
+            "priors=..."
         )
     check_shrink(shrink)
     if priors is not None and shrink != "auto":
@@ -127,8 +127,8 @@ def adapt(
             priors.source, ps, rtol=0, atol=1e-12
         ):
             raise DataError(
-                "the PriorEstimate was made with a model fitted on other test data (its classes or "
-                "source priors differ); estimate again with this model"
+                "the PriorEstimate was made with a model fitted on other test data (its "
+                "classes or source priors differ); estimate again with this model"
             )
         est = priors
     elif priors is not None:
@@ -136,9 +136,9 @@ def adapt(
         bad = [c for c, a, b in zip(base.classes_, p, ps) if a > 0 and b <= 0]
         if bad:
             raise DataError(
-                f"class(es) {preview(bad)} never occur in the test set the model was fitted on, so "
-                "their prior ratio is undefined; give them prior 0 or refit on test data that "
-                "includes them"
+                f"class(es) {preview(bad)} never occur in the test set the model was "
+                "fitted on, so their prior ratio is undefined; give them prior 0 or refit "
+                "on test data that includes them"
             )
         est = PriorEstimate(
             tuple(base.classes_),
@@ -186,16 +186,16 @@ class AdaptedCalibrator(Wrapper):
     fp_pseudocount_ : float
         Shrinkage of the false-positive mixes (see :func:`adapt`).
 
-    ``predict`` returns the source model's confidence with its odds
-    multiplied by w_k / wbar_FP (module docstring); ``posterior`` the adapted
-    P(Y | k, S) over all classes and ``redecide`` its argmax.
+    ``predict`` returns the source model's confidence with its odds multiplied by w_k /
+    wbar_FP (module docstring); ``posterior`` the adapted P(Y | k, S) over all classes and
+    ``redecide`` its argmax.
     """
 
     name = ADAPTED_METHOD
     summary = "a fitted calibrator adapted to new class priors (topcal adapt)"
 
-    #: its evidence (statistics, label-shift counts) is its source model's; its confidences are its
-    #: own
+    #: its evidence (statistics, label-shift counts) is its source model's; its confidences
+    #: are its own
     owns_evidence = False
     predicts_as_inner = False
     base_: Calibrator | None = None  # the source model, once built or loaded
@@ -211,20 +211,21 @@ class AdaptedCalibrator(Wrapper):
     def summary_line(self) -> str:
         e = self.estimate_
         return (
-            f"{self.base_.name} adapted to the use set's class priors ({e.estimator}, {e.n_use:g} "
-            f"use rows)"
+            f"{self.base_.name} adapted to the use set's class priors ({e.estimator}, "
+            f"{e.n_use:g} use rows)"
         )
 
     def _keeps_stats(self) -> bool:
         return (
-            False  # new labelled data go to the source model; the priors are estimated again after
+            # new labelled data go to the source model; the priors are estimated again after
+            False
         )
 
     def _no_stats_reason(self) -> str:
         return (
-            "this is an adapted model (topcal adapt), which is not updated itself: update the "
-            "model it was "
-            "adapted from with the new labelled data, then adapt the updated model again"
+            "this is an adapted model (topcal adapt), which is not updated itself: update "
+            "the model it was adapted from with the new labelled data, then adapt the "
+            "updated model again"
         )
 
     @classmethod
@@ -269,8 +270,9 @@ class AdaptedCalibrator(Wrapper):
         return adapt_confidence(c, self.weights_[data.pred], wbar)
 
     def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:
-        """``predict_proba``'s rows: the adapted confidence at k(X); the source's vector map's
-        other entries times the prior ratios w_j, renormalised (Bayes' rule under label shift)."""
+        """``predict_proba``'s rows: the adapted confidence at k(X); the source's vector
+        map's other entries times the prior ratios w_j, renormalised (Bayes' rule under
+        label shift)."""
         vmap = self.vector_map_
         if vmap is None:
             return super()._full_rows(data, conf)
@@ -280,9 +282,10 @@ class AdaptedCalibrator(Wrapper):
         return combine(conf, data.pred, rest)
 
     def _interval(self, data: TopLabelData, level: float):
-        """The base model's interval moved to the new priors the way its confidence is (the map
-        c -> w c / (w c + wbar (1 - c)) is increasing). The priors are held fixed: their own
-        uncertainty (``topcal adapt --bootstrap``) is not in the interval (docs/intervals.md)."""
+        """The base model's interval moved to the new priors the way its confidence is (the
+        map c -> w c / (w c + wbar (1 - c)) is increasing). The priors are held fixed: their
+        own uncertainty (``topcal adapt --bootstrap``) is not in the interval
+        (docs/intervals.md)."""
         lo, hi = self.base_._interval_of_rows(data, level)
         wbar = fp_weight(
             cast(ConfusionStats, self.base_.evidence_.confusion),  # (set in fit: confusion_of)
@@ -309,8 +312,8 @@ class AdaptedCalibrator(Wrapper):
     def redecide(self, data: TopLabelData) -> tuple[np.ndarray, np.ndarray]:
         """Re-decided class and its probability per row: argmax of :meth:`posterior`.
 
-        Under strong shift the most likely true class behind a prediction of k
-        can be another class. Returns (class indices, probabilities).
+        Under strong shift the most likely true class behind a prediction of k can be
+        another class. Returns (class indices, probabilities).
         """
         post = self.posterior(data)
         new = np.argmax(post, axis=1)
@@ -417,8 +420,8 @@ def read_priors(path) -> dict[str, float]:
     rows = [r for r in rows if any(x.strip() for x in r)]
     if not rows or [x.strip().lower() for x in rows[0]] != ["class", "prior"]:
         raise DataError(
-            f"priors file {str(p)!r} must be a CSV with the header 'class,prior' and one row per "
-            f"class"
+            f"priors file {str(p)!r} must be a CSV with the header 'class,prior' and one "
+            "row per class"
         )
     out: dict[str, float] = {}
     for i, r in enumerate(rows[1:], 2):

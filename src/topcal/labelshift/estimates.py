@@ -182,20 +182,18 @@ def confusion_of(model) -> ConfusionStats:
     stats = model.evidence_.confusion
     if stats is None:
         raise DataError(
-            f"this {model.name!r} model does not know the true classes behind its predictions (it "
-            f"was fitted on "
-            "binned TP/FP counts, from or updated with score statistics alone, or saved before "
-            "topcal stored "
-            "them); label-shift adaptation needs test data with a true class per sample: refit on "
-            "such data "
-            "(in memory, or streamed with --chunk-rows / --engine dask)"
+            f"this {model.name!r} model does not know the true classes behind its "
+            "predictions (it was fitted on binned TP/FP counts, from or updated with score "
+            "statistics alone, or saved before topcal stored them); label-shift adaptation "
+            "needs test data with a true class per sample: refit on such data (in memory, "
+            "or streamed with --chunk-rows / --engine dask)"
         )
     return stats
 
 
 def check_use_data(model, data) -> TopLabelData:
-    """A use set on the model's class list: any subset of the model's classes, in any order, may
-    occur (a use set need not predict every class); one-line DataError otherwise."""
+    """A use set on the model's class list: any subset of the model's classes, in any order,
+    may occur (a use set need not predict every class); one-line DataError otherwise."""
     if not isinstance(data, TopLabelData):
         raise DataError(f"the use set must be a TopLabelData, got {type(data).__name__}")
     if data.has_full and set(data.classes) != set(model.classes_):
@@ -210,7 +208,8 @@ def check_use_data(model, data) -> TopLabelData:
 def _vector_model(model):
     """The temperature-family model behind ``model`` (itself, auto's choice, an adapted
     model's source), or None."""
-    base = model.innermost() if isinstance(model, Wrapper) else model  # auto: the method it chose
+    # auto: the method it chose
+    base = model.innermost() if isinstance(model, Wrapper) else model
     if base.needs_full and hasattr(base, "temperature_") and hasattr(base, "awards_"):
         return base
     return None
@@ -253,9 +252,10 @@ def fp_mix(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the FP mix q (n, K; zero at the predicted class), and wbar_FP = q . w.
 
-    The counts of the row's region, shrunk as :func:`~topcal.labelshift.estimators.shrunk_fp_mix`
-    describes (towards the mix behind all the test set's false positives, weight ``pseudocount``).
-    Dense in the classes: :func:`fp_weight` where only wbar_FP is needed.
+    The counts of the row's region, shrunk as
+    :func:`~topcal.labelshift.estimators.shrunk_fp_mix` describes (towards the mix behind
+    all the test set's false positives, weight ``pseudocount``). Dense in the classes:
+    :func:`fp_weight` where only wbar_FP is needed.
     """
     mix = CellMix.of_stats(stats, pseudocount)
     cells = stats.cells(pred, score)
@@ -264,12 +264,13 @@ def fp_mix(
 
 
 def fp_weight(stats: ConfusionStats, pred, score, weights, pseudocount: float) -> np.ndarray:
-    """Per row, wbar_FP = q . w of :func:`fp_mix`, computed per cell of the model's counts (their
-    nonzeros, not rows x classes)."""
+    """Per row, wbar_FP = q . w of :func:`fp_mix`, computed per cell of the model's counts
+    (their nonzeros, not rows x classes)."""
     mix = CellMix.of_stats(stats, pseudocount)
     w = np.asarray(weights, dtype=np.float64)
-    # over the mix's own sum (1 up to rounding): the same weights in every class give exactly
-    # those weights, so an adaptation to the source priors returns the confidence bit for bit
+    # over the mix's own sum (1 up to rounding): the same weights in every class give
+    # exactly those weights, so an adaptation to the source priors returns the confidence
+    # bit for bit
     d = mix.dot(np.stack([w, np.ones_like(w)], axis=1))
     with np.errstate(invalid="ignore", divide="ignore"):
         per_cell = np.where(d[:, 1] > 0, d[:, 0] / np.where(d[:, 1] > 0, d[:, 1], 1.0), 0.0)
@@ -310,16 +311,15 @@ def estimate_priors(
     data : TopLabelData
         The use set (labels, if any, are ignored).
     estimator : {"em", "bbse"}, default "em"
-        "em": EM (Saerens et al. 2002) on :func:`source_posteriors`, or on BCTS-calibrated
-        full vectors when ``source_data`` is given. "bbse": confusion-matrix inversion with the
-        predicted class and score region as the black-box prediction (Lipton et al. 2018).
+        "em": EM (Saerens et al. 2002) on :func:`source_posteriors` (or on BCTS vectors with
+        ``source_data``). "bbse": confusion-matrix inversion (Lipton et al. 2018).
     source_data : TopLabelData, optional
-        The labelled test set the model was fitted on, with full score vectors (and a use set
-        with them too): EM on its bias-corrected temperature scaling (:func:`fit_bcts`), i.e.
-        EM+BCTS of Alexandari et al. (2020). Only for ``estimator="em"``.
+        The labelled test set the model was fitted on, with full score vectors (and a use
+        set with them too): EM on its bias-corrected temperature scaling (:func:`fit_bcts`),
+        i.e. EM+BCTS of Alexandari et al. (2020). Only for ``estimator="em"``.
     prior_strength : float, optional
-        Pseudo-samples per class at the source priors: EM's Dirichlet prior, BBSE's mixing
-        weight; 0 for the plain estimators. Default :data:`PRIOR_STRENGTH` (em 0.1, bbse 0.3).
+        Pseudo-samples per class at the source priors (0: the plain estimators). Default
+        :data:`PRIOR_STRENGTH` (em 0.1, bbse 0.3).
     n_bootstrap : int, default 100
         Bootstrap resamples of the use set's rows for the interval; 0 for none.
     level : float, default 0.95
@@ -330,9 +330,9 @@ def estimate_priors(
         Shrinkage of each class's FP mix towards the overall one (EM on the top-label
         posterior only), in false positives.
     shrink : "auto" or float in [0, 1], default "auto"
-        The safety step: the priors returned are (1 - lam) source + lam estimate. "auto"
-        chooses lam by simulated shift on the model's own counts (:func:`choose_shrink`): 0
-        where the estimator would do harm for this model and use-set size. A number fixes lam.
+        The safety step: (1 - lam) source + lam estimate, lam chosen by simulated shift on
+        the model's own counts (:func:`choose_shrink`; 0 where the estimator would do harm),
+        or given.
 
     Returns
     -------
@@ -352,9 +352,8 @@ def estimate_priors(
     estimated = run()
     lower, upper = (None, None)
     if n_bootstrap > 0:
-        lower, upper = _bootstrap_interval(
-            run, data.n_rows, counts, n_use, estimated, estimator, int(n_bootstrap), level, seed
-        )
+        boot = (run, data.n_rows, counts, n_use, estimated, estimator, int(n_bootstrap))
+        lower, upper = _bootstrap_interval(*boot, level, seed)
     chosen = _safety_step(
         stats, estimated, n_use, estimator, source_data, prior_strength, fp_pseudocount, seed,
         shrink,
@@ -435,8 +434,9 @@ def _checked_options(estimator, n_bootstrap, seed, level, fp_pseudocount, prior_
         raise ParameterError(f"n_bootstrap must be an integer >= 0; got {n_bootstrap!r}")
     if n_bootstrap > MAX_BOOTSTRAP:
         raise ParameterError(
-            f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the estimator; "
-            f"the percentile interval settles long before); got {str(n_bootstrap)[:30]}"
+            f"n_bootstrap must be at most {MAX_BOOTSTRAP:,} (each resample refits the "
+            "estimator; the percentile interval settles long before); got "
+            f"{str(n_bootstrap)[:30]}"
         )
     if seed is not None and not Interval(0, 2**32 - 1, integer=True).ok(seed):
         raise ParameterError(
@@ -484,7 +484,8 @@ def _estimator_run(
             "source_data is used by estimator='em' only; bbse needs just the model"
         )
     cells, C = _cells(stats, data)
-    if np.prod(C.shape) <= BBSE_DENSE_CELLS:  # a few classes: the dense table once, not per run
+    # a few classes: the dense table once, not per run
+    if np.prod(C.shape) <= BBSE_DENSE_CELLS:
         C = C.toarray()
 
     def run(w=None, init=None):
@@ -510,13 +511,14 @@ def _bcts_posteriors(model, source_data, data) -> np.ndarray:
     if source_data.labels is None:
         raise DataError("source_data needs per-sample true classes (the labelled test set)")
     freq = np.bincount(
-        source_data.labels, weights=source_data.tp + source_data.fp, minlength=len(model.classes_)
+        source_data.labels,
+        weights=source_data.tp + source_data.fp,
+        minlength=len(model.classes_),
     )
     if not np.allclose(freq / freq.sum(), confusion_of(model).source_priors(), rtol=0, atol=1e-9):
         raise DataError(
-            "source_data's class frequencies differ from those of the test set the model was "
-            "fitted "
-            "on; give that same labelled test set"
+            "source_data's class frequencies differ from those of the test set the model "
+            "was fitted on; give that same labelled test set"
         )
     source_data.require_full("EM on BCTS-calibrated vectors (source_data)")
     data.require_full("EM on BCTS-calibrated vectors (the use set)")
@@ -560,7 +562,8 @@ def _em_posteriors(model, data: TopLabelData, fp_pseudocount: float):
 
 
 def _cell_index(stats: ConfusionStats, data: TopLabelData) -> np.ndarray:
-    """Each row's (predicted class, score region) cell, numbered as the rows of ``stats.table``."""
+    """Each row's (predicted class, score region) cell, numbered as the rows of
+    ``stats.table``."""
     return stats.cells(data.pred, data.score)
 
 

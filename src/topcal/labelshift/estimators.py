@@ -1,6 +1,5 @@
-"""Prior estimators (EM, BBSE), bias-corrected temperature scaling and the closed-form adapted
-confidence;
-the constants every part of :mod:`topcal.labelshift` shares."""
+"""Prior estimators (EM, BBSE), bias-corrected temperature scaling and the closed-form
+adapted confidence; the constants every part of :mod:`topcal.labelshift` shares."""
 
 from __future__ import annotations
 
@@ -34,25 +33,23 @@ ADAPTED_METHOD = "label-shift"
 #: Prior estimators, by name (CLI ``--estimator``).
 ESTIMATORS = ("em", "bbse")
 
-#: EM stops when no prior moves by more than this (Saerens et al. 2002 iterate
-#: "until convergence"; 1e-8 is far below any bootstrap interval's width).
+#: EM stops when no prior moves by more than this (Saerens et al. 2002 iterate "until
+#: convergence"; 1e-8 is far below any bootstrap interval's width).
 EM_TOL = 1e-8
 EM_MAX_ITER = 2000
-#: User-given priors must sum to 1 within this before they are rescaled to sum
-#: to exactly 1 (a CSV written with 6 decimals for 1000 classes is off by <5e-4).
+#: User-given priors must sum to 1 within this before they are rescaled to sum to exactly 1
+#: (a CSV written with 6 decimals for 1000 classes is off by <5e-4).
 PRIOR_SUM_TOL = 1e-3
-#: Weight, in false positives, of the test set's overall FP mix in each
-#: class's FP mix (see :func:`shrunk_fp_mix`): a guard for classes with a handful of
-#: false positives (CIFAR-100 has ~12 per class; there 0, 10 and 30 gave
-#: adapted NLLs within 0.02 of each other). 10 leaves a region with >= 40
-#: false positives mostly its own mix.
+#: Weight, in false positives, of the test set's overall FP mix in each class's FP mix (see
+#: :func:`shrunk_fp_mix`): a guard for classes with a handful of false positives (CIFAR-100
+#: has ~12 per class; there 0, 10 and 30 gave adapted NLLs within 0.02 of each other). 10
+#: leaves a region with >= 40 false positives mostly its own mix.
 FP_PSEUDOCOUNT = 10.0
 #: Default pseudo-samples per class at the source priors, per estimator. Plain
-#: ML/least-squares priors drive classes with few use rows to exactly 0, and a
-#: predicted class with prior 0 gets confidence 0: on the CIFAR-100 benchmark
-#: cells (2,000 use rows, 100 classes) that made the adapted NLL worse than no
-#: adaptation. Chosen on that benchmark (2 seeds, 2 files): EM's 0.1 undid it
-#: at a small cost in MSE; BBSE, noisier, needed 0.3.
+#: ML/least-squares priors drive classes with few use rows to exactly 0, and a predicted
+#: class with prior 0 gets confidence 0: on the CIFAR-100 benchmark cells (2,000 use rows,
+#: 100 classes) that made the adapted NLL worse than no adaptation. Chosen on that benchmark
+#: (2 seeds, 2 files): EM's 0.1 undid it at a small cost in MSE; BBSE, noisier, needed 0.3.
 PRIOR_STRENGTH = {"em": 0.1, "bbse": 0.3}
 
 
@@ -73,35 +70,35 @@ def em_priors(
     ----------
     posteriors : array of shape (n, K), SparsePlusRankOne or CellPosteriors
         Calibrated P_s(y | x) of the unlabelled use-set rows under the source priors
-        (:class:`SparsePlusRankOne` for the safety step's cell-level posteriors at many classes,
-        :class:`CellPosteriors` for the top-label posterior of the use set's rows).
+        (:class:`SparsePlusRankOne` for the safety step's cell-level posteriors at many
+        classes, :class:`CellPosteriors` for the top-label posterior of the use set's rows).
     source_priors : array of shape (K,)
         pi_s, the class frequencies the posteriors were calibrated for.
     prior_strength : float, default 0
-        0 gives the maximum-likelihood estimate. Otherwise the maximum a
-        posteriori estimate under a Dirichlet(1 + prior_strength K pi_s) prior
-        on pi_u: ``prior_strength K`` pseudo-samples drawn with the source
-        priors, which pulls classes seen in few use rows towards no shift
-        (the Bayesian view of Ye et al. 2024, "MAPLS").
+        0 gives the maximum-likelihood estimate. Otherwise the maximum a posteriori estimate
+        under a Dirichlet(1 + prior_strength K pi_s) prior on pi_u: ``prior_strength K``
+        pseudo-samples drawn with the source priors, which pulls classes seen in few use
+        rows towards no shift (the Bayesian view of Ye et al. 2024, "MAPLS").
     weights : array of shape (n,) or (B, n), optional
-        Row weights (counts of repeated rows). Two-dimensional: B sets of weights (the bootstrap's
-        resamples), each estimated on its own, all in one pass of matrix products.
+        Row weights (counts of repeated rows). Two-dimensional: B sets of weights (the
+        bootstrap's resamples), each estimated on its own, all in one pass of matrix
+        products.
     tol, max_iter : float, int
-        Stop when no prior changes by more than ``tol``, or after ``max_iter`` steps (each set of
-        weights on its own).
+        Stop when no prior changes by more than ``tol``, or after ``max_iter`` steps (each
+        set of weights on its own).
     init : array of shape (K,), optional
         Starting priors (default ``source_priors``).
 
     Returns
     -------
-    ndarray of shape (K,), the estimated pi_u (sums to 1); (B, K) for weights of shape (B, n).
+    ndarray of shape (K,), the estimated pi_u (sums to 1); (B, K) for weights of shape (B,
+    n).
 
     Notes
     -----
-    Each step reweights every posterior by pi_u / pi_s, renormalises it, and
-    takes the mean as the new pi_u: the EM iteration for the mixture
-    likelihood prod_i sum_y pi_u(y) p(x_i | y). A class with pi_s = 0 keeps
-    pi_u = 0 (no information about it).
+    Each step reweights every posterior by pi_u / pi_s, renormalises it, and takes the mean
+    as the new pi_u: the EM iteration for the mixture likelihood prod_i sum_y pi_u(y) p(x_i
+    | y). A class with pi_s = 0 keeps pi_u = 0 (no information about it).
     """
     ps = np.asarray(source_priors, dtype=np.float64)
     if isinstance(posteriors, (SparsePlusRankOne, CellPosteriors)):
@@ -142,17 +139,17 @@ def em_priors(
 
 
 def _squarem_step(pi, den, w, pseudo, row_dot, col_dot):
-    """One SQUAREM iteration (Varadhan and Roland 2008, scheme S3) of EM for the priors in each
-    column of ``pi`` (K, B) with row weights ``w`` (n, B): extrapolate two EM steps, fall back to
-    them where the extrapolation leaves the simplex or lowers the objective. Same fixed point as
-    plain EM, in far fewer steps where some priors creep towards 0.
+    """One SQUAREM iteration (Varadhan and Roland 2008, scheme S3) of EM for the priors in
+    each column of ``pi`` (K, B) with row weights ``w`` (n, B): extrapolate two EM steps,
+    fall back to them where the extrapolation leaves the simplex or lowers the objective.
+    Same fixed point as plain EM, in far fewer steps where some priors creep towards 0.
 
-    ``den`` is ``row_dot(pi)`` (None: computed here). Returns the new priors, their ``row_dot``
-    and each column's largest change."""
+    ``den`` is ``row_dot(pi)`` (None: computed here). Returns the new priors, their
+    ``row_dot`` and each column's largest change."""
 
     def step(p, d, w):
-        # one EM step: sum_i w_i p_j base_ij / sum_l p_l base_il (+ the Dirichlet pseudo-counts);
-        # rows no class explains (d = 0) add nothing
+        # one EM step: sum_i w_i p_j base_ij / sum_l p_l base_il (+ the Dirichlet
+        # pseudo-counts); rows no class explains (d = 0) add nothing
         new = p * col_dot(np.divide(w, d, out=np.zeros_like(d), where=d > 0)) + pseudo
         return new / new.sum(axis=0)
 
@@ -179,7 +176,9 @@ def _squarem_step(pi, den, w, pseudo, row_dot, col_dot):
             cand = cand[:, ok] / cand[:, ok].sum(axis=0)
             c = step(cand, row_dot(cand), w[:, cols])
             dc = row_dot(c)
-            better = objective(c, dc, w[:, cols]) >= objective(p2[:, cols], d2[:, cols], w[:, cols])
+            better = objective(c, dc, w[:, cols]) >= objective(
+                p2[:, cols], d2[:, cols], w[:, cols]
+            )
             new[:, cols[better]], d_new[:, cols[better]] = c[:, better], dc[:, better]
             a[cols] = -1.0  # done: the extrapolation or the two plain steps
         bad = todo[~ok]
@@ -188,8 +187,8 @@ def _squarem_step(pi, den, w, pseudo, row_dot, col_dot):
 
 
 class SparsePlusRankOne:
-    """Posteriors of shape (n, K) held as D + h v^T: ``D`` a scipy sparse matrix, ``h`` (n,), ``v``
-    (K,).
+    """Posteriors of shape (n, K) held as D + h v^T: ``D`` a scipy sparse matrix, ``h``
+    (n,), ``v`` (K,).
 
     What :func:`em_priors` accepts besides a dense array when most of each row is one shared
     vector (cell-level posteriors whose false-positive mix is shrunk towards the test set's
@@ -202,8 +201,8 @@ class SparsePlusRankOne:
         self.v = np.asarray(v, dtype=np.float64)
 
     def products(self, ps):
-        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p and u @
-        base."""
+        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p and u
+        @ base."""
         with np.errstate(divide="ignore", invalid="ignore"):
             ips = np.where(ps > 0, 1.0 / np.where(ps > 0, ps, 1.0), 0.0)
         Dt = self.D.T.tocsr()
@@ -222,12 +221,13 @@ class SparsePlusRankOne:
 
 
 class CellPosteriors:
-    """Posteriors of shape (n, K): row i is c_i at class ``cell_class[cells[i]]`` and (1 - c_i)
-    times its cell's mix elsewhere, the mixes of the m cells held as S + h v^T (``S`` scipy
-    sparse, (m, K)).
+    """Posteriors of shape (n, K): row i is c_i at class ``cell_class[cells[i]]`` and (1 -
+    c_i) times its cell's mix elsewhere, the mixes of the m cells held as S + h v^T (``S``
+    scipy sparse, (m, K)).
 
-    The top-label posterior of a use set (rows of one cell share their mix): an EM step costs
-    the rows plus the nonzeros of S, not n K (the dense form took minutes at 1,500 classes).
+    The top-label posterior of a use set (rows of one cell share their mix): an EM step
+    costs the rows plus the nonzeros of S, not n K (the dense form took minutes at 1,500
+    classes).
     """
 
     def __init__(self, S, h, v, cell_class, cells, c):
@@ -235,8 +235,9 @@ class CellPosteriors:
         self.h = np.asarray(h, dtype=np.float64)
         self.v = np.asarray(v, dtype=np.float64)
         cells, c = np.asarray(cells, dtype=np.int64), np.asarray(c, dtype=np.float64)
-        # rows of one cell and one confidence are one posterior: EM runs on the distinct ones,
-        # each weighted by its rows (a histogram's rows share a few confidences per class)
+        # rows of one cell and one confidence are one posterior: EM runs on the distinct
+        # ones, each weighted by its rows (a histogram's rows share a few confidences per
+        # class)
         order = np.lexsort((c, cells))
         new = np.r_[True, (np.diff(cells[order]) != 0) | (np.diff(c[order]) != 0)]
         self.rows = np.empty(cells.shape[0], dtype=np.int64)  # each row's distinct posterior
@@ -249,7 +250,8 @@ class CellPosteriors:
         return np.bincount(self.rows, weights=w, minlength=self.cells.shape[0])
 
     def products(self, ps):
-        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p, u @ base."""
+        """(row_dot, col_dot, n) of base = posteriors / ps (0 where ps is 0): base @ p, u @
+        base."""
         with np.errstate(divide="ignore", invalid="ignore"):
             ips = np.where(ps > 0, 1.0 / np.where(ps > 0, ps, 1.0), 0.0)
         St = self.S.T.tocsr()
@@ -277,7 +279,9 @@ class CellPosteriors:
 
     def toarray(self) -> np.ndarray:
         """The (n, K) posteriors of the rows."""
-        out = (self.S.toarray() + self.h[:, None] * self.v)[self.cells] * (1.0 - self.c)[:, None]
+        out = (self.S.toarray() + self.h[:, None] * self.v)[self.cells] * (1.0 - self.c)[
+            :, None
+        ]
         out[np.arange(self.cells.shape[0]), self.k] = self.c
         return out[self.rows]
 
@@ -290,17 +294,16 @@ def bbse_priors(
     Parameters
     ----------
     confusion : array of shape (m, K)
-        Source counts of (discrete prediction i, true class j); rows may be
-        predicted classes, or finer cells such as (predicted class, score region).
+        Source counts of (discrete prediction i, true class j); rows may be predicted
+        classes, or finer cells such as (predicted class, score region).
     pred_counts : array of shape (m,)
         Use-set counts of each discrete prediction.
     source_priors : array of shape (K,)
     prior_strength : float, default 0
-        Pseudo-samples per class at the source priors, mixed into the estimate:
-        pi = (n pi_hat + prior_strength K pi_s) / (n + prior_strength K),
-        n the use set's size. Keeps a class that the least-squares solution
-        sets to exactly 0 (often one with few use rows) from getting
-        confidence 0 on its predictions.
+        Pseudo-samples per class at the source priors, mixed into the estimate: pi = (n
+        pi_hat + prior_strength K pi_s) / (n + prior_strength K), n the use set's size.
+        Keeps a class that the least-squares solution sets to exactly 0 (often one with few
+        use rows) from getting confidence 0 on its predictions.
 
     Returns
     -------
@@ -308,11 +311,10 @@ def bbse_priors(
 
     Notes
     -----
-    With C[i, j] = P_s(prediction i | y = j) and mu the use set's prediction
-    frequencies, label shift gives mu = C pi_u. Lipton et al. invert
-    C_joint w = mu for w = pi_u / pi_s and clip negative entries; here the
-    system is solved for pi_u directly by non-negative least squares (which
-    also handles more prediction cells than classes), then normalised.
+    With C[i, j] = P_s(prediction i | y = j) and mu the use set's prediction frequencies,
+    label shift gives mu = C pi_u. Lipton et al. invert C_joint w = mu for w = pi_u / pi_s
+    and clip negative entries; here the system is solved for pi_u directly by non-negative
+    least squares (which also handles more prediction cells than classes), then normalised.
     """
     from scipy import sparse
 
@@ -339,9 +341,9 @@ def bbse_priors(
     return (n * pi / pi.sum() + beta * ps / ps.sum()) / (n + beta)
 
 
-#: Largest cells x classes table :func:`bbse_priors` solves densely (exact NNLS); beyond it, the
-#: sparse bounded least squares of :func:`_bbse_sparse` (a dense table of 10^5 classes would be
-#: 80 GB, and NNLS's active set costs K^3).
+#: Largest cells x classes table :func:`bbse_priors` solves densely (exact NNLS); beyond it,
+#: the sparse bounded least squares of :func:`_bbse_sparse` (a dense table of 10^5 classes
+#: would be 80 GB, and NNLS's active set costs K^3).
 BBSE_DENSE_CELLS = 4_000_000
 
 
@@ -361,11 +363,10 @@ def _bbse_sparse(C, mu) -> tuple[np.ndarray, np.ndarray]:
 def adapt_confidence(confidence, w_pos, w_fp) -> np.ndarray:
     """The top-label confidence under new priors: odds times w_pos / w_fp.
 
-    ``confidence`` c under the source priors, ``w_pos`` the prior ratio of the
-    predicted class, ``w_fp`` the mean prior ratio of the true classes behind
-    its false positives. Returns w_pos c / (w_pos c + w_fp (1 - c)); rows where
-    that is 0/0 (both ratios 0: no class that could be there is present in the
-    use set) keep their confidence.
+    ``confidence`` c under the source priors, ``w_pos`` the prior ratio of the predicted
+    class, ``w_fp`` the mean prior ratio of the true classes behind its false positives.
+    Returns w_pos c / (w_pos c + w_fp (1 - c)); rows where that is 0/0 (both ratios 0: no
+    class that could be there is present in the use set) keep their confidence.
     """
     c = np.asarray(confidence, dtype=np.float64)
     a = np.asarray(w_pos, dtype=np.float64) * c
@@ -376,16 +377,17 @@ def adapt_confidence(confidence, w_pos, w_fp) -> np.ndarray:
 
 
 def shrunk_fp_mix(counts, pred, confusion, pseudocount: float) -> np.ndarray:
-    """Per row, the mix of true classes behind the predicted class's false positives, shape (n, K).
+    """Per row, the mix of true classes behind the predicted class's false positives, shape
+    (n, K).
 
-    ``counts`` (n, K): each row's source counts of its (predicted class, score region) by true
-    class; ``pred`` (n,): the predicted class; ``confusion`` (K, K): all the source counts,
-    predicted x true. The row's false-positive counts are shrunk towards the mix of true classes
-    behind *all* false positives of the test set (any predicted class, the row's own class left
-    out) with weight ``pseudocount``: a class with 12 false positives would otherwise claim that
-    classes absent from them never hide behind its predictions. A row with no false positives gets
-    that overall mix; with none anywhere, the source priors of the other classes. The mix is 0 at
-    the predicted class and sums to 1.
+    ``counts`` (n, K): each row's source counts of its (predicted class, score region) by
+    true class; ``pred`` (n,): the predicted class; ``confusion`` (K, K): all the source
+    counts, predicted x true. The row's false-positive counts are shrunk towards the mix of
+    true classes behind *all* false positives of the test set (any predicted class, the
+    row's own class left out) with weight ``pseudocount``: a class with 12 false positives
+    would otherwise claim that classes absent from them never hide behind its predictions. A
+    row with no false positives gets that overall mix; with none anywhere, the source priors
+    of the other classes. The mix is 0 at the predicted class and sums to 1.
     """
     q = np.array(counts, dtype=np.float64)
     conf = np.asarray(confusion, dtype=np.float64)
@@ -411,10 +413,10 @@ def shrunk_fp_mix(counts, pred, confusion, pseudocount: float) -> np.ndarray:
 def fit_bcts(data: TopLabelData) -> tuple[float, np.ndarray]:
     """Bias-corrected temperature scaling of full score vectors (Alexandari et al. 2020).
 
-    Fits softmax(log y / T + b) to the true classes of labelled ``data`` by
-    minimising the multinomial NLL over (log T, b) with L-BFGS-B and the
-    analytic gradient. A ridge of 1e-6 (per sample) on b keeps the bias of a
-    class absent from the labels finite and fixes b's free additive constant.
+    Fits softmax(log y / T + b) to the true classes of labelled ``data`` by minimising the
+    multinomial NLL over (log T, b) with L-BFGS-B and the analytic gradient. A ridge of 1e-6
+    (per sample) on b keeps the bias of a class absent from the labels finite and fixes b's
+    free additive constant.
 
     Returns
     -------
@@ -445,7 +447,8 @@ def fit_bcts(data: TopLabelData) -> tuple[float, np.ndarray]:
         g_tau = float(np.mean((p * z).sum(axis=1) - z[rows, y]))
         return loss, np.concatenate([[-tau * g_tau], g_b])
 
-    lo, hi = np.log(1e-3), np.log(1e3)  # the temperature bounds of topcal's temperature methods
+    # the temperature bounds of topcal's temperature methods
+    lo, hi = np.log(1e-3), np.log(1e3)
     res = minimize(
         fun,
         np.zeros(K + 1),

@@ -1,8 +1,8 @@
 """The label-shift panel of the report: source vs use-set priors, and how the curves moved.
 
-Compute (:func:`label_shift_view`, pure) and draw (:func:`plot_label_shift`,
-matplotlib imported lazily, no pyplot state, no rcParams changes) are
-separate, as in :mod:`topcal.plots`.
+Compute (:func:`label_shift_view`, pure) and draw (:func:`plot_label_shift`, matplotlib
+imported lazily, no pyplot state, no rcParams changes) are separate, as in
+:mod:`topcal.plots`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ class LabelShiftView:
     label : str
         How the priors were obtained (estimator and basis).
     curves : list of (class name, score, before, after)
-        Confidence curves of the classes whose curve moved most (largest
-        mean |after - before|), for score-based source methods; empty for
-        methods without per-class curves.
+        Confidence curves of the classes whose curve moved most (largest mean |after -
+        before|), for score-based source methods; empty for methods without per-class
+        curves.
     score_range : (float, float)
     """
 
@@ -70,7 +70,8 @@ def label_shift_view(
     moved = []
     try:
         for i, c in enumerate(adapted.classes_):
-            after = adapted.curve(i, n_points=n_points)  # raises for methods without score curves
+            # raises for methods without score curves
+            after = adapted.curve(i, n_points=n_points)
             before = cast(Any, adapted.inner_).curve(i, n_points=n_points)
             moved.append(
                 (
@@ -98,7 +99,8 @@ def label_shift_view(
 
 
 def plot_label_shift(view: LabelShiftView, *, fig=None):
-    """Bars of source and use-set priors (with intervals), then before/after curves per class.
+    """Bars of source and use-set priors (with intervals), then before/after curves per
+    class.
 
     Returns
     -------
@@ -152,7 +154,9 @@ def plot_label_shift(view: LabelShiftView, *, fig=None):
     for j, (name, s, before, after) in enumerate(view.curves):
         a = fig.add_subplot(gs[1 + j // ncols, j % ncols])
         a.plot(view.score_range, [0, 1], color="0.7", lw=0.8, ls=":")  # the uncalibrated score
-        (l0,) = a.plot(s, before, color="0.35", ls="--", lw=1.3, label="before (test-set priors)")
+        (l0,) = a.plot(
+            s, before, color="0.35", ls="--", lw=1.3, label="before (test-set priors)"
+        )
         (l1,) = a.plot(s, after, color="tab:blue", lw=1.6, label="after (use-set priors)")
         l0.set_gid(f"curve-before:{name}")
         l1.set_gid(f"curve-after:{name}")

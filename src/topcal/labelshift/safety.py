@@ -1,47 +1,49 @@
-"""The safety step of label-shift adaptation: how far to move from the source priors towards an
-estimate (:func:`choose_shrink`), chosen by simulated shift on the test set's own confusion counts.
+"""The safety step of label-shift adaptation: how far to move from the source priors towards
+an estimate (:func:`choose_shrink`), chosen by simulated shift on the test set's own
+confusion counts.
 
-An estimated prior is used as pi = (1 - lam) pi_s + lam pi_hat. lam = 1 is the estimate, lam = 0
-no adaptation. The right lam depends on how well the estimator works *for this model and this
-use-set size*, which the model's stored counts (per predicted class and score region, the
-weight of each true class: :class:`~topcal.evidence.confusion.ConfusionStats`) let us simulate:
+An estimated prior is used as pi = (1 - lam) pi_s + lam pi_hat. lam = 1 is the estimate, lam
+= 0 no adaptation. The right lam depends on how well the estimator works *for this model and
+this use-set size*, which the model's stored counts (per predicted class and score region,
+the weight of each true class: :class:`~topcal.evidence.confusion.ConfusionStats`) let us
+simulate:
 
-1. the population: the stored counts N, with each cell's false positives spread over the true
-   classes by the same shrunk mix the adaptation uses (``fp_pseudocount``); a draw N* of the
-   test set's size from it stands for the labelled test set (so the simulated estimator, like
-   the real one, works from a noisy confusion matrix, calibration and false-positive mix, and
-   meets use rows of (cell, class) pairs its labelled sample lacks);
+1. the population: the stored counts N, with each cell's false positives spread over the
+   true classes by the same shrunk mix the adaptation uses (``fp_pseudocount``); a draw N*
+   of the test set's size from it stands for the labelled test set (so the simulated
+   estimator, like the real one, works from a noisy confusion matrix, calibration and
+   false-positive mix, and meets use rows of (cell, class) pairs its labelled sample lacks);
 2. a use set of the real size n_use is drawn from the population at priors near the estimate
    pi_hat (see the two rounds below), as cell x true-class counts U;
-3. the same estimator runs on N* and U's cell counts (``bbse`` exactly; ``em`` on the cell-level
-   posterior, a stand-in for EM on per-row confidences or full vectors);
+3. the same estimator runs on N* and U's cell counts (``bbse`` exactly; ``em`` on the
+   cell-level posterior, a stand-in for EM on per-row confidences or full vectors);
 4. each cell's confidence under N* (its TP share, (TP + 1/2) / (n + 1)) is adapted with the
    priors at every lam of :data:`SHRINK_GRID`, and the top-label NLL on U's true classes is
    compared with the unadapted one.
 
-Which truth? The estimate's spread A = mean (w_hat - 1)^2 is the true shift's spread plus the
-estimator's error e at that truth. Two readings of e (``truth=``):
+Which truth? The estimate's spread A = mean (w_hat - 1)^2 is the true shift's spread plus
+the estimator's error e at that truth. Two readings of e (``truth=``):
 
-* ``"estimate"`` (EM on the model's own posteriors): one round at pi* = pi_hat measures e there,
-  and the second simulates a truth moved sqrt(max(0, 1 - e / A)) of the way to pi_hat. The error
-  grows with the shift, so e at pi_hat overstates it: a conservative reading, kept where the
-  stand-in flatters the real estimator (cell-level EM errs less than EM on a weak network's
-  per-row confidences: LeNet-5 CIFAR-100).
-  When e >= A the estimate is all noise as far as the simulation can tell: lam = 0 without a
-  second round (a simulated truth of no shift can still show a tiny gain, from moving the
-  labelled resample's own noisy class frequencies towards the truth; on ImageNet's unshifted
-  half that chose lam 0.05-0.1 and raised the real NLL by up to 0.0003).
-* ``"moment"`` (bbse, simulated exactly; EM on BCTS vectors, which errs less than its stand-in):
-  e is simulated at both ends, with no shift (e0, per draw) and at pi_hat (e1), and the truth a
-  fraction t of the way is solved from the moment equation A = t^2 A + e(t) with
-  e(t) = e0 + (e1 - e0) t^2: t^2 = (A - e0) / (A + e1 - e0). lam = 0 without further rounds when
-  A is at most the median spread the estimator shows with no shift at all.
+* ``"estimate"`` (EM on the model's own posteriors): one round at pi* = pi_hat measures e
+  there, and the second simulates a truth moved sqrt(max(0, 1 - e / A)) of the way to
+  pi_hat. The error grows with the shift, so e at pi_hat overstates it: a conservative
+  reading, kept where the stand-in flatters the real estimator (cell-level EM errs less than
+  EM on a weak network's per-row confidences: LeNet-5 CIFAR-100). When e >= A the estimate
+  is all noise as far as the simulation can tell: lam = 0 without a second round (a
+  simulated truth of no shift can still show a tiny gain, from moving the labelled
+  resample's own noisy class frequencies towards the truth; on ImageNet's unshifted half
+  that chose lam 0.05-0.1 and raised the real NLL by up to 0.0003).
+* ``"moment"`` (bbse, simulated exactly; EM on BCTS vectors, which errs less than its
+  stand-in): e is simulated at both ends, with no shift (e0, per draw) and at pi_hat (e1),
+  and the truth a fraction t of the way is solved from the moment equation A = t^2 A + e(t)
+  with e(t) = e0 + (e1 - e0) t^2: t^2 = (A - e0) / (A + e1 - e0). lam = 0 without further
+  rounds when A is at most the median spread the estimator shows with no shift at all.
 
 The lam with the lowest mean NLL change over :data:`SAFETY_SIMULATIONS` draws is found; 0 is
-used when that change is not below 0 by twice its standard error (the estimator is unreliable
-here: adapting would do harm, or gain nothing worth the risk), else the largest lam whose change
-is within one standard error of the lowest (closest to the estimate among the equally good).
-Derivation and assumptions: ``docs/label_shift.md``.
+used when that change is not below 0 by twice its standard error (the estimator is
+unreliable here: adapting would do harm, or gain nothing worth the risk), else the largest
+lam whose change is within one standard error of the lowest (closest to the estimate among
+the equally good). Derivation and assumptions: ``docs/label_shift.md``.
 """
 
 from __future__ import annotations
@@ -74,45 +76,48 @@ __all__ = [
 
 #: Candidate shrink factors lam (0 = no adaptation, 1 = the estimate as it is).
 SHRINK_GRID = np.linspace(0.0, 1.0, 21)
-#: Simulated use sets per round (two rounds); the choice is a mean over them, with its standard
-#: error. Not tuned. Cost: the estimator's runs on the resamples. The resamples are kept sparse
-#: (:class:`CellMix`), so EM costs their nonzeros, not cells x classes: 0.1-0.3 s for 100 classes,
-#: 2.4 s (em) and 14 s (bbse, its dense NNLS) for ImageNet's 1,000 (measured on 2 cores).
+#: Simulated use sets per round (two rounds); the choice is a mean over them, with its
+#: standard error. Not tuned. Cost: the estimator's runs on the resamples. The resamples are
+#: kept sparse (:class:`CellMix`), so EM costs their nonzeros, not cells x classes: 0.1-0.3
+#: s for 100 classes, 2.4 s (em) and 14 s (bbse, its dense NNLS) for ImageNet's 1,000
+#: (measured on 2 cores).
 SAFETY_SIMULATIONS = 20
-#: EM's tolerance inside the simulation (the real estimate uses EM_TOL): a lam grid step of 0.05
-#: is far coarser than any prior moving by 1e-6.
+#: EM's tolerance inside the simulation (the real estimate uses EM_TOL): a lam grid step of
+#: 0.05 is far coarser than any prior moving by 1e-6.
 SIM_EM_TOL = 1e-6
 #: Largest cells x classes population the simulation holds as a dense table; beyond it, its
-#: counted entries plus each cell's mass spread over one shared vector (the same distribution,
-#: drawn by another stream).
+#: counted entries plus each cell's mass spread over one shared vector (the same
+#: distribution, drawn by another stream).
 SIM_DENSE_CELLS = 4_000_000
 #: The readings of the estimator's error (module docstring).
 TRUTH_RULES = ("estimate", "moment")
 
 
-#: Categories per draw above which :func:`draw_counts` inverts the cumulative distribution instead
-#: of calling ``Generator.multinomial`` (which walks every category). Below it the draws, and so
-#: every figure of the safety step, are those of the multinomial sampler; above it (1,000 classes
-#: and more) the same distribution from another stream, 8-18 x faster at 1,500 classes.
+#: Categories per draw above which :func:`draw_counts` inverts the cumulative distribution
+#: instead of calling ``Generator.multinomial`` (which walks every category). Below it the
+#: draws, and so every figure of the safety step, are those of the multinomial sampler;
+#: above it (1,000 classes and more) the same distribution from another stream, 8-18 x
+#: faster at 1,500 classes.
 INVERSION_RATIO = 16
 
 
 def draw_counts(rng, p, n: int, cdf=None):
-    """A multinomial draw of ``n`` items over the categories of probabilities ``p``, kept sparse:
-    the drawn categories (ascending) and their counts (float).
+    """A multinomial draw of ``n`` items over the categories of probabilities ``p``, kept
+    sparse: the drawn categories (ascending) and their counts (float).
 
-    Where the categories outnumber the items by :data:`INVERSION_RATIO`, each item is drawn by
-    inverting the cumulative distribution ``cdf`` (of ``p``; computed when not given), at
-    n log(categories) rather than the categories' cost: at 1,500 classes the simulation's table has
-    ~2 million (cell, class) categories and the multinomial sampler took half of ``adapt``'s
-    time."""
+    Where the categories outnumber the items by :data:`INVERSION_RATIO`, each item is drawn
+    by inverting the cumulative distribution ``cdf`` (of ``p``; computed when not given), at
+    n log(categories) rather than the categories' cost: at 1,500 classes the simulation's
+    table has ~2 million (cell, class) categories and the multinomial sampler took half of
+    ``adapt``'s time."""
     if p.size <= INVERSION_RATIO * n:
         counts = rng.multinomial(n, p)
         idx = np.flatnonzero(counts)
         return idx, counts[idx].astype(np.float64)
     if cdf is None:
         cdf = np.cumsum(p)
-    u = np.sort(rng.random(n)) * cdf[-1]  # sorted: the search walks the table once (4 x faster)
+    # sorted: the search walks the table once (4 x faster)
+    u = np.sort(rng.random(n)) * cdf[-1]
     idx, counts = np.unique(
         np.searchsorted(cdf, u, side="right").clip(max=cdf.size - 1), return_counts=True
     )
@@ -120,17 +125,17 @@ def draw_counts(rng, p, n: int, cdf=None):
 
 
 class CellMix:
-    """Each cell's mix of true classes behind its false positives, as :func:`shrunk_fp_mix` gives
-    it (same values), held as a sparse part plus a multiple of one shared vector (the test set's
-    overall FP mix) per row: the form the simulation needs at 1,000 classes."""
+    """Each cell's mix of true classes behind its false positives, as :func:`shrunk_fp_mix`
+    gives it (same values), held as a sparse part plus a multiple of one shared vector (the
+    test set's overall FP mix) per row: the form the simulation needs at 1,000 classes."""
 
     def __init__(self, S, h, v, cell_class):
         self.S, self.h, self.v, self.cell_class = S, h, v, cell_class  # mix = S + h v^T
 
     @classmethod
     def of(cls, fi, fj, fv, cell_class, K: int, col, pseudocount: float) -> "CellMix":
-        """From false-positive counts (cell fi, true class fj, count fv) and all counts' column sums
-        ``col``."""
+        """From false-positive counts (cell fi, true class fj, count fv) and all counts'
+        column sums ``col``."""
         from scipy import sparse
 
         m = cell_class.shape[0]
@@ -144,7 +149,8 @@ class CellMix:
         scale = 1.0 / (tot + a)
         ok = gs > 0
         h = np.where(ok, a * scale / np.where(ok, gs, 1.0), 0.0)
-        # the sparse part: the row's own FPs, minus the shared vector's entry at the cell's class
+        # the sparse part: the row's own FPs, minus the shared vector's entry at the cell's
+        # class
         ri, rj, rv = (
             [fi, rows[ok]],
             [fj, cell_class[ok]],
@@ -166,8 +172,9 @@ class CellMix:
 
     @classmethod
     def of_stats(cls, stats: ConfusionStats, pseudocount: float) -> "CellMix":
-        """The mix of every (predicted class, score region) cell of a model's counts, cells numbered
-        as :meth:`ConfusionStats.cells` numbers them, without a cells x classes array."""
+        """The mix of every (predicted class, score region) cell of a model's counts, cells
+        numbered as :meth:`ConfusionStats.cells` numbers them, without a cells x classes
+        array."""
         K = stats.n_classes
         cell_class, t = stats.cell_class, stats.table
         cell = np.repeat(np.arange(t.shape[0]), np.diff(t.indptr))
@@ -202,8 +209,8 @@ class CellMix:
 
 @dataclass(frozen=True)
 class Shrink:
-    """The chosen shrink factor, why, and the simulated mean NLL change (nats per row) at it and at
-    1."""
+    """The chosen shrink factor, why, and the simulated mean NLL change (nats per row) at it
+    and at 1."""
 
     factor: float
     reason: str
@@ -213,7 +220,8 @@ class Shrink:
 
 
 def shrink_priors(source, estimate, factor: float) -> np.ndarray:
-    """(1 - factor) source + factor estimate, renormalised (exactly ``estimate`` at factor 1)."""
+    """(1 - factor) source + factor estimate, renormalised (exactly ``estimate`` at factor
+    1)."""
     if factor == 1.0:
         return np.asarray(estimate, dtype=np.float64).copy()
     p = (1.0 - factor) * np.asarray(source, dtype=np.float64) + factor * np.asarray(
@@ -251,8 +259,8 @@ def choose_shrink(
     n_sim : int
         Simulated use sets per round.
     seed : int
-        Seed of the simulation (with ``truth="moment"`` every round draws the same resamples: common
-        random numbers, so the rounds compare cleanly).
+        Seed of the simulation (with ``truth="moment"`` every round draws the same
+        resamples: common random numbers, so the rounds compare cleanly).
     truth : {"estimate", "moment"}
         How the simulated truth is found (module docstring).
 
@@ -262,24 +270,28 @@ def choose_shrink(
     """
     if truth not in TRUTH_RULES:
         raise ParameterError(f"truth must be one of {', '.join(TRUTH_RULES)}; got {truth!r}")
-    sim = _Simulation(stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth)
+    sim = _Simulation(
+        stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth
+    )
     if sim.empty or n_use <= 0:
         return Shrink(
-            1.0, "nothing to simulate (no counts or no use rows): the estimate is used as it is"
+            1.0,
+            "nothing to simulate (no counts or no use rows): the estimate is used as it is",
         )
     pi_hat = np.asarray(priors, dtype=np.float64)
     ps0 = sim.source
     spread = float(np.mean((_ratios(pi_hat, ps0) - 1.0) ** 2))
     lead = (
-        f"{n_sim} simulated use sets of {n_use} rows drawn from the test set's counts, estimator "
-        f"{estimator} on a resample of them; prior-ratio spread of the estimate {spread:.3g}"
+        f"{n_sim} simulated use sets of {n_use} rows drawn from the test set's counts, "
+        f"estimator {estimator} on a resample of them; prior-ratio spread of the estimate "
+        f"{spread:.3g}"
     )
     shift = _simulated_shift(sim, pi_hat, spread, lead)
     if isinstance(shift, Shrink):
         return shift
     kappa, how = shift
-    # the round that chooses lam: the truth shifted only as far as the estimate's spread beyond the
-    # noise
+    # the round that chooses lam: the truth shifted only as far as the estimate's spread
+    # beyond the noise
     _, change = sim.run(shrink_priors(ps0, pi_hat, float(np.sqrt(kappa))))
     return _chosen_factor(change, how, n_sim)
 
@@ -289,8 +301,8 @@ def _ratios(p, src):
 
 
 def _simulated_shift(sim: "_Simulation", pi_hat, spread: float, lead: str):
-    """How much of the estimate's shift to simulate: ``(kappa, how)``, or the Shrink of 0 where the
-    estimate's spread is within what the estimator shows by chance."""
+    """How much of the estimate's shift to simulate: ``(kappa, how)``, or the Shrink of 0
+    where the estimate's spread is within what the estimator shows by chance."""
     ps0, n_sim = sim.source, sim.n_sim
     if sim.truth == "moment":
         err0, _ = sim.run(ps0)
@@ -305,8 +317,8 @@ def _simulated_shift(sim: "_Simulation", pi_hat, spread: float, lead: str):
         e0, e1 = float(err0.mean()), float(err1.mean())
         kappa = min(1.0, max(0.0, (spread - e0) / (spread + max(0.0, e1 - e0))))
         how = (
-            f"{lead}, simulated error {e0:.3g} with no shift and {e1:.3g} at the estimate, so a "
-            f"truth {np.sqrt(kappa):.0%} of the way to the estimate was simulated"
+            f"{lead}, simulated error {e0:.3g} with no shift and {e1:.3g} at the estimate, "
+            f"so a truth {np.sqrt(kappa):.0%} of the way to the estimate was simulated"
         )
         return kappa, how
     # round 1: how far off is the estimator when the truth is as shifted as the estimate?
@@ -314,10 +326,12 @@ def _simulated_shift(sim: "_Simulation", pi_hat, spread: float, lead: str):
     e1 = float(err1.mean())
     kappa = max(0.0, 1.0 - e1 / spread) if spread > 0 else 0.0
     if kappa == 0.0:
-        # no evidence of shift: any gain round 2 found would come from the resample's own noise
+        # no evidence of shift: any gain round 2 found would come from the resample's own
+        # noise
         return Shrink(
             0.0,
-            f"{lead} is within the simulated error {e1:.3g}: no shift to adapt to, not adapted",
+            f"{lead} is within the simulated error {e1:.3g}: no shift to adapt to, not "
+            "adapted",
             n_sim,
         )
     how = (
@@ -342,9 +356,9 @@ def _chosen_factor(change: np.ndarray, how: str, n_sim: int) -> Shrink:
             0.0,
             float(mean[-1]),
         )
-    # among the lam whose simulated NLL is within a standard error of the best, the largest: the
-    # estimate's own priors unless moving back towards pi_s clearly pays (a lam of 0.95 where 1 is
-    # as good doubles the prior-ratio error under strong shift, for nothing)
+    # among the lam whose simulated NLL is within a standard error of the best, the largest:
+    # the estimate's own priors unless moving back towards pi_s clearly pays (a lam of 0.95
+    # where 1 is as good doubles the prior-ratio error under strong shift, for nothing)
     best = i
     i = int(np.flatnonzero(mean <= mean[best] + se[best])[-1])
     lam = float(grid[i])
@@ -366,7 +380,9 @@ class _Simulation:
     shrunk mix the adaptation itself assumes (so the use sets hold (cell, class) pairs the
     labelled resample may lack, as real ones do)."""
 
-    def __init__(self, stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth):
+    def __init__(
+        self, stats, n_use, estimator, prior_strength, fp_pseudocount, n_sim, seed, truth
+    ):
         m, K = stats.table.shape
         self.m, self.K = m, K
         self.cell_class = stats.cell_class
@@ -408,9 +424,9 @@ class _Simulation:
         return float(N.sum())
 
     def _sparse_population(self, stats, fp_pseudocount) -> float:
-        """The same population held as its counted (cell, class) entries plus, per cell, a mass
-        spread over the other classes in proportion to one shared vector (:class:`CellMix`'s
-        form): the cells' nonzeros, not cells x classes (10^5 classes)."""
+        """The same population held as its counted (cell, class) entries plus, per cell, a
+        mass spread over the other classes in proportion to one shared vector
+        (:class:`CellMix`'s form): the cells' nonzeros, not cells x classes (10^5 classes)."""
         t, K, cell_class = stats.table, self.K, self.cell_class
         mix = CellMix.of_stats(stats, fp_pseudocount)
         rows = np.repeat(np.arange(self.m), np.diff(t.indptr))
@@ -418,7 +434,8 @@ class _Simulation:
         tp = np.bincount(rows[own], t.data[own], self.m)
         fp = np.bincount(rows, t.data, self.m) - tp
         S = mix.S.tocoo()
-        keep = S.data > 0  # the negative entries only cancel the shared vector at the own class
+        # the negative entries only cancel the shared vector at the own class
+        keep = S.data > 0
         key = np.concatenate([S.row[keep] * K + S.col[keep], np.flatnonzero(tp) * K])
         key = key + np.concatenate([np.zeros(int(keep.sum()), np.int64), cell_class[tp > 0]])
         mass = np.concatenate([(S.data * fp[S.row])[keep], tp[tp > 0]])
@@ -433,7 +450,8 @@ class _Simulation:
 
     def _sampler(self, pi_true=None):
         """``draw(rng) -> (flat keys cell * K + class, counts)``: the labelled population
-        (``pi_true`` None: ``n_lab`` items) or a use set under priors ``pi_true`` (``n_use``)."""
+        (``pi_true`` None: ``n_lab`` items) or a use set under priors ``pi_true``
+        (``n_use``)."""
         if self.dense:
             if pi_true is None:
                 return lambda rng: self._keyed(
@@ -448,7 +466,9 @@ class _Simulation:
             r, n = np.ones(K), self.n_lab
         else:
             with np.errstate(invalid="ignore", divide="ignore"):
-                r = np.where(self.col > 0, pi_true / np.where(self.col > 0, self.col, 1.0), 0.0)
+                r = np.where(
+                    self.col > 0, pi_true / np.where(self.col > 0, self.col, 1.0), 0.0
+                )
             n = int(self.n_use)
         entry = self.mass * r[self.keys % K]
         u = self.v * r
@@ -460,7 +480,9 @@ class _Simulation:
 
         def draw(rng):
             n_e = int(rng.binomial(n, e_sum / (e_sum + a_sum)))
-            ei, ec = draw_counts(rng, p_entry, n_e) if n_e else (np.empty(0, np.int64), np.empty(0))
+            ei, ec = (
+                draw_counts(rng, p_entry, n_e) if n_e else (np.empty(0, np.int64), np.empty(0))
+            )
             ci, cc = draw_counts(rng, p_cell, n - n_e) if n > n_e else (ei[:0], ec[:0])
             cells = np.repeat(ci, cc.astype(np.int64))
             cls = np.zeros(cells.size, dtype=np.int64)
@@ -484,11 +506,11 @@ class _Simulation:
         return self.nz[idx], counts
 
     def run(self, pi_true):
-        """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change per lam
-        (n_sim, L).
+        """Squared prior-ratio error of each simulated estimate (n_sim,), and the NLL change
+        per lam (n_sim, L).
 
-        "moment" compares rounds: each draws the same resamples (common random numbers); "estimate"
-        draws on from one generator (its two rounds are not compared)."""
+        "moment" compares rounds: each draws the same resamples (common random numbers);
+        "estimate" draws on from one generator (its two rounds are not compared)."""
         grid, n_sim, n_use, K = SHRINK_GRID, self.n_sim, self.n_use, self.K
         rng = np.random.default_rng(self.seed) if self.truth == "moment" else self.shared
         draw_lab, draw_use = self._sampler(), self._sampler(pi_true)
@@ -497,7 +519,9 @@ class _Simulation:
         for s in _progress.bar(range(n_sim), desc="safety simulation", unit=" use sets"):
             li, lv = draw_lab(rng)
             ui, uv = draw_use(rng)
-            est, c, q, tp_u, m_cells, ps = self._estimate(li // K, li % K, lv, ui // K, ui % K, uv)
+            est, c, q, tp_u, m_cells, ps = self._estimate(
+                li // K, li % K, lv, ui // K, ui % K, uv
+            )
             err[s] = np.mean((_ratios(est, ps) - _ratios(pi_true, self.source)) ** 2)
             pis = (1.0 - grid)[:, None] * ps + grid[:, None] * est  # (L, K)
             # a class absent from the resample keeps ratio 1 (unchanged) at every lam
@@ -508,12 +532,13 @@ class _Simulation:
         return err, change
 
     def _estimate(self, ci, cj, cv, ui, uj, uv):
-        """The estimator on a labelled resample (cell, class, count) and a use set (cell, class,
-        count).
+        """The estimator on a labelled resample (cell, class, count) and a use set (cell,
+        class, count).
 
         Returns the estimate, each cell's TP share c and false-positive mix q (a
-        :class:`CellMix`), the use set's TPs and rows per cell, and the resample's priors. The
-        mix is kept sparse plus one shared vector, so 1,000 classes cost the draws' nonzeros.
+        :class:`CellMix`), the use set's TPs and rows per cell, and the resample's priors.
+        The mix is kept sparse plus one shared vector, so 1,000 classes cost the draws'
+        nonzeros.
         """
         m, K, cell_class = self.m, self.K, self.cell_class
         col_s = np.bincount(cj, cv, K)

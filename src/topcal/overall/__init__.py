@@ -1,23 +1,26 @@
-"""Overall calibration metrics, each with an interval: the figures a table of results quotes.
+"""Overall calibration metrics, each with an interval: the figures a table of results
+quotes.
 
-Every function takes labelled :class:`~topcal.data.TopLabelData` and one confidence per row (the
-top-label probability that the predicted class is right) and returns an :class:`Estimate`: the
-value, a two-sided interval at ``level`` (90% by default) and, where the metric is undefined, the
-reason instead of a number. docs/metrics.md defines each metric and says which to trust for what.
+Every function takes labelled :class:`~topcal.data.TopLabelData` and one confidence per row
+(the top-label probability that the predicted class is right) and returns an
+:class:`Estimate`: the value, a two-sided interval at ``level`` (90% by default) and, where
+the metric is undefined, the reason instead of a number. docs/metrics.md defines each metric
+and says which to trust for what.
 
-Rows carry weights (``tp`` for a right prediction, ``fp`` for a wrong one), so binned counts and
-per-sample rows give the same numbers. Intervals:
+Rows carry weights (``tp`` for a right prediction, ``fp`` for a wrong one), so binned counts
+and per-sample rows give the same numbers. Intervals:
 
-* means (NLL, Brier, their paired differences, the calibration loss): the normal interval of a
-  mean of per-sample values, mean +- z * sd / sqrt(n) (central limit theorem; exact in the
+* means (NLL, Brier, their paired differences, the calibration loss): the normal interval of
+  a mean of per-sample values, mean +- z * sd / sqrt(n) (central limit theorem; exact in the
   weights);
 * the calibration errors (``ece15``, ``smece``, ``ece_debiased``, ``ece_top_label``): a
-  percentile bootstrap over samples, seeded. It never refits anything per resample: the bins (and
-  smooth ECE's bandwidth) are those of the whole data; each metric is a function of weighted sums
-  over a few thousand cells (a bin split into sub-bins, by label), so a resample draws a Poisson(n)
-  count per cell (the Poisson bootstrap, Hanley and MacGibbon 2006) instead of touching every row.
-  Within a cell the resampled rows carry the cell's mean confidence: the point estimate is exact,
-  the resamples are approximate at the sub-bin's width (1/960 for ``ece15``).
+  percentile bootstrap over samples, seeded. It never refits anything per resample: the bins
+  (and smooth ECE's bandwidth) are those of the whole data; each metric is a function of
+  weighted sums over a few thousand cells (a bin split into sub-bins, by label), so a
+  resample draws a Poisson(n) count per cell (the Poisson bootstrap, Hanley and MacGibbon
+  2006) instead of touching every row. Within a cell the resampled rows carry the cell's
+  mean confidence: the point estimate is exact, the resamples are approximate at the
+  sub-bin's width (1/960 for ``ece15``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ from __future__ import annotations
 from ..data import TopLabelData
 from ._classes import CLASS_COLUMNS, KEYWORDS, per_class, pick_classes
 from ._classwise import classwise_ece
-from ._binned import ece15, ece15_of, ece_debiased, ece_debiased_of, ece_top_label, ece_top_label_of
+from ._binned import (
+    ece15,
+    ece15_of,
+    ece_debiased,
+    ece_debiased_of,
+    ece_top_label,
+    ece_top_label_of,
+)
 from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_bins, check_level, rows_of
 from ._means import (
     brier,
@@ -109,15 +119,17 @@ def overall_metrics(
     data : TopLabelData (labelled)
     confidence : array-like of shape (n_rows,)
     reference : array-like of shape (n_rows,), optional
-        The confidences to improve on (e.g. the uncalibrated scores): adds ``nll_improvement``
-        and ``brier_improvement``, reference's score minus this one's, with paired intervals.
+        The confidences to improve on (e.g. the uncalibrated scores): adds
+        ``nll_improvement`` and ``brier_improvement``, reference's score minus this one's,
+        with paired intervals.
     level : float, default 0.9
     resamples : int, default 1000
         Bootstrap resamples of the calibration errors.
     seed : int, default 0
         Seed of the bootstrap and of the calibration loss's folds.
     n_bins : int, default 10
-        Bins per class of ``ece_top_label`` (``ece15`` has 15, ``ece_debiased`` 15 equal-mass).
+        Bins per class of ``ece_top_label`` (``ece15`` has 15, ``ece_debiased`` 15
+        equal-mass).
     folds : int, default 5
         Folds of the calibration loss's recalibration.
 
@@ -147,7 +159,9 @@ def overall_metrics(
     return out
 
 
-def paired_ranking(data: TopLabelData, confidences: dict, *, baseline=None, level=LEVEL) -> dict:
+def paired_ranking(
+    data: TopLabelData, confidences: dict, *, baseline=None, level=LEVEL
+) -> dict:
     """Methods ranked by NLL on the same rows, with paired intervals.
 
     Parameters
@@ -163,11 +177,11 @@ def paired_ranking(data: TopLabelData, confidences: dict, *, baseline=None, leve
     -------
     dict
         ``{method: {"rank", "nll", "vs_best", "vs_baseline", "calibration_loss"}}`` in rank
-        order (1 = lowest NLL), each metric ``{"value", "lo", "hi"}``: the method's NLL; its NLL
-        minus the best method's (the paired normal interval of the per-sample difference: 0 for
-        the best itself, an interval above 0 means behind by more than noise); the baseline's
-        NLL minus the method's (its improvement; None without a baseline); its calibration loss
-        (:func:`calibration_loss`, seed 0).
+        order (1 = lowest NLL), each metric ``{"value", "lo", "hi"}``: the method's NLL; its
+        NLL minus the best method's (the paired normal interval of the per-sample
+        difference: 0 for the best itself, an interval above 0 means behind by more than
+        noise); the baseline's NLL minus the method's (its improvement; None without a
+        baseline); its calibration loss (:func:`calibration_loss`, seed 0).
     """
     check_level(level, RESAMPLES, 0)
     rows = {name: rows_of(data, c) for name, c in confidences.items()}

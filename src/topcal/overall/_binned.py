@@ -25,10 +25,10 @@ from ._common import (
 
 @dataclass(frozen=True)
 class Cells:
-    """Weighted sums over cells (a key and a label, sorted by key), and how cells add up into the
-    metric's groups (bins): ``starts`` where each group begins; a group of at most two cells (one
-    key, both labels) is added by ``pair`` (its second cell, or -1), a larger one by the 0/1
-    matrix ``to_group`` (cells x groups, for a few groups)."""
+    """Weighted sums over cells (a key and a label, sorted by key), and how cells add up
+    into the metric's groups (bins): ``starts`` where each group begins; a group of at most
+    two cells (one key, both labels) is added by ``pair`` (its second cell, or -1), a larger
+    one by the 0/1 matrix ``to_group`` (cells x groups, for a few groups)."""
 
     n: np.ndarray  # weight of the cell
     t: np.ndarray  # weight of its right predictions (n or 0)
@@ -76,7 +76,8 @@ def cells_of(r: Rows, key: np.ndarray, group_of_key) -> Cells:
 
 
 def sums(cells: Cells, factor=None):
-    """(W, T, S, D2) summed per group, for the data (``factor`` None) or per resample (rows)."""
+    """(W, T, S, D2) summed per group, for the data (``factor`` None) or per resample
+    (rows)."""
     parts = (cells.n, cells.t, cells.s, cells.d2)
     if factor is None:
         return tuple(cells.add(x) for x in parts)
@@ -84,13 +85,15 @@ def sums(cells: Cells, factor=None):
 
 
 # Cells holding at least this much weight draw their Poisson count from its normal
-# approximation (mean = variance = the weight; error in the tails below 1%, Poisson's skewness
-# 1/sqrt(weight) < 0.18); lighter cells draw it exactly. Normal draws cost a tenth of Poisson's.
+# approximation (mean = variance = the weight; error in the tails below 1%, Poisson's
+# skewness 1/sqrt(weight) < 0.18); lighter cells draw it exactly. Normal draws cost a tenth
+# of Poisson's.
 NORMAL_FROM = 30.0
 
 
 def poisson_factors(rng, n: np.ndarray, b: int) -> np.ndarray:
-    """Each cell's resampled weight over its weight, for ``b`` Poisson resamples, shape (b, n)."""
+    """Each cell's resampled weight over its weight, for ``b`` Poisson resamples, shape (b,
+    n)."""
     out = np.empty((b, n.size))
     big = n >= NORMAL_FROM
     if big.any():
@@ -104,8 +107,9 @@ def poisson_factors(rng, n: np.ndarray, b: int) -> np.ndarray:
 
 
 def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.ndarray:
-    """``stat(W, T, S, D2)`` over ``resamples`` Poisson resamples of the samples (seeded by ``seed``
-    and the metric's ``tag``, so one metric's draws do not depend on which others run)."""
+    """``stat(W, T, S, D2)`` over ``resamples`` Poisson resamples of the samples (seeded by
+    ``seed`` and the metric's ``tag``, so one metric's draws do not depend on which others
+    run)."""
     rng = np.random.default_rng([seed, tag])
     out = []
     for start in range(0, resamples, CHUNK):
@@ -117,13 +121,13 @@ def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.nda
 def basic_interval(
     value: float, draws: np.ndarray, level: float, transform=None, world: float | None = None
 ) -> Estimate:
-    """The basic bootstrap interval [v - (q_hi - w), v - (q_lo - w)] (Davison and Hinkley 1997,
-    5.2), floored at 0: the resamples' spread about ``world`` w, the value the resamples estimate
-    (their population is the data), mirrored about the estimate v. For a plug-in calibration
-    error w = v: its estimate is biased upward and its resamples again by about as much, so the
-    mirror removes the bias to first order. A debiased estimator estimates the plug-in value of
-    the data in the resamples, so w is that plug-in value. ``transform`` (monotone) maps the value
-    and the ends last."""
+    """The basic bootstrap interval [v - (q_hi - w), v - (q_lo - w)] (Davison and Hinkley
+    1997, 5.2), floored at 0: the resamples' spread about ``world`` w, the value the
+    resamples estimate (their population is the data), mirrored about the estimate v. For a
+    plug-in calibration error w = v: its estimate is biased upward and its resamples again
+    by about as much, so the mirror removes the bias to first order. A debiased estimator
+    estimates the plug-in value of the data in the resamples, so w is that plug-in value.
+    ``transform`` (monotone) maps the value and the ends last."""
     draws = draws[np.isfinite(draws)]
     q_lo, q_hi = np.quantile(draws, [0.5 - level / 2, 0.5 + level / 2])
     w = value if world is None else world
@@ -141,8 +145,8 @@ def l1_gap(w, t, s, d2):
 def binned(
     r: Rows, key, group_of_key, stat, level, resamples, seed, tag, transform=None, world=None
 ):
-    """``stat`` on cells of ``key`` with its basic bootstrap interval; ``world``: the statistic
-    whose value on the data the resamples estimate (default ``stat`` itself)."""
+    """``stat`` on cells of ``key`` with its basic bootstrap interval; ``world``: the
+    statistic whose value on the data the resamples estimate (default ``stat`` itself)."""
     cells = cells_of(r, key, group_of_key)
     value = float(stat(*sums(cells)))
     if r.total < 2:
@@ -154,12 +158,14 @@ def binned(
 
 
 def uniform_key(c: np.ndarray, n_bins: int) -> np.ndarray:
-    """Sub-bin of each confidence: ``SUB_BINS`` per bin of ``n_bins`` equal-width bins [lo, hi),
-    1.0 in the last bin (TorchMetrics' bins; its extra bin for exactly 1.0 merged into the last)."""
+    """Sub-bin of each confidence: ``SUB_BINS`` per bin of ``n_bins`` equal-width bins [lo,
+    hi), 1.0 in the last bin (TorchMetrics' bins; its extra bin for exactly 1.0 merged into
+    the last)."""
     m = n_bins * SUB_BINS
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     b = np.clip(np.searchsorted(edges, c, side="right") - 1, 0, n_bins - 1)
-    # the sub-bin inside bin b, clipped to it so that the bin of every row is exactly TorchMetrics'
+    # the sub-bin inside bin b, clipped to it so that the bin of every row is exactly
+    # TorchMetrics'
     sub = np.clip((c * m).astype(np.int64) - b * SUB_BINS, 0, SUB_BINS - 1)
     return b * SUB_BINS + sub
 
@@ -173,9 +179,9 @@ def ece15(
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Estimate:
-    """Pooled equal-width binned ECE of Guo et al. (2017): sum_b (n_b / n) |acc_b - conf_b| over
-    ``n_bins`` bins [i/n_bins, (i+1)/n_bins) of the top-label confidence, pooled over classes,
-    1.0 in the last bin: the ECE of published tables and of TorchMetrics'
+    """Pooled equal-width binned ECE of Guo et al. (2017): sum_b (n_b / n) |acc_b - conf_b|
+    over ``n_bins`` bins [i/n_bins, (i+1)/n_bins) of the top-label confidence, pooled over
+    classes, 1.0 in the last bin: the ECE of published tables and of TorchMetrics'
     ``MulticlassCalibrationError(n_bins=15, norm="l1")``. Bootstrap interval."""
     check_bins(n_bins)
     check_level(level, resamples, seed)
@@ -196,9 +202,9 @@ def ece_top_label(
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Estimate:
-    """Top-label ECE (Gupta and Ramdas 2022): the binned L1 calibration error of each predicted
-    class on ``n_bins`` equal-width bins (a, b], weighted by the class's share of the samples;
-    :func:`topcal.metrics.ece1`'s overall value. Bootstrap interval."""
+    """Top-label ECE (Gupta and Ramdas 2022): the binned L1 calibration error of each
+    predicted class on ``n_bins`` equal-width bins (a, b], weighted by the class's share of
+    the samples; :func:`topcal.metrics.ece1`'s overall value. Bootstrap interval."""
     check_bins(n_bins)
     check_level(level, resamples, seed)
     return ece_top_label_of(rows_of(data, confidence), n_bins, level, resamples, seed)
@@ -219,10 +225,10 @@ def plugin_sq(w, t, s, d2):
 
 def debiased_sq(w, t, s, d2):
     """The debiased squared L2 error: sum_b (n_b/n) [m_b^2 - v_b / n_b], m_b the bin's mean
-    residual (label - confidence) and v_b its sample variance: m_b^2 is biased up by Var(m_b) =
-    v / n_b, which v_b / n_b estimates without bias. Where the confidence is constant in a bin
-    this is Kumar et al.'s acc_b (1 - acc_b) / (n_b - 1); a bin of one sample keeps its plug-in
-    term."""
+    residual (label - confidence) and v_b its sample variance: m_b^2 is biased up by
+    Var(m_b) = v / n_b, which v_b / n_b estimates without bias. Where the confidence is
+    constant in a bin this is Kumar et al.'s acc_b (1 - acc_b) / (n_b - 1); a bin of one
+    sample keeps its plug-in term."""
     with np.errstate(invalid="ignore", divide="ignore"):
         m = np.where(w > 0, (t - s) / w, 0.0)
         var = np.where(w > 1, (d2 - w * m**2) / (w - 1), 0.0)
@@ -238,11 +244,11 @@ def ece_debiased(
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Estimate:
-    """Debiased L2 calibration error on equal-mass bins (Kumar, Liang and Ma 2019; equal-mass
-    bins as Roelofs et al. 2022): the root of sum_b (n_b/n) [(acc_b - conf_b)^2 -
-    acc_b (1 - acc_b) / (n_b - 1)], which removes the plug-in's upward bias; a negative square
-    (no detectable error) is reported as 0. Pooled over classes. Bootstrap interval (of the square,
-    then rooted)."""
+    """Debiased L2 calibration error on equal-mass bins (Kumar, Liang and Ma 2019;
+    equal-mass bins as Roelofs et al. 2022): the root of sum_b (n_b/n) [(acc_b - conf_b)^2 -
+    acc_b (1 - acc_b) / (n_b - 1)], which removes the plug-in's upward bias; a negative
+    square (no detectable error) is reported as 0. Pooled over classes. Bootstrap interval
+    (of the square, then rooted)."""
     check_bins(n_bins)
     check_level(level, resamples, seed)
     return ece_debiased_of(rows_of(data, confidence), n_bins, level, resamples, seed)

@@ -21,10 +21,10 @@ CLASS_COLUMNS = ("tp", "fp", "conf1", "nll", "brier", "ece_top_label")
 
 
 def per_class(data: TopLabelData, confidence, *, n_bins: int = 10) -> dict:
-    """``{class: {column: value}}`` for :data:`CLASS_COLUMNS`: counts, Conf1, the class's mean NLL
-    and Brier and its top-label ECE over ``n_bins`` equal-width bins. A value is None where it is
-    undefined: no predictions of the class, or (the ECE) a single one, whose binned error is its
-    own |label - confidence| and says nothing of calibration."""
+    """``{class: {column: value}}`` for :data:`CLASS_COLUMNS`: counts, Conf1, the class's
+    mean NLL and Brier and its top-label ECE over ``n_bins`` equal-width bins. A value is
+    None where it is undefined: no predictions of the class, or (the ECE) a single one,
+    whose binned error is its own |label - confidence| and says nothing of calibration."""
     s = summary(data, confidence, n_bins=n_bins)
     out = {}
     for name, row in s["classes"].items():
@@ -42,7 +42,8 @@ def per_class(data: TopLabelData, confidence, *, n_bins: int = 10) -> dict:
 
 def pick_classes(data: TopLabelData, table: dict, spec) -> list[str]:
     """The class names ``spec`` (``--classes``'s strings: names, ``worst:N``, ``most:N``, or
-    several separated by commas) chooses from ``table`` (:func:`per_class`), in order, each once."""
+    several separated by commas) chooses from ``table`` (:func:`per_class`), in order, each
+    once."""
     index = {c: k for k, c in enumerate(data.classes)}
     n = {c: row["tp"] + row["fp"] for c, row in table.items()}
     ranked = {

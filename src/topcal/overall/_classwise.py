@@ -23,10 +23,11 @@ def classwise_ece(
     seed: int = 0,
 ) -> Estimate:
     """Class-wise ECE of Kull et al. (2019, "Beyond temperature scaling"), for full vectors:
-    (1/K) sum_j sum_b (n_jb / n) |freq_jb - conf_jb|, where for every class j the probability
-    ``proba[:, j]`` of every row is binned into ``n_bins`` equal-width bins (1.0 in the last, as
-    :func:`ece15`), freq_jb is the share of rows in the bin whose true class is j and conf_jb
-    their mean probability of j. It judges the whole vector, not only its top entry.
+    (1/K) sum_j sum_b (n_jb / n) |freq_jb - conf_jb|, where for every class j the
+    probability ``proba[:, j]`` of every row is binned into ``n_bins`` equal-width bins (1.0
+    in the last, as :func:`ece15`), freq_jb is the share of rows in the bin whose true class
+    is j and conf_jb their mean probability of j. It judges the whole vector, not only its
+    top entry.
 
     The interval is the basic bootstrap interval over Poisson resamples of the (class, bin,
     label) cells, as the other calibration errors' (the module docstring of

@@ -1,4 +1,5 @@
-"""What the overall metrics share: the checked inputs, parameter checks, the :class:`Estimate`."""
+"""What the overall metrics share: the checked inputs, parameter checks, the
+:class:`Estimate`."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ RESAMPLES = 1000
 SUB_BINS = 64
 # Resamples drawn together (bounds memory at ~100 x cells floats).
 CHUNK = 100
-# The calibration loss's recalibration: Platt scaling on logit(confidence), 5 folds, fitted on
-# the logits binned to this many cells (the fit then costs nothing next to reading the rows).
+# The calibration loss's recalibration: Platt scaling on logit(confidence), 5 folds, fitted
+# on the logits binned to this many cells (the fit then costs nothing next to reading the
+# rows).
 RECAL_FOLDS = 5
 RECAL_CELLS = 4096
 

@@ -61,8 +61,8 @@ def brier(data: TopLabelData, confidence, *, level: float = LEVEL) -> Estimate:
 def improvement(
     data: TopLabelData, confidence, reference, *, score: str = "nll", level: float = LEVEL
 ) -> Estimate:
-    """How much lower ``confidence``'s score is than ``reference``'s on the same rows (positive:
-    better), with the paired normal interval of the mean per-sample difference.
+    """How much lower ``confidence``'s score is than ``reference``'s on the same rows
+    (positive: better), with the paired normal interval of the mean per-sample difference.
 
     Parameters
     ----------
@@ -86,8 +86,9 @@ def improvement_of(r: Rows, ref: np.ndarray, score: str, level: float) -> Estima
 
 
 def platt(z: np.ndarray, t: np.ndarray, f: np.ndarray) -> tuple[float, float]:
-    """Platt scaling sigma(a z + b) fitted by Newton's method (with step halving) to weights ``t``
-    of label 1 and ``f`` of label 0 at logits ``z``; starts at the identity (a, b) = (1, 0)."""
+    """Platt scaling sigma(a z + b) fitted by Newton's method (with step halving) to weights
+    ``t`` of label 1 and ``f`` of label 0 at logits ``z``; starts at the identity (a, b) =
+    (1, 0)."""
     theta = np.array([1.0, 0.0])
     x = np.stack([z, np.ones_like(z)], axis=1)
 
@@ -117,9 +118,9 @@ def platt(z: np.ndarray, t: np.ndarray, f: np.ndarray) -> tuple[float, float]:
 
 
 def fold_weights(r: Rows, folds: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's tp and fp weights split over ``folds`` folds, shape (n_rows, folds): a seeded
-    random deal of the samples (one fold per row for per-sample rows, a multinomial deal of a
-    binned row's counts, one fold per row for non-integer weights)."""
+    """Each row's tp and fp weights split over ``folds`` folds, shape (n_rows, folds): a
+    seeded random deal of the samples (one fold per row for per-sample rows, a multinomial
+    deal of a binned row's counts, one fold per row for non-integer weights)."""
     rng = np.random.default_rng([seed, 7])
     w = r.tp + r.fp
     integer = np.all(r.tp == np.round(r.tp)) and np.all(r.fp == np.round(r.fp))
@@ -136,8 +137,8 @@ def fold_weights(r: Rows, folds: int, seed: int) -> tuple[np.ndarray, np.ndarray
 
 
 def recalibrated(r: Rows, folds: int, seed: int):
-    """Out-of-fold Platt-recalibrated confidences: (per-fold weights tp, fp; confidences, all of
-    shape (n_rows, folds)), or a reason string where no recalibration can be fitted."""
+    """Out-of-fold Platt-recalibrated confidences: (per-fold weights tp, fp; confidences,
+    all of shape (n_rows, folds)), or a reason string where no recalibration can be fitted."""
     tpk, fpk = fold_weights(r, folds, seed)
     if min(tpk.sum(axis=0).min(), fpk.sum(axis=0).min()) <= 0 and (
         r.tp.sum() <= folds or r.fp.sum() <= folds
@@ -152,10 +153,12 @@ def recalibrated(r: Rows, folds: int, seed: int):
     cnt = np.bincount(cell, minlength=RECAL_CELLS) + 0.0
     zc = np.bincount(cell, weights=z, minlength=RECAL_CELLS) / np.maximum(cnt, 1)
     tcell = np.stack(
-        [np.bincount(cell, weights=tpk[:, k], minlength=RECAL_CELLS) for k in range(folds)], axis=1
+        [np.bincount(cell, weights=tpk[:, k], minlength=RECAL_CELLS) for k in range(folds)],
+        axis=1,
     )
     fcell = np.stack(
-        [np.bincount(cell, weights=fpk[:, k], minlength=RECAL_CELLS) for k in range(folds)], axis=1
+        [np.bincount(cell, weights=fpk[:, k], minlength=RECAL_CELLS) for k in range(folds)],
+        axis=1,
     )
     p = np.empty((r.c.size, folds))
     for k in range(folds):
@@ -173,14 +176,14 @@ def calibration_loss(
     seed: int = 0,
     level: float = LEVEL,
 ) -> Estimate:
-    """The part of the score a recalibration removes: score(confidence) minus the score of the
-    confidences recalibrated out of fold (Ferrer and Ramos 2024's calibration loss).
+    """The part of the score a recalibration removes: score(confidence) minus the score of
+    the confidences recalibrated out of fold (Ferrer and Ramos 2024's calibration loss).
 
     The recalibration is Platt scaling on logit(confidence), pooled over classes, fitted on
-    ``folds`` - 1 folds and applied to the remaining one (seeded folds), so the figure is not
-    optimistic; it is negative where the confidences are already as good as the recalibration can
-    make them. The interval is the normal interval of the mean per-sample difference, the folds
-    fixed.
+    ``folds`` - 1 folds and applied to the remaining one (seeded folds), so the figure is
+    not optimistic; it is negative where the confidences are already as good as the
+    recalibration can make them. The interval is the normal interval of the mean per-sample
+    difference, the folds fixed.
 
     Parameters
     ----------
@@ -191,7 +194,11 @@ def calibration_loss(
     """
     if score not in ("nll", "brier"):
         raise ParameterError(f"parameter 'score' must be 'nll' or 'brier', got {score!r}")
-    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or not 2 <= folds <= 50:
+    if (
+        isinstance(folds, bool)
+        or not isinstance(folds, (int, np.integer))
+        or not 2 <= folds <= 50
+    ):
         raise ParameterError(f"parameter 'folds' must be an integer in [2, 50], got {folds!r}")
     r = rows_of(data, confidence)
     check_level(level, RESAMPLES, seed)

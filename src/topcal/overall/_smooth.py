@@ -16,13 +16,13 @@ from ._common import CHUNK, LEVEL, RESAMPLES, Estimate, Rows, check_level, rows_
 
 @dataclass(frozen=True)
 class Grid:
-    """How smooth ECE is discretised: ``nodes`` grid points on [0, 1] (linear binning), and the
-    boundary: ``"reflect"`` (the definition: the kernel reflected at 0 and 1 keeps each sample's
-    mass, so a mass on a boundary node, its own mirror image, counts twice; the integral by the
-    trapezoid rule over the samples' weight) or ``"relplot"`` (relplot 1.0's discretisation: a
-    boundary node counts once and the sum over nodes is divided by the smoothed density's sum, so
-    samples on the boundary node weigh about half; on 1,001 nodes, as relplot for bandwidths
-    above 0.01)."""
+    """How smooth ECE is discretised: ``nodes`` grid points on [0, 1] (linear binning), and
+    the boundary: ``"reflect"`` (the definition: the kernel reflected at 0 and 1 keeps each
+    sample's mass, so a mass on a boundary node, its own mirror image, counts twice; the
+    integral by the trapezoid rule over the samples' weight) or ``"relplot"`` (relplot 1.0's
+    discretisation: a boundary node counts once and the sum over nodes is divided by the
+    smoothed density's sum, so samples on the boundary node weigh about half; on 1,001
+    nodes, as relplot for bandwidths above 0.01)."""
 
     nodes: int
     boundary: str
@@ -66,8 +66,9 @@ class Grid:
         return trap / (self.nodes - 1) / mass.sum(axis=-1)
 
     def bandwidth(self, mass: np.ndarray, res: np.ndarray) -> float:
-        """The fixed point sigma = smECE_sigma (smECE_sigma decreases in sigma), by bisection to
-        1e-6; the smallest searched bandwidth (8 grid spacings) where the error is smaller still."""
+        """The fixed point sigma = smECE_sigma (smECE_sigma decreases in sigma), by
+        bisection to 1e-6; the smallest searched bandwidth (8 grid spacings) where the error
+        is smaller still."""
         lo, hi = 8.0 / (self.nodes - 1), 1.0
         if self.error(mass, res, lo) <= lo:
             return lo
@@ -88,13 +89,15 @@ GRIDS = {"reflect": Grid(4097, "reflect"), "relplot": Grid(1001, "relplot")}
 def check_boundary(boundary) -> Grid:
     if boundary not in GRIDS:
         raise ParameterError(
-            f"parameter 'boundary' must be one of {', '.join(map(repr, GRIDS))}, got {boundary!r}"
+            f"parameter 'boundary' must be one of {', '.join(map(repr, GRIDS))}, got "
+            f"{boundary!r}"
         )
     return GRIDS[boundary]
 
 
 def smece_bandwidth(data: TopLabelData, confidence, *, boundary: str = "relplot") -> float:
-    """The automatic bandwidth of smooth ECE: the sigma where smooth ECE at sigma equals sigma."""
+    """The automatic bandwidth of smooth ECE: the sigma where smooth ECE at sigma equals
+    sigma."""
     grid = check_boundary(boundary)
     r = rows_of(data, confidence)
     return grid.bandwidth(*grid.masses(r.c, [r.tp + r.fp, r.tp * (r.c - 1) + r.fp * r.c]))
@@ -109,12 +112,13 @@ def smece(
     seed: int = 0,
     boundary: str = "relplot",
 ) -> Estimate:
-    """Smooth ECE (Blasiok and Nakkiran 2024): the kernel-smoothed residual (confidence - label)
-    integrated in absolute value over [0, 1], Gaussian kernel reflected at 0 and 1, bandwidth the
-    fixed point sigma = smECE_sigma; pooled over classes. Bootstrap interval at the data's
-    bandwidth. ``boundary="relplot"`` (the default, so that the figure compares with published
-    ones) is relplot 1.0's discretisation, ``"reflect"`` the definition's reflected kernel; they
-    differ where confidences pile up at 1 (docs/metrics.md)."""
+    """Smooth ECE (Blasiok and Nakkiran 2024): the kernel-smoothed residual (confidence -
+    label) integrated in absolute value over [0, 1], Gaussian kernel reflected at 0 and 1,
+    bandwidth the fixed point sigma = smECE_sigma; pooled over classes. Bootstrap interval
+    at the data's bandwidth. ``boundary="relplot"`` (the default, so that the figure
+    compares with published ones) is relplot 1.0's discretisation, ``"reflect"`` the
+    definition's reflected kernel; they differ where confidences pile up at 1
+    (docs/metrics.md)."""
     grid = check_boundary(boundary)
     check_level(level, resamples, seed)
     return smece_of(rows_of(data, confidence), level, resamples, seed, grid)
@@ -128,7 +132,8 @@ def smece_of(r: Rows, level, resamples, seed, grid: Grid) -> Estimate:
     value = float(grid.error(mass, res, sigma))
     if r.total < 2:
         return Estimate(value, reason="one sample: no interval")
-    # cells: the grid's intervals by label; a resample scales each cell's share of its two nodes
+    # cells: the grid's intervals by label; a resample scales each cell's share of its two
+    # nodes
     g = grid.nodes - 1
     key = np.clip((r.c * g).astype(np.int64), 0, g - 1)
     cells = cells_of(r, key, lambda k: k)

@@ -1,11 +1,10 @@
 """The paper's figures for any labelled data: computed data first, drawing second.
 
-Each figure has a *compute* function returning a small frozen dataclass of
-arrays (pure, no matplotlib) and a *plot* function taking that dataclass and
-returning a :class:`matplotlib.figure.Figure`. Plot functions import
-matplotlib lazily, build figures with :class:`matplotlib.figure.Figure`
-(no pyplot global state, so they work headless and in threads) and never
-change ``rcParams``. Single-axes plots accept ``ax=None``; small-multiple
+Each figure has a *compute* function returning a small frozen dataclass of arrays (pure, no
+matplotlib) and a *plot* function taking that dataclass and returning a
+:class:`matplotlib.figure.Figure`. Plot functions import matplotlib lazily, build figures
+with :class:`matplotlib.figure.Figure` (no pyplot global state, so they work headless and in
+threads) and never change ``rcParams``. Single-axes plots accept ``ax=None``; small-multiple
 grids accept ``fig=None`` (a Figure to draw into).
 
 =====================================  ======================================  ===========
@@ -24,12 +23,12 @@ compute                                plot                                    p
 Drawn artists carry a ``gid`` ("curve:<method>", "band:<method>", "hist", "uncalibrated",
 "density:tp", ...) so tests and users can find the plotted data again.
 
-The package: :mod:`topcal.plots.compute` and :mod:`topcal.plots.evaluation` (the dataclasses and
-compute functions: per-class figures; figures of evaluated methods and second sets) and
+The package: :mod:`topcal.plots.compute` and :mod:`topcal.plots.evaluation` (the dataclasses
+and compute functions: per-class figures; figures of evaluated methods and second sets) and
 :mod:`topcal.plots.draw` (the plot functions; their colours, text and panel-grid helpers in
-:mod:`topcal.plots.primitives`); everything public is importable from ``topcal.plots``. A new
-figure: a dataclass and compute function in ``compute``, a plot function in ``draw``, both
-exported here.
+:mod:`topcal.plots.primitives`); everything public is importable from ``topcal.plots``. A
+new figure: a dataclass and compute function in ``compute``, a plot function in ``draw``,
+both exported here.
 """
 
 from .compute import (

@@ -1,9 +1,9 @@
-"""The figures' data: pure functions of data and fitted models returning small frozen dataclasses.
+"""The figures' data: pure functions of data and fitted models returning small frozen
+dataclasses.
 
-No matplotlib here; :mod:`topcal.plots.draw` turns each dataclass into a Figure. Long because it
-holds
-eight figures' data, each a dataclass and its compute function (see the table in
-:mod:`topcal.plots`).
+No matplotlib here; :mod:`topcal.plots.draw` turns each dataclass into a Figure. Long
+because it holds eight figures' data, each a dataclass and its compute function (see the
+table in :mod:`topcal.plots`).
 """
 
 from __future__ import annotations
@@ -42,17 +42,17 @@ __all__ = [
     "BARS_METHOD",
 ]
 
-#: The method of the reference bars under every curve figure: Conf_Hist, unshrunk (paper Fig. 3).
-#: The bars' artists carry it as their gid; a fitted model of it with the bars' bins is not drawn
-#: again as a curve.
+#: The method of the reference bars under every curve figure: Conf_Hist, unshrunk (paper
+#: Fig. 3). The bars' artists carry it as their gid; a fitted model of it with the bars'
+#: bins is not drawn again as a curve.
 BARS_METHOD = "hist"
 
-#: A histogram bin with fewer positives than this is drawn hatched and dashed
-#: ("sparse"): its height is a ratio of a handful of counts.
+#: A histogram bin with fewer positives than this is drawn hatched and dashed ("sparse"):
+#: its height is a ratio of a handful of counts.
 SPARSE_MIN = 10
 
-#: Largest number of points drawn per class in a cloud (a seeded subsample
-#: beyond it keeps PNGs small; the report says when it subsampled).
+#: Largest number of points drawn per class in a cloud (a seeded subsample beyond it keeps
+#: PNGs small; the report says when it subsampled).
 MAX_CLOUD_POINTS = 2500
 
 #: Level of the interval band drawn around each fitted curve (``predict_interval``,
@@ -73,8 +73,8 @@ class HistogramBars:
     tp, fp : ndarray, shape (m,)
         Weighted counts per bin.
     sparse : ndarray of bool, shape (m,)
-        Non-empty bins with fewer than ``sparse_min`` positives, and the
-        lowest non-empty bin (the paper draws it dashed in every figure).
+        Non-empty bins with fewer than ``sparse_min`` positives, and the lowest non-empty
+        bin (the paper draws it dashed in every figure).
     """
 
     edges: np.ndarray
@@ -131,8 +131,8 @@ class JointDistribution:
     ----------
     classes : tuple of str
     counts : ndarray (K, K) or None
-        counts[i, j]: samples of true class i predicted as j. None for binned
-        data (which does not record the true class of false positives).
+        counts[i, j]: samples of true class i predicted as j. None for binned data (which
+        does not record the true class of false positives).
     confusion : ndarray (K, K) or None
         counts normalised by row: P(predicted j | true i).
     reverse : ndarray (K, K) or None
@@ -177,15 +177,14 @@ class CurvePanel:
     curves : dict
         method -> (score, confidence) arrays of score-based methods.
     clouds : dict
-        method -> (score, confidence) of the class's positives for methods
-        whose confidence is not a function of the score (temperature scaling).
+        method -> (score, confidence) of the class's positives for methods whose confidence
+        is not a function of the score (temperature scaling).
     support : (float, float) or None
         Lowest and highest observed score of the class's positives.
     n_tp, n_fp : float
     bands : dict
         method -> (score, lower, upper): the ``predict_interval`` limits on the curve's grid
-        (methods
-        in ``curves`` whose model holds interval statistics).
+        (methods in ``curves`` whose model holds interval statistics).
     """
 
     class_name: str
@@ -206,8 +205,8 @@ class CurveGrid:
     methods: tuple[str, ...]
     panels: tuple[CurvePanel, ...]
     subsampled: bool = False
-    #: Level of the bands (None: none asked for) and the methods whose models hold no interval
-    #: statistics (files saved by an older topcal): they draw no band.
+    #: Level of the bands (None: none asked for) and the methods whose models hold no
+    #: interval statistics (files saved by an older topcal): they draw no band.
     band_level: float | None = None
     no_band: tuple[str, ...] = ()
 
@@ -228,17 +227,16 @@ def is_score_curve(model) -> bool:
 def model_curve(model, k: int, score: np.ndarray) -> np.ndarray:
     """Conf_k(score) of a fitted model whose confidence depends on the score only.
 
-    Every such model has ``curve`` (the score calibrators, bts and btswa, and
-    ``auto`` when it chose one of them).
+    Every such model has ``curve`` (the score calibrators, bts and btswa, and ``auto`` when
+    it chose one of them).
     """
     return model.curve(k, np.asarray(score, dtype=np.float64)).confidence
 
 
 def model_band(model, k: int, score: np.ndarray, level: float = BAND_LEVEL):
-    """(lower, upper) of the ``level`` interval on Conf_k at ``score`` (:meth:`predict_interval`),
-    or
-    None where the model holds no interval statistics (a file saved by an older topcal) or has no
-    interval."""
+    """(lower, upper) of the ``level`` interval on Conf_k at ``score``
+    (:meth:`predict_interval`), or None where the model holds no interval statistics (a file
+    saved by an older topcal) or has no interval."""
     s = np.asarray(score, dtype=np.float64)
     rows = TopLabelData(
         tuple(model.classes_),
@@ -253,8 +251,8 @@ def model_band(model, k: int, score: np.ndarray, level: float = BAND_LEVEL):
 
 
 def class_items(data: TopLabelData, only) -> list[tuple[int, str]]:
-    """(index, name) of every class, or of the class indices ``only`` (figures of many classes show
-    a few)."""
+    """(index, name) of every class, or of the class indices ``only`` (figures of many
+    classes show a few)."""
     if only is None:
         return list(enumerate(data.classes))
     return [(int(k), data.classes[int(k)]) for k in only]
@@ -278,10 +276,9 @@ def calibration_curves(
     data : TopLabelData (labelled)
         The data the bars are computed from (usually the fitting data).
     models : dict of str -> fitted Calibrator
-        Score-based models (with ``curve``) give curves; the others (the
-        temperature-scaling family) give clouds: score vs ``predict`` for
-        each positive of the class. ``uncalibrated`` is skipped (the plot
-        always draws the dashed diagonal).
+        Score-based models (with ``curve``) give curves; the others (the temperature-scaling
+        family) give clouds: score vs ``predict`` for each positive of the class.
+        ``uncalibrated`` is skipped (the plot always draws the dashed diagonal).
     n_bins : int, default 10
     n_points : int, default 401
         Grid size of each curve.
@@ -357,11 +354,11 @@ class DensityPanel:
         Conf_KDE on ``score`` (the model's curve).
     bandwidth : float
     neg_density : ndarray (m,) or None
-        Gaussian kernel sum over the k-th score of every sample *not*
-        predicting k (full score vectors only).
+        Gaussian kernel sum over the k-th score of every sample *not* predicting k (full
+        score vectors only).
     diluted : ndarray (m,) or None
-        Confidence when those negatives join the false positives in the
-        denominator (paper Fig. 6, red): the diluted signal.
+        Confidence when those negatives join the false positives in the denominator (paper
+        Fig. 6, red): the diluted signal.
     hist : HistogramBars or None
     support : (float, float) or None
     """
@@ -389,10 +386,10 @@ def _gauss_sum(x: np.ndarray, s: np.ndarray, w: np.ndarray, b: float) -> np.ndar
     return out / (b * math.sqrt(2 * math.pi))
 
 
-#: Above this many samples the k-th scores behind the diluted curve are
-#: histogrammed onto COMPRESS_BINS bins (weights at the bin centres) before
-#: the kernel sums: the shift of at most half a bin, (hi - lo) / 8192, is
-#: far below any bandwidth a rule picks, and the cost stops growing with n.
+#: Above this many samples the k-th scores behind the diluted curve are histogrammed onto
+#: COMPRESS_BINS bins (weights at the bin centres) before the kernel sums: the shift of at
+#: most half a bin, (hi - lo) / 8192, is far below any bandwidth a rule picks, and the cost
+#: stops growing with n.
 COMPRESS_ABOVE = 20_000
 COMPRESS_BINS = 4096
 
@@ -427,12 +424,11 @@ def kde_densities(
     Returns
     -------
     list of DensityPanel or None
-        None for classes never predicted, and for degenerate classes (only
-        TP or only FP: no bandwidth was chosen). When ``data`` has full score
-        vectors, each panel also has the negatives' density and the diluted
-        confidence, computed with ``topcal.calibrators.kde.kde_confidence``
-        from the k-th score of *every* sample, with only the true positives
-        as its positives (paper Fig. 6).
+        None for classes never predicted, and for degenerate classes (only TP or only FP: no
+        bandwidth was chosen). When ``data`` has full score vectors, each panel also has the
+        negatives' density and the diluted confidence, computed with
+        ``topcal.calibrators.kde.kde_confidence`` from the k-th score of *every* sample,
+        with only the true positives as its positives (paper Fig. 6).
     """
     if not (hasattr(model, "densities") and hasattr(model, "bandwidth_")):
         raise TopcalError(
@@ -471,7 +467,9 @@ def kde_densities(
             neg = _gauss_sum(grid, centres, negw, b)
             dil = np.asarray(kde_confidence(grid, centres, is_tp, rest, b), float)
         out.append(
-            DensityPanel(cname, grid, tpd, fpd, np.asarray(conf, float), b, neg, dil, hists[k], sup)
+            DensityPanel(
+                cname, grid, tpd, fpd, np.asarray(conf, float), b, neg, dil, hists[k], sup
+            )
         )
     return out
 
@@ -515,8 +513,8 @@ def ts_clouds(
     ----------
     data : TopLabelData (labelled)
     model : fitted Calibrator
-        Typically sts, csts, tswa or cstswa; for score-based methods the
-        cloud collapses onto the curve.
+        Typically sts, csts, tswa or cstswa; for score-based methods the cloud collapses
+        onto the curve.
     n_bins : int, default 10
     max_points : int, default 2500
     """

@@ -1,8 +1,8 @@
 """Drawing the figures' data (:mod:`topcal.plots.compute`) as matplotlib Figures.
 
 matplotlib is imported inside the functions, so importing this module stays light. It draws
-eight figures (see the table in :mod:`topcal.plots`); what they share (colours, text drawn as
-written, panel grids, legends) is in :mod:`topcal.plots.primitives`.
+eight figures (see the table in :mod:`topcal.plots`); what they share (colours, text drawn
+as written, panel grids, legends) is in :mod:`topcal.plots.primitives`.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def plot_joint_distribution(jd: JointDistribution, *, fig=None):
     """Paper Figure 1: counts, confusion matrix and reverse confusion matrix (Conf1 on its
     diagonal).
 
-    For binned data (no true class of false positives) a bar chart of Conf1
-    and the TP/FP counts per class is drawn instead.
+    For binned data (no true class of false positives) a bar chart of Conf1 and the TP/FP
+    counts per class is drawn instead.
 
     Returns
     -------
@@ -105,8 +105,8 @@ def _binned_joint(jd: JointDistribution, fig):
 
 
 def _matrix_panel(ax, mat, title, gid, fmt, classes) -> None:
-    """One matrix of :func:`plot_joint_distribution`, each cell's value written in it where the
-    classes are few."""
+    """One matrix of :func:`plot_joint_distribution`, each cell's value written in it where
+    the classes are few."""
     from matplotlib.colors import LogNorm
 
     k = len(classes)
@@ -152,13 +152,12 @@ def plot_calibration_curves(
 ):
     """Small multiples, one panel per class: histogram bars, method curves, dashed diagonal.
 
-    Around each curve with interval limits (``grid.band_level``), a translucent band in the curve's
-    colour: the interval on the fitted curve (docs/intervals.md).
+    Around each curve with interval limits (``grid.band_level``), a translucent band in the
+    curve's colour: the interval on the fitted curve (docs/intervals.md).
 
-    Sparse bins (fewer than 10 positives, and the lowest non-empty bin) are
-    hatched with a dashed outline; scores outside the class's observed ones
-    are shaded grey (the curve there is extrapolation). Clouds of
-    non-score methods are drawn as dots. Axes are shared.
+    Sparse bins (fewer than 10 positives, and the lowest non-empty bin) are hatched with a
+    dashed outline; scores outside the class's observed ones are shaded grey (the curve
+    there is extrapolation). Clouds of non-score methods are drawn as dots. Axes are shared.
 
     Returns
     -------
@@ -246,11 +245,10 @@ class _LegendProxy:
 def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: float = 2.4):
     """Per class two panels: TP (green) and FP (orange) kernel densities, and Conf_KDE.
 
-    Left of each pair: the weighted kernel sums over the true and false
-    positives (and, with full score vectors, over every other sample's k-th
-    score, black dotted: usually far off the scale, which is the point of
-    the paper's Fig. 6). Right: Conf_KDE (blue) over the histogram, and the
-    diluted confidence (red) when available.
+    Left of each pair: the weighted kernel sums over the true and false positives (and, with
+    full score vectors, over every other sample's k-th score, black dotted: usually far off
+    the scale, which is the point of the paper's Fig. 6). Right: Conf_KDE (blue) over the
+    histogram, and the diluted confidence (red) when available.
 
     Returns
     -------
@@ -284,7 +282,6 @@ def plot_kde_densities(panels: list, *, fig=None, ncols: int = 3, panel_size: fl
     return fig
 
 
-
 def _density_panel(ad, p, span) -> None:
     """The TP and FP kernel densities of one class (:func:`plot_kde_densities`)."""
     (l1,) = ad.plot(p.score, p.tp_density, color="tab:green", lw=1.4, label="TP density")
@@ -316,20 +313,30 @@ def _kde_confidence_panel(ac, p, span) -> None:
     l4.set_gid("confidence")
     if p.diluted is not None:
         (l5,) = ac.plot(
-            p.score, p.diluted, color="tab:red", lw=1.3, label="diluted (all samples' k-th score)"
+            p.score,
+            p.diluted,
+            color="tab:red",
+            lw=1.3,
+            label="diluted (all samples' k-th score)",
         )
         l5.set_gid("diluted")
     ac.set_ylim(0, 1.02)
     ac.set_xlim(*span)
     ac.set_title("confidence", fontsize=8)
 
+
 def plot_ts_clouds(
-    panels: list, *, method: str = "", fig=None, ncols: int | None = None, panel_size: float = 2.5
+    panels: list,
+    *,
+    method: str = "",
+    fig=None,
+    ncols: int | None = None,
+    panel_size: float = 2.5,
 ):
     """Paper Figs. 10-12: per class, score vs recalibrated yhat_k (TP green, FP orange).
 
-    The class's Conf_Hist bars and the dashed diagonal are drawn for
-    reference: a good fit puts the cloud through the bar tops.
+    The class's Conf_Hist bars and the dashed diagonal are drawn for reference: a good fit
+    puts the cloud through the bar tops.
 
     Returns
     -------
@@ -343,7 +350,10 @@ def plot_ts_clouds(
         if p.hist is not None:
             draw_hist(ax, p.hist, color="0.92", edge="0.5")
         diagonal(ax, (lo, hi))
-        for mask, color, lab in ((p.correct, "tab:green", "TP"), (~p.correct, "tab:orange", "FP")):
+        for mask, color, lab in (
+            (p.correct, "tab:green", "TP"),
+            (~p.correct, "tab:orange", "FP"),
+        ):
             sc = ax.scatter(
                 p.score[mask],
                 p.confidence[mask],
@@ -391,7 +401,9 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
     width = 0.85 / m
     methods = list(scores.methods)
     for j, name in enumerate(methods):
-        color = "0.8" if getattr(lookup(name), "is_baseline", False) else color_of(name, methods)
+        color = (
+            "0.8" if getattr(lookup(name), "is_baseline", False) else color_of(name, methods)
+        )
         bars = ax.bar(
             x - 0.425 + (j + 0.5) * width,
             np.nan_to_num(vals[:, j]),
@@ -406,7 +418,11 @@ def plot_method_bars(scores: MethodScores, *, ax=None, include_overall: bool = T
     ax.set_ylabel(f"{scores.metric.upper()} per sample")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(
-        fontsize=7, ncol=min(m, 8), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0)
+        fontsize=7,
+        ncol=min(m, 8),
+        frameon=False,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
     )
     if include_overall:
         ax.axvline(len(groups) - 1.5, color="0.6", lw=0.8, ls=":")
@@ -447,8 +463,8 @@ def plot_histogram_overlay(
 
 
 def plot_paired_bars(scores: PairedScores, *, ax=None):
-    """Paper Figs. 18-19: per method, the metric on the fitting set (left) and the second set
-    (right).
+    """Paper Figs. 18-19: per method, the metric on the fitting set (left) and the second
+    set (right).
 
     Returns
     -------
@@ -469,7 +485,8 @@ def plot_paired_bars(scores: PairedScores, *, ax=None):
     vals = np.concatenate([scores.first, scores.second])
     vals = vals[np.isfinite(vals)]
     if vals.size and vals.min() > 0:
-        # differences between the sets are small next to the values: crop the axis (and say so)
+        # differences between the sets are small next to the values: crop the axis (and say
+        # so)
         span = vals.max() - vals.min()
         ax.set_ylim(max(0.0, vals.min() - 0.6 * span - 1e-9), vals.max() + 0.25 * span + 1e-9)
         ax.set_ylabel(f"{scores.metric.upper()} per sample (axis cropped)")
@@ -500,7 +517,9 @@ def plot_added_samples(
     for ax, p in zip(axes, panels):
         shade_outside(ax, p.new_support, (lo, hi))
         diagonal(ax, (lo, hi))
-        (l1,) = ax.plot(p.score, p.old, color="black", lw=1.5, label=f"{method}, original data")
+        (l1,) = ax.plot(
+            p.score, p.old, color="black", lw=1.5, label=f"{method}, original data"
+        )
         (l2,) = ax.plot(
             p.score, p.new, color="tab:red", lw=1.5, label=f"{method}, with added samples"
         )

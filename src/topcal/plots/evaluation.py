@@ -1,7 +1,8 @@
-"""Figures of evaluated methods and of a second test set: the NLL bars (paper Fig. 17), the overlaid
-histograms of two sets (Fig. 4), paired bars set 1 against set 2 (Figs. 18-19) and the effect of
-adding labelled samples (Fig. 15). Compute functions only (no matplotlib); the plot functions
-are in :mod:`topcal.plots.draw`, the per-class curve figures in :mod:`topcal.plots.compute`.
+"""Figures of evaluated methods and of a second test set: the NLL bars (paper Fig. 17), the
+overlaid histograms of two sets (Fig. 4), paired bars set 1 against set 2 (Figs. 18-19) and
+the effect of adding labelled samples (Fig. 15). Compute functions only (no matplotlib); the
+plot functions are in :mod:`topcal.plots.draw`, the per-class curve figures in
+:mod:`topcal.plots.compute`.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ class MethodScores:
 
 
 def method_scores(comparison, metric: str = "nll") -> MethodScores:
-    """Pick one metric out of :func:`topcal.evaluate.compare_methods` output (or its dict form)."""
+    """Pick one metric out of :func:`topcal.evaluate.compare_methods` output (or its dict
+    form)."""
     res = Comparison.of(comparison).methods
     methods = tuple(res)
     if not methods:
         raise TopcalError(
-            "the comparison holds no methods; give at least one method that can run on this data"
+            "the comparison holds no methods; give at least one method that can run on "
+            "this data"
         )
     classes = tuple(res[methods[0]][metric].per_class)
     per = np.array(
@@ -91,8 +94,8 @@ def histogram_overlay(
     labels: tuple[str, str] = ("test set 1", "test set 2"),
     only=None,
 ) -> HistogramOverlay:
-    """Conf_Hist of each class (or of the class indices ``only``) on two test sets with the same
-    classes and scale."""
+    """Conf_Hist of each class (or of the class indices ``only``) on two test sets with the
+    same classes and scale."""
     if data1.classes != data2.classes or data1.score_range != data2.score_range:
         raise TopcalError(
             "the two test sets must have the same classes and score range to be compared"
@@ -110,7 +113,8 @@ def histogram_overlay(
 
 @dataclass(frozen=True)
 class PairedScores:
-    """A metric per method on two test sets, methods fitted on the first (paper Figs. 18-19).
+    """A metric per method on two test sets, methods fitted on the first (paper Figs.
+    18-19).
 
     Attributes
     ----------
@@ -197,8 +201,8 @@ def added_samples_effect(
     method : str, default "hist"
         A method whose confidence is a function of the score, e.g. "kde-mon2".
     params : dict, optional
-        Its parameters (e.g. ``{"bandwidth": 0.3}`` for "kde", so that both
-        fits share one bandwidth, as in the paper's Fig. 15).
+        Its parameters (e.g. ``{"bandwidth": 0.3}`` for "kde", so that both fits share one
+        bandwidth, as in the paper's Fig. 15).
     n_points : int, default 401
 
     Returns

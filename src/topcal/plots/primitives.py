@@ -1,6 +1,6 @@
 """What the figures of :mod:`topcal.plots.draw` share: each method's colour, text drawn as
-written, new figures and grids of panels, shared legends, histogram bars, the dashed diagonal and
-the shaded extrapolation.
+written, new figures and grids of panels, shared legends, histogram bars, the dashed
+diagonal and the shaded extrapolation.
 
 Moved out of ``draw.py`` as is (no file over 600 lines), the helpers under public names
 (``draw.py`` imports them; it re-exports ``METHOD_COLORS``, ``plain`` and ``plain_all``).
@@ -37,9 +37,9 @@ __all__ = [
     "fig_legend",
 ]
 
-#: Colour of each method's curve and bar (paper colours where the paper fixes one: Conf_KDE blue,
-#: b_mon2 magenta, b_opt maroon, Conf_Cum* green, Conf_Hist black); no two methods share one, so
-#: every method of a bar chart is told apart (``uncalibrated`` bars are grey).
+#: Colour of each method's curve and bar (paper colours where the paper fixes one: Conf_KDE
+#: blue, b_mon2 magenta, b_opt maroon, Conf_Cum* green, Conf_Hist black); no two methods
+#: share one, so every method of a bar chart is told apart (``uncalibrated`` bars are grey).
 METHOD_COLORS = {
     "hist": "black",
     "kde": "slateblue",
@@ -90,15 +90,16 @@ def color_of(name: str, order: list[str]) -> str:
     )
 
 
-#: Longest text :func:`plain` draws whole; longer names keep their start and end around an ellipsis
-#: (matplotlib took minutes to lay out a report's 10,000-character class names).
+#: Longest text :func:`plain` draws whole; longer names keep their start and end around an
+#: ellipsis (matplotlib took minutes to lay out a report's 10,000-character class names).
 MAX_DRAWN = 80
 
 
 def plain(text) -> str:
-    """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start matplotlib's
-    math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones around "…"; control
-    characters written as escapes (``\\x1b``: no font has a glyph for them)."""
+    """``text`` drawn as written: a ``$`` (class names like ``under $5``) would start
+    matplotlib's math mode; beyond :data:`MAX_DRAWN` characters, its first and last ones
+    around "…"; control characters written as escapes (``\\x1b``: no font has a glyph for
+    them)."""
     text = printable(str(text), keep="\n")
     if len(text) > MAX_DRAWN:
         text = text[: MAX_DRAWN - 30] + "…" + text[-29:]
@@ -127,17 +128,20 @@ def grid_axes(fig, n: int, ncols: int, *, sharex=True, sharey=True):
 
 
 def small_multiples(fig, n: int, ncols, panel_size: float, extra_height: float = 0.9):
-    """(fig, axes, axes2d) of ``n`` panels in ``ncols`` columns (default :func:`default_ncols`);
-    a new figure sized for them unless ``fig`` is given."""
+    """(fig, axes, axes2d) of ``n`` panels in ``ncols`` columns (default
+    :func:`default_ncols`); a new figure sized for them unless ``fig`` is given."""
     ncols = ncols or default_ncols(n)
     nrows = math.ceil(n / ncols)
-    fig = fig or new_figure((panel_size * ncols + 0.4, panel_size * 0.9 * nrows + extra_height))
+    fig = fig or new_figure(
+        (panel_size * ncols + 0.4, panel_size * 0.9 * nrows + extra_height)
+    )
     axes, axes2d = grid_axes(fig, n, ncols)
     return fig, axes, axes2d
 
 
 def with_positives(panels: list) -> list:
-    """The panels of classes with positives (None marks one without); an error if there are none."""
+    """The panels of classes with positives (None marks one without); an error if there are
+    none."""
     shown = [p for p in panels if p is not None]
     if not shown:
         raise TopcalError("no class has positives; nothing to plot")
@@ -220,9 +224,12 @@ def fig_legend(fig, axes, ncol=None):
                 handles[lab] = h
                 labels.append(lab)
     if labels:
-        # entries per row that fit the width (a sub-figure of a larger figure has no get_figwidth)
+        # entries per row that fit the width (a sub-figure of a larger figure has no
+        # get_figwidth)
         width = (
-            fig.get_figwidth() if hasattr(fig, "get_figwidth") else fig.bbox.width / fig.figure.dpi
+            fig.get_figwidth()
+            if hasattr(fig, "get_figwidth")
+            else fig.bbox.width / fig.figure.dpi
         )
         fit = max(1, int(width / 2.3))
         fig.legend(

@@ -49,8 +49,9 @@ __all__ = [
     "ALL",
 ]
 
-#: ``methods=ALL`` (``--methods all``): every method that can run on the data, cross-fitted (auto
-#: nested, with its inner cross-validation in every fold), as the report did by default before.
+#: ``methods=ALL`` (``--methods all``): every method that can run on the data, cross-fitted
+#: (auto nested, with its inner cross-validation in every fold), as the report did by
+#: default before.
 ALL = "all"
 
 
@@ -72,8 +73,8 @@ class ReportResult:
     skipped : list of str
         Methods not run (they need full score vectors).
     focus : str or None
-        The model the report is about (``auto`` where fitted, else the first method other than
-        the baseline): its warnings come first.
+        The model the report is about (``auto`` where fitted, else the first method other
+        than the baseline): its warnings come first.
     """
 
     path: Path
@@ -116,24 +117,23 @@ def build_report(
     data : TopLabelData (labelled)
         The data to calibrate on (the paper's "test set").
     out_dir : str or Path
-        Folder to write: new, empty, or made by an earlier topcal report (it
-        holds the marker file ``.topcal-report``), which is then replaced as a
-        whole. The report is built beside it and swapped in at the end, so an
-        interrupted run leaves the old folder unchanged.
+        Folder to write: new, empty, or made by an earlier topcal report (it holds the
+        marker file ``.topcal-report``), which is then replaced as a whole. The report is
+        built beside it and swapped in at the end, so an interrupted run leaves the old
+        folder unchanged.
     eval_data : TopLabelData, optional
-        A second labelled test set: methods fitted on ``data`` are also
-        evaluated on it, and Figs. 4, 18-19 are added.
+        A second labelled test set: methods fitted on ``data`` are also evaluated on it, and
+        Figs. 4, 18-19 are added.
     methods : sequence of str or "all", optional
-        Methods to fit, each cross-fitted (those needing full score vectors
-        are skipped when absent); ``"all"`` (:data:`ALL`): every registered
-        method that can run on ``data``. Default: what the user decides about
-        (:mod:`~topcal.report.focus`): ``auto`` on all the data, its own
-        cross-validation reused as the out-of-sample table of its candidates,
-        the uncalibrated baseline and ``auto``'s best other candidates
+        Methods to fit, each cross-fitted (those needing full score vectors are skipped when
+        absent); ``"all"`` (:data:`ALL`): every registered method that can run on ``data``.
+        Default: what the user decides about (:mod:`~topcal.report.focus`): ``auto`` on all
+        the data, its own cross-validation reused as the out-of-sample table of its
+        candidates, the uncalibrated baseline and ``auto``'s best other candidates
         (:data:`~topcal.report.focus.PEERS`), nothing cross-fitted again.
     extra : TopLabelData, optional
-        Extra labelled samples to append (paper Fig. 15): curves fitted with
-        and without them are compared.
+        Extra labelled samples to append (paper Fig. 15): curves fitted with and without
+        them are compared.
     title : str
     data_label : str
         Name of the data shown on the page (e.g. the file name).
@@ -142,29 +142,28 @@ def build_report(
     progress : callable(str), optional
         Called with a short message at each step (the CLI prints them).
     folds : int or None, default 5
-        Rank methods by K-fold cross-fitting within ``data`` (out of sample:
-        every sample is scored by a model fitted without it). None: fit and
-        evaluate on the same data (the paper's practice), labelled as such.
+        Rank methods by K-fold cross-fitting within ``data`` (out of sample: every sample is
+        scored by a model fitted without it). None: fit and evaluate on the same data (the
+        paper's practice), labelled as such.
     seed : int, default 0
         Seed of the fold split.
     params : dict, optional
         ``{method: {parameter: value}}``.
     force : bool, default False
-        Also write into a folder holding other files: ``index.html`` and
-        ``figures/`` are replaced, files topcal did not write are kept.
+        Also write into a folder holding other files: ``index.html`` and ``figures/`` are
+        replaced, files topcal did not write are kept.
     adapted : AdaptedCalibrator, optional
-        A model adapted to a use set's priors (``topcal adapt``): adds the
-        label-shift panel (source vs use priors, curves before and after).
+        A model adapted to a use set's priors (``topcal adapt``): adds the label-shift panel
+        (source vs use priors, curves before and after).
     thresholds : (Calibrator, Thresholds), optional
-        A model and the thresholds chosen for it (:func:`topcal.thresholds.core.fit_thresholds`):
-        adds the acceptance panel (per class, accepted fraction against
-        precision on ``data``, with the cut-off marked).
+        A model and the thresholds chosen for it
+        (:func:`topcal.thresholds.core.fit_thresholds`): adds the acceptance panel (per
+        class, accepted fraction against precision on ``data``, with the cut-off marked).
     classes : sequence of str, optional
-        The classes the per-class figures show (``--classes``): class names and
-        ``worst:N`` (the model in use's largest total out-of-sample NLL excess over
-        the uncalibrated score), ``most:N`` (the most positives); default: all up
-        to 24 classes, else the 24 with the most positives
-        (:func:`~topcal.report.classes.choose_classes`).
+        The classes the per-class figures show (``--classes``): class names and ``worst:N``
+        (the model in use's largest total out-of-sample NLL excess over the uncalibrated
+        score), ``most:N`` (the most positives); default: all up to 24 classes, else the 24
+        with the most positives (:func:`~topcal.report.classes.choose_classes`).
 
     Returns
     -------
@@ -200,8 +199,8 @@ def build_report(
         or extra.full_kind != data.full_kind
     ):
         raise TopcalError(
-            "the extra samples (--add) must be in the same form as the data (binned or per-sample, "
-            "with or without full score vectors)"
+            "the extra samples (--add) must be in the same form as the data (binned or "
+            "per-sample, with or without full score vectors)"
         )
     focused = methods is None
     every = isinstance(methods, str) and methods == ALL
@@ -219,7 +218,9 @@ def build_report(
         names = default_methods(data) if every else list(methods)
         if BASELINE not in names:
             names = [BASELINE] + names  # the baseline every table and warning compares against
-        models, skipped = fit_methods(data, names, params=params, progress=log, diagnostics=diag)
+        models, skipped = fit_methods(
+            data, names, params=params, progress=log, diagnostics=diag
+        )
     if eval_data is not None:
         need = [n for n, m in models.items() if m.needs_full and not eval_data.has_full]
         for n in need:
@@ -244,7 +245,9 @@ def build_report(
     focus = model_in_use(models)
     holdout = None
     if eval_data is not None:
-        holdout = Comparison("holdout", methods=score_models(models, eval_data), skipped=skipped)
+        holdout = Comparison(
+            "holdout", methods=score_models(models, eval_data), skipped=skipped
+        )
     findings = diagnose(data, models, comparison, holdout)
     for n, msg in diag["failed"].items():
         findings.append(Finding("failed", f"{n} failed and is left out: {msg}", None, n))
@@ -319,9 +322,9 @@ def _write_pages(
     thresholds=None,
     view=None,
 ):
-    """Write figures/ and index.html into ``stage``; figure paths are given as they will be under
-    ``out``. ``view``: the classes shown (``--classes``), the model in use, the protocol's note
-    and whether the report is the focused default."""
+    """Write figures/ and index.html into ``stage``; figure paths are given as they will be
+    under ``out``. ``view``: the classes shown (``--classes``), the model in use, the
+    protocol's note and whether the report is the focused default."""
     view = view or {}
     focus = view.get("focus")
     main = None
@@ -404,8 +407,8 @@ Best per column in bold green.</p>
 <p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
 </body></html>
 """
-    # control characters (a class name's escape sequence, NUL, bidi overrides) are no HTML text:
-    # shown escaped, as the command line shows them (\x1b)
+    # control characters (a class name's escape sequence, NUL, bidi overrides) are no HTML
+    # text: shown escaped, as the command line shows them (\x1b)
     body = printable(body, keep="\n\t")
     (stage / "index.html").write_text(body, encoding="utf-8")
     return fig_html, fig_list, toc, body

@@ -1,5 +1,5 @@
-"""The report's warnings: what a careful analyst checks first (:func:`diagnose`), and aligning a
-second data set's classes."""
+"""The report's warnings: what a careful analyst checks first (:func:`diagnose`), and
+aligning a second data set's classes."""
 
 from __future__ import annotations
 
@@ -32,17 +32,17 @@ __all__ = [
 ]
 
 
-#: A class with fewer positives than this gets a warning: its curve rests on
-#: a handful of samples (the paper's MNIST runs had ~100 per class).
+#: A class with fewer positives than this gets a warning: its curve rests on a handful of
+#: samples (the paper's MNIST runs had ~100 per class).
 MIN_POSITIVES = 30
-#: More slope sign changes than this inside the observed scores is "wiggly"
-#: (kde-mon4 allows 4; more is usually noise, paper Fig. 13).
+#: More slope sign changes than this inside the observed scores is "wiggly" (kde-mon4 allows
+#: 4; more is usually noise, paper Fig. 13).
 MAX_SIGN_CHANGES = 4
-#: Warn when more than this share of the attainable score range lies outside
-#: the class's observed scores (the curve there is extrapolated).
+#: Warn when more than this share of the attainable score range lies outside the class's
+#: observed scores (the curve there is extrapolated).
 MAX_EXTRAPOLATED = 0.3
-#: A class whose uncalibrated ECE1 is below this, with NLL within 10 % of the
-#: best method, is "already close to calibrated" (paper Fig. 7).
+#: A class whose uncalibrated ECE1 is below this, with NLL within 10 % of the best method,
+#: is "already close to calibrated" (paper Fig. 7).
 CLOSE_ECE1 = 0.06
 CLOSE_NLL_RATIO = 1.10
 
@@ -66,7 +66,8 @@ class Finding:
     text: str
     class_name: str | None = None
     method: str | None = None
-    severity: float = 0.0  #: larger is worse, within one kind (which classes a summary names first)
+    # : larger is worse, within one kind (which classes a summary names first)
+    severity: float = 0.0
 
     @property
     def subject(self) -> str:
@@ -82,8 +83,8 @@ class Finding:
         return self.method or "the data"
 
 
-#: A kind's summary line when it repeats (``group_findings``); kinds not listed use their first
-#: finding.
+#: A kind's summary line when it repeats (``group_findings``); kinds not listed use their
+#: first finding.
 KIND_TITLES = {
     "never-predicted": "classes never predicted: every method falls back to the raw score",
     "few-positives": "classes with few positives: their curves rest on a handful of samples (treat "
@@ -130,9 +131,9 @@ def group_findings(
 ) -> list[Finding | FindingGroup]:
     """Findings grouped by kind, in order of first appearance; within a kind, worst first.
 
-    Returns a list whose items are a :class:`Finding` (a kind with at most
-    ``expand`` findings: shown as it is) or a :class:`FindingGroup` (a kind
-    that repeats, e.g. over a thousand classes: shown as one summary line).
+    Returns a list whose items are a :class:`Finding` (a kind with at most ``expand``
+    findings: shown as it is) or a :class:`FindingGroup` (a kind that repeats, e.g. over a
+    thousand classes: shown as one summary line).
     """
     kinds: dict = {}
     for f in findings:
@@ -147,16 +148,17 @@ def group_findings(
     return out
 
 
-#: A change of direction counts as a wiggle only once the curve has moved
-#: back by this much (confidence units): invisible ripples are not wiggles.
+#: A change of direction counts as a wiggle only once the curve has moved back by this much
+#: (confidence units): invisible ripples are not wiggles.
 WIGGLE_AMPLITUDE = 0.01
 
 
 def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
-    """Changes of direction of ``y`` that reverse by at least ``amplitude`` (a zigzag count).
+    """Changes of direction of ``y`` that reverse by at least ``amplitude`` (a zigzag
+    count).
 
-    A curve that rises, dips by 0.05 and rises again has 2; a monotone curve
-    with ripples smaller than ``amplitude`` has 0.
+    A curve that rises, dips by 0.05 and rises again has 2; a monotone curve with ripples
+    smaller than ``amplitude`` has 0.
     """
     y = np.asarray(y, dtype=np.float64)
     if y.size < 2:
@@ -201,7 +203,8 @@ def diagnose(
         The fitting data.
     models : dict of str -> fitted Calibrator
     comparison : Comparison or its dict form
-        Metrics of ``models`` on ``data`` (as :func:`topcal.evaluate.compare_methods` returns them).
+        Metrics of ``models`` on ``data`` (as :func:`topcal.evaluate.compare_methods`
+        returns them).
     holdout : Comparison or its dict form, optional
         Metrics of the same fits on a second test set.
     min_positives, max_sign_changes, max_extrapolated, close_ece1
@@ -210,15 +213,14 @@ def diagnose(
     Returns
     -------
     list of Finding
-        In the order: per-class data problems, wiggles, extrapolation,
-        already-calibrated classes, overfitting seen on the second set.
+        In the order: per-class data problems, wiggles, extrapolation, already-calibrated
+        classes, overfitting seen on the second set.
 
     Notes
     -----
-    The *attainable* score range of a class starts at lo + (hi - lo) / K:
-    a top score (a maximum over K probabilities, or PhANNs' sum of ten) is
-    never below that, so the empty region beneath it is not counted as
-    extrapolation.
+    The *attainable* score range of a class starts at lo + (hi - lo) / K: a top score (a
+    maximum over K probabilities, or PhANNs' sum of ten) is never below that, so the empty
+    region beneath it is not counted as extrapolation.
     """
     out: list[Finding] = []
     tp, fp = data.class_counts()
@@ -239,9 +241,8 @@ def diagnose(
                 Finding(
                     "few-positives",
                     f"{c}: only {n:g} positives (TP {tp[k]:g}, FP {fp[k]:g}); its own "
-                    "curve rests on a handful of samples (the shrunk defaults lean on the pooled "
-                    "curve "
-                    "instead), treat it as a rough guess.",
+                    "curve rests on a handful of samples (the shrunk defaults lean on the "
+                    "pooled curve instead), treat it as a rough guess.",
                     c,
                     severity=min_positives - n,
                 )
@@ -251,9 +252,8 @@ def diagnose(
                 Finding(
                     "no-tp",
                     f"{c}: no true positives; the paper's unshrunk estimators give every "
-                    f"prediction "
-                    "of this class confidence 0, the shrunk defaults borrow from the other "
-                    "classes.",
+                    "prediction of this class confidence 0, the shrunk defaults borrow "
+                    "from the other classes.",
                     c,
                     severity=n,
                 )
@@ -262,10 +262,9 @@ def diagnose(
             out.append(
                 Finding(
                     "no-fp",
-                    f"{c}: no false positives (the test set cannot show its error rate); the "
-                    "paper's unshrunk estimators give every prediction of this class confidence 1, "
-                    "the "
-                    "shrunk defaults borrow from the other classes.",
+                    f"{c}: no false positives (the test set cannot show its error rate); "
+                    "the paper's unshrunk estimators give every prediction of this class "
+                    "confidence 1, the shrunk defaults borrow from the other classes.",
                     c,
                     severity=n,
                 )
@@ -283,9 +282,9 @@ def diagnose(
                 out.append(
                     Finding(
                         "wiggles",
-                        f"{name} on {c}: the curve changes direction {n_ch} times (by at least "
-                        f"{WIGGLE_AMPLITUDE:g}) inside the observed scores; it probably fits noise "
-                        f"({smoother_advice(m)}).",
+                        f"{name} on {c}: the curve changes direction {n_ch} times (by at "
+                        f"least {WIGGLE_AMPLITUDE:g}) inside the observed scores; it "
+                        f"probably fits noise ({smoother_advice(m)}).",
                         c,
                         name,
                         severity=n_ch,
@@ -304,8 +303,8 @@ def diagnose(
                 Finding(
                     "extrapolated",
                     f"{c}: scores observed only in [{sup[0]:.3g}, {sup[1]:.3g}]; "
-                    f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is extrapolated "
-                    "(shaded in the figures).",
+                    f"{share:.0%} of the attainable range [{att_lo:.3g}, {hi:.3g}] is "
+                    "extrapolated (shaded in the figures).",
                     c,
                     severity=share,
                 )
@@ -326,16 +325,16 @@ def diagnose(
                 ),
             )
             b = res[best].nll.per_class[c]
-            # every method loses to the raw score by more than the closeness ratio: "gains little"
-            # would hide
-            # harm (a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183 with auto)
+            # every method loses to the raw score by more than the closeness ratio: "gains
+            # little" would hide harm (a CIFAR-100 class at NLL 0.066 uncalibrated, 0.183
+            # with auto)
             if b is not None and b > CLOSE_NLL_RATIO * u:
                 out.append(
                     Finding(
                         "calibration-hurts",
-                        f"{c}: every method is worse than the uncalibrated score "
-                        f"out of sample (NLL {u:.4f} vs {b:.4f} for the best, {best}); calibration "
-                        "hurts this class.",
+                        f"{c}: every method is worse than the uncalibrated score out of "
+                        f"sample (NLL {u:.4f} vs {b:.4f} for the best, {best}); "
+                        "calibration hurts this class.",
                         c,
                         BASELINE,
                         severity=b / max(u, 1e-12),
@@ -346,8 +345,8 @@ def diagnose(
                     Finding(
                         "already-calibrated",
                         f"{c}: the uncalibrated score is already close to calibrated "
-                        f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); calibration gains "
-                        f"little.",
+                        f"(ECE1 {e:.3f}; NLL {u:.4f} vs best {b:.4f} by {best}); "
+                        "calibration gains little.",
                         c,
                         BASELINE,
                         severity=close_ece1 - e,
@@ -361,8 +360,8 @@ def diagnose(
                 out.append(
                     Finding(
                         "overfit",
-                        f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the second set "
-                        f"(+{b / a - 1:.0%}); part of its fit is noise.",
+                        f"{name}: NLL {a:.4f} on the fitting set but {b:.4f} on the "
+                        f"second set (+{b / a - 1:.0%}); part of its fit is noise.",
                         None,
                         name,
                         severity=b / a,
@@ -374,17 +373,17 @@ def diagnose(
 def align_classes(
     other: TopLabelData, data: TopLabelData, what: str = "the other data"
 ) -> TopLabelData:
-    """``other`` re-expressed on ``data``'s class list (a file of extra samples may name only some
-    classes).
+    """``other`` re-expressed on ``data``'s class list (a file of extra samples may name
+    only some classes).
 
-    Top-score and binned data whose classes are a subset of ``data``'s are
-    re-indexed; full score vectors must have exactly ``data``'s columns.
+    Top-score and binned data whose classes are a subset of ``data``'s are re-indexed; full
+    score vectors must have exactly ``data``'s columns.
 
     Raises
     ------
     TopcalError
-        When the labels are missing, the score ranges differ, or the classes
-        cannot be matched.
+        When the labels are missing, the score ranges differ, or the classes cannot be
+        matched.
     """
     other.require_labels(what)
     if other.score_range != data.score_range:
@@ -409,8 +408,8 @@ def align_classes(
 
 
 def smoother_advice(model) -> str:
-    """What to try instead of a curve that wiggles: kde-mon2, unless the model is a choice by
-    cross-validation (``auto``), which already weighed kde-mon2 and the other candidates."""
+    """What to try instead of a curve that wiggles: kde-mon2, unless the model is a choice
+    by cross-validation (``auto``), which already weighed kde-mon2 and the other candidates."""
     choice = model.choice() if isinstance(model, Wrapper) else None
     if choice is None:
         return "compare kde-mon2"

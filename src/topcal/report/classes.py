@@ -1,6 +1,6 @@
 """Which classes the report's per-class figures show: ``--classes`` (names and the keywords
-``worst:N``, ``most:N``), or by default every class up to :data:`MAX_FIGURE_CLASSES` and the ones
-with the most positives above it (the tables always list every class)."""
+``worst:N``, ``most:N``), or by default every class up to :data:`MAX_FIGURE_CLASSES` and the
+ones with the most positives above it (the tables always list every class)."""
 
 from __future__ import annotations
 
@@ -13,45 +13,55 @@ from ..comparison import Comparison
 from ..data import TopLabelData
 from ..errors import TopcalError
 
-__all__ = ["MAX_FIGURE_CLASSES", "KEYWORDS", "choose_classes", "check_classes", "worst_classes"]
+__all__ = [
+    "MAX_FIGURE_CLASSES",
+    "KEYWORDS",
+    "choose_classes",
+    "check_classes",
+    "worst_classes",
+]
 
-#: Per-class figures show at most this many classes by default, those with the most positives: a
-#: figure of thousands of panels (or a 10,000 x 10,000 confusion matrix) takes minutes and
-#: gigabytes and shows nothing.
+#: Per-class figures show at most this many classes by default, those with the most
+#: positives: a figure of thousands of panels (or a 10,000 x 10,000 confusion matrix) takes
+#: minutes and gigabytes and shows nothing.
 MAX_FIGURE_CLASSES = 24
 #: At most this many classes may be chosen with ``--classes`` (one figure panel each).
 MAX_CHOSEN = 100
 #: ``--classes`` keywords: ``KEYWORD:N``.
 KEYWORDS = {
     "worst": "the largest total out-of-sample NLL excess of the model in use over the "
-    "uncalibrated score (n x per-sample difference: where calibration hurts most or helps least)",
+    "uncalibrated score (n x per-sample difference: where calibration hurts most or helps "
+    "least)",
     "most": "the most positives (predictions)",
 }
 _KEYWORD = re.compile(r"(worst|most):(\d+)")
 
 
 def worst_classes(data: TopLabelData, comparison, model: str | None) -> list[int]:
-    """Class indices by the total out-of-sample NLL excess of ``model`` over the baseline, largest
-    first (classes without both values left out)."""
+    """Class indices by the total out-of-sample NLL excess of ``model`` over the baseline,
+    largest first (classes without both values left out)."""
     res = Comparison.of(comparison).methods
     if model is None or model not in res or BASELINE not in res:
         raise TopcalError(
-            "--classes worst:N ranks classes by the out-of-sample NLL of the model in use against "
-            "the uncalibrated score; this report has no such model (fit auto, or name a method)"
+            "--classes worst:N ranks classes by the out-of-sample NLL of the model in use "
+            "against the uncalibrated score; this report has no such model (fit auto, or "
+            "name a method)"
         )
     mine, base = res[model].nll.per_class, res[BASELINE].nll.per_class
     tp, fp = data.class_counts()
     n = tp + fp
     have = [
-        k for k, c in enumerate(data.classes) if mine.get(c) is not None and base.get(c) is not None
+        k
+        for k, c in enumerate(data.classes)
+        if mine.get(c) is not None and base.get(c) is not None
     ]
     excess = {k: n[k] * (mine[data.classes[k]] - base[data.classes[k]]) for k in have}
     return sorted(have, key=lambda k: (-excess[k], -n[k], k))
 
 
 def _parse(spec, data: TopLabelData) -> list:
-    """``spec`` (strings) as a list of class indices and (keyword, N) pairs, in order; a string that
-    is no class name and no keyword may be several of them separated by commas."""
+    """``spec`` (strings) as a list of class indices and (keyword, N) pairs, in order; a
+    string that is no class name and no keyword may be several of them separated by commas."""
     index = {c: k for k, c in enumerate(data.classes)}
     out: list = []
     for item in spec:
@@ -74,7 +84,8 @@ def _parse(spec, data: TopLabelData) -> list:
 
 
 def check_classes(spec, data: TopLabelData) -> None:
-    """Refuse a ``--classes`` that names no class of ``data`` or no keyword (before any fit)."""
+    """Refuse a ``--classes`` that names no class of ``data`` or no keyword (before any
+    fit)."""
     if spec is not None:
         _parse(spec, data)
 
@@ -82,12 +93,14 @@ def check_classes(spec, data: TopLabelData) -> None:
 def choose_classes(
     data: TopLabelData, spec=None, comparison=None, model: str | None = None
 ) -> tuple[np.ndarray | None, str]:
-    """(indices of the classes the per-class figures show, None for all; a caption sentence).
+    """(indices of the classes the per-class figures show, None for all; a caption
+    sentence).
 
-    ``spec``: None (the default: all up to :data:`MAX_FIGURE_CLASSES` classes, else that many
-    with the most positives) or ``--classes``'s strings: class names and ``worst:N``, ``most:N``
-    (:data:`KEYWORDS`; ``worst`` needs ``comparison`` and the name of the ``model`` in use). The
-    chosen classes keep the order given (a keyword's classes worst or largest first), each once.
+    ``spec``: None (the default: all up to :data:`MAX_FIGURE_CLASSES` classes, else that
+    many with the most positives) or ``--classes``'s strings: class names and ``worst:N``,
+    ``most:N`` (:data:`KEYWORDS`; ``worst`` needs ``comparison`` and the name of the
+    ``model`` in use). The chosen classes keep the order given (a keyword's classes worst or
+    largest first), each once.
     """
     tp, fp = data.class_counts()
     most = np.argsort(-(tp + fp), kind="stable")
@@ -119,14 +132,17 @@ def choose_classes(
             named.append(repr(data.classes[item]))
     if len(chosen) > MAX_CHOSEN:
         raise TopcalError(
-            f"--classes chose {len(chosen)} classes; at most {MAX_CHOSEN} can be drawn (one panel "
-            "each)"
+            f"--classes chose {len(chosen)} classes; at most {MAX_CHOSEN} can be drawn "
+            "(one panel each)"
         )
     if not chosen:
-        raise TopcalError("--classes chose no class (no class has the values its keyword ranks)")
+        raise TopcalError(
+            "--classes chose no class (no class has the values its keyword ranks)"
+        )
     if named:
         said.append(
-            ", ".join(named[:8]) + (f" and {len(named) - 8} more named" if len(named) > 8 else "")
+            ", ".join(named[:8])
+            + (f" and {len(named) - 8} more named" if len(named) > 8 else "")
         )
     text = (
         f" Shown: {len(chosen)} of {data.n_classes} classes, chosen with --classes: "

@@ -32,13 +32,13 @@ __all__ = [
 _MAIN_CURVES = ("kde-mon2", "cum-opt")
 #: The KDE bandwidth rules drawn side by side (paper Figs. 13, 14).
 _KDE_RULES = ("kde-mon", "kde-mon2", "kde-mon4", "kde-opt")
-#: The kernel-density model whose densities are drawn, the first one fitted (paper Figs. 5, 6).
+#: The kernel-density model whose densities are drawn, the first one fitted (paper Figs. 5,
+#: 6).
 _DENSITY_PREFERENCE = ("kde-mon2", "kde-mon", "kde-mon4", "kde", "kde-opt")
 #: Binary temperature scaling of the top score, drawn when the user names no methods.
 _BINARY_TS = ("btswa", "bts")
-#: The method whose curve before and after the added samples is drawn, the first one fitted (paper
-#: Fig. 15);
-#: the last one is fitted for the figure when none of them is.
+#: The method whose curve before and after the added samples is drawn, the first one fitted
+#: (paper Fig. 15); the last one is fitted for the figure when none of them is.
 _ADDED_PREFERENCE = ("kde-mon2", "kde-mon", "kde", "hist")
 
 
@@ -54,14 +54,14 @@ def _pick(preferred, fitted) -> list[str]:
 
 
 def figure_classes(data: TopLabelData) -> np.ndarray | None:
-    """Indices of the classes the per-class figures show by default (None: all of them), in class
-    order (:func:`~topcal.report.classes.choose_classes` without ``--classes``)."""
+    """Indices of the classes the per-class figures show by default (None: all of them), in
+    class order (:func:`~topcal.report.classes.choose_classes` without ``--classes``)."""
     return choose_classes(data)[0]
 
 
 def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
-    """Rows predicted as a kept class; true classes outside them pooled into one '(other classes)'
-    class."""
+    """Rows predicted as a kept class; true classes outside them pooled into one '(other
+    classes)' class."""
     mapping = np.full(data.n_classes, keep.size, dtype=np.int64)
     mapping[keep] = np.arange(keep.size)
     sub = data.subset(np.isin(data.pred, keep))
@@ -100,19 +100,18 @@ def _comparison_view(comparison, names) -> Comparison:
 
 
 def _band_caption(grid) -> str:
-    """What the interval bands of a curve figure are, and which models draw none (old files)."""
+    """What the interval bands of a curve figure are, and which models draw none (old
+    files)."""
     if grid.band_level is None:
         return ""
     out = (
-        f" Shaded band around each curve: the {grid.band_level:.0%} interval on the fitted curve "
-        f"(its estimation "
-        "error from the finite calibration data, docs/intervals.md)."
+        f" Shaded band around each curve: the {grid.band_level:.0%} interval on the fitted "
+        "curve (its estimation error from the finite calibration data, docs/intervals.md)."
     )
     if grid.no_band:
         out += (
-            f" No band for {', '.join(grid.no_band)}: the model holds no interval statistics "
-            f"(saved by an older "
-            "topcal; refit it to get them)."
+            f" No band for {', '.join(grid.no_band)}: the model holds no interval "
+            "statistics (saved by an older topcal; refit it to get them)."
         )
     return out
 
@@ -133,9 +132,9 @@ def report_figures(
 ):
     """Yield (key, title, caption, Figure) for every figure that applies.
 
-    ``classes``: ``--classes``'s strings (:func:`~topcal.report.classes.choose_classes`; ``focus``:
-    the model in use, which ``worst:N`` ranks by); ``main``: the methods of the main curves figure
-    (default: the named methods, else the paper's choice).
+    ``classes``: ``--classes``'s strings (:func:`~topcal.report.classes.choose_classes`;
+    ``focus``: the model in use, which ``worst:N`` ranks by); ``main``: the methods of the
+    main curves figure (default: the named methods, else the paper's choice).
     """
     curve_models = {n: m for n, m in models.items() if plots.is_score_curve(m)}
     other_models = {n: m for n, m in models.items() if not plots.is_score_curve(m)}
@@ -148,19 +147,17 @@ def report_figures(
     log("figure: joint distribution")
     jd = plots.joint_distribution(data if only is None else _joint_view(data, only))
     cap = (
-        "Joint distribution of true and predicted class; the reverse confusion matrix (columns "
-        "normalised) has "
-        "Conf1 on its diagonal."
+        "Joint distribution of true and predicted class; the reverse confusion matrix "
+        "(columns normalised) has Conf1 on its diagonal."
         if jd.counts is not None
         else "Binned data records no true class for false positives, so only the positives per "
-        "predicted class and "
-        "Conf1 = |TP| / |P| are shown."
+        "predicted class and Conf1 = |TP| / |P| are shown."
     )
     if only is not None:
         which = "largest classes" if classes is None else "classes shown"
         cap += (
-            f" Only rows predicted as the {only.size} {which} of {data.n_classes}; every other "
-            "true class is pooled."
+            f" Only rows predicted as the {only.size} {which} of {data.n_classes}; every "
+            "other true class is pooled."
         )
     yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
 
@@ -173,18 +170,20 @@ def report_figures(
         main_score = {n: curve_models[n] for n in _pick(_MAIN_CURVES, curve_models)}
         if not main_score:
             main_score = {
-                n: m for n, m in curve_models.items() if not (m.is_baseline or m.constant_per_class)
+                n: m
+                for n, m in curve_models.items()
+                if not (m.is_baseline or m.constant_per_class)
             }
     log("figure: calibration curves")
     grid = plots.calibration_curves(data, main_score, only=only)
     yield (
         "curves",
         "Calibration curves per class (paper Figs. 3, 7, 9)",
-        "Bars: Conf_Hist with 10 equal-width bins (hatched, dashed: fewer than 10 positives, or "
-        "the lowest bin). "
-        "Dashed diagonal: the uncalibrated score. Grey: scores outside the class's observed ones, "
-        "where every "
-        "curve is extrapolated." + _band_caption(grid) + few,
+        "Bars: Conf_Hist with 10 equal-width bins (hatched, "
+        "dashed: fewer than 10 positives, or the lowest bin). "
+        "Dashed diagonal: the uncalibrated score. Grey: "
+        "scores outside the class's observed ones, where "
+        "every curve is extrapolated." + _band_caption(grid) + few,
         plots.plot_calibration_curves(grid),
     )
     rules = _pick(_KDE_RULES, curve_models)
@@ -196,10 +195,9 @@ def report_figures(
         yield (
             "kde-rules",
             "KDE bandwidth rules (paper Figs. 13, 14)",
-            "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's choice), b_mon4 "
-            "and the "
-            "leave-one-out b_opt. Smaller bandwidths follow the data more closely, and its noise "
-            "too." + few,
+            "b_mon (monotone), b_mon2 (at most two slope sign changes, the paper's "
+            "choice), b_mon4 and the leave-one-out b_opt. Smaller bandwidths follow "
+            "the data more closely, and its noise too." + few,
             plots.plot_calibration_curves(grid),
         )
     binary = _pick(_BINARY_TS, curve_models)
@@ -209,9 +207,10 @@ def report_figures(
         yield (
             "binary-ts",
             "Binary temperature scaling of the top score",
-            "bts: sigmoid(logit(s) / T_k); btswa adds an award A_k. Two parameters per class at "
-            "most: a smooth "
-            "S-shape that cannot follow a non-monotone histogram." + _band_caption(grid) + few,
+            "bts: sigmoid(logit(s) / T_k); btswa adds an "
+            "award A_k. Two parameters per class at most: a "
+            "smooth S-shape that cannot follow a non-monotone "
+            "histogram." + _band_caption(grid) + few,
             plots.plot_calibration_curves(grid),
         )
     dens = _pick(_DENSITY_PREFERENCE, curve_models)
@@ -222,17 +221,15 @@ def report_figures(
         if any(p is not None for p in panels):
             extra_cap = (
                 " Black dotted: the k-th score of every sample not predicting k; red: the "
-                "'diluted' confidence "
-                "that counts them as negatives (paper Fig. 6)."
+                "'diluted' confidence that counts them as negatives (paper Fig. 6)."
                 if data.has_full and data.labels is not None
                 else ""
             )
             yield (
                 "densities",
                 f"Kernel densities behind {name} (paper Figs. 5, 6)",
-                "Left of each pair: the TP (green) and FP (orange) weighted kernel sums; right: "
-                "their ratio "
-                f"Conf_KDE over the histogram.{extra_cap}{few}",
+                "Left of each pair: the TP (green) and FP (orange) weighted kernel sums; "
+                f"right: their ratio Conf_KDE over the histogram.{extra_cap}{few}",
                 plots.plot_kde_densities(panels),
             )
     for name, m in other_models.items():
@@ -240,8 +237,8 @@ def report_figures(
         panels = plots.ts_clouds(data, m, only=only)
         what = (
             "score vs recalibrated ŷ_k of every positive: a temperature sends one score to "
-            "different values "
-            "depending on how the rest of the probability is split (paper Figs. 10-12)."
+            "different values depending on how the rest of the probability is split (paper "
+            "Figs. 10-12)."
         )
         yield (
             f"clouds-{name}",
@@ -268,9 +265,8 @@ def report_figures(
         yield (
             "overlay",
             "Histograms of the two test sets (paper Fig. 4)",
-            "Conf_Hist per class on the fitting set (black) and the second set (red, dashed); "
-            "their differences "
-            "are noise the calibration cannot know about.",
+            "Conf_Hist per class on the fitting set (black) and the second set (red, "
+            "dashed); their differences are noise the calibration cannot know about.",
             plots.plot_histogram_overlay(
                 plots.histogram_overlay(
                     data, eval_data, labels=("fitting set", "second set"), only=only
@@ -280,9 +276,8 @@ def report_figures(
         yield (
             "paired",
             "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
-            "Overall NLL per method on the fitting set (left) and the second set (right). A method "
-            "far worse on "
-            "the second set has fitted noise.",
+            "Overall NLL per method on the fitting set (left) and the second set (right). "
+            "A method far worse on the second set has fitted noise.",
             plots.plot_paired_bars(
                 plots.paired_scores(
                     comparison, holdout, "nll", labels=("fitting set", "second set")
@@ -298,18 +293,17 @@ def report_figures(
             yield (
                 "added",
                 f"Effect of the added samples on {used} (paper Fig. 15)",
-                "Each class the extra file predicts: the curve fitted on the original data (black) "
-                "and on the data "
-                "plus the extra samples (red). With one fixed bandwidth, adding only true "
-                "positives can only raise "
-                "Conf_KDE (paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
+                "Each class the extra file predicts: the curve fitted on the original "
+                "data (black) and on the data plus the extra samples (red). With one "
+                "fixed bandwidth, adding only true positives can only raise Conf_KDE "
+                "(paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
                 plots.plot_added_samples(used, panels),
             )
 
 
 def acceptance_figures(data, acceptance):
-    """Yield the acceptance panel of ``acceptance`` = (model, Thresholds) on ``data`` (none without
-    it)."""
+    """Yield the acceptance panel of ``acceptance`` = (model, Thresholds) on ``data`` (none
+    without it)."""
     if acceptance is None:
         return
     from ..thresholds.plots import acceptance_view, plot_acceptance
@@ -323,14 +317,12 @@ def acceptance_figures(data, acceptance):
         + (" (classes tested at delta/K)" if th.multiplicity == "bonferroni" else "")
     )
     caption = (
-        f"Precision against the fraction of predictions accepted, on this data, when predictions "
-        f"with "
-        f"calibrated confidence >= c are accepted, for every c; dashed: the target "
-        f"{th.precision:.12g}; dot: the "
-        f"cut-off of the thresholds file ({how}), chosen on held-out data so that precision >= "
-        f"{th.precision:.12g} with probability >= {1 - th.delta:.12g} (Learn-then-Test, "
-        f"docs/thresholds.md). "
-        "If this data is the data the thresholds were chosen on, the curve is in-sample."
+        "Precision against the fraction of predictions accepted, on this data, when "
+        "predictions with calibrated confidence >= c are accepted, for every c; dashed: "
+        f"the target {th.precision:.12g}; dot: the cut-off of the thresholds file ({how}), "
+        f"chosen on held-out data so that precision >= {th.precision:.12g} with "
+        f"probability >= {1 - th.delta:.12g} (Learn-then-Test, docs/thresholds.md). If "
+        "this data is the data the thresholds were chosen on, the curve is in-sample."
     )
     yield (
         "acceptance",
@@ -348,11 +340,10 @@ def label_shift_figures(adapted):
     from ..labelshift.plots import label_shift_view, plot_label_shift
 
     caption = (
-        "Top: class priors of the test set and of the use set (with the bootstrap interval when "
-        "estimated). "
-        "Below: confidence curves of the classes that moved most, before (test-set priors) and "
-        "after "
-        "adaptation (use-set priors), assuming p(x | y) is unchanged (docs/label_shift.md)."
+        "Top: class priors of the test set and of the use set (with the bootstrap interval "
+        "when estimated). Below: confidence curves of the classes that moved most, before "
+        "(test-set priors) and after adaptation (use-set priors), assuming p(x | y) is "
+        "unchanged (docs/label_shift.md)."
     )
     yield (
         "label-shift",

@@ -1,15 +1,16 @@
 """The report's default: fit what the user is deciding about, once.
 
-``auto`` is fitted on all the data, and its own cross-validation (every candidate cross-fitted on
-the same seeded folds, appended to the fit's :class:`~topcal.calibrators.context.FitContext`) gives
-the out-of-sample metrics of every candidate, nothing fitted again. ``auto``'s row is its choice's
-(its blend's) out-of-fold confidences: the choice was made on those folds, so that row is
-slightly optimistic (``--methods all`` cross-fits ``auto`` itself, nested, at the cost of
-``auto``'s whole cross-validation in every fold). The uncalibrated baseline and the
-:data:`PEERS` best other candidates are fitted on all the data too, for the figures and the
-fitted parameters (and, where none of those has a per-class curve, the best candidate that
-has). Before, the default fitted every method 5-fold with ``auto``'s inner cross-validation in
-every fold (1 min 41 s on 25,000 ImageNet rows, 1,000 classes).
+``auto`` is fitted on all the data, and its own cross-validation (every candidate
+cross-fitted on the same seeded folds, appended to the fit's
+:class:`~topcal.calibrators.context.FitContext`) gives the out-of-sample metrics of every
+candidate, nothing fitted again. ``auto``'s row is its choice's (its blend's) out-of-fold
+confidences: the choice was made on those folds, so that row is slightly optimistic
+(``--methods all`` cross-fits ``auto`` itself, nested, at the cost of ``auto``'s whole
+cross-validation in every fold). The uncalibrated baseline and the :data:`PEERS` best other
+candidates are fitted on all the data too, for the figures and the fitted parameters (and,
+where none of those has a per-class curve, the best candidate that has). Before, the default
+fitted every method 5-fold with ``auto``'s inner cross-validation in every fold (1 min 41 s
+on 25,000 ImageNet rows, 1,000 classes).
 """
 
 from __future__ import annotations
@@ -28,16 +29,18 @@ from ..evaluate import auto_summary, compare_methods, evaluate, fit_methods, sco
 
 __all__ = ["PEERS", "AUTO", "focused_fits", "model_in_use", "peers_of"]
 
-#: The best other candidates (by auto's cross-validated NLL) fitted on all the data beside auto.
+#: The best other candidates (by auto's cross-validated NLL) fitted on all the data beside
+#: auto.
 PEERS = 2
-#: The method the default report is about (its class is a ``Wrapper`` whose ``choice()`` is the
-#: cross-validation table).
+#: The method the default report is about (its class is a ``Wrapper`` whose ``choice()`` is
+#: the cross-validation table).
 AUTO = Auto.name
 
 
 def model_in_use(models: dict) -> str | None:
-    """The name of the model the report is about: ``auto`` where it was fitted (a wrapper with a
-    choice), else the first method that is not the baseline (None: only the baseline)."""
+    """The name of the model the report is about: ``auto`` where it was fitted (a wrapper
+    with a choice), else the first method that is not the baseline (None: only the
+    baseline)."""
     for n, m in models.items():
         if isinstance(m, Wrapper) and m.choice() is not None:
             return n
@@ -45,9 +48,9 @@ def model_in_use(models: dict) -> str | None:
 
 
 def peers_of(choice: dict, n: int, curve: bool) -> list[str]:
-    """The ``n`` best candidates of auto's table other than its choice and the baseline, and where
-    neither they nor the choice (``curve``: whether it has one) have a per-class curve to draw,
-    the best one that has."""
+    """The ``n`` best candidates of auto's table other than its choice and the baseline, and
+    where neither they nor the choice (``curve``: whether it has one) have a per-class curve
+    to draw, the best one that has."""
     ok = [
         r["method"]
         for r in choice["table"]
@@ -82,16 +85,17 @@ def focused_fits(
 
     Returns ``(models, comparison, note)``: the fitted models (baseline, auto, peers), a
     :class:`~topcal.comparison.Comparison` ("kfold" from auto's folds; "same" with ``folds``
-    None), and a sentence for the page saying how the table was made. ``diagnostics`` is filled
-    as :func:`~topcal.evaluate.fit_methods` fills it.
+    None), and a sentence for the page saying how the table was made. ``diagnostics`` is
+    filled as :func:`~topcal.evaluate.fit_methods` fills it.
     """
     params = {k: dict(v) for k, v in (params or {}).items()}
     other = sorted(set(params) - {AUTO})
     if other:
         raise TopcalError(
-            f"--param for {', '.join(other)}: the default report fits {AUTO} (its candidates with "
-            f"their defaults), the baseline and {AUTO}'s best {PEERS} other candidates; name the "
-            "methods to fit with parameters (--methods all, or --methods M1,M2,...)"
+            f"--param for {', '.join(other)}: the default report fits {AUTO} (its "
+            f"candidates with their defaults), the baseline and {AUTO}'s best {PEERS} "
+            "other candidates; name the methods to fit with parameters (--methods all, or "
+            "--methods M1,M2,...)"
         )
     own = params.setdefault(AUTO, {})
     if folds is not None:
@@ -131,8 +135,8 @@ def focused_fits(
         comparison = Comparison("same", methods=score_models(models, data), choices=choices)
         return models, comparison, ""
     if conf is None or BASELINE not in run.confidence:
-        # no cross-validation to reuse (auto kept the raw score on too few samples): cross-fit
-        # the few models fitted here, nested, as --methods does
+        # no cross-validation to reuse (auto kept the raw score on too few samples):
+        # cross-fit the few models fitted here, nested, as --methods does
         comparison = compare_methods(
             data, list(models), folds=folds, seed=seed, params=params, progress=progress
         )
@@ -158,13 +162,17 @@ def focused_fits(
     )
     on = f"{target.n_samples:,.0f}"
     if target.n_samples < data.n_samples:
-        on = f"{'' if first else 'a stratified subsample of '}{on} of the {data.n_samples:,.0f}"
+        on = (
+            f"{'' if first else 'a stratified subsample of '}{on} of the {data.n_samples:,.0f}"
+        )
     how = "first look (one split, " if first else f"{int(auto.folds)}-fold cross-validation ("
-    every = "every candidate" if first or not auto.stages_ else "every candidate of its K folds"
+    every = (
+        "every candidate" if first or not auto.stages_ else "every candidate of its K folds"
+    )
     note = (
-        f"{AUTO}'s own {how}seed {auto.seed}, on {on} "
-        f"samples), reused: {every} scored on the same held-out rows; {AUTO}'s row is "
-        f"its choice's held-out confidences, and the choice was made on these folds, so that row "
-        "is slightly optimistic (<code>--methods all</code> cross-fits it nested)."
+        f"{AUTO}'s own {how}seed {auto.seed}, on {on} samples), reused: {every} scored on "
+        f"the same held-out rows; {AUTO}'s row is its choice's held-out confidences, and "
+        "the choice was made on these folds, so that row is slightly optimistic "
+        "(<code>--methods all</code> cross-fits it nested)."
     )
     return models, comparison, note

@@ -30,16 +30,18 @@ __all__ = [
 
 
 def ranked(methods, metric: str) -> list:
-    """The methods ranked ('best' marked) on ``metric``: all but those whose class declares it in
-    ``unranked_on`` (e.g. conf1 on ECE1/ECE2)."""
+    """The methods ranked ('best' marked) on ``metric``: all but those whose class declares
+    it in ``unranked_on`` (e.g. conf1 on ECE1/ECE2)."""
     return [m for m in methods if metric not in getattr(lookup(m), "unranked_on", ())]
 
 
 def unranked_notes(methods) -> list[str]:
-    """Why some of ``methods`` are not ranked on some metrics (their classes' ``unranked_note``),
-    once each."""
+    """Why some of ``methods`` are not ranked on some metrics (their classes'
+    ``unranked_note``), once each."""
     return list(
-        dict.fromkeys(note for m in methods if (note := getattr(lookup(m), "unranked_note", "")))
+        dict.fromkeys(
+            note for m in methods if (note := getattr(lookup(m), "unranked_note", ""))
+        )
     )
 
 
@@ -111,13 +113,19 @@ def metric_table(comparison, classes, metric: str | None = None) -> str:
             + "</tr>"
             for m in methods
         )
-        head = "<tr><th>method</th>" + "".join(f"<th>{x.upper()}</th>" for x in METRICS) + "</tr>"
-        note = "".join(f"<p class='muted'>{html.escape(n)}</p>" for n in unranked_notes(methods))
-        return (
-            f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>"
-            f"{note}"
+        head = (
+            "<tr><th>method</th>" + "".join(f"<th>{x.upper()}</th>" for x in METRICS) + "</tr>"
         )
-    head = "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
+        note = "".join(
+            f"<p class='muted'>{html.escape(n)}</p>" for n in unranked_notes(methods)
+        )
+        return (
+            "<div "
+            f"class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>{note}"
+        )
+    head = (
+        "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
+    )
     body = []
     for c in list(classes) + ["overall"]:
         vals = [
@@ -143,8 +151,8 @@ def metric_table(comparison, classes, metric: str | None = None) -> str:
         name = f"<b>{html.escape(c)}</b>" if c == "overall" else html.escape(c)
         body.append(f"<tr><td>{name}</td>{cells}</tr>")
     return (
-        f"<div class='scroll'><table><thead>{head}</thead><tbody>{''.join(body)}</tbody></table>"
-        "</div>"
+        "<div "
+        f"class='scroll'><table><thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
@@ -182,7 +190,9 @@ def params_html(name: str, model) -> str:
         top.append(f"parameters <code>{html.escape(json.dumps(d['params']))}</code>")
     fit = d.get("fit")
     if isinstance(fit, dict):
-        top.append("fit: " + ", ".join(f"{html.escape(str(k))} {_fmt(v)}" for k, v in fit.items()))
+        top.append(
+            "fit: " + ", ".join(f"{html.escape(str(k))} {_fmt(v)}" for k, v in fit.items())
+        )
     classes = d.get("classes", {})
     cols: list[str] = []
     for info in classes.values():
@@ -223,9 +233,8 @@ def choice_html(model) -> str:
     if choice is None:
         return ""
     head = (
-        "<tr><th>candidate</th><th>tier</th><th>CV NLL</th><th>SE</th><th>SE of the difference to "
-        "the best</th>"
-        "<th></th></tr>"
+        "<tr><th>candidate</th><th>tier</th><th>CV NLL</th><th>SE</th><th>SE of the "
+        "difference to the best</th><th></th></tr>"
     )
     rows = "".join(
         f"<tr><td>{html.escape(r['method'])}</td><td>{r['tier']}</td><td>{_fmt(r['nll'])}</td><td>{_fmt(r['se'])}</td>"
@@ -241,16 +250,14 @@ def choice_html(model) -> str:
         ""
         if not blend
         else (
-            f"; blended with {html.escape(', '.join(blend['methods'][1:]))} (beats the choice out "
-            f"of fold by "
-            f"{-blend['gain']:.4f} ± {blend['se']:.4f} NLL)"
+            f"; blended with {html.escape(', '.join(blend['methods'][1:]))} (beats the "
+            f"choice out of fold by {-blend['gain']:.4f} ± {blend['se']:.4f} NLL)"
         )
     )
     return (
         f"<p>chose <code>{html.escape(choice['chosen'])}</code>{blended}: "
-        f"{html.escape(choice['rule'])}; tiers: "
-        f"{html.escape(TIER_LEGEND)}</p>"
-        f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>"
+        f"{html.escape(choice['rule'])}; tiers: {html.escape(TIER_LEGEND)}</p><div "
+        f"class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>"
     )
 
 
@@ -260,8 +267,8 @@ def data_summary(data: TopLabelData, label: str) -> str:
     tp, fp = data.class_counts()
     return (
         f"<p><b>{html.escape(label)}</b>: {data.n_samples:,.0f} samples ({form}{full}), "
-        f"{data.n_classes} classes, "
-        f"score range {data.score_range[0]:g}–{data.score_range[1]:g}; {tp.sum():,.0f} correct "
+        f"{data.n_classes} classes, score range "
+        f"{data.score_range[0]:g}–{data.score_range[1]:g}; {tp.sum():,.0f} correct "
         f"(accuracy {tp.sum() / max(tp.sum() + fp.sum(), 1):.3f}).</p>"
     )
 
@@ -270,23 +277,22 @@ def protocol_html(comparison) -> str:
     comparison = Comparison.of(comparison)
     if comparison.protocol == "kfold":
         return (
-            f"<b>out of sample</b>: "
-            f"{'one split' if comparison.folds == 1 else f'{comparison.folds}-fold cross-fitting'}"
-            " (every sample scored by "
-            f"a model "
-            "fitted without it). The figures show the fits on all the data."
+            "<b>out of sample</b>: "
+            f"{'one split' if comparison.folds == 1 else f'{comparison.folds}-fold cross-fitting'} "
+            "(every sample scored by a model fitted without it). The figures show the fits "
+            "on all the data."
         )
     return (
         "<b>fitted and evaluated on the same data</b> (the paper's practice, "
-        "<code>--in-sample</code>): "
-        "optimistic for flexible methods; rank methods out of sample instead (the default)."
+        "<code>--in-sample</code>): optimistic for flexible methods; rank methods out of "
+        "sample instead (the default)."
     )
 
 
 def about(findings, focus: str | None) -> tuple[list, list]:
-    """``findings`` split into those about the model in use ``focus`` (and the data, its classes
-    and the baseline comparisons) and those about the other methods (all in the first with no
-    ``focus``)."""
+    """``findings`` split into those about the model in use ``focus`` (and the data, its
+    classes and the baseline comparisons) and those about the other methods (all in the
+    first with no ``focus``)."""
     if focus is None:
         return list(findings), []
     mine = [f for f in findings if f.method in (None, focus, BASELINE)]
@@ -294,15 +300,17 @@ def about(findings, focus: str | None) -> tuple[list, list]:
 
 
 def warnings_html(findings, focus: str | None = None) -> str:
-    """The Warnings section: those about the model in use ``focus`` (and the data) first, those
-    about the other methods folded below; a kind that repeats is one line (count, the worst
-    classes) over a collapsed list."""
+    """The Warnings section: those about the model in use ``focus`` (and the data) first,
+    those about the other methods folded below; a kind that repeats is one line (count, the
+    worst classes) over a collapsed list."""
     if not findings:
         return "<p>No warnings.</p>"
     mine, other = about(findings, focus)
     out = _warning_list(mine) if mine else "<p>No warnings about it or the data.</p>"
     if focus is not None:
-        out = f"<p class='muted'>About <code>{html.escape(focus)}</code> and the data:</p>" + out
+        out = (
+            f"<p class='muted'>About <code>{html.escape(focus)}</code> and the data:</p>" + out
+        )
     if other:
         names = ", ".join(dict.fromkeys(html.escape(f.method) for f in other))
         out += (
@@ -332,10 +340,10 @@ def headline_html(
     models: dict, comparison, focus: str | None, holdout=None, findings=()
 ) -> str:
     """The first screen's answer: what ``auto`` chose and why, and what it gains over the
-    uncalibrated score out of sample (without ``auto``: the model in use against the baseline),
-    and on the second test set where there is one, with a link to the warnings about it (the
-    number, and the classes where calibration hurts); "" when there is no model but the
-    baseline."""
+    uncalibrated score out of sample (without ``auto``: the model in use against the
+    baseline), and on the second test set where there is one, with a link to the warnings
+    about it (the number, and the classes where calibration hurts); "" when there is no
+    model but the baseline."""
     if focus is None:
         return ""
     model = models[focus]
@@ -366,28 +374,29 @@ def headline_html(
 
 
 def _warnings_pointer(findings, focus: str) -> str:
-    """One line under the headline: how many warnings concern the model in use and the data, the
-    classes where every method is worse than the uncalibrated score first, linked to the list."""
+    """One line under the headline: how many warnings concern the model in use and the data,
+    the classes where every method is worse than the uncalibrated score first, linked to the
+    list."""
     mine, _ = about(findings, focus)
     if not mine:
         return ""
     hurts = {f.class_name for f in mine if f.kind == "calibration-hurts"}
     worse = (
-        f", among them {len(hurts)} {'class' if len(hurts) == 1 else 'classes'} where every method "
-        "is worse than the uncalibrated score out of sample"
+        f", among them {len(hurts)} {'class' if len(hurts) == 1 else 'classes'} where "
+        "every method is worse than the uncalibrated score out of sample"
         if hurts
         else ""
     )
     n = len(mine)
     return (
-        f"<p>Read first: <a href='#warnings'>{n:,} warning{'s' if n != 1 else ''}</a> about it "
-        f"and the data{worse}.</p>"
+        f"<p>Read first: <a href='#warnings'>{n:,} warning{'s' if n != 1 else ''}</a> "
+        f"about it and the data{worse}.</p>"
     )
 
 
 def _gain_html(res: Comparison, focus: str, choice) -> str:
-    """What ``focus`` gains over the baseline: out of sample from ``res`` (K folds or the second
-    set), or auto's own cross-validation where ``res`` is in-sample."""
+    """What ``focus`` gains over the baseline: out of sample from ``res`` (K folds or the
+    second set), or auto's own cross-validation where ``res`` is in-sample."""
     if res.protocol == "same" or focus not in res.methods or BASELINE not in res.methods:
         if choice is None:
             return "Fitted and evaluated on the same data: no out-of-sample gain to show."
@@ -402,7 +411,9 @@ def _gain_html(res: Comparison, focus: str, choice) -> str:
         )
     m, b = res.methods[focus], res.methods[BASELINE]
     where = (
-        f"Out of sample ({res.folds}-fold)" if res.protocol == "kfold" else "On the second test set"
+        f"Out of sample ({res.folds}-fold)"
+        if res.protocol == "kfold"
+        else "On the second test set"
     )
     parts = [
         f"{label} {m[x].overall:.4f} against {b[x].overall:.4f} uncalibrated "
@@ -419,8 +430,8 @@ def _gain_html(res: Comparison, focus: str, choice) -> str:
 
 
 def _lead_html(res: Comparison, focus: str, where: str) -> str:
-    """The improvement in NLL over the uncalibrated score with its paired 90% interval, and the
-    calibration loss before and after (docs/metrics.md); "" without the ranking."""
+    """The improvement in NLL over the uncalibrated score with its paired 90% interval, and
+    the calibration loss before and after (docs/metrics.md); "" without the ranking."""
     rank = res.ranking
     if focus not in rank or BASELINE not in rank or rank[focus]["vs_baseline"] is None:
         return ""

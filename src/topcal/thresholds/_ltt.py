@@ -1,8 +1,9 @@
-"""The numeric core of Learn-then-Test and of SGR (:mod:`topcal.thresholds.core` builds on it).
+"""The numeric core of Learn-then-Test and of SGR (:mod:`topcal.thresholds.core` builds on
+it).
 
-Binomial tail p-values, the fewest testable predictions, accepted counts per candidate cut-off,
-fixed-sequence testing (one sequence, several starts), and Selection with Guaranteed Risk
-(Geifman and El-Yaniv 2017) for comparison. Pure functions of arrays.
+Binomial tail p-values, the fewest testable predictions, accepted counts per candidate
+cut-off, fixed-sequence testing (one sequence, several starts), and Selection with
+Guaranteed Risk (Geifman and El-Yaniv 2017) for comparison. Pure functions of arrays.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ __all__ = [
 def binomial_tail(correct, n, p: float) -> np.ndarray:
     """P(Bin(n, p) >= correct), elementwise; 1 where ``correct`` <= 0.
 
-    The regularised incomplete beta I_p(c, n - c + 1), equal to
-    ``scipy.stats.binom.sf(c - 1, n, p)`` for integer counts and continuous
-    in them (binned data's counts are weights).
+    The regularised incomplete beta I_p(c, n - c + 1), equal to ``scipy.stats.binom.sf(c -
+    1, n, p)`` for integer counts and continuous in them (binned data's counts are weights).
     """
     from scipy.special import betainc
 
@@ -41,8 +41,8 @@ def binomial_tail(correct, n, p: float) -> np.ndarray:
 
 
 def n_min(precision: float, delta: float) -> int:
-    """The fewest accepted predictions whose precision can be shown >= ``precision`` at level
-    ``delta``."""
+    """The fewest accepted predictions whose precision can be shown >= ``precision`` at
+    level ``delta``."""
     return int(math.ceil(math.log(delta) / math.log(precision) - 1e-12))
 
 
@@ -66,8 +66,8 @@ def fixed_sequence(p_values, level: float) -> int:
 
 def sequences(p_values, starts, level: float) -> int:
     """Index of the loosest hypothesis any fixed sequence rejects (sequence j runs from
-    ``starts[j]`` to
-    the end at ``level``, stopping at its first non-rejection); -1 when none rejects."""
+    ``starts[j]`` to the end at ``level``, stopping at its first non-rejection); -1 when
+    none rejects."""
     p = np.asarray(p_values)
     best = -1
     for a in starts:
@@ -78,8 +78,9 @@ def sequences(p_values, starts, level: float) -> int:
 
 
 def ordered_counts(conf, score, tp, fp):
-    """The candidate cut-offs of rows ordered by confidence, then raw score (strictest first): the
-    (confidence, score) pair at the end of each tie group, with the weights accepted and right."""
+    """The candidate cut-offs of rows ordered by confidence, then raw score (strictest
+    first): the (confidence, score) pair at the end of each tie group, with the weights
+    accepted and right."""
     order = np.lexsort((-score, -conf))
     sc, ss = conf[order], score[order]
     cn, ct = np.cumsum(tp[order] + fp[order]), np.cumsum(tp[order])
@@ -88,13 +89,14 @@ def ordered_counts(conf, score, tp, fp):
 
 
 def sgr_threshold(conf, tp, fp, precision: float, delta: float) -> float | None:
-    """Selection with Guaranteed Risk (Geifman and El-Yaniv 2017, Algorithm 1), for comparison.
+    """Selection with Guaranteed Risk (Geifman and El-Yaniv 2017, Algorithm 1), for
+    comparison.
 
-    Binary search over the sorted confidences for the loosest cut-off whose
-    risk bound b*(m_t, errors, delta / ceil(log2 m)) - the exact binomial
-    (Clopper-Pearson) upper bound on the error rate of the accepted rows - is
-    below 1 - ``precision``; returns the cut-off, or None where none is found.
-    Weights are counts (rows of binned data expand to their TP and FP).
+    Binary search over the sorted confidences for the loosest cut-off whose risk bound
+    b*(m_t, errors, delta / ceil(log2 m)) - the exact binomial (Clopper-Pearson) upper bound
+    on the error rate of the accepted rows - is below 1 - ``precision``; returns the
+    cut-off, or None where none is found. Weights are counts (rows of binned data expand to
+    their TP and FP).
     """
     from scipy.special import betaincinv
 
@@ -114,7 +116,8 @@ def sgr_threshold(conf, tp, fp, precision: float, delta: float) -> float | None:
     best = None
     for _ in range(steps):
         mid = (lo + hi + 1) // 2
-        # a cut-off accepts every row with the same confidence: the last row of s[mid]'s tie group
+        # a cut-off accepts every row with the same confidence: the last row of s[mid]'s tie
+        # group
         i = int(np.searchsorted(-s, -s[mid], side="right")) - 1
         if bound(i) < target:
             best, lo = float(s[mid]), mid

@@ -1,53 +1,48 @@
 """Acceptance thresholds with a precision guarantee (Learn-then-Test).
 
-:func:`fit_thresholds` chooses, per predicted class (and once over all
-classes), the loosest cut-off ``t`` on the **calibrated confidence** such
-that the predictions with confidence >= t have precision >= ``precision``,
-with probability >= 1 - ``delta`` over the labelled sample. The cut-off is
-on the calibrated confidence, not on the raw score, so it works for every
-method (the full-vector ones too) and reads as a probability.
+:func:`fit_thresholds` chooses, per predicted class (and once over all classes), the loosest
+cut-off ``t`` on the **calibrated confidence** such that the predictions with confidence >=
+t have precision >= ``precision``, with probability >= 1 - ``delta`` over the labelled
+sample. The cut-off is on the calibrated confidence, not on the raw score, so it works for
+every method (the full-vector ones too) and reads as a probability.
 
-Method (Angelopoulos, Bates, Candès, Jordan and Lei 2021, "Learn then Test"):
-for each cut-off t of a fixed grid (:data:`GRID`, chosen before any data are
-seen) the null hypothesis "precision(t) < target" is tested with the exact
-binomial tail p-value P(Bin(n_t, target) >= c_t) (n_t predictions accepted,
-c_t of them right; given n_t the accepted rows are an i.i.d. sample of the
-accepted population). The hypotheses are tested in a fixed sequence from the
-strictest cut-off to the loosest, each at level delta', stopping at the first
-that is not rejected: one sequence's family-wise error is at most delta',
-whatever the grid size. :data:`STARTS` = 3 sequences run, each at
-delta' = delta / 3 (a union bound: delta in all), starting at the strictest
-cut-off that accepts at least n0, 4 n0 and 16 n0 predictions, where
-n0 = ceil(log delta' / log target) is the fewest for which a rejection is
-possible at all (every one of them right); the result is the loosest cut-off
-any sequence rejects. The starts depend on the confidences only, never on
-the labels.
+Method (Angelopoulos, Bates, Candès, Jordan and Lei 2021, "Learn then Test"): for each
+cut-off t of a fixed grid (:data:`GRID`, chosen before any data are seen) the null
+hypothesis "precision(t) < target" is tested with the exact binomial tail p-value P(Bin(n_t,
+target) >= c_t) (n_t predictions accepted, c_t of them right; given n_t the accepted rows
+are an i.i.d. sample of the accepted population). The hypotheses are tested in a fixed
+sequence from the strictest cut-off to the loosest, each at level delta', stopping at the
+first that is not rejected: one sequence's family-wise error is at most delta', whatever the
+grid size. :data:`STARTS` = 3 sequences run, each at delta' = delta / 3 (a union bound:
+delta in all), starting at the strictest cut-off that accepts at least n0, 4 n0 and 16 n0
+predictions, where n0 = ceil(log delta' / log target) is the fewest for which a rejection is
+possible at all (every one of them right); the result is the loosest cut-off any sequence
+rejects. The starts depend on the confidences only, never on the labels.
 
-Classes too small to show the target alone: a class with fewer predictions
-than ``pool_below`` (by default :data:`POOL_FACTOR` times the fewest a
-per-class sequence can test, a count of predictions, never of labels, so the
-split is fixed before the labels are looked at) joins one **shared** group;
-the group gets one cut-off, by the same test on its rows pooled, and its
-statement is about the accepted predictions of the group's classes together.
-``pool_below=0`` tests every class alone (no group).
+Classes too small to show the target alone: a class with fewer predictions than
+``pool_below`` (by default :data:`POOL_FACTOR` times the fewest a per-class sequence can
+test, a count of predictions, never of labels, so the split is fixed before the labels are
+looked at) joins one **shared** group; the group gets one cut-off, by the same test on its
+rows pooled, and its statement is about the accepted predictions of the group's classes
+together. ``pool_below=0`` tests every class alone (no group).
 
-Multiplicity across classes: ``multiplicity="per-class"`` tests each class
-(and the shared group) at delta (each statement holds with probability
-1 - delta); ``"bonferroni"`` at delta / S (S = the statements: the classes
-tested alone, plus one for the shared group), so that all statements hold
-together with probability 1 - delta. The global cut-off is tested at delta.
+Multiplicity across classes: ``multiplicity="per-class"`` tests each class (and the shared
+group) at delta (each statement holds with probability 1 - delta); ``"bonferroni"`` at delta
+/ S (S = the statements: the classes tested alone, plus one for the shared group), so that
+all statements hold together with probability 1 - delta. The global cut-off is tested at
+delta.
 
 Pooled cut-offs (the global one, the shared group's; :func:`pooled_cutoff`) come from two
-families tested at delta / 2 each: on the calibrated confidence, and on the raw top score (rows
-of many classes ranked by the network's own score can reach the target sooner than ranked by a
-confidence fitted on a few dozen rows a class); the one that accepts more is kept, and says
-which it is (``ClassCutoff.on``). Both families' statements hold together with probability
-1 - delta, so keeping either keeps the guarantee.
+families tested at delta / 2 each: on the calibrated confidence, and on the raw top score
+(rows of many classes ranked by the network's own score can reach the target sooner than
+ranked by a confidence fitted on a few dozen rows a class); the one that accepts more is
+kept, and says which it is (``ClassCutoff.on``). Both families' statements hold together
+with probability 1 - delta, so keeping either keeps the guarantee.
 
-Assumptions: the labelled rows and the rows the cut-offs are applied to are
-exchangeable (i.i.d. from one distribution), per predicted class; the
-calibrator was fitted on other rows (enforced: the model's
-:class:`~topcal.evidence.fingerprint.Fingerprint`). See docs/thresholds.md.
+Assumptions: the labelled rows and the rows the cut-offs are applied to are exchangeable
+(i.i.d. from one distribution), per predicted class; the calibrator was fitted on other rows
+(enforced: the model's :class:`~topcal.evidence.fingerprint.Fingerprint`). See
+docs/thresholds.md.
 """
 
 from __future__ import annotations
@@ -110,32 +105,33 @@ __all__ = [
 
 #: The candidate cut-offs, fixed before any data are seen: 0, 0.0005, ..., 1 and, near 1
 #: where over-confident networks put most predictions, 1 - 10^-x for x from 3.3 to 9.
-GRID = np.unique(np.concatenate([np.arange(2001) / 2000.0, 1.0 - np.logspace(-3.3, -9.0, 115)]))
+GRID = np.unique(
+    np.concatenate([np.arange(2001) / 2000.0, 1.0 - np.logspace(-3.3, -9.0, 115)])
+)
 
 
 #: Fixed sequences run side by side, each at delta / STARTS, starting where 1, 4 and 16
-#: (START_FACTOR^j) times the fewest testable predictions are accepted: one sequence that starts at
-#: the very
-#: top stops at the first error among a few dozen predictions (even at a true precision of 0.99);
-#: the later
-#: starts keep the search going. The union bound over the sequences keeps the family-wise error at
-#: delta.
-#: Per class (often a few dozen rows) three starts keep the fewest testable predictions small.
+#: (START_FACTOR^j) times the fewest testable predictions are accepted: one sequence that
+#: starts at the very top stops at the first error among a few dozen predictions (even at a
+#: true precision of 0.99); the later starts keep the search going. The union bound over the
+#: sequences keeps the family-wise error at delta. Per class (often a few dozen rows) three
+#: starts keep the fewest testable predictions small.
 STARTS = 3
 START_FACTOR = 4
-#: The global cut-off (all rows: thousands) runs more, denser starts: 6 sequences from 1, 2, 4, ...,
-#: 32
-#: times the fewest testable predictions, so that some sequence starts within a factor 2 below any
-#: cut-off
-#: and a dip of the precision near the top stops only the sequences that start above it.
+#: The global cut-off (all rows: thousands) runs more, denser starts: 6 sequences from 1, 2,
+#: 4, ..., 32 times the fewest testable predictions, so that some sequence starts within a
+#: factor 2 below any cut-off and a dip of the precision near the top stops only the
+#: sequences that start above it.
 GLOBAL_STARTS = (6, 2)
 #: A class is tested alone when it has at least POOL_FACTOR times the fewest predictions its
-#: sequences can test (n0 at delta / STARTS): below that even a class that is always right has at
-#: most one or two starts and shows the target rarely; it joins the shared group instead. With
-#: 1,000 classes of a few dozen rows (ImageNet), every class is in the group and the group's cut-off
-#: accepts what the global one does; with a few large classes, every class is tested alone.
+#: sequences can test (n0 at delta / STARTS): below that even a class that is always right
+#: has at most one or two starts and shows the target rarely; it joins the shared group
+#: instead. With 1,000 classes of a few dozen rows (ImageNet), every class is in the group
+#: and the group's cut-off accepts what the global one does; with a few large classes, every
+#: class is tested alone.
 POOL_FACTOR = 4
-#: ``pool_below``'s default: POOL_FACTOR times the fewest predictions a class's sequences can test.
+#: ``pool_below``'s default: POOL_FACTOR times the fewest predictions a class's sequences
+#: can test.
 POOL_AUTO = "auto"
 
 
@@ -150,15 +146,16 @@ def ltt_cutoff(
     starts: tuple[int, int] = (STARTS, START_FACTOR),
     score=None,
 ) -> ClassCutoff:
-    """Learn-then-Test on one class's (or all) rows: the loosest cut-off any of the fixed sequences
-    rejects "precision < target" at; ``starts`` = (number S, factor f): sequence j starts where f^j
-    times
-    the fewest testable predictions are accepted, each at ``delta`` / S (:func:`sequences`).
+    """Learn-then-Test on one class's (or all) rows: the loosest cut-off any of the fixed
+    sequences rejects "precision < target" at; ``starts`` = (number S, factor f): sequence j
+    starts where f^j times the fewest testable predictions are accepted, each at ``delta`` /
+    S (:func:`sequences`).
 
-    Without ``score`` the candidates are the fixed :data:`GRID` of confidences. With ``score`` (the
-    rows' raw top scores) the candidates are the rows ordered by confidence, then raw score (both
-    label-free): every distinct (confidence, score) pair is a cut-off, so a step curve (``hist``,
-    whose bins tie many rows at one confidence) still offers fine cut-offs inside a tie."""
+    Without ``score`` the candidates are the fixed :data:`GRID` of confidences. With
+    ``score`` (the rows' raw top scores) the candidates are the rows ordered by confidence,
+    then raw score (both label-free): every distinct (confidence, score) pair is a cut-off,
+    so a step curve (``hist``, whose bins tie many rows at one confidence) still offers fine
+    cut-offs inside a tie."""
     from scipy.special import betaincinv
 
     total = float(tp.sum() + fp.sum())
@@ -171,9 +168,8 @@ def ltt_cutoff(
             delta,
             total,
             reason=(
-                f"only {total:g} predictions in the labelled data; at least {need} are needed to "
-                f"show precision "
-                f"{precision:.12g} at delta={delta:.12g}"
+                f"only {total:g} predictions in the labelled data; at least {need} are "
+                f"needed to show precision {precision:.12g} at delta={delta:.12g}"
             ),
         )
     if score is None:
@@ -181,10 +177,12 @@ def ltt_cutoff(
         cut_score = None
         n, c = accepted_counts(conf, tp, fp, cut)
     else:
-        cut, cut_score, n, c = ordered_counts(conf, np.asarray(score, dtype=np.float64), tp, fp)
+        cut, cut_score, n, c = ordered_counts(
+            conf, np.asarray(score, dtype=np.float64), tp, fp
+        )
     p = binomial_tail(c, n, precision)
-    # the starts (confidences only): where START_FACTOR^j times the fewest testable predictions are
-    # accepted
+    # the starts (confidences only): where START_FACTOR^j times the fewest testable
+    # predictions are accepted
     first = sorted(
         {
             int(np.argmax(n >= need * factor**j))
@@ -207,10 +205,9 @@ def ltt_cutoff(
             None,
             float(p[i]),
             reason=(
-                f"precision never reaches {precision:.12g} at level delta={delta:.12g}: at the "
-                "strictest "
-                f"testable cut-off ({n[i]:g} predictions with confidence >= {cut[i]:.6g}) "
-                f"{c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"
+                f"precision never reaches {precision:.12g} at level delta={delta:.12g}: at "
+                f"the strictest testable cut-off ({n[i]:g} predictions with confidence >= "
+                f"{cut[i]:.6g}) {c[i]:g} are right (p = {p[i]:.3g} > delta/{n_starts})"
             ),
         )
     nn, cc = float(n[best]), float(c[best])
@@ -230,41 +227,49 @@ def ltt_cutoff(
 
 
 def pooled_cutoff(name, conf, tp, fp, precision: float, delta: float, score) -> ClassCutoff:
-    """The cut-off of rows of many classes pooled (the global one, the shared group's): the looser
-    of two families, each tested at ``delta`` / 2 (a union bound: delta in all), one on the
-    calibrated confidence (ties broken by the raw score), one on the raw top score itself;
-    whichever accepts more of these rows (ties: the confidence). Where the raw score rises with
-    the confidence over these rows (checked on them, without labels) the families are one, tested
-    at ``delta``.
+    """The cut-off of rows of many classes pooled (the global one, the shared group's): the
+    looser of two families, each tested at ``delta`` / 2 (a union bound: delta in all), one
+    on the calibrated confidence (ties broken by the raw score), one on the raw top score
+    itself; whichever accepts more of these rows (ties: the confidence). Where the raw score
+    rises with the confidence over these rows (checked on them, without labels) the families
+    are one, tested at ``delta``.
 
-    Why both: with a few dozen fitting rows a class, a calibrator's confidence (``hist``'s above
-    all) can rank rows of different classes worse than the network's own score near the top; on
-    ImageNet at precision 0.95 the confidence's cut-off accepted 0.41-0.47 of the rows where the
-    raw score's accepts ~0.54 (docs/thresholds.md)."""
+    Why both: with a few dozen fitting rows a class, a calibrator's confidence (``hist``'s
+    above all) can rank rows of different classes worse than the network's own score near
+    the top; on ImageNet at precision 0.95 the confidence's cut-off accepted 0.41-0.47 of
+    the rows where the raw score's accepts ~0.54 (docs/thresholds.md)."""
     raw = np.asarray(score, dtype=np.float64)
     conf = np.asarray(conf, dtype=np.float64)
     order = np.lexsort((raw, conf))
     if np.all(np.diff(raw[order]) >= 0):
-        # the raw score rises with the confidence (an uncalibrated model, one monotone curve):
-        # every cut-off on the score is one on the confidence, so there is one family, at delta
-        return ltt_cutoff(name, conf, tp, fp, precision, delta, starts=GLOBAL_STARTS, score=raw)
-    on_conf = ltt_cutoff(name, conf, tp, fp, precision, delta / 2, starts=GLOBAL_STARTS, score=raw)
-    on_score = ltt_cutoff(name, raw, tp, fp, precision, delta / 2, starts=GLOBAL_STARTS, score=raw)
+        # the raw score rises with the confidence (an uncalibrated model, one monotone
+        # curve): every cut-off on the score is one on the confidence, so there is one
+        # family, at delta
+        return ltt_cutoff(
+            name, conf, tp, fp, precision, delta, starts=GLOBAL_STARTS, score=raw
+        )
+    on_conf = ltt_cutoff(
+        name, conf, tp, fp, precision, delta / 2, starts=GLOBAL_STARTS, score=raw
+    )
+    on_score = ltt_cutoff(
+        name, raw, tp, fp, precision, delta / 2, starts=GLOBAL_STARTS, score=raw
+    )
     if on_score.cutoff is None or on_score.n_accepted <= on_conf.n_accepted:
         return on_conf
     return dataclasses.replace(on_score, score_cutoff=None, on="score")
 
 
 def _fingerprint(model):
-    """The fitting rows' fingerprint (an adapted model's: its source model's, ``evidence_``)."""
+    """The fitting rows' fingerprint (an adapted model's: its source model's,
+    ``evidence_``)."""
     return model.evidence_.fingerprint
 
 
 def check_not_fitting_data(model, data: TopLabelData) -> None:
-    """Raise DataError when ``data`` holds the rows ``model`` was fitted on: all of them, most of
-    them (a superset or a resample), or mostly consists of them (bit for bit or re-encoded: see
-    :mod:`topcal.evidence.fingerprint`); warn where at least :data:`WARN_OVERLAP` of its rows are
-    fitting rows.
+    """Raise DataError when ``data`` holds the rows ``model`` was fitted on: all of them,
+    most of them (a superset or a resample), or mostly consists of them (bit for bit or
+    re-encoded: see :mod:`topcal.evidence.fingerprint`); warn where at least
+    :data:`WARN_OVERLAP` of its rows are fitting rows.
 
     Models saved before fingerprints (or their coarse keys) were kept cannot be checked (in
     full); then one warning says so.
@@ -280,19 +285,23 @@ def check_not_fitting_data(model, data: TopLabelData) -> None:
         if ov.same:
             what = "the labelled data are the rows the model was fitted on"
         elif ov.of_data >= MAX_OVERLAP:
-            what = f"about {ov.of_data:.0%} of the labelled rows are rows the model was fitted on"
+            what = (
+                f"about {ov.of_data:.0%} of the labelled rows are rows the model was fitted on"
+            )
         else:
-            what = f"the labelled data contain about {ov.of_fit:.0%} of the model's fitting rows"
+            what = (
+                f"the labelled data contain about {ov.of_fit:.0%} of the model's fitting rows"
+            )
         raise DataError(
-            f"{what} (by its fingerprint of them, in any encoding), so no guarantee holds on them; "
-            "choose thresholds on held-out labelled data (fit the calibrator on one part, run "
-            "threshold on another)"
+            f"{what} (by its fingerprint of them, in any encoding), so no guarantee holds "
+            "on them; choose thresholds on held-out labelled data (fit the calibrator on "
+            "one part, run threshold on another)"
         )
     if ov.of_data >= WARN_OVERLAP:
         warnings.warn(
-            f"about {ov.of_data:.0%} of the labelled rows look like rows the model was fitted on "
-            "(same classes, same score to 6 decimals); the guarantee assumes held-out rows, so "
-            "drop them if they are",
+            f"about {ov.of_data:.0%} of the labelled rows look like rows the model was "
+            "fitted on (same classes, same score to 6 decimals); the guarantee assumes "
+            "held-out rows, so drop them if they are",
             TopcalWarning,
             stacklevel=2,
         )
@@ -311,8 +320,8 @@ def fit_thresholds(
     classes: ArrayLike | None = None,
     kind: str = "auto",
 ) -> Thresholds:
-    """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >= 1 -
-    ``delta``.
+    """Cut-offs on ``model``'s calibrated confidence with precision >= ``precision`` w.p. >=
+    1 - ``delta``.
 
     Parameters
     ----------
@@ -325,12 +334,12 @@ def fit_thresholds(
     mode : {"per-class", "global"}
         Which cut-offs :meth:`Thresholds.accept` applies (both are computed).
     multiplicity : {"per-class", "bonferroni"}
-        Each statement (a class tested alone, the shared group) at ``delta``, or at ``delta`` / S
-        (S statements: all of them hold together).
+        Each statement (a class tested alone, the shared group) at ``delta``, or at
+        ``delta`` / S (S statements: all of them hold together).
     pool_below : "auto" or number >= 0, default "auto"
-        Classes with fewer predictions in ``data`` share one cut-off (the shared group); "auto":
-        :data:`POOL_FACTOR` times the fewest predictions a class's sequences can test; 0: every
-        class tested alone.
+        Classes with fewer predictions in ``data`` share one cut-off (the shared group);
+        "auto": :data:`POOL_FACTOR` times the fewest predictions a class's sequences can
+        test; 0: every class tested alone.
 
     Returns
     -------
@@ -340,7 +349,9 @@ def fit_thresholds(
     if not hasattr(model, "classes_"):
         raise NotFittedError("the model is not fitted; fit it on other labelled data first")
     if not isinstance(data, TopLabelData):
-        data = as_data(data, y, classes=model.classes_ if classes is None else classes, kind=kind)
+        data = as_data(
+            data, y, classes=model.classes_ if classes is None else classes, kind=kind
+        )
     data.require_labels("choosing thresholds")
     data = data.with_classes(model.classes_, "the labelled data")
     check_not_fitting_data(model, data)
@@ -366,7 +377,9 @@ def fit_thresholds(
             per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level, score[idx]))
         else:
             per.append(
-                ltt_cutoff(name, conf[idx], tp[idx], fp[idx], precision, level, score=score[idx])
+                ltt_cutoff(
+                    name, conf[idx], tp[idx], fp[idx], precision, level, score=score[idx]
+                )
             )
     overall = pooled_cutoff("(all)", conf, tp, fp, precision, delta, score)
     return Thresholds(
@@ -390,7 +403,8 @@ def _pool_below(
 ) -> float:
     """The class size (predictions) below which a class joins the shared group."""
     if isinstance(pool_below, str) and pool_below == POOL_AUTO:
-        # at the level a class alone would be tested at if every class were (the strictest case)
+        # at the level a class alone would be tested at if every class were (the strictest
+        # case)
         level = delta / n_classes if multiplicity == "bonferroni" else delta
         return float(POOL_FACTOR * n_min(precision, level / STARTS))
     if (
@@ -459,8 +473,8 @@ def fit_and_threshold(
     precision, delta : float in (0, 1)
         The target precision and the error probability of the guarantee.
     fit_fraction : float in (0, 1), default 0.5
-        The share of each predicted class's rows that fits the calibrator; the rest choose the
-        cut-offs.
+        The share of each predicted class's rows that fits the calibrator; the rest choose
+        the cut-offs.
     seed : int >= 0, default 0
         The split's random seed.
     mode, multiplicity, pool_below
@@ -489,15 +503,15 @@ def fit_and_threshold(
     data.require_labels("fitting and choosing thresholds")
     if data.bin_edges is not None:
         raise DataError(
-            "binned counts cannot be split into samples; fit on one file of samples and choose "
-            "thresholds on another (topcal fit, then topcal threshold --model)"
+            "binned counts cannot be split into samples; fit on one file of samples and "
+            "choose thresholds on another (topcal fit, then topcal threshold --model)"
         )
     mask, split = split_rows(data.pred, fit_fraction, seed)
     if split.n_fit == 0 or split.n_cutoff == 0:
         part = "fitting" if split.n_fit == 0 else "cut-off"
         raise DataError(
-            f"fit_fraction {fit_fraction:.6g} of {data.pred.shape[0]} rows leaves the {part} part "
-            "empty; give more labelled rows or a fraction nearer 0.5"
+            f"fit_fraction {fit_fraction:.6g} of {data.pred.shape[0]} rows leaves the "
+            f"{part} part empty; give more labelled rows or a fraction nearer 0.5"
         )
     model.fit(data.subset(mask))
     th = fit_thresholds(

@@ -1,11 +1,12 @@
 """The cut-offs :func:`topcal.thresholds.core.fit_thresholds` chooses, and their file.
 
-:class:`ClassCutoff` (one class's, the shared group's or the global cut-off with its counts and
-test), :class:`Thresholds` (all of them with the guarantee they carry: ``accept``, the notebook
-view, the statements), :func:`model_digest` (which model they belong to) and the versioned JSON
-file with a checksum (:meth:`Thresholds.save`, :func:`load_thresholds`, :func:`loads_thresholds`),
-every field checked on load. Moved out of :mod:`topcal.thresholds.core` as is (no file
-over 600 lines); that module chooses the cut-offs (Learn-then-Test) and re-exports every name here.
+:class:`ClassCutoff` (one class's, the shared group's or the global cut-off with its counts
+and test), :class:`Thresholds` (all of them with the guarantee they carry: ``accept``, the
+notebook view, the statements), :func:`model_digest` (which model they belong to) and the
+versioned JSON file with a checksum (:meth:`Thresholds.save`, :func:`load_thresholds`,
+:func:`loads_thresholds`), every field checked on load. Moved out of
+:mod:`topcal.thresholds.core` as is (no file over 600 lines); that module chooses the
+cut-offs (Learn-then-Test) and re-exports every name here.
 """
 
 from __future__ import annotations
@@ -48,15 +49,15 @@ MODES = ("per-class", "global")
 MULTIPLICITY = ("per-class", "bonferroni")
 
 
-#: What a cut-off is on: the calibrated confidence (ties broken by the raw score), or the raw
-#: top score itself (a global or shared cut-off, where the raw order accepted more: see
+#: What a cut-off is on: the calibrated confidence (ties broken by the raw score), or the
+#: raw top score itself (a global or shared cut-off, where the raw order accepted more: see
 #: topcal.thresholds.core).
 ON = ("confidence", "score")
 
 
 def _as_cut(c) -> tuple[float, float, float]:
-    """A cut-off as (value, tie-breaking score, 1 if on the raw score else 0); NaN for none (no
-    cut-off: nothing reaches it; no score: value >= cut-off)."""
+    """A cut-off as (value, tie-breaking score, 1 if on the raw score else 0); NaN for none
+    (no cut-off: nothing reaches it; no score: value >= cut-off)."""
     return (
         np.nan if c.cutoff is None else c.cutoff,
         np.nan if c.score_cutoff is None else c.score_cutoff,
@@ -66,8 +67,8 @@ def _as_cut(c) -> tuple[float, float, float]:
 
 def _reaches(confidence, score, cut, score_cut, on_score=0.0) -> np.ndarray:
     """Rows whose value (the confidence, or the raw score where ``on_score``) is above the
-    cut-off, or equal to it with a raw score at least the tie-breaking score (any, where that is
-    NaN); elementwise over arrays of cut-offs too (one per row)."""
+    cut-off, or equal to it with a raw score at least the tie-breaking score (any, where
+    that is NaN); elementwise over arrays of cut-offs too (one per row)."""
     conf = np.asarray(confidence, dtype=np.float64)
     cut, score_cut = np.asarray(cut, dtype=np.float64), np.asarray(score_cut, dtype=np.float64)
     on_score = np.asarray(on_score, dtype=np.float64) > 0
@@ -75,8 +76,8 @@ def _reaches(confidence, score, cut, score_cut, on_score=0.0) -> np.ndarray:
     if score is None:
         if not np.all((tie_free & ~on_score) | np.isnan(cut)):
             raise TopcalError(
-                "these thresholds read the raw score (a cut-off on it, or ties of the confidence "
-                "broken by it): pass the rows' scores too"
+                "these thresholds read the raw score (a cut-off on it, or ties of the "
+                "confidence broken by it): pass the rows' scores too"
             )
         tie_ok, value = tie_free, conf
     else:
@@ -92,10 +93,10 @@ def _reaches(confidence, score, cut, score_cut, on_score=0.0) -> np.ndarray:
 class ClassCutoff:
     """The cut-off of one predicted class (or of all classes: ``name`` "(all)").
 
-    ``cutoff`` is None when the target cannot be shown, and ``reason`` says
-    why. ``precision`` is the labelled sample's precision at the cut-off,
-    ``precision_lower`` its one-sided Clopper-Pearson lower bound at level
-    ``level`` (the delta the class was tested at), ``p_value`` the test's.
+    ``cutoff`` is None when the target cannot be shown, and ``reason`` says why.
+    ``precision`` is the labelled sample's precision at the cut-off, ``precision_lower`` its
+    one-sided Clopper-Pearson lower bound at level ``level`` (the delta the class was tested
+    at), ``p_value`` the test's.
     """
 
     name: str
@@ -108,11 +109,12 @@ class ClassCutoff:
     precision_lower: float | None = None
     p_value: float | None = None
     reason: str | None = None
-    #: "shared" where the cut-off is the shared group's (the statement is the group's); None: its
-    #: own
+    #: "shared" where the cut-off is the shared group's (the statement is the group's);
+    #: None: its own
     group: str | None = None
-    #: the raw score that breaks ties at ``cutoff``: a row is accepted when its confidence is above
-    #: ``cutoff``, or equal to it with a raw score >= ``score_cutoff`` (None: confidence >= cutoff)
+    #: the raw score that breaks ties at ``cutoff``: a row is accepted when its confidence
+    #: is above ``cutoff``, or equal to it with a raw score >= ``score_cutoff`` (None:
+    #: confidence >= cutoff)
     score_cutoff: float | None = None
     #: what ``cutoff`` is on (:data:`ON`): "score" accepts rows whose raw top score is >= it
     on: str = "confidence"
@@ -146,8 +148,8 @@ class ClassCutoff:
     @classmethod
     def from_dict(cls, d: dict) -> "ClassCutoff":
         """Rebuild from :meth:`to_dict` output; every field checked (raises ValueError): a
-        hand-edited cut-off of -inf, 2 or true would accept rows no guarantee covers. ``group`` and
-        ``score_cutoff`` may be absent from a file (read as None)."""
+        hand-edited cut-off of -inf, 2 or true would accept rows no guarantee covers.
+        ``group`` and ``score_cutoff`` may be absent from a file (read as None)."""
         if not isinstance(d, dict):
             raise ValueError(f"a cut-off entry must be an object, got {type(d).__name__}")
         unit, count = Interval(0, 1), Interval(0, None)
@@ -157,7 +159,9 @@ class ClassCutoff:
         if group not in (None, "shared"):
             raise ValueError("group must be null or 'shared'")
         score_cut = (
-            _field(d, "score_cutoff", Interval(None, None), True) if "score_cutoff" in d else None
+            _field(d, "score_cutoff", Interval(None, None), True)
+            if "score_cutoff" in d
+            else None
         )
         on = _field(d, "on", str) if "on" in d else "confidence"
         if on not in ON:
@@ -176,7 +180,9 @@ class ClassCutoff:
         if on == "score" and score_cut is not None:
             raise ValueError(f"{name!r} is a cut-off on the raw score: it has no score_cutoff")
         if not out.n_correct <= out.n_accepted <= out.n_predicted:
-            raise ValueError(f"the counts of {name!r} need n_correct <= n_accepted <= n_predicted")
+            raise ValueError(
+                f"the counts of {name!r} need n_correct <= n_accepted <= n_predicted"
+            )
         if out.score_cutoff is not None and out.cutoff is None:
             raise ValueError(f"{name!r} has a score_cutoff but no cutoff")
         return out
@@ -189,10 +195,11 @@ def model_digest(model) -> str:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Cut-offs on the calibrated confidence, per predicted class and global, with their guarantee.
+    """Cut-offs on the calibrated confidence, per predicted class and global, with their
+    guarantee.
 
-    ``mode`` says which :meth:`accept` uses. Save with :meth:`save`, read
-    with :func:`load_thresholds` (versioned JSON with a checksum).
+    ``mode`` says which :meth:`accept` uses. Save with :meth:`save`, read with
+    :func:`load_thresholds` (versioned JSON with a checksum).
     """
 
     precision: float
@@ -206,13 +213,15 @@ class Thresholds:
     model_sha256: str
     n_samples: float
     grid: str = field(default="fixed-v1")
-    #: the shared group's cut-off (its statement covers the group's classes together); None: no
-    #: group
+    #: the shared group's cut-off (its statement covers the group's classes together); None:
+    #: no group
     shared: ClassCutoff | None = None
-    #: classes with fewer predictions than this joined the shared group (0: every class alone)
+    #: classes with fewer predictions than this joined the shared group (0: every class
+    #: alone)
     pool_below: float = 0.0
     #: how one labelled file was cut into the calibrator's rows and these cut-offs' rows
-    #: (:func:`topcal.thresholds.split.fit_and_threshold`); None: the model was fitted elsewhere
+    #: (:func:`topcal.thresholds.split.fit_and_threshold`); None: the model was fitted
+    #: elsewhere
     split: Split | None = None
 
     def cutoffs(self) -> np.ndarray:
@@ -227,26 +236,26 @@ class Thresholds:
         """Raise TopcalError unless ``model`` is the model these thresholds were chosen for."""
         if tuple(model.classes_) != self.classes:
             raise TopcalError(
-                f"the thresholds are for a model with classes {preview(self.classes)}, but this "
-                f"model has "
-                f"{preview(model.classes_)}; choose thresholds for this model with topcal threshold"
+                f"the thresholds are for a model with classes {preview(self.classes)}, but "
+                f"this model has {preview(model.classes_)}; choose thresholds for this "
+                "model with topcal threshold"
             )
         if model_digest(model) != self.model_sha256:
             raise TopcalError(
-                f"the thresholds were chosen for another {self.model_method!r} model (checksum "
-                f"differs: refitted "
-                "or updated since); choose them again for this model with topcal threshold"
+                f"the thresholds were chosen for another {self.model_method!r} model "
+                "(checksum differs: refitted or updated since); choose them again for this "
+                "model with topcal threshold"
             )
 
     def accept(
         self, pred: ArrayLike, confidence: ArrayLike, score: ArrayLike | None = None
     ) -> np.ndarray:
-        """Whether each row is accepted: its calibrated confidence reaches its predicted class's
-        cut-off.
+        """Whether each row is accepted: its calibrated confidence reaches its predicted
+        class's cut-off.
 
-        ``pred``: class indices in ``classes``; rows of a class without a cut-off are not accepted.
-        ``score``: the rows' raw top scores, which break ties of the confidence at a cut-off (needed
-        where a cut-off has a ``score_cutoff``).
+        ``pred``: class indices in ``classes``; rows of a class without a cut-off are not
+        accepted. ``score``: the rows' raw top scores, which break ties of the confidence at
+        a cut-off (needed where a cut-off has a ``score_cutoff``).
         """
         confidence, score, pred = self._check_rows(pred, confidence, score)
         if self.mode == "global":
@@ -256,8 +265,9 @@ class Thresholds:
         return _reaches(confidence, score, cuts[pred, 0], cuts[pred, 1], cuts[pred, 2])  # type: ignore[index]
 
     def _check_rows(self, pred, confidence, score):
-        """``accept``'s arguments as 1-d arrays of one length, ``pred`` class indices; one-line
-        DataError otherwise (numpy would broadcast a length-1 array, or fail on an index)."""
+        """``accept``'s arguments as 1-d arrays of one length, ``pred`` class indices;
+        one-line DataError otherwise (numpy would broadcast a length-1 array, or fail on an
+        index)."""
         try:
             conf = np.asarray(confidence, dtype=np.float64)
             p = np.asarray(pred)
@@ -374,9 +384,9 @@ class Thresholds:
     HTML_ROWS = 100
 
     def _repr_html_(self) -> str:
-        """The notebook view: per class (and global) the cut-off, the labelled sample's precision
-        there,
-        its lower bound, and the accepted fraction, or why a class has no cut-off."""
+        """The notebook view: per class (and global) the cut-off, the labelled sample's
+        precision there, its lower bound, and the accepted fraction, or why a class has no
+        cut-off."""
 
         def num(v, fmt):
             return "&ndash;" if v is None else format(v, fmt)
@@ -387,7 +397,9 @@ class Thresholds:
                 cells += [f"<td colspan='3'>no cut-off: {html.escape(c.reason or '')}</td>"]
                 tds = "".join(f"<td>{v}</td>" for v in cells[:2]) + cells[2]
             else:
-                bound = "shared group's" if c.group == "shared" else num(c.precision_lower, ".4f")
+                bound = (
+                    "shared group's" if c.group == "shared" else num(c.precision_lower, ".4f")
+                )
                 cells += [
                     num(c.precision, ".4f"),
                     bound,
@@ -405,11 +417,11 @@ class Thresholds:
         used = "per-class cut-offs" if self.mode == "per-class" else "the global cut-off"
         group = "" if self.shared is None else row(self.shared, strong=True)
         head = (
-            f"<p><b>Thresholds</b>: precision &ge; {self.precision:.12g} with probability &ge; "
-            f"{1 - self.delta:.12g} (delta {self.delta:.12g}, multiplicity "
-            f"{html.escape(self.multiplicity)}), "
-            f"for a <code>{html.escape(self.model_method)}</code> model; <code>accept</code> uses "
-            f"{used}</p>"
+            f"<p><b>Thresholds</b>: precision &ge; {self.precision:.12g} with probability "
+            f"&ge; {1 - self.delta:.12g} (delta {self.delta:.12g}, multiplicity "
+            f"{html.escape(self.multiplicity)}), for a "
+            f"<code>{html.escape(self.model_method)}</code> model; <code>accept</code> "
+            f"uses {used}</p>"
         )
         return (
             f"<div>{head}<table><tr><th>class</th><th>cut-off</th><th>precision</th>"
@@ -420,12 +432,15 @@ class Thresholds:
         )
 
     def table(self) -> list[list]:
-        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]`` (classes,
-        then
-        "(shared)" where there is a group, then "(all)"); None where a class has no cut-off. A class
-        of
-        the shared group has no lower bound of its own (the group's row holds it)."""
-        rows = (*self.per_class, *(() if self.shared is None else (self.shared,)), self.overall)
+        """Rows ``[class, cut-off, accepted, predicted, precision, lower bound, reason]``
+        (classes, then "(shared)" where there is a group, then "(all)"); None where a class
+        has no cut-off. A class of the shared group has no lower bound of its own (the
+        group's row holds it)."""
+        rows = (
+            *self.per_class,
+            *(() if self.shared is None else (self.shared,)),
+            self.overall,
+        )
         return [
             [
                 c.name,
@@ -440,14 +455,13 @@ class Thresholds:
         ]
 
     def statements(self) -> str:
-        """Which statement holds for which classes, in one line (the CLI and the report print
-        it)."""
+        """Which statement holds for which classes, in one line (the CLI and the report
+        print it)."""
         if self.mode == "global":
             return (
                 f"one cut-off for all classes{_on_text(self.overall)}: precision >= "
-                f"{self.precision:.12g} over all accepted predictions together, with probability "
-                ">= "
-                f"{1 - self.delta:.12g}"
+                f"{self.precision:.12g} over all accepted predictions together, with "
+                f"probability >= {1 - self.delta:.12g}"
             )
         alone = sum(c.group is None for c in self.per_class)
         level = self.per_class[0].level if self.per_class else self.delta
@@ -455,9 +469,9 @@ class Thresholds:
         if self.shared is not None:
             n = len(self.per_class) - alone
             out += (
-                f"; {n} classes with fewer than {self.pool_below:g} predictions share one cut-off"
-                f"{_on_text(self.shared)}, whose statement is about their accepted predictions "
-                "together"
+                f"; {n} classes with fewer than {self.pool_below:g} predictions share one "
+                f"cut-off{_on_text(self.shared)}, whose statement is about their accepted "
+                "predictions together"
             )
         return out
 
@@ -473,9 +487,9 @@ def _on_text(c: ClassCutoff) -> str:
 
 
 def _field(d: dict, key: str, kind, optional: bool = False):
-    """``d[key]`` checked: ``kind`` a type (str, list, dict) or an :class:`Interval` (a finite
-    number in it, returned as float); None only where ``optional``. Raises ValueError naming the
-    field."""
+    """``d[key]`` checked: ``kind`` a type (str, list, dict) or an :class:`Interval` (a
+    finite number in it, returned as float); None only where ``optional``. Raises ValueError
+    naming the field."""
     if key not in d:
         raise ValueError(f"the field {key!r} is missing")
     v = d[key]
@@ -487,7 +501,9 @@ def _field(d: dict, key: str, kind, optional: bool = False):
         except OverflowError:  # an integer beyond the floats
             finite = False
         if not finite:
-            raise ValueError(f"{key} must be {kind}{' or null' if optional else ''}, got {v!r:.40}")
+            raise ValueError(
+                f"{key} must be {kind}{' or null' if optional else ''}, got {v!r:.40}"
+            )
         return float(v)
     if not isinstance(v, kind):
         raise ValueError(
@@ -505,15 +521,20 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
     except (json.JSONDecodeError, RecursionError, ValueError):
-        raise ModelFileError(f"{source} is not valid JSON; run topcal threshold again") from None
+        raise ModelFileError(
+            f"{source} is not valid JSON; run topcal threshold again"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFileError(
             f'{source} is not a topcal thresholds file (no "format": "{FORMAT}" field)'
         )
-    if doc.get("format_version") != FORMAT_VERSION or type(doc.get("format_version")) is not int:
+    if (
+        doc.get("format_version") != FORMAT_VERSION
+        or type(doc.get("format_version")) is not int
+    ):
         raise ModelFileError(
-            f"{source} has thresholds format version {doc.get('format_version')!r}; this topcal "
-            f"reads version {FORMAT_VERSION}: run topcal threshold again"
+            f"{source} has thresholds format version {doc.get('format_version')!r}; this "
+            f"topcal reads version {FORMAT_VERSION}: run topcal threshold again"
         )
     payload = doc.get("thresholds")
     try:
@@ -532,7 +553,9 @@ def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         said = isinstance(exc, ValueError) and str(exc)
         why = str(exc).splitlines()[0][:200] if said else type(exc).__name__
-        raise ModelFileError(f"{source} is malformed ({why}); run topcal threshold again") from None
+        raise ModelFileError(
+            f"{source} is malformed ({why}); run topcal threshold again"
+        ) from None
 
 
 def load_thresholds(path: PathLike) -> Thresholds:

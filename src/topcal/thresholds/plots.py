@@ -1,9 +1,9 @@
-"""The report's acceptance panel: per class, accepted fraction against precision, with the chosen
-cut-off.
+"""The report's acceptance panel: per class, accepted fraction against precision, with the
+chosen cut-off.
 
-Compute (:func:`acceptance_view`, pure) and draw (:func:`plot_acceptance`,
-matplotlib imported lazily, no pyplot state, no rcParams changes) are
-separate, as in :mod:`topcal.plots`.
+Compute (:func:`acceptance_view`, pure) and draw (:func:`plot_acceptance`, matplotlib
+imported lazily, no pyplot state, no rcParams changes) are separate, as in
+:mod:`topcal.plots`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class AcceptanceCurve:
     name : str
         Class name, or "(all)" for every prediction under one cut-off.
     accepted_fraction, precision : ndarray (m,)
-        For each distinct calibrated confidence c, from the highest down: the
-        share of the class's predictions with confidence >= c, and their precision.
+        For each distinct calibrated confidence c, from the highest down: the share of the
+        class's predictions with confidence >= c, and their precision.
     cutoff : float or None
         The cut-off of the thresholds file (None: the class has none).
     chosen : (float, float) or None
@@ -77,8 +77,8 @@ def acceptance_curve(
     accepted=None,
     on: str = "confidence",
 ) -> AcceptanceCurve:
-    """Accepted fraction and precision at every distinct confidence of these rows (thinned to
-    ``max_points``)."""
+    """Accepted fraction and precision at every distinct confidence of these rows (thinned
+    to ``max_points``)."""
     order = np.argsort(-conf, kind="stable")
     s = conf[order]
     ctp, cn = np.cumsum(tp[order]), np.cumsum(tp[order] + fp[order])
@@ -103,9 +103,8 @@ def acceptance_curve(
 def acceptance_view(
     model, data: TopLabelData, thresholds: Thresholds, *, max_classes: int = 11
 ) -> AcceptanceView:
-    """The panel's curves for ``model`` (the thresholds' model, checked) on labelled ``data``: all
-    classes
-    together, then the ``max_classes`` most predicted classes."""
+    """The panel's curves for ``model`` (the thresholds' model, checked) on labelled
+    ``data``: all classes together, then the ``max_classes`` most predicted classes."""
     thresholds.check_model(model)
     data.require_labels("the acceptance panel")
     data = data.with_classes(model.classes_, "the data")
@@ -141,12 +140,14 @@ def acceptance_view(
                 on=c.on,
             )
         )
-    return AcceptanceView(thresholds.precision, thresholds.delta, thresholds.mode, tuple(curves))
+    return AcceptanceView(
+        thresholds.precision, thresholds.delta, thresholds.mode, tuple(curves)
+    )
 
 
 def plot_acceptance(view: AcceptanceView, *, fig=None, ncols: int = 4):
-    """One panel per curve: precision against accepted fraction, the target as a line, the cut-off
-    as a dot.
+    """One panel per curve: precision against accepted fraction, the target as a line, the
+    cut-off as a dot.
 
     Returns
     -------
@@ -172,7 +173,9 @@ def plot_acceptance(view: AcceptanceView, *, fig=None, ncols: int = 4):
         line.set_gid(f"acceptance:{c.name}")
         ax.axhline(view.target, color="0.4", ls="--", lw=0.9, label=f"target {view.target:g}")
         if c.chosen is not None:
-            (dot,) = ax.plot(*c.chosen, "o", color="tab:red", ms=6, label="cut-off (guaranteed)")
+            (dot,) = ax.plot(
+                *c.chosen, "o", color="tab:red", ms=6, label="cut-off (guaranteed)"
+            )
             dot.set_gid(f"cutoff:{c.name}")
             what = "raw score" if c.on == "score" else "confidence"
             ax.set_title(f"{plain(c.name)}: {what} >= {c.cutoff:.4g}", fontsize=8.5)

@@ -1,17 +1,17 @@
 """Fit the calibrator and choose the cut-offs on disjoint parts of one labelled file.
 
-The guarantee of :func:`topcal.thresholds.core.fit_thresholds` assumes that the calibrator was
-fitted on other rows than the ones the cut-offs are chosen on. :func:`fit_and_threshold` makes
-that the easy path: it splits one labelled dataset into a fitting part and a cut-off part
-(stratified by predicted class, seeded), fits the calibrator on the first, chooses the cut-offs
-on the second, and records the split in the thresholds file (:class:`Split`). The rows of the
-two parts are disjoint by construction; the fingerprint check then only guards the two-file
-path (``topcal fit`` on one file, ``topcal threshold --model`` on another).
+The guarantee of :func:`topcal.thresholds.core.fit_thresholds` assumes that the calibrator
+was fitted on other rows than the ones the cut-offs are chosen on. :func:`fit_and_threshold`
+makes that the easy path: it splits one labelled dataset into a fitting part and a cut-off
+part (stratified by predicted class, seeded), fits the calibrator on the first, chooses the
+cut-offs on the second, and records the split in the thresholds file (:class:`Split`). The
+rows of the two parts are disjoint by construction; the fingerprint check then only guards
+the two-file path (``topcal fit`` on one file, ``topcal threshold --model`` on another).
 
-The split looks at the predicted classes only (never at the labels), so it is fixed before any
-label is read, and each class's rows go to the fitting part in the proportion ``fit_fraction``
-(a class of n rows gives floor(fraction * n + u) of them, u uniform per class: no class is
-rounded the same way every time).
+The split looks at the predicted classes only (never at the labels), so it is fixed before
+any label is read, and each class's rows go to the fitting part in the proportion
+``fit_fraction`` (a class of n rows gives floor(fraction * n + u) of them, u uniform per
+class: no class is rounded the same way every time).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ STRATIFY = "predicted class"
 class Split:
     """How one labelled file was cut into a fitting part and a cut-off part.
 
-    ``fraction``: the share of each predicted class's rows that fitted the calibrator; ``seed``
-    the random seed; ``n_fit`` / ``n_cutoff`` the rows of each part; ``rows_sha256`` a SHA-256
-    of the row assignment (one bit a row, in the file's order: 1 = fitting part), so the same
-    file split again can be checked to give the same parts."""
+    ``fraction``: the share of each predicted class's rows that fitted the calibrator;
+    ``seed`` the random seed; ``n_fit`` / ``n_cutoff`` the rows of each part;
+    ``rows_sha256`` a SHA-256 of the row assignment (one bit a row, in the file's order: 1 =
+    fitting part), so the same file split again can be checked to give the same parts."""
 
     fraction: float
     seed: int
@@ -90,21 +90,25 @@ def check_split_args(fraction, seed) -> None:
 
 
 def split_rows(pred: ArrayLike, fraction: float, seed: int) -> tuple[np.ndarray, Split]:
-    """A boolean mask of the rows that fit the calibrator (the rest choose the cut-offs), and the
-    :class:`Split` that describes it.
+    """A boolean mask of the rows that fit the calibrator (the rest choose the cut-offs),
+    and the :class:`Split` that describes it.
 
     ``pred``: each row's predicted class (any integer codes). Per class, a seeded random
-    floor(fraction * n + u) of its n rows (u uniform in [0, 1) per class, so the expected share
-    is exactly ``fraction``) go to the fitting part. Depends on ``pred``, ``fraction`` and
-    ``seed`` only."""
+    floor(fraction * n + u) of its n rows (u uniform in [0, 1) per class, so the expected
+    share is exactly ``fraction``) go to the fitting part. Depends on ``pred``, ``fraction``
+    and ``seed`` only."""
     check_split_args(fraction, seed)
     pred = np.asarray(pred)
     n = pred.shape[0]
     rng = np.random.default_rng(int(seed))
-    key = rng.random(n)
+    key = np.asarray(rng.random(n))
     order = np.lexsort((key, pred))  # by class, then at random within a class
     sorted_pred = pred[order]
-    starts = np.flatnonzero(np.r_[True, sorted_pred[1:] != sorted_pred[:-1]]) if n else []
+    starts: np.ndarray = (
+        np.flatnonzero(np.r_[True, sorted_pred[1:] != sorted_pred[:-1]])
+        if n
+        else np.zeros(0, dtype=np.int64)
+    )
     sizes = np.diff(np.r_[starts, n]) if n else np.zeros(0, dtype=np.int64)
     take = np.floor(fraction * sizes + rng.random(len(sizes))).astype(np.int64)
     rank = np.arange(n) - np.repeat(starts, sizes) if n else np.zeros(0, dtype=np.int64)

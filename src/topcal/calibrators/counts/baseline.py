@@ -17,8 +17,8 @@ __all__ = ["Uncalibrated", "Conf1"]
 class Uncalibrated(ScoreCalibrator):
     """The top score rescaled to [0, 1] by the declared range: (S - lo) / (hi - lo).
 
-    S / 10 for PhANNs scores, S itself for probabilities. Fits nothing; it is
-    the baseline every method must beat (the paper's "uncalibrated").
+    S / 10 for PhANNs scores, S itself for probabilities. Fits nothing; it is the baseline
+    every method must beat (the paper's "uncalibrated").
     """
 
     name = BASELINE
@@ -46,8 +46,8 @@ class Uncalibrated(ScoreCalibrator):
 class Conf1(ScoreCalibrator):
     """Conf1 (paper eq. 1): P(correct | predicted class k) = |TP_k| / |P_k|.
 
-    One constant per class, ignoring the score: the diagonal of the reverse
-    confusion matrix.
+    One constant per class, ignoring the score: the diagonal of the reverse confusion
+    matrix.
     """
 
     name = "conf1"
@@ -58,11 +58,9 @@ class Conf1(ScoreCalibrator):
     # construction
     unranked_on = frozenset({"ece1", "ece2"})
     unranked_note = (
-        "conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's accuracy, so "
-        "its "
-        "ECE is near 0 by construction while it tells confident from doubtful predictions apart "
-        "not at "
-        "all."
+        "conf1 is not ranked on ECE1/ECE2: one constant per class equals the class's "
+        "accuracy, so its ECE is near 0 by construction while it tells confident from "
+        "doubtful predictions apart not at all."
     )
 
     def __init__(self):
@@ -86,8 +84,8 @@ class Conf1(ScoreCalibrator):
         return np.full(score.shape, state["conf1"])
 
     def _interval(self, data, level):
-        """Jeffreys interval of the class's accuracy from its TP and FP counts (classes never
-        predicted: the uncalibrated score itself)."""
+        """Jeffreys interval of the class's accuracy from its TP and FP counts (classes
+        never predicted: the uncalibrated score itself)."""
         conf = self._predict(data)
         t, f = self.n_tp_[data.pred], self.n_fp_[data.pred]
         lo, hi = intervals.count_interval(t, t + f, level)

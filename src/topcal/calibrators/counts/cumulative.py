@@ -1,17 +1,16 @@
 """Cumulative confidence and its cut-off variants (paper section 7, eqs. 11-13).
 
-Conf_Cum(S) = Hist_k([S, inf)): the fraction of true positives among the
-class's positives scoring S *or better* (PhANNs' original rule). It answers
-"how often is a prediction with this score or a higher one right", not the
-probability at S, so it overestimates confidence at low scores.
+Conf_Cum(S) = Hist_k([S, inf)): the fraction of true positives among the class's positives
+scoring S *or better* (PhANNs' original rule). It answers "how often is a prediction with
+this score or a higher one right", not the probability at S, so it overestimates confidence
+at low scores.
 
-Conf_Cum+(S) = Conf_Cum(S) for S >= theta, and Hist_k([lo, theta]) (one big
-bin) below theta. ``cum-median`` takes theta = the weighted median positive
-score of the class; ``cum-opt`` (the paper's CwOC, Conf_Cum*) the theta among
-the class's observed scores that minimises the class's top-label NLL on the
-fitting data (first minimiser, i.e. the lowest such theta, on ties). A
-cut-off at the class's lowest observed score is no cut-off (plain Conf_Cum);
-``theta`` is then reported as the lower end of the score range.
+Conf_Cum+(S) = Conf_Cum(S) for S >= theta, and Hist_k([lo, theta]) (one big bin) below
+theta. ``cum-median`` takes theta = the weighted median positive score of the class;
+``cum-opt`` (the paper's CwOC, Conf_Cum*) the theta among the class's observed scores that
+minimises the class's top-label NLL on the fitting data (first minimiser, i.e. the lowest
+such theta, on ties). A cut-off at the class's lowest observed score is no cut-off (plain
+Conf_Cum); ``theta`` is then reported as the lower end of the score range.
 """
 
 from __future__ import annotations
@@ -37,10 +36,10 @@ _UNSET = object()
 class _CumulativeBase(ScoreCalibrator):
     """Shared machinery: suffix sums over the class's distinct scores.
 
-    ``shrinkage`` ("auto", "class" or a number >= 0, default "auto") adds
-    pseudo-counts of the pooled reference curve to the counts behind each
-    value (the positives scoring >= S, or those <= theta below theta); 0 is
-    the paper's estimator exactly. See :mod:`topcal.calibrators.shrinkage`.
+    ``shrinkage`` ("auto", "class" or a number >= 0, default "auto") adds pseudo-counts of
+    the pooled reference curve to the counts behind each value (the positives scoring >= S,
+    or those <= theta below theta); 0 is the paper's estimator exactly. See
+    :mod:`topcal.calibrators.shrinkage`.
     """
 
     step_curve = True
@@ -48,11 +47,12 @@ class _CumulativeBase(ScoreCalibrator):
 
     _parameter_constraints = {"shrinkage": ShrinkageConstraint()}
     shrinkable = True
-    #: True on a shrunk model's pooled reference (:meth:`_fit_as_reference`): its owner prepares its
-    #: lookups, which keep positions only (searched by shrunk applies alone)
+    #: True on a shrunk model's pooled reference (:meth:`_fit_as_reference`): its owner
+    #: prepares its lookups, which keep positions only (searched by shrunk applies alone)
     _as_reference = False
-    # a fit's scratch: the class fits' counts per distinct score, each class entry's pooled index
-    # (_pooled_seed), the pooled counts a reference is seeded with; the lookups (made on first use)
+    # a fit's scratch: the class fits' counts per distinct score, each class entry's pooled
+    # index (_pooled_seed), the pooled counts a reference is seeded with; the lookups (made
+    # on first use)
     _fit_counts = _ref_rank = _pooled_counts = None
     _tables_index = _conf_layout = _counts_layout = _UNSET
     _reference_slots = None
@@ -74,13 +74,14 @@ class _CumulativeBase(ScoreCalibrator):
         tp = np.bincount(inv, weights=view.tp[keep], minlength=u.size)
         fp = np.bincount(inv, weights=view.fp[keep], minlength=u.size)
         kept = self._fit_counts
-        if kept is not None:  # a shrunk fit: its reference and cells come from these (_pooled_seed)
+        # a shrunk fit: its reference and cells come from these (_pooled_seed)
+        if kept is not None:
             kept[k] = (tp, fp)
         return self._state_of_counts(u, tp, fp)
 
     def _state_of_counts(self, u, tp, fp) -> dict:
-        """The state of a class from its distinct scores ``u`` (ascending) and their TP and FP
-        weights."""
+        """The state of a class from its distinct scores ``u`` (ascending) and their TP and
+        FP weights."""
         # suffix sums: samples with score >= u[i]
         stp = np.cumsum(tp[::-1])[::-1]
         sp = np.cumsum((tp + fp)[::-1])[::-1]
@@ -88,9 +89,9 @@ class _CumulativeBase(ScoreCalibrator):
         del stp  # (peak memory)
         j = self._theta_index(u, tp, fp, cum)
         if j == 0:
-            # A cut-off at the lowest observed score changes nothing on the data;
-            # we read it as "no cut-off" so scores below the data get Conf_Cum
-            # there, i.e. the class's Conf1, rather than the lowest bin alone.
+            # A cut-off at the lowest observed score changes nothing on the data; we read it
+            # as "no cut-off" so scores below the data get Conf_Cum there, i.e. the class's
+            # Conf1, rather than the lowest bin alone.
             return {
                 "scores": u,
                 "values": cum,
@@ -114,9 +115,10 @@ class _CumulativeBase(ScoreCalibrator):
 
     # ------------------------------------------------ shrinkage from the classes' tables
     def _fit_all_classes(self, data):
-        """The default class-by-class fit; a shrunk fit keeps each class's TP and FP weights per
-        distinct score until its reference is made (:meth:`_pooled_seed`), and a reference seeded
-        with the pooled counts takes its one state from them (no pass over the rows)."""
+        """The default class-by-class fit; a shrunk fit keeps each class's TP and FP weights
+        per distinct score until its reference is made (:meth:`_pooled_seed`), and a
+        reference seeded with the pooled counts takes its one state from them (no pass over
+        the rows)."""
         pooled, self._pooled_counts = self._pooled_counts, None
         if pooled is not None:
             u, tp, fp, support = pooled
@@ -136,9 +138,8 @@ class _CumulativeBase(ScoreCalibrator):
         ):  # the reference's shrunk value per slot (its counts layout is then dropped)
             self._reference_slots_values()
             self.reference_._tables.build()
-        # the bucket grid of the class tables: built now that the fit's scratch is freed (peak
-        # memory),
-        # not by the first lookup (apply time)
+        # the bucket grid of the class tables: built now that the fit's scratch is freed
+        # (peak memory), not by the first lookup (apply time)
         self._tables.build()
 
     def _fit_shrinkage(self, data) -> None:
@@ -148,16 +149,16 @@ class _CumulativeBase(ScoreCalibrator):
             self._fit_counts = self._ref_rank = None
 
     def _fit_reference(self, pooled, data):
-        """The pooled reference (:meth:`ScoreCalibrator._fit_reference`), its one state taken from
-        the class fits' counts where :meth:`_pooled_seed` can make them."""
+        """The pooled reference (:meth:`ScoreCalibrator._fit_reference`), its one state
+        taken from the class fits' counts where :meth:`_pooled_seed` can make them."""
         ref = type(self)(**{**self.get_params(), "shrinkage": 0})
         ref._fit_as_reference(pooled, self._pooled_seed(data))
         return ref
 
     def _fit_as_reference(self, pooled, seed) -> None:
-        """Fit as a shrunk model's pooled reference on the ``pooled`` rows (``keep="model"``),
-        from the pooled counts ``seed`` (or the rows, where None); its owner prepares its
-        lookups."""
+        """Fit as a shrunk model's pooled reference on the ``pooled`` rows
+        (``keep="model"``), from the pooled counts ``seed`` (or the rows, where None); its
+        owner prepares its lookups."""
         self._as_reference, self._pooled_counts = True, seed
         try:
             self.fit(pooled, keep="model")
@@ -165,17 +166,18 @@ class _CumulativeBase(ScoreCalibrator):
             self._pooled_counts = None
 
     def _pooled_seed(self, data):
-        """The pooled counts from the classes' own (a merge of K sorted runs, not a sort of all
-        rows).
+        """The pooled counts from the classes' own (a merge of K sorted runs, not a sort of
+        all rows).
 
-        The pooled curve's distinct scores are the union of the classes', and its TP and FP weight
-        at a score the sum of the classes' there. Where no score is shared by two classes every
-        pooled weight is one class's, summed over the same rows in the same order as a fit on the
-        pooled rows sums them; where scores are shared the sums are exact when every weight is a
-        whole number (counts: exact below 2^53, which the data's sample total check guarantees), so
-        the pooled state is the one :meth:`_fit_class` makes from the pooled rows, bit for bit. Rows
-        with fractional weights and shared scores keep the pooled fit over the rows. Each class
-        entry's index among the pooled scores is kept for :meth:`_cell_sums`.
+        The pooled curve's distinct scores are the union of the classes', and its TP and FP
+        weight at a score the sum of the classes' there. Where no score is shared by two
+        classes every pooled weight is one class's, summed over the same rows in the same
+        order as a fit on the pooled rows sums them; where scores are shared the sums are
+        exact when every weight is a whole number (counts: exact below 2^53, which the
+        data's sample total check guarantees), so the pooled state is the one
+        :meth:`_fit_class` makes from the pooled rows, bit for bit. Rows with fractional
+        weights and shared scores keep the pooled fit over the rows. Each class entry's
+        index among the pooled scores is kept for :meth:`_cell_sums`.
         """
         kept = self._fit_counts
         states = self.class_state_
@@ -213,11 +215,11 @@ class _CumulativeBase(ScoreCalibrator):
         return u0, tp0, fp0, support
 
     def _cell_sums(self, ref, pred, score, tp, fp):
-        """:meth:`ScoreCalibrator._cell_sums` from the class fits' own weights per distinct score
-        and
-        each class entry's pooled index (:meth:`_pooled_seed`): no lookup of the rows in the class
-        tables nor of the cells in the reference's. The same sums: a row's cell is its score's key,
-        whose weights the class fit summed over the same rows in the same order."""
+        """:meth:`ScoreCalibrator._cell_sums` from the class fits' own weights per distinct
+        score and each class entry's pooled index (:meth:`_pooled_seed`): no lookup of the
+        rows in the class tables nor of the cells in the reference's. The same sums: a row's
+        cell is its score's key, whose weights the class fit summed over the same rows in
+        the same order."""
         kept, rank = self._fit_counts, self._ref_rank
         self._fit_counts = self._ref_rank = None
         if kept is None or rank is None:
@@ -242,7 +244,8 @@ class _CumulativeBase(ScoreCalibrator):
             p, ins = _cut_slot(st)
             r = rank[b : b + u.size]
             b += u.size
-            slot0 = r + ((r >= p0) if ins0 else 0)  # the key of u[i] among the reference's keys
+            # the key of u[i] among the reference's keys
+            slot0 = r + ((r >= p0) if ins0 else 0)
             for w, src in ((w_tp, kept[k][0]), (w_fp, kept[k][1])):
                 w[a : a + p] = src[:p]
                 w[a + p + ins : a + u.size + ins] = src[p:]
@@ -285,20 +288,20 @@ class _CumulativeBase(ScoreCalibrator):
         return out
 
     def _index_states(self) -> None:
-        """Every class's lookup keys end to end, with a bucket grid (:class:`SortedTables`) to
-        search them.
+        """Every class's lookup keys end to end, with a bucket grid (:class:`SortedTables`)
+        to search them.
 
         A lookup is then one bucket computation and a gather or two per row, for all rows of
         all classes together: no sort of the rows and no binary search in a long table (the
-        reference's table holds every distinct score of the fitting data). A class's keys are
-        its scores and the float just below theta (:func:`_lookup_keys`), so the key interval
-        of a score tells both its entry and whether it lies below theta: each slot holds the
-        value the score takes there, Conf (:attr:`_conf`) and the (TP count, count) pair of its
-        local counts (:attr:`_counts`), the products the per-row code forms. Those two layouts
-        are built on first use (memory: a shrunk model needs only the counts, its
-        reference only its shrunk values, an unshrunk fit only Conf), and so are the tables
-        (:attr:`_tables`; a fit makes them at its end, :meth:`_fit`). Classes without a state
-        get an empty table (zeros); their rows are handled by the callers.
+        reference's table holds every distinct score of the fitting data). A class's keys
+        are its scores and the float just below theta (:func:`_lookup_keys`), so the key
+        interval of a score tells both its entry and whether it lies below theta: each slot
+        holds the value the score takes there, Conf (:attr:`_conf`) and the (TP count,
+        count) pair of its local counts (:attr:`_counts`), the products the per-row code
+        forms. Those two layouts are built on first use (memory: a shrunk model needs only
+        the counts, its reference only its shrunk values, an unshrunk fit only Conf), and so
+        are the tables (:attr:`_tables`; a fit makes them at its end, :meth:`_fit`). Classes
+        without a state get an empty table (zeros); their rows are handled by the callers.
         """
         states = self.class_state_
         self._has_state = np.array([s is not None for s in states], dtype=bool)
@@ -306,9 +309,9 @@ class _CumulativeBase(ScoreCalibrator):
 
     @property
     def _tables(self) -> SortedTables:
-        """The lookup tables (:meth:`_index_states`), made on first use: a fit lays out its counts
-        (:meth:`_layout`, from the tables' sizes alone) and makes them at its end, when its scratch
-        is freed (peak memory)."""
+        """The lookup tables (:meth:`_index_states`), made on first use: a fit lays out its
+        counts (:meth:`_layout`, from the tables' sizes alone) and makes them at its end,
+        when its scratch is freed (peak memory)."""
         if self._tables_index is _UNSET:
             size = self._table_sizes()
             offsets = np.concatenate([[0], np.cumsum(size)])
@@ -322,28 +325,32 @@ class _CumulativeBase(ScoreCalibrator):
                     keys[a : a + p] = u[:p]
                     keys[a + p] = np.nextafter(st["theta"], -np.inf)
                     keys[a + p + ins : a + u.size + ins] = u[p:]
-            # the class tables keep a (position, entry) pair per bucket (one gather per lookup); the
-            # pooled reference's, searched by shrunk applies only, the position (a quarter of the
-            # memory)
+            # the class tables keep a (position, entry) pair per bucket (one gather per
+            # lookup); the pooled reference's, searched by shrunk applies only, the position
+            # (a quarter of the memory)
             self._tables_index = SortedTables(keys, offsets, paired=not self._as_reference)
         return cast(SortedTables, self._tables_index)  # (no longer _UNSET)
 
     def _table_sizes(self) -> np.ndarray:
         """Every class's number of lookup keys (:func:`_lookup_keys`; 0 without a state)."""
         return np.array(
-            [0 if st is None else st["scores"].size + _cut_slot(st)[1] for st in self.class_state_],
+            [
+                0 if st is None else st["scores"].size + _cut_slot(st)[1]
+                for st in self.class_state_
+            ],
             dtype=np.int64,
         )
 
     def _layout(self, counts: bool):
-        """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for the
-        tables.
+        """Conf per lookup slot, or its (TP count, count) pair (``counts``), laid out for
+        the tables.
 
-        Written class by class into the layout (:meth:`SortedTables.slot_starts`) with slices: a
-        class's keys up to and including its key below theta (:func:`_lookup_keys`) lie below theta
-        and take the one bin's value, the rest are its scores from the first above theta on, each
-        with its own entry, and the slot after the last repeats the last entry (no
-        per-key index arrays and no second copy of the layout, peak memory)."""
+        Written class by class into the layout (:meth:`SortedTables.slot_starts`) with
+        slices: a class's keys up to and including its key below theta
+        (:func:`_lookup_keys`) lie below theta and take the one bin's value, the rest are
+        its scores from the first above theta on, each with its own entry, and the slot
+        after the last repeats the last entry (no per-key index arrays and no second copy of
+        the layout, peak memory)."""
         size = self._table_sizes()
         start = SortedTables.slot_starts(size).tolist()
         total = int(size.sum()) + size.size
@@ -380,7 +387,8 @@ class _CumulativeBase(ScoreCalibrator):
 
     @property
     def _counts(self):
-        """The (TP count, count) layout, or None for files before shrinkage (no counts stored)."""
+        """The (TP count, count) layout, or None for files before shrinkage (no counts
+        stored)."""
         if self._counts_layout is _UNSET:
             ok = all("n_above" in s for s in self.class_state_ if s is not None)
             self._counts_layout = self._layout(counts=True) if ok else None
@@ -397,8 +405,8 @@ class _CumulativeBase(ScoreCalibrator):
         return np.where(score >= state["theta"], cum, state["below"])
 
     def _predict_rows(self, pred, score):
-        """Unshrunk Conf of every row's own class in one lookup (rows of classes without a state:
-        the uncalibrated score, as :meth:`_predict_scores` gives them)."""
+        """Unshrunk Conf of every row's own class in one lookup (rows of classes without a
+        state: the uncalibrated score, as :meth:`_predict_scores` gives them)."""
         score = np.asarray(score, dtype=np.float64)
         out = self._conf[self._tables.positions(score, pred)]
         if not self._has_state.all():
@@ -413,28 +421,28 @@ class _CumulativeBase(ScoreCalibrator):
         return self._counts is not None
 
     def _local_counts_rows(self, pred, score):
-        """:meth:`_local_counts` of every row's own class (``pred`` an int array, or one class for
-        all rows), all classes in one lookup and one gather (rows of classes without a state: 0,
-        0)."""
+        """:meth:`_local_counts` of every row's own class (``pred`` an int array, or one
+        class for all rows), all classes in one lookup and one gather (rows of classes
+        without a state: 0, 0)."""
         tn = np.take(self._counts, self._tables.positions(score, pred), axis=0)
         return tn[:, 0], tn[:, 1]
 
-    #: The suffix counts change at every distinct score: choose the pseudo-count on runs of cells
-    #: with counts within 1% (exact below 100; docs/shrinkage.md).
+    #: The suffix counts change at every distinct score: choose the pseudo-count on runs of
+    #: cells with counts within 1% (exact below 100; docs/shrinkage.md).
     count_run_width = shr.COUNT_RUN_WIDTH
 
     def _count_keys(self, pred, score):
-        """(slot of every row in the tables laid end to end, TP count and count per slot, class per
-        slot,
-        score per slot; None, None for one class ``pred``). A slot is a class's lookup key (a
-        distinct score of its fitting data, or
-        the float below theta) or the slot after its last: a fitting row's slot is the key equal to
-        its score; the slot after the last gets +inf."""
+        """(slot of every row in the tables laid end to end, TP count and count per slot,
+        class per slot, score per slot; None, None for one class ``pred``). A slot is a
+        class's lookup key (a distinct score of its fitting data, or the float below theta)
+        or the slot after its last: a fitting row's slot is the key equal to its score; the
+        slot after the last gets +inf."""
         counts = (
             self._counts
         )  # built first: the rows' positions are not held meanwhile (peak memory)
         cell = self._tables.positions(np.asarray(score, dtype=np.float64), pred)
-        if np.ndim(pred) == 0:  # one class for all rows (the reference): no per-slot class or score
+        # one class for all rows (the reference): no per-slot class or score
+        if np.ndim(pred) == 0:
             return cell, counts[:, 0], counts[:, 1], None, None
         keys = [np.zeros(0) if st is None else _lookup_keys(st)[0] for st in self.class_state_]
         per_class = np.array([k.size + 1 for k in keys])
@@ -448,15 +456,15 @@ class _CumulativeBase(ScoreCalibrator):
         )
 
     def _reference(self, score: np.ndarray) -> np.ndarray:
-        """The reference curve at every score: its shrunk value per table slot, worked out once
-        (the same operations on the same counts as per row) and gathered."""
+        """The reference curve at every score: its shrunk value per table slot, worked out
+        once (the same operations on the same counts as per row) and gathered."""
         slots = self._reference_slots_values()
         return slots[self.reference_._tables.positions(np.asarray(score, dtype=np.float64), 0)]
 
     def _reference_slots_values(self) -> np.ndarray:
-        """The reference's shrunk value per slot of its table (made at the end of a fit, or by the
-        first
-        lookup after a load); the reference then drops its counts layout (rebuilt if asked for)."""
+        """The reference's shrunk value per slot of its table (made at the end of a fit, or
+        by the first lookup after a load); the reference then drops its counts layout
+        (rebuilt if asked for)."""
         ref = self.reference_
         key = (ref._tables, self.reference_m_, self.reference_rate_)
         cache = self._reference_slots
@@ -465,7 +473,9 @@ class _CumulativeBase(ScoreCalibrator):
         ):  # a new fit or load: new tables
             counts = ref._counts
             ref._drop_counts_layout()  # kept as its shrunk values only (rebuilt if asked for)
-            slots = shr.shrink(counts[:, 0], counts[:, 1], self.reference_rate_, self.reference_m_)
+            slots = shr.shrink(
+                counts[:, 0], counts[:, 1], self.reference_rate_, self.reference_m_
+            )
             del counts
             cache = self._reference_slots = (*key, slots)
         return cache[-1]
@@ -474,7 +484,9 @@ class _CumulativeBase(ScoreCalibrator):
         out: list[dict] = []
         for st, sup in zip(self.class_state_, self.support_):
             if st is None:
-                out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
+                out.append(
+                    {"fallback": "uncalibrated (class never predicted in fitting data)"}
+                )
                 continue
             out.append(
                 {
@@ -490,8 +502,8 @@ class _CumulativeBase(ScoreCalibrator):
 
 
 def _index_dtype(size: int):
-    """int32 for indices below ``size`` where it is below 2^31 (half the memory of int64), else
-    int64."""
+    """int32 for indices below ``size`` where it is below 2^31 (half the memory of int64),
+    else int64."""
     return np.int32 if size < np.iinfo(np.int32).max else np.int64
 
 
@@ -505,7 +517,8 @@ def _cut_slot(state: dict) -> tuple[int, int]:
 
 
 def _lookup_keys(state: dict):
-    """A class's lookup keys and, per key, its table entry and whether it lies at or above theta.
+    """A class's lookup keys and, per key, its table entry and whether it lies at or above
+    theta.
 
     The keys are the class's scores and ``cut``, the largest float below theta. A score s
     falls in one key interval (keys[e - 1], keys[e]] (``searchsorted(keys, s, side="left")
@@ -529,9 +542,9 @@ def _lookup_keys(state: dict):
 class Cumulative(_CumulativeBase):
     """Conf_Cum(S) = Hist_k([S, inf)) (paper eq. 11): accuracy of scores >= S.
 
-    Above the highest observed score the value at that score is held; below
-    the lowest, it is the class's Conf1. Fitted state per class: the distinct
-    scores and Conf_Cum at each (theta is the lowest score: no cut-off).
+    Above the highest observed score the value at that score is held; below the lowest, it
+    is the class's Conf1. Fitted state per class: the distinct scores and Conf_Cum at each
+    (theta is the lowest score: no cut-off).
     """
 
     name = "cum"
@@ -545,8 +558,8 @@ class Cumulative(_CumulativeBase):
 class CumulativeMedian(_CumulativeBase):
     """Conf_Cum+ with theta = weighted median positive score of the class (paper eq. 12).
 
-    theta is the lowest observed score at which the cumulative weight of the
-    class's positives reaches half of their total.
+    theta is the lowest observed score at which the cumulative weight of the class's
+    positives reaches half of their total.
     """
 
     name = "cum-median"
@@ -561,12 +574,11 @@ class CumulativeMedian(_CumulativeBase):
 class CumulativeOptimal(_CumulativeBase):
     """CwOC, Conf_Cum* (paper eq. 13): theta minimising the class's top-label NLL.
 
-    Candidates are the class's distinct observed scores (theta = lowest score
-    is plain Conf_Cum). For theta = u_j the loss is the NLL of Conf_Cum on
-    the samples with S >= u_j plus that of the constant Hist_k([lo, u_j]) on
-    those with S < u_j; all candidates cost one pass (prefix/suffix sums).
-    Confidences are clipped to [1e-12, 1 - 1e-12] in the loss, as in
-    :func:`topcal.metrics.nll`.
+    Candidates are the class's distinct observed scores (theta = lowest score is plain
+    Conf_Cum). For theta = u_j the loss is the NLL of Conf_Cum on the samples with S >= u_j
+    plus that of the constant Hist_k([lo, u_j]) on those with S < u_j; all candidates cost
+    one pass (prefix/suffix sums). Confidences are clipped to [1e-12, 1 - 1e-12] in the
+    loss, as in :func:`topcal.metrics.nll`.
     """
 
     name = "cum-opt"

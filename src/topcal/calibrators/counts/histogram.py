@@ -1,9 +1,9 @@
 """Histogram calibration, Conf_Hist (paper section 4, eqs. 5-6).
 
-For predicted class k and a partition b_0 < b_1 < ... < b_n of the score
-range, Conf_Hist,k(S) = |TP ∩ (b_i, b_{i+1}]| / |P ∩ (b_i, b_{i+1}]| for S in
-(b_i, b_{i+1}]. Bins are half-open on the left, as in the paper; the lowest
-bin also takes S = b_0 so the union covers the closed score range.
+For predicted class k and a partition b_0 < b_1 < ... < b_n of the score range,
+Conf_Hist,k(S) = |TP ∩ (b_i, b_{i+1}]| / |P ∩ (b_i, b_{i+1}]| for S in (b_i, b_{i+1}]. Bins
+are half-open on the left, as in the paper; the lowest bin also takes S = b_0 so the union
+covers the closed score range.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ __all__ = ["Histogram", "bin_index", "fill_empty_bins", "weighted_quantile_edges
 def fill_empty_bins(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Give each empty bin the value of the nearest non-empty bin (by bin index).
 
-    When two non-empty bins are equally near, the empty bin takes their
-    average. This holds the boundary value outside the data (no
-    extrapolation) and bridges gaps inside it. Needs at least one non-empty bin.
+    When two non-empty bins are equally near, the empty bin takes their average. This holds
+    the boundary value outside the data (no extrapolation) and bridges gaps inside it. Needs
+    at least one non-empty bin.
     """
     full = np.flatnonzero(counts > 0)
     out = values.copy()
@@ -55,16 +55,15 @@ class Histogram(ScoreCalibrator):
     n_bins : int, default 10
         Number of bins (the paper uses 10 equal-width bins).
     strategy : {"uniform", "quantile"}, default "uniform"
-        "uniform": equal-width bins over the declared score range.
-        "quantile": equal-mass bins (weighted quantiles of the class's
-        positive scores), merged where ties make edges coincide.
+        "uniform": equal-width bins over the declared score range. "quantile": equal-mass
+        bins (weighted quantiles of the class's positive scores), merged where ties make
+        edges coincide.
 
     Notes
     -----
-    An empty bin (no positives of the class) takes the value of the nearest
-    non-empty bin, the average of the two when both neighbours are equally
-    near (:func:`fill_empty_bins`). Fitted state per class: ``edges``,
-    ``values``, and the bin counts ``tp`` and ``fp``.
+    An empty bin (no positives of the class) takes the value of the nearest non-empty bin,
+    the average of the two when both neighbours are equally near (:func:`fill_empty_bins`).
+    Fitted state per class: ``edges``, ``values``, and the bin counts ``tp`` and ``fp``.
     """
 
     name = "hist"
@@ -126,9 +125,9 @@ class Histogram(ScoreCalibrator):
 
     @staticmethod
     def _source_bins(st: dict) -> tuple[np.ndarray, np.ndarray]:
-        """Per bin, the non-empty bins whose counts stand behind its value: (left, right), the bin
-        itself twice where it has positives, else its nearest non-empty bin (both nearest on a tie,
-        whose values :func:`fill_empty_bins` averages)."""
+        """Per bin, the non-empty bins whose counts stand behind its value: (left, right),
+        the bin itself twice where it has positives, else its nearest non-empty bin (both
+        nearest on a tie, whose values :func:`fill_empty_bins` averages)."""
         n = st["tp"] + st["fp"]
         idx = np.arange(n.size)
         full = np.flatnonzero(n > 0)
@@ -144,8 +143,8 @@ class Histogram(ScoreCalibrator):
         return a, b
 
     def _interval_counts(self, pred, score):
-        """A bin's own counts; an empty bin's those of the bin(s) whose value it holds (pooled on a
-        tie)."""
+        """A bin's own counts; an empty bin's those of the bin(s) whose value it holds
+        (pooled on a tie)."""
         t = np.zeros(score.shape[0])
         n = np.zeros(score.shape[0])
         # one sort, not a pass per class (K passes: describe at 1,500 classes took minutes)
@@ -161,9 +160,9 @@ class Histogram(ScoreCalibrator):
         return t, n
 
     def _interval_bias(self, pred, score):
-        """Binning bias: Conf at a score differs from its bin's rate by about slope x (score - bin
-        midpoint), the slope read off the fitted curve between the neighbouring bins' midpoints (an
-        empty bin: the midpoint of the bin(s) whose value it holds)."""
+        """Binning bias: Conf at a score differs from its bin's rate by about slope x (score
+        - bin midpoint), the slope read off the fitted curve between the neighbouring bins'
+        midpoints (an empty bin: the midpoint of the bin(s) whose value it holds)."""
         bias = np.zeros(score.shape[0])
         todo = [
             (k, rows)
@@ -172,9 +171,12 @@ class Histogram(ScoreCalibrator):
         ]
         if not todo:
             return bias
-        # every class's bin midpoints in one call of the curve (a call per class costs K each:
-        # K^2 at 10^5 classes); the curve is computed row by row, so the values are the same
-        mids = [0.5 * (e[:-1] + e[1:]) for e in (self.class_state_[k]["edges"] for k, _ in todo)]
+        # every class's bin midpoints in one call of the curve (a call per class costs K
+        # each: K^2 at 10^5 classes); the curve is computed row by row, so the values are
+        # the same
+        mids = [
+            0.5 * (e[:-1] + e[1:]) for e in (self.class_state_[k]["edges"] for k, _ in todo)
+        ]
         sizes = [m.size for m in mids]
         curves = np.split(
             self._curve_rows(np.repeat([k for k, _ in todo], sizes), np.concatenate(mids)),
@@ -184,7 +186,8 @@ class Histogram(ScoreCalibrator):
             st = self.class_state_[k]
             e = st["edges"]
             # the slope between the midpoints of bins with rows: an empty bin's value is its
-            # neighbour's copy, and a difference across it would halve the slope at the data's edge
+            # neighbour's copy, and a difference across it would halve the slope at the
+            # data's edge
             full = np.flatnonzero(st["tp"] + st["fp"] > 0)
             if full.size < 2:
                 continue
@@ -197,15 +200,16 @@ class Histogram(ScoreCalibrator):
         return bias
 
     def _count_keys(self, pred, score):
-        """(bin of every row numbered across classes, TP and positive count per bin, class per bin,
-        None);
-        a class without state has one bin of counts 0. Classes sharing their edges (``uniform``)
-        are binned in one search."""
+        """(bin of every row numbered across classes, TP and positive count per bin, class
+        per bin, None); a class without state has one bin of counts 0. Classes sharing their
+        edges (``uniform``) are binned in one search."""
         states = self.class_state_
         size = np.array([1 if st is None else st["tp"].size for st in states], dtype=np.int64)
         start = np.concatenate([[0], np.cumsum(size)[:-1]])
         t = np.concatenate([np.zeros(1) if st is None else st["tp"] for st in states])
-        n = np.concatenate([np.zeros(1) if st is None else st["tp"] + st["fp"] for st in states])
+        n = np.concatenate(
+            [np.zeros(1) if st is None else st["tp"] + st["fp"] for st in states]
+        )
         cell_class = np.repeat(np.arange(len(states)), size)
         edges = [st["edges"] for st in states if st is not None]
         if np.ndim(pred) == 0:  # one class for all rows
@@ -220,7 +224,9 @@ class Histogram(ScoreCalibrator):
             cell = np.empty(score.shape[0], dtype=np.int64)
             for k, idx in rows_by_class(pred, len(states)):
                 st = states[k]
-                cell[idx] = start[k] + (0 if st is None else bin_index(st["edges"], score[idx]))
+                cell[idx] = start[k] + (
+                    0 if st is None else bin_index(st["edges"], score[idx])
+                )
         return cell, t, n, cell_class, None
 
     def _local_counts(self, k: int, score: np.ndarray):

@@ -1,4 +1,5 @@
-"""The binned engine: linear binning onto a fine grid and FFT convolution, for one class or many.
+"""The binned engine: linear binning onto a fine grid and FFT convolution, for one class or
+many.
 
 Private module of :mod:`topcal.calibrators.kde` (see ``_engine.py``).
 """
@@ -25,17 +26,17 @@ from ._kernels import (
 def linear_bin(group, score, tp, fp, lo, hi, n_groups):
     """Linear binning of TP and FP weights onto each group's fine grid, in one pass.
 
-    Row r lies on the grid of ``group[r]``: FINE_CELLS + 1 points from
-    ``lo[group]`` to ``hi[group]``; its weight is split between the two
-    neighbouring points in proportion to proximity. Returns T, F of shape
-    (n_groups, FINE_CELLS + 1). Weights add up, so counts from several chunks
-    (or machines) can be binned separately and summed.
+    Row r lies on the grid of ``group[r]``: FINE_CELLS + 1 points from ``lo[group]`` to
+    ``hi[group]``; its weight is split between the two neighbouring points in proportion to
+    proximity. Returns T, F of shape (n_groups, FINE_CELLS + 1). Weights add up, so counts
+    from several chunks (or machines) can be binned separately and summed.
     """
     m = FINE_CELLS + 1
     width = hi - lo
     inv = np.where(width > 0, FINE_CELLS / np.where(width > 0, width, 1.0), 0.0)
-    # one group (the pooled reference): its scalars instead of per-row gathers; the temporaries
-    # are reused in place (fresh arrays of many MB cost page faults): the same values either way
+    # one group (the pooled reference): its scalars instead of per-row gathers; the
+    # temporaries are reused in place (fresh arrays of many MB cost page faults): the same
+    # values either way
     one = n_groups == 1
     pos = score - (lo[0] if one else lo[group])
     pos *= inv[0] if one else inv[group]
@@ -48,7 +49,8 @@ def linear_bin(group, score, tp, fp, lo, hi, n_groups):
     size = n_groups * m
     wt = tp * fr
     wf = fp * fr
-    # i never reaches a group's last point, so the right-hand shares shift by one within the group
+    # i never reaches a group's last point, so the right-hand shares shift by one within the
+    # group
     T = np.bincount(i, np.subtract(tp, wt, out=fr), minlength=size)
     T[1:] += np.bincount(i, wt, minlength=size)[:-1]
     F = np.bincount(i, np.subtract(fp, wf, out=fr), minlength=size)
@@ -57,11 +59,12 @@ def linear_bin(group, score, tp, fp, lo, hi, n_groups):
 
 
 def kernel_reach(b, step, m) -> int:
-    """Offsets 0 .. reach - 1 of a kernel sampled on ``m`` points of spacing ``step`` that can be
-    nonzero.
+    """Offsets 0 .. reach - 1 of a kernel sampled on ``m`` points of spacing ``step`` that
+    can be nonzero.
 
     ``b`` and ``step`` are (rows, 1) or broadcastable; the reach covers every row: offsets j
-    with j * step >= KERNEL_REACH * b have kernel value exp(-(j step / b)^2 / 2) = 0 exactly.
+    with j * step >= KERNEL_REACH * b have kernel value exp(-(j step / b)^2 / 2) = 0
+    exactly.
     """
     return int(min(m, np.ceil(KERNEL_REACH * np.max(b / step)) + 1))
 
@@ -80,8 +83,8 @@ class Workspace:
         self._arrays = {}
 
     def get(self, name, shape, dtype=np.float64) -> np.ndarray:
-        """An uninitialised C-contiguous array of ``shape`` under ``name`` (its contents are the
-        caller's)."""
+        """An uninitialised C-contiguous array of ``shape`` under ``name`` (its contents are
+        the caller's)."""
         need = math.prod(shape)  # Python ints: np.prod's call overhead was ~40 us a step
         a = self._arrays.get(name)
         if a is None or a.dtype != np.dtype(dtype) or a.size < need:
@@ -89,16 +92,17 @@ class Workspace:
         return a[:need].reshape(shape)
 
 
-#: numpy >= 2 lets the FFTs write into given arrays (``out=``); with older numpy they allocate.
+#: numpy >= 2 lets the FFTs write into given arrays (``out=``); with older numpy they
+#: allocate.
 FFT_OUT = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
 
 
 def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work: Workspace | None = None):
     """Unshifted kernel sums on a level's grid of m points, one row per bandwidth: (KT, KP).
 
-    ``ft_t``, ``ft_p``: rfft of the TP and positive weights, one row per bandwidth or one row
-    for all; ``step`` and ``lo`` (grid spacing, support start) scalars or one per row. The
-    kernel is sampled at every offset the grid needs and transformed per row (see
+    ``ft_t``, ``ft_p``: rfft of the TP and positive weights, one row per bandwidth or one
+    row for all; ``step`` and ``lo`` (grid spacing, support start) scalars or one per row.
+    The kernel is sampled at every offset the grid needs and transformed per row (see
     :class:`BinnedEngine`), so a row's arithmetic does not depend on the other rows. With
     ``work`` the transforms are written into its arrays (the same values) and KT, KP are
     views of them, valid until the next call with the same ``work``.
@@ -106,8 +110,8 @@ def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work: Workspace | None
     b = b[:, None]
     step = np.reshape(step, (-1, 1))
     rows, nft = b.shape[0], nfft // 2 + 1
-    # offsets of KERNEL_REACH b or more have exponent <= -KERNEL_REACH^2 / 2 and exp exactly 0:
-    # only the offsets below are evaluated (the same values; the rest stay 0)
+    # offsets of KERNEL_REACH b or more have exponent <= -KERNEL_REACH^2 / 2 and exp exactly
+    # 0: only the offsets below are evaluated (the same values; the rest stay 0)
     reach = kernel_reach(b, step, m)
     half = np.exp(-0.5 * ((step * np.arange(reach)[None, :]) / b) ** 2)
     if work is None:
@@ -130,7 +134,8 @@ def binned_sums(ft_t, ft_p, b, step, m, nfft, lo, bounds, work: Workspace | None
         spec_t = np.multiply(ft_t, ft, out=work.get("spec_t", (rows, nft), np.complex128))
         spec_p = np.multiply(ft_p, ft, out=ft)
     if bounds is not None:
-        # correlation kernel at index q = g + h: phi(2(lo - L) + q step) + phi(2(lo - H) + q step)
+        # correlation kernel at index q = g + h: phi(2(lo - L) + q step) + phi(2(lo - H) + q
+        # step)
         q = step * np.arange(2 * m - 1)[None, :]
         lo = np.reshape(lo, (-1, 1))
         kr = np.zeros((b.shape[0], nfft))
@@ -157,9 +162,9 @@ class BinnedScanBatch:
     """
 
     #: Work arrays of one FFT call, at most (unless one row needs more): rows go WORK_BYTES
-    #: // (nfft x BYTES_PER_POINT) per call. Once every row of a level went in
-    #: one call, 6 arrays of 64 KB a row on the finest level (10 classes: 3.9 MB, ~5x a
-    #: 10^4 x 10 input); a call of a few rows costs the same per row (the FFTs dominate).
+    #: // (nfft x BYTES_PER_POINT) per call. Once every row of a level went in one call, 6
+    #: arrays of 64 KB a row on the finest level (10 classes: 3.9 MB, ~5x a 10^4 x 10
+    #: input); a call of a few rows costs the same per row (the FFTs dominate).
     WORK_BYTES = 1 << 20
     #: Bytes of work arrays per FFT point and row: the kernel (then KT) and KP (8 each), the
     #: kernel's transform (then the positives' spectrum) and the TP spectrum, and the
@@ -172,10 +177,14 @@ class BinnedScanBatch:
         self.unit = np.array([e.CELLS_PER_B * e.delta for e in engines])  # level_of's divisor
         self.work = Workspace()  # the steps' transforms, reused (see Workspace)
         self.bounds = engines[0].bounds
-        # engines built together by BinnedEngine.many, in order: views of their stacked transforms
+        # engines built together by BinnedEngine.many, in order: views of their stacked
+        # transforms
         first = engines[0].stack
         rows = (
-            [e.stack[1] if e.stack is not None and e.stack[0] is first[0] else -1 for e in engines]
+            [
+                e.stack[1] if e.stack is not None and e.stack[0] is first[0] else -1
+                for e in engines
+            ]
             if first is not None
             else [-1]
         )
@@ -204,13 +213,13 @@ class BinnedScanBatch:
             )
 
     def levels_of(self, rows, b) -> np.ndarray:
-        """:meth:`BinnedEngine.level_of` of class ``rows[i]`` at bandwidth ``b[i]``, for all i in
-        one pass.
+        """:meth:`BinnedEngine.level_of` of class ``rows[i]`` at bandwidth ``b[i]``, for all
+        i in one pass.
 
-        floor(log2(b / unit)) vectorised; where the log2 lies within 1e-6 of an integer (a level
-        boundary: the candidates b_lo * 2^(i/4) fall on one at every 4th i) the engine's own
-        level_of decides, so the levels are level_of's whatever the vectorised log2 rounds to
-        there (elsewhere any log2 within 1e-6 has the same floor).
+        floor(log2(b / unit)) vectorised; where the log2 lies within 1e-6 of an integer (a
+        level boundary: the candidates b_lo * 2^(i/4) fall on one at every 4th i) the
+        engine's own level_of decides, so the levels are level_of's whatever the vectorised
+        log2 rounds to there (elsewhere any log2 within 1e-6 has the same floor).
         """
         r = b / self.unit[rows]
         lg = np.log2(np.where(r > 0, r, 1.0))
@@ -220,9 +229,9 @@ class BinnedScanBatch:
         return level
 
     def sign_changes(self, rows, bandwidths, at_most=None) -> np.ndarray:
-        """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]`` (always
-        exact:
-        ``at_most`` is accepted for the interface of :meth:`ExactScanBatch.sign_changes`)."""
+        """Slope sign changes on the scan grid of class ``rows[i]`` at ``bandwidths[i]``
+        (always exact: ``at_most`` is accepted for the interface of
+        :meth:`ExactScanBatch.sign_changes`)."""
         rows = np.asarray(rows, dtype=np.int64)
         b = np.asarray(bandwidths, dtype=np.float64)
         level = self.levels_of(rows, b)
@@ -236,9 +245,9 @@ class BinnedScanBatch:
             block = max(1, self.WORK_BYTES // (lv["nfft"] * self.BYTES_PER_POINT))
             for a in range(0, sel.size, block):
                 s_, r_ = sel[a : a + block], r[a : a + block]
-                # consecutive classes (the lockstep passes them in order): views of the stacked
-                # transforms; others gathered into the workspace (valid rows: mode "clip" writes
-                # straight into it, "raise" would buffer)
+                # consecutive classes (the lockstep passes them in order): views of the
+                # stacked transforms; others gathered into the workspace (valid rows: mode
+                # "clip" writes straight into it, "raise" would buffer)
                 if np.array_equal(r_, np.arange(r_[0], r_[0] + r_.size)):
                     ft_t, ft_p = (
                         lv["ft_t"][r_[0] : r_[0] + r_.size],
@@ -274,15 +283,16 @@ class BinnedScanBatch:
 
 
 class _Level(dict):
-    """One level of a :class:`BinnedEngine`: its transforms, step, cells and FFT size, and, built on
-    first use and kept, its grid ``"x"`` and coarsened weights ``"T"``, ``"F"`` (used by the
-    tables and ``loo_nll``, not by the scans: for many classes they were ~1/4 of a lockstep
-    batch's memory). The same values as built up front: the same operations on the same floats."""
+    """One level of a :class:`BinnedEngine`: its transforms, step, cells and FFT size, and,
+    built on first use and kept, its grid ``"x"`` and coarsened weights ``"T"``, ``"F"``
+    (used by the tables and ``loo_nll``, not by the scans: for many classes they were ~1/4
+    of a lockstep batch's memory). The same values as built up front: the same operations on
+    the same floats."""
 
     def __init__(self, lo, T, F, level, **arrays):
         super().__init__(**arrays)
-        # the engine's support start and fine weights, not the engine (no reference cycle: an
-        # engine is freed as soon as it is dropped)
+        # the engine's support start and fine weights, not the engine (no reference cycle:
+        # an engine is freed as soon as it is dropped)
         self._lo, self._T, self._F, self._level = lo, T, F, level
 
     def __missing__(self, key):
@@ -301,23 +311,20 @@ class _Level(dict):
 class BinnedEngine:
     """Linear binning onto a fine grid, then FFT convolution per bandwidth.
 
-    The grid has FINE_CELLS + 1 points x_g = lo + g * delta over the
-    support. Each weight is split between its two neighbouring grid points
-    in proportion to proximity (linear binning), once. For a bandwidth b the
-    kernel is sampled at every offset the grid needs (|j| <= cells, no
-    truncation) and convolved with both weight sequences by FFT; the kernel
-    is symmetric, so an FFT of 2 * cells points is exact (offsets +-cells
-    share one slot and one value). Reflection adds a correlation with the
-    kernel at 2 (x_g - limit) + offset, evaluated in the same inverse
-    transform.
+    The grid has FINE_CELLS + 1 points x_g = lo + g * delta over the support. Each weight is
+    split between its two neighbouring grid points in proportion to proximity (linear
+    binning), once. For a bandwidth b the kernel is sampled at every offset the grid needs
+    (|j| <= cells, no truncation) and convolved with both weight sequences by FFT; the
+    kernel is symmetric, so an FFT of 2 * cells points is exact (offsets +-cells share one
+    slot and one value). Reflection adds a correlation with the kernel at 2 (x_g - limit) +
+    offset, evaluated in the same inverse transform.
 
-    Coarser levels: linear binning is hierarchical on dyadic grids (moving
-    the weight of every odd point half to each even neighbour gives exactly
-    the linear binning onto the grid of spacing 2 delta), so the grids of
-    spacing 2^L delta, L = 0..3, cost nothing extra. A bandwidth b is
-    convolved on the coarsest level with b >= 16 * 2^L delta, which keeps
-    the linear-binning error bound of the finest level at b = 16 delta while
-    a large b costs an FFT of 1/8 the size.
+    Coarser levels: linear binning is hierarchical on dyadic grids (moving the weight of
+    every odd point half to each even neighbour gives exactly the linear binning onto the
+    grid of spacing 2 delta), so the grids of spacing 2^L delta, L = 0..3, cost nothing
+    extra. A bandwidth b is convolved on the coarsest level with b >= 16 * 2^L delta, which
+    keeps the linear-binning error bound of the finest level at b = 16 delta while a large b
+    costs an FFT of 1/8 the size.
     """
 
     name = "binned"
@@ -366,17 +373,17 @@ class BinnedEngine:
     @classmethod
     def _level_arrays(cls, T, F, bounds):
         """Per level: the transforms of the coarsened weights (rows of 2-D T, F transformed
-        together,
-        each row as on its own). The coarsened weights themselves are not kept (a level's "T", "F"
-        are rebuilt from the fine ones when asked for: the same values, see :class:`_Level`)."""
+        together, each row as on its own). The coarsened weights themselves are not kept (a
+        level's "T", "F" are rebuilt from the fine ones when asked for: the same values, see
+        :class:`_Level`)."""
         out = []
         t, f = T, F
         for level in range(cls.MAX_LEVEL + 1):
             if level:
                 t, f = cls._coarsen(t), cls._coarsen(f)
             cells = FINE_CELLS >> level
-            # 2 * cells suffices without reflection (see class docstring); with
-            # it the correlation reaches offset 2 * cells, so 4 * cells.
+            # 2 * cells suffices without reflection (see class docstring); with it the
+            # correlation reaches offset 2 * cells, so 4 * cells.
             nfft = 2 * cells if bounds is None else 4 * cells
             out.append(
                 {
@@ -390,9 +397,10 @@ class BinnedEngine:
 
     @classmethod
     def many(cls, T, F, lo, hi, bounds=None) -> list:
-        """One engine per row of the 2-D ``T``, ``F`` (supports ``lo[i]``, ``hi[i]``), their levels
-        coarsened and transformed for all rows at once (the same values as one by one); a
-        :class:`BinnedScanBatch` of them reads the stacked transforms without copying."""
+        """One engine per row of the 2-D ``T``, ``F`` (supports ``lo[i]``, ``hi[i]``), their
+        levels coarsened and transformed for all rows at once (the same values as one by
+        one); a :class:`BinnedScanBatch` of them reads the stacked transforms without
+        copying."""
         levels = cls._level_arrays(np.asarray(T), np.asarray(F), bounds)
         return [
             cls(T[i], F[i], float(lo[i]), float(hi[i]), bounds, _stack=(levels, i))
@@ -436,11 +444,14 @@ class BinnedEngine:
     def _conf(kt, kp):
         resolved = kp >= RESOLVED_FRACTION * kp.max(axis=1, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):
-            conf = np.where(resolved, np.clip(kt / np.where(resolved, kp, 1.0), 0.0, 1.0), np.nan)
+            conf = np.where(
+                resolved, np.clip(kt / np.where(resolved, kp, 1.0), 0.0, 1.0), np.nan
+            )
         return conf, resolved
 
     def scan(self, bandwidths):
-        """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
+        """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb,
+        SCAN_POINTS)."""
         nb = np.atleast_1d(bandwidths).shape[0]
         conf = np.empty((nb, SCAN_POINTS))
         res = np.empty((nb, SCAN_POINTS), dtype=bool)
@@ -453,8 +464,8 @@ class BinnedEngine:
     def confidence_on_fine(self, b, stride: int, with_count: bool = False):
         """Conf at every ``stride``-th fine grid point; unresolved points exactly.
 
-        With ``with_count`` also the kernel-weighted positive count there
-        (sum of w_i exp(-(x - s_i)^2 / 2b^2); exact where unresolved).
+        With ``with_count`` also the kernel-weighted positive count there (sum of w_i
+        exp(-(x - s_i)^2 / 2b^2); exact where unresolved).
         """
         level = self.level_of(b)
         kt, kp = self._sums_level(level, [b])
@@ -477,11 +488,10 @@ class BinnedEngine:
     def loo_nll(self, bandwidths) -> np.ndarray:
         """Leave-one-out NLL with samples placed at grid points (linear binning).
 
-        A sample at grid point x_g loses one unit of weight (its own kernel,
-        value 1 at distance 0, plus its mirror images) from its group. Where
-        what is left of the positive density is below RESOLVED_FRACTION of
-        its maximum (an isolated sample: FFT round-off dominates there) the
-        sample is charged the largest loss, -log(PROB_CLIP).
+        A sample at grid point x_g loses one unit of weight (its own kernel, value 1 at
+        distance 0, plus its mirror images) from its group. Where what is left of the
+        positive density is below RESOLVED_FRACTION of its maximum (an isolated sample: FFT
+        round-off dominates there) the sample is charged the largest loss, -log(PROB_CLIP).
         """
         out = np.empty(np.atleast_1d(bandwidths).shape[0])
         for level, idx, bs in self._by_level(bandwidths):
@@ -513,10 +523,9 @@ class BinnedEngine:
     def resolution(self) -> float:
         """Score resolution seen on the grid: the spacing of discrete scores, else delta.
 
-        Runs of adjacent occupied grid points are one distinct score when no
-        run is longer than 2 points (a score between two grid points fills
-        both); the resolution is then the smallest distance between the
-        weighted centres of neighbouring runs.
+        Runs of adjacent occupied grid points are one distinct score when no run is longer
+        than 2 points (a score between two grid points fills both); the resolution is then
+        the smallest distance between the weighted centres of neighbouring runs.
         """
         occ = np.flatnonzero((self.T + self.F) > 0)
         if occ.size < 2:
@@ -524,7 +533,8 @@ class BinnedEngine:
         starts = np.concatenate([[0], np.flatnonzero(np.diff(occ) > 1) + 1])
         if starts.size < 2 or np.diff(np.append(starts, occ.size)).max() > 2:
             return self.delta
-        # weighted centre of each run (one or two points), summed in the order np.average sums
+        # weighted centre of each run (one or two points), summed in the order np.average
+        # sums
         w = (self.T + self.F)[occ]
         centres = np.add.reduceat(self.x[occ] * w, starts) / np.add.reduceat(w, starts)
         return float(np.diff(centres).min())

@@ -1,5 +1,5 @@
-"""The exact engine: every kernel summed (after merging equal scores), for one class or many in
-lockstep.
+"""The exact engine: every kernel summed (after merging equal scores), for one class or many
+in lockstep.
 
 Private module of :mod:`topcal.calibrators.kde` (see ``_engine.py``).
 """
@@ -50,10 +50,11 @@ class ExactEngine:
         self._loo = None  # loo_terms, kept: b_opt's search calls loo_nll OPT_ROUNDS + 1 times
 
     def _scan_cache(self):
-        """Shifted squared distances (scan point x centre) and the shifts: they do not depend on b.
+        """Shifted squared distances (scan point x centre) and the shifts: they do not
+        depend on b.
 
-        exact_sums recomputes them per bandwidth; a scan evaluates dozens of
-        bandwidths, and for small classes these passes were most of the cost.
+        exact_sums recomputes them per bandwidth; a scan evaluates dozens of bandwidths, and
+        for small classes these passes were most of the cost.
         """
         if self._scan_d2 is None:
             self._scan_d2 = self.scan_terms()
@@ -72,19 +73,22 @@ class ExactEngine:
         return d2, m, t, w
 
     def cacheable(self) -> bool:
-        """Whether the scan keeps the distance matrix (else it goes one bandwidth at a time)."""
+        """Whether the scan keeps the distance matrix (else it goes one bandwidth at a
+        time)."""
         return self.points.size * SCAN_POINTS <= CHUNK_ELEMENTS
 
     def scan(self, bandwidths):
-        """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb, SCAN_POINTS)."""
+        """Conf on the scan grid for each bandwidth: (conf, resolved), each (nb,
+        SCAN_POINTS)."""
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         # too big to cache, or one bandwidth and no cache yet (kde's fixed b, a rule's final
-        # count): one bandwidth at a time, in exact_sums' cache-sized blocks. The same values
-        # as from the cache: the same operations on the same floats (the shift is the same
-        # float, see nearest_sq_distance; the floor only where it changes an exponent), and
-        # one product over all 513 points either way
+        # count): one bandwidth at a time, in exact_sums' cache-sized blocks. The same
+        # values as from the cache: the same operations on the same floats (the shift is the
+        # same float, see nearest_sq_distance; the floor only where it changes an exponent),
+        # and one product over all 513 points either way
         one_chunk = (
-            SCAN_POINTS * (1 if self.bounds is None else 3) * self.points.size <= CHUNK_ELEMENTS
+            SCAN_POINTS * (1 if self.bounds is None else 3) * self.points.size
+            <= CHUNK_ELEMENTS
         )
         if not self.cacheable() or (bs.size == 1 and self._scan_d2 is None and one_chunk):
             confs, res = [], []
@@ -115,7 +119,8 @@ class ExactEngine:
         return exact_confidence(x, self.points, self.tp, self.fp, b, self.bounds)
 
     def loo_terms(self) -> dict:
-        """The bandwidth-free terms of :meth:`loo_nll` (also stacked by :class:`ExactLooBatch`).
+        """The bandwidth-free terms of :meth:`loo_nll` (also stacked by
+        :class:`ExactLooBatch`).
 
         ``dd``: squared distances sample x centre (mirror images included) minus the
         sample's smallest one to another centre (``m``), inf at the sample's own centres
@@ -128,7 +133,8 @@ class ExactEngine:
         n = p.size
         pa, ta, fa = reflect_points(p, t, f, self.bounds)
         copies = 1 if self.bounds is None else 3
-        # one (samples x centres) array, transformed in place (the same values as fresh arrays)
+        # one (samples x centres) array, transformed in place (the same values as fresh
+        # arrays)
         dd = np.subtract(p[:, None], pa[None, :])
         np.square(dd, out=dd)
         self_i = np.tile(np.arange(n), copies)
@@ -143,7 +149,8 @@ class ExactEngine:
         u_t, u_f = np.minimum(t, 1.0), np.minimum(f, 1.0)
         with np.errstate(divide="ignore"):
             rest = {
-                "log_t_rest": np.log(t - u_t),  # TP left out: TP keeps t - u_t at its own place
+                # TP left out: TP keeps t - u_t at its own place
+                "log_t_rest": np.log(t - u_t),
                 "log_p_rest_t": np.log(t + f - u_t),
                 "log_f_rest": np.log(f - u_f),  # FP left out: probability it is wrong = FP / P
                 "log_p_rest_f": np.log(t + f - u_f),
@@ -170,13 +177,12 @@ class ExactEngine:
     def loo_nll(self, bandwidths) -> np.ndarray:
         """Leave-one-out top-label NLL (summed over the class) per bandwidth.
 
-        Each sample's own kernel (and its mirror images) is removed from its
-        own group's sum: one unit of weight, or the whole weight when it is
-        below 1. All bandwidths are evaluated together, as (bandwidth x
-        sample x centre) arrays in chunks of bandwidths that stay below the
-        engine's memory chunk (the same arithmetic per bandwidth as one at a
-        time; small classes are many cheap evaluations, so the number of
-        calls, not the arithmetic, was their cost).
+        Each sample's own kernel (and its mirror images) is removed from its own group's
+        sum: one unit of weight, or the whole weight when it is below 1. All bandwidths are
+        evaluated together, as (bandwidth x sample x centre) arrays in chunks of bandwidths
+        that stay below the engine's memory chunk (the same arithmetic per bandwidth as one
+        at a time; small classes are many cheap evaluations, so the number of calls, not the
+        arithmetic, was their cost).
         """
         t, f = self.tp, self.fp
         if self._loo is None:
@@ -185,11 +191,12 @@ class ExactEngine:
         dd, m = lt["dd"], lt["m"]
         bs = np.atleast_1d(np.asarray(bandwidths, dtype=np.float64))
         out = np.empty(bs.size)
-        # chunks of bandwidths as large as CHUNK_ELEMENTS allows (the per-sample passes and the
-        # sum over samples, one product each: see exact_sums); the kernel terms a few bandwidths
-        # at a time in one cache-sized buffer (or one bandwidth's), each block's weighted sums
-        # one batched product: a batched product is one product per bandwidth, so the sums are
-        # those of the whole chunk at once, bit for bit (and the buffer is not 32 MB)
+        # chunks of bandwidths as large as CHUNK_ELEMENTS allows (the per-sample passes and
+        # the sum over samples, one product each: see exact_sums); the kernel terms a few
+        # bandwidths at a time in one cache-sized buffer (or one bandwidth's), each block's
+        # weighted sums one batched product: a batched product is one product per bandwidth,
+        # so the sums are those of the whole chunk at once, bit for bit (and the buffer is
+        # not 32 MB)
         step = max(1, CHUNK_ELEMENTS // max(dd.size, 1))
         sub = max(1, CACHE_ELEMENTS // max(dd.size, 1))
         buf = np.empty((min(sub, bs.size),) + dd.shape)
@@ -230,21 +237,20 @@ def _loo_sums(lt, inv, buf, sub) -> np.ndarray:
 class ExactScanBatch:
     """The exact engine's scan for many classes at once: one array program per step.
 
-    Small classes make the scan a long series of small evaluations whose cost
-    was mostly Python overhead. Here the bandwidth-free terms of every class
-    (shifted squared distances from the 513 scan points to its kernel
-    centres, as :meth:`ExactEngine.scan` caches them) are padded to one
-    width and stacked, so one call evaluates one bandwidth for each of any
+    Small classes make the scan a long series of small evaluations whose cost was mostly
+    Python overhead. Here the bandwidth-free terms of every class (shifted squared distances
+    from the 513 scan points to its kernel centres, as :meth:`ExactEngine.scan` caches them)
+    are padded to one width and stacked, so one call evaluates one bandwidth for each of any
     subset of the classes. The arithmetic per (class, bandwidth) is that of
-    :meth:`ExactEngine.scan` (the padded centres have weight 0 and kernel
-    value exactly 0); only the order of the two weighted sums may differ
-    (a batched matrix product), by round-off (~1e-16 relative).
+    :meth:`ExactEngine.scan` (the padded centres have weight 0 and kernel value exactly 0);
+    only the order of the two weighted sums may differ (a batched matrix product), by
+    round-off (~1e-16 relative).
     """
 
     def __init__(self, engines):
-        # the width (centres with weight, mirrors included) before the terms, so each class's
-        # terms are built straight into the stacked array, one class at a time (not all
-        # classes' terms and then their stacked copy: twice the memory)
+        # the width (centres with weight, mirrors included) before the terms, so each
+        # class's terms are built straight into the stacked array, one class at a time (not
+        # all classes' terms and then their stacked copy: twice the memory)
         copies = 1 if engines[0].bounds is None else 3
         width = max(copies * int(np.count_nonzero(e.tp + e.fp > 0)) for e in engines)
         c = len(engines)
@@ -267,11 +273,12 @@ class ExactScanBatch:
         self.dd_coarse = np.ascontiguousarray(self.dd[:, ::BOUND_STRIDE])
         self.shift_coarse = np.ascontiguousarray(self.shift[:, ::BOUND_STRIDE])
         # log of the total weight: no kernel sum exceeds it, so log_kp >= log_total +
-        # log(RESOLVED_FRACTION)
-        # makes a point resolved whatever the maximum over the grid is
+        # log(RESOLVED_FRACTION) makes a point resolved whatever the maximum over the grid
+        # is
         self.log_total = np.log(self.tw[:, :, 1].sum(axis=1))
 
-    #: Grouping slack (elements): classes up to 4 centres wider than a group's first join it.
+    #: Grouping slack (elements): classes up to 4 centres wider than a group's first join
+    #: it.
     PAD_SLACK = 4 * SCAN_POINTS
 
     @staticmethod
@@ -305,7 +312,8 @@ class ExactScanBatch:
         return out
 
     def lower_bounds(self, rows, bandwidths) -> np.ndarray:
-        """A lower bound of each row's sign-change count from every BOUND_STRIDE-th scan point.
+        """A lower bound of each row's sign-change count from every BOUND_STRIDE-th scan
+        point.
 
         Only points resolved whatever the rest of the grid holds are used (kernel sum at
         least RESOLVED_FRACTION of the total weight, which bounds its maximum). Between two
@@ -326,7 +334,8 @@ class ExactScanBatch:
         idx = np.where(sure, cols, -1)
         np.maximum.accumulate(idx, axis=1, out=idx)
         first = np.argmax(sure, axis=1)
-        idx = np.where(idx >= 0, idx, first[:, None])  # last sure point at or before each point
+        # last sure point at or before each point
+        idx = np.where(idx >= 0, idx, first[:, None])
         d = np.diff(np.take_along_axis(conf, idx, axis=1), axis=1)
         gap = (
             cols[1:][None, :] - idx[:, :-1]
@@ -371,25 +380,24 @@ class ExactScanBatch:
 
 
 class ExactLooBatch:
-    """The exact engine's leave-one-out NLL for many classes at once, bit for bit that of each
-    class.
+    """The exact engine's leave-one-out NLL for many classes at once, bit for bit that of
+    each class.
 
     The counterpart of :class:`ExactScanBatch` for b_opt: one call evaluates any list of
-    (class, bandwidth) pairs, so a lockstep search makes a few calls in all instead of a
-    few per class (for small classes the per-call overhead of
-    :meth:`ExactEngine.loo_nll`, ~0.1 ms, was most of their cost). The kernel terms of
-    the pairs are laid out one after another in one flat buffer (no padding: each
-    class's block has its own shape) and the elementwise passes (scale, exponent floor,
-    exp) run over cache-sized stretches of it, spanning many small classes; the
-    per-sample passes run over one (pairs x samples) array padded to the widest class.
-    The arithmetic per pair is that of :meth:`ExactEngine.loo_nll`, in the same order: the
-    exponent floor is applied to a stretch where some pair in it needs it (it changes no
-    exponent of a pair that ``loo_nll`` leaves unfloored), and the two reductions whose round-off
-    depends on how
-    they are called (the weighted sums over centres, the sum over samples) are called
-    per class with the shapes ``loo_nll`` gives them. Bit for bit matters: b_opt's
-    refinement re-evaluates the best point so far (the middle of its new bracket, up to
-    round-off), so its decisions hang on the last bit of the loss.
+    (class, bandwidth) pairs, so a lockstep search makes a few calls in all instead of a few
+    per class (for small classes the per-call overhead of :meth:`ExactEngine.loo_nll`, ~0.1
+    ms, was most of their cost). The kernel terms of the pairs are laid out one after
+    another in one flat buffer (no padding: each class's block has its own shape) and the
+    elementwise passes (scale, exponent floor, exp) run over cache-sized stretches of it,
+    spanning many small classes; the per-sample passes run over one (pairs x samples) array
+    padded to the widest class. The arithmetic per pair is that of
+    :meth:`ExactEngine.loo_nll`, in the same order: the exponent floor is applied to a
+    stretch where some pair in it needs it (it changes no exponent of a pair that
+    ``loo_nll`` leaves unfloored), and the two reductions whose round-off depends on how
+    they are called (the weighted sums over centres, the sum over samples) are called per
+    class with the shapes ``loo_nll`` gives them. Bit for bit matters: b_opt's refinement
+    re-evaluates the best point so far (the middle of its new bracket, up to round-off), so
+    its decisions hang on the last bit of the loss.
     """
 
     #: Grouping slack (elements): tiny classes (up to 16 distinct scores) share one group.
@@ -408,7 +416,8 @@ class ExactLooBatch:
         names = ("log_t_rest", "log_p_rest_t", "log_f_rest", "log_p_rest_f") + (
             ("q_lo", "q_hi") if reflect else ()
         )
-        # padded samples: finite logs (kernel sums set to 1 below, rests 0); they are never summed
+        # padded samples: finite logs (kernel sums set to 1 below, rests 0); they are never
+        # summed
         self.rest = {name: np.zeros((c, n_max)) for name in names}
         for i, lt in enumerate(terms):
             n = self.shape[i][0]
@@ -434,13 +443,14 @@ class ExactLooBatch:
     #: (measured: no gain), and keeping its terms would only raise the peak memory.
     MAX_BLOCK = 65_536
 
-    #: Elements of the flat buffer of kernel terms (1 MB; 8 MB once, ~10x a
-    #: 10^4 x 10 input: more buys nothing, exp runs over cache-sized stretches of it).
+    #: Elements of the flat buffer of kernel terms (1 MB; 8 MB once, ~10x a 10^4 x 10 input:
+    #: more buys nothing, exp runs over cache-sized stretches of it).
     LOO_FLAT_ELEMENTS = CACHE_ELEMENTS
 
     @staticmethod
     def accepts(engine) -> bool:
-        """Whether a class joins a batch: a small one (see MAX_BLOCK); the others go one by one."""
+        """Whether a class joins a batch: a small one (see MAX_BLOCK); the others go one by
+        one."""
         return ExactLooBatch.size_of(engine) <= ExactLooBatch.MAX_BLOCK
 
     def loo_nll(self, rows, bandwidths) -> np.ndarray:
@@ -462,9 +472,9 @@ class ExactLooBatch:
             self.shape[int(rows[g0])][0] * self.shape[int(rows[g0])][1] * (g1 - g0)
             for g0, g1 in runs
         )
-        # LOO_FLAT_ELEMENTS (or less if less is needed), but room for any one piece below (at
-        # most CACHE_ELEMENTS or one class's block); the values do not depend on its size (each
-        # pair's arithmetic is its own)
+        # LOO_FLAT_ELEMENTS (or less if less is needed), but room for any one piece below
+        # (at most CACHE_ELEMENTS or one class's block); the values do not depend on its
+        # size (each pair's arithmetic is its own)
         flat = np.empty(
             max(
                 min(self.LOO_FLAT_ELEMENTS, need),
@@ -486,7 +496,8 @@ class ExactLooBatch:
             n, w = self.shape[i]
             a, z = self.t[i] > 0, self.f[i] > 0
             ta, fz = self.t[i][a], self.f[i][z]
-            chunk = max(1, CHUNK_ELEMENTS // (n * w))  # loo_nll's chunks: one sum over samples each
+            # loo_nll's chunks: one sum over samples each
+            chunk = max(1, CHUNK_ELEMENTS // (n * w))
             for s in range(g0, g1, chunk):
                 e = min(s + chunk, g1)
                 out[s:e] = -(la[s:e, :n][:, a] @ ta) - (lz[s:e, :n][:, z] @ fz)
@@ -494,10 +505,10 @@ class ExactLooBatch:
 
 
 class _LooBuffer:
-    """The kernel terms of :meth:`ExactLooBatch.loo_nll`'s (class, bandwidth) pairs in one flat
-    buffer: scaled as pushed, through exp a cache-sized stretch at a time, and through the
-    weighted sums and the per-sample passes when the buffer is full (:meth:`finish`), the logs of
-    the left-out confidences written into ``la`` and ``lz``."""
+    """The kernel terms of :meth:`ExactLooBatch.loo_nll`'s (class, bandwidth) pairs in one
+    flat buffer: scaled as pushed, through exp a cache-sized stretch at a time, and through
+    the weighted sums and the per-sample passes when the buffer is full (:meth:`finish`),
+    the logs of the left-out confidences written into ``la`` and ``lz``."""
 
     def __init__(self, batch, flat, rows, inv, la, lz):
         self.batch, self.flat, self.rows, self.inv, self.la, self.lz = (
@@ -532,7 +543,8 @@ class _LooBuffer:
         self.floor = self.floor or b.dd_max[i] * self.inv[a:z].max() > -EXP_FLOOR
 
     def _to_exp(self):
-        # as loo_nll: the floor only where some exponent needs it (elsewhere it is the identity)
+        # as loo_nll: the floor only where some exponent needs it (elsewhere it is the
+        # identity)
         part = self.flat[self.done : self.pos]
         if self.floor:
             np.maximum(part, EXP_FLOOR, out=part)

@@ -1,5 +1,5 @@
-"""Shared pieces of the two kernel-density engines: grids and constants, sign counts, exact kernel
-sums.
+"""Shared pieces of the two kernel-density engines: grids and constants, sign counts, exact
+kernel sums.
 
 Private module of :mod:`topcal.calibrators.kde` (the engines are in ``_exact.py`` and
 ``_binned.py``; ``_engine.py`` is the one name the rules and the calibrator import).
@@ -11,53 +11,51 @@ import numpy as np
 
 from ..._numeric import PROB_CLIP
 
-#: Fine grid of the binned engine: FINE_CELLS cells (FINE_CELLS + 1 points)
-#: over the class's support. 4096 cells keep linear-binning error below
-#: ~1e-4 at the smallest scanned bandwidth (16 cells; the error of linear
-#: binning is O((delta/b)^2), Wand & Jones 1995, "Kernel Smoothing", ch. D).
+#: Fine grid of the binned engine: FINE_CELLS cells (FINE_CELLS + 1 points) over the class's
+#: support. 4096 cells keep linear-binning error below ~1e-4 at the smallest scanned
+#: bandwidth (16 cells; the error of linear binning is O((delta/b)^2), Wand & Jones 1995,
+#: "Kernel Smoothing", ch. D).
 FINE_CELLS = 4096
 #: The sign-change scan grid is every 8th fine point: 513 points.
 SCAN_STRIDE = 8
 SCAN_POINTS = FINE_CELLS // SCAN_STRIDE + 1
-#: The exact engine's lockstep scan first bounds a count from below on every 8th scan
-#: point (65 points; see ExactScanBatch.lower_bounds).
+#: The exact engine's lockstep scan first bounds a count from below on every 8th scan point
+#: (65 points; see ExactScanBatch.lower_bounds).
 BOUND_STRIDE = 8
-#: A grid point counts in the scan only where the positive density is at
-#: least this fraction of its maximum over the grid: below it the binned
-#: engine's FFT round-off (~1e-16 of the total weight) is no longer small
-#: against the density, and the curve there is a tail effect in a gap of the
-#: data, not a feature of it.
+#: A grid point counts in the scan only where the positive density is at least this fraction
+#: of its maximum over the grid: below it the binned engine's FFT round-off (~1e-16 of the
+#: total weight) is no longer small against the density, and the curve there is a tail
+#: effect in a gap of the data, not a feature of it.
 RESOLVED_FRACTION = 1e-6
-#: Differences of Conf between neighbouring scan points up to this size count
-#: as flat (no sign): they are below what either engine resolves in the
-#: flat parts of a curve (exact: ~1e-15; binned: < 1e-8 where resolved).
+#: Differences of Conf between neighbouring scan points up to this size count as flat (no
+#: sign): they are below what either engine resolves in the flat parts of a curve (exact:
+#: ~1e-15; binned: < 1e-8 where resolved).
 SLOPE_TOL = 1e-7
-#: Exponents below this are raised to it before ``exp``. Below ~-708 ``exp``
-#: returns subnormal numbers or 0, and numpy's vectorised ``exp`` takes a slow
-#: path for every such lane (measured 5-15x slower when many lanes
-#: underflow, as they do for small bandwidths). A term of exp(-700) ~ 1e-304
-#: instead of 0 (or a subnormal) changes no sum that matters: the shifted
-#: kernel sums have their largest term equal to 1, so the change is ~1e-304
+#: Exponents below this are raised to it before ``exp``. Below ~-708 ``exp`` returns
+#: subnormal numbers or 0, and numpy's vectorised ``exp`` takes a slow path for every such
+#: lane (measured 5-15x slower when many lanes underflow, as they do for small bandwidths).
+#: A term of exp(-700) ~ 1e-304 instead of 0 (or a subnormal) changes no sum that matters:
+#: the shifted kernel sums have their largest term equal to 1, so the change is ~1e-304
 #: relative to them.
 EXP_FLOOR = -700.0
 #: Elements of the batched scan's work array per pass (1 MB: stays in cache).
 CACHE_ELEMENTS = 131_072
-#: The binned engine samples the kernel only at offsets below KERNEL_REACH bandwidths: beyond,
-#: the exponent is below -KERNEL_REACH^2 / 2 = -800 and ``exp`` returns exactly 0 (it does
-#: from -745.14 on: half the smallest subnormal), so the kernel is the same array as sampled
-#: at every offset, at a fraction of the ``exp`` work for the small bandwidths of the fine
-#: levels (an offset of 40 b is 640 fine cells at the smallest scanned b, of 4096).
+#: The binned engine samples the kernel only at offsets below KERNEL_REACH bandwidths:
+#: beyond, the exponent is below -KERNEL_REACH^2 / 2 = -800 and ``exp`` returns exactly 0
+#: (it does from -745.14 on: half the smallest subnormal), so the kernel is the same array
+#: as sampled at every offset, at a fraction of the ``exp`` work for the small bandwidths of
+#: the fine levels (an offset of 40 b is 640 fine cells at the smallest scanned b, of 4096).
 KERNEL_REACH = 40.0
-#: Largest chunk of the (points x kernels) matrix the exact engine builds
-#: at once, in elements (32 MB of float64).
+#: Largest chunk of the (points x kernels) matrix the exact engine builds at once, in
+#: elements (32 MB of float64).
 CHUNK_ELEMENTS = 4_000_000
 
 
 def count_sign_changes(conf: np.ndarray, resolved: np.ndarray | None = None) -> int:
     """Number of sign changes of the slope of ``conf`` along a grid.
 
-    Differences with absolute value <= :data:`SLOPE_TOL` are flat and are
-    skipped; so are grid points not ``resolved``.
+    Differences with absolute value <= :data:`SLOPE_TOL` are flat and are skipped; so are
+    grid points not ``resolved``.
     """
     c = conf if resolved is None else conf[resolved]
     d = np.diff(c)
@@ -68,14 +66,13 @@ def count_sign_changes(conf: np.ndarray, resolved: np.ndarray | None = None) -> 
 def count_sign_changes_rows(conf: np.ndarray, resolved: np.ndarray) -> np.ndarray:
     """:func:`count_sign_changes` of every row of (m, G) arrays, without a Python loop.
 
-    The same counts: the resolved points of all rows are taken in row order
-    (one flat array) and differenced; a difference between two rows is
-    dropped, so each row's differences are those of its compressed row, the
-    same floats. Cheaper than differencing the full rows: no pass fills the
-    unresolved points. Every row of a scan has a resolved point (its
-    maximum) and finite values there (both engines divide by a positive
-    density): the counts are those of the earlier version, which filled each
-    unresolved point with the last resolved value before it, for such rows.
+    The same counts: the resolved points of all rows are taken in row order (one flat array)
+    and differenced; a difference between two rows is dropped, so each row's differences are
+    those of its compressed row, the same floats. Cheaper than differencing the full rows:
+    no pass fills the unresolved points. Every row of a scan has a resolved point (its
+    maximum) and finite values there (both engines divide by a positive density): the counts
+    are those of the earlier version, which filled each unresolved point with the last
+    resolved value before it, for such rows.
     """
     conf = np.asarray(conf, dtype=np.float64)
     m, g = conf.shape
@@ -95,8 +92,8 @@ def count_alternations(s: np.ndarray) -> np.ndarray:
 
 
 def _alternations(row, sign, m) -> np.ndarray:
-    """Per row of ``m``, the sign changes between consecutive entries of ``sign`` (row-major, rows
-    ``row``)."""
+    """Per row of ``m``, the sign changes between consecutive entries of ``sign``
+    (row-major, rows ``row``)."""
     change = sign[1:] != sign[:-1]
     change &= row[1:] == row[:-1]
     return np.bincount(row[1:][change], minlength=m)
@@ -117,9 +114,9 @@ def reflect_points(points, tp, fp, bounds):
 def nearest_sq_distance(x, p) -> np.ndarray:
     """min_j (x_i - p_j)^2 for every x_i, from the two centres around it (p in any order).
 
-    The same floating-point value as the minimum over all centres: fl(x - p) is monotone
-    in p, so the smallest squared difference on either side of x_i is at its neighbour
-    there. O((n + m) log m) instead of a pass over the n x m matrix.
+    The same floating-point value as the minimum over all centres: fl(x - p) is monotone in
+    p, so the smallest squared difference on either side of x_i is at its neighbour there.
+    O((n + m) log m) instead of a pass over the n x m matrix.
     """
     ps = np.sort(p)
     j = np.searchsorted(ps, x)
@@ -131,10 +128,10 @@ def nearest_sq_distance(x, p) -> np.ndarray:
 def exact_sums(x, points, tp, fp, b, bounds=None):
     """Shifted kernel sums at ``x``: returns (num, den, shift).
 
-    num = sum_TP t_i exp(-((x - s_i)^2 - shift) / 2b^2), den the same over all
-    positives, and shift = the smallest squared distance from x to a centre
-    with weight. So sum_TP t_i exp(-(x - s_i)^2 / 2b^2) = num * exp(-shift / 2b^2),
-    num / den is the confidence, and den >= (weight of the nearest centre) > 0.
+    num = sum_TP t_i exp(-((x - s_i)^2 - shift) / 2b^2), den the same over all positives,
+    and shift = the smallest squared distance from x to a centre with weight. So sum_TP t_i
+    exp(-(x - s_i)^2 / 2b^2) = num * exp(-shift / 2b^2), num / den is the confidence, and
+    den >= (weight of the nearest centre) > 0.
     """
     p, t, f = reflect_points(points, tp, fp, bounds)
     w = t + f
@@ -143,11 +140,10 @@ def exact_sums(x, points, tp, fp, b, bounds=None):
     num = np.empty(x.shape[0])
     den = np.empty(x.shape[0])
     shift = np.empty(x.shape[0])
-    # chunks of at most CHUNK_ELEMENTS elements, each one matrix-vector product (the row partition
-    # of
-    # a BLAS product can change its round-off, and the tables are kept bit for bit); the
-    # elementwise passes go over cache-sized blocks of a chunk in one buffer (fresh arrays
-    # of many MB cost more in page faults than the arithmetic)
+    # chunks of at most CHUNK_ELEMENTS elements, each one matrix-vector product (the row
+    # partition of a BLAS product can change its round-off, and the tables are kept bit for
+    # bit); the elementwise passes go over cache-sized blocks of a chunk in one buffer
+    # (fresh arrays of many MB cost more in page faults than the arithmetic)
     step = max(1, CHUNK_ELEMENTS // max(p.size, 1))
     sub = max(1, CACHE_ELEMENTS // max(p.size, 1))
     inv = 0.5 / (b * b)
@@ -184,11 +180,12 @@ def exact_confidence(x, points, tp, fp, b, bounds=None) -> np.ndarray:
 
 
 def loss_rows(c_tp, c_fp_wrong, tp, fp):
-    """Weighted binary NLL of every row of (nb, n) confidence arrays (one value per bandwidth).
+    """Weighted binary NLL of every row of (nb, n) confidence arrays (one value per
+    bandwidth).
 
-    ``c_fp_wrong`` is the probability that a false positive is wrong, computed
-    directly (no 1 - c cancellation), so this is not ``_numeric.binary_nll(c)``;
-    the clip is the same (PROB_CLIP).
+    ``c_fp_wrong`` is the probability that a false positive is wrong, computed directly (no
+    1 - c cancellation), so this is not ``_numeric.binary_nll(c)``; the clip is the same
+    (PROB_CLIP).
     """
     a, z = tp > 0, fp > 0
     la = np.log(np.clip(c_tp[:, a], PROB_CLIP, 1.0 - PROB_CLIP))
@@ -197,8 +194,8 @@ def loss_rows(c_tp, c_fp_wrong, tp, fp):
 
 
 def loo_confidences(sums, m, inv, lt) -> tuple[np.ndarray, np.ndarray]:
-    """Leave-one-out (P(correct) of each TP, P(wrong) of each FP) from the shifted other-centre
-    sums.
+    """Leave-one-out (P(correct) of each TP, P(wrong) of each FP) from the shifted
+    other-centre sums.
 
     ``sums``: (rows, samples, 3); ``m`` and the ``log_*_rest`` and ``q_*`` terms of ``lt``
     broadcast against (rows, samples), ``inv`` = 1 / 2b^2 as a column. Shared by
@@ -221,15 +218,17 @@ def loo_confidences(sums, m, inv, lt) -> tuple[np.ndarray, np.ndarray]:
 
 
 def local_linear_sums(x, points, tp, fp, b, bounds=None):
-    """At each ``x``: (Nadaraya-Watson value, local-linear value, effective sample size per unit of
-    kernel-weighted count) of the Gaussian kernel of bandwidth ``b`` on the weighted centres.
+    """At each ``x``: (Nadaraya-Watson value, local-linear value, effective sample size per
+    unit of kernel-weighted count) of the Gaussian kernel of bandwidth ``b`` on the weighted
+    centres.
 
-    The local-linear value is the kernel-weighted least-squares line's value at x (Fan & Gijbels
-    1996, ch. 3), clipped to [0, 1]; where the weighted design is singular (one centre in reach) it
-    is the Nadaraya-Watson value. The effective sample size is (sum_i n_i w_i)^2 / sum_i n_i w_i^2
-    (n_i = t_i + f_i rows at centre i, w_i the kernel value), returned divided by sum_i n_i w_i,
-    the count the calibrator stores (kernel value 1 at distance 0). The kernel values are shifted
-    as in :func:`exact_sums` (the nearest centre has value 1), which every ratio here undoes.
+    The local-linear value is the kernel-weighted least-squares line's value at x (Fan &
+    Gijbels 1996, ch. 3), clipped to [0, 1]; where the weighted design is singular (one
+    centre in reach) it is the Nadaraya-Watson value. The effective sample size is (sum_i
+    n_i w_i)^2 / sum_i n_i w_i^2 (n_i = t_i + f_i rows at centre i, w_i the kernel value),
+    returned divided by sum_i n_i w_i, the count the calibrator stores (kernel value 1 at
+    distance 0). The kernel values are shifted as in :func:`exact_sums` (the nearest centre
+    has value 1), which every ratio here undoes.
     """
     p, t, f = reflect_points(points, tp, fp, bounds)
     n = t + f
@@ -251,7 +250,9 @@ def local_linear_sums(x, points, tp, fp, b, bounds=None):
         ok = det > 1e-9 * s0 * s2
         nw[a : a + step] = t0 / s0
         with np.errstate(divide="ignore", invalid="ignore"):
-            ll[a : a + step] = np.where(ok, (s2 * t0 - s1 * t1) / np.where(ok, det, 1.0), t0 / s0)
+            ll[a : a + step] = np.where(
+                ok, (s2 * t0 - s1 * t1) / np.where(ok, det, 1.0), t0 / s0
+            )
         # ESS / (sum n w e^{-shift inv}) = s0^2 / q0 / (s0 e^{-shift inv})
         ratio[a : a + step] = s0 / q0 * np.exp(np.minimum(shift * inv, 700.0))
     return nw, np.clip(ll, 0.0, 1.0), ratio

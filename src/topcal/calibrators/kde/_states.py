@@ -1,18 +1,20 @@
-"""A kde class's fitted state in its three layouts, and the model file's form of each (private
-module of :mod:`topcal.calibrators.kde`; docs/kde.md, "Persistence").
+"""A kde class's fitted state in its three layouts, and the model file's form of each
+(private module of :mod:`topcal.calibrators.kde`; docs/kde.md, "Persistence").
 
-Every layout keeps the bandwidth, engine, degenerate note, sign changes, admissibility, candidate
-range and the table's range (``table_lo``, ``table_hi``), and:
+Every layout keeps the bandwidth, engine, degenerate note, sign changes, admissibility,
+candidate range and the table's range (``table_lo``, ``table_hi``), and:
 
-* ``"table"``: the kernel centres and weights (``points``, ``tp``, ``fp``) and the full prediction
-  table (``table``, ``table_n``): what a fit holds until it ends, what older files
-  hold (they load and save as they were), and what degenerate classes keep (two points);
-* ``"centres"``: the kernel centres and weights and the table's grid (``table_stride``: every
-  that many fine cells), whose values are computed where a prediction needs them
+* ``"table"``: the kernel centres and weights (``points``, ``tp``, ``fp``) and the full
+  prediction table (``table``, ``table_n``): what a fit holds until it ends, what older
+  files hold (they load and save as they were), and what degenerate classes keep (two
+  points);
+* ``"centres"``: the kernel centres and weights and the table's grid (``table_stride``:
+  every that many fine cells), whose values are computed where a prediction needs them
   (:data:`~._compact.CENTRES_MAX` centres at most);
-* ``"knots"``: the number of kernel centres (``centres``), the grid (``table_cells``), the table
-  at its knots (``knots``, ``conf``, ``count``; ``_compact.select_knots``) and the interval's
-  wide-bandwidth terms where the bandwidth spans the class (``wide``: cells, scale, bias).
+* ``"knots"``: the number of kernel centres (``centres``), the grid (``table_cells``), the
+  table at its knots (``knots``, ``conf``, ``count``; ``_compact.select_knots``) and the
+  interval's wide-bandwidth terms where the bandwidth spans the class (``wide``: cells,
+  scale, bias).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ _HEAD = ("bandwidth", "engine", "degenerate", "sign_changes", "admissible", "b_r
 
 
 def _compactable(st) -> bool:
-    """A fitted class whose table is stored at knots: not degenerate, and binned or with more
-    than CENTRES_MAX centres."""
+    """A fitted class whose table is stored at knots: not degenerate, and binned or with
+    more than CENTRES_MAX centres."""
     return (
         st is not None
         and st["degenerate"] is None
@@ -44,9 +46,9 @@ def _compactable(st) -> bool:
 
 
 def compact_states(states, count_scale, wide_sd, bounds=None) -> list:
-    """``states`` with every binned-engine class (and exact one of more than CENTRES_MAX centres)
-    in the "knots" layout: its table at the knots of ``_compact.select_knots`` (all such classes
-    in one call), its interval's wide-bandwidth terms computed from its centres
+    """``states`` with every binned-engine class (and exact one of more than CENTRES_MAX
+    centres) in the "knots" layout: its table at the knots of ``_compact.select_knots`` (all
+    such classes in one call), its interval's wide-bandwidth terms computed from its centres
     (``_tables.wide_of``), the centres themselves dropped."""
     ks = [k for k, st in enumerate(states) if _compactable(st)]
     if not ks:
@@ -80,8 +82,8 @@ def compact_states(states, count_scale, wide_sd, bounds=None) -> list:
 
 
 def drop_tables(states) -> list:
-    """``states`` with every other non-degenerate class that still holds its full table in the
-    "centres" layout: the table dropped, its grid kept (``table_stride``)."""
+    """``states`` with every other non-degenerate class that still holds its full table in
+    the "centres" layout: the table dropped, its grid kept (``table_stride``)."""
     out = list(states)
     for k, st in enumerate(states):
         if st is not None and st["degenerate"] is None and "table" in st:
@@ -102,8 +104,8 @@ def dump_state(st) -> dict:
 
 
 def load_state(state: dict) -> dict:
-    """Validate one class's saved state, any layout (raise ValueError if malformed); the keys in
-    the order they were saved, so that a loaded model saves the same file."""
+    """Validate one class's saved state, any layout (raise ValueError if malformed); the
+    keys in the order they were saved, so that a loaded model saves the same file."""
     b = state["bandwidth"]
     if b is None:
         b = float("nan")  # no bandwidth (fitting.NO_BANDWIDTH)
@@ -176,8 +178,9 @@ def load_state(state: dict) -> dict:
     return out
 
 
-#: The largest sample count a model file may state at a point: doubles' exact integers (no data
-#: set holds more rows); a larger one (a hand-edited 1e308) only makes the interval's ends NaN.
+#: The largest sample count a model file may state at a point: doubles' exact integers (no
+#: data set holds more rows); a larger one (a hand-edited 1e308) only makes the interval's
+#: ends NaN.
 MAX_COUNT = 2.0**53
 
 

@@ -1,7 +1,8 @@
-"""The prediction tables of the kde calibrators: Conf over each class's support on a regular grid,
-and the linear interpolation every prediction is (private module of :mod:`topcal.calibrators.kde`):
-:class:`GridTables` holds every class's table, full or at knots (``_compact.py``); also the
-interval's wide-bandwidth tables (:func:`wide_bandwidth_tables`)."""
+"""The prediction tables of the kde calibrators: Conf over each class's support on a regular
+grid, and the linear interpolation every prediction is (private module of
+:mod:`topcal.calibrators.kde`): :class:`GridTables` holds every class's table, full or at
+knots (``_compact.py``); also the interval's wide-bandwidth tables
+(:func:`wide_bandwidth_tables`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ._kernels import CHUNK_ELEMENTS, EXP_FLOOR, FINE_CELLS, local_linear_sums, 
 
 
 def table_cells(lo, hi, inv, nm1, score):
-    """(cell, fraction within it) of every score in its table: the cell's left point and 0..1.
+    """(cell, fraction within it) of every score in its table: the cell's left point and
+    0..1.
 
     Scores outside [lo, hi] are held at the ends (the curve is constant there).
     """
@@ -29,10 +31,10 @@ def table_cells(lo, hi, inv, nm1, score):
 def interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
     """Linear interpolation in tables stored end to end in ``tab`` (and counts ``tab_n``).
 
-    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and ``nm1``
-    (points - 1) are per row (one class per row) or scalars (one class). Written with
-    in-place operations: this is the whole cost of ``predict`` (a few passes over the rows,
-    no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
+    ``off`` (start in ``tab``), ``lo``, ``hi``, ``inv`` ((points - 1) / (hi - lo)) and
+    ``nm1`` (points - 1) are per row (one class per row) or scalars (one class). Written
+    with in-place operations: this is the whole cost of ``predict`` (a few passes over the
+    rows, no Python loop). With ``tab_n`` also the interpolated kernel-weighted count.
     """
     i, x = table_cells(lo, hi, inv, nm1, score)
     i += off
@@ -52,10 +54,11 @@ def interp_tables(tab, tab_n, off, lo, hi, inv, nm1, score):
 
 
 def wide_of(state, count_scale, wide_sd, bounds=None):
-    """The interval's wide-bandwidth terms of one class, from its kernel centres: None where its
-    bandwidth is below ``wide_sd`` times the weighted standard deviation of its centres (or it has
-    none), else (grid cells, ratio, bias): on a grid of spacing <= b / 8 (<= 513 points) over its
-    prediction table's range, the kernel's effective sample size per unit of count and
+    """The interval's wide-bandwidth terms of one class, from its kernel centres: None where
+    its bandwidth is below ``wide_sd`` times the weighted standard deviation of its centres
+    (or it has none), else (grid cells, ratio, bias): on a grid of spacing <= b / 8 (<= 513
+    points) over its prediction table's range, the kernel's effective sample size per unit
+    of count and
     |Nadaraya-Watson - local linear| (:func:`local_linear_sums`)."""
     b = np.nan if state is None else state["bandwidth"]
     if not np.isfinite(b):
@@ -74,10 +77,10 @@ def wide_of(state, count_scale, wide_sd, bounds=None):
 def wide_bandwidth_tables(states, count_scale, wide_sd, bounds=None):
     """The interval's terms for classes whose bandwidth spans their scores, as flat tables.
 
-    Per class state, :func:`wide_of` (its stored ``wide`` entry where the state keeps no kernel
-    centres: a compact table's, ``_states.py``); other classes (and missing or degenerate ones)
-    get two-point tables of ``count_scale`` and 0. Returns (ratio table, bias table, offset, lo,
-    hi, inv, nm1) for :func:`interp_tables`, one entry per class.
+    Per class state, :func:`wide_of` (its stored ``wide`` entry where the state keeps no
+    kernel centres: a compact table's, ``_states.py``); other classes (and missing or
+    degenerate ones) get two-point tables of ``count_scale`` and 0. Returns (ratio table,
+    bias table, offset, lo, hi, inv, nm1) for :func:`interp_tables`, one entry per class.
     """
     ratio, extra, lo, hi, inv, nm1, offs, pos = [], [], [], [], [], [], [], 0
     for st in states:
@@ -112,11 +115,11 @@ def wide_bandwidth_tables(states, count_scale, wide_sd, bounds=None):
 class GridTables:
     """Every class's prediction table as its values at knots of its grid, end to end.
 
-    A class's grid has ``cells`` cells over [table_lo, table_hi]. A full table (older
-    files, degenerate classes) has a knot at every grid point; a compact one
-    (``_states.py``) at some; a class that keeps its kernel centres has none here (its grid values
-    are computed where needed, :meth:`centre_values`), nor has a class without state (two zero
-    knots: its rows are overwritten). ``cells`` and ``values`` give every row's grid cell and the
+    A class's grid has ``cells`` cells over [table_lo, table_hi]. A full table (older files,
+    degenerate classes) has a knot at every grid point; a compact one (``_states.py``) at
+    some; a class that keeps its kernel centres has none here (its grid values are computed
+    where needed, :meth:`centre_values`), nor has a class without state (two zero knots: its
+    rows are overwritten). ``cells`` and ``values`` give every row's grid cell and the
     linear interpolation between its class's knots.
     """
 
@@ -157,8 +160,9 @@ class GridTables:
         self.conf = np.concatenate(conf)
         self.count = np.concatenate(count)
         self.dense = "knots" not in self.kind  # a knot at every grid point (or placeholders)
-        #: where not dense, the knot starting the segment that holds each grid cell (all classes'
-        #: cells end to end: cell_off[k] + i), int32: one gather a row instead of a search
+        #: where not dense, the knot starting the segment that holds each grid cell (all
+        #: classes' cells end to end: cell_off[k] + i), int32: one gather a row instead of a
+        #: search
         self.cell_off = np.concatenate([[0], np.cumsum(self.nm1)[:-1]]).astype(np.int64)
         if not self.dense:
             ends = np.cumsum(sizes)
@@ -173,8 +177,9 @@ class GridTables:
     def _centres(self, states, bounds) -> None:
         """The kernel centres of the classes that keep them (with their mirror images where
         reflecting, without those of weight 0, as :func:`exact_sums` takes them), as rows of
-        matrices: one per width, a power of 2, each class's row padded to the smallest width that
-        holds it (a centre at infinity of weight 0: its kernel term is 0 and no nearest centre)."""
+        matrices: one per width, a power of 2, each class's row padded to the smallest width
+        that holds it (a centre at infinity of weight 0: its kernel term is 0 and no nearest
+        centre)."""
         K = len(states)
         self.stride = np.ones(K, dtype=np.int64)
         self.inv_2b2 = np.zeros(K)
@@ -205,9 +210,9 @@ class GridTables:
 
     def centre_values(self, k, i, frac, with_count: bool = False):
         """:meth:`values` for rows of classes that keep their kernel centres (``k``, ``i``,
-        ``frac`` arrays): their tables' values at the grid points ``i`` and ``i + 1`` of every row,
-        computed as the fit computed the full table (:meth:`grid_sums`), interpolated as a stored
-        table is."""
+        ``frac`` arrays): their tables' values at the grid points ``i`` and ``i + 1`` of
+        every row, computed as the fit computed the full table (:meth:`grid_sums`),
+        interpolated as a stored table is."""
         span = FINE_CELLS + 2
         key = k.astype(np.int64) * span + i
         size = len(self.kind) * span
@@ -223,13 +228,13 @@ class GridTables:
         return _between(conf, count if with_count else None, q, frac)
 
     def grid_sums(self, cls, j):
-        """(Conf, count) at grid point ``j`` of class ``cls`` (arrays; classes that keep their
-        centres): the shifted kernel sums of :func:`exact_sums` at the point the fit's table had
-        there, over the class's row of centres, points of one width together in blocks of at most
-        CHUNK_ELEMENTS terms. Each point's sums are those of its own row, of a width fixed by its
-        class: a point's value does not depend on which other points are asked for (nor, then, a
-        prediction on the other rows); it equals the fit's table's up to the round-off of the
-        summation order."""
+        """(Conf, count) at grid point ``j`` of class ``cls`` (arrays; classes that keep
+        their centres): the shifted kernel sums of :func:`exact_sums` at the point the fit's
+        table had there, over the class's row of centres, points of one width together in
+        blocks of at most CHUNK_ELEMENTS terms. Each point's sums are those of its own row,
+        of a width fixed by its class: a point's value does not depend on which other points
+        are asked for (nor, then, a prediction on the other rows); it equals the fit's
+        table's up to the round-off of the summation order."""
         lo, hi = self.lo[cls], self.hi[cls]
         x = lo + (hi - lo) / FINE_CELLS * (j * self.stride[cls])
         inv = self.inv_2b2[cls]
@@ -260,8 +265,8 @@ class GridTables:
         return table_cells(self.lo[k], self.hi[k], self.inv[k], self.nm1[k], score)
 
     def values(self, k, i, frac, with_count: bool = False):
-        """Conf (and the count) at cell ``i``, fraction ``frac`` of class ``k``'s table: linear
-        between its knots (on a full table, the arithmetic of :func:`interp_tables`)."""
+        """Conf (and the count) at cell ``i``, fraction ``frac`` of class ``k``'s table:
+        linear between its knots (on a full table, the arithmetic of :func:`interp_tables`)."""
         if self.dense:
             q = self.knot_off[k] + i
             x = frac
@@ -273,8 +278,8 @@ class GridTables:
 
 
 def _between(conf, count, q, x):
-    """Conf (and, with ``count`` given, the count) a fraction ``x`` of the way from entry ``q`` to
-    ``q + 1`` of the tables, linearly (in place on the gathered copies)."""
+    """Conf (and, with ``count`` given, the count) a fraction ``x`` of the way from entry
+    ``q`` to ``q + 1`` of the tables, linearly (in place on the gathered copies)."""
     out = []
     for tab in (conf,) if count is None else (conf, count):
         t0 = tab[q]

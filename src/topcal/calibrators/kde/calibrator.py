@@ -1,30 +1,27 @@
 """Kernel-density-ratio calibration, Conf_KDE (paper sections 5, 6 and 12).
 
-For predicted class k with positives split into true positives (TP) and
-false positives (FP), with weights t_i and f_i (1/0 per sample, counts for
-binned data),
+For predicted class k with positives split into true positives (TP) and false positives
+(FP), with weights t_i and f_i (1/0 per sample, counts for binned data),
 
-    Conf_KDE(S) = sum_TP t_i phi_b(S - s_i) / (sum_TP t_i phi_b(S - s_i) + sum_FP f_j phi_b(S -
-    s_j)),
+    Conf_KDE(S) = sum_TP t_i phi_b(S - s_i) / (sum_TP t_i phi_b(S - s_i) + sum_FP f_j
+    phi_b(S - s_j)),
 
-phi_b the Gaussian kernel with **one bandwidth b for TP and FP** (the
-paper's eq. 8 sums over TP in K_FP: a typo). With one b this is the
-Nadaraya-Watson regression of correctness on the score; it is computed with
-a shift in the exponent (log-sum-exp), so it is defined where both sums
-underflow.
+phi_b the Gaussian kernel with **one bandwidth b for TP and FP** (the paper's eq. 8 sums
+over TP in K_FP: a typo). With one b this is the Nadaraya-Watson regression of correctness
+on the score; it is computed with a shift in the exponent (log-sum-exp), so it is defined
+where both sums underflow.
 
-Bandwidth rules (``kde``: fixed or a rule of thumb; ``kde-mon``, ``kde-mon2``,
-``kde-mon4``: the smallest b with at most 0, 2, 4 slope sign changes;
-``kde-opt``: leave-one-out NLL), the two engines, the prediction tables,
-the held value outside the support, degenerate classes and NaN as "no
-bandwidth" (null in JSON) are described in docs/kde.md.
+Bandwidth rules (``kde``: fixed or a rule of thumb; ``kde-mon``, ``kde-mon2``, ``kde-mon4``:
+the smallest b with at most 0, 2, 4 slope sign changes; ``kde-opt``: leave-one-out NLL), the
+two engines, the prediction tables, the held value outside the support, degenerate classes
+and NaN as "no bandwidth" (null in JSON) are described in docs/kde.md.
 
-The registered estimators (one small class per bandwidth rule) are in
-``methods.py``; what they share is :class:`KDEBase` here: the batched fit of
-every class (support, engine choice, lockstep scans: its :class:`~.fitting.KDEFitting` part, in
-``fitting.py``), the prediction tables, ``densities``, persistence and ``describe``, (the bare
-formula ``kde_confidence`` is in ``formula.py``). The bandwidth rules and scans live in
-``_rules``, the kernel sums and FFTs in ``_engine``.
+The registered estimators (one small class per bandwidth rule) are in ``methods.py``; what
+they share is :class:`KDEBase` here: the batched fit of every class (support, engine choice,
+lockstep scans: its :class:`~.fitting.KDEFitting` part, in ``fitting.py``), the prediction
+tables, ``densities``, persistence and ``describe``, (the bare formula ``kde_confidence`` is
+in ``formula.py``). The bandwidth rules and scans live in ``_rules``, the kernel sums and
+FFTs in ``_engine``.
 """
 
 from __future__ import annotations
@@ -56,9 +53,9 @@ __all__ = [
 
 count_sign_changes = eng.count_sign_changes
 
-#: Smallest fixed bandwidth accepted, as a share of the score range width: a
-#: kernel far narrower than any gap between scores only reproduces the data
-#: points, and below ~1e-154 its b * b underflows to 0.
+#: Smallest fixed bandwidth accepted, as a share of the score range width: a kernel far
+#: narrower than any gap between scores only reproduces the data points, and below ~1e-154
+#: its b * b underflows to 0.
 MIN_BANDWIDTH_SHARE = 1e-9
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
@@ -74,7 +71,8 @@ class KDEBase(KDEFitting, ScoreCalibrator):
     :class:`~.fitting.KDEFitting`)."""
 
     #: How each class's bandwidth is chosen: an entry of ``_rules.SELECTION_RULES``
-    #: (kde-mon*, kde-opt); ``kde`` takes a fixed one instead (see :meth:`_choose_bandwidth`).
+    #: (kde-mon*, kde-opt); ``kde`` takes a fixed one instead (see
+    #: :meth:`_choose_bandwidth`).
     _bandwidth_rule: Any = None
 
     _parameter_constraints = {
@@ -84,9 +82,9 @@ class KDEBase(KDEFitting, ScoreCalibrator):
     }
     shrinkable = True
     tier = 2  # per-class curves, shrunk toward the pooled one by default
-    #: Search the classes' bandwidths together, in lockstep (see
-    #: _rules.scan_mon_lockstep, scan_opt_lockstep); False searches them one by one (the
-    #: same result up to round-off; for tests and benchmarks).
+    #: Search the classes' bandwidths together, in lockstep (see _rules.scan_mon_lockstep,
+    #: scan_opt_lockstep); False searches them one by one (the same result up to round-off;
+    #: for tests and benchmarks).
     batch_classes = True
 
     def __init__(self, *, engine: str = "auto", boundary: str | None = None, shrinkage="auto"):
@@ -95,15 +93,16 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         self.shrinkage = shrinkage
 
     #: Store each class's table compactly once fitted (``_compact.py``, docs/kde.md,
-    #: "Persistence"): binned-engine classes at knots, exact-engine ones as their kernel centres.
-    #: False keeps the full tables and centres of every class (the layout of older
+    #: "Persistence"): binned-engine classes at knots, exact-engine ones as their kernel
+    #: centres. False keeps the full tables and centres of every class (the layout of older
     #: files; for tests and benchmarks).
     compact = True
 
     # ----------------------------------------------------------------- fit
     def _fit_all_classes(self, data):
-        """The classes' fits (:class:`~.fitting.KDEFitting`), binned-engine classes' tables at
-        knots (before the pseudo-counts are chosen, so they are chosen on the curves kept)."""
+        """The classes' fits (:class:`~.fitting.KDEFitting`), binned-engine classes' tables
+        at knots (before the pseudo-counts are chosen, so they are chosen on the curves
+        kept)."""
         states, support = super()._fit_all_classes(data)
         if self.compact:
             states = compact_states(
@@ -118,9 +117,9 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         return ref.fit(pooled, keep="model")
 
     def _fit(self, data) -> None:
-        """ScoreCalibrator's fit; then the exact-engine classes' full tables are dropped (their
-        values are computed again where needed, the same up to round-off), unless this fit is a
-        scratch one (a fold's: predicted once, then dropped)."""
+        """ScoreCalibrator's fit; then the exact-engine classes' full tables are dropped
+        (their values are computed again where needed, the same up to round-off), unless
+        this fit is a scratch one (a fold's: predicted once, then dropped)."""
         super()._fit(data)
         if self.compact and not self._scratch:
             self.class_state_ = drop_tables(self.class_state_)
@@ -128,20 +127,22 @@ class KDEBase(KDEFitting, ScoreCalibrator):
 
     # ------------------------------------------------------------- predict
     def _index_states(self) -> None:
-        """Index every class's table for vectorised prediction (:class:`~._tables.GridTables`);
-        set bandwidth_ (after fit and load)."""
+        """Index every class's table for vectorised prediction
+        (:class:`~._tables.GridTables`); set bandwidth_ (after fit and load)."""
         self._grid = GridTables(self.class_state_, self._bounds())
         self._centres = np.array([kind == "centres" for kind in self._grid.kind], dtype=bool)
         self.bandwidth_ = np.array(
             [np.nan if st is None else st["bandwidth"] for st in self.class_state_]
         )
-        self._wide = None  # the interval's wide-bandwidth tables, built on first use (_wide_terms)
+        # the interval's wide-bandwidth tables, built on first use (_wide_terms)
+        self._wide = None
 
     def _interp(self, k, score, with_count: bool = False):
-        """Each score's value in its class's table (and the count with ``with_count``): linear
-        between the table's grid points, whose values are stored (full or at knots) or computed
-        from the class's kernel centres (:meth:`~._tables.GridTables.centre_values`). ``k``,
-        ``score`` arrays of one shape, or ``k`` one class."""
+        """Each score's value in its class's table (and the count with ``with_count``):
+        linear between the table's grid points, whose values are stored (full or at knots)
+        or computed from the class's kernel centres
+        (:meth:`~._tables.GridTables.centre_values`). ``k``, ``score`` arrays of one shape,
+        or ``k`` one class."""
         g = self._grid
         s = np.asarray(score, dtype=np.float64)
         i, frac = g.cells(k, s)
@@ -167,7 +168,8 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         return tuple(out) if with_count else out[0]
 
     def _local_counts(self, k: int, score: np.ndarray):
-        # one class: its table's scalars, not a per-row class array and gathers (the same values)
+        # one class: its table's scalars, not a per-row class array and gathers (the same
+        # values)
         s = np.asarray(score, dtype=np.float64)
         c, n = self._interp(int(k), s, with_count=True)
         return c * n, n
@@ -184,20 +186,20 @@ class KDEBase(KDEFitting, ScoreCalibrator):
     #: Effective sample size per unit of the kernel-weighted count: (sum w)^2 / sum w^2 for
     #: Gaussian weights w over locally even scores is sqrt(2) sum w (docs/intervals.md).
     _count_scale = float(np.sqrt(2.0))
-    #: A bandwidth at least this multiple of the class's score standard deviation spans the class:
-    #: there the interval's small-bandwidth approximations (the sqrt(2) count scale, the Taylor
-    #: bias)
-    #: are replaced by the exact effective sample size and the local-linear bias
-    #: (:meth:`_wide_terms`).
+    #: A bandwidth at least this multiple of the class's score standard deviation spans the
+    #: class: there the interval's small-bandwidth approximations (the sqrt(2) count scale,
+    #: the Taylor bias) are replaced by the exact effective sample size and the local-linear
+    #: bias (:meth:`_wide_terms`).
     WIDE_BANDWIDTH_SD = 1.0
 
     def _wide_terms(self, pred, score):
-        """(effective sample size per count unit, extra bias) of every row: sqrt(2) and 0, except in
-        classes with a wide bandwidth (``WIDE_BANDWIDTH_SD``), where they are the kernel's exact
-        (sum w)^2 / sum w^2 and |Nadaraya-Watson - local linear| at the class's own bandwidth (the
-        smoothing bias that the flattened curve's derivatives miss; docs/intervals.md). Computed
-        from the stored kernel centres once per model on a grid of spacing b / 8 (<= 513 points)
-        over each such class's table, and interpolated (held outside it, as the curve is)."""
+        """(effective sample size per count unit, extra bias) of every row: sqrt(2) and 0,
+        except in classes with a wide bandwidth (``WIDE_BANDWIDTH_SD``), where they are the
+        kernel's exact (sum w)^2 / sum w^2 and |Nadaraya-Watson - local linear| at the
+        class's own bandwidth (the smoothing bias that the flattened curve's derivatives
+        miss; docs/intervals.md). Computed from the stored kernel centres once per model on
+        a grid of spacing b / 8 (<= 513 points) over each such class's table, and
+        interpolated (held outside it, as the curve is)."""
         if getattr(self, "_wide", None) is None:
             bounds = tuple(self.score_range_) if self.boundary == "reflect" else None
             self._wide = wide_bandwidth_tables(
@@ -219,10 +221,10 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         return self._wide_terms(pred, score)[0]
 
     def _interval_bias(self, pred, score):
-        """Smoothing bias of Nadaraya-Watson, (b^2 / 2) (Conf'' + 2 Conf' f' / f) (Wand & Jones
-        1995,
-        sec. 5.4), with Conf and the score density f (the kernel-weighted count) differentiated
-        on the fitted curve and table at steps of b / 2; in classes with a wide bandwidth plus
+        """Smoothing bias of Nadaraya-Watson, (b^2 / 2) (Conf'' + 2 Conf' f' / f) (Wand &
+        Jones 1995, sec. 5.4), with Conf and the score density f (the kernel-weighted count)
+        differentiated on the fitted curve and table at steps of b / 2; in classes with a
+        wide bandwidth plus
         |Nadaraya-Watson - local linear| (:meth:`_wide_terms`)."""
         b = self.bandwidth_[pred]
         ok = np.isfinite(b)
@@ -238,7 +240,8 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         d2 = (c_up - 2 * c0 + c_dn) / (h * h)
         with np.errstate(divide="ignore", invalid="ignore"):
             dlogf = np.where(n0 > 0, (n_up - n_dn) / (2 * h * n0), 0.0)
-        with np.errstate(over="ignore", invalid="ignore"):  # 0 x inf where f vanishes: nan_to_num
+        # 0 x inf where f vanishes: nan_to_num
+        with np.errstate(over="ignore", invalid="ignore"):
             taylor = np.abs(np.nan_to_num(0.5 * b[ok] ** 2 * (d2 + 2 * d1 * dlogf)))
         bias[ok] = taylor + self._wide_terms(p, s)[1]
         return bias
@@ -247,8 +250,8 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         return self._grid.has_counts
 
     def _count_cells(self, pred, score):
-        """Cells of the classes' table grids (Conf and the count are linear in the score within
-        one), numbered across all classes."""
+        """Cells of the classes' table grids (Conf and the count are linear in the score
+        within one), numbered across all classes."""
         i, _ = self._grid.cells(0 if len(self.classes_) == 1 else pred, score)
         i += self._grid.grid_off[0 if len(self.classes_) == 1 else pred]
         return i, self._grid.n_grid
@@ -264,7 +267,8 @@ class KDEBase(KDEFitting, ScoreCalibrator):
         return out
 
     def _predict_scores(self, k: int, score: np.ndarray) -> np.ndarray:
-        """Conf_k at ``score`` (``curve``): the class's table, as :meth:`_predict_rows` reads it."""
+        """Conf_k at ``score`` (``curve``): the class's table, as :meth:`_predict_rows`
+        reads it."""
         if self._shrunk() or self.class_state_[k] is None:
             return super()._predict_scores(k, score)
         return self._interp(int(k), np.asarray(score, dtype=np.float64))
@@ -273,19 +277,19 @@ class KDEBase(KDEFitting, ScoreCalibrator):
     def densities(self, k, score) -> tuple[np.ndarray, np.ndarray]:
         """The smoothed weighted sums of class ``k`` at ``score`` (paper Fig. 5).
 
-        Returns ``(sum_TP t_i phi_b(S - s_i), sum_FP f_j phi_b(S - s_j))`` with
-        phi_b the normalised Gaussian density of standard deviation b, i.e.
+        Returns ``(sum_TP t_i phi_b(S - s_i), sum_FP f_j phi_b(S - s_j))`` with phi_b the
+        normalised Gaussian density of standard deviation b, i.e.
         |TP| K_TP(S) and |FP| K_FP(S) in the paper's notation (each integrates
         to the group's weight, less what falls outside a hard limit unless
-        ``boundary="reflect"``). Not held constant outside the support. For
-        the binned engine the kernel centres are the fine grid points with
-        their linearly binned weights.
+        ``boundary="reflect"``). Not held constant outside the support. For the binned
+        engine the kernel centres are the fine grid points with their linearly binned
+        weights.
 
         Raises
         ------
         TopcalError
-            For an unknown class, or a class without a bandwidth (no
-            positives, or a degenerate class: only TP, only FP, one score).
+            For an unknown class, or a class without a bandwidth (no positives, or a
+            degenerate class: only TP, only FP, one score).
         """
         self._check_fitted()
         i = self._class_index(k)
@@ -311,7 +315,9 @@ class KDEBase(KDEFitting, ScoreCalibrator):
             if not mask.any():
                 out.append(np.zeros_like(x))
                 continue
-            num, _, shift = eng.exact_sums(x, pts[mask], w[mask], np.zeros(mask.sum()), b, bounds)
+            num, _, shift = eng.exact_sums(
+                x, pts[mask], w[mask], np.zeros(mask.sum()), b, bounds
+            )
             out.append(num * np.exp(-shift * (0.5 / (b * b))) / (_SQRT_2PI * b))
         return out[0], out[1]
 

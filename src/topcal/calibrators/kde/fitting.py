@@ -1,10 +1,12 @@
-"""The batched fit of the KDE rules: supports, engine choice, lockstep bandwidth scans, tables.
+"""The batched fit of the KDE rules: supports, engine choice, lockstep bandwidth scans,
+tables.
 
-:class:`KDEFitting` holds the fitting half of :class:`~.calibrator.KDEBase` (which derives from it
-and from :class:`~..score.ScoreCalibrator`, and holds prediction, intervals, ``densities``,
-persistence and ``describe``); moved out of ``calibrator.py`` as is (no file over 600
-lines). It reads the class attributes ``_bandwidth_rule`` and ``batch_classes`` and the fitted
-``n_tp_``, ``n_fp_``, ``classes_``, ``score_range_`` that KDEBase and ScoreCalibrator provide.
+:class:`KDEFitting` holds the fitting half of :class:`~.calibrator.KDEBase` (which derives
+from it and from :class:`~..score.ScoreCalibrator`, and holds prediction, intervals,
+``densities``, persistence and ``describe``); moved out of ``calibrator.py`` as is (no file
+over 600 lines). It reads the class attributes ``_bandwidth_rule`` and ``batch_classes`` and
+the fitted ``n_tp_``, ``n_fp_``, ``classes_``, ``score_range_`` that KDEBase and
+ScoreCalibrator provide.
 """
 
 from __future__ import annotations
@@ -28,17 +30,18 @@ __all__ = [
     "MAX_TABLE_STRIDE",
 ]
 
-#: The prediction table's spacing is at most b / TABLE_CELLS_PER_B (a power
-#: of 2 fraction of the fine grid, 257 to 4097 points). Linear interpolation
-#: error is at most h^2 / 8 * max|Conf''|; on PhANNs h = b / 8 gave up to
-#: 7e-4, so h = b / 16 (4x less): measured <= 2e-4, median 2e-5 per class.
+#: The prediction table's spacing is at most b / TABLE_CELLS_PER_B (a power of 2 fraction of
+#: the fine grid, 257 to 4097 points). Linear interpolation error is at most h^2 / 8 *
+#: max|Conf''|; on PhANNs h = b / 8 gave up to 7e-4, so h = b / 16 (4x less): measured <=
+#: 2e-4, median 2e-5 per class.
 TABLE_CELLS_PER_B = 16
-#: Binned-engine classes scanned together in lockstep (kde-mon*), at most this many per group.
+#: Binned-engine classes scanned together in lockstep (kde-mon*), at most this many per
+#: group.
 BINNED_BATCH = 64
 MAX_TABLE_STRIDE = 16
 
-#: "No bandwidth" (degenerate classes, classes without positives): NaN in
-#: memory, null in JSON (see the docstring of ``calibrator.py``).
+#: "No bandwidth" (degenerate classes, classes without positives): NaN in memory, null in
+#: JSON (see the docstring of ``calibrator.py``).
 NO_BANDWIDTH = float("nan")
 
 
@@ -47,7 +50,8 @@ class BandwidthWarning(DegenerateClassWarning):
 
 
 class KDEFitting:
-    """The fit of every class of a KDE rule: ScoreCalibrator's batched-fit hook and its parts."""
+    """The fit of every class of a KDE rule: ScoreCalibrator's batched-fit hook and its
+    parts."""
 
     # from KDEBase and ScoreCalibrator, which it is mixed into
     _bandwidth_rule: Any
@@ -60,12 +64,12 @@ class KDEFitting:
     n_fp_: np.ndarray
 
     def _fit_all_classes(self, data: TopLabelData) -> tuple[list, list]:
-        """Fit every class (the batched-fit hook of ScoreCalibrator) in a few passes over the rows.
+        """Fit every class (the batched-fit hook of ScoreCalibrator) in a few passes over
+        the rows.
 
-        One pass finds each class's support and size; the classes for the
-        binned engine are linearly binned together in one more pass (no
-        per-class row selection), the others are selected row by row. The
-        support of binned data is its outer bin edges, as
+        One pass finds each class's support and size; the classes for the binned engine are
+        linearly binned together in one more pass (no per-class row selection), the others
+        are selected row by row. The support of binned data is its outer bin edges, as
         ``TopLabelData.class_support`` gives it.
         """
         K = data.n_classes
@@ -79,10 +83,12 @@ class KDEFitting:
                 kinds.append("exact" if rows[k] <= exact_max else "binned")
             else:
                 kinds.append(self.engine)
-        binned = [k for k in range(K) if kinds[k] == "binned" and rows[k] > 0 and hi[k] > lo[k]]
+        binned = [
+            k for k in range(K) if kinds[k] == "binned" and rows[k] > 0 and hi[k] > lo[k]
+        ]
         grids, stacked = _binned_grids(binned, pred, score, tp, fp, lo, hi, K)
-        # rows of each exact-engine class in row order, from one stable sort (not a pred == k
-        # pass per class; no sort when every class is binned)
+        # rows of each exact-engine class in row order, from one stable sort (not a pred ==
+        # k pass per class; no sort when every class is binned)
         args = {k: ("binned", g) for k, g in grids.items()}
         if len(grids) < np.count_nonzero(rows):
             for k, idx in rows_by_class(pred, K):
@@ -99,8 +105,8 @@ class KDEFitting:
                 continue
             support.append((float(lo[k]), float(hi[k])))
             T_k, F_k = float(self.n_tp_[k]), float(self.n_fp_[k])
-            # popped: the class's engine (and its caches: kde-opt's LOO terms, n^2) freed once
-            # fitted
+            # popped: the class's engine (and its caches: kde-opt's LOO terms, n^2) freed
+            # once fitted
             states.append(
                 self._fit_one(
                     k,
@@ -138,13 +144,13 @@ class KDEFitting:
         binned-engine classes apart.
 
         Returns {k: (engine, rho, (b, admissible, sign_changes or None))} for the classes it
-        searched, {k: (engine, rho, None)} for the exact-engine classes too large for the rule's
-        batch (searched one by one in _fit_one with that engine); the others are built and searched
-        one by one in _fit_one. The result per class is the one the rule's per-class search
-        (``_rules.scan_mon``, ``scan_opt``) gives (same candidates, evaluations and decisions). The
-        rule names the batches it evaluates with (``exact_batch``, ``binned_batch``; None: one by
-        one).
-        ``stacked``: (T, F, classes) as linearly binned (row c: class ``classes[c]``), or None.
+        searched, {k: (engine, rho, None)} for the exact-engine classes too large for the
+        rule's batch (searched one by one in _fit_one with that engine); the others are
+        built and searched one by one in _fit_one. The result per class is the one the
+        rule's per-class search (``_rules.scan_mon``, ``scan_opt``) gives (same candidates,
+        evaluations and decisions). The rule names the batches it evaluates with
+        (``exact_batch``, ``binned_batch``; None: one by one). ``stacked``: (T, F, classes)
+        as linearly binned (row c: class ``classes[c]``), or None.
         """
         rule = self._bandwidth_rule
         lockstep = getattr(rule, "select_lockstep", None)
@@ -170,7 +176,9 @@ class KDEFitting:
                 else [np.stack([args[k][1][j] for k in to_bin]) for j in (0, 1)]
             )
             built = dict(
-                zip(to_bin, eng.BinnedEngine.many(T, F, lo[to_bin], hi[to_bin], self._bounds()))
+                zip(
+                    to_bin, eng.BinnedEngine.many(T, F, lo[to_bin], hi[to_bin], self._bounds())
+                )
             )
         items, binned, unbatched = [], [], {}
         for k in scanned:
@@ -188,8 +196,8 @@ class KDEFitting:
             else:  # searched on its own in _fit_one, with the engine built here
                 unbatched[k] = (engine, rho, None)
         out = dict(unbatched)
-        # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25 MB a
-        # class)
+        # the binned classes in groups of BINNED_BATCH (their stacked transforms take ~0.25
+        # MB a class)
         for a in range(0, len(binned), BINNED_BATCH):
             group = binned[a : a + BINNED_BATCH]
             results = lockstep(binned_batch([g[1] for g in group]), [g[3] for g in group])
@@ -199,8 +207,8 @@ class KDEFitting:
         return out
 
     def _warn_degenerate(self, states) -> None:
-        """One warning per kind of degenerate class (a thousand small classes give four lines, not
-        270)."""
+        """One warning per kind of degenerate class (a thousand small classes give four
+        lines, not 270)."""
         kinds: dict[str, list] = {}
         for k, st in enumerate(states):
             if st is not None and st.get("degenerate"):
@@ -209,11 +217,12 @@ class KDEFitting:
             what, _, conf = kind.partition(": ")
             shrunk = self.shrinkage != 0
             warnings.warn(
-                f"{self.name}: {len(names)} class{'es' if len(names) > 1 else ''} {preview(names)} "
-                f"{'have' if len(names) > 1 else 'has'} {what}: no bandwidth to choose (NaN); "
+                f"{self.name}: {len(names)} class{'es' if len(names) > 1 else ''} "
+                f"{preview(names)} {'have' if len(names) > 1 else 'has'} {what}: no "
+                "bandwidth to choose (NaN); "
                 + (
-                    "the class's own curve is constant and shrinkage pulls it toward the pooled "
-                    "curve"
+                    "the class's own curve is constant and shrinkage pulls it toward the "
+                    "pooled curve"
                     if shrunk
                     else f"the curve is constant ({conf})"
                 ),
@@ -251,12 +260,16 @@ class KDEFitting:
         else:
             engine, rho, scanned = prepared
         width = hi - lo
-        b, b_range, admissible, changes = self._choose_bandwidth(k, engine, lo, hi, rho, scanned)
+        b, b_range, admissible, changes = self._choose_bandwidth(
+            k, engine, lo, hi, rho, scanned
+        )
         if changes is None:
             conf, resolved = engine.scan([b])
             changes = eng.count_sign_changes(conf[0], resolved[0])
         cells_per_b = b / (TABLE_CELLS_PER_B * width / eng.FINE_CELLS)
-        stride = int(np.clip(2 ** np.floor(np.log2(max(cells_per_b, 1.0))), 1, MAX_TABLE_STRIDE))
+        stride = int(
+            np.clip(2 ** np.floor(np.log2(max(cells_per_b, 1.0))), 1, MAX_TABLE_STRIDE)
+        )
         table, table_n = self._table(engine, b, stride)
         pts, t, f = engine.kernel_points()
         return self._state(
@@ -276,15 +289,16 @@ class KDEFitting:
         )
 
     def _degenerate_bandwidth(self) -> float:
-        """The bandwidth recorded for a degenerate class: none (the rules have nothing to choose
-        from)."""
+        """The bandwidth recorded for a degenerate class: none (the rules have nothing to
+        choose from)."""
         return NO_BANDWIDTH
 
     def _choose_bandwidth(self, k, engine, lo, hi, rho, scanned):
-        """Class ``k``'s bandwidth by the rule: (b, candidate range, admissible, sign changes or
-        None).
+        """Class ``k``'s bandwidth by the rule: (b, candidate range, admissible, sign
+        changes or None).
 
-        ``scanned`` is the lockstep scan's (b, admissible, sign changes), if it ran for this class.
+        ``scanned`` is the lockstep scan's (b, admissible, sign changes), if it ran for this
+        class.
         """
         cand = rules.candidates(lo, hi, rho)
         if scanned is None:
@@ -294,11 +308,11 @@ class KDEFitting:
             b, admissible, changes = scanned
         if not admissible:
             warnings.warn(
-                f"{self.name}: class {self.classes_[k]!r}: no bandwidth in [{cand[0]:.4g}, "
-                f"{cand[-1]:.4g}] gives "
-                f"<= {self._bandwidth_rule.max_changes} slope sign changes; using the largest, "
-                f"{cand[-1]:.4g} "
-                "(smoothest curve); inspect the curve or use kde-mon4 / kde-opt",
+                f"{self.name}: class {self.classes_[k]!r}: no bandwidth in "
+                f"[{cand[0]:.4g}, {cand[-1]:.4g}] gives <= "
+                f"{self._bandwidth_rule.max_changes} slope sign changes; using the "
+                f"largest, {cand[-1]:.4g} (smoothest curve); inspect the curve or use "
+                "kde-mon4 / kde-opt",
                 BandwidthWarning,
                 stacklevel=7,
             )
@@ -323,14 +337,16 @@ class KDEFitting:
         }
 
     def _table(self, engine, b, stride):
-        """Conf and the kernel-weighted positive count (kernel value 1 at distance 0) on the table
-        grid."""
+        """Conf and the kernel-weighted positive count (kernel value 1 at distance 0) on the
+        table grid."""
         if isinstance(engine, eng.BinnedEngine):
             return engine.confidence_on_fine(b, stride, with_count=True)
         x = engine.lo + (engine.hi - engine.lo) / eng.FINE_CELLS * np.arange(
             0, eng.FINE_CELLS + 1, stride
         )
-        num, den, shift = eng.exact_sums(x, engine.points, engine.tp, engine.fp, b, engine.bounds)
+        num, den, shift = eng.exact_sums(
+            x, engine.points, engine.tp, engine.fp, b, engine.bounds
+        )
         return np.clip(num / den, 0.0, 1.0), den * np.exp(-shift * (0.5 / (b * b)))
 
 
@@ -362,8 +378,8 @@ def _class_ranges(data: TopLabelData):
 
 
 def _binned_grids(binned, pred, score, tp, fp, lo, hi, K):
-    """The binned-engine classes ``binned`` linearly binned together in one pass: ``({class: (T,
-    F)}, (T, F, binned))``, or ``({}, None)`` where there are none."""
+    """The binned-engine classes ``binned`` linearly binned together in one pass: ``({class:
+    (T, F)}, (T, F, binned))``, or ``({}, None)`` where there are none."""
     if not binned:
         return {}, None
     code = np.full(K, -1, dtype=np.int64)
@@ -385,8 +401,8 @@ def _binned_grids(binned, pred, score, tp, fp, lo, hi, K):
 
 
 def _exact_groups(items, exact_batch, lockstep) -> dict:
-    """The exact-engine classes' searches in lockstep, in groups of similar size (padding to the
-    group's widest class) within a memory budget: {k: (engine, rho, result)}."""
+    """The exact-engine classes' searches in lockstep, in groups of similar size (padding to
+    the group's widest class) within a memory budget: {k: (engine, rho, result)}."""
     out = {}
     items = sorted(items, key=lambda it: exact_batch.size_of(it[1]))
     group: list[Any] = []

@@ -1,8 +1,7 @@
 """The bare formula Conf_KDE (paper eqs. 7-9) by direct summation: ``kde_confidence``.
 
-For the calibrators' fitted curves see :mod:`topcal.calibrators.kde.methods`;
-this function is for figures and checks (e.g. the paper's Fig. 6 "diluted"
-curve: add negatives as FP).
+For the calibrators' fitted curves see :mod:`topcal.calibrators.kde.methods`; this function
+is for figures and checks (e.g. the paper's Fig. 6 "diluted" curve: add negatives as FP).
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ def kde_confidence(
 ) -> np.ndarray:
     """Conf_KDE at ``eval_scores`` from scores with TP/FP weights, by direct summation.
 
-    Computed with a per-point shift in the exponent (log-sum-exp), so it is
-    defined everywhere, also far from the data where both kernel sums
-    underflow (there it tends to the ratio at the nearest kernel centre).
-    No clamping to the data's support (the calibrators add that).
+    Computed with a per-point shift in the exponent (log-sum-exp), so it is defined
+    everywhere, also far from the data where both kernel sums underflow (there it tends to
+    the ratio at the nearest kernel centre). No clamping to the data's support (the
+    calibrators add that).
 
     Parameters
     ----------
@@ -34,8 +33,8 @@ def kde_confidence(
     scores : array-like, shape (n,)
         Kernel centres (the class's positive scores, or bin midpoints).
     tp_weight, fp_weight : array-like, shape (n,)
-        Non-negative weights: 1/0 per sample, or counts. Pass the negatives'
-        scores as extra FP weight to get the paper's "diluted" curve (Fig. 6).
+        Non-negative weights: 1/0 per sample, or counts. Pass the negatives' scores as extra
+        FP weight to get the paper's "diluted" curve (Fig. 6).
     bandwidth : float
         Kernel standard deviation b > 0, in score units.
     boundary : (float, float) or None, default None
@@ -57,7 +56,9 @@ def kde_confidence(
         )
     for name, a in (("eval_scores", x), ("scores", s), ("tp_weight", t), ("fp_weight", f)):
         if not np.all(np.isfinite(a)):
-            raise DataError(f"kde_confidence: {name} has non-finite values; remove NaN/inf first")
+            raise DataError(
+                f"kde_confidence: {name} has non-finite values; remove NaN/inf first"
+            )
     if (t < 0).any() or (f < 0).any() or (t + f).sum() <= 0:
         raise DataError(
             "kde_confidence: tp_weight and fp_weight must be >= 0 with a positive total; "
@@ -70,9 +71,8 @@ def kde_confidence(
         or not np.isfinite(bandwidth)
     ):
         raise ParameterError(
-            f"kde_confidence: parameter 'bandwidth' must be a finite number > 0, got "
-            f"{bandwidth!r}; "
-            "pass the kernel standard deviation in score units"
+            "kde_confidence: parameter 'bandwidth' must be a finite number > 0, got "
+            f"{bandwidth!r}; pass the kernel standard deviation in score units"
         )
     bounds = _check_boundary(boundary)
     return eng.exact_confidence(x, s, t, f, float(cast(float, bandwidth)), bounds)

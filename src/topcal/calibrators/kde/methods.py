@@ -1,9 +1,10 @@
-"""The five kernel-density calibrators the registry knows: ``kde`` (a fixed bandwidth or a rule of
-thumb) and the paper's bandwidth rules ``kde-mon``, ``kde-mon2``, ``kde-mon4``, ``kde-opt``.
+"""The five kernel-density calibrators the registry knows: ``kde`` (a fixed bandwidth or a
+rule of thumb) and the paper's bandwidth rules ``kde-mon``, ``kde-mon2``, ``kde-mon4``,
+``kde-opt``.
 
-What they share (the batched fit of every class, prediction tables, densities,
-persistence, describe) is :class:`~topcal.calibrators.kde.calibrator.KDEBase`;
-each class here only says how its bandwidth is chosen (docs/kde.md).
+What they share (the batched fit of every class, prediction tables, densities, persistence,
+describe) is :class:`~topcal.calibrators.kde.calibrator.KDEBase`; each class here only says
+how its bandwidth is chosen (docs/kde.md).
 """
 
 from __future__ import annotations
@@ -38,21 +39,19 @@ class KDE(KDEBase):
     Parameters
     ----------
     bandwidth : float or {"silverman", "scott"}, default "silverman"
-        Kernel standard deviation b in score units, the same for every
-        class; or a rule of thumb applied to each class's positive scores
-        (weighted, n = |P|): Silverman's 0.9 min(sd, IQR / 1.34) n^(-1/5)
-        (Silverman 1986, eq. 3.31) or Scott's 1.06 sd n^(-1/5). These
-        target the density, not the ratio, and tend to be too small for
-        calibration; prefer ``kde-mon2``.
+        Kernel standard deviation b in score units, the same for every class; or a rule of
+        thumb applied to each class's positive scores (weighted, n = |P|): Silverman's 0.9
+        min(sd, IQR / 1.34) n^(-1/5) (Silverman 1986, eq. 3.31) or Scott's 1.06 sd n^(-1/5).
+        These target the density, not the ratio, and tend to be too small for calibration;
+        prefer ``kde-mon2``.
     engine : {"auto", "exact", "binned"}, default "auto"
-        "exact" sums every kernel; "binned" linear-bins onto a 4097-point
-        grid over the class's support and convolves by FFT; "auto" takes
-        "exact" for classes with at most 512 positive rows.
+        "exact" sums every kernel; "binned" linear-bins onto a 4097-point grid over the
+        class's support and convolves by FFT; "auto" takes "exact" for classes with at most
+        512 positive rows.
     boundary : {None, "reflect"}, default None
-        "reflect" mirrors every kernel at both ends of the declared score
-        range (e.g. 0 and 1, or 0 and 10), so no weight falls outside it.
-        Off by default, as in the paper (section 13: "at any reasonable
-        bandwidth the effect is minimal").
+        "reflect" mirrors every kernel at both ends of the declared score range (e.g. 0 and
+        1, or 0 and 10), so no weight falls outside it. Off by default, as in the paper
+        (section 13: "at any reasonable bandwidth the effect is minimal").
 
     Attributes
     ----------
@@ -89,9 +88,9 @@ class KDE(KDEBase):
                 hi - lo
             ):  # b * b would underflow; such a kernel sees no neighbours
                 raise ParameterError(
-                    f"{self.name}: bandwidth {b:g} is below {MIN_BANDWIDTH_SHARE:g} of the score "
-                    f"range width "
-                    f"{hi - lo:g}; give a bandwidth in score units, e.g. 0.05 * (hi - lo)"
+                    f"{self.name}: bandwidth {b:g} is below {MIN_BANDWIDTH_SHARE:g} of the "
+                    f"score range width {hi - lo:g}; give a bandwidth in score units, e.g. "
+                    "0.05 * (hi - lo)"
                 )
             return b
         b = rules.RULES_OF_THUMB[self.bandwidth](score, w)
@@ -100,8 +99,8 @@ class KDE(KDEBase):
         return float(b)
 
     def _choose_bandwidth(self, k, engine, lo, hi, rho, scanned):
-        # rules of thumb from the kernel centres: the distinct scores, or
-        # the fine grid (quantiles then within R / 4096 of the exact ones)
+        # rules of thumb from the kernel centres: the distinct scores, or the fine grid
+        # (quantiles then within R / 4096 of the exact ones)
         pts, t, f = engine.kernel_points()
         return self._fixed_bandwidth(pts, t + f, lo, hi), None, True, None
 
@@ -110,8 +109,8 @@ class KDE(KDEBase):
         return NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
 
     def _warn_degenerate(self, states) -> None:
-        """No warning: a fixed bandwidth has nothing to choose, a constant curve is the formula's
-        value."""
+        """No warning: a fixed bandwidth has nothing to choose, a constant curve is the
+        formula's value."""
 
 
 @register
@@ -128,8 +127,8 @@ class KDEMon(KDEBase):
     Attributes
     ----------
     bandwidth_ : ndarray, shape (K,)
-        b_mon per class; NaN for classes with no positives or a degenerate
-        class (only TP, only FP, one distinct score).
+        b_mon per class; NaN for classes with no positives or a degenerate class (only TP,
+        only FP, one distinct score).
     """
 
     name = "kde-mon"
@@ -149,7 +148,8 @@ class KDEMon2(KDEBase):
 
     name = "kde-mon2"
     summary = (
-        "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's choice)"
+        "kernel density ratio, smallest bandwidth with <= 2 slope sign changes (paper's "
+        "choice)"
     )
     _bandwidth_rule = rules.SELECTION_RULES["mon2"]
     # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
@@ -176,9 +176,9 @@ class KDEMon4(KDEBase):
 class KDEOpt(KDEBase):
     """Conf_KDE with b_opt: minimal leave-one-out top-label NLL of the class.
 
-    Each sample's own kernel is removed from its own group's sum (for binned
-    data, one unit of the bin's weight). The paper finds these curves too
-    wiggly on PhANNs (Fig. 13); offered for comparison.
+    Each sample's own kernel is removed from its own group's sum (for binned data, one unit
+    of the bin's weight). The paper finds these curves too wiggly on PhANNs (Fig. 13);
+    offered for comparison.
 
     Parameters and attributes as :class:`KDEMon`.
     """

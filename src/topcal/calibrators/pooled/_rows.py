@@ -1,6 +1,7 @@
-"""The rows of a ``hier-platt`` / ``hier-beta`` fit (:mod:`.hierarchical`): rows of equal (class,
-score) merged where that pays, the rows grouped by class with the solver's buffers (:class:`Rows`),
-and the binned rows of the strength scan (:func:`binned_rows`; :mod:`._solve`)."""
+"""The rows of a ``hier-platt`` / ``hier-beta`` fit (:mod:`.hierarchical`): rows of equal
+(class, score) merged where that pays, the rows grouped by class with the solver's buffers
+(:class:`Rows`), and the binned rows of the strength scan (:func:`binned_rows`;
+:mod:`._solve`)."""
 
 from __future__ import annotations
 
@@ -22,37 +23,34 @@ __all__ = [
     "merge_equal_rows",
 ]
 
-#: Rows with equal (class, score) are merged into one (:func:`merge_equal_rows`) where that divides
-#: their
-#: number by at least this factor (rounded or binned scores); below it the merge's sort costs more
-#: than it saves
+#: Rows with equal (class, score) are merged into one (:func:`merge_equal_rows`) where that
+#: divides their number by at least this factor (rounded or binned scores); below it the
+#: merge's sort costs more than it saves
 MERGE_GAIN = 1.25
-#: The strength scan's binned rows (:func:`binned_rows`): per class, equal bins of logit(s) over the
-#: rows' range, about one per ``ROWS_PER_BIN`` rows of a class of average size (a power of two,
-#: ``BINS`` at most), used where they divide the rows by at least ``BIN_GAIN``
+#: The strength scan's binned rows (:func:`binned_rows`): per class, equal bins of logit(s)
+#: over the rows' range, about one per ``ROWS_PER_BIN`` rows of a class of average size (a
+#: power of two, ``BINS`` at most), used where they divide the rows by at least ``BIN_GAIN``
 BINS = 2048
 ROWS_PER_BIN = 8
 BIN_GAIN = 8
 #: ... and where there are at least this many rows: below, a fit's time is numpy's per-call
-#: overhead, and the binned scan's 13 fits would cost more than the 10 fits on the rows they save
+#: overhead, and the binned scan's 13 fits would cost more than the 10 fits on the rows they
+#: save
 BIN_MIN_ROWS = 16_384
 
 
 def may_merge(score: np.ndarray) -> bool:
-    """False where the scores alone show that :func:`merge_equal_rows` would not merge (its sort
-    skipped).
+    """False where the scores alone show that :func:`merge_equal_rows` would not merge (its
+    sort skipped).
 
-    A lower bound on the number of distinct scores, which bounds the distinct (class, score) pairs
-    from
-    below: the number of occupied slots when each score's bits are hashed into a table of >= 8 x n
-    slots,
-    less one (two equal scores share a slot but 0.0 and -0.0, so occupied slots - 1 <= distinct
-    scores;
-    each NaN counts as distinct in the merge, and shares one slot here). Where that bound times
-    :data:`MERGE_GAIN` exceeds n, the merge would not pay (the same decision as counting the pairs);
-    otherwise (ties, or an unlucky hash) the exact count decides. One pass and a table of 8-16 n
-    bytes, against
-    a two-key sort (~20 x longer at 10^5 rows).
+    A lower bound on the number of distinct scores, which bounds the distinct (class, score)
+    pairs from below: the number of occupied slots when each score's bits are hashed into a
+    table of >= 8 x n slots, less one (two equal scores share a slot but 0.0 and -0.0, so
+    occupied slots - 1 <= distinct scores; each NaN counts as distinct in the merge, and
+    shares one slot here). Where that bound times :data:`MERGE_GAIN` exceeds n, the merge
+    would not pay (the same decision as counting the pairs); otherwise (ties, or an unlucky
+    hash) the exact count decides. One pass and a table of 8-16 n bytes, against a two-key
+    sort (~20 x longer at 10^5 rows).
     """
     n = score.size
     slots = 1 << max(int(8 * n - 1).bit_length(), 4)
@@ -66,15 +64,15 @@ def may_merge(score: np.ndarray) -> bool:
 
 
 def merge_equal_rows(data: TopLabelData, cols):
-    """(cols, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one where
-    that pays.
+    """(cols, tp, fp, class) of the fit's rows, rows of equal (class, score) merged into one
+    where that pays.
 
-    ``cols``: the feature columns (a list of (n,) arrays). The features are a function of the score,
-    and
-    the NLL, its derivatives and the approximate LOO loss are sums over rows linear in the TP and FP
-    weights at the row's features, so a merged row holding the summed weights gives the same fit
-    (lossless; up to the order of the sums: tested). Merged only where it divides the rows by
-    :data:`MERGE_GAIN` (scores rounded to a few digits, binned data); otherwise the rows as given.
+    ``cols``: the feature columns (a list of (n,) arrays). The features are a function of
+    the score, and the NLL, its derivatives and the approximate LOO loss are sums over rows
+    linear in the TP and FP weights at the row's features, so a merged row holding the
+    summed weights gives the same fit (lossless; up to the order of the sums: tested).
+    Merged only where it divides the rows by :data:`MERGE_GAIN` (scores rounded to a few
+    digits, binned data); otherwise the rows as given.
     """
     n = data.n_rows
     if n < 2 or not may_merge(data.score):
@@ -105,17 +103,19 @@ def merge_equal_rows(data: TopLabelData, cols):
 class Rows:
     """Rows with weight, grouped by class: feature columns, tp, fp, class sizes.
 
-    The rows are stored class by class (a stable sort: each class keeps its rows' order, so a
-    per-class sum adds the same numbers in the same order). The features are the columns ``cols``
-    and a last, constant one (the intercept), which is never stored: a product with it is the other
-    factor itself, bit for bit, so it is skipped. The pairwise products of the columns (the
-    Hessian's and the leverages' terms, x_i x_j) are made where used, into a scratch buffer.
+    The rows are stored class by class (a stable sort: each class keeps its rows' order, so
+    a per-class sum adds the same numbers in the same order). The features are the columns
+    ``cols`` and a last, constant one (the intercept), which is never stored: a product with
+    it is the other factor itself, bit for bit, so it is skipped. The pairwise products of
+    the columns (the Hessian's and the leverages' terms, x_i x_j) are made where used, into
+    a scratch buffer.
 
-    Memory: every row-length intermediate of the Newton and LOO passes is written into a
-    few buffers kept with the rows (``out=``; no fresh row-length arrays, whose page faults cost as
-    much as the arithmetic): S, T, E (scratch), M (margins) and two probability buffers (the Newton
-    iterate's and the trial step's). The arithmetic is the former allocating code's, operation for
-    operation, so the fits are bit for bit those of before (tested: test_platt_beta_memory.py).
+    Memory: every row-length intermediate of the Newton and LOO passes is written into a few
+    buffers kept with the rows (``out=``; no fresh row-length arrays, whose page faults cost
+    as much as the arithmetic): S, T, E (scratch), M (margins) and two probability buffers
+    (the Newton iterate's and the trial step's). The arithmetic is the former allocating
+    code's, operation for operation, so the fits are bit for bit those of before (tested:
+    test_platt_beta_memory.py).
     """
 
     def __init__(self, cols, tp, fp, g, k):
@@ -145,8 +145,8 @@ class Rows:
         self.pairs = [(i, j) for i in range(self.p) for j in range(i, self.p)]
 
     def __getattr__(self, name):
-        """The buffers, made on first use (after the caller has dropped what the rows were made
-        from)."""
+        """The buffers, made on first use (after the caller has dropped what the rows were
+        made from)."""
         if name not in ("S", "T", "E", "M", "Q", "_sign"):
             raise AttributeError(name)
         n = self.tp.size
@@ -159,8 +159,9 @@ class Rows:
         return getattr(self, name)
 
     def pair(self, i, j, scratch):
-        """x_i x_j per row: into ``scratch`` for two stored columns (computed where used: no stored
-        products), the column itself where j is the constant one, None (ones) for both constant."""
+        """x_i x_j per row: into ``scratch`` for two stored columns (computed where used: no
+        stored products), the column itself where j is the constant one, None (ones) for
+        both constant."""
         last = self.p - 1
         if i == last:
             return None
@@ -185,17 +186,15 @@ class Rows:
         return np.repeat(v, self.counts)
 
     def loss(self, m, q):
-        """Per-class NLL at margins m; the rows' probabilities expit(m) into q (a buffer, not S, T,
-        E, m).
+        """Per-class NLL at margins m; the rows' probabilities expit(m) into q (a buffer,
+        not S, T, E, m).
 
-        The NLL is tp softplus(-m) + fp softplus(m) summed per class, softplus(+-m) = max(+-m, 0) +
-        log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both` (rows of weight 0/1
-        get
-        its numbers bit for bit), and expit(m) = (1 or e) / (1 + e) from the same e (within 4.5e-16
-        relative of scipy's ``expit``, which takes one more exp: Newton needs both at every
-        iterate);
-        "1 or e" is max(e, [m >= 0]) (e <= 1), the value of np.where(m >= 0, 1, e) at a tenth of its
-        cost.
+        The NLL is tp softplus(-m) + fp softplus(m) summed per class, softplus(+-m) =
+        max(+-m, 0) + log1p(e) with e = exp(-|m|) as :func:`~topcal._numeric.softplus_both`
+        (rows of weight 0/1 get its numbers bit for bit), and expit(m) = (1 or e) / (1 + e)
+        from the same e (within 4.5e-16 relative of scipy's ``expit``, which takes one more
+        exp: Newton needs both at every iterate); "1 or e" is max(e, [m >= 0]) (e <= 1), the
+        value of np.where(m >= 0, 1, e) at a tenth of its cost.
         """
         s, t, e = self.S, self.T, self._exp_neg_abs(m)
         np.log1p(e, out=s)
@@ -210,8 +209,8 @@ class Rows:
         return self.sums(s)
 
     def probs(self, m, q):
-        """The rows' probabilities expit(m) into q, as :meth:`loss` makes them (bit for bit; no
-        loss: one exp per row, not an exp and a log1p)."""
+        """The rows' probabilities expit(m) into q, as :meth:`loss` makes them (bit for bit;
+        no loss: one exp per row, not an exp and a log1p)."""
         self._expit(m, self._exp_neg_abs(m), q)
         return q
 
@@ -219,7 +218,8 @@ class Rows:
         """exp(-|m|) into E."""
         e = self.E
         np.abs(m, out=e)
-        np.negative(e, out=e)  # (np.copysign(m, -1): the same in one pass, 4 x the time of two)
+        # (np.copysign(m, -1): the same in one pass, 4 x the time of two)
+        np.negative(e, out=e)
         return np.exp(e, out=e)
 
     def _expit(self, m, e, q):
@@ -239,7 +239,8 @@ class Rows:
     def gradient(self, r, scratch):
         """Per-class sums of r x (K, p)."""
         return np.stack(
-            [self.sums(np.multiply(r, c, out=scratch)) for c in self.cols] + [self.sums(r)], axis=1
+            [self.sums(np.multiply(r, c, out=scratch)) for c in self.cols] + [self.sums(r)],
+            axis=1,
         )
 
     def hessian(self, h, scratch):
@@ -257,7 +258,8 @@ class Rows:
         """x' Hinv_k x per row (Hinv: (K, p, p), symmetric), into ``out``."""
         out.fill(0.0)
         for i, j in self.pairs:
-            # (1 or 2) x per_row(Hinv_ij): exact either way, so the factor goes in before the spread
+            # (1 or 2) x per_row(Hinv_ij): exact either way, so the factor goes in before
+            # the spread
             v = self.per_row((1.0 if i == j else 2.0) * Hinv[:, i, j])
             xx = self.pair(i, j, scratch)
             out += v if xx is None else np.multiply(v, xx, out=scratch)
@@ -265,14 +267,15 @@ class Rows:
 
 
 def binned_rows(cols, tp, fp, g, k, u) -> tuple[Any, Any, Any, Any] | None:
-    """(cols, tp, fp, class) of approximate rows for the strength scan; None where they do not pay.
+    """(cols, tp, fp, class) of approximate rows for the strength scan; None where they do
+    not pay.
 
-    The rows of each class are put in equal bins of ``u`` (logit(s): the features
-    are functions of it) over the rows' range; each bin gives one row of its TP weight at the
-    TP-weighted mean of its rows' features and one of its FP weight at the FP-weighted mean. The
-    NLL of a bin is then its rows' up to the second-order term (1/2) l''(m) sum_i w_i (m_i - m)^2
-    (the first-order term vanishes at the mean): about h^2 / 24 x l'' x slope^2 per unit of weight
-    for bins h wide in u. Used to find where the fits on the rows start
+    The rows of each class are put in equal bins of ``u`` (logit(s): the features are
+    functions of it) over the rows' range; each bin gives one row of its TP weight at the
+    TP-weighted mean of its rows' features and one of its FP weight at the FP-weighted mean.
+    The NLL of a bin is then its rows' up to the second-order term (1/2) l''(m) sum_i w_i
+    (m_i - m)^2 (the first-order term vanishes at the mean): about h^2 / 24 x l'' x slope^2
+    per unit of weight for bins h wide in u. Used to find where the fits on the rows start
     (:func:`._solve.binned_search`), never as the fit. None where the binned rows would not
     divide the rows by :data:`BIN_GAIN`, or below :data:`BIN_MIN_ROWS` rows.
     """

@@ -1,59 +1,55 @@
 """``hier-platt``: per-class Platt scaling shrunk toward the pooled Platt curve.
 
-The parametric twin of the count shrinkage (:mod:`topcal.calibrators.shrinkage`).
-On z = logit(s) of the normalised top score s (clipped to [1e-12, 1 - 1e-12]),
-class k's confidence is sigmoid(a_k z + b_k), theta_k = (a_k, b_k). The pooled
-Platt fit theta_0 (all classes as one) is the prior's centre, and class k's
-parameters maximise
+The parametric twin of the count shrinkage (:mod:`topcal.calibrators.shrinkage`). On z =
+logit(s) of the normalised top score s (clipped to [1e-12, 1 - 1e-12]), class k's confidence
+is sigmoid(a_k z + b_k), theta_k = (a_k, b_k). The pooled Platt fit theta_0 (all classes as
+one) is the prior's centre, and class k's parameters maximise
 
-    sum_{i in k} log-likelihood_i(theta_k) - (lam / 2) (theta_k - theta_0)' I_0 (theta_k - theta_0)
+    sum_{i in k} log-likelihood_i(theta_k) - (lam / 2) (theta_k - theta_0)' I_0 (theta_k -
+    theta_0)
 
-where I_0 = (1/N) sum_i w_i p_i (1 - p_i) x_i x_i' (x_i = (z_i, 1)) is the pooled
-fit's Fisher information *per sample*: a Gaussian prior worth ``lam``
-pseudo-samples distributed like the pooled data, so lam plays the role of the
-pseudo-count m (lam -> 0: per-class Platt, ``btswa``; lam -> inf: pooled
-Platt, ``pooled-platt``). The prior is invariant to affine changes of z.
+where I_0 = (1/N) sum_i w_i p_i (1 - p_i) x_i x_i' (x_i = (z_i, 1)) is the pooled fit's
+Fisher information *per sample*: a Gaussian prior worth ``lam`` pseudo-samples distributed
+like the pooled data, so lam plays the role of the pseudo-count m (lam -> 0: per-class
+Platt, ``btswa``; lam -> inf: pooled Platt, ``pooled-platt``). The prior is invariant to
+affine changes of z.
 
-The strength lam is chosen from the data, one for all classes (empirical
-Bayes by predictive fit), on the grid 2^j, j = 0..24 (every other point, then
-the two neighbours of the best of those; a cross-validation fold's fit walks
-downhill from the all-data fit's choice instead; from 16,384 rows, with enough
-rows per class, the scan runs on binned rows, equal bins of logit(s) per
-class, and the fits on the rows walk downhill from its choice: 1-5 fits on the
-rows instead of 15 (neighbours whose binned losses are clearly worse are not
-fitted), the same choice, parameters within 1e-6 relative:
-``_solve.binned_search``, tests/unit/calibrators/pooled/test_hier_binned.py), by the approximate
-leave-one-out NLL of the fit (Rad & Maleki 2020): leaving one unit of weight
-at x_i out of its class's penalised fit moves its margin to
+The strength lam is chosen from the data, one for all classes (empirical Bayes by predictive
+fit), on the grid 2^j, j = 0..24 (every other point, then the two neighbours of the best of
+those; a cross-validation fold's fit walks downhill from the all-data fit's choice instead;
+from 16,384 rows, with enough rows per class, the scan runs on binned rows, equal bins of
+logit(s) per class, and the fits on the rows walk downhill from its choice: 1-5 fits on the
+rows instead of 15 (neighbours whose binned losses are clearly worse are not fitted), the
+same choice, parameters within 1e-6 relative: ``_solve.binned_search``,
+tests/unit/calibrators/pooled/test_hier_binned.py), by the approximate leave-one-out NLL of
+the fit (Rad & Maleki 2020): leaving one unit of weight at x_i out of its class's penalised
+fit moves its margin to
 
     m_(-i) = m_i + l'_i h_i / (1 - l''_i h_i),   h_i = x_i' H_k^-1 x_i,
 
-with l' = p - y, l'' = p (1 - p) and H_k the class's penalised Hessian (one
-Newton step from the full fit, exact up to third-order terms). A class with
-no positives uses theta_0.
+with l' = p - y, l'' = p (1 - p) and H_k the class's penalised Hessian (one Newton step from
+the full fit, exact up to third-order terms). A class with no positives uses theta_0.
 
-Intervals (``predict_interval``): the delta method on class k's approximate
-(Laplace) posterior, x' theta_k -+ z sqrt(x' C_k x) on the log-odds scale,
-mapped through the logistic function. C_k is the posterior covariance of the
-normal hierarchical model with the strength lam fixed and the centre theta_0
-estimated under a flat prior (Gelman et al., Bayesian Data Analysis, 3rd ed.,
-section 5.4, with each class's likelihood replaced by its Gaussian
+Intervals (``predict_interval``): the delta method on class k's approximate (Laplace)
+posterior, x' theta_k -+ z sqrt(x' C_k x) on the log-odds scale, mapped through the logistic
+function. C_k is the posterior covariance of the normal hierarchical model with the strength
+lam fixed and the centre theta_0 estimated under a flat prior (Gelman et al., Bayesian Data
+Analysis, 3rd ed., section 5.4, with each class's likelihood replaced by its Gaussian
 approximation, information D_k = sum w p (1 - p) x x' at the fit):
 
     C_k = H_k^-1 + (H_k^-1 lam I_0) V_0 (lam I_0 H_k^-1),   H_k = D_k + lam I_0,
     V_0 = (sum_j D_j (I + (lam I_0)^-1 D_j)^-1)^-1
 
-(the first term: theta_0 known; the second: the centre's own uncertainty).
-The strength is not known either, and the approximate LOO loss pins it down
-poorly with a few classes (the chosen lam often over-shrinks, and the
-intervals of C_k at the chosen lam then under-cover): C_k is computed at the
-smallest fitted strength lam_I whose loss is within ``ALO_SLACK_PER_PARAM`` x p
-nats of the best, plus d_k d_k' with d_k the difference between the chosen fit
-and lam_I's (so x' C_k x holds the squared margin difference between the two
-fits). Where classes hold a few rows (at most 4 a parameter), the loss behind lam_I is the exact
-leave-one-out loss for those classes, within 1.0 nats a parameter (:mod:`._strength`: the
-approximate one is poor at high leverage). With a fixed ``shrinkage``, lam_I = lam. C_k is stored
-per class in the model file (``cov``; docs/intervals.md).
+(the first term: theta_0 known; the second: the centre's own uncertainty). The strength is
+not known either, and the approximate LOO loss pins it down poorly with a few classes (the
+chosen lam often over-shrinks, and the intervals of C_k at the chosen lam then under-cover):
+C_k is computed at the smallest fitted strength lam_I whose loss is within
+``ALO_SLACK_PER_PARAM`` x p nats of the best, plus d_k d_k' with d_k the difference between
+the chosen fit and lam_I's (so x' C_k x holds the squared margin difference between the two
+fits). Where classes hold a few rows (at most 4 a parameter), the loss behind lam_I is the
+exact leave-one-out loss for those classes, within 1.0 nats a parameter (:mod:`._strength`:
+the approximate one is poor at high leverage). With a fixed ``shrinkage``, lam_I = lam. C_k
+is stored per class in the model file (``cov``; docs/intervals.md).
 """
 
 from __future__ import annotations
@@ -84,9 +80,9 @@ from ._solve import (
 
 __all__ = ["HierarchicalPlatt", "HierarchicalBeta", "LAMBDA_GRID", "score_logit"]
 
-#: The interval's strength: the smallest one whose approximate LOO loss is within this many nats per
-#: parameter of the best (chosen on the simulations of benchmarks/bench_intervals.py,
-#: docs/intervals.md)
+#: The interval's strength: the smallest one whose approximate LOO loss is within this many
+#: nats per parameter of the best (chosen on the simulations of
+#: benchmarks/bench_intervals.py, docs/intervals.md)
 ALO_SLACK_PER_PARAM = 0.6
 
 
@@ -114,9 +110,9 @@ class _StrengthConstraint:
 class _Hierarchical(Calibrator):
     """Per-class logistic fits on features of the top score, shrunk toward the pooled fit.
 
-    Subclasses give the features (``_columns``: all but the constant last one), the parameters'
-    names and the identity
-    parameters (``_identity``: the fit that returns the normalised score itself).
+    Subclasses give the features (``_columns``: all but the constant last one), the
+    parameters' names and the identity parameters (``_identity``: the fit that returns the
+    normalised score itself).
 
     Attributes
     ----------
@@ -129,13 +125,15 @@ class _Hierarchical(Calibrator):
     """
 
     in_paper = (
-        False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+        # not one of the paper's methods (the paper-reproducing experiments leave it out)
+        False
     )
     tier = 2  # per-class curves shrunk toward the pooled one
     _names: ClassVar[tuple] = ()
     _identity: ClassVar[tuple] = ()
     _warm_starts = True  # cross-validation folds start from the all-data optimum (crossfit.py)
-    #: an all-data fit's fits per strength and its strength's index: a fold's warm start (not saved)
+    #: an all-data fit's fits per strength and its strength's index: a fold's warm start
+    #: (not saved)
     _strength_fits: dict = {}
     #: per class, the covariance of the fitted parameters (None: a fold's fit, an old file)
     cov_ = None
@@ -153,7 +151,8 @@ class _Hierarchical(Calibrator):
 
     @staticmethod
     def _logit(cols: list) -> np.ndarray:  # pragma: no cover - abstract
-        """logit(s) of the rows from their feature columns (what the scan's bins are cut on)."""
+        """logit(s) of the rows from their feature columns (what the scan's bins are cut
+        on)."""
         raise NotImplementedError
 
     @classmethod
@@ -166,14 +165,16 @@ class _Hierarchical(Calibrator):
         p = len(self._names)
         self.support_ = data.class_supports()
         cols, tp, fp, g = merge_equal_rows(data, self._columns(data))
-        # binned rows (where they pay) scan the strengths and give the fits on the rows their starts
+        # binned rows (where they pay) scan the strengths and give the fits on the rows
+        # their starts
         binned = binned_rows(cols, tp, fp, g, k, self._logit(cols))
-        # the pooled rows first, in the data's order, dropped before the per-class rows are made
-        # (memory); one class (pooled-beta's curve) is its own pool: the same rows serve both
+        # the pooled rows first, in the data's order, dropped before the per-class rows are
+        # made (memory); one class (pooled-beta's curve) is its own pool: the same rows
+        # serve both
         one = Rows(cols, tp, fp, g, 1)
-        # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the optimum of
-        # the same solve on all the data (fit's ``warm``) instead of the identity or the last
-        # strength's
+        # a cross-validation fold's fit (crossfit.py) starts every Newton solve at the
+        # optimum of the same solve on all the data (fit's ``warm``) instead of the identity
+        # or the last strength's
         warm = self._warm
         theta0, q, prior = self._pooled_fit(one, binned, warm, p)
         if k == 1:
@@ -189,13 +190,14 @@ class _Hierarchical(Calibrator):
         vals, vecs = np.linalg.eigh(prior)
         prior = (vecs * np.maximum(vals, 1e-6 * max(vals.max(), 1e-12))) @ vecs.T
         center = np.broadcast_to(theta0, (k, p))
-        q_i = None  # the rows' probabilities at the interval's fit, where its solve was the last
+        # the rows' probabilities at the interval's fit, where its solve was the last
+        q_i = None
         if k == 1 and self._scratch:
-            # one class (pooled-beta's curve) is its own pool: its penalised fit at any strength is
-            # the pooled fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16 relative, and by
-            # Newton's stop); a scratch fit (a fold's, scored and dropped) searches no strength:
-            # confidences within 1.5e-9 relative of an ordinary fit's on every fold of the benchmark
-            # sets (tested: test_crossfit.py)
+            # one class (pooled-beta's curve) is its own pool: its penalised fit at any
+            # strength is the pooled fit (they differ by the pooled fit's 1e-6 ridge, ~1e-16
+            # relative, and by Newton's stop); a scratch fit (a fold's, scored and dropped)
+            # searches no strength: confidences within 1.5e-9 relative of an ordinary fit's
+            # on every fold of the benchmark sets (tested: test_crossfit.py)
             lam = float(LAMBDA_GRID[-1]) if self.shrinkage == "auto" else float(self.shrinkage)
             theta = center.copy()
             self.strength_loss_ = None
@@ -220,16 +222,18 @@ class _Hierarchical(Calibrator):
         lam_i, theta_i = interval_fit
         theta_i = np.where(has[:, None], theta_i, theta0[None, :])
         d = self.theta_ - theta_i
-        # a cross-validation fold's fit is scored and dropped: no interval statistics (crossfit.py)
+        # a cross-validation fold's fit is scored and dropped: no interval statistics
+        # (crossfit.py)
         self.cov_ = (
             None
             if self._scratch
-            else posterior_cov(rows, theta_i, prior, lam_i, q_i) + d[:, :, None] * d[:, None, :]
+            else posterior_cov(rows, theta_i, prior, lam_i, q_i)
+            + d[:, :, None] * d[:, None, :]
         )
 
     def _pooled_fit(self, one, binned, warm, p):
-        """The pooled curve's parameters, the rows' probabilities there and the prior's precision
-        (the pooled fit's Hessian per row), from the pooled rows ``one``."""
+        """The pooled curve's parameters, the rows' probabilities there and the prior's
+        precision (the pooled fit's Hessian per row), from the pooled rows ``one``."""
         start = np.array([self._identity], dtype=np.float64)
         # pooled fit: a tiny ridge toward the identity keeps a one-outcome pool finite
         n = float(one.w.sum())
@@ -247,14 +251,15 @@ class _Hierarchical(Calibrator):
         return theta0[0], q, prior
 
     def _search_strength(self, rows, brows, center, prior, warm, q, k, p):
-        """shrinkage="auto": the strength by the (approximate) leave-one-out loss, its fit, and
-        the interval's strength and fit; ``(lam, theta, (lam_i, theta_i), q_i)``.
+        """shrinkage="auto": the strength by the (approximate) leave-one-out loss, its fit,
+        and the interval's strength and fit; ``(lam, theta, (lam_i, theta_i), q_i)``.
 
-        A cross-validation fold's scratch fit searches the strength locally, from the all-data
-        fit's choice (local_search); every other fit scans the grid (grid_search), on binned
-        rows where they pay (binned_search)."""
+        A cross-validation fold's scratch fit searches the strength locally, from the
+        all-data fit's choice (local_search); every other fit scans the grid (grid_search),
+        on binned rows where they pay (binned_search)."""
         warm_fits = {} if warm is None else warm._strength_fits
-        scales = {}  # by strength, the binned fit's losses (newton's scale) where scanned on them
+        # by strength, the binned fit's losses (newton's scale) where scanned on them
+        scales = {}
         q_i = None
         near_j = None if warm is None or not self._scratch else warm._strength_index
         if near_j is not None:
@@ -276,10 +281,10 @@ class _Hierarchical(Calibrator):
         self._strength_index = j  # where a fold's local search starts (not saved)
         lam, theta = float(LAMBDA_GRID[j]), fits[j]
         self.strength_loss_ = losses
-        # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM * p
-        # of the best (the strength is not known; docs/intervals.md), its fit's distance to the
-        # chosen one added (classes of a few rows: the exact leave-one-out loss, _strength; not
-        # for a cross-validation fold's scratch fit, which keeps no interval)
+        # the interval's strength: the smallest one whose loss is within ALO_SLACK_PER_PARAM
+        # * p of the best (the strength is not known; docs/intervals.md), its fit's distance
+        # to the chosen one added (classes of a few rows: the exact leave-one-out loss,
+        # _strength; not for a cross-validation fold's scratch fit, which keeps no interval)
         small_ok = k > 1 and not self._scratch
         ji = interval_strength(rows, fits, exact, center, prior, j) if small_ok else None
         if ji is None:  # no small class (or one class): the scan's approximate losses
@@ -318,8 +323,14 @@ class _Hierarchical(Calibrator):
         self._check_fitted()
         i = self._class_index(k)
         lo, hi = self.score_range_
-        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
-        grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
+        s = (
+            np.linspace(lo, hi, n_points)
+            if score is None
+            else np.asarray(score, dtype=np.float64)
+        )
+        grid = TopLabelData(
+            tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi)
+        )
         return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
 
     def describe(self) -> dict:
@@ -381,13 +392,14 @@ class _Hierarchical(Calibrator):
 
 @register
 class HierarchicalPlatt(_Hierarchical):
-    """Per-class Platt scaling of logit(s) with a Gaussian prior centred on the pooled Platt fit.
+    """Per-class Platt scaling of logit(s) with a Gaussian prior centred on the pooled Platt
+    fit.
 
     Parameters
     ----------
     shrinkage : "auto" or float > 0, default "auto"
-        The prior's weight in pseudo-samples (see the module docstring);
-        "auto" chooses it by approximate leave-one-out NLL.
+        The prior's weight in pseudo-samples (see the module docstring); "auto" chooses it
+        by approximate leave-one-out NLL.
     loss : {"nll"}, default "nll"
         The fitted loss (only the NLL: the prior is a likelihood's).
 
@@ -399,7 +411,8 @@ class HierarchicalPlatt(_Hierarchical):
 
     name = "hier-platt"
     summary = (
-        "per-class Platt scaling of logit(top score) shrunk toward the pooled fit (strength by LOO)"
+        "per-class Platt scaling of logit(top score) shrunk toward the pooled fit "
+        "(strength by LOO)"
     )
     _names = ("slope", "intercept")
     _identity = (1.0, 0.0)
@@ -427,8 +440,8 @@ class HierarchicalBeta(_Hierarchical):
 
     sigmoid(a_k ln s - b_k ln(1 - s) + c_k) on the normalised top score s (clipped to
     [1e-12, 1 - 1e-12]), the prior and its strength as for ``hier-platt``. Unlike Kull et
-    al.'s fit, a and b are not constrained to be >= 0 (the prior keeps small classes near the
-    pooled fit; a class's curve may then be non-monotone where its own data say so).
+    al.'s fit, a and b are not constrained to be >= 0 (the prior keeps small classes near
+    the pooled fit; a class's curve may then be non-monotone where its own data say so).
 
     Parameters
     ----------
@@ -438,7 +451,8 @@ class HierarchicalBeta(_Hierarchical):
 
     name = "hier-beta"
     summary = (
-        "per-class beta calibration of the top score shrunk toward the pooled fit (strength by LOO)"
+        "per-class beta calibration of the top score shrunk toward the pooled fit "
+        "(strength by LOO)"
     )
     _names = ("a", "b", "c")
     _identity = (1.0, 1.0, 0.0)

@@ -1,29 +1,27 @@
 """Pooled calibrators: one curve Conf(S) for every predicted class.
 
-With a few dozen samples per class, one curve fitted on all classes together
-is often the strongest thing to do: it spends every sample on one function
-of the top score, at the price of ignoring how classes differ. Each pooled
-method fits a registered score method on the data with every row assigned to
-one class ("all classes") and predicts that curve for every row:
+With a few dozen samples per class, one curve fitted on all classes together is often the
+strongest thing to do: it spends every sample on one function of the top score, at the price
+of ignoring how classes differ. Each pooled method fits a registered score method on the
+data with every row assigned to one class ("all classes") and predicts that curve for every
+row:
 
-* ``pooled-platt``: Platt scaling (Platt 1999) of logit(s) on the normalised
-  top score s, sigmoid(a logit(s) + b): ``btswa`` pooled (a = 1/T, b = A/T),
-  2 parameters.
-* ``pooled-hist``: a histogram of the pooled scores (15 equal-mass bins by
-  default), shrunk toward the overall accuracy as ``hist``'s reference is.
-* ``pooled-kde-mon2``: the kernel density ratio with the b_mon2 bandwidth on
-  the pooled scores, shrunk as ``kde-mon2``'s reference is.
+* ``pooled-platt``: Platt scaling (Platt 1999) of logit(s) on the normalised top score s,
+  sigmoid(a logit(s) + b): ``btswa`` pooled (a = 1/T, b = A/T), 2 parameters.
+* ``pooled-hist``: a histogram of the pooled scores (15 equal-mass bins by default), shrunk
+  toward the overall accuracy as ``hist``'s reference is.
+* ``pooled-kde-mon2``: the kernel density ratio with the b_mon2 bandwidth on the pooled
+  scores, shrunk as ``kde-mon2``'s reference is.
 
-The interval (``predict_interval``) is the inner model's on the pooled data (the
-pooled curve's estimation error: the delta method for ``pooled-platt`` and
-``pooled-beta``, the local counts' Jeffreys interval for ``pooled-hist`` and
-``pooled-kde-mon2``) joined with the row's class's posterior around the curve: the classes'
-spread measured at the fit as prior, the class's own fitting rows as likelihood (:mod:`.spread`).
+The interval (``predict_interval``) is the inner model's on the pooled data (the pooled
+curve's estimation error: the delta method for ``pooled-platt`` and ``pooled-beta``, the
+local counts' Jeffreys interval for ``pooled-hist`` and ``pooled-kde-mon2``) joined with the
+row's class's posterior around the curve: the classes' spread measured at the fit as prior,
+the class's own fitting rows as likelihood (:mod:`.spread`).
 
-A pooled model keeps the per-class counts and score statistics every model
-keeps (``update`` refits the pooled curve on old + new data), and each
-class's own support, so plots shade where a class has no data even though
-its curve is the common one.
+A pooled model keeps the per-class counts and score statistics every model keeps (``update``
+refits the pooled curve on old + new data), and each class's own support, so plots shade
+where a class has no data even though its curve is the common one.
 """
 
 from __future__ import annotations
@@ -43,17 +41,26 @@ from ..registry import get_class, register
 from ..score import POOLED_CLASS, pooled_rows
 from ..temperature import BinaryTemperatureScalingWithAwards
 
-__all__ = ["PooledPlatt", "PooledBeta", "PooledHistogram", "PooledKDEMon2", "POOLED_CLASS", "pool"]
+__all__ = [
+    "PooledPlatt",
+    "PooledBeta",
+    "PooledHistogram",
+    "PooledKDEMon2",
+    "POOLED_CLASS",
+    "pool",
+]
 
 
 def pool(data: TopLabelData) -> TopLabelData:
-    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and bins
-    kept (:func:`.score.pooled_rows`: in a fold, the rows kde-mon2's reference is fitted on)."""
+    """``data`` with every row assigned to one class (POOLED_CLASS); scores, weights and
+    bins kept (:func:`.score.pooled_rows`: in a fold, the rows kde-mon2's reference is
+    fitted on)."""
     return pooled_rows(data)
 
 
 class _Pooled(Calibrator):
-    """One inner model of method ``_inner`` fitted on the pooled data; its curve serves every class.
+    """One inner model of method ``_inner`` fitted on the pooled data; its curve serves
+    every class.
 
     Fitted attributes
     -----------------
@@ -64,9 +71,11 @@ class _Pooled(Calibrator):
     """
 
     in_paper = (
-        False  # not one of the paper's methods (the paper-reproducing experiments leave it out)
+        # not one of the paper's methods (the paper-reproducing experiments leave it out)
+        False
     )
-    tier: ClassVar[float] = 1  # one parametric curve for all classes (non-parametric ones: 1.5)
+    # one parametric curve for all classes (non-parametric ones: 1.5)
+    tier: ClassVar[float] = 1
     _pools_classes = True  # the interval holds the classes' spread around the curve (.spread)
     #: the registered method fitted on the pooled data
     _inner: ClassVar[str] = ""
@@ -81,9 +90,9 @@ class _Pooled(Calibrator):
     def _fit(self, data: TopLabelData) -> None:
         self.support_ = [data.class_support(k, v) for k, v in enumerate(data.class_views())]
         inner = get_class(self._inner)(**self._inner_params())
-        # a part of this model (its evidence is this model's); a cross-validation fold's pooled
-        # model is a scratch fit (crossfit.py), and so is its curve, started from the all-data
-        # pooled curve's optimum where the inner method starts warm (pooled-beta)
+        # a part of this model (its evidence is this model's); a cross-validation fold's
+        # pooled model is a scratch fit (crossfit.py), and so is its curve, started from the
+        # all-data pooled curve's optimum where the inner method starts warm (pooled-beta)
         warm = self._warm.model_ if self._warm is not None and inner._warm_starts else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateClassWarning)
@@ -94,7 +103,8 @@ class _Pooled(Calibrator):
         return self.model_.predict(pool(data))
 
     def _interval(self, data: TopLabelData, level: float):
-        """The inner model's interval on the pooled data (the pooled curve's estimation error)."""
+        """The inner model's interval on the pooled data (the pooled curve's estimation
+        error)."""
         try:
             return self.model_._interval(pool(data), level)
         except ModelFileError:  # an inner model saved before intervals: say it of this model
@@ -109,13 +119,20 @@ class _Pooled(Calibrator):
         self._check_fitted()
         i = self._class_index(k)
         lo, hi = self.score_range_
-        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        s = (
+            np.linspace(lo, hi, n_points)
+            if score is None
+            else np.asarray(score, dtype=np.float64)
+        )
         return Curve(self.classes_[i], s, self.model_.curve(0, s).confidence, self.support_[i])
 
     def _pooled_summary(self) -> dict:
         """Scalars describing the pooled curve (``describe``'s "pooled" entry)."""
         d = self.model_.describe()
-        out = {"method": self._inner, "samples": float(self.model_.n_tp_[0] + self.model_.n_fp_[0])}
+        out = {
+            "method": self._inner,
+            "samples": float(self.model_.n_tp_[0] + self.model_.n_fp_[0]),
+        }
         info = d["classes"][POOLED_CLASS]
         out.update(
             {
@@ -136,7 +153,9 @@ class _Pooled(Calibrator):
         return d
 
     def _describe_classes(self) -> list[dict]:
-        return [{"support": list(s)} if s is not None else {"support": None} for s in self.support_]
+        return [
+            {"support": list(s)} if s is not None else {"support": None} for s in self.support_
+        ]
 
     def _get_state(self) -> dict:
         return {
@@ -150,12 +169,15 @@ class _Pooled(Calibrator):
             self.score_range_
         ):
             raise ValueError(
-                f"the pooled model must be one {self._inner!r} curve on the model's score range"
+                f"the pooled model must be one {self._inner!r} curve on the model's score "
+                "range"
             )
         sup = state["support"]
         if not isinstance(sup, list) or len(sup) != len(self.classes_):
             raise ValueError(f"support must be a list of {len(self.classes_)} entries")
-        self.support_ = [None if v is None else tuple(finite_array(v, "support", 2)) for v in sup]
+        self.support_ = [
+            None if v is None else tuple(finite_array(v, "support", 2)) for v in sup
+        ]
         self.model_ = model
 
 
@@ -163,8 +185,8 @@ class _Pooled(Calibrator):
 class PooledPlatt(_Pooled):
     """Platt scaling of logit(s), one curve for all classes: sigmoid(a logit(s) + b).
 
-    ``btswa`` fitted on all classes pooled (a = 1/T, b = A/T; the pooled
-    ``bts`` with an intercept). ``describe`` gives ``slope`` a and ``intercept`` b.
+    ``btswa`` fitted on all classes pooled (a = 1/T, b = A/T; the pooled ``bts`` with an
+    intercept). ``describe`` gives ``slope`` a and ``intercept`` b.
 
     Parameters
     ----------
@@ -202,7 +224,8 @@ class PooledPlatt(_Pooled):
 
 @register
 class PooledBeta(_Pooled):
-    """Beta calibration (Kull et al. 2017), one curve for all classes: sigmoid(a ln s - b ln(1 - s)
+    """Beta calibration (Kull et al. 2017), one curve for all classes: sigmoid(a ln s - b
+    ln(1 - s)
     + c).
 
     ``hier-beta`` fitted on all classes pooled (one class: nothing to shrink), on the
@@ -217,7 +240,9 @@ class PooledBeta(_Pooled):
     summary = "beta calibration of the top score, one curve for all classes, 3 parameters"
     _inner = HierarchicalBeta.name
     _warm_starts = (
-        True  # cross-validation folds start from the all-data curve (its optimum and its strength)
+        # cross-validation folds start from the all-data curve (its optimum and its
+        # strength)
+        True
     )
     _parameter_constraints = {"loss": HierarchicalBeta._parameter_constraints["loss"]}
 
@@ -227,8 +252,8 @@ class PooledBeta(_Pooled):
 
 @register
 class PooledHistogram(_Pooled):
-    """A histogram of the pooled scores, one curve for all classes (shrunk toward the overall
-    accuracy).
+    """A histogram of the pooled scores, one curve for all classes (shrunk toward the
+    overall accuracy).
 
     Parameters
     ----------
@@ -241,7 +266,9 @@ class PooledHistogram(_Pooled):
 
     name = "pooled-hist"
     tier = 1.5  # one non-parametric curve: less simple than 2 or 3 parameters
-    summary = "histogram of the top score, one curve for all classes (15 equal-mass bins, shrunk)"
+    summary = (
+        "histogram of the top score, one curve for all classes (15 equal-mass bins, shrunk)"
+    )
     step_curve = True
     _inner = Histogram.name
     _parameter_constraints = dict(Histogram._parameter_constraints)
@@ -264,7 +291,9 @@ class PooledKDEMon2(_Pooled):
 
     name = "pooled-kde-mon2"
     tier = 1.5  # one non-parametric curve: less simple than 2 or 3 parameters
-    summary = "kernel density ratio (b_mon2) of the top score, one curve for all classes (shrunk)"
+    summary = (
+        "kernel density ratio (b_mon2) of the top score, one curve for all classes (shrunk)"
+    )
     _inner = KDEMon2.name
     _parameter_constraints = dict(KDEMon2._parameter_constraints)
 

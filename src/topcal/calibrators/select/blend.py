@@ -1,19 +1,17 @@
-"""``blend``: a fixed convex mixture of a few fitted score methods (what ``auto`` returns when a
-blend
-of its candidates clearly beats its single choice out of fold).
+"""``blend``: a fixed convex mixture of a few fitted score methods (what ``auto`` returns
+when a blend of its candidates clearly beats its single choice out of fold).
 
-Conf(S) = sum_j w_j Conf_j(S), weights w_j >= 0 summing to 1, each component a registered score
-method
-fitted on the same data. The weights are not fitted here: ``auto`` chooses them from its candidates'
-out-of-fold confidences (:func:`blend_weights`) and fits the blend with them; ``Blend`` then refits
-its components (``fit``, ``update``) and keeps the weights.
+Conf(S) = sum_j w_j Conf_j(S), weights w_j >= 0 summing to 1, each component a registered
+score method fitted on the same data. The weights are not fitted here: ``auto`` chooses them
+from its candidates' out-of-fold confidences (:func:`blend_weights`) and fits the blend with
+them; ``Blend`` then refits its components (``fit``, ``update``) and keeps the weights.
 
-Mixing in probability space keeps every property a user reads off a curve: the blend of monotone
-curves is monotone, and the blend of per-class curves is a per-class curve, sampled on the same
-score grid. Its interval is the same weighted sum of the components' intervals: by linearity it
-contains the blend's true value whenever every component's interval contains its own (so it is
-at least as wide as needed; it is no joint interval at the stated level when the components' errors
-move apart).
+Mixing in probability space keeps every property a user reads off a curve: the blend of
+monotone curves is monotone, and the blend of per-class curves is a per-class curve, sampled
+on the same score grid. Its interval is the same weighted sum of the components' intervals:
+by linearity it contains the blend's true value whenever every component's interval contains
+its own (so it is at least as wide as needed; it is no joint interval at the stated level
+when the components' errors move apart).
 
 Registered unlisted: model files of it load through the registry, but it is no ``--method``.
 """
@@ -41,10 +39,10 @@ MIN_WEIGHT = 1e-3
 def blend_weights(tp, fp, confidences) -> np.ndarray:
     """The convex weights (>= 0, sum 1) minimising the NLL of the mixture sum_j w_j c_j.
 
-    ``confidences``: one array per component, of the same rows as ``tp``/``fp`` (weights of the
-    rows' correct and wrong predictions). The loss is convex in w (the NLL of a linear mixture), so
-    the optimum is global; components under :data:`MIN_WEIGHT` are dropped and the rest
-    renormalised.
+    ``confidences``: one array per component, of the same rows as ``tp``/``fp`` (weights of
+    the rows' correct and wrong predictions). The loss is convex in w (the NLL of a linear
+    mixture), so the optimum is global; components under :data:`MIN_WEIGHT` are dropped and
+    the rest renormalised.
     """
     c = np.stack([np.asarray(v, dtype=np.float64) for v in confidences])  # (J, n)
     tp, fp = np.asarray(tp, dtype=np.float64), np.asarray(fp, dtype=np.float64)
@@ -65,18 +63,23 @@ def blend_weights(tp, fp, confidences) -> np.ndarray:
         jac=True,
         method="SLSQP",
         bounds=[(0.0, 1.0)] * k,
-        constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(k)}],
+        constraints=[
+            {"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(k)}
+        ],
         options={"ftol": 1e-12, "maxiter": 200},
     )
     w = np.clip(res.x, 0.0, None)
-    if not np.isfinite(w).all() or w.sum() <= 0:  # pragma: no cover - SLSQP on a convex problem
+    if (
+        not np.isfinite(w).all() or w.sum() <= 0
+    ):  # pragma: no cover - SLSQP on a convex problem
         w = np.eye(k)[0]
     w[w < MIN_WEIGHT] = 0.0
     return w / w.sum()
 
 
 class _Methods:
-    """A tuple of 2+ distinct registered score-method names (no full-vector method, no wrapper)."""
+    """A tuple of 2+ distinct registered score-method names (no full-vector method, no
+    wrapper)."""
 
     def ok(self, v) -> bool:
         if (
@@ -124,8 +127,8 @@ class _Weights:
 
 @register(listed=False)
 class Blend(Calibrator):
-    """A convex mixture of score methods' curves: Conf(S) = sum_j w_j Conf_j(S) (see the module
-    docstring).
+    """A convex mixture of score methods' curves: Conf(S) = sum_j w_j Conf_j(S) (see the
+    module docstring).
 
     Parameters
     ----------
@@ -195,17 +198,21 @@ class Blend(Calibrator):
 
     @property
     def support_(self):
-        """Each class's score range in the fitting data (the first component's that records it)."""
+        """Each class's score range in the fitting data (the first component's that records
+        it)."""
         for m in self.models_:
             if hasattr(m, "support_"):
                 return m.support_
         raise AttributeError("support_")
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
-        """The mixture of the components' curves on one score grid, with class ``k``'s support."""
+        """The mixture of the components' curves on one score grid, with class ``k``'s
+        support."""
         self._check_fitted()
         if not self.has_curve:
-            raise ParameterError("this blend has a component without a curve of the score alone")
+            raise ParameterError(
+                "this blend has a component without a curve of the score alone"
+            )
         curves = [m.curve(k, score, n_points=n_points) for m in self.models_]
         first = curves[0]
         return Curve(
@@ -221,10 +228,12 @@ class Blend(Calibrator):
 
     def describe(self) -> dict:
         d = super().describe()
-        d["blend"] = {"methods": list(self.methods), "weights": [float(w) for w in self.weights]}
-        # the components' own descriptions, in the order of ``methods`` (a list: ``--json`` shows
-        # them in full,
-        # the text form only the blend line above)
+        d["blend"] = {
+            "methods": list(self.methods),
+            "weights": [float(w) for w in self.weights],
+        }
+        # the components' own descriptions, in the order of ``methods`` (a list: ``--json``
+        # shows them in full, the text form only the blend line above)
         d["components"] = [model.describe() for model in self.models_]
         return d
 
@@ -247,7 +256,8 @@ class Blend(Calibrator):
                 or tuple(model.score_range_) != tuple(self.score_range_)
             ):
                 raise ValueError(
-                    f"component {m!r} does not match the blend's method, classes or score range"
+                    f"component {m!r} does not match the blend's method, classes or score "
+                    "range"
                 )
         finite_array(list(self.weights), "weights", len(self.methods))
         self.models_ = models

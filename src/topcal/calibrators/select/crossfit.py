@@ -61,14 +61,18 @@ __all__ = [
 def scratch_options(name: str, warm=None, fold: bool = False) -> dict:
     """The ``fit`` options of a scratch ``name`` model: keep nothing for later
     (``keep="predictions"``), start from the fitted model ``warm``'s optimum where the
-    method has an optimiser (see the module docstring); ``fold``: a cross-validation fold's fit
-    (its :class:`~topcal.calibrators.context.FitContext`)."""
+    method has an optimiser (see the module docstring); ``fold``: a cross-validation fold's
+    fit (its :class:`~topcal.calibrators.context.FitContext`)."""
     warm = warm if get_class(name)._warm_starts else None
     return {"keep": "predictions", "warm": warm, "context": FitContext(fold=bool(fold))}
 
 
 def scratch_fit(
-    name: str, train: TopLabelData, fold: int | None = None, warm=None, params: dict | None = None
+    name: str,
+    train: TopLabelData,
+    fold: int | None = None,
+    warm=None,
+    params: dict | None = None,
 ):
     """A scratch ``name`` model (:func:`scratch_options`) fitted on ``train``, warnings
     ignored; ``fold``: the index of the cross-validation fold it is fitted for, or None."""
@@ -107,7 +111,8 @@ class CrossFit:
     confidence: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     warm: dict = field(default_factory=dict)
-    #: the methods whose fit in ``warm`` was made on this run's data (not taken from ``begin``)
+    #: the methods whose fit in ``warm`` was made on this run's data (not taken from
+    #: ``begin``)
     on_data: set = field(default_factory=set)
     #: (a run of one fold) its fits were made on the other K - 1 of the K folds it is the
     #: first of
@@ -189,9 +194,9 @@ def cross_fit(
     done : CrossFit, optional
         A run of one fold that is fold 0 of these folds, fitted on the other K - 1 (auto's
         first look): its fold-0 confidences are taken instead of fitting fold 0 again (the
-        same fit, started cold: within the optimiser's tolerance of a warm one), and the folds
-        start from its fit in ``begin``. Ignored unless it is marked ``first_of_k`` and its
-        fold holds exactly fold 0's rows.
+        same fit, started cold: within the optimiser's tolerance of a warm one), and the
+        folds start from its fit in ``begin``. Ignored unless it is marked ``first_of_k``
+        and its fold holds exactly fold 0's rows.
     record : list, optional
         Where the run is appended (a fit context's ``runs``).
 
@@ -200,7 +205,8 @@ def cross_fit(
     """
     folds = kfold_split(data, n_folds, seed=seed)
     names = list(names)
-    quiet = fit is None  # the default fit ignores the folds' warnings, and so does their prediction
+    # the default fit ignores the folds' warnings, and so does their prediction
+    quiet = fit is None
     fit = scratch_fit if fit is None else fit
     parts: dict = {n: [] for n in names}
     errors: dict = {}
@@ -222,8 +228,8 @@ def cross_fit(
 
 
 def _joined(parts, errors) -> dict:
-    """Each method's out-of-fold confidences (but a failed method's), its fold parts freed as
-    they are joined (peak memory)."""
+    """Each method's out-of-fold confidences (but a failed method's), its fold parts freed
+    as they are joined (peak memory)."""
     confidence = {}
     for n in list(parts):
         p = parts.pop(n)
@@ -236,7 +242,8 @@ def _joined(parts, errors) -> dict:
 def _all_data_fits(data, starts, reuse, begin, params, bar) -> tuple[dict, set]:
     """The all-data fits that warm-start the folds of the methods ``starts``, by name (a
     method whose all-data fit fails has none: the folds' cold fits then say whether it
-    fails), and the names of those fitted here on ``data`` (the others taken from ``begin``)."""
+    fails), and the names of those fitted here on ``data`` (the others taken from
+    ``begin``)."""
     warm, on_data = {}, set()
     # the all-data fits share what they derive alike from data, as a fold's do (a vs and its
     # vs-hier-platt: one first stage, one solve)
@@ -247,7 +254,9 @@ def _all_data_fits(data, starts, reuse, begin, params, bar) -> tuple[dict, set]:
                 warm[name] = begin[name]  # fitted on the other K - 1 folds: as near a start
                 continue
             try:
-                warm[name] = scratch_fit(name, data, warm=begin.get(name), params=params.get(name))
+                warm[name] = scratch_fit(
+                    name, data, warm=begin.get(name), params=params.get(name)
+                )
                 on_data.add(name)
             except TopcalError:
                 pass
@@ -257,8 +266,9 @@ def _all_data_fits(data, starts, reuse, begin, params, bar) -> tuple[dict, set]:
 def _one_fold(
     f, folds, names, fitting: tuple[Any, Any, Any], warm, reuse, parts, errors, bar
 ) -> None:
-    """Fit every method still running on fold ``f``'s training part (the other folds) and keep
-    its confidences on the fold (``fitting``: the fit callable, whether it is quiet, on_model)."""
+    """Fit every method still running on fold ``f``'s training part (the other folds) and
+    keep its confidences on the fold (``fitting``: the fit callable, whether it is quiet,
+    on_model)."""
     n_folds = len(folds)
     train = TopLabelData.concat([folds[g] for g in range(n_folds) if g != f])
     if train.n_samples <= 0:

@@ -1,8 +1,8 @@
 """auto's candidates and choice: the defaults, simplicity tiers, paired standard errors, the
 cross-validation table, the rule and the blend.
 
-Moved out of :mod:`topcal.calibrators.select.auto` (which re-exports every name here, and whose
-docstring describes the rule and the blend) so that each file stays under 600 lines.
+Moved out of :mod:`topcal.calibrators.select.auto` (which re-exports every name here, and
+whose docstring describes the rule and the blend) so that each file stays under 600 lines.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ __all__ = [
 #: subsample of this many.
 CV_ROWS = 100_000
 
-#: Default candidates left out above this many classes where they also outnumber half the rows
-#: (see ``Auto._names``).
+#: Default candidates left out above this many classes where they also outnumber half the
+#: rows (see ``Auto._names``).
 LARGE_SYSTEM_CANDIDATES, LARGE_SYSTEM_CLASSES = ("tswa",), 1000
 
-#: Candidates, simplest first. Not ``pooled-kde-mon2``: never chosen nor blended
-#: on the 29 held-out cells of bench_heldout.py (--quick, and --folds 2 on every set), whose
-#: choices and NLL it left unchanged when dropped; its b_mon2 bandwidth on the pooled scores is
-#: set by the sparse low scores and flattens the curve near 1 (its intervals covered 0.79 of
+#: Candidates, simplest first. Not ``pooled-kde-mon2``: never chosen nor blended on the 29
+#: held-out cells of bench_heldout.py (--quick, and --folds 2 on every set), whose choices
+#: and NLL it left unchanged when dropped; its b_mon2 bandwidth on the pooled scores is set
+#: by the sparse low scores and flattens the curve near 1 (its intervals covered 0.79 of
 #: DenseNet-BC-100's cells, docs/intervals.md). ``auto(candidates=[...])`` still takes it.
 DEFAULT_CANDIDATES = (
     "uncalibrated",
@@ -69,13 +69,13 @@ DEFAULT_CANDIDATES = (
     "btswa",
 )
 
-#: Default of ``Auto(tolerance=...)`` and :func:`choose`: standard errors a simpler candidate may
-#: lose by.
+#: Default of ``Auto(tolerance=...)`` and :func:`choose`: standard errors a simpler
+#: candidate may lose by.
 TOLERANCE = 1.0
 
-#: A blend replaces the choice only where its out-of-fold NLL is lower than the choice's by more
-#: than this many standard errors of the paired difference (the gate measured on the auto-rule
-#: grid, docs/benchmarks.md).
+#: A blend replaces the choice only where its out-of-fold NLL is lower than the choice's by
+#: more than this many standard errors of the paired difference (the gate measured on the
+#: auto-rule grid, docs/benchmarks.md).
 BLEND_GATE = 1.0
 
 #: Components of a blend: the choice and the best others by mean cross-validated NLL.
@@ -83,7 +83,8 @@ BLEND_SIZE = 3
 
 
 class _Tiers(Mapping):
-    """Registered method name -> its simplicity tier (the class attribute ``tier``; read-only)."""
+    """Registered method name -> its simplicity tier (the class attribute ``tier``;
+    read-only)."""
 
     def __getitem__(self, name: str) -> float:
         cls = get_class(name, unlisted=True) if is_registered(name) else None
@@ -98,16 +99,17 @@ class _Tiers(Mapping):
         return len(available_methods())
 
 
-#: Simplicity of a method (lower: simpler), from each class's ``tier``: 0 nothing fitted, 1 one
-#: parametric curve for all classes, 1.5 one non-parametric curve for all classes, 2 per-class
-#: curves shrunk toward a pooled one, 3 per-class fits.
+#: Simplicity of a method (lower: simpler), from each class's ``tier``: 0 nothing fitted, 1
+#: one parametric curve for all classes, 1.5 one non-parametric curve for all classes, 2
+#: per-class curves shrunk toward a pooled one, 3 per-class fits.
 TIERS = _Tiers()
 
 #: The tiers in words (describe, compare and the report print it under the table).
 TIER_LEGEND = (
-    "0 uncalibrated, 1 one parametric curve for all classes, 1.5 one non-parametric curve for all "
-    "classes, 2 per-class curves shrunk toward a pooled one, 2.5 a shrunk class-to-class matrix, "
-    "2.25 vs with shrunk per-class curves on top, 2.75 sms with a pooled curve on top, 3 per-class"
+    "0 uncalibrated, 1 one parametric curve for all classes, 1.5 one non-parametric curve "
+    "for all classes, 2 per-class curves shrunk toward a pooled one, 2.5 a shrunk "
+    "class-to-class matrix, 2.25 vs with shrunk per-class curves on top, 2.75 sms with a "
+    "pooled curve on top, 3 per-class"
 )
 
 
@@ -117,12 +119,13 @@ def tier(name: str) -> float:
 
 
 def paired_se(tp, fp, loss_tp, loss_fp, ref_tp=None, ref_fp=None) -> tuple[float, float]:
-    """(mean, standard error) of per-sample losses, or of their paired difference to a reference.
+    """(mean, standard error) of per-sample losses, or of their paired difference to a
+    reference.
 
-    Row i holds tp_i samples with loss ``loss_tp[i]`` and fp_i with ``loss_fp[i]``
-    (1/0 per sample; counts for bins); with ``ref_tp``/``ref_fp`` the per-sample
-    values are the differences to the reference's losses on the same samples.
-    The standard error is sd / sqrt(N) with the unbiased sd over the N samples.
+    Row i holds tp_i samples with loss ``loss_tp[i]`` and fp_i with ``loss_fp[i]`` (1/0 per
+    sample; counts for bins); with ``ref_tp``/``ref_fp`` the per-sample values are the
+    differences to the reference's losses on the same samples. The standard error is sd /
+    sqrt(N) with the unbiased sd over the N samples.
     """
     a = np.asarray(loss_tp, dtype=np.float64)
     b = np.asarray(loss_fp, dtype=np.float64)
@@ -137,30 +140,32 @@ def paired_se(tp, fp, loss_tp, loss_fp, ref_tp=None, ref_fp=None) -> tuple[float
 
 
 def choose(cv: dict, tolerance: float = TOLERANCE) -> tuple[str, str]:
-    """(chosen, best) from a table ``{name: {"nll", "diff_se", ...}}`` (failed candidates: nll
-    None).
+    """(chosen, best) from a table ``{name: {"nll", "diff_se", ...}}`` (failed candidates:
+    nll None).
 
-    best: the smallest mean (first in table order on ties); chosen: among the candidates whose
-    excess over the best is at most ``tolerance`` x the standard error of the paired difference,
-    the lowest :func:`tier`, then the smallest mean.
+    best: the smallest mean (first in table order on ties); chosen: among the candidates
+    whose excess over the best is at most ``tolerance`` x the standard error of the paired
+    difference, the lowest :func:`tier`, then the smallest mean.
     """
     ok = [n for n, v in cv.items() if v["nll"] is not None]
     best = min(ok, key=lambda n: cv[n]["nll"])
     near = [
-        n for n in ok if cv[n]["nll"] - cv[best]["nll"] <= tolerance * (cv[n].get("diff_se") or 0.0)
+        n
+        for n in ok
+        if cv[n]["nll"] - cv[best]["nll"] <= tolerance * (cv[n].get("diff_se") or 0.0)
     ]
     chosen = min(near, key=lambda n: (tier(n), cv[n]["nll"]))
     return chosen, best
 
 
 def tabulate_cv(run, names) -> dict:
-    """auto's cross-validation table from a :class:`~.crossfit.CrossFit` ``run`` of the methods
-    ``names``.
+    """auto's cross-validation table from a :class:`~.crossfit.CrossFit` ``run`` of the
+    methods ``names``.
 
-    ``{name: {"nll": mean held-out NLL, "se": its standard error, "diff_se": standard error of the
-    paired difference to the best (smallest mean), "per_class": [...], "error": None}}``; a method
-    that failed has ``nll``, ``se``, ``diff_se`` and ``per_class`` None and its error. Raises
-    :class:`~topcal.errors.TopcalError` when every method failed.
+    ``{name: {"nll": mean held-out NLL, "se": its standard error, "diff_se": standard error
+    of the paired difference to the best (smallest mean), "per_class": [...], "error":
+    None}}``; a method that failed has ``nll``, ``se``, ``diff_se`` and ``per_class`` None
+    and its error. Raises :class:`~topcal.errors.TopcalError` when every method failed.
     """
     target = run.target
     cv: dict[str, dict[str, Any]] = {}
@@ -198,15 +203,16 @@ def tabulate_cv(run, names) -> dict:
 
 
 def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
-    """The blend of ``chosen`` with the best other candidates, or None where it does not clearly
-    win.
+    """The blend of ``chosen`` with the best other candidates, or None where it does not
+    clearly win.
 
-    Components: ``chosen`` and the :data:`BLEND_SIZE` - 1 best others by mean (score methods that
-    ran in every fold; a full-vector choice is never blended, since a blend must refit from score
-    statistics). Weights: :func:`~.blend.blend_weights` on the candidates' out-of-fold confidences
-    in ``run``. Returns ``{"methods", "weights", "nll", "gain", "se"}`` (gain: the blend's mean
-    paired NLL difference to the choice, negative where better; se: its standard error) when the
-    blend is better than the choice by more than ``gate`` standard errors, else None.
+    Components: ``chosen`` and the :data:`BLEND_SIZE` - 1 best others by mean (score methods
+    that ran in every fold; a full-vector choice is never blended, since a blend must refit
+    from score statistics). Weights: :func:`~.blend.blend_weights` on the candidates'
+    out-of-fold confidences in ``run``. Returns ``{"methods", "weights", "nll", "gain",
+    "se"}`` (gain: the blend's mean paired NLL difference to the choice, negative where
+    better; se: its standard error) when the blend is better than the choice by more than
+    ``gate`` standard errors, else None.
     """
     if not fits_from_counts(chosen):
         return None
@@ -214,7 +220,10 @@ def plan_blend(run, cv: dict, chosen: str, gate: float = BLEND_GATE):
         (
             n
             for n, v in cv.items()
-            if v["nll"] is not None and n != chosen and n in run.confidence and fits_from_counts(n)
+            if v["nll"] is not None
+            and n != chosen
+            and n in run.confidence
+            and fits_from_counts(n)
         ),
         key=lambda n: cv[n]["nll"],
     )
@@ -268,13 +277,16 @@ def _number_or_none(v) -> bool:
 
 
 def check_cv_table(cv: dict, n_classes: int) -> None:
-    """A model file's cross-validation table: per candidate a dict whose losses are finite numbers
-    or null, ``per_class`` null or one per class, ``error`` null or text (raise ValueError)."""
+    """A model file's cross-validation table: per candidate a dict whose losses are finite
+    numbers or null, ``per_class`` null or one per class, ``error`` null or text (raise
+    ValueError)."""
     for name, v in cv.items():
         if not isinstance(v, dict) or "nll" not in v or "error" not in v:
             raise ValueError(f"the cross-validation entry of {name!r} must hold nll and error")
         if not all(_number_or_none(v.get(k)) for k in ("nll", "se", "diff_se")):
-            raise ValueError(f"the cross-validation losses of {name!r} must be numbers or null")
+            raise ValueError(
+                f"the cross-validation losses of {name!r} must be numbers or null"
+            )
         if not (v["error"] is None or isinstance(v["error"], str)):
             raise ValueError(f"the cross-validation error of {name!r} must be text or null")
         pc = v.get("per_class")
@@ -284,5 +296,6 @@ def check_cv_table(cv: dict, n_classes: int) -> None:
             or not all(_number_or_none(x) for x in pc)
         ):
             raise ValueError(
-                f"the per-class losses of {name!r} must be null or {n_classes} numbers (or nulls)"
+                f"the per-class losses of {name!r} must be null or {n_classes} numbers (or "
+                "nulls)"
             )

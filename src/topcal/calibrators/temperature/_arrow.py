@@ -1,31 +1,33 @@
 """Newton steps and covariances for arrowhead Hessians (private module of
 :mod:`topcal.calibrators.temperature`).
 
-tswa's parameters are one log-temperature and K award offsets b_g; a sample's log-odds depend on
-log T and on its own class's offset only, so the (K + 1) x (K + 1) Hessian is an *arrowhead*:
+tswa's parameters are one log-temperature and K award offsets b_g; a sample's log-odds
+depend on log T and on its own class's offset only, so the (K + 1) x (K + 1) Hessian is an
+*arrowhead*:
 
     H = [[a, u^T],
          [u, diag(dvec)]]
 
 (the first row and column full, the rest diagonal). :func:`bounded_newton` takes the step
--|H|^{-1} g, with |H| the matrix of the |eigenvalues| floored at 1e-12 of the largest; done by a
-dense ``eigh`` that costs O(K^3) a step (at K = 1,000 it took a third of a fit). Here the same
-step costs O(K):
+-|H|^{-1} g, with |H| the matrix of the |eigenvalues| floored at 1e-12 of the largest; done
+by a dense ``eigh`` that costs O(K^3) a step (at K = 1,000 it took a third of a fit). Here
+the same step costs O(K):
 
-* H - t I is positive definite exactly when every d_i > t and its Schur complement
-  f(t) = a - t - sum_i u_i^2 / (d_i - t) is positive (f is the *secular function* of the
-  arrowhead, decreasing below min(dvec); O'Leary and Stewart 1990); with every d_i > t, Cauchy
-  interlacing with the trailing block diag(dvec) puts all eigenvalues but the smallest above t,
-  and Haynsworth's inertia additivity makes the smallest one negative (below -t) exactly when
-  f(-t) < 0;
-* every |eigenvalue| is at most the matrix's infinity norm (the largest absolute row sum), so no
-  eigenvalue is floored when all of them exceed t = 1e-12 of that norm: then |H| = H and the step
-  is -H^{-1} g by the Schur complement s = a - u^T D^{-1} u (block elimination);
-* if instead f(-t) < 0 (exactly one eigenvalue l0 < -t, the others above t), |H| = H - 2 l0 v v^T
-  with v the unit eigenvector of l0, v ~ (1, u_i / (l0 - d_i)), and |H|^{-1} g = H^{-1} g -
-  2 v (v . g) / l0 (l0 by bisection on the secular function);
-* otherwise (a d_i <= t: a Brier fit's flat class, or an eigenvalue within t of 0) the caller uses
-  the dense decomposition as before.
+* H - t I is positive definite exactly when every d_i > t and its Schur complement f(t) = a
+  - t - sum_i u_i^2 / (d_i - t) is positive (f is the *secular function* of the arrowhead,
+  decreasing below min(dvec); O'Leary and Stewart 1990); with every d_i > t, Cauchy
+  interlacing with the trailing block diag(dvec) puts all eigenvalues but the smallest above
+  t, and Haynsworth's inertia additivity makes the smallest one negative (below -t) exactly
+  when f(-t) < 0;
+* every |eigenvalue| is at most the matrix's infinity norm (the largest absolute row sum),
+  so no eigenvalue is floored when all of them exceed t = 1e-12 of that norm: then |H| = H
+  and the step is -H^{-1} g by the Schur complement s = a - u^T D^{-1} u (block
+  elimination);
+* if instead f(-t) < 0 (exactly one eigenvalue l0 < -t, the others above t), |H| = H - 2 l0
+  v v^T with v the unit eigenvector of l0, v ~ (1, u_i / (l0 - d_i)), and |H|^{-1} g =
+  H^{-1} g - 2 v (v . g) / l0 (l0 by bisection on the secular function);
+* otherwise (a d_i <= t: a Brier fit's flat class, or an eigenvalue within t of 0) the
+  caller uses the dense decomposition as before.
 
 Each case is the dense step to rounding: the tests compare them on random arrowheads.
 """
@@ -41,8 +43,8 @@ _FLOOR = 1e-12
 
 
 def arrow_parts(h: np.ndarray):
-    """(a, u, dvec) of a symmetric matrix of size >= 2 that is an arrowhead with finite entries,
-    else None (O(K^2) check)."""
+    """(a, u, dvec) of a symmetric matrix of size >= 2 that is an arrowhead with finite
+    entries, else None (O(K^2) check)."""
     if h.ndim != 2 or h.shape[0] < 2:
         return None
     tail = h[1:, 1:]
@@ -71,9 +73,9 @@ def _solve(a, u, dvec, g):
 
 
 def arrowhead_step(g: np.ndarray, h: np.ndarray):
-    """-|H|^{-1} g as :func:`._solver.bounded_newton` defines it (|eigenvalues|, floored), in O(K),
-    for an arrowhead ``h`` of size >= 2 where no eigenvalue is floored and at most one is negative;
-    None otherwise (the caller then decomposes ``h``)."""
+    """-|H|^{-1} g as :func:`._solver.bounded_newton` defines it (|eigenvalues|, floored),
+    in O(K), for an arrowhead ``h`` of size >= 2 where no eigenvalue is floored and at most
+    one is negative; None otherwise (the caller then decomposes ``h``)."""
     parts = arrow_parts(h)
     if parts is None:
         return None
@@ -104,9 +106,9 @@ def arrowhead_step(g: np.ndarray, h: np.ndarray):
 
 
 def arrowhead_inverse(h: np.ndarray):
-    """(H^{-1}[0, 0], H^{-1}[0, 1:], diag(H^{-1})[1:]) of a positive definite arrowhead, in O(K);
-    None where ``h`` is no arrowhead or not positive definite (every d_i > 0 and the Schur
-    complement s = a - u^T D^{-1} u > 0: the conditions of a Cholesky factorisation)."""
+    """(H^{-1}[0, 0], H^{-1}[0, 1:], diag(H^{-1})[1:]) of a positive definite arrowhead, in
+    O(K); None where ``h`` is no arrowhead or not positive definite (every d_i > 0 and the
+    Schur complement s = a - u^T D^{-1} u > 0: the conditions of a Cholesky factorisation)."""
     parts = arrow_parts(h)
     if parts is None:
         return None

@@ -1,35 +1,33 @@
-"""Numerical core of top-label temperature scaling: loss, analytic derivatives, bounded Newton.
+"""Numerical core of top-label temperature scaling: loss, analytic derivatives, bounded
+Newton.
 
-Every temperature method in :mod:`topcal.calibrators.temperature` reduces to
-one per-sample quantity, the log-odds of the recalibrated top entry.
-With z the log scores of a sample, k = k(X) its predicted class,
-``d = z_k - max_{j != k} z_j`` (the margin of the top entry over the best
-other one, >= 0) and ``O_j = z_j - max_{j != k} z_j <= 0`` for the K - 1
-other entries,
+Every temperature method in :mod:`topcal.calibrators.temperature` reduces to one per-sample
+quantity, the log-odds of the recalibrated top entry. With z the log scores of a sample, k =
+k(X) its predicted class, ``d = z_k - max_{j != k} z_j`` (the margin of the top entry over
+the best other one, >= 0) and ``O_j = z_j - max_{j != k} z_j <= 0`` for the K - 1 other
+entries,
 
     yhat_k = softmax((z + A e_k) / T)_k = sigmoid(m),
     m = (d + A) * beta - log sum_{j != k} exp(beta * O_j),   beta = 1 / T.
 
-Shifting the others by their maximum keeps every exp() in (0, 1] (no
-overflow at any temperature) and the sum >= 1 (no log of 0). The binary
-variant on a top score s alone is the same formula with one "other" entry
-log(1 - s), i.e. ``d = logit(s)`` and the log-sum term 0.
+Shifting the others by their maximum keeps every exp() in (0, 1] (no overflow at any
+temperature) and the sum >= 1 (no log of 0). The binary variant on a top score s alone is
+the same formula with one "other" entry log(1 - s), i.e. ``d = logit(s)`` and the log-sum
+term 0.
 
-Derivatives in beta follow from the log-sum-exp L(beta): L' = E_w[O] and
-L'' = Var_w[O] under the weights w = softmax(beta * O); so one exp() pass
-over the (K - 1, n) matrix gives the loss, and two multiply-add passes
-give the exact gradient and Hessian. The optimiser works in
-theta = log T (``beta = exp(-theta)``), which makes the bounds on T
-symmetric and the problem better scaled, and in the award's offset
-b = A / T rather than A:
+Derivatives in beta follow from the log-sum-exp L(beta): L' = E_w[O] and L'' = Var_w[O]
+under the weights w = softmax(beta * O); so one exp() pass over the (K - 1, n) matrix gives
+the loss, and two multiply-add passes give the exact gradient and Hessian. The optimiser
+works in theta = log T (``beta = exp(-theta)``), which makes the bounds on T symmetric and
+the problem better scaled, and in the award's offset b = A / T rather than A:
 
     m = d * beta + b - log sum_{j != k} exp(beta * O_j)
 
-is linear in b, so the (theta, b) problem has no curved valley where T and
-A trade off (with top scores clustered at one value, as when many scores are
-exactly 1, only (d + A) / T is determined; in (theta, A) Newton then crawls
-along a banana-shaped ridge, in (theta, b) it does not). For the binary
-variant, (1 / T, b) are exactly Platt's slope and intercept on logit(s).
+is linear in b, so the (theta, b) problem has no curved valley where T and A trade off (with
+top scores clustered at one value, as when many scores are exactly 1, only (d + A) / T is
+determined; in (theta, A) Newton then crawls along a banana-shaped ridge, in (theta, b) it
+does not). For the binary variant, (1 / T, b) are exactly Platt's slope and intercept on
+logit(s).
 
 Size: the analytic first and second derivatives of every objective live beside the loss they
 differentiate (the tests check each against finite differences).
@@ -74,34 +72,32 @@ __all__ = [
 #: outside the range a fit is degenerate anyway (confidences pinned at 0/1 or 1/K).
 T_MIN = 1e-3
 T_MAX = 1e3
-#: The award's offset b = A / T is confined to [-1e6, 1e6] = +-AWARD_MAX / T_MIN:
-#: at T = T_MIN that is an award of +-1e3 nats of log score. Realistic awards
-#: are a few nats; 1e3 exceeds the whole range of floored log-probabilities
-#: (|log 1.18e-38| ~ 87) and of realistic logits, so an offset at the bound makes yhat_k 0 or 1.
+#: The award's offset b = A / T is confined to [-1e6, 1e6] = +-AWARD_MAX / T_MIN: at T =
+#: T_MIN that is an award of +-1e3 nats of log score. Realistic awards are a few nats; 1e3
+#: exceeds the whole range of floored log-probabilities (|log 1.18e-38| ~ 87) and of
+#: realistic logits, so an offset at the bound makes yhat_k 0 or 1.
 AWARD_MAX = 1e3
 OFFSET_MAX = AWARD_MAX / T_MIN
-#: The binary variant clips the normalised top score s to [1e-12, 1 - 1e-12]
-#: before taking logit(s) (the same clip as :data:`topcal.metrics.PROB_CLIP`):
-#: s = 1 exactly would otherwise have an infinite logit.
+#: The binary variant clips the normalised top score s to [1e-12, 1 - 1e-12] before taking
+#: logit(s) (the same clip as :data:`topcal.metrics.PROB_CLIP`): s = 1 exactly would
+#: otherwise have an infinite logit.
 BINARY_SCORE_FLOOR = 1e-12
 
-#: Rows per block in :func:`split_top`: a (rows, K) block of float64 stays
-#: in cache while its K - 1 columns are gathered (columns of a C-ordered
-#: (n, K) array are strided, so gathering them from the whole array would
-#: stream it from memory K - 1 times): 8192 rows, fewer for wide rows so a
-#: block holds at most about _CHUNK_ELEMENTS entries (at K = 1000 a block of
-#: 8192 rows, 65 MB, made a fit's split 2.8 x slower than blocks of 256 rows;
-#: every row's numbers are the same whatever the blocks). About 2^14 entries (128 KB) a
-#: block,
-#: not 2^17: a block's gathered rows, their column indices and the gathered others are each that
-#: size,
-#: and at 10^4 x 10 three of them of 8192 rows were 2.3 x the input.
+#: Rows per block in :func:`split_top`: a (rows, K) block of float64 stays in cache while
+#: its K - 1 columns are gathered (columns of a C-ordered (n, K) array are strided, so
+#: gathering them from the whole array would stream it from memory K - 1 times): 8192 rows,
+#: fewer for wide rows so a block holds at most about _CHUNK_ELEMENTS entries (at K = 1000 a
+#: block of 8192 rows, 65 MB, made a fit's split 2.8 x slower than blocks of 256 rows; every
+#: row's numbers are the same whatever the blocks). About 2^14 entries (128 KB) a block, not
+#: 2^17: a block's gathered rows, their column indices and the gathered others are each that
+#: size, and at 10^4 x 10 three of them of 8192 rows were 2.3 x the input.
 _CHUNK = 8192
 _CHUNK_ELEMENTS = 1 << 14
 
 
-#: :func:`split_top` copies a block's rows run by run of one predicted class where K is at least
-#: RUN_CLASSES and the block holds fewer than SPLIT_RUNS runs (at K = 1,000 a block is 256 rows).
+#: :func:`split_top` copies a block's rows run by run of one predicted class where K is at
+#: least RUN_CLASSES and the block holds fewer than SPLIT_RUNS runs (at K = 1,000 a block is
+#: 256 rows).
 RUN_CLASSES = 64
 SPLIT_RUNS = 16
 
@@ -122,26 +118,24 @@ def split_top(
     Parameters
     ----------
     z : ndarray of shape (n, K)
-        Log scores (log-probabilities or logits; any per-row shift is fine),
-        or probabilities when ``log_floor`` is given.
+        Log scores (log-probabilities or logits; any per-row shift is fine), or
+        probabilities when ``log_floor`` is given.
     pred : ndarray of int, shape (n,)
         Predicted class k(X) of each row (kept even if it is not the argmax).
     log_floor : float, optional
-        If given, ``z`` holds probabilities and log(max(z, log_floor)) is
-        used: the logs are taken while gathering, so no (n, K) matrix of
-        log-probabilities is ever allocated.
+        If given, ``z`` holds probabilities and log(max(z, log_floor)) is used: the logs are
+        taken while gathering, so no (n, K) matrix of log-probabilities is ever allocated.
     rows : ndarray of int, shape (n,), optional
-        Read row ``rows[i]`` of ``z`` as row i (a fit's row order), block by
-        block: the result is that of ``split_top(z[rows], pred)`` without the
-        (n, K) copy.
+        Read row ``rows[i]`` of ``z`` as row i (a fit's row order), block by block: the
+        result is that of ``split_top(z[rows], pred)`` without the (n, K) copy.
 
     Returns
     -------
     d : ndarray of shape (n,)
         z_k - max_{j != k} z_j.
     O : ndarray of shape (K - 1, n), C-contiguous
-        z_j - max_{j != k} z_j for the other entries, in column order.
-        Stored transposed so that sums over classes run over contiguous rows.
+        z_j - max_{j != k} z_j for the other entries, in column order. Stored transposed so
+        that sums over classes run over contiguous rows.
     """
     n, k = z.shape if rows is None else (rows.shape[0], z.shape[1])
     d = np.empty(n)
@@ -157,11 +151,11 @@ def split_top(
             )  # a gathered block is a copy already
             np.log(zc, out=zc)
         oc = others[:, a:b]
-        # other entry r is column r left of the predicted class, r + 1 right of it: two shifted
-        # copies (the same numbers as a gather by index, take_along_axis, at a fraction of its
-        # time). Where the block's rows come in a few runs of one predicted class (a
-        # fit's canonical order at many classes), each run's two parts are copied once instead
-        # (one copy of the block, not one and a masked one)
+        # other entry r is column r left of the predicted class, r + 1 right of it: two
+        # shifted copies (the same numbers as a gather by index, take_along_axis, at a
+        # fraction of its time). Where the block's rows come in a few runs of one predicted
+        # class (a fit's canonical order at many classes), each run's two parts are copied
+        # once instead (one copy of the block, not one and a masked one)
         cut = np.flatnonzero(pc[1:] != pc[:-1]) + 1
         if k >= RUN_CLASSES and cut.size < SPLIT_RUNS:
             for u, v in zip(np.concatenate([[0], cut]), np.concatenate([cut, [b - a]])):
@@ -182,19 +176,18 @@ def top_label_margin_rows(
 ):
     """The log-odds m of yhat_k (:func:`top_label_margin`) straight from the (n, K) scores.
 
-    For prediction: block by block over rows, m = beta (z_k + award) - log sum_{j != k} exp(beta
-    z_j)
-    (a log-sum-exp shifted by its largest term), without building the others matrix of
-    :func:`split_top` or any softmax. ``beta``, ``award``: scalars or per-row arrays. Equal to
-    the split path up to round-off (~1e-15).
+    For prediction: block by block over rows, m = beta (z_k + award) - log sum_{j != k}
+    exp(beta z_j) (a log-sum-exp shifted by its largest term), without building the others
+    matrix of :func:`split_top` or any softmax. ``beta``, ``award``: scalars or per-row
+    arrays. Equal to the split path up to round-off (~1e-15).
     """
     n, k = z.shape
     out = np.empty(n)
     beta = np.asarray(beta, dtype=np.float64)
     award = np.asarray(award, dtype=np.float64)
     # blocks of about 2^15 entries (256 KB; 2^17 copied all of a 10^4 x 10 input at once):
-    # each row's
-    # numbers are its own (its max and sum run along the row), whatever the blocks
+    # each row's numbers are its own (its max and sum run along the row), whatever the
+    # blocks
     step = max(1, (1 << 15) // max(k, 1))
     for a in range(0, n, step):
         b = min(a + step, n)
@@ -218,22 +211,22 @@ def top_label_margin_rows(
     return out
 
 
-#: The fewest other entries (K - 1) for which sts keeps its rows' moments for :mod:`._local`'s
-#: model: a model evaluation costs about one exp() pass over 5-10 other entries, and a fit takes
-#: 2-4 model solves of 5-10 evaluations each to save 2-4 passes.
+#: The fewest other entries (K - 1) for which sts keeps its rows' moments for
+#: :mod:`._local`'s model: a model evaluation costs about one exp() pass over 5-10 other
+#: entries, and a fit takes 2-4 model solves of 5-10 evaluations each to save 2-4 passes.
 LOCAL_OTHERS = 64
 
-#: Samples per block. Every evaluation runs block by block: a (K - 1, 8192)
-#: float64 block (0.6 MB for K = 10), its scratch copy and the per-sample
-#: temporaries stay in cache and are reused, so main memory is read once per
-#: evaluation and no large temporary is allocated (fresh large arrays cost
-#: page faults on every call, which dominated an unblocked version).
+#: Samples per block. Every evaluation runs block by block: a (K - 1, 8192) float64 block
+#: (0.6 MB for K = 10), its scratch copy and the per-sample temporaries stay in cache and
+#: are reused, so main memory is read once per evaluation and no large temporary is
+#: allocated (fresh large arrays cost page faults on every call, which dominated an
+#: unblocked version).
 BLOCK = 8192
 
 
 def _block_moments(oc, beta, ec, eoc, moments=True):
-    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc (may be
-    one array)."""
+    """lse, mean and variance of one block (see :func:`lse_moments`), using scratch ec, eoc
+    (may be one array)."""
     np.multiply(oc, beta, out=ec)
     np.exp(ec, out=ec)
     s0 = ec.sum(axis=0)
@@ -244,50 +237,45 @@ def _block_moments(oc, beta, ec, eoc, moments=True):
     mean = eoc.sum(axis=0) / s0
     eoc *= oc
     var = eoc.sum(axis=0) / s0 - mean * mean
-    return lse, mean, np.maximum(var, 0.0)  # rounding can make a zero variance slightly negative
+    # rounding can make a zero variance slightly negative
+    return lse, mean, np.maximum(var, 0.0)
 
 
-#: The exp() scratch block of :func:`moment_scratch` holds at most _SCRATCH_ELEMENTS entries (1 MB)
-#: and
-#: _SCRATCH_COLS
-#: rows' columns: two (K - 1, 8192) blocks at K = 100 were 6.5 MB each, 1.6 x the input
-#: at 10^4 x 100,
-#: and at 10^4 x 10 1.5 x. One block serves both of :func:`_block_moments`'s passes (exp(beta O),
-#: then it
-#: times O, in place: the same products). The moments of a block of :data:`BLOCK` rows are computed
-#: a
-#: sub-block of columns at a time (:func:`block_moments`): every column's sums are its own
-#: (``sum(axis=0)`` adds
-#: the K - 1 rows in order, whatever the width; the tests check that the numbers are those of one
-#: wide
-#: block, bit for bit), and the sums over rows still run over the same blocks of :data:`BLOCK`
-#: rows.
-#: Narrow sub-blocks cost time in Python (2^14 entries: 17-28% more CPU time per evaluation at K =
-#: 100,
-#: two blocks of 2048 columns 12% at K = 10).
+#: The exp() scratch block of :func:`moment_scratch` holds at most _SCRATCH_ELEMENTS entries
+#: (1 MB) and _SCRATCH_COLS rows' columns: two (K - 1, 8192) blocks at K = 100 were 6.5 MB
+#: each, 1.6 x the input at 10^4 x 100, and at 10^4 x 10 1.5 x. One block serves both of
+#: :func:`_block_moments`'s passes (exp(beta O), then it times O, in place: the same
+#: products). The moments of a block of :data:`BLOCK` rows are computed a sub-block of
+#: columns at a time (:func:`block_moments`): every column's sums are its own
+#: (``sum(axis=0)`` adds the K - 1 rows in order, whatever the width; the tests check that
+#: the numbers are those of one wide block, bit for bit), and the sums over rows still run
+#: over the same blocks of :data:`BLOCK` rows. Narrow sub-blocks cost time in Python (2^14
+#: entries: 17-28% more CPU time per evaluation at K = 100, two blocks of 2048 columns 12%
+#: at K = 10).
 _SCRATCH_ELEMENTS = 1 << 17
 _SCRATCH_COLS = 4096
 
 
 def moment_scratch(others):
-    """The exp() scratch of :func:`_block_moments`, as (ec, eoc): one block, both passes in it."""
+    """The exp() scratch of :func:`_block_moments`, as (ec, eoc): one block, both passes in
+    it."""
     r, n = others.shape
     e = np.empty((r, min(n, BLOCK, _SCRATCH_COLS, max(64, _SCRATCH_ELEMENTS // max(r, 1)))))
     return e, e
 
 
 def _cols(e, w):
-    """The first ``w`` columns' worth of the scratch ``e`` as a C-contiguous (rows, w) array (its
-    memory's start, not the strided view ``e[:, :w]``): the same numbers in every operation, and
-    element-wise passes over it run as one loop (a class of 31 rows at K = 1,000 ran
-    999 loops of 31)."""
+    """The first ``w`` columns' worth of the scratch ``e`` as a C-contiguous (rows, w) array
+    (its memory's start, not the strided view ``e[:, :w]``): the same numbers in every
+    operation, and element-wise passes over it run as one loop (a class of 31 rows at K =
+    1,000 ran 999 loops of 31)."""
     r = e.shape[0]
     return e.reshape(-1)[: r * w].reshape(r, w)
 
 
 def block_moments(oc, beta, e, eo, moments=True):
-    """:func:`_block_moments` of a block ``oc`` of any width, a scratch-wide sub-block of columns at
-    a time."""
+    """:func:`_block_moments` of a block ``oc`` of any width, a scratch-wide sub-block of
+    columns at a time."""
     w, step = oc.shape[1], e.shape[1]
     if w <= step:
         return _block_moments(oc, beta, _cols(e, w), _cols(eo, w), moments)
@@ -313,13 +301,13 @@ def lse_moments(others: np.ndarray, beta, *, moments: bool = True):
     Parameters
     ----------
     others : ndarray (r, n)
-        Entries <= 0 with a 0 in every column (see :func:`split_top`), so
-        every exp() is in (0, 1] and the sum is >= 1.
+        Entries <= 0 with a 0 in every column (see :func:`split_top`), so every exp() is in
+        (0, 1] and the sum is >= 1.
     beta : float or ndarray (n,)
         Inverse temperature (per sample if an array).
     moments : bool
-        Also return E_w[O] and Var_w[O] under w = softmax(beta * O), the
-        first and second derivatives of the log-sum-exp in beta.
+        Also return E_w[O] and Var_w[O] under w = softmax(beta * O), the first and second
+        derivatives of the log-sum-exp in beta.
 
     Returns
     -------
@@ -341,8 +329,8 @@ def lse_moments(others: np.ndarray, beta, *, moments: bool = True):
 def top_label_margin(d, others, beta, award) -> np.ndarray:
     """m = (d + award) * beta - log sum_j exp(beta * O_j), the log-odds of yhat_k.
 
-    ``beta`` and ``award`` are scalars or per-sample arrays; ``others`` may
-    be None (binary variant: the log-sum term is 0).
+    ``beta`` and ``award`` are scalars or per-sample arrays; ``others`` may be None (binary
+    variant: the log-sum term is 0).
     """
     m = (d + award) * beta
     if others is not None:
@@ -350,25 +338,24 @@ def top_label_margin(d, others, beta, award) -> np.ndarray:
     return m
 
 
-#: The NLL objective scores c_eps = eps + (1 - 2 eps) yhat with eps =
-#: PROB_CLIP (1e-12), the clip of :func:`topcal.metrics.nll`: the fitted loss
-#: is the reported one (to within eps) and no sample costs more than
-#: -log(eps) = 27.6 nats. Without it, probabilities of exactly 0 (floored at
-#: 1e-300 in the logs once, 1.18e-38 now) made a confident mistake cost ~690 / T
-#: nats,
-#: and a couple of such samples set T on their own (random forests, naive Bayes).
+#: The NLL objective scores c_eps = eps + (1 - 2 eps) yhat with eps = PROB_CLIP (1e-12), the
+#: clip of :func:`topcal.metrics.nll`: the fitted loss is the reported one (to within eps)
+#: and no sample costs more than -log(eps) = 27.6 nats. Without it, probabilities of exactly
+#: 0 (floored at 1e-300 in the logs once, 1.18e-38 now) made a confident mistake cost ~690 /
+#: T nats, and a couple of such samples set T on their own (random forests, naive Bayes).
 #: The loss is smooth in m, so Newton keeps its exact derivatives.
 _EPS = PROB_CLIP
 
 
 #: The per-sample losses in m that :func:`~._tables.tabulate_losses` tabulates: the two fit
-#: objectives, and "nll-raw", the unclipped top-label NLL softplus(-m) (TP) and softplus(m) (FP)
-#: that ``nll_`` and ``class_nll_`` report.
+#: objectives, and "nll-raw", the unclipped top-label NLL softplus(-m) (TP) and softplus(m)
+#: (FP) that ``nll_`` and ``class_nll_`` report.
 LOSSES = ("nll", "brier", "nll-raw")
 
 
 def softplus(m):
-    """log(1 + exp(m)), stable for any m: the unclipped top-label NLL of an FP (of a TP at -m)."""
+    """log(1 + exp(m)), stable for any m: the unclipped top-label NLL of an FP (of a TP at
+    -m)."""
     return np.maximum(m, 0.0) + np.log1p(np.exp(-np.abs(m)))
 
 
@@ -397,10 +384,10 @@ def _loss_terms(m, tp, fp, loss, pq=None):
 def loss_derivs(m, tp, fp, loss, pq=None):
     """First and second derivatives of the per-sample loss in m.
 
-    Written with p = sigmoid(m) and q = sigmoid(-m) = 1 - p, each computed
-    directly: 1 - p would lose every digit of q once p rounds to 1 (m > 37),
-    and the gradient of confident right answers would vanish before their loss.
-    ``pq``: (p, q) when the caller has them already.
+    Written with p = sigmoid(m) and q = sigmoid(-m) = 1 - p, each computed directly: 1 - p
+    would lose every digit of q once p rounds to 1 (m > 37), and the gradient of confident
+    right answers would vanish before their loss. ``pq``: (p, q) when the caller has them
+    already.
     """
     p, q = (expit(m), expit(-m)) if pq is None else pq
     if (
@@ -408,9 +395,9 @@ def loss_derivs(m, tp, fp, loss, pq=None):
     ):  # d/dm softplus(-m) = -q, d/dm softplus(m) = p; both second derivatives pq
         return fp * p - tp * q, (tp + fp) * (p * q)
     if loss == "nll":
-        # f_tp = -log u, u = eps + a p: f' = -a pq / u, f'' = -a pq (q - p) / u + (a pq / u)^2;
-        # f_fp the same with p and q swapped and m -> -m
-        # (in place on fresh arrays, the same operations: fewer row-sized temporaries)
+        # f_tp = -log u, u = eps + a p: f' = -a pq / u, f'' = -a pq (q - p) / u + (a pq /
+        # u)^2; f_fp the same with p and q swapped and m -> -m (in place on fresh arrays,
+        # the same operations: fewer row-sized temporaries)
         a = 1.0 - 2.0 * _EPS
         pq = p * q
         gt = np.divide(a * pq, np.add(a * p, _EPS))
@@ -427,8 +414,8 @@ def loss_derivs(m, tp, fp, loss, pq=None):
 
 
 class Evaluated:
-    """``value`` and ``grad_hess`` of an objective from its ``_eval(x)``, a tuple (x, summed loss,
-    gradient (dim,), Hessian (dim, dim), ...) kept for the last point evaluated."""
+    """``value`` and ``grad_hess`` of an objective from its ``_eval(x)``, a tuple (x, summed
+    loss, gradient (dim,), Hessian (dim, dim), ...) kept for the last point evaluated."""
 
     _eval: Callable[[Any], tuple]  # from the objective it is mixed into
 
@@ -461,10 +448,10 @@ class TopLabelObjective(Evaluated):
 
     Notes
     -----
-    One fused, blocked pass over the data gives the loss, the gradient and
-    the Hessian at x (derivatives cost a few O(n) products more than the
-    loss, the exp() over (K - 1, n) dominates either way); :meth:`value`,
-    :meth:`grad_hess` and :meth:`margin` at the same x share it.
+    One fused, blocked pass over the data gives the loss, the gradient and the Hessian at x
+    (derivatives cost a few O(n) products more than the loss, the exp() over (K - 1, n)
+    dominates either way); :meth:`value`, :meth:`grad_hess` and :meth:`margin` at the same x
+    share it.
     """
 
     def __init__(self, d, others, tp, fp, *, loss="nll", n_awards=0, groups=None, rows=False):
@@ -479,10 +466,10 @@ class TopLabelObjective(Evaluated):
         self._m = np.empty(d.shape[0])
         self._scratch = None if others is None else moment_scratch(others)
         self._at = None
-        #: ``rows``: each row's (lse, E[O], Var[O]) at the last evaluation kept, for sts's local
-        #: model (:mod:`._local`); three n-sized arrays, written by each pass
-        #: (only where the others have LOCAL_OTHERS rows or more: below, its O(n) steps cost
-        #: about what the passes they save do)
+        #: ``rows``: each row's (lse, E[O], Var[O]) at the last evaluation kept, for sts's
+        #: local model (:mod:`._local`); three n-sized arrays, written by each pass (only
+        #: where the others have LOCAL_OTHERS rows or more: below, its O(n) steps cost about
+        #: what the passes they save do)
         keep = rows and others is not None and others.shape[0] >= LOCAL_OTHERS
         self.rows = np.empty((3, d.shape[0])) if keep else None
 
@@ -521,8 +508,8 @@ class TopLabelObjective(Evaluated):
             self._m[a:b] = m
             pq = (expit(m), expit(-m))  # shared by the loss and its derivatives
             loss += _loss_terms(m, tp, fp, self.loss, pq)
-            # m = d beta + b - L(beta): dm/dbeta = d - E[O], d2m/dbeta2 = -Var[O];
-            # theta = log T, d beta / d theta = -beta
+            # m = d beta + b - L(beta): dm/dbeta = d - E[O], d2m/dbeta2 = -Var[O]; theta =
+            # log T, d beta / d theta = -beta
             l1, l2 = loss_derivs(m, tp, fp, self.loss, pq)
             dm_dt = -beta * dm_db
             d2m_dt2 = beta * dm_db - (beta * beta) * var
@@ -551,9 +538,9 @@ class TopLabelObjective(Evaluated):
         return self._at
 
     def margin(self, x, copy: bool = True) -> np.ndarray:
-        """Per-sample log-odds m at parameters x (a copy; ``copy=False``: the objective's own
-        buffer, which
-        its next evaluation overwrites, for a caller that evaluates it no more: no n-sized copy)."""
+        """Per-sample log-odds m at parameters x (a copy; ``copy=False``: the objective's
+        own buffer, which its next evaluation overwrites, for a caller that evaluates it no
+        more: no n-sized copy)."""
         self._eval(x)
         return self._m.copy() if copy else self._m
 
@@ -561,8 +548,8 @@ class TopLabelObjective(Evaluated):
 class MultinomialObjective(Evaluated):
     """Classic (Guo et al. 2017) temperature scaling loss: full multinomial NLL.
 
-    sum_i w_i [log sum_j exp(beta z_ij) - beta z_{i,y_i}] with z shifted so
-    the row maximum is 0; x = (log T,). Convex in beta.
+    sum_i w_i [log sum_j exp(beta z_ij) - beta z_{i,y_i}] with z shifted so the row maximum
+    is 0; x = (log T,). Convex in beta.
 
     Parameters
     ----------

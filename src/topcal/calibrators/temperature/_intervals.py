@@ -1,5 +1,5 @@
-"""Intervals of the temperature family: the delta method on each class's (log T, A / T), with the
-inverse NLL Hessian at the fit as their covariance (docs/intervals.md). A mixin of
+"""Intervals of the temperature family: the delta method on each class's (log T, A / T),
+with the inverse NLL Hessian at the fit as their covariance (docs/intervals.md). A mixin of
 :class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module)."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ class _Held:
 
 
 class TemperatureIntervals:
-    """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval`` from
-    it."""
+    """``param_cov_`` (per class, the covariance of the fitted parameters) and ``_interval``
+    from it."""
 
     #: None: a fold's fit, or a file saved before intervals
     param_cov_: np.ndarray | None = None
@@ -53,16 +53,14 @@ class TemperatureIntervals:
     _no_interval_stats: Callable[[str], Exception]
 
     def _cov_blocks(self, data: TopLabelData, fitted):
-        """(classes, objective, x) blocks for :meth:`_covariances` of each class's (log T, A / T) at
-        the fit: the
-        inverse NLL Hessian (observed information), one objective at a time (a per-class fit's K
-        objectives
-        are never all held at once).
+        """(classes, objective, x) blocks for :meth:`_covariances` of each class's (log T, A
+        / T) at the fit: the inverse NLL Hessian (observed information), one objective at a
+        time (a per-class fit's K objectives are never all held at once).
 
         One NLL objective per fitted parameter block, evaluated once at the fitted
-        parameters (a loss ``"brier"`` fit uses the NLL's information too: an
-        approximation, docs/intervals.md). The full-vector methods evaluate theirs during the fit
-        instead (:meth:`_held_block`).
+        parameters (a loss ``"brier"`` fit uses the NLL's information too: an approximation,
+        docs/intervals.md). The full-vector methods evaluate theirs during the fit instead
+        (:meth:`_held_block`).
         """
         theta = np.log(self.temperature_)
         b = self.awards_ / self.temperature_
@@ -100,18 +98,16 @@ class TemperatureIntervals:
                 yield ([c], obj, np.array([theta[c]] + ([b[c]] if n_aw else [])))
 
     def _held_block(self, classes, obj, make, temps, awards, at):
-        """A block for :meth:`_covariances` evaluated now, on a fit's own objective while its rows
-        are at hand.
+        """A block for :meth:`_covariances` evaluated now, on a fit's own objective while
+        its rows are at hand.
 
-        ``obj``: the fit's objective on the block's rows, ``make(loss)`` one with another loss;
-        ``classes``:
-        the fitted classes (a mask, shared fit); ``temps``, ``awards``: the fitted values; ``at``:
-        the
-        class (per-class fit) or None (shared). The point is
-        :meth:`_cov_blocks`'s (log T and A / T of the fitted values, the same operations), and an
-        NLL objective on the same rows gives the same numbers, so the covariance is that of a second
-        pass
-        over the data without one (that pass split every row of the score matrix again).
+        ``obj``: the fit's objective on the block's rows, ``make(loss)`` one with another
+        loss; ``classes``: the fitted classes (a mask, shared fit); ``temps``, ``awards``:
+        the fitted values; ``at``: the class (per-class fit) or None (shared). The point is
+        :meth:`_cov_blocks`'s (log T and A / T of the fitted values, the same operations),
+        and an NLL objective on the same rows gives the same numbers, so the covariance is
+        that of a second pass over the data without one (that pass split every row of the
+        score matrix again).
         """
         theta = np.log(temps if at is None else temps[at : at + 1])
         b = (awards / temps) if at is None else (awards[at : at + 1] / temps[at : at + 1])
@@ -123,17 +119,18 @@ class TemperatureIntervals:
         nll = obj if obj.loss == "nll" else make("nll")
         last = nll._at if isinstance(nll, TopLabelObjective) else None
         if at is None and last is not None and np.allclose(last[0], x, rtol=4e-16, atol=0):
-            # sts: the fit's own last point (log(exp(log T)) may differ from it by an ulp): its
-            # Hessian, not a second pass over the data and a third for the margins
+            # sts: the fit's own last point (log(exp(log T)) may differ from it by an ulp):
+            # its Hessian, not a second pass over the data and a third for the margins
             x = last[0]
         return (np.flatnonzero(classes) if at is None else [at], _Held(*nll.grad_hess(x)), x)
 
     def _covariances(self, groups) -> np.ndarray:
-        """(K, 2, 2) covariances of (log T, A / T) per class from (classes, objective, x) blocks.
+        """(K, 2, 2) covariances of (log T, A / T) per class from (classes, objective, x)
+        blocks.
 
-        NaN where the information is not positive definite (a class with only TP or
-        only FP, parameters at a bound): those classes get the Jeffreys interval of
-        their accuracy instead (:meth:`_interval`).
+        NaN where the information is not positive definite (a class with only TP or only FP,
+        parameters at a bound): those classes get the Jeffreys interval of their accuracy
+        instead (:meth:`_interval`).
         """
         k = len(self.classes_)
         cov = np.full((k, 2, 2), np.nan)
@@ -144,7 +141,9 @@ class TemperatureIntervals:
             if (
                 self._shared and self._has_award
             ):  # x = (log T, b_0 .. b_K-1): held offsets are not free
-                free = np.concatenate([[True], ~fixed_b & (np.asarray(self.fitted_classes_, bool))])
+                free = np.concatenate(
+                    [[True], ~fixed_b & (np.asarray(self.fitted_classes_, bool))]
+                )
             else:
                 free = np.ones(h.shape[0], dtype=bool)
             full = np.full(h.shape, np.nan)
@@ -174,8 +173,8 @@ class TemperatureIntervals:
         return cov
 
     def _interval(self, data: TopLabelData, level: float):
-        """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g = dm /
-        d log T."""
+        """Delta method on the margin: m -+ z se(m), se(m)^2 = g V_tt g + 2 g V_tb + V_bb, g
+        = dm / d log T."""
         cov = self.param_cov_
         if cov is None:
             raise self._no_interval_stats("parameter covariance")

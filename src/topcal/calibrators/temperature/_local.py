@@ -1,27 +1,29 @@
 """sts's one temperature by steps on a local model of the rows (private module of
 :mod:`topcal.calibrators.temperature`).
 
-sts minimises F(theta) = sum_i loss(m_i), m_i = d_i beta - lse_i(beta), beta = exp(-theta), and
-every exact evaluation is a pass over the (K - 1, n) other entries (an exp() each; at 10^5 x 1,000
-0.7-1.5 s, against a few ms for all its O(n) work). :func:`._solver.bounded_newton` takes one pass
-a step and one more to confirm the last, tiny step: 3-4 passes for a warm-started fold, 8 cold.
+sts minimises F(theta) = sum_i loss(m_i), m_i = d_i beta - lse_i(beta), beta = exp(-theta),
+and every exact evaluation is a pass over the (K - 1, n) other entries (an exp() each; at
+10^5 x 1,000 0.7-1.5 s, against a few ms for all its O(n) work).
+:func:`._solver.bounded_newton` takes one pass a step and one more to confirm the last, tiny
+step: 3-4 passes for a warm-started fold, 8 cold.
 
-Here the pass at theta_0 keeps each row's lse, E_w[O] and Var_w[O] (the log-sum-exp and its first
-two derivatives in beta, :meth:`._core.TopLabelObjective._eval`), and the next point minimises the
-*local model*
+Here the pass at theta_0 keeps each row's lse, E_w[O] and Var_w[O] (the log-sum-exp and its
+first two derivatives in beta, :meth:`._core.TopLabelObjective._eval`), and the next point
+minimises the *local model*
 
     F~(theta) = sum_i loss(d_i beta - lse_i - E_i delta - Var_i delta^2 / 2),  delta = beta - beta_0
 
-(the loss exact in m; only each row's log-sum-exp replaced by its second-order Taylor polynomial in
-beta, off by the third cumulant times delta^3 / 6) inside a trust region, by bounded_newton on F~
-(O(n) a step, no pass). F~ has F's value, gradient and Hessian at theta_0, so its step is Newton's
-to first order, and it keeps the curvature of the loss in m that Newton's quadratic model drops:
-from an all-data optimum a fold's fit lands within ~1e-8 of its own in one step (Newton: 1e-4).
+(the loss exact in m; only each row's log-sum-exp replaced by its second-order Taylor
+polynomial in beta, off by the third cumulant times delta^3 / 6) inside a trust region, by
+bounded_newton on F~ (O(n) a step, no pass). F~ has F's value, gradient and Hessian at
+theta_0, so its step is Newton's to first order, and it keeps the curvature of the loss in m
+that Newton's quadratic model drops: from an all-data optimum a fold's fit lands within
+~1e-8 of its own in one step (Newton: 1e-4).
 
 The fit ends at an exactly evaluated point whose Newton decrement is below bounded_newton's
 tolerance and whose Newton step is at most :data:`STEP` in log T: its loss, margins and
-information are that point's own. Where the model does not get there in :data:`_PASSES` passes,
-or a step fails, bounded_newton goes on from the best point (its rules and errors).
+information are that point's own. Where the model does not get there in :data:`_PASSES`
+passes, or a step fails, bounded_newton goes on from the best point (its rules and errors).
 """
 
 from __future__ import annotations
@@ -35,21 +37,24 @@ from ._solver import ARMIJO, RTOL, NewtonResult, bounded_newton, newton_step
 
 __all__ = ["LocalModel", "newton", "STEP", "FOLD_MOVE"]
 
-#: The fit stops where the exact Newton step is at most this in log T (T within 1e-7 relative of
-#: the optimum the next step would reach) and the Newton decrement within bounded_newton's test.
+#: The fit stops where the exact Newton step is at most this in log T (T within 1e-7
+#: relative of the optimum the next step would reach) and the Newton decrement within
+#: bounded_newton's test.
 STEP = 1e-7
 #: Exact passes the model's steps may take before bounded_newton goes on alone.
 _PASSES = 12
 #: The trust region's least first radius in log T (a warm start's Newton step can be ~1e-4).
 _RADIUS = 1e-3
-#: A fold's first model step is taken unconfirmed where it moves log T by at most this (folds of
-#: the bench sets and simulations move it by 1e-4 to 1e-2; the model's error grows as its cube).
+#: A fold's first model step is taken unconfirmed where it moves log T by at most this
+#: (folds of the bench sets and simulations move it by 1e-4 to 1e-2; the model's error grows
+#: as its cube).
 FOLD_MOVE = 0.05
 
 
 class LocalModel(Evaluated):
-    """F~ of the module docstring around the objective's last evaluated point ``theta0`` (its rows
-    copied: the objective's next pass writes over them), for :func:`._solver.bounded_newton`."""
+    """F~ of the module docstring around the objective's last evaluated point ``theta0``
+    (its rows copied: the objective's next pass writes over them), for
+    :func:`._solver.bounded_newton`."""
 
     dim = 1
 
@@ -66,7 +71,8 @@ class LocalModel(Evaluated):
             delta = beta - self.beta0
             f = g = h = 0.0
             n = self.d.shape[0]
-            for a in range(0, n, BLOCK):  # block by block, as the exact pass: temporaries in cache
+            # block by block, as the exact pass: temporaries in cache
+            for a in range(0, n, BLOCK):
                 r = slice(a, min(a + BLOCK, n))
                 d, var, tp, fp = self.d[r], self.var[r], self.tp[r], self.fp[r]
                 q = d - self.mean[r] - delta * var  # dm / dbeta
@@ -84,13 +90,13 @@ class LocalModel(Evaluated):
 
 
 def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit", fold=False):
-    """:func:`._solver.bounded_newton`'s minimum of ``obj``, by the local model's steps where
-    ``obj`` keeps its rows (one parameter: sts), else by bounded_newton itself.
+    """:func:`._solver.bounded_newton`'s minimum of ``obj``, by the local model's steps
+    where ``obj`` keeps its rows (one parameter: sts), else by bounded_newton itself.
 
-    ``fold`` (a cross-validation fold's fit from the all-data optimum): the model's
-    first step, where it moves log T by at most :data:`FOLD_MOVE`, is the result, without the
-    exact pass that would confirm it (the model lands within ~1e-8 of the fold's optimum from
-    there: module docstring); its ``fun`` is then the model's value."""
+    ``fold`` (a cross-validation fold's fit from the all-data optimum): the model's first
+    step, where it moves log T by at most :data:`FOLD_MOVE`, is the result, without the
+    exact pass that would confirm it (the model lands within ~1e-8 of the fold's optimum
+    from there: module docstring); its ``fun`` is then the model's value."""
     keeps = isinstance(obj, TopLabelObjective) and obj.rows is not None and obj.dim == 1
     if not keeps or (fixed is not None and np.any(fixed)):
         return bounded_newton(obj, x0, lo, hi, fixed=fixed, max_iter=max_iter, what=what)
@@ -102,7 +108,10 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
     while passes < _PASSES:  # every trial below is one exact pass, accepted or not
         if model is None:  # at a new point: its exact test, then a model around it
             g, h = obj.grad_hess(x)
-            if not (np.isfinite(f) and np.isfinite(g).all() and np.isfinite(h).all()) or f <= 0:
+            if (
+                not (np.isfinite(f) and np.isfinite(g).all() and np.isfinite(h).all())
+                or f <= 0
+            ):
                 break
             if (x[0] <= lo[0] and g[0] > 0) or (x[0] >= hi[0] and g[0] < 0):
                 break  # held at a bound: bounded_newton's first test returns it as it is
@@ -112,7 +121,8 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
                 return NewtonResult(x, f, n_iter)
             model = LocalModel(obj, float(x[0]))
             radius = max(4.0 * abs(step), _RADIUS) if radius is None else radius
-        # the model's minimum in the trust region; kept where the exact loss falls by Armijo's rule
+        # the model's minimum in the trust region; kept where the exact loss falls by
+        # Armijo's rule
         try:
             trial = bounded_newton(
                 model,
@@ -131,8 +141,8 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
             return NewtonResult(trial.x, float(trial.fun), 1)
         ft = obj.value(trial.x)
         passes += 1
-        # (a flat loss, the decrement tiny but the step not: kept unless the loss rises beyond its
-        # rounding, as bounded_newton's last step)
+        # (a flat loss, the decrement tiny but the step not: kept unless the loss rises
+        # beyond its rounding, as bounded_newton's last step)
         fall = f + (1e-13 * (abs(f) + 1.0) if tiny else ARMIJO * float(g[0]) * move)
         if not (np.isfinite(ft) and ft <= fall):
             radius = 0.25 * abs(move)  # the model did not hold so far: the same model, nearer
@@ -143,6 +153,7 @@ def newton(obj, x0, lo, hi, *, fixed=None, max_iter: int = 100, what: str = "fit
         elif (f - ft) < 0.25 * pred:
             radius = 0.5 * abs(move)
         x, f, n_iter, model = trial.x, ft, n_iter + 1, None
-    # not settled by the model (a flat or bounded loss, or a failed step): bounded_newton goes on
+    # not settled by the model (a flat or bounded loss, or a failed step): bounded_newton
+    # goes on
     res = bounded_newton(obj, x, lo, hi, max_iter=max_iter, what=what)
     return NewtonResult(res.x, res.fun, res.n_iter + n_iter)

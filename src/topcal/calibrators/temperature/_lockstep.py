@@ -1,12 +1,13 @@
 """The per-class fits of bts and btswa solved in lockstep (private module of
 :mod:`topcal.calibrators.temperature`).
 
-bts and btswa fit each class alone (one or two parameters, m = logit(s) / T + A / T), which one
-:func:`._solver.bounded_newton` per class did with a Python-level loop: about half of an ``auto``
-fit's time on 1,000 classes. Here every class still iterating takes its Newton step at once, from
-segment sums over the rows grouped by class (:class:`BinaryClassesObjective`,
-:func:`._solver.lockstep_newton`); each class follows bounded_newton's own rules, so the results are
-those of the per-class loop up to the rounding of the sums (the tests hold them to 1e-8 relative).
+bts and btswa fit each class alone (one or two parameters, m = logit(s) / T + A / T), which
+one :func:`._solver.bounded_newton` per class did with a Python-level loop: about half of an
+``auto`` fit's time on 1,000 classes. Here every class still iterating takes its Newton step
+at once, from segment sums over the rows grouped by class (:class:`BinaryClassesObjective`,
+:func:`._solver.lockstep_newton`); each class follows bounded_newton's own rules, so the
+results are those of the per-class loop up to the rounding of the sums (the tests hold them
+to 1e-8 relative).
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from ._solver import NewtonResult, lockstep_newton
 
 __all__ = ["BinaryClassesObjective", "solve_classes"]
 
-#: Rows of a chunk of :class:`BinaryClassesObjective` (whole classes, so a bigger class is a chunk
-#: alone): about
-#: 25 temporaries of a chunk's length are alive at once, at 8192 rows 1.5 x a 10^4 x 10 input (issue
-#: 26; 2048 rows
-#: took 10% more CPU time at 10^5 x 100, 4096 the same as 8192).
+#: Rows of a chunk of :class:`BinaryClassesObjective` (whole classes, so a bigger class is a
+#: chunk alone): about 25 temporaries of a chunk's length are alive at once, at 8192 rows
+#: 1.5 x a 10^4 x 10 input (issue 26; 2048 rows took 10% more CPU time at 10^5 x 100, 4096
+#: the same as 8192).
 _LOCKSTEP_ROWS = 4096
 
 
@@ -32,11 +32,10 @@ class BinaryClassesObjective:
     :func:`._solver.lockstep_newton`.
 
     ``d``, ``tp``, ``fp``: rows grouped by class; problem j is rows ``heads[j]:heads[j] +
-    counts[j]``,
-    with x = (log T, b) (``n_awards`` 0 or 1). The per-row terms are :class:`TopLabelObjective`'s,
-    taken a few classes at a time (about :data:`_LOCKSTEP_ROWS` rows: no n-sized temporaries); the
-    sums per
-    class (``np.bincount``) equal its sums up to rounding.
+    counts[j]``, with x = (log T, b) (``n_awards`` 0 or 1). The per-row terms are
+    :class:`TopLabelObjective`'s, taken a few classes at a time (about
+    :data:`_LOCKSTEP_ROWS` rows: no n-sized temporaries); the sums per class
+    (``np.bincount``) equal its sums up to rounding.
     """
 
     def __init__(self, d, tp, fp, heads, counts, *, loss="nll", n_awards=0, others=None):
@@ -47,18 +46,14 @@ class BinaryClassesObjective:
         self._scratch = None if others is None else moment_scratch(others)
 
     def _blocks(self, x, sel):
-        """(row indices or slice, problem of each row within sel, d, tp, fp, beta, m, carried) of
-        the classes
-        ``sel``, a chunk at a time: whole classes, about :data:`_LOCKSTEP_ROWS` rows (a class is
-        summed by one
-        ``bincount``, so the chunks change no sum); a chunk of classes adjacent in the rows reads
-        them as a
-        slice, not a copy. A class of more rows (pooled-platt's one class: all the rows) comes in
-        pieces of
-        :data:`_LOCKSTEP_ROWS` rows, one at a time; ``carried`` is its problem after its first piece
-        (the
-        sum so far goes first into the piece's ``bincount``: bit for bit one sum over the class),
-        else -1."""
+        """(row indices or slice, problem of each row within sel, d, tp, fp, beta, m,
+        carried) of the classes ``sel``, a chunk at a time: whole classes, about
+        :data:`_LOCKSTEP_ROWS` rows (a class is summed by one ``bincount``, so the chunks
+        change no sum); a chunk of classes adjacent in the rows reads them as a slice, not a
+        copy. A class of more rows (pooled-platt's one class: all the rows) comes in pieces
+        of :data:`_LOCKSTEP_ROWS` rows, one at a time; ``carried`` is its problem after its
+        first piece (the sum so far goes first into the piece's ``bincount``: bit for bit
+        one sum over the class), else -1."""
         heads, counts = self.heads[sel], self.counts[sel]
         ends = np.cumsum(counts)
         beta_c = np.exp(-x[:, 0])
@@ -105,17 +100,15 @@ class BinaryClassesObjective:
             j = j1
 
     def margin(self, x, sel):
-        """(row indices, log-odds m) of the classes ``sel`` at their parameters x (len(sel), dim),
-        by chunks."""
+        """(row indices, log-odds m) of the classes ``sel`` at their parameters x (len(sel),
+        dim), by chunks."""
         for blk in self._blocks(np.asarray(x, dtype=np.float64), sel):
             yield blk[0], blk[6]
 
     def evaluate(self, x, sel):
-        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim, dim) of
-        classes ``sel``
-        (a class's rows added in order by ``np.bincount``; a piece's sum starts from the previous
-        pieces': bit for
-        bit one sum over the class)."""
+        """Summed loss (len(sel),), gradient (len(sel), dim) and Hessian (len(sel), dim,
+        dim) of classes ``sel`` (a class's rows added in order by ``np.bincount``; a piece's
+        sum starts from the previous pieces': bit for bit one sum over the class)."""
         sums = np.zeros((6 if self.n_awards else 3, sel.size))
         for _, seg, d, tp, fp, beta, m, carried, var in self._blocks(x, sel):
             pq = (expit(m), expit(-m))
@@ -145,15 +138,15 @@ class BinaryClassesObjective:
 def solve_classes(
     z, data, which, order, x0, lo, hi, *, loss: str, max_iter: int, m, others=None
 ) -> dict:
-    """{class: NewtonResult} of the classes ``which`` solved together; their margins written into
-    ``m``.
+    """{class: NewtonResult} of the classes ``which`` solved together; their margins written
+    into ``m``.
 
-    ``z``: logit of every row's top score, or (``others``: the other entries, (K - 1, n), of the
-    full-vector csts/cstswa) its margin ``d`` of :func:`._core.split_top`; ``order``: the rows
-    grouped by class (ascending within a class; None: the rows are so already); ``x0`` (classes,
-    dim): each class's start. A Brier fit starts, as ``_solve`` does, from the NLL optimum. A class
-    on which a Newton solve fails (where bounded_newton raises) is left out: the caller solves it
-    alone, with the L-BFGS-B fallback and its warning.
+    ``z``: logit of every row's top score, or (``others``: the other entries, (K - 1, n), of
+    the full-vector csts/cstswa) its margin ``d`` of :func:`._core.split_top`; ``order``:
+    the rows grouped by class (ascending within a class; None: the rows are so already);
+    ``x0`` (classes, dim): each class's start. A Brier fit starts, as ``_solve`` does, from
+    the NLL optimum. A class on which a Newton solve fails (where bounded_newton raises) is
+    left out: the caller solves it alone, with the L-BFGS-B fallback and its warning.
     """
     cls = np.flatnonzero(which)
     if cls.size == 0:
@@ -163,7 +156,9 @@ def solve_classes(
     ordered = order is None or np.all(
         order[1:] > order[:-1]
     )  # a fit's data is in canonical order, by class
-    z, tp, fp = (z, data.tp, data.fp) if ordered else (z[order], data.tp[order], data.fp[order])
+    z, tp, fp = (
+        (z, data.tp, data.fp) if ordered else (z[order], data.tp[order], data.fp[order])
+    )
     if others is not None and not ordered:
         others = others[:, order]
     n_aw = len(lo) - 1

@@ -144,8 +144,9 @@ def _line_search(obj, x, f, g, dx, lo, hi, dec, what):
             if dec <= 1e-9 * (abs(f) + 1.0):
                 return None, None
             raise ConvergenceError(
-                f"{what}: the line search failed at log T = {x[0]:.6g} (loss {f:.10g}, predicted "
-                f"decrease {dec:.3g}); the loss surface is flat or noisy there: try loss='nll'"
+                f"{what}: the line search failed at log T = {x[0]:.6g} (loss {f:.10g}, "
+                f"predicted decrease {dec:.3g}); the loss surface is flat or noisy there: "
+                "try loss='nll'"
             )
 
 
@@ -155,7 +156,8 @@ def newton_step(g, h):
     ``eigh``."""
     if g.size == 1:  # what eigh gives for 1 x 1, bit for bit, without its call
         return -(
-            g / max(abs(float(h[0, 0])), 1e-12 * max(abs(float(h[0, 0])), np.finfo(float).tiny))
+            g
+            / max(abs(float(h[0, 0])), 1e-12 * max(abs(float(h[0, 0])), np.finfo(float).tiny))
         )
     step = arrowhead_step(g, h) if g.size > 2 else None
     if step is not None:
@@ -298,7 +300,9 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
         if run.size == 0:
             break
         fr, gr, hr, xr = f[run], g[run], h[run], x[run]
-        finite = np.isfinite(fr) & np.isfinite(gr).all(axis=1) & np.isfinite(hr).all(axis=(1, 2))
+        finite = (
+            np.isfinite(fr) & np.isfinite(gr).all(axis=1) & np.isfinite(hr).all(axis=(1, 2))
+        )
         run, fr, gr, hr, xr = _take(finite, run, fr, gr, hr, xr)
         active = ((xr <= lo) & (gr > 0)) | ((xr >= hi) & (gr < 0))
         stop = active.all(axis=1) | (fr <= 0.0)
@@ -323,7 +327,9 @@ def lockstep_newton(obj, x0, lo, hi, *, max_iter: int = 100) -> LockstepResult:
         moved = np.max(np.abs(x[run] - xr), axis=1)
         still = moved > 1e-14 * (1.0 + np.max(np.abs(x[run]), axis=1))
         if it + 2 > _STALL:  # the loss flat to 1e-9 over the last _STALL steps
-            still &= history[run, it + 1 - _STALL] - f[run] > _STALL_RTOL * (np.abs(f[run]) + 1.0)
+            still &= history[run, it + 1 - _STALL] - f[run] > _STALL_RTOL * (
+                np.abs(f[run]) + 1.0
+            )
         run = run[still]
     return LockstepResult(x, f, n_iter, ok)
 

@@ -1,7 +1,8 @@
-"""The model-file state of the temperature family: temperatures, awards, fitted classes, losses,
-the parameters' covariances and (bts/btswa) the curves' supports, written and checked on load. A
-base of :class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module),
-moved out of ``calibrator.py`` as is (no file over 600 lines)."""
+"""The model-file state of the temperature family: temperatures, awards, fitted classes,
+losses, the parameters' covariances and (bts/btswa) the curves' supports, written and
+checked on load. A base of
+:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module), moved
+out of ``calibrator.py`` as is (no file over 600 lines)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ __all__ = ["TemperatureState"]
 
 
 class TemperatureState:
-    """``_get_state`` / ``_set_state`` of :class:`TemperatureBase` (the model file's ``state``)."""
+    """``_get_state`` / ``_set_state`` of :class:`TemperatureBase` (the model file's
+    ``state``)."""
 
     # from the calibrator it is mixed into
     _binary: ClassVar[bool]
@@ -35,7 +37,11 @@ class TemperatureState:
         extra = (
             {}
             if cov is None
-            else {"param_cov": [None if not np.all(np.isfinite(c)) else c.reshape(-1) for c in cov]}
+            else {
+                "param_cov": [
+                    None if not np.all(np.isfinite(c)) else c.reshape(-1) for c in cov
+                ]
+            }
         )
         return to_jsonable(
             {
@@ -53,16 +59,17 @@ class TemperatureState:
     def _set_state(self, state: dict) -> None:
         k = len(self.classes_)
         temps = finite_array(state["temperature"], "temperature", k)
-        # a fit keeps T in [T_MIN, T_MAX] and |A / T| <= OFFSET_MAX; outside them (a hand-edited
-        # file:
-        # T = 1e-320) log y / T overflows and every confidence is NaN
+        # a fit keeps T in [T_MIN, T_MAX] and |A / T| <= OFFSET_MAX; outside them (a
+        # hand-edited file: T = 1e-320) log y / T overflows and every confidence is NaN
         if np.any(temps < T_MIN * (1 - 1e-9)) or np.any(temps > T_MAX * (1 + 1e-9)):
             raise ValueError(
                 f"temperatures must lie in [{T_MIN:g}, {T_MAX:g}], the range a fit searches"
             )
         awards = finite_array(state["awards"], "awards", k)
         if np.any(np.abs(awards / temps) > OFFSET_MAX * (1 + 1e-9)):
-            raise ValueError(f"awards must satisfy |A / T| <= {OFFSET_MAX:g}, as a fit keeps them")
+            raise ValueError(
+                f"awards must satisfy |A / T| <= {OFFSET_MAX:g}, as a fit keeps them"
+            )
         fitted = state["fitted"]
         if (
             not isinstance(fitted, list)

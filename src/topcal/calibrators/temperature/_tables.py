@@ -1,30 +1,29 @@
-"""Loss tables: the mergeable statistics of ``sts`` and ``csts``, so that ``update`` needs no old
-data.
+"""Loss tables: the mergeable statistics of ``sts`` and ``csts``, so that ``update`` needs
+no old data.
 
-A full score vector has no finite summary on a score grid, but the *loss* these
-two methods minimise does: it is a sum over rows, and the rows of predicted
-class k depend on one parameter only, theta = log T (T_k for ``csts``, the shared
-T for ``sts``). So a model keeps, per predicted class, the summed loss and its
-first two derivatives in theta at :data:`N_NODES` equally spaced nodes of the
-whole box theta in [log T_MIN, log T_MAX] (:func:`tabulate_losses`).
-Tables of two parts add up (exactly up to float rounding), and ``update`` refits
-by running the same bounded Newton solver on the quintic Hermite interpolant of
-the summed table (C2, matches value, slope and curvature at every node), from the
-same start and with the same stopping rules as a fit on the data.
+A full score vector has no finite summary on a score grid, but the *loss* these two methods
+minimise does: it is a sum over rows, and the rows of predicted class k depend on one
+parameter only, theta = log T (T_k for ``csts``, the shared T for ``sts``). So a model
+keeps, per predicted class, the summed loss and its first two derivatives in theta at
+:data:`N_NODES` equally spaced nodes of the whole box theta in [log T_MIN, log T_MAX]
+(:func:`tabulate_losses`). Tables of two parts add up (exactly up to float rounding), and
+``update`` refits by running the same bounded Newton solver on the quintic Hermite
+interpolant of the summed table (C2, matches value, slope and curvature at every node), from
+the same start and with the same stopping rules as a fit on the data.
 
-Accuracy (measured, ``docs/scale.md``): with 257 nodes (spacing 0.054 in log T)
-the fitted T of every class of five CIFAR networks' outputs (10 and 100 classes)
-is within 5.1e-8 relative of the fit on the data after 6 updates; with 129 nodes
-1.3e-6. The interpolation error falls like spacing^6.
+Accuracy (measured, ``docs/scale.md``): with 257 nodes (spacing 0.054 in log T) the fitted T
+of every class of five CIFAR networks' outputs (10 and 100 classes) is within 5.1e-8
+relative of the fit on the data after 6 updates; with 129 nodes 1.3e-6. The interpolation
+error falls like spacing^6.
 
-Size: per predicted class and table, 3 x 257 numbers; a model keeps the tables of
-its objective ("nll", or "brier" with "nll" for its warm start, or
-"multinomial"), plus "nll-raw" for the reported ``nll_``: 2-3 tables, about 31-46 KB
-of JSON per class, whatever the number of samples.
+Size: per predicted class and table, 3 x 257 numbers; a model keeps the tables of its
+objective ("nll", or "brier" with "nll" for its warm start, or "multinomial"), plus
+"nll-raw" for the reported ``nll_``: 2-3 tables, about 31-46 KB of JSON per class, whatever
+the number of samples.
 
-Why not ``tswa``/``cstswa``: with an award the rows of class k depend on two
-parameters (theta, b = A / T), and the loss is a genuinely two-dimensional
-function (``docs/scale.md`` gives the sizes a tensor table would need).
+Why not ``tswa``/``cstswa``: with an award the rows of class k depend on two parameters
+(theta, b = A / T), and the loss is a genuinely two-dimensional function (``docs/scale.md``
+gives the sizes a tensor table would need).
 """
 
 from __future__ import annotations
@@ -40,28 +39,28 @@ from ._core import BLOCK, T_MAX, T_MIN, loss_derivs, loss_parts
 
 __all__ = ["N_NODES", "NODES", "LossTables", "TabulatedObjective", "tabulate_losses"]
 
-#: Nodes of the tables in theta = log T: 257 over [log 1e-3, log 1e3] (spacing 0.054).
-#: The interpolation error of the fitted T falls like spacing^6: on five CIFAR networks'
-#: outputs, 129 nodes gave up to 1.3e-6 relative (a Brier fit of a 100-class network's
-#: small class), 257 nodes at most 5.1e-8 (docs/scale.md).
+#: Nodes of the tables in theta = log T: 257 over [log 1e-3, log 1e3] (spacing 0.054). The
+#: interpolation error of the fitted T falls like spacing^6: on five CIFAR networks'
+#: outputs, 129 nodes gave up to 1.3e-6 relative (a Brier fit of a 100-class network's small
+#: class), 257 nodes at most 5.1e-8 (docs/scale.md).
 N_NODES = 257
 NODES = np.linspace(np.log(T_MIN), np.log(T_MAX), N_NODES)
 
 
-#: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once (8 MB).
+#: Elements of the (nodes, K - 1, rows) block :func:`tabulate_losses` exponentiates at once
+#: (8 MB).
 _TAB_ELEMENTS = 1 << 20
 
 
 def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
     """Summed losses and their first two derivatives in theta = log T at each of ``thetas``.
 
-    The loss tables behind ``update`` of the temperature methods without awards
-    (this module): the margins m, their derivatives in
-    theta and every loss in ``losses`` (names in :data:`~._core.LOSSES`) with its
-    derivatives, summed over rows, the same quantities as
-    :class:`~._core.TopLabelObjective` at each node. Many nodes are evaluated at once on a
-    block of rows (a class has few rows when there are many classes: one node at a
-    time would spend its time in Python, not in exp()).
+    The loss tables behind ``update`` of the temperature methods without awards (this
+    module): the margins m, their derivatives in theta and every loss in ``losses`` (names
+    in :data:`~._core.LOSSES`) with its derivatives, summed over rows, the same quantities
+    as :class:`~._core.TopLabelObjective` at each node. Many nodes are evaluated at once on
+    a block of rows (a class has few rows when there are many classes: one node at a time
+    would spend its time in Python, not in exp()).
 
     Returns
     -------
@@ -102,10 +101,11 @@ def tabulate_losses(d, others, tp, fp, thetas, losses) -> dict:
 
 
 class TabulatedObjective:
-    """A summed loss in x = (theta,) from its table: quintic Hermite interpolation between nodes.
+    """A summed loss in x = (theta,) from its table: quintic Hermite interpolation between
+    nodes.
 
-    Offers the ``value``/``grad_hess`` interface of the objectives in
-    :mod:`~._core`, so :func:`~._core.bounded_newton` runs on it unchanged.
+    Offers the ``value``/``grad_hess`` interface of the objectives in :mod:`~._core`, so
+    :func:`~._core.bounded_newton` runs on it unchanged.
 
     Parameters
     ----------
@@ -120,15 +120,17 @@ class TabulatedObjective:
         self.h = float(NODES[1] - NODES[0])
 
     def _eval(self, x):
-        theta = float(np.clip(np.asarray(x, dtype=np.float64).reshape(-1)[0], NODES[0], NODES[-1]))
+        theta = float(
+            np.clip(np.asarray(x, dtype=np.float64).reshape(-1)[0], NODES[0], NODES[-1])
+        )
         h = self.h
         i = int(np.clip(np.floor((theta - NODES[0]) / h), 0, N_NODES - 2))
         t = (theta - NODES[i]) / h
         (f0, d0, s0), (f1, d1, s1) = self.table[i], self.table[i + 1]
         c = np.array([f0, h * d0, h * h * s0, f1, h * d1, h * h * s1])
         t2, t3, t4, t5 = t * t, t**3, t**4, t**5
-        # the six quintic Hermite basis functions on [0, 1] (value, slope, curvature at 0, then at
-        # 1)
+        # the six quintic Hermite basis functions on [0, 1] (value, slope, curvature at 0,
+        # then at 1)
         basis = np.array(
             [
                 1 - 10 * t3 + 15 * t4 - 6 * t5,
@@ -171,13 +173,14 @@ class TabulatedObjective:
 
 @dataclass(frozen=True, eq=False)
 class LossTables:
-    """Per predicted class, summed losses and derivatives at :data:`NODES`, and the TP/FP counts.
+    """Per predicted class, summed losses and derivatives at :data:`NODES`, and the TP/FP
+    counts.
 
     Attributes
     ----------
     tables : dict str -> ndarray (K, N_NODES, 3)
-        Per loss name ("nll", "brier", "nll-raw", "multinomial"), per class, the
-        (value, d/dtheta, d2/dtheta2) of the loss summed over the class's rows.
+        Per loss name ("nll", "brier", "nll-raw", "multinomial"), per class, the (value,
+        d/dtheta, d2/dtheta2) of the loss summed over the class's rows.
     n_tp, n_fp : ndarray (K,)
         Weighted true and false positives per predicted class.
     """
@@ -195,14 +198,17 @@ class LossTables:
         return float(self.n_tp.sum() + self.n_fp.sum())
 
     def merge(self, other: "LossTables") -> "LossTables":
-        """The tables of both parts' data together (sums; raises DataError if they do not match)."""
+        """The tables of both parts' data together (sums; raises DataError if they do not
+        match)."""
         if not isinstance(other, LossTables):
-            raise DataError(f"loss tables merge only with loss tables, got {type(other).__name__}")
+            raise DataError(
+                f"loss tables merge only with loss tables, got {type(other).__name__}"
+            )
         if other.n_classes != self.n_classes or set(other.tables) != set(self.tables):
             raise DataError(
-                f"loss tables of {other.n_classes} classes with losses {sorted(other.tables)} do "
-                f"not match "
-                f"those of {self.n_classes} classes with losses {sorted(self.tables)}"
+                f"loss tables of {other.n_classes} classes with losses "
+                f"{sorted(other.tables)} do not match those of {self.n_classes} classes "
+                f"with losses {sorted(self.tables)}"
             )
         return LossTables(
             {name: self.tables[name] + other.tables[name] for name in self.tables},

@@ -1,7 +1,7 @@
-"""Updating the temperature family from statistics: sts and csts from merged loss tables, bts and
-btswa from score counts (docs/scale.md). A base of
-:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module), moved out of
-``calibrator.py`` as is (no file over 600 lines); it uses the fit's ``_class_flags``,
+"""Updating the temperature family from statistics: sts and csts from merged loss tables,
+bts and btswa from score counts (docs/scale.md). A base of
+:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module), moved
+out of ``calibrator.py`` as is (no file over 600 lines); it uses the fit's ``_class_flags``,
 ``_solve``, ``_fallback`` and the intervals' ``_covariances``."""
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ __all__ = ["TemperatureUpdating"]
 
 
 class TemperatureUpdating:
-    """The statistics a temperature model keeps (loss tables or score counts) and ``update``'s
-    refit from them."""
+    """The statistics a temperature model keeps (loss tables or score counts) and
+    ``update``'s refit from them."""
 
     #: sts and csts keep loss tables (one parameter per row group); the award methods cannot
     _updatable: ClassVar[bool] = False
 
-    # from the calibrator it is mixed into (TemperatureBase, its Calibrator and the intervals)
+    # from the calibrator it is mixed into (TemperatureBase, its Calibrator and the
+    # intervals)
     name: ClassVar[str]
     _binary: ClassVar[bool]
     _shared: ClassVar[bool]
@@ -54,31 +55,30 @@ class TemperatureUpdating:
     def _no_stats_reason(self) -> str:
         if self._updatable:
             return (
-                f"this {self.name!r} model was fitted with keep_stats=False (the default), so it "
-                f"has no loss "
-                "tables to merge; refit it on all the data (old and new), with keep_stats=True "
-                "(--param keep_stats=true) to update it later"
+                f"this {self.name!r} model was fitted with keep_stats=False (the default), "
+                "so it has no loss tables to merge; refit it on all the data (old and "
+                "new), with keep_stats=True (--param keep_stats=true) to update it later"
             )
         return (
             f"method {self.name!r} has an award: its loss per class is a function of two "
-            f"parameters "
-            "(T and A), which no table of bounded size summarises (docs/scale.md); refit it on all "
-            "the "
-            "data (old and new) instead of updating, or use csts/sts, which can be updated"
+            "parameters (T and A), which no table of bounded size summarises "
+            "(docs/scale.md); refit it on all the data (old and new) instead of updating, "
+            "or use csts/sts, which can be updated"
         )
 
     def _table_names(self) -> tuple[str, ...]:
-        """The losses the tables hold: the fit's objective(s) and the raw NLL that nll_ reports."""
+        """The losses the tables hold: the fit's objective(s) and the raw NLL that nll_
+        reports."""
         if self._objective_kind() == "multinomial":
             return ("multinomial", "nll-raw")
         return ("nll", "brier", "nll-raw") if self.loss == "brier" else ("nll", "nll-raw")
 
     def _stats_of(self, data: TopLabelData):
-        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or loss
-        tables (sts/csts).
+        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or
+        loss tables (sts/csts).
 
-        The loss tables hold, per predicted class, each loss the fit needs and
-        its first two derivatives in log T at 257 nodes over [1e-3, 1e3]
+        The loss tables hold, per predicted class, each loss the fit needs and its first two
+        derivatives in log T at 257 nodes over [1e-3, 1e3]
         (:mod:`topcal.calibrators.temperature._tables`); computing them costs 257
         evaluations of the loss, 20-100 times a fit.
         """
@@ -119,8 +119,8 @@ class TemperatureUpdating:
         return LossTables.from_dict(d, len(classes))
 
     def _refit(self, stats) -> None:
-        """``update`` of sts/csts: the fit's own solver on the merged loss tables (bts/btswa: on
-        counts)."""
+        """``update`` of sts/csts: the fit's own solver on the merged loss tables
+        (bts/btswa: on counts)."""
         if self._binary:
             return super()._refit(stats)  # type: ignore[misc]  # (as in _stats_of)
         self._validate_params()
@@ -145,7 +145,12 @@ class TemperatureUpdating:
             theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
         elif self._shared:
             res, _ = self._solve(
-                lambda name: stats.objective(name, fitted), np.zeros(1), lo, hi, None, self.name
+                lambda name: stats.objective(name, fitted),
+                np.zeros(1),
+                lo,
+                hi,
+                None,
+                self.name,
             )
             theta[fitted], loss, n_iter = res.x[0], res.fun, res.n_iter
         else:
@@ -159,7 +164,12 @@ class TemperatureUpdating:
                     res = degenerate_corner(make(self.loss), bool(only_tp[c]), lo, hi)
                 if res is None:
                     res, _ = self._solve(
-                        make, np.zeros(1), lo, hi, None, f"{self.name} (class {self.classes_[c]!r})"
+                        make,
+                        np.zeros(1),
+                        lo,
+                        hi,
+                        None,
+                        f"{self.name} (class {self.classes_[c]!r})",
                     )
                 theta[c] = res.x[0]
                 loss += res.fun
@@ -173,23 +183,17 @@ class TemperatureUpdating:
             [stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)]
         )
         self.nll_ = float(self.class_nll_.sum())
+        self.param_cov_ = self._covariances(self._table_groups(stats, fitted, theta))
+
+    def _table_groups(self, stats, fitted, theta) -> list[tuple[Any, Any, np.ndarray]]:
+        """The (classes, objective, optimum) groups whose covariances an update keeps."""
         name = "multinomial" if self._objective_kind() == "multinomial" else "nll"
-        groups: list[tuple[Any, Any, np.ndarray]]
         if self._shared:
-            groups = (
-                [
-                    (
-                        np.flatnonzero(fitted),
-                        stats.objective(name, fitted),
-                        np.array([theta[fitted][0]]),
-                    )
-                ]
-                if fitted.any()
-                else []
-            )
-        else:
-            groups = [
-                ([c], stats.objective(name, [c]), np.array([theta[c]]))
-                for c in np.flatnonzero(fitted)
-            ]
-        self.param_cov_ = self._covariances(groups)
+            if not fitted.any():
+                return []
+            optimum = np.array([theta[fitted][0]])
+            return [(np.flatnonzero(fitted), stats.objective(name, fitted), optimum)]
+        return [
+            ([c], stats.objective(name, [c]), np.array([theta[c]]))
+            for c in np.flatnonzero(fitted)
+        ]

@@ -1,19 +1,20 @@
-"""Top-label temperature scaling: STS, CSTS, TSwA, CSTSwA and binary variants (paper sections 8-11,
-appendix).
+"""Top-label temperature scaling: STS, CSTS, TSwA, CSTSwA and binary variants (paper
+sections 8-11, appendix).
 
-All methods recalibrate the entry of the *predicted* class k = k(X) (always the class predicted
-by the original scores, even where an award moves the argmax: the paper's remark after the TSwA
-equation) and are fitted by minimising the top-label binary loss over the positives (paper eq. 14;
+All methods recalibrate the entry of the *predicted* class k = k(X) (always the class
+predicted by the original scores, even where an award moves the argmax: the paper's remark
+after the TSwA equation) and are fitted by minimising the top-label binary loss over the
+positives (paper eq. 14;
 eq. 15, Brier, with ``loss="brier"``)::
 
     Loss_NLL = - sum_TP log yhat_k - sum_FP log(1 - yhat_k)
 
-The definitions (sts, csts, tswa, cstswa; bts, btswa on the normalised top score), the loss, the
-bounded Newton optimiser in (log T, A / T) and the degenerate cases are in docs/temperature.md.
-The six registered methods are in ``methods.py``; what they share is :class:`TemperatureBase` here
-(fit, update from loss tables, persistence, describe), its intervals are ``_intervals.py``, its
-update ``_updating.py`` and its file state ``_state.py`` (its bases), the objective and solver
-``_core.py`` / ``_solver.py``.
+The definitions (sts, csts, tswa, cstswa; bts, btswa on the normalised top score), the loss,
+the bounded Newton optimiser in (log T, A / T) and the degenerate cases are in
+docs/temperature.md. The six registered methods are in ``methods.py``; what they share is
+:class:`TemperatureBase` here (fit, update from loss tables, persistence, describe), its
+intervals are ``_intervals.py``, its update ``_updating.py`` and its file state
+``_state.py`` (its bases), the objective and solver ``_core.py`` / ``_solver.py``.
 """
 
 from __future__ import annotations
@@ -72,14 +73,14 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
     awards_ : ndarray (K,)
         Award of each predicted class (zeros for methods without awards).
     fitted_classes_ : ndarray of bool (K,)
-        Classes predicted in the fitting data. The others fall back to the
-        uncalibrated score (T = 1, A = 0 gives yhat_k = y_k, or s).
+        Classes predicted in the fitting data. The others fall back to the uncalibrated
+        score (T = 1, A = 0 gives yhat_k = y_k, or s).
     loss_ : float
-        Minimised objective, summed over samples (top-label NLL or Brier, or
-        the multinomial NLL for ``sts`` with ``objective="multinomial"``).
+        Minimised objective, summed over samples (top-label NLL or Brier, or the multinomial
+        NLL for ``sts`` with ``objective="multinomial"``).
     nll_ : float
-        Top-label NLL summed over samples at the fitted parameters (equal to
-        ``loss_`` for the default loss).
+        Top-label NLL summed over samples at the fitted parameters (equal to ``loss_`` for
+        the default loss).
     class_nll_ : ndarray (K,)
         Its share per predicted class.
     n_iter_ : int
@@ -87,8 +88,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
     n_params_ : int
         Fitted parameters (temperatures and awards of fitted classes).
     aic_ : float
-        Akaike information criterion 2 n_params_ + 2 nll_ (Akaike 1974): the
-        paper's argument for csts/tswa over the 2K-parameter cstswa.
+        Akaike information criterion 2 n_params_ + 2 nll_ (Akaike 1974): the paper's
+        argument for csts/tswa over the 2K-parameter cstswa.
     """
 
     _shared: ClassVar[bool] = False
@@ -96,9 +97,11 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
     _binary: ClassVar[bool] = False
     # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
     _warm_starts = False
-    _fit_full = None  # during a fit: the score vectors, their kind and the order they are read in
-    #: bts/btswa, csts/cstswa solve their classes in lockstep (_lockstep.py; csts/cstswa where
-    #: _rows.lockstep_split allows); False: one bounded_newton per class (the tests compare them)
+    # during a fit: the score vectors, their kind and the order they are read in
+    _fit_full = None
+    #: bts/btswa, csts/cstswa solve their classes in lockstep (_lockstep.py; csts/cstswa
+    #: where _rows.lockstep_split allows); False: one bounded_newton per class (the tests
+    #: compare them)
     _lockstep: ClassVar[bool] = True
     #: the binary method to suggest for data without full score vectors
     _full_alternative: ClassVar[str | None] = "bts"
@@ -125,19 +128,22 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         return np.log(z, out=z)
 
     def _fit(self, data: TopLabelData) -> None:
-        # A canonical row order (by predicted class, top score, outcome, true class and the full
-        # vector, so rows tied on the top score are ordered too): sums over rows are then added in
-        # the same order whatever order the rows came in, so where the loss is flat (a ridge, a
-        # quasi-separated class) the optimiser stops at the same point. A fold's methods share the
-        # order, the ordered rows, their split (foldmemo.py).
+        # A canonical row order (by predicted class, top score, outcome, true class and the
+        # full vector, so rows tied on the top score are ordered too): sums over rows are
+        # then added in the same order whatever order the rows came in, so where the loss is
+        # flat (a ridge, a quasi-separated class) the optimiser stops at the same point. A
+        # fold's methods share the order, the ordered rows, their split (foldmemo.py).
         order = memo(data, "canonical_order", lambda: canonical_order(data))
         try:
             if np.any(order[1:] != order[:-1] + 1):
                 multinomial = self._objective_kind() == "multinomial" and not self._binary
                 if multinomial:  # reads the whole matrix
                     data = data.subset(order)
-                else:  # bts/btswa read the top score alone, others the matrix through the order
-                    self._fit_full = None if self._binary else (data.full, data.full_kind, order)
+                # bts/btswa read the top score alone, others the matrix through the order
+                else:
+                    self._fit_full = (
+                        None if self._binary else (data.full, data.full_kind, order)
+                    )
                     full = data
                     data = memo_data(
                         full,
@@ -149,14 +155,16 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             self._fit_full = None
 
     def _split(self, data: TopLabelData, idx=None):
-        """:func:`._rows.fit_split` of ``data`` (rows ``idx``), through the fit's row order where
-        one is set."""
+        """:func:`._rows.fit_split` of ``data`` (rows ``idx``), through the fit's row order
+        where one is set."""
         return fit_split(data, idx, self._fit_full)
 
     def _fit_ordered(self, data: TopLabelData) -> None:
         k = data.n_classes
         if self._binary:
-            self.support_ = [data.class_support(i, v) for i, v in enumerate(data.class_views())]
+            self.support_ = [
+                data.class_support(i, v) for i, v in enumerate(data.class_views())
+            ]
         fitted, only_tp, only_fp = self._class_flags()
         temps = np.ones(k)
         awards = np.zeros(k)
@@ -182,7 +190,9 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             temps[fitted] = np.exp(res.x[0])
             loss, n_iter, m, held = res.fun, res.n_iter, None, None
         elif self._shared:
-            temps, awards, loss, n_iter, m, held = self._fit_shared(data, fitted, only_tp, only_fp)
+            temps, awards, loss, n_iter, m, held = self._fit_shared(
+                data, fitted, only_tp, only_fp
+            )
         else:
             temps, awards, loss, n_iter, m, held = self._fit_per_class(
                 data, fitted, only_tp, only_fp
@@ -192,18 +202,26 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         self.fitted_classes_ = fitted
         self.loss_ = float(loss)
         self.n_iter_ = int(n_iter)
-        if m is None and self._shared and self._fold_fit(data):  # a fold's sts: no training NLL
-            self.class_nll_, self.nll_, self.param_cov_ = np.full(k, np.nan), float("nan"), None
+        # a fold's sts: no training NLL
+        if m is None and self._shared and self._fold_fit(data):
+            self.class_nll_, self.nll_, self.param_cov_ = (
+                np.full(k, np.nan),
+                float("nan"),
+                None,
+            )
             return
         if m is None:
             m = self._margin(data)
         rows = tp * softplus(-m) + fp * softplus(m)
         self.class_nll_ = np.bincount(data.pred, weights=rows, minlength=k)
         self.nll_ = float(self.class_nll_.sum())
-        # freed first; then the parameters' covariance (intervals, describe; from the held blocks)
+        # freed first; then the parameters' covariance (intervals, describe; from the held
+        # blocks)
         del m, rows
         self.param_cov_ = (
-            None if self._scratch else self._covariances(held or self._cov_blocks(data, fitted))
+            None
+            if self._scratch
+            else self._covariances(held or self._cov_blocks(data, fitted))
         )
 
     def _warm_x(self, c, size: int) -> np.ndarray:
@@ -212,8 +230,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         return warm_start(self._warm, c, size)
 
     def _class_flags(self):
-        """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns about
-        one-sided ones."""
+        """Classes with positives, with only TP, with only FP (from n_tp_, n_fp_); warns
+        about one-sided ones."""
         tpc, fpc = self.n_tp_, self.n_fp_
         fitted = (tpc + fpc) > 0
         only_tp = fitted & (fpc == 0)
@@ -227,11 +245,10 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
                     else ("temperature and award" if self._has_award else "temperature")
                 )
                 warnings.warn(
-                    f"{self.name}: class(es) {preview(bad)} have only true positives or only false "
-                    f"positives; "
-                    f"their {what} run to the bounds (T in [{T_MIN:g}, {T_MAX:g}], |A / T| <= "
-                    f"{OFFSET_MAX:g}), "
-                    "so their confidence is pinned near 1 (only TP) or as low as the method allows "
+                    f"{self.name}: class(es) {preview(bad)} have only true positives or "
+                    f"only false positives; their {what} run to the bounds (T in "
+                    f"[{T_MIN:g}, {T_MAX:g}], |A / T| <= {OFFSET_MAX:g}), so their "
+                    "confidence is pinned near 1 (only TP) or as low as the method allows "
                     "(only FP)",
                     DegenerateClassWarning,
                     stacklevel=4,
@@ -260,14 +277,15 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         hi = np.array([LOG_T[1]] + [OFFSET_MAX] * n_aw)
         fixed = np.zeros(1 + n_aw, bool)
         if n_aw:
-            # Awards of classes never predicted have no data (held at 0); a class with only TP
-            # (FP) would push its award to +inf (-inf): its offset A / T is held at the bound so
-            # the joint Newton system stays regular.
+            # Awards of classes never predicted have no data (held at 0); a class with only
+            # TP (FP) would push its award to +inf (-inf): its offset A / T is held at the
+            # bound so the joint Newton system stays regular.
             fixed[1:] = ~fitted | only_tp | only_fp
             x0[1:][fixed[1:]] = 0.0
             x0[1:][only_tp] = OFFSET_MAX
             x0[1:][only_fp] = -OFFSET_MAX
-        fold = not n_aw and self._fold_fit(data)  # sts in a fold: _local.newton's unconfirmed step
+        # sts in a fold: _local.newton's unconfirmed step
+        fold = not n_aw and self._fold_fit(data)
         if n_aw:  # tswa: Newton in log T on the loss minimised over the offsets (_profile.py)
             res, obj = self._solve_profile(d, others, data, make, x0, lo, hi, fixed)
         else:
@@ -301,7 +319,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         held = (
             None if self._binary or self._scratch else []
         )  # the information blocks (_held_block), class by class
-        whole = (  # csts/cstswa: a scratch fit's rows split at once, where cheap (lockstep_split)
+        # csts/cstswa: a scratch fit's rows split at once, where cheap (lockstep_split)
+        whole = (
             None
             if self._binary or not self._scratch or order is not None or not self._lockstep
             else lockstep_split(data, self._fit_full)
@@ -366,7 +385,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         lo, hi = box
         n_aw = 1 if self._has_award else 0
         solved = {}
-        for c in np.flatnonzero(fitted & ~which):  # a one-sided class at its corner; else Newton
+        # a one-sided class at its corner; else Newton
+        for c in np.flatnonzero(fitted & ~which):
             idx = class_rows(order, heads, c)
             obj = TopLabelObjective(
                 zz[idx],
@@ -401,11 +421,12 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         return solved
 
     def _solve(self, make, x0, lo, hi, fixed, what, fold: bool = False):
-        """Newton on the chosen loss (``fold``: see _local.newton); Brier from the NLL optimum.
+        """Newton on the chosen loss (``fold``: see _local.newton); Brier from the NLL
+        optimum.
 
-        The Brier loss is flat where confidences saturate (its gradient in m
-        carries a factor p(1 - p)), so from T = 1 on sharp scores Newton can
-        stall at once; the NLL optimum is a start inside its basin.
+        The Brier loss is flat where confidences saturate (its gradient in m carries a
+        factor p(1 - p)), so from T = 1 on sharp scores Newton can stall at once; the NLL
+        optimum is a start inside its basin.
         """
         n_iter = 0
         if self.loss == "brier":
@@ -418,15 +439,18 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
                 pass  # start the Brier fit from x0 instead
         obj = make(self.loss)
         try:
-            res = newton(obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what, fold=fold)
+            res = newton(
+                obj, x0, lo, hi, fixed=fixed, max_iter=self.max_iter, what=what, fold=fold
+            )
         except ConvergenceError as exc:
             res = self._fallback(obj, x0, lo, hi, fixed, what, exc)
         return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj
 
     def _solve_profile(self, d, others, data, make, x0, lo, hi, fixed):
-        """:meth:`_solve` for tswa by the profile loss (:class:`._profile.ProfileObjective`): the
-        same optimum, one pass over the others per step however many classes. Where it
-        fails, the joint Newton of :meth:`_solve` (and its fallback) instead."""
+        """:meth:`_solve` for tswa by the profile loss
+        (:class:`._profile.ProfileObjective`): the same optimum, one pass over the others
+        per step however many classes. Where it fails, the joint Newton of :meth:`_solve`
+        (and its fallback) instead."""
 
         def profile(loss, start):
             obj = ProfileObjective(
@@ -461,18 +485,16 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         return NewtonResult(res.x, res.fun, res.n_iter + n_iter), obj
 
     def _fallback(self, obj, x0, lo, hi, fixed, what, exc):
-        """When Newton fails: L-BFGS-B in the same box; if that fails too, the starting point.
+        """When Newton fails: L-BFGS-B in the same box; if that fails too, the starting
+        point.
 
         Newton fails on valid data where the loss has no interior minimum in reach (a
-        quasi-separated
-        class whose loss keeps falling along a ray toward a bound) or is flat to rounding. L-BFGS-B
-        (Byrd et al. 1995, scipy) needs only gradients and stops at a bound or on a flat stretch;
-        either
-        way the result is the best point it saw, never worse than the start. A warning says which
-        fit
-        needed it. It runs on one BLAS thread: its BLAS calls on 1-2 numbers cost ~5 ms each
-        threaded
-        on a busy machine (10 of 22 s of an auto fit on 2,000 rows of 100 classes).
+        quasi-separated class whose loss keeps falling along a ray toward a bound) or is
+        flat to rounding. L-BFGS-B (Byrd et al. 1995, scipy) needs only gradients and stops
+        at a bound or on a flat stretch; either way the result is the best point it saw,
+        never worse than the start. A warning says which fit needed it. It runs on one BLAS
+        thread: its BLAS calls on 1-2 numbers cost ~5 ms each threaded on a busy machine (10
+        of 22 s of an auto fit on 2,000 rows of 100 classes).
         """
         from scipy.optimize import minimize
 
@@ -514,10 +536,12 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         )
         return NewtonResult(x, obj.value(x), 0)
 
-    # update and persistence: bases TemperatureUpdating (_updating.py), TemperatureState (_state.py)
+    # update and persistence: bases TemperatureUpdating (_updating.py), TemperatureState
+    # (_state.py)
 
     def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
-        """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given ones)."""
+        """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given
+        ones)."""
         pred = data.pred
         temps = (self.temperature_ if temperature is None else temperature)[pred]
         beta = 1.0 / temps
@@ -569,7 +593,9 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         out = []
         for i in range(len(self.classes_)):
             if not self.fitted_classes_[i]:
-                out.append({"fallback": "uncalibrated (class never predicted in fitting data)"})
+                out.append(
+                    {"fallback": "uncalibrated (class never predicted in fitting data)"}
+                )
                 continue
             row: dict[str, Any] = {"temperature": float(self.temperature_[i])}
             cov = self.param_cov_
@@ -596,23 +622,29 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         return out
 
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
-        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score range).
+        """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score
+        range).
 
-        Only for bts and btswa, whose confidence is a function of the class and
-        the top score alone (the other variants recalibrate the full vector).
-        ``support`` is the class's score range in the fitting data; None where
-        the class had no positives, or for models saved before it was stored.
+        Only for bts and btswa, whose confidence is a function of the class and the top
+        score alone (the other variants recalibrate the full vector). ``support`` is the
+        class's score range in the fitting data; None where the class had no positives, or
+        for models saved before it was stored.
         """
         self._check_fitted()
         if not self.has_curve:
             raise ParameterError(
-                f"{self.name} recalibrates the full score vector: its confidence is not a function "
-                f"of the top "
-                "score alone, so it has no curve; plot its confidences against the score instead "
-                "(or use bts/btswa)"
+                f"{self.name} recalibrates the full score vector: its confidence is not a "
+                "function of the top score alone, so it has no curve; plot its confidences "
+                "against the score instead (or use bts/btswa)"
             )
         i = self._class_index(k)
         lo, hi = self.score_range_
-        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
-        grid = TopLabelData(tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi))
+        s = (
+            np.linspace(lo, hi, n_points)
+            if score is None
+            else np.asarray(score, dtype=np.float64)
+        )
+        grid = TopLabelData(
+            tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi)
+        )
         return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])

@@ -1,5 +1,5 @@
-"""The six registered temperature scalings: the paper's sts, csts, tswa, cstswa and the binary bts,
-btswa; each class only says which parameters are free (docs/temperature.md)."""
+"""The six registered temperature scalings: the paper's sts, csts, tswa, cstswa and the
+binary bts, btswa; each class only says which parameters are free (docs/temperature.md)."""
 
 from __future__ import annotations
 
@@ -20,31 +20,31 @@ __all__ = [
 
 @register
 class SharedTemperatureScaling(TemperatureBase):
-    """STS: one temperature for all samples, yhat = softmax(log y / T) (paper section 9; Guo et al.
-    2017).
+    """STS: one temperature for all samples, yhat = softmax(log y / T) (paper section 9; Guo
+    et al. 2017).
 
     Parameters
     ----------
     loss : {"nll", "brier"}, default "nll"
         Top-label binary loss minimised (paper eqs. 14, 15).
     objective : {"top-label", "multinomial"}, default "top-label"
-        "top-label": the loss on yhat_{k(X)} only (the paper's choice).
-        "multinomial": Guo et al.'s full multinomial NLL
-        -sum log yhat_{y(X)} over all samples, as scikit-learn and netcal fit
-        it (for comparison; needs ``loss="nll"``).
+        "top-label": the loss on yhat_{k(X)} only (the paper's choice). "multinomial": Guo
+        et al.'s full multinomial NLL -sum log yhat_{y(X)} over all samples, as scikit-learn
+        and netcal fit it (for comparison; needs ``loss="nll"``).
     max_iter : int, default 100
         Newton iterations allowed before :class:`~topcal.errors.ConvergenceError`.
     keep_stats : bool, default False
-        True: also keep the loss tables (``evidence_.stats``) that let :meth:`update`
-        refit on added data without the old (31-46 KB of JSON per class;
-        computing them costs 20-100 fits, ``docs/scale.md``). False: a fit
-        alone, not updatable (opt-in because of that cost).
+        True: also keep the loss tables (``evidence_.stats``) that let :meth:`update` refit
+        on added data without the old (31-46 KB of JSON per class; computing them costs
+        20-100 fits, ``docs/scale.md``). False: a fit alone, not updatable (opt-in because
+        of that cost).
     """
 
     name = "sts"
     _pools_classes = True  # one temperature for every class: the interval holds their spread
     tier = 1  # one temperature for all classes
-    _warm_starts = True  # one temperature: cross-validation folds start from the all-data optimum
+    # one temperature: cross-validation folds start from the all-data optimum
+    _warm_starts = True
     # ... and that all-data fit from auto's first look's, auto's final fit from it (one convex
     # problem in log T: at 10^5 x 1,000 a cold all-data sts fit took 14 s, a warm 2.6 s)
     _warm_refit = True
@@ -78,16 +78,15 @@ class SharedTemperatureScaling(TemperatureBase):
         super()._validate_params()
         if self.objective == "multinomial" and self.loss != "nll":
             raise ParameterError(
-                f"sts: objective='multinomial' is the multinomial NLL and needs loss='nll', got "
-                f"loss={self.loss!r}; "
-                "use objective='top-label' for the Brier loss"
+                "sts: objective='multinomial' is the multinomial NLL and needs loss='nll', "
+                f"got loss={self.loss!r}; use objective='top-label' for the Brier loss"
             )
 
 
 @register
 class ClassTemperatureScaling(TemperatureBase):
-    """CSTS: a temperature T_k per predicted class, fitted on that class's positives (paper section
-    10).
+    """CSTS: a temperature T_k per predicted class, fitted on that class's positives (paper
+    section 10).
 
     Parameters
     ----------
@@ -95,16 +94,21 @@ class ClassTemperatureScaling(TemperatureBase):
     max_iter : int, default 100
         Newton iterations allowed per class.
     keep_stats : bool, default False
-        True: keep the loss tables that let :meth:`update` refit on added data (see ``sts``).
+        True: keep the loss tables that let :meth:`update` refit on added data (see
+        ``sts``).
     """
 
     name = "csts"
     summary = (
-        "class-specific temperature scaling, softmax(log y / T_k), K parameters (paper section 10)"
+        "class-specific temperature scaling, softmax(log y / T_k), K parameters (paper "
+        "section 10)"
     )
     needs_full = True
     _updatable = True
-    _parameter_constraints = {**TemperatureBase._parameter_constraints, "keep_stats": Boolean()}
+    _parameter_constraints = {
+        **TemperatureBase._parameter_constraints,
+        "keep_stats": Boolean(),
+    }
 
     def __init__(self, *, loss: str = "nll", max_iter: int = 100, keep_stats: bool = False):
         self.loss = loss
@@ -114,12 +118,11 @@ class ClassTemperatureScaling(TemperatureBase):
 
 @register
 class TemperatureScalingWithAwards(TemperatureBase):
-    """TSwA: softmax((log y + A_k e_k) / T), K awards and one shared T, one joint fit (paper section
-    11).
+    """TSwA: softmax((log y + A_k e_k) / T), K awards and one shared T, one joint fit (paper
+    section 11).
 
-    The only method here that does not decompose into per-class fits. A
-    class with only TP (only FP) has its offset A_k / T held at +1e6 (-1e6),
-    i.e. confidence 1 (0).
+    The only method here that does not decompose into per-class fits. A class with only TP
+    (only FP) has its offset A_k / T held at +1e6 (-1e6), i.e. confidence 1 (0).
 
     Parameters
     ----------
@@ -158,13 +161,13 @@ class ClassTemperatureScalingWithAwards(TemperatureBase):
 
 @register
 class BinaryTemperatureScaling(TemperatureBase):
-    """Binary temperature scaling of the top score alone, per class: sigmoid(logit(s) / T_k).
+    """Binary temperature scaling of the top score alone, per class: sigmoid(logit(s) /
+    T_k).
 
-    yhat = s^(1/T_k) / (s^(1/T_k) + (1 - s)^(1/T_k)) on the normalised top
-    score s = (S - lo) / (hi - lo), clipped to [1e-12, 1 - 1e-12]. Works on
-    any data, including binned counts. Equals ``csts`` when K = 2 (the one
-    other entry is then 1 - s); for K > 2 it differs because it cannot see
-    how the remaining 1 - s is split among the other classes.
+    yhat = s^(1/T_k) / (s^(1/T_k) + (1 - s)^(1/T_k)) on the normalised top score s = (S -
+    lo) / (hi - lo), clipped to [1e-12, 1 - 1e-12]. Works on any data, including binned
+    counts. Equals ``csts`` when K = 2 (the one other entry is then 1 - s); for K > 2 it
+    differs because it cannot see how the remaining 1 - s is split among the other classes.
 
     Parameters
     ----------
@@ -173,7 +176,9 @@ class BinaryTemperatureScaling(TemperatureBase):
     """
 
     name = "bts"
-    summary = "binary temperature scaling of the top score, sigmoid(logit(s) / T_k), K parameters"
+    summary = (
+        "binary temperature scaling of the top score, sigmoid(logit(s) / T_k), K parameters"
+    )
     _binary = True
 
 
@@ -181,8 +186,8 @@ class BinaryTemperatureScaling(TemperatureBase):
 class BinaryTemperatureScalingWithAwards(TemperatureBase):
     """Binary temperature scaling with awards, per class: sigmoid((logit(s) + A_k) / T_k).
 
-    The top-score analogue of ``cstswa``; equivalent to per-class Platt
-    scaling (Platt 1999) of logit(s), with slope 1/T_k and intercept A_k/T_k.
+    The top-score analogue of ``cstswa``; equivalent to per-class Platt scaling (Platt 1999)
+    of logit(s), with slope 1/T_k and intercept A_k/T_k.
 
     Parameters
     ----------
@@ -192,7 +197,8 @@ class BinaryTemperatureScalingWithAwards(TemperatureBase):
 
     name = "btswa"
     summary = (
-        "binary temperature scaling with awards, sigmoid((logit(s) + A_k) / T_k), 2K parameters"
+        "binary temperature scaling with awards, sigmoid((logit(s) + A_k) / T_k), 2K "
+        "parameters"
     )
     _binary = True
     _has_award = True

@@ -1,16 +1,17 @@
 """Numeric core of the whole-vector scalings ``vs`` and ``sms`` (docs/vector.md).
 
-The map: x = log softmax(beta log Y(X)) (log Y floored at :data:`topcal.data.LOG_PROB_FLOOR`;
-beta from a first stage, multinomial temperature scaling), u = a x + v * x + W x + b,
-yhat = softmax(u): a a shared scale, v (K) class-wise deviations of it, b (K) biases and W (K x K,
-zero diagonal; ``sms`` only) the off-diagonal part. Parameters are packed as
-theta = (a, v, b, W's off-diagonal entries row by row).
+The map: x = log softmax(beta log Y(X)) (log Y floored at
+:data:`topcal.data.LOG_PROB_FLOOR`; beta from a first stage, multinomial temperature
+scaling), u = a x + v * x + W x + b, yhat = softmax(u): a a shared scale, v (K) class-wise
+deviations of it, b (K) biases and W (K x K, zero diagonal; ``sms`` only) the off-diagonal
+part. Parameters are packed as theta = (a, v, b, W's off-diagonal entries row by row).
 
-Fitted by the multinomial NLL (mean over the weighted rows) plus a ridge penalty
-r_v |v|^2 + r_b |b|^2 + r_w |W|^2 with r = reg K / n for v and b and reg K (K - 1) / n for W (the
+Fitted by the multinomial NLL (mean over the weighted rows) plus a ridge penalty r_v |v|^2 +
+r_b |b|^2 + r_w |W|^2 with r = reg K / n for v and b and reg K (K - 1) / n for W (the
 scaling of structured matrix scaling, Berta et al. 2025; n the weighted row count). Analytic
-gradient; analytic Hessian for the Newton solver and the parameters' covariance (delta method).
-Everything runs over blocks of rows: the extra memory is a few blocks plus the (n, K) features.
+gradient; analytic Hessian for the Newton solver and the parameters' covariance (delta
+method). Everything runs over blocks of rows: the extra memory is a few blocks plus the (n,
+K) features.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def _blocks(n: int, k: int):
 
 
 def log_scores(data: TopLabelData, rows: slice | None = None) -> np.ndarray:
-    """log Y(X), (n, K) float64: floored log-probabilities, or logits' log-softmax floored alike
-    (``rows``, a slice: those rows' only, the same numbers)."""
+    """log Y(X), (n, K) float64: floored log-probabilities, or logits' log-softmax floored
+    alike (``rows``, a slice: those rows' only, the same numbers)."""
     x = data.log_probs(rows)
     if data.full_kind == "logits":
         np.maximum(x, _LOG_FLOOR, out=x)
@@ -58,17 +59,17 @@ def log_scores(data: TopLabelData, rows: slice | None = None) -> np.ndarray:
 
 
 def rescale(x: np.ndarray, beta: float, mix: float = 0.0) -> np.ndarray:
-    """log((1 - mix) softmax(beta x) + mix / K), row by row, in place: the log-probabilities after
-    temperature scaling, mixed with the uniform distribution by ``mix``."""
+    """log((1 - mix) softmax(beta x) + mix / K), row by row, in place: the log-probabilities
+    after temperature scaling, mixed with the uniform distribution by ``mix``."""
     x *= beta
     k = x.shape[1]
     for a, b in _blocks(x.shape[0], k):
         xb = x[a:b]
         mx = row_max(xb, keepdims=True)
         if mix > 0:
-            # log((1 - mix) e / sum(e) + mix / K), e = exp(x - max): one exp and one log an entry
-            # (the log-softmax and then logaddexp took two of each and a log1p: at 10^5 x 1,000
-            # 2.5 s a call)
+            # log((1 - mix) e / sum(e) + mix / K), e = exp(x - max): one exp and one log an
+            # entry (the log-softmax and then logaddexp took two of each and a log1p: at
+            # 10^5 x 1,000 2.5 s a call)
             xb -= mx
             np.exp(xb, out=xb)
             xb *= (1.0 - mix) / xb.sum(axis=1, keepdims=True)
@@ -80,27 +81,29 @@ def rescale(x: np.ndarray, beta: float, mix: float = 0.0) -> np.ndarray:
 
 
 def feature_blocks(data: TopLabelData, beta: float, mix: float = 0.0):
-    """(a, b, x[a:b]) for the blocks of rows of :func:`features`, each computed from the scores
-    alone (a fresh block: each row's numbers are its own, so they are :func:`features`' bit for
-    bit, and no (n, K) array is made)."""
+    """(a, b, x[a:b]) for the blocks of rows of :func:`features`, each computed from the
+    scores alone (a fresh block: each row's numbers are its own, so they are
+    :func:`features`' bit for bit, and no (n, K) array is made)."""
     n, k = data.full.shape
     for a, b in _blocks(n, k):
         yield a, b, rescale(log_scores(data, slice(a, b)), beta, mix)
 
 
 def features(data: TopLabelData, beta: float, mix: float = 0.0) -> np.ndarray:
-    """The map's input: :func:`rescale` of :func:`log_scores` by inverse temperature ``beta``."""
+    """The map's input: :func:`rescale` of :func:`log_scores` by inverse temperature
+    ``beta``."""
     return rescale(log_scores(data), beta, mix)
 
 
 def temperature(
     x: np.ndarray, labels, w, start: float | None = None, max_iter: int = 100, one_step=False
 ) -> float:
-    """The inverse temperature beta of multinomial temperature scaling, softmax(beta x): Newton in
-    t = log beta (dCE / dbeta = E_p[x] - x_y, d2CE / dbeta2 = Var_p[x]), beta in [1e-3, 1e3],
-    from ``start`` (default 1). ``one_step`` (a cross-validation fold, from the all-data fit's
-    beta): one Newton step from ``start``, not checked by a line search (where the curvature is
-    positive): one pass over the rows, beta to about the square of the step (relative)."""
+    """The inverse temperature beta of multinomial temperature scaling, softmax(beta x):
+    Newton in t = log beta (dCE / dbeta = E_p[x] - x_y, d2CE / dbeta2 = Var_p[x]), beta in
+    [1e-3, 1e3], from ``start`` (default 1). ``one_step`` (a cross-validation fold, from the
+    all-data fit's beta): one Newton step from ``start``, not checked by a line search
+    (where the curvature is positive): one pass over the rows, beta to about the square of
+    the step (relative)."""
     labels = np.asarray(labels, np.int64)
     n = float(np.sum(w))
     lo, hi = np.log(1e-3), np.log(1e3)
@@ -127,9 +130,9 @@ def temperature(
         step = -g / h if h > 0 else -np.sign(g)
         step = float(np.clip(step, -2.0, 2.0))
         if h > 0 and abs(step) <= 1e-6:
-            # converged (the next step would be ~1e-12): take the step unchecked, since at the
-            # optimum the line search's test compares losses equal to their rounding, fails, and
-            # backtracked 23 halvings (23 wasted passes of a 29-pass fit)
+            # converged (the next step would be ~1e-12): take the step unchecked, since at
+            # the optimum the line search's test compares losses equal to their rounding,
+            # fails, and backtracked 23 halvings (23 wasted passes of a 29-pass fit)
             t = float(np.clip(t + step, lo, hi))
             break
         s = 1.0
@@ -156,8 +159,8 @@ class Layout:
         self.k = int(k)
         self.off = bool(off)
         self.size = 1 + 2 * self.k + (self.k * (self.k - 1) if self.off else 0)
-        # the off-diagonal entries' mask (K x K: only where they are parameters; at 10^4 classes
-        # it was 100 MB a layout)
+        # the off-diagonal entries' mask (K x K: only where they are parameters; at 10^4
+        # classes it was 100 MB a layout)
         self._offmask = ~np.eye(self.k, dtype=bool) if self.off else None
 
     def start(self) -> np.ndarray:
@@ -194,8 +197,8 @@ class Layout:
         return r
 
     def pack_grad(self, gm: np.ndarray, gb: np.ndarray) -> np.ndarray:
-        """theta's gradient from the gradient in M ((a + v) on the diagonal, W off it; gm) and b;
-        without the off-diagonal part ``gm`` is M's diagonal alone (K,)."""
+        """theta's gradient from the gradient in M ((a + v) on the diagonal, W off it; gm)
+        and b; without the off-diagonal part ``gm`` is M's diagonal alone (K,)."""
         d = np.diag(gm) if gm.ndim == 2 else gm
         parts = [[d.sum()], d, gb]
         if self.off:
@@ -244,12 +247,14 @@ def _softmax_rows(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class VectorObjective:
-    """Penalised mean multinomial NLL of the map on features ``x`` (n, K), true classes ``labels``,
-    row weights ``w``; ``reg``: the penalty's multiplier (see the module docstring).
+    """Penalised mean multinomial NLL of the map on features ``x`` (n, K), true classes
+    ``labels``, row weights ``w``; ``reg``: the penalty's multiplier (see the module
+    docstring).
 
-    With ``pred`` (each row's original predicted class), every gradient pass also keeps the rows'
-    :func:`top_margin` at its parameters (:meth:`margin_at`): the fit's confidence on its own rows
-    without another pass over them (at 10^5 x 1,000 that pass was ~0.9 s a fit)."""
+    With ``pred`` (each row's original predicted class), every gradient pass also keeps the
+    rows' :func:`top_margin` at its parameters (:meth:`margin_at`): the fit's confidence on
+    its own rows without another pass over them (at 10^5 x 1,000 that pass was ~0.9 s a
+    fit)."""
 
     def __init__(self, x, labels, w, layout: Layout, reg: float, pred=None):
         self.x, self.labels, self.w, self.layout = (
@@ -266,11 +271,11 @@ class VectorObjective:
         self.last_margin = None  # (theta, margins) of the last gradient pass with pred
 
     def margin_at(self, theta) -> np.ndarray | None:
-        """:func:`top_margin` of every row at ``theta`` from the last gradient pass, where that pass
-        was at ``theta`` (else None): m = t - log(s - exp(t)) from the pass's shifted top score t
-        and its row's sum s of exp(u - max u). Where the top holds more than 1 - 1e-6 of the sum
-        the subtraction loses digits (up to ~1e-10 in m at that bound): those rows are computed
-        again alone, as top_margin does."""
+        """:func:`top_margin` of every row at ``theta`` from the last gradient pass, where
+        that pass was at ``theta`` (else None): m = t - log(s - exp(t)) from the pass's
+        shifted top score t and its row's sum s of exp(u - max u). Where the top holds more
+        than 1 - 1e-6 of the sum the subtraction loses digits (up to ~1e-10 in m at that
+        bound): those rows are computed again alone, as top_margin does."""
         if self.last_margin is None or not np.array_equal(self.last_margin[0], theta):
             return None
         t, s = self.last_margin[1]
@@ -285,8 +290,8 @@ class VectorObjective:
         return m
 
     def rows(self, stride: int) -> "VectorObjective":
-        """The same objective on every ``stride``-th row (views, no copy), keeping this one's
-        penalty weights: its optimum approximates this one's."""
+        """The same objective on every ``stride``-th row (views, no copy), keeping this
+        one's penalty weights: its optimum approximates this one's."""
         sub = VectorObjective.__new__(VectorObjective)
         sub.x, sub.labels, sub.w, sub.layout = (
             self.x[::stride],
@@ -343,8 +348,8 @@ class VectorObjective:
 
     def hessian(self, theta, stride: int = 1, summed: bool = False) -> np.ndarray:
         """Hessian of the objective (``summed``: of the summed NLL plus n x the penalty, the
-        observed
-        information) from every ``stride``-th row (the NLL part rescaled to all rows)."""
+        observed information) from every ``stride``-th row (the NLL part rescaled to all
+        rows)."""
         theta = np.asarray(theta, dtype=np.float64)
         lay, k = self.layout, self.layout.k
         x, w = self.x[::stride], self.w[::stride]
@@ -368,9 +373,9 @@ class VectorObjective:
             hvv[np.diag_indices(k)] += dvv
             hvb[np.diag_indices(k)] += dvb
             hbb[np.diag_indices(k)] += dbb
-            # in theta = (a, v, b): a moves every M_jj alone, so theta's Hessian is the one in
-            # (M_jj, b_j) bordered by its first k rows' sums (by selection: the product with the
-            # Jacobian, O(K^3), was about half of a Hessian at K = 1,000)
+            # in theta = (a, v, b): a moves every M_jj alone, so theta's Hessian is the one
+            # in (M_jj, b_j) bordered by its first k rows' sums (by selection: the product
+            # with the Jacobian, O(K^3), was about half of a Hessian at K = 1,000)
             h = np.empty((lay.size, lay.size))
             h[1:, 1:] = np.block([[hvv, hvb], [hvb.T, hbb]])  # in (M_jj, b_j)
             h[0, 1:] = h[1:, 0] = h[1 : 1 + k, 1:].sum(axis=0)
@@ -381,20 +386,22 @@ class VectorObjective:
 
 
 def _kron_hessian(lay: Layout, theta, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The summed NLL's Hessian in vec(M | b) (K (K + 1) square; see :meth:`Layout.jacobian`):
-    block (j, l) = sum_i w_i (delta_jl p_ij - p_ij p_il) xt_i xt_i^T, xt = (x, 1). Each block is
-    symmetric and block (l, j) equals block (j, l), so one product of the K (K + 1) / 2 class pairs'
-    weights by the (K + 1) (K + 2) / 2 distinct entries of xt xt^T gives all of it: a third of the
-    multiply-adds of the full (n, K (K + 1)) Gram matrix."""
+    """The summed NLL's Hessian in vec(M | b) (K (K + 1) square; see
+    :meth:`Layout.jacobian`): block (j, l) = sum_i w_i (delta_jl p_ij - p_ij p_il) xt_i
+    xt_i^T, xt = (x, 1). Each block is symmetric and block (l, j) equals block (j, l), so
+    one product of the K (K + 1) / 2 class pairs' weights by the (K + 1) (K + 2) / 2
+    distinct entries of xt xt^T gives all of it: a third of the multiply-adds of the full
+    (n, K (K + 1)) Gram matrix."""
     k = lay.k
     pj, pl = np.triu_indices(k)
     ta, tb = np.triu_indices(k + 1)
     same = pj == pl
     s = np.zeros((pj.size, ta.size))
-    # transposed (classes x rows): selecting rows of a C array copies blocks, columns do not. The
-    # blocks are small (each temporary a quarter of _blocks' entries, 128 KiB): larger fresh
-    # arrays come from the system each time (glibc trims the heap as they are freed), and the page
-    # faults of filling them made this 2 x slower than the products (measured on the 2-core box)
+    # transposed (classes x rows): selecting rows of a C array copies blocks, columns do
+    # not. The blocks are small (each temporary a quarter of _blocks' entries, 128 KiB):
+    # larger fresh arrays come from the system each time (glibc trims the heap as they are
+    # freed), and the page faults of filling them made this 2 x slower than the products
+    # (measured on the 2-core box)
     for a, b in _blocks(x.shape[0], 2 * (k + 1) * (k + 2)):
         p, _ = _softmax_rows(lay.scores(x[a:b], theta))
         p = np.ascontiguousarray(p.T)
@@ -424,8 +431,8 @@ def _margin_block(layout: Layout, theta, xb: np.ndarray, pc: np.ndarray) -> np.n
 
 
 def top_margin(layout: Layout, theta, x: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Log-odds m of the recalibrated entry of the original predicted class:
-    m = u_k - log sum_{j != k} exp(u_j), row block by row block."""
+    """Log-odds m of the recalibrated entry of the original predicted class: m = u_k - log
+    sum_{j != k} exp(u_j), row block by row block."""
     n, k = x.shape
     out = np.empty(n)
     for a, b in _blocks(n, k):
@@ -433,9 +440,11 @@ def top_margin(layout: Layout, theta, x: np.ndarray, pred: np.ndarray) -> np.nda
     return out
 
 
-def data_margin(layout: Layout, theta, data: TopLabelData, beta: float, mix: float) -> np.ndarray:
-    """:func:`top_margin` of :func:`features` of ``data`` (the same numbers), block by block from
-    the scores: a prediction makes no (n, K) array (at 10^5 x 1,000 a fresh one cost
+def data_margin(
+    layout: Layout, theta, data: TopLabelData, beta: float, mix: float
+) -> np.ndarray:
+    """:func:`top_margin` of :func:`features` of ``data`` (the same numbers), block by block
+    from the scores: a prediction makes no (n, K) array (at 10^5 x 1,000 a fresh one cost
     0.6-4 s of page faults, the log and the rescale of it 2.5 s)."""
     out = np.empty(data.n_rows)
     for a, b, xb in feature_blocks(data, beta, mix):
@@ -443,18 +452,22 @@ def data_margin(layout: Layout, theta, data: TopLabelData, beta: float, mix: flo
     return out
 
 
-def data_rest(layout: Layout, theta, data: TopLabelData, beta: float, mix: float) -> np.ndarray:
+def data_rest(
+    layout: Layout, theta, data: TopLabelData, beta: float, mix: float
+) -> np.ndarray:
     """The map's distribution over each row's other classes, (n, K): softmax of u with the
-    original predicted class's entry left out (0 there; the others sum to 1). With the confidence
-    c = sigmoid(m) the map's whole vector is c at k(X) and (1 - c) times this elsewhere.
+    original predicted class's entry left out (0 there; the others sum to 1). With the
+    confidence c = sigmoid(m) the map's whole vector is c at k(X) and (1 - c) times this
+    elsewhere.
 
-    Block by block from the scores, like :func:`data_margin`, but after the log-scores in float32
-    (the rescale, the map and the softmax: their exponentials and logarithms are the cost, and
-    float32's run at about 2.5 x the rate; each entry to about 1e-6 relative, far below what a
-    calibrated probability resolves), each row then divided by its sum in float64 (rows sum to 1
-    to float64's rounding). Entries below about 1e-38 of the row's largest are 0. Column-major:
-    a table's columns are contiguous (apply --full hands them to pyarrow without a gather; at
-    10^5 x 1,000 the row-major block cost more than computing it)."""
+    Block by block from the scores, like :func:`data_margin`, but after the log-scores in
+    float32 (the rescale, the map and the softmax: their exponentials and logarithms are the
+    cost, and float32's run at about 2.5 x the rate; each entry to about 1e-6 relative, far
+    below what a calibrated probability resolves), each row then divided by its sum in
+    float64 (rows sum to 1 to float64's rounding). Entries below about 1e-38 of the row's
+    largest are 0. Column-major: a table's columns are contiguous (apply --full hands them
+    to pyarrow without a gather; at 10^5 x 1,000 the row-major block cost more than
+    computing it)."""
     n, k = data.full.shape
     out = np.empty((n, k), order="F")
     a0, v, bias, w = layout.unpack(theta)

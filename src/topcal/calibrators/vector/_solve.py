@@ -1,7 +1,8 @@
-"""The solver of ``vs`` and ``sms`` (private module of :mod:`topcal.calibrators.vector`; split from
-``_core.py``): Newton with a subsampled Hessian, kept while it converges fast, or L-BFGS-B
-where the parameters are many; the first stage on a subsample of the rows at large n; warm starts
-from a nearby optimum and its Hessian, and a cross-validation fold's stop (docs/vector.md).
+"""The solver of ``vs`` and ``sms`` (private module of :mod:`topcal.calibrators.vector`;
+split from ``_core.py``): Newton with a subsampled Hessian, kept while it converges fast, or
+L-BFGS-B where the parameters are many; the first stage on a subsample of the rows at large
+n; warm starts from a nearby optimum and its Hessian, and a cross-validation fold's stop
+(docs/vector.md).
 
 It needs of its objective only ``value_grad``, ``hessian``, ``rows``, ``x``, ``layout`` and
 ``last_hessian`` (:class:`._core.VectorObjective`).
@@ -28,58 +29,63 @@ __all__ = [
     "FOLD_TOL",
 ]
 
-#: Newton (exact gradient, Hessian on at most HESSIAN_ROWS evenly spaced rows) up to this many
-#: parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would cost n K^2).
+#: Newton (exact gradient, Hessian on at most HESSIAN_ROWS evenly spaced rows) up to this
+#: many parameters (vs up to K = 127, sms up to K = 15); L-BFGS-B above it (a Hessian would
+#: cost n K^2).
 NEWTON_MAX_PARAMS = 256
 #: ``vs`` (no off-diagonal part: 2K + 1 parameters, a Hessian of O(rows K^2) on at most
-#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes: at
-#: 8 x 10^4 x 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and
-#: 21.4 s, to the same optimum, and its Hessian lets the cross-validation folds and auto's final
+#: :data:`HESSIAN_ROWS` rows) is fitted by Newton up to this many classes: at 8 x 10^4 x
+#: 1,000 a cold Newton solve took 6 passes and 11.7 s against L-BFGS-B's 13 passes and 21.4
+#: s, to the same optimum, and its Hessian lets the cross-validation folds and auto's final
 #: fit start warm (2-5 passes instead of 12-13; docs/vector.md).
 NEWTON_MAX_CLASSES_VS = 2048
-#: Rows the Newton solver's Hessian is computed on (every ceil(n / HESSIAN_ROWS)-th row): the step
-#: is
-#: a subsampled Newton step (the gradient and the line search use every row), which keeps a Newton
-#: iteration at a few passes over the data.
+#: Rows the Newton solver's Hessian is computed on (every ceil(n / HESSIAN_ROWS)-th row):
+#: the step is a subsampled Newton step (the gradient and the line search use every row),
+#: which keeps a Newton iteration at a few passes over the data.
 HESSIAN_ROWS = 10_000
 #: ... but at most this many row x class^2 multiply-adds a Hessian (and at least 2,000 rows):
-#: from K = 548 classes up the Hessian is computed on fewer rows (at K = 1,000: 3,000 rows, 1.2 s
-#: instead of 4 s; the steps from it needed the same passes to the same optimum).
+#: from K = 548 classes up the Hessian is computed on fewer rows (at K = 1,000: 3,000 rows,
+#: 1.2 s instead of 4 s; the steps from it needed the same passes to the same optimum).
 HESSIAN_WORK = 3 * 10**9
 #: The fewest rows of a Hessian capped by :data:`HESSIAN_WORK`.
 _HESSIAN_MIN_ROWS = 2_000
-#: From 4 x this many rows up (at 10^5 rows it saved nothing), :func:`solve` first fits the same
-#: penalised problem on this many evenly spaced rows (the penalty as for all rows), then finishes
-#: with Newton (or L-BFGS) on all rows from there: the full problem is convex with the same
-#: optimum, and from the subsample's optimum a few full passes reach it (at 10^6 x 10, sms: 5
-#: gradient passes over all rows instead of 12).
+#: From 4 x this many rows up (at 10^5 rows it saved nothing), :func:`solve` first fits the
+#: same penalised problem on this many evenly spaced rows (the penalty as for all rows),
+#: then finishes with Newton (or L-BFGS) on all rows from there: the full problem is convex
+#: with the same optimum, and from the subsample's optimum a few full passes reach it (at
+#: 10^6 x 10, sms: 5 gradient passes over all rows instead of 12).
 SUBSAMPLE_ROWS = 50_000
 #: A warm-started :func:`solve` stops at this fraction of the cold solve's tolerance.
 WARM_TOL = 1e-2
-#: A cross-validation fold's :func:`solve` (``fold``: from the all-data optimum, with its Hessian)
-#: stops at the first point whose Newton decrement is at most 2 x this x the loss, without taking
-#: that last step (approximate cross-validation; docs/vector.md#fold-fits).
+#: A cross-validation fold's :func:`solve` (``fold``: from the all-data optimum, with its
+#: Hessian) stops at the first point whose Newton decrement is at most 2 x this x the loss,
+#: without taking that last step (approximate cross-validation; docs/vector.md#fold-fits).
 FOLD_TOL = 1e-10
 
 
 def solve(
-    obj: VectorObjective, x0, max_iter: int, tol: float = 1e-10, hessian=None, fold: bool = False
+    obj: VectorObjective,
+    x0,
+    max_iter: int,
+    tol: float = 1e-10,
+    hessian=None,
+    fold: bool = False,
 ):
-    """Minimise ``obj`` from ``x0`` (see :func:`_solve`); from 4 x :data:`SUBSAMPLE_ROWS` rows up,
-    first on :data:`SUBSAMPLE_ROWS` evenly spaced rows, then on all rows from that optimum (the
-    Newton steps there with a Hessian on :data:`SUBSAMPLE_ROWS` rows). Returns (theta, value,
-    n_iter, converged); n_iter counts both stages' iterations.
+    """Minimise ``obj`` from ``x0`` (see :func:`_solve`); from 4 x :data:`SUBSAMPLE_ROWS`
+    rows up, first on :data:`SUBSAMPLE_ROWS` evenly spaced rows, then on all rows from that
+    optimum (the Newton steps there with a Hessian on :data:`SUBSAMPLE_ROWS` rows). Returns
+    (theta, value, n_iter, converged); n_iter counts both stages' iterations.
 
-    A warm start (``x0`` a nearby problem's optimum, ``hessian`` that problem's Hessian of this
-    objective, e.g. :meth:`VectorObjective.hessian` there, its penalty made this one's) takes that
-    Hessian for its first steps (and the subsample's last one for the finish on all rows): from
-    there a few passes reach the optimum, and a Hessian is computed afresh only where the kept one
-    stops converging fast (:func:`_solve`). It stops at :data:`WARM_TOL` x ``tol``: with a kept
-    Hessian the last steps converge linearly, so a stop at ``tol`` leaves the parameters further
-    from the optimum than a cold solve's quadratic last step does; one more pass closes that. It
-    stops at the first point already within that tolerance, without the step from it (a pass
-    that moved the loss by less than 1e-12 of itself: at 10^5 x 1,000 1.3-1.5 s of auto's
-    all-data fit).
+    A warm start (``x0`` a nearby problem's optimum, ``hessian`` that problem's Hessian of
+    this objective, e.g. :meth:`VectorObjective.hessian` there, its penalty made this one's)
+    takes that Hessian for its first steps (and the subsample's last one for the finish on
+    all rows): from there a few passes reach the optimum, and a Hessian is computed afresh
+    only where the kept one stops converging fast (:func:`_solve`). It stops at
+    :data:`WARM_TOL` x ``tol``: with a kept Hessian the last steps converge linearly, so a
+    stop at ``tol`` leaves the parameters further from the optimum than a cold solve's
+    quadratic last step does; one more pass closes that. It stops at the first point already
+    within that tolerance, without the step from it (a pass that moved the loss by less than
+    1e-12 of itself: at 10^5 x 1,000 1.3-1.5 s of auto's all-data fit).
 
     ``fold`` (a cross-validation fold's fit from the all-data optimum and its Hessian): the
     solve runs on all rows and stops at the first point whose Newton decrement is within
@@ -119,17 +125,18 @@ def _solve(
     hessian=None,
     settle: bool = False,
 ):
-    """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo backtracking where
-    the parameters are few (:data:`NEWTON_MAX_PARAMS`; ``vs`` up to :data:`NEWTON_MAX_CLASSES_VS`
-    classes), else L-BFGS-B. Returns (theta, value,
-    n_iter, converged); ``obj.last_hessian`` is then the last Hessian the steps used (None for
+    """Minimise ``obj`` from ``x0``: Newton with a subsampled Hessian and Armijo
+    backtracking where the parameters are few (:data:`NEWTON_MAX_PARAMS`; ``vs`` up to
+    :data:`NEWTON_MAX_CLASSES_VS` classes), else L-BFGS-B. Returns (theta, value, n_iter,
+    converged); ``obj.last_hessian`` is then the last Hessian the steps used (None for
     L-BFGS-B).
 
-    The Hessian is kept from one iteration to the next while full steps are accepted and each
-    shrinks the Newton decrement at least a hundredfold (near the optimum it barely changes; a
-    fresh one costs about a gradient's pass for ``sms``); otherwise it is computed again. The
-    first steps use ``hessian`` where given (a warm start's), under the same test. ``settle``: stop
-    at a point whose Newton decrement is already within ``tol`` (its step is not taken)."""
+    The Hessian is kept from one iteration to the next while full steps are accepted and
+    each shrinks the Newton decrement at least a hundredfold (near the optimum it barely
+    changes; a fresh one costs about a gradient's pass for ``sms``); otherwise it is
+    computed again. The first steps use ``hessian`` where given (a warm start's), under the
+    same test. ``settle``: stop at a point whose Newton decrement is already within ``tol``
+    (its step is not taken)."""
     x = np.array(x0, dtype=np.float64)
     obj.last_hessian = None
     if not _newton(obj.layout):
@@ -161,8 +168,8 @@ def _solve(
         dec = -float(g @ step)
         if settle and lu is not None and 0 <= dec / 2 <= tol * max(1.0, abs(f)):
             return x, f, it - 1, True
-        # (a kept Hessian's step that already meets the tolerance is taken: a fresh Hessian for the
-        # last step cost 3 s at 10^5 x 1,000 and changed nothing)
+        # (a kept Hessian's step that already meets the tolerance is taken: a fresh Hessian
+        # for the last step cost 3 s at 10^5 x 1,000 and changed nothing)
         if last is not None and not dec <= 0.01 * last and not dec / 2 <= tol * max(1.0, abs(f)):
             h = None  # a kept Hessian that no longer converges fast: a fresh one
             last = None
@@ -191,8 +198,9 @@ def _solve(
 
 
 def _factor(h: np.ndarray):
-    """LU factors of ``h`` (:func:`scipy.linalg.lu_factor`, what ``np.linalg.solve`` computes and
-    drops), or None where ``h`` is singular (the step is then the negative gradient)."""
+    """LU factors of ``h`` (:func:`scipy.linalg.lu_factor`, what ``np.linalg.solve``
+    computes and drops), or None where ``h`` is singular (the step is then the negative
+    gradient)."""
     from scipy.linalg import lu_factor  # here: a Newton fit's import, not topcal's
 
     with warnings.catch_warnings():

@@ -1,9 +1,9 @@
 """Whole-vector scalings: ridge vector scaling ``vs`` and structured matrix scaling ``sms``.
 
-Both recalibrate the whole score vector, yhat = softmax(a x + v * x + W x + b) with x = log Y(X)
-(``vs``: W = 0), fitted by the penalised multinomial NLL (numeric core: ``_core.py``;
-docs/vector.md). Like every method, the confidence returned is the recalibrated entry of the class
-the *original* scores predict, k(X), also where the map moves the argmax.
+Both recalibrate the whole score vector, yhat = softmax(a x + v * x + W x + b) with x = log
+Y(X) (``vs``: W = 0), fitted by the penalised multinomial NLL (numeric core: ``_core.py``;
+docs/vector.md). Like every method, the confidence returned is the recalibrated entry of the
+class the *original* scores predict, k(X), also where the map moves the argmax.
 """
 
 from __future__ import annotations
@@ -40,19 +40,21 @@ from ._core import (
 
 __all__ = ["VectorScaling", "StructuredMatrixScaling", "COV_MAX_PARAMS"]
 
-#: The first stage (one inverse temperature) is fitted on at most this many evenly spaced rows: one
-#: parameter is pinned down by far fewer, and at 10^5 rows its passes were a third of a fit.
+#: The first stage (one inverse temperature) is fitted on at most this many evenly spaced
+#: rows: one parameter is pinned down by far fewer, and at 10^5 rows its passes were a third
+#: of a fit.
 FIRST_STAGE_ROWS = 20_000
 
-#: The parameters' covariance is the inverse observed information on at most this many evenly
-#: spaced rows (every ceil(n / COV_ROWS)-th, its NLL part rescaled to all n rows): at 10^6 x 10 the
-#: all-row Hessian of sms was 1.5-3 s, a third of the fit; the 90% intervals' half-widths moved
-#: by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in
+#: The parameters' covariance is the inverse observed information on at most this many
+#: evenly spaced rows (every ceil(n / COV_ROWS)-th, its NLL part rescaled to all n rows): at
+#: 10^6 x 10 the all-row Hessian of sms was 1.5-3 s, a third of the fit; the 90% intervals'
+#: half-widths moved by 0.12% (median) and 0.8% (max) there (docs/vector.md; tested in
 #: tests/unit/calibrators/vector/test_vector.py).
 COV_ROWS = 200_000
 
-#: The parameters' covariance (for ``predict_interval``) is computed and stored up to this many
-#: parameters (its JSON grows with their square): vs up to K = 127 classes, sms up to K = 15.
+#: The parameters' covariance (for ``predict_interval``) is computed and stored up to this
+#: many parameters (its JSON grows with their square): vs up to K = 127 classes, sms up to K
+#: = 15.
 COV_MAX_PARAMS = 256
 
 
@@ -64,24 +66,27 @@ class _VectorBase(Calibrator):
     beta_ : float
         Inverse temperature of the first stage, multinomial temperature scaling.
     mix_ : float
-        1 / (n + 1): the map's input is x = log((1 - mix_) softmax(beta_ log Y(X)) + mix_ / K).
+        1 / (n + 1): the map's input is x = log((1 - mix_) softmax(beta_ log Y(X)) + mix_ /
+        K).
     theta_ : ndarray
         Packed parameters (a, v, b[, W off the diagonal, row by row]) of the map on x.
     scale_ : ndarray (K,)
-        a + v_j: the scale of each class's x (1 / its temperature relative to the first stage).
+        a + v_j: the scale of each class's x (1 / its temperature relative to the first
+        stage).
     bias_ : ndarray (K,)
     off_diagonal_ : ndarray (K, K) or None
         W (zero diagonal; ``sms`` only).
     loss_ : float
         Penalised mean multinomial NLL reached.
     nll_ : float
-        Top-label NLL of the fitting data, summed over samples; ``class_nll_`` its share per class.
+        Top-label NLL of the fitting data, summed over samples; ``class_nll_`` its share per
+        class.
     n_iter_ : int
     converged_ : bool
     param_cov_ : ndarray or None
         Covariance of theta (inverse observed information of the penalised NLL), where
-        ``n_params_`` <= :data:`COV_MAX_PARAMS` (None otherwise, and for a model fitted inside a
-        cross-validation).
+        ``n_params_`` <= :data:`COV_MAX_PARAMS` (None otherwise, and for a model fitted
+        inside a cross-validation).
     """
 
     needs_full = True
@@ -89,17 +94,17 @@ class _VectorBase(Calibrator):
     _off: ClassVar[bool] = False
     #: the parameters' covariance (None until fitted, or where the delta method is not run)
     param_cov_ = None
-    # a fold's fit starts from the all-data fit's parameters, first-stage temperature and Hessian
-    # (with the Hessian kept, a fold's solve is a few gradient passes; without it the
-    # all-data fit cost more than the folds saved)
+    # a fold's fit starts from the all-data fit's parameters, first-stage temperature and
+    # Hessian (with the Hessian kept, a fold's solve is a few gradient passes; without it
+    # the all-data fit cost more than the folds saved)
     _warm_starts = True
     #: auto's final fit may start from the cross-validation's all-data fit (auto.py)
     _warm_refit: ClassVar[bool] = True
-    #: a scratch fit's Hessian of the mean NLL (penalty excluded) at its optimum, for a warm start
-    #: (not saved)
+    #: a scratch fit's Hessian of the mean NLL (penalty excluded) at its optimum, for a warm
+    #: start (not saved)
     _nll_hessian = None
-    #: an all-data scratch fit's margins of its rows, for a final fit its caller says is on the
-    #: same rows (``FitContext.same_rows``; _fit_single; not saved)
+    #: an all-data scratch fit's margins of its rows, for a final fit its caller says is on
+    #: the same rows (``FitContext.same_rows``; _fit_single; not saved)
     _own = None
     #: a cross-validation fold's fit (_fit_single; not saved)
     _fold = False
@@ -117,9 +122,9 @@ class _VectorBase(Calibrator):
 
     # ------------------------------------------------------------------ fit
     def _fit(self, data: TopLabelData) -> None:
-        # the products here are small (K x K, rows x K): OpenBLAS's threads cost more than they
-        # save, and on a loaded machine their spin-waits made an sms fit 100 x slower (0.015 s vs
-        # 1.9 s for one Hessian)
+        # the products here are small (K x K, rows x K): OpenBLAS's threads cost more than
+        # they save, and on a loaded machine their spin-waits made an sms fit 100 x slower
+        # (0.015 s vs 1.9 s for one Hessian)
         with one_blas_thread():
             self._fit_single(data)
 
@@ -135,13 +140,14 @@ class _VectorBase(Calibrator):
             and warm.reg == self.reg
         ):
             warm = None
-        # a cross-validation fold (a scratch fit started from a fit on more rows: the all-data
-        # fit) takes one Newton step from that fit's first-stage temperature and stops its solve
-        # at FOLD_TOL (approximate cross-validation; docs/vector.md#fold-fits)
+        # a cross-validation fold (a scratch fit started from a fit on more rows: the
+        # all-data fit) takes one Newton step from that fit's first-stage temperature and
+        # stops its solve at FOLD_TOL (approximate cross-validation;
+        # docs/vector.md#fold-fits)
         fold = warm is not None and self._fold_fit(data)
         self._fold = fold
-        # auto's final fit on the very rows its cross-validation's all-data fit was made on: that
-        # fit's optimum as it is (docs/vector.md#same-rows)
+        # auto's final fit on the very rows its cross-validation's all-data fit was made on:
+        # that fit's optimum as it is (docs/vector.md#same-rows)
         own = None
         same = self._context is not None and self._context.same_rows
         if same and warm is not None and not self._scratch and warm.max_iter == self.max_iter:
@@ -153,14 +159,16 @@ class _VectorBase(Calibrator):
             )
             obj = VectorObjective(x, data.labels, w, layout, float(self.reg), pred=data.pred)
             start, hess = layout.start(), None
-            if warm is not None:  # a fold: from the all-data optimum, its Hessian (this penalty)
+            # a fold: from the all-data optimum, its Hessian (this penalty)
+            if warm is not None:
                 start, hess = warm.theta_, warm._nll_hessian + np.diag(2.0 * obj.r)
 
             def compute():
                 theta, loss, n_iter, ok = solve(
                     obj, start, int(self.max_iter), hessian=hess, fold=fold
                 )
-                # the rows' margins from the solve's last pass where it was at theta (else None)
+                # the rows' margins from the solve's last pass where it was at theta (else
+                # None)
                 return theta, loss, n_iter, ok, obj.last_hessian, obj.margin_at(theta)
 
         else:
@@ -169,9 +177,11 @@ class _VectorBase(Calibrator):
             def compute():
                 return warm.theta_, warm.loss_, warm.n_iter_, warm.converged_, None, own
 
-        # a fold's (and the folds' all-data) vs and vs-hier-platt, sms and sms-pooled-beta share
-        # the solve, its last Hessian and margins (read-only here)
-        key = f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}:{fold:d}"
+        # a fold's (and the folds' all-data) vs and vs-hier-platt, sms and sms-pooled-beta
+        # share the solve, its last Hessian and margins (read-only here)
+        key = (
+            f"vector_solve:{int(self._off)}:{float(self.reg)!r}:{int(self.max_iter)}:{fold:d}"
+        )
         self._solve_key = key
         theta, loss, n_iter, ok, last, margin = memo(data, key, compute)
         self._nll_hessian = None
@@ -179,17 +189,17 @@ class _VectorBase(Calibrator):
             self._nll_hessian = last - np.diag(2.0 * obj.r)
         if not ok:
             warnings.warn(
-                f"{self.name}: the optimiser stopped after {n_iter} iterations without meeting its "
-                f"tolerance (penalised NLL {loss:.6g}); the fit is usable, raise max_iter "
-                "(--param max_iter=...) to "
-                "go further",
+                f"{self.name}: the optimiser stopped after {n_iter} iterations without "
+                f"meeting its tolerance (penalised NLL {loss:.6g}); the fit is usable, "
+                "raise max_iter (--param max_iter=...) to go further",
                 DegenerateClassWarning,
                 stacklevel=4,
             )
         self._set_theta(layout, theta)
         self.loss_, self.n_iter_, self.converged_ = float(loss), int(n_iter), bool(ok)
         self.param_cov_ = None
-        self.class_nll_ = np.full(k, np.nan)  # a cross-validation fold's model: scored and dropped
+        # a cross-validation fold's model: scored and dropped
+        self.class_nll_ = np.full(k, np.nan)
         if self._scratch:
             self.nll_ = float("nan")
             # an all-data fit (not a fold's) keeps its rows' margins for a final fit on them
@@ -203,38 +213,41 @@ class _VectorBase(Calibrator):
         if layout.size <= COV_MAX_PARAMS:
             if obj is None:
                 x = features(data, self.beta_, self.mix_)
-                obj = VectorObjective(x, data.labels, w, layout, float(self.reg), pred=data.pred)
+                obj = VectorObjective(
+                    x, data.labels, w, layout, float(self.reg), pred=data.pred
+                )
             stride = max(1, -(-x.shape[0] // COV_ROWS))
             self.param_cov_ = inverse_pd(obj.hessian(theta, stride, summed=True))
 
     @staticmethod
     def _first_stage(data: TopLabelData, start: float | None = None, fold: bool = False):
-        """(beta, mix, x): temperature scaling's inverse temperature on ``data`` (its Newton from
-        ``start``, e.g. the all-data fit's; ``fold``: one unchecked step from it, a
+        """(beta, mix, x): temperature scaling's inverse temperature on ``data`` (its Newton
+        from ``start``, e.g. the all-data fit's; ``fold``: one unchecked step from it, a
         cross-validation fold's), the uniform mix and the map's input x (n, K). A
         cross-validation fold's vs, sms and their corrected forms share it (foldmemo.py;
         read-only)."""
 
         def compute():
             w = data.tp + data.fp
-            # every row's log once, rescaled in place: at 10^5 x 1,000 that was faster than the
-            # log of the strided rows for the temperature and then x block by block from the
-            # scores (3.22 s against 3.36 s; docs/vector.md#log-scores)
+            # every row's log once, rescaled in place: at 10^5 x 1,000 that was faster than
+            # the log of the strided rows for the temperature and then x block by block from
+            # the scores (3.22 s against 3.36 s; docs/vector.md#log-scores)
             x = log_scores(data)
-            step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))  # one parameter: evenly spaced rows
+            # one parameter: evenly spaced rows
+            step = max(1, -(-x.shape[0] // FIRST_STAGE_ROWS))
             beta = temperature(
                 x[::step], data.labels[::step], w[::step], start=start, one_step=fold
             )
-            # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs do: a
-            # log-probability below about log(1 / (n K)) is not resolved by n rows
+            # mixed with the uniform distribution at 1 / (n + 1), as probmetrics' sms/svs
+            # do: a log-probability below about log(1 / (n K)) is not resolved by n rows
             mix = 1.0 / (float(w.sum()) + 1.0)
             return beta, mix, rescale(x, beta, mix)
 
         return memo(data, f"vector_first_stage:{fold:d}", compute)
 
     def _fit_confidence(self, data: TopLabelData) -> np.ndarray:
-        """The fitted map's confidence on the rows it was just fitted on (in a fold: from the
-        shared first stage, without computing the features again)."""
+        """The fitted map's confidence on the rows it was just fitted on (in a fold: from
+        the shared first stage, without computing the features again)."""
         if not shared(data):
             return self._predict(data)
         solved = kept(data, self._solve_key)  # the fit's own solve, just memoised
@@ -260,10 +273,10 @@ class _VectorBase(Calibrator):
 
     def _margin(self, data: TopLabelData) -> np.ndarray:
         """The top label's log-odds on ``data``'s rows (read-only where shared): inside a
-        :func:`~..foldmemo.sharing` block of ``data`` (a cross-validation fold's test part, the
-        first look's) kept for every model with the same map (a fold's ``vs`` and the map of its
-        ``vs-hier-platt`` are one solve: at 1,000 classes one pass over the scores
-        costs about 3 exp/log an entry)."""
+        :func:`~..foldmemo.sharing` block of ``data`` (a cross-validation fold's test part,
+        the first look's) kept for every model with the same map (a fold's ``vs`` and the
+        map of its ``vs-hier-platt`` are one solve: at 1,000 classes one pass over the
+        scores costs about 3 exp/log an entry)."""
         state = np.concatenate([[float(self._off), self.beta_, self.mix_], self.theta_])
         key = "vector_margin:" + hashlib.sha1(state.tobytes()).hexdigest()
 
@@ -283,16 +296,16 @@ class _VectorBase(Calibrator):
             return data_rest(self._layout(), self.theta_, data, self.beta_, self.mix_)
 
     def _interval(self, data: TopLabelData, level: float):
-        """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T Cov(theta) g."""
+        """Delta method on the top label's log-odds m: m -+ z se(m), se(m)^2 = g^T
+        Cov(theta) g."""
         cov = self.param_cov_
         if cov is None:
             if self.n_params_ > COV_MAX_PARAMS:
                 raise ParameterError(
                     f"{self.name} with {len(self.classes_)} classes has {self.n_params_} "
-                    "parameters; "
-                    f"their covariance is kept up to {COV_MAX_PARAMS} (its size grows with their "
-                    "square), so this "
-                    "model has no intervals; use vs (fewer parameters) or sts/csts for intervals"
+                    f"parameters; their covariance is kept up to {COV_MAX_PARAMS} (its "
+                    "size grows with their square), so this model has no intervals; use vs "
+                    "(fewer parameters) or sts/csts for intervals"
                 )
             raise ParameterError(
                 f"this {self.name!r} model holds no parameter covariance (its information "
@@ -316,8 +329,8 @@ class _VectorBase(Calibrator):
         return 2.0 * self.n_params_ + 2.0 * self.nll_
 
     def describe(self) -> dict:
-        """Per class: scale (1 / temperature of its log score), bias, top-label NLL; ``fit``: the
-        penalised multinomial NLL, the top-label NLL, parameters, iterations."""
+        """Per class: scale (1 / temperature of its log score), bias, top-label NLL;
+        ``fit``: the penalised multinomial NLL, the top-label NLL, parameters, iterations."""
         d = super().describe()
         d["fit"] = {
             "objective": "multinomial + ridge",
@@ -382,7 +395,9 @@ class _VectorBase(Calibrator):
         self.param_cov_ = (
             None
             if cov is None
-            else finite_array(cov, "param_cov", layout.size**2).reshape(layout.size, layout.size)
+            else finite_array(cov, "param_cov", layout.size**2).reshape(
+                layout.size, layout.size
+            )
         )
         self.loss_, self.nll_ = (
             float(v) for v in finite_array([state["loss"], state["nll"]], "loss")
@@ -400,9 +415,9 @@ class VectorScaling(_VectorBase):
     """Ridge-regularised vector scaling: softmax((a + v) * log Y + b), 2K + 1 parameters.
 
     Guo et al.'s (2017) vector scaling on the log scores, with the class-wise scales v and
-    biases b shrunk toward temperature scaling by a ridge penalty reg K / n (|v|^2 + |b|^2) on the
-    mean multinomial NLL (the scaling of structured vector scaling, Berta et al. 2025). The
-    confidence is the recalibrated entry of the originally predicted class.
+    biases b shrunk toward temperature scaling by a ridge penalty reg K / n (|v|^2 + |b|^2)
+    on the mean multinomial NLL (the scaling of structured vector scaling, Berta et al.
+    2025). The confidence is the recalibrated entry of the originally predicted class.
 
     Parameters
     ----------
@@ -415,8 +430,8 @@ class VectorScaling(_VectorBase):
     name = "vs"
     tier = 2  # class-wise scales and biases shrunk toward one temperature
     summary = (
-        "vector scaling, softmax((a + v_k) log y_k + b_k), 2K + 1 parameters shrunk toward sts by "
-        "a ridge"
+        "vector scaling, softmax((a + v_k) log y_k + b_k), 2K + 1 parameters shrunk toward "
+        "sts by a ridge"
     )
 
 
@@ -426,9 +441,9 @@ class StructuredMatrixScaling(_VectorBase):
 
     In the spirit of SMS (Berta, Holzmüller, Jordan & Bach 2025): vector scaling plus an
     off-diagonal matrix W through which a class's score can move with the other classes' log
-    scores; v and b carry the ridge penalty reg K / n, W the heavier reg K (K - 1) / n, so with few
-    rows per class pair the
-    fit stays close to vector scaling. Fitting costs O(n K^2) per pass.
+    scores; v and b carry the ridge penalty reg K / n, W the heavier reg K (K - 1) / n, so
+    with few rows per class pair the fit stays close to vector scaling. Fitting costs O(n
+    K^2) per pass.
 
     Parameters
     ----------
@@ -439,10 +454,10 @@ class StructuredMatrixScaling(_VectorBase):
 
     name = "sms"
     tier = 2.5  # vs plus an off-diagonal matrix, shrunk harder
-    #: ``auto`` runs it by default only up to this many classes: there it is fitted by Newton (at
-    #: most
-    #: :data:`._solve.NEWTON_MAX_PARAMS` parameters); above, each pass costs O(n K^2) and the ridge
-    #: reg K (K - 1) / n leaves W near 0 on data of realistic size (vs is then as good)
+    #: ``auto`` runs it by default only up to this many classes: there it is fitted by
+    #: Newton (at most :data:`._solve.NEWTON_MAX_PARAMS` parameters); above, each pass costs
+    #: O(n K^2) and the ridge reg K (K - 1) / n leaves W near 0 on data of realistic size
+    #: (vs is then as good)
     auto_max_classes: ClassVar[int] = 15
     summary = (
         "structured matrix scaling, vs plus a ridge-shrunk off-diagonal matrix, K^2 + K + 1 "

@@ -1,10 +1,10 @@
 """Whole-vector maps with a top-label curve on their confidence: ``vs-hier-platt``,
 ``sms-pooled-beta``.
 
-the whole-vector map decides how the probability mass moves between classes; a
-top-label curve then recalibrates the one number topcal scores, the map's confidence in the
-original top label: ``hier-platt`` (per-class Platt curves shrunk toward the pooled one) on
-``vs``'s, one ``pooled-beta`` curve (3 parameters) on ``sms``'s. The curve is fitted on the map's
+the whole-vector map decides how the probability mass moves between classes; a top-label
+curve then recalibrates the one number topcal scores, the map's confidence in the original
+top label: ``hier-platt`` (per-class Platt curves shrunk toward the pooled one) on ``vs``'s,
+one ``pooled-beta`` curve (3 parameters) on ``sms``'s. The curve is fitted on the map's
 confidences of its own fitting rows (docs/vector.md says what this gained held out).
 """
 
@@ -29,14 +29,21 @@ __all__ = ["VectorScalingHierPlatt", "StructuredMatrixScalingBeta"]
 
 
 def _as_scores(data: TopLabelData, conf: np.ndarray) -> TopLabelData:
-    """``data``'s rows with ``conf`` as their top score (on [0, 1]), the full vectors dropped."""
+    """``data``'s rows with ``conf`` as their top score (on [0, 1]), the full vectors
+    dropped."""
     return TopLabelData(
-        data.classes, data.pred, np.asarray(conf, np.float64), (0.0, 1.0), tp=data.tp, fp=data.fp
+        data.classes,
+        data.pred,
+        np.asarray(conf, np.float64),
+        (0.0, 1.0),
+        tp=data.tp,
+        fp=data.fp,
     )
 
 
 class _Corrected(Calibrator):
-    """A whole-vector map (``_map``) followed by a top-label curve (``_curve``) of its confidence.
+    """A whole-vector map (``_map``) followed by a top-label curve (``_curve``) of its
+    confidence.
 
     Parameters
     ----------
@@ -57,9 +64,10 @@ class _Corrected(Calibrator):
     _parameter_constraints = VectorScaling._parameter_constraints
     _map: ClassVar[type[Any]] = VectorScaling
     _curve: ClassVar[type[Any]] = HierarchicalPlatt
-    # the map's fit starts from the warm model's map (its parameters, first stage and Hessian), as
-    # ``vs``/``sms`` do: the cross-validation folds from the all-data fit, auto's final fit from
-    # the folds' all-data fit or the first look's; the curve starts cold
+    # the map's fit starts from the warm model's map (its parameters, first stage and
+    # Hessian), as ``vs``/``sms`` do: the cross-validation folds from the all-data fit,
+    # auto's final fit from the folds' all-data fit or the first look's; the curve starts
+    # cold
     _warm_starts = True
     _warm_refit: ClassVar[bool] = True
 
@@ -69,14 +77,15 @@ class _Corrected(Calibrator):
 
     def _fit(self, data: TopLabelData) -> None:
         keep = self._part_keep()
-        # the map's solve and first stage are memoised per fold (calibrator.py): shared with the
-        # fold's vs / sms candidate
+        # the map's solve and first stage are memoised per fold (calibrator.py): shared with
+        # the fold's vs / sms candidate
         self.map_ = self._map(reg=self.reg, max_iter=self.max_iter)
         warm = self._warm
         warm = warm.map_ if isinstance(warm, type(self)) and warm.reg == self.reg else None
-        # the map's confidence on its fitting rows from the fit's own input x (its first stage,
-        # kept while the block lasts), not from the features computed again: at 10^5 x 1,000
-        # auto's final fit recomputed them (a log and a rescale of the n x K scores, ~4 s)
+        # the map's confidence on its fitting rows from the fit's own input x (its first
+        # stage, kept while the block lasts), not from the features computed again: at 10^5
+        # x 1,000 auto's final fit recomputed them (a log and a rescale of the n x K scores,
+        # ~4 s)
         with sharing(data):
             self.map_.fit(data, keep=keep, warm=warm, context=self._context)
             conf = self.map_._fit_confidence(data)
@@ -88,7 +97,8 @@ class _Corrected(Calibrator):
         return self.curve_.predict(_as_scores(data, self.map_.predict(data)))
 
     def _vector_map(self) -> Calibrator:
-        """The whole-vector map under the curve: the calibrated vector's other entries are its."""
+        """The whole-vector map under the curve: the calibrated vector's other entries are
+        its."""
         return self.map_
 
     def _interval(self, data: TopLabelData, level: float):
@@ -108,7 +118,10 @@ class _Corrected(Calibrator):
         d = super().describe()
         d["fit"] = self.map_.describe()["fit"]
         curve = self.curve_.describe()
-        d["curve"] = {**curve.get("pooled", curve.get("hierarchical")), "method": self.curve_.name}
+        d["curve"] = {
+            **curve.get("pooled", curve.get("hierarchical")),
+            "method": self.curve_.name,
+        }
         return d
 
     def _describe_classes(self) -> list[dict]:
@@ -120,23 +133,28 @@ class _Corrected(Calibrator):
     def _set_state(self, state: dict) -> None:
         m = self._map.from_dict(state["map"])
         c = self._curve.from_dict(state["curve"])
-        if tuple(m.classes_) != tuple(self.classes_) or tuple(c.classes_) != tuple(self.classes_):
+        if tuple(m.classes_) != tuple(self.classes_) or tuple(c.classes_) != tuple(
+            self.classes_
+        ):
             raise ValueError("the map and the curve must have the model's classes")
         self.map_, self.curve_ = m, c
 
 
 @register
 class VectorScalingHierPlatt(_Corrected):
-    """``vs`` followed by ``hier-platt`` on its top-label confidence c: per predicted class k,
-    sigmoid(a_k logit(c) + b_k), the curves shrunk toward the pooled one (strength by LOO)."""
+    """``vs`` followed by ``hier-platt`` on its top-label confidence c: per predicted class
+    k, sigmoid(a_k logit(c) + b_k), the curves shrunk toward the pooled one (strength by
+    LOO)."""
 
     name = "vs-hier-platt"
     tier = 2.25  # vs plus per-class curves shrunk toward a pooled one
-    #: auto runs it by default only above ``sms``'s class limit: up to it, ``sms`` was better held
-    #: out on all four 10-class bench sets (docs/vector.md), and at 10^5 x 10 its hier-platt fit
-    #: costs about 1.6 s a fold
+    #: auto runs it by default only above ``sms``'s class limit: up to it, ``sms`` was
+    #: better held out on all four 10-class bench sets (docs/vector.md), and at 10^5 x 10
+    #: its hier-platt fit costs about 1.6 s a fold
     auto_min_classes: ClassVar[int] = StructuredMatrixScaling.auto_max_classes + 1
-    summary = "vs, then per-class Platt curves of its top-label confidence shrunk toward the pooled"
+    summary = (
+        "vs, then per-class Platt curves of its top-label confidence shrunk toward the pooled"
+    )
 
 
 @register
@@ -146,8 +164,8 @@ class StructuredMatrixScalingBeta(_Corrected):
 
     name = "sms-pooled-beta"
     tier = 2.75  # sms plus one pooled curve
-    # not among auto's default candidates: added, it changed auto's held-out NLL on none of the
-    # four 10-class bench sets (the one-SE rule kept a simpler choice) and cost fit time
+    # not among auto's default candidates: added, it changed auto's held-out NLL on none of
+    # the four 10-class bench sets (the one-SE rule kept a simpler choice) and cost fit time
     # (docs/vector.md); named in ``candidates=`` it runs
     summary = "sms, then one beta calibration curve of its top-label confidence"
     _map = StructuredMatrixScaling

@@ -77,7 +77,7 @@ class EscapedStream:
 def is_formula(text: str) -> bool:
     """Whether a spreadsheet would run ``text`` as a formula: it starts with ``=``, ``@``, a
     tab or a carriage return, or with ``+`` or ``-`` and holds ``(``, ``|`` or ``!``
-    (docs/cli.md, "Hostile names")."""
+    (docs/cli.md, the paragraph on hostile names)."""
     if text.startswith(_ALWAYS_FORMULA):
         return True
     return text.startswith(("+", "-")) and _SIGNED_FORMULA.search(text) is not None

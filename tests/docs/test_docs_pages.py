@@ -289,7 +289,7 @@ def test_label_shift_page(tmp_path):
 
 
 def test_experiment_page_tiny_run(tmp_path):
-    from test_experiments import _need_torch, make_synthetic_mnist
+    from unit.experiments.test_experiments import _need_torch, make_synthetic_mnist
 
     _need_torch()
     make_synthetic_mnist(tmp_path / "mnist", n_train=3000, n_test=400)

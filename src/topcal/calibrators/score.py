@@ -507,7 +507,7 @@ class ScoreCalibrator(Calibrator):
             # the reference's step has the class's bins, and its bias at a score a known
             # sign (the truth moves along the slope from the bin's rate): the interval grows
             # on that side; left out, a smooth truth was covered 0.68 (0.51 at 3,000 rows a
-            # class, issue 52)
+            # class)
             lo, hi = intervals.widen_toward(lo, hi, conf, step, level)
         return intervals.include_point(lo, hi, conf)
 

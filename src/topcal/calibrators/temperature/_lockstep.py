@@ -22,7 +22,7 @@ __all__ = ["BinaryClassesObjective", "solve_classes"]
 
 #: Rows of a chunk of :class:`BinaryClassesObjective` (whole classes, so a bigger class is a
 #: chunk alone): about 25 temporaries of a chunk's length are alive at once, at 8192 rows
-#: 1.5 x a 10^4 x 10 input (issue 26; 2048 rows took 10% more CPU time at 10^5 x 100, 4096
+#: 1.5 x a 10^4 x 10 input (peak memory; 2048 rows took 10% more CPU time at 10^5 x 100, 4096
 #: the same as 8192).
 _LOCKSTEP_ROWS = 4096
 

@@ -339,9 +339,10 @@ def test_counts_beyond_2_to_the_53_are_refused_and_models_below_it_load(tmp_path
         out = tmp_path / f"ok-{method}.json"
         assert_ok(call("fit", tmp_path / "ok.csv", "--method", method, "-o", out))
         assert_ok(call("describe", out))  # loadable
-        # an update that takes the total past 2^53 is refused, and writes nothing (other rows:
-        # the same ones again are refused as counted twice)
-        (tmp_path / "ok2.csv").write_text(rows.format("5e15").replace(",30,2", ",31,2"))
+        # an update that takes the total past 2^53 is refused, and writes nothing (other rows in
+        # every bin: rows the model holds are refused as counted twice before the total is read)
+        other = rows.format("5e15").replace(",30,2", ",31,2").replace("5e15,1", "5e15,2")
+        (tmp_path / "ok2.csv").write_text(other.replace(",10,10", ",11,10"))
         r = cli("update", out, tmp_path / "ok2.csv", "-o", tmp_path / "up.json")
         assert_error(r, "more than 2^53")
         assert not (tmp_path / "up.json").exists()

@@ -11,6 +11,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_py=$1
+# absolute, without resolving the venv's symlink: the steps below run in other folders
+case "$build_py" in /*) ;; *) build_py="$(cd "$(dirname "$build_py")" && pwd)/$(basename "$build_py")" ;; esac
 shift
 work=$(mktemp -d "${TMPDIR:-/tmp}/topcal-wheel-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT

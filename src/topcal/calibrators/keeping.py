@@ -1,11 +1,11 @@
 """The part of the calibrator contract about a fitted model's evidence: what it keeps,
 ``update``, and the model file.
 
-:class:`EvidenceKeeping` is a base of :class:`~.base.Calibrator`, moved out of ``base.py``
-as is (no file over 600 lines): ``evidence_`` and ``evidence_of``, a fit from evidence,
-``update`` (:mod:`.updating` merges, ``_refit`` refits), the statistics a model keeps
-(``_stats_of``, ``_keeps_stats``) and ``to_dict`` / ``from_dict`` (:mod:`.modelfile`). It
-uses the contract's ``fit``, ``_check_fitted``, ``_get_state`` and ``_set_state``, and the
+:class:`EvidenceKeeping` is a base of :class:`~.base.Calibrator`, kept apart from
+``base.py``: ``evidence_`` and ``evidence_of``, a fit from evidence, ``update``
+(:mod:`.updating` merges, ``_refit`` refits), the statistics a model keeps (``_stats_of``,
+``_keeps_stats``) and ``to_dict`` / ``from_dict`` (:mod:`.modelfile`). It uses the
+contract's ``fit``, ``_check_fitted``, ``_get_state`` and ``_set_state``, and the
 ``_evidence`` and ``_keep`` that ``Calibrator`` declares.
 """
 

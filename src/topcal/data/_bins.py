@@ -1,8 +1,8 @@
 """The checks of binned data (:meth:`~topcal.data.TopLabelData.from_binned`).
 
-Moved out of ``_table.py`` as is (no file over 600 lines): one value per row in every
-column, counts >= 0 and not all 0, bins (lo, hi] with lo < hi inside the declared scale and
-disjoint within a class, the class names and their codes.
+Kept apart from ``_table.py``: one value per row in every column, counts >= 0 and not all 0,
+bins (lo, hi] with lo < hi inside the declared scale and disjoint within a class, the class
+names and their codes.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 written, new figures and grids of panels, shared legends, histogram bars, the dashed
 diagonal and the shaded extrapolation.
 
-Moved out of ``draw.py`` as is (no file over 600 lines), the helpers under public names
-(``draw.py`` imports them; it re-exports ``METHOD_COLORS``, ``plain`` and ``plain_all``).
-matplotlib is imported inside the functions, so importing this module stays light.
+Kept apart from ``draw.py``, the helpers under public names (``draw.py`` imports them; it
+re-exports ``METHOD_COLORS``, ``plain`` and ``plain_all``). matplotlib is imported inside
+the functions, so importing this module stays light.
 """
 
 from __future__ import annotations

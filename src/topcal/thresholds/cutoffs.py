@@ -4,9 +4,9 @@
 and test), :class:`Thresholds` (all of them with the guarantee they carry: ``accept``, the
 notebook view, the statements), :func:`model_digest` (which model they belong to) and the
 versioned JSON file with a checksum (:meth:`Thresholds.save`, :func:`load_thresholds`,
-:func:`loads_thresholds`), every field checked on load. Moved out of
-:mod:`topcal.thresholds.core` as is (no file over 600 lines); that module chooses the
-cut-offs (Learn-then-Test) and re-exports every name here.
+:func:`loads_thresholds`), every field checked on load. Kept apart from
+:mod:`topcal.thresholds.core`; that module chooses the cut-offs (Learn-then-Test) and
+re-exports every name here.
 """
 
 from __future__ import annotations

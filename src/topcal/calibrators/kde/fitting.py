@@ -3,10 +3,9 @@ tables.
 
 :class:`KDEFitting` holds the fitting half of :class:`~.calibrator.KDEBase` (which derives
 from it and from :class:`~..score.ScoreCalibrator`, and holds prediction, intervals,
-``densities``, persistence and ``describe``); moved out of ``calibrator.py`` as is (no file
-over 600 lines). It reads the class attributes ``_bandwidth_rule`` and ``batch_classes`` and
-the fitted ``n_tp_``, ``n_fp_``, ``classes_``, ``score_range_`` that KDEBase and
-ScoreCalibrator provide.
+``densities``, persistence and ``describe``); kept apart from ``calibrator.py``. It reads
+the class attributes ``_bandwidth_rule`` and ``batch_classes`` and the fitted ``n_tp_``,
+``n_fp_``, ``classes_``, ``score_range_`` that KDEBase and ScoreCalibrator provide.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """auto's candidates and choice: the defaults, simplicity tiers, paired standard errors, the
 cross-validation table, the rule and the blend.
 
-Moved out of :mod:`topcal.calibrators.select.auto` (which re-exports every name here, and
+Kept apart from :mod:`topcal.calibrators.select.auto` (which re-exports every name here, and
 whose docstring describes the rule and the blend) so that each file stays under 600 lines.
 """
 

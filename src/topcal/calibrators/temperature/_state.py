@@ -1,8 +1,8 @@
 """The model-file state of the temperature family: temperatures, awards, fitted classes,
 losses, the parameters' covariances and (bts/btswa) the curves' supports, written and
 checked on load. A base of
-:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module), moved
-out of ``calibrator.py`` as is (no file over 600 lines)."""
+:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module), kept
+apart from ``calibrator.py``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Updating the temperature family from statistics: sts and csts from merged loss tables,
 bts and btswa from score counts (docs/scale.md). A base of
-:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module), moved
-out of ``calibrator.py`` as is (no file over 600 lines); it uses the fit's ``_class_flags``,
-``_solve``, ``_fallback`` and the intervals' ``_covariances``."""
+:class:`~topcal.calibrators.temperature.calibrator.TemperatureBase` (private module), kept
+apart from ``calibrator.py``; it uses the fit's ``_class_flags``, ``_solve``, ``_fallback``
+and the intervals' ``_covariances``."""
 
 from __future__ import annotations
 

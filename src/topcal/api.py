@@ -30,6 +30,8 @@ from .data import TopLabelData
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .comparison import Comparison
+
 __all__ = ["compare", "make_report", "report", "calibrator_html", "COMPARE_COLUMNS"]
 
 #: Columns of :func:`compare`'s DataFrame.
@@ -107,9 +109,7 @@ def compare(
     >>> sorted(df["method"].unique())
     ['hist', 'kde-mon2']
     """
-    import pandas as pd
-
-    from .evaluate import compare_methods, comparison_rows
+    from .evaluate import compare_methods
 
     from .errors import ParameterError
 
@@ -123,7 +123,15 @@ def compare(
         options["eval_data"] = _other(eval_data, d, "eval_data", kind=kind)
     elif not in_sample:
         options["folds"] = folds
-    res = compare_methods(d, methods, **options)
+    return _comparison_frame(compare_methods(d, methods, **options))
+
+
+def _comparison_frame(res: Comparison) -> pd.DataFrame:
+    """:func:`compare`'s tidy DataFrame: one row per (method, class, metric)."""
+    import pandas as pd
+
+    from .evaluate import comparison_rows
+
     rows = [(m, c, metric, v, res.protocol) for m, metric, c, v in comparison_rows(res)]
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     frame["value"] = frame["value"].astype("float64")
@@ -197,16 +205,6 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
     scalings) have no per-class curve; for them the fitted parameters are shown as a table
     instead.
     """
-    from .plots import (
-        BAND_LEVEL,
-        CurveGrid,
-        CurvePanel,
-        model_band,
-        model_curve,
-        plot_calibration_curves,
-    )
-    from .report import figure_png
-
     import numpy as np
 
     # e.g. auto: show the model it chose
@@ -227,28 +225,57 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
         f"score range {lo:g}–{hi:g}</p>"
     )
     if model.needs_full:
-        d = model.describe()
-        keys = [key for key in next(iter(d["classes"].values()))]
-        rows = "".join(
-            "<tr><td>"
-            + html.escape(c)
-            + "</td>"
-            + "".join(
-                f"<td>{v:.4g}</td>"
-                if isinstance(v, float)
-                else f"<td>{html.escape(str(v))}</td>"
-                for v in (info.get(key) for key in keys)
-            )
-            + "</tr>"
-            for c, info in list(d["classes"].items())[:MAX_PANELS]
+        return _parameter_table_html(model, head)
+    return _curves_html(model, head, dpi=dpi)
+
+
+def _more_classes_html(k: int) -> str:
+    """The note that only the first :data:`MAX_PANELS` of ``k`` classes are shown."""
+    return f"<p>(first {MAX_PANELS} of {k} classes)</p>" if k > MAX_PANELS else ""
+
+
+def _parameter_table_html(model, head: str) -> str:
+    """:func:`calibrator_html` for a model with no per-class curve: its fitted parameters."""
+    k = len(model.classes_)
+    d = model.describe()
+    keys = [key for key in next(iter(d["classes"].values()))]
+    rows = "".join(
+        "<tr><td>"
+        + html.escape(c)
+        + "</td>"
+        + "".join(
+            f"<td>{v:.4g}</td>"
+            if isinstance(v, float)
+            else f"<td>{html.escape(str(v))}</td>"
+            for v in (info.get(key) for key in keys)
         )
-        more = f"<p>(first {MAX_PANELS} of {k} classes)</p>" if k > MAX_PANELS else ""
-        return (
-            f"<div>{head}<p>confidence depends on the whole score vector: no per-class "
-            f"curve</p><table>"
-            f"<tr><th>class</th>{''.join(f'<th>{html.escape(x)}</th>' for x in keys)}</tr>"
-            f"{rows}</table>{more}</div>"
-        )
+        + "</tr>"
+        for c, info in list(d["classes"].items())[:MAX_PANELS]
+    )
+    return (
+        f"<div>{head}<p>confidence depends on the whole score vector: no per-class "
+        f"curve</p><table>"
+        f"<tr><th>class</th>{''.join(f'<th>{html.escape(x)}</th>' for x in keys)}</tr>"
+        f"{rows}</table>{_more_classes_html(k)}</div>"
+    )
+
+
+def _curves_html(model, head: str, *, dpi: int) -> str:
+    """:func:`calibrator_html` for a model with per-class curves: their figure, inlined."""
+    from .plots import (
+        BAND_LEVEL,
+        CurveGrid,
+        CurvePanel,
+        model_band,
+        model_curve,
+        plot_calibration_curves,
+    )
+    from .report import figure_png
+
+    import numpy as np
+
+    k = len(model.classes_)
+    lo, hi = model.score_range_
     grid = np.linspace(lo, hi, 201)
     support = getattr(model, "support_", [None] * k)
     shown = range(min(k, MAX_PANELS))
@@ -272,7 +299,6 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
         panel_size=2.2,
     )
     uri = "data:image/png;base64," + base64.b64encode(figure_png(fig, dpi=dpi)).decode("ascii")
-    more = f"<p>(first {MAX_PANELS} of {k} classes)</p>" if k > MAX_PANELS else ""
     band = (
         "<p>no interval band: this model holds no interval statistics (saved by an older "
         "topcal; refit it to get them)</p>"
@@ -282,7 +308,7 @@ def calibrator_html(model, *, dpi: int = 72) -> str:
     )
     return (
         f"<div>{head}<img src='{uri}' alt='calibration curves of "
-        f"{html.escape(model.name)}'>{band}{more}</div>"
+        f"{html.escape(model.name)}'>{band}{_more_classes_html(k)}</div>"
     )
 
 

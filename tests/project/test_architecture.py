@@ -343,8 +343,6 @@ TO_SPLIT = {
     ("labelshift/adapted.py", "adapt"),
     ("labelshift/estimators.py", "em_priors"),
     ("cli/models.py", "_cmd_adapt"),
-    ("api.py", "calibrator_html"),
-    ("api.py", "compare"),
     ("thresholds/core.py", "ltt_cutoff"),
     ("thresholds/core.py", "fit_thresholds"),
     ("calibrators/vector/calibrator.py", "_VectorBase._fit_single"),

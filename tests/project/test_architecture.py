@@ -340,9 +340,6 @@ TO_SPLIT = {
     ("evaluate.py", "compare_methods"),
     ("calibrators/base.py", "Calibrator.fit"),
     ("describe/summary.py", "summary"),
-    ("labelshift/adapted.py", "adapt"),
-    ("labelshift/estimators.py", "em_priors"),
-    ("cli/models.py", "_cmd_adapt"),
     ("thresholds/core.py", "ltt_cutoff"),
     ("thresholds/core.py", "fit_thresholds"),
     ("calibrators/vector/calibrator.py", "_VectorBase._fit_single"),
@@ -452,7 +449,10 @@ METHOD_NAME_LITERALS = {
         "cli/models.py",
         "add_commands",
     ): "--method's default 'auto'; --shrink's value 'auto' is no method",
-    ("cli/models.py", "_cmd_adapt"): "--shrink's value 'auto' is no method",
+    **dict.fromkeys(
+        [("cli/models.py", "_cmd_adapt"), ("cli/models.py", "_adapt_shrink")],
+        "--shrink's value 'auto' is no method",
+    ),
     (
         "cli/evaluation.py",
         "_cmd_metrics",

@@ -358,27 +358,7 @@ def _cmd_adapt(args) -> int:
     from ..persist import load
     from ..stream import model_read_options
 
-    if args.bootstrap < 0:
-        raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
-    from ..labelshift.estimates import MAX_BOOTSTRAP
-
-    if args.bootstrap > MAX_BOOTSTRAP:
-        raise TopcalError(
-            f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long "
-            f"before), got {_short_int(args.bootstrap)}"
-        )
-    if not 0 <= args.seed <= 2**32 - 1:
-        raise TopcalError(
-            f"--seed must be an integer in [0, 4294967295], got {_short_int(args.seed)}"
-        )
-    shrink = args.shrink
-    if shrink != "auto":
-        try:
-            shrink = float(shrink)
-        except ValueError:
-            raise TopcalError(
-                f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}"
-            ) from None
+    shrink = _adapt_shrink(args)
     check_output(
         args.output, [args.model, args.data, args.priors, args.test], "adapted model file"
     )
@@ -423,13 +403,44 @@ def _cmd_adapt(args) -> int:
             shrink=shrink,
         )
     adapted.save(args.output)
+    _print_adapted(adapted, args.output)
+    return 0
+
+
+def _adapt_shrink(args) -> str | float:
+    """``topcal adapt``'s --bootstrap and --seed checked, and its --shrink: "auto" or a number."""
+    if args.bootstrap < 0:
+        raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
+    from ..labelshift.estimates import MAX_BOOTSTRAP
+
+    if args.bootstrap > MAX_BOOTSTRAP:
+        raise TopcalError(
+            f"--bootstrap must be at most {MAX_BOOTSTRAP:,} (the interval settles long "
+            f"before), got {_short_int(args.bootstrap)}"
+        )
+    if not 0 <= args.seed <= 2**32 - 1:
+        raise TopcalError(
+            f"--seed must be an integer in [0, 4294967295], got {_short_int(args.seed)}"
+        )
+    if args.shrink == "auto":
+        return "auto"
+    try:
+        return float(args.shrink)
+    except ValueError:
+        raise TopcalError(
+            f"--shrink must be 'auto' or a number in [0, 1], got {args.shrink!r}"
+        ) from None
+
+
+def _print_adapted(adapted, output) -> None:
+    """``topcal adapt``'s report: where the priors came from and the table of them."""
     e = adapted.estimate_
     how = (
         "given priors"
         if e.estimator == "given"
         else f"{e.estimator} on {e.n_use} rows ({e.basis})"
     )
-    print(f"adapted {adapted.inner_.name} to {how} -> {args.output}")
+    print(f"adapted {adapted.inner_.name} to {how} -> {output}")
     if e.estimator != "given":
         print(
             f"safety step: moved {e.shrink:.0%} of the way from the test set's priors to the "
@@ -448,8 +459,7 @@ def _cmd_adapt(args) -> int:
     )
     print(format_table(header, rows[:30]))
     if len(rows) > 30:
-        print(f"... {len(rows) - 30} more classes: topcal describe {args.output}")
-    return 0
+        print(f"... {len(rows) - 30} more classes: topcal describe {output}")
 
 
 def _short_int(v: int) -> str:

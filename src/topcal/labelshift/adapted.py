@@ -122,38 +122,8 @@ def adapt(
     stats = confusion_of(base)
     check_nonneg("fp_pseudocount", fp_pseudocount)
     ps = stats.source_priors()
-    if isinstance(priors, PriorEstimate):
-        if tuple(priors.classes) != tuple(base.classes_) or not np.allclose(
-            priors.source, ps, rtol=0, atol=1e-12
-        ):
-            raise DataError(
-                "the PriorEstimate was made with a model fitted on other test data (its "
-                "classes or source priors differ); estimate again with this model"
-            )
-        est = priors
-    elif priors is not None:
-        p = _given_priors(priors, tuple(base.classes_))
-        bad = [c for c, a, b in zip(base.classes_, p, ps) if a > 0 and b <= 0]
-        if bad:
-            raise DataError(
-                f"class(es) {preview(bad)} never occur in the test set the model was "
-                "fitted on, so their prior ratio is undefined; give them prior 0 or refit "
-                "on test data that includes them"
-            )
-        est = PriorEstimate(
-            tuple(base.classes_),
-            ps,
-            p,
-            None,
-            None,
-            "given",
-            0,
-            0.95,
-            0,
-            "given by the user",
-            1.0,
-            "priors given by the user are used as they are",
-        )
+    if priors is not None:
+        est = _given_estimate(priors, base, ps)
     else:
         est = estimate_priors(
             base,
@@ -168,6 +138,42 @@ def adapt(
             shrink=shrink,
         )
     return AdaptedCalibrator._build(base, est, float(fp_pseudocount))
+
+
+def _given_estimate(priors, base: Calibrator, ps: np.ndarray) -> PriorEstimate:
+    """The :class:`PriorEstimate` of priors given to :func:`adapt` (a PriorEstimate made with
+    ``base``, a dict or a sequence), checked against the source priors ``ps``."""
+    if isinstance(priors, PriorEstimate):
+        if tuple(priors.classes) != tuple(base.classes_) or not np.allclose(
+            priors.source, ps, rtol=0, atol=1e-12
+        ):
+            raise DataError(
+                "the PriorEstimate was made with a model fitted on other test data (its "
+                "classes or source priors differ); estimate again with this model"
+            )
+        return priors
+    p = _given_priors(priors, tuple(base.classes_))
+    bad = [c for c, a, b in zip(base.classes_, p, ps) if a > 0 and b <= 0]
+    if bad:
+        raise DataError(
+            f"class(es) {preview(bad)} never occur in the test set the model was "
+            "fitted on, so their prior ratio is undefined; give them prior 0 or refit "
+            "on test data that includes them"
+        )
+    return PriorEstimate(
+        tuple(base.classes_),
+        ps,
+        p,
+        None,
+        None,
+        "given",
+        0,
+        0.95,
+        0,
+        "given by the user",
+        1.0,
+        "priors given by the user are used as they are",
+    )
 
 
 # ------------------------------------------------------------ the adapted model

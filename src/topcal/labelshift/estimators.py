@@ -101,22 +101,7 @@ def em_priors(
     | y). A class with pi_s = 0 keeps pi_u = 0 (no information about it).
     """
     ps = np.asarray(source_priors, dtype=np.float64)
-    if isinstance(posteriors, (SparsePlusRankOne, CellPosteriors)):
-        row_dot, col_dot, n_rows = posteriors.products(ps)
-    else:
-        P = np.asarray(posteriors, dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            base = np.where(
-                ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0
-            )  # p(x|y) up to a factor per row
-        n_rows = base.shape[0]
-
-        def row_dot(p):  # (K, B) -> (n, B)
-            return base @ p
-
-        def col_dot(u):  # (n, B) -> (K, B)
-            return base.T @ u
-
+    row_dot, col_dot, n_rows = _posterior_products(posteriors, ps)
     single = weights is None or np.ndim(weights) == 1
     w = np.ones((1, n_rows)) if weights is None else np.atleast_2d(weights).astype(np.float64)
     if isinstance(posteriors, CellPosteriors):
@@ -136,6 +121,24 @@ def em_priors(
         keep = moved >= tol
         live, den = live[keep], den[:, keep]
     return pi[:, 0].copy() if single else pi.T.copy()
+
+
+def _posterior_products(posteriors, ps):
+    """``(row_dot, col_dot, n_rows)`` of the likelihoods p(x_i | y) (up to a factor per row)
+    behind ``posteriors``: products with a (K, B) matrix of priors and with an (n, B) one."""
+    if isinstance(posteriors, (SparsePlusRankOne, CellPosteriors)):
+        return posteriors.products(ps)
+    P = np.asarray(posteriors, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        base = np.where(ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0)  # p(x|y) up to a factor per row
+
+    def row_dot(p):  # (K, B) -> (n, B)
+        return base @ p
+
+    def col_dot(u):  # (n, B) -> (K, B)
+        return base.T @ u
+
+    return row_dot, col_dot, base.shape[0]
 
 
 def _squarem_step(pi, den, w, pseudo, row_dot, col_dot):

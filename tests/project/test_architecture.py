@@ -340,8 +340,6 @@ TO_SPLIT = {
     ("evaluate.py", "compare_methods"),
     ("calibrators/base.py", "Calibrator.fit"),
     ("describe/summary.py", "summary"),
-    ("thresholds/core.py", "ltt_cutoff"),
-    ("thresholds/core.py", "fit_thresholds"),
     ("calibrators/vector/calibrator.py", "_VectorBase._fit_single"),
 }
 

@@ -159,7 +159,7 @@ def ltt_cutoff(
     from scipy.special import betaincinv
 
     total = float(tp.sum() + fp.sum())
-    n_starts, factor = starts
+    n_starts = starts[0]
     need = n_min(precision, delta / n_starts)
     if total < need:
         return ClassCutoff(
@@ -172,24 +172,9 @@ def ltt_cutoff(
                 f"needed to show precision {precision:.12g} at delta={delta:.12g}"
             ),
         )
-    if score is None:
-        cut = GRID[::-1]  # strictest first
-        cut_score = None
-        n, c = accepted_counts(conf, tp, fp, cut)
-    else:
-        cut, cut_score, n, c = ordered_counts(
-            conf, np.asarray(score, dtype=np.float64), tp, fp
-        )
+    cut, cut_score, n, c = _candidate_counts(conf, tp, fp, score)
     p = binomial_tail(c, n, precision)
-    # the starts (confidences only): where START_FACTOR^j times the fewest testable
-    # predictions are accepted
-    first = sorted(
-        {
-            int(np.argmax(n >= need * factor**j))
-            for j in range(n_starts)
-            if n[-1] >= need * factor**j
-        }
-    )
+    first = _sequence_starts(n, need, starts)
     best = sequences(p, first, delta / n_starts)
     stuck = first[0]
     if best < 0:
@@ -223,6 +208,30 @@ def ltt_cutoff(
         lower,
         float(p[best]),
         score_cutoff=None if cut_score is None else float(cut_score[best]),
+    )
+
+
+def _candidate_counts(conf, tp, fp, score):
+    """``(cut, cut_score, n, c)`` of :func:`ltt_cutoff`'s candidate cut-offs, strictest first:
+    the confidences (and raw scores, None without ``score``) and the predictions accepted and
+    right at each."""
+    if score is None:
+        cut = GRID[::-1]  # strictest first
+        n, c = accepted_counts(conf, tp, fp, cut)
+        return cut, None, n, c
+    return ordered_counts(conf, np.asarray(score, dtype=np.float64), tp, fp)
+
+
+def _sequence_starts(n, need: float, starts: tuple[int, int]) -> list[int]:
+    """Where each fixed sequence starts (confidences only): the first candidate accepting
+    factor^j times the fewest testable predictions, for j < the number of sequences."""
+    n_starts, factor = starts
+    return sorted(
+        {
+            int(np.argmax(n >= need * factor**j))
+            for j in range(n_starts)
+            if n[-1] >= need * factor**j
+        }
     )
 
 
@@ -364,23 +373,7 @@ def fit_thresholds(
     small = n_pred < below
     statements = int((~small).sum()) + int(small.any())
     level = delta / max(statements, 1) if multiplicity == "bonferroni" else delta
-    shared = None
-    if small.any():
-        rows = np.flatnonzero(small[data.pred])
-        shared = pooled_cutoff(
-            "(shared)", conf[rows], tp[rows], fp[rows], precision, level, score[rows]
-        )
-    per = []
-    for k, name in enumerate(model.classes_):
-        idx = np.flatnonzero(data.pred == k)
-        if small[k]:
-            per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level, score[idx]))
-        else:
-            per.append(
-                ltt_cutoff(
-                    name, conf[idx], tp[idx], fp[idx], precision, level, score=score[idx]
-                )
-            )
+    shared, per = _class_cutoffs(model.classes_, data, conf, small, precision, level)
     overall = pooled_cutoff("(all)", conf, tp, fp, precision, delta, score)
     return Thresholds(
         float(precision),
@@ -396,6 +389,30 @@ def fit_thresholds(
         shared=shared,
         pool_below=float(below),
     )
+
+
+def _class_cutoffs(classes, data: TopLabelData, conf, small, precision: float, level: float):
+    """``(shared, per)``: the shared group's cut-off (None without ``small`` classes) and one
+    :class:`ClassCutoff` per class, each tested at ``level``."""
+    tp, fp, score = data.tp, data.fp, data.score
+    shared = None
+    if small.any():
+        rows = np.flatnonzero(small[data.pred])
+        shared = pooled_cutoff(
+            "(shared)", conf[rows], tp[rows], fp[rows], precision, level, score[rows]
+        )
+    per = []
+    for k, name in enumerate(classes):
+        idx = np.flatnonzero(data.pred == k)
+        if small[k]:
+            per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level, score[idx]))
+        else:
+            per.append(
+                ltt_cutoff(
+                    name, conf[idx], tp[idx], fp[idx], precision, level, score=score[idx]
+                )
+            )
+    return shared, per
 
 
 def _pool_below(

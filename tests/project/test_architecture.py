@@ -340,7 +340,6 @@ TO_SPLIT = {
     ("evaluate.py", "compare_methods"),
     ("calibrators/base.py", "Calibrator.fit"),
     ("describe/summary.py", "summary"),
-    ("calibrators/vector/calibrator.py", "_VectorBase._fit_single"),
 }
 
 

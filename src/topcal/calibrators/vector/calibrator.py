@@ -132,14 +132,7 @@ class _VectorBase(Calibrator):
         k = data.n_classes
         layout = Layout(k, self._off)
         w = data.tp + data.fp
-        warm = self._warm
-        if not (
-            isinstance(warm, type(self))
-            and len(warm.classes_) == k
-            and warm._nll_hessian is not None
-            and warm.reg == self.reg
-        ):
-            warm = None
+        warm = self._usable_warm(k)
         # a cross-validation fold (a scratch fit started from a fit on more rows: the
         # all-data fit) takes one Newton step from that fit's first-stage temperature and
         # stops its solve at FOLD_TOL (approximate cross-validation;
@@ -152,7 +145,7 @@ class _VectorBase(Calibrator):
         same = self._context is not None and self._context.same_rows
         if same and warm is not None and not self._scratch and warm.max_iter == self.max_iter:
             own = warm._own
-        obj = None
+        obj = x = None
         if own is None:
             self.beta_, self.mix_, x = self._first_stage(
                 data, None if warm is None else warm.beta_, fold=fold
@@ -205,6 +198,25 @@ class _VectorBase(Calibrator):
             # an all-data fit (not a fold's) keeps its rows' margins for a final fit on them
             self._own = None if fold or margin is None else margin
             return
+        self._set_statistics(data, layout, theta, margin, x, obj)
+
+    def _usable_warm(self, k: int):
+        """The warm start (:attr:`_warm`) when it is a fit of this method on ``k`` classes with
+        this penalty and a kept Hessian; else None."""
+        warm = self._warm
+        if not (
+            isinstance(warm, type(self))
+            and len(warm.classes_) == k
+            and warm._nll_hessian is not None
+            and warm.reg == self.reg
+        ):
+            return None
+        return warm
+
+    def _set_statistics(self, data: TopLabelData, layout, theta, margin, x, obj) -> None:
+        """A final fit's NLL per class and, for few parameters, the parameters' covariance
+        (``margin``, ``x`` and ``obj``: the solve's, or None where it was reused)."""
+        k = data.n_classes
         if margin is None:
             margin = top_margin(layout, theta, x, data.pred)
         rows = binary_nll(data.tp, data.fp, conf_from_margin(margin))
@@ -214,7 +226,7 @@ class _VectorBase(Calibrator):
             if obj is None:
                 x = features(data, self.beta_, self.mix_)
                 obj = VectorObjective(
-                    x, data.labels, w, layout, float(self.reg), pred=data.pred
+                    x, data.labels, data.tp + data.fp, layout, float(self.reg), pred=data.pred
                 )
             stride = max(1, -(-x.shape[0] // COV_ROWS))
             self.param_cov_ = inverse_pd(obj.hessian(theta, stride, summed=True))

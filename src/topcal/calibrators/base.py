@@ -289,6 +289,28 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             if y is not None:
                 raise ParameterError("y goes with a score matrix, not with an Evidence")
             return self._fit_evidence(data, keep)
+        data = self._checked_fit_data(data, y, classes, kind)
+        self._keep, self._evidence, self._vector = keep, Evidence.EMPTY, None
+        self._map_wanted = keep == "evidence" and bool(vector)
+        # what the model remembers of its fitting rows, so that a guarantee is never
+        # computed on them (topcal.thresholds.core); a fit from evidence takes the rows'
+        # fingerprint from it
+        if keep == "evidence" and fingerprint is None:
+            fingerprint = Fingerprint.of(data)
+        self._warm, self._context = warm, context
+        try:
+            with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
+                self._fit(data)
+            if self._map_wanted and self._vector is None:  # a fit may have fitted its own
+                self._vector = fit_map(self, data)  # the vector's map (fullvector.py)
+        finally:
+            self._warm = self._context = None
+        self._keep_after_fit(data, keep, fingerprint)
+        return self
+
+    def _checked_fit_data(self, data, y, classes, kind: str) -> TopLabelData:
+        """:meth:`fit`'s checks of its parameters and ``data`` (read as :func:`as_data` does);
+        sets the classes, score range and counts, and warns of classes never predicted."""
         self._validate_params()
         data = as_data(data, y, classes=classes, kind=kind)
         data.require_labels(f"fitting {self.name!r}")
@@ -304,24 +326,13 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
                 f"{'is' if len(empty) == 1 else 'are'} never predicted in the fitting data; "
                 "their confidence falls back to the uncalibrated score",
                 DegenerateClassWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        self._keep, self._evidence, self._vector = keep, Evidence.EMPTY, None
-        self._map_wanted = keep == "evidence" and bool(vector)
-        # what the model remembers of its fitting rows, so that a guarantee is never
-        # computed on them (topcal.thresholds.core); a fit from evidence takes the rows'
-        # fingerprint from it
-        if keep == "evidence" and fingerprint is None:
-            fingerprint = Fingerprint.of(data)
-        self._warm, self._context = warm, context
-        try:
-            with _recycle.recycling():  # a long fit's data-sized scratch arrays, reused
-                self._fit(data)
-            if self._map_wanted and self._vector is None:  # a fit may have fitted its own
-                # the calibrated vector's map (fullvector.py)
-                self._vector = fit_map(self, data)
-        finally:
-            self._warm = self._context = None
+        return data
+
+    def _keep_after_fit(self, data: TopLabelData, keep: str, fingerprint) -> None:
+        """What :meth:`fit` keeps of ``data`` besides the model: the classes' spread (methods
+        that pool classes) and, with ``keep="evidence"``, the evidence."""
         self._spread = None
         if self._pools_classes and keep != "predictions":
             self._spread = spread.measure(data, self._predict(data))
@@ -338,7 +349,6 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
                 count_stats=count,
                 fingerprint=fingerprint,
             )
-        return self
 
     def _fit(self, data: TopLabelData) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

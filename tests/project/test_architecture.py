@@ -338,7 +338,6 @@ TO_SPLIT = {
     ("data/_folds.py", "kfold_split"),
     ("io/_frame.py", "_read_frame"),
     ("evaluate.py", "compare_methods"),
-    ("describe/summary.py", "summary"),
 }
 
 

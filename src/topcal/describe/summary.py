@@ -201,21 +201,7 @@ def summary(model) -> dict:
         "fitted": _scalars(body),
         "label_shift": d.get("label_shift"),
     }
-    for comp, w in _members_of(d):
-        own = _own_numbers(comp["classes"])
-        out["members"].append(
-            {
-                "method": comp["method"],
-                "weight": float(w),
-                "fitted": _scalars(comp),
-                "per_class": {
-                    k: s
-                    for k in own
-                    if (s := _spread(_num(comp["classes"][c].get(k)) for c in names))
-                    is not None
-                },
-            }
-        )
+    out["members"] = _member_summaries(d, names)
     chosen = out["choice"]["chosen"] if out["choice"] else None
     raw_key, model_key = f"cv_nll_{BASELINE}", f"cv_nll_{chosen}"
     cv_raw = np.array([_nan(classes[c].get(raw_key)) for c in names])
@@ -235,21 +221,7 @@ def summary(model) -> dict:
     out["per_class"] = {
         k: s for k, v in rows.items() if (s := _spread(v[np.isfinite(v)].tolist())) is not None
     }
-    has = n > 0
-    if np.isfinite(change).any():
-        # the class's total change (n x its mean per sample): a one-row class's noise ranks
-        # below a real loss over dozens of rows
-        order = sorted(
-            (i for i in range(len(names)) if np.isfinite(change[i])),
-            key=lambda i: (-change[i] * n[i], -n[i]),
-        )
-        by = (
-            f"total out-of-fold NLL change (n x ({chosen} minus {BASELINE}); where "
-            "calibration hurts most or helps least)"
-        )
-    else:
-        order = sorted(np.flatnonzero(has).tolist(), key=lambda i: (acc[i], -n[i]))
-        by = "lowest accuracy in the fitting data (TP / n; larger classes first on ties)"
+    order, by = _worst_first(n, acc, change, chosen)
     small = sorted(range(len(names)), key=lambda i: (n[i], i))
     listed = len(names) if len(names) <= EVERY_CLASS else LISTED
     out["worst"] = {"by": by, "classes": [names[i] for i in order[:listed]]}
@@ -269,6 +241,48 @@ def summary(model) -> dict:
         for i in [names.index(c)]
     }
     return out
+
+
+def _member_summaries(d: dict, names: list) -> list[dict]:
+    """:func:`summary`'s ``members``: per member of a blend, its weight, method-wide results
+    and the spread of its per-class numbers."""
+    out = []
+    for comp, w in _members_of(d):
+        own = _own_numbers(comp["classes"])
+        out.append(
+            {
+                "method": comp["method"],
+                "weight": float(w),
+                "fitted": _scalars(comp),
+                "per_class": {
+                    k: s
+                    for k in own
+                    if (s := _spread(_num(comp["classes"][c].get(k)) for c in names))
+                    is not None
+                },
+            }
+        )
+    return out
+
+
+def _worst_first(n, acc, change, chosen) -> tuple[list[int], str]:
+    """The classes' indices, worst first, and how they are ranked: by the out-of-fold NLL
+    change where there is one, else by accuracy."""
+    if np.isfinite(change).any():
+        # the class's total change (n x its mean per sample): a one-row class's noise ranks
+        # below a real loss over dozens of rows
+        order = sorted(
+            (i for i in range(len(n)) if np.isfinite(change[i])),
+            key=lambda i: (-change[i] * n[i], -n[i]),
+        )
+        by = (
+            f"total out-of-fold NLL change (n x ({chosen} minus {BASELINE}); where "
+            "calibration hurts most or helps least)"
+        )
+    else:
+        order = sorted(np.flatnonzero(n > 0).tolist(), key=lambda i: (acc[i], -n[i]))
+        by = "lowest accuracy in the fitting data (TP / n; larger classes first on ties)"
+    return order, by
 
 
 def _num(v):

@@ -335,8 +335,6 @@ TO_SPLIT = {
     ("report/figures.py", "report_figures"),
     ("report/checks.py", "diagnose"),
     ("report/focus.py", "focused_fits"),
-    ("data/_folds.py", "kfold_split"),
-    ("io/_frame.py", "_read_frame"),
     ("evaluate.py", "compare_methods"),
 }
 

@@ -48,64 +48,81 @@ def kfold_split(
     if not isinstance(data, TopLabelData):
         raise DataError(f"kfold_split needs a TopLabelData, got {type(data).__name__}")
     data.require_labels("K-fold cross-fitting")
-    if groups is not None:
-        try:
-            groups = [list(g) for g in groups]
-        except TypeError:
-            raise ParameterError(
-                f"groups must be a list of lists of fold indices 0..{n_folds - 1}, got "
-                f"{groups!r:.60}"
-            ) from None
-        if not all(
-            g
-            and len(set(g)) == len(g)
-            and all(isinstance(f, (int, np.integer)) and not isinstance(f, bool) for f in g)
-            and all(0 <= f < n_folds for f in g)
-            for g in groups
-        ):
-            raise ParameterError(
-                "groups must be non-empty lists of distinct fold indices "
-                f"0..{n_folds - 1}, got {groups!r:.60}"
-            )
+    groups = _checked_groups(groups, n_folds)
     rng = np.random.default_rng(seed)
     if data.is_binned:
-        for name, arr in (("tp", data.tp), ("fp", data.fp)):
-            if not np.all(arr == np.round(arr)):
-                raise DataError(
-                    f"K-fold on binned data deals each bin's {name} count across folds and "
-                    "needs integer counts, but some are fractional; use --eval with a "
-                    "second test set instead"
-                )
-            if arr.max() > MAX_DEAL_COUNT:
-                raise DataError(
-                    f"K-fold on binned data deals each bin's {name} count across folds, "
-                    f"but a count is {arr.max():g} (more than {MAX_DEAL_COUNT:g} samples "
-                    "in one bin cannot be dealt); use --eval with a second test set instead"
-                )
-        total = data.tp.sum() + data.fp.sum()
-        if n_folds > total:
+        return _binned_folds(data, n_folds, rng, groups)
+    return _sample_folds(data, n_folds, rng, groups)
+
+
+def _checked_groups(groups, n_folds: int):
+    """:func:`kfold_split`'s ``groups`` as lists of fold indices (None stays None)."""
+    if groups is None:
+        return None
+    try:
+        groups = [list(g) for g in groups]
+    except TypeError:
+        raise ParameterError(
+            f"groups must be a list of lists of fold indices 0..{n_folds - 1}, got "
+            f"{groups!r:.60}"
+        ) from None
+    if not all(
+        g
+        and len(set(g)) == len(g)
+        and all(isinstance(f, (int, np.integer)) and not isinstance(f, bool) for f in g)
+        and all(0 <= f < n_folds for f in g)
+        for g in groups
+    ):
+        raise ParameterError(
+            "groups must be non-empty lists of distinct fold indices "
+            f"0..{n_folds - 1}, got {groups!r:.60}"
+        )
+    return groups
+
+
+def _binned_folds(data: TopLabelData, n_folds: int, rng, groups) -> list[TopLabelData]:
+    """Binned data's folds: each bin's integer counts dealt by a multinomial draw."""
+    for name, arr in (("tp", data.tp), ("fp", data.fp)):
+        if not np.all(arr == np.round(arr)):
             raise DataError(
-                f"{n_folds} folds exceed the {total:g} samples in the data; use at most "
-                f"{total:g} folds"
+                f"K-fold on binned data deals each bin's {name} count across folds and "
+                "needs integer counts, but some are fractional; use --eval with a "
+                "second test set instead"
             )
-        p = np.full(n_folds, 1.0 / n_folds)
-        tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
-        fp = rng.multinomial(data.fp.astype(np.int64), p).astype(np.float64)
-        folds = [
-            TopLabelData(
-                data.classes,
-                data.pred,
-                data.score,
-                data.score_range,
-                tp=tp[:, f],
-                fp=fp[:, f],
-                bin_edges=data.bin_edges,
+        if arr.max() > MAX_DEAL_COUNT:
+            raise DataError(
+                f"K-fold on binned data deals each bin's {name} count across folds, "
+                f"but a count is {arr.max():g} (more than {MAX_DEAL_COUNT:g} samples "
+                "in one bin cannot be dealt); use --eval with a second test set instead"
             )
-            for f in range(n_folds)
-        ]
-        if groups is None:
-            return folds
-        return [TopLabelData.concat([folds[f] for f in g]) for g in groups]
+    total = data.tp.sum() + data.fp.sum()
+    if n_folds > total:
+        raise DataError(
+            f"{n_folds} folds exceed the {total:g} samples in the data; use at most "
+            f"{total:g} folds"
+        )
+    p = np.full(n_folds, 1.0 / n_folds)
+    tp = rng.multinomial(data.tp.astype(np.int64), p).astype(np.float64)  # (rows, folds)
+    fp = rng.multinomial(data.fp.astype(np.int64), p).astype(np.float64)
+    folds = [
+        TopLabelData(
+            data.classes,
+            data.pred,
+            data.score,
+            data.score_range,
+            tp=tp[:, f],
+            fp=fp[:, f],
+            bin_edges=data.bin_edges,
+        )
+        for f in range(n_folds)
+    ]
+    if groups is None:
+        return folds
+    return [TopLabelData.concat([folds[f] for f in g]) for g in groups]
+
+
+def _sample_folds(data: TopLabelData, n_folds: int, rng, groups) -> list[TopLabelData]:
+    """Per-sample data's folds: each class's rows shuffled and dealt round-robin."""
     if data.n_rows < n_folds:
         raise DataError(
             f"{n_folds} folds exceed the {data.n_rows} rows of the data; use at most "

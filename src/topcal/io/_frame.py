@@ -275,66 +275,88 @@ def _read_frame(
             f"columns"
         )
     if vec_cols:
-        if classes is not None and [str(c) for c in classes] != names:
-            raise DataError(
-                f"classes {preview(classes)} do not match the score columns "
-                f"{preview(vec_cols)}"
-            )
-        matrix = _numeric(frame, vec_cols)
-        if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
-            raise DataError(
-                "--score-range applies to pred/score columns; probability columns are on "
-                "(0, 1)"
-            )
-        try:
-            if logit_cols or logits:
-                return TopLabelData.from_logits(matrix, labels, classes=names)
-            return TopLabelData.from_probs(
-                matrix, labels, classes=names, renormalize=renormalize
-            )
-        except DataError as exc:
-            if labels is None or "labels" not in str(exc):
-                raise
-            raise DataError(
-                f"{exc} (labels are matched to the class names in the {prefix}<class> column "
-                "names, not to column positions)"
-            ) from None
-    if pred_column in cols and score_column in cols:
-        has_labels = label_column in cols
-        coded = coded_top and _top_score_coded(
-            frame[pred_column], frame[label_column] if has_labels else None
+        logit = bool(logit_cols or logits)
+        return _vector_frame(
+            frame, vec_cols, prefix, names, labels, classes, score_range, logit, renormalize
         )
-        if coded:
-            pred, labels, classes = coded
-        elif coded_top and has_labels:
-            labels = _class_values(frame[label_column], None, f"label column {label_column!r}")
-        if not coded:
-            pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
-        if coded == ():  # the coded reading found no label among the predicted classes
-            labels, pred = (
-                _class_values(frame[c], None, c) for c in (label_column, pred_column)
-            )
-        if (
-            labels is not None
-            and (classes is None or coded == ())
-            and not set(_distinct(labels)).intersection(_distinct(pred))
-        ):
-            raise DataError(
-                f"no label in {label_column!r} names a predicted class in {pred_column!r} "
-                f"(labels like {sorted(set(labels))[:3]}, predictions like "
-                f"{sorted(set(pred))[:3]}); both columns must use the same class names"
-            )
-        return TopLabelData.from_scores(
-            pred,
-            _numeric(frame, [score_column])[:, 0],
-            labels,
-            classes=classes,
-            score_range=(0.0, 1.0) if score_range is None else score_range,
+    if pred_column in cols and score_column in cols:
+        return _top_score_frame(
+            frame, (label_column, pred_column, score_column), label_column in cols, labels,
+            classes, coded_top, score_range,
         )
     raise DataError(
         f"cannot find score columns in {cols[:8]}{'...' if len(cols) > 8 else ''}: expected "
         f"{prob_prefix}<class> probability columns, {logit_prefix}<class> logits, "
         f"'{pred_column}' + '{score_column}', or binned {','.join(BINNED_COLUMNS)}"
+    )
+
+
+def _vector_frame(
+    frame, vec_cols, prefix, names, labels, classes, score_range, logit: bool, renormalize
+) -> TopLabelData:
+    """A frame of score-vector columns (``prefix<class>``; logits where ``logit``)."""
+    if classes is not None and [str(c) for c in classes] != names:
+        raise DataError(
+            f"classes {preview(classes)} do not match the score columns "
+            f"{preview(vec_cols)}"
+        )
+    matrix = _numeric(frame, vec_cols)
+    if score_range is not None and tuple(float(v) for v in score_range) != (0.0, 1.0):
+        raise DataError(
+            "--score-range applies to pred/score columns; probability columns are on "
+            "(0, 1)"
+        )
+    try:
+        if logit:
+            return TopLabelData.from_logits(matrix, labels, classes=names)
+        return TopLabelData.from_probs(
+            matrix, labels, classes=names, renormalize=renormalize
+        )
+    except DataError as exc:
+        if labels is None or "labels" not in str(exc):
+            raise
+        raise DataError(
+            f"{exc} (labels are matched to the class names in the {prefix}<class> column "
+            "names, not to column positions)"
+        ) from None
+
+
+def _top_score_frame(
+    frame, role_columns, has_labels: bool, labels, classes, coded_top: bool, score_range
+) -> TopLabelData:
+    """A frame of top scores: the (label, pred, score) columns of ``role_columns`` (a label
+    column where ``has_labels``), the labels read already (None: not yet), the class columns
+    coded where ``coded_top``."""
+    label_column, pred_column, score_column = role_columns
+    coded = coded_top and _top_score_coded(
+        frame[pred_column], frame[label_column] if has_labels else None
+    )
+    if coded:
+        pred, labels, classes = coded
+    elif coded_top and has_labels:
+        labels = _class_values(frame[label_column], None, f"label column {label_column!r}")
+    if not coded:
+        pred = _class_values(frame[pred_column], classes, f"column {pred_column!r}")
+    if coded == ():  # the coded reading found no label among the predicted classes
+        labels, pred = (
+            _class_values(frame[c], None, c) for c in (label_column, pred_column)
+        )
+    if (
+        labels is not None
+        and (classes is None or coded == ())
+        and not set(_distinct(labels)).intersection(_distinct(pred))
+    ):
+        raise DataError(
+            f"no label in {label_column!r} names a predicted class in {pred_column!r} "
+            f"(labels like {sorted(set(labels))[:3]}, predictions like "
+            f"{sorted(set(pred))[:3]}); both columns must use the same class names"
+        )
+    return TopLabelData.from_scores(
+        pred,
+        _numeric(frame, [score_column])[:, 0],
+        labels,
+        classes=classes,
+        score_range=(0.0, 1.0) if score_range is None else score_range,
     )
 
 

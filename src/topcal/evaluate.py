@@ -416,7 +416,21 @@ def compare_methods(
     small = few_positives(data)
     if small is not None:
         notes["data"] = [small]
+    target, confs = _evaluated_predictions(
+        data, eval_data, run, folds, seed, params, n_bins, progress, out
+    )
+    if confs:
+        out["ranking"] = paired_ranking(target, confs, baseline=BASELINE)
+    return Comparison(**{**out, "warnings": {k: v for k, v in notes.items() if v}})
+
+
+def _evaluated_predictions(
+    data: TopLabelData, eval_data, run, folds, seed: int, params, n_bins: int, progress, out
+) -> tuple[TopLabelData, dict]:
+    """:func:`compare_methods`'s protocol run: the methods evaluated into ``out`` (its
+    fields); the data evaluated on and each method's confidences there."""
     if folds is not None:
+        failed, notes, choices = out["failed"], out["warnings"], out["choices"]
         target, confs = _kfold_predictions(
             data, run, folds, seed, progress, params, failed, notes, choices
         )
@@ -424,33 +438,39 @@ def compare_methods(
         for name in run:
             if name in confs:
                 out["methods"][name] = evaluate(target, confs[name], n_bins=n_bins)
-        confs = {name: confs[name] for name in run if name in confs}
-    else:
-        confs = {}
-        target = data if eval_data is None else eval_data
-        if eval_data is not None:
-            out["protocol"] = "holdout"
-        for name in _progress.bar(run, desc="fitting", unit=" methods"):
-            if progress is not None:
-                progress(f"fitting {name}")
-            try:
-                model, (scores,) = fit_and_score(
-                    name, data, [target], params=params.get(name), notes=notes, n_bins=n_bins
-                )
-            except TopcalError as exc:
-                failed[name] = f"{type(exc).__name__}: {exc}"
-                continue
-            for msg in curve_findings(name, model, data):
-                if msg not in notes.setdefault(name, []):
-                    notes[name].append(msg)
-            summary = auto_summary(model)
-            if summary is not None:
-                choices[name] = [summary]
-            out["methods"][name] = scores
-            confs[name] = model.predict(target)
-    if confs:
-        out["ranking"] = paired_ranking(target, confs, baseline=BASELINE)
-    return Comparison(**{**out, "warnings": {k: v for k, v in notes.items() if v}})
+        return target, {name: confs[name] for name in run if name in confs}
+    target = data if eval_data is None else eval_data
+    if eval_data is not None:
+        out["protocol"] = "holdout"
+    return target, _fit_and_evaluate(data, target, run, params, n_bins, progress, out)
+
+
+def _fit_and_evaluate(
+    data: TopLabelData, target: TopLabelData, run, params: dict, n_bins: int, progress, out
+) -> dict:
+    """The "same" and "holdout" protocols: each method fitted on ``data`` and evaluated on
+    ``target`` into ``out`` (:func:`compare_methods`'s fields); its confidences there."""
+    failed, notes, choices = out["failed"], out["warnings"], out["choices"]
+    confs = {}
+    for name in _progress.bar(run, desc="fitting", unit=" methods"):
+        if progress is not None:
+            progress(f"fitting {name}")
+        try:
+            model, (scores,) = fit_and_score(
+                name, data, [target], params=params.get(name), notes=notes, n_bins=n_bins
+            )
+        except TopcalError as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        for msg in curve_findings(name, model, data):
+            if msg not in notes.setdefault(name, []):
+                notes[name].append(msg)
+        summary = auto_summary(model)
+        if summary is not None:
+            choices[name] = [summary]
+        out["methods"][name] = scores
+        confs[name] = model.predict(target)
+    return confs
 
 
 def comparison_rows(result) -> list[tuple[str, str, str, float | None]]:

@@ -335,7 +335,6 @@ TO_SPLIT = {
     ("report/figures.py", "report_figures"),
     ("report/checks.py", "diagnose"),
     ("report/focus.py", "focused_fits"),
-    ("evaluate.py", "compare_methods"),
 }
 
 

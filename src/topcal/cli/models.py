@@ -408,7 +408,7 @@ def _cmd_adapt(args) -> int:
 
 
 def _adapt_shrink(args) -> str | float:
-    """``topcal adapt``'s --bootstrap and --seed checked, and its --shrink: "auto" or a number."""
+    """``topcal adapt``'s --bootstrap and --seed checked; --shrink as "auto" or a float."""
     if args.bootstrap < 0:
         raise TopcalError(f"--bootstrap must be >= 0 (0: no intervals), got {args.bootstrap}")
     from ..labelshift.estimates import MAX_BOOTSTRAP

@@ -130,7 +130,8 @@ def _posterior_products(posteriors, ps):
         return posteriors.products(ps)
     P = np.asarray(posteriors, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        base = np.where(ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0)  # p(x|y) up to a factor per row
+        # p(x|y) up to a factor per row
+        base = np.where(ps > 0, P / np.where(ps > 0, ps, 1.0), 0.0)
 
     def row_dot(p):  # (K, B) -> (n, B)
         return base @ p

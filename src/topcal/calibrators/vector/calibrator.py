@@ -201,8 +201,8 @@ class _VectorBase(Calibrator):
         self._set_statistics(data, layout, theta, margin, x, obj)
 
     def _usable_warm(self, k: int):
-        """The warm start (:attr:`_warm`) when it is a fit of this method on ``k`` classes with
-        this penalty and a kept Hessian; else None."""
+        """The warm start (:attr:`_warm`) when it is a fit of this method on ``k`` classes
+        with this penalty and a kept Hessian; else None."""
         warm = self._warm
         if not (
             isinstance(warm, type(self))

@@ -334,7 +334,6 @@ TO_SPLIT = {
     ("report/build.py", "_write_pages"),
     ("report/figures.py", "report_figures"),
     ("report/checks.py", "diagnose"),
-    ("report/focus.py", "focused_fits"),
 }
 
 

@@ -88,19 +88,8 @@ def focused_fits(
     None), and a sentence for the page saying how the table was made. ``diagnostics`` is
     filled as :func:`~topcal.evaluate.fit_methods` fills it.
     """
-    params = {k: dict(v) for k, v in (params or {}).items()}
-    other = sorted(set(params) - {AUTO})
-    if other:
-        raise TopcalError(
-            f"--param for {', '.join(other)}: the default report fits {AUTO} (its "
-            f"candidates with their defaults), the baseline and {AUTO}'s best {PEERS} "
-            "other candidates; name the methods to fit with parameters (--methods all, or "
-            "--methods M1,M2,...)"
-        )
-    own = params.setdefault(AUTO, {})
-    if folds is not None:
-        own.setdefault("folds", int(folds))
-    own.setdefault("seed", int(seed))
+    params = _auto_params(params, folds, seed)
+    own = params[AUTO]
     context = FitContext()  # auto's cross-validation runs, reused below
     models, _ = fit_methods(
         data,
@@ -142,6 +131,31 @@ def focused_fits(
         )
         diagnostics["failed"].update(comparison.failed)
         return models, comparison, ""
+    comparison, note = _reused_comparison(data, run, choice, conf, auto, choices)
+    return models, comparison, note
+
+
+def _auto_params(params: dict | None, folds: int | None, seed: int) -> dict:
+    """The default report's ``params``, copied: only auto's, with its folds and seed."""
+    params = {k: dict(v) for k, v in (params or {}).items()}
+    other = sorted(set(params) - {AUTO})
+    if other:
+        raise TopcalError(
+            f"--param for {', '.join(other)}: the default report fits {AUTO} (its "
+            f"candidates with their defaults), the baseline and {AUTO}'s best {PEERS} "
+            "other candidates; name the methods to fit with parameters (--methods all, or "
+            "--methods M1,M2,...)"
+        )
+    own = params.setdefault(AUTO, {})
+    if folds is not None:
+        own.setdefault("folds", int(folds))
+    own.setdefault("seed", int(seed))
+    return params
+
+
+def _reused_comparison(data: TopLabelData, run, choice: dict, conf, auto, choices: dict):
+    """``(comparison, note)`` from auto's own cross-validation ``run``: every candidate
+    scored on its held-out rows, auto's row its choice's confidences ``conf``."""
     target = run.target
     order = [BASELINE, AUTO] + sorted(
         (n for n in run.confidence if n != BASELINE),
@@ -175,4 +189,4 @@ def focused_fits(
         "the choice was made on these folds, so that row is slightly optimistic "
         "(<code>--methods all</code> cross-fits it nested)."
     )
-    return models, comparison, note
+    return comparison, note

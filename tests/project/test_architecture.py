@@ -326,12 +326,14 @@ LONG_FUNCTIONS = {
         + [("cli/trust.py", "add_commands"), ("experiments/cli.py", "add_commands")],
         "an argument table: one add_argument call per option, read top to bottom like --help",
     ),
+    ("report/build.py", "build_report"): (
+        "a public entry point whose signature and parameter docs alone are 84 lines; its body "
+        "is named steps (_checked_inputs, _fit_and_compare, _findings, _write_pages)"
+    ),
 }
 #: Functions over the limit that are still to be split (the list may only shrink: an entry whose
 #: function is back under the limit fails the test until it is removed).
 TO_SPLIT = {
-    ("report/build.py", "build_report"),
-    ("report/build.py", "_write_pages"),
     ("report/figures.py", "report_figures"),
     ("report/checks.py", "diagnose"),
 }

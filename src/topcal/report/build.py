@@ -175,6 +175,55 @@ def build_report(
         if progress is not None:
             progress(msg)
 
+    eval_data, extra = _checked_inputs(
+        data, out_dir, force, eval_data, extra, adapted, thresholds, classes
+    )
+    focused = methods is None
+    every = isinstance(methods, str) and methods == ALL
+    if isinstance(methods, str) and not every:
+        methods = [methods]
+    diag: dict = {}
+    models, comparison, skipped, note = _fit_and_compare(
+        data, methods, every, eval_data, folds, seed, params, log, diag
+    )
+    focus = model_in_use(models)
+    holdout = None
+    if eval_data is not None:
+        holdout = Comparison(
+            "holdout", methods=score_models(models, eval_data), skipped=skipped
+        )
+    findings = _findings(data, models, comparison, holdout, diag, skipped, focused)
+    page = _Page(
+        data=data,
+        models=models,
+        comparison=comparison,
+        eval_data=eval_data,
+        holdout=holdout,
+        extra=extra,
+        methods_given=not (focused or every),
+        findings=findings,
+        title=title,
+        data_label=data_label,
+        dpi=dpi,
+        t0=t0,
+        log=log,
+        adapted=adapted,
+        thresholds=thresholds,
+        classes=classes,
+        focus=focus,
+        note=note,
+        focused=focused,
+    )
+    with report_dir(out_dir, force) as stage:
+        (stage / "figures").mkdir()
+        fig_list = _write_pages(stage, Path(out_dir), page)
+    path = Path(out_dir) / "index.html"
+    return ReportResult(path, comparison, holdout, findings, fig_list, skipped, focus)
+
+
+def _checked_inputs(data, out_dir, force: bool, eval_data, extra, adapted, thresholds, classes):
+    """:func:`build_report`'s checks before any fitting; ``(eval_data, extra)`` on the data's
+    classes."""
     data.require_labels("a calibration report")
     if adapted is not None and tuple(adapted.classes_) != tuple(data.classes):
         raise TopcalError(
@@ -202,12 +251,14 @@ def build_report(
             "the extra samples (--add) must be in the same form as the data (binned or "
             "per-sample, with or without full score vectors)"
         )
+    return eval_data, extra
+
+
+def _fit_and_compare(data, methods, every: bool, eval_data, folds, seed, params, log, diag):
+    """The report's fits and metric table: ``(models, comparison, skipped, note)``;
+    ``methods`` None: the focused default (:func:`focused_fits`); ``diag`` filled as
+    :func:`fit_methods` fills it."""
     focused = methods is None
-    every = isinstance(methods, str) and methods == ALL
-    if isinstance(methods, str) and not every:
-        methods = [methods]
-    methods_given = not (focused or every)
-    diag: dict = {}
     note = ""
     if focused:
         models, comparison, note = focused_fits(
@@ -242,12 +293,12 @@ def build_report(
         )
         diag["failed"].update(comparison.failed)
         comparison = replace(comparison, skipped=skipped)
-    focus = model_in_use(models)
-    holdout = None
-    if eval_data is not None:
-        holdout = Comparison(
-            "holdout", methods=score_models(models, eval_data), skipped=skipped
-        )
+    return models, comparison, skipped, note
+
+
+def _findings(data, models, comparison, holdout, diag, skipped, focused: bool) -> list:
+    """The report's warnings: :func:`diagnose`'s, then failed fits, curves at 0 or 1, what
+    the fits warned about (once each) and the methods skipped."""
     findings = diagnose(data, models, comparison, holdout)
     for n, msg in diag["failed"].items():
         findings.append(Finding("failed", f"{n} failed and is left out: {msg}", None, n))
@@ -273,87 +324,80 @@ def build_report(
                 + ".",
             )
         )
-
-    with report_dir(out_dir, force) as stage:
-        (stage / "figures").mkdir()
-        fig_html, fig_list, toc, body = _write_pages(
-            stage,
-            Path(out_dir),
-            data,
-            models,
-            comparison,
-            eval_data,
-            holdout,
-            extra,
-            methods_given,
-            findings,
-            skipped,
-            title,
-            data_label,
-            dpi,
-            t0,
-            log,
-            adapted,
-            thresholds,
-            {"classes": classes, "focus": focus, "note": note, "focused": focused},
-        )
-    path = Path(out_dir) / "index.html"
-    return ReportResult(path, comparison, holdout, findings, fig_list, skipped, focus)
+    return findings
 
 
-def _write_pages(
-    stage,
-    out,
-    data,
-    models,
-    comparison,
-    eval_data,
-    holdout,
-    extra,
-    methods_given,
-    findings,
-    skipped,
-    title,
-    data_label,
-    dpi,
-    t0,
-    log,
-    adapted,
-    thresholds=None,
-    view=None,
-):
-    """Write figures/ and index.html into ``stage``; figure paths are given as they will be
-    under ``out``. ``view``: the classes shown (``--classes``), the model in use, the
-    protocol's note and whether the report is the focused default."""
-    view = view or {}
-    focus = view.get("focus")
+@dataclass(frozen=True)
+class _Page:
+    """What the report's page shows (:func:`_write_pages`): the data, the fits and their
+    tables, the findings, the page's settings, and the view: the classes shown
+    (``--classes``), the model in use, the protocol's note, whether it is the focused
+    default."""
+
+    data: TopLabelData
+    models: dict
+    comparison: Comparison
+    eval_data: TopLabelData | None
+    holdout: Comparison | None
+    extra: TopLabelData | None
+    methods_given: bool
+    findings: list
+    title: str
+    data_label: str
+    dpi: int
+    t0: float
+    log: Any
+    adapted: Any
+    thresholds: Any
+    classes: Any
+    focus: str | None
+    note: str
+    focused: bool
+
+
+def _write_pages(stage, out, page: _Page) -> list:
+    """Write figures/ and index.html into ``stage``; return the figures' (title, path), the
+    paths as they will be under ``out``."""
+    fig_html, fig_list, toc = _write_figures(stage, out, page)
+    page.log("writing HTML")
+    body = _page_html(page, fig_html, toc)
+    # control characters (a class name's escape sequence, NUL, bidi overrides) are no HTML
+    # text: shown escaped, as the command line shows them (\x1b)
+    body = printable(body, keep="\n\t")
+    (stage / "index.html").write_text(body, encoding="utf-8")
+    return fig_list
+
+
+def _write_figures(stage, out, page: _Page):
+    """Draw every figure into ``stage``/figures: ``(figure HTML, (title, path) list, table of
+    contents entries)``."""
     main = None
-    if view.get("focused"):  # auto and its peers: the curves of what the user decides about
-        main = [n for n, m in models.items() if not m.is_baseline]
+    if page.focused:  # auto and its peers: the curves of what the user decides about
+        main = [n for n, m in page.models.items() if not m.is_baseline]
     fig_html, fig_list, toc = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateClassWarning)
         for i, (key, ftitle, caption, fig) in enumerate(
             itertools.chain(
                 report_figures(
-                    data,
-                    models,
-                    comparison,
-                    eval_data,
-                    holdout,
-                    extra,
-                    methods_given,
-                    log,
-                    classes=view.get("classes"),
-                    focus=focus,
+                    page.data,
+                    page.models,
+                    page.comparison,
+                    page.eval_data,
+                    page.holdout,
+                    page.extra,
+                    page.methods_given,
+                    page.log,
+                    classes=page.classes,
+                    focus=page.focus,
                     main=main,
                 ),
-                label_shift_figures(adapted),
-                acceptance_figures(data, thresholds),
+                label_shift_figures(page.adapted),
+                acceptance_figures(page.data, page.thresholds),
             ),
             1,
         ):
-            png = figure_png(fig, dpi=dpi)
+            png = figure_png(fig, dpi=page.dpi)
             name = f"figures/{i:02d}-{key}.png"
             (stage / name).write_bytes(png)
             fig_list.append((ftitle, out / name))
@@ -364,8 +408,13 @@ def _write_pages(
                 f"<img src='{uri}' alt='{html.escape(ftitle)}'>"
                 f"<figcaption>{html.escape(caption)}</figcaption></figure>"
             )
+    return fig_html, fig_list, toc
 
-    log("writing HTML")
+
+def _page_html(page: _Page, fig_html: list, toc: list) -> str:
+    """index.html's text (control characters not yet escaped)."""
+    data, models, comparison, holdout = page.data, page.models, page.comparison, page.holdout
+    findings, focus, title = page.findings, page.focus, page.title
     warn_html = warnings_html(findings, focus)
     per_class = "".join(
         f"<details><summary>{m.upper()} per class ({data.n_classes} classes)</summary>"
@@ -375,7 +424,8 @@ def _write_pages(
     hold_html = ""
     if holdout is not None:
         hold_html = (
-            f"<h3>Evaluated on the second test set</h3>{data_summary(eval_data, 'second test set')}"
+            f"<h3>Evaluated on the second test set</h3>"
+            f"{data_summary(page.eval_data, 'second test set')}"
             f"{metric_table(holdout, data.classes)}"
             + "".join(
                 f"<details><summary>{m.upper()} per class (second set)</summary>"
@@ -384,31 +434,27 @@ def _write_pages(
             )
         )
     params = "".join(params_html(n, m) for n, m in models.items() if not m.is_baseline)
+    extra = page.extra
     extra_html = data_summary(extra, "extra samples (--add)") if extra is not None else ""
-    body = f"""<!DOCTYPE html>
+    return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
 <title>{html.escape(title)}</title><style>{CSS}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p class="muted">topcal {__version__} · {time.strftime("%Y-%m-%d %H:%M")} ·
 methods: {html.escape(", ".join(models))}</p>
-{data_summary(data, data_label)}{extra_html}
+{data_summary(data, page.data_label)}{extra_html}
 {headline_html(models, comparison, focus, holdout, findings)}
 <p>Calibration should be sanity-checked visually: look at every panel before trusting a method
 (Salamon et al., section 12).</p>
 <h2>Metrics</h2>
 <p class="muted">Top-label NLL and Brier per positive, ECE1/ECE2 with 10 bins;
-{view.get("note") or protocol_html(comparison)}
+{page.note or protocol_html(comparison)}
 Best per column in bold green.</p>
 {metric_table(comparison, data.classes)}{per_class}{hold_html}
 <h2 id="warnings">Warnings ({len(findings)})</h2>{warn_html}
 <h2>Figures</h2><ol class="muted">{"".join(toc)}</ol>{"".join(fig_html)}
 <h2>Fitted parameters</h2>{params}
-<p class="muted">Report written in {time.perf_counter() - t0:.1f} s.</p>
+<p class="muted">Report written in {time.perf_counter() - page.t0:.1f} s.</p>
 </body></html>
 """
-    # control characters (a class name's escape sequence, NUL, bidi overrides) are no HTML
-    # text: shown escaped, as the command line shows them (\x1b)
-    body = printable(body, keep="\n\t")
-    (stage / "index.html").write_text(body, encoding="utf-8")
-    return fig_html, fig_list, toc, body

@@ -335,7 +335,6 @@ LONG_FUNCTIONS = {
 #: function is back under the limit fails the test until it is removed).
 TO_SPLIT = {
     ("report/figures.py", "report_figures"),
-    ("report/checks.py", "diagnose"),
 }
 
 

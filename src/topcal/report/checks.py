@@ -222,9 +222,19 @@ def diagnose(
     maximum over K probabilities, or PhANNs' sum of ten) is never below that, so the empty
     region beneath it is not counted as extrapolation.
     """
+    out = (
+        _class_findings(data, min_positives)
+        + _wiggle_findings(data, models, max_sign_changes)
+        + _extrapolation_findings(data, max_extrapolated)
+    )
+    res = Comparison.of(comparison).methods
+    return out + _baseline_findings(data, res, close_ece1) + _overfit_findings(res, holdout)
+
+
+def _class_findings(data: TopLabelData, min_positives: float) -> list[Finding]:
+    """Per-class data problems: never predicted, few positives, no TP or no FP."""
     out: list[Finding] = []
     tp, fp = data.class_counts()
-    lo, hi = data.score_range
     for k, c in enumerate(data.classes):
         n = tp[k] + fp[k]
         if n == 0:
@@ -269,6 +279,12 @@ def diagnose(
                     severity=n,
                 )
             )
+    return out
+
+
+def _wiggle_findings(data: TopLabelData, models: dict, max_sign_changes: int) -> list:
+    """Smooth curves that change direction more than ``max_sign_changes`` times."""
+    out: list[Finding] = []
     for name, m in models.items():
         if m.step_curve or m.is_baseline or not plots.is_score_curve(m):
             continue  # a step function's jumps are no wiggles; the baseline fits nothing
@@ -290,6 +306,14 @@ def diagnose(
                         severity=n_ch,
                     )
                 )
+    return out
+
+
+def _extrapolation_findings(data: TopLabelData, max_extrapolated: float) -> list[Finding]:
+    """Classes whose observed scores leave more than ``max_extrapolated`` of the attainable
+    range to extrapolation."""
+    out: list[Finding] = []
+    lo, hi = data.score_range
     att_lo = lo + (hi - lo) / max(data.n_classes, 1)
     span = hi - att_lo
     for k, c in enumerate(data.classes):
@@ -309,7 +333,13 @@ def diagnose(
                     severity=share,
                 )
             )
-    res = Comparison.of(comparison).methods
+    return out
+
+
+def _baseline_findings(data: TopLabelData, res: dict, close_ece1: float) -> list[Finding]:
+    """Classes where calibration hurts out of sample, or where the uncalibrated score is
+    already close to calibrated (``res``: the comparison's methods)."""
+    out: list[Finding] = []
     if BASELINE in res:
         uncal_nll = res[BASELINE].nll.per_class
         uncal_ece = res[BASELINE].ece1.per_class
@@ -352,6 +382,12 @@ def diagnose(
                         severity=close_ece1 - e,
                     )
                 )
+    return out
+
+
+def _overfit_findings(res: dict, holdout) -> list[Finding]:
+    """Methods whose NLL on the second set is over 1.2 times that on the fitting set."""
+    out: list[Finding] = []
     if holdout is not None:
         for name, r in Comparison.of(holdout).methods.items():
             a = res[name].nll.overall if name in res else None

@@ -144,6 +144,32 @@ def report_figures(
         comparison = _comparison_view(comparison, names)
         holdout = None if holdout is None else _comparison_view(holdout, names)
 
+    yield from _joint_figures(data, only, classes, log)
+    main_score = _main_curve_models(models, curve_models, main, methods_given)
+    yield from _curve_figures(data, curve_models, main_score, methods_given, only, few, log)
+    yield from _density_figures(data, curve_models, other_models, only, few, log)
+    log("figure: NLL bars")
+    yield (
+        "nll",
+        "NLL per class and method (paper Fig. 17)",
+        "Mean top-label negative log-likelihood per positive, "
+        + (
+            "out of sample (as in the metrics table)"
+            if Comparison.of(comparison).protocol == "kfold"
+            else "fitted and evaluated on the same data"
+        )
+        + " (lower is better)."
+        + few,
+        plots.plot_method_bars(plots.method_scores(comparison, "nll")),
+    )
+    if eval_data is not None and holdout is not None:
+        yield from _second_set_figures(data, eval_data, comparison, holdout, only, log)
+    if extra is not None:
+        yield from _added_figures(data, extra, curve_models, only, log)
+
+
+def _joint_figures(data, only, classes, log):
+    """The joint distribution of true and predicted class (of the kept classes' rows)."""
     log("figure: joint distribution")
     jd = plots.joint_distribution(data if only is None else _joint_view(data, only))
     cap = (
@@ -161,6 +187,10 @@ def report_figures(
         )
     yield "joint", "Joint distribution (paper Fig. 1)", cap, plots.plot_joint_distribution(jd)
 
+
+def _main_curve_models(models, curve_models, main, methods_given: bool) -> dict:
+    """The models of the main curves figure: ``main``, else the named methods, else the
+    paper's choice (else every fitted curve but the baseline's and constant ones)."""
     if main is not None:
         main_score = {n: curve_models[n] for n in main if n in curve_models}
     elif methods_given:
@@ -174,6 +204,11 @@ def report_figures(
                 for n, m in curve_models.items()
                 if not (m.is_baseline or m.constant_per_class)
             }
+    return main_score
+
+
+def _curve_figures(data, curve_models, main_score, methods_given: bool, only, few, log):
+    """The calibration curves, the KDE bandwidth rules and binary temperature scaling."""
     log("figure: calibration curves")
     grid = plots.calibration_curves(data, main_score, only=only)
     yield (
@@ -213,6 +248,10 @@ def report_figures(
             "histogram." + _band_caption(grid) + few,
             plots.plot_calibration_curves(grid),
         )
+
+
+def _density_figures(data, curve_models, other_models, only, few, log):
+    """The kernel densities behind a KDE model, and every full-vector model's clouds."""
     dens = _pick(_DENSITY_PREFERENCE, curve_models)
     if dens:
         name = dens[0]
@@ -246,59 +285,51 @@ def report_figures(
             f"{what} Bars: Conf_Hist for reference.{few}",
             plots.plot_ts_clouds(panels, method=name),
         )
-    log("figure: NLL bars")
+
+
+def _second_set_figures(data, eval_data, comparison, holdout, only, log):
+    """The two test sets' histograms and the paired NLL bars (paper Figs. 4, 18, 19)."""
+    log("figure: second test set")
     yield (
-        "nll",
-        "NLL per class and method (paper Fig. 17)",
-        "Mean top-label negative log-likelihood per positive, "
-        + (
-            "out of sample (as in the metrics table)"
-            if Comparison.of(comparison).protocol == "kfold"
-            else "fitted and evaluated on the same data"
-        )
-        + " (lower is better)."
-        + few,
-        plots.plot_method_bars(plots.method_scores(comparison, "nll")),
-    )
-    if eval_data is not None and holdout is not None:
-        log("figure: second test set")
-        yield (
-            "overlay",
-            "Histograms of the two test sets (paper Fig. 4)",
-            "Conf_Hist per class on the fitting set (black) and the second set (red, "
-            "dashed); their differences are noise the calibration cannot know about.",
-            plots.plot_histogram_overlay(
-                plots.histogram_overlay(
-                    data, eval_data, labels=("fitting set", "second set"), only=only
-                )
-            ),
-        )
-        yield (
-            "paired",
-            "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
-            "Overall NLL per method on the fitting set (left) and the second set (right). "
-            "A method far worse on the second set has fitted noise.",
-            plots.plot_paired_bars(
-                plots.paired_scores(
-                    comparison, holdout, "nll", labels=("fitting set", "second set")
-                )
-            ),
-        )
-    if extra is not None:
-        method = next(iter(_pick(_ADDED_PREFERENCE, curve_models)), None)
-        method = method or next(iter(curve_models), None) or _ADDED_PREFERENCE[-1]
-        log(f"figure: added samples ({method})")
-        used, panels = plots.added_samples_effect(data, extra, method, only=only)
-        if panels:
-            yield (
-                "added",
-                f"Effect of the added samples on {used} (paper Fig. 15)",
-                "Each class the extra file predicts: the curve fitted on the original "
-                "data (black) and on the data plus the extra samples (red). With one "
-                "fixed bandwidth, adding only true positives can only raise Conf_KDE "
-                "(paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
-                plots.plot_added_samples(used, panels),
+        "overlay",
+        "Histograms of the two test sets (paper Fig. 4)",
+        "Conf_Hist per class on the fitting set (black) and the second set (red, "
+        "dashed); their differences are noise the calibration cannot know about.",
+        plots.plot_histogram_overlay(
+            plots.histogram_overlay(
+                data, eval_data, labels=("fitting set", "second set"), only=only
             )
+        ),
+    )
+    yield (
+        "paired",
+        "Fitted on the first set, evaluated on both (paper Figs. 18, 19)",
+        "Overall NLL per method on the fitting set (left) and the second set (right). "
+        "A method far worse on the second set has fitted noise.",
+        plots.plot_paired_bars(
+            plots.paired_scores(
+                comparison, holdout, "nll", labels=("fitting set", "second set")
+            )
+        ),
+    )
+
+
+def _added_figures(data, extra, curve_models, only, log):
+    """The curve fitted with and without the extra samples (paper Fig. 15)."""
+    method = next(iter(_pick(_ADDED_PREFERENCE, curve_models)), None)
+    method = method or next(iter(curve_models), None) or _ADDED_PREFERENCE[-1]
+    log(f"figure: added samples ({method})")
+    used, panels = plots.added_samples_effect(data, extra, method, only=only)
+    if panels:
+        yield (
+            "added",
+            f"Effect of the added samples on {used} (paper Fig. 15)",
+            "Each class the extra file predicts: the curve fitted on the original "
+            "data (black) and on the data plus the extra samples (red). With one "
+            "fixed bandwidth, adding only true positives can only raise Conf_KDE "
+            "(paper Fig. 15); a bandwidth rule may pick a new b for the larger data.",
+            plots.plot_added_samples(used, panels),
+        )
 
 
 def acceptance_figures(data, acceptance):

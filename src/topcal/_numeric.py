@@ -18,6 +18,8 @@ __all__ = [
     "row_max",
     "softplus_both",
     "bin_index",
+    "distinct",
+    "found_in",
     "weighted_quantile_edges",
     "SortedTables",
 ]
@@ -111,6 +113,38 @@ def softplus_both(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     s = np.log1p(np.exp(-np.abs(m)))
     return np.maximum(-m, 0.0) + s, np.maximum(m, 0.0) + s
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` of a 1-d array by one sort: numpy 2.3-2.4's hash table for plain
+    ``np.unique`` of integers takes ~80 x a sort's time where most values are distinct
+    (10^6 64-bit hashes: 2.5 s against 0.03 s)."""
+    s = np.sort(np.asarray(a).ravel())
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def found_in(needles: np.ndarray, haystack: np.ndarray) -> np.ndarray:
+    """``np.isin(needles, haystack)`` for a few needles among many values, without the
+    unique of the haystack that ``np.isin`` takes (:func:`distinct`): each haystack value
+    looked up among the sorted needles."""
+    needles = np.asarray(needles)
+    found = np.zeros(needles.size, dtype=bool)
+    if not needles.size or not np.size(haystack):
+        return found
+    order = np.argsort(needles, kind="stable")
+    ranked = needles[order]
+    pos = np.searchsorted(ranked, np.asarray(haystack).ravel())
+    np.minimum(pos, ranked.size - 1, out=pos)
+    hit = ranked[pos] == np.asarray(haystack).ravel()
+    # every needle equal to a found value (repeated needles share their value)
+    values = distinct(ranked[pos[hit]])
+    found[order] = np.isin(ranked, values)
+    return found
 
 
 def bin_index(edges: np.ndarray, score: np.ndarray) -> np.ndarray:

@@ -474,6 +474,21 @@ def test_honest_vote_data_is_not_taken_for_fitting_rows():
             check_not_fitting_data(model, fit.subset(np.arange(2500)))  # a re-use still is
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("trees", [20, 50, 100, 150, 200])
+def test_honest_votes_on_20_to_200_levels_are_never_refused(trees):
+    """Issue 52's target, 0 of 50 seeds: neither the exact rows, nor the coarse keys, nor the
+    rough keys (top and second score on a 1e-3 grid, where votes of 100-200 trees sit on
+    their own lattice points) take honest held-out votes for fitting rows."""
+    from topcal.evidence.fingerprint import Fingerprint
+
+    shares = []
+    for seed in range(50):
+        fp = Fingerprint.of(_votes(3000, 2 * seed, trees))
+        shares.append(fp.overlap(_votes(3000, 2 * seed + 1, trees)).of_data)
+    assert max(shares) < 0.1, shares  # not even a warning
+
+
 # -- one command, disjoint parts: threshold DATA --fit METHOD --------------------------------------
 
 

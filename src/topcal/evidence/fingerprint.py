@@ -57,6 +57,17 @@ excess within 3 standard errors of the chance counts for nothing, and so does a 
 keys recur by chance half the time or more (too many rows too close together to tell apart
 by their top score). Both sketches merge like the statistics: a model fitted in chunks or on
 Dask keeps the fingerprint of the whole fit, bit for bit.
+
+Coarser re-encodings (rounded to 4 or 3 decimals, percentages with 2, renormalised or not)
+move a top score by up to 5e-4 and more: on a grid that coarse, one top score no longer
+tells a few thousand rows apart. Where the rows hold score vectors of three classes or
+more, a third sketch (``rough``, ``n_rough``) keys each by its class names and its top and
+*second* scores on a grid of :data:`ROUGH_STEP` (the second from the ratio of the two
+largest entries, which renormalising does not change); a key is found again within
+:data:`ROUGH_REACH` steps in both. Its chance is measured inside the data, as the exact
+rows' is (one half's keys found in the other half), so that scores on a lattice (a
+forest's votes) count for nothing: honest held-out votes of 20-200 trees are never taken
+for fitting rows (0 of 50 seeds at each), rows rounded to 3 or 4 decimals are, at 98-100%.
 """
 
 from __future__ import annotations
@@ -66,6 +77,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._numeric import distinct, found_in
 from ..data import TopLabelData
 
 __all__ = [
@@ -99,6 +111,18 @@ COARSE_STEP = 1e-6
 COARSE_REACH = 3
 #: Rows scoring above this have no coarse key (module docstring); so do scores below 0.
 COARSE_TOP = 1.0 - 1e-3
+#: The rough keys' grid (module docstring) for the top and the second score: rounding to 3
+#: decimals moves either by at most half a step, renormalising a few classes' rounded row
+#: by about as much again.
+ROUGH_STEP = 1e-3
+#: Steps either side, in each of the two scores, within which a rough key is found again.
+ROUGH_REACH = 2
+#: The chance recurrence of rough keys from which they say nothing. Higher than the coarse
+#: keys' one half: the chance is measured in the data themselves, which errs high (a mean
+#: of powers), never low, so that a large excess is still sure; near 1 no key tells.
+ROUGH_CHANCE = 0.8
+#: Rows of score vectors read a block at a time for their second score.
+_ROUGH_BLOCK = 4096
 #: Share of the fitting rows found in some labelled data, or of the data's rows that are
 #: fitting rows, from which a guarantee (topcal.thresholds.core) or an update refuses the
 #: data.
@@ -244,31 +268,87 @@ def coarse_hashes(data: TopLabelData, shift: int = 0) -> np.ndarray:
         return _mix(h ^ cell.view(np.uint64))
 
 
+def _second_scores(data: TopLabelData, keep: np.ndarray) -> np.ndarray:
+    """The second-highest probability of the rows ``keep`` (a boolean mask) of data with
+    full score vectors: the top score times the ratio of the two largest entries, which
+    renormalising a row does not change (logits: the exponential of their difference)."""
+    rows = np.flatnonzero(keep)
+    out = np.zeros(rows.size)
+    for a in range(0, rows.size, _ROUGH_BLOCK):
+        idx = rows[a : a + _ROUGH_BLOCK]
+        two = np.partition(np.asarray(data.full[idx], dtype=np.float64), -2, axis=1)[:, -2:]
+        if data.full_kind == "logits":
+            ratio = np.exp(two[:, 0] - two[:, 1])
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(two[:, 1] > 0, two[:, 0] / two[:, 1], 0.0)
+        out[a : a + idx.size] = ratio
+    return np.asarray(data.score, dtype=np.float64)[rows] * out
+
+
+def rough_cells(data: TopLabelData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(names' hash, top score's grid index, second score's grid index) of each labelled
+    per-sample row that has a rough key (module docstring): a full score vector of three or
+    more classes and a top score in [0, COARSE_TOP]. Empty arrays for the rest."""
+    empty = np.zeros(0, dtype=np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if data.labels is None or data.is_binned or not data.has_full or data.n_classes < 3:
+        return empty
+    score = np.asarray(data.score, dtype=np.float64)
+    keep = (score >= 0.0) & (score <= COARSE_TOP)
+    if not keep.any():
+        return empty
+    second = _second_scores(data, keep)
+    names = np.array([_name_hash(c) for c in data.classes], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix(names[data.pred[keep]] ^ np.uint64(0x6A09E667F3BCC909))
+        h = _mix(h ^ names[data.labels[keep]])
+    top = np.rint(score[keep] / ROUGH_STEP).astype(np.int64)
+    return h, top, np.rint(second / ROUGH_STEP).astype(np.int64)
+
+
+def rough_hashes(cells, shifts=((0, 0),)) -> np.ndarray:
+    """The rough keys' hashes of :func:`rough_cells`'s rows, each row's two grid indices
+    moved by every (top, second) step pair of ``shifts``; (len(shifts) x rows,) uint64."""
+    h, top, second = cells
+    out = []
+    with np.errstate(over="ignore"):
+        for dt, ds in shifts:
+            cell = ((top + dt) << np.int64(24)) ^ (second + ds)
+            out.append(_mix(h ^ cell.view(np.uint64)))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.uint64)
+
+
+def _window(offset: int) -> list[tuple[int, int]]:
+    """The (top, second) step pairs within ROUGH_REACH of (offset, offset)."""
+    r = range(-ROUGH_REACH, ROUGH_REACH + 1)
+    return [(offset + a, offset + b) for a in r for b in r]
+
+
 def _chance(h: np.ndarray) -> float:
     """How often another sample's distinct row values recur in rows hashed ``h`` by chance
     alone: the share of one random half's sketch found in the other half, taken to the
     whole's size as 1 - (1 - c)^2 (each value found with probability 1 - (1 - p)^m in m
     rows). 0 where every row is distinct (continuous scores: no value recurs)."""
-    if h.size < 4 or np.unique(h).size == h.size:
+    if h.size < 4 or distinct(h).size == h.size:
         return 0.0
     # fixed: the same data, the same answer
     order = np.random.default_rng(0).permutation(h.size)
     a, b = h[order[: h.size // 2]], h[order[h.size // 2 :]]
     sketch = np.array(_bottom(a), dtype=np.uint64)
-    c = float(np.isin(sketch, b).mean()) if sketch.size else 0.0
+    c = float(found_in(sketch, b).mean()) if sketch.size else 0.0
     return 1.0 - (1.0 - c) ** 2
 
 
 def _bottom(h: np.ndarray) -> tuple[int, ...]:
     """The :data:`SKETCH_SIZE` smallest distinct values of ``h`` (a bottom-k sketch)."""
-    distinct = (
-        np.unique(np.partition(h, 8 * SKETCH_SIZE)[: 8 * SKETCH_SIZE + 1])
+    values = (
+        distinct(np.partition(h, 8 * SKETCH_SIZE)[: 8 * SKETCH_SIZE + 1])
         if h.size > 16 * SKETCH_SIZE
-        else np.unique(h)
+        else distinct(h)
     )
-    if distinct.size < SKETCH_SIZE:  # many repeated rows: the sketch needs all distinct hashes
-        distinct = np.unique(h)
-    return tuple(int(v) for v in distinct[:SKETCH_SIZE])
+    if values.size < SKETCH_SIZE:  # many repeated rows: the sketch needs all distinct hashes
+        values = distinct(h)
+    return tuple(int(v) for v in values[:SKETCH_SIZE])
 
 
 def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
@@ -276,7 +356,9 @@ def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
     (one line for a warning), or None where it can: no fingerprint at all (a model file
     written before fingerprints, or statistics of unknown rows merged in), or one without
     coarse keys (a file written before them) while ``data`` have some, so that re-encoded
-    fitting rows (rounded, float32, logits) cannot be recognised, only bit-identical ones."""
+    fitting rows (rounded, float32, logits) cannot be recognised, only bit-identical ones;
+    or one without rough keys (a file written before them) while ``data`` have some, so
+    that rows rounded to 3 or 4 decimals cannot be."""
     if fp is None:
         return (
             "the model file keeps no fingerprint of its fitting rows (written by an older "
@@ -289,7 +371,46 @@ def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
             "are recognised bit for bit only, not rounded or otherwise re-encoded (fit it "
             "again to check them)"
         )
+    if not fp.rough_kept and data.n_rows and rough_cells(data)[0].size:
+        return (
+            "the model file's fingerprint predates its rough sketch: fitting rows rounded "
+            "to 3 or 4 decimals are not recognised, only finer re-encodings (fit it again to "
+            "check them)"
+        )
     return None
+
+
+def _distinct(sketch: tuple[int, ...]) -> float:
+    """Estimated number of distinct values behind a bottom-k sketch (k minimum values,
+    Bar-Yossef et al. 2002)."""
+    if len(sketch) < SKETCH_SIZE:
+        return float(len(sketch))
+    return (SKETCH_SIZE - 1) / ((sketch[-1] + 1) / 2.0**64)
+
+
+def _rough_share(keys: np.ndarray, n_fit: int, data: TopLabelData) -> float:
+    """The share of ``data``'s rows that are fitting rows, from the fitting rows' rough
+    sketch ``keys`` (of ``n_fit`` rows): the keys found within ROUGH_REACH steps of a row of
+    the data, beyond what recurs there by chance, over the data's rows with a rough key. The
+    chance is measured inside the data (as :func:`_chance`): how often one random half's keys
+    are found within reach in the other half, so that scores on a lattice (a forest's votes)
+    or crowded together count for nothing. 0 unless the excess is sure (3 standard errors)
+    and the keys tell rows apart (chance below :data:`ROUGH_CHANCE`)."""
+    cells = rough_cells(data)
+    if cells[0].size < 4:
+        return 0.0
+    m = cells[0].size
+    near = float(found_in(keys, rough_hashes(cells, _window(0))).mean())
+    order = np.random.default_rng(0).permutation(m)  # fixed: the same data, the same answer
+    half_a = tuple(a[order[: m // 2]] for a in cells)
+    half_b = tuple(a[order[m // 2 :]] for a in cells)
+    sketch = np.array(_bottom(rough_hashes(half_a)), dtype=np.uint64)
+    c_half = float(found_in(sketch, rough_hashes(half_b, _window(0))).mean())
+    chance = 1.0 - (1.0 - c_half) ** 2
+    se = np.sqrt((near * (1 - near) + chance * (1 - chance)) / keys.size)
+    if chance >= ROUGH_CHANCE or near - chance <= 3 * se:
+        return 0.0
+    return (near - chance) / (1.0 - chance) * n_fit / m
 
 
 @dataclass(frozen=True)
@@ -321,6 +442,12 @@ class Fingerprint:
     #: how the rows' full score vectors were folded into their hashes (module docstring;
     #: files before schemes were stored: 1)
     scheme: int = 1
+    #: the rough keys' bottom-k sketch and the number of rows that have a rough key (files
+    #: before them, and rows without score vectors of three or more classes: none)
+    rough: tuple[int, ...] = ()
+    n_rough: int = 0
+    #: whether rough keys were kept at all (False: a file written before them)
+    rough_kept: bool = True
 
     @classmethod
     def of(cls, data: TopLabelData, scheme: int = SCHEME) -> "Fingerprint":
@@ -329,8 +456,16 @@ class Fingerprint:
         h = row_hashes(data, scheme)
         total = int(h.sum(dtype=np.uint64)) & _MASK  # uint64 sums wrap: mod 2^64
         c = coarse_hashes(data)
+        r = rough_hashes(rough_cells(data))
         return cls(
-            data.n_rows, total, _bottom(h), _bottom(c) if c.size else (), int(c.size), scheme
+            data.n_rows,
+            total,
+            _bottom(h),
+            _bottom(c) if c.size else (),
+            int(c.size),
+            scheme,
+            _bottom(r) if r.size else (),
+            int(r.size),
         )
 
     def merge(self, other: "Fingerprint") -> "Fingerprint":
@@ -342,6 +477,7 @@ class Fingerprint:
             )
         sketch = sorted(set(self.sketch) | set(other.sketch))[:SKETCH_SIZE]
         coarse = sorted(set(self.coarse) | set(other.coarse))[:SKETCH_SIZE]
+        rough = sorted(set(self.rough) | set(other.rough))[:SKETCH_SIZE]
         return Fingerprint(
             self.n_rows + other.n_rows,
             (self.total + other.total) & _MASK,
@@ -349,20 +485,23 @@ class Fingerprint:
             tuple(coarse),
             self.n_coarse + other.n_coarse,
             self.scheme,
+            tuple(rough),
+            self.n_rough + other.n_rough,
+            self.rough_kept and other.rough_kept,
         )
 
     def distinct_rows(self) -> float:
         """Estimated number of distinct fitting rows (k minimum values, Bar-Yossef et al.
         2002)."""
-        if len(self.sketch) < SKETCH_SIZE:
-            return float(len(self.sketch))
-        return (SKETCH_SIZE - 1) / ((self.sketch[-1] + 1) / 2.0**64)
+        return _distinct(self.sketch)
 
     def distinct_coarse(self) -> float:
         """Estimated number of distinct coarse keys of the fitting rows (as distinct_rows)."""
-        if len(self.coarse) < SKETCH_SIZE:
-            return float(len(self.coarse))
-        return (SKETCH_SIZE - 1) / ((self.coarse[-1] + 1) / 2.0**64)
+        return _distinct(self.coarse)
+
+    def distinct_rough(self) -> float:
+        """Estimated number of distinct rough keys of the fitting rows (as distinct_rows)."""
+        return _distinct(self.rough)
 
     def containment(self, data: TopLabelData) -> tuple[bool, float]:
         """(same rows, estimated share of the fitting rows that occur in ``data``).
@@ -380,7 +519,7 @@ class Fingerprint:
         )
         if not self.sketch:
             return same, 0.0
-        found = float(np.isin(np.array(self.sketch, dtype=np.uint64), h).mean())
+        found = float(found_in(np.array(self.sketch, dtype=np.uint64), h).mean())
         chance = _chance(h)
         k = len(self.sketch)
         se = np.sqrt((found * (1 - found) + chance * (1 - chance)) / k)
@@ -406,7 +545,7 @@ class Fingerprint:
 
             def found(shifts):
                 near = np.concatenate([coarse_hashes(data, d) for d in shifts])
-                return float(np.isin(keys, near).mean())
+                return float(found_in(keys, near).mean())
 
             # a fitting row's key found within COARSE_REACH steps (a re-encoded row, or
             # chance), and the chance alone: found as many steps further away, where no
@@ -421,13 +560,18 @@ class Fingerprint:
                 # the fitting rows' keys found, over the data's distinct keys: a part of the
                 # fitting rows repeated counts as all fitting rows, not as its share of
                 # c.size
-                of_data = (near - chance) / (1.0 - chance) * self.n_coarse / np.unique(c).size
+                of_data = (near - chance) / (1.0 - chance) * self.n_coarse / distinct(c).size
         elif data.n_rows and not data.is_binned:  # (a binned row is a bin's counts, no sample)
             # no coarse keys that tell rows apart (binned rows, scores that are not
             # probabilities, a few discrete scores, older files): the fitting rows found bit
             # for bit, over the data's rows. Not where telling coarse keys exist: rows
             # saturated at one score repeat bit for bit across samples
             of_data = of_fit * self.distinct_rows() / data.n_rows
+        if self.rough and self.distinct_rough() >= 0.5 * self.n_rough:
+            # rows re-encoded more coarsely than the coarse keys reach (3 or 4 decimals,
+            # percentages with 2): their top and second scores on a grid of ROUGH_STEP
+            keys = np.array(self.rough, dtype=np.uint64)
+            of_data = max(of_data, _rough_share(keys, self.n_rough, data))
         return Overlap(same, of_fit, 1.0 if same else min(of_data, 1.0))
 
     def shared(self, other: "Fingerprint") -> float:
@@ -467,6 +611,8 @@ class Fingerprint:
             d.update(coarse=[f"{v:016x}" for v in self.coarse], n_coarse=self.n_coarse)
         if self.scheme != 1:  # (1: written as files before schemes were, and read back so)
             d["scheme"] = self.scheme
+        if self.rough_kept:  # (files before rough keys have neither)
+            d.update(rough=[f"{v:016x}" for v in self.rough], n_rough=self.n_rough)
         return d
 
     @classmethod
@@ -477,13 +623,18 @@ class Fingerprint:
         coarse = tuple(int(v, 16) for v in d.get("coarse", []))
         n_coarse = int(d.get("n_coarse", 0))
         scheme = d.get("scheme", 1)  # files before schemes: 1
+        rough_kept = "n_rough" in d  # files before rough keys: none
+        rough = tuple(int(v, 16) for v in d.get("rough", []))
+        n_rough = int(d.get("n_rough", 0))
         if (
             scheme not in _SCHEMES
             or type(scheme) is not int
             or n < 0
             or not 0 <= n_coarse <= n
-            or any(len(s) > SKETCH_SIZE for s in (sketch, coarse))
-            or any(not 0 <= v <= _MASK for v in sketch + coarse)
+            or not 0 <= n_rough <= n
+            or any(len(s) > SKETCH_SIZE for s in (sketch, coarse, rough))
+            or any(not 0 <= v <= _MASK for v in sketch + coarse + rough)
         ):
             raise ValueError("fingerprint is malformed")
-        return cls(n, int(d["total"], 16) & _MASK, sketch, coarse, n_coarse, scheme)
+        total = int(d["total"], 16) & _MASK
+        return cls(n, total, sketch, coarse, n_coarse, scheme, rough, n_rough, rough_kept)

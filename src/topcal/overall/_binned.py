@@ -26,9 +26,9 @@ from ._common import (
 @dataclass(frozen=True)
 class Cells:
     """Weighted sums over cells (a key and a label, sorted by key), and how cells add up
-    into the metric's groups (bins): ``starts`` where each group begins; a group of at most
-    two cells (one key, both labels) is added by ``pair`` (its second cell, or -1), a larger
-    one by the 0/1 matrix ``to_group`` (cells x groups, for a few groups)."""
+    into the metric's groups (bins): ``starts`` where each group begins; groups of at most
+    two cells (one key, both labels) are added by ``pair`` (the second cell, or -1), larger
+    ones by a sum over their contiguous cells (``pair`` None)."""
 
     n: np.ndarray  # weight of the cell
     t: np.ndarray  # weight of its right predictions (n or 0)
@@ -38,7 +38,6 @@ class Cells:
     inverse: np.ndarray  # the cell of each (row, label) kept, rows' label 1 then label 0
     starts: np.ndarray
     pair: np.ndarray | None
-    to_group: np.ndarray | None
 
     def add(self, x: np.ndarray) -> np.ndarray:
         """``x`` (last axis: cells) summed per group."""
@@ -47,7 +46,9 @@ class Cells:
             two = self.pair >= 0
             out[..., two] += x[..., self.pair[two]]
             return out
-        return x @ self.to_group
+        # the cells of a group are contiguous (sorted by key): one pass over them, where the
+        # 0/1 matrix product costs cells x groups
+        return np.add.reduceat(x, self.starts, axis=-1)
 
 
 def cells_of(r: Rows, key: np.ndarray, group_of_key) -> Cells:
@@ -66,13 +67,8 @@ def cells_of(r: Rows, key: np.ndarray, group_of_key) -> Cells:
     group = group_of_key(cells // 2)
     starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
     size = np.diff(np.r_[starts, cells.size])
-    pair = to_group = None
-    if size.max() <= 2:
-        pair = np.where(size == 2, starts + 1, -1)
-    else:
-        to_group = np.zeros((cells.size, starts.size))
-        to_group[np.arange(cells.size), np.repeat(np.arange(starts.size), size)] = 1.0
-    return Cells(n, t, s, d2, cells // 2, inv, starts, pair, to_group)
+    pair = np.where(size == 2, starts + 1, -1) if size.max() <= 2 else None
+    return Cells(n, t, s, d2, cells // 2, inv, starts, pair)
 
 
 def sums(cells: Cells, factor=None):

@@ -69,6 +69,4 @@ def _cells(data: TopLabelData, p: np.ndarray, n_bins: int) -> Cells:
     size2 = np.diff(np.r_[starts, kept.size])
     pair = np.where(size2 == 2, starts + 1, -1)
     t = np.where(kept % 2 == 1, tot[kept], 0.0)
-    return Cells(
-        tot[kept], t, conf[kept], sq[kept], key, np.empty(0, np.int64), starts, pair, None
-    )
+    return Cells(tot[kept], t, conf[kept], sq[kept], key, np.empty(0, np.int64), starts, pair)

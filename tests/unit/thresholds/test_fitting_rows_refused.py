@@ -67,6 +67,50 @@ def test_reencoded_fitting_rows_are_refused(fitted, how):
         fit_thresholds(model, data, 0.9, 0.1)
 
 
+@pytest.mark.parametrize(
+    "how, encode",
+    [
+        ("4 decimals", lambda p: np.round(p, 4)),
+        ("3 decimals", lambda p: np.round(p, 3)),
+        ("percentages, 2 decimals", lambda p: np.round(100 * p, 2)),
+        ("%.4f export", lambda p: np.array([[float(f"{v:.4f}") for v in r] for r in p])),
+    ],
+)
+@pytest.mark.parametrize("method", ["hist", "auto"])
+def test_coarsely_rounded_fitting_rows_are_refused(how, encode, method):
+    """Rounded beyond the coarse keys' reach (up to 5e-4 a score), the rows are still found:
+    by their top and second scores (the rough keys), renormalised or not."""
+    p, y = outputs(3000, 0)
+    model = topcal.calibrator(method).fit(TopLabelData.from_probs(p, y, NAMES))
+    data = TopLabelData.from_probs(encode(p), y, NAMES, renormalize=True)
+    assert model.evidence_.fingerprint.overlap(data).of_data > 0.9, how
+    with pytest.raises(DataError, match="rows the model was fitted on.*held-out"):
+        fit_thresholds(model, data, 0.9, 0.1)
+    # and held-out rows rounded the same way pass
+    q, z = outputs(3000, 1)
+    held = TopLabelData.from_probs(encode(q), z, NAMES, renormalize=True)
+    assert model.evidence_.fingerprint.overlap(held).of_data == 0.0, how
+
+
+def test_a_fingerprint_without_rough_keys_says_what_it_cannot_check(fitted):
+    """A model file written before the rough keys loads, and a guarantee on data with score
+    vectors says that 3- or 4-decimal re-encodings could not be recognised."""
+    from topcal.evidence.fingerprint import unchecked
+
+    p, y, model = fitted
+    d = model.evidence_.fingerprint.to_dict()
+    del d["rough"], d["n_rough"]
+    old = Fingerprint.from_dict(d)
+    data = TopLabelData.from_probs(p[:100], y[:100], NAMES)
+    assert "3 or 4 decimals" in unchecked(old, data)
+    assert unchecked(model.evidence_.fingerprint, data) is None
+    top_only = TopLabelData.from_scores(data.pred, data.score, data.labels, NAMES)
+    assert unchecked(old, top_only) is None  # nothing a rough key could have found
+    assert Fingerprint.from_dict(model.evidence_.fingerprint.to_dict()) == (
+        model.evidence_.fingerprint
+    )
+
+
 def test_held_out_rows_pass_without_a_warning_and_a_third_of_fitting_rows_warns(fitted):
     p, y, model = fitted
     q, z = outputs(4000, 1)
@@ -146,9 +190,9 @@ def test_chunked_and_streamed_fits_keep_the_whole_fits_fingerprint(fitted, tmp_p
 def test_old_fingerprints_without_coarse_keys_load_and_still_check_exact_rows(fitted):
     p, y, model = fitted
     d = model.evidence_.fingerprint.to_dict()
-    del d["coarse"], d["n_coarse"]
+    del d["coarse"], d["n_coarse"], d["rough"], d["n_rough"]
     old = Fingerprint.from_dict(d)
-    assert old.coarse == () and old.n_coarse == 0
+    assert old.coarse == () and old.n_coarse == 0 and old.rough == () and not old.rough_kept
     assert old.overlap(TopLabelData.from_probs(p, y, NAMES)).same
     assert old.overlap(reencodings(p, y)["logits"]).of_data < 0.5  # cannot be seen: no keys
     bad = dict(model.evidence_.fingerprint.to_dict(), n_coarse=10**9)

@@ -13,9 +13,9 @@ The definitions (sts, csts, tswa, cstswa; bts, btswa on the normalised top score
 the bounded Newton optimiser in (log T, A / T) and the degenerate cases are in
 docs/temperature.md. The six registered methods are in ``methods.py``; what they share is
 :class:`TemperatureBase` here (fit, update from loss tables, persistence, describe), its
-intervals are ``_intervals.py`` and its update ``_updating.py`` (its bases), the functions
-that write and read its file state ``_state.py``, the objective and solver ``_core.py`` /
-``_solver.py``.
+intervals (``_intervals.py``), update from statistics (``_updating.py``) and file state
+(``_state.py``) are functions it calls with its fitted values, the objective and solver
+``_core.py`` / ``_solver.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from scipy.special import expit
 from ..._numeric import one_blas_thread
 from ..._params import MAX_ITER, Interval, Options
 from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, class_order, preview
-from ...errors import ConvergenceError, DegenerateClassWarning, ParameterError
+from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._core import (
     OFFSET_MAX,
     T_MAX,
@@ -46,7 +46,8 @@ from ..base import Calibrator, Curve
 from ..foldmemo import memo, memo_data
 from ._intervals import cov_blocks, covariances, held_block, interval
 from ._state import file_state, read_state
-from ._updating import TemperatureUpdating
+from ._tables import LossTables
+from ._updating import loss_tables, no_stats_reason, solve_tables, table_groups, table_names
 from ._local import newton
 from ._lockstep import solve_classes
 from ._profile import ProfileObjective
@@ -64,7 +65,7 @@ from ._rows import (
 __all__ = ["TemperatureBase"]
 
 
-class TemperatureBase(TemperatureUpdating, Calibrator):
+class TemperatureBase(Calibrator):
     """Shared machinery of the temperature methods.
 
     Fitted attributes
@@ -96,6 +97,9 @@ class TemperatureBase(TemperatureUpdating, Calibrator):
     _shared: ClassVar[bool] = False
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
+    #: sts and csts keep loss tables (one parameter per row group); the award methods cannot
+    _updatable: ClassVar[bool] = False
+    keep_stats: bool  # a parameter of the updatable methods (methods.py)
     #: per class, the covariance of (log T, A / T) (``_intervals.py``); None: a fold's fit,
     #: or a file saved before intervals
     param_cov_: np.ndarray | None = None
@@ -567,7 +571,74 @@ class TemperatureBase(TemperatureUpdating, Calibrator):
         )
         return NewtonResult(x, obj.value(x), 0)
 
-    # update: base TemperatureUpdating (_updating.py); the model file's state: _state.py
+    # ------------------------------------------------- statistics and update
+    def _keeps_stats(self) -> bool:
+        return self._binary or (self._updatable and self.keep_stats)
+
+    def _no_stats_reason(self) -> str:
+        return no_stats_reason(self.name, self._updatable)
+
+    def _table_names(self) -> tuple[str, ...]:
+        return table_names(self._objective_kind() == "multinomial", self.loss)
+
+    def _stats_of(self, data: TopLabelData):
+        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or
+        loss tables (sts/csts: :func:`._updating.loss_tables`)."""
+        if self._binary:
+            return super()._stats_of(data)
+        if not self._updatable:
+            raise ParameterError(self._no_stats_reason())
+        data = self._check_compatible(data)  # on the model's class list (a no-op within fit)
+        self._check_data(data)
+        data.require_labels(f"loss tables of {self.name!r}")
+        return loss_tables(data, self._table_names(), self._log_scores)
+
+    @classmethod
+    def _stats_from_dict(cls, d, classes, score_range):
+        if cls._binary:
+            return super()._stats_from_dict(d, classes, score_range)
+        return LossTables.from_dict(d, len(classes))
+
+    def _refit(self, stats) -> None:
+        """``update`` of sts/csts: the fit's own solver on the merged loss tables
+        (:func:`._updating.solve_tables`; bts/btswa: on counts)."""
+        if self._binary:
+            return super()._refit(stats)
+        self._validate_params()
+        if set(stats.tables) != set(self._table_names()):
+            raise DataError(
+                f"{self.name}: the statistics hold the losses {sorted(stats.tables)}, "
+                f"this model needs {sorted(self._table_names())}"
+            )
+        self.n_tp_, self.n_fp_ = stats.n_tp.copy(), stats.n_fp.copy()
+        flags = self._class_flags()
+        multinomial = self._objective_kind() == "multinomial"
+        theta, loss, n_iter = solve_tables(
+            stats,
+            flags,
+            multinomial=multinomial,
+            shared=self._shared,
+            loss=self.loss,
+            max_iter=self.max_iter,
+            name=self.name,
+            classes=self.classes_,
+            solve=self._solve,
+            fallback=self._fallback,
+        )
+        fitted = flags[0]
+        k = len(self.classes_)
+        self.temperature_ = np.where(fitted, np.exp(theta), 1.0)
+        self.awards_ = np.zeros(k)
+        self.fitted_classes_ = fitted
+        self.loss_ = float(loss)
+        self.n_iter_ = int(n_iter)
+        self.class_nll_ = np.array(
+            [stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)]
+        )
+        self.nll_ = float(self.class_nll_.sum())
+        groups = table_groups(stats, fitted, theta, multinomial=multinomial, shared=self._shared)
+        self.param_cov_ = self._covariances(groups)
+
 
     def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
         """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given

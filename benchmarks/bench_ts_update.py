@@ -60,7 +60,7 @@ def measure(label, data, parts, seed):
         fitted = whole.fitted_classes_
         t_rel = float(np.max(np.abs(cal.temperature_[fitted] / whole.temperature_[fitted] - 1)))
         d_pred = float(np.max(np.abs(cal.predict(data) - whole.predict(data))))
-        size = len(json.dumps(cal.to_dict()["stats"])) / data.n_classes
+        size = len(json.dumps(cal.to_dict()["evidence"]["stats"])) / data.n_classes
         name = method + ("-brier" if "loss" in params else "")
         print(
             f"| {label} | {data.n_rows} x {data.n_classes} | {name} | {t_rel:.1e} | {d_pred:.1e} | "

@@ -2,18 +2,17 @@
 
 A model file is one JSON object::
 
-    {"format": "topcal-model", "format_version": 3, "topcal_version": "...",
-     "model": {method, params, classes, score_range, n_tp, n_fp, state, stats},
+    {"format": "topcal-model", "format_version": 4, "topcal_version": "...",
+     "model": {method, params, classes, score_range, state, evidence, vector},
      "sha256": "<hash of the canonical JSON of 'model'>"}
 
-Version 2 added ``stats``: the model's mergeable statistics
-(:class:`topcal.evidence.stats.ScoreStats`: per class, per non-empty score cell, the TP and
-FP counts) that ``update`` refits from; absent for methods that recalibrate the full score
-vector. Version 3 adds the loss tables of ``sts`` and ``csts`` as their ``stats``
-(:mod:`topcal.calibrators.temperature`'s ``_stats_of``: per class, the loss and its
-derivatives on a grid of log T), and the ``keep_stats`` parameter of those two methods.
-Version 1 and 2 files still load and predict as before; where they hold no statistics
-(version 1, or version 2 temperature models) ``update`` asks to refit them once.
+``evidence`` holds all the model knows of its data (:mod:`topcal.calibrators.modelfile`):
+the per-class counts, the between-class spread table, ``auto``'s cross-validation table,
+the label-shift counts, the mergeable statistics ``update`` refits from and the fitting
+rows' fingerprint. Files of formats 2 and 3 (the same layout, format 2 without the
+temperature methods' loss tables) still load: :func:`migrate` turns them into this layout
+after their checksum is checked, and is the one place that knows the earlier layouts.
+Older files are refused with a one-line error that says to refit.
 
 Floats are written with Python's shortest round-trip repr, so a loaded model predicts bit
 for bit what the saved one did. Loading only parses JSON and numbers, so a file can never
@@ -27,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import weakref
 from typing import Any
 
 from ._version import __version__
@@ -38,13 +38,26 @@ from .calibrators.registry import available_methods, get_class, is_registered
 from .errors import ModelFileError, TopcalError
 from . import labelshift  # noqa: F401  (registers the adapted model, so its files load through the registry)
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "save", "load", "canonical_json"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "dumps",
+    "loads",
+    "migrate",
+    "save",
+    "load",
+    "canonical_json",
+    "digests",
+]
 
 FORMAT = "topcal-model"
-FORMAT_VERSION = 3
-#: Versions this topcal reads (1: before statistics were stored; 2: before the temperature
-#: methods' loss tables).
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+#: Versions this topcal reads: this one, and those :func:`migrate` turns into it (2: before
+#: the temperature methods' loss tables were stored; 3: counts, spread and cross-validation
+#: table beside the evidence).
+READABLE_VERSIONS = (2, 3, FORMAT_VERSION)
+#: The model-file keys of format 3 that format 4 keeps in the model's ``evidence`` object.
+_EVIDENCE_KEYS_3 = ("n_tp", "n_fp", "spread", "confusion", "stats", "fingerprints", "fingerprint")
 
 
 def canonical_json(obj) -> str:
@@ -58,7 +71,11 @@ def dumps(model, *, stats: bool = True) -> str:
     ``stats=False``, for a copy that only predicts)."""
     payload = model.to_dict()
     if not stats:
-        payload = {k: v for k, v in payload.items() if k not in ("stats", "fingerprints")}
+        evidence = payload["evidence"]
+        payload = {
+            **payload,
+            "evidence": {k: v for k, v in evidence.items() if k not in ("stats", "fingerprints")},
+        }
     try:
         text, canonical = _both(
             payload, 1
@@ -183,6 +200,34 @@ def loads(text: str, *, source: str = "model"):
             f"{', '.join(map(str, READABLE_VERSIONS))}: refit the model with this version "
             "of topcal"
         )
+    payload = _checked_model(doc, source)
+    method = payload.get("method")
+    if not is_registered(
+        method
+    ):  # methods and registered wrappers (an adapted model: topcal adapt)
+        raise ModelFileError(
+            f"{source} uses method {method!r}, unknown to this topcal. Options are: "
+            f"{', '.join(available_methods())}"
+        )
+    try:
+        if version != FORMAT_VERSION:
+            payload = migrate(doc)["model"]
+        model = get_class(method, unlisted=True).from_dict(payload)
+    except ModelFileError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the file is untrusted input: anything odd in it is a bad file
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise ModelFileError(
+            f"{source} holds a malformed {method!r} model ({type(exc).__name__}: "
+            f"{msg[:200]}); refit and save it again"
+        ) from None
+    if version != FORMAT_VERSION:  # thresholds chosen for the file still name it
+        _READ_AS[model] = (digests(model)[0], doc["sha256"])
+    return model
+
+
+def _checked_model(doc: dict, source: str) -> dict:
+    """The ``model`` part of a model file's JSON object, its checksum checked."""
     payload = doc.get("model")
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
         raise ModelFileError(
@@ -204,24 +249,83 @@ def loads(text: str, *, source: str = "model"):
             f"{source} was modified after it was saved (checksum mismatch); refit and save "
             "it again instead of editing the file"
         )
-    method = payload.get("method")
-    if not is_registered(
-        method
-    ):  # methods and registered wrappers (an adapted model: topcal adapt)
-        raise ModelFileError(
-            f"{source} uses method {method!r}, unknown to this topcal. Options are: "
-            f"{', '.join(available_methods())}"
-        )
-    try:
-        return get_class(method, unlisted=True).from_dict(payload)
-    except ModelFileError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the file is untrusted input: anything odd in it is a bad file
-        msg = str(exc).splitlines()[0] if str(exc) else ""
-        raise ModelFileError(
-            f"{source} holds a malformed {method!r} model ({type(exc).__name__}: "
-            f"{msg[:200]}); refit and save it again"
-        ) from None
+    return payload
+
+
+#: Models read from a file of an earlier format: (the SHA-256 of the model as read, the
+#: SHA-256 its file stored).
+_READ_AS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def digests(model) -> tuple[str, ...]:
+    """The SHA-256s that name fitted ``model``: first that of its canonical JSON (what its
+    file stores as ``sha256``), then, for a model read from a file of an earlier format and
+    unchanged since, the one that file stored (which thresholds chosen for it hold)."""
+    own = hashlib.sha256(canonical_json(model.to_dict()).encode()).hexdigest()
+    read = _READ_AS.get(model)
+    return (own, read[1]) if read is not None and read[0] == own else (own,)
+
+
+def migrate(doc: dict) -> dict:
+    """A model file's JSON object of format 2 or 3 in this format's layout.
+
+    Each model dict (the file's model and those nested in its state: auto's choice, a
+    blend's components, a pooled curve, a shrinkage reference, an adapted model's source,
+    the vector map) keeps its counts, spread table, label-shift counts, statistics and
+    fingerprints in one ``evidence`` object, and ``auto``'s cross-validation table there too.
+    Its checksum is not recomputed: the caller has checked it on the file as written.
+    """
+    return {**doc, "format_version": FORMAT_VERSION, "model": _migrated(doc["model"])}
+
+
+def _migrated(obj):
+    """``obj`` with every format-3 model dict in it in the format-4 layout (see
+    :func:`migrate`)."""
+    if isinstance(obj, list):
+        if _NESTING.isdisjoint(map(type, obj)):  # numbers and strings: nothing to move
+            return obj
+        return [_migrated(v) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if not ("method" in obj and "state" in obj and "n_tp" in obj):
+        return {k: _migrated(v) for k, v in obj.items()}
+    evidence = {k: obj[k] for k in _EVIDENCE_KEYS_3 if k in obj}
+    state = _migrated(obj["state"])
+    params = obj.get("params")
+    if (
+        isinstance(params, dict)
+        and is_registered(obj["method"])
+        and "shrinkage" in get_class(obj["method"], unlisted=True)._param_names()
+    ):  # files written before shrinkage existed hold the paper's estimators (m = 0)
+        params = {"shrinkage": 0, **params}
+    if isinstance(state, dict) and "cv" in state:  # auto's: its cross-validation table
+        state, evidence = _migrated_choice(state, evidence)
+    out = {k: v for k, v in obj.items() if k not in _EVIDENCE_KEYS_3}
+    out.update(params=params, state=state, evidence=evidence)
+    if "vector" in obj:
+        out["vector"] = _migrated(obj["vector"])
+    return out
+
+
+def _migrated_choice(state: dict, evidence: dict) -> tuple[dict, dict]:
+    """``auto``'s format-3 state in format 4: its cross-validation table and sample counts
+    in the evidence, what files written before them left out filled in as it was read."""
+    state = dict(state)
+    # the smallest mean was chosen before the standard-error rule, with no SE recorded
+    state.setdefault("rule", "min")
+    state.setdefault("best", state.get("method"))
+    seen = sum(map(float, evidence.get("n_tp", []))) + sum(map(float, evidence.get("n_fp", [])))
+    # before format 2 the cross-validation ran on all the model's data, and before cv_rows
+    # on all the data the choice was made for
+    cv_samples = state.pop("cv_samples", seen)
+    fit_samples = state.pop("fit_samples", cv_samples)
+    evidence = {
+        **evidence,
+        "cv": state.pop("cv", None),
+        "cv_samples": cv_samples,
+        "fit_samples": fit_samples,
+    }
+    return state, evidence
 
 
 def save(model: Calibrator, path: PathLike) -> None:

@@ -300,9 +300,9 @@ def _edit_model(doc, how):
         for cs in st["class_state"]:
             cs["tp"] = [-1.0 - abs(v) for v in cs["tp"]]
     elif how == "nll text":
-        next(iter(st["cv"].values()))["nll"] = "x"
+        next(iter(doc["model"]["evidence"]["cv"].values()))["nll"] = "x"
     elif how == "short per_class":
-        for v in st["cv"].values():
+        for v in doc["model"]["evidence"]["cv"].values():
             v["per_class"] = [0.5, 0.5]
 
 
@@ -686,9 +686,9 @@ def _old_model(tmp_path, drop):
     assert_ok(call("fit", tmp_path / "fit.csv", "--method", "hist", "-o", tmp_path / "m.json"))
 
     def edit(doc):
-        fp = doc["model"]["fingerprint"]
+        fp = doc["model"]["evidence"]["fingerprint"]
         if drop == "all":
-            doc["model"]["fingerprint"] = None
+            doc["model"]["evidence"]["fingerprint"] = None
         else:
             del fp["coarse"], fp["n_coarse"]
 

@@ -818,7 +818,7 @@ def test_update_with_rows_already_in_the_model_is_refused(base, tmp_path):
         r = cli("update", tmp_path / "u1.json", src, "-o", tmp_path / "u2.json", *extra)
         assert_error(r, "count them twice", "update with rows the model has not seen")
     assert not (tmp_path / "u2.json").exists()
-    fps = json.loads((tmp_path / "u1.json").read_text())["model"]["fingerprints"]
+    fps = json.loads((tmp_path / "u1.json").read_text())["model"]["evidence"]["fingerprints"]
     assert len(fps) == 2
     # the API refuses too (a project error class), and the model is unchanged
     m = topcal.load(model)

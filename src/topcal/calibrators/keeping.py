@@ -31,6 +31,9 @@ class EvidenceKeeping:
     #: so that a loaded model's dict, and the digest a thresholds file holds of it, are the
     #: file's own.
     _unnamed_params: dict = {}
+    #: Entries of the method's state that are evidence (``auto``'s cross-validation table):
+    #: the model file keeps them in its ``evidence`` object (:func:`.modelfile.to_dict`).
+    _evidence_keys: tuple[str, ...] = ()
     #: The vector map fitted beside the model (its value: fullvector.VectorPredicting).
     _vector: Any
 
@@ -169,8 +172,9 @@ class EvidenceKeeping:
         """
         return modelfile.from_dict(cls, d)
 
-    def _load(self, d: dict, classes: tuple, score_range: tuple, n_tp, n_fp) -> None:
-        """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`)."""
+    def _load(self, d: dict, state: dict, classes: tuple, score_range: tuple, n_tp, n_fp) -> None:
+        """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`;
+        ``state`` with the entries of ``_evidence_keys`` put back)."""
         self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = (
             classes,
             score_range,
@@ -179,9 +183,10 @@ class EvidenceKeeping:
         )
         named = d["params"]
         self._unnamed_params = {k: v for k, v in self.get_params().items() if k not in named}
-        self._set_state(d["state"])
-        self._spread = spread.check(d.get("spread"), len(classes))
+        self._set_state(state)
+        evidence = d["evidence"]
+        self._spread = spread.check(evidence.get("spread"), len(classes))
         self._vector = fullvector.load_map(d.get("vector"), classes)
         self._evidence = Evidence.from_dict(
-            d, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
+            evidence, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
         )

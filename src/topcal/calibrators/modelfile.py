@@ -1,14 +1,17 @@
 """A fitted calibrator as a JSON-ready dict, and back (:mod:`topcal.persist` writes
 versioned JSON).
 
-The dict holds the method, its parameters, classes, score range, per-class TP/FP counts, the
-method's fitted ``state`` and, once, the model's :class:`~topcal.evidence.core.Evidence`
-(``confusion``, ``stats`` with their part marks ``fingerprints``, ``fingerprint``). A model
-fitted inside another's (auto's choice, a blend's components, a pooled curve, a shrinkage
-reference) keeps none (``fit(..., keep="model")``): its owner's is the one. Older files hold
-label-shift counts and a fingerprint inside such nested models too (an ``auto`` file: the
-same counts and fingerprint twice); they still load, the nested model reads them as its own
-and writes them back as they were (so a thresholds file's model digest still matches).
+The dict holds the method, its parameters, classes, score range, the method's fitted
+``state``, the vector map fitted beside it (``vector``, where one is) and one ``evidence``
+object: everything the model knows of its data. That is the per-class TP/FP counts
+(``n_tp``, ``n_fp``), the between-class ``spread`` table (where measured), the state entries
+a method names in ``_evidence_keys`` (``auto``'s cross-validation table), and the model's
+:class:`~topcal.evidence.core.Evidence` (``confusion``, ``stats`` with their part marks
+``fingerprints``, ``fingerprint``). A model fitted inside another's (auto's choice, a blend's
+components, a pooled curve, a shrinkage reference) keeps only its counts
+(``fit(..., keep="model")``): its owner's evidence is the one. Files of an earlier layout
+are turned into this one by :func:`topcal.persist.migrate` before they reach
+:func:`from_dict`.
 """
 
 from __future__ import annotations
@@ -23,40 +26,46 @@ __all__ = ["to_dict", "from_dict", "to_jsonable", "finite_array", "support_list"
 
 
 def to_dict(model, state: dict, evidence, spread: dict | None = None) -> dict[str, Any]:
-    """The dict of fitted ``model`` with its ``state``, ``evidence`` (each piece where kept)
-    and between-class ``spread`` table (where measured, :mod:`.spread`)."""
-    d = {
+    """The dict of fitted ``model`` with its ``state`` and, in one ``evidence`` object, its
+    counts, between-class ``spread`` table (where measured, :mod:`.spread`), the state
+    entries its method names in ``_evidence_keys`` and its ``evidence`` (each piece where
+    kept)."""
+    moved = [k for k in model._evidence_keys if k in state]
+    kept: dict[str, Any] = {
+        "n_tp": [float(v) for v in model.n_tp_],
+        "n_fp": [float(v) for v in model.n_fp_],
+    }
+    if spread is not None:
+        kept["spread"] = spread
+    kept.update({k: state[k] for k in moved})
+    kept.update(evidence.to_dict())
+    return {
         "method": model.name,
         "params": model._file_params(),  # a loaded file's own, parameters added since left out
         "classes": list(model.classes_),
         "score_range": [float(v) for v in model.score_range_],
-        "n_tp": [float(v) for v in model.n_tp_],
-        "n_fp": [float(v) for v in model.n_fp_],
-        "state": state,
+        "state": {k: v for k, v in state.items() if k not in moved},
+        "evidence": kept,
     }
-    if spread is not None:
-        d["spread"] = spread
-    d.update(evidence.to_dict())
-    return d
 
 
 def from_dict(cls, d: dict[str, Any]):
     """A fitted ``cls`` from :func:`to_dict` output; ModelFileError for anything missing or
     odd."""
     try:
-        params = dict(d["params"])
-        if "shrinkage" in cls._param_names():
-            # files written before shrinkage existed hold the paper's estimators (m = 0)
-            params.setdefault("shrinkage", 0)
-        obj = cls(**params)
+        obj = cls(**dict(d["params"]))
         obj._validate_params()
         classes = tuple(str(c) for c in d["classes"])
         lo, hi = (float(v) for v in d["score_range"])
-        n_tp = np.asarray(d["n_tp"], dtype=np.float64)
-        n_fp = np.asarray(d["n_fp"], dtype=np.float64)
+        evidence = d["evidence"]
+        if not isinstance(evidence, dict) or not isinstance(d["state"], dict):
+            raise ValueError("state and evidence must be objects")
+        n_tp = np.asarray(evidence["n_tp"], dtype=np.float64)
+        n_fp = np.asarray(evidence["n_fp"], dtype=np.float64)
         if not (lo < hi) or n_tp.shape != (len(classes),) or n_fp.shape != (len(classes),):
             raise ValueError("classes, score_range and counts are inconsistent")
-        obj._load(d, classes, (lo, hi), n_tp, n_fp)
+        state = {**d["state"], **{k: evidence[k] for k in cls._evidence_keys if k in evidence}}
+        obj._load(d, state, classes, (lo, hi), n_tp, n_fp)
     except ModelFileError:
         raise
     except (KeyError, TypeError, ValueError, IndexError) as exc:

@@ -25,16 +25,16 @@ __all__ = ["check_fit_evidence", "merged_evidence", "require_stats"]
 
 def require_stats(model):
     """The fitted ``model``'s mergeable statistics (what ``update`` adds to); a clear error
-    where it keeps none (a full-vector method, an adapted model, a file saved before they
-    were kept)."""
+    where it keeps none (a full-vector method, an adapted model, a copy saved without them,
+    a temperature model of format 2)."""
     kept = model.evidence_
     if not model._keeps_stats():
         raise ParameterError(model._no_stats_reason())
     if kept.stats is None:
         raise ParameterError(
-            f"this {model.name!r} model holds no statistics (it was saved by a topcal "
-            "before it kept them: model format 1, or format 2 for the temperature "
-            "methods); refit it on all the data once, then update it"
+            f"this {model.name!r} model holds no statistics (it was saved without them, or "
+            "by a topcal of model format 2 for the temperature methods); refit it on all "
+            "the data once, then update it"
         )
     return kept.stats
 

@@ -27,7 +27,7 @@ from .._version import __version__
 from ..calibrators.base import Calibrator
 from ..data import preview
 from ..errors import DataError, ModelFileError, TopcalError
-from ..persist import canonical_json
+from ..persist import canonical_json, digests
 from .split import Split
 
 __all__ = [
@@ -190,7 +190,7 @@ class ClassCutoff:
 
 def model_digest(model) -> str:
     """SHA-256 of a fitted model's canonical JSON: which model a thresholds file belongs to."""
-    return hashlib.sha256(canonical_json(model.to_dict()).encode()).hexdigest()
+    return digests(model)[0]
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ class Thresholds:
                 f"this model has {preview(model.classes_)}; choose thresholds for this "
                 "model with topcal threshold"
             )
-        if model_digest(model) != self.model_sha256:
+        if self.model_sha256 not in digests(model):
             raise TopcalError(
                 f"the thresholds were chosen for another {self.model_method!r} model "
                 "(checksum differs: refitted or updated since); choose them again for this "

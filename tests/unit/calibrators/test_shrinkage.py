@@ -1,6 +1,7 @@
 """Shrinkage toward the pooled curve, the auto method, and held-out safety (issue: safe out of
 sample)."""
 
+import hashlib
 import json
 import warnings
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import topcal
+from topcal import persist
 from topcal.calibrators import shrinkage as shr
 from topcal.data import TopLabelData, kfold_split
 from topcal.errors import DegenerateClassWarning, ParameterError
@@ -234,8 +236,16 @@ def test_model_files_from_before_shrinkage_load_as_the_paper_estimator(tmp_path)
     data = TopLabelData.from_probs(p, lab)
     m = topcal.calibrator("hist", shrinkage=0).fit(data)
     d = m.to_dict()
+    d = {**{k: v for k, v in d.items() if k != "evidence"}, **d["evidence"]}  # format 3's layout
     del d["params"]["shrinkage"]  # what version 0.1.0 wrote
-    old = type(m).from_dict(d)  # what topcal.load does with the file's model part
+    doc = {
+        "format": "topcal-model",
+        "format_version": 3,
+        "topcal_version": "0.1.0",
+        "model": d,
+        "sha256": hashlib.sha256(persist.canonical_json(d).encode()).hexdigest(),
+    }
+    old = persist.loads(json.dumps(doc))
     assert old.shrinkage == 0
     np.testing.assert_array_equal(old.predict(data), m.predict(data))
 

@@ -246,7 +246,7 @@ def test_cli_update_engine_dask_keeps_confusion_counts(tmp_path, capsys, cluster
     assert model_payload(tmp_path / "dk.json") == model_payload(
         tmp_path / "mem.json"
     )  # confusion included
-    assert "confusion" in model_payload(tmp_path / "dk.json")
+    assert "confusion" in model_payload(tmp_path / "dk.json")["evidence"]
 
 
 @pytest.mark.parametrize("make", [probs_frame, scores_frame])

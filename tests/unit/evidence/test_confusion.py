@@ -109,7 +109,7 @@ def test_model_file_round_trip_and_old_dense_layout():
             np.testing.assert_array_equal(a, b)
     model = topcal.calibrator("hist").fit(data)
     doc = json.loads(json.dumps(model.to_dict()))
-    doc["confusion"] = dense_layout(model.evidence_.confusion)
+    doc["evidence"]["confusion"] = dense_layout(model.evidence_.confusion)
     loaded = type(model).from_dict(doc)
     assert (loaded.evidence_.confusion.table != model.evidence_.confusion.table).nnz == 0
 

@@ -23,7 +23,6 @@ from topcal.calibrators.base import Calibrator
 from topcal.calibrators.select.blend import Blend
 from topcal.errors import ParameterError
 from topcal.evidence.core import Evidence
-from topcal.thresholds.core import model_digest
 
 from _sim import simulate_probs
 
@@ -211,15 +210,14 @@ def test_an_adapted_model_shows_its_source_models_evidence():
     model = _quiet(topcal.calibrator("hist").fit, data)
     adapted = model.adapt(priors=[0.4, 0.2, 0.2, 0.2])
     assert adapted.evidence_ is model.evidence_
-    assert (
-        "confusion" not in adapted.to_dict() and "confusion" in adapted.to_dict()["state"]["base"]
-    )
+    d = adapted.to_dict()
+    assert "confusion" not in d["evidence"] and "confusion" in d["state"]["base"]["evidence"]
 
 
 def _pieces(d, path="") -> list[str]:
     """Where a model dict holds evidence pieces (confusion, fingerprint, stats), nested models
     included."""
-    out = [f"{path}/{k}" for k in ("confusion", "fingerprint", "stats") if k in d]
+    out = [f"{path}/{k}" for k in ("confusion", "fingerprint", "stats") if k in d["evidence"]]
     for key, val in d.get("state", {}).items():
         if isinstance(val, dict) and "method" in val and "state" in val:
             out += _pieces(val, f"{path}/{key}")
@@ -233,24 +231,33 @@ def _pieces(d, path="") -> list[str]:
     return out
 
 
-def test_an_auto_file_stores_its_evidence_once_and_files_of_the_former_layout_still_load(tmp_path):
+def test_an_auto_file_stores_its_evidence_once():
     data = _data(n=800)
     model = _quiet(topcal.calibrator("auto", candidates=["pooled-hist", "hist", "bts"]).fit, data)
-    d = model.to_dict()
-    assert sorted(_pieces(d)) == ["/confusion", "/fingerprint", "/stats"]
-    # the former layout: the chosen model's dict held the same counts and fingerprint again
-    old = json.loads(json.dumps(d))
-    old["state"]["model"]["confusion"] = d["confusion"]
-    old["state"]["model"]["fingerprint"] = d["fingerprint"]
-    back = type(model).from_dict(old)
+    assert sorted(_pieces(model.to_dict())) == ["/confusion", "/fingerprint", "/stats"]
+
+
+def test_an_auto_file_of_the_former_layout_still_loads(tmp_path):
+    """Format-3 auto files of an earlier layout held the label-shift counts and fingerprint in
+    the chosen model's dict too; they load through the migration and predict the same."""
+    path = PKG.parents[1] / "tests" / "data" / "model_v3" / "auto.json"
+    doc = json.loads(path.read_text())
+    model = persist.loads(path.read_text())
+    nested = doc["model"]["state"]["model"]
+    nested["confusion"], nested["fingerprint"] = (
+        doc["model"]["confusion"],
+        doc["model"]["fingerprint"],
+    )
+    doc["sha256"] = persist.hashlib.sha256(
+        persist.canonical_json(doc["model"]).encode()
+    ).hexdigest()
+    back = persist.loads(json.dumps(doc))
+    rows = np.load(path.parent / "rows.npz")
+    data = topcal.TopLabelData.from_probs(rows["probs"], rows["labels"])
     np.testing.assert_array_equal(back.predict(data), model.predict(data))
-    assert (
-        back.to_dict() == old
-    )  # written back as it was read: a thresholds file's digest still matches
-    assert model_digest(back) == model_digest(type(model).from_dict(old))
-    path = tmp_path / "auto.json"
-    back.save(path)
-    again = persist.load(path)
+    assert doc["sha256"] in persist.digests(back)  # thresholds chosen for that file match
+    back.save(tmp_path / "auto.json")
+    again = persist.load(tmp_path / "auto.json")
     np.testing.assert_array_equal(again.predict(data), model.predict(data))
     assert again.evidence_.fingerprint == model.evidence_.fingerprint
 

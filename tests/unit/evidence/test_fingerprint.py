@@ -68,7 +68,7 @@ def test_old_scheme_files_compare_update_and_save_by_their_scheme():
     model = topcal.calibrator("hist").fit(d)
     doc = model.to_dict()
     old = Fingerprint.of(d, scheme=1)
-    doc["fingerprint"] = old.to_dict()  # as a file saved before scheme 2 holds it
+    doc["evidence"]["fingerprint"] = old.to_dict()  # as a file saved before scheme 2 holds it
     loaded = type(model).from_dict(doc)
     fp = loaded.evidence_.fingerprint
     assert fp.scheme == 1 and fp == old
@@ -78,7 +78,7 @@ def test_old_scheme_files_compare_update_and_save_by_their_scheme():
     loaded.update(new)  # the new rows hashed by scheme 1: the fingerprints merge
     both = TopLabelData.concat([d, new])
     assert loaded.evidence_.fingerprint == Fingerprint.of(both, scheme=1)
-    assert "scheme" not in loaded.to_dict()["fingerprint"]
+    assert "scheme" not in loaded.to_dict()["evidence"]["fingerprint"]
     assert loaded.evidence_.fingerprint.overlap(both).same
 
 

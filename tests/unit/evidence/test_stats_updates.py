@@ -173,26 +173,25 @@ def test_update_with_statistics_directly():
     np.testing.assert_array_equal(a.predict(data), _whole("hist", data).predict(data))
 
 
-def test_format_1_files_load_and_update_asks_for_a_refit(tmp_path):
+def test_format_1_files_are_refused_and_a_copy_without_stats_asks_for_a_refit(tmp_path):
     data = _sim()
     cal = _quiet_fit(topcal.calibrator("hist"), data)
     doc = json.loads(persist.dumps(cal))
-    del doc["model"]["stats"]
     doc["format_version"] = 1
-    doc["sha256"] = persist.hashlib.sha256(
-        persist.canonical_json(doc["model"]).encode()
-    ).hexdigest()
     (tmp_path / "old.json").write_text(json.dumps(doc))
-    old = persist.load(tmp_path / "old.json")
-    np.testing.assert_array_equal(old.predict(data), cal.predict(data))
+    with pytest.raises(ModelFileError, match="format version 1.*refit"):
+        persist.load(tmp_path / "old.json")
+    bare = persist.loads(persist.dumps(cal, stats=False))
+    np.testing.assert_array_equal(bare.predict(data), cal.predict(data))
     with pytest.raises(ParameterError, match="holds no statistics"):
-        old.update(data)
+        bare.update(data)
 
 
 def test_corrupt_stats_give_a_model_file_error(tmp_path):
     cal = _quiet_fit(topcal.calibrator("hist"), _sim())
     doc = json.loads(persist.dumps(cal))
-    doc["model"]["stats"]["tp"] = doc["model"]["stats"]["tp"][:-1]
+    stats = doc["model"]["evidence"]["stats"]
+    stats["tp"] = stats["tp"][:-1]
     doc["sha256"] = persist.hashlib.sha256(
         persist.canonical_json(doc["model"]).encode()
     ).hexdigest()
@@ -264,7 +263,7 @@ def test_auto_update_keeps_its_choice_and_refits_the_chosen_method():
     )
     # the file keeps statistics once, at the top
     doc = cal.to_dict()
-    assert "stats" in doc and "stats" not in doc["state"]["model"]
+    assert "stats" in doc["evidence"] and "stats" not in doc["state"]["model"]["evidence"]
     again = persist.loads(persist.dumps(cal))
     assert again.method_ == chosen and again.cv_samples_ == 700
     np.testing.assert_array_equal(again.predict(data), cal.predict(data))

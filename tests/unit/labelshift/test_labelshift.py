@@ -505,8 +505,8 @@ def test_adapted_file_from_before_the_safety_step_loads(hist):
 
 def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
     d = hist.to_dict()
-    assert "confusion" in d
-    del d["confusion"]
+    assert "confusion" in d["evidence"]
+    del d["evidence"]["confusion"]
     old = type(hist).from_dict(d)
     np.testing.assert_array_equal(
         old.predict(shifted(100, SOURCE, 1)[0]), hist.predict(shifted(100, SOURCE, 1)[0])
@@ -518,7 +518,7 @@ def test_old_model_file_without_confusion_still_loads(hist, tmp_path):
 
 def test_malformed_confusion_is_a_model_file_error(hist):
     d = json.loads(json.dumps(hist.to_dict()))
-    good = d["confusion"]
+    good = d["evidence"]["confusion"]
     bad = [
         {"class": [99] + good["class"][1:]},  # a class index out of range
         {"count": [-1.0] + good["count"][1:]},
@@ -531,17 +531,17 @@ def test_malformed_confusion_is_a_model_file_error(hist):
         {"layout": "dense-v9"},
     ]
     for change in bad:
-        d["confusion"] = {**good, **change}
+        d["evidence"]["confusion"] = {**good, **change}
         with pytest.raises(ModelFileError):
             type(hist).from_dict(d)
     old = dense_layout(hist.evidence_.confusion)  # the older layout is checked as before
     n_regions = len(hist.evidence_.confusion.edges[0]) + 1
     for pair in ([99, 1.0], [0, -1.0], [0.5, 1.0], [1, float("nan")]):
-        d["confusion"] = json.loads(json.dumps(old))
-        d["confusion"]["counts"][0] = [[pair]] + [[]] * (n_regions - 1)
+        d["evidence"]["confusion"] = json.loads(json.dumps(old))
+        d["evidence"]["confusion"]["counts"][0] = [[pair]] + [[]] * (n_regions - 1)
         with pytest.raises(ModelFileError):
             type(hist).from_dict(d)
-    d["confusion"]["counts"][0] = [[]] * (n_regions + 1)  # one region too many
+    d["evidence"]["confusion"]["counts"][0] = [[]] * (n_regions + 1)  # one region too many
     with pytest.raises(ModelFileError):
         type(hist).from_dict(d)
 
@@ -563,7 +563,7 @@ def test_confusion_stats_sparse_round_trip(source):
 
 def test_old_dense_confusion_in_a_model_file_still_loads(hist, source):
     d = json.loads(json.dumps(hist.to_dict()))
-    d["confusion"] = dense_layout(hist.evidence_.confusion)
+    d["evidence"]["confusion"] = dense_layout(hist.evidence_.confusion)
     old = type(hist).from_dict(d)
     np.testing.assert_array_equal(
         old.evidence_.confusion.confusion(), hist.evidence_.confusion.confusion()

@@ -203,6 +203,8 @@ class Auto(Wrapper):
         False
     )
     name = "auto"
+    # the cross-validation table is evidence: the model file keeps it there
+    _evidence_keys = ("cv", "cv_samples", "fit_samples")
     # fitted attributes that files of older versions, or an unblended choice, do not set
     model_: Calibrator | None = None
     blend_: dict | None = None
@@ -597,22 +599,15 @@ class Auto(Wrapper):
                 )
         self.blend_ = blend
         self.method_, self.model_, self.cv_ = method, model, cv
-        # files before the standard-error rule: the smallest mean was chosen, with no SE
-        # recorded
-        self.rule_ = str(state.get("rule", "min"))
+        self.rule_ = str(state["rule"])
         if self.rule_ not in ("se", "min"):
             raise ValueError(f"unknown choice rule {self.rule_!r}")
-        best = state.get("best", method)
+        best = state["best"]
         if not isinstance(best, str) or (cv and best not in cv):
             raise ValueError("the best candidate is not in the cross-validation table")
         self.best_ = best
-        # files before format 2: the cross-validation ran on all the model's data
-        self.cv_samples_ = float(
-            state.get("cv_samples", float(self.n_tp_.sum() + self.n_fp_.sum()))
-        )
-        # files before cv_rows: the cross-validation ran on all the data the choice was made
-        # for
-        self.fit_samples_ = float(state.get("fit_samples", self.cv_samples_))
+        self.cv_samples_ = float(state["cv_samples"])
+        self.fit_samples_ = float(state["fit_samples"])
         if not self.fit_samples_ >= self.cv_samples_:
             raise ValueError("fit_samples must be at least cv_samples")
         # optional: files before it, or never refitted, have none

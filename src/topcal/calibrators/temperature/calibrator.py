@@ -13,8 +13,9 @@ The definitions (sts, csts, tswa, cstswa; bts, btswa on the normalised top score
 the bounded Newton optimiser in (log T, A / T) and the degenerate cases are in
 docs/temperature.md. The six registered methods are in ``methods.py``; what they share is
 :class:`TemperatureBase` here (fit, update from loss tables, persistence, describe), its
-intervals are ``_intervals.py``, its update ``_updating.py`` and its file state
-``_state.py`` (its bases), the objective and solver ``_core.py`` / ``_solver.py``.
+intervals (``_intervals.py``), update from statistics (``_updating.py``) and file state
+(``_state.py``) are functions it calls with its fitted values, the objective and solver
+``_core.py`` / ``_solver.py``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from scipy.special import expit
 from ..._numeric import one_blas_thread
 from ..._params import MAX_ITER, Interval, Options
 from ...data import LOG_PROB_FLOOR, TopLabelData, canonical_order, class_order, preview
-from ...errors import ConvergenceError, DegenerateClassWarning, ParameterError
+from ...errors import ConvergenceError, DataError, DegenerateClassWarning, ParameterError
 from ._core import (
     OFFSET_MAX,
     T_MAX,
@@ -43,9 +44,10 @@ from ._core import (
 )
 from ..base import Calibrator, Curve
 from ..foldmemo import memo, memo_data
-from ._intervals import TemperatureIntervals
-from ._state import TemperatureState
-from ._updating import TemperatureUpdating
+from ._intervals import cov_blocks, covariances, held_block, interval
+from ._state import file_state, read_state
+from ._tables import LossTables
+from ._updating import loss_tables, no_stats_reason, solve_tables, table_groups, table_names
 from ._local import newton
 from ._lockstep import solve_classes
 from ._profile import ProfileObjective
@@ -63,7 +65,7 @@ from ._rows import (
 __all__ = ["TemperatureBase"]
 
 
-class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureIntervals, Calibrator):
+class TemperatureBase(Calibrator):
     """Shared machinery of the temperature methods.
 
     Fitted attributes
@@ -95,6 +97,12 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
     _shared: ClassVar[bool] = False
     _has_award: ClassVar[bool] = False
     _binary: ClassVar[bool] = False
+    #: sts and csts keep loss tables (one parameter per row group); the award methods cannot
+    _updatable: ClassVar[bool] = False
+    keep_stats: bool  # a parameter of the updatable methods (methods.py)
+    #: per class, the covariance of (log T, A / T) (``_intervals.py``); None: a fold's fit,
+    #: or a file saved before intervals
+    param_cov_: np.ndarray | None = None
     # only sts's folds start warm: per-class fits can be flat toward a bound (crossfit.py)
     _warm_starts = False
     # during a fit: the score vectors, their kind and the order they are read in
@@ -224,6 +232,32 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             else self._covariances(held or self._cov_blocks(data, fitted))
         )
 
+    def _cov_blocks(self, data: TopLabelData, fitted):
+        """:func:`._intervals.cov_blocks` of this fit."""
+        multinomial = self._objective_kind() == "multinomial"
+        return cov_blocks(
+            data,
+            fitted,
+            self.temperature_,
+            self.awards_,
+            log_scores=self._log_scores if multinomial else None,
+            split=self._split,
+            shared=self._shared,
+            has_award=self._has_award,
+            binary=self._binary,
+        )
+
+    def _covariances(self, groups) -> np.ndarray:
+        """:func:`._intervals.covariances` of this fit's blocks ``groups``."""
+        return covariances(
+            groups,
+            self.n_tp_,
+            self.n_fp_,
+            self.fitted_classes_,
+            shared=self._shared,
+            has_award=self._has_award,
+        )
+
     def _warm_x(self, c, size: int) -> np.ndarray:
         """Newton's start for class ``c`` (None: the shared parameters); see
         :func:`._rows.warm_start`."""
@@ -295,7 +329,7 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         held = (
             None
             if self._scratch or not fitted.any()
-            else [self._held_block(fitted, obj, make, temps, awards, None)]
+            else [held_block(fitted, obj, make, temps, awards, None, has_award=self._has_award)]
         )
         m = None if fold else obj.margin(res.x, copy=False)
         return temps, awards, res.fun, res.n_iter, m, held
@@ -370,7 +404,8 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
             if n_aw:
                 awards[c] = res.x[1] * temps[c]  # the optimiser's coordinate is b = A / T
             if held is not None:
-                held.append(self._held_block(None, obj, make, temps, awards, c))
+                aw = self._has_award
+                held.append(held_block(None, obj, make, temps, awards, c, has_award=aw))
             obj = make = d = others = (
                 None  # this class's rows and scratch go before the next class's are split
             )
@@ -536,8 +571,74 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
         )
         return NewtonResult(x, obj.value(x), 0)
 
-    # update and persistence: bases TemperatureUpdating (_updating.py), TemperatureState
-    # (_state.py)
+    # ------------------------------------------------- statistics and update
+    def _keeps_stats(self) -> bool:
+        return self._binary or (self._updatable and self.keep_stats)
+
+    def _no_stats_reason(self) -> str:
+        return no_stats_reason(self.name, self._updatable)
+
+    def _table_names(self) -> tuple[str, ...]:
+        return table_names(self._objective_kind() == "multinomial", self.loss)
+
+    def _stats_of(self, data: TopLabelData):
+        """Statistics of labelled ``data`` that ``update`` adds: score counts (bts/btswa) or
+        loss tables (sts/csts: :func:`._updating.loss_tables`)."""
+        if self._binary:
+            return super()._stats_of(data)
+        if not self._updatable:
+            raise ParameterError(self._no_stats_reason())
+        data = self._check_compatible(data)  # on the model's class list (a no-op within fit)
+        self._check_data(data)
+        data.require_labels(f"loss tables of {self.name!r}")
+        return loss_tables(data, self._table_names(), self._log_scores)
+
+    @classmethod
+    def _stats_from_dict(cls, d, classes, score_range):
+        if cls._binary:
+            return super()._stats_from_dict(d, classes, score_range)
+        return LossTables.from_dict(d, len(classes))
+
+    def _refit(self, stats) -> None:
+        """``update`` of sts/csts: the fit's own solver on the merged loss tables
+        (:func:`._updating.solve_tables`; bts/btswa: on counts)."""
+        if self._binary:
+            return super()._refit(stats)
+        self._validate_params()
+        if set(stats.tables) != set(self._table_names()):
+            raise DataError(
+                f"{self.name}: the statistics hold the losses {sorted(stats.tables)}, "
+                f"this model needs {sorted(self._table_names())}"
+            )
+        self.n_tp_, self.n_fp_ = stats.n_tp.copy(), stats.n_fp.copy()
+        flags = self._class_flags()
+        multinomial = self._objective_kind() == "multinomial"
+        theta, loss, n_iter = solve_tables(
+            stats,
+            flags,
+            multinomial=multinomial,
+            shared=self._shared,
+            loss=self.loss,
+            max_iter=self.max_iter,
+            name=self.name,
+            classes=self.classes_,
+            solve=self._solve,
+            fallback=self._fallback,
+        )
+        fitted = flags[0]
+        k = len(self.classes_)
+        self.temperature_ = np.where(fitted, np.exp(theta), 1.0)
+        self.awards_ = np.zeros(k)
+        self.fitted_classes_ = fitted
+        self.loss_ = float(loss)
+        self.n_iter_ = int(n_iter)
+        self.class_nll_ = np.array(
+            [stats.value("nll-raw", c, theta[c]) if fitted[c] else 0.0 for c in range(k)]
+        )
+        self.nll_ = float(self.class_nll_.sum())
+        groups = table_groups(stats, fitted, theta, multinomial=multinomial, shared=self._shared)
+        self.param_cov_ = self._covariances(groups)
+
 
     def _margin(self, data: TopLabelData, temperature=None, awards=None) -> np.ndarray:
         """Per-row log-odds m of yhat_{k(X)} under the fitted parameters (or the given
@@ -559,6 +660,46 @@ class TemperatureBase(TemperatureUpdating, TemperatureState, TemperatureInterval
 
     def _predict(self, data: TopLabelData) -> np.ndarray:
         return expit(self._margin(data))
+
+    def _interval(self, data: TopLabelData, level: float):
+        """The delta method on each class's (log T, A / T) (:func:`._intervals.interval`)."""
+        if self.param_cov_ is None:
+            raise self._no_interval_stats("parameter covariance")
+        return interval(
+            data,
+            level,
+            self.param_cov_,
+            self._margin,
+            self.temperature_,
+            self.awards_,
+            self.n_tp_,
+            self.n_fp_,
+        )
+
+    # ---------------------------------------------------------- model file
+    def _get_state(self) -> dict:
+        fitted = {
+            "temperature": self.temperature_,
+            "awards": self.awards_,
+            "fitted": self.fitted_classes_,
+            "loss": self.loss_,
+            "nll": self.nll_,
+            "class_nll": self.class_nll_,
+            "n_iter": self.n_iter_,
+        }
+        return file_state(fitted, self.param_cov_, self.support_ if self._binary else None)
+
+    def _set_state(self, state: dict) -> None:
+        v = read_state(state, len(self.classes_), self._binary)
+        self.temperature_, self.awards_, self.fitted_classes_ = (
+            v["temperature"],
+            v["awards"],
+            v["fitted"],
+        )
+        self.loss_, self.nll_, self.class_nll_ = v["loss"], v["nll"], v["class_nll"]
+        self.n_iter_, self.param_cov_ = v["n_iter"], v["param_cov"]
+        if self._binary:
+            self.support_ = v["support"]
 
     # ------------------------------------------------------------- describe
     @property

@@ -220,7 +220,7 @@ def test_sts_interval_holds_the_classes_spread_and_round_trips():
 def test_spread_table_is_checked_when_loaded():
     data, _ = platt_classes(10, 100, 5, 0.4)
     d = quiet_fit("pooled-platt", data).to_dict()
-    assert "spread" in d
+    assert "spread" in d["evidence"]
     for bad in (
         {"cov": [0.1, 0.5, 0.1], "range": [-1.0, 2.0]},  # not a covariance
         {"cov": [-0.1, 0.0, 0.1], "range": [-1.0, 2.0]},
@@ -232,9 +232,9 @@ def test_spread_table_is_checked_when_loaded():
         {"tau": [0.1]},
     ):
         with pytest.raises(ModelFileError):
-            get_class("pooled-platt").from_dict({**d, "spread": bad})
-    old = dict(d)
-    del old["spread"]  # a file from before the spread: loads, interval without it
+            get_class("pooled-platt").from_dict({**d, "evidence": {**d["evidence"], "spread": bad}})
+    old = {**d, "evidence": dict(d["evidence"])}
+    del old["evidence"]["spread"]  # a file from before the spread: loads, interval without it
     assert get_class("pooled-platt").from_dict(old)._spread is None
 
 
@@ -314,7 +314,7 @@ def test_a_file_with_a_per_bin_spread_keeps_its_old_interval():
     their interval is the curve's own with z tau of the row's bin added in quadrature, as then."""
     data, _ = platt_classes(10, 100, 5, 0.4)
     d = quiet_fit("pooled-platt", data).to_dict()
-    d["spread"] = {"edges": [0.0, 0.8, 1.0], "tau": [0.3, 0.6]}
+    d["evidence"]["spread"] = {"edges": [0.0, 0.8, 1.0], "tau": [0.3, 0.6]}
     old = get_class("pooled-platt").from_dict(d)
     test = at_scores(10, np.array([0.7, 0.9]))
     lo, hi = old.predict_interval(test, level=0.9)
@@ -365,12 +365,12 @@ def test_a_class_far_from_the_curve_gets_its_own_posterior():
 def test_the_class_posteriors_are_checked_when_loaded():
     data, _ = platt_classes(10, 100, 5, 0.4)
     d = quiet_fit("pooled-platt", data).to_dict()
-    assert len(d["spread"]["classes"]) == 10
-    good = d["spread"]
+    assert len(d["evidence"]["spread"]["classes"]) == 10
+    good = d["evidence"]["spread"]
     for bad in (
         {**good, "classes": good["classes"][:9]},  # one class short
         {**good, "classes": [[0.0, 0.0, 0.1, 0.5, 0.1]] * 10},  # not a covariance
         {**good, "classes": [[float("nan"), 0.0, 0.1, 0.0, 0.1]] * 10},
     ):
         with pytest.raises(ModelFileError):
-            get_class("pooled-platt").from_dict({**d, "spread": bad})
+            get_class("pooled-platt").from_dict({**d, "evidence": {**d["evidence"], "spread": bad}})

@@ -12,6 +12,7 @@ import pytest
 from scipy.special import expit, logit
 
 import topcal
+from topcal import persist
 from topcal.calibrators.select.auto import choose, paired_se, tier
 from topcal.data import TopLabelData
 from topcal.metrics import nll
@@ -128,14 +129,15 @@ def test_cv_table_with_standard_errors_is_saved_shown_and_read_back(tmp_path):
     assert desc["se"] == {n: v["se"] for n, v in m.cv_.items()} and desc["best"] == m.best_
     text = describe_text(back)
     assert "±" in text and "standard error" in text and m.method_ in text
-    # a file from before the rule (no SE, no best, no rule) still loads and says how it chose
-    doc = json.loads((tmp_path / "a.json").read_text())
+    # a format-3 file from before the rule (no SE, no best, no rule) still loads and says how
+    # it chose
+    doc = json.loads((Path(__file__).parents[3] / "data" / "model_v3" / "auto.json").read_text())
     st = doc["model"]["state"]
     for key in ("best", "rule"):
         del st[key]
     for v in st["cv"].values():
         del v["se"], v["diff_se"]
-    old = type(m).from_dict(doc["model"])  # what topcal.load does with the file's model part
+    old = type(m).from_dict(persist.migrate(doc)["model"])  # what topcal.load does with it
     assert old.best_ == old.method_ and "smallest cross-validated NLL" in describe_text(old)
 
 

@@ -122,7 +122,7 @@ def test_saved_model_round_trips_its_stages_and_old_files_load_as_before(raced):
     d = json.loads(text)
     del d["model"]["state"]["stages"]
     for n in ("pooled-platt", "bts"):  # its table holds every candidate
-        d["model"]["state"]["cv"][n] = {"nll": 1.0, "se": 0.1, "diff_se": 0.1, "per_class": None,
+        d["model"]["evidence"]["cv"][n] = {"nll": 1.0, "se": 0.1, "diff_se": 0.1, "per_class": None,
                                         "error": None}  # fmt: skip
     old = persist.loads(_signed(d))
     assert old.stages_ is None and "first look" not in old.rule_text()

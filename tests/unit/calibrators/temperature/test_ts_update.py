@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,7 +141,7 @@ def test_tables_have_a_size_bound_independent_of_the_samples():
         sizes = []
         for n in (300, 6000):
             cal = _fit(name, params, _sim(n=n, K=6))
-            doc = cal.to_dict()["stats"]
+            doc = cal.to_dict()["evidence"]["stats"]
             assert len(doc["tables"]) == n_tables and doc["n_nodes"] == 257
             assert all(
                 len(rows) == 6 and all(len(r) == 3 * 257 for r in rows)
@@ -158,7 +159,7 @@ def test_award_methods_and_keep_stats_false_ask_for_a_refit():
         {},
     ):  # the default keeps no tables (they cost 20-100 fits)
         cal = _fit("csts", params, data)
-        assert cal.evidence_.stats is None and "stats" not in cal.to_dict()
+        assert cal.evidence_.stats is None and "stats" not in cal.to_dict()["evidence"]
         with pytest.raises(ParameterError, match="keep_stats=False.*keep_stats=true"):
             cal.update(data)
     with pytest.raises(ParameterError, match="keep_stats"):
@@ -168,23 +169,24 @@ def test_award_methods_and_keep_stats_false_ask_for_a_refit():
             _fit(name, {}, data).update(data)
 
 
-def test_format_2_temperature_files_load_and_ask_for_a_refit(tmp_path):
-    data = _sim(n=800)
-    cal = _fit("sts", KEEP, data)
-    doc = json.loads(persist.dumps(cal))
-    del doc["model"]["stats"]
+def test_format_2_temperature_files_load_and_ask_for_a_refit():
+    v3 = Path(__file__).parents[3] / "data" / "model_v3"
+    doc = json.loads((v3 / "sts.json").read_text())
+    assert "stats" not in doc["model"]
     del doc["model"]["params"]["keep_stats"]  # format 2 had neither
     doc["format_version"] = 2
     doc["sha256"] = persist.hashlib.sha256(
         persist.canonical_json(doc["model"]).encode()
     ).hexdigest()
-    (tmp_path / "old.json").write_text(json.dumps(doc))
-    old = persist.load(tmp_path / "old.json")
-    np.testing.assert_array_equal(old.predict(data), cal.predict(data))
+    old = persist.loads(json.dumps(doc))
+    rows = np.load(v3 / "rows.npz")
+    data = TopLabelData.from_probs(rows["probs"], rows["labels"])
+    want = json.loads((v3 / "expected.json").read_text())["sts"]["pred"]
+    assert old.predict(data).tolist() == want
     with pytest.raises(
         ParameterError, match="no loss tables.*refit"
     ):  # format 2 loads as keep_stats=False
-        old.update(data)
+        old.update(_sim(n=300))
 
 
 def test_malformed_tables_are_model_file_errors():
@@ -193,7 +195,7 @@ def test_malformed_tables_are_model_file_errors():
 
     def broken(edit):
         doc = json.loads(json.dumps(good))
-        edit(doc["model"]["stats"])
+        edit(doc["model"]["evidence"]["stats"])
         doc["sha256"] = persist.hashlib.sha256(
             persist.canonical_json(doc["model"]).encode()
         ).hexdigest()
@@ -279,14 +281,15 @@ def test_cli_update_of_csts_equals_fit_on_all(tmp_path, capsys):
         )
         assert code == 0 and "1600 + 800 samples" in out, err
     whole, upd = model_payload(tmp_path / "all.json"), model_payload(tmp_path / "abc.json")
-    assert upd["n_tp"] == whole["n_tp"] and upd["n_fp"] == whole["n_fp"]
+    for key in ("n_tp", "n_fp"):
+        assert upd["evidence"][key] == whole["evidence"][key]
     np.testing.assert_allclose(
         upd["state"]["temperature"], whole["state"]["temperature"], rtol=T_RTOL
     )
     assert (
         json.loads(open(tmp_path / "abc.json").read())["format_version"]
         == persist.FORMAT_VERSION
-        == 3
+        == 4
     )
     code, out, err = run(
         [

@@ -203,6 +203,8 @@ class Histogram(ScoreCalibrator):
         "shrinkage": ShrinkageConstraint(),
     }
     shrinkable = True
+    #: every class's bins end to end (:attr:`_bins`), made on first use after a fit or load
+    _bins_index: ClassBins | None = None
     piecewise_counts = True  # one (t, n) per bin: rows of a bin are merged when choosing m
 
     def __init__(self, *, n_bins: int = 10, strategy: str = "uniform", shrinkage="auto"):
@@ -249,9 +251,9 @@ class Histogram(ScoreCalibrator):
         return out
 
     def _load_class_state(self, state: dict) -> dict:
-        """One class's state from either layout: its ``edges`` listed, or equal-width ones
-        as ``bins`` = (low, high, number of bins)."""
-        if "bins" in state:
+        """One class's state from either layout: its ``edges`` listed (they win where a
+        state holds both), or equal-width ones as ``bins`` = (low, high, number of bins)."""
+        if "edges" not in state:
             (lo, hi, nb) = finite_array(state["bins"], "bins", 3)
             if not (lo < hi and nb == int(nb) and 1 <= nb <= MAX_BINS):
                 raise ValueError("bins must be (low, high, count) with low < high, count >= 1")
@@ -277,12 +279,12 @@ class Histogram(ScoreCalibrator):
 
     # ------------------------------------------------ all classes' bins at once
     def _index_states(self) -> None:
-        self._bins_index: ClassBins | None = None
+        self._bins_index = None
 
     @property
     def _bins(self) -> ClassBins:
         """Every class's bins end to end (:class:`ClassBins`), made on first use."""
-        bins = getattr(self, "_bins_index", None)
+        bins = self._bins_index
         if bins is None:
             bins = self._bins_index = ClassBins(self.class_state_)
         return bins

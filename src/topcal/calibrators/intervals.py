@@ -64,10 +64,26 @@ def check_level(level) -> float:
 
 def beta_interval(a, b, level: float) -> tuple[np.ndarray, np.ndarray]:
     """Equal-tailed ``level`` interval of Beta(a, b) (a, b > 0, arrays broadcast)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
     tail = 0.5 * (1.0 - level)
+    if a.ndim == 1 and a.size > _DISTINCT_FROM:
+        # rows of one bin (a histogram's) or of a one-row class share their (a, b): each
+        # distinct pair inverted once, the same values (2 x 10^5 rows of 400 distinct pairs:
+        # 0.16 s instead of 2.3 s)
+        order = np.lexsort((b, a))
+        sa, sb = a[order], b[order]
+        new = np.ones(a.size, dtype=bool)
+        new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+        if np.count_nonzero(new) < a.size // 2:
+            back = np.empty(a.size, dtype=np.intp)
+            back[order] = np.cumsum(new) - 1
+            sa, sb = sa[new], sb[new]
+            return betaincinv(sa, sb, tail)[back], betaincinv(sa, sb, 1.0 - tail)[back]
     return betaincinv(a, b, tail), betaincinv(a, b, 1.0 - tail)
+
+
+#: From this many intervals on, :func:`beta_interval` inverts each distinct (a, b) once.
+_DISTINCT_FROM = 4096
 
 
 def count_interval(t, n, level: float, *, scale=1.0) -> tuple[np.ndarray, np.ndarray]:

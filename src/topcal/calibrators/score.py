@@ -110,11 +110,13 @@ class ScoreCalibrator(Calibrator):
 
         The default fits class by class with :meth:`_fit_class`.
         """
-        states = []
-        support = []
-        for k, view in enumerate(data.class_views()):
-            support.append(data.class_support(k, view))
-            states.append(None if support[-1] is None else self._fit_class(view, k))
+        # the supports from one sort (a class_support per class costs ~50 us: seconds at
+        # 10^5 classes, in every fold of auto's cross-validation)
+        support = data.class_supports()
+        states = [
+            None if sup is None else self._fit_class(view, k)
+            for k, (view, sup) in enumerate(zip(data.class_views(), support))
+        ]
         return states, support
 
     def _index_states(self) -> None:

@@ -171,3 +171,16 @@ def test_class_supports_are_every_class_support():
     counts = rng.integers(0, 3, cls.size) * 1.0
     b = TopLabelData.from_binned(cls, lo, hi, counts, rng.integers(0, 3, cls.size) * 1.0)
     assert b.class_supports() == [b.class_support(k) for k in range(b.n_classes)]
+
+
+def test_with_classes_on_the_same_names_is_the_data_itself():
+    d = TopLabelData.from_scores([0, 1, 1], [0.5, 0.7, 0.9], [0, 1, 0])
+    assert d.with_classes(list(d.classes)) is d
+    assert d.with_classes([0, 1]) is d  # names compared as text, as the check gives them
+    wider = d.with_classes(["0", "1", "2"])
+    assert wider.classes == ("0", "1", "2")
+    np.testing.assert_array_equal(wider.pred, d.pred)
+    with pytest.raises(DataError, match="does not know"):
+        d.with_classes(["1", "2"])
+    with pytest.raises(DataError, match="duplicate"):
+        d.with_classes(["0", "1", "1"])

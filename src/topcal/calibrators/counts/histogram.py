@@ -8,11 +8,13 @@ covers the closed score range.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..._numeric import bin_index, weighted_quantile_edges
+from ..._numeric import SortedTables, bin_index, weighted_quantile_edges
 from ..._params import MAX_BINS, Interval, Options
-from ...data import ClassView, rows_by_class
+from ...data import ClassView
 from ..base import finite_array
 from ..score import ScoreCalibrator
 from ..registry import register
@@ -46,6 +48,131 @@ def fill_empty_bins(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=16)
+def equal_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
+    """The edges of ``n_bins`` equal-width bins over [lo, hi] as a fit makes them
+    (``np.linspace``), one read-only array shared by every class that has them."""
+    out = np.linspace(lo, hi, n_bins + 1)
+    out.flags.writeable = False
+    return out
+
+
+def class_gradient(y: np.ndarray, x: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """``np.gradient(y[g], x[g])`` of every group g of consecutive entries (``group``
+    ascending, at least two entries each), for all groups at once and with numpy's
+    arithmetic: central differences inside (the evenly spaced formula where all of a group's
+    steps are equal, else the unevenly spaced one), one-sided ones at the ends."""
+    out = np.empty(y.size)
+    if not y.size:
+        return out
+    i = np.arange(y.size)
+    first = np.ones(y.size, dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    last = np.ones(y.size, dtype=bool)
+    last[:-1] = first[1:]
+    head = np.maximum.accumulate(np.where(first, i, 0))  # each group's first entry
+    dx = np.diff(x)  # dx[j]: from entry j to j + 1 (across groups where j is a last)
+    seg = np.cumsum(first) - 1  # groups numbered 0, 1, ...
+    even = np.ones(int(seg[-1]) + 1, dtype=bool)  # per group, all its steps equal its first
+    even[seg[:-1][~last[:-1] & (dx != dx[np.minimum(head[:-1], dx.size - 1)])]] = False
+    inner = np.flatnonzero(~first & ~last)
+    d1, d2 = dx[inner - 1], dx[inner]
+    ev = even[seg[inner]]
+    ym, y0, yp = y[inner - 1], y[inner], y[inner + 1]
+    a = -d2 / (d1 * (d1 + d2))
+    b = (d2 - d1) / (d1 * d2)
+    c = d1 / (d2 * (d1 + d2))
+    out[inner] = np.where(ev, (yp - ym) / (2.0 * dx[head[inner]]), a * ym + b * y0 + c * yp)
+    f = np.flatnonzero(first)
+    out[f] = (y[f + 1] - y[f]) / dx[f]
+    e = np.flatnonzero(last)
+    out[e] = (y[e] - y[e - 1]) / dx[e - 1]
+    return out
+
+
+class ClassBins:
+    """Every class's bins end to end, for lookups over the rows of all classes at once.
+
+    Bin ``j`` of class ``k`` is entry ``start[k] + j`` of ``tp``, ``fp``, ``values`` and
+    ``cls``; its edges are ``edges[start[k] + rank[k] + j]`` and the next one (``rank[k]``:
+    the classes with a state before ``k``, each of which holds one edge more than bins).
+    Classes without a state hold no bins. Built from the states on first use after a fit or
+    a load (:meth:`Histogram._index_states`).
+    """
+
+    def __init__(self, states: list):
+        K = len(states)
+        self.has = np.array([st is not None for st in states], dtype=bool)
+        kept = [st for st in states if st is not None]
+        self.size = np.zeros(K, dtype=np.int64)
+        self.size[self.has] = [st["tp"].size for st in kept]
+        self.start = np.cumsum(self.size) - self.size
+        self.rank = np.cumsum(self.has) - self.has
+        self.tp, self.fp, self.values, self.edges = (
+            np.concatenate([st[key] for st in kept] + [np.zeros(0)])
+            for key in ("tp", "fp", "values", "edges")
+        )
+        self.cls = np.repeat(np.arange(K), self.size)
+        first = kept[0]["edges"] if kept else None
+        # the edges every class shares (``uniform``: one search for all rows), else None
+        self.shared = (
+            first
+            if kept
+            and (self.size[self.has] == first.size - 1).all()
+            and (self.edges.reshape(len(kept), first.size) == first).all()
+            else None
+        )
+        self._tables: SortedTables | None = None
+        self._sources: tuple[np.ndarray, np.ndarray] | None = None
+
+    def local(self, pred, score: np.ndarray) -> np.ndarray:
+        """Bin of each row within its own class (:func:`bin_index` of the class's edges;
+        rows of classes without a state: 0)."""
+        if self.shared is not None:
+            out = bin_index(self.shared, score)
+        else:
+            if self._tables is None:
+                offsets = np.concatenate([[0], np.cumsum(self.size + self.has)])
+                self._tables = SortedTables(self.edges, offsets)
+            out = self._tables.search(score, pred) - 1
+            np.clip(out, 0, np.maximum(self.size[pred] - 1, 0), out=out)
+        if not self.has.all():
+            out[~self.has[pred]] = 0
+        return out
+
+    def mids(self) -> np.ndarray:
+        """Every bin's midpoint."""
+        left = np.arange(self.tp.size) + self.rank[self.cls]
+        return 0.5 * (self.edges[left] + self.edges[left + 1])
+
+    def sources(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per bin, the non-empty bins of its class whose counts stand behind its value:
+        (left, right), the bin itself twice where it has positives, else its nearest
+        non-empty bin (both nearest on a tie, whose values :func:`fill_empty_bins`
+        averages); a class without positives: every bin itself."""
+        if self._sources is None:
+            n = self.tp + self.fp
+            idx = np.arange(n.size)
+            full = np.flatnonzero(n > 0)
+            if full.size == 0:
+                self._sources = (idx, idx)
+                return self._sources
+            pos = np.searchsorted(full, idx)
+            left = full[np.clip(pos - 1, 0, full.size - 1)]
+            right = full[np.clip(pos, 0, full.size - 1)]
+            # a neighbour counts only within the bin's own class
+            ok_l = (pos > 0) & (self.cls[left] == self.cls)
+            ok_r = (pos < full.size) & (self.cls[right] == self.cls)
+            dl = np.where(ok_l, idx - left, np.inf)
+            dr = np.where(ok_r, right - idx, np.inf)
+            none = ~ok_l & ~ok_r
+            a = np.where(n > 0, idx, np.where(dl <= dr, left, right))
+            b = np.where(n > 0, idx, np.where(dr <= dl, right, left))
+            a[none], b[none] = idx[none], idx[none]
+            self._sources = (a, b)
+        return self._sources
+
+
 @register
 class Histogram(ScoreCalibrator):
     """Per-class histogram calibration (paper eq. 6).
@@ -76,6 +203,8 @@ class Histogram(ScoreCalibrator):
         "shrinkage": ShrinkageConstraint(),
     }
     shrinkable = True
+    #: every class's bins end to end (:attr:`_bins`), made on first use after a fit or load
+    _bins_index: ClassBins | None = None
     piecewise_counts = True  # one (t, n) per bin: rows of a bin are merged when choosing m
 
     def __init__(self, *, n_bins: int = 10, strategy: str = "uniform", shrinkage="auto"):
@@ -91,7 +220,7 @@ class Histogram(ScoreCalibrator):
         lo, hi = self.score_range_
         n = int(self.n_bins)
         if self.strategy == "uniform":
-            return np.linspace(lo, hi, n + 1)
+            return equal_edges(float(lo), float(hi), n)
         return weighted_quantile_edges(view.score, view.tp + view.fp, n, lo, hi)
 
     def _fit_class(self, view: ClassView, k: int) -> dict:
@@ -105,58 +234,103 @@ class Histogram(ScoreCalibrator):
             raw = np.where(n > 0, tp / np.where(n > 0, n, 1.0), 0.0)
         return {"edges": edges, "values": fill_empty_bins(raw, n), "tp": tp, "fp": fp}
 
+    def _dump_class_state(self, state: dict) -> dict:
+        """Equal-width edges as their (low, high, bins), which ``np.linspace`` gives back
+        bit for bit (the fit makes them so); counts that are whole numbers as integers."""
+        e = state["edges"]
+        nb = e.size - 1
+        out = {"values": state["values"].tolist()}
+        if e[0] < e[-1] and np.array_equal(e, equal_edges(float(e[0]), float(e[-1]), nb)):
+            out["bins"] = [float(e[0]), float(e[-1]), nb]
+        else:
+            out["edges"] = e.tolist()
+        for key in ("tp", "fp"):
+            c = state[key]
+            whole = bool(np.all(c == np.round(c)) and np.all(np.abs(c) < 2.0**53))
+            out[key] = c.astype(np.int64).tolist() if whole else c.tolist()
+        return out
+
     def _load_class_state(self, state: dict) -> dict:
-        edges = finite_array(state["edges"], "edges")
+        """One class's state from either layout: its ``edges`` listed (they win where a
+        state holds both), or equal-width ones as ``bins`` = (low, high, number of bins)."""
+        if "edges" not in state:
+            (lo, hi, nb) = finite_array(state["bins"], "bins", 3)
+            if not (lo < hi and nb == int(nb) and 1 <= nb <= MAX_BINS):
+                raise ValueError("bins must be (low, high, count) with low < high, count >= 1")
+            edges = equal_edges(float(lo), float(hi), int(nb))
+        else:
+            edges = finite_array(state["edges"], "edges")
         nb = edges.size - 1
         if nb < 1 or np.any(np.diff(edges) <= 0):
             raise ValueError("edges must be increasing with at least two entries")
-        values = finite_array(state["values"], "values", nb)
-        if np.any((values < 0) | (values > 1)):
+        # the three lists of a class in one conversion (a file holds one state per class)
+        try:
+            arr = np.asarray([state["values"], state["tp"], state["fp"]], dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = np.zeros(0)
+        if arr.shape != (3, nb) or not np.isfinite(arr).all():  # the check that names it
+            arr = np.array([finite_array(state[k], k, nb) for k in ("values", "tp", "fp")])
+        if np.any((arr[0] < 0) | (arr[0] > 1)):
             raise ValueError("histogram values must be in [0, 1]")
-        return {
-            "edges": edges,
-            "values": values,
-            "tp": finite_array(state["tp"], "tp", nb),
-            "fp": finite_array(state["fp"], "fp", nb),
-        }
+        return {"edges": edges, "values": arr[0], "tp": arr[1], "fp": arr[2]}
 
     def _predict_class(self, state: dict, score: np.ndarray) -> np.ndarray:
         return state["values"][bin_index(state["edges"], score)]
 
-    @staticmethod
-    def _source_bins(st: dict) -> tuple[np.ndarray, np.ndarray]:
-        """Per bin, the non-empty bins whose counts stand behind its value: (left, right),
-        the bin itself twice where it has positives, else its nearest non-empty bin (both
-        nearest on a tie, whose values :func:`fill_empty_bins` averages)."""
-        n = st["tp"] + st["fp"]
-        idx = np.arange(n.size)
-        full = np.flatnonzero(n > 0)
-        if full.size == 0:
-            return idx, idx
-        pos = np.searchsorted(full, idx)
-        left = full[np.clip(pos - 1, 0, full.size - 1)]
-        right = full[np.clip(pos, 0, full.size - 1)]
-        dl = np.where(pos > 0, idx - left, np.inf)
-        dr = np.where(pos < full.size, right - idx, np.inf)
-        a = np.where(n > 0, idx, np.where(dl <= dr, left, right))
-        b = np.where(n > 0, idx, np.where(dr <= dl, right, left))
-        return a, b
+    # ------------------------------------------------ all classes' bins at once
+    def _index_states(self) -> None:
+        self._bins_index = None
+
+    @property
+    def _bins(self) -> ClassBins:
+        """Every class's bins end to end (:class:`ClassBins`), made on first use."""
+        bins = self._bins_index
+        if bins is None:
+            bins = self._bins_index = ClassBins(self.class_state_)
+        return bins
+
+    def _row_bins(self, pred, score) -> tuple[np.ndarray, np.ndarray]:
+        """(bin of each row among all classes' bins, whether its class has a state); a row
+        of a class without one gets bin 0 (to be masked)."""
+        fb = self._bins
+        has = fb.has[pred]
+        g = fb.start[pred] + fb.local(pred, score)
+        if fb.tp.size and not has.all():
+            g[~has] = 0
+        return g, has
+
+    def _predict_rows(self, pred, score):
+        """Unshrunk Conf of every row's own class in one gather (rows of classes without a
+        state: the uncalibrated score, as :meth:`_predict_scores` gives them)."""
+        if not self._bins.tp.size:
+            return self._uncalibrated(score)
+        g, has = self._row_bins(pred, score)
+        out = self._bins.values[g]
+        if not has.all():
+            out[~has] = self._uncalibrated(score[~has])
+        return out
+
+    def _local_counts_rows(self, pred, score):
+        t, n = np.zeros(score.shape[0]), np.zeros(score.shape[0])
+        if self._bins.tp.size:
+            g, has = self._row_bins(pred, score)
+            t[has] = self._bins.tp[g[has]]
+            n[has] = t[has] + self._bins.fp[g[has]]
+        return t, n
 
     def _interval_counts(self, pred, score):
         """A bin's own counts; an empty bin's those of the bin(s) whose value it holds
         (pooled on a tie)."""
-        t = np.zeros(score.shape[0])
-        n = np.zeros(score.shape[0])
-        # one sort, not a pass per class (K passes: describe at 1,500 classes took minutes)
-        for k, rows in rows_by_class(pred, len(self.class_state_)):
-            st = self.class_state_[k]
-            if st is None:
-                continue
-            a, b = self._source_bins(st)
-            i = bin_index(st["edges"], score[rows])
-            both = a[i] != b[i]
-            t[rows] = st["tp"][a[i]] + np.where(both, st["tp"][b[i]], 0.0)
-            n[rows] = t[rows] + st["fp"][a[i]] + np.where(both, st["fp"][b[i]], 0.0)
+        t, n = np.zeros(score.shape[0]), np.zeros(score.shape[0])
+        fb = self._bins
+        if not fb.tp.size:
+            return t, n
+        g, has = self._row_bins(pred, score)
+        a, b = fb.sources()
+        a, b = a[g[has]], b[g[has]]
+        both = a != b
+        t[has] = fb.tp[a] + np.where(both, fb.tp[b], 0.0)
+        n[has] = t[has] + fb.fp[a] + np.where(both, fb.fp[b], 0.0)
         return t, n
 
     def _interval_bias(self, pred, score):
@@ -164,69 +338,48 @@ class Histogram(ScoreCalibrator):
         - bin midpoint), the slope read off the fitted curve between the neighbouring bins'
         midpoints (an empty bin: the midpoint of the bin(s) whose value it holds)."""
         bias = np.zeros(score.shape[0])
-        todo = [
-            (k, rows)
-            for k, rows in rows_by_class(pred, len(self.class_state_))
-            if self.class_state_[k] is not None and self.class_state_[k]["edges"].size > 2
-        ]
-        if not todo:
+        fb = self._bins
+        K = fb.has.size
+        # the classes with rows here and at least two bins holding positives: the slope
+        # between the midpoints of bins with rows (an empty bin's value is its neighbour's
+        # copy, and a difference across it would halve the slope at the data's edge)
+        use = np.zeros(K, dtype=bool)
+        use[pred] = True
+        use &= fb.size >= 2
+        full = np.flatnonzero(((fb.tp + fb.fp) > 0) & use[fb.cls])
+        use &= np.bincount(fb.cls[full], minlength=K) >= 2
+        full = full[use[fb.cls[full]]]
+        rows = np.flatnonzero(use[pred])
+        if not rows.size:
             return bias
-        # every class's bin midpoints in one call of the curve (a call per class costs K
-        # each: K^2 at 10^5 classes); the curve is computed row by row, so the values are
-        # the same
-        mids = [
-            0.5 * (e[:-1] + e[1:]) for e in (self.class_state_[k]["edges"] for k, _ in todo)
-        ]
-        sizes = [m.size for m in mids]
-        curves = np.split(
-            self._curve_rows(np.repeat([k for k, _ in todo], sizes), np.concatenate(mids)),
-            np.cumsum(sizes)[:-1],
+        mid = fb.mids()
+        # every class's curve at its bin midpoints in one call (the curve is computed row by
+        # row: the values of a call per class)
+        slope = np.zeros(mid.size)
+        slope[full] = class_gradient(
+            self._curve_rows(fb.cls[full], mid[full]), mid[full], fb.cls[full]
         )
-        for (k, rows), mid, c in zip(todo, mids, curves):
-            st = self.class_state_[k]
-            e = st["edges"]
-            # the slope between the midpoints of bins with rows: an empty bin's value is its
-            # neighbour's copy, and a difference across it would halve the slope at the
-            # data's edge
-            full = np.flatnonzero(st["tp"] + st["fp"] > 0)
-            if full.size < 2:
-                continue
-            slope = np.zeros(mid.size)
-            slope[full] = np.gradient(c[full], mid[full])
-            a, b = self._source_bins(st)
-            i = bin_index(e, score[rows])
-            along = 0.5 * (slope[a[i]] + slope[b[i]])
-            bias[rows] = along * (score[rows] - 0.5 * (mid[a[i]] + mid[b[i]]))
+        g, _ = self._row_bins(pred[rows], score[rows])
+        a, b = fb.sources()
+        a, b = a[g], b[g]
+        along = 0.5 * (slope[a] + slope[b])
+        bias[rows] = along * (score[rows] - 0.5 * (mid[a] + mid[b]))
         return bias
 
     def _count_keys(self, pred, score):
         """(bin of every row numbered across classes, TP and positive count per bin, class
-        per bin, None); a class without state has one bin of counts 0. Classes sharing their
-        edges (``uniform``) are binned in one search."""
-        states = self.class_state_
-        size = np.array([1 if st is None else st["tp"].size for st in states], dtype=np.int64)
-        start = np.concatenate([[0], np.cumsum(size)[:-1]])
-        t = np.concatenate([np.zeros(1) if st is None else st["tp"] for st in states])
-        n = np.concatenate(
-            [np.zeros(1) if st is None else st["tp"] + st["fp"] for st in states]
-        )
-        cell_class = np.repeat(np.arange(len(states)), size)
-        edges = [st["edges"] for st in states if st is not None]
+        per bin, None); a class without state has one bin of counts 0."""
+        fb = self._bins
+        size = np.maximum(fb.size, 1)
+        start = np.cumsum(size) - size
+        at = start[fb.cls] + (np.arange(fb.tp.size) - fb.start[fb.cls])
+        t, n = np.zeros(int(size.sum())), np.zeros(int(size.sum()))
+        t[at], n[at] = fb.tp, fb.tp + fb.fp
+        cell_class = np.repeat(np.arange(size.size), size)
         if np.ndim(pred) == 0:  # one class for all rows
-            st = states[int(pred)]
-            cell = np.full(score.shape[0], start[int(pred)], dtype=np.int64)
-            if st is not None:
-                cell += bin_index(st["edges"], score)
-        elif len(edges) == len(states) and all(np.array_equal(e, edges[0]) for e in edges):
-            cell = bin_index(edges[0], score)
-            cell += start[pred]
-        else:
-            cell = np.empty(score.shape[0], dtype=np.int64)
-            for k, idx in rows_by_class(pred, len(states)):
-                st = states[k]
-                cell[idx] = start[k] + (
-                    0 if st is None else bin_index(st["edges"], score[idx])
-                )
+            pred = np.full(score.shape[0], int(pred), dtype=np.int64)
+        cell = fb.local(pred, score)
+        cell += start[pred]
         return cell, t, n, cell_class, None
 
     def _local_counts(self, k: int, score: np.ndarray):

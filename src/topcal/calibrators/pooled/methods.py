@@ -88,7 +88,7 @@ class _Pooled(Calibrator):
         return self.get_params()
 
     def _fit(self, data: TopLabelData) -> None:
-        self.support_ = [data.class_support(k, v) for k, v in enumerate(data.class_views())]
+        self.support_ = data.class_supports()
         inner = get_class(self._inner)(**self._inner_params())
         # a part of this model (its evidence is this model's); a cross-validation fold's
         # pooled model is a scratch fit (crossfit.py), and so is its curve, started from the

@@ -234,7 +234,8 @@ def with_confidence(
     cols = {(conf_name if k == "confidence" else k): v for k, v in cols.items()}
     codes = np.zeros(0, dtype=np.int64) if data is None else predicted_codes(data, classes)
     pred = pd.Categorical.from_codes(codes, categories=list(classes))
-    out = frame.copy()
+    # a shallow copy: columns are set on it, never written into, so the input stays as it was
+    out = frame.copy(deep=False)
     if "pred" in out.columns and pred_column != "pred":
         if not np.array_equal(
             out["pred"].astype(str).to_numpy(), np.asarray(pred).astype(str)

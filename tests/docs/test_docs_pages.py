@@ -226,6 +226,11 @@ def test_cli_page(tmp_path, visual_check, demo_run):
     adapted = topcal.load(tmp_path / "adapted.json")
     source, use = adapted.estimate_.source, adapted.estimate_.priors
     assert use[0] > source[0]  # the use set predicts c0 far more often
+    cut = json.loads((tmp_path / "cut.json").read_text(encoding="utf-8"))["thresholds"]
+    assert "split" not in cut  # two files: the model's rows and the held-out ones
+    split = json.loads((tmp_path / "cut2.json").read_text(encoding="utf-8"))["thresholds"]["split"]
+    assert split["fraction"] == 0.5 and split["seed"] == 0, split
+    assert topcal.load(tmp_path / "fitted.json").name == "hist"
     assert (tmp_path / "topcal-demo-report" / "index.html").is_file()
 
     where, done = visual_check

@@ -426,6 +426,23 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             f"0..{len(self.classes_) - 1}"
         )
 
+    def _curve_scores(self, k, score, n_points: int) -> tuple[int, np.ndarray]:
+        """Class ``k``'s index and the scores its curve is sampled on: ``score``, else
+        ``n_points`` evenly spaced over the score range."""
+        i = self._class_index(k)
+        lo, hi = self.score_range_
+        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        return i, s
+
+    def _predicted_curve(self, k, score, n_points: int) -> Curve:
+        """Class ``k``'s curve read off :meth:`predict` on rows of that class at the curve's
+        scores: for models whose confidence is a function of the class and the top score."""
+        i, s = self._curve_scores(k, score, n_points)
+        grid = TopLabelData(
+            tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, tuple(self.score_range_)
+        )
+        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "classes_"):
             raise NotFittedError(

@@ -26,7 +26,7 @@ and per-sample rows give the same numbers. Intervals:
 from __future__ import annotations
 
 from ..data import TopLabelData
-from ._classes import CLASS_COLUMNS, KEYWORDS, per_class, pick_classes
+from ._classes import CLASS_COLUMNS, KEYWORDS, parse_classes, per_class, pick_classes
 from ._classwise import classwise_ece
 from ._binned import (
     ece15,
@@ -68,6 +68,7 @@ __all__ = [
     "per_class",
     "paired_ranking",
     "pick_classes",
+    "parse_classes",
     "CLASS_COLUMNS",
     "KEYWORDS",
     "DESCRIPTIONS",

@@ -135,6 +135,9 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     #: Whether the curve is piecewise constant in the score (a step function, or one
     #: constant per class): its jumps are no wiggles, so the report's wiggle check skips it.
     step_curve: ClassVar[bool] = False
+    #: Each class's score range in the fitting data (None: no positives); set by the fits of
+    #: the models that have curves.
+    support_: list
     #: Whether the confidence is one constant per class, ignoring the score (``conf1``):
     #: figures of calibration curves leave it out unless asked for by name.
     constant_per_class: ClassVar[bool] = False

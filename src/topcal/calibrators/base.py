@@ -489,15 +489,17 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         are the fitted classes, in order, unless ``classes`` names them. For binned data,
         one value per bin (at the bin's midpoint score).
         """
-        self._check_fitted()
-        if not isinstance(data, TopLabelData):
-            data = as_data(
-                data, classes=self.classes_ if classes is None else classes, kind=kind
-            )
-        self._check_data(data)
-        data = self._check_compatible(data)
+        data = self._checked_input(data, classes, kind)
         out = np.asarray(self._predict(data), dtype=np.float64)
         return out
+
+    def _checked_input(self, data, classes, kind: str) -> TopLabelData:
+        """``data`` given to predict or predict_interval as TopLabelData this fitted model
+        can take (:meth:`_as_input`, then the method's and the model's checks)."""
+        self._check_fitted()
+        data = self._as_input(data, classes, kind)
+        self._check_data(data)
+        return self._check_compatible(data)
 
     def _predict(self, data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -536,13 +538,7 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             itself.
         """
         level = intervals.check_level(level)
-        self._check_fitted()
-        if not isinstance(data, TopLabelData):
-            data = as_data(
-                data, classes=self.classes_ if classes is None else classes, kind=kind
-            )
-        self._check_data(data)
-        data = self._check_compatible(data)
+        data = self._checked_input(data, classes, kind)
         lo, hi = self._interval_of_rows(data, level)
         return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 

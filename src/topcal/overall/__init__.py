@@ -25,6 +25,7 @@ and per-sample rows give the same numbers. Intervals:
 
 from __future__ import annotations
 
+from .._params import check_bin_count
 from ..data import TopLabelData
 from ._classes import CLASS_COLUMNS, KEYWORDS, parse_classes, per_class, pick_classes
 from ._classwise import classwise_ece
@@ -36,7 +37,7 @@ from ._binned import (
     ece_top_label,
     ece_top_label_of,
 )
-from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_bins, check_level, rows_of
+from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_level, rows_of
 from ._means import (
     brier,
     calibration_loss,
@@ -139,7 +140,7 @@ def overall_metrics(
     dict
         ``{name: Estimate}`` for the names of :data:`OVERALL` (then the improvements).
     """
-    check_bins(n_bins)
+    check_bin_count(n_bins)
     check_level(level, resamples, seed)
     r = rows_of(data, confidence)
     out = {

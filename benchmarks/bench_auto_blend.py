@@ -5,8 +5,8 @@ split (:func:`topcal.data.kfold_split`, seed 0; K = 2 by default), each training
 to 2,000 and 5,000 rows (:func:`bench_heldout.subsample`, the same seeds). On each training part one
 cross-fit of ``auto``'s default candidates (5 folds, seed 0:
 :func:`topcal.calibrators.select.crossfit.cross_fit`,
-the table :func:`topcal.calibrators.select.auto.tabulate_cv`, the choice
-:func:`~topcal.calibrators.select.auto.choose`:
+the table :func:`topcal.calibrators.select.rules.tabulate_cv`, the choice
+:func:`~topcal.calibrators.select.rules.choose`:
 exactly ``auto``'s), and from the same out-of-fold confidences these variants:
 
 * ``auto``: the chosen candidate (today's ``auto``); ``best``: the smallest CV mean;
@@ -17,10 +17,10 @@ exactly ``auto``'s), and from the same out-of-fold confidences these variants:
 * ``c-logit`` / ``c-prob``: non-negative stacking of three candidates (the chosen one and the best
   others by CV mean), weights on the simplex (grid of step 0.02) minimising the out-of-fold NLL;
 * ``impl``, ``impl-g0``, ``impl-all``: ``auto``'s own blend
-(:func:`topcal.calibrators.select.auto.plan_blend`:
+(:func:`topcal.calibrators.select.rules.plan_blend`:
   the choice and the two best other score candidates, convex weights fitted exactly) with its gate
   of
-  :data:`~topcal.calibrators.select.auto.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold
+  :data:`~topcal.calibrators.select.rules.BLEND_GATE` standard errors, a gate of 0 (any out-of-fold
   gain) and
   no gate;
 * ``hindsight``: the single candidate with the lowest held-out NLL of the cell, picked after seeing
@@ -28,7 +28,7 @@ exactly ``auto``'s), and from the same out-of-fold confidences these variants:
   returns one candidate;
 * ``X+gate``: variant X only where its out-of-fold gain over the chosen candidate exceeds one
   standard error of the paired per-sample difference
-  (:func:`topcal.calibrators.select.auto.paired_se`), else the chosen candidate.
+  (:func:`topcal.calibrators.select.rules.paired_se`), else the chosen candidate.
 
 Every candidate a variant uses is refitted on the whole training part and the variant's weights
 applied to its predictions of the held-out fold. A cell (set, K, fitting rows) is scored as in
@@ -61,7 +61,7 @@ import bench_heldout as bh  # noqa: E402
 from bench_auto_rules import DATA  # noqa: E402
 
 import topcal  # noqa: E402
-from topcal.calibrators.select.auto import (
+from topcal.calibrators.select.rules import (
     DEFAULT_CANDIDATES,
     BLEND_GATE,
     choose,

@@ -8,7 +8,7 @@ cross-validation table, and the choice three rules make from that one table:
 * ``old``: tier 1 for every pooled curve (before 2026-11-25), ``pooled-beta`` not a candidate;
 * ``new``: parametric pooled curves tier 1, non-parametric ones 1.5, ``pooled-beta`` left out;
 * ``newb``: as ``new`` with ``pooled-beta`` (the current default,
-:data:`topcal.calibrators.select.auto.TIERS`).
+:data:`topcal.calibrators.select.rules.TIERS`).
 
 Each chosen method is refitted on the training half and scored (top-label NLL) on the held-out
 half. Prints one JSON line per fold cell and the totals. Run
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_heldout as bh  # noqa: E402
 
 import topcal  # noqa: E402
-from topcal.calibrators.select import auto as A  # noqa: E402
+from topcal.calibrators.select import rules as A  # noqa: E402
 from topcal.data import TopLabelData, kfold_split  # noqa: E402
 
 DATA = [
@@ -55,7 +55,7 @@ OLD = {
 
 
 def pick(cv: dict, names, tiers) -> str:
-    """The rule of :func:`topcal.calibrators.select.auto.choose` on the candidates ``names`` with
+    """The rule of :func:`topcal.calibrators.select.rules.choose` on the candidates ``names`` with
     ``tiers``
     (the standard errors are those of the full table: approximate where its best is left out)."""
     ok = [n for n in names if cv[n]["nll"] is not None]

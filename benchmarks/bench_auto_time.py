@@ -41,7 +41,7 @@ from pathlib import Path
 
 import topcal
 from topcal.calibrators import get_class
-from topcal.calibrators.select.auto import DEFAULT_CANDIDATES
+from topcal.calibrators.select.rules import DEFAULT_CANDIDATES
 from topcal.metrics import nll
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -225,7 +225,7 @@ def look_floor(model, data, best: dict, ts: float, repeat: int) -> None:
     minimum of ``repeat`` rounds, after the interleaved ones) and, added to it, one all-data fit of
     each candidate that reached auto's K folds (or its decided pair): the floor of any rule with
     this first look (issue 36)."""
-    from topcal.calibrators.select.auto import CV_ROWS
+    from topcal.calibrators.select.rules import CV_ROWS
     from topcal.calibrators.select.staging import SCREEN_ROWS, first_look
     from topcal.data import stratified_subsample
 

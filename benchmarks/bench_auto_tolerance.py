@@ -3,7 +3,7 @@
 For each top-score set and K in ``--folds`` (default 2 and 5): the seeded K-fold split
 (:func:`topcal.data.kfold_split`, seed 0), each training part subsampled to 2,000 and 5,000 rows as
 ``bench_heldout.py --quick`` does (same seeds), one ``auto`` fit, and from its one cross-validation
-table the choice :func:`topcal.calibrators.select.auto.choose` makes at each tolerance of
+table the choice :func:`topcal.calibrators.select.rules.choose` makes at each tolerance of
 ``--tolerances``
 (standard errors of the paired difference). Each chosen method is refitted on the training part and
 scored on the held-out fold. Prints one JSON line per fold and, per cell, the held-out NLL of every
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_heldout as bh  # noqa: E402
 
 import topcal  # noqa: E402
-from topcal.calibrators.select import auto as A  # noqa: E402
+from topcal.calibrators.select import rules as A  # noqa: E402
 from topcal.data import TopLabelData, kfold_split  # noqa: E402
 
 DATA = [

@@ -66,7 +66,7 @@ import pandas as pd
 
 import topcal
 from _vector_peers import VECTOR_PEERS, runs_on, vector_peer_predict
-from topcal.calibrators.select.auto import DEFAULT_CANDIDATES
+from topcal.calibrators.select.rules import DEFAULT_CANDIDATES
 from topcal.data import TopLabelData
 from topcal.datasets import load_phanns
 from topcal.evaluate import kfold_split
@@ -397,7 +397,7 @@ def topcal_predict(spec, train, test, key=None):
         if name == "auto-before":
             return topcal.calibrator("auto", candidates=list(BEFORE_35)).fit(train).predict(test)
         if name == "auto":
-            from topcal.calibrators.select.auto import TOLERANCE, choose
+            from topcal.calibrators.select.rules import TOLERANCE, choose
 
             tol = float(arg) if arg else TOLERANCE  # plain "auto": the default auto
             cached = _AUTO_CV.get(key) if key is not None else None

@@ -43,6 +43,8 @@ __all__ = [
     "check_output",
     "atomic_write",
     "write_text",
+    "read_text",
+    "decoded_path",
     "report_dir",
     "check_report_dir",
     "check_writable",
@@ -266,16 +268,23 @@ def write_text(path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def decoded_path(path) -> str | os.PathLike | None:
+    """``path`` as a str or path object (bytes decoded as the file system does), or None
+    where it is none of str, bytes or a path object."""
+    if isinstance(path, (bytes, bytearray)):
+        path = os.fsdecode(bytes(path))
+    return path if isinstance(path, (str, os.PathLike)) else None
+
+
 def read_text(path, what: str, error=TopcalError, type_hint: str = "") -> str:
     """The text of the file at ``path`` (a str, bytes or path object) for a reader of
     ``what`` (e.g. "model file"); ``error`` (a TopcalError class) with a one-line message
     when it cannot be read."""
-    if isinstance(path, (bytes, bytearray)):
-        path = os.fsdecode(bytes(path))
-    if not isinstance(path, (str, os.PathLike)):
+    given, path = path, decoded_path(path)
+    if path is None:
         raise error(
             f"the {what} must be given as a path (str, bytes or pathlib.Path), got "
-            f"{type(path).__name__}{type_hint}"
+            f"{type(given).__name__}{type_hint}"
         )
     try:
         return Path(path).read_text()

@@ -10,6 +10,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
+
 from .errors import ParameterError
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "NoneOr",
     "validate_params",
     "MAX_BINS",
+    "check_bin_count",
     "MAX_ITER",
 ]
 
@@ -28,6 +31,20 @@ __all__ = [
 MAX_BINS = 100_000
 #: Upper bound of iteration-count parameters (optimiser steps).
 MAX_ITER = 1_000_000
+
+
+def check_bin_count(n_bins, name: str = "n_bins", owner: str = "") -> None:
+    """Refuse a bin count ``n_bins`` that is no integer in [1, :data:`MAX_BINS`]; the
+    message names the parameter ``name`` (after ``owner``, the function, where given)."""
+    if (
+        isinstance(n_bins, bool)
+        or not isinstance(n_bins, (int, np.integer))
+        or not 1 <= n_bins <= MAX_BINS
+    ):
+        where = f"{owner}: " if owner else ""
+        raise ParameterError(
+            f"{where}parameter {name!r} must be an integer in [1, {MAX_BINS}], got {n_bins!r}"
+        )
 
 
 @dataclass(frozen=True)

@@ -84,29 +84,14 @@ class LocalEngine(Engine):
     def update(self, model, path, *, progress=None, **options):
         return update_file(model, path, chunk_rows=None, **options)
 
-    def apply(
-        self,
-        model,
-        path,
-        output,
-        *,
-        progress=None,
-        interval=None,
-        thresholds=None,
-        tally=None,
-        full=False,
-        **options,
-    ):
+    def apply(self, model, path, output, *, progress=None, **options):
+        # interval, thresholds, tally and full pass through to apply_file as they are
         return apply_file(
             model,
             path,
             output,
             chunk_rows=self.chunk_rows or DEFAULT_CHUNK_ROWS,
             progress=progress,
-            interval=interval,
-            thresholds=thresholds,
-            tally=tally,
-            full=full,
             **options,
         )
 
@@ -160,30 +145,11 @@ class DaskEngine(Engine):
         with tdask.Session(self.address):
             return tdask.update(model, tdask.read_parquet(path), **options)
 
-    def apply(
-        self,
-        model,
-        path,
-        output,
-        *,
-        progress=None,
-        interval=None,
-        thresholds=None,
-        tally=None,
-        full=False,
-        **options,
-    ):
+    def apply(self, model, path, output, *, progress=None, tally=None, **options):
+        # interval, thresholds and full pass through to the workers' apply as they are
         tdask = self._dask()  # ``tally`` stays empty: the rows are counted on the workers
         with tdask.Session(self.address):
-            tdask.apply_file(
-                model,
-                path,
-                output,
-                interval=interval,
-                thresholds=thresholds,
-                full=full,
-                **options,
-            )
+            tdask.apply_file(model, path, output, **options)
         return None
 
 

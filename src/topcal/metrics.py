@@ -24,8 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ._params import check_bin_count
 from ._numeric import PROB_CLIP, bin_index, binary_nll, weighted_quantile_edges
-from ._params import MAX_BINS
 from ._typing import ArrayLike
 from .data import TopLabelData
 from .errors import DataError, ParameterError
@@ -208,14 +208,7 @@ def ece(
     """
     if norm not in (1, 2):
         raise ParameterError(f"ece: parameter 'norm' must be 1 or 2, got {norm!r}")
-    if (
-        isinstance(n_bins, bool)
-        or not isinstance(n_bins, (int, np.integer))
-        or not 1 <= n_bins <= MAX_BINS
-    ):
-        raise ParameterError(
-            f"ece: parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}"
-        )
+    check_bin_count(n_bins, owner="ece")
     if strategy not in ("uniform", "quantile"):
         raise ParameterError(
             f"ece: parameter 'strategy' must be 'uniform' or 'quantile', got {strategy!r}"
@@ -361,14 +354,7 @@ def bundle(
         raise ParameterError(
             f"unknown metric {unknown[0]!r}; options are {', '.join(_BUNDLE_METRICS)}"
         )
-    if (
-        isinstance(n_bins, bool)
-        or not isinstance(n_bins, (int, np.integer))
-        or not 1 <= n_bins <= MAX_BINS
-    ):
-        raise ParameterError(
-            f"parameter 'n_bins' must be an integer in [1, {MAX_BINS}], got {n_bins!r}"
-        )
+    check_bin_count(n_bins)
     c = _check(data, confidence)  # once for every metric of the bundle
     return [_BUNDLE_METRICS[n](data, c, n_bins) for n in names]
 

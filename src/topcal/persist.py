@@ -48,6 +48,8 @@ __all__ = [
     "load",
     "canonical_json",
     "digests",
+    "finite_json",
+    "check_format",
 ]
 
 FORMAT = "topcal-model"
@@ -155,6 +157,21 @@ def _reject_constant(name):
     raise _NonFinite(f"non-finite number {name}")
 
 
+def finite_json(text: str):
+    """``text`` parsed as JSON; NaN, Infinity or -Infinity in it raise a ValueError that
+    names them."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def check_format(doc, fmt: str, source: str, kind: str) -> None:
+    """Refuse a parsed ``doc`` that is no JSON object with ``"format": fmt`` (``kind``: the
+    file's kind in the message, e.g. "model")."""
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise ModelFileError(
+            f'{source} is not a topcal {kind} file (no "format": "{fmt}" field)'
+        )
+
+
 #: Why a file whose JSON holds a number beyond the range of doubles (read as infinity) is
 #: refused.
 _HUGE = "JSON error: a number is out of the range of finite floats"
@@ -169,7 +186,7 @@ def loads(text: str, *, source: str = "model"):
     was the slow part of reading a large model).
     """
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = finite_json(text)
         if isinstance(doc, dict):
             canonical_json({k: v for k, v in doc.items() if k != "model"})
     except RecursionError:
@@ -187,10 +204,7 @@ def loads(text: str, *, source: str = "model"):
         raise ModelFileError(
             f"{source} is not a valid topcal model file ({what}); save the model again"
         ) from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ModelFileError(
-            f'{source} is not a topcal model file (no "format": "{FORMAT}" field)'
-        )
+    check_format(doc, FORMAT, source, "model")
     version = doc.get("format_version")
     if (
         type(version) is not int or version not in READABLE_VERSIONS

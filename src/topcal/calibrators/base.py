@@ -135,6 +135,9 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     #: Whether the curve is piecewise constant in the score (a step function, or one
     #: constant per class): its jumps are no wiggles, so the report's wiggle check skips it.
     step_curve: ClassVar[bool] = False
+    #: Each class's score range in the fitting data (None: no positives); set by the fits of
+    #: the models that have curves.
+    support_: list
     #: Whether the confidence is one constant per class, ignoring the score (``conf1``):
     #: figures of calibration curves leave it out unless asked for by name.
     constant_per_class: ClassVar[bool] = False
@@ -426,6 +429,23 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             f"0..{len(self.classes_) - 1}"
         )
 
+    def _curve_scores(self, k, score, n_points: int) -> tuple[int, np.ndarray]:
+        """Class ``k``'s index and the scores its curve is sampled on: ``score``, else
+        ``n_points`` evenly spaced over the score range."""
+        i = self._class_index(k)
+        lo, hi = self.score_range_
+        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        return i, s
+
+    def _predicted_curve(self, k, score, n_points: int) -> Curve:
+        """Class ``k``'s curve read off :meth:`predict` on rows of that class at the curve's
+        scores: for models whose confidence is a function of the class and the top score."""
+        i, s = self._curve_scores(k, score, n_points)
+        grid = TopLabelData(
+            tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, tuple(self.score_range_)
+        )
+        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "classes_"):
             raise NotFittedError(
@@ -469,15 +489,17 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
         are the fitted classes, in order, unless ``classes`` names them. For binned data,
         one value per bin (at the bin's midpoint score).
         """
-        self._check_fitted()
-        if not isinstance(data, TopLabelData):
-            data = as_data(
-                data, classes=self.classes_ if classes is None else classes, kind=kind
-            )
-        self._check_data(data)
-        data = self._check_compatible(data)
+        data = self._checked_input(data, classes, kind)
         out = np.asarray(self._predict(data), dtype=np.float64)
         return out
+
+    def _checked_input(self, data, classes, kind: str) -> TopLabelData:
+        """``data`` given to predict or predict_interval as TopLabelData this fitted model
+        can take (:meth:`_as_input`, then the method's and the model's checks)."""
+        self._check_fitted()
+        data = self._as_input(data, classes, kind)
+        self._check_data(data)
+        return self._check_compatible(data)
 
     def _predict(self, data: TopLabelData) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -516,13 +538,7 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             itself.
         """
         level = intervals.check_level(level)
-        self._check_fitted()
-        if not isinstance(data, TopLabelData):
-            data = as_data(
-                data, classes=self.classes_ if classes is None else classes, kind=kind
-            )
-        self._check_data(data)
-        data = self._check_compatible(data)
+        data = self._checked_input(data, classes, kind)
         lo, hi = self._interval_of_rows(data, level)
         return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 

@@ -193,6 +193,13 @@ class VectorPredicting:
         own = self._vector_map()
         return own if own is not None else self._vector
 
+    def _as_input(self, data, classes, kind: str) -> TopLabelData:
+        """``data`` (as :meth:`predict` takes it) as TopLabelData: a score matrix's columns
+        are the fitted classes unless ``classes`` names them."""
+        if isinstance(data, TopLabelData):
+            return data
+        return as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+
     def predict_proba(
         self,
         data: TopLabelData | ArrayLike | PathLike,
@@ -222,10 +229,7 @@ class VectorPredicting:
         ndarray (n_rows, K)
         """
         self._check_fitted()
-        if not isinstance(data, TopLabelData):
-            data = as_data(
-                data, classes=self.classes_ if classes is None else classes, kind=kind
-            )
+        data = self._as_input(data, classes, kind)
         if not data.has_full:
             raise DataError(
                 "a calibrated probability vector needs the full score vectors "

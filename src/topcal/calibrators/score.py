@@ -527,9 +527,7 @@ class ScoreCalibrator(Calibrator):
             Grid size when ``score`` is not given.
         """
         self._check_fitted()
-        i = self._class_index(k)
-        lo, hi = self.score_range_
-        s = np.linspace(lo, hi, n_points) if score is None else np.asarray(score, dtype=np.float64)
+        i, s = self._curve_scores(k, score, n_points)
         return Curve(self.classes_[i], s, self._predict_scores(i, s), self.support_[i])
 
     # per-class state persistence: shared by every score calibrator

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _progress
 from .._tables import format_column, format_table, format_value, text_table
-from ..calibrators.select.auto import TIER_LEGEND
+from ..calibrators.select.rules import TIER_LEGEND
 from ..errors import TopcalError
 
 __all__ = [

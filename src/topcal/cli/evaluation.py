@@ -69,6 +69,16 @@ def method_params(texts) -> dict:
     return out
 
 
+def _force_option(p) -> None:
+    """``--force`` of the commands that write a report folder (report, demo)."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into DIR even if it holds other files (they are kept; index.html and figures/ "
+        "are replaced)",
+    )
+
+
 def _protocol_options(p, what: str) -> None:
     p.add_argument(
         "--folds",
@@ -202,12 +212,7 @@ def add_commands(sub) -> None:
         help="folder to write index.html and figures/ into: new, empty or made by topcal (it is "
         "replaced)",
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into DIR even if it holds other files (they are kept; index.html and figures/ "
-        "are replaced)",
-    )
+    _force_option(p)
     p.add_argument(
         "--dpi", type=int, default=90, help="resolution of the figures (default 90)"
     )
@@ -262,12 +267,7 @@ def add_commands(sub) -> None:
         help="folder for index.html and figures/ (default: ./topcal-demo-report); it must be new, "
         "empty or made by topcal",
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into DIR even if it holds other files (they are kept; index.html and figures/ "
-        "are replaced)",
-    )
+    _force_option(p)
     p.set_defaults(func=_cmd_demo)
 
 

@@ -48,7 +48,8 @@ def check_sample_total(total: float, what: str = "the data") -> None:
 MIN_RANGE_WIDTH = 1e-9
 
 
-def as_float_array(x, name: str, ndim: int) -> np.ndarray:
+def _float_array(x, name: str, ndim: int) -> np.ndarray:
+    """``x`` as a non-empty float64 array of ``ndim`` dimensions (no copy where it is one)."""
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -62,6 +63,11 @@ def as_float_array(x, name: str, ndim: int) -> np.ndarray:
         raise DataError(f"{name} must be {shape}, got shape {arr.shape}")
     if arr.size == 0:
         raise DataError(f"{name} is empty; topcal needs at least one row")
+    return arr
+
+
+def as_float_array(x, name: str, ndim: int) -> np.ndarray:
+    arr = _float_array(x, name, ndim)
     bad = ~np.isfinite(arr)
     if bad.any():
         where = np.argwhere(bad)[0]
@@ -84,17 +90,7 @@ _BLOCK_ELEMENTS = 1 << 18
 def as_matrix(x, name: str) -> np.ndarray:
     """An (n, K) float64 array, without copying one that already is; finiteness is checked
     by the caller."""
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise DataError(
-            f"{name} must be numeric: {exc}; convert the column to numbers"
-        ) from None
-    if arr.ndim != 2:
-        raise DataError(f"{name} must be a 2-d array (rows x classes), got shape {arr.shape}")
-    if arr.size == 0:
-        raise DataError(f"{name} is empty; topcal needs at least one row")
-    return arr
+    return _float_array(x, name, 2)
 
 
 def row_blocks(n: int, k: int):

@@ -579,14 +579,22 @@ class TopLabelData:
         if self.full is not None and len(self.classes) == len(classes):
             order = np.argsort(index)  # column j of the new matrix is old column order[j]
             full = self.full[:, order]
+        return self.recoded(classes, index, full)
+
+    def recoded(
+        self, classes: tuple[str, ...], mapping: np.ndarray, full: np.ndarray | None = None
+    ) -> "TopLabelData":
+        """The same rows on the class list ``classes``: old class j is new class
+        ``mapping[j]`` (predictions and labels); full score vectors only as ``full`` (already
+        in the new classes' columns), none otherwise."""
         return TopLabelData(
             classes,
-            index[self.pred],
+            mapping[self.pred],
             self.score,
             self.score_range,
             tp=self.tp,
             fp=self.fp,
-            labels=None if self.labels is None else index[self.labels],
+            labels=None if self.labels is None else mapping[self.labels],
             full=full,
             full_kind=None if full is None else self.full_kind,
             bin_edges=self.bin_edges,

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..data import TopLabelData, is_int_name
+from .._fileio import decoded_path
 from .._typing import PathLike
 from ..errors import DataError, first_line
 from ._frame import KNOWN_LAYOUTS, check_unique, read_frame
@@ -28,17 +29,14 @@ def csv_sep(p: Path) -> str:
 def data_path(path) -> Path:
     """``path`` (str, bytes or path object) as a Path; a one-line DataError for anything
     else (an array or a DataFrame given where a file is read)."""
-    import os
-
-    if isinstance(path, (bytes, bytearray)):
-        path = os.fsdecode(bytes(path))
-    if not isinstance(path, (str, os.PathLike)):
+    decoded = decoded_path(path)
+    if decoded is None:
         raise DataError(
             f"a data file is read from its path (str, bytes or pathlib.Path), got "
             f"{type(path).__name__}; arrays and DataFrames go to fit/predict directly "
             "(or topcal.io.inputs.as_data)"
         )
-    return Path(path)
+    return Path(decoded)
 
 
 def read_table(path):

@@ -264,15 +264,19 @@ class AdaptedCalibrator(Wrapper):
     def _check_compatible(self, data) -> TopLabelData:
         return super()._check_compatible(check_use_data(self, data))
 
-    def _predict(self, data: TopLabelData) -> np.ndarray:
-        c = self.base_.predict(data)
-        wbar = fp_weight(
+    def _fp_weight(self, data: TopLabelData) -> np.ndarray:
+        """Each row's false-positive weight wbar (:func:`fp_weight`) at the new priors."""
+        return fp_weight(
             cast(ConfusionStats, self.base_.evidence_.confusion),  # (set in fit: confusion_of)
             data.pred,
             data.score,
             self.weights_,
             self.fp_pseudocount_,
         )
+
+    def _predict(self, data: TopLabelData) -> np.ndarray:
+        c = self.base_.predict(data)
+        wbar = self._fp_weight(data)
         return adapt_confidence(c, self.weights_[data.pred], wbar)
 
     def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:
@@ -293,13 +297,7 @@ class AdaptedCalibrator(Wrapper):
         own uncertainty (``topcal adapt --bootstrap``) is not in the interval
         (docs/intervals.md)."""
         lo, hi = self.base_._interval_of_rows(data, level)
-        wbar = fp_weight(
-            cast(ConfusionStats, self.base_.evidence_.confusion),  # (set in fit: confusion_of)
-            data.pred,
-            data.score,
-            self.weights_,
-            self.fp_pseudocount_,
-        )
+        wbar = self._fp_weight(data)
         w = self.weights_[data.pred]
         return adapt_confidence(lo, w, wbar), adapt_confidence(hi, w, wbar)
 

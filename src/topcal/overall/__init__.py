@@ -25,8 +25,9 @@ and per-sample rows give the same numbers. Intervals:
 
 from __future__ import annotations
 
+from .._params import check_bin_count
 from ..data import TopLabelData
-from ._classes import CLASS_COLUMNS, KEYWORDS, per_class, pick_classes
+from ._classes import CLASS_COLUMNS, KEYWORDS, parse_classes, per_class, pick_classes
 from ._classwise import classwise_ece
 from ._binned import (
     ece15,
@@ -36,7 +37,7 @@ from ._binned import (
     ece_top_label,
     ece_top_label_of,
 )
-from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_bins, check_level, rows_of
+from ._common import LEVEL, RECAL_FOLDS, RESAMPLES, Estimate, check_level, rows_of
 from ._means import (
     brier,
     calibration_loss,
@@ -68,6 +69,7 @@ __all__ = [
     "per_class",
     "paired_ranking",
     "pick_classes",
+    "parse_classes",
     "CLASS_COLUMNS",
     "KEYWORDS",
     "DESCRIPTIONS",
@@ -138,7 +140,7 @@ def overall_metrics(
     dict
         ``{name: Estimate}`` for the names of :data:`OVERALL` (then the improvements).
     """
-    check_bins(n_bins)
+    check_bin_count(n_bins)
     check_level(level, resamples, seed)
     r = rows_of(data, confidence)
     out = {

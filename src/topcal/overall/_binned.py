@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._numeric import weighted_quantile_edges
+from .._params import check_bin_count
 from ..data import TopLabelData
 from ._common import (
     CHUNK,
@@ -15,7 +16,7 @@ from ._common import (
     SUB_BINS,
     Estimate,
     Rows,
-    check_bins,
+
     check_level,
     rows_of,
 )
@@ -179,7 +180,7 @@ def ece15(
     over ``n_bins`` bins [i/n_bins, (i+1)/n_bins) of the top-label confidence, pooled over
     classes, 1.0 in the last bin: the ECE of published tables and of TorchMetrics'
     ``MulticlassCalibrationError(n_bins=15, norm="l1")``. Bootstrap interval."""
-    check_bins(n_bins)
+    check_bin_count(n_bins)
     check_level(level, resamples, seed)
     return ece15_of(rows_of(data, confidence), n_bins, level, resamples, seed)
 
@@ -201,7 +202,7 @@ def ece_top_label(
     """Top-label ECE (Gupta and Ramdas 2022): the binned L1 calibration error of each
     predicted class on ``n_bins`` equal-width bins (a, b], weighted by the class's share of
     the samples; :func:`topcal.metrics.ece1`'s overall value. Bootstrap interval."""
-    check_bins(n_bins)
+    check_bin_count(n_bins)
     check_level(level, resamples, seed)
     return ece_top_label_of(rows_of(data, confidence), n_bins, level, resamples, seed)
 
@@ -245,7 +246,7 @@ def ece_debiased(
     acc_b (1 - acc_b) / (n_b - 1)], which removes the plug-in's upward bias; a negative
     square (no detectable error) is reported as 0. Pooled over classes. Bootstrap interval
     (of the square, then rooted)."""
-    check_bins(n_bins)
+    check_bin_count(n_bins)
     check_level(level, resamples, seed)
     return ece_debiased_of(rows_of(data, confidence), n_bins, level, resamples, seed)
 

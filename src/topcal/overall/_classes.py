@@ -54,23 +54,34 @@ def pick_classes(data: TopLabelData, table: dict, spec) -> list[str]:
         ),
     }
     out: list[str] = []
+    for part in parse_classes(spec, data.classes):
+        out += [part] if isinstance(part, str) else ranked[part[0]][: part[1]]
+    return list(dict.fromkeys(out))
+
+
+def parse_classes(spec, classes) -> list[str | tuple[str, int]]:
+    """``spec`` (``--classes``'s strings) as a list of class names (of ``classes``) and
+    (keyword, N) pairs (``worst:N``, ``most:N``), in order; a string that is no class name
+    and no keyword may be several of them separated by commas."""
+    names = set(classes)
+    out: list[str | tuple[str, int]] = []
     for item in spec:
-        parts = [item] if item in index or _KEYWORD.fullmatch(item) else item.split(",")
+        parts = [item] if item in names or _KEYWORD.fullmatch(item) else item.split(",")
         for part in parts:
-            if part in index:
+            if part in names:
                 out.append(part)
                 continue
             m = _KEYWORD.fullmatch(part.strip())
             if m is None:
-                few = ", ".join(repr(c) for c in data.classes[:6])
+                few = ", ".join(repr(c) for c in classes[:6])
                 raise TopcalError(
                     f"--classes {part!r} is no class of the data and no keyword "
                     f"({', '.join(k + ':N' for k in KEYWORDS)}); classes are e.g. {few}"
                 )
             if int(m.group(2)) < 1:
                 raise TopcalError(f"--classes {part}: N must be at least 1")
-            out += ranked[m.group(1)][: int(m.group(2))]
-    return list(dict.fromkeys(out))
+            out.append((m.group(1), int(m.group(2))))
+    return out
 
 
 def finite_or_none(x) -> float | None:

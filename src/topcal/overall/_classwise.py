@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._params import check_bin_count
 from ..data import TopLabelData
 from ..metrics import check_vectors
 from ._binned import Cells, basic_interval, bootstrap, l1_gap, sums
-from ._common import LEVEL, RESAMPLES, Estimate, check_bins, check_level
+from ._common import LEVEL, RESAMPLES, Estimate, check_level
 
 # (row, class) entries binned at a time: bounds the work arrays at ~30 MB whatever n x K is.
 CHUNK_ENTRIES = 1 << 22
@@ -33,7 +34,7 @@ def classwise_ece(
     label) cells, as the other calibration errors' (the module docstring of
     :mod:`topcal.overall`); nothing is refitted.
     """
-    check_bins(n_bins)
+    check_bin_count(n_bins)
     check_level(level, resamples, seed)
     p = check_vectors(data, proba)
     cells = _cells(data, p, n_bins)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._params import MAX_BINS
 from ..data import TopLabelData
 from ..errors import ParameterError
 from ..metrics import nll as class_nll
@@ -93,12 +92,3 @@ def check_level(level, resamples, seed) -> None:
         raise ParameterError(f"parameter 'seed' must be an integer >= 0, got {seed!r}")
 
 
-def check_bins(n_bins, name: str = "n_bins") -> None:
-    if (
-        isinstance(n_bins, bool)
-        or not isinstance(n_bins, (int, np.integer))
-        or not (1 <= n_bins <= MAX_BINS)
-    ):
-        raise ParameterError(
-            f"parameter {name!r} must be an integer in [1, {MAX_BINS}], got {n_bins!r}"
-        )

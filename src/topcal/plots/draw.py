@@ -26,6 +26,7 @@ from .primitives import (
     new_figure,
     plain,
     plain_all,
+    probability_axes,
     shade_outside,
     small_multiples,
     with_positives,
@@ -226,10 +227,7 @@ def _curve_panel(ax, p, methods, score_range) -> None:
     if p.support is None:
         ax.text(0.5, 0.55, "never predicted:\nraw score used", transform=ax.transAxes,
                 ha="center", fontsize=8, color="0.3")  # fmt: skip
-    ax.set_xlim(*score_range)
-    ax.set_ylim(0, 1.02)
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.25, lw=0.5)
+    probability_axes(ax, score_range)
 
 
 class _LegendProxy:
@@ -367,10 +365,7 @@ def plot_ts_clouds(
             )
             sc.set_gid(f"cloud:{lab.lower()}")
         ax.set_title(plain(p.class_name), fontsize=9)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(0, 1.02)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.25, lw=0.5)
+        probability_axes(ax, (lo, hi))
     label_outer(axes2d, n, "score y$_k$", "recalibrated ŷ$_k$")
     fig_legend(fig, axes)
     if method:
@@ -453,10 +448,7 @@ def plot_histogram_overlay(
             (ln,) = ax.step(h.edges, y, where="post", lw=1.5, label=lab, **st)
             ln.set_gid(gid)
         ax.set_title(plain(cname), fontsize=9)
-        ax.set_xlim(*overlay.score_range)
-        ax.set_ylim(0, 1.02)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.25, lw=0.5)
+        probability_axes(ax, overlay.score_range)
     label_outer(axes2d, n, "score", "Conf$_{Hist}$")
     fig_legend(fig, axes)
     return fig
@@ -537,10 +529,7 @@ def plot_added_samples(
             va="top",
             fontsize=7,
         )
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(0, 1.02)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.25, lw=0.5)
+        probability_axes(ax, (lo, hi))
     label_outer(axes2d, n, "score", "confidence")
     fig_legend(fig, axes)
     return fig

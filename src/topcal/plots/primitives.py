@@ -34,6 +34,7 @@ __all__ = [
     "draw_hist",
     "shade_outside",
     "diagonal",
+    "probability_axes",
     "fig_legend",
 ]
 
@@ -214,6 +215,15 @@ def diagonal(ax, score_range, label="uncalibrated score"):
     lo, hi = score_range
     (ln,) = ax.plot([lo, hi], [0, 1], ls="--", color="0.3", lw=1, label=label, zorder=2)
     ln.set_gid(BASELINE)
+
+
+def probability_axes(ax, score_range) -> None:
+    """A panel's axes for a probability against the score: the score range across, [0, 1]
+    up (a little headroom), small ticks and a faint grid."""
+    ax.set_xlim(*score_range)
+    ax.set_ylim(0, 1.02)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.25, lw=0.5)
 
 
 def fig_legend(fig, axes, ncol=None):

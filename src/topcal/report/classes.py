@@ -4,14 +4,13 @@ ones with the most positives above it (the tables always list every class)."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ..calibrators.registry import BASELINE
 from ..comparison import Comparison
 from ..data import TopLabelData
 from ..errors import TopcalError
+from ..overall import parse_classes
 
 __all__ = [
     "MAX_FIGURE_CLASSES",
@@ -34,7 +33,6 @@ KEYWORDS = {
     "least)",
     "most": "the most positives (predictions)",
 }
-_KEYWORD = re.compile(r"(worst|most):(\d+)")
 
 
 def worst_classes(data: TopLabelData, comparison, model: str | None) -> list[int]:
@@ -63,24 +61,7 @@ def _parse(spec, data: TopLabelData) -> list:
     """``spec`` (strings) as a list of class indices and (keyword, N) pairs, in order; a
     string that is no class name and no keyword may be several of them separated by commas."""
     index = {c: k for k, c in enumerate(data.classes)}
-    out: list = []
-    for item in spec:
-        parts = [item] if item in index or _KEYWORD.fullmatch(item) else item.split(",")
-        for part in parts:
-            if part in index:
-                out.append(index[part])
-                continue
-            m = _KEYWORD.fullmatch(part.strip())
-            if m is None:
-                few = ", ".join(repr(c) for c in data.classes[:6])
-                raise TopcalError(
-                    f"--classes {part!r} is no class of the data and no keyword "
-                    f"({', '.join(k + ':N' for k in KEYWORDS)}); classes are e.g. {few}"
-                )
-            if int(m.group(2)) < 1:
-                raise TopcalError(f"--classes {part}: N must be at least 1")
-            out.append((m.group(1), int(m.group(2))))
-    return out
+    return [index[p] if isinstance(p, str) else p for p in parse_classes(spec, data.classes)]
 
 
 def check_classes(spec, data: TopLabelData) -> None:

@@ -72,16 +72,7 @@ def _joint_view(data: TopLabelData, keep: np.ndarray) -> TopLabelData:
         while other in data.classes:
             other += "*"
         names += (other,)
-    return TopLabelData(
-        names,
-        mapping[sub.pred],
-        sub.score,
-        sub.score_range,
-        tp=sub.tp,
-        fp=sub.fp,
-        labels=labels,
-        bin_edges=sub.bin_edges,
-    )
+    return sub.recoded(names, mapping)
 
 
 def _comparison_view(comparison, names) -> Comparison:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..calibrators.select.auto import TIER_LEGEND
+from ..calibrators.select.rules import TIER_LEGEND
 from ..calibrators.registry import BASELINE, lookup
 from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData

@@ -27,7 +27,7 @@ from .._version import __version__
 from ..calibrators.base import Calibrator
 from ..data import preview
 from ..errors import DataError, ModelFileError, TopcalError
-from ..persist import canonical_json, digests
+from ..persist import canonical_json, check_format, digests, finite_json
 from .split import Split
 
 __all__ = [
@@ -513,21 +513,14 @@ def _field(d: dict, key: str, kind, optional: bool = False):
     return v
 
 
-def _reject_constant(name):
-    raise ValueError(f"non-finite number {name}")
-
-
 def loads_thresholds(text: str, *, source: str = "thresholds") -> Thresholds:
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = finite_json(text)
     except (json.JSONDecodeError, RecursionError, ValueError):
         raise ModelFileError(
             f"{source} is not valid JSON; run topcal threshold again"
         ) from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ModelFileError(
-            f'{source} is not a topcal thresholds file (no "format": "{FORMAT}" field)'
-        )
+    check_format(doc, FORMAT, source, "thresholds")
     if (
         doc.get("format_version") != FORMAT_VERSION
         or type(doc.get("format_version")) is not int

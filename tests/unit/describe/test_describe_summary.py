@@ -18,7 +18,7 @@ from topcal.describe.summary import EVERY_CLASS, LISTED, class_text, summary, su
 from _sim import many_small_classes
 
 #: Every candidate auto may tabulate (the longest CV table the summary can hold).
-ALL_CANDIDATES = list(topcal.calibrators.select.auto.DEFAULT_CANDIDATES)
+ALL_CANDIDATES = list(topcal.calibrators.select.rules.DEFAULT_CANDIDATES)
 
 
 @pytest.fixture(scope="module")

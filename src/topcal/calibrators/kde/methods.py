@@ -113,8 +113,17 @@ class KDE(KDEBase):
         formula's value."""
 
 
+class _SignChangeKDE(KDEBase):
+    """The kde methods whose bandwidth is the smallest with at most so many slope sign
+    changes."""
+
+    # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
+    # the local-linear bias term applies (their boundary bias at the top score)
+    WIDE_BANDWIDTH_SD = 0.5
+
+
 @register
-class KDEMon(KDEBase):
+class KDEMon(_SignChangeKDE):
     """Conf_KDE with b_mon: the smallest b giving a monotone curve (paper eq. 19).
 
     Parameters
@@ -134,13 +143,10 @@ class KDEMon(KDEBase):
     name = "kde-mon"
     summary = "kernel density ratio, smallest bandwidth with a monotone curve (paper eq. 19)"
     _bandwidth_rule = rules.SELECTION_RULES["mon"]
-    # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
-    # the local-linear bias term applies (their boundary bias at the top score)
-    WIDE_BANDWIDTH_SD = 0.5
 
 
 @register
-class KDEMon2(KDEBase):
+class KDEMon2(_SignChangeKDE):
     """Conf_KDE with b_mon2: slope changes sign at most twice (paper eq. 20; recommended).
 
     Parameters and attributes as :class:`KDEMon`.
@@ -152,13 +158,10 @@ class KDEMon2(KDEBase):
         "choice)"
     )
     _bandwidth_rule = rules.SELECTION_RULES["mon2"]
-    # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
-    # the local-linear bias term applies (their boundary bias at the top score)
-    WIDE_BANDWIDTH_SD = 0.5
 
 
 @register
-class KDEMon4(KDEBase):
+class KDEMon4(_SignChangeKDE):
     """Conf_KDE with b_mon4: slope changes sign at most four times (paper section 12).
 
     Parameters and attributes as :class:`KDEMon`.
@@ -167,9 +170,6 @@ class KDEMon4(KDEBase):
     name = "kde-mon4"
     summary = "kernel density ratio, smallest bandwidth with <= 4 slope sign changes"
     _bandwidth_rule = rules.SELECTION_RULES["mon4"]
-    # the sign-change rules choose wide bandwidths by design: from half the scores' sd on,
-    # the local-linear bias term applies (their boundary bias at the top score)
-    WIDE_BANDWIDTH_SD = 0.5
 
 
 @register

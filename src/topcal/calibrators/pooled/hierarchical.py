@@ -321,17 +321,7 @@ class _Hierarchical(Calibrator):
         """Conf_k sampled on ``score`` (default: ``n_points`` evenly spaced over the score
         range)."""
         self._check_fitted()
-        i = self._class_index(k)
-        lo, hi = self.score_range_
-        s = (
-            np.linspace(lo, hi, n_points)
-            if score is None
-            else np.asarray(score, dtype=np.float64)
-        )
-        grid = TopLabelData(
-            tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi)
-        )
-        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+        return self._predicted_curve(k, score, n_points)
 
     def describe(self) -> dict:
         d = super().describe()

@@ -117,13 +117,7 @@ class _Pooled(Calibrator):
     def curve(self, k, score=None, *, n_points: int = 401) -> Curve:
         """The pooled curve, with class ``k``'s own support (see ScoreCalibrator.curve)."""
         self._check_fitted()
-        i = self._class_index(k)
-        lo, hi = self.score_range_
-        s = (
-            np.linspace(lo, hi, n_points)
-            if score is None
-            else np.asarray(score, dtype=np.float64)
-        )
+        i, s = self._curve_scores(k, score, n_points)
         return Curve(self.classes_[i], s, self.model_.curve(0, s).confidence, self.support_[i])
 
     def _pooled_summary(self) -> dict:

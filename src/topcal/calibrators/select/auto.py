@@ -1,12 +1,12 @@
 """``auto``: the simplest candidate whose cross-validated NLL is within noise of the best.
 
-Candidates (default), in order of simplicity (:data:`TIERS`):
+Candidates (default), in order of simplicity (:data:`~.rules.TIERS`):
 
 0. ``uncalibrated``: the raw score;
 1. one parametric curve for all classes: ``pooled-platt``, ``pooled-beta`` and, with full
    score vectors, ``sts`` (one temperature);
 1.5. one non-parametric curve for all classes: ``pooled-hist`` (``pooled-kde-mon2`` by
-   ``candidates=``: :data:`DEFAULT_CANDIDATES` says why; 2 or 3 parameters are simpler than
+   ``candidates=``: :data:`~.rules.DEFAULT_CANDIDATES` says why; 2 or 3 parameters are simpler than
    15 bins or a kernel curve: within noise of each other, the parametric curve generalises
    better on ImageNet's 2-5 rows a class, docs/benchmarks.md);
 2. per-class curves shrunk toward a pooled one: ``hier-platt``, ``hier-beta`` and the shrunk
@@ -26,7 +26,7 @@ under every candidate. The choice compares *paired* per-sample losses: with d_i 
 difference between a candidate's loss and the best candidate's (smallest mean) on sample i,
 the candidate's excess is mean(d) and its noise the standard error sd(d) / sqrt(N). ``auto``
 takes, among the candidates whose excess is at most ``tolerance`` standard errors (default
-:data:`TOLERANCE` = 1: the one-standard-error rule of Breiman et al. 1984), the one of the
+:data:`~.rules.TOLERANCE` = 1: the one-standard-error rule of Breiman et al. 1984), the one of the
 lowest tier, and within a tier the one with the smallest mean. So on few samples a simpler
 fit that is as good as the best within noise wins over a richer one that won by chance, and
 where the data can tell, the best wins. Why 1 and not 0.75: on the 32 cells of the auto-rule
@@ -36,9 +36,9 @@ on the full benchmark sets 0.75 lost 0.24% on DenseNet-BC-100 CIFAR-100 (docs/be
 "auto-blend"). The choice is global (one method for every class). A candidate that fails in
 a fold is dropped (recorded with its error), never fatal.
 
-**The blend** (``blend``, default :data:`BLEND_GATE` = 1 standard error): from the same
+**The blend** (``blend``, default :data:`~.rules.BLEND_GATE` = 1 standard error): from the same
 out-of-fold confidences, convex weights for the choice and the two best other score
-candidates (:func:`plan_blend`, :class:`~.blend.Blend`: a mixture of their curves in
+candidates (:func:`~.rules.plan_blend`, :class:`~.blend.Blend`: a mixture of their curves in
 probability space). It replaces the single choice only where its out-of-fold NLL is lower
 than the choice's by more than ``blend`` standard errors of the paired difference (the
 weights are fitted on those same confidences, so the gate guards against their optimism);
@@ -47,7 +47,7 @@ blended: a blend refits from score statistics. Its components are fitted on all 
 like the choice; the model records the blend (methods, weights, out-of-fold gain and its SE)
 beside the table.
 
-**Large data** (``cv_rows``, default :data:`CV_ROWS` = 100,000): per-sample data with more
+**Large data** (``cv_rows``, default :data:`~.rules.CV_ROWS` = 100,000): per-sample data with more
 rows makes its choice (and its blend's weights) on a stratified, seeded subsample of that
 many rows (:func:`topcal.data.stratified_subsample`), then fits the choice on all the rows.
 The choice's cost then stops growing with the data (at 10^6 rows x 10 classes auto took 88
@@ -77,18 +77,14 @@ from ...data import TopLabelData, stratified_subsample
 from ...errors import DegenerateClassWarning, ParameterError, TopcalWarning
 from .rules import (
     BLEND_GATE,
-    BLEND_SIZE,
     CV_ROWS,
     DEFAULT_CANDIDATES,
     LARGE_SYSTEM_CANDIDATES,
     LARGE_SYSTEM_CLASSES,
-    TIER_LEGEND,
-    TIERS,
     TOLERANCE,
     Candidates,
     check_cv_table,
     choose,
-    paired_se,
     plan_blend,
     tabulate_cv,
     tier,
@@ -102,21 +98,7 @@ from . import staging
 from ..registry import BASELINE, calibrator, fits_from_counts, get_class, register
 from ..wrapper import Wrapper
 
-__all__ = [
-    "Auto",
-    "DEFAULT_CANDIDATES",
-    "TIERS",
-    "TIER_LEGEND",
-    "tier",
-    "paired_se",
-    "choose",
-    "tabulate_cv",
-    "TOLERANCE",
-    "BLEND_GATE",
-    "BLEND_SIZE",
-    "plan_blend",
-    "CV_ROWS",
-]
+__all__ = ["Auto"]
 
 
 def _fit_unrepeated(model, data, keep: str, warm=None, same_rows: bool = False):
@@ -139,23 +121,23 @@ class Auto(Wrapper):
     Parameters
     ----------
     candidates : list of str or None, default None
-        Methods to choose from; None: :data:`DEFAULT_CANDIDATES` that can run on the data
+        Methods to choose from; None: :data:`~.rules.DEFAULT_CANDIDATES` that can run on the data
         (the full-vector ones only with full vectors; tswa not above 1,000 classes that
         outnumber half the rows).
     folds : int >= 2, default 5
         Cross-validation folds.
     seed : int >= 0, default 0
         Seed of the fold split.
-    tolerance : float >= 0, default 1.0 (:data:`TOLERANCE`)
+    tolerance : float >= 0, default 1.0 (:data:`~.rules.TOLERANCE`)
         How many standard errors of the paired difference a simpler candidate may lose to
         the best by and still be chosen (0: the smallest mean always wins).
-    blend : float >= 0 or None, default 1.0 (:data:`BLEND_GATE`)
+    blend : float >= 0 or None, default 1.0 (:data:`~.rules.BLEND_GATE`)
         Return a convex blend of the choice and the two best other score candidates
         (:class:`~.blend.Blend`, weights fitted on the out-of-fold confidences) where it
         beats the choice out of fold by more than this many standard errors of the paired
-        difference (:func:`plan_blend`; 0: any out-of-fold gain); None: always the single
+        difference (:func:`~.rules.plan_blend`; 0: any out-of-fold gain); None: always the single
         choice.
-    cv_rows : int >= 100 or None, default 100000 (:data:`CV_ROWS`)
+    cv_rows : int >= 100 or None, default 100000 (:data:`~.rules.CV_ROWS`)
         Per-sample data with more rows than this makes its choice (the cross-validation and
         the blend's weights) on a stratified, seeded subsample of this many rows
         (:func:`~topcal.data.stratified_subsample`, seed ``seed``); the choice is then
@@ -176,7 +158,7 @@ class Auto(Wrapper):
         where ``blend_`` is set).
     blend_ : dict or None
         ``{"methods", "weights", "nll", "gain", "se"}`` of the blend (see
-        :func:`plan_blend`), or None where the single choice is returned.
+        :func:`~.rules.plan_blend`), or None where the single choice is returned.
     best_ : str
         The candidate with the smallest mean cross-validated NLL.
     cv_ : dict

@@ -1,8 +1,8 @@
 """auto's candidates and choice: the defaults, simplicity tiers, paired standard errors, the
 cross-validation table, the rule and the blend.
 
-Kept apart from :mod:`topcal.calibrators.select.auto` (which re-exports every name here, and
-whose docstring describes the rule and the blend) so that each file stays under 600 lines.
+Kept apart from :mod:`topcal.calibrators.select.auto` (whose docstring describes the rule and
+the blend; its users import these names from here) so that each file stays under 600 lines.
 """
 
 from __future__ import annotations

@@ -778,14 +778,4 @@ class TemperatureBase(Calibrator):
                 "function of the top score alone, so it has no curve; plot its confidences "
                 "against the score instead (or use bts/btswa)"
             )
-        i = self._class_index(k)
-        lo, hi = self.score_range_
-        s = (
-            np.linspace(lo, hi, n_points)
-            if score is None
-            else np.asarray(score, dtype=np.float64)
-        )
-        grid = TopLabelData(
-            tuple(self.classes_), np.full(s.shape, i, dtype=np.int64), s, (lo, hi)
-        )
-        return Curve(self.classes_[i], s, self.predict(grid), self.support_[i])
+        return self._predicted_curve(k, score, n_points)

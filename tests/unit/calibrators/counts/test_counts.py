@@ -317,26 +317,26 @@ def test_step_curve_constant_and_unranked_declarations():
 
 def test_auto_tiers_come_from_the_classes():
     # auto's simplicity order is each method class's declared tier, not a list of names
-    from topcal.calibrators.select import auto
+    from topcal.calibrators.select.rules import TIERS, tier
     from topcal.calibrators.registry import get_class
 
     for name in topcal.available_methods():
-        assert auto.tier(name) == get_class(name, unlisted=True).tier
+        assert tier(name) == get_class(name, unlisted=True).tier
     assert (
-        auto.tier("uncalibrated") == 0 and auto.tier("pooled-platt") == 1 and auto.tier("sts") == 1
+        tier("uncalibrated") == 0 and tier("pooled-platt") == 1 and tier("sts") == 1
     )
-    assert auto.tier("hier-beta") == 2 and auto.tier("kde-mon2") == 2 and auto.tier("btswa") == 3
-    assert auto.tier("conf1") == 3 and auto.tier("no-such-method") == 3
+    assert tier("hier-beta") == 2 and tier("kde-mon2") == 2 and tier("btswa") == 3
+    assert tier("conf1") == 3 and tier("no-such-method") == 3
     # within one curve for all classes, 2-3 parameters are simpler than bins or a kernel curve
     assert (
-        auto.tier("pooled-beta") == 1
-        and auto.tier("pooled-hist") == auto.tier("pooled-kde-mon2") == 1.5
+        tier("pooled-beta") == 1
+        and tier("pooled-hist") == tier("pooled-kde-mon2") == 1.5
     )
-    assert dict(auto.TIERS)["hist"] == 2 and "auto" in auto.TIERS
+    assert dict(TIERS)["hist"] == 2 and "auto" in TIERS
 
 
 def test_auto_prefers_a_parametric_pooled_curve_within_noise_and_the_data_otherwise():
-    from topcal.calibrators.select.auto import choose
+    from topcal.calibrators.select.rules import choose
 
     cv = {
         "uncalibrated": {"nll": 0.40, "diff_se": 0.01},

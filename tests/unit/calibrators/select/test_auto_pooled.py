@@ -13,7 +13,7 @@ from scipy.special import expit, logit
 
 import topcal
 from topcal import persist
-from topcal.calibrators.select.auto import choose, paired_se, tier
+from topcal.calibrators.select.rules import choose, paired_se, tier
 from topcal.data import TopLabelData
 from topcal.metrics import nll
 

@@ -18,7 +18,7 @@ from scipy.special import expit
 import topcal
 from topcal import TopLabelData, persist
 from topcal.calibrators import calibrator
-from topcal.calibrators.select.auto import BLEND_GATE, paired_se, plan_blend, tabulate_cv
+from topcal.calibrators.select.rules import BLEND_GATE, paired_se, plan_blend, tabulate_cv
 from topcal.calibrators.select.blend import Blend, blend_weights
 from topcal.calibrators.select.crossfit import cross_fit
 from topcal.errors import ParameterError

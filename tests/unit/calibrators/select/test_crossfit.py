@@ -127,7 +127,7 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
     this helper's cold fits by ~1e-4 relative on these small sets (720-1,680 training rows a fold):
     mean NLLs up to 6.5e-6 apart, standard errors 1.4e-4, paired differences' standard errors
     7.5e-4 (vs against the lead sms: two close maps, both approximate)."""
-    from topcal.calibrators.select.auto import choose, paired_se
+    from topcal.calibrators.select.rules import choose, paired_se
     from topcal.metrics import nll
     from topcal._numeric import binary_nll
 
@@ -138,7 +138,7 @@ def test_auto_choice_and_table_equal_the_row_refit_path(which):
         lo, hi = vars(cls).get("auto_min_classes", 0), vars(cls).get("auto_max_classes", np.inf)
         return (data.has_full or not cls.needs_full) and lo <= data.n_classes <= hi
 
-    names = [n for n in topcal.calibrators.select.auto.DEFAULT_CANDIDATES if runs(n)]
+    names = [n for n in topcal.calibrators.select.rules.DEFAULT_CANDIDATES if runs(n)]
     model = _quiet(lambda: topcal.calibrator("auto").fit(data))
     target, conf = _row_refit(data, names, 5, 0)
     cv = {}

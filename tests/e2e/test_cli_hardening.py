@@ -451,8 +451,8 @@ def _votes(n, seed, trees=200, k=3):
     """A forest's outputs: each row's probabilities are votes / trees, so values recur."""
     rng = np.random.default_rng(seed)
     p = rng.dirichlet(np.full(k, 0.3), n)
-    counts = np.array([rng.multinomial(trees, q) for q in p])
-    y = np.array([rng.choice(k, p=q) for q in p])
+    counts = rng.multinomial(trees, p)  # a row's votes from its own probabilities
+    y = np.minimum((p.cumsum(axis=1) < rng.random((n, 1))).sum(axis=1), k - 1)
     return topcal.TopLabelData.from_probs(counts / trees, y, classes=["a", "b", "c"])
 
 

@@ -288,12 +288,13 @@ def test_ece15_and_smece_match_torchmetrics_and_relplot_on_the_bench_sets(name):
 
 @pytest.mark.slow
 def test_every_interval_covers_the_truth_at_its_level():
-    """1,000 simulated sets of 2,000 samples: each 90% interval holds the population's value
-    between 87% and 93% of the time."""
+    """500 simulated sets of 2,000 samples: each 90% interval holds the population's value
+    between 87% and 93% of the time (the band is 2.2 standard errors of a coverage of 0.90
+    at 500 sets; 1,000 sets, twice the time, agree within 0.011: docs/metrics.md)."""
     truth = truths()
     rng = np.random.default_rng(11)
     hits = {name: 0 for name in truth}
-    reps = 1000
+    reps = 500
     for rep in range(reps):
         data, other = simulate(2000, rng)
         got = overall.overall_metrics(

@@ -14,7 +14,7 @@ FAST   := not slow and not e2e and not browser and not examples
 XDIST  := -n 2 --dist loadfile
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test test-fast lint wheel-check wheel-check-all examples docs install system-deps bench bench-heldout clean
+.PHONY: demo test test-heavy test-fast lint wheel-check wheel-check-all examples docs install system-deps bench bench-heldout clean
 
 # The core package alone (what `make demo` needs): no torch, no dask.
 $(CORE_STAMP): pyproject.toml
@@ -47,10 +47,16 @@ system-deps:
 demo: $(CORE_STAMP)
 	$(VENV)/bin/topcal demo
 
-# The lint, every lane of the suite but the examples (`make docs` runs those), the built wheel.
+# The lint, every test but the heavy ones and the examples, the built wheel (under 8 minutes on
+# the idle 2-core machine). CI (.ci/run) runs `make test-heavy` and `make docs` after it.
 test: $(STAMP) system-deps lint
-	$(PY) -m pytest -q $(XDIST) -m "not examples"
+	$(PY) -m pytest -q $(XDIST) -m "not examples and not heavy"
 	$(MAKE) --no-print-directory wheel-check
+
+# The heavy tests (7 s or more of a core each: many-seed simulations, sklearn's check_estimator,
+# Dask LocalClusters, whole reports at many classes, the docs pages' commands); CI runs them.
+test-heavy: $(STAMP) system-deps
+	$(PY) -m pytest -q $(XDIST) -m "heavy and not examples"
 
 # The inner loop: no slow, end-to-end or browser test (under a minute on the idle machine).
 test-fast: $(STAMP)

@@ -35,7 +35,7 @@ from _docs import (
     top_score_frame,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 #: (page, command) -> why the suite does not run it
 _LONG = "a full experiment run (minutes to hours); the tiny run of the same command runs"

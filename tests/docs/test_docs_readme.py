@@ -15,7 +15,7 @@ import pytest
 from _docs import README, ROOT, commands, exec_block, probs_frame, run_topcal, sklearn_split
 from _docs import blocks as _blocks
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 
 def blocks(lang):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sklearn.md"
 

@@ -86,6 +86,7 @@ def _parts(folder: Path, frame: pd.DataFrame, n=3) -> Path:
 
 
 # ================================================================ data loss
+@pytest.mark.heavy
 @needs_dask
 def test_dask_apply_output_folder_never_deletes_what_topcal_did_not_write(base, cluster_address):
     t = base
@@ -478,6 +479,7 @@ def test_dask_apply_to_current_folder_is_an_error(base, cluster_address):
     assert snapshot(base) == before
 
 
+@pytest.mark.heavy
 @needs_dask
 def test_dask_task_errors_are_one_error_line_without_log(base, cluster_address):
     t = base
@@ -535,6 +537,7 @@ def many(tmp_path_factory):
     return t / "many.csv"
 
 
+@pytest.mark.heavy
 def test_report_at_1000_classes_groups_warnings_and_keeps_figures_legible(many, tmp_path):
     from PIL import Image
 

@@ -318,6 +318,7 @@ def _run_script(args) -> int:
     return r.returncode
 
 
+@pytest.mark.heavy
 def test_cli_fuzz_corpus(tmp_path):
     data_dir, files, models, good_model, good_data = _corpus(tmp_path)
     assert len(files) + len(models) >= 200
@@ -369,6 +370,7 @@ def test_cli_fuzz_corpus(tmp_path):
     )
 
 
+@pytest.mark.heavy
 def test_cli_fuzz_new_surfaces(tmp_path):
     """Issue 24: huge and odd --param values, adapt's --seed/--bootstrap and -o onto its inputs,
     outputs onto

@@ -266,6 +266,7 @@ def test_report_writes_only_into_a_new_empty_or_topcal_made_folder(top_csv, tmp_
 
 
 # ------------------------------------------------------------ 6. atomic writes
+@pytest.mark.heavy
 def test_failed_writes_leave_old_outputs_unchanged_and_no_temporary_files(top_csv, tmp_path):
     assert_ok(call("fit", top_csv, "--method", "hist", "-o", tmp_path / "m.json"))
     (tmp_path / "out.csv").write_text("old output\n")
@@ -500,6 +501,7 @@ def test_messages(tmp_path):
     assert len(warn) == 1 and len(warn[0]) < 300 and "2999" in warn[0]
 
 
+@pytest.mark.heavy
 def test_console_script_answers_as_main(tmp_path):
     """The tests run ``topcal ARGS`` in process (``_cli.cli``) unless a process is what they check:
     the installed console script gives the same exit code, stdout and ``error:`` line as

@@ -105,6 +105,7 @@ def _unshare_works() -> bool:
     return r.returncode == 0
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(not _unshare_works(), reason="needs root and unshare -p (a new PID namespace)")
 def test_a_run_in_another_pid_namespace_keeps_its_partial_file(tmp_path):
     """The issue's reproducer: `unshare -p -f --mount-proc topcal apply ... -o out.csv` beside a

@@ -55,6 +55,7 @@ def ok(r):
     return r
 
 
+@pytest.mark.heavy
 def test_commands_at_many_classes(files):
     d, fit = files
     ok(call("fit", "fit.parquet", "--method", "hist", "-o", "hist.json", "-q", cwd=d))

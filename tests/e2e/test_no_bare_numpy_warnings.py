@@ -85,6 +85,7 @@ def test_describe_at_many_classes_under_warnings_as_errors(method):
         assert "spread over the 60 classes" in summary_text(d)
 
 
+@pytest.mark.heavy
 @pytest.mark.e2e
 def test_default_report_at_many_classes_under_warnings_as_errors(tmp_path):
     """The default report (auto, its peers, the figures, the warnings) at 200 classes of 2-150 rows

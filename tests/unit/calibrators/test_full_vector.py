@@ -266,6 +266,7 @@ def test_apply_full_from_a_model_fitted_on_top_scores_warns(files):
     _check_full_output(pd.read_csv(tmp / "o.csv"), ["ant", "bee", "cow", "dog"])
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_apply_full_on_dask_equals_local(files, cluster):
     tmp, new = files

@@ -386,6 +386,7 @@ def test_compare_reports_failures_and_warnings_instead_of_aborting():
         compare_methods(data, ["hist"], params={"hist": {"bins": 3}})
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_cli_fit_tswa_on_forest_outputs_and_compare_top_score_csv(tmp_path, capsys):
     from topcal.cli import main

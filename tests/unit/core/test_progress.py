@@ -172,6 +172,7 @@ def test_adapt_bootstrap_and_safety_simulation_bars_on_a_terminal(monkeypatch):
     assert "safety simulation" in term.getvalue() and "use sets" in term.getvalue()  # issue 34
 
 
+@pytest.mark.heavy
 def test_long_runs_print_plain_lines_when_stderr_is_a_file(data_csv, tmp_path, monkeypatch):
     """Issue 34: with stderr redirected (CI, nohup, 2> log), a long run still says it is alive,
     a line at most every TOPCAL_PROGRESS_SECONDS (the suite sets an hour; this test 0.3 s);

@@ -157,6 +157,7 @@ def test_meta_estimator_passes_sklearn_checks_with_temperature_scaling():
     assert status["check_fit_idempotent"] == status["check_estimators_nan_inf"] == "passed"
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["hist", "auto"])
 def test_meta_estimator_passes_every_sklearn_check_with_logistic_regression(method):

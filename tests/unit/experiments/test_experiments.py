@@ -393,6 +393,7 @@ def test_network_cache_resumes_only_missing_networks(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- end to end
+@pytest.mark.heavy
 def test_tiny_end_to_end_run_through_the_cli(tmp_path, capsys):
     _need_torch()
     from topcal.cli import main

@@ -286,6 +286,7 @@ def test_ece15_and_smece_match_torchmetrics_and_relplot_on_the_bench_sets(name):
 # ------------------------------------------------------------------------------- coverage
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_every_interval_covers_the_truth_at_its_level():
     """500 simulated sets of 2,000 samples: each 90% interval holds the population's value

@@ -74,6 +74,7 @@ def _png_size(data: bytes):
 
 
 # -------------------------------------------------------------- content
+@pytest.mark.heavy
 def test_full_report_has_every_figure_table_and_parameter(full_report):
     page = (full_report / "index.html").read_text()
     for key in (

@@ -141,6 +141,7 @@ def test_default_report_reuses_autos_cross_validation_and_says_its_choice_first(
     assert all(p in peers for p in fitted.split(", ")[2:])
 
 
+@pytest.mark.heavy
 @pytest.mark.e2e
 def test_cli_classes_choose_the_panels_and_all_gives_every_method(tmp_path, capsys):
     data = many_small_classes(4, 40, 2_400)
@@ -189,6 +190,7 @@ def test_peers_add_a_curve_method_where_the_choice_and_the_peers_have_none():
     assert peers_of(other, 2, curve=False) == ["sms", "tswa", "hier-beta"]
 
 
+@pytest.mark.heavy
 @pytest.mark.e2e
 def test_the_first_screen_also_says_the_gain_on_a_second_test_set(tmp_path):
     res = _quiet(lambda: build_report(_data(), tmp_path / "r", eval_data=_data(seed=4), dpi=30))

@@ -409,6 +409,7 @@ def test_progress_line_on_a_terminal(monkeypatch, capsys):
     assert "reading" in err and "100/200" in err and "50%" in err and "rows/s" in err
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_streaming_memory_does_not_grow_with_rows(tmp_path, capsys):
     """Peak traced memory of a streamed fit and apply: 10x the rows, about the same peak."""

@@ -349,6 +349,7 @@ def test_cli_apply_interval_refuses_to_overwrite_an_input_column(fitted, tmp_pat
     assert_one_line_error(r, "'confidence_lo' column")
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_cli_apply_interval_on_dask_local_cluster(tmp_path, cluster_address):
     frame = probs_frame(3000, K=3, seed=6)

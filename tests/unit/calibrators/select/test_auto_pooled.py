@@ -64,6 +64,7 @@ def test_few_large_classes_that_differ_get_per_class_curves():
     assert np.abs(curves[0] - curves[2]).max() > 0.1  # the classes really got their own curves
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_calibrated_scores_with_tiny_classes_come_back_unchanged():
     d = _top(4, 300, 6)  # calibrated by construction, 6 rows a class
@@ -296,6 +297,7 @@ def test_benchmark_top_score_version_and_subsample():
 
 
 # ------------------------------------------------- compare and the report
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_compare_and_the_report_show_autos_cross_validation_table(tmp_path):
     from topcal.evaluate import compare_methods

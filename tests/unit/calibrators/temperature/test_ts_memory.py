@@ -148,6 +148,7 @@ def test_lockstep_chunks_change_no_number(method, monkeypatch):
         (10_000, 10, ["csts", "cstswa"]),
     ],
 )
+@pytest.mark.heavy
 def test_fit_peak_memory_within_twice_the_input(n, k, methods):
     p, labels = bench_probs(n, k, 0)
     data = TopLabelData.from_probs(p, labels)

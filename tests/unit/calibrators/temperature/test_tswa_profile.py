@@ -114,6 +114,7 @@ def test_profile_fit_reaches_the_joint_newton_optimum(n, k, loss):
     assert abs(model.loss_ - res.fun) <= 1e-9 * res.fun
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_profile_fit_is_stationary_where_the_joint_newton_stalls():
     """Many classes of a few rows: the joint Newton's one step length for all offsets drove some

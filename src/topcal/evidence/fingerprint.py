@@ -286,12 +286,24 @@ def _second_scores(data: TopLabelData, keep: np.ndarray) -> np.ndarray:
     return np.asarray(data.score, dtype=np.float64)[rows] * out
 
 
+def _may_have_rough_keys(data: TopLabelData) -> bool:
+    """Whether ``data``'s rows can have rough keys: labelled per-sample rows with score
+    vectors of three or more classes (a cheap test: no pass over the scores)."""
+    return (
+        data.labels is not None
+        and not data.is_binned
+        and data.has_full
+        and data.n_classes >= 3
+        and data.n_rows > 0
+    )
+
+
 def rough_cells(data: TopLabelData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(names' hash, top score's grid index, second score's grid index) of each labelled
     per-sample row that has a rough key (module docstring): a full score vector of three or
     more classes and a top score in [0, COARSE_TOP]. Empty arrays for the rest."""
     empty = np.zeros(0, dtype=np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if data.labels is None or data.is_binned or not data.has_full or data.n_classes < 3:
+    if not _may_have_rough_keys(data):
         return empty
     score = np.asarray(data.score, dtype=np.float64)
     keep = (score >= 0.0) & (score <= COARSE_TOP)
@@ -371,7 +383,7 @@ def unchecked(fp: "Fingerprint | None", data: TopLabelData) -> str | None:
             "are recognised bit for bit only, not rounded or otherwise re-encoded (fit it "
             "again to check them)"
         )
-    if not fp.rough_kept and data.n_rows and rough_cells(data)[0].size:
+    if not fp.rough_kept and _may_have_rough_keys(data):
         return (
             "the model file's fingerprint predates its rough sketch: fitting rows rounded "
             "to 3 or 4 decimals are not recognised, only finer re-encodings (fit it again to "

@@ -133,20 +133,50 @@ def _both(obj, level: int) -> tuple[str, str]:
             + "}"
         )
         return pretty, "{" + ",".join(f"{keys[k]}:{parts[k][1]}" for k in sorted(obj)) + "}"
+    if isinstance(obj, list) and _flat_rows(obj):  # e.g. one state per class
+        rows = [canonical_json(v) for v in obj]  # a row's keys sorted in the file too
+        pretty = "[\n" + ",\n".join(pad + r for r in rows) + "\n" + " " * level + "]"
+        return pretty, "[" + ",".join(rows) + "]"
     if isinstance(obj, list) and not _NESTING.isdisjoint(
         map(type, obj)
     ):  # one C-level pass over the types
         parts = [_both(v, level + 1) for v in obj]
         pretty = "[\n" + ",\n".join(pad + p for p, _ in parts) + "\n" + " " * level + "]"
         return pretty, "[" + ",".join(c for _, c in parts) + "]"
-    text = json.dumps(
-        obj, allow_nan=False, separators=(",", ":")
-    )  # compact: large arrays are most of a file
+    text = _compact(obj)  # large arrays are most of a file
     if isinstance(obj, (dict, list, tuple)) and not isinstance(
         obj, list
     ):  # dicts with other keys, tuples
         return text, canonical_json(obj)
     return text, text
+
+
+def _compact(obj) -> str:
+    """``obj`` as JSON on one line, keys in their order, no spaces (the C encoder)."""
+    return json.dumps(obj, allow_nan=False, separators=(",", ":"))
+
+
+def _flat_rows(obj: list) -> bool:
+    """Whether ``obj`` is a list of two or more entries, each None, a list of scalars or a
+    dict with string keys whose values are scalars or lists of them (one state or support
+    per class: a model of 10^5 classes has 10^5 of them). ``_pretty`` writes such a list one
+    entry a line, each encoded once, by the C encoder, as its canonical text."""
+    rows = [v for v in obj if v is not None]
+    if len(obj) < 2 or not rows:
+        return False
+    for row in rows:
+        if type(row) is list:
+            if not _NESTING.isdisjoint(map(type, row)):
+                return False
+            continue
+        if type(row) is not dict:
+            return False
+        for k, v in row.items():
+            if type(k) is not str or type(v) is dict or type(v) is tuple:
+                return False
+            if type(v) is list and not _NESTING.isdisjoint(map(type, v)):
+                return False
+    return True
 
 
 class _NonFinite(ValueError):

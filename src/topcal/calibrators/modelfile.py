@@ -99,6 +99,14 @@ def support_list(values, k: int) -> list:
     (low, high) pair with low <= high (raises ValueError)."""
     if not isinstance(values, list) or len(values) != k:
         raise ValueError(f"support must be a list of {k} entries")
+    pairs = [v for v in values if v is not None]
+    try:  # all pairs checked at once; on any doubt, one by one below (which names it)
+        arr = np.array(pairs, dtype=np.float64).reshape(len(pairs), 2)
+        if np.isfinite(arr).all() and (arr[:, 0] <= arr[:, 1]).all():
+            it = iter(map(tuple, arr.tolist()))
+            return [None if v is None else next(it) for v in values]
+    except (TypeError, ValueError):
+        pass
     out = []
     for v in values:
         try:

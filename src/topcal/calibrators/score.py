@@ -533,9 +533,7 @@ class ScoreCalibrator(Calibrator):
     # per-class state persistence: shared by every score calibrator
     def _get_state(self) -> dict:
         out: dict[str, Any] = {
-            "class_state": [
-                None if s is None else self._dump_class_state(s) for s in self.class_state_
-            ],
+            "class_state": self._dump_class_states(self.class_state_),
             "support": [None if s is None else list(s) for s in self.support_],
         }
         if self._shrunk():
@@ -554,7 +552,7 @@ class ScoreCalibrator(Calibrator):
         sup = state["support"]
         if not isinstance(cs, list) or len(cs) != len(self.classes_):
             raise ValueError("per-class state has the wrong number of classes")
-        self.class_state_ = [None if s is None else self._load_class_state(s) for s in cs]
+        self.class_state_ = self._load_class_states(cs)
         self.support_ = support_list(sup, len(self.classes_))
         self._index_states()
         if self._shrunk():
@@ -579,6 +577,15 @@ class ScoreCalibrator(Calibrator):
                 if np.any(mi <= 0) or np.any(mi > m):
                     raise ValueError("interval pseudo-counts must lie in (0, m]")
             self.interval_m_ = mi
+
+    def _dump_class_states(self, states: list) -> list:
+        """Every class's state as JSON (None for a class without one); a family whose
+        states share a layout may write them all in one pass."""
+        return [None if s is None else self._dump_class_state(s) for s in states]
+
+    def _load_class_states(self, saved: list) -> list:
+        """Every class's saved state, validated (the inverse of :meth:`_dump_class_states`)."""
+        return [None if s is None else self._load_class_state(s) for s in saved]
 
     def _dump_class_state(self, state: dict) -> dict:
         """One class's state as JSON (the inverse of :meth:`_load_class_state`)."""

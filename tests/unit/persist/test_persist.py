@@ -146,3 +146,42 @@ def test_saved_digest_is_that_of_the_canonical_json_and_arrays_are_compact():
         assert doc["model"] == json.loads(json.dumps(model.to_dict()))
         assert ", 0." not in text and ",0." in text  # lists of numbers without spaces
         assert loads(text).predict(probs).tolist() == model.predict(probs).tolist()
+
+
+def test_many_class_states_are_one_line_each_and_load_as_they_were_saved():
+    """A model of many classes writes each class's state on one line (its keys sorted, as in
+    the digest) and reads all classes' equal-width bins in one pass: the states, predictions
+    and errors are those of the class-by-class reader."""
+    rng = np.random.default_rng(3)
+    K, n = 300, 6000
+    pred = np.minimum(rng.zipf(1.4, n) - 1, K - 1)
+    score = rng.beta(5, 1.5, n)
+    label = np.where(rng.random(n) < score, pred, (pred + 1) % K)
+    data = TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(K)])
+    with pytest.warns(UserWarning):  # classes never predicted fall back to the score
+        model = topcal.calibrator("hist").fit(data)
+    text = persist.dumps(model)
+    states = [s for s in model.class_state_ if s is not None]
+    assert 50 < len(states) < K
+    assert text.count('{"bins":[0.0,1.0,10],"fp":[') == len(states)
+    back = persist.loads(text)
+    for a, b in zip(model.class_state_, back.class_state_):
+        assert (a is None) == (b is None)
+        if a is not None:
+            for key in ("edges", "values", "tp", "fp"):
+                np.testing.assert_array_equal(a[key], b[key])
+    np.testing.assert_array_equal(back.predict(data), model.predict(data))
+
+    doc = json.loads(text)
+    live = [i for i, s in enumerate(doc["model"]["state"]["class_state"]) if s is not None]
+    mixed = json.loads(text)
+    first = mixed["model"]["state"]["class_state"][live[0]]
+    first["edges"] = np.linspace(0.0, 1.0, 11).tolist()  # one class's edges listed
+    del first["bins"]
+    again = persist.loads(_rehash(mixed))
+    np.testing.assert_array_equal(again.predict(data), model.predict(data))
+
+    bad = json.loads(text)
+    bad["model"]["state"]["class_state"][live[-1]]["values"][3] = 1.5
+    with pytest.raises(ModelFileError, match="in \\[0, 1\\]"):
+        persist.loads(_rehash(bad))

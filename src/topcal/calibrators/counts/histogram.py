@@ -9,6 +9,7 @@ covers the closed score range.
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -54,6 +55,65 @@ def equal_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
     (``np.linspace``), one read-only array shared by every class that has them."""
     out = np.linspace(lo, hi, n_bins + 1)
     out.flags.writeable = False
+    return out
+
+
+def _edges_entry(edges: np.ndarray) -> dict:
+    """A state's edges as saved: ``bins`` = [low, high, count] where they are the equal-width
+    ones :func:`equal_edges` makes, else ``edges`` listed."""
+    nb = edges.size - 1
+    lo, hi = float(edges[0]), float(edges[-1])
+    if lo < hi and (
+        edges is equal_edges(lo, hi, nb) or np.array_equal(edges, equal_edges(lo, hi, nb))
+    ):
+        return {"bins": [lo, hi, nb]}
+    return {"edges": edges.tolist()}
+
+
+def _load_equal_width(saved: list) -> list:
+    """Saved class states that all give their bins as ``bins`` (and no ``edges``), validated
+    as :meth:`Histogram._load_class_state` does, in one pass over all classes; raises on
+    anything else (the caller then reads class by class)."""
+    live = [s for s in saved if s is not None]
+    if not live or any(type(s) is not dict or "edges" in s for s in live):
+        raise ValueError("not all equal-width")
+    bins = np.array([s["bins"] for s in live], dtype=np.float64)
+    nb = bins[:, 2].astype(np.int64) if bins.shape[1:] == (3,) else None
+    if (
+        nb is None
+        or not np.isfinite(bins).all()
+        or not (bins[:, 0] < bins[:, 1]).all()
+        or not (nb == bins[:, 2]).all()
+        or not ((nb >= 1) & (nb <= MAX_BINS)).all()
+    ):
+        raise ValueError("bins")
+    starts = np.r_[0, np.cumsum(nb)]
+    arrays = []
+    for key in ("values", "tp", "fp"):
+        if any(len(s[key]) != n for s, n in zip(live, nb.tolist())):
+            raise ValueError(key)
+        flat = np.fromiter(
+            itertools.chain.from_iterable(s[key] for s in live), np.float64, int(starts[-1])
+        )
+        if not np.isfinite(flat).all():
+            raise ValueError(key)
+        arrays.append(flat)
+    if np.any((arrays[0] < 0) | (arrays[0] > 1)):
+        raise ValueError("values")
+    edges = {t: equal_edges(t[0], t[1], int(t[2])) for t in set(map(tuple, bins.tolist()))}
+    if any(np.any(np.diff(e) <= 0) for e in edges.values()):
+        raise ValueError("edges")
+    out: list[dict | None] = []
+    i = 0
+    values, tp, fp = arrays
+    for s in saved:
+        if s is None:
+            out.append(None)
+            continue
+        a, b = starts[i], starts[i + 1]
+        e = edges[tuple(bins[i].tolist())]
+        out.append({"edges": e, "values": values[a:b], "tp": tp[a:b], "fp": fp[a:b]})
+        i += 1
     return out
 
 
@@ -235,20 +295,45 @@ class Histogram(ScoreCalibrator):
         return {"edges": edges, "values": fill_empty_bins(raw, n), "tp": tp, "fp": fp}
 
     def _dump_class_state(self, state: dict) -> dict:
+        return self._dump_class_states([state])[0]
+
+    def _dump_class_states(self, states: list) -> list:
         """Equal-width edges as their (low, high, bins), which ``np.linspace`` gives back
-        bit for bit (the fit makes them so); counts that are whole numbers as integers."""
-        e = state["edges"]
-        nb = e.size - 1
-        out = {"values": state["values"].tolist()}
-        if e[0] < e[-1] and np.array_equal(e, equal_edges(float(e[0]), float(e[-1]), nb)):
-            out["bins"] = [float(e[0]), float(e[-1]), nb]
-        else:
-            out["edges"] = e.tolist()
+        bit for bit (the fit makes them so); a class's counts, if all whole numbers, as
+        integers. The arrays of all classes are converted in one pass each."""
+        live = [s for s in states if s is not None]
+        if not live:
+            return list(states)
+        starts = np.cumsum([0] + [s["values"].size for s in live]).tolist()
+        values = np.concatenate([s["values"] for s in live]).tolist()
+        counts = {}
         for key in ("tp", "fp"):
-            c = state[key]
-            whole = bool(np.all(c == np.round(c)) and np.all(np.abs(c) < 2.0**53))
-            out[key] = c.astype(np.int64).tolist() if whole else c.tolist()
+            c = np.concatenate([s[key] for s in live])
+            whole = (c == np.round(c)) & (np.abs(c) < 2.0**53)
+            class_whole = np.logical_and.reduceat(whole, starts[:-1]).tolist()
+            as_int = np.where(whole, c, 0.0).astype(np.int64).tolist()
+            counts[key] = (class_whole, as_int, c.tolist())
+        out: list[dict | None] = []
+        i = 0
+        for s in states:
+            if s is None:
+                out.append(None)
+                continue
+            a, b = starts[i], starts[i + 1]
+            rec = {"values": values[a:b], **_edges_entry(s["edges"])}
+            for key, (class_whole, as_int, as_float) in counts.items():
+                rec[key] = (as_int if class_whole[i] else as_float)[a:b]
+            out.append(rec)
+            i += 1
         return out
+
+    def _load_class_states(self, saved: list) -> list:
+        """Every class's state; files of equal-width bins (what fits write) are read in one
+        pass over all classes, anything else class by class (which names what is wrong)."""
+        try:
+            return _load_equal_width(saved)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return super()._load_class_states(saved)
 
     def _load_class_state(self, state: dict) -> dict:
         """One class's state from either layout: its ``edges`` listed (they win where a

@@ -381,23 +381,15 @@ def files(files_once, tmp_path):
     return tmp_path
 
 
+def _threshold(t, *extra, out="th.json"):
+    """``topcal threshold held.csv --model m.json -o OUT`` in the folder ``t``, and ``extra``."""
+    return call("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / out, *extra)
+
+
 @pytest.mark.slow
 def test_cli_threshold_then_apply_adds_accepted(files):
     t = files
-    r = assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--precision",
-            "0.9",
-            "--delta",
-            "0.1",
-            "-o",
-            t / "th.json",
-        )
-    )
+    r = assert_ok(_threshold(t, "--precision", "0.9", "--delta", "0.1"))
     assert "precision >= 0.9 with probability >= 0.9" in r.stdout and "c0" in r.stdout
     th = load_thresholds(t / "th.json")
     assert th.mode == "per-class" and th.precision == 0.9
@@ -419,20 +411,7 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     # issue 33: apply says how many rows it accepted
     assert f"accepted: {int(out['accepted'].sum())} of {len(out)} rows" in r.stdout
     # global mode: one cut-off, and no per-class rows or reasons printed
-    r = assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--global",
-            "--bonferroni",
-            "--precision",
-            "0.9",
-            "-o",
-            t / "g.json",
-        )
-    )
+    r = assert_ok(_threshold(t, "--global", "--bonferroni", "--precision", "0.9", out="g.json"))
     assert "one cut-off for all classes" in r.stdout and "(all)" in r.stdout
     assert not any(ln.strip().startswith("c0") for ln in r.stdout.splitlines())
     g = load_thresholds(t / "g.json")
@@ -506,7 +485,7 @@ def test_cli_threshold_never_writes_over_an_input(files):
             cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", out),
             "is the input file",
         )
-    assert_ok(call("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"))
+    assert_ok(_threshold(t))
     assert_error(
         cli(
             "apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "th.json"
@@ -521,18 +500,7 @@ def test_cli_threshold_never_writes_over_an_input(files):
 @pytest.mark.slow
 def test_report_with_thresholds_renders_the_acceptance_section(files):
     t = files
-    assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--precision",
-            "0.9",
-            "-o",
-            t / "th.json",
-        )
-    )
+    assert_ok(_threshold(t, "--precision", "0.9"))
     before = snapshot(t)
     assert_error(
         cli(
@@ -612,20 +580,7 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     # --thresholds on a real LocalCluster: the same accepted column as the local engine, the same
     # refusals
     t = files
-    assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--precision",
-            "0.9",
-            "--delta",
-            "0.1",
-            "-o",
-            t / "th.json",
-        )
-    )
+    assert_ok(_threshold(t, "--precision", "0.9", "--delta", "0.1"))
     pd.read_csv(t / "new.csv").to_parquet(t / "new.parquet")
     dask = ("--engine", "dask", "--scheduler", cluster_address)
     assert_ok(

@@ -156,36 +156,13 @@ def test_adapt_weighs_binned_use_rows_by_their_counts_and_takes_the_model_score_
     )
     for est in ("em", "bbse"):
         a, b = tmp_path / f"bin-{est}.json", tmp_path / f"rows-{est}.json"
-        assert_ok(
-            call(
-                "adapt",
-                top_model,
-                tmp_path / "usebin.csv",
-                "-o",
-                a,
-                "--shrink",
-                "1",
-                "--bootstrap",
-                "5",
-                "--estimator",
-                est,
+        for use, out in ((tmp_path / "usebin.csv", a), (tmp_path / "rows.csv", b)):
+            assert_ok(
+                call(
+                    "adapt", top_model, use, "-o", out, "--shrink", "1", "--bootstrap", "5",
+                    "--estimator", est,
+                )
             )
-        )
-        assert_ok(
-            call(
-                "adapt",
-                top_model,
-                tmp_path / "rows.csv",
-                "-o",
-                b,
-                "--shrink",
-                "1",
-                "--bootstrap",
-                "5",
-                "--estimator",
-                est,
-            )
-        )
         pa, pb = _adapted_priors(a), _adapted_priors(b)
         np.testing.assert_allclose(pa, pb, atol=1e-9)
         assert pa[0] > 0.95, pa  # not ~1/3 each, as when each bin counted once

@@ -502,50 +502,11 @@ def test_report_with_thresholds_renders_the_acceptance_section(files):
     t = files
     assert_ok(_threshold(t, "--precision", "0.9"))
     before = snapshot(t)
-    assert_error(
-        cli(
-            "report",
-            t / "held.csv",
-            "--methods",
-            "hist",
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "rep",
-        ),
-        "--thresholds and --model go together",
-    )
-    assert_error(
-        cli(
-            "report",
-            t / "held.csv",
-            "--methods",
-            "hist",
-            "--thresholds",
-            t / "th.json",
-            "--model",
-            t / "m.json",
-            "-o",
-            t / "th.json",
-        ),
-        "report folder",
-    )
+    report = ("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json")
+    assert_error(cli(*report, "-o", t / "rep"), "--thresholds and --model go together")
+    assert_error(cli(*report, "--model", t / "m.json", "-o", t / "th.json"), "report folder")
     assert snapshot(t) == before
-    assert_ok(
-        call(
-            "report",
-            t / "held.csv",
-            "--methods",
-            "hist",
-            "--in-sample",
-            "--thresholds",
-            t / "th.json",
-            "--model",
-            t / "m.json",
-            "-o",
-            t / "rep",
-        )
-    )
+    assert_ok(call(*report, "--in-sample", "--model", t / "m.json", "-o", t / "rep"))
     page = (t / "rep" / "index.html").read_text()
     assert "Acceptance: precision &gt;= 0.9 at delta = 0.05 (per-class hist)" in page
     assert any("acceptance" in p.name for p in (t / "rep" / "figures").iterdir())

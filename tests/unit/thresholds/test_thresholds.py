@@ -544,29 +544,13 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     assert_ok(_threshold(t, "--precision", "0.9", "--delta", "0.1"))
     pd.read_csv(t / "new.csv").to_parquet(t / "new.parquet")
     dask = ("--engine", "dask", "--scheduler", cluster_address)
-    assert_ok(
-        call(
-            "apply",
-            t / "m.json",
-            t / "new.parquet",
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "local.csv",
-        )
-    )
-    r = assert_ok(
-        call(
-            "apply",
-            t / "m.json",
-            t / "new.parquet",
-            *dask,
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "dask.csv",
-        )
-    )
+
+    def apply(model, data, out, *engine):
+        """``topcal apply`` of ``model`` to ``data`` with the thresholds, written to ``out``."""
+        return ("apply", t / model, t / data, *engine, "--thresholds", t / "th.json", "-o", t / out)
+
+    assert_ok(call(*apply("m.json", "new.parquet", "local.csv")))
+    r = assert_ok(call(*apply("m.json", "new.parquet", "dask.csv", *dask)))
     assert "with accepted" in r.stdout
     local, got = pd.read_csv(t / "local.csv"), pd.read_csv(t / "dask.csv")
     assert got["accepted"].dtype == bool and 0 < got["accepted"].mean() < 1
@@ -574,32 +558,10 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     # thresholds of another model, and an input that already has an 'accepted' column: refused,
     # nothing written
     assert_ok(call("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
-    assert_error(
-        cli(
-            "apply",
-            t / "m2.json",
-            t / "new.parquet",
-            *dask,
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "o.csv",
-        ),
-        "another 'hist' model",
-    )
+    assert_error(cli(*apply("m2.json", "new.parquet", "o.csv", *dask)), "another 'hist' model")
     pd.read_csv(t / "new.csv").assign(accepted=1).to_parquet(t / "acc.parquet")
     assert_error(
-        cli(
-            "apply",
-            t / "m.json",
-            t / "acc.parquet",
-            *dask,
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "o.csv",
-        ),
-        "already has a 'accepted' column",
+        cli(*apply("m.json", "acc.parquet", "o.csv", *dask)), "already has a 'accepted' column"
     )
     assert not (t / "o.csv").exists()
 

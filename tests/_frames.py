@@ -5,11 +5,29 @@ shared by every CLI test."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from topcal.cli import main
+
+
+def have_dask() -> bool:
+    """Whether the dask extra is installed; its absence fails under ``CI=true`` (``make test``
+    installs it)."""
+    try:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError:  # pragma: no cover - make test installs the extra
+        if os.environ.get("CI") == "true":
+            pytest.fail(
+                "dask is missing under CI=true; run 'make install' (it installs topcal[dask])",
+                pytrace=False,
+            )
+        return False
+    return True
 
 
 def run(argv, capsys):

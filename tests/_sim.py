@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from topcal.data import TopLabelData
+
 
 def simulate_probs(n, seed, k, *, sharpen=None):
     """Probabilities and labels of a simulated k-class classifier.
@@ -87,3 +89,18 @@ def binned_engines(rng, count, bounds=None):
             )
         )
     return engines
+
+
+def with_weights(data, w):
+    """Labelled per-sample ``data`` with row weights ``w``: a right prediction's weight counts
+    as a true positive, a wrong one's as a false positive."""
+    right = data.labels == data.pred
+    return TopLabelData(
+        data.classes,
+        data.pred,
+        data.score,
+        data.score_range,
+        tp=np.where(right, w, 0.0),
+        fp=np.where(right, 0.0, w),
+        labels=data.labels,
+    )

@@ -26,27 +26,14 @@ import topcal
 from topcal.errors import NotFittedError, ParameterError, TopcalError
 
 from _cli import TOPCAL, assert_error, assert_ok, call, cli, snapshot
+from _frames import have_dask
 
 pytestmark = pytest.mark.e2e
 
 BIG = "1" + "0" * 310  # an integer above 1.8e308: float() of it overflows
 
 
-def _have_dask() -> bool:
-    try:
-        import dask  # noqa: F401
-        import distributed  # noqa: F401
-    except ImportError:  # pragma: no cover - make test installs the extra
-        if os.environ.get("CI") == "true":
-            pytest.fail(
-                "dask is missing under CI=true; run 'make install' (it installs topcal[dask])",
-                pytrace=False,
-            )
-        return False
-    return True
-
-
-needs_dask = pytest.mark.skipif(not _have_dask(), reason="the dask extra is not installed")
+needs_dask = pytest.mark.skipif(not have_dask(), reason="the dask extra is not installed")
 
 
 def _probs(n=600, seed=0, names=("a", "b", "c")):

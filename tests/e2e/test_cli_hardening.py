@@ -499,26 +499,15 @@ def one_file(tmp_path_factory):
     return d
 
 
+def _threshold_fit(data, out, model_out, *extra):
+    """``topcal threshold DATA --fit hist -o OUT --model-out MODEL_OUT`` and ``extra``."""
+    return call("threshold", data, "--fit", "hist", "-o", out, "--model-out", model_out, *extra)
+
+
 def test_threshold_fit_splits_one_file_and_apply_uses_it(one_file):
     d = one_file
-    r = assert_ok(
-        call(
-            "threshold",
-            d / "all.csv",
-            "--fit",
-            "hist",
-            "--fit-fraction",
-            "0.4",
-            "--seed",
-            "7",
-            "--precision",
-            "0.8",
-            "-o",
-            d / "th.json",
-            "--model-out",
-            d / "m.json",
-        )
-    )
+    split = ("--fit-fraction", "0.4", "--seed", "7", "--precision", "0.8")
+    r = assert_ok(_threshold_fit(d / "all.csv", d / "th.json", d / "m.json", *split))
     assert "of 3000 rows" in r.stdout and "seed 7" in r.stdout
     th, model = topcal.load_thresholds(d / "th.json"), topcal.load(d / "m.json")
     s = th.split
@@ -533,39 +522,9 @@ def test_threshold_fit_splits_one_file_and_apply_uses_it(one_file):
         )
     )
     # the same command gives the same split, a different seed another one
-    assert_ok(
-        call(
-            "threshold",
-            d / "all.csv",
-            "--fit",
-            "hist",
-            "--fit-fraction",
-            "0.4",
-            "--seed",
-            "7",
-            "--precision",
-            "0.8",
-            "-o",
-            d / "th2.json",
-            "--model-out",
-            d / "m2.json",
-        )
-    )
+    assert_ok(_threshold_fit(d / "all.csv", d / "th2.json", d / "m2.json", *split))
     assert topcal.load_thresholds(d / "th2.json").split == s
-    assert_ok(
-        call(
-            "threshold",
-            d / "all.csv",
-            "--fit",
-            "hist",
-            "--seed",
-            "8",
-            "-o",
-            d / "th3.json",
-            "--model-out",
-            d / "m3.json",
-        )
-    )
+    assert_ok(_threshold_fit(d / "all.csv", d / "th3.json", d / "m3.json", "--seed", "8"))
     assert topcal.load_thresholds(d / "th3.json").split.rows_sha256 != s.rows_sha256
 
 
@@ -584,18 +543,7 @@ def test_threshold_fit_refuses_bad_settings(one_file, tmp_path, extra, fragment)
     small = tmp_path / "small.csv"
     _scores(3, 300).to_csv(small, index=False)
     line = assert_error(
-        call(
-            "threshold",
-            small,
-            "--fit",
-            "hist",
-            "-o",
-            tmp_path / "t.json",
-            "--model-out",
-            tmp_path / "m.json",
-            *extra,
-        ),
-        fragment,
+        _threshold_fit(small, tmp_path / "t.json", tmp_path / "m.json", *extra), fragment
     )
     assert len(line) <= MAX_ERROR_CHARS
     assert not (tmp_path / "t.json").exists() and not (tmp_path / "m.json").exists()
@@ -604,44 +552,10 @@ def test_threshold_fit_refuses_bad_settings(one_file, tmp_path, extra, fragment)
 def test_threshold_fit_never_overwrites_its_input_or_mixes_options(one_file, tmp_path):
     d = one_file
     before = (d / "all.csv").read_bytes()
+    assert_error(_threshold_fit(d / "all.csv", d / "all.csv", tmp_path / "m.json"), "input file")
+    assert_error(_threshold_fit(d / "all.csv", tmp_path / "t.json", d / "all.csv"), "input file")
     assert_error(
-        call(
-            "threshold",
-            d / "all.csv",
-            "--fit",
-            "hist",
-            "-o",
-            d / "all.csv",
-            "--model-out",
-            tmp_path / "m.json",
-        ),
-        "input file",
-    )
-    assert_error(
-        call(
-            "threshold",
-            d / "all.csv",
-            "--fit",
-            "hist",
-            "-o",
-            tmp_path / "t.json",
-            "--model-out",
-            d / "all.csv",
-        ),
-        "input file",
-    )
-    assert_error(
-        call(
-            "threshold",
-            d / "all.csv",
-            "--fit",
-            "hist",
-            "-o",
-            tmp_path / "t.json",
-            "--model-out",
-            tmp_path / "t.json",
-        ),
-        "two paths",
+        _threshold_fit(d / "all.csv", tmp_path / "t.json", tmp_path / "t.json"), "two paths"
     )
     assert_error(
         call("threshold", d / "all.csv", "--fit", "hist", "-o", tmp_path / "t.json"), "--model-out"

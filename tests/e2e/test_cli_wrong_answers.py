@@ -156,36 +156,13 @@ def test_adapt_weighs_binned_use_rows_by_their_counts_and_takes_the_model_score_
     )
     for est in ("em", "bbse"):
         a, b = tmp_path / f"bin-{est}.json", tmp_path / f"rows-{est}.json"
-        assert_ok(
-            call(
-                "adapt",
-                top_model,
-                tmp_path / "usebin.csv",
-                "-o",
-                a,
-                "--shrink",
-                "1",
-                "--bootstrap",
-                "5",
-                "--estimator",
-                est,
+        for use, out in ((tmp_path / "usebin.csv", a), (tmp_path / "rows.csv", b)):
+            assert_ok(
+                call(
+                    "adapt", top_model, use, "-o", out, "--shrink", "1", "--bootstrap", "5",
+                    "--estimator", est,
+                )
             )
-        )
-        assert_ok(
-            call(
-                "adapt",
-                top_model,
-                tmp_path / "rows.csv",
-                "-o",
-                b,
-                "--shrink",
-                "1",
-                "--bootstrap",
-                "5",
-                "--estimator",
-                est,
-            )
-        )
         pa, pb = _adapted_priors(a), _adapted_priors(b)
         np.testing.assert_allclose(pa, pb, atol=1e-9)
         assert pa[0] > 0.95, pa  # not ~1/3 each, as when each bin counted once
@@ -363,29 +340,9 @@ def test_one_column_in_two_roles_is_an_error(tmp_path):
             "score=s",
         )
         assert_error(r, "column 'y' is given two roles", "'label'", "'pred'")
-    r = cli(
-        "metrics",
-        tmp_path / "two.csv",
-        "--column",
-        "pred=x",
-        "--column",
-        "label=y",
-        "--column",
-        "score=x",
-    )
-    assert_error(r, "column 'x' is given two roles")
-    assert_ok(
-        call(
-            "metrics",
-            tmp_path / "two.csv",
-            "--column",
-            "pred=x",
-            "--column",
-            "label=y",
-            "--column",
-            "score=s",
-        )
-    )
+    roles = ("metrics", tmp_path / "two.csv", "--column", "pred=x", "--column", "label=y")
+    assert_error(cli(*roles, "--column", "score=x"), "column 'x' is given two roles")
+    assert_ok(call(*roles, "--column", "score=s"))
 
 
 def _resign(path, edit):

@@ -62,11 +62,7 @@ def check_fit_evidence(evidence: Evidence):
             raise DataError(
                 f"confusion must be a GridConfusion, got {type(confusion).__name__}"
             )
-        if (confusion.classes, confusion.score_range, confusion.n_cells) != (
-            stats.classes,
-            stats.score_range,
-            stats.n_cells,
-        ):
+        if confusion.grid != stats.grid:
             raise DataError(
                 "the confusion counts are not on the statistics' classes, score range and grid"
             )

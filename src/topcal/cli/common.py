@@ -24,6 +24,7 @@ __all__ = [
     "UsageError",
     "choice_table",
     "add_data_options",
+    "add_repeated",
     "read_options",
     "read",
     "column_map",
@@ -89,14 +90,19 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
         help="predicted-class column for top-score data (default: pred)",
     )
     g.add_argument("--score-column", default="score", help="top-score column (default: score)")
-    g.add_argument(
+    add_repeated(
+        g,
         "--column",
-        action="append",
-        default=[],
-        metavar="ROLE=NAME",
-        help="read column NAME as ROLE (label, pred, score, predicted_class, bin_lo, bin_hi, tp, "
+        "ROLE=NAME",
+        "read column NAME as ROLE (label, pred, score, predicted_class, bin_lo, bin_hi, tp, "
         "fp); repeatable",
     )
+
+
+def add_repeated(p, flag: str, metavar: str, help: str, **kw) -> None:
+    """An option that may be given again and again (``--param``, ``--column``): the list of
+    its values, empty when it is not given."""
+    p.add_argument(flag, action="append", default=[], metavar=metavar, help=help, **kw)
 
 
 def read_options(args) -> dict:

@@ -16,6 +16,7 @@ from ..errors import TopcalError
 from .scoring import overall_lines, ranking_table, wrap_line
 from .common import (
     add_data_options,
+    add_repeated,
     choice_table,
     format_table,
     overall_table,
@@ -94,12 +95,11 @@ def _protocol_options(p, what: str) -> None:
         "flexible methods)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the fold split (default 0)")
-    p.add_argument(
+    add_repeated(
+        p,
         "--param",
-        action="append",
-        default=[],
-        metavar="METHOD:NAME=VALUE",
-        help="method parameter, repeatable (e.g. --param btswa:max_iter=500, --param "
+        "METHOD:NAME=VALUE",
+        "method parameter, repeatable (e.g. --param btswa:max_iter=500, --param "
         "hist:shrinkage=0)",
     )
 

@@ -10,6 +10,7 @@ from ..errors import TopcalError
 from .common import (
     RowProgress,
     add_data_options,
+    add_repeated,
     add_scale_options,
     engine_for,
     format_table,
@@ -36,12 +37,8 @@ def add_commands(sub) -> None:
         "within noise of the smallest 5-fold cross-validated NLL, or its blend with the "
         f"two best others where that clearly wins out of fold). Options: {methods}",
     )
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="method parameter, repeatable (e.g. --param n_bins=20)",
+    add_repeated(
+        p, "--param", "NAME=VALUE", "method parameter, repeatable (e.g. --param n_bins=20)"
     )
     p.add_argument("-o", "--output", required=True, help="model file to write (.json)")
     add_data_options(p)
@@ -103,13 +100,12 @@ def add_commands(sub) -> None:
         "over classes, the worst and smallest classes (--class, --full, --json for the rest)",
     )
     p.add_argument("model")
-    p.add_argument(
+    add_repeated(
+        p,
         "--class",
+        "NAME",
+        "show this class in full (every fitted entry, a blend's members' too); repeatable",
         dest="classes",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="show this class in full (every fitted entry, a blend's members' too); repeatable",
     )
     p.add_argument(
         "--full", action="store_true", help="show every class in full (long at many classes)"

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import argparse
 
-from .common import UsageError, add_data_options, format_table, parse_param, read_options
+from .common import (
+    UsageError,
+    add_data_options,
+    add_repeated,
+    format_table,
+    parse_param,
+    read_options,
+)
 
 __all__ = ["add_commands"]
 
@@ -48,12 +55,8 @@ def add_commands(sub) -> None:
         "--seed", type=int, default=None, help="the split's random seed, >= 0 (default 0)"
     )
     split.add_argument("--model-out", metavar="M", help="model file to write (.json)")
-    split.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a parameter of the --fit method (repeatable)",
+    add_repeated(
+        split, "--param", "NAME=VALUE", "a parameter of the --fit method (repeatable)"
     )
     p.add_argument(
         "--precision",

@@ -458,6 +458,12 @@ class GridConfusion:
             count[keep],
         )
 
+    @property
+    def grid(self) -> tuple:
+        """(classes, score_range, n_cells), as :attr:`ScoreStats.grid
+        <topcal.evidence.stats.ScoreStats.grid>`: what counts must share to be added."""
+        return (self.classes, self.score_range, self.n_cells)
+
     @staticmethod
     def merge_all(parts) -> "GridConfusion":
         """Counts of all ``parts`` together (same classes, score range and grid)."""
@@ -465,15 +471,8 @@ class GridConfusion:
         if not parts:
             raise DataError("merge needs at least one GridConfusion")
         first = parts[0]
-        for p in parts[1:]:
-            if (p.classes, p.score_range, p.n_cells) != (
-                first.classes,
-                first.score_range,
-                first.n_cells,
-            ):
-                raise DataError(
-                    "cannot merge confusion counts of other classes, score range or grid"
-                )
+        if any(p.grid != first.grid for p in parts[1:]):
+            raise DataError("cannot merge confusion counts of other classes, score range or grid")
         return GridConfusion._summed(
             first.classes,
             first.score_range,

@@ -295,6 +295,11 @@ class ScoreStats:
 
     # ---------------------------------------------------------------- query
     @property
+    def grid(self) -> tuple:
+        """(classes, score_range, n_cells): what counts must share to be added together."""
+        return (self.classes, self.score_range, self.n_cells)
+
+    @property
     def n_rows(self) -> int:
         """Number of non-empty (class, bin) rows."""
         return int(self.cls.size)

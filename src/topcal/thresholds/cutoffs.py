@@ -16,7 +16,7 @@ import html
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -128,21 +128,12 @@ class ClassCutoff:
         return self.n_accepted / self.n_predicted if self.n_predicted > 0 else 0.0
 
     def to_dict(self) -> dict:
+        # every field in order; "on" absent where it is "confidence", as in every file before
+        # the raw-score cut-offs
         return {
-            "name": self.name,
-            "cutoff": self.cutoff,
-            "level": self.level,
-            "n_predicted": self.n_predicted,
-            "n_accepted": self.n_accepted,
-            "n_correct": self.n_correct,
-            "precision": self.precision,
-            "precision_lower": self.precision_lower,
-            "p_value": self.p_value,
-            "reason": self.reason,
-            "group": self.group,
-            "score_cutoff": self.score_cutoff,
-            # (absent: "confidence", as in every file before the raw-score cut-offs)
-            **({"on": self.on} if self.on != "confidence" else {}),
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "on" or self.on != "confidence"
         }
 
     @classmethod

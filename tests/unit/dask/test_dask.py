@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
@@ -19,6 +18,7 @@ from topcal.evidence.stats import ScoreStats
 
 from _frames import (
     assert_confusion_equal,
+    have_dask,
     model_payload,
     on_grid,
     probs_frame,
@@ -29,15 +29,7 @@ from _frames import (
 
 pytestmark = pytest.mark.slow
 
-try:
-    import dask  # noqa: F401
-    import distributed  # noqa: F401
-except ImportError:  # pragma: no cover - make test installs the extra
-    if os.environ.get("CI") == "true":
-        pytest.fail(
-            "dask is missing under CI=true; run 'make install' (it installs topcal[dask])",
-            pytrace=False,
-        )
+if not have_dask():  # pragma: no cover - make test installs the extra
     pytest.skip(
         "the dask extra is not installed (pip install 'topcal[dask]')", allow_module_level=True
     )

@@ -17,6 +17,7 @@ from topcal.labelshift.estimates import fp_mix, fp_weight
 from topcal.labelshift.estimators import bbse_priors, em_priors, shrunk_fp_mix
 
 from _frames import dense_layout
+from _sim import with_weights
 
 
 def top_scores(n, k, seed, *, zipf=1.2):
@@ -53,17 +54,7 @@ def dense_reference(data, min_fp=40, max_regions=4):
 def test_sparse_counts_equal_the_dense_computation(weighted):
     data = top_scores(4000, 12, 0, zipf=1.5)
     if weighted:
-        w = np.random.default_rng(1).uniform(0.2, 3.0, data.n_rows)
-        right = data.labels == data.pred
-        data = TopLabelData(
-            data.classes,
-            data.pred,
-            data.score,
-            data.score_range,
-            tp=np.where(right, w, 0.0),
-            fp=np.where(right, 0.0, w),
-            labels=data.labels,
-        )
+        data = with_weights(data, np.random.default_rng(1).uniform(0.2, 3.0, data.n_rows))
     stats = ConfusionStats.from_data(data)
     edges, counts = dense_reference(data)
     for k in range(data.n_classes):

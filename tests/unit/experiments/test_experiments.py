@@ -343,17 +343,10 @@ def test_network_cache_resumes_only_missing_networks(tmp_path, monkeypatch):
     from topcal.experiments import mlp, networks
 
     root = make_synthetic_mnist(tmp_path / "d", n_train=500, n_test=100)
-    cfg = ExperimentConfig.for_regime(
-        str(root),
-        "under",
-        n_networks=3,
-        n_ensembles=1,
-        ensemble_size=2,
-        steps=10,
-        batch_size=50,
-        hidden=(16,),
-        n_test1=100,
+    small = dict(
+        n_networks=3, n_ensembles=1, ensemble_size=2, batch_size=50, hidden=(16,), n_test1=100
     )
+    cfg = ExperimentConfig.for_regime(str(root), "under", steps=10, **small)
     cache = tmp_path / "cache"
     first = networks.network_outputs(cfg, cache_root=cache, chunk=2, progress=False)
     assert first.trained == (0, 1, 2)
@@ -375,17 +368,7 @@ def test_network_cache_resumes_only_missing_networks(tmp_path, monkeypatch):
     third = networks.network_outputs(cfg, cache_root=cache, progress=False)
     assert third.trained == () and len(calls) == 1
     # a different training configuration does not reuse these networks
-    other = ExperimentConfig.for_regime(
-        str(root),
-        "under",
-        n_networks=3,
-        n_ensembles=1,
-        ensemble_size=2,
-        steps=11,
-        batch_size=50,
-        hidden=(16,),
-        n_test1=100,
-    )
+    other = ExperimentConfig.for_regime(str(root), "under", steps=11, **small)
     assert (
         networks.network_outputs(other, cache_root=cache, progress=False).cache_dir
         != first.cache_dir

@@ -28,6 +28,7 @@ from topcal.labelshift.estimators import FP_PSEUDOCOUNT, PRIOR_STRENGTH, shrunk_
 from topcal.labelshift.safety import CellMix
 
 from _frames import dense_layout, run
+from _sim import with_weights
 
 K = 4
 NAMES = ["ant", "bee", "cow", "dog"]
@@ -593,18 +594,7 @@ def test_confusion_counts_equal_a_class_by_class_count(source, weighted):
 
     data = source
     if weighted:  # non-unit weights: the weighted-quantile path and float sums
-        rng = np.random.default_rng(3)
-        w = rng.uniform(0.1, 3.0, data.n_rows)
-        right = data.labels == data.pred
-        data = TopLabelData(
-            data.classes,
-            data.pred,
-            data.score,
-            data.score_range,
-            tp=np.where(right, w, 0.0),
-            fp=np.where(right, 0.0, w),
-            labels=data.labels,
-        )
+        data = with_weights(data, np.random.default_rng(3).uniform(0.1, 3.0, data.n_rows))
     stats = ConfusionStats.from_data(data, min_fp_per_region=60, max_regions=4)
     w = data.tp + data.fp
     for k in range(data.n_classes):

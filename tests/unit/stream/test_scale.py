@@ -130,38 +130,9 @@ def test_cli_update_equals_fit_on_all(tmp_path, capsys, method):
     frame.iloc[2200:].to_csv(tmp_path / "c.csv", index=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert (
-            run(
-                [
-                    "fit",
-                    tmp_path / "all.csv",
-                    "--method",
-                    method,
-                    "--chunk-rows",
-                    500,
-                    "-o",
-                    tmp_path / "all.json",
-                ],
-                capsys,
-            )[0]
-            == 0
-        )
-        assert (
-            run(
-                [
-                    "fit",
-                    tmp_path / "a.parquet",
-                    "--method",
-                    method,
-                    "--chunk-rows",
-                    300,
-                    "-o",
-                    tmp_path / "a.json",
-                ],
-                capsys,
-            )[0]
-            == 0
-        )
+        for data, rows, model in (("all.csv", 500, "all.json"), ("a.parquet", 300, "a.json")):
+            argv = ["fit", tmp_path / data, "--method", method, "--chunk-rows", rows]
+            assert run([*argv, "-o", tmp_path / model], capsys)[0] == 0
         code, out, err = run(
             ["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys
         )

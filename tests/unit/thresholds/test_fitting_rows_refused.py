@@ -210,33 +210,13 @@ def test_cli_threshold_refuses_reencoded_updated_chunked_and_dask_fitting_rows(
     names = np.asarray(NAMES)
     probs = pd.DataFrame(p, columns=[f"p_{c}" for c in NAMES]).assign(label=names[y])
     probs.to_parquet(t / "fit.parquet")
-    assert_ok(call("fit", t / "fit.parquet", "--method", "hist", "-o", t / "m.json"))
-    assert_ok(
-        call(
-            "fit",
-            t / "fit.parquet",
-            "--method",
-            "hist",
-            "--chunk-rows",
-            "500",
-            "-o",
-            t / "chunked.json",
-        )
-    )
-    assert_ok(
-        call(
-            "fit",
-            t / "fit.parquet",
-            "--method",
-            "hist",
-            "--engine",
-            "dask",
-            "--scheduler",
-            cluster_address,
-            "-o",
-            t / "dask.json",
-        )
-    )
+    # one model per engine: in memory, chunked, dask
+    for model, engine in (
+        ("m.json", ()),
+        ("chunked.json", ("--chunk-rows", "500")),
+        ("dask.json", ("--engine", "dask", "--scheduler", cluster_address)),
+    ):
+        assert_ok(call("fit", t / "fit.parquet", "--method", "hist", *engine, "-o", t / model))
     probs.to_csv(t / "rounded.csv", index=False, float_format="%.6f")
     probs.astype({f"p_{c}": np.float32 for c in NAMES}).to_parquet(t / "f32.parquet")
     logits = pd.DataFrame(np.log(p), columns=[f"logit_{c}" for c in NAMES]).assign(label=names[y])

@@ -381,23 +381,15 @@ def files(files_once, tmp_path):
     return tmp_path
 
 
+def _threshold(t, *extra, out="th.json"):
+    """``topcal threshold held.csv --model m.json -o OUT`` in the folder ``t``, and ``extra``."""
+    return call("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / out, *extra)
+
+
 @pytest.mark.slow
 def test_cli_threshold_then_apply_adds_accepted(files):
     t = files
-    r = assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--precision",
-            "0.9",
-            "--delta",
-            "0.1",
-            "-o",
-            t / "th.json",
-        )
-    )
+    r = assert_ok(_threshold(t, "--precision", "0.9", "--delta", "0.1"))
     assert "precision >= 0.9 with probability >= 0.9" in r.stdout and "c0" in r.stdout
     th = load_thresholds(t / "th.json")
     assert th.mode == "per-class" and th.precision == 0.9
@@ -419,20 +411,7 @@ def test_cli_threshold_then_apply_adds_accepted(files):
     # issue 33: apply says how many rows it accepted
     assert f"accepted: {int(out['accepted'].sum())} of {len(out)} rows" in r.stdout
     # global mode: one cut-off, and no per-class rows or reasons printed
-    r = assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--global",
-            "--bonferroni",
-            "--precision",
-            "0.9",
-            "-o",
-            t / "g.json",
-        )
-    )
+    r = assert_ok(_threshold(t, "--global", "--bonferroni", "--precision", "0.9", out="g.json"))
     assert "one cut-off for all classes" in r.stdout and "(all)" in r.stdout
     assert not any(ln.strip().startswith("c0") for ln in r.stdout.splitlines())
     g = load_thresholds(t / "g.json")
@@ -506,7 +485,7 @@ def test_cli_threshold_never_writes_over_an_input(files):
             cli("threshold", t / "held.csv", "--model", t / "m.json", "-o", out),
             "is the input file",
         )
-    assert_ok(call("threshold", t / "held.csv", "--model", t / "m.json", "-o", t / "th.json"))
+    assert_ok(_threshold(t))
     assert_error(
         cli(
             "apply", t / "m.json", t / "new.csv", "--thresholds", t / "th.json", "-o", t / "th.json"
@@ -521,63 +500,13 @@ def test_cli_threshold_never_writes_over_an_input(files):
 @pytest.mark.slow
 def test_report_with_thresholds_renders_the_acceptance_section(files):
     t = files
-    assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--precision",
-            "0.9",
-            "-o",
-            t / "th.json",
-        )
-    )
+    assert_ok(_threshold(t, "--precision", "0.9"))
     before = snapshot(t)
-    assert_error(
-        cli(
-            "report",
-            t / "held.csv",
-            "--methods",
-            "hist",
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "rep",
-        ),
-        "--thresholds and --model go together",
-    )
-    assert_error(
-        cli(
-            "report",
-            t / "held.csv",
-            "--methods",
-            "hist",
-            "--thresholds",
-            t / "th.json",
-            "--model",
-            t / "m.json",
-            "-o",
-            t / "th.json",
-        ),
-        "report folder",
-    )
+    report = ("report", t / "held.csv", "--methods", "hist", "--thresholds", t / "th.json")
+    assert_error(cli(*report, "-o", t / "rep"), "--thresholds and --model go together")
+    assert_error(cli(*report, "--model", t / "m.json", "-o", t / "th.json"), "report folder")
     assert snapshot(t) == before
-    assert_ok(
-        call(
-            "report",
-            t / "held.csv",
-            "--methods",
-            "hist",
-            "--in-sample",
-            "--thresholds",
-            t / "th.json",
-            "--model",
-            t / "m.json",
-            "-o",
-            t / "rep",
-        )
-    )
+    assert_ok(call(*report, "--in-sample", "--model", t / "m.json", "-o", t / "rep"))
     page = (t / "rep" / "index.html").read_text()
     assert "Acceptance: precision &gt;= 0.9 at delta = 0.05 (per-class hist)" in page
     assert any("acceptance" in p.name for p in (t / "rep" / "figures").iterdir())
@@ -612,45 +541,16 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     # --thresholds on a real LocalCluster: the same accepted column as the local engine, the same
     # refusals
     t = files
-    assert_ok(
-        call(
-            "threshold",
-            t / "held.csv",
-            "--model",
-            t / "m.json",
-            "--precision",
-            "0.9",
-            "--delta",
-            "0.1",
-            "-o",
-            t / "th.json",
-        )
-    )
+    assert_ok(_threshold(t, "--precision", "0.9", "--delta", "0.1"))
     pd.read_csv(t / "new.csv").to_parquet(t / "new.parquet")
     dask = ("--engine", "dask", "--scheduler", cluster_address)
-    assert_ok(
-        call(
-            "apply",
-            t / "m.json",
-            t / "new.parquet",
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "local.csv",
-        )
-    )
-    r = assert_ok(
-        call(
-            "apply",
-            t / "m.json",
-            t / "new.parquet",
-            *dask,
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "dask.csv",
-        )
-    )
+
+    def apply(model, data, out, *engine):
+        """``topcal apply`` of ``model`` to ``data`` with the thresholds, written to ``out``."""
+        return ("apply", t / model, t / data, *engine, "--thresholds", t / "th.json", "-o", t / out)
+
+    assert_ok(call(*apply("m.json", "new.parquet", "local.csv")))
+    r = assert_ok(call(*apply("m.json", "new.parquet", "dask.csv", *dask)))
     assert "with accepted" in r.stdout
     local, got = pd.read_csv(t / "local.csv"), pd.read_csv(t / "dask.csv")
     assert got["accepted"].dtype == bool and 0 < got["accepted"].mean() < 1
@@ -658,32 +558,10 @@ def test_dask_apply_with_thresholds_is_the_local_apply(files, cluster_address):
     # thresholds of another model, and an input that already has an 'accepted' column: refused,
     # nothing written
     assert_ok(call("fit", t / "held.csv", "--method", "hist", "-o", t / "m2.json"))
-    assert_error(
-        cli(
-            "apply",
-            t / "m2.json",
-            t / "new.parquet",
-            *dask,
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "o.csv",
-        ),
-        "another 'hist' model",
-    )
+    assert_error(cli(*apply("m2.json", "new.parquet", "o.csv", *dask)), "another 'hist' model")
     pd.read_csv(t / "new.csv").assign(accepted=1).to_parquet(t / "acc.parquet")
     assert_error(
-        cli(
-            "apply",
-            t / "m.json",
-            t / "acc.parquet",
-            *dask,
-            "--thresholds",
-            t / "th.json",
-            "-o",
-            t / "o.csv",
-        ),
-        "already has a 'accepted' column",
+        cli(*apply("m.json", "acc.parquet", "o.csv", *dask)), "already has a 'accepted' column"
     )
     assert not (t / "o.csv").exists()
 

@@ -7,6 +7,7 @@ derivatives and the bounded Newton solver; ``_tables.py`` the additive loss tabl
 """
 
 from ._core import BINARY_SCORE_FLOOR
+from . import methods
 from .methods import (
     BinaryTemperatureScaling,
     BinaryTemperatureScalingWithAwards,
@@ -16,12 +17,4 @@ from .methods import (
     TemperatureScalingWithAwards,
 )
 
-__all__ = [
-    "BINARY_SCORE_FLOOR",
-    "SharedTemperatureScaling",
-    "ClassTemperatureScaling",
-    "TemperatureScalingWithAwards",
-    "ClassTemperatureScalingWithAwards",
-    "BinaryTemperatureScaling",
-    "BinaryTemperatureScalingWithAwards",
-]
+__all__ = ["BINARY_SCORE_FLOOR", *methods.__all__]

@@ -231,38 +231,10 @@ def test_cli_update_of_csts_equals_fit_on_all(tmp_path, capsys):
     frame.iloc[1600:].to_parquet(tmp_path / "c.parquet", row_group_size=300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert (
-            run(
-                [
-                    "fit",
-                    tmp_path / "all.csv",
-                    "--method",
-                    "csts",
-                    "--param",
-                    "keep_stats=true",
-                    "-o",
-                    tmp_path / "all.json",
-                ],
-                capsys,
-            )[0]
-            == 0
-        )
-        assert (
-            run(
-                [
-                    "fit",
-                    tmp_path / "a.csv",
-                    "--method",
-                    "csts",
-                    "--param",
-                    "keep_stats=true",
-                    "-o",
-                    tmp_path / "a.json",
-                ],
-                capsys,
-            )[0]
-            == 0
-        )
+        csts = ["--method", "csts", "--param", "keep_stats=true"]
+        for name in ("all", "a"):
+            argv = ["fit", tmp_path / f"{name}.csv", *csts, "-o", tmp_path / f"{name}.json"]
+            assert run(argv, capsys)[0] == 0
         code, out, err = run(
             ["update", tmp_path / "a.json", tmp_path / "b.csv", "-o", tmp_path / "ab.json"], capsys
         )

@@ -37,6 +37,7 @@ from .page import (
     data_summary,
     headline_html,
     metric_table,
+    table_classes,
     params_html,
     protocol_html,
     warnings_html,
@@ -416,9 +417,15 @@ def _page_html(page: _Page, fig_html: list, toc: list) -> str:
     data, models, comparison, holdout = page.data, page.models, page.comparison, page.holdout
     findings, focus, title = page.findings, page.focus, page.title
     warn_html = warnings_html(findings, focus)
+    shown = table_classes(data)
+    listed = (
+        f"{data.n_classes} classes"
+        if len(shown) == data.n_classes
+        else f"the {len(shown):,} of {data.n_classes:,} classes predicted most often"
+    )
     per_class = "".join(
-        f"<details><summary>{m.upper()} per class ({data.n_classes} classes)</summary>"
-        f"{metric_table(comparison, data.classes, m)}</details>"
+        f"<details><summary>{m.upper()} per class ({listed})</summary>"
+        f"{metric_table(comparison, shown, m)}</details>"
         for m in METRICS
     )
     hold_html = ""
@@ -429,7 +436,7 @@ def _page_html(page: _Page, fig_html: list, toc: list) -> str:
             f"{metric_table(holdout, data.classes)}"
             + "".join(
                 f"<details><summary>{m.upper()} per class (second set)</summary>"
-                f"{metric_table(holdout, data.classes, m)}</details>"
+                f"{metric_table(holdout, shown, m)}</details>"
                 for m in METRICS
             )
         )

@@ -17,6 +17,8 @@ from ..evaluate import METRICS, Comparison
 __all__ = [
     "CSS",
     "metric_table",
+    "table_classes",
+    "MAX_TABLE_CLASSES",
     "params_html",
     "choice_html",
     "data_summary",
@@ -123,32 +125,43 @@ def metric_table(comparison, classes, metric: str | None = None) -> str:
             "<div "
             f"class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>{note}"
         )
+    return _class_table(res, methods, list(classes), metric)
+
+
+#: Most classes a per-class table lists (those with the most rows); the others are counted.
+MAX_TABLE_CLASSES = 1000
+
+
+def table_classes(data: TopLabelData, limit: int = MAX_TABLE_CLASSES) -> list:
+    """The classes a per-class table lists: all of them up to ``limit``, else the ``limit``
+    predicted most often (ties: the lower index), in the data's class order."""
+    if data.n_classes <= limit:
+        return list(data.classes)
+    rows = np.bincount(data.pred, minlength=data.n_classes)
+    keep = np.sort(np.argsort(-rows, kind="stable")[:limit])
+    return [data.classes[k] for k in keep]
+
+
+def _class_table(res, methods: list, classes: list, metric: str) -> str:
+    """``metric`` per class (rows) and method (columns), then overall; the best of each row
+    among the ranked methods marked."""
     head = (
         "<tr><th>class</th>" + "".join(f"<th>{html.escape(m)}</th>" for m in methods) + "</tr>"
     )
+    vals = [[res[m][metric].per_class[c] for m in methods] for c in classes]
+    vals.append([res[m][metric].overall for m in methods])
+    table = np.array([[np.nan if v is None else v for v in row] for row in vals], dtype=float)
+    keep = np.isin(methods, ranked(methods, metric)) & ~np.isnan(table)
+    with np.errstate(invalid="ignore"):  # rows without a ranked value: no best
+        best = np.nanmin(np.where(keep, table, np.nan), axis=1, initial=np.inf)
+    marked = keep & np.isclose(table, best[:, None], rtol=1e-9, atol=1e-12)
     body = []
-    for c in list(classes) + ["overall"]:
-        vals = [
-            res[m][metric].overall if c == "overall" else res[m][metric].per_class[c]
-            for m in methods
-        ]
-        keep = ranked(methods, metric)
-        finite = [v for m, v in zip(methods, vals) if v is not None and m in keep]
-        b = min(finite) if finite else None
-
-        def is_best(m, v):
-            return (
-                m in keep
-                and v is not None
-                and b is not None
-                and np.isclose(v, b, rtol=1e-9, atol=1e-12)
-            )
-
+    for r, (c, row) in enumerate(zip(classes + ["overall"], vals)):
         cells = "".join(
-            f"<td class='{'best' if is_best(m, v) else ''}'>{_fmt(v)}</td>"
-            for m, v in zip(methods, vals)
+            f"<td class='{'best' if marked[r, j] else ''}'>{_fmt(v)}</td>"
+            for j, v in enumerate(row)
         )
-        name = f"<b>{html.escape(c)}</b>" if c == "overall" else html.escape(c)
+        name = "<b>overall</b>" if r == len(classes) else html.escape(str(c))
         body.append(f"<tr><td>{name}</td>{cells}</tr>")
     return (
         "<div "

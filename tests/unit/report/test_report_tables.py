@@ -1,0 +1,53 @@
+"""The report's per-class metric tables: the best marked per row, and at most
+MAX_TABLE_CLASSES classes (those predicted most often) at many classes."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+
+from topcal import TopLabelData
+from topcal.evaluate import compare_methods
+from topcal.report.page import metric_table, table_classes
+
+
+def _zipf_data(n, K, seed):
+    rng = np.random.default_rng(seed)
+    pred = np.minimum(rng.zipf(1.5, n) - 1, K - 1)
+    score = rng.beta(4, 1.5, n)
+    label = np.where(rng.random(n) < score**1.5, pred, (pred + 1) % K)
+    return TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(K)])
+
+
+def test_per_class_table_marks_the_best_ranked_value_of_each_row():
+    data = _zipf_data(3000, 8, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cmp = compare_methods(data, ["uncalibrated", "conf1", "hist", "cum"], folds=2)
+    res = cmp.methods
+    html = metric_table(cmp, data.classes, "nll")
+    rows = re.findall(r"<tr><td>(.*?)</td>(.*?)</tr>", html)
+    assert [r[0] for r in rows] == list(data.classes) + ["<b>overall</b>"]
+    methods = list(res)
+    for name, cells in rows:
+        c = "overall" if name == "<b>overall</b>" else name
+        got = re.findall(r"<td class='(best)?'>", cells)
+        vals = [
+            res[m]["nll"].overall if c == "overall" else res[m]["nll"].per_class[c]
+            for m in methods
+        ]
+        finite = [v for v in vals if v is not None]
+        want = ["best" if v is not None and np.isclose(v, min(finite)) else "" for v in vals]
+        assert got == want, (c, vals)
+
+
+def test_many_classes_list_those_predicted_most_often_in_class_order():
+    data = _zipf_data(4000, 3000, 1)
+    shown = table_classes(data, limit=50)
+    rows = np.bincount(data.pred, minlength=data.n_classes)
+    idx = [data.classes.index(c) for c in shown]
+    assert len(shown) == 50 and idx == sorted(idx)
+    assert rows[idx].min() >= np.sort(rows)[::-1][49]
+    assert table_classes(data, limit=5000) == list(data.classes)

@@ -832,3 +832,43 @@ def test_cumulative_layout_equals_the_per_key_formulation(name):
             sizes = [0 if kk is None else kk[0].size for kk in keys]
             want = SortedTables.layout_of(sizes, np.concatenate(per), end)
             np.testing.assert_array_equal(cal._layout(counts), want)
+
+
+@pytest.mark.parametrize("binned", [False, True])
+def test_histogram_fit_of_all_classes_at_once_equals_the_per_class_fit(binned):
+    """Equal-width bins: every class's counts from one bincount, and the empty bins filled for
+    all classes at once, give bit for bit the states of the per-class fit (empty bins, rows
+    of no weight and classes never predicted included)."""
+    from topcal.calibrators.counts.histogram import Histogram, fill_empty_bins
+
+    data = _many_small_classes(seed=3, k=60, n=3000, discrete=True)
+    if binned:  # 40 classes of 23 bins each, fractional counts, some bins and classes empty
+        rng = np.random.default_rng(4)
+        k, j = np.divmod(np.arange(40 * 23), 23)
+        w = rng.gamma(0.7, 2.0, (2, k.size)) * (rng.random((2, k.size)) < 0.7)
+        w[:, k == 5] = 0.0
+        data = TopLabelData.from_binned(
+            k, j / 23, (j + 1) / 23, w[0] * (j / 23), w[1], classes=[f"c{i}" for i in range(40)]
+        )
+    model = Histogram(n_bins=7, shrinkage=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(data)
+    support = data.class_supports()
+    assert sum(s is None for s in support) >= (1 if binned else 0)
+    for k, (view, sup) in enumerate(zip(data.class_views(), support)):
+        got = model.class_state_[k]
+        if sup is None:
+            assert got is None
+            continue
+        want = model._fit_class(view, k)
+        for key in ("edges", "values", "tp", "fp"):
+            np.testing.assert_array_equal(got[key], want[key])
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 2, (200, 9)) * (rng.random((200, 9)) < 0.5)
+    counts[np.arange(200), rng.integers(0, 9, 200)] = 1
+    values = rng.random((200, 9))
+    np.testing.assert_array_equal(
+        fill_empty_bins(values, counts),
+        [fill_empty_bins(v, c) for v, c in zip(values, counts)],
+    )

@@ -29,23 +29,27 @@ def fill_empty_bins(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
     When two non-empty bins are equally near, the empty bin takes their average. This holds
     the boundary value outside the data (no extrapolation) and bridges gaps inside it. Needs
-    at least one non-empty bin.
+    at least one non-empty bin. Two-dimensional ``values`` and ``counts`` are many classes'
+    bins, a row each, every row filled on its own.
     """
-    full = np.flatnonzero(counts > 0)
-    out = values.copy()
-    empty = np.flatnonzero(counts <= 0)
-    if empty.size == 0:
+    out = np.array(values, dtype=np.float64)
+    rows = np.atleast_2d(out)
+    full = np.atleast_2d(np.asarray(counts) > 0)
+    if full.all():
         return out
-    pos = np.searchsorted(full, empty)
-    left = full[np.clip(pos - 1, 0, full.size - 1)]
-    right = full[np.clip(pos, 0, full.size - 1)]
-    dl = np.where(pos > 0, empty - left, np.inf)
-    dr = np.where(pos < full.size, right - empty, np.inf)
-    out[empty] = np.where(
-        dl < dr,
-        values[left],
-        np.where(dr < dl, values[right], 0.5 * (values[left] + values[right])),
-    )
+    if not full.any(axis=1).all():
+        raise ValueError("a histogram needs at least one non-empty bin")
+    nb = rows.shape[1]
+    j = np.broadcast_to(np.arange(nb), rows.shape)
+    # the nearest non-empty bin at or left of each bin (-1: none), and at or right of it (nb)
+    left = np.maximum.accumulate(np.where(full, j, -1), axis=1)
+    right = np.minimum.accumulate(np.where(full, j, nb)[:, ::-1], axis=1)[:, ::-1]
+    dl = np.where(left >= 0, j - left, np.inf)
+    dr = np.where(right < nb, right - j, np.inf)
+    vl = np.take_along_axis(rows, np.maximum(left, 0), axis=1)
+    vr = np.take_along_axis(rows, np.minimum(right, nb - 1), axis=1)
+    filled = np.where(dl < dr, vl, np.where(dr < dl, vr, 0.5 * (vl + vr)))
+    np.copyto(rows, filled, where=~full)
     return out
 
 
@@ -282,6 +286,36 @@ class Histogram(ScoreCalibrator):
         if self.strategy == "uniform":
             return equal_edges(float(lo), float(hi), n)
         return weighted_quantile_edges(view.score, view.tp + view.fp, n, lo, hi)
+
+    def _fit_all_classes(self, data) -> tuple[list, list]:
+        """Equal-width bins (the same edges for every class): all classes' counts from one
+        ``bincount`` over (class, bin), each bin's rows added in row order as a class's own
+        fit adds them, so every state is bit for bit the one :meth:`_fit_class` makes."""
+        if self.strategy != "uniform":
+            return super()._fit_all_classes(data)
+        support = data.class_supports()
+        live = np.flatnonzero([s is not None for s in support])
+        states: list = [None] * data.n_classes
+        if not live.size:
+            return states, support
+        lo, hi = self.score_range_
+        edges = equal_edges(float(lo), float(hi), int(self.n_bins))
+        nb = edges.size - 1
+        slot = np.full(data.n_classes, -1, dtype=np.int64)
+        slot[live] = np.arange(live.size)
+        at = slot[data.pred]
+        keep = at >= 0  # rows of a class without weight add nothing
+        cell = at[keep] * nb + bin_index(edges, data.score[keep])
+        size = live.size * nb
+        tp = np.bincount(cell, weights=data.tp[keep], minlength=size).reshape(-1, nb)
+        fp = np.bincount(cell, weights=data.fp[keep], minlength=size).reshape(-1, nb)
+        n = tp + fp
+        with np.errstate(invalid="ignore", divide="ignore"):
+            raw = np.where(n > 0, tp / np.where(n > 0, n, 1.0), 0.0)
+        values = fill_empty_bins(raw, n)
+        for i, k in enumerate(live.tolist()):
+            states[k] = {"edges": edges, "values": values[i], "tp": tp[i], "fp": fp[i]}
+        return states, support
 
     def _fit_class(self, view: ClassView, k: int) -> dict:
         edges = self._edges(view)

@@ -22,9 +22,9 @@ class from the class's TP/FP scores and weights and expose ``curve(k)``.
 
 A fitted model holds one :class:`~topcal.evidence.core.Evidence` (``evidence_``): what its
 fit was told to keep (``fit(..., keep=...)``). ``update`` (:mod:`.updating`) merges evidence
-and refits; :mod:`.modelfile` is the JSON-ready form. Those methods are
-:class:`~.keeping.EvidenceKeeping`'s, a base of :class:`Calibrator` in ``keeping.py``. The
-per-class score methods' shared machinery (shrinkage, count intervals) is :mod:`.score`.
+and refits; :mod:`.modelfile` is the JSON-ready form. ``predict_proba`` gives the calibrated
+full vector (:mod:`.fullvector` states the rule). The per-class score methods' shared
+machinery (shrinkage, count intervals) is :mod:`.score`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import functools
 import inspect
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -48,16 +48,18 @@ from ..errors import (
     NotFittedError,
     ParameterError,
     TopcalError,
+    TopcalWarning,
 )
 from ..evidence.core import Evidence
 from ..evidence.fingerprint import Fingerprint
+from ..evidence.stats import ScoreStats
 from ..io.inputs import as_data
-from . import intervals, spread
+from . import fullvector, intervals, modelfile, spread, updating
 from .context import FitContext
+from .fullvector import combine, distribute_rest, fit_map
 from .hooks import HOOKS, Description, hook, register_hook, set_html_renderer
-from .fullvector import VectorPredicting, fit_map
-from .keeping import EvidenceKeeping
 from .modelfile import finite_array, support_list, to_jsonable
+from .registry import fits_from_counts, require_counts
 
 __all__ = [
     "Calibrator",
@@ -114,7 +116,7 @@ def _init_params(init) -> tuple[str, ...]:
     )
 
 
-class Calibrator(VectorPredicting, EvidenceKeeping):
+class Calibrator:
     """Base of all calibrators: subclasses set ``name``, implement ``_fit``, ``_predict``,
     ``_get_state``, ``_set_state``."""
 
@@ -177,6 +179,19 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
     _context = None
     #: The model's evidence (:attr:`evidence_`); empty until a fit keeps some.
     _evidence: Evidence = Evidence.EMPTY
+    #: Parameters a loaded model file did not name (added to topcal after it was written),
+    #: with the value loading gave them: written back left out while they keep that value,
+    #: so that a loaded model's dict, and the digest a thresholds file holds of it, are the
+    #: file's own.
+    _unnamed_params: dict = {}
+    #: Entries of the method's state that are evidence (``auto``'s cross-validation table):
+    #: the model file keeps them in its ``evidence`` object (:func:`.modelfile.to_dict`).
+    _evidence_keys: tuple[str, ...] = ()
+    #: the vector map fitted beside the model (None: none fitted, or the model has its own)
+    _vector = None
+    #: during and after ``fit``: whether the fit was told to fit the map (``fit(...,
+    #: vector=)``)
+    _map_wanted = False
 
     # ------------------------------------------------------------- params
     @classmethod
@@ -414,7 +429,160 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
                 + ("" if alt is None else f"; use {alt!r} on the top score instead")
             )
 
-    # evidence, update and the model file: EvidenceKeeping (keeping.py)
+    # --------------------------------------- evidence, update, model file
+    @property
+    def evidence_(self) -> Evidence:
+        """What the fitted model knows of its data
+        (:class:`~topcal.evidence.core.Evidence`): statistics, label-shift counts, the
+        fitting rows' fingerprint; empty parts where the fit kept none."""
+        self._check_fitted()
+        return self._evidence
+
+    def _keeps_stats(self) -> bool:
+        """Whether ``fit`` keeps mergeable statistics (by default
+        ``registry.fits_from_counts``)."""
+        return fits_from_counts(self)
+
+    def _no_stats_reason(self) -> str:
+        """Why a fitted model of this method keeps no statistics
+        (``updating.require_stats``)."""
+        return (
+            f"method {self.name!r} recalibrates the full score vector, which has no mergeable "
+            "statistics; refit it on all the data (old and new) instead of updating"
+        )
+
+    def _stats_of(self, data: TopLabelData):
+        """The mergeable statistics of labelled ``data`` in the form this model keeps (what
+        ``update`` adds): :class:`~topcal.evidence.stats.ScoreStats` on the model's score
+        cells (the temperature methods that can update keep loss tables)."""
+        old = self._evidence.stats
+        return (
+            ScoreStats.from_data(data, n_cells=old.n_cells)
+            if old is not None
+            else ScoreStats.from_data(data)
+        )
+
+    def evidence_of(self, data: TopLabelData) -> Evidence:
+        """The evidence of labelled ``data`` in this model's form (what ``update`` adds):
+        its kind of statistics and the true classes counted in its regions. Raises where the
+        model cannot be updated (it keeps no statistics)."""
+        updating.require_stats(self)
+        kept = self._evidence
+        # a fitted model's confusion counts are ConfusionStats (GridConfusion: a fit in
+        # progress)
+        return Evidence.for_update(
+            data,
+            stats_of=self._stats_of,
+            regions=kept.confusion,  # type: ignore[arg-type]  # a fitted model's: ConfusionStats
+            like=kept.fingerprint,
+        )
+
+    def _fit_evidence(self, evidence: Evidence, keep: str) -> Self:
+        """``fit(evidence)``: see :func:`.updating.check_fit_evidence`."""
+        require_counts(self, "fit it in memory on the rows themselves")
+        stats, confusion = updating.check_fit_evidence(evidence)
+        self.fit(stats.to_data(), keep="model" if keep == "evidence" else keep)
+        if keep == "evidence":  # the evidence itself, not its re-count on the default grid
+            self._evidence = Evidence(
+                stats if self._keeps_stats() else None,
+                None if confusion is None else confusion.to_confusion(),
+                evidence.fingerprint,
+            )
+            self._keep = keep
+        return self
+
+    def update(
+        self,
+        data: TopLabelData | Evidence | ScoreStats | ArrayLike | PathLike,
+        y: ArrayLike | None = None,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
+        confusion: Any = None,
+    ) -> Self:
+        """Add labelled data and refit: merge the evidence, refit from it
+        (:mod:`.updating`).
+
+        ``data``, ``y``, ``classes`` and ``kind`` as in :meth:`fit` (a score matrix's
+        columns are the fitted classes, in order, unless ``classes`` names them, as in
+        :meth:`predict`); or ``data`` is an :class:`~topcal.evidence.core.Evidence`
+        (:meth:`evidence_of` of each chunk or partition, merged), or bare statistics of this
+        model's kind (with their ``confusion`` counts in this model's regions, if any). The
+        result is the model ``fit(ScoreStats.merge_all(parts).to_data())`` gives on all the
+        parts, whatever the split and the order of updates (see
+        :mod:`topcal.evidence.stats`; for ``sts``/``csts``, the fit on all the data to the
+        tables' tolerance, ``docs/scale.md``). The label-shift counts are merged too, in the
+        model's own score regions; where the new evidence has none (binned data, statistics
+        alone) the model drops them, and ``adapt`` asks for a refit.
+
+        Returns
+        -------
+        self
+        """
+        old = updating.require_stats(self)
+        merged = updating.merged_evidence(
+            self, old, data, y, classes=classes, kind=kind, confusion=confusion
+        )
+        vector = self._vector  # statistics hold no vectors: the first fit's map is kept
+        self._refit(merged.stats)
+        self._evidence, self._vector = merged, vector
+        return self
+
+    def _refit(self, stats) -> None:
+        """Refit from merged statistics (``update``; Auto overrides this to keep its
+        choice)."""
+        self.fit(stats.to_data(), keep="model")
+
+    @classmethod
+    def _stats_from_dict(cls, d: dict, classes: tuple, score_range: tuple):
+        """The statistics of a model file (:meth:`_stats_of`'s kind)."""
+        return ScoreStats.from_dict(d, classes, score_range)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: method, params, classes, score range, fitted state and the
+        model's evidence, each piece where kept (:func:`.modelfile.to_dict`)."""
+        self._check_fitted()
+        d = modelfile.to_dict(self, self._get_state(), self._evidence, self._spread)
+        if self._vector is not None:  # the vector map fitted beside the model (fullvector.py)
+            d["vector"] = self._vector.to_dict()
+        return d
+
+    def _file_params(self) -> dict:
+        """The parameters a model file holds: :meth:`get_params` less those a loaded file
+        did not name and that still have the value loading gave them."""
+        return {
+            k: v
+            for k, v in self.get_params().items()
+            if not (k in self._unnamed_params and v is self._unnamed_params[k])
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        """Rebuild a fitted calibrator from :meth:`to_dict` output
+        (:func:`.modelfile.from_dict`).
+
+        Raises ModelFileError for anything missing or inconsistent.
+        """
+        return modelfile.from_dict(cls, d)
+
+    def _load(self, d: dict, state: dict, classes: tuple, score_range: tuple, n_tp, n_fp) -> None:
+        """Set the fitted attributes of a model file's parts (:func:`.modelfile.from_dict`;
+        ``state`` with the entries of ``_evidence_keys`` put back)."""
+        self.classes_, self.score_range_, self.n_tp_, self.n_fp_ = (
+            classes,
+            score_range,
+            n_tp,
+            n_fp,
+        )
+        named = d["params"]
+        self._unnamed_params = {k: v for k, v in self.get_params().items() if k not in named}
+        self._set_state(state)
+        evidence = d["evidence"]
+        self._spread = spread.check(evidence.get("spread"), len(classes))
+        self._vector = fullvector.load_map(d.get("vector"), classes)
+        self._evidence = Evidence.from_dict(
+            evidence, classes, lambda s: type(self)._stats_from_dict(s, classes, score_range)
+        )
 
     # ------------------------------------------------------------ predict
     def _class_index(self, k) -> int:
@@ -566,6 +734,90 @@ class Calibrator(VectorPredicting, EvidenceKeeping):
             f"this {self.name!r} model file holds no {what} (saved by an older topcal); "
             f"refit it with topcal >= {intervals.INTERVAL_SINCE} to get intervals"
         )
+
+    # -------------------------------------------------------- full vector
+    def _vector_map(self):
+        """The model's own whole-vector map (a fitted ``vs``/``sms``), or None: a method
+        with one overrides this."""
+        return None
+
+    @property
+    def vector_map_(self) -> Any:
+        """The fitted whole-vector map the calibrated vector's other entries come from: the
+        model's own (``vs``, ``sms``, auto's choice of one), else the one fitted beside it,
+        else None (the rest is then not calibrated; see :meth:`predict_proba`)."""
+        self._check_fitted()
+        own = self._vector_map()
+        return own if own is not None else self._vector
+
+    def _as_input(self, data, classes, kind: str) -> TopLabelData:
+        """``data`` (as :meth:`predict` takes it) as TopLabelData: a score matrix's columns
+        are the fitted classes unless ``classes`` names them."""
+        if isinstance(data, TopLabelData):
+            return data
+        return as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
+
+    def predict_proba(
+        self,
+        data: TopLabelData | ArrayLike | PathLike,
+        *,
+        classes: ArrayLike | None = None,
+        kind: str = "auto",
+    ) -> np.ndarray:
+        """Calibrated probability vectors, shape (n_rows, K) in ``classes_`` order.
+
+        Row i's entry at its predicted class k(X) (the argmax of its scores) is
+        ``predict``'s calibrated confidence c; the other entries are 1 - c shared by
+        :attr:`vector_map_`'s distribution over the other classes. Rows sum to 1. The
+        vector's argmax is k(X) where c is at least every other entry, and another class
+        where the vector map finds it more probable than c (a decision taken on the vector
+        follows it: :class:`~topcal.TopLabelCalibratedClassifier`'s ``predict``).
+
+        A model without a vector map (fitted on top scores, counts or statistics alone)
+        shares 1 - c in proportion to the uncalibrated scores (:func:`distribute_rest`) and
+        warns (TopcalWarning) that those entries are not calibrated.
+
+        Parameters
+        ----------
+        data : as in :meth:`predict`, with full score vectors (probabilities or logits)
+
+        Returns
+        -------
+        ndarray (n_rows, K)
+        """
+        self._check_fitted()
+        data = self._as_input(data, classes, kind)
+        if not data.has_full:
+            raise DataError(
+                "a calibrated probability vector needs the full score vectors "
+                "(probabilities or logits, one column per class), but this data has only "
+                "top scores; use the confidence (predict) instead"
+            )
+        conf = self.predict(data)
+        checked: TopLabelData = self._check_compatible(data)
+        if not checked.has_full:  # vectors over other classes than the model's are dropped
+            raise DataError(
+                "a calibrated probability vector needs one score column per class of the "
+                f"model ({len(self.classes_)}), but the data's columns are other classes"
+            )
+        return self._full_rows(checked, conf)
+
+    def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:
+        """:meth:`predict_proba` of compatible ``data`` whose confidences are ``conf``."""
+        vmap = self.vector_map_
+        if vmap is not None:
+            return combine(conf, data.pred, vmap._rest(data))
+        if self.is_baseline:  # the do-nothing reference: the scores' own vector
+            return distribute_rest(np.exp(data.log_probs()), data.pred, conf)
+        warnings.warn(
+            f"this {self.name!r} model has no whole-vector map (fitted without full score "
+            "vectors, or with vector=False): the entries other than the predicted class "
+            "are the uncalibrated scores' shares of 1 - confidence, not calibrated; fit "
+            "it on full vectors to calibrate them",
+            TopcalWarning,
+            stacklevel=3,
+        )
+        return distribute_rest(np.exp(data.log_probs()), data.pred, conf)
 
     # ----------------------------------------------------------- describe
     @property

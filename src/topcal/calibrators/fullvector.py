@@ -1,4 +1,4 @@
-"""The calibrated full vector of a fitted model: :meth:`VectorPredicting.predict_proba`.
+"""The calibrated full vector of a fitted model: :meth:`~.base.Calibrator.predict_proba`.
 
 topcal calibrates one number per row, the confidence c in the predicted class k(X). Where
 the scores are full vectors, a fitted model also gives a whole probability vector:
@@ -34,18 +34,15 @@ calibrated. Data without full vectors has no vector to give: a DataError.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 
-from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData
-from ..errors import DataError, TopcalWarning
-from ..io.inputs import as_data
+from ..errors import TopcalWarning
 from .context import FitContext
 from .registry import get_class
 
-__all__ = ["VectorPredicting", "distribute_rest", "combine", "map_name", "SMS_MAX_CLASSES"]
+__all__ = ["distribute_rest", "combine", "map_name", "SMS_MAX_CLASSES"]
 
 #: Up to this many classes the map fitted beside a model is ``sms``, above it ``vs`` (sms's
 #: fit costs O(n K^2) a pass and its ridge leaves its off-diagonal part near 0 with many
@@ -168,96 +165,3 @@ def load_map(d, classes: tuple):
         raise ValueError("the vector map must have the model's classes")
     return m
 
-
-class VectorPredicting:
-    """A fitted model's calibrated full vector (a base of ``Calibrator``; the module
-    docstring states the rule)."""
-
-    #: the vector map fitted beside the model (None: none fitted, or the model has its own)
-    _vector = None
-    #: during and after ``fit``: whether the fit was told to fit the map (``fit(...,
-    #: vector=)``)
-    _map_wanted = False
-
-    def _vector_map(self):
-        """The model's own whole-vector map (a fitted ``vs``/``sms``), or None: a method
-        with one overrides this."""
-        return None
-
-    @property
-    def vector_map_(self) -> Any:
-        """The fitted whole-vector map the calibrated vector's other entries come from: the
-        model's own (``vs``, ``sms``, auto's choice of one), else the one fitted beside it,
-        else None (the rest is then not calibrated; see :meth:`predict_proba`)."""
-        self._check_fitted()
-        own = self._vector_map()
-        return own if own is not None else self._vector
-
-    def _as_input(self, data, classes, kind: str) -> TopLabelData:
-        """``data`` (as :meth:`predict` takes it) as TopLabelData: a score matrix's columns
-        are the fitted classes unless ``classes`` names them."""
-        if isinstance(data, TopLabelData):
-            return data
-        return as_data(data, classes=self.classes_ if classes is None else classes, kind=kind)
-
-    def predict_proba(
-        self,
-        data: TopLabelData | ArrayLike | PathLike,
-        *,
-        classes: ArrayLike | None = None,
-        kind: str = "auto",
-    ) -> np.ndarray:
-        """Calibrated probability vectors, shape (n_rows, K) in ``classes_`` order.
-
-        Row i's entry at its predicted class k(X) (the argmax of its scores) is
-        ``predict``'s calibrated confidence c; the other entries are 1 - c shared by
-        :attr:`vector_map_`'s distribution over the other classes. Rows sum to 1. The
-        vector's argmax is k(X) where c is at least every other entry, and another class
-        where the vector map finds it more probable than c (a decision taken on the vector
-        follows it: :class:`~topcal.TopLabelCalibratedClassifier`'s ``predict``).
-
-        A model without a vector map (fitted on top scores, counts or statistics alone)
-        shares 1 - c in proportion to the uncalibrated scores (:func:`distribute_rest`) and
-        warns (TopcalWarning) that those entries are not calibrated.
-
-        Parameters
-        ----------
-        data : as in :meth:`predict`, with full score vectors (probabilities or logits)
-
-        Returns
-        -------
-        ndarray (n_rows, K)
-        """
-        self._check_fitted()
-        data = self._as_input(data, classes, kind)
-        if not data.has_full:
-            raise DataError(
-                "a calibrated probability vector needs the full score vectors "
-                "(probabilities or logits, one column per class), but this data has only "
-                "top scores; use the confidence (predict) instead"
-            )
-        conf = self.predict(data)
-        checked: TopLabelData = self._check_compatible(data)
-        if not checked.has_full:  # vectors over other classes than the model's are dropped
-            raise DataError(
-                "a calibrated probability vector needs one score column per class of the "
-                f"model ({len(self.classes_)}), but the data's columns are other classes"
-            )
-        return self._full_rows(checked, conf)
-
-    def _full_rows(self, data: TopLabelData, conf: np.ndarray) -> np.ndarray:
-        """:meth:`predict_proba` of compatible ``data`` whose confidences are ``conf``."""
-        vmap = self.vector_map_
-        if vmap is not None:
-            return combine(conf, data.pred, vmap._rest(data))
-        if self.is_baseline:  # the do-nothing reference: the scores' own vector
-            return distribute_rest(np.exp(data.log_probs()), data.pred, conf)
-        warnings.warn(
-            f"this {self.name!r} model has no whole-vector map (fitted without full score "
-            "vectors, or with vector=False): the entries other than the predicted class "
-            "are the uncalibrated scores' shares of 1 - confidence, not calibrated; fit "
-            "it on full vectors to calibrate them",
-            TopcalWarning,
-            stacklevel=3,
-        )
-        return distribute_rest(np.exp(data.log_probs()), data.pred, conf)

@@ -18,7 +18,7 @@ and NaN as "no bandwidth" (null in JSON) are described in docs/kde.md.
 
 The registered estimators (one small class per bandwidth rule) are in ``methods.py``; what
 they share is :class:`KDEBase` here: the batched fit of every class (support, engine choice,
-lockstep scans: its :class:`~.fitting.KDEFitting` part, in ``fitting.py``), the prediction
+lockstep scans: :func:`~.fitting.fit_all_classes`, in ``fitting.py``), the prediction
 tables, ``densities``, persistence and ``describe``, (the bare formula ``kde_confidence`` is
 in ``formula.py``). The bandwidth rules and scans live in ``_rules``, the kernel sums and
 FFTs in ``_engine``.
@@ -40,7 +40,7 @@ from ._tables import GridTables, interp_tables, layout, wide_bandwidth_tables
 from ..base import to_jsonable
 from ..score import ScoreCalibrator
 from ..shrinkage import ShrinkageConstraint
-from .fitting import NO_BANDWIDTH, BandwidthWarning, KDEFitting  # noqa: F401  (methods.py)
+from .fitting import Bandwidth, BandwidthWarning, fit_all_classes, warn_fit
 
 __all__ = [
     "KDEBase",
@@ -66,13 +66,12 @@ def _json_bandwidth(b: float):
     return None if np.isnan(b) else b
 
 
-class KDEBase(KDEFitting, ScoreCalibrator):
-    """Shared fitting, prediction table and persistence of the KDE rules (the fit in
-    :class:`~.fitting.KDEFitting`)."""
+class KDEBase(ScoreCalibrator):
+    """Shared fitting, prediction table and persistence of the KDE rules (the fit:
+    :func:`~.fitting.fit_all_classes`)."""
 
     #: How each class's bandwidth is chosen: an entry of ``_rules.SELECTION_RULES``
-    #: (kde-mon*, kde-opt); ``kde`` takes a fixed one instead (see
-    #: :meth:`_choose_bandwidth`).
+    #: (kde-mon*, kde-opt); ``kde`` takes a fixed one instead (see :meth:`_bandwidth`).
     _bandwidth_rule: Any = None
 
     _parameter_constraints = {
@@ -100,15 +99,35 @@ class KDEBase(KDEFitting, ScoreCalibrator):
 
     # ----------------------------------------------------------------- fit
     def _fit_all_classes(self, data):
-        """The classes' fits (:class:`~.fitting.KDEFitting`), binned-engine classes' tables
-        at knots (before the pseudo-counts are chosen, so they are chosen on the curves
-        kept)."""
-        states, support = super()._fit_all_classes(data)
+        """The classes' fits (:func:`~.fitting.fit_all_classes`; warned of by
+        :func:`~.fitting.warn_fit` where a rule chose the bandwidths), binned-engine classes'
+        tables at knots (before the pseudo-counts are chosen, so they are chosen on the
+        curves kept)."""
+        bandwidth = self._bandwidth()
+        states, support = fit_all_classes(
+            data,
+            self.n_tp_,
+            self.n_fp_,
+            bandwidth=bandwidth,
+            engine=self.engine,
+            bounds=self._bounds(),
+            batch=self.batch_classes,
+        )
+        if bandwidth.rule is not None:  # a fixed bandwidth has nothing to choose
+            warn_fit(states, self.name, self.classes_, bandwidth.rule, self.shrinkage != 0)
         if self.compact:
             states = compact_states(
                 states, self._count_scale, self.WIDE_BANDWIDTH_SD, self._bounds()
             )
         return states, support
+
+    def _bandwidth(self) -> Bandwidth:
+        """How this model chooses each class's bandwidth: by its rule (``kde`` overrides
+        this with its fixed bandwidth)."""
+        return Bandwidth(self._bandwidth_rule)
+
+    def _bounds(self):  # the reflection limits, or None
+        return tuple(self.score_range_) if self.boundary == "reflect" else None
 
     def _fit_reference(self, pooled, data):
         """The pooled reference (ScoreCalibrator's), its tables stored as this model's are."""

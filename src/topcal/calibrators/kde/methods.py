@@ -13,7 +13,8 @@ from ..._params import Interval
 from ...errors import ParameterError
 from . import _rules as rules
 from ..registry import register
-from .calibrator import MIN_BANDWIDTH_SHARE, NO_BANDWIDTH, KDEBase
+from .calibrator import MIN_BANDWIDTH_SHARE, KDEBase
+from .fitting import NO_BANDWIDTH, Bandwidth
 
 __all__ = ["KDE", "KDEMon", "KDEMon2", "KDEMon4", "KDEOpt", "BandwidthConstraint"]
 
@@ -98,19 +99,12 @@ class KDE(KDEBase):
             b = (hi - lo) if hi > lo else 1.0
         return float(b)
 
-    def _choose_bandwidth(self, k, engine, lo, hi, rho, scanned):
-        # rules of thumb from the kernel centres: the distinct scores, or the fine grid
-        # (quantiles then within R / 4096 of the exact ones)
-        pts, t, f = engine.kernel_points()
-        return self._fixed_bandwidth(pts, t + f, lo, hi), None, True, None
-
-    def _degenerate_bandwidth(self) -> float:
-        # a number given by the user is kept; a rule of thumb has nothing to measure
-        return NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
-
-    def _warn_degenerate(self, states) -> None:
-        """No warning: a fixed bandwidth has nothing to choose, a constant curve is the
-        formula's value."""
+    def _bandwidth(self) -> Bandwidth:
+        # a number given by the user is kept for a degenerate class; a rule of thumb has
+        # nothing to measure there. No warnings: a fixed bandwidth has nothing to choose, a
+        # constant curve is the formula's value
+        degenerate = NO_BANDWIDTH if isinstance(self.bandwidth, str) else float(self.bandwidth)
+        return Bandwidth(None, self._fixed_bandwidth, degenerate)
 
 
 class _SignChangeKDE(KDEBase):

@@ -436,7 +436,9 @@ class _Simulation:
         S = mix.S.tocoo()
         # the negative entries only cancel the shared vector at the own class
         keep = S.data > 0
-        key = np.concatenate([S.row[keep] * K + S.col[keep], np.flatnonzero(tp) * K])
+        # flat keys cell * K + class pass 2^31 (scipy's indices are int32) at 10^5 classes
+        row, col = S.row[keep].astype(np.int64), S.col[keep].astype(np.int64)
+        key = np.concatenate([row * K + col, np.flatnonzero(tp) * K])
         key = key + np.concatenate([np.zeros(int(keep.sum()), np.int64), cell_class[tp > 0]])
         mass = np.concatenate([(S.data * fp[S.row])[keep], tp[tp > 0]])
         order = np.argsort(key, kind="stable")

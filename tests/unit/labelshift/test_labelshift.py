@@ -1,5 +1,6 @@
 """Label shift (issue 12): prior estimation, adaptation, persistence, CLI."""
 
+import warnings
 import json
 
 import numpy as np
@@ -929,3 +930,31 @@ def test_safety_draws_are_multinomial_and_sparse():
     for g in groups:
         expect = 2000 * n * p[g].sum()
         assert abs(total[g].sum() - expect) <= 5 * np.sqrt(expect) + 1, (total[g].sum(), expect)
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_safety_step_at_two_hundred_thousand_classes():
+    """The safety simulation's flat (cell, class) keys pass 2^31 when cells x classes does
+    (scipy's sparse indices are int32: the keys wrapped negative and adapt failed at 10^6 rows
+    x 10^5 classes)."""
+    K = 200_000
+    rng = np.random.default_rng(0)
+    cdf = np.cumsum(1.0 / np.arange(1, K + 1) ** 1.1)
+    cdf /= cdf[-1]
+
+    def rows(n):
+        pred = np.searchsorted(cdf, rng.random(n))
+        score = rng.beta(5, 1.5, n)
+        return pred, score, np.where(rng.random(n) < score**1.3, pred, (pred + 1) % K)
+
+    names = np.char.add("t", np.arange(K).astype(str)).tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = topcal.calibrator("hist").fit(TopLabelData.from_scores(*rows(6000), classes=names))
+        assert model.evidence_.confusion.table.shape[0] * K > 2**31
+        pred, score, _ = rows(3000)
+        est = estimate_priors(
+            model, TopLabelData.from_scores(pred, score, None, classes=names), n_bootstrap=0
+        )
+    assert 0.0 <= est.shrink <= 1.0 and np.isclose(est.priors.sum(), 1.0)

@@ -1,7 +1,7 @@
 """Label shift (issue 12): prior estimation, adaptation, persistence, CLI."""
 
-import warnings
 import json
+import warnings
 
 import numpy as np
 import pandas as pd

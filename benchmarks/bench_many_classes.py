@@ -73,15 +73,23 @@ def write(path: Path, pred, score, label) -> None:
         frame.to_parquet(path, index=False)
 
 
-def run(args: list[str], work: Path) -> tuple[float, float, float, int, str]:
+def run(
+    args: list[str], work: Path, timeout: float | None = None
+) -> tuple[float, float, float, int, str]:
     """(wall s, CPU s, peak RSS GB, exit status, last stderr line or stdout's line count) of
-    ``topcal ARGS``."""
+    ``topcal ARGS``; past ``timeout`` seconds the command is stopped (SIGINT, as Ctrl-C)."""
     stats = work / "time.txt"
     cmd = ["/usr/bin/time", "-o", str(stats), "-f", "%e %U %S %M"]
+    if timeout:
+        cmd += ["timeout", "-s", "INT", f"{timeout:g}"]
     cmd += [sys.executable, "-m", "topcal.cli", *args]
     with open(work / "stderr.txt", "w") as err:
         r = subprocess.run(cmd, cwd=work, stdout=subprocess.PIPE, stderr=err, text=True)
     last = stats.read_text().split()
+    if timeout and r.returncode == 124:
+        return float(last[-4]), float(last[-3]) + float(last[-2]), int(last[-1]) / 1e6, 124, (
+            f"stopped after {timeout:g} s"
+        )
     wall, cpu, rss = float(last[-4]), float(last[-3]) + float(last[-2]), int(last[-1]) / 1e6
     if r.returncode != 0:
         lines = [ln for ln in (work / "stderr.txt").read_text().splitlines() if ln.strip()]
@@ -126,6 +134,9 @@ def main(argv=None) -> int:
         "--model", choices=("auto", "hist"), default="auto", help="the model later commands read"
     )
     ap.add_argument("--work", default=None, help="folder for the files (default: a temporary one)")
+    ap.add_argument(
+        "--timeout", type=float, default=None, help="stop a command after this many seconds"
+    )
     args = ap.parse_args(argv)
     n, ext = int(args.rows), (".csv" if args.csv else ".parquet")
     only = {s for s in args.only.split(",") if s}
@@ -153,7 +164,7 @@ def main(argv=None) -> int:
         for name, cmd in steps(ext, args.dask, model).items():
             if only and name not in only:
                 continue
-            wall, cpu, rss, rc, note = run(cmd, work)
+            wall, cpu, rss, rc, note = run(cmd, work, args.timeout)
             if name == "fit-hist" and rc == 0:
                 unit = (wall, cpu)
             if name in ("fit-hist", "fit") and rc == 0:

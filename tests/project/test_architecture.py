@@ -6,6 +6,7 @@ once, in docs/architecture.md.
 """
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -159,7 +160,11 @@ def private_module_violation(importer: str, target: str, allowed=frozenset()) ->
     return False
 
 
-EDGES = {mod: imports_of(mod, path) for mod, path in MODULES.items()}
+@functools.cache
+def edges() -> dict:
+    """Every module's topcal imports (:func:`imports_of`), parsed once, by the first test that asks
+    (not at collection: each pytest worker collects this file)."""
+    return {mod: imports_of(mod, path) for mod, path in MODULES.items()}
 
 
 def test_layer_table_lists_every_module_and_nothing_else():
@@ -180,7 +185,7 @@ def test_layer_table_lists_every_module_and_nothing_else():
 def test_every_topcal_import_names_an_existing_module():
     missing = [
         f"{mod}:{line} imports {target}"
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
         for line, target, _ in found
         if target not in MODULES
     ]
@@ -190,7 +195,7 @@ def test_every_topcal_import_names_an_existing_module():
 def test_no_upward_imports():
     upward = [
         f"{mod}:{line} imports {target} (layer {layer_of(target)} > {layer_of(mod)})"
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
         for line, target, _ in found
         if target in MODULES and layer_of(target) > layer_of(mod)
     ]
@@ -217,7 +222,7 @@ def test_no_import_cycles():
         mod: sorted(
             {t for line, t, _ in found if t in MODULES and t != mod and line not in skip[mod]}
         )
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
     }
     # Tarjan's strongly connected components
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
@@ -254,7 +259,7 @@ def test_src_imports_no_private_names():
         f"{mod}:{line} uses {target}.{name}"
         if name
         else f"{mod}:{line} imports private module {target}"
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
         for line, target, name in found
         if (name and target != mod) or private_module_violation(mod, target)
     ]

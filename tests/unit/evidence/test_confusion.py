@@ -2,6 +2,7 @@
 classes, exact merges, the sparse model-file layout and the older dense one, EM and BBSE as
 before, and memory that follows the rows at many classes."""
 
+import functools
 import json
 import tracemalloc
 
@@ -156,6 +157,7 @@ def test_bbse_sparse_threshold_is_the_only_switch(monkeypatch):
     np.testing.assert_allclose(sparse_way, dense, atol=1e-9)
 
 
+@pytest.mark.slow  # memory at 10^5 classes
 def test_memory_follows_the_rows_at_many_classes():
     """10^5 classes, 2 x 10^4 rows: the dense per-class counts were rows x K (16 GB here); the
     sparse ones are a few times the input, and a class never predicted costs ~nothing in the
@@ -175,14 +177,20 @@ def test_memory_follows_the_rows_at_many_classes():
     np.testing.assert_array_equal(merged.column_sums(), 2 * stats.column_sums())
 
 
+@functools.cache
+def _zipf_hist():
+    """hist fitted on top_scores(20000, 30, 5, zipf=1.4), once for the estimators below (read
+    only)."""
+    return topcal.calibrator("hist").fit(top_scores(20000, 30, 5, zipf=1.4))
+
+
 @pytest.mark.parametrize("estimator", ["em", "bbse"])
 def test_safety_simulation_held_sparse_decides_as_the_dense_one(monkeypatch, estimator):
     """Past SIM_DENSE_CELLS the simulation draws from the counted entries plus each cell's spread
     (another stream, the same population): the same decisions on a clear shift and on none."""
     from topcal.labelshift import safety
 
-    source = top_scores(20000, 30, 5, zipf=1.4)
-    model = topcal.calibrator("hist").fit(source)
+    model = _zipf_hist()
     for use_zipf, want in ((1.1, "adapted"), (1.4, "not adapted")):
         use = top_scores(5000, 30, 6, zipf=use_zipf).without_labels()
         got = []

@@ -98,8 +98,16 @@ def query_rows(data):
     return np.concatenate([data.pred, data.pred]), np.concatenate([data.score, fresh])
 
 
-@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
-@pytest.mark.parametrize("shrinkage", ["auto", 0])
+@pytest.mark.parametrize(
+    # each strategy and each shrinkage once in the fast lane, the other two pairs in the slow one
+    "shrinkage, strategy",
+    [
+        ("auto", "quantile"),
+        (0, "uniform"),
+        pytest.param("auto", "uniform", marks=pytest.mark.slow),
+        pytest.param(0, "quantile", marks=pytest.mark.slow),
+    ],
+)
 def test_all_classes_at_once_equal_class_by_class(many, strategy, shrinkage):
     m = topcal.calibrator("hist", strategy=strategy, shrinkage=shrinkage).fit(many)
     pred, score = query_rows(many)

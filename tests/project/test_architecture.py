@@ -98,6 +98,12 @@ def is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of a source file, parsed once for the tests here (which only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def imports_of(mod: str, path: Path):
     """(lineno, imported module, imported private name or None) for every topcal import in ``path``.
 
@@ -106,7 +112,7 @@ def imports_of(mod: str, path: Path):
     Attribute access ``alias._name`` on a name bound to an imported topcal
     module is reported as a private name too.
     """
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     package = mod if is_package(mod) else mod.rpartition(".")[0]
     aliases = {}
     found = []
@@ -205,7 +211,7 @@ def test_no_upward_imports():
 def type_only_lines(path: Path) -> set[int]:
     """Lines of the imports under ``if TYPE_CHECKING:``: read by the type checker, never run."""
     lines = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
                                                                    "typing.TYPE_CHECKING"):
             for inner in node.body:
@@ -353,7 +359,7 @@ def function_lengths():
                 elif isinstance(child, ast.ClassDef):
                     walk(child, prefix + child.name + ".")
 
-        walk(ast.parse(path.read_text(encoding="utf-8")), "")
+        walk(parsed(path), "")
     return out
 
 

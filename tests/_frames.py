@@ -100,3 +100,24 @@ def dense_layout(stats) -> dict:
             for c in stats.counts
         ],
     }
+
+
+def format_4_text(model, confusion=None) -> str:
+    """``model``'s file as the format-4 writer wrote it (its layout is this format's), with the
+    label-shift counts ``confusion`` (e.g. :func:`dense_layout`: a model loaded from an older
+    file and saved again kept them so); the checksum made for the text."""
+    import hashlib
+
+    from topcal.persist import canonical_json
+
+    d = json.loads(json.dumps(model.to_dict()))
+    if confusion is not None:
+        d["evidence"]["confusion"] = json.loads(json.dumps(confusion))
+    doc = {
+        "format": "topcal-model",
+        "format_version": 4,
+        "topcal_version": "0.0.0",
+        "model": d,
+        "sha256": hashlib.sha256(canonical_json(d).encode()).hexdigest(),
+    }
+    return json.dumps(doc)

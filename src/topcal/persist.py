@@ -2,16 +2,17 @@
 
 A model file is one JSON object::
 
-    {"format": "topcal-model", "format_version": 4, "topcal_version": "...",
+    {"format": "topcal-model", "format_version": 5, "topcal_version": "...",
      "model": {method, params, classes, score_range, state, evidence, vector},
      "sha256": "<hash of the canonical JSON of 'model'>"}
 
 ``evidence`` holds all the model knows of its data (:mod:`topcal.calibrators.modelfile`):
 the per-class counts, the between-class spread table, ``auto``'s cross-validation table,
 the label-shift counts, the mergeable statistics ``update`` refits from and the fitting
-rows' fingerprint. Files of formats 2 and 3 (the same layout, format 2 without the
-temperature methods' loss tables) still load: :func:`migrate` turns them into this layout
-after their checksum is checked, and is the one place that knows the earlier layouts.
+rows' fingerprint. Files of formats 2 to 4 still load: :func:`migrate` turns them into this
+layout after their checksum is checked, and is the one place that knows the earlier layouts
+(2 and 3: the evidence beside the state, format 2 without the temperature methods' loss
+tables; 2 to 4: label-shift counts in the dense per-class layout).
 Older files are refused with a one-line error that says to refit.
 
 Floats are written with Python's shortest round-trip repr, so a loaded model predicts bit
@@ -36,6 +37,7 @@ from .calibrators.base import register_hook
 from .calibrators.base import Calibrator
 from .calibrators.registry import available_methods, get_class, is_registered
 from .errors import ModelFileError, TopcalError
+from .evidence.confusion import SPARSE_LAYOUT
 from . import labelshift  # noqa: F401  (registers the adapted model, so its files load through the registry)
 
 __all__ = [
@@ -53,11 +55,12 @@ __all__ = [
 ]
 
 FORMAT = "topcal-model"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: Versions this topcal reads: this one, and those :func:`migrate` turns into it (2: before
 #: the temperature methods' loss tables were stored; 3: counts, spread and cross-validation
-#: table beside the evidence).
-READABLE_VERSIONS = (2, 3, FORMAT_VERSION)
+#: table beside the evidence; 4: the evidence in one object, its label-shift counts possibly
+#: still in the dense per-class layout of files before the sparse one).
+READABLE_VERSIONS = (2, 3, 4, FORMAT_VERSION)
 #: The model-file keys of format 3 that format 4 keeps in the model's ``evidence`` object.
 _EVIDENCE_KEYS_3 = ("n_tp", "n_fp", "spread", "confusion", "stats", "fingerprints", "fingerprint")
 
@@ -266,7 +269,9 @@ def loads(text: str, *, source: str = "model"):
             f"{msg[:200]}); refit and save it again"
         ) from None
     if version != FORMAT_VERSION:  # thresholds chosen for the file still name it
-        _READ_AS[model] = (digests(model)[0], doc["sha256"])
+        own = digests(model)[0]
+        if own != doc["sha256"]:  # (a format-4 file that needed no change: the same digest)
+            _READ_AS[model] = (own, doc["sha256"])
     return model
 
 
@@ -311,19 +316,20 @@ def digests(model) -> tuple[str, ...]:
 
 
 def migrate(doc: dict) -> dict:
-    """A model file's JSON object of format 2 or 3 in this format's layout.
+    """A model file's JSON object of format 2, 3 or 4 in this format's layout.
 
     Each model dict (the file's model and those nested in its state: auto's choice, a
     blend's components, a pooled curve, a shrinkage reference, an adapted model's source,
     the vector map) keeps its counts, spread table, label-shift counts, statistics and
-    fingerprints in one ``evidence`` object, and ``auto``'s cross-validation table there too.
+    fingerprints in one ``evidence`` object, and ``auto``'s cross-validation table there too;
+    its label-shift counts are in the sparse layout (:func:`_sparse_confusion`).
     Its checksum is not recomputed: the caller has checked it on the file as written.
     """
     return {**doc, "format_version": FORMAT_VERSION, "model": _migrated(doc["model"])}
 
 
 def _migrated(obj):
-    """``obj`` with every format-3 model dict in it in the format-4 layout (see
+    """``obj`` with every format-3 or format-4 model dict in it in this format's layout (see
     :func:`migrate`)."""
     if isinstance(obj, list):
         if _NESTING.isdisjoint(map(type, obj)):  # numbers and strings: nothing to move
@@ -332,7 +338,10 @@ def _migrated(obj):
     if not isinstance(obj, dict):
         return obj
     if not ("method" in obj and "state" in obj and "n_tp" in obj):
-        return {k: _migrated(v) for k, v in obj.items()}
+        out = {k: _migrated(v) for k, v in obj.items()}
+        if "method" in obj and isinstance(out.get("evidence"), dict):  # a format-4 model
+            out["evidence"] = _migrated_evidence(out["evidence"], obj.get("classes"))
+        return out
     evidence = {k: obj[k] for k in _EVIDENCE_KEYS_3 if k in obj}
     state = _migrated(obj["state"])
     params = obj.get("params")
@@ -345,10 +354,59 @@ def _migrated(obj):
     if isinstance(state, dict) and "cv" in state:  # auto's: its cross-validation table
         state, evidence = _migrated_choice(state, evidence)
     out = {k: v for k, v in obj.items() if k not in _EVIDENCE_KEYS_3}
+    evidence = _migrated_evidence(evidence, obj.get("classes"))
     out.update(params=params, state=state, evidence=evidence)
     if "vector" in obj:
         out["vector"] = _migrated(obj["vector"])
     return out
+
+
+def _migrated_evidence(evidence: dict, classes) -> dict:
+    """A model's evidence with label-shift counts of the dense per-class layout (files before
+    the sparse one; format 4 files of models loaded from them and saved again) in the sparse
+    layout."""
+    confusion = evidence.get("confusion")
+    if isinstance(confusion, dict) and "layout" not in confusion:
+        evidence = {**evidence, "confusion": _sparse_confusion(confusion, classes)}
+    return evidence
+
+
+def _sparse_confusion(dense: dict, classes) -> dict:
+    """The dense per-class layout (``edges``: per class its region edges; ``counts``: per
+    class and region, [true class, count] pairs) in the sparse one that
+    ``ConfusionStats.to_dict`` writes: the same counts (a pair named twice: its last count, as
+    the dense reader took it; zero counts dropped), in (cell, class) order. What the sparse
+    layout cannot tell is checked here (ValueError): the number of classes, each class's
+    number of regions and the true classes named; its reader checks the rest (edges, counts).
+    """
+    K = len(classes)
+    edges, counts = dense["edges"], dense["counts"]
+    if not (isinstance(edges, list) and isinstance(counts, list)) or not (
+        len(edges) == len(counts) == K
+    ):
+        raise ValueError("confusion statistics have the wrong number of classes")
+    last: dict[tuple[int, int], Any] = {}
+    start = 0
+    for e, regions in zip(edges, counts):
+        if not (isinstance(e, list) and isinstance(regions, list) and len(regions) == len(e) + 1):
+            raise ValueError("confusion counts need one region more than there are edges")
+        for r, pairs in enumerate(regions):
+            for j, v in pairs:
+                if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < K:
+                    raise ValueError(
+                        f"confusion counts name class index {j!r}, outside 0..{K - 1}"
+                    )
+                last[(start + r, j)] = v
+        start += len(e) + 1
+    kept = sorted(key for key, v in last.items() if v != 0)
+    return {
+        "layout": SPARSE_LAYOUT,
+        "edged": [k for k, e in enumerate(edges) if e],
+        "edges": [e for e in edges if e],
+        "cell": [c for c, _ in kept],
+        "class": [j for _, j in kept],
+        "count": [last[key] for key in kept],
+    }
 
 
 def _migrated_choice(state: dict, evidence: dict) -> tuple[dict, dict]:

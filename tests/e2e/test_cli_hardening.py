@@ -47,6 +47,7 @@ def many(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow  # the command at 1,000 classes; the fast lane adapts the same model in Python
 def test_adapt_on_a_use_set_lacking_classes_command_line(many):
     r = assert_ok(call("adapt", many / "m.json", many / "use.csv", "-o", many / "a.json"))
     assert "adapted hist" in r.stdout

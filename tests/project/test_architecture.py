@@ -6,6 +6,7 @@ once, in docs/architecture.md.
 """
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -97,6 +98,12 @@ def is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of a source file, parsed once for the tests here (which only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def imports_of(mod: str, path: Path):
     """(lineno, imported module, imported private name or None) for every topcal import in ``path``.
 
@@ -105,7 +112,7 @@ def imports_of(mod: str, path: Path):
     Attribute access ``alias._name`` on a name bound to an imported topcal
     module is reported as a private name too.
     """
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     package = mod if is_package(mod) else mod.rpartition(".")[0]
     aliases = {}
     found = []
@@ -159,7 +166,11 @@ def private_module_violation(importer: str, target: str, allowed=frozenset()) ->
     return False
 
 
-EDGES = {mod: imports_of(mod, path) for mod, path in MODULES.items()}
+@functools.cache
+def edges() -> dict:
+    """Every module's topcal imports (:func:`imports_of`), parsed once, by the first test that asks
+    (not at collection: each pytest worker collects this file)."""
+    return {mod: imports_of(mod, path) for mod, path in MODULES.items()}
 
 
 def test_layer_table_lists_every_module_and_nothing_else():
@@ -180,7 +191,7 @@ def test_layer_table_lists_every_module_and_nothing_else():
 def test_every_topcal_import_names_an_existing_module():
     missing = [
         f"{mod}:{line} imports {target}"
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
         for line, target, _ in found
         if target not in MODULES
     ]
@@ -190,7 +201,7 @@ def test_every_topcal_import_names_an_existing_module():
 def test_no_upward_imports():
     upward = [
         f"{mod}:{line} imports {target} (layer {layer_of(target)} > {layer_of(mod)})"
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
         for line, target, _ in found
         if target in MODULES and layer_of(target) > layer_of(mod)
     ]
@@ -200,7 +211,7 @@ def test_no_upward_imports():
 def type_only_lines(path: Path) -> set[int]:
     """Lines of the imports under ``if TYPE_CHECKING:``: read by the type checker, never run."""
     lines = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
                                                                    "typing.TYPE_CHECKING"):
             for inner in node.body:
@@ -217,7 +228,7 @@ def test_no_import_cycles():
         mod: sorted(
             {t for line, t, _ in found if t in MODULES and t != mod and line not in skip[mod]}
         )
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
     }
     # Tarjan's strongly connected components
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
@@ -254,7 +265,7 @@ def test_src_imports_no_private_names():
         f"{mod}:{line} uses {target}.{name}"
         if name
         else f"{mod}:{line} imports private module {target}"
-        for mod, found in EDGES.items()
+        for mod, found in edges().items()
         for line, target, name in found
         if (name and target != mod) or private_module_violation(mod, target)
     ]
@@ -348,7 +359,7 @@ def function_lengths():
                 elif isinstance(child, ast.ClassDef):
                     walk(child, prefix + child.name + ".")
 
-        walk(ast.parse(path.read_text(encoding="utf-8")), "")
+        walk(parsed(path), "")
     return out
 
 

@@ -29,7 +29,7 @@ statistics sees of them): :meth:`GridConfusion.to_confusion` equals
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import sparse
@@ -86,9 +86,6 @@ class ConfusionStats:
     classes: tuple[str, ...]
     edges: tuple[np.ndarray, ...]
     table: "sparse.csr_matrix"
-    #: the older per-class layout these counts were read from (written back as read), or
-    #: None
-    _dense_source: ClassVar[dict | None] = None
     if TYPE_CHECKING:  # derived in __post_init__ (not a constructor argument)
         cell_start: np.ndarray = field(init=False)
 
@@ -292,12 +289,7 @@ class ConfusionStats:
     # ----------------------------------------------------------- persistence
     def to_dict(self) -> dict:
         """JSON-ready and sparse: the edges of the classes that have any, and the (cell,
-        true class, count) triples with count > 0 (integers where every count is one).
-        Counts read from an older file's per-class layout are written back as they were
-        read, so that a loaded model saves (and digests) as its file did."""
-        dense = self._dense_source
-        if dense is not None:
-            return {"edges": dense["edges"], "counts": dense["counts"]}
+        true class, count) triples with count > 0 (integers where every count is one)."""
         t = self.table
         edged = [k for k, e in enumerate(self.edges) if e.size]
         data = t.data
@@ -317,12 +309,10 @@ class ConfusionStats:
 
     @classmethod
     def from_dict(cls, d: dict, classes: tuple[str, ...]) -> "ConfusionStats":
-        """Rebuild from :meth:`to_dict` output, or from the dense per-class layout of older
-        files (raises ValueError when malformed)."""
-        if "layout" not in d:
-            return cls._from_dense_dict(d, tuple(classes))
-        if d["layout"] != SPARSE_LAYOUT:
-            raise ValueError(f"confusion statistics have unknown layout {d['layout']!r}")
+        """Rebuild from :meth:`to_dict` output (raises ValueError when malformed). Files of
+        the older dense per-class layout are read through ``topcal.persist.migrate``."""
+        if d.get("layout") != SPARSE_LAYOUT:
+            raise ValueError(f"confusion statistics have unknown layout {d.get('layout')!r}")
         K = len(classes)
         edged = _int_array(d["edged"], "edged")
         if edged.size and (edged[0] < 0 or edged[-1] >= K or np.any(np.diff(edged) <= 0)):
@@ -351,47 +341,6 @@ class ConfusionStats:
         indptr = np.searchsorted(cell, np.arange(int(start[-1]) + 1))
         table = sparse.csr_matrix((v, j, indptr), shape=(int(start[-1]), K))
         return cls(tuple(classes), tuple(edges), table)
-
-    @classmethod
-    def _from_dense_dict(cls, d: dict, classes: tuple[str, ...]) -> "ConfusionStats":
-        """The per-class, per-region lists of [true class, count] pairs of older files."""
-        K = len(classes)
-        if len(d["edges"]) != K or len(d["counts"]) != K:
-            raise ValueError("confusion statistics have the wrong number of classes")
-        edges, rows, cols, vals, offset = [], [], [], [], 0
-        for e, regions in zip(d["edges"], d["counts"]):
-            e = _checked_edges(e)
-            if not isinstance(regions, list) or len(regions) != e.size + 1:
-                raise ValueError(
-                    "confusion counts need one region more than there are increasing "
-                    "finite edges"
-                )
-            for r, pairs in enumerate(regions):
-                for j, v in pairs:
-                    if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < K:
-                        raise ValueError(
-                            f"confusion counts name class index {j!r}, outside 0..{K - 1}"
-                        )
-                    v = float(v)
-                    if not (np.isfinite(v) and v >= 0):
-                        raise ValueError("confusion counts must be finite and >= 0")
-                    rows.append(offset + r)
-                    cols.append(j)
-                    vals.append(v)
-            edges.append(e)
-            offset += e.size + 1
-        # a pair named twice: its last count, as before
-        last = dict(zip(zip(rows, cols), vals))
-        ri = np.fromiter((a for a, _ in last), dtype=np.int64, count=len(last))
-        j = np.fromiter((b for _, b in last), dtype=np.int64, count=len(last))
-        v = np.fromiter(last.values(), dtype=np.float64, count=len(last))
-        table = sparse.csr_matrix((v, (ri, j)), shape=(offset, K))
-        table.sum_duplicates()
-        table.eliminate_zeros()
-        out = cls(tuple(classes), tuple(edges), table)
-        # written back as read (to_dict): the counts are immutable, so the layout stays true
-        object.__setattr__(out, "_dense_source", {"edges": d["edges"], "counts": d["counts"]})
-        return out
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,8 +7,10 @@ import topcal
 from topcal.errors import TopcalError
 from topcal.testing import CHECKS, check_calibrator
 
-#: methods whose contract run takes several seconds on the 2-core machine (the slow lane)
-SLOW = {"kde-opt", "auto"}
+#: methods whose contract run takes several seconds on the 2-core machine (the slow lane), and
+#: bandwidth or cut variants whose code paths a fast-lane method takes too (kde-mon and kde-mon4:
+#: kde-mon2's rule with another constant; cum-median: cum's curve cut at another quantile)
+SLOW = {"kde-opt", "auto", "kde-mon", "kde-mon4", "cum-median"}
 
 
 def _params(names):

@@ -290,6 +290,7 @@ def test_apply_full_on_dask_equals_local(files, cluster):
     assert_error(r, "full score vectors")
 
 
+@pytest.mark.slow  # four commands end to end
 def test_metrics_command_gives_full_vector_losses_where_vectors_are_given(files):
     tmp, _ = files
     fit = pd.read_csv(tmp / "fit.csv")

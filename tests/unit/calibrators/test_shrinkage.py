@@ -165,6 +165,7 @@ def test_shrunk_methods_beat_doing_nothing_held_out_on_small_classes():
         assert shrunk < base and shrunk < paper, (method, shrunk, base, paper)
 
 
+@pytest.mark.slow  # two 5-fold held-out runs on the whole PhANNs set
 def test_phanns_shrunk_kde_mon2_within_one_percent_of_the_paper_held_out():
     data = topcal.datasets.load_phanns()
     paper = heldout_nll("kde-mon2", data, folds=5, shrinkage=0)

@@ -52,7 +52,8 @@ def test_same_data_protocol_flatters_flexible_methods(calibrated):
     assert _overall(cv, "nll")["hist"] > _overall(res, "nll")["hist"]
 
 
-@pytest.mark.parametrize("protocol", ["holdout", "kfold"])
+# kfold: the fast lane's k-fold comparison is test_kfold_finds_miscalibration
+@pytest.mark.parametrize("protocol", ["holdout", pytest.param("kfold", marks=pytest.mark.slow)])
 def test_out_of_sample_perfectly_calibrated(calibrated, protocol):
     data, second = calibrated
     with warnings.catch_warnings():

@@ -9,6 +9,7 @@ fingerprint twice) still load, predict the same and save back to the same model 
 """
 
 import ast
+import functools
 import json
 import re
 import warnings
@@ -50,13 +51,19 @@ def _own(node) -> bool:
     return isinstance(node, ast.Name) and node.id in ("self", "cls")
 
 
+@functools.cache
+def _parsed(source: str) -> ast.Module:
+    """``source``'s syntax tree, parsed once for the checkers below (which only read it)."""
+    return ast.parse(source)
+
+
 def foreign_private_writes(source: str) -> list[str]:
     """Statements of ``source`` that set a private attribute of an object other than ``self`` or
     ``cls``:
     ``x._a = ...`` (also augmented, annotated, in tuples), ``x.__dict__[...] = ...``,
     ``x.__dict__.pop/update/setdefault(...)``, ``setattr(x, "_a", ...)``."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parsed(source)):
         targets = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)
@@ -106,7 +113,7 @@ def dict_writes(source: str) -> int:
     """``__dict__`` writes of ``source``: subscript assignments and deletions, pop, update,
     setdefault."""
     n = 0
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parsed(source)):
         targets = (
             node.targets
             if isinstance(node, (ast.Assign, ast.Delete))

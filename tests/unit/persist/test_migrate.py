@@ -96,7 +96,7 @@ def _other_rows(seed):
     return p, p.argmax(1)
 
 
-@pytest.mark.parametrize("version", [1, 0, 5])
+@pytest.mark.parametrize("version", [1, 0, 6])
 def test_files_of_other_formats_are_refused_with_one_line(version, tmp_path):
     doc = json.loads((HERE / "hist.json").read_text())
     doc["format_version"] = version
@@ -111,3 +111,29 @@ def test_migration_keeps_the_checksum_check():
     text = (HERE / "hist.json").read_text().replace('"n_tp": [', '"n_tp": [1.0, ', 1)
     with pytest.raises(ModelFileError, match="checksum mismatch"):
         persist.loads(text)
+
+
+def test_a_format_4_file_with_dense_label_shift_counts_migrates_to_the_same_model(rows):
+    """A model loaded from a file before the sparse counts and saved again in format 4 kept the
+    dense per-class layout: migrate writes it as the sparse one (the only layout the counts'
+    reader reads), the model predicts and adapts as before, and the file's digest still names
+    it (thresholds chosen for it hold)."""
+    from _frames import dense_layout, format_4_text
+
+    fitted = topcal.calibrator("hist").fit(rows)
+    text = format_4_text(fitted, dense_layout(fitted.evidence_.confusion))
+    doc = json.loads(text)
+    new = persist.migrate(doc)
+    assert new["format_version"] == persist.FORMAT_VERSION
+    assert new["model"]["evidence"]["confusion"] == fitted.to_dict()["evidence"]["confusion"]
+    loaded = persist.loads(text)
+    np.testing.assert_array_equal(loaded.predict(rows), fitted.predict(rows))
+    priors = np.array([0.4, 0.3, 0.2, 0.1])
+    np.testing.assert_array_equal(
+        loaded.adapt(priors=priors).predict(rows), fitted.adapt(priors=priors).predict(rows)
+    )
+    assert persist.digests(loaded) == (model_digest(fitted), doc["sha256"])
+    assert persist.dumps(loaded) == persist.dumps(fitted)  # saved again: the current layout
+    # a format-4 file that needs no change loads as written, its own digest alone
+    plain = persist.loads(format_4_text(fitted))
+    assert persist.digests(plain) == (model_digest(fitted),)

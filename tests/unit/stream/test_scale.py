@@ -432,7 +432,9 @@ def test_streaming_memory_does_not_grow_with_rows(tmp_path, capsys):
 
 
 # ------------------------------------------------- label-shift counts when streaming
-@pytest.mark.parametrize("chunk", [97, 1000, 10**6])
+# 97 rows: chunks within and across the row groups (600, 700 rows); 10^6: one chunk; 1,000 (the
+# same paths as 97) in the slow lane
+@pytest.mark.parametrize("chunk", [97, pytest.param(1000, marks=pytest.mark.slow), 10**6])
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_streamed_update_carries_the_confusion_counts_of_an_in_memory_update(tmp_path, chunk, fmt):
     frame = probs_frame(4000, seed=2)
@@ -456,7 +458,9 @@ def test_streamed_update_carries_the_confusion_counts_of_an_in_memory_update(tmp
     )
 
 
-@pytest.mark.parametrize("chunk", [97, 1000, 10**6])
+# 97 rows: chunks within and across the row groups (600, 700 rows); 10^6: one chunk; 1,000 (the
+# same paths as 97) in the slow lane
+@pytest.mark.parametrize("chunk", [97, pytest.param(1000, marks=pytest.mark.slow), 10**6])
 @pytest.mark.parametrize("layout", ["probs", "names"])
 def test_streamed_fit_counts_confusion_on_the_grid(tmp_path, chunk, layout):
     frame = probs_frame(5000, seed=4) if layout == "probs" else scores_frame(5000)

@@ -2,6 +2,7 @@
 on are not the rows the calibrator was fitted on, in whatever encoding they come, and an update
 does not count rows twice."""
 
+import functools
 import warnings
 
 import numpy as np
@@ -67,6 +68,14 @@ def test_reencoded_fitting_rows_are_refused(fitted, how):
         fit_thresholds(model, data, 0.9, 0.1)
 
 
+@functools.cache
+def _fitted_on_outputs(method):
+    """``method`` fitted on outputs(3000, 0), once per module: the tests that share it only read it
+    (no update)."""
+    p, y = outputs(3000, 0)
+    return topcal.calibrator(method).fit(TopLabelData.from_probs(p, y, NAMES))
+
+
 @pytest.mark.parametrize(
     "how, encode",
     [
@@ -81,7 +90,7 @@ def test_coarsely_rounded_fitting_rows_are_refused(how, encode, method):
     """Rounded beyond the coarse keys' reach (up to 5e-4 a score), the rows are still found:
     by their top and second scores (the rough keys), renormalised or not."""
     p, y = outputs(3000, 0)
-    model = topcal.calibrator(method).fit(TopLabelData.from_probs(p, y, NAMES))
+    model = _fitted_on_outputs(method)
     data = TopLabelData.from_probs(encode(p), y, NAMES, renormalize=True)
     assert model.evidence_.fingerprint.overlap(data).of_data > 0.9, how
     with pytest.raises(DataError, match="rows the model was fitted on.*held-out"):

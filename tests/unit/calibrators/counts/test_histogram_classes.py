@@ -90,6 +90,13 @@ def many():
     return zipf_data(12_000, 3_000, 0)
 
 
+@pytest.fixture(scope="module")
+def hist_many(many):
+    """hist with its default parameters fitted on ``many``, once (the tests taking it read it,
+    or a JSON copy of its dict)."""
+    return topcal.calibrator("hist").fit(many)
+
+
 def query_rows(data):
     """Every fitted row's class at its own score and at a fresh one (bin edges included)."""
     rng = np.random.default_rng(1)
@@ -98,8 +105,16 @@ def query_rows(data):
     return np.concatenate([data.pred, data.pred]), np.concatenate([data.score, fresh])
 
 
-@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
-@pytest.mark.parametrize("shrinkage", ["auto", 0])
+@pytest.mark.parametrize(
+    # each strategy and each shrinkage once in the fast lane, the other two pairs in the slow one
+    "shrinkage, strategy",
+    [
+        ("auto", "quantile"),
+        (0, "uniform"),
+        pytest.param("auto", "uniform", marks=pytest.mark.slow),
+        pytest.param(0, "quantile", marks=pytest.mark.slow),
+    ],
+)
 def test_all_classes_at_once_equal_class_by_class(many, strategy, shrinkage):
     m = topcal.calibrator("hist", strategy=strategy, shrinkage=shrinkage).fit(many)
     pred, score = query_rows(many)
@@ -173,10 +188,10 @@ def test_compact_file_round_trip(many, strategy):
             np.testing.assert_array_equal(s0["edges"], s1["edges"])
 
 
-def test_listed_edges_still_load(many):
+def test_listed_edges_still_load(many, hist_many):
     """Files written before the compact layout list every class's edges and float counts."""
-    m = topcal.calibrator("hist").fit(many)
-    d = m.to_dict()
+    m = hist_many
+    d = json.loads(json.dumps(m.to_dict()))
     compact = len(json.dumps(d["state"]["class_state"]))
     for s in d["state"]["class_state"]:
         if s is not None:
@@ -193,8 +208,8 @@ def test_listed_edges_still_load(many):
 @pytest.mark.parametrize(
     "bins", [[0.0, 1.0, 0], [1.0, 0.0, 10], [0.0, 1.0, 2.5], [0.0, float("nan"), 3]]
 )
-def test_malformed_bins_are_refused(many, bins):
-    m = topcal.calibrator("hist").fit(many)
+def test_malformed_bins_are_refused(hist_many, bins):
+    m = hist_many
     d = json.loads(json.dumps(m.to_dict()))
     st = next(s for s in d["state"]["class_state"] if s is not None)
     st["bins"] = bins

@@ -250,6 +250,7 @@ def test_canonical_order_equals_the_sort_on_every_key(tied):
     np.testing.assert_array_equal(canonical_order(data), np.lexsort(keys[::-1]))
 
 
+@pytest.mark.slow  # memory at 60,000 x 20 (a peak against the input's size)
 @pytest.mark.parametrize("name, most", [("sts", 2.2), ("csts", 2.0), ("bts", 1.0)])
 def test_temperature_fit_reads_the_score_matrix_through_its_row_order_without_copying_it(
     name, most

@@ -181,6 +181,20 @@ def mixed():
     return TopLabelData.from_logits(z, labels)
 
 
+@pytest.fixture(scope="module")
+def fitted(mixed):
+    """``fitted(name)``: ``fit(name, mixed)``, once per method in this module (the tests that take
+    it only read the models)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = fit(name, mixed)
+        return cache[name]
+
+    return get
+
+
 def _with_params(model, temps, awards=None):
     """A copy of a fitted model with its temperatures (and awards) replaced."""
     d = model.to_dict()
@@ -190,21 +204,19 @@ def _with_params(model, temps, awards=None):
     return type(model).from_dict(d)
 
 
-def test_csts_with_equal_temperatures_and_tswa_with_zero_awards_match_sts(mixed):
-    sts = fit("sts", mixed)
+def test_csts_with_equal_temperatures_and_tswa_with_zero_awards_match_sts(mixed, fitted):
+    sts = fitted("sts")
     t = sts.temperature_[0]
     ref = sts.predict(mixed)
-    np.testing.assert_allclose(_with_params(fit("csts", mixed), t).predict(mixed), ref, rtol=1e-13)
+    np.testing.assert_allclose(_with_params(fitted("csts"), t).predict(mixed), ref, rtol=1e-13)
+    np.testing.assert_allclose(_with_params(fitted("tswa"), t, 0.0).predict(mixed), ref, rtol=1e-13)
     np.testing.assert_allclose(
-        _with_params(fit("tswa", mixed), t, 0.0).predict(mixed), ref, rtol=1e-13
-    )
-    np.testing.assert_allclose(
-        _with_params(fit("cstswa", mixed), t, 0.0).predict(mixed), ref, rtol=1e-13
+        _with_params(fitted("cstswa"), t, 0.0).predict(mixed), ref, rtol=1e-13
     )
 
 
-def test_richer_models_reach_lower_loss(mixed):
-    loss = {name: fit(name, mixed).loss_ for name in FULL}
+def test_richer_models_reach_lower_loss(mixed, fitted):
+    loss = {name: fitted(name).loss_ for name in FULL}
     tol = 1e-9 * loss["sts"]
     assert loss["csts"] <= loss["sts"] + tol
     assert loss["tswa"] <= loss["sts"] + tol
@@ -213,9 +225,9 @@ def test_richer_models_reach_lower_loss(mixed):
     assert loss["csts"] < 0.97 * loss["sts"]
 
 
-def test_fitted_parameters_are_stationary(mixed):
+def test_fitted_parameters_are_stationary(mixed, fitted):
     """At the reported optimum no small change of any parameter lowers the loss."""
-    m = fit("tswa", mixed)
+    m = fitted("tswa")
     base = m.loss_
     for i in range(5):
         for step in (1e-4, -1e-4):
@@ -227,10 +239,10 @@ def test_fitted_parameters_are_stationary(mixed):
             assert nll(mixed, moved.predict(mixed)).overall * mixed.n_rows >= base - 1e-7 * base
 
 
-def test_logits_and_probabilities_give_the_same_fit(mixed):
+def test_logits_and_probabilities_give_the_same_fit(mixed, fitted):
     probs = TopLabelData.from_probs(softmax(mixed.full, axis=1), mixed.labels)
     for name in FULL:
-        a, b = fit(name, mixed), fit(name, probs)
+        a, b = fitted(name), fit(name, probs)
         np.testing.assert_allclose(a.temperature_, b.temperature_, rtol=1e-7)
         np.testing.assert_allclose(a.awards_, b.awards_, atol=1e-7)
 
@@ -249,22 +261,22 @@ def test_bts_equals_csts_for_two_classes():
         np.testing.assert_allclose(a.predict(data), b.predict(data), rtol=1e-6)
 
 
-def test_multinomial_sts_matches_scikit_learn(mixed):
+def test_multinomial_sts_matches_scikit_learn(mixed, fitted):
     """Reference: scikit-learn's own temperature fit (Brent on log(1/T), multinomial NLL)."""
     from sklearn.calibration import _TemperatureScaling
 
     beta = float(_TemperatureScaling().fit(mixed.full, mixed.labels).beta_)
     m = fit("sts", mixed, objective="multinomial")
     np.testing.assert_allclose(1.0 / m.temperature_[0], beta, rtol=1e-6)
-    assert m.nll_ >= fit("sts", mixed).loss_  # the top-label fit is best at the top-label loss
+    assert m.nll_ >= fitted("sts").loss_  # the top-label fit is best at the top-label loss
 
 
 # ------------------------------------------------------------- invariances
-def test_shuffling_samples_changes_nothing(mixed):
+def test_shuffling_samples_changes_nothing(mixed, fitted):
     perm = np.random.default_rng(0).permutation(mixed.n_rows)
     shuffled = mixed.subset(perm)
     for name in FULL + BINARY:
-        a, b = fit(name, mixed), fit(name, shuffled)
+        a, b = fitted(name), fit(name, shuffled)
         np.testing.assert_allclose(b.temperature_, a.temperature_, rtol=1e-9)
         np.testing.assert_allclose(b.awards_, a.awards_, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(b.predict(shuffled), a.predict(mixed)[perm], rtol=1e-9)
@@ -287,7 +299,7 @@ def test_prediction_keeps_the_original_predicted_class():
 
 
 # ------------------------------------------- fit summary, AIC, persistence
-def test_describe_and_api_report_parameters_loss_and_aic(mixed):
+def test_describe_and_api_report_parameters_loss_and_aic(mixed, fitted):
     for name, n_params in (
         ("sts", 1),
         ("csts", 4),
@@ -296,7 +308,7 @@ def test_describe_and_api_report_parameters_loss_and_aic(mixed):
         ("bts", 4),
         ("btswa", 8),
     ):
-        m = fit(name, mixed)
+        m = fitted(name)
         assert m.n_params_ == n_params
         assert m.aic_ == 2 * n_params + 2 * m.nll_
         np.testing.assert_allclose(m.nll_, m.loss_, rtol=1e-10)  # default loss is the top-label NLL
@@ -330,13 +342,13 @@ def test_registry_and_needs_full():
 
 
 # ------------------------------------------------------------ data errors
-def test_full_vector_methods_reject_top_score_data_naming_the_binary_variant(mixed):
+def test_full_vector_methods_reject_top_score_data_naming_the_binary_variant(mixed, fitted):
     tops = TopLabelData.from_scores(mixed.pred, mixed.score, mixed.labels, classes=mixed.classes)
     for name, alt in (("sts", "bts"), ("csts", "bts"), ("tswa", "btswa"), ("cstswa", "btswa")):
         with pytest.raises(DataError, match=f"binary variant '{alt}'"):
             topcal.calibrator(name).fit(tops)
         with pytest.raises(DataError, match=f"'{alt}'"):
-            fit(name, mixed).predict(tops)
+            fitted(name).predict(tops)
     assert fit("bts", tops).predict(tops).shape == (mixed.n_rows,)
 
 

@@ -261,7 +261,7 @@ def test_cli_update_of_csts_equals_fit_on_all(tmp_path, capsys):
     assert (
         json.loads(open(tmp_path / "abc.json").read())["format_version"]
         == persist.FORMAT_VERSION
-        == 4
+        == 5
     )
     code, out, err = run(
         [

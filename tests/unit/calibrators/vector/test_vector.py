@@ -164,7 +164,11 @@ def _independent_ts(x, labels):
     )
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize(
+    # sms: BFGS with numeric gradients over k (k - 1) more parameters, seconds (the slow lane)
+    "name",
+    ["vs", pytest.param("sms", marks=pytest.mark.slow)],
+)
 def test_fit_is_the_penalised_multinomial_optimum_of_an_independent_solver(name, data):
     """The two stages written here (temperature scaling and the mixture, then the penalised map by
     scipy's BFGS with numeric gradients): the same temperature, parameters and predictions."""

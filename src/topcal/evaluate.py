@@ -44,6 +44,7 @@ __all__ = [
     "fit_methods",
     "check_params",
     "curve_findings",
+    "class_curves",
     "few_positives",
     "comparison_rows",
     "METRICS",
@@ -167,14 +168,13 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
     out: list[str] = []
     if model.is_baseline or not hasattr(model, "curve") or not hasattr(model, "support_"):
         return out
-    certain = []
-    for k, c in enumerate(model.classes_):
-        sup = model.support_[k]
-        if sup is None:
-            continue
-        y = model.curve(k, np.linspace(sup[0], sup[1], 257)).confidence
-        if np.any(y <= 0.0) or np.any(y >= 1.0):
-            certain.append(c)
+    have = [k for k, sup in enumerate(model.support_) if sup is not None]
+    certain = [
+        model.classes_[k]
+        for ks, y in class_curves(model, have, model.support_, 257)
+        for k, hit in zip(ks, (y.min(axis=1) <= 0.0) | (y.max(axis=1) >= 1.0))
+        if hit
+    ]
     if certain:
         fix = (
             "use shrinkage (the default) or auto"
@@ -200,6 +200,33 @@ def curve_findings(name: str, model, data: TopLabelData) -> list[str]:
             "curve may follow noise"
         )
     return out
+
+
+#: Curve points one :func:`class_curves` step evaluates (a grid of classes x points).
+CURVE_BATCH_POINTS = 1 << 19
+
+
+def class_curves(model, ks, supports, points: int):
+    """Yield ``(classes, y)``: class ``k``'s curve at ``np.linspace(*supports[k], points)``
+    for every ``k`` of ``ks``, as rows of ``y``, many classes a step. A model whose confidence
+    is a function of (class, score) (``has_curve``) reads them off one ``predict`` over all
+    their points (its curves, bit for bit: a class at a time cost a pass per class, minutes at
+    10^5 classes); any other, one ``curve`` call a class."""
+    ks = list(ks)
+    step = max(CURVE_BATCH_POINTS // points, 1) if model.has_curve else 1
+    for a in range(0, len(ks), step):
+        part = ks[a : a + step]
+        grids = [np.linspace(supports[k][0], supports[k][1], points) for k in part]
+        if not model.has_curve:
+            yield part, model.curve(part[0], grids[0]).confidence[None, :]
+            continue
+        rows = TopLabelData(
+            tuple(model.classes_),
+            np.repeat(np.asarray(part, dtype=np.int64), points),
+            np.concatenate(grids),
+            tuple(model.score_range_),
+        )
+        yield part, np.asarray(model.predict(rows)).reshape(len(part), points)
 
 
 def _few(names, n: int = 5) -> str:

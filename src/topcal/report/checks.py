@@ -12,7 +12,7 @@ from ..calibrators.registry import BASELINE
 from ..calibrators.wrapper import Wrapper
 from ..data import TopLabelData, preview
 from ..errors import TopcalError
-from ..evaluate import Comparison
+from ..evaluate import Comparison, class_curves
 
 __all__ = [
     "Finding",
@@ -161,7 +161,10 @@ def count_wiggles(y: np.ndarray, amplitude: float = WIGGLE_AMPLITUDE) -> int:
     smaller than ``amplitude`` has 0.
     """
     y = np.asarray(y, dtype=np.float64)
-    if y.size < 2:
+    if y.size < 2 or y.max() - y.min() < amplitude:
+        return 0
+    d = np.diff(y)
+    if (d >= 0).all() or (d <= 0).all():  # monotone: no reversal (most curves; no walk)
         return 0
     count, direction, hi, lo, ext = 0, 0, y[0], y[0], y[0]
     for v in y[1:]:
@@ -285,28 +288,29 @@ def _class_findings(data: TopLabelData, min_positives: float) -> list[Finding]:
 def _wiggle_findings(data: TopLabelData, models: dict, max_sign_changes: int) -> list:
     """Smooth curves that change direction more than ``max_sign_changes`` times."""
     out: list[Finding] = []
+    supports = data.class_supports()
+    spread = [k for k, sup in enumerate(supports) if sup is not None and sup[1] > sup[0]]
     for name, m in models.items():
         if m.step_curve or m.is_baseline or not plots.is_score_curve(m):
             continue  # a step function's jumps are no wiggles; the baseline fits nothing
-        for k, c in enumerate(data.classes):
-            sup = data.class_support(k)
-            if sup is None or sup[1] <= sup[0]:
-                continue
-            y = plots.model_curve(m, k, np.linspace(sup[0], sup[1], 513))
-            n_ch = count_wiggles(y)
-            if n_ch > max_sign_changes:
-                out.append(
-                    Finding(
-                        "wiggles",
-                        f"{name} on {c}: the curve changes direction {n_ch} times (by at "
-                        f"least {WIGGLE_AMPLITUDE:g}) inside the observed scores; it "
-                        f"probably fits noise ({smoother_advice(m)}).",
-                        c,
-                        name,
-                        severity=n_ch,
+        for ks, ys in class_curves(m, spread, supports, 513):
+            for k, y in zip(ks, ys):
+                n_ch = count_wiggles(y)
+                if n_ch > max_sign_changes:
+                    c = data.classes[k]
+                    out.append(
+                        Finding(
+                            "wiggles",
+                            f"{name} on {c}: the curve changes direction {n_ch} times (by at "
+                            f"least {WIGGLE_AMPLITUDE:g}) inside the observed scores; it "
+                            f"probably fits noise ({smoother_advice(m)}).",
+                            c,
+                            name,
+                            severity=n_ch,
+                        )
                     )
-                )
     return out
+
 
 
 def _extrapolation_findings(data: TopLabelData, max_extrapolated: float) -> list[Finding]:
@@ -316,8 +320,7 @@ def _extrapolation_findings(data: TopLabelData, max_extrapolated: float) -> list
     lo, hi = data.score_range
     att_lo = lo + (hi - lo) / max(data.n_classes, 1)
     span = hi - att_lo
-    for k, c in enumerate(data.classes):
-        sup = data.class_support(k)
+    for c, sup in zip(data.classes, data.class_supports()):
         if sup is None or span <= 0:
             continue
         outside = max(0.0, sup[0] - att_lo) + max(0.0, hi - sup[1])

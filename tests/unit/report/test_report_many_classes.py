@@ -1,5 +1,6 @@
-"""The report's per-class metric tables: the best marked per row, and at most
-MAX_TABLE_CLASSES classes (those predicted most often) at many classes."""
+"""The report at many classes: per-class metric tables mark the best of each row and list at
+most MAX_TABLE_CLASSES classes (those predicted most often); curve checks read every class's
+curve off one prediction over many classes, the curves of the class-at-a-time calls."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import warnings
 import numpy as np
 
 from topcal import TopLabelData
-from topcal.evaluate import compare_methods
+import topcal
+from topcal.evaluate import class_curves, compare_methods, curve_findings
 from topcal.report.page import metric_table, table_classes
 
 
@@ -51,3 +53,20 @@ def test_many_classes_list_those_predicted_most_often_in_class_order():
     assert len(shown) == 50 and idx == sorted(idx)
     assert rows[idx].min() >= np.sort(rows)[::-1][49]
     assert table_classes(data, limit=5000) == list(data.classes)
+
+
+def test_class_curves_are_the_per_class_curves_and_wiggles_the_walk():
+    data = _zipf_data(5000, 60, 2)
+    supports = data.class_supports()
+    ks = [k for k, sup in enumerate(supports) if sup is not None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for method, params in [("hist", {"shrinkage": 0}), ("kde-mon2", {}), ("hier-beta", {})]:
+            model = topcal.calibrator(method, **params).fit(data)
+            curves = class_curves(model, ks, supports, 65)
+            got = {k: y for part, ys in curves for k, y in zip(part, ys)}
+            for k in ks:
+                grid = np.linspace(supports[k][0], supports[k][1], 65)
+                np.testing.assert_array_equal(got[k], model.curve(k, grid).confidence)
+        unshrunk = topcal.calibrator("hist", shrinkage=0).fit(data)
+    assert any("confidence 0 or 1" in w for w in curve_findings("hist", unshrunk, data))

@@ -134,11 +134,12 @@ MAX_TABLE_CLASSES = 1000
 
 def table_classes(data: TopLabelData, limit: int = MAX_TABLE_CLASSES) -> list:
     """The classes a per-class table lists: all of them up to ``limit``, else the ``limit``
-    predicted most often (ties: the lower index), in the data's class order."""
+    predicted most often (by samples: a binned row counts its tp + fp; ties: the lower
+    index), in the data's class order."""
     if data.n_classes <= limit:
         return list(data.classes)
-    rows = np.bincount(data.pred, minlength=data.n_classes)
-    keep = np.sort(np.argsort(-rows, kind="stable")[:limit])
+    tp, fp = data.class_counts()
+    keep = np.sort(np.argsort(-(tp + fp), kind="stable")[:limit])
     return [data.classes[k] for k in keep]
 
 

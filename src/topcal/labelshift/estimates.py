@@ -350,17 +350,22 @@ def estimate_priors(
         model, data, stats, estimator, source_data, counts, ps, prior_strength, fp_pseudocount
     )
     estimated = run()
-    lower, upper = (None, None)
-    if n_bootstrap > 0:
-        boot = (run, data.n_rows, counts, n_use, estimated, estimator, int(n_bootstrap))
-        lower, upper = _bootstrap_interval(*boot, level, seed)
     chosen = _safety_step(
         stats, estimated, n_use, estimator, source_data, prior_strength, fp_pseudocount, seed,
         shrink,
     )  # fmt: skip
     lam = chosen.factor
     point = estimated if lam == 1.0 else shrink_priors(ps, estimated, lam)
-    if lam != 1.0 and lower is not None:
+    lower, upper = (None, None)
+    if n_bootstrap > 0 and lam == 0.0:
+        # not adapted: (1 - 0) ps + 0 x any resample's estimate is ps itself, so the
+        # resamples (the bootstrap and the safety step draw from their own generators) would
+        # change nothing; at 10^5 classes they were hours of EM
+        lower, upper = ps.copy(), ps.copy()
+    elif n_bootstrap > 0:
+        boot = (run, data.n_rows, counts, n_use, estimated, estimator, int(n_bootstrap))
+        lower, upper = _bootstrap_interval(*boot, level, seed)
+    if lam not in (0.0, 1.0) and lower is not None:
         lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
     estimated = None if lam == 1.0 else estimated
     return PriorEstimate(

@@ -304,6 +304,29 @@ def test_safety_step_does_not_adapt_when_the_estimate_is_within_its_noise(hist):
         np.testing.assert_array_equal(ad.predict(use), hist.predict(use))
 
 
+def test_not_adapting_skips_the_bootstrap_its_interval_would_not_use(hist, monkeypatch):
+    """Where the safety step chooses 0 the interval is the source priors whatever the
+    resamples say ((1 - 0) ps + 0 x lower), so no resample is run; where it adapts, they are."""
+    from topcal.labelshift import estimates as est_mod
+
+    use = shifted(400, SOURCE, 11, labels=False)[0]
+    ps = hist.evidence_.confusion.source_priors()
+    calls = []
+    real = est_mod._bootstrap_interval
+    monkeypatch.setattr(
+        est_mod, "_bootstrap_interval", lambda *a: calls.append(1) or real(*a)
+    )
+    for shrink in ("auto", 0.0):
+        e = estimate_priors(hist, use, n_bootstrap=20, shrink=shrink)
+        assert e.shrink == 0.0 and e.n_bootstrap == 20
+        np.testing.assert_array_equal(e.lower, ps)
+        np.testing.assert_array_equal(e.upper, ps)
+        np.testing.assert_array_equal(e.priors, ps)
+    assert calls == []
+    half = estimate_priors(hist, use, n_bootstrap=20, shrink=0.5)
+    assert calls == [1] and np.any(half.lower != half.upper)
+
+
 def test_shrink_moves_priors_and_intervals_linearly(hist):
     use = shifted(1000, TARGET, 9, labels=False)[0]
     raw = estimate_priors(hist, use, n_bootstrap=10, shrink=1.0)

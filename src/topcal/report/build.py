@@ -440,7 +440,7 @@ def _page_html(page: _Page, fig_html: list, toc: list) -> str:
                 for m in METRICS
             )
         )
-    params = "".join(params_html(n, m) for n, m in models.items() if not m.is_baseline)
+    params = "".join(params_html(n, m, shown) for n, m in models.items() if not m.is_baseline)
     extra = page.extra
     extra_html = data_summary(extra, "extra samples (--add)") if extra is not None else ""
     return f"""<!DOCTYPE html>

@@ -191,7 +191,10 @@ def _count(info: dict, which: str):
     return v if isinstance(v, (int, float)) else None
 
 
-def params_html(name: str, model) -> str:
+def params_html(name: str, model, shown: list | None = None) -> str:
+    """The fitted parameters of ``model``: its describe() summary and a table of its
+    per-class parameters, for the classes ``shown`` only (default: all; see
+    :func:`table_classes`), the others counted."""
     try:
         d = model.describe()
     except Exception as exc:  # describe is informative only; never lose the report over it
@@ -221,15 +224,25 @@ def params_html(name: str, model) -> str:
         + "".join(f"<th>{html.escape(c)}</th>" for c in cols)
         + "</tr>"
     )
+    listed = list(classes) if shown is None else [c for c in shown if c in classes]
     rows = "".join(
-        f"<tr><td>{html.escape(c)}</td><td>{_fmt(_count(info, 'tp'))}</td>"
-        f"<td>{_fmt(_count(info, 'fp'))}</td>"
-        + "".join(f"<td>{_fmt(info.get(col))}</td>" for col in cols)
+        f"<tr><td>{html.escape(c)}</td><td>{_fmt(_count(classes[c], 'tp'))}</td>"
+        f"<td>{_fmt(_count(classes[c], 'fp'))}</td>"
+        + "".join(f"<td>{_fmt(classes[c].get(col))}</td>" for col in cols)
         + "</tr>"
-        for c, info in classes.items()
+        for c in listed
+    )
+    left = len(classes) - len(listed)
+    note = (
+        f"<p class='muted'>{len(listed):,} of {len(classes):,} classes listed (those "
+        f"predicted most often); <code>topcal describe --full</code> on the fitted model lists "
+        f"every class.</p>"
+        if left
+        else ""
     )
     table = (
         f"<div class='scroll'><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>"
+        f"{note}"
         if cols
         else ""
     )

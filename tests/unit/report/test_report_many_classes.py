@@ -70,3 +70,20 @@ def test_class_curves_are_the_per_class_curves_and_wiggles_the_walk():
                 np.testing.assert_array_equal(got[k], model.curve(k, grid).confidence)
         unshrunk = topcal.calibrator("hist", shrinkage=0).fit(data)
     assert any("confidence 0 or 1" in w for w in curve_findings("hist", unshrunk, data))
+
+
+def test_parameter_tables_list_the_shown_classes_and_count_the_others():
+    from topcal.report.page import params_html
+
+    data = _zipf_data(4000, 300, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = topcal.calibrator("hist").fit(data)
+    shown = table_classes(data, limit=20)
+    html = params_html("hist", model, shown)
+    listed = re.findall(r"<tr><td>(c\d+)</td>", html)
+    assert listed == shown
+    assert f"20 of {len(model.classes_):,} classes listed" in html
+    full = params_html("hist", model)
+    assert re.findall(r"<tr><td>(c\d+)</td>", full) == list(model.classes_)
+    assert "classes listed" not in full

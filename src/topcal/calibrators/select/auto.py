@@ -17,7 +17,9 @@ Candidates (default), in order of simplicity (:data:`~.rules.TIERS`):
 2.5. ``sms``: ``vs`` plus a shrunk class-to-class matrix (full vectors, at most
    :attr:`~.vector.StructuredMatrixScaling.auto_max_classes` classes: above that its fit
    costs O(n K^2) a pass and its ridge leaves it at ``vs``);
-3. unshrunk per-class fits: ``bts``, ``btswa`` and, with full vectors, ``tswa``, ``csts``.
+3. unshrunk per-class fits: ``bts``, ``btswa`` and, with full vectors, ``tswa``, ``csts``
+   (by default not above 1,000 classes where the median predicted class holds fewer than
+   :data:`~.rules.UNSHRUNK_MIN_MEDIAN_SAMPLES` samples).
 
 Every candidate is cross-fitted on the same seeded K folds of the fitting data
 (:func:`topcal.data.kfold_split`: stratified by predicted class; binned counts dealt by a
@@ -82,6 +84,7 @@ from .rules import (
     LARGE_SYSTEM_CANDIDATES,
     LARGE_SYSTEM_CLASSES,
     TOLERANCE,
+    UNSHRUNK_MIN_MEDIAN_SAMPLES,
     Candidates,
     check_cv_table,
     choose,
@@ -235,6 +238,12 @@ class Auto(Wrapper):
             # data (2,000 x 10^4: 28 x the input in memory), each award on under two rows.
             # Named, it runs.
             run = [n for n in run if n not in LARGE_SYSTEM_CANDIDATES]
+        if self.candidates is None and data.n_classes > LARGE_SYSTEM_CLASSES:
+            # unshrunk per-class fits on a sample or two a class (rules.py says why)
+            tp, fp = data.class_counts()
+            per = tp + fp
+            if per.any() and np.median(per[per > 0]) < UNSHRUNK_MIN_MEDIAN_SAMPLES:
+                run = [n for n in run if tier(n) < 3]
         if (
             self.candidates is None
         ):  # a default candidate may declare the most (sms) or fewest (vs-hier-platt) classes

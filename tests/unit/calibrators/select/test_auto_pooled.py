@@ -364,3 +364,27 @@ def test_auto_on_too_few_samples_says_once_that_classes_are_never_predicted():
     said = [str(w.message) for w in caught if "never predicted" in str(w.message)]
     assert m.method_ == "uncalibrated" and len(said) == 1 and said[0].startswith("auto: ")
     assert any("too few for 5-fold" in str(w.message) for w in caught)
+
+
+def _zipf(n, K, seed):
+    rng = np.random.default_rng(seed)
+    pred = np.minimum(rng.zipf(1.5, n) - 1, K - 1)
+    score = rng.beta(4, 1.5, n)
+    label = np.where(rng.random(n) < score**1.5, pred, (pred + 1) % K)
+    return TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(K)])
+
+
+def test_auto_leaves_out_unshrunk_per_class_fits_on_a_sample_or_two_a_class():
+    from topcal.calibrators.select.auto import Auto
+
+    few = _zipf(4000, 3000, 4)  # 1,000+ classes, most predicted once or twice
+    names = Auto()._names(few)
+    assert "hist" in names and "bts" not in names and "btswa" not in names
+    assert "bts" in Auto(candidates=["hist", "bts"])._names(few)  # named, they run
+    rng = np.random.default_rng(5)  # 1,200 classes of 10 samples each: kept
+    pred = np.repeat(np.arange(1200), 10)
+    score = rng.beta(4, 1.5, pred.size)
+    label = np.where(rng.random(pred.size) < score, pred, (pred + 1) % 1200)
+    many = TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(1200)])
+    assert {"bts", "btswa"} <= set(Auto()._names(many))
+    assert {"bts", "btswa"} <= set(Auto()._names(_zipf(4000, 800, 6)))

@@ -353,9 +353,17 @@ def _warning_list(findings) -> str:
     items = []
     for g in group_findings(findings):
         if isinstance(g, FindingGroup):
-            rows = "".join(f"<li>{html.escape(f.text)}</li>" for f in g.findings)
+            # worst first; at many classes the first MAX_TABLE_CLASSES, the rest counted
+            n = len(g.findings)
+            rows = "".join(
+                f"<li>{html.escape(f.text)}</li>" for f in g.findings[:MAX_TABLE_CLASSES]
+            )
+            if n > MAX_TABLE_CLASSES:
+                rows += f"<li class='muted'>... and {n - MAX_TABLE_CLASSES:,} more</li>"
+            cap = MAX_TABLE_CLASSES
+            shown = f"all {n:,}" if n <= cap else f"the worst {cap:,} of {n:,}"
             items.append(
-                f"<li>{html.escape(g.summary())}<details><summary>all {len(g.findings)} "
+                f"<li>{html.escape(g.summary())}<details><summary>{shown} "
                 f"(worst first)</summary><ul>{rows}</ul></details></li>"
             )
         else:

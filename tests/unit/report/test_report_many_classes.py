@@ -87,3 +87,20 @@ def test_parameter_tables_list_the_shown_classes_and_count_the_others():
     full = params_html("hist", model)
     assert re.findall(r"<tr><td>(c\d+)</td>", full) == list(model.classes_)
     assert "classes listed" not in full
+
+
+def test_a_repeated_warning_lists_its_worst_classes_and_counts_the_rest():
+    from topcal.report.checks import Finding
+    from topcal.report.page import MAX_TABLE_CLASSES, warnings_html
+
+    n = MAX_TABLE_CLASSES + 234
+    findings = [
+        Finding("no-fp", f"class c{i} has no false positives", f"c{i}", None, float(i))
+        for i in range(n)
+    ]
+    html = warnings_html(findings)
+    items = re.findall(r"<li>class (c\d+) has no false positives</li>", html)
+    assert items == [f"c{i}" for i in range(n - 1, n - 1 - MAX_TABLE_CLASSES, -1)]
+    assert f"the worst {MAX_TABLE_CLASSES:,} of {n:,}" in html and "and 234 more" in html
+    few = warnings_html(findings[:20])
+    assert "all 20 (worst first)" in few and len(re.findall(r"<li>class c", few)) == 20

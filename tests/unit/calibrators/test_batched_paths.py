@@ -872,3 +872,23 @@ def test_histogram_fit_of_all_classes_at_once_equals_the_per_class_fit(binned):
         fill_empty_bins(values, counts),
         [fill_empty_bins(v, c) for v, c in zip(values, counts)],
     )
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_small_symmetric_solves_equal_lapack(p):
+    """The hierarchical fits' stacked Newton systems: adjugates for p <= 3, LAPACK for larger
+    ones and for matrices that are not positive definite, within rounding of np.linalg."""
+    from topcal._numeric import inverse_sym_small, solve_sym_small
+
+    rng = np.random.default_rng(p)
+    A = rng.normal(size=(500, p, p))
+    H = A @ A.transpose(0, 2, 1) + 0.5 * np.eye(p)
+    H[7] = -H[7]  # negative definite: its determinant's sign says so for odd p only
+    H[9] = np.nan
+    g = rng.normal(size=(500, p))
+    want_inv = np.linalg.inv(H)
+    want_x = np.linalg.solve(H, g[:, :, None])[:, :, 0]
+    close = dict(rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(inverse_sym_small(H), want_inv, **close)
+    np.testing.assert_allclose(solve_sym_small(H, g), want_x, **close)
+    assert np.isnan(solve_sym_small(H, g)[9]).all()

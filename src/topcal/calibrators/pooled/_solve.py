@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import expit
 
-from ..._numeric import PROB_CLIP, dot
+from ..._numeric import PROB_CLIP, dot, inverse_sym_small, solve_sym_small
 
 __all__ = [
     "LAMBDA_GRID",
@@ -110,7 +110,7 @@ def newton(rows, theta, center, prior, lam, tol=TOL, scale=None) -> Solve:
         r = np.subtract(S, rows.tp, out=S)  # dNLL/dm
         grad = rows.gradient(r, T) + lam * (theta - center) @ prior
         H = rows.hessian(curvature(rows, q), T) + lam * prior + 1e-12 * np.eye(p)
-        step = np.linalg.solve(H, grad[:, :, None])[:, :, 0]
+        step = solve_sym_small(H, grad)
         if np.all(0.5 * np.einsum("kp,kp->k", step, grad) <= tol * (1.0 + np.abs(scale))):
             theta = theta - step  # the last step, predicted within the tolerance
             return Solve(theta, rows.probs(rows.margin(theta, rows.M), qn), scale, True)
@@ -147,7 +147,7 @@ def alo_loss(rows, theta, prior, lam, q, margins=False) -> float:
     m = rows.M if margins else rows.margin(theta, rows.M)
     w1 = np.multiply(q, np.subtract(1.0, q, out=S), out=S)
     p = theta.shape[1]
-    Hinv = np.linalg.inv(
+    Hinv = inverse_sym_small(
         rows.hessian(np.multiply(rows.w, w1, out=E), T) + lam * prior + 1e-12 * np.eye(p)
     )
     rows.leverage(Hinv, lev, T)  # x' H^-1 x
@@ -343,7 +343,7 @@ def posterior_cov(rows, theta, prior, lam, q=None) -> np.ndarray:
     D = rows.hessian(curvature(rows, q), rows.T)
     P = lam * prior
     eye = np.eye(p)
-    Hinv = np.linalg.inv(D + P + 1e-12 * eye)
+    Hinv = inverse_sym_small(D + P + 1e-12 * eye)
     # the centre's posterior precision: sum_j (P^-1 + D_j^-1)^-1 = sum_j D_j (I + P^-1
     # D_j)^-1 (a class without rows adds nothing)
     Pinv = np.linalg.inv(P)

@@ -14,6 +14,7 @@ __all__ = [
     "one_blas_thread",
     "inverse_pd",
     "inverse_sym_small",
+    "linspace_rows",
     "solve_sym_small",
     "binary_nll",
     "dot",
@@ -499,3 +500,27 @@ def solve_sym_small(h: np.ndarray, g: np.ndarray) -> np.ndarray:
     if not ok.all():
         x[~ok] = np.linalg.solve(h[~ok], np.asarray(g)[~ok][..., None])[..., 0]
     return x
+
+
+def linspace_rows(lo, hi, num: int) -> np.ndarray:
+    """Row i is ``np.linspace(lo[i], hi[i], num)`` bit for bit, shape (len(lo), num).
+
+    ``np.linspace`` of arrays is not the rows' scalar calls in the last bit where any row's
+    step is 0 (it then divides every row's grid first), and one scalar call a row cost 8 s
+    of the report at 10^5 classes; this follows the scalar arithmetic row by row."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    if num < 2:
+        return np.array([np.linspace(a, b, num) for a, b in zip(lo, hi)]).reshape(lo.size, num)
+    div = num - 1
+    delta = hi - lo
+    step = delta / div
+    i = np.arange(num, dtype=np.float64)
+    y = i[None, :] * step[:, None]
+    zero = step == 0  # the scalar call's subnormal branch: (i / div) * delta
+    if zero.any():
+        y[zero] = (i / div)[None, :] * delta[zero][:, None]
+    y += lo[:, None]
+    y[:, -1] = hi
+    return y
+

@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 
 from . import _progress
+from ._numeric import linspace_rows
 from .calibrators import available_methods, calibrator, get_class
 from .calibrators.select.crossfit import cross_fit, scratch_options
 from .calibrators.registry import BASELINE
@@ -216,14 +217,15 @@ def class_curves(model, ks, supports, points: int):
     step = max(CURVE_BATCH_POINTS // points, 1) if model.has_curve else 1
     for a in range(0, len(ks), step):
         part = ks[a : a + step]
-        grids = [np.linspace(supports[k][0], supports[k][1], points) for k in part]
+        bounds = np.array([supports[k] for k in part], dtype=np.float64).reshape(-1, 2)
+        grids = linspace_rows(bounds[:, 0], bounds[:, 1], points)
         if not model.has_curve:
             yield part, model.curve(part[0], grids[0]).confidence[None, :]
             continue
         rows = TopLabelData(
             tuple(model.classes_),
             np.repeat(np.asarray(part, dtype=np.int64), points),
-            np.concatenate(grids),
+            grids.ravel(),
             tuple(model.score_range_),
         )
         yield part, np.asarray(model.predict(rows)).reshape(len(part), points)

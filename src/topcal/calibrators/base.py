@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from .. import _recycle
+from .._numeric import linspace_rows
 from .._params import validate_params
 from .._typing import ArrayLike, PathLike
 from ..data import TopLabelData, check_sample_total, preview
@@ -862,9 +863,8 @@ class Calibrator:
         if not have:
             return [{} for _ in self.classes_]
         # one call for every class's 21 scores: per-class calls cost K passes over K classes
-        # (np.linspace of arrays differs from the scalar one in the last bit: one call per
-        # class)
-        s = np.concatenate([np.linspace(*self.support_[k], 21) for k in have])  # type: ignore[call-overload]
+        bounds = np.array([self.support_[k] for k in have], dtype=np.float64)
+        s = linspace_rows(bounds[:, 0], bounds[:, 1], 21).ravel()
         pred = np.repeat(np.asarray(have, dtype=np.int64), 21)
         grid = TopLabelData(tuple(self.classes_), pred, s, tuple(self.score_range_))
         try:

@@ -892,3 +892,16 @@ def test_small_symmetric_solves_equal_lapack(p):
     np.testing.assert_allclose(inverse_sym_small(H), want_inv, **close)
     np.testing.assert_allclose(solve_sym_small(H, g), want_x, **close)
     assert np.isnan(solve_sym_small(H, g)[9]).all()
+
+
+def test_linspace_rows_are_the_scalar_calls_bit_for_bit():
+    from topcal._numeric import linspace_rows
+
+    rng = np.random.default_rng(3)
+    lo = rng.random(300)
+    hi = lo + rng.random(300) * np.r_[np.ones(295), 0, 0, 1e-320, 1e-300, 1]
+    for num in (2, 21, 65):
+        got = linspace_rows(lo, hi, num)
+        want = np.array([np.linspace(a, b, num) for a, b in zip(lo, hi)])
+        assert got.tobytes() == want.tobytes()
+    assert linspace_rows(lo[:3], hi[:3], 1).shape == (3, 1)

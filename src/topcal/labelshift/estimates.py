@@ -356,22 +356,29 @@ def estimate_priors(
     )  # fmt: skip
     lam = chosen.factor
     point = estimated if lam == 1.0 else shrink_priors(ps, estimated, lam)
-    lower, upper = (None, None)
-    if n_bootstrap > 0 and lam == 0.0:
-        # not adapted: (1 - 0) ps + 0 x any resample's estimate is ps itself, so the
-        # resamples (the bootstrap and the safety step draw from their own generators) would
-        # change nothing; at 10^5 classes they were hours of EM
-        lower, upper = ps.copy(), ps.copy()
-    elif n_bootstrap > 0:
-        boot = (run, data.n_rows, counts, n_use, estimated, estimator, int(n_bootstrap))
-        lower, upper = _bootstrap_interval(*boot, level, seed)
-    if lam not in (0.0, 1.0) and lower is not None:
-        lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
+    boot = (run, data.n_rows, counts, n_use, estimated, estimator, int(n_bootstrap))
+    lower, upper = _shrunk_interval(boot, ps, lam, level, seed)
     estimated = None if lam == 1.0 else estimated
     return PriorEstimate(
         tuple(model.classes_), ps, point, lower, upper, estimator, int(round(n_use)),
         float(level), int(n_bootstrap), basis, lam, chosen.reason, estimated,
     )  # fmt: skip
+
+
+def _shrunk_interval(boot, ps, lam: float, level, seed):
+    """The bootstrap interval (``boot``: :func:`_bootstrap_interval`'s first arguments) of
+    the priors in use, (1 - lam) ps + lam estimate: (None, None) without resamples."""
+    if boot[-1] == 0:
+        return None, None
+    if lam == 0.0:
+        # not adapted: (1 - 0) ps + 0 x any resample's estimate is ps itself, so the
+        # resamples (the bootstrap and the safety step draw from their own generators) would
+        # change nothing; at 10^5 classes they were hours of EM
+        return ps.copy(), ps.copy()
+    lower, upper = _bootstrap_interval(*boot, level, seed)
+    if lam != 1.0:
+        lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
+    return lower, upper
 
 
 def _safety_step(

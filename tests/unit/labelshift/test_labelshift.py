@@ -312,10 +312,8 @@ def test_not_adapting_skips_the_bootstrap_its_interval_would_not_use(hist, monke
     use = shifted(400, SOURCE, 11, labels=False)[0]
     ps = hist.evidence_.confusion.source_priors()
     calls = []
-    real = est_mod._bootstrap_interval
-    monkeypatch.setattr(
-        est_mod, "_bootstrap_interval", lambda *a: calls.append(1) or real(*a)
-    )
+    real = est_mod.bootstrap
+    monkeypatch.setattr(est_mod, "bootstrap", lambda *a: calls.append(1) or real(*a))
     for shrink in ("auto", 0.0):
         e = estimate_priors(hist, use, n_bootstrap=20, shrink=shrink)
         assert e.shrink == 0.0 and e.n_bootstrap == 20

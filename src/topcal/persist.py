@@ -52,6 +52,7 @@ __all__ = [
     "digests",
     "finite_json",
     "check_format",
+    "versioned_text",
 ]
 
 FORMAT = "topcal-model"
@@ -81,17 +82,24 @@ def dumps(model, *, stats: bool = True) -> str:
             **payload,
             "evidence": {k: v for k, v in evidence.items() if k not in ("stats", "fingerprints")},
         }
+    return versioned_text(FORMAT, FORMAT_VERSION, "model", payload, "model state")
+
+
+def versioned_text(fmt: str, version: int, key: str, payload, what: str) -> str:
+    """A versioned JSON file's text: ``format``, ``format_version``, ``topcal_version``,
+    ``payload`` under ``key`` and the SHA-256 of its :func:`canonical_json` text, one key a
+    line, lists of scalars (and one-line-a-class lists of states) on one line each by the C
+    encoder, every array encoded once for the file and the digest; ``what`` names the payload
+    in the error for a value that is not finite."""
     try:
-        text, canonical = _both(
-            payload, 1
-        )  # each array encoded once, for the file and for the digest
-    except ValueError as exc:  # NaN/inf in state: a bug, not a user error
-        raise TopcalError(f"model state is not finite and cannot be saved: {exc}") from None
+        text, canonical = _both(payload, 1)
+    except ValueError as exc:  # NaN/inf: a bug, not a user error
+        raise TopcalError(f"{what} is not finite and cannot be saved: {exc}") from None
     doc = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format": fmt,
+        "format_version": version,
         "topcal_version": __version__,
-        "model": _Encoded(text),
+        key: _Encoded(text),
         "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
     }
     return _pretty(doc) + "\n"

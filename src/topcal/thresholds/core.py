@@ -63,7 +63,7 @@ from ._ltt import (
 )
 from .._typing import ArrayLike, PathLike
 from ..calibrators.base import Calibrator
-from ..data import TopLabelData
+from ..data import TopLabelData, rows_by_class
 from ..errors import DataError, NotFittedError, ParameterError, TopcalError, TopcalWarning
 from ..evidence.fingerprint import MAX_OVERLAP, WARN_OVERLAP, unchecked
 from ..io.inputs import as_data
@@ -402,8 +402,12 @@ def _class_cutoffs(classes, data: TopLabelData, conf, small, precision: float, l
             "(shared)", conf[rows], tp[rows], fp[rows], precision, level, score[rows]
         )
     per = []
+    # each class's rows from one sort (a pass over the rows per class cost 14 s at 10^5
+    # classes); the same ascending row numbers as np.flatnonzero(pred == k)
+    rows_of = dict(rows_by_class(data.pred, len(classes)))
+    empty = np.zeros(0, dtype=np.int64)
     for k, name in enumerate(classes):
-        idx = np.flatnonzero(data.pred == k)
+        idx = rows_of.get(k, empty)
         if small[k]:
             per.append(_in_group(name, shared, conf[idx], tp[idx], fp[idx], level, score[idx]))
         else:

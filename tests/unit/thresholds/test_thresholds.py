@@ -345,6 +345,29 @@ def test_json_round_trip_and_model_check(tmp_path, uncal):
         back.check_model(three)
 
 
+def test_thresholds_file_writes_a_class_a_line_with_the_former_content_and_digest(uncal):
+    """The file's text is persist's versioned layout (one class's cut-off a line, by the C
+    encoder); what it holds and its digest are those of the former json.dumps(indent=1)."""
+    import hashlib
+
+    data = linear_population(3000, 5, k=3)
+    model = topcal.calibrator("uncalibrated").fit(linear_population(1000, 6, k=3))
+    th = fit_thresholds(model, data, 0.9, 0.05, mode="per-class")
+    text = th.dumps()
+    payload = th.to_dict()
+    former = {
+        "format": "topcal-thresholds",
+        "format_version": 1,
+        "topcal_version": topcal.__version__,
+        "thresholds": payload,
+        "sha256": hashlib.sha256(topcal.persist.canonical_json(payload).encode()).hexdigest(),
+    }
+    assert json.loads(text) == json.loads(json.dumps(former, indent=1))
+    per = [line for line in text.splitlines() if '"name":' in line]
+    assert len(per) >= 3  # the classes' cut-offs, one a line
+    assert loads_thresholds(text) == th
+
+
 def test_fingerprint_merge_is_order_free():
     a, b = linear_population(300, 1), linear_population(400, 2)
     both = Fingerprint.of(TopLabelData.concat([a, b]))

@@ -365,7 +365,7 @@ def estimate_priors(
     )  # fmt: skip
 
 
-def _shrunk_interval(boot, ps, lam: float, level, seed):
+def _shrunk_interval(boot: tuple, ps, lam: float, level, seed):
     """The bootstrap interval (``boot``: :func:`_bootstrap_interval`'s first arguments) of
     the priors in use, (1 - lam) ps + lam estimate: (None, None) without resamples."""
     if boot[-1] == 0:
@@ -375,7 +375,10 @@ def _shrunk_interval(boot, ps, lam: float, level, seed):
         # resamples (the bootstrap and the safety step draw from their own generators) would
         # change nothing; at 10^5 classes they were hours of EM
         return ps.copy(), ps.copy()
-    lower, upper = _bootstrap_interval(*boot, level, seed)
+    run, n, counts, n_use, point, estimator, n_bootstrap = boot
+    lower, upper = _bootstrap_interval(
+        run, n, counts, n_use, point, estimator, n_bootstrap, level, seed
+    )
     if lam != 1.0:
         lower, upper = (1.0 - lam) * ps + lam * lower, (1.0 - lam) * ps + lam * upper
     return lower, upper

@@ -78,7 +78,20 @@ def sums(cells: Cells, factor=None):
     parts = (cells.n, cells.t, cells.s, cells.d2)
     if factor is None:
         return tuple(cells.add(x) for x in parts)
-    return tuple(cells.add(factor * x) for x in parts)
+    if cells.pair is None:
+        return tuple(cells.add(factor * x) for x in parts)
+    # groups of one or two cells: the factors gathered once, each product then taken on the
+    # group's cells only (the same products and sums as add(factor * x), bit for bit,
+    # without four resamples x cells temporaries: 600,000 cells at 10^5 classes)
+    two = np.flatnonzero(cells.pair >= 0)
+    second = cells.pair[two]
+    f1, f2 = factor[..., cells.starts], factor[..., second]
+    out = []
+    for x in parts:
+        o = f1 * x[cells.starts]
+        o[..., two] += f2 * x[second]
+        out.append(o)
+    return tuple(out)
 
 
 # Cells holding at least this much weight draw their Poisson count from its normal
@@ -88,16 +101,19 @@ def sums(cells: Cells, factor=None):
 NORMAL_FROM = 30.0
 
 
-def poisson_factors(rng, n: np.ndarray, b: int) -> np.ndarray:
+def poisson_factors(rng, n: np.ndarray, b: int, out=None) -> np.ndarray:
     """Each cell's resampled weight over its weight, for ``b`` Poisson resamples, shape (b,
-    n)."""
-    out = np.empty((b, n.size))
+    n); into ``out`` where given (a buffer of that shape, reused across chunks: fresh pages
+    for every chunk cost a fifth of ``metrics``' time at 10^5 classes)."""
+    out = np.empty((b, n.size)) if out is None else out
     big = n >= NORMAL_FROM
     if big.any():
         m = n[big]
         z = rng.standard_normal((b, m.size), dtype=np.float32)
         out[:, big] = np.maximum(1.0 + z / np.sqrt(m), 0.0)
-    if (~big).any():
+    if not big.any():  # every cell light (many classes): the draws divided in place
+        np.divide(rng.poisson(n, size=(b, n.size)), n, out=out)
+    elif (~big).any():
         m = n[~big]
         out[:, ~big] = rng.poisson(m, size=(b, m.size)) / m
     return out
@@ -109,9 +125,10 @@ def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.nda
     run)."""
     rng = np.random.default_rng([seed, tag])
     out = []
+    buffer = np.empty((min(CHUNK, resamples), cells.n.size))
     for start in range(0, resamples, CHUNK):
         b = min(CHUNK, resamples - start)
-        out.append(stat(*sums(cells, poisson_factors(rng, cells.n, b))))
+        out.append(stat(*sums(cells, poisson_factors(rng, cells.n, b, buffer[:b]))))
     return np.concatenate(out)
 
 

@@ -365,17 +365,25 @@ def test_classwise_ece_is_kull_et_als_definition_with_an_interval_that_covers_it
         classwise_ece(data, p[:, :3])
 
 
-def test_top_label_ece_bootstrap_at_many_classes_keeps_its_draws():
-    """The Poisson bootstrap over (class, bin) cells reuses one buffer and takes each product
-    on a group's cells only; its figures are the former code's (draws and sums unchanged),
-    stated to 1e-12 for other numpy releases' summation."""
-    rng = np.random.default_rng(11)
-    n, K = 3000, 1500
-    pred = np.minimum(rng.zipf(1.3, n) - 1, K - 1)
+@pytest.mark.parametrize(
+    "n, K, zipf, resamples, seed, want",
+    [
+        # bins of one or two cells, a chunk of 100 resamples (some cells heavy)
+        (3000, 1500, 1.3, 250, 3, [0.11973227495640354, 0.08652335029546324, 0.10479075281773284]),
+        # every cell light and ~40,000 of them: chunks of ~50 resamples, the same stream
+        (40000, 30000, None, 200, 4, [0.3316342624291584, 0.32125826890627346, 0.3248996640668828]),
+    ],
+)
+def test_top_label_ece_bootstrap_at_many_classes_keeps_its_draws(n, K, zipf, resamples, seed, want):
+    """The Poisson bootstrap over (class, bin) cells reuses one buffer, takes each product on
+    a group's cells only and, where its draws are of one kind, draws in chunks that fit
+    glibc's reuse limit; its figures are the former code's (computed at commit 1b81d2f, before
+    these changes), stated to 1e-12 for other numpy releases' summation."""
+    rng = np.random.default_rng(11 if zipf else 12)
+    pred = np.minimum(rng.zipf(zipf, n) - 1, K - 1) if zipf else rng.integers(0, K, n)
     score = rng.beta(4, 1.5, n)
     label = np.where(rng.random(n) < score, pred, (pred + 1) % K)
     d = TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(K)])
-    e = overall.ece_top_label(d, np.clip(score * 0.9 + 0.05, 0, 1), resamples=250, seed=3)
-    # computed by the code of commit 1b81d2f, before the change
-    want = [0.11973227495640354, 0.08652335029546324, 0.10479075281773284]
+    conf = np.clip(score * 0.9 + 0.05, 0, 1)
+    e = overall.ece_top_label(d, conf, resamples=resamples, seed=seed)
     np.testing.assert_allclose([e.value, e.lo, e.hi], want, rtol=1e-12, atol=0)

@@ -167,9 +167,12 @@ def test_adapt_bootstrap_and_safety_simulation_bars_on_a_terminal(monkeypatch):
     term = Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     assert _progress.enabled()
-    model.adapt(topcal.TopLabelData.from_probs(probs[:500]), n_bootstrap=5)
-    assert "bootstrap" in term.getvalue() and "resamples" in term.getvalue()
+    use = topcal.TopLabelData.from_probs(probs[:500])
+    model.adapt(use, n_bootstrap=5)  # no shift: the safety step chooses 0, no resample runs
     assert "safety simulation" in term.getvalue() and "use sets" in term.getvalue()  # issue 34
+    assert "bootstrap" not in term.getvalue()
+    model.adapt(use, n_bootstrap=5, shrink=0.5)  # a given factor: the resamples run
+    assert "bootstrap" in term.getvalue() and "resamples" in term.getvalue()
 
 
 @pytest.mark.heavy

@@ -104,3 +104,14 @@ def with_weights(data, w):
         fp=np.where(right, 0.0, w),
         labels=data.labels,
     )
+
+
+def zipf_top_scores(n, K, seed, *, a=1.5):
+    """Top-score data of ``n`` rows whose predicted classes follow Zipf(``a``) over ``K``
+    classes (most classes predicted once or twice), score ~ Beta(4, 1.5), right with
+    probability score^1.5 (else the next class)."""
+    rng = np.random.default_rng(seed)
+    pred = np.minimum(rng.zipf(a, n) - 1, K - 1)
+    score = rng.beta(4, 1.5, n)
+    label = np.where(rng.random(n) < score**1.5, pred, (pred + 1) % K)
+    return TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(K)])

@@ -9,22 +9,15 @@ import warnings
 
 import numpy as np
 
-from topcal import TopLabelData
 import topcal
 from topcal.evaluate import class_curves, compare_methods, curve_findings
 from topcal.report.page import metric_table, table_classes
 
-
-def _zipf_data(n, K, seed):
-    rng = np.random.default_rng(seed)
-    pred = np.minimum(rng.zipf(1.5, n) - 1, K - 1)
-    score = rng.beta(4, 1.5, n)
-    label = np.where(rng.random(n) < score**1.5, pred, (pred + 1) % K)
-    return TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(K)])
+from _sim import zipf_top_scores
 
 
 def test_per_class_table_marks_the_best_ranked_value_of_each_row():
-    data = _zipf_data(3000, 8, 0)
+    data = zipf_top_scores(3000, 8, 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cmp = compare_methods(data, ["uncalibrated", "conf1", "hist", "cum"], folds=2)
@@ -46,7 +39,7 @@ def test_per_class_table_marks_the_best_ranked_value_of_each_row():
 
 
 def test_many_classes_list_those_predicted_most_often_in_class_order():
-    data = _zipf_data(4000, 3000, 1)
+    data = zipf_top_scores(4000, 3000, 1)
     shown = table_classes(data, limit=50)
     rows = np.bincount(data.pred, minlength=data.n_classes)
     idx = [data.classes.index(c) for c in shown]
@@ -56,7 +49,7 @@ def test_many_classes_list_those_predicted_most_often_in_class_order():
 
 
 def test_class_curves_are_the_per_class_curves_and_wiggles_the_walk():
-    data = _zipf_data(5000, 60, 2)
+    data = zipf_top_scores(5000, 60, 2)
     supports = data.class_supports()
     ks = [k for k, sup in enumerate(supports) if sup is not None]
     with warnings.catch_warnings():
@@ -75,7 +68,7 @@ def test_class_curves_are_the_per_class_curves_and_wiggles_the_walk():
 def test_parameter_tables_list_the_shown_classes_and_count_the_others():
     from topcal.report.page import params_html
 
-    data = _zipf_data(4000, 300, 3)
+    data = zipf_top_scores(4000, 300, 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = topcal.calibrator("hist").fit(data)

@@ -17,6 +17,8 @@ from topcal.calibrators.select.rules import choose, paired_se, tier
 from topcal.data import TopLabelData
 from topcal.metrics import nll
 
+from _sim import zipf_top_scores
+
 BENCH = Path(__file__).resolve().parents[4] / "benchmarks"
 POOLED = ["pooled-platt", "pooled-beta", "pooled-hist", "pooled-kde-mon2"]
 
@@ -366,18 +368,10 @@ def test_auto_on_too_few_samples_says_once_that_classes_are_never_predicted():
     assert any("too few for 5-fold" in str(w.message) for w in caught)
 
 
-def _zipf(n, K, seed):
-    rng = np.random.default_rng(seed)
-    pred = np.minimum(rng.zipf(1.5, n) - 1, K - 1)
-    score = rng.beta(4, 1.5, n)
-    label = np.where(rng.random(n) < score**1.5, pred, (pred + 1) % K)
-    return TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(K)])
-
-
 def test_auto_leaves_out_unshrunk_per_class_fits_on_a_sample_or_two_a_class():
     from topcal.calibrators.select.auto import Auto
 
-    few = _zipf(4000, 3000, 4)  # 1,000+ classes, most predicted once or twice
+    few = zipf_top_scores(4000, 3000, 4)  # 1,000+ classes, most predicted once or twice
     names = Auto()._names(few)
     assert "hist" in names and "bts" not in names and "btswa" not in names
     assert "bts" in Auto(candidates=["hist", "bts"])._names(few)  # named, they run
@@ -387,4 +381,4 @@ def test_auto_leaves_out_unshrunk_per_class_fits_on_a_sample_or_two_a_class():
     label = np.where(rng.random(pred.size) < score, pred, (pred + 1) % 1200)
     many = TopLabelData.from_scores(pred, score, label, classes=[f"c{i}" for i in range(1200)])
     assert {"bts", "btswa"} <= set(Auto()._names(many))
-    assert {"bts", "btswa"} <= set(Auto()._names(_zipf(4000, 800, 6)))
+    assert {"bts", "btswa"} <= set(Auto()._names(zipf_top_scores(4000, 800, 6)))

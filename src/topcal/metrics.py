@@ -232,12 +232,8 @@ def _ece(
         wb = np.bincount(inv, weights=w, minlength=cells.size)
         tb = np.bincount(inv, weights=data.tp, minlength=cells.size)
         cb = np.bincount(inv, weights=w * c, minlength=cells.size)
-        cls = cells // n_bins
-        start = np.searchsorted(cls, np.arange(k), side="left")
-        stop = np.searchsorted(cls, np.arange(k), side="right")
-        gaps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [
-            (wb[a:z], tb[a:z], cb[a:z]) for a, z in zip(start, stop)
-        ]
+        _cell_gaps(wb, tb, cb, cells // n_bins, cnt, norm, per)
+        gaps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     else:
         gaps = []
         for i in range(k):
@@ -268,6 +264,34 @@ def _ece(
     else:
         overall = float(np.sqrt(np.sum(share * per[has] ** 2)))
     return ClassMetric(f"ece{norm}", data.classes, per, overall)
+
+
+def _cell_gaps(wb, tb, cb, cls, cnt, norm: int, per) -> None:
+    """Each class's ECE into ``per`` from its (class, bin) cells' weights ``wb``, TPs ``tb``
+    and confidence sums ``cb`` (cells sorted by class ``cls``): the share-weighted mean gap
+    (norm 1), or the root of its squares (norm 2), over its non-empty bins.
+
+    One pass over the cells. A class's terms are added one after the other, as ``np.sum``
+    adds fewer than 8 numbers, so the figures are a class-at-a-time ``np.sum``'s bit for bit;
+    a class with 8 or more non-empty bins (where np.sum pairs them) is summed by np.sum
+    itself. The class-at-a-time loop cost ~8 microseconds a class: seconds a call at 10^5
+    classes."""
+    keep = (wb > 0) & (cnt[cls] > 0)
+    w, t, c, owner = wb[keep], tb[keep], cb[keep], cls[keep]
+    if owner.size == 0:
+        return
+    gap = np.abs(t - c) / w
+    share = w / cnt[owner]
+    term = share * gap if norm == 1 else share * gap**2
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    size = np.diff(np.r_[starts, owner.size])
+    total = np.zeros(starts.size)
+    for j in range(int(min(size.max(), 7))):  # ((0 + t0) + t1) + ...: np.sum below 8 terms
+        more = size > j
+        total[more] += term[starts[more] + j]
+    for i in np.flatnonzero(size >= 8):  # np.sum's pairwise blocks
+        total[i] = np.sum(term[starts[i] : starts[i] + size[i]])
+    per[owner[starts]] = total if norm == 1 else np.sqrt(total)
 
 
 def ece1(

@@ -366,11 +366,7 @@ class AdaptedCalibrator(Wrapper):
             "fp_pseudocount": self.fp_pseudocount_,
             "shrink": e.shrink,
             "shrink_reason": e.shrink_reason,
-            "interval": (
-                f"{e.level:.0%} bootstrap percentile, {e.n_bootstrap} resamples"
-                if e.lower is not None
-                else "none"
-            ),
+            "interval": _interval_text(e),
         }
         for i, c in enumerate(self.classes_):
             info = d["classes"][c]
@@ -446,3 +442,14 @@ def read_priors(path) -> dict[str, float]:
 
 
 register_hook("adapt", adapt)  # Calibrator.adapt (calibrators sit below this layer)
+
+
+def _interval_text(e) -> str:
+    """What the use priors' intervals are, in words (``describe``'s ``interval``)."""
+    if e.lower is None:
+        return "none"
+    if e.shrink == 0.0 and e.estimator != "given":
+        # estimate_priors runs no resample here: the priors in use are the source ones
+        return "the source priors (not adapted, so no resample was needed)"
+    return f"{e.level:.0%} bootstrap percentile, {e.n_bootstrap} resamples"
+

@@ -321,6 +321,8 @@ def test_not_adapting_skips_the_bootstrap_its_interval_would_not_use(hist, monke
         np.testing.assert_array_equal(e.upper, ps)
         np.testing.assert_array_equal(e.priors, ps)
     assert calls == []
+    ad = adapt(hist, use, n_bootstrap=20)
+    assert "no resample" in ad.describe()["label_shift"]["interval"]
     half = estimate_priors(hist, use, n_bootstrap=20, shrink=0.5)
     assert calls == [1] and np.any(half.lower != half.upper)
 

@@ -66,14 +66,6 @@ def progress_bar(**kwargs):
     return _progress.bar(**kwargs)
 
 
-def available_cpus() -> int:
-    """CPUs this process may run on (``os.sched_getaffinity`` where it exists)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
-
-
 def pick_device(device: str = "auto"):
     """The torch device: ``"auto"`` is CUDA when available, else CPU."""
     torch = require_torch()

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .._numeric import available_cpus
 from ..errors import DataError, ParameterError, TopcalError
 from .ensembles import ExperimentConfig, combine_log_probs
 from .idx import MnistData, load_mnist, split_train_test1
@@ -234,7 +235,7 @@ def _train_missing(
         chunk = 10 if dev.type == "cpu" else 100
     old_threads = torch.get_num_threads()
     if dev.type == "cpu":
-        torch.set_num_threads(int(threads) if threads else mlp.available_cpus())
+        torch.set_num_threads(int(threads) if threads else available_cpus())
     try:
         scale = np.float32(1.0 / 255.0)
         xt = torch.from_numpy(

@@ -962,6 +962,62 @@ def test_safety_draws_are_multinomial_and_sparse():
         assert abs(total[g].sum() - expect) <= 5 * np.sqrt(expect) + 1, (total[g].sum(), expect)
 
 
+def test_in_threads_keeps_the_draw_order_and_raises_a_worker_error():
+    """The draws are made in turn from one stream and each result keeps its place, on any
+    number of threads; a worker's error reaches the caller."""
+    from topcal.labelshift.safety import in_threads
+
+    def run(threads):
+        rng = np.random.default_rng(5)
+        return in_threads(
+            lambda x: np.sort(x)[::-1], lambda: rng.random(50), 9, threads, "t", " x"
+        )
+
+    loop_rng = np.random.default_rng(5)
+    loop = [np.sort(loop_rng.random(50))[::-1] for _ in range(9)]
+    for threads in (1, 2, 3, 20):
+        got = run(threads)
+        assert len(got) == 9 and all(np.array_equal(a, b) for a, b in zip(got, loop))
+
+    def fails(x):
+        if x > 2:
+            raise ValueError("item 3 failed")
+        return x
+
+    it = iter(range(6))
+    with pytest.raises(ValueError, match="item 3 failed"):
+        in_threads(fails, lambda: next(it), 6, 2, "t", " x")
+
+
+@pytest.mark.parametrize("estimator", ["em", "bbse"])
+def test_sparse_safety_simulation_does_not_depend_on_its_threads(monkeypatch, estimator):
+    """The sparse population's use sets run on threads; the figures are those of one thread,
+    bit for bit."""
+    from topcal.labelshift import safety
+
+    model = topcal.calibrator("hist", n_bins=5).fit(shifted(3000, SOURCE, 0, sep=1.0)[0])
+    use = shifted(200, TARGET, 4, sep=1.0, labels=False)[0]
+    est = estimate_priors(model, use, estimator=estimator, n_bootstrap=0, shrink=1.0)
+    monkeypatch.setattr(safety, "SIM_DENSE_CELLS", 0)  # the sparse population, as at 10^5
+    got = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(safety, "available_cpus", lambda: threads)
+        for truth in ("estimate", "moment"):
+            got[threads, truth] = choose_shrink(
+                model.evidence_.confusion,
+                est.priors,
+                200,
+                estimator=estimator,
+                prior_strength=PRIOR_STRENGTH[estimator],
+                fp_pseudocount=FP_PSEUDOCOUNT,
+                seed=3,
+                truth=truth,
+            )
+    for truth in ("estimate", "moment"):
+        assert got[1, truth] == got[2, truth]
+    assert any(g.n_sim == safety.SAFETY_SIMULATIONS for g in got.values())
+
+
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_safety_step_at_two_hundred_thousand_classes():

@@ -100,3 +100,19 @@ def test_chunked_reads_count_what_a_whole_read_counts_at_many_classes(files):
     np.testing.assert_array_equal(
         chunked.evidence_.confusion.column_sums(), whole.evidence_.confusion.column_sums()
     )
+
+
+def test_the_command_line_keeps_freed_memory_unless_glibc_is_told_otherwise(monkeypatch):
+    """The command line sets glibc's mmap and trim thresholds, so arrays dropped and made again
+    (EM at 10^5 classes) reuse the heap instead of faulting in fresh pages; where the user set
+    glibc's own variables, theirs decide."""
+    import platform
+
+    from topcal.cli import keep_freed_memory
+
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
+        monkeypatch.delenv(name, raising=False)
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert keep_freed_memory() is True
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert keep_freed_memory() is False

@@ -12,7 +12,6 @@ import numpy as np
 __all__ = [
     "PROB_CLIP",
     "one_blas_thread",
-    "available_cpus",
     "inverse_pd",
     "inverse_sym_small",
     "linspace_rows",
@@ -54,16 +53,6 @@ def one_blas_thread():
         _BLAS_CONTROLLER[1] = ThreadpoolController()
         _BLAS_CONTROLLER[0] = len(sys.modules)
     return _BLAS_CONTROLLER[1].limit(limits=1, user_api="blas")
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (``os.sched_getaffinity`` where it exists)."""
-    import os
-
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
 
 
 def binary_nll(tp, fp, conf):

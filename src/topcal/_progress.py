@@ -147,10 +147,14 @@ def bar(
     desc: str | None = None,
     unit: str = "it",
     leave: bool = False,
+    show: bool = True,
     **kwargs,
 ):
-    """A tqdm bar on stderr where :func:`enabled`, plain lines where :func:`plain`, else a
-    silent stand-in (same methods)."""
+    """A tqdm bar on stderr where :func:`enabled`, plain lines where :func:`plain`, else
+    (or with ``show=False``: a part of a larger step that has its own) a silent stand-in
+    (same methods)."""
+    if not show:
+        return _Silent(iterable, total)
     if enabled():
         try:
             from tqdm.auto import tqdm

@@ -36,6 +36,7 @@ TEST_PRIVATE_MODULES = {
     "topcal.calibrators.vector._core",
     "topcal.calibrators.vector._solve",
     "topcal._numeric",
+    "topcal._parallel",
     "topcal._progress",
     "topcal._recycle",
     "topcal.calibrators.temperature._lockstep",

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .._numeric import available_cpus
+from .._parallel import available_cpus
 from ..errors import DataError, ParameterError, TopcalError
 from .ensembles import ExperimentConfig, combine_log_probs
 from .idx import MnistData, load_mnist, split_train_test1

@@ -48,14 +48,12 @@ the equally good). Derivation and assumptions: ``docs/label_shift.md``.
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _progress
-from .._numeric import available_cpus, binary_nll, one_blas_thread
+from .._numeric import binary_nll
+from .._parallel import available_cpus, in_threads
 from ..evidence.confusion import ConfusionStats
 from ..errors import ParameterError
 from .estimators import (
@@ -106,46 +104,6 @@ TRUTH_RULES = ("estimate", "moment")
 #: above it (1,000 classes and more) the same distribution from another stream, 8-18 x
 #: faster at 1,500 classes.
 INVERSION_RATIO = 16
-
-
-def in_threads(work, draw, n: int, threads: int, desc: str, unit: str) -> list:
-    """``[work(draw()) for _ in range(n)]`` on up to ``threads`` threads, with a progress bar.
-
-    Every ``draw()`` is made under one lock, in turn, and its result keeps its place: the
-    draws come from one random stream in the order a loop would make them, whatever the
-    threads. A worker's error stops the others after their current item and is raised
-    here."""
-    out: list = [None] * n
-    threads = max(1, min(int(threads), n))
-    with _progress.bar(total=n, desc=desc, unit=unit) as bar:
-        if threads == 1:
-            for s in range(n):
-                out[s] = work(draw())
-                bar.update(1)
-            return out
-        lock, state = threading.Lock(), {"next": 0, "stop": False}
-
-        def worker():
-            while True:
-                with lock:
-                    s = state["next"]
-                    if s >= n or state["stop"]:
-                        return
-                    state["next"] = s + 1
-                    drawn = draw()
-                result = work(drawn)
-                with lock:
-                    out[s] = result
-                    bar.update(1)
-
-        with one_blas_thread(), ThreadPoolExecutor(threads) as pool:
-            jobs = [pool.submit(worker) for _ in range(threads)]
-            try:
-                for job in jobs:
-                    job.result()
-            finally:
-                state["stop"] = True
-    return out
 
 
 def draw_counts(rng, p, n: int, cdf=None):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._numeric import weighted_quantile_edges
+from .._parallel import available_cpus, in_threads
 from .._params import check_bin_count
 from ..data import TopLabelData
 from ._common import (
@@ -124,7 +126,6 @@ def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.nda
     ``seed`` and the metric's ``tag``, so one metric's draws do not depend on which others
     run)."""
     rng = np.random.default_rng([seed, tag])
-    out = []
     chunk = CHUNK
     big = cells.n >= NORMAL_FROM
     if big.all() or not big.any():
@@ -132,13 +133,29 @@ def bootstrap(cells: Cells, stat, resamples: int, seed: int, tag: int) -> np.nda
         # the chunks stay under glibc's reuse limit (fresh pages for 100 x 600,000 cells
         # cost a third of metrics' time at 10^5 classes)
         chunk = int(np.clip(CHUNK_CELLS // max(cells.n.size, 1), 1, CHUNK))
-    buffer = np.empty((min(chunk, resamples), cells.n.size))
-    for start in range(0, resamples, chunk):
-        b = min(chunk, resamples - start)
-        out.append(stat(*sums(cells, poisson_factors(rng, cells.n, b, buffer[:b]))))
-    return np.concatenate(out)
+    sizes = [min(chunk, resamples - start) for start in range(0, resamples, chunk)]
+    left = iter(sizes)
+    mine = threading.local()  # each thread's factor buffer: its last chunk is summed
+
+    def draw():
+        if not hasattr(mine, "buffer"):
+            mine.buffer = np.empty((sizes[0], cells.n.size))
+        b = next(left)
+        return poisson_factors(rng, cells.n, b, mine.buffer[:b])
+
+    # several chunks: one thread draws a chunk (in turn, one stream) while another sums
+    # the last; the draws were half the time at 10^5 classes. Each thread holds a buffer.
+    two = len(sizes) > 1 and sizes[0] * cells.n.size <= THREADED_CELLS
+    threads = min(BOOTSTRAP_THREADS, available_cpus()) if two else 1
+    return np.concatenate(in_threads(lambda f: stat(*sums(cells, f)), draw, len(sizes), threads))
 
 
+#: Threads of the bootstrap where it runs in chunks: one draws while the other sums.
+BOOTSTRAP_THREADS = 2
+#: Most resamples x cells a chunk may hold for the bootstrap to run on threads (each holds
+#: its chunk's factors: 512 MB more at most; 100 resamples of 600,000 cells, 10^5 classes,
+#: draws of both kinds, hold 480 MB).
+THREADED_CELLS = 1 << 26
 #: Most resamples x cells one chunk of the bootstrap holds where its draws are of one kind
 #: (16 MB of factors: under glibc's largest mmap threshold, 32 MB, so freed blocks are
 #: reused instead of mapped afresh).

@@ -962,33 +962,6 @@ def test_safety_draws_are_multinomial_and_sparse():
         assert abs(total[g].sum() - expect) <= 5 * np.sqrt(expect) + 1, (total[g].sum(), expect)
 
 
-def test_in_threads_keeps_the_draw_order_and_raises_a_worker_error():
-    """The draws are made in turn from one stream and each result keeps its place, on any
-    number of threads; a worker's error reaches the caller."""
-    from topcal.labelshift.safety import in_threads
-
-    def run(threads):
-        rng = np.random.default_rng(5)
-        return in_threads(
-            lambda x: np.sort(x)[::-1], lambda: rng.random(50), 9, threads, "t", " x"
-        )
-
-    loop_rng = np.random.default_rng(5)
-    loop = [np.sort(loop_rng.random(50))[::-1] for _ in range(9)]
-    for threads in (1, 2, 3, 20):
-        got = run(threads)
-        assert len(got) == 9 and all(np.array_equal(a, b) for a, b in zip(got, loop))
-
-    def fails(x):
-        if x > 2:
-            raise ValueError("item 3 failed")
-        return x
-
-    it = iter(range(6))
-    with pytest.raises(ValueError, match="item 3 failed"):
-        in_threads(fails, lambda: next(it), 6, 2, "t", " x")
-
-
 @pytest.mark.parametrize("estimator", ["em", "bbse"])
 def test_sparse_safety_simulation_does_not_depend_on_its_threads(monkeypatch, estimator):
     """The sparse population's use sets run on threads; the figures are those of one thread,

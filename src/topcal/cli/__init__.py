@@ -137,21 +137,23 @@ def keep_freed_memory() -> bool:
     glibc gives a freed block of a few hundred KB or more back to the system (or trims it
     off the heap), and the next array of that size faults in fresh pages. On a virtual
     machine that reports freed pages to its host, as the 2-core benchmark machine does,
-    that system time was a seventh of ``adapt``'s time at 10^5 classes, whose EM makes and
-    drops arrays of the classes' size a few thousand times. The process's peak is what its
-    largest moment holds either way; only its size between peaks stays up (by at most
-    TRIM_THRESHOLD of free heap). Left alone where the C library is not glibc or the user
-    set one of glibc's own variables (:data:`_MALLOC_VARIABLES`)."""
+    that system time was about a tenth of ``adapt``'s time at 10^5 classes (45 -> 41 s),
+    whose EM makes and drops arrays of the classes' size a few thousand times. The
+    process's peak is what its largest moment holds either way; only its size between
+    peaks stays up (by at most TRIM_THRESHOLD of free heap). Left alone where the C
+    library is not glibc or the user set one of glibc's own variables
+    (:data:`_MALLOC_VARIABLES`)."""
     import ctypes
-    import ctypes.util
     import os
 
-    if any(v in os.environ for v in _MALLOC_VARIABLES) or not sys.platform.startswith("linux"):
+    if any(v in os.environ for v in _MALLOC_VARIABLES):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+        # glibc only: these thresholds are its allocator's (other C libraries differ)
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+            return False
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
+    except (AttributeError, OSError, ValueError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
     return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(

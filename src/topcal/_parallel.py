@@ -34,8 +34,8 @@ def in_threads(
 
     Every ``draw()`` is made under one lock, in turn, and its result keeps its place: the
     draws come from one random stream in the order a loop would make them, whatever the
-    threads. A worker's error stops the others after their current item and is raised
-    here."""
+    threads. BLAS runs on one thread meanwhile (the threads are the parallelism). A
+    worker's error stops the others after their current item and is raised here."""
     out: list = [None] * n
     threads = max(1, min(int(threads), n))
     with _progress.bar(total=n, desc=desc, unit=unit, show=desc is not None) as bar:

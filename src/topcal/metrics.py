@@ -233,30 +233,18 @@ def _ece(
         tb = np.bincount(inv, weights=data.tp, minlength=cells.size)
         cb = np.bincount(inv, weights=w * c, minlength=cells.size)
         _cell_gaps(wb, tb, cb, cells // n_bins, cnt, norm, per)
-        gaps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     else:
-        gaps = []
-        for i in range(k):
+        for i in np.flatnonzero(cnt > 0):
             m = data.pred == i
-            if not np.any(w[m] > 0):
-                gaps.append((np.zeros(1), np.zeros(1), np.zeros(1)))
-                continue
             b = _ece_bins(c[m], w[m], n_bins, strategy)
             nb = int(b.max()) + 1
-            gaps.append(
-                (
-                    np.bincount(b, weights=w[m], minlength=nb),
-                    np.bincount(b, weights=data.tp[m], minlength=nb),
-                    np.bincount(b, weights=w[m] * c[m], minlength=nb),
-                )
-            )
-    for i, (wbi, tbi, cbi) in enumerate(gaps):
-        if cnt[i] <= 0:
-            continue
-        nz = wbi > 0
-        gap = np.abs(tbi[nz] - cbi[nz]) / wbi[nz]
-        share = wbi[nz] / cnt[i]
-        per[i] = np.sum(share * gap) if norm == 1 else np.sqrt(np.sum(share * gap**2))
+            wbi = np.bincount(b, weights=w[m], minlength=nb)
+            tbi = np.bincount(b, weights=data.tp[m], minlength=nb)
+            cbi = np.bincount(b, weights=w[m] * c[m], minlength=nb)
+            nz = wbi > 0
+            gap = np.abs(tbi[nz] - cbi[nz]) / wbi[nz]
+            share = wbi[nz] / cnt[i]
+            per[i] = np.sum(share * gap) if norm == 1 else np.sqrt(np.sum(share * gap**2))
     has = cnt > 0
     share = cnt[has] / cnt[has].sum()
     if norm == 1:

@@ -354,13 +354,10 @@ def _warning_list(findings) -> str:
     for g in group_findings(findings):
         if isinstance(g, FindingGroup):
             # worst first; at many classes the first MAX_TABLE_CLASSES, the rest counted
-            n = len(g.findings)
-            rows = "".join(
-                f"<li>{html.escape(f.text)}</li>" for f in g.findings[:MAX_TABLE_CLASSES]
-            )
-            if n > MAX_TABLE_CLASSES:
-                rows += f"<li class='muted'>... and {n - MAX_TABLE_CLASSES:,} more</li>"
-            cap = MAX_TABLE_CLASSES
+            n, cap = len(g.findings), MAX_TABLE_CLASSES
+            rows = "".join(f"<li>{html.escape(f.text)}</li>" for f in g.findings[:cap])
+            if n > cap:
+                rows += f"<li class='muted'>... and {n - cap:,} more</li>"
             shown = f"all {n:,}" if n <= cap else f"the worst {cap:,} of {n:,}"
             items.append(
                 f"<li>{html.escape(g.summary())}<details><summary>{shown} "
